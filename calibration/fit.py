@@ -1,0 +1,209 @@
+"""Fit cost curves to timing samples by non-negative least squares.
+
+Features of a step (``sim.cost.calibrated`` has the formula) are its token
+count ``T``, prefill sequences, prefill attention pairs, prefill KV reads,
+decode sequences and decode context tokens. Two kinds of fit:
+
+- ``linear``: intercept + per-token slope + one coefficient per feature;
+- ``piecewise``: the intercept and per-token slope replaced by a
+  piecewise-linear curve in ``T`` whose knots sit at token counts present in
+  the training data (all of them up to ``dense_below`` tokens, then spaced by
+  at least ``knot_ratio``). On a CPU the dense layers' cost is not smooth in
+  the row count (batch 3 can be slower than batch 4), so small ``T`` needs
+  its own table; a hat-function basis keeps the whole fit linear in its
+  unknowns and therefore one NNLS problem.
+
+Rows are weighted by 1/measured time, so the fit minimises relative error
+(what the reported absolute percentage errors measure). Every coefficient is
+non-negative: a step can never get cheaper by adding work. Held-out points
+are chosen deterministically (``split_held_out``) and never seen by the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.cost.calibrated import CalibratedCost
+from sim.cost.calibration_artifact import (
+    CalibrationSample,
+    FitCoefficients,
+    FitError,
+    ape,
+)
+
+FitKind = Literal["linear", "piecewise"]
+Matrix = npt.NDArray[np.float64]
+
+# Coefficient names of the per-feature terms, in design-matrix column order.
+_TERMS = (
+    "per_prefill_seq_s",
+    "per_prefill_attention_pair_s",
+    "per_prefill_kv_read_token_s",
+    "per_decode_seq_s",
+    "per_decode_context_token_s",
+)
+
+
+def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> Matrix:
+    """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
+
+    Scale columns to comparable norms before calling: the tolerance is
+    relative to ``a``'s size. Raises RuntimeError if it fails to converge.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    m, n = a.shape
+    max_iter = 3 * n if max_iter is None else max_iter
+    tol = 10 * np.finfo(np.float64).eps * np.linalg.norm(a, 1) * max(m, n)
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    w = a.T @ (b - a @ x)
+    for _ in range(max_iter):
+        if passive.all() or not (w[~passive] > tol).any():
+            return x
+        j = int(np.argmax(np.where(passive, -np.inf, w)))
+        passive[j] = True
+        while True:
+            s = np.zeros(n)
+            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (s[passive] > 0).all():
+                break
+            # Step from x toward s until the first passive variable hits zero.
+            blocking = passive & (s <= 0)
+            alpha = np.min(x[blocking] / (x[blocking] - s[blocking]))
+            x = x + alpha * (s - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        x = s
+        w = a.T @ (b - a @ x)
+    raise RuntimeError(f"nnls did not converge in {max_iter} iterations")
+
+
+def choose_knots(
+    num_tokens: Sequence[int], *, dense_below: int = 16, knot_ratio: float = 1.3
+) -> list[int]:
+    """Knots at observed token counts: every one up to ``dense_below``, then sparser."""
+    values = sorted({int(t) for t in num_tokens if t > 0})
+    knots: list[int] = []
+    for t in values:
+        if not knots or t <= dense_below or t >= knots[-1] * knot_ratio:
+            knots.append(t)
+    if values and knots[-1] != values[-1]:
+        knots.append(values[-1])
+    return knots
+
+
+def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matrix:
+    """``[len(num_tokens), len(knots)]`` hat functions; ``T`` clipped to the knot range."""
+    k = np.asarray(knots, dtype=np.float64)
+    t = np.clip(np.asarray(num_tokens, dtype=np.float64), k[0], k[-1])
+    out = np.zeros((t.size, k.size))
+    if k.size == 1:
+        out[:, 0] = 1.0
+        return out
+    i = np.clip(np.searchsorted(k, t, side="right") - 1, 0, k.size - 2)
+    frac = (t - k[i]) / (k[i + 1] - k[i])
+    rows = np.arange(t.size)
+    out[rows, i] = 1.0 - frac
+    out[rows, i + 1] += frac
+    return out
+
+
+def _features(samples: Sequence[CalibrationSample]) -> tuple[Matrix, npt.NDArray[np.float64]]:
+    """Token counts ``T`` and the per-feature columns (order of ``_TERMS``)."""
+    tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
+    terms = np.array(
+        [
+            [
+                s.num_prefill_seqs,
+                s.prefill_attention_pairs,
+                s.prefill_kv_read_tokens,
+                s.num_decode_seqs,
+                s.num_decode_context_tokens,
+            ]
+            for s in samples
+        ],
+        dtype=np.float64,
+    ).reshape(len(samples), len(_TERMS))
+    return terms, tokens
+
+
+def fit_coefficients(
+    samples: Sequence[CalibrationSample],
+    kind: FitKind = "piecewise",
+    *,
+    dense_below: int = 16,
+    knot_ratio: float = 1.3,
+) -> FitCoefficients:
+    """NNLS fit of ``kind`` to ``samples`` (all of them: split beforehand)."""
+    if not samples:
+        raise ValueError("no samples to fit")
+    terms, tokens = _features(samples)
+    measured = np.array([s.median_s for s in samples])
+    knots: list[int] = []
+    if kind == "linear":
+        head = np.column_stack([np.ones_like(tokens), tokens])
+    else:
+        knots = choose_knots([int(t) for t in tokens], dense_below=dense_below, knot_ratio=knot_ratio)
+        head = hat_basis(tokens, knots)
+    design = np.column_stack([head, terms]) / measured[:, None]  # relative-error rows
+    norms = np.linalg.norm(design, axis=0)
+    used = norms > 0  # a feature absent from the data (e.g. no decode) stays 0
+    coef = np.zeros(design.shape[1])
+    coef[used] = nnls(design[:, used] / norms[used], np.ones(len(samples))) / norms[used]
+    n_head = head.shape[1]
+    values = dict(zip(_TERMS, (float(c) for c in coef[n_head:]), strict=True))
+    floor_s = 0.5 * float(measured.min())
+    if kind == "linear":
+        return FitCoefficients(
+            kind="linear", intercept_s=float(coef[0]), per_token_s=float(coef[1]),
+            floor_s=floor_s, **values,
+        )
+    return FitCoefficients(
+        kind="piecewise", token_knots=knots, token_knot_s=[float(c) for c in coef[:n_head]],
+        floor_s=floor_s, **values,
+    )
+
+
+def split_held_out(
+    samples: Sequence[CalibrationSample], every: int = 4
+) -> list[CalibrationSample]:
+    """Mark every ``every``-th sample of each section as held out (deterministic).
+
+    Indices ``every // 2, every // 2 + every, ...`` within each section's grid
+    order, so the smallest and largest points of a section stay in the fit.
+    """
+    seen: dict[str, int] = {}
+    out = []
+    for s in samples:
+        i = seen.get(s.section, 0)
+        seen[s.section] = i + 1
+        out.append(s.model_copy(update={"held_out": i % every == every // 2}))
+    return out
+
+
+def fit_error(fit: FitCoefficients, samples: Sequence[CalibrationSample]) -> FitError:
+    """Mean APE on training samples; mean and max APE on held-out ones."""
+    cost = CalibratedCost(fit)
+    train = [ape(cost.step_s(s.shape), s.median_s) for s in samples if not s.held_out]
+    held = [ape(cost.step_s(s.shape), s.median_s) for s in samples if s.held_out]
+    return FitError(
+        num_train=len(train),
+        num_held_out=len(held),
+        train_mean_ape=float(np.mean(train)),
+        held_out_mean_ape=float(np.mean(held)) if held else None,
+        held_out_max_ape=float(np.max(held)) if held else None,
+    )
+
+
+def fit_samples(
+    samples: Sequence[CalibrationSample], kind: FitKind = "piecewise"
+) -> tuple[FitCoefficients, FitError]:
+    """Fit on the samples not held out; report errors on both parts."""
+    train = [s for s in samples if not s.held_out]
+    fit = fit_coefficients(train, kind)
+    return fit, fit_error(fit, samples)

@@ -1,0 +1,307 @@
+"""A compact Llama-family decoder whose unit of work is one engine step.
+
+RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP and an LM head,
+built from a ``sim.cost.specs.ModelSpec`` and random-initialised from a seed
+(weights are never zeros: timings on zeros can be optimistic).
+
+``LlamaModel.forward_step`` is what a continuous-batching engine calls once
+per step. Its tokens are *packed*: every prefill chunk's new tokens, then one
+token per decoding sequence, in one ``[num_tokens, hidden]`` tensor, so the
+dense layers run once over the whole step whatever its mix. Attention reads
+the KV cache (``calibration.kv.KVCache``): a prefill chunk attends to its
+slot's cached prefix plus itself (causal), a decode batch gathers its slots
+up to the longest context and masks the rest. The step also pays what an
+engine pays around the forward pass: building index tensors, writing the KV
+cache, the LM head on the last position of each sequence, sampling, copying
+the sampled ids to the host, and advancing the cache lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from calibration.kv import KVCache
+from sim.cost.specs import ModelSpec
+
+_INIT_STD = 0.02  # like Llama's initializer_range; keeps activations O(1)
+_NORM_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class PrefillChunk:
+    """``token_ids`` to append to ``slot``'s cached context.
+
+    ``sample`` says whether to compute logits and sample after this chunk
+    (true for the last chunk of a prompt, false for earlier chunks).
+    """
+
+    slot: int
+    token_ids: Sequence[int]
+    sample: bool = True
+
+
+@dataclass(frozen=True)
+class DecodeItem:
+    """One decoding sequence: its slot and the token it feeds in this step."""
+
+    slot: int
+    token_id: int
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """Sampled ids, one per sampling chunk then one per decode item, in order."""
+
+    next_token_ids: list[int]
+    logits: torch.Tensor | None = None  # [num_sampled, vocab] float32, if asked
+
+
+@dataclass(frozen=True)
+class _AttentionPlan:
+    """Per-step attention metadata, computed once and shared by all layers."""
+
+    chunks: list[tuple[int, int, int, int, torch.Tensor | None]]  # row0, c, slot, p, mask
+    decode_row0: int
+    decode_slots: torch.Tensor | None
+    decode_len_max: int
+    decode_mask: torch.Tensor | None  # [B, 1, 1, len_max] bool
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    # Normalise in float32 as Llama does, then return to the activation dtype.
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + _NORM_EPS)
+    return xf.to(x.dtype) * weight
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, "rotate half" convention; x is ``[T, heads, head_dim]``."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class _Layer(nn.Module):
+    """Weights of one decoder layer (``bqkv`` only for Qwen2-style QKV bias)."""
+
+    def __init__(
+        self,
+        *,
+        attn_norm: nn.Parameter,
+        wqkv: nn.Parameter,
+        bqkv: nn.Parameter | None,
+        wo: nn.Parameter,
+        mlp_norm: nn.Parameter,
+        w_gate_up: nn.Parameter,
+        w_down: nn.Parameter,
+    ) -> None:
+        super().__init__()
+        self.attn_norm = attn_norm
+        self.wqkv = wqkv
+        self.bqkv = bqkv
+        self.wo = wo
+        self.mlp_norm = mlp_norm
+        self.w_gate_up = w_gate_up
+        self.w_down = w_down
+
+
+class LlamaModel(nn.Module):
+    """Llama-style decoder with fused QKV and gate-up projections."""
+
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+        seed: int = 0,
+        rope_theta: float = 10_000.0,
+    ) -> None:
+        super().__init__()
+        self.spec = spec
+        self.dtype = dtype
+        self.device_ = torch.device(device)
+        self.rope_theta = rope_theta
+        gen = torch.Generator(device=self.device_).manual_seed(seed)
+        h, hd = spec.hidden_size, spec.head_dim
+        q_width = spec.num_attention_heads * hd
+        kv_width = spec.num_kv_heads * hd
+
+        def matrix(rows: int, cols: int) -> nn.Parameter:
+            w = torch.empty(rows, cols, dtype=dtype, device=self.device_)
+            return nn.Parameter(w.normal_(0.0, _INIT_STD, generator=gen), requires_grad=False)
+
+        def ones(n: int) -> nn.Parameter:
+            return nn.Parameter(torch.ones(n, dtype=dtype, device=self.device_), requires_grad=False)
+
+        self.embed = matrix(spec.vocab_size, h)
+        qkv_width = q_width + 2 * kv_width
+        self.layers = nn.ModuleList(
+            _Layer(
+                attn_norm=ones(h),
+                wqkv=matrix(qkv_width, h),
+                bqkv=matrix(1, qkv_width) if spec.attention_qkv_bias else None,
+                wo=matrix(h, q_width),
+                mlp_norm=ones(h),
+                w_gate_up=matrix(2 * spec.intermediate_size, h),
+                w_down=matrix(h, spec.intermediate_size),
+            )
+            for _ in range(spec.num_layers)
+        )
+        self.final_norm = ones(h)
+        self.lm_head = self.embed if spec.tied_embeddings else matrix(spec.vocab_size, h)
+        self._rope_cos = torch.empty(0)
+        self._rope_sin = torch.empty(0)
+
+    def new_cache(
+        self, num_slots: int, max_len_tokens: int, *, seed: int = 1
+    ) -> KVCache:
+        """A KV cache on this model's device and dtype (random contents)."""
+        gen = torch.Generator(device=self.device_).manual_seed(seed)
+        return KVCache(
+            self.spec, num_slots, max_len_tokens, dtype=self.dtype, device=self.device_,
+            generator=gen,
+        )
+
+    def _rope(self, positions: torch.Tensor, max_pos: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin for ``positions`` as ``[T, 1, head_dim/2]`` (tables grow on demand)."""
+        if self._rope_cos.shape[0] <= max_pos:
+            size = max(2 * max_pos, 256)
+            half = self.spec.head_dim // 2
+            inv = self.rope_theta ** (
+                -torch.arange(half, dtype=torch.float32, device=self.device_) / half
+            )
+            angles = torch.outer(torch.arange(size, dtype=torch.float32, device=self.device_), inv)
+            self._rope_cos = angles.cos().to(self.dtype)
+            self._rope_sin = angles.sin().to(self.dtype)
+        return self._rope_cos[positions].unsqueeze(1), self._rope_sin[positions].unsqueeze(1)
+
+    def _plan(
+        self, cache: KVCache, prefill: Sequence[PrefillChunk], decode: Sequence[DecodeItem]
+    ) -> tuple[_AttentionPlan, list[int], list[int], list[int], list[int]]:
+        """Host-side bookkeeping: token ids, slot and position per row, sampled rows."""
+        ids: list[int] = []
+        slots: list[int] = []
+        positions: list[int] = []
+        sample_rows: list[int] = []
+        chunks: list[tuple[int, int, int, int, torch.Tensor | None]] = []
+        for chunk in prefill:
+            c = len(chunk.token_ids)
+            cache.check_room(chunk.slot, c)
+            p = int(cache.lengths[chunk.slot])
+            row0 = len(ids)
+            ids.extend(int(t) for t in chunk.token_ids)
+            slots.extend([chunk.slot] * c)
+            positions.extend(range(p, p + c))
+            mask = None
+            if p > 0:  # query i (position p + i) sees keys 0..p + i
+                q_pos = torch.arange(p, p + c, device=self.device_).unsqueeze(1)
+                mask = torch.arange(p + c, device=self.device_).unsqueeze(0) <= q_pos
+            chunks.append((row0, c, chunk.slot, p, mask))
+            if chunk.sample:
+                sample_rows.append(row0 + c - 1)
+        decode_row0 = len(ids)
+        decode_slots = decode_mask = None
+        len_max = 0
+        if decode:
+            lens = []
+            for item in decode:
+                cache.check_room(item.slot, 1)
+                p = int(cache.lengths[item.slot])
+                sample_rows.append(len(ids))
+                ids.append(item.token_id)
+                slots.append(item.slot)
+                positions.append(p)
+                lens.append(p + 1)
+            len_max = max(lens)
+            decode_slots = torch.tensor([d.slot for d in decode], device=self.device_)
+            lens_t = torch.tensor(lens, device=self.device_)
+            decode_mask = (torch.arange(len_max, device=self.device_) < lens_t.unsqueeze(1))
+            decode_mask = decode_mask.view(len(decode), 1, 1, len_max)
+        plan = _AttentionPlan(chunks, decode_row0, decode_slots, len_max, decode_mask)
+        return plan, ids, slots, positions, sample_rows
+
+    def _attention(
+        self, layer: int, q: torch.Tensor, cache: KVCache, plan: _AttentionPlan
+    ) -> torch.Tensor:
+        """Attention output ``[T, heads * head_dim]`` for packed queries ``[T, heads, hd]``."""
+        spec = self.spec
+        outs = []
+        for row0, c, slot, p, mask in plan.chunks:
+            qc = q[row0 : row0 + c].transpose(0, 1).unsqueeze(0)  # [1, H, c, hd]
+            kc = cache.k[layer][slot : slot + 1, :, : p + c]  # a view: no copy
+            vc = cache.v[layer][slot : slot + 1, :, : p + c]
+            o = F.scaled_dot_product_attention(
+                qc, kc, vc, attn_mask=mask, is_causal=mask is None, enable_gqa=True
+            )
+            outs.append(o[0].transpose(0, 1).reshape(c, -1))
+        if plan.decode_slots is not None:
+            num = plan.decode_slots.shape[0]
+            group = spec.num_attention_heads // spec.num_kv_heads
+            # Query heads of one KV head act as `group` query rows: plain SDPA, no GQA path.
+            qd = q[plan.decode_row0 :].view(num, spec.num_kv_heads, group, spec.head_dim)
+            kd = cache.k[layer][:, :, : plan.decode_len_max].index_select(0, plan.decode_slots)
+            vd = cache.v[layer][:, :, : plan.decode_len_max].index_select(0, plan.decode_slots)
+            o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=plan.decode_mask)
+            outs.append(o.reshape(num, -1))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+    @torch.inference_mode()
+    def forward_step(
+        self,
+        cache: KVCache,
+        prefill: Sequence[PrefillChunk] = (),
+        decode: Sequence[DecodeItem] = (),
+        *,
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+        return_logits: bool = False,
+    ) -> StepOutput:
+        """Run one engine step, write its KV, sample, and advance cache lengths.
+
+        ``temperature == 0`` samples greedily (argmax); otherwise softmax of
+        ``logits / temperature`` and one multinomial draw per row from
+        ``generator`` (on the model's device).
+        """
+        if not prefill and not decode:
+            return StepOutput([], None)
+        spec = self.spec
+        plan, ids, slots, positions, sample_rows = self._plan(cache, prefill, decode)
+        dev = self.device_
+        ids_t = torch.tensor(ids, device=dev)
+        slots_t = torch.tensor(slots, device=dev)
+        pos_t = torch.tensor(positions, device=dev)
+        rows_t = torch.tensor(sample_rows, device=dev)
+        cos, sin = self._rope(pos_t, max(positions))
+        q_width = spec.num_attention_heads * spec.head_dim
+        kv_width = spec.num_kv_heads * spec.head_dim
+        x = self.embed[ids_t]
+        layers: list[_Layer] = list(self.layers)  # type: ignore[arg-type]
+        for i, layer in enumerate(layers):
+            qkv = F.linear(_rms_norm(x, layer.attn_norm), layer.wqkv)
+            if layer.bqkv is not None:
+                qkv = qkv + layer.bqkv
+            q, k, v = qkv.split((q_width, kv_width, kv_width), dim=-1)
+            q = _rotate(q.view(-1, spec.num_attention_heads, spec.head_dim), cos, sin)
+            k = _rotate(k.view(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
+            cache.write(i, slots_t, pos_t, k, v.view(-1, spec.num_kv_heads, spec.head_dim))
+            x = x + F.linear(self._attention(i, q, cache, plan), layer.wo)
+            gate, up = F.linear(_rms_norm(x, layer.mlp_norm), layer.w_gate_up).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer.w_down)
+        logits = F.linear(_rms_norm(x[rows_t], self.final_norm), self.lm_head).float()
+        if temperature == 0.0:
+            next_ids = logits.argmax(dim=-1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        out = next_ids.tolist()  # the engine needs the ids on the host (stop checks)
+        for chunk in prefill:
+            cache.lengths[chunk.slot] += len(chunk.token_ids)
+        for item in decode:
+            cache.lengths[item.slot] += 1
+        return StepOutput(out, logits if return_logits else None)

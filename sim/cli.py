@@ -1,0 +1,87 @@
+"""``servesim``: the command line, a thin layer over ``sim.api``.
+
+Every user error (a bad scenario, trace, option or artifact) is printed as one
+line on stderr and exits with status 2; there is no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sim import api
+    from sim.report import format_summary_table
+
+    started = time.perf_counter()
+    result = api.run(args.scenario, args.set or (), progress=not args.quiet)
+    elapsed_s = time.perf_counter() - started
+    print(format_summary_table(result.summary))
+    print(f"cost model: {result.summary['cost_model']}")
+    out = Path(args.out) if args.out else Path("runs") / result.scenario.name
+    paths = result.write(out, write_steps=args.write_steps)
+    print(f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; wrote {len(paths)} files to {out}/")
+    return 0
+
+
+def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = subparsers.add_parser("run", help="simulate a scenario and report latency metrics")
+    run.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
+    run.add_argument("--out", help="output folder (default: runs/<scenario name>)")
+    run.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set workload.arrival.rate_per_s=8 (repeatable)",
+    )
+    run.add_argument("--write-steps", action="store_true", help="also write the step log")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    run.set_defaults(handler=_cmd_run)
+
+
+def _add_calibrate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    try:
+        from calibration.cli import add_parser
+    except ImportError:
+        return
+    add_parser(subparsers)
+
+
+ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _add_run,
+    _add_calibrate,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="servesim",
+        description="Discrete-event simulator of LLM inference serving.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for add in ADDERS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as error:
+        print(f"servesim: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("servesim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

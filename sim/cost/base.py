@@ -1,0 +1,109 @@
+"""The shape of one engine step and the protocol every cost model follows.
+
+A step's cost depends only on aggregate counts, never on which requests are in
+it, so a shape is a handful of integers: this keeps a cost evaluation to a few
+microseconds and lets the simulator price many identical decode steps at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """Sufficient statistics of one forward pass over a mixed batch.
+
+    Prefill part: ``num_prefill_seqs`` chunks with ``num_prefill_tokens`` new
+    tokens in all. For a chunk of ``c`` new tokens after ``p`` already-cached
+    tokens, causal attention touches ``c * p + c * (c + 1) / 2`` query-key
+    pairs and reads ``p + c`` tokens of KV; the shape keeps the sums of both.
+
+    Decode part: ``num_decode_seqs`` sequences computing one token each, whose
+    contexts (tokens already in the KV cache, including the one being computed)
+    sum to ``num_decode_context_tokens``.
+    """
+
+    num_prefill_seqs: int = 0
+    num_prefill_tokens: int = 0
+    prefill_attention_pairs: int = 0
+    prefill_kv_read_tokens: int = 0
+    num_decode_seqs: int = 0
+    num_decode_context_tokens: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens computed in this step (prefill plus one per decode sequence)."""
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    @property
+    def is_empty(self) -> bool:
+        return self.num_tokens == 0
+
+    @staticmethod
+    def build(
+        prefill_chunks: list[tuple[int, int]] | None = None,
+        decode_context_tokens: list[int] | None = None,
+    ) -> StepShape:
+        """Shape from explicit lists.
+
+        ``prefill_chunks`` holds ``(num_new_tokens, num_cached_tokens)`` per
+        chunk; ``decode_context_tokens`` the context length of each decode
+        sequence, counting the token computed in this step.
+        """
+        chunks = prefill_chunks or []
+        contexts = decode_context_tokens or []
+        return StepShape(
+            num_prefill_seqs=len(chunks),
+            num_prefill_tokens=sum(c for c, _ in chunks),
+            prefill_attention_pairs=sum(c * p + c * (c + 1) // 2 for c, p in chunks),
+            prefill_kv_read_tokens=sum(c + p for c, p in chunks),
+            num_decode_seqs=len(contexts),
+            num_decode_context_tokens=sum(contexts),
+        )
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """A pure function from a step's shape to its duration in seconds."""
+
+    @property
+    def label(self) -> str:
+        """Short description for reports, e.g. ``roofline:llama-3-8b@h100``."""
+        ...
+
+    def step_s(self, shape: StepShape) -> float:
+        """Wall time of one step of this shape, in seconds (> 0 unless empty)."""
+        ...
+
+    def decode_steps_s(
+        self, num_seqs: int, context_tokens: int, num_steps: int
+    ) -> FloatArray:
+        """Durations of ``num_steps`` consecutive decode-only steps.
+
+        Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
+        ``context_tokens + j * num_seqs``. Must equal ``step_s`` called step
+        by step (to float rounding); cost models vectorise it with numpy.
+        """
+        ...
+
+
+def decode_steps_by_loop(
+    model: CostModel, num_seqs: int, context_tokens: int, num_steps: int
+) -> FloatArray:
+    """Reference implementation of ``decode_steps_s`` by calling ``step_s``."""
+    out = np.empty(num_steps, dtype=np.float64)
+    for j in range(num_steps):
+        out[j] = model.step_s(
+            StepShape(
+                num_decode_seqs=num_seqs,
+                num_decode_context_tokens=context_tokens + j * num_seqs,
+            )
+        )
+    return out

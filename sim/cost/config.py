@@ -1,0 +1,78 @@
+"""Scenario configuration of the cost model, and the factory that builds one.
+
+``cost:`` in a scenario is a tagged union on ``kind``:
+
+- ``linear``: explicit coefficients, see ``sim.cost.linear``;
+- ``roofline``: derived from the scenario's model and hardware specs, with
+  optional overrides of the hardware's efficiencies and step overhead.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.cost.base import CostModel
+from sim.cost.linear import LinearCost, zero_step_problem
+from sim.cost.roofline import RooflineCost
+from sim.cost.specs import HardwareSpec, ModelSpec
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class LinearCostConfig(BaseModel):
+    """Coefficients of ``LinearCost``, all in seconds per unit, all >= 0."""
+
+    model_config = _FROZEN
+
+    kind: Literal["linear"] = "linear"
+    step_overhead_s: NonNegativeSeconds = 0.0
+    per_prefill_seq_s: NonNegativeSeconds = 0.0
+    per_prefill_token_s: NonNegativeSeconds = 0.0
+    per_attention_pair_s: NonNegativeSeconds = 0.0
+    per_decode_seq_s: NonNegativeSeconds = 0.0
+    per_context_token_s: NonNegativeSeconds = 0.0
+
+    @model_validator(mode="after")
+    def _no_zero_steps(self) -> LinearCostConfig:
+        problem = zero_step_problem(**self.model_dump(exclude={"kind"}))
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+class RooflineCostConfig(BaseModel):
+    """Roofline model; ``None`` fields keep the hardware preset's value."""
+
+    model_config = _FROZEN
+
+    kind: Literal["roofline"] = "roofline"
+    compute_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    memory_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
+    step_overhead_s: NonNegativeSeconds | None = None
+
+
+# Add new kinds (the lead's ``calibrated``) to this union and to build_cost_model.
+CostConfig = Annotated[
+    LinearCostConfig | RooflineCostConfig,
+    Field(discriminator="kind"),
+]
+
+
+def build_cost_model(
+    config: CostConfig, model: ModelSpec, hardware: HardwareSpec
+) -> CostModel:
+    """The cost model ``config`` describes, for ``model`` running on ``hardware``."""
+    if isinstance(config, LinearCostConfig):
+        return LinearCost(**config.model_dump(exclude={"kind"}))
+    if isinstance(config, RooflineCostConfig):
+        overrides = {
+            field: value
+            for field, value in config.model_dump(exclude={"kind"}).items()
+            if value is not None
+        }
+        return RooflineCost(model, hardware.model_copy(update=overrides))
+    raise TypeError(f"unknown cost config {type(config).__name__}")  # pragma: no cover

@@ -1,0 +1,123 @@
+"""A cost model linear in the step's counts, for teaching and exact queueing checks.
+
+    step_s = step_overhead_s
+           + per_prefill_seq_s    * num_prefill_seqs           [s/seq   * seqs]
+           + per_prefill_token_s  * num_prefill_tokens         [s/token * tokens]
+           + per_attention_pair_s * prefill_attention_pairs    [s/pair  * pairs]
+           + per_decode_seq_s     * num_decode_seqs            [s/seq   * seqs]
+           + per_context_token_s  * num_decode_context_tokens  [s/token * tokens]
+
+An empty step costs 0 s. With only ``per_decode_seq_s`` (or only the overhead)
+non-zero every step has a fixed service time, which is what M/D/1-style checks
+need.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cost.base import FloatArray, StepShape
+from sim.errors import ConfigError
+
+
+def zero_step_problem(
+    step_overhead_s: float,
+    per_prefill_seq_s: float,
+    per_prefill_token_s: float,
+    per_attention_pair_s: float,
+    per_decode_seq_s: float,
+    per_context_token_s: float,
+) -> str | None:
+    """Why some non-empty step would take 0 s (stalling simulated time), or None.
+
+    A prefill-only step has at least one seq, token and pair; a decode-only
+    step at least one seq and context token. Each kind needs a positive term.
+    """
+    if step_overhead_s > 0:
+        return None
+    if max(per_prefill_seq_s, per_prefill_token_s, per_attention_pair_s) <= 0:
+        return "prefill-only steps would take 0 s: set step_overhead_s or a prefill coefficient"
+    if max(per_decode_seq_s, per_context_token_s) <= 0:
+        return "decode-only steps would take 0 s: set step_overhead_s or a decode coefficient"
+    return None
+
+
+class LinearCost:
+    """Step time as a non-negative linear function of the step's counts (see module)."""
+
+    __slots__ = (
+        "per_attention_pair_s",
+        "per_context_token_s",
+        "per_decode_seq_s",
+        "per_prefill_seq_s",
+        "per_prefill_token_s",
+        "step_overhead_s",
+    )
+
+    def __init__(
+        self,
+        step_overhead_s: float = 0.0,
+        per_prefill_seq_s: float = 0.0,
+        per_prefill_token_s: float = 0.0,
+        per_attention_pair_s: float = 0.0,
+        per_decode_seq_s: float = 0.0,
+        per_context_token_s: float = 0.0,
+    ) -> None:
+        coefficients = {
+            "step_overhead_s": step_overhead_s,
+            "per_prefill_seq_s": per_prefill_seq_s,
+            "per_prefill_token_s": per_prefill_token_s,
+            "per_attention_pair_s": per_attention_pair_s,
+            "per_decode_seq_s": per_decode_seq_s,
+            "per_context_token_s": per_context_token_s,
+        }
+        for field, value in coefficients.items():
+            if not value >= 0 or value == float("inf"):  # also rejects NaN
+                raise ConfigError(
+                    f"cost.{field} must be a finite number >= 0, got {value}"
+                )
+        problem = zero_step_problem(**coefficients)
+        if problem is not None:
+            raise ConfigError(f"cost: {problem}")
+        self.step_overhead_s = float(step_overhead_s)
+        self.per_prefill_seq_s = float(per_prefill_seq_s)
+        self.per_prefill_token_s = float(per_prefill_token_s)
+        self.per_attention_pair_s = float(per_attention_pair_s)
+        self.per_decode_seq_s = float(per_decode_seq_s)
+        self.per_context_token_s = float(per_context_token_s)
+
+    @property
+    def label(self) -> str:
+        return "linear"
+
+    def step_s(self, shape: StepShape) -> float:
+        if shape.num_prefill_tokens == 0 and shape.num_decode_seqs == 0:
+            return 0.0
+        return (
+            self.step_overhead_s
+            + self.per_prefill_seq_s * shape.num_prefill_seqs
+            + self.per_prefill_token_s * shape.num_prefill_tokens
+            + self.per_attention_pair_s * shape.prefill_attention_pairs
+            + self.per_decode_seq_s * shape.num_decode_seqs
+            + self.per_context_token_s * shape.num_decode_context_tokens
+        )
+
+    def decode_steps_s(
+        self, num_seqs: int, context_tokens: int, num_steps: int
+    ) -> FloatArray:
+        if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
+            raise ValueError(
+                f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
+            )
+        if num_seqs == 0:
+            return np.zeros(num_steps, dtype=np.float64)
+        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
+        # Same association order as step_s, whose prefill terms add exact zeros
+        # here, so both agree to the last bit, not just to rounding.
+        fixed = self.step_overhead_s + self.per_decode_seq_s * num_seqs
+        out: FloatArray = fixed + self.per_context_token_s * contexts
+        return out
+
+    def __repr__(self) -> str:
+        terms = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
+        return f"LinearCost({terms})"

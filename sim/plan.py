@@ -1,0 +1,60 @@
+"""A step plan: what a scheduling policy asks the executor to run next."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sim.cost.base import StepShape
+from sim.request import Request
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """Which requests advance by how many tokens in the next step.
+
+    ``num_steps`` > 1 promises that, unless new work arrives, the same decode
+    batch may run that many steps in a row (every scheduled request decodes one
+    token per step, none finishes before the last, and the KV blocks suffice):
+    the simulator then skips ahead in one event. A real engine runs one step
+    and asks again. ``interruptible`` says whether a request arriving during
+    those steps could change the plan; if not, arrivals need not wake the
+    executor. An empty plan with ``wake_at_s`` asks to be called again at that
+    time even if nothing arrives (e.g. a static batch's maximum wait).
+    ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
+    compute but emit nothing (static batching keeps finished requests as padding).
+    """
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    num_steps: int = 1
+    interruptible: bool = True
+    wake_at_s: float | None = None
+    padding_seqs: int = 0
+    padding_context_tokens: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+    def shape(self) -> StepShape:
+        """The cost-relevant shape of the first step of this plan."""
+        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+        num_decode_seqs = self.padding_seqs
+        context = self.padding_context_tokens
+        for request, num_new in self.scheduled:
+            cached = request.num_computed_tokens
+            if num_new == 1 and request.num_generated_tokens > 0:
+                num_decode_seqs += 1
+                context += cached + 1
+            else:
+                num_prefill_seqs += 1
+                num_prefill_tokens += num_new
+                pairs += num_new * cached + num_new * (num_new + 1) // 2
+                kv_read += num_new + cached
+        return StepShape(
+            num_prefill_seqs=num_prefill_seqs,
+            num_prefill_tokens=num_prefill_tokens,
+            prefill_attention_pairs=pairs,
+            prefill_kv_read_tokens=kv_read,
+            num_decode_seqs=num_decode_seqs,
+            num_decode_context_tokens=context,
+        )

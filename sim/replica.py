@@ -1,0 +1,89 @@
+"""The simulator's executor: a SimPy process that runs an engine core's plans.
+
+Each plan becomes one timeout of the cost model's predicted duration. A plan
+that promises ``num_steps`` identical decode steps becomes one timeout for all
+of them (skip-ahead); if a request arrives meanwhile and the plan says it
+could change the batch, the process is interrupted, finishes the step in
+progress, commits the steps done and plans again. So events grow with
+requests, not tokens. ``skip_ahead=False`` runs every step as its own event
+(the reference the skip-ahead mode is tested against).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.core import EngineCore
+from sim.cost.base import CostModel
+from sim.request import Request
+
+
+class Replica:
+    """One model server: an engine core driven in simulated time."""
+
+    def __init__(
+        self, env: simpy.Environment, core: EngineCore, cost: CostModel, skip_ahead: bool = True
+    ) -> None:
+        self.env = env
+        self.core = core
+        self.cost = cost
+        self.skip_ahead = skip_ahead
+        self._idle: simpy.Event | None = None
+        self._interruptible = False
+        self.process = env.process(self._run())
+
+    def submit(self, request: Request) -> None:
+        """Hand over a tokenized request; wake the replica if it could use it."""
+        if not self.core.add(request, self.env.now):
+            return
+        if self._idle is not None:
+            if not self._idle.triggered:
+                self._idle.succeed()
+        elif self._interruptible:
+            self._interruptible = False
+            self.process.interrupt()
+
+    def _run(self) -> Generator[simpy.Event, Any, None]:
+        env, core, cost = self.env, self.core, self.cost
+        while True:
+            now = env.now
+            plan = core.schedule(now)
+            if plan.is_empty:
+                yield from self._wait(plan.wake_at_s)
+                continue
+            if plan.num_steps == 1 or not self.skip_ahead:
+                end = now + cost.step_s(plan.shape())
+                yield env.timeout(end - now)
+                core.commit(plan, now, (end,))
+                continue
+            shape = plan.shape()
+            durations = cost.decode_steps_s(
+                shape.num_decode_seqs, shape.num_decode_context_tokens, plan.num_steps
+            )
+            # Sequential sums, as step-by-step execution would add them up.
+            ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+            self._interruptible = plan.interruptible
+            try:
+                yield env.timeout(ends[-1] - now)
+            except simpy.Interrupt:
+                # Steps whose end has passed are done; the one running finishes.
+                num_done = int(np.searchsorted(ends, env.now, side="right"))
+                ends = ends[: min(num_done + 1, len(ends))]
+                if ends[-1] > env.now:
+                    yield env.timeout(ends[-1] - env.now)
+            self._interruptible = False
+            core.commit(plan, now, ends)
+
+    def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
+        """Sleep until a request arrives or the policy's wake-up time."""
+        idle = self.env.event()
+        self._idle = idle
+        if wake_at_s is not None:
+            timer = self.env.timeout(max(0.0, wake_at_s - self.env.now))
+            timer.callbacks.append(lambda _: idle.triggered or idle.succeed())
+        yield idle
+        self._idle = None

@@ -1,0 +1,63 @@
+"""A request: what the user asked for, and how far the engine has got with it.
+
+Token-counter model, as in vLLM v1: a request holds ``num_tokens`` = prompt
+plus generated tokens, of which ``num_computed_tokens`` are in the KV cache.
+A step advances ``num_computed_tokens``; when it catches up with
+``num_tokens`` the step samples one more token. Prefill, chunked prefill,
+decode and recompute after preemption are all just this rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request's spec (first five fields, never mutated) and live state.
+
+    Times are simulated seconds. ``None`` means the event has not happened.
+    Token times are not stored one by one: ``runs`` records, for each
+    uninterrupted run of output tokens, the index of the engine step that
+    emitted its first token and how many tokens came before the run; with the
+    replica's step log this gives every token's time (see ``sim.tokens``).
+    """
+
+    request_id: int
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    priority: int = 0
+    ready_s: float | None = None
+    num_computed_tokens: int = 0
+    num_generated_tokens: int = 0
+    num_blocks: int = 0
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    last_token_s: float | None = None
+    last_token_step: int | None = None
+    num_preemptions: int = 0
+    rejection_reason: str | None = None
+    replica: int = 0
+    runs: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens: what the KV cache must eventually hold."""
+        return self.num_prompt_tokens + self.num_generated_tokens
+
+    @property
+    def num_wanted_tokens(self) -> int:
+        """Tokens still to compute before the next output token can be sampled."""
+        return self.num_prompt_tokens + self.num_generated_tokens - self.num_computed_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        """True when one computed token yields the next output token."""
+        return self.num_generated_tokens > 0 and self.num_wanted_tokens == 1
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Largest KV footprint the request can reach (its last token is never computed)."""
+        return self.num_prompt_tokens + self.num_output_tokens - 1

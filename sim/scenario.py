@@ -1,0 +1,156 @@
+"""Scenario files: one YAML document describing a whole experiment.
+
+Validated at the edge by pydantic (unknown fields rejected); every problem
+becomes a one-line ``ConfigError`` naming the file and the field (or line, for
+YAML syntax errors). ``--set dotted.key=value`` overrides are applied to the
+raw document before validation, so they are checked exactly like the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from sim.cost.config import CostConfig, RooflineCostConfig
+from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
+from sim.errors import ConfigError
+from sim.metrics import Slo
+from sim.policies import ContinuousConfig, PolicyConfig
+from sim.workload import WorkloadConfig
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(BaseModel):
+    """KV cache and request limits of each replica (vLLM's cache/model flags)."""
+
+    model_config = _FROZEN
+
+    block_size_tokens: int = Field(default=16, ge=1)
+    num_kv_blocks: int | None = Field(
+        default=None, ge=1, description="None: from GPU memory minus weights and activations"
+    )
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    max_model_len_tokens: int = Field(default=8192, ge=2)
+    skip_ahead: bool = Field(
+        default=True, description="advance many decode steps per event (False: step by step)"
+    )
+
+
+class FrontendConfig(BaseModel):
+    """CPU work around the engine, in seconds per token."""
+
+    model_config = _FROZEN
+
+    # ~1 µs/token is a fast Rust BPE tokenizer on one core (HF tokenizers).
+    tokenize_s_per_token: float = Field(default=1e-6, ge=0)
+    detokenize_s_per_token: float = Field(default=2e-5, ge=0)
+
+
+class Scenario(BaseModel):
+    """A complete experiment: workload, model, hardware, cost model, policy, SLOs."""
+
+    model_config = _FROZEN
+
+    name: str = "scenario"
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    model: ModelRef = Field(default_factory=lambda: model_preset("llama-3-8b"))
+    hardware: HardwareRef = Field(default_factory=lambda: hardware_preset("h100"))
+    cost: CostConfig = Field(default_factory=RooflineCostConfig)
+    scheduler: PolicyConfig = Field(default_factory=ContinuousConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    frontend: FrontendConfig = Field(default_factory=FrontendConfig)
+    workload: WorkloadConfig
+    slo: Slo | None = None
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> Scenario:
+        policy = self.scheduler
+        if (
+            isinstance(policy, ContinuousConfig)
+            and not policy.chunked_prefill
+            and policy.max_num_batched_tokens < self.engine.max_model_len_tokens
+        ):
+            # As vLLM: without chunking, a prompt must fit in one step's budget.
+            raise ValueError(
+                f"scheduler.max_num_batched_tokens ({policy.max_num_batched_tokens}) must be "
+                f">= engine.max_model_len_tokens ({self.engine.max_model_len_tokens}) "
+                "when chunked_prefill is off"
+            )
+        return self
+
+
+def _set(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    keys = dotted.split(".")
+    node = doc
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: --set {dotted}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) -> None:
+    """Apply ``key.sub=value`` strings (values parsed as YAML) in place."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected dotted.key=value")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            value = text
+        _set(doc, key.strip(), value, source)
+
+
+def _format_error(source: str, error: ValidationError) -> str:
+    parts = []
+    for err in error.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    more = len(error.errors()) - 3
+    tail = f" (and {more} more)" if more > 0 else ""
+    return f"{source}: " + "; ".join(parts) + tail
+
+
+def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
+    """Validate a parsed document; ConfigError names ``source`` and the field."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{source}: expected a mapping of scenario fields at the top level")
+    try:
+        return Scenario.model_validate(doc)
+    except ValidationError as error:
+        raise ConfigError(_format_error(source, error)) from None
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+
+
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read, override and validate a scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read scenario ({error.strerror})") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}:{where}: {problem}") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
+    apply_overrides(doc, overrides, str(path))
+    return scenario_from_dict(doc, str(path))

@@ -1,0 +1,184 @@
+"""Wire a workload, a policy and a cost model into a SimPy run.
+
+Requests arrive (open loop: at given times; closed loop: users who think,
+send, and wait for the answer), spend CPU time being tokenized, then queue at
+the replica. Detokenization shifts every streamed token by a fixed time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import simpy
+from tqdm import tqdm
+
+from sim.core import EngineCore
+from sim.cost.base import CostModel
+from sim.kv_cache import BlockPool
+from sim.policies.base import Scheduler
+from sim.replica import Replica
+from sim.request import Request
+
+
+@dataclass(frozen=True)
+class Frontend:
+    """CPU time around the engine: tokenizing prompts, detokenizing outputs."""
+
+    tokenize_s_per_token: float = 0.0
+    detokenize_s_per_token: float = 0.0
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Everything a replica needs besides its workload."""
+
+    cost: CostModel
+    make_policy: Callable[[], Scheduler]
+    num_kv_blocks: int
+    block_size_tokens: int
+    max_model_len_tokens: int
+    frontend: Frontend = field(default_factory=Frontend)
+    skip_ahead: bool = True
+
+
+class OpenLoop(Protocol):
+    """Arrival times and lengths known in advance (synthetic or trace)."""
+
+    arrival_s: npt.NDArray[np.float64]
+    num_prompt_tokens: npt.NDArray[np.int64]
+    num_output_tokens: npt.NDArray[np.int64]
+
+
+@runtime_checkable
+class ClosedLoop(Protocol):
+    """Users who think, send a request, and wait for its answer."""
+
+    num_users: int
+    num_requests: int
+
+    def next_lengths(self) -> tuple[int, int]: ...
+
+    def next_think_s(self) -> float: ...
+
+
+@dataclass
+class RawResult:
+    """What a run produced, before metrics: see ``sim.results``."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    timeseries: pd.DataFrame
+    extra_itl_s: npt.NDArray[np.float64]
+    later_runs: dict[int, list[tuple[float, int]]]
+    rejections: dict[int, str]
+    detokenize_s_per_token: float
+
+
+class Simulation:
+    """One replica fed by one workload; ``run`` returns a ``RawResult``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.env = simpy.Environment()
+        self._waiters: dict[int, simpy.Event] = {}
+        self.core = EngineCore(
+            engine.make_policy(),
+            BlockPool(engine.num_kv_blocks, engine.block_size_tokens),
+            engine.max_model_len_tokens,
+            on_done=self._on_done,
+        )
+        self.replica = Replica(self.env, self.core, engine.cost, engine.skip_ahead)
+
+    def _on_done(self, request: Request) -> None:
+        waiter = self._waiters.pop(request.request_id, None)
+        if waiter is not None:
+            waiter.succeed()
+
+    def _send(self, request: Request) -> None:
+        """Tokenize (a delay), then hand to the replica."""
+        delay = self.engine.frontend.tokenize_s_per_token * request.num_prompt_tokens
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _: self.replica.submit(request))
+        else:
+            self.replica.submit(request)
+
+    def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        rows = zip(
+            work.arrival_s.tolist(),
+            work.num_prompt_tokens.tolist(),
+            work.num_output_tokens.tolist(),
+            strict=True,
+        )
+        for request_id, (arrival_s, num_prompt, num_output) in enumerate(rows):
+            if arrival_s > env.now:
+                yield env.timeout(arrival_s - env.now)
+            self._send(Request(request_id, arrival_s, num_prompt, num_output))
+
+    def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        while ids[0] < work.num_requests:
+            yield env.timeout(work.next_think_s())
+            if ids[0] >= work.num_requests:
+                return
+            request_id = ids[0]
+            ids[0] += 1
+            num_prompt, num_output = work.next_lengths()
+            done = env.event()
+            self._waiters[request_id] = done
+            self._send(Request(request_id, env.now, num_prompt, num_output))
+            yield done
+            if detokenize_s > 0:
+                yield env.timeout(detokenize_s)
+
+    def run(self, work: OpenLoop | ClosedLoop, progress: bool = False) -> RawResult:
+        """Simulate until every request has finished or been rejected."""
+        if isinstance(work, ClosedLoop):
+            total = work.num_requests
+            ids = [0]
+            for _ in range(work.num_users):
+                self.env.process(self._user(work, ids))
+        else:
+            total = len(work.arrival_s)
+            self.env.process(self._open_loop(work))
+        self._drive(total, progress)
+        return self._result()
+
+    def _drive(self, total: int, progress: bool) -> None:
+        """env.run(), with a progress bar that appears after 2 s of wall time."""
+        step = self.env.step
+        with tqdm(total=total, unit="req", delay=2.0, disable=not progress) as bar:
+            try:
+                while True:
+                    for _ in range(4096):
+                        step()
+                    bar.update(self.core.num_done - bar.n)
+            except simpy.core.EmptySchedule:
+                bar.update(self.core.num_done - bar.n)
+
+    def _result(self) -> RawResult:
+        core = self.core
+        core.flush_unfinished()
+        requests = core.records.frame().sort_values("request_id", ignore_index=True)
+        requests["rejection_reason"] = requests["request_id"].map(core.rejections)
+        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        requests["first_token_s"] += detokenize_s
+        requests["finish_s"] += detokenize_s
+        series = core.series.frame()
+        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
+        return RawResult(
+            requests=requests,
+            steps=core.steps.frame(),
+            timeseries=series,
+            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
+            later_runs=core.later_runs,
+            rejections=core.rejections,
+            detokenize_s_per_token=detokenize_s,
+        )
+

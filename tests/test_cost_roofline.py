@@ -1,0 +1,311 @@
+"""RooflineCost: regimes, monotonicity, decode skipping, hardware ranking, config."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
+
+from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.config import CostConfig, RooflineCostConfig, build_cost_model
+from sim.cost.roofline import RooflineCost
+from sim.cost.specs import (
+    HARDWARE_PRESETS,
+    MODEL_PRESETS,
+    HardwareSpec,
+    ModelSpec,
+    hardware_preset,
+    model_preset,
+)
+
+LLAMA_8B = model_preset("llama-3-8b")
+H100 = hardware_preset("h100")
+COST = RooflineCost(LLAMA_8B, H100)
+
+
+def effective_bandwidth(hw: HardwareSpec) -> float:
+    return hw.memory_bandwidth_bytes_per_s * hw.memory_efficiency
+
+
+def effective_flops(hw: HardwareSpec) -> float:
+    return hw.peak_flops_per_s * hw.compute_efficiency
+
+
+presets = st.builds(
+    RooflineCost,
+    st.sampled_from(list(MODEL_PRESETS.values())),
+    st.sampled_from(list(HARDWARE_PRESETS.values())),
+)
+counts = st.integers(min_value=0, max_value=10**8)
+shapes = st.builds(
+    StepShape,
+    num_prefill_seqs=counts,
+    num_prefill_tokens=counts,
+    prefill_attention_pairs=counts,
+    prefill_kv_read_tokens=counts,
+    num_decode_seqs=counts,
+    num_decode_context_tokens=counts,
+)
+
+
+def test_is_a_cost_model_with_a_readable_label() -> None:
+    assert isinstance(COST, CostModel)
+    assert COST.label == "roofline:llama-3-8b@h100"
+    assert "llama-3-8b" in repr(COST)
+
+
+def test_compute_and_memory_by_hand() -> None:
+    shape = StepShape.build(prefill_chunks=[(100, 50)], decode_context_tokens=[10, 30])
+    tokens = 102
+    flops = LLAMA_8B.dense_flops_per_token * tokens + (
+        4 * 32 * 32 * 128 * ((100 * 50 + 100 * 101 // 2) + 40)
+    )
+    kv_bytes = 131072 * ((150 + 40) + tokens)
+    assert COST.compute_s(shape) == pytest.approx(
+        flops / effective_flops(H100), rel=1e-12
+    )
+    assert COST.memory_s(shape) == pytest.approx(
+        (LLAMA_8B.weight_bytes + kv_bytes) / effective_bandwidth(H100), rel=1e-12
+    )
+    assert COST.step_s(shape) == pytest.approx(
+        H100.step_overhead_s + max(COST.compute_s(shape), COST.memory_s(shape)),
+        rel=1e-12,
+    )
+
+
+def test_decode_at_batch_one_is_memory_bound_by_the_weights() -> None:
+    for hw in HARDWARE_PRESETS.values():
+        cost = RooflineCost(LLAMA_8B, hw)
+        shape = StepShape.build(decode_context_tokens=[100])
+        assert cost.memory_s(shape) > 2 * cost.compute_s(shape)
+        weights_s = LLAMA_8B.weight_bytes / effective_bandwidth(hw)
+        assert cost.step_s(shape) - hw.step_overhead_s == pytest.approx(
+            weights_s, rel=1e-3
+        )
+
+
+def test_llama_8b_decode_on_h100_is_a_few_milliseconds() -> None:
+    # 16 GB of bf16 weights over ~2.7 TB/s effective: about 6 ms a token.
+    step_s = COST.step_s(StepShape.build(decode_context_tokens=[1000]))
+    assert 4e-3 < step_s < 12e-3
+
+
+def test_large_prefill_is_compute_bound() -> None:
+    for hw in HARDWARE_PRESETS.values():
+        cost = RooflineCost(LLAMA_8B, hw)
+        shape = StepShape.build(prefill_chunks=[(8192, 0)])
+        assert cost.compute_s(shape) > 2 * cost.memory_s(shape)
+        dense_s = 8192 * LLAMA_8B.dense_flops_per_token / effective_flops(hw)
+        assert cost.step_s(shape) - hw.step_overhead_s >= dense_s
+
+
+def test_decode_turns_compute_bound_at_large_batch() -> None:
+    small = StepShape.build(decode_context_tokens=[64] * 8)
+    large = StepShape.build(decode_context_tokens=[64] * 4096)
+    assert COST.memory_s(small) > COST.compute_s(small)
+    assert COST.compute_s(large) > COST.memory_s(large)
+
+
+def test_batching_decode_amortises_the_weights() -> None:
+    one = COST.step_s(StepShape.build(decode_context_tokens=[500]))
+    many = COST.step_s(StepShape.build(decode_context_tokens=[500] * 64))
+    assert many < 2 * one
+    assert many / 64 < one / 10
+
+
+def test_empty_step_is_free() -> None:
+    assert COST.step_s(StepShape()) == 0.0
+
+
+@given(cost=presets, shape=shapes)
+def test_non_empty_steps_take_at_least_overhead_plus_weights(
+    cost: RooflineCost, shape: StepShape
+) -> None:
+    if shape.is_empty:
+        assert cost.step_s(shape) == 0.0
+    else:
+        floor_s = (
+            cost.hardware.step_overhead_s
+            + cost.model.weight_bytes / effective_bandwidth(cost.hardware)
+        )
+        assert cost.step_s(shape) >= floor_s * (1 - 1e-12)
+
+
+@given(
+    cost=presets,
+    shape=shapes,
+    field=st.sampled_from([f.name for f in dataclasses.fields(StepShape)]),
+    extra=st.integers(1, 10**7),
+)
+def test_monotone_in_every_count(
+    cost: RooflineCost, shape: StepShape, field: str, extra: int
+) -> None:
+    bigger = dataclasses.replace(shape, **{field: getattr(shape, field) + extra})
+    assert cost.step_s(bigger) >= cost.step_s(shape)
+    assert cost.compute_s(bigger) >= cost.compute_s(shape)
+    assert cost.memory_s(bigger) >= cost.memory_s(shape)
+
+
+@given(
+    cost=presets,
+    num_seqs=st.integers(0, 2048),
+    context=st.integers(0, 10**8),
+    num_steps=st.integers(0, 300),
+)
+def test_decode_steps_equal_a_loop_of_step_s(
+    cost: RooflineCost, num_seqs: int, context: int, num_steps: int
+) -> None:
+    context = max(context, num_seqs)
+    fast = cost.decode_steps_s(num_seqs, context, num_steps)
+    assert fast.shape == (num_steps,)
+    assert fast.dtype == np.float64
+    np.testing.assert_allclose(
+        fast,
+        decode_steps_by_loop(cost, num_seqs, context, num_steps),
+        rtol=1e-12,
+        atol=0,
+    )
+
+
+def test_decode_steps_cross_from_memory_to_compute_bound_consistently() -> None:
+    # 1024 seqs starting short and growing long: whichever bound applies, the
+    # vectorised path must agree with the loop step by step.
+    steps = COST.decode_steps_s(1024, 1024 * 16, 2000)
+    np.testing.assert_allclose(
+        steps, decode_steps_by_loop(COST, 1024, 1024 * 16, 2000), rtol=1e-12, atol=0
+    )
+    assert np.all(np.diff(steps) >= 0)
+
+
+def test_decode_steps_edge_cases() -> None:
+    assert COST.decode_steps_s(4, 40, 0).shape == (0,)
+    assert np.all(COST.decode_steps_s(0, 0, 5) == 0.0)
+    for args in ((-1, 0, 1), (1, -1, 1), (1, 1, -1)):
+        with pytest.raises(ValueError, match="negative"):
+            COST.decode_steps_s(*args)
+
+
+@pytest.mark.parametrize(
+    "model_name", ["llama-3-8b", "qwen2.5-7b", "smollm2-135m", "tiny"]
+)
+def test_h200_decodes_faster_than_h100(model_name: str) -> None:
+    model = model_preset(model_name)
+    h100, h200 = RooflineCost(model, H100), RooflineCost(model, hardware_preset("h200"))
+    for batch in (1, 16, 128):
+        shape = StepShape.build(decode_context_tokens=[2048] * batch)
+        assert h200.step_s(shape) < h100.step_s(shape)
+    # Same peak FLOP/s: a compute-bound prefill is no faster.
+    prefill = StepShape.build(prefill_chunks=[(8192, 0)])
+    assert h200.step_s(prefill) == pytest.approx(h100.step_s(prefill))
+
+
+def test_faster_hardware_and_smaller_models_are_faster() -> None:
+    shape = StepShape.build(
+        prefill_chunks=[(512, 0)], decode_context_tokens=[1000] * 32
+    )
+    by_hw = [
+        RooflineCost(LLAMA_8B, hardware_preset(n)).step_s(shape)
+        for n in ("h200", "h100", "a100-80gb", "l4", "cpu-2core")
+    ]
+    assert by_hw == sorted(by_hw)
+    by_model = [
+        RooflineCost(model_preset(n), H100).step_s(shape)
+        for n in ("tiny", "smollm2-135m", "llama-3-8b", "llama-3-70b")
+    ]
+    assert by_model == sorted(by_model)
+
+
+def test_kv_dtype_only_changes_kv_traffic() -> None:
+    fp8_kv = RooflineCost(LLAMA_8B.model_copy(update={"kv_dtype_bytes": 1.0}), H100)
+    shape = StepShape.build(decode_context_tokens=[8000] * 64)
+    assert fp8_kv.memory_s(shape) < COST.memory_s(shape)
+    assert fp8_kv.compute_s(shape) == COST.compute_s(shape)
+
+
+adapter: TypeAdapter[Any] = TypeAdapter(CostConfig)
+
+
+def test_config_defaults_to_the_hardware_preset() -> None:
+    config = adapter.validate_python({"kind": "roofline"})
+    assert isinstance(config, RooflineCostConfig)
+    cost = build_cost_model(config, LLAMA_8B, H100)
+    assert isinstance(cost, RooflineCost)
+    assert cost.hardware == H100
+    shape = StepShape.build(prefill_chunks=[(300, 20)], decode_context_tokens=[99] * 7)
+    assert cost.step_s(shape) == COST.step_s(shape)
+
+
+def test_config_overrides_efficiencies_and_overhead() -> None:
+    config = RooflineCostConfig(
+        compute_efficiency=0.3, memory_efficiency=0.4, step_overhead_s=0.0
+    )
+    cost = build_cost_model(config, LLAMA_8B, H100)
+    assert isinstance(cost, RooflineCost)
+    prefill = StepShape.build(prefill_chunks=[(8192, 0)])
+    decode = StepShape.build(decode_context_tokens=[100])
+    assert cost.compute_s(prefill) == pytest.approx(2 * COST.compute_s(prefill))
+    assert cost.memory_s(decode) == pytest.approx(2 * COST.memory_s(decode))
+    assert cost.step_s(decode) == pytest.approx(cost.memory_s(decode))
+    assert H100.compute_efficiency == 0.6  # the preset itself is untouched
+
+
+def test_config_overrides_one_field_at_a_time() -> None:
+    cost = build_cost_model(RooflineCostConfig(step_overhead_s=0.5), LLAMA_8B, H100)
+    assert isinstance(cost, RooflineCost)
+    assert cost.hardware.step_overhead_s == 0.5
+    assert cost.hardware.memory_efficiency == H100.memory_efficiency
+    assert cost.hardware.compute_efficiency == H100.compute_efficiency
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"kind": "roofline", "compute_efficiency": 0.0},
+        {"kind": "roofline", "memory_efficiency": 1.2},
+        {"kind": "roofline", "step_overhead_s": -0.1},
+        {"kind": "roofline", "peak_flops_per_s": 1e15},
+    ],
+)
+def test_config_rejects_bad_input(raw: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        adapter.validate_python(raw)
+
+
+def test_keeps_its_specs_for_reports() -> None:
+    model = ModelSpec(
+        name="m",
+        num_layers=1,
+        hidden_size=4,
+        num_attention_heads=1,
+        num_kv_heads=1,
+        intermediate_size=4,
+        vocab_size=4,
+    )
+    cost = RooflineCost(model, H100)
+    assert cost.model is model
+    assert cost.hardware is H100
+
+
+@pytest.mark.parametrize("hw_name", sorted(HARDWARE_PRESETS))
+def test_chunking_a_prefill_never_makes_it_cheaper(hw_name: str) -> None:
+    # Two chunks do the same FLOPs but read the weights (and pay overhead) twice.
+    cost = RooflineCost(LLAMA_8B, hardware_preset(hw_name))
+    whole = cost.step_s(StepShape.build(prefill_chunks=[(4096, 0)]))
+    halves = cost.step_s(StepShape.build(prefill_chunks=[(2048, 0)])) + cost.step_s(
+        StepShape.build(prefill_chunks=[(2048, 2048)])
+    )
+    assert halves >= whole
+
+
+def test_attention_makes_long_prefills_superlinear() -> None:
+    no_overhead = RooflineCost(
+        LLAMA_8B, H100.model_copy(update={"step_overhead_s": 0.0})
+    )
+    short = no_overhead.step_s(StepShape.build(prefill_chunks=[(4096, 0)]))
+    long = no_overhead.step_s(StepShape.build(prefill_chunks=[(32768, 0)]))
+    assert long > 8 * short
