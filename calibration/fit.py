@@ -84,16 +84,30 @@ def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> 
 
 
 def choose_knots(
-    num_tokens: Sequence[int], *, dense_below: int = 16, knot_ratio: float = 1.3
+    num_tokens: Sequence[int],
+    *,
+    min_support: int = 2,
+    dense_below: int = 16,
+    knot_ratio: float = 1.3,
 ) -> list[int]:
-    """Knots at observed token counts: every one up to ``dense_below``, then sparser."""
-    values = sorted({int(t) for t in num_tokens if t > 0})
+    """Knots at token counts observed in at least ``min_support`` samples.
+
+    A knot is a free parameter, so it needs repeated evidence (samples with
+    exactly that count) or it fits noise. All supported counts up to
+    ``dense_below`` are kept, larger ones only ``knot_ratio`` apart; the
+    smallest and largest counts are always knots, so training data never
+    needs extrapolation.
+    """
+    values, counts = np.unique([int(t) for t in num_tokens if t > 0], return_counts=True)
+    if values.size == 0:
+        return []
+    lo, hi = int(values[0]), int(values[-1])
     knots: list[int] = []
-    for t in values:
-        if not knots or t <= dense_below or t >= knots[-1] * knot_ratio:
+    for t, n in zip(values.tolist(), counts.tolist(), strict=True):
+        if n < min_support and t not in (lo, hi):
+            continue
+        if not knots or t <= dense_below or t >= knots[-1] * knot_ratio or t == hi:
             knots.append(t)
-    if values and knots[-1] != values[-1]:
-        knots.append(values[-1])
     return knots
 
 
@@ -136,6 +150,7 @@ def fit_coefficients(
     samples: Sequence[CalibrationSample],
     kind: FitKind = "piecewise",
     *,
+    min_support: int = 2,
     dense_below: int = 16,
     knot_ratio: float = 1.3,
 ) -> FitCoefficients:
@@ -148,7 +163,12 @@ def fit_coefficients(
     if kind == "linear":
         head = np.column_stack([np.ones_like(tokens), tokens])
     else:
-        knots = choose_knots([int(t) for t in tokens], dense_below=dense_below, knot_ratio=knot_ratio)
+        knots = choose_knots(
+            [int(t) for t in tokens],
+            min_support=min_support,
+            dense_below=dense_below,
+            knot_ratio=knot_ratio,
+        )
         head = hat_basis(tokens, knots)
     design = np.column_stack([head, terms]) / measured[:, None]  # relative-error rows
     norms = np.linalg.norm(design, axis=0)

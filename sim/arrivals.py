@@ -46,7 +46,7 @@ class GammaArrival(_Config):
 
     kind: Literal["gamma"] = "gamma"
     rate_per_s: float = Field(gt=0, allow_inf_nan=False)
-    burstiness: float = Field(1.0, gt=0, allow_inf_nan=False)
+    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
 class ConstantArrival(_Config):
@@ -56,7 +56,9 @@ class ConstantArrival(_Config):
     rate_per_s: float = Field(gt=0, allow_inf_nan=False)
 
 
-ArrivalConfig = Annotated[PoissonArrival | GammaArrival | ConstantArrival, Field(discriminator="kind")]
+ArrivalConfig = Annotated[
+    PoissonArrival | GammaArrival | ConstantArrival, Field(discriminator="kind")
+]
 """Any arrival process, chosen by its ``kind``."""
 
 
@@ -97,7 +99,9 @@ def arrival_times_s(
     return _arrivals_before(config, rng, duration_s)
 
 
-def _arrivals_before(config: ArrivalConfig, rng: np.random.Generator, duration_s: float) -> FloatArray:
+def _arrivals_before(
+    config: ArrivalConfig, rng: np.random.Generator, duration_s: float
+) -> FloatArray:
     """All arrivals in ``[0, duration_s)``, drawing gaps in a few large blocks."""
     expected = config.rate_per_s * duration_s
     if duration_s == 0:

@@ -20,6 +20,7 @@ class Columns:
         self._dtypes = dtypes
         self._done: dict[str, list[npt.NDArray[np.generic]]] = {name: [] for name in dtypes}
         self._chunk = {name: np.empty(CHUNK_ROWS, dtype=dt) for name, dt in dtypes.items()}
+        self._arrays = list(self._chunk.values())
         self._fill = 0
         self.num_rows = 0
 
@@ -27,13 +28,14 @@ class Columns:
         for name, chunk in self._chunk.items():
             self._done[name].append(chunk[: self._fill].copy())
         self._fill = 0
+        self._arrays = list(self._chunk.values())
 
     def append(self, *values: float) -> None:
         """Append one row; values in the order the columns were declared."""
         if self._fill == CHUNK_ROWS:
             self._flush()
         i = self._fill
-        for chunk, value in zip(self._chunk.values(), values, strict=True):
+        for chunk, value in zip(self._arrays, values, strict=True):
             chunk[i] = value
         self._fill = i + 1
         self.num_rows += 1

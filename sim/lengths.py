@@ -37,8 +37,8 @@ class _Config(BaseModel):
 class _Bounded(_Config):
     """Shared ``min_tokens``/``max_tokens`` fields and their check."""
 
-    min_tokens: int = Field(1, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
+    min_tokens: int = Field(default=1, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _check_bounds(self) -> _Bounded:
@@ -110,7 +110,12 @@ class EmpiricalLength(_Config):
 
 
 LengthConfig = Annotated[
-    FixedLength | UniformLength | NormalLength | LognormalLength | ExponentialLength | EmpiricalLength,
+    FixedLength
+    | UniformLength
+    | NormalLength
+    | LognormalLength
+    | ExponentialLength
+    | EmpiricalLength,
     Field(discriminator="kind"),
 ]
 """Any length distribution, chosen by its ``kind``."""
@@ -138,7 +143,9 @@ class _ParametricSampler:
         if isinstance(c, FixedLength):
             return np.full(size, c.tokens, dtype=np.int64)
         if isinstance(c, UniformLength):
-            return rng.integers(c.min_tokens, c.max_tokens, size=size, endpoint=True, dtype=np.int64)
+            return rng.integers(
+                c.min_tokens, c.max_tokens, size=size, endpoint=True, dtype=np.int64
+            )
         if isinstance(c, NormalLength):
             raw = np.rint(rng.normal(c.mean_tokens, c.std_tokens, size=size))
         elif isinstance(c, LognormalLength):
@@ -208,7 +215,9 @@ ThinkTimeConfig = Annotated[FixedThinkTime | ExponentialThinkTime, Field(discrim
 """A closed-loop user's pause between a response and its next request."""
 
 
-def sample_think_times_s(config: ThinkTimeConfig, rng: np.random.Generator, size: int) -> FloatArray:
+def sample_think_times_s(
+    config: ThinkTimeConfig, rng: np.random.Generator, size: int
+) -> FloatArray:
     """``size`` think times in seconds, float64, each >= 0."""
     if isinstance(config, FixedThinkTime):
         return np.full(size, config.value_s, dtype=np.float64)

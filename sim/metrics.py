@@ -78,9 +78,7 @@ def parse_slo(pairs: Sequence[str]) -> Slo:
         try:
             fields[f"{name}_ms"] = float(value)
         except ValueError:
-            raise ConfigError(
-                f"goodput: {name} value {value!r} is not a number"
-            ) from None
+            raise ConfigError(f"goodput: {name} value {value!r} is not a number") from None
     try:
         return Slo.model_validate(fields)
     except ValidationError as exc:
@@ -104,17 +102,19 @@ def _floats(series: pd.Series) -> FloatArray:
 
 def rejected_mask(requests: pd.DataFrame) -> BoolArray:
     """True where ``rejection_reason`` is a non-empty string (not None/NA/"")."""
+    requests = _require(requests, ["rejection_reason"], "requests")
     reasons = requests["rejection_reason"].astype("string").fillna("")
     return np.asarray(reasons.ne("").to_numpy(dtype=bool, na_value=False))
 
 
 def completed_mask(requests: pd.DataFrame) -> BoolArray:
     """True for requests that finished and were not rejected."""
+    requests = _require(requests, ["finish_s", "rejection_reason"], "requests")
     return np.isfinite(_floats(requests["finish_s"])) & ~rejected_mask(requests)
 
 
-def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``requests`` with ``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_s``.
+def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_s`` per request (same index).
 
     ``queue_s`` = ``first_scheduled_s - ready_s`` (time waiting after tokenization).
     A value is NaN when an event it needs never happened, and ``tpot_s`` is NaN
@@ -127,14 +127,17 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     num_generated = _floats(requests["num_generated_tokens"])
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(num_generated >= 2, (e2el - ttft) / (num_generated - 1), np.nan)
-    out = requests.copy()
-    out["ttft_s"] = ttft
-    out["tpot_s"] = tpot
-    out["e2el_s"] = e2el
-    out["queue_s"] = _floats(requests["first_scheduled_s"]) - _floats(
-        requests["ready_s"]
+    queue = _floats(requests["first_scheduled_s"]) - _floats(requests["ready_s"])
+    return pd.DataFrame(
+        {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue},
+        index=requests.index,
     )
-    return out
+
+
+def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``requests`` with the columns of ``request_latencies`` added."""
+    latencies = request_latencies(requests)
+    return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
 
 
 def weighted_quantiles(
@@ -200,11 +203,7 @@ def latency_stats_ms(
     """
     _check_percentiles(percentiles)
     v = np.asarray(values_s, dtype=np.float64).ravel()
-    w = (
-        np.ones_like(v)
-        if weights is None
-        else np.asarray(weights, dtype=np.float64).ravel()
-    )
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
     keep = np.isfinite(v)
     if not keep.all():
         v, w = v[keep], w[keep]
@@ -239,7 +238,7 @@ def itl_distribution(
 
 
 def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:
-    """Requests of ``with_request_metrics`` output meeting every SLO in ``slo``.
+    """Rows of ``request_latencies`` (or ``with_request_metrics``) meeting every SLO.
 
     Only meaningful for completed requests; a 1-token request meets any TPOT SLO.
     """
@@ -269,16 +268,15 @@ def summarize(
     """
     _check_percentiles(percentiles)
     requests = _require(requests, REQUEST_COLUMNS, "requests")
-    derived = with_request_metrics(requests)
     done = completed_mask(requests)
-    ok = derived[done]
+    ok = request_latencies(requests)[done]
     num_completed = int(done.sum())
-    total_input = int(_floats(ok["num_prompt_tokens"]).sum())
-    total_output = int(_floats(ok["num_generated_tokens"]).sum())
+    total_input = int(_floats(requests["num_prompt_tokens"])[done].sum())
+    total_output = int(_floats(requests["num_generated_tokens"])[done].sum())
     duration: float | None = None
     if num_completed > 0:
         first_arrival = float(np.nanmin(_floats(requests["arrival_s"])))
-        duration = float(np.max(_floats(ok["finish_s"]))) - first_arrival
+        duration = float(np.max(_floats(requests["finish_s"])[done])) - first_arrival
 
     def per_s(count: float) -> float | None:
         return count / duration if duration is not None and duration > 0 else None

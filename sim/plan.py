@@ -22,6 +22,7 @@ class StepPlan:
     time even if nothing arrives (e.g. a static batch's maximum wait).
     ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
     compute but emit nothing (static batching keeps finished requests as padding).
+    A policy that sets ``num_steps`` > 1 also sets ``decode_context_tokens``.
     """
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
@@ -30,6 +31,9 @@ class StepPlan:
     wake_at_s: float | None = None
     padding_seqs: int = 0
     padding_context_tokens: int = 0
+    # Σ context of every decode slot (padding included) in the first step;
+    # set by the policy whenever num_steps > 1.
+    decode_context_tokens: int = 0
 
     @property
     def is_empty(self) -> bool:

@@ -17,7 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sim.metrics import Slo, completed_mask, with_request_metrics
+from sim.metrics import Slo, completed_mask, request_latencies
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -25,6 +25,7 @@ MAX_POINTS = 5000
 DPI = 120
 _SLO_COLOR = "tab:red"
 _MARK_PERCENTILES = (50, 99)
+_NOTE: dict[str, object] = {"fontsize": 8, "color": "dimgray"}
 
 
 def cdf_points(
@@ -46,23 +47,32 @@ def cdf_points(
 
 def envelope(
     time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS
-) -> tuple[FloatArray, FloatArray]:
-    """Reduce a long series to about ``max_points`` points that keep its peaks.
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Reduce a long series to ``max_points`` bins that keep its peaks.
 
-    The series is cut into ``max_points // 2`` runs of consecutive samples; each
-    run becomes two points at its first time, its minimum and its maximum, so a
-    one-sample spike in the queue length still shows. Short series pass through.
+    Returns each bin's first time and the minimum, mean and maximum of its
+    samples, so a one-sample spike in the queue length still shows in the
+    maximum. A series of at most ``max_points`` samples passes through (min =
+    mean = max = the samples).
     """
     t = np.asarray(time_s, dtype=np.float64).ravel()
     y = np.asarray(values, dtype=np.float64).ravel()
     if t.size <= max_points:
-        return t, y
-    starts = np.unique(
-        np.linspace(0, t.size, max(max_points // 2, 1) + 1).astype(np.int64)[:-1]
-    )
+        return t, y, y, y
+    edges = np.linspace(0, t.size, max(max_points, 1) + 1).astype(np.int64)
+    starts = np.unique(edges[:-1])
+    counts = np.diff(np.r_[starts, t.size])
+    means = np.add.reduceat(y, starts) / counts
     lows = np.minimum.reduceat(y, starts)
     highs = np.maximum.reduceat(y, starts)
-    return np.repeat(t[starts], 2), np.column_stack([lows, highs]).ravel()
+    return t[starts], lows, means, highs
+
+
+def _as_floats(series: pd.Series) -> FloatArray:
+    """Float64 values of a column; missing (None, NA, non-numeric) become NaN."""
+    return np.asarray(
+        pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    )
 
 
 def _no_data(ax: Axes, message: str) -> None:
@@ -98,9 +108,7 @@ def _cdf_panel(
         return
     x, y = cdf_points(values_ms)
     # Start the staircase at 0 so a small sample reads as an empirical CDF.
-    ax.plot(
-        np.r_[x[0], x], np.r_[0.0, y], drawstyle="steps-post", color="tab:blue", lw=1.6
-    )
+    ax.plot(np.r_[x[0], x], np.r_[0.0, y], drawstyle="steps-post", color="tab:blue", lw=1.6)
     for p, value in zip(
         _MARK_PERCENTILES, np.percentile(values_ms, _MARK_PERCENTILES), strict=True
     ):
@@ -127,15 +135,13 @@ def _cdf_panel(
         ax.set_xlabel(f"{xlabel}, log scale")
 
 
-def plot_latency_cdfs(
-    requests: pd.DataFrame, path: str | Path, slo: Slo | None = None
-) -> Path:
+def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None = None) -> Path:
     """TTFT and TPOT empirical CDFs of completed requests side by side, in ms.
 
     Marks p50 and p99 and draws the TTFT/TPOT SLOs of ``slo`` when given. TPOT is
     over requests with at least two output tokens, as in the summary. Returns ``path``.
     """
-    done = with_request_metrics(requests)[completed_mask(requests)]
+    done = request_latencies(requests)[completed_mask(requests)]
     ttft_ms = done["ttft_s"].to_numpy(dtype=np.float64) * 1000.0
     tpot_ms = done["tpot_s"].to_numpy(dtype=np.float64) * 1000.0
     ttft_ms, tpot_ms = ttft_ms[np.isfinite(ttft_ms)], tpot_ms[np.isfinite(tpot_ms)]
@@ -177,11 +183,7 @@ def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
     frame = timeseries
     if "time_s" in frame.columns and not frame["time_s"].is_monotonic_increasing:
         frame = frame.sort_values("time_s", kind="stable")
-    time_s = (
-        frame["time_s"].to_numpy(dtype=np.float64)
-        if "time_s" in frame.columns
-        else np.empty(0)
-    )
+    time_s = _as_floats(frame["time_s"]) if "time_s" in frame.columns else np.empty(0)
     fig = Figure(figsize=(11, 8), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(_SERIES), 1, sharex=True)
@@ -192,8 +194,14 @@ def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
         if column not in frame.columns or time_s.size == 0:
             _no_data(ax, "no samples")
             continue
-        t, y = envelope(time_s, frame[column].to_numpy(dtype=np.float64) * scale)
-        ax.plot(t, y, drawstyle="steps-post", lw=1.0, color="tab:blue")
+        t, low, mean, high = envelope(time_s, _as_floats(frame[column]) * scale)
+        if t.size < time_s.size:  # binned: a light min-max band behind the bin means
+            ax.fill_between(t, low, high, step="post", color="tab:blue", alpha=0.25, lw=0)
+            ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color="tab:blue")
+            note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
+            ax.set_title(note, loc="right", **_NOTE)
+        else:
+            ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color="tab:blue")
         ax.set_ylim(bottom=0)
     axes[-1].set_ylim(0, 100)
     axes[-1].set_xlabel("Simulated time (s)")

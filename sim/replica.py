@@ -60,12 +60,15 @@ class Replica:
                 yield env.timeout(end - now)
                 core.commit(plan, now, (end,))
                 continue
-            shape = plan.shape()
-            durations = cost.decode_steps_s(
-                shape.num_decode_seqs, shape.num_decode_context_tokens, plan.num_steps
+            ends = cost.decode_steps_s(
+                len(plan.scheduled) + plan.padding_seqs,
+                plan.decode_context_tokens,
+                plan.num_steps,
             )
-            # Sequential sums, as step-by-step execution would add them up.
-            ends = np.cumsum(np.concatenate(([now], durations)))[1:]
+            # In place: ends[j] = ((now + d0) + d1) + ... + dj, summed in the
+            # same order as step-by-step execution, so both modes agree exactly.
+            ends[0] += now
+            ends.cumsum(out=ends)
             self._interruptible = plan.interruptible
             try:
                 yield env.timeout(ends[-1] - now)

@@ -101,7 +101,9 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
                 for column, index, cells in zip(columns, indices, values, strict=True):
                     cell = row[index].strip() if index < len(row) else ""
                     if not cell:
-                        raise ConfigError(f"{path}, line {line}: missing value in column {column!r}")
+                        raise ConfigError(
+                            f"{path}, line {line}: missing value in column {column!r}"
+                        )
                     cells.append(cell)
                 line_numbers.append(line)
     except FileNotFoundError:
@@ -269,5 +271,9 @@ def load_trace(
         )
     arrival_s = (times_s - times_s[0]) * time_scale
     if max_requests is not None:
-        arrival_s, prompt, output = arrival_s[:max_requests], prompt[:max_requests], output[:max_requests]
+        arrival_s, prompt, output = (
+            arrival_s[:max_requests],
+            prompt[:max_requests],
+            output[:max_requests],
+        )
     return TraceRows(arrival_s, prompt, output)

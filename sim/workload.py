@@ -57,8 +57,8 @@ class SyntheticWorkload(_Config):
     arrival: ArrivalConfig
     prompt_tokens: LengthConfig
     output_tokens: LengthConfig
-    num_requests: int | None = Field(None, gt=0)
-    duration_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    num_requests: int | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check_extent(self) -> SyntheticWorkload:
@@ -79,13 +79,13 @@ class TraceWorkload(_Config):
     kind: Literal["trace"] = "trace"
     path: str = Field(min_length=1)
     format: Literal["azure", "csv"] = "azure"
-    timestamp_column: str | None = Field(None, min_length=1)
-    prompt_tokens_column: str | None = Field(None, min_length=1)
-    output_tokens_column: str | None = Field(None, min_length=1)
-    time_scale: float = Field(1.0, gt=0, allow_inf_nan=False)
-    max_requests: int | None = Field(None, gt=0)
-    start_offset_s: float = Field(0.0, ge=0, allow_inf_nan=False)
-    duration_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    timestamp_column: str | None = Field(default=None, min_length=1)
+    prompt_tokens_column: str | None = Field(default=None, min_length=1)
+    output_tokens_column: str | None = Field(default=None, min_length=1)
+    time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    max_requests: int | None = Field(default=None, gt=0)
+    start_offset_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _check_columns(self) -> TraceWorkload:
@@ -170,7 +170,9 @@ def generate_open_loop(
             duration_s=config.duration_s,
         )
         return RequestArrays(
-            np.array(rows.arrival_s), np.array(rows.num_prompt_tokens), np.array(rows.num_output_tokens)
+            np.array(rows.arrival_s),
+            np.array(rows.num_prompt_tokens),
+            np.array(rows.num_output_tokens),
         )
     # Build samplers first so a bad empirical file fails before any drawing.
     prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
@@ -195,7 +197,10 @@ class ClosedLoopSource:
     """
 
     def __init__(
-        self, config: ClosedLoopWorkload, rng: np.random.Generator, base_dir: Path | str | None = None
+        self,
+        config: ClosedLoopWorkload,
+        rng: np.random.Generator,
+        base_dir: Path | str | None = None,
     ) -> None:
         self.config = config
         self.num_users = config.num_users
@@ -213,8 +218,12 @@ class ClosedLoopSource:
         """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
         i = self._next_length
         if i == len(self._prompts):
-            self._prompts = self._prompt_sampler.sample(self._prompt_rng, CLOSED_LOOP_BLOCK).tolist()
-            self._outputs = self._output_sampler.sample(self._output_rng, CLOSED_LOOP_BLOCK).tolist()
+            self._prompts = self._prompt_sampler.sample(
+                self._prompt_rng, CLOSED_LOOP_BLOCK
+            ).tolist()
+            self._outputs = self._output_sampler.sample(
+                self._output_rng, CLOSED_LOOP_BLOCK
+            ).tolist()
             i = 0
         self._next_length = i + 1
         return self._prompts[i], self._outputs[i]
@@ -223,7 +232,9 @@ class ClosedLoopSource:
         """The next think time in seconds (>= 0)."""
         i = self._next_think
         if i == len(self._thinks):
-            self._thinks = sample_think_times_s(self.config.think_time_s, self._think_rng, CLOSED_LOOP_BLOCK).tolist()
+            self._thinks = sample_think_times_s(
+                self.config.think_time_s, self._think_rng, CLOSED_LOOP_BLOCK
+            ).tolist()
             i = 0
         self._next_think = i + 1
         return self._thinks[i]

@@ -24,7 +24,11 @@ from sim.arrivals import (
 from sim.errors import ConfigError
 
 ARRIVAL = TypeAdapter(ArrivalConfig)
-ALL = [PoissonArrival(rate_per_s=4.0), GammaArrival(rate_per_s=4.0, burstiness=0.3), ConstantArrival(rate_per_s=4.0)]
+ALL: list[ArrivalConfig] = [
+    PoissonArrival(rate_per_s=4.0),
+    GammaArrival(rate_per_s=4.0, burstiness=0.3),
+    ConstantArrival(rate_per_s=4.0),
+]
 RANDOM = ALL[:2]
 
 
@@ -101,7 +105,8 @@ def test_constant_arrivals_are_exact_multiples() -> None:
 def test_constant_ignores_the_generator() -> None:
     config = ConstantArrival(rate_per_s=3.0)
     assert np.array_equal(
-        arrival_times_s(config, rng(1), num_requests=50), arrival_times_s(config, rng(2), num_requests=50)
+        arrival_times_s(config, rng(1), num_requests=50),
+        arrival_times_s(config, rng(2), num_requests=50),
     )
 
 
@@ -116,7 +121,8 @@ def test_zero_duration(config: ArrivalConfig) -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{}, {"num_requests": 1, "duration_s": 1.0}, {"num_requests": -1}, {"duration_s": -1.0}]
+    "kwargs",
+    [{}, {"num_requests": 1, "duration_s": 1.0}, {"num_requests": -1}, {"duration_s": -1.0}],
 )
 def test_bad_extent_arguments(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
@@ -174,7 +180,10 @@ def test_duration_mode_draws_extra_blocks_when_needed() -> None:
 def test_poisson_count_in_window_is_poisson() -> None:
     rate, duration = 5.0, 20.0
     counts = np.array(
-        [arrival_times_s(PoissonArrival(rate_per_s=rate), rng(seed), duration_s=duration).size for seed in range(400)]
+        [
+            arrival_times_s(PoissonArrival(rate_per_s=rate), rng(seed), duration_s=duration).size
+            for seed in range(400)
+        ]
     )
     assert abs(counts.mean() / (rate * duration) - 1) < 0.03
     assert abs(counts.var() / (rate * duration) - 1) < 0.25
@@ -224,17 +233,20 @@ def test_constant_gaps_have_cv_zero() -> None:
 @pytest.mark.parametrize("config", RANDOM)
 def test_same_seed_same_times(config: ArrivalConfig) -> None:
     assert np.array_equal(
-        arrival_times_s(config, rng(11), num_requests=500), arrival_times_s(config, rng(11), num_requests=500)
+        arrival_times_s(config, rng(11), num_requests=500),
+        arrival_times_s(config, rng(11), num_requests=500),
     )
     assert np.array_equal(
-        arrival_times_s(config, rng(11), duration_s=60.0), arrival_times_s(config, rng(11), duration_s=60.0)
+        arrival_times_s(config, rng(11), duration_s=60.0),
+        arrival_times_s(config, rng(11), duration_s=60.0),
     )
 
 
 @pytest.mark.parametrize("config", RANDOM)
 def test_different_seed_different_times(config: ArrivalConfig) -> None:
     assert not np.array_equal(
-        arrival_times_s(config, rng(11), num_requests=500), arrival_times_s(config, rng(12), num_requests=500)
+        arrival_times_s(config, rng(11), num_requests=500),
+        arrival_times_s(config, rng(12), num_requests=500),
     )
 
 

@@ -94,11 +94,11 @@ def test_invalid_length_configs_are_rejected(data: dict[str, Any]) -> None:
 def test_configs_are_frozen() -> None:
     config = FixedLength(tokens=3)
     with pytest.raises(ValidationError):
-        config.tokens = 4  # type: ignore[misc]
+        config.tokens = 4
 
 
 def test_min_greater_than_max_message_names_both() -> None:
-    with pytest.raises(ValidationError, match="min_tokens .*max_tokens"):
+    with pytest.raises(ValidationError, match=r"min_tokens .*max_tokens"):
         NormalLength(mean_tokens=10, std_tokens=1, min_tokens=20, max_tokens=5)
 
 
@@ -110,7 +110,7 @@ def test_exponential_min_tokens_defaults_to_one() -> None:
 
 # --- sampling: types and bounds ----------------------------------------------
 
-PARAMETRIC = [
+PARAMETRIC: list[LengthConfig] = [
     FixedLength(tokens=17),
     UniformLength(min_tokens=3, max_tokens=30),
     NormalLength(mean_tokens=50, std_tokens=40, min_tokens=2, max_tokens=90),
@@ -266,7 +266,9 @@ def test_same_seed_same_draws(config: LengthConfig) -> None:
 
 @pytest.mark.parametrize("config", PARAMETRIC[1:])
 def test_different_seed_different_draws(config: LengthConfig) -> None:
-    assert not np.array_equal(sample_lengths(config, rng(7), 500), sample_lengths(config, rng(8), 500))
+    assert not np.array_equal(
+        sample_lengths(config, rng(7), 500), sample_lengths(config, rng(8), 500)
+    )
 
 
 @pytest.mark.parametrize("config", PARAMETRIC[1:])
@@ -300,7 +302,9 @@ def test_empirical_yields_only_values_from_the_column(tmp_path: Path) -> None:
 
 
 def test_empirical_azure_columns_work() -> None:
-    column_values = np.loadtxt(AZURE_SAMPLE, delimiter=",", skiprows=1, usecols=(1, 2), dtype=np.int64)
+    column_values = np.loadtxt(
+        AZURE_SAMPLE, delimiter=",", skiprows=1, usecols=(1, 2), dtype=np.int64
+    )
     for index, column in enumerate(["ContextTokens", "GeneratedTokens"]):
         config = EmpiricalLength(path="data/azure_conv_sample.csv", column=column)
         draws = sample_lengths(config, rng(), 20_000, base_dir=REPO / "scenarios")
@@ -323,13 +327,13 @@ def test_empirical_sampler_reads_file_once(tmp_path: Path) -> None:
 
 def test_empirical_missing_file(tmp_path: Path) -> None:
     config = EmpiricalLength(path="nope.csv", column="n")
-    with pytest.raises(ConfigError, match="nope.csv.*not found"):
+    with pytest.raises(ConfigError, match=r"nope\.csv.*not found"):
         make_length_sampler(config, tmp_path)
 
 
 def test_empirical_missing_column(tmp_path: Path) -> None:
     write(tmp_path / "lens.csv", "a,b\n1,2\n")
-    with pytest.raises(ConfigError, match="missing column 'n'"):
+    with pytest.raises(ConfigError, match=r"missing column 'n'"):
         make_length_sampler(EmpiricalLength(path="lens.csv", column="n"), tmp_path)
 
 
@@ -344,7 +348,7 @@ def test_empirical_bad_value_names_line(tmp_path: Path, bad: str, line: int) -> 
 
 def test_empirical_empty_column(tmp_path: Path) -> None:
     write(tmp_path / "lens.csv", "n\n")
-    with pytest.raises(ConfigError, match="no values"):
+    with pytest.raises(ConfigError, match=r"no values"):
         make_length_sampler(EmpiricalLength(path="lens.csv", column="n"), tmp_path)
 
 
@@ -359,7 +363,9 @@ def test_resolve_path() -> None:
 
 def test_think_union_by_kind() -> None:
     assert isinstance(THINK.validate_python({"kind": "fixed", "value_s": 0}), FixedThinkTime)
-    assert isinstance(THINK.validate_python({"kind": "exponential", "mean_s": 2}), ExponentialThinkTime)
+    assert isinstance(
+        THINK.validate_python({"kind": "exponential", "mean_s": 2}), ExponentialThinkTime
+    )
 
 
 @pytest.mark.parametrize(
@@ -392,5 +398,9 @@ def test_exponential_think_time_mean_and_cv() -> None:
 
 def test_think_time_determinism() -> None:
     config = ExponentialThinkTime(mean_s=1.0)
-    assert np.array_equal(sample_think_times_s(config, rng(1), 50), sample_think_times_s(config, rng(1), 50))
-    assert not np.array_equal(sample_think_times_s(config, rng(1), 50), sample_think_times_s(config, rng(2), 50))
+    assert np.array_equal(
+        sample_think_times_s(config, rng(1), 50), sample_think_times_s(config, rng(1), 50)
+    )
+    assert not np.array_equal(
+        sample_think_times_s(config, rng(1), 50), sample_think_times_s(config, rng(2), 50)
+    )

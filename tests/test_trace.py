@@ -119,7 +119,10 @@ def test_shipped_sample_has_attribution_and_licence() -> None:
     assert "Creative Commons Attribution 4.0" in readme
     assert "Patel et al." in readme and "Splitwise" in readme and "ISCA 2024" in readme
     assert "Azure/AzurePublicDataset" in readme
-    assert "Attribution 4.0 International" in (AZURE_SAMPLE.parent / "LICENSE-azure-llm-2023").read_text()
+    assert (
+        "Attribution 4.0 International"
+        in (AZURE_SAMPLE.parent / "LICENSE-azure-llm-2023").read_text()
+    )
 
 
 # --- generic CSV -----------------------------------------------------------------------
@@ -147,7 +150,9 @@ def test_generic_csv_with_iso_timestamps(tmp_path: Path) -> None:
 
 
 def test_whole_number_floats_and_spaces_are_accepted(tmp_path: Path) -> None:
-    path = write(tmp_path / "t.csv", ["timestamp, prompt_tokens, output_tokens", "0, 12.0 ,3", "1,4, 5"])
+    path = write(
+        tmp_path / "t.csv", ["timestamp, prompt_tokens, output_tokens", "0, 12.0 ,3", "1,4, 5"]
+    )
     rows = load_trace(path, CSV_DEFAULT_COLUMNS)
     assert rows.num_prompt_tokens.tolist() == [12, 4]
     assert rows.num_output_tokens.tolist() == [3, 5]
@@ -182,8 +187,15 @@ def test_replay_invariants(stamps: list[float], scale: float) -> None:
         rows = load_trace(path, CSV_DEFAULT_COLUMNS, time_scale=scale)
     assert rows.arrival_s[0] == 0.0
     assert np.all(np.diff(rows.arrival_s) >= 0)
-    assert len(rows.arrival_s) == len(rows.num_prompt_tokens) == len(rows.num_output_tokens) == len(stamps)
-    assert rows.arrival_s[-1] == pytest.approx((max(stamps) - min(stamps)) * scale, rel=1e-9, abs=1e-6)
+    assert (
+        len(rows.arrival_s)
+        == len(rows.num_prompt_tokens)
+        == len(rows.num_output_tokens)
+        == len(stamps)
+    )
+    assert rows.arrival_s[-1] == pytest.approx(
+        (max(stamps) - min(stamps)) * scale, rel=1e-9, abs=1e-6
+    )
     # Each request keeps its own lengths through the sort.
     assert np.array_equal(rows.num_output_tokens, rows.num_prompt_tokens + 1)
 
@@ -225,7 +237,12 @@ def test_window_is_half_open_in_trace_seconds_and_shifted_to_zero(ten_rows: Path
 
 def test_window_applies_before_time_scale_and_max_requests(ten_rows: Path) -> None:
     rows = load_trace(
-        ten_rows, CSV_DEFAULT_COLUMNS, start_offset_s=2.0, duration_s=6.0, time_scale=0.5, max_requests=2
+        ten_rows,
+        CSV_DEFAULT_COLUMNS,
+        start_offset_s=2.0,
+        duration_s=6.0,
+        time_scale=0.5,
+        max_requests=2,
     )
     assert rows.num_prompt_tokens.tolist() == [3, 4]
     assert rows.arrival_s.tolist() == [0.0, 0.5]
@@ -237,7 +254,7 @@ def test_start_offset_without_duration_runs_to_the_end(ten_rows: Path) -> None:
 
 
 def test_empty_window_is_an_error(ten_rows: Path) -> None:
-    with pytest.raises(ConfigError, match="no request in the window"):
+    with pytest.raises(ConfigError, match=r"no request in the window"):
         load_trace(ten_rows, CSV_DEFAULT_COLUMNS, start_offset_s=100.0)
 
 
@@ -252,35 +269,35 @@ def test_invalid_option_values(ten_rows: Path) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="missing.csv: file not found"):
+    with pytest.raises(ConfigError, match=r"missing\.csv: file not found"):
         load_trace(tmp_path / "missing.csv", AZURE_COLUMNS)
 
 
 def test_directory_instead_of_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match=r"cannot read"):
         load_trace(tmp_path, AZURE_COLUMNS)
 
 
 def test_empty_file(tmp_path: Path) -> None:
     (tmp_path / "e.csv").write_text("")
-    with pytest.raises(ConfigError, match="e.csv: empty file"):
+    with pytest.raises(ConfigError, match=r"e\.csv: empty file"):
         load_trace(tmp_path / "e.csv", AZURE_COLUMNS)
 
 
 def test_header_only(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no data rows"):
+    with pytest.raises(ConfigError, match=r"no data rows"):
         load_trace(azure(tmp_path, []), AZURE_COLUMNS)
 
 
 def test_missing_column_names_it_and_the_file(tmp_path: Path) -> None:
     path = write(tmp_path / "t.csv", ["TIMESTAMP,ContextTokens", "2023-11-16 18:15:46,1"])
-    with pytest.raises(ConfigError, match="t.csv: missing column 'GeneratedTokens'"):
+    with pytest.raises(ConfigError, match=r"t\.csv: missing column 'GeneratedTokens'"):
         load_trace(path, AZURE_COLUMNS)
 
 
 def test_not_utf8(tmp_path: Path) -> None:
     (tmp_path / "b.csv").write_bytes(b"\xff\xfe\x00\x01garbage\n")
-    with pytest.raises(ConfigError, match="b.csv"):
+    with pytest.raises(ConfigError, match=r"b\.csv"):
         load_trace(tmp_path / "b.csv", AZURE_COLUMNS)
 
 
@@ -288,16 +305,25 @@ def test_not_utf8(tmp_path: Path) -> None:
 def test_unreadable_file(tmp_path: Path) -> None:
     path = azure(tmp_path, ["2023-11-16 18:15:46,1,1"])
     path.chmod(0)
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match=r"cannot read"):
         load_trace(path, AZURE_COLUMNS)
 
 
 GOOD = "2023-11-16 18:15:46.6805900,374,44"
 MALFORMED = {
-    "missing column": ("2023-11-16 18:15:47.0000000,374", "missing value in column 'GeneratedTokens'"),
+    "missing column": (
+        "2023-11-16 18:15:47.0000000,374",
+        "missing value in column 'GeneratedTokens'",
+    ),
     "empty cell": ("2023-11-16 18:15:47.0000000,,44", "missing value in column 'ContextTokens'"),
-    "non-numeric prompt": ("2023-11-16 18:15:47.0000000,abc,44", "'ContextTokens' value 'abc' is not a number"),
-    "non-numeric output": ("2023-11-16 18:15:47.0000000,3,4x", "'GeneratedTokens' value '4x' is not a number"),
+    "non-numeric prompt": (
+        "2023-11-16 18:15:47.0000000,abc,44",
+        "'ContextTokens' value 'abc' is not a number",
+    ),
+    "non-numeric output": (
+        "2023-11-16 18:15:47.0000000,3,4x",
+        "'GeneratedTokens' value '4x' is not a number",
+    ),
     "zero tokens": ("2023-11-16 18:15:47.0000000,0,44", "positive token count"),
     "negative tokens": ("2023-11-16 18:15:47.0000000,5,-3", "positive token count"),
     "fractional tokens": ("2023-11-16 18:15:47.0000000,5.5,3", "not a whole number"),
@@ -339,7 +365,9 @@ def test_line_numbers_count_blank_lines(tmp_path: Path) -> None:
 
 def test_date_among_seconds_names_line(tmp_path: Path) -> None:
     path = generic(tmp_path, ["1.0,1,1", "2.0,1,1", "2023-11-16 18:15:47,1,1"])
-    with pytest.raises(ConfigError, match=r"line 4: column 'timestamp' value .* not a number of seconds"):
+    with pytest.raises(
+        ConfigError, match=r"line 4: column 'timestamp' value .* not a number of seconds"
+    ):
         load_trace(path, CSV_DEFAULT_COLUMNS)
 
 

@@ -48,7 +48,12 @@ def synthetic(**overrides: Any) -> SyntheticWorkload:
         "kind": "synthetic",
         "arrival": {"kind": "poisson", "rate_per_s": 5.0},
         "prompt_tokens": {"kind": "uniform", "min_tokens": 10, "max_tokens": 1000},
-        "output_tokens": {"kind": "lognormal", "median_tokens": 100, "sigma": 1.0, "max_tokens": 2000},
+        "output_tokens": {
+            "kind": "lognormal",
+            "median_tokens": 100,
+            "sigma": 1.0,
+            "max_tokens": 2000,
+        },
         "num_requests": 500,
     }
     data.update(overrides)
@@ -111,7 +116,7 @@ def test_invalid_synthetic(overrides: dict[str, Any]) -> None:
 
 
 def test_exactly_one_extent_message() -> None:
-    with pytest.raises(ValidationError, match="exactly one of num_requests and duration_s"):
+    with pytest.raises(ValidationError, match=r"exactly one of num_requests and duration_s"):
         synthetic(num_requests=None)
 
 
@@ -122,7 +127,15 @@ def test_exactly_one_extent_message() -> None:
         {"num_requests": 0},
         {"think_time_s": {"kind": "exponential", "mean_s": -1}},
         {"think_time_s": 1.0},
-        {"prompt_tokens": {"kind": "normal", "mean_tokens": 10, "std_tokens": 1, "min_tokens": 5, "max_tokens": 2}},
+        {
+            "prompt_tokens": {
+                "kind": "normal",
+                "mean_tokens": 10,
+                "std_tokens": 1,
+                "min_tokens": 5,
+                "max_tokens": 2,
+            }
+        },
     ],
 )
 def test_invalid_closed_loop(overrides: dict[str, Any]) -> None:
@@ -153,13 +166,15 @@ def test_invalid_trace(data: dict[str, Any]) -> None:
 def test_trace_columns() -> None:
     assert TraceWorkload(path="t.csv").columns() == AZURE_COLUMNS
     assert TraceWorkload(path="t.csv", format="csv").columns() == CSV_DEFAULT_COLUMNS
-    custom = TraceWorkload(path="t.csv", format="csv", timestamp_column="ts", output_tokens_column="out")
+    custom = TraceWorkload(
+        path="t.csv", format="csv", timestamp_column="ts", output_tokens_column="out"
+    )
     assert custom.columns() == TraceColumns("ts", CSV_DEFAULT_COLUMNS.prompt_tokens, "out")
 
 
 def test_configs_are_frozen() -> None:
     with pytest.raises(ValidationError):
-        synthetic().num_requests = 3  # type: ignore[misc]
+        synthetic().num_requests = 3
 
 
 # --- RequestArrays ----------------------------------------------------------------------
@@ -195,7 +210,12 @@ def check_arrays(arrays: RequestArrays) -> None:
     assert arrays.arrival_s.dtype == np.float64
     assert arrays.num_prompt_tokens.dtype == np.int64
     assert arrays.num_output_tokens.dtype == np.int64
-    assert len(arrays.arrival_s) == len(arrays.num_prompt_tokens) == len(arrays.num_output_tokens) == len(arrays)
+    assert (
+        len(arrays.arrival_s)
+        == len(arrays.num_prompt_tokens)
+        == len(arrays.num_output_tokens)
+        == len(arrays)
+    )
     assert np.all(np.diff(arrays.arrival_s) >= 0)
     if len(arrays):
         assert arrays.num_prompt_tokens.min() >= 1
@@ -255,7 +275,11 @@ def test_streams_are_independent_of_each_other() -> None:
     assert abs(np.corrcoef(arrays.num_prompt_tokens, arrays.num_output_tokens)[0, 1]) < 0.05
 
 
-@given(rate=st.floats(0.1, 1000.0), kind=st.sampled_from(["poisson", "gamma", "constant"]), seed=st.integers(0, 2**32 - 1))
+@given(
+    rate=st.floats(0.1, 1000.0),
+    kind=st.sampled_from(["poisson", "gamma", "constant"]),
+    seed=st.integers(0, 2**32 - 1),
+)
 @settings(max_examples=30, deadline=None)
 def test_changing_the_arrival_process_keeps_the_lengths(rate: float, kind: str, seed: int) -> None:
     base = generate_open_loop(synthetic(), rng(seed))
@@ -276,7 +300,10 @@ def test_duration_mode_with_a_higher_rate_extends_the_lengths() -> None:
     """Request i keeps its lengths when a higher rate brings more requests."""
     slow = generate_open_loop(synthetic(num_requests=None, duration_s=50.0), rng(4))
     fast = generate_open_loop(
-        synthetic(num_requests=None, duration_s=50.0, arrival={"kind": "poisson", "rate_per_s": 20.0}), rng(4)
+        synthetic(
+            num_requests=None, duration_s=50.0, arrival={"kind": "poisson", "rate_per_s": 20.0}
+        ),
+        rng(4),
     )
     assert len(fast) > len(slow)
     assert np.array_equal(fast.num_prompt_tokens[: len(slow)], slow.num_prompt_tokens)
@@ -285,8 +312,16 @@ def test_duration_mode_with_a_higher_rate_extends_the_lengths() -> None:
 
 def test_synthetic_with_empirical_lengths_relative_to_base_dir() -> None:
     config = synthetic(
-        prompt_tokens={"kind": "empirical", "path": "data/azure_conv_sample.csv", "column": "ContextTokens"},
-        output_tokens={"kind": "empirical", "path": "data/azure_conv_sample.csv", "column": "GeneratedTokens"},
+        prompt_tokens={
+            "kind": "empirical",
+            "path": "data/azure_conv_sample.csv",
+            "column": "ContextTokens",
+        },
+        output_tokens={
+            "kind": "empirical",
+            "path": "data/azure_conv_sample.csv",
+            "column": "GeneratedTokens",
+        },
     )
     arrays = generate_open_loop(config, rng(), base_dir=SCENARIOS)
     check_arrays(arrays)
@@ -297,7 +332,7 @@ def test_synthetic_with_empirical_lengths_relative_to_base_dir() -> None:
 
 def test_missing_empirical_file_is_a_config_error(tmp_path: Path) -> None:
     config = synthetic(prompt_tokens={"kind": "empirical", "path": "nope.csv", "column": "n"})
-    with pytest.raises(ConfigError, match="nope.csv"):
+    with pytest.raises(ConfigError, match=r"nope\.csv"):
         generate_open_loop(config, rng(), tmp_path)
 
 
@@ -347,7 +382,11 @@ def test_trace_window() -> None:
 def test_trace_generic_csv(tmp_path: Path) -> None:
     (tmp_path / "t.csv").write_text("t,in,out\n0,5,6\n1.5,7,8\n")
     config = TraceWorkload(
-        path="t.csv", format="csv", timestamp_column="t", prompt_tokens_column="in", output_tokens_column="out"
+        path="t.csv",
+        format="csv",
+        timestamp_column="t",
+        prompt_tokens_column="in",
+        output_tokens_column="out",
     )
     arrays = generate_open_loop(config, rng(), tmp_path)
     assert arrays.arrival_s.tolist() == [0.0, 1.5]
@@ -363,10 +402,12 @@ def test_trace_ignores_the_generator() -> None:
 
 
 def test_trace_errors_are_config_errors(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="file not found"):
+    with pytest.raises(ConfigError, match=r"file not found"):
         generate_open_loop(TraceWorkload(path="missing.csv"), rng(), tmp_path)
-    (tmp_path / "bad.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,0\n")
-    with pytest.raises(ConfigError, match="bad.csv, line 2:"):
+    (tmp_path / "bad.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,0\n"
+    )
+    with pytest.raises(ConfigError, match=r"bad\.csv, line 2:"):
         generate_open_loop(TraceWorkload(path="bad.csv"), rng(), tmp_path)
 
 
@@ -441,7 +482,13 @@ def test_closed_loop_matches_open_loop_length_streams() -> None:
 
 
 def test_closed_loop_empirical_lengths() -> None:
-    config = closed(prompt_tokens={"kind": "empirical", "path": "data/azure_conv_sample.csv", "column": "ContextTokens"})
+    config = closed(
+        prompt_tokens={
+            "kind": "empirical",
+            "path": "data/azure_conv_sample.csv",
+            "column": "ContextTokens",
+        }
+    )
     source = ClosedLoopSource(config, rng(), SCENARIOS)
     trace = generate_open_loop(TraceWorkload(path="data/azure_conv_sample.csv"), rng(), SCENARIOS)
     allowed = set(trace.num_prompt_tokens.tolist())
@@ -450,7 +497,7 @@ def test_closed_loop_empirical_lengths() -> None:
 
 def test_closed_loop_bad_empirical_file_fails_at_construction(tmp_path: Path) -> None:
     config = closed(output_tokens={"kind": "empirical", "path": "none.csv", "column": "n"})
-    with pytest.raises(ConfigError, match="none.csv"):
+    with pytest.raises(ConfigError, match=r"none\.csv"):
         ClosedLoopSource(config, rng(), tmp_path)
 
 
@@ -467,11 +514,18 @@ def test_length_models_importable_from_lengths() -> None:
     # The workload configs reuse the length and think-time models as-is.
     config = closed(think_time_s={"kind": "exponential", "mean_s": 1.0})
     assert isinstance(config.think_time_s, ExponentialThinkTime)
-    assert isinstance(closed(think_time_s={"kind": "fixed", "value_s": 1}).think_time_s, FixedThinkTime)
-    assert isinstance(closed().output_tokens, ExponentialLength)
-    assert isinstance(synthetic(prompt_tokens={"kind": "fixed", "tokens": 2}).prompt_tokens, FixedLength)
     assert isinstance(
-        synthetic(prompt_tokens={"kind": "empirical", "path": "p", "column": "c"}).prompt_tokens, EmpiricalLength
+        closed(think_time_s={"kind": "fixed", "value_s": 1}).think_time_s, FixedThinkTime
     )
-    assert isinstance(synthetic(arrival={"kind": "constant", "rate_per_s": 1}).arrival, ConstantArrival)
+    assert isinstance(closed().output_tokens, ExponentialLength)
+    assert isinstance(
+        synthetic(prompt_tokens={"kind": "fixed", "tokens": 2}).prompt_tokens, FixedLength
+    )
+    assert isinstance(
+        synthetic(prompt_tokens={"kind": "empirical", "path": "p", "column": "c"}).prompt_tokens,
+        EmpiricalLength,
+    )
+    assert isinstance(
+        synthetic(arrival={"kind": "constant", "rate_per_s": 1}).arrival, ConstantArrival
+    )
     assert isinstance(synthetic().arrival, PoissonArrival)

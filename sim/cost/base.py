@@ -90,6 +90,7 @@ class CostModel(Protocol):
         Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
         ``context_tokens + j * num_seqs``. Must equal ``step_s`` called step
         by step (to float rounding); cost models vectorise it with numpy.
+        Returns a new array, which the caller may modify in place.
         """
         ...
 

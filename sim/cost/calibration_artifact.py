@@ -163,6 +163,7 @@ class CalibrationArtifact(BaseModel):
     grid: str
     num_warmup: NonNegativeInt
     num_repeats: int = Field(ge=1)
+    sampling_temperature: NonNegativeFloat  # 0 = greedy argmax while timing
     total_seconds: NonNegativeFloat  # wall time of the whole timing run
     samples: list[CalibrationSample] = Field(min_length=1)
     fit: FitCoefficients

@@ -124,10 +124,17 @@ class Continuous:
     def _plan_run(self, plan: StepPlan, core: EngineCore, budget: int) -> None:
         """Mark how many identical decode steps may follow, if the batch is stable."""
         scheduled = plan.scheduled
-        if not scheduled or not all(r.is_decoding for r, _ in scheduled):
-            return
-        num_steps = min(r.num_output_tokens - r.num_generated_tokens for r, _ in scheduled)
-        num_steps = min(num_steps, MAX_RUN_STEPS)
+        num_steps = MAX_RUN_STEPS
+        context = 0
+        for r, _ in scheduled:  # one pass: this runs once per event
+            generated = r.num_generated_tokens
+            if generated == 0 or r.num_prompt_tokens + generated - r.num_computed_tokens != 1:
+                return  # not every request is decoding
+            left = r.num_output_tokens - generated
+            if left < num_steps:
+                num_steps = left
+            context += r.num_computed_tokens + 1
+        plan.decode_context_tokens = context
         if num_steps > 1:
             num_steps = _steps_within_pool(core.kv, scheduled, num_steps)
         plan.num_steps = num_steps

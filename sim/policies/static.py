@@ -85,13 +85,16 @@ class Static:
         scheduled = [(r, 1) for r in core.running]
         padding = [r for r in self._members if r.finish_s is not None]
         num_steps = min(r.num_output_tokens - r.num_generated_tokens for r in core.running)
+        # A padded slot computes one more discarded token each step since it finished.
+        padding_context = sum(
+            r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding
+        )
         return StepPlan(
             scheduled,
             num_steps=min(num_steps, MAX_RUN_STEPS),
             interruptible=False,
             padding_seqs=len(padding),
-            # A padded slot computes one more discarded token each step since it finished.
-            padding_context_tokens=sum(
-                r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding
-            ),
+            padding_context_tokens=padding_context,
+            decode_context_tokens=padding_context
+            + sum(r.num_computed_tokens + 1 for r in core.running),
         )

@@ -1,0 +1,162 @@
+"""``servesim calibrate``: time a model on this machine and write a cost artifact.
+
+Wiring: ``add_parser(subparsers)`` registers the ``calibrate`` subcommand
+(its handler is ``run(args) -> int``, stored as ``args.func``); ``main(argv)``
+runs it standalone (``python -m calibration.cli ...``). Bad input raises
+``ConfigError`` from ``run``; ``main`` prints it on one line and returns 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.cost.calibration_artifact import (
+    SCHEMA_VERSION,
+    CalibrationArtifact,
+    ModelInfo,
+    save_artifact,
+)
+from sim.cost.specs import MODEL_PRESETS, model_preset
+from sim.errors import ConfigError
+
+DTYPES = ("fp32", "bf16", "fp16")
+GRIDS = ("small", "default", "gpu")
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help=f"preset: {', '.join(MODEL_PRESETS)}")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=DTYPES, help="default: fp32 on cpu, bf16 on cuda")
+    parser.add_argument("--grid", choices=GRIDS, default="default")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch intra-op threads (default 1: timings with 2+ threads are noisy)",
+    )
+    parser.add_argument("--fit", choices=("piecewise", "linear"), default="piecewise")
+    parser.add_argument("--seed", type=int, default=0, help="weights, tokens, shuffling")
+    parser.add_argument(
+        "--temperature", type=float, default=1.0,
+        help="sampling temperature while timing (0 = greedy argmax)",
+    )
+    parser.add_argument("--out", type=Path, help="default: calibration/artifacts/<device>-<model>-<dtype>.json")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``calibrate`` to an ``argparse`` subparsers object; handler in ``func``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "calibrate",
+        help="time a real model on this machine and fit a calibrated cost artifact",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    _add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Calibrate as ``args`` say; raises ConfigError on bad input. Returns 0."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError(
+            "servesim calibrate needs PyTorch: pip install torch (the simulator itself does not)"
+        ) from None
+    from calibration.environment import git_revision, hardware_info, software_info
+    from calibration.fit import fit_samples, split_held_out
+    from calibration.model import LlamaModel
+    from calibration.profile import build_grid, profile_grid
+
+    spec = model_preset(args.model)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available to this PyTorch build")
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
+    if args.temperature < 0:
+        raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
+    dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
+    out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    command = getattr(args, "command_line", None) or shlex.join(
+        [Path(sys.argv[0]).name, *sys.argv[1:]]
+    )
+
+    rng = np.random.default_rng(args.seed)
+    model = LlamaModel(spec, dtype=_torch_dtype(dtype), device=device, seed=args.seed)
+    grid = build_grid(args.grid)
+    print(
+        f"calibrating {spec.name} ({dtype}, {spec.num_params / 1e6:.1f}M params) on "
+        f"{device} with {args.threads} thread(s): grid {grid.name}, {len(grid.points)} "
+        f"points x ({grid.num_warmup} warm-up + {grid.num_repeats} repeats)"
+    )
+    start = time.perf_counter()
+    samples = profile_grid(
+        model, grid, rng, temperature=args.temperature, progress=not args.no_progress
+    )
+    total_s = time.perf_counter() - start
+    samples = split_held_out(samples)
+    fit, error = fit_samples(samples, args.fit)
+    artifact = CalibrationArtifact(
+        schema_version=SCHEMA_VERSION,
+        created_utc=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        command=command,
+        git_revision=git_revision(),
+        hardware=hardware_info(device),
+        model=ModelInfo(spec=spec, num_params=spec.num_params, dtype=dtype),
+        software=software_info(),
+        grid=grid.name,
+        num_warmup=grid.num_warmup,
+        num_repeats=grid.num_repeats,
+        sampling_temperature=args.temperature,
+        total_seconds=total_s,
+        samples=samples,
+        fit=fit,
+        fit_error=error,
+    )
+    save_artifact(artifact, out)
+    held = (
+        f"held-out mean APE {100 * error.held_out_mean_ape:.1f} %, max "
+        f"{100 * (error.held_out_max_ape or 0.0):.1f} % on {error.num_held_out} points"
+        if error.held_out_mean_ape is not None
+        else "no held-out points"
+    )
+    print(
+        f"timed in {total_s:.1f} s; {fit.kind} fit: train mean APE "
+        f"{100 * error.train_mean_ape:.1f} % on {error.num_train} points, {held}"
+    )
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="servesim calibrate", description=__doc__)
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.command_line = shlex.join(["servesim", "calibrate", *argv])
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

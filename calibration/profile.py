@@ -1,0 +1,224 @@
+"""Time ``LlamaModel.forward_step`` over a grid of step shapes.
+
+A grid has three sections: prefill-only steps (one or several prompts, with
+or without a cached prefix, i.e. chunked prefill), decode-only steps (batch
+sizes x context lengths, all sequences of a batch at the same context) and
+mixed steps (one prefill chunk plus a decode batch). Each point is timed
+``num_repeats`` times after ``num_warmup`` untimed runs. Repeats run in
+passes over the whole grid, each pass in a fresh shuffled order, so a slow
+spell of the machine spreads over many points instead of biasing a few.
+
+Timing is wall time around the full step (index tensors, forward pass, KV
+writes, sampling, ids copied to the host), under ``torch.inference_mode``,
+with ``torch.cuda.synchronize`` on both sides on CUDA. The KV cache contents
+are random (never zeros); only lengths are set before each run, so a decode
+point at context ``L`` costs what a real sequence of that length costs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from calibration.model import DecodeItem, LlamaModel, PrefillChunk
+from sim.cost.base import StepShape
+from sim.cost.calibration_artifact import CalibrationSample
+
+Section = Literal["prefill", "decode", "mixed"]
+GridName = Literal["small", "default", "gpu"]
+GRID_NAMES: tuple[GridName, ...] = ("small", "default", "gpu")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One step shape: prefill chunks ``(new, cached)`` and decode contexts.
+
+    A decode context counts the token computed in the step, so its slot holds
+    ``context - 1`` cached tokens beforehand.
+    """
+
+    section: Section
+    prefill_chunks: tuple[tuple[int, int], ...] = ()
+    decode_contexts: tuple[int, ...] = ()
+
+    @property
+    def shape(self) -> StepShape:
+        return StepShape.build(list(self.prefill_chunks), list(self.decode_contexts))
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.prefill_chunks) + len(self.decode_contexts)
+
+    @property
+    def max_len_tokens(self) -> int:
+        lengths = [c + p for c, p in self.prefill_chunks] + list(self.decode_contexts)
+        return max(lengths)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Points plus how often to run each."""
+
+    name: str
+    points: tuple[GridPoint, ...]
+    num_warmup: int
+    num_repeats: int
+
+
+def _prefill(
+    singles: Iterable[int],
+    multi: Iterable[tuple[int, int]],
+    chunked: Iterable[tuple[int, int]],
+) -> list[GridPoint]:
+    """Single prompts of n tokens; k prompts sharing ``total``; one chunk (c, p)."""
+    points = [GridPoint("prefill", ((n, 0),)) for n in singles]
+    points += [GridPoint("prefill", ((total // k, 0),) * k) for k, total in multi]
+    points += [GridPoint("prefill", ((c, p),)) for c, p in chunked]
+    return points
+
+
+def _decode(
+    batches: Iterable[int], contexts: Iterable[int], max_tokens: int
+) -> list[GridPoint]:
+    """Batch x context, skipping batches whose KV exceeds ``max_tokens`` in all."""
+    contexts = list(contexts)
+    return [
+        GridPoint("decode", decode_contexts=(ctx,) * b)
+        for b in batches
+        for ctx in contexts
+        if b * ctx <= max_tokens
+    ]
+
+
+def _mixed(
+    chunks: Iterable[tuple[int, int]], batches: Iterable[int], context: int
+) -> list[GridPoint]:
+    batches = list(batches)
+    return [
+        GridPoint("mixed", ((c, p),), (context,) * b) for c, p in chunks for b in batches
+    ]
+
+
+def build_grid(name: GridName) -> Grid:
+    """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU), ``gpu``."""
+    if name == "small":
+        points = (
+            _prefill([16, 64, 256, 1024], [(4, 256), (8, 512)], [(64, 512), (256, 768)])
+            + _decode([1, 2, 4, 8, 16, 32], [64, 512], 32 * 512)
+            + _mixed([(32, 0), (128, 256)], [2, 8], 256)
+        )
+        return Grid("small", tuple(points), num_warmup=1, num_repeats=5)
+    if name == "default":
+        singles = [16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048]
+        multi = [(k, t) for k in (2, 4, 8, 16) for t in (256, 1024, 2048)]
+        chunked = [(c, p) for c in (32, 128, 512) for p in (256, 1024, 2048)]
+        batches = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32, 48, 64]
+        points = (
+            _prefill(singles, multi, chunked)
+            + _decode(batches, [32, 128, 512, 1024, 2048], 64 * 2048)
+            + _mixed([(32, 0), (128, 0), (256, 512), (512, 0)], [1, 4, 16, 48], 512)
+            + _mixed([(64, 1024)], [2, 8, 32], 2048)
+        )
+        return Grid("default", tuple(points), num_warmup=1, num_repeats=5)
+    if name == "gpu":
+        singles = [16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
+        multi = [(k, t) for k in (2, 4, 8, 16, 32) for t in (1024, 4096, 8192)]
+        chunked = [(c, p) for c in (64, 512, 2048) for p in (1024, 4096, 8192)]
+        batches = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+        points = (
+            _prefill(singles, multi, chunked)
+            + _decode(batches, [128, 512, 1024, 2048, 4096, 8192], 256 * 2048)
+            + _mixed([(128, 0), (512, 0), (2048, 0), (512, 4096)], [8, 64, 256], 1024)
+        )
+        return Grid("gpu", tuple(points), num_warmup=2, num_repeats=10)
+    raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRID_NAMES)}")
+
+
+def _inputs(
+    point: GridPoint, vocab_size: int, rng: np.random.Generator
+) -> tuple[list[PrefillChunk], list[DecodeItem]]:
+    """Random token ids; chunk i in slot i, decode j in slot (chunks + j)."""
+    prefill = [
+        PrefillChunk(i, rng.integers(0, vocab_size, c).tolist())
+        for i, (c, _) in enumerate(point.prefill_chunks)
+    ]
+    first = len(point.prefill_chunks)
+    decode = [
+        DecodeItem(first + j, int(t))
+        for j, t in enumerate(rng.integers(0, vocab_size, len(point.decode_contexts)))
+    ]
+    return prefill, decode
+
+
+def profile_grid(
+    model: LlamaModel,
+    grid: Grid,
+    rng: np.random.Generator,
+    *,
+    temperature: float = 1.0,
+    progress: bool = True,
+) -> list[CalibrationSample]:
+    """Time every point of ``grid`` on ``model``; one sample per point, grid order."""
+    device = model.device_
+    sync: Callable[[], None] = (
+        torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    )
+    points = grid.points
+    capacity = max(p.num_slots * p.max_len_tokens for p in points)
+    cache = model.new_cache(1, capacity, seed=int(rng.integers(2**31)))
+    sampler = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
+    inputs = [_inputs(p, model.spec.vocab_size, rng) for p in points]
+    times: list[list[float]] = [[] for _ in points]
+
+    def run(i: int) -> float:
+        point = points[i]
+        prefill, decode = inputs[i]
+        if (cache.num_slots, cache.max_len_tokens) != (point.num_slots, point.max_len_tokens):
+            cache.reshape(point.num_slots, point.max_len_tokens)
+        for slot, (_, cached) in enumerate(point.prefill_chunks):
+            cache.lengths[slot] = cached
+        first = len(point.prefill_chunks)
+        for j, ctx in enumerate(point.decode_contexts):
+            cache.lengths[first + j] = ctx - 1
+        sync()
+        start = time.perf_counter()
+        model.forward_step(cache, prefill, decode, temperature=temperature, generator=sampler)
+        sync()
+        return time.perf_counter() - start
+
+    total = (grid.num_warmup + grid.num_repeats) * len(points)
+    with torch.inference_mode(), tqdm(
+        total=total, desc=f"calibrate {grid.name}", unit="step", disable=not progress
+    ) as bar:
+        for _ in range(grid.num_warmup):
+            for i in range(len(points)):
+                run(i)
+                bar.update()
+        for _ in range(grid.num_repeats):
+            for i in rng.permutation(len(points)):
+                times[int(i)].append(run(int(i)))
+                bar.update()
+    return [_sample(p, t) for p, t in zip(points, times, strict=True)]
+
+
+def _sample(point: GridPoint, times_s: list[float]) -> CalibrationSample:
+    shape = point.shape
+    q25, q50, q75 = np.percentile(times_s, [25, 50, 75])
+    return CalibrationSample(
+        section=point.section,
+        num_prefill_seqs=shape.num_prefill_seqs,
+        num_prefill_tokens=shape.num_prefill_tokens,
+        prefill_attention_pairs=shape.prefill_attention_pairs,
+        prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
+        num_decode_seqs=shape.num_decode_seqs,
+        num_decode_context_tokens=shape.num_decode_context_tokens,
+        times_s=times_s,
+        median_s=float(q50),
+        iqr_s=float(q75 - q25),
+    )
