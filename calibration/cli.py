@@ -1,7 +1,7 @@
 """``servesim calibrate``: time a model on this machine and write a cost artifact.
 
 Wiring: ``add_parser(subparsers)`` registers the ``calibrate`` subcommand
-(its handler is ``run(args) -> int``, stored as ``args.func``); ``main(argv)``
+(its handler is ``run(args) -> int``, stored as ``args.handler`` and ``args.func``); ``main(argv)``
 runs it standalone (``python -m calibration.cli ...``). Bad input raises
 ``ConfigError`` from ``run``; ``main`` prints it on one line and returns 2.
 """
@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -28,7 +28,8 @@ from sim.cost.calibration_artifact import (
 from sim.cost.specs import MODEL_PRESETS, model_preset
 from sim.errors import ConfigError
 
-DTYPES = ("fp32", "bf16", "fp16")
+DtypeName = Literal["fp32", "bf16", "fp16"]
+DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
 GRIDS = ("small", "default", "gpu")
 
 
@@ -38,16 +39,22 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, help="default: fp32 on cpu, bf16 on cuda")
     parser.add_argument("--grid", choices=GRIDS, default="default")
     parser.add_argument(
-        "--threads", type=int, default=1,
+        "--threads",
+        type=int,
+        default=1,
         help="torch intra-op threads (default 1: timings with 2+ threads are noisy)",
     )
     parser.add_argument("--fit", choices=("piecewise", "linear"), default="piecewise")
     parser.add_argument("--seed", type=int, default=0, help="weights, tokens, shuffling")
     parser.add_argument(
-        "--temperature", type=float, default=1.0,
+        "--temperature",
+        type=float,
+        default=1.0,
         help="sampling temperature while timing (0 = greedy argmax)",
     )
-    parser.add_argument("--out", type=Path, help="default: calibration/artifacts/<device>-<model>-<dtype>.json")
+    parser.add_argument(
+        "--out", type=Path, help="default: calibration/artifacts/<device>-<model>-<dtype>.json"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -59,7 +66,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description=__doc__.splitlines()[0] if __doc__ else None,
     )
     _add_arguments(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, handler=run)
     return parser
 
 
@@ -67,6 +74,25 @@ def _torch_dtype(name: str) -> Any:
     import torch
 
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def _kv_budget_tokens(model: Any) -> int:
+    """KV tokens that fit in 60 % of the free device memory (after weights).
+
+    The rest is room for activations, attention scratch and the decode gather.
+    """
+    import os
+
+    import torch
+
+    if model.device_.type == "cuda":
+        free_bytes, _ = torch.cuda.mem_get_info(model.device_)
+    else:
+        free_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    spec = model.spec
+    element = torch.finfo(model.dtype).bits // 8
+    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * element
+    return int(0.6 * free_bytes // per_token)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
     if args.temperature < 0:
         raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
-    dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
+    dtype: DtypeName = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -107,7 +133,12 @@ def run(args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     samples = profile_grid(
-        model, grid, rng, temperature=args.temperature, progress=not args.no_progress
+        model,
+        grid,
+        rng,
+        temperature=args.temperature,
+        max_kv_tokens=_kv_budget_tokens(model),
+        progress=not args.no_progress,
     )
     total_s = time.perf_counter() - start
     samples = split_held_out(samples)

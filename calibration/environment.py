@@ -49,9 +49,7 @@ def hardware_info(device: torch.device) -> HardwareInfo:
     cpu = cpu_model()
     threads = torch.get_num_threads()
     if device.type == "cuda":
-        driver = _run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        )
+        driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
         return HardwareInfo(
             device="cuda",
             device_name=torch.cuda.get_device_name(device),

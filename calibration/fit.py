@@ -22,7 +22,7 @@ are chosen deterministically (``split_held_out``) and never seen by the fit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -38,13 +38,13 @@ from sim.cost.calibration_artifact import (
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
 
-# Coefficient names of the per-feature terms, in design-matrix column order.
+# Coefficient names of the per-feature terms, in design-matrix column order;
+# the decode context hinge columns follow them.
 _TERMS = (
     "per_prefill_seq_s",
     "per_prefill_attention_pair_s",
     "per_prefill_kv_read_token_s",
     "per_decode_seq_s",
-    "per_decode_context_token_s",
 )
 
 
@@ -111,6 +111,34 @@ def choose_knots(
     return knots
 
 
+def choose_hinges(
+    context_tokens: Sequence[int], *, factor: int = 2, min_support: int = 2
+) -> list[int]:
+    """0, then powers of ``factor`` from 4x the smallest to half the largest context.
+
+    Each hinge lets the per-context-token slope grow beyond it, so it is kept
+    only if at least ``min_support`` samples lie beyond it (a slope fitted to
+    one point fits its noise).
+    """
+    positive = sorted(int(c) for c in context_tokens if c > 0)
+    hinges = [0]
+    if not positive:
+        return hinges
+    h = 1
+    while h <= positive[-1] // 2:
+        beyond = sum(c > h for c in positive)
+        if h >= 4 * positive[0] and beyond >= min_support:
+            hinges.append(h)
+        h *= factor
+    return hinges
+
+
+def hinge_basis(context_tokens: npt.NDArray[np.float64], hinges: Sequence[int]) -> Matrix:
+    """``max(0, context - h)`` for each hinge ``h``: ``[len(context_tokens), len(hinges)]``."""
+    c = np.asarray(context_tokens, dtype=np.float64)[:, None]
+    return np.maximum(c - np.asarray(hinges, dtype=np.float64)[None, :], 0.0)
+
+
 def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matrix:
     """``[len(num_tokens), len(knots)]`` hat functions; ``T`` clipped to the knot range."""
     k = np.asarray(knots, dtype=np.float64)
@@ -127,9 +155,12 @@ def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matr
     return out
 
 
-def _features(samples: Sequence[CalibrationSample]) -> tuple[Matrix, npt.NDArray[np.float64]]:
-    """Token counts ``T`` and the per-feature columns (order of ``_TERMS``)."""
+def _features(
+    samples: Sequence[CalibrationSample],
+) -> tuple[Matrix, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per-feature columns (order of ``_TERMS``), token counts and decode contexts."""
     tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
+    contexts = np.array([s.num_decode_context_tokens for s in samples], float)
     terms = np.array(
         [
             [
@@ -137,13 +168,12 @@ def _features(samples: Sequence[CalibrationSample]) -> tuple[Matrix, npt.NDArray
                 s.prefill_attention_pairs,
                 s.prefill_kv_read_tokens,
                 s.num_decode_seqs,
-                s.num_decode_context_tokens,
             ]
             for s in samples
         ],
         dtype=np.float64,
     ).reshape(len(samples), len(_TERMS))
-    return terms, tokens
+    return terms, tokens, contexts
 
 
 def fit_coefficients(
@@ -157,9 +187,10 @@ def fit_coefficients(
     """NNLS fit of ``kind`` to ``samples`` (all of them: split beforehand)."""
     if not samples:
         raise ValueError("no samples to fit")
-    terms, tokens = _features(samples)
+    terms, tokens, contexts = _features(samples)
     measured = np.array([s.median_s for s in samples])
     knots: list[int] = []
+    hinges = [0] if kind == "linear" else choose_hinges([int(c) for c in contexts])
     if kind == "linear":
         head = np.column_stack([np.ones_like(tokens), tokens])
     else:
@@ -170,39 +201,53 @@ def fit_coefficients(
             knot_ratio=knot_ratio,
         )
         head = hat_basis(tokens, knots)
-    design = np.column_stack([head, terms]) / measured[:, None]  # relative-error rows
+    design = np.column_stack([head, terms, hinge_basis(contexts, hinges)])
+    design /= measured[:, None]  # relative-error rows
     norms = np.linalg.norm(design, axis=0)
     used = norms > 0  # a feature absent from the data (e.g. no decode) stays 0
     coef = np.zeros(design.shape[1])
     coef[used] = nnls(design[:, used] / norms[used], np.ones(len(samples))) / norms[used]
     n_head = head.shape[1]
-    values = dict(zip(_TERMS, (float(c) for c in coef[n_head:]), strict=True))
+    n_terms = n_head + len(_TERMS)
+    values: dict[str, Any] = dict(
+        zip(_TERMS, (float(c) for c in coef[n_head:n_terms]), strict=True)
+    )
+    values["decode_context_hinges"] = hinges
+    values["per_decode_context_token_s"] = [float(c) for c in coef[n_terms:]]
     floor_s = 0.5 * float(measured.min())
     if kind == "linear":
         return FitCoefficients(
-            kind="linear", intercept_s=float(coef[0]), per_token_s=float(coef[1]),
-            floor_s=floor_s, **values,
+            kind="linear",
+            intercept_s=float(coef[0]),
+            per_token_s=float(coef[1]),
+            floor_s=floor_s,
+            **values,
         )
     return FitCoefficients(
-        kind="piecewise", token_knots=knots, token_knot_s=[float(c) for c in coef[:n_head]],
-        floor_s=floor_s, **values,
+        kind="piecewise",
+        token_knots=knots,
+        token_knot_s=[float(c) for c in coef[:n_head]],
+        floor_s=floor_s,
+        **values,
     )
 
 
-def split_held_out(
-    samples: Sequence[CalibrationSample], every: int = 4
-) -> list[CalibrationSample]:
+def split_held_out(samples: Sequence[CalibrationSample], every: int = 4) -> list[CalibrationSample]:
     """Mark every ``every``-th sample of each section as held out (deterministic).
 
     Indices ``every // 2, every // 2 + every, ...`` within each section's grid
     order, so the smallest and largest points of a section stay in the fit.
     """
+    sizes: dict[str, int] = {}
+    for s in samples:
+        sizes[s.section] = sizes.get(s.section, 0) + 1
     seen: dict[str, int] = {}
     out = []
     for s in samples:
         i = seen.get(s.section, 0)
         seen[s.section] = i + 1
-        out.append(s.model_copy(update={"held_out": i % every == every // 2}))
+        held = i % every == every // 2 and i != sizes[s.section] - 1
+        out.append(s.model_copy(update={"held_out": held}))
     return out
 
 

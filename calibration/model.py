@@ -137,7 +137,9 @@ class LlamaModel(nn.Module):
             return nn.Parameter(w.normal_(0.0, _INIT_STD, generator=gen), requires_grad=False)
 
         def ones(n: int) -> nn.Parameter:
-            return nn.Parameter(torch.ones(n, dtype=dtype, device=self.device_), requires_grad=False)
+            return nn.Parameter(
+                torch.ones(n, dtype=dtype, device=self.device_), requires_grad=False
+            )
 
         self.embed = matrix(spec.vocab_size, h)
         qkv_width = q_width + 2 * kv_width
@@ -158,13 +160,15 @@ class LlamaModel(nn.Module):
         self._rope_cos = torch.empty(0)
         self._rope_sin = torch.empty(0)
 
-    def new_cache(
-        self, num_slots: int, max_len_tokens: int, *, seed: int = 1
-    ) -> KVCache:
+    def new_cache(self, num_slots: int, max_len_tokens: int, *, seed: int = 1) -> KVCache:
         """A KV cache on this model's device and dtype (random contents)."""
         gen = torch.Generator(device=self.device_).manual_seed(seed)
         return KVCache(
-            self.spec, num_slots, max_len_tokens, dtype=self.dtype, device=self.device_,
+            self.spec,
+            num_slots,
+            max_len_tokens,
+            dtype=self.dtype,
+            device=self.device_,
             generator=gen,
         )
 
@@ -221,7 +225,7 @@ class LlamaModel(nn.Module):
             len_max = max(lens)
             decode_slots = torch.tensor([d.slot for d in decode], device=self.device_)
             lens_t = torch.tensor(lens, device=self.device_)
-            decode_mask = (torch.arange(len_max, device=self.device_) < lens_t.unsqueeze(1))
+            decode_mask = torch.arange(len_max, device=self.device_) < lens_t.unsqueeze(1)
             decode_mask = decode_mask.view(len(decode), 1, 1, len_max)
         plan = _AttentionPlan(chunks, decode_row0, decode_slots, len_max, decode_mask)
         return plan, ids, slots, positions, sample_rows
@@ -272,11 +276,10 @@ class LlamaModel(nn.Module):
             return StepOutput([], None)
         spec = self.spec
         plan, ids, slots, positions, sample_rows = self._plan(cache, prefill, decode)
-        dev = self.device_
-        ids_t = torch.tensor(ids, device=dev)
-        slots_t = torch.tensor(slots, device=dev)
-        pos_t = torch.tensor(positions, device=dev)
-        rows_t = torch.tensor(sample_rows, device=dev)
+        dev, long = self.device_, torch.long
+        ids_t = torch.tensor(ids, dtype=long, device=dev)
+        slots_t = torch.tensor(slots, dtype=long, device=dev)
+        pos_t = torch.tensor(positions, dtype=long, device=dev)
         cos, sin = self._rope(pos_t, max(positions))
         q_width = spec.num_attention_heads * spec.head_dim
         kv_width = spec.num_kv_heads * spec.head_dim
@@ -293,6 +296,10 @@ class LlamaModel(nn.Module):
             x = x + F.linear(self._attention(i, q, cache, plan), layer.wo)
             gate, up = F.linear(_rms_norm(x, layer.mlp_norm), layer.w_gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
+        self._advance(cache, prefill, decode)
+        if not sample_rows:  # only non-final prefill chunks: nothing to sample
+            return StepOutput([], None)
+        rows_t = torch.tensor(sample_rows, dtype=long, device=dev)
         logits = F.linear(_rms_norm(x[rows_t], self.final_norm), self.lm_head).float()
         if temperature == 0.0:
             next_ids = logits.argmax(dim=-1)
@@ -300,8 +307,14 @@ class LlamaModel(nn.Module):
             probs = torch.softmax(logits / temperature, dim=-1)
             next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         out = next_ids.tolist()  # the engine needs the ids on the host (stop checks)
+        return StepOutput(out, logits if return_logits else None)
+
+    @staticmethod
+    def _advance(
+        cache: KVCache, prefill: Sequence[PrefillChunk], decode: Sequence[DecodeItem]
+    ) -> None:
+        """Count the step's new tokens as cached."""
         for chunk in prefill:
             cache.lengths[chunk.slot] += len(chunk.token_ids)
         for item in decode:
             cache.lengths[item.slot] += 1
-        return StepOutput(out, logits if return_logits else None)

@@ -18,6 +18,7 @@ point at context ``L`` costs what a real sequence of that length costs.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -83,9 +84,7 @@ def _prefill(
     return points
 
 
-def _decode(
-    batches: Iterable[int], contexts: Iterable[int], max_tokens: int
-) -> list[GridPoint]:
+def _decode(batches: Iterable[int], contexts: Iterable[int], max_tokens: int) -> list[GridPoint]:
     """Batch x context, skipping batches whose KV exceeds ``max_tokens`` in all."""
     contexts = list(contexts)
     return [
@@ -100,18 +99,20 @@ def _mixed(
     chunks: Iterable[tuple[int, int]], batches: Iterable[int], context: int
 ) -> list[GridPoint]:
     batches = list(batches)
-    return [
-        GridPoint("mixed", ((c, p),), (context,) * b) for c, p in chunks for b in batches
-    ]
+    return [GridPoint("mixed", ((c, p),), (context,) * b) for c, p in chunks for b in batches]
 
 
 def build_grid(name: GridName) -> Grid:
     """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU), ``gpu``."""
     if name == "small":
         points = (
-            _prefill([16, 64, 256, 1024], [(4, 256), (8, 512)], [(64, 512), (256, 768)])
-            + _decode([1, 2, 4, 8, 16, 32], [64, 512], 32 * 512)
-            + _mixed([(32, 0), (128, 256)], [2, 8], 256)
+            _prefill(
+                [16, 32, 64, 128, 256, 512, 1024],
+                [(2, 256), (4, 256), (4, 512), (8, 512)],
+                [(64, 512), (128, 256), (256, 768)],
+            )
+            + _decode([1, 2, 3, 4, 6, 8, 12, 16, 24, 32], [64, 512, 1024], 32 * 1024)
+            + _mixed([(32, 0), (128, 256)], [2, 8, 16], 256)
         )
         return Grid("small", tuple(points), num_warmup=1, num_repeats=5)
     if name == "default":
@@ -125,7 +126,7 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(32, 0), (128, 0), (256, 512), (512, 0)], [1, 4, 16, 48], 512)
             + _mixed([(64, 1024)], [2, 8, 32], 2048)
         )
-        return Grid("default", tuple(points), num_warmup=1, num_repeats=5)
+        return Grid("default", tuple(points), num_warmup=1, num_repeats=7)
     if name == "gpu":
         singles = [16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
         multi = [(k, t) for k in (2, 4, 8, 16, 32) for t in (1024, 4096, 8192)]
@@ -134,7 +135,7 @@ def build_grid(name: GridName) -> Grid:
         points = (
             _prefill(singles, multi, chunked)
             + _decode(batches, [128, 512, 1024, 2048, 4096, 8192], 256 * 2048)
-            + _mixed([(128, 0), (512, 0), (2048, 0), (512, 4096)], [8, 64, 256], 1024)
+            + _mixed([(128, 0), (512, 0), (2048, 0), (512, 1536)], [8, 64, 192], 1024)
         )
         return Grid("gpu", tuple(points), num_warmup=2, num_repeats=10)
     raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRID_NAMES)}")
@@ -162,14 +163,29 @@ def profile_grid(
     rng: np.random.Generator,
     *,
     temperature: float = 1.0,
+    max_kv_tokens: int | None = None,
     progress: bool = True,
 ) -> list[CalibrationSample]:
-    """Time every point of ``grid`` on ``model``; one sample per point, grid order."""
+    """Time the points of ``grid`` on ``model``; one sample per point, grid order.
+
+    Points whose KV cache (slots x longest sequence) exceeds ``max_kv_tokens``
+    are skipped with a warning, so a grid cannot run a device out of memory.
+    """
     device = model.device_
-    sync: Callable[[], None] = (
-        torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    points = tuple(
+        p
+        for p in grid.points
+        if max_kv_tokens is None or p.num_slots * p.max_len_tokens <= max_kv_tokens
     )
-    points = grid.points
+    if len(points) < len(grid.points):
+        warnings.warn(
+            f"skipped {len(grid.points) - len(points)} of {len(grid.points)} grid points "
+            f"whose KV cache exceeds {max_kv_tokens} tokens",
+            stacklevel=2,
+        )
+    if not points:
+        raise ValueError("no grid point fits in the KV budget")
     capacity = max(p.num_slots * p.max_len_tokens for p in points)
     cache = model.new_cache(1, capacity, seed=int(rng.integers(2**31)))
     sampler = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
@@ -193,9 +209,10 @@ def profile_grid(
         return time.perf_counter() - start
 
     total = (grid.num_warmup + grid.num_repeats) * len(points)
-    with torch.inference_mode(), tqdm(
-        total=total, desc=f"calibrate {grid.name}", unit="step", disable=not progress
-    ) as bar:
+    with (
+        torch.inference_mode(),
+        tqdm(total=total, desc=f"calibrate {grid.name}", unit="step", disable=not progress) as bar,
+    ):
         for _ in range(grid.num_warmup):
             for i in range(len(points)):
                 run(i)

@@ -23,6 +23,7 @@ import sim
 from sim.cost.base import CostModel
 from sim.cost.config import build_cost_model
 from sim.cost.memory import num_kv_blocks
+from sim.errors import ConfigError
 from sim.metrics import summarize, with_request_metrics
 from sim.policies import ContinuousConfig
 from sim.report import write_outputs
@@ -124,14 +125,19 @@ def run(
     ``base_dir`` anchors relative paths in the scenario (trace files,
     artifacts); it defaults to the scenario file's folder, else the cwd.
     """
+    source = "<scenario>"
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
         scenario = load_scenario(path, overrides)
+        source = str(path)
         base = Path(base_dir) if base_dir is not None else path.parent
     else:
         base = Path(base_dir) if base_dir is not None else Path.cwd()
     rng = np.random.default_rng(scenario.seed)
-    engine = engine_for(scenario, base)
+    try:
+        engine = engine_for(scenario, base)
+    except ConfigError as error:  # e.g. the model does not fit: name the file
+        raise ConfigError(f"{source}: model/hardware/engine: {error}") from None
     work: Any
     if isinstance(scenario.workload, ClosedLoopWorkload):
         work = ClosedLoopSource(scenario.workload, rng, base)

@@ -26,7 +26,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"cost model: {result.summary['cost_model']}")
     out = Path(args.out) if args.out else Path("runs") / result.scenario.name
     paths = result.write(out, write_steps=args.write_steps)
-    print(f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; wrote {len(paths)} files to {out}/")
+    print(
+        f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
+        f"wrote {len(paths)} files to {out}/"
+    )
     return 0
 
 

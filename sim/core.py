@@ -112,26 +112,42 @@ class EngineCore:
         return plan
 
     def commit(self, plan: StepPlan, start_s: float, ends_s: Sequence[float]) -> None:
-        """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``."""
-        num_steps = len(ends_s)
-        if num_steps == 1:
-            self._commit_one(plan, start_s, ends_s[0])
-        else:
-            self._commit_decode_run(plan, start_s, ends_s)
+        """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``.
+
+        The first step is the plan's own; any further ones are the decode
+        steps the plan allowed to follow it.
+        """
+        self._commit_one(plan, start_s, ends_s[0])
+        if len(ends_s) > 1:
+            self._commit_decode_run(plan, ends_s[0], ends_s[1:])
         if any(r.finish_s is not None for r in self.running):
             self.running = [r for r in self.running if r.finish_s is None]
 
     def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
         step = self.num_steps
+        previous = step - 1
         num_itl = num_prefill = num_decode = 0
         for request, num_new in plan.scheduled:
-            if num_new == 1 and request.num_generated_tokens > 0:
+            generated = request.num_generated_tokens
+            if num_new == 1 and generated > 0:
                 num_decode += 1
             else:
                 num_prefill += num_new
-            request.num_computed_tokens += num_new
-            if request.num_computed_tokens == request.num_tokens:
-                num_itl += self._emit(request, step, end_s)
+            computed = request.num_computed_tokens + num_new
+            request.num_computed_tokens = computed
+            if computed == request.num_prompt_tokens + generated:
+                if (
+                    request.last_token_step == previous
+                    and generated + 1 < request.num_output_tokens
+                ):
+                    # Inline _emit for the common case (hot path): a decode
+                    # token right after the previous one, not the last.
+                    request.num_generated_tokens = generated + 1
+                    request.last_token_step = step
+                    request.last_token_s = end_s
+                    num_itl += 1
+                else:
+                    num_itl += self._emit(request, step, end_s)
         self.steps.append(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
         self.num_steps = step + 1
 
@@ -154,14 +170,14 @@ class EngineCore:
             request.num_generated_tokens += num_steps
             request.last_token_step = last
             request.last_token_s = end_last
-            if request.num_computed_tokens > request.num_blocks * block_size:
-                kv.allocate(request, request.num_computed_tokens)
+            short = -(-request.num_computed_tokens // block_size) - request.num_blocks
+            if short > 0:  # inline kv.allocate: the policy checked the pool suffices
+                kv.num_free_blocks -= short
+                request.num_blocks += short
             if request.num_generated_tokens == request.num_output_tokens:
                 self._finish(request, end_last)
         num_seqs = len(plan.scheduled)
-        self.steps.add_decode_run(
-            start_s, ends_s, num_seqs + plan.padding_seqs, num_continuing, num_seqs
-        )
+        self.steps.add_decode_run(start_s, ends_s, plan.run_num_seqs, num_continuing, num_seqs)
         self.num_steps = last + 1
 
     def _break_run(self, request: Request, time_s: float) -> None:

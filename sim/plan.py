@@ -12,17 +12,19 @@ from sim.request import Request
 class StepPlan:
     """Which requests advance by how many tokens in the next step.
 
-    ``num_steps`` > 1 promises that, unless new work arrives, the same decode
-    batch may run that many steps in a row (every scheduled request decodes one
-    token per step, none finishes before the last, and the KV blocks suffice):
-    the simulator then skips ahead in one event. A real engine runs one step
-    and asks again. ``interruptible`` says whether a request arriving during
+    ``num_steps`` > 1 promises that, unless new work arrives, this step may be
+    followed by ``num_steps - 1`` plain decode steps of the same requests
+    (after this step each has sampled a token, none finishes before the last
+    step, and the KV blocks suffice): the simulator then skips ahead in one
+    event. A real engine runs one step and asks again. ``interruptible`` says
+    whether a request arriving during
     those steps could change the plan; if not, arrivals need not wake the
     executor. An empty plan with ``wake_at_s`` asks to be called again at that
     time even if nothing arrives (e.g. a static batch's maximum wait).
     ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
     compute but emit nothing (static batching keeps finished requests as padding).
-    A policy that sets ``num_steps`` > 1 also sets ``decode_context_tokens``.
+    A policy that sets ``num_steps`` > 1 also sets ``run_num_seqs`` and
+    ``run_context_tokens``, the shape of the decode steps that follow.
     """
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
@@ -31,9 +33,10 @@ class StepPlan:
     wake_at_s: float | None = None
     padding_seqs: int = 0
     padding_context_tokens: int = 0
-    # Σ context of every decode slot (padding included) in the first step;
-    # set by the policy whenever num_steps > 1.
-    decode_context_tokens: int = 0
+    # The decode steps after the first (set whenever num_steps > 1): how many
+    # slots decode (padding included) and their summed context in step 2.
+    run_num_seqs: int = 0
+    run_context_tokens: int = 0
 
     @property
     def is_empty(self) -> bool:

@@ -11,7 +11,7 @@ requests, not tokens. ``skip_ahead=False`` runs every step as its own event
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,10 @@ class Replica:
         self.skip_ahead = skip_ahead
         self._idle: simpy.Event | None = None
         self._interruptible = False
+        # When set, returns the earliest time a new request can be submitted
+        # (open loop: known in advance); runs then end at that step instead of
+        # being interrupted, which saves two events per arrival.
+        self.horizon: Callable[[], float] | None = None
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:
@@ -60,16 +64,20 @@ class Replica:
                 yield env.timeout(end - now)
                 core.commit(plan, now, (end,))
                 continue
-            ends = cost.decode_steps_s(
-                len(plan.scheduled) + plan.padding_seqs,
-                plan.decode_context_tokens,
-                plan.num_steps,
+            rest = cost.decode_steps_s(
+                plan.run_num_seqs, plan.run_context_tokens, plan.num_steps - 1
             )
-            # In place: ends[j] = ((now + d0) + d1) + ... + dj, summed in the
-            # same order as step-by-step execution, so both modes agree exactly.
-            ends[0] += now
+            # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
+            # as step-by-step execution, so both modes agree exactly.
+            ends = np.concatenate(((now + cost.step_s(plan.shape()),), rest))
             ends.cumsum(out=ends)
-            self._interruptible = plan.interruptible
+            if plan.interruptible and self.horizon is not None:
+                next_s = self.horizon()
+                if next_s <= ends[-1]:
+                    # Stop at the end of the step running when it arrives.
+                    ends = ends[: int(np.searchsorted(ends, next_s)) + 1]
+            else:
+                self._interruptible = plan.interruptible
             try:
                 yield env.timeout(ends[-1] - now)
             except simpy.Interrupt:

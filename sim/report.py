@@ -40,9 +40,7 @@ def have_parquet_engine() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _write_table(
-    frame: pd.DataFrame, base: Path, formats: Collection[TableFormat]
-) -> list[Path]:
+def _write_table(frame: pd.DataFrame, base: Path, formats: Collection[TableFormat]) -> list[Path]:
     """Write ``frame`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV."""
     written: list[Path] = []
     suffixes = []
@@ -106,9 +104,7 @@ def write_outputs(
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
-        raise ConfigError(
-            f"formats: expected some of {list(TABLE_FORMATS)}, got {sorted(formats)}"
-        )
+        raise ConfigError(f"formats: expected some of {list(TABLE_FORMATS)}, got {sorted(formats)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     chosen = [fmt for fmt in TABLE_FORMATS if fmt in formats]
@@ -143,16 +139,10 @@ def _line(label: str, value: object, decimals: int = 2) -> str:
     return f"{label:<40} {text}"
 
 
-def _percentile_keys(
-    summary: Mapping[str, object], metric: str
-) -> list[tuple[str, str]]:
+def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[str, str]]:
     """(label, key) of every ``p<P>_<metric>_ms`` key, in increasing P."""
     pattern = re.compile(rf"^p(\d+(?:\.\d+)?)_{metric}_ms$")
-    found = [
-        (float(m.group(1)), m.group(1), key)
-        for key in summary
-        if (m := pattern.match(key))
-    ]
+    found = [(float(m.group(1)), m.group(1), key) for key in summary if (m := pattern.match(key))]
     return [(label, key) for _, label, key in sorted(found)]
 
 
@@ -185,8 +175,7 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
             (f"Median {name} (ms):", f"median_{metric}_ms"),
         ]
         rows += [
-            (f"P{label} {name} (ms):", key)
-            for label, key in _percentile_keys(summary, metric)
+            (f"P{label} {name} (ms):", key) for label, key in _percentile_keys(summary, metric)
         ]
         rows = [(label, key) for label, key in rows if key in summary]
         if not rows:

@@ -92,6 +92,7 @@ class Simulation:
             engine.max_model_len_tokens,
             on_done=self._on_done,
         )
+        self._next_ready_s = 0.0
         self.replica = Replica(self.env, self.core, engine.cost, engine.skip_ahead)
 
     def _on_done(self, request: Request) -> None:
@@ -108,17 +109,30 @@ class Simulation:
             self.replica.submit(request)
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
+        """Submit requests in the order their tokenization ends.
+
+        All arrival times are known, so tokenization needs no event of its
+        own, and the replica can read the next submission time from
+        ``_next_ready_s`` instead of being interrupted by it.
+        """
         env = self.env
+        ready = work.arrival_s + self.engine.frontend.tokenize_s_per_token * work.num_prompt_tokens
+        order = np.argsort(ready, kind="stable")
+        ready_s = ready[order].tolist()
+        ready_s.append(float("inf"))
         rows = zip(
-            work.arrival_s.tolist(),
-            work.num_prompt_tokens.tolist(),
-            work.num_output_tokens.tolist(),
+            order.tolist(),
+            work.arrival_s[order].tolist(),
+            work.num_prompt_tokens[order].tolist(),
+            work.num_output_tokens[order].tolist(),
             strict=True,
         )
-        for request_id, (arrival_s, num_prompt, num_output) in enumerate(rows):
-            if arrival_s > env.now:
-                yield env.timeout(arrival_s - env.now)
-            self._send(Request(request_id, arrival_s, num_prompt, num_output))
+        submit = self.replica.submit
+        for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
+            if ready_s[i] > env.now:
+                yield env.timeout(ready_s[i] - env.now)
+            self._next_ready_s = ready_s[i + 1]
+            submit(Request(request_id, arrival_s, num_prompt, num_output))
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -146,6 +160,7 @@ class Simulation:
                 self.env.process(self._user(work, ids))
         else:
             total = len(work.arrival_s)
+            self.replica.horizon = lambda: self._next_ready_s
             self.env.process(self._open_loop(work))
         self._drive(total, progress)
         return self._result()

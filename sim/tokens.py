@@ -7,6 +7,8 @@ its time in the step log) and how many tokens came before it.
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import numpy.typing as npt
 
@@ -27,7 +29,7 @@ def token_times_s(
     if num_generated_tokens == 0:
         return np.empty(0)
     runs = [(first_token_s, 0), *(later_runs or [])]
-    counts = [b - a for (_, a), (_, b) in zip(runs, runs[1:], strict=False)]
+    counts = [b - a for (_, a), (_, b) in pairwise(runs)]
     counts.append(num_generated_tokens - runs[-1][1])
     parts = []
     for (start_time_s, _), count in zip(runs, counts, strict=True):

@@ -526,6 +526,7 @@ def test_summary_of_an_all_rejected_run() -> None:
     _assert_empty_summary(summary, num_rejected=2)
 
 
+@pytest.mark.slow
 def test_summary_is_vectorised_for_large_runs() -> None:
     rng = np.random.default_rng(7)
     n, m = 200_000, 2_000_000

@@ -166,6 +166,7 @@ def test_latency_cdfs_accept_a_string_path(tmp_path: Path) -> None:
     assert isinstance(out, Path) and out.exists()
 
 
+@pytest.mark.slow
 def test_a_million_requests_plot_quickly(tmp_path: Path) -> None:
     reqs = requests_frame(1_000_000)
     plot_latency_cdfs(reqs.iloc[:10], tmp_path / "warm.png")  # font cache, imports
@@ -212,6 +213,7 @@ def test_timeseries_tolerates_missing_values(tmp_path: Path) -> None:
     assert plot_timeseries(frame, tmp_path / "na.png").exists()
 
 
+@pytest.mark.slow
 def test_a_million_samples_plot_quickly(tmp_path: Path) -> None:
     frame = timeseries_frame(1_000_000)
     plot_timeseries(frame.iloc[:10], tmp_path / "warm.png")

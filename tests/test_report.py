@@ -40,7 +40,7 @@ def run_frames(n: int = 40) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
             "num_output_tokens": gen,
             "num_generated_tokens": np.where(rejected, 0, gen),
             "num_preemptions": np.zeros(n, dtype=np.int64),
-            "rejection_reason": np.where(rejected, "prompt too long", None),
+            "rejection_reason": [("prompt too long" if r else None) for r in rejected],
             "replica": np.zeros(n, dtype=np.int64),
         }
     )
@@ -102,7 +102,9 @@ def test_steps_are_written_only_on_request(tmp_path: Path, run: Any) -> None:
     requests, steps, timeseries, summary = run
     write_outputs(tmp_path / "no", requests, steps, timeseries, summary)
     assert not list((tmp_path / "no").glob("steps.*"))
-    written = write_outputs(tmp_path / "yes", requests, steps, timeseries, summary, write_steps=True)
+    written = write_outputs(
+        tmp_path / "yes", requests, steps, timeseries, summary, write_steps=True
+    )
     assert tmp_path / "yes" / "steps.parquet" in written
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "yes" / "steps.parquet"), steps)
 

@@ -11,13 +11,17 @@ coefficients. The curve is, for a step of shape ``s`` with
                  + per_prefill_attention_pair_s * prefill_attention_pairs
                  + per_prefill_kv_read_token_s * prefill_kv_read_tokens
                  + per_decode_seq_s * num_decode_seqs
-                 + per_decode_context_token_s * num_decode_context_tokens)
+                 + sum over hinges h_k of per_decode_context_token_s[k]
+                       * max(0, num_decode_context_tokens - h_k))
 
 ``tokens_curve`` is piecewise linear through ``(token_knots, token_knot_s)``
 (flat below the first knot, last slope, never negative, above the last); it
 carries the dense layers, whose cost is not smooth in the number of tokens
-on a CPU (matmul kernels change with the row count). A ``linear`` fit has
-no knots. Evaluation is a few float operations plus one bisection.
+on a CPU (matmul kernels change with the row count). The hinges (``h_0 = 0``)
+make the decode context cost convex: on a CPU the per-token cost of attention
+rises once the KV a step gathers outgrows the caches. A ``linear`` fit has no
+knots and the one hinge at 0. Evaluation is a few float operations plus one
+bisection.
 
 This module is torch-free: the simulator imports it without the calibration
 extras. ``scale_to_hardware`` extrapolates an artifact to other hardware.
@@ -60,6 +64,7 @@ class CalibratedCost:
 
     __slots__ = (
         "_floor_s",
+        "_hinges",
         "_intercept_s",
         "_knot_s",
         "_knots",
@@ -83,7 +88,8 @@ class CalibratedCost:
         self._per_pair_s = fit.per_prefill_attention_pair_s
         self._per_kv_read_s = fit.per_prefill_kv_read_token_s
         self._per_decode_seq_s = fit.per_decode_seq_s
-        self._per_context_s = fit.per_decode_context_token_s
+        self._hinges = [float(h) for h in fit.decode_context_hinges]
+        self._per_context_s = list(fit.per_decode_context_token_s)
         self._floor_s = fit.floor_s
 
     @classmethod
@@ -115,7 +121,10 @@ class CalibratedCost:
             shape.prefill_kv_read_tokens,
         )
         t += self._per_decode_seq_s * shape.num_decode_seqs
-        t += self._per_context_s * shape.num_decode_context_tokens
+        context = float(shape.num_decode_context_tokens)
+        for hinge, slope in zip(self._hinges, self._per_context_s, strict=True):
+            beyond = context - hinge
+            t += slope * (beyond if beyond > 0.0 else 0.0)
         return max(self._floor_s, t)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
@@ -128,8 +137,10 @@ class CalibratedCost:
         # Same operations in the same order as step_s, so results match exactly.
         base = self._base_s(num_seqs, 0, 0, 0) + self._per_decode_seq_s * num_seqs
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        out: FloatArray = np.maximum(base + self._per_context_s * contexts, self._floor_s)
-        return out
+        out: FloatArray = np.full(num_steps, base)
+        for hinge, slope in zip(self._hinges, self._per_context_s, strict=True):
+            out += slope * np.maximum(contexts - hinge, 0.0)
+        return np.maximum(out, self._floor_s)
 
     def __repr__(self) -> str:
         return f"CalibratedCost({self._label!r})"
@@ -145,8 +156,8 @@ def artifact_label(artifact: CalibrationArtifact) -> str:
 
 def _roofline_s(model: ModelSpec, hw: HardwareSpec, num_tokens: float) -> float:
     """Dense-layer time of a step of ``num_tokens``: max(FLOPs, weight bytes)."""
-    compute = num_tokens * model.dense_flops_per_token / (
-        hw.peak_flops_per_s * hw.compute_efficiency
+    compute = (
+        num_tokens * model.dense_flops_per_token / (hw.peak_flops_per_s * hw.compute_efficiency)
     )
     memory = model.weight_bytes / (hw.memory_bandwidth_bytes_per_s * hw.memory_efficiency)
     return max(compute, memory)
@@ -188,7 +199,9 @@ def scale_to_hardware(
 
     knot_s = [s * dense_ratio(k) for k, s in zip(fit.token_knots, fit.token_knot_s, strict=True)]
     # The linear part: intercept at T=1 and slope from T=1 to the largest sample.
-    t_max = float(max((s.num_prefill_tokens + s.num_decode_seqs for s in artifact.samples), default=1))
+    t_max = float(
+        max((s.num_prefill_tokens + s.num_decode_seqs for s in artifact.samples), default=1)
+    )
     at_1 = (fit.intercept_s + fit.per_token_s) * dense_ratio(1.0)
     at_max = (fit.intercept_s + fit.per_token_s * t_max) * dense_ratio(t_max)
     per_token_s = max((at_max - at_1) / (t_max - 1.0), 0.0) if t_max > 1 else 0.0
@@ -199,7 +212,9 @@ def scale_to_hardware(
             "per_token_s": per_token_s,
             "per_prefill_attention_pair_s": fit.per_prefill_attention_pair_s * compute_ratio,
             "per_prefill_kv_read_token_s": fit.per_prefill_kv_read_token_s * memory_ratio,
-            "per_decode_context_token_s": fit.per_decode_context_token_s * memory_ratio,
+            "per_decode_context_token_s": [
+                s * memory_ratio for s in fit.per_decode_context_token_s
+            ],
         }
     )
     note = (

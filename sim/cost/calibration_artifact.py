@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -21,7 +22,7 @@ from sim.cost.base import StepShape
 from sim.cost.specs import ModelSpec
 from sim.errors import ConfigError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -98,7 +99,8 @@ class FitCoefficients(BaseModel):
     """Coefficients of ``sim.cost.calibrated.CalibratedCost`` (seconds per unit).
 
     ``kind`` names how they were fitted: ``linear`` (no knots) or
-    ``piecewise`` (a piecewise-linear curve in the step's token count).
+    ``piecewise`` (a piecewise-linear curve in the step's token count, and
+    hinges in the decode context).
     """
 
     model_config = _FROZEN
@@ -112,17 +114,29 @@ class FitCoefficients(BaseModel):
     per_prefill_attention_pair_s: NonNegativeFloat = 0.0
     per_prefill_kv_read_token_s: NonNegativeFloat = 0.0
     per_decode_seq_s: NonNegativeFloat = 0.0
-    per_decode_context_token_s: NonNegativeFloat = 0.0
+    # Decode context cost is convex piecewise linear: each hinge h adds its
+    # slope (s/token) for the context beyond h tokens; the first hinge is 0.
+    decode_context_hinges: list[NonNegativeInt] = [0]
+    per_decode_context_token_s: list[NonNegativeFloat] = [0.0]
     floor_s: float = Field(gt=0, allow_inf_nan=False)  # no non-empty step is faster
 
     @model_validator(mode="after")
     def _check_knots(self) -> FitCoefficients:
         if len(self.token_knots) != len(self.token_knot_s):
             raise ValueError("token_knots and token_knot_s differ in length")
-        if any(b <= a for a, b in zip(self.token_knots, self.token_knots[1:], strict=False)):
+        if any(b <= a for a, b in pairwise(self.token_knots)):
             raise ValueError("token_knots must be strictly increasing")
         if self.kind == "linear" and self.token_knots:
             raise ValueError("a linear fit has no token_knots")
+        hinges = self.decode_context_hinges
+        if len(hinges) != len(self.per_decode_context_token_s):
+            raise ValueError(
+                "decode_context_hinges and per_decode_context_token_s differ in length"
+            )
+        if not hinges or hinges[0] != 0:
+            raise ValueError("decode_context_hinges must start at 0")
+        if any(b <= a for a, b in pairwise(hinges)):
+            raise ValueError("decode_context_hinges must be strictly increasing")
         return self
 
 

@@ -86,7 +86,7 @@ class RooflineCost:
             shape.prefill_kv_read_tokens + context + tokens
         )
         # A conditional expression is several times cheaper than calling max().
-        return self._overhead_s + (compute if compute > memory else memory)  # noqa: FURB136
+        return self._overhead_s + (compute if compute > memory else memory)
 
     def decode_steps_s(
         self, num_seqs: int, context_tokens: int, num_steps: int

@@ -56,40 +56,41 @@ class Continuous:
         kv = core.kv
         running = core.running
         budget = self.max_num_batched_tokens
+        block_size = kv.block_size_tokens
         scheduled: list[tuple[Request, int]] = []
         preempted = False
         i = 0
-        block_size = kv.block_size_tokens
         while i < len(running) and budget > 0:
             request = running[i]
             computed = request.num_computed_tokens
             wanted = request.num_prompt_tokens + request.num_generated_tokens - computed
-            num_new = min(budget, wanted)
+            num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
             target = computed + num_new
-            if target <= request.num_blocks * block_size:
-                # Fast path (most decode steps): the blocks held already suffice.
-                scheduled.append((request, num_new))
-                budget -= num_new
-                i += 1
-                continue
-            while not kv.can_allocate(request, target):
-                victim = running.pop()
-                core.preempt(victim)
-                preempted = True
-                if victim is request:
-                    break
-            else:
-                kv.allocate(request, target)
-                scheduled.append((request, num_new))
-                budget -= num_new
-                i += 1
-        all_running = len(scheduled) == len(running)
-        admitted = False
-        if not preempted:
-            admitted = self._admit(core, scheduled, budget, now_s)
+            if target > request.num_blocks * block_size:
+                while not kv.can_allocate(request, target):
+                    victim = running.pop()
+                    core.preempt(victim)
+                    preempted = True
+                    if victim is request:
+                        break
+                else:
+                    kv.allocate(request, target)
+                if preempted and (i >= len(running) or running[i] is not request):
+                    break  # the request itself was preempted
+            scheduled.append((request, num_new))
+            budget -= num_new
+            i += 1
         plan = StepPlan(scheduled)
-        if all_running and not preempted and not admitted:
-            self._plan_run(plan, core, budget)
+        if preempted:
+            return plan
+        stable = len(scheduled) == len(running)
+        blocked_by = self._admit(core, scheduled, budget, now_s)
+        # A run of decode steps may follow this step only if admission cannot
+        # succeed during it: the queue is empty, or what blocked admission (the
+        # sequence limit, the KV pool) can only tighten while decoding. A budget
+        # block may lift once this step's prefill is done.
+        if stable and blocked_by != "budget":
+            self._plan_run(plan, kv, interruptible=blocked_by == "empty")
         return plan
 
     def _admit(
@@ -98,19 +99,23 @@ class Continuous:
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> bool:
-        """Admit waiting requests FCFS; return whether any was admitted."""
+    ) -> str:
+        """Admit waiting requests FCFS; return what stopped admission.
+
+        One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
+        """
         kv, waiting, running = core.kv, core.waiting, core.running
-        admitted = False
-        while waiting and budget > 0 and len(running) < self.max_num_seqs:
+        while waiting:
+            if len(running) >= self.max_num_seqs:
+                return "seqs"
             request = waiting[0]
             wanted = request.num_wanted_tokens
-            if wanted > budget and not self.chunked_prefill:
-                break
+            if budget == 0 or (wanted > budget and not self.chunked_prefill):
+                return "budget"
             num_new = min(wanted, budget)
             target = request.num_computed_tokens + num_new
             if not kv.can_allocate(request, target):
-                break
+                return "kv"
             waiting.popleft()
             kv.allocate(request, target)
             running.append(request)
@@ -118,49 +123,55 @@ class Continuous:
             budget -= num_new
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
-            admitted = True
-        return admitted
+        return "empty"
 
-    def _plan_run(self, plan: StepPlan, core: EngineCore, budget: int) -> None:
-        """Mark how many identical decode steps may follow, if the batch is stable."""
+    def _plan_run(self, plan: StepPlan, kv: BlockPool, interruptible: bool) -> None:
+        """Let decode steps follow this one if every request emits and none ends.
+
+        After this step each scheduled request has computed its known tokens
+        and sampled one more; if none has finished, the next steps are plain
+        decodes of the same batch until the first finishes.
+        """
         scheduled = plan.scheduled
-        num_steps = MAX_RUN_STEPS
+        if not scheduled:
+            return
+        min_left = MAX_RUN_STEPS
         context = 0
-        for r, _ in scheduled:  # one pass: this runs once per event
+        for r, num_new in scheduled:  # one pass: this runs once per event
+            computed = r.num_computed_tokens + num_new
             generated = r.num_generated_tokens
-            if generated == 0 or r.num_prompt_tokens + generated - r.num_computed_tokens != 1:
-                return  # not every request is decoding
-            left = r.num_output_tokens - generated
-            if left < num_steps:
-                num_steps = left
-            context += r.num_computed_tokens + 1
-        plan.decode_context_tokens = context
-        if num_steps > 1:
-            num_steps = _steps_within_pool(core.kv, scheduled, num_steps)
-        plan.num_steps = num_steps
-        # Admission failed with the waiting queue non-empty, and the resources
-        # that blocked it only shrink during a decode run, so a newcomer (which
-        # queues behind) cannot change the plan. With an empty queue it can.
+            if computed != r.num_prompt_tokens + generated:
+                return  # still prefilling after this step
+            left = r.num_output_tokens - generated - 1
+            if left < min_left:
+                min_left = left
+            context += computed + 1
+        if min_left < 1:
+            return
+        plan.run_num_seqs = len(scheduled)
+        plan.run_context_tokens = context
+        plan.num_steps = 1 + _steps_within_pool(kv, scheduled, min_left)
         plan.interruptible = (
-            not core.waiting and len(core.running) < self.max_num_seqs and budget > 0
+            interruptible
+            and len(scheduled) < self.max_num_seqs
+            and len(scheduled) < self.max_num_batched_tokens
         )
 
 
 def _steps_within_pool(
     kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int
 ) -> int:
-    """Largest k ≤ ``num_steps`` such that k decode steps fit in the free blocks.
+    """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
 
-    Step 0's blocks are already reserved; step j adds one token to each request.
+    This step's blocks are reserved; each later step adds one token per request.
     """
-
     block_size = kv.block_size_tokens
 
     def missing(k: int) -> int:
-        # Blocks short of holding computed + k tokens, summed (ceil division inline: hot path).
+        # Blocks short of holding computed + new + k tokens (ceil division inline: hot path).
         total = 0
-        for r, _ in scheduled:
-            short = -(-(r.num_computed_tokens + k) // block_size) - r.num_blocks
+        for r, num_new in scheduled:
+            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
             if short > 0:
                 total += short
         return total
@@ -168,7 +179,7 @@ def _steps_within_pool(
     free = kv.num_free_blocks
     if missing(num_steps) <= free:
         return num_steps
-    low, high = 1, num_steps  # missing(low) == 0 <= free < missing(high)
+    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
     while high - low > 1:
         mid = (low + high) // 2
         if missing(mid) <= free:

@@ -89,12 +89,16 @@ class Static:
         padding_context = sum(
             r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding
         )
+        num_slots = len(scheduled) + len(padding)
         return StepPlan(
             scheduled,
             num_steps=min(num_steps, MAX_RUN_STEPS),
             interruptible=False,
             padding_seqs=len(padding),
             padding_context_tokens=padding_context,
-            decode_context_tokens=padding_context
-            + sum(r.num_computed_tokens + 1 for r in core.running),
+            run_num_seqs=num_slots,
+            # Step 2's context: this step's, plus one token per slot.
+            run_context_tokens=padding_context
+            + sum(r.num_computed_tokens + 1 for r in core.running)
+            + num_slots,
         )

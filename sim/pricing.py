@@ -1,0 +1,62 @@
+"""Approximate GPU prices, for turning capacity into money.
+
+``GPU_PRICE_PER_HOUR`` holds rough public on-demand list prices in US dollars
+per GPU-hour (mid-2025, specialist GPU clouds such as Lambda or RunPod; the
+large clouds list 2-4x more, reserved and spot capacity much less). They are
+only a default to make reports readable: pass your own price with
+``--gpu-price-per-hour`` (or ``gpu_price_per_hour:`` in a sweep file).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
+    {
+        "h100": 3.00,  # H100 80GB SXM, on-demand
+        "h200": 3.80,  # H200 141GB SXM, on-demand
+        "a100-80gb": 1.80,  # A100 80GB SXM, on-demand
+        "l4": 0.80,  # L4 24GB (a small cloud VM with one L4)
+        "cpu-2core": 0.10,  # a 2-vCPU VM, for the calibration machine
+    }
+)
+
+SECONDS_PER_HOUR = 3600.0
+
+
+def gpu_price_per_hour(hardware_name: str, override: float | None = None) -> float | None:
+    """Price of one GPU-hour: ``override`` if given, else the table, else ``None``."""
+    if override is not None:
+        return override
+    return GPU_PRICE_PER_HOUR.get(hardware_name)
+
+
+def gpus_per_replica(scenario: Any) -> int:
+    """GPUs one replica occupies: its tensor-parallel degree.
+
+    Scenarios have no tensor-parallel field yet, so this is 1 unless the
+    engine section gains a ``tensor_parallel_size``.
+    """
+    for section in (getattr(scenario, "engine", None), scenario):
+        degree = getattr(section, "tensor_parallel_size", None)
+        if isinstance(degree, int) and degree >= 1:
+            return degree
+    return 1
+
+
+def usd_per_hour(num_gpus: int, price_per_gpu_hour: float) -> float:
+    """Cost of ``num_gpus`` GPUs for one hour."""
+    return num_gpus * price_per_gpu_hour
+
+
+def usd_per_unit(rate_per_s: float | None, num_gpus: int, price_per_gpu_hour: float) -> float:
+    """Dollars per request (or token) served at ``rate_per_s`` on ``num_gpus`` GPUs.
+
+    GPU-hours per unit = 1 / (rate * 3600) per GPU; ``inf`` for a zero rate.
+    """
+    if rate_per_s is None or not rate_per_s > 0 or not math.isfinite(rate_per_s):
+        return math.inf
+    return num_gpus * price_per_gpu_hour / (rate_per_s * SECONDS_PER_HOUR)

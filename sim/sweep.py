@@ -1,0 +1,336 @@
+"""Sweeps: one base scenario, many override sets, one tidy table of results.
+
+A sweep file (YAML) names a base scenario and the points to run::
+
+    scenario: chat.yaml                # relative to the sweep file
+    overrides: {workload.num_requests: 500}   # applied to every point
+    grid:                              # Cartesian product, in file order...
+      workload.arrival.rate_per_s: [4, 8, 16]
+      scheduler.chunked_prefill: [true, false]
+    # points: [{...}, {...}]           # ...or an explicit list of override sets
+    seeds: 2                           # a count (scenario seed, +1, ...) or a list
+    slo: {ttft_p99_ms: 500, tpot_p99_ms: 50}
+    gpu_price_per_hour: 3.0            # optional, else sim.pricing's table
+
+Every point's scenario is validated before anything runs, so a mistyped key
+fails at once with one line naming the sweep file, the point and the key.
+Each (point, seed) is cached in ``OUT/cache/<hash>.json``, the hash covering
+the validated scenario (seed included), the folder relative paths resolve
+against, and the servesim version: a re-run computes only what changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from tqdm import tqdm
+
+import sim
+from sim.errors import ConfigError
+from sim.pricing import gpu_price_per_hour, gpus_per_replica, usd_per_unit
+from sim.scenario import Scenario, scenario_from_dict
+from sim.slo_targets import SloTarget, meets, targets_from_mapping
+from sim.sweep_exec import Record, Task, execute
+
+LOAD_KEYS = ("workload.arrival.rate_per_s", "workload.time_scale", "workload.num_users")
+
+
+class SweepConfig(BaseModel):
+    """A sweep file: base scenario, grid or points, seeds, SLOs, price."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, min_length=1)
+    description: str = ""
+    scenario: str = Field(min_length=1)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] | None = None
+    points: list[dict[str, Any]] | None = None
+    seeds: int | list[int] = 1
+    slo: dict[str, float] = Field(default_factory=dict)
+    gpu_price_per_hour: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        if (self.grid is None) == (self.points is None):
+            raise ValueError("give exactly one of grid and points")
+        if self.grid is not None and (not self.grid or any(not v for v in self.grid.values())):
+            raise ValueError("grid: every key needs a non-empty list of values")
+        if self.points is not None and not self.points:
+            raise ValueError("points: give at least one point")
+        if isinstance(self.seeds, int) and self.seeds < 1:
+            raise ValueError("seeds: a count must be >= 1")
+        if isinstance(self.seeds, list) and (
+            not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0
+        ):
+            raise ValueError("seeds: a list must be non-empty, distinct and >= 0")
+        return self
+
+    def override_sets(self) -> list[dict[str, Any]]:
+        """One dict of overrides per point, in file order (grid: last key fastest)."""
+        if self.points is not None:
+            return [dict(point) for point in self.points]
+        assert self.grid is not None
+        keys = list(self.grid)
+        combos = itertools.product(*self.grid.values())
+        return [dict(zip(keys, values, strict=True)) for values in combos]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One validated configuration of the sweep and the seeds to run it with."""
+
+    index: int
+    overrides: dict[str, Any]
+    scenario: Scenario
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: every point's scenario, ready to run."""
+
+    path: Path
+    config: SweepConfig
+    base_dir: Path
+    points: tuple[SweepPoint, ...]
+    targets: tuple[SloTarget, ...]
+
+    @property
+    def name(self) -> str:
+        """The sweep's name (default: the file's stem)."""
+        return self.config.name or self.path.stem
+
+    @property
+    def override_keys(self) -> list[str]:
+        """Every key some point overrides, in first-seen order."""
+        return list(dict.fromkeys(k for p in self.points for k in p.overrides))
+
+    @property
+    def varying_keys(self) -> list[str]:
+        """Override keys whose value differs between points."""
+        return [
+            key
+            for key in self.override_keys
+            if len({json.dumps(p.overrides.get(key), sort_keys=True) for p in self.points}) > 1
+        ]
+
+    @property
+    def load_key(self) -> str | None:
+        """The varied key that sets the load, if any (rate, time scale or users)."""
+        return next((key for key in LOAD_KEYS if key in self.varying_keys), None)
+
+
+def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    """``doc[a][b][c] = value`` for ``"a.b.c"``, creating missing sections."""
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"{source}: bad override key {dotted!r}")
+    node = doc
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"{source}: {dotted}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = copy.deepcopy(value)
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    try:
+        return yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read {what} ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        raise ConfigError(f"{path}:{where} invalid YAML") from None
+
+
+def _validation_message(source: str, error: ValidationError) -> str:
+    err = error.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"
+
+
+def _seeds(config: SweepConfig, scenario: Scenario) -> tuple[int, ...]:
+    if isinstance(config.seeds, list):
+        return tuple(config.seeds)
+    return tuple(scenario.seed + k for k in range(config.seeds))
+
+
+def load_sweep(path: str | Path) -> SweepPlan:
+    """Read a sweep file and validate it and every point's scenario."""
+    path = Path(path)
+    doc = _read_yaml(path, "sweep file")
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of sweep fields at the top level")
+    try:
+        config = SweepConfig.model_validate(doc)
+    except ValidationError as error:
+        raise ConfigError(_validation_message(str(path), error)) from None
+    targets = targets_from_mapping(config.slo, f"{path}: slo")
+    scenario_path = (path.parent / config.scenario).resolve()
+    base_doc = _read_yaml(scenario_path, "scenario") or {}
+    if not isinstance(base_doc, dict):
+        raise ConfigError(f"{scenario_path}: expected a mapping of scenario fields")
+    points = []
+    for index, overrides in enumerate(config.override_sets()):
+        label = ", ".join(f"{k}={v}" for k, v in overrides.items())
+        source = f"{path}: point {index} ({label})"
+        point_doc = copy.deepcopy(base_doc)
+        for key, value in {**config.overrides, **overrides}.items():
+            set_dotted(point_doc, str(key), value, source)
+        scenario = scenario_from_dict(point_doc, source)
+        points.append(SweepPoint(index, overrides, scenario, _seeds(config, scenario)))
+    return SweepPlan(path, config, scenario_path.parent, tuple(points), targets)
+
+
+def config_hash(scenario_doc: dict[str, Any], base_dir: Path) -> str:
+    """Hash of a validated scenario dict (seed included), its base folder, the version."""
+    payload = {"scenario": scenario_doc, "base_dir": str(base_dir), "version": sim.__version__}
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One simulation of the sweep: a point under one seed."""
+
+    point: SweepPoint
+    seed: int
+    key: str
+    task: Task
+
+
+def jobs_for(plan: SweepPlan) -> list[Job]:
+    """Every (point, seed) of the plan with its cache key and task."""
+    jobs = []
+    for point in plan.points:
+        for seed in point.seeds:
+            doc = point.scenario.model_copy(update={"seed": seed}).model_dump(mode="json")
+            key = config_hash(doc, plan.base_dir)
+            jobs.append(Job(point, seed, key, {"scenario": doc, "base_dir": str(plan.base_dir)}))
+    return jobs
+
+
+def _read_cache(path: Path) -> Record | None:
+    try:
+        record = json.loads(path.read_text())["record"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # missing or damaged: compute again
+    return record if isinstance(record, dict) else None
+
+
+def _write_cache(path: Path, job: Job, record: Record) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    body = {"key": job.key, "version": sim.__version__, "task": job.task, "record": record}
+    tmp.write_text(json.dumps(body, default=str))
+    os.replace(tmp, path)  # atomic: a crash never leaves half a file
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """A finished sweep: its table and how much of it came from the cache."""
+
+    table: pd.DataFrame
+    num_computed: int
+    num_cached: int
+
+
+def run_sweep(
+    plan: SweepPlan,
+    out_dir: str | Path,
+    executor: str = "local",
+    jobs: int | None = None,
+    address: str | None = None,
+    progress: bool = False,
+) -> SweepOutcome:
+    """Run every uncached (point, seed), cache it, and return the tidy table."""
+    cache_dir = Path(out_dir) / "cache"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    all_jobs = jobs_for(plan)
+    records: dict[str, Record] = {}
+    for job in all_jobs:
+        cached = _read_cache(cache_dir / f"{job.key}.json")
+        if cached is not None:
+            records[job.key] = cached
+    todo = list({job.key: job for job in all_jobs if job.key not in records}.values())
+    bar = tqdm(total=len(todo), desc=f"sweep {plan.name}", unit="run", disable=not progress)
+    with bar:
+        for index, record in execute([j.task for j in todo], executor, jobs, address):
+            job = todo[index]
+            _write_cache(cache_dir / f"{job.key}.json", job, record)
+            records[job.key] = record
+            bar.update()
+    table = build_table(plan, [(job, records[job.key]) for job in all_jobs])
+    return SweepOutcome(table, len(todo), len(all_jobs) - len(todo))
+
+
+def _cell(value: Any) -> Any:
+    """Override values as table cells: scalars as they are, the rest as JSON."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def config_label(plan: SweepPlan, overrides: dict[str, Any]) -> str:
+    """Short name of a configuration: its varied keys other than the load."""
+    keys = [k for k in plan.varying_keys if k != plan.load_key]
+    if not keys:
+        return plan.name
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    names = tails if len(set(tails)) == len(tails) else keys
+    return ", ".join(f"{n}={_cell(overrides.get(k))}" for n, k in zip(names, keys, strict=True))
+
+
+def build_table(plan: SweepPlan, results: list[tuple[Job, Record]]) -> pd.DataFrame:
+    """One row per (point, seed): overrides, seed, summary keys, cost, SLO verdict."""
+    keys = plan.override_keys
+    rows = []
+    for job, record in results:
+        scenario = job.point.scenario
+        price = gpu_price_per_hour(scenario.hardware.name, plan.config.gpu_price_per_hour)
+        num_gpus = gpus_per_replica(scenario)
+        row: dict[str, Any] = {"point": job.point.index}
+        row.update({key: _cell(job.point.overrides.get(key)) for key in keys})
+        row |= {"seed": job.seed, "config": config_label(plan, job.point.overrides)}
+        row |= {"config_hash": job.key, "hardware": scenario.hardware.name}
+        row.update(record)
+        row["seed"] = job.seed
+        row["num_gpus"] = num_gpus
+        row["gpu_price_per_hour"] = price
+        requests_per_s = record.get("request_throughput")
+        tokens_per_s = record.get("output_throughput")
+        row["gpu_hours_per_1k_requests"] = 1000 * usd_per_unit(requests_per_s, num_gpus, 1.0)
+        row["usd_per_1k_requests"] = (
+            None if price is None else 1000 * usd_per_unit(requests_per_s, num_gpus, price)
+        )
+        row["usd_per_million_output_tokens"] = (
+            None if price is None else 1e6 * usd_per_unit(tokens_per_s, num_gpus, price)
+        )
+        row["slo_met"] = meets(record, plan.targets) if plan.targets else None
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["point", "seed"], kind="stable").reset_index(drop=True)
+
+
+def write_table(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """``results.parquet`` and ``results.csv`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.parquet", out / "results.csv"]
+    table.to_parquet(paths[0], index=False)
+    table.to_csv(paths[1], index=False)
+    return paths
