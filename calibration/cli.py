@@ -1,8 +1,8 @@
 """``servesim calibrate``: time a model on this machine and write a cost artifact.
 
 Wiring: ``add_parser(subparsers)`` registers the ``calibrate`` subcommand
-(its handler is ``run(args) -> int``, stored as ``args.handler`` and ``args.func``); ``main(argv)``
-runs it standalone (``python -m calibration.cli ...``). Bad input raises
+(its handler ``run(args) -> int`` is stored as ``args.handler`` and
+``args.func``); ``main(argv)`` runs it standalone (``python -m calibration.cli``). Bad input raises
 ``ConfigError`` from ``run``; ``main`` prints it on one line and returns 2.
 """
 

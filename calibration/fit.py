@@ -22,11 +22,12 @@ are chosen deterministically (``split_held_out``) and never seen by the fit.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from calibration.nnls import nnls
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.calibration_artifact import (
     CalibrationSample,
@@ -38,49 +39,8 @@ from sim.cost.calibration_artifact import (
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
 
-# Coefficient names of the per-feature terms, in design-matrix column order;
-# the decode context hinge columns follow them.
-_TERMS = (
-    "per_prefill_seq_s",
-    "per_prefill_attention_pair_s",
-    "per_prefill_kv_read_token_s",
-    "per_decode_seq_s",
-)
-
-
-def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> Matrix:
-    """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
-
-    Scale columns to comparable norms before calling: the tolerance is
-    relative to ``a``'s size. Raises RuntimeError if it fails to converge.
-    """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    m, n = a.shape
-    max_iter = 3 * n if max_iter is None else max_iter
-    tol = 10 * np.finfo(np.float64).eps * np.linalg.norm(a, 1) * max(m, n)
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    w = a.T @ (b - a @ x)
-    for _ in range(max_iter):
-        if passive.all() or not (w[~passive] > tol).any():
-            return x
-        j = int(np.argmax(np.where(passive, -np.inf, w)))
-        passive[j] = True
-        while True:
-            s = np.zeros(n)
-            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (s[passive] > 0).all():
-                break
-            # Step from x toward s until the first passive variable hits zero.
-            blocking = passive & (s <= 0)
-            alpha = np.min(x[blocking] / (x[blocking] - s[blocking]))
-            x = x + alpha * (s - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        x = s
-        w = a.T @ (b - a @ x)
-    raise RuntimeError(f"nnls did not converge in {max_iter} iterations")
+# Per-feature columns of _features, in order (coefficients named *_s).
+_TERMS = ("prefill_seqs", "prefill_attention_pairs", "prefill_kv_read_tokens", "decode_seqs")
 
 
 def choose_knots(
@@ -140,9 +100,13 @@ def hinge_basis(context_tokens: npt.NDArray[np.float64], hinges: Sequence[int]) 
 
 
 def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matrix:
-    """``[len(num_tokens), len(knots)]`` hat functions; ``T`` clipped to the knot range."""
+    """``[len(num_tokens), len(knots)]`` hat functions, extended linearly outside the knots.
+
+    Matches ``sim.cost.calibrated.tokens_curve_s`` wherever that curve is not
+    floored or clipped (always inside the knot range).
+    """
     k = np.asarray(knots, dtype=np.float64)
-    t = np.clip(np.asarray(num_tokens, dtype=np.float64), k[0], k[-1])
+    t = np.asarray(num_tokens, dtype=np.float64)
     out = np.zeros((t.size, k.size))
     if k.size == 1:
         out[:, 0] = 1.0
@@ -180,55 +144,88 @@ def fit_coefficients(
     samples: Sequence[CalibrationSample],
     kind: FitKind = "piecewise",
     *,
-    min_support: int = 2,
+    token_support: int = 2,
+    batch_support: int = 2,
     dense_below: int = 16,
     knot_ratio: float = 1.3,
 ) -> FitCoefficients:
-    """NNLS fit of ``kind`` to ``samples`` (all of them: split beforehand)."""
+    """NNLS fit of ``kind`` to ``samples`` (all of them: split beforehand).
+
+    Piecewise: token knots come from steps with a prefill (their dense cost
+    pins the curve; ``token_support`` samples per knot), decode-batch knots
+    from the batch sizes seen (``batch_support`` samples per knot).
+    """
     if not samples:
         raise ValueError("no samples to fit")
     terms, tokens, contexts = _features(samples)
+    batch = terms[:, 3]
     measured = np.array([s.median_s for s in samples])
     knots: list[int] = []
-    hinges = [0] if kind == "linear" else choose_hinges([int(c) for c in contexts])
+    batch_knots: list[int] = []
     if kind == "linear":
-        head = np.column_stack([np.ones_like(tokens), tokens])
+        hinges = [0]
+        columns = [np.ones_like(tokens), tokens, terms, hinge_basis(contexts, hinges)]
     else:
+        hinges = choose_hinges([int(c) for c in contexts])
+        has_prefill = terms[:, 0] > 0
         knots = choose_knots(
-            [int(t) for t in tokens],
-            min_support=min_support,
+            [int(t) for t in (tokens[has_prefill] if has_prefill.any() else tokens)],
+            min_support=token_support,
             dense_below=dense_below,
             knot_ratio=knot_ratio,
         )
-        head = hat_basis(tokens, knots)
-    design = np.column_stack([head, terms, hinge_basis(contexts, hinges)])
-    design /= measured[:, None]  # relative-error rows
+        batch_knots = choose_knots(
+            [int(b) for b in batch],
+            min_support=batch_support,
+            dense_below=dense_below,
+            knot_ratio=knot_ratio,
+        )
+        batch_columns = (
+            hat_basis(batch, batch_knots) * (batch > 0)[:, None]
+            if batch_knots
+            else np.zeros((len(samples), 0))
+        )
+        # The batch curve replaces per_decode_seq_s (column 3), which it contains.
+        columns = [
+            hat_basis(tokens, knots),
+            batch_columns,
+            terms[:, :3],
+            hinge_basis(contexts, hinges),
+        ]
+    design = np.column_stack(columns) / measured[:, None]  # relative-error rows
     norms = np.linalg.norm(design, axis=0)
     used = norms > 0  # a feature absent from the data (e.g. no decode) stays 0
     coef = np.zeros(design.shape[1])
     coef[used] = nnls(design[:, used] / norms[used], np.ones(len(samples))) / norms[used]
-    n_head = head.shape[1]
-    n_terms = n_head + len(_TERMS)
-    values: dict[str, Any] = dict(
-        zip(_TERMS, (float(c) for c in coef[n_head:n_terms]), strict=True)
-    )
-    values["decode_context_hinges"] = hinges
-    values["per_decode_context_token_s"] = [float(c) for c in coef[n_terms:]]
+    parts = np.split(coef, np.cumsum([c.shape[1] if c.ndim == 2 else 1 for c in columns])[:-1])
     floor_s = 0.5 * float(measured.min())
     if kind == "linear":
+        intercept, per_token, term_coef, hinge_coef = parts
         return FitCoefficients(
             kind="linear",
-            intercept_s=float(coef[0]),
-            per_token_s=float(coef[1]),
+            intercept_s=float(intercept[0]),
+            per_token_s=float(per_token[0]),
+            per_prefill_seq_s=float(term_coef[0]),
+            per_prefill_attention_pair_s=float(term_coef[1]),
+            per_prefill_kv_read_token_s=float(term_coef[2]),
+            per_decode_seq_s=float(term_coef[3]),
+            decode_context_hinges=hinges,
+            per_decode_context_token_s=hinge_coef.tolist(),
             floor_s=floor_s,
-            **values,
         )
+    knot_coef, batch_coef, term_coef, hinge_coef = parts
     return FitCoefficients(
         kind="piecewise",
         token_knots=knots,
-        token_knot_s=[float(c) for c in coef[:n_head]],
+        token_knot_s=knot_coef.tolist(),
+        decode_batch_knots=batch_knots,
+        decode_batch_knot_s=batch_coef.tolist(),
+        per_prefill_seq_s=float(term_coef[0]),
+        per_prefill_attention_pair_s=float(term_coef[1]),
+        per_prefill_kv_read_token_s=float(term_coef[2]),
+        decode_context_hinges=hinges,
+        per_decode_context_token_s=hinge_coef.tolist(),
         floor_s=floor_s,
-        **values,
     )
 
 

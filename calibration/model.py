@@ -20,45 +20,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from calibration.kv import KVCache
+from calibration.step import DecodeItem, PrefillChunk, StepOutput
+
+__all__ = ["DecodeItem", "DecoderLayer", "LlamaModel", "PrefillChunk", "StepOutput"]
 from sim.cost.specs import ModelSpec
 
 _INIT_STD = 0.02  # like Llama's initializer_range; keeps activations O(1)
 _NORM_EPS = 1e-5
-
-
-@dataclass(frozen=True)
-class PrefillChunk:
-    """``token_ids`` to append to ``slot``'s cached context.
-
-    ``sample`` says whether to compute logits and sample after this chunk
-    (true for the last chunk of a prompt, false for earlier chunks).
-    """
-
-    slot: int
-    token_ids: Sequence[int]
-    sample: bool = True
-
-
-@dataclass(frozen=True)
-class DecodeItem:
-    """One decoding sequence: its slot and the token it feeds in this step."""
-
-    slot: int
-    token_id: int
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    """Sampled ids, one per sampling chunk then one per decode item, in order."""
-
-    next_token_ids: list[int]
-    logits: torch.Tensor | None = None  # [num_sampled, vocab] float32, if asked
 
 
 @dataclass(frozen=True)
@@ -86,7 +61,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
-class _Layer(nn.Module):
+class DecoderLayer(nn.Module):
     """Weights of one decoder layer (``bqkv`` only for Qwen2-style QKV bias)."""
 
     def __init__(
@@ -144,7 +119,7 @@ class LlamaModel(nn.Module):
         self.embed = matrix(spec.vocab_size, h)
         qkv_width = q_width + 2 * kv_width
         self.layers = nn.ModuleList(
-            _Layer(
+            DecoderLayer(
                 attn_norm=ones(h),
                 wqkv=matrix(qkv_width, h),
                 bqkv=matrix(1, qkv_width) if spec.attention_qkv_bias else None,
@@ -159,6 +134,11 @@ class LlamaModel(nn.Module):
         self.lm_head = self.embed if spec.tied_embeddings else matrix(spec.vocab_size, h)
         self._rope_cos = torch.empty(0)
         self._rope_sin = torch.empty(0)
+
+    @property
+    def decoder_layers(self) -> list[DecoderLayer]:
+        """The layers, typed (``self.layers`` is an ``nn.ModuleList``)."""
+        return cast(list[DecoderLayer], list(self.layers))
 
     def new_cache(self, num_slots: int, max_len_tokens: int, *, seed: int = 1) -> KVCache:
         """A KV cache on this model's device and dtype (random contents)."""
@@ -284,12 +264,11 @@ class LlamaModel(nn.Module):
         q_width = spec.num_attention_heads * spec.head_dim
         kv_width = spec.num_kv_heads * spec.head_dim
         x = self.embed[ids_t]
-        layers: list[_Layer] = list(self.layers)  # type: ignore[arg-type]
-        for i, layer in enumerate(layers):
+        for i, layer in enumerate(self.decoder_layers):
             qkv = F.linear(_rms_norm(x, layer.attn_norm), layer.wqkv)
             if layer.bqkv is not None:
                 qkv = qkv + layer.bqkv
-            q, k, v = qkv.split((q_width, kv_width, kv_width), dim=-1)
+            q, k, v = torch.split(qkv, [q_width, kv_width, kv_width], dim=-1)
             q = _rotate(q.view(-1, spec.num_attention_heads, spec.head_dim), cos, sin)
             k = _rotate(k.view(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
             cache.write(i, slots_t, pos_t, k, v.view(-1, spec.num_kv_heads, spec.head_dim))

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from calibration.model import DecodeItem, LlamaModel, PrefillChunk
+from calibration.model import LlamaModel
+from calibration.step import DecodeItem, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibration_artifact import CalibrationSample
 
@@ -128,7 +129,7 @@ def build_grid(name: GridName) -> Grid:
         )
         return Grid("default", tuple(points), num_warmup=1, num_repeats=7)
     if name == "gpu":
-        singles = [16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 16384]
+        singles = [16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
         multi = [(k, t) for k in (2, 4, 8, 16, 32) for t in (1024, 4096, 8192)]
         chunked = [(c, p) for c in (64, 512, 2048) for p in (1024, 4096, 8192)]
         batches = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]

@@ -56,9 +56,16 @@ def _add_calibrate(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     add_parser(subparsers)
 
 
+def _add_planning(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from sim.planning_cli import add_parsers  # capacity, sweep (issue 6)
+
+    add_parsers(subparsers)
+
+
 ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_run,
     _add_calibrate,
+    _add_planning,
 ]
 
 

@@ -56,9 +56,13 @@ class Columns:
         self.num_rows += length
 
     def frame(self) -> pd.DataFrame:
-        """All rows as a DataFrame (copies; call once at the end)."""
+        """All rows as a DataFrame; empties the columns (a log can be GBs: no second copy)."""
+        self._flush()
         data = {}
-        for name, chunk in self._chunk.items():
-            parts = [*self._done[name], chunk[: self._fill]]
+        for name in list(self._done):
+            parts = self._done.pop(name)
             data[name] = np.concatenate(parts) if parts else np.empty(0, self._dtypes[name])
-        return pd.DataFrame(data)
+            del parts  # free each column's chunks before concatenating the next
+        self._done = {name: [] for name in self._dtypes}
+        self.num_rows = 0
+        return pd.DataFrame(data, copy=False)

@@ -117,9 +117,10 @@ class EngineCore:
         The first step is the plan's own; any further ones are the decode
         steps the plan allowed to follow it.
         """
-        self._commit_one(plan, start_s, ends_s[0])
-        if len(ends_s) > 1:
-            self._commit_decode_run(plan, ends_s[0], ends_s[1:])
+        if len(ends_s) == 1:
+            self._commit_one(plan, start_s, ends_s[0])
+        else:
+            self._commit_run(plan, start_s, ends_s)
         if any(r.finish_s is not None for r in self.running):
             self.running = [r for r in self.running if r.finish_s is None]
 
@@ -151,33 +152,46 @@ class EngineCore:
         self.steps.append(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
         self.num_steps = step + 1
 
-    def _commit_decode_run(
-        self, plan: StepPlan, start_s: float, ends_s: Sequence[float]
-    ) -> None:
-        """Many decode steps of one unchanged batch: O(batch), not O(tokens)."""
+    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: Sequence[float]) -> None:
+        """The plan's step, then k - 1 decode steps of the same batch, in one pass.
+
+        O(batch), not O(tokens): every scheduled request emits a token in each
+        step (the plan guarantees it) and none finishes before the last.
+        """
         num_steps = len(ends_s)
-        first, last = self.num_steps, self.num_steps + num_steps - 1
+        first = self.num_steps
+        last = first + num_steps - 1
         end_first, end_last = float(ends_s[0]), float(ends_s[-1])
-        num_continuing = 0
+        num_itl = num_prefill = num_decode = 0
         kv = self.kv
         block_size = kv.block_size_tokens
-        for request, _ in plan.scheduled:
+        for request, num_new in plan.scheduled:
+            generated = request.num_generated_tokens
+            if num_new == 1 and generated > 0:
+                num_decode += 1
+            else:
+                num_prefill += num_new
             if request.last_token_step == first - 1:
-                num_continuing += 1
+                num_itl += 1
             else:
                 self._break_run(request, end_first)
-            request.num_computed_tokens += num_steps
-            request.num_generated_tokens += num_steps
+                if request.first_token_s is None:
+                    request.first_token_s = end_first
+            computed = request.num_computed_tokens + num_new + num_steps - 1
+            request.num_computed_tokens = computed
+            request.num_generated_tokens = generated + num_steps
             request.last_token_step = last
             request.last_token_s = end_last
-            short = -(-request.num_computed_tokens // block_size) - request.num_blocks
+            short = -(-computed // block_size) - request.num_blocks
             if short > 0:  # inline kv.allocate: the policy checked the pool suffices
                 kv.num_free_blocks -= short
                 request.num_blocks += short
-            if request.num_generated_tokens == request.num_output_tokens:
+            if generated + num_steps == request.num_output_tokens:
                 self._finish(request, end_last)
+        steps = self.steps
+        steps.append(start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl)
         num_seqs = len(plan.scheduled)
-        self.steps.add_decode_run(start_s, ends_s, plan.run_num_seqs, num_continuing, num_seqs)
+        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs, num_seqs)
         self.num_steps = last + 1
 
     def _break_run(self, request: Request, time_s: float) -> None:

@@ -4,10 +4,10 @@ A sweep file (YAML) names a base scenario and the points to run::
 
     scenario: chat.yaml                # relative to the sweep file
     overrides: {workload.num_requests: 500}   # applied to every point
-    grid:                              # Cartesian product, in file order...
+    grid:                              # Cartesian product, in file order
       workload.arrival.rate_per_s: [4, 8, 16]
       scheduler.chunked_prefill: [true, false]
-    # points: [{...}, {...}]           # ...or an explicit list of override sets
+    points: [{...}, {...}]             # explicit override sets (with a grid: x grid)
     seeds: 2                           # a count (scenario seed, +1, ...) or a list
     slo: {ttft_p99_ms: 500, tpot_p99_ms: 50}
     gpu_price_per_hour: 3.0            # optional, else sim.pricing's table
@@ -62,8 +62,8 @@ class SweepConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
-        if (self.grid is None) == (self.points is None):
-            raise ValueError("give exactly one of grid and points")
+        if self.grid is None and self.points is None:
+            raise ValueError("give a grid, a list of points, or both")
         if self.grid is not None and (not self.grid or any(not v for v in self.grid.values())):
             raise ValueError("grid: every key needs a non-empty list of values")
         if self.points is not None and not self.points:
@@ -77,13 +77,15 @@ class SweepConfig(BaseModel):
         return self
 
     def override_sets(self) -> list[dict[str, Any]]:
-        """One dict of overrides per point, in file order (grid: last key fastest)."""
-        if self.points is not None:
-            return [dict(point) for point in self.points]
-        assert self.grid is not None
-        keys = list(self.grid)
-        combos = itertools.product(*self.grid.values())
-        return [dict(zip(keys, values, strict=True)) for values in combos]
+        """One dict of overrides per point, in file order (grid: last key fastest).
+
+        With both a grid and points, every point is crossed with every grid
+        combination (points outermost).
+        """
+        grid = self.grid or {}
+        keys = list(grid)
+        combos = [dict(zip(keys, v, strict=True)) for v in itertools.product(*grid.values())]
+        return [{**point, **combo} for point in (self.points or [{}]) for combo in combos]
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,8 @@ def run_point(task: Task) -> Record:
     }
     arrivals = result.requests["arrival_s"].to_numpy(float)
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
+    arrival = getattr(scenario.workload, "arrival", None)
+    record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
     record.update(_queue_stats(result))
     return record
 

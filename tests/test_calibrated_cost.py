@@ -16,7 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
-from sim.cost.calibrated import CalibratedCost, artifact_label, scale_to_hardware, tokens_curve_s
+from sim.cost.calibrated import (
+    CalibratedCost,
+    artifact_label,
+    load_calibrated_cost,
+    scale_to_hardware,
+    tokens_curve_s,
+)
 from sim.cost.calibration_artifact import (
     SCHEMA_VERSION,
     CalibrationArtifact,
@@ -43,6 +49,8 @@ def _fit(**overrides: Any) -> FitCoefficients:
         "kind": "piecewise",
         "token_knots": [1, 4, 16, 256],
         "token_knot_s": [5e-3, 6e-3, 4e-3, 30e-3],
+        "decode_batch_knots": [1, 8, 64],
+        "decode_batch_knot_s": [1e-4, 2e-3, 1e-2],
         "per_prefill_seq_s": 1e-3,
         "per_prefill_attention_pair_s": 1e-7,
         "per_prefill_kv_read_token_s": 2e-6,
@@ -78,7 +86,10 @@ def _artifact(fit: FitCoefficients | None = None) -> CalibrationArtifact:
         command="servesim calibrate --model tiny",
         git_revision=None,
         hardware=HardwareInfo(
-            device="cpu", device_name="Some CPU", device_count=1, cpu_model="Some CPU",
+            device="cpu",
+            device_name="Some CPU",
+            device_count=1,
+            cpu_model="Some CPU",
             num_threads=1,
         ),
         model=ModelInfo(spec=spec, num_params=spec.num_params, dtype="fp32"),
@@ -94,7 +105,10 @@ def _artifact(fit: FitCoefficients | None = None) -> CalibrationArtifact:
         ],
         fit=fit or _fit(),
         fit_error=FitError(
-            num_train=1, num_held_out=1, train_mean_ape=0.01, held_out_mean_ape=0.02,
+            num_train=1,
+            num_held_out=1,
+            train_mean_ape=0.01,
+            held_out_mean_ape=0.02,
             held_out_max_ape=0.02,
         ),
     )
@@ -115,7 +129,7 @@ def test_empty_step_is_free_and_others_are_positive() -> None:
 
 
 def test_floor_bounds_every_step_from_below() -> None:
-    cost = CalibratedCost(_fit(token_knot_s=[0.0] * 4, floor_s=7e-3))
+    cost = CalibratedCost(_fit(token_knot_s=[0.0] * 4, decode_batch_knot_s=[0.0] * 3, floor_s=7e-3))
     assert cost.step_s(StepShape.build(decode_context_tokens=[1])) == 7e-3
 
 
@@ -131,6 +145,7 @@ def test_terms_add_up_as_documented() -> None:
         + 1e-7 * shape.prefill_attention_pairs
         + 2e-6 * 112
         + 5e-4 * 2
+        + tokens_curve_s(fit.decode_batch_knots, fit.decode_batch_knot_s, 2)
         + 1e-6 * context
         + 3e-6 * (context - 8192)
     )
@@ -141,7 +156,9 @@ def test_tokens_curve_interpolates_and_extrapolates_as_documented() -> None:
     knots, values = [2, 4, 8], [1.0, 3.0, 2.0]
     assert [tokens_curve_s(knots, values, k) for k in knots] == values
     assert tokens_curve_s(knots, values, 3) == pytest.approx(2.0)
-    assert tokens_curve_s(knots, values, 1) == 1.0  # flat below the first knot
+    assert tokens_curve_s(knots, values, 1) == 0.0  # first segment extended below
+    assert tokens_curve_s([2, 4], [1.0, 9.0], 1) == 0.0  # ... and floored at 0
+    assert tokens_curve_s([2, 4], [2.0, 3.0], 1) == 1.5
     assert tokens_curve_s(knots, values, 100) == 2.0  # a falling last slope is clipped
     assert tokens_curve_s([2, 4], [1.0, 3.0], 6) == pytest.approx(5.0)  # rising: kept
     assert tokens_curve_s([5], [1.5], 50) == 1.5
@@ -151,6 +168,7 @@ def test_tokens_curve_interpolates_and_extrapolates_as_documented() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     knot_s=st.lists(seconds, min_size=3, max_size=3),
+    batch_s=st.lists(seconds, min_size=2, max_size=2),
     slopes=st.lists(st.floats(min_value=0, max_value=1e-5), min_size=3, max_size=3),
     per_seq=seconds,
     num_seqs=st.integers(0, 300),
@@ -159,6 +177,7 @@ def test_tokens_curve_interpolates_and_extrapolates_as_documented() -> None:
 )
 def test_decode_steps_equal_step_by_step(
     knot_s: list[float],
+    batch_s: list[float],
     slopes: list[float],
     per_seq: float,
     num_seqs: int,
@@ -168,6 +187,8 @@ def test_decode_steps_equal_step_by_step(
     fit = _fit(
         token_knots=[1, 8, 64],
         token_knot_s=knot_s,
+        decode_batch_knots=[2, 16],
+        decode_batch_knot_s=batch_s,
         per_decode_seq_s=per_seq,
         per_decode_context_token_s=slopes,
     )
@@ -208,7 +229,10 @@ def test_step_evaluates_in_microseconds() -> None:
     [
         {"token_knots": [4, 2, 8, 16]},
         {"token_knot_s": [1.0]},
+        {"decode_batch_knots": [8, 1, 64]},
+        {"decode_batch_knot_s": [1.0]},
         {"kind": "linear"},
+        {"kind": "linear", "token_knots": [], "token_knot_s": []},
         {"decode_context_hinges": [5, 1024, 8192]},
         {"decode_context_hinges": [0, 8192, 1024]},
         {"per_decode_context_token_s": [1e-6]},
@@ -222,7 +246,14 @@ def test_fit_coefficients_reject_inconsistent_values(overrides: dict[str, Any]) 
 
 
 def test_linear_fit_has_no_knots() -> None:
-    fit = _fit(kind="linear", token_knots=[], token_knot_s=[], intercept_s=1e-3)
+    fit = _fit(
+        kind="linear",
+        token_knots=[],
+        token_knot_s=[],
+        decode_batch_knots=[],
+        decode_batch_knot_s=[],
+        intercept_s=1e-3,
+    )
     assert CalibratedCost(fit).step_s(StepShape.build(decode_context_tokens=[10])) > 1e-3
 
 
@@ -234,9 +265,10 @@ def test_round_trip(tmp_path: Path) -> None:
     path = save_artifact(artifact, tmp_path / "sub" / "a.json")
     loaded = load_artifact(path)
     assert loaded == artifact
-    assert CalibratedCost.from_artifact(loaded).step_s(
-        artifact.samples[0].shape
-    ) == CalibratedCost(artifact.fit).step_s(artifact.samples[0].shape)
+    assert load_calibrated_cost(path).label == "calibrated:tiny-fp32@Some CPU"
+    assert CalibratedCost.from_artifact(loaded).step_s(artifact.samples[0].shape) == CalibratedCost(
+        artifact.fit
+    ).step_s(artifact.samples[0].shape)
 
 
 def _write(tmp_path: Path, data: Any) -> Path:

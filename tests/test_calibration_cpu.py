@@ -73,7 +73,9 @@ def test_profile_skips_points_beyond_the_kv_budget() -> None:
     model = LlamaModel(MICRO, seed=0)
     grid = _micro_grid()
     with pytest.warns(UserWarning, match="skipped"):
-        samples = profile_grid(model, grid, np.random.default_rng(0), max_kv_tokens=40, progress=False)
+        samples = profile_grid(
+            model, grid, np.random.default_rng(0), max_kv_tokens=40, progress=False
+        )
     assert 0 < len(samples) < len(grid.points)
     assert all(s.num_prefill_tokens + s.num_decode_context_tokens <= 64 for s in samples)
 

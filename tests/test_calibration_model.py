@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 torch = pytest.importorskip("torch")
 
@@ -37,13 +41,13 @@ def _tokens(n: int, seed: int, vocab: int = SMALL.vocab_size) -> list[int]:
     return torch.randint(0, vocab, (n,), generator=g).tolist()
 
 
-def _reference_logits(model: LlamaModel, tokens: list[int]) -> torch.Tensor:
+def _reference_logits(model: LlamaModel, tokens: list[int]) -> Tensor:
     """Logits at every position by a plain, cache-free implementation."""
     spec = model.spec
     n, hd = len(tokens), spec.head_dim
     group = spec.num_attention_heads // spec.num_kv_heads
 
-    def norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def norm(x: Tensor, w: Tensor) -> Tensor:
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
 
     pos = torch.arange(n, dtype=torch.float32)
@@ -51,13 +55,13 @@ def _reference_logits(model: LlamaModel, tokens: list[int]) -> torch.Tensor:
     ang = torch.outer(pos, inv)
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
 
-    def rope(x: torch.Tensor) -> torch.Tensor:
+    def rope(x: Tensor) -> Tensor:
         a, b = x[..., : hd // 2], x[..., hd // 2 :]
         return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
 
     x = model.embed[torch.tensor(tokens)]
     causal = torch.ones(n, n).tril().bool()
-    for layer in model.layers:
+    for layer in model.decoder_layers:
         qkv = norm(x, layer.attn_norm) @ layer.wqkv.T
         if layer.bqkv is not None:
             qkv = qkv + layer.bqkv
@@ -76,11 +80,11 @@ def _reference_logits(model: LlamaModel, tokens: list[int]) -> torch.Tensor:
 def test_prefill_matches_the_plain_reference() -> None:
     model = LlamaModel(SMALL, seed=0)
     tokens = _tokens(11, seed=1)
-    out = model.forward_step(
-        model.new_cache(1, 32), [PrefillChunk(0, tokens)], return_logits=True
-    )
+    out = model.forward_step(model.new_cache(1, 32), [PrefillChunk(0, tokens)], return_logits=True)
     assert out.logits is not None
-    torch.testing.assert_close(out.logits[0], _reference_logits(model, tokens)[-1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        out.logits[0], _reference_logits(model, tokens)[-1], atol=ATOL, rtol=0
+    )
 
 
 def test_batched_decode_of_different_lengths_matches_full_recompute() -> None:
@@ -89,7 +93,7 @@ def test_batched_decode_of_different_lengths_matches_full_recompute() -> None:
     prompts = [_tokens(n, seed=n) for n in (5, 9, 14)]
     cache = model.new_cache(3, 32)
     out = model.forward_step(cache, [PrefillChunk(i, p) for i, p in enumerate(prompts)])
-    seqs = [p + [t] for p, t in zip(prompts, out.next_token_ids, strict=True)]
+    seqs = [[*p, t] for p, t in zip(prompts, out.next_token_ids, strict=True)]
     for _ in range(3):
         step = model.forward_step(
             cache, decode=[DecodeItem(i, s[-1]) for i, s in enumerate(seqs)], return_logits=True
@@ -98,7 +102,7 @@ def test_batched_decode_of_different_lengths_matches_full_recompute() -> None:
         for i, seq in enumerate(seqs):
             full = _reference_logits(model, seq)[-1]
             torch.testing.assert_close(step.logits[i], full, atol=ATOL, rtol=0)
-        seqs = [s + [t] for s, t in zip(seqs, step.next_token_ids, strict=True)]
+        seqs = [[*s, t] for s, t in zip(seqs, step.next_token_ids, strict=True)]
     assert cache.lengths.tolist() == [len(s) - 1 for s in seqs]
 
 
@@ -129,8 +133,8 @@ def test_mixed_step_matches_separate_computation() -> None:
     assert mixed.logits is not None
     expected = [
         _reference_logits(model, c)[-1],
-        _reference_logits(model, a + [7])[-1],
-        _reference_logits(model, b + [8])[-1],
+        _reference_logits(model, [*a, 7])[-1],
+        _reference_logits(model, [*b, 8])[-1],
     ]
     for row, want in zip(mixed.logits, expected, strict=True):
         torch.testing.assert_close(row, want, atol=ATOL, rtol=0)
@@ -145,7 +149,9 @@ def test_qkv_bias_and_tied_embeddings() -> None:
     tokens = _tokens(9, seed=2)
     out = model.forward_step(model.new_cache(1, 16), [PrefillChunk(0, tokens)], return_logits=True)
     assert out.logits is not None
-    torch.testing.assert_close(out.logits[0], _reference_logits(model, tokens)[-1], atol=ATOL, rtol=0)
+    torch.testing.assert_close(
+        out.logits[0], _reference_logits(model, tokens)[-1], atol=ATOL, rtol=0
+    )
 
 
 def test_parameter_count_matches_the_spec() -> None:
@@ -156,8 +162,8 @@ def test_parameter_count_matches_the_spec() -> None:
 
 def test_weights_are_seeded_random_never_zero() -> None:
     a, b, c = LlamaModel(SMALL, seed=0), LlamaModel(SMALL, seed=0), LlamaModel(SMALL, seed=1)
-    assert torch.equal(a.layers[0].wqkv, b.layers[0].wqkv)
-    assert not torch.equal(a.layers[0].wqkv, c.layers[0].wqkv)
+    assert torch.equal(a.decoder_layers[0].wqkv, b.decoder_layers[0].wqkv)
+    assert not torch.equal(a.decoder_layers[0].wqkv, c.decoder_layers[0].wqkv)
     for p in a.parameters():
         assert p.abs().sum() > 0
         assert not p.requires_grad
@@ -166,7 +172,9 @@ def test_weights_are_seeded_random_never_zero() -> None:
 def test_greedy_is_argmax_and_sampling_follows_its_generator() -> None:
     model = LlamaModel(SMALL, seed=0)
     tokens = _tokens(5, seed=9)
-    greedy = model.forward_step(model.new_cache(1, 8), [PrefillChunk(0, tokens)], return_logits=True)
+    greedy = model.forward_step(
+        model.new_cache(1, 8), [PrefillChunk(0, tokens)], return_logits=True
+    )
     assert greedy.logits is not None
     assert greedy.next_token_ids == [int(greedy.logits[0].argmax())]
     draws = []

@@ -23,10 +23,10 @@ from sim.simulation import Engine, Frontend, RawResult, Simulation
 from sim.tokens import token_times_s
 from sim.workload import RequestArrays
 
-O = 1 / 128  # step overhead, s
-A = 1 / 1024  # per prefill token, s
-D = 1 / 256  # per decode sequence, s
-COST = LinearCost(step_overhead_s=O, per_prefill_token_s=A, per_decode_seq_s=D)
+OVH = 1 / 128  # step overhead, s
+PRE = 1 / 1024  # per prefill token, s
+DEC = 1 / 256  # per decode sequence, s
+COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s=DEC)
 TOL = 1e-12
 
 
@@ -105,9 +105,9 @@ def token_times(raw: RawResult, request_id: int) -> np.ndarray:
 def test_two_requests_hand_computed_trace(skip_ahead: bool) -> None:
     # r0: arrives 0, prompt 8, output 3.  r1: arrives 0.01 (during r0's prefill), prompt 16,
     # output 2.
-    # step 0 [0, 1/64]:       r0 prefill 8         O + 8A       = 4/256 -> r0 token 1
-    # step 1 [4/256, 11/256]: r0 decode + r1 16    O + 16A + D  = 7/256 -> r0 token 2, r1 token 1
-    # step 2 [11/256, 15/256]: both decode         O + 2D       = 4/256 -> both finish
+    # step 0 [0, 4/256]:       r0 prefill 8       OVH + 8 PRE        = 4/256: r0 token 1
+    # step 1 [4/256, 11/256]:  r0 decode, r1 16   OVH + 16 PRE + DEC = 7/256: r0 2nd, r1 1st
+    # step 2 [11/256, 15/256]: both decode        OVH + 2 DEC        = 4/256: both finish
     raw = simulate(work([0.0, 0.01], [8, 16], [3, 2]), skip_ahead=skip_ahead)
     assert_trace(
         raw,
@@ -144,15 +144,15 @@ def test_one_output_token_finishes_at_prefill_end() -> None:
         [
             (0.0, "arrive", 0),
             (0.0, "schedule", 0),
-            (O + 32 * A, "first_token", 0),
-            (O + 32 * A, "finish", 0),
+            (OVH + 32 * PRE, "first_token", 0),
+            (OVH + 32 * PRE, "finish", 0),
         ],
     )
     assert len(raw.steps) == 1
 
 
 def test_idle_engine_starts_a_late_arrival_at_once() -> None:
-    # r0 done at O + 8A = 1/64; the engine idles until r1 arrives at 1.0.
+    # r0 done at OVH + 8 PRE = 1/64; the engine idles until r1 arrives at 1.0.
     raw = simulate(work([0.0, 1.0], [8, 8], [1, 1]))
     assert_trace(
         raw,
@@ -174,14 +174,14 @@ def test_idle_engine_starts_a_late_arrival_at_once() -> None:
 
 @pytest.mark.parametrize("skip_ahead", [True, False])
 def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(skip_ahead: bool) -> None:
-    # r0: prompt 8, output 10. Prefill ends 4/256; decode steps of O + D = 3/256 end at
+    # r0: prompt 8, output 10. Prefill ends 4/256; decode steps of OVH + DEC = 3/256 end at
     # 7/256, 10/256, 13/256, ... r1 arrives at 11/256 (inside the step 10/256..13/256):
     # with skip-ahead the 9-step run is interrupted, the running step finishes, and r1
     # is admitted at 13/256, its prefill (16 tokens) sharing the step with r0's decode.
     raw = simulate(work([0.0, 11 / 256], [8, 16], [10, 2]), skip_ahead=skip_ahead)
     requests = raw.requests.set_index("request_id")
     assert requests.loc[1, "first_scheduled_s"] == pytest.approx(13 / 256, abs=TOL)
-    # The mixed step: O + 16A + D = 7/256 -> r1's first token at 20/256.
+    # The mixed step: OVH + 16 PRE + DEC = 7/256 -> r1's first token at 20/256.
     assert requests.loc[1, "first_token_s"] == pytest.approx(20 / 256, abs=TOL)
     steps = raw.steps
     mixed = steps.index[np.isclose(steps["start_s"], 13 / 256, rtol=0, atol=TOL)]
@@ -197,7 +197,7 @@ def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(skip_ahead:
     times = token_times(raw, 0)
     assert len(times) == 10
     np.testing.assert_allclose(times[:5], [4 / 256, 7 / 256, 10 / 256, 13 / 256, 20 / 256])
-    assert times[5] == pytest.approx(24 / 256, abs=TOL)  # both decode: O + 2D = 4/256
+    assert times[5] == pytest.approx(24 / 256, abs=TOL)  # both decode: OVH + 2 DEC = 4/256
     np.testing.assert_allclose(np.diff(times[5:]), 3 / 256, atol=TOL)
 
 
@@ -223,7 +223,7 @@ def test_open_loop_arrival_exactly_at_a_step_end_joins_at_that_boundary() -> Non
 
 
 class ScriptedUsers:
-    """A closed loop whose think times and lengths are given in call order."""
+    """PRE closed loop whose think times and lengths are given in call order."""
 
     def __init__(self, num_users: int, thinks_s: list[float], lengths: list[tuple[int, int]]):
         self.num_users = num_users
@@ -332,55 +332,29 @@ def test_rejection_reason_is_none_for_a_fitting_request() -> None:
 # -- the core without the executor ----------------------------------------------
 
 
-def drive(core: EngineCore, cost: LinearCost, multi_step: bool) -> None:
-    """A minimal executor: run plans back to back until the core is empty."""
+def drive(core: EngineCore, cost: LinearCost) -> None:
+    """A minimal executor, step by step: run plans back to back until the core is empty."""
     now = 0.0
     while core.running or core.waiting:
         plan = core.schedule(now)
         assert not plan.is_empty
-        if multi_step and plan.num_steps > 1:
-            shape = plan.shape()
-            durations = cost.decode_steps_s(
-                shape.num_decode_seqs, shape.num_decode_context_tokens, plan.num_steps
-            )
-            ends = list(np.cumsum([now, *durations])[1:])
-        else:
-            ends = [now + cost.step_s(plan.shape())]
-        core.commit(plan, now, ends)
-        now = ends[-1]
-
-
-def test_commit_of_a_decode_run_equals_step_by_step_commits() -> None:
-    cost = LinearCost(step_overhead_s=1e-3, per_decode_seq_s=3e-4, per_context_token_s=1e-7,
-                      per_prefill_token_s=2e-5)
-    cores = []
-    for multi_step in (True, False):
-        core = EngineCore(ContinuousConfig(max_num_batched_tokens=64).build(),
-                          BlockPool(64, 16), 4096)
-        for i, (prompt, output) in enumerate([(40, 70), (100, 33), (7, 90)]):
-            core.add(Request(i, 0.0, prompt, output), 0.0)
-        drive(core, cost, multi_step)
-        cores.append(core)
-    fast, slow = cores
-    assert fast.num_steps == slow.num_steps
-    pd.testing.assert_frame_equal(fast.steps.frame(), slow.steps.frame(), rtol=1e-12)
-    pd.testing.assert_frame_equal(fast.records.frame(), slow.records.frame(), rtol=1e-12)
-    assert fast.kv.num_free_blocks == fast.kv.num_blocks == 64
-    assert fast.later_runs == slow.later_runs == {}
+        end = now + cost.step_s(plan.shape())
+        core.commit(plan, now, [end])
+        now = end
 
 
 def test_step_log_counts_prefill_chunks_and_decodes() -> None:
     core = EngineCore(ContinuousConfig(max_num_batched_tokens=10).build(), BlockPool(64, 16), 1000)
     core.add(Request(0, 0.0, 25, 2), 0.0)
-    drive(core, COST, multi_step=True)
+    drive(core, COST)
     steps = core.steps.frame()
     # Prompt 25 in chunks of 10, 10, 5; the third emits the first token; one decode.
     assert steps["num_prefill_tokens"].tolist() == [10, 10, 5, 0]
     assert steps["num_decode_seqs"].tolist() == [0, 0, 0, 1]
     assert steps["num_itl_tokens"].tolist() == [0, 0, 0, 1]
     record = core.records.frame().iloc[0]
-    assert record["first_token_s"] == pytest.approx(3 * O + 25 * A, abs=TOL)
-    assert record["finish_s"] == pytest.approx(4 * O + 25 * A + D, abs=TOL)
+    assert record["first_token_s"] == pytest.approx(3 * OVH + 25 * PRE, abs=TOL)
+    assert record["finish_s"] == pytest.approx(4 * OVH + 25 * PRE + DEC, abs=TOL)
 
 
 def test_flush_records_unfinished_requests_with_nan_times() -> None:

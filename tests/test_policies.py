@@ -17,10 +17,10 @@ from sim.simulation import Engine, Frontend, RawResult, Simulation
 from sim.tokens import token_times_s
 from sim.workload import RequestArrays
 
-O = 1 / 128  # step overhead, s
-A = 1 / 1024  # per prefill token, s
-D = 1 / 256  # per decode sequence, s
-COST = LinearCost(step_overhead_s=O, per_prefill_token_s=A, per_decode_seq_s=D)
+OVH = 1 / 128  # step overhead, s
+PRE = 1 / 1024  # per prefill token, s
+DEC = 1 / 256  # per decode sequence, s
+COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s=DEC)
 TOL = 1e-12
 
 
@@ -100,23 +100,23 @@ def test_chunked_prefill_cuts_a_long_prompt_into_budget_sized_chunks(skip_ahead:
     # 5000 = 2048 + 2048 + 904; the last chunk samples the first token; two decodes.
     assert steps["num_prefill_tokens"].tolist() == [2048, 2048, 904, 0, 0]
     assert steps["num_decode_seqs"].tolist() == [0, 0, 0, 1, 1]
-    first_token_s = 3 * O + 5000 * A
+    first_token_s = 3 * OVH + 5000 * PRE
     assert column(raw, "first_token_s") == [pytest.approx(first_token_s, abs=TOL)]
-    assert column(raw, "finish_s") == [pytest.approx(first_token_s + 2 * (O + D), abs=TOL)]
+    assert column(raw, "finish_s") == [pytest.approx(first_token_s + 2 * (OVH + DEC), abs=TOL)]
     np.testing.assert_allclose(
-        steps["end_s"][:3], [O + 2048 * A, 2 * (O + 2048 * A), first_token_s], atol=TOL
+        steps["end_s"][:3], [OVH + 2048 * PRE, 2 * (OVH + 2048 * PRE), first_token_s], atol=TOL
     )
 
 
 def test_chunk_attention_pairs_count_the_cached_prefix() -> None:
-    # A chunk of c new tokens after p cached ones attends to c*p + c(c+1)/2 pairs.
+    # PRE chunk of c new tokens after p cached ones attends to c*p + c(c+1)/2 pairs.
     per_pair_s = 2.0**-30
-    cost = LinearCost(step_overhead_s=O, per_attention_pair_s=per_pair_s, per_decode_seq_s=D)
+    cost = LinearCost(step_overhead_s=OVH, per_attention_pair_s=per_pair_s, per_decode_seq_s=DEC)
     raw = continuous(work([0.0], [5000], [1]), cost=cost)
     chunks = [(2048, 0), (2048, 2048), (904, 4096)]
     pairs = [c * p + c * (c + 1) // 2 for c, p in chunks]
     durations = (raw.steps["end_s"] - raw.steps["start_s"]).to_numpy()
-    np.testing.assert_allclose(durations, [O + per_pair_s * n for n in pairs], rtol=1e-12)
+    np.testing.assert_allclose(durations, [OVH + per_pair_s * n for n in pairs], rtol=1e-12)
 
 
 def test_running_decodes_take_their_share_of_the_budget_first() -> None:
@@ -132,7 +132,7 @@ def test_running_decodes_take_their_share_of_the_budget_first() -> None:
     first_scheduled = column(raw, "first_scheduled_s")[1]
     ends = steps["end_s"].to_numpy()
     assert first_scheduled == ends[ends >= 0.1][0]
-    assert first_scheduled - 0.1 <= O + D + TOL
+    assert first_scheduled - 0.1 <= OVH + DEC + TOL
 
 
 def test_without_chunking_a_prompt_waits_for_a_whole_budget() -> None:
@@ -140,14 +140,14 @@ def test_without_chunking_a_prompt_waits_for_a_whole_budget() -> None:
     # 5000-token prompt waits until r0 finishes, then runs in one step.
     arrays = work([0.0, 0.1], [8, 5000], [100, 2])
     raw = continuous(arrays, max_num_batched_tokens=5000, chunked_prefill=False)
-    finish_0 = O + 8 * A + 99 * (O + D)
+    finish_0 = OVH + 8 * PRE + 99 * (OVH + DEC)
     assert column(raw, "finish_s")[0] == pytest.approx(finish_0, abs=TOL)
     assert column(raw, "first_scheduled_s")[1] == pytest.approx(finish_0, abs=TOL)
-    assert column(raw, "first_token_s")[1] == pytest.approx(finish_0 + O + 5000 * A, abs=TOL)
+    assert column(raw, "first_token_s")[1] == pytest.approx(finish_0 + OVH + 5000 * PRE, abs=TOL)
     assert raw.steps["num_prefill_tokens"].max() == 5000
     # With chunking the same prompt starts at once: a 4999-token chunk beside r0's decode.
     chunked = continuous(arrays, max_num_batched_tokens=5000, chunked_prefill=True)
-    assert column(chunked, "first_scheduled_s")[1] < 0.1 + O + D + TOL
+    assert column(chunked, "first_scheduled_s")[1] < 0.1 + OVH + DEC + TOL
     assert 4999 in chunked.steps["num_prefill_tokens"].tolist()
 
 
@@ -157,8 +157,8 @@ def test_admission_stops_at_max_num_seqs() -> None:
     scheduled = column(raw, "first_scheduled_s")
     finish = column(raw, "finish_s")
     assert scheduled[:2] == [0.0, 0.0]
-    # Step 0: both prefill (O + 16A); steps of O + 2D after; r0's 3rd token after 2 of them.
-    assert finish[0] == pytest.approx(O + 16 * A + 2 * (O + 2 * D), abs=TOL)
+    # Step 0: both prefill (OVH + 16 PRE); then steps of OVH + 2 DEC; r0's 3rd token after 2.
+    assert finish[0] == pytest.approx(OVH + 16 * PRE + 2 * (OVH + 2 * DEC), abs=TOL)
     assert scheduled[2] == finish[0]
     assert raw.steps["num_decode_seqs"].max() == 2
 
@@ -185,19 +185,17 @@ def test_newest_request_is_preempted_when_blocks_run_out(skip_ahead: bool) -> No
     # i.e. with 17 tokens generated) the pool is empty, so the newest, r1, is preempted
     # with 16 tokens generated. It cannot return until r0 finishes and frees its blocks,
     # then recomputes its 16 + 16 tokens in one prefill step and finishes its output.
-    raw = continuous(
-        work([0.0, 0.001], [16, 16], [40, 40]), num_kv_blocks=4, skip_ahead=skip_ahead
-    )
+    raw = continuous(work([0.0, 0.001], [16, 16], [40, 40]), num_kv_blocks=4, skip_ahead=skip_ahead)
     assert column(raw, "num_preemptions") == [0, 1]
     assert column(raw, "num_generated_tokens") == [40, 40]
     finish_0, finish_1 = column(raw, "finish_s")
     assert raw.later_runs.keys() == {1}
     ((resume_s, tokens_before),) = raw.later_runs[1]
     assert tokens_before == 16
-    assert resume_s == pytest.approx(finish_0 + O + 32 * A, abs=TOL)
-    assert finish_1 == pytest.approx(resume_s + 23 * (O + D), abs=TOL)
+    assert resume_s == pytest.approx(finish_0 + OVH + 32 * PRE, abs=TOL)
+    assert finish_1 == pytest.approx(resume_s + 23 * (OVH + DEC), abs=TOL)
     # First scheduling is not reset by the preemption: r1 first ran at step 1.
-    assert column(raw, "first_scheduled_s")[1] == pytest.approx(O + 16 * A, abs=TOL)
+    assert column(raw, "first_scheduled_s")[1] == pytest.approx(OVH + 16 * PRE, abs=TOL)
     times = token_times(raw, 1)
     assert len(times) == 40
     assert np.all(np.diff(times) > 0)
@@ -223,9 +221,9 @@ def test_no_preemption_when_the_pool_suffices() -> None:
 def test_static_partial_batch_waits_max_wait_s() -> None:
     raw = static(work([0.0, 0.1], [8, 8], [2, 2]), max_batch_size=4, max_wait_s=0.5)
     assert column(raw, "first_scheduled_s") == [0.5, 0.5]
-    # One prefill step for the batch (O + 16A), then one decode step of both (O + 2D).
-    assert column(raw, "first_token_s") == [0.5 + O + 16 * A] * 2
-    assert column(raw, "finish_s") == [0.5 + O + 16 * A + O + 2 * D] * 2
+    # One prefill step for the batch (OVH + 16 PRE), then one decode step of both (OVH + 2 DEC).
+    assert column(raw, "first_token_s") == [0.5 + OVH + 16 * PRE] * 2
+    assert column(raw, "finish_s") == [0.5 + OVH + 16 * PRE + OVH + 2 * DEC] * 2
     assert raw.steps["num_prefill_tokens"].tolist() == [16, 0]
 
 
@@ -237,7 +235,7 @@ def test_static_full_batch_starts_at_once() -> None:
 
 
 def test_static_batch_is_not_joined_while_it_runs() -> None:
-    # Batch of 4 at 0.3 runs a prefill (O + 32A = 5/128) and a decode (O + 4D = 3/128):
+    # Batch of 4 at 0.3 runs a prefill (OVH + 32 PRE = 5/128) and a decode (OVH + 4 DEC = 3/128):
     # done at 0.3 + 1/16. r4 arrived at 0.35, during it: it waits for its own timer (0.85).
     raw = static(
         work([0.0, 0.1, 0.2, 0.3, 0.35], [8] * 5, [2] * 5), max_batch_size=4, max_wait_s=0.5
@@ -246,7 +244,7 @@ def test_static_batch_is_not_joined_while_it_runs() -> None:
     assert finish[:4] == [pytest.approx(0.3 + 1 / 16, abs=TOL)] * 4
     assert column(raw, "first_scheduled_s")[4] == 0.85
     # With no wait allowed, a request arriving during a batch starts as soon as it is done:
-    # r1 alone (prefill O + 8A, one decode O + D: 7/256 s) delays r2 by the remainder.
+    # r1 alone (prefill OVH + 8 PRE, one decode OVH + DEC: 7/256 s) delays r2 by the remainder.
     eager = static(work([0.0, 0.01], [8, 8], [2, 2]), max_batch_size=4, max_wait_s=0.0)
     assert column(eager, "first_scheduled_s") == [0.0, pytest.approx(7 / 256, abs=TOL)]
 
@@ -254,12 +252,13 @@ def test_static_batch_is_not_joined_while_it_runs() -> None:
 def test_static_batch_limited_by_kv_reserves_full_lengths() -> None:
     # Pool 8 blocks; prompt 16 + output 49 -> 64 tokens = 4 blocks reserved per member at
     # formation, so only 2 of 3 waiting requests fit; the 3rd starts with the next batch.
-    raw = static(work([0.0, 0.0, 0.0], [16] * 3, [49] * 3), max_batch_size=4, max_wait_s=0.0,
-                 num_kv_blocks=8)
+    raw = static(
+        work([0.0, 0.0, 0.0], [16] * 3, [49] * 3), max_batch_size=4, max_wait_s=0.0, num_kv_blocks=8
+    )
     scheduled = column(raw, "first_scheduled_s")
     finish = column(raw, "finish_s")
     assert scheduled[:2] == [0.0, 0.0]
-    assert finish[0] == finish[1] == pytest.approx(O + 32 * A + 48 * (O + 2 * D), abs=TOL)
+    assert finish[0] == finish[1] == pytest.approx(OVH + 32 * PRE + 48 * (OVH + 2 * DEC), abs=TOL)
     assert scheduled[2] == finish[0]
     assert column(raw, "num_preemptions") == [0, 0, 0]
 
@@ -273,15 +272,17 @@ def test_static_padding_keeps_early_finishers_in_the_batch(skip_ahead: bool) -> 
     steps = raw.steps
     assert steps["num_decode_seqs"].tolist() == [0, 2, 2, 2, 2]
     assert steps["num_itl_tokens"].tolist() == [0, 2, 1, 1, 1]
-    prefill_s = O + 16 * A
+    prefill_s = OVH + 16 * PRE
     assert column(raw, "finish_s") == [
-        pytest.approx(prefill_s + (O + 2 * D), abs=TOL),
-        pytest.approx(prefill_s + 4 * (O + 2 * D), abs=TOL),
+        pytest.approx(prefill_s + (OVH + 2 * DEC), abs=TOL),
+        pytest.approx(prefill_s + 4 * (OVH + 2 * DEC), abs=TOL),
     ]
     # Continuous batching drops r0's slot instead, so r1 finishes sooner.
     cont = continuous(arrays)
     assert cont.steps["num_decode_seqs"].tolist() == [0, 2, 1, 1, 1]
-    assert column(cont, "finish_s")[1] == pytest.approx(prefill_s + (O + 2 * D) + 3 * (O + D))
+    assert column(cont, "finish_s")[1] == pytest.approx(
+        prefill_s + (OVH + 2 * DEC) + 3 * (OVH + DEC)
+    )
 
 
 def test_static_padding_context_grows_each_step() -> None:
@@ -289,16 +290,16 @@ def test_static_padding_context_grows_each_step() -> None:
     # contexts 9 + 9 = 18; r0's slot then pads with context 10, 11, 12 beside r1's 10,
     # 11, 12: step context sums 18, 20, 22, 24.
     c = 2.0**-12
-    cost = LinearCost(step_overhead_s=O, per_prefill_token_s=A, per_context_token_s=c)
+    cost = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_context_token_s=c)
     raw = static(work([0.0, 0.0], [8, 8], [2, 5]), max_batch_size=2, max_wait_s=0.0, cost=cost)
     durations = (raw.steps["end_s"] - raw.steps["start_s"]).to_numpy()
     np.testing.assert_allclose(
-        durations, [O + 16 * A] + [O + c * n for n in (18, 20, 22, 24)], rtol=1e-12
+        durations, [OVH + 16 * PRE] + [OVH + c * n for n in (18, 20, 22, 24)], rtol=1e-12
     )
 
 
 def test_static_one_token_requests_never_decode() -> None:
     raw = static(work([0.0, 0.0], [8, 8], [1, 1]), max_batch_size=2, max_wait_s=0.0)
     assert len(raw.steps) == 1
-    assert column(raw, "finish_s") == [O + 16 * A] * 2
+    assert column(raw, "finish_s") == [OVH + 16 * PRE] * 2
     assert not math.isnan(column(raw, "first_token_s")[0])

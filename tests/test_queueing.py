@@ -112,8 +112,9 @@ def poisson_arrivals(rate_per_s: float, rng: np.random.Generator, num: int) -> F
     return arrival_times_s(PoissonArrival(rate_per_s=rate_per_s), rng, num_requests=num)
 
 
-def assert_close_to_theory(means: list[float], theory: float, max_rel_se: float,
-                           extra_rel: float = 0.0) -> None:
+def assert_close_to_theory(
+    means: list[float], theory: float, max_rel_se: float, extra_rel: float = 0.0
+) -> None:
     """|mean - theory| <= Z * SE + extra_rel * theory, and SE <= max_rel_se * theory."""
     values = np.asarray(means)
     mean = float(values.mean())
@@ -138,8 +139,7 @@ def test_waiting_times_follow_lindley_recursion_exactly(policy: str) -> None:
     requests = simulate(arrival_s, prompt, output, policy)
     np.testing.assert_allclose(waiting_s(requests), lindley_waits_s(arrival_s, service), atol=1e-9)
     sojourn_s = (requests["finish_s"] - requests["arrival_s"]).to_numpy()
-    np.testing.assert_allclose(sojourn_s, lindley_waits_s(arrival_s, service) + service,
-                               atol=1e-9)
+    np.testing.assert_allclose(sojourn_s, lindley_waits_s(arrival_s, service) + service, atol=1e-9)
     assert (requests["num_generated_tokens"] == output).all()
 
 
@@ -156,7 +156,7 @@ MD1_SERVICE_S = float(service_s(MD1_PROMPT, MD1_OUTPUT))  # 0.011 + 0.009 = 0.02
     [("continuous", 0.5, 5000), ("continuous", 0.8, 8000), ("static", 0.8, 8000)],
 )
 def test_md1_mean_wait_matches_pollaczek_khinchine(policy: str, rho: float, num: int) -> None:
-    assert MD1_SERVICE_S == pytest.approx(0.02)
+    assert pytest.approx(0.02) == MD1_SERVICE_S
     theory = rho * MD1_SERVICE_S / (2 * (1 - rho))
     means = []
     for seed in range(NUM_SEEDS):
@@ -238,8 +238,12 @@ def test_littles_law_on_a_continuous_batching_run() -> None:
     rng = np.random.default_rng(2024)
     num = 3000
     rate_per_s = 12.0
-    cost = LinearCost(step_overhead_s=5e-3, per_prefill_token_s=2e-5, per_decode_seq_s=1e-3,
-                      per_context_token_s=1e-6)
+    cost = LinearCost(
+        step_overhead_s=5e-3,
+        per_prefill_token_s=2e-5,
+        per_decode_seq_s=1e-3,
+        per_context_token_s=1e-6,
+    )
     arrival_s = poisson_arrivals(rate_per_s, rng, num)
     prompt = sample_lengths(UniformLength(min_tokens=50, max_tokens=800), rng, num)
     output = sample_lengths(ExponentialLength(mean_tokens=30), rng, num)

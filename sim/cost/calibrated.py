@@ -11,13 +11,18 @@ coefficients. The curve is, for a step of shape ``s`` with
                  + per_prefill_attention_pair_s * prefill_attention_pairs
                  + per_prefill_kv_read_token_s * prefill_kv_read_tokens
                  + per_decode_seq_s * num_decode_seqs
+                 + batch_curve(num_decode_seqs)      (only if num_decode_seqs > 0)
                  + sum over hinges h_k of per_decode_context_token_s[k]
                        * max(0, num_decode_context_tokens - h_k))
 
 ``tokens_curve`` is piecewise linear through ``(token_knots, token_knot_s)``
-(flat below the first knot, last slope, never negative, above the last); it
+(the first segment extended below the first knot, floored at 0; above the
+last knot the last slope if rising, else flat); it
 carries the dense layers, whose cost is not smooth in the number of tokens
-on a CPU (matmul kernels change with the row count). The hinges (``h_0 = 0``)
+on a CPU (matmul kernels change with the row count). ``batch_curve``, the
+same through ``(decode_batch_knots, decode_batch_knot_s)``, is the extra cost
+of a decode batch of that size (LM head rows, sampling, the KV gather), a
+per-batch-size table where the measured cost is not smooth in batch size. The hinges (``h_0 = 0``)
 make the decode context cost convex: on a CPU the per-token cost of attention
 rises once the KV a step gathers outgrows the caches. A ``linear`` fit has no
 knots and the one hinge at 0. Evaluation is a few float operations plus one
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import warnings
 from bisect import bisect_right
+from pathlib import Path
 
 import numpy as np
 
@@ -39,6 +45,7 @@ from sim.cost.calibration_artifact import (
     CalibrationArtifact,
     Extrapolation,
     FitCoefficients,
+    load_artifact,
 )
 from sim.cost.specs import HardwareSpec, ModelSpec
 
@@ -47,22 +54,24 @@ def tokens_curve_s(knots: list[int], knot_s: list[float], num_tokens: float) -> 
     """Piecewise-linear curve at ``num_tokens`` (see module docstring)."""
     if not knots:
         return 0.0
-    i = bisect_right(knots, num_tokens)
-    if i == 0:
+    if len(knots) == 1:
         return knot_s[0]
+    i = bisect_right(knots, num_tokens)
     if i == len(knots):
-        if len(knots) == 1:
-            return knot_s[0]
         slope = (knot_s[-1] - knot_s[-2]) / (knots[-1] - knots[-2])
         return knot_s[-1] + max(slope, 0.0) * (num_tokens - knots[-1])
+    i = max(i, 1)  # below the first knot: the first segment, extended
     t0, t1 = knots[i - 1], knots[i]
-    return knot_s[i - 1] + (knot_s[i] - knot_s[i - 1]) * (num_tokens - t0) / (t1 - t0)
+    value = knot_s[i - 1] + (knot_s[i] - knot_s[i - 1]) * (num_tokens - t0) / (t1 - t0)
+    return max(value, 0.0)
 
 
 class CalibratedCost:
     """The CostModel of a fitted artifact (formula in the module docstring)."""
 
     __slots__ = (
+        "_batch_knot_s",
+        "_batch_knots",
         "_floor_s",
         "_hinges",
         "_intercept_s",
@@ -82,6 +91,8 @@ class CalibratedCost:
         # Plain floats and lists: attribute access on them is the fastest path.
         self._knots = list(fit.token_knots)
         self._knot_s = list(fit.token_knot_s)
+        self._batch_knots = list(fit.decode_batch_knots)
+        self._batch_knot_s = list(fit.decode_batch_knot_s)
         self._intercept_s = fit.intercept_s
         self._per_token_s = fit.per_token_s
         self._per_prefill_seq_s = fit.per_prefill_seq_s
@@ -110,6 +121,13 @@ class CalibratedCost:
         t += self._per_kv_read_s * kv_read
         return t
 
+    def _decode_batch_s(self, num_seqs: int) -> float:
+        """Per-sequence term plus the batch curve (0 without decode sequences)."""
+        if num_seqs == 0:
+            return 0.0
+        curve = tokens_curve_s(self._batch_knots, self._batch_knot_s, num_seqs)
+        return self._per_decode_seq_s * num_seqs + curve
+
     def step_s(self, shape: StepShape) -> float:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
@@ -120,7 +138,7 @@ class CalibratedCost:
             shape.prefill_attention_pairs,
             shape.prefill_kv_read_tokens,
         )
-        t += self._per_decode_seq_s * shape.num_decode_seqs
+        t += self._decode_batch_s(shape.num_decode_seqs)
         context = float(shape.num_decode_context_tokens)
         for hinge, slope in zip(self._hinges, self._per_context_s, strict=True):
             beyond = context - hinge
@@ -135,7 +153,7 @@ class CalibratedCost:
         if num_seqs == 0:
             return np.zeros(num_steps, dtype=np.float64)
         # Same operations in the same order as step_s, so results match exactly.
-        base = self._base_s(num_seqs, 0, 0, 0) + self._per_decode_seq_s * num_seqs
+        base = self._base_s(num_seqs, 0, 0, 0) + self._decode_batch_s(num_seqs)
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
         out: FloatArray = np.full(num_steps, base)
         for hinge, slope in zip(self._hinges, self._per_context_s, strict=True):
@@ -144,6 +162,11 @@ class CalibratedCost:
 
     def __repr__(self) -> str:
         return f"CalibratedCost({self._label!r})"
+
+
+def load_calibrated_cost(path: str | Path) -> CalibratedCost:
+    """The cost model of the artifact at ``path`` (ConfigError if it is bad)."""
+    return CalibratedCost.from_artifact(load_artifact(path))
 
 
 def artifact_label(artifact: CalibrationArtifact) -> str:
@@ -177,6 +200,7 @@ def scale_to_hardware(
       with compute;
     - prefill attention pairs: compute ratio; KV reads (prefill and decode
       context): bandwidth ratio;
+    - decode batch curve: bandwidth ratio (LM-head rows and KV gathers);
     - per-sequence costs and the floor: unchanged (host-side bookkeeping).
     """
     warnings.warn(
@@ -198,6 +222,8 @@ def scale_to_hardware(
         return _roofline_s(model, to_hw, num_tokens) / _roofline_s(model, from_hw, num_tokens)
 
     knot_s = [s * dense_ratio(k) for k, s in zip(fit.token_knots, fit.token_knot_s, strict=True)]
+    # The batch curve holds LM-head rows and the KV gather: memory-bound work.
+    batch_s = [s * memory_ratio for s in fit.decode_batch_knot_s]
     # The linear part: intercept at T=1 and slope from T=1 to the largest sample.
     t_max = float(
         max((s.num_prefill_tokens + s.num_decode_seqs for s in artifact.samples), default=1)
@@ -208,6 +234,7 @@ def scale_to_hardware(
     scaled = fit.model_copy(
         update={
             "token_knot_s": knot_s,
+            "decode_batch_knot_s": batch_s,
             "intercept_s": max(at_1 - per_token_s, 0.0),
             "per_token_s": per_token_s,
             "per_prefill_attention_pair_s": fit.per_prefill_attention_pair_s * compute_ratio,

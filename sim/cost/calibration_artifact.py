@@ -108,6 +108,9 @@ class FitCoefficients(BaseModel):
     kind: Literal["linear", "piecewise"]
     token_knots: list[Annotated[int, Field(gt=0)]] = []
     token_knot_s: list[NonNegativeFloat] = []
+    # Added once when a step has decode sequences: piecewise linear in their number.
+    decode_batch_knots: list[Annotated[int, Field(gt=0)]] = []
+    decode_batch_knot_s: list[NonNegativeFloat] = []
     intercept_s: NonNegativeFloat = 0.0
     per_token_s: NonNegativeFloat = 0.0
     per_prefill_seq_s: NonNegativeFloat = 0.0
@@ -122,12 +125,14 @@ class FitCoefficients(BaseModel):
 
     @model_validator(mode="after")
     def _check_knots(self) -> FitCoefficients:
-        if len(self.token_knots) != len(self.token_knot_s):
-            raise ValueError("token_knots and token_knot_s differ in length")
-        if any(b <= a for a, b in pairwise(self.token_knots)):
-            raise ValueError("token_knots must be strictly increasing")
-        if self.kind == "linear" and self.token_knots:
-            raise ValueError("a linear fit has no token_knots")
+        for name in ("token_knots", "decode_batch_knots"):
+            knots: list[int] = getattr(self, name)
+            if len(knots) != len(getattr(self, name.replace("knots", "knot_s"))):
+                raise ValueError(f"{name} and its values differ in length")
+            if any(b <= a for a, b in pairwise(knots)):
+                raise ValueError(f"{name} must be strictly increasing")
+            if self.kind == "linear" and knots:
+                raise ValueError(f"a linear fit has no {name}")
         hinges = self.decode_context_hinges
         if len(hinges) != len(self.per_decode_context_token_s):
             raise ValueError(
