@@ -28,9 +28,9 @@ from torch import nn
 
 from calibration.kv import KVCache
 from calibration.step import DecodeItem, PrefillChunk, StepOutput
+from sim.cost.specs import ModelSpec
 
 __all__ = ["DecodeItem", "DecoderLayer", "LlamaModel", "PrefillChunk", "StepOutput"]
-from sim.cost.specs import ModelSpec
 
 _INIT_STD = 0.02  # like Llama's initializer_range; keeps activations O(1)
 _NORM_EPS = 1e-5
@@ -169,6 +169,9 @@ class LlamaModel(nn.Module):
         self, cache: KVCache, prefill: Sequence[PrefillChunk], decode: Sequence[DecodeItem]
     ) -> tuple[_AttentionPlan, list[int], list[int], list[int], list[int]]:
         """Host-side bookkeeping: token ids, slot and position per row, sampled rows."""
+        used = [c.slot for c in prefill] + [d.slot for d in decode]
+        if len(set(used)) != len(used):
+            raise ValueError(f"a slot appears twice in one step: {sorted(used)}")
         ids: list[int] = []
         slots: list[int] = []
         positions: list[int] = []

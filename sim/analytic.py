@@ -122,9 +122,7 @@ def mmc_wait_s(arrival_rate_per_s: float, service_s: float, num_servers: int) ->
     if offered >= num_servers:
         return math.inf
     service_rate_per_s = 1.0 / service_s
-    return erlang_c(num_servers, offered) / (
-        num_servers * service_rate_per_s - arrival_rate_per_s
-    )
+    return erlang_c(num_servers, offered) / (num_servers * service_rate_per_s - arrival_rate_per_s)
 
 
 def mmc_sojourn_s(arrival_rate_per_s: float, service_s: float, num_servers: int) -> float:

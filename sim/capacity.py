@@ -4,30 +4,21 @@ The load knob depends on the workload: ``arrival.rate_per_s`` (synthetic),
 ``time_scale`` (trace; the rate is the trace's own rate over ``time_scale``)
 or ``num_users`` (closed loop, an integer).
 
-Each load is simulated with the same ``num_seeds`` seeds (common random
-numbers: request lengths do not depend on the rate, so neighbouring loads see
-the same requests). For each target, the mean over seeds of its statistic and
-a 95% Student-t interval of that mean classify the load:
-
-- ``pass``: every target's upper bound is within its limit;
-- ``fail``: some target's lower bound is beyond its limit;
-- ``unclear``: neither; the noise band around the answer.
+Each load is simulated with the same ``num_seeds`` seeds: common random
+numbers, so request lengths and the shape of the arrival sequence do not
+depend on the rate and neighbouring loads see the same requests. A target
+holds *on average* at a load when the mean over seeds of its statistic is
+within the limit; a 95% Student-t interval of that mean also classifies the
+load as ``pass`` (every upper bound within its limit), ``fail`` (some lower
+bound beyond it) or ``unclear`` (the noise band around the answer). A trace
+replay draws nothing at random, so it runs under one seed and its interval
+only reflects the search's resolution.
 
 Why means and t intervals rather than a majority vote: a vote over 3 seeds
 discards how far each run is from the limit and yields no interval, while the
 t interval turns the spread between seeds into the answer's uncertainty.
-Assuming the statistics grow with load, the true capacity (where the expected
-statistic meets its limit) lies between the highest ``pass`` load below the
-lowest ``fail`` load and that ``fail`` load, each side at ~95% confidence.
 
-Search: bracket (double or halve from the scenario's load until both a pass
-and a fail are found), then bisect the widest of three gaps: next to each end
-of the bracket (to narrow the interval) and where the mean crosses the limit
-(to sharpen the estimate), until the bracket is narrower than ``rel_width`` of
-its top, or those gaps are (the interval is then as narrow as the noise
-allows), or ``max_sims`` simulations are spent. The point estimate interpolates
-where the worst mean statistic / limit ratio crosses 1; a last evaluation there
-gives the goodput and latencies at capacity.
+The search itself (bracket, bisect, bound) is in :mod:`sim.capacity_search`.
 """
 
 from __future__ import annotations
@@ -36,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -49,9 +40,38 @@ from sim.sweep_exec import Record, execute
 Status = Literal["pass", "fail", "unclear"]
 
 # Two-sided 95% Student-t critical values by degrees of freedom (1..30).
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+_T95 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 MAX_DOUBLINGS = 20
 
 
@@ -154,18 +174,29 @@ def judge(load: float, records: list[Record], targets: Sequence[SloTarget]) -> L
 
 @dataclass
 class CapacitySearch:
-    """The result: bracket, estimate, every evaluated load, and why it stopped."""
+    """The result: estimate, interval, every evaluated load, and why it stopped."""
 
     knob: LoadKnob
     targets: tuple[SloTarget, ...]
     seeds: tuple[int, ...]
     points: list[LoadPoint] = field(default_factory=list)
-    lower: float | None = None  # highest pass below `upper`
-    upper: float | None = None  # lowest fail
+    lower: float | None = None  # highest `pass` load below `upper`
+    upper: float | None = None  # lowest `fail` load
+    cell: tuple[float | None, float | None] = (None, None)  # mean holds at [0], fails at [1]
     estimate: float | None = None
     at_estimate: LoadPoint | None = None
     stop_reason: str = ""
     num_sims: int = 0
+
+    @property
+    def interval(self) -> tuple[float | None, float | None]:
+        """The ~95% interval, widened to hold the estimate if noise put it outside."""
+        low, high, est = self.lower, self.upper, self.estimate
+        if est is not None and low is not None:
+            low = min(low, est)
+        if est is not None and high is not None:
+            high = max(high, est)
+        return low, high
 
 
 class Searcher:
@@ -190,6 +221,8 @@ class Searcher:
             doc["slo"] = slo.model_dump(exclude_none=True)
         self.doc, self.base_dir, self.jobs, self.on_point = doc, base_dir, jobs, on_point
         knob = load_knob(scenario, base_dir)
+        if scenario.workload.kind == "trace":
+            num_seeds = 1  # a replay draws nothing at random: every seed gives the same run
         seeds = tuple(scenario.seed + k for k in range(num_seeds))
         self.result = CapacitySearch(knob, tuple(targets), seeds)
 
@@ -221,104 +254,3 @@ class Searcher:
         passes = [p.load for p in res.points if p.status == "pass"]
         passes = [x for x in passes if res.upper is None or x < res.upper]
         res.lower = max(passes) if passes else None
-
-
-def _crossing(points: list[LoadPoint], lower: float, upper: float) -> float:
-    """Load where the worst mean ratio crosses 1, linear between evaluated loads."""
-    inside = sorted((p for p in points if lower <= p.load <= upper), key=lambda p: p.load)
-    for a, b in zip(inside, inside[1:], strict=False):
-        if a.ratio <= 1.0 < b.ratio:
-            if not math.isfinite(b.ratio):
-                return a.load
-            return a.load + (1.0 - a.ratio) * (b.load - a.load) / (b.ratio - a.ratio)
-    return lower
-
-
-def _gaps(points: list[LoadPoint], lower: float, upper: float) -> list[tuple[float, float]]:
-    """Gaps worth bisecting: next to each end of the bracket, and where the mean crosses."""
-    inside = sorted((p for p in points if lower <= p.load <= upper), key=lambda p: p.load)
-    gaps = [(inside[0].load, inside[1].load), (inside[-2].load, inside[-1].load)]
-    for a, b in zip(inside, inside[1:], strict=False):
-        if a.ratio <= 1.0 < b.ratio:
-            gaps.append((a.load, b.load))
-            break
-    return gaps
-
-
-def search(searcher: Searcher, rel_width: float = 0.05, max_sims: int = 60) -> CapacitySearch:
-    """Bracket, bisect and estimate (see module docstring); bounded by ``max_sims``."""
-    if not 0 < rel_width < 1:
-        raise ConfigError(f"--rel-width must be in (0, 1), got {rel_width}")
-    res, knob = searcher.result, searcher.result.knob
-    per_point = len(res.seeds)
-    if max_sims < 2 * per_point:
-        raise ConfigError(f"--max-sims must be >= 2 x seeds = {2 * per_point}, got {max_sims}")
-
-    def room() -> bool:  # keeps one evaluation in reserve for the estimate
-        return res.num_sims + 2 * per_point <= max_sims
-
-    def snap(load: float) -> float:
-        return float(max(1, math.floor(load))) if knob.integer else load
-
-    start = snap(knob.start)
-    searcher.evaluate(start)
-    while res.upper is None:
-        top = max(p.load for p in res.points)
-        if top >= start * 2**MAX_DOUBLINGS or not room():
-            res.stop_reason = f"no SLO failure found up to {top:g} {knob.unit}"
-            break
-        searcher.evaluate(snap(2 * top))
-    while res.upper is not None and res.lower is None:
-        bottom = min(p.load for p in res.points)
-        lower = snap(bottom / 2)
-        if lower >= bottom or bottom <= start * 2.0**-MAX_DOUBLINGS or not room():
-            res.stop_reason = f"the SLOs fail even at {bottom:g} {knob.unit}"
-            break
-        searcher.evaluate(lower)
-    while res.lower is not None and res.upper is not None:
-        lo, hi = res.lower, res.upper
-        step = 1.0 if knob.integer else 0.0
-        if hi - lo <= max(rel_width * hi, step):
-            res.stop_reason = f"converged: interval within {rel_width:.0%}"
-            break
-        a, b = max(_gaps(res.points, lo, hi), key=lambda g: g[1] - g[0])
-        if b - a <= max(rel_width * hi / 2, step):
-            res.stop_reason = "noise-limited: more seeds or requests would narrow the interval"
-            break
-        if not room():
-            res.stop_reason = f"stopped at --max-sims {max_sims}"
-            break
-        searcher.evaluate(math.floor((a + b) / 2) if knob.integer else (a + b) / 2)
-    _estimate(searcher)
-    return res
-
-
-def _estimate(searcher: Searcher) -> None:
-    """Set the point estimate and simulate it (unless already simulated).
-
-    If that last run confidently fails (noise put the crossing too high), the
-    estimate is recomputed with it and the figures come from the nearest
-    evaluated load below.
-    """
-    res = searcher.result
-    if res.lower is None:
-        res.estimate = 0.0
-        return
-    res.estimate = _crossing_or_lower(res)
-    known = {p.load: p for p in res.points}
-    point = known.get(res.estimate) or searcher.evaluate(res.estimate)
-    if point.status == "fail":
-        res.estimate = _crossing_or_lower(res)
-        below = [p for p in res.points if p.load <= res.estimate]
-        point = max(below, key=lambda p: p.load)
-    res.at_estimate = point
-
-
-def _crossing_or_lower(res: CapacitySearch) -> float:
-    assert res.lower is not None
-    if res.upper is None:
-        return res.lower  # a lower bound only: no load broke the SLOs
-    crossing = _crossing(res.points, res.lower, res.upper)
-    if res.knob.integer:
-        crossing = min(max(math.floor(crossing), res.lower), res.upper - 1)
-    return crossing

@@ -70,7 +70,7 @@ def fleet_for(
     rate = capacity_rate_per_s(search, search.at_estimate)
     if rate is None or rate <= 0:
         return None
-    lower_point = next((p for p in search.points if p.load == search.lower), None)
+    lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
     lower_rate = capacity_rate_per_s(search, lower_point)
     num_replicas = math.ceil(target_rate_per_s / rate - 1e-9)
     at_lower = math.ceil(target_rate_per_s / lower_rate - 1e-9) if lower_rate else None
@@ -80,8 +80,16 @@ def fleet_for(
         usd_hour = num_gpus * gpu_price_per_hour
         tokens = output_tokens_per_request(search.at_estimate)
         usd_mtok = usd_per_million_tokens(usd_hour, target_rate_per_s * tokens if tokens else None)
-    return Fleet(target_rate_per_s, rate, num_replicas, at_lower, num_gpus,
-                 gpu_price_per_hour, usd_hour, usd_mtok)  # fmt: skip
+    return Fleet(
+        target_rate_per_s,
+        rate,
+        num_replicas,
+        at_lower,
+        num_gpus,
+        gpu_price_per_hour,
+        usd_hour,
+        usd_mtok,
+    )
 
 
 def _ms(point: LoadPoint, name: str) -> str:
@@ -116,15 +124,19 @@ def format_capacity(
     lines.append(row("load knob:", knob.key))
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
     lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
-    est, lo, hi = search.estimate, search.lower, search.upper
+    est, (lo, hi) = search.estimate, search.interval
     if lo is None:
         lines.append(row("capacity:", f"0 {unit}: {search.stop_reason}"))
     elif hi is None:
         lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
     else:
         lines.append(row("capacity:", f"{est:.3g} {unit}  (95% interval {lo:.3g} .. {hi:.3g})"))
-    lines.append(row("search:", f"{search.stop_reason}; {len(search.points)} loads, "
-                     f"{search.num_sims} simulations"))  # fmt: skip
+    lines.append(
+        row(
+            "search:",
+            f"{search.stop_reason}; {len(search.points)} loads, {search.num_sims} simulations",
+        )
+    )
     point = search.at_estimate
     if point is not None:
         stats = ", ".join(f"{n} {_ms(point, n)}" for n in point.means)
@@ -132,25 +144,47 @@ def format_capacity(
         slo = per_request_slo(search.targets)
         good, thr = point.mean_of("request_goodput"), point.mean_of("request_throughput")
         if good is not None and slo is not None:
-            within = ", ".join(f"{k.removesuffix('_ms')} <= {v:g} ms"
-                               for k, v in slo.model_dump(exclude_none=True).items())  # fmt: skip
-            lines.append(row("goodput:", f"{good:.3g} req/s of {thr:.3g} req/s ({within})"))
+            within = ", ".join(
+                f"{k.removesuffix('_ms')} <= {v:g} ms"
+                for k, v in slo.model_dump(exclude_none=True).items()
+            )
+            share = f", {good / thr:.1%} of completed requests" if thr else ""
+            lines.append(row("goodput:", f"{good:.3g} req/s{share} with {within}"))
     if fleet is not None:
         lines.append("-" * 16 + f" Fleet for {fleet.target_rate_per_s:g} req/s " + "-" * 16)
-        lines.append(row("replicas:", f"{fleet.num_replicas} = ceil({fleet.target_rate_per_s:g}"
-                         f" / {fleet.capacity_rate_per_s:.3g})"
-                         + (f"; {fleet.num_replicas_at_lower_bound} at the interval's low end"
-                            if fleet.num_replicas_at_lower_bound else "")))  # fmt: skip
-        lines.append(row("", "an estimate assuming a perfect load balancer "
-                         "(multi-replica routing is not simulated yet)"))  # fmt: skip
+        lines.append(
+            row(
+                "replicas:",
+                f"{fleet.num_replicas} = ceil({fleet.target_rate_per_s:g}"
+                f" / {fleet.capacity_rate_per_s:.3g})"
+                + (
+                    f"; {fleet.num_replicas_at_lower_bound} at the interval's low end"
+                    if fleet.num_replicas_at_lower_bound
+                    else ""
+                ),
+            )
+        )
+        lines.append(
+            row(
+                "",
+                "an estimate assuming a perfect load balancer "
+                "(multi-replica routing is not simulated yet)",
+            )
+        )
         lines.append(row("GPUs:", f"{fleet.num_gpus} ({fleet.num_replicas} x {gpus_per_replica})"))
     if price is not None:
-        lines.append(row("GPU price:", f"${price:.2f}/GPU-hour (approximate; "
-                         "set --gpu-price-per-hour)"))  # fmt: skip
+        lines.append(
+            row("GPU price:", f"${price:.2f}/GPU-hour (approximate; set --gpu-price-per-hour)")
+        )
         if fleet is not None and fleet.usd_per_hour is not None:
             mtok = fleet.usd_per_million_output_tokens
-            lines.append(row("cost:", f"${fleet.usd_per_hour:.2f}/hour"
-                             + (f", ${mtok:.3f} per million output tokens" if mtok else "")))
+            lines.append(
+                row(
+                    "cost:",
+                    f"${fleet.usd_per_hour:.2f}/hour"
+                    + (f", ${mtok:.3f} per million output tokens" if mtok else ""),
+                )
+            )
         tokens = output_tokens_per_request(point)
         rate = capacity_rate_per_s(search, point)
         if tokens and rate:
@@ -184,8 +218,8 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
         "slo": {t.name: t.limit_ms for t in search.targets},
         "seeds": list(search.seeds),
         "capacity": search.estimate,
-        "ci95_lower": search.lower,
-        "ci95_upper": search.upper,
+        "ci95_lower": search.interval[0],
+        "ci95_upper": search.interval[1],
         "capacity_rate_per_s": capacity_rate_per_s(search, search.at_estimate),
         "at_capacity": point_doc(search.at_estimate) if search.at_estimate else None,
         "stop_reason": search.stop_reason,

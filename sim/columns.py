@@ -40,21 +40,6 @@ class Columns:
         self._fill = i + 1
         self.num_rows += 1
 
-    def extend(self, **arrays: npt.ArrayLike) -> None:
-        """Append equal-length slices, one per column (scalars broadcast)."""
-        length = max(np.size(a) for a in arrays.values())
-        start = 0
-        while start < length:
-            if self._fill == CHUNK_ROWS:
-                self._flush()
-            take = min(length - start, CHUNK_ROWS - self._fill)
-            for name, values in arrays.items():
-                part = values[start : start + take] if np.ndim(values) else values
-                self._chunk[name][self._fill : self._fill + take] = part
-            self._fill += take
-            start += take
-        self.num_rows += length
-
     def frame(self) -> pd.DataFrame:
         """All rows as a DataFrame; empties the columns (a log can be GBs: no second copy)."""
         self._flush()

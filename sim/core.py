@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from sim.columns import Columns
+from sim.cost.base import FloatArray
 from sim.kv_cache import BlockPool
 from sim.plan import StepPlan
 from sim.request import Request
@@ -111,7 +112,7 @@ class EngineCore:
         self.series.append(now_s, len(self.waiting), len(self.running), self.kv.num_used_blocks)
         return plan
 
-    def commit(self, plan: StepPlan, start_s: float, ends_s: Sequence[float]) -> None:
+    def commit(self, plan: StepPlan, start_s: float, ends_s: Sequence[float] | FloatArray) -> None:
         """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``.
 
         The first step is the plan's own; any further ones are the decode
@@ -152,7 +153,9 @@ class EngineCore:
         self.steps.append(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
         self.num_steps = step + 1
 
-    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: Sequence[float]) -> None:
+    def _commit_run(
+        self, plan: StepPlan, start_s: float, ends_s: Sequence[float] | FloatArray
+    ) -> None:
         """The plan's step, then k - 1 decode steps of the same batch, in one pass.
 
         O(batch), not O(tokens): every scheduled request emits a token in each

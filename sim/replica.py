@@ -82,7 +82,9 @@ class Replica:
                 yield env.timeout(ends[-1] - now)
             except simpy.Interrupt:
                 # Steps whose end has passed are done; the one running finishes.
-                num_done = int(np.searchsorted(ends, env.now, side="right"))
+                # A step ending exactly now counts as running, as in step-by-step
+                # mode, where the newcomer would join the step starting now.
+                num_done = int(np.searchsorted(ends, env.now, side="left"))
                 ends = ends[: min(num_done + 1, len(ends))]
                 if ends[-1] > env.now:
                     yield env.timeout(ends[-1] - env.now)
@@ -95,6 +97,11 @@ class Replica:
         self._idle = idle
         if wake_at_s is not None:
             timer = self.env.timeout(max(0.0, wake_at_s - self.env.now))
-            timer.callbacks.append(lambda _: idle.triggered or idle.succeed())
+
+            def wake(_: simpy.Event) -> None:
+                if not idle.triggered:
+                    idle.succeed()
+
+            timer.callbacks.append(wake)
         yield idle
         self._idle = None

@@ -111,10 +111,33 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) 
         _set(doc, key.strip(), value, source)
 
 
-def _format_error(source: str, error: ValidationError) -> str:
+def _field_path(doc: Any, loc: tuple[Any, ...]) -> str:
+    """The dotted path as written in the file: without union tags like ``synthetic``.
+
+    pydantic puts the ``kind`` of a tagged union into the error location; a
+    user (and ``--set``) knows only the keys they wrote.
+    """
+    parts: list[str] = []
+    node = doc
+    for item in loc:
+        if str(item).startswith("function-"):
+            continue
+        if isinstance(node, dict) and item not in node and node.get("kind") == item:
+            continue  # a union tag
+        parts.append(str(item))
+        if isinstance(node, dict):
+            node = node.get(item)
+        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+            node = node[item]
+        else:
+            node = None
+    return ".".join(parts)
+
+
+def _format_error(source: str, error: ValidationError, doc: Any = None) -> str:
     parts = []
     for err in error.errors()[:3]:
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
+        loc = _field_path(doc, tuple(err["loc"]))
         msg = err["msg"].removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     more = len(error.errors()) - 3
@@ -129,7 +152,7 @@ def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(doc)
     except ValidationError as error:
-        raise ConfigError(_format_error(source, error)) from None
+        raise ConfigError(_format_error(source, error, doc)) from None
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
 

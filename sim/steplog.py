@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sim.columns import CHUNK_ROWS, Columns
+from sim.cost.base import FloatArray
 
 STEP_COLUMNS = {
     "start_s": "f8",
@@ -35,7 +36,7 @@ class StepLog(Columns):
     def add_decode_run(
         self,
         start_s: float,
-        ends_s: Sequence[float],
+        ends_s: Sequence[float] | FloatArray,
         num_decode_seqs: int,
         num_itl_first: int,
         num_itl_rest: int,

@@ -24,6 +24,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from sim.analytic import mg1_wait_s
 from sim.slo_targets import SloTarget
@@ -78,6 +79,22 @@ def _slo_line(ax: Axes, targets: tuple[SloTarget, ...], key: str, horizontal: bo
             draw(target.limit_ms, color=_SLO_COLOR, ls="--", lw=1, label=f"SLO {target}")
 
 
+def _plain_log_ticks(ax: Axes, axis: str) -> None:
+    """Label a log axis 100, 200, 500, 1000 rather than in scientific notation."""
+
+    target = ax.xaxis if axis == "x" else ax.yaxis
+
+    def label(value: float, _: int) -> str:
+        low, high = target.get_view_interval()
+        if low > 0 and high / low < 10:  # under a decade: label every tick
+            return f"{value:.3g}"
+        mantissa = value / 10 ** np.floor(np.log10(value)) if value > 0 else 0
+        return f"{value:g}" if round(mantissa, 6) in (1.0, 2.0, 5.0) else ""
+
+    target.set_major_formatter(FuncFormatter(label))
+    target.set_minor_formatter(FuncFormatter(label))
+
+
 def _save(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=DPI)
@@ -112,9 +129,10 @@ def plot_latency_vs_load(
             ax.plot(rows[x_col], rows[y_col], "o-", ms=3, color=color, label=str(config))
             if y_col == "mean_ttft_ms" and config in analytic:
                 rates, ttft_ms = analytic[config]
-                ax.plot(rates, ttft_ms, "--", color=color, lw=1, label=f"M/G/1: {config}")
+                ax.plot(rates, ttft_ms, "--", color=color, lw=1, label=f"M/G/1: {config!s}")
         _slo_line(ax, targets, y_col, horizontal=True)
         ax.set_yscale("log")
+        _plain_log_ticks(ax, "y")
         ax.set_xlabel(x_label)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="both")
@@ -136,14 +154,29 @@ def plot_throughput_vs_latency(
     front = points[pareto_mask(points[THROUGHPUT].to_numpy(float), points[LATENCY].to_numpy(float))]
     front = front.sort_values(LATENCY)
     ax.plot(front[LATENCY], front[THROUGHPUT], "k-", lw=1, drawstyle="steps-post")
-    ax.scatter(front[LATENCY], front[THROUGHPUT], s=60, facecolors="none", edgecolors="k",
-               label="Pareto front")
+    ax.scatter(
+        front[LATENCY],
+        front[THROUGHPUT],
+        s=60,
+        facecolors="none",
+        edgecolors="k",
+        label="Pareto front",
+    )
     best, _ = cheapest(points)
     if best is not None:
-        ax.scatter([best[LATENCY]], [best[THROUGHPUT]], marker="*", s=250, color="gold",
-                   edgecolors="k", zorder=5, label="cheapest meeting SLOs")
+        ax.scatter(
+            [best[LATENCY]],
+            [best[THROUGHPUT]],
+            marker="*",
+            s=250,
+            color="gold",
+            edgecolors="k",
+            zorder=5,
+            label="cheapest meeting SLOs",
+        )
     _slo_line(ax, targets, LATENCY, horizontal=False)
     ax.set_xscale("log")
+    _plain_log_ticks(ax, "x")
     ax.set_xlabel("p99 TTFT (ms)")
     ax.set_ylabel("request throughput (req/s)")
     ax.grid(alpha=0.3, which="both")

@@ -21,14 +21,17 @@ THROUGHPUT = "request_throughput"
 LATENCY = "p99_ttft_ms"
 
 
-def per_point(table: pd.DataFrame, targets: tuple[SloTarget, ...]) -> pd.DataFrame:
-    """One row per point: numeric columns averaged over seeds, the rest taken once."""
+def per_point(
+    table: pd.DataFrame, targets: tuple[SloTarget, ...], override_keys: list[str]
+) -> pd.DataFrame:
+    """One row per point: results averaged over seeds, overrides and labels taken once."""
     if table.empty:
         return table.copy()
     numeric = [
         c
         for c in table.columns
-        if c not in ("point", "seed") and pd.api.types.is_numeric_dtype(table[c])
+        if c not in ("point", "seed", *override_keys)
+        and pd.api.types.is_numeric_dtype(table[c])
         and not pd.api.types.is_bool_dtype(table[c])
     ]
     others = [c for c in table.columns if c not in numeric and c not in ("point", "seed")]
@@ -38,7 +41,8 @@ def per_point(table: pd.DataFrame, targets: tuple[SloTarget, ...]) -> pd.DataFra
     points = pd.concat([firsts, means], axis=1).reset_index()
     points["num_seeds"] = grouped.size().to_numpy()
     if targets:
-        points["slo_met"] = [meets(row, targets) for row in points.to_dict("records")]
+        records = points.to_dict("records")
+        points["slo_met"] = [meets({str(k): v for k, v in row.items()}, targets) for row in records]
     else:
         points["slo_met"] = None
     return points
@@ -76,7 +80,8 @@ def cheapest(points: pd.DataFrame) -> tuple[pd.Series | None, str]:
     values = pd.to_numeric(candidates[column], errors="coerce").replace(math.inf, np.nan)
     if values.isna().all():
         return None, ""
-    return candidates.loc[values.idxmin()], column
+    best: pd.Series = candidates.iloc[int(np.nanargmin(values.to_numpy(float)))]
+    return best, column
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -92,10 +97,12 @@ def format_report(
     max_rows: int = 40,
 ) -> str:
     """A plain-text table of the points and the verdict on the cheapest one."""
-    cols = [*override_keys, THROUGHPUT, LATENCY, "p99_tpot_ms"]
-    cols = [c for c in cols if c in points.columns]
+    metrics = list(dict.fromkeys([LATENCY, "p99_tpot_ms", *(t.summary_key for t in targets)]))
+    cols = [c for c in [*override_keys, THROUGHPUT, *metrics] if c in points.columns]
     shown = points[["point", *cols, "slo_met"]].head(max_rows).copy()
-    for column in (THROUGHPUT, LATENCY, "p99_tpot_ms"):
+    if THROUGHPUT in shown:
+        shown[THROUGHPUT] = [_fmt(v, 2) for v in shown[THROUGHPUT]]
+    for column in metrics:
         if column in shown:
             shown[column] = [_fmt(v) for v in shown[column]]
     shown.columns = [c.rsplit(".", 1)[-1] for c in shown.columns]
@@ -103,9 +110,10 @@ def format_report(
     if len(points) > max_rows:
         lines.append(f"... {len(points) - max_rows} more points in results.csv")
     best, unit = cheapest(points)
-    slo_text = ", ".join(str(t) for t in targets) if targets else "none given"
+    slo_text = ", ".join(str(t) for t in targets)
+    verdict = f"cheapest meeting the SLOs ({slo_text})" if targets else "cheapest (no SLO given)"
     if best is None:
-        lines.append(f"no configuration meets the SLOs ({slo_text})")
+        lines.append(f"no configuration meets the SLOs ({slo_text})" if targets else "no result")
         return "\n".join(lines)
     settings = ", ".join(f"{k.rsplit('.', 1)[-1]}={best[k]}" for k in override_keys)
     price = (
@@ -114,7 +122,7 @@ def format_report(
         else f"{best['gpu_hours_per_1k_requests']:.4f} GPU-hours per 1k requests"
     )
     lines.append(
-        f"cheapest meeting the SLOs ({slo_text}): point {int(best['point'])} ({settings}): "
+        f"{verdict}: point {int(best['point'])} ({settings}): "
         f"{price}, {_fmt(best.get(THROUGHPUT), 2)} req/s, p99 TTFT {_fmt(best.get(LATENCY))} ms"
     )
     return "\n".join(lines)

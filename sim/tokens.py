@@ -33,8 +33,21 @@ def token_times_s(
     counts.append(num_generated_tokens - runs[-1][1])
     parts = []
     for (start_time_s, _), count in zip(runs, counts, strict=True):
-        first = int(np.searchsorted(step_ends_s, start_time_s))
-        if first >= len(step_ends_s) or step_ends_s[first] != start_time_s:
-            raise ValueError(f"no step ends at {start_time_s!r}: wrong step log?")
+        first = _step_ending_at(step_ends_s, start_time_s)
         parts.append(step_ends_s[first : first + count])
     return np.concatenate(parts) + detokenize_s
+
+
+def _step_ending_at(step_ends_s: npt.NDArray[np.float64], time_s: float) -> int:
+    """Index of the step that ends at ``time_s``.
+
+    Matched to float rounding: callers may pass a time that went through
+    ``+ d - d`` (e.g. a detokenization delay added and removed).
+    """
+    i = int(np.searchsorted(step_ends_s, time_s))
+    candidates = [j for j in (i - 1, i) if 0 <= j < len(step_ends_s)]
+    if candidates:
+        best = min(candidates, key=lambda j: abs(step_ends_s[j] - time_s))
+        if abs(step_ends_s[best] - time_s) <= 1e-9 * max(1.0, abs(time_s)):
+            return best
+    raise ValueError(f"no step ends at {time_s!r}: wrong step log?")

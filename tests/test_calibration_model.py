@@ -205,6 +205,8 @@ def test_cache_overflow_and_bad_slot_are_rejected() -> None:
         model.forward_step(cache, [PrefillChunk(0, _tokens(9, seed=0))])
     with pytest.raises(IndexError):
         model.forward_step(cache, decode=[DecodeItem(5, 1)])
+    with pytest.raises(ValueError, match="twice"):
+        model.forward_step(cache, [PrefillChunk(0, [1, 2])], [DecodeItem(0, 3)])
     assert cache.lengths.tolist() == [0, 0]
 
 

@@ -9,6 +9,7 @@ comments and compared exactly (up to 1e-12 s, for safety).
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -19,7 +20,7 @@ from sim.cost.linear import LinearCost
 from sim.kv_cache import BlockPool
 from sim.policies import ContinuousConfig
 from sim.request import Request
-from sim.simulation import Engine, Frontend, RawResult, Simulation
+from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
 from sim.tokens import token_times_s
 from sim.workload import RequestArrays
 
@@ -30,7 +31,7 @@ COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s
 TOL = 1e-12
 
 
-def work(arrival_s, prompt, output) -> RequestArrays:
+def work(arrival_s: list[float], prompt: list[int], output: list[int]) -> RequestArrays:
     return RequestArrays(
         np.asarray(arrival_s, dtype=np.float64),
         np.asarray(prompt, dtype=np.int64),
@@ -59,23 +60,24 @@ def simulate(
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )
-    return Simulation(engine).run(arrays)
+    return Simulation(engine).run(cast(OpenLoop, arrays))
 
 
 def trace(raw: RawResult) -> list[tuple[float, str, int]]:
     """(time, event, request id) of every request event, sorted by time then event order."""
     order = {"arrive": 0, "schedule": 1, "first_token": 2, "finish": 3}
     events = []
-    for row in raw.requests.itertuples():
-        for event, column in (
-            ("arrive", "arrival_s"),
-            ("schedule", "first_scheduled_s"),
-            ("first_token", "first_token_s"),
-            ("finish", "finish_s"),
-        ):
-            value = float(getattr(row, column))
+    requests = raw.requests
+    ids = requests["request_id"].tolist()
+    for event, column in (
+        ("arrive", "arrival_s"),
+        ("schedule", "first_scheduled_s"),
+        ("first_token", "first_token_s"),
+        ("finish", "finish_s"),
+    ):
+        for request_id, value in zip(ids, requests[column].tolist(), strict=True):
             if not math.isnan(value):
-                events.append((value, event, int(row.request_id)))
+                events.append((float(value), event, int(request_id)))
     return sorted(events, key=lambda e: (e[0], order[e[1]], e[2]))
 
 
@@ -88,12 +90,16 @@ def assert_trace(raw: RawResult, expected: list[tuple[float, str, int]]) -> None
         assert t_got == pytest.approx(t_want, abs=TOL), (event, rid)
 
 
+def value(raw: RawResult, request_id: int, column: str) -> Any:
+    """One cell of the request table."""
+    return raw.requests[column].tolist()[raw.requests["request_id"].tolist().index(request_id)]
+
+
 def token_times(raw: RawResult, request_id: int) -> np.ndarray:
-    row = raw.requests.set_index("request_id").loc[request_id]
     return token_times_s(
         raw.steps["end_s"].to_numpy(),
-        float(row["first_token_s"]),
-        int(row["num_generated_tokens"]),
+        float(value(raw, request_id, "first_token_s")),
+        int(value(raw, request_id, "num_generated_tokens")),
         raw.later_runs.get(request_id),
     )
 
@@ -179,10 +185,9 @@ def test_arrival_during_a_decode_run_joins_at_the_next_step_boundary(skip_ahead:
     # with skip-ahead the 9-step run is interrupted, the running step finishes, and r1
     # is admitted at 13/256, its prefill (16 tokens) sharing the step with r0's decode.
     raw = simulate(work([0.0, 11 / 256], [8, 16], [10, 2]), skip_ahead=skip_ahead)
-    requests = raw.requests.set_index("request_id")
-    assert requests.loc[1, "first_scheduled_s"] == pytest.approx(13 / 256, abs=TOL)
+    assert value(raw, 1, "first_scheduled_s") == pytest.approx(13 / 256, abs=TOL)
     # The mixed step: OVH + 16 PRE + DEC = 7/256 -> r1's first token at 20/256.
-    assert requests.loc[1, "first_token_s"] == pytest.approx(20 / 256, abs=TOL)
+    assert value(raw, 1, "first_token_s") == pytest.approx(20 / 256, abs=TOL)
     steps = raw.steps
     mixed = steps.index[np.isclose(steps["start_s"], 13 / 256, rtol=0, atol=TOL)]
     assert len(mixed) == 1
@@ -216,8 +221,8 @@ def test_open_loop_arrival_exactly_at_a_step_end_joins_at_that_boundary() -> Non
     arrays = work([0.0, 13 / 256], [8, 16], [10, 2])
     slow = simulate(arrays, skip_ahead=False)
     fast = simulate(arrays, skip_ahead=True)
-    assert slow.requests.loc[1, "first_scheduled_s"] == 13 / 256
-    assert fast.requests.loc[1, "first_scheduled_s"] == 13 / 256
+    assert value(slow, 1, "first_scheduled_s") == 13 / 256
+    assert value(fast, 1, "first_scheduled_s") == 13 / 256
     pd.testing.assert_frame_equal(fast.requests, slow.requests)
     pd.testing.assert_frame_equal(fast.steps, slow.steps)
 
@@ -256,31 +261,23 @@ def run_closed(skip_ahead: bool) -> RawResult:
 def test_closed_loop_step_by_step_admits_an_arrival_at_the_step_end() -> None:
     slow = run_closed(skip_ahead=False)
     assert slow.requests["arrival_s"].tolist() == [0.0, 13 / 256]
-    assert slow.requests.loc[1, "first_scheduled_s"] == 13 / 256
-    assert slow.requests.loc[1, "first_token_s"] == 20 / 256
+    assert value(slow, 1, "first_scheduled_s") == 13 / 256
+    assert value(slow, 1, "first_token_s") == 20 / 256
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG sim/replica.py Replica._run, interrupt branch: a closed-loop arrival exactly "
-    "at a step end inside a skip-ahead run is admitted one step later than with "
-    "skip_ahead=False (np.searchsorted(ends, env.now, side='right') counts the step "
-    "ending now as done and then runs one more)",
-)
 def test_closed_loop_arrival_exactly_at_a_step_end_skip_ahead_matches_step_by_step() -> None:
     slow = run_closed(skip_ahead=False)
     fast = run_closed(skip_ahead=True)
-    assert fast.requests.loc[1, "first_scheduled_s"] == 13 / 256
+    assert value(fast, 1, "first_scheduled_s") == 13 / 256
     pd.testing.assert_frame_equal(fast.requests, slow.requests)
 
 
 def test_full_engine_is_not_interrupted_by_an_arrival() -> None:
     # max_num_seqs=1: r1 (arriving mid-run) waits for r0's last token at 4/256 + 9*3/256.
     raw = simulate(work([0.0, 11 / 256], [8, 8], [10, 1]), max_num_seqs=1)
-    requests = raw.requests.set_index("request_id")
-    assert requests.loc[0, "finish_s"] == pytest.approx(31 / 256, abs=TOL)
-    assert requests.loc[1, "first_scheduled_s"] == pytest.approx(31 / 256, abs=TOL)
-    assert requests.loc[1, "finish_s"] == pytest.approx(31 / 256 + 1 / 64, abs=TOL)
+    assert value(raw, 0, "finish_s") == pytest.approx(31 / 256, abs=TOL)
+    assert value(raw, 1, "first_scheduled_s") == pytest.approx(31 / 256, abs=TOL)
+    assert value(raw, 1, "finish_s") == pytest.approx(31 / 256 + 1 / 64, abs=TOL)
 
 
 # -- rejection -------------------------------------------------------------------
@@ -289,31 +286,29 @@ def test_full_engine_is_not_interrupted_by_an_arrival() -> None:
 def test_rejects_prompt_plus_output_beyond_max_model_len() -> None:
     # 60 + 5 = 65 > 64; 60 + 4 = 64 is exactly allowed.
     raw = simulate(work([0.0, 0.0], [60, 60], [5, 4]), max_model_len_tokens=64)
-    requests = raw.requests.set_index("request_id")
-    reason = requests.loc[0, "rejection_reason"]
+    reason = value(raw, 0, "rejection_reason")
     assert isinstance(reason, str) and "max_model_len" in reason and "65" in reason
     assert raw.rejections == {0: reason}
-    assert math.isnan(requests.loc[0, "finish_s"])
-    assert math.isnan(requests.loc[0, "first_scheduled_s"])
-    assert requests.loc[0, "num_generated_tokens"] == 0
-    assert requests.loc[0, "ready_s"] == 0.0
-    assert pd.isna(requests.loc[1, "rejection_reason"])
-    assert requests.loc[1, "num_generated_tokens"] == 4
+    assert math.isnan(value(raw, 0, "finish_s"))
+    assert math.isnan(value(raw, 0, "first_scheduled_s"))
+    assert value(raw, 0, "num_generated_tokens") == 0
+    assert value(raw, 0, "ready_s") == 0.0
+    assert not isinstance(value(raw, 1, "rejection_reason"), str)
+    assert value(raw, 1, "num_generated_tokens") == 4
     # The rejected request took no engine time: r1 starts at 0.
-    assert requests.loc[1, "first_scheduled_s"] == 0.0
+    assert value(raw, 1, "first_scheduled_s") == 0.0
 
 
 def test_rejects_a_request_larger_than_the_whole_kv_pool() -> None:
     # 4 blocks of 16 tokens. The last output token is never computed, so a request needs
     # blocks for prompt + output - 1 tokens: 60 + 5 - 1 = 64 fits, 60 + 6 - 1 = 65 does not.
     raw = simulate(work([0.0, 0.0], [60, 60], [6, 5]), num_kv_blocks=4)
-    requests = raw.requests.set_index("request_id")
-    reason = requests.loc[0, "rejection_reason"]
+    reason = value(raw, 0, "rejection_reason")
     assert isinstance(reason, str)
     assert "5 KV blocks" in reason and "holds 4" in reason
-    assert math.isnan(requests.loc[0, "finish_s"])
-    assert requests.loc[1, "num_generated_tokens"] == 5
-    assert requests.loc[1, "num_preemptions"] == 0
+    assert math.isnan(value(raw, 0, "finish_s"))
+    assert value(raw, 1, "num_generated_tokens") == 5
+    assert value(raw, 1, "num_preemptions") == 0
 
 
 def test_rejection_reason_is_none_for_a_fitting_request() -> None:
@@ -370,3 +365,30 @@ def test_flush_records_unfinished_requests_with_nan_times() -> None:
     assert records["finish_s"].isna().all()
     assert records["num_generated_tokens"].tolist() == [1, 1]
     assert not core.running and not core.waiting
+
+
+# -- token times through the public API ------------------------------------------
+
+
+def test_token_times_with_detokenization() -> None:
+    from sim import api
+    from sim.scenario import scenario_from_dict
+
+    doc = {
+        "cost": {"kind": "linear", "per_prefill_token_s": 4.1e-5, "per_decode_seq_s": 2.9e-3},
+        "engine": {"num_kv_blocks": 100},
+        "frontend": {"tokenize_s_per_token": 0.0, "detokenize_s_per_token": 2.3e-4},
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 3,
+            "arrival": {"kind": "constant", "rate_per_s": 1e6},
+            "prompt_tokens": {"kind": "fixed", "tokens": 1},
+            "output_tokens": {"kind": "fixed", "tokens": 1},
+        },
+    }
+    result = api.run(scenario_from_dict(doc))
+    requests = result.requests
+    for request_id, first_token_s in zip(
+        requests["request_id"].tolist(), requests["first_token_s"].tolist(), strict=True
+    ):
+        assert result.token_times_s(request_id).tolist() == [first_token_s]

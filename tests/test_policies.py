@@ -7,13 +7,15 @@ expected values are derived by hand in the comments, never copied from a run.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 import numpy as np
 import pytest
 
 from sim.cost.linear import LinearCost
-from sim.policies import ContinuousConfig, StaticConfig
-from sim.simulation import Engine, Frontend, RawResult, Simulation
+from sim.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
 from sim.tokens import token_times_s
 from sim.workload import RequestArrays
 
@@ -24,7 +26,7 @@ COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s
 TOL = 1e-12
 
 
-def work(arrival_s, prompt, output) -> RequestArrays:
+def work(arrival_s: list[float], prompt: list[int], output: list[int]) -> RequestArrays:
     return RequestArrays(
         np.asarray(arrival_s, dtype=np.float64),
         np.asarray(prompt, dtype=np.int64),
@@ -63,7 +65,13 @@ def static(
     return _run(arrays, config.build, num_kv_blocks, cost, skip_ahead)
 
 
-def _run(arrays, make_policy, num_kv_blocks, cost, skip_ahead) -> RawResult:
+def _run(
+    arrays: RequestArrays,
+    make_policy: Callable[[], Scheduler],
+    num_kv_blocks: int,
+    cost: LinearCost,
+    skip_ahead: bool,
+) -> RawResult:
     engine = Engine(
         cost=cost,
         make_policy=make_policy,
@@ -73,7 +81,7 @@ def _run(arrays, make_policy, num_kv_blocks, cost, skip_ahead) -> RawResult:
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )
-    return Simulation(engine).run(arrays)
+    return Simulation(engine).run(cast(OpenLoop, arrays))
 
 
 def column(raw: RawResult, name: str) -> list[float]:
@@ -81,11 +89,10 @@ def column(raw: RawResult, name: str) -> list[float]:
 
 
 def token_times(raw: RawResult, request_id: int) -> np.ndarray:
-    row = raw.requests.set_index("request_id").loc[request_id]
     return token_times_s(
         raw.steps["end_s"].to_numpy(),
-        float(row["first_token_s"]),
-        int(row["num_generated_tokens"]),
+        float(column(raw, "first_token_s")[request_id]),
+        int(column(raw, "num_generated_tokens")[request_id]),
         raw.later_runs.get(request_id),
     )
 

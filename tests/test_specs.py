@@ -260,10 +260,10 @@ def test_refs_accept_a_preset_with_overrides() -> None:
 
 
 def test_refs_reject_unknown_names_with_the_known_ones() -> None:
-    with pytest.raises(ValidationError, match="known: .*llama-3-8b") as err:
+    with pytest.raises(ValidationError, match=r"known: .*llama-3-8b") as err:
         Scenario.model_validate({"model": "gpt-5", "hardware": "h100"})
     assert "model" in str(err.value)
-    with pytest.raises(ValidationError, match="known: .*h200"):
+    with pytest.raises(ValidationError, match=r"known: .*h200"):
         Scenario.model_validate({"model": "tiny", "hardware": {"preset": "tpu"}})
 
 

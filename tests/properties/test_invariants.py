@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,7 +28,7 @@ from sim.cost.linear import LinearCost
 from sim.plan import StepPlan
 from sim.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.scenario import scenario_from_dict
-from sim.simulation import Engine, Frontend, RawResult, Simulation
+from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
 from sim.tokens import token_times_s
 from sim.workload import RequestArrays
 
@@ -71,9 +72,7 @@ costs = st.sampled_from(
         LinearCost(per_prefill_token_s=4.1e-5, per_decode_seq_s=2.9e-3),  # no overhead
     ]
 )
-frontends = st.sampled_from(
-    [Frontend(0.0, 0.0), Frontend(1.7e-5, 0.0), Frontend(1.7e-5, 2.3e-4)]
-)
+frontends = st.sampled_from([Frontend(0.0, 0.0), Frontend(1.7e-5, 0.0), Frontend(1.7e-5, 2.3e-4)])
 
 
 @dataclass(frozen=True)
@@ -103,8 +102,17 @@ def continuous_setups(draw: st.DrawFn, big_pool: bool = False) -> Setup:
     config = ContinuousConfig(
         max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, chunked_prefill=chunked
     )
-    return Setup(config.build, "continuous", max_num_seqs, budget, num_blocks, block_size,
-                 max_model_len, draw(costs), draw(frontends))
+    return Setup(
+        config.build,
+        "continuous",
+        max_num_seqs,
+        budget,
+        num_blocks,
+        block_size,
+        max_model_len,
+        draw(costs),
+        draw(frontends),
+    )
 
 
 @st.composite
@@ -113,9 +121,17 @@ def static_setups(draw: st.DrawFn) -> Setup:
         max_batch_size=draw(st.integers(1, 6)),
         max_wait_s=draw(st.sampled_from([0.0, 0.05, 0.3])),
     )
-    return Setup(config.build, "static", config.max_batch_size, None,
-                 draw(st.integers(1, 64)), draw(st.sampled_from([1, 4, 16])),
-                 draw(st.integers(16, 400)), draw(costs), draw(frontends))
+    return Setup(
+        config.build,
+        "static",
+        config.max_batch_size,
+        None,
+        draw(st.integers(1, 64)),
+        draw(st.sampled_from([1, 4, 16])),
+        draw(st.integers(16, 400)),
+        draw(costs),
+        draw(frontends),
+    )
 
 
 # -- the checked run ----------------------------------------------------------------
@@ -186,7 +202,7 @@ def simulate(arrays: RequestArrays, setup: Setup, skip_ahead: bool) -> RawResult
         skip_ahead=skip_ahead,
     )
     simulation = Simulation(engine)
-    raw = simulation.run(arrays)
+    raw = simulation.run(cast(OpenLoop, arrays))
     assert simulation.core.kv.num_free_blocks == setup.num_kv_blocks  # all returned
     return raw
 
@@ -207,8 +223,9 @@ def check_run(raw: RawResult, arrays: RequestArrays, setup: Setup) -> None:
     rejected = reasons.notna().to_numpy()
     np.testing.assert_array_equal(rejected, must_reject)
     assert all(isinstance(r, str) and r for r in reasons[rejected])
-    assert raw.rejections == dict(zip(requests["request_id"][rejected], reasons[rejected],
-                                      strict=True))
+    assert raw.rejections == dict(
+        zip(requests["request_id"][rejected], reasons[rejected], strict=True)
+    )
     done = requests[~rejected]
     assert np.isfinite(done[TIME_COLUMNS].to_numpy()).all()
     assert (done["num_generated_tokens"] == done["num_output_tokens"]).all()
@@ -219,12 +236,12 @@ def check_run(raw: RawResult, arrays: RequestArrays, setup: Setup) -> None:
 
     # Event order of each request (TTFT <= E2E follows from the last two).
     tokenize_s = setup.frontend.tokenize_s_per_token * arrays.num_prompt_tokens
-    np.testing.assert_allclose(requests["ready_s"], arrays.arrival_s + tokenize_s,
-                               rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        requests["ready_s"], arrays.arrival_s + tokenize_s, rtol=1e-12, atol=1e-12
+    )
     chain = done[["arrival_s", *TIME_COLUMNS]].to_numpy()
     assert (np.diff(chain, axis=1) >= 0).all()
-    assert (done["first_token_s"] - done["arrival_s"]
-            <= done["finish_s"] - done["arrival_s"]).all()
+    assert (done["first_token_s"] - done["arrival_s"] <= done["finish_s"] - done["arrival_s"]).all()
     if setup.kind == "static":
         assert (done["num_preemptions"] == 0).all()
 
@@ -233,7 +250,9 @@ def check_run(raw: RawResult, arrays: RequestArrays, setup: Setup) -> None:
     start, end = steps["start_s"].to_numpy(), steps["end_s"].to_numpy()
     assert (end > start).all()
     assert (np.diff(start) >= 0).all() and (np.diff(end) >= 0).all()
-    assert (start[1:] >= end[:-1]).all()
+    # A step starts at the simulated clock, which reaches the previous step's logged end
+    # only up to float rounding (now + (end - now) != end): allow 1e-12 s of overlap.
+    assert (start[1:] >= end[:-1] - 1e-12).all()
     assert (steps["num_prefill_tokens"] >= 0).all() and (steps["num_decode_seqs"] >= 0).all()
     if setup.budget is not None:
         assert (steps["num_prefill_tokens"] + steps["num_decode_seqs"] <= setup.budget).all()
@@ -251,17 +270,24 @@ def check_run(raw: RawResult, arrays: RequestArrays, setup: Setup) -> None:
     assert (series["num_running"] <= setup.limit).all()
     assert (np.diff(series["time_s"]) >= 0).all()
 
-    # Token times: one per generated token, in order, from first token to finish.
-    # (Only without a detokenization delay: with one, the engine time of the first token
-    # is not recoverable exactly; see test_core.py::test_token_times_with_detokenization.)
-    if setup.frontend.detokenize_s_per_token != 0:
-        return
-    for row in done.itertuples():
-        times = token_times_s(end, row.first_token_s, row.num_generated_tokens,
-                              raw.later_runs.get(row.request_id))
-        assert len(times) == row.num_generated_tokens
+    # Token times: one per generated token, in order, from first token to finish
+    # (the reported times include the detokenization delay; the step log does not).
+    detokenize_s = setup.frontend.detokenize_s_per_token
+    for request_id, first_s, finish_s, count in rows(
+        done, "request_id", "first_token_s", "finish_s", "num_generated_tokens"
+    ):
+        times = token_times_s(
+            end, first_s - detokenize_s, count, raw.later_runs.get(request_id), detokenize_s
+        )
+        assert len(times) == count
         assert (np.diff(times) >= 0).all()
-        assert times[0] == row.first_token_s and times[-1] == row.finish_s
+        assert times[0] == pytest.approx(first_s, rel=1e-12, abs=1e-12)
+        assert times[-1] == pytest.approx(finish_s, rel=1e-12, abs=1e-12)
+
+
+def rows(frame: pd.DataFrame, *columns: str) -> list[tuple[Any, ...]]:
+    """The given columns of ``frame`` as plain Python tuples, row by row."""
+    return list(zip(*(frame[c].tolist() for c in columns), strict=True))
 
 
 def assert_same_runs(fast: RawResult, slow: RawResult) -> None:
@@ -349,13 +375,19 @@ def scenario_doc(seed: int, policy: dict[str, Any], num_kv_blocks: int) -> dict[
         "seed": seed,
         "model": "tiny",
         "hardware": "cpu-2core",
-        "cost": {"kind": "linear", "step_overhead_s": 2e-3, "per_prefill_token_s": 1e-5,
-                 "per_decode_seq_s": 5e-4},
+        "cost": {
+            "kind": "linear",
+            "step_overhead_s": 2e-3,
+            "per_prefill_token_s": 1e-5,
+            "per_decode_seq_s": 5e-4,
+        },
         "scheduler": policy,
-        "engine": {"num_kv_blocks": num_kv_blocks, "block_size_tokens": 8,
-                   "max_model_len_tokens": 512},
-        # No detokenization delay: see test_core.py::test_token_times_with_detokenization.
-        "frontend": {"tokenize_s_per_token": 1e-6, "detokenize_s_per_token": 0.0},
+        "engine": {
+            "num_kv_blocks": num_kv_blocks,
+            "block_size_tokens": 8,
+            "max_model_len_tokens": 512,
+        },
+        "frontend": {"tokenize_s_per_token": 1e-6, "detokenize_s_per_token": 2.3e-4},
         "workload": {
             "kind": "synthetic",
             "num_requests": 30,
@@ -376,15 +408,22 @@ def test_api_runs_are_reproducible_and_stream_every_token(
     pd.testing.assert_frame_equal(first.requests, second.requests, check_exact=True)
     assert first.summary == second.summary or _same_with_nans(first.summary, second.summary)
     requests = first.requests
-    for row in requests.itertuples():
-        times = first.token_times_s(row.request_id)
-        assert len(times) == row.num_generated_tokens
+    for request_id, first_s, finish_s, count, reason in rows(
+        requests,
+        "request_id",
+        "first_token_s",
+        "finish_s",
+        "num_generated_tokens",
+        "rejection_reason",
+    ):
+        times = first.token_times_s(request_id)
+        assert len(times) == count
         if len(times) == 0:
-            assert isinstance(row.rejection_reason, str) and row.rejection_reason
+            assert isinstance(reason, str) and reason
             continue
         assert (np.diff(times) >= 0).all()
-        assert times[0] == row.first_token_s
-        assert times[-1] == row.finish_s
+        assert times[0] == first_s
+        assert times[-1] == finish_s
     # Another seed draws another workload.
     other = api.run(scenario.model_copy(update={"seed": seed + 1}))
     assert not np.array_equal(other.requests["arrival_s"], requests["arrival_s"])
@@ -395,3 +434,66 @@ def _same_with_nans(a: dict[str, Any], b: dict[str, Any]) -> bool:
         return "nan" if isinstance(v, float) and math.isnan(v) else v
 
     return {k: norm(v) for k, v in a.items()} == {k: norm(v) for k, v in b.items()}
+
+
+# -- closed loop ------------------------------------------------------------------------
+
+
+class ScriptedUsers:
+    """A closed loop handing out drawn think times and lengths in call order."""
+
+    def __init__(self, num_users: int, thinks_s: list[float], arrays: RequestArrays) -> None:
+        self.num_users = num_users
+        self.num_requests = len(arrays)
+        self._thinks_s = thinks_s
+        self._lengths = list(
+            zip(arrays.num_prompt_tokens.tolist(), arrays.num_output_tokens.tolist(), strict=True)
+        )
+        self._next_think = self._next_length = 0
+
+    def next_lengths(self) -> tuple[int, int]:
+        self._next_length += 1
+        return self._lengths[self._next_length - 1]
+
+    def next_think_s(self) -> float:
+        self._next_think += 1
+        return self._thinks_s[(self._next_think - 1) % len(self._thinks_s)]
+
+
+@settings(SETTINGS, max_examples=40)
+@given(
+    arrays=workloads(),
+    setup=continuous_setups(),
+    num_users=st.integers(1, 6),
+    thinks_s=st.lists(st.floats(0.0, 0.2, allow_nan=False), min_size=1, max_size=10),
+)
+def test_closed_loop_runs_agree_step_by_step(
+    arrays: RequestArrays, setup: Setup, num_users: int, thinks_s: list[float]
+) -> None:
+    """Users wait for each answer: at most ``num_users`` requests are in the system."""
+    runs = []
+    for skip_ahead in (True, False):
+        policies: list[CheckedPolicy] = []
+
+        def make_policy() -> Scheduler:
+            policies.append(CheckedPolicy(setup.make_policy(), setup))  # noqa: B023
+            return policies[-1]  # noqa: B023
+
+        engine = Engine(
+            setup.cost,
+            make_policy,
+            setup.num_kv_blocks,
+            setup.block_size_tokens,
+            setup.max_model_len_tokens,
+            setup.frontend,
+            skip_ahead,
+        )
+        runs.append(Simulation(engine).run(ScriptedUsers(num_users, thinks_s, arrays)))
+    fast, slow = runs
+    requests = fast.requests
+    assert len(requests) == len(arrays)
+    assert (requests["num_generated_tokens"] <= requests["num_output_tokens"]).all()
+    done = requests[requests["rejection_reason"].isna()]
+    assert (done["num_generated_tokens"] == done["num_output_tokens"]).all()
+    assert (fast.timeseries["num_waiting"] + fast.timeseries["num_running"] <= num_users).all()
+    assert_same_runs(fast, slow)
