@@ -23,6 +23,7 @@ The search itself (bracket, bisect, bound) is in :mod:`sim.capacity_search`.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -159,8 +160,10 @@ class LoadPoint:
 
 def judge(load: float, records: list[Record], targets: Sequence[SloTarget]) -> LoadPoint:
     """Classify one load from its runs (see module docstring)."""
-    means, halves, status, ratio = {}, {}, "pass", 0.0
-    failed = False
+    means: dict[str, float] = {}
+    halves: dict[str, float] = {}
+    status: Status = "pass"
+    ratio, failed = 0.0, False
     for target in targets:
         mean, half = mean_interval([metric_value(r, target) for r in records])
         means[target.name], halves[target.name] = mean, half
@@ -169,7 +172,7 @@ def judge(load: float, records: list[Record], targets: Sequence[SloTarget]) -> L
             failed = True
         elif mean + half > target.limit_ms:
             status = "unclear"
-    return LoadPoint(load, records, means, halves, "fail" if failed else status, ratio)  # type: ignore[arg-type]
+    return LoadPoint(load, records, means, halves, "fail" if failed else status, ratio)
 
 
 @dataclass
@@ -231,8 +234,8 @@ class Searcher:
         knob = self.result.knob
         tasks = []
         for seed in self.result.seeds:
-            doc = {**self.doc, "seed": seed}
-            doc["workload"] = dict(doc["workload"])
+            doc = copy.deepcopy(self.doc)
+            doc["seed"] = seed
             set_dotted(doc, knob.key, knob.value(load), "capacity")
             scenario_from_dict(doc, f"capacity search at {knob.key}={knob.value(load)}")
             tasks.append({"scenario": doc, "base_dir": str(self.base_dir)})

@@ -1,6 +1,6 @@
 """The capacity search: which loads to simulate, and the answer they give.
 
-Search, in three phases, bounded by ``max_sims`` simulations in all:
+Search, in three phases, bounded by ``max_num_sims`` simulations in all:
 
 1. bracket: double (or halve) the scenario's load until the mean holds at
    ``a`` and fails at ``b``;
@@ -38,22 +38,24 @@ def _crossing(low: LoadPoint, high: LoadPoint) -> float:
 class _Budget:
     """Simulations left, keeping one evaluation in reserve for the estimate."""
 
-    def __init__(self, searcher: Searcher, max_sims: int) -> None:
-        self.res, self.max_sims = searcher.result, max_sims
+    def __init__(self, searcher: Searcher, max_num_sims: int) -> None:
+        self.res, self.max_num_sims = searcher.result, max_num_sims
         self.per_point = len(searcher.result.seeds)
 
     def room(self) -> bool:
-        return self.res.num_sims + 2 * self.per_point <= self.max_sims
+        return self.res.num_sims + 2 * self.per_point <= self.max_num_sims
 
 
-def search(searcher: Searcher, rel_width: float = 0.05, max_sims: int = 60) -> CapacitySearch:
+def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) -> CapacitySearch:
     """Bracket, bisect, bound and estimate (see module docstring)."""
     if not 0 < rel_width < 1:
         raise ConfigError(f"--rel-width must be in (0, 1), got {rel_width}")
     res, knob = searcher.result, searcher.result.knob
-    if max_sims < 2 * len(res.seeds):
-        raise ConfigError(f"--max-sims must be >= 2 x seeds = {2 * len(res.seeds)}, got {max_sims}")
-    budget = _Budget(searcher, max_sims)
+    if max_num_sims < 2 * len(res.seeds):
+        raise ConfigError(
+            f"--max-sims must be >= 2 x seeds = {2 * len(res.seeds)}, got {max_num_sims}"
+        )
+    budget = _Budget(searcher, max_num_sims)
     step = 1.0 if knob.integer else 0.0
     start = float(max(1, math.floor(knob.start))) if knob.integer else knob.start
     a, b = _bracket(searcher, budget, start)
@@ -61,7 +63,7 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_sims: int = 60) -> C
     if a is not None and b is not None:
         while b - a > max(rel_width * b, step):
             if not budget.room():
-                reasons.append(f"stopped at --max-sims {max_sims}")
+                reasons.append(f"stopped at --max-sims {max_num_sims}")
                 break
             x = math.floor((a + b) / 2) if knob.integer else (a + b) / 2
             a, b = (x, b) if searcher.evaluate(x).ratio <= 1.0 else (a, x)
@@ -130,7 +132,7 @@ def _tighten(
             if x >= start * 2**MAX_DOUBLINGS:
                 return "no load failed with confidence"
         if not budget.room():
-            return f"interval stopped at --max-sims {budget.max_sims}"
+            return f"interval stopped at --max-sims {budget.max_num_sims}"
         searcher.evaluate(x)
 
 

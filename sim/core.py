@@ -72,6 +72,10 @@ class EngineCore:
         self.num_done = 0
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
+        # Direct references: sampling the state runs once per event.
+        self._series_time, self._series_waiting, self._series_running, self._series_kv = (
+            self.series.columns.values()
+        )
         self.records = Columns(RECORD_COLUMNS)
         self.rejections: dict[int, str] = {}
         # Runs of tokens after the first, for requests whose tokens were
@@ -85,8 +89,7 @@ class EngineCore:
         total = request.num_prompt_tokens + request.num_output_tokens
         if total > self.max_model_len_tokens:
             return (
-                f"prompt+output = {total} tokens exceeds max_model_len "
-                f"{self.max_model_len_tokens}"
+                f"prompt+output = {total} tokens exceeds max_model_len {self.max_model_len_tokens}"
             )
         blocks = self.kv.blocks_for(request.max_num_tokens)
         if blocks > self.kv.num_blocks:
@@ -109,7 +112,10 @@ class EngineCore:
     def schedule(self, now_s: float) -> StepPlan:
         """Ask the policy for the next step, and sample the queue state."""
         plan = self.policy.schedule(self, now_s)
-        self.series.append(now_s, len(self.waiting), len(self.running), self.kv.num_used_blocks)
+        self._series_time.append(now_s)
+        self._series_waiting.append(len(self.waiting))
+        self._series_running.append(len(self.running))
+        self._series_kv.append(self.kv.num_blocks - self.kv.num_free_blocks)
         return plan
 
     def commit(self, plan: StepPlan, start_s: float, ends_s: Sequence[float] | FloatArray) -> None:
@@ -150,7 +156,7 @@ class EngineCore:
                     num_itl += 1
                 else:
                     num_itl += self._emit(request, step, end_s)
-        self.steps.append(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
+        self.steps.add_step(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
         self.num_steps = step + 1
 
     def _commit_run(
@@ -192,9 +198,9 @@ class EngineCore:
             if generated + num_steps == request.num_output_tokens:
                 self._finish(request, end_last)
         steps = self.steps
-        steps.append(start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl)
+        steps.add_step(start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl)
         num_seqs = len(plan.scheduled)
-        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs, num_seqs)
+        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs)
         self.num_steps = last + 1
 
     def _break_run(self, request: Request, time_s: float) -> None:

@@ -61,8 +61,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         args.scenario, _size_overrides(args.scenario, args.set or [], args.num_requests)
     )
     jobs = args.jobs if args.jobs is not None else None
-    max_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
-    bar = tqdm(total=max_sims, desc="capacity", unit="sim", disable=args.quiet)
+    max_num_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
+    bar = tqdm(total=max_num_sims, desc="capacity", unit="sim", disable=args.quiet)
 
     def on_point(point: LoadPoint, result: CapacitySearch) -> None:
         bar.update(len(point.records))
@@ -71,7 +71,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     searcher = Searcher(scenario, targets, Path(args.scenario).parent, args.seeds, jobs, on_point)
     with bar:
-        result = search(searcher, args.rel_width, max_sims)
+        result = search(searcher, args.rel_width, max_num_sims)
     elapsed_s = time.perf_counter() - started
     price = gpu_price_per_hour(scenario.hardware.name, args.gpu_price_per_hour)
     per_replica = gpus_per_replica(scenario)

@@ -1,15 +1,17 @@
-"""The step log: one row per engine step, written straight into numpy chunks.
+"""The step log: one row per engine step.
 
 Every token time and inter-token gap is derived from it (``sim.tokens``), so
 nothing is stored per token. A skip-ahead run of k decode steps is written
-with a few slice assignments.
+with one bulk append per column.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sim.columns import CHUNK_ROWS, Columns
+import numpy as np
+
+from sim.columns import Columns
 from sim.cost.base import FloatArray
 
 STEP_COLUMNS = {
@@ -32,34 +34,42 @@ class StepLog(Columns):
 
     def __init__(self) -> None:
         super().__init__(STEP_COLUMNS)
+        c = self.columns
+        self._start, self._end = c["start_s"], c["end_s"]
+        self._prefill, self._decode, self._itl = (
+            c["num_prefill_tokens"],
+            c["num_decode_seqs"],
+            c["num_itl_tokens"],
+        )
+
+    def add_step(
+        self,
+        start_s: float,
+        end_s: float,
+        num_prefill_tokens: int,
+        num_decode_seqs: int,
+        num_itl_tokens: int,
+    ) -> None:
+        """Log one step (direct appends: this runs once per event)."""
+        self._start.append(start_s)
+        self._end.append(end_s)
+        self._prefill.append(num_prefill_tokens)
+        self._decode.append(num_decode_seqs)
+        self._itl.append(num_itl_tokens)
 
     def add_decode_run(
         self,
         start_s: float,
         ends_s: Sequence[float] | FloatArray,
         num_decode_seqs: int,
-        num_itl_first: int,
-        num_itl_rest: int,
+        num_itl_tokens: int,
     ) -> None:
         """Log k decode-only steps back to back; the first starts at ``start_s``."""
-        chunk = self._chunk
-        total = len(ends_s)
-        done = 0
-        while done < total:
-            if self._fill == CHUNK_ROWS:
-                self._flush()
-            i = self._fill
-            take = min(total - done, CHUNK_ROWS - i)
-            part = ends_s[done : done + take]
-            chunk["end_s"][i : i + take] = part
-            starts = chunk["start_s"]
-            starts[i] = start_s if done == 0 else ends_s[done - 1]
-            starts[i + 1 : i + take] = part[:-1]
-            chunk["num_prefill_tokens"][i : i + take] = 0
-            chunk["num_decode_seqs"][i : i + take] = num_decode_seqs
-            chunk["num_itl_tokens"][i : i + take] = num_itl_rest
-            if done == 0:
-                chunk["num_itl_tokens"][i] = num_itl_first
-            self._fill = i + take
-            done += take
-        self.num_rows += total
+        ends = np.asarray(ends_s, dtype=np.float64)
+        count = len(ends)
+        self._start.append(start_s)
+        self._start.frombytes(ends[:-1].tobytes())
+        self._end.frombytes(ends.tobytes())
+        self._prefill.frombytes(bytes(4 * count))  # zeros
+        self._decode.frombytes(np.full(count, num_decode_seqs, dtype=np.int32).tobytes())
+        self._itl.frombytes(np.full(count, num_itl_tokens, dtype=np.int32).tobytes())

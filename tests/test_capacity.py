@@ -86,10 +86,10 @@ def memo(monkeypatch: pytest.MonkeyPatch) -> dict[str, Record]:
 
 
 def capacity(
-    doc: dict[str, Any], slos: list[str], seeds: int = 3, max_sims: int = 60, rel: float = 0.05
+    doc: dict[str, Any], slos: list[str], seeds: int = 3, max_num_sims: int = 60, rel: float = 0.05
 ) -> CapacitySearch:
     searcher = Searcher(scenario_from_dict(doc), parse_targets(slos), Path.cwd(), seeds, 1)
-    return search(searcher, rel, max_sims)
+    return search(searcher, rel, max_num_sims)
 
 
 # --- SLO targets ---------------------------------------------------------------------------
@@ -224,7 +224,7 @@ def test_capacity_is_monotone_in_the_slo(limits_ms: list[int]) -> None:
         estimates: list[float] = []
         for limit in sorted(limits_ms):
             slos = [f"ttft_mean_ms={limit}", f"ttft_p99_ms={4 * limit}"]
-            estimate = capacity(md1_doc(400), slos, seeds=2, max_sims=40, rel=0.1).estimate
+            estimate = capacity(md1_doc(400), slos, seeds=2, max_num_sims=40, rel=0.1).estimate
             assert estimate is not None
             estimates.append(estimate)
     finally:
@@ -233,14 +233,16 @@ def test_capacity_is_monotone_in_the_slo(limits_ms: list[int]) -> None:
 
 
 def test_unreachable_slo_gives_zero_capacity(memo: dict[str, Record]) -> None:
-    result = capacity(md1_doc(100), ["ttft_mean_ms=5"], seeds=1, max_sims=10)  # prefill is 10 ms
+    result = capacity(
+        md1_doc(100), ["ttft_mean_ms=5"], seeds=1, max_num_sims=10
+    )  # prefill is 10 ms
     assert result.estimate == 0.0 and result.lower is None
     assert "fail" in result.stop_reason
     assert "0 req/s" in format_capacity(result, "md1", None, 1, None)
 
 
 def test_unbounded_slo_reports_a_lower_bound(memo: dict[str, Record]) -> None:
-    result = capacity(md1_doc(100), ["ttft_mean_ms=1e9"], seeds=1, max_sims=6)
+    result = capacity(md1_doc(100), ["ttft_mean_ms=1e9"], seeds=1, max_num_sims=6)
     assert result.upper is None and result.estimate == max(p.load for p in result.points)
     assert ">=" in format_capacity(result, "md1", None, 1, None)
 
@@ -255,7 +257,7 @@ def test_closed_loop_searches_over_whole_users(memo: dict[str, Record]) -> None:
         "prompt_tokens": {"kind": "fixed", "tokens": 100},
         "output_tokens": {"kind": "fixed", "tokens": OUTPUT_TOKENS},
     }
-    result = capacity(doc, ["ttft_mean_ms=150"], seeds=2, max_sims=30)
+    result = capacity(doc, ["ttft_mean_ms=150"], seeds=2, max_num_sims=30)
     assert result.knob.integer and result.knob.unit == "users"
     assert all(p.load == int(p.load) >= 1 for p in result.points)
     assert result.estimate is not None and result.estimate == int(result.estimate)
