@@ -10,11 +10,10 @@ step log) happens here, so the two executors cannot drift apart.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sim.columns import Columns
-from sim.cost.base import FloatArray
 from sim.kv_cache import BlockPool
 from sim.plan import StepPlan
 from sim.request import Request
@@ -118,7 +117,7 @@ class EngineCore:
         self._series_kv.append(self.kv.num_blocks - self.kv.num_free_blocks)
         return plan
 
-    def commit(self, plan: StepPlan, start_s: float, ends_s: Sequence[float] | FloatArray) -> None:
+    def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
         """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``.
 
         The first step is the plan's own; any further ones are the decode
@@ -159,9 +158,7 @@ class EngineCore:
         self.steps.add_step(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
         self.num_steps = step + 1
 
-    def _commit_run(
-        self, plan: StepPlan, start_s: float, ends_s: Sequence[float] | FloatArray
-    ) -> None:
+    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
         """The plan's step, then k - 1 decode steps of the same batch, in one pass.
 
         O(batch), not O(tokens): every scheduled request emits a token in each
@@ -170,7 +167,7 @@ class EngineCore:
         num_steps = len(ends_s)
         first = self.num_steps
         last = first + num_steps - 1
-        end_first, end_last = float(ends_s[0]), float(ends_s[-1])
+        end_first, end_last = ends_s[0], ends_s[-1]
         num_itl = num_prefill = num_decode = 0
         kv = self.kv
         block_size = kv.block_size_tokens

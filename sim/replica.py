@@ -11,10 +11,11 @@ requests, not tokens. ``skip_ahead=False`` runs every step as its own event
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Generator
+from itertools import accumulate
 from typing import Any
 
-import numpy as np
 import simpy
 
 from sim.core import EngineCore
@@ -62,20 +63,20 @@ class Replica:
             if plan.num_steps == 1 or not self.skip_ahead:
                 end = now + cost.step_s(plan.shape())
                 yield env.timeout(end - now)
-                core.commit(plan, now, (end,))
+                core.commit(plan, now, [end])
                 continue
             rest = cost.decode_steps_s(
                 plan.run_num_seqs, plan.run_context_tokens, plan.num_steps - 1
-            )
+            ).tolist()
             # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
-            # as step-by-step execution, so both modes agree exactly.
-            ends = np.concatenate(((now + cost.step_s(plan.shape()),), rest))
-            ends.cumsum(out=ends)
+            # as step-by-step execution, so both modes agree exactly. (Python
+            # lists: runs are mostly short, where numpy's call overhead dominates.)
+            ends = list(accumulate(rest, initial=now + cost.step_s(plan.shape())))
             if plan.interruptible and self.horizon is not None:
                 next_s = self.horizon()
                 if next_s <= ends[-1]:
                     # Stop at the end of the step running when it arrives.
-                    ends = ends[: int(np.searchsorted(ends, next_s)) + 1]
+                    ends = ends[: bisect_left(ends, next_s) + 1]
             else:
                 self._interruptible = plan.interruptible
             try:
@@ -84,7 +85,7 @@ class Replica:
                 # Steps whose end has passed are done; the one running finishes.
                 # A step ending exactly now counts as running, as in step-by-step
                 # mode, where the newcomer would join the step starting now.
-                num_done = int(np.searchsorted(ends, env.now, side="left"))
+                num_done = bisect_left(ends, env.now)
                 ends = ends[: min(num_done + 1, len(ends))]
                 if ends[-1] > env.now:
                     yield env.timeout(ends[-1] - env.now)

@@ -7,12 +7,7 @@ with one bulk append per column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from sim.columns import Columns
-from sim.cost.base import FloatArray
 
 STEP_COLUMNS = {
     "start_s": "f8",
@@ -60,16 +55,15 @@ class StepLog(Columns):
     def add_decode_run(
         self,
         start_s: float,
-        ends_s: Sequence[float] | FloatArray,
+        ends_s: list[float],
         num_decode_seqs: int,
         num_itl_tokens: int,
     ) -> None:
         """Log k decode-only steps back to back; the first starts at ``start_s``."""
-        ends = np.asarray(ends_s, dtype=np.float64)
-        count = len(ends)
+        count = len(ends_s)
         self._start.append(start_s)
-        self._start.frombytes(ends[:-1].tobytes())
-        self._end.frombytes(ends.tobytes())
-        self._prefill.frombytes(bytes(4 * count))  # zeros
-        self._decode.frombytes(np.full(count, num_decode_seqs, dtype=np.int32).tobytes())
-        self._itl.frombytes(np.full(count, num_itl_tokens, dtype=np.int32).tobytes())
+        self._start.extend(ends_s[:-1])
+        self._end.extend(ends_s)
+        self._prefill.extend(bytes(count))  # zeros
+        self._decode.extend([num_decode_seqs] * count)
+        self._itl.extend([num_itl_tokens] * count)
