@@ -37,6 +37,9 @@ class StepPlan:
     # slots decode (padding included) and their summed context in step 2.
     run_num_seqs: int = 0
     run_context_tokens: int = 0
+    # A policy that already walked the scheduled requests may fill in the
+    # shape, so the executor need not walk them again.
+    known_shape: StepShape | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -44,6 +47,8 @@ class StepPlan:
 
     def shape(self) -> StepShape:
         """The cost-relevant shape of the first step of this plan."""
+        if self.known_shape is not None:
+            return self.known_shape
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = self.padding_seqs
         context = self.padding_context_tokens

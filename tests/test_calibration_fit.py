@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,7 +23,7 @@ from calibration.fit import (
 from calibration.nnls import nnls
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibratedCost
-from sim.cost.calibration_artifact import CalibrationSample
+from sim.cost.calibration_artifact import CalibrationSample, load_artifact
 
 # --- NNLS --------------------------------------------------------------------
 
@@ -236,3 +238,18 @@ def test_fit_error_counts_and_reports_fractions() -> None:
 def test_fit_without_samples_fails() -> None:
     with pytest.raises(ValueError):
         fit_samples([])
+
+
+def test_refitting_the_shipped_artifact_reproduces_its_fit() -> None:
+    """The shipped coefficients are what this code fits to the shipped samples."""
+    path = Path(__file__).resolve().parent.parent / "calibration/artifacts/cpu-tiny-fp32.json"
+    if not path.exists():
+        pytest.skip("no shipped artifact")
+    artifact = load_artifact(path)
+    fit, error = fit_samples(artifact.samples, artifact.fit.kind)
+    assert error.num_held_out == artifact.fit_error.num_held_out
+    assert error.held_out_mean_ape == pytest.approx(artifact.fit_error.held_out_mean_ape, rel=1e-6)
+    shipped, refitted = CalibratedCost(artifact.fit), CalibratedCost(fit)
+    for sample in artifact.samples:
+        expected = shipped.step_s(sample.shape)
+        assert refitted.step_s(sample.shape) == pytest.approx(expected, rel=1e-6)

@@ -355,3 +355,70 @@ def test_capacity_cli_reports_and_writes_json(
     assert doc["ci95_lower"] <= doc["capacity"] <= doc["ci95_upper"]
     assert doc["fleet"]["num_replicas"] == math.ceil(50 / doc["capacity"])
     assert doc["num_simulations"] <= 24
+
+
+def test_interval_widens_to_hold_the_estimate() -> None:
+    result = sim.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
+    result.lower, result.upper, result.estimate = 8.0, 12.0, 7.5
+    assert result.interval == (7.5, 12.0)
+    result.estimate = 12.5
+    assert result.interval == (8.0, 12.5)
+    result.lower = None
+    assert result.interval == (None, 12.5)
+
+
+def test_knob_values_for_each_kind() -> None:
+    assert LoadKnob("rate", "workload.arrival.rate_per_s", 4.0).value(6.5) == 6.5
+    users = LoadKnob("users", "workload.num_users", 8.0)
+    assert users.value(12.0) == 12 and isinstance(users.value(12.0), int)
+    assert users.integer and users.unit == "users"
+    trace = LoadKnob("time_scale", "workload.time_scale", 2.0, base_rate_per_s=2.0)
+    assert trace.value(8.0) == pytest.approx(0.25) and trace.unit == "req/s"
+
+
+def test_reports_of_a_failed_search_serialise(memo: dict[str, Record]) -> None:
+    from sim.capacity_report import format_points
+
+    result = capacity(md1_doc(100), ["ttft_mean_ms=5", "tpot_p99_ms=50"], seeds=1, max_num_sims=6)
+    table = format_points(result)
+    loads = [float(line.split()[0]) for line in table.splitlines()[1:]]
+    assert loads == sorted(loads) and "ttft_mean_ms" in table.splitlines()[0]
+    assert fleet_for(result, 10.0, 1, 3.0) is None
+    doc = to_json(result, None, "md1")
+    assert doc["capacity"] == 0.0 and doc["fleet"] is None and doc["at_capacity"] is None
+    json.dumps(doc, allow_nan=False)  # no inf or NaN leaks into capacity.json
+
+
+def test_searcher_rejects_bad_arguments() -> None:
+    scenario = scenario_from_dict(md1_doc())
+    with pytest.raises(ConfigError, match="at least one SLO"):
+        Searcher(scenario, (), Path.cwd())
+    with pytest.raises(ConfigError, match="--seeds"):
+        Searcher(scenario, parse_targets(["ttft_p99_ms=1"]), Path.cwd(), num_seeds=0)
+    searcher = Searcher(scenario, parse_targets(["ttft_p99_ms=1"]), Path.cwd(), 3)
+    with pytest.raises(ConfigError, match="--rel-width"):
+        search(searcher, rel_width=1.5)
+    with pytest.raises(ConfigError, match="--max-sims"):
+        search(searcher, max_num_sims=5)
+    assert searcher.result.num_sims == 0  # nothing ran
+
+
+def test_goodput_counts_requests_within_the_targets(memo: dict[str, Record]) -> None:
+    result = capacity(md1_doc(300), ["ttft_p99_ms=400"], seeds=2, max_num_sims=24, rel=0.1)
+    assert result.at_estimate is not None
+    goodput = result.at_estimate.mean_of("request_goodput")
+    throughput = result.at_estimate.mean_of("request_throughput")
+    assert goodput is not None and throughput is not None and 0 < goodput <= throughput
+
+
+@pytest.mark.slow
+def test_md1_interval_covers_the_truth_across_seed_sets() -> None:
+    """The ~95% interval should hold the analytic rate for (nearly) every seed set."""
+    limit_ms = 200.0
+    truth = analytic.md1_max_rate_per_s(SERVICE_S, limit_ms / 1000 - PREFILL_S)
+    hits = 0
+    for base in range(6):
+        result = capacity(md1_doc(1000, seed=100 * base), [f"ttft_mean_ms={limit_ms}"])
+        low, high = result.interval
+        hits += low is not None and high is not None and low <= truth <= high
+    assert hits >= 5

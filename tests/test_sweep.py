@@ -24,7 +24,7 @@ from sim.sweep_report import cheapest, format_report, pareto_mask, per_point
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-BASE = {
+BASE: dict[str, Any] = {
     "name": "tiny",
     "seed": 0,
     "cost": {"kind": "linear", "per_prefill_seq_s": 0.01, "per_decode_seq_s": 0.01},
@@ -293,3 +293,114 @@ def test_sweep_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert len(pd.read_parquet(out / "results.parquet")) == 8
     assert main(["sweep", str(path), "--out", str(out), "-q"]) == 0
     assert "0 runs computed, 8 from cache" in capsys.readouterr().out
+
+
+# --- the point function and small helpers ------------------------------------------------------
+
+
+def test_batch_size_one_covers_both_policies() -> None:
+    from sim.scenario import scenario_from_dict
+    from sim.sweep_exec import batch_size_one
+
+    def with_scheduler(scheduler: dict[str, Any]) -> Any:
+        return scenario_from_dict({**BASE, "scheduler": scheduler})
+
+    assert batch_size_one(with_scheduler({"kind": "continuous", "max_num_seqs": 1}))
+    assert not batch_size_one(with_scheduler({"kind": "continuous", "max_num_seqs": 2}))
+    assert batch_size_one(with_scheduler({"kind": "static", "max_batch_size": 1}))
+    assert not batch_size_one(with_scheduler({"kind": "static", "max_batch_size": 8}))
+
+
+def test_offered_rate_is_nominal_measured_or_none() -> None:
+    from sim.scenario import load_scenario, scenario_from_dict
+    from sim.sweep_exec import offered_rate_per_s
+
+    synthetic = scenario_from_dict(BASE)
+    assert offered_rate_per_s(synthetic, np.array([0.0, 100.0])) == 2.0
+    trace = load_scenario(SCENARIOS / "azure_trace.yaml")
+    assert offered_rate_per_s(trace, np.array([0.0, 1.0, 2.0, 4.0])) == pytest.approx(0.75)
+    assert offered_rate_per_s(trace, np.array([3.0])) is None
+    closed = load_scenario(SCENARIOS / "closed_loop.yaml")
+    assert offered_rate_per_s(closed, np.array([0.0, 1.0])) is None
+
+
+def test_run_point_measures_a_deterministic_service_time(tmp_path: Path) -> None:
+    from sim.scenario import scenario_from_dict
+    from sim.sweep_exec import run_point
+
+    doc = {**BASE, "frontend": {"tokenize_s_per_token": 0, "detokenize_s_per_token": 0}}
+    doc["workload"] = {**BASE["workload"], "output_tokens": {"kind": "fixed", "tokens": 10}}
+    scenario = scenario_from_dict(doc).model_dump(mode="json")
+    record = run_point({"scenario": scenario, "base_dir": str(tmp_path)})
+    assert all(v is None or isinstance(v, (int, float, str, bool)) for v in record.values())
+    assert record["arrival_kind"] == "poisson" and record["offered_rate_per_s"] == 2.0
+    # One 10 ms prefill step and nine 10 ms decode steps, every time: E[S^2] = E[S]^2.
+    assert record["service_mean_s"] == pytest.approx(0.1)
+    assert record["service_m2_s2"] == pytest.approx(0.01)
+    assert record["ttft_excl_queue_mean_s"] == pytest.approx(0.01)
+    assert record["mean_ttft_ms"] >= 10.0
+
+
+def test_mg1_needs_poisson_arrivals_and_batch_size_one(tmp_path: Path) -> None:
+    from sim.sweep_plots import load_axis
+
+    sweep = with_changes(overrides={"workload.arrival.kind": "constant"})
+    plan = load_sweep(write_sweep(tmp_path, sweep))
+    table = run_sweep(plan, tmp_path / "out", jobs=1).table
+    assert mg1_curve(table[table["scheduler.max_num_seqs"] == 1], 6.0) is None
+    points = per_point(table, plan.targets, plan.override_keys)
+    assert load_axis(points, plan.load_key)[0] == "offered_rate_per_s"
+    assert load_axis(points, None)[0] == "request_throughput"
+    assert load_axis(points, "workload.num_users")[0] == "request_throughput"
+
+
+def test_structured_override_values_become_json_cells(tmp_path: Path) -> None:
+    lengths = [{"kind": "fixed", "tokens": 4}, {"kind": "fixed", "tokens": 8}]
+    sweep = with_changes(grid={"workload.output_tokens": lengths}, seeds=[5])
+    plan = load_sweep(write_sweep(tmp_path, sweep))
+    outcome = run_sweep(plan, tmp_path / "out", jobs=1)
+    cells = list(outcome.table["workload.output_tokens"])
+    assert cells == ['{"kind": "fixed", "tokens": 4}', '{"kind": "fixed", "tokens": 8}']
+    assert list(outcome.table["seed"]) == [5, 5]
+    output_tokens = outcome.table["total_output_tokens"].to_numpy()
+    assert output_tokens[1] == 2 * output_tokens[0]
+    from sim.sweep_table import write_table
+
+    paths = write_table(outcome.table, tmp_path / "out")
+    pd.testing.assert_frame_equal(pd.read_parquet(paths[0]), outcome.table)
+
+
+def test_config_labels_drop_the_load_and_disambiguate(tmp_path: Path) -> None:
+    from sim.sweep_table import config_label
+
+    plan = load_sweep(write_sweep(tmp_path))
+    assert config_label(plan, plan.points[1].overrides) == "max_num_seqs=1"
+    only_load = load_sweep(
+        write_sweep(tmp_path, with_changes(grid={"workload.arrival.rate_per_s": [1, 2]}))
+    )
+    assert config_label(only_load, only_load.points[0].overrides) == only_load.name == "sweep"
+    clash = with_changes(
+        grid={"workload.prompt_tokens.tokens": [50, 60], "workload.output_tokens.tokens": [5, 6]},
+        overrides={"workload.output_tokens": {"kind": "fixed", "tokens": 5}},
+    )
+    labelled = load_sweep(write_sweep(tmp_path, clash))
+    assert config_label(labelled, labelled.points[0].overrides) == (
+        "workload.prompt_tokens.tokens=50, workload.output_tokens.tokens=5"
+    )
+
+
+@pytest.mark.parametrize("seeds", [[1, 1], [], [-1]])
+def test_seed_lists_must_be_distinct_and_non_negative(tmp_path: Path, seeds: list[int]) -> None:
+    with pytest.raises(ConfigError, match="seeds"):
+        load_sweep(write_sweep(tmp_path, with_changes(seeds=seeds)))
+
+
+def test_long_reports_are_cut_and_unpriced_hardware_ranks_by_gpu_hours(tmp_path: Path) -> None:
+    plan = load_sweep(write_sweep(tmp_path, with_changes(gpu_price_per_hour=None)))
+    table = run_sweep(plan, tmp_path / "out", jobs=1).table.assign(gpu_price_per_hour=None)
+    points = per_point(table, plan.targets, plan.override_keys)
+    points["usd_per_1k_requests"] = None  # e.g. a custom accelerator without a price
+    best, unit = cheapest(points)
+    assert unit == "gpu_hours_per_1k_requests" and best is not None
+    text = format_report(points, plan.targets, plan.override_keys, max_rows=2)
+    assert "... 2 more points in results.csv" in text and "GPU-hours per 1k requests" in text

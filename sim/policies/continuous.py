@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sim.cost.base import StepShape
 from sim.plan import StepPlan
 from sim.request import Request
 
@@ -89,8 +90,9 @@ class Continuous:
         # succeed during it: the queue is empty, or what blocked admission (the
         # sequence limit, the KV pool) can only tighten while decoding. A budget
         # block may lift once this step's prefill is done.
-        if stable and blocked_by != "budget":
-            self._plan_run(plan, kv, interruptible=blocked_by == "empty")
+        self._finish_plan(
+            plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"
+        )
         return plan
 
     def _admit(
@@ -125,31 +127,48 @@ class Continuous:
                 request.first_scheduled_s = now_s
         return "empty"
 
-    def _plan_run(self, plan: StepPlan, kv: BlockPool, interruptible: bool) -> None:
-        """Let decode steps follow this one if every request emits and none ends.
+    def _finish_plan(
+        self, plan: StepPlan, kv: BlockPool, may_run: bool, interruptible: bool
+    ) -> None:
+        """Fill in the step's shape, and let decode steps follow if they can.
 
-        After this step each scheduled request has computed its known tokens
-        and sampled one more; if none has finished, the next steps are plain
-        decodes of the same batch until the first finishes.
+        After this step each scheduled request that has computed all its known
+        tokens samples one more; if all do and none has finished, the next
+        steps are plain decodes of the same batch until the first finishes.
+        One pass over the batch for both (this runs once per event).
         """
         scheduled = plan.scheduled
-        if not scheduled:
-            return
+        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+        num_decode_seqs = decode_context = 0
         min_left = MAX_RUN_STEPS
-        context = 0
-        for r, num_new in scheduled:  # one pass: this runs once per event
-            computed = r.num_computed_tokens + num_new
+        run_context = 0
+        all_emit = True
+        for r, num_new in scheduled:
+            cached = r.num_computed_tokens
             generated = r.num_generated_tokens
+            computed = cached + num_new
+            if num_new == 1 and generated > 0:
+                num_decode_seqs += 1
+                decode_context += computed
+            else:
+                num_prefill_seqs += 1
+                num_prefill_tokens += num_new
+                pairs += num_new * cached + num_new * (num_new + 1) // 2
+                kv_read += computed
             if computed != r.num_prompt_tokens + generated:
-                return  # still prefilling after this step
-            left = r.num_output_tokens - generated - 1
-            if left < min_left:
-                min_left = left
-            context += computed + 1
-        if min_left < 1:
+                all_emit = False  # still prefilling after this step
+            else:
+                left = r.num_output_tokens - generated - 1
+                if left < min_left:
+                    min_left = left
+                run_context += computed + 1
+        plan.known_shape = StepShape(
+            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        )
+        if not (may_run and all_emit and scheduled and min_left >= 1):
             return
         plan.run_num_seqs = len(scheduled)
-        plan.run_context_tokens = context
+        plan.run_context_tokens = run_context
         plan.num_steps = 1 + _steps_within_pool(kv, scheduled, min_left)
         plan.interruptible = (
             interruptible
