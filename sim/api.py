@@ -85,18 +85,21 @@ def kv_blocks_for(scenario: Scenario) -> int:
         batched_tokens = policy.max_num_batched_tokens
     else:
         batched_tokens = min(policy.max_batch_size * engine.max_model_len_tokens, 1 << 16)
-    return num_kv_blocks(
-        scenario.model,
-        scenario.hardware,
-        engine.block_size_tokens,
-        engine.gpu_memory_utilization,
-        max_num_batched_tokens=batched_tokens,
-    )
+    try:
+        return num_kv_blocks(
+            scenario.model,
+            scenario.hardware,
+            engine.block_size_tokens,
+            engine.gpu_memory_utilization,
+            max_num_batched_tokens=batched_tokens,
+        )
+    except ConfigError as error:
+        raise ConfigError(f"model, hardware: {error}") from None
 
 
 def cost_model_for(scenario: Scenario, base_dir: Path | None = None) -> CostModel:
     """The cost model a scenario names."""
-    return build_cost_model(scenario.cost, scenario.model, scenario.hardware)
+    return build_cost_model(scenario.cost, scenario.model, scenario.hardware, base_dir)
 
 
 def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
@@ -136,8 +139,8 @@ def run(
     rng = np.random.default_rng(scenario.seed)
     try:
         engine = engine_for(scenario, base)
-    except ConfigError as error:  # e.g. the model does not fit: name the file
-        raise ConfigError(f"{source}: model/hardware/engine: {error}") from None
+    except ConfigError as error:  # e.g. a bad artifact, or the model does not fit
+        raise ConfigError(f"{source}: {error}") from None
     work: Any
     if isinstance(scenario.workload, ClosedLoopWorkload):
         work = ClosedLoopSource(scenario.workload, rng, base)

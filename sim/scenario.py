@@ -15,7 +15,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.cost.config import CostConfig, RooflineCostConfig
+from sim.cost.config import CostConfig
+from sim.cost.select import AutoCostConfig
 from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.errors import ConfigError
 from sim.metrics import Slo
@@ -61,7 +62,7 @@ class Scenario(BaseModel):
     seed: int = Field(default=0, ge=0)
     model: ModelRef = Field(default_factory=lambda: model_preset("llama-3-8b"))
     hardware: HardwareRef = Field(default_factory=lambda: hardware_preset("h100"))
-    cost: CostConfig = Field(default_factory=RooflineCostConfig)
+    cost: CostConfig = Field(default_factory=AutoCostConfig)
     scheduler: PolicyConfig = Field(default_factory=ContinuousConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     frontend: FrontendConfig = Field(default_factory=FrontendConfig)

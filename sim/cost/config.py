@@ -4,11 +4,15 @@
 
 - ``linear``: explicit coefficients, see ``sim.cost.linear``;
 - ``roofline``: derived from the scenario's model and hardware specs, with
-  optional overrides of the hardware's efficiencies and step overhead.
+  optional overrides of the hardware's efficiencies and step overhead;
+- ``calibrated``: a measured curve from a calibration artifact;
+- ``auto`` (the default): a shipped artifact for this model and hardware,
+  else the roofline, labelled uncalibrated (see ``sim.cost.select``).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -16,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sim.cost.base import CostModel
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import RooflineCost
+from sim.cost.select import AutoCostConfig, CalibratedCostConfig, build_auto, build_calibrated
 from sim.cost.specs import HardwareSpec, ModelSpec
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -55,17 +60,24 @@ class RooflineCostConfig(BaseModel):
     step_overhead_s: NonNegativeSeconds | None = None
 
 
-# Add new kinds (the lead's ``calibrated``) to this union and to build_cost_model.
+# A new kind goes into this union and into build_cost_model.
 CostConfig = Annotated[
-    LinearCostConfig | RooflineCostConfig,
+    AutoCostConfig | CalibratedCostConfig | LinearCostConfig | RooflineCostConfig,
     Field(discriminator="kind"),
 ]
 
 
 def build_cost_model(
-    config: CostConfig, model: ModelSpec, hardware: HardwareSpec
+    config: CostConfig, model: ModelSpec, hardware: HardwareSpec, base_dir: Path | None = None
 ) -> CostModel:
-    """The cost model ``config`` describes, for ``model`` running on ``hardware``."""
+    """The cost model ``config`` describes, for ``model`` running on ``hardware``.
+
+    ``base_dir`` anchors a relative artifact path (the scenario file's folder).
+    """
+    if isinstance(config, AutoCostConfig):
+        return build_auto(model, hardware)
+    if isinstance(config, CalibratedCostConfig):
+        return build_calibrated(config, model, hardware, base_dir)
     if isinstance(config, LinearCostConfig):
         return LinearCost(**config.model_dump(exclude={"kind"}))
     if isinstance(config, RooflineCostConfig):
