@@ -69,6 +69,7 @@ class EngineCore:
         self.running: list[Request] = []
         self.num_steps = 0
         self.num_done = 0
+        self._num_finished_in_step = 0  # lets commit skip rebuilding `running`
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
         # Direct references: sampling the state runs once per event.
@@ -127,8 +128,9 @@ class EngineCore:
             self._commit_one(plan, start_s, ends_s[0])
         else:
             self._commit_run(plan, start_s, ends_s)
-        if any(r.finish_s is not None for r in self.running):
+        if self._num_finished_in_step:
             self.running = [r for r in self.running if r.finish_s is None]
+            self._num_finished_in_step = 0
 
     def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
         step = self.num_steps
@@ -224,6 +226,7 @@ class EngineCore:
 
     def _finish(self, request: Request, time_s: float) -> None:
         request.finish_s = time_s
+        self._num_finished_in_step += 1
         self.kv.free(request)
         self._done(request)
 

@@ -196,7 +196,9 @@ def _steps_within_pool(
         return total
 
     free = kv.num_free_blocks
-    if missing(num_steps) <= free:
+    # Cheap bound first (the common case): k more tokens need at most
+    # k // block_size + 1 new blocks per request.
+    if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
         return num_steps
     low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
     while high - low > 1:
