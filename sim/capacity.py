@@ -33,9 +33,8 @@ from typing import Literal
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.scenario import Scenario, scenario_from_dict
+from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.slo_targets import SloTarget, metric_value, per_request_slo
-from sim.sweep import set_dotted
 from sim.sweep_exec import Record, execute
 
 Status = Literal["pass", "fail", "unclear"]

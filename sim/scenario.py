@@ -8,6 +8,7 @@ raw document before validation, so they are checked exactly like the file.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.cost.config import CostConfig
+from sim.cost.parallel import ParallelismConfig, layout_problem
+from sim.cost.quantization import QuantizationConfig
 from sim.cost.select import AutoCostConfig
 from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.errors import ConfigError
@@ -63,6 +66,10 @@ class Scenario(BaseModel):
     model: ModelRef = Field(default_factory=lambda: model_preset("llama-3-8b"))
     hardware: HardwareRef = Field(default_factory=lambda: hardware_preset("h100"))
     cost: CostConfig = Field(default_factory=AutoCostConfig)
+    # Multi-GPU layout and storage dtypes; the defaults (one GPU, the model's
+    # own dtypes) change nothing. See sim.cost.parallel and sim.cost.quantization.
+    parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
+    quantization: QuantizationConfig = Field(default_factory=QuantizationConfig)
     scheduler: PolicyConfig = Field(default_factory=ContinuousConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     frontend: FrontendConfig = Field(default_factory=FrontendConfig)
@@ -85,18 +92,28 @@ class Scenario(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_parallel_layout(self) -> Scenario:
+        problem = layout_problem(self.model, self.parallelism)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
-def _set(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+
+def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
+    """``doc[a][b][c] = value`` for ``"a.b.c"``, creating missing sections."""
     keys = dotted.split(".")
+    if not all(keys):
+        raise ConfigError(f"{source}: bad override key {dotted!r}")
     node = doc
     for key in keys[:-1]:
         child = node.get(key)
         if child is None:
             child = node[key] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"{source}: --set {dotted}: {key!r} is not a section")
+            raise ConfigError(f"{source}: {dotted}: {key!r} is not a section")
         node = child
-    node[keys[-1]] = value
+    node[keys[-1]] = copy.deepcopy(value)
 
 
 def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) -> None:
@@ -109,7 +126,7 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) 
             value = yaml.safe_load(text) if text else ""
         except yaml.YAMLError:
             value = text
-        _set(doc, key.strip(), value, source)
+        set_dotted(doc, key.strip(), value, f"{source}: --set")
 
 
 def _field_path(doc: Any, loc: tuple[Any, ...]) -> str:

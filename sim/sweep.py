@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 import sim
 from sim.errors import ConfigError
-from sim.scenario import Scenario, scenario_from_dict
+from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.slo_targets import SloTarget, targets_from_mapping
 from sim.sweep_exec import Record, Task, execute
 from sim.sweep_table import build_table
@@ -131,22 +131,6 @@ class SweepPlan:
     def load_key(self) -> str | None:
         """The varied key that sets the load, if any (rate, time scale or users)."""
         return next((key for key in LOAD_KEYS if key in self.varying_keys), None)
-
-
-def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
-    """``doc[a][b][c] = value`` for ``"a.b.c"``, creating missing sections."""
-    keys = dotted.split(".")
-    if not all(keys):
-        raise ConfigError(f"{source}: bad override key {dotted!r}")
-    node = doc
-    for key in keys[:-1]:
-        child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{source}: {dotted}: {key!r} is not a section")
-        node = child
-    node[keys[-1]] = copy.deepcopy(value)
 
 
 def _read_yaml(path: Path, what: str) -> Any:
