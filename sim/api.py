@@ -10,7 +10,7 @@ The CLI is a thin layer over ``run`` and ``Result.write``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,16 +20,21 @@ import numpy.typing as npt
 import pandas as pd
 
 import sim
+from sim.cluster import Cluster, cluster_summary, request_token_times_s
 from sim.cost.base import CostModel
-from sim.cost.config import build_cost_model
-from sim.cost.memory import num_kv_blocks
+from sim.cost.parallel import parallel_num_kv_blocks
+from sim.cost.parallel_roofline import parallel_cost_model
+from sim.cost.quantization import dtype_name, quantize
+from sim.cost.specs import ModelSpec
 from sim.errors import ConfigError
 from sim.metrics import summarize, with_request_metrics
-from sim.policies import ContinuousConfig
+from sim.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.prefix_cache import prefix_cache_summary
 from sim.report import write_outputs
 from sim.scenario import Scenario, load_scenario
 from sim.simulation import Engine, Frontend, RawResult, Simulation
-from sim.tokens import token_times_s
+from sim.speculative import speculative_summary, with_speculation
+from sim.swap import with_swap_space
 from sim.workload import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 
 
@@ -46,6 +51,8 @@ class Result:
 
     def token_times_s(self, request_id: int) -> npt.NDArray[np.float64]:
         """Stream time of every output token of one request, in seconds."""
+        if self.scenario.speculative is not None:
+            raise NotImplementedError("token times assume one token per step (speculation is on)")
         row = self.raw.requests.loc[self.raw.requests["request_id"] == request_id]
         if row.empty:
             raise KeyError(f"no request {request_id}")
@@ -54,11 +61,14 @@ class Result:
         if np.isnan(first):
             return np.empty(0)
         detokenize_s = self.raw.detokenize_s_per_token
-        return token_times_s(
-            self.steps["end_s"].to_numpy(),
+        prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
+        return request_token_times_s(
+            self.steps,
             first - detokenize_s,
             count,
             self.raw.later_runs.get(request_id),
+            int(row["replica"].iloc[0]),
+            None if prefill is None or pd.isna(prefill) else int(prefill),
             detokenize_s,
         )
 
@@ -75,6 +85,11 @@ class Result:
         )
 
 
+def model_for(scenario: Scenario) -> ModelSpec:
+    """The scenario's model spec with its ``quantization:`` dtypes applied."""
+    return quantize(scenario.model, scenario.quantization)
+
+
 def kv_blocks_for(scenario: Scenario) -> int:
     """The scenario's KV pool size in blocks: given, or from device memory."""
     engine = scenario.engine
@@ -83,12 +98,15 @@ def kv_blocks_for(scenario: Scenario) -> int:
     policy = scenario.scheduler
     if isinstance(policy, ContinuousConfig):
         batched_tokens = policy.max_num_batched_tokens
-    else:
+    elif isinstance(policy, StaticConfig):
         batched_tokens = min(policy.max_batch_size * engine.max_model_len_tokens, 1 << 16)
+    else:
+        batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)
     try:
-        return num_kv_blocks(
-            scenario.model,
+        return parallel_num_kv_blocks(
+            model_for(scenario),
             scenario.hardware,
+            scenario.parallelism,
             engine.block_size_tokens,
             engine.gpu_memory_utilization,
             max_num_batched_tokens=batched_tokens,
@@ -99,14 +117,35 @@ def kv_blocks_for(scenario: Scenario) -> int:
 
 def cost_model_for(scenario: Scenario, base_dir: Path | None = None) -> CostModel:
     """The cost model a scenario names."""
-    return build_cost_model(scenario.cost, scenario.model, scenario.hardware, base_dir)
+    return parallel_cost_model(
+        scenario.cost, model_for(scenario), scenario.hardware, scenario.parallelism, base_dir
+    )
+
+
+def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
+    """Builds the scenario's policy; with ``preemption: swap``, each with its swap space.
+
+    Swap bytes are per GPU: each holds 1/num_gpus of the KV cache and copies it
+    over its own host link, in parallel with the others.
+    """
+    config = scenario.scheduler
+    if getattr(config, "preemption", "recompute") != "swap":
+        return config.build
+    engine = scenario.engine
+    bytes_per_token = model_for(scenario).kv_bytes_per_token / scenario.parallelism.num_gpus
+    return with_swap_space(
+        config.build,
+        engine.swap_space_bytes,
+        engine.block_size_tokens * bytes_per_token,
+        engine.swap_bandwidth_bytes_per_s,
+    )
 
 
 def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
     """Everything a replica needs, built from the scenario."""
-    return Engine(
+    engine = Engine(
         cost=cost_model_for(scenario, base_dir),
-        make_policy=scenario.scheduler.build,
+        make_policy=policy_factory(scenario),
         num_kv_blocks=kv_blocks_for(scenario),
         block_size_tokens=scenario.engine.block_size_tokens,
         max_model_len_tokens=scenario.engine.max_model_len_tokens,
@@ -114,7 +153,11 @@ def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
             scenario.frontend.tokenize_s_per_token, scenario.frontend.detokenize_s_per_token
         ),
         skip_ahead=scenario.engine.skip_ahead,
+        enable_prefix_caching=scenario.engine.enable_prefix_caching,
     )
+    if scenario.speculative is not None:
+        engine = with_speculation(engine, scenario.speculative, scenario.hardware)
+    return engine
 
 
 def run(
@@ -146,8 +189,52 @@ def run(
         work = ClosedLoopSource(scenario.workload, rng, base)
     else:
         work = generate_open_loop(scenario.workload, rng, base)
-    raw = Simulation(engine).run(work, progress=progress)
+    raw = Simulation(engine, cluster_for(scenario, rng)).run(work, progress=progress)
     return _result(scenario, engine, raw)
+
+
+def cluster_for(scenario: Scenario, rng: np.random.Generator) -> Cluster | None:
+    """The scenario's replicas, or None for one replica (the plain path).
+
+    Router draws come from a generator spawned from ``rng`` (the scenario seed's).
+    """
+    if scenario.cluster is None:
+        return None
+    return Cluster(scenario.cluster, rng.spawn(1)[0], model_for(scenario).kv_bytes_per_token)
+
+
+def _layout_summary(scenario: Scenario) -> dict[str, Any]:
+    """summary.json keys for the parallel layout and the storage dtypes."""
+    layout, quant, model = scenario.parallelism, scenario.quantization, model_for(scenario)
+    return {
+        "tensor_parallel_size": layout.tensor_parallel_size,
+        "pipeline_parallel_size": layout.pipeline_parallel_size,
+        "num_gpus": layout.num_gpus,
+        "link": layout.link.name if not layout.is_single_device else None,
+        "weight_dtype": dtype_name(model.weight_dtype_bytes, quant.weights),
+        "kv_cache_dtype": dtype_name(model.kv_dtype_bytes, quant.kv_cache),
+        "weight_gb_per_gpu": model.weight_bytes / layout.num_gpus / 1e9,
+    }
+
+
+def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
+    """Swaps, and mean / p99 TTFT per priority class when there are several."""
+    if "num_swaps" not in requests or "priority" not in requests:
+        return {}
+    out: dict[str, Any] = {"num_swaps": int(requests["num_swaps"].sum())}
+    classes = requests["priority"].unique()
+    if len(classes) > 1:
+        done = requests[requests["rejection_reason"].isna() & requests["finish_s"].notna()]
+        ttft_ms = (done["first_token_s"] - done["arrival_s"]) * 1e3
+        for priority in sorted(classes.tolist()):
+            values = ttft_ms[done["priority"] == priority].to_numpy()
+            out[f"mean_ttft_ms_priority_{priority}"] = (
+                float(values.mean()) if len(values) else None
+            )
+            out[f"p99_ttft_ms_priority_{priority}"] = (
+                float(np.percentile(values, 99)) if len(values) else None
+            )
+    return out
 
 
 def _result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
@@ -161,9 +248,16 @@ def _result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
         policy=scenario.scheduler.kind,
         num_kv_blocks=engine.num_kv_blocks,
         num_preemptions=int(raw.requests["num_preemptions"].sum()),
+        **_policy_summary(raw.requests),
+        **_layout_summary(scenario),
+        **prefix_cache_summary(raw.requests),
         servesim_version=sim.__version__,
         mode="simulated",
     )
+    if scenario.cluster is not None:
+        summary.update(cluster_summary(raw.requests, scenario.cluster))
+    if scenario.speculative is not None:
+        summary.update(speculative_summary(scenario.speculative, raw.requests, raw.steps))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         requests = with_request_metrics(raw.requests)

@@ -63,10 +63,17 @@ def _add_planning(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     add_parsers(subparsers)
 
 
+def _add_measure(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from calibration.serve_cli import add_parsers  # measure, validate (issue 4)
+
+    add_parsers(subparsers)
+
+
 ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_run,
     _add_calibrate,
     _add_planning,
+    _add_measure,
 ]
 
 

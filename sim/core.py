@@ -17,6 +17,7 @@ from sim.columns import Columns
 from sim.kv_cache import BlockPool
 from sim.plan import StepPlan
 from sim.request import Request
+from sim.speculative import commit_speculative
 from sim.steplog import StepLog
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ RECORD_COLUMNS = {
     "num_generated_tokens": "i8",
     "num_preemptions": "i8",
     "replica": "i4",
+    "num_swaps": "i8",
+    "priority": "i8",
+    "num_cached_tokens": "i8",
 }
 
 
@@ -124,7 +128,9 @@ class EngineCore:
         The first step is the plan's own; any further ones are the decode
         steps the plan allowed to follow it.
         """
-        if len(ends_s) == 1:
+        if plan.num_emitted is not None:  # speculative decoding: one step per plan
+            commit_speculative(self, plan, start_s, ends_s[0])
+        elif len(ends_s) == 1:
             self._commit_one(plan, start_s, ends_s[0])
         else:
             self._commit_run(plan, start_s, ends_s)
@@ -173,6 +179,7 @@ class EngineCore:
         num_itl = num_prefill = num_decode = 0
         kv = self.kv
         block_size = kv.block_size_tokens
+        finished: list[Request] = []
         for request, num_new in plan.scheduled:
             generated = request.num_generated_tokens
             if num_new == 1 and generated > 0:
@@ -195,7 +202,12 @@ class EngineCore:
                 kv.num_free_blocks -= short
                 request.num_blocks += short
             if generated + num_steps == request.num_output_tokens:
-                self._finish(request, end_last)
+                finished.append(request)
+        # Free only once every request's blocks are counted, as step by step, where
+        # the last step's blocks are all reserved before any request finishes (the
+        # peak decides which cached prefix blocks get evicted).
+        for request in finished:
+            self._finish(request, end_last)
         steps = self.steps
         steps.add_step(start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl)
         num_seqs = len(plan.scheduled)
@@ -246,6 +258,9 @@ class EngineCore:
             request.num_generated_tokens,
             request.num_preemptions,
             request.replica,
+            request.num_swaps,
+            request.priority,
+            request.num_cached_tokens,
         )
         self.num_done += 1
         if self.on_done is not None:
@@ -264,4 +279,12 @@ class EngineCore:
         self.kv.free(request)
         request.num_computed_tokens = 0
         request.num_preemptions += 1
+        self.waiting.appendleft(request)
+
+    def swap_out(self, request: Request) -> None:
+        """Swap preemption: free the GPU blocks but keep the computed tokens
+        (their KV now lives in CPU memory, see ``sim.swap``); requeue at the front."""
+        self.kv.free(request)
+        request.num_preemptions += 1
+        request.num_swaps += 1
         self.waiting.appendleft(request)

@@ -31,6 +31,11 @@ class BlockPool:
         """Blocks needed to hold ``num_tokens`` tokens (ceiling division)."""
         return -(-num_tokens // self.block_size_tokens)
 
+    def num_cached_tokens(self, request: Request) -> int:
+        """Prompt tokens already cached for ``request``: none without prefix caching
+        (``sim.prefix_cache.PrefixCachingPool`` overrides this)."""
+        return 0
+
     def num_missing_blocks(self, request: Request, num_tokens: int) -> int:
         """Blocks ``request`` lacks to hold ``num_tokens`` tokens (0 if enough)."""
         return max(0, self.blocks_for(num_tokens) - request.num_blocks)

@@ -40,6 +40,14 @@ class StepPlan:
     # A policy that already walked the scheduled requests may fill in the
     # shape, so the executor need not walk them again.
     known_shape: StepShape | None = None
+    # Seconds the first step takes beyond the cost model's compute time, e.g.
+    # copying swapped KV blocks between CPU and GPU memory (see sim.swap).
+    extra_s: float = 0.0
+    # Speculative decoding (sim.speculative) only: tokens each scheduled request
+    # emits in this step, aligned with ``scheduled`` (a decode may emit several;
+    # a prefill chunk that does not end its prompt emits 0). None: the token-
+    # counter rule applies (one token when a request catches up).
+    num_emitted: list[int] | None = None
 
     @property
     def is_empty(self) -> bool:

@@ -17,6 +17,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from sim.cluster import total_over_replicas
 from sim.metrics import Slo, completed_mask, request_latencies
 
 FloatArray = npt.NDArray[np.float64]
@@ -179,8 +180,9 @@ def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
     """Queue length, running batch size and KV-cache usage (%), stacked on one time axis.
 
     Values are held until the next sample (step lines). Returns ``path``.
+    Several replicas are drawn as one: queues summed, KV usage averaged.
     """
-    frame = timeseries
+    frame = total_over_replicas(timeseries)
     if "time_s" in frame.columns and not frame["time_s"].is_monotonic_increasing:
         frame = frame.sort_values("time_s", kind="stable")
     time_s = _as_floats(frame["time_s"]) if "time_s" in frame.columns else np.empty(0)

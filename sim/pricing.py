@@ -35,11 +35,15 @@ def gpu_price_per_hour(hardware_name: str, override: float | None = None) -> flo
 
 
 def gpus_per_replica(scenario: Any) -> int:
-    """GPUs one replica occupies: its tensor-parallel degree.
+    """GPUs one replica occupies: tensor x pipeline parallel degree.
 
-    Scenarios have no tensor-parallel field yet, so this is 1 unless the
-    engine section gains a ``tensor_parallel_size``.
+    Read from the scenario's ``parallelism:`` section (``num_gpus``); an
+    ``engine`` or top-level ``tensor_parallel_size`` is honoured for objects
+    without that section.
     """
+    num_gpus = getattr(getattr(scenario, "parallelism", None), "num_gpus", None)
+    if isinstance(num_gpus, int) and num_gpus >= 1:
+        return num_gpus
     for section in (getattr(scenario, "engine", None), scenario):
         degree = getattr(section, "tensor_parallel_size", None)
         if isinstance(degree, int) and degree >= 1:

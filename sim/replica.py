@@ -61,7 +61,7 @@ class Replica:
                 yield from self._wait(plan.wake_at_s)
                 continue
             if plan.num_steps == 1 or not self.skip_ahead:
-                end = now + cost.step_s(plan.shape())
+                end = now + (cost.step_s(plan.shape()) + plan.extra_s)  # as in a run below
                 yield env.timeout(end - now)
                 core.commit(plan, now, [end])
                 continue
@@ -71,7 +71,8 @@ class Replica:
             # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
             # as step-by-step execution, so both modes agree exactly. (Python
             # lists: runs are mostly short, where numpy's call overhead dominates.)
-            ends = list(accumulate(rest, initial=now + cost.step_s(plan.shape())))
+            first_s = cost.step_s(plan.shape()) + plan.extra_s  # extra: e.g. a swap copy
+            ends = list(accumulate(rest, initial=now + first_s))
             if plan.interruptible and self.horizon is not None:
                 next_s = self.horizon()
                 if next_s <= ends[-1]:

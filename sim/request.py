@@ -38,9 +38,18 @@ class Request:
     last_token_s: float | None = None
     last_token_step: int | None = None
     num_preemptions: int = 0
+    num_swaps: int = 0  # preemptions by swap to CPU memory (included in num_preemptions)
     rejection_reason: str | None = None
     replica: int = 0
     runs: list[tuple[int, int]] = field(default_factory=list)
+    # Prefix caching (sim.prefix_cache): the shareable head of the prompt, as a
+    # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
+    # as one hash id per prompt block (Mooncake-style traces). Spec fields.
+    prefix_group: int | None = None
+    num_shared_prefix_tokens: int = 0
+    block_hash_ids: tuple[int, ...] | None = None
+    # Prompt tokens found in the prefix cache at first admission (not computed).
+    num_cached_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:

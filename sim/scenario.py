@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from sim.cluster import ClusterConfig
 from sim.cost.config import CostConfig
 from sim.cost.parallel import ParallelismConfig, layout_problem
 from sim.cost.quantization import QuantizationConfig
@@ -24,6 +25,8 @@ from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.errors import ConfigError
 from sim.metrics import Slo
 from sim.policies import ContinuousConfig, PolicyConfig
+from sim.policies.ordered import ContinuousSettings
+from sim.speculative import SpeculativeConfig
 from sim.workload import WorkloadConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -43,6 +46,15 @@ class EngineConfig(BaseModel):
     skip_ahead: bool = Field(
         default=True, description="advance many decode steps per event (False: step by step)"
     )
+    enable_prefix_caching: bool = Field(
+        default=False,
+        description="share KV blocks of common prompt prefixes, LRU-evicted (sim.prefix_cache)",
+    )
+    # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV
+    # (vLLM's --swap-space, 4 GiB) and the host link's copy bandwidth, one way
+    # (PCIe 4.0 x16 moves ~25 GB/s in practice; PCIe 5.0 ~50 GB/s).
+    swap_space_bytes: float = Field(default=4 * 2**30, ge=0)
+    swap_bandwidth_bytes_per_s: float = Field(default=25e9, gt=0)
 
 
 class FrontendConfig(BaseModel):
@@ -75,12 +87,18 @@ class Scenario(BaseModel):
     frontend: FrontendConfig = Field(default_factory=FrontendConfig)
     workload: WorkloadConfig
     slo: Slo | None = None
+    # Several replicas behind a router, or disaggregated prefill/decode pools;
+    # None: one replica (see sim.cluster).
+    cluster: ClusterConfig | None = None
+    # k draft tokens per decode step accepted at rate α; None: plain decoding
+    # (see sim.speculative).
+    speculative: SpeculativeConfig | None = None
 
     @model_validator(mode="after")
     def _check_budget(self) -> Scenario:
         policy = self.scheduler
         if (
-            isinstance(policy, ContinuousConfig)
+            isinstance(policy, ContinuousConfig | ContinuousSettings)
             and not policy.chunked_prefill
             and policy.max_num_batched_tokens < self.engine.max_model_len_tokens
         ):
@@ -89,6 +107,17 @@ class Scenario(BaseModel):
                 f"scheduler.max_num_batched_tokens ({policy.max_num_batched_tokens}) must be "
                 f">= engine.max_model_len_tokens ({self.engine.max_model_len_tokens}) "
                 "when chunked_prefill is off"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _check_speculative(self) -> Scenario:
+        if self.speculative is not None and not isinstance(
+            self.scheduler, ContinuousConfig | ContinuousSettings
+        ):
+            raise ValueError(
+                f"speculative decoding needs a continuous-batching scheduler, "
+                f"not {self.scheduler.kind!r}"
             )
         return self
 

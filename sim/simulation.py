@@ -3,6 +3,9 @@
 Requests arrive (open loop: at given times; closed loop: users who think,
 send, and wait for the answer), spend CPU time being tokenized, then queue at
 the replica. Detokenization shifts every streamed token by a fixed time.
+With a ``Cluster`` the requests go to a router in front of several replicas,
+or to disaggregated prefill and decode pools (``sim.cluster``); without one,
+a single replica is fed directly (the fast path).
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ import pandas as pd
 import simpy
 from tqdm import tqdm
 
+from sim.cluster import Cluster, build_layout
 from sim.core import EngineCore
 from sim.cost.base import CostModel
+from sim.disagg import Disaggregated
 from sim.kv_cache import BlockPool
 from sim.policies.base import Scheduler
+from sim.pool import Pool, series_frame, steps_frame
+from sim.prefix_cache import PrefixCachingPool, prefix_describer
 from sim.replica import Replica
 from sim.request import Request
 
@@ -44,6 +51,12 @@ class Engine:
     max_model_len_tokens: int
     frontend: Frontend = field(default_factory=Frontend)
     skip_ahead: bool = True
+    enable_prefix_caching: bool = False
+
+    def new_block_pool(self) -> BlockPool:
+        """An empty KV pool for one replica (prefix-caching when enabled)."""
+        pool = PrefixCachingPool if self.enable_prefix_caching else BlockPool
+        return pool(self.num_kv_blocks, self.block_size_tokens)
 
 
 class OpenLoop(Protocol):
@@ -77,23 +90,41 @@ class RawResult:
     later_runs: dict[int, list[tuple[float, int]]]
     rejections: dict[int, str]
     detokenize_s_per_token: float
+    num_replicas: int = 1
 
 
 class Simulation:
-    """One replica fed by one workload; ``run`` returns a ``RawResult``."""
+    """One workload fed to one replica, or to a cluster; ``run`` returns a ``RawResult``."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, cluster: Cluster | None = None) -> None:
         self.engine = engine
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
-        self.core = EngineCore(
-            engine.make_policy(),
-            BlockPool(engine.num_kv_blocks, engine.block_size_tokens),
-            engine.max_model_len_tokens,
-            on_done=self._on_done,
-        )
         self._next_ready_s = 0.0
-        self.replica = Replica(self.env, self.core, engine.cost, engine.skip_ahead)
+        self.layout: Pool | Disaggregated | None = None
+        if cluster is None:
+            self.core = EngineCore(
+                engine.make_policy(),
+                engine.new_block_pool(),
+                engine.max_model_len_tokens,
+                on_done=self._on_done,
+            )
+            self.replica = Replica(self.env, self.core, engine.cost, engine.skip_ahead)
+            self.cores = [self.core]
+            self._submit: Callable[[Request], None] = self.replica.submit
+        else:
+            self.layout = build_layout(self.env, engine, cluster, self._on_done)
+            self.cores = self.layout.cores
+            self.core = self.cores[0]
+            self.replica = self.layout.front_replicas[0]
+            self._submit = self.layout.submit
+
+    @property
+    def num_done(self) -> int:
+        """Requests finished or rejected so far."""
+        if self.layout is None:
+            return self.core.num_done
+        return self.layout.num_done
 
     def _on_done(self, request: Request) -> None:
         waiter = self._waiters.pop(request.request_id, None)
@@ -104,9 +135,9 @@ class Simulation:
         """Tokenize (a delay), then hand to the replica."""
         delay = self.engine.frontend.tokenize_s_per_token * request.num_prompt_tokens
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _: self.replica.submit(request))
+            self.env.timeout(delay).callbacks.append(lambda _: self._submit(request))
         else:
-            self.replica.submit(request)
+            self._submit(request)
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
         """Submit requests in the order their tokenization ends.
@@ -127,12 +158,20 @@ class Simulation:
             work.num_output_tokens[order].tolist(),
             strict=True,
         )
-        submit = self.replica.submit
+        submit = self._submit
+        describe = prefix_describer(work)  # None unless requests share prefixes
+        priority = getattr(work, "priority", None)  # optional per-request priorities
+        priorities = None if priority is None else priority[order].tolist()
         for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
             if ready_s[i] > env.now:
                 yield env.timeout(ready_s[i] - env.now)
             self._next_ready_s = ready_s[i + 1]
-            submit(Request(request_id, arrival_s, num_prompt, num_output))
+            request = Request(request_id, arrival_s, num_prompt, num_output)
+            if describe is not None:
+                describe(request)
+            if priorities is not None:
+                request.priority = priorities[i]
+            submit(request)
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
         env = self.env
@@ -160,10 +199,19 @@ class Simulation:
                 self.env.process(self._user(work, ids))
         else:
             total = len(work.arrival_s)
-            self.replica.horizon = lambda: self._next_ready_s
+            horizon = self._horizon
+            if self.layout is None:
+                self.replica.horizon = horizon
+            else:
+                # Every replica that arrivals reach ends its runs at the next
+                # arrival anywhere: routing is decided only then.
+                self.layout.set_horizon(horizon)
             self.env.process(self._open_loop(work))
         self._drive(total, progress)
         return self._result()
+
+    def _horizon(self) -> float:
+        return self._next_ready_s
 
     def _drive(self, total: int, progress: bool) -> None:
         """env.run(), with a progress bar that appears after 2 s of wall time."""
@@ -173,11 +221,13 @@ class Simulation:
                 while True:
                     for _ in range(4096):
                         step()
-                    bar.update(self.core.num_done - bar.n)
+                    bar.update(self.num_done - bar.n)
             except simpy.core.EmptySchedule:
-                bar.update(self.core.num_done - bar.n)
+                bar.update(self.num_done - bar.n)
 
     def _result(self) -> RawResult:
+        if self.layout is not None:
+            return self._cluster_result(self.layout)
         core = self.core
         core.flush_unfinished()
         requests = core.records.frame().sort_values("request_id", ignore_index=True)
@@ -187,9 +237,12 @@ class Simulation:
         requests["finish_s"] += detokenize_s
         series = core.series.frame()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
+        series["replica"] = np.zeros(len(series), dtype=np.int32)
+        steps = core.steps.frame()
+        steps["replica"] = np.zeros(len(steps), dtype=np.int32)
         return RawResult(
             requests=requests,
-            steps=core.steps.frame(),
+            steps=steps,
             timeseries=series,
             extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
             later_runs=core.later_runs,
@@ -197,3 +250,36 @@ class Simulation:
             detokenize_s_per_token=detokenize_s,
         )
 
+    def _cluster_result(self, layout: Pool | Disaggregated) -> RawResult:
+        """Every replica's records, step log and series, concatenated with ``replica``."""
+        if isinstance(layout, Pool):
+            layout.flush_queue()
+        else:
+            layout.flush()
+        cores = self.cores
+        for core in cores:
+            core.flush_unfinished()
+        records = pd.concat([core.records.frame() for core in cores], ignore_index=True)
+        if isinstance(layout, Disaggregated):
+            records = layout.requests_frame(records)
+        requests = records.sort_values("request_id", ignore_index=True)
+        rejections: dict[int, str] = {}
+        later_runs: dict[int, list[tuple[float, int]]] = {}
+        for core in cores:
+            rejections.update(core.rejections)
+            later_runs.update(core.later_runs)
+        requests["rejection_reason"] = requests["request_id"].map(rejections)
+        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        requests["first_token_s"] += detokenize_s
+        requests["finish_s"] += detokenize_s
+        extra = [np.asarray(core.extra_itl_s, dtype=np.float64) for core in cores]
+        return RawResult(
+            requests=requests,
+            steps=steps_frame(cores),
+            timeseries=series_frame(cores),
+            extra_itl_s=np.concatenate(extra),
+            later_runs=later_runs,
+            rejections=rejections,
+            detokenize_s_per_token=detokenize_s,
+            num_replicas=len(cores),
+        )

@@ -12,7 +12,8 @@ Three kinds, tagged by ``kind``:
 
 Random streams: the generator passed in is split with ``rng.spawn(3)`` into
 independent children, one per stream (synthetic: arrivals, prompt lengths,
-output lengths; closed loop: think times, prompt lengths, output lengths).
+output lengths; closed loop: think times, prompt lengths, output lengths),
+plus a fourth (synthetic: prefix groups) spawned only when it is used.
 So changing the arrival rate, or one length distribution, leaves the other
 streams' draws unchanged: request ``i`` keeps its lengths. ``spawn`` advances
 the parent's spawn counter, so a fresh generator from the same seed gives the
@@ -21,7 +22,7 @@ same workload, while two calls on one generator give different ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -50,8 +51,47 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class PrefixGroupsConfig(_Config):
+    """Shared system prompts: each request picks one of ``num_groups`` groups
+    uniformly at random; its prompt is the group's ``shared_prefix_tokens``
+    followed by the drawn ``prompt_tokens`` (the user's part)."""
+
+    num_groups: int = Field(gt=0)
+    shared_prefix_tokens: int = Field(gt=0)
+
+
+class PriorityClassesConfig(_Config):
+    """Per-request priority classes: class ``i`` is drawn with probability
+    ``weights[i] / sum(weights)`` and gets priority ``values[i]`` (default ``i``;
+    larger is more urgent, see :mod:`sim.policies.priority`)."""
+
+    kind: Literal["classes"] = "classes"
+    weights: list[float] = Field(min_length=1)
+    values: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check_classes(self) -> PriorityClassesConfig:
+        if not all(w >= 0 for w in self.weights) or not sum(self.weights) > 0:
+            raise ValueError("weights must be >= 0 with a positive sum")
+        if self.values is not None and len(self.values) != len(self.weights):
+            raise ValueError("values must have one entry per weight")
+        return self
+
+    def sample(self, rng: np.random.Generator, size: int) -> IntArray:
+        """``size`` priorities drawn independently."""
+        weights = np.asarray(self.weights, dtype=np.float64)
+        values = np.asarray(
+            self.values if self.values is not None else range(len(weights)), dtype=np.int64
+        )
+        return values[rng.choice(len(weights), size=size, p=weights / weights.sum())]
+
+
 class SyntheticWorkload(_Config):
-    """Requests from an arrival process with independently drawn lengths."""
+    """Requests from an arrival process with independently drawn lengths.
+
+    ``prefix_groups`` (optional) makes requests share prompt prefixes, which
+    a prefix cache (``engine.enable_prefix_caching``) can reuse.
+    """
 
     kind: Literal["synthetic"] = "synthetic"
     arrival: ArrivalConfig
@@ -59,6 +99,10 @@ class SyntheticWorkload(_Config):
     output_tokens: LengthConfig
     num_requests: int | None = Field(default=None, gt=0)
     duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    prefix_groups: PrefixGroupsConfig | None = None
+    # Optional priority classes, drawn from their own spawned stream (the
+    # other streams draw exactly as without them).
+    priority: PriorityClassesConfig | None = None
 
     @model_validator(mode="after")
     def _check_extent(self) -> SyntheticWorkload:
@@ -130,12 +174,17 @@ class RequestArrays:
     """An open-loop workload: request ``i`` arrives at ``arrival_s[i]`` seconds.
 
     The arrays are read-only, of one length, and ``arrival_s`` never
-    decreases; every token count is at least 1.
+    decreases; every token count is at least 1. Optionally (prefix caching)
+    request ``i`` belongs to group ``prefix_group[i]`` whose requests share
+    their first ``num_shared_prefix_tokens[i]`` prompt tokens.
     """
 
     arrival_s: FloatArray
     num_prompt_tokens: IntArray
     num_output_tokens: IntArray
+    prefix_group: IntArray | None = None
+    num_shared_prefix_tokens: IntArray | None = None
+    priority: IntArray | None = None  # optional per-request priority (larger: more urgent)
 
     def __post_init__(self) -> None:
         n = self.arrival_s.shape
@@ -147,6 +196,17 @@ class RequestArrays:
             raise ValueError("RequestArrays: token counts must be int64")
         for array in (self.arrival_s, self.num_prompt_tokens, self.num_output_tokens):
             array.setflags(write=False)
+        if (self.prefix_group is None) != (self.num_shared_prefix_tokens is None):
+            raise ValueError("RequestArrays: give both prefix arrays or neither")
+        for prefix_array in (self.prefix_group, self.num_shared_prefix_tokens):
+            if prefix_array is not None:
+                if prefix_array.shape != n or prefix_array.dtype != np.int64:
+                    raise ValueError("RequestArrays: prefix arrays must be int64 of one length")
+                prefix_array.setflags(write=False)
+        if self.priority is not None:
+            if self.priority.shape != n or self.priority.dtype != np.int64:
+                raise ValueError("RequestArrays: priority must be int64 of one length")
+            self.priority.setflags(write=False)
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -182,9 +242,34 @@ def generate_open_loop(
         config.arrival, arrival_rng, num_requests=config.num_requests, duration_s=config.duration_s
     )
     size = arrival_s.shape[0]
-    return RequestArrays(
-        arrival_s, prompt_sampler.sample(prompt_rng, size), output_sampler.sample(output_rng, size)
+    prompts = prompt_sampler.sample(prompt_rng, size)
+    outputs = output_sampler.sample(output_rng, size)
+    groups = config.prefix_groups
+    if groups is None:
+        return _with_priority(RequestArrays(arrival_s, prompts, outputs), config, rng)
+    # A fourth child stream: the three above draw exactly as without groups.
+    (group_rng,) = rng.spawn(1)
+    shared = np.full(size, groups.shared_prefix_tokens, dtype=np.int64)
+    arrays = RequestArrays(
+        arrival_s,
+        prompts + shared,
+        outputs,
+        prefix_group=np.asarray(
+            group_rng.integers(0, groups.num_groups, size=size, dtype=np.int64)
+        ),
+        num_shared_prefix_tokens=shared,
     )
+    return _with_priority(arrays, config, rng)
+
+
+def _with_priority(
+    arrays: RequestArrays, config: SyntheticWorkload, rng: np.random.Generator
+) -> RequestArrays:
+    """``arrays`` with priorities drawn from a further spawned stream, if configured."""
+    if config.priority is None:
+        return arrays
+    (priority_rng,) = rng.spawn(1)
+    return replace(arrays, priority=config.priority.sample(priority_rng, len(arrays)))
 
 
 class ClosedLoopSource:

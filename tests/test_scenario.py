@@ -159,8 +159,9 @@ def test_field_path_is_the_one_written_in_the_file(tmp_path: Path, dotted: str, 
 
 
 def test_unknown_kind_of_a_tagged_union(tmp_path: Path) -> None:
-    message = load_error(write(tmp_path, with_(SMALL, "scheduler.kind", "priority")))
-    assert "scheduler" in message and "priority" in message
+    # ("priority" was the example here until it became a policy.)
+    message = load_error(write(tmp_path, with_(SMALL, "scheduler.kind", "lottery")))
+    assert "scheduler" in message and "lottery" in message
 
 
 def test_workload_needs_exactly_one_extent(tmp_path: Path) -> None:

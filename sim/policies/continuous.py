@@ -23,6 +23,7 @@ from sim.request import Request
 if TYPE_CHECKING:
     from sim.core import EngineCore
     from sim.kv_cache import BlockPool
+    from sim.swap import SwapSpace
 
 # A skip-ahead run is capped so that one SimPy timeout never covers more than
 # this many steps' worth of numpy arrays (memory, not correctness).
@@ -40,6 +41,10 @@ class ContinuousConfig(BaseModel):
         default=2048, ge=1, description="tokens computed per step at most"
     )
     chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
+    preemption: Literal["recompute", "swap"] = Field(
+        default="recompute",
+        description="swap: victims' KV goes to CPU memory (engine.swap_space_bytes), see sim.swap",
+    )
 
     def build(self) -> Continuous:
         return Continuous(self)
@@ -52,8 +57,13 @@ class Continuous:
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
         self.chunked_prefill = config.chunked_prefill
+        # Preemption by swap: set by the policy factory (sim.swap.with_swap_space)
+        # when ``preemption`` is ``swap``; None preempts by recompute.
+        self.swap: SwapSpace | None = None
+        self._extra_s = 0.0  # swap copy time of the step being planned, s
 
     def schedule(self, core: EngineCore, now_s: float) -> StepPlan:
+        self._extra_s = 0.0
         kv = core.kv
         running = core.running
         budget = self.max_num_batched_tokens
@@ -70,7 +80,7 @@ class Continuous:
             if target > request.num_blocks * block_size:
                 while not kv.can_allocate(request, target):
                     victim = running.pop()
-                    core.preempt(victim)
+                    self._preempt(core, victim)
                     preempted = True
                     if victim is request:
                         break
@@ -83,6 +93,7 @@ class Continuous:
             i += 1
         plan = StepPlan(scheduled)
         if preempted:
+            plan.extra_s = self._extra_s
             return plan
         stable = len(scheduled) == len(running)
         blocked_by = self._admit(core, scheduled, budget, now_s)
@@ -93,7 +104,17 @@ class Continuous:
         self._finish_plan(
             plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"
         )
+        plan.extra_s = self._extra_s
         return plan
+
+    def _preempt(self, core: EngineCore, victim: Request) -> None:
+        """Preempt by swap if configured and the swap space has room, else by recompute."""
+        if self.swap is not None:
+            seconds = self.swap.swap_out(core, victim)
+            if seconds is not None:
+                self._extra_s += seconds
+                return
+        core.preempt(victim)
 
     def _admit(
         self,
@@ -111,15 +132,23 @@ class Continuous:
             if len(running) >= self.max_num_seqs:
                 return "seqs"
             request = waiting[0]
-            wanted = request.num_wanted_tokens
+            # Prefix caching: the cached head of the prompt is not computed again.
+            num_cached = kv.num_cached_tokens(request)
+            wanted = request.num_wanted_tokens - num_cached
             if budget == 0 or (wanted > budget and not self.chunked_prefill):
                 return "budget"
             num_new = min(wanted, budget)
-            target = request.num_computed_tokens + num_new
+            target = request.num_computed_tokens + num_cached + num_new
             if not kv.can_allocate(request, target):
                 return "kv"
             waiting.popleft()
             kv.allocate(request, target)
+            if num_cached:
+                request.num_computed_tokens += num_cached
+                if request.first_scheduled_s is None:
+                    request.num_cached_tokens = num_cached
+            if self.swap is not None:  # copy a swapped-out request's KV back in
+                self._extra_s += self.swap.swap_in(request)
             running.append(request)
             scheduled.append((request, num_new))
             budget -= num_new

@@ -1,0 +1,208 @@
+"""``servesim measure``: serve a scenario on the real model and write what was measured.
+
+Builds the scenario's requests exactly as ``servesim run`` does (same seed,
+same arrival times and lengths), its policy and KV pool, the calibration
+model (random weights of the scenario's model spec) and a ``WallClockEngine``,
+then writes the same per-request table and ``summary.json`` as a simulated
+run, marked ``"mode": "measured"`` with the device, threads and torch
+version, plus ``steps.parquet`` (every step's shape, batch, start, end) and
+``tokens.parquet`` (every output token's time). ITL in the summary comes from
+the real gaps between a request's tokens.
+"""
+
+from __future__ import annotations
+
+import platform
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import torch
+
+import sim
+from calibration.engine import StepExecutor
+from calibration.engine_loop import MeasuredRun, WallClockEngine, new_core
+from calibration.environment import cpu_model
+from calibration.model import LlamaModel
+from calibration.sampling import SamplingParams
+from sim.api import kv_blocks_for
+from sim.errors import ConfigError
+from sim.metrics import latency_stats_ms, summarize, with_request_metrics
+from sim.report import summary_to_json, write_outputs
+from sim.scenario import Scenario
+from sim.workload import ClosedLoopWorkload, generate_open_loop
+
+Device = Literal["cpu", "cuda"]
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class Measurement:
+    """A measured run and its summary (``requests`` has the latency columns)."""
+
+    scenario: Scenario
+    run: MeasuredRun
+    requests: pd.DataFrame
+    summary: dict[str, Any]
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """requests.parquet, summary.json, timeseries.csv, plots, steps and tokens."""
+        out = Path(out_dir)
+        paths = write_outputs(
+            out,
+            self.requests,
+            self.run.core_steps,
+            self.run.timeseries,
+            self.summary,
+            slo=self.scenario.slo,
+        )
+        for name, frame in (("steps", self.run.steps), ("tokens", self.run.tokens)):
+            path = out / f"{name}.parquet"
+            frame.to_parquet(path, index=False)
+            paths.append(path)
+        sample = {str(k): v[:200] for k, v in list(self.run.outputs.items())[:5]}
+        path = out / "sample_outputs.json"
+        path.write_text(summary_to_json(sample) + "\n", encoding="utf-8")
+        return [*paths, path]
+
+
+def measured_itl_s(tokens: pd.DataFrame) -> np.ndarray:
+    """Every gap between consecutive tokens of one request, in seconds."""
+    if tokens.empty:
+        return np.empty(0)
+    ordered = tokens.sort_values(["request_id", "token_index"])
+    times = ordered["time_s"].to_numpy()
+    same = ordered["request_id"].to_numpy()[1:] == ordered["request_id"].to_numpy()[:-1]
+    return np.diff(times)[same]
+
+
+def _check_fits(scenario: Scenario, device: torch.device, dtype: torch.dtype) -> None:
+    """A one-line ConfigError if the model's weights cannot fit on ``device``."""
+    spec = scenario.model
+    params = spec.vocab_size * spec.hidden_size * (1 if spec.tied_embeddings else 2)
+    per_layer = spec.hidden_size * (
+        spec.num_attention_heads * spec.head_dim * 2
+        + 2 * spec.num_kv_heads * spec.head_dim
+        + 3 * spec.intermediate_size
+    )
+    need = (params + spec.num_layers * per_layer) * torch.finfo(dtype).bits // 8
+    cuda = device.type == "cuda"
+    free = torch.cuda.mem_get_info(device)[0] if cuda else _mem_available_bytes()
+    if need > 0.8 * free:
+        raise ConfigError(
+            f"model {spec.name!r}: {need / 1e9:.1f} GB of weights do not fit in "
+            f"{free / 1e9:.1f} GB free on {device.type}; measure a small model "
+            "(e.g. model: tiny) on CPU"
+        )
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average (Linux), to see whether the machine was busy."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _mem_available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62  # unknown: do not refuse
+
+
+def measure(
+    scenario: Scenario,
+    device: Device = "cpu",
+    *,
+    base_dir: Path | None = None,
+    dtype: str | None = None,
+    threads: int = 1,
+    sampling: SamplingParams | None = None,
+    progress: bool = True,
+    max_duration_s: float | None = None,
+) -> Measurement:
+    """Serve ``scenario``'s requests on the real model; summarise what was measured."""
+    if isinstance(scenario.workload, ClosedLoopWorkload):
+        raise ConfigError("workload: servesim measure replays open-loop workloads only")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available here")
+    dtype_name = dtype or ("fp32" if device == "cpu" else "bf16")
+    if dtype_name not in _DTYPES:
+        raise ConfigError(f"--dtype {dtype_name!r}: expected one of {', '.join(_DTYPES)}")
+    torch_device = torch.device(device)
+    if device == "cpu":
+        torch.set_num_threads(threads)
+    _check_fits(scenario, torch_device, _DTYPES[dtype_name])
+    work = generate_open_loop(scenario.workload, np.random.default_rng(scenario.seed), base_dir)
+    policy = scenario.scheduler
+    num_slots = int(getattr(policy, "max_num_seqs", getattr(policy, "max_batch_size", 1)))
+    num_slots = max(1, min(num_slots, len(work.arrival_s)))
+    longest = int((work.num_prompt_tokens + work.num_output_tokens).max(initial=2))
+    max_len = min(longest, scenario.engine.max_model_len_tokens)
+    model = LlamaModel(scenario.model, dtype=_DTYPES[dtype_name], device=torch_device, seed=0)
+    executor = StepExecutor(
+        model, num_slots, max_len, sampling or SamplingParams(), seed=scenario.seed
+    )
+    core = new_core(
+        policy.build,
+        kv_blocks_for(scenario),
+        scenario.engine.block_size_tokens,
+        scenario.engine.max_model_len_tokens,
+    )
+    engine = WallClockEngine(core, executor, work, seed=scenario.seed, sync=device == "cuda")
+    run = engine.run(progress=progress, max_duration_s=max_duration_s)
+    return _measurement(scenario, run, torch_device, dtype_name, sampling or SamplingParams())
+
+
+def _measurement(
+    scenario: Scenario,
+    run: MeasuredRun,
+    device: torch.device,
+    dtype: str,
+    sampling: SamplingParams,
+) -> Measurement:
+    summary: dict[str, Any] = dict(
+        summarize(run.requests, run.core_steps, run.extra_itl_s, scenario.slo)
+    )
+    summary |= latency_stats_ms("itl", measured_itl_s(run.tokens))
+    steps = run.steps
+    forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
+    cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    summary.update(
+        scenario=scenario.name,
+        seed=scenario.seed,
+        cost_model="measured",
+        policy=scenario.scheduler.kind,
+        num_kv_blocks=kv_blocks_for(scenario),
+        num_preemptions=int(run.requests["num_preemptions"].sum()),
+        servesim_version=sim.__version__,
+        mode="measured",
+        status=run.status,
+        message=run.message,
+        wall_s=run.wall_s,
+        num_steps=len(run.steps),
+        device=device.type,
+        device_name=device_name,
+        dtype=dtype,
+        threads=torch.get_num_threads(),
+        torch_version=torch.__version__,
+        python=platform.python_version(),
+        sampling=sampling.model_dump(),
+        model=scenario.model.name,
+        # On CPU: the share of the forward passes' wall time this thread was
+        # running (1.0 = the core was ours; lower = another process took it).
+        forward_cpu_share=cpu_share if device.type == "cpu" else None,
+        load_average_after=_load_average(),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        requests = with_request_metrics(run.requests)
+    return Measurement(scenario, run, requests, summary)

@@ -1,0 +1,129 @@
+"""``servesim measure`` and ``servesim validate``: the command-line layer.
+
+``measure`` serves a scenario on the real model (``calibration.measure``);
+``validate`` predicts measured runs with the simulator and reports the error
+(``calibration.validate``), measuring first when no ``--measured`` folder is
+given. Both are registered by ``add_parsers`` (see ``sim.cli.ADDERS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario YAML, e.g. scenarios/validate_tiny_cpu.yaml")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="override a scenario field"
+    )
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument(
+        "--dtype", choices=("fp32", "bf16", "fp16"), help="default: fp32 on cpu, bf16 on cuda"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--max-duration-s", type=float, help="stop measuring after this long")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _measure(args: argparse.Namespace, out: Path) -> Path:
+    from pydantic import ValidationError
+
+    try:
+        from calibration.measure import measure
+    except ImportError as error:
+        raise ConfigError(
+            f"servesim measure needs PyTorch ({error}): pip install -e '.[calibrate]'"
+        ) from None
+    from calibration.sampling import SamplingParams
+    from sim.report import format_summary_table
+    from sim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set or ())
+    try:
+        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValidationError as error:
+        raise ConfigError(f"sampling: {error.errors()[0]['msg']}") from None
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    started = time.perf_counter()
+    measurement = measure(
+        scenario,
+        args.device,
+        base_dir=Path(args.scenario).parent,
+        dtype=args.dtype,
+        threads=args.threads,
+        sampling=sampling,
+        progress=not args.quiet,
+        max_duration_s=args.max_duration_s,
+    )
+    paths = measurement.write(out)
+    print(format_summary_table(measurement.summary))
+    s = measurement.summary
+    print(f"measured on {s['device_name']} ({s['device']}, {s['threads']} thread(s), {s['dtype']})")
+    print(
+        f"{s['message']}; {time.perf_counter() - started:.1f} s; wrote {len(paths)} files to {out}/"
+    )
+    return out
+
+
+def _cmd_measure(args: argparse.Namespace) -> int:
+    _measure(args, Path(args.out))
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from calibration.validate import MeasuredDir, validate, write_validation
+    from sim.scenario import load_scenario
+
+    out = Path(args.out)
+    measured_dirs = list(args.measured or [])
+    if len(measured_dirs) > 2:
+        raise ConfigError("--measured: give one or two measured runs")
+    if not measured_dirs:
+        print("no --measured run given: measuring first")
+        measured_dirs = [str(_measure(args, out / "measured"))]
+    scenario = load_scenario(args.scenario, args.set or ())
+    runs = [MeasuredDir.load(d) for d in measured_dirs]
+    overhead = MeasuredDir.load(args.overhead_from) if args.overhead_from else None
+    result = validate(
+        scenario,
+        runs[0],
+        second=runs[1] if len(runs) > 1 else None,
+        overhead_from=overhead,
+        base_dir=Path(args.scenario).parent,
+    )
+    paths = write_validation(result, out, f"Validation: {scenario.name}")
+    print((out / "report.md").read_text())
+    print(f"wrote {len(paths)} files to {out}/")
+    return 0
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Register ``measure`` and ``validate``."""
+    measure = subparsers.add_parser(
+        "measure", help="serve a scenario on the real model (PyTorch) and record latencies"
+    )
+    _common(measure)
+    measure.set_defaults(handler=_cmd_measure)
+    validate = subparsers.add_parser(
+        "validate", help="simulate measured runs and report the prediction error"
+    )
+    _common(validate)
+    validate.add_argument(
+        "--measured", action="append", metavar="DIR", help="a measure folder (twice: noise floor)"
+    )
+    validate.add_argument(
+        "--overhead-from",
+        metavar="DIR",
+        help="another measured run whose step log fits the engine overhead (second prediction)",
+    )
+    validate.set_defaults(handler=_cmd_validate)

@@ -1,0 +1,153 @@
+"""A byte-level tokenizer, and deterministic prompt text of a given token count.
+
+No real tokenizer ships offline for the random-weight calibration models, so
+the engine tokenizes with bytes: UTF-8 bytes ``b`` become ids ``b +
+NUM_SPECIAL``. That costs real CPU time per token (the point: tokenization
+and detokenization are part of what a measured run measures), and a prompt of
+``n`` ASCII characters is exactly ``n`` tokens. The model's vocabulary is
+larger than 256 + specials, so ids it samples outside the byte range are
+folded back into it when detokenizing (``id % 256``); the text is
+meaningless, the work is real.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NUM_SPECIAL = 3  # 0 = padding, 1 = beginning of sequence, 2 = end of sequence
+_WORDS = (
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "that",
+    "for",
+    "it",
+    "as",
+    "with",
+    "was",
+    "on",
+    "be",
+    "by",
+    "at",
+    "this",
+    "are",
+    "from",
+    "or",
+    "an",
+    "have",
+    "not",
+    "they",
+    "which",
+    "one",
+    "you",
+    "were",
+    "all",
+    "we",
+    "her",
+    "she",
+    "there",
+    "would",
+    "their",
+    "will",
+    "when",
+    "who",
+    "him",
+    "been",
+    "has",
+    "more",
+    "if",
+    "no",
+    "out",
+    "do",
+    "so",
+    "can",
+    "what",
+    "up",
+    "said",
+    "about",
+    "other",
+    "into",
+    "than",
+    "its",
+    "time",
+    "only",
+    "could",
+    "new",
+    "them",
+    "man",
+    "some",
+    "these",
+    "then",
+    "two",
+    "first",
+    "may",
+    "any",
+    "like",
+    "now",
+    "my",
+    "such",
+    "make",
+    "over",
+    "our",
+    "even",
+    "most",
+    "me",
+    "state",
+    "after",
+    "also",
+    "made",
+    "many",
+    "did",
+    "must",
+    "before",
+    "back",
+    "see",
+    "through",
+    "way",
+    "where",
+    "get",
+    "much",
+    "go",
+    "well",
+    "your",
+    "know",
+    "should",
+    "down",
+    "work",
+    "year",
+    "because",
+    "come",
+    "people",
+    "just",
+)
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids; decoding folds unknown ids into bytes."""
+
+    num_special = NUM_SPECIAL
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text``: one per UTF-8 byte."""
+        offset = NUM_SPECIAL
+        return [b + offset for b in text.encode("utf-8")]
+
+    def decode(self, token_ids: list[int]) -> str:
+        """Text of ``token_ids`` (special ids dropped, invalid UTF-8 replaced)."""
+        data = bytes((t - NUM_SPECIAL) % 256 for t in token_ids if t >= NUM_SPECIAL)
+        return data.decode("utf-8", errors="replace")
+
+
+def prompt_text(num_tokens: int, rng: np.random.Generator) -> str:
+    """ASCII text of exactly ``num_tokens`` characters (bytes), from random words."""
+    if num_tokens <= 0:
+        return ""
+    # Words average ~4 characters plus a space: draw enough, then cut.
+    words = rng.choice(len(_WORDS), size=num_tokens // 3 + 2)
+    text = " ".join(_WORDS[int(i)] for i in words)
+    while len(text) < num_tokens:  # pragma: no cover - the draw above always suffices
+        text += " " + text
+    return text[:num_tokens]

@@ -1,0 +1,153 @@
+"""``servesim validate``: predict measured runs with the simulator and report the error.
+
+Given one measured run (a ``servesim measure`` folder), simulate exactly its
+request set with the scenario's cost model (from calibration
+microbenchmarks, never from the run being predicted) and compare
+(``sim.validation.compare``). Options:
+
+- a second measured run of the same scenario: the noise floor, reported beside;
+- ``overhead_from``: a measured run of *another* workload (another seed or
+  load) whose step log fits the engine's per-step overhead
+  (``calibration.engine_fit``): a second prediction, reported beside.
+
+Writes ``report.md``, ``validation.json``, ``cdf.png`` and the predicted
+per-request table. Importing this module does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.api import cost_model_for
+from sim.cost.base import CostModel
+from sim.errors import ConfigError
+from sim.report import summary_to_json
+from sim.scenario import Scenario
+from sim.validation import (
+    Latencies,
+    compare,
+    measured_latencies,
+    predict,
+    simulated_latencies,
+    within_targets,
+)
+from sim.validation_report import plot_cdfs, render_markdown
+
+
+@dataclass
+class MeasuredDir:
+    """A ``servesim measure`` output folder, loaded."""
+
+    path: Path
+    requests: pd.DataFrame
+    tokens: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: str | Path) -> MeasuredDir:
+        folder = Path(path)
+        try:
+            summary = json.loads((folder / "summary.json").read_text())
+            requests = pd.read_parquet(folder / "requests.parquet")
+            tokens = pd.read_parquet(folder / "tokens.parquet")
+            steps = pd.read_parquet(folder / "steps.parquet")
+        except (OSError, ValueError) as error:
+            raise ConfigError(
+                f"--measured {folder}: not a servesim measure folder ({error})"
+            ) from None
+        if summary.get("mode") != "measured":
+            raise ConfigError(f"--measured {folder}: summary.json is not marked mode: measured")
+        return cls(folder, requests, tokens, steps, summary)
+
+    @property
+    def latencies(self) -> Latencies:
+        return measured_latencies(self.requests, self.tokens)
+
+
+@dataclass
+class Validation:
+    """Comparisons (prediction name -> metrics), the noise floor and the report's facts."""
+
+    comparisons: dict[str, dict[str, Any]]
+    noise: dict[str, Any] | None
+    facts: dict[str, object]
+    latencies: dict[str, Latencies]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "facts": self.facts,
+            "predictions": self.comparisons,
+            "noise_floor": self.noise,
+            "within_targets": {name: within_targets(c) for name, c in self.comparisons.items()},
+        }
+
+
+def validate(
+    scenario: Scenario,
+    measured: MeasuredDir,
+    *,
+    second: MeasuredDir | None = None,
+    overhead_from: MeasuredDir | None = None,
+    cost: CostModel | None = None,
+    base_dir: Path | None = None,
+) -> Validation:
+    """Predict ``measured`` (and compare with ``second``, if given)."""
+    base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
+    meas = measured.latencies
+    latencies = {"measured": meas}
+    predictions: dict[str, CostModel] = {"microbenchmarks": base_cost}
+    if overhead_from is not None:
+        if overhead_from.path.resolve() == measured.path.resolve():
+            raise ConfigError("--overhead-from must be another run than the one predicted")
+        from calibration.engine_fit import fit_engine_overhead
+
+        predictions["microbenchmarks + engine overhead"] = fit_engine_overhead(
+            overhead_from.steps, base_cost, source=overhead_from.path.name
+        )
+    comparisons = {}
+    for name, model in predictions.items():
+        result = predict(scenario, measured.requests, model, base_dir)
+        lat = simulated_latencies(result)
+        latencies[f"predicted: {name}"] = lat
+        comparisons[f"{name} — {model.label}"] = compare(meas, lat)
+    noise = None
+    if second is not None:
+        latencies["measured (run 2)"] = second.latencies
+        noise = compare(meas, second.latencies)
+    s = measured.summary
+    facts: dict[str, object] = {
+        "scenario": scenario.name,
+        "measured": f"{measured.path} ({s.get('completed')} requests, {s.get('device_name')}, "
+        f"{s.get('threads')} thread(s), torch {s.get('torch_version')}, status {s.get('status')})",
+        "request throughput (req/s)": round(float(s.get("request_throughput") or 0.0), 3),
+    }
+    if second is not None:
+        facts["noise floor"] = f"{second.path} vs {measured.path}"
+    return Validation(comparisons, noise, facts, latencies)
+
+
+def write_validation(validation: Validation, out_dir: str | Path, title: str) -> list[Path]:
+    """report.md, validation.json and cdf.png in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = out / "report.md"
+    report.write_text(
+        render_markdown(
+            title,
+            validation.facts,
+            validation.comparisons,
+            validation.noise,
+            notes="![CDFs](cdf.png)",
+        ),
+        encoding="utf-8",
+    )
+    data = out / "validation.json"
+    data.write_text(summary_to_json(validation.to_json()) + "\n", encoding="utf-8")
+    plot = plot_cdfs(validation.latencies, out / "cdf.png", title)
+    return [report, data, plot]

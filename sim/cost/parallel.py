@@ -1,0 +1,221 @@
+"""Multi-GPU layout of one replica: the ``parallelism:`` scenario section.
+
+    parallelism:
+      tensor_parallel_size: 4     # 1, 2, 4 or 8 GPUs splitting every layer
+      pipeline_parallel_size: 1   # stages of consecutive layers, one GPU group each
+      num_micro_batches: 1        # micro-batches per step through the pipeline (pp > 1)
+      link: nvlink4               # preset name, {preset: nvlink4, latency_s: 5e-6}, or inline
+
+A replica then occupies ``tensor_parallel_size * pipeline_parallel_size`` GPUs
+of the scenario's ``hardware``. This module holds the configuration, the link
+presets, and the per-GPU memory budget that sizes the KV cache::
+
+    weights_per_gpu   = model.weight_bytes / num_gpus                           [B]
+    activations       = 4 * max_num_batched_tokens
+                          * (hidden + intermediate / tp) * activation_bytes     [B]
+    kv_per_token_gpu  = 2 * ceil(layers / pp) * kv_heads_per_gpu * head_dim
+                          * kv_dtype_bytes                                       [B]
+    num_kv_blocks     = floor((memory_bytes * utilization - weights_per_gpu - activations)
+                              / (block_size_tokens * kv_per_token_gpu))
+
+``kv_heads_per_gpu = max(num_kv_heads / tp, 1)``: past ``tp = num_kv_heads``
+the KV heads are replicated (as vLLM does), so capacity stops growing with tp.
+Simplified: norms and embeddings are split evenly like everything else, and
+the largest pipeline stage (``ceil(layers / pp)`` layers) bounds the cache.
+The step-time model is in ``sim.cost.parallel_roofline``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from sim.cost.memory import ACTIVATION_TENSORS_PER_TOKEN, num_kv_blocks
+from sim.cost.specs import HardwareSpec, ModelSpec
+from sim.errors import ConfigError
+
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+_GB = 1e9
+
+
+class LinkSpec(BaseModel):
+    """A GPU-to-GPU interconnect as collectives see it.
+
+    ``bandwidth_bytes_per_s`` is the nominal rate per direction per GPU;
+    ``efficiency`` the fraction collectives reach; ``latency_s`` the fixed
+    cost of one ring step (one message hop), launch and synchronisation included.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1)
+    bandwidth_bytes_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    latency_s: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    efficiency: Annotated[float, Field(gt=0, le=1)] = 0.8
+
+
+_LINKS = [
+    # Public ballpark figures. NVLink 4 (H100 SXM): 18 links x 25 GB/s per direction;
+    # NVLink 3 (A100 SXM): 12 links x 25 GB/s. PCIe x16: ~32 GB/s (Gen4) and ~64 GB/s
+    # (Gen5) per direction. Latencies are per hop of a small message: a few µs over
+    # NVLink, more through the PCIe root complex or switch.
+    LinkSpec(name="nvlink4", bandwidth_bytes_per_s=450e9, latency_s=2e-6),
+    LinkSpec(name="nvlink3", bandwidth_bytes_per_s=300e9, latency_s=2e-6),
+    LinkSpec(name="pcie5", bandwidth_bytes_per_s=64e9, latency_s=5e-6),
+    LinkSpec(name="pcie4", bandwidth_bytes_per_s=32e9, latency_s=5e-6),
+]
+
+LINK_PRESETS: Mapping[str, LinkSpec] = MappingProxyType({link.name: link for link in _LINKS})
+
+
+def link_preset(name: str) -> LinkSpec:
+    """The link preset called ``name``; ConfigError listing known names if none."""
+    try:
+        return LINK_PRESETS[name]
+    except KeyError:
+        known = ", ".join(sorted(LINK_PRESETS))
+        raise ConfigError(f"unknown link preset {name!r}; known: {known}") from None
+
+
+def _resolve_link(value: Any) -> Any:
+    if isinstance(value, str):
+        return link_preset(value)
+    if isinstance(value, dict) and "preset" in value:
+        overrides = {k: v for k, v in value.items() if k != "preset"}
+        return {**link_preset(value["preset"]).model_dump(), **overrides}
+    return value
+
+
+LinkRef = Annotated[LinkSpec, BeforeValidator(_resolve_link)]
+
+
+class ParallelismConfig(BaseModel):
+    """Tensor and pipeline parallel layout of one replica (defaults: one GPU)."""
+
+    model_config = _FROZEN
+
+    tensor_parallel_size: Literal[1, 2, 4, 8] = 1
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
+    num_micro_batches: int = Field(default=1, ge=1, le=256)
+    link: LinkRef = Field(default_factory=lambda: link_preset("nvlink4"))
+
+    @model_validator(mode="after")
+    def _micro_batches_need_stages(self) -> ParallelismConfig:
+        if self.num_micro_batches > 1 and self.pipeline_parallel_size == 1:
+            raise ValueError("num_micro_batches > 1 needs pipeline_parallel_size > 1")
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs one replica occupies."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def is_single_device(self) -> bool:
+        return self.num_gpus == 1
+
+    @property
+    def layout(self) -> str:
+        """Short layout tag for labels, e.g. ``tp4`` or ``tp2,pp2,mb4``."""
+        parts = [f"tp{self.tensor_parallel_size}"]
+        if self.pipeline_parallel_size > 1:
+            parts.append(f"pp{self.pipeline_parallel_size}")
+        if self.num_micro_batches > 1:
+            parts.append(f"mb{self.num_micro_batches}")
+        return ",".join(parts)
+
+
+def layout_problem(model: ModelSpec, parallelism: ParallelismConfig) -> str | None:
+    """Why ``model`` cannot be split this way (a one-line message), or None."""
+    tp, pp = parallelism.tensor_parallel_size, parallelism.pipeline_parallel_size
+    if model.num_attention_heads % tp:
+        return (
+            f"parallelism.tensor_parallel_size: {tp} does not divide "
+            f"{model.name}'s {model.num_attention_heads} attention heads"
+        )
+    if model.num_kv_heads % tp and tp % model.num_kv_heads:
+        return (
+            f"parallelism.tensor_parallel_size: {tp} and {model.name}'s "
+            f"{model.num_kv_heads} KV heads must divide one another"
+        )
+    if pp > model.num_layers:
+        return (
+            f"parallelism.pipeline_parallel_size: {pp} stages for "
+            f"{model.name}'s {model.num_layers} layers"
+        )
+    return None
+
+
+def kv_heads_per_gpu(model: ModelSpec, tensor_parallel_size: int) -> int:
+    """KV heads each GPU stores: split, or replicated once tp exceeds them."""
+    return max(model.num_kv_heads // tensor_parallel_size, 1)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, parallelism: ParallelismConfig) -> float:
+    """KV bytes per token on the GPU holding the largest stage (see module)."""
+    layers = math.ceil(model.num_layers / parallelism.pipeline_parallel_size)
+    heads = kv_heads_per_gpu(model, parallelism.tensor_parallel_size)
+    # Same operation order as ModelSpec.kv_bytes_per_token, so tp = pp = 1 agrees.
+    return 2 * layers * heads * model.head_dim * model.kv_dtype_bytes
+
+
+def activation_dtype_bytes(model: ModelSpec) -> float:
+    """Activations stay at least 2 bytes (bf16) even with 8- or 4-bit weights."""
+    return max(model.weight_dtype_bytes, 2.0)
+
+
+def parallel_num_kv_blocks(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig,
+    block_size_tokens: int,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+) -> int:
+    """KV blocks a replica of ``parallelism.num_gpus`` GPUs holds (module formula).
+
+    One GPU is exactly ``sim.cost.memory.num_kv_blocks``. Raises ConfigError
+    when the weight shard and activations do not fit on one GPU.
+    """
+    if parallelism.is_single_device:
+        return num_kv_blocks(
+            model,
+            hardware,
+            block_size_tokens,
+            gpu_memory_utilization,
+            max_num_batched_tokens=max_num_batched_tokens,
+        )
+    problem = layout_problem(model, parallelism)
+    if problem is not None:
+        raise ConfigError(problem)
+    if block_size_tokens <= 0 or max_num_batched_tokens <= 0:
+        raise ConfigError(
+            f"block_size_tokens ({block_size_tokens}) and max_num_batched_tokens "
+            f"({max_num_batched_tokens}) must be > 0"
+        )
+    num_gpus, tp = parallelism.num_gpus, parallelism.tensor_parallel_size
+    usable_bytes = hardware.memory_bytes * gpu_memory_utilization
+    weights_bytes = model.weight_bytes / num_gpus
+    activations_bytes = (
+        ACTIVATION_TENSORS_PER_TOKEN
+        * max_num_batched_tokens
+        * (model.hidden_size + model.intermediate_size / tp)
+        * activation_dtype_bytes(model)
+    )
+    free_bytes = usable_bytes - weights_bytes - activations_bytes
+    where = (
+        f"{hardware.name} x{num_gpus} ({parallelism.layout}) has "
+        f"{hardware.memory_bytes / _GB:.1f} GB x {gpu_memory_utilization:.2f} usable per GPU"
+    )
+    block_bytes = block_size_tokens * kv_bytes_per_token_per_gpu(model, parallelism)
+    if free_bytes < block_bytes:
+        raise ConfigError(
+            f"{model.name} needs {weights_bytes / _GB:.1f} GB of weights"
+            f" + {activations_bytes / _GB:.1f} GB activations per GPU"
+            f" + one KV block but {where}"
+        )
+    return math.floor(free_bytes / block_bytes)

@@ -1,0 +1,218 @@
+"""Invariants with prefix caching and speculative decoding on (hypothesis).
+
+Workloads and continuous-batching settings come from ``test_invariants``
+(small KV pools that force preemption and rejection); requests are put into
+random prefix groups with random shared prefix lengths. Checked at every
+scheduling call: the prefix-caching pool's counts (never negative, never over
+capacity, in-use blocks = distinct shared blocks + private blocks, reference
+counts = requests holding a block, evictable blocks unreferenced) and the plan.
+Checked per run: no request lost (everything not rejected finishes with all
+its tokens), the step log and the sampled series, and skip-ahead ≡ step by
+step. With caching off, prefix groups change nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import cast
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_invariants import (
+    MAX_SCHEDULE_CALLS,
+    SETTINGS,
+    Setup,
+    assert_same_runs,
+    check_plan,
+    check_pool,
+    check_run,
+    continuous_setups,
+    workloads,
+)
+
+from sim.core import EngineCore
+from sim.cost.specs import hardware_preset
+from sim.plan import StepPlan
+from sim.policies import Scheduler
+from sim.prefix_cache import PrefixCachingPool
+from sim.simulation import Engine, OpenLoop, RawResult, Simulation
+from sim.speculative import SpeculativeConfig, with_speculation
+from sim.workload import RequestArrays
+
+
+@st.composite
+def grouped_workloads(draw: st.DrawFn) -> RequestArrays:
+    arrays = draw(workloads())
+    n = len(arrays)
+    num_groups = draw(st.integers(1, 3))
+    groups = draw(st.lists(st.integers(0, num_groups - 1), min_size=n, max_size=n))
+    shared = draw(st.lists(st.integers(1, 300), min_size=num_groups, max_size=num_groups))
+    # Requests of a group share up to the group's prefix length (clipped to their prompt).
+    return replace(
+        arrays,
+        prefix_group=np.asarray(groups, dtype=np.int64),
+        num_shared_prefix_tokens=np.asarray([shared[g] for g in groups], dtype=np.int64),
+    )
+
+
+speculations = st.builds(
+    lambda k, alpha, fraction: SpeculativeConfig(
+        num_draft_tokens=k, acceptance_rate=alpha, draft_cost_fraction=fraction
+    ),
+    st.integers(1, 5),
+    st.sampled_from([0.0, 0.3, 0.7, 0.95, 1.0]),
+    st.sampled_from([0.05, 0.3]),
+)
+
+
+def check_prefix_pool(core: EngineCore) -> None:
+    kv = core.kv
+    assert isinstance(kv, PrefixCachingPool)
+    assert 0 <= kv.num_free_blocks <= kv.num_blocks
+    assert 0 <= kv.num_evictable_blocks <= kv.num_free_blocks
+    assert kv.num_cached_blocks <= kv.num_blocks
+    holders: Counter[int] = Counter()
+    private = 0
+    for r in core.running:
+        held = kv.held_keys(r)
+        assert held == kv.block_keys(r)[: len(held)], "shared blocks are a prefix of the request's"
+        assert len(held) <= r.num_blocks
+        assert r.num_blocks >= kv.blocks_for(r.num_computed_tokens)
+        holders.update(held)
+        private += r.num_blocks - len(held)
+    assert len(holders) + private == kv.num_used_blocks
+    for key, count in holders.items():
+        assert kv.ref_count(key) == count
+    for key in kv.lru_keys():
+        assert kv.ref_count(key) == 0
+    assert all(r.num_blocks == 0 and not kv.held_keys(r) for r in core.waiting)
+
+
+class Checked:
+    """Delegates to a policy; checks the pool and the plan around every call."""
+
+    def __init__(self, inner: Scheduler, setup: Setup, caching: bool) -> None:
+        self.inner, self.setup, self.caching = inner, setup, caching
+        self.num_calls = 0
+
+    def schedule(self, core: EngineCore, now_s: float) -> StepPlan:
+        self.num_calls += 1
+        assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
+        check = check_prefix_pool if self.caching else check_pool
+        check(core)
+        plan = self.inner.schedule(core, now_s)
+        check(core)
+        check_plan(plan, core, self.setup)
+        if plan.num_emitted is not None:
+            assert plan.num_steps == 1
+            for (request, _), count in zip(plan.scheduled, plan.num_emitted, strict=True):
+                # The KV cache holds every accepted token; no request overshoots.
+                assert count <= request.num_output_tokens - request.num_generated_tokens
+                if request.is_decoding:
+                    assert count >= 1
+                    assert request.num_blocks * core.kv.block_size_tokens >= (
+                        request.num_computed_tokens + count
+                    )
+        return plan
+
+
+def simulate(
+    arrays: RequestArrays,
+    setup: Setup,
+    skip_ahead: bool,
+    caching: bool,
+    speculative: SpeculativeConfig | None = None,
+) -> RawResult:
+    engine = Engine(
+        cost=setup.cost,
+        make_policy=setup.make_policy,
+        num_kv_blocks=setup.num_kv_blocks,
+        block_size_tokens=setup.block_size_tokens,
+        max_model_len_tokens=setup.max_model_len_tokens,
+        frontend=setup.frontend,
+        skip_ahead=skip_ahead,
+        enable_prefix_caching=caching,
+    )
+    if speculative is not None:
+        engine = with_speculation(engine, speculative, hardware_preset("h100"))
+    make_inner = engine.make_policy
+    engine = replace(engine, make_policy=lambda: Checked(make_inner(), setup, caching))
+    simulation = Simulation(engine)
+    raw = simulation.run(cast(OpenLoop, arrays))
+    assert simulation.core.kv.num_free_blocks == setup.num_kv_blocks  # all returned
+    return raw
+
+
+def check_served(raw: RawResult, arrays: RequestArrays, setup: Setup) -> None:
+    """No request lost: the rejection rule of test_invariants, everything else done."""
+    requests = raw.requests
+    assert requests["request_id"].tolist() == list(range(len(arrays)))
+    total = arrays.num_prompt_tokens + arrays.num_output_tokens
+    blocks = -(-(total - 1) // setup.block_size_tokens)
+    must_reject = (total > setup.max_model_len_tokens) | (blocks > setup.num_kv_blocks)
+    rejected = requests["rejection_reason"].notna().to_numpy()
+    np.testing.assert_array_equal(rejected, must_reject)
+    done = requests[~rejected]
+    assert (done["num_generated_tokens"] == done["num_output_tokens"]).all()
+    times = done[["arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s"]]
+    assert np.isfinite(times.to_numpy()).all()
+    assert (np.diff(times.to_numpy(), axis=1) >= 0).all()
+    cached = done["num_cached_tokens"]
+    assert ((cached % setup.block_size_tokens) == 0).all()
+    assert (cached < done["num_prompt_tokens"]).all()
+    steps = raw.steps
+    assert (steps["end_s"] > steps["start_s"]).all()
+    assert steps["num_itl_tokens"].sum() <= done["num_generated_tokens"].sum()
+    series = raw.timeseries
+    assert (series["num_kv_blocks_used"] >= 0).all()
+    assert (series["num_kv_blocks_used"] <= setup.num_kv_blocks).all()
+
+
+@SETTINGS
+@given(arrays=grouped_workloads(), setup=continuous_setups())
+def test_prefix_caching_invariants(arrays: RequestArrays, setup: Setup) -> None:
+    fast = simulate(arrays, setup, skip_ahead=True, caching=True)
+    slow = simulate(arrays, setup, skip_ahead=False, caching=True)
+    check_served(fast, arrays, setup)
+    # One token per step: the full checks of test_invariants apply (token times too).
+    check_run(fast, arrays, setup)
+    check_run(slow, arrays, setup)
+    assert_same_runs(fast, slow)
+
+
+@SETTINGS
+@given(arrays=workloads(), setup=continuous_setups(), spec=speculations)
+def test_speculative_invariants(
+    arrays: RequestArrays, setup: Setup, spec: SpeculativeConfig
+) -> None:
+    fast = simulate(arrays, setup, skip_ahead=True, caching=False, speculative=spec)
+    slow = simulate(arrays, setup, skip_ahead=False, caching=False, speculative=spec)
+    check_served(fast, arrays, setup)
+    assert_same_runs(fast, slow)
+
+
+@settings(SETTINGS, max_examples=40)
+@given(arrays=grouped_workloads(), setup=continuous_setups(), spec=speculations)
+def test_both_features_invariants(
+    arrays: RequestArrays, setup: Setup, spec: SpeculativeConfig
+) -> None:
+    fast = simulate(arrays, setup, skip_ahead=True, caching=True, speculative=spec)
+    slow = simulate(arrays, setup, skip_ahead=False, caching=True, speculative=spec)
+    check_served(fast, arrays, setup)
+    assert_same_runs(fast, slow)
+
+
+@settings(SETTINGS, max_examples=40)
+@given(arrays=grouped_workloads(), setup=continuous_setups())
+def test_switches_off_change_nothing(arrays: RequestArrays, setup: Setup) -> None:
+    plain = RequestArrays(arrays.arrival_s, arrays.num_prompt_tokens, arrays.num_output_tokens)
+    reference = simulate(plain, setup, skip_ahead=True, caching=False)
+    grouped = simulate(arrays, setup, skip_ahead=True, caching=False)
+    no_prefixes = simulate(plain, setup, skip_ahead=True, caching=True)
+    for other in (grouped, no_prefixes):
+        pd.testing.assert_frame_equal(reference.requests, other.requests, check_exact=True)
+        pd.testing.assert_frame_equal(reference.steps, other.steps, check_exact=True)
+        pd.testing.assert_frame_equal(reference.timeseries, other.timeseries, check_exact=True)

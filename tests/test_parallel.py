@@ -1,0 +1,249 @@
+"""Tensor and pipeline parallelism: config, KV capacity, step time, scenario wiring."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim import api
+from sim.cost.memory import num_kv_blocks
+from sim.cost.parallel import (
+    LINK_PRESETS,
+    ParallelismConfig,
+    kv_bytes_per_token_per_gpu,
+    layout_problem,
+    link_preset,
+    parallel_num_kv_blocks,
+)
+from sim.cost.parallel_roofline import (
+    ParallelRooflineCost,
+)
+from sim.cost.roofline import RooflineCost
+from sim.cost.specs import hardware_preset, model_preset
+from sim.errors import ConfigError
+from sim.pricing import gpus_per_replica
+from sim.scenario import load_scenario, scenario_from_dict
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+LLAMA_70B = model_preset("llama-3-70b")
+LLAMA_8B = model_preset("llama-3-8b")
+H100 = hardware_preset("h100")
+GB = 1e9
+
+
+def layout(tp: int = 1, pp: int = 1, mb: int = 1, link: Any = "nvlink4") -> ParallelismConfig:
+    return ParallelismConfig.model_validate(
+        {
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "num_micro_batches": mb,
+            "link": link,
+        }
+    )
+
+
+# --- config -------------------------------------------------------------------
+
+
+def test_defaults_are_one_gpu_over_nvlink4() -> None:
+    p = ParallelismConfig()
+    assert (p.tensor_parallel_size, p.pipeline_parallel_size, p.num_gpus) == (1, 1, 1)
+    assert p.is_single_device and p.link == LINK_PRESETS["nvlink4"]
+
+
+def test_link_presets_are_ordered_by_bandwidth_and_documented_ballparks() -> None:
+    bw = {name: link.bandwidth_bytes_per_s for name, link in LINK_PRESETS.items()}
+    assert bw["nvlink4"] > bw["nvlink3"] > bw["pcie5"] > bw["pcie4"]
+    assert bw["nvlink4"] == pytest.approx(450e9)
+    assert all(link.latency_s < 20e-6 for link in LINK_PRESETS.values())
+    assert LINK_PRESETS["pcie4"].latency_s >= LINK_PRESETS["nvlink4"].latency_s
+
+
+def test_link_accepts_preset_with_overrides_and_inline() -> None:
+    assert layout(link={"preset": "pcie5", "latency_s": 1e-5}).link.latency_s == 1e-5
+    inline = {"name": "ib", "bandwidth_bytes_per_s": 50e9, "latency_s": 3e-6}
+    assert layout(link=inline).link.bandwidth_bytes_per_s == 50e9
+
+
+def test_layout_tag_and_gpu_count() -> None:
+    assert layout(4).layout == "tp4" and layout(4).num_gpus == 4
+    assert layout(2, 2, 4).layout == "tp2,pp2,mb4" and layout(2, 2, 4).num_gpus == 4
+
+
+def test_unknown_link_preset_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown link preset 'nvlink9'; known: nvlink3"):
+        link_preset("nvlink9")
+
+
+def test_layout_problems_name_the_field() -> None:
+    qwen = model_preset("qwen2.5-7b")  # 28 heads, 4 KV heads
+    problem = layout_problem(qwen, layout(8))
+    assert problem is not None and problem.startswith("parallelism.tensor_parallel_size")
+    problem = layout_problem(LLAMA_8B, layout(1, 33))
+    assert problem is not None and problem.startswith("parallelism.pipeline_parallel_size")
+    assert layout_problem(LLAMA_70B, layout(8, 2)) is None
+    with pytest.raises(ConfigError, match="attention heads"):
+        ParallelRooflineCost(qwen, H100, layout(8))
+
+
+# --- KV capacity ----------------------------------------------------------------
+
+
+def test_70b_does_not_fit_on_one_h100_and_fits_on_four() -> None:
+    with pytest.raises(ConfigError, match=r"141\.1 GB of weights"):
+        parallel_num_kv_blocks(LLAMA_70B, H100, layout(1), 16, 0.9, 2048)
+    blocks = parallel_num_kv_blocks(LLAMA_70B, H100, layout(4), 16, 0.9, 2048)
+    # By hand: 72 GB usable per GPU, minus a quarter of the weights, minus
+    # activations of 2048 tokens (hidden + intermediate / 4, bf16); KV per token
+    # per GPU: 80 layers x 2 of 8 KV heads x 128 x 2 bytes x 2 (K and V).
+    free = 72 * GB - LLAMA_70B.weight_bytes / 4 - 4 * 2048 * (8192 + 28672 / 4) * 2
+    assert blocks == math.floor(free / (16 * 2 * 80 * 2 * 128 * 2))
+    assert blocks * 16 > 400_000  # ~ half a million tokens of KV cache
+
+
+def test_70b_on_four_gpus_fails_when_memory_is_too_small() -> None:
+    with pytest.raises(ConfigError, match=r"per GPU.*h100 x2 \(tp2\)"):
+        parallel_num_kv_blocks(LLAMA_70B, H100, layout(2), 16, 0.8, 8192)
+
+
+def test_one_gpu_is_exactly_the_single_device_sizing() -> None:
+    for util in (0.5, 0.9):
+        assert parallel_num_kv_blocks(LLAMA_8B, H100, layout(), 16, util, 2048) == (
+            num_kv_blocks(LLAMA_8B, H100, 16, util, max_num_batched_tokens=2048)
+        )
+    assert kv_bytes_per_token_per_gpu(LLAMA_8B, layout()) == LLAMA_8B.kv_bytes_per_token
+
+
+def test_kv_heads_are_replicated_past_their_count() -> None:
+    tiny = model_preset("tiny")  # 4 KV heads
+    assert kv_bytes_per_token_per_gpu(tiny, layout(8)) == kv_bytes_per_token_per_gpu(
+        tiny, layout(4)
+    )
+    assert kv_bytes_per_token_per_gpu(LLAMA_8B, layout(8)) * 8 == LLAMA_8B.kv_bytes_per_token
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    block_size=st.sampled_from([8, 16, 32]),
+    util=st.floats(min_value=0.85, max_value=0.95),
+    batched_tokens=st.integers(min_value=256, max_value=8192),
+    pp=st.integers(min_value=1, max_value=4),
+)
+def test_kv_blocks_grow_with_tp_and_pp(
+    block_size: int, util: float, batched_tokens: int, pp: int
+) -> None:
+    def blocks(tp: int, stages: int) -> int:
+        return parallel_num_kv_blocks(
+            LLAMA_70B, H100, layout(tp, stages), block_size, util, batched_tokens
+        )
+
+    assert blocks(4, pp) < blocks(8, pp)
+    assert blocks(4, pp) < blocks(4, pp + 1)
+    if pp >= 2:
+        assert blocks(2, pp) < blocks(4, pp)
+
+
+# --- scenario wiring ----------------------------------------------------------------
+
+
+def scenario_doc(**parallelism: Any) -> dict[str, Any]:
+    return {
+        "model": "llama-3-70b",
+        "hardware": "h100",
+        "cost": {"kind": "roofline"},
+        "parallelism": parallelism,
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 40,
+            "arrival": {"kind": "poisson", "rate_per_s": 20},
+            "prompt_tokens": {"kind": "fixed", "tokens": 500},
+            "output_tokens": {"kind": "fixed", "tokens": 20},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "field"),
+    [
+        ({"tensor_parallel_size": 3}, "parallelism.tensor_parallel_size"),
+        ({"tensor_parallel_size": 16}, "parallelism.tensor_parallel_size"),
+        ({"pipeline_parallel_size": 0}, "parallelism.pipeline_parallel_size"),
+        ({"pipeline_parallel_size": 81}, "parallelism.pipeline_parallel_size"),
+        ({"link": "infiniband"}, "parallelism.link"),
+        ({"link": {"preset": "nvlink4", "bandwidth_bytes_per_s": -1}}, "parallelism.link"),
+        ({"tensor_parallel_size": 4, "bogus": 1}, "parallelism.bogus"),
+    ],
+)
+def test_bad_parallelism_is_a_one_line_config_error(
+    parallelism: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        scenario_from_dict(scenario_doc(**parallelism), "s.yaml")
+    message = str(info.value)
+    assert message.startswith("s.yaml: ") and field in message and "\n" not in message
+
+
+def test_70b_scenario_on_one_gpu_is_a_one_line_error() -> None:
+    scenario = scenario_from_dict(scenario_doc())
+    with pytest.raises(ConfigError, match=r"needs 141\.1 GB of weights"):
+        api.run(scenario)
+
+
+def test_summary_reports_the_layout() -> None:
+    result = api.run(scenario_from_dict(scenario_doc(tensor_parallel_size=4)))
+    summary = result.summary
+    assert summary["tensor_parallel_size"] == 4 and summary["pipeline_parallel_size"] == 1
+    assert summary["num_gpus"] == 4 and summary["link"] == "nvlink4"
+    assert summary["cost_model"] == "roofline:llama-3-70b@h100x4(tp4)"
+    assert summary["num_kv_blocks"] == api.kv_blocks_for(result.scenario)
+    assert summary["weight_gb_per_gpu"] == pytest.approx(LLAMA_70B.weight_bytes / 4 / GB)
+    assert summary["completed"] == 40
+
+
+def test_single_gpu_scenarios_are_unchanged() -> None:
+    doc = scenario_doc()
+    doc["model"] = "llama-3-8b"
+    scenario = scenario_from_dict(doc)
+    assert api.kv_blocks_for(scenario) == num_kv_blocks(
+        LLAMA_8B, H100, 16, 0.9, max_num_batched_tokens=2048
+    )
+    assert isinstance(api.cost_model_for(scenario), RooflineCost)
+    summary = api.run(scenario).summary
+    assert (summary["num_gpus"], summary["link"]) == (1, None)
+
+
+def test_tp8_lowers_tpot_and_pcie_raises_it_in_a_run() -> None:
+    def tpot(**parallelism: Any) -> float:
+        return float(
+            api.run(scenario_from_dict(scenario_doc(**parallelism))).summary["mean_tpot_ms"]
+        )
+
+    tp4 = tpot(tensor_parallel_size=4)
+    assert tpot(tensor_parallel_size=8) < tp4 < tpot(tensor_parallel_size=4, link="pcie4")
+
+
+def test_capacity_planning_counts_every_gpu_of_a_replica() -> None:
+    assert gpus_per_replica(scenario_from_dict(scenario_doc(tensor_parallel_size=4))) == 4
+    layout_doc = scenario_doc(tensor_parallel_size=4, pipeline_parallel_size=2)
+    assert gpus_per_replica(scenario_from_dict(layout_doc)) == 8
+
+
+def test_shipped_tp_scenario_loads_and_runs_quickly() -> None:
+    scenario = load_scenario(SCENARIOS / "llama70b_tp.yaml", ["workload.num_requests=50"])
+    assert scenario.parallelism.tensor_parallel_size in (4, 8)
+    assert scenario.parallelism.link.name == "nvlink4"
+    summary = api.run(scenario).summary
+    assert summary["num_gpus"] == scenario.parallelism.num_gpus
+    assert "(tp" in summary["cost_model"]
+
+
+def test_layout_round_trips_through_a_dump() -> None:
+    # Capacity search and sweeps re-validate dumped scenarios.
+    doc = scenario_doc(tensor_parallel_size=8, link={"preset": "pcie5", "latency_s": 1e-5})
+    scenario = scenario_from_dict(doc)
+    assert scenario_from_dict(scenario.model_dump(mode="json")) == scenario

@@ -1,0 +1,213 @@
+"""Parallel roofline step time: all-reduces, stages, micro-batches, decode skipping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.config import LinearCostConfig, RooflineCostConfig
+from sim.cost.parallel import LINK_PRESETS, LinkSpec, ParallelismConfig
+from sim.cost.parallel_roofline import (
+    ParallelRooflineCost,
+    parallel_cost_model,
+    ring_allreduce_s,
+)
+from sim.cost.roofline import RooflineCost
+from sim.cost.select import AutoCostConfig, CalibratedCostConfig
+from sim.cost.specs import hardware_preset, model_preset
+from sim.errors import ConfigError
+
+LLAMA_70B = model_preset("llama-3-70b")
+LLAMA_8B = model_preset("llama-3-8b")
+H100 = hardware_preset("h100")
+# An ideal link: what a step would cost with free communication.
+FREE_LINK = LinkSpec(name="free", bandwidth_bytes_per_s=1e30, latency_s=0.0, efficiency=1.0)
+
+
+def layout(tp: int = 1, pp: int = 1, mb: int = 1, link: Any = "nvlink4") -> ParallelismConfig:
+    return ParallelismConfig.model_validate(
+        {
+            "tensor_parallel_size": tp,
+            "pipeline_parallel_size": pp,
+            "num_micro_batches": mb,
+            "link": link,
+        }
+    )
+
+
+def cost(
+    tp: int = 1, pp: int = 1, mb: int = 1, link: Any = "nvlink4", model: Any = LLAMA_70B
+) -> ParallelRooflineCost:
+    return ParallelRooflineCost(model, H100, layout(tp, pp, mb, link))
+
+
+def decode(num_seqs: int = 64, context_per_seq: int = 1000) -> StepShape:
+    return StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=num_seqs * context_per_seq)
+
+
+def prefill(tokens: int) -> StepShape:
+    return StepShape.build(prefill_chunks=[(tokens, 0)])
+
+
+# --- step time --------------------------------------------------------------------
+
+
+def test_ring_allreduce_by_hand() -> None:
+    # 1 MB over 4 GPUs at 100 GB/s, 1 µs a hop: 2*3/4 * 1e6/1e11 + 2*3 * 1e-6.
+    assert ring_allreduce_s(1e6, 4, 100e9, 1e-6) == pytest.approx(15e-6 + 6e-6, rel=1e-12)
+    assert ring_allreduce_s(1e6, 1, 100e9, 1e-6) == 0.0
+    assert ring_allreduce_s(0.0, 8, 100e9, 1e-6) == pytest.approx(14e-6)
+
+
+def test_step_pays_two_allreduces_per_layer() -> None:
+    link = LINK_PRESETS["nvlink4"]
+    bandwidth = link.bandwidth_bytes_per_s * link.efficiency
+    for shape in (decode(64), prefill(4096)):
+        extra = cost(4).step_s(shape) - cost(4, link=FREE_LINK).step_s(shape)
+        message = shape.num_tokens * 8192 * 2  # tokens x hidden x bf16
+        expected = 2 * 80 * ring_allreduce_s(message, 4, bandwidth, link.latency_s)
+        assert extra == pytest.approx(expected, rel=1e-9)
+
+
+def test_tp_splits_flops_and_bytes() -> None:
+    single = RooflineCost(LLAMA_8B, H100)
+    tp4 = cost(4, link=FREE_LINK, model=LLAMA_8B)
+    for shape in (decode(32), prefill(8192)):
+        body = single.step_s(shape) - H100.step_overhead_s
+        assert tp4.step_s(shape) - H100.step_overhead_s == pytest.approx(body / 4, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_prefill_seqs=st.integers(0, 64),
+    num_prefill_tokens=st.integers(0, 10**6),
+    pairs=st.integers(0, 10**9),
+    kv_read=st.integers(0, 10**6),
+    num_decode_seqs=st.integers(0, 512),
+    decode_context=st.integers(0, 10**7),
+)
+def test_one_gpu_layout_equals_the_roofline_bit_for_bit(
+    num_prefill_seqs: int,
+    num_prefill_tokens: int,
+    pairs: int,
+    kv_read: int,
+    num_decode_seqs: int,
+    decode_context: int,
+) -> None:
+    shape = StepShape(
+        num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+    )
+    assert cost(1, model=LLAMA_8B).step_s(shape) == RooflineCost(LLAMA_8B, H100).step_s(shape)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.integers(1, 4),
+    mb=st.integers(1, 8),
+    link=st.sampled_from(sorted(LINK_PRESETS)),
+    num_seqs=st.integers(0, 300),
+    context=st.integers(0, 10**6),
+    num_steps=st.integers(0, 60),  # both the Python (<= 24) and the numpy path
+)
+def test_decode_steps_equal_a_loop_of_step_s(
+    tp: int, pp: int, mb: int, link: str, num_seqs: int, context: int, num_steps: int
+) -> None:
+    model = cost(tp, pp, mb if pp > 1 else 1, link)
+    fast = model.decode_steps_s(num_seqs, context, num_steps)
+    assert np.array_equal(fast, decode_steps_by_loop(model, num_seqs, context, num_steps))
+    fast[:] = -1.0  # a new array each call
+    assert not np.any(model.decode_steps_s(num_seqs, context, num_steps) < 0)
+
+
+def test_decode_steps_reject_negative_arguments() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        cost(4).decode_steps_s(-1, 0, 3)
+    assert cost(4).decode_steps_s(0, 0, 3).tolist() == [0.0, 0.0, 0.0]
+    assert cost(4).step_s(StepShape()) == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model_name=st.sampled_from(["llama-3-8b", "llama-3-70b"]),
+    tokens=st.integers(4096, 16384),
+    cached=st.integers(0, 4096),
+)
+def test_compute_bound_prefill_gets_faster_with_tp(
+    model_name: str, tokens: int, cached: int
+) -> None:
+    shape = StepShape.build(prefill_chunks=[(tokens, cached)])
+    model = model_preset(model_name)
+    times = [cost(tp, model=model).step_s(shape) for tp in (1, 2, 4, 8)]
+    assert times == sorted(times, reverse=True) and len(set(times)) == 4
+
+
+def test_tp4_decodes_70b_faster_than_tp2() -> None:
+    for num_seqs in (1, 16, 128):
+        assert cost(4).step_s(decode(num_seqs)) < cost(2).step_s(decode(num_seqs))
+
+
+def test_pcie_makes_tp_slower_than_nvlink() -> None:
+    for shape in (decode(1), decode(64), prefill(2048)):
+        nvlink, pcie5, pcie4 = (
+            cost(4, link=name).step_s(shape) for name in ("nvlink4", "pcie5", "pcie4")
+        )
+        assert nvlink < pcie5 < pcie4
+
+
+def test_pipeline_without_micro_batches_adds_only_transfers() -> None:
+    link = LINK_PRESETS["nvlink4"]
+    bandwidth = link.bandwidth_bytes_per_s * link.efficiency
+    for shape in (decode(64), prefill(4096)):
+        hop_s = shape.num_tokens * 8192 * 2 / bandwidth + link.latency_s
+        for pp in (2, 4):
+            assert cost(2, pp).step_s(shape) == pytest.approx(
+                cost(2).step_s(shape) + (pp - 1) * hop_s, rel=1e-12
+            )
+
+
+def test_micro_batches_speed_up_prefill_and_slow_down_decode() -> None:
+    batch_prefill = StepShape.build(prefill_chunks=[(2048, 0)] * 8)
+    assert cost(2, 4, 8).step_s(batch_prefill) < cost(2, 4, 1).step_s(batch_prefill)
+    # Each micro-batch re-reads the stage's weights: memory-bound decode pays.
+    assert cost(2, 4, 8).step_s(decode(64)) > cost(2, 4, 1).step_s(decode(64))
+    # A single sequence cannot be split.
+    assert cost(2, 4, 8).step_s(prefill(4096)) == cost(2, 4, 1).step_s(prefill(4096))
+
+
+def test_micro_batches_need_a_pipeline() -> None:
+    with pytest.raises(ValueError, match="num_micro_batches > 1 needs pipeline_parallel_size"):
+        layout(4, 1, 2)
+
+
+def test_label_shows_the_layout() -> None:
+    assert cost(4).label == "roofline:llama-3-70b@h100x4(tp4)"
+    assert cost(4, 2).label == "roofline:llama-3-70b@h100x8(tp4,pp2)"
+    assert "tp4" in repr(cost(4))
+    assert isinstance(cost(4), CostModel)
+
+
+# --- choosing the cost model -------------------------------------------------------
+
+
+def test_cost_kinds_with_a_parallel_layout(tmp_path: Path) -> None:
+    tp4 = layout(4)
+    auto = parallel_cost_model(AutoCostConfig(), LLAMA_70B, H100, tp4)
+    assert auto.label == "roofline:llama-3-70b@h100x4(tp4) (uncalibrated)"
+    tuned = parallel_cost_model(RooflineCostConfig(step_overhead_s=0.0), LLAMA_70B, H100, tp4)
+    assert tuned.step_s(decode()) == pytest.approx(cost(4).step_s(decode()) - 2e-3)
+    linear_config = LinearCostConfig(per_decode_seq_s=1e-3, per_prefill_token_s=1e-5)
+    linear = parallel_cost_model(linear_config, LLAMA_70B, H100, tp4)
+    assert linear.step_s(decode(10)) == pytest.approx(1e-2)  # coefficients price the replica
+    calibrated = CalibratedCostConfig(artifact="cpu-tiny-fp32")
+    with pytest.raises(ConfigError, match="not supported yet") as info:
+        parallel_cost_model(calibrated, LLAMA_70B, H100, tp4, tmp_path)
+    assert "\n" not in str(info.value)
+    single = parallel_cost_model(RooflineCostConfig(), LLAMA_8B, H100, layout())
+    assert isinstance(single, RooflineCost)
