@@ -9,11 +9,12 @@ per step. Its tokens are *packed*: every prefill chunk's new tokens, then one
 token per decoding sequence, in one ``[num_tokens, hidden]`` tensor, so the
 dense layers run once over the whole step whatever its mix. Attention reads
 the KV cache (``calibration.kv.KVCache``): a prefill chunk attends to its
-slot's cached prefix plus itself (causal), a decode batch gathers its slots
-up to the longest context and masks the rest. The step also pays what an
-engine pays around the forward pass: building index tensors, writing the KV
-cache, the LM head on the last position of each sequence, sampling, copying
-the sampled ids to the host, and advancing the cache lengths.
+slot's cached prefix plus itself (causal), each decoding sequence attends to a
+view of its own slot (work proportional to its context, as paged attention).
+The step also pays what an engine pays around the forward pass: building
+index tensors, writing the KV cache, the LM head on the last position of
+each sequence, sampling, copying the sampled ids to the host, and advancing
+the cache lengths.
 """
 
 from __future__ import annotations
@@ -42,9 +43,7 @@ class _AttentionPlan:
 
     chunks: list[tuple[int, int, int, int, torch.Tensor | None]]  # row0, c, slot, p, mask
     decode_row0: int
-    decode_slots: torch.Tensor | None
-    decode_len_max: int
-    decode_mask: torch.Tensor | None  # [B, 1, 1, len_max] bool
+    decode_items: list[tuple[int, int]]  # (slot, context length incl. this token)
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -193,24 +192,16 @@ class LlamaModel(nn.Module):
             if chunk.sample:
                 sample_rows.append(row0 + c - 1)
         decode_row0 = len(ids)
-        decode_slots = decode_mask = None
-        len_max = 0
-        if decode:
-            lens = []
-            for item in decode:
-                cache.check_room(item.slot, 1)
-                p = int(cache.lengths[item.slot])
-                sample_rows.append(len(ids))
-                ids.append(item.token_id)
-                slots.append(item.slot)
-                positions.append(p)
-                lens.append(p + 1)
-            len_max = max(lens)
-            decode_slots = torch.tensor([d.slot for d in decode], device=self.device_)
-            lens_t = torch.tensor(lens, device=self.device_)
-            decode_mask = torch.arange(len_max, device=self.device_) < lens_t.unsqueeze(1)
-            decode_mask = decode_mask.view(len(decode), 1, 1, len_max)
-        plan = _AttentionPlan(chunks, decode_row0, decode_slots, len_max, decode_mask)
+        decode_items: list[tuple[int, int]] = []
+        for item in decode:
+            cache.check_room(item.slot, 1)
+            p = int(cache.lengths[item.slot])
+            sample_rows.append(len(ids))
+            ids.append(item.token_id)
+            slots.append(item.slot)
+            positions.append(p)
+            decode_items.append((item.slot, p + 1))
+        plan = _AttentionPlan(chunks, decode_row0, decode_items)
         return plan, ids, slots, positions, sample_rows
 
     def _attention(
@@ -227,15 +218,21 @@ class LlamaModel(nn.Module):
                 qc, kc, vc, attn_mask=mask, is_causal=mask is None, enable_gqa=True
             )
             outs.append(o[0].transpose(0, 1).reshape(c, -1))
-        if plan.decode_slots is not None:
-            num = plan.decode_slots.shape[0]
+        if plan.decode_items:
+            num = len(plan.decode_items)
             group = spec.num_attention_heads // spec.num_kv_heads
             # Query heads of one KV head act as `group` query rows: plain SDPA, no GQA path.
             qd = q[plan.decode_row0 :].view(num, spec.num_kv_heads, group, spec.head_dim)
-            kd = cache.k[layer][:, :, : plan.decode_len_max].index_select(0, plan.decode_slots)
-            vd = cache.v[layer][:, :, : plan.decode_len_max].index_select(0, plan.decode_slots)
-            o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=plan.decode_mask)
-            outs.append(o.reshape(num, -1))
+            # One attention per sequence over a view of its own slot, as paged-attention
+            # kernels do: the work is proportional to the sum of the contexts (what the
+            # cost model prices), not to batch size x longest context, which gathering
+            # and padding the slots would cost (~1.7x at batch 32 with mixed lengths).
+            k_cache, v_cache = cache.k[layer], cache.v[layer]
+            for i, (slot, length) in enumerate(plan.decode_items):
+                o = F.scaled_dot_product_attention(
+                    qd[i], k_cache[slot, :, :length], v_cache[slot, :, :length]
+                )
+                outs.append(o.reshape(1, -1))
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
     @torch.inference_mode()

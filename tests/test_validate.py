@@ -233,18 +233,22 @@ def test_validate_rejects_a_folder_that_is_not_measured(tmp_path: Path, capsys):
 
 
 # -- a real validation on this CPU --------------------------------------------------
+TOLERANCE_PCT = 35.0
+
+
 @pytest.mark.slow
 def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path):
-    """Measure ~30 s of the tiny model at ~45 % load; predict it from fresh microbenchmarks.
+    """Measure ~30 s of the tiny model at 8 req/s; predict it from fresh microbenchmarks.
 
-    Tolerance: |error| <= 25 % on p50 TTFT and p50 TPOT. Two measured runs of
-    the same requests on this 2-core machine differ by ~5-10 % on these medians
-    when the machine is quiet (docs/validation.md; cpu-and-models notes: ~5 %
-    between runs, ~20 % on means with a busy neighbour), so 25 % leaves room for
-    a noisy CI neighbour, while a cost model off by 1.5x moves TPOT by ~+50 %
-    and TTFT by more (queueing amplifies it) — far outside. The artifact is
-    calibrated in this test (small grid, greedy as the engine) so that both
-    sides see the same machine.
+    Tolerance: |error| <= 35 % on p50 TTFT and p50 TPOT. On a quiet machine the
+    prediction's own error at loads of 30-60 % spans -18 % to +23 % on p50 TPOT
+    and -16 % to +9 % on p50 TTFT (docs/validation.md: steps after a different
+    step shape run colder than the microbenchmarks' back-to-back timing, and
+    calibrations repeat to ~5-10 %); 35 % keeps the test from failing at random
+    while a cost model off by 1.5x moves p50 TPOT to ~+70-85 % (and TTFT more,
+    through queueing): a clear failure. The artifact is calibrated in this test
+    (default grid, ~95 s, greedy as the engine) so that both sides see the same
+    machine.
     """
     artifact = tmp_path / "artifact.json"
     subprocess.run(
@@ -255,7 +259,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
             "--model",
             "tiny",
             "--grid",
-            "small",
+            "default",  # the small grid's coarse decode table misses batches of 4-8 by ~30 %
             "--temperature",
             "0",
             "--out",
@@ -268,7 +272,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
     )
     overrides = [
         "workload.duration_s=30",
-        "workload.arrival.rate_per_s=4",
+        "workload.arrival.rate_per_s=8",
         f"cost.artifact={artifact}",
     ]
     out = tmp_path / "measured"
@@ -296,6 +300,6 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
         return c["ttft"]["error_pct"]["p50"], c["tpot"]["error_pct"]["p50"]
 
     good = p50_errors(cost)
+    assert all(abs(e) <= TOLERANCE_PCT for e in good), good
     bad = p50_errors(ScaledCost(cost, 1.5))
-    assert all(abs(e) <= 25.0 for e in good), good
-    assert any(abs(e) > 25.0 for e in bad), bad
+    assert any(abs(e) > TOLERANCE_PCT for e in bad), bad
