@@ -106,7 +106,7 @@ class Disaggregated:
             self.prefill.submit(request)
             return
         self._pending[request.request_id] = request
-        self.prefill.submit(replace(request, num_output_tokens=1, runs=[]))
+        self.prefill.submit(replace(request, num_output_tokens=1))
 
     def _prefilled(self, copy: Request) -> None:
         full = self._pending.get(copy.request_id)

@@ -9,7 +9,7 @@ decode and recompute after preemption are all just this rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(slots=True, eq=False)
@@ -17,10 +17,9 @@ class Request:
     """One request's spec (first five fields, never mutated) and live state.
 
     Times are simulated seconds. ``None`` means the event has not happened.
-    Token times are not stored one by one: ``runs`` records, for each
-    uninterrupted run of output tokens, the index of the engine step that
-    emitted its first token and how many tokens came before the run; with the
-    replica's step log this gives every token's time (see ``sim.tokens``).
+    Token times are not stored one by one: the engine core logs every step's
+    end time, and the token times of a request follow from its first token's
+    step and the (rare) breaks caused by preemption (see ``sim.tokens``).
     """
 
     request_id: int
@@ -41,7 +40,6 @@ class Request:
     num_swaps: int = 0  # preemptions by swap to CPU memory (included in num_preemptions)
     rejection_reason: str | None = None
     replica: int = 0
-    runs: list[tuple[int, int]] = field(default_factory=list)
     # Prefix caching (sim.prefix_cache): the shareable head of the prompt, as a
     # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
     # as one hash id per prompt block (Mooncake-style traces). Spec fields.
