@@ -28,7 +28,7 @@ from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
 from sim.errors import ConfigError
 from sim.metrics import summarize, with_request_metrics
-from sim.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.policies import Scheduler, StaticConfig
 from sim.prefix_cache import prefix_cache_summary
 from sim.report import write_outputs
 from sim.scenario import Scenario, load_scenario
@@ -96,9 +96,7 @@ def kv_blocks_for(scenario: Scenario) -> int:
     if engine.num_kv_blocks is not None:
         return engine.num_kv_blocks
     policy = scenario.scheduler
-    if isinstance(policy, ContinuousConfig):
-        batched_tokens = policy.max_num_batched_tokens
-    elif isinstance(policy, StaticConfig):
+    if isinstance(policy, StaticConfig):
         batched_tokens = min(policy.max_batch_size * engine.max_model_len_tokens, 1 << 16)
     else:
         batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)

@@ -25,7 +25,7 @@ from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.errors import ConfigError
 from sim.metrics import Slo
 from sim.policies import ContinuousConfig, PolicyConfig
-from sim.policies.ordered import ContinuousSettings
+from sim.policies.continuous import ContinuousSettings
 from sim.speculative import SpeculativeConfig
 from sim.workload import WorkloadConfig
 
@@ -98,7 +98,7 @@ class Scenario(BaseModel):
     def _check_budget(self) -> Scenario:
         policy = self.scheduler
         if (
-            isinstance(policy, ContinuousConfig | ContinuousSettings)
+            isinstance(policy, ContinuousSettings)
             and not policy.chunked_prefill
             and policy.max_num_batched_tokens < self.engine.max_model_len_tokens
         ):
@@ -113,7 +113,7 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _check_speculative(self) -> Scenario:
         if self.speculative is not None and not isinstance(
-            self.scheduler, ContinuousConfig | ContinuousSettings
+            self.scheduler, ContinuousSettings
         ):
             raise ValueError(
                 f"speculative decoding needs a continuous-batching scheduler, "

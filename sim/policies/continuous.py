@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 MAX_RUN_STEPS = 4096
 
 
-class ContinuousConfig(BaseModel):
-    """Settings of vLLM-style continuous batching (names as vLLM's flags)."""
+class ContinuousSettings(BaseModel):
+    """Continuous batching's settings (names as vLLM's flags), shared by the
+    policies built on it (``priority``, ``shortest_prompt_first``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["continuous"] = "continuous"
     max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
     max_num_batched_tokens: int = Field(
         default=2048, ge=1, description="tokens computed per step at most"
@@ -46,6 +46,16 @@ class ContinuousConfig(BaseModel):
         description="swap: victims' KV goes to CPU memory (engine.swap_space_bytes), see sim.swap",
     )
 
+    def step_token_bound(self, max_model_len_tokens: int) -> int:
+        """Most tokens one step can compute (sizes the activation reserve)."""
+        return self.max_num_batched_tokens
+
+
+class ContinuousConfig(ContinuousSettings):
+    """Settings of vLLM-style continuous batching."""
+
+    kind: Literal["continuous"] = "continuous"
+
     def build(self) -> Continuous:
         return Continuous(self)
 
@@ -53,7 +63,7 @@ class ContinuousConfig(BaseModel):
 class Continuous:
     """The policy object; holds no state between steps besides its settings."""
 
-    def __init__(self, config: ContinuousConfig) -> None:
+    def __init__(self, config: ContinuousSettings) -> None:
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
         self.chunked_prefill = config.chunked_prefill

@@ -16,45 +16,14 @@ overtake the head and may fit, so such a run is interruptible by arrivals.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Any
 
 from sim.plan import StepPlan
-from sim.policies.continuous import Continuous, ContinuousConfig
+from sim.policies.continuous import Continuous
 from sim.request import Request
 
 if TYPE_CHECKING:
     from sim.core import EngineCore
-
-
-class ContinuousSettings(BaseModel):
-    """The continuous policy's settings, shared by the policies built on it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
-    max_num_batched_tokens: int = Field(
-        default=2048, ge=1, description="tokens computed per step at most"
-    )
-    chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
-    preemption: Literal["recompute", "swap"] = Field(
-        default="recompute",
-        description="swap: victims' KV goes to CPU memory (engine.swap_space_bytes), see sim.swap",
-    )
-
-    def continuous_config(self) -> ContinuousConfig:
-        """These settings as the plain continuous policy's config."""
-        return ContinuousConfig(
-            max_num_seqs=self.max_num_seqs,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            chunked_prefill=self.chunked_prefill,
-            preemption=self.preemption,
-        )
-
-    def step_token_bound(self, max_model_len_tokens: int) -> int:
-        """Most tokens one step can compute (sizes the activation reserve)."""
-        return self.max_num_batched_tokens
 
 
 class OrderedContinuous(Continuous):

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
-from sim.policies.ordered import ContinuousSettings, OrderedContinuous, sort_waiting
+from sim.policies.continuous import ContinuousSettings
+from sim.policies.ordered import OrderedContinuous, sort_waiting
 from sim.request import Request
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class Priority(OrderedContinuous):
     """The policy; in weighted mode it remembers the virtual tags of waiting requests."""
 
     def __init__(self, config: PriorityConfig) -> None:
-        super().__init__(config.continuous_config())
+        super().__init__(config)
         self.mode = config.mode
         self.weights = dict(config.weights)
         self._virtual = 0.0  # V: start tag of the last admitted request

@@ -15,7 +15,8 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING, Literal
 
-from sim.policies.ordered import ContinuousSettings, OrderedContinuous, sort_waiting
+from sim.policies.continuous import ContinuousSettings
+from sim.policies.ordered import OrderedContinuous, sort_waiting
 
 if TYPE_CHECKING:
     from sim.core import EngineCore
@@ -36,7 +37,7 @@ class ShortestPromptFirst(OrderedContinuous):
     """The policy; holds no state between steps besides its settings."""
 
     def __init__(self, config: ShortestPromptFirstConfig) -> None:
-        super().__init__(config.continuous_config())
+        super().__init__(config)
 
     def reorder(self, core: EngineCore) -> None:
         sort_waiting(core, _PROMPT)
