@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 import pytest
+from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.core import EngineCore
 from sim.cost.linear import LinearCost
@@ -23,20 +24,6 @@ from sim.request import Request
 from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
 from sim.tokens import token_times_s
 from sim.workload import RequestArrays
-
-OVH = 1 / 128  # step overhead, s
-PRE = 1 / 1024  # per prefill token, s
-DEC = 1 / 256  # per decode sequence, s
-COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s=DEC)
-TOL = 1e-12
-
-
-def work(arrival_s: list[float], prompt: list[int], output: list[int]) -> RequestArrays:
-    return RequestArrays(
-        np.asarray(arrival_s, dtype=np.float64),
-        np.asarray(prompt, dtype=np.int64),
-        np.asarray(output, dtype=np.int64),
-    )
 
 
 def simulate(

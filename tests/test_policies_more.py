@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim import api
 from sim.cost.linear import LinearCost
@@ -33,23 +34,7 @@ from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
 from sim.swap import SwapSpace, with_swap_space
 from sim.workload import RequestArrays
 
-OVH = 1 / 128  # step overhead, s
-PRE = 1 / 1024  # per prefill token, s
-DEC = 1 / 256  # per decode sequence, s
-COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s=DEC)
-TOL = 1e-12
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def work(
-    arrival_s: list[float], prompt: list[int], output: list[int], priority: list[int] | None = None
-) -> RequestArrays:
-    return RequestArrays(
-        np.asarray(arrival_s, dtype=np.float64),
-        np.asarray(prompt, dtype=np.int64),
-        np.asarray(output, dtype=np.int64),
-        priority=None if priority is None else np.asarray(priority, dtype=np.int64),
-    )
 
 
 def run(
