@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -121,11 +122,20 @@ class UncalibratedRoofline(RooflineCost):
         return f"{super().label} (uncalibrated)"
 
 
+@lru_cache(maxsize=32)
+def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
+    """A shipped artifact, parsed once per file version (sweeps and capacity
+    searches build a cost model for every simulation); None if unreadable."""
+    try:
+        return load_artifact(path)
+    except ConfigError:
+        return None
+
+
 def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
     for path in shipped_artifacts():
-        try:
-            artifact = load_artifact(path)
-        except ConfigError:
+        artifact = _load_shipped(path, path.stat().st_mtime_ns)
+        if artifact is None:
             continue
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
             label = f"{artifact_label(artifact)} [{path.name}]"
