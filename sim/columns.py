@@ -11,7 +11,6 @@ from array import array
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 # numpy dtype -> array typecode of the same size
@@ -36,10 +35,6 @@ class Columns:
         """Append one row; values in the order the columns were declared."""
         for append, value in zip(self._appenders, values, strict=True):
             append(value)
-
-    def extend_array(self, name: str, values: npt.NDArray[np.generic]) -> None:
-        """Append many values to one column (caller keeps the columns aligned)."""
-        self.columns[name].frombytes(np.ascontiguousarray(values, self._dtypes[name]).tobytes())
 
     def frame(self) -> pd.DataFrame:
         """All rows as a DataFrame, sharing memory with the columns (no copy)."""
