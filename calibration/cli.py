@@ -30,7 +30,7 @@ from sim.errors import ConfigError
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
 DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
-GRIDS = ("small", "default", "gpu")
+GRIDS = ("small", "default", "compact", "gpu")
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -33,8 +33,8 @@ from sim.cost.base import StepShape
 from sim.cost.calibration_artifact import CalibrationSample
 
 Section = Literal["prefill", "decode", "mixed"]
-GridName = Literal["small", "default", "gpu"]
-GRID_NAMES: tuple[GridName, ...] = ("small", "default", "gpu")
+GridName = Literal["small", "default", "compact", "gpu"]
+GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "gpu")
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,9 @@ def _mixed(
 
 
 def build_grid(name: GridName) -> Grid:
-    """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU), ``gpu``."""
+    """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU),
+    ``compact`` (a ~100M-parameter model on CPU, e.g. SmolLM2-135M: steps of
+    0.05-0.5 s, so fewer points, batch <= 32 and context <= 640), ``gpu``."""
     if name == "small":
         points = (
             _prefill(
@@ -128,6 +130,20 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(64, 1024)], [2, 8, 32], 2048)
         )
         return Grid("default", tuple(points), num_warmup=1, num_repeats=7)
+    if name == "compact":
+        points = (
+            _prefill(
+                [16, 32, 64, 96, 128, 192, 256, 384, 512],
+                [(2, 128), (2, 256), (4, 256), (4, 512)],
+                [(64, 128), (128, 128), (128, 384), (64, 512)],
+            )
+            # Every batch size to 16: CPU GEMM kernels switch with the row count
+            # (SmolLM2-135M: batch 4 costs 1.5x batch 3, batch 16 less than 12),
+            # so interpolating between sparse batch knots misses by up to 40 %.
+            + _decode([*range(1, 17), 18, 20, 22, 24, 28, 32], [32, 224, 640], 32 * 384)
+            + _mixed([(32, 0), (128, 0), (128, 256)], [1, 6, 16, 30], 192)
+        )
+        return Grid("compact", tuple(points), num_warmup=1, num_repeats=3)
     if name == "gpu":
         singles = [16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
         multi = [(k, t) for k in (2, 4, 8, 16, 32) for t in (1024, 4096, 8192)]

@@ -20,6 +20,9 @@ from sim.cost.calibrated import CalibratedCost  # noqa: E402
 from sim.cost.calibration_artifact import load_artifact  # noqa: E402
 from sim.cost.specs import ModelSpec, model_preset  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
+from sim.scenario import load_scenario  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
 
 MICRO = ModelSpec(
     name="micro",
@@ -42,7 +45,7 @@ def _micro_grid() -> Grid:
     return Grid("micro", tuple(points), num_warmup=1, num_repeats=2)
 
 
-@pytest.mark.parametrize("name", ["small", "default", "gpu"])
+@pytest.mark.parametrize("name", ["small", "default", "compact", "gpu"])
 def test_grids_cover_all_sections_with_valid_points(name: str) -> None:
     grid = build_grid(name)  # type: ignore[arg-type]
     assert {p.section for p in grid.points} == {"prefill", "decode", "mixed"}
@@ -53,6 +56,25 @@ def test_grids_cover_all_sections_with_valid_points(name: str) -> None:
         assert (shape.num_prefill_seqs > 0) == (point.section != "decode")
         assert (shape.num_decode_seqs > 0) == (point.section != "prefill")
     assert len(set(grid.points)) == len(grid.points)
+
+
+def test_the_compact_grid_spans_the_smollm2_validation_scenario() -> None:
+    # The fit interpolates well and extrapolates badly: the grid must reach the
+    # largest batch, chunk, prompt and context the scenario can produce.
+    scenario = load_scenario(ROOT / "scenarios" / "validate_smollm2_cpu.yaml")
+    grid = build_grid("compact")
+    scheduler, engine = scenario.scheduler, scenario.engine
+    decode = [p for p in grid.points if p.section == "decode"]
+    assert max(len(p.decode_contexts) for p in decode) >= scheduler.max_num_seqs  # type: ignore[union-attr]
+    max_len = engine.max_model_len_tokens
+    assert max_len is not None and max(max(p.decode_contexts) for p in decode) >= max_len
+    prefill = [p for p in grid.points if p.section == "prefill"]
+    longest_prompt = scenario.workload.prompt_tokens.max_tokens  # type: ignore[union-attr]
+    assert longest_prompt is not None
+    assert max(p.shape.num_prefill_tokens for p in prefill) >= longest_prompt
+    mixed = [p for p in grid.points if p.section == "mixed"]
+    assert max(p.shape.num_prefill_tokens for p in mixed) >= scheduler.max_num_batched_tokens  # type: ignore[union-attr]
+    assert max(len(p.decode_contexts) for p in mixed) >= scheduler.max_num_seqs - 2  # type: ignore[union-attr]
 
 
 def test_profile_records_shapes_and_repeats() -> None:

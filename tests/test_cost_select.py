@@ -24,7 +24,7 @@ from sim.cost.select import (
 )
 from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
-from sim.scenario import scenario_from_dict
+from sim.scenario import load_scenario, scenario_from_dict
 
 TINY, CPU = model_preset("tiny"), hardware_preset("cpu-2core")
 LLAMA, H100 = model_preset("llama-3-8b"), hardware_preset("h100")
@@ -130,3 +130,26 @@ def test_an_unknown_cost_field_is_rejected_with_its_path() -> None:
 def test_bad_artifact_name_in_a_scenario_names_the_file_and_field() -> None:
     with pytest.raises(ConfigError, match=r"cost\.artifact"):
         api.run(scenario_from_dict(_tiny_doc(kind="calibrated", artifact="nope")))
+
+
+def test_the_smollm2_artifact_ships_and_auto_picks_it_on_the_cpu() -> None:
+    smollm2 = model_preset("smollm2-135m")
+    artifact = load_artifact(resolve_artifact("cpu-smollm2-135m-fp32", None))
+    assert artifact.model.spec == smollm2
+    assert artifact_hardware(artifact) == "cpu-2core"
+    cost = build_cost_model(AutoCostConfig(), smollm2, CPU)
+    assert isinstance(cost, CalibratedCost)
+    assert "cpu-smollm2-135m-fp32.json" in cost.label
+    # A 135M model costs more per step than the 12.9M tiny one on the same CPU.
+    tiny = build_cost_model(AutoCostConfig(), TINY, CPU)
+    assert cost.step_s(DECODE) > 2 * tiny.step_s(DECODE)
+
+
+def test_the_smollm2_validation_scenario_simulates_with_its_shipped_curve() -> None:
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "validate_smollm2_cpu.yaml"
+    scenario = load_scenario(path, ["workload.duration_s=20"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # model and hardware match the artifact: no warning
+        result = api.run(scenario, base_dir=path.parent)
+    assert "cpu-smollm2-135m-fp32.json" in result.summary["cost_model"]
+    assert result.summary["completed"] > 0
