@@ -27,6 +27,7 @@ from calibration.engine import StepExecutor
 from calibration.engine_loop import MeasuredRun, WallClockEngine, new_core
 from calibration.environment import cpu_model
 from calibration.model import LlamaModel
+from calibration.probe import run_probe
 from calibration.sampling import SamplingParams
 from sim.api import kv_blocks_for
 from sim.errors import ConfigError
@@ -127,8 +128,14 @@ def measure(
     sampling: SamplingParams | None = None,
     progress: bool = True,
     max_duration_s: float | None = None,
+    probe: bool = True,
 ) -> Measurement:
-    """Serve ``scenario``'s requests on the real model; summarise what was measured."""
+    """Serve ``scenario``'s requests on the real model; summarise what was measured.
+
+    With ``probe``, three fixed step shapes are timed just before and just
+    after the run (``calibration.probe``) and kept in the summary, so that
+    ``servesim validate`` can tell the machine's drift from the cost model's error.
+    """
     if isinstance(scenario.workload, ClosedLoopWorkload):
         raise ConfigError("workload: servesim measure replays open-loop workloads only")
     if device == "cuda" and not torch.cuda.is_available():
@@ -157,8 +164,16 @@ def measure(
         scenario.engine.max_model_len_tokens,
     )
     engine = WallClockEngine(core, executor, work, seed=scenario.seed, sync=device == "cuda")
+    probes = {"before": run_probe(model)} if probe else {}
     run = engine.run(progress=progress, max_duration_s=max_duration_s)
-    return _measurement(scenario, run, torch_device, dtype_name, sampling or SamplingParams())
+    if probe:
+        probes["after"] = run_probe(model)
+    sampling = sampling or SamplingParams()
+    measurement = _measurement(scenario, run, torch_device, dtype_name, sampling)
+    if probes:
+        # Median seconds per probe shape; calibration.drift.speed_ratio reads them.
+        measurement.summary["probe_s"] = probes
+    return measurement
 
 
 def _measurement(

@@ -31,6 +31,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--max-duration-s", type=float, help="stop measuring after this long")
+    parser.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip timing three step shapes before and after the run (machine drift)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -64,6 +69,7 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
         sampling=sampling,
         progress=not args.quiet,
         max_duration_s=args.max_duration_s,
+        probe=not args.no_probe,
     )
     paths = measurement.write(out)
     print(format_summary_table(measurement.summary))

@@ -8,7 +8,10 @@ microbenchmarks, never from the run being predicted) and compare
 - a second measured run of the same scenario: the noise floor, reported beside;
 - ``overhead_from``: a measured run of *another* workload (another seed or
   load) whose step log fits the engine's per-step overhead
-  (``calibration.engine_fit``): a second prediction, reported beside.
+  (``calibration.engine_fit``): a second prediction, reported beside;
+- when the run carries probe times (``calibration.probe``: three step shapes
+  timed just before and after it), the machine's speed then relative to the
+  cost model is reported, with a third prediction scaled by it.
 
 Writes ``report.md``, ``validation.json``, ``cdf.png`` and the predicted
 per-request table. Importing this module does not import torch.
@@ -25,6 +28,7 @@ import pandas as pd
 
 from sim.api import cost_model_for
 from sim.cost.base import CostModel
+from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
 from sim.report import summary_to_json
 from sim.scenario import Scenario
@@ -37,6 +41,8 @@ from sim.validation import (
     within_targets,
 )
 from sim.validation_report import plot_cdfs, render_markdown
+
+DRIFT_FACT = "machine speed vs calibration (probe; >1 = slower)"
 
 
 @dataclass
@@ -110,6 +116,10 @@ def validate(
         predictions["microbenchmarks + engine overhead"] = fit_engine_overhead(
             overhead_from.steps, base_cost, source=overhead_from.path.name
         )
+    drift = _probe_drift(measured.summary, base_cost)
+    if drift is not None:
+        # The machine's speed around this run (probe microbenchmarks, not the run).
+        predictions["microbenchmarks x machine drift"] = ScaledCost(base_cost, drift["both"])
     comparisons = {}
     for name, model in predictions.items():
         result = predict(scenario, measured.requests, model, base_dir)
@@ -127,6 +137,8 @@ def validate(
         f"{s.get('threads')} thread(s), torch {s.get('torch_version')}, status {s.get('status')})",
         "request throughput (req/s)": round(float(s.get("request_throughput") or 0.0), 3),
     }
+    if drift is not None:
+        facts[DRIFT_FACT] = f"x{drift['before']:.3f} before the run, x{drift['after']:.3f} after"
     if second is not None:
         facts["noise floor"] = f"{second.path} vs {measured.path}"
     return Validation(comparisons, noise, facts, latencies)
@@ -151,3 +163,18 @@ def write_validation(validation: Validation, out_dir: str | Path, title: str) ->
     data.write_text(summary_to_json(validation.to_json()) + "\n", encoding="utf-8")
     plot = plot_cdfs(validation.latencies, out / "cdf.png", title)
     return [report, data, plot]
+
+
+def _probe_drift(summary: dict[str, Any], cost: CostModel) -> dict[str, float] | None:
+    """Measured / predicted probe times before, after and over both; None without probes."""
+    from calibration.drift import speed_ratio
+
+    probes = summary.get("probe_s")
+    if not isinstance(probes, dict) or not {"before", "after"} <= probes.keys():
+        return None
+    before = speed_ratio([probes["before"]], cost)
+    after = speed_ratio([probes["after"]], cost)
+    both = speed_ratio([probes["before"], probes["after"]], cost)
+    if before is None or after is None or both is None:
+        return None
+    return {"before": before, "after": after, "both": both}
