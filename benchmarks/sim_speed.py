@@ -51,8 +51,12 @@ def timed(sc: Scenario) -> tuple[float, api.Result]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-requests", type=int, default=100_000)
-    parser.add_argument("--compare-requests", type=int, default=5_000,
-                        help="requests in the skip-ahead vs step-by-step comparison")
+    parser.add_argument(
+        "--compare-requests",
+        type=int,
+        default=5_000,
+        help="requests in the skip-ahead vs step-by-step comparison",
+    )
     args = parser.parse_args(argv)
 
     elapsed_s, result = timed(scenario(args.num_requests))
@@ -64,15 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wall time (s)           : {elapsed_s:.2f}")
     print(f"requests per wall second: {n / elapsed_s:,.0f}")
     print(f"peak memory (MB, RSS)   : {peak_mb:,.0f}")
-    print(f"p99 TTFT / TPOT (ms)    : {result.summary['p99_ttft_ms']:.1f} / "
-          f"{result.summary['p99_tpot_ms']:.2f}")
+    print(
+        f"p99 TTFT / TPOT (ms)    : {result.summary['p99_ttft_ms']:.1f} / "
+        f"{result.summary['p99_tpot_ms']:.2f}"
+    )
 
     m = args.compare_requests
     fast_s, fast = timed(scenario(m, skip_ahead=True))
     slow_s, slow = timed(scenario(m, skip_ahead=False))
     same = (fast.requests["finish_s"] - slow.requests["finish_s"]).abs().max()
-    print(f"skip-ahead vs step-by-step on {m} requests: {slow_s / fast_s:.1f}x faster "
-          f"({fast_s:.2f} s vs {slow_s:.2f} s; max finish-time difference {same:.2e} s)")
+    print(
+        f"skip-ahead vs step-by-step on {m} requests: {slow_s / fast_s:.1f}x faster "
+        f"({fast_s:.2f} s vs {slow_s:.2f} s; max finish-time difference {same:.2e} s)"
+    )
     return 0
 
 
