@@ -226,9 +226,7 @@ def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
         ttft_ms = (done["first_token_s"] - done["arrival_s"]) * 1e3
         for priority in sorted(classes.tolist()):
             values = ttft_ms[done["priority"] == priority].to_numpy()
-            out[f"mean_ttft_ms_priority_{priority}"] = (
-                float(values.mean()) if len(values) else None
-            )
+            out[f"mean_ttft_ms_priority_{priority}"] = float(values.mean()) if len(values) else None
             out[f"p99_ttft_ms_priority_{priority}"] = (
                 float(np.percentile(values, 99)) if len(values) else None
             )

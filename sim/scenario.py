@@ -112,9 +112,7 @@ class Scenario(BaseModel):
 
     @model_validator(mode="after")
     def _check_speculative(self) -> Scenario:
-        if self.speculative is not None and not isinstance(
-            self.scheduler, ContinuousSettings
-        ):
+        if self.speculative is not None and not isinstance(self.scheduler, ContinuousSettings):
             raise ValueError(
                 f"speculative decoding needs a continuous-batching scheduler, "
                 f"not {self.scheduler.kind!r}"

@@ -62,9 +62,13 @@ class Engine:
 class OpenLoop(Protocol):
     """Arrival times and lengths known in advance (synthetic or trace)."""
 
-    arrival_s: npt.NDArray[np.float64]
-    num_prompt_tokens: npt.NDArray[np.int64]
-    num_output_tokens: npt.NDArray[np.int64]
+    # Read-only properties: frozen dataclasses (RequestArrays) satisfy them too.
+    @property
+    def arrival_s(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def num_prompt_tokens(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
 
 @runtime_checkable

@@ -61,9 +61,7 @@ def test_is_a_cost_model() -> None:
 
 def test_arithmetic_by_hand() -> None:
     # Two chunks (3 new after 2 cached, 1 new after 0) and decodes at 5 and 7.
-    shape = StepShape.build(
-        prefill_chunks=[(3, 2), (1, 0)], decode_context_tokens=[5, 7]
-    )
+    shape = StepShape.build(prefill_chunks=[(3, 2), (1, 0)], decode_context_tokens=[5, 7])
     assert (shape.num_prefill_seqs, shape.num_prefill_tokens) == (2, 4)
     assert shape.prefill_attention_pairs == (3 * 2 + 6) + 1
     expected = 1 / 8 + 2 / 16 + 4 / 32 + 13 / 64 + 2 / 128 + 12 / 256
@@ -80,9 +78,7 @@ def test_each_coefficient_prices_its_own_count() -> None:
 
 def test_kv_read_tokens_are_free() -> None:
     shape = StepShape(1, 10, 55, 10, 0, 0)
-    assert FULL.step_s(shape) == FULL.step_s(
-        dataclasses.replace(shape, prefill_kv_read_tokens=99)
-    )
+    assert FULL.step_s(shape) == FULL.step_s(dataclasses.replace(shape, prefill_kv_read_tokens=99))
 
 
 def test_empty_step_is_free_even_with_overhead() -> None:
@@ -91,9 +87,7 @@ def test_empty_step_is_free_even_with_overhead() -> None:
 
 def test_fixed_service_time() -> None:
     cost = LinearCost(step_overhead_s=0.01)
-    durations = {
-        cost.step_s(StepShape.build([(c, 0)], [5] * d)) for c in (1, 9) for d in (0, 3)
-    }
+    durations = {cost.step_s(StepShape.build([(c, 0)], [5] * d)) for c in (1, 9) for d in (0, 3)}
     assert durations == {0.01}
     assert np.all(cost.decode_steps_s(4, 40, 10) == 0.01)
 
@@ -164,9 +158,7 @@ def test_rejects_negative_or_non_finite_coefficients(name: str, value: float) ->
         ({"per_attention_pair_s": 1.0, "per_prefill_seq_s": 1.0}, "decode-only"),
     ],
 )
-def test_rejects_zero_duration_steps(
-    coefficients: dict[str, float], which: str
-) -> None:
+def test_rejects_zero_duration_steps(coefficients: dict[str, float], which: str) -> None:
     with pytest.raises(ConfigError, match=which):
         LinearCost(**coefficients)
     with pytest.raises(ValidationError, match=which):
@@ -197,9 +189,7 @@ def test_config_parses_by_kind_and_builds_the_same_model() -> None:
     assert cost.per_decode_seq_s == 1e-4
     assert cost.per_context_token_s == 0.0
     # The model and hardware do not matter to a linear cost.
-    other = build_cost_model(
-        config, model_preset("llama-3-70b"), hardware_preset("h200")
-    )
+    other = build_cost_model(config, model_preset("llama-3-70b"), hardware_preset("h200"))
     shape = StepShape.build([(100, 0)], [10] * 4)
     assert other.step_s(shape) == cost.step_s(shape)
 
@@ -222,4 +212,4 @@ def test_config_rejects_bad_input(raw: dict[str, Any]) -> None:
 def test_config_is_frozen() -> None:
     config = LinearCostConfig(step_overhead_s=1.0)
     with pytest.raises(ValidationError):
-        config.step_overhead_s = 2.0  # type: ignore[misc]
+        config.step_overhead_s = 2.0

@@ -66,9 +66,7 @@ def test_compute_and_memory_by_hand() -> None:
         4 * 32 * 32 * 128 * ((100 * 50 + 100 * 101 // 2) + 40)
     )
     kv_bytes = 131072 * ((150 + 40) + tokens)
-    assert COST.compute_s(shape) == pytest.approx(
-        flops / effective_flops(H100), rel=1e-12
-    )
+    assert COST.compute_s(shape) == pytest.approx(flops / effective_flops(H100), rel=1e-12)
     assert COST.memory_s(shape) == pytest.approx(
         (LLAMA_8B.weight_bytes + kv_bytes) / effective_bandwidth(H100), rel=1e-12
     )
@@ -84,9 +82,7 @@ def test_decode_at_batch_one_is_memory_bound_by_the_weights() -> None:
         shape = StepShape.build(decode_context_tokens=[100])
         assert cost.memory_s(shape) > 2 * cost.compute_s(shape)
         weights_s = LLAMA_8B.weight_bytes / effective_bandwidth(hw)
-        assert cost.step_s(shape) - hw.step_overhead_s == pytest.approx(
-            weights_s, rel=1e-3
-        )
+        assert cost.step_s(shape) - hw.step_overhead_s == pytest.approx(weights_s, rel=1e-3)
 
 
 def test_llama_8b_decode_on_h100_is_a_few_milliseconds() -> None:
@@ -129,9 +125,8 @@ def test_non_empty_steps_take_at_least_overhead_plus_weights(
     if shape.is_empty:
         assert cost.step_s(shape) == 0.0
     else:
-        floor_s = (
-            cost.hardware.step_overhead_s
-            + cost.model.weight_bytes / effective_bandwidth(cost.hardware)
+        floor_s = cost.hardware.step_overhead_s + cost.model.weight_bytes / effective_bandwidth(
+            cost.hardware
         )
         assert cost.step_s(shape) >= floor_s * (1 - 1e-12)
 
@@ -190,9 +185,7 @@ def test_decode_steps_edge_cases() -> None:
             COST.decode_steps_s(*args)
 
 
-@pytest.mark.parametrize(
-    "model_name", ["llama-3-8b", "qwen2.5-7b", "smollm2-135m", "tiny"]
-)
+@pytest.mark.parametrize("model_name", ["llama-3-8b", "qwen2.5-7b", "smollm2-135m", "tiny"])
 def test_h200_decodes_faster_than_h100(model_name: str) -> None:
     model = model_preset(model_name)
     h100, h200 = RooflineCost(model, H100), RooflineCost(model, hardware_preset("h200"))
@@ -205,9 +198,7 @@ def test_h200_decodes_faster_than_h100(model_name: str) -> None:
 
 
 def test_faster_hardware_and_smaller_models_are_faster() -> None:
-    shape = StepShape.build(
-        prefill_chunks=[(512, 0)], decode_context_tokens=[1000] * 32
-    )
+    shape = StepShape.build(prefill_chunks=[(512, 0)], decode_context_tokens=[1000] * 32)
     by_hw = [
         RooflineCost(LLAMA_8B, hardware_preset(n)).step_s(shape)
         for n in ("h200", "h100", "a100-80gb", "l4", "cpu-2core")
@@ -241,9 +232,7 @@ def test_config_defaults_to_the_hardware_preset() -> None:
 
 
 def test_config_overrides_efficiencies_and_overhead() -> None:
-    config = RooflineCostConfig(
-        compute_efficiency=0.3, memory_efficiency=0.4, step_overhead_s=0.0
-    )
+    config = RooflineCostConfig(compute_efficiency=0.3, memory_efficiency=0.4, step_overhead_s=0.0)
     cost = build_cost_model(config, LLAMA_8B, H100)
     assert isinstance(cost, RooflineCost)
     prefill = StepShape.build(prefill_chunks=[(8192, 0)])
@@ -303,9 +292,7 @@ def test_chunking_a_prefill_never_makes_it_cheaper(hw_name: str) -> None:
 
 
 def test_attention_makes_long_prefills_superlinear() -> None:
-    no_overhead = RooflineCost(
-        LLAMA_8B, H100.model_copy(update={"step_overhead_s": 0.0})
-    )
+    no_overhead = RooflineCost(LLAMA_8B, H100.model_copy(update={"step_overhead_s": 0.0}))
     short = no_overhead.step_s(StepShape.build(prefill_chunks=[(4096, 0)]))
     long = no_overhead.step_s(StepShape.build(prefill_chunks=[(32768, 0)]))
     assert long > 8 * short

@@ -71,7 +71,7 @@ def served() -> Measurement:
 
 
 # -- tokenizer --------------------------------------------------------------
-def test_byte_tokenizer_round_trips_text():
+def test_byte_tokenizer_round_trips_text() -> None:
     tok = ByteTokenizer()
     text = "héllo, world"
     ids = tok.encode(text)
@@ -80,13 +80,13 @@ def test_byte_tokenizer_round_trips_text():
     assert tok.decode(ids) == text
 
 
-def test_decode_folds_ids_beyond_the_byte_range():
+def test_decode_folds_ids_beyond_the_byte_range() -> None:
     tok = ByteTokenizer()
     assert tok.decode([tok.num_special + 65 + 256 * 7]) == "A"
     assert tok.decode([0, 1, 2]) == ""
 
 
-def test_prompt_text_has_exact_length_and_is_deterministic():
+def test_prompt_text_has_exact_length_and_is_deterministic() -> None:
     for n in (0, 1, 17, 500):
         text = prompt_text(n, np.random.default_rng(3))
         assert len(ByteTokenizer().encode(text)) == n
@@ -95,7 +95,7 @@ def test_prompt_text_has_exact_length_and_is_deterministic():
 
 
 # -- serving -----------------------------------------------------------------
-def test_engine_serves_every_request_with_its_output_length(served):
+def test_engine_serves_every_request_with_its_output_length(served: Measurement) -> None:
     requests = served.run.requests
     assert served.run.status == "complete"
     assert requests["finish_s"].notna().all()
@@ -104,10 +104,11 @@ def test_engine_serves_every_request_with_its_output_length(served):
     assert (counts.sort_index().to_numpy() == requests["num_output_tokens"].to_numpy()).all()
 
 
-def test_token_times_are_ordered_and_match_the_request_records(served):
+def test_token_times_are_ordered_and_match_the_request_records(served: Measurement) -> None:
     tokens = served.run.tokens.sort_values(["request_id", "token_index"])
     requests = served.run.requests.set_index("request_id")
-    for rid, group in tokens.groupby("request_id"):
+    for _, group in tokens.groupby("request_id"):
+        rid = int(group["request_id"].iloc[0])
         times = group["time_s"].to_numpy()
         assert np.all(np.diff(times) > 0)
         assert times[0] == pytest.approx(requests.loc[rid, "first_token_s"])
@@ -116,7 +117,7 @@ def test_token_times_are_ordered_and_match_the_request_records(served):
         assert row["arrival_s"] <= row["ready_s"] <= row["first_scheduled_s"] < times[0]
 
 
-def test_steps_tile_busy_time_and_record_shapes(served):
+def test_steps_tile_busy_time_and_record_shapes(served: Measurement) -> None:
     steps = served.run.steps
     assert (steps["start_s"] <= steps["forward_start_s"]).all()
     assert (steps["forward_start_s"] < steps["end_s"]).all()
@@ -127,7 +128,7 @@ def test_steps_tile_busy_time_and_record_shapes(served):
     assert total_tokens == (r["num_prompt_tokens"] + r["num_output_tokens"] - 1).sum()
 
 
-def test_summary_is_marked_measured(served, tmp_path: Path):
+def test_summary_is_marked_measured(served: Measurement, tmp_path: Path) -> None:
     s = served.summary
     assert s["mode"] == "measured"
     assert s["device"] == "cpu" and s["threads"] == 1
@@ -140,10 +141,12 @@ def test_summary_is_marked_measured(served, tmp_path: Path):
 
 def _tokens_by_request(m: Measurement) -> dict[int, list[int]]:
     t = m.run.tokens.sort_values(["request_id", "token_index"])
-    return {int(k): g["token_id"].tolist() for k, g in t.groupby("request_id")}
+    return {
+        int(g["request_id"].iloc[0]): g["token_id"].tolist() for _, g in t.groupby("request_id")
+    }
 
 
-def test_greedy_tokens_survive_recompute_preemption():
+def test_greedy_tokens_survive_recompute_preemption() -> None:
     """A KV pool too small for the batch forces recompute; the tokens must not change."""
     roomy = measure(tiny_scenario(num_requests=4, prompt=48, output=24), progress=False)
     tight = measure(
@@ -154,7 +157,7 @@ def test_greedy_tokens_survive_recompute_preemption():
     assert _tokens_by_request(tight) == _tokens_by_request(roomy)
 
 
-def test_time_limit_keeps_what_was_measured(tmp_path: Path):
+def test_time_limit_keeps_what_was_measured(tmp_path: Path) -> None:
     m = measure(tiny_scenario(num_requests=30, rate_per_s=5.0), progress=False, max_duration_s=0.5)
     assert m.run.status == "time limit"
     assert len(m.run.requests) == 30  # unsent and unfinished requests are recorded too
@@ -164,7 +167,7 @@ def test_time_limit_keeps_what_was_measured(tmp_path: Path):
     assert (tmp_path / "summary.json").exists()
 
 
-def test_a_model_too_big_for_the_device_is_a_clear_error():
+def test_a_model_too_big_for_the_device_is_a_clear_error() -> None:
     big = tiny_scenario().model_copy(
         update={
             "model": tiny_scenario().model.model_copy(
@@ -203,7 +206,7 @@ class RecordingPolicy:
         self.inner = inner
         self.batches = batches
 
-    def schedule(self, core, now_s: float) -> StepPlan:
+    def schedule(self, core: object, now_s: float) -> StepPlan:
         plan = self.inner.schedule(core, now_s)  # type: ignore[attr-defined]
         if not plan.is_empty:
             self.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
@@ -211,7 +214,7 @@ class RecordingPolicy:
 
 
 @pytest.mark.parametrize("chunked", [True, False])
-def test_simulator_replay_makes_the_engines_decisions(chunked):
+def test_simulator_replay_makes_the_engines_decisions(chunked: bool) -> None:
     """Given the engine's step times, the simulator's policy batches exactly as the engine did."""
     scenario = tiny_scenario(
         num_requests=10,

@@ -56,8 +56,7 @@ def test_70b_on_l4_says_what_does_not_fit() -> None:
     with pytest.raises(ConfigError) as err:
         num_kv_blocks(model_preset("llama-3-70b"), hardware_preset("l4"), 16, 0.9)
     assert (
-        str(err.value)
-        == "llama-3-70b needs 141.1 GB of weights but l4 has 24.0 GB × 0.90 usable"
+        str(err.value) == "llama-3-70b needs 141.1 GB of weights but l4 has 24.0 GB × 0.90 usable"
     )
 
 
@@ -65,9 +64,7 @@ def test_reserve_that_tips_it_over_is_named() -> None:
     llama = model_preset("llama-3-8b")
     l4 = hardware_preset("l4")
     # 16.06 GB of weights fit in 24 GB x 0.7 = 16.8 GB, but not with 2 GB more.
-    with pytest.raises(
-        ConfigError, match=r"16\.1 GB of weights \+ 2\.0 GB activation reserve"
-    ):
+    with pytest.raises(ConfigError, match=r"16\.1 GB of weights \+ 2\.0 GB activation reserve"):
         num_kv_blocks(llama, l4, 16, 0.7, activation_reserve_bytes=2 * GB)
     assert num_kv_blocks(llama, l4, 16, 0.7, activation_reserve_bytes=0.1 * GB) > 0
 
@@ -76,9 +73,7 @@ def test_no_room_for_one_block_is_an_error() -> None:
     usable = 10_000 * 0.5 - TOY.weight_bytes
     with pytest.raises(ConfigError, match="less than one 16-token block"):
         num_kv_blocks(TOY, TOY_HW, 16, 0.5, activation_reserve_bytes=usable - 100)
-    assert (
-        num_kv_blocks(TOY, TOY_HW, 16, 0.5, activation_reserve_bytes=usable - 128) == 1
-    )
+    assert num_kv_blocks(TOY, TOY_HW, 16, 0.5, activation_reserve_bytes=usable - 128) == 1
 
 
 @pytest.mark.parametrize(
@@ -117,9 +112,9 @@ def test_default_reserve_is_about_a_gigabyte_for_llama_8b() -> None:
 
 def test_default_reserve_scales_with_tokens_and_width() -> None:
     llama = model_preset("llama-3-8b")
-    assert default_activation_reserve_bytes(
-        llama, 4096
-    ) * 2 == default_activation_reserve_bytes(llama, 8192)
+    assert default_activation_reserve_bytes(llama, 4096) * 2 == default_activation_reserve_bytes(
+        llama, 8192
+    )
     assert default_activation_reserve_bytes(model_preset("llama-3-70b")) > (
         default_activation_reserve_bytes(llama)
     )
@@ -130,13 +125,9 @@ def test_default_reserve_scales_with_tokens_and_width() -> None:
 def test_quantised_weights_keep_16_bit_activations() -> None:
     llama = model_preset("llama-3-8b")
     fp8 = llama.model_copy(update={"weight_dtype_bytes": 1.0})
-    assert default_activation_reserve_bytes(fp8) == default_activation_reserve_bytes(
-        llama
-    )
+    assert default_activation_reserve_bytes(fp8) == default_activation_reserve_bytes(llama)
     tiny = model_preset("tiny")  # fp32 activations are twice as big
-    assert default_activation_reserve_bytes(
-        tiny
-    ) == 2 * default_activation_reserve_bytes(
+    assert default_activation_reserve_bytes(tiny) == 2 * default_activation_reserve_bytes(
         tiny.model_copy(update={"weight_dtype_bytes": 2.0})
     )
 
@@ -146,9 +137,7 @@ def test_more_memory_means_more_blocks() -> None:
     h100, h200 = hardware_preset("h100"), hardware_preset("h200")
     assert num_kv_blocks(llama, h200, 16, 0.9) > num_kv_blocks(llama, h100, 16, 0.9)
     fp8_kv = llama.model_copy(update={"kv_dtype_bytes": 1.0})
-    assert num_kv_blocks(fp8_kv, h100, 16, 0.9) >= 2 * num_kv_blocks(
-        llama, h100, 16, 0.9
-    )
+    assert num_kv_blocks(fp8_kv, h100, 16, 0.9) >= 2 * num_kv_blocks(llama, h100, 16, 0.9)
 
 
 @given(
@@ -166,8 +155,5 @@ def test_monotone_in_utilization_and_token_capacity_independent_of_block_size(
     )
     # Flooring loses less than one block of tokens.
     per_token = num_kv_blocks(llama, h100, 1, high)
-    assert (
-        per_token - block_size
-        < num_kv_blocks(llama, h100, block_size, high) * block_size
-    )
+    assert per_token - block_size < num_kv_blocks(llama, h100, block_size, high) * block_size
     assert num_kv_blocks(llama, h100, block_size, high) * block_size <= per_token

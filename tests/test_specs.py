@@ -126,7 +126,7 @@ def test_model_spec_rejects_non_positive_fields(bad: dict[str, Any]) -> None:
 
 def test_specs_are_frozen_and_strict() -> None:
     with pytest.raises(ValidationError):
-        TINY_MODEL.num_layers = 3  # type: ignore[misc]
+        TINY_MODEL.num_layers = 3
     with pytest.raises(ValidationError, match="extra"):
         small_spec(rope_theta=1e4)
 
@@ -149,9 +149,7 @@ def test_params_and_kv_grow_linearly_with_layers(
         hidden_size=hidden_size,
     )
     many = one.model_copy(update={"num_layers": num_layers})
-    assert (
-        many.num_params - one.num_params == (num_layers - 1) * one.num_params_per_layer
-    )
+    assert many.num_params - one.num_params == (num_layers - 1) * one.num_params_per_layer
     assert many.kv_bytes_per_token == num_layers * one.kv_bytes_per_token
 
 
@@ -183,9 +181,7 @@ def test_required_presets_exist() -> None:
 
 
 def test_hardware_presets_rank_as_datasheets_say() -> None:
-    h100, h200, a100, l4 = (
-        hardware_preset(n) for n in ("h100", "h200", "a100-80gb", "l4")
-    )
+    h100, h200, a100, l4 = (hardware_preset(n) for n in ("h100", "h200", "a100-80gb", "l4"))
     assert h200.memory_bandwidth_bytes_per_s > h100.memory_bandwidth_bytes_per_s
     assert h200.memory_bytes > h100.memory_bytes == a100.memory_bytes > l4.memory_bytes
     assert h100.peak_flops_per_s > a100.peak_flops_per_s > l4.peak_flops_per_s
@@ -254,9 +250,7 @@ def test_refs_accept_a_preset_with_overrides() -> None:
     assert scenario.model.kv_bytes_per_token == 131072 / 2
     assert scenario.model.num_layers == 32
     assert scenario.hardware.memory_efficiency == 0.5
-    assert (
-        scenario.hardware.peak_flops_per_s == hardware_preset("h100").peak_flops_per_s
-    )
+    assert scenario.hardware.peak_flops_per_s == hardware_preset("h100").peak_flops_per_s
 
 
 def test_refs_reject_unknown_names_with_the_known_ones() -> None:
@@ -269,10 +263,6 @@ def test_refs_reject_unknown_names_with_the_known_ones() -> None:
 
 def test_refs_validate_overrides() -> None:
     with pytest.raises(ValidationError):
-        Scenario.model_validate(
-            {"model": {"preset": "tiny", "num_layers": 0}, "hardware": "l4"}
-        )
+        Scenario.model_validate({"model": {"preset": "tiny", "num_layers": 0}, "hardware": "l4"})
     with pytest.raises(ValidationError, match="extra"):
-        Scenario.model_validate(
-            {"model": {"preset": "tiny", "layers": 2}, "hardware": "l4"}
-        )
+        Scenario.model_validate({"model": {"preset": "tiny", "layers": 2}, "hardware": "l4"})

@@ -93,8 +93,10 @@ def test_step_cost_adds_the_draft() -> None:
     prefill_only = StepShape.build(prefill_chunks=[(50, 0)])
     assert cost.step_s(prefill_only) == LINEAR.step_s(prefill_only)
     assert cost.decode_steps_s(2, 32, 3).tolist() == pytest.approx(
-        [cost.step_s(StepShape(num_decode_seqs=2, num_decode_context_tokens=32 + 2 * j))
-         for j in range(3)]
+        [
+            cost.step_s(StepShape(num_decode_seqs=2, num_decode_context_tokens=32 + 2 * j))
+            for j in range(3)
+        ]
     )
 
 

@@ -15,7 +15,7 @@ from calibration.engine_fit import fit_engine_overhead
 from calibration.validate import MeasuredDir, validate, write_validation
 from sim import api
 from sim.cli import main as cli_main
-from sim.cost.base import StepShape
+from sim.cost.base import CostModel, StepShape
 from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
 from sim.cost.linear import LinearCost
@@ -38,15 +38,16 @@ SCENARIO = ROOT / "scenarios" / "validate_tiny_cpu.yaml"
 
 
 # -- statistics ------------------------------------------------------------------
-def test_ks_distance_bounds():
+def test_ks_distance_bounds() -> None:
     a = np.array([1.0, 2.0, 3.0])
     assert ks_distance(a, a.copy()) == 0.0
     assert ks_distance(a, a + 10) == 1.0
-    assert 0 < ks_distance(a, np.array([1.0, 2.0, 4.0, 5.0])) < 1
+    d = ks_distance(a, np.array([1.0, 2.0, 4.0, 5.0]))
+    assert d is not None and 0 < d < 1
     assert ks_distance(a, np.empty(0)) is None
 
 
-def test_stats_ms_and_paired_error():
+def test_stats_ms_and_paired_error() -> None:
     s = stats_ms(np.array([0.001, 0.002, 0.003]))
     assert s["mean"] == pytest.approx(2.0) and s["p50"] == pytest.approx(2.0)
     assert stats_ms(np.empty(0))["p99"] is None
@@ -66,7 +67,7 @@ def _lat(scale: float) -> Latencies:
     return Latencies(frame, np.array([0.01, 0.02, 0.015]) * scale)
 
 
-def test_compare_identical_is_exact_and_scaled_is_off_by_the_factor():
+def test_compare_identical_is_exact_and_scaled_is_off_by_the_factor() -> None:
     same = compare(_lat(1.0), _lat(1.0))
     assert all(same[m]["error_pct"]["p50"] == pytest.approx(0.0) for m in same)
     assert all(same[m]["ks"] == 0.0 for m in same)
@@ -77,7 +78,7 @@ def test_compare_identical_is_exact_and_scaled_is_off_by_the_factor():
     assert within_targets(off) == {"ttft": False, "tpot": False}
 
 
-def test_requests_as_work_needs_a_whole_run():
+def test_requests_as_work_needs_a_whole_run() -> None:
     frame = pd.DataFrame(
         {
             "request_id": [1, 0],
@@ -93,7 +94,7 @@ def test_requests_as_work_needs_a_whole_run():
 
 
 # -- the overhead cost and its fit --------------------------------------------------
-def test_engine_overhead_cost_is_consistent_between_entry_points():
+def test_engine_overhead_cost_is_consistent_between_entry_points() -> None:
     base = LinearCost(step_overhead_s=0.002, per_decode_seq_s=0.001, per_context_token_s=1e-6)
     cost = EngineOverheadCost(base, 1.1, 0.0005, 0.0002)
     steps = cost.decode_steps_s(4, 400, 3)
@@ -110,7 +111,7 @@ def test_engine_overhead_cost_is_consistent_between_entry_points():
     )
 
 
-def test_fit_recovers_known_overhead():
+def test_fit_recovers_known_overhead() -> None:
     base = LinearCost(step_overhead_s=0.004, per_decode_seq_s=0.001, per_prefill_token_s=5e-5)
     rng = np.random.default_rng(0)
     seqs = rng.integers(1, 30, 300)
@@ -166,7 +167,7 @@ def _fake_measured_dir(tmp_path: Path, overrides: list[str]) -> Path:
     return out
 
 
-def test_validate_of_a_simulated_run_is_exact_and_scaled_cost_misses(tmp_path: Path):
+def test_validate_of_a_simulated_run_is_exact_and_scaled_cost_misses(tmp_path: Path) -> None:
     overrides = ["workload.duration_s=15"]
     measured = MeasuredDir.load(_fake_measured_dir(tmp_path, overrides))
     scenario = load_scenario(SCENARIO, overrides)
@@ -185,7 +186,9 @@ def test_validate_of_a_simulated_run_is_exact_and_scaled_cost_misses(tmp_path: P
     assert json.loads((tmp_path / "report" / "validation.json").read_text())["predictions"]
 
 
-def test_validate_cli_with_two_runs_and_an_overhead_source(tmp_path: Path, capsys):
+def test_validate_cli_with_two_runs_and_an_overhead_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = _fake_measured_dir(tmp_path, ["workload.duration_s=10"])
     code = cli_main(
         [
@@ -224,7 +227,9 @@ def test_validate_cli_with_two_runs_and_an_overhead_source(tmp_path: Path, capsy
     assert "noise" in report.lower()
 
 
-def test_validate_rejects_a_folder_that_is_not_measured(tmp_path: Path, capsys):
+def test_validate_rejects_a_folder_that_is_not_measured(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = cli_main(
         ["validate", str(SCENARIO), "--measured", str(tmp_path), "--out", str(tmp_path)]
     )
@@ -237,7 +242,7 @@ TOLERANCE_PCT = 35.0
 
 
 @pytest.mark.slow
-def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path):
+def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path) -> None:
     """Measure ~30 s of the tiny model at 8 req/s; predict it from fresh microbenchmarks.
 
     Tolerance: |error| <= 35 % on p50 TTFT and p50 TPOT. On a quiet machine the
@@ -293,7 +298,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
     measured = MeasuredDir.load(out)
     cost = load_calibrated_cost(artifact)
 
-    def p50_errors(model) -> tuple[float, float]:
+    def p50_errors(model: CostModel) -> tuple[float, float]:
         c = compare(
             measured.latencies, simulated_latencies(predict(scenario, measured.requests, model))
         )

@@ -82,9 +82,7 @@ class CostModel(Protocol):
         """Wall time of one step of this shape, in seconds (> 0 unless empty)."""
         ...
 
-    def decode_steps_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
-    ) -> FloatArray:
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
         """Durations of ``num_steps`` consecutive decode-only steps.
 
         Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to

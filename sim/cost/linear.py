@@ -73,9 +73,7 @@ class LinearCost:
         }
         for field, value in coefficients.items():
             if not value >= 0 or value == float("inf"):  # also rejects NaN
-                raise ConfigError(
-                    f"cost.{field} must be a finite number >= 0, got {value}"
-                )
+                raise ConfigError(f"cost.{field} must be a finite number >= 0, got {value}")
         problem = zero_step_problem(**coefficients)
         if problem is not None:
             raise ConfigError(f"cost: {problem}")
@@ -102,9 +100,7 @@ class LinearCost:
             + self.per_context_token_s * shape.num_decode_context_tokens
         )
 
-    def decode_steps_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
-    ) -> FloatArray:
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
         if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
             raise ValueError(
                 f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"

@@ -35,9 +35,7 @@ def default_activation_reserve_bytes(
     activations are at least 2 bytes (bf16) even for 8- or 4-bit weights.
     """
     if max_num_batched_tokens <= 0:
-        raise ConfigError(
-            f"max_num_batched_tokens must be > 0, got {max_num_batched_tokens}"
-        )
+        raise ConfigError(f"max_num_batched_tokens must be > 0, got {max_num_batched_tokens}")
     activation_dtype_bytes = max(model.weight_dtype_bytes, 2.0)
     return (
         ACTIVATION_TENSORS_PER_TOKEN
@@ -64,17 +62,11 @@ def num_kv_blocks(
     if block_size_tokens <= 0:
         raise ConfigError(f"block_size_tokens must be > 0, got {block_size_tokens}")
     if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
-        )
+        raise ConfigError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
     if activation_reserve_bytes is None:
-        activation_reserve_bytes = default_activation_reserve_bytes(
-            model, max_num_batched_tokens
-        )
+        activation_reserve_bytes = default_activation_reserve_bytes(model, max_num_batched_tokens)
     elif not activation_reserve_bytes >= 0:
-        raise ConfigError(
-            f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes}"
-        )
+        raise ConfigError(f"activation_reserve_bytes must be >= 0, got {activation_reserve_bytes}")
 
     usable_bytes = hardware.memory_bytes * gpu_memory_utilization
     needed_bytes = model.weight_bytes + activation_reserve_bytes

@@ -91,9 +91,7 @@ class RooflineCost:
         # A conditional expression is several times cheaper than calling max().
         return self._overhead_s + (compute if compute > memory else memory)
 
-    def decode_steps_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
-    ) -> FloatArray:
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
         if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
             raise ValueError(
                 f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
@@ -105,9 +103,7 @@ class RooflineCost:
         # Integer-valued float64 arrays are exact below 2**53, and the operations
         # mirror step_s one for one, so the results match it bit for bit.
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        compute = (
-            self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts
-        )
+        compute = self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts
         memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs)
         out: FloatArray = self._overhead_s + np.maximum(compute, memory)
         return out
@@ -128,6 +124,4 @@ class RooflineCost:
         return out
 
     def __repr__(self) -> str:
-        return (
-            f"RooflineCost(model={self.model.name!r}, hardware={self.hardware.name!r})"
-        )
+        return f"RooflineCost(model={self.model.name!r}, hardware={self.hardware.name!r})"

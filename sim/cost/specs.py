@@ -116,13 +116,7 @@ class ModelSpec(BaseModel):
     @property
     def kv_bytes_per_token(self) -> float:
         """KV cache bytes per token: K and V, every layer, every KV head."""
-        return (
-            2
-            * self.num_layers
-            * self.num_kv_heads
-            * self.head_dim
-            * self.kv_dtype_bytes
-        )
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
 
     @property
     def dense_flops_per_token(self) -> float:
@@ -131,10 +125,7 @@ class ModelSpec(BaseModel):
         Layers contribute 2 x non-embedding params; the embedding lookup is
         free; the LM head is a hidden x vocab matmul whether tied or not.
         """
-        return (
-            2.0 * self.num_non_embedding_params
-            + 2.0 * self.hidden_size * self.vocab_size
-        )
+        return 2.0 * self.num_non_embedding_params + 2.0 * self.hidden_size * self.vocab_size
 
     @property
     def attention_flops_per_pair(self) -> float:
@@ -264,9 +255,7 @@ _HARDWARE = [
 ]
 
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODELS})
-HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType(
-    {h.name: h for h in _HARDWARE}
-)
+HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in _HARDWARE})
 
 _T = TypeVar("_T", ModelSpec, HardwareSpec)
 
@@ -307,6 +296,4 @@ def _resolver(presets: Mapping[str, _T], kind: str) -> Any:
 # ValueError, so it surfaces as a ValidationError carrying the same message and
 # the field path; the scenario loader turns that into a one-line ConfigError.
 ModelRef = Annotated[ModelSpec, BeforeValidator(_resolver(MODEL_PRESETS, "model"))]
-HardwareRef = Annotated[
-    HardwareSpec, BeforeValidator(_resolver(HARDWARE_PRESETS, "hardware"))
-]
+HardwareRef = Annotated[HardwareSpec, BeforeValidator(_resolver(HARDWARE_PRESETS, "hardware"))]

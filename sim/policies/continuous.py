@@ -216,9 +216,7 @@ class Continuous:
         )
 
 
-def _steps_within_pool(
-    kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int
-) -> int:
+def _steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
     """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
 
     This step's blocks are reserved; each later step adds one token per request.
