@@ -121,19 +121,8 @@ torch = pytest.importorskip("torch")
 def test_run_probe_times_every_shape_on_a_real_model() -> None:
     from calibration.model import LlamaModel
     from calibration.probe import run_probe
-    from sim.cost.specs import ModelSpec
+    from sim.cost.specs import model_preset
 
-    spec = ModelSpec(
-        name="micro",
-        num_layers=1,
-        hidden_size=32,
-        num_attention_heads=4,
-        num_kv_heads=2,
-        intermediate_size=48,
-        vocab_size=300,
-        weight_dtype_bytes=4.0,
-        kv_dtype_bytes=4.0,
-    )
-    times = run_probe(LlamaModel(spec, seed=0), num_repeats=2)
+    times = run_probe(LlamaModel(model_preset("tiny"), seed=0), num_repeats=2)
     assert set(times) == set(PROBE_POINTS)
     assert all(math.isfinite(t) and t > 0 for t in times.values())
