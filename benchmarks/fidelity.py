@@ -4,7 +4,7 @@ One command reproduces ``docs/validation.md``'s numbers and plots::
 
     python benchmarks/fidelity.py --out docs/validation/smollm2
 
-Steps (about 13 minutes on a 2-core machine, SmolLM2-135M by default):
+Steps (15-17 minutes on a 2-core machine, SmolLM2-135M by default):
 
 1. calibrate: ``servesim calibrate --model smollm2-135m --grid compact
    --temperature 0`` (microbenchmarks of ``forward_step``, greedy like the
