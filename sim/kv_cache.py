@@ -46,14 +46,19 @@ class BlockPool:
 
     def allocate(self, request: Request, num_tokens: int) -> None:
         """Grow ``request``'s blocks to hold ``num_tokens`` tokens."""
+        missing = self._missing_or_raise(request, num_tokens)
+        self.num_free_blocks -= missing
+        request.num_blocks += missing
+
+    def _missing_or_raise(self, request: Request, num_tokens: int) -> int:
+        """``num_missing_blocks``; a RuntimeError if the pool cannot supply them."""
         missing = self.num_missing_blocks(request, num_tokens)
         if missing > self.num_free_blocks:
             raise RuntimeError(
                 f"KV pool overdrawn: request {request.request_id} needs {missing} blocks, "
                 f"{self.num_free_blocks} free"
             )
-        self.num_free_blocks -= missing
-        request.num_blocks += missing
+        return missing
 
     def free(self, request: Request) -> None:
         """Return all of ``request``'s blocks to the pool."""

@@ -121,12 +121,7 @@ class PrefixCachingPool(BlockPool):
         return self.num_missing_blocks(request, num_tokens) <= self.num_free_blocks
 
     def allocate(self, request: Request, num_tokens: int) -> None:
-        missing = self.num_missing_blocks(request, num_tokens)
-        if missing > self.num_free_blocks:
-            raise RuntimeError(
-                f"KV pool overdrawn: request {request.request_id} needs {missing} blocks, "
-                f"{self.num_free_blocks} free"
-            )
+        missing = self._missing_or_raise(request, num_tokens)
         if not request.num_blocks:
             hits = self._hits(request)
             refs, lru = self._refs, self._lru
