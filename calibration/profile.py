@@ -30,9 +30,8 @@ from tqdm import tqdm
 from calibration.model import LlamaModel
 from calibration.step import DecodeItem, PrefillChunk
 from sim.cost.base import StepShape
-from sim.cost.calibration_artifact import CalibrationSample
+from sim.cost.calibration_artifact import CalibrationSample, Section
 
-Section = Literal["prefill", "decode", "mixed"]
 GridName = Literal["small", "default", "compact", "gpu"]
 GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "gpu")
 
@@ -244,21 +243,7 @@ def profile_grid(
                 run(int(i))
                 times[int(i)].append(run(int(i)))
                 bar.update()
-    return [_sample(p, t) for p, t in zip(points, times, strict=True)]
-
-
-def _sample(point: GridPoint, times_s: list[float]) -> CalibrationSample:
-    shape = point.shape
-    q25, q50, q75 = np.percentile(times_s, [25, 50, 75])
-    return CalibrationSample(
-        section=point.section,
-        num_prefill_seqs=shape.num_prefill_seqs,
-        num_prefill_tokens=shape.num_prefill_tokens,
-        prefill_attention_pairs=shape.prefill_attention_pairs,
-        prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
-        num_decode_seqs=shape.num_decode_seqs,
-        num_decode_context_tokens=shape.num_decode_context_tokens,
-        times_s=times_s,
-        median_s=float(q50),
-        iqr_s=float(q75 - q25),
-    )
+    return [
+        CalibrationSample.from_times(p.section, p.shape, t)
+        for p, t in zip(points, times, strict=True)
+    ]

@@ -64,18 +64,8 @@ def _fit(**overrides: Any) -> FitCoefficients:
 
 
 def _sample(shape: StepShape, median_s: float, section: str = "decode") -> CalibrationSample:
-    return CalibrationSample(
-        section=section,  # type: ignore[arg-type]
-        num_prefill_seqs=shape.num_prefill_seqs,
-        num_prefill_tokens=shape.num_prefill_tokens,
-        prefill_attention_pairs=shape.prefill_attention_pairs,
-        prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
-        num_decode_seqs=shape.num_decode_seqs,
-        num_decode_context_tokens=shape.num_decode_context_tokens,
-        times_s=[median_s, median_s * 1.01, median_s * 0.99],
-        median_s=median_s,
-        iqr_s=median_s * 0.01,
-    )
+    times_s = [median_s, median_s * 1.01, median_s * 0.99]
+    return CalibrationSample.from_times(section, shape, times_s)  # type: ignore[arg-type]
 
 
 def _artifact(fit: FitCoefficients | None = None) -> CalibrationArtifact:

@@ -158,21 +158,7 @@ def _samples(noise: float, rng: np.random.Generator) -> list[CalibrationSample]:
     out = []
     for section, shape in points:
         times = list(_truth(shape) * (1 + noise * rng.standard_normal(7)))
-        q25, q50, q75 = np.percentile(times, [25, 50, 75])
-        out.append(
-            CalibrationSample(
-                section=section,  # type: ignore[arg-type]
-                num_prefill_seqs=shape.num_prefill_seqs,
-                num_prefill_tokens=shape.num_prefill_tokens,
-                prefill_attention_pairs=shape.prefill_attention_pairs,
-                prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
-                num_decode_seqs=shape.num_decode_seqs,
-                num_decode_context_tokens=shape.num_decode_context_tokens,
-                times_s=times,
-                median_s=float(q50),
-                iqr_s=float(q75 - q25),
-            )
-        )
+        out.append(CalibrationSample.from_times(section, shape, times))  # type: ignore[arg-type]
     return out
 
 

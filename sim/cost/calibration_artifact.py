@@ -16,6 +16,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.cost.base import StepShape
@@ -65,12 +66,15 @@ class SoftwareInfo(BaseModel):
     torch: str | None = None
 
 
+Section = Literal["prefill", "decode", "mixed"]
+
+
 class CalibrationSample(BaseModel):
     """One grid point: its step shape, section, and the measured wall times."""
 
     model_config = _FROZEN
 
-    section: Literal["prefill", "decode", "mixed"]
+    section: Section
     num_prefill_seqs: NonNegativeInt = 0
     num_prefill_tokens: NonNegativeInt = 0
     prefill_attention_pairs: NonNegativeInt = 0
@@ -81,6 +85,25 @@ class CalibrationSample(BaseModel):
     median_s: float = Field(gt=0, allow_inf_nan=False)
     iqr_s: NonNegativeFloat  # 75th minus 25th percentile of times_s
     held_out: bool = False  # kept out of the fit, used to measure its error
+
+    @classmethod
+    def from_times(
+        cls, section: Section, shape: StepShape, times_s: list[float]
+    ) -> CalibrationSample:
+        """A sample of ``shape`` whose median and interquartile range come from ``times_s``."""
+        q25, q50, q75 = np.percentile(times_s, [25, 50, 75])
+        return cls(
+            section=section,
+            num_prefill_seqs=shape.num_prefill_seqs,
+            num_prefill_tokens=shape.num_prefill_tokens,
+            prefill_attention_pairs=shape.prefill_attention_pairs,
+            prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
+            num_decode_seqs=shape.num_decode_seqs,
+            num_decode_context_tokens=shape.num_decode_context_tokens,
+            times_s=list(times_s),
+            median_s=float(q50),
+            iqr_s=float(q75 - q25),
+        )
 
     @property
     def shape(self) -> StepShape:
