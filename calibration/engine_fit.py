@@ -15,22 +15,13 @@ import numpy as np
 import pandas as pd
 
 from calibration.nnls import nnls
-from sim.cost.base import CostModel, StepShape
+from sim.cost.base import SHAPE_FIELDS, CostModel, StepShape
 from sim.cost.engine_overhead import EngineOverheadCost
-
-SHAPE_COLUMNS = (
-    "num_prefill_seqs",
-    "num_prefill_tokens",
-    "prefill_attention_pairs",
-    "prefill_kv_read_tokens",
-    "num_decode_seqs",
-    "num_decode_context_tokens",
-)
 
 
 def step_shapes(steps: pd.DataFrame) -> list[StepShape]:
     """The StepShape of every row of a measured step log."""
-    rows = steps[list(SHAPE_COLUMNS)].to_numpy(dtype=np.int64)
+    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
     return [StepShape(*(int(v) for v in row)) for row in rows]
 
 

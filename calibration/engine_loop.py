@@ -33,6 +33,7 @@ from tqdm import tqdm
 from calibration.engine import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.core import EngineCore
+from sim.cost.base import SHAPE_FIELDS
 from sim.kv_cache import BlockPool
 from sim.plan import StepPlan
 from sim.request import Request
@@ -44,12 +45,7 @@ STEP_FIELDS = (
     "end_s",
     "done_s",
     "forward_cpu_s",
-    "num_prefill_seqs",
-    "num_prefill_tokens",
-    "prefill_attention_pairs",
-    "prefill_kv_read_tokens",
-    "num_decode_seqs",
-    "num_decode_context_tokens",
+    *SHAPE_FIELDS,
 )
 
 

@@ -7,7 +7,7 @@ microseconds and lets the simulator price many identical decode steps at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -69,6 +69,10 @@ class StepShape:
         )
 
 
+# StepShape's fields in order: the shape columns of step logs and tables.
+SHAPE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepShape))
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """A pure function from a step's shape to its duration in seconds."""
@@ -91,6 +95,19 @@ class CostModel(Protocol):
         Returns a new array, which the caller may modify in place.
         """
         ...
+
+
+def no_decode_run(num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray | None:
+    """Shared argument handling of ``decode_steps_s``.
+
+    Raises on a negative argument; returns the zero durations of a run with no
+    sequence, or None when the cost model has real steps to price.
+    """
+    if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
+        raise ValueError(
+            f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
+        )
+    return np.zeros(num_steps, dtype=np.float64) if num_seqs == 0 else None
 
 
 def decode_steps_by_loop(

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cost.base import FloatArray, StepShape
+from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.calibration_artifact import (
     CalibrationArtifact,
     Extrapolation,
@@ -146,12 +146,8 @@ class CalibratedCost:
         return max(self._floor_s, t)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
-            raise ValueError(
-                f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
-            )
-        if num_seqs == 0:
-            return np.zeros(num_steps, dtype=np.float64)
+        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
+            return zeros
         # Same operations in the same order as step_s, so results match exactly.
         base = self._base_s(num_seqs, 0, 0, 0) + self._decode_batch_s(num_seqs)
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.base import FloatArray, StepShape
+from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.errors import ConfigError
 
 
@@ -101,12 +101,8 @@ class LinearCost:
         )
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
-            raise ValueError(
-                f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
-            )
-        if num_seqs == 0:
-            return np.zeros(num_steps, dtype=np.float64)
+        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
+            return zeros
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
         # Same association order as step_s, whose prefill terms add exact zeros
         # here, so both agree to the last bit, not just to rounding.

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cost.base import CostModel, FloatArray, StepShape
+from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
 from sim.cost.config import CostConfig, LinearCostConfig, RooflineCostConfig, build_cost_model
 from sim.cost.parallel import (
     ParallelismConfig,
@@ -155,12 +155,8 @@ class ParallelRooflineCost:
         return self._overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
-            raise ValueError(
-                f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
-            )
-        if num_seqs == 0:
-            return np.zeros(num_steps, dtype=np.float64)
+        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
+            return zeros
         m = self._micro_batches(num_seqs)
         slots, comm, p2p = self._fixed_s(num_seqs, m)
         dense_s = self._s_per_dense_token * num_seqs

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.base import FloatArray, StepShape
+from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.specs import HardwareSpec, ModelSpec
 
 # Below this many steps, decode_steps_s loops in Python rather than numpy.
@@ -92,12 +92,8 @@ class RooflineCost:
         return self._overhead_s + (compute if compute > memory else memory)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
-            raise ValueError(
-                f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
-            )
-        if num_seqs == 0:
-            return np.zeros(num_steps, dtype=np.float64)
+        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
+            return zeros
         if num_steps <= SMALL_RUN_STEPS:
             return np.array(self._decode_steps_list(num_seqs, context_tokens, num_steps))
         # Integer-valued float64 arrays are exact below 2**53, and the operations
