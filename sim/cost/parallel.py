@@ -30,12 +30,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from sim.cost.memory import ACTIVATION_TENSORS_PER_TOKEN, num_kv_blocks
-from sim.cost.specs import HardwareSpec, ModelSpec
+from sim.cost.specs import HardwareSpec, ModelSpec, lookup_preset, preset_validator
 from sim.errors import ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -74,23 +74,10 @@ LINK_PRESETS: Mapping[str, LinkSpec] = MappingProxyType({link.name: link for lin
 
 def link_preset(name: str) -> LinkSpec:
     """The link preset called ``name``; ConfigError listing known names if none."""
-    try:
-        return LINK_PRESETS[name]
-    except KeyError:
-        known = ", ".join(sorted(LINK_PRESETS))
-        raise ConfigError(f"unknown link preset {name!r}; known: {known}") from None
+    return lookup_preset(LINK_PRESETS, "link", name)
 
 
-def _resolve_link(value: Any) -> Any:
-    if isinstance(value, str):
-        return link_preset(value)
-    if isinstance(value, dict) and "preset" in value:
-        overrides = {k: v for k, v in value.items() if k != "preset"}
-        return {**link_preset(value["preset"]).model_dump(), **overrides}
-    return value
-
-
-LinkRef = Annotated[LinkSpec, BeforeValidator(_resolve_link)]
+LinkRef = Annotated[LinkSpec, BeforeValidator(preset_validator(LINK_PRESETS, "link"))]
 
 
 class ParallelismConfig(BaseModel):

@@ -257,10 +257,11 @@ _HARDWARE = [
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType({m.name: m for m in _MODELS})
 HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in _HARDWARE})
 
-_T = TypeVar("_T", ModelSpec, HardwareSpec)
+_T = TypeVar("_T", bound=BaseModel)
 
 
-def _lookup(presets: Mapping[str, _T], kind: str, name: str) -> _T:
+def lookup_preset(presets: Mapping[str, _T], kind: str, name: str) -> _T:
+    """``presets[name]``; a ConfigError listing the known names if there is none."""
     try:
         return presets[name]
     except KeyError:
@@ -270,23 +271,23 @@ def _lookup(presets: Mapping[str, _T], kind: str, name: str) -> _T:
 
 def model_preset(name: str) -> ModelSpec:
     """The model preset called ``name``; ConfigError listing known names if none."""
-    return _lookup(MODEL_PRESETS, "model", name)
+    return lookup_preset(MODEL_PRESETS, "model", name)
 
 
 def hardware_preset(name: str) -> HardwareSpec:
     """The hardware preset called ``name``; ConfigError listing known names if none."""
-    return _lookup(HARDWARE_PRESETS, "hardware", name)
+    return lookup_preset(HARDWARE_PRESETS, "hardware", name)
 
 
-def _resolver(presets: Mapping[str, _T], kind: str) -> Any:
+def preset_validator(presets: Mapping[str, _T], kind: str) -> Any:
     """Before-validator turning a name or ``{preset: name, **overrides}`` into a dict."""
 
     def resolve(value: Any) -> Any:
         if isinstance(value, str):
-            return _lookup(presets, kind, value)
+            return lookup_preset(presets, kind, value)
         if isinstance(value, dict) and "preset" in value:
             overrides = {k: v for k, v in value.items() if k != "preset"}
-            return {**_lookup(presets, kind, value["preset"]).model_dump(), **overrides}
+            return {**lookup_preset(presets, kind, value["preset"]).model_dump(), **overrides}
         return value
 
     return resolve
@@ -295,5 +296,7 @@ def _resolver(presets: Mapping[str, _T], kind: str) -> Any:
 # Scenario field types. Inside pydantic a ConfigError from an unknown name is a
 # ValueError, so it surfaces as a ValidationError carrying the same message and
 # the field path; the scenario loader turns that into a one-line ConfigError.
-ModelRef = Annotated[ModelSpec, BeforeValidator(_resolver(MODEL_PRESETS, "model"))]
-HardwareRef = Annotated[HardwareSpec, BeforeValidator(_resolver(HARDWARE_PRESETS, "hardware"))]
+ModelRef = Annotated[ModelSpec, BeforeValidator(preset_validator(MODEL_PRESETS, "model"))]
+HardwareRef = Annotated[
+    HardwareSpec, BeforeValidator(preset_validator(HARDWARE_PRESETS, "hardware"))
+]
