@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import cast, get_args
 
 import numpy as np
 import pandas as pd
@@ -43,14 +43,7 @@ from sim.scenario import scenario_from_dict
 from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
 from sim.workload import RequestArrays
 
-ROUTERS: list[RouterKind] = [
-    "round_robin",
-    "least_outstanding_requests",
-    "least_outstanding_tokens",
-    "power_of_two",
-    "prefix_affinity",
-    "central_queue",
-]
+ROUTERS: list[RouterKind] = list(get_args(RouterKind))
 COST = LinearCost(
     step_overhead_s=2e-3, per_prefill_token_s=3e-5, per_decode_seq_s=7e-4, per_context_token_s=1e-7
 )
