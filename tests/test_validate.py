@@ -35,6 +35,7 @@ from sim.validation import (
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "validate_tiny_cpu.yaml"
+SMOLLM2 = ROOT / "scenarios" / "validate_smollm2_cpu.yaml"
 
 
 # -- statistics ------------------------------------------------------------------
@@ -243,17 +244,17 @@ TOLERANCE_PCT = 35.0
 
 @pytest.mark.slow
 def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path) -> None:
-    """Measure ~30 s of the tiny model at 8 req/s; predict it from fresh microbenchmarks.
+    """Measure ~30 s of SmolLM2-135M at ~55 % load; predict it from fresh microbenchmarks.
 
-    Tolerance: |error| <= 35 % on p50 TTFT and p50 TPOT. On a quiet machine the
-    prediction's own error at loads of 30-60 % spans -18 % to +23 % on p50 TPOT
-    and -16 % to +9 % on p50 TTFT (docs/validation.md: steps after a different
-    step shape run colder than the microbenchmarks' back-to-back timing, and
-    calibrations repeat to ~5-10 %); 35 % keeps the test from failing at random
-    while a cost model off by 1.5x moves p50 TPOT to ~+70-85 % (and TTFT more,
-    through queueing): a clear failure. The artifact is calibrated in this test
-    (default grid, ~95 s, greedy as the engine) so that both sides see the same
-    machine.
+    Tolerance: |error| <= 35 % on p50 TTFT and p50 TPOT. SmolLM2, not the tiny
+    model: the tiny model's step time depends on the steps before it (cache
+    residency, docs/validation.md), which put this test's p50 errors at -18 % to
+    -28 % on a quiet machine, close to the bound. SmolLM2's errors in the fidelity
+    study were within ±10 % while the machine held its speed, and up to -26 %
+    while it slowed by up to 22 %, the measured drift of this host. A cost model
+    off by 1.5x moves p50 TPOT by about +50 % and TTFT more, through queueing: a
+    clear failure. The artifact is calibrated in this test (grid ``compact``,
+    ~150 s, greedy as the engine) so that both sides see the same machine.
     """
     artifact = tmp_path / "artifact.json"
     subprocess.run(
@@ -262,9 +263,9 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
             "-m",
             "calibration.cli",
             "--model",
-            "tiny",
+            "smollm2-135m",
             "--grid",
-            "default",  # the small grid's coarse decode table misses batches of 4-8 by ~30 %
+            "compact",  # every batch size to 16: CPU kernels switch with the row count
             "--temperature",
             "0",
             "--out",
@@ -277,7 +278,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
     )
     overrides = [
         "workload.duration_s=30",
-        "workload.arrival.rate_per_s=8",
+        "workload.arrival.rate_per_s=1.5",
         f"cost.artifact={artifact}",
     ]
     out = tmp_path / "measured"
@@ -285,7 +286,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
         cli_main(
             [
                 "measure",
-                str(SCENARIO),
+                str(SMOLLM2),
                 "--out",
                 str(out),
                 "-q",
@@ -294,7 +295,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
         )
         == 0
     )
-    scenario = load_scenario(SCENARIO, overrides)
+    scenario = load_scenario(SMOLLM2, overrides)
     measured = MeasuredDir.load(out)
     cost = load_calibrated_cost(artifact)
 
