@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.cost.base import StepShape
+from sim.cost.base import SHAPE_FIELDS, StepShape
 from sim.cost.specs import ModelSpec
 from sim.errors import ConfigError
 
@@ -94,12 +94,7 @@ class CalibrationSample(BaseModel):
         q25, q50, q75 = np.percentile(times_s, [25, 50, 75])
         return cls(
             section=section,
-            num_prefill_seqs=shape.num_prefill_seqs,
-            num_prefill_tokens=shape.num_prefill_tokens,
-            prefill_attention_pairs=shape.prefill_attention_pairs,
-            prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
-            num_decode_seqs=shape.num_decode_seqs,
-            num_decode_context_tokens=shape.num_decode_context_tokens,
+            **{name: getattr(shape, name) for name in SHAPE_FIELDS},
             times_s=list(times_s),
             median_s=float(q50),
             iqr_s=float(q75 - q25),
@@ -108,14 +103,7 @@ class CalibrationSample(BaseModel):
     @property
     def shape(self) -> StepShape:
         """The StepShape this sample timed."""
-        return StepShape(
-            num_prefill_seqs=self.num_prefill_seqs,
-            num_prefill_tokens=self.num_prefill_tokens,
-            prefill_attention_pairs=self.prefill_attention_pairs,
-            prefill_kv_read_tokens=self.prefill_kv_read_tokens,
-            num_decode_seqs=self.num_decode_seqs,
-            num_decode_context_tokens=self.num_decode_context_tokens,
-        )
+        return StepShape(**{name: getattr(self, name) for name in SHAPE_FIELDS})
 
 
 class FitCoefficients(BaseModel):
