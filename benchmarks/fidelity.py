@@ -44,9 +44,9 @@ from calibration.measure import Device, measure  # noqa: E402
 from calibration.validate import DRIFT_FACT, MeasuredDir, validate, write_validation  # noqa: E402
 from sim import api  # noqa: E402
 from sim.cost.calibrated import load_calibrated_cost  # noqa: E402
-from sim.report import summary_to_json  # noqa: E402
+from sim.metrics.report import summary_to_json  # noqa: E402
 from sim.scenario import Scenario, load_scenario  # noqa: E402
-from sim.validation import within_targets  # noqa: E402
+from sim.validation.predict import within_targets  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "validate_smollm2_cpu.yaml"
 LOADS = (0.3, 0.6, 0.9)

@@ -32,12 +32,12 @@ from tqdm import tqdm
 
 from calibration.engine import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
-from sim.core import EngineCore
 from sim.cost.base import SHAPE_FIELDS
-from sim.kv_cache import BlockPool
-from sim.plan import StepPlan
-from sim.request import Request
-from sim.workload import RequestArrays
+from sim.engine.core import EngineCore
+from sim.engine.kv_pool import BlockPool
+from sim.engine.plan import StepPlan
+from sim.engine.request import Request
+from sim.workload.generate import RequestArrays
 
 STEP_FIELDS = (
     "start_s",
@@ -51,7 +51,7 @@ STEP_FIELDS = (
 
 @dataclass
 class MeasuredRun:
-    """What a measured run recorded (frames as ``sim.simulation.RawResult`` plus tokens)."""
+    """What a measured run recorded (frames as ``sim.serving.simulation.RawResult`` plus tokens)."""
 
     requests: pd.DataFrame
     core_steps: pd.DataFrame

@@ -31,10 +31,10 @@ from calibration.probe import run_probe
 from calibration.sampling import SamplingParams
 from sim.api import kv_blocks_for
 from sim.errors import ConfigError
-from sim.metrics import latency_stats_ms, summarize, with_request_metrics
-from sim.report import summary_to_json, write_outputs
+from sim.metrics.report import summary_to_json, write_outputs
+from sim.metrics.stats import latency_stats_ms, summarize, with_request_metrics
 from sim.scenario import Scenario
-from sim.workload import ClosedLoopWorkload, generate_open_loop
+from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

@@ -49,7 +49,7 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
             f"servesim measure needs PyTorch ({error}): pip install -e '.[calibrate]'"
         ) from None
     from calibration.sampling import SamplingParams
-    from sim.report import format_summary_table
+    from sim.metrics.report import format_summary_table
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())

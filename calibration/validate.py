@@ -3,7 +3,7 @@
 Given one measured run (a ``servesim measure`` folder), simulate exactly its
 request set with the scenario's cost model (from calibration
 microbenchmarks, never from the run being predicted) and compare
-(``sim.validation.compare``). Options:
+(``sim.validation.predict.compare``). Options:
 
 - a second measured run of the same scenario: the noise floor, reported beside;
 - ``overhead_from``: a measured run of *another* workload (another seed or
@@ -30,9 +30,9 @@ from sim.api import cost_model_for
 from sim.cost.base import CostModel
 from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
-from sim.report import summary_to_json
+from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
-from sim.validation import (
+from sim.validation.predict import (
     Latencies,
     compare,
     measured_latencies,
@@ -40,7 +40,7 @@ from sim.validation import (
     simulated_latencies,
     within_targets,
 )
-from sim.validation_report import plot_cdfs, render_markdown
+from sim.validation.report import plot_cdfs, render_markdown
 
 DRIFT_FACT = "machine speed vs calibration (probe; >1 = slower)"
 

@@ -9,6 +9,7 @@ The CLI is a thin layer over ``run`` and ``Result.write``.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,22 +21,23 @@ import numpy.typing as npt
 import pandas as pd
 
 import sim
-from sim.cluster import Cluster, cluster_summary, request_token_times_s
 from sim.cost.base import CostModel
 from sim.cost.parallel import parallel_num_kv_blocks
 from sim.cost.parallel_roofline import parallel_cost_model
 from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
+from sim.engine.policies import Scheduler, StaticConfig
+from sim.engine.policies.continuous import with_swap_space
+from sim.engine.prefix_cache import prefix_cache_summary
+from sim.engine.speculative import speculative_summary
 from sim.errors import ConfigError
-from sim.metrics import summarize, with_request_metrics
-from sim.policies import Scheduler, StaticConfig
-from sim.prefix_cache import prefix_cache_summary
-from sim.report import write_outputs
+from sim.metrics.report import write_outputs
+from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario, load_scenario
-from sim.simulation import Engine, Frontend, RawResult, Simulation
-from sim.speculative import speculative_summary, with_speculation
-from sim.swap import with_swap_space
-from sim.workload import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
+from sim.serving.cluster import Cluster, cluster_summary, request_token_times_s
+from sim.serving.engine_config import Engine, Frontend, with_speculation
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 
 
 @dataclass
@@ -189,6 +191,22 @@ def run(
         work = generate_open_loop(scenario.workload, rng, base)
     raw = Simulation(engine, cluster_for(scenario, rng)).run(work, progress=progress)
     return _result(scenario, engine, raw)
+
+
+def replay(
+    scenario: Scenario,
+    work: OpenLoop,
+    cost: CostModel | None = None,
+    base_dir: Path | None = None,
+) -> Result:
+    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine.
+
+    ``cost`` replaces the scenario's cost model (validation compares several).
+    """
+    engine = engine_for(scenario, base_dir)
+    if cost is not None:
+        engine = dataclasses.replace(engine, cost=cost)
+    return _result(scenario, engine, Simulation(engine).run(work))
 
 
 def cluster_for(scenario: Scenario, rng: np.random.Generator) -> Cluster | None:

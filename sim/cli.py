@@ -18,7 +18,7 @@ from sim.errors import ConfigError
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim import api
-    from sim.report import format_summary_table
+    from sim.metrics.report import format_summary_table
 
     started = time.perf_counter()
     result = api.run(args.scenario, args.set or (), progress=not args.quiet)
@@ -58,7 +58,7 @@ def _add_calibrate(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _add_planning(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from sim.planning_cli import add_parsers  # capacity, sweep (issue 6)
+    from sim.planning.cli import add_parsers  # capacity, sweep (issue 6)
 
     add_parsers(subparsers)
 

@@ -16,18 +16,18 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.cluster import ClusterConfig
 from sim.cost.config import CostConfig
 from sim.cost.parallel import ParallelismConfig, layout_problem
 from sim.cost.quantization import QuantizationConfig
 from sim.cost.select import AutoCostConfig
 from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
+from sim.engine.policies import ContinuousConfig, PolicyConfig
+from sim.engine.policies.continuous import ContinuousSettings
+from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
-from sim.metrics import Slo
-from sim.policies import ContinuousConfig, PolicyConfig
-from sim.policies.continuous import ContinuousSettings
-from sim.speculative import SpeculativeConfig
-from sim.workload import WorkloadConfig
+from sim.metrics.stats import Slo
+from sim.serving.cluster import ClusterConfig
+from sim.workload.generate import WorkloadConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,7 +48,9 @@ class EngineConfig(BaseModel):
     )
     enable_prefix_caching: bool = Field(
         default=False,
-        description="share KV blocks of common prompt prefixes, LRU-evicted (sim.prefix_cache)",
+        description=(
+            "share KV blocks of common prompt prefixes, LRU-evicted (sim.engine.prefix_cache)"
+        ),
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV
     # (vLLM's --swap-space, 4 GiB) and the host link's copy bandwidth, one way
@@ -88,10 +90,10 @@ class Scenario(BaseModel):
     workload: WorkloadConfig
     slo: Slo | None = None
     # Several replicas behind a router, or disaggregated prefill/decode pools;
-    # None: one replica (see sim.cluster).
+    # None: one replica (see sim.serving.cluster).
     cluster: ClusterConfig | None = None
     # k draft tokens per decode step accepted at rate α; None: plain decoding
-    # (see sim.speculative).
+    # (see sim.engine.speculative).
     speculative: SpeculativeConfig | None = None
 
     @model_validator(mode="after")

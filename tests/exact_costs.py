@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.cost.linear import LinearCost
-from sim.workload import RequestArrays
+from sim.workload.generate import RequestArrays
 
 OVH = 1 / 128  # step overhead, s
 PRE = 1 / 1024  # per prefill token, s

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim import analytic
+from sim.metrics import analytic
 from sim.scenario import scenario_from_dict
 
 rates = st.floats(min_value=0.01, max_value=100.0)

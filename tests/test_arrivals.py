@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from sim.arrivals import (
+from sim.errors import ConfigError
+from sim.workload.arrivals import (
     MAX_GENERATED_REQUESTS,
     ArrivalConfig,
     ConstantArrival,
@@ -21,7 +22,6 @@ from sim.arrivals import (
     arrival_times_s,
     sample_gaps_s,
 )
-from sim.errors import ConfigError
 
 ARRIVAL = TypeAdapter(ArrivalConfig)
 ALL: list[ArrivalConfig] = [

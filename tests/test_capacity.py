@@ -13,9 +13,19 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.capacity
-from sim import analytic
-from sim.capacity import (
+import sim.planning.capacity
+from sim.cli import main
+from sim.errors import ConfigError
+from sim.metrics import analytic
+from sim.metrics.slo_targets import (
+    meets,
+    metric_value,
+    parse_target,
+    parse_targets,
+    per_request_slo,
+    targets_from_mapping,
+)
+from sim.planning.capacity import (
     CapacitySearch,
     LoadKnob,
     LoadPoint,
@@ -25,21 +35,16 @@ from sim.capacity import (
     mean_interval,
     t95,
 )
-from sim.capacity_report import fleet_for, format_capacity, to_json
-from sim.capacity_search import search
-from sim.cli import main
-from sim.errors import ConfigError
-from sim.pricing import GPU_PRICE_PER_HOUR, gpu_price_per_hour, gpus_per_replica, usd_per_unit
-from sim.scenario import load_scenario, scenario_from_dict
-from sim.slo_targets import (
-    meets,
-    metric_value,
-    parse_target,
-    parse_targets,
-    per_request_slo,
-    targets_from_mapping,
+from sim.planning.capacity_report import fleet_for, format_capacity, to_json
+from sim.planning.capacity_search import search
+from sim.planning.pricing import (
+    GPU_PRICE_PER_HOUR,
+    gpu_price_per_hour,
+    gpus_per_replica,
+    usd_per_unit,
 )
-from sim.sweep_exec import Record, Task, run_point
+from sim.planning.sweep_exec import Record, Task, run_point
+from sim.scenario import load_scenario, scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PREFILL_S, DECODE_S, OUTPUT_TOKENS = 0.01, 0.01, 10
@@ -81,7 +86,7 @@ def memo(monkeypatch: pytest.MonkeyPatch) -> dict[str, Record]:
                 cache[key] = run_point(task)
             yield index, cache[key]
 
-    monkeypatch.setattr(sim.capacity, "execute", execute)
+    monkeypatch.setattr(sim.planning.capacity, "execute", execute)
     return cache
 
 
@@ -204,7 +209,7 @@ def test_search_finds_the_md1_saturation_point(memo: dict[str, Record]) -> None:
 @given(st.lists(st.sampled_from([60, 120, 250, 500, 2000]), min_size=2, max_size=3, unique=True))
 def test_capacity_is_monotone_in_the_slo(limits_ms: list[int]) -> None:
     cache: dict[str, Record] = {}
-    original = sim.capacity.execute
+    original = sim.planning.capacity.execute
 
     def execute(
         tasks: Sequence[Task],
@@ -219,7 +224,7 @@ def test_capacity_is_monotone_in_the_slo(limits_ms: list[int]) -> None:
             yield index, cache[key]
 
     # Patched by hand: hypothesis does not mix with function-scoped fixtures.
-    sim.capacity.execute = execute
+    sim.planning.capacity.execute = execute
     try:
         estimates: list[float] = []
         for limit in sorted(limits_ms):
@@ -228,7 +233,7 @@ def test_capacity_is_monotone_in_the_slo(limits_ms: list[int]) -> None:
             assert estimate is not None
             estimates.append(estimate)
     finally:
-        sim.capacity.execute = original
+        sim.planning.capacity.execute = original
     assert estimates == sorted(estimates)
 
 
@@ -282,7 +287,7 @@ def test_trace_replays_run_once_per_load(memo: dict[str, Record]) -> None:
 
 
 def test_cli_num_requests_overrides_each_workload_kind(tmp_path: Path) -> None:
-    from sim.planning_cli import _size_overrides
+    from sim.planning.cli import _size_overrides
 
     trace = str(SCENARIOS / "azure_trace.yaml")
     assert _size_overrides(trace, [], 50)[-1] == "workload.max_requests=50"
@@ -310,7 +315,7 @@ def point(load: float, throughput: float, tokens: int = 1000, completed: int = 1
 
 
 def test_fleet_is_ceil_of_target_over_capacity_and_costs_add_up() -> None:
-    result = sim.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
+    result = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
     result.points = [point(8.0, 7.9), point(10.0, 9.8)]
     result.lower, result.upper, result.estimate = 8.0, 12.0, 10.0
     result.at_estimate = result.points[1]
@@ -358,7 +363,7 @@ def test_capacity_cli_reports_and_writes_json(
 
 
 def test_interval_widens_to_hold_the_estimate() -> None:
-    result = sim.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
+    result = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
     result.lower, result.upper, result.estimate = 8.0, 12.0, 7.5
     assert result.interval == (7.5, 12.0)
     result.estimate = 12.5
@@ -377,7 +382,7 @@ def test_knob_values_for_each_kind() -> None:
 
 
 def test_reports_of_a_failed_search_serialise(memo: dict[str, Record]) -> None:
-    from sim.capacity_report import format_points
+    from sim.planning.capacity_report import format_points
 
     result = capacity(md1_doc(100), ["ttft_mean_ms=5", "tpot_p99_ms=50"], seeds=1, max_num_sims=6)
     table = format_points(result)

@@ -31,17 +31,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.analytic import mm1_wait_s, mmc_wait_s
-from sim.arrivals import PoissonArrival, arrival_times_s
-from sim.cluster import Cluster, ClusterConfig, total_over_replicas
 from sim.cost.linear import LinearCost
+from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.errors import ConfigError
-from sim.lengths import ExponentialLength, sample_lengths
-from sim.policies import ContinuousConfig, StaticConfig
-from sim.router import RouterKind
+from sim.metrics.analytic import mm1_wait_s, mmc_wait_s
 from sim.scenario import scenario_from_dict
-from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
-from sim.workload import RequestArrays
+from sim.serving.cluster import Cluster, ClusterConfig, total_over_replicas
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.router import RouterKind
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.arrivals import PoissonArrival, arrival_times_s
+from sim.workload.generate import RequestArrays
+from sim.workload.lengths import ExponentialLength, sample_lengths
 
 ROUTERS: list[RouterKind] = list(get_args(RouterKind))
 COST = LinearCost(

@@ -16,14 +16,15 @@ import pandas as pd
 import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
-from sim.core import EngineCore
 from sim.cost.linear import LinearCost
-from sim.kv_cache import BlockPool
-from sim.policies import ContinuousConfig
-from sim.request import Request
-from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
-from sim.tokens import token_times_s
-from sim.workload import RequestArrays
+from sim.engine.core import EngineCore
+from sim.engine.kv_pool import BlockPool
+from sim.engine.policies import ContinuousConfig
+from sim.engine.request import Request
+from sim.engine.tokens import token_times_s
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import RequestArrays
 
 
 def simulate(

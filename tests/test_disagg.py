@@ -15,15 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.cluster import Cluster, ClusterConfig, request_token_times_s
 from sim.cost.linear import LinearCost
-from sim.disagg import DisaggregationConfig, merge_records
+from sim.engine.policies import ContinuousConfig
 from sim.errors import ConfigError
-from sim.policies import ContinuousConfig
-from sim.router import RouterKind
 from sim.scenario import scenario_from_dict
-from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
-from sim.workload import RequestArrays
+from sim.serving.cluster import Cluster, ClusterConfig, request_token_times_s
+from sim.serving.disagg import DisaggregationConfig, merge_records
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.router import RouterKind
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import RequestArrays
 
 OVH, PRE, DEC = 1 / 128, 1 / 1024, 1 / 256
 COST = LinearCost(step_overhead_s=OVH, per_prefill_token_s=PRE, per_decode_seq_s=DEC)

@@ -12,11 +12,11 @@ from calibration.measure import Measurement, measure
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
+from sim.engine.plan import StepPlan
 from sim.errors import ConfigError
-from sim.plan import StepPlan
 from sim.scenario import Scenario, scenario_from_dict
-from sim.simulation import Simulation
-from sim.workload import RequestArrays
+from sim.serving.simulation import Simulation
+from sim.workload.generate import RequestArrays
 
 
 def tiny_scenario(

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from sim.errors import ConfigError
-from sim.lengths import (
+from sim.workload.lengths import (
     EmpiricalLength,
     ExponentialLength,
     ExponentialThinkTime,

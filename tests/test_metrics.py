@@ -14,16 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from sim.engine.records import completed_mask, rejected_mask
 from sim.errors import ConfigError
-from sim.metrics import (
+from sim.metrics.stats import (
     Slo,
-    completed_mask,
     good_mask,
     itl_distribution,
     latency_stats_ms,
     parse_slo,
     percentile_label,
-    rejected_mask,
     summarize,
     weighted_quantiles,
     with_request_metrics,

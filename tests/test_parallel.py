@@ -26,7 +26,7 @@ from sim.cost.parallel_roofline import (
 from sim.cost.roofline import RooflineCost
 from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
-from sim.pricing import gpus_per_replica
+from sim.planning.pricing import gpus_per_replica
 from sim.scenario import load_scenario, scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -13,8 +13,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.metrics import Slo
-from sim.plots import DPI, MAX_POINTS, cdf_points, envelope, plot_latency_cdfs, plot_timeseries
+from sim.metrics.plots import (
+    DPI,
+    MAX_POINTS,
+    cdf_points,
+    envelope,
+    plot_latency_cdfs,
+    plot_timeseries,
+)
+from sim.metrics.stats import Slo
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MIN_PNG_BYTES = 20_000  # an empty 1440x576 canvas with axes only is well under this

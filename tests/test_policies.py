@@ -15,10 +15,11 @@ import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.cost.linear import LinearCost
-from sim.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
-from sim.tokens import token_times_s
-from sim.workload import RequestArrays
+from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.engine.tokens import token_times_s
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import RequestArrays
 
 
 def continuous(

@@ -17,8 +17,7 @@ from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim import api
 from sim.cost.linear import LinearCost
-from sim.metrics import summarize
-from sim.policies import (
+from sim.engine.policies import (
     Continuous,
     ContinuousConfig,
     DynamicConfig,
@@ -29,10 +28,13 @@ from sim.policies import (
     ShortestPromptFirstConfig,
     StaticConfig,
 )
+from sim.engine.policies.continuous import with_swap_space
+from sim.engine.swap import SwapSpace
+from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
-from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
-from sim.swap import SwapSpace, with_swap_space
-from sim.workload import RequestArrays
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import RequestArrays
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 

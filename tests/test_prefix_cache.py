@@ -9,12 +9,12 @@ import pandas as pd
 import pytest
 
 from sim import api
+from sim.engine.kv_pool import BlockPool
+from sim.engine.prefix_cache import PrefixCachingPool, prefix_cache_summary, prefix_describer
+from sim.engine.request import Request
 from sim.errors import ConfigError
-from sim.kv_cache import BlockPool
-from sim.prefix_cache import PrefixCachingPool, prefix_cache_summary, prefix_describer
-from sim.request import Request
 from sim.scenario import scenario_from_dict
-from sim.workload import RequestArrays, SyntheticWorkload, generate_open_loop
+from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 
 def grouped(request_id: int, prompt: int, group: int = 0, shared: int = 12) -> Request:

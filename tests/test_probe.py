@@ -16,7 +16,7 @@ from calibration.validate import MeasuredDir, validate
 from sim import api
 from sim.cost.base import StepShape
 from sim.cost.linear import LinearCost
-from sim.report import summary_to_json
+from sim.metrics.report import summary_to_json
 from sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -37,12 +37,13 @@ import numpy.typing as npt
 import pandas as pd
 import pytest
 
-from sim.arrivals import PoissonArrival, arrival_times_s
 from sim.cost.linear import LinearCost
-from sim.lengths import ExponentialLength, UniformLength, sample_lengths
-from sim.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.simulation import Engine, Frontend, OpenLoop, Simulation
-from sim.workload import RequestArrays
+from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, Simulation
+from sim.workload.arrivals import PoissonArrival, arrival_times_s
+from sim.workload.generate import RequestArrays
+from sim.workload.lengths import ExponentialLength, UniformLength, sample_lengths
 
 FloatArray = npt.NDArray[np.float64]
 

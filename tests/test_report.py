@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import sim.report
+import sim.metrics.report
 from sim.errors import ConfigError
-from sim.metrics import Slo, summarize
-from sim.report import format_summary_table, summary_to_json, write_outputs
+from sim.metrics.report import format_summary_table, summary_to_json, write_outputs
+from sim.metrics.stats import Slo, summarize
 
 NAN = math.nan
 
@@ -133,7 +133,7 @@ def test_parquet_falls_back_to_csv_without_pyarrow(
     tmp_path: Path, run: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     requests, steps, timeseries, summary = run
-    monkeypatch.setattr(sim.report, "have_parquet_engine", lambda: False)
+    monkeypatch.setattr(sim.metrics.report, "have_parquet_engine", lambda: False)
     with pytest.warns(UserWarning, match="pyarrow"):
         written = write_outputs(
             tmp_path, requests, steps, timeseries, summary, ("parquet", "csv"), plots=False
@@ -144,7 +144,7 @@ def test_parquet_falls_back_to_csv_without_pyarrow(
 
 
 def test_parquet_engine_is_detected_here() -> None:
-    assert sim.report.have_parquet_engine()
+    assert sim.metrics.report.have_parquet_engine()
 
 
 @pytest.mark.parametrize("formats", [[], ["xlsx"], ["csv", "feather"]])

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.request import Request
-from sim.router import (
+from sim.engine.request import Request
+from sim.serving.router import (
     LeastOutstandingRequests,
     LeastOutstandingTokens,
     PowerOfTwo,

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from sim import api
+from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.errors import ConfigError
-from sim.policies import ContinuousConfig, StaticConfig
 from sim.scenario import Scenario, apply_overrides, load_scenario, scenario_from_dict
 
 SMALL: dict[str, Any] = {

@@ -15,9 +15,7 @@ from sim.cost.base import StepShape
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.specs import hardware_preset, model_preset
-from sim.errors import ConfigError
-from sim.scenario import scenario_from_dict
-from sim.speculative import (
+from sim.engine.speculative import (
     SpeculativeConfig,
     SpeculativeCost,
     expected_tokens_per_step,
@@ -25,6 +23,8 @@ from sim.speculative import (
     speculative_cost,
     tokens_at_step,
 )
+from sim.errors import ConfigError
+from sim.scenario import scenario_from_dict
 
 # -- the formula and the schedule ---------------------------------------------------------
 

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 import sim
 from sim.cli import main
 from sim.errors import ConfigError
-from sim.sweep import config_hash, jobs_for, load_sweep, run_sweep
-from sim.sweep_exec import execute
-from sim.sweep_plots import mg1_curve, plot_sweep
-from sim.sweep_report import cheapest, format_report, pareto_mask, per_point
+from sim.planning.sweep import config_hash, jobs_for, load_sweep, run_sweep
+from sim.planning.sweep_exec import execute
+from sim.planning.sweep_plots import mg1_curve, plot_sweep
+from sim.planning.sweep_report import cheapest, format_report, pareto_mask, per_point
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -299,8 +299,8 @@ def test_sweep_cli_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_batch_size_one_covers_both_policies() -> None:
+    from sim.planning.sweep_exec import batch_size_one
     from sim.scenario import scenario_from_dict
-    from sim.sweep_exec import batch_size_one
 
     def with_scheduler(scheduler: dict[str, Any]) -> Any:
         return scenario_from_dict({**BASE, "scheduler": scheduler})
@@ -312,8 +312,8 @@ def test_batch_size_one_covers_both_policies() -> None:
 
 
 def test_offered_rate_is_nominal_measured_or_none() -> None:
+    from sim.planning.sweep_exec import offered_rate_per_s
     from sim.scenario import load_scenario, scenario_from_dict
-    from sim.sweep_exec import offered_rate_per_s
 
     synthetic = scenario_from_dict(BASE)
     assert offered_rate_per_s(synthetic, np.array([0.0, 100.0])) == 2.0
@@ -325,8 +325,8 @@ def test_offered_rate_is_nominal_measured_or_none() -> None:
 
 
 def test_run_point_measures_a_deterministic_service_time(tmp_path: Path) -> None:
+    from sim.planning.sweep_exec import run_point
     from sim.scenario import scenario_from_dict
-    from sim.sweep_exec import run_point
 
     doc = {**BASE, "frontend": {"tokenize_s_per_token": 0, "detokenize_s_per_token": 0}}
     doc["workload"] = {**BASE["workload"], "output_tokens": {"kind": "fixed", "tokens": 10}}
@@ -342,7 +342,7 @@ def test_run_point_measures_a_deterministic_service_time(tmp_path: Path) -> None
 
 
 def test_mg1_needs_poisson_arrivals_and_batch_size_one(tmp_path: Path) -> None:
-    from sim.sweep_plots import load_axis
+    from sim.planning.sweep_plots import load_axis
 
     sweep = with_changes(overrides={"workload.arrival.kind": "constant"})
     plan = load_sweep(write_sweep(tmp_path, sweep))
@@ -364,14 +364,14 @@ def test_structured_override_values_become_json_cells(tmp_path: Path) -> None:
     assert list(outcome.table["seed"]) == [5, 5]
     output_tokens = outcome.table["total_output_tokens"].to_numpy()
     assert output_tokens[1] == 2 * output_tokens[0]
-    from sim.sweep_table import write_table
+    from sim.planning.sweep_table import write_table
 
     paths = write_table(outcome.table, tmp_path / "out")
     pd.testing.assert_frame_equal(pd.read_parquet(paths[0]), outcome.table)
 
 
 def test_config_labels_drop_the_load_and_disambiguate(tmp_path: Path) -> None:
-    from sim.sweep_table import config_label
+    from sim.planning.sweep_table import config_label
 
     plan = load_sweep(write_sweep(tmp_path))
     assert config_label(plan, plan.points[1].overrides) == "max_num_seqs=1"

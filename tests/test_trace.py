@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.errors import ConfigError
-from sim.trace import (
+from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
     TraceColumns,

@@ -19,9 +19,9 @@ from sim.cost.base import CostModel, StepShape
 from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
 from sim.cost.linear import LinearCost
-from sim.report import summary_to_json
+from sim.metrics.report import summary_to_json
 from sim.scenario import load_scenario
-from sim.validation import (
+from sim.validation.predict import (
     Latencies,
     compare,
     ks_distance,

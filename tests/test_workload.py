@@ -12,19 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from sim.arrivals import ConstantArrival, GammaArrival, PoissonArrival
 from sim.errors import ConfigError
-from sim.lengths import (
-    EmpiricalLength,
-    ExponentialLength,
-    ExponentialThinkTime,
-    FixedLength,
-    FixedThinkTime,
-    LognormalLength,
-    UniformLength,
-)
-from sim.trace import AZURE_COLUMNS, CSV_DEFAULT_COLUMNS, TraceColumns
-from sim.workload import (
+from sim.workload.arrivals import ConstantArrival, GammaArrival, PoissonArrival
+from sim.workload.generate import (
     CLOSED_LOOP_BLOCK,
     ClosedLoopSource,
     ClosedLoopWorkload,
@@ -34,6 +24,16 @@ from sim.workload import (
     WorkloadConfig,
     generate_open_loop,
 )
+from sim.workload.lengths import (
+    EmpiricalLength,
+    ExponentialLength,
+    ExponentialThinkTime,
+    FixedLength,
+    FixedThinkTime,
+    LognormalLength,
+    UniformLength,
+)
+from sim.workload.trace import AZURE_COLUMNS, CSV_DEFAULT_COLUMNS, TraceColumns
 
 WORKLOAD = TypeAdapter(WorkloadConfig)
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"

@@ -33,14 +33,16 @@ from test_invariants import (
     workloads,
 )
 
-from sim.core import EngineCore
 from sim.cost.specs import hardware_preset
-from sim.plan import StepPlan
-from sim.policies import Scheduler
-from sim.prefix_cache import PrefixCachingPool
-from sim.simulation import Engine, OpenLoop, RawResult, Simulation
-from sim.speculative import SpeculativeConfig, with_speculation
-from sim.workload import RequestArrays
+from sim.engine.core import EngineCore
+from sim.engine.plan import StepPlan
+from sim.engine.policies import Scheduler
+from sim.engine.policies.base import CoreView
+from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.speculative import SpeculativeConfig
+from sim.serving.engine_config import Engine, with_speculation
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import RequestArrays
 
 
 @st.composite
@@ -98,7 +100,8 @@ class Checked:
         self.inner, self.setup, self.caching = inner, setup, caching
         self.num_calls = 0
 
-    def schedule(self, core: EngineCore, now_s: float) -> StepPlan:
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        assert isinstance(core, EngineCore)  # the checks read the real core's pool
         self.num_calls += 1
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
         check = check_prefix_pool if self.caching else check_pool

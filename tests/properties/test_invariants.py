@@ -23,14 +23,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.core import EngineCore
 from sim.cost.linear import LinearCost
-from sim.plan import StepPlan
-from sim.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.engine.core import EngineCore
+from sim.engine.plan import StepPlan
+from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
+from sim.engine.policies.base import CoreView
+from sim.engine.tokens import token_times_s
 from sim.scenario import scenario_from_dict
-from sim.simulation import Engine, Frontend, OpenLoop, RawResult, Simulation
-from sim.tokens import token_times_s
-from sim.workload import RequestArrays
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.workload.generate import RequestArrays
 
 SETTINGS = settings(
     max_examples=60,
@@ -145,7 +147,8 @@ class CheckedPolicy:
         self.setup = setup
         self.num_calls = 0
 
-    def schedule(self, core: EngineCore, now_s: float) -> StepPlan:
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        assert isinstance(core, EngineCore)  # the checks read the real core's pool
         self.num_calls += 1
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
         check_pool(core)

@@ -1,0 +1,16 @@
+"""The engine: requests, the KV pool and the scheduling policies. Pure logic.
+
+What lives here is everything one serving engine decides, with no clock of
+its own: ``request`` (the token-counter state of one request), ``plan`` (what
+one step computes), ``core`` (queues and the bookkeeping after a step),
+``kv_pool`` and ``prefix_cache`` (paged KV blocks, shared prefixes),
+``swap`` (CPU swap space), ``steplog``/``columns``/``tokens`` (the step log
+and the token times derived from it), ``records`` (the per-request table),
+``policies/`` (one module per scheduling policy) and ``speculative``.
+
+May import: ``sim.cost`` (step shapes and their prices), ``sim.errors``.
+Must not import: SimPy, ``sim.serving``, ``sim.metrics``, ``sim.planning``,
+``sim.validation`` or the faces (``api``, ``cli``, ``scenario``). Both
+executors (the SimPy replica in ``sim.serving`` and the real PyTorch engine
+in ``calibration/``) drive this same code.
+"""

@@ -1,0 +1,287 @@
+"""The engine core: queues, KV pool and the bookkeeping both executors share.
+
+One scheduler, two executors: the SimPy replica and the real PyTorch engine
+both call ``schedule`` for a plan, run it (in simulated or wall-clock time),
+then call ``commit`` with the steps' end times. Everything that follows from
+a step (token counters, emitted tokens, finished requests, freed blocks, the
+step log) happens here, so the two executors cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from sim.engine.columns import Columns
+from sim.engine.kv_pool import BlockPool
+from sim.engine.plan import StepPlan
+from sim.engine.policies.base import Scheduler
+from sim.engine.request import Request
+from sim.engine.steplog import StepLog
+
+NAN = float("nan")
+
+SERIES_COLUMNS = {
+    "time_s": "f8",
+    "num_waiting": "i4",
+    "num_running": "i4",
+    "num_kv_blocks_used": "i4",
+}
+RECORD_COLUMNS = {
+    "request_id": "i8",
+    "arrival_s": "f8",
+    "ready_s": "f8",
+    "first_scheduled_s": "f8",
+    "first_token_s": "f8",
+    "finish_s": "f8",
+    "num_prompt_tokens": "i8",
+    "num_output_tokens": "i8",
+    "num_generated_tokens": "i8",
+    "num_preemptions": "i8",
+    "replica": "i4",
+    "num_swaps": "i8",
+    "priority": "i8",
+    "num_cached_tokens": "i8",
+}
+
+
+def _or_nan(value: float | None) -> float:
+    return NAN if value is None else value
+
+
+class EngineCore:
+    """Waiting and running requests, the KV pool, and the logs of one replica."""
+
+    def __init__(
+        self,
+        policy: Scheduler,
+        kv: BlockPool,
+        max_model_len_tokens: int,
+        replica: int = 0,
+        on_done: Callable[[Request], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.kv = kv
+        self.max_model_len_tokens = max_model_len_tokens
+        self.replica = replica
+        self.on_done = on_done
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_steps = 0
+        self.num_done = 0
+        self._num_finished_in_step = 0  # lets commit skip rebuilding `running`
+        self.steps = StepLog()
+        self.series = Columns(SERIES_COLUMNS)
+        # Direct references: sampling the state runs once per event.
+        self._series_time, self._series_waiting, self._series_running, self._series_kv = (
+            self.series.columns.values()
+        )
+        self.records = Columns(RECORD_COLUMNS)
+        self.rejections: dict[int, str] = {}
+        # Runs of tokens after the first, for requests whose tokens were
+        # interrupted (preemption): request_id -> [(first token time, tokens before)].
+        self.later_runs: dict[int, list[tuple[float, int]]] = {}
+        self.extra_itl_s: list[float] = []
+
+    # -- intake ------------------------------------------------------------
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why ``request`` can never be served here, or ``None``."""
+        total = request.num_prompt_tokens + request.num_output_tokens
+        if total > self.max_model_len_tokens:
+            return (
+                f"prompt+output = {total} tokens exceeds max_model_len {self.max_model_len_tokens}"
+            )
+        blocks = self.kv.blocks_for(request.max_num_tokens)
+        if blocks > self.kv.num_blocks:
+            return f"needs {blocks} KV blocks but the cache holds {self.kv.num_blocks}"
+        return None
+
+    def add(self, request: Request, now_s: float) -> bool:
+        """Queue a tokenized request; reject it at once if it can never fit."""
+        request.ready_s = now_s
+        request.replica = self.replica
+        reason = self.rejection_reason(request)
+        if reason is not None:
+            request.rejection_reason = reason
+            self._done(request)
+            return False
+        self.waiting.append(request)
+        return True
+
+    # -- the step cycle ----------------------------------------------------
+    def schedule(self, now_s: float) -> StepPlan:
+        """Ask the policy for the next step, and sample the queue state."""
+        plan = self.policy.schedule(self, now_s)
+        self._series_time.append(now_s)
+        self._series_waiting.append(len(self.waiting))
+        self._series_running.append(len(self.running))
+        self._series_kv.append(self.kv.num_blocks - self.kv.num_free_blocks)
+        return plan
+
+    def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
+        """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``.
+
+        The first step is the plan's own; any further ones are the decode
+        steps the plan allowed to follow it.
+        """
+        if plan.committer is not None:  # a feature's own step (speculative decoding)
+            plan.committer.commit_step(self, plan, start_s, ends_s[0])
+        elif len(ends_s) == 1:
+            self._commit_one(plan, start_s, ends_s[0])
+        else:
+            self._commit_run(plan, start_s, ends_s)
+        if self._num_finished_in_step:
+            self.running = [r for r in self.running if r.finish_s is None]
+            self._num_finished_in_step = 0
+
+    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
+        step = self.num_steps
+        previous = step - 1
+        num_itl = num_prefill = num_decode = 0
+        for request, num_new in plan.scheduled:
+            generated = request.num_generated_tokens
+            if num_new == 1 and generated > 0:
+                num_decode += 1
+            else:
+                num_prefill += num_new
+            computed = request.num_computed_tokens + num_new
+            request.num_computed_tokens = computed
+            if computed == request.num_prompt_tokens + generated:
+                if (
+                    request.last_token_step == previous
+                    and generated + 1 < request.num_output_tokens
+                ):
+                    # Inline _emit for the common case (hot path): a decode
+                    # token right after the previous one, not the last.
+                    request.num_generated_tokens = generated + 1
+                    request.last_token_step = step
+                    request.last_token_s = end_s
+                    num_itl += 1
+                else:
+                    num_itl += self._emit(request, step, end_s)
+        self.steps.add_step(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
+        self.num_steps = step + 1
+
+    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
+        """The plan's step, then k - 1 decode steps of the same batch, in one pass.
+
+        O(batch), not O(tokens): every scheduled request emits a token in each
+        step (the plan guarantees it) and none finishes before the last.
+        """
+        num_steps = len(ends_s)
+        first = self.num_steps
+        last = first + num_steps - 1
+        end_first, end_last = ends_s[0], ends_s[-1]
+        num_itl = num_prefill = num_decode = 0
+        kv = self.kv
+        block_size = kv.block_size_tokens
+        finished: list[Request] = []
+        for request, num_new in plan.scheduled:
+            generated = request.num_generated_tokens
+            if num_new == 1 and generated > 0:
+                num_decode += 1
+            else:
+                num_prefill += num_new
+            if request.last_token_step == first - 1:
+                num_itl += 1
+            else:
+                self.break_run(request, end_first)
+                if request.first_token_s is None:
+                    request.first_token_s = end_first
+            computed = request.num_computed_tokens + num_new + num_steps - 1
+            request.num_computed_tokens = computed
+            request.num_generated_tokens = generated + num_steps
+            request.last_token_step = last
+            request.last_token_s = end_last
+            short = -(-computed // block_size) - request.num_blocks
+            if short > 0:  # inline kv.allocate: the policy checked the pool suffices
+                kv.num_free_blocks -= short
+                request.num_blocks += short
+            if generated + num_steps == request.num_output_tokens:
+                finished.append(request)
+        # Free only once every request's blocks are counted, as step by step, where
+        # the last step's blocks are all reserved before any request finishes (the
+        # peak decides which cached prefix blocks get evicted).
+        for request in finished:
+            self.finish(request, end_last)
+        steps = self.steps
+        steps.add_step(start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl)
+        num_seqs = len(plan.scheduled)
+        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs)
+        self.num_steps = last + 1
+
+    def break_run(self, request: Request, time_s: float) -> None:
+        """A token that does not follow its predecessor by one step."""
+        if request.last_token_s is not None:
+            self.extra_itl_s.append(time_s - request.last_token_s)
+            self.later_runs.setdefault(request.request_id, []).append(
+                (time_s, request.num_generated_tokens)
+            )
+
+    def _emit(self, request: Request, step: int, time_s: float) -> int:
+        """Sample one output token; return 1 if it continues an unbroken run."""
+        continuing = request.last_token_step == step - 1
+        if not continuing:
+            self.break_run(request, time_s)
+        if request.first_token_s is None:
+            request.first_token_s = time_s
+        request.num_generated_tokens += 1
+        request.last_token_step = step
+        request.last_token_s = time_s
+        if request.num_generated_tokens == request.num_output_tokens:
+            self.finish(request, time_s)
+        return int(continuing)
+
+    def finish(self, request: Request, time_s: float) -> None:
+        """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
+        request.finish_s = time_s
+        self._num_finished_in_step += 1
+        self.kv.free(request)
+        self._done(request)
+
+    def _done(self, request: Request) -> None:
+        """Move a finished or rejected request into the columnar records."""
+        if request.rejection_reason is not None:
+            self.rejections[request.request_id] = request.rejection_reason
+        self.records.append(
+            request.request_id,
+            request.arrival_s,
+            _or_nan(request.ready_s),
+            _or_nan(request.first_scheduled_s),
+            _or_nan(request.first_token_s),
+            _or_nan(request.finish_s),
+            request.num_prompt_tokens,
+            request.num_output_tokens,
+            request.num_generated_tokens,
+            request.num_preemptions,
+            request.replica,
+            request.num_swaps,
+            request.priority,
+            request.num_cached_tokens,
+        )
+        self.num_done += 1
+        if self.on_done is not None:
+            self.on_done(request)
+
+    def flush_unfinished(self) -> None:
+        """Record requests still queued or running (finish time NaN) and clear them."""
+        for request in [*self.running, *self.waiting]:
+            self.kv.free(request)
+            self._done(request)
+        self.running = []
+        self.waiting.clear()
+
+    def preempt(self, request: Request) -> None:
+        """Recompute preemption: drop the KV cache, requeue at the front."""
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+
+    def swap_out(self, request: Request) -> None:
+        """Swap preemption: free the GPU blocks but keep the computed tokens
+        (their KV now lives in CPU memory, see ``sim.engine.swap``); requeue at the front."""
+        self.kv.free(request)
+        request.num_preemptions += 1
+        request.num_swaps += 1
+        self.waiting.appendleft(request)

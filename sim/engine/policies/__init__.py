@@ -1,0 +1,46 @@
+"""Scheduling policies, one module each; this map is the one place to register one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from sim.engine.policies.base import Scheduler
+from sim.engine.policies.continuous import Continuous, ContinuousConfig
+from sim.engine.policies.dynamic import Dynamic, DynamicConfig
+from sim.engine.policies.orca import Orca, OrcaConfig
+from sim.engine.policies.prefill_first import PrefillFirst, PrefillFirstConfig
+from sim.engine.policies.priority import Priority, PriorityConfig
+from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst, ShortestPromptFirstConfig
+from sim.engine.policies.static import Static, StaticConfig
+
+PolicyConfig = Annotated[
+    ContinuousConfig
+    | StaticConfig
+    | DynamicConfig
+    | OrcaConfig
+    | PrefillFirstConfig
+    | PriorityConfig
+    | ShortestPromptFirstConfig,
+    Field(discriminator="kind"),
+]
+
+__all__ = [
+    "Continuous",
+    "ContinuousConfig",
+    "Dynamic",
+    "DynamicConfig",
+    "Orca",
+    "OrcaConfig",
+    "PolicyConfig",
+    "PrefillFirst",
+    "PrefillFirstConfig",
+    "Priority",
+    "PriorityConfig",
+    "Scheduler",
+    "ShortestPromptFirst",
+    "ShortestPromptFirstConfig",
+    "Static",
+    "StaticConfig",
+]

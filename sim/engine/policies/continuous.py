@@ -1,0 +1,268 @@
+"""Continuous batching in the style of vLLM v1.
+
+Each step: running requests first (decodes and unfinished prefill chunks), in
+the order they were admitted, each taking what it wants of the token budget;
+when the KV pool cannot hold a running request's next tokens, the newest
+running request is preempted by recompute until it can. Then, if nothing was
+preempted, waiting requests are admitted first-come first-served while the
+sequence limit, the token budget and the KV pool allow. With chunked prefill a
+prompt may be cut to fit the remaining budget; without it a prompt is
+scheduled whole or waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.cost.base import StepShape
+from sim.engine.plan import StepPlan
+from sim.engine.policies.base import CoreView, Scheduler
+from sim.engine.request import Request
+from sim.engine.swap import SwapSpace
+
+if TYPE_CHECKING:
+    from sim.engine.kv_pool import BlockPool
+
+# A skip-ahead run is capped so that one SimPy timeout never covers more than
+# this many steps' worth of numpy arrays (memory, not correctness).
+MAX_RUN_STEPS = 4096
+
+
+class ContinuousSettings(BaseModel):
+    """Continuous batching's settings (names as vLLM's flags), shared by the
+    policies built on it (``priority``, ``shortest_prompt_first``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
+    max_num_batched_tokens: int = Field(
+        default=2048, ge=1, description="tokens computed per step at most"
+    )
+    chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
+    preemption: Literal["recompute", "swap"] = Field(
+        default="recompute",
+        description=(
+            "swap: victims' KV goes to CPU memory (engine.swap_space_bytes), see sim.engine.swap"
+        ),
+    )
+
+    def step_token_bound(self, max_model_len_tokens: int) -> int:
+        """Most tokens one step can compute (sizes the activation reserve)."""
+        return self.max_num_batched_tokens
+
+
+class ContinuousConfig(ContinuousSettings):
+    """Settings of vLLM-style continuous batching."""
+
+    kind: Literal["continuous"] = "continuous"
+
+    def build(self) -> Continuous:
+        return Continuous(self)
+
+
+class Continuous:
+    """The policy object; holds no state between steps besides its settings."""
+
+    def __init__(self, config: ContinuousSettings) -> None:
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.chunked_prefill = config.chunked_prefill
+        # Preemption by swap: set by the policy factory (with_swap_space, below)
+        # when ``preemption`` is ``swap``; None preempts by recompute.
+        self.swap: SwapSpace | None = None
+        self._extra_s = 0.0  # swap copy time of the step being planned, s
+
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        self._extra_s = 0.0
+        kv = core.kv
+        running = core.running
+        budget = self.max_num_batched_tokens
+        block_size = kv.block_size_tokens
+        scheduled: list[tuple[Request, int]] = []
+        preempted = False
+        i = 0
+        while i < len(running) and budget > 0:
+            request = running[i]
+            computed = request.num_computed_tokens
+            wanted = request.num_prompt_tokens + request.num_generated_tokens - computed
+            num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
+            target = computed + num_new
+            if target > request.num_blocks * block_size:
+                while not kv.can_allocate(request, target):
+                    victim = running.pop()
+                    self._preempt(core, victim)
+                    preempted = True
+                    if victim is request:
+                        break
+                else:
+                    kv.allocate(request, target)
+                if preempted and (i >= len(running) or running[i] is not request):
+                    break  # the request itself was preempted
+            scheduled.append((request, num_new))
+            budget -= num_new
+            i += 1
+        plan = StepPlan(scheduled)
+        if preempted:
+            plan.extra_s = self._extra_s
+            return plan
+        stable = len(scheduled) == len(running)
+        blocked_by = self._admit(core, scheduled, budget, now_s)
+        # A run of decode steps may follow this step only if admission cannot
+        # succeed during it: the queue is empty, or what blocked admission (the
+        # sequence limit, the KV pool) can only tighten while decoding. A budget
+        # block may lift once this step's prefill is done.
+        self._finish_plan(
+            plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"
+        )
+        plan.extra_s = self._extra_s
+        return plan
+
+    def _preempt(self, core: CoreView, victim: Request) -> None:
+        """Preempt by swap if configured and the swap space has room, else by recompute."""
+        if self.swap is not None:
+            seconds = self.swap.swap_out(victim, core.kv.blocks_for(victim.num_computed_tokens))
+            if seconds is not None:
+                core.swap_out(victim)
+                self._extra_s += seconds
+                return
+        core.preempt(victim)
+
+    def _admit(
+        self,
+        core: CoreView,
+        scheduled: list[tuple[Request, int]],
+        budget: int,
+        now_s: float,
+    ) -> str:
+        """Admit waiting requests FCFS; return what stopped admission.
+
+        One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
+        """
+        kv, waiting, running = core.kv, core.waiting, core.running
+        while waiting:
+            if len(running) >= self.max_num_seqs:
+                return "seqs"
+            request = waiting[0]
+            # Prefix caching: the cached head of the prompt is not computed again.
+            num_cached = kv.num_cached_tokens(request)
+            wanted = request.num_wanted_tokens - num_cached
+            if budget == 0 or (wanted > budget and not self.chunked_prefill):
+                return "budget"
+            num_new = min(wanted, budget)
+            target = request.num_computed_tokens + num_cached + num_new
+            if not kv.can_allocate(request, target):
+                return "kv"
+            waiting.popleft()
+            kv.allocate(request, target)
+            if num_cached:
+                request.num_computed_tokens += num_cached
+                if request.first_scheduled_s is None:
+                    request.num_cached_tokens = num_cached
+            if self.swap is not None:  # copy a swapped-out request's KV back in
+                self._extra_s += self.swap.swap_in(request)
+            running.append(request)
+            scheduled.append((request, num_new))
+            budget -= num_new
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = now_s
+        return "empty"
+
+    def _finish_plan(
+        self, plan: StepPlan, kv: BlockPool, may_run: bool, interruptible: bool
+    ) -> None:
+        """Fill in the step's shape, and let decode steps follow if they can.
+
+        After this step each scheduled request that has computed all its known
+        tokens samples one more; if all do and none has finished, the next
+        steps are plain decodes of the same batch until the first finishes.
+        One pass over the batch for both (this runs once per event).
+        """
+        scheduled = plan.scheduled
+        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+        num_decode_seqs = decode_context = 0
+        min_left = MAX_RUN_STEPS
+        run_context = 0
+        all_emit = True
+        for r, num_new in scheduled:
+            cached = r.num_computed_tokens
+            generated = r.num_generated_tokens
+            computed = cached + num_new
+            if num_new == 1 and generated > 0:
+                num_decode_seqs += 1
+                decode_context += computed
+            else:
+                num_prefill_seqs += 1
+                num_prefill_tokens += num_new
+                pairs += num_new * cached + num_new * (num_new + 1) // 2
+                kv_read += computed
+            if computed != r.num_prompt_tokens + generated:
+                all_emit = False  # still prefilling after this step
+            else:
+                left = r.num_output_tokens - generated - 1
+                if left < min_left:
+                    min_left = left
+                run_context += computed + 1
+        plan.known_shape = StepShape(
+            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        )
+        if not (may_run and all_emit and scheduled and min_left >= 1):
+            return
+        plan.run_num_seqs = len(scheduled)
+        plan.run_context_tokens = run_context
+        plan.num_steps = 1 + _steps_within_pool(kv, scheduled, min_left)
+        plan.interruptible = (
+            interruptible
+            and len(scheduled) < self.max_num_seqs
+            and len(scheduled) < self.max_num_batched_tokens
+        )
+
+
+def _steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
+    """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
+
+    This step's blocks are reserved; each later step adds one token per request.
+    """
+    block_size = kv.block_size_tokens
+
+    def missing(k: int) -> int:
+        # Blocks short of holding computed + new + k tokens (ceil division inline: hot path).
+        total = 0
+        for r, num_new in scheduled:
+            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
+            if short > 0:
+                total += short
+        return total
+
+    free = kv.num_free_blocks
+    # Cheap bound first (the common case): k more tokens need at most
+    # k // block_size + 1 new blocks per request.
+    if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
+        return num_steps
+    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if missing(mid) <= free:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def with_swap_space(
+    build: Callable[[], Scheduler],
+    capacity_bytes: float,
+    bytes_per_block: float,
+    bandwidth_bytes_per_s: float,
+) -> Callable[[], Scheduler]:
+    """A policy factory giving each continuous-family policy it builds its own swap space."""
+
+    def make() -> Scheduler:
+        policy = build()
+        if isinstance(policy, Continuous):
+            policy.swap = SwapSpace(capacity_bytes, bytes_per_block, bandwidth_bytes_per_s)
+        return policy
+
+    return make

@@ -1,0 +1,98 @@
+"""Orca-style iteration-level batching: maximum-length KV reservation, no paging.
+
+As in Orca (Yu et al., OSDI 2022), the batch is re-formed every iteration:
+running requests decode (or prefill their whole prompt in the step that admits
+them), finished ones leave, and waiting requests join first-come first-served
+while there are fewer than ``max_num_seqs`` running. What differs from paged
+continuous batching (``continuous``) is memory: at admission a request
+reserves KV slots for its maximum length, prompt plus output
+(``Request.max_num_tokens``), because without paging its cache must be one
+contiguous region sized up front. The pool therefore never runs out while a
+request runs, so nothing is ever preempted, but the reservation for tokens not
+yet generated holds memory idle and fewer requests run concurrently for the
+same pool. (The reservation is still counted in blocks of
+``engine.block_size_tokens``, so the comparison with paging isolates the
+up-front reservation; use ``block_size_tokens: 1`` for exact slots.)
+
+There is no token budget and no chunking: an admitted prompt is prefilled in
+one step, beside the running requests' decodes (Orca's selective batching).
+Admission stops at the first waiting request that does not fit (FCFS, no
+overtaking).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.engine.policies.continuous import Continuous, ContinuousConfig
+from sim.engine.request import Request
+
+if TYPE_CHECKING:
+    from sim.engine.policies.base import CoreView
+
+# No token budget: one step prefills every admitted prompt whole.
+UNLIMITED_TOKENS = 1 << 40
+
+
+class OrcaConfig(BaseModel):
+    """Settings of Orca-style batching (iteration-level, maximum-length reservation)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["orca"] = "orca"
+    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
+
+    def build(self) -> Orca:
+        return Orca(self)
+
+    def step_token_bound(self, max_model_len_tokens: int) -> int:
+        """Most tokens one step can compute (sizes the activation reserve)."""
+        return min(self.max_num_seqs * max_model_len_tokens, 1 << 16)
+
+
+class Orca(Continuous):
+    """Continuous batching's step loop with admission that reserves the maximum length.
+
+    Since a running request's blocks already cover every token it will compute,
+    the running loop never allocates and never preempts, and skip-ahead runs
+    are bounded only by the first request to finish.
+    """
+
+    def __init__(self, config: OrcaConfig) -> None:
+        super().__init__(
+            ContinuousConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=UNLIMITED_TOKENS,
+                chunked_prefill=False,
+            )
+        )
+
+    def _admit(
+        self,
+        core: CoreView,
+        scheduled: list[tuple[Request, int]],
+        budget: int,
+        now_s: float,
+    ) -> str:
+        """Admit FCFS while a slot and the full-length reservation are free.
+
+        Returns ``empty``, ``seqs`` or ``kv``: both limits only tighten until
+        a running request finishes, so a blocked head stays blocked until then.
+        """
+        kv, waiting, running = core.kv, core.waiting, core.running
+        while waiting:
+            if len(running) >= self.max_num_seqs:
+                return "seqs"
+            request = waiting[0]
+            reserve = request.max_num_tokens
+            if not kv.can_allocate(request, reserve):
+                return "kv"
+            waiting.popleft()
+            kv.allocate(request, reserve)
+            running.append(request)
+            scheduled.append((request, request.num_wanted_tokens))
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = now_s
+        return "empty"

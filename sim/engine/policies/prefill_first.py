@@ -1,0 +1,132 @@
+"""Prefill-first batching in the style of vLLM v0's default scheduler (no mixing).
+
+Each step is one of two kinds, never both:
+
+* a **prefill step**, whenever at least one waiting request can be admitted:
+  waiting requests are admitted first-come first-served while fewer than
+  ``max_num_seqs`` run, their prompts fit the token budget and the KV pool
+  holds them, and the step computes only their whole prompts (no chunking).
+  Running requests do not decode in it, so their next token waits a whole
+  prefill: long prompts show up as inter-token stalls (high p99 TPOT / ITL),
+  the problem chunked prefill (``continuous``) solves;
+* otherwise a **decode step** of every running request, one token each. When
+  the pool cannot hold a request's next token, the newest running request is
+  preempted by recompute (vLLM v0's default) until it can.
+
+The token budget bounds the sum of the prompts in a prefill step; the first
+admitted prompt is always taken whole even if it is longer than the budget
+(vLLM v0 refuses such prompts instead), so no request can wait forever.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.engine.plan import StepPlan
+from sim.engine.policies.base import CoreView
+from sim.engine.policies.continuous import Continuous, ContinuousConfig
+from sim.engine.request import Request
+
+
+class PrefillFirstConfig(BaseModel):
+    """Settings of vLLM v0-style prefill-first scheduling (names as vLLM's flags)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["prefill_first"] = "prefill_first"
+    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
+    max_num_batched_tokens: int = Field(
+        default=8192, ge=1, description="prompt tokens per prefill step at most"
+    )
+
+    @model_validator(mode="after")
+    def _check_budget(self) -> PrefillFirstConfig:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # As vLLM: a decode step of max_num_seqs requests must fit the budget.
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        return self
+
+    def build(self) -> PrefillFirst:
+        return PrefillFirst(self)
+
+    def step_token_bound(self, max_model_len_tokens: int) -> int:
+        """Most tokens one step can compute (sizes the activation reserve)."""
+        return max(self.max_num_batched_tokens, max_model_len_tokens)
+
+
+class PrefillFirst(Continuous):
+    """Prefill-only steps while admission succeeds, else decode steps of the whole batch."""
+
+    def __init__(self, config: PrefillFirstConfig) -> None:
+        super().__init__(
+            ContinuousConfig(
+                max_num_seqs=config.max_num_seqs,
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                chunked_prefill=False,
+            )
+        )
+
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        self._extra_s = 0.0
+        kv = core.kv
+        scheduled: list[tuple[Request, int]] = []
+        blocked_by = self._admit(core, scheduled, self.max_num_batched_tokens, now_s)
+        if scheduled:
+            # A prefill step: the next step decodes the whole batch, not just these.
+            plan = StepPlan(scheduled)
+            self._finish_plan(plan, kv, may_run=False, interruptible=False)
+            return plan
+        running = core.running
+        block_size = kv.block_size_tokens
+        preempted = False
+        i = 0
+        while i < len(running):
+            request = running[i]
+            target = request.num_computed_tokens + 1  # every running request decodes
+            if target > request.num_blocks * block_size:
+                while not kv.can_allocate(request, target):
+                    self._preempt(core, running.pop())
+                    preempted = True
+                    if i >= len(running):
+                        break  # the request itself was preempted (never the only one)
+                else:
+                    kv.allocate(request, target)
+            i += 1
+        plan = StepPlan([(r, 1) for r in running])
+        # Admission failed before this step: an empty queue may be joined by an
+        # arrival (interruptible); a head blocked by the sequence limit or the KV
+        # pool stays blocked while decoding, which only tightens both. After a
+        # preemption the victim may fit again at once, so no run then.
+        self._finish_plan(plan, kv, may_run=not preempted, interruptible=blocked_by == "empty")
+        plan.extra_s = self._extra_s
+        return plan
+
+    def _admit(
+        self,
+        core: CoreView,
+        scheduled: list[tuple[Request, int]],
+        budget: int,
+        now_s: float,
+    ) -> str:
+        """Admit whole prompts FCFS; return ``empty``, ``seqs``, ``budget`` or ``kv``."""
+        kv, waiting, running = core.kv, core.waiting, core.running
+        while waiting:
+            if len(running) >= self.max_num_seqs:
+                return "seqs"
+            request = waiting[0]
+            wanted = request.num_wanted_tokens  # the prompt, or prompt + output to recompute
+            if wanted > budget and scheduled:
+                return "budget"
+            target = request.num_computed_tokens + wanted
+            if not kv.can_allocate(request, target):
+                return "kv"
+            waiting.popleft()
+            kv.allocate(request, target)
+            running.append(request)
+            scheduled.append((request, wanted))
+            budget -= wanted
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = now_s
+        return "empty"

@@ -1,0 +1,102 @@
+"""Static batching: gather a batch, run it to completion, then gather the next.
+
+A batch starts when ``max_batch_size`` requests wait, or when the oldest has
+waited ``max_wait_s``. Its prompts are prefilled together in one step, then it
+decodes until its longest request is done. Requests that finish early keep
+their slot as padding: the batch keeps computing a (discarded) token for
+them each step, at a growing context, which is exactly the waste continuous
+batching avoids. KV blocks
+for every member's full length are reserved when the batch forms.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.engine.plan import StepPlan
+from sim.engine.policies.base import CoreView
+from sim.engine.request import Request
+
+MAX_RUN_STEPS = 4096
+
+
+class StaticConfig(BaseModel):
+    """Settings of static (request-level) batching."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["static"] = "static"
+    max_batch_size: int = Field(default=8, ge=1, description="requests per batch at most")
+    max_wait_s: float = Field(
+        default=0.0, ge=0.0, description="longest the oldest request waits for a full batch"
+    )
+
+    def build(self) -> Static:
+        return Static(self)
+
+
+class Static:
+    """The policy; remembers the members of the batch in flight."""
+
+    def __init__(self, config: StaticConfig) -> None:
+        self.max_batch_size = config.max_batch_size
+        self.max_wait_s = config.max_wait_s
+        self._members: list[Request] = []
+
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        if not core.running:
+            self._members = []
+            plan = self._form_batch(core, now_s)
+            if plan is not None:
+                return plan
+            if core.waiting:
+                oldest = core.waiting[0].ready_s
+                assert oldest is not None
+                return StepPlan(wake_at_s=oldest + self.max_wait_s)
+            return StepPlan()
+        return self._continue_batch(core)
+
+    def _form_batch(self, core: CoreView, now_s: float) -> StepPlan | None:
+        waiting, kv = core.waiting, core.kv
+        oldest = waiting[0].ready_s if waiting else None
+        full = len(waiting) >= self.max_batch_size
+        # The wake-up timer lands on oldest + max_wait_s up to float rounding.
+        due = oldest is not None and now_s >= oldest + self.max_wait_s - 1e-12
+        if oldest is None or not (full or due):
+            return None
+        scheduled: list[tuple[Request, int]] = []
+        while waiting and len(scheduled) < self.max_batch_size:
+            request = waiting[0]
+            if not kv.can_allocate(request, request.max_num_tokens):
+                break
+            waiting.popleft()
+            kv.allocate(request, request.max_num_tokens)
+            request.first_scheduled_s = now_s
+            core.running.append(request)
+            scheduled.append((request, request.num_wanted_tokens))
+        self._members = [r for r, _ in scheduled]
+        return StepPlan(scheduled, interruptible=False)
+
+    def _continue_batch(self, core: CoreView) -> StepPlan:
+        scheduled = [(r, 1) for r in core.running]
+        padding = [r for r in self._members if r.finish_s is not None]
+        num_steps = min(r.num_output_tokens - r.num_generated_tokens for r in core.running)
+        # A padded slot computes one more discarded token each step since it finished.
+        padding_context = sum(
+            r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding
+        )
+        num_slots = len(scheduled) + len(padding)
+        return StepPlan(
+            scheduled,
+            num_steps=min(num_steps, MAX_RUN_STEPS),
+            interruptible=False,
+            padding_seqs=len(padding),
+            padding_context_tokens=padding_context,
+            run_num_seqs=num_slots,
+            # Step 2's context: this step's, plus one token per slot.
+            run_context_tokens=padding_context
+            + sum(r.num_computed_tokens + 1 for r in core.running)
+            + num_slots,
+        )

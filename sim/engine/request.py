@@ -1,0 +1,70 @@
+"""A request: what the user asked for, and how far the engine has got with it.
+
+Token-counter model, as in vLLM v1: a request holds ``num_tokens`` = prompt
+plus generated tokens, of which ``num_computed_tokens`` are in the KV cache.
+A step advances ``num_computed_tokens``; when it catches up with
+``num_tokens`` the step samples one more token. Prefill, chunked prefill,
+decode and recompute after preemption are all just this rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request's spec (first five fields, never mutated) and live state.
+
+    Times are simulated seconds. ``None`` means the event has not happened.
+    Token times are not stored one by one: the engine core logs every step's
+    end time, and the token times of a request follow from its first token's
+    step and the (rare) breaks caused by preemption (see ``sim.engine.tokens``).
+    """
+
+    request_id: int
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+    priority: int = 0
+    ready_s: float | None = None
+    num_computed_tokens: int = 0
+    num_generated_tokens: int = 0
+    num_blocks: int = 0
+    first_scheduled_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    last_token_s: float | None = None
+    last_token_step: int | None = None
+    num_preemptions: int = 0
+    num_swaps: int = 0  # preemptions by swap to CPU memory (included in num_preemptions)
+    rejection_reason: str | None = None
+    replica: int = 0
+    # Prefix caching (sim.engine.prefix_cache): the shareable head of the prompt, as a
+    # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
+    # as one hash id per prompt block (Mooncake-style traces). Spec fields.
+    prefix_group: int | None = None
+    num_shared_prefix_tokens: int = 0
+    block_hash_ids: tuple[int, ...] | None = None
+    # Prompt tokens found in the prefix cache at first admission (not computed).
+    num_cached_tokens: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus generated tokens: what the KV cache must eventually hold."""
+        return self.num_prompt_tokens + self.num_generated_tokens
+
+    @property
+    def num_wanted_tokens(self) -> int:
+        """Tokens still to compute before the next output token can be sampled."""
+        return self.num_prompt_tokens + self.num_generated_tokens - self.num_computed_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        """True when one computed token yields the next output token."""
+        return self.num_generated_tokens > 0 and self.num_wanted_tokens == 1
+
+    @property
+    def max_num_tokens(self) -> int:
+        """Largest KV footprint the request can reach (its last token is never computed)."""
+        return self.num_prompt_tokens + self.num_output_tokens - 1

@@ -1,0 +1,10 @@
+"""Metrics and reports: latencies as ``vllm bench serve`` defines them, SLOs, plots.
+
+``stats`` (per-request TTFT/TPOT/ITL/E2EL, percentiles, goodput, the summary),
+``slo_targets`` (SLO expressions), ``report`` (the summary table and output
+files), ``plots`` and ``analytic`` (textbook queueing formulas to check
+against).
+
+May import: ``sim.serving``, ``sim.engine``, ``sim.cost``, ``sim.errors``.
+Must not import: ``sim.planning``, ``sim.validation``, the faces.
+"""

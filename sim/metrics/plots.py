@@ -1,0 +1,214 @@
+"""Figures of a finished run: latency CDFs and the scheduler's time series.
+
+Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot, no
+display, no global figure state), so plotting is safe in headless and threaded
+runs. Large inputs are reduced to at most ``max_points`` points per line before
+drawing: matplotlib's cost grows with points, not with requests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from sim.engine.records import completed_mask
+from sim.metrics.stats import Slo, request_latencies
+from sim.serving.cluster import total_over_replicas
+
+FloatArray = npt.NDArray[np.float64]
+
+MAX_POINTS = 5000
+DPI = 120
+_SLO_COLOR = "tab:red"
+_MARK_PERCENTILES = (50, 99)
+_NOTE: dict[str, object] = {"fontsize": 8, "color": "dimgray"}
+
+
+def cdf_points(
+    values: npt.ArrayLike, max_points: int = MAX_POINTS
+) -> tuple[FloatArray, FloatArray]:
+    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``.
+
+    When there are more than ``max_points`` values, keeps evenly spaced ranks,
+    always including the minimum and maximum, so the curve keeps its tails.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = np.sort(v[np.isfinite(v)])
+    n = v.size
+    ranks = np.arange(n)
+    if n > max_points:
+        ranks = np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
+    return v[ranks], (ranks + 1) / n
+
+
+def envelope(
+    time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Reduce a long series to ``max_points`` bins that keep its peaks.
+
+    Returns each bin's first time and the minimum, mean and maximum of its
+    samples, so a one-sample spike in the queue length still shows in the
+    maximum. A series of at most ``max_points`` samples passes through (min =
+    mean = max = the samples).
+    """
+    t = np.asarray(time_s, dtype=np.float64).ravel()
+    y = np.asarray(values, dtype=np.float64).ravel()
+    if t.size <= max_points:
+        return t, y, y, y
+    edges = np.linspace(0, t.size, max(max_points, 1) + 1).astype(np.int64)
+    starts = np.unique(edges[:-1])
+    counts = np.diff(np.r_[starts, t.size])
+    means = np.add.reduceat(y, starts) / counts
+    lows = np.minimum.reduceat(y, starts)
+    highs = np.maximum.reduceat(y, starts)
+    return t[starts], lows, means, highs
+
+
+def _as_floats(series: pd.Series) -> FloatArray:
+    """Float64 values of a column; missing (None, NA, non-numeric) become NaN."""
+    return np.asarray(
+        pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    )
+
+
+def _no_data(ax: Axes, message: str) -> None:
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        color="gray",
+    )
+
+
+def _use_log_scale(values_ms: FloatArray) -> bool:
+    """Log x when the bulk spans more than ~1.5 decades (e.g. TTFT under queueing)."""
+    if values_ms.size < 2 or values_ms.min() <= 0:
+        return False
+    p1, p99 = np.percentile(values_ms, [1, 99])
+    return bool(p99 > 30 * p1)
+
+
+def _cdf_panel(
+    ax: Axes, values_ms: FloatArray, title: str, xlabel: str, slo_ms: float | None
+) -> None:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("Fraction of requests")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    if values_ms.size == 0:
+        _no_data(ax, "no samples")
+        return
+    x, y = cdf_points(values_ms)
+    # Start the staircase at 0 so a small sample reads as an empirical CDF.
+    ax.plot(np.r_[x[0], x], np.r_[0.0, y], drawstyle="steps-post", color="tab:blue", lw=1.6)
+    for p, value in zip(
+        _MARK_PERCENTILES, np.percentile(values_ms, _MARK_PERCENTILES), strict=True
+    ):
+        ax.plot([value], [p / 100], "o", color="black", ms=5, zorder=3)
+        ax.annotate(
+            f"p{p} = {value:,.1f} ms",
+            (value, p / 100),
+            xytext=(8, -14 if p == 99 else 6),
+            textcoords="offset points",
+            fontsize=9,
+        )
+    if slo_ms is not None:
+        met = float(np.mean(values_ms <= slo_ms))
+        ax.axvline(
+            slo_ms,
+            color=_SLO_COLOR,
+            ls="--",
+            lw=1.2,
+            label=f"SLO {slo_ms:g} ms ({met:.1%} met)",
+        )
+        ax.legend(loc="lower right", fontsize=9)
+    if _use_log_scale(values_ms):
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{xlabel}, log scale")
+
+
+def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None = None) -> Path:
+    """TTFT and TPOT empirical CDFs of completed requests side by side, in ms.
+
+    Marks p50 and p99 and draws the TTFT/TPOT SLOs of ``slo`` when given. TPOT is
+    over requests with at least two output tokens, as in the summary. Returns ``path``.
+    """
+    done = request_latencies(requests)[completed_mask(requests)]
+    ttft_ms = done["ttft_s"].to_numpy(dtype=np.float64) * 1000.0
+    tpot_ms = done["tpot_s"].to_numpy(dtype=np.float64) * 1000.0
+    ttft_ms, tpot_ms = ttft_ms[np.isfinite(ttft_ms)], tpot_ms[np.isfinite(tpot_ms)]
+    fig = Figure(figsize=(12, 4.8), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_ttft, ax_tpot = fig.subplots(1, 2)
+    _cdf_panel(
+        ax_ttft,
+        ttft_ms,
+        "Time to first token (TTFT)",
+        "TTFT (ms)",
+        slo.ttft_ms if slo else None,
+    )
+    _cdf_panel(
+        ax_tpot,
+        tpot_ms,
+        "Time per output token (TPOT, excl. 1st token)",
+        "TPOT (ms)",
+        slo.tpot_ms if slo else None,
+    )
+    fig.suptitle(f"Latency CDFs of {len(done):,} completed requests", fontsize=13)
+    out = Path(path)
+    fig.savefig(out)
+    return out
+
+
+_SERIES = (
+    ("num_waiting", "Waiting requests (queue length)", "requests", 1.0),
+    ("num_running", "Running batch size", "sequences", 1.0),
+    ("kv_cache_usage", "KV-cache usage", "% of blocks", 100.0),
+)
+
+
+def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
+    """Queue length, running batch size and KV-cache usage (%), stacked on one time axis.
+
+    Values are held until the next sample (step lines). Returns ``path``.
+    Several replicas are drawn as one: queues summed, KV usage averaged.
+    """
+    frame = total_over_replicas(timeseries)
+    if "time_s" in frame.columns and not frame["time_s"].is_monotonic_increasing:
+        frame = frame.sort_values("time_s", kind="stable")
+    time_s = _as_floats(frame["time_s"]) if "time_s" in frame.columns else np.empty(0)
+    fig = Figure(figsize=(11, 8), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(_SERIES), 1, sharex=True)
+    for ax, (column, title, unit, scale) in zip(axes, _SERIES, strict=True):
+        ax.set_title(title, loc="left", fontsize=11)
+        ax.set_ylabel(unit)
+        ax.grid(True, alpha=0.3)
+        if column not in frame.columns or time_s.size == 0:
+            _no_data(ax, "no samples")
+            continue
+        t, low, mean, high = envelope(time_s, _as_floats(frame[column]) * scale)
+        if t.size < time_s.size:  # binned: a light min-max band behind the bin means
+            ax.fill_between(t, low, high, step="post", color="tab:blue", alpha=0.25, lw=0)
+            ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color="tab:blue")
+            note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
+            ax.set_title(note, loc="right", **_NOTE)
+        else:
+            ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color="tab:blue")
+        ax.set_ylim(bottom=0)
+    axes[-1].set_ylim(0, 100)
+    axes[-1].set_xlabel("Simulated time (s)")
+    fig.suptitle("Scheduler state over time", fontsize=13)
+    out = Path(path)
+    fig.savefig(out)
+    return out

@@ -1,0 +1,186 @@
+"""Writing a run's outputs to a folder, and the human-readable summary table.
+
+Layout of ``out_dir`` (see ``write_outputs``): ``requests.parquet`` (or ``.csv``),
+``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png`` and,
+only on request, ``steps.parquet`` (the step log can hold tens of millions of rows).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+import warnings
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from sim.errors import ConfigError
+from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
+from sim.metrics.stats import Slo
+
+TableFormat = Literal["parquet", "csv"]
+TABLE_FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
+
+_WIDTH = 50  # vllm's result block is 50 characters wide, labels padded to 40
+_SECTIONS = (
+    ("ttft", "TTFT", "Time to First Token"),
+    ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+    ("itl", "ITL", "Inter-token Latency"),
+    ("e2el", "E2EL", "End-to-end Latency"),
+)
+
+
+def have_parquet_engine() -> bool:
+    """Whether pandas can write parquet here (pyarrow installed)."""
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def _write_table(frame: pd.DataFrame, base: Path, formats: Collection[TableFormat]) -> list[Path]:
+    """Write ``frame`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV."""
+    written: list[Path] = []
+    suffixes = []
+    for fmt in TABLE_FORMATS:  # fixed order, so the result does not depend on set order
+        if fmt not in formats:
+            continue
+        if fmt == "parquet" and not have_parquet_engine():
+            warnings.warn(
+                f"pyarrow missing: writing {base.name}.csv instead of parquet",
+                stacklevel=3,
+            )
+            fmt = "csv"
+        if fmt not in suffixes:
+            suffixes.append(fmt)
+    for fmt in suffixes:
+        path = base.with_suffix(f".{fmt}")
+        if fmt == "parquet":
+            frame.to_parquet(path, index=False)
+        else:
+            frame.to_csv(path, index=False)
+        written.append(path)
+    return written
+
+
+def _jsonable(value: object) -> object:
+    """Plain JSON types: numpy scalars to Python, NaN/inf to None (JSON null)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def summary_to_json(summary: Mapping[str, object]) -> str:
+    """``summary`` as strict JSON (indent 2): NaN and infinities become null."""
+    return json.dumps(_jsonable(summary), indent=2, allow_nan=False)
+
+
+def write_outputs(
+    out_dir: str | Path,
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    timeseries: pd.DataFrame,
+    summary: Mapping[str, object],
+    formats: Collection[str] = ("parquet",),
+    *,
+    write_steps: bool = False,
+    slo: Slo | None = None,
+    plots: bool = True,
+) -> list[Path]:
+    """Write a run's outputs into ``out_dir`` (created if needed); return the paths.
+
+    ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
+    stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
+    ``summary.json`` and ``timeseries.csv`` are always written; the two PNGs
+    (with the TTFT/TPOT SLO lines of ``slo``) unless ``plots=False``.
+    """
+    unknown = sorted(set(formats) - set(TABLE_FORMATS))
+    if unknown or not formats:
+        raise ConfigError(f"formats: expected some of {list(TABLE_FORMATS)}, got {sorted(formats)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    chosen = [fmt for fmt in TABLE_FORMATS if fmt in formats]
+    written = _write_table(requests, out / "requests", chosen)
+    if write_steps:
+        written += _write_table(steps, out / "steps", chosen)
+    summary_path = out / "summary.json"
+    summary_path.write_text(summary_to_json(summary) + "\n", encoding="utf-8")
+    timeseries_path = out / "timeseries.csv"
+    timeseries.to_csv(timeseries_path, index=False)
+    written += [summary_path, timeseries_path]
+    if plots:
+        written.append(plot_latency_cdfs(requests, out / "latency_cdf.png", slo))
+        written.append(plot_timeseries(timeseries, out / "timeseries.png"))
+    return written
+
+
+def _banner(text: str, fill: str) -> str:
+    """``text`` centred in ``fill``; format's ``^`` puts an odd pad on the right, as vllm."""
+    return "{s:{c}^{n}}".format(s=text, c=fill, n=_WIDTH)
+
+
+def _line(label: str, value: object, decimals: int = 2) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        text = "n/a"
+    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
+        text = str(value)
+    elif isinstance(value, float | np.floating):
+        text = f"{value:.{decimals}f}"
+    else:
+        text = str(value)
+    return f"{label:<40} {text}"
+
+
+def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[str, str]]:
+    """(label, key) of every ``p<P>_<metric>_ms`` key, in increasing P."""
+    pattern = re.compile(rf"^p(\d+(?:\.\d+)?)_{metric}_ms$")
+    found = [(float(m.group(1)), m.group(1), key) for key in summary if (m := pattern.match(key))]
+    return [(label, key) for _, label, key in sorted(found)]
+
+
+def format_summary_table(summary: Mapping[str, object]) -> str:
+    """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``).
+
+    Aligned ``label value`` lines; goodput only when present and defined; one
+    section per latency metric present (Mean, Median, then every percentile, ms).
+    Undefined values print as ``n/a``.
+    """
+    lines = [_banner(" Serving Benchmark Result ", "=")]
+    head = [
+        ("Successful requests:", "completed"),
+        ("Rejected requests:", "num_rejected"),
+        ("Benchmark duration (s):", "duration"),
+        ("Total input tokens:", "total_input_tokens"),
+        ("Total generated tokens:", "total_output_tokens"),
+        ("Request throughput (req/s):", "request_throughput"),
+        ("Request goodput (req/s):", "request_goodput"),
+        ("Output token throughput (tok/s):", "output_throughput"),
+        ("Total Token throughput (tok/s):", "total_token_throughput"),
+    ]
+    for label, key in head:
+        if key not in summary or (key == "request_goodput" and summary[key] is None):
+            continue
+        lines.append(_line(label, summary[key]))
+    for metric, name, header in _SECTIONS:
+        rows = [
+            (f"Mean {name} (ms):", f"mean_{metric}_ms"),
+            (f"Median {name} (ms):", f"median_{metric}_ms"),
+        ]
+        rows += [
+            (f"P{label} {name} (ms):", key) for label, key in _percentile_keys(summary, metric)
+        ]
+        rows = [(label, key) for label, key in rows if key in summary]
+        if not rows:
+            continue
+        lines.append(_banner(header, "-"))
+        lines += [_line(label, summary[key]) for label, key in rows]
+    lines.append("=" * _WIDTH)
+    return "\n".join(lines)

@@ -1,0 +1,276 @@
+"""Serving metrics as ``vllm bench serve`` reports them, from simulation outputs.
+
+Definitions (all per completed request; times in seconds in frames, reported in ms):
+
+- completed: a request with a finite ``finish_s`` that was not rejected. Rejected
+  requests count in ``num_rejected`` only; unfinished ones (still running when the
+  simulation stopped) count nowhere, as in vllm, which only scores successes.
+- TTFT = ``first_token_s - arrival_s``; E2EL = ``finish_s - arrival_s``.
+- TPOT = (E2EL - TTFT) / (``num_generated_tokens`` - 1), only for requests with at
+  least two generated tokens (for goodput a 1-token request has TPOT 0, as in vllm).
+- ITL: every gap between consecutive tokens. A step of duration ``d`` contributes
+  ``num_itl_tokens`` gaps of ``d``; each value of ``extra_itl_s`` is one more gap.
+  Statistics are weighted, never expanded to one row per token. Unlike vllm, the
+  step log cannot tell which request a token belongs to, so gaps of requests that
+  were unfinished at the end of the simulation are included too.
+- duration: from the first arrival (any request, rejected or not) to the last
+  finish of a completed request: the simulated counterpart of vllm's benchmark
+  wall time, which starts when the first request is sent.
+- goodput: completed requests meeting every given SLO (``<=``), per second.
+
+Undefined values (no completed request, no TPOT sample, no ITL gap, zero
+duration) are ``None``, so that ``summarize`` output serialises to JSON null.
+Percentiles use numpy's default ``linear`` method (the one vllm uses), extended to
+weights by treating an integer weight ``k`` as ``k`` repeated values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.engine.records import completed_mask, floats, rejected_mask, require_columns
+from sim.errors import ConfigError
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+Summary = dict[str, float | int | None]
+
+REQUEST_COLUMNS = (
+    "arrival_s",
+    "ready_s",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "num_prompt_tokens",
+    "num_generated_tokens",
+    "rejection_reason",
+)
+STEP_COLUMNS = ("start_s", "end_s", "num_itl_tokens")
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+
+
+class Slo(BaseModel):
+    """Per-request service-level objectives in milliseconds; ``None`` = no limit."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_ms: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2el_ms: float | None = Field(default=None, gt=0)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when no objective is set (then goodput is not reported, as in vllm)."""
+        return self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None
+
+
+def parse_slo(pairs: Sequence[str]) -> Slo:
+    """SLO from vllm's ``--goodput`` syntax, e.g. ``["ttft:200", "tpot:50"]`` (ms)."""
+    fields: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition(":")
+        if not sep or name not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(f"goodput: expected ttft|tpot|e2el:<ms>, got {pair!r}")
+        try:
+            fields[f"{name}_ms"] = float(value)
+        except ValueError:
+            raise ConfigError(f"goodput: {name} value {value!r} is not a number") from None
+    try:
+        return Slo.model_validate(fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"goodput: {err['loc'][0]}: {err['msg']}") from None
+
+
+def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_s`` per request (same index).
+
+    ``queue_s`` = ``first_scheduled_s - ready_s`` (time waiting after tokenization).
+    A value is NaN when an event it needs never happened, and ``tpot_s`` is NaN
+    for requests with fewer than two generated tokens.
+    """
+    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
+    arrival = floats(requests["arrival_s"])
+    ttft = floats(requests["first_token_s"]) - arrival
+    e2el = floats(requests["finish_s"]) - arrival
+    num_generated = floats(requests["num_generated_tokens"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot = np.where(num_generated >= 2, (e2el - ttft) / (num_generated - 1), np.nan)
+    queue = floats(requests["first_scheduled_s"]) - floats(requests["ready_s"])
+    return pd.DataFrame(
+        {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue},
+        index=requests.index,
+    )
+
+
+def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``requests`` with the columns of ``request_latencies`` added."""
+    latencies = request_latencies(requests)
+    return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
+
+
+def weighted_quantiles(
+    values: npt.ArrayLike, weights: npt.ArrayLike, qs: npt.ArrayLike
+) -> FloatArray:
+    """Quantiles ``qs`` (in [0, 1]) of ``values`` where each value counts ``weight`` times.
+
+    For non-negative integer weights the result equals
+    ``np.percentile(np.repeat(values, weights), 100 * qs)`` with numpy's default
+    ``linear`` method: with ``N`` the total weight, quantile ``q`` sits at position
+    ``h = q (N - 1)`` of the sorted expanded list and interpolates linearly between
+    positions ``floor(h)`` and ``floor(h) + 1``. Real weights use the same formula.
+    Returns NaN for every ``q`` when the total weight is zero. O(n log n), no expansion.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    w = np.asarray(weights).ravel()
+    q = np.asarray(qs, dtype=np.float64)
+    if v.shape != w.shape:
+        raise ValueError(f"values and weights differ in length: {v.size} vs {w.size}")
+    if not np.all(np.isfinite(w) & (w >= 0)):
+        raise ValueError("weights must be finite and non-negative")
+    if np.any(~(q >= 0) | ~(q <= 1)):
+        raise ValueError("quantiles must lie in [0, 1]")
+    keep = w > 0
+    if not keep.all():
+        v, w = v[keep], w[keep]
+    if v.size == 0:
+        return np.full(q.shape, np.nan)
+    order = np.argsort(v)  # ties need no order: equal values give equal quantiles
+    v = v[order]
+    cum = np.cumsum(w[order], dtype=np.float64)
+    last = max(float(cum[-1]) - 1.0, 0.0)  # position of the last expanded element
+    h = q * last
+    lo = np.floor(h)
+    # Expanded position i holds the first value whose cumulative weight exceeds i.
+    i_lo = np.searchsorted(cum, lo, side="right")
+    i_hi = np.searchsorted(cum, np.minimum(lo + 1.0, last), side="right")
+    result: FloatArray = v[i_lo] + (h - lo) * (v[i_hi] - v[i_lo])
+    return result
+
+
+def percentile_label(p: float) -> str:
+    """vllm's key spelling of a percentile: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def _check_percentiles(percentiles: Sequence[float]) -> None:
+    bad = [p for p in percentiles if not 0 <= p <= 100]
+    if bad:
+        raise ConfigError(f"percentiles: {bad} outside [0, 100]")
+
+
+def latency_stats_ms(
+    name: str,
+    values_s: npt.ArrayLike,
+    weights: npt.ArrayLike | None = None,
+    percentiles: Sequence[float] = (90, 99),
+) -> Summary:
+    """``mean_/median_/std_/p<P>_<name>_ms`` of (weighted) latencies given in seconds.
+
+    Non-finite values are dropped; all statistics are ``None`` when nothing is left.
+    ``std`` is the population standard deviation (``np.std``'s default, as vllm).
+    """
+    _check_percentiles(percentiles)
+    v = np.asarray(values_s, dtype=np.float64).ravel()
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    keep = np.isfinite(v)
+    if not keep.all():
+        v, w = v[keep], w[keep]
+    total = float(w.sum())
+    keys = [f"{s}_{name}_ms" for s in ("mean", "median", "std")]
+    keys += [f"p{percentile_label(p)}_{name}_ms" for p in percentiles]
+    if total <= 0:
+        return dict.fromkeys(keys, None)
+    mean = float(np.dot(w, v) / total)
+    std = float(np.sqrt(max(float(np.dot(w, (v - mean) ** 2)) / total, 0.0)))
+    qs = np.array([0.5, *(p / 100 for p in percentiles)])
+    quantiles = weighted_quantiles(v, w, qs)
+    stats = [mean, float(quantiles[0]), std, *(float(x) for x in quantiles[1:])]
+    return {key: 1000.0 * s for key, s in zip(keys, stats, strict=True)}
+
+
+def itl_distribution(
+    steps: pd.DataFrame,
+    extra_itl_s: npt.ArrayLike,
+    percentiles: Sequence[float] = (90, 99),
+) -> Summary:
+    """ITL statistics (``mean_itl_ms`` ...): step durations weighted by ``num_itl_tokens``
+    plus each ``extra_itl_s`` gap with weight 1."""
+    steps = require_columns(steps, STEP_COLUMNS, "steps")
+    weights = np.asarray(steps["num_itl_tokens"].to_numpy(), dtype=np.float64)
+    used = weights > 0  # most of a huge log may be prefill-only steps: drop them early
+    durations = floats(steps["end_s"])[used] - floats(steps["start_s"])[used]
+    extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
+    values = np.concatenate([durations, extra])
+    all_weights = np.concatenate([weights[used], np.ones_like(extra)])
+    return latency_stats_ms("itl", values, all_weights, percentiles)
+
+
+def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:
+    """Rows of ``request_latencies`` (or ``with_request_metrics``) meeting every SLO.
+
+    Only meaningful for completed requests; a 1-token request meets any TPOT SLO.
+    """
+    good = np.ones(len(derived), dtype=bool)
+    if slo.ttft_ms is not None:
+        good &= floats(derived["ttft_s"]) * 1000.0 <= slo.ttft_ms
+    if slo.tpot_ms is not None:
+        tpot_ms = np.nan_to_num(floats(derived["tpot_s"]), nan=0.0) * 1000.0
+        good &= tpot_ms <= slo.tpot_ms
+    if slo.e2el_ms is not None:
+        good &= floats(derived["e2el_s"]) * 1000.0 <= slo.e2el_ms
+    return good
+
+
+def summarize(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    extra_itl_s: npt.ArrayLike,
+    slo: Slo | None = None,
+    percentiles: Sequence[float] = (90, 99),
+) -> Summary:
+    """The ``vllm bench serve`` result dict (scalars only) plus ``num_rejected``.
+
+    ``duration`` is in seconds, throughputs per second, latencies in ms.
+    ``duration`` and throughputs are ``None`` without a completed request;
+    ``request_goodput`` is ``None`` without an SLO (or with an empty one).
+    """
+    _check_percentiles(percentiles)
+    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
+    done = completed_mask(requests)
+    ok = request_latencies(requests)[done]
+    num_completed = int(done.sum())
+    total_input = int(floats(requests["num_prompt_tokens"])[done].sum())
+    total_output = int(floats(requests["num_generated_tokens"])[done].sum())
+    duration: float | None = None
+    if num_completed > 0:
+        first_arrival = float(np.nanmin(floats(requests["arrival_s"])))
+        duration = float(np.max(floats(requests["finish_s"])[done])) - first_arrival
+
+    def per_s(count: float) -> float | None:
+        return count / duration if duration is not None and duration > 0 else None
+
+    goodput = None
+    if slo is not None and not slo.is_empty:
+        goodput = per_s(float(good_mask(ok, slo).sum()))
+    summary: Summary = {
+        "duration": duration,
+        "completed": num_completed,
+        "num_rejected": int(rejected_mask(requests).sum()),
+        "total_input_tokens": total_input,
+        "total_output_tokens": total_output,
+        "request_throughput": per_s(num_completed),
+        "request_goodput": goodput,
+        "output_throughput": per_s(total_output),
+        "total_token_throughput": per_s(total_input + total_output),
+    }
+    summary |= latency_stats_ms("ttft", ok["ttft_s"].to_numpy(), None, percentiles)
+    summary |= latency_stats_ms("tpot", ok["tpot_s"].to_numpy(), None, percentiles)
+    summary |= itl_distribution(steps, extra_itl_s, percentiles)
+    summary |= latency_stats_ms("e2el", ok["e2el_s"].to_numpy(), None, percentiles)
+    return summary

@@ -1,0 +1,238 @@
+"""What a capacity search means for a fleet, as text and as ``capacity.json``.
+
+Fleet sizing for a target rate R is an estimate: ``ceil(R / capacity)``
+replicas assumes a perfect load balancer that splits R evenly, each replica
+then seeing the load the search validated. Routing between replicas is not
+simulated yet. GPUs = replicas x GPUs per replica (the tensor-parallel degree).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from sim.metrics.slo_targets import per_request_slo
+from sim.planning.capacity import CapacitySearch, LoadPoint
+from sim.planning.pricing import SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Replicas, GPUs and cost to serve ``target_rate_per_s``."""
+
+    target_rate_per_s: float
+    capacity_rate_per_s: float
+    num_replicas: int
+    num_replicas_at_lower_bound: int | None
+    num_gpus: int
+    gpu_price_per_hour: float | None
+    usd_per_hour: float | None
+    usd_per_million_output_tokens: float | None
+
+
+def capacity_rate_per_s(search: CapacitySearch, point: LoadPoint | None) -> float | None:
+    """Requests per second one replica serves at ``point``'s load.
+
+    Open loop: the offered rate itself. Closed loop: the measured throughput.
+    """
+    if point is None:
+        return None
+    if search.knob.integer:
+        return point.mean_of("request_throughput")
+    return point.load
+
+
+def output_tokens_per_request(point: LoadPoint | None) -> float | None:
+    """Mean generated tokens per completed request at ``point``."""
+    if point is None:
+        return None
+    total, done = point.mean_of("total_output_tokens"), point.mean_of("completed")
+    return total / done if total is not None and done else None
+
+
+def usd_per_million_tokens(usd_per_hour: float, tokens_per_s: float | None) -> float | None:
+    """Dollars per million tokens produced at ``tokens_per_s`` for ``usd_per_hour``."""
+    if tokens_per_s is None or tokens_per_s <= 0:
+        return None
+    return 1e6 * usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR)
+
+
+def fleet_for(
+    search: CapacitySearch,
+    target_rate_per_s: float,
+    gpus_per_replica: int,
+    gpu_price_per_hour: float | None,
+) -> Fleet | None:
+    """Fleet for a target rate; ``None`` when the search found no usable capacity."""
+    rate = capacity_rate_per_s(search, search.at_estimate)
+    if rate is None or rate <= 0:
+        return None
+    lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
+    lower_rate = capacity_rate_per_s(search, lower_point)
+    num_replicas = math.ceil(target_rate_per_s / rate - 1e-9)
+    at_lower = math.ceil(target_rate_per_s / lower_rate - 1e-9) if lower_rate else None
+    num_gpus = num_replicas * gpus_per_replica
+    usd_hour = usd_mtok = None
+    if gpu_price_per_hour is not None:
+        usd_hour = num_gpus * gpu_price_per_hour
+        tokens = output_tokens_per_request(search.at_estimate)
+        usd_mtok = usd_per_million_tokens(usd_hour, target_rate_per_s * tokens if tokens else None)
+    return Fleet(
+        target_rate_per_s,
+        rate,
+        num_replicas,
+        at_lower,
+        num_gpus,
+        gpu_price_per_hour,
+        usd_hour,
+        usd_mtok,
+    )
+
+
+def _ms(point: LoadPoint, name: str) -> str:
+    mean, half = point.means[name], point.half_widths[name]
+    return "inf" if not math.isfinite(mean) else f"{mean:.1f} ± {half:.1f}"
+
+
+def format_points(search: CapacitySearch) -> str:
+    """Every evaluated load, sorted, with its verdict and target statistics."""
+    names = [t.name for t in search.targets]
+    header = f"{'load (' + search.knob.unit + ')':>16}  {'verdict':8}" + "".join(
+        f"{n:>22}" for n in names
+    )
+    lines = [header]
+    for point in sorted(search.points, key=lambda p: p.load):
+        cells = "".join(f"{_ms(point, n):>22}" for n in names)
+        lines.append(f"{point.load:16.3f}  {point.status:8}{cells}")
+    return "\n".join(lines)
+
+
+def format_capacity(
+    search: CapacitySearch,
+    scenario_label: str,
+    fleet: Fleet | None,
+    gpus_per_replica: int,
+    price: float | None,
+) -> str:
+    """The human-readable report."""
+    knob, unit = search.knob, search.knob.unit
+    row = "{:<24}{}".format
+    lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
+    lines.append(row("load knob:", knob.key))
+    lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
+    lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
+    est, (lo, hi) = search.estimate, search.interval
+    if lo is None:
+        lines.append(row("capacity:", f"0 {unit}: {search.stop_reason}"))
+    elif hi is None:
+        lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
+    else:
+        lines.append(row("capacity:", f"{est:.3g} {unit}  (95% interval {lo:.3g} .. {hi:.3g})"))
+    lines.append(
+        row(
+            "search:",
+            f"{search.stop_reason}; {len(search.points)} loads, {search.num_sims} simulations",
+        )
+    )
+    point = search.at_estimate
+    if point is not None:
+        stats = ", ".join(f"{n} {_ms(point, n)}" for n in point.means)
+        lines.append(row(f"at {point.load:.3g} {unit}:", stats))
+        slo = per_request_slo(search.targets)
+        good, thr = point.mean_of("request_goodput"), point.mean_of("request_throughput")
+        if good is not None and slo is not None:
+            within = ", ".join(
+                f"{k.removesuffix('_ms')} <= {v:g} ms"
+                for k, v in slo.model_dump(exclude_none=True).items()
+            )
+            share = f", {good / thr:.1%} of completed requests" if thr else ""
+            lines.append(row("goodput:", f"{good:.3g} req/s{share} with {within}"))
+    if fleet is not None:
+        lines.append("-" * 16 + f" Fleet for {fleet.target_rate_per_s:g} req/s " + "-" * 16)
+        lines.append(
+            row(
+                "replicas:",
+                f"{fleet.num_replicas} = ceil({fleet.target_rate_per_s:g}"
+                f" / {fleet.capacity_rate_per_s:.3g})"
+                + (
+                    f"; {fleet.num_replicas_at_lower_bound} at the interval's low end"
+                    if fleet.num_replicas_at_lower_bound
+                    else ""
+                ),
+            )
+        )
+        lines.append(
+            row(
+                "",
+                "an estimate assuming a perfect load balancer "
+                "(multi-replica routing is not simulated yet)",
+            )
+        )
+        lines.append(row("GPUs:", f"{fleet.num_gpus} ({fleet.num_replicas} x {gpus_per_replica})"))
+    if price is not None:
+        lines.append(
+            row("GPU price:", f"${price:.2f}/GPU-hour (approximate; set --gpu-price-per-hour)")
+        )
+        if fleet is not None and fleet.usd_per_hour is not None:
+            mtok = fleet.usd_per_million_output_tokens
+            lines.append(
+                row(
+                    "cost:",
+                    f"${fleet.usd_per_hour:.2f}/hour"
+                    + (f", ${mtok:.3f} per million output tokens" if mtok else ""),
+                )
+            )
+        tokens = output_tokens_per_request(point)
+        rate = capacity_rate_per_s(search, point)
+        if tokens and rate:
+            one = usd_per_million_tokens(price * gpus_per_replica, rate * tokens)
+            lines.append(row("at full load:", f"${one:.3f} per million output tokens"))
+    lines.append("=" * 50)
+    return "\n".join(lines)
+
+
+def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) -> dict[str, Any]:
+    """Everything the search did, for ``capacity.json`` (non-finite numbers as null)."""
+
+    def clean(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    def point_doc(p: LoadPoint) -> dict[str, Any]:
+        return {
+            "load": p.load,
+            "status": p.status,
+            "worst_ratio_to_limit": clean(p.ratio),
+            "mean": {k: clean(v) for k, v in p.means.items()},
+            "ci95_half_width": {k: clean(v) for k, v in p.half_widths.items()},
+            "request_throughput": p.mean_of("request_throughput"),
+            "request_goodput": p.mean_of("request_goodput"),
+        }
+
+    return {
+        "scenario": scenario_label,
+        "load_key": search.knob.key,
+        "load_unit": search.knob.unit,
+        "slo": {t.name: t.limit_ms for t in search.targets},
+        "seeds": list(search.seeds),
+        "capacity": search.estimate,
+        "ci95_lower": search.interval[0],
+        "ci95_upper": search.interval[1],
+        "capacity_rate_per_s": capacity_rate_per_s(search, search.at_estimate),
+        "at_capacity": point_doc(search.at_estimate) if search.at_estimate else None,
+        "stop_reason": search.stop_reason,
+        "num_simulations": search.num_sims,
+        "points": [point_doc(p) for p in sorted(search.points, key=lambda p: p.load)],
+        "fleet": asdict(fleet) if fleet is not None else None,
+    }
+
+
+def write_json(doc: dict[str, Any], out_dir: str | Path) -> Path:
+    """``capacity.json`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "capacity.json"
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    return path

@@ -1,0 +1,221 @@
+"""Several replicas behind a router, or disaggregated prefill and decode pools.
+
+The ``cluster:`` section of a scenario. Without it (or with ``num_replicas:
+1``) a run is the single replica it always was. Each replica has its own
+engine core, KV pool and step log; results concatenate them, with a
+``replica`` column in the request table, the step log and the time series.
+
+    cluster:
+      num_replicas: 4
+      router: least_outstanding_requests   # or round_robin, least_outstanding_tokens,
+                                           # power_of_two, prefix_affinity, central_queue
+      disaggregation:                      # optional: prefill and decode pools instead
+        num_prefill_replicas: 1
+        num_decode_replicas: 3
+        kv_transfer_bandwidth_bytes_per_s: 5.0e+10
+        kv_transfer_latency_s: 1.0e-4
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import simpy
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.engine.records import completed_mask
+from sim.engine.request import Request
+from sim.engine.tokens import token_times_s
+from sim.errors import ConfigError
+from sim.serving.disagg import Disaggregated, DisaggregationConfig
+from sim.serving.pool import Pool
+from sim.serving.router import RouterKind, make_router
+
+if TYPE_CHECKING:
+    from sim.serving.engine_config import Engine
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class ClusterConfig(BaseModel):
+    """How many replicas, how requests are spread over them, and disaggregation."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_replicas: int = Field(default=1, ge=1, description="identical replicas (model servers)")
+    router: RouterKind = Field(default="round_robin", description="how a replica is chosen")
+    central_queue_slots: int | None = Field(
+        default=None,
+        ge=1,
+        description="central_queue: requests a replica holds at most "
+        "(default: the scheduler's max_num_seqs or max_batch_size)",
+    )
+    disaggregation: DisaggregationConfig | None = None
+
+    @model_validator(mode="after")
+    def _check_replicas(self) -> ClusterConfig:
+        split = self.disaggregation
+        if split is not None and "num_replicas" in self.model_fields_set:
+            total = split.num_prefill_replicas + split.num_decode_replicas
+            if self.num_replicas != total:
+                raise ValueError(
+                    f"num_replicas ({self.num_replicas}) must equal num_prefill_replicas + "
+                    f"num_decode_replicas ({total}) with disaggregation, or be left out"
+                )
+        return self
+
+    @property
+    def total_replicas(self) -> int:
+        """All replicas, prefill and decode ones included."""
+        split = self.disaggregation
+        if split is None:
+            return self.num_replicas
+        return split.num_prefill_replicas + split.num_decode_replicas
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster config with what a run of it needs from the rest of the scenario."""
+
+    config: ClusterConfig
+    rng: np.random.Generator  # router draws (power_of_two), spawned from the scenario seed
+    kv_bytes_per_token: float = 0.0  # the model's: sizes KV transfers
+
+
+def batch_limit(policy: object) -> int:
+    """Requests one replica runs at once under ``policy`` (for central-queue slots)."""
+    for name in ("max_num_seqs", "max_batch_size"):
+        value = getattr(policy, name, None)
+        if isinstance(value, int):
+            return value
+    raise ConfigError(
+        "cluster.central_queue_slots: must be set for a scheduler without "
+        "max_num_seqs or max_batch_size"
+    )
+
+
+def build_layout(
+    env: simpy.Environment, engine: Engine, cluster: Cluster, on_done: Callable[[Request], None]
+) -> Pool | Disaggregated:
+    """The replicas of ``cluster``: one routed pool, or prefill and decode pools."""
+    config = cluster.config
+    slots = None
+    if config.router == "central_queue":
+        slots = config.central_queue_slots or batch_limit(engine.make_policy())
+    split = config.disaggregation
+    if split is None:
+        router = make_router(config.router, cluster.rng)
+        return Pool(env, engine, 0, config.num_replicas, router, on_done, slots)
+    routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
+    return Disaggregated(env, engine, split, cluster.kv_bytes_per_token, routers, on_done, slots)
+
+
+def _imbalance(counts: list[int]) -> float | None:
+    """max / mean of per-replica counts: 1.0 when even, ``n`` when one replica did all."""
+    mean = sum(counts) / len(counts) if counts else 0.0
+    return max(counts) / mean if mean > 0 else None
+
+
+def cluster_summary(requests: pd.DataFrame, config: ClusterConfig) -> dict[str, Any]:
+    """Summary keys of a cluster run: replicas, router, completed per replica, imbalance.
+
+    ``replica_completed[i]`` counts completed requests that replica ``i``
+    served; with disaggregation a request counts once at its prefill replica
+    and once at its decode replica (prefill replicas first), and
+    ``replica_imbalance`` is the larger of the two pools' max/mean.
+    """
+    done = completed_mask(requests)
+    replica = requests["replica"].to_numpy()[done]
+    total = config.total_replicas
+    summary: dict[str, Any] = {"num_replicas": total, "router": config.router}
+    split = config.disaggregation
+    if split is None:
+        counts = np.bincount(replica, minlength=total).tolist()
+        summary |= {"replica_completed": counts, "replica_imbalance": _imbalance(counts)}
+        return summary
+    num_prefill = split.num_prefill_replicas
+    prefill = requests["prefill_replica"].to_numpy(dtype=np.float64, na_value=np.nan)[done]
+    prefill_counts = np.bincount(
+        prefill[np.isfinite(prefill)].astype(np.int64), minlength=num_prefill
+    )[:num_prefill].tolist()
+    decode_counts = np.bincount(replica[replica >= num_prefill], minlength=total)[
+        num_prefill:
+    ].tolist()
+    imbalances = [x for x in (_imbalance(prefill_counts), _imbalance(decode_counts)) if x]
+    transfer_s = requests["kv_transfer_s"].to_numpy(dtype=np.float64)
+    transfer_s = transfer_s[np.isfinite(transfer_s)]
+    summary |= {
+        "replica_completed": prefill_counts + decode_counts,
+        "replica_imbalance": max(imbalances) if imbalances else None,
+        "num_prefill_replicas": num_prefill,
+        "num_decode_replicas": split.num_decode_replicas,
+        "num_kv_transfers": int(transfer_s.size),
+        "mean_kv_transfer_ms": float(transfer_s.mean() * 1e3) if transfer_s.size else None,
+        "p99_kv_transfer_ms": (
+            float(np.percentile(transfer_s, 99) * 1e3) if transfer_s.size else None
+        ),
+    }
+    return summary
+
+
+def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
+    """The time series of several replicas as one: queues summed, KV usage averaged.
+
+    Each replica's samples hold until its next one (0 before its first).
+    A frame with one replica (or no ``replica`` column) is returned as is.
+    """
+    if "replica" not in series.columns or series["replica"].nunique() <= 1:
+        return series
+    columns = [c for c in ("num_waiting", "num_running", "kv_cache_usage") if c in series]
+    wide = series.pivot_table(index="time_s", columns="replica", values=columns, aggfunc="last")
+    wide = wide.sort_index().ffill().fillna(0.0)
+    out = pd.DataFrame({"time_s": wide.index.to_numpy()})
+    for column in columns:
+        part = wide[column].to_numpy()
+        out[column] = part.mean(axis=1) if column == "kv_cache_usage" else part.sum(axis=1)
+    return out
+
+
+def request_token_times_s(
+    steps: pd.DataFrame,
+    first_token_s: float,
+    num_generated_tokens: int,
+    later_runs: list[tuple[float, int]] | None,
+    replica: int,
+    prefill_replica: int | None = None,
+    detokenize_s: float = 0.0,
+) -> FloatArray:
+    """Token times of one request from its replica's steps (``sim.engine.tokens``).
+
+    ``first_token_s`` is the engine time (no detokenization). With
+    disaggregation the first run of tokens (the first token) is on
+    ``prefill_replica`` and the later runs on ``replica``.
+    """
+
+    def ends(index: int) -> FloatArray:
+        if "replica" not in steps.columns:
+            return np.asarray(steps["end_s"].to_numpy(), dtype=np.float64)
+        mine = steps["replica"].to_numpy() == index
+        return np.asarray(steps["end_s"].to_numpy()[mine], dtype=np.float64)
+
+    runs = later_runs or []
+    if prefill_replica is None or prefill_replica == replica:
+        return token_times_s(ends(replica), first_token_s, num_generated_tokens, runs, detokenize_s)
+    num_first = runs[0][1] if runs else num_generated_tokens
+    head = token_times_s(ends(prefill_replica), first_token_s, num_first, None, detokenize_s)
+    if not runs:
+        return head
+    start_s, before = runs[0]
+    tail = token_times_s(
+        ends(replica),
+        start_s,
+        num_generated_tokens - before,
+        [(t, n - before) for t, n in runs[1:]],
+        detokenize_s,
+    )
+    return np.concatenate([head, tail])

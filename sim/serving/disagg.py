@@ -1,0 +1,183 @@
+"""Disaggregated prefill and decode: two pools, the KV cache moved between them.
+
+A request goes to a prefill replica as a one-output-token copy of itself: the
+prefill replica runs the prompt (chunked, batched, preempted like any other)
+up to the first token, then the request leaves with its KV cache, and the
+prefill replica frees its blocks at once (as if the KV were copied out to a
+staging buffer). The KV cache, ``num_prompt_tokens × kv_bytes_per_token``
+bytes, then moves to a decode replica in
+
+    kv_transfer_s = kv_transfer_latency_s + bytes / kv_transfer_bandwidth_bytes_per_s
+
+Links are uncontended: each transfer has the whole bandwidth, however many
+run at once (one NIC per GPU pair, say). On arrival the request queues at
+the decode replica with its prompt computed and one token generated; being
+admitted there needs KV blocks for all its tokens, and it decodes from the
+second token on (a preemption there recomputes the prompt on the decode
+replica). TTFT is the first token on the prefill replica; the transfer shows
+in the first inter-token gap, hence in TPOT and end-to-end latency. Requests
+with one output token are done after prefill and never move.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import simpy
+from pydantic import BaseModel, ConfigDict, Field
+
+from sim.engine.columns import Columns
+from sim.engine.request import Request
+from sim.serving.pool import Pool
+from sim.serving.router import Router
+
+if TYPE_CHECKING:
+    from sim.serving.engine_config import Engine
+
+TRANSFER_COLUMNS = {"request_id": "i8", "kv_transfer_start_s": "f8", "kv_transfer_s": "f8"}
+
+
+class DisaggregationConfig(BaseModel):
+    """Separate prefill and decode replicas and the link that carries the KV cache."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_prefill_replicas: int = Field(default=1, ge=1)
+    num_decode_replicas: int = Field(default=1, ge=1)
+    # 50 GB/s: one 400 Gb/s RDMA NIC per GPU; NVLink within a node is ~10x faster.
+    kv_transfer_bandwidth_bytes_per_s: float = Field(default=50e9, gt=0)
+    kv_transfer_latency_s: float = Field(default=1e-4, ge=0)
+
+    def transfer_s(self, num_tokens: int, kv_bytes_per_token: float) -> float:
+        """Seconds to move the KV cache of ``num_tokens`` tokens over the link."""
+        num_bytes = num_tokens * kv_bytes_per_token
+        return self.kv_transfer_latency_s + num_bytes / self.kv_transfer_bandwidth_bytes_per_s
+
+
+class Disaggregated:
+    """A prefill pool (replicas ``0..P-1``) and a decode pool (``P..P+D-1``)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        engine: Engine,
+        config: DisaggregationConfig,
+        kv_bytes_per_token: float,
+        routers: tuple[Router, Router],
+        on_done: Callable[[Request], None],
+        central_slots: int | None = None,
+    ) -> None:
+        self.env = env
+        self.config = config
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.on_done = on_done
+        num_prefill = config.num_prefill_replicas
+        self.prefill = Pool(env, engine, 0, num_prefill, routers[0], self._prefilled, central_slots)
+        self.decode = Pool(
+            env,
+            engine,
+            num_prefill,
+            config.num_decode_replicas,
+            routers[1],
+            self._decoded,
+            central_slots,
+        )
+        self.cores = self.prefill.cores + self.decode.cores
+        self.front_replicas = self.prefill.replicas
+        self.num_done = 0
+        # Requests whose one-token copy is on a prefill replica, by id.
+        self._pending: dict[int, Request] = {}
+        self.transfers = Columns(TRANSFER_COLUMNS)
+
+    def set_horizon(self, horizon: Callable[[], float] | None) -> None:
+        """Only prefill replicas see arrivals; decode replicas are interrupted by transfers."""
+        self.prefill.set_horizon(horizon)
+
+    def submit(self, request: Request) -> None:
+        """A tokenized request: to a prefill replica (or rejected at once if it can never fit)."""
+        if self.decode.cores[0].rejection_reason(request) is not None:
+            self.decode.submit(request)  # rejected there, and recorded
+            return
+        if request.num_output_tokens == 1:
+            self.prefill.submit(request)
+            return
+        self._pending[request.request_id] = request
+        self.prefill.submit(replace(request, num_output_tokens=1))
+
+    def _prefilled(self, copy: Request) -> None:
+        full = self._pending.get(copy.request_id)
+        if full is None or copy.finish_s is None:  # a one-token request, or never prefilled
+            self._decoded(copy)
+            return
+        del self._pending[copy.request_id]
+        first_token_s = copy.first_token_s
+        full.num_computed_tokens = full.num_prompt_tokens
+        full.num_generated_tokens = 1
+        full.first_token_s = first_token_s
+        full.last_token_s = first_token_s  # so the first gap on the decode side is an ITL
+        full.num_preemptions = copy.num_preemptions
+        full.num_swaps = copy.num_swaps
+        delay_s = self.config.transfer_s(full.num_prompt_tokens, self.kv_bytes_per_token)
+        self.transfers.append(full.request_id, self.env.now, delay_s)
+        self.env.timeout(delay_s).callbacks.append(lambda _: self.decode.submit(full))
+
+    def _decoded(self, request: Request) -> None:
+        self.num_done += 1
+        self.on_done(request)
+
+    def flush(self) -> None:
+        """After the run: central queues into their cores, to be recorded unfinished."""
+        self.prefill.flush_queue()
+        self.decode.flush_queue()
+
+    def requests_frame(self, records: pd.DataFrame) -> pd.DataFrame:
+        """One row per request from the records of both pools (see ``merge_records``)."""
+        num_prefill = self.config.num_prefill_replicas
+        is_prefill = records["replica"].to_numpy() < num_prefill
+        outputs = {rid: r.num_output_tokens for rid, r in self._pending.items()}
+        return merge_records(
+            records[is_prefill], records[~is_prefill], self.transfers.frame(), outputs
+        )
+
+
+def merge_records(
+    prefill: pd.DataFrame,
+    decode: pd.DataFrame,
+    transfers: pd.DataFrame,
+    stranded_outputs: dict[int, int] | None = None,
+) -> pd.DataFrame:
+    """Join each request's prefill record (a one-token copy) and decode record.
+
+    The decode record is the request's (finish, tokens, decode ``replica``);
+    ``ready_s`` and ``first_scheduled_s`` come from the prefill record, so the
+    queue time is the prefill queue (preemptions on both sides are already
+    summed: the decode side starts from the prefill count). New columns:
+    ``prefill_replica``, ``decode_ready_s`` (when the KV cache landed),
+    ``decode_first_scheduled_s``, ``kv_transfer_start_s`` and ``kv_transfer_s``.
+    A request seen by one pool only (one output token, rejected, or left
+    unfinished on the prefill side) keeps that record;
+    ``stranded_outputs`` gives the true output length of those left on the
+    prefill side.
+    """
+    pre = prefill.set_index("request_id")
+    dec = decode.set_index("request_id").copy()
+    both = dec.index.intersection(pre.index)
+    dec["decode_ready_s"] = dec["ready_s"]
+    dec["decode_first_scheduled_s"] = dec["first_scheduled_s"]
+    dec["prefill_replica"] = pre["replica"].reindex(dec.index).astype("Int32")
+    for column in ("ready_s", "first_scheduled_s", "num_cached_tokens"):
+        if column in pre.columns and column in dec.columns:  # (prefix-cache hits: prefill side)
+            dec.loc[both, column] = pre.loc[both, column]
+    alone = pre.loc[pre.index.difference(dec.index)].copy()
+    alone["decode_ready_s"] = np.nan
+    alone["decode_first_scheduled_s"] = np.nan
+    alone["prefill_replica"] = alone["replica"].astype("Int32")
+    for request_id, num_output in (stranded_outputs or {}).items():
+        if request_id in alone.index:
+            alone.loc[request_id, "num_output_tokens"] = num_output
+    merged = pd.concat([dec, alone]).reset_index()
+    return merged.merge(transfers, on="request_id", how="left")

@@ -1,0 +1,155 @@
+"""A pool of replicas behind one router, or fed by one central queue.
+
+Each replica has its own engine core, KV pool and step log (``replica`` =
+its global index, so that several pools can share one numbering). The pool
+keeps each replica's load (requests and tokens sent to it and not yet done)
+for the router, updated when a request is sent and when its engine core
+reports it done, so routing never depends on the progress of a skip-ahead run.
+
+Central queue: requests wait in one FCFS queue; a replica holds at most
+``central_slots`` requests (queued there or running) and pulls the next one
+from the queue whenever one of its own finishes. With ``max_num_seqs: 1`` and
+one slot, c replicas and exponential service times this is the M/M/c queue.
+A pulled request keeps the time it entered the central queue as ``ready_s``,
+so ``first_scheduled_s - ready_s`` is its whole wait.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.engine.core import EngineCore
+from sim.engine.request import Request
+from sim.serving.replica import Replica
+from sim.serving.router import ReplicaLoad, Router
+
+if TYPE_CHECKING:
+    from sim.serving.engine_config import Engine
+
+
+class Pool:
+    """``num_replicas`` replicas numbered from ``first_replica``; ``submit`` routes a request."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        engine: Engine,
+        first_replica: int,
+        num_replicas: int,
+        router: Router,
+        on_done: Callable[[Request], None],
+        central_slots: int | None = None,
+    ) -> None:
+        self.env = env
+        self.first_replica = first_replica
+        self.router = router
+        self.on_done = on_done
+        self.central_slots = central_slots or 0
+        self.queue: deque[Request] | None = deque() if central_slots is not None else None
+        self.cores = [
+            EngineCore(
+                engine.make_policy(),
+                engine.new_block_pool(),
+                engine.max_model_len_tokens,
+                replica=first_replica + i,
+                on_done=self._done,
+            )
+            for i in range(num_replicas)
+        ]
+        self.replicas = [Replica(env, core, engine.cost, engine.skip_ahead) for core in self.cores]
+        self.front_replicas = self.replicas  # the replicas arrivals reach
+        self.loads = [ReplicaLoad() for _ in range(num_replicas)]
+
+    @property
+    def num_done(self) -> int:
+        """Requests finished or rejected by this pool's engine cores."""
+        return sum(core.num_done for core in self.cores)
+
+    def set_horizon(self, horizon: Callable[[], float] | None) -> None:
+        """The earliest time any new request can reach this pool (see ``Replica.horizon``)."""
+        for replica in self.replicas:
+            replica.horizon = horizon
+
+    def submit(self, request: Request) -> None:
+        """Send ``request`` to a replica now, or queue it centrally."""
+        if self.queue is None:
+            self._send(self.router.choose(request, self.loads), request)
+            return
+        if self.cores[0].rejection_reason(request) is not None:
+            self._send(0, request)  # rejected at once: never queued
+            return
+        if not self.queue:
+            slots = self.central_slots
+            room = [i for i, load in enumerate(self.loads) if load.num_requests < slots]
+            if room:
+                choice = self.router.choose(request, [self.loads[i] for i in room])
+                self._send(room[choice], request)
+                return
+        request.ready_s = self.env.now
+        self.queue.append(request)
+
+    def _send(self, index: int, request: Request, keep_ready: bool = False) -> None:
+        load = self.loads[index]
+        load.num_requests += 1
+        load.num_tokens += request.num_prompt_tokens + request.num_output_tokens
+        ready_s = request.ready_s
+        self.replicas[index].submit(request)  # sets ready_s: now
+        if keep_ready:
+            request.ready_s = ready_s
+
+    def _done(self, request: Request) -> None:
+        """A request left replica ``request.replica``: update its load, let it pull."""
+        index = request.replica - self.first_replica
+        load = self.loads[index]
+        load.num_requests -= 1
+        load.num_tokens -= request.num_prompt_tokens + request.num_output_tokens
+        queue = self.queue
+        if queue and request.finish_s is not None:
+            while queue and load.num_requests < self.central_slots:
+                self._send(index, queue.popleft(), keep_ready=True)
+        self.on_done(request)
+
+    def flush_queue(self) -> None:
+        """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.
+
+        Call after the run, before ``EngineCore.flush_unfinished``.
+        """
+        if self.queue:
+            core = self.cores[0]
+            for request in self.queue:
+                request.replica = core.replica
+            core.waiting.extend(self.queue)
+            self.queue.clear()
+
+
+def concat_frames(frames: Sequence[pd.DataFrame], replicas: Sequence[int]) -> pd.DataFrame:
+    """Frames of several replicas, one after another, with a ``replica`` column added."""
+    tagged = []
+    for frame, replica in zip(frames, replicas, strict=True):
+        if "replica" not in frame.columns:
+            frame = frame.assign(replica=np.full(len(frame), replica, dtype=np.int32))
+        tagged.append(frame)
+    if len(tagged) == 1:
+        return tagged[0]
+    return pd.concat(tagged, ignore_index=True)
+
+
+def series_frame(cores: Sequence[EngineCore]) -> pd.DataFrame:
+    """Every core's sampled queue state, ``kv_cache_usage`` per replica, with ``replica``."""
+    frames = []
+    for core in cores:
+        series = core.series.frame()
+        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
+        frames.append(series)
+    return concat_frames(frames, [core.replica for core in cores])
+
+
+def steps_frame(cores: Sequence[EngineCore]) -> pd.DataFrame:
+    """Every core's step log, one after another, with a ``replica`` column."""
+    return concat_frames([core.steps.frame() for core in cores], [core.replica for core in cores])

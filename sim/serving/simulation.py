@@ -1,0 +1,260 @@
+"""Wire a workload, a policy and a cost model into a SimPy run.
+
+Requests arrive (open loop: at given times; closed loop: users who think,
+send, and wait for the answer), spend CPU time being tokenized, then queue at
+the replica. Detokenization shifts every streamed token by a fixed time.
+With a ``Cluster`` the requests go to a router in front of several replicas,
+or to disaggregated prefill and decode pools (``sim.serving.cluster``); without one,
+a single replica is fed directly (the fast path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import simpy
+from tqdm import tqdm
+
+from sim.engine.core import EngineCore
+from sim.engine.prefix_cache import prefix_describer
+from sim.engine.request import Request
+from sim.serving.cluster import Cluster, build_layout
+from sim.serving.disagg import Disaggregated
+from sim.serving.engine_config import Engine
+from sim.serving.pool import Pool, series_frame, steps_frame
+from sim.serving.replica import Replica
+
+
+class OpenLoop(Protocol):
+    """Arrival times and lengths known in advance (synthetic or trace)."""
+
+    # Read-only properties: frozen dataclasses (RequestArrays) satisfy them too.
+    @property
+    def arrival_s(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def num_prompt_tokens(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
+
+
+@runtime_checkable
+class ClosedLoop(Protocol):
+    """Users who think, send a request, and wait for its answer."""
+
+    num_users: int
+    num_requests: int
+
+    def next_lengths(self) -> tuple[int, int]: ...
+
+    def next_think_s(self) -> float: ...
+
+
+@dataclass
+class RawResult:
+    """What a run produced, before metrics: see ``sim.results``."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    timeseries: pd.DataFrame
+    extra_itl_s: npt.NDArray[np.float64]
+    later_runs: dict[int, list[tuple[float, int]]]
+    rejections: dict[int, str]
+    detokenize_s_per_token: float
+    num_replicas: int = 1
+
+
+class Simulation:
+    """One workload fed to one replica, or to a cluster; ``run`` returns a ``RawResult``."""
+
+    def __init__(self, engine: Engine, cluster: Cluster | None = None) -> None:
+        self.engine = engine
+        self.env = simpy.Environment()
+        self._waiters: dict[int, simpy.Event] = {}
+        self._next_ready_s = 0.0
+        self.layout: Pool | Disaggregated | None = None
+        if cluster is None:
+            self.core = EngineCore(
+                engine.make_policy(),
+                engine.new_block_pool(),
+                engine.max_model_len_tokens,
+                on_done=self._on_done,
+            )
+            self.replica = Replica(self.env, self.core, engine.cost, engine.skip_ahead)
+            self.cores = [self.core]
+            self._submit: Callable[[Request], None] = self.replica.submit
+        else:
+            self.layout = build_layout(self.env, engine, cluster, self._on_done)
+            self.cores = self.layout.cores
+            self.core = self.cores[0]
+            self.replica = self.layout.front_replicas[0]
+            self._submit = self.layout.submit
+
+    @property
+    def num_done(self) -> int:
+        """Requests finished or rejected so far."""
+        if self.layout is None:
+            return self.core.num_done
+        return self.layout.num_done
+
+    def _on_done(self, request: Request) -> None:
+        waiter = self._waiters.pop(request.request_id, None)
+        if waiter is not None:
+            waiter.succeed()
+
+    def _send(self, request: Request) -> None:
+        """Tokenize (a delay), then hand to the replica."""
+        delay = self.engine.frontend.tokenize_s_per_token * request.num_prompt_tokens
+        if delay > 0:
+            self.env.timeout(delay).callbacks.append(lambda _: self._submit(request))
+        else:
+            self._submit(request)
+
+    def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
+        """Submit requests in the order their tokenization ends.
+
+        All arrival times are known, so tokenization needs no event of its
+        own, and the replica can read the next submission time from
+        ``_next_ready_s`` instead of being interrupted by it.
+        """
+        env = self.env
+        ready = work.arrival_s + self.engine.frontend.tokenize_s_per_token * work.num_prompt_tokens
+        order = np.argsort(ready, kind="stable")
+        ready_s = ready[order].tolist()
+        ready_s.append(float("inf"))
+        rows = zip(
+            order.tolist(),
+            work.arrival_s[order].tolist(),
+            work.num_prompt_tokens[order].tolist(),
+            work.num_output_tokens[order].tolist(),
+            strict=True,
+        )
+        submit = self._submit
+        describe = prefix_describer(work)  # None unless requests share prefixes
+        priority = getattr(work, "priority", None)  # optional per-request priorities
+        priorities = None if priority is None else priority[order].tolist()
+        for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
+            if ready_s[i] > env.now:
+                yield env.timeout(ready_s[i] - env.now)
+            self._next_ready_s = ready_s[i + 1]
+            request = Request(request_id, arrival_s, num_prompt, num_output)
+            if describe is not None:
+                describe(request)
+            if priorities is not None:
+                request.priority = priorities[i]
+            submit(request)
+
+    def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        while ids[0] < work.num_requests:
+            yield env.timeout(work.next_think_s())
+            if ids[0] >= work.num_requests:
+                return
+            request_id = ids[0]
+            ids[0] += 1
+            num_prompt, num_output = work.next_lengths()
+            done = env.event()
+            self._waiters[request_id] = done
+            self._send(Request(request_id, env.now, num_prompt, num_output))
+            yield done
+            if detokenize_s > 0:
+                yield env.timeout(detokenize_s)
+
+    def run(self, work: OpenLoop | ClosedLoop, progress: bool = False) -> RawResult:
+        """Simulate until every request has finished or been rejected."""
+        if isinstance(work, ClosedLoop):
+            total = work.num_requests
+            ids = [0]
+            for _ in range(work.num_users):
+                self.env.process(self._user(work, ids))
+        else:
+            total = len(work.arrival_s)
+            horizon = self._horizon
+            if self.layout is None:
+                self.replica.horizon = horizon
+            else:
+                # Every replica that arrivals reach ends its runs at the next
+                # arrival anywhere: routing is decided only then.
+                self.layout.set_horizon(horizon)
+            self.env.process(self._open_loop(work))
+        self._drive(total, progress)
+        return self._result()
+
+    def _horizon(self) -> float:
+        return self._next_ready_s
+
+    def _drive(self, total: int, progress: bool) -> None:
+        """env.run(), with a progress bar that appears after 2 s of wall time."""
+        step = self.env.step
+        with tqdm(total=total, unit="req", delay=2.0, disable=not progress) as bar:
+            try:
+                while True:
+                    for _ in range(4096):
+                        step()
+                    bar.update(self.num_done - bar.n)
+            except simpy.core.EmptySchedule:
+                bar.update(self.num_done - bar.n)
+
+    def _result(self) -> RawResult:
+        if self.layout is not None:
+            return self._cluster_result(self.layout)
+        core = self.core
+        core.flush_unfinished()
+        requests = core.records.frame().sort_values("request_id", ignore_index=True)
+        requests["rejection_reason"] = requests["request_id"].map(core.rejections)
+        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        requests["first_token_s"] += detokenize_s
+        requests["finish_s"] += detokenize_s
+        series = core.series.frame()
+        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
+        series["replica"] = np.zeros(len(series), dtype=np.int32)
+        steps = core.steps.frame()
+        steps["replica"] = np.zeros(len(steps), dtype=np.int32)
+        return RawResult(
+            requests=requests,
+            steps=steps,
+            timeseries=series,
+            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
+            later_runs=core.later_runs,
+            rejections=core.rejections,
+            detokenize_s_per_token=detokenize_s,
+        )
+
+    def _cluster_result(self, layout: Pool | Disaggregated) -> RawResult:
+        """Every replica's records, step log and series, concatenated with ``replica``."""
+        if isinstance(layout, Pool):
+            layout.flush_queue()
+        else:
+            layout.flush()
+        cores = self.cores
+        for core in cores:
+            core.flush_unfinished()
+        records = pd.concat([core.records.frame() for core in cores], ignore_index=True)
+        if isinstance(layout, Disaggregated):
+            records = layout.requests_frame(records)
+        requests = records.sort_values("request_id", ignore_index=True)
+        rejections: dict[int, str] = {}
+        later_runs: dict[int, list[tuple[float, int]]] = {}
+        for core in cores:
+            rejections.update(core.rejections)
+            later_runs.update(core.later_runs)
+        requests["rejection_reason"] = requests["request_id"].map(rejections)
+        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        requests["first_token_s"] += detokenize_s
+        requests["finish_s"] += detokenize_s
+        extra = [np.asarray(core.extra_itl_s, dtype=np.float64) for core in cores]
+        return RawResult(
+            requests=requests,
+            steps=steps_frame(cores),
+            timeseries=series_frame(cores),
+            extra_itl_s=np.concatenate(extra),
+            later_runs=later_runs,
+            rejections=rejections,
+            detokenize_s_per_token=detokenize_s,
+            num_replicas=len(cores),
+        )

@@ -1,0 +1,187 @@
+"""Predicting a measured run, and comparing latency distributions (torch-free).
+
+``predict`` simulates exactly the request set a measured run served (same
+arrival times, prompt and output lengths, same scheduler and KV pool) with a
+given cost model. ``compare`` puts a measured and a predicted run side by
+side for TTFT, TPOT, ITL and E2E latency:
+
+- mean, p50, p90, p99 of each, and the predicted value's error in percent
+  of the measured one;
+- the paired per-request error ``|pred - meas| / meas`` (median and p90),
+  over requests completed in both runs (not for ITL, which is per token);
+- the Kolmogorov–Smirnov distance: the largest gap between the two CDFs.
+
+The same comparison between two measured runs of one scenario is the noise
+floor: how far a prediction could be expected to land from a measurement if
+it were perfect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from sim.api import Result, replay
+from sim.cost.base import CostModel
+from sim.metrics.stats import completed_mask, with_request_metrics
+from sim.scenario import Scenario
+from sim.workload.generate import RequestArrays
+
+FloatArray = npt.NDArray[np.float64]
+METRICS = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "p50", "p90", "p99")
+_PAIRED = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
+
+
+def requests_as_work(requests: pd.DataFrame) -> RequestArrays:
+    """The open-loop request set of a measured table (same arrivals and lengths)."""
+    ordered = requests.sort_values("request_id")
+    ids = ordered["request_id"].to_numpy()
+    if not np.array_equal(ids, np.arange(len(ids))):
+        raise ValueError("measured request ids must be 0..n-1 (a whole measured run)")
+    return RequestArrays(
+        ordered["arrival_s"].to_numpy(dtype=np.float64),
+        ordered["num_prompt_tokens"].to_numpy(dtype=np.int64),
+        ordered["num_output_tokens"].to_numpy(dtype=np.int64),
+    )
+
+
+def predict(
+    scenario: Scenario,
+    measured_requests: pd.DataFrame,
+    cost: CostModel | None = None,
+    base_dir: Path | None = None,
+) -> Result:
+    """Simulate the measured request set with ``cost`` (default: the scenario's)."""
+    return replay(scenario, requests_as_work(measured_requests), cost, base_dir)
+
+
+@dataclasses.dataclass
+class Latencies:
+    """Per-request latencies (seconds, indexed by request id) and every ITL gap."""
+
+    per_request: pd.DataFrame  # ttft_s, tpot_s, e2el_s of completed requests
+    itl_s: FloatArray
+
+    def values(self, metric: str) -> FloatArray:
+        """All finite values of ``metric`` in seconds."""
+        if metric == "itl":
+            return self.itl_s
+        v = self.per_request[_PAIRED[metric]].to_numpy(dtype=np.float64)
+        return v[np.isfinite(v)]
+
+
+def _per_request(requests: pd.DataFrame) -> pd.DataFrame:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        table = with_request_metrics(requests)
+    done = table[completed_mask(table)]
+    return done.set_index("request_id")[["ttft_s", "tpot_s", "e2el_s"]]
+
+
+def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
+    """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
+    ordered = tokens.sort_values(["request_id", "token_index"])
+    ids = ordered["request_id"].to_numpy()
+    gaps = np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
+    return Latencies(_per_request(requests), gaps)
+
+
+def simulated_latencies(result: Result) -> Latencies:
+    """Latencies of a simulated run; ITL gaps expanded from the step log's weights."""
+    steps = result.steps
+    weights = steps["num_itl_tokens"].to_numpy(dtype=np.int64)
+    durations = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
+    gaps = np.concatenate([np.repeat(durations, weights), result.raw.extra_itl_s])
+    return Latencies(_per_request(result.raw.requests), gaps)
+
+
+def ks_distance(a: FloatArray, b: FloatArray) -> float | None:
+    """Largest vertical gap between the empirical CDFs of ``a`` and ``b``."""
+    if a.size == 0 or b.size == 0:
+        return None
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    cdf_a = np.searchsorted(a, grid, side="right") / a.size
+    cdf_b = np.searchsorted(b, grid, side="right") / b.size
+    return float(np.max(np.abs(cdf_a - cdf_b)))
+
+
+def stats_ms(values_s: FloatArray) -> dict[str, float | None]:
+    """mean, p50, p90, p99 in milliseconds (None without values)."""
+    if values_s.size == 0:
+        return dict.fromkeys(STATS)
+    p50, p90, p99 = np.percentile(values_s, [50, 90, 99])
+    return {
+        "mean": 1e3 * float(values_s.mean()),
+        "p50": 1e3 * float(p50),
+        "p90": 1e3 * float(p90),
+        "p99": 1e3 * float(p99),
+    }
+
+
+def _error_pct(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None or measured == 0:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+def paired_error(a: pd.DataFrame, b: pd.DataFrame, column: str) -> dict[str, float | None]:
+    """Median and p90 of ``|b - a| / a`` over requests present (and finite) in both."""
+    joined = a[[column]].add_suffix("_a").join(b[[column]].add_suffix("_b"), how="inner")
+    x = joined[f"{column}_a"].to_numpy(dtype=np.float64)
+    y = joined[f"{column}_b"].to_numpy(dtype=np.float64)
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0)
+    if not keep.any():
+        return {"median": None, "p90": None, "count": 0}
+    rel = np.abs(y[keep] - x[keep]) / x[keep]
+    return {
+        "median": float(np.median(rel)),
+        "p90": float(np.percentile(rel, 90)),
+        "count": int(keep.sum()),
+    }
+
+
+def compare(measured: Latencies, predicted: Latencies) -> dict[str, dict[str, Any]]:
+    """Per metric: measured and predicted stats, % errors, paired error and KS."""
+    out: dict[str, dict[str, Any]] = {}
+    for metric in METRICS:
+        m, p = measured.values(metric), predicted.values(metric)
+        ms, ps = stats_ms(m), stats_ms(p)
+        out[metric] = {
+            "measured_ms": ms,
+            "predicted_ms": ps,
+            "error_pct": {s: _error_pct(ps[s], ms[s]) for s in STATS},
+            "paired": (
+                paired_error(measured.per_request, predicted.per_request, _PAIRED[metric])
+                if metric in _PAIRED
+                else None
+            ),
+            "ks": ks_distance(m, p),
+            "count": {"measured": int(m.size), "predicted": int(p.size)},
+        }
+    return out
+
+
+def within_targets(
+    comparison: dict[str, dict[str, Any]],
+    metrics: tuple[str, ...] = ("ttft", "tpot"),
+    p50_p90_pct: float = 10.0,
+    p99_pct: float = 15.0,
+) -> dict[str, bool]:
+    """Per metric: p50 and p90 errors within ``p50_p90_pct`` and p99 within ``p99_pct``?"""
+    result = {}
+    for metric in metrics:
+        errors = comparison[metric]["error_pct"]
+        ok = all(
+            errors[s] is not None and abs(errors[s]) <= limit
+            for s, limit in (("p50", p50_p90_pct), ("p90", p50_p90_pct), ("p99", p99_pct))
+        )
+        result[metric] = ok
+    return result

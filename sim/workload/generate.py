@@ -1,0 +1,325 @@
+"""The workload: which requests arrive, when, and how long they are.
+
+Three kinds, tagged by ``kind``:
+
+* ``synthetic``: an arrival process (:mod:`sim.workload.arrivals`) and two length
+  distributions (:mod:`sim.workload.lengths`), for ``num_requests`` requests or for
+  every arrival before ``duration_s``.
+* ``trace``: replay of a CSV trace (:mod:`sim.workload.trace`), lengths from the trace.
+* ``closed_loop``: ``num_users`` users who each send a request, wait for its
+  response, think, and send the next, ``num_requests`` in all; the simulator
+  pulls lengths and think times from a :class:`ClosedLoopSource`.
+
+Random streams: the generator passed in is split with ``rng.spawn(3)`` into
+independent children, one per stream (synthetic: arrivals, prompt lengths,
+output lengths; closed loop: think times, prompt lengths, output lengths),
+plus a fourth (synthetic: prefix groups) spawned only when it is used.
+So changing the arrival rate, or one length distribution, leaves the other
+streams' draws unchanged: request ``i`` keeps its lengths. ``spawn`` advances
+the parent's spawn counter, so a fresh generator from the same seed gives the
+same workload, while two calls on one generator give different ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.workload.arrivals import ArrivalConfig, arrival_times_s
+from sim.workload.lengths import (
+    LengthConfig,
+    ThinkTimeConfig,
+    make_length_sampler,
+    resolve_path,
+    sample_think_times_s,
+)
+from sim.workload.trace import AZURE_COLUMNS, CSV_DEFAULT_COLUMNS, TraceColumns, load_trace
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+CLOSED_LOOP_BLOCK = 4096
+"""Draws pre-made per numpy call by :class:`ClosedLoopSource`."""
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PrefixGroupsConfig(_Config):
+    """Shared system prompts: each request picks one of ``num_groups`` groups
+    uniformly at random; its prompt is the group's ``shared_prefix_tokens``
+    followed by the drawn ``prompt_tokens`` (the user's part)."""
+
+    num_groups: int = Field(gt=0)
+    shared_prefix_tokens: int = Field(gt=0)
+
+
+class PriorityClassesConfig(_Config):
+    """Per-request priority classes: class ``i`` is drawn with probability
+    ``weights[i] / sum(weights)`` and gets priority ``values[i]`` (default ``i``;
+    larger is more urgent, see :mod:`sim.engine.policies.priority`)."""
+
+    kind: Literal["classes"] = "classes"
+    weights: list[float] = Field(min_length=1)
+    values: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _check_classes(self) -> PriorityClassesConfig:
+        if not all(w >= 0 for w in self.weights) or not sum(self.weights) > 0:
+            raise ValueError("weights must be >= 0 with a positive sum")
+        if self.values is not None and len(self.values) != len(self.weights):
+            raise ValueError("values must have one entry per weight")
+        return self
+
+    def sample(self, rng: np.random.Generator, size: int) -> IntArray:
+        """``size`` priorities drawn independently."""
+        weights = np.asarray(self.weights, dtype=np.float64)
+        values = np.asarray(
+            self.values if self.values is not None else range(len(weights)), dtype=np.int64
+        )
+        return values[rng.choice(len(weights), size=size, p=weights / weights.sum())]
+
+
+class SyntheticWorkload(_Config):
+    """Requests from an arrival process with independently drawn lengths.
+
+    ``prefix_groups`` (optional) makes requests share prompt prefixes, which
+    a prefix cache (``engine.enable_prefix_caching``) can reuse.
+    """
+
+    kind: Literal["synthetic"] = "synthetic"
+    arrival: ArrivalConfig
+    prompt_tokens: LengthConfig
+    output_tokens: LengthConfig
+    num_requests: int | None = Field(default=None, gt=0)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    prefix_groups: PrefixGroupsConfig | None = None
+    # Optional priority classes, drawn from their own spawned stream (the
+    # other streams draw exactly as without them).
+    priority: PriorityClassesConfig | None = None
+
+    @model_validator(mode="after")
+    def _check_extent(self) -> SyntheticWorkload:
+        if (self.num_requests is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of num_requests and duration_s")
+        return self
+
+
+class TraceWorkload(_Config):
+    """Replay of a CSV trace; see :func:`sim.workload.trace.load_trace` for the options' order.
+
+    ``format: azure`` reads ``TIMESTAMP,ContextTokens,GeneratedTokens``;
+    ``format: csv`` reads the ``*_column`` names (defaults ``timestamp``,
+    ``prompt_tokens``, ``output_tokens``), which only apply to that format.
+    A relative ``path`` is resolved against the scenario's folder.
+    """
+
+    kind: Literal["trace"] = "trace"
+    path: str = Field(min_length=1)
+    format: Literal["azure", "csv"] = "azure"
+    timestamp_column: str | None = Field(default=None, min_length=1)
+    prompt_tokens_column: str | None = Field(default=None, min_length=1)
+    output_tokens_column: str | None = Field(default=None, min_length=1)
+    time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    max_requests: int | None = Field(default=None, gt=0)
+    start_offset_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _check_columns(self) -> TraceWorkload:
+        named = [self.timestamp_column, self.prompt_tokens_column, self.output_tokens_column]
+        if self.format == "azure" and any(name is not None for name in named):
+            raise ValueError("column names apply only to format 'csv'")
+        return self
+
+    def columns(self) -> TraceColumns:
+        """The three column names to read."""
+        if self.format == "azure":
+            return AZURE_COLUMNS
+        default = CSV_DEFAULT_COLUMNS
+        return TraceColumns(
+            self.timestamp_column or default.timestamp,
+            self.prompt_tokens_column or default.prompt_tokens,
+            self.output_tokens_column or default.output_tokens,
+        )
+
+
+class ClosedLoopWorkload(_Config):
+    """``num_users`` users in a send / wait / think loop, ``num_requests`` requests in all."""
+
+    kind: Literal["closed_loop"] = "closed_loop"
+    num_users: int = Field(gt=0)
+    think_time_s: ThinkTimeConfig
+    prompt_tokens: LengthConfig
+    output_tokens: LengthConfig
+    num_requests: int = Field(gt=0)
+
+
+OpenLoopWorkload = SyntheticWorkload | TraceWorkload
+
+WorkloadConfig = Annotated[
+    SyntheticWorkload | TraceWorkload | ClosedLoopWorkload, Field(discriminator="kind")
+]
+"""Any workload, chosen by its ``kind``."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestArrays:
+    """An open-loop workload: request ``i`` arrives at ``arrival_s[i]`` seconds.
+
+    The arrays are read-only, of one length, and ``arrival_s`` never
+    decreases; every token count is at least 1. Optionally (prefix caching)
+    request ``i`` belongs to group ``prefix_group[i]`` whose requests share
+    their first ``num_shared_prefix_tokens[i]`` prompt tokens.
+    """
+
+    arrival_s: FloatArray
+    num_prompt_tokens: IntArray
+    num_output_tokens: IntArray
+    prefix_group: IntArray | None = None
+    num_shared_prefix_tokens: IntArray | None = None
+    priority: IntArray | None = None  # optional per-request priority (larger: more urgent)
+
+    def __post_init__(self) -> None:
+        n = self.arrival_s.shape
+        if self.num_prompt_tokens.shape != n or self.num_output_tokens.shape != n or len(n) != 1:
+            raise ValueError("RequestArrays: arrays must be 1-D and of one length")
+        if self.arrival_s.dtype != np.float64 or self.num_prompt_tokens.dtype != np.int64:
+            raise ValueError("RequestArrays: arrival_s must be float64, token counts int64")
+        if self.num_output_tokens.dtype != np.int64:
+            raise ValueError("RequestArrays: token counts must be int64")
+        for array in (self.arrival_s, self.num_prompt_tokens, self.num_output_tokens):
+            array.setflags(write=False)
+        if (self.prefix_group is None) != (self.num_shared_prefix_tokens is None):
+            raise ValueError("RequestArrays: give both prefix arrays or neither")
+        for prefix_array in (self.prefix_group, self.num_shared_prefix_tokens):
+            if prefix_array is not None:
+                if prefix_array.shape != n or prefix_array.dtype != np.int64:
+                    raise ValueError("RequestArrays: prefix arrays must be int64 of one length")
+                prefix_array.setflags(write=False)
+        if self.priority is not None:
+            if self.priority.shape != n or self.priority.dtype != np.int64:
+                raise ValueError("RequestArrays: priority must be int64 of one length")
+            self.priority.setflags(write=False)
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.shape[0])
+
+
+def generate_open_loop(
+    config: OpenLoopWorkload, rng: np.random.Generator, base_dir: Path | str | None = None
+) -> RequestArrays:
+    """All requests of a ``synthetic`` or ``trace`` workload.
+
+    ``base_dir`` (the scenario file's folder) anchors relative paths. Raises
+    :class:`sim.errors.ConfigError` for an unreadable or malformed file.
+    """
+    if isinstance(config, TraceWorkload):
+        rows = load_trace(
+            resolve_path(config.path, base_dir),
+            config.columns(),
+            time_scale=config.time_scale,
+            max_requests=config.max_requests,
+            start_offset_s=config.start_offset_s,
+            duration_s=config.duration_s,
+        )
+        return RequestArrays(
+            np.array(rows.arrival_s),
+            np.array(rows.num_prompt_tokens),
+            np.array(rows.num_output_tokens),
+        )
+    # Build samplers first so a bad empirical file fails before any drawing.
+    prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
+    output_sampler = make_length_sampler(config.output_tokens, base_dir)
+    arrival_rng, prompt_rng, output_rng = rng.spawn(3)
+    arrival_s = arrival_times_s(
+        config.arrival, arrival_rng, num_requests=config.num_requests, duration_s=config.duration_s
+    )
+    size = arrival_s.shape[0]
+    prompts = prompt_sampler.sample(prompt_rng, size)
+    outputs = output_sampler.sample(output_rng, size)
+    groups = config.prefix_groups
+    if groups is None:
+        return _with_priority(RequestArrays(arrival_s, prompts, outputs), config, rng)
+    # A fourth child stream: the three above draw exactly as without groups.
+    (group_rng,) = rng.spawn(1)
+    shared = np.full(size, groups.shared_prefix_tokens, dtype=np.int64)
+    arrays = RequestArrays(
+        arrival_s,
+        prompts + shared,
+        outputs,
+        prefix_group=np.asarray(
+            group_rng.integers(0, groups.num_groups, size=size, dtype=np.int64)
+        ),
+        num_shared_prefix_tokens=shared,
+    )
+    return _with_priority(arrays, config, rng)
+
+
+def _with_priority(
+    arrays: RequestArrays, config: SyntheticWorkload, rng: np.random.Generator
+) -> RequestArrays:
+    """``arrays`` with priorities drawn from a further spawned stream, if configured."""
+    if config.priority is None:
+        return arrays
+    (priority_rng,) = rng.spawn(1)
+    return replace(arrays, priority=config.priority.sample(priority_rng, len(arrays)))
+
+
+class ClosedLoopSource:
+    """Lengths and think times for a closed-loop run, drawn lazily in blocks.
+
+    Draws come :data:`CLOSED_LOOP_BLOCK` at a time from numpy and are handed
+    out from Python lists, so each call costs a list index, not a numpy call.
+    The ``i``-th call of :meth:`next_lengths` returns the same pair for a
+    given seed whatever the think times or the order of calls.
+    """
+
+    def __init__(
+        self,
+        config: ClosedLoopWorkload,
+        rng: np.random.Generator,
+        base_dir: Path | str | None = None,
+    ) -> None:
+        self.config = config
+        self.num_users = config.num_users
+        self.num_requests = config.num_requests
+        self._prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
+        self._output_sampler = make_length_sampler(config.output_tokens, base_dir)
+        self._think_rng, self._prompt_rng, self._output_rng = rng.spawn(3)
+        self._prompts: list[int] = []
+        self._outputs: list[int] = []
+        self._thinks: list[float] = []
+        self._next_length = 0
+        self._next_think = 0
+
+    def next_lengths(self) -> tuple[int, int]:
+        """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
+        i = self._next_length
+        if i == len(self._prompts):
+            self._prompts = self._prompt_sampler.sample(
+                self._prompt_rng, CLOSED_LOOP_BLOCK
+            ).tolist()
+            self._outputs = self._output_sampler.sample(
+                self._output_rng, CLOSED_LOOP_BLOCK
+            ).tolist()
+            i = 0
+        self._next_length = i + 1
+        return self._prompts[i], self._outputs[i]
+
+    def next_think_s(self) -> float:
+        """The next think time in seconds (>= 0)."""
+        i = self._next_think
+        if i == len(self._thinks):
+            self._thinks = sample_think_times_s(
+                self.config.think_time_s, self._think_rng, CLOSED_LOOP_BLOCK
+            ).tolist()
+            i = 0
+        self._next_think = i + 1
+        return self._thinks[i]

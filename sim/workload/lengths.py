@@ -1,0 +1,224 @@
+"""Samplers of token counts (prompt and output lengths) and of think times.
+
+Configs are pydantic models tagged by ``kind``. A length config becomes a
+sampler through :func:`make_length_sampler`, which does any file reading once
+(the ``empirical`` kind); the sampler's ``sample(rng, size)`` then returns an
+int64 array of ``size`` draws, each at least 1, using only the generator it
+is given. Continuous draws are rounded to the nearest integer and then
+clipped to ``[min_tokens, max_tokens]``; an unset ``max_tokens`` means no
+upper bound.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.errors import ConfigError
+from sim.workload.trace import parse_token_counts, read_csv_columns
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# Upper clip for continuous draws when no max_tokens is set: keeps a heavy
+# lognormal tail (or an overflow to inf) castable to int64 exactly.
+_CAP_TOKENS = 2.0**53
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Bounded(_Config):
+    """Shared ``min_tokens``/``max_tokens`` fields and their check."""
+
+    min_tokens: int = Field(default=1, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> _Bounded:
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) > max_tokens ({self.max_tokens})")
+        return self
+
+
+class FixedLength(_Config):
+    """Always ``tokens`` tokens."""
+
+    kind: Literal["fixed"] = "fixed"
+    tokens: int = Field(ge=1)
+
+
+class UniformLength(_Config):
+    """Uniform over the integers ``min_tokens..max_tokens`` inclusive."""
+
+    kind: Literal["uniform"] = "uniform"
+    min_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> UniformLength:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) > max_tokens ({self.max_tokens})")
+        return self
+
+
+class NormalLength(_Bounded):
+    """Normal(mean_tokens, std_tokens), rounded, then clipped to the bounds."""
+
+    kind: Literal["normal"] = "normal"
+    mean_tokens: float = Field(gt=0)
+    std_tokens: float = Field(ge=0)
+
+
+class LognormalLength(_Bounded):
+    """``median_tokens * exp(sigma * Z)``, Z standard normal; rounded, clipped."""
+
+    kind: Literal["lognormal"] = "lognormal"
+    median_tokens: float = Field(gt=0)
+    sigma: float = Field(ge=0)
+
+
+class ExponentialLength(_Bounded):
+    """Exponential with mean ``mean_tokens``, rounded *up*, then clipped.
+
+    Rounding up makes this the geometric distribution on 1, 2, ... with
+    ``p = 1 - exp(-1 / mean_tokens)``, the discrete memoryless law: its mean
+    is ``1 / p``, about ``mean_tokens + 0.5`` for large means.
+    """
+
+    kind: Literal["exponential"] = "exponential"
+    mean_tokens: float = Field(gt=0)
+
+
+class EmpiricalLength(_Config):
+    """Draws with replacement from column ``column`` of the CSV at ``path``.
+
+    A relative ``path`` is resolved against the ``base_dir`` given to
+    :func:`make_length_sampler` (the scenario file's folder). Every value in
+    the column must be a positive whole number.
+    """
+
+    kind: Literal["empirical"] = "empirical"
+    path: str = Field(min_length=1)
+    column: str = Field(min_length=1)
+
+
+LengthConfig = Annotated[
+    FixedLength
+    | UniformLength
+    | NormalLength
+    | LognormalLength
+    | ExponentialLength
+    | EmpiricalLength,
+    Field(discriminator="kind"),
+]
+"""Any length distribution, chosen by its ``kind``."""
+
+
+class LengthSampler(Protocol):
+    """Draws token counts; built by :func:`make_length_sampler`."""
+
+    def sample(self, rng: np.random.Generator, size: int) -> IntArray:
+        """``size`` int64 draws, each at least 1."""
+        ...
+
+
+class _ParametricSampler:
+    """Sampler for every kind but ``empirical``: no state besides its config."""
+
+    def __init__(
+        self,
+        config: FixedLength | UniformLength | NormalLength | LognormalLength | ExponentialLength,
+    ) -> None:
+        self.config = config
+
+    def sample(self, rng: np.random.Generator, size: int) -> IntArray:
+        c = self.config
+        if isinstance(c, FixedLength):
+            return np.full(size, c.tokens, dtype=np.int64)
+        if isinstance(c, UniformLength):
+            return rng.integers(
+                c.min_tokens, c.max_tokens, size=size, endpoint=True, dtype=np.int64
+            )
+        if isinstance(c, NormalLength):
+            raw = np.rint(rng.normal(c.mean_tokens, c.std_tokens, size=size))
+        elif isinstance(c, LognormalLength):
+            raw = np.rint(rng.lognormal(math.log(c.median_tokens), c.sigma, size=size))
+        else:
+            raw = np.ceil(rng.exponential(c.mean_tokens, size=size))
+        upper = _CAP_TOKENS if c.max_tokens is None else float(c.max_tokens)
+        return np.clip(raw, float(c.min_tokens), upper).astype(np.int64)
+
+
+class _EmpiricalSampler:
+    """Uniform choice among the values of one loaded column."""
+
+    def __init__(self, values: IntArray) -> None:
+        self.values = values
+
+    def sample(self, rng: np.random.Generator, size: int) -> IntArray:
+        return self.values[rng.integers(0, self.values.size, size=size)]
+
+
+def resolve_path(path: str, base_dir: Path | str | None) -> Path:
+    """``path`` itself if absolute or if no ``base_dir``; else under ``base_dir``."""
+    resolved = Path(path).expanduser()
+    if resolved.is_absolute() or base_dir is None:
+        return resolved
+    return Path(base_dir) / resolved
+
+
+def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None) -> LengthSampler:
+    """A sampler for ``config``; reads the CSV now for the ``empirical`` kind.
+
+    Raises :class:`sim.errors.ConfigError` if that CSV is missing, lacks the
+    column, has no rows, or holds a value that is not a positive whole number.
+    """
+    if isinstance(config, EmpiricalLength):
+        path = resolve_path(config.path, base_dir)
+        data = read_csv_columns(path, [config.column])
+        values = parse_token_counts(data, config.column)
+        if values.size == 0:
+            raise ConfigError(f"{path}: column {config.column!r} has no values")
+        return _EmpiricalSampler(values)
+    return _ParametricSampler(config)
+
+
+def sample_lengths(
+    config: LengthConfig, rng: np.random.Generator, size: int, base_dir: Path | str | None = None
+) -> IntArray:
+    """``size`` draws from ``config`` (convenience for one-off sampling)."""
+    return make_length_sampler(config, base_dir).sample(rng, size)
+
+
+class FixedThinkTime(_Config):
+    """A think time of exactly ``value_s`` seconds (0 allowed: no pause)."""
+
+    kind: Literal["fixed"] = "fixed"
+    value_s: float = Field(ge=0)
+
+
+class ExponentialThinkTime(_Config):
+    """Exponential think time with mean ``mean_s`` seconds."""
+
+    kind: Literal["exponential"] = "exponential"
+    mean_s: float = Field(gt=0)
+
+
+ThinkTimeConfig = Annotated[FixedThinkTime | ExponentialThinkTime, Field(discriminator="kind")]
+"""A closed-loop user's pause between a response and its next request."""
+
+
+def sample_think_times_s(
+    config: ThinkTimeConfig, rng: np.random.Generator, size: int
+) -> FloatArray:
+    """``size`` think times in seconds, float64, each >= 0."""
+    if isinstance(config, FixedThinkTime):
+        return np.full(size, config.value_s, dtype=np.float64)
+    return rng.exponential(config.mean_s, size=size)

@@ -1,0 +1,189 @@
+"""The layers' import rules, checked on the source (``docs/architecture.md``).
+
+Every ``import`` statement in ``sim/`` and ``calibration/`` counts: at module
+level, inside functions, and under ``if TYPE_CHECKING`` (a type-only import
+still says which module knows about which). The rules:
+
+- no import cycle anywhere;
+- ``sim.engine`` imports neither SimPy nor ``serving``, ``metrics``,
+  ``planning``, ``validation`` or the faces;
+- ``sim.cost`` imports nothing of ``sim`` but itself and ``sim.errors``;
+- ``sim.workload`` imports neither ``engine`` nor ``serving``;
+- ``sim.serving`` stays below ``metrics``, ``planning``, ``validation`` and the faces;
+- ``planning`` and ``validation`` reach the simulator through ``sim.api``,
+  never ``sim.engine`` or ``sim.serving`` directly;
+- policies see the core through ``CoreView``; ``EngineCore`` imports no feature
+  (speculative decoding, swap) and no concrete policy.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("sim", "calibration")
+FACES = ("sim.api", "sim.cli", "sim.scenario")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(path): path for package in PACKAGES for path in (ROOT / package).rglob("*.py")
+    }
+
+
+MODULES = _modules()
+
+
+def _resolve(importer: str, path: Path, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    package = importer.split(".") if path.name == "__init__.py" else importer.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports_of(name: str) -> set[str]:
+    """Every module ``name`` imports (``import x`` and ``from x import y``), anywhere in it."""
+    path = MODULES[name]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = _resolve(name, path, node)
+            for alias in node.names:
+                full = f"{module}.{alias.name}"
+                found.add(full if full in MODULES else module)
+    return found
+
+
+def internal_imports(name: str) -> set[str]:
+    """The modules of this project that ``name`` imports."""
+    return {m for m in imports_of(name) if m in MODULES and m != name}
+
+
+def graph() -> dict[str, set[str]]:
+    return {name: internal_imports(name) for name in MODULES}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _in(module: str, *prefixes: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _layer(prefix: str) -> Iterator[str]:
+    return (name for name in MODULES if _in(name, prefix))
+
+
+def _violations(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{name} imports {target}"
+        for name in _layer(prefix)
+        for target in sorted(imports_of(name))
+        if _in(target, *forbidden)
+    ]
+
+
+def test_there_are_no_import_cycles() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_cycle_finder_finds_a_planted_cycle() -> None:
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(edges) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_walk_sees_type_only_and_function_level_imports() -> None:
+    # EngineCore's policy type comes from the policies' protocol module, and
+    # the sweep executor imports sim.api inside a function.
+    assert "sim.engine.policies.base" in internal_imports("sim.engine.core")
+    assert "sim.api" in internal_imports("sim.planning.sweep_exec")
+
+
+@pytest.mark.parametrize(
+    ("layer", "forbidden"),
+    [
+        (
+            "sim.engine",
+            ("simpy", "sim.serving", "sim.metrics", "sim.planning", "sim.validation", *FACES),
+        ),
+        ("sim.cost", ("sim.engine", "sim.serving", "sim.workload", "sim.metrics", *FACES)),
+        ("sim.workload", ("sim.engine", "sim.serving", "sim.metrics", *FACES)),
+        ("sim.serving", ("sim.metrics", "sim.planning", "sim.validation", *FACES)),
+        ("sim.metrics", ("sim.planning", "sim.validation", *FACES)),
+        ("sim.planning", ("sim.engine", "sim.serving", "sim.validation", "sim.cli")),
+        ("sim.validation", ("sim.engine", "sim.serving", "sim.planning", "sim.cli")),
+    ],
+)
+def test_layers_import_only_downwards(layer: str, forbidden: tuple[str, ...]) -> None:
+    assert list(_layer(layer)), f"no modules in {layer}"
+    assert _violations(layer, forbidden) == []
+
+
+def test_cost_imports_only_itself_and_errors() -> None:
+    outside = [
+        f"{name} imports {target}"
+        for name in _layer("sim.cost")
+        for target in internal_imports(name)
+        if not _in(target, "sim.cost", "sim.errors")
+    ]
+    assert outside == []
+
+
+def test_policies_see_the_core_only_through_its_protocol() -> None:
+    assert _violations("sim.engine.policies", ("sim.engine.core",)) == []
+
+
+def test_the_engine_core_imports_no_feature_and_no_concrete_policy() -> None:
+    imported = internal_imports("sim.engine.core")
+    assert not {m for m in imported if _in(m, "sim.engine.speculative", "sim.engine.swap")}
+    policies = {m for m in imported if _in(m, "sim.engine.policies")}
+    assert policies == {"sim.engine.policies.base"}
+
+
+def test_only_calibration_imports_torch() -> None:
+    assert _violations("sim", ("torch",)) == []
