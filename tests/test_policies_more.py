@@ -442,6 +442,7 @@ def test_policies_scenario_runs_with_every_kind() -> None:
         "prefill_first",
         "priority",
         "shortest_prompt_first",
+        "least_attained_service",
     ):
         scenario = load_scenario(path, [f"scheduler.kind={kind}", "workload.num_requests=50"])
         result = api.run(scenario, base_dir=SCENARIOS)

@@ -38,6 +38,7 @@ from sim.engine.core import EngineCore
 from sim.engine.plan import StepPlan
 from sim.engine.policies import (
     DynamicConfig,
+    LeastAttainedServiceConfig,
     OrcaConfig,
     PrefillFirstConfig,
     PriorityConfig,
@@ -94,6 +95,8 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
             make = PriorityConfig(mode="weighted", weights=weights, **common).build
         elif kind == "shortest_prompt_first":
             make = ShortestPromptFirstConfig(**common).build
+        elif kind == "least_attained_service":
+            make = LeastAttainedServiceConfig(**common).build
         else:  # swap
             swap_blocks = draw(st.integers(0, 40))
             make = with_swap_space(
@@ -197,7 +200,16 @@ def check_both_modes(arrays: RequestArrays, setup: Setup) -> RawResult:
     return fast
 
 
-KINDS = ["dynamic", "orca", "prefill_first", "strict", "weighted", "shortest_prompt_first", "swap"]
+KINDS = [
+    "dynamic",
+    "orca",
+    "prefill_first",
+    "strict",
+    "weighted",
+    "shortest_prompt_first",
+    "least_attained_service",
+    "swap",
+]
 
 
 @settings(SETTINGS, max_examples=30)

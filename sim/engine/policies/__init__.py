@@ -9,6 +9,10 @@ from pydantic import Field
 from sim.engine.policies.base import Scheduler
 from sim.engine.policies.continuous import Continuous, ContinuousConfig
 from sim.engine.policies.dynamic import Dynamic, DynamicConfig
+from sim.engine.policies.least_attained_service import (
+    LeastAttainedService,
+    LeastAttainedServiceConfig,
+)
 from sim.engine.policies.orca import Orca, OrcaConfig
 from sim.engine.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from sim.engine.policies.priority import Priority, PriorityConfig
@@ -22,7 +26,8 @@ PolicyConfig = Annotated[
     | OrcaConfig
     | PrefillFirstConfig
     | PriorityConfig
-    | ShortestPromptFirstConfig,
+    | ShortestPromptFirstConfig
+    | LeastAttainedServiceConfig,
     Field(discriminator="kind"),
 ]
 
@@ -31,6 +36,8 @@ __all__ = [
     "ContinuousConfig",
     "Dynamic",
     "DynamicConfig",
+    "LeastAttainedService",
+    "LeastAttainedServiceConfig",
     "Orca",
     "OrcaConfig",
     "PolicyConfig",
