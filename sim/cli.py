@@ -69,11 +69,18 @@ def _add_measure(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     add_parsers(subparsers)
 
 
+def _add_validation(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from sim.validation.cli import add_parsers  # import-run
+
+    add_parsers(subparsers)
+
+
 ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_run,
     _add_calibrate,
     _add_planning,
     _add_measure,
+    _add_validation,
 ]
 
 

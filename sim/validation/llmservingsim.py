@@ -1,0 +1,137 @@
+"""Reader for the vLLM runs LLMServingSim publishes (``bench/examples/<GPU>/<model>/vllm``).
+
+What the source records: ``requests.jsonl``, one JSON object a line with
+``request_id``, ``input_toks``, ``output_toks``, ``arrival_time`` (client wall
+clock, epoch seconds), and the engine's ``queued_ts``, ``scheduled_ts``,
+``first_token_ts``, ``last_token_ts`` (one monotonic clock); ``meta.json``,
+the engine arguments, and in newer runs the KV cache size and the resolved
+vLLM configuration.
+
+What servesim takes, and what it reconstructs:
+
+- arrival = ``queued_ts``: the moment the engine queued the request, after
+  the frontend's tokenization. ``arrival_time`` is on another clock (its
+  offset to ``queued_ts`` varies by 0.1–0.4 s across a run), so it is kept
+  only to order requests. LLMServingSim's own summaries measure TTFT and
+  end-to-end latency from ``queued_ts`` too, so errors are comparable;
+- first token and finish: ``first_token_ts`` and ``last_token_ts``; every
+  request finished, with ``output_toks`` tokens;
+- no per-token times: ITL cannot be computed, only TTFT, TPOT and E2EL.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.validation.runs import ImportedRun, request_table
+
+FORMAT = "llmservingsim"
+_FIELDS = ("input_toks", "output_toks", "queued_ts", "scheduled_ts", "first_token_ts")
+_LAST = "last_token_ts"
+_ORDER = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+
+def _number(value: Any, where: str, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: {field} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def _read_requests(path: Path) -> dict[str, np.ndarray]:
+    columns: dict[str, list[float]] = {name: [] for name in (*_FIELDS, _LAST)}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read ({error})") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        for field in (*_FIELDS, _LAST):
+            if field not in row:
+                raise ConfigError(f"{where}: missing field {field}")
+            columns[field].append(_number(row[field], where, field))
+        times = [columns[f][-1] for f in _ORDER]
+        if any(later < earlier for earlier, later in pairwise(times)):
+            raise ConfigError(f"{where}: times must not decrease in the order {', '.join(_ORDER)}")
+        if columns["input_toks"][-1] < 1 or columns["output_toks"][-1] < 1:
+            raise ConfigError(f"{where}: input_toks and output_toks must be >= 1")
+    if not columns[_LAST]:
+        raise ConfigError(f"{path}: no requests")
+    return {name: np.asarray(values) for name, values in columns.items()}
+
+
+def _engine_settings(meta: dict[str, Any]) -> dict[str, Any]:
+    """The settings a replay needs, from ``meta.json`` (``None`` where not recorded)."""
+    kwargs = meta.get("engine_kwargs") or {}
+    kv = meta.get("kv_cache") or {}
+    resolved = meta.get("resolved_config") or {}
+    scheduler = resolved.get("scheduler_config") or {}
+    cache = resolved.get("cache_config") or {}
+    return {
+        "model": meta.get("model") or kwargs.get("model"),
+        "vllm_version": meta.get("vllm_version"),
+        "tensor_parallel_size": kwargs.get("tensor_parallel_size", 1),
+        "data_parallel_size": kwargs.get("data_parallel_size", 1),
+        "enable_expert_parallel": kwargs.get("enable_expert_parallel", False),
+        "max_num_seqs": kwargs.get("max_num_seqs"),
+        "max_num_batched_tokens": kwargs.get("max_num_batched_tokens"),
+        "max_model_len": kwargs.get("max_model_len"),
+        "dtype": kwargs.get("dtype"),
+        "num_gpu_blocks": kv.get("num_gpu_blocks"),
+        "block_size": kv.get("block_size", cache.get("block_size")),
+        "enable_prefix_caching": kv.get(
+            "enable_prefix_caching", cache.get("enable_prefix_caching")
+        ),
+        "async_scheduling": scheduler.get("async_scheduling"),
+        "device_name": (meta.get("hardware") or {}).get("device_name"),
+    }
+
+
+def read_llmservingsim(path: str | Path) -> ImportedRun:
+    """A run folder holding ``requests.jsonl`` and ``meta.json`` (the ``vllm/`` folder)."""
+    folder = Path(path)
+    if not (folder / "requests.jsonl").exists() and (folder / "vllm").is_dir():
+        folder = folder / "vllm"  # the example's folder was given
+    requests_path, meta_path = folder / "requests.jsonl", folder / "meta.json"
+    if not requests_path.exists():
+        raise ConfigError(f"{folder}: no requests.jsonl (not an LLMServingSim vLLM run)")
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        meta = {}
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{meta_path}: cannot read ({error})") from None
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{meta_path}: expected a JSON object")
+    c = _read_requests(requests_path)
+    requests = request_table(
+        c["queued_ts"],
+        c["scheduled_ts"],
+        c["first_token_ts"],
+        c[_LAST],
+        c["input_toks"],
+        c["output_toks"],
+    )
+    info = {
+        "format": FORMAT,
+        "source": str(folder),
+        "num_requests": len(requests),
+        "arrival": "queued_ts (engine clock, after tokenization)",
+        "started_at": meta.get("started_at"),
+        "engine": _engine_settings(meta),
+    }
+    return ImportedRun(requests, info)
