@@ -26,6 +26,7 @@ chosen axis (``fill_axis``) from the largest measured point before the hole.
 from __future__ import annotations
 
 import warnings
+from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,7 +38,16 @@ from sim.cost.base import FloatArray
 class Grid:
     """Latencies (seconds) on a rectangular grid, interpolated multilinearly."""
 
-    __slots__ = ("_warned", "axes", "axis_names", "name", "values")
+    __slots__ = (
+        "_axes_list",
+        "_flat",
+        "_strides",
+        "_warned",
+        "axes",
+        "axis_names",
+        "name",
+        "values",
+    )
 
     def __init__(
         self,
@@ -58,6 +68,11 @@ class Grid:
         if np.any(~np.isfinite(self.values)):
             raise ValueError(f"{name}: grid has holes; fill them first (fill_holes)")
         self._warned: set[str] = set()
+        # Plain-Python copies for the scalar path (numpy's per-call overhead
+        # is ~10x the arithmetic for a single point).
+        self._axes_list = [a.tolist() for a in self.axes]
+        self._flat: list[float] = self.values.ravel().tolist()
+        self._strides = [int(s) // self.values.itemsize for s in self.values.strides]
 
     @staticmethod
     def from_points(
@@ -81,12 +96,50 @@ class Grid:
         np.add.at(counts, index, 1.0)
         with np.errstate(invalid="ignore"):
             values = sums / counts
-        return Grid(name, axis_names, axes, fill_holes(values, axes[fill_axis], fill_axis))
+        # Fill along fill_axis first; lines with no measurement at all are
+        # then filled along the other axes in turn.
+        for axis in [fill_axis, *(a for a in range(len(axes)) if a != fill_axis)]:
+            values = fill_holes(values, axes[axis], axis)
+        return Grid(name, axis_names, axes, values)
 
     def __call__(self, *coords: float) -> float:
-        """Interpolated latency in seconds at one point."""
-        result = self._lookup([np.asarray([c], dtype=np.float64) for c in coords])
-        return float(result[0])
+        """Interpolated latency in seconds at one point.
+
+        The same operations in the same order as ``many`` (so the same bits).
+        """
+        if len(coords) != len(self.axes):
+            raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
+        lows, weights, sizes = [], [], []
+        scale = 1.0
+        for axis_index, (axis, x) in enumerate(zip(self._axes_list, coords, strict=True)):
+            last = axis[-1]
+            if x > last:
+                scale = scale * x / last
+                self._warn_above(axis_index, True, np.asarray([x]))
+            sizes.append(len(axis))
+            if len(axis) == 1:
+                lows.append(0)
+                weights.append(0.0)
+                continue
+            clipped = last if x > last else (axis[0] if x < axis[0] else x)
+            low = min(max(bisect_right(axis, clipped) - 1, 0), len(axis) - 2)
+            lows.append(low)
+            weights.append((clipped - axis[low]) / (axis[low + 1] - axis[low]))
+        result = 0.0
+        flat, strides = self._flat, self._strides
+        for corner in range(1 << len(lows)):
+            offset = 0
+            corner_weight = 1.0
+            for d, low in enumerate(lows):
+                upper = (corner >> d) & 1
+                if upper and sizes[d] == 1:
+                    corner_weight = corner_weight * 0.0
+                    offset += low * strides[d]
+                    continue
+                offset += (low + upper) * strides[d]
+                corner_weight = corner_weight * (weights[d] if upper else 1.0 - weights[d])
+            result = result + corner_weight * flat[offset]
+        return result * scale
 
     def many(self, *coords: npt.ArrayLike) -> FloatArray:
         """Interpolated latencies at many points (coordinates broadcast together)."""
@@ -157,13 +210,14 @@ def fill_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatA
     A hole at coordinate ``x`` takes the value of the largest measured point
     ``x0 < x`` on the same line, times ``x / x0``. A line whose first point is
     missing takes the next measured point's value (no smaller measurement).
+    A line with no measurement stays NaN.
     """
     moved = np.moveaxis(values.copy(), axis, -1)
     lines = moved.reshape(-1, moved.shape[-1])
     for line in lines:
         measured = np.flatnonzero(np.isfinite(line))
         if len(measured) == 0:
-            raise ValueError("a whole line of the grid is unmeasured; cannot fill it")
+            continue  # nothing to extrapolate from along this axis
         for j in np.flatnonzero(~np.isfinite(line)):
             before = measured[measured < j]
             if len(before):
