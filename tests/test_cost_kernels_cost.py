@@ -239,11 +239,15 @@ def test_prefill_step_is_monotone_in_tokens(t1: int, t2: int) -> None:
     assert a <= b * (1 + 1e-12)
 
 
-def test_lm_head_past_the_gemm_grid_warns_once_and_scales_with_the_vocabulary() -> None:
-    cost = aic_cost(LLAMA)  # vocab 128256 > the grid's largest n, 65536
-    with pytest.warns(UserWarning, match=r"n 128256 is past the measured 65536"):
+def test_gemm_wider_than_the_grid_is_priced_as_column_blocks_inside_it() -> None:
+    cost = aic_cost(LLAMA)  # vocab 128256 > the grid's largest n, 65536: two blocks of 64128
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no extrapolation, so no warning
         per_step = cost.per_step_s(1, 1)
-    assert per_step == pytest.approx(gemm_row(1, 65536, 4096) * 128256 / 65536, rel=1e-12)
+    low, high = gemm_row(1, 51200, 4096), gemm_row(1, 65536, 4096)
+    block = low + (64128 - 51200) / (65536 - 51200) * (high - low)
+    assert per_step == pytest.approx(2 * block, rel=1e-12)
+    assert cost.gemm_s(1.0, 65536, 4096) == pytest.approx(high, rel=1e-12)
 
 
 # -- tensor and pipeline parallelism ---------------------------------------------
@@ -274,7 +278,7 @@ def test_tensor_parallel_adds_two_allreduces_per_layer_from_the_table() -> None:
     ar = ar[ar["num_gpus"] == 2]
     message = 128 * 4096 * 2  # tokens x hidden x bf16 bytes = 1 MiB, a grid point
     shapes = layer_shapes(ON_GRID, 2)
-    gemms = sum(cost._gemm(128.0, n, k) for n, k in shapes.gemms.values())  # type: ignore[misc]
+    gemms = sum(cost.gemm_s(128.0, n, k) for n, k in shapes.gemms.values())
     expected = gemms + 2 * row(ar, message_bytes=message)
     assert cost.dense_layer_s(128) == pytest.approx(expected, rel=1e-12)
 
@@ -317,7 +321,7 @@ def test_moe_layer_uses_the_fused_moe_row_plus_router_and_attention_gemms() -> N
         moe, hidden_size=2048, inter_size=768, topk=8, num_experts=128, tp_size=1, ep_size=1,
         num_tokens=64,
     )  # fmt: skip
-    gemms = sum(cost._gemm(64.0, n, k) for n, k in layer_shapes(arch).gemms.values())  # type: ignore[misc]
+    gemms = sum(cost.gemm_s(64.0, n, k) for n, k in layer_shapes(arch).gemms.values())
     assert "router" in layer_shapes(arch).gemms and "gate_up_proj" not in layer_shapes(arch).gemms
     assert cost.dense_layer_s(64) == pytest.approx(gemms + moe_s, rel=1e-12)
 

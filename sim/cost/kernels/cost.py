@@ -184,12 +184,21 @@ class KernelCost:
         else:
             assert self._gemm is not None
             for n, k in self.shapes.gemms.values():
-                total += self._gemm(t, n, k)
+                total += self.gemm_s(t, n, k)
             if self._moe is not None:
                 total += self._moe(t)
         total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
         self._dense_cache[num_tokens] = total
         return total
+
+    def gemm_s(self, m: float, n: int, k: int) -> float:
+        """One GEMM from the table; one wider than any timed (n past the grid,
+        e.g. a 128k-vocabulary LM head) is priced as equal column blocks that
+        are inside it, as a tiled GEMM runs it, rather than extrapolated."""
+        assert self._gemm is not None
+        n_max = self._gemm.axes[1][-1]
+        blocks = -(-n // int(n_max))
+        return blocks * self._gemm(m, n / blocks, k)
 
     def allreduce_s(self, message_bytes: int) -> float:
         """One all-reduce across the tp group (0 on one GPU).
@@ -220,7 +229,7 @@ class KernelCost:
             else:
                 assert self._gemm is not None
                 n, k = self.shapes.lm_head
-                total += self._gemm(float(num_seqs), n, k)
+                total += self.gemm_s(float(num_seqs), n, k)
         if self.pp > 1:
             hop_bytes = num_tokens * self.arch.hidden_size * ACTIVATION_BYTES
             total += (self.pp - 1) * (hop_bytes * self._link_s_per_byte + self.link.latency_s)
