@@ -6,8 +6,11 @@
 - ``roofline``: derived from the scenario's model and hardware specs, with
   optional overrides of the hardware's efficiencies and step overhead;
 - ``calibrated``: a measured curve from a calibration artifact;
-- ``auto`` (the default): a shipped artifact for this model and hardware,
-  else the roofline, labelled uncalibrated (see ``sim.cost.select``).
+- ``kernels``: the sum of vLLM's operators from measured kernel tables,
+  see ``sim.cost.kernels``;
+- ``auto`` (the default): kernel tables covering this model and GPU, else a
+  shipped artifact for this model and hardware, else the roofline, labelled
+  uncalibrated (see ``sim.cost.select``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel
+from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import AutoCostConfig, CalibratedCostConfig, build_auto, build_calibrated
@@ -62,7 +66,11 @@ class RooflineCostConfig(BaseModel):
 
 # A new kind goes into this union and into build_cost_model.
 CostConfig = Annotated[
-    AutoCostConfig | CalibratedCostConfig | LinearCostConfig | RooflineCostConfig,
+    AutoCostConfig
+    | CalibratedCostConfig
+    | KernelsCostConfig
+    | LinearCostConfig
+    | RooflineCostConfig,
     Field(discriminator="kind"),
 ]
 
@@ -78,6 +86,8 @@ def build_cost_model(
         return build_auto(model, hardware)
     if isinstance(config, CalibratedCostConfig):
         return build_calibrated(config, model, hardware, base_dir)
+    if isinstance(config, KernelsCostConfig):
+        return build_kernels(config, model, hardware, None, base_dir)
     if isinstance(config, LinearCostConfig):
         return LinearCost(**config.model_dump(exclude={"kind"}))
     if isinstance(config, RooflineCostConfig):

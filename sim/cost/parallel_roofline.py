@@ -40,6 +40,8 @@ import numpy as np
 
 from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
 from sim.cost.config import CostConfig, LinearCostConfig, RooflineCostConfig, build_cost_model
+from sim.cost.kernels.auto import kernel_auto
+from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.parallel import (
     ParallelismConfig,
     activation_dtype_bytes,
@@ -199,8 +201,9 @@ def parallel_cost_model(
 ) -> CostModel:
     """The cost model ``config`` describes for a replica laid out as ``parallelism``.
 
-    One GPU is exactly ``build_cost_model``. Several: roofline (and auto, which
-    has no multi-GPU artifacts) become ``ParallelRooflineCost``; linear
+    One GPU is exactly ``build_cost_model``. Several: kernels (and auto, when
+    kernel tables cover the layout) become a ``KernelCost`` for the layout;
+    roofline (and auto otherwise) become ``ParallelRooflineCost``; linear
     coefficients are taken to price the whole replica as given; calibrated
     artifacts, measured on one device, are refused.
     """
@@ -213,7 +216,12 @@ def parallel_cost_model(
             if value is not None
         }
         return ParallelRooflineCost(model, hardware.model_copy(update=overrides), parallelism)
+    if isinstance(config, KernelsCostConfig):
+        return build_kernels(config, model, hardware, parallelism, base_dir)
     if isinstance(config, AutoCostConfig):
+        kernels = kernel_auto(model, hardware, parallelism)
+        if kernels is not None:
+            return kernels
         return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
     if isinstance(config, LinearCostConfig):
         return build_cost_model(config, model, hardware, base_dir)

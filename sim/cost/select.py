@@ -3,9 +3,11 @@
 ``cost: {kind: calibrated, artifact: cpu-tiny-fp32}`` loads a measured curve
 (a name means ``calibration/artifacts/<name>.json`` as shipped; anything with
 a ``/`` or ``.json`` is a path, relative to the scenario file). ``kind: auto``
-(the default) uses a shipped artifact measured for the scenario's model on
-its hardware when one exists, and otherwise the roofline model, labelled as
-uncalibrated so that nobody mistakes it for a measurement.
+(the default) uses measured kernel tables when some cover the scenario's
+model and GPU (``sim.cost.kernels.auto``), else a shipped artifact measured
+for the scenario's model on its hardware when one exists, and otherwise the
+roofline model, labelled as uncalibrated so that nobody mistakes it for a
+measurement.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost, artifact_label, scale_to_hardware
 from sim.cost.calibration_artifact import CalibrationArtifact, load_artifact
+from sim.cost.kernels.auto import kernel_auto
 from sim.cost.roofline import RooflineCost
 from sim.cost.specs import HardwareSpec, ModelSpec, hardware_preset
 from sim.errors import ConfigError
@@ -133,6 +136,11 @@ def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
 
 
 def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
+    # Kernel tables first; None unless some cover this model and GPU, so that
+    # without them auto is unchanged.
+    kernels = kernel_auto(model, hardware)
+    if kernels is not None:
+        return kernels
     for path in shipped_artifacts():
         artifact = _load_shipped(path, path.stat().st_mtime_ns)
         if artifact is None:

@@ -1,0 +1,245 @@
+"""Kernel tables from NVIDIA's aiconfigurator-core database (optional extra ``gpu-data``).
+
+aiconfigurator-core (PyPI, Apache-2.0) ships measured kernel latencies as
+parquet files, ``systems/data/<gpu>/<op>/<framework>/<version>/*.parquet``,
+latencies in milliseconds. ``from_aiconfigurator`` reads the tables a vLLM
+forward pass needs and filters each to the one kernel variant vLLM runs for
+a bf16 model, because a table holds several per shape (attention: FlashAttention
+2/3, FlashInfer with fp8 KV, Triton; window 0 = full attention or 128 / 1024 /
+8192 = sliding window; mixing them is off by up to 15x):
+
+- gemm: ``torch.nn.functional.linear`` rows, bf16 (what vLLM's unquantised
+  linear layers call);
+- attention: bf16 KV cache, window 0, the first of ``ATTENTION_KERNELS``
+  present (FA3 on Hopper, FA2 elsewhere);
+- all-reduce: vLLM's custom all-reduce under CUDA graphs;
+- MoE: the unquantised fused-MoE kernel, bf16, balanced routing.
+
+Without ``data_dir`` the database is found where the package is installed
+(``importlib``; the package is not imported).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+
+from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
+from sim.errors import ConfigError
+
+PACKAGE = "aiconfigurator_core"
+LICENCE = "Apache-2.0 (aiconfigurator-core, NVIDIA)"
+_MS = 1e-3  # seconds per millisecond
+# Preference order of attention kernels with a bf16 KV cache.
+ATTENTION_KERNELS = (
+    "vllm_flash_attn_fa3",
+    "vllm_flash_attn_fa2",
+    "vllm_flashinfer",
+    "vllm_triton_attn",
+)
+# Unquantised linear layers: torch's linear (newer tables) or "vllm_default" (older).
+GEMM_KERNELS = ("torch.nn.functional.linear", "vllm_default")
+ALLREDUCE_BACKEND = "vllm_graph"
+MOE_KERNEL_FRAGMENT = "unquantizedfusedmoe"
+
+
+def installed_data_dir() -> Path | None:
+    """``systems/data`` of the installed aiconfigurator-core, or None."""
+    spec = importlib.util.find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+    return path if path.is_dir() else None
+
+
+def package_version(data_dir: Path) -> str:
+    """Version of the package holding ``data_dir`` (its dist-info), or "unknown"."""
+    # data_dir is <site>/aiconfigurator_core/systems/data; dist-info sits in <site>.
+    site = data_dir.resolve().parents[2]
+    found = sorted(site.glob("aiconfigurator_core-*.dist-info"))
+    return found[-1].name.removesuffix(".dist-info").split("-")[1] if found else "unknown"
+
+
+def _data_dir(data_dir: Path | str | None) -> Path:
+    if data_dir is not None:
+        path = Path(data_dir)
+        if not path.is_dir():
+            raise ConfigError(f"aiconfigurator data_dir {path}: no such folder")
+        return path
+    found = installed_data_dir()
+    if found is None:
+        raise ConfigError(
+            "aiconfigurator-core is not installed (pip install 'servesim[gpu-data]') "
+            "and no data_dir was given"
+        )
+    return found
+
+
+def _choose(kind: str, wanted: str | None, available: list[str], where: str) -> str:
+    if wanted in available:
+        return wanted
+    listing = ", ".join(available) or "none"
+    raise ConfigError(f"aiconfigurator: no {kind} {wanted!r} {where}; available: {listing}")
+
+
+def _version_key(version: str) -> tuple[int | str, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in version.replace("rc", ".rc.").split("."))
+
+
+def available_gpus(data_dir: Path | str | None = None, framework: str = "vllm") -> list[str]:
+    """GPUs with a GEMM table for ``framework`` (empty placeholder folders excluded)."""
+    root = _data_dir(data_dir)
+    return sorted(p.name for p in root.iterdir() if list(p.glob(f"gemm/{framework}/*/*.parquet")))
+
+
+def resolve(
+    gpu: str,
+    framework: str = "vllm",
+    version: str | None = None,
+    data_dir: Path | str | None = None,
+) -> tuple[Path, str]:
+    """(GPU folder, framework version) after checking both exist; ConfigError if not."""
+    root = _data_dir(data_dir)
+    gpus = sorted(p.name for p in root.iterdir() if list(p.glob("gemm/*/*/*.parquet")))
+    gpu = _choose("GPU", gpu, gpus, "with GEMM tables")
+    gemm_root = root / gpu / "gemm"
+    frameworks = sorted(p.name for p in gemm_root.iterdir() if p.is_dir())
+    framework = _choose("framework", framework, frameworks, f"for {gpu}")
+    versions = sorted(
+        (p.parent.name for p in (gemm_root / framework).glob("*/gemm_perf.parquet")),
+        key=_version_key,
+    )
+    if version is None:
+        return root / gpu, versions[-1]
+    return root / gpu, _choose("version", version, versions, f"of {framework} for {gpu}")
+
+
+def _op_file(gpu_dir: Path, op: str, framework: str, version: str, name: str) -> Path | None:
+    """The table for ``version``, else the newest version present, else None."""
+    exact = gpu_dir / op / framework / version / name
+    if exact.is_file():
+        return exact
+    found = sorted(
+        gpu_dir.glob(f"{op}/{framework}/*/{name}"), key=lambda p: _version_key(p.parent.name)
+    )
+    return found[-1] if found else None
+
+
+def _attention_kernel(table: pd.DataFrame) -> str | None:
+    present = set(table.loc[table["kv_cache_dtype"] == "bfloat16", "kernel_source"])
+    return next((k for k in ATTENTION_KERNELS if k in present), None)
+
+
+def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
+    rows = table[
+        (table["kernel_source"] == kernel)
+        & (table["kv_cache_dtype"] == "bfloat16")
+        & (table["window_size"] == 0)
+        & (table["beam_width"] == 1)
+    ]
+    out = pd.DataFrame(
+        {
+            "num_heads": rows["num_heads"].astype(int),
+            "num_kv_heads": rows["num_key_value_heads"].astype(int),
+            "head_dim": rows["head_dim"].astype(int),
+            "batch_size": rows["batch_size"].astype(int),
+            length_col: rows[length].astype(int),
+            "latency_s": rows["latency"] * _MS,
+        }
+    )
+    return out.reset_index(drop=True)
+
+
+@lru_cache(maxsize=8)
+def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
+    tables: dict[str, pd.DataFrame] = {}
+    kernels: dict[str, str] = {}
+    notes: list[str] = []
+    gemm = pd.read_parquet(gpu_dir / "gemm" / framework / version / "gemm_perf.parquet")
+    gemm = gemm[gemm["gemm_dtype"] == "bfloat16"]
+    gemm_kernel = next((k for k in GEMM_KERNELS if k in set(gemm["kernel_source"])), "none")
+    gemm = gemm[gemm["kernel_source"] == gemm_kernel]
+    tables["gemm"] = pd.DataFrame(
+        {"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"] * _MS}
+    ).reset_index(drop=True)
+    kernels["gemm"] = gemm_kernel
+    device_name = str(gemm["device"].iloc[0]) if len(gemm) else ""
+    context = _op_file(gpu_dir, "attention", framework, version, "context_attention_perf.parquet")
+    generation = _op_file(
+        gpu_dir, "attention", framework, version, "generation_attention_perf.parquet"
+    )
+    if context is not None and generation is not None:
+        ctx, gen = pd.read_parquet(context), pd.read_parquet(generation)
+        kernel = _attention_kernel(ctx)
+        if kernel is not None and kernel == _attention_kernel(gen):
+            tables["context_attention"] = _attention(ctx, kernel, "isl", "isl_tokens")
+            # In the generation table isl is 1 and step is the KV length.
+            tables["generation_attention"] = _attention(gen, kernel, "step", "kv_tokens")
+            kernels["attention"] = f"{kernel}, window 0, bf16 KV"
+            notes.append(f"attention from {context.parent.name}")
+    allreduce = _op_file(gpu_dir, "comm", framework, version, "custom_allreduce_perf.parquet")
+    if allreduce is not None:
+        ar = pd.read_parquet(allreduce)
+        ar = ar[(ar["backend"] == ALLREDUCE_BACKEND) & (ar["allreduce_dtype"] == "bfloat16")]
+        tables["allreduce"] = pd.DataFrame(
+            {
+                "num_gpus": ar["num_gpus"].astype(int),
+                "message_bytes": ar["message_size"].astype(int),
+                "latency_s": ar["latency"] * _MS,
+            }
+        ).reset_index(drop=True)
+        kernels["allreduce"] = ALLREDUCE_BACKEND
+        notes.append(f"allreduce from {allreduce.parent.name}")
+    moe = _op_file(gpu_dir, "moe", framework, version, "moe_perf.parquet")
+    if moe is not None:
+        m = pd.read_parquet(moe)
+        m = m[
+            (m["moe_dtype"] == "bfloat16")
+            & m["kernel_source"].str.contains(MOE_KERNEL_FRAGMENT)
+            & (m["distribution"] == "balanced")
+        ]
+        if len(m):
+            kernels["moe"] = str(m["kernel_source"].iloc[0])
+            tables["moe"] = pd.DataFrame(
+                {
+                    "hidden_size": m["hidden_size"].astype(int),
+                    "inter_size": m["inter_size"].astype(int),
+                    "topk": m["topk"].astype(int),
+                    "num_experts": m["num_experts"].astype(int),
+                    "tp_size": m["moe_tp_size"].astype(int),
+                    "ep_size": m["moe_ep_size"].astype(int),
+                    "num_tokens": m["num_tokens"].astype(int),
+                    "latency_s": m["latency"] * _MS,
+                }
+            ).reset_index(drop=True)
+    provenance = KernelProvenance(
+        source=f"aiconfigurator-core {package_version(gpu_dir.parent)}",
+        licence=LICENCE,
+        gpu=gpu_dir.name,
+        device_name=device_name,
+        framework=framework,
+        framework_version=version,
+        tool="sim.cost.kernels.aiconfigurator",
+        tool_version="1",
+        kernels=kernels,
+        notes="; ".join(notes),
+    )
+    return KernelArtifact(provenance, tables)
+
+
+def from_aiconfigurator(
+    gpu: str,
+    framework: str = "vllm",
+    version: str | None = None,
+    data_dir: Path | str | None = None,
+) -> KernelArtifact:
+    """The tables of ``gpu`` for ``framework`` (newest version when None).
+
+    ConfigError, in one line listing what is available, for an unknown GPU,
+    framework or version, or when the package is absent and no ``data_dir``.
+    """
+    gpu_dir, version = resolve(gpu, framework, version, data_dir)
+    return _load(gpu_dir, framework, version)

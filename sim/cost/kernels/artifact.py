@@ -1,0 +1,182 @@
+"""The operator-table artifact: measured kernel latencies with their provenance.
+
+One JSON file (gzip-compressed when the name ends in ``.gz``)::
+
+    {"format": "servesim-kernels", "format_version": 1,
+     "provenance": {...},                        # KernelProvenance
+     "tables": {"gemm": {"m": [...], "n": [...], "k": [...], "latency_s": [...]},
+                ...}}
+
+Tables are columnar (one list per column, equal lengths); every latency is in
+seconds. See ``TABLE_COLUMNS`` for the known tables and ``docs/kernels.md``
+for what each row means. A source provides the tables it measured and no
+others: aiconfigurator gives GEMM / attention / all-reduce / MoE tables,
+an LLMServingSim profile gives per-layer ops, mixed attention and per-sequence
+ops of one model.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.errors import ConfigError
+
+FORMAT_NAME = "servesim-kernels"
+FORMAT_VERSION = 1
+
+# Known tables and their columns; ``latency_s`` is always last.
+TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        # One GEMM y = x W^T with x of m x k and W of n x k.
+        "gemm": ("m", "n", "k", "latency_s"),
+        # Prefill attention of batch_size sequences of isl_tokens each, no cache.
+        "context_attention": (
+            "num_heads", "num_kv_heads", "head_dim", "batch_size", "isl_tokens", "latency_s",
+        ),
+        # One decode token for each of batch_size sequences with kv_tokens of context.
+        "generation_attention": (
+            "num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_tokens", "latency_s",
+        ),
+        # One all-reduce of message_bytes over num_gpus GPUs.
+        "allreduce": ("num_gpus", "message_bytes", "latency_s"),
+        # One fused MoE layer (routing, experts, combine) for num_tokens tokens.
+        "moe": (
+            "hidden_size", "inter_size", "topk", "num_experts", "tp_size", "ep_size",
+            "num_tokens", "latency_s",
+        ),
+        # Ops run once per step for the sequences that sample (lm_head, sampler).
+        "per_sequence": ("op", "num_seqs", "latency_s"),
+        # Per-layer (or per-step: embedding, final_layernorm) ops of one model by tokens.
+        "layer_ops": ("op", "num_tokens", "latency_s"),
+        # One layer's attention over a mixed batch: one prefill chunk after
+        # kv_prefill_tokens cached, plus num_decode_seqs decodes of kv_decode_tokens.
+        "mixed_attention": (
+            "prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs",
+            "kv_decode_tokens", "latency_s",
+        ),
+    }
+)  # fmt: skip
+
+
+class KernelProvenance(BaseModel):
+    """Where the numbers come from, so that a report can cite them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(min_length=1)  # e.g. "aiconfigurator-core 0.12.0"
+    licence: str = Field(min_length=1)  # e.g. "Apache-2.0"
+    gpu: str = Field(min_length=1)  # the source's GPU name, e.g. "rtx_pro_6000_server"
+    device_name: str = ""  # as the driver reports it
+    framework: str = Field(min_length=1)  # e.g. "vllm"
+    framework_version: str = Field(min_length=1)
+    dtype: str = "bfloat16"  # weights and activations
+    kv_dtype: str = "bfloat16"
+    date: str = ""  # when measured (or published), ISO 8601
+    tool: str = ""  # what produced this file
+    tool_version: str = ""
+    # Set when the tables are for one model only (per-layer profiles).
+    model: str | None = None
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    # Which kernel variant each op was filtered to, e.g. {"attention": "vllm_flash_attn_fa2"}.
+    kernels: dict[str, str] = Field(default_factory=dict)
+    notes: str = ""
+
+
+class KernelArtifact:
+    """Provenance plus named tables (pandas DataFrames, latencies in seconds)."""
+
+    __slots__ = ("provenance", "tables")
+
+    def __init__(self, provenance: KernelProvenance, tables: Mapping[str, pd.DataFrame]) -> None:
+        self.provenance = provenance
+        self.tables: Mapping[str, pd.DataFrame] = MappingProxyType(dict(tables))
+        for name, table in self.tables.items():
+            check_table(name, table, "artifact")
+
+    def has(self, name: str) -> bool:
+        return name in self.tables and len(self.tables[name]) > 0
+
+    @property
+    def label(self) -> str:
+        """Short source tag for cost-model labels."""
+        p = self.provenance
+        return f"{p.source.split()[0]} {p.framework} {p.framework_version}"
+
+    def to_json(self) -> dict[str, Any]:
+        tables = {
+            name: {col: table[col].tolist() for col in TABLE_COLUMNS[name]}
+            for name, table in sorted(self.tables.items())
+        }
+        return {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "provenance": self.provenance.model_dump(),
+            "tables": tables,
+        }
+
+
+def check_table(name: str, table: pd.DataFrame, where: str) -> None:
+    """ConfigError unless ``table`` is a known table with its exact columns."""
+    if name not in TABLE_COLUMNS:
+        known = ", ".join(TABLE_COLUMNS)
+        raise ConfigError(f"{where}: unknown kernel table {name!r}; known: {known}")
+    columns = TABLE_COLUMNS[name]
+    if tuple(table.columns) != columns:
+        raise ConfigError(f"{where}: table {name} has columns {list(table.columns)}, "
+                          f"expected {list(columns)}")  # fmt: skip
+    latency = pd.to_numeric(table["latency_s"], errors="coerce")
+    if bool(latency.isna().any()) or bool((latency <= 0).any()):
+        raise ConfigError(f"{where}: table {name}: every latency_s must be a number > 0")
+
+
+def save_artifact(artifact: KernelArtifact, path: Path) -> Path:
+    """Write ``artifact`` to ``path`` (gzip when it ends in ``.gz``)."""
+    text = json.dumps(artifact.to_json(), separators=(",", ":"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.name.endswith(".gz"):
+        # mtime 0: the same tables give the same bytes (reviewable diffs).
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        path.write_text(text)
+    return path
+
+
+def load_kernel_artifact(path: Path) -> KernelArtifact:
+    """Read an artifact; ConfigError naming the file and the problem."""
+    try:
+        raw = path.read_bytes()
+        data = json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
+    except (OSError, ValueError, EOFError) as error:
+        raise ConfigError(f"{path}: cannot read kernel artifact: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise ConfigError(f"{path}: not a kernel artifact (format is not {FORMAT_NAME!r})")
+    if data.get("format_version") != FORMAT_VERSION:
+        raise ConfigError(
+            f"{path}: format_version {data.get('format_version')!r}, this servesim reads "
+            f"{FORMAT_VERSION}"
+        )
+    try:
+        provenance = KernelProvenance.model_validate(data.get("provenance"))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"{path}: provenance.{where}: {first['msg']}") from None
+    tables_raw = data.get("tables")
+    if not isinstance(tables_raw, dict):
+        raise ConfigError(f"{path}: tables must be a mapping of table name to columns")
+    tables = {}
+    for name, columns in tables_raw.items():
+        try:
+            tables[name] = pd.DataFrame(columns)
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"{path}: table {name}: {error}") from None
+        check_table(name, tables[name], str(path))
+    return KernelArtifact(provenance, tables)

@@ -1,0 +1,128 @@
+"""The ``cost: {kind: kernels}`` configuration and the factory building a ``KernelCost``.
+
+::
+
+    cost:
+      kind: kernels
+      source: aiconfigurator        # or: path (then artifact: is required)
+      gpu: rtx_pro_6000_server      # aiconfigurator's name; default from hardware
+      framework: vllm
+      version: null                 # newest present
+      data_dir: null                # aiconfigurator's systems/data when not installed
+      artifact: null                # shipped name or file (.json / .json.gz)
+      architecture: null            # preset or config.json; default from model
+      step_overhead_s: 0.002
+
+The model's architecture is ``architecture`` when given, else the preset of
+the same shapes as the scenario's model (``llama-3-8b`` is Llama-3.1-8B),
+else the scenario's dense ``ModelSpec`` itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.cost.architecture import ModelArchitecture, from_model_spec, load_architecture
+from sim.cost.gpu_presets import AICONFIGURATOR_GPUS
+from sim.cost.kernels.aiconfigurator import from_aiconfigurator
+from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
+from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
+from sim.cost.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
+from sim.cost.parallel import ParallelismConfig
+from sim.cost.specs import HardwareSpec, ModelSpec
+from sim.errors import ConfigError
+
+_SHAPE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+)
+
+
+class KernelsCostConfig(BaseModel):
+    """Kernel-table cost model (see the module docstring for the fields)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["kernels"] = "kernels"
+    source: Literal["aiconfigurator", "path"] = "aiconfigurator"
+    gpu: str | None = None
+    framework: str = "vllm"
+    version: str | None = None
+    data_dir: str | None = None
+    artifact: str | None = None
+    architecture: str | None = None
+    step_overhead_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = DEFAULT_STEP_OVERHEAD_S
+
+    @model_validator(mode="after")
+    def _artifact_with_path(self) -> KernelsCostConfig:
+        if self.source == "path" and self.artifact is None:
+            raise ValueError("source 'path' needs artifact (a shipped name or a file)")
+        if self.source == "aiconfigurator" and self.artifact is not None:
+            raise ValueError("artifact is only read with source 'path'")
+        return self
+
+
+def architecture_for(model: ModelSpec, override: str | None = None) -> ModelArchitecture:
+    """The architecture a scenario's model stands for (see the module docstring)."""
+    if override is not None:
+        return load_architecture(override)
+    name = MODEL_SPEC_ALIASES.get(model.name, model.name)
+    if name in HF_CONFIGS:
+        preset = load_architecture(name)
+        dense = preset.to_model_spec()
+        if all(getattr(dense, f) == getattr(model, f) for f in _SHAPE_FIELDS):
+            return preset
+    return from_model_spec(model)
+
+
+def kernel_artifact_for(
+    config: KernelsCostConfig, hardware: HardwareSpec, base_dir: Path | None
+) -> KernelArtifact:
+    """The tables ``config`` names (ConfigError when absent or unknown)."""
+    if config.source == "path":
+        assert config.artifact is not None  # checked by the validator
+        return load_cached(resolve_kernel_artifact(config.artifact, base_dir))
+    gpu = config.gpu or AICONFIGURATOR_GPUS.get(hardware.name)
+    if gpu is None:
+        raise ConfigError(
+            f"cost.gpu: hardware {hardware.name!r} has no aiconfigurator GPU name; set cost.gpu"
+        )
+    data_dir = config.data_dir
+    if data_dir is not None and base_dir is not None and not Path(data_dir).is_absolute():
+        data_dir = str(base_dir / data_dir)
+    return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
+
+
+def build_kernels(
+    config: KernelsCostConfig,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig | None = None,
+    base_dir: Path | None = None,
+) -> KernelCost:
+    """The ``KernelCost`` a ``kind: kernels`` block describes."""
+    if model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
+        raise ConfigError(
+            f"cost.kind kernels: tables are bf16; model {model.name} has "
+            f"{model.weight_dtype_bytes:g}-byte weights and {model.kv_dtype_bytes:g}-byte KV"
+        )
+    artifact = kernel_artifact_for(config, hardware, base_dir)
+    arch = architecture_for(model, config.architecture)
+    p = parallelism or ParallelismConfig()
+    return KernelCost(
+        arch,
+        artifact,
+        tensor_parallel_size=p.tensor_parallel_size,
+        pipeline_parallel_size=p.pipeline_parallel_size,
+        step_overhead_s=config.step_overhead_s,
+        link=p.link,
+    )

@@ -1,0 +1,297 @@
+"""``KernelCost``: a step's time as the sum of the kernels vLLM runs for it.
+
+For a step of shape ``s`` (``T`` tokens, ``S = num_prefill_seqs +
+num_decode_seqs`` sequences whose logits are computed) on a model of ``L``
+layers, split over ``tp`` GPUs and ``pp`` stages::
+
+    layer_s = dense(T)                       GEMMs (QKV, O, gate+up, down) or MoE + router
+            + prefill_attention(s)            see below; 0 without prefill
+            + decode_attention(b, kv)         b = num_decode_seqs, kv = mean context
+            + 2 * allreduce(T * hidden * 2 B) after attention and after the MLP (tp > 1)
+    step_s  = step_overhead_s                 CPU: scheduling, launches, sampling setup
+            + L * layer_s
+            + per_step(T)                     embedding + final norm (when profiled)
+            + lm_head(S)                      logits GEMM (+ sampler when profiled)
+            + (pp - 1) * p2p(T)               stage-to-stage send of T x hidden activations
+
+Dense ops come from a per-layer profile (``layer_ops``: also norms, rotary,
+activation) when the artifact has one, else from the GEMM table at vLLM's
+per-GPU shapes (``sim.cost.kernels.ops``); the GEMM route leaves out the
+elementwise ops (a few µs per layer, which ``step_overhead_s`` absorbs).
+
+Prefill attention prices ``num_prefill_seqs`` equal chunks. With a
+context-attention table (batch x prompt length, no cache): the time of a
+full prefill of the mean total length ``P`` scaled to the step's true
+query-key pairs, ``ctx(b, P) * pairs / (b * P (P + 1) / 2)``, and never less
+than ``ctx(b, chunk)``. With a mixed-attention profile: ``b`` times one
+chunk's time at its mean cached length.
+
+Pipeline stages run one after another for one step (no overlap across
+steps), so ``pp`` changes only the transfers; a link's bandwidth and latency
+price them (default NVLink 4).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.cost.architecture import ModelArchitecture
+from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
+from sim.cost.kernels.tables import (
+    allreduce_grid,
+    attention_grids,
+    gemm_grid,
+    mixed_attention_grids,
+    moe_grid,
+    op_grid,
+)
+from sim.cost.parallel import LinkSpec, link_preset
+from sim.errors import ConfigError
+
+# vLLM V1's CPU work per step (scheduler, input prep, launches / graph replay,
+# sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated.
+DEFAULT_STEP_OVERHEAD_S = 2e-3
+ACTIVATION_BYTES = 2  # bf16 activations on the wire
+# Per-layer ops of a layer_ops profile and how often a layer runs each (two
+# RMSNorms: before attention and before the MLP). Per-step ops run once.
+PROFILE_LAYER_OPS = {
+    "layernorm": 2,
+    "qkv_proj": 1,
+    "rotary_emb": 1,
+    "o_proj": 1,
+    "gate_up_proj": 1,
+    "act_fn": 1,
+    "down_proj": 1,
+}
+PROFILE_STEP_OPS = ("embedding", "final_layernorm")
+
+
+def model_matches(profile_model: str | None, arch_name: str) -> bool:
+    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``."""
+    if profile_model is None:
+        return True
+    return profile_model.split("/")[-1].lower() == arch_name.lower()
+
+
+class KernelCost:
+    """Step time from measured kernel tables (see the module docstring)."""
+
+    def __init__(
+        self,
+        arch: ModelArchitecture,
+        artifact: KernelArtifact,
+        tensor_parallel_size: int = 1,
+        pipeline_parallel_size: int = 1,
+        step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
+        link: LinkSpec | None = None,
+    ) -> None:
+        self.arch, self.artifact = arch, artifact
+        self.tp, self.pp = tensor_parallel_size, pipeline_parallel_size
+        if self.pp > arch.num_layers:
+            raise ConfigError(f"pipeline_parallel_size {self.pp} > {arch.num_layers} layers")
+        self.step_overhead_s = step_overhead_s
+        self.link = link if link is not None else link_preset("nvlink4")
+        try:
+            self.shapes: LayerShapes = layer_shapes(arch, self.tp)
+        except ValueError as error:
+            raise ConfigError(f"model {arch.name}: {error}") from None
+        provenance = artifact.provenance
+        if not model_matches(provenance.model, arch.name):
+            raise ConfigError(
+                f"kernel artifact ({artifact.label}) was profiled on {provenance.model}, "
+                f"not {arch.name}"
+            )
+        if (provenance.tensor_parallel_size or self.tp) != self.tp:
+            raise ConfigError(
+                f"kernel artifact ({artifact.label}) was profiled at tensor parallel "
+                f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
+            )
+        self._build_dense()
+        self._build_attention()
+        self._build_comm()
+        self._dense_cache: dict[int, float] = {}
+        self._lm_cache: dict[int, float] = {}
+
+    # -- construction ---------------------------------------------------------
+
+    def _build_dense(self) -> None:
+        a, arch = self.artifact, self.arch
+        self._profile_ops: list[tuple[Grid, int]] = []
+        self._step_ops: list[Grid] = []
+        self._gemm: Grid | None = None
+        self._moe: Grid | None = None
+        self._lm_ops: list[Grid] = []
+        if a.has("layer_ops"):
+            if arch.moe is not None:
+                raise ConfigError(
+                    f"kernel artifact ({a.label}): per-layer profiles of MoE models are not "
+                    "supported yet"
+                )
+            self._profile_ops = [
+                (op_grid(a, "layer_ops", op), n) for op, n in PROFILE_LAYER_OPS.items()
+            ]
+            self._step_ops = [op_grid(a, "layer_ops", op) for op in PROFILE_STEP_OPS]
+        else:
+            self._gemm = gemm_grid(a)
+            if arch.moe is not None:
+                self._moe = moe_grid(
+                    a,
+                    arch.hidden_size,
+                    arch.moe.expert_intermediate_size // self.tp,
+                    arch.moe.top_k,
+                    arch.moe.num_experts,
+                    self.tp,
+                )
+        if a.has("per_sequence"):
+            self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
+        elif self._gemm is None:
+            self._gemm = gemm_grid(a)
+
+    def _build_attention(self) -> None:
+        s = self.shapes
+        self._mixed = self.artifact.has("mixed_attention")
+        if self._mixed:
+            self._prefill_attn, self._decode_attn = mixed_attention_grids(self.artifact)
+        else:
+            self._prefill_attn, self._decode_attn = attention_grids(
+                self.artifact, s.num_heads, s.num_kv_heads, s.head_dim
+            )
+
+    def _build_comm(self) -> None:
+        self._allreduce: Grid | None = None
+        if self.tp > 1 and self.artifact.has("allreduce"):
+            num_gpus = set(self.artifact.tables["allreduce"]["num_gpus"])
+            if self.tp in num_gpus:
+                self._allreduce = allreduce_grid(self.artifact, self.tp)
+        link_bytes_per_s = self.link.bandwidth_bytes_per_s * self.link.efficiency
+        self._link_s_per_byte = 1.0 / link_bytes_per_s
+
+    # -- operator times (seconds) --------------------------------------------
+
+    def dense_layer_s(self, num_tokens: int) -> float:
+        """One layer's non-attention work (GEMMs or MoE, plus all-reduces) for T tokens."""
+        cached = self._dense_cache.get(num_tokens)
+        if cached is not None:
+            return cached
+        t = float(num_tokens)
+        total = 0.0
+        if self._profile_ops:
+            for grid, count in self._profile_ops:
+                total += count * grid(t)
+        else:
+            assert self._gemm is not None
+            for n, k in self.shapes.gemms.values():
+                total += self.gemm_s(t, n, k)
+            if self._moe is not None:
+                total += self._moe(t)
+        total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
+        self._dense_cache[num_tokens] = total
+        return total
+
+    def gemm_s(self, m: float, n: int, k: int) -> float:
+        """One GEMM from the table; one wider than any timed (n past the grid,
+        e.g. a 128k-vocabulary LM head) is priced as equal column blocks that
+        are inside it, as a tiled GEMM runs it, rather than extrapolated."""
+        assert self._gemm is not None
+        n_max = self._gemm.axes[1][-1]
+        blocks = -(-n // int(n_max))
+        return blocks * self._gemm(m, n / blocks, k)
+
+    def allreduce_s(self, message_bytes: int) -> float:
+        """One all-reduce across the tp group (0 on one GPU).
+
+        From the table when it has this group size, else a ring all-reduce
+        over the link: ``2 (tp-1)/tp * bytes / bandwidth + 2 (tp-1) * latency``.
+        """
+        if self.tp == 1 or message_bytes == 0:
+            return 0.0
+        if self._allreduce is not None:
+            return self._allreduce(float(message_bytes))
+        steps = 2 * (self.tp - 1)
+        return steps / self.tp * message_bytes * self._link_s_per_byte + steps * self.link.latency_s
+
+    def per_step_s(self, num_tokens: int, num_seqs: int) -> float:
+        """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers."""
+        key = num_tokens * 1_000_003 + num_seqs
+        cached = self._lm_cache.get(key)
+        if cached is not None:
+            return cached
+        total = 0.0
+        for grid in self._step_ops:
+            total += grid(float(num_tokens))
+        if num_seqs:
+            if self._lm_ops:
+                for grid in self._lm_ops:
+                    total += grid(float(num_seqs))
+            else:
+                assert self._gemm is not None
+                n, k = self.shapes.lm_head
+                total += self.gemm_s(float(num_seqs), n, k)
+        if self.pp > 1:
+            hop_bytes = num_tokens * self.arch.hidden_size * ACTIVATION_BYTES
+            total += (self.pp - 1) * (hop_bytes * self._link_s_per_byte + self.link.latency_s)
+        self._lm_cache[key] = total
+        return total
+
+    def prefill_attention_s(self, shape: StepShape) -> float:
+        """One layer's attention over the step's prefill chunks."""
+        b = shape.num_prefill_seqs
+        if b == 0 or shape.num_prefill_tokens == 0:
+            return 0.0
+        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
+        if self._mixed:
+            return b * self._prefill_attn(chunk, cached)
+        total = chunk + cached
+        full = self._prefill_attn(float(b), total)
+        pairs_full = b * total * (total + 1.0) / 2.0
+        scaled = full * shape.prefill_attention_pairs / pairs_full
+        floor = self._prefill_attn(float(b), chunk)
+        return scaled if scaled > floor else floor
+
+    def decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
+        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all."""
+        if num_seqs == 0:
+            return 0.0
+        return self._decode_attn(float(num_seqs), context_tokens / num_seqs)
+
+    # -- CostModel ---------------------------------------------------------------
+
+    @property
+    def label(self) -> str:
+        p = self.artifact.provenance
+        layout = "" if self.tp * self.pp == 1 else f"x{self.tp * self.pp}(tp{self.tp},pp{self.pp})"
+        kernel = p.kernels.get("attention") or p.kernels.get("engine", "")
+        detail = f"; {kernel}" if kernel else ""
+        return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail})"
+
+    def step_s(self, shape: StepShape) -> float:
+        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        if tokens == 0:
+            return 0.0
+        layer = (
+            self.dense_layer_s(tokens)
+            + self.prefill_attention_s(shape)
+            + self.decode_attention_s(shape.num_decode_seqs, shape.num_decode_context_tokens)
+        )
+        seqs = shape.num_prefill_seqs + shape.num_decode_seqs
+        return self.step_overhead_s + self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
+
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
+            return zeros
+        # Only decode attention's KV length changes from step to step.
+        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
+        attention = self._decode_attn.many(float(num_seqs), contexts / num_seqs)
+        layer = self.dense_layer_s(num_seqs) + 0.0 + attention
+        out: FloatArray = (
+            self.step_overhead_s
+            + self.arch.num_layers * layer
+            + self.per_step_s(num_seqs, num_seqs)
+        )
+        return out
+
+    def __repr__(self) -> str:
+        return f"KernelCost({self.label!r})"

@@ -1,0 +1,156 @@
+"""Import an LLMServingSim per-layer profile directory as a kernel artifact.
+
+LLMServingSim (casys-kaist/LLMServingSim, MIT) profiles one model on one GPU
+with vLLM's own kernels, one decoder layer at a time::
+
+    <hw>/<org>/<model>/<dtype>/meta.yaml           GPU, vLLM / CUDA versions, date
+    <hw>/<org>/<model>/<dtype>/tp<N>/dense.csv     layer,tokens,time_us
+    <hw>/<org>/<model>/<dtype>/tp<N>/attention.csv
+        prefill_chunk,kv_prefill,n_decode,kv_decode,time_us
+    <hw>/<org>/<model>/<dtype>/tp<N>/per_sequence.csv  layer,sequences,time_us
+    <hw>/<org>/<model>/<dtype>/tp<N>/moe.csv       (MoE models; not imported yet)
+
+``import_profile`` takes a ``tp<N>`` folder (or the ``<dtype>`` folder above
+it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention`` and
+``per_sequence``, converting microseconds to seconds. ``main`` is the body of
+``servesim import-profile DIR --out FILE``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance, save_artifact
+from sim.errors import ConfigError
+
+PROFILE_LICENCE = "MIT (LLMServingSim, Copyright (c) 2024 CASYS Lab at KAIST)"
+_US = 1e-6  # seconds per microsecond
+
+
+def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
+    """``path`` with its columns renamed by ``columns`` (ConfigError if absent)."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing profile table")
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column {missing[0]!r}")
+    table = table[list(columns)].rename(columns=columns)
+    table["latency_s"] = pd.to_numeric(table["latency_s"], errors="coerce") * _US
+    return table
+
+
+def _find_meta(tp_dir: Path) -> dict[str, Any]:
+    for folder in (tp_dir, tp_dir.parent):
+        path = folder / "meta.yaml"
+        if path.is_file():
+            try:
+                meta = yaml.safe_load(path.read_text())
+            except yaml.YAMLError as error:
+                raise ConfigError(f"{path}: not YAML: {str(error).splitlines()[0]}") from None
+            if not isinstance(meta, dict):
+                raise ConfigError(f"{path}: expected a mapping")
+            return meta
+    raise ConfigError(f"{tp_dir}: no meta.yaml here or in the folder above")
+
+
+def _tp_dir(src_dir: Path) -> Path:
+    if (src_dir / "dense.csv").is_file():
+        return src_dir
+    if (src_dir / "tp1" / "dense.csv").is_file():
+        return src_dir / "tp1"
+    raise ConfigError(f"{src_dir}: not a profile folder (no dense.csv nor tp1/dense.csv)")
+
+
+def profile_artifact(src_dir: Path) -> KernelArtifact:
+    """The tables of an LLMServingSim profile folder, as a kernel artifact."""
+    tp_dir = _tp_dir(src_dir)
+    meta = _find_meta(tp_dir)
+    tp_name = tp_dir.name
+    tp = int(tp_name[2:]) if tp_name.startswith("tp") and tp_name[2:].isdigit() else 1
+    for field in ("gpu", "vllm_version", "model"):
+        if not meta.get(field):
+            raise ConfigError(f"{tp_dir}: meta.yaml: missing field {field!r}")
+    layer_ops = _read_csv(
+        tp_dir / "dense.csv", {"layer": "op", "tokens": "num_tokens", "time_us": "latency_s"}
+    )
+    mixed = _read_csv(
+        tp_dir / "attention.csv",
+        {
+            "prefill_chunk": "prefill_chunk_tokens",
+            "kv_prefill": "kv_prefill_tokens",
+            "n_decode": "num_decode_seqs",
+            "kv_decode": "kv_decode_tokens",
+            "time_us": "latency_s",
+        },
+    )
+    per_seq = _read_csv(
+        tp_dir / "per_sequence.csv",
+        {"layer": "op", "sequences": "num_seqs", "time_us": "latency_s"},
+    )
+    # The empty batch (all zeros) is timed as a launch only; no step has it.
+    mixed = mixed[(mixed["prefill_chunk_tokens"] > 0) | (mixed["num_decode_seqs"] > 0)]
+    dtype = str(meta.get("variant", "bf16"))
+    provenance = KernelProvenance(
+        source=f"LLMServingSim profiler {meta.get('profiler_version', '')}".strip(),
+        licence=PROFILE_LICENCE,
+        gpu=str(meta.get("hardware", meta["gpu"])),
+        device_name=str(meta["gpu"]),
+        framework="vllm",
+        framework_version=str(meta["vllm_version"]),
+        dtype="bfloat16" if dtype == "bf16" else dtype,
+        kv_dtype="bfloat16" if dtype == "bf16" else dtype,
+        date=str(meta.get("profiled_at", "")),
+        tool="servesim import-profile",
+        tool_version="1",
+        model=str(meta["model"]),
+        tensor_parallel_size=tp,
+        kernels={"engine": "enforce_eager" if _eager(meta) else "cuda_graphs"},
+        notes=f"CUDA {meta.get('cuda_version', '?')}; imported from {tp_dir.name}",
+    )
+    return KernelArtifact(
+        provenance,
+        {
+            "layer_ops": layer_ops.reset_index(drop=True),
+            "mixed_attention": mixed.reset_index(drop=True),
+            "per_sequence": per_seq.reset_index(drop=True),
+        },
+    )
+
+
+def _eager(meta: dict[str, Any]) -> bool:
+    engine = meta.get("engine_effective")
+    return isinstance(engine, dict) and bool(engine.get("enforce_eager"))
+
+
+def import_profile(src_dir: Path | str, out_path: Path | str) -> Path:
+    """Write the profile folder ``src_dir`` as a kernel artifact at ``out_path``."""
+    return save_artifact(profile_artifact(Path(src_dir)), Path(out_path))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``servesim import-profile DIR --out FILE``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="servesim import-profile",
+        description="Turn an LLMServingSim profile folder into a servesim kernel artifact.",
+    )
+    parser.add_argument("src_dir", type=Path, help="profile folder (.../bf16/tp1)")
+    parser.add_argument("--out", type=Path, required=True, help="artifact file (.json[.gz])")
+    args = parser.parse_args(argv)
+    try:
+        path = import_profile(args.src_dir, args.out)
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0

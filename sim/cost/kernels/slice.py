@@ -1,0 +1,102 @@
+"""``export_slice``: the part of aiconfigurator's database one model needs, as a small artifact.
+
+The full database is ~80 MB; a model needs only the GEMM rows around its
+layer shapes, the attention rows of its head layout, the all-reduce rows of
+its tensor-parallel sizes and the MoE rows of its expert layout. A slice
+keeps, for every GEMM ``(n, k)`` the model runs, all ``m`` rows of the
+neighbouring grid values of ``n`` and ``k`` (the cell the interpolation
+uses), so the slice prices that model exactly as the full database does.
+The slice's provenance names the model, and ``KernelCost`` refuses other models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.cost.architecture import ModelArchitecture, load_architecture
+from sim.cost.kernels.aiconfigurator import from_aiconfigurator
+from sim.cost.kernels.artifact import KernelArtifact, save_artifact
+from sim.cost.kernels.ops import layer_shapes
+
+
+def _neighbours(axis: np.ndarray, value: int) -> set[int]:
+    """Grid values bracketing ``value`` (the last one when past the end)."""
+    below = axis[axis <= value]
+    above = axis[axis >= value]
+    out = {int(below[-1])} if len(below) else {int(axis[0])}
+    out.add(int(above[0]) if len(above) else int(axis[-1]))
+    return out
+
+
+def slice_artifact(
+    full: KernelArtifact, arch: ModelArchitecture, tensor_parallel_sizes: Iterable[int] = (1,)
+) -> KernelArtifact:
+    """``full`` pruned to the rows ``arch`` uses at the given tensor-parallel sizes."""
+    tps = sorted(set(tensor_parallel_sizes))
+    tables = dict(full.tables)
+    gemm = tables["gemm"]
+    n_axis, k_axis = np.unique(gemm["n"]), np.unique(gemm["k"])
+    keep_nk: set[tuple[int, int]] = set()
+    heads: set[tuple[int, int, int]] = set()
+    for tp in tps:
+        shapes = layer_shapes(arch, tp)
+        for n, k in [*shapes.gemms.values(), shapes.lm_head]:
+            keep_nk |= {(a, b) for a in _neighbours(n_axis, n) for b in _neighbours(k_axis, k)}
+        heads.add((shapes.num_heads, shapes.num_kv_heads, shapes.head_dim))
+    pairs = pd.Series(list(zip(gemm["n"], gemm["k"], strict=True)))
+    tables["gemm"] = gemm[pairs.isin(keep_nk).to_numpy()].reset_index(drop=True)
+    for name in ("context_attention", "generation_attention"):
+        if name in tables:
+            t = tables[name]
+            key = pd.Series(
+                list(zip(t["num_heads"], t["num_kv_heads"], t["head_dim"], strict=True))
+            )
+            tables[name] = t[key.isin(heads).to_numpy()].reset_index(drop=True)
+    if "allreduce" in tables:
+        t = tables["allreduce"]
+        tables["allreduce"] = t[t["num_gpus"].isin(tps)].reset_index(drop=True)
+    if "moe" in tables:
+        if arch.moe is None:
+            del tables["moe"]
+        else:
+            t = tables["moe"]
+            inters = [arch.moe.expert_intermediate_size // tp for tp in tps]
+            tables["moe"] = t[
+                (t["hidden_size"] == arch.hidden_size)
+                & t["inter_size"].isin(inters)
+                & (t["topk"] == arch.moe.top_k)
+                & (t["num_experts"] == arch.moe.num_experts)
+                & t["tp_size"].isin(tps)
+                & (t["ep_size"] == 1)
+            ].reset_index(drop=True)
+    p = full.provenance
+    notes = f"{p.notes}; " if p.notes else ""
+    provenance = p.model_copy(
+        update={
+            "model": arch.name,
+            "notes": f"{notes}sliced for {arch.name} at tp {','.join(map(str, tps))}",
+        }
+    )
+    return KernelArtifact(provenance, tables)
+
+
+def export_slice(
+    gpu: str,
+    model: str | ModelArchitecture,
+    out_path: Path | str,
+    framework: str = "vllm",
+    version: str | None = None,
+    data_dir: Path | str | None = None,
+    tensor_parallel_sizes: Iterable[int] = (1,),
+) -> Path:
+    """Write the slice of aiconfigurator's ``gpu`` tables that ``model`` needs.
+
+    ``model`` is an architecture, a preset name or a ``config.json`` path.
+    """
+    arch = model if isinstance(model, ModelArchitecture) else load_architecture(model)
+    full = from_aiconfigurator(gpu, framework, version, data_dir)
+    return save_artifact(slice_artifact(full, arch, tensor_parallel_sizes), Path(out_path))

@@ -1,0 +1,145 @@
+"""Operator latency functions built from an artifact's tables, for one model layout.
+
+Each function maps a count (tokens, sequences, bytes) to seconds by
+``Grid`` interpolation (see ``sim.cost.kernels.grid`` for the rules). They
+are built once per cost model, filtered to the model's shapes; a shape the
+artifact does not cover raises ``ConfigError`` naming the table and shape.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.grid import Grid
+from sim.errors import ConfigError
+
+
+def _rows(artifact: KernelArtifact, table: str, where: str, **match: int) -> pd.DataFrame:
+    """Rows of ``table`` whose columns equal ``match``; ConfigError when none."""
+    if not artifact.has(table):
+        raise ConfigError(f"kernel artifact ({artifact.label}): no {table} table, needed {where}")
+    rows = artifact.tables[table]
+    selected = rows
+    for column, value in match.items():
+        selected = selected[selected[column] == value]
+    if len(selected) == 0:
+        wanted = ", ".join(f"{c}={v}" for c, v in match.items())
+        keys = list(match)
+        have = sorted({tuple(int(x) for x in r) for r in rows[keys].itertuples(index=False)})
+        listing = "; ".join("/".join(map(str, h)) for h in have[:12])
+        raise ConfigError(
+            f"kernel artifact ({artifact.label}): {table} has no rows for {wanted} "
+            f"({where}); measured {'/'.join(keys)}: {listing}"
+        )
+    return selected
+
+
+def gemm_grid(artifact: KernelArtifact) -> Grid:
+    """GEMM latency by (m, n, k)."""
+    rows = _rows(artifact, "gemm", "for the dense layers")
+    return Grid.from_points(
+        "gemm", ("m", "n", "k"), (rows["m"], rows["n"], rows["k"]), rows["latency_s"], fill_axis=0
+    )
+
+
+def attention_grids(
+    artifact: KernelArtifact, num_heads: int, num_kv_heads: int, head_dim: int
+) -> tuple[Grid, Grid]:
+    """(context by batch x prompt length, generation by batch x KV length) for one head layout.
+
+    Holes (large batch x long sequence, not timed) are filled along the batch
+    axis: time is proportional to the batch once the GPU is full.
+    """
+    heads = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
+    ctx = _rows(artifact, "context_attention", "for prefill attention", **heads)
+    gen = _rows(artifact, "generation_attention", "for decode attention", **heads)
+    return (
+        Grid.from_points(
+            "context_attention",
+            ("batch_size", "isl_tokens"),
+            (ctx["batch_size"], ctx["isl_tokens"]),
+            ctx["latency_s"],
+        ),
+        Grid.from_points(
+            "generation_attention",
+            ("batch_size", "kv_tokens"),
+            (gen["batch_size"], gen["kv_tokens"]),
+            gen["latency_s"],
+        ),
+    )
+
+
+def mixed_attention_grids(artifact: KernelArtifact) -> tuple[Grid, Grid]:
+    """(one prefill chunk by chunk x cached tokens, decodes by count x KV length).
+
+    From the pure rows of a per-model mixed-attention profile: prefill rows
+    have no decode, decode rows no prefill.
+    """
+    rows = _rows(artifact, "mixed_attention", "for attention")
+    prefill = rows[rows["num_decode_seqs"] == 0]
+    decode = rows[rows["prefill_chunk_tokens"] == 0]
+    if len(prefill) == 0 or len(decode) == 0:
+        raise ConfigError(
+            f"kernel artifact ({artifact.label}): mixed_attention needs pure prefill "
+            "rows (num_decode_seqs 0) and pure decode rows (prefill_chunk_tokens 0)"
+        )
+    return (
+        Grid.from_points(
+            "mixed_attention prefill",
+            ("prefill_chunk_tokens", "kv_prefill_tokens"),
+            (prefill["prefill_chunk_tokens"], prefill["kv_prefill_tokens"]),
+            prefill["latency_s"],
+        ),
+        Grid.from_points(
+            "mixed_attention decode",
+            ("num_decode_seqs", "kv_decode_tokens"),
+            (decode["num_decode_seqs"], decode["kv_decode_tokens"]),
+            decode["latency_s"],
+        ),
+    )
+
+
+def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:
+    """Latency of one named op by its count (``layer_ops``: tokens; ``per_sequence``: seqs)."""
+    count = "num_tokens" if table == "layer_ops" else "num_seqs"
+    if not artifact.has(table):
+        raise ConfigError(f"kernel artifact ({artifact.label}): no {table} table, needed for {op}")
+    rows = artifact.tables[table]
+    rows = rows[rows["op"] == op]
+    if len(rows) == 0:
+        known = ", ".join(sorted(set(artifact.tables[table]["op"])))
+        raise ConfigError(f"kernel artifact ({artifact.label}): {table} has no op {op!r}; "
+                          f"has: {known}")  # fmt: skip
+    return Grid.from_points(f"{table} {op}", (count,), (rows[count],), rows["latency_s"])
+
+
+def allreduce_grid(artifact: KernelArtifact, num_gpus: int) -> Grid:
+    """All-reduce latency by message bytes over ``num_gpus`` GPUs."""
+    rows = _rows(artifact, "allreduce", f"for tensor parallel {num_gpus}", num_gpus=num_gpus)
+    return Grid.from_points(
+        f"allreduce x{num_gpus}", ("message_bytes",), (rows["message_bytes"],), rows["latency_s"]
+    )
+
+
+def moe_grid(
+    artifact: KernelArtifact,
+    hidden_size: int,
+    inter_size: int,
+    topk: int,
+    num_experts: int,
+    tp_size: int,
+) -> Grid:
+    """Fused MoE layer latency by tokens, for one expert layout (no expert parallelism)."""
+    rows = _rows(
+        artifact,
+        "moe",
+        "for the MoE layers",
+        hidden_size=hidden_size,
+        inter_size=inter_size,
+        topk=topk,
+        num_experts=num_experts,
+        tp_size=tp_size,
+        ep_size=1,
+    )
+    return Grid.from_points("moe", ("num_tokens",), (rows["num_tokens"],), rows["latency_s"])

@@ -1,0 +1,282 @@
+"""`cost: {kind: kernels}`, `kind: auto` with kernel tables, shipped artifacts, a scenario run."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from sim import api
+from sim.cost import select
+from sim.cost.base import StepShape
+from sim.cost.config import CostConfig, build_cost_model
+from sim.cost.gpu_presets import GPU_PRESETS, any_hardware_preset
+from sim.cost.kernels import aiconfigurator, auto
+from sim.cost.kernels.auto import auto_candidates, kernel_auto
+from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.shipped import (
+    load_cached,
+    resolve_kernel_artifact,
+    shipped_kernel_artifacts,
+    shipped_name,
+)
+from sim.cost.parallel import ParallelismConfig
+from sim.cost.parallel_roofline import ParallelRooflineCost, parallel_cost_model
+from sim.cost.select import AutoCostConfig, UncalibratedRoofline
+from sim.cost.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
+from sim.errors import ConfigError
+from sim.scenario import scenario_from_dict
+
+AIC_DATA = Path(__file__).parent / "data" / "kernels" / "aic" / "systems" / "data"
+PRO = GPU_PRESETS["rtx-pro-6000"]
+RTX4090 = GPU_PRESETS["rtx-4090"]
+LLAMA = model_preset("llama-3-8b")
+PRO_SLICE = "rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b"
+PROFILE_4090 = "rtx4090-vllm-0.19.0-llama-3.1-8b-tp1"
+ADAPTER: TypeAdapter[CostConfig] = TypeAdapter(CostConfig)
+
+
+@pytest.fixture(autouse=True)
+def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tests see aiconfigurator as absent unless they install the test slice."""
+    monkeypatch.setattr(auto, "installed_data_dir", lambda: None)
+    monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: None)
+    kernel_auto.cache_clear()
+    yield
+    kernel_auto.cache_clear()
+
+
+def install_test_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auto, "installed_data_dir", lambda: AIC_DATA)
+    monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: AIC_DATA)
+    kernel_auto.cache_clear()
+
+
+# -- configuration ------------------------------------------------------------------
+
+
+def test_kernels_block_parses_from_yaml() -> None:
+    doc = yaml.safe_load(
+        """
+        kind: kernels
+        source: aiconfigurator
+        gpu: rtx_pro_6000_server
+        version: 0.24.0
+        step_overhead_s: 0.003
+        """
+    )
+    config = ADAPTER.validate_python(doc)
+    assert isinstance(config, KernelsCostConfig)
+    assert config.gpu == "rtx_pro_6000_server" and config.step_overhead_s == 0.003
+    assert config.version == "0.24.0" and config.framework == "vllm"
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"kind": "kernels", "source": "path"}, "source 'path' needs artifact"),
+        ({"kind": "kernels", "artifact": "x.json"}, "artifact is only read with source 'path'"),
+        ({"kind": "kernels", "step_overhead_s": -1}, "greater than or equal to 0"),
+        ({"kind": "kernels", "sauce": "x"}, "Extra inputs are not permitted"),
+        ({"kind": "kernels", "source": "web"}, "'aiconfigurator' or 'path'"),
+    ],
+)
+def test_bad_kernels_blocks_are_rejected(doc: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        ADAPTER.validate_python(doc)
+
+
+def test_config_is_frozen() -> None:
+    config = KernelsCostConfig()
+    with pytest.raises(ValidationError):
+        config.gpu = "x"  # type: ignore[misc]
+
+
+def test_build_cost_model_with_a_shipped_artifact_name() -> None:
+    config = KernelsCostConfig(source="path", artifact=PRO_SLICE, step_overhead_s=0.001)
+    cost = build_cost_model(config, LLAMA, PRO)
+    assert isinstance(cost, KernelCost)
+    assert cost.step_overhead_s == 0.001 and cost.arch.name == "llama-3.1-8b"
+    assert cost.label.startswith("kernels:llama-3.1-8b@rtx_pro_6000_server (aiconfigurator-core")
+
+
+def test_build_cost_model_from_the_aiconfigurator_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = KernelsCostConfig(data_dir=str(AIC_DATA))
+    cost = build_cost_model(config, LLAMA, PRO)
+    assert isinstance(cost, KernelCost) and "vllm 0.24.0" in cost.label
+    # A relative data_dir is anchored at the scenario's folder.
+    relative = KernelsCostConfig(data_dir="aic/systems/data")
+    assert isinstance(build_cost_model(relative, LLAMA, PRO, AIC_DATA.parents[2]), KernelCost)
+    with pytest.raises(ConfigError, match="aiconfigurator-core is not installed"):
+        build_cost_model(KernelsCostConfig(), LLAMA, PRO)
+    install_test_database(monkeypatch)
+    assert isinstance(build_cost_model(KernelsCostConfig(), LLAMA, PRO), KernelCost)
+
+
+def test_hardware_without_a_database_name_needs_cost_gpu() -> None:
+    with pytest.raises(ConfigError, match=r"cost\.gpu: hardware 'rtx-4090' has no aiconfigurator"):
+        build_cost_model(KernelsCostConfig(data_dir=str(AIC_DATA)), LLAMA, RTX4090)
+    explicit = KernelsCostConfig(data_dir=str(AIC_DATA), gpu="rtx_pro_6000_server")
+    assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
+
+
+def test_non_bf16_models_are_refused_by_kind_kernels() -> None:
+    fp8 = LLAMA.model_copy(update={"kv_dtype_bytes": 1.0})
+    config = KernelsCostConfig(source="path", artifact=PRO_SLICE)
+    with pytest.raises(ConfigError, match="tables are bf16"):
+        build_cost_model(config, fp8, PRO)
+
+
+def test_unknown_shipped_artifact_lists_the_shipped_ones() -> None:
+    with pytest.raises(
+        ConfigError, match=rf"no shipped kernel artifact 'nope'; shipped: .*{PRO_SLICE}"
+    ):
+        resolve_kernel_artifact("nope", None)
+    assert resolve_kernel_artifact("x/y.json", Path("/base")) == Path("/base/x/y.json")
+    assert resolve_kernel_artifact("/abs/y.json.gz", Path("/base")) == Path("/abs/y.json.gz")
+    with pytest.raises(ConfigError, match="no such kernel artifact"):
+        load_cached(Path("/nowhere/y.json.gz"))
+
+
+def test_shipped_artifacts_are_small_and_carry_provenance() -> None:
+    paths = shipped_kernel_artifacts()
+    assert {shipped_name(p) for p in paths} >= {PRO_SLICE, PROFILE_4090}
+    assert sum(p.stat().st_size for p in paths) < 2_000_000
+    for path in paths:
+        p = load_cached(path).provenance
+        assert p.licence and p.source and p.framework == "vllm" and p.model
+
+
+def test_architecture_for_a_model_spec() -> None:
+    assert architecture_for(LLAMA).name == "llama-3.1-8b"  # same shapes as the preset
+    assert architecture_for(LLAMA, "qwen3-8b").name == "qwen3-8b"
+    other = LLAMA.model_copy(update={"num_layers": 2})
+    arch = architecture_for(other)
+    assert arch.name == "llama-3-8b" and arch.num_layers == 2  # shapes differ: the spec itself
+    assert architecture_for(model_preset("qwen2.5-7b")).attention_qkv_bias
+
+
+# -- auto ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hardware", sorted(HARDWARE_PRESETS))
+@pytest.mark.parametrize("model", sorted(MODEL_PRESETS))
+def test_auto_is_unchanged_for_existing_presets_without_the_database(
+    model: str, hardware: str
+) -> None:
+    spec, hw = model_preset(model), hardware_preset(hardware)
+    assert auto_candidates(spec, hw) == []
+    cost = build_cost_model(AutoCostConfig(), spec, hw)
+    assert not isinstance(cost, KernelCost)
+
+
+def test_auto_without_tables_is_the_labelled_roofline() -> None:
+    cost = build_cost_model(AutoCostConfig(), LLAMA, hardware_preset("h100"))
+    assert isinstance(cost, UncalibratedRoofline)
+    assert cost.label == "roofline:llama-3-8b@h100 (uncalibrated)"
+
+
+def test_auto_uses_a_shipped_kernel_artifact_for_its_gpu_and_model() -> None:
+    pro = build_cost_model(AutoCostConfig(), LLAMA, PRO)
+    assert isinstance(pro, KernelCost) and "aiconfigurator" in pro.label
+    rtx = build_cost_model(AutoCostConfig(), LLAMA, RTX4090)
+    assert isinstance(rtx, KernelCost) and "LLMServingSim" in rtx.label
+    # Another model on the same GPU: no table covers it, so the roofline.
+    other = build_cost_model(AutoCostConfig(), model_preset("qwen2.5-7b"), PRO)
+    assert not isinstance(other, KernelCost)
+    fp8 = LLAMA.model_copy(update={"kv_dtype_bytes": 1.0})
+    assert not isinstance(build_cost_model(AutoCostConfig(), fp8, PRO), KernelCost)
+
+
+def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    install_test_database(monkeypatch)
+    candidates = auto_candidates(LLAMA, PRO)
+    assert candidates[0] == KernelsCostConfig(gpu="rtx_pro_6000_server")
+    assert candidates[1].source == "path"
+    cost = select.build_auto(LLAMA, PRO)
+    assert isinstance(cost, KernelCost) and "sliced" not in cost.artifact.provenance.notes
+    # A GPU the database lacks falls through to the roofline.
+    assert not isinstance(select.build_auto(LLAMA, hardware_preset("h100")), KernelCost)
+
+
+def test_auto_with_parallelism_uses_tables_when_they_cover_the_layout() -> None:
+    tp2 = ParallelismConfig(tensor_parallel_size=2, link="pcie5")
+    cost = parallel_cost_model(AutoCostConfig(), LLAMA, PRO, tp2)
+    assert isinstance(cost, KernelCost) and cost.tp == 2
+    # The shipped slice has no tp4 head layout, the profile is tp1: roofline.
+    tp4 = ParallelismConfig(tensor_parallel_size=4)
+    assert isinstance(parallel_cost_model(AutoCostConfig(), LLAMA, PRO, tp4), ParallelRooflineCost)
+    assert isinstance(
+        parallel_cost_model(AutoCostConfig(), LLAMA, RTX4090, tp2), ParallelRooflineCost
+    )
+
+
+def test_kind_kernels_with_parallelism_builds_the_layout() -> None:
+    config = KernelsCostConfig(source="path", artifact=PRO_SLICE)
+    layout = ParallelismConfig(tensor_parallel_size=2, pipeline_parallel_size=2)
+    cost = parallel_cost_model(config, LLAMA, PRO, layout)
+    assert isinstance(cost, KernelCost) and (cost.tp, cost.pp) == (2, 2)
+    assert "x4(tp2,pp2)" in cost.label
+    direct = build_kernels(config, LLAMA, PRO, layout)
+    shape = StepShape.build(prefill_chunks=[(512, 0)], decode_context_tokens=[300] * 4)
+    assert direct.step_s(shape) == cost.step_s(shape)
+
+
+def test_gpu_presets_are_datasheet_ordered_and_findable() -> None:
+    assert (
+        any_hardware_preset("b200").memory_bandwidth_bytes_per_s
+        > any_hardware_preset("h200").memory_bandwidth_bytes_per_s
+    )
+    assert (
+        any_hardware_preset("h100-sxm").peak_flops_per_s > GPU_PRESETS["h100-pcie"].peak_flops_per_s
+    )
+    assert GPU_PRESETS["a100-40gb"].memory_bytes < hardware_preset("a100-80gb").memory_bytes
+    for name, spec in GPU_PRESETS.items():
+        assert spec.name == name and name not in HARDWARE_PRESETS
+    with pytest.raises(ConfigError, match=r"unknown hardware preset 'z9'; known: .*rtx-4090"):
+        any_hardware_preset("z9")
+
+
+# -- a scenario end to end ------------------------------------------------------------
+
+
+def small_scenario(cost: dict) -> dict:
+    return {
+        "name": "kernels",
+        "seed": 0,
+        "model": "llama-3-8b",
+        "hardware": {**PRO.model_dump()},
+        "cost": cost,
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 30,
+            "arrival": {"kind": "poisson", "rate_per_s": 5},
+            "prompt_tokens": {"kind": "fixed", "tokens": 512},
+            "output_tokens": {"kind": "fixed", "tokens": 32},
+        },
+    }
+
+
+def test_a_scenario_runs_on_kernel_tables() -> None:
+    scenario = scenario_from_dict(small_scenario({"kind": "kernels", "source": "path",
+                                                  "artifact": PRO_SLICE}))  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = api.run(scenario)
+    assert result.summary["cost_model"].startswith("kernels:llama-3.1-8b@rtx_pro_6000_server")
+    assert result.summary["completed"] == 30
+
+
+def test_auto_picks_kernel_tables_for_an_inline_rtx_pro_6000_scenario() -> None:
+    scenario = scenario_from_dict(small_scenario({"kind": "auto"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = api.run(scenario)
+    assert result.summary["cost_model"].startswith("kernels:")
+    # Decode steps of a handful of sequences cost at least the weights' GEMMs.
+    assert result.summary["median_tpot_ms"] > 9.0
