@@ -38,6 +38,7 @@ RTX4090 = GPU_PRESETS["rtx-4090"]
 LLAMA = model_preset("llama-3-8b")
 PRO_SLICE = "rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b"
 PROFILE_4090 = "rtx4090-vllm-0.19.0-llama-3.1-8b-tp1"
+PROFILE_PRO = "rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1"
 ADAPTER: TypeAdapter[CostConfig] = TypeAdapter(CostConfig)
 
 
@@ -145,7 +146,7 @@ def test_unknown_shipped_artifact_lists_the_shipped_ones() -> None:
 
 def test_shipped_artifacts_are_small_and_carry_provenance() -> None:
     paths = shipped_kernel_artifacts()
-    assert {shipped_name(p) for p in paths} >= {PRO_SLICE, PROFILE_4090}
+    assert {shipped_name(p) for p in paths} >= {PRO_SLICE, PROFILE_4090, PROFILE_PRO}
     assert sum(p.stat().st_size for p in paths) < 2_000_000
     for path in paths:
         p = load_cached(path).provenance
@@ -183,7 +184,11 @@ def test_auto_without_tables_is_the_labelled_roofline() -> None:
 
 def test_auto_uses_a_shipped_kernel_artifact_for_its_gpu_and_model() -> None:
     pro = build_cost_model(AutoCostConfig(), LLAMA, PRO)
-    assert isinstance(pro, KernelCost) and "aiconfigurator" in pro.label
+    assert isinstance(pro, KernelCost) and "aiconfigurator" in pro.label  # before the profile
+    assert [c.artifact for c in auto_candidates(LLAMA, PRO)] == [
+        str(resolve_kernel_artifact(PRO_SLICE, None)),
+        str(resolve_kernel_artifact(PROFILE_PRO, None)),
+    ]
     rtx = build_cost_model(AutoCostConfig(), LLAMA, RTX4090)
     assert isinstance(rtx, KernelCost) and "LLMServingSim" in rtx.label
     # Another model on the same GPU: no table covers it, so the roofline.
