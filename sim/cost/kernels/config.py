@@ -71,10 +71,18 @@ class KernelsCostConfig(BaseModel):
         return self
 
 
-def architecture_for(model: ModelSpec, override: str | None = None) -> ModelArchitecture:
-    """The architecture a scenario's model stands for (see the module docstring)."""
+def architecture_for(
+    model: ModelSpec, override: str | None = None, base_dir: Path | None = None
+) -> ModelArchitecture:
+    """The architecture a scenario's model stands for (see the module docstring).
+
+    A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
+    """
     if override is not None:
-        return load_architecture(override)
+        if override in HF_CONFIGS or override in MODEL_SPEC_ALIASES or base_dir is None:
+            return load_architecture(override)
+        path = Path(override)
+        return load_architecture(path if path.is_absolute() else base_dir / path)
     name = MODEL_SPEC_ALIASES.get(model.name, model.name)
     if name in HF_CONFIGS:
         preset = load_architecture(name)
@@ -116,7 +124,7 @@ def build_kernels(
             f"{model.weight_dtype_bytes:g}-byte weights and {model.kv_dtype_bytes:g}-byte KV"
         )
     artifact = kernel_artifact_for(config, hardware, base_dir)
-    arch = architecture_for(model, config.architecture)
+    arch = architecture_for(model, config.architecture, base_dir)
     p = parallelism or ParallelismConfig()
     return KernelCost(
         arch,
