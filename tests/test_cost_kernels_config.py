@@ -123,7 +123,8 @@ def test_hardware_without_a_database_name_needs_cost_gpu() -> None:
     with pytest.raises(ConfigError, match=r"cost\.gpu: hardware 'rtx-4090' has no aiconfigurator"):
         build_cost_model(KernelsCostConfig(data_dir=str(AIC_DATA)), LLAMA, RTX4090)
     explicit = KernelsCostConfig(data_dir=str(AIC_DATA), gpu="rtx_pro_6000_server")
-    assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
+    with pytest.warns(UserWarning, match="measured on rtx_pro_6000_server"):
+        assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
 
 
 def test_non_bf16_models_are_refused_by_kind_kernels() -> None:
@@ -285,3 +286,15 @@ def test_auto_picks_kernel_tables_for_an_inline_rtx_pro_6000_scenario() -> None:
     assert result.summary["cost_model"].startswith("kernels:")
     # Decode steps of a handful of sequences cost at least the weights' GEMMs.
     assert result.summary["median_tpot_ms"] > 9.0
+
+
+def test_tables_of_another_gpu_are_warned_about() -> None:
+    config = KernelsCostConfig(source="path", artifact=PROFILE_4090)
+    with pytest.warns(
+        UserWarning, match="measured on RTX4090, the scenario's hardware is rtx-pro-6000"
+    ):
+        build_cost_model(config, LLAMA, PRO)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_cost_model(config, LLAMA, RTX4090)  # the right GPU: silent
+        build_cost_model(config, LLAMA, hardware_preset("cpu-2core"))  # no known name: silent
