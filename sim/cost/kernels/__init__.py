@@ -3,7 +3,8 @@
 Operator latencies come from measured tables (an artifact, see
 ``sim.cost.kernels.artifact``) built from aiconfigurator-core's database
 (``from_aiconfigurator``, ``export_slice``) or an LLMServingSim profile
-(``import_profile``; ``main`` is the ``servesim import-profile`` command).
+(``import_profile``; ``main`` is the ``servesim import-profile`` command,
+``export_main`` a ``servesim export-kernels`` command).
 ``KernelCost`` prices steps; ``KernelsCostConfig`` is the ``cost:`` block.
 """
 
@@ -19,7 +20,7 @@ from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
 from sim.cost.kernels.llmservingsim import import_profile, main
 from sim.cost.kernels.shipped import shipped_kernel_artifacts
-from sim.cost.kernels.slice import export_slice
+from sim.cost.kernels.slice import export_main, export_slice
 
 __all__ = [
     "DEFAULT_STEP_OVERHEAD_S",
@@ -29,6 +30,7 @@ __all__ = [
     "KernelsCostConfig",
     "available_gpus",
     "build_kernels",
+    "export_main",
     "export_slice",
     "from_aiconfigurator",
     "import_profile",
