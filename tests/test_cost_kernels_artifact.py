@@ -19,7 +19,7 @@ from sim.cost.kernels.artifact import (
     save_artifact,
 )
 from sim.cost.kernels.llmservingsim import import_profile, main, profile_artifact
-from sim.cost.kernels.slice import export_slice
+from sim.cost.kernels.slice import export_main, export_slice
 from sim.errors import ConfigError
 
 DATA = Path(__file__).parent / "data" / "kernels"
@@ -290,3 +290,17 @@ def test_against_the_installed_aiconfigurator_core() -> None:
     artifact = from_aiconfigurator(GPU)
     assert artifact.provenance.source.startswith("aiconfigurator-core")
     assert artifact.has("gemm") and artifact.has("generation_attention")
+
+
+def test_export_main_writes_a_slice_and_reports_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "s.json.gz"
+    argv = [GPU, "llama-3.1-8b", "--out", str(out), "--tp", "1", "2", "--data-dir", str(AIC_DATA)]
+    assert export_main(argv) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert "at tp 1,2" in load_kernel_artifact(out).provenance.notes
+    assert (
+        export_main(["h999", "llama-3.1-8b", "--out", str(out), "--data-dir", str(AIC_DATA)]) == 2
+    )
+    assert "no GPU 'h999'" in capsys.readouterr().err

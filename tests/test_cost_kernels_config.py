@@ -38,6 +38,7 @@ RTX4090 = GPU_PRESETS["rtx-4090"]
 LLAMA = model_preset("llama-3-8b")
 PRO_SLICE = "rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b"
 PROFILE_4090 = "rtx4090-vllm-0.19.0-llama-3.1-8b-tp1"
+PROFILE_PRO = "rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1"
 ADAPTER: TypeAdapter[CostConfig] = TypeAdapter(CostConfig)
 
 
@@ -122,7 +123,8 @@ def test_hardware_without_a_database_name_needs_cost_gpu() -> None:
     with pytest.raises(ConfigError, match=r"cost\.gpu: hardware 'rtx-4090' has no aiconfigurator"):
         build_cost_model(KernelsCostConfig(data_dir=str(AIC_DATA)), LLAMA, RTX4090)
     explicit = KernelsCostConfig(data_dir=str(AIC_DATA), gpu="rtx_pro_6000_server")
-    assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
+    with pytest.warns(UserWarning, match="measured on rtx_pro_6000_server"):
+        assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
 
 
 def test_non_bf16_models_are_refused_by_kind_kernels() -> None:
@@ -145,7 +147,7 @@ def test_unknown_shipped_artifact_lists_the_shipped_ones() -> None:
 
 def test_shipped_artifacts_are_small_and_carry_provenance() -> None:
     paths = shipped_kernel_artifacts()
-    assert {shipped_name(p) for p in paths} >= {PRO_SLICE, PROFILE_4090}
+    assert {shipped_name(p) for p in paths} >= {PRO_SLICE, PROFILE_4090, PROFILE_PRO}
     assert sum(p.stat().st_size for p in paths) < 2_000_000
     for path in paths:
         p = load_cached(path).provenance
@@ -183,7 +185,11 @@ def test_auto_without_tables_is_the_labelled_roofline() -> None:
 
 def test_auto_uses_a_shipped_kernel_artifact_for_its_gpu_and_model() -> None:
     pro = build_cost_model(AutoCostConfig(), LLAMA, PRO)
-    assert isinstance(pro, KernelCost) and "aiconfigurator" in pro.label
+    assert isinstance(pro, KernelCost) and "aiconfigurator" in pro.label  # before the profile
+    assert [c.artifact for c in auto_candidates(LLAMA, PRO)] == [
+        str(resolve_kernel_artifact(PRO_SLICE, None)),
+        str(resolve_kernel_artifact(PROFILE_PRO, None)),
+    ]
     rtx = build_cost_model(AutoCostConfig(), LLAMA, RTX4090)
     assert isinstance(rtx, KernelCost) and "LLMServingSim" in rtx.label
     # Another model on the same GPU: no table covers it, so the roofline.
@@ -280,3 +286,15 @@ def test_auto_picks_kernel_tables_for_an_inline_rtx_pro_6000_scenario() -> None:
     assert result.summary["cost_model"].startswith("kernels:")
     # Decode steps of a handful of sequences cost at least the weights' GEMMs.
     assert result.summary["median_tpot_ms"] > 9.0
+
+
+def test_tables_of_another_gpu_are_warned_about() -> None:
+    config = KernelsCostConfig(source="path", artifact=PROFILE_4090)
+    with pytest.warns(
+        UserWarning, match="measured on RTX4090, the scenario's hardware is rtx-pro-6000"
+    ):
+        build_cost_model(config, LLAMA, PRO)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_cost_model(config, LLAMA, RTX4090)  # the right GPU: silent
+        build_cost_model(config, LLAMA, hardware_preset("cpu-2core"))  # no known name: silent

@@ -52,6 +52,8 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
             "hidden_size", "inter_size", "topk", "num_experts", "tp_size", "ep_size",
             "num_tokens", "latency_s",
         ),
+        # One profiled MoE layer by tokens and distinct experts they activate.
+        "moe_layer": ("num_tokens", "num_active_experts", "latency_s"),
         # Ops run once per step for the sequences that sample (lm_head, sampler).
         "per_sequence": ("op", "num_seqs", "latency_s"),
         # Per-layer (or per-step: embedding, final_layernorm) ops of one model by tokens.

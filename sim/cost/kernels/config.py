@@ -20,13 +20,14 @@ else the scenario's dense ``ModelSpec`` itself.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.architecture import ModelArchitecture, from_model_spec, load_architecture
-from sim.cost.gpu_presets import AICONFIGURATOR_GPUS
+from sim.cost.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
@@ -71,10 +72,18 @@ class KernelsCostConfig(BaseModel):
         return self
 
 
-def architecture_for(model: ModelSpec, override: str | None = None) -> ModelArchitecture:
-    """The architecture a scenario's model stands for (see the module docstring)."""
+def architecture_for(
+    model: ModelSpec, override: str | None = None, base_dir: Path | None = None
+) -> ModelArchitecture:
+    """The architecture a scenario's model stands for (see the module docstring).
+
+    A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
+    """
     if override is not None:
-        return load_architecture(override)
+        if override in HF_CONFIGS or override in MODEL_SPEC_ALIASES or base_dir is None:
+            return load_architecture(override)
+        path = Path(override)
+        return load_architecture(path if path.is_absolute() else base_dir / path)
     name = MODEL_SPEC_ALIASES.get(model.name, model.name)
     if name in HF_CONFIGS:
         preset = load_architecture(name)
@@ -116,7 +125,17 @@ def build_kernels(
             f"{model.weight_dtype_bytes:g}-byte weights and {model.kv_dtype_bytes:g}-byte KV"
         )
     artifact = kernel_artifact_for(config, hardware, base_dir)
-    arch = architecture_for(model, config.architecture)
+    measured_on = artifact.provenance.gpu
+    expected = SOURCE_GPU_NAMES.get(hardware.name)
+    if expected is not None and measured_on not in expected:
+        # Allowed (e.g. to compare GPUs), but the tables then price another GPU.
+        warnings.warn(
+            f"cost: kernel tables measured on {measured_on}, the scenario's hardware is "
+            f"{hardware.name}",
+            UserWarning,
+            stacklevel=2,
+        )
+    arch = architecture_for(model, config.architecture, base_dir)
     p = parallelism or ParallelismConfig()
     return KernelCost(
         arch,

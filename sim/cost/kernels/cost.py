@@ -15,9 +15,10 @@ layers, split over ``tp`` GPUs and ``pp`` stages::
             + (pp - 1) * p2p(T)               stage-to-stage send of T x hidden activations
 
 Dense ops come from a per-layer profile (``layer_ops``: also norms, rotary,
-activation) when the artifact has one, else from the GEMM table at vLLM's
-per-GPU shapes (``sim.cost.kernels.ops``); the GEMM route leaves out the
-elementwise ops (a few µs per layer, which ``step_overhead_s`` absorbs).
+activation; ``moe_layer`` for MoE; see ``profile_ops``) when the artifact has
+one, else from the GEMM table at vLLM's per-GPU shapes
+(``sim.cost.kernels.ops``); the GEMM route leaves out the elementwise ops
+(a few µs per layer, which ``step_overhead_s`` absorbs).
 
 Prefill attention prices ``num_prefill_seqs`` equal chunks. With a
 context-attention table (batch x prompt length, no cache): the time of a
@@ -40,6 +41,7 @@ from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
+from sim.cost.kernels.profile_ops import ProfileDense
 from sim.cost.kernels.tables import (
     allreduce_grid,
     attention_grids,
@@ -55,25 +57,26 @@ from sim.errors import ConfigError
 # sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated.
 DEFAULT_STEP_OVERHEAD_S = 2e-3
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
-# Per-layer ops of a layer_ops profile and how often a layer runs each (two
-# RMSNorms: before attention and before the MLP). Per-step ops run once.
-PROFILE_LAYER_OPS = {
-    "layernorm": 2,
-    "qkv_proj": 1,
-    "rotary_emb": 1,
-    "o_proj": 1,
-    "gate_up_proj": 1,
-    "act_fn": 1,
-    "down_proj": 1,
-}
-PROFILE_STEP_OPS = ("embedding", "final_layernorm")
+# Name parts of fine-tuned variants that keep the base model's shapes.
+_VARIANT_WORDS = frozenset({"instruct", "chat", "base", "it", "hf", "thinking"})
 
 
 def model_matches(profile_model: str | None, arch_name: str) -> bool:
-    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``."""
+    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``.
+
+    A fine-tuned variant with the same shapes matches its base name
+    (``Qwen/Qwen3-30B-A3B-Instruct-2507`` is ``qwen3-30b-a3b``): the rest of
+    the name may only be variant words or a date.
+    """
     if profile_model is None:
         return True
-    return profile_model.split("/")[-1].lower() == arch_name.lower()
+    name, arch = profile_model.split("/")[-1].lower(), arch_name.lower()
+    if name == arch:
+        return True
+    if not name.startswith(arch + "-"):
+        return False
+    suffix = name[len(arch) + 1 :].split("-")
+    return all(part in _VARIANT_WORDS or part.isdigit() for part in suffix)
 
 
 class KernelCost:
@@ -119,21 +122,12 @@ class KernelCost:
 
     def _build_dense(self) -> None:
         a, arch = self.artifact, self.arch
-        self._profile_ops: list[tuple[Grid, int]] = []
-        self._step_ops: list[Grid] = []
+        self._profile: ProfileDense | None = None
         self._gemm: Grid | None = None
         self._moe: Grid | None = None
         self._lm_ops: list[Grid] = []
         if a.has("layer_ops"):
-            if arch.moe is not None:
-                raise ConfigError(
-                    f"kernel artifact ({a.label}): per-layer profiles of MoE models are not "
-                    "supported yet"
-                )
-            self._profile_ops = [
-                (op_grid(a, "layer_ops", op), n) for op, n in PROFILE_LAYER_OPS.items()
-            ]
-            self._step_ops = [op_grid(a, "layer_ops", op) for op in PROFILE_STEP_OPS]
+            self._profile = ProfileDense(a, arch)
         else:
             self._gemm = gemm_grid(a)
             if arch.moe is not None:
@@ -178,9 +172,8 @@ class KernelCost:
             return cached
         t = float(num_tokens)
         total = 0.0
-        if self._profile_ops:
-            for grid, count in self._profile_ops:
-                total += count * grid(t)
+        if self._profile is not None:
+            total += self._profile.layer_s(t)
         else:
             assert self._gemm is not None
             for n, k in self.shapes.gemms.values():
@@ -219,9 +212,7 @@ class KernelCost:
         cached = self._lm_cache.get(key)
         if cached is not None:
             return cached
-        total = 0.0
-        for grid in self._step_ops:
-            total += grid(float(num_tokens))
+        total = 0.0 if self._profile is None else self._profile.step_s(float(num_tokens))
         if num_seqs:
             if self._lm_ops:
                 for grid in self._lm_ops:

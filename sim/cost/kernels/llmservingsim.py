@@ -8,11 +8,12 @@ with vLLM's own kernels, one decoder layer at a time::
     <hw>/<org>/<model>/<dtype>/tp<N>/attention.csv
         prefill_chunk,kv_prefill,n_decode,kv_decode,time_us
     <hw>/<org>/<model>/<dtype>/tp<N>/per_sequence.csv  layer,sequences,time_us
-    <hw>/<org>/<model>/<dtype>/tp<N>/moe.csv       (MoE models; not imported yet)
+    <hw>/<org>/<model>/<dtype>/tp<N>/moe.csv       tokens,activated_experts,time_us (MoE)
 
 ``import_profile`` takes a ``tp<N>`` folder (or the ``<dtype>`` folder above
-it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention`` and
-``per_sequence``, converting microseconds to seconds. ``main`` is the body of
+it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention``,
+``per_sequence`` and (MoE models) ``moe_layer``, converting microseconds to
+seconds. The skew tables (uneven KV lengths in a batch) are not imported. ``main`` is the body of
 ``servesim import-profile DIR --out FILE``.
 """
 
@@ -98,6 +99,16 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
         tp_dir / "per_sequence.csv",
         {"layer": "op", "sequences": "num_seqs", "time_us": "latency_s"},
     )
+    tables = {"layer_ops": layer_ops, "per_sequence": per_seq}
+    if (tp_dir / "moe.csv").is_file():
+        tables["moe_layer"] = _read_csv(
+            tp_dir / "moe.csv",
+            {
+                "tokens": "num_tokens",
+                "activated_experts": "num_active_experts",
+                "time_us": "latency_s",
+            },
+        )
     # The empty batch (all zeros) is timed as a launch only; no step has it.
     mixed = mixed[(mixed["prefill_chunk_tokens"] > 0) | (mixed["num_decode_seqs"] > 0)]
     dtype = str(meta.get("variant", "bf16"))
@@ -118,13 +129,9 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
         kernels={"engine": "enforce_eager" if _eager(meta) else "cuda_graphs"},
         notes=f"CUDA {meta.get('cuda_version', '?')}; imported from {tp_dir.name}",
     )
+    tables["mixed_attention"] = mixed
     return KernelArtifact(
-        provenance,
-        {
-            "layer_ops": layer_ops.reset_index(drop=True),
-            "mixed_attention": mixed.reset_index(drop=True),
-            "per_sequence": per_seq.reset_index(drop=True),
-        },
+        provenance, {name: table.reset_index(drop=True) for name, table in tables.items()}
     )
 
 

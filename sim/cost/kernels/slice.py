@@ -11,7 +11,9 @@ The slice's provenance names the model, and ``KernelCost`` refuses other models.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from sim.cost.architecture import ModelArchitecture, load_architecture
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
 from sim.cost.kernels.ops import layer_shapes
+from sim.errors import ConfigError
 
 
 def _neighbours(axis: np.ndarray, value: int) -> set[int]:
@@ -100,3 +103,28 @@ def export_slice(
     arch = model if isinstance(model, ModelArchitecture) else load_architecture(model)
     full = from_aiconfigurator(gpu, framework, version, data_dir)
     return save_artifact(slice_artifact(full, arch, tensor_parallel_sizes), Path(out_path))
+
+
+def export_main(argv: Sequence[str] | None = None) -> int:
+    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--version V] [--data-dir D]``."""
+    parser = argparse.ArgumentParser(
+        prog="servesim export-kernels",
+        description="Write the aiconfigurator kernel tables one model needs as a small artifact.",
+    )
+    parser.add_argument("gpu", help="aiconfigurator GPU name, e.g. rtx_pro_6000_server")
+    parser.add_argument("model", help="architecture preset or config.json path")
+    parser.add_argument("--out", type=Path, required=True, help="artifact file (.json[.gz])")
+    parser.add_argument("--tp", type=int, nargs="+", default=[1], help="tensor-parallel sizes")
+    parser.add_argument("--framework", default="vllm")
+    parser.add_argument("--version", default=None, help="framework version (default: newest)")
+    parser.add_argument("--data-dir", default=None, help="aiconfigurator systems/data folder")
+    args = parser.parse_args(argv)
+    try:
+        path = export_slice(
+            args.gpu, args.model, args.out, args.framework, args.version, args.data_dir, args.tp
+        )
+    except ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0

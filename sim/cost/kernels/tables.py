@@ -143,3 +143,14 @@ def moe_grid(
         ep_size=1,
     )
     return Grid.from_points("moe", ("num_tokens",), (rows["num_tokens"],), rows["latency_s"])
+
+
+def moe_layer_grid(artifact: KernelArtifact) -> Grid:
+    """Profiled MoE layer latency by tokens and distinct experts activated."""
+    rows = _rows(artifact, "moe_layer", "for the MoE layers")
+    return Grid.from_points(
+        "moe_layer",
+        ("num_tokens", "num_active_experts"),
+        (rows["num_tokens"], rows["num_active_experts"]),
+        rows["latency_s"],
+    )
