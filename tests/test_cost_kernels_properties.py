@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from sim.cost.architecture import load_architecture
 from sim.cost.base import StepShape
-from sim.cost.gpu_presets import GPU_PRESETS
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import (
     TABLE_COLUMNS,
@@ -29,7 +28,7 @@ from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.kernels.slice import slice_artifact
 from sim.cost.parallel import link_preset
-from sim.cost.specs import model_preset
+from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
 
 DATA = Path(__file__).parent / "data" / "kernels"
@@ -241,5 +240,5 @@ def test_architecture_path_in_the_config_is_anchored_at_the_scenario(tmp_path: P
         artifact="rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b",
         architecture="llama-3.1-8b",
     )
-    cost = build_kernels(config, spec, GPU_PRESETS["rtx-pro-6000"], None, tmp_path)
+    cost = build_kernels(config, spec, hardware_preset("rtx-pro-6000"), None, tmp_path)
     assert cost.arch.name == "llama-3.1-8b"

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
-from sim.cost.specs import ModelSpec
+from sim.cost.model_spec import ModelSpec
 from sim.errors import ConfigError
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)

@@ -1,0 +1,224 @@
+"""Predict LLMServingSim's four public vLLM runs from kernel tables alone.
+
+    python benchmarks/public_runs.py --out docs/validation/public
+
+Each run (``validation/public/llmservingsim``: 300 ShareGPT requests served
+by vLLM 0.19 on an RTX 4090 or RTX PRO 6000) has a scenario in
+``scenarios/public/`` that replays exactly its requests (``trace.csv``
+written by ``servesim import-run``) with the run's engine settings, and a
+kernel-table cost model: nothing is fitted to the runs. For TTFT, TPOT and
+E2EL (no per-token times are published, so no ITL) the script compares the
+predicted and measured p50/p90/p99 and writes
+
+- ``results.json``: a list of ``{run, metric, p50_err_pct, p90_err_pct,
+  p99_err_pct}`` (signed, (predicted − measured) / measured × 100), with the
+  measured and predicted values in ms and LLMServingSim's own published
+  errors for the same run beside;
+- ``results.md``: the same as a table, with the targets and whether they are met;
+- ``cdf-<run>.png``: measured and predicted CDFs per metric.
+
+Takes well under a minute; needs no GPU and no network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim import api  # noqa: E402
+from sim.metrics.stats import completed_mask, with_request_metrics  # noqa: E402
+from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
+
+EXAMPLES = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
+METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+# LLMServingSim's summary.txt row names for each metric and percentile.
+_PUBLISHED_ROWS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "Latency"}
+_PUBLISHED_STATS = {"p50": "Median", "p90": "P90", "p99": "P99"}
+
+
+@dataclass(frozen=True)
+class PublicRun:
+    """One public run: its short name, its folder and the scenario replaying it."""
+
+    name: str
+    folder: str
+    scenario: str
+    # Targets from issue 11: |error| at p50/p90 and at p99, in %.
+    target_p50_p90_pct: float
+    target_p99_pct: float
+
+
+RUNS = (
+    PublicRun(
+        "rtx4090-llama-3.1-8b",
+        "RTX4090/Llama-3.1-8B",
+        "scenarios/public/rtx4090_llama31_8b.yaml",
+        10.0,
+        15.0,
+    ),
+    PublicRun(
+        "rtxpro6000-llama-3.1-8b",
+        "RTXPRO6000/Llama-3.1-8B",
+        "scenarios/public/rtxpro6000_llama31_8b.yaml",
+        10.0,
+        15.0,
+    ),
+    PublicRun(
+        "rtxpro6000-qwen3-32b-tp2",
+        "RTXPRO6000/Qwen3-32B",
+        "scenarios/public/rtxpro6000_qwen3_32b_tp2.yaml",
+        15.0,
+        20.0,
+    ),
+    PublicRun(
+        "rtxpro6000-qwen3-30b-a3b-dp2-ep2",
+        "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507",
+        "scenarios/public/rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml",
+        15.0,
+        20.0,
+    ),
+)
+
+
+def published_errors(folder: Path) -> dict[str, dict[str, float]]:
+    """LLMServingSim's own Diff% per metric and statistic, from its summary.txt."""
+    rows: dict[str, float] = {}
+    for line in (folder / "validation" / "summary.txt").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1].endswith("%"):
+            rows[" ".join(parts[:-3])] = float(parts[-1].rstrip("%"))
+    return {
+        metric: {
+            stat: rows[f"{_PUBLISHED_ROWS[metric]} {label}"]
+            for stat, label in _PUBLISHED_STATS.items()
+        }
+        for metric in METRICS
+    }
+
+
+def latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
+    """TTFT, TPOT and E2EL of the completed requests, in seconds (finite values)."""
+    table = with_request_metrics(requests)
+    table = table[completed_mask(table)]
+    out = {}
+    for metric, column in METRICS.items():
+        values = table[column].to_numpy(dtype=np.float64)
+        out[metric] = values[np.isfinite(values)]
+    return out
+
+
+def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows of results.json for one run, and the latencies for its plot."""
+    folder = EXAMPLES / run.folder
+    measured = latencies_s(read_llmservingsim(folder).requests)
+    result = api.run(ROOT / run.scenario)
+    predicted = latencies_s(result.requests)
+    published = published_errors(folder)
+    rows = []
+    for metric in METRICS:
+        m = {s: float(np.percentile(measured[metric], q)) * 1e3 for s, q in PERCENTILES.items()}
+        p = {s: float(np.percentile(predicted[metric], q)) * 1e3 for s, q in PERCENTILES.items()}
+        row: dict[str, Any] = {"run": run.name, "metric": metric}
+        for stat in PERCENTILES:
+            row[f"{stat}_err_pct"] = round(100.0 * (p[stat] - m[stat]) / m[stat], 2)
+        row["measured_ms"] = {s: round(v, 2) for s, v in m.items()}
+        row["predicted_ms"] = {s: round(v, 2) for s, v in p.items()}
+        row["llmservingsim_err_pct"] = published[metric]
+        row["cost_model"] = result.summary["cost_model"]
+        row["num_completed_predicted"] = int(predicted["e2el"].size)
+        rows.append(row)
+    return rows, {"measured": measured, "predicted": predicted}
+
+
+def meets(row: dict[str, Any], run: PublicRun) -> bool:
+    """Whether a metric's errors are within the run's targets."""
+    low = max(abs(row["p50_err_pct"]), abs(row["p90_err_pct"]))
+    return bool(low <= run.target_p50_p90_pct and abs(row["p99_err_pct"]) <= run.target_p99_pct)
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """results.md: ours beside LLMServingSim's published errors."""
+    by_name = {run.name: run for run in RUNS}
+    lines = [
+        "| run | metric | measured p50 / p90 / p99 (ms) | servesim err p50 / p90 / p99 | "
+        "LLMServingSim err p50 / p90 / p99 | target (p50,p90 / p99) | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        run = by_name[row["run"]]
+        m = row["measured_ms"]
+        ours = " / ".join(f"{row[f'{s}_err_pct']:+.1f} %" for s in PERCENTILES)
+        theirs = " / ".join(f"{row['llmservingsim_err_pct'][s]:+.1f} %" for s in PERCENTILES)
+        lines.append(
+            f"| {row['run']} | {row['metric'].upper()} | "
+            f"{m['p50']:.1f} / {m['p90']:.1f} / {m['p99']:.1f} | {ours} | {theirs} | "
+            f"±{run.target_p50_p90_pct:.0f} / ±{run.target_p99_pct:.0f} % | "
+            f"{'yes' if meets(row, run) else 'no'} |"
+        )
+    models = sorted({f"- {row['run']}: `{row['cost_model']}`" for row in rows})
+    return "\n".join([*lines, "", "Cost models:", "", *models, ""])
+
+
+def plot(name: str, data: dict[str, Any], path: Path) -> None:
+    """Measured vs predicted CDFs, one panel per metric."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, metric in zip(axes, METRICS, strict=True):
+        for label, style in (("measured (vLLM)", "-"), ("servesim (kernel tables)", "--")):
+            key = "measured" if label.startswith("measured") else "predicted"
+            values = np.sort(data[key][metric]) * 1e3
+            ax.step(values, np.arange(1, values.size + 1) / values.size, style, label=label)
+        ax.set_xlabel(f"{metric.upper()} (ms)")
+        ax.set_ylim(0, 1.01)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("CDF")
+    axes[-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(name, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="output folder")
+    parser.add_argument("--run", action="append", help="only these runs (repeatable)")
+    args = parser.parse_args()
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out}: exists and is not a folder")
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for run in RUNS:
+        if args.run and run.name not in args.run:
+            continue
+        run_rows, data = compare_run(run)
+        rows += run_rows
+        plot(run.name, data, args.out / f"cdf-{run.name}.png")
+        for row in run_rows:
+            print(
+                f"{run.name:34s} {row['metric']:5s} err p50 {row['p50_err_pct']:+6.1f} %  "
+                f"p90 {row['p90_err_pct']:+6.1f} %  p99 {row['p99_err_pct']:+6.1f} %  "
+                f"(LLMServingSim p50 {row['llmservingsim_err_pct']['p50']:+.1f} %)"
+            )
+    (args.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / "results.md").write_text(render(rows))
+    print(f"wrote results.json, results.md and {len(rows) // 3} plots to {args.out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
