@@ -15,7 +15,13 @@ predicted and measured p50/p90/p99 and writes
   measured and predicted values in ms and LLMServingSim's own published
   errors for the same run beside;
 - ``results.md``: the same as a table, with the targets and whether they are met;
-- ``cdf-<run>.png``: measured and predicted CDFs per metric.
+- ``cdf-<run>.png``: measured and predicted CDFs per metric;
+- ``sensitivity.json`` (and a table in ``results.md``): the p50 errors again
+  with every step priced ``SCALES`` times the cost model's time, which shows
+  how much a step-time error moves each metric. These runs are overloaded
+  (arrivals outpace the engine), so the queue, and with it TTFT, grows with
+  the gap between arrival and service rates: a few percent of step time
+  moves TTFT several times as much.
 
 Takes well under a minute; needs no GPU and no network.
 """
@@ -26,6 +32,7 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
+from sim.cost.engine_overhead import ScaledCost  # noqa: E402
 from sim.metrics.stats import completed_mask, with_request_metrics  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
 
@@ -49,6 +57,7 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 # LLMServingSim's summary.txt row names for each metric and percentile.
 _PUBLISHED_ROWS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "Latency"}
 _PUBLISHED_STATS = {"p50": "Median", "p90": "P90", "p99": "P99"}
+SCALES = (0.95, 1.05, 1.10)  # step-time multipliers of the sensitivity study
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,41 @@ def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {"measured": measured, "predicted": predicted}
 
 
+def sensitivity(run: PublicRun) -> dict[str, Any]:
+    """p50 error of each metric with every step ``scale`` times as long."""
+    measured = latencies_s(read_llmservingsim(EXAMPLES / run.folder).requests)
+    out: dict[str, Any] = {"run": run.name}
+    for scale in SCALES:
+        result = api.run(ROOT / run.scenario, wrap_cost=partial(ScaledCost, factor=scale))
+        predicted = latencies_s(result.requests)
+        out[f"x{scale:g}"] = {
+            metric: round(
+                100.0 * (np.median(predicted[metric]) / np.median(measured[metric]) - 1.0), 2
+            )
+            for metric in METRICS
+        }
+    return out
+
+
+def render_sensitivity(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
+    """How the p50 errors move when every step takes x times the modelled time."""
+    base = {(r["run"], r["metric"]): r["p50_err_pct"] for r in results}
+    scales = ["x0.95", "x1", "x1.05", "x1.1"]
+    lines = [
+        "| run | metric | " + " | ".join(f"p50 err, steps {s}" for s in scales) + " |",
+        "|---|---|" + "---|" * len(scales),
+    ]
+    for row in rows:
+        for metric in METRICS:
+            cells = [row[s][metric] if s != "x1" else base[(row["run"], metric)] for s in scales]
+            lines.append(
+                f"| {row['run']} | {metric.upper()} | "
+                + " | ".join(f"{c:+.1f} %" for c in cells)
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def meets(row: dict[str, Any], run: PublicRun) -> bool:
     """Whether a metric's errors are within the run's targets."""
     low = max(abs(row["p50_err_pct"]), abs(row["p90_err_pct"]))
@@ -197,15 +241,21 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--run", action="append", help="only these runs (repeatable)")
+    parser.add_argument(
+        "--no-sensitivity", action="store_true", help="skip the step-time sensitivity runs"
+    )
     args = parser.parse_args()
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out}: exists and is not a folder")
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
+    studies: list[dict[str, Any]] = []
     for run in RUNS:
         if args.run and run.name not in args.run:
             continue
         run_rows, data = compare_run(run)
+        if not args.no_sensitivity:
+            studies.append(sensitivity(run))
         rows += run_rows
         plot(run.name, data, args.out / f"cdf-{run.name}.png")
         for row in run_rows:
@@ -215,7 +265,12 @@ def main() -> int:
                 f"(LLMServingSim p50 {row['llmservingsim_err_pct']['p50']:+.1f} %)"
             )
     (args.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.out / "results.md").write_text(render(rows))
+    text = render(rows)
+    if studies:
+        (args.out / "sensitivity.json").write_text(json.dumps(studies, indent=1) + "\n")
+        text += "\nSensitivity: p50 errors with every step x times as long\n\n"
+        text += render_sensitivity(studies, rows)
+    (args.out / "results.md").write_text(text)
     print(f"wrote results.json, results.md and {len(rows) // 3} plots to {args.out}/")
     return 0
 

@@ -165,11 +165,14 @@ def run(
     overrides: Sequence[str] = (),
     base_dir: str | Path | None = None,
     progress: bool = False,
+    wrap_cost: Callable[[CostModel], CostModel] | None = None,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
 
     ``base_dir`` anchors relative paths in the scenario (trace files,
     artifacts); it defaults to the scenario file's folder, else the cwd.
+    ``wrap_cost`` replaces the scenario's cost model by a function of it
+    (what-if studies: every step 5 % slower, say).
     """
     source = "<scenario>"
     if not isinstance(scenario, Scenario):
@@ -184,6 +187,8 @@ def run(
         engine = engine_for(scenario, base)
     except ConfigError as error:  # e.g. a bad artifact, or the model does not fit
         raise ConfigError(f"{source}: {error}") from None
+    if wrap_cost is not None:
+        engine = dataclasses.replace(engine, cost=wrap_cost(engine.cost))
     work: Any
     if isinstance(scenario.workload, ClosedLoopWorkload):
         work = ClosedLoopSource(scenario.workload, rng, base)

@@ -12,8 +12,12 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -24,7 +28,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     result = api.run(args.scenario, args.set or (), progress=not args.quiet)
     elapsed_s = time.perf_counter() - started
     print(format_summary_table(result.summary))
-    print(f"cost model: {result.summary['cost_model']}")
+    auto = result.scenario.cost.kind == "auto"
+    why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
+    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}")
     out = Path(args.out) if args.out else Path("runs") / result.scenario.name
     paths = result.write(out, write_steps=args.write_steps)
     print(
@@ -75,12 +81,41 @@ def _add_validation(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     add_parsers(subparsers)
 
 
+def _forward(name: str, help_text: str, module_main: str) -> Callable[[Subparsers], None]:
+    """A subcommand whose own parser (in the cost layer) reads the rest of the line."""
+
+    def add(subparsers: Subparsers) -> None:
+        # Listed here for --help; main() hands the rest of the line over before parsing.
+        subparsers.add_parser(name, help=help_text, add_help=False)
+        FORWARDED[name] = module_main
+
+    return add
+
+
+# Subcommand -> the function of sim.cost.kernels that parses and runs it.
+FORWARDED: dict[str, str] = {}
+
+
+_add_import_profile = _forward(
+    "import-profile",
+    "turn an LLMServingSim per-layer GPU profile into a kernel-table artifact",
+    "main",
+)
+_add_export_kernels = _forward(
+    "export-kernels",
+    "cut a model's kernel tables out of aiconfigurator-core's database into an artifact",
+    "export_main",
+)
+
+
 ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_run,
     _add_calibrate,
     _add_planning,
     _add_measure,
     _add_validation,
+    _add_import_profile,
+    _add_export_kernels,
 ]
 
 
@@ -108,7 +143,12 @@ def _one_line_warning(
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # users get one line, not a source dump
     parser = build_parser()
-    args = parser.parse_args(argv)
+    line = list(sys.argv[1:] if argv is None else argv)
+    if line and line[0] in FORWARDED:
+        import sim.cost.kernels as kernels
+
+        return int(getattr(kernels, FORWARDED[line[0]])(line[1:]))
+    args = parser.parse_args(line)
     try:
         return int(args.handler(args))
     except ConfigError as error:

@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         path = import_profile(args.src_dir, args.out)
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"servesim: error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
     return 0

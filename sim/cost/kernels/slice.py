@@ -124,7 +124,7 @@ def export_main(argv: Sequence[str] | None = None) -> int:
             args.gpu, args.model, args.out, args.framework, args.version, args.data_dir, args.tp
         )
     except ConfigError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"servesim: error: {error}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
     return 0
