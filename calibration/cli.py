@@ -56,6 +56,14 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", type=Path, help="default: calibration/artifacts/<device>-<model>-<dtype>.json"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help=(
+            "time the model's operators (GEMMs, attention, LM head, sampler) and write a "
+            "kernel-table artifact for cost kind 'kernels' (grids: small, gpu)"
+        ),
+    )
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -95,6 +103,33 @@ def _kv_budget_tokens(model: Any) -> int:
     return int(0.6 * free_bytes // per_token)
 
 
+def _run_kernels(args: argparse.Namespace, dtype: DtypeName) -> int:
+    """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
+    from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
+    from sim.cost.architecture import from_model_spec, load_architecture
+    from sim.cost.kernels import save_artifact
+    from sim.cost.model_configs import HF_CONFIGS
+
+    grid = args.grid
+    if grid == "default":
+        grid = "gpu" if args.device == "cuda" else "small"
+    if grid not in KERNEL_GRIDS:
+        raise ConfigError(f"--grid {grid}: kernel grids are {', '.join(KERNEL_GRIDS)}")
+    spec = model_preset(args.model)
+    arch = load_architecture(args.model) if args.model in HF_CONFIGS else from_model_spec(spec)
+    name = f"{args.device}-{spec.name}-{dtype}-kernels.json.gz"
+    out = args.out or Path("calibration/artifacts") / name
+    print(f"timing the operators of {arch.name} ({dtype}) on {args.device}: grid {grid}")
+    started = time.perf_counter()
+    artifact = measure_tables(arch, args.device, dtype, grid, progress=lambda s: print(f"  {s}"))
+    path = save_artifact(artifact, Path(out))
+    print(
+        f"wrote {path} in {time.perf_counter() - started:.0f} s; use it with "
+        f"cost: {{kind: kernels, source: path, artifact: {path}}}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Calibrate as ``args`` say; raises ConfigError on bad input. Returns 0."""
     try:
@@ -116,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
     if args.temperature < 0:
         raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
     dtype: DtypeName = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
+    if getattr(args, "kernels", False):
+        return _run_kernels(args, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)

@@ -126,10 +126,10 @@ def test_hardware_without_a_database_name_needs_cost_gpu() -> None:
         assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
 
 
-def test_non_bf16_models_are_refused_by_kind_kernels() -> None:
+def test_models_of_another_dtype_than_the_tables_are_refused() -> None:
     fp8 = LLAMA.model_copy(update={"kv_dtype_bytes": 1.0})
     config = KernelsCostConfig(source="path", artifact=PRO_SLICE)
-    with pytest.raises(ConfigError, match="tables are bf16"):
+    with pytest.raises(ConfigError, match="tables are bfloat16 weights / bfloat16 KV; model"):
         build_cost_model(config, fp8, PRO)
 
 

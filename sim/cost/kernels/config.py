@@ -111,6 +111,10 @@ def kernel_artifact_for(
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
 
 
+# Bytes per element of the dtypes an artifact's provenance names.
+_DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
+
+
 def build_kernels(
     config: KernelsCostConfig,
     model: ModelSpec,
@@ -119,12 +123,15 @@ def build_kernels(
     base_dir: Path | None = None,
 ) -> KernelCost:
     """The ``KernelCost`` a ``kind: kernels`` block describes."""
-    if model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
-        raise ConfigError(
-            f"cost.kind kernels: tables are bf16; model {model.name} has "
-            f"{model.weight_dtype_bytes:g}-byte weights and {model.kv_dtype_bytes:g}-byte KV"
-        )
     artifact = kernel_artifact_for(config, hardware, base_dir)
+    dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
+    wanted = (_DTYPE_BYTES.get(dtype), _DTYPE_BYTES.get(kv_dtype))
+    if (model.weight_dtype_bytes, model.kv_dtype_bytes) != wanted:
+        raise ConfigError(
+            f"cost.kind kernels: tables are {dtype} weights / {kv_dtype} KV; model "
+            f"{model.name} has {model.weight_dtype_bytes:g}-byte weights and "
+            f"{model.kv_dtype_bytes:g}-byte KV"
+        )
     measured_on = artifact.provenance.gpu
     expected = SOURCE_GPU_NAMES.get(hardware.name)
     if expected is not None and measured_on not in expected:
