@@ -122,7 +122,7 @@ def export_slice(
 
 
 def export_main(argv: Sequence[str] | None = None) -> int:
-    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--ep 2] [--version V] [--data-dir D]``."""
+    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--ep 2] [--version V] ...``."""
     parser = argparse.ArgumentParser(
         prog="servesim export-kernels",
         description="Write the aiconfigurator kernel tables one model needs as a small artifact.",
