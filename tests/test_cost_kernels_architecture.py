@@ -186,7 +186,7 @@ def test_unknown_preset_or_unreadable_file(tmp_path: Path) -> None:
 def test_architecture_is_frozen_and_strict() -> None:
     arch = load_architecture("qwen3-8b")
     with pytest.raises(ValidationError):
-        arch.num_layers = 3  # type: ignore[misc]
+        arch.num_layers = 3
     with pytest.raises(ValidationError):
         ModelArchitecture(**{**arch.model_dump(), "extra": 1})
     with pytest.raises(ValidationError):

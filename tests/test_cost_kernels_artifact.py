@@ -236,7 +236,9 @@ def test_unknown_gpu_framework_or_version_lists_what_is_available(
     args: tuple[str, ...], message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message) as err:
-        from_aiconfigurator(*args, data_dir=AIC_DATA)  # type: ignore[arg-type]
+        framework = args[1] if len(args) > 1 else "vllm"
+        version = args[2] if len(args) > 2 else None
+        from_aiconfigurator(args[0], framework, version, data_dir=AIC_DATA)
     assert "\n" not in str(err.value)
 
 

@@ -24,7 +24,7 @@ from sim.cost.kernels.shipped import (
     shipped_kernel_artifacts,
     shipped_name,
 )
-from sim.cost.parallel import ParallelismConfig
+from sim.cost.parallel import ParallelismConfig, link_preset
 from sim.cost.parallel_roofline import ParallelRooflineCost, parallel_cost_model
 from sim.cost.select import AutoCostConfig, UncalibratedRoofline
 from sim.cost.specs import HARDWARE_PRESETS, hardware_preset, model_preset
@@ -94,7 +94,7 @@ def test_bad_kernels_blocks_are_rejected(doc: dict, message: str) -> None:
 def test_config_is_frozen() -> None:
     config = KernelsCostConfig()
     with pytest.raises(ValidationError):
-        config.gpu = "x"  # type: ignore[misc]
+        config.gpu = "x"
 
 
 def test_build_cost_model_with_a_shipped_artifact_name() -> None:
@@ -215,7 +215,7 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_auto_with_parallelism_uses_tables_when_they_cover_the_layout() -> None:
-    tp2 = ParallelismConfig(tensor_parallel_size=2, link="pcie5")
+    tp2 = ParallelismConfig(tensor_parallel_size=2, link=link_preset("pcie5"))
     cost = parallel_cost_model(AutoCostConfig(), LLAMA, PRO, tp2)
     assert isinstance(cost, KernelCost) and cost.tp == 2
     # The shipped slice has no tp4 head layout, the profile is tp1: roofline.

@@ -43,7 +43,7 @@ ON_GRID = ModelArchitecture(
 LLAMA = load_architecture("llama-3.1-8b")
 
 
-def row(table: pd.DataFrame, **match: float) -> float:
+def row(table: pd.DataFrame, **match: float | str) -> float:
     """The single latency of ``table`` at ``match`` (the test's own table lookup)."""
     selected = table
     for column, value in match.items():

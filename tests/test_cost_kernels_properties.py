@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def quiet(fn, *args):  # type: ignore[no-untyped-def]
 @SETTINGS
 @given(prefill=chunks, decode=contexts)
 def test_a_step_is_overhead_plus_layers_times_layer_plus_per_step(
-    make, prefill: list[tuple[int, int]], decode: list[int]
+    make: Callable[[], KernelCost], prefill: list[tuple[int, int]], decode: list[int]
 ) -> None:
     cost = make()
     shape = StepShape.build(prefill_chunks=prefill, decode_context_tokens=decode)
@@ -145,7 +146,7 @@ def test_decode_runs_are_nondecreasing_up_to_table_noise(
 
 
 @st.composite
-def monotone_grids(draw: st.DrawFn) -> tuple[Grid, list[list[float]], list[list[float]]]:
+def monotone_grids(draw: st.DrawFn) -> tuple[Grid, list[list[int]], list[list[float]]]:
     """A 2-D grid whose values increase along both axes, and its axes."""
     axes = [sorted(draw(st.sets(st.integers(1, 10_000), min_size=2, max_size=6))) for _ in range(2)]
     steps = draw(

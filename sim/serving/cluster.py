@@ -7,6 +7,7 @@ engine core, KV pool and step log; results concatenate them, with a
 
     cluster:
       num_replicas: 4
+      lockstep: false                      # true: DP ranks of an MoE model (see lockstep.py)
       router: least_outstanding_requests   # or round_robin, least_outstanding_tokens,
                                            # power_of_two, prefix_affinity, central_queue
       disaggregation:                      # optional: prefill and decode pools instead
@@ -55,11 +56,18 @@ class ClusterConfig(BaseModel):
         description="central_queue: requests a replica holds at most "
         "(default: the scheduler's max_num_seqs or max_batch_size)",
     )
+    lockstep: bool = Field(
+        default=False,
+        description="replicas are data-parallel ranks of one MoE model that step together "
+        "(vLLM DP with expert parallelism): each step lasts as long as the slowest rank's",
+    )
     disaggregation: DisaggregationConfig | None = None
 
     @model_validator(mode="after")
     def _check_replicas(self) -> ClusterConfig:
         split = self.disaggregation
+        if split is not None and self.lockstep:
+            raise ValueError("lockstep is for one pool of data-parallel ranks, not disaggregation")
         if split is not None and "num_replicas" in self.model_fields_set:
             total = split.num_prefill_replicas + split.num_decode_replicas
             if self.num_replicas != total:
@@ -110,7 +118,7 @@ def build_layout(
     split = config.disaggregation
     if split is None:
         router = make_router(config.router, cluster.rng)
-        return Pool(env, engine, 0, config.num_replicas, router, on_done, slots)
+        return Pool(env, engine, 0, config.num_replicas, router, on_done, slots, config.lockstep)
     routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
     return Disaggregated(env, engine, split, cluster.kv_bytes_per_token, routers, on_done, slots)
 

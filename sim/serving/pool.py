@@ -26,6 +26,7 @@ import simpy
 
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
+from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, Router
 
@@ -45,6 +46,7 @@ class Pool:
         router: Router,
         on_done: Callable[[Request], None],
         central_slots: int | None = None,
+        lockstep: bool = False,
     ) -> None:
         self.env = env
         self.first_replica = first_replica
@@ -62,7 +64,13 @@ class Pool:
             )
             for i in range(num_replicas)
         ]
-        self.replicas = [Replica(env, core, engine.cost, engine.skip_ahead) for core in self.cores]
+        self.replicas: list[Replica] | list[LockstepMember]
+        if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
+            self.replicas = LockstepGroup(env, self.cores, engine.cost).members
+        else:
+            self.replicas = [
+                Replica(env, core, engine.cost, engine.skip_ahead) for core in self.cores
+            ]
         self.front_replicas = self.replicas  # the replicas arrivals reach
         self.loads = [ReplicaLoad() for _ in range(num_replicas)]
 

@@ -26,6 +26,7 @@ from sim.engine.request import Request
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine
+from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, steps_frame
 from sim.serving.replica import Replica
 
@@ -84,7 +85,9 @@ class Simulation:
                 engine.max_model_len_tokens,
                 on_done=self._on_done,
             )
-            self.replica = Replica(self.env, self.core, engine.cost, engine.skip_ahead)
+            self.replica: Replica | LockstepMember = Replica(
+                self.env, self.core, engine.cost, engine.skip_ahead
+            )
             self.cores = [self.core]
             self._submit: Callable[[Request], None] = self.replica.submit
         else:

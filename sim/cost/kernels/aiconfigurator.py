@@ -13,7 +13,10 @@ a bf16 model, because a table holds several per shape (attention: FlashAttention
 - attention: bf16 KV cache, window 0, the first of ``ATTENTION_KERNELS``
   present (FA3 on Hopper, FA2 elsewhere);
 - all-reduce: vLLM's custom all-reduce under CUDA graphs;
-- MoE: the unquantised fused-MoE kernel, bf16, balanced routing.
+- MoE: the unquantised fused-MoE kernel, bf16, balanced routing;
+- collectives (``collective``): NCCL's all-gather, reduce-scatter, all-to-all
+  and all-reduce in half precision, from ``comm/nccl/<version>`` (the newest
+  present; ``message_size`` there counts 2-byte elements of the whole buffer).
 
 Without ``data_dir`` the database is found where the package is installed
 (``importlib``; the package is not imported).
@@ -44,6 +47,7 @@ ATTENTION_KERNELS = (
 GEMM_KERNELS = ("torch.nn.functional.linear", "vllm_default")
 ALLREDUCE_BACKEND = "vllm_graph"
 MOE_KERNEL_FRAGMENT = "unquantizedfusedmoe"
+NCCL_DTYPE, NCCL_ELEMENT_BYTES = "half", 2
 
 
 def installed_data_dir() -> Path | None:
@@ -215,6 +219,21 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
                     "latency_s": m["latency"] * _MS,
                 }
             ).reset_index(drop=True)
+    nccl = sorted(
+        gpu_dir.glob("comm/nccl/*/nccl_perf.parquet"), key=lambda p: _version_key(p.parent.name)
+    )
+    if nccl:
+        c = pd.read_parquet(nccl[-1])
+        c = c[c["nccl_dtype"] == NCCL_DTYPE]
+        tables["collective"] = pd.DataFrame(
+            {
+                "op": c["op_name"].astype(str),
+                "num_gpus": c["num_gpus"].astype(int),
+                "message_bytes": c["message_size"].astype(int) * NCCL_ELEMENT_BYTES,
+                "latency_s": c["latency"] * _MS,
+            }
+        ).reset_index(drop=True)
+        kernels["collective"] = f"nccl {nccl[-1].parent.name}"
     provenance = KernelProvenance(
         source=f"aiconfigurator-core {package_version(gpu_dir.parent)}",
         licence=LICENCE,

@@ -47,6 +47,9 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         ),
         # One all-reduce of message_bytes over num_gpus GPUs.
         "allreduce": ("num_gpus", "message_bytes", "latency_s"),
+        # One NCCL collective (op: all_gather, reduce_scatter, alltoall, all_reduce) over
+        # num_gpus GPUs; message_bytes is the whole buffer (all_gather: the gathered output).
+        "collective": ("op", "num_gpus", "message_bytes", "latency_s"),
         # One fused MoE layer (routing, experts, combine) for num_tokens tokens.
         "moe": (
             "hidden_size", "inter_size", "topk", "num_experts", "tp_size", "ep_size",

@@ -12,6 +12,11 @@
       artifact: null                # shipped name or file (.json / .json.gz)
       architecture: null            # preset or config.json; default from model
       step_overhead_s: 0.002
+      expert_parallel_size: 1       # MoE only: GPUs the experts are split over (ep = dp x tp)
+
+With ``expert_parallel_size`` > 1 each replica is one data-parallel rank of
+an expert-parallel group (``sim.cost.kernels.expert_parallel``); it must
+divide the model's expert count and be a multiple of tensor_parallel_size.
 
 The model's architecture is ``architecture`` when given, else the preset of
 the same shapes as the scenario's model (``llama-3-8b`` is Llama-3.1-8B),
@@ -62,6 +67,7 @@ class KernelsCostConfig(BaseModel):
     artifact: str | None = None
     architecture: str | None = None
     step_overhead_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = DEFAULT_STEP_OVERHEAD_S
+    expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
     def _artifact_with_path(self) -> KernelsCostConfig:
@@ -151,4 +157,5 @@ def build_kernels(
         pipeline_parallel_size=p.pipeline_parallel_size,
         step_overhead_s=config.step_overhead_s,
         link=p.link,
+        expert_parallel_size=config.expert_parallel_size,
     )

@@ -29,7 +29,8 @@ chunk's time at its mean cached length.
 
 Pipeline stages run one after another for one step (no overlap across
 steps), so ``pp`` changes only the transfers; a link's bandwidth and latency
-price them (default NVLink 4).
+price them (default NVLink 4). With ``expert_parallel_size`` > 1 the MoE
+term is one GPU's share of an expert-parallel group (``expert_parallel``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 from sim.cost.architecture import ModelArchitecture
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
 from sim.cost.kernels.profile_ops import ProfileDense
@@ -90,9 +92,12 @@ class KernelCost:
         pipeline_parallel_size: int = 1,
         step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
         link: LinkSpec | None = None,
+        expert_parallel_size: int = 1,
     ) -> None:
         self.arch, self.artifact = arch, artifact
         self.tp, self.pp = tensor_parallel_size, pipeline_parallel_size
+        self.ep = expert_parallel_size
+        check_expert_parallel(arch, self.ep, self.tp)
         if self.pp > arch.num_layers:
             raise ConfigError(f"pipeline_parallel_size {self.pp} > {arch.num_layers} layers")
         self.step_overhead_s = step_overhead_s
@@ -124,13 +129,20 @@ class KernelCost:
         a, arch = self.artifact, self.arch
         self._profile: ProfileDense | None = None
         self._gemm: Grid | None = None
-        self._moe: Grid | None = None
+        self._moe: Grid | ExpertParallelMoE | None = None
         self._lm_ops: list[Grid] = []
         if a.has("layer_ops"):
+            if self.ep > 1:
+                raise ConfigError(
+                    f"cost.expert_parallel_size {self.ep}: kernel artifact ({a.label}) is a "
+                    "per-layer profile; expert parallelism needs aiconfigurator's moe table"
+                )
             self._profile = ProfileDense(a, arch)
         else:
             self._gemm = gemm_grid(a)
-            if arch.moe is not None:
+            if self.ep > 1:
+                self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
+            elif arch.moe is not None:
                 self._moe = moe_grid(
                     a,
                     arch.hidden_size,
@@ -254,6 +266,7 @@ class KernelCost:
     def label(self) -> str:
         p = self.artifact.provenance
         layout = "" if self.tp * self.pp == 1 else f"x{self.tp * self.pp}(tp{self.tp},pp{self.pp})"
+        layout += f"(ep{self.ep})" if self.ep > 1 else ""
         kernel = p.kernels.get("attention") or p.kernels.get("engine", "")
         detail = f"; {kernel}" if kernel else ""
         return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail})"

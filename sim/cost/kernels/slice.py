@@ -36,10 +36,18 @@ def _neighbours(axis: np.ndarray, value: int) -> set[int]:
 
 
 def slice_artifact(
-    full: KernelArtifact, arch: ModelArchitecture, tensor_parallel_sizes: Iterable[int] = (1,)
+    full: KernelArtifact,
+    arch: ModelArchitecture,
+    tensor_parallel_sizes: Iterable[int] = (1,),
+    expert_parallel_sizes: Iterable[int] = (1,),
 ) -> KernelArtifact:
-    """``full`` pruned to the rows ``arch`` uses at the given tensor-parallel sizes."""
+    """``full`` pruned to the rows ``arch`` uses at the given tensor- and expert-parallel sizes.
+
+    Expert parallelism keeps the MoE rows of whole experts (``tp_size`` 1) at
+    each ``ep_size`` and the NCCL collectives over that many GPUs.
+    """
     tps = sorted(set(tensor_parallel_sizes))
+    eps = sorted(set(expert_parallel_sizes) - {1})
     tables = dict(full.tables)
     gemm = tables["gemm"]
     n_axis, k_axis = np.unique(gemm["n"]), np.unique(gemm["k"])
@@ -62,26 +70,32 @@ def slice_artifact(
     if "allreduce" in tables:
         t = tables["allreduce"]
         tables["allreduce"] = t[t["num_gpus"].isin(tps)].reset_index(drop=True)
+    if "collective" in tables:
+        t = tables["collective"]
+        tables["collective"] = t[t["num_gpus"].isin([*tps, *eps])].reset_index(drop=True)
     if "moe" in tables:
         if arch.moe is None:
             del tables["moe"]
         else:
             t = tables["moe"]
-            inters = [arch.moe.expert_intermediate_size // tp for tp in tps]
-            tables["moe"] = t[
+            inter = arch.moe.expert_intermediate_size
+            model_rows = (
                 (t["hidden_size"] == arch.hidden_size)
-                & t["inter_size"].isin(inters)
                 & (t["topk"] == arch.moe.top_k)
                 & (t["num_experts"] == arch.moe.num_experts)
-                & t["tp_size"].isin(tps)
-                & (t["ep_size"] == 1)
-            ].reset_index(drop=True)
+            )
+            tp_rows = t["inter_size"].isin([inter // tp for tp in tps]) & t["tp_size"].isin(tps)
+            ep_rows = (t["inter_size"] == inter) & (t["tp_size"] == 1) & t["ep_size"].isin(eps)
+            tables["moe"] = t[model_rows & ((tp_rows & (t["ep_size"] == 1)) | ep_rows)].reset_index(
+                drop=True
+            )
     p = full.provenance
     notes = f"{p.notes}; " if p.notes else ""
     provenance = p.model_copy(
         update={
             "model": arch.name,
-            "notes": f"{notes}sliced for {arch.name} at tp {','.join(map(str, tps))}",
+            "notes": f"{notes}sliced for {arch.name} at tp {','.join(map(str, tps))}"
+            + (f", ep {','.join(map(str, eps))}" if eps else ""),
         }
     )
     return KernelArtifact(provenance, tables)
@@ -95,6 +109,7 @@ def export_slice(
     version: str | None = None,
     data_dir: Path | str | None = None,
     tensor_parallel_sizes: Iterable[int] = (1,),
+    expert_parallel_sizes: Iterable[int] = (1,),
 ) -> Path:
     """Write the slice of aiconfigurator's ``gpu`` tables that ``model`` needs.
 
@@ -102,11 +117,12 @@ def export_slice(
     """
     arch = model if isinstance(model, ModelArchitecture) else load_architecture(model)
     full = from_aiconfigurator(gpu, framework, version, data_dir)
-    return save_artifact(slice_artifact(full, arch, tensor_parallel_sizes), Path(out_path))
+    sliced = slice_artifact(full, arch, tensor_parallel_sizes, expert_parallel_sizes)
+    return save_artifact(sliced, Path(out_path))
 
 
 def export_main(argv: Sequence[str] | None = None) -> int:
-    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--version V] [--data-dir D]``."""
+    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--ep 2] [--version V] ...``."""
     parser = argparse.ArgumentParser(
         prog="servesim export-kernels",
         description="Write the aiconfigurator kernel tables one model needs as a small artifact.",
@@ -115,13 +131,21 @@ def export_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("model", help="architecture preset or config.json path")
     parser.add_argument("--out", type=Path, required=True, help="artifact file (.json[.gz])")
     parser.add_argument("--tp", type=int, nargs="+", default=[1], help="tensor-parallel sizes")
+    parser.add_argument("--ep", type=int, nargs="+", default=[1], help="expert-parallel sizes")
     parser.add_argument("--framework", default="vllm")
     parser.add_argument("--version", default=None, help="framework version (default: newest)")
     parser.add_argument("--data-dir", default=None, help="aiconfigurator systems/data folder")
     args = parser.parse_args(argv)
     try:
         path = export_slice(
-            args.gpu, args.model, args.out, args.framework, args.version, args.data_dir, args.tp
+            args.gpu,
+            args.model,
+            args.out,
+            args.framework,
+            args.version,
+            args.data_dir,
+            args.tp,
+            args.ep,
         )
     except ConfigError as error:
         print(f"servesim: error: {error}", file=sys.stderr)

@@ -129,8 +129,14 @@ def moe_grid(
     topk: int,
     num_experts: int,
     tp_size: int,
+    ep_size: int = 1,
 ) -> Grid:
-    """Fused MoE layer latency by tokens, for one expert layout (no expert parallelism)."""
+    """Fused MoE layer latency by tokens, for one expert layout.
+
+    With ``ep_size`` > 1 a row is one GPU's share: its ``num_experts / ep_size``
+    experts over the tokens of the whole expert-parallel group routed to them
+    (``num_tokens`` counts the group's tokens).
+    """
     rows = _rows(
         artifact,
         "moe",
@@ -140,7 +146,7 @@ def moe_grid(
         topk=topk,
         num_experts=num_experts,
         tp_size=tp_size,
-        ep_size=1,
+        ep_size=ep_size,
     )
     return Grid.from_points("moe", ("num_tokens",), (rows["num_tokens"],), rows["latency_s"])
 
@@ -153,4 +159,18 @@ def moe_layer_grid(artifact: KernelArtifact) -> Grid:
         ("num_tokens", "num_active_experts"),
         (rows["num_tokens"], rows["num_active_experts"]),
         rows["latency_s"],
+    )
+
+
+def collective_grid(artifact: KernelArtifact, op: str, num_gpus: int) -> Grid | None:
+    """Latency of one NCCL collective by message bytes over ``num_gpus`` GPUs, or None
+    when the artifact has no such rows (the caller then uses a formula over the link)."""
+    if not artifact.has("collective"):
+        return None
+    rows = artifact.tables["collective"]
+    rows = rows[(rows["op"] == op) & (rows["num_gpus"] == num_gpus)]
+    if len(rows) == 0:
+        return None
+    return Grid.from_points(
+        f"{op} x{num_gpus}", ("message_bytes",), (rows["message_bytes"],), rows["latency_s"]
     )

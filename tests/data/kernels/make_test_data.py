@@ -48,6 +48,13 @@ def main(aic_data: Path, profile_dir: Path) -> None:
             src / f"comm/vllm/{version}/custom_allreduce_perf.parquet",
             dst / f"comm/vllm/{version}/custom_allreduce_perf.parquet",
         )
+    # NCCL collectives on 2 GPUs (expert-parallel dispatch and combine).
+    nccl = sorted(src.glob("comm/nccl/*/nccl_perf.parquet"))[-1]
+    table = pd.read_parquet(nccl)
+    (dst / "comm/nccl" / nccl.parent.name).mkdir(parents=True)
+    table[table["num_gpus"] == 2].to_parquet(
+        dst / "comm/nccl" / nccl.parent.name / "nccl_perf.parquet", index=False
+    )
     moe = pd.read_parquet(src / "moe/vllm/0.24.0/moe_perf.parquet")
     moe = moe[(moe["hidden_size"] == 2048) & (moe["inter_size"] == 768) & (moe["topk"] == 8)]
     (dst / "moe/vllm/0.24.0").mkdir(parents=True)

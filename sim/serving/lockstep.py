@@ -1,0 +1,88 @@
+"""Data-parallel ranks that step together (``cluster.lockstep``): vLLM's DP ranks of an MoE model.
+
+With expert parallelism every MoE layer runs a collective across the DP
+ranks, so no rank can start step ``n + 1`` before all have finished step
+``n``: vLLM pads every rank's batch to the largest and an idle rank runs a
+dummy batch. Here one SimPy process drives all the group's engine cores:
+each step it asks every core for its plan, runs the non-empty ones for
+``max`` of their prices (an idle rank's dummy batch is not priced: the busy
+ranks' MoE term already counts the padded group tokens) and commits one
+step of each. No skip-ahead: one event per joint step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+import simpy
+
+from sim.cost.base import CostModel
+from sim.engine.core import EngineCore
+from sim.engine.request import Request
+
+
+class LockstepMember:
+    """One rank of a lockstep group, as the pool sees a replica: it takes requests."""
+
+    def __init__(self, group: LockstepGroup, index: int) -> None:
+        self.group, self.index = group, index
+        self.core = group.cores[index]
+        # Unused (runs are one step each); kept so pools treat all replicas alike.
+        self.horizon: Callable[[], float] | None = None
+
+    def submit(self, request: Request) -> None:
+        """Hand over a tokenized request; wake the group if it sleeps."""
+        self.group.submit(self.index, request)
+
+
+class LockstepGroup:
+    """Engine cores stepping together; a step lasts as long as the slowest rank's."""
+
+    def __init__(
+        self, env: simpy.Environment, cores: Sequence[EngineCore], cost: CostModel
+    ) -> None:
+        self.env, self.cores, self.cost = env, list(cores), cost
+        self.members = [LockstepMember(self, i) for i in range(len(self.cores))]
+        self._idle: simpy.Event | None = None
+        self.process = env.process(self._run())
+
+    def submit(self, index: int, request: Request) -> None:
+        idle = self._idle
+        if self.cores[index].add(request, self.env.now) and idle is not None and not idle.triggered:
+            idle.succeed()
+
+    def step_s(self, plans: Sequence[Any]) -> float:
+        """The joint step: the longest of the ranks' own steps."""
+        return max(self.cost.step_s(plan.shape()) + plan.extra_s for plan in plans)
+
+    def _run(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        while True:
+            now = env.now
+            plans = [core.schedule(now) for core in self.cores]
+            busy = [(core, plan) for core, plan in zip(self.cores, plans, strict=True)
+                    if not plan.is_empty]  # fmt: skip
+            if not busy:
+                wakes = [p.wake_at_s for p in plans if p.wake_at_s is not None]
+                yield from self._wait(min(wakes) if wakes else None)
+                continue
+            end = now + self.step_s([plan for _, plan in busy])
+            yield env.timeout(end - now)
+            for core, plan in busy:
+                core.commit(plan, now, [end])
+
+    def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
+        """Sleep until a request arrives at any rank or the earliest policy wake-up."""
+        idle = self.env.event()
+        self._idle = idle
+        if wake_at_s is not None:
+            timer = self.env.timeout(max(0.0, wake_at_s - self.env.now))
+
+            def wake(_: simpy.Event) -> None:
+                if not idle.triggered:
+                    idle.succeed()
+
+            timer.callbacks.append(wake)
+        yield idle
+        self._idle = None
