@@ -1,15 +1,8 @@
 """Prefix caching as vLLM v1 does it: every full block hashed, one free-block queue.
 
-Block identity. vLLM hashes each full block of a request's tokens (prompt and
-generated output) chained on its parent's hash, so two requests share block
-``j`` only if all their tokens up to the end of block ``j`` are equal.
-servesim requests carry no token ids, so a block's key stands for that chain:
-
-* inside the declared shareable prefix, the prefix's key: ``("group", g, j)``
-  for a request of prefix group ``g`` (whose first ``num_shared_prefix_tokens``
-  tokens are the group's), or a chain hash of ``block_hash_ids`` (traces);
-* anywhere else, the request's own key ``(request_id << 32) | j``, hit only by
-  the request itself (after a recompute preemption).
+Block identity (``sim.engine.block_keys``): every full block of a request,
+prompt and output, has a key standing for vLLM's chained block hash: the shared
+prefix's inside the declared prefix (group or trace ids), else the request's own.
 
 A block gets its key (is cached) once it is full: when it is allocated for a
 step that fills it (vLLM caches at scheduling time, ``cache_full_blocks``), or
@@ -43,19 +36,14 @@ to the free count (vLLM's ``get_num_blocks_to_allocate``).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 
 import pandas as pd
 
+from sim.engine.block_keys import BlockKeys, Key, own_key_base
 from sim.engine.kv_pool import BlockPool
 from sim.engine.records import completed_mask
 from sim.engine.request import Request
-
-# Root of the trace key chains (group keys are tuples, own keys plain ints: never equal).
-_TRACE_ROOT = 0x7ACE_1D5
-_OWN_SHIFT = 32  # own key = request_id << 32 | block index
-
-Key = Hashable
 
 
 class PrefixCachingPool(BlockPool):
@@ -65,9 +53,9 @@ class PrefixCachingPool(BlockPool):
         "_blocks",
         "_cached",
         "_copies",
-        "_group_keys",
         "_hit_memo",
         "_key_of",
+        "_keys",
         "_loose",
         "_num_hashed",
         "_queue",
@@ -86,41 +74,18 @@ class PrefixCachingPool(BlockPool):
         self._blocks: dict[int, list[int]] = {}  # request id -> its block ids, in order
         self._num_hashed: dict[int, int] = {}  # request id -> its leading cached blocks
         self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
-        self._group_keys: dict[int, list[Key]] = {}  # prefix group -> its block keys (memo)
+        self._keys = BlockKeys(block_size_tokens)
         self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
         self.num_evictions = 0
 
-    # -- keys -------------------------------------------------------------------
+    # -- keys (sim.engine.block_keys) ----------------------------------------------
     def num_shareable_blocks(self, request: Request) -> int:
         """Leading whole blocks of ``request`` keyed by content shared across requests."""
-        size = self.block_size_tokens
-        if request.block_hash_ids is not None:
-            return min(len(request.block_hash_ids), request.num_prompt_tokens // size)
-        if request.prefix_group is None:
-            return 0
-        return min(request.num_shared_prefix_tokens, request.num_prompt_tokens) // size
+        return self._keys.num_shareable(request)
 
     def block_keys(self, request: Request, stop: int, start: int = 0) -> list[Key]:
-        """Keys of ``request``'s blocks ``start`` .. ``stop - 1`` (O(blocks))."""
-        shared = self.num_shareable_blocks(request)
-        keys: list[Key] = []
-        if start < shared:
-            end = min(stop, shared)
-            if request.block_hash_ids is not None:
-                parent = _TRACE_ROOT
-                for hash_id in request.block_hash_ids[:end]:
-                    parent = hash((parent, hash_id))
-                    keys.append(("trace", parent))
-                del keys[:start]
-            else:
-                group = request.prefix_group
-                assert group is not None
-                chain = self._group_keys.setdefault(group, [])
-                chain.extend(("group", group, j) for j in range(len(chain), end))
-                keys = chain[start:end]
-        base = request.request_id << _OWN_SHIFT
-        keys.extend(range(base + max(start, shared), base + stop))
-        return keys
+        """Keys of ``request``'s blocks ``start`` .. ``stop - 1``."""
+        return self._keys.keys(request, stop, start)
 
     # -- hits ----------------------------------------------------------------------
     def _hits(self, request: Request) -> list[int]:
@@ -146,7 +111,7 @@ class PrefixCachingPool(BlockPool):
                 break
             hits.append(block)
         if len(hits) == shared:  # then the request's own blocks, built one by one
-            base = request.request_id << _OWN_SHIFT
+            base = own_key_base(request)
             for j in range(shared, stop):
                 block = cached.get(base + j)
                 if block is None:
@@ -233,7 +198,7 @@ class PrefixCachingPool(BlockPool):
         if start < self.num_shareable_blocks(request):
             keys = self.block_keys(request, num_full, start)
         else:  # only the request's own keys (the common case): no list built
-            base = rid << _OWN_SHIFT
+            base = own_key_base(request)
             keys = range(base + start, base + num_full)
         for j, key in enumerate(keys, start):
             block = blocks[j]
