@@ -119,8 +119,7 @@ def test_get_computed_blocks_hits_own_prompt_and_output_blocks_after_preemption(
     request = Request(0, 0.0, 10, 20)
     admit(pool, request)  # 10 prompt tokens: blocks 0-1 full
     decode(pool, request, 7)  # 17 tokens known, 16 computed: blocks 0-3 full
-    assert pool.held_keys(request) == [own(0, j) for j in range(4)]
-    pool.free(request)  # preempted by recompute
+    pool.free(request)  # preempted by recompute: its full blocks keep their keys
     request.num_computed_tokens = 0
     # 17 tokens known: at most 16 hit (4 whole blocks), the last one recomputed.
     assert request.num_tokens == 17
@@ -229,13 +228,33 @@ def test_free_blocks_keeps_blocks_other_requests_reference() -> None:
     assert pool.free_queue()[-3:] == shared[::-1]  # appended when the last holder frees
 
 
-def test_cache_full_blocks_caches_output_blocks_as_they_fill() -> None:
+def test_cache_full_blocks_caches_output_blocks_for_a_preempted_request() -> None:
     pool = PrefixCachingPool(10, 4)
     request = Request(0, 0.0, 6, 10)
     admit(pool, request)
-    assert pool.held_keys(request) == [own(0, 0)]
     decode(pool, request, 3)  # 9 tokens known, 9 computed: block 1 (prompt + output) full
-    assert pool.held_keys(request) == [own(0, 0), own(0, 1)]
+    # Own keys are given when the request frees its blocks (nobody can hit them before).
+    assert pool.held_keys(request) == []
+    pool.free(request)
+    request.num_computed_tokens = 0
+    assert pool.cached_block(own(0, 1)) is not None
+    assert pool.num_cached_tokens(request) == 8
+    # A finished request never comes back: its own blocks are not keyed at all.
+    done = Request(1, 0.0, 9, 1)
+    admit(pool, done)
+    done.num_generated_tokens = 1
+    pool.free(done)
+    assert pool.cached_block(own(1, 0)) is None
+
+
+def test_cache_full_blocks_caches_a_shared_block_filled_without_an_allocation() -> None:
+    # A chunk that fills a prefix block it already holds does not call the pool; the
+    # block is cached before the next lookup all the same.
+    pool = PrefixCachingPool(10, 4)
+    a = grouped(0, 13, shared=12)
+    admit(pool, a, 6)  # blocks 0-1 held, block 1 half full
+    a.num_computed_tokens = 8  # the next chunk fills block 1, no new block needed
+    assert pool.num_cached_tokens(grouped(1, 13, shared=12)) == 8
 
 
 def test_cache_full_blocks_caches_a_block_computed_twice_twice() -> None:
@@ -283,7 +302,7 @@ def test_eviction_is_realised_after_inline_allocation() -> None:
     pool.num_free_blocks -= 4  # b grows to 5 blocks inline
     b.num_blocks += 4
     b.num_computed_tokens = 20
-    assert pool.num_evictable_blocks == 1 and pool.num_cached_blocks == 2  # a's block 0, b's
+    assert pool.num_evictable_blocks == 1 and pool.num_cached_blocks == 1  # a's block 0
     assert pool.num_cached_tokens(grouped(2, 13)) == 4
     assert len(pool.block_ids(b)) == 5 and pool.num_loose_blocks() == 0
     b.num_generated_tokens = 17
@@ -325,6 +344,9 @@ def test_get_new_blocks_evicts_a_freed_prefix_before_it_is_hit_again() -> None:
     * D: 5 blocks: pops b7, b2, b1 (evicts g1), b0 (evicts g0), b6 (evicts C3).
     * E: looks up g0: evicted. Hit 0 tokens.
 
+    (servesim never keys a finished request's own blocks, C's here: nobody can
+    hit them again, and a key never moves a block in the queue.)
+
     The old servesim used every uncached free block before evicting a cached one
     (and cached nothing of C or D), so it kept g's blocks and gave E 8 tokens.
     """
@@ -339,7 +361,7 @@ def test_get_new_blocks_evicts_a_freed_prefix_before_it_is_hit_again() -> None:
         hits[name] = admit(pool, request)
         if name == "D":
             assert pool.block_ids(request) == [7, 2, 1, 0, 6]
-            assert pool.num_evictions == 3
+            assert pool.num_evictions == 2  # g1, g0 (C's C3 was never keyed: C finished)
         request.num_generated_tokens = 1
         pool.free(request)
         if name == "A":
