@@ -47,9 +47,11 @@ class EngineConfig(BaseModel):
         default=True, description="advance many decode steps per event (False: step by step)"
     )
     enable_prefix_caching: bool = Field(
-        default=False,
+        default=True,
         description=(
-            "share KV blocks of common prompt prefixes, LRU-evicted (sim.engine.prefix_cache)"
+            "cache every full KV block (prompt and output) for reuse by shared prefixes and"
+            " preempted requests, evicted in vLLM's free-queue order; on by default as in"
+            " vLLM v1 (sim.engine.prefix_cache)"
         ),
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV

@@ -45,6 +45,8 @@ def tiny_scenario(
                 "block_size_tokens": 16,
                 "num_kv_blocks": num_kv_blocks,
                 "max_model_len_tokens": 128 if chunked else budget,
+                # The PyTorch reference engine keeps no prefix cache (a plain BlockPool).
+                "enable_prefix_caching": False,
             },
             "workload": {
                 "kind": "synthetic",

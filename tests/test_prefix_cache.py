@@ -1,8 +1,15 @@
-"""Prefix caching: block keys, reference counts, LRU eviction, admission, and its effect."""
+"""Prefix caching as vLLM v1: block keys, the free-block queue, hits, and whole runs.
+
+Unit tests are named after the vLLM v1 function whose rule they check
+(``vllm/v1/core/block_pool.py``, ``kv_cache_manager.py``,
+``single_type_kv_cache_manager.py``, ``kv_cache_utils.py``) and drive the pool
+as the continuous policy does (``admit``). Pools are tiny (4-token blocks).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -14,53 +21,73 @@ from sim.engine.prefix_cache import PrefixCachingPool, prefix_cache_summary, pre
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
+from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 
-def grouped(request_id: int, prompt: int, group: int = 0, shared: int = 12) -> Request:
-    request = Request(request_id, 0.0, prompt, 4)
+def grouped(
+    request_id: int, prompt: int, group: int = 0, shared: int = 12, output: int = 4
+) -> Request:
+    request = Request(request_id, 0.0, prompt, output)
     request.prefix_group = group
     request.num_shared_prefix_tokens = shared
     return request
 
 
 def admit(pool: BlockPool, request: Request, num_tokens: int | None = None) -> int:
-    """Admit as the continuous policy does; return the cached tokens skipped."""
+    """Admit as the continuous policy does (hit, allocate, skip the hit); return the hit."""
     cached = pool.num_cached_tokens(request)
-    target = num_tokens if num_tokens is not None else request.num_prompt_tokens
+    target = num_tokens if num_tokens is not None else request.num_tokens
     assert pool.can_allocate(request, target)
     pool.allocate(request, target)
     request.num_computed_tokens = target
     return cached
 
 
-def used_blocks(pool: PrefixCachingPool, requests: list[Request]) -> int:
-    """Distinct cached blocks referenced plus every request's private blocks."""
-    shared = {key for r in requests for key in pool.held_keys(r)}
-    private = sum(r.num_blocks - len(pool.held_keys(r)) for r in requests)
-    return len(shared) + private
+def decode(pool: BlockPool, request: Request, num_steps: int) -> None:
+    """``num_steps`` decode steps, step by step (allocating as the policy does)."""
+    for _ in range(num_steps):
+        request.num_generated_tokens += 1  # the token sampled by the previous step
+        target = request.num_computed_tokens + 1
+        if target > request.num_blocks * pool.block_size_tokens:
+            pool.allocate(request, target)
+        request.num_computed_tokens = target
 
 
-# -- keys ------------------------------------------------------------------------------
+def keys_of(pool: PrefixCachingPool, blocks: list[int]) -> list[Any]:
+    return [pool.block_key(b) for b in blocks]
 
 
-def test_group_keys_are_whole_blocks_of_the_shared_prefix() -> None:
+def own(request_id: int, block: int) -> int:
+    """A block key private to one request (its id and the block's index)."""
+    return (request_id << 32) | block
+
+
+# -- keys (hash_block_tokens / hash_request_tokens) --------------------------------------
+
+
+def test_hash_block_tokens_shares_whole_blocks_of_a_group_prefix_only() -> None:
     pool = PrefixCachingPool(64, 4)
-    assert len(pool.block_keys(grouped(0, 40, shared=12))) == 3
-    assert len(pool.block_keys(grouped(1, 40, shared=10))) == 2  # a partial block is not shared
-    assert len(pool.block_keys(grouped(2, 6, shared=12))) == 1  # never beyond the prompt
-    assert pool.block_keys(Request(3, 0.0, 40, 4)) == []  # no prefix, nothing shareable
+    a, b, c = grouped(0, 40, 0, 12), grouped(1, 40, 0, 10), grouped(2, 40, 1, 12)
+    keys_a, keys_b, keys_c = (pool.block_keys(r, 4) for r in (a, b, c))
+    assert keys_a[:3] == [("group", 0, 0), ("group", 0, 1), ("group", 0, 2)]
+    assert keys_b[:2] == keys_a[:2]  # a partial block of the prefix is not shared...
+    assert keys_b[2] == own(1, 2)  # ...it holds the request's own tokens too
+    assert keys_a[3] == own(0, 3)  # past the prefix every block is the request's own
+    assert not set(keys_a) & set(keys_c)  # other group
+    assert pool.block_keys(grouped(3, 6, shared=12), 2) == [("group", 0, 0), own(3, 1)]
+    assert pool.block_keys(Request(4, 0.0, 40, 4), 2) == [own(4, 0), own(4, 1)]
+    assert pool.block_keys(a, 5, start=2) == [*keys_a[2:], own(0, 4)]
 
 
-def test_keys_are_shared_within_a_group_only() -> None:
+def test_hash_request_tokens_keys_output_blocks_too() -> None:
+    # vLLM hashes generated tokens as well: blocks past the prompt have keys (the request's).
     pool = PrefixCachingPool(64, 4)
-    a, b, c = grouped(0, 40, 0, 12), grouped(1, 40, 0, 8), grouped(2, 40, 1, 12)
-    assert pool.block_keys(b) == pool.block_keys(a)[:2]
-    assert not set(pool.block_keys(a)) & set(pool.block_keys(c))
-    assert len(set(pool.block_keys(a))) == 3
+    request = grouped(0, 9, shared=8, output=20)
+    assert pool.block_keys(request, 6)[2:] == [own(0, j) for j in range(2, 6)]
 
 
-def test_hash_id_keys_chain_on_the_whole_prefix() -> None:
+def test_hash_block_tokens_chains_trace_ids_on_the_whole_prefix() -> None:
     pool = PrefixCachingPool(64, 4)
 
     def with_ids(request_id: int, ids: tuple[int, ...]) -> Request:
@@ -68,132 +95,189 @@ def test_hash_id_keys_chain_on_the_whole_prefix() -> None:
         request.block_hash_ids = ids
         return request
 
-    first = pool.block_keys(with_ids(0, (1, 2, 3)))
-    assert pool.block_keys(with_ids(1, (1, 2, 9)))[:2] == first[:2]
-    assert pool.block_keys(with_ids(1, (1, 2, 9)))[2] != first[2]
+    first = pool.block_keys(with_ids(0, (1, 2, 3)), 3)
+    assert pool.block_keys(with_ids(1, (1, 2, 9)), 3)[:2] == first[:2]
+    assert pool.block_keys(with_ids(1, (1, 2, 9)), 3)[2] != first[2]
     # The same id after a different predecessor is a different block.
-    assert not set(pool.block_keys(with_ids(2, (5, 2, 3)))) & set(first)
+    assert not set(pool.block_keys(with_ids(2, (5, 2, 3)), 3)) & set(first)
+    assert pool.block_keys(with_ids(3, (1, 2, 3)), 4, start=1) == [*first[1:], own(3, 3)]
 
 
-# -- admission, reference counts, eviction ------------------------------------------------
+# -- hits (get_computed_blocks / find_longest_cache_hit) ---------------------------------------
 
 
-def test_second_request_of_a_group_reuses_the_first_ones_blocks() -> None:
-    pool = PrefixCachingPool(10, 4)
-    a, b = grouped(0, 14), grouped(1, 14)
-    assert admit(pool, a) == 0
-    assert pool.num_free_blocks == 6 and a.num_blocks == 4
-    assert len(pool.held_keys(a)) == 3  # blocks 0-2 are full and shareable: registered
-    assert pool.num_cached_tokens(b) == 12
-    assert pool.num_missing_blocks(b, 14) == 1  # only the private tail block is new
-    assert admit(pool, b) == 12
-    assert pool.num_free_blocks == 5
-    keys = pool.held_keys(a)
-    assert pool.held_keys(b) == keys
-    assert [pool.ref_count(k) for k in keys] == [2, 2, 2]
-    assert used_blocks(pool, [a, b]) == pool.num_used_blocks
-
-
-def test_freed_cached_blocks_stay_cached_and_count_as_free() -> None:
-    pool = PrefixCachingPool(10, 4)
-    a, b = grouped(0, 14), grouped(1, 14)
-    admit(pool, a)
-    admit(pool, b)
-    keys = pool.held_keys(a)
-    pool.free(a)
-    assert [pool.ref_count(k) for k in keys] == [1, 1, 1]
-    assert pool.num_free_blocks == 6 and pool.num_evictable_blocks == 0
-    pool.free(b)
-    assert pool.num_free_blocks == 10  # all free, three of them evictable
-    assert pool.num_evictable_blocks == 3 and pool.num_cached_blocks == 3
-    assert [pool.ref_count(k) for k in keys] == [0, 0, 0]
-    # A later request of the group still hits them, and revives them from the free count.
-    c = grouped(2, 14)
-    assert pool.num_cached_tokens(c) == 12
-    assert pool.num_missing_blocks(c, 14) == 4
-    admit(pool, c)
-    assert pool.num_free_blocks == 6 and pool.num_evictable_blocks == 0
-
-
-def test_lru_evicts_the_deepest_block_of_the_oldest_prefix_first() -> None:
-    pool = PrefixCachingPool(10, 4)
-    a = grouped(0, 13, group=0)
-    b = grouped(1, 13, group=1)
-    admit(pool, a)
-    admit(pool, b)
-    keys_a, keys_b = pool.held_keys(a), pool.held_keys(b)
-    pool.free(a)
-    pool.free(b)
-    # Oldest first; within one request its deepest block first (useless without its parents).
-    assert pool.lru_keys() == [*reversed(keys_a), *reversed(keys_b)]
-    big = Request(9, 0.0, 25, 2)  # 7 blocks: 4 truly free, so 3 cached blocks go
-    admit(pool, big)
-    assert pool.lru_keys() == [*reversed(keys_b)]
-    assert all(pool.ref_count(k) is None for k in keys_a)
-    assert pool.num_evictions == 3
-    assert pool.num_cached_tokens(grouped(2, 13, group=0)) == 0
-    assert pool.num_cached_tokens(grouped(3, 13, group=1)) == 12
-
-
-def test_a_hit_refreshes_recency() -> None:
-    pool = PrefixCachingPool(12, 4)
-    a, b = grouped(0, 9, group=0, shared=8), grouped(1, 9, group=1, shared=8)
-    admit(pool, a)
-    admit(pool, b)
-    keys_a, keys_b = pool.held_keys(a), pool.held_keys(b)
-    pool.free(a)
-    pool.free(b)
-    assert pool.lru_keys() == [*reversed(keys_a), *reversed(keys_b)]
-    again = grouped(2, 9, group=0, shared=8)
-    assert admit(pool, again) == 8  # group 0's blocks are in use again...
-    pool.free(again)
-    # ...so group 1's are now the least recently used.
-    assert pool.lru_keys() == [*reversed(keys_b), *reversed(keys_a)]
-
-
-def test_eviction_is_realised_after_inline_allocation() -> None:
-    # The core's skip-ahead path decrements num_free_blocks directly.
-    pool = PrefixCachingPool(6, 4)
-    a = grouped(0, 13)
-    admit(pool, a)
-    pool.free(a)
-    assert pool.num_evictable_blocks == 3
-    pool.num_free_blocks -= 5  # as EngineCore._commit_run does
-    assert pool.num_evictable_blocks == 1 and pool.num_cached_blocks == 1
-    assert pool.num_cached_tokens(grouped(1, 13)) == 4
-
-
-def test_never_the_whole_prompt() -> None:
+def test_get_computed_blocks_leaves_one_token_to_compute() -> None:
     pool = PrefixCachingPool(10, 4)
     admit(pool, grouped(0, 13, shared=12))
-    # A 12-token prompt that is all prefix must still compute its last block.
+    # A 12-token prompt that is all prefix must still compute its last token: a whole block.
     assert pool.num_cached_tokens(grouped(1, 12, shared=12)) == 8
     assert pool.num_cached_tokens(grouped(2, 13, shared=12)) == 12
+
+
+def test_get_computed_blocks_hits_own_prompt_and_output_blocks_after_preemption() -> None:
+    pool = PrefixCachingPool(16, 4)
+    request = Request(0, 0.0, 10, 20)
+    admit(pool, request)  # 10 prompt tokens: blocks 0-1 full
+    decode(pool, request, 7)  # 17 tokens known, 16 computed: blocks 0-3 full
+    pool.free(request)  # preempted by recompute: its full blocks keep their keys
+    request.num_computed_tokens = 0
+    # 17 tokens known: at most 16 hit (4 whole blocks), the last one recomputed.
+    assert request.num_tokens == 17
+    assert pool.num_cached_tokens(request) == 16
+    request.num_generated_tokens = 6  # one token fewer: block 3 would hold the last token
+    assert pool.num_cached_tokens(request) == 12
+
+
+def test_get_computed_blocks_stops_at_the_first_evicted_block() -> None:
+    pool = PrefixCachingPool(6, 4)
+    request = Request(0, 0.0, 17, 4)
+    admit(pool, request)  # blocks 0-4; 0-3 full and cached, 4 holds one token
+    pool.free(request)  # preempted: queue b5, b4, b3 .. b0 (its tail first)
+    request.num_computed_tokens = 0
+    first = Request(1, 0.0, 8, 2)
+    admit(pool, first)  # pops b5 (never used) and b4 (uncached)
+    assert pool.num_cached_tokens(request) == 16
+    pool.free(first)
+    admit(pool, Request(2, 0.0, 4, 2))  # pops b3: request 0's tail block is evicted
+    assert pool.num_cached_tokens(request) == 12
 
 
 def test_a_request_holding_blocks_or_tokens_gets_no_hit() -> None:
     pool = PrefixCachingPool(10, 4)
     admit(pool, grouped(0, 13))
     swapped = grouped(1, 13)
-    swapped.num_computed_tokens = 5  # e.g. swapped out with its KV in CPU memory
+    swapped.num_computed_tokens = 5  # swapped out with its KV in CPU memory
     assert pool.num_cached_tokens(swapped) == 0
 
 
-def test_blocks_computed_twice_concurrently_stay_private() -> None:
+# -- allocation (get_num_blocks_to_allocate / touch / get_new_blocks) ----------------------
+
+
+def test_get_num_blocks_to_allocate_counts_free_hit_blocks() -> None:
+    pool = PrefixCachingPool(10, 4)
+    a, b = grouped(0, 14), grouped(1, 14)
+    admit(pool, a)
+    assert pool.num_missing_blocks(b, 14) == 1  # blocks 0-2 referenced by a: only the tail
+    assert admit(pool, b) == 12
+    assert pool.num_free_blocks == 5
+    assert pool.block_ids(b)[:3] == pool.block_ids(a)[:3]
+    assert [pool.block_ref_count(x) for x in pool.block_ids(a)] == [2, 2, 2, 1]
+    pool.free(a)
+    pool.free(b)
+    c = grouped(2, 14)
+    # Free (evictable) hit blocks leave the free count when referenced again.
+    assert pool.num_missing_blocks(c, 14) == 4
+
+
+def test_touch_removes_a_hit_block_from_the_free_queue() -> None:
+    pool = PrefixCachingPool(8, 4)
+    a = grouped(0, 9, shared=8)
+    admit(pool, a)
+    first_two = pool.block_ids(a)[:2]
+    pool.free(a)
+    assert set(first_two) <= set(pool.free_queue())
+    b = grouped(1, 9, shared=8)
+    assert admit(pool, b) == 8
+    assert not set(first_two) & set(pool.free_queue())
+    assert pool.block_ids(b)[:2] == first_two
+    assert pool.num_free_blocks == len(pool.free_queue()) == 5
+
+
+def test_get_new_blocks_pops_the_head_and_evicts_it() -> None:
+    pool = PrefixCachingPool(4, 4)
+    a = grouped(0, 13, shared=12)
+    admit(pool, a)  # all 4 blocks; 3 cached
+    pool.free(a)
+    queue = pool.free_queue()
+    assert keys_of(pool, queue) == [None, ("group", 0, 2), ("group", 0, 1), ("group", 0, 0)]
+    b = Request(1, 0.0, 8, 2)
+    admit(pool, b)  # pops the uncached tail block, then the group's deepest block
+    assert pool.block_ids(b) == queue[:2]
+    assert pool.num_evictions == 1
+    assert pool.cached_block(("group", 0, 2)) is None
+    assert pool.num_cached_tokens(grouped(2, 13)) == 8
+
+
+def test_free_blocks_appends_in_reverse_order_like_free_blocks() -> None:
+    pool = PrefixCachingPool(10, 4)
+    a, b = grouped(0, 13, group=0), grouped(1, 13, group=1)
+    admit(pool, a)
+    admit(pool, b)
+    ids_a, ids_b = pool.block_ids(a), pool.block_ids(b)
+    pool.free(a)
+    pool.free(b)
+    # Never-used blocks first, then each request's blocks tail first, in the order freed.
+    assert pool.free_queue() == [8, 9, *reversed(ids_a), *reversed(ids_b)]
+    big = Request(9, 0.0, 25, 2)  # 7 blocks: 2 never used, a's 4 (tail first), b's tail
+    admit(pool, big)
+    assert pool.num_cached_tokens(grouped(2, 13, group=0)) == 0
+    assert pool.num_cached_tokens(grouped(3, 13, group=1)) == 12  # b's tail was uncached
+    assert pool.num_evictions == 3
+
+
+def test_free_blocks_keeps_blocks_other_requests_reference() -> None:
+    pool = PrefixCachingPool(10, 4)
+    a, b = grouped(0, 14), grouped(1, 14)
+    admit(pool, a)
+    admit(pool, b)
+    shared = pool.block_ids(a)[:3]
+    pool.free(a)
+    assert [pool.block_ref_count(x) for x in shared] == [1, 1, 1]
+    assert pool.num_free_blocks == 6 and not set(shared) & set(pool.free_queue())
+    pool.free(b)
+    assert pool.free_queue()[-3:] == shared[::-1]  # appended when the last holder frees
+
+
+def test_cache_full_blocks_caches_output_blocks_for_a_preempted_request() -> None:
+    pool = PrefixCachingPool(10, 4)
+    request = Request(0, 0.0, 6, 10)
+    admit(pool, request)
+    decode(pool, request, 3)  # 9 tokens known, 9 computed: block 1 (prompt + output) full
+    # Own keys are given when the request frees its blocks (nobody can hit them before).
+    assert pool.held_keys(request) == []
+    pool.free(request)
+    request.num_computed_tokens = 0
+    assert pool.cached_block(own(0, 1)) is not None
+    assert pool.num_cached_tokens(request) == 8
+    # A finished request never comes back: its own blocks are not keyed at all.
+    done = Request(1, 0.0, 9, 1)
+    admit(pool, done)
+    done.num_generated_tokens = 1
+    pool.free(done)
+    assert pool.cached_block(own(1, 0)) is None
+
+
+def test_cache_full_blocks_caches_a_shared_block_filled_without_an_allocation() -> None:
+    # A chunk that fills a prefix block it already holds does not call the pool; the
+    # block is cached before the next lookup all the same.
+    pool = PrefixCachingPool(10, 4)
+    a = grouped(0, 13, shared=12)
+    admit(pool, a, 6)  # blocks 0-1 held, block 1 half full
+    a.num_computed_tokens = 8  # the next chunk fills block 1, no new block needed
+    assert pool.num_cached_tokens(grouped(1, 13, shared=12)) == 8
+
+
+def test_cache_full_blocks_caches_a_block_computed_twice_twice() -> None:
+    # vLLM does not de-duplicate: both copies are cached, a hit takes the first.
     pool = PrefixCachingPool(12, 4)
     a, b = grouped(0, 13), grouped(1, 13)
-    # Both admitted with a 2-token chunk: nothing is full yet, nothing cached.
-    admit(pool, a, 2)
+    admit(pool, a, 2)  # both admitted with a 2-token chunk: nothing full, nothing cached
     admit(pool, b, 2)
     pool.allocate(a, 13)
     a.num_computed_tokens = 13
     pool.allocate(b, 13)
     b.num_computed_tokens = 13
-    assert len(pool.held_keys(a)) == 3 and pool.held_keys(b) == []
-    assert used_blocks(pool, [a, b]) == pool.num_used_blocks == 8
+    assert pool.held_keys(a) == pool.held_keys(b) == pool.block_keys(a, 3)
+    assert pool.cached_block(("group", 0, 0)) == pool.block_ids(a)[0]
+    ids_b = pool.block_ids(b)
     pool.free(a)
     pool.free(b)
-    assert pool.num_free_blocks == 12 and pool.num_evictable_blocks == 3
+    assert pool.num_evictable_blocks == 6
+    # 8 blocks pop the 4 never-used ones, then a's (freed first) tail first: evicting
+    # a's copies leaves b's to hit.
+    admit(pool, Request(2, 0.0, 29, 2))
+    assert pool.cached_block(("group", 0, 0)) == ids_b[0]
+    assert pool.num_cached_tokens(grouped(3, 13)) == 12
 
 
 def test_free_registers_a_block_filled_without_a_new_allocation() -> None:
@@ -204,6 +288,27 @@ def test_free_registers_a_block_filled_without_a_new_allocation() -> None:
     a.num_computed_tokens = 8  # block 1 filled within the held blocks
     pool.free(a)
     assert pool.num_cached_tokens(grouped(1, 13)) == 8
+
+
+def test_eviction_is_realised_after_inline_allocation() -> None:
+    # EngineCore._commit_run decrements num_free_blocks and adds to request.num_blocks.
+    pool = PrefixCachingPool(6, 4)
+    a = grouped(0, 13)
+    admit(pool, a)
+    pool.free(a)
+    assert pool.num_evictable_blocks == 3
+    b = Request(1, 0.0, 4, 30)
+    admit(pool, b)
+    pool.num_free_blocks -= 4  # b grows to 5 blocks inline
+    b.num_blocks += 4
+    b.num_computed_tokens = 20
+    assert pool.num_evictable_blocks == 1 and pool.num_cached_blocks == 1  # a's block 0
+    assert pool.num_cached_tokens(grouped(2, 13)) == 4
+    assert len(pool.block_ids(b)) == 5 and pool.num_loose_blocks() == 0
+    b.num_generated_tokens = 17
+    pool.free(b)  # registers the output blocks the run filled (preempted)
+    b.num_computed_tokens = 0
+    assert pool.num_cached_tokens(b) == 20
 
 
 def test_overdrawing_raises() -> None:
@@ -218,6 +323,79 @@ def test_plain_pool_caches_nothing() -> None:
     pool = BlockPool(10, 4)
     admit(pool, grouped(0, 13))
     assert pool.num_cached_tokens(grouped(1, 13)) == 0
+
+
+# -- the issue's hand-traced case ---------------------------------------------------------
+
+
+def test_get_new_blocks_evicts_a_freed_prefix_before_it_is_hit_again() -> None:
+    """Issue 12's trace: 8 blocks of 4 tokens, one output token each, one request at a time.
+
+    A (group g, 9 tokens), C (16), D (20), E (group g, 9); g's shared prefix is 8
+    tokens (blocks 0-1). Queue written head first; bN(key) a cached block.
+
+    * Start: queue b0..b7, nothing cached.
+    * A: no hit; get_new_blocks pops b0 b1 b2; cache_full_blocks caches 9 // 4 = 2
+      full blocks: b0(g0) b1(g1) (b2 holds one token). A finishes; free_blocks
+      appends reversed: queue b3 b4 b5 b6 b7 b2 b1(g1) b0(g0).
+    * C: its own keys, no hit (at most 15 tokens looked up); pops b3 b4 b5 b6, all
+      4 full and cached as C0..C3; freed reversed: queue b7 b2 b1(g1) b0(g0) b6(C3)
+      b5(C2) b4(C1) b3(C0).
+    * D: 5 blocks: pops b7, b2, b1 (evicts g1), b0 (evicts g0), b6 (evicts C3).
+    * E: looks up g0: evicted. Hit 0 tokens.
+
+    (servesim never keys a finished request's own blocks, C's here: nobody can
+    hit them again, and a key never moves a block in the queue.)
+
+    The old servesim used every uncached free block before evicting a cached one
+    (and cached nothing of C or D), so it kept g's blocks and gave E 8 tokens.
+    """
+    pool = PrefixCachingPool(8, 4)
+    hits = {}
+    for name, request in [
+        ("A", grouped(0, 9, shared=8, output=1)),
+        ("C", Request(1, 0.0, 16, 1)),
+        ("D", Request(2, 0.0, 20, 1)),
+        ("E", grouped(3, 9, shared=8, output=1)),
+    ]:
+        hits[name] = admit(pool, request)
+        if name == "D":
+            assert pool.block_ids(request) == [7, 2, 1, 0, 6]
+            assert pool.num_evictions == 2  # g1, g0 (C's C3 was never keyed: C finished)
+        request.num_generated_tokens = 1
+        pool.free(request)
+        if name == "A":
+            assert pool.free_queue() == [3, 4, 5, 6, 7, 2, 1, 0]
+            assert keys_of(pool, [1, 0]) == [("group", 0, 1), ("group", 0, 0)]
+        if name == "C":
+            assert pool.free_queue() == [7, 2, 1, 0, 6, 5, 4, 3]
+    assert hits == {"A": 0, "C": 0, "D": 0, "E": 0}
+
+
+def test_the_issue_trace_through_the_engine() -> None:
+    # The same four requests, run by the simulator (continuous policy, skip-ahead).
+    engine = api.engine_for(scenario_from_dict(scenario_doc(True, None)))
+    engine = replace(engine, num_kv_blocks=8, block_size_tokens=4, max_model_len_tokens=64)
+    arrays = RequestArrays(
+        np.array([0.0, 10.0, 20.0, 30.0]),
+        np.array([9, 16, 20, 9], dtype=np.int64),
+        np.ones(4, dtype=np.int64),
+        prefix_group=np.array([0, 1, 2, 0], dtype=np.int64),
+        num_shared_prefix_tokens=np.array([8, 0, 0, 8], dtype=np.int64),
+    )
+    result = Simulation(engine).run(cast(OpenLoop, arrays))
+    assert result.requests["num_cached_tokens"].tolist() == [0, 0, 0, 0]
+    # Without D in between, E hits A's prefix (8 tokens: the 9th is computed).
+    keep = np.array([True, True, False, True])
+    short = RequestArrays(
+        arrays.arrival_s[keep],
+        arrays.num_prompt_tokens[keep],
+        arrays.num_output_tokens[keep],
+        prefix_group=np.array([0, 1, 0], dtype=np.int64),
+        num_shared_prefix_tokens=np.array([8, 0, 8], dtype=np.int64),
+    )
+    result = Simulation(engine).run(cast(OpenLoop, short))
+    assert result.requests["num_cached_tokens"].tolist() == [0, 0, 8]
 
 
 # -- workload and plumbing ----------------------------------------------------------------
@@ -350,24 +528,42 @@ def test_prefix_caching_lowers_ttft_when_prompts_share_prefixes() -> None:
     assert on.summary["p99_ttft_ms"] < off.summary["p99_ttft_ms"]
     # Same requests, same tokens out.
     assert on.summary["total_output_tokens"] == off.summary["total_output_tokens"]
+    assert on.summary["mean_ttft_ms"] < off.summary["mean_ttft_ms"]
 
 
 def test_caching_without_shared_prefixes_changes_nothing() -> None:
+    # Without shared prefixes only a recompute-preempted request can hit (its own
+    # blocks); this pool is large enough that nothing is preempted.
     off, on = run(False, None), run(True, None)
+    assert off.requests["num_preemptions"].sum() == 0
     pd.testing.assert_frame_equal(off.requests, on.requests, check_exact=True)
     pd.testing.assert_frame_equal(off.steps, on.steps, check_exact=True)
     assert on.summary["prefix_cache_hit_rate"] == 0.0
 
 
-def test_switches_off_reproduce_the_default_run() -> None:
-    # The defaults (no switch written) and the switches written off give the same run.
-    doc = scenario_doc(False, None)
+def test_prefix_caching_is_on_by_default() -> None:
+    # vLLM v1 turns prefix caching on by default (EngineArgs.enable_prefix_caching).
+    doc = scenario_doc(True, GROUPS)
     explicit = api.run(scenario_from_dict(doc))
     del doc["engine"]["enable_prefix_caching"]
     default = api.run(scenario_from_dict(doc))
+    assert scenario_from_dict(doc).engine.enable_prefix_caching
     pd.testing.assert_frame_equal(explicit.requests, default.requests, check_exact=True)
     pd.testing.assert_frame_equal(explicit.steps, default.steps, check_exact=True)
     pd.testing.assert_frame_equal(explicit.timeseries, default.timeseries, check_exact=True)
+
+
+def test_recompute_preemption_rereads_its_own_cached_blocks() -> None:
+    # A pool too small for the load: preempted requests hit their own prompt and output
+    # blocks when readmitted, so the same load computes fewer tokens with caching on.
+    doc = scenario_doc(True, None, rate=50.0)
+    doc["engine"]["num_kv_blocks"] = 60
+    on = api.run(scenario_from_dict(doc))
+    doc["engine"]["enable_prefix_caching"] = False
+    off = api.run(scenario_from_dict(doc))
+    assert off.requests["num_preemptions"].sum() > 0
+    assert on.steps["num_prefill_tokens"].sum() < off.steps["num_prefill_tokens"].sum()
+    assert on.summary["total_output_tokens"] == off.summary["total_output_tokens"]
 
 
 def test_bad_switch_is_a_config_error() -> None:

@@ -3,7 +3,8 @@
 What lives here is everything one serving engine decides, with no clock of
 its own: ``request`` (the token-counter state of one request), ``plan`` (what
 one step computes), ``core`` (queues and the bookkeeping after a step),
-``kv_pool`` and ``prefix_cache`` (paged KV blocks, shared prefixes),
+``kv_pool``, ``prefix_cache`` and ``block_keys`` (paged KV blocks, vLLM's
+prefix cache and free-block queue, block identities),
 ``swap`` (CPU swap space), ``steplog``/``columns``/``tokens`` (the step log
 and the token times derived from it), ``records`` (the per-request table),
 ``policies/`` (one module per scheduling policy) and ``speculative``.

@@ -32,8 +32,8 @@ class BlockPool:
         return -(-num_tokens // self.block_size_tokens)
 
     def num_cached_tokens(self, request: Request) -> int:
-        """Prompt tokens already cached for ``request``: none without prefix caching
-        (``sim.engine.prefix_cache.PrefixCachingPool`` overrides this)."""
+        """Tokens of ``request`` already cached (not to compute): none without prefix
+        caching (``sim.engine.prefix_cache.PrefixCachingPool`` overrides this)."""
         return 0
 
     def num_missing_blocks(self, request: Request, num_tokens: int) -> int:

@@ -1,207 +1,343 @@
-"""Prefix caching: KV blocks named by the hash of their token prefix, shared, LRU-evicted.
+"""Prefix caching as vLLM v1 does it: every full block hashed, one free-block queue.
 
-A request describes its shareable prompt prefix in one of two ways:
+Block identity (``sim.engine.block_keys``): every full block of a request,
+prompt and output, has a key standing for vLLM's chained block hash: the shared
+prefix's inside the declared prefix (group or trace ids), else the request's own.
 
-* ``prefix_group`` and ``num_shared_prefix_tokens``: every request of a group
-  starts with the same ``num_shared_prefix_tokens`` tokens (a system prompt);
-* ``block_hash_ids``: one id per block of the prompt, Mooncake-trace style,
-  equal ids meaning equal content given equal predecessors.
+When a block gets its key. vLLM caches a block once it is full, at the
+scheduling step that fills it (``cache_full_blocks``), output blocks included.
+Here a block of the shareable prefix gets its key then (when allocated for the
+step that fills it); a block with the request's own key gets it when the
+request frees its blocks unfinished (preempted), and never if it finished.
+Nothing can tell the difference: only the request itself can hit its own keys,
+and only after freeing (a request holding blocks looks nothing up); a finished
+request never comes back; and a key never moves a block in the free queue, so
+eviction order is the same. It saves two dict operations per block of every
+request (the simulator prices 100k requests in seconds). ``num_evictions``
+counts the keys dropped that could still have been hit.
 
-Block ``j`` of a request is identified by a chain hash, ``key_j =
-hash((key_{j-1}, x_j))`` with ``x_j`` the block's index (groups) or its hash id
-(traces), so that a block is only ever shared together with everything before
-it, as in vLLM. Only whole blocks of the shareable prefix are cached.
+Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
+cached or not, wait in one queue. ``free`` appends a request's blocks that no
+other request references, tail first (``reversed``), so its deepest blocks are
+evicted first; allocation pops from the head and evicts the popped block's key;
+a hit on a free cached block takes it out of the queue (``touch``). Blocks are
+not de-duplicated: a block computed twice concurrently is cached twice, and a
+hit takes the first copy (``get_cached_block``).
 
-:class:`PrefixCachingPool` keeps :class:`sim.engine.kv_pool.BlockPool`'s interface
-and counts. A request's first ``len(held)`` blocks are cached blocks it
-references (shared, reference-counted); the rest are private. Cached blocks no
-request references stay cached but count as free (they are evictable) and sit
-in an LRU list; when an allocation needs them, the least recently used go
-first. Eviction is lazy: ``num_free_blocks`` may be decremented anywhere (the
-core's skip-ahead path allocates inline), and the pool realises the evictions
-that implies (``_settle``) before it next reads or reorders the LRU list,
-which evicts exactly the blocks eager eviction would have.
+Skip-ahead. ``EngineCore._commit_run`` allocates inline (decrements
+``num_free_blocks``, increments ``request.num_blocks``). The pool realises that
+lazily (``_settle``): before it next reads or changes the queue it pops the
+blocks owed from the head (evicting them, exactly what eager allocation would
+have popped, since the queue changes only through the pool) into a pool of
+anonymous used blocks, which a request takes when it is next touched.
 
-Admission (continuous family): ``num_cached_tokens`` gives the longest cached
-prefix of a fresh request in whole blocks, never the whole prompt (at least one
-token is computed, as vLLM); ``can_allocate`` / ``allocate`` on a request with
-no blocks reference those blocks (charging the evictable ones to the free
-count). Newly computed full blocks of the shareable prefix are registered when
-they are allocated for a step (vLLM v1 caches at scheduling time; the KV is
-written before attention reads it in the same forward pass) and when the
-request frees its blocks.
+Admission (continuous family): ``num_cached_tokens`` is the longest cached
+prefix of a request holding no blocks and no computed tokens (fresh, or
+preempted by recompute), in whole blocks and at most ``num_tokens - 1`` tokens
+(vLLM's ``get_computed_blocks`` leaves one token to compute); ``can_allocate`` /
+``allocate`` on such a request reference those blocks, charging the free ones
+to the free count (vLLM's ``get_num_blocks_to_allocate``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pandas as pd
 
+from sim.engine.block_keys import BlockKeys, Key, own_key_base
 from sim.engine.kv_pool import BlockPool
 from sim.engine.records import completed_mask
 from sim.engine.request import Request
 
-# Roots of the two key chains, so group keys and trace keys never coincide by design.
-_GROUP_ROOT = 0x5EED_6A0B
-_TRACE_ROOT = 0x7ACE_1D5
-
 
 class PrefixCachingPool(BlockPool):
-    """A :class:`BlockPool` whose shareable prefix blocks are cached and shared."""
+    """A :class:`BlockPool` whose full blocks are cached, shared and evicted as vLLM v1's."""
 
     __slots__ = (
-        "_group_keys",
-        "_held",
-        "_lru",
+        "_blocks",
+        "_cached",
+        "_copies",
+        "_filling",
+        "_hit_memo",
+        "_key_of",
+        "_keys",
+        "_loose",
+        "_num_hashed",
+        "_queue",
         "_refs",
         "num_evictions",
     )
 
     def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
         super().__init__(num_blocks, block_size_tokens)
-        self._refs: dict[int, int] = {}  # cached block key -> requests referencing it
-        self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced keys, oldest first
-        self._held: dict[int, list[int]] = {}  # request_id -> keys of its first blocks
-        self._group_keys: dict[int, list[int]] = {}  # prefix group -> chain keys (memo)
+        # Free blocks in eviction order, head first (vLLM's free block queue).
+        self._queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        self._refs = [0] * num_blocks  # block id -> requests referencing it
+        self._key_of: list[Key | None] = [None] * num_blocks  # block id -> key if cached
+        self._cached: dict[Key, int] = {}  # key -> first cached block holding it
+        self._copies: dict[Key, list[int]] = {}  # key -> later copies (rare)
+        self._blocks: dict[int, list[int]] = {}  # request id -> its block ids, in order
+        self._num_hashed: dict[int, int] = {}  # request id -> its leading cached blocks
+        self._filling: dict[int, Request] = {}  # holders of shareable blocks not yet full
+        self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
+        self._keys = BlockKeys(block_size_tokens)
+        self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
         self.num_evictions = 0
 
-    # -- keys -------------------------------------------------------------------
-    def block_keys(self, request: Request) -> list[int]:
-        """Chain keys of the request's shareable whole blocks, first block first."""
-        size = self.block_size_tokens
-        if request.block_hash_ids is not None:
-            keys, parent = [], _TRACE_ROOT
-            for hash_id in request.block_hash_ids[: request.num_prompt_tokens // size]:
-                parent = hash((parent, hash_id))
-                keys.append(parent)
-            return keys
-        if request.prefix_group is None:
-            return []
-        count = min(request.num_shared_prefix_tokens, request.num_prompt_tokens) // size
-        chain = self._group_keys.get(request.prefix_group)
-        if chain is None:
-            chain = self._group_keys[request.prefix_group] = []
-        parent = chain[-1] if chain else hash((_GROUP_ROOT, request.prefix_group))
-        while len(chain) < count:
-            parent = hash((parent, len(chain)))
-            chain.append(parent)
-        return chain[:count]
+    # -- keys (sim.engine.block_keys) ----------------------------------------------
+    def num_shareable_blocks(self, request: Request) -> int:
+        """Leading whole blocks of ``request`` keyed by content shared across requests."""
+        return self._keys.num_shareable(request)
 
+    def block_keys(self, request: Request, stop: int, start: int = 0) -> list[Key]:
+        """Keys of ``request``'s blocks ``start`` .. ``stop - 1``."""
+        return self._keys.keys(request, stop, start)
+
+    # -- hits ----------------------------------------------------------------------
     def _hits(self, request: Request) -> list[int]:
-        """Keys of the longest cached prefix of a fresh request, whole prompt excluded."""
+        """Block ids of the longest cached prefix of a request holding nothing.
+
+        At most ``num_tokens - 1`` tokens, in whole blocks: vLLM computes at
+        least the last token (its logits give the next one).
+        """
         if request.num_blocks or request.num_computed_tokens:
             return []
         self._settle()
-        limit = (request.num_prompt_tokens - 1) // self.block_size_tokens
-        hits = []
-        refs = self._refs
-        for key in self.block_keys(request)[:limit]:
-            if key not in refs:
+        if self._filling:
+            self._catch_up()
+        num_tokens = request.num_tokens
+        memo = self._hit_memo
+        if memo is not None and memo[0] == request.request_id and memo[1] == num_tokens:
+            return memo[2]
+        hits: list[int] = []
+        cached = self._cached
+        stop = (num_tokens - 1) // self.block_size_tokens
+        shared = min(self.num_shareable_blocks(request), stop)
+        for key in self.block_keys(request, shared):
+            block = cached.get(key)
+            if block is None:
                 break
-            hits.append(key)
+            hits.append(block)
+        if len(hits) == shared:  # then the request's own blocks, built one by one
+            base = own_key_base(request)
+            for j in range(shared, stop):
+                block = cached.get(base + j)
+                if block is None:
+                    break
+                hits.append(block)
+        self._hit_memo = (request.request_id, num_tokens, hits)
         return hits
 
-    # -- the BlockPool interface ------------------------------------------------
     def num_cached_tokens(self, request: Request) -> int:
-        """Prompt tokens of ``request`` already in the cache (whole blocks, < prompt)."""
+        """Tokens of ``request`` already in the cache (whole blocks, < its tokens)."""
         return len(self._hits(request)) * self.block_size_tokens
 
+    # -- the BlockPool interface ------------------------------------------------
     def num_missing_blocks(self, request: Request, num_tokens: int) -> int:
         if request.num_blocks:
             return max(0, self.blocks_for(num_tokens) - request.num_blocks)
         hits = self._hits(request)
         refs = self._refs
-        # Hit blocks nobody references leave the free (evictable) count when referenced.
-        revived = sum(1 for key in hits if refs[key] == 0)
+        # A hit block in the free queue stops being free when referenced.
+        revived = sum(1 for block in hits if refs[block] == 0)
         return max(0, self.blocks_for(num_tokens) - len(hits)) + revived
 
     def can_allocate(self, request: Request, num_tokens: int) -> bool:
         return self.num_missing_blocks(request, num_tokens) <= self.num_free_blocks
 
     def allocate(self, request: Request, num_tokens: int) -> None:
-        missing = self._missing_or_raise(request, num_tokens)
+        self._missing_or_raise(request, num_tokens)
+        self._settle()
+        rid = request.request_id
+        refs, queue = self._refs, self._queue
         if not request.num_blocks:
             hits = self._hits(request)
-            refs, lru = self._refs, self._lru
-            for key in hits:
-                if refs[key] == 0:
-                    del lru[key]
-                refs[key] += 1
-            self._held[request.request_id] = hits
+            for block in hits:  # touch: a free hit block leaves the queue
+                if refs[block] == 0:
+                    del queue[block]
+                    self.num_free_blocks -= 1
+                refs[block] += 1
+            self._blocks[rid] = list(hits)
+            self._num_hashed[rid] = len(hits)
             request.num_blocks = len(hits)
-        self.num_free_blocks -= missing
-        request.num_blocks = max(request.num_blocks, self.blocks_for(num_tokens))
-        self._register(request, num_tokens)
+        else:
+            self._realise(request)
+        blocks = self._blocks[rid]
+        missing = self.blocks_for(num_tokens) - len(blocks)
+        if missing > 0:
+            blocks += self._pop(missing)
+            self.num_free_blocks -= missing
+            request.num_blocks = len(blocks)
+        # Draft tokens beyond the request's tokens are not cached (vLLM caps likewise).
+        self._register(request, min(num_tokens, request.num_tokens), own=False)
+        if self._num_hashed[rid] < self.num_shareable_blocks(request):
+            self._filling[rid] = request
 
     def free(self, request: Request) -> None:
-        self._register(request, request.num_computed_tokens)
         self._settle()
-        held = self._held.pop(request.request_id, [])
-        refs, lru = self._refs, self._lru
+        rid = request.request_id
+        if rid not in self._blocks:
+            request.num_blocks = 0
+            return
+        self._realise(request)
+        # Own keys matter only to a request that may come back (preempted, not finished).
+        unfinished = request.num_generated_tokens < request.num_output_tokens
+        self._register(request, min(request.num_computed_tokens, request.num_tokens), unfinished)
+        refs, queue = self._refs, self._queue
         released = 0
-        # Deepest blocks first into the LRU list, so they are evicted first (as vLLM).
-        for key in reversed(held):
-            refs[key] -= 1
-            if refs[key] == 0:
-                lru[key] = None
+        # Tail first, so the request's deepest blocks are evicted first (vLLM's free).
+        for block in reversed(self._blocks.pop(rid)):
+            refs[block] -= 1
+            if refs[block] == 0:
+                queue[block] = None
                 released += 1
-        self.num_free_blocks += request.num_blocks - len(held) + released
+        del self._num_hashed[rid]
+        self._filling.pop(rid, None)
+        self.num_free_blocks += released
         request.num_blocks = 0
 
     # -- cache maintenance ------------------------------------------------------
-    def _register(self, request: Request, num_tokens: int) -> None:
-        """Cache the request's shareable blocks that ``num_tokens`` tokens fill."""
-        num_full = min(num_tokens // self.block_size_tokens, request.num_blocks)
-        held = self._held.get(request.request_id)
-        if held is None or len(held) >= num_full:
+    def _register(self, request: Request, num_tokens: int, own: bool) -> None:
+        """Cache ``request``'s blocks that ``num_tokens`` tokens fill (vLLM's cache_blocks);
+        past its shareable prefix only if ``own`` (see the module's docstring)."""
+        rid = request.request_id
+        start = self._num_hashed[rid]
+        num_full = num_tokens // self.block_size_tokens
+        if not own:
+            num_full = min(num_full, self.num_shareable_blocks(request))
+        if num_full <= start:
             return
-        keys = self.block_keys(request)
-        refs = self._refs
-        self._settle()
-        for j in range(len(held), min(num_full, len(keys))):
-            key = keys[j]
-            if key in refs:
-                # Computed concurrently by another request: this copy stays private.
-                return
-            refs[key] = 1  # the request's private block j becomes cached block j
-            held.append(key)
+        blocks = self._blocks[rid]
+        key_of, setdefault = self._key_of, self._cached.setdefault
+        keys: Iterable[Key]
+        if start < self.num_shareable_blocks(request):
+            keys = self.block_keys(request, num_full, start)
+        else:  # only the request's own keys (the common case): no list built
+            base = own_key_base(request)
+            keys = range(base + start, base + num_full)
+        for j, key in enumerate(keys, start):
+            block = blocks[j]
+            key_of[block] = key
+            if setdefault(key, block) != block:  # computed twice concurrently: no dedup
+                self._copies.setdefault(key, []).append(block)
+        self._num_hashed[rid] = num_full
+        self._hit_memo = None
+
+    def _catch_up(self) -> None:
+        """Cache the shareable blocks that requests have filled since they last
+        allocated (a step that fills a block without needing a new one does not
+        call the pool), before anyone looks the cache up."""
+        done = []
+        for rid, request in self._filling.items():
+            self._register(request, min(request.num_computed_tokens, request.num_tokens), False)
+            if self._num_hashed[rid] >= self.num_shareable_blocks(request):
+                done.append(rid)
+        for rid in done:
+            del self._filling[rid]
+
+    def _evict(self, block: int) -> None:
+        """Drop the key of ``block`` (a cached block being reused)."""
+        key = self._key_of[block]
+        self._key_of[block] = None
+        self.num_evictions += 1
+        self._hit_memo = None
+        copies = self._copies.get(key)
+        if self._cached[key] == block:
+            if copies:
+                self._cached[key] = copies.pop(0)
+            else:
+                del self._cached[key]
+        else:
+            assert copies is not None
+            copies.remove(block)
+        if copies is not None and not copies:
+            del self._copies[key]
 
     def _settle(self) -> None:
-        """Evict LRU blocks that allocations since the last call have taken."""
-        lru, refs = self._lru, self._refs
-        while len(lru) > self.num_free_blocks:
-            key, _ = lru.popitem(last=False)
-            del refs[key]
-            self.num_evictions += 1
+        """Pop from the queue head the blocks allocated inline since the last call."""
+        queue = self._queue
+        owed = len(queue) - self.num_free_blocks
+        if owed <= 0:
+            return
+        self._loose += self._pop(owed)
+
+    def _pop(self, count: int) -> list[int]:
+        """Take ``count`` blocks from the queue head, evicting their keys (get_new_blocks)."""
+        popitem = self._queue.popitem
+        popped = [popitem(False)[0] for _ in range(count)]
+        key_of, refs = self._key_of, self._refs
+        for block in popped:
+            refs[block] = 1
+            if key_of[block] is not None:
+                self._evict(block)
+        return popped
+
+    def _realise(self, request: Request) -> None:
+        """Give ``request`` the inline-allocated blocks it counts but does not list."""
+        blocks = self._blocks.setdefault(request.request_id, [])
+        self._num_hashed.setdefault(request.request_id, 0)
+        owed = request.num_blocks - len(blocks)
+        if owed > 0:
+            loose = self._loose
+            blocks.extend(loose[-owed:])
+            del loose[-owed:]
 
     # -- inspection (tests, metrics) ----------------------------------------------
     @property
     def num_cached_blocks(self) -> int:
-        """Blocks currently in the cache, referenced or not."""
+        """Blocks holding a key (cached), referenced or not."""
         self._settle()
-        return len(self._refs)
+        return sum(1 for key in self._key_of if key is not None)
 
     @property
     def num_evictable_blocks(self) -> int:
-        """Cached blocks no request references (counted as free)."""
+        """Cached blocks in the free queue (no request references them)."""
         self._settle()
-        return len(self._lru)
+        key_of = self._key_of
+        return sum(1 for block in self._queue if key_of[block] is not None)
 
-    def ref_count(self, key: int) -> int | None:
-        """Requests referencing cached block ``key``; ``None`` if not cached."""
+    def free_queue(self) -> list[int]:
+        """Free block ids, next to be allocated (and evicted) first."""
         self._settle()
-        return self._refs.get(key)
+        return list(self._queue)
 
-    def held_keys(self, request: Request) -> list[int]:
-        """Keys of the cached blocks ``request`` references (its first blocks)."""
-        return list(self._held.get(request.request_id, []))
-
-    def lru_keys(self) -> list[int]:
-        """Evictable keys, next to be evicted first."""
+    def block_ids(self, request: Request) -> list[int]:
+        """``request``'s block ids, first block first."""
         self._settle()
-        return list(self._lru)
+        if request.request_id not in self._blocks:
+            return []
+        self._realise(request)
+        return list(self._blocks[request.request_id])
+
+    def block_key(self, block: int) -> Key | None:
+        """The key block ``block`` is cached under; ``None`` if it is not cached."""
+        self._settle()
+        return self._key_of[block]
+
+    def block_ref_count(self, block: int) -> int:
+        """Requests referencing block ``block`` (0: it is in the free queue)."""
+        self._settle()
+        return self._refs[block]
+
+    def cached_block(self, key: Key) -> int | None:
+        """The block a hit on ``key`` would take; ``None`` if ``key`` is not cached."""
+        self._settle()
+        return self._cached.get(key)
+
+    def held_keys(self, request: Request) -> list[Key]:
+        """Keys of ``request``'s cached blocks (its leading ones)."""
+        key_of = self._key_of
+        return [
+            key_of[b]
+            for b in self.block_ids(request)[: self._num_hashed.get(request.request_id, 0)]
+        ]
+
+    def num_loose_blocks(self) -> int:
+        """Blocks allocated inline and not yet listed under a request."""
+        self._settle()
+        return len(self._loose)
 
 
 def prefix_describer(work: object) -> Callable[[Request], None] | None:

@@ -41,7 +41,8 @@ class Engine:
     enable_prefix_caching: bool = False
 
     def new_block_pool(self) -> BlockPool:
-        """An empty KV pool for one replica (prefix-caching when enabled)."""
+        """An empty KV pool for one replica: vLLM v1's prefix-caching pool when
+        enabled (a scenario's default), else the plain counting pool."""
         pool = PrefixCachingPool if self.enable_prefix_caching else BlockPool
         return pool(self.num_kv_blocks, self.block_size_tokens)
 
