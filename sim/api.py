@@ -238,6 +238,24 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
     }
 
 
+def engine_settings(scenario: Scenario, engine: Engine) -> dict[str, Any]:
+    """The engine settings that ran, defaults filled in (summary.json ``engine_settings``)."""
+    policy = scenario.scheduler
+    settings: dict[str, Any] = {"scheduler": policy.kind}
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "chunked_prefill"):
+        value = getattr(policy, name, None)
+        if value is not None:
+            settings[name] = value
+    settings.update(
+        num_kv_blocks=engine.num_kv_blocks,
+        block_size_tokens=engine.block_size_tokens,
+        max_model_len_tokens=engine.max_model_len_tokens,
+        enable_prefix_caching=engine.enable_prefix_caching,
+        usage_context=scenario.engine.usage_context,
+    )
+    return settings
+
+
 def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
     """Swaps, and mean / p99 TTFT per priority class when there are several."""
     if "num_swaps" not in requests or "priority" not in requests:
@@ -266,6 +284,7 @@ def _result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
         cost_model=engine.cost.label,
         policy=scenario.scheduler.kind,
         num_kv_blocks=engine.num_kv_blocks,
+        engine_settings=engine_settings(scenario, engine),
         num_preemptions=int(raw.requests["num_preemptions"].sum()),
         **_policy_summary(raw.requests),
         **_layout_summary(scenario),

@@ -105,12 +105,19 @@ def test_it_is_a_scenario_kind() -> None:
 def test_it_thrashes_less_than_fcfs_under_kv_pressure(num_requests: int) -> None:
     # policies.yaml has a small KV pool: continuous batching readmits each victim
     # at once (front of the queue), which preempts again; LAS lets fresh requests
-    # go first, so victims return when memory has freed up.
+    # go first, so victims return when memory has freed up. The 2048-token budget
+    # (vLLM's default below 70 GiB) keeps many chunked prefills in flight; with the
+    # H100 default of 8192 prompts finish in a step and neither policy preempts.
     path = SCENARIOS / "policies.yaml"
     runs = {
         kind: api.run(
             load_scenario(
-                path, [f"scheduler.kind={kind}", f"workload.num_requests={num_requests}"]
+                path,
+                [
+                    f"scheduler.kind={kind}",
+                    f"workload.num_requests={num_requests}",
+                    "scheduler.max_num_batched_tokens=2048",
+                ],
             ),
             base_dir=SCENARIOS,
         ).summary

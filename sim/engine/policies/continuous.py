@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 # this many steps' worth of numpy arrays (memory, not correctness).
 MAX_RUN_STEPS = 4096
 
+# Limits of a policy built without a scenario (no hardware to look up): vLLM's
+# defaults for a GPU under 70 GiB serving the OpenAI API. A scenario fills in
+# its hardware's defaults instead (sim.engine.policies.vllm_defaults).
+FALLBACK_MAX_NUM_SEQS = 256
+FALLBACK_MAX_NUM_BATCHED_TOKENS = 2048
+
 
 class ContinuousSettings(BaseModel):
     """Continuous batching's settings (names as vLLM's flags), shared by the
@@ -37,9 +43,11 @@ class ContinuousSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
-    max_num_batched_tokens: int = Field(
-        default=2048, ge=1, description="tokens computed per step at most"
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="running requests at most (None: vLLM's default)"
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="tokens computed per step at most (None: vLLM's default)"
     )
     chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
     preemption: Literal["recompute", "swap"] = Field(
@@ -49,9 +57,20 @@ class ContinuousSettings(BaseModel):
         ),
     )
 
+    @property
+    def num_seqs_limit(self) -> int:
+        """``max_num_seqs``, or the fallback when the scenario has not filled it in."""
+        return FALLBACK_MAX_NUM_SEQS if self.max_num_seqs is None else self.max_num_seqs
+
+    @property
+    def batched_tokens_limit(self) -> int:
+        """``max_num_batched_tokens``, or the fallback when not filled in."""
+        tokens = self.max_num_batched_tokens
+        return FALLBACK_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens
+
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
-        return self.max_num_batched_tokens
+        return self.batched_tokens_limit
 
 
 class ContinuousConfig(ContinuousSettings):
@@ -67,8 +86,8 @@ class Continuous:
     """The policy object; holds no state between steps besides its settings."""
 
     def __init__(self, config: ContinuousSettings) -> None:
-        self.max_num_seqs = config.max_num_seqs
-        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.max_num_seqs = config.num_seqs_limit
+        self.max_num_batched_tokens = config.batched_tokens_limit
         self.chunked_prefill = config.chunked_prefill
         # Preemption by swap: set by the policy factory (with_swap_space, below)
         # when ``preemption`` is ``swap``; None preempts by recompute.
