@@ -61,6 +61,13 @@ class EngineConfig(BaseModel):
     # How vLLM was started: `vllm serve` (the OpenAI API server) or the offline
     # `LLM` class. Picks the default batch limits (vLLM's get_batch_defaults).
     usage_context: Literal["openai_api_server", "llm_class"] = "openai_api_server"
+    async_scheduling: bool | None = Field(
+        default=None,
+        description=(
+            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: vLLM's "
+            "default, on unless pipeline parallelism or speculative decoding is used"
+        ),
+    )
 
 
 class FrontendConfig(BaseModel):
@@ -142,6 +149,23 @@ class Scenario(BaseModel):
                 "when chunked_prefill is off"
             )
         return self
+
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether steps are planned one ahead (vLLM's async scheduling) in this run.
+
+        As vLLM's default: on, except with pipeline parallelism or speculative
+        decoding (vLLM turns it off for those, and so for draft-model
+        speculation, which servesim's speculative model stands for). Only the
+        continuous-batching family (vLLM v1's scheduler) plans ahead; the other
+        policies model other systems and run synchronously.
+        """
+        wanted = self.engine.async_scheduling
+        if wanted is None:
+            wanted = self.parallelism.pipeline_parallel_size == 1 and self.speculative is None
+        return (
+            wanted and isinstance(self.scheduler, ContinuousSettings) and self.speculative is None
+        )
 
     @model_validator(mode="after")
     def _check_speculative(self) -> Scenario:

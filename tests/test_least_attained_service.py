@@ -32,6 +32,7 @@ class StandInCore:
         self.num_steps = 0
         self.steps = StepLog()
         self.kv = BlockPool(num_blocks=100, block_size_tokens=16)
+        self.num_held_seqs = 0
 
     def preempt(self, request: Request) -> None:
         raise AssertionError("not expected")

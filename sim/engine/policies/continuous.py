@@ -93,6 +93,9 @@ class Continuous:
         # when ``preemption`` is ``swap``; None preempts by recompute.
         self.swap: SwapSpace | None = None
         self._extra_s = 0.0  # swap copy time of the step being planned, s
+        # vLLM's async scheduling: the executor (sim.serving.replica) plans each
+        # step while the previous one runs. Set by the policy factory.
+        self.async_scheduling = False
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         self._extra_s = 0.0
@@ -161,8 +164,9 @@ class Continuous:
         One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
         """
         kv, waiting, running = core.kv, core.waiting, core.running
+        max_running = self.max_num_seqs - core.num_held_seqs  # held: async scheduling
         while waiting:
-            if len(running) >= self.max_num_seqs:
+            if len(running) >= max_running:
                 return "seqs"
             request = waiting[0]
             # Prefix caching: the cached head of the prompt is not computed again.
@@ -282,6 +286,18 @@ def with_swap_space(
         policy = build()
         if isinstance(policy, Continuous):
             policy.swap = SwapSpace(capacity_bytes, bytes_per_block, bandwidth_bytes_per_s)
+        return policy
+
+    return make
+
+
+def with_async_scheduling(build: Callable[[], Scheduler]) -> Callable[[], Scheduler]:
+    """A policy factory whose continuous-family policies ask to be planned one step ahead."""
+
+    def make() -> Scheduler:
+        policy = build()
+        if isinstance(policy, Continuous):
+            policy.async_scheduling = True
         return policy
 
     return make
