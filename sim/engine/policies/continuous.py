@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.cost.base import StepShape
 from sim.engine.plan import StepPlan
@@ -50,6 +50,16 @@ class ContinuousSettings(BaseModel):
         default=None, ge=1, description="tokens computed per step at most (None: vLLM's default)"
     )
     chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
+    long_prefill_token_threshold: int = Field(
+        default=0,
+        ge=0,
+        description="0: off; else a request computes at most this many tokens a step",
+    )
+    max_num_partial_prefills: int = Field(
+        default=1,
+        ge=1,
+        description="vLLM v1 supports only 1 (no limit on concurrent partial prefills)",
+    )
     preemption: Literal["recompute", "swap"] = Field(
         default="recompute",
         description=(
@@ -72,6 +82,18 @@ class ContinuousSettings(BaseModel):
         """Most tokens one step can compute (sizes the activation reserve)."""
         return self.batched_tokens_limit
 
+    @field_validator("max_num_partial_prefills")
+    @classmethod
+    def _v1_has_no_concurrent_partial_prefill(cls, value: int) -> int:
+        # vLLM v1 rejects any other value (EngineArgs._check_feature_supported:
+        # "Concurrent Partial Prefill is not supported"); its V1 scheduler never
+        # reads the field.
+        if value != 1:
+            raise ValueError(
+                f"must be 1: vLLM v1 does not support concurrent partial prefill (got {value})"
+            )
+        return value
+
 
 class ContinuousConfig(ContinuousSettings):
     """Settings of vLLM-style continuous batching."""
@@ -89,6 +111,8 @@ class Continuous:
         self.max_num_seqs = config.num_seqs_limit
         self.max_num_batched_tokens = config.batched_tokens_limit
         self.chunked_prefill = config.chunked_prefill
+        # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
+        self.max_tokens_per_request = config.long_prefill_token_threshold or None
         # Preemption by swap: set by the policy factory (with_swap_space, below)
         # when ``preemption`` is ``swap``; None preempts by recompute.
         self.swap: SwapSpace | None = None
@@ -110,6 +134,9 @@ class Continuous:
             request = running[i]
             computed = request.num_computed_tokens
             wanted = request.num_prompt_tokens + request.num_generated_tokens - computed
+            cap = self.max_tokens_per_request
+            if cap is not None and wanted > cap:
+                wanted = cap  # a long prompt's chunk, as vLLM caps it
             num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
             target = computed + num_new
             if target > request.num_blocks * block_size:
@@ -172,6 +199,9 @@ class Continuous:
             # Prefix caching: the cached head of the prompt is not computed again.
             num_cached = kv.num_cached_tokens(request)
             wanted = request.num_wanted_tokens - num_cached
+            cap = self.max_tokens_per_request
+            if cap is not None and wanted > cap:
+                wanted = cap
             if budget == 0 or (wanted > budget and not self.chunked_prefill):
                 return "budget"
             num_new = min(wanted, budget)
