@@ -141,7 +141,11 @@ class Continuous:
             target = computed + num_new
             if target > request.num_blocks * block_size:
                 while not kv.can_allocate(request, target):
-                    victim = running.pop()
+                    j = self._victim_index(running)
+                    victim = running.pop(j)
+                    if j < i:  # scheduled earlier in this step: take its tokens back
+                        budget += scheduled.pop(j)[1]
+                        i -= 1
                     self._preempt(core, victim)
                     preempted = True
                     if victim is request:
@@ -155,7 +159,13 @@ class Continuous:
             i += 1
         plan = StepPlan(scheduled)
         if preempted:
-            plan.extra_s = self._extra_s
+            extra_s = self._extra_s
+            if not scheduled:
+                # The request being placed was itself the victim and nothing ran
+                # before it (priority victims need not be the last): vLLM's step
+                # is empty and it schedules again at once, with the pool freed.
+                plan = self.schedule(core, now_s)
+            plan.extra_s += extra_s
             return plan
         stable = len(scheduled) == len(running)
         blocked_by = self._admit(core, scheduled, budget, now_s)
@@ -168,6 +178,10 @@ class Continuous:
         )
         plan.extra_s = self._extra_s
         return plan
+
+    def _victim_index(self, running: list[Request]) -> int:
+        """Which running request to preempt when the pool runs out: the newest (vLLM FCFS)."""
+        return len(running) - 1
 
     def _preempt(self, core: CoreView, victim: Request) -> None:
         """Preempt by swap if configured and the swap space has room, else by recompute."""
