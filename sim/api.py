@@ -27,7 +27,7 @@ from sim.cost.parallel_roofline import parallel_cost_model
 from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
 from sim.engine.policies import Scheduler, StaticConfig
-from sim.engine.policies.continuous import with_swap_space
+from sim.engine.policies.continuous import with_async_scheduling, with_swap_space
 from sim.engine.prefix_cache import prefix_cache_summary
 from sim.engine.speculative import speculative_summary
 from sim.errors import ConfigError
@@ -123,22 +123,26 @@ def cost_model_for(scenario: Scenario, base_dir: Path | None = None) -> CostMode
 
 
 def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
-    """Builds the scenario's policy; with ``preemption: swap``, each with its swap space.
+    """Builds the scenario's policy; with ``preemption: swap``, each with its swap space;
+    with async scheduling, each planning one step ahead.
 
     Swap bytes are per GPU: each holds 1/num_gpus of the KV cache and copies it
     over its own host link, in parallel with the others.
     """
     config = scenario.scheduler
-    if getattr(config, "preemption", "recompute") != "swap":
-        return config.build
-    engine = scenario.engine
-    bytes_per_token = model_for(scenario).kv_bytes_per_token / scenario.parallelism.num_gpus
-    return with_swap_space(
-        config.build,
-        engine.swap_space_bytes,
-        engine.block_size_tokens * bytes_per_token,
-        engine.swap_bandwidth_bytes_per_s,
-    )
+    build: Callable[[], Scheduler] = config.build
+    if getattr(config, "preemption", "recompute") == "swap":
+        engine = scenario.engine
+        bytes_per_token = model_for(scenario).kv_bytes_per_token / scenario.parallelism.num_gpus
+        build = with_swap_space(
+            build,
+            engine.swap_space_bytes,
+            engine.block_size_tokens * bytes_per_token,
+            engine.swap_bandwidth_bytes_per_s,
+        )
+    if scenario.async_scheduling:
+        build = with_async_scheduling(build)
+    return build
 
 
 def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
@@ -238,6 +242,25 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
     }
 
 
+def engine_settings(scenario: Scenario, engine: Engine) -> dict[str, Any]:
+    """The engine settings that ran, defaults filled in (summary.json ``engine_settings``)."""
+    policy = scenario.scheduler
+    settings: dict[str, Any] = {"scheduler": policy.kind}
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "chunked_prefill"):
+        value = getattr(policy, name, None)
+        if value is not None:
+            settings[name] = value
+    settings.update(
+        num_kv_blocks=engine.num_kv_blocks,
+        block_size_tokens=engine.block_size_tokens,
+        max_model_len_tokens=engine.max_model_len_tokens,
+        enable_prefix_caching=engine.enable_prefix_caching,
+        async_scheduling=scenario.async_scheduling,
+        usage_context=scenario.engine.usage_context,
+    )
+    return settings
+
+
 def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
     """Swaps, and mean / p99 TTFT per priority class when there are several."""
     if "num_swaps" not in requests or "priority" not in requests:
@@ -266,6 +289,7 @@ def _result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
         cost_model=engine.cost.label,
         policy=scenario.scheduler.kind,
         num_kv_blocks=engine.num_kv_blocks,
+        engine_settings=engine_settings(scenario, engine),
         num_preemptions=int(raw.requests["num_preemptions"].sum()),
         **_policy_summary(raw.requests),
         **_layout_summary(scenario),

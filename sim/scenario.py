@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -23,6 +23,7 @@ from sim.cost.select import AutoCostConfig
 from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.engine.policies import ContinuousConfig, PolicyConfig
 from sim.engine.policies.continuous import ContinuousSettings
+from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
 from sim.metrics.stats import Slo
@@ -59,6 +60,16 @@ class EngineConfig(BaseModel):
     # (PCIe 4.0 x16 moves ~25 GB/s in practice; PCIe 5.0 ~50 GB/s).
     swap_space_bytes: float = Field(default=4 * 2**30, ge=0)
     swap_bandwidth_bytes_per_s: float = Field(default=25e9, gt=0)
+    # How vLLM was started: `vllm serve` (the OpenAI API server) or the offline
+    # `LLM` class. Picks the default batch limits (vLLM's get_batch_defaults).
+    usage_context: Literal["openai_api_server", "llm_class"] = "openai_api_server"
+    async_scheduling: bool | None = Field(
+        default=None,
+        description=(
+            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: vLLM's "
+            "default, on unless pipeline parallelism or speculative decoding is used"
+        ),
+    )
 
 
 class FrontendConfig(BaseModel):
@@ -99,12 +110,39 @@ class Scenario(BaseModel):
     speculative: SpeculativeConfig | None = None
 
     @model_validator(mode="after")
+    def _fill_batch_limits(self) -> Scenario:
+        """Fill ``None`` scheduler limits with vLLM's defaults for this hardware."""
+        policy = self.scheduler
+        if not isinstance(policy, ContinuousSettings) or (
+            policy.max_num_seqs is not None and policy.max_num_batched_tokens is not None
+        ):
+            return self
+        limits = batch_defaults(
+            self.hardware.name,
+            self.hardware.memory_bytes,
+            self.parallelism.num_gpus,
+            self.engine.usage_context,
+            self.engine.max_model_len_tokens,
+            policy.chunked_prefill,
+            policy.max_num_batched_tokens,
+            policy.max_num_seqs,
+        )
+        filled = policy.model_copy(
+            update={
+                "max_num_seqs": limits.max_num_seqs,
+                "max_num_batched_tokens": limits.max_num_batched_tokens,
+            }
+        )
+        object.__setattr__(self, "scheduler", filled)  # frozen model: fill in once, here
+        return self
+
+    @model_validator(mode="after")
     def _check_budget(self) -> Scenario:
         policy = self.scheduler
         if (
             isinstance(policy, ContinuousSettings)
             and not policy.chunked_prefill
-            and policy.max_num_batched_tokens < self.engine.max_model_len_tokens
+            and policy.batched_tokens_limit < self.engine.max_model_len_tokens
         ):
             # As vLLM: without chunking, a prompt must fit in one step's budget.
             raise ValueError(
@@ -113,6 +151,23 @@ class Scenario(BaseModel):
                 "when chunked_prefill is off"
             )
         return self
+
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether steps are planned one ahead (vLLM's async scheduling) in this run.
+
+        As vLLM's default: on, except with pipeline parallelism or speculative
+        decoding (vLLM turns it off for those, and so for draft-model
+        speculation, which servesim's speculative model stands for). Only the
+        continuous-batching family (vLLM v1's scheduler) plans ahead; the other
+        policies model other systems and run synchronously.
+        """
+        wanted = self.engine.async_scheduling
+        if wanted is None:
+            wanted = self.parallelism.pipeline_parallel_size == 1 and self.speculative is None
+        return (
+            wanted and isinstance(self.scheduler, ContinuousSettings) and self.speculative is None
+        )
 
     @model_validator(mode="after")
     def _check_speculative(self) -> Scenario:

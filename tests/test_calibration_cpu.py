@@ -19,6 +19,7 @@ from calibration.profile import Grid, GridPoint, build_grid, profile_grid  # noq
 from sim.cost.calibrated import CalibratedCost  # noqa: E402
 from sim.cost.calibration_artifact import load_artifact  # noqa: E402
 from sim.cost.specs import ModelSpec, model_preset  # noqa: E402
+from sim.engine.policies.continuous import ContinuousSettings  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
 
@@ -64,8 +65,10 @@ def test_the_compact_grid_spans_the_smollm2_validation_scenario() -> None:
     scenario = load_scenario(ROOT / "scenarios" / "validate_smollm2_cpu.yaml")
     grid = build_grid("compact")
     scheduler, engine = scenario.scheduler, scenario.engine
+    assert isinstance(scheduler, ContinuousSettings)  # limits filled in by the scenario
+    assert scheduler.max_num_seqs is not None and scheduler.max_num_batched_tokens is not None
     decode = [p for p in grid.points if p.section == "decode"]
-    assert max(len(p.decode_contexts) for p in decode) >= scheduler.max_num_seqs  # type: ignore[union-attr]
+    assert max(len(p.decode_contexts) for p in decode) >= scheduler.max_num_seqs
     max_len = engine.max_model_len_tokens
     assert max_len is not None and max(max(p.decode_contexts) for p in decode) >= max_len
     prefill = [p for p in grid.points if p.section == "prefill"]
@@ -73,8 +76,8 @@ def test_the_compact_grid_spans_the_smollm2_validation_scenario() -> None:
     assert longest_prompt is not None
     assert max(p.shape.num_prefill_tokens for p in prefill) >= longest_prompt
     mixed = [p for p in grid.points if p.section == "mixed"]
-    assert max(p.shape.num_prefill_tokens for p in mixed) >= scheduler.max_num_batched_tokens  # type: ignore[union-attr]
-    assert max(len(p.decode_contexts) for p in mixed) >= scheduler.max_num_seqs - 2  # type: ignore[union-attr]
+    assert max(p.shape.num_prefill_tokens for p in mixed) >= scheduler.max_num_batched_tokens
+    assert max(len(p.decode_contexts) for p in mixed) >= scheduler.max_num_seqs - 2
 
 
 def test_profile_records_shapes_and_repeats() -> None:

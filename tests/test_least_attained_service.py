@@ -32,6 +32,7 @@ class StandInCore:
         self.num_steps = 0
         self.steps = StepLog()
         self.kv = BlockPool(num_blocks=100, block_size_tokens=16)
+        self.num_held_seqs = 0
 
     def preempt(self, request: Request) -> None:
         raise AssertionError("not expected")
@@ -105,10 +106,16 @@ def test_it_is_a_scenario_kind() -> None:
 def test_it_thrashes_less_than_fcfs_under_kv_pressure(num_requests: int) -> None:
     # policies.yaml has a small KV pool: continuous batching readmits each victim
     # at once (front of the queue), which preempts again; LAS lets fresh requests
-    # go first, so victims return when memory has freed up. Prefix caching off: with
-    # it (vLLM's default) a victim re-reads its own cached blocks, and FCFS barely thrashes.
+    # go first, so victims return when memory has freed up. Prefix caching off (with
+    # vLLM's default a victim re-reads its own cached blocks and FCFS barely thrashes)
+    # and the 2048-token budget (vLLM's default below 70 GiB; with the H100 default of
+    # 8192 prompts finish in a step and neither policy preempts).
     path = SCENARIOS / "policies.yaml"
-    overrides = [f"workload.num_requests={num_requests}", "engine.enable_prefix_caching=false"]
+    overrides = [
+        f"workload.num_requests={num_requests}",
+        "engine.enable_prefix_caching=false",
+        "scheduler.max_num_batched_tokens=2048",
+    ]
     runs = {
         kind: api.run(
             load_scenario(path, [f"scheduler.kind={kind}", *overrides]),

@@ -207,9 +207,9 @@ def test_chunked_prefill_lowers_p99_tpot_against_prefill_first_under_long_prompt
 
 @pytest.mark.parametrize("skip_ahead", [True, False])
 def test_strict_priority_serves_the_most_urgent_first(skip_ahead: bool) -> None:
-    # One slot, three requests at 0 with priorities 0, 1, 2: each runs a prefill step
-    # (OVH + 8 PRE) and a decode step (OVH + DEC), most urgent first.
-    arrays = work([0.0] * 3, [8] * 3, [2] * 3, priority=[0, 1, 2])
+    # One slot, three requests at 0 with priorities 2, 1, 0: each runs a prefill step
+    # (OVH + 8 PRE) and a decode step (OVH + DEC), most urgent (lowest value) first.
+    arrays = work([0.0] * 3, [8] * 3, [2] * 3, priority=[2, 1, 0])
     raw = run(arrays, PriorityConfig(max_num_seqs=1).build, skip_ahead=skip_ahead)
     each = OVH + 8 * PRE + OVH + DEC
     assert column(raw, "first_scheduled_s") == [
@@ -226,8 +226,9 @@ def test_strict_priority_serves_the_most_urgent_first(skip_ahead: bool) -> None:
 
 def test_strict_priority_preempts_the_lowest_class_not_the_newest() -> None:
     # As test_policies' preemption case (4 blocks; prompt 16, output 40 each; r1 joins at
-    # step 1), but r1 is more urgent: when the pool runs out, r0 (priority 0) goes.
-    arrays = work([0.0, 0.001], [16, 16], [40, 40], priority=[0, 1])
+    # step 1), but r1 is more urgent: when the pool runs out, r0 (priority 1) goes: the
+    # largest (priority, arrival time), as vLLM's Scheduler.schedule picks it.
+    arrays = work([0.0, 0.001], [16, 16], [40, 40], priority=[1, 0])
     raw = run(arrays, PriorityConfig().build, num_kv_blocks=4)
     assert column(raw, "num_preemptions") == [1, 0]
     assert column(raw, "finish_s")[1] < column(raw, "finish_s")[0]
@@ -236,25 +237,26 @@ def test_strict_priority_preempts_the_lowest_class_not_the_newest() -> None:
 
 
 def test_weighted_priority_shares_admissions_by_weight() -> None:
-    # One slot, a backlog of 4 + 4 requests, weights 3 (class 1) : 1 (class 0). Finish
-    # tags: class 1 at 1/3, 2/3, 1, 4/3; class 0 at 1, 2, 3, 4 (ties: class 1 first).
-    priority = [0, 1] * 4
+    # One slot, a backlog of 4 + 4 requests, weights 3 (class 0) : 1 (class 1). Finish
+    # tags: class 0 at 1/3, 2/3, 1, 4/3; class 1 at 1, 2, 3, 4 (ties: class 0, the more
+    # urgent, first).
+    priority = [1, 0] * 4
     arrays = work([0.0] * 8, [8] * 8, [2] * 8, priority=priority)
-    config = PriorityConfig(max_num_seqs=1, mode="weighted", weights={1: 3.0, 0: 1.0})
+    config = PriorityConfig(max_num_seqs=1, mode="weighted", weights={0: 3.0, 1: 1.0})
     raw = run(arrays, config.build)
-    assert [priority[i] for i in start_order(raw)] == [1, 1, 1, 0, 1, 0, 0, 0]
+    assert [priority[i] for i in start_order(raw)] == [0, 0, 0, 1, 0, 1, 1, 1]
     # Equal weights alternate between the classes.
     even = run(arrays, PriorityConfig(max_num_seqs=1, mode="weighted").build)
-    assert [priority[i] for i in start_order(even)] == [1, 0] * 4
+    assert [priority[i] for i in start_order(even)] == [0, 1] * 4
 
 
 def test_weighted_priority_gives_an_idle_class_no_credit() -> None:
-    # One slot; six class-1 requests at 0, two class-0 ones at 0.05; equal weights. Each
+    # One slot; six class-0 requests at 0, two class-1 ones at 0.05; equal weights. Each
     # request takes OVH + 8 PRE + OVH + DEC = 0.02734375 s, so r0, r1 run first and the
-    # class-0 pair is tagged at 0.0546875 from the virtual time V = 1 (start tag of r1):
-    # r6 finishes at 2, r7 at 3, between class 1's r2 (3, more urgent on the tie) and r3 (4).
+    # class-1 pair is tagged at 0.0546875 from the virtual time V = 1 (start tag of r1):
+    # r6 finishes at 2, r7 at 3, between class 0's r2 (3, more urgent on the tie) and r3 (4).
     # Tagged from 0 instead (banked credit), both would run before r2.
-    arrays = work([0.0] * 6 + [0.05] * 2, [8] * 8, [2] * 8, priority=[1] * 6 + [0, 0])
+    arrays = work([0.0] * 6 + [0.05] * 2, [8] * 8, [2] * 8, priority=[0] * 6 + [1, 1])
     raw = run(arrays, PriorityConfig(max_num_seqs=1, mode="weighted").build)
     assert start_order(raw) == [0, 1, 6, 2, 7, 3, 4, 5]
 
@@ -324,7 +326,7 @@ def test_swap_space_accounting() -> None:
 
 
 def test_swap_works_for_the_priority_family_too() -> None:
-    arrays = work([0.0, 0.001], [16, 16], [40, 40], priority=[0, 1])
+    arrays = work([0.0, 0.001], [16, 16], [40, 40], priority=[1, 0])  # r0 less urgent
     raw = run(arrays, swapping(10, PriorityConfig(preemption="swap")), num_kv_blocks=4)
     assert column(raw, "num_swaps") == [1, 0]
 
@@ -428,8 +430,9 @@ def test_priority_scenario_lowers_the_interactive_class_ttft() -> None:
     fast = ["workload.num_requests=600"]
     urgent = api.run(path, overrides=fast)
     fcfs = api.run(path, overrides=[*fast, "scheduler.kind=continuous"])
-    assert urgent.summary["p99_ttft_ms_priority_1"] < fcfs.summary["p99_ttft_ms_priority_1"]
-    assert urgent.summary["mean_ttft_ms_priority_1"] < fcfs.summary["mean_ttft_ms_priority_1"]
+    # The interactive class is priority 0 (vLLM: lower is more urgent).
+    assert urgent.summary["p99_ttft_ms_priority_0"] < fcfs.summary["p99_ttft_ms_priority_0"]
+    assert urgent.summary["mean_ttft_ms_priority_0"] < fcfs.summary["mean_ttft_ms_priority_0"]
 
 
 def test_policies_scenario_runs_with_every_kind() -> None:

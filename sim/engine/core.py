@@ -49,6 +49,10 @@ def _or_nan(value: float | None) -> float:
     return NAN if value is None else value
 
 
+def _ready_after(request: Request, time_s: float) -> bool:
+    return request.ready_s is not None and request.ready_s > time_s
+
+
 class EngineCore:
     """Waiting and running requests, the KV pool, and the logs of one replica."""
 
@@ -78,6 +82,16 @@ class EngineCore:
         )
         self.records = Columns(RECORD_COLUMNS)
         self.rejections: dict[int, str] = {}
+        # Async scheduling (vLLM's AsyncScheduler), switched on by the executor:
+        # the plan of step N+1 is made while step N runs, so it cannot see
+        # requests that arrived after step N started, and requests finishing in
+        # step N still hold their slot and KV blocks while it is made. The
+        # executor plans after committing step N and passes the start of step N
+        # as ``schedule``'s ``visible_until_s``; finished requests' blocks are
+        # freed once that plan is made (``held``).
+        self.pipelined = False
+        self.held: list[Request] = []
+        self.num_deferred_at_plan = 0  # hidden arrivals + held requests at the last plan
         # Runs of tokens after the first, for requests whose tokens were
         # interrupted (preemption): request_id -> [(first token time, tokens before)].
         self.later_runs: dict[int, list[tuple[float, int]]] = {}
@@ -109,9 +123,30 @@ class EngineCore:
         return True
 
     # -- the step cycle ----------------------------------------------------
-    def schedule(self, now_s: float) -> StepPlan:
-        """Ask the policy for the next step, and sample the queue state."""
+    @property
+    def num_held_seqs(self) -> int:
+        """Finished requests whose slot the plan being made still counts (async scheduling)."""
+        return len(self.held)
+
+    def schedule(self, now_s: float, visible_until_s: float | None = None) -> StepPlan:
+        """Ask the policy for the next step, and sample the queue state.
+
+        ``visible_until_s`` (async scheduling): requests that became ready after
+        it stay in the queue but out of the policy's sight for this plan.
+        """
+        hidden: list[Request] = []
+        if visible_until_s is not None:
+            waiting = self.waiting  # later arrivals are at the back, in ready order
+            while waiting and _ready_after(waiting[-1], visible_until_s):
+                hidden.append(waiting.pop())
+        self.num_deferred_at_plan = len(hidden) + len(self.held)
         plan = self.policy.schedule(self, now_s)
+        if hidden:
+            self.waiting.extend(reversed(hidden))
+        if self.held:
+            for request in self.held:
+                self.kv.free(request)
+            self.held = []
         self._series_time.append(now_s)
         self._series_waiting.append(len(self.waiting))
         self._series_running.append(len(self.running))
@@ -236,7 +271,10 @@ class EngineCore:
         """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
         request.finish_s = time_s
         self._num_finished_in_step += 1
-        self.kv.free(request)
+        if self.pipelined:
+            self.held.append(request)  # freed after the plan already under way
+        else:
+            self.kv.free(request)
         self._done(request)
 
     def _done(self, request: Request) -> None:
@@ -265,6 +303,9 @@ class EngineCore:
 
     def flush_unfinished(self) -> None:
         """Record requests still queued or running (finish time NaN) and clear them."""
+        for request in self.held:
+            self.kv.free(request)
+        self.held = []
         for request in [*self.running, *self.waiting]:
             self.kv.free(request)
             self._done(request)

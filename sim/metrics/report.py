@@ -146,14 +146,24 @@ def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[s
     return [(label, key) for _, label, key in sorted(found)]
 
 
+def format_engine_settings(settings: Mapping[str, object]) -> str:
+    """One line naming the engine settings that ran: ``engine: key=value ...``."""
+    return "engine: " + " ".join(f"{key}={value}" for key, value in settings.items())
+
+
 def format_summary_table(summary: Mapping[str, object]) -> str:
     """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``).
 
     Aligned ``label value`` lines; goodput only when present and defined; one
     section per latency metric present (Mean, Median, then every percentile, ms).
-    Undefined values print as ``n/a``.
+    Undefined values print as ``n/a``. When the summary records its
+    ``engine_settings``, they head the block in one line.
     """
-    lines = [_banner(" Serving Benchmark Result ", "=")]
+    lines = []
+    settings = summary.get("engine_settings")
+    if isinstance(settings, Mapping):
+        lines.append(format_engine_settings(settings))
+    lines.append(_banner(" Serving Benchmark Result ", "="))
     head = [
         ("Successful requests:", "completed"),
         ("Rejected requests:", "num_rejected"),

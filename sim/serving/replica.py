@@ -7,6 +7,16 @@ could change the batch, the process is interrupted, finishes the step in
 progress, commits the steps done and plans again. So events grow with
 requests, not tokens. ``skip_ahead=False`` runs every step as its own event
 (the reference the skip-ahead mode is tested against).
+
+Async scheduling (vLLM's ``AsyncScheduler`` with ``step_with_batch_queue``):
+when the policy asks for it, step N+1 is planned while step N runs. The
+replica still plans after committing step N, but shows the core only what the
+scheduler could see at step N's start: requests ready later wait one more step,
+and requests finishing in step N keep their slot and blocks for that plan
+(``EngineCore.schedule``'s ``visible_until_s``, ``EngineCore.held``). A run of
+decode steps therefore stops one step after the step during which a request
+arrives. The scheduler's CPU time overlaps the GPU step; see
+docs/vllm-fidelity.md for how a cost model's per-step overhead should read then.
 """
 
 from __future__ import annotations
@@ -39,6 +49,11 @@ class Replica:
         # (open loop: known in advance); runs then end at that step instead of
         # being interrupted, which saves two events per arrival.
         self.horizon: Callable[[], float] | None = None
+        # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
+        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
+        core.pipelined = self.pipelined
+        # Steps a run goes on past the step during which a request arrives.
+        self._lag = 2 if self.pipelined else 1
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:
@@ -54,16 +69,26 @@ class Replica:
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env, core, cost = self.env, self.core, self.cost
+        pipelined, lag = self.pipelined, self._lag
+        # Async scheduling: the start of the step just committed; the next plan
+        # was (in vLLM) made then. None: nothing ran since the replica woke.
+        visible_until: float | None = None
         while True:
             now = env.now
-            plan = core.schedule(now)
+            plan = core.schedule(now, visible_until)
+            deferred = pipelined and core.num_deferred_at_plan > 0
+            visible_until = None
             if plan.is_empty:
-                yield from self._wait(plan.wake_at_s)
+                if not deferred:  # else: vLLM plans again once step N's output is in
+                    yield from self._wait(plan.wake_at_s)
                 continue
-            if plan.num_steps == 1 or not self.skip_ahead:
+            if plan.num_steps == 1 or not self.skip_ahead or deferred:
+                # Deferred work (a hidden arrival, a held slot) may change the
+                # next plan, so a run would promise too much: one step.
                 end = now + (cost.step_s(plan.shape()) + plan.extra_s)  # as in a run below
                 yield env.timeout(end - now)
                 core.commit(plan, now, [end])
+                visible_until = now if pipelined else None
                 continue
             rest = cost.decode_steps_s(
                 plan.run_num_seqs, plan.run_context_tokens, plan.num_steps - 1
@@ -76,22 +101,26 @@ class Replica:
             if plan.interruptible and self.horizon is not None:
                 next_s = self.horizon()
                 if next_s <= ends[-1]:
-                    # Stop at the end of the step running when it arrives.
-                    ends = ends[: bisect_left(ends, next_s) + 1]
+                    # Stop at the end of the step running when it arrives (the
+                    # step after it with async scheduling: that one was planned).
+                    ends = ends[: bisect_left(ends, next_s) + lag]
             else:
                 self._interruptible = plan.interruptible
             try:
                 yield env.timeout(ends[-1] - now)
             except simpy.Interrupt:
-                # Steps whose end has passed are done; the one running finishes.
+                # Steps whose end has passed are done; the one running finishes
+                # (and, with async scheduling, the one already planned after it).
                 # A step ending exactly now counts as running, as in step-by-step
                 # mode, where the newcomer would join the step starting now.
                 num_done = bisect_left(ends, env.now)
-                ends = ends[: min(num_done + 1, len(ends))]
+                ends = ends[: min(num_done + lag, len(ends))]
                 if ends[-1] > env.now:
                     yield env.timeout(ends[-1] - env.now)
             self._interruptible = False
             core.commit(plan, now, ends)
+            if pipelined:
+                visible_until = ends[-2] if len(ends) > 1 else now
 
     def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
         """Sleep until a request arrives or the policy's wake-up time."""

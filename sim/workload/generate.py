@@ -63,7 +63,7 @@ class PrefixGroupsConfig(_Config):
 class PriorityClassesConfig(_Config):
     """Per-request priority classes: class ``i`` is drawn with probability
     ``weights[i] / sum(weights)`` and gets priority ``values[i]`` (default ``i``;
-    larger is more urgent, see :mod:`sim.engine.policies.priority`)."""
+    lower is more urgent, as in vLLM, see :mod:`sim.engine.policies.priority`)."""
 
     kind: Literal["classes"] = "classes"
     weights: list[float] = Field(min_length=1)
@@ -184,7 +184,7 @@ class RequestArrays:
     num_output_tokens: IntArray
     prefix_group: IntArray | None = None
     num_shared_prefix_tokens: IntArray | None = None
-    priority: IntArray | None = None  # optional per-request priority (larger: more urgent)
+    priority: IntArray | None = None  # optional per-request priority (lower: more urgent)
 
     def __post_init__(self) -> None:
         n = self.arrival_s.shape

@@ -142,10 +142,11 @@ def static_setups(draw: st.DrawFn) -> Setup:
 class CheckedPolicy:
     """Delegates to a policy and checks the engine state around every call."""
 
-    def __init__(self, inner: Scheduler, setup: Setup) -> None:
+    def __init__(self, inner: Scheduler, setup: Setup, async_scheduling: bool = False) -> None:
         self.inner = inner
         self.setup = setup
         self.num_calls = 0
+        self.async_scheduling = async_scheduling  # read by the replica
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool
@@ -161,7 +162,9 @@ class CheckedPolicy:
 def check_pool(core: EngineCore) -> None:
     kv = core.kv
     assert 0 <= kv.num_free_blocks <= kv.num_blocks
-    held = sum(r.num_blocks for r in core.running)
+    # Async scheduling: requests that finished in the step just committed keep
+    # their blocks until the plan under way is made.
+    held = sum(r.num_blocks for r in core.running) + sum(r.num_blocks for r in core.held)
     assert held == kv.num_used_blocks, "blocks held by running requests != blocks in use"
     assert all(r.num_blocks == 0 for r in core.waiting), "a waiting request holds blocks"
     for r in core.running:
@@ -188,11 +191,13 @@ def check_plan(plan: StepPlan, core: EngineCore, setup: Setup) -> None:
     assert plan.num_steps >= 1
 
 
-def simulate(arrays: RequestArrays, setup: Setup, skip_ahead: bool) -> RawResult:
+def simulate(
+    arrays: RequestArrays, setup: Setup, skip_ahead: bool, async_scheduling: bool = False
+) -> RawResult:
     policies: list[CheckedPolicy] = []
 
     def make_policy() -> Scheduler:
-        policies.append(CheckedPolicy(setup.make_policy(), setup))
+        policies.append(CheckedPolicy(setup.make_policy(), setup, async_scheduling))
         return policies[-1]
 
     engine = Engine(
@@ -314,6 +319,18 @@ def assert_same_runs(fast: RawResult, slow: RawResult) -> None:
 def test_continuous_batching_invariants(arrays: RequestArrays, setup: Setup) -> None:
     fast = simulate(arrays, setup, skip_ahead=True)
     slow = simulate(arrays, setup, skip_ahead=False)
+    check_run(fast, arrays, setup)
+    check_run(slow, arrays, setup)
+    assert_same_runs(fast, slow)
+
+
+@SETTINGS
+@given(arrays=workloads(), setup=continuous_setups())
+def test_async_scheduling_skip_ahead_matches_step_by_step(
+    arrays: RequestArrays, setup: Setup
+) -> None:
+    fast = simulate(arrays, setup, skip_ahead=True, async_scheduling=True)
+    slow = simulate(arrays, setup, skip_ahead=False, async_scheduling=True)
     check_run(fast, arrays, setup)
     check_run(slow, arrays, setup)
     assert_same_runs(fast, slow)

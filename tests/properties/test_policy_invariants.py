@@ -142,8 +142,8 @@ class PolicyChecks:
         self.num_admitted += len(admitted)
         kind = self.setup.kind
         if kind == "strict" and admitted and core.waiting:
-            most_urgent_waiting = max(r.priority for r in core.waiting)
-            assert min(r.priority for r in admitted) >= most_urgent_waiting
+            most_urgent_waiting = min(r.priority for r in core.waiting)  # lower: more urgent
+            assert max(r.priority for r in admitted) <= most_urgent_waiting
         if kind == "orca":
             # The whole maximum length is reserved at admission: never a preemption.
             assert all(r.num_preemptions == 0 for r in core.running)
@@ -251,7 +251,7 @@ def test_strict_priority_starts_urgent_requests_first_with_a_big_pool(
     raw = check_both_modes(arrays, big)
     served = raw.requests[raw.requests["rejection_reason"].isna()]
     for _, group in served.groupby("ready_s"):
-        ordered = group.sort_values("priority", ascending=False, kind="stable")
+        ordered = group.sort_values("priority", ascending=True, kind="stable")
         assert (np.diff(ordered["first_scheduled_s"].to_numpy()) >= 0).all()
 
 
@@ -261,7 +261,7 @@ def test_policy_checks_see_admissions() -> None:
         np.zeros(3),
         np.full(3, 8, dtype=np.int64),
         np.full(3, 2, dtype=np.int64),
-        priority=np.asarray([0, 1, 2], dtype=np.int64),
+        priority=np.asarray([2, 1, 0], dtype=np.int64),
     )
     setup = Setup(
         PriorityConfig(max_num_seqs=1).build,
@@ -283,6 +283,6 @@ def test_policy_checks_see_admissions() -> None:
     engine = Engine(setup.cost, make, 100, 16, 400, setup.frontend, True)
     raw = Simulation(engine).run(cast(OpenLoop, arrays))
     assert checks[0].num_admitted == 3
-    # Strict priority, one slot: the most urgent (last to arrive) goes first.
+    # Strict priority, one slot: the most urgent (lowest value, last to arrive) goes first.
     order = raw.requests.sort_values("first_scheduled_s")["priority"].tolist()
-    assert order == [2, 1, 0]
+    assert order == [0, 1, 2]

@@ -28,6 +28,11 @@ class CoreView(Protocol):
     steps: StepLog
 
     @property
+    def num_held_seqs(self) -> int:
+        """Finished requests still holding a slot for this plan (async scheduling)."""
+        ...
+
+    @property
     def kv(self) -> BlockPool: ...
 
     def preempt(self, request: Request) -> None:

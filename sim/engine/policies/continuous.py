@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.cost.base import StepShape
 from sim.engine.plan import StepPlan
@@ -30,6 +30,12 @@ if TYPE_CHECKING:
 # this many steps' worth of numpy arrays (memory, not correctness).
 MAX_RUN_STEPS = 4096
 
+# Limits of a policy built without a scenario (no hardware to look up): vLLM's
+# defaults for a GPU under 70 GiB serving the OpenAI API. A scenario fills in
+# its hardware's defaults instead (sim.engine.policies.vllm_defaults).
+FALLBACK_MAX_NUM_SEQS = 256
+FALLBACK_MAX_NUM_BATCHED_TOKENS = 2048
+
 
 class ContinuousSettings(BaseModel):
     """Continuous batching's settings (names as vLLM's flags), shared by the
@@ -37,11 +43,23 @@ class ContinuousSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")
-    max_num_batched_tokens: int = Field(
-        default=2048, ge=1, description="tokens computed per step at most"
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="running requests at most (None: vLLM's default)"
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="tokens computed per step at most (None: vLLM's default)"
     )
     chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
+    long_prefill_token_threshold: int = Field(
+        default=0,
+        ge=0,
+        description="0: off; else a request computes at most this many tokens a step",
+    )
+    max_num_partial_prefills: int = Field(
+        default=1,
+        ge=1,
+        description="vLLM v1 supports only 1 (no limit on concurrent partial prefills)",
+    )
     preemption: Literal["recompute", "swap"] = Field(
         default="recompute",
         description=(
@@ -49,9 +67,32 @@ class ContinuousSettings(BaseModel):
         ),
     )
 
+    @property
+    def num_seqs_limit(self) -> int:
+        """``max_num_seqs``, or the fallback when the scenario has not filled it in."""
+        return FALLBACK_MAX_NUM_SEQS if self.max_num_seqs is None else self.max_num_seqs
+
+    @property
+    def batched_tokens_limit(self) -> int:
+        """``max_num_batched_tokens``, or the fallback when not filled in."""
+        tokens = self.max_num_batched_tokens
+        return FALLBACK_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens
+
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
-        return self.max_num_batched_tokens
+        return self.batched_tokens_limit
+
+    @field_validator("max_num_partial_prefills")
+    @classmethod
+    def _v1_has_no_concurrent_partial_prefill(cls, value: int) -> int:
+        # vLLM v1 rejects any other value (EngineArgs._check_feature_supported:
+        # "Concurrent Partial Prefill is not supported"); its V1 scheduler never
+        # reads the field.
+        if value != 1:
+            raise ValueError(
+                f"must be 1: vLLM v1 does not support concurrent partial prefill (got {value})"
+            )
+        return value
 
 
 class ContinuousConfig(ContinuousSettings):
@@ -67,13 +108,18 @@ class Continuous:
     """The policy object; holds no state between steps besides its settings."""
 
     def __init__(self, config: ContinuousSettings) -> None:
-        self.max_num_seqs = config.max_num_seqs
-        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.max_num_seqs = config.num_seqs_limit
+        self.max_num_batched_tokens = config.batched_tokens_limit
         self.chunked_prefill = config.chunked_prefill
+        # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
+        self.max_tokens_per_request = config.long_prefill_token_threshold or None
         # Preemption by swap: set by the policy factory (with_swap_space, below)
         # when ``preemption`` is ``swap``; None preempts by recompute.
         self.swap: SwapSpace | None = None
         self._extra_s = 0.0  # swap copy time of the step being planned, s
+        # vLLM's async scheduling: the executor (sim.serving.replica) plans each
+        # step while the previous one runs. Set by the policy factory.
+        self.async_scheduling = False
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         self._extra_s = 0.0
@@ -88,11 +134,18 @@ class Continuous:
             request = running[i]
             computed = request.num_computed_tokens
             wanted = request.num_prompt_tokens + request.num_generated_tokens - computed
+            cap = self.max_tokens_per_request
+            if cap is not None and wanted > cap:
+                wanted = cap  # a long prompt's chunk, as vLLM caps it
             num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
             target = computed + num_new
             if target > request.num_blocks * block_size:
                 while not kv.can_allocate(request, target):
-                    victim = running.pop()
+                    j = self._victim_index(running)
+                    victim = running.pop(j)
+                    if j < i:  # scheduled earlier in this step: take its tokens back
+                        budget += scheduled.pop(j)[1]
+                        i -= 1
                     self._preempt(core, victim)
                     preempted = True
                     if victim is request:
@@ -106,7 +159,13 @@ class Continuous:
             i += 1
         plan = StepPlan(scheduled)
         if preempted:
-            plan.extra_s = self._extra_s
+            extra_s = self._extra_s
+            if not scheduled:
+                # The request being placed was itself the victim and nothing ran
+                # before it (priority victims need not be the last): vLLM's step
+                # is empty and it schedules again at once, with the pool freed.
+                plan = self.schedule(core, now_s)
+            plan.extra_s += extra_s
             return plan
         stable = len(scheduled) == len(running)
         blocked_by = self._admit(core, scheduled, budget, now_s)
@@ -119,6 +178,10 @@ class Continuous:
         )
         plan.extra_s = self._extra_s
         return plan
+
+    def _victim_index(self, running: list[Request]) -> int:
+        """Which running request to preempt when the pool runs out: the newest (vLLM FCFS)."""
+        return len(running) - 1
 
     def _preempt(self, core: CoreView, victim: Request) -> None:
         """Preempt by swap if configured and the swap space has room, else by recompute."""
@@ -142,13 +205,17 @@ class Continuous:
         One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
         """
         kv, waiting, running = core.kv, core.waiting, core.running
+        max_running = self.max_num_seqs - core.num_held_seqs  # held: async scheduling
         while waiting:
-            if len(running) >= self.max_num_seqs:
+            if len(running) >= max_running:
                 return "seqs"
             request = waiting[0]
             # Prefix caching: the cached head of the prompt is not computed again.
             num_cached = kv.num_cached_tokens(request)
             wanted = request.num_wanted_tokens - num_cached
+            cap = self.max_tokens_per_request
+            if cap is not None and wanted > cap:
+                wanted = cap
             if budget == 0 or (wanted > budget and not self.chunked_prefill):
                 return "budget"
             num_new = min(wanted, budget)
@@ -263,6 +330,18 @@ def with_swap_space(
         policy = build()
         if isinstance(policy, Continuous):
             policy.swap = SwapSpace(capacity_bytes, bytes_per_block, bandwidth_bytes_per_s)
+        return policy
+
+    return make
+
+
+def with_async_scheduling(build: Callable[[], Scheduler]) -> Callable[[], Scheduler]:
+    """A policy factory whose continuous-family policies ask to be planned one step ahead."""
+
+    def make() -> Scheduler:
+        policy = build()
+        if isinstance(policy, Continuous):
+            policy.async_scheduling = True
         return policy
 
     return make

@@ -1,28 +1,31 @@
-"""Priority classes on continuous batching: strict, or weighted fair between classes.
+"""Priority classes on continuous batching: strict (vLLM's ``--scheduling-policy
+priority``), or weighted fair between classes.
 
 Each request carries an integer ``priority`` (``Request.priority``, drawn by
-the workload's ``priority`` option); a larger value is more urgent. Two modes:
+the workload's ``priority`` option); as in vLLM, a lower value is more urgent.
+Two modes:
 
-* ``strict``: the waiting queue is served highest priority first,
-  first-come first-served within a class, so a waiting request is never
-  admitted while a more urgent one waits. The running list is kept in the same
-  order, so under KV pressure the victim of preemption is the newest request
-  of the lowest class (as vLLM v1's priority scheduling chooses it), and the
-  token budget goes to urgent requests first: an urgent prompt's prefill
-  chunks come before a lower class's decodes, which skip a step when the
-  budget runs out. A lower class can starve under sustained urgent load.
-* ``weighted``: weighted fair queueing between classes (start-time fair
-  queueing on admissions): a request entering the queue gets the virtual
-  finish tag ``max(V, last tag of its class) + 1 / weight``, where ``V`` is the
-  start tag of the last admitted request; the queue is served in tag order
-  (ties: higher priority, then FCFS). With every class backlogged, class
-  ``c`` gets a share ``weight_c / sum of weights`` of admissions, and an idle
-  class earns no credit. Deterministic: no random draws. The running list keeps
-  admission order (the victim is the newest running request).
+* ``strict`` (vLLM v1's priority policy): the waiting queue is served in
+  (priority, arrival time) order, so a waiting request is never admitted while
+  a more urgent one waits. The running list stays in admission order (decodes
+  and prefill chunks take the budget in that order, as in vLLM), and under KV
+  pressure the victim of preemption is the running request with the largest
+  (priority, arrival time): the latest arrival of the least urgent class
+  (``Scheduler.schedule``'s ``max(self.running, key=(priority, arrival_time))``),
+  even one already scheduled in this step, whose tokens go back to the budget.
+  A less urgent class can starve under sustained urgent load.
+* ``weighted`` (servesim's own; vLLM has none): weighted fair queueing between
+  classes (start-time fair queueing on admissions): a request entering the
+  queue gets the virtual finish tag ``max(V, last tag of its class) + 1 / weight``,
+  where ``V`` is the start tag of the last admitted request; the queue is served
+  in tag order (ties: the more urgent class, then FCFS). With every class
+  backlogged, class ``c`` gets a share ``weight_c / sum of weights`` of
+  admissions, and an idle class earns no credit. Deterministic: no random
+  draws. The victim is the newest running request, as in continuous batching.
 
-Everything else (decode first, chunked prefill within the budget, preemption
-by recompute or swap) is the continuous policy's (:mod:`sim.engine.policies.continuous`).
-No running request is preempted to admit an urgent one (as in vLLM).
+Everything else (chunked prefill within the budget, preemption by recompute or
+swap) is the continuous policy's (:mod:`sim.engine.policies.continuous`). No
+running request is preempted to admit an urgent one (as in vLLM).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from sim.engine.request import Request
 if TYPE_CHECKING:
     from sim.engine.policies.base import CoreView
 
-_PRIORITY = attrgetter("priority")
+_URGENCY = attrgetter("priority", "arrival_s")  # smallest first; the victim is the largest
 
 
 class PriorityConfig(ContinuousSettings):
@@ -47,7 +50,7 @@ class PriorityConfig(ContinuousSettings):
 
     kind: Literal["priority"] = "priority"
     mode: Literal["strict", "weighted"] = Field(
-        default="strict", description="strict: highest class first; weighted: fair shares"
+        default="strict", description="strict: lowest value first (vLLM); weighted: fair shares"
     )
     weights: dict[int, float] = Field(
         default_factory=dict,
@@ -76,12 +79,11 @@ class Priority(OrderedContinuous):
         self._virtual = 0.0  # V: start tag of the last admitted request
         self._last_finish: dict[int, float] = {}  # class -> finish tag of its newest
         self._start: dict[int, float] = {}  # request_id -> start tag (waiting requests)
-        self._key: dict[int, tuple[float, int]] = {}  # request_id -> (finish tag, -priority)
+        self._key: dict[int, tuple[float, int]] = {}  # request_id -> (finish tag, priority)
 
     def reorder(self, core: CoreView) -> None:
         if self.mode == "strict":
-            sort_waiting(core, _PRIORITY, reverse=True)  # reverse keeps ties FCFS
-            core.running.sort(key=_PRIORITY, reverse=True)
+            sort_waiting(core, _URGENCY)  # stable: exact ties keep queue order
             return
         key = self._key
         for request in core.waiting:
@@ -99,7 +101,19 @@ class Priority(OrderedContinuous):
             finish = start + 1.0 / self.weights.get(priority, 1.0)
             self._last_finish[priority] = finish
         self._start[request.request_id] = start
-        self._key[request.request_id] = (finish, -priority)
+        self._key[request.request_id] = (finish, priority)
+
+    def _victim_index(self, running: list[Request]) -> int:
+        if self.mode != "strict":
+            return len(running) - 1
+        # The largest (priority, arrival time); the newest on an exact tie.
+        best = len(running) - 1
+        best_key = _URGENCY(running[best])
+        for j in range(best - 1, -1, -1):
+            key = _URGENCY(running[j])
+            if key > best_key:
+                best, best_key = j, key
+        return best
 
     def _admit(
         self,
