@@ -118,6 +118,26 @@ def _mem_available_bytes() -> int:
     return 1 << 62  # unknown: do not refuse
 
 
+def _refuse_unsupported(scenario: Scenario) -> None:
+    """The reference engine runs synchronously on a plain KV pool: refuse what it cannot
+    run, so that a measured run and its prediction never run different configurations."""
+    engine = scenario.engine
+    if engine.enable_prefix_caching:
+        raise ConfigError(
+            "engine.enable_prefix_caching: the reference engine has no prefix cache; "
+            "set it to false to measure"
+        )
+    if scenario.async_scheduling:
+        raise ConfigError(
+            "engine.async_scheduling: the reference engine schedules synchronously; "
+            "set it to false to measure"
+        )
+    if scenario.speculative is not None:
+        raise ConfigError("speculative: the reference engine does not decode speculatively")
+    if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
+        raise ConfigError("scheduler.preemption: the reference engine preempts by recompute only")
+
+
 def measure(
     scenario: Scenario,
     device: Device = "cpu",
@@ -140,6 +160,7 @@ def measure(
         raise ConfigError("workload: servesim measure replays open-loop workloads only")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available here")
+    _refuse_unsupported(scenario)
     dtype_name = dtype or ("fp32" if device == "cpu" else "bf16")
     if dtype_name not in _DTYPES:
         raise ConfigError(f"--dtype {dtype_name!r}: expected one of {', '.join(_DTYPES)}")

@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import pytest
 from exact_costs import COST, TOL, work
+from scenario_docs import small_doc
 
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.engine.policies.continuous import with_async_scheduling
@@ -95,19 +96,7 @@ def test_step_with_batch_queue_idle_engine_starts_at_once() -> None:
         assert sync.requests[column].tolist() == pipelined.requests[column].tolist()
 
 
-def _doc(**top: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "cost": {"kind": "roofline"},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": 4,
-            "arrival": {"kind": "poisson", "rate_per_s": 1},
-            "prompt_tokens": {"kind": "fixed", "tokens": 32},
-            "output_tokens": {"kind": "fixed", "tokens": 4},
-        },
-    }
-    doc.update(top)
-    return doc
+_doc = small_doc
 
 
 def test_async_scheduling_default_is_vllms() -> None:

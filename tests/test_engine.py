@@ -45,8 +45,10 @@ def tiny_scenario(
                 "block_size_tokens": 16,
                 "num_kv_blocks": num_kv_blocks,
                 "max_model_len_tokens": 128 if chunked else budget,
-                # The PyTorch reference engine keeps no prefix cache (a plain BlockPool).
+                # The PyTorch reference engine keeps no prefix cache (a plain BlockPool)
+                # and plans each step after the previous one ends.
                 "enable_prefix_caching": False,
+                "async_scheduling": False,
             },
             "workload": {
                 "kind": "synthetic",
@@ -257,3 +259,22 @@ def test_simulator_replay_makes_the_engines_decisions(chunked: bool) -> None:
     assert (
         raw.requests["num_preemptions"].to_numpy() == requests["num_preemptions"].to_numpy()
     ).all()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"engine": {"enable_prefix_caching": True}}, "engine.enable_prefix_caching"),
+        ({"engine": {"async_scheduling": True}}, "engine.async_scheduling"),
+        ({"scheduler": {"preemption": "swap"}}, "scheduler.preemption"),
+    ],
+)
+def test_measure_refuses_what_the_reference_engine_cannot_run(
+    override: dict[str, dict[str, object]], message: str, tmp_path: Path
+) -> None:
+    # A measured run and its prediction must run the same configuration.
+    doc = tiny_scenario().model_dump(mode="json")
+    for section, fields in override.items():
+        doc[section] = {**doc[section], **fields}
+    with pytest.raises(ConfigError, match=message):
+        measure(scenario_from_dict(doc), device="cpu")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from scenario_docs import small_doc
 
 from sim import api
 from sim.engine.policies.continuous import ContinuousConfig
@@ -15,19 +16,7 @@ from sim.scenario import scenario_from_dict
 GIB = 2**30
 
 
-def _doc(**top: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "cost": {"kind": "roofline"},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": 4,
-            "arrival": {"kind": "poisson", "rate_per_s": 1},
-            "prompt_tokens": {"kind": "fixed", "tokens": 32},
-            "output_tokens": {"kind": "fixed", "tokens": 4},
-        },
-    }
-    doc.update(top)
-    return doc
+_doc = small_doc
 
 
 def test_get_batch_defaults_device_classification() -> None:
@@ -106,7 +95,7 @@ def test_summary_records_engine_settings_and_header_prints_them() -> None:
     assert settings["max_num_batched_tokens"] == 8192
     assert settings["num_kv_blocks"] == result.summary["num_kv_blocks"]
     assert settings["block_size_tokens"] == 16
-    assert settings["enable_prefix_caching"] is False
+    assert settings["enable_prefix_caching"] is True  # vLLM v1's default
     first = format_summary_table(result.summary).splitlines()[0]
     assert first.startswith("engine: ")
     assert "max_num_seqs=1024" in first and "max_num_batched_tokens=8192" in first

@@ -20,6 +20,7 @@ import simpy
 from sim.cost.base import CostModel
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
+from sim.serving.wakeup import idle_event
 
 
 class LockstepMember:
@@ -74,15 +75,7 @@ class LockstepGroup:
 
     def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
         """Sleep until a request arrives at any rank or the earliest policy wake-up."""
-        idle = self.env.event()
+        idle = idle_event(self.env, wake_at_s)
         self._idle = idle
-        if wake_at_s is not None:
-            timer = self.env.timeout(max(0.0, wake_at_s - self.env.now))
-
-            def wake(_: simpy.Event) -> None:
-                if not idle.triggered:
-                    idle.succeed()
-
-            timer.callbacks.append(wake)
         yield idle
         self._idle = None
