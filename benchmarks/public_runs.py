@@ -48,11 +48,11 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 from sim.cost.engine_overhead import ScaledCost  # noqa: E402
-from sim.metrics.stats import completed_mask, with_request_metrics  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
+from sim.validation.predict import Latencies, per_request_latencies  # noqa: E402
 
 EXAMPLES = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
-METRICS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
+METRICS = ("ttft", "tpot", "e2el")  # as sim.validation.predict names them
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 # LLMServingSim's summary.txt row names for each metric and percentile.
 _PUBLISHED_ROWS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "Latency"}
@@ -122,13 +122,9 @@ def published_errors(folder: Path) -> dict[str, dict[str, float]]:
 
 def latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
     """TTFT, TPOT and E2EL of the completed requests, in seconds (finite values)."""
-    table = with_request_metrics(requests)
-    table = table[completed_mask(table)]
-    out = {}
-    for metric, column in METRICS.items():
-        values = table[column].to_numpy(dtype=np.float64)
-        out[metric] = values[np.isfinite(values)]
-    return out
+    # No per-token times in these runs: ITL is not compared.
+    latencies = Latencies(per_request_latencies(requests), np.empty(0))
+    return {metric: latencies.values(metric) for metric in METRICS}
 
 
 def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -154,9 +150,8 @@ def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return rows, {"measured": measured, "predicted": predicted}
 
 
-def sensitivity(run: PublicRun) -> dict[str, Any]:
+def sensitivity(run: PublicRun, measured: dict[str, np.ndarray]) -> dict[str, Any]:
     """p50 error of each metric with every step ``scale`` times as long."""
-    measured = latencies_s(read_llmservingsim(EXAMPLES / run.folder).requests)
     out: dict[str, Any] = {"run": run.name}
     for scale in SCALES:
         result = api.run(ROOT / run.scenario, wrap_cost=partial(ScaledCost, factor=scale))
@@ -237,14 +232,14 @@ def plot(name: str, data: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--run", action="append", help="only these runs (repeatable)")
     parser.add_argument(
         "--no-sensitivity", action="store_true", help="skip the step-time sensitivity runs"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out}: exists and is not a folder")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -255,7 +250,7 @@ def main() -> int:
             continue
         run_rows, data = compare_run(run)
         if not args.no_sensitivity:
-            studies.append(sensitivity(run))
+            studies.append(sensitivity(run, data["measured"]))
         rows += run_rows
         plot(run.name, data, args.out / f"cdf-{run.name}.png")
         for row in run_rows:

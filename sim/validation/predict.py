@@ -77,7 +77,8 @@ class Latencies:
         return v[np.isfinite(v)]
 
 
-def _per_request(requests: pd.DataFrame) -> pd.DataFrame:
+def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """``ttft_s``, ``tpot_s``, ``e2el_s`` of the completed requests, indexed by request id."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         table = with_request_metrics(requests)
@@ -90,7 +91,7 @@ def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencie
     ordered = tokens.sort_values(["request_id", "token_index"])
     ids = ordered["request_id"].to_numpy()
     gaps = np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
-    return Latencies(_per_request(requests), gaps)
+    return Latencies(per_request_latencies(requests), gaps)
 
 
 def simulated_latencies(result: Result) -> Latencies:
@@ -99,7 +100,7 @@ def simulated_latencies(result: Result) -> Latencies:
     weights = steps["num_itl_tokens"].to_numpy(dtype=np.int64)
     durations = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
     gaps = np.concatenate([np.repeat(durations, weights), result.raw.extra_itl_s])
-    return Latencies(_per_request(result.raw.requests), gaps)
+    return Latencies(per_request_latencies(result.raw.requests), gaps)
 
 
 def ks_distance(a: FloatArray, b: FloatArray) -> float | None:
