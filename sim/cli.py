@@ -81,31 +81,24 @@ def _add_validation(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     add_parsers(subparsers)
 
 
-def _forward(name: str, help_text: str, module_main: str) -> Callable[[Subparsers], None]:
-    """A subcommand whose own parser (in the cost layer) reads the rest of the line."""
+# Subcommands whose own parser lives in sim.cost.kernels: name -> (help, function
+# there that parses and runs the rest of the line). main() hands the line over
+# before parsing; they are registered only so that --help lists them.
+FORWARDED: dict[str, tuple[str, str]] = {
+    "import-profile": (
+        "turn an LLMServingSim per-layer GPU profile into a kernel-table artifact",
+        "main",
+    ),
+    "export-kernels": (
+        "cut a model's kernel tables out of aiconfigurator-core's database into an artifact",
+        "export_main",
+    ),
+}
 
-    def add(subparsers: Subparsers) -> None:
-        # Listed here for --help; main() hands the rest of the line over before parsing.
+
+def _add_forwarded(subparsers: Subparsers) -> None:
+    for name, (help_text, _) in FORWARDED.items():
         subparsers.add_parser(name, help=help_text, add_help=False)
-        FORWARDED[name] = module_main
-
-    return add
-
-
-# Subcommand -> the function of sim.cost.kernels that parses and runs it.
-FORWARDED: dict[str, str] = {}
-
-
-_add_import_profile = _forward(
-    "import-profile",
-    "turn an LLMServingSim per-layer GPU profile into a kernel-table artifact",
-    "main",
-)
-_add_export_kernels = _forward(
-    "export-kernels",
-    "cut a model's kernel tables out of aiconfigurator-core's database into an artifact",
-    "export_main",
-)
 
 
 ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
@@ -114,8 +107,7 @@ ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _add_planning,
     _add_measure,
     _add_validation,
-    _add_import_profile,
-    _add_export_kernels,
+    _add_forwarded,
 ]
 
 
@@ -147,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if line and line[0] in FORWARDED:
         import sim.cost.kernels as kernels
 
-        return int(getattr(kernels, FORWARDED[line[0]])(line[1:]))
+        return int(getattr(kernels, FORWARDED[line[0]][1])(line[1:]))
     args = parser.parse_args(line)
     try:
         return int(args.handler(args))
