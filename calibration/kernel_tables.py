@@ -38,6 +38,8 @@ from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.cost.kernels.ops import layer_shapes
 
 TOOL_VERSION = "1"
+# The CLI's dtype names -> torch's, which the artifact's provenance records.
+TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,7 @@ def measure_tables(
     import torch
 
     device = torch.device(device_name)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    dtype = getattr(torch, TORCH_DTYPES[dtype_name])
     grid = KERNEL_GRIDS[grid_name]
     timer = _timer(torch, device)
     say = progress or (lambda _: None)
@@ -189,8 +191,8 @@ def measure_tables(
         device_name=gpu,
         framework="torch",
         framework_version=torch.__version__,
-        dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype_name],
-        kv_dtype={"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}[dtype_name],
+        dtype=TORCH_DTYPES[dtype_name],
+        kv_dtype=TORCH_DTYPES[dtype_name],
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         tool="calibration.kernel_tables",
         tool_version=TOOL_VERSION,
