@@ -160,13 +160,19 @@ class Scenario(BaseModel):
         decoding (vLLM turns it off for those, and so for draft-model
         speculation, which servesim's speculative model stands for). Only the
         continuous-batching family (vLLM v1's scheduler) plans ahead; the other
-        policies model other systems and run synchronously.
+        policies model other systems and run synchronously, and so do
+        data-parallel ranks in lockstep (``sim.serving.lockstep``).
         """
         wanted = self.engine.async_scheduling
         if wanted is None:
             wanted = self.parallelism.pipeline_parallel_size == 1 and self.speculative is None
+        # Lockstep ranks (cluster.lockstep) are planned together, step by step.
+        lockstep = self.cluster is not None and self.cluster.lockstep
         return (
-            wanted and isinstance(self.scheduler, ContinuousSettings) and self.speculative is None
+            wanted
+            and isinstance(self.scheduler, ContinuousSettings)
+            and self.speculative is None
+            and not lockstep
         )
 
     @model_validator(mode="after")

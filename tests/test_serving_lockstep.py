@@ -11,7 +11,7 @@ import yaml
 from pydantic import ValidationError
 
 from sim import api
-from sim.scenario import scenario_from_dict
+from sim.scenario import load_scenario, scenario_from_dict
 from sim.serving.cluster import ClusterConfig
 from sim.serving.disagg import DisaggregationConfig
 
@@ -73,3 +73,15 @@ def test_lockstep_without_a_peer_is_the_rank_alone(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         np.sort(together["end_s"].to_numpy()), np.sort(free["end_s"].to_numpy()), rtol=1e-9
     )
+
+
+def test_lockstep_ranks_are_recorded_as_planned_synchronously() -> None:
+    # The group plans every rank after the joint step ends: async scheduling is off,
+    # and engine_settings must say so.
+    root = Path(__file__).resolve().parent.parent
+    path = root / "scenarios" / "public" / "rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml"
+    scenario = load_scenario(path)
+    assert scenario.cluster is not None and scenario.cluster.lockstep
+    assert scenario.async_scheduling is False
+    free = load_scenario(path, ["cluster.lockstep=false"])
+    assert free.async_scheduling is True

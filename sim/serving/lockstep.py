@@ -19,6 +19,7 @@ import simpy
 
 from sim.cost.base import CostModel
 from sim.engine.core import EngineCore
+from sim.engine.plan import StepPlan
 from sim.engine.request import Request
 from sim.serving.wakeup import idle_event
 
@@ -53,7 +54,7 @@ class LockstepGroup:
         if self.cores[index].add(request, self.env.now) and idle is not None and not idle.triggered:
             idle.succeed()
 
-    def step_s(self, plans: Sequence[Any]) -> float:
+    def step_s(self, plans: Sequence[StepPlan]) -> float:
         """The joint step: the longest of the ranks' own steps."""
         return max(self.cost.step_s(plan.shape()) + plan.extra_s for plan in plans)
 
