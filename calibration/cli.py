@@ -25,7 +25,7 @@ from sim.cost.calibration_artifact import (
     ModelInfo,
     save_artifact,
 )
-from sim.cost.specs import MODEL_PRESETS, model_preset
+from sim.cost.specs import MODEL_PRESETS, ModelSpec, model_preset
 from sim.errors import ConfigError
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
@@ -103,7 +103,7 @@ def _kv_budget_tokens(model: Any) -> int:
     return int(0.6 * free_bytes // per_token)
 
 
-def _run_kernels(args: argparse.Namespace, dtype: DtypeName) -> int:
+def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
     """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
     from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
     from sim.cost.architecture import from_model_spec, load_architecture
@@ -115,7 +115,6 @@ def _run_kernels(args: argparse.Namespace, dtype: DtypeName) -> int:
         grid = "gpu" if args.device == "cuda" else "small"
     if grid not in KERNEL_GRIDS:
         raise ConfigError(f"--grid {grid}: kernel grids are {', '.join(KERNEL_GRIDS)}")
-    spec = model_preset(args.model)
     arch = load_architecture(args.model) if args.model in HF_CONFIGS else from_model_spec(spec)
     name = f"{args.device}-{spec.name}-{dtype}-kernels.json.gz"
     out = args.out or Path("calibration/artifacts") / name
@@ -152,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
     dtype: DtypeName = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     if getattr(args, "kernels", False):
-        return _run_kernels(args, dtype)
+        return _run_kernels(args, spec, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
