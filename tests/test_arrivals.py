@@ -60,8 +60,10 @@ def test_gamma_burstiness_defaults_to_poisson() -> None:
     [
         {"kind": "poisson", "rate_per_s": 0},
         {"kind": "poisson", "rate_per_s": -1},
-        {"kind": "poisson", "rate_per_s": float("inf")},
         {"kind": "poisson", "rate_per_s": float("nan")},
+        {"kind": "gamma", "rate_per_s": 1, "burstiness": float("nan")},
+        {"kind": "poisson", "rate_per_s": 1, "spacing": "uniform"},
+        {"kind": "constant", "rate_per_s": 1, "spacing": "renewal"},
         {"kind": "poisson"},
         {"kind": "gamma", "rate_per_s": 1, "burstiness": 0},
         {"kind": "gamma", "rate_per_s": 1, "burstiness": -2},
@@ -87,12 +89,26 @@ def test_num_requests_gives_that_many_sorted_float_times(config: ArrivalConfig) 
 
 
 @pytest.mark.parametrize("config", ALL)
-def test_first_arrival_comes_one_gap_after_zero(config: ArrivalConfig) -> None:
-    """The documented convention: arrival k is the sum of the first k gaps."""
+def test_renewal_spacing_is_the_running_sum_of_the_gaps(config: ArrivalConfig) -> None:
+    """spacing: renewal: arrival k is the sum of the first k gaps, the first one > 0."""
+    if not isinstance(config, ConstantArrival):
+        config = config.model_copy(update={"spacing": "renewal"})
     times = arrival_times_s(config, rng(5), num_requests=10)
     gaps = sample_gaps_s(config, rng(5), 10)
     assert times[0] > 0
     assert np.allclose(times, np.cumsum(gaps))
+
+
+@pytest.mark.parametrize("config", ALL)
+def test_vllm_bench_spacing_rescales_the_running_sums_to_n_over_rate(
+    config: ArrivalConfig,
+) -> None:
+    """get_request: delay_ts = cumsum(gaps) * (N / rate) / sum(gaps); the first one > 0."""
+    times = arrival_times_s(config, rng(5), num_requests=10)
+    sums = np.cumsum(sample_gaps_s(config, rng(5), 10))
+    assert times[0] > 0
+    assert times[-1] == pytest.approx(10 / 4.0, rel=1e-12)
+    assert np.allclose(times, sums * (10 / 4.0) / sums[-1], rtol=1e-12)
 
 
 def test_constant_arrivals_are_exact_multiples() -> None:

@@ -199,7 +199,9 @@ MMC_SERVICE_S = 1e-5 / (1 - math.exp(-1 / MMC_MEAN_TOKENS))
 def mmc_run(seed: int, num_replicas: int, rho: float, router: RouterKind, num: int) -> RawResult:
     rng = np.random.default_rng([seed, num_replicas, 31])
     rate_per_s = rho * num_replicas / MMC_SERVICE_S
-    arrival_s = arrival_times_s(PoissonArrival(rate_per_s=rate_per_s), rng, num_requests=num)
+    # Erlang C assumes a Poisson process: the renewal spacing, not vllm bench serve's rescaling.
+    poisson = PoissonArrival(rate_per_s=rate_per_s, spacing="renewal")
+    arrival_s = arrival_times_s(poisson, rng, num_requests=num)
     prompt = sample_lengths(ExponentialLength(mean_tokens=MMC_MEAN_TOKENS), rng, num)
     output = np.ones(num, dtype=np.int64)
     engine = make_engine(cost=MMC_COST, max_num_seqs=1, num_kv_blocks=1 << 20)

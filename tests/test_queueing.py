@@ -111,7 +111,9 @@ def lindley_waits_s(arrival_s: FloatArray, service: FloatArray) -> FloatArray:
 
 
 def poisson_arrivals(rate_per_s: float, rng: np.random.Generator, num: int) -> FloatArray:
-    return arrival_times_s(PoissonArrival(rate_per_s=rate_per_s), rng, num_requests=num)
+    """A Poisson process (the renewal spacing): what M/M/1 and M/G/1 theory assumes."""
+    config = PoissonArrival(rate_per_s=rate_per_s, spacing="renewal")
+    return arrival_times_s(config, rng, num_requests=num)
 
 
 def assert_close_to_theory(

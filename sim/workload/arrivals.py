@@ -4,13 +4,21 @@ Three processes, chosen by ``kind``: ``poisson`` (exponential gaps),
 ``gamma`` (gamma gaps, as ``vllm bench serve --burstiness``: shape =
 ``burstiness``, scale = ``1 / (rate_per_s * burstiness)``, so the mean gap is
 ``1 / rate_per_s`` and its coefficient of variation ``1 / sqrt(burstiness)``;
-burstiness 1 is Poisson, below 1 burstier, above 1 smoother) and
-``constant`` (a gap of exactly ``1 / rate_per_s``).
+burstiness 1 is Poisson, below 1 burstier, above 1 smoother, ``.inf``
+constant) and ``constant`` (a gap of exactly ``1 / rate_per_s``).
+``rate_per_s: .inf`` sends every request at 0 (``vllm bench serve``'s default
+``--request-rate inf``); it needs ``num_requests``.
 
-Convention: the clock starts at 0 and the *first arrival comes one gap
-later*; arrival ``k`` is the sum of the first ``k`` gaps. For ``poisson``
-this makes the arrivals in ``[0, duration_s)`` exactly a Poisson process.
-(``vllm bench serve`` instead sends its first request at 0.)
+``num_requests`` requests at rate R follow ``vllm bench serve`` (its
+``get_request`` since vLLM PR #21108, mid-2025) unless ``spacing: renewal`` is set: draw N
+gaps, take their running sums S_1..S_N, and rescale them so the last request
+goes at exactly N / R, i.e. arrival k is ``S_k * (N / R) / S_N``. The first
+request therefore comes one (rescaled) gap after 0, never at 0, and the run
+offers exactly R requests a second. ``spacing: renewal`` keeps the running
+sums unscaled (arrival k = S_k): a stationary renewal process (exactly
+Poisson for ``poisson``), which queueing theory assumes. ``constant`` is the
+same under both (k / R). ``duration_s`` (every arrival before it; ``vllm bench
+serve`` has no such mode) always draws the renewal process.
 """
 
 from __future__ import annotations
@@ -34,26 +42,34 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A rate may be .inf (every request at 0, as vllm bench serve's default), never 0 or NaN.
+RatePerS = Annotated[float, Field(gt=0, allow_inf_nan=True)]
+Spacing = Literal["vllm_bench", "renewal"]
+"""How ``num_requests`` arrivals are placed: rescaled as ``vllm bench serve`` does, or not."""
+
+
 class PoissonArrival(_Config):
     """Poisson process: independent exponential gaps with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(gt=0, allow_inf_nan=False)
+    rate_per_s: RatePerS
+    spacing: Spacing = "vllm_bench"
 
 
 class GammaArrival(_Config):
-    """Gamma gaps with mean ``1 / rate_per_s`` and shape ``burstiness``."""
+    """Gamma gaps with mean ``1 / rate_per_s`` and shape ``burstiness`` (``.inf``: constant)."""
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: float = Field(gt=0, allow_inf_nan=False)
-    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    rate_per_s: RatePerS
+    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=True)
+    spacing: Spacing = "vllm_bench"
 
 
 class ConstantArrival(_Config):
-    """Evenly spaced arrivals, ``rate_per_s`` per second."""
+    """Evenly spaced arrivals, ``rate_per_s`` per second (burstiness ``.inf``)."""
 
     kind: Literal["constant"] = "constant"
-    rate_per_s: float = Field(gt=0, allow_inf_nan=False)
+    rate_per_s: RatePerS
 
 
 ArrivalConfig = Annotated[
@@ -62,14 +78,23 @@ ArrivalConfig = Annotated[
 """Any arrival process, chosen by its ``kind``."""
 
 
+def _is_constant(config: ArrivalConfig) -> bool:
+    """Whether the gaps are all ``1 / rate_per_s`` (constant, or gamma of infinite shape)."""
+    return isinstance(config, ConstantArrival) or (
+        isinstance(config, GammaArrival) and math.isinf(config.burstiness)
+    )
+
+
 def sample_gaps_s(config: ArrivalConfig, rng: np.random.Generator, size: int) -> FloatArray:
-    """``size`` inter-arrival gaps in seconds, float64, each >= 0."""
+    """``size`` inter-arrival gaps in seconds, float64, each >= 0 (0 at an infinite rate)."""
+    mean_s = 1.0 / config.rate_per_s  # 0.0 at rate .inf
+    if _is_constant(config) or mean_s == 0.0:
+        return np.full(size, mean_s, dtype=np.float64)
     if isinstance(config, PoissonArrival):
-        return rng.exponential(1.0 / config.rate_per_s, size=size)
-    if isinstance(config, GammaArrival):
-        scale_s = 1.0 / (config.rate_per_s * config.burstiness)
-        return rng.gamma(config.burstiness, scale_s, size=size)
-    return np.full(size, 1.0 / config.rate_per_s, dtype=np.float64)
+        return rng.exponential(mean_s, size=size)
+    assert isinstance(config, GammaArrival)
+    # vllm bench serve: np.random.gamma(shape=burstiness, scale=1 / (rate * burstiness)).
+    return rng.gamma(config.burstiness, mean_s / config.burstiness, size=size)
 
 
 def arrival_times_s(
@@ -89,14 +114,28 @@ def arrival_times_s(
     if num_requests is not None:
         if num_requests < 0:
             raise ValueError("num_requests must be >= 0")
-        if isinstance(config, ConstantArrival):
-            # k / rate rather than a running sum: no rounding drift.
-            return np.arange(1, num_requests + 1, dtype=np.float64) / config.rate_per_s
-        return np.cumsum(sample_gaps_s(config, rng, num_requests))
+        return _first_n(config, rng, num_requests)
     assert duration_s is not None
     if duration_s < 0:
         raise ValueError("duration_s must be >= 0")
+    if math.isinf(config.rate_per_s):
+        raise ConfigError("arrival.rate_per_s: .inf needs num_requests, not duration_s")
     return _arrivals_before(config, rng, duration_s)
+
+
+def _first_n(config: ArrivalConfig, rng: np.random.Generator, num: int) -> FloatArray:
+    """``num`` arrivals, rescaled as ``vllm bench serve`` does unless the spacing is renewal."""
+    if _is_constant(config):
+        # k / rate rather than a running sum: no rounding drift. vllm bench serve's
+        # rescaling leaves these unchanged (the last is already num / rate).
+        return np.arange(1, num + 1, dtype=np.float64) / config.rate_per_s
+    times = np.cumsum(sample_gaps_s(config, rng, num))
+    assert not isinstance(config, ConstantArrival)
+    if config.spacing == "renewal" or num == 0 or times[-1] == 0.0:
+        return times  # an infinite rate: every request at 0, as in vllm bench serve
+    # get_request: delay_ts[i] *= (total_requests / request_rate) / delay_ts[-1].
+    factor = (num / config.rate_per_s) / float(times[-1])
+    return times * factor
 
 
 def _arrivals_before(
@@ -111,7 +150,7 @@ def _arrivals_before(
             f"arrival: rate_per_s * duration_s = {expected:.3g} requests, "
             f"more than the limit of {MAX_GENERATED_REQUESTS}"
         )
-    if isinstance(config, ConstantArrival):
+    if _is_constant(config):
         count = math.ceil(expected) + 1
         times = np.arange(1, count + 1, dtype=np.float64) / config.rate_per_s
         return times[times < duration_s]

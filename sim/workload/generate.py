@@ -22,6 +22,7 @@ same workload, while two calls on one generator give different ones.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
@@ -108,6 +109,8 @@ class SyntheticWorkload(_Config):
     def _check_extent(self) -> SyntheticWorkload:
         if (self.num_requests is None) == (self.duration_s is None):
             raise ValueError("give exactly one of num_requests and duration_s")
+        if self.duration_s is not None and math.isinf(self.arrival.rate_per_s):
+            raise ValueError("arrival.rate_per_s .inf (all at once) needs num_requests")
         return self
 
 
