@@ -22,7 +22,7 @@ import pandas as pd
 
 import sim
 from sim.cost.base import CostModel
-from sim.cost.parallel import parallel_num_kv_blocks
+from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO, vllm_num_kv_blocks
 from sim.cost.parallel_roofline import parallel_cost_model
 from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
@@ -93,7 +93,7 @@ def model_for(scenario: Scenario) -> ModelSpec:
 
 
 def kv_blocks_for(scenario: Scenario) -> int:
-    """The scenario's KV pool size in blocks: given, or from device memory."""
+    """The scenario's KV pool size in blocks: given (vLLM's log), or as vLLM's profile sizes it."""
     engine = scenario.engine
     if engine.num_kv_blocks is not None:
         return engine.num_kv_blocks
@@ -102,14 +102,23 @@ def kv_blocks_for(scenario: Scenario) -> int:
         batched_tokens = min(policy.max_batch_size * engine.max_model_len_tokens, 1 << 16)
     else:
         batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)
+    # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
+    seqs = next(
+        getattr(policy, name)
+        for name in ("num_seqs_limit", "max_num_seqs", "max_batch_size")
+        if getattr(policy, name, None) is not None
+    )
     try:
-        return parallel_num_kv_blocks(
+        return vllm_num_kv_blocks(
             model_for(scenario),
             scenario.hardware,
             scenario.parallelism,
-            engine.block_size_tokens,
-            engine.gpu_memory_utilization,
+            block_size_tokens=engine.block_size_tokens,
+            gpu_memory_utilization=engine.gpu_memory_utilization,
             max_num_batched_tokens=batched_tokens,
+            max_num_seqs=seqs,
+            max_model_len_tokens=engine.max_model_len_tokens,
+            estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
         )
     except ConfigError as error:
         raise ConfigError(f"model, hardware: {error}") from None
@@ -252,6 +261,9 @@ def engine_settings(scenario: Scenario, engine: Engine) -> dict[str, Any]:
             settings[name] = value
     settings.update(
         num_kv_blocks=engine.num_kv_blocks,
+        num_kv_blocks_source=(
+            SOURCE_SCENARIO if scenario.engine.num_kv_blocks is not None else SOURCE_ESTIMATE
+        ),
         block_size_tokens=engine.block_size_tokens,
         max_model_len_tokens=engine.max_model_len_tokens,
         enable_prefix_caching=engine.enable_prefix_caching,

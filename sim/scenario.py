@@ -40,9 +40,22 @@ class EngineConfig(BaseModel):
 
     block_size_tokens: int = Field(default=16, ge=1)
     num_kv_blocks: int | None = Field(
-        default=None, ge=1, description="None: from GPU memory minus weights and activations"
+        default=None,
+        ge=1,
+        description=(
+            "KV blocks per replica, used verbatim: the count vLLM logged ('# GPU blocks', or"
+            " 'GPU KV cache size: N tokens' / block_size_tokens); None: estimated as vLLM's"
+            " start-up memory profile would size it (sim.cost.kv_capacity)"
+        ),
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    estimate_cudagraph_memory: bool = Field(
+        default=True,
+        description=(
+            "subtract an estimate of CUDA-graph memory from the KV budget, as vLLM >= 0.21 does"
+            " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); false for older vLLM or enforce-eager"
+        ),
+    )
     max_model_len_tokens: int = Field(default=8192, ge=2)
     skip_ahead: bool = Field(
         default=True, description="advance many decode steps per event (False: step by step)"

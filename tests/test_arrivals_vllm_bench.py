@@ -108,7 +108,7 @@ def test_infinite_rate_sends_everything_at_zero(config: Any) -> None:
 
 
 def test_infinite_rate_needs_a_request_count() -> None:
-    with pytest.raises(ConfigError, match="rate_per_s: .inf needs num_requests"):
+    with pytest.raises(ConfigError, match=r"rate_per_s: \.inf needs num_requests"):
         arrival_times_s(PoissonArrival(rate_per_s=INF), rng(), duration_s=10.0)
 
 

@@ -1,159 +1,148 @@
-"""KV cache sizing: block counts, the activation reserve, and errors that say why."""
+"""The memory terms vLLM subtracts before sizing its KV cache (sim.cost.memory), one by one."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.cost.memory import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    default_activation_reserve_bytes,
-    num_kv_blocks,
+    ACTIVATION_TENSORS_PER_TOKEN,
+    CUDA_GRAPH_BYTES_PER_LAYER,
+    GIB,
+    MIB,
+    NON_TORCH_BYTES,
+    SAMPLER_BYTES_PER_LOGIT,
+    cuda_total_memory_bytes,
+    cudagraph_memory_bytes,
+    forward_activation_bytes,
+    peak_activation_bytes,
+    requested_memory_bytes,
+    sampler_activation_bytes,
 )
-from sim.cost.specs import HardwareSpec, ModelSpec, hardware_preset, model_preset
+from sim.cost.specs import HARDWARE_PRESETS, HardwareSpec, ModelSpec, hardware_preset, model_preset
 from sim.errors import ConfigError
 
-GB = 1e9
-
-# 1 layer, 1 KV head of dim 4, 1-byte KV: 2 * 1 * 1 * 4 * 1 = 8 bytes per token.
+# hidden 4, intermediate 8, vocab 10, 1-byte weights (activations still 2 bytes).
 TOY = ModelSpec(
     name="toy",
-    num_layers=1,
+    num_layers=2,
     hidden_size=4,
     num_attention_heads=1,
     num_kv_heads=1,
-    intermediate_size=4,
-    vocab_size=4,
+    intermediate_size=8,
+    vocab_size=10,
     weight_dtype_bytes=1.0,
     kv_dtype_bytes=1.0,
 )
-TOY_HW = HardwareSpec(
-    name="box",
-    peak_flops_per_s=1e12,
-    memory_bandwidth_bytes_per_s=1e11,
-    memory_bytes=10_000.0,
+BOX = HardwareSpec(
+    name="box", peak_flops_per_s=1e12, memory_bandwidth_bytes_per_s=1e11, memory_bytes=1000.0
 )
+LLAMA_8B = model_preset("llama-3-8b")
 
 
-def test_block_count_by_hand() -> None:
-    assert TOY.kv_bytes_per_token == 8
-    # 10000 * 0.5 = 5000 usable - weights - 1000 reserve, in 16-token blocks of 128 B.
-    free = 5000 - TOY.weight_bytes - 1000
-    blocks = num_kv_blocks(TOY, TOY_HW, 16, 0.5, activation_reserve_bytes=1000)
-    assert blocks == int(free // 128)
-    assert blocks * 128 <= free < (blocks + 1) * 128
+# --- total and requested memory --------------------------------------------------------
 
 
-def test_llama_3_8b_on_h100_fits_a_vllm_like_cache() -> None:
-    blocks = num_kv_blocks(model_preset("llama-3-8b"), hardware_preset("h100"), 16, 0.9)
-    tokens = blocks * 16
-    # About 72 GB usable - 16 GB weights - ~1 GB activations, at 128 KiB a token.
-    assert 350_000 < tokens < 450_000
+def test_cuda_total_is_the_preset_figure_else_the_datasheet() -> None:
+    assert cuda_total_memory_bytes(BOX) == 1000.0
+    assert cuda_total_memory_bytes(BOX.model_copy(update={"cuda_memory_bytes": 900.0})) == 900.0
+    # vLLM logs "total_gpu_memory 79.22GiB" on an H100 (vllm-project/vllm PR #10511).
+    assert cuda_total_memory_bytes(hardware_preset("h100")) == 79.22 * GIB
+    # LLMServingSim's vLLM 0.19 run on an RTX 4090: device_total_memory_bytes.
+    assert cuda_total_memory_bytes(hardware_preset("rtx-4090")) == 25_250_627_584
 
 
-def test_70b_on_l4_says_what_does_not_fit() -> None:
-    with pytest.raises(ConfigError) as err:
-        num_kv_blocks(model_preset("llama-3-70b"), hardware_preset("l4"), 16, 0.9)
-    assert (
-        str(err.value) == "llama-3-70b needs 141.1 GB of weights but l4 has 24.0 GB × 0.90 usable"
-    )
+def test_cuda_totals_sit_just_below_the_marketed_binary_size() -> None:
+    """The driver keeps a few hundred MiB: CUDA's total is below N GiB for an 'N GB' card."""
+    for name in ("h100", "h200", "a100-80gb", "rtx-4090", "rtx-pro-6000", "b200"):
+        hardware = HARDWARE_PRESETS[name]
+        assert hardware.cuda_memory_bytes is not None
+        marketed_gib = round(hardware.memory_bytes / 1e9)
+        assert 0.93 * marketed_gib * GIB < hardware.cuda_memory_bytes < marketed_gib * GIB, name
 
 
-def test_reserve_that_tips_it_over_is_named() -> None:
-    llama = model_preset("llama-3-8b")
-    l4 = hardware_preset("l4")
-    # 16.06 GB of weights fit in 24 GB x 0.7 = 16.8 GB, but not with 2 GB more.
-    with pytest.raises(ConfigError, match=r"16\.1 GB of weights \+ 2\.0 GB activation reserve"):
-        num_kv_blocks(llama, l4, 16, 0.7, activation_reserve_bytes=2 * GB)
-    assert num_kv_blocks(llama, l4, 16, 0.7, activation_reserve_bytes=0.1 * GB) > 0
+def test_requested_memory_is_the_ceiling_of_total_times_utilization() -> None:
+    assert requested_memory_bytes(BOX, 0.9) == 900.0
+    assert requested_memory_bytes(BOX.model_copy(update={"memory_bytes": 1001.0}), 0.5) == 501.0
+    assert requested_memory_bytes(BOX, 1.0) == 1000.0
 
 
-def test_no_room_for_one_block_is_an_error() -> None:
-    usable = 10_000 * 0.5 - TOY.weight_bytes
-    with pytest.raises(ConfigError, match="less than one 16-token block"):
-        num_kv_blocks(TOY, TOY_HW, 16, 0.5, activation_reserve_bytes=usable - 100)
-    assert num_kv_blocks(TOY, TOY_HW, 16, 0.5, activation_reserve_bytes=usable - 128) == 1
+@pytest.mark.parametrize("utilization", [0.0, -0.1, 1.01, float("nan")])
+def test_bad_utilization_names_the_field(utilization: float) -> None:
+    with pytest.raises(ConfigError, match=r"engine\.gpu_memory_utilization"):
+        requested_memory_bytes(BOX, utilization)
+
+
+# --- activations -------------------------------------------------------------------
+
+
+def test_forward_activations_by_hand() -> None:
+    # 4 tensors x 10 tokens x (4 + 8) x 2 bytes (activations at least bf16).
+    assert ACTIVATION_TENSORS_PER_TOKEN == 4.0
+    assert forward_activation_bytes(TOY, 10) == 4 * 10 * 12 * 2
+    # tp 2 halves the MLP's width: 4 x 10 x (4 + 4) x 2.
+    assert forward_activation_bytes(TOY, 10, tensor_parallel_size=2) == 4 * 10 * 8 * 2
+
+
+def test_forward_activations_keep_16_bits_for_quantized_weights() -> None:
+    fp8 = LLAMA_8B.model_copy(update={"weight_dtype_bytes": 1.0})
+    assert forward_activation_bytes(fp8, 2048) == forward_activation_bytes(LLAMA_8B, 2048)
+    fp32 = LLAMA_8B.model_copy(update={"weight_dtype_bytes": 4.0})
+    assert forward_activation_bytes(fp32, 2048) == 2 * forward_activation_bytes(LLAMA_8B, 2048)
+
+
+def test_forward_activations_of_llama_8b_match_vllms_logged_peak_within_15_percent() -> None:
+    """vLLM: 'PyTorch activation peak memory 1.26GiB' for Llama-3-8B at 8192 tokens on an
+    H100 (vllm-project/vllm PR #10511); the estimate is 4 x 8192 x 18432 x 2 B = 1.125 GiB."""
+    estimate = forward_activation_bytes(LLAMA_8B, 8192)
+    assert estimate == 4 * 8192 * (4096 + 14336) * 2
+    assert estimate == pytest.approx(1.26 * GIB, rel=0.15)
+
+
+def test_sampler_activations_by_hand() -> None:
+    """One row of vocab logits per request, 24 bytes a logit at the sort's peak."""
+    assert SAMPLER_BYTES_PER_LOGIT == 4 + 4 + 8 + 4 + 4
+    assert sampler_activation_bytes(TOY, 3) == 3 * 10 * 24
+    # Llama-3 (vocab 128256), 256 requests: 0.73 GiB.
+    assert sampler_activation_bytes(LLAMA_8B, 256) == pytest.approx(0.734 * GIB, rel=1e-3)
+
+
+def test_peak_is_the_larger_of_forward_and_sampler() -> None:
+    # 10 tokens over min(3, 10) = 3 requests: forward 960 B, sampler 720 B.
+    assert peak_activation_bytes(TOY, 10, 3) == 960
+    # 20 requests but 10 tokens: 10 rows (one token each) -> sampler 2400 B.
+    assert peak_activation_bytes(TOY, 10, 20) == 2400
+    # Llama-3-8B at vLLM's H100 defaults (8192 tokens, 1024 seqs): the sampler dominates.
+    assert peak_activation_bytes(LLAMA_8B, 8192, 1024) == sampler_activation_bytes(LLAMA_8B, 1024)
+    assert peak_activation_bytes(LLAMA_8B, 8192, 1) == forward_activation_bytes(LLAMA_8B, 8192)
 
 
 @pytest.mark.parametrize(
-    ("block_size", "utilization", "reserve", "field"),
-    [
-        (0, 0.9, None, "block_size_tokens"),
-        (16, 0.0, None, "gpu_memory_utilization"),
-        (16, 1.01, None, "gpu_memory_utilization"),
-        (16, 0.9, -1.0, "activation_reserve_bytes"),
-        (16, 0.9, float("nan"), "activation_reserve_bytes"),
-    ],
+    ("tokens", "seqs", "field"), [(0, 1, "max_num_batched_tokens"), (1, 0, "max_num_seqs")]
 )
-def test_bad_arguments_raise_config_error(
-    block_size: int, utilization: float, reserve: float | None, field: str
-) -> None:
-    with pytest.raises(ConfigError, match=field):
-        num_kv_blocks(TOY, TOY_HW, block_size, utilization, reserve)
+def test_bad_limits_name_the_field(tokens: int, seqs: int, field: str) -> None:
+    with pytest.raises(ConfigError, match=f"scheduler.{field}"):
+        peak_activation_bytes(TOY, tokens, seqs)
 
 
-def test_default_reserve_is_used_when_none_given() -> None:
-    llama, h100 = model_preset("llama-3-8b"), hardware_preset("h100")
-    explicit = default_activation_reserve_bytes(llama, 2048)
-    assert num_kv_blocks(llama, h100, 16, 0.9, None, max_num_batched_tokens=2048) == (
-        num_kv_blocks(llama, h100, 16, 0.9, explicit)
-    )
-    assert num_kv_blocks(llama, h100, 16, 0.9) == num_kv_blocks(
-        llama, h100, 16, 0.9, default_activation_reserve_bytes(llama)
-    )
+@given(tokens=st.integers(1, 1 << 16), seqs=st.integers(1, 4096))
+def test_peak_grows_with_either_limit(tokens: int, seqs: int) -> None:
+    peak = peak_activation_bytes(LLAMA_8B, tokens, seqs)
+    assert peak >= forward_activation_bytes(LLAMA_8B, tokens)
+    assert peak_activation_bytes(LLAMA_8B, tokens + 1, seqs) >= peak
+    assert peak_activation_bytes(LLAMA_8B, tokens, seqs + 1) >= peak
 
 
-def test_default_reserve_is_about_a_gigabyte_for_llama_8b() -> None:
-    reserve = default_activation_reserve_bytes(model_preset("llama-3-8b"))
-    assert DEFAULT_MAX_NUM_BATCHED_TOKENS == 8192
-    assert 0.5 * GB < reserve < 3 * GB
+# --- constants -----------------------------------------------------------------------
 
 
-def test_default_reserve_scales_with_tokens_and_width() -> None:
-    llama = model_preset("llama-3-8b")
-    assert default_activation_reserve_bytes(llama, 4096) * 2 == default_activation_reserve_bytes(
-        llama, 8192
-    )
-    assert default_activation_reserve_bytes(model_preset("llama-3-70b")) > (
-        default_activation_reserve_bytes(llama)
-    )
-    with pytest.raises(ConfigError, match="max_num_batched_tokens"):
-        default_activation_reserve_bytes(llama, 0)
-
-
-def test_quantised_weights_keep_16_bit_activations() -> None:
-    llama = model_preset("llama-3-8b")
-    fp8 = llama.model_copy(update={"weight_dtype_bytes": 1.0})
-    assert default_activation_reserve_bytes(fp8) == default_activation_reserve_bytes(llama)
-    tiny = model_preset("tiny")  # fp32 activations are twice as big
-    assert default_activation_reserve_bytes(tiny) == 2 * default_activation_reserve_bytes(
-        tiny.model_copy(update={"weight_dtype_bytes": 2.0})
-    )
-
-
-def test_more_memory_means_more_blocks() -> None:
-    llama = model_preset("llama-3-8b")
-    h100, h200 = hardware_preset("h100"), hardware_preset("h200")
-    assert num_kv_blocks(llama, h200, 16, 0.9) > num_kv_blocks(llama, h100, 16, 0.9)
-    fp8_kv = llama.model_copy(update={"kv_dtype_bytes": 1.0})
-    assert num_kv_blocks(fp8_kv, h100, 16, 0.9) >= 2 * num_kv_blocks(llama, h100, 16, 0.9)
-
-
-@given(
-    low=st.floats(0.3, 1.0),
-    high=st.floats(0.3, 1.0),
-    block_size=st.sampled_from([1, 8, 16, 32, 128]),
-)
-def test_monotone_in_utilization_and_token_capacity_independent_of_block_size(
-    low: float, high: float, block_size: int
-) -> None:
-    low, high = min(low, high), max(low, high)
-    llama, h100 = model_preset("llama-3-8b"), hardware_preset("h100")
-    assert num_kv_blocks(llama, h100, block_size, low) <= num_kv_blocks(
-        llama, h100, block_size, high
-    )
-    # Flooring loses less than one block of tokens.
-    per_token = num_kv_blocks(llama, h100, 1, high)
-    assert per_token - block_size < num_kv_blocks(llama, h100, block_size, high) * block_size
-    assert num_kv_blocks(llama, h100, block_size, high) * block_size <= per_token
+def test_non_torch_and_cudagraph_estimates() -> None:
+    assert NON_TORCH_BYTES == 0.2 * GIB
+    assert CUDA_GRAPH_BYTES_PER_LAYER == 15 * MIB
+    # Qwen3-8B's 36 layers: 0.53 GiB, vLLM estimated 0.52 GiB (LMCache issue #3430).
+    assert cudagraph_memory_bytes(36) == pytest.approx(0.52 * GIB, rel=0.05)
+    assert cudagraph_memory_bytes(0) == 0
+    assert math.isclose(cudagraph_memory_bytes(32), 32 * 15 * MIB)

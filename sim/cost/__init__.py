@@ -7,12 +7,8 @@ from sim.cost.config import (
     RooflineCostConfig,
     build_cost_model,
 )
+from sim.cost.kv_capacity import KvCacheBudget, kv_cache_budget, vllm_num_kv_blocks
 from sim.cost.linear import LinearCost
-from sim.cost.memory import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    default_activation_reserve_bytes,
-    num_kv_blocks,
-)
 from sim.cost.roofline import RooflineCost
 from sim.cost.specs import (
     HARDWARE_PRESETS,
@@ -27,7 +23,6 @@ from sim.cost.specs import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_NUM_BATCHED_TOKENS",
     "HARDWARE_PRESETS",
     "MODEL_PRESETS",
     "TINY_MODEL",
@@ -36,6 +31,7 @@ __all__ = [
     "FloatArray",
     "HardwareRef",
     "HardwareSpec",
+    "KvCacheBudget",
     "LinearCost",
     "LinearCostConfig",
     "ModelRef",
@@ -45,8 +41,8 @@ __all__ = [
     "StepShape",
     "build_cost_model",
     "decode_steps_by_loop",
-    "default_activation_reserve_bytes",
     "hardware_preset",
+    "kv_cache_budget",
     "model_preset",
-    "num_kv_blocks",
+    "vllm_num_kv_blocks",
 ]

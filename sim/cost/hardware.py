@@ -34,6 +34,10 @@ class HardwareSpec(BaseModel):
     peak_flops_per_s: PositiveFloat
     memory_bandwidth_bytes_per_s: PositiveFloat
     memory_bytes: PositiveFloat
+    # Total memory as CUDA reports it (torch.cuda.mem_get_info()[1]), what vLLM
+    # multiplies by gpu_memory_utilization; a little below the datasheet figure
+    # (the driver keeps some). None: use memory_bytes (sim.cost.memory).
+    cuda_memory_bytes: PositiveFloat | None = None
     compute_efficiency: Fraction = 0.6
     memory_efficiency: Fraction = 0.8
     step_overhead_s: Annotated[float, Field(ge=0)] = 2e-3
@@ -41,28 +45,42 @@ class HardwareSpec(BaseModel):
 
 _GB = 1e9
 _T = 1e12
+_GIB = 2**30
+_MIB = 2**20
+# CUDA's total is nvidia-smi's minus what the driver keeps: on an H100 80GB,
+# 81559 MiB (nvidia-smi) against 79.22 GiB (CUDA), 0.43 GiB; on an RTX 4090,
+# 24564 MiB against 23.52 GiB, 0.47 GiB. Where only nvidia-smi's figure is
+# known, CUDA's is taken as that minus 0.43 GiB (an estimate).
+_DRIVER_RESERVED_BYTES = 0.43 * _GIB
 
 _HARDWARE = [
     # Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
     # bandwidth, and memory in decimal GB as marketed. Overheads are guesses of a
     # vLLM-like engine's per-step CPU work, to be replaced by calibration.
+    # CUDA total 79.22 GiB: vLLM's "total_gpu_memory 79.22GiB" on an H100
+    # (vllm-project/vllm PR #10511).
     HardwareSpec(
         name="h100",
         peak_flops_per_s=989e12,
         memory_bandwidth_bytes_per_s=3.35e12,
         memory_bytes=80 * _GB,
+        cuda_memory_bytes=79.22 * _GIB,
     ),
+    # nvidia-smi: 143771 MiB.
     HardwareSpec(
         name="h200",
         peak_flops_per_s=989e12,
         memory_bandwidth_bytes_per_s=4.8e12,
         memory_bytes=141 * _GB,
+        cuda_memory_bytes=143771 * _MIB - _DRIVER_RESERVED_BYTES,
     ),
+    # nvidia-smi (A100-SXM4-80GB): 81920 MiB.
     HardwareSpec(
         name="a100-80gb",
         peak_flops_per_s=312e12,
         memory_bandwidth_bytes_per_s=2.039e12,
         memory_bytes=80 * _GB,
+        cuda_memory_bytes=81920 * _MIB - _DRIVER_RESERVED_BYTES,
     ),
     HardwareSpec(
         name="l4",
@@ -87,19 +105,23 @@ _HARDWARE = [
 
 _MORE_GPUS = [
     # NVIDIA Ada whitepaper: 165.2 TFLOPS bf16 (fp32 accumulate), 1008 GB/s GDDR6X, 24 GB.
+    # CUDA total 25250627584 B: LLMServingSim's vLLM 0.19 run (shared/data/llmservingsim,
+    # bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json, device_total_memory_bytes).
     HardwareSpec(
         name="rtx-4090",
         peak_flops_per_s=165.2 * _T,
         memory_bandwidth_bytes_per_s=1008e9,
         memory_bytes=24 * _GB,
+        cuda_memory_bytes=25250627584,
     ),
     # RTX PRO 6000 Blackwell Server Edition datasheet: 4 PFLOPS fp4 with sparsity,
-    # i.e. ~500 TFLOPS dense bf16 (fp4 / 8); 1.79 TB/s GDDR7; 96 GB.
+    # i.e. ~500 TFLOPS dense bf16 (fp4 / 8); 1.79 TB/s GDDR7; 96 GB. nvidia-smi: 97887 MiB.
     HardwareSpec(
         name="rtx-pro-6000",
         peak_flops_per_s=500 * _T,
         memory_bandwidth_bytes_per_s=1792e9,
         memory_bytes=96 * _GB,
+        cuda_memory_bytes=97887 * _MIB - _DRIVER_RESERVED_BYTES,
     ),
     # L40S datasheet: 362 TFLOPS bf16 dense (733 sparse), 864 GB/s, 48 GB.
     HardwareSpec(
@@ -129,6 +151,7 @@ _MORE_GPUS = [
         peak_flops_per_s=989 * _T,
         memory_bandwidth_bytes_per_s=3.35e12,
         memory_bytes=80 * _GB,
+        cuda_memory_bytes=79.22 * _GIB,
     ),
     # H100 datasheet, PCIe: 756 TFLOPS bf16 dense, 2.0 TB/s, 80 GB.
     HardwareSpec(
@@ -138,11 +161,13 @@ _MORE_GPUS = [
         memory_bytes=80 * _GB,
     ),
     # HGX B200 datasheet, per GPU: 2.25 PFLOPS bf16 dense (4.5 sparse), 8 TB/s, 180 GB.
+    # nvidia-smi: 183359 MiB.
     HardwareSpec(
         name="b200",
         peak_flops_per_s=2250 * _T,
         memory_bandwidth_bytes_per_s=8e12,
         memory_bytes=180 * _GB,
+        cuda_memory_bytes=183359 * _MIB - _DRIVER_RESERVED_BYTES,
     ),
 ]
 

@@ -8,21 +8,18 @@
 
 A replica then occupies ``tensor_parallel_size * pipeline_parallel_size`` GPUs
 of the scenario's ``hardware``. This module holds the configuration, the link
-presets, and the per-GPU memory budget that sizes the KV cache::
+presets, and how the model splits over the GPUs::
 
     weights_per_gpu   = model.weight_bytes / num_gpus                           [B]
-    activations       = 4 * max_num_batched_tokens
-                          * (hidden + intermediate / tp) * activation_bytes     [B]
     kv_per_token_gpu  = 2 * ceil(layers / pp) * kv_heads_per_gpu * head_dim
                           * kv_dtype_bytes                                       [B]
-    num_kv_blocks     = floor((memory_bytes * utilization - weights_per_gpu - activations)
-                              / (block_size_tokens * kv_per_token_gpu))
 
 ``kv_heads_per_gpu = max(num_kv_heads / tp, 1)``: past ``tp = num_kv_heads``
 the KV heads are replicated (as vLLM does), so capacity stops growing with tp.
 Simplified: norms and embeddings are split evenly like everything else, and
 the largest pipeline stage (``ceil(layers / pp)`` layers) bounds the cache.
-The step-time model is in ``sim.cost.parallel_roofline``.
+The KV budget per GPU is in ``sim.cost.kv_capacity``; the step-time model in
+``sim.cost.parallel_roofline``.
 """
 
 from __future__ import annotations
@@ -34,12 +31,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from sim.cost.memory import ACTIVATION_TENSORS_PER_TOKEN, num_kv_blocks
-from sim.cost.specs import HardwareSpec, ModelSpec, lookup_preset, preset_validator
-from sim.errors import ConfigError
+from sim.cost.memory import activation_dtype_bytes
+from sim.cost.specs import ModelSpec, lookup_preset, preset_validator
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
-_GB = 1e9
 
 
 class LinkSpec(BaseModel):
@@ -150,59 +145,14 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, parallelism: ParallelismConfig)
     return 2 * layers * heads * model.head_dim * model.kv_dtype_bytes
 
 
-def activation_dtype_bytes(model: ModelSpec) -> float:
-    """Activations stay at least 2 bytes (bf16) even with 8- or 4-bit weights."""
-    return max(model.weight_dtype_bytes, 2.0)
-
-
-def parallel_num_kv_blocks(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    parallelism: ParallelismConfig,
-    block_size_tokens: int,
-    gpu_memory_utilization: float,
-    max_num_batched_tokens: int,
-) -> int:
-    """KV blocks a replica of ``parallelism.num_gpus`` GPUs holds (module formula).
-
-    One GPU is exactly ``sim.cost.memory.num_kv_blocks``. Raises ConfigError
-    when the weight shard and activations do not fit on one GPU.
-    """
-    if parallelism.is_single_device:
-        return num_kv_blocks(
-            model,
-            hardware,
-            block_size_tokens,
-            gpu_memory_utilization,
-            max_num_batched_tokens=max_num_batched_tokens,
-        )
-    problem = layout_problem(model, parallelism)
-    if problem is not None:
-        raise ConfigError(problem)
-    if block_size_tokens <= 0 or max_num_batched_tokens <= 0:
-        raise ConfigError(
-            f"block_size_tokens ({block_size_tokens}) and max_num_batched_tokens "
-            f"({max_num_batched_tokens}) must be > 0"
-        )
-    num_gpus, tp = parallelism.num_gpus, parallelism.tensor_parallel_size
-    usable_bytes = hardware.memory_bytes * gpu_memory_utilization
-    weights_bytes = model.weight_bytes / num_gpus
-    activations_bytes = (
-        ACTIVATION_TENSORS_PER_TOKEN
-        * max_num_batched_tokens
-        * (model.hidden_size + model.intermediate_size / tp)
-        * activation_dtype_bytes(model)
-    )
-    free_bytes = usable_bytes - weights_bytes - activations_bytes
-    where = (
-        f"{hardware.name} x{num_gpus} ({parallelism.layout}) has "
-        f"{hardware.memory_bytes / _GB:.1f} GB x {gpu_memory_utilization:.2f} usable per GPU"
-    )
-    block_bytes = block_size_tokens * kv_bytes_per_token_per_gpu(model, parallelism)
-    if free_bytes < block_bytes:
-        raise ConfigError(
-            f"{model.name} needs {weights_bytes / _GB:.1f} GB of weights"
-            f" + {activations_bytes / _GB:.1f} GB activations per GPU"
-            f" + one KV block but {where}"
-        )
-    return math.floor(free_bytes / block_bytes)
+__all__ = [
+    "LINK_PRESETS",
+    "LinkRef",
+    "LinkSpec",
+    "ParallelismConfig",
+    "activation_dtype_bytes",
+    "kv_bytes_per_token_per_gpu",
+    "kv_heads_per_gpu",
+    "layout_problem",
+    "link_preset",
+]

@@ -1,0 +1,170 @@
+"""KV cache capacity as vLLM v1 computes it at start-up, one GPU's budget at a time.
+
+vLLM (``Worker.determine_available_memory``, ``kv_cache_utils.get_num_blocks``)::
+
+    requested  = ceil(total GPU memory x gpu_memory_utilization)
+    available  = requested - weights - peak activations of the profile run
+                 - non-torch memory - CUDA-graph estimate (vLLM >= 0.21)
+    num_blocks = available // page_size // num_layers
+    page_size  = 2 (K and V) x block_size x kv_heads x head_dim x kv dtype bytes
+
+All per GPU; with tensor parallelism each GPU holds 1/tp of the KV heads (at
+least one: past ``tp = num_kv_heads`` they are replicated), with pipeline
+parallelism the GPU of the largest stage (``ceil(layers / pp)`` layers) bounds
+the pool. Which terms are computed and which estimated, and the constants of
+the estimates, are in :mod:`sim.cost.memory`. When a scenario gives the block
+count vLLM logged (``engine.num_kv_blocks``), none of this runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.cost.hardware import HardwareSpec
+from sim.cost.memory import (
+    GIB,
+    MIB,
+    NON_TORCH_BYTES,
+    cuda_total_memory_bytes,
+    cudagraph_memory_bytes,
+    peak_activation_bytes,
+    requested_memory_bytes,
+)
+from sim.cost.model_spec import ModelSpec
+from sim.cost.parallel import ParallelismConfig, kv_bytes_per_token_per_gpu, layout_problem
+from sim.errors import ConfigError
+
+SOURCE_SCENARIO = "engine.num_kv_blocks"
+"""``engine_settings.num_kv_blocks_source`` when the scenario gave the count (vLLM's log)."""
+SOURCE_ESTIMATE = "memory_profile_estimate"
+"""``engine_settings.num_kv_blocks_source`` when the count comes from :func:`kv_cache_budget`."""
+
+
+@dataclass(frozen=True, slots=True)
+class KvCacheBudget:
+    """One GPU's start-up memory budget, in bytes, term by term (see the module formula)."""
+
+    total_bytes: float  # computed: what CUDA reports
+    requested_bytes: float  # computed: ceil(total x gpu_memory_utilization)
+    weights_bytes: float  # computed: weight bytes / num_gpus
+    activation_bytes: float  # estimated: the profile run's torch peak
+    non_torch_bytes: float  # estimated constant
+    cudagraph_bytes: float  # estimated; 0 when not subtracted
+    block_bytes: float  # computed: one block of every layer on this GPU
+    block_size_tokens: int
+
+    @property
+    def available_bytes(self) -> float:
+        """What is left for the KV cache (vLLM logs it as "Available KV cache memory")."""
+        return (
+            self.requested_bytes
+            - self.weights_bytes
+            - self.activation_bytes
+            - self.non_torch_bytes
+            - self.cudagraph_bytes
+        )
+
+    @property
+    def num_blocks(self) -> int:
+        """Whole blocks that fit, 0 if none (``available // page_size // num_layers``)."""
+        return max(math.floor(self.available_bytes / self.block_bytes), 0)
+
+
+def kv_cache_budget(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig,
+    *,
+    block_size_tokens: int,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    estimate_cudagraph_memory: bool = True,
+) -> KvCacheBudget:
+    """The budget of the GPU holding the largest pipeline stage (no fit checks)."""
+    if block_size_tokens <= 0:
+        raise ConfigError(f"engine.block_size_tokens must be > 0, got {block_size_tokens}")
+    problem = layout_problem(model, parallelism)
+    if problem is not None:
+        raise ConfigError(problem)
+    layers_on_gpu = math.ceil(model.num_layers / parallelism.pipeline_parallel_size)
+    return KvCacheBudget(
+        total_bytes=cuda_total_memory_bytes(hardware),
+        requested_bytes=requested_memory_bytes(hardware, gpu_memory_utilization),
+        weights_bytes=model.weight_bytes / parallelism.num_gpus,
+        activation_bytes=peak_activation_bytes(
+            model, max_num_batched_tokens, max_num_seqs, parallelism.tensor_parallel_size
+        ),
+        non_torch_bytes=NON_TORCH_BYTES,
+        cudagraph_bytes=cudagraph_memory_bytes(layers_on_gpu) if estimate_cudagraph_memory else 0.0,
+        block_bytes=block_size_tokens * kv_bytes_per_token_per_gpu(model, parallelism),
+        block_size_tokens=block_size_tokens,
+    )
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.2f} GiB"
+
+
+def check_budget(
+    budget: KvCacheBudget, model: ModelSpec, hardware: HardwareSpec, max_model_len_tokens: int
+) -> int:
+    """``budget.num_blocks``, or a one-line ConfigError where vLLM would refuse to start.
+
+    Mirrors ``_check_enough_kv_cache_memory``: no memory for a block ("No
+    available memory for the cache blocks"), or not enough for one request of
+    ``max_model_len_tokens``.
+    """
+    share = (
+        f"{hardware.name}'s {_gib(budget.total_bytes)} x engine.gpu_memory_utilization"
+        f" = {_gib(budget.requested_bytes)}"
+    )
+    if budget.weights_bytes > budget.requested_bytes:
+        raise ConfigError(
+            f"model: {model.name}'s weights ({_gib(budget.weights_bytes)} per GPU) exceed {share};"
+            " use more GPUs (parallelism) or smaller weights (quantization)"
+        )
+    blocks = budget.num_blocks
+    if blocks < 1:
+        raise ConfigError(
+            f"no memory for the KV cache: {share} minus weights {_gib(budget.weights_bytes)},"
+            f" activations {_gib(budget.activation_bytes)} (scheduler.max_num_batched_tokens,"
+            f" max_num_seqs), non-torch {_gib(budget.non_torch_bytes)} and CUDA graphs"
+            f" {_gib(budget.cudagraph_bytes)} leaves {_gib(budget.available_bytes)},"
+            f" less than one block ({budget.block_bytes / MIB:.2f} MiB)"
+        )
+    needed = math.ceil(max_model_len_tokens / budget.block_size_tokens)
+    if blocks < needed:
+        raise ConfigError(
+            f"engine.max_model_len_tokens {max_model_len_tokens} needs {needed} KV blocks but"
+            f" {blocks} fit in {_gib(budget.available_bytes)} (vLLM refuses to start);"
+            " lower max_model_len_tokens or raise engine.gpu_memory_utilization"
+        )
+    return blocks
+
+
+def vllm_num_kv_blocks(
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig,
+    *,
+    block_size_tokens: int,
+    gpu_memory_utilization: float,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len_tokens: int,
+    estimate_cudagraph_memory: bool = True,
+) -> int:
+    """KV blocks a replica holds, as vLLM's start-up profile would size them (checked)."""
+    budget = kv_cache_budget(
+        model,
+        hardware,
+        parallelism,
+        block_size_tokens=block_size_tokens,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        estimate_cudagraph_memory=estimate_cudagraph_memory,
+    )
+    return check_budget(budget, model, hardware, max_model_len_tokens)
