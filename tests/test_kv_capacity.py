@@ -131,15 +131,15 @@ def test_weights_bigger_than_the_share_say_which_fields() -> None:
         blocks(LLAMA_70B)
     message = str(info.value)
     assert message == (
-        "model: llama-3-70b's weights (131.42 GiB per GPU) exceed h100's 79.22 GiB"
-        " x engine.gpu_memory_utilization = 71.30 GiB; use more GPUs (parallelism)"
+        "the weights of model llama-3-70b (131.42 GiB per GPU) exceed hardware h100's"
+        " 79.22 GiB x engine.gpu_memory_utilization = 71.30 GiB; use more GPUs (parallelism)"
         " or smaller weights (quantization)"
     )
 
 
 def test_no_room_for_one_block_is_vllms_no_available_memory_error() -> None:
     l4 = hardware_preset("l4")  # 24 GB: 15.65 GiB at 0.7, weights 14.96 GiB, then activations
-    with pytest.raises(ConfigError, match=r"no memory for the KV cache: l4's 22\.35 GiB") as info:
+    with pytest.raises(ConfigError, match=r"no memory for the KV cache: hardware l4's 22\.35 GiB") as info:
         blocks(hardware=l4, gpu_memory_utilization=0.7)
     assert "\n" not in str(info.value) and "less than one block (2.00 MiB)" in str(info.value)
 

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from sim import api
-from sim.cost.memory import num_kv_blocks
+from sim.cost.kv_capacity import vllm_num_kv_blocks
 from sim.cost.parallel import (
     LINK_PRESETS,
     ParallelismConfig,
     kv_bytes_per_token_per_gpu,
     layout_problem,
     link_preset,
-    parallel_num_kv_blocks,
 )
 from sim.cost.parallel_roofline import (
     ParallelRooflineCost,
@@ -95,27 +91,23 @@ def test_layout_problems_name_the_field() -> None:
 
 
 def test_70b_does_not_fit_on_one_h100_and_fits_on_four() -> None:
-    with pytest.raises(ConfigError, match=r"141\.1 GB of weights"):
-        parallel_num_kv_blocks(LLAMA_70B, H100, layout(1), 16, 0.9, 2048)
-    blocks = parallel_num_kv_blocks(LLAMA_70B, H100, layout(4), 16, 0.9, 2048)
-    # By hand: 72 GB usable per GPU, minus a quarter of the weights, minus
-    # activations of 2048 tokens (hidden + intermediate / 4, bf16); KV per token
-    # per GPU: 80 layers x 2 of 8 KV heads x 128 x 2 bytes x 2 (K and V).
-    free = 72 * GB - LLAMA_70B.weight_bytes / 4 - 4 * 2048 * (8192 + 28672 / 4) * 2
-    assert blocks == math.floor(free / (16 * 2 * 80 * 2 * 128 * 2))
-    assert blocks * 16 > 400_000  # ~ half a million tokens of KV cache
+    """The budget itself is tested in tests/test_kv_capacity.py; here, the layout's effect."""
 
-
-def test_70b_on_four_gpus_fails_when_memory_is_too_small() -> None:
-    with pytest.raises(ConfigError, match=r"per GPU.*h100 x2 \(tp2\)"):
-        parallel_num_kv_blocks(LLAMA_70B, H100, layout(2), 16, 0.8, 8192)
-
-
-def test_one_gpu_is_exactly_the_single_device_sizing() -> None:
-    for util in (0.5, 0.9):
-        assert parallel_num_kv_blocks(LLAMA_8B, H100, layout(), 16, util, 2048) == (
-            num_kv_blocks(LLAMA_8B, H100, 16, util, max_num_batched_tokens=2048)
+    def blocks(tp: int) -> int:
+        return vllm_num_kv_blocks(
+            LLAMA_70B,
+            H100,
+            layout(tp),
+            block_size_tokens=16,
+            gpu_memory_utilization=0.9,
+            max_num_batched_tokens=2048,
+            max_num_seqs=256,
+            max_model_len_tokens=8192,
         )
+
+    with pytest.raises(ConfigError, match=r"131\.42 GiB per GPU"):
+        blocks(1)
+    assert blocks(4) * 16 > 400_000  # ~ half a million tokens of KV cache
     assert kv_bytes_per_token_per_gpu(LLAMA_8B, layout()) == LLAMA_8B.kv_bytes_per_token
 
 
@@ -125,27 +117,6 @@ def test_kv_heads_are_replicated_past_their_count() -> None:
         tiny, layout(4)
     )
     assert kv_bytes_per_token_per_gpu(LLAMA_8B, layout(8)) * 8 == LLAMA_8B.kv_bytes_per_token
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    block_size=st.sampled_from([8, 16, 32]),
-    util=st.floats(min_value=0.85, max_value=0.95),
-    batched_tokens=st.integers(min_value=256, max_value=8192),
-    pp=st.integers(min_value=1, max_value=4),
-)
-def test_kv_blocks_grow_with_tp_and_pp(
-    block_size: int, util: float, batched_tokens: int, pp: int
-) -> None:
-    def blocks(tp: int, stages: int) -> int:
-        return parallel_num_kv_blocks(
-            LLAMA_70B, H100, layout(tp, stages), block_size, util, batched_tokens
-        )
-
-    assert blocks(4, pp) < blocks(8, pp)
-    assert blocks(4, pp) < blocks(4, pp + 1)
-    if pp >= 2:
-        assert blocks(2, pp) < blocks(4, pp)
 
 
 # --- scenario wiring ----------------------------------------------------------------
@@ -190,7 +161,7 @@ def test_bad_parallelism_is_a_one_line_config_error(
 
 def test_70b_scenario_on_one_gpu_is_a_one_line_error() -> None:
     scenario = scenario_from_dict(scenario_doc())
-    with pytest.raises(ConfigError, match=r"needs 141\.1 GB of weights"):
+    with pytest.raises(ConfigError, match=r"weights of model llama-3-70b \(131\.42 GiB per GPU\)"):
         api.run(scenario)
 
 
@@ -209,12 +180,15 @@ def test_single_gpu_scenarios_are_unchanged() -> None:
     doc = scenario_doc()
     doc["model"] = "llama-3-8b"
     scenario = scenario_from_dict(doc)
-    assert api.kv_blocks_for(scenario) == num_kv_blocks(
+    assert api.kv_blocks_for(scenario) == vllm_num_kv_blocks(
         LLAMA_8B,
         H100,
-        16,
-        0.9,
-        max_num_batched_tokens=8192,  # vLLM's H100 default budget
+        layout(),
+        block_size_tokens=16,
+        gpu_memory_utilization=0.9,
+        max_num_batched_tokens=8192,  # vLLM's H100 defaults
+        max_num_seqs=1024,
+        max_model_len_tokens=scenario.engine.max_model_len_tokens,
     )
     assert isinstance(api.cost_model_for(scenario), RooflineCost)
     summary = api.run(scenario).summary

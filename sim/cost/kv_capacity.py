@@ -117,13 +117,13 @@ def check_budget(
     ``max_model_len_tokens``.
     """
     share = (
-        f"{hardware.name}'s {_gib(budget.total_bytes)} x engine.gpu_memory_utilization"
+        f"hardware {hardware.name}'s {_gib(budget.total_bytes)} x engine.gpu_memory_utilization"
         f" = {_gib(budget.requested_bytes)}"
     )
     if budget.weights_bytes > budget.requested_bytes:
         raise ConfigError(
-            f"model: {model.name}'s weights ({_gib(budget.weights_bytes)} per GPU) exceed {share};"
-            " use more GPUs (parallelism) or smaller weights (quantization)"
+            f"the weights of model {model.name} ({_gib(budget.weights_bytes)} per GPU) exceed"
+            f" {share}; use more GPUs (parallelism) or smaller weights (quantization)"
         )
     blocks = budget.num_blocks
     if blocks < 1:
