@@ -139,7 +139,8 @@ def test_weights_bigger_than_the_share_say_which_fields() -> None:
 
 def test_no_room_for_one_block_is_vllms_no_available_memory_error() -> None:
     l4 = hardware_preset("l4")  # 24 GB: 15.65 GiB at 0.7, weights 14.96 GiB, then activations
-    with pytest.raises(ConfigError, match=r"no memory for the KV cache: hardware l4's 22\.35 GiB") as info:
+    expected = r"no memory for the KV cache: hardware l4's 22\.35 GiB"
+    with pytest.raises(ConfigError, match=expected) as info:
         blocks(hardware=l4, gpu_memory_utilization=0.7)
     assert "\n" not in str(info.value) and "less than one block (2.00 MiB)" in str(info.value)
 
