@@ -21,7 +21,7 @@ from sim.workload.arrivals import (
     arrival_times_s,
     sample_gaps_s,
 )
-from sim.workload.generate import SyntheticWorkload
+from sim.workload.generate import SyntheticWorkload, generate_open_loop
 
 INF = float("inf")
 
@@ -239,3 +239,23 @@ def test_infinite_rate_loads_from_yaml_and_refuses_a_duration() -> None:
         ValidationError, match=r"rate_per_s .inf \(all at once\) needs num_requests"
     ):
         SyntheticWorkload.model_validate(doc)
+
+
+def test_a_scenario_workload_ends_at_n_over_rate_and_renewal_does_not() -> None:
+    """Through generate_open_loop (the arrival stream is the first of rng.spawn(3))."""
+    config = SyntheticWorkload.model_validate(workload(kind="gamma", rate_per_s=4, burstiness=2))
+    arrays = generate_open_loop(config, rng(9))
+    assert arrays.arrival_s[-1] == pytest.approx(10 / 4, rel=1e-12)
+    (arrival_rng, _, _) = rng(9).spawn(3)
+    assert np.array_equal(
+        arrays.arrival_s, arrival_times_s(config.arrival, arrival_rng, num_requests=10)
+    )
+    renewal = SyntheticWorkload.model_validate(
+        workload(kind="gamma", rate_per_s=4, burstiness=2, spacing="renewal")
+    )
+    unscaled = generate_open_loop(renewal, rng(9)).arrival_s
+    assert np.allclose(arrays.arrival_s, unscaled * (10 / 4) / unscaled[-1], rtol=1e-12)
+    # The lengths do not depend on the spacing (their own streams).
+    assert np.array_equal(
+        arrays.num_prompt_tokens, generate_open_loop(renewal, rng(9)).num_prompt_tokens
+    )

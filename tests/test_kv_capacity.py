@@ -299,3 +299,60 @@ def test_summary_records_an_estimate_and_its_source() -> None:
     )
     older = api.run(scenario_from_dict(run_doc(estimate_cudagraph_memory=False))).summary
     assert older["engine_settings"]["num_kv_blocks"] == settings_["num_kv_blocks"] + 240
+
+
+# --- the budget's arithmetic and the hardware field ---------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model_name=st.sampled_from(["llama-3-8b", "qwen2.5-7b", "smollm2-135m", "llama-3-70b"]),
+    hardware_name=st.sampled_from(["h100", "h200", "b200", "rtx-pro-6000", "l40s"]),
+    tp=st.sampled_from([1, 2, 4, 8]),
+    tokens=st.integers(1, 1 << 15),
+    seqs=st.integers(1, 2048),
+    graphs=st.booleans(),
+)
+def test_available_is_requested_minus_every_term_and_blocks_floor_it(
+    model_name: str, hardware_name: str, tp: int, tokens: int, seqs: int, graphs: bool
+) -> None:
+    model, hardware = model_preset(model_name), hardware_preset(hardware_name)
+    if model.num_attention_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+        return  # layouts vLLM refuses (tested above)
+    got = budget(
+        model,
+        hardware,
+        layout(tp),
+        max_num_batched_tokens=tokens,
+        max_num_seqs=seqs,
+        estimate_cudagraph_memory=graphs,
+    )
+    terms = got.weights_bytes + got.activation_bytes + got.non_torch_bytes + got.cudagraph_bytes
+    assert got.available_bytes == pytest.approx(got.requested_bytes - terms, abs=1.0)
+    assert got.weights_bytes == pytest.approx(model.weight_bytes / tp)
+    assert (got.cudagraph_bytes > 0) == graphs
+    if got.num_blocks > 0:
+        assert got.num_blocks * got.block_bytes <= got.available_bytes
+        assert got.available_bytes < (got.num_blocks + 1) * got.block_bytes
+    else:
+        assert got.available_bytes < got.block_bytes
+
+
+def test_cuda_memory_can_be_set_inline_and_must_be_positive() -> None:
+    doc = run_doc()
+    doc["hardware"] = {"preset": "h100", "cuda_memory_bytes": 80 * GIB}
+    more = api.kv_blocks_for(scenario_from_dict(doc))
+    # 0.78 GiB more x 0.9 = 0.70 GiB more, in 2 MiB blocks: 359 more (ceil rounding aside).
+    base = api.kv_blocks_for(scenario_from_dict(run_doc()))
+    assert more - base == pytest.approx((80 - 79.22) * 0.9 * 512, abs=1)
+    doc["hardware"] = {"preset": "h100", "cuda_memory_bytes": 0}
+    with pytest.raises(ConfigError, match="cuda_memory_bytes"):
+        scenario_from_dict(doc, "x.yaml")
+
+
+def test_the_cudagraph_switch_is_a_scenario_key() -> None:
+    doc = run_doc(estimate_cudagraph_memory=False)
+    assert scenario_from_dict(doc).engine.estimate_cudagraph_memory is False
+    assert scenario_from_dict(run_doc()).engine.estimate_cudagraph_memory is True
+    with pytest.raises(ConfigError, match="estimate_cudagraph_memory"):
+        scenario_from_dict(run_doc(estimate_cudagraph_memory="sometimes"), "x.yaml")
