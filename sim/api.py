@@ -157,7 +157,10 @@ def reference_engine_problem(scenario: Scenario) -> str | None:
             "set engine.enable_prefix_caching: false to measure"
         )
     if scenario.speculative is not None:
-        return "speculative: the reference engine has no draft model; remove it to measure"
+        return (
+            "speculative: the reference engine has no draft model; "
+            "remove the speculative section to measure"
+        )
     if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
         return (
             "scheduler.preemption: the reference engine preempts by recompute only; "

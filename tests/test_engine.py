@@ -224,7 +224,9 @@ class RecordingPolicy:
 @pytest.mark.parametrize(
     ("chunked", "async_scheduling"), [(True, False), (False, False), (True, True)]
 )
-def test_simulator_replay_makes_the_engines_decisions(chunked: bool, async_scheduling: bool) -> None:
+def test_simulator_replay_makes_the_engines_decisions(
+    chunked: bool, async_scheduling: bool
+) -> None:
     """Given the engine's step times, the simulator's policy batches exactly as the engine did
     (with async scheduling too: both plan step N+1 seeing only what was ready when N began)."""
     scenario = tiny_scenario(
