@@ -37,6 +37,7 @@ from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario, load_scenario
 from sim.serving.cluster import Cluster, cluster_summary, request_token_times_s
 from sim.serving.engine_config import Engine, Frontend, with_speculation
+from sim.serving.frontend import Delivery
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 
@@ -59,21 +60,21 @@ class Result:
         row = self.raw.requests.loc[self.raw.requests["request_id"] == request_id]
         if row.empty:
             raise KeyError(f"no request {request_id}")
-        first = float(row["first_token_s"].iloc[0])
+        first = float(row["engine_first_token_s"].iloc[0])
         count = int(row["num_generated_tokens"].iloc[0])
         if np.isnan(first):
             return np.empty(0)
-        detokenize_s = self.raw.detokenize_s_per_token
         prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
-        return request_token_times_s(
+        replica = int(row["replica"].iloc[0])
+        engine_s = request_token_times_s(
             self.steps,
-            first - detokenize_s,
+            first,
             count,
             self.raw.later_runs.get(request_id),
-            int(row["replica"].iloc[0]),
+            replica,
             None if prefill is None or pd.isna(prefill) else int(prefill),
-            detokenize_s,
         )
+        return Delivery(self.steps).client_s(engine_s, np.full(engine_s.shape, replica))
 
     def write(self, out_dir: str | Path, write_steps: bool = False) -> list[Path]:
         """Write tables, summary.json and plots into ``out_dir``."""
@@ -194,10 +195,13 @@ def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> Co
 
 def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
     """Everything a replica needs, built from the scenario (its core: ``core_config_for``)."""
+    frontend = scenario.frontend
     engine = Engine.from_core(
         core_config_for(scenario),
         cost_model_for(scenario, base_dir),
-        Frontend(scenario.frontend.tokenize_s_per_token, scenario.frontend.detokenize_s_per_token),
+        Frontend(
+            frontend.tokenize_s_per_token, frontend.detokenize_s_per_token, frontend.output_step_s
+        ),
         skip_ahead=scenario.engine.skip_ahead,
     )
     if scenario.speculative is not None:

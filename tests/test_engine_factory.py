@@ -49,7 +49,11 @@ def doc(scheduler: dict[str, Any] | None = None, **sections: Any) -> dict[str, A
         "cost": {"kind": "roofline"},
         "scheduler": scheduler or {"kind": "continuous", "max_num_seqs": 4},
         "engine": {"enable_prefix_caching": False, "block_size_tokens": 16},
-        "frontend": {"tokenize_s_per_token": 0.0, "detokenize_s_per_token": 0.0},
+        "frontend": {
+            "tokenize_s_per_token": 0.0,
+            "detokenize_s_per_token": 0.0,
+            "output_step_s": 0.0,  # client times = engine times in hand traces
+        },
         "workload": {
             "kind": "synthetic",
             "num_requests": 4,
