@@ -4,8 +4,8 @@ The loop, once per step::
 
     inject every request whose arrival time has passed (tokenize its prompt,
         then EngineCore.add at the time tokenization ended)
-    plan = core.schedule(now)                    # the scenario's policy, unchanged
-    empty plan -> sleep until the next arrival
+    plan = core.schedule(now, visible_until)     # the scenario's policy, unchanged
+    empty plan -> sleep until the next arrival (async: plan again if work was deferred)
     else       -> StepExecutor.run(plan)         # one forward_step, real sampling
                   detokenize the emitted tokens
                   core.commit(plan, start, [end])
@@ -17,6 +17,16 @@ time the engine is busy and the simulator's step durations mean the same.
 Every emitted token's time is kept (this is the measured side). Ctrl-C, an
 out-of-memory error or ``max_duration_s`` stop the run early; what was
 measured so far is kept and the run's ``status`` says why it ended.
+
+Async scheduling (when the policy asks for it, as the simulator's replica
+does): the real engine still runs steps one after the other, but plans step
+N+1 as vLLM's ``AsyncScheduler`` would have while step N ran. The core sees
+only requests that were ready when step N started (``visible_until``), and
+requests finishing in step N keep their slot and blocks for that plan
+(``EngineCore.pipelined``). So the measured run and its prediction make the
+same decisions; only the scheduler's CPU time is not hidden behind the step.
+Requests carry the workload's priority and shared-prefix fields, as in the
+simulator.
 """
 
 from __future__ import annotations
@@ -34,8 +44,8 @@ from calibration.engine import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.cost.base import SHAPE_FIELDS
 from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
 from sim.engine.plan import StepPlan
+from sim.engine.prefix_cache import prefix_describer
 from sim.engine.request import Request
 from sim.workload.generate import RequestArrays
 
@@ -98,6 +108,12 @@ class WallClockEngine:
         self.executor = executor
         self.work = work
         self.sync = sync
+        # Async scheduling, asked for by the policy (as sim.serving.replica reads it).
+        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
+        core.pipelined = self.pipelined
+        self._describe = prefix_describer(work)  # None unless requests share prefixes
+        priority = work.priority
+        self._priorities = None if priority is None else priority.tolist()
         self.tokenizer = ByteTokenizer()
         rng = np.random.default_rng(seed)
         # Prompt texts are made before the clock starts: generating them is not serving.
@@ -109,14 +125,23 @@ class WallClockEngine:
     def _now(self) -> float:
         return time.perf_counter() - self._origin
 
-    def _inject(self, index: int) -> None:
-        ids = self.tokenizer.encode(self.texts[index])
+    def _request(self, index: int, num_prompt_tokens: int) -> Request:
+        """Request ``index`` of the workload, with its priority and prefix fields."""
         request = Request(
             index,
             float(self.work.arrival_s[index]),
-            len(ids),
+            num_prompt_tokens,
             int(self.work.num_output_tokens[index]),
         )
+        if self._priorities is not None:
+            request.priority = self._priorities[index]
+        if self._describe is not None:
+            self._describe(request)
+        return request
+
+    def _inject(self, index: int) -> None:
+        ids = self.tokenizer.encode(self.texts[index])
+        request = self._request(index, len(ids))
         self.executor.add(index, ids)
         self.outputs[index] = []
         if not self.core.add(request, self._now()):
@@ -172,6 +197,9 @@ class WallClockEngine:
         status, message = "complete", f"served {total} requests"
         self.executor.warm_up()
         next_index = 0
+        # Async scheduling: the start of the step just run; the next plan sees
+        # only requests ready by then (vLLM made it while that step ran).
+        visible_until: float | None = None
         self._origin = time.perf_counter()
         bar = tqdm(total=total, unit="req", desc="measure", disable=not progress)
         try:
@@ -184,13 +212,19 @@ class WallClockEngine:
                     self._inject(next_index)
                     next_index += 1
                 start = self._now()
-                plan = self.core.schedule(start)
+                plan = self.core.schedule(start, visible_until)
+                deferred = self.pipelined and self.core.num_deferred_at_plan > 0
+                visible_until = None
                 if plan.is_empty:
+                    if deferred:
+                        continue  # vLLM plans again once the step's output is in
                     if next_index >= total:
                         break  # pragma: no cover - only rejected requests were left
                     time.sleep(max(0.0, arrivals[next_index] - self._now()))
                     continue
                 self._step(plan, start)
+                if self.pipelined:
+                    visible_until = start
                 bar.update(self.core.num_done - bar.n)
         except KeyboardInterrupt:
             status, message = "interrupted", "interrupted (Ctrl-C): kept what was measured"
@@ -208,13 +242,7 @@ class WallClockEngine:
         return self._result(status, message, wall_s)
 
     def _record_unsent(self, index: int) -> None:
-        request = Request(
-            index,
-            float(self.work.arrival_s[index]),
-            int(self.work.num_prompt_tokens[index]),
-            int(self.work.num_output_tokens[index]),
-        )
-        self.core.waiting.append(request)
+        self.core.waiting.append(self._request(index, int(self.work.num_prompt_tokens[index])))
 
     def _result(self, status: str, message: str, wall_s: float) -> MeasuredRun:
         core, log = self.core, self.log
@@ -245,11 +273,3 @@ class WallClockEngine:
             wall_s=wall_s,
             outputs={i: "".join(parts) for i, parts in self.outputs.items()},
         )
-
-
-def new_core(
-    policy_factory: object, num_kv_blocks: int, block_size_tokens: int, max_model_len: int
-) -> EngineCore:
-    """An engine core with a fresh policy from ``policy_factory()``."""
-    assert callable(policy_factory)
-    return EngineCore(policy_factory(), BlockPool(num_kv_blocks, block_size_tokens), max_model_len)

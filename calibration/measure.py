@@ -1,7 +1,9 @@
 """``servesim measure``: serve a scenario on the real model and write what was measured.
 
 Builds the scenario's requests exactly as ``servesim run`` does (same seed,
-same arrival times and lengths), its policy and KV pool, the calibration
+same arrival times, lengths, priorities and shared prefixes), its engine core
+through ``sim.api.core_config_for`` (the function the simulator's replicas are
+built with: same policy, KV pool and limits, or a one-line refusal), the calibration
 model (random weights of the scenario's model spec) and a ``WallClockEngine``,
 then writes the same per-request table and ``summary.json`` as a simulated
 run, marked ``"mode": "measured"`` with the device, threads and torch
@@ -24,17 +26,19 @@ import torch
 
 import sim
 from calibration.engine import StepExecutor
-from calibration.engine_loop import MeasuredRun, WallClockEngine, new_core
+from calibration.engine_loop import MeasuredRun, WallClockEngine
 from calibration.environment import cpu_model
 from calibration.model import LlamaModel
 from calibration.probe import run_probe
 from calibration.sampling import SamplingParams
-from sim.api import kv_blocks_for
+from sim.api import core_config_for, engine_settings
+from sim.engine.core_config import CoreConfig
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import latency_stats_ms, summarize, with_request_metrics
 from sim.scenario import Scenario
-from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
+from sim.validation.predict import with_request_spec
+from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -118,26 +122,6 @@ def _mem_available_bytes() -> int:
     return 1 << 62  # unknown: do not refuse
 
 
-def _refuse_unsupported(scenario: Scenario) -> None:
-    """The reference engine runs synchronously on a plain KV pool: refuse what it cannot
-    run, so that a measured run and its prediction never run different configurations."""
-    engine = scenario.engine
-    if engine.enable_prefix_caching:
-        raise ConfigError(
-            "engine.enable_prefix_caching: the reference engine has no prefix cache; "
-            "set it to false to measure"
-        )
-    if scenario.async_scheduling:
-        raise ConfigError(
-            "engine.async_scheduling: the reference engine schedules synchronously; "
-            "set it to false to measure"
-        )
-    if scenario.speculative is not None:
-        raise ConfigError("speculative: the reference engine does not decode speculatively")
-    if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
-        raise ConfigError("scheduler.preemption: the reference engine preempts by recompute only")
-
-
 def measure(
     scenario: Scenario,
     device: Device = "cpu",
@@ -160,7 +144,8 @@ def measure(
         raise ConfigError("workload: servesim measure replays open-loop workloads only")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available here")
-    _refuse_unsupported(scenario)
+    # The simulator's own core factory; raises for what the reference engine cannot run.
+    core_config = core_config_for(scenario, reference_engine=True)
     dtype_name = dtype or ("fp32" if device == "cpu" else "bf16")
     if dtype_name not in _DTYPES:
         raise ConfigError(f"--dtype {dtype_name!r}: expected one of {', '.join(_DTYPES)}")
@@ -178,19 +163,14 @@ def measure(
     executor = StepExecutor(
         model, num_slots, max_len, sampling or SamplingParams(), seed=scenario.seed
     )
-    core = new_core(
-        policy.build,
-        kv_blocks_for(scenario),
-        scenario.engine.block_size_tokens,
-        scenario.engine.max_model_len_tokens,
-    )
+    core = core_config.new_core()
     engine = WallClockEngine(core, executor, work, seed=scenario.seed, sync=device == "cuda")
     probes = {"before": run_probe(model)} if probe else {}
     run = engine.run(progress=progress, max_duration_s=max_duration_s)
     if probe:
         probes["after"] = run_probe(model)
     sampling = sampling or SamplingParams()
-    measurement = _measurement(scenario, run, torch_device, dtype_name, sampling)
+    measurement = _measurement(scenario, core_config, work, run, torch_device, dtype_name, sampling)
     if probes:
         # Median seconds per probe shape; calibration.drift.speed_ratio reads them.
         measurement.summary["probe_s"] = probes
@@ -199,6 +179,8 @@ def measure(
 
 def _measurement(
     scenario: Scenario,
+    core_config: CoreConfig,
+    work: RequestArrays,
     run: MeasuredRun,
     device: torch.device,
     dtype: str,
@@ -217,7 +199,8 @@ def _measurement(
         seed=scenario.seed,
         cost_model="measured",
         policy=scenario.scheduler.kind,
-        num_kv_blocks=kv_blocks_for(scenario),
+        num_kv_blocks=core_config.num_kv_blocks,
+        engine_settings=engine_settings(scenario, core_config),
         num_preemptions=int(run.requests["num_preemptions"].sum()),
         servesim_version=sim.__version__,
         mode="measured",
@@ -240,5 +223,5 @@ def _measurement(
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        requests = with_request_metrics(run.requests)
+        requests = with_request_metrics(with_request_spec(run.requests, work))
     return Measurement(scenario, run, requests, summary)

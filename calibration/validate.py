@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from sim.api import cost_model_for
+from sim.api import core_config_for, cost_model_for, engine_settings
 from sim.cost.base import CostModel
 from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
@@ -104,6 +104,7 @@ def validate(
     base_dir: Path | None = None,
 ) -> Validation:
     """Predict ``measured`` (and compare with ``second``, if given)."""
+    check_same_engine(scenario, measured)
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
     meas = measured.latencies
     latencies = {"measured": meas}
@@ -142,6 +143,23 @@ def validate(
     if second is not None:
         facts["noise floor"] = f"{second.path} vs {measured.path}"
     return Validation(comparisons, noise, facts, latencies)
+
+
+def check_same_engine(scenario: Scenario, measured: MeasuredDir) -> None:
+    """A one-line ConfigError if the run recorded other engine settings than the
+    prediction would run (both come from ``sim.api.core_config_for``); runs
+    measured before the settings were recorded are not checked."""
+    recorded = measured.summary.get("engine_settings")
+    if not isinstance(recorded, dict):
+        return
+    expected = engine_settings(scenario, core_config_for(scenario))
+    differ = [k for k, v in expected.items() if k in recorded and recorded[k] != v]
+    if differ:
+        pairs = ", ".join(f"{k} measured {recorded[k]!r}, scenario {expected[k]!r}" for k in differ)
+        raise ConfigError(
+            f"--measured {measured.path}: the run's engine settings differ from the "
+            f"scenario's ({pairs}); validate with the scenario it was measured with"
+        )
 
 
 def write_validation(validation: Validation, out_dir: str | Path, title: str) -> list[Path]:

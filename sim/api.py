@@ -26,6 +26,7 @@ from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO, vllm_num_kv_b
 from sim.cost.parallel_roofline import parallel_cost_model
 from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import Scheduler, StaticConfig
 from sim.engine.policies.continuous import with_async_scheduling, with_swap_space
 from sim.engine.prefix_cache import prefix_cache_summary
@@ -155,21 +156,62 @@ def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
     return build
 
 
-def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
-    """Everything a replica needs, built from the scenario."""
-    engine = Engine(
-        cost=cost_model_for(scenario, base_dir),
+def reference_engine_problem(scenario: Scenario) -> str | None:
+    """Why the PyTorch reference engine (``servesim measure``) cannot run ``scenario``
+    as the simulator would, as one line naming the scenario key and the value to set;
+    ``None`` when it can."""
+    if scenario.engine.enable_prefix_caching:
+        # Its KV cache is one contiguous slot per request: no block is shared or reused.
+        return (
+            "engine.enable_prefix_caching: the reference engine reuses no cached KV block; "
+            "set engine.enable_prefix_caching: false to measure"
+        )
+    if scenario.speculative is not None:
+        return (
+            "speculative: the reference engine has no draft model; "
+            "remove the speculative section to measure"
+        )
+    if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
+        return (
+            "scheduler.preemption: the reference engine preempts by recompute only; "
+            "set scheduler.preemption: recompute to measure"
+        )
+    return None
+
+
+def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> CoreConfig:
+    """The engine core ``scenario`` runs: policy (swap space, async scheduling), KV pool
+    (plain or prefix-caching, its size) and length limit.
+
+    The one place both executors get them from: the simulator's replicas
+    (``engine_for``) and the reference engine of ``servesim measure``
+    (``reference_engine=True``, which raises a one-line ``ConfigError`` for what that
+    engine cannot run, ``reference_engine_problem``).
+    """
+    if reference_engine:
+        problem = reference_engine_problem(scenario)
+        if problem is not None:
+            raise ConfigError(problem)
+    engine = scenario.engine
+    return CoreConfig(
         make_policy=policy_factory(scenario),
         num_kv_blocks=kv_blocks_for(scenario),
-        block_size_tokens=scenario.engine.block_size_tokens,
-        max_model_len_tokens=scenario.engine.max_model_len_tokens,
-        frontend=Frontend(
-            scenario.frontend.tokenize_s_per_token,
-            scenario.frontend.detokenize_s_per_token,
-            scenario.frontend.output_step_s,
+        block_size_tokens=engine.block_size_tokens,
+        max_model_len_tokens=engine.max_model_len_tokens,
+        enable_prefix_caching=engine.enable_prefix_caching,
+    )
+
+
+def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
+    """Everything a replica needs, built from the scenario (its core: ``core_config_for``)."""
+    frontend = scenario.frontend
+    engine = Engine.from_core(
+        core_config_for(scenario),
+        cost_model_for(scenario, base_dir),
+        Frontend(
+            frontend.tokenize_s_per_token, frontend.detokenize_s_per_token, frontend.output_step_s
         ),
         skip_ahead=scenario.engine.skip_ahead,
-        enable_prefix_caching=scenario.engine.enable_prefix_caching,
     )
     if scenario.speculative is not None:
         engine = with_speculation(engine, scenario.speculative, scenario.hardware)
@@ -254,8 +296,9 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def engine_settings(scenario: Scenario, engine: Engine) -> dict[str, Any]:
-    """The engine settings that ran, defaults filled in (summary.json ``engine_settings``)."""
+def engine_settings(scenario: Scenario, engine: Engine | CoreConfig) -> dict[str, Any]:
+    """The engine settings that ran, defaults filled in (summary.json ``engine_settings``;
+    a measured run records them too, from its ``CoreConfig``)."""
     policy = scenario.scheduler
     settings: dict[str, Any] = {"scheduler": policy.kind}
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "chunked_prefill"):

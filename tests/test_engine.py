@@ -18,6 +18,8 @@ from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
 from sim.workload.generate import RequestArrays
 
+SPEC = {"num_draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": "smollm2-135m"}
+
 
 def tiny_scenario(
     num_requests: int = 6,
@@ -28,6 +30,7 @@ def tiny_scenario(
     chunked: bool = True,
     budget: int = 64,
     seed: int = 0,
+    async_scheduling: bool = False,
 ) -> Scenario:
     return scenario_from_dict(
         {
@@ -45,10 +48,9 @@ def tiny_scenario(
                 "block_size_tokens": 16,
                 "num_kv_blocks": num_kv_blocks,
                 "max_model_len_tokens": 128 if chunked else budget,
-                # The PyTorch reference engine keeps no prefix cache (a plain BlockPool)
-                # and plans each step after the previous one ends.
+                # The PyTorch reference engine keeps no prefix cache (a plain BlockPool).
                 "enable_prefix_caching": False,
-                "async_scheduling": False,
+                "async_scheduling": async_scheduling,
             },
             "workload": {
                 "kind": "synthetic",
@@ -209,6 +211,8 @@ class RecordingPolicy:
     def __init__(self, inner: object, batches: list[str]) -> None:
         self.inner = inner
         self.batches = batches
+        # The replica reads the mode from its policy (async scheduling or not).
+        self.async_scheduling = getattr(inner, "async_scheduling", False)
 
     def schedule(self, core: object, now_s: float) -> StepPlan:
         plan = self.inner.schedule(core, now_s)  # type: ignore[attr-defined]
@@ -217,9 +221,14 @@ class RecordingPolicy:
         return plan
 
 
-@pytest.mark.parametrize("chunked", [True, False])
-def test_simulator_replay_makes_the_engines_decisions(chunked: bool) -> None:
-    """Given the engine's step times, the simulator's policy batches exactly as the engine did."""
+@pytest.mark.parametrize(
+    ("chunked", "async_scheduling"), [(True, False), (False, False), (True, True)]
+)
+def test_simulator_replay_makes_the_engines_decisions(
+    chunked: bool, async_scheduling: bool
+) -> None:
+    """Given the engine's step times, the simulator's policy batches exactly as the engine did
+    (with async scheduling too: both plan step N+1 seeing only what was ready when N began)."""
     scenario = tiny_scenario(
         num_requests=10,
         rate_per_s=40.0,
@@ -228,8 +237,11 @@ def test_simulator_replay_makes_the_engines_decisions(chunked: bool) -> None:
         chunked=chunked,
         budget=48 if chunked else 128,
         num_kv_blocks=20,
+        async_scheduling=async_scheduling,
     )
+    assert scenario.async_scheduling is async_scheduling
     m = measure(scenario, progress=False)
+    assert m.summary["engine_settings"]["async_scheduling"] is async_scheduling
     steps = m.run.steps
     ends = [*steps["start_s"].to_numpy()[1:].tolist(), float(steps["done_s"].iloc[-1])]
     requests = m.run.requests.sort_values("request_id")
@@ -264,9 +276,9 @@ def test_simulator_replay_makes_the_engines_decisions(chunked: bool) -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ({"engine": {"enable_prefix_caching": True}}, "engine.enable_prefix_caching"),
-        ({"engine": {"async_scheduling": True}}, "engine.async_scheduling"),
-        ({"scheduler": {"preemption": "swap"}}, "scheduler.preemption"),
+        ({"engine": {"enable_prefix_caching": True}}, "engine.enable_prefix_caching: false"),
+        ({"scheduler": {"preemption": "swap"}}, "scheduler.preemption: recompute"),
+        ({"speculative": SPEC}, "speculative"),
     ],
 )
 def test_measure_refuses_what_the_reference_engine_cannot_run(
@@ -275,6 +287,6 @@ def test_measure_refuses_what_the_reference_engine_cannot_run(
     # A measured run and its prediction must run the same configuration.
     doc = tiny_scenario().model_dump(mode="json")
     for section, fields in override.items():
-        doc[section] = {**doc[section], **fields}
+        doc[section] = {**(doc[section] or {}), **fields}
     with pytest.raises(ConfigError, match=message):
         measure(scenario_from_dict(doc), device="cpu")

@@ -17,7 +17,7 @@ import pytest
 
 from sim import api
 from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool, prefix_cache_summary, prefix_describer
+from sim.engine.prefix_cache import PrefixCachingPool, prefix_describer
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
@@ -463,21 +463,6 @@ def test_describer_fills_in_the_fields() -> None:
     assert prefix_describer(RequestArrays(np.zeros(2), ones, ones)) is None
 
 
-def test_summary_counts_completed_requests() -> None:
-    frame = pd.DataFrame(
-        {
-            "num_prompt_tokens": [100, 100, 50],
-            "num_cached_tokens": [0, 64, 32],
-            "finish_s": [1.0, 2.0, float("nan")],
-            "rejection_reason": [None, None, None],
-        }
-    )
-    assert prefix_cache_summary(frame) == {
-        "prefix_cache_hit_tokens": 64,
-        "prefix_cache_hit_rate": 0.32,
-    }
-
-
 # -- whole runs -----------------------------------------------------------------------------
 
 
@@ -536,7 +521,14 @@ def test_caching_without_shared_prefixes_changes_nothing() -> None:
     # blocks); this pool is large enough that nothing is preempted.
     off, on = run(False, None), run(True, None)
     assert off.requests["num_preemptions"].sum() == 0
-    pd.testing.assert_frame_equal(off.requests, on.requests, check_exact=True)
+    lookups = ["num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens"]
+    pd.testing.assert_frame_equal(
+        off.requests.drop(columns=lookups), on.requests.drop(columns=lookups), check_exact=True
+    )
+    # Every admission looked its prompt up (vLLM's PrefixCacheStats) and found nothing.
+    assert (on.requests["num_prefix_lookups"] == 1).all()
+    assert (on.requests["num_prefix_query_tokens"] == on.requests["num_prompt_tokens"]).all()
+    assert (off.requests[lookups].to_numpy() == 0).all()
     pd.testing.assert_frame_equal(off.steps, on.steps, check_exact=True)
     assert on.summary["prefix_cache_hit_rate"] == 0.0
 

@@ -7,7 +7,8 @@ one step computes), ``core`` (queues and the bookkeeping after a step),
 prefix cache and free-block queue, block identities),
 ``swap`` (CPU swap space), ``steplog``/``columns``/``tokens`` (the step log
 and the token times derived from it), ``records`` (the per-request table),
-``policies/`` (one module per scheduling policy) and ``speculative``.
+``policies/`` (one module per scheduling policy), ``speculative``, and
+``core_config`` (what a core is built from, for both executors).
 
 May import: ``sim.cost`` (step shapes and their prices), ``sim.errors``.
 Must not import: SimPy, ``sim.serving``, ``sim.metrics``, ``sim.planning``,

@@ -42,6 +42,9 @@ RECORD_COLUMNS = {
     "num_swaps": "i8",
     "priority": "i8",
     "num_cached_tokens": "i8",
+    "num_prefix_lookups": "i8",
+    "num_prefix_query_tokens": "i8",
+    "num_prefix_hit_tokens": "i8",
 }
 
 
@@ -308,6 +311,9 @@ class EngineCore:
             request.num_swaps,
             request.priority,
             request.num_cached_tokens,
+            request.num_prefix_lookups,
+            request.num_prefix_query_tokens,
+            request.num_prefix_hit_tokens,
         )
         self.num_done += 1
         if self.on_done is not None:

@@ -15,6 +15,9 @@ class BlockPool:
     """``num_blocks`` blocks of ``block_size_tokens`` tokens each."""
 
     __slots__ = ("block_size_tokens", "num_blocks", "num_free_blocks")
+    # Whether admissions look prefixes up (vLLM's enable_prefix_caching): the
+    # prefix-caching pool says yes, and only then are lookups counted.
+    caches_prefixes = False
 
     def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
         if num_blocks < 1 or block_size_tokens < 1:
@@ -49,6 +52,11 @@ class BlockPool:
         missing = self._missing_or_raise(request, num_tokens)
         self.num_free_blocks -= missing
         request.num_blocks += missing
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the blocks ``num_tokens`` tokens fill, when a step fills one without a
+        new allocation (vLLM's ``allocate_slots`` caches at once): nothing to cache here
+        (``sim.engine.prefix_cache.PrefixCachingPool`` overrides this)."""
 
     def _missing_or_raise(self, request: Request, num_tokens: int) -> int:
         """``num_missing_blocks``; a RuntimeError if the pool cannot supply them."""

@@ -7,7 +7,9 @@ prefix's inside the declared prefix (group or trace ids), else the request's own
 When a block gets its key. vLLM caches a block once it is full, at the
 scheduling step that fills it (``cache_full_blocks``), output blocks included.
 Here a block of the shareable prefix gets its key then (when allocated for the
-step that fills it); a block with the request's own key gets it when the
+step that fills it, or when that step fills a block already held: the continuous
+policy calls ``cache_full_blocks``; other policies leave it to the next lookup,
+``_catch_up``); a block with the request's own key gets it when the
 request frees its blocks unfinished (preempted), and never if it finished.
 Nothing can tell the difference: only the request itself can hit its own keys,
 and only after freeing (a request holding blocks looks nothing up); a finished
@@ -48,7 +50,7 @@ import pandas as pd
 
 from sim.engine.block_keys import BlockKeys, Key, own_key_base
 from sim.engine.kv_pool import BlockPool
-from sim.engine.records import completed_mask
+from sim.engine.records import require_columns
 from sim.engine.request import Request
 
 
@@ -69,6 +71,7 @@ class PrefixCachingPool(BlockPool):
         "_refs",
         "num_evictions",
     )
+    caches_prefixes = True
 
     def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
         super().__init__(num_blocks, block_size_tokens)
@@ -174,6 +177,19 @@ class PrefixCachingPool(BlockPool):
         self._register(request, min(num_tokens, request.num_tokens), own=False)
         if self._num_hashed[rid] < self.num_shareable_blocks(request):
             self._filling[rid] = request
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills
+        them, as vLLM's ``allocate_slots`` does for every scheduled request: a request
+        admitted later in the same step hits them. (Own-key blocks wait, see above.)"""
+        rid = request.request_id
+        if rid not in self._filling:
+            return
+        self._settle()
+        self._realise(request)
+        self._register(request, min(num_tokens, request.num_tokens), own=False)
+        if self._num_hashed[rid] >= self.num_shareable_blocks(request):
+            del self._filling[rid]
 
     def free(self, request: Request) -> None:
         self._settle()
@@ -367,12 +383,16 @@ def prefix_describer(work: object) -> Callable[[Request], None] | None:
 
 
 def prefix_cache_summary(requests: pd.DataFrame) -> dict[str, float | int]:
-    """summary.json keys: prompt tokens of completed requests found in the cache
-    at first admission, and their share of all their prompt tokens (0 when off)."""
-    done = completed_mask(requests)
-    prompt = int(requests["num_prompt_tokens"].to_numpy()[done].sum())
-    cached = int(requests["num_cached_tokens"].to_numpy()[done].sum())
+    """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups (one per
+    admission that looks the cache up, re-admissions after preemption included), the
+    tokens looked up and the tokens found, over every request; the hit rate is found
+    over looked-up tokens (0 when prefix caching is off: nothing is looked up)."""
+    columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
+    table = require_columns(requests, columns, "requests")
+    lookups, queries, hits = (int(table[c].fillna(0).sum()) for c in columns)
     return {
-        "prefix_cache_hit_tokens": cached,
-        "prefix_cache_hit_rate": cached / prompt if prompt else 0.0,
+        "prefix_cache_requests": lookups,
+        "prefix_cache_query_tokens": queries,
+        "prefix_cache_hit_tokens": hits,
+        "prefix_cache_hit_rate": hits / queries if queries else 0.0,
     }

@@ -48,6 +48,12 @@ class Request:
     block_hash_ids: tuple[int, ...] | None = None
     # Prompt tokens found in the prefix cache at first admission (not computed).
     num_cached_tokens: int = 0
+    # vLLM's PrefixCacheStats, summed over every admission that looked the cache up
+    # (the first and each one after a recompute preemption): lookups, the tokens
+    # looked up (the request's tokens then) and the tokens found.
+    num_prefix_lookups: int = 0
+    num_prefix_query_tokens: int = 0
+    num_prefix_hit_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:

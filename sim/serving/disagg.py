@@ -172,6 +172,9 @@ def merge_records(
     for column in ("ready_s", "first_scheduled_s", "num_cached_tokens"):
         if column in pre.columns and column in dec.columns:  # (prefix-cache hits: prefill side)
             dec.loc[both, column] = pre.loc[both, column]
+    for column in ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens"):
+        if column in pre.columns and column in dec.columns:  # lookups on either side count
+            dec.loc[both, column] += pre.loc[both, column]
     alone = pre.loc[pre.index.difference(dec.index)].copy()
     alone["decode_ready_s"] = np.nan
     alone["decode_first_scheduled_s"] = np.nan

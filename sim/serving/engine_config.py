@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 
 from sim.cost.base import CostModel
 from sim.cost.specs import HardwareSpec
+from sim.engine.core_config import CoreConfig
 from sim.engine.kv_pool import BlockPool
 from sim.engine.policies.base import Scheduler
-from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, speculative_cost
 
 
@@ -43,11 +43,40 @@ class Engine:
     skip_ahead: bool = True
     enable_prefix_caching: bool = False
 
+    @classmethod
+    def from_core(
+        cls,
+        core: CoreConfig,
+        cost: CostModel,
+        frontend: Frontend | None = None,
+        skip_ahead: bool = True,
+    ) -> Engine:
+        """An engine whose replicas' cores are built as ``core`` says."""
+        return cls(
+            cost=cost,
+            make_policy=core.make_policy,
+            num_kv_blocks=core.num_kv_blocks,
+            block_size_tokens=core.block_size_tokens,
+            max_model_len_tokens=core.max_model_len_tokens,
+            frontend=frontend or Frontend(),
+            skip_ahead=skip_ahead,
+            enable_prefix_caching=core.enable_prefix_caching,
+        )
+
+    @property
+    def core_config(self) -> CoreConfig:
+        """What each replica's engine core is built from (policy, KV pool, limit)."""
+        return CoreConfig(
+            self.make_policy,
+            self.num_kv_blocks,
+            self.block_size_tokens,
+            self.max_model_len_tokens,
+            self.enable_prefix_caching,
+        )
+
     def new_block_pool(self) -> BlockPool:
-        """An empty KV pool for one replica: vLLM v1's prefix-caching pool when
-        enabled (a scenario's default), else the plain counting pool."""
-        pool = PrefixCachingPool if self.enable_prefix_caching else BlockPool
-        return pool(self.num_kv_blocks, self.block_size_tokens)
+        """An empty KV pool for one replica (``CoreConfig.new_block_pool``)."""
+        return self.core_config.new_block_pool()
 
 
 def with_speculation(engine: Engine, config: SpeculativeConfig, hardware: HardwareSpec) -> Engine:

@@ -1,9 +1,9 @@
 """Predicting a measured run, and comparing latency distributions (torch-free).
 
 ``predict`` simulates exactly the request set a measured run served (same
-arrival times, prompt and output lengths, same scheduler and KV pool) with a
-given cost model. ``compare`` puts a measured and a predicted run side by
-side for TTFT, TPOT, ITL and E2E latency:
+arrival times, prompt and output lengths, priorities and shared-prefix groups,
+same scheduler and KV pool) with a given cost model. ``compare`` puts a
+measured and a predicted run side by side for TTFT, TPOT, ITL and E2E latency:
 
 - mean, p50, p90, p99 of each, and the predicted value's error in percent
   of the measured one;
@@ -39,16 +39,45 @@ STATS = ("mean", "p50", "p90", "p99")
 _PAIRED = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}
 
 
+# Per-request spec columns a measured table keeps beyond arrival and lengths: the
+# scheduler reads them (priority) or the KV pool does (the shared prefix).
+PREFIX_COLUMNS = ("prefix_group", "num_shared_prefix_tokens")
+
+
+def with_request_spec(requests: pd.DataFrame, work: RequestArrays) -> pd.DataFrame:
+    """``requests`` (ids 0..n-1 of ``work``) with ``work``'s shared-prefix columns added,
+    when it has them, so that ``requests_as_work`` gives the same requests back."""
+    if work.prefix_group is None or work.num_shared_prefix_tokens is None:
+        return requests
+    ids = requests["request_id"].to_numpy(dtype=np.int64)
+    return requests.assign(
+        prefix_group=work.prefix_group[ids],
+        num_shared_prefix_tokens=work.num_shared_prefix_tokens[ids],
+    )
+
+
+def _int_column(table: pd.DataFrame, name: str) -> npt.NDArray[np.int64] | None:
+    return table[name].to_numpy(dtype=np.int64) if name in table.columns else None
+
+
 def requests_as_work(requests: pd.DataFrame) -> RequestArrays:
-    """The open-loop request set of a measured table (same arrivals and lengths)."""
+    """The open-loop request set of a measured table: same arrivals and lengths, and
+    the priorities and shared prefixes the table records (columns ``priority``,
+    ``prefix_group`` with ``num_shared_prefix_tokens``)."""
     ordered = requests.sort_values("request_id")
     ids = ordered["request_id"].to_numpy()
     if not np.array_equal(ids, np.arange(len(ids))):
         raise ValueError("measured request ids must be 0..n-1 (a whole measured run)")
+    groups, shared = (_int_column(ordered, name) for name in PREFIX_COLUMNS)
+    if (groups is None) != (shared is None):
+        raise ValueError(f"measured requests: give both {' and '.join(PREFIX_COLUMNS)} or neither")
     return RequestArrays(
         ordered["arrival_s"].to_numpy(dtype=np.float64),
         ordered["num_prompt_tokens"].to_numpy(dtype=np.int64),
         ordered["num_output_tokens"].to_numpy(dtype=np.int64),
+        prefix_group=groups,
+        num_shared_prefix_tokens=shared,
+        priority=_int_column(ordered, "priority"),
     )
 
 

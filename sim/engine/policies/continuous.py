@@ -154,6 +154,10 @@ class Continuous:
                     kv.allocate(request, target)
                 if preempted and (i >= len(running) or running[i] is not request):
                     break  # the request itself was preempted
+            elif target // block_size > computed // block_size:
+                # The step fills a block it already holds: cached now, as vLLM's
+                # allocate_slots does, so a request admitted below can hit it.
+                kv.cache_full_blocks(request, target)
             scheduled.append((request, num_new))
             budget -= num_new
             i += 1
@@ -224,6 +228,12 @@ class Continuous:
                 return "kv"
             waiting.popleft()
             kv.allocate(request, target)
+            if kv.caches_prefixes and not request.num_computed_tokens:
+                # vLLM's PrefixCacheStats: a lookup on every admission that makes one
+                # (get_computed_blocks: fresh, or back from a recompute preemption).
+                request.num_prefix_lookups += 1
+                request.num_prefix_query_tokens += request.num_tokens
+                request.num_prefix_hit_tokens += num_cached
             if num_cached:
                 request.num_computed_tokens += num_cached
                 if request.first_scheduled_s is None:

@@ -1,0 +1,48 @@
+"""What one engine core is built from: its policy, its KV pool and its length limit.
+
+Both executors build their cores from a ``CoreConfig``: the simulator's
+replicas (through ``sim.serving.engine_config.Engine``, which carries one) and
+the PyTorch reference engine of ``servesim measure``. ``sim.factory`` makes the
+config from a scenario, once for both, so a measured run and its prediction
+cannot run different policies, pools or limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.engine.core import EngineCore
+from sim.engine.kv_pool import BlockPool
+from sim.engine.policies.base import Scheduler
+from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.request import Request
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    """A policy factory, the KV pool's shape, and the longest request allowed."""
+
+    make_policy: Callable[[], Scheduler]
+    num_kv_blocks: int
+    block_size_tokens: int
+    max_model_len_tokens: int
+    enable_prefix_caching: bool = False
+
+    def new_block_pool(self) -> BlockPool:
+        """An empty KV pool: vLLM v1's prefix-caching pool when enabled (a
+        scenario's default), else the plain counting pool."""
+        pool = PrefixCachingPool if self.enable_prefix_caching else BlockPool
+        return pool(self.num_kv_blocks, self.block_size_tokens)
+
+    def new_core(
+        self, replica: int = 0, on_done: Callable[[Request], None] | None = None
+    ) -> EngineCore:
+        """A fresh engine core: a new policy and an empty pool."""
+        return EngineCore(
+            self.make_policy(),
+            self.new_block_pool(),
+            self.max_model_len_tokens,
+            replica=replica,
+            on_done=on_done,
+        )
