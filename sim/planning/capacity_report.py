@@ -103,9 +103,12 @@ def format_points(search: CapacitySearch) -> str:
     header = f"{'load (' + search.knob.unit + ')':>16}  {'verdict':8}" + "".join(
         f"{n:>22}" for n in names
     )
-    lines = [header]
+    served = any(p.served is not None for p in search.points)
+    lines = [header + (f"{'served ratio':>16}" if served else "")]
     for point in sorted(search.points, key=lambda p: p.load):
         cells = "".join(f"{_ms(point, n):>22}" for n in names)
+        if point.served is not None:
+            cells += f"{point.served[0]:>9.2f} ± {point.served[1]:.2f}"
         lines.append(f"{point.load:16.3f}  {point.status:8}{cells}")
     return "\n".join(lines)
 
@@ -209,6 +212,7 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
             "ci95_half_width": {k: clean(v) for k, v in p.half_widths.items()},
             "request_throughput": p.mean_of("request_throughput"),
             "request_goodput": p.mean_of("request_goodput"),
+            "served_ratio": p.served[0] if p.served is not None else None,
         }
 
     return {

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.planning.served import served_ratio
 
 Task = dict[str, Any]
 Record = dict[str, Any]
@@ -95,6 +96,8 @@ def run_point(task: Task) -> Record:
     }
     arrivals = result.requests["arrival_s"].to_numpy(float)
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
+    finishes = result.requests["finish_s"].to_numpy(float)
+    record["served_ratio"] = served_ratio(arrivals, finishes)
     arrival = getattr(scenario.workload, "arrival", None)
     record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
     record.update(_queue_stats(result))
