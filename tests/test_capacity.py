@@ -322,7 +322,7 @@ def point(load: float, throughput: float, tokens: int = 1000, completed: int = 1
 
 
 def test_fleet_is_ceil_of_target_over_capacity_and_costs_add_up() -> None:
-    result = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
+    result = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0, 1))
     result.points = [point(8.0, 7.9), point(10.0, 9.8)]
     result.lower, result.upper, result.estimate = 8.0, 12.0, 10.0
     result.at_estimate = result.points[1]

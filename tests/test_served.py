@@ -16,7 +16,8 @@ from test_capacity import SERVICE_S, md1_doc
 import sim.planning.capacity
 from sim.cli import main
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import Searcher, judge
+from sim.planning.capacity import CapacitySearch, LoadKnob, Searcher, judge
+from sim.planning.capacity_report import fleet_for, format_capacity, to_json
 from sim.planning.capacity_search import search
 from sim.planning.served import SERVED_MIN_RATIO, served_ratio
 from sim.planning.sweep_exec import Record, Task, run_point
@@ -120,3 +121,46 @@ def test_capacity_cli_with_a_loose_slo_sizes_a_real_fleet(
     doc = json.loads((tmp_path / "out" / "capacity.json").read_text())
     assert doc["capacity"] <= 1.05 * MU_PER_S
     assert doc["fleet"]["num_replicas"] >= 100 / (1.05 * MU_PER_S)
+
+
+# --- item 2: one seed gives no confidence interval ---------------------------------------------
+
+
+def one_seed_search(num_seeds: int) -> CapacitySearch:
+    """A finished search over two loads, each run under ``num_seeds`` seeds."""
+
+    def runs(ttft_ms: float) -> list[Record]:
+        return [{"p99_ttft_ms": ttft_ms + k, "completed": 10} for k in range(num_seeds)]
+
+    targets = parse_targets(["ttft_p99_ms=100"])
+    result = CapacitySearch(LoadKnob("rate", "k", 1.0), targets, tuple(range(num_seeds)))
+    result.points = [judge(38.8, runs(90.0), targets), judge(39.1, runs(120.0), targets)]
+    result.lower, result.upper, result.estimate = 38.8, 39.1, 39.0
+    result.at_estimate = result.points[0]
+    return result
+
+
+def test_one_seed_reports_no_confidence_interval_and_no_spread() -> None:
+    result = one_seed_search(1)
+    text = format_capacity(result, "x", fleet_for(result, 100.0, 1, None), 1, None)
+    assert "95% interval" not in text and "±" not in text
+    assert "no confidence interval from one seed" in text and "--seeds 2" in text
+    assert "interval's low end" not in text
+    doc = to_json(result, None, "x")
+    assert doc["ci95_lower"] is None and doc["ci95_upper"] is None
+    assert (doc["bracket_lower"], doc["bracket_upper"]) == (38.8, 39.1)
+    assert doc["points"][0]["ci95_half_width"] == {"ttft_p99_ms": None}
+
+
+def test_two_seeds_report_the_95_percent_interval() -> None:
+    result = one_seed_search(2)
+    text = format_capacity(result, "x", fleet_for(result, 100.0, 1, None), 1, None)
+    assert "95% interval 38.8 .. 39.1" in text and "±" in text
+    assert to_json(result, None, "x")["ci95_lower"] == 38.8
+
+
+def test_a_trace_replay_says_why_it_has_no_interval() -> None:
+    result = one_seed_search(1)
+    result.knob = LoadKnob("time_scale", "workload.time_scale", 1.0, base_rate_per_s=1.0)
+    text = format_capacity(result, "x", None, 1, None)
+    assert "trace replay" in text and "--seeds" not in text
