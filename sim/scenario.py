@@ -28,6 +28,7 @@ from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
 from sim.metrics.stats import Slo
 from sim.serving.cluster import ClusterConfig
+from sim.strict_yaml import DuplicateKeyError, parse_yaml, read_yaml
 from sim.workload.generate import WorkloadConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -215,8 +216,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) 
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected dotted.key=value")
         try:
-            value = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
+            value = parse_yaml(text) if text else ""
+        except (yaml.YAMLError, DuplicateKeyError):
             value = text
         set_dotted(doc, key.strip(), value, f"{source}: --set")
 
@@ -270,17 +271,7 @@ def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override and validate a scenario file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read scenario ({error.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}:{where}: {problem}") from None
+    doc = read_yaml(path, "scenario")
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
