@@ -27,6 +27,7 @@ from sim.cost.calibration_artifact import (
 )
 from sim.cost.specs import MODEL_PRESETS, ModelSpec, model_preset
 from sim.errors import ConfigError
+from sim.out_path import check_out_file
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
 DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
@@ -118,6 +119,7 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
     arch = load_architecture(args.model) if args.model in HF_CONFIGS else from_model_spec(spec)
     name = f"{args.device}-{spec.name}-{dtype}-kernels.json.gz"
     out = args.out or Path("calibration/artifacts") / name
+    check_out_file(out)  # before the timing: a bad --out would lose it
     print(f"timing the operators of {arch.name} ({dtype}) on {args.device}: grid {grid}")
     started = time.perf_counter()
     artifact = measure_tables(arch, args.device, dtype, grid, progress=lambda s: print(f"  {s}"))
@@ -153,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "kernels", False):
         return _run_kernels(args, spec, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
+    check_out_file(out)  # before the timing: a bad --out would lose it
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     command = getattr(args, "command_line", None) or shlex.join(

@@ -81,7 +81,17 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
     return out
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Options that would waste a measurement: checked before it starts."""
+    from sim.out_path import check_out_dir
+
+    if args.max_duration_s is not None and not args.max_duration_s > 0:
+        raise ConfigError(f"--max-duration-s must be > 0 seconds, got {args.max_duration_s:g}")
+    check_out_dir(Path(args.out))
+
+
 def _cmd_measure(args: argparse.Namespace) -> int:
+    _check_arguments(args)
     _measure(args, Path(args.out))
     return 0
 
@@ -90,6 +100,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from calibration.validate import MeasuredDir, validate, write_validation
     from sim.scenario import load_scenario
 
+    _check_arguments(args)
     out = Path(args.out)
     measured_dirs = list(args.measured or [])
     if len(measured_dirs) > 2:

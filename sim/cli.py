@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim import api
     from sim.metrics.report import format_summary_table
+    from sim.out_path import check_out_dir
+    from sim.scenario import load_scenario
 
+    name = load_scenario(args.scenario, args.set or ()).name
+    out = Path(args.out) if args.out else Path("runs") / name
+    check_out_dir(out)  # before the work: a bad --out would lose it
     started = time.perf_counter()
     result = api.run(args.scenario, args.set or (), progress=not args.quiet)
     elapsed_s = time.perf_counter() - started
@@ -31,7 +36,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
     print(f"cost model: {result.summary['cost_model']}{why if auto else ''}")
-    out = Path(args.out) if args.out else Path("runs") / result.scenario.name
     paths = result.write(out, write_steps=args.write_steps)
     print(
         f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "

@@ -155,6 +155,18 @@ def run_ray(tasks: Sequence[Task], address: str | None = None) -> Iterator[tuple
             ray.shutdown()
 
 
+def check_executor(executor: str, jobs: int | None, address: str | None) -> None:
+    """The errors ``execute`` would raise for these options, before any work starts."""
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor: unknown executor {executor!r}; expected local or ray")
+    if executor == "local" and address is not None:
+        raise ConfigError("--address applies only to --executor ray")
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if executor == "ray":
+        _import_ray()
+
+
 def execute(
     tasks: Sequence[Task],
     executor: str = "local",
