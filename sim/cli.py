@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim import api
+    from sim.metrics.rejections import rejection_warning
     from sim.metrics.report import format_summary_table
     from sim.out_path import check_out_dir
     from sim.scenario import load_scenario
@@ -32,6 +33,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     result = api.run(args.scenario, args.set or (), progress=not args.quiet)
     elapsed_s = time.perf_counter() - started
+    rejected = rejection_warning(result.requests)
+    if rejected is not None:
+        print(f"servesim: warning: {rejected}", file=sys.stderr)
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.cost.config import CostConfig
+from sim.cost.context_length import context_problem
 from sim.cost.parallel import ParallelismConfig, layout_problem
 from sim.cost.quantization import QuantizationConfig
 from sim.cost.select import AutoCostConfig
@@ -135,6 +136,13 @@ class Scenario(BaseModel):
             }
         )
         object.__setattr__(self, "scheduler", filled)  # frozen model: fill in once, here
+        return self
+
+    @model_validator(mode="after")
+    def _check_context(self) -> Scenario:
+        problem = context_problem(self.model.name, self.engine.max_model_len_tokens)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @model_validator(mode="after")
