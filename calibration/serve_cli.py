@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calibration.needs_torch import torch_missing
 from sim.errors import ConfigError
 
 
@@ -44,10 +45,8 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
 
     try:
         from calibration.measure import measure
-    except ImportError as error:
-        raise ConfigError(
-            f"servesim measure needs PyTorch ({error}): pip install -e '.[calibrate]'"
-        ) from None
+    except ImportError:
+        raise torch_missing("measure") from None
     from calibration.sampling import SamplingParams
     from sim.metrics.report import format_summary_table
     from sim.scenario import load_scenario

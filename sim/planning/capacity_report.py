@@ -2,8 +2,10 @@
 
 Fleet sizing for a target rate R is an estimate: ``ceil(R / capacity)``
 replicas assumes a perfect load balancer that splits R evenly, each replica
-then seeing the load the search validated. Routing between replicas is not
-simulated yet. GPUs = replicas x GPUs per replica (the tensor-parallel degree).
+then seeing the load the search validated. Routing is not simulated in this
+estimate; a ``cluster:`` block in a scenario simulates replicas behind a
+router (scenarios/replicas.yaml). GPUs = replicas x GPUs per replica (the
+tensor-parallel degree).
 """
 
 from __future__ import annotations
@@ -195,8 +197,8 @@ def format_capacity(
         lines.append(
             row(
                 "",
-                "an estimate assuming a perfect load balancer "
-                "(multi-replica routing is not simulated yet)",
+                "an estimate assuming a perfect load balancer; simulate the fleet "
+                "behind a router with a cluster: block (scenarios/replicas.yaml)",
             )
         )
         lines.append(row("GPUs:", f"{fleet.num_gpus} ({fleet.num_replicas} x {gpus_per_replica})"))

@@ -83,6 +83,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     searcher = Searcher(scenario, targets, Path(args.scenario).parent, args.seeds, jobs, on_point)
     with bar:
         result = search(searcher, args.rel_width, max_num_sims)
+        # The budget is an upper bound; a search that stops early ends its bar full.
+        bar.total = bar.n
+        bar.refresh()
     elapsed_s = time.perf_counter() - started
     price = gpu_price_per_hour(scenario.hardware.name, args.gpu_price_per_hour)
     per_replica = gpus_per_replica(scenario)
