@@ -28,6 +28,7 @@ from test_invariants import (
     check_plan,
     check_pool,
     check_run,
+    check_running_first,
     costs,
     frontends,
     workloads,
@@ -67,6 +68,7 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
     num_blocks = draw(st.integers(1, 64))
     seqs = draw(st.integers(1, 8))
     budget: int | None = None
+    chunked = True
     make: Callable[[], Scheduler]
     if kind == "dynamic":
         config_d = DynamicConfig(
@@ -115,6 +117,7 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
         max_model_len,
         draw(costs),
         draw(frontends),
+        chunked,
     )
 
 
@@ -132,7 +135,8 @@ class PolicyChecks:
         self.num_calls += 1
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
         check_pool(core)
-        before = {id(r) for r in core.running}
+        running_before = list(core.running)
+        before = {id(r) for r in running_before}
         computed = {id(r): r.num_computed_tokens for r in core.waiting}
         plan = self.inner.schedule(core, now_s)
         check_pool(core)
@@ -141,6 +145,8 @@ class PolicyChecks:
         admitted = [r for r in core.running if id(r) not in before]
         self.num_admitted += len(admitted)
         kind = self.setup.kind
+        if kind in ("swap", "shortest_prompt_first"):  # vLLM's order: running first
+            check_running_first(plan, core, running_before)
         if kind == "strict" and admitted and core.waiting:
             most_urgent_waiting = min(r.priority for r in core.waiting)  # lower: more urgent
             assert max(r.priority for r in admitted) <= most_urgent_waiting
