@@ -205,7 +205,7 @@ def test_search_finds_the_md1_saturation_point(memo: dict[str, Record]) -> None:
     assert all(len(p.records) == 3 for p in result.points)
 
 
-@settings(deadline=None, max_examples=6)
+@settings(deadline=None, max_examples=10)  # 26 SLO subsets; each example is a search
 @given(st.lists(st.sampled_from([60, 120, 250, 500, 2000]), min_size=2, max_size=3, unique=True))
 def test_capacity_is_monotone_in_the_slo(limits_ms: list[int]) -> None:
     cache: dict[str, Record] = {}

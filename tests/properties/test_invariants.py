@@ -453,7 +453,7 @@ def scenario_doc(seed: int, policy: dict[str, Any], num_kv_blocks: int) -> dict[
     }
 
 
-@settings(SETTINGS, max_examples=20)
+@settings(SETTINGS, max_examples=40)
 @given(seed=st.integers(0, 2**32 - 1), policy=policies_docs, num_kv_blocks=st.integers(8, 200))
 def test_api_runs_are_reproducible_and_stream_every_token(
     seed: int, policy: dict[str, Any], num_kv_blocks: int

@@ -231,7 +231,7 @@ def test_policy_invariants(data: st.DataObject, arrays: RequestArrays, kind: str
     assert (requests["num_swaps"] <= requests["num_preemptions"]).all()
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=40)
 @given(arrays=prioritized(), setup=policy_setups("dynamic"))
 def test_dynamic_batches_are_never_joined_and_never_padded(
     arrays: RequestArrays, setup: Setup
@@ -246,7 +246,7 @@ def test_dynamic_batches_are_never_joined_and_never_padded(
     assert raw.steps["num_decode_seqs"].sum() == (done["num_generated_tokens"] - 1).sum()
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=40)
 @given(arrays=prioritized(), setup=policy_setups("strict"))
 def test_strict_priority_starts_urgent_requests_first_with_a_big_pool(
     arrays: RequestArrays, setup: Setup
