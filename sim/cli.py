@@ -140,6 +140,12 @@ def _one_line_warning(
     return f"servesim: warning: {message}\n"
 
 
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped: a value a user typed (a ``--set``
+    with a newline, a key holding a carriage return) cannot break the one-line error."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # users get one line, not a source dump
     parser = build_parser()
@@ -152,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ConfigError as error:
-        print(f"servesim: error: {error}", file=sys.stderr)
+        print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)
