@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibration.needs_torch import torch_missing
 from sim.cost.calibration_artifact import (
     SCHEMA_VERSION,
     CalibrationArtifact,
@@ -27,17 +28,25 @@ from sim.cost.calibration_artifact import (
 )
 from sim.cost.specs import MODEL_PRESETS, ModelSpec, model_preset
 from sim.errors import ConfigError
+from sim.out_path import check_out_file
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
 DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
 GRIDS = ("small", "default", "compact", "gpu")
+GRID_HELP = (
+    "step shapes to time (default: default). small: 50 shapes x 5 repeats, the tiny "
+    "model on CPU (CI); default: 134 shapes x 7 to 2048 tokens and batch 64, the tiny "
+    "model on CPU; compact: 90 smaller shapes x 3 (batch <= 32, context <= 640) for a "
+    "~100M-parameter model on CPU, e.g. smollm2-135m; gpu: 127 shapes x 10 to 8192 "
+    "tokens and batch 256, for a GPU. With --kernels: small (CPU) or gpu (default on cuda)"
+)
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help=f"preset: {', '.join(MODEL_PRESETS)}")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=DTYPES, help="default: fp32 on cpu, bf16 on cuda")
-    parser.add_argument("--grid", choices=GRIDS, default="default")
+    parser.add_argument("--grid", choices=GRIDS, default="default", help=GRID_HELP)
     parser.add_argument(
         "--threads",
         type=int,
@@ -71,7 +80,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "calibrate",
         help="time a real model on this machine and fit a calibrated cost artifact",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+        description="time a model on this machine and write a cost artifact",
     )
     _add_arguments(parser)
     parser.set_defaults(func=run, handler=run)
@@ -118,6 +127,7 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
     arch = load_architecture(args.model) if args.model in HF_CONFIGS else from_model_spec(spec)
     name = f"{args.device}-{spec.name}-{dtype}-kernels.json.gz"
     out = args.out or Path("calibration/artifacts") / name
+    check_out_file(out)  # before the timing: a bad --out would lose it
     print(f"timing the operators of {arch.name} ({dtype}) on {args.device}: grid {grid}")
     started = time.perf_counter()
     artifact = measure_tables(arch, args.device, dtype, grid, progress=lambda s: print(f"  {s}"))
@@ -134,9 +144,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import torch
     except ImportError:
-        raise ConfigError(
-            "servesim calibrate needs PyTorch: pip install torch (the simulator itself does not)"
-        ) from None
+        raise torch_missing("calibrate") from None
     from calibration.environment import git_revision, hardware_info, software_info
     from calibration.fit import fit_samples, split_held_out
     from calibration.model import LlamaModel
@@ -153,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "kernels", False):
         return _run_kernels(args, spec, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
+    check_out_file(out)  # before the timing: a bad --out would lose it
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     command = getattr(args, "command_line", None) or shlex.join(

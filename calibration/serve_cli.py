@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from calibration.needs_torch import torch_missing
 from sim.errors import ConfigError
 
 
@@ -44,10 +45,8 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
 
     try:
         from calibration.measure import measure
-    except ImportError as error:
-        raise ConfigError(
-            f"servesim measure needs PyTorch ({error}): pip install -e '.[calibrate]'"
-        ) from None
+    except ImportError:
+        raise torch_missing("measure") from None
     from calibration.sampling import SamplingParams
     from sim.metrics.report import format_summary_table
     from sim.scenario import load_scenario
@@ -81,15 +80,27 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
     return out
 
 
+def _check_arguments(args: argparse.Namespace) -> None:
+    """Options that would waste a measurement: checked before it starts."""
+    from sim.out_path import check_out_dir
+
+    if args.max_duration_s is not None and not args.max_duration_s > 0:
+        raise ConfigError(f"--max-duration-s must be > 0 seconds, got {args.max_duration_s:g}")
+    check_out_dir(Path(args.out))
+
+
 def _cmd_measure(args: argparse.Namespace) -> int:
+    _check_arguments(args)
     _measure(args, Path(args.out))
     return 0
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from calibration.run_match import check_matches
     from calibration.validate import MeasuredDir, validate, write_validation
     from sim.scenario import load_scenario
 
+    _check_arguments(args)
     out = Path(args.out)
     measured_dirs = list(args.measured or [])
     if len(measured_dirs) > 2:
@@ -99,6 +110,14 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         measured_dirs = [str(_measure(args, out / "measured"))]
     scenario = load_scenario(args.scenario, args.set or ())
     runs = [MeasuredDir.load(d) for d in measured_dirs]
+    for run in runs:  # a run of another scenario would give a report on the wrong things
+        check_matches(
+            scenario,
+            run.summary,
+            run.requests,
+            Path(args.scenario).parent,
+            f"--measured {run.path}",
+        )
     overhead = MeasuredDir.load(args.overhead_from) if args.overhead_from else None
     result = validate(
         scenario,

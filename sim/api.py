@@ -40,6 +40,7 @@ from sim.serving.engine_config import Engine, Frontend, with_speculation
 from sim.serving.frontend import Delivery
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
+from sim.workload.size import check_run_size
 
 
 @dataclass
@@ -247,6 +248,7 @@ def run(
         raise ConfigError(f"{source}: {error}") from None
     if wrap_cost is not None:
         engine = dataclasses.replace(engine, cost=wrap_cost(engine.cost))
+    check_run_size(scenario.workload)  # before generating: a billion requests fill memory
     work: Any
     if isinstance(scenario.workload, ClosedLoopWorkload):
         work = ClosedLoopSource(scenario.workload, rng, base)

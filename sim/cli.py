@@ -22,16 +22,24 @@ if TYPE_CHECKING:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim import api
+    from sim.metrics.rejections import rejection_warning
     from sim.metrics.report import format_summary_table
+    from sim.out_path import check_out_dir
+    from sim.scenario import load_scenario
 
+    name = load_scenario(args.scenario, args.set or ()).name
+    out = Path(args.out) if args.out else Path("runs") / name
+    check_out_dir(out)  # before the work: a bad --out would lose it
     started = time.perf_counter()
     result = api.run(args.scenario, args.set or (), progress=not args.quiet)
     elapsed_s = time.perf_counter() - started
+    rejected = rejection_warning(result.requests)
+    if rejected is not None:
+        print(f"servesim: warning: {rejected}", file=sys.stderr)
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
     print(f"cost model: {result.summary['cost_model']}{why if auto else ''}")
-    out = Path(args.out) if args.out else Path("runs") / result.scenario.name
     paths = result.write(out, write_steps=args.write_steps)
     print(
         f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
@@ -132,6 +140,12 @@ def _one_line_warning(
     return f"servesim: warning: {message}\n"
 
 
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped: a value a user typed (a ``--set``
+    with a newline, a key holding a carriage return) cannot break the one-line error."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # users get one line, not a source dump
     parser = build_parser()
@@ -144,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ConfigError as error:
-        print(f"servesim: error: {error}", file=sys.stderr)
+        print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)

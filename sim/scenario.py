@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.cost.config import CostConfig
+from sim.cost.context_length import context_problem
 from sim.cost.parallel import ParallelismConfig, layout_problem
 from sim.cost.quantization import QuantizationConfig
 from sim.cost.select import AutoCostConfig
@@ -28,6 +29,7 @@ from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
 from sim.metrics.stats import Slo
 from sim.serving.cluster import ClusterConfig
+from sim.strict_yaml import DuplicateKeyError, parse_yaml, read_yaml
 from sim.workload.generate import WorkloadConfig
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -160,6 +162,13 @@ class Scenario(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _check_context(self) -> Scenario:
+        problem = context_problem(self.model.name, self.engine.max_model_len_tokens)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _check_budget(self) -> Scenario:
         policy = self.scheduler
         if (
@@ -238,8 +247,8 @@ def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) 
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected dotted.key=value")
         try:
-            value = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
+            value = parse_yaml(text) if text else ""
+        except (yaml.YAMLError, DuplicateKeyError):
             value = text
         set_dotted(doc, key.strip(), value, f"{source}: --set")
 
@@ -293,17 +302,7 @@ def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     """Read, override and validate a scenario file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read scenario ({error.strerror})") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}:{where}: {problem}") from None
+    doc = read_yaml(path, "scenario")
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):

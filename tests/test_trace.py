@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -105,10 +106,24 @@ def _first_and_last_stamp(path: Path) -> tuple[dt.datetime, dt.datetime]:
     return min(stamps), max(stamps)
 
 
+FULL_TRACE_NAME = "azure-llm-2023/AzureLLMInferenceTrace_conv.csv"
+
+
+def full_trace() -> Path | None:
+    """The full Azure trace (not shipped: 20 MB): $SERVESIM_DATA, else ../shared/data.
+
+    Resolved relative to the repository, not at one machine's absolute path.
+    """
+    root = Path(__file__).resolve().parent.parent
+    bases = [Path(os.environ["SERVESIM_DATA"])] if os.environ.get("SERVESIM_DATA") else []
+    bases += [root / "data", root.parent / "shared" / "data"]
+    return next((b / FULL_TRACE_NAME for b in bases if (b / FULL_TRACE_NAME).is_file()), None)
+
+
 def test_shipped_sample_is_the_head_of_the_full_trace() -> None:
-    full = Path("/work/shared/data/azure-llm-2023/AzureLLMInferenceTrace_conv.csv")
-    if not full.exists():
-        pytest.skip("full trace not available")
+    full = full_trace()
+    if full is None:
+        pytest.skip("full trace not found: set SERVESIM_DATA to the folder holding it")
     with full.open("rb") as handle:
         head = b"".join(handle.readline() for _ in range(2001))
     assert AZURE_SAMPLE.read_bytes() == head
@@ -301,12 +316,24 @@ def test_not_utf8(tmp_path: Path) -> None:
         load_trace(tmp_path / "b.csv", AZURE_COLUMNS)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can read anything")
-def test_unreadable_file(tmp_path: Path) -> None:
+def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Permission bits do not stop root (CI runs as root): make opening it fail instead.
     path = azure(tmp_path, ["2023-11-16 18:15:46,1,1"])
-    path.chmod(0)
+    real_open = Path.open
+
+    def denied(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
     with pytest.raises(ConfigError, match=r"cannot read"):
         load_trace(path, AZURE_COLUMNS)
+
+
+def test_a_folder_given_as_the_trace_is_unreadable_even_for_root(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read"):
+        load_trace(tmp_path, AZURE_COLUMNS)
 
 
 GOOD = "2023-11-16 18:15:46.6805900,374,44"

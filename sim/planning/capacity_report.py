@@ -2,8 +2,10 @@
 
 Fleet sizing for a target rate R is an estimate: ``ceil(R / capacity)``
 replicas assumes a perfect load balancer that splits R evenly, each replica
-then seeing the load the search validated. Routing between replicas is not
-simulated yet. GPUs = replicas x GPUs per replica (the tensor-parallel degree).
+then seeing the load the search validated. Routing is not simulated in this
+estimate; a ``cluster:`` block in a scenario simulates replicas behind a
+router (scenarios/replicas.yaml). GPUs = replicas x GPUs per replica (the
+tensor-parallel degree).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def fleet_for(
     if rate is None or rate <= 0:
         return None
     lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
-    lower_rate = capacity_rate_per_s(search, lower_point)
+    # One seed gives no confidence interval, so no fleet "at the interval's low end".
+    lower_rate = capacity_rate_per_s(search, lower_point) if has_interval(search) else None
     num_replicas = math.ceil(target_rate_per_s / rate - 1e-9)
     at_lower = math.ceil(target_rate_per_s / lower_rate - 1e-9) if lower_rate else None
     num_gpus = num_replicas * gpus_per_replica
@@ -92,9 +95,21 @@ def fleet_for(
     )
 
 
+def has_interval(search: CapacitySearch) -> bool:
+    """Whether the search has a confidence interval: it needs two seeds or more.
+
+    With one seed (``--seeds 1``, or a trace replay, which draws nothing at
+    random) every load's statistic is a single number with no spread, so the
+    pass/fail bracket only reflects where the search stopped bisecting.
+    """
+    return len(search.seeds) >= 2
+
+
 def _ms(point: LoadPoint, name: str) -> str:
     mean, half = point.means[name], point.half_widths[name]
-    return "inf" if not math.isfinite(mean) else f"{mean:.1f} ± {half:.1f}"
+    if not math.isfinite(mean):
+        return "inf"
+    return f"{mean:.1f} ± {half:.1f}" if len(point.records) >= 2 else f"{mean:.1f}"
 
 
 def format_points(search: CapacitySearch) -> str:
@@ -103,11 +118,26 @@ def format_points(search: CapacitySearch) -> str:
     header = f"{'load (' + search.knob.unit + ')':>16}  {'verdict':8}" + "".join(
         f"{n:>22}" for n in names
     )
-    lines = [header]
+    served = any(p.served is not None for p in search.points)
+    lines = [header + (f"{'served ratio':>16}" if served else "")]
     for point in sorted(search.points, key=lambda p: p.load):
         cells = "".join(f"{_ms(point, n):>22}" for n in names)
+        if point.served is not None:
+            spread = f" ± {point.served[1]:.2f}" if len(point.records) >= 2 else ""
+            cells += f"{point.served[0]:>9.2f}{spread}"
         lines.append(f"{point.load:16.3f}  {point.status:8}{cells}")
     return "\n".join(lines)
+
+
+def _interval_text(search: CapacitySearch, low: float, high: float) -> str:
+    """The 95% interval, or why there is none (one seed) and the search's bracket."""
+    if has_interval(search):
+        return f"95% interval {low:.3g} .. {high:.3g}"
+    why = "a trace replay: one run per load" if search.knob.kind == "time_scale" else "one seed"
+    return (
+        f"no confidence interval from {why}; the search bracketed it in {low:.3g} .. {high:.3g}"
+        + ("" if search.knob.kind == "time_scale" else "; use --seeds 2 or more for one")
+    )
 
 
 def format_capacity(
@@ -130,7 +160,7 @@ def format_capacity(
     elif hi is None:
         lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
     else:
-        lines.append(row("capacity:", f"{est:.3g} {unit}  (95% interval {lo:.3g} .. {hi:.3g})"))
+        lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
     lines.append(
         row(
             "search:",
@@ -167,8 +197,8 @@ def format_capacity(
         lines.append(
             row(
                 "",
-                "an estimate assuming a perfect load balancer "
-                "(multi-replica routing is not simulated yet)",
+                "an estimate assuming a perfect load balancer; simulate the fleet "
+                "behind a router with a cluster: block (scenarios/replicas.yaml)",
             )
         )
         lines.append(row("GPUs:", f"{fleet.num_gpus} ({fleet.num_replicas} x {gpus_per_replica})"))
@@ -206,9 +236,12 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
             "status": p.status,
             "worst_ratio_to_limit": clean(p.ratio),
             "mean": {k: clean(v) for k, v in p.means.items()},
-            "ci95_half_width": {k: clean(v) for k, v in p.half_widths.items()},
+            "ci95_half_width": {
+                k: clean(v) if len(p.records) >= 2 else None for k, v in p.half_widths.items()
+            },
             "request_throughput": p.mean_of("request_throughput"),
             "request_goodput": p.mean_of("request_goodput"),
+            "served_ratio": p.served[0] if p.served is not None else None,
         }
 
     return {
@@ -218,8 +251,10 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
         "slo": {t.name: t.limit_ms for t in search.targets},
         "seeds": list(search.seeds),
         "capacity": search.estimate,
-        "ci95_lower": search.interval[0],
-        "ci95_upper": search.interval[1],
+        "ci95_lower": search.interval[0] if has_interval(search) else None,
+        "ci95_upper": search.interval[1] if has_interval(search) else None,
+        "bracket_lower": search.interval[0],
+        "bracket_upper": search.interval[1],
         "capacity_rate_per_s": capacity_rate_per_s(search, search.at_estimate),
         "at_capacity": point_doc(search.at_estimate) if search.at_estimate else None,
         "stop_reason": search.stop_reason,

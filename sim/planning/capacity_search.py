@@ -71,7 +71,7 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
             reasons.append(f"estimate within {rel_width:.0%}")
         reasons.append(_tighten(searcher, budget, rel_width, step, start))
     elif a is None:
-        reasons.append(f"the SLOs fail on average even at {b:g} {knob.unit}")
+        reasons.append(f"the SLOs fail or the load is not served even at {b:g} {knob.unit}")
     else:
         reasons.append(f"the SLOs still hold on average at {a:g} {knob.unit}")
     res.cell, res.stop_reason = (a, b), "; ".join(r for r in reasons if r)

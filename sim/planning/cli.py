@@ -44,6 +44,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from sim.metrics.slo_targets import parse_targets
+    from sim.out_path import check_out_dir
     from sim.planning.capacity import Searcher
     from sim.planning.capacity_report import (
         fleet_for,
@@ -66,7 +67,11 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     scenario = load_scenario(
         args.scenario, _size_overrides(args.scenario, args.set or [], args.num_requests)
     )
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    check_out_dir(out)  # before the search: a bad --out would lose it
     jobs = args.jobs if args.jobs is not None else None
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     max_num_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
     bar = tqdm(total=max_num_sims, desc="capacity", unit="sim", disable=args.quiet)
 
@@ -78,6 +83,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     searcher = Searcher(scenario, targets, Path(args.scenario).parent, args.seeds, jobs, on_point)
     with bar:
         result = search(searcher, args.rel_width, max_num_sims)
+        # The budget is an upper bound; a search that stops early ends its bar full.
+        bar.total = bar.n
+        bar.refresh()
     elapsed_s = time.perf_counter() - started
     price = gpu_price_per_hour(scenario.hardware.name, args.gpu_price_per_hour)
     per_replica = gpus_per_replica(scenario)
@@ -87,7 +95,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     )
     print(format_points(result))
     print(format_capacity(result, label, fleet, per_replica, price))
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
     path = write_json(to_json(result, fleet, label), out)
     print(f"{result.num_sims} simulations in {elapsed_s:.1f} s; wrote {path}")
     return 0
@@ -138,13 +145,17 @@ def _add_capacity(subparsers: Subparsers) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.out_path import check_out_dir
     from sim.planning.sweep import load_sweep, run_sweep
+    from sim.planning.sweep_exec import check_executor
     from sim.planning.sweep_plots import plot_sweep
     from sim.planning.sweep_report import format_report, per_point
     from sim.planning.sweep_table import write_table
 
     plan = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("runs") / plan.name
+    check_executor(args.executor, args.jobs, args.address)  # before the banner and the work
+    check_out_dir(out)  # an earlier sweep's cache here is reused
     num_runs = sum(len(p.seeds) for p in plan.points)
     print(
         f"sweep {plan.name}: {len(plan.points)} points x seeds = {num_runs} runs -> {out}/",

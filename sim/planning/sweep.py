@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
@@ -41,17 +40,7 @@ from sim.planning.sweep_exec import Record, execute
 from sim.planning.sweep_plan import Job, SweepConfig, SweepPlan, SweepPoint
 from sim.planning.sweep_table import build_table
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
-
-
-def _read_yaml(path: Path, what: str) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read {what} ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
-        raise ConfigError(f"{path}:{where} invalid YAML") from None
+from sim.strict_yaml import read_yaml
 
 
 def _validation_message(source: str, error: ValidationError) -> str:
@@ -70,7 +59,7 @@ def _seeds(config: SweepConfig, scenario: Scenario) -> tuple[int, ...]:
 def load_sweep(path: str | Path) -> SweepPlan:
     """Read a sweep file and validate it and every point's scenario."""
     path = Path(path)
-    doc = _read_yaml(path, "sweep file")
+    doc = read_yaml(path, "sweep")
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of sweep fields at the top level")
     try:
@@ -80,7 +69,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
     targets = targets_from_mapping(config.slo, f"{path}: slo")
     scenario_path = (path.parent / config.scenario).resolve()
     try:
-        base_doc = _read_yaml(scenario_path, "scenario") or {}
+        base_doc = read_yaml(scenario_path, "scenario") or {}
     except ConfigError as error:
         raise ConfigError(f"{path}: scenario: {error}") from None
     if not isinstance(base_doc, dict):

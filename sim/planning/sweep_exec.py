@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.planning.served import served_ratio
 
 Task = dict[str, Any]
 Record = dict[str, Any]
@@ -94,6 +95,8 @@ def run_point(task: Task) -> Record:
     }
     arrivals = result.requests["arrival_s"].to_numpy(float)
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
+    finishes = result.requests["finish_s"].to_numpy(float)
+    record["served_ratio"] = served_ratio(arrivals, finishes)
     arrival = getattr(scenario.workload, "arrival", None)
     record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
     record.update(_queue_stats(result))
@@ -149,6 +152,18 @@ def run_ray(tasks: Sequence[Task], address: str | None = None) -> Iterator[tuple
     finally:
         if started_here:
             ray.shutdown()
+
+
+def check_executor(executor: str, jobs: int | None, address: str | None) -> None:
+    """The errors ``execute`` would raise for these options, before any work starts."""
+    if executor not in ("local", "ray"):
+        raise ConfigError(f"--executor: unknown executor {executor!r}; expected local or ray")
+    if executor == "local" and address is not None:
+        raise ConfigError("--address applies only to --executor ray")
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if executor == "ray":
+        _import_ray()
 
 
 def execute(

@@ -133,6 +133,7 @@ def plot_latency_vs_load(
         _slo_line(ax, targets, y_col, horizontal=True)
         ax.set_yscale("log")
         _plain_log_ticks(ax, "y")
+        ax.set_ylabel("ms, log scale")  # the hockey stick spans decades: say the axis is log
         ax.set_xlabel(x_label)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3, which="both")

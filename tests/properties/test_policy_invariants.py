@@ -28,6 +28,7 @@ from test_invariants import (
     check_plan,
     check_pool,
     check_run,
+    check_running_first,
     costs,
     frontends,
     workloads,
@@ -67,6 +68,7 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
     num_blocks = draw(st.integers(1, 64))
     seqs = draw(st.integers(1, 8))
     budget: int | None = None
+    chunked = True
     make: Callable[[], Scheduler]
     if kind == "dynamic":
         config_d = DynamicConfig(
@@ -115,6 +117,7 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
         max_model_len,
         draw(costs),
         draw(frontends),
+        chunked,
     )
 
 
@@ -132,7 +135,8 @@ class PolicyChecks:
         self.num_calls += 1
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
         check_pool(core)
-        before = {id(r) for r in core.running}
+        running_before = list(core.running)
+        before = {id(r) for r in running_before}
         computed = {id(r): r.num_computed_tokens for r in core.waiting}
         plan = self.inner.schedule(core, now_s)
         check_pool(core)
@@ -141,6 +145,8 @@ class PolicyChecks:
         admitted = [r for r in core.running if id(r) not in before]
         self.num_admitted += len(admitted)
         kind = self.setup.kind
+        if kind in ("swap", "shortest_prompt_first"):  # vLLM's order: running first
+            check_running_first(plan, core, running_before)
         if kind == "strict" and admitted and core.waiting:
             most_urgent_waiting = min(r.priority for r in core.waiting)  # lower: more urgent
             assert max(r.priority for r in admitted) <= most_urgent_waiting
@@ -225,7 +231,7 @@ def test_policy_invariants(data: st.DataObject, arrays: RequestArrays, kind: str
     assert (requests["num_swaps"] <= requests["num_preemptions"]).all()
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=40)
 @given(arrays=prioritized(), setup=policy_setups("dynamic"))
 def test_dynamic_batches_are_never_joined_and_never_padded(
     arrays: RequestArrays, setup: Setup
@@ -240,7 +246,7 @@ def test_dynamic_batches_are_never_joined_and_never_padded(
     assert raw.steps["num_decode_seqs"].sum() == (done["num_generated_tokens"] - 1).sum()
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=40)
 @given(arrays=prioritized(), setup=policy_setups("strict"))
 def test_strict_priority_starts_urgent_requests_first_with_a_big_pool(
     arrays: RequestArrays, setup: Setup

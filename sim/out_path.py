@@ -1,0 +1,81 @@
+"""Check an ``--out`` location before any work starts.
+
+A run, a capacity search or a measurement can take minutes; finding out only
+when writing that ``--out`` is a file, lies under a file, or sits in a folder
+this user cannot write loses all of it. Each command calls
+:func:`check_out_dir` (or :func:`check_out_file` for a single artifact) first:
+a bad location is a one-line ``ConfigError``; a folder that already holds
+files (another run's) is announced on stderr, since the new files replace
+those of the same name and the rest stay beside them.
+
+The check creates nothing: it probes the nearest existing folder on the path
+with a temporary directory, which also catches read-only file systems where
+permission bits say nothing (e.g. when running as root).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+MAX_LISTED = 4
+"""Existing files named in the overwrite note; the rest are counted."""
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` itself or its nearest ancestor that exists."""
+    absolute = path.absolute()
+    for candidate in (absolute, *absolute.parents):
+        if candidate.exists():
+            return candidate
+    return Path(absolute.anchor)
+
+
+def _probe_writable(path: Path, folder: Path, option: str) -> None:
+    """A one-line error unless a folder can be created (and removed) in ``folder``."""
+    if not folder.is_dir():
+        raise ConfigError(f"{option} {path}: {folder} is a file, not a folder")
+    try:
+        Path(tempfile.mkdtemp(prefix=".servesim-probe-", dir=folder)).rmdir()
+    except OSError as error:
+        raise ConfigError(f"{option} {path}: cannot write in {folder} ({error.strerror})") from None
+
+
+def check_out_dir(path: str | Path, option: str = "--out") -> list[str]:
+    """Refuse an output folder that cannot be written; note what it already holds.
+
+    Returns the names of the entries already in the folder (also announced on
+    stderr, in one line) so that callers and tests can tell a fresh folder.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path}: is a file, not a folder")
+    _probe_writable(path, _nearest_existing(path), option)
+    existing = sorted(p.name for p in path.iterdir()) if path.is_dir() else []
+    if existing:
+        shown = ", ".join(existing[:MAX_LISTED])
+        more = f" and {len(existing) - MAX_LISTED} more" if len(existing) > MAX_LISTED else ""
+        print(
+            f"servesim: note: {path}/ already holds {shown}{more}; files written now "
+            "replace those of the same name, the others stay",
+            file=sys.stderr,
+        )
+    return existing
+
+
+def check_out_file(path: str | Path, option: str = "--out") -> bool:
+    """Refuse an output file that cannot be written; note (and return True) if it exists."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; give a file name")
+    _probe_writable(path, _nearest_existing(path.parent), option)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ConfigError(f"{option} {path}: exists and cannot be replaced (read-only)")
+    if path.exists():
+        print(f"servesim: note: {path} exists and will be replaced", file=sys.stderr)
+        return True
+    return False

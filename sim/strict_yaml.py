@@ -1,0 +1,76 @@
+"""YAML input read strictly: a key written twice in one mapping is an error.
+
+PyYAML keeps the last of duplicate keys silently, so a scenario with two
+``workload:`` blocks would run the second and ignore the first. Every user
+YAML file (scenarios, sweeps) goes through :func:`read_yaml`, which turns
+each problem into a one-line :class:`ConfigError` naming the file and line:
+an unreadable or binary file, a syntax error, or a duplicate key.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.errors import ConfigError
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeyError(Exception):
+    """A mapping repeats ``key``; ``line`` (1-based) is its second occurrence."""
+
+    def __init__(self, key: Any, line: int, first_line: int) -> None:
+        super().__init__(f"line {line}: duplicate key {key!r} (first at line {first_line})")
+        self.key, self.line, self.first_line = key, line, first_line
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``SafeLoader`` that refuses a key given twice in one mapping (merge keys aside)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:  # ``<<: *anchor`` may be overridden by design
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise DuplicateKeyError(key, line, seen[key])
+                seen[key] = line
+            except TypeError:  # an unhashable key: SafeLoader reports it itself
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """Parse YAML ``text``; raises ``yaml.YAMLError`` or :class:`DuplicateKeyError`."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
+def read_yaml(path: str | Path, what: str) -> Any:
+    """The document in ``path``, or a one-line ``ConfigError`` naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read {what} ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"{path}: not a text {what} file (byte {error.start} is not UTF-8)"
+        ) from None
+    try:
+        return parse_yaml(text)
+    except DuplicateKeyError as error:
+        raise ConfigError(
+            f"{path}: line {error.line}: duplicate key {error.key!r} "
+            f"(first at line {error.first_line}); each key may appear once"
+        ) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}:{where} {problem}") from None
