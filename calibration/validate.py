@@ -57,7 +57,10 @@ class MeasuredDir:
 
     @classmethod
     def load(cls, path: str | Path) -> MeasuredDir:
+        """A ``servesim measure`` folder, or a run in any format ``servesim import-run`` reads."""
         folder = Path(path)
+        if not (folder / "summary.json").exists():
+            return cls.imported(folder)
         try:
             summary = json.loads((folder / "summary.json").read_text())
             requests = pd.read_parquet(folder / "requests.parquet")
@@ -70,6 +73,30 @@ class MeasuredDir:
         if summary.get("mode") != "measured":
             raise ConfigError(f"--measured {folder}: summary.json is not marked mode: measured")
         return cls(folder, requests, tokens, steps, summary)
+
+    @classmethod
+    def imported(cls, path: Path) -> MeasuredDir:
+        """A run from another tool (``sim.validation.importers``): no step log, no probes."""
+        from sim.validation.importers import detect_format, import_run
+
+        try:
+            fmt = detect_format(path) if path.exists() else None
+        except ConfigError:
+            fmt = None
+        if fmt is None:
+            raise ConfigError(
+                f"--measured {path}: not a servesim measure folder nor a run in a known "
+                "format (servesim import-run --help)"
+            )
+        run = import_run(path, fmt)
+        empty_tokens = pd.DataFrame({"request_id": [], "token_index": [], "time_s": []})
+        summary = {
+            "format": run.meta["format"],
+            "completed": len(run.requests),
+            "device_name": (run.meta.get("engine") or {}).get("device_name"),
+        }
+        tokens = run.tokens if run.tokens is not None else empty_tokens
+        return cls(path, run.requests, tokens, pd.DataFrame(), summary)
 
     @property
     def latencies(self) -> Latencies:
@@ -111,6 +138,10 @@ def validate(
     if overhead_from is not None:
         if overhead_from.path.resolve() == measured.path.resolve():
             raise ConfigError("--overhead-from must be another run than the one predicted")
+        if overhead_from.steps.empty:
+            raise ConfigError(
+                f"--overhead-from {overhead_from.path}: no step log (measure runs only)"
+            )
         from calibration.engine_fit import fit_engine_overhead
 
         predictions["microbenchmarks + engine overhead"] = fit_engine_overhead(
@@ -137,6 +168,9 @@ def validate(
         f"{s.get('threads')} thread(s), torch {s.get('torch_version')}, status {s.get('status')})",
         "request throughput (req/s)": round(float(s.get("request_throughput") or 0.0), 3),
     }
+    if "format" in s:  # imported from another tool: no device, threads or throughput recorded
+        facts["measured"] = f"{measured.path} ({s['completed']} requests, {s['format']} format)"
+        del facts["request throughput (req/s)"]
     if drift is not None:
         facts[DRIFT_FACT] = f"x{drift['before']:.3f} before the run, x{drift['after']:.3f} after"
     if second is not None:

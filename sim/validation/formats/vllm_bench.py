@@ -1,0 +1,157 @@
+"""Reader for ``vllm bench serve --save-result --save-detailed`` result JSON.
+
+What the source records (one JSON object; per-request lists in send order):
+``input_lens`` (prompt tokens), ``output_lens`` (output tokens: the server's
+usage count, or the generated text re-tokenized; 0 for a failed request),
+``ttfts`` (seconds from sending to the first chunk), ``itls`` (per request,
+the gaps in seconds between consecutive streamed chunks; a chunk may carry
+several tokens), ``latencies`` (sending to the end of the stream),
+``start_times`` (when each request was sent, ``time.perf_counter()`` of the
+client: one clock, arbitrary origin), ``queue_times`` (time held by the
+client's ``--max-concurrency`` semaphore before sending), ``errors``
+(empty string when the request succeeded), ``generated_texts``, and the
+run's settings: ``model_id``, ``request_rate``, ``burstiness``,
+``max_concurrency``, ``date``, ``num_prompts``...
+
+What servesim takes, and what it reconstructs:
+
+- arrival = ``start_times`` (when the server was sent the request); a
+  request held by the client's concurrency limit arrives when it was sent,
+  as the server saw it (``queue_times`` is kept in ``run.json`` only);
+- without ``start_times`` (older vLLM versions do not save them) arrivals
+  are reconstructed only for ``request_rate: inf`` without
+  ``max_concurrency``: every request was sent at once, so every arrival is
+  0. At a finite rate the gaps were drawn at random and are lost: refused;
+- first token = arrival + ``ttfts``; finish = arrival + ``latencies`` (or,
+  when absent, first token + the sum of ``itls``); per-chunk times =
+  first token + the running sum of ``itls`` (``tokens.parquet``, ITL as
+  ``vllm bench serve`` computes it);
+- not recorded: when the engine queued or scheduled a request (``ready_s``
+  is the arrival, ``first_scheduled_s`` NaN), so TTFT includes the HTTP and
+  tokenization time; failed requests are dropped and counted in ``run.json``
+  (their requested output length is not saved, so they cannot be replayed).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.validation.formats.common import count, listing, load_document, number
+from sim.validation.runs import ImportedRun, chunk_table, request_table
+
+FORMAT = "vllm-bench"
+REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
+OPTIONAL = ("start_times", "latencies", "errors", "queue_times")
+SETTINGS = ("model_id", "backend", "endpoint_type", "label", "tokenizer_id", "num_prompts")
+SETTINGS += ("request_rate", "burstiness", "max_concurrency", "date", "duration")
+
+
+def looks_like(document: Any) -> bool:
+    """True for a ``vllm bench serve`` result saved with ``--save-detailed``."""
+    return isinstance(document, dict) and all(k in document for k in ("ttfts", "input_lens"))
+
+
+def _columns(document: dict[str, Any], path: Path) -> dict[str, list[Any]]:
+    columns: dict[str, list[Any]] = {}
+    for field in (*REQUIRED, *OPTIONAL):
+        if field not in document or document[field] is None:
+            if field in REQUIRED:
+                hint = " (save the run with --save-detailed)" if field != "itls" else ""
+                raise ConfigError(f"{path}: missing field {field}{hint}")
+            continue
+        columns[field] = listing(document[field], str(path), field)
+    size = len(columns["input_lens"])
+    for field, values in columns.items():
+        if len(values) != size:
+            raise ConfigError(
+                f"{path}: field {field} has {len(values)} entries, input_lens has {size}"
+            )
+    if size == 0:
+        raise ConfigError(f"{path}: no requests")
+    return columns
+
+
+def _send_times_s(
+    document: dict[str, Any], columns: dict[str, list[Any]], path: Path
+) -> list[float]:
+    if "start_times" in columns:
+        return [
+            number(v, f"{path}: start_times[{i}]", "start time")
+            for i, v in enumerate(columns["start_times"])
+        ]
+    rate = document.get("request_rate")
+    unbounded = rate == "inf" or (isinstance(rate, float) and math.isinf(rate))
+    if unbounded and document.get("max_concurrency") is None:
+        return [0.0] * len(columns["input_lens"])  # all sent at once
+    raise ConfigError(
+        f"{path}: no start_times, and arrivals at request_rate {rate!r} "
+        f"(max_concurrency {document.get('max_concurrency')!r}) were random and are not saved: "
+        "cannot reconstruct them (rerun with a vLLM that saves start_times)"
+    )
+
+
+def read_vllm_bench(path: str | Path) -> ImportedRun:
+    """A ``vllm bench serve`` result JSON saved with ``--save-result --save-detailed``."""
+    source = Path(path)
+    document = load_document(source)
+    if not looks_like(document):
+        raise ConfigError(f"{source}: not a vllm bench serve result (no ttfts / input_lens)")
+    columns = _columns(document, source)
+    sent = _send_times_s(document, columns, source)
+    errors = columns.get("errors", [""] * len(sent))
+    rows: dict[str, list[float]] = {k: [] for k in ("arrival", "first", "finish", "inp", "out")}
+    chunk_request: list[int] = []
+    chunk_time: list[float] = []
+    failed: list[str] = []
+    for i in range(len(sent)):
+        where = f"{source}: request {i}"
+        output = count(columns["output_lens"][i], where, "output_lens")
+        if errors[i] or output < 1:
+            failed.append(str(errors[i] or "no output tokens"))
+            continue
+        ttft = number(columns["ttfts"][i], where, "ttfts")
+        gaps = [number(g, where, "itls") for g in listing(columns["itls"][i], where, "itls")]
+        if ttft < 0 or any(g < 0 for g in gaps):
+            raise ConfigError(f"{where}: ttfts and itls must be >= 0")
+        first = sent[i] + ttft
+        times = first + np.concatenate([[0.0], np.cumsum(gaps)])
+        finish = float(times[-1])
+        if "latencies" in columns:
+            finish = sent[i] + number(columns["latencies"][i], where, "latencies")
+            if finish < first:
+                raise ConfigError(f"{where}: latencies is shorter than ttfts")
+        index = len(rows["arrival"])
+        for key, value in zip(
+            rows,
+            (sent[i], first, finish, count(columns["input_lens"][i], where, "input_lens"), output),
+            strict=True,
+        ):
+            rows[key].append(float(value))
+        chunk_request.extend([index] * len(times))
+        chunk_time.extend(times.tolist())
+    if not rows["arrival"]:
+        raise ConfigError(f"{source}: every request failed ({failed[0]})")
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
+    nan = np.full(arrays["arrival"].shape, np.nan)
+    requests = request_table(
+        arrays["arrival"], nan, arrays["first"], arrays["finish"], arrays["inp"], arrays["out"]
+    )
+    tokens = chunk_table(np.asarray(chunk_request), np.asarray(chunk_time), arrays["arrival"])
+    meta = {
+        "format": FORMAT,
+        "source": str(source),
+        "num_requests": len(requests),
+        "num_failed": len(failed),
+        "failed_errors": sorted(set(failed))[:5],
+        "arrival": "start_times (client send time)"
+        if "start_times" in columns
+        else "0 for every request (request_rate inf: all sent at once)",
+        "engine": {"model": document.get("model_id")},
+        "settings": {k: document.get(k) for k in SETTINGS if k in document},
+    }
+    return ImportedRun(requests, meta, tokens)
