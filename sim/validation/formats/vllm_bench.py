@@ -47,13 +47,15 @@ from sim.validation.runs import ImportedRun, chunk_table, request_table
 FORMAT = "vllm-bench"
 REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
 OPTIONAL = ("start_times", "latencies", "errors", "queue_times")
-SETTINGS = ("model_id", "backend", "endpoint_type", "label", "tokenizer_id", "num_prompts")
-SETTINGS += ("request_rate", "burstiness", "max_concurrency", "date", "duration")
+SETTINGS: tuple[str, ...] = ("model_id", "backend", "endpoint_type", "label", "tokenizer_id")
+SETTINGS += ("num_prompts", "request_rate", "burstiness", "max_concurrency", "date", "duration")
 
 
 def looks_like(document: Any) -> bool:
-    """True for a ``vllm bench serve`` result saved with ``--save-detailed``."""
-    return isinstance(document, dict) and all(k in document for k in ("ttfts", "input_lens"))
+    """True for a ``vllm bench serve`` result (detailed, or summary only: refused later)."""
+    if not isinstance(document, dict):
+        return False
+    return "ttfts" in document or {"request_throughput", "mean_ttft_ms"} <= document.keys()
 
 
 def _columns(document: dict[str, Any], path: Path) -> dict[str, list[Any]]:
@@ -99,8 +101,8 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
     """A ``vllm bench serve`` result JSON saved with ``--save-result --save-detailed``."""
     source = Path(path)
     document = load_document(source)
-    if not looks_like(document):
-        raise ConfigError(f"{source}: not a vllm bench serve result (no ttfts / input_lens)")
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: not a vllm bench serve result (expected a JSON object)")
     columns = _columns(document, source)
     sent = _send_times_s(document, columns, source)
     errors = columns.get("errors", [""] * len(sent))
