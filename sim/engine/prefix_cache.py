@@ -345,7 +345,8 @@ def prefix_describer(work: object) -> Callable[[Request], None] | None:
 
     ``work`` may carry ``prefix_group`` with ``num_shared_prefix_tokens``
     (arrays indexed by request id) and/or ``block_hash_ids`` (a sequence of
-    tuples, each id standing for ``block_hash_tokens`` tokens); returns ``None`` when it carries neither (the fast path).
+    tuples, each id standing for ``block_hash_tokens`` tokens); returns
+    ``None`` when it carries neither (the fast path).
     """
     groups = getattr(work, "prefix_group", None)
     shared = getattr(work, "num_shared_prefix_tokens", None)
