@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.cli import main
 from sim.errors import ConfigError
@@ -321,3 +323,41 @@ def test_a_summary_only_vllm_result_is_recognised_and_refused(tmp_path: Path) ->
     assert detect_format(path) == "vllm-bench"
     with pytest.raises(ConfigError, match=r"missing field input_lens \(save the run with --save"):
         import_run(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 100),  # send time
+            st.floats(0.001, 2),  # ttft
+            st.lists(st.floats(0, 0.5), max_size=6),  # itls
+            st.integers(1, 4000),  # prompt
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_vllm_bench_times_are_consistent_for_any_run(rows: list[Any]) -> None:
+    import tempfile
+
+    document = {
+        "start_times": [r[0] for r in rows],
+        "ttfts": [r[1] for r in rows],
+        "itls": [r[2] for r in rows],
+        "input_lens": [r[3] for r in rows],
+        "output_lens": [len(r[2]) + 1 for r in rows],
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        run = read_vllm_bench(write(Path(folder), document))
+    r = run.requests
+    assert r["arrival_s"].iloc[0] == 0.0 and r["arrival_s"].is_monotonic_increasing
+    order = np.argsort([row[0] for row in rows], kind="stable")
+    expected_ttft = np.asarray([rows[i][1] for i in order])
+    assert (r["first_token_s"] - r["arrival_s"]).to_numpy() == pytest.approx(expected_ttft)
+    expected_e2e = expected_ttft + np.asarray([sum(rows[i][2]) for i in order])
+    assert (r["finish_s"] - r["arrival_s"]).to_numpy() == pytest.approx(expected_e2e)
+    assert run.tokens is not None
+    assert run.tokens.groupby("request_id").size().tolist() == r["num_output_tokens"].tolist()
+    last = run.tokens.groupby("request_id")["time_s"].max().to_numpy()
+    assert last == pytest.approx(r["finish_s"].to_numpy())

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sim import api
@@ -324,3 +326,25 @@ def test_capacity_search_turns_the_rate_knob_of_rate_scaled_traces() -> None:
         load_scenario(ROOT / "scenarios" / "azure_code_trace.yaml"), ROOT / "scenarios"
     )
     assert plain.kind == "time_scale"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0, 1e4, allow_nan=False), min_size=2, max_size=40),
+    st.floats(0.1, 100.0),
+    st.floats(0.0, 50.0),
+)
+def test_window_properties(times: list[float], rate: float, offset: float) -> None:
+    array = np.asarray(times)
+    try:
+        rows, arrival = select(array, TraceWindow(start_offset_s=offset), Path("t"))
+    except ConfigError:
+        assert offset > array.max() - array.min()  # nothing left in the window
+        return
+    assert arrival[0] == 0.0 and bool(np.all(np.diff(arrival) >= 0))
+    assert bool(np.all(np.diff(array[rows]) >= 0))  # rows in time order
+    assert arrival == pytest.approx(array[rows] - array[rows[0]])
+    if arrival[-1] > 0:
+        _, scaled = select(array, TraceWindow(start_offset_s=offset, rate_per_s=rate), Path("t"))
+        assert (len(scaled) - 1) / scaled[-1] == pytest.approx(rate)
+        assert scaled * arrival[-1] == pytest.approx(arrival * scaled[-1])  # same shape
