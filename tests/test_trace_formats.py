@@ -348,3 +348,54 @@ def test_window_properties(times: list[float], rate: float, offset: float) -> No
         _, scaled = select(array, TraceWindow(start_offset_s=offset, rate_per_s=rate), Path("t"))
         assert (len(scaled) - 1) / scaled[-1] == pytest.approx(rate)
         assert scaled * arrival[-1] == pytest.approx(arrival * scaled[-1])  # same shape
+
+
+def test_request_arrays_carry_hash_ids_to_the_requests() -> None:
+    from sim.engine.prefix_cache import prefix_describer
+
+    arrays = RequestArrays(
+        np.array([0.0, 1.0]),
+        np.array([40, 40], dtype=np.int64),
+        np.array([2, 2], dtype=np.int64),
+        block_hash_ids=((1,), (1, 2)),
+        block_hash_tokens=32,
+    )
+    describe = prefix_describer(arrays)
+    assert describe is not None
+    request = Request(1, 1.0, 40, 2)
+    describe(request)
+    assert request.block_hash_ids == (1, 2) and request.block_hash_tokens == 32
+    assert (
+        prefix_describer(
+            RequestArrays(arrays.arrival_s, arrays.num_prompt_tokens, arrays.num_output_tokens)
+        )
+        is None
+    )
+    with pytest.raises(ValueError, match="one entry per request"):
+        RequestArrays(
+            arrays.arrival_s,
+            arrays.num_prompt_tokens,
+            arrays.num_output_tokens,
+            block_hash_ids=((1,),),
+        )
+
+
+def test_mooncake_block_size_is_a_parameter(tmp_path: Path) -> None:
+    (tmp_path / "m.jsonl").write_text(mooncake_line(0, 64, 1, [1, 2]))
+    assert (
+        work(tmp_path, path="m.jsonl", format="mooncake", hash_block_tokens=32).block_hash_tokens
+        == 32
+    )
+    with pytest.raises(ConfigError, match="2 hash_ids for 64 prompt tokens"):
+        work(tmp_path, path="m.jsonl", format="mooncake", hash_block_tokens=64)
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(ConfigError, match=r"e.jsonl: no requests"):
+        read_mooncake(tmp_path / "e.jsonl")
+    with pytest.raises(ConfigError, match="file not found"):
+        read_mooncake(tmp_path / "missing.jsonl")
+
+
+def test_burstgpt_all_failed_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "b.csv").write_text(BURSTGPT_HEADER + "0,ChatGPT,10,0,10,API log\n")
+    with pytest.raises(ConfigError, match="every selected row has 0 response tokens"):
+        read_burstgpt(tmp_path / "b.csv")

@@ -17,7 +17,8 @@ What servesim takes, and what it reconstructs:
 
 - arrival = ``start_times`` (when the server was sent the request); a
   request held by the client's concurrency limit arrives when it was sent,
-  as the server saw it (``queue_times`` is kept in ``run.json`` only);
+  as the server saw it (``queue_times``: only their mean and maximum are
+  kept, in ``run.json``);
 - without ``start_times`` (older vLLM versions do not save them) arrivals
   are reconstructed only for ``request_rate: inf`` without
   ``max_concurrency``: every request was sent at once, so every arrival is
@@ -97,6 +98,16 @@ def _send_times_s(
     )
 
 
+def _queue_summary(queue_times: list[Any] | None, path: Path) -> dict[str, float] | None:
+    """Mean and max of the time requests waited for the client's concurrency limit."""
+    if not queue_times:
+        return None
+    values = [
+        number(v, f"{path}: queue_times[{i}]", "queue time") for i, v in enumerate(queue_times)
+    ]
+    return {"mean": sum(values) / len(values), "max": max(values)}
+
+
 def read_vllm_bench(path: str | Path) -> ImportedRun:
     """A ``vllm bench serve`` result JSON saved with ``--save-result --save-detailed``."""
     source = Path(path)
@@ -153,6 +164,7 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
         "arrival": "start_times (client send time)"
         if "start_times" in columns
         else "0 for every request (request_rate inf: all sent at once)",
+        "client_queue_s": _queue_summary(columns.get("queue_times"), source),
         "engine": {"model": document.get("model_id")},
         "settings": {k: document.get(k) for k in SETTINGS if k in document},
     }
