@@ -111,62 +111,62 @@ def _nanos(value: Any, where: str) -> int:
         ) from None
 
 
+def _attributes(span: dict[str, Any], where: str) -> dict[str, Any]:
+    return {
+        a.get("key"): _value(a) for a in listing(span.get("attributes") or [], where, "attributes")
+    }
+
+
+def _request(where: str, span: dict[str, Any], attributes: dict[str, Any]) -> list[float]:
+    """arrival (epoch ns), ready, scheduled, first token, finish (s after arrival), tokens."""
+    if "startTimeUnixNano" not in span:
+        raise ConfigError(f"{where}: missing field startTimeUnixNano")
+    for name in (PROMPT, OUTPUT):
+        if attributes.get(name) is None:
+            raise ConfigError(f"{where}: missing attribute {name}")
+    first = number(attributes[TTFT], where, TTFT)
+    if attributes.get(E2E) is not None:
+        finish = number(attributes[E2E], where, E2E)
+    elif attributes.get(DECODE) is not None:
+        finish = first + number(attributes[DECODE], where, DECODE)
+    else:
+        raise ConfigError(f"{where}: missing attribute {E2E}")
+    scheduled, ready = np.nan, 0.0
+    if attributes.get(PREFILL) is not None:
+        scheduled = first - number(attributes[PREFILL], where, PREFILL)
+        if attributes.get(QUEUE) is not None:
+            ready = max(0.0, scheduled - number(attributes[QUEUE], where, QUEUE))
+    prompt, output = (
+        count(attributes[PROMPT], where, PROMPT),
+        count(attributes[OUTPUT], where, OUTPUT),
+    )
+    if min(prompt, output) < 1 or not 0 <= first <= finish:
+        raise ConfigError(f"{where}: token counts must be >= 1 and times must not decrease")
+    arrival_ns = _nanos(span["startTimeUnixNano"], where)
+    return [arrival_ns, ready, scheduled, first, finish, prompt, output]
+
+
 def read_otlp(path: str | Path) -> ImportedRun:
     """Request spans of an OTLP JSON (or JSON lines) file exported from vLLM."""
     source = Path(path)
-    columns: dict[str, list[float]] = {
-        k: [] for k in ("arrival", "ready", "scheduled", "first", "finish", "inp", "out")
-    }
+    rows: list[list[float]] = []
     models: set[str] = set()
-    spans = _spans(source)
-    starts = [_nanos(s["startTimeUnixNano"], w) for w, s in spans if "startTimeUnixNano" in s]
-    # Times relative to the earliest span, in exact integer nanoseconds, then seconds:
-    # epoch nanoseconds as a float would resolve only 256 ns.
-    origin_ns = min(starts, default=0)
-    for where, span in spans:
-        attributes = {
-            a.get("key"): _value(a)
-            for a in listing(span.get("attributes") or [], where, "attributes")
-        }
+    for where, span in _spans(source):
+        attributes = _attributes(span, where)
         if attributes.get(TTFT) is None:
             continue  # not a vLLM request span
-        for field in ("startTimeUnixNano",):
-            if field not in span:
-                raise ConfigError(f"{where}: missing field {field}")
-        arrival = (_nanos(span["startTimeUnixNano"], where) - origin_ns) / 1e9
-        first = arrival + number(attributes[TTFT], where, TTFT)
-        if attributes.get(E2E) is not None:
-            finish = arrival + number(attributes[E2E], where, E2E)
-        elif attributes.get(DECODE) is not None:
-            finish = first + number(attributes[DECODE], where, DECODE)
-        else:
-            raise ConfigError(f"{where}: missing attribute {E2E}")
-        scheduled = np.nan
-        ready = arrival
-        if attributes.get(PREFILL) is not None:
-            scheduled = first - number(attributes[PREFILL], where, PREFILL)
-            if attributes.get(QUEUE) is not None:
-                ready = max(arrival, scheduled - number(attributes[QUEUE], where, QUEUE))
-        for name in (PROMPT, OUTPUT):
-            if attributes.get(name) is None:
-                raise ConfigError(f"{where}: missing attribute {name}")
-        tokens = (
-            count(attributes[PROMPT], where, PROMPT),
-            count(attributes[OUTPUT], where, OUTPUT),
-        )
-        if min(tokens) < 1 or not arrival <= first <= finish:
-            raise ConfigError(f"{where}: token counts must be >= 1 and times must not decrease")
-        for key, value in zip(
-            columns, (arrival, ready, scheduled, first, finish, *tokens), strict=True
-        ):
-            columns[key].append(float(value))
+        rows.append(_request(where, span, attributes))
         if attributes.get(MODEL):
             models.add(str(attributes[MODEL]))
-    if not columns["arrival"]:
+    if not rows:
         raise ConfigError(f"{source}: no vLLM request spans (none has {TTFT})")
-    c = {k: np.asarray(v, dtype=np.float64) for k, v in columns.items()}
+    # Times from the earliest arrival in exact integer nanoseconds, then seconds:
+    # epoch nanoseconds as a float would resolve only 256 ns.
+    origin_ns = min(int(row[0]) for row in rows)
+    arrival = np.asarray([(int(row[0]) - origin_ns) / 1e9 for row in rows])
+    c = np.asarray([row[1:] for row in rows], dtype=np.float64).T
     requests = request_table(
-        c["arrival"], c["scheduled"], c["first"], c["finish"], c["inp"], c["out"], c["ready"]
+        arrival, arrival + c[1], arrival + c[2], arrival + c[3], c[4], c[5], arrival + c[0]
     )
     meta = {
         "format": FORMAT,
