@@ -32,6 +32,7 @@ from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
+from sim.validation.match import mismatches
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -90,10 +91,13 @@ class MeasuredDir:
             )
         run = import_run(path, fmt)
         empty_tokens = pd.DataFrame({"request_id": [], "token_index": [], "time_s": []})
+        engine = run.meta.get("engine") or {}
         summary = {
             "format": run.meta["format"],
             "completed": len(run.requests),
-            "device_name": (run.meta.get("engine") or {}).get("device_name"),
+            "device_name": engine.get("device_name"),
+            "model": engine.get("model") if isinstance(engine.get("model"), str) else None,
+            "num_failed": run.meta.get("num_failed", 0),
         }
         tokens = run.tokens if run.tokens is not None else empty_tokens
         return cls(path, run.requests, tokens, pd.DataFrame(), summary)
@@ -130,7 +134,26 @@ def validate(
     cost: CostModel | None = None,
     base_dir: Path | None = None,
 ) -> Validation:
-    """Predict ``measured`` (and compare with ``second``, if given)."""
+    """Predict ``measured`` (and compare with ``second``, if given).
+
+    A run of another model or another request set than the scenario's is
+    refused, listing what differs (``sim.validation.match``).
+    """
+    for run in (measured, second):
+        if run is not None:
+            differ = mismatches(
+                scenario,
+                run.requests,
+                run.summary.get("model"),
+                int(run.summary.get("num_failed") or 0),
+                base_dir,
+                partial=run.summary.get("status") not in (None, "complete"),
+            )
+            if differ:
+                raise ConfigError(
+                    f"--measured {run.path} is not a run of scenario {scenario.name}: "
+                    + "; ".join(differ)
+                )
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
     meas = measured.latencies
     latencies = {"measured": meas}

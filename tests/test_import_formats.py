@@ -134,7 +134,7 @@ def test_guidellm_report_with_info_timings() -> None:
     assert r["num_output_tokens"].tolist() == [5, 1, 4]
     assert run.tokens is None  # no per-chunk times in a report
     assert run.meta["num_failed"] == 1 and run.meta["num_incomplete"] == 0
-    assert run.meta["engine"]["model"] == "Qwen/Qwen3-0.6B"
+    assert run.meta["engine"]["model"] == "Qwen/Qwen3-8B"
     metrics = with_request_metrics(r)
     assert metrics["tpot_s"].iloc[0] == pytest.approx(0.5 / 4)  # (0.75 - 0.25) / (5 - 1)
 
