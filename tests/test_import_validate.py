@@ -180,3 +180,28 @@ def test_a_partial_run_may_hold_fewer_requests(tmp_path: Path) -> None:
     assert mismatches(scenario, head, "tiny", partial=True) == []
     (complaint,) = mismatches(scenario, head, "tiny")
     assert complaint == f"3 requests measured, {len(requests)} in the scenario"
+
+
+PUBLIC = {
+    "rtx4090_llama31_8b": "RTX4090/Llama-3.1-8B",
+    "rtxpro6000_llama31_8b": "RTXPRO6000/Llama-3.1-8B",
+    "rtxpro6000_qwen3_30b_a3b_dp2_ep2": "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507",
+    "rtxpro6000_qwen3_32b_tp2": "RTXPRO6000/Qwen3-32B",
+}
+
+
+@pytest.mark.parametrize(("scenario", "run"), PUBLIC.items())
+def test_the_public_runs_match_their_scenarios_and_not_each_other(scenario: str, run: str) -> None:
+    from sim.validation.match import mismatches
+
+    examples = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
+    imported = import_run(examples / run)
+    model = imported.meta["engine"]["model"]
+    public = ROOT / "scenarios" / "public"
+    own = load_scenario(public / f"{scenario}.yaml")
+    assert mismatches(own, imported.requests, model, base_dir=public) == []
+    for other in PUBLIC:
+        if PUBLIC[other].split("/")[1] != run.split("/")[1]:
+            scenario_of_other = load_scenario(public / f"{other}.yaml")
+            found = mismatches(scenario_of_other, imported.requests, model, base_dir=public)
+            assert any(f.startswith("model") for f in found)
