@@ -75,12 +75,12 @@ def _times(request: dict[str, Any], where: str) -> tuple[float, float, float]:
     for value, name in ((start, names[0]), (first, names[1]), (last, last_name)):
         if value is None:
             raise ConfigError(f"{where}: missing field {name}")
-    sent = number(start, where, names[0])
+    sent_s = number(start, where, names[0])
     first_s = number(first, where, names[1])
-    finish = number(last, where, last_name)
-    if not sent <= first_s <= finish:
+    finish_s = number(last, where, last_name)
+    if not sent_s <= first_s <= finish_s:
         raise ConfigError(f"{where}: times must not decrease (sent, first token, last token)")
-    return sent, first_s, finish
+    return sent_s, first_s, finish_s
 
 
 def _tokens(request: dict[str, Any], where: str) -> tuple[int, int]:
@@ -135,9 +135,9 @@ def read_guidellm(path: str | Path, benchmark: int | None = None) -> ImportedRun
         where = f"{here}.requests.successful[{i}]"
         request = mapping(raw, where, "request")
         rows.append((*_times(request, where), *_tokens(request, where)))
-    sent, first, finish, prompt, output = (np.asarray(c) for c in zip(*rows, strict=True))
-    nan = np.full(sent.shape, np.nan)
-    table = request_table(sent, nan, first, finish, prompt, output)
+    sent_s, first_s, finish_s, num_prompt, num_output = np.asarray(rows, dtype=np.float64).T
+    nan = np.full(sent_s.shape, np.nan)
+    table = request_table(sent_s, nan, first_s, finish_s, num_prompt, num_output)
     strategy = (bench.get("config") or bench.get("args") or {}).get("strategy")
     meta = {
         "format": FORMAT,

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from sim.errors import ConfigError
 from sim.validation.formats.common import count, listing, load_document, number
@@ -108,6 +109,26 @@ def _queue_summary(queue_times: list[Any] | None, path: Path) -> dict[str, float
     return {"mean": sum(values) / len(values), "max": max(values)}
 
 
+def _request(
+    columns: dict[str, list[Any]], i: int, sent_s: float, where: str
+) -> tuple[list[float], npt.NDArray[np.float64]]:
+    """Row (sent, first token, finish in s; prompt, output tokens) and chunk times of request i."""
+    num_output = count(columns["output_lens"][i], where, "output_lens")
+    ttft_s = number(columns["ttfts"][i], where, "ttfts")
+    gaps_s = [number(g, where, "itls") for g in listing(columns["itls"][i], where, "itls")]
+    if ttft_s < 0 or any(g < 0 for g in gaps_s):
+        raise ConfigError(f"{where}: ttfts and itls must be >= 0")
+    first_s = sent_s + ttft_s
+    chunk_s = first_s + np.concatenate([[0.0], np.cumsum(gaps_s)])
+    finish_s = float(chunk_s[-1])
+    if "latencies" in columns:
+        finish_s = sent_s + number(columns["latencies"][i], where, "latencies")
+        if finish_s < first_s:
+            raise ConfigError(f"{where}: latencies is shorter than ttfts")
+    num_prompt = count(columns["input_lens"][i], where, "input_lens")
+    return [sent_s, first_s, finish_s, num_prompt, num_output], chunk_s
+
+
 def read_vllm_bench(path: str | Path) -> ImportedRun:
     """A ``vllm bench serve`` result JSON saved with ``--save-result --save-detailed``."""
     source = Path(path)
@@ -115,46 +136,27 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
     if not isinstance(document, dict):
         raise ConfigError(f"{source}: not a vllm bench serve result (expected a JSON object)")
     columns = _columns(document, source)
-    sent = _send_times_s(document, columns, source)
-    errors = columns.get("errors", [""] * len(sent))
-    rows: dict[str, list[float]] = {k: [] for k in ("arrival", "first", "finish", "inp", "out")}
+    sent_s = _send_times_s(document, columns, source)
+    errors = columns.get("errors", [""] * len(sent_s))
+    rows: list[list[float]] = []
     chunk_request: list[int] = []
-    chunk_time: list[float] = []
+    chunk_time_s: list[float] = []
     failed: list[str] = []
-    for i in range(len(sent)):
+    for i, sent in enumerate(sent_s):
         where = f"{source}: request {i}"
-        output = count(columns["output_lens"][i], where, "output_lens")
-        if errors[i] or output < 1:
+        if errors[i] or count(columns["output_lens"][i], where, "output_lens") < 1:
             failed.append(str(errors[i] or "no output tokens"))
             continue
-        ttft = number(columns["ttfts"][i], where, "ttfts")
-        gaps = [number(g, where, "itls") for g in listing(columns["itls"][i], where, "itls")]
-        if ttft < 0 or any(g < 0 for g in gaps):
-            raise ConfigError(f"{where}: ttfts and itls must be >= 0")
-        first = sent[i] + ttft
-        times = first + np.concatenate([[0.0], np.cumsum(gaps)])
-        finish = float(times[-1])
-        if "latencies" in columns:
-            finish = sent[i] + number(columns["latencies"][i], where, "latencies")
-            if finish < first:
-                raise ConfigError(f"{where}: latencies is shorter than ttfts")
-        index = len(rows["arrival"])
-        for key, value in zip(
-            rows,
-            (sent[i], first, finish, count(columns["input_lens"][i], where, "input_lens"), output),
-            strict=True,
-        ):
-            rows[key].append(float(value))
-        chunk_request.extend([index] * len(times))
-        chunk_time.extend(times.tolist())
-    if not rows["arrival"]:
+        row, chunk_s = _request(columns, i, sent, where)
+        chunk_request.extend([len(rows)] * len(chunk_s))
+        chunk_time_s.extend(chunk_s.tolist())
+        rows.append(row)
+    if not rows:
         raise ConfigError(f"{source}: every request failed ({failed[0]})")
-    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in rows.items()}
-    nan = np.full(arrays["arrival"].shape, np.nan)
-    requests = request_table(
-        arrays["arrival"], nan, arrays["first"], arrays["finish"], arrays["inp"], arrays["out"]
-    )
-    tokens = chunk_table(np.asarray(chunk_request), np.asarray(chunk_time), arrays["arrival"])
+    arrival_s, first_s, finish_s, num_prompt, num_output = np.asarray(rows, dtype=np.float64).T
+    nan = np.full(arrival_s.shape, np.nan)
+    requests = request_table(arrival_s, nan, first_s, finish_s, num_prompt, num_output)
+    tokens = chunk_table(np.asarray(chunk_request), np.asarray(chunk_time_s), arrival_s)
     meta = {
         "format": FORMAT,
         "source": str(source),
