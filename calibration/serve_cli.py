@@ -144,7 +144,10 @@ def add_parsers(subparsers: Any) -> None:
     )
     _common(validate)
     validate.add_argument(
-        "--measured", action="append", metavar="DIR", help="a measure folder (twice: noise floor)"
+        "--measured",
+        action="append",
+        metavar="FILE_OR_DIR",
+        help="a measured run: a measure folder or any format import-run reads (twice: noise floor)",
     )
     validate.add_argument(
         "--overhead-from",

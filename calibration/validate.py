@@ -32,6 +32,7 @@ from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
+from sim.validation.match import mismatches
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -57,7 +58,10 @@ class MeasuredDir:
 
     @classmethod
     def load(cls, path: str | Path) -> MeasuredDir:
+        """A ``servesim measure`` folder, or a run in any format ``servesim import-run`` reads."""
         folder = Path(path)
+        if not (folder / "summary.json").exists():
+            return cls.imported(folder)
         try:
             summary = json.loads((folder / "summary.json").read_text())
             requests = pd.read_parquet(folder / "requests.parquet")
@@ -70,6 +74,33 @@ class MeasuredDir:
         if summary.get("mode") != "measured":
             raise ConfigError(f"--measured {folder}: summary.json is not marked mode: measured")
         return cls(folder, requests, tokens, steps, summary)
+
+    @classmethod
+    def imported(cls, path: Path) -> MeasuredDir:
+        """A run from another tool (``sim.validation.importers``): no step log, no probes."""
+        from sim.validation.importers import detect_format, import_run
+
+        try:
+            fmt = detect_format(path) if path.exists() else None
+        except ConfigError:
+            fmt = None
+        if fmt is None:
+            raise ConfigError(
+                f"--measured {path}: not a servesim measure folder nor a run in a known "
+                "format (servesim import-run --help)"
+            )
+        run = import_run(path, fmt)
+        empty_tokens = pd.DataFrame({"request_id": [], "token_index": [], "time_s": []})
+        engine = run.meta.get("engine") or {}
+        summary = {
+            "format": run.meta["format"],
+            "completed": len(run.requests),
+            "device_name": engine.get("device_name"),
+            "model": engine.get("model") if isinstance(engine.get("model"), str) else None,
+            "num_failed": run.meta.get("num_failed", 0),
+        }
+        tokens = run.tokens if run.tokens is not None else empty_tokens
+        return cls(path, run.requests, tokens, pd.DataFrame(), summary)
 
     @property
     def latencies(self) -> Latencies:
@@ -103,8 +134,27 @@ def validate(
     cost: CostModel | None = None,
     base_dir: Path | None = None,
 ) -> Validation:
-    """Predict ``measured`` (and compare with ``second``, if given)."""
+    """Predict ``measured`` (and compare with ``second``, if given).
+
+    A run of another model or another request set than the scenario's is
+    refused, listing what differs (``sim.validation.match``).
+    """
     check_same_engine(scenario, measured)
+    for run in (measured, second):
+        if run is not None:
+            differ = mismatches(
+                scenario,
+                run.requests,
+                run.summary.get("model"),
+                int(run.summary.get("num_failed") or 0),
+                base_dir,
+                partial=run.summary.get("status") not in (None, "complete"),
+            )
+            if differ:
+                raise ConfigError(
+                    f"--measured {run.path} is not a run of scenario {scenario.name}: "
+                    + "; ".join(differ)
+                )
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
     meas = measured.latencies
     latencies = {"measured": meas}
@@ -112,6 +162,10 @@ def validate(
     if overhead_from is not None:
         if overhead_from.path.resolve() == measured.path.resolve():
             raise ConfigError("--overhead-from must be another run than the one predicted")
+        if overhead_from.steps.empty:
+            raise ConfigError(
+                f"--overhead-from {overhead_from.path}: no step log (measure runs only)"
+            )
         from calibration.engine_fit import fit_engine_overhead
 
         predictions["microbenchmarks + engine overhead"] = fit_engine_overhead(
@@ -138,6 +192,9 @@ def validate(
         f"{s.get('threads')} thread(s), torch {s.get('torch_version')}, status {s.get('status')})",
         "request throughput (req/s)": round(float(s.get("request_throughput") or 0.0), 3),
     }
+    if "format" in s:  # imported from another tool: no device, threads or throughput recorded
+        facts["measured"] = f"{measured.path} ({s['completed']} requests, {s['format']} format)"
+        del facts["request throughput (req/s)"]
     if drift is not None:
         facts[DRIFT_FACT] = f"x{drift['before']:.3f} before the run, x{drift['after']:.3f} after"
     if second is not None:

@@ -8,7 +8,10 @@ servesim requests carry no token ids; a block's key stands for that chain:
 * inside the declared shareable prefix, ``("group", g, j)`` for a request of
   prefix group ``g`` (its first ``num_shared_prefix_tokens`` tokens are the
   group's), or ``("trace", h)`` with ``h`` a chain hash of the Mooncake-style
-  ``block_hash_ids`` (equal ids after equal predecessors, equal blocks);
+  ``block_hash_ids`` (equal ids after equal predecessors, equal blocks). A
+  trace whose ids each stand for ``block_hash_tokens`` tokens (Mooncake: 512)
+  other than the engine's block size keys engine block ``j`` by the chain up
+  to the trace block holding its last token, and ``j``: ``("trace", h, j)``;
 * elsewhere the request's own key, the int ``request_id << 32 | j``, which only
   the request itself can hit again (after a recompute preemption).
 
@@ -44,7 +47,8 @@ class BlockKeys:
         """Leading whole blocks of ``request`` keyed by content shared across requests."""
         size = self.block_size_tokens
         if request.block_hash_ids is not None:
-            return min(len(request.block_hash_ids), request.num_prompt_tokens // size)
+            per_id = request.block_hash_tokens or size
+            return min(len(request.block_hash_ids) * per_id, request.num_prompt_tokens) // size
         if request.prefix_group is None:
             return 0
         return min(request.num_shared_prefix_tokens, request.num_prompt_tokens) // size
@@ -56,11 +60,7 @@ class BlockKeys:
         if start < shared:
             end = min(stop, shared)
             if request.block_hash_ids is not None:
-                parent = _TRACE_ROOT
-                for hash_id in request.block_hash_ids[:end]:
-                    parent = hash((parent, hash_id))
-                    keys.append(("trace", parent))
-                del keys[:start]
+                keys = self._trace_keys(request, start, end)
             else:
                 group = request.prefix_group
                 assert group is not None
@@ -70,3 +70,19 @@ class BlockKeys:
         base = own_key_base(request)
         keys.extend(range(base + max(start, shared), base + stop))
         return keys
+
+    def _trace_keys(self, request: Request, start: int, end: int) -> list[Key]:
+        """Keys of shareable blocks ``start`` .. ``end - 1`` from the trace's hash ids."""
+        assert request.block_hash_ids is not None
+        size = self.block_size_tokens
+        per_id = request.block_hash_tokens or size
+        # Trace block of engine block j's last token: ((j + 1) * size - 1) // per_id.
+        num_ids = ((end * size - 1) // per_id + 1) if end else 0
+        chain: list[int] = []
+        parent = _TRACE_ROOT
+        for hash_id in request.block_hash_ids[:num_ids]:
+            parent = hash((parent, hash_id))
+            chain.append(parent)
+        if per_id == size:
+            return [("trace", chain[j]) for j in range(start, end)]
+        return [("trace", chain[((j + 1) * size - 1) // per_id], j) for j in range(start, end)]

@@ -361,11 +361,13 @@ def prefix_describer(work: object) -> Callable[[Request], None] | None:
 
     ``work`` may carry ``prefix_group`` with ``num_shared_prefix_tokens``
     (arrays indexed by request id) and/or ``block_hash_ids`` (a sequence of
-    tuples); returns ``None`` when it carries neither (the fast path).
+    tuples, each id standing for ``block_hash_tokens`` tokens); returns
+    ``None`` when it carries neither (the fast path).
     """
     groups = getattr(work, "prefix_group", None)
     shared = getattr(work, "num_shared_prefix_tokens", None)
     hash_ids = getattr(work, "block_hash_ids", None)
+    hash_tokens = getattr(work, "block_hash_tokens", None)
     if groups is None and hash_ids is None:
         return None
     group_list: list[int] | None = None if groups is None else groups.tolist()
@@ -378,6 +380,7 @@ def prefix_describer(work: object) -> Callable[[Request], None] | None:
             request.num_shared_prefix_tokens = shared_list[i]
         if hash_ids is not None:
             request.block_hash_ids = hash_ids[i]
+            request.block_hash_tokens = hash_tokens
 
     return describe
 

@@ -42,10 +42,12 @@ class Request:
     replica: int = 0
     # Prefix caching (sim.engine.prefix_cache): the shareable head of the prompt, as a
     # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
-    # as one hash id per prompt block (Mooncake-style traces). Spec fields.
+    # as one hash id per prompt block (Mooncake-style traces) of
+    # ``block_hash_tokens`` tokens (None: the engine's block size). Spec fields.
     prefix_group: int | None = None
     num_shared_prefix_tokens: int = 0
     block_hash_ids: tuple[int, ...] | None = None
+    block_hash_tokens: int | None = None
     # Prompt tokens found in the prefix cache at first admission (not computed).
     num_cached_tokens: int = 0
     # vLLM's PrefixCacheStats, summed over every admission that looked the cache up

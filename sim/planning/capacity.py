@@ -137,6 +137,10 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
         return LoadKnob("rate", "workload.arrival.rate_per_s", workload.arrival.rate_per_s)
     from sim.workload.generate import generate_open_loop
 
+    if workload.arrival is not None:  # a length list (sharegpt): its own arrival process
+        return LoadKnob("rate", "workload.arrival.rate_per_s", workload.arrival.rate_per_s)
+    if workload.rate_per_s is not None:
+        return LoadKnob("rate", "workload.rate_per_s", workload.rate_per_s)
     unscaled = workload.model_copy(update={"time_scale": 1.0})
     arrivals = generate_open_loop(unscaled, np.random.default_rng(0), base_dir).arrival_s
     span_s = float(arrivals[-1] - arrivals[0]) if arrivals.size >= 2 else 0.0

@@ -11,7 +11,11 @@ An imported run is a folder with
   ``prompt_tokens``, ``output_tokens``), so a scenario replays exactly them
   with ``workload: {kind: trace, format: csv, path: .../trace.csv}``;
 - ``run.json``: the source format, where it came from, and the engine
-  settings the run recorded (model, parallelism, batch limits, KV blocks).
+  settings the run recorded (model, parallelism, batch limits, KV blocks);
+- ``tokens.parquet``, where the source keeps per-chunk times (``vllm bench
+  serve --save-detailed``, ``servesim measure``): one row per streamed chunk
+  (``request_id``, ``token_index`` = the chunk's position in the stream,
+  ``time_s``), so ITL is measured as ``vllm bench serve`` measures it.
 
 Each format's reader says what its source records and what is
 reconstructed. Readers raise ``ConfigError`` naming the file and the line or
@@ -49,6 +53,7 @@ class ImportedRun:
 
     requests: pd.DataFrame
     meta: dict[str, Any]
+    tokens: pd.DataFrame | None = None  # per-chunk times, where the source keeps them
 
     def trace(self) -> pd.DataFrame:
         """The requests as a workload trace, in arrival order."""
@@ -69,6 +74,9 @@ class ImportedRun:
         # repr-exact floats: a replay must see the very arrival times measured.
         self.trace().to_csv(paths[1], index=False, float_format="%.9f")
         paths[2].write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
+        if self.tokens is not None:
+            paths.append(out / "tokens.parquet")
+            self.tokens.to_parquet(paths[-1], index=False)
         return paths
 
 
@@ -83,7 +91,9 @@ def load_run(path: str | Path) -> ImportedRun:
     missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
     if missing:
         raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
-    return ImportedRun(requests, meta)
+    tokens_path = folder / "tokens.parquet"
+    tokens = pd.read_parquet(tokens_path) if tokens_path.exists() else None
+    return ImportedRun(requests, meta, tokens)
 
 
 def request_table(
@@ -93,16 +103,21 @@ def request_table(
     finish_s: np.ndarray,
     num_prompt_tokens: np.ndarray,
     num_output_tokens: np.ndarray,
+    ready_s: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """The per-request table, sorted by arrival, ids 0..n-1, times from the first arrival."""
+    """The per-request table, sorted by arrival, ids 0..n-1, times from the first arrival.
+
+    ``ready_s`` (tokenized, queued at the engine) defaults to the arrival time;
+    a time a source does not record is NaN.
+    """
     order = np.argsort(arrival_s, kind="stable")
     origin = float(arrival_s[order[0]]) if len(order) else 0.0
+    ready = arrival_s if ready_s is None else ready_s
     frame = pd.DataFrame(
         {
             "request_id": np.arange(len(order), dtype=np.int64),
             "arrival_s": arrival_s[order] - origin,
-            # ready (tokenized, queued at the engine): arrival, unless a reader knows better.
-            "ready_s": arrival_s[order] - origin,
+            "ready_s": ready[order] - origin,
             "first_scheduled_s": first_scheduled_s[order] - origin,
             "first_token_s": first_token_s[order] - origin,
             "finish_s": finish_s[order] - origin,
@@ -112,4 +127,28 @@ def request_table(
         }
     )
     frame["rejection_reason"] = pd.Series([None] * len(frame), dtype="object")
+    return frame
+
+
+def chunk_table(
+    chunk_request: np.ndarray, chunk_time_s: np.ndarray, arrival_s: np.ndarray
+) -> pd.DataFrame:
+    """Per-chunk times renumbered as ``request_table`` numbers the requests.
+
+    ``chunk_request[k]`` is the source index of chunk ``k``'s request and
+    ``arrival_s`` the source's arrival times (same clock as ``chunk_time_s``);
+    chunks must be listed in stream order within each request.
+    """
+    order = np.argsort(arrival_s, kind="stable")
+    new_id = np.empty(len(order), dtype=np.int64)
+    new_id[order] = np.arange(len(order), dtype=np.int64)
+    origin = float(arrival_s[order[0]]) if len(order) else 0.0
+    frame = pd.DataFrame(
+        {
+            "request_id": new_id[chunk_request.astype(np.int64)],
+            "time_s": chunk_time_s - origin,
+        }
+    )
+    frame = frame.sort_values(["request_id", "time_s"], kind="stable", ignore_index=True)
+    frame.insert(1, "token_index", frame.groupby("request_id").cumcount().astype(np.int64))
     return frame

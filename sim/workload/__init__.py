@@ -1,7 +1,8 @@
 """Workloads: when requests arrive and how long their prompts and outputs are.
 
 ``arrivals`` (Poisson, gamma, constant), ``lengths`` (length samplers),
-``trace`` (CSV and Azure trace replay) and ``generate`` (the ``workload:``
+``trace`` (CSV and Azure trace replay), ``traces`` (the replay window and the
+BurstGPT, Mooncake and ShareGPT formats) and ``generate`` (the ``workload:``
 configuration and the request arrays it produces, open or closed loop).
 
 May import: ``sim.errors``. Must not import ``sim.engine`` or ``sim.serving``:

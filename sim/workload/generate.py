@@ -5,7 +5,8 @@ Three kinds, tagged by ``kind``:
 * ``synthetic``: an arrival process (:mod:`sim.workload.arrivals`) and two length
   distributions (:mod:`sim.workload.lengths`), for ``num_requests`` requests or for
   every arrival before ``duration_s``.
-* ``trace``: replay of a CSV trace (:mod:`sim.workload.trace`), lengths from the trace.
+* ``trace``: replay of a trace file (:mod:`sim.workload.traces.workload`: Azure, CSV,
+  BurstGPT, Mooncake with prefix hash ids, ShareGPT length lists), lengths from the trace.
 * ``closed_loop``: ``num_users`` users who each send a request, wait for its
   response, think, and send the next, ``num_requests`` in all; the simulator
   pulls lengths and think times from a :class:`ClosedLoopSource`.
@@ -36,10 +37,9 @@ from sim.workload.lengths import (
     LengthConfig,
     ThinkTimeConfig,
     make_length_sampler,
-    resolve_path,
     sample_think_times_s,
 )
-from sim.workload.trace import AZURE_COLUMNS, CSV_DEFAULT_COLUMNS, TraceColumns, load_trace
+from sim.workload.traces.workload import HashIds, TraceWorkload, trace_requests
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -114,45 +114,6 @@ class SyntheticWorkload(_Config):
         return self
 
 
-class TraceWorkload(_Config):
-    """Replay of a CSV trace; see :func:`sim.workload.trace.load_trace` for the options' order.
-
-    ``format: azure`` reads ``TIMESTAMP,ContextTokens,GeneratedTokens``;
-    ``format: csv`` reads the ``*_column`` names (defaults ``timestamp``,
-    ``prompt_tokens``, ``output_tokens``), which only apply to that format.
-    A relative ``path`` is resolved against the scenario's folder.
-    """
-
-    kind: Literal["trace"] = "trace"
-    path: str = Field(min_length=1)
-    format: Literal["azure", "csv"] = "azure"
-    timestamp_column: str | None = Field(default=None, min_length=1)
-    prompt_tokens_column: str | None = Field(default=None, min_length=1)
-    output_tokens_column: str | None = Field(default=None, min_length=1)
-    time_scale: float = Field(default=1.0, gt=0, allow_inf_nan=False)
-    max_requests: int | None = Field(default=None, gt=0)
-    start_offset_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-
-    @model_validator(mode="after")
-    def _check_columns(self) -> TraceWorkload:
-        named = [self.timestamp_column, self.prompt_tokens_column, self.output_tokens_column]
-        if self.format == "azure" and any(name is not None for name in named):
-            raise ValueError("column names apply only to format 'csv'")
-        return self
-
-    def columns(self) -> TraceColumns:
-        """The three column names to read."""
-        if self.format == "azure":
-            return AZURE_COLUMNS
-        default = CSV_DEFAULT_COLUMNS
-        return TraceColumns(
-            self.timestamp_column or default.timestamp,
-            self.prompt_tokens_column or default.prompt_tokens,
-            self.output_tokens_column or default.output_tokens,
-        )
-
-
 class ClosedLoopWorkload(_Config):
     """``num_users`` users in a send / wait / think loop, ``num_requests`` requests in all."""
 
@@ -179,7 +140,9 @@ class RequestArrays:
     The arrays are read-only, of one length, and ``arrival_s`` never
     decreases; every token count is at least 1. Optionally (prefix caching)
     request ``i`` belongs to group ``prefix_group[i]`` whose requests share
-    their first ``num_shared_prefix_tokens[i]`` prompt tokens.
+    their first ``num_shared_prefix_tokens[i]`` prompt tokens, or (a trace's
+    prefix hash ids) request ``i``'s prompt blocks of ``block_hash_tokens``
+    tokens have ids ``block_hash_ids[i]``.
     """
 
     arrival_s: FloatArray
@@ -188,6 +151,8 @@ class RequestArrays:
     prefix_group: IntArray | None = None
     num_shared_prefix_tokens: IntArray | None = None
     priority: IntArray | None = None  # optional per-request priority (lower: more urgent)
+    block_hash_ids: HashIds | None = None
+    block_hash_tokens: int | None = None  # tokens per hash id (None: the engine's block)
 
     def __post_init__(self) -> None:
         n = self.arrival_s.shape
@@ -210,6 +175,8 @@ class RequestArrays:
             if self.priority.shape != n or self.priority.dtype != np.int64:
                 raise ValueError("RequestArrays: priority must be int64 of one length")
             self.priority.setflags(write=False)
+        if self.block_hash_ids is not None and len(self.block_hash_ids) != n[0]:
+            raise ValueError("RequestArrays: block_hash_ids must have one entry per request")
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
@@ -224,18 +191,13 @@ def generate_open_loop(
     :class:`sim.errors.ConfigError` for an unreadable or malformed file.
     """
     if isinstance(config, TraceWorkload):
-        rows = load_trace(
-            resolve_path(config.path, base_dir),
-            config.columns(),
-            time_scale=config.time_scale,
-            max_requests=config.max_requests,
-            start_offset_s=config.start_offset_s,
-            duration_s=config.duration_s,
-        )
+        rows = trace_requests(config, rng, base_dir)
         return RequestArrays(
             np.array(rows.arrival_s),
             np.array(rows.num_prompt_tokens),
             np.array(rows.num_output_tokens),
+            block_hash_ids=rows.block_hash_ids,
+            block_hash_tokens=rows.block_hash_tokens,
         )
     # Build samplers first so a bad empirical file fails before any drawing.
     prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)

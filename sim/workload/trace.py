@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.errors import ConfigError
+from sim.workload.traces.window import TraceWindow, select
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -243,10 +244,9 @@ def load_trace(
 ) -> TraceRows:
     """Parse a trace file into arrays ready for replay.
 
-    Steps, in this order: sort rows by timestamp (stable, so ties keep file
-    order); keep those whose time since the first row lies in
-    ``[start_offset_s, start_offset_s + duration_s)`` (trace seconds, before
-    scaling); shift so the first kept request arrives at 0; multiply times by
+    The window (:mod:`sim.workload.traces.window`): sort rows by timestamp;
+    keep those in ``[start_offset_s, start_offset_s + duration_s)`` after the
+    first row; shift the first kept request to 0; multiply times by
     ``time_scale`` (0.5 replays twice as fast); keep the first
     ``max_requests``. A trace left with no request is an error.
     """
@@ -258,22 +258,11 @@ def load_trace(
     times_s = parse_timestamps_s(data, columns.timestamp)
     prompt = parse_token_counts(data, columns.prompt_tokens)
     output = parse_token_counts(data, columns.output_tokens)
-    order = np.argsort(times_s, kind="stable")
-    times_s, prompt, output = times_s[order], prompt[order], output[order]
-    keep = times_s >= start_offset_s
-    if duration_s is not None:
-        keep &= times_s < start_offset_s + duration_s
-    times_s, prompt, output = times_s[keep], prompt[keep], output[keep]
-    if times_s.size == 0:
-        raise ConfigError(
-            f"{path}: no request in the window starting {start_offset_s} s "
-            f"after the first row (duration {duration_s} s)"
-        )
-    arrival_s = (times_s - times_s[0]) * time_scale
-    if max_requests is not None:
-        arrival_s, prompt, output = (
-            arrival_s[:max_requests],
-            prompt[:max_requests],
-            output[:max_requests],
-        )
-    return TraceRows(arrival_s, prompt, output)
+    window = TraceWindow(
+        time_scale=time_scale,
+        max_requests=max_requests,
+        start_offset_s=start_offset_s,
+        duration_s=duration_s,
+    )
+    rows, arrival_s = select(times_s, window, path)
+    return TraceRows(arrival_s, prompt[rows], output[rows])

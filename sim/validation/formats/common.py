@@ -1,0 +1,73 @@
+"""Helpers the format readers share: documents, typed fields, one-line errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.errors import ConfigError
+
+
+def load_document(path: Path) -> Any:
+    """A JSON or YAML document (by suffix: ``.yaml``/``.yml`` are YAML)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read ({error})") from None
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            line = f":{mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{path}{line}: not YAML ({type(error).__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+
+
+def number(value: Any, where: str, field: str) -> float:
+    """``value`` as a finite float, or ConfigError naming ``where`` and ``field``."""
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)  # OTLP JSON writes 64-bit integers as strings
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: {field} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def count(value: Any, where: str, field: str) -> int:
+    """``value`` as a whole token count >= 0."""
+    result = number(value, where, field)
+    if result < 0 or result != math.floor(result):
+        raise ConfigError(f"{where}: {field} must be a whole number >= 0, got {value!r}")
+    return int(result)
+
+
+def mapping(value: Any, where: str, field: str) -> dict[str, Any]:
+    """``value`` as a JSON object."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: {field} must be an object, got {type(value).__name__}")
+    return value
+
+
+def listing(value: Any, where: str, field: str) -> list[Any]:
+    """``value`` as a JSON list."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: {field} must be a list, got {type(value).__name__}")
+    return value
+
+
+def first_present(record: dict[str, Any], *names: str) -> Any:
+    """The first of ``names`` in ``record`` with a non-null value (None if none)."""
+    for name in names:
+        value = record.get(name)
+        if value is not None:
+            return value
+    return None

@@ -1,0 +1,81 @@
+"""Readers for servesim's own folders: ``servesim measure`` output and imported runs.
+
+A ``servesim measure`` folder records every request's arrival, ready, first
+scheduled, first-token and finish times on the reference engine's clock
+(``requests.parquet``), every emitted token's time (``tokens.parquet``),
+the step log and ``summary.json`` (``mode: measured``, device, threads).
+Nothing is reconstructed: the request table is taken as it is (requests
+that did not finish keep a NaN finish time), with its token times.
+
+An imported run (``servesim import-run --out DIR``: ``run.json`` and
+``requests.parquet``) is read back as written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.errors import ConfigError
+from sim.validation.runs import REQUEST_COLUMNS, ImportedRun, load_run
+
+FORMAT = "measure"
+IMPORTED = "imported"
+
+
+def is_measure_folder(folder: Path) -> bool:
+    """True for a folder with ``summary.json`` marked ``mode: measured``."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and summary.get("mode") == "measured"
+
+
+def is_imported_folder(folder: Path) -> bool:
+    """True for a folder written by ``servesim import-run``."""
+    return (folder / "run.json").is_file() and (folder / "requests.parquet").is_file()
+
+
+def read_measure(path: str | Path) -> ImportedRun:
+    """A ``servesim measure`` output folder as an imported run."""
+    folder = Path(path)
+    if not is_measure_folder(folder):
+        raise ConfigError(f"{folder}: not a servesim measure folder (summary.json, mode measured)")
+    summary: dict[str, Any] = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    try:
+        requests = pd.read_parquet(folder / "requests.parquet")
+        tokens_path = folder / "tokens.parquet"
+        tokens = pd.read_parquet(tokens_path) if tokens_path.exists() else None
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{folder}: cannot read the measured tables ({error})") from None
+    missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
+    if missing:
+        raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
+    keep = [*REQUEST_COLUMNS, "rejection_reason"]
+    table = requests.sort_values("request_id", ignore_index=True)[
+        [c for c in keep if c in requests.columns]
+    ]
+    if tokens is not None:
+        tokens = tokens[["request_id", "token_index", "time_s"]]
+    meta = {
+        "format": FORMAT,
+        "source": str(folder),
+        "num_requests": len(table),
+        "arrival": "the reference engine's arrival time (wall clock)",
+        "engine": {
+            "model": summary.get("model"),
+            "device_name": summary.get("device_name"),
+            "threads": summary.get("threads"),
+        },
+        "settings": {k: summary.get(k) for k in ("scenario", "status") if k in summary},
+    }
+    return ImportedRun(table, meta, tokens)
+
+
+def read_imported(path: str | Path) -> ImportedRun:
+    """A folder written by ``servesim import-run``."""
+    return load_run(path)

@@ -1,0 +1,173 @@
+"""Reader for ``vllm bench serve --save-result --save-detailed`` result JSON.
+
+What the source records (one JSON object; per-request lists in send order):
+``input_lens`` (prompt tokens), ``output_lens`` (output tokens: the server's
+usage count, or the generated text re-tokenized; 0 for a failed request),
+``ttfts`` (seconds from sending to the first chunk), ``itls`` (per request,
+the gaps in seconds between consecutive streamed chunks; a chunk may carry
+several tokens), ``latencies`` (sending to the end of the stream),
+``start_times`` (when each request was sent, ``time.perf_counter()`` of the
+client: one clock, arbitrary origin), ``queue_times`` (time held by the
+client's ``--max-concurrency`` semaphore before sending), ``errors``
+(empty string when the request succeeded), ``generated_texts``, and the
+run's settings: ``model_id``, ``request_rate``, ``burstiness``,
+``max_concurrency``, ``date``, ``num_prompts``...
+
+What servesim takes, and what it reconstructs:
+
+- arrival = ``start_times`` (when the server was sent the request); a
+  request held by the client's concurrency limit arrives when it was sent,
+  as the server saw it (``queue_times``: only their mean and maximum are
+  kept, in ``run.json``);
+- without ``start_times`` (older vLLM versions do not save them) arrivals
+  are reconstructed only for ``request_rate: inf`` without
+  ``max_concurrency``: every request was sent at once, so every arrival is
+  0. At a finite rate the gaps were drawn at random and are lost: refused;
+- first token = arrival + ``ttfts``; finish = arrival + ``latencies`` (or,
+  when absent, first token + the sum of ``itls``); per-chunk times =
+  first token + the running sum of ``itls`` (``tokens.parquet``, ITL as
+  ``vllm bench serve`` computes it);
+- not recorded: when the engine queued or scheduled a request (``ready_s``
+  is the arrival, ``first_scheduled_s`` NaN), so TTFT includes the HTTP and
+  tokenization time; failed requests are dropped and counted in ``run.json``
+  (their requested output length is not saved, so they cannot be replayed).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.errors import ConfigError
+from sim.validation.formats.common import count, listing, load_document, number
+from sim.validation.runs import ImportedRun, chunk_table, request_table
+
+FORMAT = "vllm-bench"
+REQUIRED = ("input_lens", "output_lens", "ttfts", "itls")
+OPTIONAL = ("start_times", "latencies", "errors", "queue_times")
+SETTINGS: tuple[str, ...] = ("model_id", "backend", "endpoint_type", "label", "tokenizer_id")
+SETTINGS += ("num_prompts", "request_rate", "burstiness", "max_concurrency", "date", "duration")
+
+
+def looks_like(document: Any) -> bool:
+    """True for a ``vllm bench serve`` result (detailed, or summary only: refused later)."""
+    if not isinstance(document, dict):
+        return False
+    return "ttfts" in document or {"request_throughput", "mean_ttft_ms"} <= document.keys()
+
+
+def _columns(document: dict[str, Any], path: Path) -> dict[str, list[Any]]:
+    columns: dict[str, list[Any]] = {}
+    for field in (*REQUIRED, *OPTIONAL):
+        if field not in document or document[field] is None:
+            if field in REQUIRED:
+                hint = " (save the run with --save-detailed)" if field != "itls" else ""
+                raise ConfigError(f"{path}: missing field {field}{hint}")
+            continue
+        columns[field] = listing(document[field], str(path), field)
+    size = len(columns["input_lens"])
+    for field, values in columns.items():
+        if len(values) != size:
+            raise ConfigError(
+                f"{path}: field {field} has {len(values)} entries, input_lens has {size}"
+            )
+    if size == 0:
+        raise ConfigError(f"{path}: no requests")
+    return columns
+
+
+def _send_times_s(
+    document: dict[str, Any], columns: dict[str, list[Any]], path: Path
+) -> list[float]:
+    if "start_times" in columns:
+        return [
+            number(v, f"{path}: start_times[{i}]", "start time")
+            for i, v in enumerate(columns["start_times"])
+        ]
+    rate = document.get("request_rate")
+    unbounded = rate == "inf" or (isinstance(rate, float) and math.isinf(rate))
+    if unbounded and document.get("max_concurrency") is None:
+        return [0.0] * len(columns["input_lens"])  # all sent at once
+    raise ConfigError(
+        f"{path}: no start_times, and arrivals at request_rate {rate!r} "
+        f"(max_concurrency {document.get('max_concurrency')!r}) were random and are not saved: "
+        "cannot reconstruct them (rerun with a vLLM that saves start_times)"
+    )
+
+
+def _queue_summary(queue_times: list[Any] | None, path: Path) -> dict[str, float] | None:
+    """Mean and max of the time requests waited for the client's concurrency limit."""
+    if not queue_times:
+        return None
+    values = [
+        number(v, f"{path}: queue_times[{i}]", "queue time") for i, v in enumerate(queue_times)
+    ]
+    return {"mean": sum(values) / len(values), "max": max(values)}
+
+
+def _request(
+    columns: dict[str, list[Any]], i: int, sent_s: float, where: str
+) -> tuple[list[float], npt.NDArray[np.float64]]:
+    """Row (sent, first token, finish in s; prompt, output tokens) and chunk times of request i."""
+    num_output = count(columns["output_lens"][i], where, "output_lens")
+    ttft_s = number(columns["ttfts"][i], where, "ttfts")
+    gaps_s = [number(g, where, "itls") for g in listing(columns["itls"][i], where, "itls")]
+    if ttft_s < 0 or any(g < 0 for g in gaps_s):
+        raise ConfigError(f"{where}: ttfts and itls must be >= 0")
+    first_s = sent_s + ttft_s
+    chunk_s = first_s + np.concatenate([[0.0], np.cumsum(gaps_s)])
+    finish_s = float(chunk_s[-1])
+    if "latencies" in columns:
+        finish_s = sent_s + number(columns["latencies"][i], where, "latencies")
+        if finish_s < first_s:
+            raise ConfigError(f"{where}: latencies is shorter than ttfts")
+    num_prompt = count(columns["input_lens"][i], where, "input_lens")
+    return [sent_s, first_s, finish_s, num_prompt, num_output], chunk_s
+
+
+def read_vllm_bench(path: str | Path) -> ImportedRun:
+    """A ``vllm bench serve`` result JSON saved with ``--save-result --save-detailed``."""
+    source = Path(path)
+    document = load_document(source)
+    if not isinstance(document, dict):
+        raise ConfigError(f"{source}: not a vllm bench serve result (expected a JSON object)")
+    columns = _columns(document, source)
+    sent_s = _send_times_s(document, columns, source)
+    errors = columns.get("errors", [""] * len(sent_s))
+    rows: list[list[float]] = []
+    chunk_request: list[int] = []
+    chunk_time_s: list[float] = []
+    failed: list[str] = []
+    for i, sent in enumerate(sent_s):
+        where = f"{source}: request {i}"
+        if errors[i] or count(columns["output_lens"][i], where, "output_lens") < 1:
+            failed.append(str(errors[i] or "no output tokens"))
+            continue
+        row, chunk_s = _request(columns, i, sent, where)
+        chunk_request.extend([len(rows)] * len(chunk_s))
+        chunk_time_s.extend(chunk_s.tolist())
+        rows.append(row)
+    if not rows:
+        raise ConfigError(f"{source}: every request failed ({failed[0]})")
+    arrival_s, first_s, finish_s, num_prompt, num_output = np.asarray(rows, dtype=np.float64).T
+    nan = np.full(arrival_s.shape, np.nan)
+    requests = request_table(arrival_s, nan, first_s, finish_s, num_prompt, num_output)
+    tokens = chunk_table(np.asarray(chunk_request), np.asarray(chunk_time_s), arrival_s)
+    meta = {
+        "format": FORMAT,
+        "source": str(source),
+        "num_requests": len(requests),
+        "num_failed": len(failed),
+        "failed_errors": sorted(set(failed))[:5],
+        "arrival": "start_times (client send time)"
+        if "start_times" in columns
+        else "0 for every request (request_rate inf: all sent at once)",
+        "client_queue_s": _queue_summary(columns.get("queue_times"), source),
+        "engine": {"model": document.get("model_id")},
+        "settings": {k: document.get(k) for k in SETTINGS if k in document},
+    }
+    return ImportedRun(requests, meta, tokens)

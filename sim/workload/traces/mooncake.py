@@ -1,0 +1,96 @@
+"""Mooncake traces: JSON lines of ``timestamp`` (ms), token counts and block ``hash_ids``.
+
+The Mooncake traces (Qin et al., "Mooncake: A KVCache-centric Disaggregated
+Architecture for LLM Serving", FAST 2025; github.com/kvcache-ai/Mooncake,
+Apache-2.0) record one request a line: ``timestamp`` in milliseconds from
+the start of the trace, ``input_length`` and ``output_length`` in tokens,
+and ``hash_ids``, one id per block of 512 prompt tokens: two requests
+whose ids agree up to block ``j`` share their first ``j + 1`` blocks of
+prompt (the ids stand for vLLM's chained block hashes). The block size is a
+parameter (``hash_block_tokens``), 512 as published.
+
+The ids reach the prefix cache as each request's ``block_hash_ids``
+(``sim.engine.block_keys``): a replay with ``engine.enable_prefix_caching``
+hits exactly the prefixes the trace shares. A line with more ids than its
+prompt has blocks is an error, as is a malformed line (named by number).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.workload.trace import FloatArray, IntArray
+
+MOONCAKE_BLOCK_TOKENS = 512
+FIELDS = ("timestamp", "input_length", "output_length")
+
+
+class MooncakeRows(NamedTuple):
+    """Times (s from the first line), token counts and per-request block hash ids."""
+
+    times_s: FloatArray
+    num_prompt_tokens: IntArray
+    num_output_tokens: IntArray
+    block_hash_ids: list[tuple[int, ...]]
+
+
+def _whole(value: Any, where: str, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: {field} must be a number, got {value!r}")
+    if value != math.floor(value) or value < minimum:
+        raise ConfigError(f"{where}: {field} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> MooncakeRows:
+    """Every line of a Mooncake JSON lines trace."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read ({error})") from None
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    hash_ids: list[tuple[int, ...]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}, line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: expected a JSON object")
+        for field in FIELDS:
+            if field not in row:
+                raise ConfigError(f"{where}: missing field {field}")
+        times.append(_whole(row["timestamp"], where, "timestamp", 0) / 1e3)
+        prompts.append(_whole(row["input_length"], where, "input_length", 1))
+        outputs.append(_whole(row["output_length"], where, "output_length", 1))
+        ids = row.get("hash_ids", [])
+        if not isinstance(ids, list):
+            raise ConfigError(f"{where}: hash_ids must be a list of integers")
+        hash_ids.append(tuple(_whole(i, where, "hash_ids", 0) for i in ids))
+        if len(ids) > math.ceil(prompts[-1] / hash_block_tokens):
+            raise ConfigError(
+                f"{where}: {len(ids)} hash_ids for {prompts[-1]} prompt tokens "
+                f"(blocks of {hash_block_tokens})"
+            )
+    if not times:
+        raise ConfigError(f"{path}: no requests")
+    times_s = np.asarray(times, dtype=np.float64)
+    return MooncakeRows(
+        times_s - float(times_s.min()),
+        np.asarray(prompts, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        hash_ids,
+    )

@@ -1,0 +1,77 @@
+"""ShareGPT-style length lists: one (prompt, output) token-count pair per request.
+
+ShareGPT conversations, as ``vllm bench serve --dataset-name sharegpt`` and
+LLMServingSim use them, are reduced to token counts: a JSON list (or JSON
+lines) whose entries are objects with a prompt length (``prompt_tokens``,
+``input_len``, ``prompt_len`` or ``input_length``) and an output length
+(``output_tokens``, ``output_len``, ``completion_len`` or
+``output_length``), or ``[prompt, output]`` pairs. The list keeps request
+order and the pairing of the two lengths; it has no times, so a workload
+gives an arrival process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.workload.trace import IntArray
+
+PROMPT_KEYS = ("prompt_tokens", "input_len", "prompt_len", "input_length")
+OUTPUT_KEYS = ("output_tokens", "output_len", "completion_len", "output_length")
+
+
+def _entries(path: Path) -> list[tuple[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read ({error})") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        entries = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    entries.append((f"{path}, line {number}", json.loads(line)))
+                except json.JSONDecodeError as error:
+                    raise ConfigError(f"{path}, line {number}: not JSON ({error.msg})") from None
+        return entries
+    if not isinstance(document, list):
+        raise ConfigError(f"{path}: expected a JSON list of length pairs")
+    return [(f"{path}, entry {i}", entry) for i, entry in enumerate(document)]
+
+
+def _length(entry: dict[str, Any], keys: tuple[str, ...], where: str) -> Any:
+    for key in keys:
+        if key in entry:
+            return entry[key]
+    raise ConfigError(f"{where}: missing field {keys[0]} (or {', '.join(keys[1:])})")
+
+
+def read_sharegpt(path: Path) -> tuple[IntArray, IntArray]:
+    """Prompt and output token counts, in list order."""
+    prompts: list[int] = []
+    outputs: list[int] = []
+    for where, entry in _entries(path):
+        if isinstance(entry, dict):
+            pair = (_length(entry, PROMPT_KEYS, where), _length(entry, OUTPUT_KEYS, where))
+        elif isinstance(entry, list) and len(entry) == 2:
+            pair = (entry[0], entry[1])
+        else:
+            raise ConfigError(f"{where}: expected an object or a [prompt, output] pair")
+        for value, name, into in ((pair[0], "prompt", prompts), (pair[1], "output", outputs)):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ok or not math.isfinite(value) or value < 1 or value != math.floor(value):
+                raise ConfigError(f"{where}: {name} length must be a whole number >= 1")
+            into.append(int(value))
+    if not prompts:
+        raise ConfigError(f"{path}: no requests")
+    return np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
