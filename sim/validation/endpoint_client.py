@@ -34,6 +34,7 @@ from typing import Any, Literal
 import aiohttp
 
 Api = Literal["completions", "chat"]
+CLOSED = "stream closed before [DONE]"
 PATHS: dict[Api, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 
 
@@ -181,12 +182,15 @@ async def _attempts(
         except TimeoutError:
             out.error = f"timed out after {timeout_s:g} s"
             return out
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
+            out.error = CLOSED  # the connection dropped mid-stream
+            return out
         except aiohttp.ClientError as error:
             out.error = f"{type(error).__name__}: {error}"
             return out
         break
     if out.error is None and not out.done:
-        out.error = "stream closed before [DONE]"
+        out.error = CLOSED
     elif out.error is None and not out.chunk_s:
         out.error = "no chunk with generated text"
     return out
