@@ -98,8 +98,9 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
         if asked not in (None, model):
             return _error(404, f"The model `{asked}` does not exist.")
         room = engine.max_model_len_tokens - len(ids)
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens")
-        max_tokens = int(max_tokens) if max_tokens else (16 if kind == "completions" else room)
+        asked_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        default = 16 if kind == "completions" else room  # vLLM's defaults
+        max_tokens = default if asked_tokens is None else int(asked_tokens)
     except (ValueError, TypeError) as error:
         return _error(400, str(error))
     if not ids or max_tokens < 1 or max_tokens > room:
