@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from typing import Any
 
@@ -29,8 +30,40 @@ from aiohttp import web
 
 from calibration.online import Emitted, OnlineEngine
 
+class Mailbox:
+    """Events from the engine thread, handed to the event loop in one wake-up per batch.
+
+    One ``call_soon_threadsafe`` per step instead of one per token: every wake-up
+    of the loop takes the GIL from the engine thread, which then waits for it back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue[Emitted], Emitted]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Deliver into ``loop`` (the server's)."""
+        self._loop = loop
+
+    def put(self, events: asyncio.Queue[Emitted], event: Emitted) -> None:
+        """Called on the engine thread."""
+        with self._lock:
+            self._pending.append((events, event))
+            first = len(self._pending) == 1
+        if first and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for events, event in pending:
+            events.put_nowait(event)
+
+
 ENGINE = web.AppKey("engine", OnlineEngine)
 MODEL = web.AppKey("model", str)
+MAILBOX = web.AppKey("mailbox", Mailbox)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -73,8 +106,13 @@ def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> di
     else:
         choice, obj = {"index": 0, "text": text, "logprobs": None}, "text_completion"
     choice["finish_reason"] = reason
-    return {"id": rid, "object": obj, "created": int(time.time()), "model": model,
-            "choices": [choice]}  # fmt: skip
+    return {
+        "id": rid,
+        "object": obj,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+    }
 
 
 def _usage(last: Emitted) -> dict[str, int]:
@@ -104,16 +142,18 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
     except (ValueError, TypeError) as error:
         return _error(400, str(error))
     if not ids or max_tokens < 1 or max_tokens > room:
-        return _error(400, f"prompt of {len(ids)} tokens + max_tokens {max_tokens} must fit "
-                           f"max_model_len {engine.max_model_len_tokens}")  # fmt: skip
-    loop = asyncio.get_running_loop()
+        return _error(
+            400,
+            f"prompt of {len(ids)} tokens + max_tokens {max_tokens} must fit "
+            f"max_model_len {engine.max_model_len_tokens}",
+        )
     events: asyncio.Queue[Emitted] = asyncio.Queue()
-    request_id = engine.submit(
-        ids,
-        max_tokens,
-        bool(body.get("ignore_eos", False)),
-        lambda e: loop.call_soon_threadsafe(events.put_nowait, e),
-    )
+    mailbox = request.app[MAILBOX]
+
+    def sink(event: Emitted) -> None:  # called on the engine thread
+        mailbox.put(events, event)
+
+    request_id = engine.submit(ids, max_tokens, bool(body.get("ignore_eos", False)), sink)
     rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{request_id}"
     if not body.get("stream"):
         return await _whole(events, rid, model, kind)
@@ -132,8 +172,17 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             if event.finish_reason is not None:
                 break
         if (body.get("stream_options") or {}).get("include_usage"):
-            await response.write(_sse({"id": rid, "object": "chunk", "model": model,
-                                       "choices": [], "usage": _usage(event)}))  # fmt: skip
+            await response.write(
+                _sse(
+                    {
+                        "id": rid,
+                        "object": "chunk",
+                        "model": model,
+                        "choices": [],
+                        "usage": _usage(event),
+                    }
+                )
+            )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
@@ -156,8 +205,16 @@ async def _whole(events: asyncio.Queue[Emitted], rid: str, model: str, kind: str
     else:
         choice["text"] = text
     obj = "chat.completion" if kind == "chat" else "text_completion"
-    return web.json_response({"id": rid, "object": obj, "created": int(time.time()),
-                              "model": model, "choices": [choice], "usage": _usage(event)})  # fmt: skip
+    return web.json_response(
+        {
+            "id": rid,
+            "object": obj,
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(event),
+        }
+    )
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -186,8 +243,12 @@ async def tokenize(request: web.Request) -> web.Response:
 async def models(request: web.Request) -> web.Response:
     """``GET /v1/models``."""
     engine, model = request.app[ENGINE], request.app[MODEL]
-    card = {"id": model, "object": "model", "owned_by": "servesim",
-            "max_model_len": engine.max_model_len_tokens}  # fmt: skip
+    card = {
+        "id": model,
+        "object": "model",
+        "owned_by": "servesim",
+        "max_model_len": engine.max_model_len_tokens,
+    }
     return web.json_response({"object": "list", "data": [card]})
 
 
@@ -203,6 +264,12 @@ def make_app(engine: OnlineEngine, model: str) -> web.Application:
     app = web.Application()
     app[ENGINE] = engine
     app[MODEL] = model
+    app[MAILBOX] = Mailbox()
+
+    async def bind(app: web.Application) -> None:
+        app[MAILBOX].bind(asyncio.get_running_loop())
+
+    app.on_startup.append(bind)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)

@@ -77,9 +77,11 @@ class OnlineEngine:
             model, num_slots, self.max_model_len_tokens, SamplingParams(), seed=scenario.seed
         )
         self.core = new_core(
-            policy.build, kv_blocks_for(scenario), engine.block_size_tokens,
+            policy.build,
+            kv_blocks_for(scenario),
+            engine.block_size_tokens,
             self.max_model_len_tokens,
-        )  # fmt: skip
+        )
         self.tokenizer = ByteTokenizer()
         self._inbox: queue.SimpleQueue[tuple[Request, list[int], _Live]] = queue.SimpleQueue()
         self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -130,9 +132,9 @@ class OnlineEngine:
                 self._finish(request.request_id, "", "abort")
         while not self._aborted.empty():
             request_id = self._aborted.get()
-            live = self._live.get(request_id)
-            if live is not None:
-                self._end_early(live.request)
+            gone = self._live.get(request_id)
+            if gone is not None:
+                self._end_early(gone.request)
 
     def _end_early(self, request: Request) -> None:
         """Finish ``request`` before ``max_tokens`` (EOS or abort); free its blocks."""
@@ -170,11 +172,13 @@ class OnlineEngine:
                 self._finish(rid, text, "length")
             elif token == EOS_ID and not live.ignore_eos:
                 self._end_early(request)
-                live.sink(Emitted(text, "stop", request.num_prompt_tokens,
-                                  request.num_generated_tokens))  # fmt: skip
+                live.sink(
+                    Emitted(text, "stop", request.num_prompt_tokens, request.num_generated_tokens)
+                )
             else:
-                live.sink(Emitted(text, None, request.num_prompt_tokens,
-                                  request.num_generated_tokens))  # fmt: skip
+                live.sink(
+                    Emitted(text, None, request.num_prompt_tokens, request.num_generated_tokens)
+                )
 
     def _loop(self) -> None:
         # Per thread: OpenMP's thread count set in the main thread does not carry over,

@@ -26,10 +26,14 @@ async def _serve(app: Any, host: str, port: int, model: str) -> None:
         try:
             await site.start()
         except OSError as error:
-            raise ConfigError(f"--port {port}: cannot listen on {host} ({error.strerror})") from None
+            raise ConfigError(
+                f"--port {port}: cannot listen on {host} ({error.strerror})"
+            ) from None
         bound_host, bound_port = runner.addresses[0][:2]
-        print(f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
-              flush=True)  # fmt: skip
+        print(
+            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
+            flush=True,
+        )
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
@@ -63,8 +67,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     engine = OnlineEngine(scenario, dtype, torch.device(args.device), args.threads)
     engine.start()
     try:
-        asyncio.run(_serve(make_app(engine, scenario.model.name), args.host, args.port,
-                           scenario.model.name))  # fmt: skip
+        asyncio.run(
+            _serve(make_app(engine, scenario.model.name), args.host, args.port, scenario.model.name)
+        )
     except KeyboardInterrupt:
         pass
     finally:
@@ -79,8 +84,10 @@ def add_parser(subparsers: Any) -> None:
         "serve",
         help="serve a scenario's model on the reference engine as an OpenAI-compatible server",
     )
-    serve.add_argument("scenario", help="scenario YAML (model, scheduler, KV pool), "
-                       "e.g. scenarios/validate_tiny_cpu.yaml")  # fmt: skip
+    serve.add_argument(
+        "scenario",
+        help="scenario YAML (model, scheduler, KV pool), e.g. scenarios/validate_tiny_cpu.yaml",
+    )
     serve.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
     serve.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="(default 8000; 0 = any free port)")

@@ -40,7 +40,15 @@ class FakeServer:
         behaviours: tuple[str, ...] = ("ok",),
         tokenize: bool = True,
         script: list[bytes] | None = None,
+        models: tuple[str, ...] = ("fake-model",),
+        models_status: int = 200,
+        reject_ignore_eos: bool = False,
+        probe_status: int = 200,
     ) -> None:
+        self.probe_status = probe_status  # the answer to the 1-token preflight request
+        self.models = models
+        self.models_status = models_status
+        self.reject_ignore_eos = reject_ignore_eos  # 400 for bodies with ignore_eos, as OpenAI
         self.behaviours = behaviours
         self.script = script  # if given: every completion streams exactly these bytes
         self.tokenize = tokenize
@@ -90,7 +98,9 @@ class FakeServer:
         await runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "fake-model"}]})
+        if self.models_status != 200:
+            return web.Response(status=self.models_status)
+        return web.json_response({"data": [{"id": m} for m in self.models]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -99,7 +109,11 @@ class FakeServer:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.bodies.append(body)
+        if self.reject_ignore_eos and "ignore_eos" in body:
+            return web.Response(status=400, text="Unrecognized request argument: ignore_eos")
         if body["max_tokens"] == 1 and body["prompt"] == "hello":
+            if self.probe_status != 200:
+                return web.Response(status=self.probe_status, text="no")
             behaviour = "ok"  # the preflight probe
         else:
             behaviour = self.behaviours[self.num_measured % len(self.behaviours)]

@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import aiohttp
 import pytest
+from endpoint_fakes import FakeServer, sse, text_chunk
 
 from sim.errors import ConfigError
 from sim.validation import endpoint_client
 from sim.validation.endpoint import parse_endpoint
 from sim.validation.endpoint_client import Outcome, chunk_text, request_body, stream_request
-from endpoint_fakes import FakeServer, sse, text_chunk
 
 
 def scripted_clock(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> list[float]:
@@ -46,7 +46,9 @@ def fetch(url: str, api: endpoint_client.Api = "completions", **kw: object) -> O
     return asyncio.run(go())
 
 
-def test_lagging_merging_completions_stream_is_timed_per_content_chunk(monkeypatch) -> None:
+def test_lagging_merging_completions_stream_is_timed_per_content_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     script = [
         b": keep-alive comment\n\n",
         text_chunk("a"),  # t=10.5: first token, TTFT 0.5
@@ -72,7 +74,7 @@ def test_lagging_merging_completions_stream_is_timed_per_content_chunk(monkeypat
     assert out.ended_s == 13.0
 
 
-def test_chat_stream_role_chunk_is_not_a_token(monkeypatch) -> None:
+def test_chat_stream_role_chunk_is_not_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
     role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
     token = {"choices": [{"index": 0, "delta": {"content": "hi"}}]}
     script = [sse(role), sse(token), sse(token), b"data: [DONE]\n\n"]
@@ -150,7 +152,9 @@ def test_chunk_text() -> None:
         ("http://h:1/v1/completions/", "completions", "http://h:1", "completions"),
     ],
 )
-def test_parse_endpoint(url: str, api, base: str, expected_api: str) -> None:
+def test_parse_endpoint(
+    url: str, api: endpoint_client.Api | None, base: str, expected_api: str
+) -> None:
     target = parse_endpoint(url, api)
     assert (target.base, target.api) == (base, expected_api)
     assert target.url == base + endpoint_client.PATHS[target.api]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 import numpy as np
 import pytest
@@ -19,11 +21,13 @@ from sim.validation.endpoint_prompts import (
     word_text,
 )
 
+T = TypeVar("T")
+
 
 class Tokenizer:
     """A fake tokenize endpoint that counts its calls."""
 
-    def __init__(self, count) -> None:
+    def __init__(self, count: Callable[[str], int]) -> None:
         self.count = count
         self.num_calls = 0
 
@@ -44,7 +48,7 @@ def pairs(text: str) -> int:
     return (len(text) + 1) // 2 * 2  # a count that jumps by two: odd targets are unreachable
 
 
-def run(coro):
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
@@ -71,7 +75,7 @@ def test_token_scale_from_two_calls() -> None:
 
 @pytest.mark.parametrize("count", [bytes_plus_bos, words_plus_template])
 @pytest.mark.parametrize("target", [6, 7, 16, 128, 641])
-def test_exact_prompt_hits_the_target(count, target: int) -> None:
+def test_exact_prompt_hits_the_target(count: Callable[[str], int], target: int) -> None:
     tokenizer = Tokenizer(count)
     scale = run(TokenScale.probe(tokenizer, np.random.default_rng(0)))
     tokenizer.num_calls = 0

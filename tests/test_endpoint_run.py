@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,8 +17,8 @@ from calibration.validate import MeasuredDir
 from sim.cli import main as cli_main
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
-from sim.validation.endpoint import EndpointOptions, run_endpoint
-from sim.validation.endpoint_run import endpoint_run
+from sim.validation.endpoint import EndpointOptions, RunState, run_endpoint
+from sim.validation.endpoint_run import EndpointRun, endpoint_run
 from sim.workload.generate import RequestArrays
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ def work(n: int, spacing_s: float = 0.005) -> RequestArrays:
     )
 
 
-def measure(server: FakeServer, requests: RequestArrays, **kw):
+def measure(server: FakeServer, requests: RequestArrays, **kw: Any) -> tuple[RunState, EndpointRun]:
     opts = EndpointOptions(url=server.url, progress=False, **kw)
     state = run_endpoint(requests, opts)
     return state, endpoint_run(load_scenario(SCENARIO), requests, state, opts)
@@ -126,7 +127,9 @@ def test_concurrency_bound_holds_requests_at_the_client() -> None:
     assert (req["scheduled_arrival_s"] == 0.0).all()
 
 
-def test_unreachable_endpoint_is_one_line(tmp_path: Path, capsys) -> None:
+def test_unreachable_endpoint_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with FakeServer() as server:
         url = server.url  # a port that was free, and is closed again
     code = cli_main(["measure", str(SCENARIO), "--endpoint", url, "--out", str(tmp_path), "-q"])
@@ -146,7 +149,7 @@ def test_options_are_checked_before_anything_is_sent() -> None:
 
 
 def test_the_cli_run_writes_the_folder_and_fails_when_nothing_completed(
-    tmp_path: Path, capsys
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     line = ["measure", str(SCENARIO), "-q", "--set", "workload.duration_s=1"]
     with FakeServer() as server:
@@ -166,3 +169,34 @@ def test_the_client_imports_no_torch() -> None:
         "sim.validation.endpoint_cli; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_server_that_refuses_ignore_eos_is_measured_without_it() -> None:
+    with FakeServer(reject_ignore_eos=True) as server:
+        _, run = measure(server, work(3))
+    assert run.summary["ignore_eos"] is False and run.summary["completed"] == 3
+    assert sum("ignore_eos" in b for b in server.bodies) == 1  # only the first probe
+
+
+def test_the_model_comes_from_the_option_or_the_list() -> None:
+    with FakeServer(models=("first", "second")) as server:
+        state, _ = measure(server, work(1))
+        named, _ = measure(server, work(1), model="second")
+    assert (state.model, named.model) == ("first", "second")
+    with FakeServer(models_status=404) as server:
+        named, _ = measure(server, work(1), model="m")  # no model list: the option will do
+        assert named.model == "m"
+        with pytest.raises(ConfigError, match="answered 404; pass --model"):
+            measure(server, work(1))
+    with FakeServer(models=()) as server, pytest.raises(ConfigError, match="lists no model"):
+        measure(server, work(1))
+
+
+def test_a_server_that_refuses_the_test_request_stops_the_run_in_one_line() -> None:
+    with FakeServer(probe_status=403) as server:
+        opts = EndpointOptions(url=server.url, progress=False)
+        with pytest.raises(ConfigError, match=r"a 1-token test request failed \(HTTP 403: no"):
+            run_endpoint(work(2), opts)
+    probes = [b for b in server.bodies if b["prompt"] == "hello"]
+    assert [("ignore_eos" in b) for b in probes] == [True, False]  # tried with, then without
+    assert server.num_measured == 0  # nothing was sent

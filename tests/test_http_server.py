@@ -72,15 +72,24 @@ def test_models_health_and_tokenize(engine: OnlineEngine) -> None:
 
 
 def test_streamed_completion_has_one_chunk_per_token(engine: OnlineEngine) -> None:
-    body = {"model": "tiny", "prompt": "x" * 40, "max_tokens": 7, "stream": True,
-            "ignore_eos": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "tiny",
+        "prompt": "x" * 40,
+        "max_tokens": 7,
+        "stream": True,
+        "ignore_eos": True,
+        "stream_options": {"include_usage": True},
+    }
     status, raw = post(engine, "/v1/completions", body)
     assert status == 200
     data = events(raw)
     assert data[-1] == "[DONE]"
     usage = data[-2]
     assert usage["choices"] == [] and usage["usage"] == {
-        "prompt_tokens": 40, "completion_tokens": 7, "total_tokens": 47}  # fmt: skip
+        "prompt_tokens": 40,
+        "completion_tokens": 7,
+        "total_tokens": 47,
+    }
     chunks = data[:-2]
     assert len(chunks) == 7
     assert all(len(c["choices"][0]["text"]) == 1 for c in chunks)
@@ -154,7 +163,9 @@ def test_concurrent_streams_are_batched_and_all_complete(engine: OnlineEngine) -
     assert engine.core.kv.num_free_blocks == engine.core.kv.num_blocks  # all freed
 
 
-def collect(engine: OnlineEngine, prompt: list[int], max_tokens: int, ignore_eos: bool):
+def collect(
+    engine: OnlineEngine, prompt: list[int], max_tokens: int, ignore_eos: bool
+) -> tuple[int, list[Emitted], threading.Event]:
     got: list[Emitted] = []
     done = threading.Event()
 
@@ -167,7 +178,9 @@ def collect(engine: OnlineEngine, prompt: list[int], max_tokens: int, ignore_eos
     return request_id, got, done
 
 
-def test_eos_stops_a_request_unless_ignore_eos(engine: OnlineEngine, monkeypatch) -> None:
+def test_eos_stops_a_request_unless_ignore_eos(
+    engine: OnlineEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     real_run = engine.executor.run
 
     def always_eos(plan: Any) -> dict[int, int]:

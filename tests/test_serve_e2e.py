@@ -23,7 +23,7 @@ import pytest
 
 from sim.cli import main as cli_main
 from sim.scenario import load_scenario
-from sim.workload.generate import generate_open_loop
+from sim.workload.generate import SyntheticWorkload, generate_open_loop
 
 pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
@@ -68,6 +68,7 @@ def test_serve_measure_over_http_and_validate(tmp_path: Path) -> None:
     assert "servesim serve: stopped" in out
 
     scenario = load_scenario(SCENARIO, OVERRIDES)
+    assert isinstance(scenario.workload, SyntheticWorkload)
     work = generate_open_loop(scenario.workload, np.random.default_rng(scenario.seed), ROOT)
     requests = pd.read_parquet(measured / "requests.parquet")
     summary = json.loads((measured / "summary.json").read_text())

@@ -2,7 +2,8 @@
 
 ``predict`` replays a measured run's exact requests through the simulator
 and compares latency distributions; ``report`` renders the comparison
-(markdown, CDF plots).
+(markdown, CDF plots). ``endpoint*`` measure a live OpenAI-compatible server
+over HTTP (aiohttp, no torch) into a ``servesim measure`` folder.
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,
 ``sim.cost``, ``sim.errors``. Runs go through ``sim.api``: validation never

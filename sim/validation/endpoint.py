@@ -120,7 +120,9 @@ async def _models(session: aiohttp.ClientSession, target: Target, model: str | N
             if response.status != 200:
                 if model:
                     return model  # no model list, but the user named one
-                raise ConfigError(f"{where}: GET /v1/models answered {response.status}; pass --model")
+                raise ConfigError(
+                    f"{where}: GET /v1/models answered {response.status}; pass --model"
+                )
             listed = [m.get("id") for m in (await response.json()).get("data", [])]
     except aiohttp.ClientError as error:
         raise ConfigError(f"{where}: cannot reach the server ({_reason(error)})") from None
@@ -191,8 +193,9 @@ async def _send_all(
             prompt = state.prompts[index].text
             tokens = int(work.num_output_tokens[index])
             body = request_body(target.api, state.model, prompt, tokens, extra)
-            await stream_request(session, target.url, target.api, body, opts.timeout_s, out,
-                                 opts.retries)  # fmt: skip
+            await stream_request(
+                session, target.url, target.api, body, opts.timeout_s, out, opts.retries
+            )
         bar.update(1)
 
     tasks = [asyncio.create_task(one(i)) for i in range(state.num_requests)]
@@ -216,7 +219,9 @@ async def _main(work: RequestArrays, opts: EndpointOptions, state: RunState, see
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         state.model = await _models(session, target, opts.model)
         count = await _counter(session, target, state.model)
-        state.prompt_tokens = "exact (server /tokenize)" if count else "approximate (one-token words)"
+        state.prompt_tokens = (
+            "exact (server /tokenize)" if count else "approximate (one-token words)"
+        )
         targets = [int(n) for n in work.num_prompt_tokens]
         state.prompts = await build_prompts(targets, np.random.default_rng(seed), count)
         extra = await _extra_fields(session, target, state.model, opts)

@@ -78,7 +78,9 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
     s = run.summary
     print(format_summary_table(s))
     print(f"measured {s['model']} at {s['endpoint']} (prompt tokens: {s['prompt_tokens']})")
-    print(f"{s['message']}; {time.perf_counter() - started:.1f} s; wrote {len(paths)} files to {out}/")
+    print(
+        f"{s['message']}; {time.perf_counter() - started:.1f} s; wrote {len(paths)} files to {out}/"
+    )
     if s["completed"] == 0 and len(work.arrival_s):
         first = next(iter(s["failures"]), "no request completed")
         raise ConfigError(f"--endpoint {s['endpoint']}: no request completed ({first})")

@@ -83,10 +83,7 @@ def chunk_text(api: Api, data: dict[str, Any]) -> str | None:
     if not choices:
         return None
     choice = choices[0]
-    if api == "chat":
-        text = (choice.get("delta") or {}).get("content")
-    else:
-        text = choice.get("text")
+    text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
     return str(text) if text else ""
 
 

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ONE_TOKEN_WORDS = (
+_WORDS = (
     "the of and to in is that for it as with was on be by at this are from or an have "
-    "not they which one you were all we her she there would their will when who him "
-    "been has more if no out do so can what up said about other into than its time "
-    "only could new them man some these then two first may any like now my such make "
-    "over our even most me after also made many did must before back see way where "
-    "get much go well your know should down work year because come people just"
-).split()
+    "not they which one you were all we her she there would their will when who him been "
+    "has more if no out do so can what up said about other into than its time only could "
+    "new them man some these then two first may any like now my such make over our even "
+    "most me after also made many did must before back see way where get much go well "
+    "your know should down work year because come people just"
+)
+ONE_TOKEN_WORDS = tuple(_WORDS.split())
 
 Counter = Callable[[str], Awaitable[int]]
 _MAX_PROBES = 24  # tokenize calls per prompt: a secant step lands in 1-3 on any sane tokenizer
@@ -129,4 +130,6 @@ async def build_prompts(
         async with gate:
             return await exact_prompt(n, np.random.default_rng(seed), count, scale)
 
-    return list(await asyncio.gather(*(one(n, int(s)) for n, s in zip(num_tokens, seeds))))
+    return list(
+        await asyncio.gather(*(one(n, int(s)) for n, s in zip(num_tokens, seeds, strict=True)))
+    )
