@@ -30,6 +30,7 @@ from aiohttp import web
 
 from calibration.online import Emitted, OnlineEngine
 
+
 class Mailbox:
     """Events from the engine thread, handed to the event loop in one wake-up per batch.
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +202,34 @@ def test_a_server_that_refuses_the_test_request_stops_the_run_in_one_line() -> N
     probes = [b for b in server.bodies if b["prompt"] == "hello"]
     assert [("ignore_eos" in b) for b in probes] == [True, False]  # tried with, then without
     assert server.num_measured == 0  # nothing was sent
+
+
+def test_ctrl_c_keeps_what_completed_and_marks_the_run_partial(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with FakeServer(behaviours=("ok", "hang")) as server:
+        line = ["measure", str(SCENARIO), "--endpoint", server.url, "--out", str(out), "-q"]
+        sets = ["--set", "workload.duration_s=1", "--set", "workload.arrival.rate_per_s=8"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sim.cli", *line, *sets],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while server.num_measured < 4:  # two of them hang: the run cannot end by itself
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "interrupted (Ctrl-C): kept what completed" in stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["partial"] is True and summary["status"] == "interrupted"
+    assert summary["completed"] >= 2
+    requests = pd.read_parquet(out / "requests.parquet")
+    stopped = requests["error"].isin(
+        ["in flight when the run stopped", "never sent: the run stopped first"]
+    )
+    assert stopped.sum() + summary["completed"] == len(requests)
+    assert json.loads((out / "run.json").read_text())["partial"] is True

@@ -120,18 +120,19 @@ def token_frame(state: RunState) -> pd.DataFrame:
 def timeseries_frame(requests: pd.DataFrame, state: RunState) -> pd.DataFrame:
     """Requests held back by the concurrency bound, and in flight, at every change."""
     origin = state.origin_s if state.origin_s is not None else 0.0
-    events: list[tuple[float, int, int]] = []  # (time, d waiting, d running)
+    # (time, order, d waiting, d running); at one time: queued, then sent, then ended.
+    events: list[tuple[float, int, int, int]] = []
     for rid, out in enumerate(state.outcomes):
         scheduled = float(requests["scheduled_arrival_s"].iloc[rid])
         if out is None or out.sent_s is None:
             continue
         sent = out.sent_s - origin
         ended = (out.ended_s if out.ended_s is not None else state.end_s or out.sent_s) - origin
-        events += [(scheduled, 1, 0), (sent, -1, 1), (ended, 0, -1)]
+        events += [(scheduled, 0, 1, 0), (sent, 1, -1, 1), (ended, 2, 0, -1)]
     events.sort()
     times = np.asarray([e[0] for e in events], dtype=np.float64)
-    waiting = np.cumsum([e[1] for e in events], dtype=np.int64)
-    running = np.cumsum([e[2] for e in events], dtype=np.int64)
+    waiting = np.cumsum([e[2] for e in events], dtype=np.int64)
+    running = np.cumsum([e[3] for e in events], dtype=np.int64)
     return pd.DataFrame({"time_s": times, "num_waiting": waiting, "num_running": running})
 
 
