@@ -222,3 +222,27 @@ def test_a_client_that_goes_away_mid_stream_aborts_its_request(engine: OnlineEng
     while engine.core.kv.num_free_blocks != engine.core.kv.num_blocks:
         assert time.monotonic() < deadline, "the abandoned request kept its blocks"
         time.sleep(0.01)
+
+
+def test_serve_refuses_what_the_engine_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli import main as cli_main
+
+    chat = SCENARIO.parent / "chat.yaml"  # prefix caching on: the reference engine has none
+    assert cli_main(["serve", str(chat)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("servesim: error: engine.enable_prefix_caching") and err.count("\n") == 1
+
+
+def test_serve_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    from sim.cli import main as cli_main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = cli_main(["serve", str(SCENARIO), "--port", str(port)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"servesim: error: --port {port}: cannot listen")
+    assert err.count("\n") == 1
