@@ -52,8 +52,8 @@ class Mailbox:
         with self._lock:
             self._pending.append((events, event))
             first = len(self._pending) == 1
-        if first and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._deliver)
+        if first and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._deliver)  # RuntimeError if closed meanwhile
 
     def _deliver(self) -> None:
         with self._lock:

@@ -150,9 +150,20 @@ class OnlineEngine:
 
     def _finish(self, request_id: int, text: str, reason: str) -> None:
         live = self._live.pop(request_id)
-        request = live.request
         self.executor.forget(request_id)
-        live.sink(Emitted(text, reason, request.num_prompt_tokens, request.num_generated_tokens))
+        self._send(live, text, reason)
+
+    def _send(self, live: _Live, text: str, reason: str | None) -> None:
+        """Hand one output to a request's sink; a sink that fails ends its request
+        (its client is gone), never the engine loop that serves the others."""
+        request = live.request
+        try:
+            live.sink(
+                Emitted(text, reason, request.num_prompt_tokens, request.num_generated_tokens)
+            )
+        except Exception:
+            if request.request_id in self._live:
+                self._end_early(request)
 
     def _step(self, plan: StepPlan, start_s: float) -> None:
         core, executor = self.core, self.executor
@@ -172,13 +183,9 @@ class OnlineEngine:
                 self._finish(rid, text, "length")
             elif token == EOS_ID and not live.ignore_eos:
                 self._end_early(request)
-                live.sink(
-                    Emitted(text, "stop", request.num_prompt_tokens, request.num_generated_tokens)
-                )
+                self._send(live, text, "stop")
             else:
-                live.sink(
-                    Emitted(text, None, request.num_prompt_tokens, request.num_generated_tokens)
-                )
+                self._send(live, text, None)
 
     def _loop(self) -> None:
         # Per thread: OpenMP's thread count set in the main thread does not carry over,

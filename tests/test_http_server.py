@@ -246,3 +246,18 @@ def test_serve_on_a_taken_port_is_one_line(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"servesim: error: --port {port}: cannot listen")
     assert err.count("\n") == 1
+
+
+def test_a_failing_sink_ends_its_request_not_the_engine(engine: OnlineEngine) -> None:
+    def broken(event: Emitted) -> None:
+        raise RuntimeError("Event loop is closed")  # as a sink whose server loop is gone
+
+    engine.submit([7] * 10, 50, True, broken)
+    _, got, done = collect(engine, [8] * 10, 3, ignore_eos=True)
+    assert done.wait(30)  # the engine kept serving the other request
+    assert [e.finish_reason for e in got] == [None, None, "length"]
+    deadline = time.monotonic() + 30
+    while engine.core.kv.num_free_blocks != engine.core.kv.num_blocks:
+        assert time.monotonic() < deadline, "the broken request kept its blocks"
+        time.sleep(0.01)
+    assert engine.error is None
