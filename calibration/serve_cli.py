@@ -15,6 +15,7 @@ from typing import Any
 
 from calibration.needs_torch import torch_missing
 from sim.errors import ConfigError
+from sim.validation.endpoint_cli import add_endpoint_arguments, measure_endpoint
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -38,9 +39,12 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="skip timing three step shapes before and after the run (machine drift)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_endpoint_arguments(parser)
 
 
 def _measure(args: argparse.Namespace, out: Path) -> Path:
+    if args.endpoint:  # a live server: no torch needed
+        return measure_endpoint(args, out)
     from pydantic import ValidationError
 
     try:

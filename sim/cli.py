@@ -83,6 +83,12 @@ def _add_measure(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     add_parsers(subparsers)
 
 
+def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from calibration.serve_http_cli import add_parser  # serve (issue 13)
+
+    add_parser(subparsers)
+
+
 def _add_validation(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from sim.validation.cli import add_parsers  # import-run
 
@@ -114,6 +120,7 @@ ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], Non
     _add_calibrate,
     _add_planning,
     _add_measure,
+    _add_serve,
     _add_validation,
     _add_forwarded,
 ]

@@ -3,7 +3,8 @@
 ``predict`` replays a measured run's exact requests through the simulator
 and compares latency distributions; ``report`` renders the comparison
 (markdown, CDF plots); ``importers`` reads runs measured by other tools
-(``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders).
+(``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders). ``endpoint*`` measure a live OpenAI-compatible server
+over HTTP (aiohttp, no torch) into a ``servesim measure`` folder.
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,
 ``sim.cost``, ``sim.errors``. Runs go through ``sim.api``: validation never

@@ -1,0 +1,135 @@
+"""Prompts of a given token count for a server whose tokenizer servesim does not have.
+
+Every request gets its own text of random common English words (from the
+seeded generator), so that no two prompts share a prefix: a server with
+prefix caching must not serve them from its cache.
+
+- **With a tokenize endpoint** (vLLM's ``POST /tokenize``, which servesim
+  serve also has): the server counts the tokens of a prefix of the text (as
+  a prompt, or as a chat message with the chat template applied), and the
+  prefix length in characters is searched until the count is the target (a
+  secant step, then bisection; a BPE count can jump by two at a character,
+  then the largest prefix under the target is used and its true count kept).
+- **Without one**: ``n`` words from ``ONE_TOKEN_WORDS``, each a single token
+  (with its leading space) in the GPT-2, Llama-3, Mistral and Qwen BPE
+  vocabularies; the count is then approximate: it leaves out the special
+  tokens (BOS, the chat template) a server adds. The server's ``usage``
+  (prompt tokens), when it streams one, is what the measured table records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+_WORDS = (
+    "the of and to in is that for it as with was on be by at this are from or an have "
+    "not they which one you were all we her she there would their will when who him been "
+    "has more if no out do so can what up said about other into than its time only could "
+    "new them man some these then two first may any like now my such make over our even "
+    "most me after also made many did must before back see way where get much go well "
+    "your know should down work year because come people just"
+)
+ONE_TOKEN_WORDS = tuple(_WORDS.split())
+
+Counter = Callable[[str], Awaitable[int]]
+_MAX_PROBES = 24  # tokenize calls per prompt: a secant step lands in 1-3 on any sane tokenizer
+
+
+def word_text(num_words: int, rng: np.random.Generator) -> str:
+    """``num_words`` random words of ``ONE_TOKEN_WORDS`` joined by spaces."""
+    if num_words <= 0:
+        return ""
+    picks = rng.integers(0, len(ONE_TOKEN_WORDS), size=num_words)
+    return " ".join(ONE_TOKEN_WORDS[int(i)] for i in picks)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt's text and its token count (``exact``: counted by the server)."""
+
+    text: str
+    num_tokens: int
+    exact: bool
+
+
+def approximate_prompt(num_tokens: int, rng: np.random.Generator) -> Prompt:
+    """``num_tokens`` one-token words (no tokenize endpoint: an approximation)."""
+    return Prompt(word_text(num_tokens, rng), num_tokens, exact=False)
+
+
+@dataclass(frozen=True)
+class TokenScale:
+    """How the server counts: tokens of an empty prompt and characters per token."""
+
+    num_base_tokens: int
+    chars_per_token: float
+
+    @classmethod
+    async def probe(cls, count: Counter, rng: np.random.Generator) -> TokenScale:
+        """Two tokenize calls: the empty prompt and 400 random words."""
+        base = await count("")
+        sample = word_text(400, rng)
+        num = await count(sample) - base
+        return cls(base, len(sample) / max(1, num))
+
+
+async def exact_prompt(
+    num_tokens: int, rng: np.random.Generator, count: Counter, scale: TokenScale
+) -> Prompt:
+    """A prefix of random words that the server counts as ``num_tokens`` tokens (or fewer)."""
+    if num_tokens <= scale.num_base_tokens:
+        return Prompt("", scale.num_base_tokens, exact=True)
+    # Enough text for the target with margin: words are ~4.3 characters plus a space.
+    words = int((num_tokens * scale.chars_per_token) / 3.0) + 16
+    text = word_text(words, rng)
+    full = await count(text)
+    while full < num_tokens:
+        text = f"{text} {word_text(words, rng)}"
+        full = await count(text)
+    if full == num_tokens:
+        return Prompt(text, full, exact=True)
+    lo, lo_count = 0, scale.num_base_tokens  # a prefix at or under the target
+    hi = len(text)  # a prefix at or over it
+    guess = round((num_tokens - scale.num_base_tokens) * scale.chars_per_token)
+    for _ in range(_MAX_PROBES):
+        if hi - lo <= 1:
+            break
+        length = min(max(guess, lo + 1), hi - 1)
+        counted = await count(text[:length])
+        if counted == num_tokens:
+            return Prompt(text[:length], counted, exact=True)
+        if counted < num_tokens:
+            lo, lo_count = length, counted
+        else:
+            hi = length
+        guess = length + round((num_tokens - counted) * scale.chars_per_token)
+        if not lo < guess < hi:
+            guess = (lo + hi) // 2
+    return Prompt(text[:lo], lo_count, exact=True)
+
+
+async def build_prompts(
+    num_tokens: list[int],
+    rng: np.random.Generator,
+    count: Counter | None,
+    max_parallel: int = 16,
+) -> list[Prompt]:
+    """One prompt per target; exact via ``count`` (a tokenize call) when given."""
+    if count is None:
+        return [approximate_prompt(n, rng) for n in num_tokens]
+    scale = await TokenScale.probe(count, rng)
+    # One generator per prompt, drawn in order: the texts do not depend on timing.
+    seeds = rng.integers(0, 2**63 - 1, size=len(num_tokens))
+    gate = asyncio.Semaphore(max_parallel)
+
+    async def one(n: int, seed: int) -> Prompt:
+        async with gate:
+            return await exact_prompt(n, np.random.default_rng(seed), count, scale)
+
+    return list(
+        await asyncio.gather(*(one(n, int(s)) for n, s in zip(num_tokens, seeds, strict=True)))
+    )
