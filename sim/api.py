@@ -32,8 +32,8 @@ from sim.engine.policies.continuous import with_async_scheduling, with_swap_spac
 from sim.engine.prefix_cache import prefix_cache_summary
 from sim.engine.speculative import speculative_summary
 from sim.errors import ConfigError
-from sim.metrics.report import write_outputs
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
+from sim.metrics.report import write_outputs
 from sim.metrics.stats import summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
 from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
@@ -42,7 +42,6 @@ from sim.serving.cluster import Cluster, cluster_summary, request_token_times_s
 from sim.serving.engine_config import Engine, Frontend, with_speculation
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
-
 
 DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at most
 
@@ -117,7 +116,7 @@ class Result:
     def write(
         self, out_dir: str | Path, write_steps: bool = False, trace: bool = False
     ) -> list[Path]:
-        """Write tables, summary.json and plots (``trace.json`` too if ``trace``) into ``out_dir``."""
+        """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``."""
         written = write_outputs(
             out_dir,
             self.requests,

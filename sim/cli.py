@@ -28,9 +28,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace_requests is not None and args.trace_requests < 1:
         raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
-    result = api.run(
-        args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced
-    )
+    result = api.run(args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced)
     elapsed_s = time.perf_counter() - started
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"

@@ -19,6 +19,7 @@ recompute that followed it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -66,24 +67,32 @@ class _Track:
             self.now_s = end_s
 
 
-def _head(track: _Track, row: pd.Series) -> None:
+def _head(track: _Track, row: Row) -> None:
     """Tokenize: from arrival to ready (the engine's queue)."""
     ready = _finite(row["ready_s"])
     if ready is not None:
         track.add("tokenize", ready)
 
 
-def _tail(track: _Track, row: pd.Series, detokenize_s: float) -> None:
+def _tail(track: _Track, row: Row, detokenize_s: float) -> None:
     """Detokenize: the last token's delay, after its engine time."""
     finish = _finite(row["finish_s"])
     if finish is not None and detokenize_s > 0:
         track.add("detokenize", track.now_s + detokenize_s)
 
 
-def _first_rows(requests: pd.DataFrame, num_requests: int) -> pd.DataFrame:
+Row = dict[str, Any]
+
+
+def records(frame: pd.DataFrame) -> list[Row]:
+    """The rows of ``frame`` as plain dicts (column name to value)."""
+    return cast(list[Row], frame.to_dict("records"))
+
+
+def _first_rows(requests: pd.DataFrame, num_requests: int) -> list[Row]:
     """The ``num_requests`` smallest request ids (open-loop ids follow arrival order)."""
     ordered = requests.sort_values("request_id", kind="stable")
-    return ordered.head(num_requests)
+    return records(ordered.head(num_requests))
 
 
 def _frame(rows: Iterable[tuple[int, int, str, float, float, int]]) -> pd.DataFrame:
@@ -94,9 +103,11 @@ def recorded_spans(
     requests: pd.DataFrame, activity: pd.DataFrame, detokenize_s: float, num_requests: int
 ) -> pd.DataFrame:
     """Phase spans from an ``ActivityRecorder`` log (one row per chunk or decode run)."""
-    by_request = {int(k): g for k, g in activity.groupby("request_id", sort=False)}
+    by_request: dict[int, pd.DataFrame] = {}
+    for key, group in activity.groupby("request_id", sort=False):
+        by_request[int(cast(int, key))] = group
     rows: list[tuple[int, int, str, float, float, int]] = []
-    for _, row in _first_rows(requests, num_requests).iterrows():
+    for row in _first_rows(requests, num_requests):
         request_id = int(row["request_id"])
         track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
         _head(track, row)
@@ -112,26 +123,28 @@ def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
     """Chunks and decode runs, with what separated them: a wait, a preemption, a transfer."""
     preemptions = swaps = 0
     replica = track.replica
-    for index, item in enumerate(log.itertuples(index=False)):
-        where = int(item.replica)
-        if index > 0 and item.num_preemptions > preemptions:
-            track.add("swapped" if item.num_swaps > swaps else "preempted", item.start_s, 0, where)
+    for index, item in enumerate(records(log)):
+        where = int(item["replica"])
+        if index > 0 and item["num_preemptions"] > preemptions:
+            track.add(
+                "swapped" if item["num_swaps"] > swaps else "preempted", item["start_s"], 0, where
+            )
         elif index > 0 and where != replica:
-            track.add("kv_transfer", item.start_s, 0, where)
+            track.add("kv_transfer", item["start_s"], 0, where)
         else:
-            track.add("waiting", item.start_s, 0, where)
-        preemptions, swaps, replica = item.num_preemptions, item.num_swaps, where
+            track.add("waiting", item["start_s"], 0, where)
+        preemptions, swaps, replica = item["num_preemptions"], item["num_swaps"], where
         last = track.rows[-1] if track.rows else None
-        end_s, num_tokens = float(item.end_s), int(item.num_tokens)
+        end_s, num_tokens = float(item["end_s"]), int(item["num_tokens"])
         if (
-            item.kind == "decode"
+            item["kind"] == "decode"
             and last is not None
-            and (last[2], last[1], last[4]) == ("decode", where, item.start_s)
+            and (last[2], last[1], last[4]) == ("decode", where, item["start_s"])
         ):  # back-to-back decode runs: one span
             track.rows[-1] = (*last[:4], end_s, last[5] + num_tokens)
             track.now_s = end_s
             continue
-        track.add(str(item.kind), end_s, num_tokens, where)
+        track.add(str(item["kind"]), end_s, num_tokens, where)
 
 
 def reconstructed_spans(
@@ -143,7 +156,7 @@ def reconstructed_spans(
 ) -> pd.DataFrame:
     """Phase spans from the request records, the step log and ``later_runs`` only."""
     rows: list[tuple[int, int, str, float, float, int]] = []
-    for _, row in _first_rows(requests, num_requests).iterrows():
+    for row in _first_rows(requests, num_requests):
         request_id = int(row["request_id"])
         track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
         _head(track, row)
@@ -162,7 +175,7 @@ def reconstructed_spans(
 
 def _token_body(
     track: _Track,
-    row: pd.Series,
+    row: Row,
     steps: pd.DataFrame,
     runs: list[tuple[float, int]] | None,
     first_token_s: float,

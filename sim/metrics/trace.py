@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+
+from sim.metrics.lifecycle import records
 
 REQUESTS_PID = 1
 FIRST_REPLICA_PID = 2
@@ -65,10 +67,10 @@ def _replica_of(frame: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.int64]]:
 def request_events(spans: pd.DataFrame, requests: pd.DataFrame) -> list[Event]:
     """The "requests" process: per request a parent span, its phases and a TTFT instant."""
     events: list[Event] = [_meta("process_name", REQUESTS_PID, 0, name="requests")]
-    rows = requests.set_index("request_id")
+    rows = {int(row["request_id"]): row for row in records(requests)}
     for request_id, group in spans.groupby("request_id", sort=True):
-        tid = int(request_id)
-        row = rows.loc[tid]
+        tid = int(cast(int, request_id))
+        row = rows[tid]
         start, end = float(group["start_s"].min()), float(group["end_s"].max())
         events.append(_meta("thread_name", REQUESTS_PID, tid, name=f"request {tid}"))
         events.append(_meta("thread_sort_index", REQUESTS_PID, tid, sort_index=tid))
@@ -79,9 +81,11 @@ def request_events(spans: pd.DataFrame, requests: pd.DataFrame) -> list[Event]:
             "num_preemptions": int(row["num_preemptions"]),
         }
         events.append(parent)
-        for span in group.itertuples(index=False):
-            event = _span(str(span.phase), "phase", span.start_s, span.end_s, REQUESTS_PID, tid)
-            event["args"] = {"replica": int(span.replica), "num_tokens": int(span.num_tokens)}
+        for span in records(group):
+            event = _span(
+                str(span["phase"]), "phase", span["start_s"], span["end_s"], REQUESTS_PID, tid
+            )
+            event["args"] = {"replica": int(span["replica"]), "num_tokens": int(span["num_tokens"])}
             events.append(event)
         first = float(row["first_token_s"])
         if np.isfinite(first):

@@ -9,6 +9,7 @@ first streamed token (TTFT ends there). Drawn on an Agg canvas like
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,7 @@ _DPI = 120
 
 
 def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
-    """Draw every request of ``spans`` (from ``sim.metrics.lifecycle``) as a bar; return ``path``."""
+    """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
     ids = sorted(int(i) for i in spans["request_id"].unique()) if len(spans) else []
     row_of = {request_id: row for row, request_id in enumerate(ids)}
     height_in = min(2.0 + 0.22 * len(ids), 14.0)
@@ -48,20 +49,21 @@ def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path
                 zip(spans_of["start_s"], spans_of["end_s"] - spans_of["start_s"], strict=True)
             )
             ax.broken_barh(
-                bars, (row_of[int(request_id)] - 0.4, 0.8), color=PHASE_COLORS.get(str(phase))
+                bars,
+                (row_of[int(cast(int, request_id))] - 0.4, 0.8),
+                color=PHASE_COLORS.get(str(phase)),
             )
     firsts = requests.set_index("request_id").reindex(ids)["first_token_s"].to_numpy(float)
     shown = np.isfinite(firsts)
     rows = np.arange(len(ids))[shown]
     ax.scatter(firsts[shown], rows, marker="|", s=120, color="black", zorder=3)
     present = [p for p in PHASES if p in set(spans["phase"])] if len(spans) else []
-    handles = [Patch(color=PHASE_COLORS[p], label=p) for p in present]
-    handles.append(
-        ax.scatter([], [], marker="|", s=120, color="black", label="first token (TTFT)")
-    )
+    handles: list[Any] = [Patch(color=PHASE_COLORS[p], label=p) for p in present]
+    handles.append(ax.scatter([], [], marker="|", s=120, color="black", label="first token (TTFT)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     ax.set_yticks(range(len(ids)), [str(i) for i in ids], fontsize=7)
-    ax.set_ylim(len(ids) - 0.5, -0.5)  # request 0 on top
+    if ids:
+        ax.set_ylim(len(ids) - 0.5, -0.5)  # request 0 on top
     ax.set_xlabel("Simulated time (s)")
     ax.set_ylabel("request id")
     ax.grid(True, axis="x", alpha=0.3)

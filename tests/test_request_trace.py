@@ -1,0 +1,362 @@
+"""trace.json (``servesim run --trace``): the trace-event format, phases, nesting, bounds."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim import api
+from sim.cli import main
+from sim.engine.lifecycle import ActivityRecorder
+from sim.metrics.lifecycle import PHASES, reconstructed_spans
+from sim.scenario import scenario_from_dict
+from sim.serving.simulation import Simulation
+from sim.workload.generate import generate_open_loop
+
+EPS_US = 1e-6  # rounding slack: times are written to the nanosecond (1e-3 us)
+OVERHEAD_S, PER_PREFILL_TOKEN_S, PER_DECODE_SEQ_S = 0.001, 1e-4, 0.008
+TOKENIZE_S, DETOKENIZE_S = 1e-5, 2e-5
+
+
+def doc(
+    num_requests: int = 30,
+    rate_per_s: float = 20.0,
+    prompt: int = 100,
+    output: int = 5,
+    budget: int = 64,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A linear-cost scenario with fixed lengths and synchronous scheduling (hand-traceable)."""
+    return {
+        "cost": {
+            "kind": "linear",
+            "step_overhead_s": OVERHEAD_S,
+            "per_prefill_token_s": PER_PREFILL_TOKEN_S,
+            "per_decode_seq_s": PER_DECODE_SEQ_S,
+        },
+        "scheduler": {
+            "kind": "continuous",
+            "max_num_seqs": 8,
+            "max_num_batched_tokens": budget,
+            "chunked_prefill": True,
+            **extra.pop("scheduler", {}),
+        },
+        "engine": {"async_scheduling": False, **extra.pop("engine", {})},
+        "frontend": {"tokenize_s_per_token": TOKENIZE_S, "detokenize_s_per_token": DETOKENIZE_S},
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": num_requests,
+            "arrival": {"kind": "constant", "rate_per_s": rate_per_s},
+            "prompt_tokens": {"kind": "fixed", "tokens": prompt},
+            "output_tokens": {"kind": "fixed", "tokens": output},
+        },
+        **extra,
+    }
+
+
+def traced(document: dict[str, Any], num_traced: int = 10) -> tuple[api.Result, dict[str, Any]]:
+    result = api.run(scenario_from_dict(document), trace_requests=num_traced)
+    trace = json.loads(json.dumps(result.trace(), allow_nan=False))  # what the file holds
+    return result, trace
+
+
+def phases_of(trace: dict[str, Any], request_id: int) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in trace["traceEvents"]
+        if e["ph"] == "X" and e["pid"] == 1 and e["tid"] == request_id and e["cat"] == "phase"
+    ]
+
+
+def check_format(trace: dict[str, Any]) -> None:
+    """Every event as the trace-event format wants it; times in microseconds."""
+    assert isinstance(trace["traceEvents"], list) and trace["traceEvents"]
+    assert trace["displayTimeUnit"] in ("ms", "ns")
+    for event in trace["traceEvents"]:
+        assert event["ph"] in ("X", "M", "C", "i"), event
+        assert isinstance(event["name"], str) and event["name"]
+        assert isinstance(event["pid"], int)
+        if event["ph"] == "M":
+            assert event["name"] in ("process_name", "thread_name", "thread_sort_index")
+            assert isinstance(event["args"], dict)
+            continue
+        assert isinstance(event["ts"], float | int) and event["ts"] >= 0
+        if event["ph"] == "X":
+            assert isinstance(event["tid"], int)
+            assert isinstance(event["dur"], float | int) and event["dur"] >= 0
+        if event["ph"] == "C":
+            assert event["args"] and all(isinstance(v, int) for v in event["args"].values())
+        if event["ph"] == "i":
+            assert event["s"] in ("t", "p", "g") and isinstance(event["tid"], int)
+
+
+def check_nesting(trace: dict[str, Any]) -> None:
+    """Within a track, two spans are disjoint or one contains the other; phases never overlap."""
+    tracks: dict[tuple[int, int], list[tuple[float, float, str]]] = defaultdict(list)
+    for event in trace["traceEvents"]:
+        if event["ph"] == "X":
+            tracks[event["pid"], event["tid"]].append(
+                (event["ts"], event["ts"] + event["dur"], event["cat"])
+            )
+    for spans in tracks.values():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        open_ends: list[float] = []  # a stack of enclosing spans' ends
+        for start, end, _ in spans:
+            while open_ends and open_ends[-1] <= start + EPS_US:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1] + EPS_US, "spans cross"
+            open_ends.append(end)
+        leaves = sorted((s, e) for s, e, cat in spans if cat in ("phase", "step"))
+        for (_, end), (start, _) in itertools.pairwise(leaves):
+            assert end <= start + EPS_US, "two phases (or steps) of one track overlap"
+
+
+def test_hand_traced_request_chunks_decode_and_detokenize() -> None:
+    # One request: 100 prompt tokens in chunks of 64 and 36, then 4 decode steps.
+    result, trace = traced(doc(num_requests=1, prompt=100, output=5, budget=64))
+    check_format(trace)
+    check_nesting(trace)
+    arrival_s = float(result.requests["arrival_s"].iloc[0])
+    phases = phases_of(trace, 0)
+    assert [p["name"] for p in phases] == [
+        "tokenize",
+        "prefill",
+        "prefill",
+        "decode",
+        "detokenize",
+    ]
+    tokenize, chunk1, chunk2, decode, detok = phases
+    assert tokenize["ts"] == pytest.approx(arrival_s * 1e6, abs=1e-3)
+    assert tokenize["dur"] == pytest.approx(100 * TOKENIZE_S * 1e6, abs=1e-3)
+    assert chunk1["args"]["num_tokens"] == 64 and chunk2["args"]["num_tokens"] == 36
+    assert chunk1["dur"] == pytest.approx((OVERHEAD_S + 64 * PER_PREFILL_TOKEN_S) * 1e6, abs=1e-3)
+    assert chunk2["dur"] == pytest.approx((OVERHEAD_S + 36 * PER_PREFILL_TOKEN_S) * 1e6, abs=1e-3)
+    assert decode["args"]["num_tokens"] == 4
+    assert decode["dur"] == pytest.approx(4 * (OVERHEAD_S + PER_DECODE_SEQ_S) * 1e6, abs=1e-3)
+    assert detok["dur"] == pytest.approx(DETOKENIZE_S * 1e6, abs=1e-3)
+    ttft = [e for e in trace["traceEvents"] if e["ph"] == "i" and e["tid"] == 0]
+    assert len(ttft) == 1
+    assert ttft[0]["ts"] == pytest.approx(chunk2["ts"] + chunk2["dur"] + DETOKENIZE_S * 1e6)
+    assert ttft[0]["args"]["ttft_ms"] == pytest.approx(1e3 * result.requests["ttft_s"].iloc[0])
+    (parent,) = [e for e in trace["traceEvents"] if e.get("cat") == "request"]
+    assert parent["ts"] == tokenize["ts"]
+    assert parent["ts"] + parent["dur"] == pytest.approx(
+        float(result.requests["finish_s"].iloc[0]) * 1e6, abs=1e-3
+    )
+
+
+def test_replica_steps_carry_batch_composition_and_counters() -> None:
+    _result, trace = traced(doc(num_requests=1, prompt=100, output=5, budget=64))
+    steps = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["cat"] == "step"]
+    assert [s["args"]["num_prefill_tokens"] for s in steps] == [64, 36, 0, 0, 0, 0]
+    assert [s["args"]["num_decode_seqs"] for s in steps] == [0, 0, 1, 1, 1, 1]
+    assert [s["name"] for s in steps] == ["prefill"] * 2 + ["decode"] * 4
+    assert all(s["pid"] == 2 for s in steps)
+    # 100 tokens in 16-token blocks: 4 blocks after the first chunk, 7 by the end.
+    kv = [s["args"]["num_kv_blocks_used"] for s in steps]
+    assert kv[0] == 4 and kv[-1] == 7 and kv == sorted(kv)
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"}
+    assert names == {"queue", "KV cache"}
+    meta = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"}
+    assert meta == {"requests", "replica 0"}
+
+
+def test_bounded_to_the_first_requests_and_their_window() -> None:
+    result, trace = traced(doc(num_requests=200, rate_per_s=50.0), num_traced=7)
+    check_format(trace)
+    tids = {e["tid"] for e in trace["traceEvents"] if e["pid"] == 1 and e["ph"] == "X"}
+    assert tids == set(range(7))
+    end_us = max(e["ts"] + e["dur"] for e in trace["traceEvents"] if e["pid"] == 1 and "dur" in e)
+    steps = [e for e in trace["traceEvents"] if e.get("cat") == "step"]
+    assert steps and all(s["ts"] < end_us for s in steps)
+    assert len(steps) < len(result.steps)  # the window, not the whole run
+    assert result.activity is not None
+    assert set(result.activity["request_id"]) <= set(range(7))
+
+
+def test_recorder_detaches_once_its_requests_are_done() -> None:
+    scenario = scenario_from_dict(doc(num_requests=100, rate_per_s=50.0))
+    recorder = ActivityRecorder(3)
+    simulation = Simulation(api.engine_for(scenario))
+    assert simulation.core.recorder is None  # normal runs: no recorder
+    recorder.attach(simulation.cores)
+    assert recorder.attached and simulation.core.recorder is recorder
+    work = generate_open_loop(scenario.workload, np.random.default_rng(0))
+    simulation.run(work)
+    assert not recorder.attached and simulation.core.recorder is None
+    frame = recorder.frame()
+    assert set(frame["request_id"]) == {0, 1, 2}
+    # Every prompt token of every traced request was computed in a recorded chunk.
+    prefill = frame[frame["kind"] == "prefill"].groupby("request_id")["num_tokens"].sum()
+    assert prefill.to_dict() == {0: 100, 1: 100, 2: 100}
+    assert frame["start_s"].max() < float(simulation.core.steps.frame()["end_s"].iloc[-1])
+
+
+def test_zero_traced_requests_records_nothing() -> None:
+    recorder = ActivityRecorder(0)
+    recorder.attach([])
+    assert not recorder.attached and len(recorder.frame()) == 0
+    with pytest.raises(ValueError, match="num_requests"):
+        ActivityRecorder(-1)
+
+
+def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
+    result, _ = traced(doc(num_requests=40, rate_per_s=40.0), num_traced=40)
+    recorded = result.spans(40)
+    raw = result.raw  # reconstructed from the records alone:
+    other = reconstructed_spans(
+        raw.requests, raw.steps, raw.later_runs, raw.detokenize_s_per_token, 40
+    )
+    for frame in (recorded, other):
+        bounds = frame.groupby("request_id").agg(start=("start_s", "min"), end=("end_s", "max"))
+        requests = result.raw.requests.set_index("request_id").loc[bounds.index]
+        assert bounds["start"].to_numpy() == pytest.approx(requests["arrival_s"].to_numpy())
+        assert bounds["end"].to_numpy() == pytest.approx(requests["finish_s"].to_numpy())
+    for phase in ("tokenize", "detokenize"):
+        a = recorded[recorded.phase == phase].set_index("request_id")
+        b = other[other.phase == phase].set_index("request_id")
+        assert (a["end_s"] - a["start_s"]).to_numpy() == pytest.approx(
+            (b["end_s"] - b["start_s"]).to_numpy()
+        )
+    # The prefill of the rebuilt spans covers the recorded chunks (and any wait between them).
+    chunks = recorded[recorded.phase == "prefill"].groupby("request_id")
+    whole = other[other.phase == "prefill"].set_index("request_id")
+    assert chunks["end_s"].max().to_numpy() == pytest.approx(whole["end_s"].to_numpy())
+
+
+def test_preempted_requests_show_a_preemption_gap() -> None:
+    # 24 KV blocks of 16 tokens for 8 requests of 100 + 100 tokens: preemptions.
+    document = doc(num_requests=30, rate_per_s=200.0, output=100, engine={"num_kv_blocks": 24})
+    result, trace = traced(document, num_traced=30)
+    check_format(trace)
+    check_nesting(trace)
+    preempted = result.requests.loc[result.requests["num_preemptions"] > 0, "request_id"]
+    assert len(preempted) > 0
+    for request_id in preempted.tolist():
+        names = [p["name"] for p in phases_of(trace, request_id)]
+        assert "preempted" in names
+        after = names[names.index("preempted") + 1]
+        assert after == "prefill"  # recompute: the prompt (and tokens so far) again
+    assert set(result.spans(30)["phase"]) <= set(PHASES)
+    # Rebuilt from the records alone, the gap (preemption and recompute) is there too.
+    raw = result.raw
+    rebuilt = reconstructed_spans(
+        raw.requests, raw.steps, raw.later_runs, raw.detokenize_s_per_token, 30
+    )
+    for request_id in preempted.tolist():
+        mine = rebuilt[rebuilt.request_id == request_id]
+        if request_id in raw.later_runs:  # preempted after its first token
+            assert "preempted" in set(mine.phase)
+        ends = mine["end_s"].to_numpy()
+        assert (mine["start_s"].to_numpy()[1:] == ends[:-1]).all()
+
+
+def test_swap_preemption_is_labelled_swapped() -> None:
+    document = doc(
+        num_requests=30,
+        rate_per_s=200.0,
+        output=100,
+        engine={"num_kv_blocks": 24},
+        scheduler={"preemption": "swap"},
+    )
+    result, trace = traced(document, num_traced=30)
+    check_nesting(trace)
+    swapped = result.requests.loc[result.requests["num_swaps"] > 0, "request_id"].tolist()
+    assert swapped
+    for request_id in swapped:
+        assert "swapped" in [p["name"] for p in phases_of(trace, request_id)]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 1000),
+    rate=st.sampled_from([5.0, 40.0, 200.0]),
+    blocks=st.sampled_from([None, 30]),
+    asynchronous=st.booleans(),
+)
+def test_any_run_gives_a_well_formed_trace(
+    seed: int, rate: float, blocks: int | None, asynchronous: bool
+) -> None:
+    document = doc(num_requests=25, rate_per_s=rate, output=40, seed=seed)
+    document["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate}
+    document["workload"]["prompt_tokens"] = {"kind": "uniform", "min_tokens": 10, "max_tokens": 200}
+    document["engine"] = {"async_scheduling": asynchronous, "num_kv_blocks": blocks}
+    result, trace = traced(document, num_traced=25)
+    check_format(trace)
+    check_nesting(trace)
+    done = result.requests[result.requests["finish_s"].notna()]
+    for row in done.to_dict("records"):
+        phases = phases_of(trace, int(row["request_id"]))
+        assert phases[0]["ts"] == pytest.approx(row["arrival_s"] * 1e6, abs=1e-3)
+        end = phases[-1]["ts"] + phases[-1]["dur"]
+        assert end == pytest.approx(row["finish_s"] * 1e6, abs=1e-3)
+        # Contiguous from arrival to the last streamed token: no hole, no overlap.
+        for a, b in itertools.pairwise(phases):
+            assert a["ts"] + a["dur"] == pytest.approx(b["ts"], abs=1e-3)
+
+
+def test_cluster_and_disaggregated_runs_trace_every_replica() -> None:
+    root = Path(__file__).parent.parent / "scenarios"
+    for name, replicas in (("replicas.yaml", 4), ("disaggregated.yaml", 4)):
+        result = api.run(root / name, ["workload.num_requests=60"], trace_requests=20)
+        trace = result.trace()
+        check_format(trace)
+        check_nesting(trace)
+        pids = {e["pid"] for e in trace["traceEvents"] if e.get("cat") == "step"}
+        assert pids <= {2 + r for r in range(replicas)} and len(pids) >= 2
+    names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "phase"}
+    assert "kv_transfer" in names  # disaggregated: prefill replica to decode replica
+
+
+def test_cli_writes_trace_json_only_when_asked(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(doc(num_requests=20)))
+    assert main(["run", str(scenario), "--out", str(tmp_path / "a"), "-q"]) == 0
+    assert (tmp_path / "a" / "waterfall.png").exists()
+    assert not (tmp_path / "a" / "trace.json").exists()
+    line = ["run", str(scenario), "--out", str(tmp_path / "b"), "-q", "--trace"]
+    assert main([*line, "--trace-requests", "5"]) == 0
+    trace = json.loads((tmp_path / "b" / "trace.json").read_text())
+    check_format(trace)
+    assert trace["otherData"]["num_traced_requests"] == 5
+    assert {e["tid"] for e in trace["traceEvents"] if e.get("cat") == "request"} == set(range(5))
+
+
+def test_cli_rejects_a_non_positive_trace_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(json.dumps(doc(num_requests=5)))
+    line = ["run", str(scenario), "--out", str(tmp_path), "-q", "--trace", "--trace-requests"]
+    assert main([*line, "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--trace-requests" in err[0]
+
+
+def test_unfinished_requests_are_drawn_up_to_where_they_got() -> None:
+    requests = pd.DataFrame(
+        {
+            "request_id": [0],
+            "arrival_s": [0.0],
+            "ready_s": [0.5],
+            "first_scheduled_s": [float("nan")],
+            "first_token_s": [float("nan")],
+            "finish_s": [float("nan")],
+            "num_prompt_tokens": [10],
+            "num_output_tokens": [5],
+            "num_generated_tokens": [0],
+            "num_preemptions": [0],
+            "replica": [0],
+        }
+    )
+    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 0.0, 10)
+    assert spans[["phase", "start_s", "end_s"]].values.tolist() == [["tokenize", 0.0, 0.5]]
