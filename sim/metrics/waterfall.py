@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -35,12 +36,20 @@ _DPI = 120
 
 def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
     """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
-    ids = sorted(int(i) for i in spans["request_id"].unique()) if len(spans) else []
-    row_of = {request_id: row for row, request_id in enumerate(ids)}
-    height_in = min(2.0 + 0.22 * len(ids), 14.0)
+    num_rows = spans["request_id"].nunique() if len(spans) else 0
+    height_in = min(2.0 + 0.22 * num_rows, 14.0)
     fig = Figure(figsize=(11, height_in), dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
+    draw_waterfall(fig.add_subplot(), spans, requests)
+    out = Path(path)
+    fig.savefig(out)
+    return out
+
+
+def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
+    """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` gives first tokens."""
+    ids = sorted(int(i) for i in spans["request_id"].unique()) if len(spans) else []
+    row_of = {request_id: row for row, request_id in enumerate(ids)}
     if not ids:
         ax.text(0.5, 0.5, "no requests", ha="center", va="center", transform=ax.transAxes)
     for phase, group in spans.groupby("phase", sort=False):
@@ -68,6 +77,3 @@ def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path
     ax.set_ylabel("request id")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"Life of the first {len(ids)} requests, phase by phase", loc="left")
-    out = Path(path)
-    fig.savefig(out)
-    return out
