@@ -258,6 +258,8 @@ def test_preempted_requests_show_a_preemption_gap() -> None:
             assert "preempted" in set(mine.phase)
         ends = mine["end_s"].to_numpy()
         assert (mine["start_s"].to_numpy()[1:] == ends[:-1]).all()
+        finish_s = float(raw.requests.set_index("request_id").loc[request_id, "finish_s"])
+        assert ends[-1] == pytest.approx(finish_s)
 
 
 def test_swap_preemption_is_labelled_swapped() -> None:
