@@ -40,6 +40,7 @@ from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 from sim.scenario import Scenario, load_scenario
 from sim.serving.cluster import Cluster, cluster_summary, request_token_times_s
 from sim.serving.engine_config import Engine, Frontend, with_speculation
+from sim.serving.frontend import Delivery
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 
@@ -70,21 +71,21 @@ class Result:
         row = self.raw.requests.loc[self.raw.requests["request_id"] == request_id]
         if row.empty:
             raise KeyError(f"no request {request_id}")
-        first = float(row["first_token_s"].iloc[0])
+        first = float(row["engine_first_token_s"].iloc[0])
         count = int(row["num_generated_tokens"].iloc[0])
         if np.isnan(first):
             return np.empty(0)
-        detokenize_s = self.raw.detokenize_s_per_token
         prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
-        return request_token_times_s(
+        replica = int(row["replica"].iloc[0])
+        engine_s = request_token_times_s(
             self.steps,
-            first - detokenize_s,
+            first,
             count,
             self.raw.later_runs.get(request_id),
-            int(row["replica"].iloc[0]),
+            replica,
             None if prefill is None or pd.isna(prefill) else int(prefill),
-            detokenize_s,
         )
+        return Delivery(self.steps).client_s(engine_s, np.full(engine_s.shape, replica))
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
         """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
@@ -95,12 +96,8 @@ class Result:
         raw = self.raw
         traced = self.num_traced_requests
         if self.activity is not None and traced is not None and num_requests <= traced:
-            return recorded_spans(
-                raw.requests, self.activity, raw.detokenize_s_per_token, num_requests
-            )
-        return reconstructed_spans(
-            raw.requests, raw.steps, raw.later_runs, raw.detokenize_s_per_token, num_requests
-        )
+            return recorded_spans(raw.requests, self.activity, num_requests)
+        return reconstructed_spans(raw.requests, raw.steps, raw.later_runs, num_requests)
 
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
         """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
@@ -199,7 +196,9 @@ def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
         block_size_tokens=scenario.engine.block_size_tokens,
         max_model_len_tokens=scenario.engine.max_model_len_tokens,
         frontend=Frontend(
-            scenario.frontend.tokenize_s_per_token, scenario.frontend.detokenize_s_per_token
+            scenario.frontend.tokenize_s_per_token,
+            scenario.frontend.detokenize_s_per_token,
+            scenario.frontend.output_step_s,
         ),
         skip_ahead=scenario.engine.skip_ahead,
         enable_prefix_caching=scenario.engine.enable_prefix_caching,

@@ -134,7 +134,7 @@ def test_recorder_stays_while_a_tracked_request_runs() -> None:
 
 
 def test_recorded_spans_chunks_wait_and_merged_decode_runs() -> None:
-    requests = pd.DataFrame([request_row(finish_s=1.01)])
+    requests = pd.DataFrame([request_row(finish_s=1.01, engine_finish_s=1.0)])
     activity = pd.DataFrame(
         [
             activity_row("prefill", 0.2, 0.3, num_tokens=6),
@@ -143,7 +143,7 @@ def test_recorded_spans_chunks_wait_and_merged_decode_runs() -> None:
             activity_row("decode", 0.7, 1.0, num_tokens=1),  # back to back: merged
         ]
     )
-    spans = recorded_spans(requests, activity, 0.01, 10)
+    spans = recorded_spans(requests, activity, 10)
     assert phases(spans) == [
         ("tokenize", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
@@ -167,7 +167,7 @@ def test_recorded_spans_label_the_gap_after_a_preemption(num_swaps: int, label: 
             activity_row("decode", 0.9, 1.0, num_preemptions=1, num_swaps=num_swaps),
         ]
     )
-    names = [p for p, _, _ in phases(recorded_spans(requests, activity, 0.0, 10))]
+    names = [p for p, _, _ in phases(recorded_spans(requests, activity, 10))]
     assert names == ["tokenize", "waiting", "prefill", "decode", label, "prefill", "decode"]
 
 
@@ -179,7 +179,7 @@ def test_recorded_spans_mark_a_move_to_another_replica_as_kv_transfer() -> None:
             activity_row("decode", 0.6, 1.0, num_tokens=3, replica=1),
         ]
     )
-    spans = recorded_spans(requests, activity, 0.0, 10)
+    spans = recorded_spans(requests, activity, 10)
     assert phases(spans)[3:] == [("kv_transfer", 0.5, 0.6), ("decode", 0.6, 1.0)]
     assert spans["replica"].tolist()[2:] == [0, 1, 1]
 
@@ -187,7 +187,7 @@ def test_recorded_spans_mark_a_move_to_another_replica_as_kv_transfer() -> None:
 def test_recorded_spans_keep_only_the_first_requests() -> None:
     rows = [request_row(i, arrival_s=float(i), ready_s=i + 0.1) for i in (4, 2, 0, 1, 3)]
     requests = pd.DataFrame(rows)
-    spans = recorded_spans(requests, pd.DataFrame([activity_row("decode", 0.5, 1.0)]), 0.0, 3)
+    spans = recorded_spans(requests, pd.DataFrame([activity_row("decode", 0.5, 1.0)]), 3)
     assert sorted(set(spans["request_id"])) == [0, 1, 2]
 
 
@@ -195,8 +195,14 @@ def test_recorded_spans_keep_only_the_first_requests() -> None:
 
 
 def test_reconstructed_spans_of_a_plain_request() -> None:
-    requests = pd.DataFrame([request_row(first_token_s=0.52, finish_s=1.02)])
-    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 0.02, 5)
+    requests = pd.DataFrame(
+        [
+            request_row(
+                first_token_s=0.52, finish_s=1.02, engine_first_token_s=0.5, engine_finish_s=1.0
+            )
+        ]
+    )
+    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 5)
     assert phases(spans) == [
         ("tokenize", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
@@ -217,7 +223,7 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
         }
     )
     requests = pd.DataFrame([request_row(num_preemptions=1)])
-    spans = reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 0.0, 5)
+    spans = reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5)
     assert phases(spans)[2:] == [
         ("prefill", 0.2, 0.5),
         ("decode", 0.5, 0.6),
@@ -229,7 +235,7 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
 def test_reconstructed_spans_fall_back_to_one_decode_span_when_tokens_cannot_be_placed() -> None:
     requests = pd.DataFrame([request_row(num_preemptions=1)])
     steps = pd.DataFrame({"start_s": [0.0], "end_s": [0.05], "replica": [0]})
-    spans = reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 0.0, 5)
+    spans = reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5)
     assert phases(spans)[-1] == ("decode", 0.5, 1.0)
 
 

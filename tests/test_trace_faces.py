@@ -68,5 +68,5 @@ def test_unfinished_requests_are_drawn_up_to_where_they_got() -> None:
             "replica": [0],
         }
     )
-    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 0.0, 10)
+    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 10)
     assert spans[["phase", "start_s", "end_s"]].values.tolist() == [["tokenize", 0.0, 0.5]]

@@ -12,7 +12,9 @@ from sim.scenario import scenario_from_dict
 
 EPS_US = 1e-6  # rounding slack: times are written to the nanosecond (1e-3 us)
 OVERHEAD_S, PER_PREFILL_TOKEN_S, PER_DECODE_SEQ_S = 0.001, 1e-4, 0.008
-TOKENIZE_S, DETOKENIZE_S = 1e-5, 2e-5
+TOKENIZE_S, DETOKENIZE_S, OUTPUT_STEP_S = 1e-5, 2e-5, 2e-4
+# The frontend's time for a step with one output: its per-step cost plus one detokenization.
+DELIVERY_S = OUTPUT_STEP_S + DETOKENIZE_S
 
 
 def doc(
@@ -39,7 +41,11 @@ def doc(
             **extra.pop("scheduler", {}),
         },
         "engine": {"async_scheduling": False, **extra.pop("engine", {})},
-        "frontend": {"tokenize_s_per_token": TOKENIZE_S, "detokenize_s_per_token": DETOKENIZE_S},
+        "frontend": {
+            "tokenize_s_per_token": TOKENIZE_S,
+            "detokenize_s_per_token": DETOKENIZE_S,
+            "output_step_s": OUTPUT_STEP_S,
+        },
         "workload": {
             "kind": "synthetic",
             "num_requests": num_requests,

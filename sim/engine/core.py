@@ -104,7 +104,11 @@ class EngineCore:
         # Runs of tokens after the first, for requests whose tokens were
         # interrupted (preemption): request_id -> [(first token time, tokens before)].
         self.later_runs: dict[int, list[tuple[float, int]]] = {}
+        # Gaps between tokens that do not follow their predecessor by one step,
+        # and when each gap began (engine time of the token before it, s): the
+        # frontend model maps both ends to client times.
         self.extra_itl_s: list[float] = []
+        self.extra_itl_from_s: list[float] = []
         self.recorder: CommitRecorder | None = None  # None: normal runs pay one test per commit
 
     # -- intake ------------------------------------------------------------
@@ -184,7 +188,7 @@ class EngineCore:
     def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
         step = self.num_steps
         previous = step - 1
-        num_itl = num_prefill = num_decode = 0
+        num_itl = num_prefill = num_decode = num_fresh = 0
         for request, num_new in plan.scheduled:
             generated = request.num_generated_tokens
             if num_new == 1 and generated > 0:
@@ -205,8 +209,13 @@ class EngineCore:
                     request.last_token_s = end_s
                     num_itl += 1
                 else:
-                    num_itl += self._emit(request, step, end_s)
-        self.steps.add_step(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
+                    continuing = self._emit(request, step, end_s)
+                    num_itl += continuing
+                    num_fresh += 1 - continuing  # a first token, or one after a break
+        num_outputs = num_itl + num_fresh
+        self.steps.add_step(
+            start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl, num_outputs
+        )
         self.num_steps = step + 1
 
     def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
@@ -252,8 +261,10 @@ class EngineCore:
         for request in finished:
             self.finish(request, end_last)
         steps = self.steps
-        steps.add_step(start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl)
-        num_seqs = len(plan.scheduled)
+        num_seqs = len(plan.scheduled)  # each emits a token in every step of the run
+        steps.add_step(
+            start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl, num_seqs
+        )
         steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs)
         self.num_steps = last + 1
 
@@ -261,6 +272,7 @@ class EngineCore:
         """A token that does not follow its predecessor by one step."""
         if request.last_token_s is not None:
             self.extra_itl_s.append(time_s - request.last_token_s)
+            self.extra_itl_from_s.append(request.last_token_s)
             self.later_runs.setdefault(request.request_id, []).append(
                 (time_s, request.num_generated_tokens)
             )

@@ -230,7 +230,7 @@ class SpeculativeScheduler:
         assert plan.num_emitted is not None
         step = core.num_steps
         previous = step - 1
-        num_itl = num_prefill = num_decode = 0
+        num_itl = num_prefill = num_decode = num_outputs = 0
         for (request, num_new), count in zip(plan.scheduled, plan.num_emitted, strict=True):
             generated = request.num_generated_tokens
             if request.is_decoding:
@@ -241,6 +241,7 @@ class SpeculativeScheduler:
                 request.num_computed_tokens += num_new
             if count == 0:
                 continue
+            num_outputs += 1
             continuing = request.last_token_step == previous
             if continuing:
                 num_itl += 1  # one gap per request and step: its tokens arrive together
@@ -253,7 +254,9 @@ class SpeculativeScheduler:
             request.last_token_s = end_s
             if generated + count == request.num_output_tokens:
                 core.finish(request, end_s)
-        core.steps.add_step(start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl)
+        core.steps.add_step(
+            start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl, num_outputs
+        )
         core.num_steps = step + 1
 
 

@@ -4,9 +4,13 @@ A request's phases, in order: ``tokenize`` (arrival to ready), ``waiting``
 (queued), ``prefill`` (one span per chunk when the run recorded them),
 ``decode``, ``preempted`` or ``swapped`` (out of the batch after a preemption,
 until it is scheduled again), ``kv_transfer`` (disaggregation: from the
-prefill replica to the decode replica), and ``detokenize`` (the last token's
-detokenization delay, read from the run). Spans of one request abut and
-never overlap: each starts where the one before ended.
+prefill replica to the decode replica), and ``detokenize`` (from the engine
+step that made the last token to the client receiving it: the frontend's
+output processing and detokenization, and its queue when it lags; read from
+the run's ``engine_finish_s`` and ``finish_s``). Engine phases use engine
+times (``engine_first_token_s``, ``engine_finish_s``); a table without them
+(a measured run) is taken as engine times with no frontend. Spans of one
+request abut and never overlap: each starts where the one before ended.
 
 Two sources. ``recorded_spans`` uses the per-step activity an
 ``ActivityRecorder`` logged (``servesim run --trace``): exact chunks and
@@ -74,11 +78,17 @@ def _head(track: _Track, row: Row) -> None:
         track.add("tokenize", ready)
 
 
-def _tail(track: _Track, row: Row, detokenize_s: float) -> None:
-    """Detokenize: the last token's delay, after its engine time."""
+def _engine_s(row: Row, column: str) -> float | None:
+    """The engine time of ``first_token_s`` or ``finish_s`` (the client time without a frontend)."""
+    engine = f"engine_{column}"
+    return _finite(row[engine] if engine in row else row[column])
+
+
+def _tail(track: _Track, row: Row) -> None:
+    """Detokenize: from the engine step of the last token to the client's receiving it."""
     finish = _finite(row["finish_s"])
-    if finish is not None and detokenize_s > 0:
-        track.add("detokenize", track.now_s + detokenize_s)
+    if finish is not None:
+        track.add("detokenize", finish)
 
 
 Row = dict[str, Any]
@@ -100,7 +110,7 @@ def _frame(rows: Iterable[tuple[int, int, str, float, float, int]]) -> pd.DataFr
 
 
 def recorded_spans(
-    requests: pd.DataFrame, activity: pd.DataFrame, detokenize_s: float, num_requests: int
+    requests: pd.DataFrame, activity: pd.DataFrame, num_requests: int
 ) -> pd.DataFrame:
     """Phase spans from an ``ActivityRecorder`` log (one row per chunk or decode run)."""
     by_request: dict[int, pd.DataFrame] = {}
@@ -114,7 +124,7 @@ def recorded_spans(
         log = by_request.get(request_id)
         if log is not None:
             _recorded_body(track, log.sort_values("start_s", kind="stable"))
-            _tail(track, row, detokenize_s)
+            _tail(track, row)
         rows += track.rows
     return _frame(rows)
 
@@ -151,7 +161,6 @@ def reconstructed_spans(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
     later_runs: dict[int, list[tuple[float, int]]],
-    detokenize_s: float,
     num_requests: int,
 ) -> pd.DataFrame:
     """Phase spans from the request records, the step log and ``later_runs`` only."""
@@ -173,14 +182,12 @@ def reconstructed_spans(
         track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
         _head(track, row)
         scheduled = _finite(row["first_scheduled_s"])
-        first = _finite(row["first_token_s"])
+        first = _engine_s(row, "first_token_s")
         if scheduled is not None:
             track.add("waiting", scheduled)
         if first is not None:
-            _token_body(
-                track, row, steps, later_runs.get(request_id), first - detokenize_s, detokenize_s
-            )
-            _tail(track, row, detokenize_s)
+            _token_body(track, row, steps, later_runs.get(request_id), first)
+            _tail(track, row)
         rows += track.rows
     return _frame(rows)
 
@@ -191,7 +198,6 @@ def _token_body(
     steps: pd.DataFrame,
     runs: list[tuple[float, int]] | None,
     first_token_s: float,
-    detokenize_s: float,
 ) -> None:
     """Prefill to the first token, then decode runs split by preemption gaps.
 
@@ -203,8 +209,7 @@ def _token_body(
     prefill_replica = None if prefill is None or pd.isna(prefill) else int(prefill)
     count = int(row["num_generated_tokens"])
     track.add("prefill", first_token_s, int(row["num_prompt_tokens"]), prefill_replica)
-    finish = _finite(row["finish_s"])
-    last_s = None if finish is None else finish - detokenize_s
+    last_s = _engine_s(row, "finish_s")
     if runs:
         try:
             times = request_token_times_s(

@@ -199,16 +199,35 @@ def itl_distribution(
     extra_itl_s: npt.ArrayLike,
     percentiles: Sequence[float] = (90, 99),
 ) -> Summary:
-    """ITL statistics (``mean_itl_ms`` ...): step durations weighted by ``num_itl_tokens``
+    """ITL statistics (``mean_itl_ms`` ...): step gaps weighted by ``num_itl_tokens``
     plus each ``extra_itl_s`` gap with weight 1."""
+    gaps, weights = step_itl_gaps_s(steps)
+    extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
+    values = np.concatenate([gaps, extra])
+    all_weights = np.concatenate([weights, np.ones_like(extra)])
+    return latency_stats_ms("itl", values, all_weights, percentiles)
+
+
+def step_itl_gaps_s(steps: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
+    """Each step's inter-token gap and how many tokens see it.
+
+    A token that follows its request's token of the step before sees the
+    gap between the two steps' deliveries to the client (``delivered_s``,
+    ``sim.serving.frontend``); when both left in one chunk there is no gap
+    (``vllm bench serve`` records one ITL per chunk). A step log without
+    ``delivered_s`` (the engine's own) uses the step's duration.
+    """
     steps = require_columns(steps, STEP_COLUMNS, "steps")
     weights = np.asarray(steps["num_itl_tokens"].to_numpy(), dtype=np.float64)
+    if "delivered_s" in steps.columns:
+        delivered = floats(steps["delivered_s"])
+        gaps = np.zeros(len(steps))
+        gaps[1:] = delivered[1:] - delivered[:-1]  # previous step: same replica if weight > 0
+        weights = np.where(gaps > 0, weights, 0.0)
+    else:
+        gaps = floats(steps["end_s"]) - floats(steps["start_s"])
     used = weights > 0  # most of a huge log may be prefill-only steps: drop them early
-    durations = floats(steps["end_s"])[used] - floats(steps["start_s"])[used]
-    extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
-    values = np.concatenate([durations, extra])
-    all_weights = np.concatenate([weights[used], np.ones_like(extra)])
-    return latency_stats_ms("itl", values, all_weights, percentiles)
+    return gaps[used], weights[used]
 
 
 def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:

@@ -68,8 +68,7 @@ def _queue_stats(result: Any) -> Record:
     if not batch_size_one(result.scenario):
         return empty
     frame = result.requests
-    detokenize_s = result.scenario.frontend.detokenize_s_per_token
-    service = (frame["finish_s"] - frame["first_scheduled_s"] - detokenize_s).to_numpy(float)
+    service = (frame["engine_finish_s"] - frame["first_scheduled_s"]).to_numpy(float)
     base = (frame["ttft_s"] - frame["queue_s"]).to_numpy(float)
     service, base = service[np.isfinite(service)], base[np.isfinite(base)]
     if service.size == 0 or base.size == 0:

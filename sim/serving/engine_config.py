@@ -21,10 +21,13 @@ from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, spec
 
 @dataclass(frozen=True)
 class Frontend:
-    """CPU time around the engine: tokenizing prompts, detokenizing outputs."""
+    """CPU time around the engine: tokenizing prompts (before the queue), and
+    the output server (``sim.serving.frontend``): each step with output costs
+    it ``output_step_s + detokenize_s_per_token * (requests with output)``."""
 
     tokenize_s_per_token: float = 0.0
     detokenize_s_per_token: float = 0.0
+    output_step_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Requests arrive (open loop: at given times; closed loop: users who think,
 send, and wait for the answer), spend CPU time being tokenized, then queue at
-the replica. Detokenization shifts every streamed token by a fixed time.
+the replica. The frontend (``sim.serving.frontend``) turns each step's outputs
+into streamed chunks after the engine; its queue decides when the client sees
+every token.
 With a ``Cluster`` the requests go to a router in front of several replicas,
 or to disaggregated prefill and decode pools (``sim.serving.cluster``); without one,
 a single replica is fed directly (the fast path).
@@ -25,7 +27,8 @@ from sim.engine.prefix_cache import prefix_describer
 from sim.engine.request import Request
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
-from sim.serving.engine_config import Engine
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.frontend import Delivery, add_delivery
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, steps_frame
 from sim.serving.replica import Replica
@@ -57,7 +60,14 @@ class ClosedLoop(Protocol):
 
 @dataclass
 class RawResult:
-    """What a run produced, before metrics: see ``sim.results``."""
+    """What a run produced, before metrics: see ``sim.results``.
+
+    ``requests``' ``first_token_s`` and ``finish_s`` are client times (after
+    the frontend); ``engine_first_token_s`` and ``engine_finish_s`` the ends of
+    the engine steps that produced those tokens. ``steps`` has each step's
+    ``delivered_s``; ``extra_itl_s`` holds the client-side gaps the step log's
+    weights do not cover (tokens after a break in a request's run).
+    """
 
     requests: pd.DataFrame
     steps: pd.DataFrame
@@ -65,7 +75,7 @@ class RawResult:
     extra_itl_s: npt.NDArray[np.float64]
     later_runs: dict[int, list[tuple[float, int]]]
     rejections: dict[int, str]
-    detokenize_s_per_token: float
+    frontend: Frontend
     num_replicas: int = 1
 
 
@@ -153,7 +163,11 @@ class Simulation:
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
         env = self.env
-        detokenize_s = self.engine.frontend.detokenize_s_per_token
+        # A user sees the answer once the frontend has sent the last token; the
+        # frontend's queue is computed after the run, so users wait its
+        # no-queue time for one output (docs/vllm-fidelity.md).
+        frontend = self.engine.frontend
+        detokenize_s = frontend.output_step_s + frontend.detokenize_s_per_token
         while ids[0] < work.num_requests:
             yield env.timeout(work.next_think_s())
             if ids[0] >= work.num_requests:
@@ -210,23 +224,12 @@ class Simulation:
         core.flush_unfinished()
         requests = core.records.frame().sort_values("request_id", ignore_index=True)
         requests["rejection_reason"] = requests["request_id"].map(core.rejections)
-        detokenize_s = self.engine.frontend.detokenize_s_per_token
-        requests["first_token_s"] += detokenize_s
-        requests["finish_s"] += detokenize_s
         series = core.series.frame()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
         series["replica"] = np.zeros(len(series), dtype=np.int32)
         steps = core.steps.frame()
         steps["replica"] = np.zeros(len(steps), dtype=np.int32)
-        return RawResult(
-            requests=requests,
-            steps=steps,
-            timeseries=series,
-            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
-            later_runs=core.later_runs,
-            rejections=core.rejections,
-            detokenize_s_per_token=detokenize_s,
-        )
+        return self._client_view(requests, steps, series, [core], core.later_runs, core.rejections)
 
     def _cluster_result(self, layout: Pool | Disaggregated) -> RawResult:
         """Every replica's records, step log and series, concatenated with ``replica``."""
@@ -247,17 +250,45 @@ class Simulation:
             rejections.update(core.rejections)
             later_runs.update(core.later_runs)
         requests["rejection_reason"] = requests["request_id"].map(rejections)
-        detokenize_s = self.engine.frontend.detokenize_s_per_token
-        requests["first_token_s"] += detokenize_s
-        requests["finish_s"] += detokenize_s
-        extra = [np.asarray(core.extra_itl_s, dtype=np.float64) for core in cores]
+        return self._client_view(
+            requests, steps_frame(cores), series_frame(cores), cores, later_runs, rejections
+        )
+
+    def _client_view(
+        self,
+        requests: pd.DataFrame,
+        steps: pd.DataFrame,
+        series: pd.DataFrame,
+        cores: list[EngineCore],
+        later_runs: dict[int, list[tuple[float, int]]],
+        rejections: dict[int, str],
+    ) -> RawResult:
+        """The run as the client sees it: token times through the frontend."""
+        frontend = self.engine.frontend
+        steps = add_delivery(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
+        delivery = Delivery(steps)
+        first_on = requests["replica"].to_numpy()
+        if "prefill_replica" in requests.columns:  # disaggregated: first token from there
+            prefill = requests["prefill_replica"].to_numpy(dtype=np.float64)
+            first_on = np.where(np.isnan(prefill), first_on, np.nan_to_num(prefill)).astype(int)
+        requests["engine_first_token_s"] = requests["first_token_s"]
+        requests["engine_finish_s"] = requests["finish_s"]
+        requests["first_token_s"] = delivery.client_s(requests["first_token_s"], first_on)
+        requests["finish_s"] = delivery.client_s(requests["finish_s"], requests["replica"])
+        gaps = []
+        for core in cores:
+            gap = np.asarray(core.extra_itl_s, dtype=np.float64)
+            start = np.asarray(core.extra_itl_from_s, dtype=np.float64)
+            owner = np.full(gap.shape, core.replica)
+            client_gap = delivery.client_s(start + gap, owner) - delivery.client_s(start, owner)
+            gaps.append(client_gap[client_gap > 0])  # 0: both tokens left in one chunk
         return RawResult(
             requests=requests,
-            steps=steps_frame(cores),
-            timeseries=series_frame(cores),
-            extra_itl_s=np.concatenate(extra),
+            steps=steps,
+            timeseries=series,
+            extra_itl_s=np.concatenate(gaps),
             later_runs=later_runs,
             rejections=rejections,
-            detokenize_s_per_token=detokenize_s,
+            frontend=frontend,
             num_replicas=len(cores),
         )

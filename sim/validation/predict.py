@@ -29,7 +29,7 @@ import pandas as pd
 
 from sim.api import Result, replay
 from sim.cost.base import CostModel
-from sim.metrics.stats import completed_mask, with_request_metrics
+from sim.metrics.stats import completed_mask, step_itl_gaps_s, with_request_metrics
 from sim.scenario import Scenario
 from sim.workload.generate import RequestArrays
 
@@ -96,10 +96,8 @@ def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencie
 
 def simulated_latencies(result: Result) -> Latencies:
     """Latencies of a simulated run; ITL gaps expanded from the step log's weights."""
-    steps = result.steps
-    weights = steps["num_itl_tokens"].to_numpy(dtype=np.int64)
-    durations = (steps["end_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
-    gaps = np.concatenate([np.repeat(durations, weights), result.raw.extra_itl_s])
+    durations, weights = step_itl_gaps_s(result.steps)
+    gaps = np.concatenate([np.repeat(durations, weights.astype(np.int64)), result.raw.extra_itl_s])
     return Latencies(per_request_latencies(result.raw.requests), gaps)
 
 

@@ -18,7 +18,6 @@ from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +30,7 @@ from sim.engine.policies.base import CoreView
 from sim.engine.tokens import token_times_s
 from sim.scenario import scenario_from_dict
 from sim.serving.engine_config import Engine, Frontend
+from sim.serving.frontend import Delivery
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -283,19 +283,26 @@ def check_run(
     assert (series["num_running"] <= setup.limit).all()
     assert (np.diff(series["time_s"]) >= 0).all()
 
-    # Token times: one per generated token, in order, from first token to finish
-    # (the reported times include the detokenization delay; the step log does not).
-    detokenize_s = setup.frontend.detokenize_s_per_token
-    for request_id, first_s, finish_s, count in rows(
-        done, "request_id", "first_token_s", "finish_s", "num_generated_tokens"
+    # Token times: one per generated token, in order, from first token to finish.
+    # The step log has engine times; the client sees them after the frontend
+    # (delivered_s), never earlier, and in the same order.
+    delivery = Delivery(steps)
+    for request_id, first_s, finish_s, engine_first_s, engine_finish_s, count in rows(
+        done,
+        "request_id",
+        "first_token_s",
+        "finish_s",
+        "engine_first_token_s",
+        "engine_finish_s",
+        "num_generated_tokens",
     ):
-        times = token_times_s(
-            end, first_s - detokenize_s, count, raw.later_runs.get(request_id), detokenize_s
-        )
+        times = token_times_s(end, engine_first_s, count, raw.later_runs.get(request_id))
         assert len(times) == count
         assert (np.diff(times) >= 0).all()
-        assert times[0] == pytest.approx(first_s, rel=1e-12, abs=1e-12)
-        assert times[-1] == pytest.approx(finish_s, rel=1e-12, abs=1e-12)
+        assert times[0] == engine_first_s and times[-1] == engine_finish_s
+        client = delivery.client_s(times)
+        assert (np.diff(client) >= 0).all() and (client >= times).all()
+        assert client[0] == first_s and client[-1] == finish_s
 
 
 def rows(frame: pd.DataFrame, *columns: str) -> list[tuple[Any, ...]]:

@@ -1,0 +1,168 @@
+"""The frontend: the server process that turns engine outputs into streamed chunks.
+
+vLLM v1 runs the engine core in its own process; every step's outputs go to
+the API server process (``AsyncLLM.output_handler``), which detokenizes them
+and hands each request's new tokens to its streaming response. That process
+is one more server with a queue, modelled here as one:
+
+- a step with ``n`` outputs costs it ``step_s + per_output_s * n`` seconds
+  (steps without output, e.g. a prefill chunk that is not a prompt's last,
+  send nothing and cost nothing);
+- it works through the steps that are waiting when it looks, back to back,
+  then hands their tokens to the responses at once (the asyncio loop only
+  runs the response streams when the output handler waits for input). So
+  when it lags behind the engine, a request's tokens from several steps leave
+  in one chunk, which ``vllm bench serve`` counts as one ITL sample.
+
+The engine never waits for it (vLLM's engine core does not block on the
+frontend), so it changes when the client sees tokens, not the schedule.
+Everything is computed from the step log after the run (``delivery_s``), per
+replica: cost grows with steps, a Python loop runs only over steps that
+arrive while the frontend is still busy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def delivery_s(
+    ends_s: npt.ArrayLike,
+    num_outputs: npt.ArrayLike,
+    step_s: float,
+    per_output_s: float,
+) -> FloatArray:
+    """When each step's outputs reach the client, in seconds (NaN: no output).
+
+    ``ends_s`` are one replica's step ends in order, ``num_outputs`` the
+    requests with output in each step.
+    """
+    ends = np.asarray(ends_s, dtype=np.float64)
+    outputs = np.asarray(num_outputs, dtype=np.int64)
+    delivered = np.full(ends.shape, np.nan)
+    has_output = outputs > 0
+    if not has_output.any():
+        return delivered
+    arrive = ends[has_output]
+    cost = step_s + per_output_s * outputs[has_output]
+    # Lindley's recursion done_k = max(done_{k-1}, arrive_k) + cost_k, closed
+    # form: done_k = C_k + max_{j<=k}(arrive_j - C_{j-1}), C the cost cumsum.
+    total = np.cumsum(cost)
+    done = total + np.maximum.accumulate(arrive - (total - cost))
+    # A step that arrives while the frontend is still busy with the one before
+    # it starts a lagging stretch; elsewhere each step is its own batch.
+    lagging = np.flatnonzero(arrive[1:] < done[:-1]) + 1
+    out = arrive + cost  # a step the frontend finds idle (exact, no cumsum rounding)
+    if lagging.size:
+        _batch_lagging(arrive, total, lagging, out)
+    delivered[has_output] = out
+    return delivered
+
+
+def _batch_lagging(
+    arrive: FloatArray, total: FloatArray, lagging: npt.NDArray[np.intp], out: FloatArray
+) -> None:
+    """Rewrite ``out`` inside busy periods: all steps waiting when the frontend
+    looks are handled as one batch and delivered together at its end.
+
+    The frontend works without pause through a busy period, so each batch ends
+    at the Lindley time of its last step; only the grouping is new.
+    """
+    n = len(arrive)
+    is_lagging = np.zeros(n, dtype=bool)
+    is_lagging[lagging] = True
+    k = int(lagging[0]) - 1  # the step that opened the first busy period
+    while k < n:
+        # [k, stop): one busy period, opened by step k.
+        stop = k + 1
+        while stop < n and is_lagging[stop]:
+            stop += 1
+        start_s = float(arrive[k])
+        first = k
+        while first < stop:
+            # Everything that has arrived by start_s, at least step ``first``.
+            last = int(np.searchsorted(arrive, start_s, side="right")) - 1
+            last = min(max(last, first), stop - 1)
+            before = total[first - 1] if first > 0 else 0.0
+            end_s = start_s + float(total[last] - before)
+            out[first : last + 1] = end_s
+            first = last + 1
+            start_s = end_s
+        nxt = np.searchsorted(lagging, stop)
+        if nxt >= len(lagging):
+            return
+        k = int(lagging[nxt]) - 1
+
+
+def add_delivery(steps: pd.DataFrame, step_s: float, per_output_s: float) -> pd.DataFrame:
+    """``steps`` with ``delivered_s`` (per replica when there is a ``replica`` column)."""
+    if "replica" not in steps.columns:
+        delivered = delivery_s(steps["end_s"], steps["num_outputs"], step_s, per_output_s)
+        return steps.assign(delivered_s=delivered)
+    delivered = np.full(len(steps), np.nan)
+    replicas = steps["replica"].to_numpy()
+    ends = steps["end_s"].to_numpy(dtype=np.float64)
+    outputs = steps["num_outputs"].to_numpy()
+    for replica in np.unique(replicas):
+        mine = np.flatnonzero(replicas == replica)
+        delivered[mine] = delivery_s(ends[mine], outputs[mine], step_s, per_output_s)
+    return steps.assign(delivered_s=delivered)
+
+
+class Delivery:
+    """Maps engine times of token-emitting steps to when the client sees them.
+
+    ``steps`` is a step log with ``delivered_s`` (``add_delivery``). A time is
+    looked up among its replica's step ends first, then among every replica's
+    (with disaggregation the first token comes from a prefill replica).
+    """
+
+    def __init__(self, steps: pd.DataFrame) -> None:
+        has = np.isfinite(steps["delivered_s"].to_numpy(dtype=np.float64))
+        ends = steps["end_s"].to_numpy(dtype=np.float64)[has]
+        delivered = steps["delivered_s"].to_numpy(dtype=np.float64)[has]
+        replicas = (
+            steps["replica"].to_numpy()[has]
+            if "replica" in steps.columns
+            else np.zeros(int(has.sum()), dtype=np.int64)
+        )
+        order = np.argsort(ends, kind="stable")
+        self._all = (ends[order], delivered[order])
+        self._by_replica = {
+            int(r): (ends[replicas == r], delivered[replicas == r]) for r in np.unique(replicas)
+        }
+
+    def client_s(self, times_s: npt.ArrayLike, replicas: npt.ArrayLike | None = None) -> FloatArray:
+        """Client times of engine ``times_s`` (NaN stays NaN)."""
+        times = np.asarray(times_s, dtype=np.float64)
+        out = np.full(times.shape, np.nan)
+        known = np.isfinite(times)
+        owners = np.zeros(times.shape, dtype=np.int64) if replicas is None else np.asarray(replicas)
+        for replica, (ends, delivered) in self._by_replica.items():
+            mine = known & (owners == replica)
+            out[mine] = _lookup(ends, delivered, times[mine])
+        missing = known & np.isnan(out)
+        if missing.any():
+            out[missing] = _lookup(*self._all, times[missing])
+        if (known & np.isnan(out)).any():
+            first = float(times[known & np.isnan(out)][0])
+            raise ValueError(f"no step with output ends at {first!r}: wrong step log?")
+        return out
+
+
+def _lookup(ends: FloatArray, delivered: FloatArray, times: FloatArray) -> FloatArray:
+    """``delivered`` of the step ending at each time (to float rounding), else NaN."""
+    out = np.full(times.shape, np.nan)
+    if ends.size == 0 or times.size == 0:
+        return out
+    i = np.clip(np.searchsorted(ends, times), 1, max(ends.size - 1, 1))
+    left = np.clip(i - 1, 0, ends.size - 1)
+    right = np.clip(i, 0, ends.size - 1)
+    pick = np.where(np.abs(ends[left] - times) <= np.abs(ends[right] - times), left, right)
+    close = np.abs(ends[pick] - times) <= 1e-9 * np.maximum(1.0, np.abs(times))
+    out[close] = delivered[pick[close]]
+    return out
