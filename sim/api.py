@@ -27,13 +27,17 @@ from sim.cost.parallel_roofline import parallel_cost_model
 from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
 from sim.engine.core_config import CoreConfig
+from sim.engine.lifecycle import ActivityRecorder
 from sim.engine.policies import Scheduler, StaticConfig
 from sim.engine.policies.continuous import with_async_scheduling, with_swap_space
 from sim.engine.prefix_cache import prefix_cache_summary
 from sim.engine.speculative import speculative_summary
 from sim.errors import ConfigError
+from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
 from sim.metrics.report import write_outputs
 from sim.metrics.stats import summarize, with_request_metrics
+from sim.metrics.trace import trace_document, write_trace
+from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 from sim.scenario import Scenario, load_scenario
 from sim.serving.cluster import Cluster, cluster_summary, request_token_times_s
 from sim.serving.engine_config import Engine, Frontend, with_speculation
@@ -42,10 +46,16 @@ from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 from sim.workload.size import check_run_size
 
+DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at most
+
 
 @dataclass
 class Result:
-    """A finished run: per-request table, summary, time series and step log."""
+    """A finished run: per-request table, summary, time series and step log.
+
+    ``activity`` is the per-step log of the first ``num_traced_requests``
+    requests when the run was traced (``run(..., trace_requests=N)``), else None.
+    """
 
     scenario: Scenario
     requests: pd.DataFrame
@@ -53,6 +63,8 @@ class Result:
     timeseries: pd.DataFrame
     steps: pd.DataFrame
     raw: RawResult
+    activity: pd.DataFrame | None = None
+    num_traced_requests: int | None = None
 
     def token_times_s(self, request_id: int) -> npt.NDArray[np.float64]:
         """Stream time of every output token of one request, in seconds."""
@@ -77,9 +89,34 @@ class Result:
         )
         return Delivery(self.steps).client_s(engine_s, np.full(engine_s.shape, replica))
 
-    def write(self, out_dir: str | Path, write_steps: bool = False) -> list[Path]:
-        """Write tables, summary.json and plots into ``out_dir``."""
-        return write_outputs(
+    def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
+        """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
+
+        Exact prefill chunks and preemption gaps when the run was traced (and
+        ``num_requests`` is within what it traced), else rebuilt from the records.
+        """
+        raw = self.raw
+        traced = self.num_traced_requests
+        if self.activity is not None and traced is not None and num_requests <= traced:
+            return recorded_spans(raw.requests, self.activity, num_requests)
+        return reconstructed_spans(raw.requests, raw.steps, raw.later_runs, num_requests)
+
+    def trace(self, num_requests: int | None = None) -> dict[str, Any]:
+        """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
+
+        Defaults to the requests the run traced, else ``DEFAULT_TRACE_REQUESTS``.
+        """
+        count = num_requests or self.num_traced_requests or DEFAULT_TRACE_REQUESTS
+        metadata = {"scenario": self.scenario.name, "num_traced_requests": count}
+        return trace_document(
+            self.spans(count), self.raw.requests, self.steps, self.timeseries, metadata
+        )
+
+    def write(
+        self, out_dir: str | Path, write_steps: bool = False, trace: bool = False
+    ) -> list[Path]:
+        """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``."""
+        written = write_outputs(
             out_dir,
             self.requests,
             self.steps,
@@ -87,7 +124,11 @@ class Result:
             self.summary,
             write_steps=write_steps,
             slo=self.scenario.slo,
+            waterfall=(self.spans(), self.raw.requests),
         )
+        if trace:
+            written.append(write_trace(Path(out_dir) / "trace.json", self.trace()))
+        return written
 
 
 def model_for(scenario: Scenario) -> ModelSpec:
@@ -225,8 +266,13 @@ def run(
     base_dir: str | Path | None = None,
     progress: bool = False,
     wrap_cost: Callable[[CostModel], CostModel] | None = None,
+    trace_requests: int | None = None,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
+
+    ``trace_requests=N`` records what each of the first N requests did in each
+    step (``Result.activity``, for ``Result.trace`` and ``trace.json``); it costs
+    nothing once those N requests have finished.
 
     ``base_dir`` anchors relative paths in the scenario (trace files,
     artifacts); it defaults to the scenario file's folder, else the cwd.
@@ -254,8 +300,16 @@ def run(
         work = ClosedLoopSource(scenario.workload, rng, base)
     else:
         work = generate_open_loop(scenario.workload, rng, base)
-    raw = Simulation(engine, cluster_for(scenario, rng)).run(work, progress=progress)
-    return _result(scenario, engine, raw)
+    simulation = Simulation(engine, cluster_for(scenario, rng))
+    recorder = None
+    if trace_requests is not None:
+        recorder = ActivityRecorder(trace_requests)
+        recorder.attach(simulation.cores)
+    result = _result(scenario, engine, simulation.run(work, progress=progress))
+    if recorder is not None:
+        recorder.detach()
+        result.activity, result.num_traced_requests = recorder.frame(), trace_requests
+    return result
 
 
 def replay(

@@ -31,7 +31,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / name
     check_out_dir(out)  # before the work: a bad --out would lose it
     started = time.perf_counter()
-    result = api.run(args.scenario, args.set or (), progress=not args.quiet)
+    if args.trace_requests is not None and args.trace_requests < 1:
+        raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
+    traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
+    result = api.run(args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced)
     elapsed_s = time.perf_counter() - started
     rejected = rejection_warning(result.requests)
     if rejected is not None:
@@ -40,7 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
     print(f"cost model: {result.summary['cost_model']}{why if auto else ''}")
-    paths = result.write(out, write_steps=args.write_steps)
+    paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     print(
         f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
         f"wrote {len(paths)} files to {out}/"
@@ -59,6 +62,18 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="override a scenario field, e.g. --set workload.arrival.rate_per_s=8 (repeatable)",
     )
     run.add_argument("--write-steps", action="store_true", help="also write the step log")
+    run.add_argument(
+        "--trace",
+        action="store_true",
+        help="also write trace.json (Perfetto / chrome://tracing): each request's phases "
+        "and each replica's steps",
+    )
+    run.add_argument(
+        "--trace-requests",
+        type=int,
+        metavar="N",
+        help="requests in trace.json: the first N (default 100)",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.set_defaults(handler=_cmd_run)
 

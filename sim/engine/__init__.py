@@ -7,8 +7,10 @@ one step computes), ``core`` (queues and the bookkeeping after a step),
 prefix cache and free-block queue, block identities),
 ``swap`` (CPU swap space), ``steplog``/``columns``/``tokens`` (the step log
 and the token times derived from it), ``records`` (the per-request table),
-``policies/`` (one module per scheduling policy), ``speculative``, and
-``core_config`` (what a core is built from, for both executors).
+``policies/`` (one module per scheduling policy), ``speculative``,
+``core_config`` (what a core is built from, for both executors) and
+``lifecycle`` (an opt-in recorder of the first requests' prefill chunks and
+decode runs, for ``servesim run --trace``).
 
 May import: ``sim.cost`` (step shapes and their prices), ``sim.errors``.
 Must not import: SimPy, ``sim.serving``, ``sim.metrics``, ``sim.planning``,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
 from sim.engine.columns import Columns
 from sim.engine.kv_pool import BlockPool
@@ -46,6 +47,14 @@ RECORD_COLUMNS = {
     "num_prefix_query_tokens": "i8",
     "num_prefix_hit_tokens": "i8",
 }
+
+
+class CommitRecorder(Protocol):
+    """Opt-in observer of every commit (``sim.engine.lifecycle``: ``servesim run --trace``)."""
+
+    def on_commit(
+        self, core: EngineCore, plan: StepPlan, start_s: float, ends_s: list[float]
+    ) -> None: ...
 
 
 def _or_nan(value: float | None) -> float:
@@ -103,6 +112,7 @@ class EngineCore:
         # frontend model maps both ends to client times.
         self.extra_itl_s: list[float] = []
         self.extra_itl_from_s: list[float] = []
+        self.recorder: CommitRecorder | None = None  # None: normal runs pay one test per commit
 
     # -- intake ------------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
@@ -166,6 +176,8 @@ class EngineCore:
         The first step is the plan's own; any further ones are the decode
         steps the plan allowed to follow it.
         """
+        if self.recorder is not None:
+            self.recorder.on_commit(self, plan, start_s, ends_s)
         if plan.committer is not None:  # a feature's own step (speculative decoding)
             plan.committer.commit_step(self, plan, start_s, ends_s[0])
         elif len(ends_s) == 1:

@@ -3,7 +3,9 @@
 ``stats`` (per-request TTFT/TPOT/ITL/E2EL, percentiles, goodput, the summary),
 ``slo_targets`` (SLO expressions), ``report`` (the summary table and output
 files), ``plots`` and ``analytic`` (textbook queueing formulas to check
-against).
+against), ``lifecycle`` (each request's phases as spans), ``waterfall`` (the
+first requests as bars, ``waterfall.png``) and ``trace`` (Perfetto / Chrome
+trace-event JSON, ``trace.json``).
 
 May import: ``sim.serving``, ``sim.engine``, ``sim.cost``, ``sim.errors``.
 Must not import: ``sim.planning``, ``sim.validation``, the faces.

@@ -1,7 +1,8 @@
 """Writing a run's outputs to a folder, and the human-readable summary table.
 
 Layout of ``out_dir`` (see ``write_outputs``): ``requests.parquet`` (or ``.csv``),
-``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png`` and,
+``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
+``waterfall.png`` (``Result.write``) and,
 only on request, ``steps.parquet`` (the step log can hold tens of millions of rows).
 """
 
@@ -22,6 +23,7 @@ import pandas as pd
 from sim.errors import ConfigError
 from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
 from sim.metrics.stats import Slo
+from sim.metrics.waterfall import plot_waterfall
 
 TableFormat = Literal["parquet", "csv"]
 TABLE_FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
@@ -94,13 +96,15 @@ def write_outputs(
     write_steps: bool = False,
     slo: Slo | None = None,
     plots: bool = True,
+    waterfall: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> list[Path]:
     """Write a run's outputs into ``out_dir`` (created if needed); return the paths.
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
     stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
     ``summary.json`` and ``timeseries.csv`` are always written; the two PNGs
-    (with the TTFT/TPOT SLO lines of ``slo``) unless ``plots=False``.
+    (with the TTFT/TPOT SLO lines of ``slo``) unless ``plots=False``, and
+    ``waterfall.png`` when ``waterfall`` gives (phase spans, raw request records).
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
@@ -119,6 +123,8 @@ def write_outputs(
     if plots:
         written.append(plot_latency_cdfs(requests, out / "latency_cdf.png", slo))
         written.append(plot_timeseries(timeseries, out / "timeseries.png"))
+        if waterfall is not None:
+            written.append(plot_waterfall(*waterfall, out / "waterfall.png"))
     return written
 
 
