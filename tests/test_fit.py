@@ -1,4 +1,4 @@
-"""Black-box calibration: the objective, the cross-validation splits, recovery of known parameters."""
+"""Black-box calibration: objective, cross-validation splits, recovery of known parameters."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def test_cross_validation_scores_held_out_data_better_than_the_base() -> None:
             base = max(abs(v) for v in row["base_err_pct"].values())
             fitted = max(abs(v) for v in row["fitted_err_pct"].values())
             assert fitted < 0.25 * base
-    text = render({"cross_validation": folds, "in_sample": {"parameters": folds[0]["parameters"],
-                                                           "rows": folds[0]["held_out"]}})  # fmt: skip
+    final = {"parameters": folds[0]["parameters"], "rows": folds[0]["held_out"]}
+    text = render({"cross_validation": folds, "in_sample": final})
     assert "Held out (leave out synthetic-10" in text and "| TTFT |" in text
 
 

@@ -1,4 +1,4 @@
-"""The fitted cost model (a base with overhead and prefill / decode multipliers) and its artifact."""
+"""The fitted cost model (base + overhead, prefill / decode multipliers) and its artifact."""
 
 from __future__ import annotations
 

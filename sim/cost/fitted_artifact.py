@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sim.cost.fitted import FitParameters
 from sim.errors import ConfigError
 
-FORMAT_NAME = "servesim-fitted-cost"
-FORMAT_VERSION = 1
+FORMAT_NAME: Literal["servesim-fitted-cost"] = "servesim-fitted-cost"
+FORMAT_VERSION: Literal[1] = 1
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 

@@ -61,7 +61,14 @@ def _measure_folder(folder: Path) -> ImportedRun:
 
 def load_measured_run(path: str | Path) -> ImportedRun:
     """The run at ``path`` in whichever format it is (module docstring)."""
-    source = Path(path)
+    run = _load(Path(path))
+    if "rejection_reason" not in run.requests.columns:  # every request was served
+        requests = run.requests.assign(rejection_reason=pd.Series([None] * len(run.requests)))
+        run = ImportedRun(requests, run.meta)
+    return run
+
+
+def _load(source: Path) -> ImportedRun:
     if not source.exists():
         raise ConfigError(f"--from-run {source}: no such file or folder")
     if (source / "run.json").is_file():

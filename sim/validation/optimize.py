@@ -37,10 +37,10 @@ class Minimum:
 
 def nelder_mead(
     objective: Callable[[FloatArray], float],
-    start: Sequence[float],
-    step: Sequence[float],
-    lower: Sequence[float] | None = None,
-    upper: Sequence[float] | None = None,
+    start: Sequence[float] | FloatArray,
+    step: Sequence[float] | FloatArray,
+    lower: Sequence[float] | FloatArray | None = None,
+    upper: Sequence[float] | FloatArray | None = None,
     max_evaluations: int = 200,
     f_tol: float = 1e-8,
     x_tol: float = 1e-6,
