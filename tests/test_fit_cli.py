@@ -240,3 +240,35 @@ def test_a_data_parallel_run_is_refused() -> None:
     run = ImportedRun(read_llmservingsim(RTX4090).requests, {"engine": {"data_parallel_size": 2}})
     with pytest.raises(ConfigError, match="data_parallel_size 2"):
         scenario_for_run(run, "r", model_preset("tiny"), hardware_preset("cpu-2core"), {})
+
+
+def _transfer_script() -> Any:
+    import importlib.util
+    import sys
+
+    path = ROOT / "benchmarks" / "fitted_transfer.py"
+    spec = importlib.util.spec_from_file_location("fitted_transfer", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fitted_transfer"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_transfer_benchmark_applies_another_runs_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario, run = measured_folder(tmp_path)
+    out = tmp_path / "fit.json"
+    argv = calibrate("--from-run", str(run), "--scenario", str(scenario), "--out", str(out),
+                     "--free", "decode_multiplier", "--max-evals", "12",
+                     "--no-cross-validation")  # fmt: skip
+    assert main(argv) == 0
+    assert "Held out" not in capsys.readouterr().out  # no cross-validation asked for
+    assert "cross_validation" not in load_fitted_artifact(out).errors
+    transfer = _transfer_script()
+    args = ["--artifact", str(out), "--scenario", str(scenario), "--run", str(run)]
+    assert transfer.main(args) == 0
+    printed = capsys.readouterr().out
+    assert "with the parameters of fit.json" in printed
+    assert printed.count("| run | all |") == 2  # TTFT and TPOT rows
