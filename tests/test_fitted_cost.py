@@ -260,3 +260,39 @@ def test_a_fitted_model_wraps_a_parallel_base(tmp_path: Path) -> None:
     assert isinstance(cost, FittedCost)
     decode = decode_part(MIXED)
     assert cost.step_s(decode) == pytest.approx(2.0 * base.step_s(decode))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(0, 4),
+    st.integers(1, 300),
+    st.integers(0, 32),
+    st.floats(0, 0.01),
+    st.floats(0.1, 4),
+    st.floats(0.1, 4),
+    st.floats(0, 0.01),
+)
+def test_a_step_is_affine_and_increasing_in_every_parameter(
+    num_chunks: int,
+    chunk_tokens: int,
+    num_decode: int,
+    overhead_s: float,
+    prefill: float,
+    decode: float,
+    bump: float,
+) -> None:
+    shape = StepShape.build(
+        prefill_chunks=[(chunk_tokens, 7)] * num_chunks, decode_context_tokens=[50] * num_decode
+    )
+    if shape.is_empty:
+        return
+    w = prefill_share(BASE, shape)
+    step = FittedCost(BASE, FitParameters(overhead_s, prefill, decode)).step_s(shape)
+    base_s = BASE.step_s(shape)
+    assert step == pytest.approx(overhead_s + base_s * (prefill * w + decode * (1 - w)))
+    for more in (
+        FitParameters(overhead_s + bump, prefill, decode),
+        FitParameters(overhead_s, prefill + bump, decode),
+        FitParameters(overhead_s, prefill, decode + bump),
+    ):
+        assert FittedCost(BASE, more).step_s(shape) >= step - 1e-15

@@ -2,7 +2,10 @@
 
 ``predict`` replays a measured run's exact requests through the simulator
 and compares latency distributions; ``report`` renders the comparison
-(markdown, CDF plots).
+(markdown, CDF plots). Black-box calibration (``servesim calibrate
+--from-run``): ``fit_runs`` reads and checks measured runs, ``fit`` fits a
+``FittedCost``'s parameters by replaying them (``optimize``: Nelder-Mead),
+``fit_report`` cross-validates, ``fit_cli`` writes the artifact.
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,
 ``sim.cost``, ``sim.errors``. Runs go through ``sim.api``: validation never
