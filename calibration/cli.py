@@ -57,7 +57,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sampling temperature while timing (0 = greedy argmax)",
     )
     parser.add_argument(
-        "--out", type=Path, help="default: calibration/artifacts/<device>-<model>-<dtype>.json"
+        "--out",
+        type=Path,
+        help="default: calibration/artifacts/<device>-<model>-<dtype>.json; with --from-run: "
+        "runs/fitted-<model>-<hardware>.json",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
