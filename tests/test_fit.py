@@ -15,6 +15,7 @@ from sim import api
 from sim.cost.fitted import FitParameters, FittedCost
 from sim.scenario import Scenario
 from sim.validation.fit import (
+    START_SCALES,
     FitRun,
     Target,
     cv_folds,
@@ -25,6 +26,7 @@ from sim.validation.fit import (
     overhead_scale_s,
     params_from_vector,
     score,
+    starting_point,
 )
 from sim.validation.fit_report import cross_validate, percent, render, target_rows
 
@@ -209,3 +211,27 @@ def test_target_rows_report_signed_percent_for_base_and_fit() -> None:
     for row in rows:
         assert all(abs(v) < 1e-6 for v in row["fitted_err_pct"].values())
         assert any(abs(v) > 1.0 for v in row["base_err_pct"].values())
+
+
+def test_the_start_is_the_best_common_multiplier_of_the_grid() -> None:
+    free = ("step_overhead_s", "prefill_multiplier", "decode_multiplier")
+    calls: list[np.ndarray] = []
+
+    def objective(x: np.ndarray) -> float:
+        calls.append(x)
+        return float(np.sum((x[1:] - math.log(4.0)) ** 2) + x[0] ** 2)
+
+    start, spent = starting_point(objective, free)
+    assert spent == len(START_SCALES) == len(calls)
+    np.testing.assert_allclose(start, [0.0, math.log(4.0), math.log(4.0)])
+    assert all(x[0] == 0.0 for x in calls)  # the overhead stays at 0 on the grid
+    only_overhead, none_spent = starting_point(objective, ("step_overhead_s",))
+    assert none_spent == 0 and only_overhead.tolist() == [0.0]
+
+
+def test_a_base_several_times_too_fast_is_fitted_from_the_right_basin() -> None:
+    slow = FitParameters(prefill_multiplier=3.0, decode_multiplier=3.0)
+    run = synthetic_run(10.0, slow, num_requests=40)
+    outcome = fit([run], [Target(0)], max_evaluations=40)
+    assert outcome.params.decode_multiplier == pytest.approx(3.0, rel=0.15)
+    assert outcome.value < 1e-3 * outcome.base_value

@@ -15,6 +15,10 @@ order cost nothing. A weak pull of ``PRIOR_WEIGHT * log(multiplier) ** 2``
 keeps a multiplier at 1 when the runs do not inform it (no prefill in the
 steps, say) without moving it when they do.
 
+The search (``fit``): every free multiplier set to one common scale, the best
+of a coarse log grid (``starting_point``), then a box-bounded Nelder-Mead
+from there.
+
 Cross-validation (``cv_folds``): with several runs, leave one out (fit on the
 others, score the one left out); with one run, fit on the requests that
 arrived in its first half and score the second half. The replay always
@@ -25,7 +29,7 @@ are never seen by the fit.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +50,8 @@ OBJECTIVE = "mean squared log error of p50/p90/p99 TTFT and TPOT"
 OPTIMISER = "Nelder-Mead (sim.validation.optimize), box-bounded"
 _LOG_MULTIPLIER_BOUND = float(np.log(20.0))  # multipliers within 1/20 .. 20
 _MAX_OVERHEAD_IN_SCALES = 100.0
+# Common multipliers tried before the simplex search: 1/8 .. 8 in steps of sqrt(2).
+START_SCALES = tuple(float(2.0 ** (k / 2)) for k in range(-6, 7))
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,25 @@ def params_from_vector(x: FloatArray, free: Sequence[str], scale_s: float) -> Fi
     )
 
 
+def starting_point(
+    objective: Callable[[FloatArray], float], free: Sequence[str]
+) -> tuple[FloatArray, int]:
+    """Where Nelder-Mead starts: identity, or one common multiplier from ``START_SCALES``.
+
+    When the base model is several times off (a machine slower than its
+    microbenchmarks), a simplex started at identity can wander along the
+    overhead axis and stall there; one scale for every free multiplier, the
+    best of a coarse log grid, starts it in the right basin. Returns the start
+    and the simulations spent.
+    """
+    is_multiplier = np.array([name != "step_overhead_s" for name in free])
+    if not is_multiplier.any():
+        return np.zeros(len(free)), 0
+    candidates = [np.where(is_multiplier, np.log(scale), 0.0) for scale in START_SCALES]
+    values = [objective(x) for x in candidates]
+    return candidates[int(np.argmin(values))], len(candidates)
+
+
 def fit(
     runs: Sequence[FitRun],
     targets: Sequence[Target],
@@ -227,15 +252,16 @@ def fit(
         _MAX_OVERHEAD_IN_SCALES if name == "step_overhead_s" else _LOG_MULTIPLIER_BOUND
         for name in free
     ]
+    start, num_start_evaluations = starting_point(penalised, free)
     # First simplex: 10 % of the TPOT scale as overhead, 10 % on each multiplier.
     found = nelder_mead(
-        penalised, np.zeros(n), np.full(n, 0.1), lower, upper, max_evaluations=max_evaluations
+        penalised, start, np.full(n, 0.1), lower, upper, max_evaluations=max_evaluations
     )
     params = params_from_vector(found.x, free, scale_s)
     return FitOutcome(
         params,
         objective_value(score(runs, targets, params)),
         objective_value(score(runs, targets, FitParameters())),
-        found.num_evaluations,
+        num_start_evaluations + found.num_evaluations,
         found.converged,
     )
