@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-evals",
         type=int,
         default=DEFAULT_MAX_EVALUATIONS,
-        help=f"with --from-run: simulations per fit (default {DEFAULT_MAX_EVALUATIONS})",
+        help=f"with --from-run: simulations per fit after 13 that pick a start (default "
+        f"{DEFAULT_MAX_EVALUATIONS})",
     )
     parser.add_argument(
         "--no-cross-validation", action="store_true", help="with --from-run: fit on all runs only"
