@@ -78,8 +78,8 @@ def test_replaying_with_the_true_parameters_has_zero_error() -> None:
 
 
 def test_recovers_known_parameters_from_two_loads() -> None:
-    runs = [synthetic_run(5.0, num_requests=50), synthetic_run(40.0, num_requests=50, seed=1)]
-    outcome = fit(runs, [Target(0), Target(1)], max_evaluations=80)
+    runs = [synthetic_run(5.0, num_requests=40), synthetic_run(40.0, num_requests=40, seed=1)]
+    outcome = fit(runs, [Target(0), Target(1)], max_evaluations=60)
     assert outcome.value < 0.1 * outcome.base_value
     got = outcome.params
     assert got.prefill_multiplier == pytest.approx(TRUE.prefill_multiplier, rel=0.1)

@@ -78,7 +78,7 @@ def test_fits_writes_an_artifact_a_scenario_loads(
     out = tmp_path / "out" / "fit.json"
     free = "prefill_multiplier,decode_multiplier"
     argv = calibrate("--from-run", str(run), "--scenario", str(scenario), "--out", str(out),
-                     "--free", free, "--max-evals", "30")  # fmt: skip
+                     "--free", free, "--max-evals", "20")  # fmt: skip
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "first half -> second half" in printed and "In sample" in printed
