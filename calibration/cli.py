@@ -1,5 +1,9 @@
 """``servesim calibrate``: time a model on this machine and write a cost artifact.
 
+With ``--from-run RUN [RUN ...]`` it times nothing: it fits a base cost
+model's overhead and prefill / decode multipliers to measured runs
+(black-box calibration, ``sim.validation.fit_cli``, torch-free).
+
 Wiring: ``add_parser(subparsers)`` registers the ``calibrate`` subcommand
 (its handler ``run(args) -> int`` is stored as ``args.handler`` and
 ``args.func``); ``main(argv)`` runs it standalone (``python -m calibration.cli``). Bad input raises
@@ -62,7 +66,10 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sampling temperature while timing (0 = greedy argmax)",
     )
     parser.add_argument(
-        "--out", type=Path, help="default: calibration/artifacts/<device>-<model>-<dtype>.json"
+        "--out",
+        type=Path,
+        help="default: calibration/artifacts/<device>-<model>-<dtype>.json; with --from-run: "
+        "runs/fitted-<model>-<hardware>.json",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
@@ -73,6 +80,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
             "kernel-table artifact for cost kind 'kernels' (grids: small, gpu)"
         ),
     )
+    from sim.validation.fit_args import add_arguments as add_from_run_arguments
+
+    add_from_run_arguments(parser)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -141,6 +151,12 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
 
 def run(args: argparse.Namespace) -> int:
     """Calibrate as ``args`` say; raises ConfigError on bad input. Returns 0."""
+    if getattr(args, "from_run", None) is not None:
+        if getattr(args, "kernels", False):
+            raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
+        from sim.validation.fit_cli import calibrate_from_runs
+
+        return calibrate_from_runs(args)
     try:
         import torch
     except ImportError:

@@ -39,7 +39,16 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
-from sim.cost.config import CostConfig, LinearCostConfig, RooflineCostConfig, build_cost_model
+from sim.cost.config import (
+    CostConfig,
+    FittedCostConfig,
+    LinearCostConfig,
+    RooflineCostConfig,
+    build_cost_model,
+    fitted_base,
+    load_fitted,
+)
+from sim.cost.fitted import FittedCost
 from sim.cost.kernels.auto import kernel_auto
 from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.parallel import (
@@ -209,6 +218,12 @@ def parallel_cost_model(
     """
     if parallelism is None or parallelism.is_single_device:
         return build_cost_model(config, model, hardware, base_dir)
+    if isinstance(config, FittedCostConfig):
+        path, artifact = load_fitted(config, base_dir)
+        base = parallel_cost_model(
+            fitted_base(path, artifact), model, hardware, parallelism, path.parent
+        )
+        return FittedCost(base, artifact.parameters.to_params(), source=path.name)
     if isinstance(config, RooflineCostConfig):
         overrides = {
             field: value

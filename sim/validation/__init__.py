@@ -3,8 +3,12 @@
 ``predict`` replays a measured run's exact requests through the simulator
 and compares latency distributions; ``report`` renders the comparison
 (markdown, CDF plots); ``importers`` reads runs measured by other tools
-(``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders). ``endpoint*`` measure a live OpenAI-compatible server
-over HTTP (aiohttp, no torch) into a ``servesim measure`` folder.
+(``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders).
+``endpoint*`` measure a live OpenAI-compatible server over HTTP (aiohttp, no
+torch) into a ``servesim measure`` folder. Black-box calibration (``servesim
+calibrate --from-run``): ``fit_runs`` reads and checks measured runs, ``fit``
+fits a ``FittedCost``'s parameters by replaying them (``optimize``:
+Nelder-Mead), ``fit_report`` cross-validates, ``fit_cli`` writes the artifact.
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,
 ``sim.cost``, ``sim.errors``. Runs go through ``sim.api``: validation never

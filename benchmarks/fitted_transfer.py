@@ -1,0 +1,50 @@
+"""Predict a measured run with parameters fitted to another run (another model, same GPU).
+
+    python benchmarks/fitted_transfer.py --artifact docs/validation/blackbox/A.json \\
+        --scenario scenarios/public/B.yaml --run validation/public/.../B
+
+Replays run B's requests under scenario B with B's own base cost model
+wrapped in the overhead and multipliers that artifact A fitted (to A's runs),
+and prints base vs fitted errors at p50 / p90 / p99 of TTFT and TPOT: does
+what the fit learnt about a GPU and engine carry over to another model?
+Nothing of run B is fitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from sim.api import cost_model_for  # noqa: E402
+from sim.cost.fitted_artifact import load_fitted_artifact  # noqa: E402
+from sim.scenario import load_scenario  # noqa: E402
+from sim.validation.fit import FitRun, Target  # noqa: E402
+from sim.validation.fit_report import render_rows, target_rows  # noqa: E402
+from sim.validation.fit_runs import load_measured_run  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifact", type=Path, required=True, help="fitted cost artifact (A)")
+    parser.add_argument("--scenario", type=Path, required=True, help="scenario of run B")
+    parser.add_argument("--run", required=True, help="measured run B")
+    args = parser.parse_args(argv)
+    artifact = load_fitted_artifact(args.artifact)
+    scenario = load_scenario(args.scenario)
+    base = cost_model_for(scenario, args.scenario.parent)
+    run = FitRun(
+        Path(args.run).name, scenario, load_measured_run(args.run).requests, base,
+        args.scenario.parent,
+    )  # fmt: skip
+    rows = target_rows([run], [Target(0)], artifact.parameters.to_params())
+    print(f"{args.run} with the parameters of {args.artifact.name} on {base.label}:\n")
+    print("\n".join(render_rows(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""A base cost model with a few free parameters fitted to measured runs (black-box calibration).
+
+``servesim calibrate --from-run`` fits three numbers to measured per-request
+latencies (``sim.validation.fit``); this wrapper applies them to any base
+cost model (kernel tables, roofline, a calibrated curve)::
+
+    w       = base(prefill part) / (base(prefill part) + base(decode part))
+    step_s  = step_overhead_s
+            + base(s) * (prefill_multiplier * w + decode_multiplier * (1 - w))
+
+``w`` is the share of the step the base model gives the prefill chunks when
+each part is priced alone (1 for a prefill-only step, 0 for a decode-only
+one), so the base's own step time is split between prefill and decode and
+each share scaled by its multiplier; mixed steps keep the base's shape
+(GEMMs over all tokens together are not the sum of the parts). With
+``(0, 1, 1)`` this is the base model exactly.
+
+Why these three: TTFT measures mostly the prefill share (and the queue ahead
+of it), TPOT the decode steps; the overhead separates a per-step constant
+(scheduler, launches: the same at batch 1 and 256) from the cost that grows
+with the batch, which the spread between short and long decode steps
+reveals. Three parameters are identifiable from the p50/p90/p99 of TTFT and
+TPOT of a few hundred requests; more (per-token terms, per-sequence terms)
+trade against each other and against the base model's own coefficients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
+
+
+@dataclass(frozen=True, slots=True)
+class FitParameters:
+    """The free parameters: an added per-step time and two multipliers of the base."""
+
+    step_overhead_s: float = 0.0
+    prefill_multiplier: float = 1.0
+    decode_multiplier: float = 1.0
+
+    def __post_init__(self) -> None:
+        # Negative values would let a step take no time, or less than none.
+        if not self.step_overhead_s >= 0.0:
+            raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
+        for name in ("prefill_multiplier", "decode_multiplier"):
+            value = getattr(self, name)
+            if not value > 0.0:
+                raise ValueError(f"{name} must be > 0, got {value}")
+
+
+def prefill_part(shape: StepShape) -> StepShape:
+    """The step's prefill chunks alone."""
+    return StepShape(
+        num_prefill_seqs=shape.num_prefill_seqs,
+        num_prefill_tokens=shape.num_prefill_tokens,
+        prefill_attention_pairs=shape.prefill_attention_pairs,
+        prefill_kv_read_tokens=shape.prefill_kv_read_tokens,
+    )
+
+
+def decode_part(shape: StepShape) -> StepShape:
+    """The step's decode sequences alone."""
+    return StepShape(
+        num_decode_seqs=shape.num_decode_seqs,
+        num_decode_context_tokens=shape.num_decode_context_tokens,
+    )
+
+
+def prefill_share(base: CostModel, shape: StepShape) -> float:
+    """``w`` of the module docstring: the prefill chunks' share of the step, 0..1."""
+    if shape.num_prefill_tokens == 0:
+        return 0.0
+    if shape.num_decode_seqs == 0:
+        return 1.0
+    prefill_s = base.step_s(prefill_part(shape))
+    decode_s = base.step_s(decode_part(shape))
+    total_s = prefill_s + decode_s
+    return prefill_s / total_s if total_s > 0 else 0.5
+
+
+class FittedCost:
+    """``base`` with fitted overhead and prefill / decode multipliers (module docstring)."""
+
+    def __init__(self, base: CostModel, params: FitParameters, source: str = "") -> None:
+        self.base, self.params, self.source = base, params, source
+
+    @property
+    def label(self) -> str:
+        p = self.params
+        where = f" [{self.source}]" if self.source else ""
+        return (
+            f"fitted({self.base.label}; +{p.step_overhead_s * 1e3:.3g} ms/step, "
+            f"prefill x{p.prefill_multiplier:.3g}, decode x{p.decode_multiplier:.3g}){where}"
+        )
+
+    def step_s(self, shape: StepShape) -> float:
+        if shape.is_empty:
+            return 0.0
+        p = self.params
+        w = prefill_share(self.base, shape)
+        multiplier = p.prefill_multiplier * w + p.decode_multiplier * (1.0 - w)
+        return p.step_overhead_s + self.base.step_s(shape) * multiplier
+
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+        none = no_decode_run(num_seqs, context_tokens, num_steps)
+        if none is not None:
+            return none
+        # Decode-only steps: w = 0, so only the decode multiplier applies.
+        out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+        out *= self.params.decode_multiplier
+        out += self.params.step_overhead_s
+        return out

@@ -1,0 +1,267 @@
+"""Black-box calibration: fit a cost model's free parameters to measured runs.
+
+Each evaluation replays every training run's exact requests
+(``sim.validation.predict.predict``, i.e. ``sim.api.replay``) with the base
+cost model wrapped in ``FittedCost`` (``sim.cost.fitted``) and scores the
+replay against the measurement::
+
+    objective = mean over (run, metric in {TTFT, TPOT}, q in {p50, p90, p99}) of
+                log(predicted_q / measured_q) ** 2
+
+over the requests a target scores (all of a run, or half of it). Log errors
+weigh a 10 % miss the same on TTFT (seconds) and TPOT (milliseconds);
+percentiles rather than per-request pairs make one request served out of
+order cost nothing. A weak pull of ``PRIOR_WEIGHT * log(multiplier) ** 2``
+keeps a multiplier at 1 when the runs do not inform it (no prefill in the
+steps, say) without moving it when they do.
+
+The search (``fit``): every free multiplier set to one common scale, the best
+of a coarse log grid (``starting_point``), then a box-bounded Nelder-Mead
+from there.
+
+Cross-validation (``cv_folds``): with several runs, leave one out (fit on the
+others, score the one left out); with one run, fit on the requests that
+arrived in its first half and score the second half. The replay always
+serves the whole run (arrivals and lengths are the workload to predict, an
+input); only the scored latencies are split, so the second half's latencies
+are never seen by the fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.cost.base import CostModel
+from sim.cost.fitted import FitParameters, FittedCost
+from sim.scenario import Scenario
+from sim.validation.fit_args import DEFAULT_MAX_EVALUATIONS, PARAMETERS
+from sim.validation.optimize import FloatArray, nelder_mead
+from sim.validation.predict import per_request_latencies, predict
+
+METRICS = ("ttft_s", "tpot_s")
+QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+PRIOR_WEIGHT = 1e-4
+OBJECTIVE = "mean squared log error of p50/p90/p99 TTFT and TPOT"
+OPTIMISER = "Nelder-Mead (sim.validation.optimize), box-bounded"
+_LOG_MULTIPLIER_BOUND = float(np.log(20.0))  # multipliers within 1/20 .. 20
+_MAX_OVERHEAD_IN_SCALES = 100.0
+# Common multipliers tried before the simplex search: 1/8 .. 8 in steps of sqrt(2).
+START_SCALES = tuple(float(2.0 ** (k / 2)) for k in range(-6, 7))
+
+
+@dataclass(frozen=True)
+class FitRun:
+    """A measured run ready to replay: scenario, requests, measured latencies, base cost."""
+
+    name: str
+    scenario: Scenario
+    requests: pd.DataFrame
+    base: CostModel
+    base_dir: Path | None = None
+
+    @property
+    def measured(self) -> pd.DataFrame:
+        """Measured ``ttft_s``, ``tpot_s`` of completed requests, by request id."""
+        return per_request_latencies(self.requests)
+
+    def simulate(self, params: FitParameters) -> pd.DataFrame:
+        """Predicted per-request latencies with ``params`` on the base cost."""
+        result = predict(self.scenario, self.requests, FittedCost(self.base, params), self.base_dir)
+        return per_request_latencies(result.raw.requests)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The latencies of one run that a fold scores: all, or these request ids."""
+
+    run: int
+    request_ids: tuple[int, ...] | None = None
+    label: str = "all"
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Fit on ``train``, score ``test``."""
+
+    name: str
+    train: tuple[Target, ...]
+    test: tuple[Target, ...]
+
+
+def half_split(requests: pd.DataFrame) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Request ids of the first and second half by arrival (first half gets the odd one out)."""
+    ordered = requests.sort_values(["arrival_s", "request_id"], kind="stable")
+    ids = tuple(int(i) for i in ordered["request_id"])
+    middle = (len(ids) + 1) // 2
+    return ids[:middle], ids[middle:]
+
+
+def cv_folds(runs: Sequence[FitRun]) -> list[Fold]:
+    """Leave-one-run-out with 2+ runs; first half -> second half with one (module docstring)."""
+    if not runs:
+        raise ValueError("no runs to split")
+    if len(runs) == 1:
+        first, second = half_split(runs[0].requests)
+        if not first or not second:
+            raise ValueError("one run needs at least two requests to split in halves")
+        return [
+            Fold(
+                f"{runs[0].name}: first half -> second half",
+                (Target(0, first, "first half"),),
+                (Target(0, second, "second half"),),
+            )
+        ]
+    everything = range(len(runs))
+    return [
+        Fold(
+            f"leave out {runs[k].name}",
+            tuple(Target(i) for i in everything if i != k),
+            (Target(k),),
+        )
+        for k in everything
+    ]
+
+
+def _quantiles(latencies: pd.DataFrame, ids: tuple[int, ...] | None) -> dict[str, dict[str, float]]:
+    table = latencies if ids is None else latencies.loc[latencies.index.intersection(list(ids))]
+    out: dict[str, dict[str, float]] = {}
+    for metric in METRICS:
+        values = table[metric].to_numpy(dtype=np.float64)
+        values = values[np.isfinite(values) & (values > 0)]
+        out[metric] = {
+            stat: float(np.percentile(values, q)) if values.size else float("nan")
+            for stat, q in QUANTILES.items()
+        }
+    return out
+
+
+def log_errors(
+    predicted: pd.DataFrame, measured: pd.DataFrame, ids: tuple[int, ...] | None
+) -> dict[str, dict[str, float]]:
+    """``log(predicted_q / measured_q)`` per metric and quantile (nan where either is absent)."""
+    p, m = _quantiles(predicted, ids), _quantiles(measured, ids)
+    return {
+        metric: {stat: float(np.log(p[metric][stat] / m[metric][stat])) for stat in QUANTILES}
+        for metric in METRICS
+    }
+
+
+def score(
+    runs: Sequence[FitRun], targets: Sequence[Target], params: FitParameters
+) -> list[dict[str, dict[str, float]]]:
+    """Log errors of every target, each run replayed once."""
+    measured: dict[int, pd.DataFrame] = {}
+    predicted: dict[int, pd.DataFrame] = {}
+    out = []
+    for target in targets:
+        if target.run not in predicted:
+            predicted[target.run] = runs[target.run].simulate(params)
+            measured[target.run] = runs[target.run].measured
+        out.append(log_errors(predicted[target.run], measured[target.run], target.request_ids))
+    return out
+
+
+def objective_value(errors: Sequence[dict[str, dict[str, float]]]) -> float:
+    """Mean squared log error; a missing quantile (nothing completed) counts as inf."""
+    values = np.array([v for e in errors for by_stat in e.values() for v in by_stat.values()])
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        return float("inf")
+    return float(np.mean(values**2))
+
+
+@dataclass(frozen=True)
+class FitOutcome:
+    """Fitted parameters, the objective there and with the base model, and the cost."""
+
+    params: FitParameters
+    value: float
+    base_value: float
+    num_evaluations: int
+    converged: bool
+
+
+def overhead_scale_s(runs: Sequence[FitRun], targets: Sequence[Target]) -> float:
+    """A natural size for the overhead: the median measured TPOT of the training requests."""
+    values = []
+    for target in targets:
+        tpot = runs[target.run].measured["tpot_s"]
+        if target.request_ids is not None:
+            tpot = tpot.loc[tpot.index.intersection(list(target.request_ids))]
+        values.append(tpot.to_numpy(dtype=np.float64))
+    joined = np.concatenate(values) if values else np.empty(0)
+    joined = joined[np.isfinite(joined) & (joined > 0)]
+    return float(np.median(joined)) if joined.size else 1e-3
+
+
+def params_from_vector(x: FloatArray, free: Sequence[str], scale_s: float) -> FitParameters:
+    """The overhead in units of ``scale_s``, multipliers as logarithms; fixed ones at identity."""
+    values = dict(zip(free, x.tolist(), strict=True))
+    return FitParameters(
+        step_overhead_s=max(0.0, values.get("step_overhead_s", 0.0)) * scale_s,
+        prefill_multiplier=float(np.exp(values.get("prefill_multiplier", 0.0))),
+        decode_multiplier=float(np.exp(values.get("decode_multiplier", 0.0))),
+    )
+
+
+def starting_point(
+    objective: Callable[[FloatArray], float], free: Sequence[str]
+) -> tuple[FloatArray, int]:
+    """Where Nelder-Mead starts: identity, or one common multiplier from ``START_SCALES``.
+
+    When the base model is several times off (a machine slower than its
+    microbenchmarks), a simplex started at identity can wander along the
+    overhead axis and stall there; one scale for every free multiplier, the
+    best of a coarse log grid, starts it in the right basin. Returns the start
+    and the simulations spent.
+    """
+    is_multiplier = np.array([name != "step_overhead_s" for name in free])
+    if not is_multiplier.any():
+        return np.zeros(len(free)), 0
+    candidates = [np.where(is_multiplier, np.log(scale), 0.0) for scale in START_SCALES]
+    values = [objective(x) for x in candidates]
+    return candidates[int(np.argmin(values))], len(candidates)
+
+
+def fit(
+    runs: Sequence[FitRun],
+    targets: Sequence[Target],
+    free: Sequence[str] = PARAMETERS,
+    max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+) -> FitOutcome:
+    """Minimise the objective over the ``free`` parameters (the others stay at identity)."""
+    unknown = [name for name in free if name not in PARAMETERS]
+    if unknown or not free:
+        raise ValueError(f"free parameters must be a non-empty subset of {PARAMETERS}")
+    scale_s = overhead_scale_s(runs, targets)
+    multipliers = [name for name in free if name != "step_overhead_s"]
+
+    def penalised(x: FloatArray) -> float:
+        params = params_from_vector(x, free, scale_s)
+        logs = [float(np.log(getattr(params, name))) for name in multipliers]
+        prior = PRIOR_WEIGHT * sum(v * v for v in logs)
+        return objective_value(score(runs, targets, params)) + prior
+
+    n = len(free)
+    lower = [0.0 if name == "step_overhead_s" else -_LOG_MULTIPLIER_BOUND for name in free]
+    upper = [
+        _MAX_OVERHEAD_IN_SCALES if name == "step_overhead_s" else _LOG_MULTIPLIER_BOUND
+        for name in free
+    ]
+    start, num_start_evaluations = starting_point(penalised, free)
+    # First simplex: 10 % of the TPOT scale as overhead, 10 % on each multiplier.
+    found = nelder_mead(
+        penalised, start, np.full(n, 0.1), lower, upper, max_evaluations=max_evaluations
+    )
+    params = params_from_vector(found.x, free, scale_s)
+    return FitOutcome(
+        params,
+        objective_value(score(runs, targets, params)),
+        objective_value(score(runs, targets, FitParameters())),
+        num_start_evaluations + found.num_evaluations,
+        found.converged,
+    )

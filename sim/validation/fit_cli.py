@@ -1,0 +1,169 @@
+"""``servesim calibrate --from-run``: fit a cost model to measured runs, torch-free.
+
+``calibration.cli`` parses the command line and hands it here before it
+imports torch. The steps: read every run (``fit_runs.load_measured_run``),
+refuse runs of another model or hardware, build each run's replay scenario
+(``--scenario``, else the run's recorded engine settings), cross-validate
+(``fit_report.cross_validate``), fit on all runs, and write the artifact
+(``sim.cost.fitted_artifact``) that ``cost: {kind: fitted, artifact: PATH}``
+loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import sim
+from sim.api import cost_model_for
+from sim.cost.fitted_artifact import (
+    FitSummary,
+    FittedCostArtifact,
+    FittedParameterValues,
+    FittedProvenance,
+    FittedRunInfo,
+    rebase_paths,
+    save_fitted_artifact,
+)
+from sim.cost.specs import hardware_preset, model_preset
+from sim.errors import ConfigError
+from sim.scenario import Scenario, load_scenario
+from sim.validation.fit import OBJECTIVE, OPTIMISER, FitRun, Target, fit
+from sim.validation.fit_args import PARAMETERS
+from sim.validation.fit_report import cross_validate, params_json, render, target_rows
+from sim.validation.fit_runs import (
+    check_run,
+    load_measured_run,
+    run_digest,
+    scenario_for_run,
+)
+from sim.validation.runs import ImportedRun
+
+
+def git_revision() -> str | None:
+    """The checkout's commit, if ``sim`` runs from a git checkout."""
+    root = Path(sim.__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def _free(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in PARAMETERS]
+    if not names or unknown:
+        raise ConfigError(f"--free {text!r}: choose from {', '.join(PARAMETERS)}")
+    return names
+
+
+def _base_scenario(args: argparse.Namespace) -> tuple[Scenario | None, Path]:
+    if args.scenario is None:
+        return None, Path.cwd()
+    scenario = load_scenario(args.scenario)
+    if scenario.cost.kind == "fitted":
+        raise ConfigError(f"{args.scenario}: cost is already fitted; give the scenario of its base")
+    return scenario, Path(args.scenario).parent
+
+
+def fit_runs(
+    sources: Sequence[str], args: argparse.Namespace
+) -> tuple[list[FitRun], list[ImportedRun], Scenario | None, Path]:
+    """Every run read, checked and ready to replay."""
+    if not sources:
+        raise ConfigError("--from-run: no runs given")
+    scenario, base_dir = _base_scenario(args)
+    model = model_preset(args.model)
+    hardware_name = args.hardware or (scenario.hardware.name if scenario is not None else None)
+    if hardware_name is None:
+        raise ConfigError("--from-run needs --hardware (or --scenario, which names it)")
+    hardware = hardware_preset(hardware_name)
+    if scenario is not None and (scenario.model.name, scenario.hardware.name) != (
+        model.name,
+        hardware.name,
+    ):
+        raise ConfigError(
+            f"--scenario {args.scenario}: model {scenario.model.name} on "
+            f"{scenario.hardware.name}, not --model {model.name} on --hardware {hardware.name}"
+        )
+    runs, imported = [], []
+    for source in sources:
+        run = load_measured_run(source)
+        check_run(run, source, model, hardware)
+        replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
+        try:
+            base = cost_model_for(replay, base_dir)
+        except ConfigError as error:
+            raise ConfigError(f"cost: {error}") from None
+        runs.append(FitRun(Path(source).name, replay, run.requests, base, base_dir))
+        imported.append(run)
+    return runs, imported, scenario, base_dir
+
+
+def calibrate_from_runs(args: argparse.Namespace) -> int:
+    """The whole command (module docstring); ConfigError on bad input. Returns 0."""
+    free = _free(args.free)
+    if args.max_evals < len(free) + 1:
+        raise ConfigError(f"--max-evals must be at least {len(free) + 1}, got {args.max_evals}")
+    runs, imported, scenario, base_dir = fit_runs(args.from_run, args)
+    model, hardware = runs[0].scenario.model.name, runs[0].scenario.hardware.name
+    out = Path(args.out or Path("runs") / f"fitted-{model}-{hardware}.json")
+    print(f"fitting {', '.join(free)} of {runs[0].base.label} to {len(runs)} run(s)")
+    errors: dict[str, Any] = {"objective": OBJECTIVE}
+    if not args.no_cross_validation:
+        errors["cross_validation"] = cross_validate(runs, free, args.max_evals)
+    everything = [Target(i) for i in range(len(runs))]
+    outcome = fit(runs, everything, free, args.max_evals)
+    errors["in_sample"] = {
+        "parameters": params_json(outcome.params),
+        "rows": target_rows(runs, everything, outcome.params),
+    }
+    base_cost = scenario.cost.model_dump(mode="json") if scenario else {"kind": "auto"}
+    artifact = FittedCostArtifact(
+        provenance=FittedProvenance(
+            tool_version=sim.__version__,
+            created_utc=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            command=getattr(args, "command_line", None) or shlex.join(["servesim", *sys.argv[1:]]),
+            git_revision=git_revision(),
+            model=model,
+            hardware=hardware,
+            runs=[
+                FittedRunInfo(
+                    source=source,
+                    format=str(run.meta.get("format", "imported")),
+                    num_requests=len(run.requests),
+                    sha256=run_digest(run.requests),
+                )
+                for source, run in zip(args.from_run, imported, strict=True)
+            ],
+        ),
+        base_cost=rebase_paths(base_cost, base_dir, out.parent),
+        base_cost_label=runs[0].base.label,
+        parameters=FittedParameterValues(**params_json(outcome.params)),
+        fit=FitSummary(
+            free_parameters=list(free),
+            objective=OBJECTIVE,
+            objective_value=outcome.value,
+            base_objective_value=outcome.base_value,
+            num_evaluations=outcome.num_evaluations,
+            optimiser=OPTIMISER,
+        ),
+        errors=errors,
+    )
+    save_fitted_artifact(artifact, out)
+    print(render(errors))
+    print(
+        f"objective {outcome.base_value:.4g} (base) -> {outcome.value:.4g} (fitted) in "
+        f"{outcome.num_evaluations} simulations; wrote {out}; use it with "
+        f"cost: {{kind: fitted, artifact: {out}}}"
+    )
+    return 0

@@ -1,0 +1,196 @@
+"""Measured runs for black-box calibration: read any format, check it, build its replay scenario.
+
+``--from-run`` accepts, per path:
+
+- an imported-run folder (``servesim import-run`` output: ``run.json``);
+- a ``servesim measure`` folder (``summary.json`` marked ``mode: measured``);
+- anything ``servesim import-run`` reads (``sim.validation.cli.import_run``,
+  format detected from the files), so a new importer works here unchanged.
+
+A run that records its model (or device) must match ``--model`` (``--hardware``):
+a fit to another model's latencies is refused, naming both. A run that
+records its engine settings (``run.json``'s ``engine``) is replayed with them
+on a scenario built here; a ``measure`` folder records no scheduler limits,
+so it needs ``--scenario`` (the scenario it measured).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import ValidationError
+
+from sim.cost.kernels.cost import model_matches
+from sim.cost.model_configs import MODEL_SPEC_ALIASES
+from sim.cost.specs import HardwareSpec, ModelSpec
+from sim.errors import ConfigError
+from sim.scenario import Scenario
+from sim.validation.cli import import_run
+from sim.validation.runs import REQUEST_COLUMNS, ImportedRun, load_run
+
+MEASURE_FORMAT = "servesim-measure"
+
+
+def _measure_folder(folder: Path) -> ImportedRun:
+    """A ``servesim measure`` folder as an imported run (its requests and summary)."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        requests = pd.read_parquet(folder / "requests.parquet")
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{folder}: not a servesim measure folder ({error})") from None
+    missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
+    if missing:
+        raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
+    meta = {
+        "format": MEASURE_FORMAT,
+        "source": str(folder),
+        "num_requests": len(requests),
+        "model": summary.get("model"),
+        "device": summary.get("device"),
+        "device_name": summary.get("device_name"),
+        "scenario": summary.get("scenario"),
+    }
+    return ImportedRun(requests, meta)
+
+
+def load_measured_run(path: str | Path) -> ImportedRun:
+    """The run at ``path`` in whichever format it is (module docstring)."""
+    run = _load(Path(path))
+    if "rejection_reason" not in run.requests.columns:  # every request was served
+        requests = run.requests.assign(rejection_reason=pd.Series([None] * len(run.requests)))
+        run = ImportedRun(requests, run.meta)
+    return run
+
+
+def _load(source: Path) -> ImportedRun:
+    if not source.exists():
+        raise ConfigError(f"--from-run {source}: no such file or folder")
+    if (source / "run.json").is_file():
+        return load_run(source)
+    summary = source / "summary.json"
+    if summary.is_file():
+        try:
+            mode = json.loads(summary.read_text(encoding="utf-8")).get("mode")
+        except (OSError, ValueError, AttributeError):
+            mode = None
+        if mode == "measured":
+            return _measure_folder(source)
+    return import_run(source)
+
+
+def recorded_model(run: ImportedRun) -> str | None:
+    """The model a run says it served, if it says."""
+    engine = run.meta.get("engine") or {}
+    name = engine.get("model") or run.meta.get("model")
+    return str(name) if name else None
+
+
+def recorded_device(run: ImportedRun) -> str | None:
+    """The device a run says it ran on (``cpu`` for a CPU run), if it says."""
+    if run.meta.get("device") == "cpu":
+        return "cpu"
+    engine = run.meta.get("engine") or {}
+    name = engine.get("device_name") or run.meta.get("device_name")
+    return str(name) if name else None
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
+    """Whether a recorded device name is the hardware preset (``NVIDIA GeForce RTX 4090``
+    is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset)."""
+    if hardware.name.startswith("cpu"):
+        return device == "cpu"
+    # The preset's GPU name without memory size or form factor: a100-80gb -> a100.
+    core = re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name)
+    return device != "cpu" and _squash(core) in _squash(device)
+
+
+def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: HardwareSpec) -> None:
+    """ConfigError naming what differs when the run is of another model or hardware."""
+    name = recorded_model(run)
+    wanted = MODEL_SPEC_ALIASES.get(model.name, model.name)
+    if name is not None and not (model_matches(name, wanted) or model_matches(name, model.name)):
+        raise ConfigError(f"--from-run {source}: the run served {name}, not --model {model.name}")
+    device = recorded_device(run)
+    if device is not None and not hardware_matches(device, hardware):
+        raise ConfigError(
+            f"--from-run {source}: the run ran on {device}, not --hardware {hardware.name}"
+        )
+    if len(run.requests) == 0:
+        raise ConfigError(f"--from-run {source}: no requests")
+
+
+def run_digest(requests: pd.DataFrame) -> str:
+    """sha256 of the columns a fit reads (times, lengths): names the data exactly."""
+    columns = ["arrival_s", "first_token_s", "finish_s", "num_prompt_tokens", "num_output_tokens"]
+    table = np.ascontiguousarray(requests[columns].to_numpy(dtype=np.float64))
+    return hashlib.sha256(table.tobytes()).hexdigest()
+
+
+def _limits(engine: dict[str, Any]) -> dict[str, Any]:
+    """Scenario fields from a run's recorded engine settings (unrecorded ones keep defaults)."""
+    scheduler: dict[str, Any] = {"kind": "continuous", "chunked_prefill": True}
+    for key in ("max_num_seqs", "max_num_batched_tokens"):
+        if engine.get(key) is not None:
+            scheduler[key] = engine[key]
+    settings: dict[str, Any] = {}
+    pairs = (
+        ("num_gpu_blocks", "num_kv_blocks"),
+        ("block_size", "block_size_tokens"),
+        ("max_model_len", "max_model_len_tokens"),
+        ("enable_prefix_caching", "enable_prefix_caching"),
+        ("async_scheduling", "async_scheduling"),
+    )
+    for recorded, field in pairs:
+        if engine.get(recorded) is not None:
+            settings[field] = engine[recorded]
+    return {"scheduler": scheduler, "engine": settings}
+
+
+def scenario_for_run(
+    run: ImportedRun,
+    source: str,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    cost: dict[str, Any],
+) -> Scenario:
+    """A one-replica scenario with the run's recorded engine settings and ``cost``."""
+    engine = run.meta.get("engine")
+    if not isinstance(engine, dict):
+        raise ConfigError(
+            f"--from-run {source}: the run records no engine settings "
+            f"({run.meta.get('format')}); pass --scenario, the scenario it measured"
+        )
+    if (engine.get("data_parallel_size") or 1) > 1:
+        raise ConfigError(
+            f"--from-run {source}: data_parallel_size {engine['data_parallel_size']}; "
+            "the fit replays one engine (one replica)"
+        )
+    data: dict[str, Any] = {
+        "name": f"fit-{Path(source).name}",
+        "model": model.model_dump(),
+        "hardware": hardware.model_dump(),
+        "cost": cost,
+        "parallelism": {"tensor_parallel_size": engine.get("tensor_parallel_size") or 1},
+        # Arrivals are the engine's queue times: tokenization already done.
+        "frontend": {"tokenize_s_per_token": 0.0, "detokenize_s_per_token": 0.0},
+        # Never read: the fit replays the run's own requests (sim.api.replay).
+        "workload": {"kind": "trace", "format": "csv", "path": "trace.csv"},
+        **_limits(engine),
+    }
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        problem = f"recorded settings, {where}: {first['msg']}"
+        raise ConfigError(f"--from-run {source}: {problem}") from None

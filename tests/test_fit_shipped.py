@@ -1,0 +1,56 @@
+"""The fitted artifacts and measured runs committed under docs/validation/blackbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.api import cost_model_for
+from sim.cost.config import FittedCostConfig
+from sim.cost.fitted import FittedCost
+from sim.cost.fitted_artifact import load_fitted_artifact
+from sim.cost.specs import hardware_preset, model_preset
+from sim.scenario import load_scenario
+from sim.validation.fit import FitRun, Target
+from sim.validation.fit_report import target_rows
+from sim.validation.fit_runs import check_run, load_measured_run, run_digest
+
+ROOT = Path(__file__).resolve().parent.parent
+BLACKBOX = ROOT / "docs" / "validation" / "blackbox"
+ARTIFACTS = sorted(BLACKBOX.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", ARTIFACTS, ids=lambda p: p.stem)
+def test_committed_artifacts_load_and_improve_on_their_base(path: Path) -> None:
+    artifact = load_fitted_artifact(path)
+    assert artifact.fit.objective_value < artifact.fit.base_objective_value
+    assert artifact.provenance.command.startswith("servesim calibrate")
+    assert len(artifact.errors["in_sample"]["rows"]) == 2 * len(artifact.provenance.runs)
+
+
+def test_the_rtx4090_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost() -> None:
+    path = BLACKBOX / "rtx4090-llama-3.1-8b.json"
+    artifact = load_fitted_artifact(path)
+    (info,) = artifact.provenance.runs
+    run = load_measured_run(ROOT / info.source)
+    assert run_digest(run.requests) == info.sha256  # the very data it was fitted to
+    plain = load_scenario(ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml")
+    scenario = plain.model_copy(update={"cost": FittedCostConfig(artifact=str(path))})
+    cost = cost_model_for(scenario, ROOT / "scenarios" / "public")
+    assert isinstance(cost, FittedCost) and cost.params == artifact.parameters.to_params()
+    base = cost_model_for(plain, ROOT / "scenarios" / "public")
+    fit_run = FitRun("r", plain, run.requests, base, ROOT / "scenarios" / "public")
+    rows = target_rows([fit_run], [Target(0)], cost.params)
+    recorded = artifact.errors["in_sample"]["rows"]
+    for now, then in zip(rows, recorded, strict=True):
+        assert now["metric"] == then["metric"]
+        for kind in ("base_err_pct", "fitted_err_pct"):
+            assert now[kind] == pytest.approx(then[kind], abs=0.011)
+
+
+@pytest.mark.parametrize("rate", [2, 5])
+def test_the_committed_cpu_runs_are_measure_folders_of_the_tiny_model(rate: int) -> None:
+    run = load_measured_run(BLACKBOX / f"cpu-tiny-rate{rate}")
+    check_run(run, "r", model_preset("tiny"), hardware_preset("cpu-2core"))
+    assert run.meta["format"] == "servesim-measure" and len(run.requests) > 20
