@@ -29,11 +29,10 @@ from dataclasses import dataclass
 import torch
 
 from calibration.engine import StepExecutor
-from calibration.engine_loop import new_core
 from calibration.model import LlamaModel
 from calibration.sampling import SamplingParams
 from calibration.tokenizer import NUM_SPECIAL, ByteTokenizer
-from sim.api import kv_blocks_for
+from sim.api import core_config_for
 from sim.engine.plan import StepPlan
 from sim.engine.request import Request
 from sim.scenario import Scenario
@@ -76,12 +75,8 @@ class OnlineEngine:
         self.executor = StepExecutor(
             model, num_slots, self.max_model_len_tokens, SamplingParams(), seed=scenario.seed
         )
-        self.core = new_core(
-            policy.build,
-            kv_blocks_for(scenario),
-            engine.block_size_tokens,
-            self.max_model_len_tokens,
-        )
+        # The same core the simulator's replicas and `servesim measure` build.
+        self.core = core_config_for(scenario, reference_engine=True).new_core()
         self.tokenizer = ByteTokenizer()
         self._inbox: queue.SimpleQueue[tuple[Request, list[int], _Live]] = queue.SimpleQueue()
         self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()

@@ -46,17 +46,26 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import torch
 
         from calibration.http_server import make_app
-        from calibration.measure import _DTYPES, _refuse_unsupported
+        from calibration.measure import _DTYPES
         from calibration.online import OnlineEngine
     except ImportError as error:
         raise ConfigError(
             f"servesim serve needs PyTorch and aiohttp ({error}): "
             "pip install -e '.[calibrate,http]'"
         ) from None
+    from sim.api import reference_engine_problem
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
-    _refuse_unsupported(scenario)
+    problem = reference_engine_problem(scenario)
+    if problem is None and scenario.async_scheduling:
+        # The online engine plans each step after the previous one (no visible_until).
+        problem = (
+            "engine.async_scheduling: servesim serve schedules synchronously; "
+            "set engine.async_scheduling: false"
+        )
+    if problem is not None:
+        raise ConfigError(problem)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available here")
     if args.threads < 1:
