@@ -19,6 +19,7 @@ import pandas as pd
 
 from sim.errors import ConfigError
 from sim.scenario import Scenario
+from sim.validation.match import same_model
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 
@@ -42,7 +43,12 @@ def mismatches(
     scenario: Scenario, summary: dict[str, Any], requests: pd.DataFrame, base_dir: Path
 ) -> list[str]:
     """How the measured run differs from ``scenario`` (empty: it is the scenario's)."""
-    found = _field(summary, "model", scenario.model.name)
+    model = summary.get("model")
+    found = (
+        []
+        if model is None or same_model(scenario.model.name, str(model))
+        else [f"model {model} (scenario: {scenario.model.name})"]
+    )
     found += _field(summary, "hardware", scenario.hardware.name)
     if isinstance(scenario.workload, ClosedLoopWorkload):
         return found  # users' requests depend on the server: only the model and hardware

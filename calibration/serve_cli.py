@@ -115,6 +115,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set or ())
     runs = [MeasuredDir.load(d) for d in measured_dirs]
     for run in runs:  # a run of another scenario would give a report on the wrong things
+        if run.summary.get("mode") != "measured":
+            continue  # an imported run: validate() checks it (sim.validation.match)
         check_matches(
             scenario,
             run.summary,
