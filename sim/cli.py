@@ -27,12 +27,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sim.out_path import check_out_dir
     from sim.scenario import load_scenario
 
+    if args.trace_requests is not None and args.trace_requests < 1:
+        raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
     name = load_scenario(args.scenario, args.set or ()).name
     out = Path(args.out) if args.out else Path("runs") / name
     check_out_dir(out)  # before the work: a bad --out would lose it
     started = time.perf_counter()
-    if args.trace_requests is not None and args.trace_requests < 1:
-        raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
     result = api.run(args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced)
     elapsed_s = time.perf_counter() - started
