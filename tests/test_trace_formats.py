@@ -330,7 +330,7 @@ def test_capacity_search_turns_the_rate_knob_of_rate_scaled_traces() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(st.floats(0, 1e4, allow_nan=False), min_size=2, max_size=40),
+    st.lists(st.floats(0, 1e4, allow_nan=False, allow_subnormal=False), min_size=2, max_size=40),
     st.floats(0.1, 100.0),
     st.floats(0.0, 50.0),
 )
@@ -344,7 +344,7 @@ def test_window_properties(times: list[float], rate: float, offset: float) -> No
     assert arrival[0] == 0.0 and bool(np.all(np.diff(arrival) >= 0))
     assert bool(np.all(np.diff(array[rows]) >= 0))  # rows in time order
     assert arrival == pytest.approx(array[rows] - array[rows[0]])
-    if arrival[-1] > 0:
+    if arrival[-1] > 1e-9:  # a span finer than a nanosecond is no trace's resolution
         _, scaled = select(array, TraceWindow(start_offset_s=offset, rate_per_s=rate), Path("t"))
         assert (len(scaled) - 1) / scaled[-1] == pytest.approx(rate)
         assert scaled * arrival[-1] == pytest.approx(arrival * scaled[-1])  # same shape
