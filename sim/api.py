@@ -10,6 +10,7 @@ The CLI is a thin layer over ``run`` and ``Result.write``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,7 +88,12 @@ class Result:
             replica,
             None if prefill is None or pd.isna(prefill) else int(prefill),
         )
-        return Delivery(self.steps).client_s(engine_s, np.full(engine_s.shape, replica))
+        return self._delivery.client_s(engine_s, np.full(engine_s.shape, replica))
+
+    @functools.cached_property
+    def _delivery(self) -> Delivery:
+        """The step log's engine-to-client time map, built once per result."""
+        return Delivery(self.steps)
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
         """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
