@@ -1,13 +1,22 @@
-"""Simulator speed: requests simulated per wall second, and peak memory.
+"""Simulator speed: requests simulated per wall second, side by side, and peak memory.
 
-Workload (from the core issue): N requests of 512 input / 128 output tokens,
-Poisson arrivals at 8 req/s, Llama-3-8B on an H100 roofline, continuous
-batching. Also runs a smaller slice step by step and with skip-ahead, side by
-side, and prints the speed-up ratio (timings on shared machines are noisy;
-ratios measured in one run are the number to trust).
+Four workloads in one run (issue 16's targets in brackets), each printed with
+its ratio to the first (timings on shared machines are noisy; ratios measured
+in one run are the numbers to trust):
 
-    python benchmarks/sim_speed.py                 # 100,000 requests
-    python benchmarks/sim_speed.py --num-requests 1000000
+- ``base``: N requests of 512 input / 128 output tokens, Poisson 8 req/s,
+  Llama-3-8B on an H100 roofline, one replica (>= 60,000 req/s);
+- ``chat 8/s`` and ``chat 25/s``: ``scenarios/chat.yaml`` (lognormal lengths)
+  at 8 and 25 req/s (cost flat in load: >= 30,000 req/s at 25 req/s);
+- ``16 replicas``: ``scenarios/replicas.yaml`` with 16 replicas behind its
+  router at 160 req/s (cost flat in cluster size: >= 20,000 req/s).
+
+Then a smaller slice of ``base`` step by step and with skip-ahead, whose finish
+times must agree exactly. Peak memory (RSS) is the process's high-water mark,
+so run ``--only base`` for the memory of one workload.
+
+    python benchmarks/sim_speed.py                       # 100,000 base requests
+    python benchmarks/sim_speed.py --only base --num-requests 1000000
 """
 
 from __future__ import annotations
@@ -16,12 +25,17 @@ import argparse
 import resource
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from sim import api
-from sim.scenario import Scenario, scenario_from_dict
+from sim.scenario import Scenario, load_scenario, scenario_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def scenario(num_requests: int, skip_ahead: bool = True) -> Scenario:
+    """The base workload (see the module's docstring)."""
     return scenario_from_dict(
         {
             "name": "sim-speed",
@@ -42,6 +56,26 @@ def scenario(num_requests: int, skip_ahead: bool = True) -> Scenario:
     )
 
 
+def chat(num_requests: int, rate_per_s: float) -> Scenario:
+    """``scenarios/chat.yaml`` at ``rate_per_s``."""
+    return load_scenario(
+        ROOT / "scenarios" / "chat.yaml",
+        [f"workload.num_requests={num_requests}", f"workload.arrival.rate_per_s={rate_per_s}"],
+    )
+
+
+def replicas(num_requests: int) -> Scenario:
+    """``scenarios/replicas.yaml`` with 16 replicas at 160 req/s (its 4 at 40, scaled)."""
+    return load_scenario(
+        ROOT / "scenarios" / "replicas.yaml",
+        [
+            f"workload.num_requests={num_requests}",
+            "workload.arrival.rate_per_s=160",
+            "cluster.num_replicas=16",
+        ],
+    )
+
+
 def timed(sc: Scenario) -> tuple[float, api.Result]:
     started = time.perf_counter()
     result = api.run(sc)
@@ -50,28 +84,42 @@ def timed(sc: Scenario) -> tuple[float, api.Result]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-requests", type=int, default=100_000)
+    parser.add_argument("--num-requests", type=int, default=100_000, help="base requests")
+    parser.add_argument(
+        "--other-requests",
+        type=int,
+        default=20_000,
+        help="requests of each chat and replica workload (the replicas get twice as many)",
+    )
     parser.add_argument(
         "--compare-requests",
         type=int,
         default=5_000,
         help="requests in the skip-ahead vs step-by-step comparison",
     )
+    parser.add_argument("--only", choices=["base"], help="run only the base workload")
     args = parser.parse_args(argv)
-
-    elapsed_s, result = timed(scenario(args.num_requests))
+    n = args.other_requests
+    cases: list[tuple[str, Callable[[], Scenario], str]] = [
+        ("base 512/128 at 8/s", lambda: scenario(args.num_requests), ">= 60,000"),
+    ]
+    if args.only is None:
+        cases += [
+            ("chat at 8/s", lambda: chat(n, 8), ""),
+            ("chat at 25/s", lambda: chat(n, 25), ">= 30,000"),
+            ("16 replicas at 160/s", lambda: replicas(2 * n), ">= 20,000"),
+        ]
+    print(f"{'workload':22s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} {'ratio':>6s}  target")
+    first_rate = None
+    for label, build, target in cases:
+        elapsed_s, result = timed(build())
+        num = len(result.requests)
+        rate = num / elapsed_s
+        first_rate = first_rate or rate
+        ratio = rate / first_rate
+        print(f"{label:22s} {num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {ratio:6.2f}  {target}")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    n = len(result.requests)
-    print(f"requests simulated      : {n}")
-    print(f"simulated time (s)      : {result.summary['duration']:.1f}")
-    print(f"engine steps            : {len(result.steps)}")
-    print(f"wall time (s)           : {elapsed_s:.2f}")
-    print(f"requests per wall second: {n / elapsed_s:,.0f}")
-    print(f"peak memory (MB, RSS)   : {peak_mb:,.0f}")
-    print(
-        f"p99 TTFT / TPOT (ms)    : {result.summary['p99_ttft_ms']:.1f} / "
-        f"{result.summary['p99_tpot_ms']:.2f}"
-    )
+    print(f"peak memory (MB, RSS, whole process): {peak_mb:,.0f}")
 
     m = args.compare_requests
     fast_s, fast = timed(scenario(m, skip_ahead=True))

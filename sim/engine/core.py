@@ -103,7 +103,7 @@ class EngineCore:
         # freed once that plan is made (``held``).
         self.pipelined = False
         self.held: list[Request] = []
-        self.num_deferred_at_plan = 0  # hidden arrivals + held requests at the last plan
+        self.num_deferred_at_plan = 0  # hidden arrivals (+ held, if any waited) at the last plan
         # Runs of tokens after the first, for requests whose tokens were
         # interrupted (preemption): request_id -> [(first token time, tokens before)].
         self.later_runs: dict[int, list[tuple[float, int]]] = {}
@@ -156,8 +156,12 @@ class EngineCore:
             waiting = self.waiting  # later arrivals are at the back, in ready order
             while waiting and _ready_after(waiting[-1], visible_until_s):
                 hidden.append(waiting.pop())
-        self.num_deferred_at_plan = len(hidden) + len(self.held)
         plan = self.policy.schedule(self, now_s)
+        # Held requests matter to the next plan only through the seats and blocks
+        # they free: to someone still waiting. With nobody waiting, the plans that
+        # follow are the same whether they are freed now or a step later, so a
+        # run of decode steps may follow (half the events of a finish).
+        self.num_deferred_at_plan = len(hidden) + (len(self.held) if self.waiting else 0)
         if hidden:
             self.waiting.extend(reversed(hidden))
         if self.held:

@@ -43,12 +43,12 @@ to the free count (vLLM's ``get_num_blocks_to_allocate``).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 import pandas as pd
 
 from sim.engine.block_keys import BlockKeys, Key, own_key_base
+from sim.engine.free_queue import FreeQueue
 from sim.engine.kv_pool import BlockPool
 from sim.engine.records import require_columns
 from sim.engine.request import Request
@@ -76,8 +76,11 @@ class PrefixCachingPool(BlockPool):
     def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
         super().__init__(num_blocks, block_size_tokens)
         # Free blocks in eviction order, head first (vLLM's free block queue).
-        self._queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
-        self._refs = [0] * num_blocks  # block id -> requests referencing it
+        self._queue = FreeQueue(range(num_blocks))
+        # Keyed block id -> requests referencing it. Only keyed blocks can be
+        # shared (by a hit), so an unkeyed block has one holder or none, and its
+        # entry here is not kept up to date (pops and frees stay bulk operations).
+        self._refs = [0] * num_blocks
         self._key_of: list[Key | None] = [None] * num_blocks  # block id -> key if cached
         self._cached: dict[Key, int] = {}  # key -> first cached block holding it
         self._copies: dict[Key, list[int]] = {}  # key -> later copies (rare)
@@ -159,7 +162,7 @@ class PrefixCachingPool(BlockPool):
             hits = self._hits(request)
             for block in hits:  # touch: a free hit block leaves the queue
                 if refs[block] == 0:
-                    del queue[block]
+                    queue.remove(block)
                     self.num_free_blocks -= 1
                 refs[block] += 1
             self._blocks[rid] = list(hits)
@@ -202,14 +205,19 @@ class PrefixCachingPool(BlockPool):
         unfinished = request.num_generated_tokens < request.num_output_tokens
         self._register(request, min(request.num_computed_tokens, request.num_tokens), unfinished)
         refs, queue = self._refs, self._queue
-        released = 0
-        # Tail first, so the request's deepest blocks are evicted first (vLLM's free).
-        for block in reversed(self._blocks.pop(rid)):
+        blocks = self._blocks.pop(rid)
+        num_keyed = self._num_hashed.pop(rid)  # the leading blocks are the keyed ones
+        # Tail first, so the request's deepest blocks are evicted first (vLLM's free):
+        # the unkeyed tail (held by this request alone) in one slice, then the keyed.
+        tail = blocks[num_keyed:]
+        tail.reverse()
+        queue.extend(tail)
+        released = len(tail)
+        for block in reversed(blocks[:num_keyed]):
             refs[block] -= 1
             if refs[block] == 0:
-                queue[block] = None
+                queue.append_keyed(block)
                 released += 1
-        del self._num_hashed[rid]
         self._filling.pop(rid, None)
         self.num_free_blocks += released
         request.num_blocks = 0
@@ -226,7 +234,7 @@ class PrefixCachingPool(BlockPool):
         if num_full <= start:
             return
         blocks = self._blocks[rid]
-        key_of, setdefault = self._key_of, self._cached.setdefault
+        key_of, refs, setdefault = self._key_of, self._refs, self._cached.setdefault
         keys: Iterable[Key]
         if start < self.num_shareable_blocks(request):
             keys = self.block_keys(request, num_full, start)
@@ -236,6 +244,7 @@ class PrefixCachingPool(BlockPool):
         for j, key in enumerate(keys, start):
             block = blocks[j]
             key_of[block] = key
+            refs[block] = 1  # keyed now, so counted: its one holder (unkeyed blocks are unshared)
             if setdefault(key, block) != block:  # computed twice concurrently: no dedup
                 self._copies.setdefault(key, []).append(block)
         self._num_hashed[rid] = num_full
@@ -281,13 +290,9 @@ class PrefixCachingPool(BlockPool):
 
     def _pop(self, count: int) -> list[int]:
         """Take ``count`` blocks from the queue head, evicting their keys (get_new_blocks)."""
-        popitem = self._queue.popitem
-        popped = [popitem(False)[0] for _ in range(count)]
-        key_of, refs = self._key_of, self._refs
-        for block in popped:
-            refs[block] = 1
-            if key_of[block] is not None:
-                self._evict(block)
+        popped, keyed = self._queue.pop(count)
+        for block in keyed:
+            self._evict(block)
         return popped
 
     def _realise(self, request: Request) -> None:
@@ -311,13 +316,12 @@ class PrefixCachingPool(BlockPool):
     def num_evictable_blocks(self) -> int:
         """Cached blocks in the free queue (no request references them)."""
         self._settle()
-        key_of = self._key_of
-        return sum(1 for block in self._queue if key_of[block] is not None)
+        return self._queue.num_keyed
 
     def free_queue(self) -> list[int]:
         """Free block ids, next to be allocated (and evicted) first."""
         self._settle()
-        return list(self._queue)
+        return self._queue.blocks()
 
     def block_ids(self, request: Request) -> list[int]:
         """``request``'s block ids, first block first."""
@@ -335,7 +339,11 @@ class PrefixCachingPool(BlockPool):
     def block_ref_count(self, block: int) -> int:
         """Requests referencing block ``block`` (0: it is in the free queue)."""
         self._settle()
-        return self._refs[block]
+        if self._key_of[block] is not None:
+            return self._refs[block]
+        # Unkeyed: held by one request (or allocated inline, not yet listed) or free.
+        held = block in self._loose or any(block in ids for ids in self._blocks.values())
+        return int(held)
 
     def cached_block(self, key: Key) -> int | None:
         """The block a hit on ``key`` would take; ``None`` if ``key`` is not cached."""

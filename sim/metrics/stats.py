@@ -187,7 +187,10 @@ def latency_stats_ms(
     if total <= 0:
         return dict.fromkeys(keys, None)
     mean = float(np.dot(w, v) / total)
-    std = float(np.sqrt(max(float(np.dot(w, (v - mean) ** 2)) / total, 0.0)))
+    squares = v - mean
+    squares *= squares  # in place: v may be tens of millions of step gaps
+    std = float(np.sqrt(max(float(np.dot(w, squares)) / total, 0.0)))
+    del squares
     qs = np.array([0.5, *(p / 100 for p in percentiles)])
     quantiles = weighted_quantiles(v, w, qs)
     stats = [mean, float(quantiles[0]), std, *(float(x) for x in quantiles[1:])]
@@ -203,9 +206,10 @@ def itl_distribution(
     plus each ``extra_itl_s`` gap with weight 1."""
     gaps, weights = step_itl_gaps_s(steps)
     extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
-    values = np.concatenate([gaps, extra])
-    all_weights = np.concatenate([weights, np.ones_like(extra)])
-    return latency_stats_ms("itl", values, all_weights, percentiles)
+    if extra.size:  # (no copy of a step log's worth of gaps when there is nothing to add)
+        gaps = np.concatenate([gaps, extra])
+        weights = np.concatenate([weights, np.ones_like(extra)])
+    return latency_stats_ms("itl", gaps, weights, percentiles)
 
 
 def step_itl_gaps_s(steps: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
@@ -218,16 +222,19 @@ def step_itl_gaps_s(steps: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
     ``delivered_s`` (the engine's own) uses the step's duration.
     """
     steps = require_columns(steps, STEP_COLUMNS, "steps")
-    weights = np.asarray(steps["num_itl_tokens"].to_numpy(), dtype=np.float64)
+    # Few temporaries the length of the log: it may hold tens of millions of steps.
+    counts = steps["num_itl_tokens"].to_numpy()
     if "delivered_s" in steps.columns:
-        delivered = floats(steps["delivered_s"])
+        delivered = steps["delivered_s"].to_numpy(dtype=np.float64)  # a view, not a copy
         gaps = np.zeros(len(steps))
-        gaps[1:] = delivered[1:] - delivered[:-1]  # previous step: same replica if weight > 0
-        weights = np.where(gaps > 0, weights, 0.0)
+        # The previous step: of the same replica wherever the count is positive.
+        np.subtract(delivered[1:], delivered[:-1], out=gaps[1:])
+        used = gaps > 0
+        used &= counts > 0
     else:
         gaps = floats(steps["end_s"]) - floats(steps["start_s"])
-    used = weights > 0  # most of a huge log may be prefill-only steps: drop them early
-    return gaps[used], weights[used]
+        used = counts > 0  # most of a huge log may be prefill-only steps: drop them early
+    return gaps[used], counts[used].astype(np.float64)
 
 
 def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:

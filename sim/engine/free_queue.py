@@ -1,0 +1,86 @@
+"""vLLM's free block queue, with bulk pushes and pops for blocks nobody can hit.
+
+vLLM's ``FreeKVCacheBlockQueue`` is a doubly linked list: freed blocks go to
+the tail, allocation pops from the head, and a cache hit on a free block takes
+it out of the middle. Most blocks can never be hit (a finished request's own
+blocks carry no key, ``sim.engine.prefix_cache``), so this queue keeps them in
+one Python list read from a moving head: pushing or popping a request's 40
+blocks is one list slice (C speed), not 40 Python steps. Only *keyed* free
+blocks, the ones a hit can take out, are tracked one by one: their position
+is recorded, and one taken out leaves a stale entry that pops skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Entries consumed from the head before the list is trimmed (amortised O(1)).
+_TRIM_ENTRIES = 4096
+
+
+class FreeQueue:
+    """Free block ids in eviction order, head first; keyed blocks removable from the middle."""
+
+    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_stale")
+
+    def __init__(self, blocks: Iterable[int]) -> None:
+        self._entries: list[int] = list(blocks)
+        self._head = 0  # index in _entries of the queue's head
+        self._base = 0  # absolute position of _entries[0] (grows when trimmed)
+        self._keyed_at: dict[int, int] = {}  # keyed free block -> its absolute position
+        self._stale: set[int] = set()  # absolute positions of keyed blocks taken out
+
+    def __len__(self) -> int:
+        return len(self._entries) - self._head - len(self._stale)
+
+    @property
+    def num_keyed(self) -> int:
+        """Keyed (cached) blocks in the queue: the ones a hit could take out."""
+        return len(self._keyed_at)
+
+    def extend(self, blocks: list[int]) -> None:
+        """Append unkeyed blocks at the tail, in the order given."""
+        self._entries += blocks
+
+    def append_keyed(self, block: int) -> None:
+        """Append a keyed block at the tail, remembering where it is."""
+        self._keyed_at[block] = self._base + len(self._entries)
+        self._entries.append(block)
+
+    def remove(self, block: int) -> None:
+        """Take keyed ``block`` out of the queue (a hit touched it)."""
+        self._stale.add(self._keyed_at.pop(block))
+
+    def pop(self, count: int) -> tuple[list[int], list[int]]:
+        """Take ``count`` blocks from the head: (all of them, the keyed ones among them)."""
+        entries, head = self._entries, self._head
+        keyed: list[int] = []
+        if not self._stale and not self._keyed_at:  # the common case: one slice
+            popped = entries[head : head + count]
+            head += len(popped)
+        else:
+            popped = []
+            base, stale, keyed_at = self._base, self._stale, self._keyed_at
+            while len(popped) < count and head < len(entries):
+                block, at = entries[head], base + head
+                head += 1
+                if at in stale:
+                    stale.remove(at)
+                    continue
+                if keyed_at.get(block) == at:
+                    del keyed_at[block]
+                    keyed.append(block)
+                popped.append(block)
+        if len(popped) != count:
+            raise RuntimeError(f"popped {len(popped)} of {count} blocks: the free queue ran out")
+        if head > _TRIM_ENTRIES and 2 * head > len(entries):
+            del entries[:head]
+            self._base += head
+            head = 0
+        self._head = head
+        return popped, keyed
+
+    def blocks(self) -> list[int]:
+        """The free blocks, head first (inspection: O(queue))."""
+        stale, start = self._stale, self._base + self._head
+        return [b for at, b in enumerate(self._entries[self._head :], start) if at not in stale]

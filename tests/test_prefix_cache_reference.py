@@ -1,0 +1,213 @@
+"""The bulk free queue against the earlier per-block pool: same ids, same evictions.
+
+``PrefixCachingPool`` pushes and pops unkeyed blocks as list slices and keeps
+reference counts for keyed blocks only (``sim.engine.free_queue``). The same
+random admissions, chunks, decodes (through the pool or inline), preemptions
+and finishes are played on it and on ``ReferencePrefixPool`` (the earlier
+implementation, one queue entry and count per block); after every action both
+must hold the same blocks for every request, the same free queue in the same
+order, the same keys, counts and evictions.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prefix_pool_reference import ReferencePrefixPool
+
+from sim.engine.free_queue import FreeQueue
+from sim.engine.kv_pool import BlockPool
+from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.request import Request
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+class Twin:
+    """One pool and its requests, moved by the same actions as its twin."""
+
+    def __init__(self, pool: BlockPool, specs: list[tuple[int, int, int | None, int]]) -> None:
+        self.pool = pool
+        self.waiting: list[Request] = []
+        for i, (prompt, output, group, shared) in enumerate(specs):
+            request = Request(i, 0.0, prompt, output)
+            if group is not None:
+                request.prefix_group = group
+                request.num_shared_prefix_tokens = shared
+            self.waiting.append(request)
+        self.running: list[Request] = []
+
+    def admit(self, chunk: int) -> None:
+        if not self.waiting:
+            return
+        request = self.waiting[0]
+        cached = self.pool.num_cached_tokens(request)
+        num_new = min(chunk, request.num_wanted_tokens - cached)
+        target = request.num_computed_tokens + cached + num_new
+        if not self.pool.can_allocate(request, target):
+            return
+        self.waiting.pop(0)
+        self.pool.allocate(request, target)
+        request.num_computed_tokens += cached
+        self.running.append(request)
+        self.compute(request, num_new)
+
+    def step(self, index: int, chunk: int, inline: bool) -> None:
+        if not self.running:
+            return
+        request = self.running[index % len(self.running)]
+        num_new = min(chunk, request.num_wanted_tokens)
+        target = request.num_computed_tokens + num_new
+        short = self.pool.blocks_for(target) - request.num_blocks
+        if short > 0:
+            if not self.pool.can_allocate(request, target):
+                return
+            if inline:  # as EngineCore._commit_run: counts only, the pool settles later
+                self.pool.num_free_blocks -= short
+                request.num_blocks += short
+            else:
+                self.pool.allocate(request, target)
+        self.compute(request, num_new)
+
+    def compute(self, request: Request, num_new: int) -> None:
+        request.num_computed_tokens += num_new
+        if request.num_computed_tokens == request.num_tokens:
+            request.num_generated_tokens += 1
+            if request.num_generated_tokens == request.num_output_tokens:
+                self.running.remove(request)
+                self.pool.free(request)
+
+    def preempt(self, index: int) -> None:
+        if not self.running:
+            return
+        request = self.running.pop(index % len(self.running))
+        self.pool.free(request)
+        request.num_computed_tokens = 0
+        self.waiting.insert(0, request)
+
+    def act(self, action: tuple[str, int, int, bool]) -> None:
+        kind, index, chunk, inline = action
+        if kind == "admit":
+            self.admit(chunk)
+        elif kind == "step":
+            self.step(index, chunk, inline)
+        else:
+            self.preempt(index)
+
+    def state(self) -> tuple[object, ...]:
+        pool = self.pool
+        assert isinstance(pool, PrefixCachingPool | ReferencePrefixPool)
+        held = [(r.request_id, pool.block_ids(r), pool.held_keys(r)) for r in self.running]
+        return (
+            pool.free_queue(),
+            pool.num_free_blocks,
+            held,
+            [pool.block_key(b) for b in range(pool.num_blocks)],
+            [pool.block_ref_count(b) for b in range(pool.num_blocks)],
+            pool.num_evictions,
+            pool.num_evictable_blocks,
+            pool.num_cached_blocks,
+            [pool.num_cached_tokens(r) for r in self.waiting[:1]],
+        )
+
+
+specs = st.lists(
+    st.tuples(
+        st.integers(1, 40),
+        st.integers(1, 12),
+        st.one_of(st.none(), st.integers(0, 1)),
+        st.integers(0, 40),
+    ),
+    min_size=1,
+    max_size=8,
+)
+actions = st.lists(
+    st.tuples(
+        st.sampled_from(["admit", "admit", "step", "step", "step", "preempt"]),
+        st.integers(0, 7),
+        st.integers(1, 16),
+        st.booleans(),
+    ),
+    max_size=120,
+)
+
+
+@SETTINGS
+@given(
+    specs=specs,
+    plan=actions,
+    num_blocks=st.integers(4, 40),
+    block_size=st.sampled_from([1, 2, 4]),
+)
+def test_bulk_pool_matches_the_per_block_reference(
+    specs: list[tuple[int, int, int | None, int]],
+    plan: list[tuple[str, int, int, bool]],
+    num_blocks: int,
+    block_size: int,
+) -> None:
+    fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
+    fast = Twin(PrefixCachingPool(num_blocks, block_size), fits)
+    slow = Twin(ReferencePrefixPool(num_blocks, block_size), fits)
+    for action in plan:
+        fast.act(action)
+        slow.act(action)
+        assert fast.state() == slow.state()
+
+
+# -- the queue itself, traced by hand ----------------------------------------------
+def test_pops_come_from_the_head_and_pushes_go_to_the_tail() -> None:
+    queue = FreeQueue(range(5))
+    assert queue.pop(2) == ([0, 1], [])
+    queue.extend([7, 6])
+    assert len(queue) == 5 and queue.blocks() == [2, 3, 4, 7, 6]
+    assert queue.pop(4) == ([2, 3, 4, 7], [])
+    assert queue.blocks() == [6]
+
+
+def test_a_removed_keyed_block_is_skipped_and_keyed_pops_are_reported() -> None:
+    queue = FreeQueue([0, 1])
+    queue.append_keyed(5)
+    queue.append_keyed(6)
+    queue.extend([2])
+    assert queue.num_keyed == 2 and len(queue) == 5
+    queue.remove(5)  # a hit took it
+    assert queue.blocks() == [0, 1, 6, 2] and len(queue) == 4 and queue.num_keyed == 1
+    assert queue.pop(3) == ([0, 1, 6], [6])
+    assert queue.num_keyed == 0 and queue.blocks() == [2]
+
+
+def test_a_block_freed_again_after_a_hit_is_live_only_at_its_new_place() -> None:
+    queue = FreeQueue([])
+    queue.append_keyed(3)
+    queue.extend([1])
+    queue.remove(3)  # hit ...
+    queue.append_keyed(3)  # ... then freed again: at the tail now
+    assert queue.blocks() == [1, 3]
+    assert queue.pop(1) == ([1], [])
+    assert queue.pop(1) == ([3], [3])
+    assert len(queue) == 0
+
+
+def test_popping_more_than_is_free_is_an_error() -> None:
+    queue = FreeQueue(range(3))
+    with pytest.raises(RuntimeError, match="popped 3 of 4"):
+        queue.pop(4)
+    keyed = FreeQueue([])
+    keyed.append_keyed(0)
+    with pytest.raises(RuntimeError, match="popped 1 of 2"):
+        keyed.pop(2)
+
+
+def test_positions_survive_trimming_the_consumed_head() -> None:
+    # Many pops trim the list's consumed head; keyed positions are absolute.
+    queue = FreeQueue(range(10_000))
+    queue.append_keyed(20_000)
+    queue.append_keyed(20_001)
+    for _ in range(9):
+        queue.pop(1_000)
+    queue.remove(20_000)
+    assert len(queue) == 1_001 and queue.num_keyed == 1
+    popped, keyed = queue.pop(1_001)
+    assert popped == [*range(9_000, 10_000), 20_001] and keyed == [20_001]
+    assert len(queue) == 0 and queue.blocks() == []
