@@ -183,3 +183,42 @@ def test_endpoint_options_reach_the_run(
     assert (opts.url, opts.model, opts.api) == ("http://h:1/v1/chat/completions", "org/m", None)
     assert (opts.max_concurrency, opts.timeout_s, opts.retries) == (3, 7.5, 2)
     assert (opts.ignore_eos, opts.max_duration_s, opts.progress) == (False, 9.0, False)
+
+
+# --- a missing optional dependency is one line naming the extra ----------------------------
+
+
+def test_an_endpoint_without_aiohttp_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # import aiohttp -> ImportError
+    argv = ["measure", str(TINY), "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path)]
+    assert one_line_error(capsys, argv) == "--endpoint needs aiohttp: pip install -e '.[http]'"
+
+
+def test_serve_without_torch_names_the_extras(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    err = one_line_error(capsys, ["serve", str(TINY)])
+    assert err.startswith("servesim serve needs PyTorch and aiohttp (")
+    assert err.endswith("): pip install -e '.[calibrate,http]'")
+
+
+def test_serve_refuses_what_the_reference_engine_cannot_run_before_building_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    import calibration.online
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("no engine may be built for a refused scenario")
+
+    monkeypatch.setattr(calibration.online, "OnlineEngine", never)
+    sets = ["--set", "engine.enable_prefix_caching=true"]
+    err = one_line_error(capsys, ["serve", str(TINY), *sets])
+    assert err.startswith("engine.enable_prefix_caching")
