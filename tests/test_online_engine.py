@@ -175,3 +175,29 @@ def test_stop_ends_the_engine_thread() -> None:
     engine.stop()
     assert not engine._thread.is_alive()
     assert engine.error is None  # stopped, not failed
+
+
+def test_submissions_from_many_threads_get_distinct_ids_and_all_finish(
+    small_pool: OnlineEngine,
+) -> None:
+    # aiohttp handlers submit from the server's thread while others may too: the
+    # id counter is locked, and every request is served once.
+    sinks = [Collector() for _ in range(12)]
+    ids: list[int] = []
+    lock = threading.Lock()
+
+    def submit(sink: Collector) -> None:
+        rid = small_pool.submit([3] * 6, 2, True, sink)
+        with lock:
+            ids.append(rid)
+
+    threads = [threading.Thread(target=submit, args=(sink,)) for sink in sinks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(ids) == list(range(12))
+    for sink in sinks:
+        assert sink.finished.wait(WAIT_S)
+        assert [e.finish_reason for e in sink.events] == [None, "length"]
+    until(lambda: all_free(small_pool), "finished requests keep blocks")
