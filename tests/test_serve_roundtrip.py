@@ -11,7 +11,9 @@ or completions body) and what it records are checked against each other.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -144,3 +146,30 @@ def test_the_served_model_is_found_and_another_one_is_refused() -> None:
     assert run.summary["model"] == "tiny"
     with pytest.raises(ConfigError, match=r"a 1-token test request failed \(HTTP 404: .*`other`"):
         measure(ScriptedEngine(max_model_len_tokens=64), work([4], [1]), model="other")
+
+
+def test_measure_over_chat_then_validate_accepts_the_run_and_refuses_another_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sim.cli import main as cli_main
+
+    sets = ["--set", "workload.duration_s=2"]
+    out = tmp_path / "measured"
+    with Served(ScriptedEngine(max_model_len_tokens=1024)) as served:
+        url = served.url("/v1/chat/completions")
+        argv = ["measure", str(SCENARIO), "--endpoint", url, "--out", str(out), "-q", *sets]
+        assert cli_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"measured tiny at {url} (prompt tokens: exact (server /tokenize))" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["api"] == "chat" and summary["num_failed"] == 0 and not summary["partial"]
+    # The run is the scenario's (exact prompts, every output): validate takes it ...
+    check = ["validate", str(SCENARIO), "--measured", str(out), *sets]
+    assert cli_main([*check, "--out", str(tmp_path / "v")]) == 0
+    assert (tmp_path / "v" / "report.md").is_file()
+    capsys.readouterr()
+    # ... and refuses it for another seed's requests, in one line.
+    other = [*check, "--set", "seed=99", "--out", str(tmp_path / "w")]
+    assert cli_main(other) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a run of scenario validate_tiny_cpu" in err
