@@ -309,3 +309,43 @@ def test_the_outcome_passed_in_is_filled_in_place() -> None:
 )
 def test_ok_means_done_with_a_token_and_no_error(fields: dict[str, Any], ok: bool) -> None:
     assert Outcome(**fields).ok is ok
+
+
+def test_a_server_that_hangs_up_before_answering_is_a_closed_stream() -> None:
+    out = run(StubSession(aiohttp.ServerDisconnectedError()), retries=2)
+    assert out.error == CLOSED and out.status is None and out.chunk_s == []
+
+
+def test_a_cancelled_request_keeps_its_chunks_and_end_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The duration limit cancels requests in flight: what arrived stays, ended_s is set
+    # (the time series counts the request running until then), the cancel goes on up.
+    clock(monkeypatch, [5.0, 5.5, 6.0])
+    out = Outcome()
+
+    class Stalls(StubResponse):
+        @property
+        def content(self) -> AsyncIterator[bytes]:
+            async def lines() -> AsyncIterator[bytes]:
+                yield text("a")
+                await asyncio.sleep(3600)
+                yield DONE
+
+            return lines()
+
+    async def go() -> None:
+        body = request_body("completions", "m", "p", 4, {})
+        session = StubSession(Stalls())
+        task = asyncio.create_task(
+            stream_request(session, "http://h", "completions", body, 30.0, out)  # type: ignore[arg-type]
+        )
+        while not out.chunk_s:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert out.sent_s == 5.0 and out.chunk_s == [5.5] and out.ended_s == 6.0
+    assert out.error is None and not out.ok  # neither failed nor completed: stopped
