@@ -13,7 +13,6 @@ Wiring: ``add_parser(subparsers)`` registers the ``calibrate`` subcommand
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shlex
 import sys
 import time
@@ -161,10 +160,11 @@ def run(args: argparse.Namespace) -> int:
         import torch
     except ImportError:
         raise torch_missing("calibrate") from None
-    from calibration.environment import git_revision, hardware_info, software_info
+    from calibration.environment import hardware_info, software_info
     from calibration.fit import fit_samples, split_held_out
     from calibration.model import LlamaModel
     from calibration.profile import build_grid, profile_grid
+    from sim.cost.provenance import git_revision, utc_now
 
     spec = model_preset(args.model)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     fit, error = fit_samples(samples, args.fit)
     artifact = CalibrationArtifact(
         schema_version=SCHEMA_VERSION,
-        created_utc=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        created_utc=utc_now(),
         command=command,
         git_revision=git_revision(),
         hardware=hardware_info(device),

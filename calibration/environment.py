@@ -12,8 +12,6 @@ import torch
 import sim
 from sim.cost.calibration_artifact import HardwareInfo, SoftwareInfo
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-
 
 def cpu_model() -> str:
     """CPU model name from /proc/cpuinfo, else what ``platform`` knows."""
@@ -33,15 +31,6 @@ def _run(args: list[str]) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None
-
-
-def git_revision() -> str | None:
-    """``HEAD`` of the repository holding this file, ``+dirty`` if modified."""
-    head = _run(["git", "-C", str(_REPO_ROOT), "rev-parse", "HEAD"])
-    if head is None:
-        return None
-    status = _run(["git", "-C", str(_REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
-    return f"{head}+dirty" if status else head
 
 
 def hardware_info(device: torch.device) -> HardwareInfo:

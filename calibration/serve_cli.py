@@ -100,7 +100,6 @@ def _cmd_measure(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from calibration.run_match import check_matches
     from calibration.validate import MeasuredDir, validate, write_validation
     from sim.scenario import load_scenario
 
@@ -114,16 +113,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         measured_dirs = [str(_measure(args, out / "measured"))]
     scenario = load_scenario(args.scenario, args.set or ())
     runs = [MeasuredDir.load(d) for d in measured_dirs]
-    for run in runs:  # a run of another scenario would give a report on the wrong things
-        if run.summary.get("mode") != "measured":
-            continue  # an imported run: validate() checks it (sim.validation.match)
-        check_matches(
-            scenario,
-            run.summary,
-            run.requests,
-            Path(args.scenario).parent,
-            f"--measured {run.path}",
-        )
     overhead = MeasuredDir.load(args.overhead_from) if args.overhead_from else None
     result = validate(
         scenario,

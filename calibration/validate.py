@@ -26,13 +26,13 @@ from typing import Any
 
 import pandas as pd
 
-from sim.api import core_config_for, cost_model_for, engine_settings
+from sim.api import cost_model_for
 from sim.cost.base import CostModel
 from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
-from sim.validation.match import mismatches
+from sim.validation.match import RunFacts, check_run
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -136,25 +136,13 @@ def validate(
 ) -> Validation:
     """Predict ``measured`` (and compare with ``second``, if given).
 
-    A run of another model or another request set than the scenario's is
-    refused, listing what differs (``sim.validation.match``).
+    A run of another model, hardware, engine settings or request set than
+    the scenario's is refused, listing what differs (``sim.validation.match``).
     """
-    check_same_engine(scenario, measured)
     for run in (measured, second):
         if run is not None:
-            differ = mismatches(
-                scenario,
-                run.requests,
-                run.summary.get("model"),
-                int(run.summary.get("num_failed") or 0),
-                base_dir,
-                partial=run.summary.get("status") not in (None, "complete"),
-            )
-            if differ:
-                raise ConfigError(
-                    f"--measured {run.path} is not a run of scenario {scenario.name}: "
-                    + "; ".join(differ)
-                )
+            said = RunFacts.from_summary(run.requests, run.summary)
+            check_run(scenario, said, base_dir, f"--measured {run.path}")
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
     meas = measured.latencies
     latencies = {"measured": meas}
@@ -200,23 +188,6 @@ def validate(
     if second is not None:
         facts["noise floor"] = f"{second.path} vs {measured.path}"
     return Validation(comparisons, noise, facts, latencies)
-
-
-def check_same_engine(scenario: Scenario, measured: MeasuredDir) -> None:
-    """A one-line ConfigError if the run recorded other engine settings than the
-    prediction would run (both come from ``sim.api.core_config_for``); runs
-    measured before the settings were recorded are not checked."""
-    recorded = measured.summary.get("engine_settings")
-    if not isinstance(recorded, dict):
-        return
-    expected = engine_settings(scenario, core_config_for(scenario))
-    differ = [k for k, v in expected.items() if k in recorded and recorded[k] != v]
-    if differ:
-        pairs = ", ".join(f"{k} measured {recorded[k]!r}, scenario {expected[k]!r}" for k in differ)
-        raise ConfigError(
-            f"--measured {measured.path}: the run's engine settings differ from the "
-            f"scenario's ({pairs}); validate with the scenario it was measured with"
-        )
 
 
 def write_validation(validation: Validation, out_dir: str | Path, title: str) -> list[Path]:

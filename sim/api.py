@@ -23,7 +23,7 @@ import pandas as pd
 
 import sim
 from sim.cost.base import CostModel
-from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO, vllm_num_kv_blocks
+from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO, KvSizing, vllm_num_kv_blocks
 from sim.cost.parallel_roofline import parallel_cost_model
 from sim.cost.quantization import dtype_name, quantize
 from sim.cost.specs import ModelSpec
@@ -163,12 +163,14 @@ def kv_blocks_for(scenario: Scenario) -> int:
             model_for(scenario),
             scenario.hardware,
             scenario.parallelism,
-            block_size_tokens=engine.block_size_tokens,
-            gpu_memory_utilization=engine.gpu_memory_utilization,
-            max_num_batched_tokens=batched_tokens,
-            max_num_seqs=seqs,
+            KvSizing(
+                block_size_tokens=engine.block_size_tokens,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                max_num_batched_tokens=batched_tokens,
+                max_num_seqs=seqs,
+                estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
+            ),
             max_model_len_tokens=engine.max_model_len_tokens,
-            estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
         )
     except ConfigError as error:
         raise ConfigError(f"model, hardware: {error}") from None

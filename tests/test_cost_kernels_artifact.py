@@ -105,7 +105,7 @@ def test_bad_artifacts_raise_one_line_config_errors_naming_the_file(
 
 
 def test_unreadable_artifact_files_name_the_file(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read kernel artifact"):
+    with pytest.raises(ConfigError, match="kernel artifact not found"):
         load_kernel_artifact(tmp_path / "missing.json")
     broken = tmp_path / "broken.json.gz"
     broken.write_bytes(b"not gzip")

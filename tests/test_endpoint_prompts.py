@@ -125,3 +125,45 @@ def test_build_prompts_without_a_tokenizer_approximates() -> None:
     assert [p.num_tokens for p in prompts] == [4, 9]
     assert not any(p.exact for p in prompts)
     assert [len(p.text.split()) for p in prompts] == [4, 9]
+
+
+def ten_chars(text: str) -> int:
+    return len(text) // 10  # a tokenizer far coarser than the scale below says
+
+
+@given(st.integers(min_value=1, max_value=300), st.floats(min_value=0.5, max_value=12.0))
+@settings(max_examples=30, deadline=None)
+def test_a_wrong_scale_still_ends_exact(target: int, chars_per_token: float) -> None:
+    # The scale claims chars_per_token; the server counts 10 characters a token: the
+    # first text may be too short (it is extended) and the first guess off (bisection).
+    tokenizer = Tokenizer(ten_chars)
+    scale = TokenScale(0, chars_per_token)
+    prompt = run(exact_prompt(target, np.random.default_rng(target), tokenizer, scale))
+    assert prompt.exact and prompt.num_tokens == target == ten_chars(prompt.text)
+    assert set(prompt.text.split()[:-1]) <= set(ONE_TOKEN_WORDS)  # whole words but the last
+    assert tokenizer.num_calls <= 2 + 24 + 8  # extensions, the search, its bound
+
+
+def test_a_too_short_first_text_is_extended_with_more_words() -> None:
+    tokenizer = Tokenizer(ten_chars)
+    # Scale 1 char/token: 100 tokens -> 49 words (~240 characters, 24 tokens): short.
+    prompt = run(exact_prompt(100, np.random.default_rng(5), tokenizer, TokenScale(0, 1.0)))
+    assert prompt.num_tokens == 100 and 1000 <= len(prompt.text) < 1010
+    assert tokenizer.num_calls >= 4  # several extensions before the search
+
+
+def test_prompts_do_not_depend_on_how_many_are_counted_at_once() -> None:
+    targets = [7, 30, 12, 30, 4, 19]
+    one = run(build_prompts(targets, np.random.default_rng(9), Tokenizer(bytes_plus_bos), 1))
+    many = run(build_prompts(targets, np.random.default_rng(9), Tokenizer(bytes_plus_bos), 16))
+    assert one == many  # one generator per prompt, drawn in order
+    assert len({p.text for p in one}) == len(targets)  # equal targets, distinct texts
+
+
+def test_the_scale_probe_subtracts_the_empty_prompts_count() -> None:
+    tokenizer = Tokenizer(words_plus_template)
+    scale = run(TokenScale.probe(tokenizer, np.random.default_rng(2)))
+    assert scale.num_base_tokens == 5  # the template alone
+    # 400 words, 400 tokens: characters per token = the sample's length / 400.
+    sample = word_text(400, np.random.default_rng(2))
+    assert scale.chars_per_token == pytest.approx(len(sample) / 400)

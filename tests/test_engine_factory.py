@@ -18,7 +18,6 @@ import pytest
 
 import calibration.measure as measure_module
 from calibration.measure import measure
-from calibration.validate import MeasuredDir, check_same_engine
 from sim.api import (
     core_config_for,
     engine_for,
@@ -33,6 +32,7 @@ from sim.engine.prefix_cache import PrefixCachingPool
 from sim.errors import ConfigError
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
+from sim.validation.match import engine_mismatches
 from sim.validation.predict import predict, requests_as_work, with_request_spec
 from sim.workload.generate import generate_open_loop
 
@@ -289,20 +289,13 @@ def test_a_measured_run_records_its_requests_priorities_and_prefixes() -> None:
 
 
 # -- validate checks the measured run's settings ---------------------------------------
-def _measured_dir(summary: dict[str, Any]) -> MeasuredDir:
-    empty = pd.DataFrame()
-    return MeasuredDir(Path("run"), empty, empty, empty, summary)
-
-
 def test_validate_refuses_a_run_measured_with_other_settings() -> None:
     scenario = scenario_from_dict(doc())
     settings = engine_settings(scenario, core_config_for(scenario))
-    check_same_engine(scenario, _measured_dir({"engine_settings": settings}))
-    check_same_engine(scenario, _measured_dir({}))  # measured before settings were recorded
+    assert engine_mismatches(scenario, settings) == []
+    assert engine_mismatches(scenario, {}) == []  # measured before settings were recorded
     other = {**settings, "max_num_seqs": 99, "async_scheduling": False}
-    with pytest.raises(ConfigError) as error:
-        check_same_engine(scenario, _measured_dir({"engine_settings": other}))
-    message = str(error.value)
-    assert "max_num_seqs measured 99, scenario 4" in message
-    assert "async_scheduling measured False, scenario True" in message
-    assert "\n" not in message
+    assert engine_mismatches(scenario, other) == [
+        "max_num_seqs 99 measured, 4 in the scenario",
+        "async_scheduling False measured, True in the scenario",
+    ]

@@ -23,12 +23,12 @@ from sim.validation.fit_cli import calibrate_from_runs
 from sim.validation.fit_runs import (
     MEASURE_FORMAT,
     check_run,
-    hardware_matches,
     load_measured_run,
     run_digest,
     scenario_for_run,
 )
 from sim.validation.llmservingsim import read_llmservingsim
+from sim.validation.match import hardware_matches
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -66,7 +66,7 @@ def test_vllm_bench_refuses_what_is_not_an_object(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="expected a JSON object"):
         read_vllm_bench(write(tmp_path, [1, 2]))
     (tmp_path / "bad.json").write_text('{"ttfts": [1,\n')
-    with pytest.raises(ConfigError, match=r"bad.json:2: not JSON"):
+    with pytest.raises(ConfigError, match=r"bad.json, line 2: not JSON"):
         read_vllm_bench(tmp_path / "bad.json")
 
 
@@ -127,7 +127,7 @@ def test_otlp_refusals_name_the_span(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"spans\[0\]: missing field startTimeUnixNano"):
         read_otlp(write(tmp_path, missing))
     (tmp_path / "two.jsonl").write_text(json.dumps(otlp_span()) + "\n" + '{"a": 1}\n')
-    with pytest.raises(ConfigError, match=r"two.jsonl:2: not an OTLP JSON export"):
+    with pytest.raises(ConfigError, match=r"two.jsonl, line 2: not an OTLP JSON export"):
         read_otlp(tmp_path / "two.jsonl")
     with pytest.raises(ConfigError, match="resourceSpans must be a list"):
         read_otlp(write(tmp_path, {"resourceSpans": {"x": 1}}))

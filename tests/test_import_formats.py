@@ -183,7 +183,7 @@ def test_guidellm_bad_request_names_it(tmp_path: Path, edit: Any, message: str) 
 def test_guidellm_malformed_yaml_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "report.yaml"
     path.write_text("benchmarks:\n  - a: [1, 2\n")
-    with pytest.raises(ConfigError, match=r"report.yaml:\d+: not YAML"):
+    with pytest.raises(ConfigError, match=r"report.yaml, line \d+: not YAML"):
         read_guidellm(path)
 
 
@@ -218,7 +218,7 @@ def test_otlp_one_document_and_bad_spans(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"spans\[1\]: missing attribute gen_ai.usage.prompt"):
         read_otlp(write(tmp_path, lines[0], "bad.json"))
     (tmp_path / "broken.jsonl").write_text(OTLP.read_text().splitlines()[0] + "\n{oops\n")
-    with pytest.raises(ConfigError, match=r"broken.jsonl:2: not JSON"):
+    with pytest.raises(ConfigError, match=r"broken.jsonl, line 2: not JSON"):
         read_otlp(tmp_path / "broken.jsonl")
     with pytest.raises(ConfigError, match="no vLLM request spans"):
         read_otlp(write(tmp_path, {"resourceSpans": []}, "empty.json"))

@@ -98,9 +98,9 @@ def test_write_and_load_round_trip_and_trace(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("not json\n", "requests.jsonl:1: not JSON"),
-        ('{"input_toks": 3}\n', "requests.jsonl:1: missing field output_toks"),
-        ("[1, 2]\n", "requests.jsonl:1: expected a JSON object"),
+        ("not json\n", "requests.jsonl, line 1: not JSON"),
+        ('{"input_toks": 3}\n', "requests.jsonl, line 1: missing field output_toks"),
+        ("[1, 2]\n", "requests.jsonl, line 1: expected a JSON object"),
         ("", "no requests"),
     ],
 )
@@ -116,7 +116,9 @@ def test_bad_values_name_the_field(tmp_path: Path) -> None:
     bad = row(1.0, 2.0, 3.0)
     bad["first_token_ts"] = "soon"
     run = write_run(tmp_path / "a", [row(0.0, 0.5, 1.0), bad])
-    with pytest.raises(ConfigError, match=r"requests.jsonl:2: first_token_ts must be a finite"):
+    with pytest.raises(
+        ConfigError, match=r"requests.jsonl, line 2: first_token_ts must be a finite"
+    ):
         read_llmservingsim(run)
     backwards = write_run(tmp_path / "b", [row(1.0, 0.5, 2.0)])
     with pytest.raises(ConfigError, match="must not decrease"):

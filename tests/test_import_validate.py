@@ -171,14 +171,14 @@ def test_model_names_match_across_spellings(
 
 
 def test_a_partial_run_may_hold_fewer_requests(tmp_path: Path) -> None:
-    from sim.validation.match import mismatches
+    from sim.validation.match import RunFacts, mismatches
 
     scenario = load_scenario(SCENARIO, OVERRIDES)
     requests = api.run(scenario).requests
-    assert mismatches(scenario, requests, "tiny") == []
+    assert mismatches(scenario, RunFacts(requests, model="tiny")) == []
     head = requests.iloc[:3]
-    assert mismatches(scenario, head, "tiny", partial=True) == []
-    (complaint,) = mismatches(scenario, head, "tiny")
+    assert mismatches(scenario, RunFacts(head, model="tiny", partial=True)) == []
+    (complaint,) = mismatches(scenario, RunFacts(head, model="tiny"))
     assert complaint == f"3 requests measured, {len(requests)} in the scenario"
 
 
@@ -192,16 +192,19 @@ PUBLIC = {
 
 @pytest.mark.parametrize(("scenario", "run"), PUBLIC.items())
 def test_the_public_runs_match_their_scenarios_and_not_each_other(scenario: str, run: str) -> None:
-    from sim.validation.match import mismatches
+    from sim.validation.match import RunFacts, mismatches
 
     examples = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
-    imported = import_run(examples / run)
-    model = imported.meta["engine"]["model"]
+    measured = MeasuredDir.load(examples / run)
+    facts = RunFacts.from_summary(measured.requests, measured.summary)
+    assert facts.model == import_run(examples / run).meta["engine"]["model"]
     public = ROOT / "scenarios" / "public"
     own = load_scenario(public / f"{scenario}.yaml")
-    assert mismatches(own, imported.requests, model, base_dir=public) == []
+    assert mismatches(own, facts, base_dir=public) == []
     for other in PUBLIC:
+        scenario_of_other = load_scenario(public / f"{other}.yaml")
+        found = mismatches(scenario_of_other, facts, base_dir=public)
         if PUBLIC[other].split("/")[1] != run.split("/")[1]:
-            scenario_of_other = load_scenario(public / f"{other}.yaml")
-            found = mismatches(scenario_of_other, imported.requests, model, base_dir=public)
             assert any(f.startswith("model") for f in found)
+        if facts.device_name and PUBLIC[other].split("/")[0] != run.split("/")[0]:
+            assert any(f.startswith("device") for f in found)  # the RTX 4090 run says

@@ -15,6 +15,7 @@ from sim.cost.kv_capacity import (
     SOURCE_ESTIMATE,
     SOURCE_SCENARIO,
     KvCacheBudget,
+    KvSizing,
     kv_cache_budget,
     vllm_num_kv_blocks,
 )
@@ -46,7 +47,7 @@ def budget(
         "max_num_batched_tokens": 2048,
         "max_num_seqs": 256,
     }
-    return kv_cache_budget(model, hardware, parallelism, **{**settings_, **kwargs})
+    return kv_cache_budget(model, hardware, parallelism, KvSizing(**{**settings_, **kwargs}))
 
 
 def blocks(
@@ -60,9 +61,12 @@ def blocks(
         "gpu_memory_utilization": 0.9,
         "max_num_batched_tokens": 2048,
         "max_num_seqs": 256,
-        "max_model_len_tokens": 8192,
     }
-    return vllm_num_kv_blocks(model, hardware, parallelism, **{**settings_, **kwargs})
+    max_model_len_tokens = kwargs.pop("max_model_len_tokens", 8192)
+    sizing = KvSizing(**{**settings_, **kwargs})
+    return vllm_num_kv_blocks(
+        model, hardware, parallelism, sizing, max_model_len_tokens=max_model_len_tokens
+    )
 
 
 # --- a hand-computed budget -----------------------------------------------------------
@@ -356,3 +360,16 @@ def test_the_cudagraph_switch_is_a_scenario_key() -> None:
     assert scenario_from_dict(run_doc()).engine.estimate_cudagraph_memory is True
     with pytest.raises(ConfigError, match="estimate_cudagraph_memory"):
         scenario_from_dict(run_doc(estimate_cudagraph_memory="sometimes"), "x.yaml")
+
+
+def test_the_checked_count_is_the_budgets_and_the_sizing_is_frozen() -> None:
+    sizing = KvSizing(
+        block_size_tokens=16,
+        gpu_memory_utilization=0.9,
+        max_num_batched_tokens=2048,
+        max_num_seqs=256,
+    )
+    counted = vllm_num_kv_blocks(LLAMA_8B, H100, ONE_GPU, sizing, max_model_len_tokens=8192)
+    assert counted == kv_cache_budget(LLAMA_8B, H100, ONE_GPU, sizing).num_blocks == blocks()
+    with pytest.raises(AttributeError):
+        sizing.max_num_seqs = 1  # type: ignore[misc]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sim import api
-from sim.cost.kv_capacity import vllm_num_kv_blocks
+from sim.cost.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.cost.parallel import (
     LINK_PRESETS,
     ParallelismConfig,
@@ -98,10 +98,12 @@ def test_70b_does_not_fit_on_one_h100_and_fits_on_four() -> None:
             LLAMA_70B,
             H100,
             layout(tp),
-            block_size_tokens=16,
-            gpu_memory_utilization=0.9,
-            max_num_batched_tokens=2048,
-            max_num_seqs=256,
+            KvSizing(
+                block_size_tokens=16,
+                gpu_memory_utilization=0.9,
+                max_num_batched_tokens=2048,
+                max_num_seqs=256,
+            ),
             max_model_len_tokens=8192,
         )
 
@@ -184,10 +186,12 @@ def test_single_gpu_scenarios_are_unchanged() -> None:
         LLAMA_8B,
         H100,
         layout(),
-        block_size_tokens=16,
-        gpu_memory_utilization=0.9,
-        max_num_batched_tokens=8192,  # vLLM's H100 defaults
-        max_num_seqs=1024,
+        KvSizing(
+            block_size_tokens=16,
+            gpu_memory_utilization=0.9,
+            max_num_batched_tokens=8192,  # vLLM's H100 defaults
+            max_num_seqs=1024,
+        ),
         max_model_len_tokens=scenario.engine.max_model_len_tokens,
     )
     assert isinstance(api.cost_model_for(scenario), RooflineCost)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.cost.base import StepShape
-from sim.cost.kv_capacity import vllm_num_kv_blocks
+from sim.cost.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.cost.memory import forward_activation_bytes
 from sim.cost.parallel import ParallelismConfig
 from sim.cost.quantization import (
@@ -43,10 +43,12 @@ def kv_blocks(
         model,
         hardware,
         layout or ParallelismConfig(),
-        block_size_tokens=block_size,
-        gpu_memory_utilization=util,
-        max_num_batched_tokens=2048,
-        max_num_seqs=256,
+        KvSizing(
+            block_size_tokens=block_size,
+            gpu_memory_utilization=util,
+            max_num_batched_tokens=2048,
+            max_num_seqs=256,
+        ),
         max_model_len_tokens=block_size,
     )
 

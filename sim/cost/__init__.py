@@ -7,7 +7,7 @@ from sim.cost.config import (
     RooflineCostConfig,
     build_cost_model,
 )
-from sim.cost.kv_capacity import KvCacheBudget, kv_cache_budget, vllm_num_kv_blocks
+from sim.cost.kv_capacity import KvCacheBudget, KvSizing, kv_cache_budget, vllm_num_kv_blocks
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.specs import (
@@ -32,6 +32,7 @@ __all__ = [
     "HardwareRef",
     "HardwareSpec",
     "KvCacheBudget",
+    "KvSizing",
     "LinearCost",
     "LinearCostConfig",
     "ModelRef",

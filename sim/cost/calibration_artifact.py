@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import SHAPE_FIELDS, StepShape
+from sim.cost.provenance import read_artifact, validated
 from sim.cost.specs import ModelSpec
 from sim.errors import ConfigError
 
@@ -201,27 +202,10 @@ class CalibrationArtifact(BaseModel):
     extrapolation: Extrapolation | None = None
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(part) for part in loc) or "<root>"
-
-
 def load_artifact(path: str | Path) -> CalibrationArtifact:
     """Read and validate an artifact; ConfigError naming the file and field if bad."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: calibration artifact not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read calibration artifact ({exc})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a calibration artifact must be a JSON object")
+    data = read_artifact(path, "calibration artifact")
     if "schema_version" not in data:
         raise ConfigError(f"{path}: field 'schema_version' is missing")
     if data["schema_version"] != SCHEMA_VERSION:
@@ -229,15 +213,7 @@ def load_artifact(path: str | Path) -> CalibrationArtifact:
             f"{path}: field 'schema_version' is {data['schema_version']!r}; this servesim "
             f"reads version {SCHEMA_VERSION} (re-run servesim calibrate)"
         )
-    try:
-        return CalibrationArtifact.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        problem = "is missing" if first["type"] == "missing" else f"is invalid: {first['msg']}"
-        count = exc.error_count()
-        more = f" (and {count - 1} more problem(s))" if count > 1 else ""
-        message = f"{path}: field '{_field_path(first['loc'])}' {problem}{more}"
-        raise ConfigError(" ".join(message.split())) from None
+    return validated(CalibrationArtifact, data, path)
 
 
 def save_artifact(artifact: CalibrationArtifact, path: str | Path) -> Path:

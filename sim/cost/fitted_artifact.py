@@ -24,13 +24,14 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.fitted import FitParameters
-from sim.errors import ConfigError
+from sim.cost.provenance import check_format, read_artifact, validated
 
 FORMAT_NAME: Literal["servesim-fitted-cost"] = "servesim-fitted-cost"
 FORMAT_VERSION: Literal[1] = 1
+KIND = "fitted cost artifact"
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -113,30 +114,11 @@ def save_fitted_artifact(artifact: FittedCostArtifact, path: str | Path) -> Path
 def load_fitted_artifact(path: str | Path) -> FittedCostArtifact:
     """Read and validate an artifact; ConfigError naming the file and the field if bad."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: fitted cost artifact not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read fitted cost artifact ({error})") from None
-    except json.JSONDecodeError as error:
-        raise ConfigError(
-            f"{path}: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}"
-        ) from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-        raise ConfigError(f"{path}: not a fitted cost artifact (format is not {FORMAT_NAME!r})")
-    if data.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(
-            f"{path}: format_version {data.get('format_version')!r}, this servesim reads "
-            f"{FORMAT_VERSION} (re-run servesim calibrate --from-run)"
-        )
-    try:
-        return FittedCostArtifact.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "<root>"
-        problem = "is missing" if first["type"] == "missing" else f"is invalid: {first['msg']}"
-        raise ConfigError(" ".join(f"{path}: field '{where}' {problem}".split())) from None
+    data = read_artifact(path, KIND)
+    check_format(
+        data, path, KIND, FORMAT_NAME, FORMAT_VERSION, "re-run servesim calibrate --from-run"
+    )
+    return validated(FittedCostArtifact, data, path)
 
 
 def rebase_paths(base_cost: dict[str, Any], old_dir: Path, new_dir: Path) -> dict[str, Any]:

@@ -42,6 +42,17 @@ SOURCE_ESTIMATE = "memory_profile_estimate"
 
 
 @dataclass(frozen=True, slots=True)
+class KvSizing:
+    """The engine settings vLLM's start-up profile sizes the KV cache from."""
+
+    block_size_tokens: int  # tokens per KV block (engine.block_size_tokens)
+    gpu_memory_utilization: float  # fraction of the GPU's memory vLLM may use, 0-1
+    max_num_batched_tokens: int  # the profile run's batch, in tokens
+    max_num_seqs: int  # the requests the profile run spreads those tokens over
+    estimate_cudagraph_memory: bool = True  # subtract vLLM >= 0.21's CUDA-graph estimate
+
+
+@dataclass(frozen=True, slots=True)
 class KvCacheBudget:
     """One GPU's start-up memory budget, in bytes, term by term (see the module formula)."""
 
@@ -72,17 +83,10 @@ class KvCacheBudget:
 
 
 def kv_cache_budget(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    parallelism: ParallelismConfig,
-    *,
-    block_size_tokens: int,
-    gpu_memory_utilization: float,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
-    estimate_cudagraph_memory: bool = True,
+    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig, sizing: KvSizing
 ) -> KvCacheBudget:
     """The budget of the GPU holding the largest pipeline stage (no fit checks)."""
+    block_size_tokens = sizing.block_size_tokens
     if block_size_tokens <= 0:
         raise ConfigError(f"engine.block_size_tokens must be > 0, got {block_size_tokens}")
     problem = layout_problem(model, parallelism)
@@ -91,13 +95,18 @@ def kv_cache_budget(
     layers_on_gpu = math.ceil(model.num_layers / parallelism.pipeline_parallel_size)
     return KvCacheBudget(
         total_bytes=cuda_total_memory_bytes(hardware),
-        requested_bytes=requested_memory_bytes(hardware, gpu_memory_utilization),
+        requested_bytes=requested_memory_bytes(hardware, sizing.gpu_memory_utilization),
         weights_bytes=model.weight_bytes / parallelism.num_gpus,
         activation_bytes=peak_activation_bytes(
-            model, max_num_batched_tokens, max_num_seqs, parallelism.tensor_parallel_size
+            model,
+            sizing.max_num_batched_tokens,
+            sizing.max_num_seqs,
+            parallelism.tensor_parallel_size,
         ),
         non_torch_bytes=NON_TORCH_BYTES,
-        cudagraph_bytes=cudagraph_memory_bytes(layers_on_gpu) if estimate_cudagraph_memory else 0.0,
+        cudagraph_bytes=cudagraph_memory_bytes(layers_on_gpu)
+        if sizing.estimate_cudagraph_memory
+        else 0.0,
         block_bytes=block_size_tokens * kv_bytes_per_token_per_gpu(model, parallelism),
         block_size_tokens=block_size_tokens,
     )
@@ -148,23 +157,10 @@ def vllm_num_kv_blocks(
     model: ModelSpec,
     hardware: HardwareSpec,
     parallelism: ParallelismConfig,
+    sizing: KvSizing,
     *,
-    block_size_tokens: int,
-    gpu_memory_utilization: float,
-    max_num_batched_tokens: int,
-    max_num_seqs: int,
     max_model_len_tokens: int,
-    estimate_cudagraph_memory: bool = True,
 ) -> int:
     """KV blocks a replica holds, as vLLM's start-up profile would size them (checked)."""
-    budget = kv_cache_budget(
-        model,
-        hardware,
-        parallelism,
-        block_size_tokens=block_size_tokens,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-        estimate_cudagraph_memory=estimate_cudagraph_memory,
-    )
+    budget = kv_cache_budget(model, hardware, parallelism, sizing)
     return check_budget(budget, model, hardware, max_model_len_tokens)

@@ -123,7 +123,11 @@ async def _models(session: aiohttp.ClientSession, target: Target, model: str | N
                 raise ConfigError(
                     f"{where}: GET /v1/models answered {response.status}; pass --model"
                 )
-            listed = [m.get("id") for m in (await response.json()).get("data", [])]
+            # Any content type: a list sent as text/plain is still a list.
+            answer = await response.json(content_type=None)
+            listed = [m.get("id") for m in answer.get("data", [])]
+    except ConfigError:
+        raise  # already one line (a ValueError too: not to be wrapped below)
     except aiohttp.ClientError as error:
         raise ConfigError(f"{where}: cannot reach the server ({_reason(error)})") from None
     except (TimeoutError, ValueError, AttributeError) as error:

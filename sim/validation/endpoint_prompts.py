@@ -8,8 +8,10 @@ prefix caching must not serve them from its cache.
   serve also has): the server counts the tokens of a prefix of the text (as
   a prompt, or as a chat message with the chat template applied), and the
   prefix length in characters is searched until the count is the target (a
-  secant step, then bisection; a BPE count can jump by two at a character,
-  then the largest prefix under the target is used and its true count kept).
+  first guess from the measured scale, then secants through the bracketing
+  prefixes' counts, bisecting when they creep from one side; a BPE count can
+  jump by two at a character, then the largest prefix under the target is
+  used and its true count kept).
 - **Without one**: ``n`` words from ``ONE_TOKEN_WORDS``, each a single token
   (with its leading space) in the GPT-2, Llama-3, Mistral and Qwen BPE
   vocabularies; the count is then approximate: it leaves out the special
@@ -92,9 +94,10 @@ async def exact_prompt(
         full = await count(text)
     if full == num_tokens:
         return Prompt(text, full, exact=True)
-    lo, lo_count = 0, scale.num_base_tokens  # a prefix at or under the target
-    hi = len(text)  # a prefix at or over it
+    lo, lo_count = 0, scale.num_base_tokens  # a prefix under the target, and its count
+    hi, hi_count = len(text), full  # a prefix over it
     guess = round((num_tokens - scale.num_base_tokens) * scale.chars_per_token)
+    streak, last_moved_lo = 0, None  # probes in a row that moved the same end
     for _ in range(_MAX_PROBES):
         if hi - lo <= 1:
             break
@@ -102,13 +105,17 @@ async def exact_prompt(
         counted = await count(text[:length])
         if counted == num_tokens:
             return Prompt(text[:length], counted, exact=True)
-        if counted < num_tokens:
+        moved_lo = counted < num_tokens
+        if moved_lo:
             lo, lo_count = length, counted
         else:
-            hi = length
-        guess = length + round((num_tokens - counted) * scale.chars_per_token)
-        if not lo < guess < hi:
-            guess = (lo + hi) // 2
+            hi, hi_count = length, counted
+        streak, last_moved_lo = (streak + 1 if moved_lo == last_moved_lo else 1), moved_lo
+        # The secant through the bracket's ends (their counts, not the first scale,
+        # which may be far off); bisection when it creeps from one side.
+        guess = lo + round((num_tokens - lo_count) * (hi - lo) / (hi_count - lo_count))
+        if streak > 2 or not lo < guess < hi:
+            guess, streak = (lo + hi) // 2, 0
     return Prompt(text[:lo], lo_count, exact=True)
 
 

@@ -12,9 +12,7 @@ loads.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +29,7 @@ from sim.cost.fitted_artifact import (
     rebase_paths,
     save_fitted_artifact,
 )
+from sim.cost.provenance import git_revision, utc_now
 from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
 from sim.scenario import Scenario, load_scenario
@@ -44,18 +43,6 @@ from sim.validation.fit_runs import (
     scenario_for_run,
 )
 from sim.validation.runs import ImportedRun
-
-
-def git_revision() -> str | None:
-    """The checkout's commit, if ``sim`` runs from a git checkout."""
-    root = Path(sim.__file__).resolve().parent.parent
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def _free(text: str) -> tuple[str, ...]:
@@ -131,7 +118,7 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     artifact = FittedCostArtifact(
         provenance=FittedProvenance(
             tool_version=sim.__version__,
-            created_utc=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            created_utc=utc_now(),
             command=getattr(args, "command_line", None) or shlex.join(["servesim", *sys.argv[1:]]),
             git_revision=git_revision(),
             model=model,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError
 from sim.scenario import Scenario
 from sim.validation.cli import import_run
+from sim.validation.match import hardware_matches
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun, load_run
 
 MEASURE_FORMAT = "servesim-measure"
@@ -98,20 +98,6 @@ def recorded_device(run: ImportedRun) -> str | None:
     engine = run.meta.get("engine") or {}
     name = engine.get("device_name") or run.meta.get("device_name")
     return str(name) if name else None
-
-
-def _squash(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
-
-
-def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
-    """Whether a recorded device name is the hardware preset (``NVIDIA GeForce RTX 4090``
-    is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset)."""
-    if hardware.name.startswith("cpu"):
-        return device == "cpu"
-    # The preset's GPU name without memory size or form factor: a100-80gb -> a100.
-    core = re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name)
-    return device != "cpu" and _squash(core) in _squash(device)
 
 
 def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: HardwareSpec) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.validation.runs import ImportedRun, request_table
+from sim.workload.json_lines import json_objects
 
 FORMAT = "llmservingsim"
 _FIELDS = ("input_toks", "output_toks", "queued_ts", "scheduled_ts", "first_token_ts")
@@ -46,20 +47,7 @@ def _number(value: Any, where: str, field: str) -> float:
 
 def _read_requests(path: Path) -> dict[str, np.ndarray]:
     columns: dict[str, list[float]] = {name: [] for name in (*_FIELDS, _LAST)}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read ({error})") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{where}: not JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise ConfigError(f"{where}: expected a JSON object")
+    for where, row in json_objects(path):
         for field in (*_FIELDS, _LAST):
             if field not in row:
                 raise ConfigError(f"{where}: missing field {field}")

@@ -1,35 +1,86 @@
-"""Does a measured run belong to a scenario? What differs, for ``validate`` to refuse.
+"""Does a measured run belong to a scenario? Everything that differs, for ``validate`` to refuse.
 
 ``validate`` replays the measured requests with the scenario's engine and
 cost model, so a run of another model or another workload would be
 "predicted" without complaint (a tiny-model CPU run against a Llama-3-8B /
-H100 scenario once reported +6.3 %). Checked:
+H100 scenario once reported +6.3 %). One check for every run, whether
+``servesim measure`` wrote it (in-process or ``--endpoint``) or another tool
+did (``servesim import-run``); what a run does not record is not compared:
 
-- the model, where the run names one: names are compared after dropping the
-  organisation (``meta-llama/``), a ``meta-`` prefix, case, and the
-  simulator's aliases (``llama-3-8b`` has Llama-3.1-8B's shapes); a run's
-  model may add a suffix (``-Instruct``, ``-2507``) to the scenario's;
-- the number of requests against the scenario's workload: the run's
-  completed requests, or those plus the ones it counted as failed (a
-  scenario replaying the run's own ``trace.csv`` has only the completed);
-- for an open-loop workload of as many requests, the prompt and output
-  lengths, compared as multisets (arrival jitter may reorder requests).
-  A run stopped early (``servesim measure`` status other than ``complete``)
-  is only checked for holding no more requests than the scenario.
+- the model: names are compared after dropping the organisation
+  (``meta-llama/``), a ``meta-`` prefix, case, and the simulator's aliases
+  (``llama-3-8b`` has Llama-3.1-8B's shapes); a run's model may add a suffix
+  (``-Instruct``, ``-2507``) to the scenario's;
+- the hardware: a ``servesim measure`` run names the scenario's preset, which
+  must be the same; another tool names the device in its own words
+  (``NVIDIA GeForce RTX 4090``), which must contain the preset's GPU
+  (``rtx-4090``; a ``cpu-*`` preset is any ``cpu`` device);
+- the engine settings ``servesim measure`` records (``engine_settings``)
+  against those the prediction would run (``sim.api.engine_settings``);
+- the number of requests: a ``measure`` run lists every scenario request,
+  failed ones included; an imported run may list only the completed and
+  count the failed apart. A run stopped early (status other than
+  ``complete``) may hold fewer requests than the scenario, never more;
+- the prompt and output lengths: request by request for a ``measure`` run
+  (its request ``i`` is the scenario's request ``i``, so a partial run is
+  checked too), as sorted values for an imported run of as many requests
+  (arrival jitter may reorder requests; its ids are the tool's own).
 
-The hardware is not compared: runs name devices in their own words.
+``check_run`` raises one one-line ConfigError listing every difference.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from sim.api import core_config_for, engine_settings
 from sim.cost.model_configs import MODEL_SPEC_ALIASES
+from sim.cost.specs import HardwareSpec
+from sim.errors import ConfigError
 from sim.scenario import Scenario
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
+
+_LENGTHS = (("prompt", "num_prompt_tokens"), ("output", "num_output_tokens"))
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a measured run says about itself; ``None`` where it does not say."""
+
+    requests: pd.DataFrame  # request_id, num_prompt_tokens, num_output_tokens per request
+    model: str | None = None  # the model the run served, in its own spelling
+    hardware: str | None = None  # a simulator hardware preset name (servesim measure)
+    device_name: str | None = None  # the device in another tool's words
+    engine_settings: Mapping[str, Any] | None = None  # servesim measure's engine settings
+    num_failed_unlisted: int = 0  # failed requests that are not rows of ``requests``
+    partial: bool = False  # stopped early: may hold fewer requests than the scenario
+    in_scenario_order: bool = False  # request i is the scenario's request i (measure runs)
+
+    @classmethod
+    def from_summary(cls, requests: pd.DataFrame, summary: Mapping[str, Any]) -> RunFacts:
+        """From a ``measure`` folder's ``summary.json`` (``mode: measured``) or the
+        summary ``calibration.validate.MeasuredDir`` builds for an imported run."""
+        own = summary.get("mode") == "measured"
+        settings = summary.get("engine_settings")
+        model = summary.get("model")
+        return cls(
+            requests=requests,
+            model=str(model) if model else None,
+            hardware=str(summary["hardware"]) if own and summary.get("hardware") else None,
+            device_name=None if own else (summary.get("device_name") or None),
+            engine_settings=settings if isinstance(settings, Mapping) else None,
+            # A measure run lists its failed requests; an imported one counts them apart.
+            num_failed_unlisted=0 if own else int(summary.get("num_failed") or 0),
+            partial=summary.get("status") not in (None, "complete"),
+            in_scenario_order=own,
+        )
 
 
 def _normal(name: str) -> str:
@@ -47,43 +98,102 @@ def same_model(scenario_model: str, measured_model: str) -> bool:
     return b == a or b.startswith(a + "-") or a.startswith(b + "-")
 
 
-def mismatches(
-    scenario: Scenario,
-    requests: pd.DataFrame,
-    measured_model: str | None,
-    num_failed: int = 0,
-    base_dir: Path | None = None,
-    partial: bool = False,
-) -> list[str]:
-    """What differs between a measured run and ``scenario`` (empty: it matches).
+def _squash(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
 
-    A ``partial`` run (stopped early) may hold fewer requests than the scenario.
-    """
+
+def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
+    """Whether a recorded device name is the hardware preset (``NVIDIA GeForce RTX 4090``
+    is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset)."""
+    if hardware.name.startswith("cpu"):
+        return device == "cpu"
+    # The preset's GPU name without memory size or form factor: a100-80gb -> a100.
+    core = re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name)
+    return device != "cpu" and _squash(core) in _squash(device)
+
+
+def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[str]:
+    """Recorded engine settings that differ from those the prediction would run."""
+    expected = engine_settings(scenario, core_config_for(scenario))
+    return [
+        f"{key} {recorded[key]!r} measured, {value!r} in the scenario"
+        for key, value in expected.items()
+        if key in recorded and recorded[key] != value
+    ]
+
+
+def _by_request(rows: pd.DataFrame, work_lengths: dict[str, np.ndarray]) -> list[str]:
+    """Lengths request by request (ids 0, 1, 2, ... are the scenario's requests)."""
     found = []
-    if measured_model and not same_model(scenario.model.name, measured_model):
-        found.append(f"model {measured_model!r} measured, {scenario.model.name!r} in the scenario")
+    ids = rows["request_id"].to_numpy()
+    for name, column in _LENGTHS:
+        have = rows[column].to_numpy(dtype=np.int64)
+        wanted = work_lengths[column][: len(have)]
+        differ = np.flatnonzero(have != wanted)
+        if differ.size:
+            i = int(differ[0])
+            found.append(
+                f"{name} lengths differ in {differ.size} of {len(have)} requests (request "
+                f"{int(ids[i])}: {int(have[i])} measured, {int(wanted[i])} in the scenario)"
+            )
+    return found
+
+
+def _as_sorted(rows: pd.DataFrame, work_lengths: dict[str, np.ndarray]) -> list[str]:
+    """Lengths as sorted values (the run's order and ids are its own)."""
+    found = []
+    for name, column in _LENGTHS:
+        have = np.sort(rows[column].to_numpy(dtype=np.int64))
+        differ = int(np.count_nonzero(have != np.sort(work_lengths[column])))
+        if differ:
+            found.append(f"{name} lengths differ ({differ} of {len(have)} sorted values)")
+    return found
+
+
+def _requests(scenario: Scenario, run: RunFacts, base_dir: Path | None) -> list[str]:
+    """The request count, then the lengths where they can be compared."""
     workload = scenario.workload
     if isinstance(workload, ClosedLoopWorkload):
-        expected = workload.num_requests
-        prompts = outputs = None
+        expected, lengths = workload.num_requests, None
     else:
         work = generate_open_loop(workload, np.random.default_rng(scenario.seed), base_dir)
         expected = len(work)
-        prompts, outputs = work.num_prompt_tokens, work.num_output_tokens
-    # A run's own trace (import-run) lists only the requests that completed.
-    if partial:
-        if len(requests) > expected:
-            found.append(f"{len(requests)} requests measured, {expected} in the scenario")
-    elif expected not in (len(requests), len(requests) + num_failed):
-        failed = f" (and {num_failed} failed)" if num_failed else ""
-        found.append(f"{len(requests)} requests measured{failed}, {expected} in the scenario")
-    elif prompts is not None and outputs is not None and len(requests) == expected:
-        for name, column, wanted in (
-            ("prompt", "num_prompt_tokens", prompts),
-            ("output", "num_output_tokens", outputs),
-        ):
-            have = np.sort(requests[column].to_numpy(dtype=np.int64))
-            differ = int(np.count_nonzero(have != np.sort(wanted)))
-            if differ:
-                found.append(f"{name} lengths differ ({differ} of {len(have)} sorted values)")
-    return found
+        lengths = {column: np.asarray(getattr(work, column)) for _, column in _LENGTHS}
+    rows = run.requests.sort_values("request_id") if len(run.requests) else run.requests
+    listed, failed = len(rows), run.num_failed_unlisted
+    if listed > expected or (not run.partial and expected not in (listed, listed + failed)):
+        also = f" (and {failed} failed)" if failed else ""
+        return [f"{listed} requests measured{also}, {expected} in the scenario"]
+    if lengths is None or listed == 0:
+        return []  # a closed loop's lengths depend on the server's pace: the count only
+    if run.in_scenario_order:
+        if not np.array_equal(rows["request_id"].to_numpy(), np.arange(listed)):
+            return ["request ids are not 0, 1, 2, ... as a measure run writes them"]
+        return _by_request(rows, lengths)
+    return _as_sorted(rows, lengths) if listed == expected else []
+
+
+def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) -> list[str]:
+    """What differs between a measured run and ``scenario`` (empty: it matches)."""
+    found = []
+    if run.model and not same_model(scenario.model.name, run.model):
+        found.append(f"model {run.model!r} measured, {scenario.model.name!r} in the scenario")
+    hardware = scenario.hardware
+    if run.hardware is not None and run.hardware != hardware.name:
+        found.append(f"hardware {run.hardware!r} measured, {hardware.name!r} in the scenario")
+    elif run.device_name and not hardware_matches(run.device_name, hardware):
+        found.append(f"device {run.device_name!r} measured, {hardware.name!r} in the scenario")
+    if run.engine_settings is not None:
+        found += engine_mismatches(scenario, run.engine_settings)
+    return found + _requests(scenario, run, base_dir)
+
+
+def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: str) -> None:
+    """A one-line ConfigError listing every difference, if there is one."""
+    found = mismatches(scenario, run, base_dir)
+    if found:
+        raise ConfigError(
+            f"{where} is not a run of scenario {scenario.name}: "
+            + "; ".join(found)
+            + " (measure it again, or give the scenario and --set it was measured with)"
+        )

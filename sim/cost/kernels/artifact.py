@@ -25,12 +25,14 @@ from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from sim.cost.provenance import check_format, read_artifact, validated
 from sim.errors import ConfigError
 
 FORMAT_NAME = "servesim-kernels"
 FORMAT_VERSION = 1
+KIND = "kernel artifact"
 
 # Known tables and their columns; ``latency_s`` is always last.
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
@@ -156,24 +158,9 @@ def save_artifact(artifact: KernelArtifact, path: Path) -> Path:
 
 def load_kernel_artifact(path: Path) -> KernelArtifact:
     """Read an artifact; ConfigError naming the file and the problem."""
-    try:
-        raw = path.read_bytes()
-        data = json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw)
-    except (OSError, ValueError, EOFError) as error:
-        raise ConfigError(f"{path}: cannot read kernel artifact: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-        raise ConfigError(f"{path}: not a kernel artifact (format is not {FORMAT_NAME!r})")
-    if data.get("format_version") != FORMAT_VERSION:
-        raise ConfigError(
-            f"{path}: format_version {data.get('format_version')!r}, this servesim reads "
-            f"{FORMAT_VERSION}"
-        )
-    try:
-        provenance = KernelProvenance.model_validate(data.get("provenance"))
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"{path}: provenance.{where}: {first['msg']}") from None
+    data = read_artifact(path, KIND)
+    check_format(data, path, KIND, FORMAT_NAME, FORMAT_VERSION)
+    provenance = validated(KernelProvenance, data.get("provenance"), path, "provenance")
     tables_raw = data.get("tables")
     if not isinstance(tables_raw, dict):
         raise ConfigError(f"{path}: tables must be a mapping of table name to columns")

@@ -11,25 +11,23 @@ from typing import Any
 import yaml
 
 from sim.errors import ConfigError
+from sim.workload.json_lines import at_line, read_text
 
 
 def load_document(path: Path) -> Any:
     """A JSON or YAML document (by suffix: ``.yaml``/``.yml`` are YAML)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read ({error})") from None
+    text = read_text(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
-            line = f":{mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{path}{line}: not YAML ({type(error).__name__})") from None
+            here = at_line(path, mark.line + 1) if mark is not None else str(path)
+            raise ConfigError(f"{here}: not YAML ({type(error).__name__})") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise ConfigError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+        raise ConfigError(f"{at_line(path, error.lineno)}: not JSON ({error.msg})") from None
 
 
 def number(value: Any, where: str, field: str) -> float:

@@ -38,6 +38,7 @@ import numpy as np
 from sim.errors import ConfigError
 from sim.validation.formats.common import count, listing, mapping, number
 from sim.validation.runs import ImportedRun, request_table
+from sim.workload.json_lines import json_lines, read_text
 
 FORMAT = "otlp"
 TTFT = "gen_ai.latency.time_to_first_token"
@@ -57,22 +58,11 @@ def looks_like(document: Any) -> bool:
 
 def _documents(path: Path) -> list[tuple[str, Any]]:
     """(where, export request) pairs: the whole file, or one per line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read ({error})") from None
+    text = read_text(path)
     try:
         return [(str(path), json.loads(text))]
     except json.JSONDecodeError:
-        pass  # JSON lines: one export request per line
-    documents = []
-    for number_, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                documents.append((f"{path}:{number_}", json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise ConfigError(f"{path}:{number_}: not JSON ({error.msg})") from None
-    return documents
+        return list(json_lines(path, text))  # JSON lines: one export request per line
 
 
 def _value(attribute: dict[str, Any]) -> Any:

@@ -17,7 +17,6 @@ prompt has blocks is an error, as is a malformed line (named by number).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.workload.json_lines import json_objects
 from sim.workload.trace import FloatArray, IntArray
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -50,26 +50,11 @@ def _whole(value: Any, where: str, field: str, minimum: int) -> int:
 
 def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> MooncakeRows:
     """Every line of a Mooncake JSON lines trace."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read ({error})") from None
     times: list[float] = []
     prompts: list[int] = []
     outputs: list[int] = []
     hash_ids: list[tuple[int, ...]] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}, line {number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{where}: not JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise ConfigError(f"{where}: expected a JSON object")
+    for where, row in json_objects(path):
         for field in FIELDS:
             if field not in row:
                 raise ConfigError(f"{where}: missing field {field}")

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.workload.json_lines import json_lines, read_text
 from sim.workload.trace import IntArray
 
 PROMPT_KEYS = ("prompt_tokens", "input_len", "prompt_len", "input_length")
@@ -27,23 +28,11 @@ OUTPUT_KEYS = ("output_tokens", "output_len", "completion_len", "output_length")
 
 
 def _entries(path: Path) -> list[tuple[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: cannot read ({error})") from None
+    text = read_text(path)
     try:
         document = json.loads(text)
     except json.JSONDecodeError:
-        entries = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    entries.append((f"{path}, line {number}", json.loads(line)))
-                except json.JSONDecodeError as error:
-                    raise ConfigError(f"{path}, line {number}: not JSON ({error.msg})") from None
-        return entries
+        return list(json_lines(path, text))
     if not isinstance(document, list):
         raise ConfigError(f"{path}: expected a JSON list of length pairs")
     return [(f"{path}, entry {i}", entry) for i, entry in enumerate(document)]

@@ -1,0 +1,120 @@
+"""What the artifact files share: reading them, their format stamp, one-line errors, provenance.
+
+Every artifact servesim writes (kernel tables, fitted costs, calibrations)
+is one JSON object, gzip-compressed when its name ends in ``.gz``, whose
+``format`` and ``format_version`` say what it is, with a ``provenance``
+block saying where its numbers came from. This module reads such a file,
+checks the stamp, validates a pydantic model with the first problem as one
+line naming the file and the field, and builds the provenance facts
+(``git_revision``, ``utc_now``) the writers record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+import subprocess
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from sim.errors import ConfigError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def read_artifact(path: Path, kind: str) -> dict[str, Any]:
+    """The JSON object in ``path`` (gunzipped for ``.gz``); ``kind`` names it in errors."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {kind} not found") from None
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read {kind} ({error})") from None
+    try:
+        text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read {kind} ({error})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            f"{path}: not valid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a {kind} must be a JSON object")
+    return data
+
+
+def check_format(
+    data: dict[str, Any],
+    path: Path,
+    kind: str,
+    format_name: str,
+    format_version: int,
+    rerun: str | None = None,
+) -> None:
+    """ConfigError unless ``data`` is stamped ``format_name``, version ``format_version``.
+
+    ``rerun`` names the command that writes a current file (said on a version mismatch).
+    """
+    if data.get("format") != format_name:
+        raise ConfigError(f"{path}: not a {kind} (format is not {format_name!r})")
+    if data.get("format_version") != format_version:
+        hint = f" ({rerun})" if rerun else ""
+        raise ConfigError(
+            f"{path}: format_version {data.get('format_version')!r}, this servesim reads "
+            f"{format_version}{hint}"
+        )
+
+
+def validation_problem(error: ValidationError, prefix: str = "") -> str:
+    """The first problem as ``field 'a.b' is missing`` / ``is invalid: why`` (one line).
+
+    ``prefix`` is the path of the validated block inside the file (``provenance``).
+    """
+    first = error.errors()[0]
+    where = ".".join(str(part) for part in (*((prefix,) if prefix else ()), *first["loc"]))
+    problem = "is missing" if first["type"] == "missing" else f"is invalid: {first['msg']}"
+    count = error.error_count()
+    more = f" (and {count - 1} more problem(s))" if count > 1 else ""
+    return " ".join(f"field '{where or '<root>'}' {problem}{more}".split())
+
+
+def validated(model: type[Model], data: Any, path: Path, prefix: str = "") -> Model:
+    """``model`` validated from ``data``; ConfigError naming ``path`` and the field if bad."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(f"{path}: {validation_problem(error, prefix)}") from None
+
+
+def _git(root: Path, *args: str) -> str | None:
+    """Stdout of ``git -C root ARGS``, or None if git is missing or fails."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip() or None) if done.returncode == 0 else None
+
+
+def git_revision(root: Path | None = None) -> str | None:
+    """``HEAD`` of the checkout holding servesim (or ``root``), ``+dirty`` if modified.
+
+    None outside a git checkout (an installed package) or without git.
+    """
+    where = root if root is not None else Path(__file__).resolve().parents[2]
+    head = _git(where, "rev-parse", "HEAD")
+    if head is None:
+        return None
+    dirty = _git(where, "status", "--porcelain", "--untracked-files=no")
+    return f"{head}+dirty" if dirty else head
+
+
+def utc_now() -> str:
+    """Now, as the artifacts record it: ISO 8601 in UTC, to the second."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

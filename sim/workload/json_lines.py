@@ -1,0 +1,56 @@
+"""Reading JSON lines files: one loop, one error format, for every reader that takes them.
+
+Traces (Mooncake, ShareGPT-style length lists) and measured runs (vLLM's
+per-request logs, OTLP exports written a request per line) are JSON lines:
+one JSON value a line, blank lines skipped. Every complaint names the file
+and the line as ``path, line N: ...`` (lines counted from 1, blank ones
+included, as an editor shows them), the format the CSV trace readers use.
+
+Lives in ``sim.workload`` (it imports only ``sim.errors``) so that both the
+trace readers and ``sim.validation``'s importers may use it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+
+def at_line(path: Path, number: int) -> str:
+    """How an error names line ``number`` (from 1) of ``path``."""
+    return f"{path}, line {number}"
+
+
+def read_text(path: Path) -> str:
+    """The file's UTF-8 text, or a one-line ConfigError (missing, unreadable, not UTF-8)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read ({error})") from None
+
+
+def json_lines(path: Path, text: str) -> Iterator[tuple[str, Any]]:
+    """``(where, value)`` for each non-blank line of ``text`` (read from ``path``)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        here = at_line(path, number)
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{here}: not JSON ({error.msg})") from None
+        yield here, value
+
+
+def json_objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, object)`` for each non-blank line of ``path``; each must be a JSON object."""
+    for here, value in json_lines(path, read_text(path)):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{here}: expected a JSON object")
+        yield here, value
