@@ -142,7 +142,9 @@ def weighted_quantiles(
         return np.full(q.shape, np.nan)
     order = np.argsort(v)  # ties need no order: equal values give equal quantiles
     v = v[order]
-    cum = np.cumsum(w[order], dtype=np.float64)
+    cum = w[order].astype(np.float64, copy=False)  # a fresh array: summed in place below
+    del order  # (an ITL log may hold tens of millions of steps: one temporary fewer)
+    np.cumsum(cum, out=cum)
     last = max(float(cum[-1]) - 1.0, 0.0)  # position of the last expanded element
     h = q * last
     lo = np.floor(h)
