@@ -9,16 +9,15 @@ first streamed token (TTFT ends there). Drawn on an Agg canvas like
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
 from sim.metrics.lifecycle import PHASES
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 NUM_WATERFALL_REQUESTS = 40
 PHASE_COLORS = {
@@ -36,6 +35,10 @@ _DPI = 120
 
 def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
     """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
+    # matplotlib on first use: importing this module (for NUM_WATERFALL_REQUESTS) stays cheap.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     num_rows = spans["request_id"].nunique() if len(spans) else 0
     height_in = min(2.0 + 0.22 * num_rows, 14.0)
     fig = Figure(figsize=(11, height_in), dpi=_DPI, layout="constrained")
@@ -48,6 +51,8 @@ def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path
 
 def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
     """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` gives first tokens."""
+    from matplotlib.patches import Patch
+
     ids = sorted(int(i) for i in spans["request_id"].unique()) if len(spans) else []
     row_of = {request_id: row for row, request_id in enumerate(ids)}
     if not ids:
