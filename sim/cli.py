@@ -43,7 +43,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
-    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}")
+    # Flushed before the files are written (plots take longest): the user reads
+    # the summary while they are drawn, even when stdout is a pipe.
+    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}", flush=True)
     paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     print(
         f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
