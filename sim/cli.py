@@ -139,9 +139,9 @@ def _add_forwarded(subparsers: Subparsers) -> None:
 Adder = Callable[["Subparsers"], None]
 
 # Each adder with the subcommands it registers and their one-line help, in the
-# order --help lists them. The adders import their modules (numpy, pandas,
-# pydantic, ...: about a second); `servesim --help` and `servesim run` need the
-# names and help only (a stub each), plus the one adder of the command typed.
+# order --help lists them. Together the adders import numpy, pandas, pydantic
+# and more (about a second): `servesim --help` needs only the names and help (a
+# stub each), `servesim CMD` also the one adder of CMD (issue 16: instant help).
 # tests/test_cli_startup.py checks these help lines against the adders' own.
 COMMANDS: tuple[tuple[Adder, tuple[tuple[str, str], ...]], ...] = (
     (_add_run, (("run", RUN_HELP),)),
