@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from matplotlib.figure import Figure
 from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
+from test_plots import requests_frame, timeseries_frame
 
 from sim.metrics import plots, waterfall
 from sim.metrics.plots import Margins, agg_figure
 from sim.metrics.stats import Slo
-from tests.test_plots import requests_frame, timeseries_frame
 
 TOLERANCE_PX = 1.0
 
