@@ -7,6 +7,7 @@ line on stderr and exits with status 2; there is no traceback.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 import warnings
@@ -42,7 +43,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
-    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}")
+    # Flushed before the files are written (plots take longest): the user reads
+    # the summary while they are drawn, even when stdout is a pipe.
+    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}", flush=True)
     paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     print(
         f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
@@ -51,8 +54,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    run = subparsers.add_parser("run", help="simulate a scenario and report latency metrics")
+RUN_HELP = "simulate a scenario and report latency metrics"
+
+
+def _add_run(subparsers: Subparsers) -> None:
+    run = subparsers.add_parser("run", help=RUN_HELP)
     run.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
     run.add_argument("--out", help="output folder (default: runs/<scenario name>)")
     run.add_argument(
@@ -78,7 +84,7 @@ def _add_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     run.set_defaults(handler=_cmd_run)
 
 
-def _add_calibrate(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_calibrate(subparsers: Subparsers) -> None:
     try:
         from calibration.cli import add_parser
     except ImportError:
@@ -86,25 +92,25 @@ def _add_calibrate(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     add_parser(subparsers)
 
 
-def _add_planning(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_planning(subparsers: Subparsers) -> None:
     from sim.planning.cli import add_parsers  # capacity, sweep (issue 6)
 
     add_parsers(subparsers)
 
 
-def _add_measure(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_measure(subparsers: Subparsers) -> None:
     from calibration.serve_cli import add_parsers  # measure, validate (issue 4)
 
     add_parsers(subparsers)
 
 
-def _add_serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_serve(subparsers: Subparsers) -> None:
     from calibration.serve_http_cli import add_parser  # serve (issue 13)
 
     add_parser(subparsers)
 
 
-def _add_validation(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_validation(subparsers: Subparsers) -> None:
     from sim.validation.cli import add_parsers  # import-run
 
     add_parsers(subparsers)
@@ -130,25 +136,84 @@ def _add_forwarded(subparsers: Subparsers) -> None:
         subparsers.add_parser(name, help=help_text, add_help=False)
 
 
-ADDERS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
-    _add_run,
-    _add_calibrate,
-    _add_planning,
-    _add_measure,
-    _add_serve,
-    _add_validation,
-    _add_forwarded,
-]
+Adder = Callable[["Subparsers"], None]
+
+# Each adder with the subcommands it registers and their one-line help, in the
+# order --help lists them. Together the adders import numpy, pandas, pydantic
+# and more (about a second): `servesim --help` needs only the names and help (a
+# stub each), `servesim CMD` also the one adder of CMD (issue 16: instant help).
+# tests/test_cli_startup.py checks these help lines against the adders' own.
+COMMANDS: tuple[tuple[Adder, tuple[tuple[str, str], ...]], ...] = (
+    (_add_run, (("run", RUN_HELP),)),
+    (
+        _add_calibrate,
+        (("calibrate", "time a real model on this machine and fit a calibrated cost artifact"),),
+    ),
+    (
+        _add_planning,
+        (
+            ("capacity", "highest load meeting SLOs, replicas and cost for a target rate"),
+            ("sweep", "run a grid or list of scenario variants in parallel"),
+        ),
+    ),
+    (
+        _add_measure,
+        (
+            (
+                "measure",
+                "serve a scenario on the real model (PyTorch) and record latencies",
+            ),
+            ("validate", "simulate measured runs and report the prediction error"),
+        ),
+    ),
+    (
+        _add_serve,
+        (
+            (
+                "serve",
+                "serve a scenario's model on the reference engine as an OpenAI-compatible server",
+            ),
+        ),
+    ),
+    (
+        _add_validation,
+        (
+            (
+                "import-run",
+                "convert a measured run (vllm bench serve, GuideLLM, vLLM OTLP spans, ...)",
+            ),
+        ),
+    ),
+    (_add_forwarded, tuple((name, help_text) for name, (help_text, _) in FORWARDED.items())),
+)
+ADDERS: list[Adder] = [add for add, _ in COMMANDS]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _has_calibration() -> bool:
+    """Whether the ``calibration`` package is importable (it is not in a sim-only install)."""
+    return importlib.util.find_spec("calibration") is not None
+
+
+def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+    """The ``servesim`` parser.
+
+    With ``lazy=True`` only ``command``'s own adder runs (none when ``command``
+    is None or unknown); every other subcommand is a stub that carries its name
+    and help, enough for ``servesim --help`` and for argparse's choice check.
+    """
     parser = argparse.ArgumentParser(
         prog="servesim",
         description="Discrete-event simulator of LLM inference serving.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for add in ADDERS:
-        add(subparsers)
+    for add, names in COMMANDS:
+        if not lazy or any(name == command for name, _ in names):
+            add(subparsers)
+            continue
+        if add is _add_calibrate and not _has_calibration():
+            continue
+        for name, help_text in names:
+            subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
@@ -170,8 +235,8 @@ def one_line(message: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _one_line_warning  # users get one line, not a source dump
-    parser = build_parser()
     line = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(line[0] if line else None, lazy=True)
     if line and line[0] in FORWARDED:
         import sim.cost.kernels as kernels
 

@@ -8,12 +8,10 @@ raw document before validation, so they are checked exactly like the file.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.cost.config import CostConfig
@@ -28,9 +26,20 @@ from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
 from sim.metrics.stats import Slo
+from sim.scenario_overrides import apply_overrides, format_error, set_dotted
 from sim.serving.cluster import ClusterConfig
-from sim.strict_yaml import DuplicateKeyError, parse_yaml, read_yaml
+from sim.strict_yaml import read_yaml
 from sim.workload.generate import WorkloadConfig
+
+__all__ = [
+    "EngineConfig",
+    "FrontendConfig",
+    "Scenario",
+    "apply_overrides",
+    "load_scenario",
+    "scenario_from_dict",
+    "set_dotted",
+]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -224,69 +233,6 @@ class Scenario(BaseModel):
         return self
 
 
-def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
-    """``doc[a][b][c] = value`` for ``"a.b.c"``, creating missing sections."""
-    keys = dotted.split(".")
-    if not all(keys):
-        raise ConfigError(f"{source}: bad override key {dotted!r}")
-    node = doc
-    for key in keys[:-1]:
-        child = node.get(key)
-        if child is None:
-            child = node[key] = {}
-        if not isinstance(child, dict):
-            raise ConfigError(f"{source}: {dotted}: {key!r} is not a section")
-        node = child
-    node[keys[-1]] = copy.deepcopy(value)
-
-
-def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) -> None:
-    """Apply ``key.sub=value`` strings (values parsed as YAML) in place."""
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected dotted.key=value")
-        try:
-            value = parse_yaml(text) if text else ""
-        except (yaml.YAMLError, DuplicateKeyError):
-            value = text
-        set_dotted(doc, key.strip(), value, f"{source}: --set")
-
-
-def _field_path(doc: Any, loc: tuple[Any, ...]) -> str:
-    """The dotted path as written in the file: without union tags like ``synthetic``.
-
-    pydantic puts the ``kind`` of a tagged union into the error location; a
-    user (and ``--set``) knows only the keys they wrote.
-    """
-    parts: list[str] = []
-    node = doc
-    for item in loc:
-        if str(item).startswith("function-"):
-            continue
-        if isinstance(node, dict) and item not in node and node.get("kind") == item:
-            continue  # a union tag
-        parts.append(str(item))
-        if isinstance(node, dict):
-            node = node.get(item)
-        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
-            node = node[item]
-        else:
-            node = None
-    return ".".join(parts)
-
-
-def _format_error(source: str, error: ValidationError, doc: Any = None) -> str:
-    parts = []
-    for err in error.errors()[:3]:
-        loc = _field_path(doc, tuple(err["loc"]))
-        msg = err["msg"].removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    more = len(error.errors()) - 3
-    tail = f" (and {more} more)" if more > 0 else ""
-    return f"{source}: " + "; ".join(parts) + tail
-
-
 def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
     """Validate a parsed document; ConfigError names ``source`` and the field."""
     if not isinstance(doc, dict):
@@ -294,7 +240,7 @@ def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
     try:
         return Scenario.model_validate(doc)
     except ValidationError as error:
-        raise ConfigError(_format_error(source, error, doc)) from None
+        raise ConfigError(format_error(source, error, doc)) from None
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
 

@@ -26,7 +26,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sim", "calibration")
-FACES = ("sim.api", "sim.cli", "sim.scenario")
+FACES = (
+    "sim.api",
+    "sim.api_engine",
+    "sim.api_result",
+    "sim.cli",
+    "sim.scenario",
+    "sim.scenario_overrides",
+)
 
 
 def _module_name(path: Path) -> str:

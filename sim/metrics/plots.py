@@ -3,11 +3,14 @@
 Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot, no
 display, no global figure state), so plotting is safe in headless and threaded
 runs. Large inputs are reduced to at most ``max_points`` points per line before
-drawing: matplotlib's cost grows with points, not with requests.
+drawing: matplotlib's cost grows with points, not with requests. Margins are
+fixed (``agg_figure``) rather than matplotlib's constrained layout, which
+measures every label in an extra pass and doubles the time to draw a figure.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +31,53 @@ DPI = 120
 _SLO_COLOR = "tab:red"
 _MARK_PERCENTILES = (50, 99)
 _NOTE: dict[str, object] = {"fontsize": 8, "color": "dimgray"}
+
+
+@dataclass(frozen=True)
+class Margins:
+    """Space around and between a figure's axes, in inches.
+
+    ``left_in`` holds the y tick labels and y label (up to six-digit ticks at
+    10 pt), ``top_in`` the title(s), ``bottom_in`` the x tick labels and x label;
+    ``gap_w_in`` / ``gap_h_in`` separate panels side by side / stacked.
+    """
+
+    left_in: float = 0.85
+    right_in: float = 0.25
+    bottom_in: float = 0.6
+    top_in: float = 0.45
+    gap_w_in: float = 0.0
+    gap_h_in: float = 0.0
+
+
+def agg_figure(
+    width_in: float,
+    height_in: float,
+    margins: Margins,
+    num_rows: int = 1,
+    num_cols: int = 1,
+    dpi: int = DPI,
+) -> Figure:
+    """A figure on its own Agg canvas whose subplots leave ``margins`` around them.
+
+    matplotlib's ``wspace`` / ``hspace`` are fractions of the mean axes width /
+    height, so the gaps in inches are converted with the grid's axes sizes.
+    """
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
+    FigureCanvasAgg(fig)
+    inner_w_in = width_in - margins.left_in - margins.right_in
+    inner_h_in = height_in - margins.top_in - margins.bottom_in
+    axes_w_in = (inner_w_in - margins.gap_w_in * (num_cols - 1)) / num_cols
+    axes_h_in = (inner_h_in - margins.gap_h_in * (num_rows - 1)) / num_rows
+    fig.subplots_adjust(
+        left=margins.left_in / width_in,
+        right=1 - margins.right_in / width_in,
+        bottom=margins.bottom_in / height_in,
+        top=1 - margins.top_in / height_in,
+        wspace=margins.gap_w_in / axes_w_in,
+        hspace=margins.gap_h_in / axes_h_in,
+    )
+    return fig
 
 
 def cdf_points(
@@ -147,8 +197,8 @@ def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None 
     ttft_ms = done["ttft_s"].to_numpy(dtype=np.float64) * 1000.0
     tpot_ms = done["tpot_s"].to_numpy(dtype=np.float64) * 1000.0
     ttft_ms, tpot_ms = ttft_ms[np.isfinite(ttft_ms)], tpot_ms[np.isfinite(tpot_ms)]
-    fig = Figure(figsize=(12, 4.8), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    # Top: the title and the panel titles; between the panels: the right one's y labels.
+    fig = agg_figure(12, 4.8, Margins(top_in=0.75, gap_w_in=0.85), num_cols=2)
     ax_ttft, ax_tpot = fig.subplots(1, 2)
     _cdf_panel(
         ax_ttft,
@@ -187,8 +237,9 @@ def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
     if "time_s" in frame.columns and not frame["time_s"].is_monotonic_increasing:
         frame = frame.sort_values("time_s", kind="stable")
     time_s = _as_floats(frame["time_s"]) if "time_s" in frame.columns else np.empty(0)
-    fig = Figure(figsize=(11, 8), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    # Top: the title and the first panel's titles; between panels: the next one's titles.
+    margins = Margins(top_in=0.75, gap_h_in=0.4)
+    fig = agg_figure(11, 8, margins, num_rows=len(_SERIES))
     axes = fig.subplots(len(_SERIES), 1, sharex=True)
     for ax, (column, title, unit, scale) in zip(axes, _SERIES, strict=True):
         ax.set_title(title, loc="left", fontsize=11)

@@ -21,9 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
-from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
 from sim.metrics.stats import Slo
-from sim.metrics.waterfall import plot_waterfall
 
 TableFormat = Literal["parquet", "csv"]
 TABLE_FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
@@ -121,6 +119,11 @@ def write_outputs(
     timeseries.to_csv(timeseries_path, index=False)
     written += [summary_path, timeseries_path]
     if plots:
+        # matplotlib (~0.3 s to import) only now, after the tables: a caller that
+        # prints the summary first shows it before paying for the figures.
+        from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
+        from sim.metrics.waterfall import plot_waterfall
+
         written.append(plot_latency_cdfs(requests, out / "latency_cdf.png", slo))
         written.append(plot_timeseries(timeseries, out / "timeseries.png"))
         if waterfall is not None:

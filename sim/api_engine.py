@@ -1,0 +1,167 @@
+"""Building a scenario's engine: model, KV pool size, cost model, policy and replicas.
+
+Part of the ``sim.api`` face (re-exported there: ``api.engine_for`` and the
+rest); the simulator's replicas and the reference engine of ``servesim
+measure`` both take their engine core from ``core_config_for``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from sim.cost.base import CostModel
+from sim.cost.kv_capacity import KvSizing, vllm_num_kv_blocks
+from sim.cost.parallel_roofline import parallel_cost_model
+from sim.cost.quantization import quantize
+from sim.cost.specs import ModelSpec
+from sim.engine.core_config import CoreConfig
+from sim.engine.policies import Scheduler, StaticConfig
+from sim.engine.policies.continuous import with_async_scheduling, with_swap_space
+from sim.errors import ConfigError
+from sim.scenario import Scenario
+from sim.serving.cluster import Cluster
+from sim.serving.engine_config import Engine, Frontend, with_speculation
+
+
+def model_for(scenario: Scenario) -> ModelSpec:
+    """The scenario's model spec with its ``quantization:`` dtypes applied."""
+    return quantize(scenario.model, scenario.quantization)
+
+
+def kv_blocks_for(scenario: Scenario) -> int:
+    """The scenario's KV pool size in blocks: given (vLLM's log), or as vLLM's profile sizes it."""
+    engine = scenario.engine
+    if engine.num_kv_blocks is not None:
+        return engine.num_kv_blocks
+    policy = scenario.scheduler
+    if isinstance(policy, StaticConfig):
+        batched_tokens = min(policy.max_batch_size * engine.max_model_len_tokens, 1 << 16)
+    else:
+        batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)
+    # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
+    seqs = next(
+        getattr(policy, name)
+        for name in ("num_seqs_limit", "max_num_seqs", "max_batch_size")
+        if getattr(policy, name, None) is not None
+    )
+    try:
+        return vllm_num_kv_blocks(
+            model_for(scenario),
+            scenario.hardware,
+            scenario.parallelism,
+            KvSizing(
+                block_size_tokens=engine.block_size_tokens,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                max_num_batched_tokens=batched_tokens,
+                max_num_seqs=seqs,
+                estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
+            ),
+            max_model_len_tokens=engine.max_model_len_tokens,
+        )
+    except ConfigError as error:
+        raise ConfigError(f"model, hardware: {error}") from None
+
+
+def cost_model_for(scenario: Scenario, base_dir: Path | None = None) -> CostModel:
+    """The cost model a scenario names."""
+    return parallel_cost_model(
+        scenario.cost, model_for(scenario), scenario.hardware, scenario.parallelism, base_dir
+    )
+
+
+def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
+    """Builds the scenario's policy; with ``preemption: swap``, each with its swap space;
+    with async scheduling, each planning one step ahead.
+
+    Swap bytes are per GPU: each holds 1/num_gpus of the KV cache and copies it
+    over its own host link, in parallel with the others.
+    """
+    config = scenario.scheduler
+    build: Callable[[], Scheduler] = config.build
+    if getattr(config, "preemption", "recompute") == "swap":
+        engine = scenario.engine
+        bytes_per_token = model_for(scenario).kv_bytes_per_token / scenario.parallelism.num_gpus
+        build = with_swap_space(
+            build,
+            engine.swap_space_bytes,
+            engine.block_size_tokens * bytes_per_token,
+            engine.swap_bandwidth_bytes_per_s,
+        )
+    if scenario.async_scheduling:
+        build = with_async_scheduling(build)
+    return build
+
+
+def reference_engine_problem(scenario: Scenario) -> str | None:
+    """Why the PyTorch reference engine (``servesim measure``) cannot run ``scenario``
+    as the simulator would, as one line naming the scenario key and the value to set;
+    ``None`` when it can."""
+    if scenario.engine.enable_prefix_caching:
+        # Its KV cache is one contiguous slot per request: no block is shared or reused.
+        return (
+            "engine.enable_prefix_caching: the reference engine reuses no cached KV block; "
+            "set engine.enable_prefix_caching: false to measure"
+        )
+    if scenario.speculative is not None:
+        return (
+            "speculative: the reference engine has no draft model; "
+            "remove the speculative section to measure"
+        )
+    if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
+        return (
+            "scheduler.preemption: the reference engine preempts by recompute only; "
+            "set scheduler.preemption: recompute to measure"
+        )
+    return None
+
+
+def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> CoreConfig:
+    """The engine core ``scenario`` runs: policy (swap space, async scheduling), KV pool
+    (plain or prefix-caching, its size) and length limit.
+
+    The one place both executors get them from: the simulator's replicas
+    (``engine_for``) and the reference engine of ``servesim measure``
+    (``reference_engine=True``, which raises a one-line ``ConfigError`` for what that
+    engine cannot run, ``reference_engine_problem``).
+    """
+    if reference_engine:
+        problem = reference_engine_problem(scenario)
+        if problem is not None:
+            raise ConfigError(problem)
+    engine = scenario.engine
+    return CoreConfig(
+        make_policy=policy_factory(scenario),
+        num_kv_blocks=kv_blocks_for(scenario),
+        block_size_tokens=engine.block_size_tokens,
+        max_model_len_tokens=engine.max_model_len_tokens,
+        enable_prefix_caching=engine.enable_prefix_caching,
+    )
+
+
+def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
+    """Everything a replica needs, built from the scenario (its core: ``core_config_for``)."""
+    frontend = scenario.frontend
+    engine = Engine.from_core(
+        core_config_for(scenario),
+        cost_model_for(scenario, base_dir),
+        Frontend(
+            frontend.tokenize_s_per_token, frontend.detokenize_s_per_token, frontend.output_step_s
+        ),
+        skip_ahead=scenario.engine.skip_ahead,
+    )
+    if scenario.speculative is not None:
+        engine = with_speculation(engine, scenario.speculative, scenario.hardware)
+    return engine
+
+
+def cluster_for(scenario: Scenario, rng: np.random.Generator) -> Cluster | None:
+    """The scenario's replicas, or None for one replica (the plain path).
+
+    Router draws come from a generator spawned from ``rng`` (the scenario seed's).
+    """
+    if scenario.cluster is None:
+        return None
+    return Cluster(scenario.cluster, rng.spawn(1)[0], model_for(scenario).kv_bytes_per_token)

@@ -1,0 +1,208 @@
+"""A finished run (``Result``) and its summary.json keys.
+
+Part of the ``sim.api`` face (re-exported there: ``api.Result``,
+``api.engine_settings``, ``api.DEFAULT_TRACE_REQUESTS``).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+import sim
+from sim.api_engine import model_for
+from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
+from sim.cost.quantization import dtype_name
+from sim.engine.core_config import CoreConfig
+from sim.engine.prefix_cache import prefix_cache_summary
+from sim.engine.speculative import speculative_summary
+from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
+from sim.metrics.report import write_outputs
+from sim.metrics.stats import summarize, with_request_metrics
+from sim.metrics.trace import trace_document, write_trace
+from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
+from sim.scenario import Scenario
+from sim.serving.cluster import cluster_summary, request_token_times_s
+from sim.serving.engine_config import Engine
+from sim.serving.frontend import Delivery
+from sim.serving.simulation import RawResult
+
+DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at most
+
+
+@dataclass
+class Result:
+    """A finished run: per-request table, summary, time series and step log.
+
+    ``activity`` is the per-step log of the first ``num_traced_requests``
+    requests when the run was traced (``run(..., trace_requests=N)``), else None.
+    """
+
+    scenario: Scenario
+    requests: pd.DataFrame
+    summary: dict[str, Any]
+    timeseries: pd.DataFrame
+    steps: pd.DataFrame
+    raw: RawResult
+    activity: pd.DataFrame | None = None
+    num_traced_requests: int | None = None
+
+    def token_times_s(self, request_id: int) -> npt.NDArray[np.float64]:
+        """Stream time of every output token of one request, in seconds."""
+        if self.scenario.speculative is not None:
+            raise NotImplementedError("token times assume one token per step (speculation is on)")
+        row = self.raw.requests.loc[self.raw.requests["request_id"] == request_id]
+        if row.empty:
+            raise KeyError(f"no request {request_id}")
+        first = float(row["engine_first_token_s"].iloc[0])
+        count = int(row["num_generated_tokens"].iloc[0])
+        if np.isnan(first):
+            return np.empty(0)
+        prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
+        replica = int(row["replica"].iloc[0])
+        engine_s = request_token_times_s(
+            self.steps,
+            first,
+            count,
+            self.raw.later_runs.get(request_id),
+            replica,
+            None if prefill is None or pd.isna(prefill) else int(prefill),
+        )
+        return self._delivery.client_s(engine_s, np.full(engine_s.shape, replica))
+
+    @functools.cached_property
+    def _delivery(self) -> Delivery:
+        """The step log's engine-to-client time map, built once per result."""
+        return Delivery(self.steps)
+
+    def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
+        """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
+
+        Exact prefill chunks and preemption gaps when the run was traced (and
+        ``num_requests`` is within what it traced), else rebuilt from the records.
+        """
+        raw = self.raw
+        traced = self.num_traced_requests
+        if self.activity is not None and traced is not None and num_requests <= traced:
+            return recorded_spans(raw.requests, self.activity, num_requests)
+        return reconstructed_spans(raw.requests, raw.steps, raw.later_runs, num_requests)
+
+    def trace(self, num_requests: int | None = None) -> dict[str, Any]:
+        """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
+
+        Defaults to the requests the run traced, else ``DEFAULT_TRACE_REQUESTS``.
+        """
+        count = num_requests or self.num_traced_requests or DEFAULT_TRACE_REQUESTS
+        metadata = {"scenario": self.scenario.name, "num_traced_requests": count}
+        return trace_document(
+            self.spans(count), self.raw.requests, self.steps, self.timeseries, metadata
+        )
+
+    def write(
+        self, out_dir: str | Path, write_steps: bool = False, trace: bool = False
+    ) -> list[Path]:
+        """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``."""
+        written = write_outputs(
+            out_dir,
+            self.requests,
+            self.steps,
+            self.timeseries,
+            self.summary,
+            write_steps=write_steps,
+            slo=self.scenario.slo,
+            waterfall=(self.spans(), self.raw.requests),
+        )
+        if trace:
+            written.append(write_trace(Path(out_dir) / "trace.json", self.trace()))
+        return written
+
+
+def _layout_summary(scenario: Scenario) -> dict[str, Any]:
+    """summary.json keys for the parallel layout and the storage dtypes."""
+    layout, quant, model = scenario.parallelism, scenario.quantization, model_for(scenario)
+    return {
+        "tensor_parallel_size": layout.tensor_parallel_size,
+        "pipeline_parallel_size": layout.pipeline_parallel_size,
+        "num_gpus": layout.num_gpus,
+        "link": layout.link.name if not layout.is_single_device else None,
+        "weight_dtype": dtype_name(model.weight_dtype_bytes, quant.weights),
+        "kv_cache_dtype": dtype_name(model.kv_dtype_bytes, quant.kv_cache),
+        "weight_gb_per_gpu": model.weight_bytes / layout.num_gpus / 1e9,
+    }
+
+
+def engine_settings(scenario: Scenario, engine: Engine | CoreConfig) -> dict[str, Any]:
+    """The engine settings that ran, defaults filled in (summary.json ``engine_settings``;
+    a measured run records them too, from its ``CoreConfig``)."""
+    policy = scenario.scheduler
+    settings: dict[str, Any] = {"scheduler": policy.kind}
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "chunked_prefill"):
+        value = getattr(policy, name, None)
+        if value is not None:
+            settings[name] = value
+    settings.update(
+        num_kv_blocks=engine.num_kv_blocks,
+        num_kv_blocks_source=(
+            SOURCE_SCENARIO if scenario.engine.num_kv_blocks is not None else SOURCE_ESTIMATE
+        ),
+        block_size_tokens=engine.block_size_tokens,
+        max_model_len_tokens=engine.max_model_len_tokens,
+        enable_prefix_caching=engine.enable_prefix_caching,
+        async_scheduling=scenario.async_scheduling,
+        usage_context=scenario.engine.usage_context,
+    )
+    return settings
+
+
+def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
+    """Swaps, and mean / p99 TTFT per priority class when there are several."""
+    if "num_swaps" not in requests or "priority" not in requests:
+        return {}
+    out: dict[str, Any] = {"num_swaps": int(requests["num_swaps"].sum())}
+    classes = requests["priority"].unique()
+    if len(classes) > 1:
+        done = requests[requests["rejection_reason"].isna() & requests["finish_s"].notna()]
+        ttft_ms = (done["first_token_s"] - done["arrival_s"]) * 1e3
+        for priority in sorted(classes.tolist()):
+            values = ttft_ms[done["priority"] == priority].to_numpy()
+            out[f"mean_ttft_ms_priority_{priority}"] = float(values.mean()) if len(values) else None
+            out[f"p99_ttft_ms_priority_{priority}"] = (
+                float(np.percentile(values, 99)) if len(values) else None
+            )
+    return out
+
+
+def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
+    """A ``Result`` from a finished simulation: request metrics and the summary."""
+    summary: dict[str, Any] = dict(
+        summarize(raw.requests, raw.steps, raw.extra_itl_s, scenario.slo)
+    )
+    summary.update(
+        scenario=scenario.name,
+        seed=scenario.seed,
+        cost_model=engine.cost.label,
+        policy=scenario.scheduler.kind,
+        num_kv_blocks=engine.num_kv_blocks,
+        engine_settings=engine_settings(scenario, engine),
+        num_preemptions=int(raw.requests["num_preemptions"].sum()),
+        **_policy_summary(raw.requests),
+        **_layout_summary(scenario),
+        **prefix_cache_summary(raw.requests),
+        servesim_version=sim.__version__,
+        mode="simulated",
+    )
+    if scenario.cluster is not None:
+        summary.update(cluster_summary(raw.requests, scenario.cluster))
+    if scenario.speculative is not None:
+        summary.update(speculative_summary(scenario.speculative, raw.requests, raw.steps))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        requests = with_request_metrics(raw.requests)
+    return Result(scenario, requests, summary, raw.timeseries, raw.steps, raw)
