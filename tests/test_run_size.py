@@ -50,8 +50,9 @@ def test_a_run_that_does_not_fit_is_refused_with_the_estimate_and_the_fix() -> N
 
 
 def test_a_long_run_is_warned_about_in_one_line() -> None:
-    with pytest.warns(UserWarning, match=r"2,000,000 requests will take about 0\.6 h"):
-        check_run_size(workload("workload.num_requests=2000000"), 10**15)
+    # 6e6 requests x 0.3 ms = 1,800 s = 0.5 h, over the 600 s threshold.
+    with pytest.warns(UserWarning, match=r"6,000,000 requests will take about 0\.5 h"):
+        check_run_size(workload("workload.num_requests=6000000"), 10**15)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_run_size(workload("workload.num_requests=2000"), 10**15)

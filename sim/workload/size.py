@@ -3,7 +3,9 @@
 A run keeps every request: the generated arrays, the engine's records and
 the per-request results table. Measured on chat.yaml (``/usr/bin/time``, peak
 resident memory at 20,000 and 80,000 requests: 224 MB and 385 MB) that is
-~2.7 KB per request above a ~170 MB base, and ~0.9 ms of CPU per request. A
+~2.7 KB per request above a ~170 MB base. CPU time per request
+(``benchmarks/sim_speed.py``, December 2026): ~0.15 ms for short fixed-length
+requests at 8 req/s, ~0.3 ms for chat.yaml at 25 req/s or 16 replicas. A
 billion requests would therefore need terabytes: such a run is refused up
 front, with the estimate and the largest count that fits, instead of
 filling memory for minutes and then failing.
@@ -20,7 +22,7 @@ from sim.errors import ConfigError
 
 BYTES_PER_REQUEST = 3_000  # measured ~2.7 KB (module docstring), rounded up
 BASE_BYTES = 200_000_000  # interpreter, libraries, the first chunk of results
-SECONDS_PER_REQUEST = 1e-3  # measured ~0.9 ms on one CPU core
+SECONDS_PER_REQUEST = 3e-4  # the slower of the measured cases (module docstring)
 SLOW_RUN_S = 600.0  # warn when a run is expected to take longer than this
 
 
