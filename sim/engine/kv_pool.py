@@ -53,6 +53,18 @@ class BlockPool:
         self.num_free_blocks -= missing
         request.num_blocks += missing
 
+    def try_grow(self, request: Request, num_tokens: int) -> bool:
+        """Grow a running request's blocks to hold ``num_tokens`` tokens if the pool
+        has them; ``False`` (nothing changed) if not. The hot path of a decode
+        crossing into a new block: counts only, no lookup."""
+        short = -(-num_tokens // self.block_size_tokens) - request.num_blocks
+        if short > self.num_free_blocks:
+            return False
+        if short > 0:
+            self.num_free_blocks -= short
+            request.num_blocks += short
+        return True
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the blocks ``num_tokens`` tokens fill, when a step fills one without a
         new allocation (vLLM's ``allocate_slots`` caches at once): nothing to cache here

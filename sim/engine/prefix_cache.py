@@ -193,6 +193,18 @@ class PrefixCachingPool(BlockPool):
         if self._num_hashed[rid] < self.num_shareable_blocks(request):
             self._filling[rid] = request
 
+    def try_grow(self, request: Request, num_tokens: int) -> bool:
+        """As the plain pool's: counts only, the block ids realised lazily (as
+        ``EngineCore._commit_run``'s inline allocation, see the module's docstring).
+        A request with shareable blocks still to fill allocates at once instead,
+        so that the blocks this step fills are cached in it (``allocate``)."""
+        if not request.num_blocks or request.request_id in self._filling:
+            if not self.can_allocate(request, num_tokens):
+                return False
+            self.allocate(request, num_tokens)
+            return True
+        return super().try_grow(request, num_tokens)
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills
         them, as vLLM's ``allocate_slots`` does for every scheduled request: a request

@@ -140,20 +140,22 @@ class Continuous:
             num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
             target = computed + num_new
             if target > request.num_blocks * block_size:
-                while not kv.can_allocate(request, target):
-                    j = self._victim_index(running)
-                    victim = running.pop(j)
-                    if j < i:  # scheduled earlier in this step: take its tokens back
-                        budget += scheduled.pop(j)[1]
-                        i -= 1
-                    self._preempt(core, victim)
-                    preempted = True
-                    if victim is request:
-                        break
-                else:
-                    kv.allocate(request, target)
-                if preempted and (i >= len(running) or running[i] is not request):
-                    break  # the request itself was preempted
+                if not kv.try_grow(request, target):
+                    # The pool is short: preempt until it suffices (or the request goes).
+                    while not kv.can_allocate(request, target):
+                        j = self._victim_index(running)
+                        victim = running.pop(j)
+                        if j < i:  # scheduled earlier in this step: take its tokens back
+                            budget += scheduled.pop(j)[1]
+                            i -= 1
+                        self._preempt(core, victim)
+                        preempted = True
+                        if victim is request:
+                            break
+                    else:
+                        kv.allocate(request, target)
+                    if preempted and (i >= len(running) or running[i] is not request):
+                        break  # the request itself was preempted
             elif target // block_size > computed // block_size:
                 # The step fills a block it already holds: cached now, as vLLM's
                 # allocate_slots does, so a request admitted below can hit it.
