@@ -211,3 +211,34 @@ def test_positions_survive_trimming_the_consumed_head() -> None:
     popped, keyed = queue.pop(1_001)
     assert popped == [*range(9_000, 10_000), 20_001] and keyed == [20_001]
     assert len(queue) == 0 and queue.blocks() == []
+
+
+# -- try_grow: the running loop's block crossing ---------------------------------
+def test_try_grow_counts_blocks_and_refuses_without_changing_anything() -> None:
+    pool = BlockPool(num_blocks=4, block_size_tokens=4)
+    request = Request(0, 0.0, 8, 8)
+    pool.allocate(request, 8)  # 2 blocks
+    assert pool.try_grow(request, 8) and pool.num_free_blocks == 2  # nothing short
+    assert pool.try_grow(request, 9)  # 9 tokens: a third block
+    assert (request.num_blocks, pool.num_free_blocks) == (3, 1)
+    assert not pool.try_grow(request, 17)  # 5 blocks: 2 short, 1 free
+    assert (request.num_blocks, pool.num_free_blocks) == (3, 1)
+
+
+def test_prefix_pool_try_grow_is_lazy_for_own_blocks_and_eager_for_shared_ones() -> None:
+    pool = PrefixCachingPool(num_blocks=8, block_size_tokens=2)
+    own = Request(0, 0.0, 4, 4)
+    pool.allocate(own, 4)
+    assert pool.try_grow(own, 5)
+    assert own.num_blocks == 3 and pool.num_free_blocks == 5
+    assert pool.num_loose_blocks() == 1  # realised when next looked at
+    assert pool.block_ids(own) == [0, 1, 2] and pool.num_loose_blocks() == 0
+    shared = Request(1, 0.0, 6, 2)
+    shared.prefix_group, shared.num_shared_prefix_tokens = 0, 6
+    pool.allocate(shared, 2)  # its first block is full: cached at once
+    assert pool.try_grow(shared, 4)  # eager: the block it fills is cached in this step
+    keys = [pool.block_key(b) for b in pool.block_ids(shared)]
+    assert keys == [("group", 0, 0), ("group", 0, 1)]
+    assert pool.num_free_blocks == 3
+    assert not pool.try_grow(shared, 12)  # 6 blocks: 4 short, 3 free
+    assert shared.num_blocks == 2 and pool.num_free_blocks == 3
