@@ -252,7 +252,7 @@ TOLERANCE_PCT = 35.0
 # +50 % or more (test_the_validation_load_tolerates_drift_and_...).
 VALIDATION_OVERRIDES = ("workload.duration_s=30", "workload.arrival.rate_per_s=1.0")
 # A phase during which our thread got less of a core than this lost it to another
-# process (quiet: calibration ~0.97 with its start-up, a measured run >= 0.999; a
+# process (quiet: calibration ~0.95 with its start-up, a measured run >= 0.997; a
 # busy neighbour: 0.5-0.8, steps up to 2x as long). Such a phase is run once more
 # (the checks below then run whatever the second try saw): a spell of contention in
 # one phase but not the other is what made this test fail before.
@@ -335,7 +335,6 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
 
     good = p50_errors(cost)
     bad = p50_errors(ScaledCost(cost, 1.5))
-    print("H14", machine, good, bad)
     num_cores = os.cpu_count() or 1
     if any(
         share < MIN_CPU_SHARE and load > num_cores for share, load in (calibrations[-1], runs[-1])
