@@ -35,12 +35,14 @@ from sim.out_path import check_out_file
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
 DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
-GRIDS = ("small", "default", "compact", "gpu")
+GRIDS = ("small", "default", "compact", "ci", "gpu")
 GRID_HELP = (
     "step shapes to time (default: default). small: 50 shapes x 5 repeats, the tiny "
     "model on CPU (CI); default: 134 shapes x 7 to 2048 tokens and batch 64, the tiny "
     "model on CPU; compact: 90 smaller shapes x 3 (batch <= 32, context <= 640) for a "
-    "~100M-parameter model on CPU, e.g. smollm2-135m; gpu: 127 shapes x 10 to 8192 "
+    "~100M-parameter model on CPU, e.g. smollm2-135m; ci: 56 shapes x 3 (batch <= 12, "
+    "context <= 384, chunks <= 128), only what the CPU validation test's smollm2-135m run "
+    "reaches (~1 min); gpu: 127 shapes x 10 to 8192 "
     "tokens and batch 256, for a GPU. With --kernels: small (CPU) or gpu (default on cuda)"
 )
 

@@ -32,8 +32,8 @@ from calibration.step import DecodeItem, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibration_artifact import CalibrationSample, Section
 
-GridName = Literal["small", "default", "compact", "gpu"]
-GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "gpu")
+GridName = Literal["small", "default", "compact", "ci", "gpu"]
+GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "ci", "gpu")
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,9 @@ def _mixed(
 def build_grid(name: GridName) -> Grid:
     """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU),
     ``compact`` (a ~100M-parameter model on CPU, e.g. SmolLM2-135M: steps of
-    0.05-0.5 s, so fewer points, batch <= 32 and context <= 640), ``gpu``."""
+    0.05-0.5 s, so fewer points, batch <= 32 and context <= 640), ``ci`` (only
+    the shapes that the CPU validation test's SmolLM2-135M run reaches, so that
+    the test calibrates in ~1 min instead of ~2.5), ``gpu``."""
     if name == "small":
         points = (
             _prefill(
@@ -143,6 +145,19 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(32, 0), (128, 0), (128, 256)], [1, 6, 16, 30], 192)
         )
         return Grid("compact", tuple(points), num_warmup=1, num_repeats=3)
+    if name == "ci":
+        # The CPU validation test (tests/test_validate.py: SmolLM2-135M, chunk budget
+        # 128 tokens, prompts <= 256 tokens, contexts <= 384, 1 req/s) reaches decode
+        # batch 5, and batch 8 when priced 1.5x too slow; batch 12 leaves room. Every
+        # batch size has its own points (the CPU kernels switch with the row count, see
+        # compact), three contexts each so that one held out leaves a knot. It holds the
+        # probe's three shapes (calibration.drift), so the curve interpolates there.
+        points = (
+            _prefill([16, 32, 64, 96, 128], [(2, 128)], [(64, 128), (128, 128)])
+            + _decode(range(1, 13), [32, 160, 384], 12 * 384)
+            + _mixed([(32, 0), (64, 0), (128, 0)], [1, 4, 8, 12], 160)
+        )
+        return Grid("ci", tuple(points), num_warmup=1, num_repeats=3)
     if name == "gpu":
         singles = [16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
         multi = [(k, t) for k in (2, 4, 8, 16, 32) for t in (1024, 4096, 8192)]

@@ -46,7 +46,7 @@ def _micro_grid() -> Grid:
     return Grid("micro", tuple(points), num_warmup=1, num_repeats=2)
 
 
-@pytest.mark.parametrize("name", ["small", "default", "compact", "gpu"])
+@pytest.mark.parametrize("name", ["small", "default", "compact", "ci", "gpu"])
 def test_grids_cover_all_sections_with_valid_points(name: str) -> None:
     grid = build_grid(name)  # type: ignore[arg-type]
     assert {p.section for p in grid.points} == {"prefill", "decode", "mixed"}

@@ -74,6 +74,7 @@ def test_calibrate_help_has_no_markup_and_explains_every_grid() -> None:
         ("small:", "(CI)"),
         ("default:", "the tiny model on CPU"),
         ("compact:", "smollm2-135m"),
+        ("ci:", "validation test"),
         ("gpu:", "for a GPU"),
     ]:
         assert grid in flat and what in flat

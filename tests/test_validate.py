@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +19,11 @@ from calibration.validate import MeasuredDir, validate, write_validation
 from sim import api
 from sim.cli import main as cli_main
 from sim.cost.base import CostModel, StepShape
-from sim.cost.calibrated import load_calibrated_cost
+from sim.cost.calibrated import CalibratedCost, load_calibrated_cost
 from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
-from sim.scenario import load_scenario
+from sim.scenario import Scenario, load_scenario
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -240,23 +243,26 @@ def test_validate_rejects_a_folder_that_is_not_measured(
 
 # -- a real validation on this CPU --------------------------------------------------
 TOLERANCE_PCT = 35.0
+# 1 req/s: ~38 % of SmolLM2-135M's measured saturation (2.6 req/s), 23 requests.
+# At 1.5 req/s (~58 %) the batch sat at 3-4, where a decode step on this CPU jumps
+# from ~55 to ~90 ms, so the error amplified the machine's drift: simulated with four
+# calibrations of this host, a machine 10 % slower than at calibration moved the
+# worse p50 error (TTFT or TPOT) to -17..-30 %, 20 % slower to -35..-47 % (a
+# failure). At 1 req/s: -15..-20 % and -28..-34 %. The 1.5x model still misses by
+# +50 % or more (test_the_validation_load_tolerates_drift_and_...).
+VALIDATION_OVERRIDES = ("workload.duration_s=30", "workload.arrival.rate_per_s=1.0")
+# A phase during which our thread got less of a core than this lost it to another
+# process (quiet: calibration ~0.95 with its start-up, a measured run >= 0.997; a
+# busy neighbour: 0.5-0.8, steps up to 2x as long). Such a phase is run once more: a
+# spell of contention in one phase but not the other is what made this test fail
+# before. The test skips only if the second try lost the core on an overloaded machine.
+MIN_CPU_SHARE = 0.9
 
 
-@pytest.mark.slow
-def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path) -> None:
-    """Measure ~30 s of SmolLM2-135M at ~55 % load; predict it from fresh microbenchmarks.
-
-    Tolerance: |error| <= 35 % on p50 TTFT and p50 TPOT. SmolLM2, not the tiny
-    model: the tiny model's step time depends on the steps before it (cache
-    residency, docs/validation.md), which put this test's p50 errors at -18 % to
-    -28 % on a quiet machine, close to the bound. SmolLM2's errors in the fidelity
-    study were within ±10 % while the machine held its speed, and up to -26 %
-    while it slowed by up to 22 %, the measured drift of this host. A cost model
-    off by 1.5x moves p50 TPOT by about +50 % and TTFT more, through queueing: a
-    clear failure. The artifact is calibrated in this test (grid ``compact``,
-    ~150 s, greedy as the engine) so that both sides see the same machine.
-    """
-    artifact = tmp_path / "artifact.json"
+def _calibrate_ci(artifact: Path) -> float:
+    """Calibrate SmolLM2-135M on grid ``ci`` into ``artifact``; the CPU share it got."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
     subprocess.run(
         [
             sys.executable,
@@ -265,9 +271,11 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
             "--model",
             "smollm2-135m",
             "--grid",
-            "compact",  # every batch size to 16: CPU kernels switch with the row count
+            "ci",  # every batch size to 12: CPU kernels switch with the row count
             "--temperature",
             "0",
+            "--threads",
+            "1",
             "--out",
             str(artifact),
             "--no-progress",
@@ -276,27 +284,47 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
         cwd=ROOT,
         capture_output=True,
     )
-    overrides = [
-        "workload.duration_s=30",
-        "workload.arrival.rate_per_s=1.5",
-        f"cost.artifact={artifact}",
-    ]
-    out = tmp_path / "measured"
-    assert (
-        cli_main(
-            [
-                "measure",
-                str(SMOLLM2),
-                "--out",
-                str(out),
-                "-q",
-                *(x for o in overrides for x in ("--set", o)),
-            ]
-        )
-        == 0
-    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return cpu_s / (time.perf_counter() - start)
+
+
+@pytest.mark.slow
+def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path) -> None:
+    """Measure 30 s of SmolLM2-135M at ~38 % load; predict it from fresh microbenchmarks.
+
+    Tolerance: |error| <= 35 % on p50 TTFT and p50 TPOT. SmolLM2, not the tiny
+    model: the tiny model's step time depends on the steps before it (cache
+    residency, docs/validation.md), which put this test's p50 errors at -18 % to
+    -28 % on a quiet machine, close to the bound. SmolLM2's errors in the fidelity
+    study were within ±10 % while the machine held its speed, and up to -26 %
+    while it slowed by up to 22 %, the measured drift of this host. A cost model
+    off by 1.5x moves p50 TPOT by +50 % or more and TTFT similarly: a clear
+    failure. The artifact is calibrated in this test (grid ``ci``: only the
+    shapes this run reaches, ~1 min, greedy as the engine) right before the
+    measurement, both on one torch thread, so that both sides see the same
+    machine. A phase that lost the core to another process is run once more; if
+    it lost it again while other processes wanted more cores than the machine
+    has (1-minute load average above the core count), the test skips, saying so
+    with the CPU shares, loads and errors: such timings measure the neighbours.
+    """
+    artifact = tmp_path / "artifact.json"
+    # (CPU share, 1-minute load average after) of each try of each phase.
+    calibrations = [(_calibrate_ci(artifact), os.getloadavg()[0])]
+    if calibrations[-1][0] < MIN_CPU_SHARE:
+        calibrations.append((_calibrate_ci(artifact), os.getloadavg()[0]))
+    overrides = [*VALIDATION_OVERRIDES, f"cost.artifact={artifact}"]
+    runs: list[tuple[float, float]] = []
+    for attempt in range(2):
+        out = tmp_path / f"measured-{attempt}"
+        argv = ["measure", str(SMOLLM2), "--out", str(out), "-q", "--threads", "1"]
+        assert cli_main([*argv, *(x for o in overrides for x in ("--set", o))]) == 0
+        measured = MeasuredDir.load(out)
+        runs.append((float(measured.summary["forward_cpu_share"]), os.getloadavg()[0]))
+        if runs[-1][0] >= MIN_CPU_SHARE:
+            break
+    machine = f"(CPU share, load average): calibration {calibrations}, measured runs {runs}"
     scenario = load_scenario(SMOLLM2, overrides)
-    measured = MeasuredDir.load(out)
     cost = load_calibrated_cost(artifact)
 
     def p50_errors(model: CostModel) -> tuple[float, float]:
@@ -306,6 +334,76 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
         return c["ttft"]["error_pct"]["p50"], c["tpot"]["error_pct"]["p50"]
 
     good = p50_errors(cost)
-    assert all(abs(e) <= TOLERANCE_PCT for e in good), good
     bad = p50_errors(ScaledCost(cost, 1.5))
-    assert any(abs(e) > TOLERANCE_PCT for e in bad), bad
+    num_cores = os.cpu_count() or 1
+    if any(
+        share < MIN_CPU_SHARE and load > num_cores for share, load in (calibrations[-1], runs[-1])
+    ):
+        # Twice in a row other processes wanted more cores than the machine has:
+        # the timings measure them, not the model, so there is nothing to validate.
+        pytest.skip(
+            f"the machine was too busy to time a model on one core: {machine}; "
+            f"p50 TTFT and TPOT errors {good}, 1.5x model {bad}"
+        )
+    assert all(abs(e) <= TOLERANCE_PCT for e in good), (good, machine)
+    assert any(abs(e) > TOLERANCE_PCT for e in bad), (bad, machine)
+
+
+def _validation_scenario() -> tuple[Scenario, pd.DataFrame]:
+    """The CPU validation test's scenario (shipped artifact) and its simulated requests."""
+    scenario = load_scenario(SMOLLM2, list(VALIDATION_OVERRIDES))
+    return scenario, api.run(scenario).requests
+
+
+def test_the_ci_grid_spans_every_step_of_the_validation_run() -> None:
+    # The fit interpolates well and extrapolates badly: grid ``ci`` must reach every
+    # step the CPU validation run makes, also priced 1.5x (the cost model that must
+    # fail, whose slower steps let more requests pile up) or measured on a machine
+    # 1.5x slower than its calibration.
+    profile = pytest.importorskip("calibration.profile")
+    grid = profile.build_grid("ci")
+    decode = [p for p in grid.points if p.section == "decode"]
+    mixed = [p for p in grid.points if p.section == "mixed"]
+    prefill = [p for p in grid.points if p.section == "prefill"]
+    scenario, requests = _validation_scenario()
+    base = api.cost_model_for(scenario, SMOLLM2.parent)
+    for scale in (1.0, 1.5):
+        steps = predict(scenario, requests, ScaledCost(base, scale)).steps
+        has_prefill = steps["num_prefill_tokens"] > 0
+        assert steps["num_decode_seqs"].max() <= max(len(p.decode_contexts) for p in decode)
+        both = steps[has_prefill & (steps["num_decode_seqs"] > 0)]
+        assert both["num_decode_seqs"].max() <= max(len(p.decode_contexts) for p in mixed)
+        assert both["num_prefill_tokens"].max() <= max(p.shape.num_prefill_tokens for p in mixed)
+        alone = steps[has_prefill & (steps["num_decode_seqs"] == 0)]
+        assert alone["num_prefill_tokens"].max() <= max(p.shape.num_prefill_tokens for p in prefill)
+    # Contexts: no sequence outgrows max_model_len, the grid's longest decode context.
+    assert scenario.engine.max_model_len_tokens is not None
+    assert max(max(p.decode_contexts) for p in decode) >= scenario.engine.max_model_len_tokens
+    # A prompt longer than the chunk budget resumes on top of a cached chunk.
+    assert any(p.prefill_chunks[0][1] > 0 for p in prefill)
+
+
+def test_the_validation_load_tolerates_drift_and_still_catches_a_1_5x_model() -> None:
+    """The CPU validation test's operating point, simulated against itself.
+
+    "Measured" is the simulator with the shipped SmolLM2 curve times ``speed``: a
+    machine 15 % faster to 20 % slower than at calibration, this host's drift
+    within minutes (docs/validation.md). The prediction is the curve itself, or
+    the curve times 1.5. The first must stay within the tolerance and the 1.5x
+    model must miss it, at every such speed. At 1.5 req/s the batch sat on the
+    3 -> 4 step of this CPU's decode cost, and the first check failed at both
+    ends (p50 TPOT +53 % at 0.85, TTFT -35 % at 1.2). A recalibrated shipped
+    artifact that fails this asks for the operating point to be chosen again.
+    """
+    scenario, requests = _validation_scenario()
+    base = api.cost_model_for(scenario, SMOLLM2.parent)
+    assert isinstance(base, CalibratedCost)  # the shipped artifact, not a roofline guess
+    good = simulated_latencies(predict(scenario, requests, base))
+    bad = simulated_latencies(predict(scenario, requests, ScaledCost(base, 1.5)))
+    for speed in (0.85, 0.9, 1.0, 1.1, 1.2):
+        measured = simulated_latencies(predict(scenario, requests, ScaledCost(base, speed)))
+        good_errors = compare(measured, good)
+        bad_errors = compare(measured, bad)
+        for metric in ("ttft", "tpot"):
+            assert abs(good_errors[metric]["error_pct"]["p50"]) <= TOLERANCE_PCT, (speed, metric)
+        assert any(abs(bad_errors[m]["error_pct"]["p50"]) > TOLERANCE_PCT for m in ("ttft", "tpot"))
