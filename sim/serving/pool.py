@@ -80,9 +80,15 @@ class Pool:
         return sum(core.num_done for core in self.cores)
 
     def set_horizon(self, horizon: Callable[[], float] | None) -> None:
-        """The earliest time any new request can reach this pool (see ``Replica.horizon``)."""
+        """The earliest time any new request can reach this pool (see ``Replica.horizon``).
+
+        Only a pool of one replica uses it. With several, an arrival goes to the
+        replica the router picks when it comes, so each replica is interrupted by
+        its own arrivals instead: ending every replica's runs at every arrival
+        would make the cost of a run grow with the number of replicas.
+        """
         for replica in self.replicas:
-            replica.horizon = horizon
+            replica.horizon = horizon if len(self.replicas) == 1 else None
 
     def submit(self, request: Request) -> None:
         """Send ``request`` to a replica now, or queue it centrally."""

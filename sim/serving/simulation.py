@@ -195,8 +195,8 @@ class Simulation:
             if self.layout is None:
                 self.replica.horizon = horizon
             else:
-                # Every replica that arrivals reach ends its runs at the next
-                # arrival anywhere: routing is decided only then.
+                # A pool of one replica ends its runs at the next arrival; several
+                # are interrupted by the arrivals routed to them (Pool.set_horizon).
                 self.layout.set_horizon(horizon)
             self.env.process(self._open_loop(work))
         self._drive(total, progress)
