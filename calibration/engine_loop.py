@@ -45,7 +45,7 @@ from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.cost.base import SHAPE_FIELDS
 from sim.engine.core import EngineCore
 from sim.engine.plan import StepPlan
-from sim.engine.prefix_cache import prefix_describer
+from sim.engine.prefix_requests import prefix_describer
 from sim.engine.request import Request
 from sim.workload.generate import RequestArrays
 

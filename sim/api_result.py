@@ -21,7 +21,7 @@ from sim.api_engine import model_for
 from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.cost.quantization import dtype_name
 from sim.engine.core_config import CoreConfig
-from sim.engine.prefix_cache import prefix_cache_summary
+from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.speculative import speculative_summary
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
 from sim.metrics.report import write_outputs

@@ -17,7 +17,8 @@ from sim.engine.core import EngineCore
 from sim.engine.kv_pool import BlockPool
 from sim.engine.plan import StepPlan
 from sim.engine.policies import ContinuousConfig
-from sim.engine.prefix_cache import PrefixCachingPool, prefix_cache_summary
+from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.request import Request
 
 

@@ -24,7 +24,9 @@ other request references, tail first (``reversed``), so its deepest blocks are
 evicted first; allocation pops from the head and evicts the popped block's key;
 a hit on a free cached block takes it out of the queue (``touch``). Blocks are
 not de-duplicated: a block computed twice concurrently is cached twice, and a
-hit takes the first copy (``get_cached_block``).
+hit takes the first copy (``get_cached_block``). The queue moves unkeyed blocks
+in bulk (``sim.engine.free_queue``), and reference counts are kept for keyed
+blocks only: only those can be shared, so an unkeyed block has one holder or none.
 
 Skip-ahead. ``EngineCore._commit_run`` allocates inline (decrements
 ``num_free_blocks``, increments ``request.num_blocks``). The pool realises that
@@ -43,18 +45,16 @@ to the free count (vLLM's ``get_num_blocks_to_allocate``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
-import pandas as pd
+from collections.abc import Iterable
 
 from sim.engine.block_keys import BlockKeys, Key, own_key_base
 from sim.engine.free_queue import FreeQueue
 from sim.engine.kv_pool import BlockPool
-from sim.engine.records import require_columns
+from sim.engine.prefix_inspect import PoolInspection
 from sim.engine.request import Request
 
 
-class PrefixCachingPool(BlockPool):
+class PrefixCachingPool(PoolInspection, BlockPool):
     """A :class:`BlockPool` whose full blocks are cached, shared and evicted as vLLM v1's."""
 
     __slots__ = (
@@ -332,106 +332,3 @@ class PrefixCachingPool(BlockPool):
             loose = self._loose
             blocks.extend(loose[-owed:])
             del loose[-owed:]
-
-    # -- inspection (tests, metrics) ----------------------------------------------
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks holding a key (cached), referenced or not."""
-        self._settle()
-        return sum(1 for key in self._key_of if key is not None)
-
-    @property
-    def num_evictable_blocks(self) -> int:
-        """Cached blocks in the free queue (no request references them)."""
-        self._settle()
-        return self._queue.num_keyed
-
-    def free_queue(self) -> list[int]:
-        """Free block ids, next to be allocated (and evicted) first."""
-        self._settle()
-        return self._queue.blocks()
-
-    def block_ids(self, request: Request) -> list[int]:
-        """``request``'s block ids, first block first."""
-        self._settle()
-        if request.request_id not in self._blocks:
-            return []
-        self._realise(request)
-        return list(self._blocks[request.request_id])
-
-    def block_key(self, block: int) -> Key | None:
-        """The key block ``block`` is cached under; ``None`` if it is not cached."""
-        self._settle()
-        return self._key_of[block]
-
-    def block_ref_count(self, block: int) -> int:
-        """Requests referencing block ``block`` (0: it is in the free queue)."""
-        self._settle()
-        if self._key_of[block] is not None:
-            return self._refs[block]
-        # Unkeyed: held by one request (or allocated inline, not yet listed) or free.
-        held = block in self._loose or any(block in ids for ids in self._blocks.values())
-        return int(held)
-
-    def cached_block(self, key: Key) -> int | None:
-        """The block a hit on ``key`` would take; ``None`` if ``key`` is not cached."""
-        self._settle()
-        return self._cached.get(key)
-
-    def held_keys(self, request: Request) -> list[Key]:
-        """Keys of ``request``'s cached blocks (its leading ones)."""
-        key_of = self._key_of
-        return [
-            key_of[b]
-            for b in self.block_ids(request)[: self._num_hashed.get(request.request_id, 0)]
-        ]
-
-    def num_loose_blocks(self) -> int:
-        """Blocks allocated inline and not yet listed under a request."""
-        self._settle()
-        return len(self._loose)
-
-
-def prefix_describer(work: object) -> Callable[[Request], None] | None:
-    """A function filling in a request's prefix fields from an open-loop workload.
-
-    ``work`` may carry ``prefix_group`` with ``num_shared_prefix_tokens``
-    (arrays indexed by request id) and/or ``block_hash_ids`` (a sequence of
-    tuples, each id standing for ``block_hash_tokens`` tokens); returns
-    ``None`` when it carries neither (the fast path).
-    """
-    groups = getattr(work, "prefix_group", None)
-    shared = getattr(work, "num_shared_prefix_tokens", None)
-    hash_ids = getattr(work, "block_hash_ids", None)
-    hash_tokens = getattr(work, "block_hash_tokens", None)
-    if groups is None and hash_ids is None:
-        return None
-    group_list: list[int] | None = None if groups is None else groups.tolist()
-    shared_list: list[int] | None = None if shared is None else shared.tolist()
-
-    def describe(request: Request) -> None:
-        i = request.request_id
-        if group_list is not None and shared_list is not None:
-            request.prefix_group = group_list[i]
-            request.num_shared_prefix_tokens = shared_list[i]
-        if hash_ids is not None:
-            request.block_hash_ids = hash_ids[i]
-            request.block_hash_tokens = hash_tokens
-
-    return describe
-
-
-def prefix_cache_summary(requests: pd.DataFrame) -> dict[str, float | int]:
-    """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups (one per
-    admission that looks the cache up, re-admissions after preemption included), the
-    tokens looked up and the tokens found, over every request; the hit rate is found
-    over looked-up tokens (0 when prefix caching is off: nothing is looked up)."""
-    columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
-    table = require_columns(requests, columns, "requests")
-    lookups, queries, hits = (int(table[c].fillna(0).sum()) for c in columns)
-    return {
-        "prefix_cache_requests": lookups,
-        "prefix_cache_query_tokens": queries,
-        "prefix_cache_hit_tokens": hits,
-        "prefix_cache_hit_rate": hits / queries if queries else 0.0,
-    }

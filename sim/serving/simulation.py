@@ -23,7 +23,7 @@ import simpy
 from tqdm import tqdm
 
 from sim.engine.core import EngineCore
-from sim.engine.prefix_cache import prefix_describer
+from sim.engine.prefix_requests import prefix_describer
 from sim.engine.request import Request
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
