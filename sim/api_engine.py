@@ -19,7 +19,7 @@ from sim.cost.quantization import quantize
 from sim.cost.specs import ModelSpec
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import Scheduler, StaticConfig
-from sim.engine.policies.continuous import with_async_scheduling, with_swap_space
+from sim.engine.policies.features import with_async_scheduling, with_swap_space
 from sim.errors import ConfigError
 from sim.scenario import Scenario
 from sim.serving.cluster import Cluster

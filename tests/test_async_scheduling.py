@@ -15,7 +15,7 @@ from exact_costs import COST, TOL, work
 from scenario_docs import small_doc
 
 from sim.engine.policies import ContinuousConfig, StaticConfig
-from sim.engine.policies.continuous import with_async_scheduling
+from sim.engine.policies.features import with_async_scheduling
 from sim.scenario import scenario_from_dict
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, RawResult, Simulation

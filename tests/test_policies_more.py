@@ -28,7 +28,7 @@ from sim.engine.policies import (
     ShortestPromptFirstConfig,
     StaticConfig,
 )
-from sim.engine.policies.continuous import with_swap_space
+from sim.engine.policies.features import with_swap_space
 from sim.engine.swap import SwapSpace
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict

@@ -17,36 +17,11 @@ from sim.engine.columns import Columns
 from sim.engine.kv_pool import BlockPool
 from sim.engine.plan import StepPlan
 from sim.engine.policies.base import Scheduler
+from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
 from sim.engine.steplog import StepLog
 
 NAN = float("nan")
-
-SERIES_COLUMNS = {
-    "time_s": "f8",
-    "num_waiting": "i4",
-    "num_running": "i4",
-    "num_kv_blocks_used": "i4",
-}
-RECORD_COLUMNS = {
-    "request_id": "i8",
-    "arrival_s": "f8",
-    "ready_s": "f8",
-    "first_scheduled_s": "f8",
-    "first_token_s": "f8",
-    "finish_s": "f8",
-    "num_prompt_tokens": "i8",
-    "num_output_tokens": "i8",
-    "num_generated_tokens": "i8",
-    "num_preemptions": "i8",
-    "replica": "i4",
-    "num_swaps": "i8",
-    "priority": "i8",
-    "num_cached_tokens": "i8",
-    "num_prefix_lookups": "i8",
-    "num_prefix_query_tokens": "i8",
-    "num_prefix_hit_tokens": "i8",
-}
 
 
 class CommitRecorder(Protocol):

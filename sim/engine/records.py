@@ -17,6 +17,34 @@ import pandas as pd
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
+# The engine core's columns (``EngineCore.series``: one row per plan; ``records``:
+# one row per request), as numpy dtypes.
+SERIES_COLUMNS = {
+    "time_s": "f8",
+    "num_waiting": "i4",
+    "num_running": "i4",
+    "num_kv_blocks_used": "i4",
+}
+RECORD_COLUMNS = {
+    "request_id": "i8",
+    "arrival_s": "f8",
+    "ready_s": "f8",
+    "first_scheduled_s": "f8",
+    "first_token_s": "f8",
+    "finish_s": "f8",
+    "num_prompt_tokens": "i8",
+    "num_output_tokens": "i8",
+    "num_generated_tokens": "i8",
+    "num_preemptions": "i8",
+    "replica": "i4",
+    "num_swaps": "i8",
+    "priority": "i8",
+    "num_cached_tokens": "i8",
+    "num_prefix_lookups": "i8",
+    "num_prefix_query_tokens": "i8",
+    "num_prefix_hit_tokens": "i8",
+}
+
 
 def require_columns(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
     """``frame``, checked to have ``columns``; an empty frame may lack them all."""

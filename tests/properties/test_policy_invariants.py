@@ -47,7 +47,8 @@ from sim.engine.policies import (
     ShortestPromptFirstConfig,
 )
 from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import Continuous, ContinuousConfig, with_swap_space
+from sim.engine.policies.continuous import Continuous, ContinuousConfig
+from sim.engine.policies.features import with_swap_space
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
