@@ -65,12 +65,12 @@ class Continuous:
         block_size = kv.block_size_tokens
         scheduled: list[tuple[Request, int]] = []
         preempted = False
+        cap = self.max_tokens_per_request
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
             computed = request.num_computed_tokens
             wanted = request.num_prompt_tokens + request.num_generated_tokens - computed
-            cap = self.max_tokens_per_request
             if cap is not None and wanted > cap:
                 wanted = cap  # a long prompt's chunk, as vLLM caps it
             num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
