@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from typing import Any
+from typing import Any, Self
 
 from aiohttp import web
 
@@ -32,38 +32,28 @@ def text_chunk(text: str, reason: str | None = None) -> bytes:
     return sse({"choices": [{"index": 0, "text": text, "finish_reason": reason}]})
 
 
-class FakeServer:
-    """An aiohttp server on a free localhost port, in its own thread and event loop."""
+class ThreadedApp:
+    """An aiohttp application on a free localhost port, in its own thread and event loop.
 
-    def __init__(
-        self,
-        behaviours: tuple[str, ...] = ("ok",),
-        tokenize: bool = True,
-        script: list[bytes] | None = None,
-        models: tuple[str, ...] = ("fake-model",),
-        models_status: int = 200,
-        reject_ignore_eos: bool = False,
-        probe_status: int = 200,
-    ) -> None:
-        self.probe_status = probe_status  # the answer to the 1-token preflight request
-        self.models = models
-        self.models_status = models_status
-        self.reject_ignore_eos = reject_ignore_eos  # 400 for bodies with ignore_eos, as OpenAI
-        self.behaviours = behaviours
-        self.script = script  # if given: every completion streams exactly these bytes
-        self.tokenize = tokenize
-        self.num_measured = 0
-        self.bodies: list[dict[str, Any]] = []
+    Subclasses say which application (``make_app``); ``with`` starts and stops it.
+    """
+
+    shutdown_timeout_s = 60.0  # aiohttp's default
+
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.port = 0
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     @property
-    def url(self) -> str:
+    def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> FakeServer:
+    def make_app(self) -> web.Application:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
         self._thread.start()
         assert self.ready.wait(10)
         return self
@@ -82,20 +72,55 @@ class FakeServer:
         self.loop.close()
 
     async def _serve(self) -> None:
-        app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        if self.tokenize:
-            app.router.add_post("/tokenize", self._tokenize)
-        app.router.add_post("/v1/completions", self._completions)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
+        runner = web.AppRunner(
+            self.make_app(), access_log=None, shutdown_timeout=self.shutdown_timeout_s
+        )
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
         self.port = runner.addresses[0][1]
         self._stop = asyncio.Event()
         self.ready.set()
         await self._stop.wait()
         await runner.cleanup()
+
+
+class FakeServer(ThreadedApp):
+    """A fake OpenAI-compatible server (see the module's docstring)."""
+
+    shutdown_timeout_s = 0.1
+
+    def __init__(
+        self,
+        behaviours: tuple[str, ...] = ("ok",),
+        tokenize: bool = True,
+        script: list[bytes] | None = None,
+        models: tuple[str, ...] = ("fake-model",),
+        models_status: int = 200,
+        reject_ignore_eos: bool = False,
+        probe_status: int = 200,
+    ) -> None:
+        super().__init__()
+        self.probe_status = probe_status  # the answer to the 1-token preflight request
+        self.models = models
+        self.models_status = models_status
+        self.reject_ignore_eos = reject_ignore_eos  # 400 for bodies with ignore_eos, as OpenAI
+        self.behaviours = behaviours
+        self.script = script  # if given: every completion streams exactly these bytes
+        self.tokenize = tokenize
+        self.num_measured = 0
+        self.bodies: list[dict[str, Any]] = []
+
+    @property
+    def url(self) -> str:
+        return self.base_url
+
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/v1/models", self._models)
+        if self.tokenize:
+            app.router.add_post("/tokenize", self._tokenize)
+        app.router.add_post("/v1/completions", self._completions)
+        return app
 
     async def _models(self, request: web.Request) -> web.Response:
         if self.models_status != 200:

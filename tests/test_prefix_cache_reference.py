@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prefix_pool_reference import ReferencePrefixPool
+from test_prefix_cache_properties import Driver, act
 
 from sim.engine.free_queue import FreeQueue
 from sim.engine.kv_pool import BlockPool
@@ -24,92 +25,34 @@ from sim.engine.request import Request
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-class Twin:
-    """One pool and its requests, moved by the same actions as its twin."""
+def twin(pool: BlockPool, specs: list[tuple[int, int, int | None, int]]) -> Driver:
+    """A driver (the properties test's) of fresh requests built from ``specs`` over ``pool``."""
+    waiting = []
+    for i, (prompt, output, group, shared) in enumerate(specs):
+        request = Request(i, 0.0, prompt, output)
+        if group is not None:
+            request.prefix_group = group
+            request.num_shared_prefix_tokens = shared
+        waiting.append(request)
+    return Driver(pool, waiting)
 
-    def __init__(self, pool: BlockPool, specs: list[tuple[int, int, int | None, int]]) -> None:
-        self.pool = pool
-        self.waiting: list[Request] = []
-        for i, (prompt, output, group, shared) in enumerate(specs):
-            request = Request(i, 0.0, prompt, output)
-            if group is not None:
-                request.prefix_group = group
-                request.num_shared_prefix_tokens = shared
-            self.waiting.append(request)
-        self.running: list[Request] = []
 
-    def admit(self, chunk: int) -> None:
-        if not self.waiting:
-            return
-        request = self.waiting[0]
-        cached = self.pool.num_cached_tokens(request)
-        num_new = min(chunk, request.num_wanted_tokens - cached)
-        target = request.num_computed_tokens + cached + num_new
-        if not self.pool.can_allocate(request, target):
-            return
-        self.waiting.pop(0)
-        self.pool.allocate(request, target)
-        request.num_computed_tokens += cached
-        self.running.append(request)
-        self.compute(request, num_new)
-
-    def step(self, index: int, chunk: int, inline: bool) -> None:
-        if not self.running:
-            return
-        request = self.running[index % len(self.running)]
-        num_new = min(chunk, request.num_wanted_tokens)
-        target = request.num_computed_tokens + num_new
-        short = self.pool.blocks_for(target) - request.num_blocks
-        if short > 0:
-            if not self.pool.can_allocate(request, target):
-                return
-            if inline:  # as EngineCore._commit_run: counts only, the pool settles later
-                self.pool.num_free_blocks -= short
-                request.num_blocks += short
-            else:
-                self.pool.allocate(request, target)
-        self.compute(request, num_new)
-
-    def compute(self, request: Request, num_new: int) -> None:
-        request.num_computed_tokens += num_new
-        if request.num_computed_tokens == request.num_tokens:
-            request.num_generated_tokens += 1
-            if request.num_generated_tokens == request.num_output_tokens:
-                self.running.remove(request)
-                self.pool.free(request)
-
-    def preempt(self, index: int) -> None:
-        if not self.running:
-            return
-        request = self.running.pop(index % len(self.running))
-        self.pool.free(request)
-        request.num_computed_tokens = 0
-        self.waiting.insert(0, request)
-
-    def act(self, action: tuple[str, int, int, bool]) -> None:
-        kind, index, chunk, inline = action
-        if kind == "admit":
-            self.admit(chunk)
-        elif kind == "step":
-            self.step(index, chunk, inline)
-        else:
-            self.preempt(index)
-
-    def state(self) -> tuple[object, ...]:
-        pool = self.pool
-        assert isinstance(pool, PrefixCachingPool | ReferencePrefixPool)
-        held = [(r.request_id, pool.block_ids(r), pool.held_keys(r)) for r in self.running]
-        return (
-            pool.free_queue(),
-            pool.num_free_blocks,
-            held,
-            [pool.block_key(b) for b in range(pool.num_blocks)],
-            [pool.block_ref_count(b) for b in range(pool.num_blocks)],
-            pool.num_evictions,
-            pool.num_evictable_blocks,
-            pool.num_cached_blocks,
-            [pool.num_cached_tokens(r) for r in self.waiting[:1]],
-        )
+def state(driver: Driver) -> tuple[object, ...]:
+    """Everything the two pools must agree on."""
+    pool = driver.pool
+    assert isinstance(pool, PrefixCachingPool | ReferencePrefixPool)
+    held = [(r.request_id, pool.block_ids(r), pool.held_keys(r)) for r in driver.running]
+    return (
+        pool.free_queue(),
+        pool.num_free_blocks,
+        held,
+        [pool.block_key(b) for b in range(pool.num_blocks)],
+        [pool.block_ref_count(b) for b in range(pool.num_blocks)],
+        pool.num_evictions,
+        pool.num_evictable_blocks,
+        pool.num_cached_blocks,
+        [pool.num_cached_tokens(r) for r in driver.waiting[:1]],
+    )
 
 
 specs = st.lists(
@@ -147,12 +90,12 @@ def test_bulk_pool_matches_the_per_block_reference(
     block_size: int,
 ) -> None:
     fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
-    fast = Twin(PrefixCachingPool(num_blocks, block_size), fits)
-    slow = Twin(ReferencePrefixPool(num_blocks, block_size), fits)
+    fast = twin(PrefixCachingPool(num_blocks, block_size), fits)
+    slow = twin(ReferencePrefixPool(num_blocks, block_size), fits)
     for action in plan:
-        fast.act(action)
-        slow.act(action)
-        assert fast.state() == slow.state()
+        act(fast, action)
+        act(slow, action)
+        assert state(fast) == state(slow)
 
 
 # -- the queue itself, traced by hand ----------------------------------------------

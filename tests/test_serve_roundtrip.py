@@ -10,9 +10,7 @@ or completions body) and what it records are checked against each other.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
 
 from aiohttp import web
+from endpoint_fakes import ThreadedApp
 from test_endpoint_run import SCENARIO
 from test_http_routes import ScriptedEngine
 
@@ -34,42 +33,18 @@ from sim.validation.endpoint_run import EndpointRun, endpoint_run
 from sim.workload.generate import RequestArrays
 
 
-class Served:
+class Served(ThreadedApp):
     """``make_app(engine)`` on a free localhost port, in its own thread and event loop."""
 
     def __init__(self, engine: ScriptedEngine) -> None:
+        super().__init__()
         self.engine = engine
-        self.port = 0
-        self.ready = threading.Event()
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Served:
-        self._thread.start()
-        assert self.ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._serve())
-        self.loop.close()
-
-    async def _serve(self) -> None:
-        runner = web.AppRunner(make_app(self.engine, "tiny"), access_log=None)  # type: ignore[arg-type]
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        self.port = runner.addresses[0][1]
-        self._stop = asyncio.Event()
-        self.ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
+    def make_app(self) -> web.Application:
+        return make_app(self.engine, "tiny")  # type: ignore[arg-type]
 
     def url(self, path: str = "") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+        return self.base_url + path
 
 
 def work(prompts: list[int], outputs: list[int]) -> RequestArrays:
