@@ -67,7 +67,6 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         "_keys",
         "_loose",
         "_num_hashed",
-        "_own_keyed",
         "_queue",
         "_refs",
         "num_evictions",
@@ -89,7 +88,6 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         self._num_hashed: dict[int, int] = {}  # request id -> its leading cached blocks
         self._filling: dict[int, Request] = {}  # holders of shareable blocks not yet full
         self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
-        self._own_keyed: set[int] = set()  # ids of requests that freed blocks unfinished
         self._keys = BlockKeys(block_size_tokens)
         self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
         self.num_evictions = 0
@@ -115,12 +113,13 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         if (
             request.prefix_group is None
             and request.block_hash_ids is None
-            and request.request_id not in self._own_keyed
             and not self._filling
+            and own_key_base(request) not in self._cached
         ):
-            # The common case, answered without a lookup: no shared prefix, no keys
-            # of its own (it gets those only by freeing its blocks unfinished), and
-            # no other request's blocks to cache first (``_catch_up``).
+            # The common case, answered with one lookup: no shared prefix, no other
+            # request's blocks to cache first (``_catch_up``), and its own first
+            # block not cached (it has own keys only after freeing blocks unfinished,
+            # and a hit is a chain from block 0).
             return []
         self._settle()
         if self._filling:
@@ -227,10 +226,6 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         self._realise(request)
         # Own keys matter only to a request that may come back (preempted, not finished).
         unfinished = request.num_generated_tokens < request.num_output_tokens
-        if unfinished:
-            self._own_keyed.add(rid)
-        else:
-            self._own_keyed.discard(rid)
         self._register(request, min(request.num_computed_tokens, request.num_tokens), unfinished)
         refs, queue = self._refs, self._queue
         blocks = self._blocks.pop(rid)
