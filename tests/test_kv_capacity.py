@@ -35,19 +35,24 @@ def layout(tp: int = 1, pp: int = 1) -> ParallelismConfig:
     return ParallelismConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp)  # type: ignore[arg-type]
 
 
+def sizing(**kwargs: Any) -> KvSizing:
+    """vLLM's profile settings for an 8B model on one H100, with ``kwargs`` replaced."""
+    defaults: dict[str, Any] = {
+        "block_size_tokens": 16,
+        "gpu_memory_utilization": 0.9,
+        "max_num_batched_tokens": 2048,
+        "max_num_seqs": 256,
+    }
+    return KvSizing(**{**defaults, **kwargs})
+
+
 def budget(
     model: ModelSpec = LLAMA_8B,
     hardware: HardwareSpec = H100,
     parallelism: ParallelismConfig = ONE_GPU,
     **kwargs: Any,
 ) -> KvCacheBudget:
-    settings_: dict[str, Any] = {
-        "block_size_tokens": 16,
-        "gpu_memory_utilization": 0.9,
-        "max_num_batched_tokens": 2048,
-        "max_num_seqs": 256,
-    }
-    return kv_cache_budget(model, hardware, parallelism, KvSizing(**{**settings_, **kwargs}))
+    return kv_cache_budget(model, hardware, parallelism, sizing(**kwargs))
 
 
 def blocks(
@@ -56,16 +61,9 @@ def blocks(
     parallelism: ParallelismConfig = ONE_GPU,
     **kwargs: Any,
 ) -> int:
-    settings_: dict[str, Any] = {
-        "block_size_tokens": 16,
-        "gpu_memory_utilization": 0.9,
-        "max_num_batched_tokens": 2048,
-        "max_num_seqs": 256,
-    }
     max_model_len_tokens = kwargs.pop("max_model_len_tokens", 8192)
-    sizing = KvSizing(**{**settings_, **kwargs})
     return vllm_num_kv_blocks(
-        model, hardware, parallelism, sizing, max_model_len_tokens=max_model_len_tokens
+        model, hardware, parallelism, sizing(**kwargs), max_model_len_tokens=max_model_len_tokens
     )
 
 
@@ -363,13 +361,8 @@ def test_the_cudagraph_switch_is_a_scenario_key() -> None:
 
 
 def test_the_checked_count_is_the_budgets_and_the_sizing_is_frozen() -> None:
-    sizing = KvSizing(
-        block_size_tokens=16,
-        gpu_memory_utilization=0.9,
-        max_num_batched_tokens=2048,
-        max_num_seqs=256,
-    )
-    counted = vllm_num_kv_blocks(LLAMA_8B, H100, ONE_GPU, sizing, max_model_len_tokens=8192)
-    assert counted == kv_cache_budget(LLAMA_8B, H100, ONE_GPU, sizing).num_blocks == blocks()
+    frozen = sizing()
+    counted = vllm_num_kv_blocks(LLAMA_8B, H100, ONE_GPU, frozen, max_model_len_tokens=8192)
+    assert counted == kv_cache_budget(LLAMA_8B, H100, ONE_GPU, frozen).num_blocks == blocks()
     with pytest.raises(AttributeError):
-        sizing.max_num_seqs = 1  # type: ignore[misc]
+        frozen.max_num_seqs = 1  # type: ignore[misc]
