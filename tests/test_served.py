@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,16 +10,15 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_capacity import SERVICE_S, md1_doc
+from test_capacity import SERVICE_S, md1_doc, memo  # noqa: F401 (the fixture is used by name)
 
-import sim.planning.capacity
 from sim.cli import main
 from sim.metrics.slo_targets import parse_targets
 from sim.planning.capacity import CapacitySearch, LoadKnob, Searcher, judge
 from sim.planning.capacity_report import fleet_for, format_capacity, to_json
 from sim.planning.capacity_search import search
 from sim.planning.served import SERVED_MIN_RATIO, served_ratio
-from sim.planning.sweep_exec import Record, Task, run_point
+from sim.planning.sweep_exec import Record
 from sim.scenario import scenario_from_dict
 
 MU_PER_S = 1 / SERVICE_S  # the M/D/1 server's rate: 10 req/s
@@ -80,24 +78,9 @@ def test_judge_fails_a_load_that_is_not_served_although_the_slo_holds() -> None:
     assert closed.status == "pass" and closed.served is None
 
 
-@pytest.fixture
-def memo(monkeypatch: pytest.MonkeyPatch) -> None:
-    cache: dict[str, Record] = {}
-
-    def execute(
-        tasks: Sequence[Task], executor: str = "local", jobs: int | None = None
-    ) -> Iterator[tuple[int, Record]]:
-        for index, task in enumerate(tasks):
-            key = json.dumps(task, sort_keys=True)
-            if key not in cache:
-                cache[key] = run_point(task)
-            yield index, cache[key]
-
-    monkeypatch.setattr(sim.planning.capacity, "execute", execute)
-
-
+@pytest.mark.usefixtures("memo")
 @pytest.mark.parametrize("slo", ["ttft_p99_ms=1e7", "e2el_mean_ms=1e8"])
-def test_capacity_with_an_slo_that_always_holds_is_the_service_rate(memo: None, slo: str) -> None:
+def test_capacity_with_an_slo_that_always_holds_is_the_service_rate(slo: str) -> None:
     """M/D/1 at batch size 1 serves at most 10 req/s, whatever the SLO says."""
     searcher = Searcher(scenario_from_dict(md1_doc(600)), parse_targets([slo]), Path.cwd(), 2, 1)
     result = search(searcher, 0.05, 40)
