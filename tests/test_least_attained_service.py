@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim import api
+from sim.engine.cohort import Cohort
 from sim.engine.kv_pool import BlockPool
 from sim.engine.policies import LeastAttainedServiceConfig, PolicyConfig
 from sim.engine.policies.base import CoreView
@@ -33,6 +34,8 @@ class StandInCore:
         self.steps = StepLog()
         self.kv = BlockPool(num_blocks=100, block_size_tokens=16)
         self.num_held_seqs = 0
+        self.cohort: Cohort | None = None  # no decode cohort: every request visited
+        self.last_end_s = 0.0
 
     def preempt(self, request: Request) -> None:
         raise AssertionError("not expected")

@@ -13,12 +13,14 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from sim.engine.cohort import Cohort
 from sim.engine.columns import Columns
 from sim.engine.kv_pool import BlockPool
 from sim.engine.plan import StepPlan
 from sim.engine.policies.base import Scheduler
 from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
+from sim.engine.step_commit import StepCommits
 from sim.engine.steplog import StepLog
 
 NAN = float("nan")
@@ -40,7 +42,7 @@ def _ready_after(request: Request, time_s: float) -> bool:
     return request.ready_s is not None and request.ready_s > time_s
 
 
-class EngineCore:
+class EngineCore(StepCommits):
     """Waiting and running requests, the KV pool, and the logs of one replica."""
 
     def __init__(
@@ -88,6 +90,12 @@ class EngineCore:
         self.extra_itl_s: list[float] = []
         self.extra_itl_from_s: list[float] = []
         self.recorder: CommitRecorder | None = None  # None: normal runs pay one test per commit
+        # Steady decoders advanced in aggregate (sim.engine.cohort); switched on
+        # by the simulator's replica for plain continuous batching. None: every
+        # running request is visited each step (the reference path).
+        self.cohort: Cohort | None = None
+        self.last_end_s = 0.0  # end of the last step committed, s
+        self._deferred: list[Request] | None = None  # finishes put off, to order them
 
     # -- intake ------------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
@@ -131,6 +139,9 @@ class EngineCore:
             waiting = self.waiting  # later arrivals are at the back, in ready order
             while waiting and _ready_after(waiting[-1], visible_until_s):
                 hidden.append(waiting.pop())
+        if self.recorder is not None and self.cohort is not None:
+            self.cohort.dissolve(self.running, self.num_steps, self.last_end_s)
+            self.cohort = None  # a recorder sees every request of every step
         plan = self.policy.schedule(self, now_s)
         # Held requests matter to the next plan only through the seats and blocks
         # they free: to someone still waiting. With nobody waiting, the plans that
@@ -163,118 +174,18 @@ class EngineCore:
             self._commit_one(plan, start_s, ends_s[0])
         else:
             self._commit_run(plan, start_s, ends_s)
+        self.last_end_s = ends_s[-1]
         if self._num_finished_in_step:
             self.running = [r for r in self.running if r.finish_s is None]
             self._num_finished_in_step = 0
-
-    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        step = self.num_steps
-        previous = step - 1
-        num_itl = num_prefill = num_decode = num_fresh = 0
-        for request, num_new in plan.scheduled:
-            generated = request.num_generated_tokens
-            if num_new == 1 and generated > 0:
-                num_decode += 1
-            else:
-                num_prefill += num_new
-            computed = request.num_computed_tokens + num_new
-            request.num_computed_tokens = computed
-            if computed == request.num_prompt_tokens + generated:
-                if (
-                    request.last_token_step == previous
-                    and generated + 1 < request.num_output_tokens
-                ):
-                    # Inline _emit for the common case (hot path): a decode
-                    # token right after the previous one, not the last.
-                    request.num_generated_tokens = generated + 1
-                    request.last_token_step = step
-                    request.last_token_s = end_s
-                    num_itl += 1
-                else:
-                    continuing = self._emit(request, step, end_s)
-                    num_itl += continuing
-                    num_fresh += 1 - continuing  # a first token, or one after a break
-        num_outputs = num_itl + num_fresh
-        self.steps.add_step(
-            start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl, num_outputs
-        )
-        self.num_steps = step + 1
-
-    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        """The plan's step, then k - 1 decode steps of the same batch, in one pass.
-
-        O(batch), not O(tokens): every scheduled request emits a token in each
-        step (the plan guarantees it) and none finishes before the last.
-        """
-        num_steps = len(ends_s)
-        first = self.num_steps
-        last = first + num_steps - 1
-        end_first, end_last = ends_s[0], ends_s[-1]
-        num_itl = num_prefill = num_decode = 0
-        kv = self.kv
-        block_size = kv.block_size_tokens
-        finished: list[Request] = []
-        for request, num_new in plan.scheduled:
-            generated = request.num_generated_tokens
-            if num_new == 1 and generated > 0:
-                num_decode += 1
-            else:
-                num_prefill += num_new
-            if request.last_token_step == first - 1:
-                num_itl += 1
-            else:
-                self.break_run(request, end_first)
-                if request.first_token_s is None:
-                    request.first_token_s = end_first
-            computed = request.num_computed_tokens + num_new + num_steps - 1
-            request.num_computed_tokens = computed
-            request.num_generated_tokens = generated + num_steps
-            request.last_token_step = last
-            request.last_token_s = end_last
-            short = -(-computed // block_size) - request.num_blocks
-            if short > 0:  # inline kv.allocate: the policy checked the pool suffices
-                kv.num_free_blocks -= short
-                request.num_blocks += short
-            if generated + num_steps == request.num_output_tokens:
-                finished.append(request)
-        # Free only once every request's blocks are counted, as step by step, where
-        # the last step's blocks are all reserved before any request finishes (the
-        # peak decides which cached prefix blocks get evicted).
-        for request in finished:
-            self.finish(request, end_last)
-        steps = self.steps
-        num_seqs = len(plan.scheduled)  # each emits a token in every step of the run
-        steps.add_step(
-            start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl, num_seqs
-        )
-        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs)
-        self.num_steps = last + 1
-
-    def break_run(self, request: Request, time_s: float) -> None:
-        """A token that does not follow its predecessor by one step."""
-        if request.last_token_s is not None:
-            self.extra_itl_s.append(time_s - request.last_token_s)
-            self.extra_itl_from_s.append(request.last_token_s)
-            self.later_runs.setdefault(request.request_id, []).append(
-                (time_s, request.num_generated_tokens)
-            )
-
-    def _emit(self, request: Request, step: int, time_s: float) -> int:
-        """Sample one output token; return 1 if it continues an unbroken run."""
-        continuing = request.last_token_step == step - 1
-        if not continuing:
-            self.break_run(request, time_s)
-        if request.first_token_s is None:
-            request.first_token_s = time_s
-        request.num_generated_tokens += 1
-        request.last_token_step = step
-        request.last_token_s = time_s
-        if request.num_generated_tokens == request.num_output_tokens:
-            self.finish(request, time_s)
-        return int(continuing)
+        if self.cohort is not None:
+            self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
     def finish(self, request: Request, time_s: float) -> None:
         """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
+        if self._deferred is not None:
+            self._deferred.append(request)
+            return
         request.finish_s = time_s
         self._num_finished_in_step += 1
         if self.pipelined:
@@ -312,6 +223,8 @@ class EngineCore:
 
     def flush_unfinished(self) -> None:
         """Record requests still queued or running (finish time NaN) and clear them."""
+        if self.cohort is not None:
+            self.cohort.dissolve(self.running, self.num_steps, self.last_end_s)
         for request in self.held:
             self.kv.free(request)
         self.held = []

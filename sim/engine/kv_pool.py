@@ -65,6 +65,11 @@ class BlockPool:
             request.num_blocks += short
         return True
 
+    def grows_by_count(self, request: Request) -> bool:
+        """Whether ``try_grow`` grows ``request`` by counts alone, and
+        ``cache_full_blocks`` does nothing for it (a decode cohort member must)."""
+        return True
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the blocks ``num_tokens`` tokens fill, when a step fills one without a
         new allocation (vLLM's ``allocate_slots`` caches at once): nothing to cache here

@@ -66,15 +66,20 @@ class StepPlan:
     # Who commits this plan's step when the token-counter rule does not apply
     # (set together with num_emitted); None: EngineCore's own bookkeeping.
     committer: StepCommitter | None = None
+    # Members of the core's decode cohort (sim.engine.cohort) this step also
+    # decodes, one token each, beside ``scheduled``: every running request is
+    # then either listed or a member.
+    num_cohort: int = 0
 
     @property
     def is_empty(self) -> bool:
-        return not self.scheduled
+        return not self.scheduled and not self.num_cohort
 
     def shape(self) -> StepShape:
         """The cost-relevant shape of the first step of this plan."""
         if self.known_shape is not None:
             return self.known_shape
+        assert not self.num_cohort, "a plan with cohort members carries its shape"
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = self.padding_seqs
         context = self.padding_context_tokens

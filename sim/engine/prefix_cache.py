@@ -204,6 +204,9 @@ class PrefixCachingPool(PoolInspection, BlockPool):
             return True
         return super().try_grow(request, num_tokens)
 
+    def grows_by_count(self, request: Request) -> bool:
+        return bool(request.num_blocks) and request.request_id not in self._filling
+
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills
         them, as vLLM's ``allocate_slots`` does for every scheduled request: a request

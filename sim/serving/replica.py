@@ -29,7 +29,9 @@ from typing import Any
 import simpy
 
 from sim.cost.base import CostModel
+from sim.engine.cohort import Cohort
 from sim.engine.core import EngineCore
+from sim.engine.policies.continuous import Continuous
 from sim.engine.request import Request
 from sim.serving.wakeup import idle_event
 
@@ -55,6 +57,10 @@ class Replica:
         core.pipelined = self.pipelined
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if self.pipelined else 1
+        # Steady decoders advanced in aggregate (sim.engine.cohort): plain
+        # continuous batching only, and not step by step, the reference mode.
+        if skip_ahead and type(core.policy) is Continuous and core.recorder is None:
+            core.cohort = Cohort(core.kv.block_size_tokens)
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:

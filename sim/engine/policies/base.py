@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from sim.engine.plan import StepPlan
 
 if TYPE_CHECKING:
+    from sim.engine.cohort import Cohort
     from sim.engine.kv_pool import BlockPool
     from sim.engine.request import Request
     from sim.engine.steplog import StepLog
@@ -26,6 +27,8 @@ class CoreView(Protocol):
     running: list[Request]  # admitted, in admission order
     num_steps: int  # steps committed so far
     steps: StepLog
+    cohort: Cohort | None  # steady decoders advanced in aggregate (sim.engine.cohort)
+    last_end_s: float  # end of the last step committed, s
 
     @property
     def num_held_seqs(self) -> int:

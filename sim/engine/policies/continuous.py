@@ -15,9 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from sim.cost.base import StepShape
+from sim.engine.cohort import Cohort
 from sim.engine.plan import StepPlan
 from sim.engine.policies.base import CoreView
+from sim.engine.policies.cohort_plan import plan_with_cohort
 from sim.engine.policies.continuous_settings import ContinuousSettings
+from sim.engine.policies.run_length import steps_within_pool
 from sim.engine.request import Request
 from sim.engine.swap import SwapSpace
 
@@ -59,6 +62,14 @@ class Continuous:
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         self._extra_s = 0.0
+        cohort = core.cohort
+        if cohort is not None and cohort.num_members:
+            cohort_plan = plan_with_cohort(self, core, cohort, now_s)
+            if cohort_plan is not None:
+                return cohort_plan
+            # Every request must be seen as itself (a preemption, a budget that
+            # runs short): the members leave the cohort, and rejoin after the step.
+            cohort.dissolve(core.running, core.num_steps, core.last_end_s)
         kv = core.kv
         running = core.running
         budget = self.max_num_batched_tokens
@@ -186,7 +197,13 @@ class Continuous:
         return "empty"
 
     def _finish_plan(
-        self, plan: StepPlan, kv: BlockPool, may_run: bool, interruptible: bool
+        self,
+        plan: StepPlan,
+        kv: BlockPool,
+        may_run: bool,
+        interruptible: bool,
+        cohort: Cohort | None = None,
+        step: int = 0,
     ) -> None:
         """Fill in the step's shape, and let decode steps follow if they can.
 
@@ -220,47 +237,29 @@ class Continuous:
                 if left < min_left:
                     min_left = left
                 run_context += computed + 1
+        num_seqs = len(scheduled)
+        num_members = plan.num_cohort
+        if num_members:  # each decodes one token: computed + 1 in this step
+            assert cohort is not None
+            context = cohort.context_tokens(step)
+            num_decode_seqs += num_members
+            decode_context += context + num_members
+            run_context += context + 2 * num_members
+            num_seqs += num_members
+            first_finish = cohort.first_finish_step()
+            assert first_finish is not None
+            if first_finish - step < min_left:
+                min_left = first_finish - step
         plan.known_shape = StepShape(
             num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
         )
-        if not (may_run and all_emit and scheduled and min_left >= 1):
+        if not (may_run and all_emit and num_seqs and min_left >= 1):
             return
-        plan.run_num_seqs = len(scheduled)
+        plan.run_num_seqs = num_seqs
         plan.run_context_tokens = run_context
-        plan.num_steps = 1 + _steps_within_pool(kv, scheduled, min_left)
+        plan.num_steps = 1 + steps_within_pool(kv, scheduled, min_left, cohort, step)
         plan.interruptible = (
             interruptible
-            and len(scheduled) < self.max_num_seqs
-            and len(scheduled) < self.max_num_batched_tokens
+            and num_seqs < self.max_num_seqs
+            and num_seqs < self.max_num_batched_tokens
         )
-
-
-def _steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
-    """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
-
-    This step's blocks are reserved; each later step adds one token per request.
-    """
-    block_size = kv.block_size_tokens
-
-    def missing(k: int) -> int:
-        # Blocks short of holding computed + new + k tokens (ceil division inline: hot path).
-        total = 0
-        for r, num_new in scheduled:
-            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
-            if short > 0:
-                total += short
-        return total
-
-    free = kv.num_free_blocks
-    # Cheap bound first (the common case): k more tokens need at most
-    # k // block_size + 1 new blocks per request.
-    if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
-        return num_steps
-    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if missing(mid) <= free:
-            low = mid
-        else:
-            high = mid
-    return low
