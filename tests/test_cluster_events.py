@@ -15,11 +15,16 @@ from typing import cast
 import numpy as np
 import pandas as pd
 import pytest
+import simpy
 from test_cluster import ROUTERS, cluster, make_engine, random_work
 
 from sim import api
+from sim.api_engine import cluster_for, engine_for
+from sim.engine.request import Request
 from sim.scenario import load_scenario
-from sim.serving.router import RouterKind
+from sim.serving.cluster import build_layout
+from sim.serving.disagg import Disaggregated
+from sim.serving.router import ReplicaLoad, RoundRobin, RouterKind
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -66,3 +71,113 @@ def test_vllm_defaults_over_replicas_skip_ahead_equals_step_by_step(router: Rout
     slow = api.run(load_scenario(REPLICAS, [*sets, "engine.skip_ahead=false"])).requests
     for column in ("replica", "first_token_s", "finish_s", "num_preemptions"):
         np.testing.assert_array_equal(fast[column].to_numpy(), slow[column].to_numpy())
+
+
+# -- round robin: each replica knows when its next request comes --------------------
+
+
+def test_round_robin_turns_before_a_replica() -> None:
+    router = RoundRobin()
+    loads = [ReplicaLoad() for _ in range(3)]
+    # Next pick: replica 0. Replica 2 comes after 0 and 1.
+    assert [router.num_turns_before(i, 3) for i in range(3)] == [0, 1, 2]
+    assert router.choose(Request(0, 0.0, 1, 1), loads) == 0
+    assert [router.num_turns_before(i, 3) for i in range(3)] == [2, 0, 1]
+    router.choose(Request(1, 0.0, 1, 1), loads)
+    router.choose(Request(2, 0.0, 1, 1), loads)
+    assert [router.num_turns_before(i, 3) for i in range(3)] == [0, 1, 2]  # a full turn
+
+
+def test_lookahead_reads_the_coming_submissions() -> None:
+    work = RequestArrays(np.array([0.5, 1.0, 2.0]), np.array([10, 10, 10]), np.array([5, 5, 5]))
+    simulation = Simulation(make_engine(), cluster(2, "round_robin"))
+    seen: list[tuple[float, list[float]]] = []
+    submit = simulation._submit
+
+    def spy(request: Request) -> None:
+        # Before the submission of request i: the next one is i + 1.
+        seen.append((simulation.env.now, [simulation._lookahead(k) for k in range(3)]))
+        submit(request)
+
+    simulation._submit = spy
+    simulation.run(cast(OpenLoop, work))
+    inf = float("inf")
+    assert seen == [
+        (0.5, [1.0, 2.0, inf]),
+        (1.0, [2.0, inf, inf]),
+        (2.0, [inf, inf, inf]),
+    ]
+
+
+def count_interrupts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    count = [0]
+    interrupt = simpy.Process.interrupt
+
+    def counting(self: simpy.Process, cause: object = None) -> None:
+        count[0] += 1
+        interrupt(self, cause)
+
+    monkeypatch.setattr(simpy.Process, "interrupt", counting)
+    return count
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_outstanding_requests"])
+def test_round_robin_replicas_end_their_runs_at_their_own_arrivals(
+    router: RouterKind, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round robin's picks are known in advance: no replica is interrupted. Other
+    routers decide at the arrival, so a busy replica is interrupted by its own."""
+    interrupts = count_interrupts(monkeypatch)
+    work = random_work(3, num=300, rate_per_s=60.0)
+    simulation = Simulation(make_engine(max_num_seqs=8), cluster(4, router))
+    simulation.run(cast(OpenLoop, work))
+    horizons = [replica.horizon for replica in simulation.layout.replicas]  # type: ignore[union-attr]
+    if router == "round_robin":
+        assert all(horizon is not None for horizon in horizons)
+        assert interrupts[0] == 0
+    else:
+        assert all(horizon is None for horizon in horizons)
+        assert interrupts[0] > 50
+
+
+def test_disaggregated_prefill_replicas_are_interrupted_not_told() -> None:
+    """Not every submission reaches the prefill pool, so its replicas get no horizon."""
+    scenario = load_scenario(
+        "scenarios/disaggregated.yaml",
+        [
+            "workload.num_requests=50",
+            "cluster.router=round_robin",
+            "cluster.num_replicas=4",
+            "cluster.disaggregation.num_prefill_replicas=2",
+            "cluster.disaggregation.num_decode_replicas=2",
+        ],
+    )
+    result = api.run(scenario)
+    assert set(result.requests["replica"]) <= {0, 1, 2, 3}
+    layout_cluster = cluster_for(scenario, np.random.default_rng(0))
+    assert layout_cluster is not None
+    layout = build_layout(
+        simpy.Environment(), engine_for(scenario), layout_cluster, lambda request: None
+    )
+    assert isinstance(layout, Disaggregated)
+    layout.set_horizon(lambda: 1.0, lambda k: 1.0)
+    assert all(replica.horizon is None for replica in layout.prefill.replicas)
+
+
+def test_back_to_back_steps_start_exactly_when_the_last_ended() -> None:
+    """A step starts at the previous step's end to the bit, however the steps were
+    grouped into timeouts (SimPy's clock, ``now + (end - now)``, may miss ``end``)."""
+    # Early in a run (small clock values) a long run's timeout is the likeliest to miss.
+    sets = [
+        "workload.num_requests=60",
+        "workload.arrival.rate_per_s=160",
+        "cluster.num_replicas=16",
+    ]
+    for extra in ([], ["engine.skip_ahead=false"]):
+        steps = api.run(load_scenario(REPLICAS, [*sets, *extra])).steps
+        for _, own in steps.groupby("replica"):
+            start = own["start_s"].to_numpy()[1:]
+            end = own["end_s"].to_numpy()[:-1]
+            gap = start - end
+            assert (gap >= 0).all()
+            assert not ((gap > 0) & (gap < 1e-12)).any(), "a step started an ulp late"

@@ -80,14 +80,20 @@ class Replica:
         # Async scheduling: the start of the step just committed; the next plan
         # was (in vLLM) made then. None: nothing ran since the replica woke.
         visible_until: float | None = None
+        # The end of the step just committed: the next one starts then. The
+        # clock may be a unit in the last place off it, as SimPy adds delays
+        # (``now + (end - now)`` need not be ``end``), and that would make the
+        # times depend on how steps were grouped into timeouts. None: woken.
+        last_end: float | None = None
         while True:
-            now = env.now
+            now = env.now if last_end is None else last_end
             plan = core.schedule(now, visible_until)
             deferred = pipelined and core.num_deferred_at_plan > 0
             visible_until = None
             if plan.is_empty:
                 if not deferred:  # else: vLLM plans again once step N's output is in
                     yield from self._wait(plan.wake_at_s)
+                    last_end = None
                 continue
             if plan.num_steps == 1 or not self.skip_ahead or deferred:
                 # Deferred work (a hidden arrival, a held slot) may change the
@@ -95,6 +101,7 @@ class Replica:
                 end = now + (cost.step_s(plan.shape()) + plan.extra_s)  # as in a run below
                 yield env.timeout(end - now)
                 core.commit(plan, now, [end])
+                last_end = end
                 visible_until = now if pipelined else None
                 continue
             rest = cost.decode_steps_s(
@@ -126,6 +133,7 @@ class Replica:
                     yield env.timeout(ends[-1] - env.now)
             self._interruptible = False
             core.commit(plan, now, ends)
+            last_end = ends[-1]
             if pipelined:
                 visible_until = ends[-2] if len(ends) > 1 else now
 

@@ -58,6 +58,11 @@ class RoundRobin:
         self._next = index + 1
         return index
 
+    def num_turns_before(self, index: int, num_replicas: int) -> int:
+        """How many requests go elsewhere before the next one goes to replica ``index``
+        (known in advance: the choice ignores load)."""
+        return (index - self._next) % num_replicas
+
 
 class LeastOutstandingRequests:
     """The replica with the fewest unfinished requests (lowest index on ties)."""

@@ -87,6 +87,9 @@ class Simulation:
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         self._next_ready_s = 0.0
+        # Open loop: every submission's time (inf last) and the index of the next.
+        self._ready_s: list[float] = [float("inf")]
+        self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
             self.core = EngineCore(
@@ -139,6 +142,7 @@ class Simulation:
         order = np.argsort(ready, kind="stable")
         ready_s = ready[order].tolist()
         ready_s.append(float("inf"))
+        self._ready_s = ready_s
         rows = zip(
             order.tolist(),
             work.arrival_s[order].tolist(),
@@ -154,6 +158,7 @@ class Simulation:
             if ready_s[i] > env.now:
                 yield env.timeout(ready_s[i] - env.now)
             self._next_ready_s = ready_s[i + 1]
+            self._next_index = i + 1
             request = Request(request_id, arrival_s, num_prompt, num_output)
             if describe is not None:
                 describe(request)
@@ -197,13 +202,18 @@ class Simulation:
             else:
                 # A pool of one replica ends its runs at the next arrival; several
                 # are interrupted by the arrivals routed to them (Pool.set_horizon).
-                self.layout.set_horizon(horizon)
+                self.layout.set_horizon(horizon, self._lookahead)
             self.env.process(self._open_loop(work))
         self._drive(total, progress)
         return self._result()
 
     def _horizon(self) -> float:
         return self._next_ready_s
+
+    def _lookahead(self, num_after: int) -> float:
+        """When the submission ``num_after`` places after the next one comes, s."""
+        ready_s = self._ready_s
+        return ready_s[min(self._next_index + num_after, len(ready_s) - 1)]
 
     def _drive(self, total: int, progress: bool) -> None:
         """env.run(), with a progress bar that appears after 2 s of wall time."""
