@@ -49,10 +49,14 @@ class Result:
     requests: pd.DataFrame
     summary: dict[str, Any]
     timeseries: pd.DataFrame
-    steps: pd.DataFrame
     raw: RawResult
     activity: pd.DataFrame | None = None
     num_traced_requests: int | None = None
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        """The step log, one row per step: expanded from the compact log on first use."""
+        return self.raw.steps
 
     def token_times_s(self, request_id: int) -> npt.NDArray[np.float64]:
         """Stream time of every output token of one request, in seconds."""
@@ -68,7 +72,7 @@ class Result:
         prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
         replica = int(row["replica"].iloc[0])
         engine_s = request_token_times_s(
-            self.steps,
+            self.raw.step_table,
             first,
             count,
             self.raw.later_runs.get(request_id),
@@ -80,7 +84,7 @@ class Result:
     @functools.cached_property
     def _delivery(self) -> Delivery:
         """The step log's engine-to-client time map, built once per result."""
-        return Delivery(self.steps)
+        return Delivery(self.raw.step_table)
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
         """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
@@ -182,7 +186,7 @@ def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
 def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: request metrics and the summary."""
     summary: dict[str, Any] = dict(
-        summarize(raw.requests, raw.steps, raw.extra_itl_s, scenario.slo)
+        summarize(raw.requests, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
     summary.update(
         scenario=scenario.name,
@@ -201,8 +205,8 @@ def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
     if scenario.cluster is not None:
         summary.update(cluster_summary(raw.requests, scenario.cluster))
     if scenario.speculative is not None:
-        summary.update(speculative_summary(scenario.speculative, raw.requests, raw.steps))
+        summary.update(speculative_summary(scenario.speculative, raw.requests, raw.step_table))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         requests = with_request_metrics(raw.requests)
-    return Result(scenario, requests, summary, raw.timeseries, raw.steps, raw)
+    return Result(scenario, requests, summary, raw.timeseries, raw)

@@ -52,6 +52,7 @@ from sim.cost.roofline import RooflineCost
 from sim.cost.specs import HardwareSpec, ModelRef
 from sim.engine.plan import StepPlan
 from sim.engine.policies.base import CoreView, Scheduler
+from sim.engine.step_runs import StepTable
 
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0, 1)
 
@@ -261,7 +262,7 @@ class SpeculativeScheduler:
 
 
 def speculative_summary(
-    config: SpeculativeConfig, requests: pd.DataFrame, steps: pd.DataFrame
+    config: SpeculativeConfig, requests: pd.DataFrame, steps: pd.DataFrame | StepTable
 ) -> dict[str, float | int | None]:
     """summary.json keys: k, α, the expected and the simulated tokens per decode step.
 
@@ -270,7 +271,10 @@ def speculative_summary(
     """
     generated = requests["num_generated_tokens"].to_numpy()
     decode_tokens = int(generated.sum() - (generated > 0).sum())
-    slots = int(steps["num_decode_seqs"].sum())
+    if isinstance(steps, StepTable):
+        slots = steps.total("num_decode_seqs")
+    else:
+        slots = int(steps["num_decode_seqs"].sum())
     return {
         "speculative_num_draft_tokens": config.num_draft_tokens,
         "speculative_acceptance_rate": config.acceptance_rate,

@@ -34,11 +34,28 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.engine.records import completed_mask, floats, rejected_mask, require_columns
+from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
+from sim.metrics.itl import STEP_COLUMNS, itl_distribution, step_itl_gaps_s
+from sim.metrics.quantiles import (
+    check_percentiles,
+    latency_stats_ms,
+    percentile_label,
+    weighted_quantiles,
+)
+
+__all__ = [
+    "STEP_COLUMNS",
+    "itl_distribution",
+    "latency_stats_ms",
+    "percentile_label",
+    "step_itl_gaps_s",
+    "weighted_quantiles",
+]
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-Summary = dict[str, float | int | None]
+Summary = dict[str, float | int | None]  # (as sim.metrics.quantiles.Summary)
 
 REQUEST_COLUMNS = (
     "arrival_s",
@@ -50,7 +67,6 @@ REQUEST_COLUMNS = (
     "num_generated_tokens",
     "rejection_reason",
 )
-STEP_COLUMNS = ("start_s", "end_s", "num_itl_tokens")
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 
@@ -114,131 +130,6 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
 
 
-def weighted_quantiles(
-    values: npt.ArrayLike, weights: npt.ArrayLike, qs: npt.ArrayLike
-) -> FloatArray:
-    """Quantiles ``qs`` (in [0, 1]) of ``values`` where each value counts ``weight`` times.
-
-    For non-negative integer weights the result equals
-    ``np.percentile(np.repeat(values, weights), 100 * qs)`` with numpy's default
-    ``linear`` method: with ``N`` the total weight, quantile ``q`` sits at position
-    ``h = q (N - 1)`` of the sorted expanded list and interpolates linearly between
-    positions ``floor(h)`` and ``floor(h) + 1``. Real weights use the same formula.
-    Returns NaN for every ``q`` when the total weight is zero. O(n log n), no expansion.
-    """
-    v = np.asarray(values, dtype=np.float64).ravel()
-    w = np.asarray(weights).ravel()
-    q = np.asarray(qs, dtype=np.float64)
-    if v.shape != w.shape:
-        raise ValueError(f"values and weights differ in length: {v.size} vs {w.size}")
-    if not np.all(np.isfinite(w) & (w >= 0)):
-        raise ValueError("weights must be finite and non-negative")
-    if np.any(~(q >= 0) | ~(q <= 1)):
-        raise ValueError("quantiles must lie in [0, 1]")
-    keep = w > 0
-    if not keep.all():
-        v, w = v[keep], w[keep]
-    if v.size == 0:
-        return np.full(q.shape, np.nan)
-    order = np.argsort(v)  # ties need no order: equal values give equal quantiles
-    v = v[order]
-    cum = w[order].astype(np.float64, copy=False)  # a fresh array: summed in place below
-    del order  # (an ITL log may hold tens of millions of steps: one temporary fewer)
-    np.cumsum(cum, out=cum)
-    last = max(float(cum[-1]) - 1.0, 0.0)  # position of the last expanded element
-    h = q * last
-    lo = np.floor(h)
-    # Expanded position i holds the first value whose cumulative weight exceeds i.
-    i_lo = np.searchsorted(cum, lo, side="right")
-    i_hi = np.searchsorted(cum, np.minimum(lo + 1.0, last), side="right")
-    result: FloatArray = v[i_lo] + (h - lo) * (v[i_hi] - v[i_lo])
-    return result
-
-
-def percentile_label(p: float) -> str:
-    """vllm's key spelling of a percentile: 99 -> "99", 99.9 -> "99.9"."""
-    return str(int(p)) if int(p) == p else str(p)
-
-
-def _check_percentiles(percentiles: Sequence[float]) -> None:
-    bad = [p for p in percentiles if not 0 <= p <= 100]
-    if bad:
-        raise ConfigError(f"percentiles: {bad} outside [0, 100]")
-
-
-def latency_stats_ms(
-    name: str,
-    values_s: npt.ArrayLike,
-    weights: npt.ArrayLike | None = None,
-    percentiles: Sequence[float] = (90, 99),
-) -> Summary:
-    """``mean_/median_/std_/p<P>_<name>_ms`` of (weighted) latencies given in seconds.
-
-    Non-finite values are dropped; all statistics are ``None`` when nothing is left.
-    ``std`` is the population standard deviation (``np.std``'s default, as vllm).
-    """
-    _check_percentiles(percentiles)
-    v = np.asarray(values_s, dtype=np.float64).ravel()
-    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
-    keep = np.isfinite(v)
-    if not keep.all():
-        v, w = v[keep], w[keep]
-    total = float(w.sum())
-    keys = [f"{s}_{name}_ms" for s in ("mean", "median", "std")]
-    keys += [f"p{percentile_label(p)}_{name}_ms" for p in percentiles]
-    if total <= 0:
-        return dict.fromkeys(keys, None)
-    mean = float(np.dot(w, v) / total)
-    squares = v - mean
-    squares *= squares  # in place: v may be tens of millions of step gaps
-    std = float(np.sqrt(max(float(np.dot(w, squares)) / total, 0.0)))
-    del squares
-    qs = np.array([0.5, *(p / 100 for p in percentiles)])
-    quantiles = weighted_quantiles(v, w, qs)
-    stats = [mean, float(quantiles[0]), std, *(float(x) for x in quantiles[1:])]
-    return {key: 1000.0 * s for key, s in zip(keys, stats, strict=True)}
-
-
-def itl_distribution(
-    steps: pd.DataFrame,
-    extra_itl_s: npt.ArrayLike,
-    percentiles: Sequence[float] = (90, 99),
-) -> Summary:
-    """ITL statistics (``mean_itl_ms`` ...): step gaps weighted by ``num_itl_tokens``
-    plus each ``extra_itl_s`` gap with weight 1."""
-    gaps, weights = step_itl_gaps_s(steps)
-    extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
-    if extra.size:  # (no copy of a step log's worth of gaps when there is nothing to add)
-        gaps = np.concatenate([gaps, extra])
-        weights = np.concatenate([weights, np.ones_like(extra)])
-    return latency_stats_ms("itl", gaps, weights, percentiles)
-
-
-def step_itl_gaps_s(steps: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
-    """Each step's inter-token gap and how many tokens see it.
-
-    A token that follows its request's token of the step before sees the
-    gap between the two steps' deliveries to the client (``delivered_s``,
-    ``sim.serving.frontend``); when both left in one chunk there is no gap
-    (``vllm bench serve`` records one ITL per chunk). A step log without
-    ``delivered_s`` (the engine's own) uses the step's duration.
-    """
-    steps = require_columns(steps, STEP_COLUMNS, "steps")
-    # Few temporaries the length of the log: it may hold tens of millions of steps.
-    counts = steps["num_itl_tokens"].to_numpy()
-    if "delivered_s" in steps.columns:
-        delivered = steps["delivered_s"].to_numpy(dtype=np.float64)  # a view, not a copy
-        gaps = np.zeros(len(steps))
-        # The previous step: of the same replica wherever the count is positive.
-        np.subtract(delivered[1:], delivered[:-1], out=gaps[1:])
-        used = gaps > 0
-        used &= counts > 0
-    else:
-        gaps = floats(steps["end_s"]) - floats(steps["start_s"])
-        used = counts > 0  # most of a huge log may be prefill-only steps: drop them early
-    return gaps[used], counts[used].astype(np.float64)
-
-
 def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:
     """Rows of ``request_latencies`` (or ``with_request_metrics``) meeting every SLO.
 
@@ -257,7 +148,7 @@ def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:
 
 def summarize(
     requests: pd.DataFrame,
-    steps: pd.DataFrame,
+    steps: pd.DataFrame | StepTable,
     extra_itl_s: npt.ArrayLike,
     slo: Slo | None = None,
     percentiles: Sequence[float] = (90, 99),
@@ -268,7 +159,7 @@ def summarize(
     ``duration`` and throughputs are ``None`` without a completed request;
     ``request_goodput`` is ``None`` without an SLO (or with an empty one).
     """
-    _check_percentiles(percentiles)
+    check_percentiles(percentiles)
     requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     done = completed_mask(requests)
     ok = request_latencies(requests)[done]

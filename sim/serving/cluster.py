@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.engine.records import completed_mask
 from sim.engine.request import Request
+from sim.engine.step_runs import StepTable
 from sim.engine.tokens import token_times_s
 from sim.errors import ConfigError
 from sim.serving.disagg import Disaggregated, DisaggregationConfig
@@ -190,7 +191,7 @@ def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
 
 
 def request_token_times_s(
-    steps: pd.DataFrame,
+    steps: pd.DataFrame | StepTable,
     first_token_s: float,
     num_generated_tokens: int,
     later_runs: list[tuple[float, int]] | None,
@@ -206,6 +207,8 @@ def request_token_times_s(
     """
 
     def ends(index: int) -> FloatArray:
+        if isinstance(steps, StepTable):
+            return steps.part(index).end_s
         if "replica" not in steps.columns:
             return np.asarray(steps["end_s"].to_numpy(), dtype=np.float64)
         mine = steps["replica"].to_numpy() == index

@@ -27,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from sim.engine.step_runs import StepTable
+
 FloatArray = npt.NDArray[np.float64]
 
 # Steps handled per slice on the frontend's fast path (bounds its temporaries, ~40 MB).
@@ -136,55 +138,77 @@ def _batch_lagging(
 
 
 def add_delivery(steps: pd.DataFrame, step_s: float, per_output_s: float) -> pd.DataFrame:
-    """``steps`` with ``delivered_s`` (per replica when there is a ``replica`` column)."""
-    if "replica" not in steps.columns:
-        delivered = delivery_s(steps["end_s"], steps["num_outputs"], step_s, per_output_s)
-        steps["delivered_s"] = delivered  # in place: a copy of millions of steps costs GBs
-        return steps
-    replicas = steps["replica"].to_numpy()
+    """``steps`` with ``delivered_s`` (per replica when there is a ``replica`` column).
+
+    For a step log already expanded to one row per step; a run's own log is
+    delivered in its compact form by ``deliver``.
+    """
     ends = steps["end_s"].to_numpy(dtype=np.float64)
     outputs = steps["num_outputs"].to_numpy()
-    if not replicas.size or replicas.min() == replicas.max():  # one replica: no index copies
-        steps["delivered_s"] = delivery_s(ends, outputs, step_s, per_output_s)
-        return steps
+    replicas = _replicas(steps)
     delivered = np.full(len(steps), np.nan)
     for replica in np.unique(replicas):
         mine = np.flatnonzero(replicas == replica)
         delivered[mine] = delivery_s(ends[mine], outputs[mine], step_s, per_output_s)
-    steps["delivered_s"] = delivered  # in place: a copy of millions of steps costs GBs
+    steps["delivered_s"] = delivered
     return steps
+
+
+def deliver(steps: StepTable, step_s: float, per_output_s: float) -> StepTable:
+    """Every replica's steps with their ``delivered_s`` (``delivery_s``, replica by replica)."""
+    return StepTable(
+        tuple(
+            part.with_delivered(
+                delivery_s(part.end_s, part.column("num_outputs"), step_s, per_output_s)
+            )
+            for part in steps.parts
+        )
+    )
+
+
+def _replicas(steps: pd.DataFrame) -> npt.NDArray[np.integer]:
+    if "replica" not in steps.columns:
+        return np.zeros(len(steps), dtype=np.int64)
+    return np.asarray(steps["replica"].to_numpy())
 
 
 class Delivery:
     """Maps engine times of token-emitting steps to when the client sees them.
 
-    ``steps`` is a step log with ``delivered_s`` (``add_delivery``). A time is
-    looked up among its replica's step ends first, then among every replica's
-    (with disaggregation the first token comes from a prefill replica).
+    ``steps`` is a step log with ``delivered_s`` (``deliver``, or
+    ``add_delivery`` for an expanded one). A time is looked up among its
+    replica's step ends first, then among every replica's (with
+    disaggregation the first token comes from a prefill replica).
     """
 
-    def __init__(self, steps: pd.DataFrame) -> None:
-        ends = steps["end_s"].to_numpy(dtype=np.float64)
-        delivered = steps["delivered_s"].to_numpy(dtype=np.float64)
-        has = np.isfinite(delivered)
-        if not has.all():  # else views of the columns: no copy of millions of steps
-            ends, delivered = ends[has], delivered[has]
-        if "replica" not in steps.columns:
-            replicas = np.zeros(ends.size, dtype=np.int64)
+    def __init__(self, steps: pd.DataFrame | StepTable) -> None:
+        parts: list[tuple[int, FloatArray, FloatArray]] = []
+        if isinstance(steps, StepTable):
+            for part in steps.parts:
+                if part.delivered_s is None:
+                    raise ValueError(f"replica {part.replica}'s steps have no delivery times")
+                parts.append((part.replica, part.end_s, part.delivered_s))
         else:
-            replicas = steps["replica"].to_numpy()
-            replicas = replicas if has.all() else replicas[has]
-        if replicas.size and replicas.min() == replicas.max():
-            # One replica: its steps are in time order already (what the stable sort
-            # below would give), and all of them are its own.
-            self._all = (ends, delivered)
-            self._by_replica = {int(replicas[0]): self._all}
-            return
-        order = np.argsort(ends, kind="stable")
-        self._all = (ends[order], delivered[order])
-        self._by_replica = {
-            int(r): (ends[replicas == r], delivered[replicas == r]) for r in np.unique(replicas)
-        }
+            ends = steps["end_s"].to_numpy(dtype=np.float64)
+            delivered = steps["delivered_s"].to_numpy(dtype=np.float64)
+            replicas = _replicas(steps)
+            for r in np.unique(replicas):
+                mine = replicas == r
+                parts.append((int(r), ends[mine], delivered[mine]))
+        # Per replica (its steps are in time order), only steps with output: views
+        # of the log's columns unless some step had none.
+        self._by_replica = {r: _with_output(ends, delivered) for r, ends, delivered in parts}
+        self._everywhere: tuple[FloatArray, FloatArray] | None = None
+
+    def _all(self) -> tuple[FloatArray, FloatArray]:
+        """Every replica's steps in time order (built on first need: it copies the log)."""
+        if self._everywhere is None:
+            pairs = list(self._by_replica.values())
+            ends = np.concatenate([e for e, _ in pairs]) if pairs else np.empty(0)
+            delivered = np.concatenate([d for _, d in pairs]) if pairs else np.empty(0)
+            order = np.argsort(ends, kind="stable")
+            self._everywhere = (ends[order], delivered[order])
+        return self._everywhere
 
     def client_s(self, times_s: npt.ArrayLike, replicas: npt.ArrayLike | None = None) -> FloatArray:
         """Client times of engine ``times_s`` (NaN stays NaN)."""
@@ -197,11 +221,16 @@ class Delivery:
             out[mine] = _lookup(ends, delivered, times[mine])
         missing = known & np.isnan(out)
         if missing.any():
-            out[missing] = _lookup(*self._all, times[missing])
+            out[missing] = _lookup(*self._all(), times[missing])
         if (known & np.isnan(out)).any():
             first = float(times[known & np.isnan(out)][0])
             raise ValueError(f"no step with output ends at {first!r}: wrong step log?")
         return out
+
+
+def _with_output(ends: FloatArray, delivered: FloatArray) -> tuple[FloatArray, FloatArray]:
+    has = np.isfinite(delivered)
+    return (ends, delivered) if has.all() else (ends[has], delivered[has])
 
 
 def _lookup(ends: FloatArray, delivered: FloatArray, times: FloatArray) -> FloatArray:

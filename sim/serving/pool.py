@@ -27,6 +27,7 @@ import simpy
 
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
+from sim.engine.step_runs import StepTable
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
@@ -190,9 +191,9 @@ def series_frame(cores: Sequence[EngineCore]) -> pd.DataFrame:
     return concat_frames(frames, [core.replica for core in cores])
 
 
-def steps_frame(cores: Sequence[EngineCore]) -> pd.DataFrame:
-    """Every core's step log, one after another, with a ``replica`` column."""
-    return concat_frames([core.steps.frame() for core in cores], [core.replica for core in cores])
+def step_table(cores: Sequence[EngineCore]) -> StepTable:
+    """Every core's step log, one after another (compact: ``sim.engine.step_runs``)."""
+    return StepTable(tuple(core.steps.runs(core.replica) for core in cores))
 
 
 def _own_next_arrival_s(

@@ -12,6 +12,7 @@ a single replica is fed directly (the fast path).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -25,12 +26,13 @@ from tqdm import tqdm
 from sim.engine.core import EngineCore
 from sim.engine.prefix_requests import prefix_describer
 from sim.engine.request import Request
+from sim.engine.step_runs import StepTable
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine, Frontend
-from sim.serving.frontend import Delivery, add_delivery
+from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
-from sim.serving.pool import Pool, series_frame, steps_frame
+from sim.serving.pool import Pool, series_frame, step_table
 from sim.serving.replica import Replica
 
 
@@ -64,19 +66,26 @@ class RawResult:
 
     ``requests``' ``first_token_s`` and ``finish_s`` are client times (after
     the frontend); ``engine_first_token_s`` and ``engine_finish_s`` the ends of
-    the engine steps that produced those tokens. ``steps`` has each step's
-    ``delivered_s``; ``extra_itl_s`` holds the client-side gaps the step log's
-    weights do not cover (tokens after a break in a request's run).
+    the engine steps that produced those tokens. ``step_table`` is the step log
+    with each step's ``delivered_s``, compact; ``steps`` expands it to one row per
+    step on first use. ``extra_itl_s`` holds the client-side gaps the step
+    log's weights do not cover (tokens after a break in a request's run).
     """
 
     requests: pd.DataFrame
-    steps: pd.DataFrame
+    step_table: StepTable
     timeseries: pd.DataFrame
     extra_itl_s: npt.NDArray[np.float64]
     later_runs: dict[int, list[tuple[float, int]]]
     rejections: dict[int, str]
     frontend: Frontend
     num_replicas: int = 1
+
+    @functools.cached_property
+    def steps(self) -> pd.DataFrame:
+        """The step log, one row per step (``StepTable.frame``: tens of millions of
+        rows for a long run, so built only when asked)."""
+        return self.step_table.frame()
 
 
 class Simulation:
@@ -237,8 +246,7 @@ class Simulation:
         series = core.series.frame()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
         series["replica"] = np.zeros(len(series), dtype=np.int32)
-        steps = core.steps.frame()
-        steps["replica"] = np.zeros(len(steps), dtype=np.int32)
+        steps = StepTable((core.steps.runs(0),))
         return self._client_view(requests, steps, series, [core], core.later_runs, core.rejections)
 
     def _cluster_result(self, layout: Pool | Disaggregated) -> RawResult:
@@ -261,13 +269,13 @@ class Simulation:
             later_runs.update(core.later_runs)
         requests["rejection_reason"] = requests["request_id"].map(rejections)
         return self._client_view(
-            requests, steps_frame(cores), series_frame(cores), cores, later_runs, rejections
+            requests, step_table(cores), series_frame(cores), cores, later_runs, rejections
         )
 
     def _client_view(
         self,
         requests: pd.DataFrame,
-        steps: pd.DataFrame,
+        steps: StepTable,
         series: pd.DataFrame,
         cores: list[EngineCore],
         later_runs: dict[int, list[tuple[float, int]]],
@@ -275,7 +283,7 @@ class Simulation:
     ) -> RawResult:
         """The run as the client sees it: token times through the frontend."""
         frontend = self.engine.frontend
-        steps = add_delivery(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
+        steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
         delivery = Delivery(steps)
         first_on = requests["replica"].to_numpy()
         if "prefill_replica" in requests.columns:  # disaggregated: first token from there
@@ -294,7 +302,7 @@ class Simulation:
             gaps.append(client_gap[client_gap > 0])  # 0: both tokens left in one chunk
         return RawResult(
             requests=requests,
-            steps=steps,
+            step_table=steps,
             timeseries=series,
             extra_itl_s=np.concatenate(gaps),
             later_runs=later_runs,

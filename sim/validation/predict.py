@@ -125,7 +125,7 @@ def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencie
 
 def simulated_latencies(result: Result) -> Latencies:
     """Latencies of a simulated run; ITL gaps expanded from the step log's weights."""
-    durations, weights = step_itl_gaps_s(result.steps)
+    durations, weights = step_itl_gaps_s(result.raw.step_table)
     gaps = np.concatenate([np.repeat(durations, weights.astype(np.int64)), result.raw.extra_itl_s])
     return Latencies(per_request_latencies(result.raw.requests), gaps)
 

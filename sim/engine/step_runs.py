@@ -1,0 +1,142 @@
+"""A finished step log as numpy arrays: one replica's (``StepRuns``) or a run's (``StepTable``).
+
+The log (``sim.engine.steplog``) keeps each step's end time and, once per
+segment (one step, or a skip-ahead run of decode steps of one shape), its
+start and token counts. Consumers work on that compact form; ``frame()``
+expands it to one row per step, the form ``steps.parquet`` and
+``Result.steps`` show, only when asked: it is the costly form (44 bytes a
+step with ``replica`` and ``delivered_s``, ~630 MB for a million requests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from array import array
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from sim.engine.columns import Columns
+
+FloatArray = npt.NDArray[np.float64]
+
+# One row per step once expanded (the dtypes of ``frame()``).
+STEP_COLUMNS = {
+    "start_s": "f8",
+    "end_s": "f8",
+    "num_prefill_tokens": "i4",
+    "num_decode_seqs": "i4",
+    "num_itl_tokens": "i4",
+    "num_outputs": "i4",
+}
+# One row per segment: its first step's start, its number of steps, and the
+# counts every one of its steps has.
+SEGMENT_COLUMNS = {
+    "start_s": "f8",
+    "num_steps": "i4",
+    "num_prefill_tokens": "i4",
+    "num_decode_seqs": "i4",
+    "num_itl_tokens": "i4",
+    "num_outputs": "i4",
+}
+COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
+
+
+@dataclass(frozen=True)
+class StepRuns:
+    """One replica's steps: ``end_s`` per step, the rest per segment.
+
+    ``delivered_s``, when set, is when each step's outputs reached the client
+    (NaN: none), per step (``sim.serving.frontend``).
+    """
+
+    end_s: FloatArray
+    segments: dict[str, npt.NDArray[Any]]
+    replica: int = 0
+    delivered_s: FloatArray | None = None
+
+    @classmethod
+    def of(cls, ends_s: array[float], segments: Columns, replica: int = 0) -> StepRuns:
+        """Views of a log's buffers (no copy)."""
+        views = {
+            name: np.frombuffer(column, dtype=SEGMENT_COLUMNS[name])
+            for name, column in segments.columns.items()
+        }
+        return cls(np.frombuffer(ends_s, dtype=np.float64), views, replica)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.end_s.size)
+
+    def with_delivered(self, delivered_s: FloatArray) -> StepRuns:
+        """The same steps with each one's client delivery time."""
+        if delivered_s.shape != self.end_s.shape:
+            raise ValueError(f"{delivered_s.size} delivery times for {self.num_steps} steps")
+        return dataclasses.replace(self, delivered_s=delivered_s)
+
+    def column(self, name: str) -> npt.NDArray[Any]:
+        """One column of ``frame()``, one entry per step (a view for ``end_s``)."""
+        if name == "end_s":
+            return self.end_s
+        if name == "delivered_s" and self.delivered_s is not None:
+            return self.delivered_s
+        num_steps = self.segments["num_steps"]
+        if name == "start_s":
+            # Within a segment a step starts where the one before ended.
+            starts = np.empty(self.num_steps)
+            starts[1:] = self.end_s[:-1]
+            firsts = np.cumsum(num_steps, dtype=np.int64)
+            firsts -= num_steps
+            starts[firsts] = self.segments["start_s"]
+            return starts
+        if name not in COUNT_COLUMNS:
+            raise KeyError(f"no step column {name!r}")
+        return np.repeat(self.segments[name], num_steps)
+
+    def total(self, name: str) -> int:
+        """Sum of a count column over all steps (exact, without expanding)."""
+        counts = self.segments[name].astype(np.int64)
+        return int(np.dot(counts, self.segments["num_steps"].astype(np.int64)))
+
+    def frame(self, with_replica: bool = False) -> pd.DataFrame:
+        """One row per step: ``STEP_COLUMNS``, then ``replica`` if asked, then
+        ``delivered_s`` when known."""
+        columns = {name: self.column(name) for name in STEP_COLUMNS}
+        if with_replica:
+            columns["replica"] = np.full(self.num_steps, self.replica, dtype=np.int32)
+        if self.delivered_s is not None:
+            columns["delivered_s"] = self.delivered_s
+        return pd.DataFrame(columns, copy=False)
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """A run's step logs, one ``StepRuns`` per replica, in the order of ``frame()``'s rows."""
+
+    parts: tuple[StepRuns, ...]
+
+    @property
+    def num_steps(self) -> int:
+        return sum(part.num_steps for part in self.parts)
+
+    def part(self, replica: int) -> StepRuns:
+        """The steps of one replica."""
+        for part in self.parts:
+            if part.replica == replica:
+                return part
+        raise KeyError(f"no steps of replica {replica}")
+
+    def total(self, name: str) -> int:
+        """Sum of a count column over every step of every replica."""
+        return sum(part.total(name) for part in self.parts)
+
+    def frame(self) -> pd.DataFrame:
+        """One row per step, replica after replica, with ``replica`` (and ``delivered_s``)."""
+        frames = [part.frame(with_replica=True) for part in self.parts]
+        if not frames:
+            empty = {name: np.empty(0, dtype=dtype) for name, dtype in STEP_COLUMNS.items()}
+            return pd.DataFrame({**empty, "replica": np.empty(0, dtype=np.int32)})
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -1,0 +1,174 @@
+"""Weighted latency statistics, never expanded to one value per token.
+
+A step log weighs each step's gap by the tokens that saw it: a million
+requests give tens of millions of (gap, weight) pairs. Sorting them with an
+index permutation took five arrays of their length; ``weighted_quantiles``
+instead finds the few values it needs by bucketing around sampled values,
+in slices, then sorting only the buckets that hold them. For integer weights
+(ITL token counts; ones for per-request latencies) the result is the same, to
+the bit, as sorting everything: the same elements at the same positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.errors import ConfigError
+
+FloatArray = npt.NDArray[np.float64]
+Summary = dict[str, float | int | None]
+
+_DIRECT = 1 << 16  # at most this many pairs: sorted outright
+_NUM_EDGES = 32  # sampled values splitting a larger set into buckets, per pass
+_SLICE = 1 << 20  # pairs per slice of a pass (bounds its temporaries to ~20 MB)
+
+
+def weighted_quantiles(
+    values: npt.ArrayLike, weights: npt.ArrayLike, qs: npt.ArrayLike
+) -> FloatArray:
+    """Quantiles ``qs`` (in [0, 1]) of ``values`` where each value counts ``weight`` times.
+
+    For non-negative integer weights the result equals
+    ``np.percentile(np.repeat(values, weights), 100 * qs)`` with numpy's default
+    ``linear`` method: with ``N`` the total weight, quantile ``q`` sits at position
+    ``h = q (N - 1)`` of the sorted expanded list and interpolates linearly between
+    positions ``floor(h)`` and ``floor(h) + 1``. Real weights use the same formula
+    (their sums may round differently from a sort's running sum). Returns NaN
+    for every ``q`` when the total weight is zero. No expansion, no full sort.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    w = np.asarray(weights).ravel()
+    q = np.asarray(qs, dtype=np.float64)
+    if v.shape != w.shape:
+        raise ValueError(f"values and weights differ in length: {v.size} vs {w.size}")
+    if not np.all(np.isfinite(w) & (w >= 0)):
+        raise ValueError("weights must be finite and non-negative")
+    if np.any(~(q >= 0) | ~(q <= 1)):
+        raise ValueError("quantiles must lie in [0, 1]")
+    w = w.astype(np.float64, copy=False)
+    keep = w > 0
+    if not keep.all():
+        v, w = v[keep], w[keep]
+    if v.size == 0:
+        return np.full(q.shape, np.nan)
+    last = max(float(w.sum()) - 1.0, 0.0)  # position of the last expanded element
+    h = q * last
+    lo = np.floor(h)
+    hi = np.minimum(lo + 1.0, last)
+    found = _values_at_positions(v, w, np.concatenate([lo.ravel(), hi.ravel()]))
+    v_lo, v_hi = found[: lo.size].reshape(q.shape), found[lo.size :].reshape(q.shape)
+    result: FloatArray = v_lo + (h - lo) * (v_hi - v_lo)
+    return result
+
+
+def _values_at_positions(v: FloatArray, w: FloatArray, positions: FloatArray) -> FloatArray:
+    """The value at each position of the sorted expanded list; NaNs sort last."""
+    nan = np.isnan(v)
+    if not nan.any():
+        return _values_at(v, w, positions)
+    v, w = v[~nan], w[~nan]
+    out = np.full(positions.shape, np.nan)
+    before_nan = positions < float(w.sum())
+    if before_nan.any():
+        out[before_nan] = _values_at(v, w, positions[before_nan])
+    return out
+
+
+def _values_at(v: FloatArray, w: FloatArray, positions: FloatArray) -> FloatArray:
+    """The value at each position of the sorted expanded list (no NaN in ``v``).
+
+    Position ``p`` holds the first value, in sorted order, whose running weight
+    exceeds ``p``: the smallest value ``x`` whose pairs with values <= ``x``
+    weigh more than ``p``, whatever the order of ties.
+    """
+    if v.size <= _DIRECT:
+        order = np.argsort(v)
+        running = np.cumsum(w[order])
+        found = np.searchsorted(running, positions, side="right")
+        return v[order[np.minimum(found, v.size - 1)]]
+    # Bucket 2k holds the values strictly between edges k - 1 and k, bucket
+    # 2k + 1 those equal to edge k. The sampled values sit in odd buckets, so
+    # every even one is smaller than ``v``: the recursion ends.
+    edges = np.unique(v[:: v.size // _NUM_EDGES])
+    bucket_weights = np.zeros(2 * edges.size + 1)
+    for start in range(0, v.size, _SLICE):
+        part = slice(start, start + _SLICE)
+        buckets = _buckets(edges, v[part])
+        bucket_weights += np.bincount(buckets, weights=w[part], minlength=bucket_weights.size)
+    running = np.cumsum(bucket_weights)
+    where = np.minimum(np.searchsorted(running, positions, side="right"), running.size - 1)
+    out = np.empty(positions.shape)
+    for bucket in np.unique(where).tolist():
+        mine = where == bucket
+        k = bucket // 2
+        if bucket % 2:
+            out[mine] = edges[k]
+            continue
+        inside = v < edges[k] if k < edges.size else v > edges[-1]
+        if 0 < k < edges.size:
+            inside &= v > edges[k - 1]
+        before = float(running[bucket - 1]) if bucket > 0 else 0.0
+        out[mine] = _values_at(v[inside], w[inside], positions[mine] - before)
+    return out
+
+
+def _buckets(edges: FloatArray, x: FloatArray) -> npt.NDArray[np.intp]:
+    """Each value's bucket (``_values_at``): 2k below edge k (and above k - 1), 2k + 1 on it."""
+    k = np.searchsorted(edges, x)  # the first edge >= x
+    on_edge = edges[np.minimum(k, edges.size - 1)] == x
+    k *= 2
+    k += on_edge
+    return k
+
+
+def percentile_label(p: float) -> str:
+    """vllm's key spelling of a percentile: 99 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def check_percentiles(percentiles: Sequence[float]) -> None:
+    """Raise ``ConfigError`` for a percentile outside [0, 100]."""
+    bad = [p for p in percentiles if not 0 <= p <= 100]
+    if bad:
+        raise ConfigError(f"percentiles: {bad} outside [0, 100]")
+
+
+def latency_stats_ms(
+    name: str,
+    values_s: npt.ArrayLike,
+    weights: npt.ArrayLike | None = None,
+    percentiles: Sequence[float] = (90, 99),
+    overwrite: bool = False,
+) -> Summary:
+    """``mean_/median_/std_/p<P>_<name>_ms`` of (weighted) latencies given in seconds.
+
+    Non-finite values are dropped; all statistics are ``None`` when nothing is left.
+    ``std`` is the population standard deviation (``np.std``'s default, as vllm).
+    ``overwrite`` lets it reuse ``values_s``'s memory (a float64 array the caller
+    no longer needs: tens of millions of step gaps).
+    """
+    check_percentiles(percentiles)
+    v = np.asarray(values_s, dtype=np.float64).ravel()
+    w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+    keep = np.isfinite(v)
+    if not keep.all():
+        v, w = v[keep], w[keep]
+        overwrite = True  # a copy of our own
+    total = float(w.sum())
+    keys = [f"{s}_{name}_ms" for s in ("mean", "median", "std")]
+    keys += [f"p{percentile_label(p)}_{name}_ms" for p in percentiles]
+    if total <= 0:
+        return dict.fromkeys(keys, None)
+    mean = float(np.dot(w, v) / total)
+    qs = np.array([0.5, *(p / 100 for p in percentiles)])
+    quantiles = weighted_quantiles(v, w, qs)
+    squares = v if overwrite else v.copy()
+    squares -= mean
+    squares *= squares
+    std = float(np.sqrt(max(float(np.dot(w, squares)) / total, 0.0)))
+    del squares
+    stats = [mean, float(quantiles[0]), std, *(float(x) for x in quantiles[1:])]
+    return {key: 1000.0 * s for key, s in zip(keys, stats, strict=True)}
