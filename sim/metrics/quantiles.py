@@ -22,7 +22,6 @@ FloatArray = npt.NDArray[np.float64]
 Summary = dict[str, float | int | None]
 
 _DIRECT = 1 << 16  # at most this many pairs: sorted outright
-_NUM_EDGES = 32  # sampled values splitting a larger set into buckets, per pass
 _SLICE = 1 << 20  # pairs per slice of a pass (bounds its temporaries to ~20 MB)
 
 
@@ -77,51 +76,64 @@ def _values_at_positions(v: FloatArray, w: FloatArray, positions: FloatArray) ->
     return out
 
 
-def _values_at(v: FloatArray, w: FloatArray, positions: FloatArray) -> FloatArray:
+def _values_at(v: FloatArray, w: FloatArray, positions: FloatArray, level: int = 0) -> FloatArray:
     """The value at each position of the sorted expanded list (no NaN in ``v``).
 
     Position ``p`` holds the first value, in sorted order, whose running weight
     exceeds ``p``: the smallest value ``x`` whose pairs with values <= ``x``
-    weigh more than ``p``, whatever the order of ties.
+    weigh more than ``p``, whatever the order of ties. A radix select: values
+    are bucketed by the next bits of their order-preserving 64-bit keys, and
+    only the buckets holding a position are searched further (the last bits
+    leave one value per bucket).
     """
     if v.size <= _DIRECT:
         order = np.argsort(v)
         running = np.cumsum(w[order])
         found = np.searchsorted(running, positions, side="right")
         return v[order[np.minimum(found, v.size - 1)]]
-    # Bucket 2k holds the values strictly between edges k - 1 and k, bucket
-    # 2k + 1 those equal to edge k. The sampled values sit in odd buckets, so
-    # every even one is smaller than ``v``: the recursion ends.
-    edges = np.unique(v[:: v.size // _NUM_EDGES])
-    bucket_weights = np.zeros(2 * edges.size + 1)
+    shift, width = _LEVELS[level]
+    bucket_weights = np.zeros(1 << width)
     for start in range(0, v.size, _SLICE):
         part = slice(start, start + _SLICE)
-        buckets = _buckets(edges, v[part])
-        bucket_weights += np.bincount(buckets, weights=w[part], minlength=bucket_weights.size)
+        digits = _digits(v[part], shift, width)
+        bucket_weights += np.bincount(digits, weights=w[part], minlength=bucket_weights.size)
     running = np.cumsum(bucket_weights)
     where = np.minimum(np.searchsorted(running, positions, side="right"), running.size - 1)
+    buckets = np.unique(where).tolist()
+    members = {bucket: np.empty(v.size, dtype=bool) for bucket in buckets}
+    for start in range(0, v.size, _SLICE):  # one more pass: who is in those buckets
+        part = slice(start, start + _SLICE)
+        digits = _digits(v[part], shift, width)
+        for bucket, inside in members.items():
+            np.equal(digits, bucket, out=inside[part])
     out = np.empty(positions.shape)
-    for bucket in np.unique(where).tolist():
+    for bucket in buckets:
+        inside = members.pop(bucket)  # (freed as soon as searched)
         mine = where == bucket
-        k = bucket // 2
-        if bucket % 2:
-            out[mine] = edges[k]
+        first = int(np.argmax(inside))
+        if level + 1 == len(_LEVELS):  # every key bit used: one value in the bucket
+            out[mine] = v[first]
             continue
-        inside = v < edges[k] if k < edges.size else v > edges[-1]
-        if 0 < k < edges.size:
-            inside &= v > edges[k - 1]
         before = float(running[bucket - 1]) if bucket > 0 else 0.0
-        out[mine] = _values_at(v[inside], w[inside], positions[mine] - before)
+        out[mine] = _values_at(v[inside], w[inside], positions[mine] - before, level + 1)
     return out
 
 
-def _buckets(edges: FloatArray, x: FloatArray) -> npt.NDArray[np.intp]:
-    """Each value's bucket (``_values_at``): 2k below edge k (and above k - 1), 2k + 1 on it."""
-    k = np.searchsorted(edges, x)  # the first edge >= x
-    on_edge = edges[np.minimum(k, edges.size - 1)] == x
-    k *= 2
-    k += on_edge
-    return k
+# (shift, width) of the key bits each level buckets by: 2**20 buckets first
+# (~0.3 % of an octave each, so even a tight distribution spreads out).
+_LEVELS = ((44, 20), (28, 16), (12, 16), (0, 12))
+_SIGN = np.uint64(1 << 63)
+
+
+def _digits(x: FloatArray, shift: int, width: int) -> npt.NDArray[np.intp]:
+    """Bits ``shift .. shift + width`` of each value's key, a uint64 ordered as the floats."""
+    bits = x.view(np.uint64)
+    negative = bits >= _SIGN
+    # Positive floats: set the sign bit; negative ones: flip every bit.
+    key = bits ^ np.where(negative, np.uint64(0xFFFF_FFFF_FFFF_FFFF), _SIGN)
+    key >>= np.uint64(shift)
+    key &= np.uint64((1 << width) - 1)
+    return key.astype(np.intp)
 
 
 def percentile_label(p: float) -> str:

@@ -1,0 +1,183 @@
+"""The step log by runs (``sim.engine.steplog``, ``sim.engine.step_runs``).
+
+It must expand to exactly the rows a log of one row per step held: checked
+against such a log, kept here as the reference, for random sequences of
+``add_step`` and ``add_decode_run``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.engine.step_runs import STEP_COLUMNS, StepRuns, StepTable
+from sim.engine.steplog import StepLog
+
+Row = tuple[float, float, int, int, int, int]
+
+
+class RowLog:
+    """The former step log: one row per step, a run written as k rows."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+
+    def add_step(self, start_s: float, end_s: float, *counts: int) -> None:
+        prefill, decode, itl, outputs = counts
+        self.rows.append((start_s, end_s, prefill, decode, itl, outputs))
+
+    def add_decode_run(
+        self, start_s: float, ends_s: list[float], num_decode_seqs: int, num_itl_tokens: int
+    ) -> None:
+        if not ends_s:  # (the former log wrote a lone start here; the engine never asks)
+            return
+        starts = [start_s, *ends_s[:-1]]
+        for start, end in zip(starts, ends_s, strict=True):
+            self.rows.append((start, end, 0, num_decode_seqs, num_itl_tokens, num_itl_tokens))
+
+    def frame(self) -> pd.DataFrame:
+        columns = list(zip(*self.rows, strict=True)) or [[] for _ in STEP_COLUMNS]
+        return pd.DataFrame(
+            {
+                name: np.asarray(values, dtype=dtype)
+                for (name, dtype), values in zip(STEP_COLUMNS.items(), columns, strict=True)
+            }
+        )
+
+
+counts = st.integers(0, 1000)
+durations = st.floats(1e-4, 1.0)
+# An action: ("step", gap before it, duration, 4 counts) or ("run", gap, durations, 2 counts).
+actions = st.lists(
+    st.one_of(
+        st.tuples(st.just("step"), st.floats(0, 1), durations, st.tuples(*[counts] * 4)),
+        st.tuples(
+            st.just("run"),
+            st.floats(0, 1),
+            st.lists(durations, min_size=0, max_size=8),
+            st.tuples(counts, counts),
+        ),
+    ),
+    max_size=30,
+)
+
+
+def play(script: list[tuple], logs: list) -> None:  # type: ignore[type-arg]
+    """Feed the same actions to every log, with times as an engine makes them."""
+    now_s = 0.0
+    for kind, gap_s, durations_s, numbers in script:
+        start_s = now_s + gap_s
+        if kind == "step":
+            now_s = start_s + durations_s
+            for log in logs:
+                log.add_step(start_s, now_s, *numbers)
+        else:
+            ends = list(start_s + np.cumsum(durations_s)) if durations_s else []
+            for log in logs:
+                log.add_decode_run(start_s, list(ends), *numbers)
+            now_s = ends[-1] if ends else start_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(script=actions)
+def test_the_compact_log_expands_to_the_rows_of_a_row_per_step_log(script: list[tuple]) -> None:  # type: ignore[type-arg]
+    log, rows = StepLog(), RowLog()
+    play(script, [log, rows])
+    got, want = log.frame(), rows.frame()
+    assert log.num_rows == len(want)
+    assert list(got.columns) == list(STEP_COLUMNS)
+    assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    runs = log.runs(replica=3)
+    for name in ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs"):
+        assert runs.total(name) == int(want[name].sum())
+    # One segment per add_step and per non-empty run.
+    assert runs.segments["start_s"].size == sum(
+        1 for kind, _, d, _ in script if kind == "step" or d
+    )
+
+
+def test_a_run_is_one_segment_whose_steps_start_where_the_last_ended() -> None:
+    log = StepLog()
+    log.add_step(0.0, 1.0, 16, 0, 0, 1)
+    log.add_decode_run(1.0, [1.5, 2.25, 3.0], 1, 1)
+    runs = log.runs()
+    assert runs.segments["num_steps"].tolist() == [1, 3]
+    assert runs.segments["start_s"].tolist() == [0.0, 1.0]
+    assert runs.end_s.tolist() == [1.0, 1.5, 2.25, 3.0]
+    assert runs.column("start_s").tolist() == [0.0, 1.0, 1.5, 2.25]
+    assert runs.column("num_prefill_tokens").tolist() == [16, 0, 0, 0]
+    assert runs.column("num_outputs").tolist() == [1, 1, 1, 1]
+    assert runs.total("num_decode_seqs") == 3
+
+
+def test_an_empty_run_logs_nothing() -> None:
+    log = StepLog()
+    log.add_decode_run(0.5, [], 4, 4)
+    assert log.num_rows == 0
+    assert log.runs().segments["start_s"].size == 0
+    assert len(log.frame()) == 0
+
+
+def test_the_views_share_memory_with_the_log() -> None:
+    log = StepLog()
+    log.add_step(0.0, 1.0, 1, 0, 0, 1)
+    runs = log.runs()
+    assert not runs.end_s.flags.owndata
+    assert np.shares_memory(runs.end_s, log.frame()["end_s"].to_numpy())
+
+
+def test_unknown_columns_and_replicas_are_errors() -> None:
+    runs = StepLog().runs()
+    with pytest.raises(KeyError, match="no step column 'bogus'"):
+        runs.column("bogus")
+    with pytest.raises(KeyError, match="no steps of replica 5"):
+        StepTable((runs,)).part(5)
+    with pytest.raises(ValueError, match="2 delivery times for 0 steps"):
+        runs.with_delivered(np.zeros(2))
+
+
+def two_replicas() -> StepTable:
+    a, b = StepLog(), StepLog()
+    a.add_step(0.0, 1.0, 8, 0, 0, 1)
+    a.add_decode_run(1.0, [2.0, 3.0], 1, 1)
+    b.add_step(0.5, 0.75, 4, 0, 0, 1)
+    return StepTable((a.runs(0), b.runs(1)))
+
+
+def test_a_table_expands_replica_after_replica_with_a_replica_column() -> None:
+    table = two_replicas()
+    frame = table.frame()
+    assert list(frame.columns) == [*STEP_COLUMNS, "replica"]
+    assert frame["replica"].dtype == np.int32
+    assert frame["replica"].tolist() == [0, 0, 0, 1]
+    assert frame["end_s"].tolist() == [1.0, 2.0, 3.0, 0.75]
+    assert frame.index.tolist() == [0, 1, 2, 3]
+    assert table.num_steps == 4
+    assert table.total("num_prefill_tokens") == 12
+    assert table.part(1).end_s.tolist() == [0.75]
+
+
+def test_delivery_times_come_last_in_the_frame() -> None:
+    table = two_replicas()
+    delivered = StepTable(tuple(part.with_delivered(part.end_s + 0.125) for part in table.parts))
+    frame = delivered.frame()
+    assert list(frame.columns) == [*STEP_COLUMNS, "replica", "delivered_s"]
+    assert frame["delivered_s"].tolist() == [1.125, 2.125, 3.125, 0.875]
+    assert delivered.part(0).column("delivered_s").tolist() == [1.125, 2.125, 3.125]
+
+
+def test_an_empty_table_has_the_columns_and_dtypes() -> None:
+    frame = StepTable(()).frame()
+    assert len(frame) == 0
+    assert list(frame.columns) == [*STEP_COLUMNS, "replica"]
+    assert frame["num_itl_tokens"].dtype == np.int32
+
+
+def test_step_runs_are_frozen() -> None:
+    runs: StepRuns = StepLog().runs()
+    with pytest.raises(AttributeError):
+        runs.replica = 2  # type: ignore[misc]
