@@ -8,6 +8,8 @@ several-replica ``StepTable`` and on its ``frame()``: the same numbers, to the b
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -34,7 +36,7 @@ segment = st.tuples(
 replica_script = st.lists(segment, max_size=12)
 
 
-def build(scripts: list[list[tuple]]) -> StepTable:  # type: ignore[type-arg]
+def build(scripts: list[list[tuple[Any, ...]]]) -> StepTable:
     parts = []
     for replica, script in enumerate(scripts):
         log = StepLog()
@@ -56,7 +58,7 @@ frontends = st.sampled_from([(0.0, 0.0), (1e-4, 1e-5), (2e-3, 5e-4), (0.02, 0.01
 @settings(max_examples=150, deadline=None)
 @given(scripts=st.lists(replica_script, min_size=1, max_size=3), frontend=frontends)
 def test_delivery_and_itl_on_the_table_equal_those_on_its_frame(
-    scripts: list[list[tuple]],  # type: ignore[type-arg]
+    scripts: list[list[tuple[Any, ...]]],
     frontend: tuple[float, float],
 ) -> None:
     table = build(scripts)
@@ -149,3 +151,20 @@ def test_token_times_from_the_table_equal_those_from_its_frame() -> None:
         a = request_token_times_s(table, first_s, count, later, replica, prefill)
         b = request_token_times_s(frame, first_s, count, later, replica, prefill)
         assert a.tobytes() == b.tobytes() and a.size == count
+
+
+def test_a_lagging_frontend_stores_only_the_lagged_steps() -> None:
+    # Steps of 10 ms with 8 outputs, the frontend needs 2 + 8 * 1 ms = 10 ms each: it
+    # keeps up; then a burst of 1 ms steps it cannot follow (a busy period).
+    scripts = [[(0.01, [0.01] * 5, 0, 8, 8, 0.0), (0.001, [0.001] * 5, 0, 8, 8, 0.5)]]
+    table = build(scripts)
+    delivered = deliver(table, 0.002, 0.001)
+    delivery = delivered.part(0).delivery
+    assert delivery is not None
+    lagged = delivery.lagged_steps.tolist()
+    assert lagged and lagged[0] >= 6  # none among the first six steps
+    expected = add_delivery(table.frame(), 0.002, 0.001)
+    pd.testing.assert_frame_equal(delivered.frame(), expected, check_exact=True)
+    # A frontend that keeps up stores no exception.
+    easy = deliver(table, 1e-5, 1e-6).part(0).delivery
+    assert easy is not None and easy.lagged_steps.size == 0

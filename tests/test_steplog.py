@@ -7,13 +7,15 @@ against such a log, kept here as the reference, for random sequences of
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.step_runs import STEP_COLUMNS, StepRuns, StepTable
+from sim.engine.step_runs import STEP_COLUMNS, Delivered, StepRuns, StepTable
 from sim.engine.steplog import StepLog
 
 Row = tuple[float, float, int, int, int, int]
@@ -39,7 +41,8 @@ class RowLog:
             self.rows.append((start, end, 0, num_decode_seqs, num_itl_tokens, num_itl_tokens))
 
     def frame(self) -> pd.DataFrame:
-        columns = list(zip(*self.rows, strict=True)) or [[] for _ in STEP_COLUMNS]
+        columns: list[tuple[Any, ...]] = list(zip(*self.rows, strict=True))
+        columns = columns or [() for _ in STEP_COLUMNS]
         return pd.DataFrame(
             {
                 name: np.asarray(values, dtype=dtype)
@@ -65,7 +68,7 @@ actions = st.lists(
 )
 
 
-def play(script: list[tuple], logs: list) -> None:  # type: ignore[type-arg]
+def play(script: list[tuple[Any, ...]], logs: list[Any]) -> None:
     """Feed the same actions to every log, with times as an engine makes them."""
     now_s = 0.0
     for kind, gap_s, durations_s, numbers in script:
@@ -83,7 +86,9 @@ def play(script: list[tuple], logs: list) -> None:  # type: ignore[type-arg]
 
 @settings(max_examples=200, deadline=None)
 @given(script=actions)
-def test_the_compact_log_expands_to_the_rows_of_a_row_per_step_log(script: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_the_compact_log_expands_to_the_rows_of_a_row_per_step_log(
+    script: list[tuple[Any, ...]],
+) -> None:
     log, rows = StepLog(), RowLog()
     play(script, [log, rows])
     got, want = log.frame(), rows.frame()
@@ -136,8 +141,6 @@ def test_unknown_columns_and_replicas_are_errors() -> None:
         runs.column("bogus")
     with pytest.raises(KeyError, match="no steps of replica 5"):
         StepTable((runs,)).part(5)
-    with pytest.raises(ValueError, match="2 delivery times for 0 steps"):
-        runs.with_delivered(np.zeros(2))
 
 
 def two_replicas() -> StepTable:
@@ -163,11 +166,23 @@ def test_a_table_expands_replica_after_replica_with_a_replica_column() -> None:
 
 def test_delivery_times_come_last_in_the_frame() -> None:
     table = two_replicas()
-    delivered = StepTable(tuple(part.with_delivered(part.end_s + 0.125) for part in table.parts))
+    # Every step has one output: delivered 0.125 s after its end, 0.0625 s for the output.
+    rule = Delivered(step_s=0.125, per_output_s=0.0625)
+    delivered = StepTable(tuple(part.with_delivery(rule) for part in table.parts))
     frame = delivered.frame()
     assert list(frame.columns) == [*STEP_COLUMNS, "replica", "delivered_s"]
-    assert frame["delivered_s"].tolist() == [1.125, 2.125, 3.125, 0.875]
-    assert delivered.part(0).column("delivered_s").tolist() == [1.125, 2.125, 3.125]
+    assert frame["delivered_s"].tolist() == [1.1875, 2.1875, 3.1875, 0.9375]
+    assert delivered.part(0).column("delivered_s").tolist() == [1.1875, 2.1875, 3.1875]
+
+
+def test_lagged_steps_keep_their_own_times() -> None:
+    rule = Delivered(0.5, 0.25, np.array([1, 3]), np.array([7.0, 9.0]))
+    ends = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    outputs = np.array([1, 2, 0, 1, 4], dtype=np.int32)
+    got = rule.times_s(ends, outputs)
+    np.testing.assert_array_equal(got, [0.75, 7.0, np.nan, 9.0, 5.5])
+    # A block from step 2 on: only the exceptions inside it apply, shifted.
+    np.testing.assert_array_equal(rule.times_s(ends[2:], outputs[2:], 2), [np.nan, 9.0, 5.5])
 
 
 def test_an_empty_table_has_the_columns_and_dtypes() -> None:

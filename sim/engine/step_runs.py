@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import pandas as pd
 from sim.engine.columns import Columns
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 # One row per step once expanded (the dtypes of ``frame()``).
 STEP_COLUMNS = {
@@ -46,17 +47,47 @@ COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num
 
 
 @dataclass(frozen=True)
+class Delivered:
+    """When each step's outputs reached the client (``sim.serving.frontend``): a rule
+    and its exceptions, not a time per step.
+
+    A step the frontend finds idle is delivered at its end plus
+    ``step_s + per_output_s * num_outputs``; only the steps of stretches where
+    it lagged are listed (``lagged_steps``, in order) with their times.
+    """
+
+    step_s: float
+    per_output_s: float
+    lagged_steps: IntArray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    lagged_s: FloatArray = field(default_factory=lambda: np.empty(0))
+
+    def times_s(
+        self, end_s: FloatArray, num_outputs: npt.NDArray[np.integer], first_step: int = 0
+    ) -> FloatArray:
+        """Delivery times of consecutive steps from ``first_step`` (NaN: no output)."""
+        out = np.full(end_s.shape, np.nan)
+        has = num_outputs > 0
+        # The frontend's own formula, to the bit (sim.serving.frontend).
+        done = self.step_s + self.per_output_s * num_outputs[has].astype(np.int64)
+        done += end_s[has]
+        out[has] = done
+        lo, hi = np.searchsorted(self.lagged_steps, [first_step, first_step + end_s.size])
+        out[self.lagged_steps[lo:hi] - first_step] = self.lagged_s[lo:hi]
+        return out
+
+
+@dataclass(frozen=True)
 class StepRuns:
     """One replica's steps: ``end_s`` per step, the rest per segment.
 
-    ``delivered_s``, when set, is when each step's outputs reached the client
-    (NaN: none), per step (``sim.serving.frontend``).
+    ``delivery``, when set, says when each step's outputs reached the client
+    (``delivered_s`` of ``frame()``).
     """
 
     end_s: FloatArray
     segments: dict[str, npt.NDArray[Any]]
     replica: int = 0
-    delivered_s: FloatArray | None = None
+    delivery: Delivered | None = None
 
     @classmethod
     def of(cls, ends_s: array[float], segments: Columns, replica: int = 0) -> StepRuns:
@@ -71,18 +102,16 @@ class StepRuns:
     def num_steps(self) -> int:
         return int(self.end_s.size)
 
-    def with_delivered(self, delivered_s: FloatArray) -> StepRuns:
-        """The same steps with each one's client delivery time."""
-        if delivered_s.shape != self.end_s.shape:
-            raise ValueError(f"{delivered_s.size} delivery times for {self.num_steps} steps")
-        return dataclasses.replace(self, delivered_s=delivered_s)
+    def with_delivery(self, delivery: Delivered) -> StepRuns:
+        """The same steps with their client delivery times."""
+        return dataclasses.replace(self, delivery=delivery)
 
     def column(self, name: str) -> npt.NDArray[Any]:
         """One column of ``frame()``, one entry per step (a view for ``end_s``)."""
         if name == "end_s":
             return self.end_s
-        if name == "delivered_s" and self.delivered_s is not None:
-            return self.delivered_s
+        if name == "delivered_s" and self.delivery is not None:
+            return self.delivery.times_s(self.end_s, self.column("num_outputs"))
         num_steps = self.segments["num_steps"]
         if name == "start_s":
             # Within a segment a step starts where the one before ended.
@@ -107,8 +136,8 @@ class StepRuns:
         columns = {name: self.column(name) for name in STEP_COLUMNS}
         if with_replica:
             columns["replica"] = np.full(self.num_steps, self.replica, dtype=np.int32)
-        if self.delivered_s is not None:
-            columns["delivered_s"] = self.delivered_s
+        if self.delivery is not None:
+            columns["delivered_s"] = self.column("delivered_s")
         return pd.DataFrame(columns, copy=False)
 
 

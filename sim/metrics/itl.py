@@ -2,7 +2,8 @@
 
 A step log may hold tens of millions of steps. The compact log of a run
 (``sim.engine.step_runs.StepTable``) is read a block of segments at a time,
-so the only arrays its length are the (gap, weight) pairs themselves; an
+delivery times included, so the only arrays its length are the (gap,
+weight) pairs themselves; an
 expanded one (a ``DataFrame``, e.g. a measured run's) is read whole. Both give
 the same pairs in the same order (step order, then ``extra_itl_s``), hence
 the same statistics to the bit.
@@ -98,16 +99,16 @@ def _blocks(steps: StepTable) -> Iterator[tuple[FloatArray, IntArray, npt.NDArra
     for part in steps.parts:
         step = 0
         # Without delivery times (the engine's own log): each step's duration.
-        all_delivered = part.delivered_s
-        starts = part.column("start_s") if all_delivered is None else None
-        for counts in _count_blocks(part):
+        delivery = part.delivery
+        starts = part.column("start_s") if delivery is None else None
+        for counts, outputs in _count_blocks(part):
             stop = step + counts.size
-            if all_delivered is None:
+            if delivery is None:
                 assert starts is not None
                 gaps = part.end_s[step:stop] - starts[step:stop]
                 used = counts > 0
             else:
-                delivered = all_delivered[step:stop]
+                delivered = delivery.times_s(part.end_s[step:stop], outputs, step)
                 gaps = np.empty(counts.size)
                 np.subtract(delivered[1:], delivered[:-1], out=gaps[1:])
                 gaps[0] = 0.0 if previous_s is None else delivered[0] - previous_s
@@ -118,9 +119,14 @@ def _blocks(steps: StepTable) -> Iterator[tuple[FloatArray, IntArray, npt.NDArra
             step = stop
 
 
-def _count_blocks(part: StepRuns) -> Iterator[IntArray]:
-    """``num_itl_tokens`` of each step, expanded a block of segments at a time."""
-    counts, num_steps = part.segments["num_itl_tokens"], part.segments["num_steps"]
+def _count_blocks(part: StepRuns) -> Iterator[tuple[IntArray, IntArray]]:
+    """``num_itl_tokens`` and ``num_outputs`` of each step, a block of segments at a time."""
+    segments = part.segments
+    counts, outputs = segments["num_itl_tokens"], segments["num_outputs"]
+    num_steps = segments["num_steps"]
     for start in range(0, counts.size, _SEGMENTS_PER_BLOCK):
         block = slice(start, start + _SEGMENTS_PER_BLOCK)
-        yield np.repeat(counts[block], num_steps[block])
+        yield (
+            np.repeat(counts[block], num_steps[block]),
+            np.repeat(outputs[block], num_steps[block]),
+        )

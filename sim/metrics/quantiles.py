@@ -22,7 +22,7 @@ FloatArray = npt.NDArray[np.float64]
 Summary = dict[str, float | int | None]
 
 _DIRECT = 1 << 16  # at most this many pairs: sorted outright
-_SLICE = 1 << 20  # pairs per slice of a pass (bounds its temporaries to ~20 MB)
+_SLICE = 1 << 19  # pairs per slice of a pass (bounds its temporaries to ~15 MB)
 
 
 def weighted_quantiles(
@@ -98,24 +98,30 @@ def _values_at(v: FloatArray, w: FloatArray, positions: FloatArray, level: int =
         digits = _digits(v[part], shift, width)
         bucket_weights += np.bincount(digits, weights=w[part], minlength=bucket_weights.size)
     running = np.cumsum(bucket_weights)
-    where = np.minimum(np.searchsorted(running, positions, side="right"), running.size - 1)
+    where = np.searchsorted(running, positions, side="right")
+    # (Only real weights' rounding can put a position past the last bucket with weight.)
+    where = np.minimum(where, int(np.flatnonzero(bucket_weights)[-1]))
     buckets = np.unique(where).tolist()
-    members = {bucket: np.empty(v.size, dtype=bool) for bucket in buckets}
-    for start in range(0, v.size, _SLICE):  # one more pass: who is in those buckets
+    pieces: dict[int, list[tuple[FloatArray, FloatArray]]] = {bucket: [] for bucket in buckets}
+    for start in range(0, v.size, _SLICE):  # one more pass: the pairs in those buckets
         part = slice(start, start + _SLICE)
         digits = _digits(v[part], shift, width)
-        for bucket, inside in members.items():
-            np.equal(digits, bucket, out=inside[part])
+        for bucket, chunks in pieces.items():
+            inside = digits == bucket
+            if inside.any():
+                chunks.append((v[part][inside], w[part][inside]))
     out = np.empty(positions.shape)
     for bucket in buckets:
-        inside = members.pop(bucket)  # (freed as soon as searched)
+        chunks = pieces.pop(bucket)
         mine = where == bucket
-        first = int(np.argmax(inside))
         if level + 1 == len(_LEVELS):  # every key bit used: one value in the bucket
-            out[mine] = v[first]
+            out[mine] = chunks[0][0][0]
             continue
+        sub_v = np.concatenate([values for values, _ in chunks])
+        sub_w = np.concatenate([weights for _, weights in chunks])
+        del chunks
         before = float(running[bucket - 1]) if bucket > 0 else 0.0
-        out[mine] = _values_at(v[inside], w[inside], positions[mine] - before, level + 1)
+        out[mine] = _values_at(sub_v, sub_w, positions[mine] - before, level + 1)
     return out
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from sim.engine.step_runs import StepTable
+from sim.engine.step_runs import Delivered, StepTable
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -75,9 +75,9 @@ def _deliver_unlagged(
     outputs: npt.NDArray[np.integer],
     step_s: float,
     per_output_s: float,
-    delivered: FloatArray,
+    delivered: FloatArray | None,
 ) -> bool:
-    """Fill ``delivered`` if the frontend never lags; return whether it never does.
+    """Fill ``delivered`` (if given) if the frontend never lags; return whether it never does.
 
     The usual case (the frontend's work per step is far below a step): each
     step with output is delivered at its end plus its cost, the same numbers as
@@ -97,7 +97,8 @@ def _deliver_unlagged(
         done += arrive  # arrive + cost: IEEE addition commutes, so the same bits
         if arrive[0] < previous_done_s or bool((arrive[1:] < done[:-1]).any()):
             return False
-        delivered[start:stop][has] = done
+        if delivered is not None:
+            delivered[start:stop][has] = done
         previous_done_s = float(done[-1])
     return True
 
@@ -155,15 +156,22 @@ def add_delivery(steps: pd.DataFrame, step_s: float, per_output_s: float) -> pd.
 
 
 def deliver(steps: StepTable, step_s: float, per_output_s: float) -> StepTable:
-    """Every replica's steps with their ``delivered_s`` (``delivery_s``, replica by replica)."""
-    return StepTable(
-        tuple(
-            part.with_delivered(
-                delivery_s(part.end_s, part.column("num_outputs"), step_s, per_output_s)
-            )
-            for part in steps.parts
-        )
-    )
+    """Every replica's steps with their delivery times (``delivery_s``, replica by replica).
+
+    Stored as the rule for a frontend found idle plus the steps where it lagged
+    (``Delivered``): usually none, so nothing the length of the log is kept.
+    """
+    parts = []
+    for part in steps.parts:
+        outputs = part.column("num_outputs")
+        rule = Delivered(step_s, per_output_s)
+        if not _deliver_unlagged(part.end_s, outputs, step_s, per_output_s, None):
+            exact = delivery_s(part.end_s, outputs, step_s, per_output_s)
+            by_rule = rule.times_s(part.end_s, outputs)
+            lagged = np.flatnonzero((exact != by_rule) & ~np.isnan(by_rule))
+            rule = Delivered(step_s, per_output_s, lagged, exact[lagged])
+        parts.append(part.with_delivery(rule))
+    return StepTable(tuple(parts))
 
 
 def _replicas(steps: pd.DataFrame) -> npt.NDArray[np.integer]:
@@ -185,9 +193,9 @@ class Delivery:
         parts: list[tuple[int, FloatArray, FloatArray]] = []
         if isinstance(steps, StepTable):
             for part in steps.parts:
-                if part.delivered_s is None:
+                if part.delivery is None:
                     raise ValueError(f"replica {part.replica}'s steps have no delivery times")
-                parts.append((part.replica, part.end_s, part.delivered_s))
+                parts.append((part.replica, part.end_s, part.column("delivered_s")))
         else:
             ends = steps["end_s"].to_numpy(dtype=np.float64)
             delivered = steps["delivered_s"].to_numpy(dtype=np.float64)
