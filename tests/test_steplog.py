@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.engine import step_runs
 from sim.engine.step_runs import STEP_COLUMNS, Delivered, StepRuns, StepTable
 from sim.engine.steplog import StepLog
 
@@ -196,3 +197,14 @@ def test_step_runs_are_frozen() -> None:
     runs: StepRuns = StepLog().runs()
     with pytest.raises(AttributeError):
         runs.replica = 2  # type: ignore[misc]
+
+
+def test_delivery_times_by_slices_equal_those_in_one_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(5)
+    ends = np.cumsum(rng.random(50) * 0.01)
+    outputs = rng.integers(0, 4, 50).astype(np.int32)
+    rule = Delivered(1e-3, 3e-4, np.array([4, 31]), np.array([1.0, 2.0]))
+    whole = rule.times_s(ends, outputs)
+    monkeypatch.setattr(step_runs, "_SLICE_STEPS", 7)
+    assert rule.times_s(ends, outputs).tobytes() == whole.tobytes()
+    assert np.isnan(whole[outputs == 0]).all() and whole[31] == 2.0

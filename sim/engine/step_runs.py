@@ -43,6 +43,7 @@ SEGMENT_COLUMNS = {
     "num_itl_tokens": "i4",
     "num_outputs": "i4",
 }
+_SLICE_STEPS = 1 << 20  # steps per slice when delivery times are worked out (~40 MB)
 COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
 
 
@@ -66,11 +67,14 @@ class Delivered:
     ) -> FloatArray:
         """Delivery times of consecutive steps from ``first_step`` (NaN: no output)."""
         out = np.full(end_s.shape, np.nan)
-        has = num_outputs > 0
-        # The frontend's own formula, to the bit (sim.serving.frontend).
-        done = self.step_s + self.per_output_s * num_outputs[has].astype(np.int64)
-        done += end_s[has]
-        out[has] = done
+        for start in range(0, end_s.size, _SLICE_STEPS):  # (temporaries of a slice only)
+            part = slice(start, start + _SLICE_STEPS)
+            outputs = num_outputs[part]
+            has = outputs > 0
+            # The frontend's own formula, to the bit (sim.serving.frontend).
+            done = self.step_s + self.per_output_s * outputs[has].astype(np.int64)
+            done += end_s[part][has]
+            out[part][has] = done
         lo, hi = np.searchsorted(self.lagged_steps, [first_step, first_step + end_s.size])
         out[self.lagged_steps[lo:hi] - first_step] = self.lagged_s[lo:hi]
         return out
