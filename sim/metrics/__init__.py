@@ -1,6 +1,7 @@
 """Metrics and reports: latencies as ``vllm bench serve`` defines them, SLOs, plots.
 
-``stats`` (per-request TTFT/TPOT/ITL/E2EL, percentiles, goodput, the summary),
+``stats`` (per-request TTFT/TPOT/ITL/E2EL, percentiles, goodput, the summary;
+``itl`` and ``quantiles`` hold its inter-token gaps and weighted statistics),
 ``slo_targets`` (SLO expressions), ``report`` (the summary table and output
 files), ``plots`` and ``analytic`` (textbook queueing formulas to check
 against), ``lifecycle`` (each request's phases as spans), ``waterfall`` (the
