@@ -6,7 +6,8 @@ one step computes), ``core`` (queues and the bookkeeping after a step),
 ``kv_pool``, ``prefix_cache`` and ``block_keys`` (paged KV blocks, vLLM's
 prefix cache and free-block queue, block identities),
 ``swap`` (CPU swap space), ``steplog``/``step_runs``/``columns``/``tokens``
-(the step log, stored by runs, and the token times derived from it), ``records`` (the per-request table),
+(the step log, stored by runs, and the token times derived from it),
+``records`` (the per-request table),
 ``policies/`` (one module per scheduling policy), ``speculative``,
 ``core_config`` (what a core is built from, for both executors) and
 ``lifecycle`` (an opt-in recorder of the first requests' prefill chunks and
