@@ -1,0 +1,298 @@
+"""``servesim run``'s figures, drawn in a second process (issue 16: instant small runs).
+
+The figures cost more than the simulation of a small run: importing matplotlib
+and drawing three PNGs. ``FigureWorker.start`` forks a process that imports
+matplotlib while this one simulates; after the summary is printed, ``submit``
+hands it the figures' data (pickled through a pipe) and it draws them while this
+process writes the tables; ``finish`` waits for it. Each of the two processes
+takes one core of a two-core machine.
+
+An error in the worker is not lost: it reaches ``finish`` as one line (exception
+type, message, file and line) and raises ``FigureError``, or ``ConfigError`` for
+a user error, as drawing in this process would. A worker killed by a signal
+(out of memory, say) is reported too. The command never exits before the
+worker: ``close`` (``with`` exit) waits for a worker that was handed a job, and
+ends one that never was (it has written nothing).
+
+Only on Linux: elsewhere a fork without exec is unsafe (macOS system libraries)
+or missing (Windows), and ``start`` returns None: draw in this process instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import sys
+import threading
+import traceback
+import warnings
+from pathlib import Path
+from types import TracebackType
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.metrics.report import FigureJob
+
+_CHUNK_BYTES = 1 << 16  # a pipe's buffer on Linux
+
+
+class FigureError(RuntimeError):
+    """The figure process failed: its one-line error, or the signal that ended it."""
+
+
+def forking_supported() -> bool:
+    """Whether figures may be drawn in a forked process here (Linux only)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything written to the pipe ``fd`` until its writer closes it."""
+    chunks = []
+    while chunk := os.read(fd, _CHUNK_BYTES):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` and close it; a reader that is gone is ignored."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BrokenPipeError:
+        pass  # the worker died: finish() reports how
+    finally:
+        os.close(fd)
+
+
+def describe(error: BaseException) -> str:
+    """``error`` in one line: its type and message, and where it was raised."""
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        text += f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return " ".join(text.split())
+
+
+Reply = dict[str, Any]  # {"paths": [...]} or {"error": "one line", "config_error": bool}
+
+
+def draw_reply(job: FigureJob, names: Sequence[str] | None = None) -> Reply:
+    """Draw ``job``'s figures (those of ``names``); the reply: their paths, or the error."""
+    from sim.metrics.report import draw_figures
+
+    try:
+        return {"paths": [str(path) for path in draw_figures(job, names)]}
+    except ConfigError as error:
+        return {"error": str(error), "config_error": True}
+    except Exception as error:
+        return {"error": describe(error)}
+
+
+def reply_of(reply_bytes: bytes, status: int) -> Reply:
+    """A process's reply, or an error reply when it sent none or died (``status`` of waitpid)."""
+    reply: Reply = json.loads(reply_bytes) if reply_bytes else {}
+    if "error" in reply:
+        return reply
+    if os.WIFSIGNALED(status):
+        return {"error": f"killed by {signal.Signals(os.WTERMSIG(status)).name}"}
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0 or "paths" not in reply:
+        return {"error": f"exited with status {code} and no figures"}
+    return reply
+
+
+def _fork() -> int:
+    sys.stdout.flush()  # else the child holds a copy of unwritten output
+    sys.stderr.flush()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns on forking with threads running: numpy's BLAS
+        # pool, idle, and reset in the child by OpenBLAS's own fork handler.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def _exit_with(work: Callable[[], Reply | None], reply_fd: int) -> NoReturn:
+    """In a forked child: run ``work``, send its reply, exit (never returns).
+
+    ``os._exit``: the copy of the caller must run none of its code or exit
+    handlers, nor flush its buffers a second time.
+    """
+    code = 1
+    try:
+        reply = work()
+        if reply is not None:
+            _write_all(reply_fd, json.dumps(reply).encode())
+        code = 0 if reply is None or "paths" in reply else 1
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException as error:
+        try:
+            _write_all(reply_fd, json.dumps({"error": describe(error)}).encode())
+        except OSError:
+            pass  # the reply was already sent: the exit status tells the rest
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def draw_in_processes(job: FigureJob) -> Reply:
+    """Draw ``job``'s figures in two processes (this one and a fork of it); one reply.
+
+    The fork draws the last figure, this process the others: on two cores (the
+    parent is idle once its tables are written) that takes about half the time.
+    """
+    from sim.metrics.report import figure_names
+
+    names = figure_names(job)
+    reply_read, reply_write = os.pipe()
+    pid = _fork()
+    if pid == 0:  # pragma: no cover (the helper; tested through the parent)
+        os.close(reply_read)
+        _exit_with(lambda: draw_reply(job, names[-1:]), reply_write)
+    os.close(reply_write)
+    replies = [draw_reply(job, names[:-1])]
+    reply_bytes = _read_all(reply_read)
+    os.close(reply_read)
+    replies.append(reply_of(reply_bytes, os.waitpid(pid, 0)[1]))
+    errors = [reply for reply in replies if "error" in reply]
+    if errors:
+        return errors[0]
+    return {"paths": [path for reply in replies for path in reply["paths"]]}
+
+
+# Niceness of the thread that imports matplotlib while the parent simulates.
+IMPORT_NICENESS = 10
+
+
+def _import_matplotlib() -> None:
+    """Import what the figures need and draw a first one, at a low priority
+    (this thread only, on Linux).
+
+    It runs while the parent simulates: on a busy machine the parent's summary
+    comes first, on an idle one this takes the spare core all the same. The
+    helper forked to draw inherits the warm caches (fonts, text layouts).
+    """
+    try:
+        os.nice(IMPORT_NICENESS)
+    except OSError:
+        pass  # not allowed: import at the usual priority
+    try:
+        import sim.metrics.waterfall  # noqa: F401
+        from sim.metrics.plots import warm_up
+
+        warm_up()
+    except Exception:
+        pass  # drawing imports them again, and reports the error
+
+
+def _serve(job_fd: int) -> Reply | None:
+    """The worker: import matplotlib, wait for the job, draw it; None when there is none.
+
+    The import runs in a thread of its own, so that the drawing, here, keeps
+    the usual priority; an import error shows again when the drawing imports.
+    """
+    importer = threading.Thread(target=_import_matplotlib, daemon=True)
+    importer.start()
+    job_bytes = _read_all(job_fd)
+    importer.join()
+    if not job_bytes:  # the parent closed without a job: nothing to draw
+        return None
+    return draw_in_processes(pickle.loads(job_bytes))
+
+
+class FigureWorker:
+    """A forked process that draws one ``FigureJob``; use as a context manager."""
+
+    def __init__(self, pid: int, job_fd: int, reply_fd: int) -> None:
+        self.pid = pid
+        self._job_fd: int | None = job_fd
+        self._reply_fd: int | None = reply_fd
+        self._sender: threading.Thread | None = None
+        self._reaped = False
+
+    @classmethod
+    def start(cls) -> FigureWorker | None:
+        """Fork the worker (it starts importing matplotlib); None where forking is unsupported."""
+        if not forking_supported():
+            return None
+        job_read, job_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        pid = _fork()
+        if pid == 0:  # pragma: no cover (the child; its work is tested through the parent)
+            os.close(job_write)
+            os.close(reply_read)
+            _exit_with(lambda: _serve(job_read), reply_write)
+        os.close(job_read)
+        os.close(reply_write)
+        return cls(pid, job_write, reply_read)
+
+    def submit(self, job: FigureJob) -> None:
+        """Hand ``job`` to the worker; returns at once (a thread feeds the pipe)."""
+        if self._job_fd is None:
+            raise RuntimeError("FigureWorker: a job was already submitted, or the worker closed")
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        fd, self._job_fd = self._job_fd, None
+        # The worker reads only once matplotlib is imported: a write here could block.
+        self._sender = threading.Thread(target=_write_all, args=(fd, data), daemon=True)
+        self._sender.start()
+
+    def finish(self) -> list[Path]:
+        """Wait until the submitted job is drawn; the figures' paths.
+
+        Raises ``FigureError`` (or ``ConfigError``) when the worker failed.
+        """
+        if self._sender is None:
+            raise RuntimeError("FigureWorker.finish: no job was submitted")
+        self._sender.join()
+        reply_bytes = self._take_reply()
+        reply = reply_of(reply_bytes, self._wait())
+        if "error" in reply:
+            if reply.get("config_error"):
+                raise ConfigError(str(reply["error"]))
+            raise FigureError(f"drawing the figures failed: {reply['error']}")
+        return [Path(path) for path in reply["paths"]]
+
+    def close(self) -> None:
+        """End the worker: wait for one drawing a job, kill one still without a job."""
+        if self._reaped:
+            return
+        if self._job_fd is not None:  # never handed a job: it has written nothing
+            os.close(self._job_fd)
+            self._job_fd = None
+            os.kill(self.pid, signal.SIGKILL)
+        if self._sender is not None:
+            self._sender.join()
+        self._take_reply()
+        self._wait()
+
+    def _take_reply(self) -> bytes:
+        if self._reply_fd is None:
+            return b""
+        fd, self._reply_fd = self._reply_fd, None
+        try:
+            return _read_all(fd)
+        finally:
+            os.close(fd)
+
+    def _wait(self) -> int:
+        _, status = os.waitpid(self.pid, 0)
+        self._reaped = True
+        return status
+
+    def __enter__(self) -> FigureWorker:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
