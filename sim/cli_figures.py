@@ -3,9 +3,10 @@
 The figures cost more than the simulation of a small run: importing matplotlib
 and drawing three PNGs. ``FigureWorker.start`` forks a process that imports
 matplotlib while this one simulates; after the summary is printed, ``submit``
-hands it the figures' data (pickled through a pipe) and it draws them while this
-process writes the tables; ``finish`` waits for it. Each of the two processes
-takes one core of a two-core machine.
+hands it the figures' data (pickled through a pipe) and it draws them (with a fork of
+itself: two figures there, one in the fork) while this process writes the
+tables; ``finish`` waits for it. On a two-core machine the import overlaps the
+simulation and the drawing takes both cores.
 
 An error in the worker is not lost: it reaches ``finish`` as one line (exception
 type, message, file and line) and raises ``FigureError``, or ``ConfigError`` for
@@ -20,6 +21,7 @@ or missing (Windows), and ``start`` returns None: draw in this process instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -28,9 +30,9 @@ import sys
 import threading
 import traceback
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sim.errors import ConfigError
@@ -100,10 +102,11 @@ def reply_of(reply_bytes: bytes, status: int) -> Reply:
     if "error" in reply:
         return reply
     if os.WIFSIGNALED(status):
-        return {"error": f"killed by {signal.Signals(os.WTERMSIG(status)).name}"}
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return {"error": f"a figure process was killed by {name}"}
     code = os.waitstatus_to_exitcode(status)
     if code != 0 or "paths" not in reply:
-        return {"error": f"exited with status {code} and no figures"}
+        return {"error": f"a figure process exited with status {code} and no figures"}
     return reply
 
 
@@ -132,10 +135,9 @@ def _exit_with(work: Callable[[], Reply | None], reply_fd: int) -> NoReturn:
     except KeyboardInterrupt:
         code = 130
     except BaseException as error:
-        try:
+        # OSError: the reply was already sent; the exit status tells the rest.
+        with contextlib.suppress(OSError):
             _write_all(reply_fd, json.dumps({"error": describe(error)}).encode())
-        except OSError:
-            pass  # the reply was already sent: the exit status tells the rest
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -179,10 +181,8 @@ def _import_matplotlib() -> None:
     comes first, on an idle one this takes the spare core all the same. The
     helper forked to draw inherits the warm caches (fonts, text layouts).
     """
-    try:
+    with contextlib.suppress(OSError):  # not allowed: import at the usual priority
         os.nice(IMPORT_NICENESS)
-    except OSError:
-        pass  # not allowed: import at the usual priority
     try:
         import sim.metrics.waterfall  # noqa: F401
         from sim.metrics.plots import warm_up

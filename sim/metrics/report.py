@@ -109,7 +109,7 @@ WATERFALL_PNG = "waterfall.png"
 def figure_names(job: FigureJob) -> list[str]:
     """The files ``draw_figures(job)`` writes, in order: no waterfall without its data."""
     names = [LATENCY_CDF_PNG, TIMESERIES_PNG]
-    return names + [WATERFALL_PNG] if job.waterfall is not None else names
+    return [*names, WATERFALL_PNG] if job.waterfall is not None else names
 
 
 def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[Path]:
