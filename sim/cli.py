@@ -30,9 +30,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # imports only matplotlib while this one simulates (issue 16).
     import pandas  # noqa: F401
 
-    from sim.cli_figures import FigureError, FigureWorker
+    from sim.cli_figures import FigureError, FigureWorker, spare_core
 
-    worker = FigureWorker.start() if args.figure_process else None
+    fork = args.figure_process == "yes" or (args.figure_process == "auto" and spare_core())
+    worker = FigureWorker.start() if fork else None
     if worker is None:
         return _run_and_write(args, None)
     try:
@@ -109,11 +110,11 @@ def _add_run(subparsers: Subparsers) -> None:
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.add_argument(
-        "--no-figure-process",
-        dest="figure_process",
-        action="store_false",
-        help="draw the figures in this process, after the tables (slower; Linux draws them "
-        "in a second process by default)",
+        "--figure-process",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="draw the figures in a second process while the tables are written (Linux): "
+        "yes, no, or auto (default): when a core is free",
     )
     run.set_defaults(handler=_cmd_run)
 

@@ -17,6 +17,8 @@ ends one that never was (it has written nothing).
 
 Only on Linux: elsewhere a fork without exec is unsafe (macOS system libraries)
 or missing (Windows), and ``start`` returns None: draw in this process instead.
+``servesim run`` forks only when ``spare_core`` finds a core free: on a busy
+machine the second process would only add its own costs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,49 @@ class FigureError(RuntimeError):
 def forking_supported() -> bool:
     """Whether figures may be drawn in a forked process here (Linux only)."""
     return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+# Above this share of the last 10 s with a task waiting for a CPU, no core is spare.
+BUSY_CPU_PRESSURE_PCT = 25.0
+CPU_PRESSURE = Path("/proc/pressure/cpu")
+
+
+def cpu_pressure_pct(path: Path = CPU_PRESSURE) -> float | None:
+    """Linux's CPU pressure: % of the last 10 s some task waited for a CPU; None if unknown.
+
+    ``path`` holds lines like ``some avg10=1.25 avg60=0.80 avg300=0.40 total=123``
+    (pressure stall information, Linux >= 4.20; absent in some containers).
+    """
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        kind, *fields = line.split() or [""]
+        if kind == "some":
+            values = dict(field.partition("=")[::2] for field in fields)
+            try:
+                return float(values["avg10"])
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
+def spare_core() -> bool:
+    """Whether a second core is free now to draw the figures on.
+
+    On a busy machine a second process only adds its own costs (the fork, a
+    second start of matplotlib's caches) to CPU time that is not to be had.
+    Needs two cores for this process, and little CPU pressure (else, where
+    that is unknown, a 1-minute load average under the cores less a half).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if (cores or 1) < 2:
+        return False
+    pressure = cpu_pressure_pct()
+    if pressure is not None:
+        return pressure < BUSY_CPU_PRESSURE_PCT
+    return os.getloadavg()[0] < (cores or 1) - 0.5
 
 
 def _read_all(fd: int) -> bytes:

@@ -290,8 +290,8 @@ def test_a_run_with_and_without_the_figure_process_writes_the_same_files(
 ) -> None:
     scenario = str(_scenario(tmp_path))
     forked, local = tmp_path / "forked", tmp_path / "local"
-    assert cli.main(["run", scenario, "--out", str(forked), "-q"]) == 0
-    assert cli.main(["run", scenario, "--out", str(local), "-q", "--no-figure-process"]) == 0
+    assert cli.main(["run", scenario, "--out", str(forked), "-q", "--figure-process", "yes"]) == 0
+    assert cli.main(["run", scenario, "--out", str(local), "-q", "--figure-process", "no"]) == 0
     names = sorted(p.name for p in forked.iterdir())
     assert names == sorted(p.name for p in local.iterdir())
     assert set(ALL_FIGURES) <= set(names) and len(names) == 6
@@ -304,7 +304,8 @@ def test_a_failing_figure_process_fails_the_run_in_one_line(
 ) -> None:
     monkeypatch.setattr(plots, "plot_timeseries", _raise_value_error)
     out = tmp_path / "out"
-    assert cli.main(["run", str(_scenario(tmp_path)), "--out", str(out), "-q"]) == 1
+    line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
+    assert cli.main(line) == 1
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert lines[-1].startswith("servesim: error: drawing the figures failed: ValueError")
@@ -319,7 +320,98 @@ def test_a_run_refused_before_simulating_ends_its_worker(
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    status = cli.main(["run", str(_scenario(tmp_path)), "--out", str(blocker), "-q"])
-    assert status == 2
+    line = ["run", str(_scenario(tmp_path)), "--out", str(blocker), "-q", "--figure-process", "yes"]
+    assert cli.main(line) == 2
     assert capsys.readouterr().err.startswith("servesim: error: ")
     assert _no_children_left()
+
+
+@pytest.mark.parametrize(
+    ("choice", "spare", "forked"),
+    [("auto", True, True), ("auto", False, False), ("yes", False, True), ("no", True, False)],
+)
+def test_the_figure_process_choice(
+    choice: str,
+    spare: bool,
+    forked: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    started: list[bool] = []
+    start = FigureWorker.start
+
+    def spying_start() -> FigureWorker | None:
+        started.append(True)
+        return start()
+
+    monkeypatch.setattr(cli_figures, "spare_core", lambda: spare)
+    monkeypatch.setattr(FigureWorker, "start", spying_start)
+    out = tmp_path / "out"
+    line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", choice]
+    assert cli.main(line) == 0
+    assert started == ([True] if forked else [])
+    assert {p.name for p in out.glob("*.png")} == set(ALL_FIGURES)
+    assert "wrote 6 files" in capsys.readouterr().out
+
+
+def test_an_unknown_figure_process_choice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["run", "x.yaml", "--figure-process", "maybe"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'maybe'" in capsys.readouterr().err
+
+
+# --- is a core free? ------------------------------------------------------------------------
+
+
+PRESSURE = "some avg10={} avg60=0.80 avg300=0.40 total=123\nfull avg10=0.00 avg60=0.00 total=0\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (PRESSURE.format("1.25"), 1.25),
+        (PRESSURE.format("92.46"), 92.46),
+        ("full avg10=3.00 avg60=0.00\nsome avg10=7.50 avg60=1.0\n", 7.5),  # any line order
+        ("some avg60=1.0 total=3\n", None),  # no avg10
+        ("some avg10=lots\n", None),
+        ("", None),
+        ("\n\nsome avg10=2.0\n\n", 2.0),  # blank lines are skipped
+    ],
+)
+def test_cpu_pressure_is_read_from_the_some_line(
+    text: str, expected: float | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "cpu"
+    path.write_text(text)
+    assert cli_figures.cpu_pressure_pct(path) == expected
+
+
+def test_cpu_pressure_is_unknown_without_the_file(tmp_path: Path) -> None:
+    assert cli_figures.cpu_pressure_pct(tmp_path / "missing") is None
+
+
+@pytest.mark.parametrize(
+    ("cores", "pressure", "load", "spare"),
+    [
+        (1, 0.0, 0.0, False),  # one core: nothing to spare, however idle
+        (2, 0.0, 9.0, True),  # pressure known: it decides, the load is not read
+        (2, 24.9, 0.0, True),
+        (2, 25.0, 0.0, False),
+        (2, None, 1.4, True),  # unknown pressure: load under cores - 0.5
+        (2, None, 1.5, False),
+        (8, None, 7.0, True),
+    ],
+)
+def test_a_core_is_spare_with_two_cores_and_little_contention(
+    cores: int,
+    pressure: float | None,
+    load: float,
+    spare: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(cli_figures, "cpu_pressure_pct", lambda: pressure)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert cli_figures.spare_core() is spare
