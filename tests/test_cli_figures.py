@@ -315,7 +315,7 @@ def test_a_failing_figure_process_fails_the_run_in_one_line(
     assert _no_children_left()
 
 
-def test_a_run_refused_before_simulating_ends_its_worker(
+def test_a_run_refused_before_simulating_forks_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     blocker = tmp_path / "file"
@@ -324,6 +324,33 @@ def test_a_run_refused_before_simulating_ends_its_worker(
     assert cli.main(line) == 2
     assert capsys.readouterr().err.startswith("servesim: error: ")
     assert _no_children_left()
+
+
+def test_a_run_failing_after_the_fork_ends_its_worker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[int] = []
+    start = FigureWorker.start
+
+    def spying_start() -> FigureWorker | None:
+        worker = start()
+        assert worker is not None
+        started.append(worker.pid)
+        return worker
+
+    def fail(*args: Any, **kwargs: Any) -> Result:
+        raise ConfigError("workload: refused after the fork")
+
+    monkeypatch.setattr(FigureWorker, "start", spying_start)
+    monkeypatch.setattr(api, "run", fail)
+    out = tmp_path / "out"
+    line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
+    assert cli.main(line) == 2
+    assert capsys.readouterr().err == "servesim: error: workload: refused after the fork\n"
+    assert len(started) == 1 and _no_children_left()
+    with pytest.raises(ProcessLookupError):
+        os.kill(started[0], 0)
+    assert not out.exists() or list(out.iterdir()) == []
 
 
 @pytest.mark.parametrize(
