@@ -85,16 +85,17 @@ def spare_core() -> bool:
 
     On a busy machine a second process only adds its own costs (the fork, a
     second start of matplotlib's caches) to CPU time that is not to be had.
-    Needs two cores for this process, and little CPU pressure (else, where
-    that is unknown, a 1-minute load average under the cores less a half).
+    Needs two cores for this process, a 1-minute load average (this process
+    counts one) under the cores less a half, and, where Linux reports it,
+    little CPU pressure (the load says how many run, the pressure whether
+    they wait: other work on the second core shows only in the load).
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if (cores or 1) < 2:
+    cores = cores or 1
+    if cores < 2 or os.getloadavg()[0] >= cores - 0.5:
         return False
     pressure = cpu_pressure_pct()
-    if pressure is not None:
-        return pressure < BUSY_CPU_PRESSURE_PCT
-    return os.getloadavg()[0] < (cores or 1) - 0.5
+    return pressure is None or pressure < BUSY_CPU_PRESSURE_PCT
 
 
 def _read_all(fd: int) -> bytes:

@@ -423,12 +423,14 @@ def test_cpu_pressure_is_unknown_without_the_file(tmp_path: Path) -> None:
     ("cores", "pressure", "load", "spare"),
     [
         (1, 0.0, 0.0, False),  # one core: nothing to spare, however idle
-        (2, 0.0, 9.0, True),  # pressure known: it decides, the load is not read
+        (2, 0.0, 1.4, True),
+        (2, 0.0, 1.5, False),  # other work holds the second core, waiting or not
         (2, 24.9, 0.0, True),
-        (2, 25.0, 0.0, False),
-        (2, None, 1.4, True),  # unknown pressure: load under cores - 0.5
+        (2, 25.0, 0.0, False),  # tasks wait for a CPU: no core is free
+        (2, None, 1.4, True),  # no pressure file: the load decides
         (2, None, 1.5, False),
-        (8, None, 7.0, True),
+        (8, 3.0, 7.0, True),
+        (8, 3.0, 7.5, False),
     ],
 )
 def test_a_core_is_spare_with_two_cores_and_little_contention(
