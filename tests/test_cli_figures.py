@@ -1,4 +1,5 @@
-"""``sim.cli_figures``: a run's figures drawn in forked processes, errors never lost.
+"""``sim.cli_figures`` and ``sim.cli_figure_processes``: a run's figures drawn in forked
+processes, errors never lost.
 
 The worker is a fork of the test process, so a monkeypatch made before
 ``FigureWorker.start`` (a plot that raises, or kills its own process) is
@@ -22,12 +23,14 @@ import pytest
 import yaml
 
 import sim.cli as cli
+import sim.cli_figure_processes as processes
 import sim.cli_figures as cli_figures
 import sim.metrics.plots as plots
 import sim.metrics.waterfall as waterfall
 from sim import api
 from sim.api_result import Result
-from sim.cli_figures import FigureError, FigureWorker, describe, reply_of
+from sim.cli_figure_processes import describe, reply_of
+from sim.cli_figures import FigureError, FigureWorker
 from sim.errors import ConfigError
 from sim.metrics.report import FigureJob, figure_names
 
@@ -232,18 +235,18 @@ def test_describe_says_type_message_and_place_in_one_line() -> None:
 
 def test_draw_reply_turns_errors_into_replies(result: Result, tmp_path: Path) -> None:
     job = _job(result, tmp_path)
-    assert cli_figures.draw_reply(job, ["timeseries.png"]) == {
+    assert processes.draw_reply(job, ["timeseries.png"]) == {
         "paths": [str(tmp_path / "timeseries.png")]
     }
     broken = FigureJob(tmp_path, result.requests, pd.DataFrame({"x": [1.0]}))
-    reply = cli_figures.draw_reply(broken, ["latency_cdf.png", "timeseries.png"])
+    reply = processes.draw_reply(broken, ["latency_cdf.png", "timeseries.png"])
     assert reply == {"paths": [str(tmp_path / "latency_cdf.png"), str(tmp_path / "timeseries.png")]}
     gone = FigureJob(tmp_path / "missing", result.requests, result.timeseries)
-    assert "FileNotFoundError" in cli_figures.draw_reply(gone)["error"]
+    assert "FileNotFoundError" in processes.draw_reply(gone)["error"]
 
 
 def test_draw_in_processes_draws_all_in_order(result: Result, tmp_path: Path) -> None:
-    reply = cli_figures.draw_in_processes(_job(result, tmp_path))
+    reply = processes.draw_in_processes(_job(result, tmp_path))
     assert reply == {"paths": [str(tmp_path / name) for name in ALL_FIGURES]}
     assert _no_children_left()
 
@@ -251,7 +254,7 @@ def test_draw_in_processes_draws_all_in_order(result: Result, tmp_path: Path) ->
 def test_write_all_survives_a_reader_that_is_gone() -> None:
     read_fd, write_fd = os.pipe()
     os.close(read_fd)
-    cli_figures._write_all(write_fd, b"x" * 100_000)  # BrokenPipeError swallowed
+    processes.write_all(write_fd, b"x" * 100_000)  # BrokenPipeError swallowed
     with pytest.raises(OSError):
         os.fstat(write_fd)  # and the pipe end closed all the same
 
@@ -259,9 +262,9 @@ def test_write_all_survives_a_reader_that_is_gone() -> None:
 def test_read_all_reads_more_than_a_pipe_buffer() -> None:
     read_fd, write_fd = os.pipe()
     data = bytes(range(256)) * 1000  # 256 kB: four pipe buffers
-    sender = threading.Thread(target=cli_figures._write_all, args=(write_fd, data))
+    sender = threading.Thread(target=processes.write_all, args=(write_fd, data))
     sender.start()
-    assert cli_figures._read_all(read_fd) == data
+    assert processes.read_all(read_fd) == data
     sender.join()
     os.close(read_fd)
 
@@ -271,13 +274,13 @@ def test_the_import_thread_lowers_only_its_own_priority() -> None:
     seen: list[int] = []
 
     def probe() -> None:
-        cli_figures._import_matplotlib()
+        processes.import_matplotlib()
         seen.append(os.nice(0))
 
     thread = threading.Thread(target=probe)
     thread.start()
     thread.join()
-    assert seen == [min(before + cli_figures.IMPORT_NICENESS, 19)]
+    assert seen == [min(before + processes.IMPORT_NICENESS, 19)]
     assert os.nice(0) == before  # this thread's priority is untouched
     assert "matplotlib" in sys.modules
 
@@ -444,3 +447,13 @@ def test_a_core_is_spare_with_two_cores_and_little_contention(
     monkeypatch.setattr(cli_figures, "cpu_pressure_pct", lambda: pressure)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
     assert cli_figures.spare_core() is spare
+
+
+def test_without_an_affinity_mask_the_cpu_count_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(cli_figures, "cpu_pressure_pct", lambda: None)
+    monkeypatch.setattr(os, "getloadavg", lambda: (2.0, 0.0, 0.0))
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert cli_figures.spare_core()  # 2.0 < 4 - 0.5
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: taken as one core
+    assert not cli_figures.spare_core()
