@@ -31,7 +31,7 @@ from calibration.environment import cpu_model
 from calibration.model import LlamaModel
 from calibration.probe import run_probe
 from calibration.sampling import SamplingParams
-from sim.api import core_config_for, engine_settings
+from sim.api import core_config_for, summary_header
 from sim.engine.core_config import CoreConfig
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json, write_outputs
@@ -195,12 +195,7 @@ def _measurement(
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     summary.update(
-        scenario=scenario.name,
-        seed=scenario.seed,
-        cost_model="measured",
-        policy=scenario.scheduler.kind,
-        num_kv_blocks=core_config.num_kv_blocks,
-        engine_settings=engine_settings(scenario, core_config),
+        **summary_header(scenario, core_config, "measured"),
         num_preemptions=int(run.requests["num_preemptions"].sum()),
         servesim_version=sim.__version__,
         mode="measured",

@@ -28,7 +28,13 @@ from sim.api_engine import (
     policy_factory,
     reference_engine_problem,
 )
-from sim.api_result import DEFAULT_TRACE_REQUESTS, Result, build_result, engine_settings
+from sim.api_result import (
+    DEFAULT_TRACE_REQUESTS,
+    Result,
+    build_result,
+    engine_settings,
+    summary_header,
+)
 from sim.cost.base import CostModel
 from sim.engine.lifecycle import ActivityRecorder
 from sim.errors import ConfigError
@@ -52,6 +58,7 @@ __all__ = [
     "reference_engine_problem",
     "replay",
     "run",
+    "summary_header",
 ]
 
 

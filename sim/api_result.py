@@ -1,7 +1,7 @@
 """A finished run (``Result``) and its summary.json keys.
 
 Part of the ``sim.api`` face (re-exported there: ``api.Result``,
-``api.engine_settings``, ``api.DEFAULT_TRACE_REQUESTS``).
+``api.engine_settings``, ``api.summary_header``, ``api.DEFAULT_TRACE_REQUESTS``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from sim.engine.core_config import CoreConfig
 from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.speculative import speculative_summary
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
-from sim.metrics.report import write_outputs
+from sim.metrics.report import FigureJob, write_outputs
 from sim.metrics.stats import summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
 from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
@@ -110,9 +110,18 @@ class Result:
         )
 
     def write(
-        self, out_dir: str | Path, write_steps: bool = False, trace: bool = False
+        self,
+        out_dir: str | Path,
+        write_steps: bool = False,
+        trace: bool = False,
+        *,
+        plots: bool = True,
     ) -> list[Path]:
-        """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``."""
+        """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``.
+
+        With ``plots=False`` no figure is drawn: a caller that draws them apart
+        (``figure_job``) writes the rest here meanwhile.
+        """
         written = write_outputs(
             out_dir,
             self.requests,
@@ -121,11 +130,24 @@ class Result:
             self.summary,
             write_steps=write_steps,
             slo=self.scenario.slo,
-            waterfall=(self.spans(), self.raw.requests),
+            plots=plots,
+            waterfall=self._waterfall() if plots else None,
         )
         if trace:
             written.append(write_trace(Path(out_dir) / "trace.json", self.trace()))
         return written
+
+    def figure_job(self, out_dir: str | Path) -> FigureJob:
+        """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``)."""
+        return FigureJob(
+            Path(out_dir), self.requests, self.timeseries, self.scenario.slo, self._waterfall()
+        )
+
+    def _waterfall(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The waterfall's input: phase spans and the records of the requests they show."""
+        spans = self.spans()
+        raw = self.raw.requests
+        return spans, raw[raw["request_id"].isin(spans["request_id"])]
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:
@@ -165,6 +187,22 @@ def engine_settings(scenario: Scenario, engine: Engine | CoreConfig) -> dict[str
     return settings
 
 
+def summary_header(
+    scenario: Scenario, engine: Engine | CoreConfig, cost_model: str
+) -> dict[str, Any]:
+    """summary.json's first keys, naming what ran: the scenario, its seed, the cost
+    model, the policy, the KV blocks and ``engine_settings``; shared by a simulated
+    run (``build_result``) and a measured one (``calibration.measure``)."""
+    return {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "cost_model": cost_model,
+        "policy": scenario.scheduler.kind,
+        "num_kv_blocks": engine.num_kv_blocks,
+        "engine_settings": engine_settings(scenario, engine),
+    }
+
+
 def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
     """Swaps, and mean / p99 TTFT per priority class when there are several."""
     if "num_swaps" not in requests or "priority" not in requests:
@@ -189,12 +227,7 @@ def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
         summarize(raw.requests, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
     summary.update(
-        scenario=scenario.name,
-        seed=scenario.seed,
-        cost_model=engine.cost.label,
-        policy=scenario.scheduler.kind,
-        num_kv_blocks=engine.num_kv_blocks,
-        engine_settings=engine_settings(scenario, engine),
+        **summary_header(scenario, engine, engine.cost.label),
         num_preemptions=int(raw.requests["num_preemptions"].sum()),
         **_policy_summary(raw.requests),
         **_layout_summary(scenario),

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sim.cli_figures import FigureWorker
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sim import api
-    from sim.metrics.rejections import rejection_warning
-    from sim.metrics.report import format_summary_table
+    from sim.cli_figures import FigureError, FigureWorker, spare_core
     from sim.out_path import check_out_dir
     from sim.scenario import load_scenario
 
@@ -33,6 +33,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     name = load_scenario(args.scenario, args.set or ()).name
     out = Path(args.out) if args.out else Path("runs") / name
     check_out_dir(out)  # before the work: a bad --out would lose it
+    # The figure process forks here: it shares numpy, pandas, pydantic and the
+    # scenario's modules already loaded, and imports matplotlib while this one
+    # simulates (issue 16); it would import those again if forked earlier.
+    fork = args.figure_process == "yes" or (args.figure_process == "auto" and spare_core())
+    worker = FigureWorker.start() if fork else None
+    if worker is None:
+        return _run_and_write(args, out, None)
+    try:
+        with worker:
+            return _run_and_write(args, out, worker)
+    except FigureError as error:  # a bug or a crash there, not a user error: status 1
+        print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
+        return 1
+
+
+def _run_and_write(args: argparse.Namespace, out: Path, worker: FigureWorker | None) -> int:
+    """Simulate, print the summary, write the files (figures by ``worker`` when given)."""
+    from sim import api
+    from sim.metrics.rejections import rejection_warning
+    from sim.metrics.report import format_summary_table
+
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
     result = api.run(args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced)
@@ -46,7 +67,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # Flushed before the files are written (plots take longest): the user reads
     # the summary while they are drawn, even when stdout is a pipe.
     print(f"cost model: {result.summary['cost_model']}{why if auto else ''}", flush=True)
-    paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
+    if worker is None:
+        paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        worker.submit(result.figure_job(out))  # drawn there while the tables are written here
+        paths = result.write(out, write_steps=args.write_steps, trace=args.trace, plots=False)
+        paths += worker.finish()
     print(
         f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
         f"wrote {len(paths)} files to {out}/"
@@ -81,6 +108,13 @@ def _add_run(subparsers: Subparsers) -> None:
         help="requests in trace.json: the first N (default 100)",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--figure-process",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="draw the figures in a second process while the tables are written (Linux): "
+        "yes, no, or auto (default): when a core is free",
+    )
     run.set_defaults(handler=_cmd_run)
 
 

@@ -31,6 +31,8 @@ FACES = (
     "sim.api_engine",
     "sim.api_result",
     "sim.cli",
+    "sim.cli_figure_processes",
+    "sim.cli_figures",
     "sim.scenario",
     "sim.scenario_overrides",
 )

@@ -4,6 +4,7 @@ Layout of ``out_dir`` (see ``write_outputs``): ``requests.parquet`` (or ``.csv``
 ``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
 ``waterfall.png`` (``Result.write``) and,
 only on request, ``steps.parquet`` (the step log can hold tens of millions of rows).
+The figures can be drawn apart from the tables (``FigureJob``, ``draw_figures``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 import re
 import warnings
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -83,6 +85,59 @@ def summary_to_json(summary: Mapping[str, object]) -> str:
     return json.dumps(_jsonable(summary), indent=2, allow_nan=False)
 
 
+@dataclass(frozen=True)
+class FigureJob:
+    """What a run's figures are drawn from, and the folder they go to.
+
+    Plain data (it pickles): ``servesim run`` hands it to a second process that
+    draws while the first writes the tables (``sim.cli_figures``). ``waterfall``
+    is (phase spans, raw request records); without it there is no waterfall.png.
+    """
+
+    out_dir: Path
+    requests: pd.DataFrame
+    timeseries: pd.DataFrame
+    slo: Slo | None = None
+    waterfall: tuple[pd.DataFrame, pd.DataFrame] | None = None
+
+
+LATENCY_CDF_PNG = "latency_cdf.png"
+TIMESERIES_PNG = "timeseries.png"
+WATERFALL_PNG = "waterfall.png"
+
+
+def figure_names(job: FigureJob) -> list[str]:
+    """The files ``draw_figures(job)`` writes, in order: no waterfall without its data."""
+    names = [LATENCY_CDF_PNG, TIMESERIES_PNG]
+    return [*names, WATERFALL_PNG] if job.waterfall is not None else names
+
+
+def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[Path]:
+    """Draw ``job``'s figures into its folder (which must exist); return their paths.
+
+    ``latency_cdf.png`` (with the TTFT/TPOT SLO lines of ``job.slo``),
+    ``timeseries.png`` and, when ``job.waterfall`` is given, ``waterfall.png``;
+    only those of ``names`` when given (each figure can be drawn apart).
+    """
+    # matplotlib (~0.3 s to import) only now: a caller that prints the summary
+    # first shows it before paying for the figures.
+    from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
+    from sim.metrics.waterfall import plot_waterfall
+
+    out = Path(job.out_dir)
+    written = []
+    for name in figure_names(job):
+        if names is not None and name not in names:
+            continue
+        if name == LATENCY_CDF_PNG:
+            written.append(plot_latency_cdfs(job.requests, out / name, job.slo))
+        elif name == TIMESERIES_PNG:
+            written.append(plot_timeseries(job.timeseries, out / name))
+        elif job.waterfall is not None:
+            written.append(plot_waterfall(*job.waterfall, out / name))
+    return written
+
+
 def write_outputs(
     out_dir: str | Path,
     requests: pd.DataFrame,
@@ -100,9 +155,9 @@ def write_outputs(
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
     stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
-    ``summary.json`` and ``timeseries.csv`` are always written; the two PNGs
-    (with the TTFT/TPOT SLO lines of ``slo``) unless ``plots=False``, and
-    ``waterfall.png`` when ``waterfall`` gives (phase spans, raw request records).
+    ``summary.json`` and ``timeseries.csv`` are always written; the figures of
+    ``draw_figures`` (SLO lines of ``slo``; ``waterfall.png`` when ``waterfall``
+    gives (phase spans, raw request records)) unless ``plots=False``.
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
@@ -119,15 +174,7 @@ def write_outputs(
     timeseries.to_csv(timeseries_path, index=False)
     written += [summary_path, timeseries_path]
     if plots:
-        # matplotlib (~0.3 s to import) only now, after the tables: a caller that
-        # prints the summary first shows it before paying for the figures.
-        from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
-        from sim.metrics.waterfall import plot_waterfall
-
-        written.append(plot_latency_cdfs(requests, out / "latency_cdf.png", slo))
-        written.append(plot_timeseries(timeseries, out / "timeseries.png"))
-        if waterfall is not None:
-            written.append(plot_waterfall(*waterfall, out / "waterfall.png"))
+        written += draw_figures(FigureJob(out, requests, timeseries, slo, waterfall))
     return written
 
 

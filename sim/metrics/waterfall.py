@@ -36,22 +36,22 @@ _DPI = 120
 def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
     """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
     # matplotlib on first use: importing this module (for NUM_WATERFALL_REQUESTS) stays cheap.
-    from sim.metrics.plots import Margins, agg_figure
+    from sim.metrics.plots import Margins, agg_figure, save_png
 
     num_rows = spans["request_id"].nunique() if len(spans) else 0
     height_in = min(2.0 + 0.22 * num_rows, 14.0)
     # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
     fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=_DPI)
     draw_waterfall(fig.add_subplot(), spans, requests)
-    out = Path(path)
-    fig.savefig(out)
-    return out
+    return save_png(fig, path)
 
 
 def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
     """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` gives first tokens."""
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
+
+    from sim.metrics.plots import TITLE_Y
 
     ids = sorted(int(i) for i in spans["request_id"].unique()) if len(spans) else []
     row_of = {request_id: row for row, request_id in enumerate(ids)}
@@ -86,4 +86,4 @@ def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> Non
     ax.set_xlabel("Simulated time (s)")
     ax.set_ylabel("request id")
     ax.grid(True, axis="x", alpha=0.3)
-    ax.set_title(f"Life of the first {len(ids)} requests, phase by phase", loc="left")
+    ax.set_title(f"Life of the first {len(ids)} requests, phase by phase", loc="left", y=TITLE_Y)

@@ -1,0 +1,131 @@
+"""``sim.api_result``: the shared summary header, and a result's files drawn apart or here.
+
+``summary_header`` names what ran, for a simulated run (``build_result``) and a
+measured one (``calibration.measure``) alike. ``Result.figure_job`` is the data
+``servesim run`` hands to its figure process; ``Result.write(plots=False)``
+writes the rest meanwhile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim import api
+from sim.api_result import Result, engine_settings, summary_header
+from sim.metrics.report import FigureJob, draw_figures, figure_names
+from sim.scenario import Scenario, scenario_from_dict
+
+HEADER_KEYS = ["scenario", "seed", "cost_model", "policy", "num_kv_blocks", "engine_settings"]
+
+
+def _scenario(num_requests: int = 50) -> Scenario:
+    return scenario_from_dict(
+        {
+            "name": "header",
+            "seed": 7,
+            "cost": {"kind": "roofline"},
+            "scheduler": {"kind": "continuous", "max_num_seqs": 8},
+            "engine": {"num_kv_blocks": 300, "block_size_tokens": 16},
+            "workload": {
+                "kind": "synthetic",
+                "num_requests": num_requests,
+                "arrival": {"kind": "poisson", "rate_per_s": 20},
+                "prompt_tokens": {"kind": "fixed", "tokens": 32},
+                "output_tokens": {"kind": "fixed", "tokens": 4},
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def result() -> Result:
+    return api.run(_scenario())
+
+
+# --- summary_header -------------------------------------------------------------------------
+
+
+def test_the_header_names_what_ran_in_a_fixed_order() -> None:
+    scenario = _scenario()
+    config = api.core_config_for(scenario)
+    header = summary_header(scenario, config, "measured")
+    assert list(header) == HEADER_KEYS
+    assert header["scenario"] == "header" and header["seed"] == 7
+    assert header["cost_model"] == "measured"
+    assert header["policy"] == "continuous"
+    assert header["num_kv_blocks"] == 300  # the scenario's own count
+    assert header["engine_settings"] == engine_settings(scenario, config)
+    assert header["engine_settings"]["max_num_seqs"] == 8
+
+
+def test_a_simulated_summary_opens_with_the_header(result: Result) -> None:
+    engine = api.engine_for(result.scenario)
+    expected = summary_header(result.scenario, engine, engine.cost.label)
+    header = {key: result.summary[key] for key in HEADER_KEYS}
+    assert header == expected
+    assert result.summary["cost_model"].startswith("roofline")
+    # The header keys come first after the metrics, in the header's order.
+    keys = list(result.summary)
+    assert keys[keys.index("scenario") : keys.index("scenario") + 6] == HEADER_KEYS
+
+
+def test_the_header_is_one_object_on_the_api_face() -> None:
+    assert api.summary_header is summary_header
+    assert "summary_header" in api.__all__
+
+
+# --- Result.figure_job and Result.write(plots=False) ----------------------------------------
+
+
+def test_the_figure_job_carries_what_write_draws(result: Result, tmp_path: Path) -> None:
+    job = result.figure_job(tmp_path)
+    assert job.out_dir == tmp_path
+    assert job.requests is result.requests and job.timeseries is result.timeseries
+    assert job.slo == result.scenario.slo
+    assert job.waterfall is not None
+    spans, records = job.waterfall
+    pd.testing.assert_frame_equal(spans, result.spans())
+    # Only the records of the requests the waterfall shows travel with it.
+    assert set(records["request_id"]) == set(spans["request_id"])
+    assert len(records) == spans["request_id"].nunique() < len(result.raw.requests)
+    assert figure_names(job) == ["latency_cdf.png", "timeseries.png", "waterfall.png"]
+
+
+def test_write_without_plots_writes_only_the_tables(result: Result, tmp_path: Path) -> None:
+    written = result.write(tmp_path, plots=False)
+    assert sorted(p.name for p in written) == ["requests.parquet", "summary.json", "timeseries.csv"]
+    assert not list(tmp_path.glob("*.png"))
+
+
+def test_tables_here_and_figures_apart_make_what_write_makes(
+    result: Result, tmp_path: Path
+) -> None:
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    together = result.write(whole)
+    apart = result.write(split, plots=False) + draw_figures(result.figure_job(split))
+    assert [p.name for p in together] == [p.name for p in apart]
+    for name in ("requests.parquet", "summary.json", "timeseries.csv"):
+        assert (whole / name).read_bytes() == (split / name).read_bytes(), name
+    for name in figure_names(result.figure_job(split)):
+        assert (split / name).stat().st_size > 10_000, name
+
+
+def test_draw_figures_draws_only_the_named_ones(result: Result, tmp_path: Path) -> None:
+    job = result.figure_job(tmp_path)
+    assert draw_figures(job, ["waterfall.png"]) == [tmp_path / "waterfall.png"]
+    assert [p.name for p in tmp_path.iterdir()] == ["waterfall.png"]
+    assert draw_figures(job, []) == []
+    assert draw_figures(job, ["no-such.png"]) == []
+
+
+def test_without_a_waterfall_there_is_no_waterfall_png(result: Result, tmp_path: Path) -> None:
+    job = FigureJob(tmp_path, result.requests, result.timeseries)
+    assert figure_names(job) == ["latency_cdf.png", "timeseries.png"]
+    assert [p.name for p in draw_figures(job, ["waterfall.png", "timeseries.png"])] == [
+        "timeseries.png"
+    ]
+    assert np.isfinite(result.requests["finish_s"]).all()  # the run itself was complete
