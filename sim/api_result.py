@@ -125,7 +125,8 @@ class Result:
         written = write_outputs(
             out_dir,
             self.requests,
-            self.steps,
+            # Expanded to one row per step only when written (tens of millions of rows).
+            self.steps if write_steps else pd.DataFrame(),
             self.timeseries,
             self.summary,
             write_steps=write_steps,
