@@ -307,8 +307,37 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
     it lost it again while other processes wanted more cores than the machine
     has (1-minute load average above the core count), the test skips, saying so
     with the CPU shares, loads and errors: such timings measure the neighbours.
+    A host whose speed drifts between calibrating and measuring (seen in full
+    suites on a shared VM: -32 % in one run, the 1.5x model at only +33 % in another)
+    can spoil one attempt, so a failed attempt is made once more from scratch;
+    both must miss for the test to fail, and a wrong model misses both.
     """
-    artifact = tmp_path / "artifact.json"
+    outcomes = []
+    for attempt in range(2):
+        outcome = _validation_attempt(tmp_path / f"attempt-{attempt}")
+        good, bad, machine, busy = outcome
+        if busy:
+            # Twice in a row other processes wanted more cores than the machine has:
+            # the timings measure them, not the model, so there is nothing to validate.
+            pytest.skip(
+                f"the machine was too busy to time a model on one core: {machine}; "
+                f"p50 TTFT and TPOT errors {good}, 1.5x model {bad}"
+            )
+        outcomes.append(outcome[:3])
+        if all(abs(e) <= TOLERANCE_PCT for e in good) and any(abs(e) > TOLERANCE_PCT for e in bad):
+            return
+    # Both attempts (each a fresh calibration and measurement) missed: a drift of
+    # the host between calibrating and measuring can spoil one, rarely two.
+    raise AssertionError(f"(good errors, 1.5x errors, machine) per attempt: {outcomes}")
+
+
+def _validation_attempt(
+    folder: Path,
+) -> tuple[tuple[float, float], tuple[float, float], str, bool]:
+    """Calibrate, measure and predict once: p50 errors of the calibrated model and of
+    it 1.5x slower, the machine's state, and whether it was too busy to judge."""
+    folder.mkdir(parents=True)
+    artifact = folder / "artifact.json"
     # (CPU share, 1-minute load average after) of each try of each phase.
     calibrations = [(_calibrate_ci(artifact), os.getloadavg()[0])]
     if calibrations[-1][0] < MIN_CPU_SHARE:
@@ -316,7 +345,7 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
     overrides = [*VALIDATION_OVERRIDES, f"cost.artifact={artifact}"]
     runs: list[tuple[float, float]] = []
     for attempt in range(2):
-        out = tmp_path / f"measured-{attempt}"
+        out = folder / f"measured-{attempt}"
         argv = ["measure", str(SMOLLM2), "--out", str(out), "-q", "--threads", "1"]
         assert cli_main([*argv, *(x for o in overrides for x in ("--set", o))]) == 0
         measured = MeasuredDir.load(out)
@@ -333,20 +362,11 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
         )
         return c["ttft"]["error_pct"]["p50"], c["tpot"]["error_pct"]["p50"]
 
-    good = p50_errors(cost)
-    bad = p50_errors(ScaledCost(cost, 1.5))
     num_cores = os.cpu_count() or 1
-    if any(
+    busy = any(
         share < MIN_CPU_SHARE and load > num_cores for share, load in (calibrations[-1], runs[-1])
-    ):
-        # Twice in a row other processes wanted more cores than the machine has:
-        # the timings measure them, not the model, so there is nothing to validate.
-        pytest.skip(
-            f"the machine was too busy to time a model on one core: {machine}; "
-            f"p50 TTFT and TPOT errors {good}, 1.5x model {bad}"
-        )
-    assert all(abs(e) <= TOLERANCE_PCT for e in good), (good, machine)
-    assert any(abs(e) > TOLERANCE_PCT for e in bad), (bad, machine)
+    )
+    return p50_errors(cost), p50_errors(ScaledCost(cost, 1.5)), machine, busy
 
 
 def _validation_scenario() -> tuple[Scenario, pd.DataFrame]:
