@@ -58,10 +58,10 @@ def test_join_counts_context_and_crossings() -> None:
     assert cohort.num_crossing_between(10, 4) == 2
     # b emits its 3rd and last token in step 10: generated 2 -> 3.
     assert cohort.first_finish_step() == 10
-    assert cohort.finishes_at(10)
-    assert not cohort.finishes_at(11)
+    assert cohort.leave_finishing(11, [a, b], 9.0) == []  # nobody's last token in 11
+    assert cohort.leave_finishing(10, [a, b], 9.0) == [b]
     # a: 10 - 1 = 9 tokens to go, the last in step 18.
-    assert cohort.finishes_at(18)
+    assert cohort.first_finish_step() == 18
 
 
 @settings(max_examples=200, deadline=None)

@@ -149,10 +149,6 @@ class Cohort:
             total += by_phase[-step % size]
         return total
 
-    def finishes_at(self, step: int) -> bool:
-        """Whether a member emits its last token in ``step``."""
-        return step in self._finishing
-
     def first_finish_step(self) -> int | None:
         """The earliest step in which a member emits its last token."""
         return self._finish_steps[0] if self._finish_steps else None
