@@ -119,5 +119,40 @@ class RooflineCost:
             out.append(overhead_s + (compute if compute > memory else memory))
         return out
 
+    def decode_ends_s(
+        self,
+        first_end_s: float,
+        num_seqs: int,
+        context_tokens: int,
+        num_decode_steps: int,
+        stop_s: float,
+        num_after: int,
+    ) -> list[float]:
+        """``sim.cost.run_ends.run_ends_s`` for this model: the same sums, but
+        steps past the cut are never priced (an open-loop run usually stops at the
+        next arrival, long before its first finish)."""
+        # Decode steps still to price: all, unless one ends at or after stop_s.
+        left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, num_after - 1)
+        if no_decode_run(num_seqs, context_tokens, num_decode_steps) is not None:
+            return [first_end_s] * (1 + left)  # steps of no sequence take no time
+        dense_s = self._s_per_dense_token * num_seqs
+        pair_s, weight_s = self._s_per_attention_pair, self._weight_s
+        kv_s, overhead_s = self._s_per_kv_token, self._overhead_s
+        end = first_end_s
+        ends = [end]
+        context = context_tokens
+        while left > 0:
+            # The operations of step_s (and _decode_steps_list), in its order.
+            compute = dense_s + pair_s * context
+            memory = weight_s + kv_s * (context + num_seqs)
+            end += overhead_s + (compute if compute > memory else memory)
+            ends.append(end)
+            context += num_seqs
+            left -= 1
+            if end >= stop_s:  # the cut: num_after - 1 more steps at most
+                left = min(left, num_after - 1)
+                stop_s = float("inf")
+        return ends
+
     def __repr__(self) -> str:
         return f"RooflineCost(model={self.model.name!r}, hardware={self.hardware.name!r})"

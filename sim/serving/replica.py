@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Generator
-from itertools import accumulate
 from typing import Any
 
 import simpy
 
 from sim.cost.base import CostModel
+from sim.cost.run_ends import run_ends_s
 from sim.engine.cohort import Cohort
 from sim.engine.core import EngineCore
 from sim.engine.policies.continuous import Continuous
@@ -104,22 +104,26 @@ class Replica:
                 last_end = end
                 visible_until = now if pipelined else None
                 continue
-            rest = cost.decode_steps_s(
-                plan.run_num_seqs, plan.run_context_tokens, plan.num_steps - 1
-            ).tolist()
             # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
-            # as step-by-step execution, so both modes agree exactly. (Python
-            # lists: runs are mostly short, where numpy's call overhead dominates.)
+            # as step-by-step execution, so both modes agree exactly.
             first_s = cost.step_s(plan.shape()) + plan.extra_s  # extra: e.g. a swap copy
-            ends = list(accumulate(rest, initial=now + first_s))
+            next_s = float("inf")
             if plan.interruptible and self.horizon is not None:
+                # Stop at the end of the step running when the next request
+                # arrives (the step after it with async scheduling: that one
+                # was planned), instead of being interrupted.
                 next_s = self.horizon()
-                if next_s <= ends[-1]:
-                    # Stop at the end of the step running when it arrives (the
-                    # step after it with async scheduling: that one was planned).
-                    ends = ends[: bisect_left(ends, next_s) + lag]
             else:
                 self._interruptible = plan.interruptible
+            ends = run_ends_s(
+                cost,
+                now + first_s,
+                plan.run_num_seqs,
+                plan.run_context_tokens,
+                plan.num_steps - 1,
+                next_s,
+                lag,
+            )
             try:
                 yield env.timeout(ends[-1] - now)
             except simpy.Interrupt:

@@ -1,0 +1,44 @@
+"""The end times of a skip-ahead run: a plan's step, then plain decode steps.
+
+The replica (``sim.serving.replica``) turns a plan promising ``num_steps``
+steps into one SimPy timeout, and needs each step's end time: the first
+step's, then ``end[j] = end[j - 1] + d[j]`` with the cost model's decode-step
+durations ``d``, summed in the same order as step-by-step execution so both
+modes agree to the bit. An open-loop run stops early, ``num_after`` steps
+after the first that ends at or after the next arrival (``stop_s``); the
+steps past that would be priced and thrown away, so a cost model may offer
+``decode_ends_s`` (same arguments, same result) that stops pricing there.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from itertools import accumulate
+
+from sim.cost.base import CostModel
+
+
+def run_ends_s(
+    cost: CostModel,
+    first_end_s: float,
+    num_seqs: int,
+    context_tokens: int,
+    num_decode_steps: int,
+    stop_s: float = float("inf"),
+    num_after: int = 1,
+) -> list[float]:
+    """End times (s) of a run's first step and of up to ``num_decode_steps`` decode
+    steps after it, of ``num_seqs`` sequences with ``context_tokens`` summed context
+    in the first of them; cut ``num_after`` steps after the first to end at or after
+    ``stop_s`` (``num_after`` >= 1: that step itself is the first kept)."""
+    fast = getattr(cost, "decode_ends_s", None)
+    if fast is not None:
+        ends: list[float] = fast(
+            first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after
+        )
+        return ends
+    durations = cost.decode_steps_s(num_seqs, context_tokens, num_decode_steps).tolist()
+    ends = list(accumulate(durations, initial=first_end_s))
+    if stop_s <= ends[-1]:
+        ends = ends[: bisect_left(ends, stop_s) + num_after]
+    return ends

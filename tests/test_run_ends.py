@@ -1,0 +1,135 @@
+"""run_ends_s: a run's step end times, cut at the next arrival, to the bit.
+
+The roofline's ``decode_ends_s`` prices only the steps it keeps; it must give
+exactly what the generic path gives (every duration priced by
+``decode_steps_s``, summed in order, then cut), and that must match a loop of
+``step_s`` summed one step at a time, as step-by-step execution sums them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim.cost.base import FloatArray, StepShape
+from sim.cost.roofline import RooflineCost
+from sim.cost.run_ends import run_ends_s
+from sim.cost.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
+
+COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
+
+
+class Generic:
+    """The roofline without its ``decode_ends_s``: run_ends_s's generic path."""
+
+    def __init__(self, base: RooflineCost) -> None:
+        self.base = base
+
+    @property
+    def label(self) -> str:
+        return "generic"
+
+    def step_s(self, shape: StepShape) -> float:
+        return self.base.step_s(shape)
+
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+        return self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+
+
+def stepwise(
+    cost: RooflineCost,
+    first_end_s: float,
+    num_seqs: int,
+    context: int,
+    num_steps: int,
+    stop_s: float,
+    num_after: int,
+) -> list[float]:
+    """The ends as step-by-step execution makes them: one step_s per step, and
+    the run stops num_after steps after the first end at or after stop_s."""
+    ends = [first_end_s]
+    for j in range(num_steps):
+        shape = StepShape(
+            num_decode_seqs=num_seqs, num_decode_context_tokens=context + j * num_seqs
+        )
+        ends.append(ends[-1] + cost.step_s(shape))
+    if stop_s <= ends[-1]:
+        ends = ends[: bisect_left(ends, stop_s) + num_after]
+    return ends
+
+
+costs = st.builds(
+    RooflineCost,
+    st.sampled_from(sorted(MODEL_PRESETS)).map(model_preset),
+    st.sampled_from(sorted(HARDWARE_PRESETS)).map(hardware_preset),
+)
+
+
+@given(
+    cost=costs,
+    first_end_s=st.floats(0.0, 1e4, allow_nan=False),
+    num_seqs=st.integers(0, 600),
+    context=st.integers(0, 2_000_000),
+    num_steps=st.integers(0, 80),
+    stop_after_s=st.one_of(st.none(), st.floats(-1.0, 3.0)),
+    num_after=st.integers(1, 3),
+)
+def test_the_roofline_fast_path_equals_the_generic_one_and_a_step_loop(
+    cost: RooflineCost,
+    first_end_s: float,
+    num_seqs: int,
+    context: int,
+    num_steps: int,
+    stop_after_s: float | None,
+    num_after: int,
+) -> None:
+    stop_s = float("inf") if stop_after_s is None else first_end_s + stop_after_s
+    args = (first_end_s, num_seqs, context, num_steps, stop_s, num_after)
+    fast = run_ends_s(cost, *args)
+    assert fast == run_ends_s(Generic(cost), *args)  # exact: same floats
+    assert fast == stepwise(cost, *args)
+
+
+def test_a_cut_keeps_the_step_running_at_the_arrival_and_num_after_minus_one_more() -> None:
+    full = run_ends_s(COST, 1.0, 8, 4096, 20)
+    assert len(full) == 21
+    arrival_s = (full[5] + full[6]) / 2  # during step 6
+    assert run_ends_s(COST, 1.0, 8, 4096, 20, arrival_s, 1) == full[:7]
+    assert run_ends_s(COST, 1.0, 8, 4096, 20, arrival_s, 2) == full[:8]
+    # An arrival exactly at a step's end: that step is the one running.
+    assert run_ends_s(COST, 1.0, 8, 4096, 20, full[6], 1) == full[:7]
+    # At or before the first step's end: the first step, and num_after - 1 more.
+    assert run_ends_s(COST, 1.0, 8, 4096, 20, 0.5, 1) == full[:1]
+    assert run_ends_s(COST, 1.0, 8, 4096, 20, 1.0, 3) == full[:3]
+    # After the run: no cut.
+    assert run_ends_s(COST, 1.0, 8, 4096, 20, full[-1] + 1.0, 2) == full
+
+
+def test_the_cut_never_runs_past_the_steps_promised() -> None:
+    full = run_ends_s(COST, 0.0, 4, 100, 3)
+    assert run_ends_s(COST, 0.0, 4, 100, 3, full[-1], 2) == full
+    assert run_ends_s(COST, 0.0, 4, 100, 0, -1.0, 3) == [0.0]
+
+
+def test_steps_of_no_sequence_take_no_time() -> None:
+    assert run_ends_s(COST, 2.5, 0, 0, 4) == [2.5] * 5
+    assert run_ends_s(COST, 2.5, 0, 0, 4, 2.0, 2) == [2.5, 2.5]
+    assert run_ends_s(Generic(COST), 2.5, 0, 0, 4, 2.0, 2) == [2.5, 2.5]
+
+
+def test_negative_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        run_ends_s(COST, 0.0, -1, 0, 3)
+    with pytest.raises(ValueError, match="negative"):
+        run_ends_s(Generic(COST), 0.0, 1, 0, -3)
+
+
+def test_long_runs_use_numpy_in_the_generic_path_and_still_agree() -> None:
+    # Past SMALL_RUN_STEPS the generic path prices with numpy arrays.
+    ends = run_ends_s(COST, 0.0, 64, 64 * 900, 500)
+    assert ends == run_ends_s(Generic(COST), 0.0, 64, 64 * 900, 500)
+    assert np.all(np.diff(ends) > 0)
