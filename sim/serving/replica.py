@@ -6,7 +6,10 @@ of them (skip-ahead); if a request arrives meanwhile and the plan says it
 could change the batch, the process is interrupted, finishes the step in
 progress, commits the steps done and plans again. So events grow with
 requests, not tokens. ``skip_ahead=False`` runs every step as its own event
-(the reference the skip-ahead mode is tested against).
+(the reference the skip-ahead mode is tested against). When the next arrival
+is known in advance (``horizon``: an open loop), a run ends at the step it
+arrives in instead of being interrupted; a single replica then also takes its
+requests from a ``Feed`` when it plans, so an arrival costs no event at all.
 
 Async scheduling (vLLM's ``AsyncScheduler`` with ``step_with_batch_queue``):
 when the policy asks for it, step N+1 is planned while step N runs. The
@@ -33,6 +36,7 @@ from sim.engine.cohort import Cohort
 from sim.engine.core import EngineCore
 from sim.engine.policies.continuous import Continuous
 from sim.engine.request import Request
+from sim.serving.feed import Feed
 from sim.serving.wakeup import idle_event
 
 
@@ -52,6 +56,9 @@ class Replica:
         # (open loop: known in advance); runs then end at that step instead of
         # being interrupted, which saves two events per arrival.
         self.horizon: Callable[[], float] | None = None
+        # Open loop, one replica: the replica takes its requests from the feed
+        # when it plans, instead of being handed each at an event of its own.
+        self.feed: Feed | None = None
         # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
         self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
         core.pipelined = self.pipelined
@@ -85,15 +92,29 @@ class Replica:
         # (``now + (end - now)`` need not be ``end``), and that would make the
         # times depend on how steps were grouped into timeouts. None: woken.
         last_end: float | None = None
+        feed = self.feed
+        # The first plan (at time 0) comes before the open loop's first submission,
+        # as when a SimPy process submits (it starts after this one).
+        started = False
         while True:
             now = env.now if last_end is None else last_end
+            if feed is not None and started and feed.next_clock_s <= now:
+                feed.take(now, core.add)
+            started = True
             plan = core.schedule(now, visible_until)
             deferred = pipelined and core.num_deferred_at_plan > 0
             visible_until = None
             if plan.is_empty:
-                if not deferred:  # else: vLLM plans again once step N's output is in
+                if deferred:  # vLLM plans again once step N's output is in
+                    continue
+                if feed is None:
                     yield from self._wait(plan.wake_at_s)
                     last_end = None
+                    continue
+                woke_s = yield from self._sleep(feed.next_clock_s, plan.wake_at_s)
+                if woke_s is None:
+                    return  # nothing more can come
+                last_end = woke_s
                 continue
             if plan.num_steps == 1 or not self.skip_ahead or deferred:
                 # Deferred work (a hidden arrival, a held slot) may change the
@@ -140,6 +161,26 @@ class Replica:
             last_end = ends[-1]
             if pipelined:
                 visible_until = ends[-2] if len(ends) > 1 else now
+
+    def _sleep(
+        self, next_clock_s: float, wake_at_s: float | None
+    ) -> Generator[simpy.Event, Any, float | None]:
+        """Sleep until the feed's next submission or the policy's wake-up time;
+        return the time to plan at, or None if neither will ever come."""
+        env = self.env
+        if wake_at_s is None:
+            if next_clock_s == float("inf"):
+                return None
+        else:
+            # As idle_event's timer: the time it would fire at.
+            delay_s = max(0.0, wake_at_s - env.now)
+            if env.now + delay_s < next_clock_s:
+                yield env.timeout(delay_s)
+                return env.now
+        # The submission (on a tie too: its timeout would be the older event). The
+        # clock may land a unit in the last place off it; the plan is made at it.
+        yield env.timeout(next_clock_s - env.now)
+        return next_clock_s
 
     def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
         """Sleep until a request arrives or the policy's wake-up time."""

@@ -30,6 +30,7 @@ from sim.engine.step_runs import StepTable
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine, Frontend
+from sim.serving.feed import Feed
 from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, step_table
@@ -140,11 +141,12 @@ class Simulation:
             self._submit(request)
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
-        """Submit requests in the order their tokenization ends.
+        """Submit requests to a cluster in the order their tokenization ends.
 
         All arrival times are known, so tokenization needs no event of its
-        own, and the replica can read the next submission time from
-        ``_next_ready_s`` instead of being interrupted by it.
+        own, and replicas can read the next submission time from
+        ``_next_ready_s`` instead of being interrupted by it. (A single
+        replica takes its requests from a ``Feed`` instead: ``sim.serving.feed``.)
         """
         env = self.env
         ready = work.arrival_s + self.engine.frontend.tokenize_s_per_token * work.num_prompt_tokens
@@ -205,14 +207,18 @@ class Simulation:
                 self.env.process(self._user(work, ids))
         else:
             total = len(work.arrival_s)
-            horizon = self._horizon
-            if self.layout is None:
-                self.replica.horizon = horizon
+            if isinstance(self.replica, Replica) and self.layout is None:
+                # One replica takes its requests when it plans (sim.serving.feed),
+                # and ends its runs at the next one.
+                feed = Feed(work, self.engine.frontend.tokenize_s_per_token)
+                self.replica.feed = feed
+                self.replica.horizon = functools.partial(feed.ready_after_s, 0)
             else:
                 # A pool of one replica ends its runs at the next arrival; several
                 # are interrupted by the arrivals routed to them (Pool.set_horizon).
-                self.layout.set_horizon(horizon, self._lookahead)
-            self.env.process(self._open_loop(work))
+                if self.layout is not None:
+                    self.layout.set_horizon(self._horizon, self._lookahead)
+                self.env.process(self._open_loop(work))
         self._drive(total, progress)
         return self._result()
 

@@ -1,0 +1,116 @@
+"""Open-loop requests handed to a replica when it plans, not one SimPy event each.
+
+In an open loop every submission time is known before the run: arrival plus
+tokenization. ``Feed`` holds them in submission order; the replica takes the
+requests due by each plan's time (``take``) and, when idle, sleeps until the
+next one (``next_clock_s``), so an arrival costs no event of its own (issue 16:
+events grow with requests; this halves them).
+
+The times are those a SimPy process submitting each request at its own
+timeout would see, to the bit: such a process, woken at clock ``c``, submits
+every request whose time is ``<= c`` at once and otherwise sleeps
+``ready - c``, landing at ``c + (ready - c)``, which need not be ``ready``.
+``clock_s`` replays that sum, and ``ready_s`` of a taken request is its clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.engine.prefix_requests import prefix_describer
+from sim.engine.request import Request
+
+
+class Submission(Protocol):
+    """An open-loop workload (``sim.serving.simulation.OpenLoop``)."""
+
+    @property
+    def arrival_s(self) -> npt.NDArray[np.float64]: ...
+    @property
+    def num_prompt_tokens(self) -> npt.NDArray[np.int64]: ...
+    @property
+    def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
+
+
+def submission_clock_s(ready_s: list[float]) -> list[float]:
+    """The SimPy clock at each submission of a process that sleeps until each
+    time in ``ready_s`` (sorted, s) from the previous wake, starting at 0."""
+    clock = 0.0
+    out = []
+    for ready in ready_s:
+        if ready > clock:
+            clock = clock + (ready - clock)  # SimPy: now + delay
+        out.append(clock)
+    return out
+
+
+class Feed:
+    """A workload's requests in submission order, taken by time (see the module)."""
+
+    __slots__ = ("_clock_s", "_index", "_make", "_ready_s", "num_requests")
+
+    def __init__(self, work: Submission, tokenize_s_per_token: float) -> None:
+        ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
+        order = np.argsort(ready, kind="stable")
+        self._ready_s: list[float] = ready[order].tolist()
+        self.num_requests = len(self._ready_s)
+        self._clock_s = submission_clock_s(self._ready_s)
+        # inf last: "nothing more to come" without a sentinel check per read.
+        self._ready_s.append(float("inf"))
+        self._clock_s.append(float("inf"))
+        self._index = 0
+        self._make = _requests(work, order)
+
+    @property
+    def num_taken(self) -> int:
+        """Requests handed over so far."""
+        return self._index
+
+    @property
+    def next_ready_s(self) -> float:
+        """When the next request is due (arrival plus tokenization, s); inf if none."""
+        return self._ready_s[self._index]
+
+    @property
+    def next_clock_s(self) -> float:
+        """The clock at which the next request is submitted (see the module), s."""
+        return self._clock_s[self._index]
+
+    def ready_after_s(self, num_after: int) -> float:
+        """When the request ``num_after`` places after the next one is due, s."""
+        ready_s = self._ready_s
+        return ready_s[min(self._index + num_after, len(ready_s) - 1)]
+
+    def take(self, now_s: float, submit: Callable[[Request, float], object]) -> None:
+        """Hand ``submit(request, clock_s)`` every request submitted by ``now_s``."""
+        clock_s = self._clock_s
+        i = self._index
+        while clock_s[i] <= now_s:
+            i += 1
+            self._index = i  # before submit: it may read the next time
+            submit(next(self._make), clock_s[i - 1])
+
+
+def _requests(work: Submission, order: npt.NDArray[np.intp]) -> Iterator[Request]:
+    """The workload's requests, built one at a time in submission ``order``."""
+    describe = prefix_describer(work)  # None unless requests share prefixes
+    priority = getattr(work, "priority", None)  # optional per-request priorities
+    priorities = None if priority is None else priority[order].tolist()
+    rows = zip(
+        order.tolist(),
+        work.arrival_s[order].tolist(),
+        work.num_prompt_tokens[order].tolist(),
+        work.num_output_tokens[order].tolist(),
+        strict=True,
+    )
+    for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
+        request = Request(request_id, arrival_s, num_prompt, num_output)
+        if describe is not None:
+            describe(request)
+        if priorities is not None:
+            request.priority = priorities[i]
+        yield request

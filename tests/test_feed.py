@@ -1,0 +1,195 @@
+"""The feed: a single replica takes open-loop requests when it plans.
+
+What it replaces is a SimPy process that sleeps until each request's
+submission time and hands it over; a one-replica cluster still runs that way
+(``sim.serving.pool``), so the two are compared run for run, to the bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+import simpy
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sim import api
+from sim.engine.request import Request
+from sim.scenario import scenario_from_dict
+from sim.serving.feed import Feed, submission_clock_s
+from sim.workload.generate import RequestArrays
+
+times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
+
+
+@given(st.lists(times, max_size=40))
+def test_submission_clocks_are_those_a_sleeping_simpy_process_sees(ready: list[float]) -> None:
+    ready.sort()
+    env = simpy.Environment()
+    seen: list[float] = []
+
+    def submitter() -> Any:
+        for t in ready:
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            seen.append(env.now)
+
+    env.process(submitter())
+    env.run()
+    assert submission_clock_s(ready) == seen  # exact
+
+
+def arrays(arrival_s: list[float], prompt: list[int]) -> RequestArrays:
+    n = len(arrival_s)
+    return RequestArrays(
+        arrival_s=np.array(arrival_s, dtype=np.float64),
+        num_prompt_tokens=np.array(prompt, dtype=np.int64),
+        num_output_tokens=np.full(n, 5, dtype=np.int64),
+    )
+
+
+def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> None:
+    # Tokenizing takes 0.01 s per prompt token: request 1 (short) overtakes 0.
+    feed = Feed(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01)
+    assert feed.num_requests == 4 and feed.num_taken == 0
+    assert feed.next_ready_s == pytest.approx(0.51)
+    taken: list[tuple[int, float]] = []
+
+    def submit(request: Request, clock_s: float) -> None:
+        taken.append((request.request_id, clock_s))
+
+    feed.take(0.5, submit)
+    assert taken == []
+    feed.take(0.52, submit)
+    assert [rid for rid, _ in taken] == [2]
+    assert feed.next_ready_s == pytest.approx(0.6) and feed.num_taken == 1
+    feed.take(0.65, submit)
+    assert [rid for rid, _ in taken] == [2, 1]
+    assert taken[0][1] == pytest.approx(0.51) and taken[1][1] == pytest.approx(0.6)
+    assert feed.next_ready_s == pytest.approx(1.0) and feed.num_taken == 2
+    assert feed.ready_after_s(1) == pytest.approx(2.1)
+    assert feed.ready_after_s(5) == math.inf  # past the end: nothing comes
+    feed.take(10.0, submit)
+    assert [rid for rid, _ in taken] == [2, 1, 0, 3]
+    assert feed.next_ready_s == math.inf and feed.next_clock_s == math.inf
+
+
+def test_take_sets_the_next_time_before_each_submission() -> None:
+    feed = Feed(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0)
+    nexts: list[float] = []
+    feed.take(2.5, lambda request, clock_s: nexts.append(feed.next_ready_s))
+    assert nexts == [2.0, 3.0]
+
+
+def test_requests_carry_their_spec_and_priority() -> None:
+    work = RequestArrays(
+        arrival_s=np.array([0.2, 0.1]),
+        num_prompt_tokens=np.array([7, 8]),
+        num_output_tokens=np.array([3, 4]),
+        priority=np.array([5, 6]),
+    )
+    feed = Feed(work, 0.0)
+    got: list[Request] = []
+    feed.take(1.0, lambda request, clock_s: got.append(request))
+    assert [(r.request_id, r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for r in got] == [
+        (1, 0.1, 8, 4),
+        (0, 0.2, 7, 3),
+    ]
+    assert [r.priority for r in got] == [6, 5]
+
+
+def scenario(
+    scheduler: dict[str, Any],
+    workload: dict[str, Any],
+    cluster: bool,
+    frontend: dict[str, Any] | None = None,
+    **engine: Any,
+) -> Any:
+    doc: dict[str, Any] = {
+        "name": "feed",
+        "model": "llama-3-8b",
+        "hardware": "h100",
+        "cost": {"kind": "roofline"},
+        "scheduler": scheduler,
+        "engine": engine,
+        "workload": {"kind": "synthetic", **workload},
+    }
+    if frontend is not None:
+        doc["frontend"] = frontend
+    if cluster:
+        doc["cluster"] = {"num_replicas": 1, "router": "round_robin"}
+    return scenario_from_dict(doc, "test_feed")
+
+
+def same_runs(a: api.Result, b: api.Result) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
+
+
+CONTINUOUS = {"kind": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 1024}
+LENGTHS = {
+    "prompt_tokens": {"kind": "lognormal", "median_tokens": 300, "sigma": 0.8, "max_tokens": 3000},
+    "output_tokens": {"kind": "lognormal", "median_tokens": 60, "sigma": 0.8, "max_tokens": 600},
+}
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "arrival", "engine"),
+    [
+        (CONTINUOUS, {"kind": "poisson", "rate_per_s": 20}, {}),
+        (CONTINUOUS, {"kind": "poisson", "rate_per_s": 20}, {"async_scheduling": False}),
+        (CONTINUOUS, {"kind": "poisson", "rate_per_s": 20}, {"skip_ahead": False}),
+        (
+            CONTINUOUS,
+            {"kind": "gamma", "rate_per_s": 30, "burstiness": 0.1},
+            {"num_kv_blocks": 300},
+        ),
+        (CONTINUOUS, {"kind": "constant", "rate_per_s": 10}, {}),
+        (
+            {"kind": "static", "max_batch_size": 8, "max_wait_s": 0.05},
+            {"kind": "poisson", "rate_per_s": 3},
+            {},
+        ),
+    ],
+)
+def test_a_single_replica_fed_runs_as_a_one_replica_cluster_fed_by_events(
+    scheduler: dict[str, Any], arrival: dict[str, Any], engine: dict[str, Any]
+) -> None:
+    workload = {"num_requests": 300, "arrival": arrival, **LENGTHS}
+    fed = api.run(scenario(scheduler, workload, cluster=False, **engine))
+    evented = api.run(scenario(scheduler, workload, cluster=True, **engine))
+    same_runs(fed, evented)
+    assert fed.requests["finish_s"].notna().all()
+
+
+def run_arrays(work: RequestArrays, cluster: bool) -> Any:
+    """Run ``work`` (no tokenizing delay) on a small continuous-batching engine."""
+    from sim.api_engine import cluster_for, engine_for
+    from sim.serving.simulation import Simulation
+
+    workload = {"num_requests": 1, "arrival": {"kind": "poisson", "rate_per_s": 1}, **LENGTHS}
+    doc = scenario(CONTINUOUS, workload, cluster, frontend={"tokenize_s_per_token": 0.0})
+    engine = engine_for(doc)
+    return Simulation(engine, cluster_for(doc, np.random.default_rng(0))).run(work)
+
+
+def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() -> None:
+    # Ties: three requests at 0 (the first plan, at 0, sees none: the event-fed
+    # replica planned before the submitting process started), two at once later.
+    work = RequestArrays(
+        arrival_s=np.array([0.0, 0.0, 0.0, 0.25, 0.25, 0.4]),
+        num_prompt_tokens=np.array([50, 300, 20, 700, 10, 90]),
+        num_output_tokens=np.array([30, 3, 12, 40, 9, 1]),
+    )
+    fed, evented = run_arrays(work, cluster=False), run_arrays(work, cluster=True)
+    pd.testing.assert_frame_equal(fed.requests, evented.requests, check_exact=True)
+    pd.testing.assert_frame_equal(fed.timeseries, evented.timeseries, check_exact=True)
+    series = fed.timeseries
+    assert list(series["time_s"][:2]) == [0.0, 0.0]  # an empty plan, then the first step's
+    assert list(series["num_waiting"][:2]) == [0, 0]
+    assert fed.requests["finish_s"].notna().all()
