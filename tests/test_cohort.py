@@ -292,4 +292,4 @@ def test_flush_catches_members_up_before_recording_them() -> None:
     core.flush_unfinished()
     assert request.num_generated_tokens == 4
     assert core.kv.num_free_blocks == 100
-    assert core.records.columns["num_generated_tokens"][0] == 4
+    assert core.records.views()["num_generated_tokens"][0] == 4

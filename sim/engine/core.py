@@ -24,6 +24,21 @@ from sim.engine.step_commit import StepCommits
 from sim.engine.steplog import StepLog
 
 NAN = float("nan")
+# RECORD_COLUMNS by dtype, in row order (``_done`` fills each group with one call).
+_RECORD_TIMES = ("arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s")
+_RECORD_COUNTS = (
+    "request_id",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_generated_tokens",
+    "num_preemptions",
+    "num_swaps",
+    "priority",
+    "num_cached_tokens",
+    "num_prefix_lookups",
+    "num_prefix_query_tokens",
+    "num_prefix_hit_tokens",
+)
 
 
 class CommitRecorder(Protocol):
@@ -65,11 +80,15 @@ class EngineCore(StepCommits):
         self._num_finished_in_step = 0  # lets commit skip rebuilding `running`
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
-        # Direct references: sampling the state runs once per event.
-        self._series_time, self._series_waiting, self._series_running, self._series_kv = (
-            self.series.columns.values()
-        )
+        # Direct references: sampling the state runs once per plan.
+        self._series_time = self.series.group("f8", ("time_s",)).append
+        self._series_counts = self.series.group(
+            "i4", ("num_waiting", "num_running", "num_kv_blocks_used")
+        ).extend
         self.records = Columns(RECORD_COLUMNS)
+        self._record_times = self.records.group("f8", _RECORD_TIMES).extend
+        self._record_counts = self.records.group("i8", _RECORD_COUNTS).extend
+        self._record_replica = self.records.group("i4", ("replica",)).append
         self.rejections: dict[int, str] = {}
         # Async scheduling (vLLM's AsyncScheduler), switched on by the executor:
         # the plan of step N+1 is made while step N runs, so it cannot see
@@ -154,10 +173,11 @@ class EngineCore(StepCommits):
             for request in self.held:
                 self.kv.free(request)
             self.held = []
-        self._series_time.append(now_s)
-        self._series_waiting.append(len(self.waiting))
-        self._series_running.append(len(self.running))
-        self._series_kv.append(self.kv.num_blocks - self.kv.num_free_blocks)
+        self._series_time(now_s)
+        kv = self.kv
+        self._series_counts(
+            (len(self.waiting), len(self.running), kv.num_blocks - kv.num_free_blocks)
+        )
         return plan
 
     def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
@@ -198,25 +218,31 @@ class EngineCore(StepCommits):
         """Move a finished or rejected request into the columnar records."""
         if request.rejection_reason is not None:
             self.rejections[request.request_id] = request.rejection_reason
-        self.records.append(
-            request.request_id,
-            request.arrival_s,
-            _or_nan(request.ready_s),
-            _or_nan(request.first_scheduled_s),
-            _or_nan(request.first_token_s),
-            _or_nan(request.finish_s),
-            request.num_prompt_tokens,
-            request.num_output_tokens,
-            request.num_generated_tokens,
-            request.num_preemptions,
-            request.replica,
-            request.num_swaps,
-            request.priority,
-            request.num_cached_tokens,
-            request.num_prefix_lookups,
-            request.num_prefix_query_tokens,
-            request.num_prefix_hit_tokens,
+        self._record_times(
+            (
+                request.arrival_s,
+                _or_nan(request.ready_s),
+                _or_nan(request.first_scheduled_s),
+                _or_nan(request.first_token_s),
+                _or_nan(request.finish_s),
+            )
         )
+        self._record_counts(
+            (
+                request.request_id,
+                request.num_prompt_tokens,
+                request.num_output_tokens,
+                request.num_generated_tokens,
+                request.num_preemptions,
+                request.num_swaps,
+                request.priority,
+                request.num_cached_tokens,
+                request.num_prefix_lookups,
+                request.num_prefix_query_tokens,
+                request.num_prefix_hit_tokens,
+            )
+        )
+        self._record_replica(request.replica)
         self.num_done += 1
         if self.on_done is not None:
             self.on_done(request)

@@ -96,11 +96,7 @@ class StepRuns:
     @classmethod
     def of(cls, ends_s: array[float], segments: Columns, replica: int = 0) -> StepRuns:
         """Views of a log's buffers (no copy)."""
-        views = {
-            name: np.frombuffer(column, dtype=SEGMENT_COLUMNS[name])
-            for name, column in segments.columns.items()
-        }
-        return cls(np.frombuffer(ends_s, dtype=np.float64), views, replica)
+        return cls(np.frombuffer(ends_s, dtype=np.float64), segments.views(), replica)
 
     @property
     def num_steps(self) -> int:

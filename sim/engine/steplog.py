@@ -35,14 +35,12 @@ class StepLog:
     def __init__(self) -> None:
         self._ends = array("d")
         self.segments = Columns(SEGMENT_COLUMNS)
-        c = self.segments.columns
-        self._start, self._num_steps = c["start_s"], c["num_steps"]
-        self._prefill, self._decode, self._itl, self._outputs = (
-            c["num_prefill_tokens"],
-            c["num_decode_seqs"],
-            c["num_itl_tokens"],
-            c["num_outputs"],
-        )
+        # One call per dtype and segment: this runs once per event.
+        self._start = self.segments.group("f8", ("start_s",)).append
+        self._counts = self.segments.group(
+            "i4",
+            ("num_steps", "num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs"),
+        ).extend
 
     @property
     def num_rows(self) -> int:
@@ -58,14 +56,10 @@ class StepLog:
         num_itl_tokens: int,
         num_outputs: int,
     ) -> None:
-        """Log one step (direct appends: this runs once per event)."""
+        """Log one step."""
         self._ends.append(end_s)
-        self._start.append(start_s)
-        self._num_steps.append(1)
-        self._prefill.append(num_prefill_tokens)
-        self._decode.append(num_decode_seqs)
-        self._itl.append(num_itl_tokens)
-        self._outputs.append(num_outputs)
+        self._start(start_s)
+        self._counts((1, num_prefill_tokens, num_decode_seqs, num_itl_tokens, num_outputs))
 
     def add_decode_run(
         self,
@@ -82,12 +76,8 @@ class StepLog:
         if not ends_s:
             return
         self._ends.extend(ends_s)
-        self._start.append(start_s)
-        self._num_steps.append(len(ends_s))
-        self._prefill.append(0)
-        self._decode.append(num_decode_seqs)
-        self._itl.append(num_itl_tokens)
-        self._outputs.append(num_itl_tokens)
+        self._start(start_s)
+        self._counts((len(ends_s), 0, num_decode_seqs, num_itl_tokens, num_itl_tokens))
 
     def runs(self, replica: int = 0) -> StepRuns:
         """The log as numpy arrays sharing memory with it (no copy), tagged ``replica``."""

@@ -112,7 +112,7 @@ def run(
     if core.cohort is not None:
         assert core.cohort.num_members == 0  # flushed
     kv = core.kv
-    finish_order = np.frombuffer(core.records.columns["request_id"], dtype=np.int64).tolist()
+    finish_order = core.records.views()["request_id"].tolist()
     if not isinstance(kv, PrefixCachingPool):
         return Run(raw, member_steps, finish_order, [], {}, 0)
     return Run(
