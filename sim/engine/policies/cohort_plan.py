@@ -66,9 +66,20 @@ def plan_with_cohort(
     # take blocks from the free queue, so the same blocks go to the same requests.
     crossing_before: list[int] = []
     num_crossing = 0
-    if len(running) > num_members:
+    num_listed = len(running) - num_members
+    if num_listed:
         cap = policy.max_tokens_per_request
-        for request in running:
+        walked: list[Request] = running
+        tail = running[-num_listed:]
+        for request in tail:
+            if request.cohort_step is not None:
+                break
+        else:
+            # The usual order: every member before every listed request (those
+            # joined the batch last), so the members crossing come first, counted.
+            walked = tail
+            num_crossing = cohort.num_crossing(step)
+        for request in walked:
             joined = request.cohort_step
             if joined is not None:
                 if (request.num_computed_tokens - joined + step) % block_size == 0:
