@@ -77,7 +77,7 @@ class EngineCore(StepCommits):
         self.running: list[Request] = []
         self.num_steps = 0
         self.num_done = 0
-        self._num_finished_in_step = 0  # lets commit skip rebuilding `running`
+        self._finished_in_step: list[Request] = []  # to take out of `running` at commit
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
         # Direct references: sampling the state runs once per plan.
@@ -195,9 +195,15 @@ class EngineCore(StepCommits):
         else:
             self._commit_run(plan, start_s, ends_s)
         self.last_end_s = ends_s[-1]
-        if self._num_finished_in_step:
-            self.running = [r for r in self.running if r.finish_s is None]
-            self._num_finished_in_step = 0
+        finished = self._finished_in_step
+        if finished:
+            if len(finished) <= 4:  # the usual case: remove in C, no rebuild
+                running = self.running
+                for request in finished:
+                    running.remove(request)  # identity: requests compare by it
+            else:
+                self.running = [r for r in self.running if r.finish_s is None]
+            finished.clear()
         if self.cohort is not None:
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
@@ -207,7 +213,7 @@ class EngineCore(StepCommits):
             self._deferred.append(request)
             return
         request.finish_s = time_s
-        self._num_finished_in_step += 1
+        self._finished_in_step.append(request)
         if self.pipelined:
             self.held.append(request)  # freed after the plan already under way
         else:
