@@ -17,11 +17,14 @@ import simpy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim import api
+from sim.api_engine import cluster_for, engine_for
 from sim.engine.request import Request
-from sim.scenario import scenario_from_dict
+from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.feed import Feed, submission_clock_s
-from sim.workload.generate import RequestArrays
+from sim.serving.pool import Pool
+from sim.serving.replica import Replica
+from sim.serving.simulation import RawResult, Simulation
+from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
 
@@ -54,7 +57,7 @@ def arrays(arrival_s: list[float], prompt: list[int]) -> RequestArrays:
 
 def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> None:
     # Tokenizing takes 0.01 s per prompt token: request 1 (short) overtakes 0.
-    feed = Feed(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01)
+    (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01, 1)
     assert feed.num_requests == 4 and feed.num_taken == 0
     assert feed.next_ready_s == pytest.approx(0.51)
     taken: list[tuple[int, float]] = []
@@ -79,7 +82,7 @@ def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> Non
 
 
 def test_take_sets_the_next_time_before_each_submission() -> None:
-    feed = Feed(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0)
+    (feed,) = Feed.split(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0, 1)
     nexts: list[float] = []
     feed.take(2.5, lambda request, clock_s: nexts.append(feed.next_ready_s))
     assert nexts == [2.0, 3.0]
@@ -92,7 +95,7 @@ def test_requests_carry_their_spec_and_priority() -> None:
         num_output_tokens=np.array([3, 4]),
         priority=np.array([5, 6]),
     )
-    feed = Feed(work, 0.0)
+    (feed,) = Feed.split(work, 0.0, 1)
     got: list[Request] = []
     feed.take(1.0, lambda request, clock_s: got.append(request))
     assert [(r.request_id, r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for r in got] == [
@@ -105,10 +108,10 @@ def test_requests_carry_their_spec_and_priority() -> None:
 def scenario(
     scheduler: dict[str, Any],
     workload: dict[str, Any],
-    cluster: bool,
+    num_replicas: int | None = None,
     frontend: dict[str, Any] | None = None,
     **engine: Any,
-) -> Any:
+) -> Scenario:
     doc: dict[str, Any] = {
         "name": "feed",
         "model": "llama-3-8b",
@@ -120,12 +123,26 @@ def scenario(
     }
     if frontend is not None:
         doc["frontend"] = frontend
-    if cluster:
-        doc["cluster"] = {"num_replicas": 1, "router": "round_robin"}
+    if num_replicas is not None:
+        doc["cluster"] = {"num_replicas": num_replicas, "router": "round_robin"}
     return scenario_from_dict(doc, "test_feed")
 
 
-def same_runs(a: api.Result, b: api.Result) -> None:
+def simulate(sc: Scenario, feed: bool, work: RequestArrays | None = None) -> RawResult:
+    """Run ``sc`` (or ``work`` on its engine) with feeds, or with an event per arrival."""
+    rng = np.random.default_rng(sc.seed)
+    if work is None:
+        assert isinstance(sc.workload, SyntheticWorkload)
+        work = generate_open_loop(sc.workload, rng)
+    simulation = Simulation(engine_for(sc), cluster_for(sc, rng), feed=feed)
+    result = simulation.run(work)
+    layout = simulation.layout
+    replicas = [simulation.replica] if layout is None else layout.front_replicas
+    assert all(isinstance(r, Replica) and (r.feed is not None) == feed for r in replicas)
+    return result
+
+
+def same_runs(a: RawResult, b: RawResult) -> None:
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
     pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
@@ -136,14 +153,16 @@ LENGTHS = {
     "prompt_tokens": {"kind": "lognormal", "median_tokens": 300, "sigma": 0.8, "max_tokens": 3000},
     "output_tokens": {"kind": "lognormal", "median_tokens": 60, "sigma": 0.8, "max_tokens": 600},
 }
+POISSON = {"kind": "poisson", "rate_per_s": 20}
 
 
+@pytest.mark.parametrize("num_replicas", [None, 1, 3])
 @pytest.mark.parametrize(
     ("scheduler", "arrival", "engine"),
     [
-        (CONTINUOUS, {"kind": "poisson", "rate_per_s": 20}, {}),
-        (CONTINUOUS, {"kind": "poisson", "rate_per_s": 20}, {"async_scheduling": False}),
-        (CONTINUOUS, {"kind": "poisson", "rate_per_s": 20}, {"skip_ahead": False}),
+        (CONTINUOUS, POISSON, {}),
+        (CONTINUOUS, POISSON, {"async_scheduling": False}),
+        (CONTINUOUS, POISSON, {"skip_ahead": False}),
         (
             CONTINUOUS,
             {"kind": "gamma", "rate_per_s": 30, "burstiness": 0.1},
@@ -157,25 +176,40 @@ LENGTHS = {
         ),
     ],
 )
-def test_a_single_replica_fed_runs_as_a_one_replica_cluster_fed_by_events(
-    scheduler: dict[str, Any], arrival: dict[str, Any], engine: dict[str, Any]
+def test_fed_replicas_run_as_replicas_handed_each_request_at_an_event(
+    num_replicas: int | None,
+    scheduler: dict[str, Any],
+    arrival: dict[str, Any],
+    engine: dict[str, Any],
 ) -> None:
     workload = {"num_requests": 300, "arrival": arrival, **LENGTHS}
-    fed = api.run(scenario(scheduler, workload, cluster=False, **engine))
-    evented = api.run(scenario(scheduler, workload, cluster=True, **engine))
-    same_runs(fed, evented)
+    sc = scenario(scheduler, workload, num_replicas, **engine)
+    fed = simulate(sc, feed=True)
+    same_runs(fed, simulate(sc, feed=False))
     assert fed.requests["finish_s"].notna().all()
+    if num_replicas == 3:  # dealt in turn
+        by_arrival = fed.requests.sort_values(["arrival_s", "request_id"], kind="stable")
+        assert by_arrival["replica"].tolist()[:6] == [0, 1, 2, 0, 1, 2]
 
 
-def run_arrays(work: RequestArrays, cluster: bool) -> Any:
-    """Run ``work`` (no tokenizing delay) on a small continuous-batching engine."""
-    from sim.api_engine import cluster_for, engine_for
-    from sim.serving.simulation import Simulation
-
-    workload = {"num_requests": 1, "arrival": {"kind": "poisson", "rate_per_s": 1}, **LENGTHS}
-    doc = scenario(CONTINUOUS, workload, cluster, frontend={"tokenize_s_per_token": 0.0})
-    engine = engine_for(doc)
-    return Simulation(engine, cluster_for(doc, np.random.default_rng(0))).run(work)
+def test_a_pool_counts_the_load_of_what_its_replicas_take() -> None:
+    workload = {"num_requests": 60, "arrival": POISSON, **LENGTHS}
+    sc = scenario(CONTINUOUS, workload, 4)
+    rng = np.random.default_rng(sc.seed)
+    assert isinstance(sc.workload, SyntheticWorkload)
+    simulation = Simulation(engine_for(sc), cluster_for(sc, rng))
+    layout = simulation.layout
+    assert isinstance(layout, Pool) and layout.feedable
+    work = generate_open_loop(sc.workload, rng)
+    feeds = Feed.split(work, 0.0, 4)
+    layout.take_feeds(feeds)
+    simulation.env.run(until=1.0)
+    taken = sum(feed.num_taken for feed in feeds)
+    assert 0 < taken < 60
+    done = sum(core.num_done for core in layout.cores)
+    assert sum(load.num_requests for load in layout.loads) == taken - done
+    with pytest.raises(ValueError, match="one feed per replica"):
+        layout.take_feeds(feeds[:3])
 
 
 def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() -> None:
@@ -186,10 +220,12 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
         num_prompt_tokens=np.array([50, 300, 20, 700, 10, 90]),
         num_output_tokens=np.array([30, 3, 12, 40, 9, 1]),
     )
-    fed, evented = run_arrays(work, cluster=False), run_arrays(work, cluster=True)
-    pd.testing.assert_frame_equal(fed.requests, evented.requests, check_exact=True)
-    pd.testing.assert_frame_equal(fed.timeseries, evented.timeseries, check_exact=True)
-    series = fed.timeseries
-    assert list(series["time_s"][:2]) == [0.0, 0.0]  # an empty plan, then the first step's
-    assert list(series["num_waiting"][:2]) == [0, 0]
-    assert fed.requests["finish_s"].notna().all()
+    workload = {"num_requests": 1, "arrival": POISSON, **LENGTHS}
+    for num_replicas in (None, 2):
+        sc = scenario(CONTINUOUS, workload, num_replicas, frontend={"tokenize_s_per_token": 0.0})
+        fed = simulate(sc, True, work)
+        same_runs(fed, simulate(sc, False, work))
+        series = fed.timeseries[fed.timeseries["replica"] == 0]
+        assert list(series["time_s"][:2]) == [0.0, 0.0]  # an empty plan, then the first step's
+        assert list(series["num_waiting"][:2]) == [0, 0]
+        assert fed.requests["finish_s"].notna().all()

@@ -49,21 +49,33 @@ def submission_clock_s(ready_s: list[float]) -> list[float]:
 
 
 class Feed:
-    """A workload's requests in submission order, taken by time (see the module)."""
+    """Requests in submission order, taken by time (see the module's docstring)."""
 
     __slots__ = ("_clock_s", "_index", "_make", "_ready_s", "num_requests")
 
-    def __init__(self, work: Submission, tokenize_s_per_token: float) -> None:
+    def __init__(self, ready_s: list[float], clock_s: list[float], requests: Iterator[Request]):
+        """``ready_s``: when each request is due, sorted (s); ``clock_s``: the clock
+        at its submission (``submission_clock_s`` of the whole workload's times);
+        ``requests``: the requests, built lazily, in that order."""
+        self.num_requests = len(ready_s)
+        # inf last: "nothing more to come" without a sentinel check per read.
+        self._ready_s = [*ready_s, float("inf")]
+        self._clock_s = [*clock_s, float("inf")]
+        self._index = 0
+        self._make = requests
+
+    @classmethod
+    def split(cls, work: Submission, tokenize_s_per_token: float, num_feeds: int) -> list[Feed]:
+        """``work``'s requests dealt in turn to ``num_feeds`` feeds (a round-robin
+        router's picks: the i-th submission goes to feed ``i % num_feeds``)."""
         ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
         order = np.argsort(ready, kind="stable")
-        self._ready_s: list[float] = ready[order].tolist()
-        self.num_requests = len(self._ready_s)
-        self._clock_s = submission_clock_s(self._ready_s)
-        # inf last: "nothing more to come" without a sentinel check per read.
-        self._ready_s.append(float("inf"))
-        self._clock_s.append(float("inf"))
-        self._index = 0
-        self._make = _requests(work, order)
+        ready_s: list[float] = ready[order].tolist()
+        clock_s = submission_clock_s(ready_s)
+        return [
+            cls(ready_s[k::num_feeds], clock_s[k::num_feeds], _requests(work, order[k::num_feeds]))
+            for k in range(num_feeds)
+        ]
 
     @property
     def num_taken(self) -> int:

@@ -28,6 +28,7 @@ import simpy
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
 from sim.engine.step_runs import StepTable
+from sim.serving.feed import Feed
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
@@ -116,6 +117,37 @@ class Pool:
         else:
             for member in self.replicas:
                 member.horizon = None
+
+    @property
+    def feedable(self) -> bool:
+        """Whether each replica can take its requests from a feed of its own: a
+        fresh round-robin router (its picks ignore load: the i-th request goes to
+        replica ``i % n``), no central queue, and no lockstep ranks."""
+        router = self.router
+        return (
+            isinstance(router, RoundRobin)
+            and router.num_turns_before(0, len(self.replicas)) == 0
+            and self.queue is None
+            and all(isinstance(replica, Replica) for replica in self.replicas)
+        )
+
+    def take_feeds(self, feeds: Sequence[Feed]) -> None:
+        """Replica i takes its requests from ``feeds[i]`` when it plans, and ends its
+        runs at its own next one (``Feed.split``'s deal: a round-robin router's)."""
+        if not self.feedable or len(feeds) != len(self.replicas):
+            raise ValueError("feeds need a fresh round-robin pool, one feed per replica")
+        for index, (replica, feed) in enumerate(zip(self.replicas, feeds, strict=True)):
+            assert isinstance(replica, Replica)
+            replica.feed = feed
+            replica.horizon = partial(feed.ready_after_s, 0)
+            replica.intake = partial(self._take, index)
+
+    def _take(self, index: int, request: Request, now_s: float) -> None:
+        """Replica ``index`` takes ``request`` from its feed: count it in its load."""
+        load = self.loads[index]
+        load.num_requests += 1
+        load.num_tokens += request.num_prompt_tokens + request.num_output_tokens
+        self.cores[index].add(request, now_s)
 
     def submit(self, request: Request) -> None:
         """Send ``request`` to a replica now, or queue it centrally."""

@@ -59,6 +59,8 @@ class Replica:
         # Open loop, one replica: the replica takes its requests from the feed
         # when it plans, instead of being handed each at an event of its own.
         self.feed: Feed | None = None
+        # What a request taken from the feed goes through (a pool counts its load).
+        self.intake: Callable[[Request, float], object] = core.add
         # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
         self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
         core.pipelined = self.pipelined
@@ -99,7 +101,7 @@ class Replica:
         while True:
             now = env.now if last_end is None else last_end
             if feed is not None and started and feed.next_clock_s <= now:
-                feed.take(now, core.add)
+                feed.take(now, self.intake)
             started = True
             plan = core.schedule(now, visible_until)
             deferred = pipelined and core.num_deferred_at_plan > 0

@@ -92,8 +92,11 @@ class RawResult:
 class Simulation:
     """One workload fed to one replica, or to a cluster; ``run`` returns a ``RawResult``."""
 
-    def __init__(self, engine: Engine, cluster: Cluster | None = None) -> None:
+    def __init__(self, engine: Engine, cluster: Cluster | None = None, feed: bool = True) -> None:
+        """``feed=False`` hands every open-loop request over at an event of its own,
+        as a cluster of other routers does (the reference the feeds are tested against)."""
         self.engine = engine
+        self.feed = feed
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         self._next_ready_s = 0.0
@@ -207,12 +210,16 @@ class Simulation:
                 self.env.process(self._user(work, ids))
         else:
             total = len(work.arrival_s)
-            if isinstance(self.replica, Replica) and self.layout is None:
+            tokenize_s = self.engine.frontend.tokenize_s_per_token
+            if self.layout is None and isinstance(self.replica, Replica) and self.feed:
                 # One replica takes its requests when it plans (sim.serving.feed),
                 # and ends its runs at the next one.
-                feed = Feed(work, self.engine.frontend.tokenize_s_per_token)
+                (feed,) = Feed.split(work, tokenize_s, 1)
                 self.replica.feed = feed
                 self.replica.horizon = functools.partial(feed.ready_after_s, 0)
+            elif isinstance(self.layout, Pool) and self.layout.feedable and self.feed:
+                # Round robin: each replica takes its own turns (Pool.take_feeds).
+                self.layout.take_feeds(Feed.split(work, tokenize_s, len(self.layout.replicas)))
             else:
                 # A pool of one replica ends its runs at the next arrival; several
                 # are interrupted by the arrivals routed to them (Pool.set_horizon).
