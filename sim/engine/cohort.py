@@ -144,9 +144,17 @@ class Cohort:
         """New KV blocks members need over ``num_steps`` steps from ``first`` on."""
         size = self.block_size_tokens
         total = (num_steps // size) * self.num_members
-        by_phase = self._by_phase
-        for step in range(first, first + num_steps % size):
-            total += by_phase[-step % size]
+        left = num_steps % size
+        if left:
+            # Steps first .. first + left - 1 visit phases -first, -first - 1, ...
+            # (mod size): one cyclic slice of _by_phase, summed in C.
+            by_phase = self._by_phase
+            high = -first % size  # the first step's phase, the slice's top
+            low = high - left + 1
+            if low >= 0:
+                total += sum(by_phase[low : high + 1])
+            else:
+                total += sum(by_phase[: high + 1]) + sum(by_phase[low:])
         return total
 
     def first_finish_step(self) -> int | None:

@@ -49,10 +49,6 @@ class CommitRecorder(Protocol):
     ) -> None: ...
 
 
-def _or_nan(value: float | None) -> float:
-    return NAN if value is None else value
-
-
 def _ready_after(request: Request, time_s: float) -> bool:
     return request.ready_s is not None and request.ready_s > time_s
 
@@ -226,11 +222,11 @@ class EngineCore(StepCommits):
             self.rejections[request.request_id] = request.rejection_reason
         self._record_times(
             (
-                request.arrival_s,
-                _or_nan(request.ready_s),
-                _or_nan(request.first_scheduled_s),
-                _or_nan(request.first_token_s),
-                _or_nan(request.finish_s),
+                request.arrival_s,  # (conditionals inlined: this runs once per request)
+                NAN if request.ready_s is None else request.ready_s,
+                NAN if request.first_scheduled_s is None else request.first_scheduled_s,
+                NAN if request.first_token_s is None else request.first_token_s,
+                NAN if request.finish_s is None else request.finish_s,
             )
         )
         self._record_counts(

@@ -215,6 +215,7 @@ class Simulation:
                 # One replica takes its requests when it plans (sim.serving.feed),
                 # and ends its runs at the next one.
                 (feed,) = Feed.split(work, tokenize_s, 1)
+                self.core.on_done = None  # nobody waits for an answer in an open loop
                 self.replica.feed = feed
                 self.replica.horizon = functools.partial(feed.ready_after_s, 0)
             elif isinstance(self.layout, Pool) and self.layout.feedable and self.feed:
