@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from sim.api_engine import cluster_for, engine_for
 from sim.engine.request import Request
 from sim.scenario import Scenario, scenario_from_dict
-from sim.serving.feed import Feed, submission_clock_s
+from sim.serving import feed as feed_module
+from sim.serving.feed import Feed, requests_in_order, submission_clock_s
 from sim.serving.pool import Pool
 from sim.serving.replica import Replica
 from sim.serving.simulation import RawResult, Simulation
@@ -43,7 +44,7 @@ def test_submission_clocks_are_those_a_sleeping_simpy_process_sees(ready: list[f
 
     env.process(submitter())
     env.run()
-    assert submission_clock_s(ready) == seen  # exact
+    assert submission_clock_s(ready).tolist() == seen  # exact
 
 
 def arrays(arrival_s: list[float], prompt: list[int]) -> RequestArrays:
@@ -103,6 +104,23 @@ def test_requests_carry_their_spec_and_priority() -> None:
         (0, 0.2, 7, 3),
     ]
     assert [r.priority for r in got] == [6, 5]
+
+
+def test_requests_are_read_a_chunk_at_a_time_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feed_module, "_CHUNK", 3)
+    n = 10
+    work = RequestArrays(
+        arrival_s=np.linspace(1.0, 0.1, n),
+        num_prompt_tokens=np.arange(n) + 100,
+        num_output_tokens=np.arange(n) + 1,
+        priority=np.arange(n) * 7,
+    )
+    order = np.argsort(work.arrival_s, kind="stable")
+    got = list(requests_in_order(work, order))
+    assert [r.request_id for r in got] == order.tolist()
+    assert [r.num_prompt_tokens for r in got] == (order + 100).tolist()
+    assert [r.priority for r in got] == (order * 7).tolist()
+    assert [r.arrival_s for r in got] == work.arrival_s[order].tolist()
 
 
 def scenario(

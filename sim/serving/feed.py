@@ -15,7 +15,8 @@ every request whose time is ``<= c`` at once and otherwise sleeps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -36,15 +37,16 @@ class Submission(Protocol):
     def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
 
-def submission_clock_s(ready_s: list[float]) -> list[float]:
+def submission_clock_s(ready_s: Sequence[float]) -> array[float]:
     """The SimPy clock at each submission of a process that sleeps until each
     time in ``ready_s`` (sorted, s) from the previous wake, starting at 0."""
     clock = 0.0
-    out = []
+    out = array("d")
+    append = out.append
     for ready in ready_s:
         if ready > clock:
             clock = clock + (ready - clock)  # SimPy: now + delay
-        out.append(clock)
+        append(clock)
     return out
 
 
@@ -53,14 +55,17 @@ class Feed:
 
     __slots__ = ("_clock_s", "_index", "_make", "_ready_s", "num_requests")
 
-    def __init__(self, ready_s: list[float], clock_s: list[float], requests: Iterator[Request]):
+    def __init__(
+        self, ready_s: npt.ArrayLike, clock_s: npt.ArrayLike, requests: Iterator[Request]
+    ) -> None:
         """``ready_s``: when each request is due, sorted (s); ``clock_s``: the clock
         at its submission (``submission_clock_s`` of the whole workload's times);
         ``requests``: the requests, built lazily, in that order."""
-        self.num_requests = len(ready_s)
-        # inf last: "nothing more to come" without a sentinel check per read.
-        self._ready_s = [*ready_s, float("inf")]
-        self._clock_s = [*clock_s, float("inf")]
+        # Compact (8 bytes a request), and inf last: "nothing more to come"
+        # without a sentinel check per read.
+        self._ready_s = _doubles(ready_s)
+        self._clock_s = _doubles(clock_s)
+        self.num_requests = len(self._ready_s) - 1
         self._index = 0
         self._make = requests
 
@@ -70,10 +75,14 @@ class Feed:
         router's picks: the i-th submission goes to feed ``i % num_feeds``)."""
         ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
         order = np.argsort(ready, kind="stable")
-        ready_s: list[float] = ready[order].tolist()
-        clock_s = submission_clock_s(ready_s)
+        ready = ready[order]
+        clock_s = np.frombuffer(submission_clock_s(ready.tolist()), dtype=np.float64)
         return [
-            cls(ready_s[k::num_feeds], clock_s[k::num_feeds], _requests(work, order[k::num_feeds]))
+            cls(
+                ready[k::num_feeds],
+                clock_s[k::num_feeds],
+                requests_in_order(work, order[k::num_feeds]),
+            )
             for k in range(num_feeds)
         ]
 
@@ -107,22 +116,35 @@ class Feed:
             submit(next(self._make), clock_s[i - 1])
 
 
-def _requests(work: Submission, order: npt.NDArray[np.intp]) -> Iterator[Request]:
-    """The workload's requests, built one at a time in submission ``order``."""
+def _doubles(values: npt.ArrayLike) -> array[float]:
+    """``values`` and then inf, as an array of doubles."""
+    out = array("d", np.ascontiguousarray(values, dtype=np.float64).tobytes())
+    out.append(float("inf"))
+    return out
+
+
+def requests_in_order(work: Submission, order: npt.NDArray[np.intp]) -> Iterator[Request]:
+    """The workload's requests, built one at a time in submission ``order``
+    (read a chunk at a time: Python lists of a million rows cost ~150 MB)."""
     describe = prefix_describer(work)  # None unless requests share prefixes
     priority = getattr(work, "priority", None)  # optional per-request priorities
-    priorities = None if priority is None else priority[order].tolist()
-    rows = zip(
-        order.tolist(),
-        work.arrival_s[order].tolist(),
-        work.num_prompt_tokens[order].tolist(),
-        work.num_output_tokens[order].tolist(),
-        strict=True,
-    )
-    for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
-        request = Request(request_id, arrival_s, num_prompt, num_output)
-        if describe is not None:
-            describe(request)
-        if priorities is not None:
-            request.priority = priorities[i]
-        yield request
+    for start in range(0, len(order), _CHUNK):
+        chunk = order[start : start + _CHUNK]
+        rows = zip(
+            chunk.tolist(),
+            work.arrival_s[chunk].tolist(),
+            work.num_prompt_tokens[chunk].tolist(),
+            work.num_output_tokens[chunk].tolist(),
+            strict=True,
+        )
+        priorities = None if priority is None else priority[chunk].tolist()
+        for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
+            request = Request(request_id, arrival_s, num_prompt, num_output)
+            if describe is not None:
+                describe(request)
+            if priorities is not None:
+                request.priority = priorities[i]
+            yield request
+
+
+_CHUNK = 4096  # requests read from the workload's arrays at a time

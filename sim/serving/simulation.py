@@ -24,13 +24,12 @@ import simpy
 from tqdm import tqdm
 
 from sim.engine.core import EngineCore
-from sim.engine.prefix_requests import prefix_describer
 from sim.engine.request import Request
 from sim.engine.step_runs import StepTable
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine, Frontend
-from sim.serving.feed import Feed
+from sim.serving.feed import Feed, requests_in_order
 from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, step_table
@@ -157,27 +156,12 @@ class Simulation:
         ready_s = ready[order].tolist()
         ready_s.append(float("inf"))
         self._ready_s = ready_s
-        rows = zip(
-            order.tolist(),
-            work.arrival_s[order].tolist(),
-            work.num_prompt_tokens[order].tolist(),
-            work.num_output_tokens[order].tolist(),
-            strict=True,
-        )
         submit = self._submit
-        describe = prefix_describer(work)  # None unless requests share prefixes
-        priority = getattr(work, "priority", None)  # optional per-request priorities
-        priorities = None if priority is None else priority[order].tolist()
-        for i, (request_id, arrival_s, num_prompt, num_output) in enumerate(rows):
+        for i, request in enumerate(requests_in_order(work, order)):
             if ready_s[i] > env.now:
                 yield env.timeout(ready_s[i] - env.now)
             self._next_ready_s = ready_s[i + 1]
             self._next_index = i + 1
-            request = Request(request_id, arrival_s, num_prompt, num_output)
-            if describe is not None:
-                describe(request)
-            if priorities is not None:
-                request.priority = priorities[i]
             submit(request)
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
