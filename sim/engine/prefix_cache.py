@@ -124,8 +124,8 @@ class PrefixCachingPool(PoolInspection, PrefixIndex):
         need = -(-num_tokens // self.block_size_tokens)
         if need > self.num_free_blocks:
             self._missing_or_raise(request, num_tokens)
-        owed = self._queue.size - self.num_free_blocks
-        if owed < 0:
+        owed = self._queue.size - self.num_free_blocks  # allocated inline (as _settle)
+        if owed < 0:  # (never in the engine: the free count falls only by allocating)
             owed = 0
         if owed + need:
             blocks = self._pop(owed + need)
