@@ -55,25 +55,20 @@ def state(driver: Driver) -> tuple[object, ...]:
     )
 
 
-specs = st.lists(
-    st.tuples(
-        st.integers(1, 40),
-        st.integers(1, 12),
-        st.one_of(st.none(), st.integers(0, 1)),
-        st.integers(0, 40),
-    ),
-    min_size=1,
-    max_size=8,
+spec = st.tuples(
+    st.integers(1, 40),
+    st.integers(1, 12),
+    st.one_of(st.none(), st.integers(0, 1)),
+    st.integers(0, 40),
 )
-actions = st.lists(
-    st.tuples(
-        st.sampled_from(["admit", "admit", "step", "step", "step", "preempt"]),
-        st.integers(0, 7),
-        st.integers(1, 16),
-        st.booleans(),
-    ),
-    max_size=120,
+specs = st.lists(spec, min_size=1, max_size=8)
+action = st.tuples(
+    st.sampled_from(["admit", "admit", "step", "step", "step", "preempt"]),
+    st.integers(0, 7),
+    st.integers(1, 16),
+    st.booleans(),
 )
+actions = st.lists(action, max_size=120)
 
 
 @SETTINGS
@@ -96,6 +91,68 @@ def test_bulk_pool_matches_the_per_block_reference(
         act(fast, action)
         act(slow, action)
         assert state(fast) == state(slow)
+
+
+@settings(SETTINGS, max_examples=150)
+@given(
+    specs=st.lists(spec, min_size=3, max_size=8),
+    plan=st.lists(action, min_size=30, max_size=120),  # long enough to interleave
+    looks=st.lists(st.sampled_from([False, False, True]), min_size=1, max_size=8),
+    num_blocks=st.integers(4, 40),
+    block_size=st.sampled_from([1, 2, 4]),
+)
+def test_bulk_pool_matches_the_reference_when_looked_at_seldom(
+    specs: list[tuple[int, int, int | None, int]],
+    plan: list[tuple[str, int, int, bool]],
+    looks: list[bool],
+    num_blocks: int,
+    block_size: int,
+) -> None:
+    # Looking settles the inline allocations; the engine looks only when it
+    # allocates or frees, so several inline allocations, admissions and frees
+    # run between two looks here, as they do in the simulator.
+    fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
+    fast = twin(PrefixCachingPool(num_blocks, block_size), fits)
+    slow = twin(ReferencePrefixPool(num_blocks, block_size), fits)
+    for i, (kind, index, chunk, inline) in enumerate(plan):
+        if kind == "step" and inline and fast.running:
+            # As the engine: inline (by count) only a request the pool lets grow so; one
+            # still filling shareable blocks allocates through the pool (try_grow).
+            inline = fast.pool.grows_by_count(fast.running[index % len(fast.running)])
+        act(fast, (kind, index, chunk, inline))
+        act(slow, (kind, index, chunk, inline))
+        if looks[i % len(looks)]:
+            assert state(fast) == state(slow)
+    assert state(fast) == state(slow)
+
+
+def test_a_plain_admission_takes_its_blocks_after_those_allocated_inline() -> None:
+    # One pop settles the inline growth and allocates: the head to the grown request.
+    pool = PrefixCachingPool(num_blocks=8, block_size_tokens=2)
+    grown, fresh = Request(0, 0.0, 4, 4), Request(1, 0.0, 4, 4)
+    pool.allocate(grown, 4)  # blocks 0, 1
+    pool.num_free_blocks -= 1  # inline, as EngineCore._commit_run: a third block
+    grown.num_blocks += 1
+    assert pool.num_cached_tokens(fresh) == 0 and pool.can_allocate(fresh, 4)
+    pool.allocate(fresh, 4)
+    assert pool.block_ids(fresh) == [3, 4] and pool.block_ids(grown) == [0, 1, 2]
+    assert pool.num_free_blocks == 3 and pool.free_queue() == [5, 6, 7]
+    grown.num_generated_tokens = grown.num_output_tokens  # finished: freed tail first
+    pool.free(grown)
+    assert pool.free_queue() == [5, 6, 7, 2, 1, 0] and pool.num_cached_blocks == 0
+
+
+def test_a_plain_request_freed_unfinished_hits_its_own_blocks_on_return() -> None:
+    pool = PrefixCachingPool(num_blocks=8, block_size_tokens=2)
+    request = Request(0, 0.0, 5, 4)
+    pool.allocate(request, 5)  # 3 blocks: 0, 1, 2
+    request.num_computed_tokens = 5
+    pool.free(request)  # preempted: its 2 full blocks keep their own keys
+    request.num_computed_tokens = 0
+    assert pool.num_cached_tokens(request) == 4 and pool.num_evictable_blocks == 2
+    assert pool.num_missing_blocks(request, 5) == 3  # 1 new, 2 revived from the queue
+    pool.allocate(request, 5)
+    assert pool.block_ids(request) == [0, 1, 3] and pool.num_free_blocks == 5
 
 
 # -- the queue itself, traced by hand ----------------------------------------------

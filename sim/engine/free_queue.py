@@ -21,7 +21,7 @@ _TRIM_ENTRIES = 4096
 class FreeQueue:
     """Free block ids in eviction order, head first; keyed blocks removable from the middle."""
 
-    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_stale")
+    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_stale", "size")
 
     def __init__(self, blocks: Iterable[int]) -> None:
         self._entries: list[int] = list(blocks)
@@ -29,9 +29,12 @@ class FreeQueue:
         self._base = 0  # absolute position of _entries[0] (grows when trimmed)
         self._keyed_at: dict[int, int] = {}  # keyed free block -> its absolute position
         self._stale: set[int] = set()  # absolute positions of keyed blocks taken out
+        # Blocks in the queue (entries past the head, less stale ones), kept as they
+        # change: the pool reads it on every allocation and free.
+        self.size = len(self._entries)
 
     def __len__(self) -> int:
-        return len(self._entries) - self._head - len(self._stale)
+        return self.size
 
     @property
     def num_keyed(self) -> int:
@@ -41,23 +44,26 @@ class FreeQueue:
     def extend(self, blocks: list[int]) -> None:
         """Append unkeyed blocks at the tail, in the order given."""
         self._entries += blocks
+        self.size += len(blocks)
 
     def append_keyed(self, block: int) -> None:
         """Append a keyed block at the tail, remembering where it is."""
         self._keyed_at[block] = self._base + len(self._entries)
         self._entries.append(block)
+        self.size += 1
 
     def remove(self, block: int) -> None:
         """Take keyed ``block`` out of the queue (a hit touched it)."""
         self._stale.add(self._keyed_at.pop(block))
+        self.size -= 1
 
     def pop(self, count: int) -> tuple[list[int], list[int]]:
         """Take ``count`` blocks from the head: (all of them, the keyed ones among them)."""
         entries, head = self._entries, self._head
         keyed: list[int] = []
-        if not self._stale and not self._keyed_at:  # the common case: one slice
+        if not self._keyed_at and not self._stale:  # the common case: one slice
             popped = entries[head : head + count]
-            head += len(popped)
+            head += count
         else:
             popped = []
             base, stale, keyed_at = self._base, self._stale, self._keyed_at
@@ -78,6 +84,7 @@ class FreeQueue:
             self._base += head
             head = 0
         self._head = head
+        self.size -= count
         return popped, keyed
 
     def blocks(self) -> list[int]:

@@ -41,56 +41,34 @@ preempted by recompute), in whole blocks and at most ``num_tokens - 1`` tokens
 (vLLM's ``get_computed_blocks`` leaves one token to compute); ``can_allocate`` /
 ``allocate`` on such a request reference those blocks, charging the free ones
 to the free count (vLLM's ``get_num_blocks_to_allocate``).
+
+The plain request (no shareable prefix, no hit: every request of a workload
+without shared prefixes, unless it was preempted) takes a short path: it is
+told apart with one dict lookup (``_cold``), gets fresh blocks in the same
+queue pop that settles the inline allocations, and is freed in one slice; the
+lookups and key bookkeeping (``sim.engine.prefix_index``) do nothing for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from sim.engine.block_keys import BlockKeys, Key, own_key_base
+from sim.engine.block_keys import OWN_SHIFT, Key
 from sim.engine.free_queue import FreeQueue
-from sim.engine.kv_pool import BlockPool
+from sim.engine.prefix_index import PrefixIndex
 from sim.engine.prefix_inspect import PoolInspection
 from sim.engine.request import Request
 
 
-class PrefixCachingPool(PoolInspection, BlockPool):
+class PrefixCachingPool(PoolInspection, PrefixIndex):
     """A :class:`BlockPool` whose full blocks are cached, shared and evicted as vLLM v1's."""
 
-    __slots__ = (
-        "_blocks",
-        "_cached",
-        "_copies",
-        "_filling",
-        "_hit_memo",
-        "_key_of",
-        "_keys",
-        "_loose",
-        "_num_hashed",
-        "_queue",
-        "_refs",
-        "num_evictions",
-    )
+    __slots__ = ("_loose", "_queue")
     caches_prefixes = True
 
     def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
         super().__init__(num_blocks, block_size_tokens)
         # Free blocks in eviction order, head first (vLLM's free block queue).
         self._queue = FreeQueue(range(num_blocks))
-        # Keyed block id -> requests referencing it. Only keyed blocks can be
-        # shared (by a hit), so an unkeyed block has one holder or none, and its
-        # entry here is not kept up to date (pops and frees stay bulk operations).
-        self._refs = [0] * num_blocks
-        self._key_of: list[Key | None] = [None] * num_blocks  # block id -> key if cached
-        self._cached: dict[Key, int] = {}  # key -> first cached block holding it
-        self._copies: dict[Key, list[int]] = {}  # key -> later copies (rare)
-        self._blocks: dict[int, list[int]] = {}  # request id -> its block ids, in order
-        self._num_hashed: dict[int, int] = {}  # request id -> its leading cached blocks
-        self._filling: dict[int, Request] = {}  # holders of shareable blocks not yet full
         self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
-        self._keys = BlockKeys(block_size_tokens)
-        self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
-        self.num_evictions = 0
 
     # -- keys (sim.engine.block_keys) ----------------------------------------------
     def num_shareable_blocks(self, request: Request) -> int:
@@ -101,59 +79,28 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         """Keys of ``request``'s blocks ``start`` .. ``stop - 1``."""
         return self._keys.keys(request, stop, start)
 
-    # -- hits ----------------------------------------------------------------------
-    def _hits(self, request: Request) -> list[int]:
-        """Block ids of the longest cached prefix of a request holding nothing.
-
-        At most ``num_tokens - 1`` tokens, in whole blocks: vLLM computes at
-        least the last token (its logits give the next one).
-        """
-        if request.num_blocks or request.num_computed_tokens:
-            return []
-        if (
+    def _cold(self, request: Request) -> bool:
+        """Whether ``request``, holding no blocks, is plain and surely hits nothing: no
+        shareable prefix, and either computed tokens (no lookup then) or its own first
+        block not cached and no other request's blocks waiting to be cached (``_hits``)."""
+        return (
             request.prefix_group is None
             and request.block_hash_ids is None
-            and not self._filling
-            and own_key_base(request) not in self._cached
-        ):
-            # The common case, answered with one lookup: no shared prefix, no other
-            # request's blocks to cache first (``_catch_up``), and its own first
-            # block not cached (it has own keys only after freeing blocks unfinished,
-            # and a hit is a chain from block 0).
-            return []
-        self._settle()
-        if self._filling:
-            self._catch_up()
-        num_tokens = request.num_tokens
-        memo = self._hit_memo
-        if memo is not None and memo[0] == request.request_id and memo[1] == num_tokens:
-            return memo[2]
-        hits: list[int] = []
-        cached = self._cached
-        stop = (num_tokens - 1) // self.block_size_tokens
-        shared = min(self.num_shareable_blocks(request), stop)
-        for key in self.block_keys(request, shared):
-            block = cached.get(key)
-            if block is None:
-                break
-            hits.append(block)
-        if len(hits) == shared:  # then the request's own blocks, built one by one
-            base = own_key_base(request)
-            for j in range(shared, stop):
-                block = cached.get(base + j)
-                if block is None:
-                    break
-                hits.append(block)
-        self._hit_memo = (request.request_id, num_tokens, hits)
-        return hits
-
-    def num_cached_tokens(self, request: Request) -> int:
-        """Tokens of ``request`` already in the cache (whole blocks, < its tokens)."""
-        return len(self._hits(request)) * self.block_size_tokens
+            and (
+                request.num_computed_tokens != 0
+                or (not self._filling and request.request_id << OWN_SHIFT not in self._cached)
+            )
+        )
 
     # -- the BlockPool interface ------------------------------------------------
+    def num_cached_tokens(self, request: Request) -> int:
+        """Tokens of ``request`` already in the cache (whole blocks, < its tokens)."""
+        if request.num_blocks or self._cold(request):
+            return 0
+        return len(self._hits(request)) * self.block_size_tokens
+
     def num_missing_blocks(self, request: Request, num_tokens: int) -> int:
-        if request.num_blocks:
+        if request.num_blocks or self._cold(request):
             return max(0, self.blocks_for(num_tokens) - request.num_blocks)
         hits = self._hits(request)
         refs = self._refs
@@ -162,9 +109,37 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         return max(0, self.blocks_for(num_tokens) - len(hits)) + revived
 
     def can_allocate(self, request: Request, num_tokens: int) -> bool:
+        held = request.num_blocks
+        if held or self._cold(request):  # no hits: the plain pool's count, inlined
+            missing = -(-num_tokens // self.block_size_tokens) - held
+            return (missing if missing > 0 else 0) <= self.num_free_blocks
         return self.num_missing_blocks(request, num_tokens) <= self.num_free_blocks
 
     def allocate(self, request: Request, num_tokens: int) -> None:
+        if request.num_blocks or not self._cold(request):
+            self._allocate_keyed(request, num_tokens)
+            return
+        # Plain and no hit: fresh blocks, popped together with those allocated inline
+        # since the last settle (``_settle``), which come first; nothing to cache.
+        need = -(-num_tokens // self.block_size_tokens)
+        if need > self.num_free_blocks:
+            self._missing_or_raise(request, num_tokens)
+        owed = self._queue.size - self.num_free_blocks  # allocated inline (as _settle)
+        if owed < 0:  # (never in the engine: the free count falls only by allocating)
+            owed = 0
+        if owed + need:
+            blocks = self._pop(owed + need)
+            if owed:
+                self._loose += blocks[:owed]
+                del blocks[:owed]
+        else:
+            blocks = []
+        self._blocks[request.request_id] = blocks
+        self.num_free_blocks -= need
+        request.num_blocks = need
+
+    def _allocate_keyed(self, request: Request, num_tokens: int) -> None:
+        """``allocate`` for a request holding blocks, or with a shareable prefix or hit."""
         self._missing_or_raise(request, num_tokens)
         self._settle()
         rid = request.request_id
@@ -177,7 +152,10 @@ class PrefixCachingPool(PoolInspection, BlockPool):
                     self.num_free_blocks -= 1
                 refs[block] += 1
             self._blocks[rid] = list(hits)
-            self._num_hashed[rid] = len(hits)
+            if hits:
+                self._num_hashed[rid] = len(hits)
+            else:
+                self._num_hashed.pop(rid, None)
             request.num_blocks = len(hits)
         else:
             self._realise(request)
@@ -189,7 +167,7 @@ class PrefixCachingPool(PoolInspection, BlockPool):
             request.num_blocks = len(blocks)
         # Draft tokens beyond the request's tokens are not cached (vLLM caps likewise).
         self._register(request, min(num_tokens, request.num_tokens), own=False)
-        if self._num_hashed[rid] < self.num_shareable_blocks(request):
+        if self._still_filling(request):
             self._filling[rid] = request
 
     def try_grow(self, request: Request, num_tokens: int) -> bool:
@@ -205,7 +183,7 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         return super().try_grow(request, num_tokens)
 
     def grows_by_count(self, request: Request) -> bool:
-        return bool(request.num_blocks) and request.request_id not in self._filling
+        return request.num_blocks != 0 and request.request_id not in self._filling
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills
@@ -217,28 +195,47 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         self._settle()
         self._realise(request)
         self._register(request, min(num_tokens, request.num_tokens), own=False)
-        if self._num_hashed[rid] >= self.num_shareable_blocks(request):
+        if not self._still_filling(request):
             del self._filling[rid]
 
     def free(self, request: Request) -> None:
-        self._settle()
+        owed = self._queue.size - self.num_free_blocks
+        if owed > 0:  # _settle, inlined (hot path)
+            self._loose += self._pop(owed)
         rid = request.request_id
-        if rid not in self._blocks:
+        blocks = self._blocks.get(rid)
+        if blocks is None:
             request.num_blocks = 0
             return
-        self._realise(request)
-        # Own keys matter only to a request that may come back (preempted, not finished).
+        owed = request.num_blocks - len(blocks)
+        if owed > 0:  # _realise, inlined
+            loose = self._loose
+            blocks += loose[-owed:]
+            del loose[-owed:]
+        # Own keys matter only to a request that may come back (preempted, not finished);
+        # a finished plain request has nothing to cache (no shareable prefix).
         unfinished = request.num_generated_tokens < request.num_output_tokens
-        self._register(request, min(request.num_computed_tokens, request.num_tokens), unfinished)
-        refs, queue = self._refs, self._queue
-        blocks = self._blocks.pop(rid)
-        num_keyed = self._num_hashed.pop(rid)  # the leading blocks are the keyed ones
+        if unfinished or request.prefix_group is not None or request.block_hash_ids is not None:
+            num_computed = min(request.num_computed_tokens, request.num_tokens)
+            self._register(request, num_computed, unfinished)
+        del self._blocks[rid]
+        num_keyed = self._num_hashed.pop(rid, 0)  # the leading blocks are the keyed ones
         # Tail first, so the request's deepest blocks are evicted first (vLLM's free):
         # the unkeyed tail (held by this request alone) in one slice, then the keyed.
+        queue = self._queue
+        if not num_keyed:  # the common case: the list is ours now, reversed in place
+            blocks.reverse()
+            queue.extend(blocks)
+            self.num_free_blocks += len(blocks)
+            request.num_blocks = 0
+            if self._filling:
+                self._filling.pop(rid, None)
+            return
         tail = blocks[num_keyed:]
         tail.reverse()
         queue.extend(tail)
         released = len(tail)
+        refs = self._refs
         for block in reversed(blocks[:num_keyed]):
             refs[block] -= 1
             if refs[block] == 0:
@@ -248,71 +245,12 @@ class PrefixCachingPool(PoolInspection, BlockPool):
         self.num_free_blocks += released
         request.num_blocks = 0
 
-    # -- cache maintenance ------------------------------------------------------
-    def _register(self, request: Request, num_tokens: int, own: bool) -> None:
-        """Cache ``request``'s blocks that ``num_tokens`` tokens fill (vLLM's cache_blocks);
-        past its shareable prefix only if ``own`` (see the module's docstring)."""
-        rid = request.request_id
-        start = self._num_hashed[rid]
-        num_full = num_tokens // self.block_size_tokens
-        if not own:
-            num_full = min(num_full, self.num_shareable_blocks(request))
-        if num_full <= start:
-            return
-        blocks = self._blocks[rid]
-        key_of, refs, setdefault = self._key_of, self._refs, self._cached.setdefault
-        keys: Iterable[Key]
-        if start < self.num_shareable_blocks(request):
-            keys = self.block_keys(request, num_full, start)
-        else:  # only the request's own keys (the common case): no list built
-            base = own_key_base(request)
-            keys = range(base + start, base + num_full)
-        for j, key in enumerate(keys, start):
-            block = blocks[j]
-            key_of[block] = key
-            refs[block] = 1  # keyed now, so counted: its one holder (unkeyed blocks are unshared)
-            if setdefault(key, block) != block:  # computed twice concurrently: no dedup
-                self._copies.setdefault(key, []).append(block)
-        self._num_hashed[rid] = num_full
-        self._hit_memo = None
-
-    def _catch_up(self) -> None:
-        """Cache the shareable blocks that requests have filled since they last
-        allocated (a step that fills a block without needing a new one does not
-        call the pool), before anyone looks the cache up."""
-        done = []
-        for rid, request in self._filling.items():
-            self._register(request, min(request.num_computed_tokens, request.num_tokens), False)
-            if self._num_hashed[rid] >= self.num_shareable_blocks(request):
-                done.append(rid)
-        for rid in done:
-            del self._filling[rid]
-
-    def _evict(self, block: int) -> None:
-        """Drop the key of ``block`` (a cached block being reused)."""
-        key = self._key_of[block]
-        self._key_of[block] = None
-        self.num_evictions += 1
-        self._hit_memo = None
-        copies = self._copies.get(key)
-        if self._cached[key] == block:
-            if copies:
-                self._cached[key] = copies.pop(0)
-            else:
-                del self._cached[key]
-        else:
-            assert copies is not None
-            copies.remove(block)
-        if copies is not None and not copies:
-            del self._copies[key]
-
+    # -- lazy allocation (skip-ahead) ---------------------------------------------
     def _settle(self) -> None:
         """Pop from the queue head the blocks allocated inline since the last call."""
-        queue = self._queue
-        owed = len(queue) - self.num_free_blocks
-        if owed <= 0:
-            return
-        self._loose += self._pop(owed)
+        owed = self._queue.size - self.num_free_blocks
+        if owed > 0:
+            self._loose += self._pop(owed)
 
     def _pop(self, count: int) -> list[int]:
         """Take ``count`` blocks from the queue head, evicting their keys (get_new_blocks)."""
@@ -324,7 +262,6 @@ class PrefixCachingPool(PoolInspection, BlockPool):
     def _realise(self, request: Request) -> None:
         """Give ``request`` the inline-allocated blocks it counts but does not list."""
         blocks = self._blocks.setdefault(request.request_id, [])
-        self._num_hashed.setdefault(request.request_id, 0)
         owed = request.num_blocks - len(blocks)
         if owed > 0:
             loose = self._loose
