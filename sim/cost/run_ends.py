@@ -13,9 +13,21 @@ steps past that would be priced and thrown away, so a cost model may offer
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
+from functools import partial
 from itertools import accumulate
 
 from sim.cost.base import CostModel
+
+# (first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after) -> ends
+RunEnds = Callable[[float, int, int, int, float, int], list[float]]
+
+
+def run_ends_for(cost: CostModel) -> RunEnds:
+    """``run_ends_s`` bound to ``cost``: its own ``decode_ends_s`` if it has one
+    (looked up once, for an executor that prices a run per plan)."""
+    fast: RunEnds | None = getattr(cost, "decode_ends_s", None)
+    return fast if fast is not None else partial(_priced_then_cut, cost)
 
 
 def run_ends_s(
@@ -31,12 +43,21 @@ def run_ends_s(
     steps after it, of ``num_seqs`` sequences with ``context_tokens`` summed context
     in the first of them; cut ``num_after`` steps after the first to end at or after
     ``stop_s`` (``num_after`` >= 1: that step itself is the first kept)."""
-    fast = getattr(cost, "decode_ends_s", None)
-    if fast is not None:
-        ends: list[float] = fast(
-            first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after
-        )
-        return ends
+    return run_ends_for(cost)(
+        first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after
+    )
+
+
+def _priced_then_cut(
+    cost: CostModel,
+    first_end_s: float,
+    num_seqs: int,
+    context_tokens: int,
+    num_decode_steps: int,
+    stop_s: float,
+    num_after: int,
+) -> list[float]:
+    """The generic path: every decode step priced, summed in order, then cut."""
     durations = cost.decode_steps_s(num_seqs, context_tokens, num_decode_steps).tolist()
     ends = list(accumulate(durations, initial=first_end_s))
     if stop_s <= ends[-1]:

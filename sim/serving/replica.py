@@ -31,7 +31,7 @@ from typing import Any
 import simpy
 
 from sim.cost.base import CostModel
-from sim.cost.run_ends import run_ends_s
+from sim.cost.run_ends import run_ends_for
 from sim.engine.cohort import Cohort
 from sim.engine.core import EngineCore
 from sim.engine.policies.continuous import Continuous
@@ -50,6 +50,7 @@ class Replica:
         self.core = core
         self.cost = cost
         self.skip_ahead = skip_ahead
+        self._run_ends = run_ends_for(cost)  # a run's step end times (sim.cost.run_ends)
         self._idle: simpy.Event | None = None
         self._interruptible = False
         # When set, returns the earliest time a new request can be submitted
@@ -86,6 +87,7 @@ class Replica:
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env, core, cost = self.env, self.core, self.cost
         pipelined, lag = self.pipelined, self._lag
+        run_ends = self._run_ends
         # Async scheduling: the start of the step just committed; the next plan
         # was (in vLLM) made then. None: nothing ran since the replica woke.
         visible_until: float | None = None
@@ -138,8 +140,7 @@ class Replica:
                 next_s = self.horizon()
             else:
                 self._interruptible = plan.interruptible
-            ends = run_ends_s(
-                cost,
+            ends = run_ends(
                 now + first_s,
                 plan.run_num_seqs,
                 plan.run_context_tokens,
