@@ -76,6 +76,7 @@ def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> Non
     assert taken[0][1] == pytest.approx(0.51) and taken[1][1] == pytest.approx(0.6)
     assert feed.next_ready_s == pytest.approx(1.0) and feed.num_taken == 2
     assert feed.ready_after_s(1) == pytest.approx(2.1)
+    assert feed.next_due_s() == feed.next_ready_s
     assert feed.ready_after_s(5) == math.inf  # past the end: nothing comes
     feed.take(10.0, submit)
     assert [rid for rid, _ in taken] == [2, 1, 0, 3]

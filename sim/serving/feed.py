@@ -101,6 +101,10 @@ class Feed:
         """The clock at which the next request is submitted (see the module), s."""
         return self._clock_s[self._index]
 
+    def next_due_s(self) -> float:
+        """``next_ready_s`` as a call: a replica's ``horizon``."""
+        return self._ready_s[self._index]
+
     def ready_after_s(self, num_after: int) -> float:
         """When the request ``num_after`` places after the next one is due, s."""
         ready_s = self._ready_s

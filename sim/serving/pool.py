@@ -139,7 +139,7 @@ class Pool:
         for index, (replica, feed) in enumerate(zip(self.replicas, feeds, strict=True)):
             assert isinstance(replica, Replica)
             replica.feed = feed
-            replica.horizon = partial(feed.ready_after_s, 0)
+            replica.horizon = feed.next_due_s
             replica.intake = partial(self._take, index)
 
     def _take(self, index: int, request: Request, now_s: float) -> None:

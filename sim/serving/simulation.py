@@ -201,7 +201,7 @@ class Simulation:
                 (feed,) = Feed.split(work, tokenize_s, 1)
                 self.core.on_done = None  # nobody waits for an answer in an open loop
                 self.replica.feed = feed
-                self.replica.horizon = functools.partial(feed.ready_after_s, 0)
+                self.replica.horizon = feed.next_due_s
             elif isinstance(self.layout, Pool) and self.layout.feedable and self.feed:
                 # Round robin: each replica takes its own turns (Pool.take_feeds).
                 self.layout.take_feeds(Feed.split(work, tokenize_s, len(self.layout.replicas)))
