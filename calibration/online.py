@@ -139,7 +139,7 @@ class OnlineEngine:
         request.num_output_tokens = request.num_generated_tokens  # what it produced
         if request.finish_s is None:
             core.finish(request, self._now())
-        core.running = [r for r in core.running if r.finish_s is None]
+            core.remove_finished()
         self.executor.forget(request.request_id)
         self._live.pop(request.request_id, None)
 

@@ -380,3 +380,34 @@ def test_token_times_with_detokenization() -> None:
         requests["request_id"].tolist(), requests["first_token_s"].tolist(), strict=True
     ):
         assert result.token_times_s(request_id).tolist() == [first_token_s]
+
+
+def test_requests_finished_outside_a_commit_leave_running_once_removed() -> None:
+    """An executor may end requests itself (the online engine, on EOS or abort):
+    ``finish`` records them, ``remove_finished`` takes them out of ``running``,
+    keeping its order, and tolerates one that never ran."""
+    core = EngineCore(ContinuousConfig(max_num_seqs=8).build(), BlockPool(100, 16), 8192)
+    requests = [Request(i, 0.0, 20, 5) for i in range(6)]
+    for request in requests:
+        assert core.add(request, 0.0)
+    plan = core.schedule(0.0)
+    assert len(plan.scheduled) == 6 and len(core.running) == 6
+    core.commit(plan, 0.0, [0.5])
+    late = Request(9, 0.6, 20, 5)
+    core.add(late, 0.6)  # waiting, never scheduled
+    for request in (requests[4], requests[1], late):
+        core.finish(request, 0.7)
+    assert len(core.running) == 6  # not yet taken out
+    core.remove_finished()
+    assert [r.request_id for r in core.running] == [0, 2, 3, 5]
+    assert core.num_done == 3
+    core.remove_finished()  # nothing new: a no-op
+    assert [r.request_id for r in core.running] == [0, 2, 3, 5]
+    # Many at once take the rebuilding path, same result.
+    for request in core.running[:]:
+        core.finish(request, 0.8)
+    extra = [Request(20 + i, 0.8, 20, 5) for i in range(3)]
+    for request in extra:
+        core.finish(request, 0.8)
+    core.remove_finished()
+    assert core.running == []

@@ -191,17 +191,25 @@ class EngineCore(StepCommits):
         else:
             self._commit_run(plan, start_s, ends_s)
         self.last_end_s = ends_s[-1]
-        finished = self._finished_in_step
-        if finished:
-            if len(finished) <= 4:  # the usual case: remove in C, no rebuild
-                running = self.running
-                for request in finished:
-                    running.remove(request)  # identity: requests compare by it
-            else:
-                self.running = [r for r in self.running if r.finish_s is None]
-            finished.clear()
+        if self._finished_in_step:
+            self.remove_finished()
         if self.cohort is not None:
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
+
+    def remove_finished(self) -> None:
+        """Take the requests finished since the last call out of ``running`` (commit
+        calls it; an executor that finishes a request itself, e.g. on EOS, too)."""
+        finished = self._finished_in_step
+        if len(finished) <= 4:  # the usual case: remove in C, no rebuild
+            running = self.running
+            for request in finished:
+                try:  # noqa: SIM105 (contextlib.suppress costs a context manager per finish)
+                    running.remove(request)  # identity: requests compare by it
+                except ValueError:  # ended while waiting (the online engine's abort)
+                    pass
+        else:
+            self.running = [r for r in self.running if r.finish_s is None]
+        finished.clear()
 
     def finish(self, request: Request, time_s: float) -> None:
         """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
