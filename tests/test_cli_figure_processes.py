@@ -26,6 +26,7 @@ from sim import api
 from sim.api_result import Result
 from sim.cli_figure_processes import Reply, describe, read_all, reply_of, write_all
 from sim.cli_figures import forking_supported
+from sim.metrics.report import prepare_figures
 
 pytestmark = pytest.mark.skipif(not forking_supported(), reason="forks on Linux only")
 
@@ -162,7 +163,7 @@ def test_serve_without_a_job_draws_nothing() -> None:
 
 def test_serve_draws_the_job_it_reads(result: Result, tmp_path: Path) -> None:
     read_fd, write_fd = os.pipe()
-    data = pickle.dumps(result.figure_job(tmp_path))
+    data = pickle.dumps(prepare_figures(result.figure_job(tmp_path)))
     sender = threading.Thread(target=write_all, args=(write_fd, data))
     sender.start()
     reply = processes.serve(read_fd)
@@ -189,11 +190,11 @@ def test_a_failing_helper_fails_the_whole_reply(
 
         return draw
 
-    import sim.metrics.plots as plots
-    import sim.metrics.waterfall as waterfall
+    import sim.metrics.plot_draw as plots
+    import sim.metrics.waterfall_draw as waterfall
 
-    monkeypatch.setattr(plots, "plot_timeseries", fail("timeseries"))
-    monkeypatch.setattr(waterfall, "plot_waterfall", fail("waterfall"))
-    reply = processes.draw_in_processes(result.figure_job(tmp_path))
+    monkeypatch.setattr(plots, "draw_timeseries", fail("timeseries"))
+    monkeypatch.setattr(waterfall, "draw_waterfall_figure", fail("waterfall"))
+    reply = processes.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
     assert reply["error"].startswith("ValueError: timeseries failed")
     assert [p.name for p in tmp_path.iterdir()] == ["latency_cdf.png"]  # drawn before
