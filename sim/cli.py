@@ -61,12 +61,18 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     from sim.out_path import check_out_dir
     from sim.scenario import load_scenario
 
-    name = load_scenario(args.scenario, args.set or ()).name
-    out = Path(args.out) if args.out else Path("runs") / name
+    scenario = load_scenario(args.scenario, args.set or ())
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
     check_out_dir(out)  # before the work: a bad --out would lose it
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
-    result = api.run(args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced)
+    result = api.run(
+        scenario,  # loaded once, above; relative paths in it from its folder, as api.run would
+        base_dir=Path(args.scenario).parent,
+        progress=not args.quiet,
+        trace_requests=traced,
+        source=str(Path(args.scenario)),
+    )
     elapsed_s = time.perf_counter() - started
     rejected = rejection_warning(result.requests)
     if rejected is not None:
