@@ -5,10 +5,10 @@ and drawing three PNGs. ``FigureWorker.start`` forks a process, before this one
 imports the simulator, that imports numpy and matplotlib (never pandas) while
 this one imports pandas and the simulator and simulates; after the summary is
 printed, ``submit`` hands it the figures' arrays (``sim.metrics.figure_prep``,
-pickled through a pipe) and it draws them (with a fork of itself: two figures
-there, one in the fork) while this process writes the tables; ``finish`` waits
-for it. On a two-core machine the import overlaps the simulation and the
-drawing takes both cores.
+pickled through a pipe) and it draws them (one figure in it, one in each of
+its forks) while this process writes the tables; ``finish`` waits for it. On a
+two-core machine the import overlaps the simulation and the drawing takes both
+cores.
 
 An error in the worker is not lost: it reaches ``finish`` as one line (exception
 type, message, file and line) and raises ``FigureError``, or ``ConfigError`` for
