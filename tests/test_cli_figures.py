@@ -318,7 +318,7 @@ def test_a_failing_figure_process_fails_the_run_in_one_line(
     assert _no_children_left()
 
 
-def test_a_run_refused_before_simulating_forks_nothing(
+def test_a_run_refused_before_simulating_leaves_no_process_behind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     blocker = tmp_path / "file"
