@@ -162,8 +162,9 @@ IMPORT_NICENESS = int(os.environ.get("NICE", "10"))
 
 
 def import_matplotlib() -> None:
-    """Import what the figures need (numpy and matplotlib, not pandas) and draw a
-    first one, at a low priority (this thread only, on Linux).
+    """Import what the figures need (numpy and matplotlib, not pandas), draw a
+    first one and make the run's figures up to their data, at a low priority
+    (this thread only, on Linux).
 
     It runs while the parent imports the simulator and simulates: on a busy
     machine the parent's summary comes first, on an idle one this takes the
@@ -173,9 +174,10 @@ def import_matplotlib() -> None:
     with contextlib.suppress(OSError):  # not allowed: import at the usual priority
         os.nice(IMPORT_NICENESS)
     try:
-        from sim.metrics.figure_draw import warm_up
+        from sim.metrics.figure_draw import prebuild, warm_up
 
         warm_up()
+        prebuild()  # each figure up to its data: its draw then starts from there
     except Exception:
         pass  # drawing imports them again, and reports the error
 

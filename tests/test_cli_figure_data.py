@@ -15,6 +15,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ from sim import api
 from sim.api_result import Result
 from sim.cli_figures import FigureError, FigureWorker
 from sim.errors import ConfigError
-from sim.metrics.figure_data import Figures
+from sim.metrics import figure_draw
+from sim.metrics.figure_data import WATERFALL_ROWS, Figures
 from sim.metrics.figure_draw import draw_prepared
 from sim.metrics.lifecycle import PHASES
 from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
@@ -360,3 +362,57 @@ def test_figures_names_follow_the_waterfall() -> None:
     )
     assert Figures(Path("x"), empty, series, data).names() == ALL_FIGURES
     assert data.ids == () and data.present == () and np.asarray(data.first_token_s).size == 0
+
+
+# --- figures made up to their data before it arrives ----------------------------------------
+
+
+def _figures(result: Result, out: Path, num_rows: int) -> Figures:
+    figures = prepare_figures(result.figure_job(out))
+    waterfall = figure_prep.waterfall_data(result.spans(num_rows), result.raw.requests)
+    return Figures(out, figures.cdf, figures.timeseries, waterfall)
+
+
+@pytest.mark.parametrize("num_rows", [7, WATERFALL_ROWS])
+def test_prebuilt_figures_draw_the_same_bytes(num_rows: int, tmp_path: Path) -> None:
+    result = api.run(_scenario(tmp_path, num_requests=WATERFALL_ROWS + 5))
+    for name in ("fresh", "prebuilt"):
+        (tmp_path / name).mkdir()
+    fresh = draw_prepared(_figures(result, tmp_path / "fresh", num_rows))
+    figure_draw.prebuild()
+    assert set(plot_draw._prebuilt) == {"cdf", "timeseries"}
+    assert set(waterfall_draw._prebuilt) == {WATERFALL_ROWS}
+    prebuilt = draw_prepared(_figures(result, tmp_path / "prebuilt", num_rows))
+    assert plot_draw._prebuilt == {}  # each taken by its draw, once
+    # A waterfall of another height is drawn on a figure of its own; the prebuilt one stays.
+    assert set(waterfall_draw._prebuilt) == (
+        {WATERFALL_ROWS} if num_rows != WATERFALL_ROWS else set()
+    )
+    waterfall_draw._prebuilt.clear()
+    assert [p.name for p in prebuilt] == [p.name for p in fresh] == ALL_FIGURES
+    for a, b in zip(fresh, prebuilt, strict=True):
+        assert a.read_bytes() == b.read_bytes()
+
+
+def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
+    plot_draw.prebuild()
+    try:
+        fig, axes = plot_draw._prebuilt["cdf"]
+        assert [ax.get_title() for ax in axes] == [t for t, _ in plot_draw._CDF_PANELS]
+        assert all(len(ax.xaxis.majorTicks) >= plot_draw.PREBUILT_TICKS for ax in axes)
+        assert all(not ax.lines and not ax.collections for ax in axes)
+        assert fig.get_suptitle() == ""  # it names the count of requests: drawn with the data
+    finally:
+        plot_draw._prebuilt.clear()
+
+
+def test_the_figure_process_prebuilds_while_it_waits() -> None:
+    thread = threading.Thread(target=processes.import_matplotlib)
+    thread.start()
+    thread.join()
+    try:
+        assert set(plot_draw._prebuilt) == {"cdf", "timeseries"}
+        assert set(waterfall_draw._prebuilt) == {WATERFALL_ROWS}
+    finally:
+        plot_draw._prebuilt.clear()
+        waterfall_draw._prebuilt.clear()

@@ -21,6 +21,8 @@ FloatArray = npt.NDArray[np.float64]
 LATENCY_CDF_PNG = "latency_cdf.png"
 TIMESERIES_PNG = "timeseries.png"
 WATERFALL_PNG = "waterfall.png"
+# Requests in the waterfall (the first ones of the run).
+WATERFALL_ROWS = 40
 # The waterfall's colour of each phase (``sim.metrics.lifecycle.PHASES``).
 PHASE_COLORS = {
     "tokenize": "tab:gray",

@@ -31,3 +31,10 @@ def draw_prepared(figures: Figures, names: Collection[str] | None = None) -> lis
 def warm_up() -> None:
     """``plot_draw.warm_up``: a throw-away figure that leaves the caches warm."""
     plot_draw.warm_up()
+
+
+def prebuild() -> None:
+    """Make every figure of a run up to its data (a waterfall of the usual number
+    of rows); each next draw takes its own (``plot_draw.prebuild``)."""
+    plot_draw.prebuild()
+    waterfall_draw.prebuild()

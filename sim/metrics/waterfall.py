@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from sim.metrics.figure_data import PHASE_COLORS
+from sim.metrics.figure_data import PHASE_COLORS, WATERFALL_ROWS
 from sim.metrics.figure_prep import waterfall_data
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["NUM_WATERFALL_REQUESTS", "PHASE_COLORS", "draw_waterfall", "plot_waterfall"]
 
-NUM_WATERFALL_REQUESTS = 40
+NUM_WATERFALL_REQUESTS = WATERFALL_ROWS
 
 
 def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:

@@ -14,20 +14,46 @@ from typing import Any
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from sim.metrics.figure_data import PHASE_COLORS, WaterfallData
-from sim.metrics.plot_draw import TITLE_Y, Margins, agg_figure, save_png
+from sim.metrics.figure_data import PHASE_COLORS, WATERFALL_ROWS, WaterfallData
+from sim.metrics.plot_draw import (
+    PREBUILT_TICKS,
+    TITLE_Y,
+    Margins,
+    agg_figure,
+    make_ticks,
+    save_png,
+)
 
 _DPI = 120
+# Figures made by ``prebuild``, by number of rows: a draw of as many takes (pops) its own.
+_prebuilt: dict[int, tuple[Figure, Axes]] = {}
+
+
+def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
+    """The waterfall's figure and axes for ``num_rows`` requests, before its data."""
+    height_in = min(2.0 + 0.22 * num_rows, 14.0)
+    # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
+    fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=_DPI)
+    return fig, fig.add_subplot()
+
+
+def prebuild(num_rows: int = WATERFALL_ROWS) -> None:
+    """Make the figure of a waterfall of ``num_rows`` requests, a tick for each row
+    included; the next draw of that many rows takes it (``plot_draw.prebuild``)."""
+    fig, ax = _waterfall_figure(num_rows)
+    make_ticks(fig, PREBUILT_TICKS, num_rows)
+    _prebuilt[num_rows] = (fig, ax)
 
 
 def draw_waterfall_figure(data: WaterfallData, path: str | Path) -> Path:
     """The waterfall of ``data`` in a figure of its own, written to ``path`` (returned)."""
-    height_in = min(2.0 + 0.22 * len(data.ids), 14.0)
-    # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
-    fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=_DPI)
-    draw_waterfall_axes(fig.add_subplot(), data)
+    num_rows = len(data.ids)
+    built = _prebuilt.pop(num_rows, None)
+    fig, ax = built if built is not None else _waterfall_figure(num_rows)
+    draw_waterfall_axes(ax, data)
     return save_png(fig, path)
 
 
