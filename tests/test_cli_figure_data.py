@@ -16,7 +16,7 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,15 @@ ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
 forked_only = pytest.mark.skipif(
     not cli_figures.forking_supported(), reason="figures are forked on Linux only"
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_prebuilt_figures_left() -> Iterator[None]:
+    """Figures a test's import thread made up to their data (``prebuild``) stay in this
+    process: dropped after each test, so that no later test draws on them."""
+    yield
+    plot_draw._prebuilt.clear()
+    waterfall_draw._prebuilt.clear()
 
 
 def _scenario(tmp_path: Path, **workload: Any) -> Path:

@@ -13,7 +13,7 @@ import os
 import pickle
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim.cli_figure_processes as processes
+import sim.metrics.plot_draw as plot_draw
+import sim.metrics.waterfall_draw as waterfall_draw
 from sim import api
 from sim.api_result import Result
 from sim.cli_figure_processes import Reply, describe, read_all, reply_of, write_all
@@ -31,6 +33,15 @@ from sim.metrics.report import prepare_figures
 pytestmark = pytest.mark.skipif(not forking_supported(), reason="forks on Linux only")
 
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
+
+
+@pytest.fixture(autouse=True)
+def _no_prebuilt_figures_left() -> Iterator[None]:
+    """Figures a test's import thread made up to their data (``prebuild``) stay in this
+    process: dropped after each test, so that no later test draws on them."""
+    yield
+    plot_draw._prebuilt.clear()
+    waterfall_draw._prebuilt.clear()
 
 
 def _in_child(work: Callable[[], Reply | None]) -> tuple[bytes, int]:

@@ -15,6 +15,7 @@ import pickle
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,15 @@ pytestmark = pytest.mark.skipif(
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
+
+
+@pytest.fixture(autouse=True)
+def _no_prebuilt_figures_left() -> Iterator[None]:
+    """Figures a test's import thread made up to their data (``prebuild``) stay in this
+    process: dropped after each test, so that no later test draws on them."""
+    yield
+    plots._prebuilt.clear()
+    waterfall._prebuilt.clear()
 
 
 def _scenario(tmp_path: Path) -> Path:
