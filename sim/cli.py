@@ -29,18 +29,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace_requests is not None and args.trace_requests < 1:
         raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
     # The figure process forks first, before this one imports numpy, pandas and
-    # the simulator (~0.7 s): it imports them and matplotlib, and draws a first
-    # figure, on the other core meanwhile, and is ready to draw by the time the
-    # summary is printed (issue 16). Forked later it would still be importing
-    # matplotlib then. A scenario or --out refused below ends it unused.
+    # the simulator (~0.7 s): it imports numpy and matplotlib (never pandas),
+    # draws a first figure and makes the run's figures up to their data, on the
+    # other core meanwhile, and is ready to draw by the time the summary is
+    # printed (issue 16). Forked later it would still be importing matplotlib
+    # then. A scenario or --out refused below ends it unused.
     fork = args.figure_process == "yes" or (args.figure_process == "auto" and spare_core())
-    import os as _os  # EXPERIMENT
-
-    at = _os.environ.get("FORK_AT", "start")
-    if at == "pandas":
-        import pandas  # noqa
-    if at == "scenario":
-        import sim.api  # noqa
     worker = FigureWorker.start() if fork else None
     if worker is None:
         return _run_and_write(args, None)

@@ -158,7 +158,7 @@ def draw_in_processes(figures: Figures) -> Reply:
 
 
 # Niceness of the thread that imports matplotlib while the parent simulates.
-IMPORT_NICENESS = int(os.environ.get("NICE", "10"))
+IMPORT_NICENESS = 10
 
 
 def import_matplotlib() -> None:
