@@ -69,6 +69,8 @@ def run(
     progress: bool = False,
     wrap_cost: Callable[[CostModel], CostModel] | None = None,
     trace_requests: int | None = None,
+    *,
+    source: str | None = None,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
 
@@ -79,9 +81,11 @@ def run(
     ``base_dir`` anchors relative paths in the scenario (trace files,
     artifacts); it defaults to the scenario file's folder, else the cwd.
     ``wrap_cost`` replaces the scenario's cost model by a function of it
-    (what-if studies: every step 5 % slower, say).
+    (what-if studies: every step 5 % slower, say). ``source`` names a scenario
+    object in error messages (the file it was loaded from, say); a path names itself.
     """
-    source = "<scenario>"
+    if source is None:
+        source = "<scenario>"
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
         scenario = load_scenario(path, overrides)

@@ -25,38 +25,48 @@ if TYPE_CHECKING:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim.cli_figures import FigureError, FigureWorker, spare_core
-    from sim.out_path import check_out_dir
-    from sim.scenario import load_scenario
 
     if args.trace_requests is not None and args.trace_requests < 1:
         raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
-    name = load_scenario(args.scenario, args.set or ()).name
-    out = Path(args.out) if args.out else Path("runs") / name
-    check_out_dir(out)  # before the work: a bad --out would lose it
-    # The figure process forks here: it shares numpy, pandas, pydantic and the
-    # scenario's modules already loaded, and imports matplotlib while this one
-    # simulates (issue 16); it would import those again if forked earlier.
+    # The figure process forks first, before this one imports numpy, pandas and
+    # the simulator (~0.7 s): it imports numpy and matplotlib (never pandas),
+    # draws a first figure and makes the run's figures up to their data, on the
+    # other core meanwhile, and is ready to draw by the time the summary is
+    # printed (issue 16). Forked later it would still be importing matplotlib
+    # then. A scenario or --out refused below ends it unused.
     fork = args.figure_process == "yes" or (args.figure_process == "auto" and spare_core())
     worker = FigureWorker.start() if fork else None
     if worker is None:
-        return _run_and_write(args, out, None)
+        return _run_and_write(args, None)
     try:
         with worker:
-            return _run_and_write(args, out, worker)
+            return _run_and_write(args, worker)
     except FigureError as error:  # a bug or a crash there, not a user error: status 1
         print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
         return 1
 
 
-def _run_and_write(args: argparse.Namespace, out: Path, worker: FigureWorker | None) -> int:
-    """Simulate, print the summary, write the files (figures by ``worker`` when given)."""
+def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
+    """Check the scenario and --out, simulate, print the summary, write the files
+    (the figures by ``worker`` when given)."""
     from sim import api
     from sim.metrics.rejections import rejection_warning
     from sim.metrics.report import format_summary_table
+    from sim.out_path import check_out_dir
+    from sim.scenario import load_scenario
 
+    scenario = load_scenario(args.scenario, args.set or ())
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    check_out_dir(out)  # before the work: a bad --out would lose it
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
-    result = api.run(args.scenario, args.set or (), progress=not args.quiet, trace_requests=traced)
+    result = api.run(
+        scenario,  # loaded once, above; relative paths in it from its folder, as api.run would
+        base_dir=Path(args.scenario).parent,
+        progress=not args.quiet,
+        trace_requests=traced,
+        source=str(Path(args.scenario)),
+    )
     elapsed_s = time.perf_counter() - started
     rejected = rejection_warning(result.requests)
     if rejected is not None:

@@ -9,6 +9,7 @@ process that dies without replying is described by its exit status.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sim.metrics.report import FigureJob
+    from sim.metrics.figure_data import Figures
 
 _CHUNK_BYTES = 1 << 16  # a pipe's buffer on Linux
 
@@ -61,16 +62,21 @@ def describe(error: BaseException) -> str:
 Reply = dict[str, Any]  # {"paths": [...]} or {"error": "one line", "config_error": bool}
 
 
-def draw_reply(job: FigureJob, names: Sequence[str] | None = None) -> Reply:
-    """Draw ``job``'s figures (those of ``names``); the reply: their paths, or the error."""
-    from sim.metrics.report import draw_figures
+def error_reply(error: Exception) -> Reply:
+    """The reply that reports ``error``: its message for a user error, else ``describe``."""
+    if isinstance(error, ConfigError):
+        return {"error": str(error), "config_error": True}
+    return {"error": describe(error)}
+
+
+def draw_reply(figures: Figures, names: Sequence[str] | None = None) -> Reply:
+    """Draw ``figures`` (those of ``names``); the reply: their paths, or the error."""
+    from sim.metrics.figure_draw import draw_prepared
 
     try:
-        return {"paths": [str(path) for path in draw_figures(job, names)]}
-    except ConfigError as error:
-        return {"error": str(error), "config_error": True}
+        return {"paths": [str(path) for path in draw_prepared(figures, names)]}
     except Exception as error:
-        return {"error": describe(error)}
+        return error_reply(error)
 
 
 def reply_of(reply_bytes: bytes, status: int) -> Reply:
@@ -122,25 +128,29 @@ def exit_with(work: Callable[[], Reply | None], reply_fd: int) -> NoReturn:
         os._exit(code)
 
 
-def draw_in_processes(job: FigureJob) -> Reply:
-    """Draw ``job``'s figures in two processes (this one and a fork of it); one reply.
+def draw_in_processes(figures: Figures) -> Reply:
+    """Draw each figure of ``figures`` in a process of its own: this one draws the
+    first, a fork of it each other one; one reply, the paths in ``names`` order.
 
-    The fork draws the last figure, this process the others: on two cores (the
-    parent is idle once its tables are written) that takes about half the time.
+    On two cores (the parent is idle once its tables are written) three figures
+    take about half the time of one process drawing them in turn, and the
+    figures of about equal cost share the cores evenly.
     """
-    from sim.metrics.report import figure_names
-
-    names = figure_names(job)
-    reply_read, reply_write = os.pipe()
-    pid = fork_quietly()
-    if pid == 0:  # pragma: no cover (the helper; tested through the parent)
+    names = figures.names()
+    helpers: list[tuple[int, int]] = []  # (pid, read end of its reply pipe)
+    for name in names[1:]:
+        reply_read, reply_write = os.pipe()
+        pid = fork_quietly()
+        if pid == 0:  # pragma: no cover (a helper; tested through the parent)
+            os.close(reply_read)
+            exit_with(functools.partial(draw_reply, figures, [name]), reply_write)
+        os.close(reply_write)
+        helpers.append((pid, reply_read))
+    replies = [draw_reply(figures, names[:1])]
+    for pid, reply_read in helpers:
+        reply_bytes = read_all(reply_read)
         os.close(reply_read)
-        exit_with(lambda: draw_reply(job, names[-1:]), reply_write)
-    os.close(reply_write)
-    replies = [draw_reply(job, names[:-1])]
-    reply_bytes = read_all(reply_read)
-    os.close(reply_read)
-    replies.append(reply_of(reply_bytes, os.waitpid(pid, 0)[1]))
+        replies.append(reply_of(reply_bytes, os.waitpid(pid, 0)[1]))
     errors = [reply for reply in replies if "error" in reply]
     if errors:
         return errors[0]
@@ -152,20 +162,22 @@ IMPORT_NICENESS = 10
 
 
 def import_matplotlib() -> None:
-    """Import what the figures need and draw a first one, at a low priority
+    """Import what the figures need (numpy and matplotlib, not pandas), draw a
+    first one and make the run's figures up to their data, at a low priority
     (this thread only, on Linux).
 
-    It runs while the parent simulates: on a busy machine the parent's summary
-    comes first, on an idle one this takes the spare core all the same. The
-    helper forked to draw inherits the warm caches (fonts, text layouts).
+    It runs while the parent imports the simulator and simulates: on a busy
+    machine the parent's summary comes first, on an idle one this takes the
+    spare core all the same. The helper forked to draw inherits the warm
+    caches (fonts, text layouts).
     """
     with contextlib.suppress(OSError):  # not allowed: import at the usual priority
         os.nice(IMPORT_NICENESS)
     try:
-        import sim.metrics.waterfall  # noqa: F401
-        from sim.metrics.plots import warm_up
+        from sim.metrics.figure_draw import prebuild, warm_up
 
         warm_up()
+        prebuild()  # each figure up to its data: its draw then starts from there
     except Exception:
         pass  # drawing imports them again, and reports the error
 

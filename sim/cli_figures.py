@@ -1,12 +1,14 @@
 """``servesim run``'s figures, drawn in a second process (issue 16: instant small runs).
 
 The figures cost more than the simulation of a small run: importing matplotlib
-and drawing three PNGs. ``FigureWorker.start`` forks a process that imports
-matplotlib while this one simulates; after the summary is printed, ``submit``
-hands it the figures' data (pickled through a pipe) and it draws them (with a fork of
-itself: two figures there, one in the fork) while this process writes the
-tables; ``finish`` waits for it. On a two-core machine the import overlaps the
-simulation and the drawing takes both cores.
+and drawing three PNGs. ``FigureWorker.start`` forks a process, before this one
+imports the simulator, that imports numpy and matplotlib (never pandas) while
+this one imports pandas and the simulator and simulates; after the summary is
+printed, ``submit`` hands it the figures' arrays (``sim.metrics.figure_prep``,
+pickled through a pipe) and it draws them (one figure in it, one in each of
+its forks) while this process writes the tables; ``finish`` waits for it. On a
+two-core machine the import overlaps the simulation and the drawing takes both
+cores.
 
 An error in the worker is not lost: it reaches ``finish`` as one line (exception
 type, message, file and line) and raises ``FigureError``, or ``ConfigError`` for
@@ -32,7 +34,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from sim.cli_figure_processes import exit_with, fork_quietly, read_all, reply_of, serve, write_all
+from sim.cli_figure_processes import (
+    Reply,
+    error_reply,
+    exit_with,
+    fork_quietly,
+    read_all,
+    reply_of,
+    serve,
+    write_all,
+)
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -93,13 +104,14 @@ def spare_core() -> bool:
 
 
 class FigureWorker:
-    """A forked process that draws one ``FigureJob``; use as a context manager."""
+    """A forked process that draws one ``FigureJob``'s figures; use as a context manager."""
 
     def __init__(self, pid: int, job_fd: int, reply_fd: int) -> None:
         self.pid = pid
         self._job_fd: int | None = job_fd
         self._reply_fd: int | None = reply_fd
         self._sender: threading.Thread | None = None
+        self._failure: Reply | None = None  # the job could not be prepared
         self._reaped = False
 
     @classmethod
@@ -119,10 +131,17 @@ class FigureWorker:
         return cls(pid, job_write, reply_read)
 
     def submit(self, job: FigureJob) -> None:
-        """Hand ``job`` to the worker; returns at once (a thread feeds the pipe)."""
-        if self._job_fd is None:
+        """Hand ``job`` to the worker, cut into arrays here (``prepare_figures``); returns
+        at once (a thread feeds the pipe). A job that cannot be cut is reported by ``finish``."""
+        from sim.metrics.report import prepare_figures
+
+        if self._job_fd is None or self._failure is not None:
             raise RuntimeError("FigureWorker: a job was already submitted, or the worker closed")
-        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            data = pickle.dumps(prepare_figures(job), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:  # reported by finish() as a failed worker would be
+            self._failure = error_reply(error)
+            return  # no job: close() ends the worker
         fd, self._job_fd = self._job_fd, None
         # The worker reads only once matplotlib is imported: a write here could block.
         self._sender = threading.Thread(target=write_all, args=(fd, data), daemon=True)
@@ -133,11 +152,15 @@ class FigureWorker:
 
         Raises ``FigureError`` (or ``ConfigError``) when the worker failed.
         """
-        if self._sender is None:
+        if self._failure is not None:
+            self.close()
+            reply = self._failure
+        elif self._sender is None:
             raise RuntimeError("FigureWorker.finish: no job was submitted")
-        self._sender.join()
-        reply_bytes = self._take_reply()
-        reply = reply_of(reply_bytes, self._wait())
+        else:
+            self._sender.join()
+            reply_bytes = self._take_reply()
+            reply = reply_of(reply_bytes, self._wait())
         if "error" in reply:
             if reply.get("config_error"):
                 raise ConfigError(str(reply["error"]))

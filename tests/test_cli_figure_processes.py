@@ -13,7 +13,7 @@ import os
 import pickle
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +22,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sim.cli_figure_processes as processes
+import sim.metrics.plot_draw as plot_draw
+import sim.metrics.waterfall_draw as waterfall_draw
 from sim import api
 from sim.api_result import Result
 from sim.cli_figure_processes import Reply, describe, read_all, reply_of, write_all
 from sim.cli_figures import forking_supported
+from sim.metrics.report import prepare_figures
 
 pytestmark = pytest.mark.skipif(not forking_supported(), reason="forks on Linux only")
 
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
+
+
+@pytest.fixture(autouse=True)
+def _no_prebuilt_figures_left() -> Iterator[None]:
+    """Figures a test's import thread made up to their data (``prebuild``) stay in this
+    process: dropped after each test, so that no later test draws on them."""
+    yield
+    plot_draw._prebuilt.clear()
+    waterfall_draw._prebuilt.clear()
 
 
 def _in_child(work: Callable[[], Reply | None]) -> tuple[bytes, int]:
@@ -162,7 +174,7 @@ def test_serve_without_a_job_draws_nothing() -> None:
 
 def test_serve_draws_the_job_it_reads(result: Result, tmp_path: Path) -> None:
     read_fd, write_fd = os.pipe()
-    data = pickle.dumps(result.figure_job(tmp_path))
+    data = pickle.dumps(prepare_figures(result.figure_job(tmp_path)))
     sender = threading.Thread(target=write_all, args=(write_fd, data))
     sender.start()
     reply = processes.serve(read_fd)
@@ -189,11 +201,11 @@ def test_a_failing_helper_fails_the_whole_reply(
 
         return draw
 
-    import sim.metrics.plots as plots
-    import sim.metrics.waterfall as waterfall
+    import sim.metrics.plot_draw as plots
+    import sim.metrics.waterfall_draw as waterfall
 
-    monkeypatch.setattr(plots, "plot_timeseries", fail("timeseries"))
-    monkeypatch.setattr(waterfall, "plot_waterfall", fail("waterfall"))
-    reply = processes.draw_in_processes(result.figure_job(tmp_path))
+    monkeypatch.setattr(plots, "draw_timeseries", fail("timeseries"))
+    monkeypatch.setattr(waterfall, "draw_waterfall_figure", fail("waterfall"))
+    reply = processes.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
     assert reply["error"].startswith("ValueError: timeseries failed")
     assert [p.name for p in tmp_path.iterdir()] == ["latency_cdf.png"]  # drawn before

@@ -15,6 +15,7 @@ import pickle
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,14 @@ import yaml
 import sim.cli as cli
 import sim.cli_figure_processes as processes
 import sim.cli_figures as cli_figures
-import sim.metrics.plots as plots
-import sim.metrics.waterfall as waterfall
+import sim.metrics.plot_draw as plots
+import sim.metrics.waterfall_draw as waterfall
 from sim import api
 from sim.api_result import Result
 from sim.cli_figure_processes import describe, reply_of
 from sim.cli_figures import FigureError, FigureWorker
 from sim.errors import ConfigError
-from sim.metrics.report import FigureJob, figure_names
+from sim.metrics.report import FigureJob, figure_names, prepare_figures
 
 pytestmark = pytest.mark.skipif(
     not cli_figures.forking_supported(), reason="figures are forked on Linux only"
@@ -40,6 +41,15 @@ pytestmark = pytest.mark.skipif(
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
+
+
+@pytest.fixture(autouse=True)
+def _no_prebuilt_figures_left() -> Iterator[None]:
+    """Figures a test's import thread made up to their data (``prebuild``) stay in this
+    process: dropped after each test, so that no later test draws on them."""
+    yield
+    plots._prebuilt.clear()
+    waterfall._prebuilt.clear()
 
 
 def _scenario(tmp_path: Path) -> Path:
@@ -149,7 +159,7 @@ def test_an_error_in_the_worker_itself_is_reported(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The latency CDF is drawn by the worker itself (the fork draws the last figure).
-    monkeypatch.setattr(plots, "plot_latency_cdfs", _raise_value_error)
+    monkeypatch.setattr(plots, "draw_latency_cdfs", _raise_value_error)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError) as caught:
@@ -163,7 +173,7 @@ def test_an_error_in_the_worker_itself_is_reported(
 def test_an_error_in_the_forked_helper_is_reported(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(waterfall, "plot_waterfall", _raise_value_error)
+    monkeypatch.setattr(waterfall, "draw_waterfall_figure", _raise_value_error)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="ValueError: no axes for you"):
@@ -178,7 +188,7 @@ def test_a_user_error_while_drawing_stays_a_config_error(
     def refuse(*args: Any, **kwargs: Any) -> Path:
         raise ConfigError("slo.ttft_ms: cannot be drawn")
 
-    monkeypatch.setattr(plots, "plot_timeseries", refuse)
+    monkeypatch.setattr(plots, "draw_timeseries", refuse)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(ConfigError, match=r"^slo\.ttft_ms: cannot be drawn$"):
@@ -195,9 +205,9 @@ def test_a_killed_figure_process_is_reported(
         raise AssertionError("unreachable")
 
     if figure == "latency_cdf":
-        monkeypatch.setattr(plots, "plot_latency_cdfs", die)
+        monkeypatch.setattr(plots, "draw_latency_cdfs", die)
     else:
-        monkeypatch.setattr(waterfall, "plot_waterfall", die)
+        monkeypatch.setattr(waterfall, "draw_waterfall_figure", die)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="a figure process was killed by SIGKILL"):
@@ -234,19 +244,19 @@ def test_describe_says_type_message_and_place_in_one_line() -> None:
 
 
 def test_draw_reply_turns_errors_into_replies(result: Result, tmp_path: Path) -> None:
-    job = _job(result, tmp_path)
-    assert processes.draw_reply(job, ["timeseries.png"]) == {
+    figures = prepare_figures(_job(result, tmp_path))
+    assert processes.draw_reply(figures, ["timeseries.png"]) == {
         "paths": [str(tmp_path / "timeseries.png")]
     }
-    broken = FigureJob(tmp_path, result.requests, pd.DataFrame({"x": [1.0]}))
+    broken = prepare_figures(FigureJob(tmp_path, result.requests, pd.DataFrame({"x": [1.0]})))
     reply = processes.draw_reply(broken, ["latency_cdf.png", "timeseries.png"])
     assert reply == {"paths": [str(tmp_path / "latency_cdf.png"), str(tmp_path / "timeseries.png")]}
-    gone = FigureJob(tmp_path / "missing", result.requests, result.timeseries)
+    gone = prepare_figures(FigureJob(tmp_path / "missing", result.requests, result.timeseries))
     assert "FileNotFoundError" in processes.draw_reply(gone)["error"]
 
 
 def test_draw_in_processes_draws_all_in_order(result: Result, tmp_path: Path) -> None:
-    reply = processes.draw_in_processes(_job(result, tmp_path))
+    reply = processes.draw_in_processes(prepare_figures(_job(result, tmp_path)))
     assert reply == {"paths": [str(tmp_path / name) for name in ALL_FIGURES]}
     assert _no_children_left()
 
@@ -305,7 +315,7 @@ def test_a_run_with_and_without_the_figure_process_writes_the_same_files(
 def test_a_failing_figure_process_fails_the_run_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(plots, "plot_timeseries", _raise_value_error)
+    monkeypatch.setattr(plots, "draw_timeseries", _raise_value_error)
     out = tmp_path / "out"
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 1
@@ -318,7 +328,7 @@ def test_a_failing_figure_process_fails_the_run_in_one_line(
     assert _no_children_left()
 
 
-def test_a_run_refused_before_simulating_forks_nothing(
+def test_a_run_refused_before_simulating_leaves_no_process_behind(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     blocker = tmp_path / "file"

@@ -22,7 +22,7 @@ from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 from test_plots import requests_frame, timeseries_frame
 
-from sim.metrics import plots, waterfall
+from sim.metrics import plot_draw, plots, waterfall, waterfall_draw
 from sim.metrics.plots import Margins, agg_figure
 from sim.metrics.stats import Slo
 
@@ -86,17 +86,17 @@ def test_the_figure_has_its_own_canvas_and_the_asked_resolution() -> None:
 # --- the run's figures: every text inside the figure -----------------------------------------
 
 
-def _capture(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[Figure]:
-    """Record every figure ``module`` makes through ``agg_figure``."""
+def _capture(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
+    """Record every figure the run's plots make through ``agg_figure``."""
     made: list[Figure] = []
 
     def recording(*args: Any, **kwargs: Any) -> Figure:
         made.append(agg_figure(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(plots, "agg_figure", recording)
-    if module is not plots:
-        monkeypatch.setattr(module, "agg_figure", recording, raising=False)
+    # The figures are made where they are drawn (plot_draw, waterfall_draw).
+    monkeypatch.setattr(plot_draw, "agg_figure", recording)
+    monkeypatch.setattr(waterfall_draw, "agg_figure", recording)
     return made
 
 
@@ -148,7 +148,7 @@ def _assert_no_axis_label_on_a_neighbour(fig: Figure) -> None:
 def test_latency_cdfs_fit_with_long_latencies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = _capture(monkeypatch, plots)
+    made = _capture(monkeypatch)
     requests = requests_frame(2000)
     # Hour-long TTFTs (wide tick labels), the decode after it as before.
     requests["first_token_s"] += 3600.0
@@ -162,7 +162,7 @@ def test_latency_cdfs_fit_with_long_latencies(
 def test_timeseries_fit_with_six_digit_queues(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made = _capture(monkeypatch, plots)
+    made = _capture(monkeypatch)
     frame = timeseries_frame(20_000)
     frame["num_waiting"] = np.linspace(0, 250_000, len(frame)).round()
     plots.plot_timeseries(frame, tmp_path / "ts.png")
@@ -179,7 +179,7 @@ def test_timeseries_fit_with_six_digit_queues(
 def test_the_waterfall_fits_its_legend_and_long_ids(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first_id: int
 ) -> None:
-    made = _capture(monkeypatch, waterfall)
+    made = _capture(monkeypatch)
     ids = np.arange(first_id, first_id + 40)
     spans = pd.DataFrame(
         {

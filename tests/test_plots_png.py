@@ -11,7 +11,7 @@ import matplotlib.image
 import pytest
 from test_plots import requests_frame, timeseries_frame
 
-from sim.metrics import plots
+from sim.metrics import plot_draw, plots
 from sim.metrics.plots import PNG_COMPRESS_LEVEL, TITLE_Y, Margins, agg_figure, save_png
 from sim.metrics.stats import Slo
 
@@ -58,14 +58,14 @@ def test_fast_compression_loses_no_pixel(tmp_path: Path) -> None:
 def _drawn_figure(tmp_path: Path, which: str) -> object:
     """Draw one run figure, keeping its Figure (save_png is spied on)."""
     kept: list[object] = []
-    original = plots.save_png
+    original = plot_draw.save_png
 
     def keep(fig: object, path: Path) -> Path:
         kept.append(fig)
         return original(fig, path)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(plots, "save_png", keep)
+        patch.setattr(plot_draw, "save_png", keep)
         if which == "cdf":
             plots.plot_latency_cdfs(requests_frame(300), tmp_path / "cdf.png", Slo(ttft_ms=300))
         else:

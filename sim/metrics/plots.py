@@ -1,217 +1,49 @@
-"""Figures of a finished run: latency CDFs and the scheduler's time series.
+"""Figures of a finished run from its tables: latency CDFs and the scheduler's time series.
 
-Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot, no
-display, no global figure state), so plotting is safe in headless and threaded
-runs. Large inputs are reduced to at most ``max_points`` points per line before
-drawing: matplotlib's cost grows with points, not with requests. Margins are
-fixed (``agg_figure``) rather than matplotlib's constrained layout, which
-measures every label in an extra pass and doubles the time to draw a figure.
+``sim.metrics.figure_prep`` cuts the arrays to draw out of the DataFrames and
+``sim.metrics.plot_draw`` draws them (matplotlib, on an Agg canvas; see there
+for how the figures are kept cheap). The drawing side's names are re-exported
+here, so ``sim.metrics.plots.agg_figure`` and the rest keep working.
 """
 
 from __future__ import annotations
 
-import io
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
-from sim.engine.records import completed_mask
-from sim.metrics.stats import Slo, request_latencies
-from sim.serving.cluster import total_over_replicas
+from sim.metrics import plot_draw
+from sim.metrics.figure_prep import cdf_data, timeseries_data
+from sim.metrics.plot_draw import (
+    DPI,
+    MAX_POINTS,
+    PNG_COMPRESS_LEVEL,
+    TITLE_Y,
+    FloatArray,
+    Margins,
+    agg_figure,
+    cdf_points,
+    envelope,
+    save_png,
+    warm_up,
+)
+from sim.metrics.stats import Slo
 
-FloatArray = npt.NDArray[np.float64]
-
-MAX_POINTS = 5000
-DPI = 120
-# zlib level of the PNGs: 1 instead of Pillow's 6 writes files ~20 % larger
-# (still ~0.1 MB) in a fraction of the time; encoding was a third of drawing.
-PNG_COMPRESS_LEVEL = 1
-# Titles at a fixed height (the axes' top, matplotlib's default place): left to
-# itself, matplotlib measures every tick label of the axes, at each draw, to lift
-# the title clear of any on top, and these figures have none there.
-TITLE_Y = 1.0
-_SLO_COLOR = "tab:red"
-_MARK_PERCENTILES = (50, 99)
-_NOTE: dict[str, object] = {"fontsize": 8, "color": "dimgray"}
-
-
-@dataclass(frozen=True)
-class Margins:
-    """Space around and between a figure's axes, in inches.
-
-    ``left_in`` holds the y tick labels and y label (up to six-digit ticks at
-    10 pt), ``top_in`` the title(s), ``bottom_in`` the x tick labels and x label;
-    ``gap_w_in`` / ``gap_h_in`` separate panels side by side / stacked.
-    """
-
-    left_in: float = 0.85
-    right_in: float = 0.25
-    bottom_in: float = 0.6
-    top_in: float = 0.45
-    gap_w_in: float = 0.0
-    gap_h_in: float = 0.0
-
-
-def agg_figure(
-    width_in: float,
-    height_in: float,
-    margins: Margins,
-    num_rows: int = 1,
-    num_cols: int = 1,
-    dpi: int = DPI,
-) -> Figure:
-    """A figure on its own Agg canvas whose subplots leave ``margins`` around them.
-
-    matplotlib's ``wspace`` / ``hspace`` are fractions of the mean axes width /
-    height, so the gaps in inches are converted with the grid's axes sizes.
-    """
-    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
-    FigureCanvasAgg(fig)
-    inner_w_in = width_in - margins.left_in - margins.right_in
-    inner_h_in = height_in - margins.top_in - margins.bottom_in
-    axes_w_in = (inner_w_in - margins.gap_w_in * (num_cols - 1)) / num_cols
-    axes_h_in = (inner_h_in - margins.gap_h_in * (num_rows - 1)) / num_rows
-    fig.subplots_adjust(
-        left=margins.left_in / width_in,
-        right=1 - margins.right_in / width_in,
-        bottom=margins.bottom_in / height_in,
-        top=1 - margins.top_in / height_in,
-        wspace=margins.gap_w_in / axes_w_in,
-        hspace=margins.gap_h_in / axes_h_in,
-    )
-    return fig
-
-
-def save_png(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` as a PNG (fast zlib level); return ``path`` as a Path."""
-    out = Path(path)
-    fig.savefig(out, format="png", pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
-    return out
-
-
-def warm_up() -> None:
-    """Draw a small throw-away figure: a later figure skips the first-use costs
-    (loading the font, text layout caches, the PNG encoder)."""
-    fig = agg_figure(3, 2, Margins())
-    ax = fig.subplots()
-    ax.plot([0.0, 1.0], [0.0, 1.0], label="warm-up")
-    ax.set_title("warm-up", y=TITLE_Y)
-    ax.legend()
-    fig.suptitle("warm-up")
-    fig.savefig(io.BytesIO(), format="png", pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
-
-
-def cdf_points(
-    values: npt.ArrayLike, max_points: int = MAX_POINTS
-) -> tuple[FloatArray, FloatArray]:
-    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``.
-
-    When there are more than ``max_points`` values, keeps evenly spaced ranks,
-    always including the minimum and maximum, so the curve keeps its tails.
-    """
-    v = np.asarray(values, dtype=np.float64).ravel()
-    v = np.sort(v[np.isfinite(v)])
-    n = v.size
-    ranks = np.arange(n)
-    if n > max_points:
-        ranks = np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
-    return v[ranks], (ranks + 1) / n
-
-
-def envelope(
-    time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Reduce a long series to ``max_points`` bins that keep its peaks.
-
-    Returns each bin's first time and the minimum, mean and maximum of its
-    samples, so a one-sample spike in the queue length still shows in the
-    maximum. A series of at most ``max_points`` samples passes through (min =
-    mean = max = the samples).
-    """
-    t = np.asarray(time_s, dtype=np.float64).ravel()
-    y = np.asarray(values, dtype=np.float64).ravel()
-    if t.size <= max_points:
-        return t, y, y, y
-    edges = np.linspace(0, t.size, max(max_points, 1) + 1).astype(np.int64)
-    starts = np.unique(edges[:-1])
-    counts = np.diff(np.r_[starts, t.size])
-    means = np.add.reduceat(y, starts) / counts
-    lows = np.minimum.reduceat(y, starts)
-    highs = np.maximum.reduceat(y, starts)
-    return t[starts], lows, means, highs
-
-
-def _as_floats(series: pd.Series) -> FloatArray:
-    """Float64 values of a column; missing (None, NA, non-numeric) become NaN."""
-    return np.asarray(
-        pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    )
-
-
-def _no_data(ax: Axes, message: str) -> None:
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        ha="center",
-        va="center",
-        transform=ax.transAxes,
-        color="gray",
-    )
-
-
-def _use_log_scale(values_ms: FloatArray) -> bool:
-    """Log x when the bulk spans more than ~1.5 decades (e.g. TTFT under queueing)."""
-    if values_ms.size < 2 or values_ms.min() <= 0:
-        return False
-    p1, p99 = np.percentile(values_ms, [1, 99])
-    return bool(p99 > 30 * p1)
-
-
-def _cdf_panel(
-    ax: Axes, values_ms: FloatArray, title: str, xlabel: str, slo_ms: float | None
-) -> None:
-    ax.set_title(title, y=TITLE_Y)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("Fraction of requests")
-    ax.set_ylim(0, 1.02)
-    ax.grid(True, alpha=0.3)
-    if values_ms.size == 0:
-        _no_data(ax, "no samples")
-        return
-    x, y = cdf_points(values_ms)
-    # Start the staircase at 0 so a small sample reads as an empirical CDF.
-    ax.plot(np.r_[x[0], x], np.r_[0.0, y], drawstyle="steps-post", color="tab:blue", lw=1.6)
-    for p, value in zip(
-        _MARK_PERCENTILES, np.percentile(values_ms, _MARK_PERCENTILES), strict=True
-    ):
-        ax.plot([value], [p / 100], "o", color="black", ms=5, zorder=3)
-        ax.annotate(
-            f"p{p} = {value:,.1f} ms",
-            (value, p / 100),
-            xytext=(8, -14 if p == 99 else 6),
-            textcoords="offset points",
-            fontsize=9,
-        )
-    if slo_ms is not None:
-        met = float(np.mean(values_ms <= slo_ms))
-        ax.axvline(
-            slo_ms,
-            color=_SLO_COLOR,
-            ls="--",
-            lw=1.2,
-            label=f"SLO {slo_ms:g} ms ({met:.1%} met)",
-        )
-        ax.legend(loc="lower right", fontsize=9)
-    if _use_log_scale(values_ms):
-        ax.set_xscale("log")
-        ax.set_xlabel(f"{xlabel}, log scale")
+__all__ = [
+    "DPI",
+    "MAX_POINTS",
+    "PNG_COMPRESS_LEVEL",
+    "TITLE_Y",
+    "FloatArray",
+    "Margins",
+    "agg_figure",
+    "cdf_points",
+    "envelope",
+    "plot_latency_cdfs",
+    "plot_timeseries",
+    "save_png",
+    "warm_up",
+]
 
 
 def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None = None) -> Path:
@@ -220,36 +52,7 @@ def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None 
     Marks p50 and p99 and draws the TTFT/TPOT SLOs of ``slo`` when given. TPOT is
     over requests with at least two output tokens, as in the summary. Returns ``path``.
     """
-    done = request_latencies(requests)[completed_mask(requests)]
-    ttft_ms = done["ttft_s"].to_numpy(dtype=np.float64) * 1000.0
-    tpot_ms = done["tpot_s"].to_numpy(dtype=np.float64) * 1000.0
-    ttft_ms, tpot_ms = ttft_ms[np.isfinite(ttft_ms)], tpot_ms[np.isfinite(tpot_ms)]
-    # Top: the title and the panel titles; between the panels: the right one's y labels.
-    fig = agg_figure(12, 4.8, Margins(top_in=0.75, gap_w_in=0.85), num_cols=2)
-    ax_ttft, ax_tpot = fig.subplots(1, 2)
-    _cdf_panel(
-        ax_ttft,
-        ttft_ms,
-        "Time to first token (TTFT)",
-        "TTFT (ms)",
-        slo.ttft_ms if slo else None,
-    )
-    _cdf_panel(
-        ax_tpot,
-        tpot_ms,
-        "Time per output token (TPOT, excl. 1st token)",
-        "TPOT (ms)",
-        slo.tpot_ms if slo else None,
-    )
-    fig.suptitle(f"Latency CDFs of {len(done):,} completed requests", fontsize=13)
-    return save_png(fig, path)
-
-
-_SERIES = (
-    ("num_waiting", "Waiting requests (queue length)", "requests", 1.0),
-    ("num_running", "Running batch size", "sequences", 1.0),
-    ("kv_cache_usage", "KV-cache usage", "% of blocks", 100.0),
-)
+    return plot_draw.draw_latency_cdfs(cdf_data(requests, slo), path)
 
 
 def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
@@ -258,31 +61,4 @@ def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
     Values are held until the next sample (step lines). Returns ``path``.
     Several replicas are drawn as one: queues summed, KV usage averaged.
     """
-    frame = total_over_replicas(timeseries)
-    if "time_s" in frame.columns and not frame["time_s"].is_monotonic_increasing:
-        frame = frame.sort_values("time_s", kind="stable")
-    time_s = _as_floats(frame["time_s"]) if "time_s" in frame.columns else np.empty(0)
-    # Top: the title and the first panel's titles; between panels: the next one's titles.
-    margins = Margins(top_in=0.75, gap_h_in=0.4)
-    fig = agg_figure(11, 8, margins, num_rows=len(_SERIES))
-    axes = fig.subplots(len(_SERIES), 1, sharex=True)
-    for ax, (column, title, unit, scale) in zip(axes, _SERIES, strict=True):
-        ax.set_title(title, loc="left", fontsize=11, y=TITLE_Y)
-        ax.set_ylabel(unit)
-        ax.grid(True, alpha=0.3)
-        if column not in frame.columns or time_s.size == 0:
-            _no_data(ax, "no samples")
-            continue
-        t, low, mean, high = envelope(time_s, _as_floats(frame[column]) * scale)
-        if t.size < time_s.size:  # binned: a light min-max band behind the bin means
-            ax.fill_between(t, low, high, step="post", color="tab:blue", alpha=0.25, lw=0)
-            ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color="tab:blue")
-            note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
-            ax.set_title(note, loc="right", y=TITLE_Y, **_NOTE)
-        else:
-            ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color="tab:blue")
-        ax.set_ylim(bottom=0)
-    axes[-1].set_ylim(0, 100)
-    axes[-1].set_xlabel("Simulated time (s)")
-    fig.suptitle("Scheduler state over time", fontsize=13)
-    return save_png(fig, path)
+    return plot_draw.draw_timeseries(timeseries_data(timeseries), path)

@@ -4,7 +4,8 @@ Layout of ``out_dir`` (see ``write_outputs``): ``requests.parquet`` (or ``.csv``
 ``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
 ``waterfall.png`` (``Result.write``) and,
 only on request, ``steps.parquet`` (the step log can hold tens of millions of rows).
-The figures can be drawn apart from the tables (``FigureJob``, ``draw_figures``).
+The figures can be drawn apart from the tables (``FigureJob``, ``draw_figures``;
+``prepare_figures`` turns a job into arrays to draw elsewhere).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, WATERFALL_PNG, Figures
 from sim.metrics.stats import Slo
 
 TableFormat = Literal["parquet", "csv"]
@@ -101,11 +103,6 @@ class FigureJob:
     waterfall: tuple[pd.DataFrame, pd.DataFrame] | None = None
 
 
-LATENCY_CDF_PNG = "latency_cdf.png"
-TIMESERIES_PNG = "timeseries.png"
-WATERFALL_PNG = "waterfall.png"
-
-
 def figure_names(job: FigureJob) -> list[str]:
     """The files ``draw_figures(job)`` writes, in order: no waterfall without its data."""
     names = [LATENCY_CDF_PNG, TIMESERIES_PNG]
@@ -121,21 +118,20 @@ def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[P
     """
     # matplotlib (~0.3 s to import) only now: a caller that prints the summary
     # first shows it before paying for the figures.
-    from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
-    from sim.metrics.waterfall import plot_waterfall
+    from sim.metrics.figure_draw import draw_prepared
 
-    out = Path(job.out_dir)
-    written = []
-    for name in figure_names(job):
-        if names is not None and name not in names:
-            continue
-        if name == LATENCY_CDF_PNG:
-            written.append(plot_latency_cdfs(job.requests, out / name, job.slo))
-        elif name == TIMESERIES_PNG:
-            written.append(plot_timeseries(job.timeseries, out / name))
-        elif job.waterfall is not None:
-            written.append(plot_waterfall(*job.waterfall, out / name))
-    return written
+    return draw_prepared(prepare_figures(job), names)
+
+
+def prepare_figures(job: FigureJob) -> Figures:
+    """``job``'s figures as arrays (``sim.metrics.figure_prep``): what
+    ``sim.metrics.figure_draw.draw_prepared`` draws, without pandas, elsewhere."""
+    from sim.metrics.figure_prep import cdf_data, timeseries_data, waterfall_data
+
+    waterfall = waterfall_data(*job.waterfall) if job.waterfall is not None else None
+    return Figures(
+        job.out_dir, cdf_data(job.requests, job.slo), timeseries_data(job.timeseries), waterfall
+    )
 
 
 def write_outputs(

@@ -6,21 +6,50 @@ Operator latencies come from measured tables (an artifact, see
 (``import_profile``; ``main`` is the ``servesim import-profile`` command,
 ``export_main`` a ``servesim export-kernels`` command).
 ``KernelCost`` prices steps; ``KernelsCostConfig`` is the ``cost:`` block.
+
+The names below are loaded on first use (PEP 562): a scenario that only
+validates ``KernelsCostConfig`` does not import the table readers (issue 16).
 """
 
-from sim.cost.kernels.aiconfigurator import available_gpus, from_aiconfigurator
-from sim.cost.kernels.artifact import (
-    KernelArtifact,
-    KernelProvenance,
-    load_kernel_artifact,
-    save_artifact,
-)
-from sim.cost.kernels.auto import kernel_auto
-from sim.cost.kernels.config import KernelsCostConfig, build_kernels
-from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
-from sim.cost.kernels.llmservingsim import import_profile, main
-from sim.cost.kernels.shipped import shipped_kernel_artifacts
-from sim.cost.kernels.slice import export_main, export_slice
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sim.cost.kernels.aiconfigurator import available_gpus, from_aiconfigurator
+    from sim.cost.kernels.artifact import (
+        KernelArtifact,
+        KernelProvenance,
+        load_kernel_artifact,
+        save_artifact,
+    )
+    from sim.cost.kernels.auto import kernel_auto
+    from sim.cost.kernels.config import KernelsCostConfig, build_kernels
+    from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
+    from sim.cost.kernels.llmservingsim import import_profile, main
+    from sim.cost.kernels.shipped import shipped_kernel_artifacts
+    from sim.cost.kernels.slice import export_main, export_slice
+
+# Each public name and the submodule that defines it.
+_SOURCES = {
+    "available_gpus": "aiconfigurator",
+    "from_aiconfigurator": "aiconfigurator",
+    "KernelArtifact": "artifact",
+    "KernelProvenance": "artifact",
+    "load_kernel_artifact": "artifact",
+    "save_artifact": "artifact",
+    "kernel_auto": "auto",
+    "KernelsCostConfig": "config",
+    "build_kernels": "config",
+    "DEFAULT_STEP_OVERHEAD_S": "cost",
+    "KernelCost": "cost",
+    "import_profile": "llmservingsim",
+    "main": "llmservingsim",
+    "shipped_kernel_artifacts": "shipped",
+    "export_main": "slice",
+    "export_slice": "slice",
+}
 
 __all__ = [
     "DEFAULT_STEP_OVERHEAD_S",
@@ -40,3 +69,17 @@ __all__ = [
     "save_artifact",
     "shipped_kernel_artifacts",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name``'s submodule on first use and return ``name`` from it."""
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{source}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOURCES))

@@ -16,7 +16,7 @@ from sim.cost.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
 from sim.cost.kernels.aiconfigurator import installed_data_dir
 from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
 from sim.cost.kernels.cost import KernelCost, model_matches
-from sim.cost.kernels.shipped import load_cached, shipped_kernel_artifacts
+from sim.cost.kernels.shipped import load_provenance_cached, shipped_kernel_artifacts
 from sim.cost.parallel import ParallelismConfig
 from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError
@@ -34,7 +34,8 @@ def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCos
     arch_name = architecture_for(model).name
     for path in shipped_kernel_artifacts():
         try:
-            provenance = load_cached(path).provenance
+            # Provenance only: the tables are built for the candidate that wins.
+            provenance = load_provenance_cached(path)
         except ConfigError:
             continue  # an unreadable shipped file must not break auto
         if provenance.gpu in gpu_names and model_matches(provenance.model, arch_name):

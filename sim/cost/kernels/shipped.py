@@ -12,7 +12,12 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from sim.cost.kernels.artifact import KernelArtifact, load_kernel_artifact
+from sim.cost.kernels.artifact import (
+    KernelArtifact,
+    KernelProvenance,
+    load_kernel_artifact,
+    load_provenance,
+)
 from sim.errors import ConfigError
 
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
@@ -48,10 +53,24 @@ def _load(path: Path, mtime_ns: int) -> KernelArtifact:
     return load_kernel_artifact(path)
 
 
-def load_cached(path: Path) -> KernelArtifact:
-    """``load_kernel_artifact``, parsed once per file version (sweeps build many models)."""
+def _mtime_ns(path: Path) -> int:
     try:
-        mtime_ns = path.stat().st_mtime_ns
+        return path.stat().st_mtime_ns
     except OSError:
         raise ConfigError(f"{path}: no such kernel artifact") from None
-    return _load(path, mtime_ns)
+
+
+def load_cached(path: Path) -> KernelArtifact:
+    """``load_kernel_artifact``, parsed once per file version (sweeps build many models)."""
+    return _load(path, _mtime_ns(path))
+
+
+@lru_cache(maxsize=16)
+def _load_provenance(path: Path, mtime_ns: int) -> KernelProvenance:
+    return load_provenance(path)
+
+
+def load_provenance_cached(path: Path) -> KernelProvenance:
+    """An artifact's provenance only, once per file version: ``kind: auto`` reads
+    every shipped file's GPU and model, and builds the tables of the one it picks."""
+    return _load_provenance(path, _mtime_ns(path))

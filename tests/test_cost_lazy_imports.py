@@ -1,0 +1,100 @@
+"""``sim.cost`` and ``sim.cost.kernels`` load their public names on first use (issue 16),
+and ``kind: auto`` reads only the provenance of the shipped kernel artifacts.
+
+Properties: every public name still resolves, to the object its submodule defines;
+importing one cost submodule imports none of the others it does not need; the
+provenance read alone is the one the full artifact holds. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+import sim.cost
+import sim.cost.kernels
+import sim.cost.kernels.shipped as shipped
+from sim.cost.kernels.auto import auto_candidates
+from sim.cost.specs import hardware_preset, model_preset
+from sim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = [sim.cost, sim.cost.kernels]
+
+
+def _imported_after(code: str) -> list[str]:
+    """The ``sim.cost`` modules a fresh interpreter holds after ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('sim.cost'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return list(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_every_public_name_resolves_to_its_definition(package: ModuleType) -> None:
+    sources: dict[str, str] = package._SOURCES
+    assert sorted(package.__all__) == sorted(sources)
+    for name, source in sources.items():
+        module = importlib.import_module(f"{package.__name__}.{source}")
+        assert getattr(package, name) is getattr(module, name)
+        assert name in dir(package)
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
+def test_an_unknown_name_is_an_attribute_error(package: ModuleType) -> None:
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        _ = package.no_such_name
+    assert not hasattr(package, "no_such_name")
+
+
+def test_from_imports_of_the_packages_still_work() -> None:
+    from sim.cost import ModelSpec, build_cost_model
+    from sim.cost.kernels import KernelCost, main
+
+    assert ModelSpec.__name__ == "ModelSpec" and callable(build_cost_model)
+    assert KernelCost.__name__ == "KernelCost" and callable(main)
+
+
+def test_the_engine_s_cost_import_pulls_in_no_cost_model() -> None:
+    assert _imported_after("import sim.cost.base") == ["sim.cost", "sim.cost.base"]
+
+
+def test_a_scenario_leaves_the_kernel_table_tools_unimported() -> None:
+    imported = _imported_after("import sim.scenario")
+    assert "sim.cost.kernels.config" in imported  # the cost: union validates kind: kernels
+    for tool in ("llmservingsim", "slice"):
+        assert f"sim.cost.kernels.{tool}" not in imported
+
+
+@pytest.mark.parametrize("path", shipped.shipped_kernel_artifacts(), ids=lambda p: p.name)
+def test_the_provenance_alone_is_the_artifact_s_provenance(path: Path) -> None:
+    assert shipped.load_provenance_cached(path) == shipped.load_cached(path).provenance
+
+
+def test_a_missing_artifact_is_a_config_error_for_its_provenance_too() -> None:
+    with pytest.raises(ConfigError, match="no such kernel artifact"):
+        shipped.load_provenance_cached(Path("/nowhere/x.json.gz"))
+
+
+def test_auto_candidates_build_no_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(path: Path, mtime_ns: int) -> None:
+        raise AssertionError(f"tables of {path.name} built")
+
+    monkeypatch.setattr(shipped, "_load", refuse)
+    llama = model_preset("llama-3-8b")
+    assert auto_candidates(llama, hardware_preset("h100")) == []
+    found = auto_candidates(llama, hardware_preset("rtx-pro-6000"))
+    assert [Path(str(c.artifact)).name.split("-")[0] for c in found] == [
+        "rtx_pro_6000_server",
+        "rtxpro6000",
+    ]
