@@ -13,6 +13,8 @@ a single replica is fed directly (the fast path).
 from __future__ import annotations
 
 import functools
+import math
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -21,7 +23,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import simpy
-from tqdm import tqdm
 
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
@@ -34,6 +35,8 @@ from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, step_table
 from sim.serving.replica import Replica
+
+_BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
 
 
 class OpenLoop(Protocol):
@@ -223,16 +226,27 @@ class Simulation:
         return ready_s[min(self._next_index + num_after, len(ready_s) - 1)]
 
     def _drive(self, total: int, progress: bool) -> None:
-        """env.run(), with a progress bar that appears after 2 s of wall time."""
+        """env.run(), with a progress bar once 2 s of wall time have passed
+        (tqdm is imported then: a small run does not pay for it)."""
         step = self.env.step
-        with tqdm(total=total, unit="req", delay=2.0, disable=not progress) as bar:
-            try:
-                while True:
-                    for _ in range(4096):
-                        step()
+        bar: Any = None
+        show_at_s = time.monotonic() + _BAR_DELAY_S if progress else math.inf
+        try:
+            while True:
+                for _ in range(4096):
+                    step()
+                if bar is not None:
                     bar.update(self.num_done - bar.n)
-            except simpy.core.EmptySchedule:
+                elif time.monotonic() >= show_at_s:
+                    from tqdm import tqdm
+
+                    bar = tqdm(total=total, unit="req", initial=self.num_done)
+        except simpy.core.EmptySchedule:
+            if bar is not None:
                 bar.update(self.num_done - bar.n)
+        finally:
+            if bar is not None:
+                bar.close()
 
     def _result(self) -> RawResult:
         if self.layout is not None:
