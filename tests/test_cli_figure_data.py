@@ -16,14 +16,14 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
+from small_scenario import write_scenario
 from test_plots import requests_frame, timeseries_frame
 
 import sim.cli as cli
@@ -53,31 +53,9 @@ forked_only = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_prebuilt_figures_left() -> Iterator[None]:
-    """Figures a test's import thread made up to their data (``prebuild``) stay in this
-    process: dropped after each test, so that no later test draws on them."""
-    yield
-    plot_draw._prebuilt.clear()
-    waterfall_draw._prebuilt.clear()
-
-
 def _scenario(tmp_path: Path, **workload: Any) -> Path:
-    doc = {
-        "name": "figure-data",
-        "cost": {"kind": "roofline"},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": 30,
-            "arrival": {"kind": "poisson", "rate_per_s": 8},
-            "prompt_tokens": {"kind": "fixed", "tokens": 64},
-            "output_tokens": {"kind": "fixed", "tokens": 6},
-            **workload,
-        },
-    }
-    path = tmp_path / "figure_data.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    num_requests = workload.pop("num_requests", 30)
+    return write_scenario(tmp_path, "figure_data", num_requests, 8, 64, 6, **workload)
 
 
 @pytest.fixture(scope="module")

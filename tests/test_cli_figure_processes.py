@@ -13,17 +13,15 @@ import os
 import pickle
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from small_scenario import write_scenario
 
 import sim.cli_figure_processes as processes
-import sim.metrics.plot_draw as plot_draw
-import sim.metrics.waterfall_draw as waterfall_draw
 from sim import api
 from sim.api_result import Result
 from sim.cli_figure_processes import Reply, describe, read_all, reply_of, write_all
@@ -33,15 +31,6 @@ from sim.metrics.report import prepare_figures
 pytestmark = pytest.mark.skipif(not forking_supported(), reason="forks on Linux only")
 
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
-
-
-@pytest.fixture(autouse=True)
-def _no_prebuilt_figures_left() -> Iterator[None]:
-    """Figures a test's import thread made up to their data (``prebuild``) stay in this
-    process: dropped after each test, so that no later test draws on them."""
-    yield
-    plot_draw._prebuilt.clear()
-    waterfall_draw._prebuilt.clear()
 
 
 def _in_child(work: Callable[[], Reply | None]) -> tuple[bytes, int]:
@@ -59,19 +48,7 @@ def _in_child(work: Callable[[], Reply | None]) -> tuple[bytes, int]:
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> Result:
-    doc = {
-        "name": "processes",
-        "cost": {"kind": "roofline"},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": 8,
-            "arrival": {"kind": "poisson", "rate_per_s": 5},
-            "prompt_tokens": {"kind": "fixed", "tokens": 32},
-            "output_tokens": {"kind": "fixed", "tokens": 4},
-        },
-    }
-    path = tmp_path_factory.mktemp("scenario") / "processes.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path = write_scenario(tmp_path_factory.mktemp("scenario"), "processes", 8, 5, 32, 4)
     return api.run(path)
 
 

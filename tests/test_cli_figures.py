@@ -15,13 +15,12 @@ import pickle
 import signal
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-import yaml
+from small_scenario import write_scenario
 
 import sim.cli as cli
 import sim.cli_figure_processes as processes
@@ -43,30 +42,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
 
 
-@pytest.fixture(autouse=True)
-def _no_prebuilt_figures_left() -> Iterator[None]:
-    """Figures a test's import thread made up to their data (``prebuild``) stay in this
-    process: dropped after each test, so that no later test draws on them."""
-    yield
-    plots._prebuilt.clear()
-    waterfall._prebuilt.clear()
-
-
 def _scenario(tmp_path: Path) -> Path:
-    doc = {
-        "name": "figures",
-        "cost": {"kind": "roofline"},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": 12,
-            "arrival": {"kind": "poisson", "rate_per_s": 5},
-            "prompt_tokens": {"kind": "fixed", "tokens": 64},
-            "output_tokens": {"kind": "fixed", "tokens": 6},
-        },
-    }
-    path = tmp_path / "figures.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return write_scenario(tmp_path, "figures", 12, 5, 64, 6)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,9 @@ kernel tables and artifact readers included (issue 16: start-up).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from sim.cost.lazy import load_name, names
 
 if TYPE_CHECKING:
     from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
@@ -89,13 +90,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """Import ``name``'s submodule on first use and return ``name`` from it."""
-    source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{source}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return load_name(__name__, _SOURCES, globals(), name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SOURCES))
+    return names(globals(), _SOURCES)

@@ -26,9 +26,10 @@ from sim.engine.prefix_requests import prefix_describer
 from sim.engine.request import Request
 
 
-class Submission(Protocol):
-    """An open-loop workload (``sim.serving.simulation.OpenLoop``)."""
+class OpenLoop(Protocol):
+    """Arrival times and lengths known in advance (synthetic or trace)."""
 
+    # Read-only properties: frozen dataclasses (RequestArrays) satisfy them too.
     @property
     def arrival_s(self) -> npt.NDArray[np.float64]: ...
     @property
@@ -70,7 +71,7 @@ class Feed:
         self._make = requests
 
     @classmethod
-    def split(cls, work: Submission, tokenize_s_per_token: float, num_feeds: int) -> list[Feed]:
+    def split(cls, work: OpenLoop, tokenize_s_per_token: float, num_feeds: int) -> list[Feed]:
         """``work``'s requests dealt in turn to ``num_feeds`` feeds (a round-robin
         router's picks: the i-th submission goes to feed ``i % num_feeds``)."""
         ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
@@ -127,7 +128,7 @@ def _doubles(values: npt.ArrayLike) -> array[float]:
     return out
 
 
-def requests_in_order(work: Submission, order: npt.NDArray[np.intp]) -> Iterator[Request]:
+def requests_in_order(work: OpenLoop, order: npt.NDArray[np.intp]) -> Iterator[Request]:
     """The workload's requests, built one at a time in submission ``order``
     (read a chunk at a time: Python lists of a million rows cost ~150 MB)."""
     describe = prefix_describer(work)  # None unless requests share prefixes

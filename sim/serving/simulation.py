@@ -30,25 +30,13 @@ from sim.engine.step_runs import StepTable
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine, Frontend
-from sim.serving.feed import Feed, requests_in_order
+from sim.serving.feed import Feed, OpenLoop, requests_in_order
 from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, step_table
 from sim.serving.replica import Replica
 
 _BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
-
-
-class OpenLoop(Protocol):
-    """Arrival times and lengths known in advance (synthetic or trace)."""
-
-    # Read-only properties: frozen dataclasses (RequestArrays) satisfy them too.
-    @property
-    def arrival_s(self) -> npt.NDArray[np.float64]: ...
-    @property
-    def num_prompt_tokens(self) -> npt.NDArray[np.int64]: ...
-    @property
-    def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
 
 @runtime_checkable

@@ -13,8 +13,9 @@ validates ``KernelsCostConfig`` does not import the table readers (issue 16).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from sim.cost.lazy import load_name, names
 
 if TYPE_CHECKING:
     from sim.cost.kernels.aiconfigurator import available_gpus, from_aiconfigurator
@@ -73,13 +74,8 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """Import ``name``'s submodule on first use and return ``name`` from it."""
-    source = _SOURCES.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{source}"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return load_name(__name__, _SOURCES, globals(), name)
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SOURCES))
+    return names(globals(), _SOURCES)
