@@ -11,6 +11,9 @@ in one run are the numbers to trust):
 - ``16 replicas``: ``scenarios/replicas.yaml`` with 16 replicas behind its
   router at 160 req/s (cost flat in cluster size: >= 20,000 req/s).
 
+Each row also gives the engine plans per request (about one at each arrival and
+one at each finish: the simulator's cost is per plan and per request, not per token).
+
 Then a smaller slice of ``base`` step by step and with skip-ahead, whose finish
 times must agree exactly. Peak memory (RSS) is the process's high-water mark,
 so run ``--only base`` for the memory of one workload.
@@ -109,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
             ("chat at 25/s", lambda: chat(n, 25), ">= 30,000"),
             ("16 replicas at 160/s", lambda: replicas(2 * n), ">= 20,000"),
         ]
-    print(f"{'workload':22s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} {'ratio':>6s}  target")
+    # plans/req: engine plans (one time-series row each) per request: the cost is
+    # per plan and per request, so this says how much work a request causes.
+    print(
+        f"{'workload':22s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} {'ratio':>6s} "
+        f"{'plans/req':>9s}  target"
+    )
     first_rate = None
     for label, build, target in cases:
         elapsed_s, result = timed(build())
@@ -117,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         rate = num / elapsed_s
         first_rate = first_rate or rate
         ratio = rate / first_rate
-        print(f"{label:22s} {num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {ratio:6.2f}  {target}")
+        plans = len(result.timeseries) / num
+        figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {ratio:6.2f} {plans:9.2f}"
+        print(f"{label:22s} {figures}  {target}")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory (MB, RSS, whole process): {peak_mb:,.0f}")
 
