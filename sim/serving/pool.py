@@ -144,10 +144,14 @@ class Pool:
 
     def _take(self, index: int, request: Request, now_s: float) -> None:
         """Replica ``index`` takes ``request`` from its feed: count it in its load."""
+        self._count_sent(index, request)
+        self.cores[index].add(request, now_s)
+
+    def _count_sent(self, index: int, request: Request) -> None:
+        """Add ``request`` to replica ``index``'s load (``_done`` takes it off)."""
         load = self.loads[index]
         load.num_requests += 1
         load.num_tokens += request.num_prompt_tokens + request.num_output_tokens
-        self.cores[index].add(request, now_s)
 
     def submit(self, request: Request) -> None:
         """Send ``request`` to a replica now, or queue it centrally."""
@@ -168,9 +172,7 @@ class Pool:
         self.queue.append(request)
 
     def _send(self, index: int, request: Request, keep_ready: bool = False) -> None:
-        load = self.loads[index]
-        load.num_requests += 1
-        load.num_tokens += request.num_prompt_tokens + request.num_output_tokens
+        self._count_sent(index, request)
         ready_s = request.ready_s
         self.replicas[index].submit(request)  # sets ready_s: now
         if keep_ready:

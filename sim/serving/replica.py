@@ -181,8 +181,10 @@ class Replica:
                 yield env.timeout(delay_s)
                 return env.now
         # The submission (on a tie too: its timeout would be the older event). The
-        # clock may land a unit in the last place off it; the plan is made at it.
-        yield env.timeout(next_clock_s - env.now)
+        # clock may land a unit in the last place off it (either side: the plans
+        # are made at exact times, SimPy's clock only orders events); the plan is
+        # made at the submission's time.
+        yield env.timeout(max(0.0, next_clock_s - env.now))
         return next_clock_s
 
     def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
