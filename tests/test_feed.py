@@ -60,7 +60,7 @@ def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> Non
     # Tokenizing takes 0.01 s per prompt token: request 1 (short) overtakes 0.
     (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01, 1)
     assert feed.num_requests == 4 and feed.num_taken == 0
-    assert feed.next_ready_s == pytest.approx(0.51)
+    assert feed.next_due_s() == pytest.approx(0.51)
     taken: list[tuple[int, float]] = []
 
     def submit(request: Request, clock_s: float) -> None:
@@ -70,23 +70,20 @@ def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> Non
     assert taken == []
     feed.take(0.52, submit)
     assert [rid for rid, _ in taken] == [2]
-    assert feed.next_ready_s == pytest.approx(0.6) and feed.num_taken == 1
+    assert feed.next_due_s() == pytest.approx(0.6) and feed.num_taken == 1
     feed.take(0.65, submit)
     assert [rid for rid, _ in taken] == [2, 1]
     assert taken[0][1] == pytest.approx(0.51) and taken[1][1] == pytest.approx(0.6)
-    assert feed.next_ready_s == pytest.approx(1.0) and feed.num_taken == 2
-    assert feed.ready_after_s(1) == pytest.approx(2.1)
-    assert feed.next_due_s() == feed.next_ready_s
-    assert feed.ready_after_s(5) == math.inf  # past the end: nothing comes
+    assert feed.next_due_s() == pytest.approx(1.0) and feed.num_taken == 2
     feed.take(10.0, submit)
     assert [rid for rid, _ in taken] == [2, 1, 0, 3]
-    assert feed.next_ready_s == math.inf and feed.next_clock_s == math.inf
+    assert feed.next_due_s() == math.inf and feed.next_clock_s == math.inf
 
 
 def test_take_sets_the_next_time_before_each_submission() -> None:
     (feed,) = Feed.split(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0, 1)
     nexts: list[float] = []
-    feed.take(2.5, lambda request, clock_s: nexts.append(feed.next_ready_s))
+    feed.take(2.5, lambda request, clock_s: nexts.append(feed.next_due_s()))
     assert nexts == [2.0, 3.0]
 
 

@@ -4,7 +4,7 @@ In an open loop every submission time is known before the run: arrival plus
 tokenization. ``Feed`` holds them in submission order; the replica takes the
 requests due by each plan's time (``take``) and, when idle, sleeps until the
 next one (``next_clock_s``), so an arrival costs no event of its own (issue 16:
-events grow with requests; this halves them).
+base requests cause 1.86 SimPy events instead of 2.86).
 
 The times are those a SimPy process submitting each request at its own
 timeout would see, to the bit: such a process, woken at clock ``c``, submits
@@ -93,23 +93,14 @@ class Feed:
         return self._index
 
     @property
-    def next_ready_s(self) -> float:
-        """When the next request is due (arrival plus tokenization, s); inf if none."""
-        return self._ready_s[self._index]
-
-    @property
     def next_clock_s(self) -> float:
         """The clock at which the next request is submitted (see the module), s."""
         return self._clock_s[self._index]
 
     def next_due_s(self) -> float:
-        """``next_ready_s`` as a call: a replica's ``horizon``."""
+        """When the next request is due (arrival plus tokenization, s; inf if none):
+        a replica's ``horizon``."""
         return self._ready_s[self._index]
-
-    def ready_after_s(self, num_after: int) -> float:
-        """When the request ``num_after`` places after the next one is due, s."""
-        ready_s = self._ready_s
-        return ready_s[min(self._index + num_after, len(ready_s) - 1)]
 
     def take(self, now_s: float, submit: Callable[[Request, float], object]) -> None:
         """Hand ``submit(request, clock_s)`` every request submitted by ``now_s``."""
