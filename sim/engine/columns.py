@@ -67,10 +67,6 @@ class Columns:
                 out[name] = rows[:, k]
         return {name: out[name] for name in self._dtypes}
 
-    def column(self, name: str) -> npt.NDArray[Any]:
-        """One column, copied (contiguous)."""
-        return self.views()[name].copy()
-
     def frame(self) -> pd.DataFrame:
         """All rows as a DataFrame (columns in declared order)."""
         return pd.DataFrame(self.views(), copy=False)
