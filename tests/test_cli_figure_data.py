@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from child_processes import no_children_left
 from small_scenario import write_scenario
 from test_plots import requests_frame, timeseries_frame
 
@@ -61,14 +62,6 @@ def _scenario(tmp_path: Path, **workload: Any) -> Path:
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> Result:
     return api.run(_scenario(tmp_path_factory.mktemp("scenario")))
-
-
-def _no_children_left() -> bool:
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
 
 
 # --- the arrays draw what the DataFrames draw, byte for byte --------------------------------
@@ -251,7 +244,7 @@ def test_the_figure_process_forks_before_the_scenario_is_loaded(
     assert events == ["fork", "load"]  # and loaded once: api.run is handed the scenario
     assert sorted(p.name for p in out.glob("*.png")) == sorted(ALL_FIGURES)
     assert "wrote 6 files" in capsys.readouterr().out
-    assert _no_children_left()
+    assert no_children_left()
 
 
 @forked_only
@@ -263,7 +256,7 @@ def test_a_refused_scenario_ends_the_figure_process(
     assert cli.main(["run", str(bad), "--out", str(out), "-q", "--figure-process", "yes"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"servesim: error: {bad}") and err.count("\n") == 1
-    assert _no_children_left()
+    assert no_children_left()
     assert not out.exists()
 
 
@@ -284,7 +277,7 @@ def test_each_figure_is_drawn_in_a_process_of_its_own(
     pids = [int((tmp_path / name).read_text()) for name in ALL_FIGURES]
     assert pids[0] == os.getpid()  # the first here, each other one in a fork
     assert len(set(pids)) == 3
-    assert _no_children_left()
+    assert no_children_left()
 
 
 @forked_only
@@ -314,7 +307,7 @@ def test_a_job_that_cannot_be_prepared_is_reported_by_finish(
         with pytest.raises(raised) as caught:
             worker.finish()
     assert str(caught.value).startswith(message)
-    assert _no_children_left()
+    assert no_children_left()
     assert list(tmp_path.iterdir()) == []
 
 
@@ -333,7 +326,7 @@ def test_a_run_whose_figures_cannot_be_prepared_fails_after_its_tables(
     assert captured.err.startswith("servesim: error: drawing the figures failed: KeyError")
     assert captured.err.count("\n") == 1 and "Serving Benchmark Result" in captured.out
     assert (out / "requests.parquet").exists() and not list(out.glob("*.png"))
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_figures_names_follow_the_waterfall() -> None:

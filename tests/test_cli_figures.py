@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from child_processes import no_children_left
 from small_scenario import write_scenario
 
 import sim.cli as cli
@@ -56,15 +57,6 @@ def _job(result: Result, out: Path) -> FigureJob:
     return result.figure_job(out)
 
 
-def _no_children_left() -> bool:
-    """Whether this process has no child left to reap (no zombie, none running)."""
-    try:
-        os.waitpid(-1, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    return False
-
-
 def _raise_value_error(*args: Any, **kwargs: Any) -> Path:
     raise ValueError("no axes for you")
 
@@ -82,7 +74,7 @@ def test_the_worker_draws_every_figure_and_names_them(result: Result, tmp_path: 
     for path in paths:
         assert path.read_bytes()[:8] == PNG_MAGIC
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(ALL_FIGURES)
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_a_job_without_a_waterfall_draws_two_figures(result: Result, tmp_path: Path) -> None:
@@ -107,7 +99,7 @@ def test_a_worker_closed_without_a_job_is_ended_and_draws_nothing(tmp_path: Path
     assert worker is not None
     worker.close()
     worker.close()  # twice is harmless
-    assert _no_children_left()
+    assert no_children_left()
     with pytest.raises(ProcessLookupError):
         os.kill(worker.pid, 0)  # reaped: the pid is gone
     assert list(tmp_path.iterdir()) == []
@@ -144,7 +136,7 @@ def test_an_error_in_the_worker_itself_is_reported(
     message = str(caught.value)
     assert message.startswith("drawing the figures failed: ValueError: no axes for you (")
     assert "test_cli_figures.py:" in message and "\n" not in message
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_an_error_in_the_forked_helper_is_reported(
@@ -189,7 +181,7 @@ def test_a_killed_figure_process_is_reported(
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="a figure process was killed by SIGKILL"):
             worker.finish()
-    assert _no_children_left()
+    assert no_children_left()
 
 
 # --- the pieces, by hand --------------------------------------------------------------------
@@ -235,7 +227,7 @@ def test_draw_reply_turns_errors_into_replies(result: Result, tmp_path: Path) ->
 def test_draw_in_processes_draws_all_in_order(result: Result, tmp_path: Path) -> None:
     reply = processes.draw_in_processes(prepare_figures(_job(result, tmp_path)))
     assert reply == {"paths": [str(tmp_path / name) for name in ALL_FIGURES]}
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_write_all_survives_a_reader_that_is_gone() -> None:
@@ -286,7 +278,7 @@ def test_a_run_with_and_without_the_figure_process_writes_the_same_files(
     assert names == sorted(p.name for p in local.iterdir())
     assert set(ALL_FIGURES) <= set(names) and len(names) == 6
     assert capsys.readouterr().out.count("wrote 6 files") == 2
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_a_failing_figure_process_fails_the_run_in_one_line(
@@ -302,7 +294,7 @@ def test_a_failing_figure_process_fails_the_run_in_one_line(
     assert "Traceback" not in captured.err
     assert "Serving Benchmark Result" in captured.out  # the summary came first
     assert (out / "requests.parquet").exists()  # the tables were written meanwhile
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_a_run_refused_before_simulating_leaves_no_process_behind(
@@ -313,7 +305,7 @@ def test_a_run_refused_before_simulating_leaves_no_process_behind(
     line = ["run", str(_scenario(tmp_path)), "--out", str(blocker), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 2
     assert capsys.readouterr().err.startswith("servesim: error: ")
-    assert _no_children_left()
+    assert no_children_left()
 
 
 def test_a_run_failing_after_the_fork_ends_its_worker(
@@ -337,7 +329,7 @@ def test_a_run_failing_after_the_fork_ends_its_worker(
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 2
     assert capsys.readouterr().err == "servesim: error: workload: refused after the fork\n"
-    assert len(started) == 1 and _no_children_left()
+    assert len(started) == 1 and no_children_left()
     with pytest.raises(ProcessLookupError):
         os.kill(started[0], 0)
     assert not out.exists() or list(out.iterdir()) == []
