@@ -245,3 +245,21 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
         assert list(series["time_s"][:2]) == [0.0, 0.0]  # an empty plan, then the first step's
         assert list(series["num_waiting"][:2]) == [0, 0]
         assert fed.requests["finish_s"].notna().all()
+
+
+def test_the_event_path_of_a_single_replica_ends_runs_at_arrivals_not_by_interrupts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # feed=False keeps the reference path as it was: the open loop submits at
+    # events, and the replica, knowing the next arrival, is never interrupted.
+    interrupts = [0]
+    interrupt = simpy.Process.interrupt
+
+    def counting(self: simpy.Process, cause: object = None) -> None:
+        interrupts[0] += 1
+        interrupt(self, cause)
+
+    monkeypatch.setattr(simpy.Process, "interrupt", counting)
+    workload = {"num_requests": 200, "arrival": POISSON, **LENGTHS}
+    simulate(scenario(CONTINUOUS, workload), feed=False)
+    assert interrupts[0] == 0

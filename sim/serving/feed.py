@@ -38,6 +38,16 @@ class OpenLoop(Protocol):
     def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
 
+def submission_order(
+    work: OpenLoop, tokenize_s_per_token: float
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
+    """When each request is due (arrival plus tokenization, s), sorted, and the
+    request indices in that order (stable: ties keep arrival order)."""
+    ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
+    order = np.argsort(ready, kind="stable")
+    return ready[order], order
+
+
 def submission_clock_s(ready_s: Sequence[float]) -> array[float]:
     """The SimPy clock at each submission of a process that sleeps until each
     time in ``ready_s`` (sorted, s) from the previous wake, starting at 0."""
@@ -74,9 +84,7 @@ class Feed:
     def split(cls, work: OpenLoop, tokenize_s_per_token: float, num_feeds: int) -> list[Feed]:
         """``work``'s requests dealt in turn to ``num_feeds`` feeds (a round-robin
         router's picks: the i-th submission goes to feed ``i % num_feeds``)."""
-        ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
-        order = np.argsort(ready, kind="stable")
-        ready = ready[order]
+        ready, order = submission_order(work, tokenize_s_per_token)
         clock_s = np.frombuffer(submission_clock_s(ready.tolist()), dtype=np.float64)
         return [
             cls(

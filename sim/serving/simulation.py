@@ -30,7 +30,7 @@ from sim.engine.step_runs import StepTable
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine, Frontend
-from sim.serving.feed import Feed, OpenLoop, requests_in_order
+from sim.serving.feed import Feed, OpenLoop, requests_in_order, submission_order
 from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool, series_frame, step_table
@@ -142,9 +142,8 @@ class Simulation:
         replica takes its requests from a ``Feed`` instead: ``sim.serving.feed``.)
         """
         env = self.env
-        ready = work.arrival_s + self.engine.frontend.tokenize_s_per_token * work.num_prompt_tokens
-        order = np.argsort(ready, kind="stable")
-        ready_s = ready[order].tolist()
+        ready, order = submission_order(work, self.engine.frontend.tokenize_s_per_token)
+        ready_s = ready.tolist()
         ready_s.append(float("inf"))
         self._ready_s = ready_s
         submit = self._submit
@@ -197,9 +196,12 @@ class Simulation:
                 # Round robin: each replica takes its own turns (Pool.take_feeds).
                 self.layout.take_feeds(Feed.split(work, tokenize_s, len(self.layout.replicas)))
             else:
-                # A pool of one replica ends its runs at the next arrival; several
-                # are interrupted by the arrivals routed to them (Pool.set_horizon).
-                if self.layout is not None:
+                # A single replica or a pool of one ends its runs at the next
+                # arrival; several are interrupted by the arrivals routed to them
+                # (Pool.set_horizon).
+                if self.layout is None:
+                    self.replica.horizon = self._horizon
+                else:
                     self.layout.set_horizon(self._horizon, self._lookahead)
                 self.env.process(self._open_loop(work))
         self._drive(total, progress)
