@@ -9,7 +9,10 @@ in one run are the numbers to trust):
 - ``chat 8/s`` and ``chat 25/s``: ``scenarios/chat.yaml`` (lognormal lengths)
   at 8 and 25 req/s (cost flat in load: >= 30,000 req/s at 25 req/s);
 - ``16 replicas``: ``scenarios/replicas.yaml`` with 16 replicas behind its
-  router at 160 req/s (cost flat in cluster size: >= 20,000 req/s).
+  round-robin router at 160 req/s (cost flat in cluster size: >= 20,000
+  req/s), simulated as ``api.run`` does by default (the replicas dealt to
+  one worker process per usable CPU, ``sim.serving.workers``) and in this
+  process alone, side by side.
 
 Each row also gives the engine plans per request (about one at each arrival and
 one at each finish: the simulator's cost is per plan and per request, not per token).
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from sim import api
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
+from sim.serving.workers import default_num_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,9 +83,9 @@ def replicas(num_requests: int) -> Scenario:
     )
 
 
-def timed(sc: Scenario) -> tuple[float, api.Result]:
+def timed(sc: Scenario, workers: int | None = None) -> tuple[float, api.Result]:
     started = time.perf_counter()
-    result = api.run(sc)
+    result = api.run(sc, workers=workers)
     return time.perf_counter() - started, result
 
 
@@ -103,14 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=["base"], help="run only the base workload")
     args = parser.parse_args(argv)
     n = args.other_requests
-    cases: list[tuple[str, Callable[[], Scenario], str]] = [
-        ("base 512/128 at 8/s", lambda: scenario(args.num_requests), ">= 60,000"),
+    # (label, scenario, workers for api.run (None: its default), target)
+    cases: list[tuple[str, Callable[[], Scenario], int | None, str]] = [
+        ("base 512/128 at 8/s", lambda: scenario(args.num_requests), None, ">= 60,000"),
     ]
     if args.only is None:
+        num_workers = default_num_workers(16, 2 * n)
         cases += [
-            ("chat at 8/s", lambda: chat(n, 8), ""),
-            ("chat at 25/s", lambda: chat(n, 25), ">= 30,000"),
-            ("16 replicas at 160/s", lambda: replicas(2 * n), ">= 20,000"),
+            ("chat at 8/s", lambda: chat(n, 8), None, ""),
+            ("chat at 25/s", lambda: chat(n, 25), None, ">= 30,000"),
+            (f"16 replicas, {num_workers} proc.", lambda: replicas(2 * n), None, ">= 20,000"),
+            ("16 replicas, 1 proc.", lambda: replicas(2 * n), 1, ""),
         ]
     # plans/req: engine plans (one time-series row each) per request: the cost is
     # per plan and per request, so this says how much work a request causes.
@@ -119,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'plans/req':>9s}  target"
     )
     first_rate = None
-    for label, build, target in cases:
-        elapsed_s, result = timed(build())
+    for label, build, workers, target in cases:
+        elapsed_s, result = timed(build(), workers)
         num = len(result.requests)
         rate = num / elapsed_s
         first_rate = first_rate or rate

@@ -71,6 +71,7 @@ def run(
     trace_requests: int | None = None,
     *,
     source: str | None = None,
+    workers: int | None = None,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
 
@@ -83,6 +84,9 @@ def run(
     ``wrap_cost`` replaces the scenario's cost model by a function of it
     (what-if studies: every step 5 % slower, say). ``source`` names a scenario
     object in error messages (the file it was loaded from, say); a path names itself.
+    ``workers``: processes to simulate a round-robin cluster's replicas in (the
+    result is the same whatever the number); None: as many as pay, up to one per
+    usable CPU; 1: this process only (``sim.serving.workers``).
     """
     if source is None:
         source = "<scenario>"
@@ -106,7 +110,7 @@ def run(
         work = ClosedLoopSource(scenario.workload, rng, base)
     else:
         work = generate_open_loop(scenario.workload, rng, base)
-    simulation = Simulation(engine, cluster_for(scenario, rng))
+    simulation = Simulation(engine, cluster_for(scenario, rng), workers=workers)
     recorder = None
     if trace_requests is not None:
         recorder = ActivityRecorder(trace_requests)

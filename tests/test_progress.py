@@ -6,7 +6,7 @@ import pytest
 
 from sim import api
 from sim.scenario import scenario_from_dict
-from sim.serving import simulation
+from sim.serving import progress as progress_module
 
 SCENARIO = scenario_from_dict(
     {
@@ -28,7 +28,7 @@ SCENARIO = scenario_from_dict(
 def test_a_run_past_the_delay_shows_a_bar_that_ends_full(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(simulation, "_BAR_DELAY_S", 0.0)
+    monkeypatch.setattr(progress_module, "BAR_DELAY_S", 0.0)
     api.run(SCENARIO, progress=True)
     err = capsys.readouterr().err
     assert "9000/9000" in err and "req" in err
@@ -41,7 +41,7 @@ def test_no_bar_before_the_delay_or_when_not_asked(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    monkeypatch.setattr(simulation, "_BAR_DELAY_S", delay_s)
+    monkeypatch.setattr(progress_module, "BAR_DELAY_S", delay_s)
     result = api.run(SCENARIO, progress=progress)
     assert capsys.readouterr().err == ""
     assert len(result.requests) == 9000

@@ -21,13 +21,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
 import simpy
 
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
-from sim.engine.step_runs import StepTable
 from sim.serving.feed import Feed
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
@@ -201,33 +198,6 @@ class Pool:
                 request.replica = core.replica
             core.waiting.extend(self.queue)
             self.queue.clear()
-
-
-def concat_frames(frames: Sequence[pd.DataFrame], replicas: Sequence[int]) -> pd.DataFrame:
-    """Frames of several replicas, one after another, with a ``replica`` column added."""
-    tagged = []
-    for frame, replica in zip(frames, replicas, strict=True):
-        if "replica" not in frame.columns:
-            frame = frame.assign(replica=np.full(len(frame), replica, dtype=np.int32))
-        tagged.append(frame)
-    if len(tagged) == 1:
-        return tagged[0]
-    return pd.concat(tagged, ignore_index=True)
-
-
-def series_frame(cores: Sequence[EngineCore]) -> pd.DataFrame:
-    """Every core's sampled queue state, ``kv_cache_usage`` per replica, with ``replica``."""
-    frames = []
-    for core in cores:
-        series = core.series.frame()
-        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
-        frames.append(series)
-    return concat_frames(frames, [core.replica for core in cores])
-
-
-def step_table(cores: Sequence[EngineCore]) -> StepTable:
-    """Every core's step log, one after another (compact: ``sim.engine.step_runs``)."""
-    return StepTable(tuple(core.steps.runs(core.replica) for core in cores))
 
 
 def _own_next_arrival_s(

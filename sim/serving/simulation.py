@@ -12,31 +12,24 @@ a single replica is fed directly (the fast path).
 
 from __future__ import annotations
 
-import functools
-import math
-import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
-import pandas as pd
 import simpy
 
 from sim.engine.core import EngineCore
 from sim.engine.request import Request
-from sim.engine.step_runs import StepTable
 from sim.serving.cluster import Cluster, build_layout
+from sim.serving.core_output import CoreOutput
 from sim.serving.disagg import Disaggregated
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.engine_config import Engine
 from sim.serving.feed import Feed, OpenLoop, requests_in_order, submission_order
-from sim.serving.frontend import Delivery, deliver
 from sim.serving.lockstep import LockstepMember
-from sim.serving.pool import Pool, series_frame, step_table
+from sim.serving.pool import Pool
+from sim.serving.progress import Progress
+from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
-
-_BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
+from sim.serving.workers import default_num_workers, run_in_workers
 
 
 @runtime_checkable
@@ -51,42 +44,28 @@ class ClosedLoop(Protocol):
     def next_think_s(self) -> float: ...
 
 
-@dataclass
-class RawResult:
-    """What a run produced, before metrics: see ``sim.results``.
-
-    ``requests``' ``first_token_s`` and ``finish_s`` are client times (after
-    the frontend); ``engine_first_token_s`` and ``engine_finish_s`` the ends of
-    the engine steps that produced those tokens. ``step_table`` is the step log
-    with each step's ``delivered_s``, compact; ``steps`` expands it to one row per
-    step on first use. ``extra_itl_s`` holds the client-side gaps the step
-    log's weights do not cover (tokens after a break in a request's run).
-    """
-
-    requests: pd.DataFrame
-    step_table: StepTable
-    timeseries: pd.DataFrame
-    extra_itl_s: npt.NDArray[np.float64]
-    later_runs: dict[int, list[tuple[float, int]]]
-    rejections: dict[int, str]
-    frontend: Frontend
-    num_replicas: int = 1
-
-    @functools.cached_property
-    def steps(self) -> pd.DataFrame:
-        """The step log, one row per step (``StepTable.frame``: tens of millions of
-        rows for a long run, so built only when asked)."""
-        return self.step_table.frame()
-
-
 class Simulation:
     """One workload fed to one replica, or to a cluster; ``run`` returns a ``RawResult``."""
 
-    def __init__(self, engine: Engine, cluster: Cluster | None = None, feed: bool = True) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        cluster: Cluster | None = None,
+        feed: bool = True,
+        workers: int | None = None,
+    ) -> None:
         """``feed=False`` hands every open-loop request over at an event of its own,
-        as a cluster of other routers does (the reference the feeds are tested against)."""
+        as a cluster of other routers does (the reference the feeds are tested against).
+
+        ``workers``: processes to simulate a round-robin pool's replicas in
+        (``sim.serving.workers``; the result is the same whatever the number).
+        None: as many as pay, up to one per usable CPU; 1: this process only.
+        """
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers: expected a positive count, got {workers}")
         self.engine = engine
         self.feed = feed
+        self.workers = workers
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         self._next_ready_s = 0.0
@@ -177,8 +156,18 @@ class Simulation:
 
     def run(self, work: OpenLoop | ClosedLoop, progress: bool = False) -> RawResult:
         """Simulate until every request has finished or been rejected."""
+        total = work.num_requests if isinstance(work, ClosedLoop) else len(work.arrival_s)
+        bar = Progress(total, progress, lambda: self.num_done)
+        try:
+            outputs = self._simulate(work, bar)
+        finally:
+            bar.close()
+        return self._merge(outputs) if outputs is not None else self._result()
+
+    def _simulate(self, work: OpenLoop | ClosedLoop, bar: Progress) -> list[CoreOutput] | None:
+        """Run ``work``; the cores' outputs when worker processes simulated them
+        (None: they are in this process's cores)."""
         if isinstance(work, ClosedLoop):
-            total = work.num_requests
             ids = [0]
             for _ in range(work.num_users):
                 self.env.process(self._user(work, ids))
@@ -193,8 +182,14 @@ class Simulation:
                 self.replica.feed = feed
                 self.replica.horizon = feed.next_due_s
             elif isinstance(self.layout, Pool) and self.layout.feedable and self.feed:
-                # Round robin: each replica takes its own turns (Pool.take_feeds).
-                self.layout.take_feeds(Feed.split(work, tokenize_s, len(self.layout.replicas)))
+                # Round robin: each replica takes its own turns (Pool.take_feeds),
+                # so they may be simulated in several processes at once.
+                pool = self.layout
+                feeds = Feed.split(work, tokenize_s, len(pool.replicas))
+                num_workers = self._num_workers(len(pool.replicas), total)
+                if num_workers > 1:
+                    return run_in_workers(pool, feeds, num_workers, self._drive, bar)
+                pool.take_feeds(feeds)
             else:
                 # A single replica or a pool of one ends its runs at the next
                 # arrival; several are interrupted by the arrivals routed to them
@@ -204,8 +199,16 @@ class Simulation:
                 else:
                     self.layout.set_horizon(self._horizon, self._lookahead)
                 self.env.process(self._open_loop(work))
-        self._drive(total, progress)
-        return self._result()
+        self._drive(bar.tick)
+        return None
+
+    def _num_workers(self, num_replicas: int, num_requests: int) -> int:
+        """Processes for a round-robin pool (1 while a recorder watches the cores)."""
+        if any(core.recorder is not None for core in self.cores):
+            return 1
+        if self.workers is not None:
+            return min(self.workers, num_replicas)
+        return default_num_workers(num_replicas, num_requests)
 
     def _horizon(self) -> float:
         return self._next_ready_s
@@ -215,100 +218,29 @@ class Simulation:
         ready_s = self._ready_s
         return ready_s[min(self._next_index + num_after, len(ready_s) - 1)]
 
-    def _drive(self, total: int, progress: bool) -> None:
-        """env.run(), with a progress bar once 2 s of wall time have passed
-        (tqdm is imported then: a small run does not pay for it)."""
+    def _drive(self, tick: Callable[[], None]) -> None:
+        """Run the environment to its end, calling ``tick`` every 4,096 events."""
         step = self.env.step
-        bar: Any = None
-        show_at_s = time.monotonic() + _BAR_DELAY_S if progress else math.inf
         try:
             while True:
                 for _ in range(4096):
                     step()
-                if bar is not None:
-                    bar.update(self.num_done - bar.n)
-                elif time.monotonic() >= show_at_s:
-                    from tqdm import tqdm
-
-                    bar = tqdm(total=total, unit="req", initial=self.num_done)
+                tick()
         except simpy.core.EmptySchedule:
-            if bar is not None:
-                bar.update(self.num_done - bar.n)
-        finally:
-            if bar is not None:
-                bar.close()
+            pass
 
     def _result(self) -> RawResult:
-        if self.layout is not None:
-            return self._cluster_result(self.layout)
-        core = self.core
-        core.flush_unfinished()
-        requests = core.records.frame().sort_values("request_id", ignore_index=True)
-        requests["rejection_reason"] = requests["request_id"].map(core.rejections)
-        series = core.series.frame()
-        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
-        series["replica"] = np.zeros(len(series), dtype=np.int32)
-        steps = StepTable((core.steps.runs(0),))
-        return self._client_view(requests, steps, series, [core], core.later_runs, core.rejections)
-
-    def _cluster_result(self, layout: Pool | Disaggregated) -> RawResult:
-        """Every replica's records, step log and series, concatenated with ``replica``."""
-        if isinstance(layout, Pool):
-            layout.flush_queue()
-        else:
-            layout.flush()
-        cores = self.cores
-        for core in cores:
+        """The run's result, from every core's outputs (the run is over)."""
+        if isinstance(self.layout, Pool):
+            self.layout.flush_queue()
+        elif self.layout is not None:
+            self.layout.flush()
+        for core in self.cores:
             core.flush_unfinished()
-        records = pd.concat([core.records.frame() for core in cores], ignore_index=True)
-        if isinstance(layout, Disaggregated):
-            records = layout.requests_frame(records)
-        requests = records.sort_values("request_id", ignore_index=True)
-        rejections: dict[int, str] = {}
-        later_runs: dict[int, list[tuple[float, int]]] = {}
-        for core in cores:
-            rejections.update(core.rejections)
-            later_runs.update(core.later_runs)
-        requests["rejection_reason"] = requests["request_id"].map(rejections)
-        return self._client_view(
-            requests, step_table(cores), series_frame(cores), cores, later_runs, rejections
-        )
+        return self._merge([CoreOutput.of(core) for core in self.cores])
 
-    def _client_view(
-        self,
-        requests: pd.DataFrame,
-        steps: StepTable,
-        series: pd.DataFrame,
-        cores: list[EngineCore],
-        later_runs: dict[int, list[tuple[float, int]]],
-        rejections: dict[int, str],
-    ) -> RawResult:
-        """The run as the client sees it: token times through the frontend."""
-        frontend = self.engine.frontend
-        steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
-        delivery = Delivery(steps)
-        first_on = requests["replica"].to_numpy()
-        if "prefill_replica" in requests.columns:  # disaggregated: first token from there
-            prefill = requests["prefill_replica"].to_numpy(dtype=np.float64)
-            first_on = np.where(np.isnan(prefill), first_on, np.nan_to_num(prefill)).astype(int)
-        requests["engine_first_token_s"] = requests["first_token_s"]
-        requests["engine_finish_s"] = requests["finish_s"]
-        requests["first_token_s"] = delivery.client_s(requests["first_token_s"], first_on)
-        requests["finish_s"] = delivery.client_s(requests["finish_s"], requests["replica"])
-        gaps = []
-        for core in cores:
-            gap = np.asarray(core.extra_itl_s, dtype=np.float64)
-            start = np.asarray(core.extra_itl_from_s, dtype=np.float64)
-            owner = np.full(gap.shape, core.replica)
-            client_gap = delivery.client_s(start + gap, owner) - delivery.client_s(start, owner)
-            gaps.append(client_gap[client_gap > 0])  # 0: both tokens left in one chunk
-        return RawResult(
-            requests=requests,
-            step_table=steps,
-            timeseries=series,
-            extra_itl_s=np.concatenate(gaps),
-            later_runs=later_runs,
-            rejections=rejections,
-            frontend=frontend,
-            num_replicas=len(cores),
-        )
+    def _merge(self, outputs: list[CoreOutput]) -> RawResult:
+        """The result from every replica's outputs, in replica order."""
+        layout = self.layout
+        disaggregated = layout.requests_frame if isinstance(layout, Disaggregated) else None
+        return raw_result(outputs, self.engine.frontend, disaggregated)

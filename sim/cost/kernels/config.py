@@ -33,7 +33,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.architecture import ModelArchitecture, from_model_spec, load_architecture
 from sim.cost.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
-from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
 from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
@@ -111,6 +110,10 @@ def kernel_artifact_for(
         raise ConfigError(
             f"cost.gpu: hardware {hardware.name!r} has no aiconfigurator GPU name; set cost.gpu"
         )
+    # Imported here, not at the top: it brings pandas (~0.3 s), which a run on a shipped
+    # artifact or the roofline never needs before its summary.
+    from sim.cost.kernels.aiconfigurator import from_aiconfigurator
+
     data_dir = config.data_dir
     if data_dir is not None and base_dir is not None and not Path(data_dir).is_absolute():
         data_dir = str(base_dir / data_dir)

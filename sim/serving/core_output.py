@@ -1,0 +1,56 @@
+"""What one engine core leaves after a run: everything the result needs of it.
+
+``Simulation`` builds its result from these, one per replica, in replica
+order. A replica simulated in a worker process (``sim.serving.workers``)
+sends its outputs back, pickled: they hold frames and arrays only, never the
+core, its requests or its KV blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from sim.engine.core import EngineCore
+from sim.engine.step_runs import StepRuns
+
+
+@dataclass(frozen=True)
+class CoreOutput:
+    """One replica's records, step log, sampled queue state and token gaps.
+
+    ``records``: one row per request that reached the core, in the order they
+    left it. ``series``: one row per plan, with ``kv_cache_usage`` (its share of
+    the core's blocks) and ``replica``. ``extra_itl_s`` / ``extra_itl_from_s``:
+    the gaps before tokens that broke a request's run of steps, and when each
+    began (s, engine times).
+    """
+
+    replica: int
+    records: pd.DataFrame
+    rejections: dict[int, str]
+    later_runs: dict[int, list[tuple[float, int]]]
+    runs: StepRuns
+    series: pd.DataFrame
+    extra_itl_s: npt.NDArray[np.float64]
+    extra_itl_from_s: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(cls, core: EngineCore) -> CoreOutput:
+        """``core``'s outputs; call once the run is over (after ``flush_unfinished``)."""
+        series = core.series.frame()
+        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
+        series["replica"] = np.full(len(series), core.replica, dtype=np.int32)
+        return cls(
+            replica=core.replica,
+            records=core.records.frame(),
+            rejections=core.rejections,
+            later_runs=core.later_runs,
+            runs=core.steps.runs(core.replica),
+            series=series,
+            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
+            extra_itl_from_s=np.asarray(core.extra_itl_from_s, dtype=np.float64),
+        )

@@ -1,0 +1,44 @@
+"""A run's progress bar: shown only once the run has taken a while.
+
+tqdm is imported when the bar is due, so a small run does not pay for it.
+The run calls ``tick`` now and then (every few thousand SimPy events); the
+bar reads how many requests are done from ``done``, which may count
+requests simulated in other processes (``sim.serving.workers``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
+
+
+class Progress:
+    """A bar of ``total`` requests, updated from ``done()`` at each ``tick``."""
+
+    def __init__(self, total: int, enabled: bool, done: Callable[[], int]) -> None:
+        self.total = total
+        self.done = done
+        self._bar: Any = None
+        self._show_at_s = time.monotonic() + BAR_DELAY_S if enabled else math.inf
+
+    def tick(self) -> None:
+        """Bring the bar up to date; open it once the delay has passed."""
+        bar = self._bar
+        if bar is not None:
+            bar.update(self.done() - bar.n)
+        elif time.monotonic() >= self._show_at_s:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total, unit="req", initial=self.done())
+
+    def close(self) -> None:
+        """Bring an open bar up to date and close it."""
+        bar = self._bar
+        if bar is not None:
+            bar.update(self.done() - bar.n)
+            bar.close()
+            self._bar = None
