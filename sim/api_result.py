@@ -10,11 +10,10 @@ import functools
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 import sim
 from sim.api_engine import model_for
@@ -33,6 +32,9 @@ from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.engine_config import Engine
 from sim.serving.frontend import Delivery
 from sim.serving.simulation import RawResult
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at most
 
@@ -60,6 +62,8 @@ class Result:
 
     def token_times_s(self, request_id: int) -> npt.NDArray[np.float64]:
         """Stream time of every output token of one request, in seconds."""
+        import pandas as pd
+
         if self.scenario.speculative is not None:
             raise NotImplementedError("token times assume one token per step (speculation is on)")
         row = self.raw.requests.loc[self.raw.requests["request_id"] == request_id]
@@ -122,6 +126,8 @@ class Result:
         With ``plots=False`` no figure is drawn: a caller that draws them apart
         (``figure_job``) writes the rest here meanwhile.
         """
+        import pandas as pd
+
         written = write_outputs(
             out_dir,
             self.requests,

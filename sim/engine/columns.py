@@ -13,11 +13,13 @@ column (``group``); ``views`` and ``frame`` split the groups into columns.
 from __future__ import annotations
 
 from array import array
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 # numpy dtype -> array typecode of the same size
 TYPECODES = {"f8": "d", "i4": "i", "i8": "q"}
@@ -69,4 +71,6 @@ class Columns:
 
     def frame(self) -> pd.DataFrame:
         """All rows as a DataFrame (columns in declared order)."""
+        import pandas as pd
+
         return pd.DataFrame(self.views(), copy=False)

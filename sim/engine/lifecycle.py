@@ -14,13 +14,15 @@ requests are alive.
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sim.engine.columns import Columns
 from sim.engine.core import EngineCore
 from sim.engine.plan import StepPlan
 from sim.engine.request import Request
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 PREFILL, DECODE = 0, 1
 ACTIVITY_KINDS = {PREFILL: "prefill", DECODE: "decode"}

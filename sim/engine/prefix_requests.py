@@ -9,11 +9,13 @@ open-loop workload (``sim.engine.prefix_cache`` keys blocks by them);
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sim.engine.records import require_columns
 from sim.engine.request import Request
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 
 def prefix_describer(work: object) -> Callable[[Request], None] | None:

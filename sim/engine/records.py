@@ -9,10 +9,13 @@ prefix-cache hit rates) and by the metrics, so it lives here, below both.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
@@ -58,6 +61,8 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], what: str) -> p
 
 def floats(series: pd.Series) -> FloatArray:
     """``series`` as float64, anything non-numeric as NaN."""
+    import pandas as pd
+
     return np.asarray(pd.to_numeric(series, errors="coerce"), dtype=np.float64)
 
 

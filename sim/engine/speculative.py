@@ -43,8 +43,8 @@ cache do not shrink the target's KV pool.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
@@ -53,6 +53,9 @@ from sim.cost.specs import HardwareSpec, ModelRef
 from sim.engine.plan import StepPlan
 from sim.engine.policies.base import CoreView, Scheduler
 from sim.engine.step_runs import StepTable
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0, 1)
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 from array import array
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from sim.engine.columns import Columns
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -133,6 +135,8 @@ class StepRuns:
     def frame(self, with_replica: bool = False) -> pd.DataFrame:
         """One row per step: ``STEP_COLUMNS``, then ``replica`` if asked, then
         ``delivered_s`` when known."""
+        import pandas as pd
+
         columns = {name: self.column(name) for name in STEP_COLUMNS}
         if with_replica:
             columns["replica"] = np.full(self.num_steps, self.replica, dtype=np.int32)
@@ -164,6 +168,8 @@ class StepTable:
 
     def frame(self) -> pd.DataFrame:
         """One row per step, replica after replica, with ``replica`` (and ``delivered_s``)."""
+        import pandas as pd
+
         frames = [part.frame(with_replica=True) for part in self.parts]
         if not frames:
             empty = {name: np.empty(0, dtype=dtype) for name, dtype in STEP_COLUMNS.items()}

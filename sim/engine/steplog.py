@@ -12,11 +12,13 @@ million steps in ~4 million segments: ~230 MB instead of ~460 MB of rows.
 from __future__ import annotations
 
 from array import array
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sim.engine.columns import Columns
 from sim.engine.step_runs import SEGMENT_COLUMNS, STEP_COLUMNS, StepRuns
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 __all__ = ["SEGMENT_COLUMNS", "STEP_COLUMNS", "StepLog", "StepRuns"]
 

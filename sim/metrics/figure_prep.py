@@ -8,10 +8,9 @@ never imports pandas. No matplotlib here.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
-import pandas as pd
 
 from sim.engine.records import completed_mask
 from sim.metrics.figure_data import (
@@ -25,12 +24,17 @@ from sim.metrics.lifecycle import PHASES
 from sim.metrics.stats import Slo, request_latencies
 from sim.serving.cluster import total_over_replicas
 
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
+
 # The time series' panels, top to bottom: column and scale (KV usage, a fraction, in %).
 TIMESERIES_COLUMNS = (("num_waiting", 1.0), ("num_running", 1.0), ("kv_cache_usage", 100.0))
 
 
 def as_floats(series: pd.Series) -> FloatArray:
     """Float64 values of a column; missing (None, NA, non-numeric) become NaN."""
+    import pandas as pd
+
     return np.asarray(
         pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     )

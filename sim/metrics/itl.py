@@ -12,14 +12,17 @@ the same statistics to the bit.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from sim.engine.records import floats, require_columns
 from sim.engine.step_runs import StepRuns, StepTable
 from sim.metrics.quantiles import Summary, latency_stats_ms
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.integer]
@@ -50,6 +53,8 @@ def step_itl_gaps_s(
     (``vllm bench serve`` records one ITL per chunk). A step log without
     ``delivered_s`` (the engine's own) uses the step's duration.
     """
+    import pandas as pd
+
     extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
     if isinstance(steps, pd.DataFrame):
         gaps, weights = _frame_gaps_s(steps)

@@ -23,12 +23,14 @@ recompute that followed it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import pandas as pd
 
 from sim.serving.cluster import request_token_times_s
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 SPAN_COLUMNS = ["request_id", "replica", "phase", "start_s", "end_s", "num_tokens"]
 PHASES = (
@@ -106,6 +108,8 @@ def _first_rows(requests: pd.DataFrame, num_requests: int) -> list[Row]:
 
 
 def _frame(rows: Iterable[tuple[int, int, str, float, float, int]]) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(list(rows), columns=SPAN_COLUMNS)
 
 
@@ -205,6 +209,8 @@ def _token_body(
     came in several runs; a run that cannot be placed (speculative decoding
     emits several tokens a step) is drawn as one decode span.
     """
+    import pandas as pd
+
     prefill = row.get("prefill_replica")
     prefill_replica = None if prefill is None or pd.isna(prefill) else int(prefill)
     count = int(row["num_generated_tokens"])

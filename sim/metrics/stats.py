@@ -27,10 +27,10 @@ weights by treating an integer weight ``k`` as ``k`` repeated values.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.engine.records import completed_mask, floats, rejected_mask, require_columns
@@ -43,6 +43,9 @@ from sim.metrics.quantiles import (
     percentile_label,
     weighted_quantiles,
 )
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 __all__ = [
     "STEP_COLUMNS",
@@ -110,6 +113,8 @@ def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     A value is NaN when an event it needs never happened, and ``tpot_s`` is NaN
     for requests with fewer than two generated tokens.
     """
+    import pandas as pd
+
     requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     arrival = floats(requests["arrival_s"])
     ttft = floats(requests["first_token_s"]) - arrival

@@ -12,12 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from sim.metrics.figure_data import PHASE_COLORS, WATERFALL_ROWS
 from sim.metrics.figure_prep import waterfall_data
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.axes import Axes
 
 __all__ = ["NUM_WATERFALL_REQUESTS", "PHASE_COLORS", "draw_waterfall", "plot_waterfall"]

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import simpy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,6 +38,8 @@ from sim.serving.pool import Pool
 from sim.serving.router import RouterKind, make_router
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sim.serving.engine_config import Engine
 
 FloatArray = npt.NDArray[np.float64]
@@ -178,6 +179,8 @@ def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
     Each replica's samples hold until its next one (0 before its first).
     A frame with one replica (or no ``replica`` column) is returned as is.
     """
+    import pandas as pd
+
     if "replica" not in series.columns or series["replica"].nunique() <= 1:
         return series
     columns = [c for c in ("num_waiting", "num_running", "kv_cache_usage") if c in series]

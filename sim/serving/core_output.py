@@ -9,13 +9,16 @@ core, its requests or its KV blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from sim.engine.core import EngineCore
 from sim.engine.step_runs import StepRuns
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 
 @dataclass(frozen=True)

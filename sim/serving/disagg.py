@@ -26,7 +26,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import simpy
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +35,8 @@ from sim.serving.pool import Pool
 from sim.serving.router import Router
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sim.serving.engine_config import Engine
 
 TRANSFER_COLUMNS = {"request_id": "i8", "kv_transfer_start_s": "f8", "kv_transfer_s": "f8"}
@@ -167,6 +168,8 @@ def merge_records(
     ``stranded_outputs`` gives the true output length of those left on the
     prefill side.
     """
+    import pandas as pd
+
     pre = prefill.set_index("request_id")
     dec = decode.set_index("request_id").copy()
     both = dec.index.intersection(pre.index)

@@ -23,11 +23,15 @@ arrive while the frontend is still busy.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from sim.engine.step_runs import Delivered, StepTable
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 

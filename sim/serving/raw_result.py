@@ -9,15 +9,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 
 from sim.engine.step_runs import StepTable
 from sim.serving.core_output import CoreOutput
 from sim.serving.engine_config import Frontend
 from sim.serving.frontend import Delivery, deliver
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 
 @dataclass
@@ -100,4 +103,6 @@ def raw_result(
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Frames one after another (one: itself)."""
+    import pandas as pd
+
     return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)

@@ -27,11 +27,13 @@ from __future__ import annotations
 import importlib.util
 from functools import lru_cache
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 PACKAGE = "aiconfigurator_core"
 LICENCE = "Apache-2.0 (aiconfigurator-core, NVIDIA)"
@@ -138,6 +140,8 @@ def _attention_kernel(table: pd.DataFrame) -> str | None:
 
 
 def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
+    import pandas as pd
+
     rows = table[
         (table["kernel_source"] == kernel)
         & (table["kv_cache_dtype"] == "bfloat16")
@@ -159,6 +163,8 @@ def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -
 
 @lru_cache(maxsize=8)
 def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
+    import pandas as pd
+
     tables: dict[str, pd.DataFrame] = {}
     kernels: dict[str, str] = {}
     notes: list[str] = []

@@ -22,13 +22,15 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.provenance import check_format, read_artifact, validated
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 FORMAT_NAME = "servesim-kernels"
 FORMAT_VERSION = 1
@@ -132,6 +134,8 @@ class KernelArtifact:
 
 def check_table(name: str, table: pd.DataFrame, where: str) -> None:
     """ConfigError unless ``table`` is a known table with its exact columns."""
+    import pandas as pd
+
     if name not in TABLE_COLUMNS:
         known = ", ".join(TABLE_COLUMNS)
         raise ConfigError(f"{where}: unknown kernel table {name!r}; known: {known}")
@@ -168,6 +172,8 @@ def load_provenance(path: Path) -> KernelProvenance:
 
 def load_kernel_artifact(path: Path) -> KernelArtifact:
     """Read an artifact; ConfigError naming the file and the problem."""
+    import pandas as pd
+
     data = read_artifact(path, KIND)
     provenance = _provenance(data, path)
     tables_raw = data.get("tables")

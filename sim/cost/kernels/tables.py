@@ -8,11 +8,14 @@ artifact does not cover raises ``ConfigError`` naming the table and shape.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 
 def _rows(artifact: KernelArtifact, table: str, where: str, **match: int) -> pd.DataFrame:
