@@ -21,6 +21,7 @@ from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.cost.quantization import dtype_name
 from sim.engine.core_config import CoreConfig
 from sim.engine.prefix_requests import prefix_cache_summary
+from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
 from sim.metrics.report import FigureJob, write_outputs
@@ -48,12 +49,23 @@ class Result:
     """
 
     scenario: Scenario
-    requests: pd.DataFrame
     summary: dict[str, Any]
-    timeseries: pd.DataFrame
     raw: RawResult
     activity: pd.DataFrame | None = None
     num_traced_requests: int | None = None
+
+    @functools.cached_property
+    def requests(self) -> pd.DataFrame:
+        """One row per request: its record, client times and ``request_latencies``
+        (built on first use: the summary needs no frame)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return with_request_metrics(self.raw.requests)
+
+    @property
+    def timeseries(self) -> pd.DataFrame:
+        """Each replica's queue state and KV use, sampled at every plan."""
+        return self.raw.timeseries
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -210,43 +222,43 @@ def summary_header(
     }
 
 
-def _policy_summary(requests: pd.DataFrame) -> dict[str, Any]:
+def _policy_summary(requests: pd.DataFrame | RequestTable) -> dict[str, Any]:
     """Swaps, and mean / p99 TTFT per priority class when there are several."""
     if "num_swaps" not in requests or "priority" not in requests:
         return {}
-    out: dict[str, Any] = {"num_swaps": int(requests["num_swaps"].sum())}
-    classes = requests["priority"].unique()
+    out: dict[str, Any] = {"num_swaps": int(np.asarray(requests["num_swaps"]).sum())}
+    priority = np.asarray(requests["priority"])
+    classes = np.unique(priority)
     if len(classes) > 1:
-        done = requests[requests["rejection_reason"].isna() & requests["finish_s"].notna()]
-        ttft_ms = (done["first_token_s"] - done["arrival_s"]) * 1e3
-        for priority in sorted(classes.tolist()):
-            values = ttft_ms[done["priority"] == priority].to_numpy()
-            out[f"mean_ttft_ms_priority_{priority}"] = float(values.mean()) if len(values) else None
-            out[f"p99_ttft_ms_priority_{priority}"] = (
+        done = completed_mask(requests)
+        ttft_ms = (floats(requests["first_token_s"]) - floats(requests["arrival_s"]))[done] * 1e3
+        for value in classes.tolist():
+            values = ttft_ms[priority[done] == value]
+            out[f"mean_ttft_ms_priority_{value}"] = float(values.mean()) if len(values) else None
+            out[f"p99_ttft_ms_priority_{value}"] = (
                 float(np.percentile(values, 99)) if len(values) else None
             )
     return out
 
 
 def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
-    """A ``Result`` from a finished simulation: request metrics and the summary."""
+    """A ``Result`` from a finished simulation: its summary (from the run's
+    columns: no frame is built until asked for)."""
+    records = raw.records
     summary: dict[str, Any] = dict(
-        summarize(raw.requests, raw.step_table, raw.extra_itl_s, scenario.slo)
+        summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
     summary.update(
         **summary_header(scenario, engine, engine.cost.label),
-        num_preemptions=int(raw.requests["num_preemptions"].sum()),
-        **_policy_summary(raw.requests),
+        num_preemptions=int(np.asarray(records["num_preemptions"]).sum()),
+        **_policy_summary(records),
         **_layout_summary(scenario),
-        **prefix_cache_summary(raw.requests),
+        **prefix_cache_summary(records),
         servesim_version=sim.__version__,
         mode="simulated",
     )
     if scenario.cluster is not None:
-        summary.update(cluster_summary(raw.requests, scenario.cluster))
+        summary.update(cluster_summary(records, scenario.cluster))
     if scenario.speculative is not None:
         summary.update(speculative_summary(scenario.speculative, raw.requests, raw.step_table))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        requests = with_request_metrics(raw.requests)
-    return Result(scenario, requests, summary, raw.timeseries, raw)
+    return Result(scenario, summary, raw)

@@ -68,7 +68,7 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         source=str(Path(args.scenario)),
     )
     elapsed_s = time.perf_counter() - started
-    rejected = rejection_warning(result.requests)
+    rejected = rejection_warning(result.raw.records)  # before any frame is built
     if rejected is not None:
         print(f"servesim: warning: {rejected}", file=sys.stderr)
     print(format_summary_table(result.summary))

@@ -61,11 +61,13 @@ def test_top_level_help_imports_no_heavy_library() -> None:
     assert _imported_after(code) == []
 
 
-def test_the_api_imports_neither_matplotlib_nor_torch() -> None:
-    # The summary is printed before plots are drawn: matplotlib comes with the first figure.
+def test_the_api_imports_neither_matplotlib_nor_torch_nor_pandas() -> None:
+    # The summary is printed before plots are drawn: matplotlib comes with the first
+    # figure, pandas with the first frame (a run's summary is made from its columns).
     imported = _imported_after("import sim.api")
     assert "matplotlib" not in imported and "torch" not in imported
-    assert "pandas" in imported  # the probe sees what is imported: results are DataFrames
+    assert "pandas" not in imported
+    assert "numpy" in imported  # the probe sees what is imported
 
 
 # --- stubs say what the real parsers say ----------------------------------------------------

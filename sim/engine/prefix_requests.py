@@ -9,9 +9,12 @@ open-loop workload (``sim.engine.prefix_cache`` keys blocks by them);
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from sim.engine.records import require_columns
+import numpy as np
+import numpy.typing as npt
+
+from sim.engine.records import RequestTable, require_columns
 from sim.engine.request import Request
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -47,17 +50,24 @@ def prefix_describer(work: object) -> Callable[[Request], None] | None:
     return describe
 
 
-def prefix_cache_summary(requests: pd.DataFrame) -> dict[str, float | int]:
+def prefix_cache_summary(requests: pd.DataFrame | RequestTable) -> dict[str, float | int]:
     """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups (one per
     admission that looks the cache up, re-admissions after preemption included), the
     tokens looked up and the tokens found, over every request; the hit rate is found
     over looked-up tokens (0 when prefix caching is off: nothing is looked up)."""
     columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
     table = require_columns(requests, columns, "requests")
-    lookups, queries, hits = (int(table[c].fillna(0).sum()) for c in columns)
+    lookups, queries, hits = (_count(table[c]) for c in columns)
     return {
         "prefix_cache_requests": lookups,
         "prefix_cache_query_tokens": queries,
         "prefix_cache_hit_tokens": hits,
         "prefix_cache_hit_rate": hits / queries if queries else 0.0,
     }
+
+
+def _count(values: pd.Series | npt.NDArray[Any]) -> int:
+    """The sum of a count column (integers summed as integers); NaN counts 0."""
+    if isinstance(values, np.ndarray):  # a RequestTable's column
+        return int(values.sum()) if values.dtype.kind in "iub" else int(np.nansum(values))
+    return int(values.fillna(0).sum())

@@ -53,10 +53,8 @@ def step_itl_gaps_s(
     (``vllm bench serve`` records one ITL per chunk). A step log without
     ``delivered_s`` (the engine's own) uses the step's duration.
     """
-    import pandas as pd
-
     extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
-    if isinstance(steps, pd.DataFrame):
+    if not isinstance(steps, StepTable):  # a frame, one row per step
         gaps, weights = _frame_gaps_s(steps)
         if extra.size:
             gaps = np.concatenate([gaps, extra])

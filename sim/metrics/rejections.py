@@ -9,15 +9,20 @@ stderr.
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
 
-from sim.engine.records import rejected_mask
+import numpy as np
+
+from sim.engine.records import RequestTable, rejected_mask
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
 
 MOST_REJECTED_SHARE = 0.5
 """Warn when at least this share of the requests was rejected."""
 
 
-def rejection_warning(requests: pd.DataFrame) -> str | None:
+def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:
     """A one-line warning with the count and the first reason, when most were rejected."""
     if len(requests) == 0 or "rejection_reason" not in requests:
         return None
@@ -25,7 +30,7 @@ def rejection_warning(requests: pd.DataFrame) -> str | None:
     num_rejected = int(rejected.sum())
     if num_rejected == 0 or num_rejected < MOST_REJECTED_SHARE * len(requests):
         return None
-    first = requests.loc[rejected, "rejection_reason"].iloc[0]
+    first = np.asarray(requests["rejection_reason"])[rejected][0]
     return (
         f"{num_rejected} of {len(requests)} requests ({num_rejected / len(requests):.0%}) were "
         f"rejected as never servable; the first: {first}"

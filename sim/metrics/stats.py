@@ -26,14 +26,20 @@ weights by treating an integer weight ``k`` as ``k`` repeated values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.engine.records import completed_mask, floats, rejected_mask, require_columns
+from sim.engine.records import (
+    RequestTable,
+    completed_mask,
+    floats,
+    rejected_mask,
+    require_columns,
+)
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS, itl_distribution, step_itl_gaps_s
@@ -106,15 +112,13 @@ def parse_slo(pairs: Sequence[str]) -> Slo:
         raise ConfigError(f"goodput: {err['loc'][0]}: {err['msg']}") from None
 
 
-def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
-    """``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_s`` per request (same index).
+def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArray]:
+    """``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_s`` per request, as arrays.
 
     ``queue_s`` = ``first_scheduled_s - ready_s`` (time waiting after tokenization).
     A value is NaN when an event it needs never happened, and ``tpot_s`` is NaN
     for requests with fewer than two generated tokens.
     """
-    import pandas as pd
-
     requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     arrival = floats(requests["arrival_s"])
     ttft = floats(requests["first_token_s"]) - arrival
@@ -123,10 +127,14 @@ def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(num_generated >= 2, (e2el - ttft) / (num_generated - 1), np.nan)
     queue = floats(requests["first_scheduled_s"]) - floats(requests["ready_s"])
-    return pd.DataFrame(
-        {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue},
-        index=requests.index,
-    )
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue}
+
+
+def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
+    """``latency_columns`` as a frame with ``requests``' index."""
+    import pandas as pd
+
+    return pd.DataFrame(latency_columns(requests), index=requests.index)
 
 
 def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
@@ -135,12 +143,12 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
 
 
-def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:
+def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> BoolArray:
     """Rows of ``request_latencies`` (or ``with_request_metrics``) meeting every SLO.
 
     Only meaningful for completed requests; a 1-token request meets any TPOT SLO.
     """
-    good = np.ones(len(derived), dtype=bool)
+    good = np.ones(len(derived["ttft_s"]), dtype=bool)  # rows (a mapping's len: its keys)
     if slo.ttft_ms is not None:
         good &= floats(derived["ttft_s"]) * 1000.0 <= slo.ttft_ms
     if slo.tpot_ms is not None:
@@ -152,7 +160,7 @@ def good_mask(derived: pd.DataFrame, slo: Slo) -> BoolArray:
 
 
 def summarize(
-    requests: pd.DataFrame,
+    requests: pd.DataFrame | RequestTable,
     steps: pd.DataFrame | StepTable,
     extra_itl_s: npt.ArrayLike,
     slo: Slo | None = None,
@@ -169,7 +177,7 @@ def summarize(
     # First, while nothing else is held: its (gap, weight) pairs may fill GBs.
     itl = itl_distribution(steps, extra_itl_s, percentiles)
     done = completed_mask(requests)
-    ok = request_latencies(requests)[done]
+    ok = {name: values[done] for name, values in latency_columns(requests).items()}
     num_completed = int(done.sum())
     total_input = int(floats(requests["num_prompt_tokens"])[done].sum())
     total_output = int(floats(requests["num_generated_tokens"])[done].sum())
@@ -195,8 +203,8 @@ def summarize(
         "output_throughput": per_s(total_output),
         "total_token_throughput": per_s(total_input + total_output),
     }
-    summary |= latency_stats_ms("ttft", ok["ttft_s"].to_numpy(), None, percentiles)
-    summary |= latency_stats_ms("tpot", ok["tpot_s"].to_numpy(), None, percentiles)
+    summary |= latency_stats_ms("ttft", ok["ttft_s"], None, percentiles)
+    summary |= latency_stats_ms("tpot", ok["tpot_s"], None, percentiles)
     summary |= itl
-    summary |= latency_stats_ms("e2el", ok["e2el_s"].to_numpy(), None, percentiles)
+    summary |= latency_stats_ms("e2el", ok["e2el_s"], None, percentiles)
     return summary

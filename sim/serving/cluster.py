@@ -28,7 +28,7 @@ import numpy.typing as npt
 import simpy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.engine.records import completed_mask
+from sim.engine.records import RequestTable, completed_mask
 from sim.engine.request import Request
 from sim.engine.step_runs import StepTable
 from sim.engine.tokens import token_times_s
@@ -131,7 +131,7 @@ def _imbalance(counts: list[int]) -> float | None:
     return max(counts) / mean if mean > 0 else None
 
 
-def cluster_summary(requests: pd.DataFrame, config: ClusterConfig) -> dict[str, Any]:
+def cluster_summary(requests: pd.DataFrame | RequestTable, config: ClusterConfig) -> dict[str, Any]:
     """Summary keys of a cluster run: replicas, router, completed per replica, imbalance.
 
     ``replica_completed[i]`` counts completed requests that replica ``i``
@@ -140,7 +140,7 @@ def cluster_summary(requests: pd.DataFrame, config: ClusterConfig) -> dict[str, 
     ``replica_imbalance`` is the larger of the two pools' max/mean.
     """
     done = completed_mask(requests)
-    replica = requests["replica"].to_numpy()[done]
+    replica = np.asarray(requests["replica"])[done]
     total = config.total_replicas
     summary: dict[str, Any] = {"num_replicas": total, "router": config.router}
     split = config.disaggregation
@@ -149,6 +149,7 @@ def cluster_summary(requests: pd.DataFrame, config: ClusterConfig) -> dict[str, 
         summary |= {"replica_completed": counts, "replica_imbalance": _imbalance(counts)}
         return summary
     num_prefill = split.num_prefill_replicas
+    assert not isinstance(requests, RequestTable)  # disaggregated runs keep a frame
     prefill = requests["prefill_replica"].to_numpy(dtype=np.float64, na_value=np.nan)[done]
     prefill_counts = np.bincount(
         prefill[np.isfinite(prefill)].astype(np.int64), minlength=num_prefill

@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from sim.engine.records import RequestTable
 from sim.engine.step_runs import StepTable
 from sim.serving.core_output import CoreOutput
 from sim.serving.engine_config import Frontend
@@ -27,22 +28,39 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 class RawResult:
     """What a run produced, before metrics: see ``sim.results``.
 
-    ``requests``' ``first_token_s`` and ``finish_s`` are client times (after
-    the frontend); ``engine_first_token_s`` and ``engine_finish_s`` the ends of
-    the engine steps that produced those tokens. ``step_table`` is the step log
-    with each step's ``delivered_s``, compact; ``steps`` expands it to one row per
-    step on first use. ``extra_itl_s`` holds the client-side gaps the step
-    log's weights do not cover (tokens after a break in a request's run).
+    ``records`` is the per-request table (``requests`` as a frame): columns
+    until a frame is asked for, except after a disaggregated run, whose
+    prefill and decode records are joined by pandas. Its ``first_token_s``
+    and ``finish_s`` are client times (after the frontend);
+    ``engine_first_token_s`` and ``engine_finish_s`` the ends of the engine
+    steps that produced those tokens. ``step_table`` is the step log with each
+    step's ``delivered_s``, compact; ``steps`` expands it to one row per step
+    on first use. ``series``: each replica's sampled queue state, as columns
+    (``timeseries`` as a frame). ``extra_itl_s`` holds the client-side gaps the
+    step log's weights do not cover (tokens after a break in a request's run).
     """
 
-    requests: pd.DataFrame
+    records: RequestTable | pd.DataFrame
     step_table: StepTable
-    timeseries: pd.DataFrame
+    series: dict[str, npt.NDArray[Any]]
     extra_itl_s: npt.NDArray[np.float64]
     later_runs: dict[int, list[tuple[float, int]]]
     rejections: dict[int, str]
     frontend: Frontend
     num_replicas: int = 1
+
+    @functools.cached_property
+    def requests(self) -> pd.DataFrame:
+        """One row per request (built on first use)."""
+        records = self.records
+        return records.frame() if isinstance(records, RequestTable) else records
+
+    @functools.cached_property
+    def timeseries(self) -> pd.DataFrame:
+        """Each replica's queue state at every plan, replicas one after another."""
+        import pandas as pd
+
+        return pd.DataFrame(self.series, copy=False)
 
     @functools.cached_property
     def steps(self) -> pd.DataFrame:
@@ -63,26 +81,36 @@ def raw_result(
     each request's prefill and decode records into one row.
     """
     records = _concat([output.records for output in outputs])
-    if disaggregated is not None:
-        records = disaggregated(records)
-    requests = records.sort_values("request_id", ignore_index=True)
     rejections: dict[int, str] = {}
     later_runs: dict[int, list[tuple[float, int]]] = {}
     for output in outputs:
         rejections.update(output.rejections)
         later_runs.update(output.later_runs)
-    requests["rejection_reason"] = requests["request_id"].map(rejections)
+    requests: RequestTable | pd.DataFrame
+    columns: Any  # the table's columns, or the disaggregated frame: read and set by name
+    if disaggregated is None:
+        # In request id order (ids are unique: any sort gives this order).
+        order = np.argsort(records["request_id"], kind="stable")
+        columns = {name: values[order] for name, values in records.items()}
+        requests = RequestTable(columns, rejections)
+    else:
+        import pandas as pd
+
+        frame = disaggregated(pd.DataFrame(records, copy=False))
+        columns = frame = frame.sort_values("request_id", ignore_index=True)
+        frame["rejection_reason"] = frame["request_id"].map(rejections)
+        requests = frame
     steps = StepTable(tuple(output.runs for output in outputs))
     steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
     delivery = Delivery(steps)
-    first_on = requests["replica"].to_numpy()
-    if "prefill_replica" in requests.columns:  # disaggregated: first token from there
-        prefill = requests["prefill_replica"].to_numpy(dtype=np.float64)
+    first_on = np.asarray(columns["replica"])
+    if "prefill_replica" in columns:  # disaggregated: first token from there
+        prefill = columns["prefill_replica"].to_numpy(dtype=np.float64)
         first_on = np.where(np.isnan(prefill), first_on, np.nan_to_num(prefill)).astype(int)
-    requests["engine_first_token_s"] = requests["first_token_s"]
-    requests["engine_finish_s"] = requests["finish_s"]
-    requests["first_token_s"] = delivery.client_s(requests["first_token_s"], first_on)
-    requests["finish_s"] = delivery.client_s(requests["finish_s"], requests["replica"])
+    columns["engine_first_token_s"] = columns["first_token_s"]
+    columns["engine_finish_s"] = columns["finish_s"]
+    columns["first_token_s"] = delivery.client_s(columns["first_token_s"], first_on)
+    columns["finish_s"] = delivery.client_s(columns["finish_s"], columns["replica"])
     gaps = []
     for output in outputs:
         gap, start = output.extra_itl_s, output.extra_itl_from_s
@@ -90,9 +118,9 @@ def raw_result(
         client_gap = delivery.client_s(start + gap, owner) - delivery.client_s(start, owner)
         gaps.append(client_gap[client_gap > 0])  # 0: both tokens left in one chunk
     return RawResult(
-        requests=requests,
+        records=requests,
         step_table=steps,
-        timeseries=_concat([output.series for output in outputs]),
+        series=_concat([output.series for output in outputs]),
         extra_itl_s=np.concatenate(gaps),
         later_runs=later_runs,
         rejections=rejections,
@@ -101,8 +129,8 @@ def raw_result(
     )
 
 
-def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Frames one after another (one: itself)."""
-    import pandas as pd
-
-    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+def _concat(tables: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:
+    """Tables of the same columns, one after another (one: itself)."""
+    if len(tables) == 1:
+        return dict(tables[0])
+    return {name: np.concatenate([table[name] for table in tables]) for name in tables[0]}
