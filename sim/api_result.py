@@ -112,7 +112,8 @@ class Result:
         traced = self.num_traced_requests
         if self.activity is not None and traced is not None and num_requests <= traced:
             return recorded_spans(raw.requests, self.activity, num_requests)
-        return reconstructed_spans(raw.requests, raw.steps, raw.later_runs, num_requests)
+        # The compact log: expanding it (a row per step) would cost more than the spans.
+        return reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, num_requests)
 
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
         """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -210,3 +212,29 @@ def test_any_run_gives_a_well_formed_trace(
         # Contiguous from arrival to the last streamed token: no hole, no overlap.
         for a, b in itertools.pairwise(phases):
             assert a["ts"] + a["dur"] == pytest.approx(b["ts"], abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"engine": {"num_kv_blocks": 24}},  # preemptions after the first token: later runs
+        {"engine": {"num_kv_blocks": 24}, "cluster": {"num_replicas": 2}},
+        {
+            "cluster": {
+                "disaggregation": {"num_prefill_replicas": 1, "num_decode_replicas": 1},
+            }
+        },
+    ],
+)
+def test_spans_from_the_compact_log_are_those_from_the_expanded_one(
+    extra: dict[str, Any],
+) -> None:
+    document = doc(num_requests=30, rate_per_s=200.0, output=100, **dict(extra))
+    result = api.run(scenario_from_dict(document, "test_request_trace"))
+    raw = result.raw
+    compact = reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, 30)
+    expanded = reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30)
+    pd.testing.assert_frame_equal(compact, expanded, check_exact=True)
+    pd.testing.assert_frame_equal(result.spans(30), compact, check_exact=True)
+    if "num_kv_blocks" in document["engine"]:
+        assert raw.later_runs  # the token times were searched in the log

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from sim.engine.step_runs import StepTable
 from sim.serving.cluster import request_token_times_s
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -163,14 +164,19 @@ def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
 
 def reconstructed_spans(
     requests: pd.DataFrame,
-    steps: pd.DataFrame,
+    steps: pd.DataFrame | StepTable,
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
 ) -> pd.DataFrame:
-    """Phase spans from the request records, the step log and ``later_runs`` only."""
+    """Phase spans from the request records, the step log and ``later_runs`` only.
+
+    ``steps``: the compact log (searched as it is), or one row per step.
+    """
     rows: list[tuple[int, int, str, float, float, int]] = []
     first_rows = _first_rows(requests, num_requests)
-    if any(int(row["request_id"]) in later_runs for row in first_rows):
+    if not isinstance(steps, StepTable) and any(
+        int(row["request_id"]) in later_runs for row in first_rows
+    ):
         # Token times are searched in the step log: keep only the steps of these
         # requests' time window (a long run logs tens of millions).
         start_s = min(float(row["arrival_s"]) for row in first_rows)
@@ -199,7 +205,7 @@ def reconstructed_spans(
 def _token_body(
     track: _Track,
     row: Row,
-    steps: pd.DataFrame,
+    steps: pd.DataFrame | StepTable,
     runs: list[tuple[float, int]] | None,
     first_token_s: float,
 ) -> None:
