@@ -93,9 +93,10 @@ def run_point(task: Task) -> Record:
         for key, value in result.summary.items()
         if value is None or isinstance(value, (int, float, str, bool))
     }
-    arrivals = result.requests["arrival_s"].to_numpy(float)
+    records = result.raw.records  # columns: no frame is built for a point's two columns
+    arrivals = np.asarray(records["arrival_s"], dtype=float)
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
-    finishes = result.requests["finish_s"].to_numpy(float)
+    finishes = np.asarray(records["finish_s"], dtype=float)
     record["served_ratio"] = served_ratio(arrivals, finishes)
     arrival = getattr(scenario.workload, "arrival", None)
     record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
