@@ -23,7 +23,7 @@ from sim.engine.core_config import CoreConfig
 from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
-from sim.metrics.lifecycle import reconstructed_spans, recorded_spans
+from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
 from sim.metrics.report import FigureJob, write_outputs
 from sim.metrics.stats import summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
@@ -158,10 +158,20 @@ class Result:
         return written
 
     def figure_job(self, out_dir: str | Path) -> FigureJob:
-        """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``)."""
-        return FigureJob(
-            Path(out_dir), self.requests, self.timeseries, self.scenario.slo, self._waterfall()
-        )
+        """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``).
+
+        From the run's columns, without pandas (unless the run was traced or
+        disaggregated: then frames), so that ``servesim run`` hands the figures
+        over before it imports pandas to write the tables.
+        """
+        raw = self.raw
+        if self.activity is not None or not isinstance(raw.records, RequestTable):
+            return FigureJob(
+                Path(out_dir), self.requests, self.timeseries, self.scenario.slo, self._waterfall()
+            )
+        rows = span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
+        waterfall = (rows, raw.records)
+        return FigureJob(Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall)
 
     def _waterfall(self) -> tuple[pd.DataFrame, pd.DataFrame]:
         """The waterfall's input: phase spans and the records of the requests they show."""

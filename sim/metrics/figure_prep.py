@@ -1,18 +1,22 @@
-"""A run's tables (pandas) cut down to what its figures draw (``sim.metrics.figure_data``).
+"""A run's tables cut down to what its figures draw (``sim.metrics.figure_data``).
 
 Each function here takes what the matching ``plot_*`` function of
 ``sim.metrics.plots`` / ``sim.metrics.waterfall`` takes and returns the arrays
 that function draws, so that drawing (matplotlib) can happen in a process that
-never imports pandas. No matplotlib here.
+never imports pandas. Each also takes a run's columns (``RequestTable``, the
+series' arrays, span rows), and then needs no pandas either: ``servesim run``
+hands its figures over before it imports pandas. No matplotlib here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
-from sim.engine.records import completed_mask
+from sim.engine.records import RequestTable, completed_mask
 from sim.metrics.figure_data import (
     CdfData,
     FloatArray,
@@ -20,8 +24,8 @@ from sim.metrics.figure_data import (
     TimeseriesData,
     WaterfallData,
 )
-from sim.metrics.lifecycle import PHASES
-from sim.metrics.stats import Slo, request_latencies
+from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS, SpanRow
+from sim.metrics.stats import Slo, latency_columns
 from sim.serving.cluster import total_over_replicas
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -31,58 +35,95 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 TIMESERIES_COLUMNS = (("num_waiting", 1.0), ("num_running", 1.0), ("kv_cache_usage", 100.0))
 
 
-def as_floats(series: pd.Series) -> FloatArray:
+def as_floats(series: pd.Series | npt.NDArray[Any]) -> FloatArray:
     """Float64 values of a column; missing (None, NA, non-numeric) become NaN."""
+    if isinstance(series, np.ndarray) and series.dtype.kind in "fiub":
+        return series.astype(np.float64)
     import pandas as pd
 
-    return np.asarray(
-        pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    )
+    numbers = cast("pd.Series", pd.to_numeric(series, errors="coerce"))
+    return np.asarray(numbers.to_numpy(dtype=np.float64, na_value=np.nan))
 
 
-def cdf_data(requests: pd.DataFrame, slo: Slo | None = None) -> CdfData:
+def cdf_data(requests: pd.DataFrame | RequestTable, slo: Slo | None = None) -> CdfData:
     """TTFT and TPOT (ms) of completed requests; TPOT over requests with at least
     two output tokens, as in the summary; the TTFT/TPOT SLOs of ``slo``."""
-    done = request_latencies(requests)[completed_mask(requests)]
-    ttft_ms = done["ttft_s"].to_numpy(dtype=np.float64) * 1000.0
-    tpot_ms = done["tpot_s"].to_numpy(dtype=np.float64) * 1000.0
+    done = completed_mask(requests)
+    latencies = latency_columns(requests)
+    ttft_ms = latencies["ttft_s"][done] * 1000.0
+    tpot_ms = latencies["tpot_s"][done] * 1000.0
     return CdfData(
         ttft_ms[np.isfinite(ttft_ms)],
         tpot_ms[np.isfinite(tpot_ms)],
-        len(done),
+        int(done.sum()),
         slo.ttft_ms if slo else None,
         slo.tpot_ms if slo else None,
     )
 
 
-def timeseries_data(timeseries: pd.DataFrame) -> TimeseriesData:
-    """Sample times in order and each panel's values (``TIMESERIES_COLUMNS``).
+def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -> TimeseriesData:
+    """Sample times in order and each panel's values (``TIMESERIES_COLUMNS``), from a
+    frame or a run's columns (``RawResult.series``).
 
     Several replicas are drawn as one: queues summed, KV usage averaged.
     """
-    frame = total_over_replicas(timeseries)
-    if "time_s" in frame.columns and not frame["time_s"].is_monotonic_increasing:
-        frame = frame.sort_values("time_s", kind="stable")
-    time_s = as_floats(frame["time_s"]) if "time_s" in frame.columns else np.empty(0)
-    series = tuple(
-        as_floats(frame[column]) * scale if column in frame.columns else None
-        for column, scale in TIMESERIES_COLUMNS
-    )
-    return TimeseriesData(time_s, series)
+    columns: Any = timeseries
+    if isinstance(timeseries, Mapping):
+        replica = timeseries.get("replica")
+        if replica is not None and len(replica) and bool((replica != replica[0]).any()):
+            import pandas as pd  # several replicas: pandas aligns their samples
+
+            columns = total_over_replicas(pd.DataFrame(timeseries, copy=False))
+    else:
+        columns = total_over_replicas(timeseries)
+    names = set(columns.keys())  # a frame's keys are its columns
+    time_s = as_floats(columns["time_s"]) if "time_s" in names else np.empty(0)
+    order = None
+    if time_s.size > 1 and not bool(np.all(time_s[1:] >= time_s[:-1])):
+        order = np.argsort(time_s, kind="stable")
+        time_s = time_s[order]
+    series: list[FloatArray | None] = []
+    for column, scale in TIMESERIES_COLUMNS:
+        if column not in names:
+            series.append(None)
+            continue
+        values = as_floats(columns[column])
+        series.append((values if order is None else values[order]) * scale)
+    return TimeseriesData(time_s, tuple(series))
 
 
-def waterfall_data(spans: pd.DataFrame, requests: pd.DataFrame) -> WaterfallData:
-    """The bars of each request of ``spans`` (``sim.metrics.lifecycle``), in rows by
-    request id, and each one's first token time from ``requests``."""
-    ids = sorted(int(i) for i in spans["request_id"].unique()) if len(spans) else []
+def waterfall_data(
+    spans: pd.DataFrame | Sequence[SpanRow], requests: pd.DataFrame | RequestTable
+) -> WaterfallData:
+    """The bars of each request of ``spans`` (``sim.metrics.lifecycle``: a frame or its
+    rows), in rows by request id, and each one's first token time from ``requests``."""
+    if not isinstance(spans, Sequence):
+        spans = list(spans[SPAN_COLUMNS].itertuples(index=False, name=None))
+    ids = sorted({int(span[0]) for span in spans})
     row_of = {request_id: row for row, request_id in enumerate(ids)}
+    by_phase: dict[str, list[SpanRow]] = {}  # in order of first appearance
+    for span in spans:
+        by_phase.setdefault(str(span[2]), []).append(span)
     bars = []
-    for phase, group in spans.groupby("phase", sort=False):
-        # Each request's row (float: the bars' y); pandas' stubs type it as integers.
-        rows = cast(FloatArray, group["request_id"].map(row_of).to_numpy(dtype=np.float64))
-        start_s: FloatArray = group["start_s"].to_numpy(dtype=np.float64)
-        end_s: FloatArray = group["end_s"].to_numpy(dtype=np.float64)
-        bars.append(PhaseBars(str(phase), rows, start_s, end_s))
-    firsts = requests.set_index("request_id").reindex(ids)["first_token_s"].to_numpy(float)
-    present = [p for p in PHASES if p in set(spans["phase"])] if len(spans) else []
+    for phase, group in by_phase.items():
+        rows = np.array([row_of[int(span[0])] for span in group], dtype=np.float64)
+        start_s = np.array([span[3] for span in group], dtype=np.float64)
+        end_s = np.array([span[4] for span in group], dtype=np.float64)
+        bars.append(PhaseBars(phase, rows, start_s, end_s))
+    firsts = _first_token_s(requests, ids)
+    present = [p for p in PHASES if p in by_phase]
     return WaterfallData(tuple(ids), tuple(bars), firsts, tuple(present))
+
+
+def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> FloatArray:
+    """``first_token_s`` of each of ``ids`` (NaN for an id not in ``requests``)."""
+    if not isinstance(requests, RequestTable):
+        return requests.set_index("request_id").reindex(ids)["first_token_s"].to_numpy(float)
+    known = requests["request_id"]  # sorted
+    wanted = np.array(ids, dtype=np.int64)
+    at = np.minimum(np.searchsorted(known, wanted), max(len(known) - 1, 0))
+    out = np.full(len(ids), np.nan)
+    if len(known):
+        found = known[at] == wanted
+        out[found] = requests["first_token_s"][at[found]]
+    return out

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from sim.engine.records import RequestTable
 from sim.engine.step_runs import StepTable
 from sim.serving.cluster import request_token_times_s
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
 SPAN_COLUMNS = ["request_id", "replica", "phase", "start_s", "end_s", "num_tokens"]
+SpanRow = tuple[int, int, str, float, float, int]  # one span, as SPAN_COLUMNS
 PHASES = (
     "tokenize",
     "waiting",
@@ -62,7 +64,7 @@ class _Track:
         self.request_id = request_id
         self.replica = replica
         self.now_s = start_s
-        self.rows: list[tuple[int, int, str, float, float, int]] = []
+        self.rows: list[SpanRow] = []
 
     def add(
         self, phase: str, end_s: float, num_tokens: int = 0, replica: int | None = None
@@ -102,13 +104,18 @@ def records(frame: pd.DataFrame) -> list[Row]:
     return cast(list[Row], frame.to_dict("records"))
 
 
-def _first_rows(requests: pd.DataFrame, num_requests: int) -> list[Row]:
+def _first_rows(requests: pd.DataFrame | RequestTable, num_requests: int) -> list[Row]:
     """The ``num_requests`` smallest request ids (open-loop ids follow arrival order)."""
+    if isinstance(requests, RequestTable):  # in id order already; no frame needed
+        head = min(num_requests, len(requests))
+        names = [name for name in requests.columns if name != "rejection_reason"]
+        columns = [requests[name][:head].tolist() for name in names]
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
     ordered = requests.sort_values("request_id", kind="stable")
     return records(ordered.head(num_requests))
 
 
-def _frame(rows: Iterable[tuple[int, int, str, float, float, int]]) -> pd.DataFrame:
+def _frame(rows: Iterable[SpanRow]) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame(list(rows), columns=SPAN_COLUMNS)
@@ -121,7 +128,7 @@ def recorded_spans(
     by_request: dict[int, pd.DataFrame] = {}
     for key, group in activity.groupby("request_id", sort=False):
         by_request[int(cast(int, key))] = group
-    rows: list[tuple[int, int, str, float, float, int]] = []
+    rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
         request_id = int(row["request_id"])
         track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
@@ -163,7 +170,7 @@ def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
 
 
 def reconstructed_spans(
-    requests: pd.DataFrame,
+    requests: pd.DataFrame | RequestTable,
     steps: pd.DataFrame | StepTable,
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
@@ -172,7 +179,18 @@ def reconstructed_spans(
 
     ``steps``: the compact log (searched as it is), or one row per step.
     """
-    rows: list[tuple[int, int, str, float, float, int]] = []
+    return _frame(span_rows(requests, steps, later_runs, num_requests))
+
+
+def span_rows(
+    requests: pd.DataFrame | RequestTable,
+    steps: pd.DataFrame | StepTable,
+    later_runs: dict[int, list[tuple[float, int]]],
+    num_requests: int,
+) -> list[SpanRow]:
+    """``reconstructed_spans``' rows (``SPAN_COLUMNS``); without pandas for a run's
+    columns and compact log (``servesim run``'s waterfall, before pandas is loaded)."""
+    rows: list[SpanRow] = []
     first_rows = _first_rows(requests, num_requests)
     if not isinstance(steps, StepTable) and any(
         int(row["request_id"]) in later_runs for row in first_rows
@@ -199,7 +217,7 @@ def reconstructed_spans(
             _token_body(track, row, steps, later_runs.get(request_id), first)
             _tail(track, row)
         rows += track.rows
-    return _frame(rows)
+    return rows
 
 
 def _token_body(
@@ -215,10 +233,8 @@ def _token_body(
     came in several runs; a run that cannot be placed (speculative decoding
     emits several tokens a step) is drawn as one decode span.
     """
-    import pandas as pd
-
-    prefill = row.get("prefill_replica")
-    prefill_replica = None if prefill is None or pd.isna(prefill) else int(prefill)
+    prefill = _finite(row.get("prefill_replica"))  # None, NaN or NA: on its own replica
+    prefill_replica = None if prefill is None else int(prefill)
     count = int(row["num_generated_tokens"])
     track.add("prefill", first_token_s, int(row["num_prompt_tokens"]), prefill_replica)
     last_s = _engine_s(row, "finish_s")

@@ -15,15 +15,18 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
+from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, WATERFALL_PNG, Figures
+from sim.metrics.lifecycle import SpanRow
 from sim.metrics.stats import Slo
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -96,13 +99,15 @@ class FigureJob:
     Plain data (it pickles): ``servesim run`` hands it to a second process that
     draws while the first writes the tables (``sim.cli_figures``). ``waterfall``
     is (phase spans, raw request records); without it there is no waterfall.png.
+    Frames, or a run's columns (``RawResult.records``, ``series``, span rows:
+    ``Result.figure_job``), which need no pandas to cut.
     """
 
     out_dir: Path
-    requests: pd.DataFrame
-    timeseries: pd.DataFrame
+    requests: pd.DataFrame | RequestTable
+    timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]
     slo: Slo | None = None
-    waterfall: tuple[pd.DataFrame, pd.DataFrame] | None = None
+    waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
 
 
 def figure_names(job: FigureJob) -> list[str]:
