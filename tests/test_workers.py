@@ -99,6 +99,7 @@ def test_workers_give_the_run_of_one_process(
     alone, _ = simulate(sc, 1)
     split, simulation = simulate(sc, num_workers)
     same_runs(alone, split)
+    assert isinstance(sc.workload, SyntheticWorkload)
     assert len(split.requests) == sc.workload.num_requests
     # This process simulated only its share: the other replicas' cores saw nothing.
     mine = set(shares(num_replicas, num_workers)[0])
