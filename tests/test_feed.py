@@ -126,6 +126,7 @@ def scenario(
     workload: dict[str, Any],
     num_replicas: int | None = None,
     frontend: dict[str, Any] | None = None,
+    router: str = "round_robin",
     **engine: Any,
 ) -> Scenario:
     doc: dict[str, Any] = {
@@ -140,7 +141,7 @@ def scenario(
     if frontend is not None:
         doc["frontend"] = frontend
     if num_replicas is not None:
-        doc["cluster"] = {"num_replicas": num_replicas, "router": "round_robin"}
+        doc["cluster"] = {"num_replicas": num_replicas, "router": router}
     return scenario_from_dict(doc, "test_feed")
 
 

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from child_processes import no_children_left
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_feed import scenario as feed_scenario
 
 from sim import api
 from sim.api_engine import cluster_for, engine_for
-from sim.scenario import Scenario, scenario_from_dict
+from sim.scenario import Scenario
 from sim.serving import progress as progress_module
 from sim.serving import simulation as simulation_module
 from sim.serving import workers as workers_module
@@ -43,24 +46,13 @@ def scenario(
     frontend: dict[str, Any] | None = None,
     **engine: Any,
 ) -> Scenario:
-    doc: dict[str, Any] = {
-        "name": "workers",
-        "model": "llama-3-8b",
-        "hardware": "h100",
-        "cost": {"kind": "roofline"},
-        "scheduler": {"kind": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 1024},
-        "engine": engine,
-        "cluster": {"num_replicas": num_replicas, "router": router},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": num_requests,
-            "arrival": {"kind": "poisson", "rate_per_s": rate_per_s},
-            **LENGTHS,
-        },
+    workload = {
+        "num_requests": num_requests,
+        "arrival": {"kind": "poisson", "rate_per_s": rate_per_s},
+        **LENGTHS,
     }
-    if frontend is not None:
-        doc["frontend"] = frontend
-    return scenario_from_dict(doc, "test_workers")
+    scheduler = {"kind": "continuous", "max_num_seqs": 16, "max_num_batched_tokens": 1024}
+    return feed_scenario(scheduler, workload, num_replicas, frontend, router, **engine)
 
 
 def simulate(sc: Scenario, workers: int) -> tuple[RawResult, Simulation]:
@@ -174,55 +166,46 @@ def test_workers_must_be_positive() -> None:
         Simulation(engine_for(sc), cluster_for(sc, np.random.default_rng(0)), workers=0)
 
 
-def no_children_left() -> None:
-    assert multiprocessing.active_children() == []
+def plant(monkeypatch: pytest.MonkeyPatch, in_workers: bool, action: Callable[[], None]) -> None:
+    """Make ``CoreOutput.of`` call ``action`` first: in the workers, or in this process."""
+    parent = os.getpid()
+    real = CoreOutput.of
+
+    def planted(core: Any) -> CoreOutput:
+        if (os.getpid() != parent) == in_workers:
+            action()
+        return real(core)
+
+    monkeypatch.setattr(CoreOutput, "of", planted)
 
 
 def test_a_failing_worker_fails_the_run_with_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    parent = os.getpid()
-    real = CoreOutput.of
+    def fail() -> None:
+        raise RuntimeError("planted failure in a worker")
 
-    def fail_elsewhere(core: Any) -> CoreOutput:
-        if os.getpid() != parent:
-            raise RuntimeError("planted failure in a worker")
-        return real(core)
-
-    monkeypatch.setattr(CoreOutput, "of", fail_elsewhere)
+    plant(monkeypatch, True, fail)
     with pytest.raises(WorkerError, match=r"worker 1 failed:(.|\n)*planted failure in a worker"):
         simulate(scenario(2, num_requests=40), 2)
-    no_children_left()
+    assert no_children_left()
 
 
 def test_a_worker_that_dies_fails_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    parent = os.getpid()
-    real = CoreOutput.of
-
-    def die_elsewhere(core: Any) -> CoreOutput:
-        if os.getpid() != parent:
-            os._exit(3)  # no reply at all, as when the OS kills a worker
-        return real(core)
-
-    monkeypatch.setattr(CoreOutput, "of", die_elsewhere)
+    plant(monkeypatch, True, lambda: os._exit(3))  # no reply at all, as when the OS kills it
     with pytest.raises(WorkerError, match="worker 1 ended without a result"):
         simulate(scenario(2, num_requests=40), 2)
-    no_children_left()
+    assert no_children_left()
 
 
 def test_a_failure_here_stops_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    parent = os.getpid()
-    real = CoreOutput.of
+    def interrupt() -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the workers still run
 
-    def fail_here(core: Any) -> CoreOutput:
-        if os.getpid() == parent:
-            raise KeyboardInterrupt  # Ctrl-C while the workers still run
-        return real(core)
-
-    monkeypatch.setattr(CoreOutput, "of", fail_here)
+    plant(monkeypatch, False, interrupt)
     with pytest.raises(KeyboardInterrupt):
         simulate(scenario(3, num_requests=300), 3)
-    no_children_left()
+    assert no_children_left()
 
 
 def test_the_bar_counts_the_workers_requests_and_ends_full(
