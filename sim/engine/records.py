@@ -81,7 +81,7 @@ class RequestTable:
     def __getitem__(self, name: str) -> npt.NDArray[Any]:
         if name == "rejection_reason":  # object: the reason, or None
             reasons = self.rejections
-            return np.array([reasons.get(i) for i in self._columns["request_id"].tolist()])
+            return np.array([reasons.get(i) for i in self._columns["request_id"].tolist()], object)
         return self._columns[name]
 
     @property

@@ -60,6 +60,7 @@ class Simulation:
         ``workers``: processes to simulate a round-robin pool's replicas in
         (``sim.serving.workers``; the result is the same whatever the number).
         None: as many as pay, up to one per usable CPU; 1: this process only.
+        When workers ran, this process's cores hold only its own share of the run.
         """
         if workers is not None and workers < 1:
             raise ValueError(f"workers: expected a positive count, got {workers}")
