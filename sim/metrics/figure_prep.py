@@ -97,8 +97,8 @@ def waterfall_data(
 ) -> WaterfallData:
     """The bars of each request of ``spans`` (``sim.metrics.lifecycle``: a frame or its
     rows), in rows by request id, and each one's first token time from ``requests``."""
-    if not isinstance(spans, Sequence):
-        spans = list(spans[SPAN_COLUMNS].itertuples(index=False, name=None))
+    if not isinstance(spans, Sequence):  # a frame (an empty one may lack columns)
+        spans = list(spans[SPAN_COLUMNS].itertuples(index=False, name=None)) if len(spans) else []
     ids = sorted({int(span[0]) for span in spans})
     row_of = {request_id: row for row, request_id in enumerate(ids)}
     by_phase: dict[str, list[SpanRow]] = {}  # in order of first appearance
