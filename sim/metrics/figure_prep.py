@@ -24,12 +24,14 @@ from sim.metrics.figure_data import (
     TimeseriesData,
     WaterfallData,
 )
-from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS, SpanRow
+from sim.metrics.lifecycle import PHASES, SpanRow
 from sim.metrics.stats import Slo, latency_columns
 from sim.serving.cluster import total_over_replicas
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
+
+_WATERFALL_COLUMNS = ["request_id", "phase", "start_s", "end_s"]
 
 # The time series' panels, top to bottom: column and scale (KV usage, a fraction, in %).
 TIMESERIES_COLUMNS = (("num_waiting", 1.0), ("num_running", 1.0), ("kv_cache_usage", 100.0))
@@ -97,18 +99,25 @@ def waterfall_data(
 ) -> WaterfallData:
     """The bars of each request of ``spans`` (``sim.metrics.lifecycle``: a frame or its
     rows), in rows by request id, and each one's first token time from ``requests``."""
-    if not isinstance(spans, Sequence):  # a frame (an empty one may lack columns)
-        spans = list(spans[SPAN_COLUMNS].itertuples(index=False, name=None)) if len(spans) else []
-    ids = sorted({int(span[0]) for span in spans})
+    # (request id, phase, start, end) of each span, from a frame (which needs only
+    # those columns; an empty one may lack them) or from span rows.
+    quads: list[tuple[int, str, float, float]]
+    if isinstance(spans, Sequence):
+        quads = [(span[0], span[2], span[3], span[4]) for span in spans]
+    elif len(spans):
+        quads = list(spans[_WATERFALL_COLUMNS].itertuples(index=False, name=None))
+    else:
+        quads = []
+    ids = sorted({int(quad[0]) for quad in quads})
     row_of = {request_id: row for row, request_id in enumerate(ids)}
-    by_phase: dict[str, list[SpanRow]] = {}  # in order of first appearance
-    for span in spans:
-        by_phase.setdefault(str(span[2]), []).append(span)
+    by_phase: dict[str, list[tuple[int, str, float, float]]] = {}  # in order of first appearance
+    for quad in quads:
+        by_phase.setdefault(str(quad[1]), []).append(quad)
     bars = []
     for phase, group in by_phase.items():
-        rows = np.array([row_of[int(span[0])] for span in group], dtype=np.float64)
-        start_s = np.array([span[3] for span in group], dtype=np.float64)
-        end_s = np.array([span[4] for span in group], dtype=np.float64)
+        rows = np.array([row_of[int(quad[0])] for quad in group], dtype=np.float64)
+        start_s = np.array([quad[2] for quad in group], dtype=np.float64)
+        end_s = np.array([quad[3] for quad in group], dtype=np.float64)
         bars.append(PhaseBars(phase, rows, start_s, end_s))
     firsts = _first_token_s(requests, ids)
     present = [p for p in PHASES if p in by_phase]
