@@ -86,7 +86,7 @@ def run(
     object in error messages (the file it was loaded from, say); a path names itself.
     ``workers``: processes to simulate a round-robin cluster's replicas in (the
     result is the same whatever the number); None: as many as pay, up to one per
-    usable CPU; 1: this process only (``sim.serving.workers``).
+    usable CPU (Linux); 1: this process only (``sim.serving.workers``).
     """
     if source is None:
         source = "<scenario>"

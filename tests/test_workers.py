@@ -255,3 +255,19 @@ def test_the_default_is_one_process_inside_a_worker_or_without_fork(
     monkeypatch.setattr(workers_module, "usable_cpus", lambda: 8)
     monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
     assert default_num_workers(16, many) == 1
+
+
+@pytest.mark.parametrize("platform", ["darwin", "win32"])
+def test_other_systems_run_in_one_process_even_when_asked_for_more(
+    platform: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workers_module, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(workers_module.sys, "platform", platform)
+    assert default_num_workers(16, 100 * workers_module.MIN_REQUESTS_PER_WORKER) == 1
+
+    def refuse(*args: Any) -> None:
+        raise AssertionError(f"workers forked on {platform}")
+
+    monkeypatch.setattr(simulation_module, "run_in_workers", refuse)
+    result, _ = simulate(scenario(3, num_requests=60), 3)
+    assert len(result.requests) == 60

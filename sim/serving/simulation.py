@@ -29,7 +29,7 @@ from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
-from sim.serving.workers import default_num_workers, run_in_workers
+from sim.serving.workers import default_num_workers, forking_supported, run_in_workers
 
 
 @runtime_checkable
@@ -59,8 +59,9 @@ class Simulation:
 
         ``workers``: processes to simulate a round-robin pool's replicas in
         (``sim.serving.workers``; the result is the same whatever the number).
-        None: as many as pay, up to one per usable CPU; 1: this process only.
-        When workers ran, this process's cores hold only its own share of the run.
+        None: as many as pay, up to one per usable CPU; 1: this process only
+        (and on other systems than Linux, whatever is asked). When workers ran,
+        this process's cores hold only its own share of the run.
         """
         if workers is not None and workers < 1:
             raise ValueError(f"workers: expected a positive count, got {workers}")
@@ -208,7 +209,7 @@ class Simulation:
         if any(core.recorder is not None for core in self.cores):
             return 1
         if self.workers is not None:
-            return min(self.workers, num_replicas)
+            return min(self.workers, num_replicas) if forking_supported() else 1
         return default_num_workers(num_replicas, num_requests)
 
     def _horizon(self) -> float:

@@ -5,8 +5,9 @@ takes its own turns of the arrivals (``Pool.take_feeds``), and the router's
 picks ignore load. So the replicas can be dealt to worker processes, each
 simulating its share and sending back their ``CoreOutput``s; the result is
 the same, to the bit, as one process simulating all of them (tested). The
-workers are forked (Linux): they start from this process's state, with the
-workload and the engine already built, and import nothing.
+workers are forked (Linux only; elsewhere one process runs): they start
+from this process's state, with the workload and the engine already built,
+and import nothing.
 
 Used only where it pays and is safe: several usable CPUs, enough requests
 per worker, a fork start method, and a run in the main process (not inside
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -42,9 +44,15 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def forking_supported() -> bool:
+    """Whether workers may be forked here: Linux only (as ``servesim run``'s figures:
+    elsewhere a fork without exec is unsafe, macOS's system libraries, or missing)."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
 def default_num_workers(num_replicas: int, num_requests: int) -> int:
     """Processes to simulate ``num_replicas`` round-robin replicas with (1: this one only)."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    if not forking_supported():
         return 1
     if multiprocessing.parent_process() is not None:  # a sweep's worker, say
         return 1
