@@ -89,7 +89,8 @@ def raw_result(
     requests: RequestTable | pd.DataFrame
     columns: Any  # the table's columns, or the disaggregated frame: read and set by name
     if disaggregated is None:
-        # In request id order (ids are unique: any sort gives this order).
+        # In request id order (ids are unique: any sort gives this order). The
+        # table holds ``columns`` itself: the client times set below land in it.
         order = np.argsort(records["request_id"], kind="stable")
         columns = {name: values[order] for name, values in records.items()}
         requests = RequestTable(columns, rejections)
