@@ -11,12 +11,12 @@ hands its figures over before it imports pandas. No matplotlib here.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.records import RequestTable, completed_mask
+from sim.engine.records import RequestTable, completed_mask, floats
 from sim.metrics.figure_data import (
     CdfData,
     FloatArray,
@@ -35,16 +35,6 @@ _WATERFALL_COLUMNS = ["request_id", "phase", "start_s", "end_s"]
 
 # The time series' panels, top to bottom: column and scale (KV usage, a fraction, in %).
 TIMESERIES_COLUMNS = (("num_waiting", 1.0), ("num_running", 1.0), ("kv_cache_usage", 100.0))
-
-
-def as_floats(series: pd.Series | npt.NDArray[Any]) -> FloatArray:
-    """Float64 values of a column; missing (None, NA, non-numeric) become NaN."""
-    if isinstance(series, np.ndarray) and series.dtype.kind in "fiub":
-        return series.astype(np.float64)
-    import pandas as pd
-
-    numbers = cast("pd.Series", pd.to_numeric(series, errors="coerce"))
-    return np.asarray(numbers.to_numpy(dtype=np.float64, na_value=np.nan))
 
 
 def cdf_data(requests: pd.DataFrame | RequestTable, slo: Slo | None = None) -> CdfData:
@@ -79,7 +69,7 @@ def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -
     else:
         columns = total_over_replicas(timeseries)
     names = set(columns.keys())  # a frame's keys are its columns
-    time_s = as_floats(columns["time_s"]) if "time_s" in names else np.empty(0)
+    time_s = floats(columns["time_s"]) if "time_s" in names else np.empty(0)
     order = None
     if time_s.size > 1 and not bool(np.all(time_s[1:] >= time_s[:-1])):
         order = np.argsort(time_s, kind="stable")
@@ -89,7 +79,7 @@ def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -
         if column not in names:
             series.append(None)
             continue
-        values = as_floats(columns[column])
+        values = floats(columns[column])
         series.append((values if order is None else values[order]) * scale)
     return TimeseriesData(time_s, tuple(series))
 
