@@ -37,6 +37,16 @@ def twin(pool: BlockPool, specs: list[tuple[int, int, int | None, int]]) -> Driv
     return Driver(pool, waiting)
 
 
+def twins(
+    specs: list[tuple[int, int, int | None, int]], num_blocks: int, block_size: int
+) -> tuple[Driver, Driver]:
+    """The pool under test and the reference, each driving the requests of ``specs``
+    that fit in ``num_blocks`` blocks."""
+    fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
+    fast = twin(PrefixCachingPool(num_blocks, block_size), fits)
+    return fast, twin(ReferencePrefixPool(num_blocks, block_size), fits)
+
+
 def state(driver: Driver) -> tuple[object, ...]:
     """Everything the two pools must agree on."""
     pool = driver.pool
@@ -84,9 +94,7 @@ def test_bulk_pool_matches_the_per_block_reference(
     num_blocks: int,
     block_size: int,
 ) -> None:
-    fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
-    fast = twin(PrefixCachingPool(num_blocks, block_size), fits)
-    slow = twin(ReferencePrefixPool(num_blocks, block_size), fits)
+    fast, slow = twins(specs, num_blocks, block_size)
     for action in plan:
         act(fast, action)
         act(slow, action)
@@ -111,9 +119,7 @@ def test_bulk_pool_matches_the_reference_when_looked_at_seldom(
     # Looking settles the inline allocations; the engine looks only when it
     # allocates or frees, so several inline allocations, admissions and frees
     # run between two looks here, as they do in the simulator.
-    fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
-    fast = twin(PrefixCachingPool(num_blocks, block_size), fits)
-    slow = twin(ReferencePrefixPool(num_blocks, block_size), fits)
+    fast, slow = twins(specs, num_blocks, block_size)
     for i, (kind, index, chunk, inline) in enumerate(plan):
         if kind == "step" and inline and fast.running:
             # As the engine: inline (by count) only a request the pool lets grow so; one
