@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, WATERFALL_PNG, Figures
-from sim.metrics.lifecycle import SpanRow
 from sim.metrics.stats import Slo
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
+
+    from sim.engine.records import RequestTable
+    from sim.metrics.lifecycle import SpanRow
 
 TableFormat = Literal["parquet", "csv"]
 TABLE_FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
