@@ -24,8 +24,8 @@ from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
-from sim.metrics.report import FigureJob, write_outputs
-from sim.metrics.stats import summarize, with_request_metrics
+from sim.metrics.report import FigureJob, draw_figures, write_outputs
+from sim.metrics.stats import latency_columns, summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
 from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 from sim.scenario import Scenario
@@ -122,9 +122,11 @@ class Result:
         """
         count = num_requests or self.num_traced_requests or DEFAULT_TRACE_REQUESTS
         metadata = {"scenario": self.scenario.name, "num_traced_requests": count}
-        return trace_document(
-            self.spans(count), self.raw.requests, self.steps, self.timeseries, metadata
-        )
+        # The compact step log and the series columns: only the steps within the
+        # traced requests' window are worked out (a long run has millions).
+        raw = self.raw
+        spans = self.spans(count)
+        return trace_document(spans, raw.requests, raw.step_table, raw.series, metadata)
 
     def write(
         self,
@@ -137,22 +139,24 @@ class Result:
         """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``.
 
         With ``plots=False`` no figure is drawn: a caller that draws them apart
-        (``figure_job``) writes the rest here meanwhile.
+        (``figure_job``) writes the rest here meanwhile. The tables are written
+        from the run's columns, without pandas (``sim.metrics.table_files``),
+        unless the records are a frame already (a disaggregated run).
         """
-        import pandas as pd
-
+        raw = self.raw
+        records = raw.records
         written = write_outputs(
             out_dir,
-            self.requests,
+            _request_columns(records) if isinstance(records, RequestTable) else self.requests,
             # Expanded to one row per step only when written (tens of millions of rows).
-            self.steps if write_steps else pd.DataFrame(),
-            self.timeseries,
+            raw.step_table.columns() if write_steps else {},
+            raw.series,
             self.summary,
             write_steps=write_steps,
-            slo=self.scenario.slo,
-            plots=plots,
-            waterfall=self._waterfall() if plots else None,
+            plots=False,
         )
+        if plots:
+            written += draw_figures(self.figure_job(out_dir))
         if trace:
             written.append(write_trace(Path(out_dir) / "trace.json", self.trace()))
         return written
@@ -178,6 +182,18 @@ class Result:
         spans = self.spans()
         raw = self.raw.requests
         return spans, raw[raw["request_id"].isin(spans["request_id"])]
+
+
+def _request_columns(records: RequestTable) -> dict[str, npt.NDArray[Any]]:
+    """``Result.requests``' columns, from the run's ``RequestTable`` without a frame."""
+    columns = {name: records[name] for name in records.columns}
+    if not any(reason is not None for reason in columns["rejection_reason"].tolist()):
+        # As the frame holds it (a map that matched nothing): float NaN, not None.
+        columns["rejection_reason"] = np.full(len(records), np.nan)
+    with warnings.catch_warnings():  # as ``Result.requests``: NaN where undefined
+        warnings.simplefilter("ignore", RuntimeWarning)
+        columns.update(latency_columns(records))
+    return columns
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         paths = result.write(out, write_steps=args.write_steps, trace=args.trace, plots=False)
         paths += worker.finish()
     print(
-        f"simulated {len(result.requests)} requests in {elapsed_s:.2f} s; "
+        f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s; "
         f"wrote {len(paths)} files to {out}/"
     )
     return 0

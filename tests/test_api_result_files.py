@@ -132,14 +132,15 @@ def test_without_a_waterfall_there_is_no_waterfall_png(result: Result, tmp_path:
 
 def test_write_expands_the_step_log_only_to_write_it(tmp_path: Path) -> None:
     """The step log is kept by runs; one row per step (tens of millions at a million
-    requests) is built only for ``steps.parquet`` (``RawResult.steps`` is cached
-    in the instance once built)."""
+    requests) is built only for ``steps.parquet``, as columns: no frame of it
+    (``RawResult.steps``, cached in the instance once built) is made."""
     result = api.run(_scenario())
     assert "steps" not in vars(result.raw)
     written = result.write(tmp_path / "plain", plots=False)
     assert "steps" not in vars(result.raw)
     assert not any(path.name.startswith("steps") for path in written)
     written = result.write(tmp_path / "with", write_steps=True, plots=False)
-    assert "steps" in vars(result.raw)
+    assert "steps" not in vars(result.raw)
     table = next(path for path in written if path.name.startswith("steps"))
-    assert len(pd.read_parquet(table)) == result.raw.step_table.num_steps
+    pd.testing.assert_frame_equal(pd.read_parquet(table), result.raw.steps)
+    assert len(result.raw.steps) == result.raw.step_table.num_steps

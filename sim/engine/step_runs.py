@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -132,17 +133,60 @@ class StepRuns:
         counts = self.segments[name].astype(np.int64)
         return int(np.dot(counts, self.segments["num_steps"].astype(np.int64)))
 
-    def frame(self, with_replica: bool = False) -> pd.DataFrame:
-        """One row per step: ``STEP_COLUMNS``, then ``replica`` if asked, then
-        ``delivered_s`` when known."""
-        import pandas as pd
+    def overlapping(self, start_s: float, end_s: float) -> IntArray:
+        """Indices, in order, of the steps with ``end > start_s`` and ``start < end_s``.
 
+        Expands no column: a replica runs one step at a time, so a step starts
+        no earlier than the one before it ended, and only steps whose
+        predecessor ended before ``end_s`` can start before it; their starts
+        alone are worked out (``rows``).
+        """
+        ends = self.end_s
+        previous_ends = np.empty_like(ends)
+        previous_ends[:1] = -np.inf
+        previous_ends[1:] = ends[:-1]
+        candidates = np.flatnonzero((ends > start_s) & (previous_ends < end_s))
+        return candidates[self.rows(candidates, ("start_s",))["start_s"] < end_s]
+
+    def rows(
+        self, index: IntArray, names: Sequence[str] = ("start_s", "end_s", *COUNT_COLUMNS)
+    ) -> dict[str, npt.NDArray[Any]]:
+        """Columns ``names`` of ``frame()`` at the steps ``index`` only."""
+        num_steps = self.segments["num_steps"]
+        firsts = np.cumsum(num_steps, dtype=np.int64)
+        firsts -= num_steps
+        # A step's segment: the last one starting at or before it (an empty
+        # segment shares its first index with the next and is passed over).
+        segment = np.searchsorted(firsts, index, side="right") - 1
+        out: dict[str, npt.NDArray[Any]] = {}
+        for name in names:
+            if name == "end_s":
+                out[name] = self.end_s[index]
+            elif name == "start_s":
+                after = self.end_s[np.maximum(index - 1, 0)]  # within a segment
+                first = index == firsts[segment]
+                out[name] = np.where(first, self.segments["start_s"][segment], after)
+            elif name in COUNT_COLUMNS:
+                out[name] = self.segments[name][segment]
+            else:
+                raise KeyError(f"no step column {name!r}")
+        return out
+
+    def frame_columns(self, with_replica: bool = False) -> dict[str, npt.NDArray[Any]]:
+        """``frame()``'s columns, one entry per step."""
         columns = {name: self.column(name) for name in STEP_COLUMNS}
         if with_replica:
             columns["replica"] = np.full(self.num_steps, self.replica, dtype=np.int32)
         if self.delivery is not None:
             columns["delivered_s"] = self.column("delivered_s")
-        return pd.DataFrame(columns, copy=False)
+        return columns
+
+    def frame(self, with_replica: bool = False) -> pd.DataFrame:
+        """One row per step: ``STEP_COLUMNS``, then ``replica`` if asked, then
+        ``delivered_s`` when known."""
+        import pandas as pd
+
+        return pd.DataFrame(self.frame_columns(with_replica), copy=False)
 
 
 @dataclass(frozen=True)
@@ -166,12 +210,18 @@ class StepTable:
         """Sum of a count column over every step of every replica."""
         return sum(part.total(name) for part in self.parts)
 
+    def columns(self) -> dict[str, npt.NDArray[Any]]:
+        """``frame()``'s columns: one entry per step, replica after replica."""
+        parts = [part.frame_columns(with_replica=True) for part in self.parts]
+        if not parts:
+            empty = {name: np.empty(0, dtype=dtype) for name, dtype in STEP_COLUMNS.items()}
+            return {**empty, "replica": np.empty(0, dtype=np.int32)}
+        if len(parts) == 1:
+            return parts[0]
+        return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
     def frame(self) -> pd.DataFrame:
         """One row per step, replica after replica, with ``replica`` (and ``delivered_s``)."""
         import pandas as pd
 
-        frames = [part.frame(with_replica=True) for part in self.parts]
-        if not frames:
-            empty = {name: np.empty(0, dtype=dtype) for name, dtype in STEP_COLUMNS.items()}
-            return pd.DataFrame({**empty, "replica": np.empty(0, dtype=np.int32)})
-        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        return pd.DataFrame(self.columns(), copy=False)

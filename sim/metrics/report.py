@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -26,12 +26,16 @@ import numpy.typing as npt
 from sim.errors import ConfigError
 from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, WATERFALL_PNG, Figures
 from sim.metrics.stats import Slo
+from sim.metrics.table_files import write_csv, write_parquet
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
     from sim.engine.records import RequestTable
     from sim.metrics.lifecycle import SpanRow
+
+    # A frame, or columns by name (written without pandas: ``sim.metrics.table_files``).
+    Table: TypeAlias = pd.DataFrame | Mapping[str, npt.NDArray[Any]]
 
 TableFormat = Literal["parquet", "csv"]
 TABLE_FORMATS: tuple[TableFormat, ...] = ("parquet", "csv")
@@ -50,8 +54,12 @@ def have_parquet_engine() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _write_table(frame: pd.DataFrame, base: Path, formats: Collection[TableFormat]) -> list[Path]:
-    """Write ``frame`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV."""
+def _write_table(table: Table, base: Path, formats: Collection[TableFormat]) -> list[Path]:
+    """Write ``table`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV.
+
+    A frame through pandas; columns by name through ``sim.metrics.table_files``
+    (the same files without importing pandas).
+    """
     written: list[Path] = []
     suffixes = []
     for fmt in TABLE_FORMATS:  # fixed order, so the result does not depend on set order
@@ -67,10 +75,12 @@ def _write_table(frame: pd.DataFrame, base: Path, formats: Collection[TableForma
             suffixes.append(fmt)
     for fmt in suffixes:
         path = base.with_suffix(f".{fmt}")
-        if fmt == "parquet":
-            frame.to_parquet(path, index=False)
+        if isinstance(table, Mapping):
+            (write_parquet if fmt == "parquet" else write_csv)(table, path)
+        elif fmt == "parquet":
+            table.to_parquet(path, index=False)
         else:
-            frame.to_csv(path, index=False)
+            table.to_csv(path, index=False)
         written.append(path)
     return written
 
@@ -144,9 +154,9 @@ def prepare_figures(job: FigureJob) -> Figures:
 
 def write_outputs(
     out_dir: str | Path,
-    requests: pd.DataFrame,
-    steps: pd.DataFrame,
-    timeseries: pd.DataFrame,
+    requests: Table,
+    steps: Table,
+    timeseries: Table,
     summary: Mapping[str, object],
     formats: Collection[str] = ("parquet",),
     *,
@@ -161,7 +171,9 @@ def write_outputs(
     stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
     ``summary.json`` and ``timeseries.csv`` are always written; the figures of
     ``draw_figures`` (SLO lines of ``slo``; ``waterfall.png`` when ``waterfall``
-    gives (phase spans, raw request records)) unless ``plots=False``.
+    gives (phase spans, raw request records)) unless ``plots=False``, which
+    columns (rather than frames) need: the figures of a run's columns come
+    from ``Result.figure_job``.
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
@@ -175,9 +187,14 @@ def write_outputs(
     summary_path = out / "summary.json"
     summary_path.write_text(summary_to_json(summary) + "\n", encoding="utf-8")
     timeseries_path = out / "timeseries.csv"
-    timeseries.to_csv(timeseries_path, index=False)
+    if isinstance(timeseries, Mapping):
+        write_csv(timeseries, timeseries_path)
+    else:
+        timeseries.to_csv(timeseries_path, index=False)
     written += [summary_path, timeseries_path]
     if plots:
+        if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
+            raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
         written += draw_figures(FigureJob(out, requests, timeseries, slo, waterfall))
     return written
 

@@ -19,15 +19,21 @@ the file stays small however long the run.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import numpy as np
+import numpy.typing as npt
 
+from sim.engine.step_runs import StepTable
 from sim.metrics.lifecycle import records
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
+
+    # A frame, or a run's columns by name (``RawResult.series``).
+    Table: TypeAlias = pd.DataFrame | Mapping[str, npt.NDArray[Any]]
 
 REQUESTS_PID = 1
 FIRST_REPLICA_PID = 2
@@ -60,16 +66,48 @@ def _meta(kind: str, pid: int, tid: int, **args: object) -> Event:
     return {"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args}
 
 
-def _replica_of(frame: pd.DataFrame) -> np.ndarray[Any, np.dtype[np.int64]]:
-    if "replica" in frame.columns:
-        return np.asarray(frame["replica"].to_numpy(), dtype=np.int64)
-    return np.zeros(len(frame), dtype=np.int64)
+_STEP_FIELDS = ("start_s", "end_s", "num_prefill_tokens", "num_decode_seqs")
+
+
+def _replica_of(table: Table) -> npt.NDArray[np.int64]:
+    """Each row's replica (0 without a ``replica`` column): a frame or columns."""
+    if "replica" in table:
+        return np.asarray(table["replica"], dtype=np.int64)
+    return np.zeros(len(table["time_s" if "time_s" in table else "end_s"]), dtype=np.int64)
+
+
+def _steps_in(
+    steps: pd.DataFrame | StepTable, window_s: tuple[float, float], max_steps: int
+) -> dict[int, dict[str, npt.NDArray[Any]]]:
+    """Per replica, the first ``max_steps`` steps overlapping ``window_s``, as columns.
+
+    A ``StepTable`` (a run's compact log) gives them without expanding the
+    log: a long run has tens of millions of steps, the window a few thousand.
+    """
+    start_s, end_s = window_s
+    if isinstance(steps, StepTable):
+        return {
+            part.replica: part.rows(part.overlapping(start_s, end_s)[:max_steps], _STEP_FIELDS)
+            for part in steps.parts
+            if part.num_steps  # as a frame's rows would show it
+        }
+    step_replica = _replica_of(steps)
+    out = {}
+    for replica in sorted(set(step_replica.tolist())):
+        mine = step_replica == replica
+        starts = np.asarray(steps["start_s"], dtype=np.float64)[mine]
+        ends = np.asarray(steps["end_s"], dtype=np.float64)[mine]
+        keep = np.flatnonzero((ends > start_s) & (starts < end_s))[:max_steps]
+        out[replica] = {name: np.asarray(steps[name])[mine][keep] for name in _STEP_FIELDS}
+    return out
 
 
 def request_events(spans: pd.DataFrame, requests: pd.DataFrame) -> list[Event]:
     """The "requests" process: per request a parent span, its phases and a TTFT instant."""
     events: list[Event] = [_meta("process_name", REQUESTS_PID, 0, name="requests")]
-    rows = {int(row["request_id"]): row for row in records(requests)}
+    # Only the traced requests' rows: a long run has millions.
+    traced = requests[requests["request_id"].isin(spans["request_id"].unique())]
+    rows = {int(row["request_id"]): row for row in records(traced)}
     for request_id, group in spans.groupby("request_id", sort=True):
         tid = int(cast(int, request_id))
         row = rows[tid]
@@ -114,31 +152,33 @@ def _step_name(num_prefill_tokens: int, num_decode_seqs: int) -> str:
 
 
 def replica_events(
-    steps: pd.DataFrame,
-    timeseries: pd.DataFrame,
+    steps: pd.DataFrame | StepTable,
+    timeseries: Table,
     window_s: tuple[float, float],
     max_steps: int = MAX_STEPS,
 ) -> list[Event]:
-    """One process per replica: its steps within ``window_s`` and its queue / KV counters."""
+    """One process per replica: its steps within ``window_s`` and its queue / KV counters.
+
+    ``steps``: a frame of the step log, or the run's compact ``StepTable``;
+    ``timeseries``: a frame or columns (``RawResult.series``).
+    """
     start_s, end_s = window_s
-    step_replica, series_replica = _replica_of(steps), _replica_of(timeseries)
+    windows = _steps_in(steps, window_s, max_steps)
+    series_replica = _replica_of(timeseries)
     events: list[Event] = []
-    for replica in sorted(set(step_replica.tolist()) | set(series_replica.tolist())):
+    for replica in sorted(set(windows) | set(series_replica.tolist())):
         pid = FIRST_REPLICA_PID + replica
         events.append(_meta("process_name", pid, 0, name=f"replica {replica}"))
         events.append(_meta("thread_name", pid, 0, name="engine steps"))
-        series = timeseries[series_replica == replica]
-        sample_s = series["time_s"].to_numpy(dtype=np.float64)
-        kv = series["num_kv_blocks_used"].to_numpy()
-        mine = steps[step_replica == replica]
-        starts = mine["start_s"].to_numpy(dtype=np.float64)
-        ends = mine["end_s"].to_numpy(dtype=np.float64)
-        keep = np.flatnonzero((ends > start_s) & (starts < end_s))[:max_steps]
-        prefill = mine["num_prefill_tokens"].to_numpy()
-        decode = mine["num_decode_seqs"].to_numpy()
+        mine = series_replica == replica
+        sample_s = np.asarray(timeseries["time_s"], dtype=np.float64)[mine]
+        kv = np.asarray(timeseries["num_kv_blocks_used"])[mine]
+        window = windows.get(replica) or {name: np.empty(0) for name in _STEP_FIELDS}
+        starts, ends = window["start_s"], window["end_s"]
+        prefill, decode = window["num_prefill_tokens"], window["num_decode_seqs"]
         # KV blocks in use when the step was planned: the last sample at or before its start.
-        at = np.searchsorted(sample_s, starts[keep], side="right") - 1
-        for index, sample in zip(keep.tolist(), at.tolist(), strict=True):
+        at = np.searchsorted(sample_s, starts, side="right") - 1
+        for index, sample in enumerate(at.tolist()):
             num_prefill, num_decode = int(prefill[index]), int(decode[index])
             event = _span(
                 _step_name(num_prefill, num_decode), "step", starts[index], ends[index], pid, 0
@@ -150,7 +190,8 @@ def replica_events(
             }
             events.append(event)
         inside = np.flatnonzero((sample_s >= start_s) & (sample_s <= end_s))
-        waiting, running = series["num_waiting"].to_numpy(), series["num_running"].to_numpy()
+        waiting = np.asarray(timeseries["num_waiting"])[mine]
+        running = np.asarray(timeseries["num_running"])[mine]
         for index in inside[: 2 * max_steps].tolist():
             ts = _us(sample_s[index])
             queue = {"waiting": int(waiting[index]), "running": int(running[index])}
@@ -163,8 +204,8 @@ def replica_events(
 def trace_document(
     spans: pd.DataFrame,
     requests: pd.DataFrame,
-    steps: pd.DataFrame,
-    timeseries: pd.DataFrame,
+    steps: pd.DataFrame | StepTable,
+    timeseries: Table,
     metadata: dict[str, object] | None = None,
     max_steps: int = MAX_STEPS,
 ) -> dict[str, Any]:
