@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy.typing as npt
 
 from sim.engine.cohort import Cohort
 from sim.engine.columns import Columns
@@ -81,10 +83,7 @@ class EngineCore(StepCommits):
         self._series_counts = self.series.group(
             "i4", ("num_waiting", "num_running", "num_kv_blocks_used")
         ).extend
-        self.records = Columns(RECORD_COLUMNS)
-        self._record_times = self.records.group("f8", _RECORD_TIMES).extend
-        self._record_counts = self.records.group("i8", _RECORD_COUNTS).extend
-        self._record_replica = self.records.group("i4", ("replica",)).append
+        self._new_records()
         self.rejections: dict[int, str] = {}
         # Async scheduling (vLLM's AsyncScheduler), switched on by the executor:
         # the plan of step N+1 is made while step N runs, so it cannot see
@@ -256,6 +255,22 @@ class EngineCore(StepCommits):
         self.num_done += 1
         if self.on_done is not None:
             self.on_done(request)
+
+    def _new_records(self) -> None:
+        """An empty record table, and direct references to its groups (a row per request)."""
+        self.records = Columns(RECORD_COLUMNS)
+        self._record_times = self.records.group("f8", _RECORD_TIMES).extend
+        self._record_counts = self.records.group("i8", _RECORD_COUNTS).extend
+        self._record_replica = self.records.group("i4", ("replica",)).append
+
+    def take_records(self) -> dict[str, npt.NDArray[Any]]:
+        """The records' columns (``records.views()``), handed over: the core keeps
+        an empty table, so the views hold the only reference to the rows, and a
+        result that copies them (in request order) frees the original (~130
+        bytes a request) instead of holding both while the core lives."""
+        views = self.records.views()
+        self._new_records()
+        return views
 
     def flush_unfinished(self) -> None:
         """Record requests still queued or running (finish time NaN) and clear them."""

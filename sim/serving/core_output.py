@@ -41,13 +41,18 @@ class CoreOutput:
 
     @classmethod
     def of(cls, core: EngineCore) -> CoreOutput:
-        """``core``'s outputs; call once the run is over (after ``flush_unfinished``)."""
+        """``core``'s outputs; call once the run is over (after ``flush_unfinished``).
+
+        The records are taken from the core (``EngineCore.take_records``): it is
+        left with an empty table, and the result's copy in request order is then
+        the only one held.
+        """
         series = core.series.views()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
         series["replica"] = np.full(len(series["time_s"]), core.replica, dtype=np.int32)
         return cls(
             replica=core.replica,
-            records=core.records.views(),
+            records=core.take_records(),  # the core keeps none: see take_records
             rejections=core.rejections,
             later_runs=core.later_runs,
             runs=core.steps.runs(core.replica),

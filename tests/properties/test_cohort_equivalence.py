@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -107,12 +108,21 @@ def run(
         commit(plan, start_s, ends_s)
 
     core.commit = counting  # type: ignore[method-assign]
+    # The records in the order requests left, as the core hands them to the result.
+    take = core.take_records
+    finish_order: list[int] = []
+
+    def taking() -> dict[str, npt.NDArray[Any]]:
+        records = take()
+        finish_order.extend(records["request_id"].tolist())
+        return records
+
+    core.take_records = taking  # type: ignore[method-assign]
     raw = simulation.run(cast(OpenLoop, arrays))
     assert core.kv.num_free_blocks == engine.num_kv_blocks  # every block returned
     if core.cohort is not None:
         assert core.cohort.num_members == 0  # flushed
     kv = core.kv
-    finish_order = core.records.views()["request_id"].tolist()
     if not isinstance(kv, PrefixCachingPool):
         return Run(raw, member_steps, finish_order, [], {}, 0)
     return Run(
