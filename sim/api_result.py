@@ -25,7 +25,7 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
-from sim.metrics.stats import latency_columns, summarize, with_request_metrics
+from sim.metrics.stats import request_columns, summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
 from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 from sim.scenario import Scenario
@@ -147,7 +147,7 @@ class Result:
         records = raw.records
         written = write_outputs(
             out_dir,
-            _request_columns(records) if isinstance(records, RequestTable) else self.requests,
+            request_columns(records) if isinstance(records, RequestTable) else self.requests,
             # Expanded to one row per step only when written (tens of millions of rows).
             raw.step_table.columns() if write_steps else {},
             raw.series,
@@ -182,18 +182,6 @@ class Result:
         spans = self.spans()
         raw = self.raw.requests
         return spans, raw[raw["request_id"].isin(spans["request_id"])]
-
-
-def _request_columns(records: RequestTable) -> dict[str, npt.NDArray[Any]]:
-    """``Result.requests``' columns, from the run's ``RequestTable`` without a frame."""
-    columns = {name: records[name] for name in records.columns}
-    if not any(reason is not None for reason in columns["rejection_reason"].tolist()):
-        # As the frame holds it (a map that matched nothing): float NaN, not None.
-        columns["rejection_reason"] = np.full(len(records), np.nan)
-    with warnings.catch_warnings():  # as ``Result.requests``: NaN where undefined
-        warnings.simplefilter("ignore", RuntimeWarning)
-        columns.update(latency_columns(records))
-    return columns
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:

@@ -23,8 +23,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
+from sim.engine.records import RequestTable
 from sim.metrics import table_files
 from sim.metrics.report import write_outputs
+from sim.metrics.stats import request_columns
 from sim.metrics.table_files import write_csv, write_parquet
 
 ROOT = Path(__file__).parent.parent
@@ -171,12 +173,9 @@ def test_a_run_writes_from_its_columns_what_its_frames_give(
 
 def _columns_of(result: api.Result) -> tuple[Any, Any, Any]:
     """What ``Result.write`` hands ``write_outputs``: the run's columns."""
-    from sim.api_result import _request_columns
-    from sim.engine.records import RequestTable
-
     records = result.raw.records
     assert isinstance(records, RequestTable)
-    return _request_columns(records), result.raw.step_table.columns(), result.raw.series
+    return request_columns(records), result.raw.step_table.columns(), result.raw.series
 
 
 def test_result_write_keeps_every_request_and_column(tmp_path: Path) -> None:

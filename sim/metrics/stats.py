@@ -26,8 +26,9 @@ weights by treating an integer weight ``k`` as ``k`` repeated values.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -141,6 +142,19 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with the columns of ``request_latencies`` added."""
     latencies = request_latencies(requests)
     return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
+
+
+def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
+    """``with_request_metrics(table.frame())``'s columns, without pandas (what
+    ``servesim run`` writes to ``requests.parquet``)."""
+    columns = {name: table[name] for name in table.columns}
+    if not any(reason is not None for reason in columns["rejection_reason"].tolist()):
+        # As the frame holds it (a map that matched nothing): float NaN, not None.
+        columns["rejection_reason"] = np.full(len(table), np.nan)
+    with warnings.catch_warnings():  # NaN where undefined, as ``Result.requests``
+        warnings.simplefilter("ignore", RuntimeWarning)
+        columns.update(latency_columns(table))
+    return columns
 
 
 def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> BoolArray:
