@@ -40,11 +40,16 @@ texts = st.one_of(
 
 @st.composite
 def tables(draw: st.DrawFn) -> dict[str, np.ndarray]:
-    """Columns of the kinds a run stores: float64 (NaN, inf, -0.0), int64, int32, bool, text."""
+    """Columns of the kinds a run stores: float64 (NaN, inf, -0.0), int64, int32, bool,
+    text; and float32 (printed by numpy, not ``repr``)."""
     num_rows = draw(st.integers(0, 30))
     floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
     kinds: dict[str, Any] = {
         "f8": lambda: np.array(draw(st.lists(floats, min_size=num_rows, max_size=num_rows))),
+        "f4": lambda: np.array(
+            draw(st.lists(st.floats(width=32), min_size=num_rows, max_size=num_rows)),
+            dtype=np.float32,
+        ),
         "i8": lambda: np.array(
             draw(st.lists(st.integers(-(2**62), 2**62), min_size=num_rows, max_size=num_rows)),
             dtype=np.int64,
@@ -96,6 +101,24 @@ def test_files_are_what_pandas_writes(
     pd.testing.assert_frame_equal(pd.read_parquet(mine), pd.read_parquet(theirs))
     assert same_arrow(mine, theirs)
     assert pq.read_schema(mine).metadata is None
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"x": np.array([np.nan, 1.0])},  # one column: an empty field is written as ""
+        {"x": np.array([0.1, np.nan], np.float32), "y": np.array([1e300, 5e-324])},
+        {
+            "x": np.array([1e16, 1e15, 1.2345678901234568e17, 1e-4, 1e-5, -0.0, np.inf, -np.inf]),
+            "n": np.arange(8, dtype=np.int32),
+            "b": np.arange(8) % 3 == 0,
+        },
+    ],
+)
+def test_number_text_at_the_edges_is_pandas(columns: dict[str, np.ndarray], tmp_path: Path) -> None:
+    write_csv(columns, tmp_path / "mine.csv")
+    pd.DataFrame(columns).to_csv(tmp_path / "pandas.csv", index=False)
+    assert (tmp_path / "mine.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
 
 
 def test_a_large_table_is_written_a_slice_at_a_time(

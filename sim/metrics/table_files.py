@@ -112,13 +112,26 @@ def write_parquet(columns: Columns, path: str | Path) -> Path:
 
 
 def _text(values: npt.NDArray[Any], name: str) -> list[str]:
-    """One column as pandas' ``to_csv`` prints it."""
-    if values.dtype.kind == "O":
+    """One column as pandas' ``to_csv`` prints it.
+
+    pandas prints numbers with numpy's ``astype(str)``; for float64 that is
+    Python's ``repr`` (the shortest text that reads back to the same float,
+    the same switch to exponents), which is ~1.7x faster than numpy's.
+    """
+    kind = values.dtype.kind
+    if kind == "O":
         return ["" if text is None else text for text in _strings(values, name)]
-    text = values.astype(str)  # pandas' own conversion (a float's shortest round trip)
-    if values.dtype.kind == "f":
-        text[np.isnan(values)] = ""
-    return text.tolist()
+    if kind == "f" and values.dtype.itemsize == 8:
+        text = list(map(repr, values.tolist()))
+        for index in np.flatnonzero(np.isnan(values)).tolist():
+            text[index] = ""
+        return text
+    if kind in "iub":
+        return list(map(str, values.tolist()))
+    printed = values.astype(str)  # other floats: numpy's own text for their width
+    if kind == "f":
+        printed[np.isnan(values)] = ""
+    return printed.tolist()
 
 
 def write_csv(columns: Columns, path: str | Path) -> Path:
@@ -126,13 +139,19 @@ def write_csv(columns: Columns, path: str | Path) -> Path:
     out = Path(path)
     num_rows = _check(columns, out)
     arrays = [(name, np.asarray(values)) for name, values in columns.items()]
+    # Numbers never need quotes: their rows are joined directly (~2x faster
+    # than the csv module, which text columns need for their quoting, and a
+    # lone column too: the module writes a row of one empty field as "").
+    plain = len(arrays) > 1 and all(values.dtype.kind in "iubf" for _, values in arrays)
     with out.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(list(columns))
         # A slice at a time: as Python strings a row takes ~50 bytes a column.
         for start in range(0, num_rows, CSV_SLICE_ROWS):
             part = slice(start, start + CSV_SLICE_ROWS)
-            writer.writerows(
-                zip(*[_text(values[part], name) for name, values in arrays], strict=True)
-            )
+            rows = zip(*[_text(values[part], name) for name, values in arrays], strict=True)
+            if plain:
+                handle.write("".join([",".join(row) + "\n" for row in rows]))
+            else:
+                writer.writerows(rows)
     return out
