@@ -74,28 +74,46 @@ class Result:
 
     def token_times_s(self, request_id: int) -> npt.NDArray[np.float64]:
         """Stream time of every output token of one request, in seconds."""
-        import pandas as pd
-
         if self.scenario.speculative is not None:
             raise NotImplementedError("token times assume one token per step (speculation is on)")
-        row = self.raw.requests.loc[self.raw.requests["request_id"] == request_id]
-        if row.empty:
-            raise KeyError(f"no request {request_id}")
-        first = float(row["engine_first_token_s"].iloc[0])
-        count = int(row["num_generated_tokens"].iloc[0])
+        first, count, replica, prefill = self._token_source(request_id)
         if np.isnan(first):
             return np.empty(0)
-        prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
-        replica = int(row["replica"].iloc[0])
         engine_s = request_token_times_s(
-            self.raw.step_table,
-            first,
-            count,
-            self.raw.later_runs.get(request_id),
-            replica,
-            None if prefill is None or pd.isna(prefill) else int(prefill),
+            self.raw.step_table, first, count, self.raw.later_runs.get(request_id), replica, prefill
         )
         return self._delivery.client_s(engine_s, np.full(engine_s.shape, replica))
+
+    def _token_source(self, request_id: int) -> tuple[float, int, int, int | None]:
+        """(engine first-token time, tokens, replica, prefill replica) of one request.
+
+        From the run's columns (ids in order: a binary search) when it has
+        them, else from its frame (a disaggregated run: with a prefill replica).
+        """
+        records = self.raw.records
+        if isinstance(records, RequestTable):
+            ids = records["request_id"]
+            at = int(np.searchsorted(ids, request_id))
+            if at == len(ids) or ids[at] != request_id:
+                raise KeyError(f"no request {request_id}")
+            return (
+                float(records["engine_first_token_s"][at]),
+                int(records["num_generated_tokens"][at]),
+                int(records["replica"][at]),
+                None,
+            )
+        import pandas as pd
+
+        row = records.loc[records["request_id"] == request_id]
+        if row.empty:
+            raise KeyError(f"no request {request_id}")
+        prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
+        return (
+            float(row["engine_first_token_s"].iloc[0]),
+            int(row["num_generated_tokens"].iloc[0]),
+            int(row["replica"].iloc[0]),
+            None if prefill is None or pd.isna(prefill) else int(prefill),
+        )
 
     @functools.cached_property
     def _delivery(self) -> Delivery:

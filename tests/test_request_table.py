@@ -8,6 +8,7 @@ unfinished requests, single-token outputs, priorities and replicas.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim import api
 from sim.api_result import _policy_summary
 from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.records import (
@@ -188,3 +190,39 @@ def test_a_run_summarises_without_pandas_and_builds_its_frames_when_asked(
         "print(len(r.requests), len(r.timeseries) > 0, 'pandas' in sys.modules)\n"
     )
     assert run_python(code) == "False 60 60 True True"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["workload.num_requests=120"],
+        # Preempted requests (token runs broken), and some turned away (no tokens).
+        [
+            "workload.num_requests=200",
+            "engine.num_kv_blocks=300",
+            "engine.max_model_len_tokens=1500",
+        ],
+    ],
+)
+def test_token_times_from_the_columns_are_those_from_the_frame(overrides: list[str]) -> None:
+    scenarios = Path(__file__).parent.parent / "scenarios"
+    result = api.run(scenarios / "chat.yaml", overrides, workers=1)
+    assert isinstance(result.raw.records, RequestTable)
+    framed = api.Result(
+        result.scenario,
+        result.summary,
+        dataclasses.replace(result.raw, records=result.raw.requests),
+    )
+    assert not isinstance(framed.raw.records, RequestTable)
+    ids = result.raw.records["request_id"].tolist()
+    for request_id in ids[::7]:
+        ours = result.token_times_s(request_id)
+        np.testing.assert_array_equal(ours, framed.token_times_s(request_id))
+    if result.raw.rejections:  # a rejected request streams no token
+        rejected = next(iter(result.raw.rejections))
+        assert result.token_times_s(rejected).size == framed.token_times_s(rejected).size == 0
+    for missing in (max(ids) + 1, -1):
+        with pytest.raises(KeyError, match=f"no request {missing}"):
+            result.token_times_s(missing)
+        with pytest.raises(KeyError, match=f"no request {missing}"):
+            framed.token_times_s(missing)
