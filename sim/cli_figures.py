@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-import sys
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +44,7 @@ from sim.cli_figure_processes import (
     write_all,
 )
 from sim.errors import ConfigError
+from sim.serving.forks import forking_supported
 
 if TYPE_CHECKING:
     from sim.metrics.report import FigureJob
@@ -52,11 +52,6 @@ if TYPE_CHECKING:
 
 class FigureError(RuntimeError):
     """The figure process failed: its one-line error, or the signal that ended it."""
-
-
-def forking_supported() -> bool:
-    """Whether figures may be drawn in a forked process here (Linux only)."""
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 # Above this share of the last 10 s with a task waiting for a CPU, no core is spare.

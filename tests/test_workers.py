@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -253,7 +254,7 @@ def test_the_default_is_one_process_inside_a_worker_or_without_fork(
     assert default_num_workers(16, many) == 1
     monkeypatch.undo()
     monkeypatch.setattr(workers_module, "usable_cpus", lambda: 8)
-    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])
+    monkeypatch.delattr(os, "fork")
     assert default_num_workers(16, many) == 1
 
 
@@ -262,7 +263,7 @@ def test_other_systems_run_in_one_process_even_when_asked_for_more(
     platform: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(workers_module, "usable_cpus", lambda: 8)
-    monkeypatch.setattr(workers_module.sys, "platform", platform)
+    monkeypatch.setattr(sys, "platform", platform)
     assert default_num_workers(16, 100 * workers_module.MIN_REQUESTS_PER_WORKER) == 1
 
     def refuse(*args: Any) -> None:

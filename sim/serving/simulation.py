@@ -24,12 +24,13 @@ from sim.serving.core_output import CoreOutput
 from sim.serving.disagg import Disaggregated
 from sim.serving.engine_config import Engine
 from sim.serving.feed import Feed, OpenLoop, requests_in_order, submission_order
+from sim.serving.forks import forking_supported
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
-from sim.serving.workers import default_num_workers, forking_supported, run_in_workers
+from sim.serving.workers import default_num_workers, run_in_workers
 
 
 @runtime_checkable

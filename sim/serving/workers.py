@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import sys
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
@@ -28,6 +27,7 @@ import numpy as np
 
 from sim.serving.core_output import CoreOutput
 from sim.serving.feed import Feed
+from sim.serving.forks import forking_supported
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 
@@ -42,12 +42,6 @@ def usable_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def forking_supported() -> bool:
-    """Whether workers may be forked here: Linux only (as ``servesim run``'s figures:
-    elsewhere a fork without exec is unsafe, macOS's system libraries, or missing)."""
-    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
 def default_num_workers(num_replicas: int, num_requests: int) -> int:
