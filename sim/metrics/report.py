@@ -55,11 +55,7 @@ def have_parquet_engine() -> bool:
 
 
 def _write_table(table: Table, base: Path, formats: Collection[TableFormat]) -> list[Path]:
-    """Write ``table`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV.
-
-    A frame through pandas; columns by name through ``sim.metrics.table_files``
-    (the same files without importing pandas).
-    """
+    """Write ``table`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV."""
     written: list[Path] = []
     suffixes = []
     for fmt in TABLE_FORMATS:  # fixed order, so the result does not depend on set order
@@ -74,15 +70,22 @@ def _write_table(table: Table, base: Path, formats: Collection[TableFormat]) -> 
         if fmt not in suffixes:
             suffixes.append(fmt)
     for fmt in suffixes:
-        path = base.with_suffix(f".{fmt}")
-        if isinstance(table, Mapping):
-            (write_parquet if fmt == "parquet" else write_csv)(table, path)
-        elif fmt == "parquet":
-            table.to_parquet(path, index=False)
-        else:
-            table.to_csv(path, index=False)
-        written.append(path)
+        written.append(_write_file(table, base.with_suffix(f".{fmt}")))
     return written
+
+
+def _write_file(table: Table, path: Path) -> Path:
+    """``table`` as ``path``'s suffix says (``.parquet`` or ``.csv``): a frame
+    through pandas, columns by name through ``sim.metrics.table_files`` (the
+    same files without importing pandas)."""
+    parquet = path.suffix == ".parquet"
+    if isinstance(table, Mapping):
+        (write_parquet if parquet else write_csv)(table, path)
+    elif parquet:
+        table.to_parquet(path, index=False)
+    else:
+        table.to_csv(path, index=False)
+    return path
 
 
 def _jsonable(value: object) -> object:
@@ -186,12 +189,7 @@ def write_outputs(
         written += _write_table(steps, out / "steps", chosen)
     summary_path = out / "summary.json"
     summary_path.write_text(summary_to_json(summary) + "\n", encoding="utf-8")
-    timeseries_path = out / "timeseries.csv"
-    if isinstance(timeseries, Mapping):
-        write_csv(timeseries, timeseries_path)
-    else:
-        timeseries.to_csv(timeseries_path, index=False)
-    written += [summary_path, timeseries_path]
+    written += [summary_path, _write_file(timeseries, out / "timeseries.csv")]
     if plots:
         if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
             raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
