@@ -87,15 +87,15 @@ class Result:
     def _token_source(self, request_id: int) -> tuple[float, int, int, int | None]:
         """(engine first-token time, tokens, replica, prefill replica) of one request.
 
-        From the run's columns (ids in order: a binary search) when it has
-        them, else from its frame (a disaggregated run: with a prefill replica).
+        From the run's columns (``RequestTable.find``) when it has them, else
+        from its frame (a disaggregated run: with a prefill replica).
         """
         records = self.raw.records
         if isinstance(records, RequestTable):
-            ids = records["request_id"]
-            at = int(np.searchsorted(ids, request_id))
-            if at == len(ids) or ids[at] != request_id:
+            rows, found = records.find(request_id)
+            if not found:
                 raise KeyError(f"no request {request_id}")
+            at = int(rows)
             return (
                 float(records["engine_first_token_s"][at]),
                 int(records["num_generated_tokens"][at]),

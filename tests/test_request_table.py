@@ -226,3 +226,19 @@ def test_token_times_from_the_columns_are_those_from_the_frame(overrides: list[s
             result.token_times_s(missing)
         with pytest.raises(KeyError, match=f"no request {missing}"):
             framed.token_times_s(missing)
+
+
+def test_find_gives_each_id_its_row_and_says_which_are_missing() -> None:
+    ids = np.array([2, 5, 9], dtype=np.int64)
+    columns = {name: np.zeros(3, dtype=dtype) for name, dtype in RECORD_COLUMNS.items()}
+    columns["request_id"] = ids
+    found_table = RequestTable(columns, {})
+    rows, found = found_table.find([9, 2, 5, 0, 6, 10])
+    assert found.tolist() == [True, True, True, False, False, False]
+    assert rows[found].tolist() == [2, 0, 1]
+    assert all(0 <= row < 3 for row in rows.tolist())  # missing ids still index a row
+    rows, found = found_table.find(5)
+    assert bool(found) and int(rows) == 1
+    empty = {name: np.zeros(0, dtype=dtype) for name, dtype in RECORD_COLUMNS.items()}
+    rows, found = RequestTable(empty, {}).find([1, 2])
+    assert found.tolist() == [False, False]

@@ -84,6 +84,17 @@ class RequestTable:
             return np.array([reasons.get(i) for i in self._columns["request_id"].tolist()], object)
         return self._columns[name]
 
+    def find(self, request_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], BoolArray]:
+        """The row of each of ``request_ids`` and whether it is in the table (a
+        binary search: rows are in id order). A missing id's row is some valid
+        row, not its own: read only where found."""
+        known = self._columns["request_id"]
+        wanted = np.asarray(request_ids)
+        rows = np.minimum(np.searchsorted(known, wanted), max(self._num_rows - 1, 0))
+        if not self._num_rows:
+            return rows, np.zeros(wanted.shape, dtype=bool)
+        return rows, known[rows] == wanted
+
     @property
     def rejected(self) -> BoolArray:
         """True for requests turned away (with a non-empty reason)."""

@@ -118,11 +118,7 @@ def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> Flo
     """``first_token_s`` of each of ``ids`` (NaN for an id not in ``requests``)."""
     if not isinstance(requests, RequestTable):
         return requests.set_index("request_id").reindex(ids)["first_token_s"].to_numpy(float)
-    known = requests["request_id"]  # sorted
-    wanted = np.array(ids, dtype=np.int64)
-    at = np.minimum(np.searchsorted(known, wanted), max(len(known) - 1, 0))
+    rows, found = requests.find(np.array(ids, dtype=np.int64))
     out = np.full(len(ids), np.nan)
-    if len(known):
-        found = known[at] == wanted
-        out[found] = requests["first_token_s"][at[found]]
+    out[found] = requests["first_token_s"][rows[found]]
     return out
