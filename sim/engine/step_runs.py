@@ -120,13 +120,18 @@ class StepRuns:
             # Within a segment a step starts where the one before ended.
             starts = np.empty(self.num_steps)
             starts[1:] = self.end_s[:-1]
-            firsts = np.cumsum(num_steps, dtype=np.int64)
-            firsts -= num_steps
-            starts[firsts] = self.segments["start_s"]
+            starts[self._firsts()] = self.segments["start_s"]
             return starts
         if name not in COUNT_COLUMNS:
             raise KeyError(f"no step column {name!r}")
         return np.repeat(self.segments[name], num_steps)
+
+    def _firsts(self) -> IntArray:
+        """The index of each segment's first step."""
+        num_steps = self.segments["num_steps"]
+        firsts = np.cumsum(num_steps, dtype=np.int64)
+        firsts -= num_steps
+        return firsts
 
     def total(self, name: str) -> int:
         """Sum of a count column over all steps (exact, without expanding)."""
@@ -152,9 +157,7 @@ class StepRuns:
         self, index: IntArray, names: Sequence[str] = ("start_s", "end_s", *COUNT_COLUMNS)
     ) -> dict[str, npt.NDArray[Any]]:
         """Columns ``names`` of ``frame()`` at the steps ``index`` only."""
-        num_steps = self.segments["num_steps"]
-        firsts = np.cumsum(num_steps, dtype=np.int64)
-        firsts -= num_steps
+        firsts = self._firsts()
         # A step's segment: the last one starting at or before it (an empty
         # segment shares its first index with the next and is passed over).
         segment = np.searchsorted(firsts, index, side="right") - 1
