@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +46,14 @@ def servesim(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def run_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
-    """Run in-process; expect exit status 2 and one line on stderr; return that line."""
-    status = main(["run", *args, "-q"])
+    """Run in-process; expect exit status 2 and one line on stderr; return that line.
+
+    Into a folder of its own: the default, ``runs/<name>`` under the working
+    directory, may already hold a run (the README's first command writes
+    ``runs/chat``), which ``servesim run`` notes on stderr.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        status = main(["run", *args, "--out", str(Path(folder) / "out"), "-q"])
     out, err = capsys.readouterr()
     assert status == 2, (out, err)
     lines = err.strip().splitlines()
