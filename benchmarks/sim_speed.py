@@ -14,20 +14,27 @@ in one run are the numbers to trust):
   one worker process per usable CPU, ``sim.serving.workers``) and in this
   process alone, side by side.
 
-Each row also gives the engine plans per request (about one at each arrival and
-one at each finish: the simulator's cost is per plan and per request, not per token).
+Each workload runs twice, side by side: through the compiled loop
+(``sim.serving.compiled``, numba; ``SERVESIM_COMPILED=always``) and through
+the Python path (``never``), and the two runs' finish times must be identical.
+The 16 replicas' "1 proc." row is the Python path in this process alone (the
+compiled loop always runs every replica in this process). ``--loop`` picks
+one. Each row also gives the engine plans per request (about one at each
+arrival and one at each finish: the cost is per plan and per request, not per
+token).
 
 Then a smaller slice of ``base`` step by step and with skip-ahead, whose finish
 times must agree exactly. Peak memory (RSS) is the process's high-water mark,
 so run ``--only base`` for the memory of one workload.
 
     python benchmarks/sim_speed.py                       # 100,000 base requests
-    python benchmarks/sim_speed.py --only base --num-requests 1000000
+    python benchmarks/sim_speed.py --only base --num-requests 1000000 --loop compiled
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import sys
 import time
@@ -36,6 +43,7 @@ from pathlib import Path
 
 from sim import api
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
+from sim.serving.compiled import path
 from sim.serving.workers import default_num_workers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,10 +91,19 @@ def replicas(num_requests: int) -> Scenario:
     )
 
 
-def timed(sc: Scenario, workers: int | None = None) -> tuple[float, api.Result]:
-    started = time.perf_counter()
-    result = api.run(sc, workers=workers)
-    return time.perf_counter() - started, result
+def timed(sc: Scenario, loop: str, workers: int | None = None) -> tuple[float, api.Result]:
+    """``api.run`` of ``sc`` with ``SERVESIM_COMPILED=loop``: wall seconds, result."""
+    previous = os.environ.get("SERVESIM_COMPILED")
+    os.environ["SERVESIM_COMPILED"] = loop
+    try:
+        started = time.perf_counter()
+        result = api.run(sc, workers=workers)
+        return time.perf_counter() - started, result
+    finally:
+        if previous is None:
+            del os.environ["SERVESIM_COMPILED"]
+        else:
+            os.environ["SERVESIM_COMPILED"] = previous
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,46 +122,69 @@ def main(argv: list[str] | None = None) -> int:
         help="requests in the skip-ahead vs step-by-step comparison",
     )
     parser.add_argument("--only", choices=["base"], help="run only the base workload")
+    parser.add_argument(
+        "--loop",
+        choices=["both", "compiled", "python"],
+        default="both",
+        help="the compiled loop, the Python path, or both side by side (default)",
+    )
     args = parser.parse_args(argv)
     n = args.other_requests
-    # (label, scenario, workers for api.run (None: its default), target)
-    cases: list[tuple[str, Callable[[], Scenario], int | None, str]] = [
-        ("base 512/128 at 8/s", lambda: scenario(args.num_requests), None, ">= 60,000"),
+    # (label, scenario, workers for api.run (None: its default), processes the Python
+    # path then uses, target)
+    cases: list[tuple[str, Callable[[], Scenario], int | None, int, str]] = [
+        ("base 512/128 at 8/s", lambda: scenario(args.num_requests), None, 1, ">= 60,000"),
     ]
     if args.only is None:
         num_workers = default_num_workers(16, 2 * n)
         cases += [
-            ("chat at 8/s", lambda: chat(n, 8), None, ""),
-            ("chat at 25/s", lambda: chat(n, 25), None, ">= 30,000"),
-            (f"16 replicas, {num_workers} proc.", lambda: replicas(2 * n), None, ">= 20,000"),
-            ("16 replicas, 1 proc.", lambda: replicas(2 * n), 1, ""),
+            ("chat at 8/s", lambda: chat(n, 8), None, 1, ""),
+            ("chat at 25/s", lambda: chat(n, 25), None, 1, ">= 30,000"),
+            ("16 replicas", lambda: replicas(2 * n), None, num_workers, ">= 20,000"),
+            ("16 replicas", lambda: replicas(2 * n), 1, 1, ""),
         ]
+    loops = {"both": ["always", "never"], "compiled": ["always"], "python": ["never"]}[args.loop]
+    compiled = "always" in loops and path.compiled() is not None
+    if "always" in loops and not compiled:
+        print("numba is not installed: the compiled rows take the Python path too")
+    if compiled:  # numba's import and the cached compilation's load, once a process
+        warm_s, _ = timed(scenario(100), "always")
+        print(f"compiled loop's start-up (numba import, cached compilation): {warm_s:.2f} s")
     # plans/req: engine plans (one time-series row each) per request: the cost is
     # per plan and per request, so this says how much work a request causes.
     print(
-        f"{'workload':22s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} {'ratio':>6s} "
-        f"{'plans/req':>9s}  target"
+        f"{'workload':20s} {'loop':17s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} "
+        f"{'ratio':>6s} {'plans/req':>9s}  target"
     )
     first_rate = None
-    for label, build, workers, target in cases:
-        elapsed_s, result = timed(build(), workers)
-        num = len(result.requests)
-        rate = num / elapsed_s
-        first_rate = first_rate or rate
-        ratio = rate / first_rate
-        plans = len(result.timeseries) / num
-        figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {ratio:6.2f} {plans:9.2f}"
-        print(f"{label:22s} {figures}  {target}")
+    for label, build, workers, processes, target in cases:
+        finishes = []
+        for loop in loops:
+            if loop == "always" and workers is not None:
+                continue  # the compiled loop runs every replica in this process
+            elapsed_s, result = timed(build(), loop, workers)
+            num = len(result.requests)
+            rate = num / elapsed_s
+            first_rate = first_rate or rate
+            plans = len(result.timeseries) / num
+            # (The compiled loop runs every replica in this process.)
+            name = "compiled" if loop == "always" and compiled else f"Python, {processes} proc."
+            figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {rate / first_rate:6.2f}"
+            print(f"{label:20s} {name:17s} {figures} {plans:9.2f}  {target}")
+            finishes.append(result.requests["finish_s"].to_numpy())
+        if len(finishes) == 2:
+            same = bool((finishes[0] == finishes[1]).all())
+            print(f"{'':20s} compiled and Python finish times identical: {same}")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak memory (MB, RSS, whole process): {peak_mb:,.0f}")
 
     m = args.compare_requests
-    fast_s, fast = timed(scenario(m, skip_ahead=True))
-    slow_s, slow = timed(scenario(m, skip_ahead=False))
-    same = (fast.requests["finish_s"] - slow.requests["finish_s"]).abs().max()
+    fast_s, fast = timed(scenario(m, skip_ahead=True), "never")
+    slow_s, slow = timed(scenario(m, skip_ahead=False), "never")
+    same_s = (fast.requests["finish_s"] - slow.requests["finish_s"]).abs().max()
     print(
-        f"skip-ahead vs step-by-step on {m} requests: {slow_s / fast_s:.1f}x faster "
-        f"({fast_s:.2f} s vs {slow_s:.2f} s; max finish-time difference {same:.2e} s)"
+        f"skip-ahead vs step-by-step on {m} requests (Python path): {slow_s / fast_s:.1f}x "
+        f"faster ({fast_s:.2f} s vs {slow_s:.2f} s; max finish-time difference {same_s:.2e} s)"
     )
     return 0
 

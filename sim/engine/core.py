@@ -76,14 +76,7 @@ class EngineCore(StepCommits):
         self.num_steps = 0
         self.num_done = 0
         self._finished_in_step: list[Request] = []  # to take out of `running` at commit
-        self.steps = StepLog()
-        self.series = Columns(SERIES_COLUMNS)
-        # Direct references: sampling the state runs once per plan.
-        self._series_time = self.series.group("f8", ("time_s",)).append
-        self._series_counts = self.series.group(
-            "i4", ("num_waiting", "num_running", "num_kv_blocks_used")
-        ).extend
-        self._new_records()
+        self.new_logs()
         self.rejections: dict[int, str] = {}
         # Async scheduling (vLLM's AsyncScheduler), switched on by the executor:
         # the plan of step N+1 is made while step N runs, so it cannot see
@@ -255,6 +248,18 @@ class EngineCore(StepCommits):
         self.num_done += 1
         if self.on_done is not None:
             self.on_done(request)
+
+    def new_logs(self) -> None:
+        """An empty step log, queue series and record table (a compiled run that
+        gives up clears what it wrote: ``sim.serving.compiled``)."""
+        self.steps = StepLog()
+        self.series = Columns(SERIES_COLUMNS)
+        # Direct references: sampling the state runs once per plan.
+        self._series_time = self.series.group("f8", ("time_s",)).append
+        self._series_counts = self.series.group(
+            "i4", ("num_waiting", "num_running", "num_kv_blocks_used")
+        ).extend
+        self._new_records()
 
     def _new_records(self) -> None:
         """An empty record table, and direct references to its groups (a row per request)."""

@@ -81,6 +81,13 @@ class StepLog:
         self._start(start_s)
         self._counts((len(ends_s), 0, num_decode_seqs, num_itl_tokens, num_itl_tokens))
 
+    @property
+    def ends(self) -> array[float]:
+        """Each step's end time (s): the log's own array, for a writer that logs steps
+        elsewhere (the compiled loop, ``sim.serving.compiled``, which adds their
+        segments to ``segments``)."""
+        return self._ends
+
     def runs(self, replica: int = 0) -> StepRuns:
         """The log as numpy arrays sharing memory with it (no copy), tagged ``replica``."""
         return StepRuns.of(self._ends, self.segments, replica)

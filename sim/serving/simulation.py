@@ -177,6 +177,13 @@ class Simulation:
         else:
             total = len(work.arrival_s)
             tokenize_s = self.engine.frontend.tokenize_s_per_token
+            if (
+                self.layout is None
+                and isinstance(self.replica, Replica)
+                and self.feed
+                and self._run_compiled(work, tokenize_s, bar)
+            ):
+                return None  # the core holds the run's logs (sim.serving.compiled)
             if self.layout is None and isinstance(self.replica, Replica) and self.feed:
                 # One replica takes its requests when it plans (sim.serving.feed),
                 # and ends its runs at the next one.
@@ -186,7 +193,9 @@ class Simulation:
                 self.replica.horizon = feed.next_due_s
             elif isinstance(self.layout, Pool) and self.layout.feedable and self.feed:
                 # Round robin: each replica takes its own turns (Pool.take_feeds),
-                # so they may be simulated in several processes at once.
+                # so they may be simulated in several processes at once, or compiled.
+                if self._run_compiled(work, tokenize_s, bar):
+                    return None
                 pool = self.layout
                 feeds = Feed.split(work, tokenize_s, len(pool.replicas))
                 num_workers = self._num_workers(len(pool.replicas), total)
@@ -204,6 +213,17 @@ class Simulation:
                 self.env.process(self._open_loop(work))
         self._drive(bar.tick)
         return None
+
+    def _run_compiled(self, work: OpenLoop, tokenize_s: float, bar: Progress) -> bool:
+        """Simulate ``work`` in the compiled loop if it can (sim.serving.compiled)."""
+        from sim.serving.compiled import path as fast_path
+
+        run = fast_path.choose_loop(len(work.arrival_s))
+        cost = self.engine.cost
+        if run is None or fast_path.why_not(self.cores, cost, self.engine.skip_ahead, work):
+            return False
+        assert isinstance(cost, fast_path.RooflineCost)
+        return fast_path.run_compiled(self.cores, cost, work, tokenize_s, run, bar.tick)
 
     def _num_workers(self, num_replicas: int, num_requests: int) -> int:
         """Processes for a round-robin pool (1 while a recorder watches the cores)."""

@@ -1,0 +1,88 @@
+"""The compiled loop (``sim.serving.compiled``) changes no result (hypothesis).
+
+Every random workload and setting runs through the Python path and through
+the compiled loop's function, uncompiled (``SERVESIM_COMPILED=python``: the
+same code numba compiles, so this runs without numba too), and, where numba
+is installed, compiled. The request records (in the order requests left the
+core), the step log, the queue series, the token breaks and the rejections
+must be the same to the last bit. Settings reach both ways out of the loop
+(a KV pool too small: preemption; a token budget that starves a decoder: a
+broken run of tokens), so some examples fall back to the Python path, which
+must then give its own result unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from typing import cast
+
+import pytest
+from compiled_runs import assert_identical, simulate
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+from test_invariants import SETTINGS, workloads
+
+from sim.cost.roofline import RooflineCost
+from sim.cost.specs import hardware_preset, model_preset
+from sim.engine.policies import ContinuousConfig, Scheduler
+from sim.engine.policies.features import with_async_scheduling
+from sim.serving.compiled import path
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, Simulation
+from sim.workload.generate import RequestArrays
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+# Step times from well under the arrival gaps (~0.1 s) to well over them.
+COSTS = [RooflineCost(model_preset("llama-3-8b"), hardware_preset(name)) for name in ("h100", "l4")]
+
+
+@st.composite
+def engines(draw: st.DrawFn) -> Engine:
+    """A single replica's engine: continuous batching under a roofline cost."""
+    # Mostly room for every request (a rejection sends the run to the Python path).
+    max_model_len = draw(st.one_of(st.just(400), st.integers(16, 400)))
+    chunked = draw(st.booleans())
+    low = 1 if chunked else max_model_len  # without chunking a prompt must fit one step
+    config = ContinuousConfig(
+        max_num_seqs=draw(st.integers(1, 8)),
+        max_num_batched_tokens=draw(st.integers(low, max(low, 512))),
+        chunked_prefill=chunked,
+        long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3, 17])),
+    )
+    make_policy: Callable[[], Scheduler] = config.build
+    if draw(st.booleans()):
+        make_policy = with_async_scheduling(make_policy)
+    big = draw(st.booleans())  # a big pool: no preemption, so the loop runs to the end
+    block_size = draw(st.sampled_from([1, 4, 16]))
+    return Engine(
+        cost=draw(st.sampled_from(COSTS)),
+        make_policy=make_policy,
+        # Small pools from a few blocks short of one request to a few requests' worth.
+        num_kv_blocks=100_000 if big else draw(st.integers(400 // block_size, 2000 // block_size)),
+        block_size_tokens=block_size,
+        max_model_len_tokens=max_model_len,
+        frontend=draw(st.sampled_from([Frontend(0.0, 0.0), Frontend(1.7e-5, 2.3e-4)])),
+        enable_prefix_caching=draw(st.booleans()),
+    )
+
+
+@SETTINGS
+@given(arrays=workloads(), engine=engines())
+def test_uncompiled_loop_matches_the_python_path(arrays: RequestArrays, engine: Engine) -> None:
+    reference, reference_order, _ = simulate(arrays, engine, "never")
+    raw, order, played = simulate(arrays, engine, "python")
+    reason = path.why_not(Simulation(engine).cores, engine.cost, True, cast(OpenLoop, arrays))
+    event(f"played by the loop: {played}; cannot because: {reason}")
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+@settings(SETTINGS, max_examples=25)
+@given(arrays=workloads(), engine=engines())
+def test_compiled_loop_matches_the_python_path(arrays: RequestArrays, engine: Engine) -> None:
+    reference, reference_order, _ = simulate(arrays, engine, "never")
+    raw, order, _ = simulate(arrays, engine, "always")
+    assert_identical(raw, reference)
+    assert order == reference_order

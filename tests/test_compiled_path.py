@@ -1,0 +1,253 @@
+"""When one replica's run is compiled, and what it then gives (``sim.serving.compiled``).
+
+The property test (``tests/properties/test_compiled_equivalence.py``) compares
+random runs; here fixed ones: runs the loop must play (not fall back) with
+every setting it plays, runs it must hand to the Python path, the loop's
+stops to empty its buffers, its arguments, and the choice of loop.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+from dataclasses import fields, replace
+from typing import Any, cast
+
+import numpy as np
+import pytest
+from compiled_runs import assert_identical, simulate
+
+from sim.cost.linear import LinearCost
+from sim.cost.roofline import RooflineCost
+from sim.cost.select import UncalibratedRoofline
+from sim.cost.specs import hardware_preset, model_preset
+from sim.engine.policies import ContinuousConfig, StaticConfig
+from sim.engine.policies.features import with_async_scheduling
+from sim.errors import ConfigError
+from sim.serving.cluster import Cluster, ClusterConfig, RouterKind
+from sim.serving.compiled import arrays as arrays_module
+from sim.serving.compiled import layout, loop, path, steps
+from sim.serving.compiled.arrays import LoopArrays
+from sim.serving.engine_config import Engine, Frontend
+from sim.serving.simulation import OpenLoop, Simulation
+from sim.workload.generate import RequestArrays
+
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+MODEL, H100 = model_preset("llama-3-8b"), hardware_preset("h100")
+NO_FRONTEND = Frontend(0.0, 0.0)
+
+
+def poisson(num: int, rate_per_s: float, seed: int = 0, **extra: Any) -> RequestArrays:
+    """``num`` requests at ``rate_per_s``, prompts 20-600 and outputs 1-80 tokens."""
+    rng = np.random.default_rng(seed)
+    return RequestArrays(
+        np.cumsum(rng.exponential(1 / rate_per_s, num)),
+        rng.integers(20, 600, num),
+        rng.integers(1, 80, num),
+        **extra,
+    )
+
+
+def engine(
+    async_scheduling: bool = True,
+    caching: bool = True,
+    num_kv_blocks: int = 100_000,
+    frontend: Frontend = NO_FRONTEND,
+    **policy: Any,
+) -> Engine:
+    settings = {"max_num_seqs": 32, "max_num_batched_tokens": 2048, **policy}
+    make_policy = ContinuousConfig(**settings).build
+    return Engine(
+        cost=RooflineCost(MODEL, H100),
+        make_policy=with_async_scheduling(make_policy) if async_scheduling else make_policy,
+        num_kv_blocks=num_kv_blocks,
+        block_size_tokens=16,
+        max_model_len_tokens=1024,
+        frontend=frontend,
+        enable_prefix_caching=caching,
+    )
+
+
+PLAYED = {
+    "vLLM's defaults (async scheduling, prefix caching)": engine(),
+    "no async scheduling, no prefix caching": engine(False, False),
+    "near saturation, a sequence limit": engine(max_num_seqs=4),
+    "small budget, long-prefill cap": engine(
+        max_num_batched_tokens=300, long_prefill_token_threshold=64
+    ),
+    "no chunked prefill": engine(chunked_prefill=False, max_num_batched_tokens=1024),
+    "tokenization and detokenization": engine(frontend=Frontend(1.7e-5, 2.3e-4)),
+    "a relabelled roofline": replace(engine(), cost=UncalibratedRoofline(MODEL, H100)),
+}
+
+
+@pytest.mark.parametrize("rate_per_s", [5.0, 60.0])
+@pytest.mark.parametrize("name", PLAYED)
+def test_the_loop_plays_these_runs_to_the_bit(name: str, rate_per_s: float) -> None:
+    work = poisson(300, rate_per_s)
+    reference, reference_order, played = simulate(work, PLAYED[name], "never")
+    assert not played
+    raw, order, played = simulate(work, PLAYED[name], "python")
+    assert played
+    assert_identical(raw, reference)
+    assert order == reference_order
+    assert len(raw.requests) == 300 and raw.requests["finish_s"].notna().all()
+
+
+def test_priorities_are_recorded_as_given() -> None:
+    work = poisson(200, 20.0, priority=np.arange(200, dtype=np.int64) % 3)
+    reference, _, _ = simulate(work, engine(), "never")
+    raw, _, played = simulate(work, engine(), "python")
+    assert played
+    assert_identical(raw, reference)
+    assert raw.requests["priority"].tolist() == (np.arange(200) % 3).tolist()
+
+
+def test_a_preemption_sends_the_run_to_the_python_path() -> None:
+    work = poisson(200, 40.0)
+    small = engine(num_kv_blocks=60)  # a few requests' worth
+    reference, reference_order, _ = simulate(work, small, "never")
+    assert reference.requests["num_preemptions"].sum() > 0
+    raw, order, played = simulate(work, small, "python")
+    assert not played
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+def test_a_token_that_breaks_its_run_stops_the_loop() -> None:
+    """Plain continuous batching never skips a decoder without preempting (the
+    requests ahead of it took no more at its admission, and the budget then
+    sufficed), so the loop's check is a safety net: planted here."""
+    state = np.zeros(layout.STATE_SIZE, dtype=np.int64)
+    state[layout.NUM_STEPS] = 10
+    one = np.ones(1, dtype=np.int64)
+    last_step = np.array([7])  # its last token came three steps ago
+    status = steps.commit(
+        one * 5, one * 9, one * 5, one * 1, one, last_step, one, np.zeros(1), np.full(1, np.nan),
+        np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
+        np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
+        np.zeros(1, dtype=np.int64),
+    )  # fmt: skip
+    assert status == layout.UNSUPPORTED
+    last_step[0] = 9  # the step before: the run goes on
+    assert steps.commit(
+        one * 5, one * 9, one * 5, one * 1, one, last_step, one, np.zeros(1), np.full(1, np.nan),
+        np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
+        np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
+        np.zeros(1, dtype=np.int64),
+    ) == layout.DONE  # fmt: skip
+    assert state[layout.NUM_STEPS] == 11
+
+
+def test_buffers_emptied_midway_give_the_same_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    work = poisson(400, 30.0)
+    reference, _, _ = simulate(work, engine(), "never")
+    monkeypatch.setattr(arrays_module, "CHUNK_STEPS", 64)  # a flush every few dozen steps
+    monkeypatch.setattr(arrays_module, "CHUNK_ROWS", 8)
+    calls = []
+    run = loop.run
+
+    def counting(*args: Any) -> int:
+        calls.append(1)
+        return run(*args)
+
+    monkeypatch.setattr(loop, "run", counting)
+    raw, _, played = simulate(work, engine(), "python")
+    assert played and len(calls) > 20
+    assert_identical(raw, reference)
+
+
+def pool(num_replicas: int, router: RouterKind = "round_robin") -> Cluster:
+    return Cluster(
+        ClusterConfig(num_replicas=num_replicas, router=router), np.random.default_rng(0)
+    )
+
+
+@pytest.mark.parametrize("num_replicas", [1, 3])
+def test_a_round_robin_pool_plays_each_replica_to_the_bit(num_replicas: int) -> None:
+    work = poisson(300, 90.0)
+    reference, reference_order, _ = simulate(work, engine(), "never", pool(num_replicas))
+    raw, order, played = simulate(work, engine(), "python", pool(num_replicas))
+    assert played
+    assert_identical(raw, reference)
+    assert order == reference_order
+    assert sorted(set(raw.requests["replica"])) == list(range(num_replicas))
+
+
+def test_a_pool_with_a_replica_the_loop_cannot_play_goes_to_the_python_path() -> None:
+    # Three replicas, the third's share preempts: the first two, played, are dropped.
+    base = poisson(300, 90.0)
+    prompts = base.num_prompt_tokens.copy()
+    prompts[2::3] = 900  # ~57 blocks each: a few fill the pool
+    work = RequestArrays(base.arrival_s, prompts, base.num_output_tokens)
+    small = engine(num_kv_blocks=130)
+    reference, reference_order, _ = simulate(work, small, "never", pool(3))
+    assert reference.requests["num_preemptions"].sum() > 0
+    raw, order, played = simulate(work, small, "python", pool(3))
+    assert not played
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+def test_routers_that_read_the_load_stay_on_the_python_path() -> None:
+    work = poisson(100, 30.0)
+    reference, _, _ = simulate(work, engine(), "never", pool(2, "least_outstanding_requests"))
+    raw, _, played = simulate(work, engine(), "python", pool(2, "least_outstanding_requests"))
+    assert not played
+    assert_identical(raw, reference)
+
+
+def test_the_loop_takes_the_arrays_in_their_order() -> None:
+    names = list(inspect.signature(loop.run).parameters)
+    assert names == [field.name for field in fields(LoopArrays)]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"make_policy": StaticConfig(max_batch_size=4).build}, "not plain continuous batching"),
+        ({"cost": LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3)}, "not a roofline cost"),
+        ({"skip_ahead": False}, "step by step, or recorded"),
+        ({"max_model_len_tokens": 100}, "no requests, or some rejected"),
+        ({"num_kv_blocks": 10}, "some requests rejected"),
+    ],
+)
+def test_why_not_names_what_the_loop_cannot_play(change: dict[str, Any], reason: str) -> None:
+    changed = replace(engine(), **change)
+    cores = Simulation(changed).cores
+    work = cast(OpenLoop, poisson(50, 10.0))
+    assert path.why_not(cores, changed.cost, changed.skip_ahead, work) == reason
+    cores = Simulation(engine()).cores
+    assert path.why_not(cores, engine().cost, True, work) is None
+
+
+def test_shared_prefixes_stay_on_the_python_path() -> None:
+    work = poisson(50, 10.0, prefix_group=np.zeros(50, np.int64),
+                   num_shared_prefix_tokens=np.full(50, 16, np.int64))  # fmt: skip
+    cores = Simulation(engine()).cores
+    assert path.why_not(cores, engine().cost, True, cast(OpenLoop, work)) == "shared prefixes"
+
+
+def test_the_choice_of_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVESIM_COMPILED", "never")
+    assert path.choose_loop(10**7) is None
+    monkeypatch.setenv("SERVESIM_COMPILED", "python")
+    assert path.choose_loop(1) is loop.run
+    monkeypatch.setenv("SERVESIM_COMPILED", "auto")
+    assert path.choose_loop(path.MIN_REQUESTS - 1) is None  # not worth numba's start-up
+    monkeypatch.setattr(path, "compiled", lambda: None)  # numba missing
+    assert path.choose_loop(path.MIN_REQUESTS) is None
+    monkeypatch.setenv("SERVESIM_COMPILED", "sometimes")
+    with pytest.raises(ConfigError, match="SERVESIM_COMPILED"):
+        path.choose_loop(1)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+@pytest.mark.parametrize("name", PLAYED)
+def test_the_compiled_loop_plays_these_runs_to_the_bit(name: str) -> None:
+    work = poisson(2000, 40.0)
+    reference, reference_order, _ = simulate(work, PLAYED[name], "never")
+    raw, order, played = simulate(work, PLAYED[name], "always")
+    assert played
+    assert_identical(raw, reference)
+    assert order == reference_order
