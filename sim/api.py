@@ -136,3 +136,15 @@ def replay(
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)
     return build_result(scenario, engine, Simulation(engine).run(work))
+
+
+def preload_compiled_loop() -> bool:
+    """Pay the compiled loop's start-up now (``sim.serving.compiled``: numba's
+    import and its compilation, loaded from numba's cache, ~0.4 s), so that
+    every later eligible run in this process takes it, whatever its size (a
+    single run takes it from 20,000 requests). For a process about to make many
+    runs: a sweep's or capacity search's points. False where it cannot (no
+    numba, or ``SERVESIM_COMPILED=never``)."""
+    from sim.serving.compiled import path
+
+    return path.preload()

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from compiled_runs import assert_identical, simulate
 
+from sim import api
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import UncalibratedRoofline
@@ -234,7 +235,10 @@ def test_the_choice_of_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESIM_COMPILED", "python")
     assert path.choose_loop(1) is loop.run
     monkeypatch.setenv("SERVESIM_COMPILED", "auto")
+    monkeypatch.setattr(path, "_loaded", lambda: False)  # a fresh process
     assert path.choose_loop(path.MIN_REQUESTS - 1) is None  # not worth numba's start-up
+    monkeypatch.setattr(path, "_loaded", lambda: True)  # start-up paid (a sweep's points)
+    assert path.choose_loop(1) is path.compiled()
     monkeypatch.setattr(path, "compiled", lambda: None)  # numba missing
     assert path.choose_loop(path.MIN_REQUESTS) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "sometimes")
@@ -251,3 +255,22 @@ def test_the_compiled_loop_plays_these_runs_to_the_bit(name: str) -> None:
     assert played
     assert_identical(raw, reference)
     assert order == reference_order
+
+
+@pytest.mark.parametrize("mode", ["never", "python"])
+def test_no_preload_where_the_compiled_loop_is_not_wanted(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVESIM_COMPILED", mode)
+    assert api.preload_compiled_loop() is False
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+def test_a_preloaded_loop_takes_small_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVESIM_COMPILED", "auto")
+    assert api.preload_compiled_loop() is True
+    work = poisson(500, 40.0)  # far below MIN_REQUESTS
+    reference, _, _ = simulate(work, engine(), "never")
+    raw, _, played = simulate(work, engine(), "auto")
+    assert played
+    assert_identical(raw, reference)

@@ -29,9 +29,10 @@ from sim.serving.compiled import layout, loop
 from sim.serving.compiled.arrays import LoopArrays, Submissions
 from sim.serving.feed import OpenLoop
 
-# Below this many requests the compiled loop is not worth its start-up (numba's
-# import, ~0.6 s, and a cached compilation's load); the environment variable
-# SERVESIM_COMPILED=never|always overrides (tests, benchmarks).
+# Below this many requests a run does not pay for the compiled loop's start-up
+# (numba's import and a cached compilation's load, ~0.4 s), unless this process
+# paid it already (``preload``: a sweep's points); SERVESIM_COMPILED=never|always
+# overrides (tests, benchmarks).
 MIN_REQUESTS = 20_000
 MODES = ("auto", "always", "never", "python")
 
@@ -60,9 +61,22 @@ def choose_loop(num_requests: int) -> Callable[..., int] | None:
         return None
     if mode == "python":  # the same function uncompiled: slow, for tests without numba
         return loop.run
-    if mode != "always" and num_requests < MIN_REQUESTS:
+    if mode != "always" and num_requests < MIN_REQUESTS and not _loaded():
         return None
     return compiled()
+
+
+def _loaded() -> bool:
+    """Whether this process already paid the compiled loop's start-up (or found no numba)."""
+    return compiled.cache_info().currsize > 0
+
+
+def preload() -> bool:
+    """Load the compiled loop now unless ``SERVESIM_COMPILED`` says never (or python);
+    whether it is then available (``sim.api.preload_compiled_loop``)."""
+    if os.environ.get("SERVESIM_COMPILED", "auto") in ("never", "python"):
+        return False
+    return compiled() is not None
 
 
 def _is_roofline(cost: object) -> bool:
