@@ -95,6 +95,22 @@ def test_the_loop_plays_these_runs_to_the_bit(name: str, rate_per_s: float) -> N
     assert len(raw.requests) == 300 and raw.requests["finish_s"].notna().all()
 
 
+def test_runs_longer_than_the_longest_skip_ahead_are_cut_as_on_the_python_path() -> None:
+    # Few requests, long answers: decode runs reach MAX_RUN_STEPS (4,096 steps).
+    work = RequestArrays(
+        np.array([0.0, 0.5, 300.0]),
+        np.array([100, 2000, 50], dtype=np.int64),
+        np.array([9000, 5000, 7000], dtype=np.int64),
+    )
+    long = replace(engine(), max_model_len_tokens=10_000)
+    reference, reference_order, _ = simulate(work, long, "never")
+    raw, order, played = simulate(work, long, "python")
+    assert played
+    assert_identical(raw, reference)
+    assert order == reference_order
+    assert raw.steps["num_decode_seqs"].size > 9000  # a step per token, logged by runs
+
+
 def test_priorities_are_recorded_as_given() -> None:
     work = poisson(200, 20.0, priority=np.arange(200, dtype=np.int64) % 3)
     reference, _, _ = simulate(work, engine(), "never")
