@@ -72,6 +72,7 @@ def run(
     *,
     source: str | None = None,
     workers: int | None = None,
+    compiled: bool | None = None,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
 
@@ -87,6 +88,10 @@ def run(
     ``workers``: processes to simulate a round-robin cluster's replicas in (the
     result is the same whatever the number); None: as many as pay, up to one per
     usable CPU (Linux); 1: this process only (``sim.serving.workers``).
+    ``compiled``: whether a run the compiled loop can play (``sim.serving.compiled``,
+    with numba installed) takes it: None from 20,000 requests (below that
+    numba's start-up, ~0.4 s once a process, is not worth it for one run),
+    True at any size (a sweep's points), False never; the result is the same.
     """
     if source is None:
         source = "<scenario>"
@@ -110,7 +115,7 @@ def run(
         work = ClosedLoopSource(scenario.workload, rng, base)
     else:
         work = generate_open_loop(scenario.workload, rng, base)
-    simulation = Simulation(engine, cluster_for(scenario, rng), workers=workers)
+    simulation = Simulation(engine, cluster_for(scenario, rng), workers=workers, compiled=compiled)
     recorder = None
     if trace_requests is not None:
         recorder = ActivityRecorder(trace_requests)
@@ -136,15 +141,3 @@ def replay(
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)
     return build_result(scenario, engine, Simulation(engine).run(work))
-
-
-def preload_compiled_loop() -> bool:
-    """Pay the compiled loop's start-up now (``sim.serving.compiled``: numba's
-    import and its compilation, loaded from numba's cache, ~0.4 s), so that
-    every later eligible run in this process takes it, whatever its size (a
-    single run takes it from 20,000 requests). For a process about to make many
-    runs: a sweep's or capacity search's points. False where it cannot (no
-    numba, or ``SERVESIM_COMPILED=never``)."""
-    from sim.serving.compiled import path
-
-    return path.preload()

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from compiled_runs import assert_identical, simulate
 
-from sim import api
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import UncalibratedRoofline
@@ -25,6 +24,8 @@ from sim.cost.specs import hardware_preset, model_preset
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.engine.policies.features import with_async_scheduling
 from sim.errors import ConfigError
+from sim.planning.sweep_exec import run_point
+from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, RouterKind
 from sim.serving.compiled import arrays as arrays_module
 from sim.serving.compiled import layout, loop, path, steps
@@ -247,19 +248,49 @@ def test_shared_prefixes_stay_on_the_python_path() -> None:
 
 def test_the_choice_of_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESIM_COMPILED", "never")
-    assert path.choose_loop(10**7) is None
+    assert path.choose_loop(10**7, True) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "python")
     assert path.choose_loop(1) is loop.run
     monkeypatch.setenv("SERVESIM_COMPILED", "auto")
-    monkeypatch.setattr(path, "_loaded", lambda: False)  # a fresh process
     assert path.choose_loop(path.MIN_REQUESTS - 1) is None  # not worth numba's start-up
-    monkeypatch.setattr(path, "_loaded", lambda: True)  # start-up paid (a sweep's points)
-    assert path.choose_loop(1) is path.compiled()
+    assert path.choose_loop(path.MIN_REQUESTS) is path.compiled()
+    assert path.choose_loop(1, True) is path.compiled()  # asked for: a sweep's points
+    assert path.choose_loop(10**7, False) is None
     monkeypatch.setattr(path, "compiled", lambda: None)  # numba missing
     assert path.choose_loop(path.MIN_REQUESTS) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "sometimes")
     with pytest.raises(ConfigError, match="SERVESIM_COMPILED"):
         path.choose_loop(1)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+def test_a_sweep_point_takes_the_compiled_loop_at_any_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SERVESIM_COMPILED", "auto")
+    played: list[bool] = []
+    run_compiled = path.run_compiled
+
+    def recording(*args: Any) -> bool:
+        played.append(run_compiled(*args))
+        return played[-1]
+
+    monkeypatch.setattr(path, "run_compiled", recording)
+    workload = {
+        "kind": "synthetic",
+        "num_requests": 300,
+        "arrival": {"kind": "poisson", "rate_per_s": 8},
+        "prompt_tokens": {"kind": "fixed", "tokens": 512},
+        "output_tokens": {"kind": "fixed", "tokens": 128},
+    }
+    scenario = {"model": "llama-3-8b", "hardware": "h100", "cost": {"kind": "roofline"},
+                "workload": workload}  # fmt: skip
+    task = {"scenario": scenario_from_dict(scenario, "test").model_dump(), "base_dir": "."}
+    record = run_point(task)
+    assert played == [True]  # 300 requests: a single run would not have taken it
+    monkeypatch.setenv("SERVESIM_COMPILED", "never")
+    assert run_point(task) == record
+    assert played == [True]
 
 
 @pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
@@ -271,22 +302,3 @@ def test_the_compiled_loop_plays_these_runs_to_the_bit(name: str) -> None:
     assert played
     assert_identical(raw, reference)
     assert order == reference_order
-
-
-@pytest.mark.parametrize("mode", ["never", "python"])
-def test_no_preload_where_the_compiled_loop_is_not_wanted(
-    mode: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SERVESIM_COMPILED", mode)
-    assert api.preload_compiled_loop() is False
-
-
-@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
-def test_a_preloaded_loop_takes_small_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SERVESIM_COMPILED", "auto")
-    assert api.preload_compiled_loop() is True
-    work = poisson(500, 40.0)  # far below MIN_REQUESTS
-    reference, _, _ = simulate(work, engine(), "never")
-    raw, _, played = simulate(work, engine(), "auto")
-    assert played
-    assert_identical(raw, reference)

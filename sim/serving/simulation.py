@@ -54,6 +54,7 @@ class Simulation:
         cluster: Cluster | None = None,
         feed: bool = True,
         workers: int | None = None,
+        compiled: bool | None = None,
     ) -> None:
         """``feed=False`` hands every open-loop request over at an event of its own,
         as a cluster of other routers does (the reference the feeds are tested against).
@@ -63,12 +64,17 @@ class Simulation:
         None: as many as pay, up to one per usable CPU; 1: this process only
         (and on other systems than Linux, whatever is asked). When workers ran,
         this process's cores hold only its own share of the run.
+
+        ``compiled``: whether a run the compiled loop can play takes it
+        (``sim.serving.compiled.path.choose_loop``): None by its size, True at
+        any size, False never.
         """
         if workers is not None and workers < 1:
             raise ValueError(f"workers: expected a positive count, got {workers}")
         self.engine = engine
         self.feed = feed
         self.workers = workers
+        self.compiled = compiled
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         self._next_ready_s = 0.0
@@ -218,7 +224,7 @@ class Simulation:
         """Simulate ``work`` in the compiled loop if it can (sim.serving.compiled)."""
         from sim.serving.compiled import path as fast_path
 
-        run = fast_path.choose_loop(len(work.arrival_s))
+        run = fast_path.choose_loop(len(work.arrival_s), self.compiled)
         cost = self.engine.cost
         if run is None or fast_path.why_not(self.cores, cost, self.engine.skip_ahead, work):
             return False

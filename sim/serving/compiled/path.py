@@ -29,10 +29,10 @@ from sim.serving.compiled import layout, loop
 from sim.serving.compiled.arrays import LoopArrays, Submissions
 from sim.serving.feed import OpenLoop
 
-# Below this many requests a run does not pay for the compiled loop's start-up
-# (numba's import and a cached compilation's load, ~0.4 s), unless this process
-# paid it already (``preload``: a sweep's points); SERVESIM_COMPILED=never|always
-# overrides (tests, benchmarks).
+# Below this many requests one run does not pay for the compiled loop's start-up
+# (numba's import and a cached compilation's load, ~0.4 s once a process); a
+# caller that makes many runs asks for it at any size (a sweep's points);
+# SERVESIM_COMPILED=never|always|python overrides (tests, benchmarks).
 MIN_REQUESTS = 20_000
 MODES = ("auto", "always", "never", "python")
 
@@ -52,31 +52,23 @@ def compiled() -> Callable[..., int] | None:
         return None
 
 
-def choose_loop(num_requests: int) -> Callable[..., int] | None:
-    """The loop to run (compiled, or the plain function when asked), or None."""
+def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
+    """The loop to run (compiled, or the plain function when asked), or None.
+
+    ``wanted``: None from ``MIN_REQUESTS`` requests, True at any size, False
+    never; the environment variable ``SERVESIM_COMPILED``, when set to other
+    than ``auto``, decides instead.
+    """
     mode = os.environ.get("SERVESIM_COMPILED", "auto")
     if mode not in MODES:
         raise ConfigError(f"SERVESIM_COMPILED={mode!r}: expected one of {', '.join(MODES)}")
-    if mode == "never":
+    if mode == "never" or (mode == "auto" and wanted is False):
         return None
     if mode == "python":  # the same function uncompiled: slow, for tests without numba
         return loop.run
-    if mode != "always" and num_requests < MIN_REQUESTS and not _loaded():
+    if mode == "auto" and wanted is None and num_requests < MIN_REQUESTS:
         return None
     return compiled()
-
-
-def _loaded() -> bool:
-    """Whether this process already paid the compiled loop's start-up (or found no numba)."""
-    return compiled.cache_info().currsize > 0
-
-
-def preload() -> bool:
-    """Load the compiled loop now unless ``SERVESIM_COMPILED`` says never (or python);
-    whether it is then available (``sim.api.preload_compiled_loop``)."""
-    if os.environ.get("SERVESIM_COMPILED", "auto") in ("never", "python"):
-        return False
-    return compiled() is not None
 
 
 def _is_roofline(cost: object) -> bool:
