@@ -11,12 +11,14 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pytest
 from compiled_runs import assert_identical, simulate
 
+from sim.cli import main
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import UncalibratedRoofline
@@ -302,3 +304,17 @@ def test_the_compiled_loop_plays_these_runs_to_the_bit(name: str) -> None:
     assert played
     assert_identical(raw, reference)
     assert order == reference_order
+
+
+@pytest.mark.parametrize(("mode", "note"), [("python", True), ("never", False)])
+def test_servesim_run_says_when_the_compiled_loop_ran(
+    mode: str, note: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("SERVESIM_COMPILED", mode)
+    chat = Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml"
+    args = ["run", str(chat), "--set", "workload.num_requests=50", "--out", str(tmp_path)]
+    assert main([*args, "--figure-process", "no"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("simulated 50 requests in ")
+    assert ("(compiled loop); wrote" in last) == note

@@ -75,6 +75,7 @@ class Simulation:
         self.feed = feed
         self.workers = workers
         self.compiled = compiled
+        self.played_compiled = False  # whether the compiled loop simulated the run
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         self._next_ready_s = 0.0
@@ -171,7 +172,9 @@ class Simulation:
             outputs = self._simulate(work, bar)
         finally:
             bar.close()
-        return self._merge(outputs) if outputs is not None else self._result()
+        raw = self._merge(outputs) if outputs is not None else self._result()
+        raw.compiled = self.played_compiled
+        return raw
 
     def _simulate(self, work: OpenLoop | ClosedLoop, bar: Progress) -> list[CoreOutput] | None:
         """Run ``work``; the cores' outputs when worker processes simulated them
@@ -229,7 +232,10 @@ class Simulation:
         if run is None or fast_path.why_not(self.cores, cost, self.engine.skip_ahead, work):
             return False
         assert isinstance(cost, fast_path.RooflineCost)
-        return fast_path.run_compiled(self.cores, cost, work, tokenize_s, run, bar.tick)
+        self.played_compiled = fast_path.run_compiled(
+            self.cores, cost, work, tokenize_s, run, bar.tick
+        )
+        return self.played_compiled
 
     def _num_workers(self, num_replicas: int, num_requests: int) -> int:
         """Processes for a round-robin pool (1 while a recorder watches the cores)."""
