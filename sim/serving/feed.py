@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -61,6 +62,28 @@ def submission_clock_s(ready_s: Sequence[float]) -> array[float]:
     return out
 
 
+@dataclass(frozen=True)
+class Submissions:
+    """One replica's requests in submission order: when each is due (arrival plus
+    tokenization, s), the clock at its submission (``submission_clock_s``: the
+    ready time the replica records), and its index in the workload."""
+
+    ready_s: npt.NDArray[np.float64]
+    clock_s: npt.NDArray[np.float64]
+    order: npt.NDArray[np.intp]
+
+    @classmethod
+    def dealt(
+        cls, work: OpenLoop, tokenize_s_per_token: float, num_replicas: int
+    ) -> list[Submissions]:
+        """``work``'s submissions dealt in turn to ``num_replicas`` replicas (a
+        round-robin router's picks: the i-th submission goes to replica ``i % n``)."""
+        ready, order = submission_order(work, tokenize_s_per_token)
+        clock_s = np.frombuffer(submission_clock_s(ready.tolist()), dtype=np.float64)
+        n = num_replicas
+        return [cls(ready[k::n], clock_s[k::n], order[k::n]) for k in range(n)]
+
+
 class Feed:
     """Requests in submission order, taken by time (see the module's docstring)."""
 
@@ -82,17 +105,10 @@ class Feed:
 
     @classmethod
     def split(cls, work: OpenLoop, tokenize_s_per_token: float, num_feeds: int) -> list[Feed]:
-        """``work``'s requests dealt in turn to ``num_feeds`` feeds (a round-robin
-        router's picks: the i-th submission goes to feed ``i % num_feeds``)."""
-        ready, order = submission_order(work, tokenize_s_per_token)
-        clock_s = np.frombuffer(submission_clock_s(ready.tolist()), dtype=np.float64)
+        """``work``'s requests dealt in turn to ``num_feeds`` feeds (``Submissions.dealt``)."""
         return [
-            cls(
-                ready[k::num_feeds],
-                clock_s[k::num_feeds],
-                requests_in_order(work, order[k::num_feeds]),
-            )
-            for k in range(num_feeds)
+            cls(mine.ready_s, mine.clock_s, requests_in_order(work, mine.order))
+            for mine in Submissions.dealt(work, tokenize_s_per_token, num_feeds)
         ]
 
     @property

@@ -19,7 +19,7 @@ from sim.cost.roofline import RooflineCost
 from sim.engine.core import _RECORD_COUNTS, _RECORD_TIMES, EngineCore
 from sim.engine.policies.continuous import MAX_RUN_STEPS, Continuous
 from sim.serving.compiled import layout
-from sim.serving.feed import OpenLoop, submission_clock_s, submission_order
+from sim.serving.feed import OpenLoop, Submissions
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -33,30 +33,6 @@ CHUNK_ROWS = CHUNK_STEPS // 4
 _SEGMENT_COUNTS = ("num_steps", "num_prefill_tokens", "num_decode_seqs", "num_itl_tokens",
                    "num_outputs")  # fmt: skip
 _SERIES_COUNTS = ("num_waiting", "num_running", "num_kv_blocks_used")
-
-
-@dataclass(frozen=True)
-class Submissions:
-    """One replica's requests in submission order: when each is due (arrival plus
-    tokenization, s), the clock at its submission (``submission_clock_s``: the
-    ready time the replica records), and its index in the workload."""
-
-    ready_s: FloatArray
-    clock_s: FloatArray
-    order: npt.NDArray[np.intp]
-
-    @classmethod
-    def dealt(
-        cls, work: OpenLoop, tokenize_s_per_token: float, num_replicas: int
-    ) -> list[Submissions]:
-        """``work``'s submissions dealt in turn to ``num_replicas`` replicas, as
-        ``Feed.split`` deals them (a round-robin router's picks)."""
-        ready, order = submission_order(work, tokenize_s_per_token)
-        clock_s = np.frombuffer(submission_clock_s(ready.tolist()), dtype=np.float64)
-        return [
-            cls(ready[k::num_replicas], clock_s[k::num_replicas], order[k::num_replicas])
-            for k in range(num_replicas)
-        ]
 
 
 @dataclass(eq=False)

@@ -26,8 +26,8 @@ from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.prefix_requests import prefix_describer
 from sim.errors import ConfigError
 from sim.serving.compiled import layout, loop
-from sim.serving.compiled.arrays import LoopArrays, Submissions
-from sim.serving.feed import OpenLoop
+from sim.serving.compiled.arrays import LoopArrays
+from sim.serving.feed import OpenLoop, Submissions
 
 # Below this many requests one run does not pay for the compiled loop's start-up
 # (numba's import and a cached compilation's load, ~0.4 s once a process); a
