@@ -143,7 +143,7 @@ def test_a_token_that_breaks_its_run_stops_the_loop() -> None:
     one = np.ones(1, dtype=np.int64)
     last_step = np.array([7])  # its last token came three steps ago
     status = steps.commit(
-        one * 5, one * 9, one * 5, one * 1, one, last_step, one, np.zeros(1), np.full(1, np.nan),
+        one * 5, one * 9, one * 5, one * 1, one, last_step, np.zeros(1), np.full(1, np.nan),
         np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
         np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
         np.zeros(1, dtype=np.int64),
@@ -151,7 +151,7 @@ def test_a_token_that_breaks_its_run_stops_the_loop() -> None:
     assert status == layout.UNSUPPORTED
     last_step[0] = 9  # the step before: the run goes on
     assert steps.commit(
-        one * 5, one * 9, one * 5, one * 1, one, last_step, one, np.zeros(1), np.full(1, np.nan),
+        one * 5, one * 9, one * 5, one * 1, one, last_step, np.zeros(1), np.full(1, np.nan),
         np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
         np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
         np.zeros(1, dtype=np.int64),

@@ -50,7 +50,6 @@ class LoopArrays:
     blocks: IntArray
     lookups: IntArray
     last_step: IntArray
-    has_token: IntArray
     first_scheduled_s: FloatArray
     first_token_s: FloatArray
     finish_s: FloatArray
@@ -112,7 +111,7 @@ class LoopArrays:
             np.concatenate([mine.ready_s, inf]),
             np.ascontiguousarray(work.num_prompt_tokens[order], dtype=np.int64),
             np.ascontiguousarray(work.num_output_tokens[order], dtype=np.int64),
-            counts(), counts(), counts(), counts(), counts(), counts(),
+            counts(), counts(), counts(), counts(), counts(),
             times(), times(), times(),
             slot_array(), slot_array(), slot_array(), slot_array(),
             state, np.zeros(layout.NUM_CLOCKS),

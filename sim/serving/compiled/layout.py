@@ -21,7 +21,8 @@ NUM_COSTS = 5
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
 STATE_SIZE = 12
-# Clock state (``clock`` array, float64): SimPy's clock, the end of the last step,
-# and (async scheduling, when ``state[VISIBLE]``) what the next plan can see up to.
-SIMPY_NOW, LAST_END, VISIBLE_UNTIL = 0, 1, 2
-NUM_CLOCKS = 3
+# Clock state (``clock`` array, float64): the end of the last step (the next plan's
+# time; SimPy's own clock decides nothing the replica does here), and (async
+# scheduling, when ``state[VISIBLE]``) what the next plan can see up to.
+LAST_END, VISIBLE_UNTIL = 0, 1
+NUM_CLOCKS = 2

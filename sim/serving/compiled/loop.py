@@ -51,7 +51,6 @@ from sim.serving.compiled.layout import (
     NUM_RUNNING,
     NUM_SEGMENTS,
     NUM_TAKEN,
-    SIMPY_NOW,
     STARTED,
     TOKEN_CAP,
     UNSUPPORTED,
@@ -84,7 +83,6 @@ def run(
     blocks: IntArray,
     lookups: IntArray,
     last_step: IntArray,
-    has_token: IntArray,
     first_scheduled_s: FloatArray,
     first_token_s: FloatArray,
     finish_s: FloatArray,
@@ -105,8 +103,8 @@ def run(
     nearly full (``FLUSH``) or the Python path is needed (``UNSUPPORTED``).
 
     Requests are indexed in submission order (``clock_s``, ``ready_s``: the feed's
-    times, inf last). ``has_token``: 1 once a request emitted a token (then
-    ``last_step`` is the step of its latest). Logs go to the buffers from the
+    times, inf last). Once a request has a first token, ``last_step`` is the step
+    of its latest. Logs go to the buffers from the
     counts in ``state``; ``done_order`` lists requests as they finish.
     """
     max_num_seqs, max_batched = settings[MAX_NUM_SEQS], settings[MAX_BATCHED_TOKENS]
@@ -223,9 +221,7 @@ def run(
             next_clock_s = clock_s[taken]
             if next_clock_s == np.inf:
                 return DONE
-            delay_s = next_clock_s - clock[SIMPY_NOW]
-            clock[SIMPY_NOW] = clock[SIMPY_NOW] + (delay_s if delay_s > 0.0 else 0.0)
-            clock[LAST_END] = next_clock_s
+            clock[LAST_END] = next_clock_s  # the plan is made at the submission's time
             continue
         # -- Continuous._finish_plan: the step's price, and the run it allows --------
         first_s, min_left, run_context = first_step(
@@ -258,7 +254,6 @@ def run(
                 lag,
             )
         last_end_s = ends[at + num_ends - 1]
-        clock[SIMPY_NOW] = clock[SIMPY_NOW] + (last_end_s - now)
         status = commit(
             prompt,
             output,
@@ -266,7 +261,6 @@ def run(
             gen,
             blocks,
             last_step,
-            has_token,
             first_token_s,
             finish_s,
             sched_r,

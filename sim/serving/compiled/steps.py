@@ -172,7 +172,6 @@ def commit(
     gen: IntArray,
     blocks: IntArray,
     last_step: IntArray,
-    has_token: IntArray,
     first_token_s: FloatArray,
     finish_s: FloatArray,
     sched_r: IntArray,
@@ -210,7 +209,7 @@ def commit(
             comp[r] = computed  # a prefill chunk: no token yet
             continue
         # The request samples a token in each step (a run guarantees it).
-        if has_token[r]:
+        if first_token_s[r] == first_token_s[r]:  # not NaN: it has had a token
             if last_step[r] != first - 1:
                 return UNSUPPORTED  # a broken run of tokens (StepCommits.break_run)
             num_itl += 1
@@ -221,7 +220,6 @@ def commit(
         comp[r] = computed
         gen[r] = generated + num_ends
         last_step[r] = first + num_ends - 1
-        has_token[r] = 1
         if num_ends > 1:  # inline growth (the plan checked the pool suffices)
             short = -(-computed // bs) - blocks[r]
             if short > 0:
