@@ -15,8 +15,8 @@ in one run are the numbers to trust):
   process alone, side by side.
 
 Each workload runs twice, side by side: through the compiled loop
-(``sim.serving.compiled``, numba; ``SERVESIM_COMPILED=always``) and through
-the Python path (``never``), and the two runs' finish times must be identical.
+(``sim.serving.compiled``, numba; ``api.run(..., compiled=True)``) and through
+the Python path (``compiled=False``), and the two runs' finish times must be identical.
 The 16 replicas' "1 proc." row is the Python path in this process alone (the
 compiled loop always runs every replica in this process). ``--loop`` picks
 one. Each row also gives the engine plans per request (about one at each
@@ -34,7 +34,6 @@ so run ``--only base`` for the memory of one workload.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import sys
 import time
@@ -91,19 +90,12 @@ def replicas(num_requests: int) -> Scenario:
     )
 
 
-def timed(sc: Scenario, loop: str, workers: int | None = None) -> tuple[float, api.Result]:
-    """``api.run`` of ``sc`` with ``SERVESIM_COMPILED=loop``: wall seconds, result."""
-    previous = os.environ.get("SERVESIM_COMPILED")
-    os.environ["SERVESIM_COMPILED"] = loop
-    try:
-        started = time.perf_counter()
-        result = api.run(sc, workers=workers)
-        return time.perf_counter() - started, result
-    finally:
-        if previous is None:
-            del os.environ["SERVESIM_COMPILED"]
-        else:
-            os.environ["SERVESIM_COMPILED"] = previous
+def timed(sc: Scenario, compiled: bool, workers: int | None = None) -> tuple[float, api.Result]:
+    """``api.run`` of ``sc`` (``compiled``: through the compiled loop where it can
+    play the run, at any size; else the Python path): wall seconds, result."""
+    started = time.perf_counter()
+    result = api.run(sc, workers=workers, compiled=compiled)
+    return time.perf_counter() - started, result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,12 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             ("16 replicas", lambda: replicas(2 * n), None, num_workers, ">= 20,000"),
             ("16 replicas", lambda: replicas(2 * n), 1, 1, ""),
         ]
-    loops = {"both": ["always", "never"], "compiled": ["always"], "python": ["never"]}[args.loop]
-    compiled = "always" in loops and path.compiled() is not None
-    if "always" in loops and not compiled:
+    loops = {"both": [True, False], "compiled": [True], "python": [False]}[args.loop]
+    if True in loops and path.compiled() is None:
         print("numba is not installed: the compiled rows take the Python path too")
-    if compiled:  # numba's import and the cached compilation's load, once a process
-        warm_s, _ = timed(scenario(100), "always")
+    elif True in loops:  # numba's import and the cached compilation's load, once a process
+        warm_s, _ = timed(scenario(100), True)
         print(f"compiled loop's start-up (numba import, cached compilation): {warm_s:.2f} s")
     # plans/req: engine plans (one time-series row each) per request: the cost is
     # per plan and per request, so this says how much work a request causes.
@@ -159,16 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     first_rate = None
     for label, build, workers, processes, target in cases:
         finishes = []
-        for loop in loops:
-            if loop == "always" and workers is not None:
+        for compiled in loops:
+            if compiled and workers is not None:
                 continue  # the compiled loop runs every replica in this process
-            elapsed_s, result = timed(build(), loop, workers)
+            elapsed_s, result = timed(build(), compiled, workers)
             num = len(result.requests)
             rate = num / elapsed_s
             first_rate = first_rate or rate
             plans = len(result.timeseries) / num
             # (The compiled loop runs every replica in this process.)
-            name = "compiled" if loop == "always" and compiled else f"Python, {processes} proc."
+            name = "compiled" if result.raw.compiled else f"Python, {processes} proc."
             figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {rate / first_rate:6.2f}"
             print(f"{label:20s} {name:17s} {figures} {plans:9.2f}  {target}")
             finishes.append(result.requests["finish_s"].to_numpy())
@@ -179,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"peak memory (MB, RSS, whole process): {peak_mb:,.0f}")
 
     m = args.compare_requests
-    fast_s, fast = timed(scenario(m, skip_ahead=True), "never")
-    slow_s, slow = timed(scenario(m, skip_ahead=False), "never")
+    fast_s, fast = timed(scenario(m, skip_ahead=True), False)
+    slow_s, slow = timed(scenario(m, skip_ahead=False), False)
     same_s = (fast.requests["finish_s"] - slow.requests["finish_s"]).abs().max()
     print(
         f"skip-ahead vs step-by-step on {m} requests (Python path): {slow_s / fast_s:.1f}x "

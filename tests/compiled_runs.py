@@ -16,6 +16,20 @@ from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
 
+def record_plays(patch: pytest.MonkeyPatch) -> list[bool]:
+    """What each ``path.run_compiled`` call answers from now on (True: the compiled
+    loop played the run), in order."""
+    played: list[bool] = []
+    run_compiled = path.run_compiled
+
+    def recording(*args: Any) -> bool:
+        played.append(run_compiled(*args))
+        return played[-1]
+
+    patch.setattr(path, "run_compiled", recording)
+    return played
+
+
 def simulate(
     arrays: RequestArrays,
     engine: Engine,
@@ -26,16 +40,9 @@ def simulate(
     """One run with ``SERVESIM_COMPILED=mode``: its result, the request ids in the
     order they left each core (replica after replica), and whether the compiled
     loop played it."""
-    played: list[bool] = []
-    run_compiled = path.run_compiled
-
-    def recording(*args: Any) -> bool:
-        played.append(run_compiled(*args))
-        return played[-1]
-
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SERVESIM_COMPILED", mode)
-        patch.setattr(path, "run_compiled", recording)
+        played = record_plays(patch)
         simulation = Simulation(engine, cluster, workers=workers)
         orders: list[list[int]] = []
         for core in simulation.cores:

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from compiled_runs import assert_identical, simulate
+from compiled_runs import assert_identical, record_plays, simulate
 
 from sim.cli import main
 from sim.cost.linear import LinearCost
@@ -270,14 +270,7 @@ def test_a_sweep_point_takes_the_compiled_loop_at_any_size(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SERVESIM_COMPILED", "auto")
-    played: list[bool] = []
-    run_compiled = path.run_compiled
-
-    def recording(*args: Any) -> bool:
-        played.append(run_compiled(*args))
-        return played[-1]
-
-    monkeypatch.setattr(path, "run_compiled", recording)
+    played = record_plays(monkeypatch)
     workload = {
         "kind": "synthetic",
         "num_requests": 300,

@@ -186,14 +186,9 @@ class Simulation:
         else:
             total = len(work.arrival_s)
             tokenize_s = self.engine.frontend.tokenize_s_per_token
-            if (
-                self.layout is None
-                and isinstance(self.replica, Replica)
-                and self.feed
-                and self._run_compiled(work, tokenize_s, bar)
-            ):
-                return None  # the core holds the run's logs (sim.serving.compiled)
             if self.layout is None and isinstance(self.replica, Replica) and self.feed:
+                if self._run_compiled(work, tokenize_s, bar):
+                    return None  # the core holds the run's logs (sim.serving.compiled)
                 # One replica takes its requests when it plans (sim.serving.feed),
                 # and ends its runs at the next one.
                 (feed,) = Feed.split(work, tokenize_s, 1)

@@ -93,10 +93,13 @@ def why_not(
         return "step by step, or recorded"
     if type(core.kv) not in (BlockPool, PrefixCachingPool) or prefix_describer(work) is not None:
         return "shared prefixes"
-    prompt, output = work.num_prompt_tokens, work.num_output_tokens
-    if len(prompt) == 0 or int((prompt + output).max()) > core.max_model_len_tokens:
+    if len(work.num_prompt_tokens) == 0:
         return "no requests, or some rejected"
-    if int(core.kv.blocks_for(int((prompt + output).max()) - 1)) > core.kv.num_blocks:
+    # EngineCore.rejection_reason's two limits, for the longest request.
+    longest = int((work.num_prompt_tokens + work.num_output_tokens).max())
+    if longest > core.max_model_len_tokens:
+        return "no requests, or some rejected"
+    if core.kv.blocks_for(longest - 1) > core.kv.num_blocks:
         return "some requests rejected"
     return None
 
