@@ -1,6 +1,6 @@
 """Simulator speed: requests simulated per wall second, side by side, and peak memory.
 
-Four workloads in one run (issue 16's targets in brackets), each printed with
+Five workloads in one run (issue 16's targets in brackets), each printed with
 its ratio to the first (timings on shared machines are noisy; ratios measured
 in one run are the numbers to trust):
 
@@ -12,7 +12,11 @@ in one run are the numbers to trust):
   round-robin router at 160 req/s (cost flat in cluster size: >= 20,000
   req/s), simulated as ``api.run`` does by default (the replicas dealt to
   one worker process per usable CPU, ``sim.serving.workers``) and in this
-  process alone, side by side.
+  process alone, side by side;
+- ``chat 8/s, kernels``: the chat workload priced from measured kernel tables
+  (the shipped RTX PRO 6000 / Llama-3.1-8B artifact, ``kind: kernels``), as
+  real-GPU predictions are: the Python path only (the compiled loop plays
+  roofline costs).
 
 Each workload runs twice, side by side: through the compiled loop
 (``sim.serving.compiled``, numba; ``api.run(..., compiled=True)``) and through
@@ -78,6 +82,20 @@ def chat(num_requests: int, rate_per_s: float) -> Scenario:
     )
 
 
+def chat_kernels(num_requests: int) -> Scenario:
+    """``chat(num_requests, 8)`` priced from the shipped RTX PRO 6000 kernel tables."""
+    return load_scenario(
+        ROOT / "scenarios" / "chat.yaml",
+        [
+            f"workload.num_requests={num_requests}",
+            "hardware=rtx-pro-6000",
+            "cost.kind=kernels",
+            "cost.source=path",
+            "cost.artifact=rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b",
+        ],
+    )
+
+
 def replicas(num_requests: int) -> Scenario:
     """``scenarios/replicas.yaml`` with 16 replicas at 160 req/s (its 4 at 40, scaled)."""
     return load_scenario(
@@ -127,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     cases: list[tuple[str, Callable[[], Scenario], int | None, int, str]] = [
         ("base 512/128 at 8/s", lambda: scenario(args.num_requests), None, 1, ">= 60,000"),
     ]
+    python_only = {"chat 8/s, kernels"}  # a cost the compiled loop does not play
     if args.only is None:
         num_workers = default_num_workers(16, 2 * n)
         cases += [
@@ -134,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             ("chat at 25/s", lambda: chat(n, 25), None, 1, ">= 30,000"),
             ("16 replicas", lambda: replicas(2 * n), None, num_workers, ">= 20,000"),
             ("16 replicas", lambda: replicas(2 * n), 1, 1, ""),
+            ("chat 8/s, kernels", lambda: chat_kernels(n), None, 1, ""),
         ]
     loops = {"both": [True, False], "compiled": [True], "python": [False]}[args.loop]
     if True in loops and path.compiled() is None:
@@ -151,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for label, build, workers, processes, target in cases:
         finishes = []
         for compiled in loops:
-            if compiled and workers is not None:
+            if compiled and (workers is not None or label in python_only):
                 continue  # the compiled loop runs every replica in this process
             elapsed_s, result = timed(build(), compiled, workers)
             num = len(result.requests)

@@ -53,8 +53,10 @@ class EngineOverheadCost:
         out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
         if num_seqs == 0:
             return out
+        # step_s's operations in its order, so skip-ahead gives step-by-step's bits.
         out *= self.scale
-        out += self.per_step_s + self.per_seq_s * num_seqs
+        out += self.per_step_s
+        out += self.per_seq_s * num_seqs
         return out
 
 

@@ -48,6 +48,31 @@ def run_ends_s(
     )
 
 
+def priced_until_cut(
+    step_s: Callable[[int], float],
+    first_end_s: float,
+    num_decode_steps: int,
+    stop_s: float,
+    num_after: int,
+) -> list[float]:
+    """``run_ends_s`` for a cost model that prices decode step ``j`` (0-based, after
+    the first step) one at a time with ``step_s(j)``: the same sums, but steps
+    past the cut are never priced (a ``decode_ends_s`` built on it)."""
+    # Decode steps still to price: all, unless one ends at or after stop_s.
+    left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, num_after - 1)
+    end = first_end_s
+    ends = [end]
+    j = 0
+    while j < left:
+        end += step_s(j)
+        ends.append(end)
+        j += 1
+        if end >= stop_s:  # the cut: num_after - 1 more steps at most
+            left = min(left, j + num_after - 1)
+            stop_s = float("inf")
+    return ends
+
+
 def _priced_then_cut(
     cost: CostModel,
     first_end_s: float,

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
-from sim.cost.kernels.cost import model_matches
+from sim.cost.kernels.artifact import model_matches
 from sim.cost.model_configs import MODEL_SPEC_ALIASES
 from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError

@@ -39,7 +39,7 @@ import numpy as np
 
 from sim.cost.architecture import ModelArchitecture
 from sim.cost.base import FloatArray, StepShape, no_decode_run
-from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.artifact import KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
@@ -53,32 +53,13 @@ from sim.cost.kernels.tables import (
     op_grid,
 )
 from sim.cost.parallel import LinkSpec, link_preset
+from sim.cost.run_ends import priced_until_cut
 from sim.errors import ConfigError
 
 # vLLM V1's CPU work per step (scheduler, input prep, launches / graph replay,
 # sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated.
 DEFAULT_STEP_OVERHEAD_S = 2e-3
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
-# Name parts of fine-tuned variants that keep the base model's shapes.
-_VARIANT_WORDS = frozenset({"instruct", "chat", "base", "it", "hf", "thinking"})
-
-
-def model_matches(profile_model: str | None, arch_name: str) -> bool:
-    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``.
-
-    A fine-tuned variant with the same shapes matches its base name
-    (``Qwen/Qwen3-30B-A3B-Instruct-2507`` is ``qwen3-30b-a3b``): the rest of
-    the name may only be variant words or a date.
-    """
-    if profile_model is None:
-        return True
-    name, arch = profile_model.split("/")[-1].lower(), arch_name.lower()
-    if name == arch:
-        return True
-    if not name.startswith(arch + "-"):
-        return False
-    suffix = name[len(arch) + 1 :].split("-")
-    return all(part in _VARIANT_WORDS or part.isdigit() for part in suffix)
 
 
 class KernelCost:
@@ -296,6 +277,29 @@ class KernelCost:
             + self.per_step_s(num_seqs, num_seqs)
         )
         return out
+
+    def decode_ends_s(
+        self,
+        first_end_s: float,
+        num_seqs: int,
+        context_tokens: int,
+        num_decode_steps: int,
+        stop_s: float,
+        num_after: int,
+    ) -> list[float]:
+        """``run_ends_s`` with ``decode_steps_s``'s steps priced one at a time, none past
+        the cut (an open-loop run usually stops at the next arrival, long before)."""
+        if no_decode_run(num_seqs, context_tokens, num_decode_steps) is not None:
+            return priced_until_cut(lambda j: 0.0, first_end_s, num_decode_steps, stop_s, num_after)
+        dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
+        per_step_s, overhead_s = self.per_step_s(num_seqs, num_seqs), self.step_overhead_s
+        num_layers, attention = self.arch.num_layers, self._decode_attn
+
+        def step_s(j: int) -> float:  # decode_steps_s's operations, in its order
+            layer = dense_s + 0.0 + attention(seqs, (context_tokens + j * num_seqs) / num_seqs)
+            return overhead_s + num_layers * layer + per_step_s
+
+        return priced_until_cut(step_s, first_end_s, num_decode_steps, stop_s, num_after)
 
     def __repr__(self) -> str:
         return f"KernelCost({self.label!r})"

@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.cost.base import FloatArray
+from sim.cost.kernels.grid_point import Point, point_function
 
 
 class Grid:
@@ -41,6 +42,7 @@ class Grid:
     __slots__ = (
         "_axes_list",
         "_flat",
+        "_point",
         "_strides",
         "_warned",
         "axes",
@@ -73,6 +75,9 @@ class Grid:
         self._axes_list = [a.tolist() for a in self.axes]
         self._flat: list[float] = self.values.ravel().tolist()
         self._strides = [int(s) // self.values.itemsize for s in self.values.strides]
+        self._point: Point | None = point_function(
+            self._axes_list, self._flat, self._strides, self._warn_point
+        )
 
     @staticmethod
     def from_points(
@@ -109,6 +114,8 @@ class Grid:
         """
         if len(coords) != len(self.axes):
             raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
+        if self._point is not None:  # the unrolled twin of the loop below (grid_point)
+            return self._point(*coords)
         lows, weights, sizes = [], [], []
         scale = 1.0
         for axis_index, (axis, x) in enumerate(zip(self._axes_list, coords, strict=True)):
@@ -192,7 +199,12 @@ class Grid:
         out: FloatArray = result * scale
         return out
 
-    def _warn_above(self, axis_index: int, above: bool, x: FloatArray) -> None:
+    def _warn_point(self, axis_index: int, x: float) -> None:
+        # From a grid_point closure, two frames deeper than from __call__: the warning
+        # names the same line of the caller.
+        self._warn_above(axis_index, True, np.asarray([x]), stacklevel=6)
+
+    def _warn_above(self, axis_index: int, above: bool, x: FloatArray, stacklevel: int = 4) -> None:
         axis_name = self.axis_names[axis_index]
         if above and axis_name not in self._warned:
             self._warned.add(axis_name)
@@ -200,7 +212,7 @@ class Grid:
                 f"kernel table {self.name}: {axis_name} {float(np.max(x)):g} is past the "
                 f"measured {self.axes[axis_index][-1]:g}; extrapolating proportionally",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=stacklevel,
             )
 
 

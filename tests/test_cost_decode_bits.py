@@ -1,0 +1,71 @@
+"""Every cost model's ``decode_steps_s`` gives ``step_s``'s bits, step for step.
+
+Skip-ahead prices a run of decode steps with ``decode_steps_s`` (or a
+``decode_ends_s`` built on the same operations) where step-by-step execution
+calls ``step_s`` once a step; a run is the same either way only if the two
+agree to the bit, wrappers (overhead fits, scaling) included.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.cost.architecture import load_architecture
+from sim.cost.base import CostModel, decode_steps_by_loop
+from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
+from sim.cost.fitted import FitParameters, FittedCost
+from sim.cost.kernels.aiconfigurator import from_aiconfigurator
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.linear import LinearCost
+from sim.cost.roofline import RooflineCost
+from sim.cost.specs import hardware_preset, model_preset
+
+DATA = Path(__file__).parent / "data" / "kernels"
+AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
+
+
+def roofline() -> CostModel:
+    return RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
+
+
+def kernels() -> CostModel:
+    return KernelCost(load_architecture("llama-3.1-8b"), AIC)
+
+
+def linear() -> CostModel:
+    return LinearCost(step_overhead_s=0.002, per_decode_seq_s=1.3e-4, per_context_token_s=7e-9)
+
+
+COSTS: dict[str, Callable[[], CostModel]] = {
+    "roofline": roofline,
+    "kernels": kernels,
+    "linear": linear,
+    "overhead-fit-on-roofline": lambda: EngineOverheadCost(roofline(), 1.13, 1.7e-3, 3.1e-5),
+    "overhead-fit-on-kernels": lambda: EngineOverheadCost(kernels(), 0.97, 2.3e-3, 1.1e-5),
+    "overhead-fit-on-linear": lambda: EngineOverheadCost(linear(), 1.1, 5e-4, 2e-4),
+    "scaled-kernels": lambda: ScaledCost(kernels(), 1.37),
+    "fitted-on-kernels": lambda: FittedCost(kernels(), FitParameters(1.9e-3, 1.21, 0.93)),
+    "fitted-on-roofline": lambda: FittedCost(roofline(), FitParameters(4e-4, 0.8, 1.17)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COSTS))
+@settings(max_examples=60, deadline=None)
+@given(num_seqs=st.integers(1, 256), context=st.integers(0, 200_000), num_steps=st.integers(1, 40))
+def test_decode_steps_give_step_s_bits(
+    name: str, num_seqs: int, context: int, num_steps: int
+) -> None:
+    cost = COSTS[name]()
+    context = max(context, num_seqs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # past a kernel table: warned about elsewhere
+        fast = cost.decode_steps_s(num_seqs, context, num_steps)
+        slow = decode_steps_by_loop(cost, num_seqs, context, num_steps)
+    assert fast.tolist() == slow.tolist()
