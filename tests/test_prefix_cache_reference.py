@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from prefix_pool_reference import ReferencePrefixPool
 from test_prefix_cache_properties import Driver, act
 
+from sim.engine import free_queue
 from sim.engine.free_queue import FreeQueue
 from sim.engine.kv_pool import BlockPool
 from sim.engine.prefix_cache import PrefixCachingPool
@@ -248,3 +249,84 @@ def test_prefix_pool_try_grow_is_lazy_for_own_blocks_and_eager_for_shared_ones()
     assert pool.num_free_blocks == 3
     assert not pool.try_grow(shared, 12)  # 6 blocks: 4 short, 3 free
     assert shared.num_blocks == 2 and pool.num_free_blocks == 3
+
+
+class ListQueue:
+    """The free queue as vLLM keeps it, a plain list (head first): the reference."""
+
+    def __init__(self, blocks: list[int]) -> None:
+        self.items: list[tuple[int, bool]] = [(b, False) for b in blocks]  # (block, keyed)
+
+    def extend(self, blocks: list[int]) -> None:
+        self.items += [(b, False) for b in blocks]
+
+    def append_keyed(self, block: int) -> None:
+        self.items.append((block, True))
+
+    def remove(self, block: int) -> None:
+        self.items.remove((block, True))
+
+    def pop(self, count: int) -> tuple[list[int], list[int]]:
+        taken, self.items = self.items[:count], self.items[count:]
+        return [b for b, _ in taken], [b for b, keyed in taken if keyed]
+
+
+queue_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("extend"), st.integers(0, 6)),
+        st.tuples(st.just("keyed"), st.integers(0, 3)),
+        st.tuples(st.just("remove"), st.integers(0, 50)),
+        st.tuples(st.just("pop"), st.integers(0, 12)),
+    ),
+    max_size=80,
+)
+
+
+@SETTINGS
+@given(ops=queue_ops, start=st.integers(0, 10))
+def test_the_free_queue_pops_what_a_plain_list_would(
+    ops: list[tuple[str, int]], start: int
+) -> None:
+    """Random pushes (plain and keyed), hits taking keyed blocks out, and pops: the
+    same blocks, keyed ones reported, as a list; the queue trims itself without
+    losing its place (after 4 entries here, instead of 4096)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(free_queue, "_TRIM_ENTRIES", 4)
+        play(ops, FreeQueue(range(start)), ListQueue(list(range(start))), start)
+
+
+def play(ops: list[tuple[str, int]], queue: FreeQueue, reference: ListQueue, start: int) -> None:
+    """Apply ``ops`` to both queues, checking they agree after each."""
+    next_block = start
+    for op, n in ops:
+        if op == "extend":
+            blocks = list(range(next_block, next_block + n))
+            next_block += n
+            queue.extend(blocks)
+            reference.extend(blocks)
+        elif op == "keyed":
+            for block in range(next_block, next_block + n):
+                queue.append_keyed(block)
+                reference.append_keyed(block)
+            next_block += n
+        elif op == "remove":
+            keyed = [b for b, k in reference.items if k]
+            if keyed:
+                block = keyed[n % len(keyed)]
+                queue.remove(block)
+                reference.remove(block)
+        else:
+            count = min(n, len(reference.items))
+            assert queue.pop(count) == reference.pop(count)
+        assert queue.blocks() == [b for b, _ in reference.items]
+        assert len(queue) == len(reference.items)
+        assert queue.num_keyed == sum(k for _, k in reference.items)
+
+
+def test_a_keyed_block_popped_then_pushed_plain_is_not_reported_keyed() -> None:
+    queue = FreeQueue([0])
+    queue.append_keyed(1)
+    queue.extend([2])
+    assert queue.pop(2) == ([0, 1], [1])
+    queue.extend([1])  # freed again by a request that did not key it
+    assert queue.pop(2) == ([2, 1], [])

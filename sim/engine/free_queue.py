@@ -7,11 +7,15 @@ blocks carry no key, ``sim.engine.prefix_cache``), so this queue keeps them in
 one Python list read from a moving head: pushing or popping a request's 40
 blocks is one list slice (C speed), not 40 Python steps. Only *keyed* free
 blocks, the ones a hit can take out, are tracked one by one: their position
-is recorded, and one taken out leaves a stale entry that pops skip.
+is recorded, and one taken out leaves a stale entry that pops skip. A pop
+slices the plain entries between keyed positions and steps only over those
+(``_marks``): a pool under pressure, whose queue always holds some keyed
+blocks, still pops a request's blocks in a slice or two.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 
 # Entries consumed from the head before the list is trimmed (amortised O(1)).
@@ -21,7 +25,7 @@ _TRIM_ENTRIES = 4096
 class FreeQueue:
     """Free block ids in eviction order, head first; keyed blocks removable from the middle."""
 
-    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_stale", "size")
+    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_marks", "_stale", "size")
 
     def __init__(self, blocks: Iterable[int]) -> None:
         self._entries: list[int] = list(blocks)
@@ -29,6 +33,9 @@ class FreeQueue:
         self._base = 0  # absolute position of _entries[0] (grows when trimmed)
         self._keyed_at: dict[int, int] = {}  # keyed free block -> its absolute position
         self._stale: set[int] = set()  # absolute positions of keyed blocks taken out
+        # Absolute positions, in queue order, of the entries appended keyed and not
+        # yet popped (still keyed, or stale): every other entry pops as it is.
+        self._marks: deque[int] = deque()
         # Blocks in the queue (entries past the head, less stale ones), kept as they
         # change: the pool reads it on every allocation and free.
         self.size = len(self._entries)
@@ -48,7 +55,9 @@ class FreeQueue:
 
     def append_keyed(self, block: int) -> None:
         """Append a keyed block at the tail, remembering where it is."""
-        self._keyed_at[block] = self._base + len(self._entries)
+        at = self._base + len(self._entries)
+        self._keyed_at[block] = at
+        self._marks.append(at)
         self._entries.append(block)
         self.size += 1
 
@@ -59,16 +68,24 @@ class FreeQueue:
 
     def pop(self, count: int) -> tuple[list[int], list[int]]:
         """Take ``count`` blocks from the head: (all of them, the keyed ones among them)."""
-        entries, head = self._entries, self._head
+        entries, head, marks = self._entries, self._head, self._marks
         keyed: list[int] = []
-        if not self._keyed_at and not self._stale:  # the common case: one slice
+        base = self._base
+        if not marks or marks[0] >= base + head + count:  # no keyed entry among them
             popped = entries[head : head + count]
             head += count
         else:
             popped = []
-            base, stale, keyed_at = self._base, self._stale, self._keyed_at
+            stale, keyed_at = self._stale, self._keyed_at
             while len(popped) < count and head < len(entries):
-                block, at = entries[head], base + head
+                # The plain entries before the next mark, in one slice.
+                plain = (marks[0] if marks else base + len(entries)) - base - head
+                take = min(count - len(popped), plain)
+                if take > 0:
+                    popped += entries[head : head + take]
+                    head += take
+                    continue
+                block, at = entries[head], marks.popleft()
                 head += 1
                 if at in stale:
                     stale.remove(at)
