@@ -74,26 +74,25 @@ def scenario(num_requests: int, skip_ahead: bool = True) -> Scenario:
     )
 
 
-def chat(num_requests: int, rate_per_s: float) -> Scenario:
-    """``scenarios/chat.yaml`` at ``rate_per_s``."""
-    return load_scenario(
-        ROOT / "scenarios" / "chat.yaml",
-        [f"workload.num_requests={num_requests}", f"workload.arrival.rate_per_s={rate_per_s}"],
-    )
-
-
-def chat_kernels(num_requests: int) -> Scenario:
-    """``chat(num_requests, 8)`` priced from the shipped RTX PRO 6000 kernel tables."""
+def chat(num_requests: int, rate_per_s: float, *overrides: str) -> Scenario:
+    """``scenarios/chat.yaml`` at ``rate_per_s`` (and ``overrides``, KEY=VALUE)."""
     return load_scenario(
         ROOT / "scenarios" / "chat.yaml",
         [
             f"workload.num_requests={num_requests}",
-            "hardware=rtx-pro-6000",
-            "cost.kind=kernels",
-            "cost.source=path",
-            "cost.artifact=rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b",
+            f"workload.arrival.rate_per_s={rate_per_s}",
+            *overrides,
         ],
     )
+
+
+# The shipped RTX PRO 6000 / Llama-3.1-8B kernel tables (real-GPU predictions).
+KERNEL_TABLES = (
+    "hardware=rtx-pro-6000",
+    "cost.kind=kernels",
+    "cost.source=path",
+    "cost.artifact=rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b",
+)
 
 
 def replicas(num_requests: int) -> Scenario:
@@ -153,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             ("chat at 25/s", lambda: chat(n, 25), None, 1, ">= 30,000"),
             ("16 replicas", lambda: replicas(2 * n), None, num_workers, ">= 20,000"),
             ("16 replicas", lambda: replicas(2 * n), 1, 1, ""),
-            ("chat 8/s, kernels", lambda: chat_kernels(n), None, 1, ""),
+            ("chat 8/s, kernels", lambda: chat(n, 8, *KERNEL_TABLES), None, 1, ""),
         ]
     loops = {"both": [True, False], "compiled": [True], "python": [False]}[args.loop]
     if True in loops and path.compiled() is None:

@@ -18,24 +18,30 @@ from hypothesis import strategies as st
 
 from sim.cost.architecture import load_architecture
 from sim.cost.base import CostModel, decode_steps_by_loop
+from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
 from sim.cost.fitted import FitParameters, FittedCost
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
+from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
+from sim.cost.select import shipped_artifacts
 from sim.cost.specs import hardware_preset, model_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
+PROFILE = profile_artifact(DATA / "profile" / "bf16" / "tp1")
 
 
 def roofline() -> CostModel:
     return RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
 
 
-def kernels() -> CostModel:
-    return KernelCost(load_architecture("llama-3.1-8b"), AIC)
+def kernels(artifact: KernelArtifact = AIC, tp: int = 1, pp: int = 1) -> CostModel:
+    arch = load_architecture("llama-3.1-8b")
+    return KernelCost(arch, artifact, tensor_parallel_size=tp, pipeline_parallel_size=pp)
 
 
 def linear() -> CostModel:
@@ -45,6 +51,8 @@ def linear() -> CostModel:
 COSTS: dict[str, Callable[[], CostModel]] = {
     "roofline": roofline,
     "kernels": kernels,
+    "kernels-tp2-pp2": lambda: kernels(tp=2, pp=2),
+    "kernels-profile": lambda: kernels(PROFILE),
     "linear": linear,
     "overhead-fit-on-roofline": lambda: EngineOverheadCost(roofline(), 1.13, 1.7e-3, 3.1e-5),
     "overhead-fit-on-kernels": lambda: EngineOverheadCost(kernels(), 0.97, 2.3e-3, 1.1e-5),
@@ -52,6 +60,7 @@ COSTS: dict[str, Callable[[], CostModel]] = {
     "scaled-kernels": lambda: ScaledCost(kernels(), 1.37),
     "fitted-on-kernels": lambda: FittedCost(kernels(), FitParameters(1.9e-3, 1.21, 0.93)),
     "fitted-on-roofline": lambda: FittedCost(roofline(), FitParameters(4e-4, 0.8, 1.17)),
+    "calibrated": lambda: load_calibrated_cost(shipped_artifacts()[0]),
 }
 
 

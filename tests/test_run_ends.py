@@ -1,21 +1,28 @@
 """run_ends_s: a run's step end times, cut at the next arrival, to the bit.
 
-The roofline's ``decode_ends_s`` prices only the steps it keeps; it must give
-exactly what the generic path gives (every duration priced by
-``decode_steps_s``, summed in order, then cut), and that must match a loop of
-``step_s`` summed one step at a time, as step-by-step execution sums them.
+The roofline's and the kernel tables' ``decode_ends_s`` price only the steps
+they keep; each must give exactly what the generic path gives (every duration
+priced by ``decode_steps_s``, summed in order, then cut), and that must match
+a loop of ``step_s`` summed one step at a time, as step-by-step execution sums
+them.
 """
 
 from __future__ import annotations
 
+import warnings
 from bisect import bisect_left
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.cost.base import FloatArray, StepShape
+from sim.cost.architecture import load_architecture
+from sim.cost.base import CostModel, FloatArray, StepShape
+from sim.cost.kernels.aiconfigurator import from_aiconfigurator
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
 from sim.cost.run_ends import run_ends_s
 from sim.cost.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
@@ -24,9 +31,9 @@ COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
 
 
 class Generic:
-    """The roofline without its ``decode_ends_s``: run_ends_s's generic path."""
+    """A cost model without its ``decode_ends_s``: run_ends_s's generic path."""
 
-    def __init__(self, base: RooflineCost) -> None:
+    def __init__(self, base: CostModel) -> None:
         self.base = base
 
     @property
@@ -41,7 +48,7 @@ class Generic:
 
 
 def stepwise(
-    cost: RooflineCost,
+    cost: CostModel,
     first_end_s: float,
     num_seqs: int,
     context: int,
@@ -62,10 +69,21 @@ def stepwise(
     return ends
 
 
-costs = st.builds(
-    RooflineCost,
-    st.sampled_from(sorted(MODEL_PRESETS)).map(model_preset),
-    st.sampled_from(sorted(HARDWARE_PRESETS)).map(hardware_preset),
+DATA = Path(__file__).parent / "data" / "kernels"
+AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
+LLAMA = load_architecture("llama-3.1-8b")
+KERNEL_COSTS = [  # the aiconfigurator tables on 1 and 4 GPUs, a per-layer profile
+    KernelCost(LLAMA, AIC, step_overhead_s=1e-3),
+    KernelCost(LLAMA, AIC, tensor_parallel_size=2, pipeline_parallel_size=2),
+    KernelCost(LLAMA, profile_artifact(DATA / "profile" / "bf16" / "tp1")),
+]
+costs = st.one_of(
+    st.builds(
+        RooflineCost,
+        st.sampled_from(sorted(MODEL_PRESETS)).map(model_preset),
+        st.sampled_from(sorted(HARDWARE_PRESETS)).map(hardware_preset),
+    ),
+    st.sampled_from(KERNEL_COSTS),
 )
 
 
@@ -78,8 +96,8 @@ costs = st.builds(
     stop_after_s=st.one_of(st.none(), st.floats(-1.0, 3.0)),
     num_after=st.integers(1, 3),
 )
-def test_the_roofline_fast_path_equals_the_generic_one_and_a_step_loop(
-    cost: RooflineCost,
+def test_the_fast_paths_equal_the_generic_one_and_a_step_loop(
+    cost: CostModel,
     first_end_s: float,
     num_seqs: int,
     context: int,
@@ -89,9 +107,11 @@ def test_the_roofline_fast_path_equals_the_generic_one_and_a_step_loop(
 ) -> None:
     stop_s = float("inf") if stop_after_s is None else first_end_s + stop_after_s
     args = (first_end_s, num_seqs, context, num_steps, stop_s, num_after)
-    fast = run_ends_s(cost, *args)
-    assert fast == run_ends_s(Generic(cost), *args)  # exact: same floats
-    assert fast == stepwise(cost, *args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # past a kernel table: tested in test_cost_kernels_grid
+        fast = run_ends_s(cost, *args)
+        assert fast == run_ends_s(Generic(cost), *args)  # exact: same floats
+        assert fast == stepwise(cost, *args)
 
 
 def test_a_cut_keeps_the_step_running_at_the_arrival_and_num_after_minus_one_more() -> None:

@@ -26,14 +26,13 @@ chosen axis (``fill_axis``) from the largest measured point before the hole.
 from __future__ import annotations
 
 import warnings
-from bisect import bisect_right
 from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from sim.cost.base import FloatArray
-from sim.cost.kernels.grid_point import Point, point_function
+from sim.cost.kernels.grid_point import Point, cell, point_function
 
 
 class Grid:
@@ -128,10 +127,9 @@ class Grid:
                 lows.append(0)
                 weights.append(0.0)
                 continue
-            clipped = last if x > last else (axis[0] if x < axis[0] else x)
-            low = min(max(bisect_right(axis, clipped) - 1, 0), len(axis) - 2)
+            low, weight = cell(axis, x)
             lows.append(low)
-            weights.append((clipped - axis[low]) / (axis[low + 1] - axis[low]))
+            weights.append(weight)
         result = 0.0
         flat, strides = self._flat, self._strides
         for corner in range(1 << len(lows)):

@@ -20,7 +20,7 @@ Warn = Callable[[int, float], None]
 Point = Callable[..., float]
 
 
-def _cell(axis: list[float], x: float) -> tuple[int, float]:
+def cell(axis: list[float], x: float) -> tuple[int, float]:
     """``x``'s cell on ``axis`` (clipped to it): lower corner and the upper corner's weight."""
     first, last = axis[0], axis[-1]
     clipped = last if x > last else (first if x < first else x)
@@ -53,7 +53,7 @@ def _point_1d(axis: list[float], flat: list[float], stride: int, warn: Warn) -> 
         if x > last:
             scale = scale * x / last
             warn(0, x)
-        low, w = _cell(axis, x)
+        low, w = cell(axis, x)
         o = low * stride
         result = 0.0 + (1.0 - w) * flat[o]
         result = result + w * flat[o + stride]
@@ -73,11 +73,11 @@ def _point_2d(
         if x0 > last0:
             scale = scale * x0 / last0
             warn(0, x0)
-        low0, w0 = _cell(ax0, x0)
+        low0, w0 = cell(ax0, x0)
         if x1 > last1:
             scale = scale * x1 / last1
             warn(1, x1)
-        low1, w1 = _cell(ax1, x1)
+        low1, w1 = cell(ax1, x1)
         a0, a1 = 1.0 - w0, 1.0 - w1
         o = low0 * s0 + low1 * s1
         result = 0.0 + a0 * a1 * flat[o]
@@ -101,15 +101,15 @@ def _point_3d(
         if x0 > last0:
             scale = scale * x0 / last0
             warn(0, x0)
-        low0, w0 = _cell(ax0, x0)
+        low0, w0 = cell(ax0, x0)
         if x1 > last1:
             scale = scale * x1 / last1
             warn(1, x1)
-        low1, w1 = _cell(ax1, x1)
+        low1, w1 = cell(ax1, x1)
         if x2 > last2:
             scale = scale * x2 / last2
             warn(2, x2)
-        low2, w2 = _cell(ax2, x2)
+        low2, w2 = cell(ax2, x2)
         a0, a1, a2 = 1.0 - w0, 1.0 - w1, 1.0 - w2
         o = low0 * s0 + low1 * s1 + low2 * s2
         # Corner c takes axis d's upper point where bit d of c is set.
