@@ -209,13 +209,19 @@ def test_ctrl_c_keeps_what_completed_and_marks_the_run_partial(tmp_path: Path) -
     with FakeServer(behaviours=("ok", "hang")) as server:
         line = ["measure", str(SCENARIO), "--endpoint", server.url, "--out", str(out), "-q"]
         sets = ["--set", "workload.duration_s=1", "--set", "workload.arrival.rate_per_s=8"]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sim.cli", *line, *sets],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        # A child inherits an ignored SIGINT (pytest run as a background job, as in
+        # `nohup ... &`) and would then never see the Ctrl-C: it gets a handled one.
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sim.cli", *line, *sets],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        finally:
+            signal.signal(signal.SIGINT, previous)
         deadline = time.monotonic() + 60
         while server.num_measured < 4:  # two of them hang: the run cannot end by itself
             assert time.monotonic() < deadline and proc.poll() is None
