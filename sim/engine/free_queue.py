@@ -7,10 +7,11 @@ blocks carry no key, ``sim.engine.prefix_cache``), so this queue keeps them in
 one Python list read from a moving head: pushing or popping a request's 40
 blocks is one list slice (C speed), not 40 Python steps. Only *keyed* free
 blocks, the ones a hit can take out, are tracked one by one: their position
-is recorded, and one taken out leaves a stale entry that pops skip. A pop
-slices the plain entries between keyed positions and steps only over those
-(``_marks``): a pool under pressure, whose queue always holds some keyed
-blocks, still pops a request's blocks in a slice or two.
+is recorded, and one taken out leaves a stale entry that pops skip (a keyed
+position its block no longer records). A pop slices the plain entries between
+keyed positions and steps only over those (``_marks``): a pool under pressure,
+whose queue always holds some keyed blocks, still pops a request's blocks in a
+slice or two.
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ _TRIM_ENTRIES = 4096
 class FreeQueue:
     """Free block ids in eviction order, head first; keyed blocks removable from the middle."""
 
-    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_marks", "_stale", "size")
+    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_marks", "size")
 
     def __init__(self, blocks: Iterable[int]) -> None:
         self._entries: list[int] = list(blocks)
         self._head = 0  # index in _entries of the queue's head
         self._base = 0  # absolute position of _entries[0] (grows when trimmed)
         self._keyed_at: dict[int, int] = {}  # keyed free block -> its absolute position
-        self._stale: set[int] = set()  # absolute positions of keyed blocks taken out
         # Absolute positions, in queue order, of the entries appended keyed and not
-        # yet popped (still keyed, or stale): every other entry pops as it is.
+        # yet popped: still keyed (``_keyed_at`` points there), or stale (a hit took
+        # the block out); every other entry pops as it is.
         self._marks: deque[int] = deque()
         # Blocks in the queue (entries past the head, less stale ones), kept as they
         # change: the pool reads it on every allocation and free.
@@ -63,7 +64,7 @@ class FreeQueue:
 
     def remove(self, block: int) -> None:
         """Take keyed ``block`` out of the queue (a hit touched it)."""
-        self._stale.add(self._keyed_at.pop(block))
+        del self._keyed_at[block]  # its entry is stale now
         self.size -= 1
 
     def pop(self, count: int) -> tuple[list[int], list[int]]:
@@ -76,7 +77,7 @@ class FreeQueue:
             head += count
         else:
             popped = []
-            stale, keyed_at = self._stale, self._keyed_at
+            keyed_at = self._keyed_at
             while len(popped) < count and head < len(entries):
                 # The plain entries before the next mark, in one slice.
                 plain = (marks[0] if marks else base + len(entries)) - base - head
@@ -87,12 +88,10 @@ class FreeQueue:
                     continue
                 block, at = entries[head], marks.popleft()
                 head += 1
-                if at in stale:
-                    stale.remove(at)
-                    continue
-                if keyed_at.get(block) == at:
-                    del keyed_at[block]
-                    keyed.append(block)
+                if keyed_at.get(block) != at:
+                    continue  # stale: a hit took the block out
+                del keyed_at[block]
+                keyed.append(block)
                 popped.append(block)
         if len(popped) != count:
             raise RuntimeError(f"popped {len(popped)} of {count} blocks: the free queue ran out")
@@ -106,5 +105,6 @@ class FreeQueue:
 
     def blocks(self) -> list[int]:
         """The free blocks, head first (inspection: O(queue))."""
-        stale, start = self._stale, self._base + self._head
-        return [b for at, b in enumerate(self._entries[self._head :], start) if at not in stale]
+        marks, keyed_at, start = set(self._marks), self._keyed_at, self._base + self._head
+        entries = enumerate(self._entries[self._head :], start)
+        return [b for at, b in entries if at not in marks or keyed_at.get(b) == at]
