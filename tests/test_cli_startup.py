@@ -70,6 +70,22 @@ def test_the_api_imports_neither_matplotlib_nor_torch_nor_pandas() -> None:
     assert "numpy" in imported  # the probe sees what is imported
 
 
+def test_a_small_run_s_summary_imports_neither_numpy_ma_nor_the_compiled_loop() -> None:
+    # numpy.ma (~30 ms, np.unique's import) and the compiled loop's modules (~15 ms)
+    # would come before the summary; a small run needs neither.
+    code = (
+        "import sys\nfrom sim import api\nfrom sim.metrics.report import format_summary_table\n"
+        "result = api.run('scenarios/chat.yaml', progress=False)\n"
+        "format_summary_table(result.summary)\n"
+        "print(sorted(m for m in ('numpy.ma', 'sim.serving.compiled.path', "
+        "'sim.serving.compiled.loop', 'numpy.random') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines()[-1] == "['numpy.random']"  # the probe sees imports
+
+
 # --- stubs say what the real parsers say ----------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from sim.planning.sweep_exec import run_point
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, RouterKind
 from sim.serving.compiled import arrays as arrays_module
-from sim.serving.compiled import layout, loop, path, steps
+from sim.serving.compiled import choice, layout, loop, path, steps
 from sim.serving.compiled.arrays import LoopArrays
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, Simulation
@@ -254,12 +254,12 @@ def test_the_choice_of_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESIM_COMPILED", "python")
     assert path.choose_loop(1) is loop.run
     monkeypatch.setenv("SERVESIM_COMPILED", "auto")
-    assert path.choose_loop(path.MIN_REQUESTS - 1) is None  # not worth numba's start-up
-    assert path.choose_loop(path.MIN_REQUESTS) is path.compiled()
+    assert path.choose_loop(choice.MIN_REQUESTS - 1) is None  # not worth numba's start-up
+    assert path.choose_loop(choice.MIN_REQUESTS) is path.compiled()
     assert path.choose_loop(1, True) is path.compiled()  # asked for: a sweep's points
     assert path.choose_loop(10**7, False) is None
     monkeypatch.setattr(path, "compiled", lambda: None)  # numba missing
-    assert path.choose_loop(path.MIN_REQUESTS) is None
+    assert path.choose_loop(choice.MIN_REQUESTS) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "sometimes")
     with pytest.raises(ConfigError, match="SERVESIM_COMPILED"):
         path.choose_loop(1)

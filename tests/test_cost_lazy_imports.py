@@ -73,8 +73,18 @@ def test_the_engine_s_cost_import_pulls_in_no_cost_model() -> None:
 def test_a_scenario_leaves_the_kernel_table_tools_unimported() -> None:
     imported = _imported_after("import sim.scenario")
     assert "sim.cost.kernels.config" in imported  # the cost: union validates kind: kernels
-    for tool in ("llmservingsim", "slice"):
-        assert f"sim.cost.kernels.{tool}" not in imported
+    # The tools, and the cost model with its tables' code until a scenario builds one.
+    for module in ("llmservingsim", "slice", "cost", "grid", "grid_point", "tables", "ops"):
+        assert f"sim.cost.kernels.{module}" not in imported
+
+
+def test_a_run_on_the_roofline_leaves_the_kernel_cost_model_unimported() -> None:
+    # kind: auto looks for tables (their provenance only) and finds none for an H100.
+    imported = _imported_after(
+        "import sim.api\nsim.api.run('scenarios/chat.yaml', progress=False).summary"
+    )
+    assert "sim.cost.kernels.auto" in imported and "sim.cost.roofline" in imported
+    assert "sim.cost.kernels.cost" not in imported
 
 
 @pytest.mark.parametrize("path", shipped.shipped_kernel_artifacts(), ids=lambda p: p.name)

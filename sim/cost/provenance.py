@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import itertools
 import json
 import subprocess
+import zlib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -46,6 +48,84 @@ def read_artifact(path: Path, kind: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a {kind} must be a JSON object")
     return data
+
+
+# Bytes of text read for an artifact's head: the stamp and provenance come first
+# (the writers put them there), well within this.
+HEAD_BYTES = 1 << 16
+
+
+def _head_text(path: Path, max_bytes: int) -> str | None:
+    """Up to ``max_bytes`` of ``path``'s text (gunzipped as it is read), or None if
+    it cannot be read or decoded (then ``read_artifact`` reports why)."""
+    try:
+        with path.open("rb") as file:
+            if path.name.endswith(".gz"):
+                raw = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS).decompress(
+                    file.read(max_bytes), max_bytes
+                )
+            else:
+                raw = file.read(max_bytes)
+    except (OSError, zlib.error):
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        # Only a character the cut split (at most 3 bytes of it) is not an error.
+        if len(raw) < max_bytes or error.start < len(raw) - 3:
+            return None
+        return raw[: error.start].decode("utf-8")
+
+
+def _leading_fields(text: str, stop_key: str) -> dict[str, Any] | None:
+    """The fields of the JSON object that ``text`` begins with, up to ``stop_key``;
+    None unless ``stop_key`` is reached, every field before it whole."""
+    decoder = json.JSONDecoder()
+    fields: dict[str, Any] = {}
+    at = _skip(text, 0)
+    if text[at : at + 1] != "{":
+        return None
+    at += 1
+    try:
+        while True:
+            key, at = decoder.raw_decode(text, _skip(text, at))
+            at = _skip(text, at)
+            if not isinstance(key, str) or text[at : at + 1] != ":":
+                return None
+            if key == stop_key:
+                return fields
+            fields[key], at = decoder.raw_decode(text, _skip(text, at + 1))
+            at = _skip(text, at)
+            if text[at : at + 1] != ",":
+                return None  # the object ends (or the head does) before stop_key
+            at += 1
+    except json.JSONDecodeError:
+        return None
+
+
+def _skip(text: str, at: int) -> int:
+    """The index of the first non-whitespace character of ``text`` from ``at``."""
+    while at < len(text) and text[at] in " \t\n\r":
+        at += 1
+    return at
+
+
+def read_artifact_head(
+    path: Path, kind: str, stop_key: str, max_bytes: int = HEAD_BYTES
+) -> dict[str, Any]:
+    """The fields of ``path``'s JSON object before ``stop_key`` (its bulk; all of them
+    without it), read from the first ``max_bytes`` of its text only, or from the
+    whole file (``read_artifact``, and its errors) when they are not all there.
+
+    ``kind: auto`` reads every shipped kernel artifact's provenance before a run:
+    ~50 ms for the five read whole, ~3 ms this way.
+    """
+    text = _head_text(path, max_bytes)
+    fields = _leading_fields(text, stop_key) if text is not None else None
+    if fields is None:
+        whole = read_artifact(path, kind)
+        fields = dict(itertools.takewhile(lambda item: item[0] != stop_key, whole.items()))
+    return fields
 
 
 def check_format(

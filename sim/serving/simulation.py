@@ -220,6 +220,10 @@ class Simulation:
 
     def _run_compiled(self, work: OpenLoop, tokenize_s: float, bar: Progress) -> bool:
         """Simulate ``work`` in the compiled loop if it can (sim.serving.compiled)."""
+        from sim.serving.compiled.choice import loop_kind
+
+        if loop_kind(len(work.arrival_s), self.compiled) is None:
+            return False  # the loop's modules stay unimported (~15 ms)
         from sim.serving.compiled import path as fast_path
 
         run = fast_path.choose_loop(len(work.arrival_s), self.compiled)

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     )
     from sim.cost.kernels.auto import kernel_auto
     from sim.cost.kernels.config import KernelsCostConfig, build_kernels
-    from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
+    from sim.cost.kernels.cost import KernelCost
+    from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
     from sim.cost.kernels.llmservingsim import import_profile, main
     from sim.cost.kernels.shipped import shipped_kernel_artifacts
     from sim.cost.kernels.slice import export_main, export_slice
@@ -43,7 +44,7 @@ _SOURCES = {
     "kernel_auto": "auto",
     "KernelsCostConfig": "config",
     "build_kernels": "config",
-    "DEFAULT_STEP_OVERHEAD_S": "cost",
+    "DEFAULT_STEP_OVERHEAD_S": "defaults",
     "KernelCost": "cost",
     "import_profile": "llmservingsim",
     "main": "llmservingsim",

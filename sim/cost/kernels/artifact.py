@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.provenance import check_format, read_artifact, validated
+from sim.cost.provenance import check_format, read_artifact, read_artifact_head, validated
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -167,7 +167,7 @@ def _provenance(data: dict[str, Any], path: Path) -> KernelProvenance:
 
 def load_provenance(path: Path) -> KernelProvenance:
     """An artifact's provenance, its tables left unbuilt (pandas frames cost ~10 ms a file)."""
-    return _provenance(read_artifact(path, KIND), path)
+    return _provenance(read_artifact_head(path, KIND, "tables"), path)
 
 
 def load_kernel_artifact(path: Path) -> KernelArtifact:

@@ -11,16 +11,19 @@ calibrated artifacts and the roofline exactly as it did before.
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from sim.cost.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
 from sim.cost.kernels.aiconfigurator import installed_data_dir
 from sim.cost.kernels.artifact import model_matches
 from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
-from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.shipped import load_provenance_cached, shipped_kernel_artifacts
 from sim.cost.parallel import ParallelismConfig
 from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.cost.kernels.cost import KernelCost
 
 
 def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCostConfig]:

@@ -27,19 +27,22 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.architecture import ModelArchitecture, from_model_spec, load_architecture
 from sim.cost.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
 from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.cost import DEFAULT_STEP_OVERHEAD_S, KernelCost
+from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
 from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
 from sim.cost.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
 from sim.cost.parallel import ParallelismConfig
 from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.cost.kernels.cost import KernelCost
 
 _SHAPE_FIELDS = (
     "num_layers",
@@ -132,6 +135,8 @@ def build_kernels(
     base_dir: Path | None = None,
 ) -> KernelCost:
     """The ``KernelCost`` a ``kind: kernels`` block describes."""
+    from sim.cost.kernels.cost import KernelCost  # the tables' code: only when built
+
     artifact = kernel_artifact_for(config, hardware, base_dir)
     dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
     wanted = (_DTYPE_BYTES.get(dtype), _DTYPE_BYTES.get(kv_dtype))

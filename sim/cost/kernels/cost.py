@@ -40,6 +40,7 @@ import numpy as np
 from sim.cost.architecture import ModelArchitecture
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
+from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
 from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
@@ -56,9 +57,6 @@ from sim.cost.parallel import LinkSpec, link_preset
 from sim.cost.run_ends import priced_until_cut
 from sim.errors import ConfigError
 
-# vLLM V1's CPU work per step (scheduler, input prep, launches / graph replay,
-# sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated.
-DEFAULT_STEP_OVERHEAD_S = 2e-3
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
 
 

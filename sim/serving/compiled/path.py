@@ -14,7 +14,6 @@ plays (a preemption, a broken run of tokens); the caller then simulates as usual
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -24,17 +23,10 @@ from sim.engine.kv_pool import BlockPool
 from sim.engine.policies.continuous import Continuous
 from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.prefix_requests import prefix_describer
-from sim.errors import ConfigError
 from sim.serving.compiled import layout, loop
 from sim.serving.compiled.arrays import LoopArrays
+from sim.serving.compiled.choice import loop_kind
 from sim.serving.feed import OpenLoop, Submissions
-
-# Below this many requests one run does not pay for the compiled loop's start-up
-# (numba's import and a cached compilation's load, ~0.4 s once a process); a
-# caller that makes many runs asks for it at any size (a sweep's points);
-# SERVESIM_COMPILED=never|always|python overrides (tests, benchmarks).
-MIN_REQUESTS = 20_000
-MODES = ("auto", "always", "never", "python")
 
 
 @functools.cache
@@ -53,22 +45,11 @@ def compiled() -> Callable[..., int] | None:
 
 
 def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
-    """The loop to run (compiled, or the plain function when asked), or None.
-
-    ``wanted``: None from ``MIN_REQUESTS`` requests, True at any size, False
-    never; the environment variable ``SERVESIM_COMPILED``, when set to other
-    than ``auto``, decides instead.
-    """
-    mode = os.environ.get("SERVESIM_COMPILED", "auto")
-    if mode not in MODES:
-        raise ConfigError(f"SERVESIM_COMPILED={mode!r}: expected one of {', '.join(MODES)}")
-    if mode == "never" or (mode == "auto" and wanted is False):
+    """The loop ``choice.loop_kind`` names (compiled, or the plain function), or None."""
+    kind = loop_kind(num_requests, wanted)
+    if kind is None:
         return None
-    if mode == "python":  # the same function uncompiled: slow, for tests without numba
-        return loop.run
-    if mode == "auto" and wanted is None and num_requests < MIN_REQUESTS:
-        return None
-    return compiled()
+    return loop.run if kind == "python" else compiled()
 
 
 def _is_roofline(cost: object) -> bool:
