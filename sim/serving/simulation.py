@@ -222,11 +222,12 @@ class Simulation:
         """Simulate ``work`` in the compiled loop if it can (sim.serving.compiled)."""
         from sim.serving.compiled.choice import loop_kind
 
-        if loop_kind(len(work.arrival_s), self.compiled) is None:
+        kind = loop_kind(len(work.arrival_s), self.compiled)
+        if kind is None:
             return False  # the loop's modules stay unimported (~15 ms)
         from sim.serving.compiled import path as fast_path
 
-        run = fast_path.choose_loop(len(work.arrival_s), self.compiled)
+        run = fast_path.loop_of(kind)
         cost = self.engine.cost
         if run is None or fast_path.why_not(self.cores, cost, self.engine.skip_ahead, work):
             return False

@@ -25,7 +25,7 @@ from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.prefix_requests import prefix_describer
 from sim.serving.compiled import layout, loop
 from sim.serving.compiled.arrays import LoopArrays
-from sim.serving.compiled.choice import loop_kind
+from sim.serving.compiled.choice import LoopKind, loop_kind
 from sim.serving.feed import OpenLoop, Submissions
 
 
@@ -47,8 +47,11 @@ def compiled() -> Callable[..., int] | None:
 def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
     """The loop ``choice.loop_kind`` names (compiled, or the plain function), or None."""
     kind = loop_kind(num_requests, wanted)
-    if kind is None:
-        return None
+    return None if kind is None else loop_of(kind)
+
+
+def loop_of(kind: LoopKind) -> Callable[..., int] | None:
+    """The function for ``kind``: the plain one, or the compiled one (None without numba)."""
     return loop.run if kind == "python" else compiled()
 
 
