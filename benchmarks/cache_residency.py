@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from calibration.model import LlamaModel
 from calibration.step import DecodeItem, PrefillChunk
-from sim.cost.specs import model_preset
+from sim.hardware.specs import model_preset
 
 NUM_POSITIONS = 8
 

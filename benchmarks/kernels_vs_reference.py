@@ -21,11 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.cost.architecture import ModelArchitecture, from_model_spec, load_architecture  # noqa: E402
 from sim.cost.base import StepShape  # noqa: E402
 from sim.cost.kernels import KernelCost, load_kernel_artifact  # noqa: E402
-from sim.cost.model_configs import HF_CONFIGS  # noqa: E402
-from sim.cost.specs import model_preset  # noqa: E402
+from sim.hardware.architecture import ModelArchitecture, from_model_spec, load_architecture  # noqa: E402
+from sim.hardware.model_configs import HF_CONFIGS  # noqa: E402
+from sim.hardware.specs import model_preset  # noqa: E402
 
 TOKENS = (1, 16, 64, 256, 1024, 2048)
 DECODES = ((1, 1024), (16, 1024), (64, 1024), (64, 4096), (256, 1024))

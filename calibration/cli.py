@@ -29,9 +29,9 @@ from sim.cost.calibration_artifact import (
     ModelInfo,
     save_artifact,
 )
-from sim.cost.specs import MODEL_PRESETS, ModelSpec, model_preset
 from sim.errors import ConfigError
-from sim.out_path import check_out_file
+from sim.hardware.specs import MODEL_PRESETS, ModelSpec, model_preset
+from sim.metrics.out_path import check_out_file
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
 DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
@@ -126,9 +126,9 @@ def _kv_budget_tokens(model: Any) -> int:
 def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
     """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
     from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
-    from sim.cost.architecture import from_model_spec, load_architecture
     from sim.cost.kernels import save_artifact
-    from sim.cost.model_configs import HF_CONFIGS
+    from sim.hardware.architecture import from_model_spec, load_architecture
+    from sim.hardware.model_configs import HF_CONFIGS
 
     grid = args.grid
     if grid == "default":

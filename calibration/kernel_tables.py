@@ -33,9 +33,9 @@ from typing import Any
 
 import pandas as pd
 
-from sim.cost.architecture import ModelArchitecture
 from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.cost.kernels.ops import layer_shapes
+from sim.hardware.architecture import ModelArchitecture
 
 TOOL_VERSION = "1"
 # The CLI's dtype names -> torch's, which the artifact's provenance records.

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from sim.cost.specs import ModelSpec
+from sim.hardware.specs import ModelSpec
 
 IntArray = npt.NDArray[np.int64]
 

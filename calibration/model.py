@@ -1,7 +1,7 @@
 """A compact Llama-family decoder whose unit of work is one engine step.
 
 RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP and an LM head,
-built from a ``sim.cost.specs.ModelSpec`` and random-initialised from a seed
+built from a ``sim.hardware.specs.ModelSpec`` and random-initialised from a seed
 (weights are never zeros: timings on zeros can be optimistic).
 
 ``LlamaModel.forward_step`` is what a continuous-batching engine calls once
@@ -29,7 +29,7 @@ from torch import nn
 
 from calibration.kv import KVCache
 from calibration.step import DecodeItem, PrefillChunk, StepOutput
-from sim.cost.specs import ModelSpec
+from sim.hardware.specs import ModelSpec
 
 __all__ = ["DecodeItem", "DecoderLayer", "LlamaModel", "PrefillChunk", "StepOutput"]
 

@@ -86,7 +86,7 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
 
 def _check_arguments(args: argparse.Namespace) -> None:
     """Options that would waste a measurement: checked before it starts."""
-    from sim.out_path import check_out_dir
+    from sim.metrics.out_path import check_out_dir
 
     if args.max_duration_s is not None and not args.max_duration_s > 0:
         raise ConfigError(f"--max-duration-s must be > 0 seconds, got {args.max_duration_s:g}")

@@ -1,4 +1,4 @@
-"""``sim.api_result``: the shared summary header, and a result's files drawn apart or here.
+"""``sim.api.result``: the shared summary header, and a result's files drawn apart or here.
 
 ``summary_header`` names what ran, for a simulated run (``build_result``) and a
 measured one (``calibration.measure``) alike. ``Result.figure_job`` is the data
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from sim import api
-from sim.api_result import Result, engine_settings, summary_header
+from sim.api.result import Result, engine_settings, summary_header
 from sim.metrics.report import FigureJob, draw_figures, figure_names
 from sim.scenario import Scenario, scenario_from_dict
 

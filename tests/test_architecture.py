@@ -7,7 +7,8 @@ still says which module knows about which). The rules:
 - no import cycle anywhere;
 - ``sim.engine`` imports neither SimPy nor ``serving``, ``metrics``,
   ``planning``, ``validation`` or the faces;
-- ``sim.cost`` imports nothing of ``sim`` but itself and ``sim.errors``;
+- ``sim.hardware`` imports nothing of ``sim`` but itself and ``sim.errors``;
+- ``sim.cost`` imports nothing of ``sim`` but itself, ``sim.hardware`` and ``sim.errors``;
 - ``sim.workload`` imports neither ``engine`` nor ``serving``;
 - ``sim.serving`` stays below ``metrics``, ``planning``, ``validation`` and the faces;
 - ``planning`` and ``validation`` reach the simulator through ``sim.api``,
@@ -28,13 +29,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sim", "calibration")
 FACES = (
     "sim.api",
-    "sim.api_engine",
-    "sim.api_result",
+    "sim.api.build",
+    "sim.api.result",
     "sim.cli",
-    "sim.cli_figure_processes",
-    "sim.cli_figures",
+    "sim.cli.figure_processes",
+    "sim.cli.figures",
     "sim.scenario",
-    "sim.scenario_overrides",
+    "sim.scenario.overrides",
 )
 
 
@@ -160,6 +161,10 @@ def test_the_walk_sees_type_only_and_function_level_imports() -> None:
             "sim.engine",
             ("simpy", "sim.serving", "sim.metrics", "sim.planning", "sim.validation", *FACES),
         ),
+        (
+            "sim.hardware",
+            ("sim.cost", "sim.engine", "sim.serving", "sim.workload", "sim.metrics", *FACES),
+        ),
         ("sim.cost", ("sim.engine", "sim.serving", "sim.workload", "sim.metrics", *FACES)),
         ("sim.workload", ("sim.engine", "sim.serving", "sim.metrics", *FACES)),
         ("sim.serving", ("sim.metrics", "sim.planning", "sim.validation", *FACES)),
@@ -173,12 +178,22 @@ def test_layers_import_only_downwards(layer: str, forbidden: tuple[str, ...]) ->
     assert _violations(layer, forbidden) == []
 
 
-def test_cost_imports_only_itself_and_errors() -> None:
+def test_hardware_imports_only_itself_and_errors() -> None:
+    outside = [
+        f"{name} imports {target}"
+        for name in _layer("sim.hardware")
+        for target in internal_imports(name)
+        if not _in(target, "sim.hardware", "sim.errors")
+    ]
+    assert outside == []
+
+
+def test_cost_imports_only_itself_hardware_and_errors() -> None:
     outside = [
         f"{name} imports {target}"
         for name in _layer("sim.cost")
         for target in internal_imports(name)
-        if not _in(target, "sim.cost", "sim.errors")
+        if not _in(target, "sim.cost", "sim.hardware", "sim.errors")
     ]
     assert outside == []
 

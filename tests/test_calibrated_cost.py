@@ -35,8 +35,8 @@ from sim.cost.calibration_artifact import (
     load_artifact,
     save_artifact,
 )
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "calibration" / "artifacts" / "cpu-tiny-fp32.json"

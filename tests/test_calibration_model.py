@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from calibration.kv import KVCache  # noqa: E402
 from calibration.model import DecodeItem, LlamaModel, PrefillChunk  # noqa: E402
-from sim.cost.specs import ModelSpec, model_preset  # noqa: E402
+from sim.hardware.specs import ModelSpec, model_preset  # noqa: E402
 
 # Small enough to run in milliseconds, GQA (4 query heads per KV head), untied head.
 SMALL = ModelSpec(

@@ -28,15 +28,15 @@ from small_scenario import write_scenario
 from test_plots import requests_frame, timeseries_frame
 
 import sim.cli as cli
-import sim.cli_figure_processes as processes
-import sim.cli_figures as cli_figures
+import sim.cli.figure_processes as processes
+import sim.cli.figures as cli_figures
 import sim.metrics.figure_prep as figure_prep
 import sim.metrics.plot_draw as plot_draw
 import sim.metrics.waterfall_draw as waterfall_draw
 import sim.scenario
 from sim import api
-from sim.api_result import Result
-from sim.cli_figures import FigureError, FigureWorker
+from sim.api.result import Result
+from sim.cli.figures import FigureError, FigureWorker
 from sim.errors import ConfigError
 from sim.metrics import figure_draw
 from sim.metrics.figure_data import WATERFALL_ROWS, Figures
@@ -205,7 +205,7 @@ def test_drawing_prepared_figures_imports_neither_pandas_nor_pydantic(
     job_path.write_bytes(pickle.dumps(prepare_figures(result.figure_job(tmp_path))))
     probe = (
         "import json, pickle, sys\n"
-        "import sim.cli_figures, sim.cli_figure_processes\n"
+        "import sim.cli.figures, sim.cli.figure_processes\n"
         "from sim.metrics.figure_draw import draw_prepared, warm_up\n"
         "warm_up()\n"
         f"paths = draw_prepared(pickle.loads(open({str(job_path)!r}, 'rb').read()))\n"

@@ -1,4 +1,4 @@
-"""``sim.cli_figures`` and ``sim.cli_figure_processes``: a run's figures drawn in forked
+"""``sim.cli.figures`` and ``sim.cli.figure_processes``: a run's figures drawn in forked
 processes, errors never lost.
 
 The worker is a fork of the test process, so a monkeypatch made before
@@ -24,14 +24,14 @@ from child_processes import no_children_left
 from small_scenario import write_scenario
 
 import sim.cli as cli
-import sim.cli_figure_processes as processes
-import sim.cli_figures as cli_figures
+import sim.cli.figure_processes as processes
+import sim.cli.figures as cli_figures
 import sim.metrics.plot_draw as plots
 import sim.metrics.waterfall_draw as waterfall
 from sim import api
-from sim.api_result import Result
-from sim.cli_figure_processes import describe, reply_of
-from sim.cli_figures import FigureError, FigureWorker
+from sim.api.result import Result
+from sim.cli.figure_processes import describe, reply_of
+from sim.cli.figures import FigureError, FigureWorker
 from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.report import FigureJob, figure_names, prepare_figures

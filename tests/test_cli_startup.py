@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 import sim.cli as cli
-from sim.api_result import Result
+from sim.api.result import Result
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("matplotlib", "pandas", "torch", "numpy", "pydantic", "pyarrow", "scipy", "simpy")

@@ -19,7 +19,7 @@ import simpy
 from test_cluster import ROUTERS, cluster, make_engine, random_work
 
 from sim import api
-from sim.api_engine import cluster_for, engine_for
+from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
 from sim.scenario import load_scenario
 from sim.serving.cluster import build_layout

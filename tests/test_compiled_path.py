@@ -22,10 +22,10 @@ from sim.cli import main
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import UncalibratedRoofline
-from sim.cost.specs import hardware_preset, model_preset
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.engine.policies.features import with_async_scheduling
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.planning.sweep_exec import run_point
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, RouterKind

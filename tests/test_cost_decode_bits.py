@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.architecture import load_architecture
 from sim.cost.base import CostModel, decode_steps_by_loop
 from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
@@ -28,7 +27,8 @@ from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import shipped_artifacts
-from sim.cost.specs import hardware_preset, model_preset
+from sim.hardware.architecture import load_architecture
+from sim.hardware.specs import hardware_preset, model_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")

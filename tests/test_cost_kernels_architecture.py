@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sim.cost.architecture import (
+from sim.errors import ConfigError
+from sim.hardware.architecture import (
     ModelArchitecture,
     from_hf_config,
     from_model_spec,
     load_architecture,
 )
-from sim.cost.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
-from sim.cost.specs import MODEL_PRESETS, model_preset
-from sim.errors import ConfigError
+from sim.hardware.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
+from sim.hardware.specs import MODEL_PRESETS, model_preset
 
 # Published parameter counts (billions), as each model card states them.
 PUBLISHED_PARAMS_B = {

@@ -24,11 +24,11 @@ from sim.cost.kernels.shipped import (
     shipped_kernel_artifacts,
     shipped_name,
 )
-from sim.cost.parallel import ParallelismConfig, link_preset
 from sim.cost.parallel_roofline import ParallelRooflineCost, parallel_cost_model
 from sim.cost.select import AutoCostConfig, UncalibratedRoofline
-from sim.cost.specs import HARDWARE_PRESETS, hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.parallel import ParallelismConfig, link_preset
+from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset, model_preset
 from sim.scenario import scenario_from_dict
 
 AIC_DATA = Path(__file__).parent / "data" / "kernels" / "aic" / "systems" / "data"

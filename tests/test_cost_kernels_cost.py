@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.architecture import ModelArchitecture, MoeSpec, load_architecture
 from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
@@ -19,8 +18,9 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.kernels.ops import layer_shapes, prefill_chunk
 from sim.cost.kernels.slice import slice_artifact
-from sim.cost.parallel import link_preset
 from sim.errors import ConfigError
+from sim.hardware.architecture import ModelArchitecture, MoeSpec, load_architecture
+from sim.hardware.parallel import link_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")

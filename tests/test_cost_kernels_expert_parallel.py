@@ -10,7 +10,6 @@ import yaml
 from pydantic import ValidationError
 
 from sim import api
-from sim.cost.architecture import ModelArchitecture, MoeSpec, load_architecture
 from sim.cost.base import StepShape
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
@@ -20,9 +19,10 @@ from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_par
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.kernels.ops import layer_shapes
 from sim.cost.kernels.slice import slice_artifact
-from sim.cost.parallel import ParallelismConfig, link_preset
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.architecture import ModelArchitecture, MoeSpec, load_architecture
+from sim.hardware.parallel import ParallelismConfig, link_preset
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.metrics.stats import with_request_metrics
 from sim.scenario import load_scenario, scenario_from_dict
 

@@ -21,8 +21,8 @@ import sim.cost
 import sim.cost.kernels
 import sim.cost.kernels.shipped as shipped
 from sim.cost.kernels.auto import auto_candidates
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = [sim.cost, sim.cost.kernels]
@@ -58,10 +58,10 @@ def test_an_unknown_name_is_an_attribute_error(package: ModuleType) -> None:
 
 
 def test_from_imports_of_the_packages_still_work() -> None:
-    from sim.cost import ModelSpec, build_cost_model
+    from sim.cost import RooflineCost, build_cost_model
     from sim.cost.kernels import KernelCost, main
 
-    assert ModelSpec.__name__ == "ModelSpec" and callable(build_cost_model)
+    assert RooflineCost.__name__ == "RooflineCost" and callable(build_cost_model)
     assert KernelCost.__name__ == "KernelCost" and callable(main)
 
 

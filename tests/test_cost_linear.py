@@ -14,8 +14,8 @@ from pydantic import TypeAdapter, ValidationError
 from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
 from sim.cost.config import CostConfig, LinearCostConfig, build_cost_model
 from sim.cost.linear import LinearCost
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 
 COEFFICIENTS = (
     "step_overhead_s",

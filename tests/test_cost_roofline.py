@@ -14,7 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
 from sim.cost.config import CostConfig, RooflineCostConfig, build_cost_model
 from sim.cost.roofline import RooflineCost
-from sim.cost.specs import (
+from sim.hardware.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
     HardwareSpec,

@@ -22,8 +22,8 @@ from sim.cost.select import (
     resolve_artifact,
     shipped_artifacts,
 )
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario, scenario_from_dict
 
 TINY, CPU = model_preset("tiny"), hardware_preset("cpu-2core")

@@ -17,7 +17,7 @@ import simpy
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.api_engine import cluster_for, engine_for
+from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving import feed as feed_module

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from sim import api
-from sim.api_result import Result
+from sim.api.result import Result
 from sim.engine.records import RequestTable
 from sim.metrics.figure_prep import timeseries_data, waterfall_data
 from sim.metrics.lifecycle import reconstructed_spans, span_rows

@@ -27,8 +27,8 @@ from sim.cost.fitted_artifact import (
     save_fitted_artifact,
 )
 from sim.cost.linear import LinearCost
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import Scenario
 
 BASE = LinearCost(step_overhead_s=0.01, per_prefill_token_s=0.001, per_decode_seq_s=0.002)

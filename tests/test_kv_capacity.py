@@ -1,4 +1,4 @@
-"""KV capacity as vLLM computes it (sim.cost.kv_capacity): hand-computed budgets,
+"""KV capacity as vLLM computes it (sim.hardware.kv_capacity): hand-computed budgets,
 block counts vLLM logged, vLLM's start-up errors, and where the count came from."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.cost.kv_capacity import (
+from sim.errors import ConfigError
+from sim.hardware.kv_capacity import (
     SOURCE_ESTIMATE,
     SOURCE_SCENARIO,
     KvCacheBudget,
@@ -19,10 +20,9 @@ from sim.cost.kv_capacity import (
     kv_cache_budget,
     vllm_num_kv_blocks,
 )
-from sim.cost.memory import GIB, MIB
-from sim.cost.parallel import ParallelismConfig
-from sim.cost.specs import HardwareSpec, ModelSpec, hardware_preset, model_preset
-from sim.errors import ConfigError
+from sim.hardware.memory import GIB, MIB
+from sim.hardware.parallel import ParallelismConfig
+from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset, model_preset
 from sim.scenario import scenario_from_dict
 
 LLAMA_8B = model_preset("llama-3.1-8b")

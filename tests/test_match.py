@@ -19,8 +19,8 @@ from test_validate import SCENARIO, _fake_measured_dir
 from calibration.validate import MeasuredDir, validate
 from sim.api import core_config_for, engine_settings
 from sim.cli import main
-from sim.cost.specs import hardware_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
 from sim.validation.match import (
     RunFacts,

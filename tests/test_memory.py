@@ -1,4 +1,4 @@
-"""The memory terms vLLM subtracts before sizing its KV cache (sim.cost.memory), one by one."""
+"""The memory terms vLLM subtracts before sizing its KV cache (sim.hardware.memory), one by one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.cost.memory import (
+from sim.errors import ConfigError
+from sim.hardware.memory import (
     ACTIVATION_TENSORS_PER_TOKEN,
     CUDA_GRAPH_BYTES_PER_LAYER,
     GIB,
@@ -22,8 +23,13 @@ from sim.cost.memory import (
     requested_memory_bytes,
     sampler_activation_bytes,
 )
-from sim.cost.specs import HARDWARE_PRESETS, HardwareSpec, ModelSpec, hardware_preset, model_preset
-from sim.errors import ConfigError
+from sim.hardware.specs import (
+    HARDWARE_PRESETS,
+    HardwareSpec,
+    ModelSpec,
+    hardware_preset,
+    model_preset,
+)
 
 # hidden 4, intermediate 8, vocab 10, 1-byte weights (activations still 2 bytes).
 TOY = ModelSpec(

@@ -13,7 +13,7 @@ import sim.api
 import sim.planning.capacity_search
 from sim.cli import main
 from sim.errors import ConfigError
-from sim.out_path import check_out_dir, check_out_file
+from sim.metrics.out_path import check_out_dir, check_out_file
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 CHAT = str(SCENARIOS / "chat.yaml")

@@ -8,20 +8,20 @@ from typing import Any
 import pytest
 
 from sim import api
-from sim.cost.kv_capacity import KvSizing, vllm_num_kv_blocks
-from sim.cost.parallel import (
+from sim.cost.parallel_roofline import (
+    ParallelRooflineCost,
+)
+from sim.cost.roofline import RooflineCost
+from sim.errors import ConfigError
+from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
+from sim.hardware.parallel import (
     LINK_PRESETS,
     ParallelismConfig,
     kv_bytes_per_token_per_gpu,
     layout_problem,
     link_preset,
 )
-from sim.cost.parallel_roofline import (
-    ParallelRooflineCost,
-)
-from sim.cost.roofline import RooflineCost
-from sim.cost.specs import hardware_preset, model_preset
-from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.planning.pricing import gpus_per_replica
 from sim.scenario import load_scenario, scenario_from_dict
 

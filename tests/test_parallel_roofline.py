@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
 from sim.cost.config import LinearCostConfig, RooflineCostConfig
-from sim.cost.parallel import LINK_PRESETS, LinkSpec, ParallelismConfig
 from sim.cost.parallel_roofline import (
     ParallelRooflineCost,
     parallel_cost_model,
@@ -20,8 +19,9 @@ from sim.cost.parallel_roofline import (
 )
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import AutoCostConfig, CalibratedCostConfig
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.parallel import LINK_PRESETS, LinkSpec, ParallelismConfig
+from sim.hardware.specs import hardware_preset, model_preset
 
 LLAMA_70B = model_preset("llama-3-70b")
 LLAMA_8B = model_preset("llama-3-8b")

@@ -121,7 +121,7 @@ torch = pytest.importorskip("torch")
 def test_run_probe_times_every_shape_on_a_real_model() -> None:
     from calibration.model import LlamaModel
     from calibration.probe import run_probe
-    from sim.cost.specs import model_preset
+    from sim.hardware.specs import model_preset
 
     times = run_probe(LlamaModel(model_preset("tiny"), seed=0), num_repeats=2)
     assert set(times) == set(PROBE_POINTS)

@@ -11,19 +11,19 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.cost.base import StepShape
-from sim.cost.kv_capacity import KvSizing, vllm_num_kv_blocks
-from sim.cost.memory import forward_activation_bytes
-from sim.cost.parallel import ParallelismConfig
-from sim.cost.quantization import (
+from sim.cost.roofline import RooflineCost
+from sim.errors import ConfigError
+from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
+from sim.hardware.memory import forward_activation_bytes
+from sim.hardware.parallel import ParallelismConfig
+from sim.hardware.quantization import (
     DTYPE_BYTES,
     INT4_GROUP_SIZE,
     QuantizationConfig,
     dtype_name,
     quantize,
 )
-from sim.cost.roofline import RooflineCost
-from sim.cost.specs import MODEL_PRESETS, hardware_preset, model_preset
-from sim.errors import ConfigError
+from sim.hardware.specs import MODEL_PRESETS, hardware_preset, model_preset
 from sim.scenario import load_scenario, scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

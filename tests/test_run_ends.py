@@ -18,14 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.cost.architecture import load_architecture
 from sim.cost.base import CostModel, FloatArray, StepShape
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
 from sim.cost.run_ends import run_ends_s
-from sim.cost.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
+from sim.hardware.architecture import load_architecture
+from sim.hardware.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
 
 COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
 

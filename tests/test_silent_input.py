@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from sim.cli import main
-from sim.cost.context_length import MAX_CONTEXT_TOKENS, context_problem
 from sim.errors import ConfigError
+from sim.hardware.context_length import MAX_CONTEXT_TOKENS, context_problem
 from sim.metrics.rejections import rejection_warning
 from sim.scenario import load_scenario
 

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sim.cost.specs import (
+from sim.errors import ConfigError
+from sim.hardware.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
     TINY_MODEL,
@@ -20,7 +21,6 @@ from sim.cost.specs import (
     hardware_preset,
     model_preset,
 )
-from sim.errors import ConfigError
 
 
 def small_spec(**overrides: Any) -> ModelSpec:

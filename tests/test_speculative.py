@@ -14,7 +14,6 @@ from sim import api
 from sim.cost.base import StepShape
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
-from sim.cost.specs import hardware_preset, model_preset
 from sim.engine.speculative import (
     SpeculativeConfig,
     SpeculativeCost,
@@ -24,6 +23,7 @@ from sim.engine.speculative import (
     tokens_at_step,
 )
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import scenario_from_dict
 
 # -- the formula and the schedule ---------------------------------------------------------

@@ -10,7 +10,7 @@ from sim.cli import main
 from sim.errors import ConfigError
 from sim.planning.sweep import load_sweep
 from sim.scenario import load_scenario
-from sim.strict_yaml import parse_yaml, read_yaml
+from sim.scenario.strict_yaml import parse_yaml, read_yaml
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 TWO_WORKLOADS = """\

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from test_feed import scenario as feed_scenario
 
 from sim import api
-from sim.api_engine import cluster_for, engine_for
+from sim.api.build import cluster_for, engine_for
 from sim.scenario import Scenario
 from sim.serving import progress as progress_module
 from sim.serving import simulation as simulation_module

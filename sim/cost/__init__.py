@@ -19,20 +19,8 @@ if TYPE_CHECKING:
         RooflineCostConfig,
         build_cost_model,
     )
-    from sim.cost.kv_capacity import KvCacheBudget, KvSizing, kv_cache_budget, vllm_num_kv_blocks
     from sim.cost.linear import LinearCost
     from sim.cost.roofline import RooflineCost
-    from sim.cost.specs import (
-        HARDWARE_PRESETS,
-        MODEL_PRESETS,
-        TINY_MODEL,
-        HardwareRef,
-        HardwareSpec,
-        ModelRef,
-        ModelSpec,
-        hardware_preset,
-        model_preset,
-    )
 
 # Each public name and the submodule that defines it.
 _SOURCES = {
@@ -44,47 +32,21 @@ _SOURCES = {
     "LinearCostConfig": "config",
     "RooflineCostConfig": "config",
     "build_cost_model": "config",
-    "KvCacheBudget": "kv_capacity",
-    "KvSizing": "kv_capacity",
-    "kv_cache_budget": "kv_capacity",
-    "vllm_num_kv_blocks": "kv_capacity",
     "LinearCost": "linear",
     "RooflineCost": "roofline",
-    "HARDWARE_PRESETS": "specs",
-    "MODEL_PRESETS": "specs",
-    "TINY_MODEL": "specs",
-    "HardwareRef": "specs",
-    "HardwareSpec": "specs",
-    "ModelRef": "specs",
-    "ModelSpec": "specs",
-    "hardware_preset": "specs",
-    "model_preset": "specs",
 }
 
 __all__ = [
-    "HARDWARE_PRESETS",
-    "MODEL_PRESETS",
-    "TINY_MODEL",
     "CostConfig",
     "CostModel",
     "FloatArray",
-    "HardwareRef",
-    "HardwareSpec",
-    "KvCacheBudget",
-    "KvSizing",
     "LinearCost",
     "LinearCostConfig",
-    "ModelRef",
-    "ModelSpec",
     "RooflineCost",
     "RooflineCostConfig",
     "StepShape",
     "build_cost_model",
     "decode_steps_by_loop",
-    "hardware_preset",
-    "kv_cache_budget",
-    "model_preset",
-    "vllm_num_kv_blocks",
 ]
 
 

@@ -47,7 +47,7 @@ from sim.cost.calibration_artifact import (
     FitCoefficients,
     load_artifact,
 )
-from sim.cost.specs import HardwareSpec, ModelSpec
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 def tokens_curve_s(knots: list[int], knot_s: list[float], num_tokens: float) -> float:

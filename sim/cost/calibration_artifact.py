@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import SHAPE_FIELDS, StepShape
 from sim.cost.provenance import read_artifact, validated
-from sim.cost.specs import ModelSpec
 from sim.errors import ConfigError
+from sim.hardware.specs import ModelSpec
 
 SCHEMA_VERSION: Literal[1] = 1
 

@@ -29,8 +29,8 @@ from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import AutoCostConfig, CalibratedCostConfig, build_auto, build_calibrated
-from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 

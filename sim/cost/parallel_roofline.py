@@ -51,16 +51,16 @@ from sim.cost.config import (
 from sim.cost.fitted import FittedCost
 from sim.cost.kernels.auto import kernel_auto
 from sim.cost.kernels.config import KernelsCostConfig, build_kernels
-from sim.cost.parallel import (
+from sim.cost.roofline import SMALL_RUN_STEPS
+from sim.cost.select import AutoCostConfig, CalibratedCostConfig
+from sim.errors import ConfigError
+from sim.hardware.parallel import (
     ParallelismConfig,
     activation_dtype_bytes,
     kv_heads_per_gpu,
     layout_problem,
 )
-from sim.cost.roofline import SMALL_RUN_STEPS
-from sim.cost.select import AutoCostConfig, CalibratedCostConfig
-from sim.cost.specs import HardwareSpec, ModelSpec
-from sim.errors import ConfigError
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 def ring_allreduce_s(

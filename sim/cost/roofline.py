@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
-from sim.cost.specs import HardwareSpec, ModelSpec
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 # Below this many steps, decode_steps_s loops in Python rather than numpy.
 SMALL_RUN_STEPS = 24

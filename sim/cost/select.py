@@ -25,8 +25,8 @@ from sim.cost.calibrated import CalibratedCost, artifact_label, scale_to_hardwar
 from sim.cost.calibration_artifact import CalibrationArtifact, load_artifact
 from sim.cost.kernels.auto import kernel_auto
 from sim.cost.roofline import RooflineCost
-from sim.cost.specs import HardwareSpec, ModelSpec, hardware_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 

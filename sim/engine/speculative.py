@@ -49,10 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
 from sim.cost.roofline import RooflineCost
-from sim.cost.specs import HardwareSpec, ModelRef
 from sim.engine.plan import StepPlan
 from sim.engine.policies.base import CoreView, Scheduler
 from sim.engine.step_runs import StepTable
+from sim.hardware.specs import HardwareSpec, ModelRef
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd

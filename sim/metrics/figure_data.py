@@ -3,7 +3,7 @@
 ``sim.metrics.figure_prep`` cuts these out of a run's tables (pandas), and
 ``sim.metrics.plot_draw`` / ``sim.metrics.waterfall_draw`` draw them
 (matplotlib). Between the two they can cross a pipe: ``servesim run``'s figure
-process (``sim.cli_figures``) forks before the simulator imports pandas and
+process (``sim.cli.figures``) forks before the simulator imports pandas and
 never imports it (issue 16: ~0.3 s it need not spend), and the pickled data is
 a few tens of kB instead of the run's whole request table.
 """

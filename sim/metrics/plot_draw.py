@@ -8,7 +8,7 @@ fixed (``agg_figure``) rather than matplotlib's constrained layout, which
 measures every label in an extra pass and doubles the time to draw a figure.
 
 No pandas here: ``servesim run``'s figure process imports only numpy and
-matplotlib (``sim.cli_figures``). ``sim.metrics.plots`` draws from DataFrames.
+matplotlib (``sim.cli.figures``). ``sim.metrics.plots`` draws from DataFrames.
 """
 
 from __future__ import annotations

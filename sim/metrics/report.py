@@ -111,7 +111,7 @@ class FigureJob:
     """What a run's figures are drawn from, and the folder they go to.
 
     Plain data (it pickles): ``servesim run`` hands it to a second process that
-    draws while the first writes the tables (``sim.cli_figures``). ``waterfall``
+    draws while the first writes the tables (``sim.cli.figures``). ``waterfall``
     is (phase spans, raw request records); without it there is no waterfall.png.
     Frames, or a run's columns (``RawResult.records``, ``series``, span rows:
     ``Result.figure_job``), which need no pandas to cut.

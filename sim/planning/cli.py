@@ -43,8 +43,8 @@ def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> lis
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
-    from sim.out_path import check_out_dir
     from sim.planning.capacity import Searcher
     from sim.planning.capacity_report import (
         fleet_for,
@@ -145,7 +145,7 @@ def _add_capacity(subparsers: Subparsers) -> None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.out_path import check_out_dir
+    from sim.metrics.out_path import check_out_dir
     from sim.planning.sweep import load_sweep, run_sweep
     from sim.planning.sweep_exec import check_executor
     from sim.planning.sweep_plots import plot_sweep

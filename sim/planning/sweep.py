@@ -40,7 +40,7 @@ from sim.planning.sweep_exec import Record, execute
 from sim.planning.sweep_plan import Job, SweepConfig, SweepPlan, SweepPoint
 from sim.planning.sweep_table import build_table
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
-from sim.strict_yaml import read_yaml
+from sim.scenario.strict_yaml import read_yaml
 
 
 def _validation_message(source: str, error: ValidationError) -> str:

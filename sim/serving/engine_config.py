@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from sim.cost.base import CostModel
-from sim.cost.specs import HardwareSpec
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_pool import BlockPool
 from sim.engine.policies.base import Scheduler
 from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, speculative_cost
+from sim.hardware.specs import HardwareSpec
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from sim.cost.fitted_artifact import (
     save_fitted_artifact,
 )
 from sim.cost.provenance import git_revision, utc_now
-from sim.cost.specs import hardware_preset, model_preset
 from sim.errors import ConfigError
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import Scenario, load_scenario
 from sim.validation.fit import OBJECTIVE, OPTIMISER, FitRun, Target, fit
 from sim.validation.fit_args import PARAMETERS

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from test_invariants import SETTINGS, workloads
 
 from sim.cost.roofline import RooflineCost
-from sim.cost.specs import hardware_preset, model_preset
 from sim.engine.policies import ContinuousConfig, Scheduler
 from sim.engine.policies.features import with_async_scheduling
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.compiled import path
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, Simulation

@@ -35,13 +35,13 @@ from test_invariants import (
     workloads,
 )
 
-from sim.cost.specs import hardware_preset
 from sim.engine.core import EngineCore
 from sim.engine.plan import StepPlan
 from sim.engine.policies import Scheduler
 from sim.engine.policies.base import CoreView
 from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.speculative import SpeculativeConfig
+from sim.hardware.specs import hardware_preset
 from sim.serving.engine_config import Engine, with_speculation
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays

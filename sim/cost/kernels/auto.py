@@ -13,14 +13,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from sim.cost.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
 from sim.cost.kernels.aiconfigurator import installed_data_dir
 from sim.cost.kernels.artifact import model_matches
 from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
 from sim.cost.kernels.shipped import load_provenance_cached, shipped_kernel_artifacts
-from sim.cost.parallel import ParallelismConfig
-from sim.cost.specs import HardwareSpec, ModelSpec
 from sim.errors import ConfigError
+from sim.hardware.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
+from sim.hardware.parallel import ParallelismConfig
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 if TYPE_CHECKING:
     from sim.cost.kernels.cost import KernelCost

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.architecture import ModelArchitecture
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
 from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
@@ -53,9 +52,10 @@ from sim.cost.kernels.tables import (
     moe_grid,
     op_grid,
 )
-from sim.cost.parallel import LinkSpec, link_preset
 from sim.cost.run_ends import priced_until_cut
 from sim.errors import ConfigError
+from sim.hardware.architecture import ModelArchitecture
+from sim.hardware.parallel import LinkSpec, link_preset
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
 

@@ -27,12 +27,12 @@ for a slower peer (attention of a longer batch) is not simulated.
 
 from __future__ import annotations
 
-from sim.cost.architecture import ModelArchitecture
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import collective_grid, moe_grid
-from sim.cost.parallel import LinkSpec
 from sim.errors import ConfigError
+from sim.hardware.architecture import ModelArchitecture
+from sim.hardware.parallel import LinkSpec
 
 ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
 

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.cost.architecture import ModelArchitecture, load_architecture
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
 from sim.cost.kernels.ops import layer_shapes
 from sim.errors import ConfigError
+from sim.hardware.architecture import ModelArchitecture, load_architecture
 
 
 def _neighbours(axis: np.ndarray, value: int) -> set[int]:

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
-from sim.strict_yaml import DuplicateKeyError, parse_yaml
+from sim.scenario.strict_yaml import DuplicateKeyError, parse_yaml
 
 
 def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:

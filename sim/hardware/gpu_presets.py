@@ -1,4 +1,4 @@
-"""The names kernel-table sources give each GPU of ``sim.cost.hardware``'s presets.
+"""The names kernel-table sources give each GPU of ``sim.hardware.gpus``'s presets.
 
 aiconfigurator-core names its folders ``h100_sxm``, ``rtx_pro_6000_server``...;
 LLMServingSim's profiles ``RTX4090``, ``RTXPRO6000``. These maps let a scenario

@@ -5,7 +5,7 @@
     >>> result.summary["p99_ttft_ms"], result.requests.head()  # doctest: +SKIP
 
 The CLI is a thin layer over ``run`` and ``Result.write``. Building the engine
-lives in ``sim.api_engine`` and the result in ``sim.api_result``; their public
+lives in ``sim.api.build`` and the result in ``sim.api.result``; their public
 names are re-exported here, so ``sim.api.engine_for`` and the rest keep working.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.api_engine import (
+from sim.api.build import (
     cluster_for,
     core_config_for,
     cost_model_for,
@@ -28,7 +28,7 @@ from sim.api_engine import (
     policy_factory,
     reference_engine_problem,
 )
-from sim.api_result import (
+from sim.api.result import (
     DEFAULT_TRACE_REQUESTS,
     Result,
     build_result,

@@ -24,11 +24,11 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator
 
-from sim.cost.architecture import load_architecture
-from sim.cost.hardware import HARDWARE_SPECS, HardwareSpec
-from sim.cost.model_configs import HF_CONFIGS
-from sim.cost.model_spec import _MODELS, TINY_MODEL, ModelSpec
 from sim.errors import ConfigError
+from sim.hardware.architecture import load_architecture
+from sim.hardware.gpus import HARDWARE_SPECS, HardwareSpec
+from sim.hardware.model_configs import HF_CONFIGS
+from sim.hardware.model_spec import _MODELS, TINY_MODEL, ModelSpec
 
 __all__ = [
     "HARDWARE_PRESETS",
@@ -44,7 +44,7 @@ __all__ = [
     "preset_validator",
 ]
 
-# Hugging Face configs written in the repo (sim.cost.model_configs) are model
+# Hugging Face configs written in the repo (sim.hardware.model_configs) are model
 # presets too, as the dense ModelSpec with their weight and KV bytes
 # (llama-3.1-8b has llama-3-8b's shapes under its own name).
 _FROM_CONFIGS = [load_architecture(name).to_model_spec() for name in HF_CONFIGS]

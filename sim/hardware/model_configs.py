@@ -2,7 +2,7 @@
 
 Values copied from each model's published ``config.json`` (Hugging Face hub,
 as also shipped in aiconfigurator-core 0.12.0 ``model_configs/``); only the
-fields ``sim.cost.architecture`` reads. Keys are preset names; the aliases at
+fields ``sim.hardware.architecture`` reads. Keys are preset names; the aliases at
 the end map servesim's ``ModelSpec`` preset names with the same shapes.
 """
 

@@ -15,7 +15,7 @@ Bytes per element (all weights, embeddings and LM head included):
 Simplified: matmuls still run at the hardware's bf16 peak (weight-only
 quantization dequantizes into bf16 kernels; fp8 tensor cores would double
 the compute roof, which is not modelled), and activations stay >= 2 bytes
-(see ``sim.cost.memory``), so only memory-bound work gets faster.
+(see ``sim.hardware.memory``), so only memory-bound work gets faster.
 
     quantization:
       weights: fp8        # bf16 | fp16 | fp8 | int8 | int4; absent: the model's own
@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from sim.cost.specs import ModelSpec
+from sim.hardware.specs import ModelSpec
 
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvCacheDtype = Literal["bf16", "fp16", "fp8", "int8"]

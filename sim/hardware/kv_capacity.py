@@ -12,7 +12,7 @@ All per GPU; with tensor parallelism each GPU holds 1/tp of the KV heads (at
 least one: past ``tp = num_kv_heads`` they are replicated), with pipeline
 parallelism the GPU of the largest stage (``ceil(layers / pp)`` layers) bounds
 the pool. Which terms are computed and which estimated, and the constants of
-the estimates, are in :mod:`sim.cost.memory`. When a scenario gives the block
+the estimates, are in :mod:`sim.hardware.memory`. When a scenario gives the block
 count vLLM logged (``engine.num_kv_blocks``), none of this runs.
 """
 
@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.cost.hardware import HardwareSpec
-from sim.cost.memory import (
+from sim.errors import ConfigError
+from sim.hardware.gpus import HardwareSpec
+from sim.hardware.memory import (
     GIB,
     MIB,
     NON_TORCH_BYTES,
@@ -31,9 +32,8 @@ from sim.cost.memory import (
     peak_activation_bytes,
     requested_memory_bytes,
 )
-from sim.cost.model_spec import ModelSpec
-from sim.cost.parallel import ParallelismConfig, kv_bytes_per_token_per_gpu, layout_problem
-from sim.errors import ConfigError
+from sim.hardware.model_spec import ModelSpec
+from sim.hardware.parallel import ParallelismConfig, kv_bytes_per_token_per_gpu, layout_problem
 
 SOURCE_SCENARIO = "engine.num_kv_blocks"
 """``engine_settings.num_kv_blocks_source`` when the scenario gave the count (vLLM's log)."""

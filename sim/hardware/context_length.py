@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from sim.cost.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
+from sim.hardware.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
 
 _LONGER_RELEASES = {
     # Qwen3-30B-A3B-Instruct-2507 has the base model's shapes and 262144 positions.

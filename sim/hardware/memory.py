@@ -21,16 +21,16 @@ Estimated:
 - CUDA-graph memory (vLLM >= 0.21 subtracts its estimate by default): 15 MiB
   per layer on the GPU.
 
-The budget itself is in :mod:`sim.cost.kv_capacity`.
+The budget itself is in :mod:`sim.hardware.kv_capacity`.
 """
 
 from __future__ import annotations
 
 import math
 
-from sim.cost.hardware import HardwareSpec
-from sim.cost.model_spec import ModelSpec
 from sim.errors import ConfigError
+from sim.hardware.gpus import HardwareSpec
+from sim.hardware.model_spec import ModelSpec
 
 GIB = float(2**30)
 MIB = float(2**20)

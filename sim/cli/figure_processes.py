@@ -1,4 +1,4 @@
-"""The forked side of ``servesim run``'s figures (``sim.cli_figures``): what the
+"""The forked side of ``servesim run``'s figures (``sim.cli.figures``): what the
 figure process and its helper run, and the pipes and replies between processes.
 
 A reply is a small JSON object: ``{"paths": [...]}`` for the figures written, or

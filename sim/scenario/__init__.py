@@ -15,20 +15,20 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sim.cost.config import CostConfig
-from sim.cost.context_length import context_problem
-from sim.cost.parallel import ParallelismConfig, layout_problem
-from sim.cost.quantization import QuantizationConfig
 from sim.cost.select import AutoCostConfig
-from sim.cost.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.engine.policies import ContinuousConfig, PolicyConfig
 from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
+from sim.hardware.context_length import context_problem
+from sim.hardware.parallel import ParallelismConfig, layout_problem
+from sim.hardware.quantization import QuantizationConfig
+from sim.hardware.specs import HardwareRef, ModelRef, hardware_preset, model_preset
 from sim.metrics.stats import Slo
-from sim.scenario_overrides import apply_overrides, format_error, set_dotted
+from sim.scenario.overrides import apply_overrides, format_error, set_dotted
+from sim.scenario.strict_yaml import read_yaml
 from sim.serving.cluster import ClusterConfig
-from sim.strict_yaml import read_yaml
 from sim.workload.generate import WorkloadConfig
 
 __all__ = [
@@ -56,7 +56,7 @@ class EngineConfig(BaseModel):
         description=(
             "KV blocks per replica, used verbatim: the count vLLM logged ('# GPU blocks', or"
             " 'GPU KV cache size: N tokens' / block_size_tokens); None: estimated as vLLM's"
-            " start-up memory profile would size it (sim.cost.kv_capacity)"
+            " start-up memory profile would size it (sim.hardware.kv_capacity)"
         ),
     )
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
@@ -128,7 +128,7 @@ class Scenario(BaseModel):
     hardware: HardwareRef = Field(default_factory=lambda: hardware_preset("h100"))
     cost: CostConfig = Field(default_factory=AutoCostConfig)
     # Multi-GPU layout and storage dtypes; the defaults (one GPU, the model's
-    # own dtypes) change nothing. See sim.cost.parallel and sim.cost.quantization.
+    # own dtypes) change nothing. See sim.hardware.parallel and sim.hardware.quantization.
     parallelism: ParallelismConfig = Field(default_factory=ParallelismConfig)
     quantization: QuantizationConfig = Field(default_factory=QuantizationConfig)
     scheduler: PolicyConfig = Field(default_factory=ContinuousConfig)

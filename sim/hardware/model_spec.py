@@ -3,7 +3,7 @@
 A ``ModelSpec`` is what memory sizing and the roofline need: layers, widths,
 heads, vocabulary and dtypes; parameter count, weight bytes, KV bytes per
 token and FLOPs per token are derived from it. Mixture-of-experts models and
-Hugging Face configs are described by ``sim.cost.architecture`` and become a
+Hugging Face configs are described by ``sim.hardware.architecture`` and become a
 ``ModelSpec`` (same weight and KV bytes) for sizing.
 """
 

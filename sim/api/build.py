@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.base import CostModel
-from sim.cost.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.cost.parallel_roofline import parallel_cost_model
-from sim.cost.quantization import quantize
-from sim.cost.specs import ModelSpec
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import Scheduler, StaticConfig
 from sim.engine.policies.features import with_async_scheduling, with_swap_space
 from sim.errors import ConfigError
+from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
+from sim.hardware.quantization import quantize
+from sim.hardware.specs import ModelSpec
 from sim.scenario import Scenario
 from sim.serving.cluster import Cluster
 from sim.serving.engine_config import Engine, Frontend, with_speculation

@@ -16,13 +16,13 @@ import numpy as np
 import numpy.typing as npt
 
 import sim
-from sim.api_engine import model_for
-from sim.cost.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
-from sim.cost.quantization import dtype_name
+from sim.api.build import model_for
 from sim.engine.core_config import CoreConfig
 from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
+from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
+from sim.hardware.quantization import dtype_name
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import request_columns, summarize, with_request_metrics

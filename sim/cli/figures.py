@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from sim.cli_figure_processes import (
+from sim.cli.figure_processes import (
     Reply,
     error_reply,
     exit_with,

@@ -18,7 +18,7 @@ presets, and how the model splits over the GPUs::
 the KV heads are replicated (as vLLM does), so capacity stops growing with tp.
 Simplified: norms and embeddings are split evenly like everything else, and
 the largest pipeline stage (``ceil(layers / pp)`` layers) bounds the cache.
-The KV budget per GPU is in ``sim.cost.kv_capacity``; the step-time model in
+The KV budget per GPU is in ``sim.hardware.kv_capacity``; the step-time model in
 ``sim.cost.parallel_roofline``.
 """
 
@@ -31,8 +31,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from sim.cost.memory import activation_dtype_bytes
-from sim.cost.specs import ModelSpec, lookup_preset, preset_validator
+from sim.hardware.memory import activation_dtype_bytes
+from sim.hardware.specs import ModelSpec, lookup_preset, preset_validator
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 

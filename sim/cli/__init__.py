@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sim.cli_figures import FigureWorker
+    from sim.cli.figures import FigureWorker
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sim.cli_figures import FigureError, FigureWorker, spare_core
+    from sim.cli.figures import FigureError, FigureWorker, spare_core
 
     if args.trace_requests is not None and args.trace_requests < 1:
         raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
@@ -50,9 +50,9 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     """Check the scenario and --out, simulate, print the summary, write the files
     (the figures by ``worker`` when given)."""
     from sim import api
+    from sim.metrics.out_path import check_out_dir
     from sim.metrics.rejections import rejection_warning
     from sim.metrics.report import format_summary_table
-    from sim.out_path import check_out_dir
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())

@@ -7,7 +7,7 @@ expert count, experts per token (top-k) and expert / shared-expert widths.
 It is separate from ``ModelSpec`` (which stays a dense Llama-style shape used
 for memory and roofline sizing); ``to_model_spec`` converts for KV sizing.
 
-``load_architecture`` accepts a preset name (``sim.cost.model_configs``,
+``load_architecture`` accepts a preset name (``sim.hardware.model_configs``,
 written in the repo, no download) or a path to a ``config.json``. A missing
 field raises ``ConfigError`` naming the file and the field.
 """
@@ -20,9 +20,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
-from sim.cost.model_spec import ModelSpec
 from sim.errors import ConfigError
+from sim.hardware.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
+from sim.hardware.model_spec import ModelSpec
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 PositiveInt = Annotated[int, Field(gt=0)]
