@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.fast.compiled import path
 from sim.serving.cluster import Cluster
-from sim.serving.compiled import path
 from sim.serving.engine_config import Engine
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays

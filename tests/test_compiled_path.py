@@ -1,4 +1,4 @@
-"""When one replica's run is compiled, and what it then gives (``sim.serving.compiled``).
+"""When one replica's run is compiled, and what it then gives (``sim.fast.compiled``).
 
 The property test (``tests/properties/test_compiled_equivalence.py``) compares
 random runs; here fixed ones: runs the loop must play (not fall back) with
@@ -25,13 +25,14 @@ from sim.cost.select import UncalibratedRoofline
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.engine.policies.features import with_async_scheduling
 from sim.errors import ConfigError
+from sim.fast import open_loop
+from sim.fast.compiled import arrays as arrays_module
+from sim.fast.compiled import layout, loop, path, steps
+from sim.fast.compiled.arrays import LoopArrays
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.planning.sweep_exec import run_point
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, RouterKind
-from sim.serving.compiled import arrays as arrays_module
-from sim.serving.compiled import choice, layout, loop, path, steps
-from sim.serving.compiled.arrays import LoopArrays
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
@@ -250,19 +251,19 @@ def test_shared_prefixes_stay_on_the_python_path() -> None:
 
 def test_the_choice_of_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESIM_COMPILED", "never")
-    assert path.choose_loop(10**7, True) is None
+    assert open_loop.choose_loop(10**7, True) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "python")
-    assert path.choose_loop(1) is loop.run
+    assert open_loop.choose_loop(1) is loop.run
     monkeypatch.setenv("SERVESIM_COMPILED", "auto")
-    assert path.choose_loop(choice.MIN_REQUESTS - 1) is None  # not worth numba's start-up
-    assert path.choose_loop(choice.MIN_REQUESTS) is path.compiled()
-    assert path.choose_loop(1, True) is path.compiled()  # asked for: a sweep's points
-    assert path.choose_loop(10**7, False) is None
+    assert open_loop.choose_loop(open_loop.MIN_REQUESTS - 1) is None  # not worth numba's start-up
+    assert open_loop.choose_loop(open_loop.MIN_REQUESTS) is path.compiled()
+    assert open_loop.choose_loop(1, True) is path.compiled()  # asked for: a sweep's points
+    assert open_loop.choose_loop(10**7, False) is None
     monkeypatch.setattr(path, "compiled", lambda: None)  # numba missing
-    assert path.choose_loop(choice.MIN_REQUESTS) is None
+    assert open_loop.choose_loop(open_loop.MIN_REQUESTS) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "sometimes")
     with pytest.raises(ConfigError, match="SERVESIM_COMPILED"):
-        path.choose_loop(1)
+        open_loop.choose_loop(1)
 
 
 @pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")

@@ -1,7 +1,7 @@
 """What one engine core leaves after a run: everything the result needs of it.
 
 ``Simulation`` builds its result from these, one per replica, in replica
-order. A replica simulated in a worker process (``sim.serving.workers``)
+order. A replica simulated in a worker process (``sim.fast.workers``)
 sends its outputs back, pickled: they hold arrays only, never the core, its
 requests or its KV blocks.
 """

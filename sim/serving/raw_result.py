@@ -38,7 +38,7 @@ class RawResult:
     on first use. ``series``: each replica's sampled queue state, as columns
     (``timeseries`` as a frame). ``extra_itl_s`` holds the client-side gaps the
     step log's weights do not cover (tokens after a break in a request's run).
-    ``compiled``: whether the compiled loop (``sim.serving.compiled``) simulated
+    ``compiled``: whether the compiled loop (``sim.fast.compiled``) simulated
     the run (the results are the same either way).
     """
 

@@ -1,4 +1,4 @@
-"""The compiled loop (``sim.serving.compiled``) changes no result (hypothesis).
+"""The compiled loop (``sim.fast.compiled``) changes no result (hypothesis).
 
 Every random workload and setting runs through the Python path and through
 the compiled loop's function, uncompiled (``SERVESIM_COMPILED=python``: the
@@ -26,8 +26,8 @@ from test_invariants import SETTINGS, workloads
 from sim.cost.roofline import RooflineCost
 from sim.engine.policies import ContinuousConfig, Scheduler
 from sim.engine.policies.features import with_async_scheduling
+from sim.fast.compiled import path
 from sim.hardware.specs import hardware_preset, model_preset
-from sim.serving.compiled import path
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
