@@ -28,11 +28,11 @@ from sim.fast.forks import forking_supported
 from sim.fast.workers import default_num_workers, run_in_workers
 from sim.serving.arrivals import OpenLoop
 from sim.serving.core_output import CoreOutput
-from sim.serving.engine_config import Engine, Frontend
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
+from sim.serving.replica_config import Frontend, ReplicaConfig
 
 # Below this many requests one run does not pay for the compiled loop's start-up
 # (numba's import and a cached compilation's load, ~0.4 s once a process); a
@@ -44,7 +44,7 @@ MODES = ("auto", "always", "never", "python")
 
 def run(
     work: OpenLoop,
-    engine: Engine,
+    replica_config: ReplicaConfig,
     replicas: object,
     drive: Callable[[Callable[[], None]], None],
     progress: Progress,
@@ -65,9 +65,9 @@ def run(
         cores = replicas.cores
     else:
         return None
-    tokenize_s = engine.frontend.tokenize_s_per_token
-    if _run_compiled(cores, engine, work, tokenize_s, compiled, progress.tick):
-        raw = _result(cores, engine.frontend)  # the cores hold the run's logs
+    tokenize_s = replica_config.frontend.tokenize_s_per_token
+    if _run_compiled(cores, replica_config, work, tokenize_s, compiled, progress.tick):
+        raw = _result(cores, replica_config.frontend)  # the cores hold the run's logs
         raw.compiled = True
         return raw
     if isinstance(replicas, Replica):
@@ -82,10 +82,10 @@ def run(
         num_workers = _num_workers(replicas, len(work.arrival_s), workers)
         if num_workers > 1:
             outputs = run_in_workers(replicas, feeds, num_workers, drive, progress)
-            return raw_result(outputs, engine.frontend)
+            return raw_result(outputs, replica_config.frontend)
         take_feeds(replicas, feeds)
     drive(progress.tick)
-    return _result(cores, engine.frontend)
+    return _result(cores, replica_config.frontend)
 
 
 def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
@@ -112,7 +112,7 @@ def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., 
 
 def _run_compiled(
     cores: Sequence[EngineCore],
-    engine: Engine,
+    replica_config: ReplicaConfig,
     work: OpenLoop,
     tokenize_s: float,
     wanted: bool | None,
@@ -124,8 +124,8 @@ def _run_compiled(
         return False
     from sim.fast.compiled import path
 
-    cost = engine.cost
-    if path.why_not(cores, cost, engine.skip_ahead, work):
+    cost = replica_config.cost
+    if path.why_not(cores, cost, replica_config.skip_ahead, work):
         return False
     assert isinstance(cost, path.RooflineCost)
     return path.run_compiled(cores, cost, work, tokenize_s, loop, tick)

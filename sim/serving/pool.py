@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from sim.engine.core import EngineCore
 from sim.engine.request import Request
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
 
 if TYPE_CHECKING:
-    from sim.serving.engine_config import Engine
+    from sim.serving.replica_config import ReplicaConfig
 
 
 class Pool:
@@ -39,7 +38,7 @@ class Pool:
     def __init__(
         self,
         env: simpy.Environment,
-        engine: Engine,
+        replica_config: ReplicaConfig,
         first_replica: int,
         num_replicas: int,
         router: Router,
@@ -54,21 +53,16 @@ class Pool:
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
         self.cores = [
-            EngineCore(
-                engine.make_policy(),
-                engine.new_block_pool(),
-                engine.max_model_len_tokens,
-                replica=first_replica + i,
-                on_done=self._done,
-            )
+            replica_config.core.new_core(replica=first_replica + i, on_done=self._done)
             for i in range(num_replicas)
         ]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
-            self.replicas = LockstepGroup(env, self.cores, engine.cost).members
+            self.replicas = LockstepGroup(env, self.cores, replica_config.cost).members
         else:
             self.replicas = [
-                Replica(env, core, engine.cost, engine.skip_ahead) for core in self.cores
+                Replica(env, core, replica_config.cost, replica_config.skip_ahead)
+                for core in self.cores
             ]
         self.front_replicas = self.replicas  # the replicas arrivals reach
         self.loads = [ReplicaLoad() for _ in range(num_replicas)]

@@ -17,8 +17,8 @@ import numpy.typing as npt
 from sim.engine.records import RequestTable
 from sim.engine.step_runs import StepTable
 from sim.serving.core_output import CoreOutput
-from sim.serving.engine_config import Frontend
 from sim.serving.frontend import Delivery, deliver
+from sim.serving.replica_config import Frontend
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd

@@ -21,19 +21,18 @@ from typing import Any
 
 import simpy
 
-from sim.engine.core import EngineCore
 from sim.engine.request import Request
 from sim.fast import open_loop as speed_paths
 from sim.serving.arrivals import ClosedLoop, OpenLoop, requests_in_order, submission_order
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.core_output import CoreOutput
 from sim.serving.disagg import Disaggregated
-from sim.serving.engine_config import Engine
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
+from sim.serving.replica_config import ReplicaConfig
 
 
 class Simulation:
@@ -41,7 +40,7 @@ class Simulation:
 
     def __init__(
         self,
-        engine: Engine,
+        replica_config: ReplicaConfig,
         cluster: Cluster | None = None,
         fast: bool = True,
         workers: int | None = None,
@@ -63,7 +62,7 @@ class Simulation:
         """
         if workers is not None and workers < 1:
             raise ValueError(f"workers: expected a positive count, got {workers}")
-        self.engine = engine
+        self.replica_config = replica_config
         self.fast = fast
         self.workers = workers
         self.compiled = compiled
@@ -75,19 +74,14 @@ class Simulation:
         self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
-            self.core = EngineCore(
-                engine.make_policy(),
-                engine.new_block_pool(),
-                engine.max_model_len_tokens,
-                on_done=self._on_done,
-            )
+            self.core = replica_config.core.new_core(on_done=self._on_done)
             self.replica: Replica | LockstepMember = Replica(
-                self.env, self.core, engine.cost, engine.skip_ahead
+                self.env, self.core, replica_config.cost, replica_config.skip_ahead
             )
             self.cores = [self.core]
             self._submit: Callable[[Request], None] = self.replica.submit
         else:
-            self.layout = build_layout(self.env, engine, cluster, self._on_done)
+            self.layout = build_layout(self.env, replica_config, cluster, self._on_done)
             self.cores = self.layout.cores
             self.core = self.cores[0]
             self.replica = self.layout.front_replicas[0]
@@ -107,7 +101,7 @@ class Simulation:
 
     def _send(self, request: Request) -> None:
         """Tokenize (a delay), then hand to the replica."""
-        delay = self.engine.frontend.tokenize_s_per_token * request.num_prompt_tokens
+        delay = self.replica_config.frontend.tokenize_s_per_token * request.num_prompt_tokens
         if delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _: self._submit(request))
         else:
@@ -121,7 +115,7 @@ class Simulation:
         ``_next_ready_s`` instead of being interrupted by it.
         """
         env = self.env
-        ready, order = submission_order(work, self.engine.frontend.tokenize_s_per_token)
+        ready, order = submission_order(work, self.replica_config.frontend.tokenize_s_per_token)
         ready_s = ready.tolist()
         ready_s.append(float("inf"))
         self._ready_s = ready_s
@@ -138,7 +132,7 @@ class Simulation:
         # A user sees the answer once the frontend has sent the last token; the
         # frontend's queue is computed after the run, so users wait its
         # no-queue time for one output (docs/vllm-fidelity.md).
-        frontend = self.engine.frontend
+        frontend = self.replica_config.frontend
         detokenize_s = frontend.output_step_s + frontend.detokenize_s_per_token
         while ids[0] < work.num_requests:
             yield env.timeout(work.next_think_s())
@@ -163,7 +157,13 @@ class Simulation:
             if self.fast and not isinstance(work, ClosedLoop):
                 replicas = self.replica if self.layout is None else self.layout
                 raw = speed_paths.run(
-                    work, self.engine, replicas, self._drive, bar, self.compiled, self.workers
+                    work,
+                    self.replica_config,
+                    replicas,
+                    self._drive,
+                    bar,
+                    self.compiled,
+                    self.workers,
                 )
             if raw is None:
                 self._simulate(work, bar)
@@ -218,4 +218,4 @@ class Simulation:
         layout = self.layout
         disaggregated = layout.requests_frame if isinstance(layout, Disaggregated) else None
         outputs = [CoreOutput.of(core) for core in self.cores]
-        return raw_result(outputs, self.engine.frontend, disaggregated)
+        return raw_result(outputs, self.replica_config.frontend, disaggregated)
