@@ -118,7 +118,7 @@ class Result:
     @functools.cached_property
     def _delivery(self) -> Delivery:
         """The step log's engine-to-client time map, built once per result."""
-        return Delivery(self.raw.step_table)
+        return Delivery.of(self.raw.step_table)
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
         """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).

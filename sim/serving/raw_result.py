@@ -106,7 +106,7 @@ def raw_result(
         requests = frame
     steps = StepTable(tuple(output.runs for output in outputs))
     steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
-    delivery = Delivery(steps)
+    delivery = Delivery.of(steps)
     first_on = np.asarray(columns["replica"])
     if "prefill_replica" in columns:  # disaggregated: first token from there
         prefill = columns["prefill_replica"].to_numpy(dtype=np.float64)

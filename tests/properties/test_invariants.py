@@ -319,7 +319,7 @@ def check_run(
     # Token times: one per generated token, in order, from first token to finish.
     # The step log has engine times; the client sees them after the frontend
     # (delivered_s), never earlier, and in the same order.
-    delivery = Delivery(steps)
+    delivery = Delivery.of(raw.step_table)
     for request_id, first_s, finish_s, engine_first_s, engine_finish_s, count in rows(
         done,
         "request_id",
