@@ -29,7 +29,7 @@ from sim.fast import workers as workers_module
 from sim.fast.workers import WorkerError, default_num_workers, shares
 from sim.scenario import Scenario
 from sim.serving import progress as progress_module
-from sim.serving.core_output import CoreOutput
+from sim.serving.raw_result import CoreOutput
 from sim.serving.simulation import RawResult, Simulation
 from sim.workload.generate import SyntheticWorkload, generate_open_loop
 

@@ -27,10 +27,9 @@ from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
 from sim.fast.forks import forking_supported
 from sim.fast.workers import default_num_workers, run_in_workers
 from sim.serving.arrivals import OpenLoop
-from sim.serving.core_output import CoreOutput
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
-from sim.serving.raw_result import RawResult, raw_result
+from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import Frontend, ReplicaConfig
 

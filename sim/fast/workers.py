@@ -27,9 +27,9 @@ import numpy as np
 
 from sim.fast.feed import Feed, take_feeds
 from sim.fast.forks import forking_supported
-from sim.serving.core_output import CoreOutput
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
+from sim.serving.raw_result import CoreOutput
 
 # Below this many requests a worker's start (a fork, ~10 ms) and its pickled
 # outputs cost about what its share of the run saves (16 replicas on two

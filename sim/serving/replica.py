@@ -38,7 +38,6 @@ from sim.engine.cohort import Cohort
 from sim.engine.core import EngineCore
 from sim.engine.policies.continuous import Continuous
 from sim.engine.request import Request
-from sim.serving.wakeup import idle_event
 
 
 class Replica:
@@ -195,3 +194,18 @@ class Replica:
         self._idle = idle
         yield idle
         self._idle = None
+
+
+def idle_event(env: simpy.Environment, wake_at_s: float | None) -> simpy.Event:
+    """The event an idle executor sleeps on: the caller succeeds it when work
+    arrives; it also fires at ``wake_at_s`` (the policy's wake-up time, s)."""
+    idle = env.event()
+    if wake_at_s is not None:
+        timer = env.timeout(max(0.0, wake_at_s - env.now))
+
+        def wake(_: simpy.Event) -> None:
+            if not idle.triggered:
+                idle.succeed()
+
+        timer.callbacks.append(wake)
+    return idle

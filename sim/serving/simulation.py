@@ -25,12 +25,11 @@ from sim.engine.request import Request
 from sim.fast import open_loop as speed_paths
 from sim.serving.arrivals import ClosedLoop, OpenLoop, requests_in_order, submission_order
 from sim.serving.cluster import Cluster, build_layout
-from sim.serving.core_output import CoreOutput
 from sim.serving.disagg import Disaggregated
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
-from sim.serving.raw_result import RawResult, raw_result
+from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
 
