@@ -21,11 +21,11 @@ from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
 from sim.fast.feed import Feed, feedable, pool_feeds, submission_clock_s, take_feeds
 from sim.scenario import Scenario, scenario_from_dict
-from sim.serving import arrivals as arrivals_module
-from sim.serving.arrivals import requests_in_order
+from sim.serving import submission as submission_module
 from sim.serving.pool import Pool
 from sim.serving.replica import Replica
 from sim.serving.simulation import RawResult, Simulation
+from sim.serving.submission import requests_in_order
 from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
@@ -110,7 +110,7 @@ def test_requests_carry_their_spec_and_priority() -> None:
 
 
 def test_requests_are_read_a_chunk_at_a_time_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arrivals_module, "_CHUNK", 3)
+    monkeypatch.setattr(submission_module, "_CHUNK", 3)
     n = 10
     work = RequestArrays(
         arrival_s=np.linspace(1.0, 0.1, n),

@@ -26,10 +26,10 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.request import Request
-from sim.serving.arrivals import OpenLoop, requests_in_order, submission_order
 from sim.serving.pool import Pool
 from sim.serving.replica import Replica
 from sim.serving.router import RoundRobin
+from sim.serving.submission import OpenLoop, requests_in_order, submission_order
 
 Intake = Callable[[Request, float], object]  # what a taken request goes through, at its clock
 

@@ -26,12 +26,12 @@ from sim.errors import ConfigError
 from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
 from sim.fast.forks import forking_supported
 from sim.fast.workers import default_num_workers, run_in_workers
-from sim.serving.arrivals import OpenLoop
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.submission import OpenLoop
 
 # Below this many requests one run does not pay for the compiled loop's start-up
 # (numba's import and a cached compilation's load, ~0.4 s once a process); a

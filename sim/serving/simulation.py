@@ -23,7 +23,6 @@ import simpy
 
 from sim.engine.request import Request
 from sim.fast import open_loop as speed_paths
-from sim.serving.arrivals import ClosedLoop, OpenLoop, requests_in_order, submission_order
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.lockstep import LockstepMember
@@ -32,6 +31,7 @@ from sim.serving.progress import Progress
 from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
+from sim.serving.submission import ClosedLoop, OpenLoop, requests_in_order, submission_order
 
 
 class Simulation:

@@ -20,7 +20,7 @@ from sim.engine.core import _RECORD_COUNTS, _RECORD_TIMES, EngineCore
 from sim.engine.policies.continuous import MAX_RUN_STEPS, Continuous
 from sim.fast.compiled import layout
 from sim.fast.feed import Submissions
-from sim.serving.arrivals import OpenLoop
+from sim.serving.submission import OpenLoop
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

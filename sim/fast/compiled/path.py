@@ -26,7 +26,7 @@ from sim.engine.prefix_requests import prefix_describer
 from sim.fast.compiled import layout, loop
 from sim.fast.compiled.arrays import LoopArrays
 from sim.fast.feed import Submissions
-from sim.serving.arrivals import OpenLoop
+from sim.serving.submission import OpenLoop
 
 
 @functools.cache

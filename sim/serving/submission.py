@@ -1,4 +1,4 @@
-"""How requests reach the serving layer: an open loop or a closed loop.
+"""How requests reach the serving layer: an open loop or a closed loop, and in what order.
 
 An open loop knows every arrival time and length before the run (synthetic or
 trace); a request is submitted to the replicas once tokenized, so its
