@@ -13,6 +13,8 @@ still says which module knows about which). The rules:
 - ``sim.serving`` stays below ``metrics``, ``planning``, ``validation`` and the faces;
 - ``planning`` and ``validation`` reach the simulator through ``sim.api``,
   never ``sim.engine`` or ``sim.serving`` directly;
+- the serving layer reaches the speed paths (``sim.fast``) through one door,
+  ``Simulation``; nothing below it names them;
 - policies see the core through ``CoreView``; ``EngineCore`` imports no feature
   (speculative decoding, swap) and no concrete policy.
 """
@@ -196,6 +198,19 @@ def test_cost_imports_only_itself_hardware_and_errors() -> None:
         if not _in(target, "sim.cost", "sim.hardware", "sim.errors")
     ]
     assert outside == []
+
+
+def test_the_serving_layer_reaches_the_speed_paths_through_one_door() -> None:
+    importers = [
+        name
+        for name in MODULES
+        if _in(name, "sim.serving")
+        and any(_in(target, "sim.fast") for target in internal_imports(name))
+    ]
+    assert importers == ["sim.serving.simulation"]
+    assert internal_imports("sim.serving.simulation") & set(_layer("sim.fast")) == {
+        "sim.fast.open_loop"
+    }
 
 
 def test_policies_see_the_core_only_through_its_protocol() -> None:

@@ -109,7 +109,7 @@ def test_the_reference_engine_and_the_simulator_build_the_same_core(scenario: Sc
     assert_same_core(reference, _simulated_core(scenario))
     assert type(reference.kv) is BlockPool
     assert reference.kv.num_blocks == kv_blocks_for(scenario)
-    assert engine_settings(scenario, config) == engine_settings(scenario, engine_for(scenario))
+    assert engine_settings(scenario, config) == engine_settings(scenario, engine_for(scenario).core)
 
 
 def test_async_scheduling_reaches_the_reference_engines_policy() -> None:

@@ -17,6 +17,7 @@ from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim import api
 from sim.cost.linear import LinearCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import (
     Continuous,
     ContinuousConfig,
@@ -32,7 +33,7 @@ from sim.engine.policies.features import with_swap_space
 from sim.engine.swap import SwapSpace
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -47,12 +48,14 @@ def run(
     cost: LinearCost = COST,
     skip_ahead: bool = True,
 ) -> RawResult:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=16_384,
+        ),
         cost=cost,
-        make_policy=make_policy,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=16_384,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )

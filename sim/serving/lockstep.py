@@ -21,7 +21,7 @@ from sim.cost.base import CostModel
 from sim.engine.core import EngineCore
 from sim.engine.plan import StepPlan
 from sim.engine.request import Request
-from sim.serving.wakeup import idle_event
+from sim.serving.replica import idle_event
 
 
 class LockstepMember:

@@ -31,12 +31,13 @@ from test_invariants import SETTINGS, Setup, assert_same_runs, continuous_setups
 import sim.serving.replica as replica_module
 from sim.cost.linear import LinearCost
 from sim.engine.cohort import Cohort
+from sim.engine.core_config import CoreConfig
 from sim.engine.plan import StepPlan
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.engine.policies.features import with_async_scheduling, with_swap_space
 from sim.engine.policies.orca import OrcaConfig
 from sim.engine.prefix_cache import PrefixCachingPool
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -52,7 +53,7 @@ def variants(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-def build_engine(setup: Setup, variant: dict[str, object], skip_ahead: bool) -> Engine:
+def build_engine(setup: Setup, variant: dict[str, object], skip_ahead: bool) -> ReplicaConfig:
     base = setup.make_policy.__self__  # type: ignore[attr-defined]  # ContinuousConfig.build
     assert isinstance(base, ContinuousConfig)
     config = base.model_copy(update={"long_prefill_token_threshold": variant["long_prefill_cap"]})
@@ -62,15 +63,17 @@ def build_engine(setup: Setup, variant: dict[str, object], skip_ahead: bool) -> 
         make_policy = with_swap_space(make_policy, 6.0, 1.0, 1e4)
     if variant["async_scheduling"]:
         make_policy = with_async_scheduling(make_policy)
-    return Engine(
+    return ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=setup.num_kv_blocks,
+            block_size_tokens=setup.block_size_tokens,
+            max_model_len_tokens=setup.max_model_len_tokens,
+            enable_prefix_caching=bool(variant["caching"]),
+        ),
         cost=setup.cost,
-        make_policy=make_policy,
-        num_kv_blocks=setup.num_kv_blocks,
-        block_size_tokens=setup.block_size_tokens,
-        max_model_len_tokens=setup.max_model_len_tokens,
         frontend=setup.frontend,
         skip_ahead=skip_ahead,
-        enable_prefix_caching=bool(variant["caching"]),
     )
 
 
@@ -88,7 +91,7 @@ class Run:
 
 def run(
     arrays: RequestArrays,
-    engine: Engine,
+    engine: ReplicaConfig,
     monkeypatch: pytest.MonkeyPatch,
     cohort: bool,
 ) -> Run:
@@ -119,7 +122,7 @@ def run(
 
     core.take_records = taking  # type: ignore[method-assign]
     raw = simulation.run(cast(OpenLoop, arrays))
-    assert core.kv.num_free_blocks == engine.num_kv_blocks  # every block returned
+    assert core.kv.num_free_blocks == engine.core.num_kv_blocks  # every block returned
     if core.cohort is not None:
         assert core.cohort.num_members == 0  # flushed
     kv = core.kv
@@ -233,13 +236,15 @@ def test_cohort_carries_most_decode_steps_and_changes_nothing(
     results are those of the per-request path, with and without preemption."""
     arrays = steady_workload(300, np.random.default_rng(7))
     build = ContinuousConfig(max_num_seqs=64, max_num_batched_tokens=512).build
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=with_async_scheduling(build) if async_scheduling else build,
+            num_kv_blocks=pool_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=1024,
+            enable_prefix_caching=True,
+        ),
         cost=LinearCost(step_overhead_s=2e-3, per_prefill_token_s=1e-5, per_decode_seq_s=1e-4),
-        make_policy=with_async_scheduling(build) if async_scheduling else build,
-        num_kv_blocks=pool_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=1024,
-        enable_prefix_caching=True,
     )
     with_cohort = run(arrays, engine, monkeypatch, True)
     without = run(arrays, engine, monkeypatch, False)
@@ -252,12 +257,14 @@ def test_cohort_carries_most_decode_steps_and_changes_nothing(
 
 def test_cohort_is_only_for_plain_continuous_batching() -> None:
     def core_cohort(make_policy: Callable[[], Scheduler], skip_ahead: bool = True) -> object:
-        engine = Engine(
+        engine = ReplicaConfig(
+            core=CoreConfig(
+                make_policy=make_policy,
+                num_kv_blocks=100,
+                block_size_tokens=16,
+                max_model_len_tokens=512,
+            ),
             cost=LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3),
-            make_policy=make_policy,
-            num_kv_blocks=100,
-            block_size_tokens=16,
-            max_model_len_tokens=512,
             skip_ahead=skip_ahead,
         )
         return Simulation(engine).core.cohort

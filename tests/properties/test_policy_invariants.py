@@ -36,6 +36,7 @@ from test_invariants import (
 
 from sim.cost.linear import LinearCost
 from sim.engine.core import EngineCore
+from sim.engine.core_config import CoreConfig
 from sim.engine.plan import StepPlan
 from sim.engine.policies import (
     DynamicConfig,
@@ -49,7 +50,7 @@ from sim.engine.policies import (
 from sim.engine.policies.base import CoreView
 from sim.engine.policies.continuous import Continuous, ContinuousConfig
 from sim.engine.policies.features import with_swap_space
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -178,12 +179,14 @@ def simulate(arrays: RequestArrays, setup: Setup, skip_ahead: bool) -> RawResult
     def make_policy() -> Scheduler:
         return PolicyChecks(setup.make_policy(), setup)
 
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=setup.num_kv_blocks,
+            block_size_tokens=setup.block_size_tokens,
+            max_model_len_tokens=setup.max_model_len_tokens,
+        ),
         cost=setup.cost,
-        make_policy=make_policy,
-        num_kv_blocks=setup.num_kv_blocks,
-        block_size_tokens=setup.block_size_tokens,
-        max_model_len_tokens=setup.max_model_len_tokens,
         frontend=setup.frontend,
         skip_ahead=skip_ahead,
     )
@@ -287,7 +290,14 @@ def test_policy_checks_see_admissions() -> None:
         checks.append(PolicyChecks(setup.make_policy(), setup))
         return checks[-1]
 
-    engine = Engine(setup.cost, make, 100, 16, 400, setup.frontend, True)
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make, num_kv_blocks=100, block_size_tokens=16, max_model_len_tokens=400
+        ),
+        cost=setup.cost,
+        frontend=setup.frontend,
+        skip_ahead=True,
+    )
     raw = Simulation(engine).run(cast(OpenLoop, arrays))
     assert checks[0].num_admitted == 3
     # Strict priority, one slot: the most urgent (lowest value, last to arrive) goes first.

@@ -1,5 +1,5 @@
 """The compiled loop's pieces: a roofline step's price, a run's ends, its room in
-the KV pool, and the commit of a plan's steps (``sim.serving.compiled.loop``).
+the KV pool, and the commit of a plan's steps (``sim.fast.compiled.loop``).
 
 Each mirrors a Python function of the engine, the same operations in the same
 order, so that the compiled loop's floats are the Python path's to the bit.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sim.serving.compiled.layout import (
+from sim.fast.compiled.layout import (
     DONE,
     NUM_DONE,
     NUM_ENDS,
