@@ -1,7 +1,7 @@
 """Every cost model's ``decode_steps_s`` gives ``step_s``'s bits, step for step.
 
 Skip-ahead prices a run of decode steps with ``decode_steps_s`` (or a
-``decode_ends_s`` built on the same operations) where step-by-step execution
+``decode_durations_s`` built on the same operations) where step-by-step execution
 calls ``step_s`` once a step; a run is the same either way only if the two
 agree to the bit, wrappers (overhead fits, scaling) included.
 """
