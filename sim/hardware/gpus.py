@@ -20,6 +20,12 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
+# vLLM V1's CPU work per step (scheduler, input prep, launches / graph replay,
+# sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated;
+# also the kernel-table cost model's default (sim.cost.kernels).
+DEFAULT_STEP_OVERHEAD_S = 2e-3
+
+
 class HardwareSpec(BaseModel):
     """One accelerator as a cost model sees it.
 
@@ -40,7 +46,7 @@ class HardwareSpec(BaseModel):
     cuda_memory_bytes: PositiveFloat | None = None
     compute_efficiency: Fraction = 0.6
     memory_efficiency: Fraction = 0.8
-    step_overhead_s: Annotated[float, Field(ge=0)] = 2e-3
+    step_overhead_s: Annotated[float, Field(ge=0)] = DEFAULT_STEP_OVERHEAD_S
 
 
 _GB = 1e9

@@ -42,7 +42,6 @@ import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
-from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
 from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
@@ -57,6 +56,7 @@ from sim.cost.kernels.tables import (
 )
 from sim.errors import ConfigError
 from sim.hardware.architecture import ModelArchitecture
+from sim.hardware.gpus import DEFAULT_STEP_OVERHEAD_S
 from sim.hardware.parallel import LinkSpec, link_preset
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
