@@ -35,8 +35,7 @@ from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
 from sim.errors import ConfigError
 from sim.hardware.architecture import ModelArchitecture, from_model_spec, load_architecture
-from sim.hardware.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
-from sim.hardware.gpus import DEFAULT_STEP_OVERHEAD_S
+from sim.hardware.gpus import AICONFIGURATOR_GPUS, DEFAULT_STEP_OVERHEAD_S, SOURCE_GPU_NAMES
 from sim.hardware.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import HardwareSpec, ModelSpec
