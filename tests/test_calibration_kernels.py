@@ -14,8 +14,7 @@ from sim.cost.base import StepShape
 from sim.cost.kernels.artifact import load_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.architecture import from_model_spec
-from sim.hardware.specs import TINY_MODEL
+from sim.hardware.specs import TINY_MODEL, from_model_spec
 
 ARCH = from_model_spec(TINY_MODEL)
 

@@ -27,8 +27,7 @@ from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import shipped_artifacts
-from sim.hardware.architecture import load_architecture
-from sim.hardware.specs import hardware_preset, model_preset
+from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")

@@ -24,8 +24,13 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
 from sim.cost.run_ends import run_ends_s
-from sim.hardware.architecture import load_architecture
-from sim.hardware.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
+from sim.hardware.specs import (
+    HARDWARE_PRESETS,
+    MODEL_PRESETS,
+    hardware_preset,
+    load_architecture,
+    model_preset,
+)
 
 COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
 

@@ -22,7 +22,6 @@ import math
 from dataclasses import dataclass
 
 from sim.errors import ConfigError
-from sim.hardware.gpus import HardwareSpec
 from sim.hardware.memory import (
     GIB,
     MIB,
@@ -32,8 +31,8 @@ from sim.hardware.memory import (
     peak_activation_bytes,
     requested_memory_bytes,
 )
-from sim.hardware.model_spec import ModelSpec
 from sim.hardware.parallel import ParallelismConfig, kv_bytes_per_token_per_gpu, layout_problem
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 SOURCE_SCENARIO = "engine.num_kv_blocks"
 """``engine_settings.num_kv_blocks_source`` when the scenario gave the count (vLLM's log)."""

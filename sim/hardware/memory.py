@@ -29,8 +29,7 @@ from __future__ import annotations
 import math
 
 from sim.errors import ConfigError
-from sim.hardware.gpus import HardwareSpec
-from sim.hardware.model_spec import ModelSpec
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 GIB = float(2**30)
 MIB = float(2**20)

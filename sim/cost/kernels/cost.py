@@ -55,9 +55,8 @@ from sim.cost.kernels.tables import (
     op_grid,
 )
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture
-from sim.hardware.gpus import DEFAULT_STEP_OVERHEAD_S
 from sim.hardware.parallel import LinkSpec, link_preset
+from sim.hardware.specs import DEFAULT_STEP_OVERHEAD_S, ModelArchitecture
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
 
