@@ -56,12 +56,8 @@ from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.roofline import SMALL_RUN_STEPS
 from sim.cost.select import AutoCostConfig, CalibratedCostConfig
 from sim.errors import ConfigError
-from sim.hardware.parallel import (
-    ParallelismConfig,
-    activation_dtype_bytes,
-    kv_heads_per_gpu,
-    layout_problem,
-)
+from sim.hardware.kv_capacity import activation_dtype_bytes
+from sim.hardware.parallel import ParallelismConfig, kv_heads_per_gpu, layout_problem
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
 

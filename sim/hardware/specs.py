@@ -511,7 +511,7 @@ class HardwareSpec(BaseModel):
     memory_bytes: PositiveFloat
     # Total memory as CUDA reports it (torch.cuda.mem_get_info()[1]), what vLLM
     # multiplies by gpu_memory_utilization; a little below the datasheet figure
-    # (the driver keeps some). None: use memory_bytes (sim.hardware.memory).
+    # (the driver keeps some). None: use memory_bytes (sim.hardware.kv_capacity).
     cuda_memory_bytes: PositiveFloat | None = None
     compute_efficiency: Fraction = 0.6
     memory_efficiency: Fraction = 0.8
