@@ -22,10 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sim.cost.base import StepShape  # noqa: E402
-from sim.cost.kernels import KernelCost, load_kernel_artifact  # noqa: E402
-from sim.hardware.architecture import ModelArchitecture, from_model_spec, load_architecture  # noqa: E402
-from sim.hardware.model_configs import HF_CONFIGS  # noqa: E402
-from sim.hardware.specs import model_preset  # noqa: E402
+from sim.cost.kernels.artifact import load_kernel_artifact  # noqa: E402
+from sim.cost.kernels.cost import KernelCost  # noqa: E402
+from sim.hardware.specs import (  # noqa: E402
+    HF_CONFIGS,
+    ModelArchitecture,
+    from_model_spec,
+    load_architecture,
+    model_preset,
+)
 
 TOKENS = (1, 16, 64, 256, 1024, 2048)
 DECODES = ((1, 1024), (16, 1024), (64, 1024), (64, 4096), (256, 1024))

@@ -126,9 +126,8 @@ def _kv_budget_tokens(model: Any) -> int:
 def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
     """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
     from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
-    from sim.cost.kernels import save_artifact
-    from sim.hardware.architecture import from_model_spec, load_architecture
-    from sim.hardware.model_configs import HF_CONFIGS
+    from sim.cost.kernels.artifact import save_artifact
+    from sim.hardware.specs import HF_CONFIGS, from_model_spec, load_architecture
 
     grid = args.grid
     if grid == "default":

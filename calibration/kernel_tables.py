@@ -35,7 +35,7 @@ import pandas as pd
 
 from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.architecture import ModelArchitecture
+from sim.hardware.specs import ModelArchitecture
 
 TOOL_VERSION = "1"
 # The CLI's dtype names -> torch's, which the artifact's provenance records.

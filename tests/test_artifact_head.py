@@ -4,7 +4,7 @@ Property: for any JSON object, written compactly or indented, plain or gzip, cut
 anywhere by ``max_bytes``, the head is the whole file's fields before
 ``stop_key`` (all of them when there is none), and a bad file raises what
 ``read_artifact`` raises. The shipped kernel artifacts are checked in
-``tests/test_cost_lazy_imports.py``'s provenance test.
+``tests/test_cost_imports.py``'s provenance test.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ pytest.importorskip("torch")
 from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
 from sim.cli import main
 from sim.cost.base import StepShape
-from sim.cost.kernels import KernelCost, load_kernel_artifact
+from sim.cost.kernels.artifact import load_kernel_artifact
+from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.architecture import from_model_spec
-from sim.hardware.specs import TINY_MODEL
+from sim.hardware.specs import TINY_MODEL, from_model_spec
 
 ARCH = from_model_spec(TINY_MODEL)
 

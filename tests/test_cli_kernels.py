@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import FORWARDED, build_parser, main
-from sim.cost.kernels import load_kernel_artifact
+from sim.cost.kernels.artifact import load_kernel_artifact
 
 PROFILE = Path(__file__).resolve().parent / "data" / "kernels" / "profile" / "bf16" / "tp1"
 

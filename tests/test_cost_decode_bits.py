@@ -1,7 +1,7 @@
 """Every cost model's ``decode_steps_s`` gives ``step_s``'s bits, step for step.
 
 Skip-ahead prices a run of decode steps with ``decode_steps_s`` (or a
-``decode_ends_s`` built on the same operations) where step-by-step execution
+``decode_durations_s`` built on the same operations) where step-by-step execution
 calls ``step_s`` once a step; a run is the same either way only if the two
 agree to the bit, wrappers (overhead fits, scaling) included.
 """
@@ -27,8 +27,7 @@ from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import shipped_artifacts
-from sim.hardware.architecture import load_architecture
-from sim.hardware.specs import hardware_preset, model_preset
+from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")

@@ -9,14 +9,16 @@ import pytest
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
-from sim.hardware.architecture import (
+from sim.hardware.specs import (
+    HF_CONFIGS,
+    MODEL_PRESETS,
+    MODEL_SPEC_ALIASES,
     ModelArchitecture,
     from_hf_config,
     from_model_spec,
     load_architecture,
+    model_preset,
 )
-from sim.hardware.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
-from sim.hardware.specs import MODEL_PRESETS, model_preset
 
 # Published parameter counts (billions), as each model card states them.
 PUBLISHED_PARAMS_B = {

@@ -20,7 +20,7 @@ from sim.cost.kernels.artifact import (
 from sim.cost.kernels.llmservingsim import import_profile, main, profile_artifact
 from sim.cost.kernels.slice import export_main, export_slice
 from sim.errors import ConfigError
-from sim.hardware.architecture import load_architecture
+from sim.hardware.specs import load_architecture
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC_DATA = DATA / "aic" / "systems" / "data"

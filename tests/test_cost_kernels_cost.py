@@ -19,8 +19,8 @@ from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.kernels.ops import layer_shapes, prefill_chunk
 from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture, MoeSpec, load_architecture
 from sim.hardware.parallel import link_preset
+from sim.hardware.specs import ModelArchitecture, MoeSpec, load_architecture
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")

@@ -1,14 +1,15 @@
-"""Pricing a run's decode steps one at a time up to the cut (``priced_until_cut``,
-``KernelCost.decode_ends_s``): no step priced past the cut, and a whole
+"""Pricing a run's decode steps one at a time up to the cut (``ends_until_cut``,
+``KernelCost.decode_durations_s``): no step priced past the cut, and a whole
 kernel-table run the same with skip-ahead as step by step.
 
-``tests/test_run_ends.py`` holds ``KernelCost.decode_ends_s`` to the generic
+``tests/test_run_ends.py`` holds ``KernelCost.decode_durations_s`` to the generic
 path and to a loop of ``step_s``, bit for bit.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from itertools import count
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.cost.run_ends import priced_until_cut
+from sim.cost.run_ends import ends_until_cut
 from sim.scenario import load_scenario
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "public" / "rtxpro6000_llama31_8b.yaml"
@@ -29,7 +30,7 @@ SCENARIO = Path(__file__).parents[1] / "scenarios" / "public" / "rtxpro6000_llam
     stop_after_s=st.one_of(st.none(), st.floats(-1.0, 12.0)),
     num_after=st.integers(1, 4),
 )
-def test_priced_until_cut_is_sum_then_cut_and_prices_no_step_past_it(
+def test_ends_until_cut_is_sum_then_cut_and_prices_no_step_past_it(
     durations: list[float], first_end_s: float, stop_after_s: float | None, num_after: int
 ) -> None:
     stop_s = float("inf") if stop_after_s is None else first_end_s + stop_after_s
@@ -39,7 +40,7 @@ def test_priced_until_cut_is_sum_then_cut_and_prices_no_step_past_it(
         priced.append(j)
         return durations[j]
 
-    ends = priced_until_cut(step_s, first_end_s, len(durations), stop_s, num_after)
+    ends = ends_until_cut(map(step_s, count()), first_end_s, len(durations), stop_s, num_after)
     expected = [first_end_s]
     for d in durations:
         expected.append(expected[-1] + d)

@@ -20,9 +20,14 @@ from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.kernels.ops import layer_shapes
 from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture, MoeSpec, load_architecture
 from sim.hardware.parallel import ParallelismConfig, link_preset
-from sim.hardware.specs import hardware_preset, model_preset
+from sim.hardware.specs import (
+    ModelArchitecture,
+    MoeSpec,
+    hardware_preset,
+    load_architecture,
+    model_preset,
+)
 from sim.metrics.stats import with_request_metrics
 from sim.scenario import load_scenario, scenario_from_dict
 

@@ -13,7 +13,7 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import import_profile, profile_artifact
 from sim.cost.kernels.profile_ops import ProfileDense, expected_active_experts
 from sim.errors import ConfigError
-from sim.hardware.architecture import load_architecture
+from sim.hardware.specs import load_architecture
 
 QWEN_MOE = load_architecture("qwen3-30b-a3b")
 TOKENS = (1, 64, 2048)

@@ -28,9 +28,8 @@ from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
-from sim.hardware.architecture import load_architecture
 from sim.hardware.parallel import link_preset
-from sim.hardware.specs import hardware_preset, model_preset
+from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
@@ -229,7 +228,7 @@ def test_shipped_aiconfigurator_slice_keeps_the_filtered_kernel_variant() -> Non
 
 
 def test_architecture_path_in_the_config_is_anchored_at_the_scenario(tmp_path: Path) -> None:
-    from sim.hardware.model_configs import HF_CONFIGS
+    from sim.hardware.specs import HF_CONFIGS
 
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.json").write_text(json.dumps(dict(HF_CONFIGS["llama-3.1-8b"])))

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from sim import api
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import (
+    GIB,
+    MIB,
     SOURCE_ESTIMATE,
     SOURCE_SCENARIO,
     KvCacheBudget,
@@ -20,7 +22,6 @@ from sim.hardware.kv_capacity import (
     kv_cache_budget,
     vllm_num_kv_blocks,
 )
-from sim.hardware.memory import GIB, MIB
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset, model_preset
 from sim.scenario import scenario_from_dict

@@ -1,4 +1,4 @@
-"""The memory terms vLLM subtracts before sizing its KV cache (sim.hardware.memory), one by one."""
+"""The memory terms vLLM subtracts before sizing its KV cache (sim.hardware.kv_capacity)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.errors import ConfigError
-from sim.hardware.memory import (
+from sim.hardware.kv_capacity import (
     ACTIVATION_TENSORS_PER_TOKEN,
     CUDA_GRAPH_BYTES_PER_LAYER,
     GIB,

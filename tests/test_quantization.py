@@ -13,8 +13,7 @@ from sim import api
 from sim.cost.base import StepShape
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
-from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
-from sim.hardware.memory import forward_activation_bytes
+from sim.hardware.kv_capacity import KvSizing, forward_activation_bytes, vllm_num_kv_blocks
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.quantization import (
     DTYPE_BYTES,

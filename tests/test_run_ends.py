@@ -1,6 +1,6 @@
 """run_ends_s: a run's step end times, cut at the next arrival, to the bit.
 
-The roofline's and the kernel tables' ``decode_ends_s`` price only the steps
+The roofline's and the kernel tables' ``decode_durations_s`` price only the steps
 they keep; each must give exactly what the generic path gives (every duration
 priced by ``decode_steps_s``, summed in order, then cut), and that must match
 a loop of ``step_s`` summed one step at a time, as step-by-step execution sums
@@ -24,14 +24,19 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
 from sim.cost.run_ends import run_ends_s
-from sim.hardware.architecture import load_architecture
-from sim.hardware.specs import HARDWARE_PRESETS, MODEL_PRESETS, hardware_preset, model_preset
+from sim.hardware.specs import (
+    HARDWARE_PRESETS,
+    MODEL_PRESETS,
+    hardware_preset,
+    load_architecture,
+    model_preset,
+)
 
 COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
 
 
 class Generic:
-    """A cost model without its ``decode_ends_s``: run_ends_s's generic path."""
+    """A cost model without its ``decode_durations_s``: run_ends_s's generic path."""
 
     def __init__(self, base: CostModel) -> None:
         self.base = base

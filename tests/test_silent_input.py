@@ -9,7 +9,7 @@ import pytest
 
 from sim.cli import main
 from sim.errors import ConfigError
-from sim.hardware.context_length import MAX_CONTEXT_TOKENS, context_problem
+from sim.hardware.specs import MAX_CONTEXT_TOKENS, context_problem
 from sim.metrics.rejections import rejection_warning
 from sim.scenario import load_scenario
 

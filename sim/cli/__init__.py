@@ -160,17 +160,17 @@ def _add_validation(subparsers: Subparsers) -> None:
     add_parsers(subparsers)
 
 
-# Subcommands whose own parser lives in sim.cost.kernels: name -> (help, function
+# Subcommands whose own parser lives in sim.cost.kernels: name -> (help, module.function
 # there that parses and runs the rest of the line). main() hands the line over
 # before parsing; they are registered only so that --help lists them.
 FORWARDED: dict[str, tuple[str, str]] = {
     "import-profile": (
         "turn an LLMServingSim per-layer GPU profile into a kernel-table artifact",
-        "main",
+        "llmservingsim.main",
     ),
     "export-kernels": (
         "cut a model's kernel tables out of aiconfigurator-core's database into an artifact",
-        "export_main",
+        "slice.export_main",
     ),
 }
 
@@ -282,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     line = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(line[0] if line else None, lazy=True)
     if line and line[0] in FORWARDED:
-        import sim.cost.kernels as kernels
-
-        return int(getattr(kernels, FORWARDED[line[0]][1])(line[1:]))
+        module, function = FORWARDED[line[0]][1].split(".")
+        forwarded = importlib.import_module(f"sim.cost.kernels.{module}")
+        return int(getattr(forwarded, function)(line[1:]))
     args = parser.parse_args(line)
     try:
         return int(args.handler(args))

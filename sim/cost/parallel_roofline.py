@@ -34,6 +34,8 @@ weights, so they slow memory-bound decode, as they do on real hardware.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -54,12 +56,8 @@ from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.roofline import SMALL_RUN_STEPS
 from sim.cost.select import AutoCostConfig, CalibratedCostConfig
 from sim.errors import ConfigError
-from sim.hardware.parallel import (
-    ParallelismConfig,
-    activation_dtype_bytes,
-    kv_heads_per_gpu,
-    layout_problem,
-)
+from sim.hardware.kv_capacity import activation_dtype_bytes
+from sim.hardware.parallel import ParallelismConfig, kv_heads_per_gpu, layout_problem
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
@@ -166,33 +164,40 @@ class ParallelRooflineCost:
         return self._overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
+        durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
+        if num_seqs == 0 or num_steps <= SMALL_RUN_STEPS:
+            # numpy's per-call overhead dominates below ~30 elements.
+            return np.fromiter(durations, np.float64, num_steps)
+        m = self._micro_batches(num_seqs)
+        slots, comm, p2p = self._fixed_s(num_seqs, m)
+        # Both paths mirror step_s operation for operation, so the same bits.
+        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
+        compute = (self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts) / m
+        memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs) / m
+        out: FloatArray = self._overhead_s + slots * (np.maximum(compute, memory) + comm) + p2p
+        return out
+
+    def decode_durations_s(
+        self, num_seqs: int, context_tokens: int, num_steps: int
+    ) -> Iterator[float]:
+        """``decode_steps_s``'s durations one at a time, each priced when taken
+        (``sim.cost.run_ends``: none past a run's cut)."""
+        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
+            return repeat(0.0)  # steps of no sequence take no time
+        return self._durations(num_seqs, context_tokens)
+
+    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         m = self._micro_batches(num_seqs)
         slots, comm, p2p = self._fixed_s(num_seqs, m)
         dense_s = self._s_per_dense_token * num_seqs
         pair_s, weight_s, kv_s = self._s_per_attention_pair, self._weight_s, self._s_per_kv_token
-        if num_steps <= SMALL_RUN_STEPS:
-            # Plain Python for short runs (numpy's per-call overhead dominates);
-            # both paths mirror step_s operation for operation, so the same bits.
-            out = []
-            for j in range(num_steps):
-                context = context_tokens + j * num_seqs
-                compute = (dense_s + pair_s * context) / m
-                memory = weight_s + kv_s * (0 + context + num_seqs) / m
-                out.append(
-                    self._overhead_s
-                    + slots * ((compute if compute > memory else memory) + comm)
-                    + p2p
-                )
-            return np.array(out)
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        compute_a = (dense_s + pair_s * contexts) / m
-        memory_a = weight_s + kv_s * (contexts + num_seqs) / m
-        result: FloatArray = (
-            self._overhead_s + slots * (np.maximum(compute_a, memory_a) + comm) + p2p
-        )
-        return result
+        overhead_s = self._overhead_s
+        context = context_tokens
+        while True:
+            compute = (dense_s + pair_s * context) / m
+            memory = weight_s + kv_s * (context + num_seqs) / m
+            yield overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
+            context += num_seqs
 
     def __repr__(self) -> str:
         return (

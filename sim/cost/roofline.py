@@ -21,12 +21,15 @@ Activations are ignored: they stay on chip or are small next to weights and KV.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import repeat
+
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
-# Below this many steps, decode_steps_s loops in Python rather than numpy.
+# Below this many steps, decode_steps_s prices in Python rather than numpy.
 SMALL_RUN_STEPS = 24
 
 
@@ -92,10 +95,10 @@ class RooflineCost:
         return self._overhead_s + (compute if compute > memory else memory)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
-        if num_steps <= SMALL_RUN_STEPS:
-            return np.array(self._decode_steps_list(num_seqs, context_tokens, num_steps))
+        durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
+        if num_seqs == 0 or num_steps <= SMALL_RUN_STEPS:
+            # numpy's per-call overhead dominates below ~30 elements.
+            return np.fromiter(durations, np.float64, num_steps)
         # Integer-valued float64 arrays are exact below 2**53, and the operations
         # mirror step_s one for one, so the results match it bit for bit.
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
@@ -104,55 +107,26 @@ class RooflineCost:
         out: FloatArray = self._overhead_s + np.maximum(compute, memory)
         return out
 
-    def _decode_steps_list(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[float]:
-        """Plain-Python twin of the numpy path: 3x faster for short runs (numpy's
-        per-call overhead dominates below ~30 elements), same operations in the
-        same order, so the same bits."""
-        dense_s = self._s_per_dense_token * num_seqs
-        pair_s, weight_s = self._s_per_attention_pair, self._weight_s
-        kv_s, overhead_s = self._s_per_kv_token, self._overhead_s
-        out = []
-        for j in range(num_steps):
-            context = context_tokens + j * num_seqs
-            compute = dense_s + pair_s * context
-            memory = weight_s + kv_s * (context + num_seqs)
-            out.append(overhead_s + (compute if compute > memory else memory))
-        return out
+    def decode_durations_s(
+        self, num_seqs: int, context_tokens: int, num_steps: int
+    ) -> Iterator[float]:
+        """``decode_steps_s``'s durations one at a time, each priced when taken
+        (``sim.cost.run_ends``: none past a run's cut)."""
+        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
+            return repeat(0.0)  # steps of no sequence take no time
+        return self._durations(num_seqs, context_tokens)
 
-    def decode_ends_s(
-        self,
-        first_end_s: float,
-        num_seqs: int,
-        context_tokens: int,
-        num_decode_steps: int,
-        stop_s: float,
-        num_after: int,
-    ) -> list[float]:
-        """``sim.cost.run_ends.run_ends_s`` for this model: the same sums, but
-        steps past the cut are never priced (an open-loop run usually stops at the
-        next arrival, long before its first finish)."""
-        # Decode steps still to price: all, unless one ends at or after stop_s.
-        left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, num_after - 1)
-        if no_decode_run(num_seqs, context_tokens, num_decode_steps) is not None:
-            return [first_end_s] * (1 + left)  # steps of no sequence take no time
+    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s = self._s_per_dense_token * num_seqs
         pair_s, weight_s = self._s_per_attention_pair, self._weight_s
         kv_s, overhead_s = self._s_per_kv_token, self._overhead_s
-        end = first_end_s
-        ends = [end]
         context = context_tokens
-        while left > 0:
-            # The operations of step_s (and _decode_steps_list), in its order.
+        while True:
+            # The operations of step_s, in its order.
             compute = dense_s + pair_s * context
             memory = weight_s + kv_s * (context + num_seqs)
-            end += overhead_s + (compute if compute > memory else memory)
-            ends.append(end)
+            yield overhead_s + (compute if compute > memory else memory)
             context += num_seqs
-            left -= 1
-            if end >= stop_s:  # the cut: num_after - 1 more steps at most
-                left = min(left, num_after - 1)
-                stop_s = float("inf")
-        return ends
 
     def __repr__(self) -> str:
         return f"RooflineCost(model={self.model.name!r}, hardware={self.hardware.name!r})"

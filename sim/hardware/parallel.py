@@ -31,7 +31,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from sim.hardware.memory import activation_dtype_bytes
 from sim.hardware.specs import ModelSpec, lookup_preset, preset_validator
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -143,16 +142,3 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, parallelism: ParallelismConfig)
     heads = kv_heads_per_gpu(model, parallelism.tensor_parallel_size)
     # Same operation order as ModelSpec.kv_bytes_per_token, so tp = pp = 1 agrees.
     return 2 * layers * heads * model.head_dim * model.kv_dtype_bytes
-
-
-__all__ = [
-    "LINK_PRESETS",
-    "LinkRef",
-    "LinkSpec",
-    "ParallelismConfig",
-    "activation_dtype_bytes",
-    "kv_bytes_per_token_per_gpu",
-    "kv_heads_per_gpu",
-    "layout_problem",
-    "link_preset",
-]

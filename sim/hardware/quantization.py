@@ -15,7 +15,7 @@ Bytes per element (all weights, embeddings and LM head included):
 Simplified: matmuls still run at the hardware's bf16 peak (weight-only
 quantization dequantizes into bf16 kernels; fp8 tensor cores would double
 the compute roof, which is not modelled), and activations stay >= 2 bytes
-(see ``sim.hardware.memory``), so only memory-bound work gets faster.
+(see ``sim.hardware.kv_capacity``), so only memory-bound work gets faster.
 
     quantization:
       weights: fp8        # bf16 | fp16 | fp8 | int8 | int4; absent: the model's own

@@ -1,50 +1,681 @@
-"""Model and hardware descriptions, their presets, and the config form naming them.
+"""What runs and on what: model and GPU descriptions, their presets, how a config names them.
 
-A ``ModelSpec`` is the shape of a Llama-style decoder (RMSNorm, grouped-query
-attention, gated SiLU MLP); everything a cost model needs (parameter count,
-weight bytes, KV bytes per token, FLOPs per token) is derived from it. The
-``tiny`` preset is also what ``calibration/`` builds as a real PyTorch model,
-so its shape lives here and nowhere else.
+Read top to bottom:
 
-A ``HardwareSpec`` is one accelerator: datasheet peak dense FLOP/s and memory
-bandwidth, memory size, the fractions of peak a real engine reaches, and a
-fixed per-step overhead (scheduling, kernel launches, sampling).
-
-In a scenario, ``model:`` and ``hardware:`` accept a preset name
-(``model: llama-3-8b``), an inline spec (a mapping with every field), or a
-preset with overrides (``{preset: llama-3-8b, kv_dtype_bytes: 1}``); see
-``ModelRef`` and ``HardwareRef``.
+- ``ModelSpec``: the shape of a Llama-style decoder (RMSNorm, grouped-query
+  attention, gated SiLU MLP), what memory sizing and the roofline need;
+  parameter count, weight bytes, KV bytes per token and FLOPs per token are
+  derived from it. The ``tiny`` preset is also what ``calibration/`` builds as
+  a real PyTorch model, so its shape lives here and nowhere else.
+- ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
+  presets (no download at run time), copied from each model's published
+  ``config.json`` (as also shipped in aiconfigurator-core 0.12.0
+  ``model_configs/``); ``MODEL_SPEC_ALIASES`` maps ``ModelSpec`` preset names
+  with the same shapes.
+- ``context_problem``: vLLM refuses a ``max_model_len`` beyond the model's
+  ``max_position_embeddings``. One shape can have several releases
+  (Llama-3-8B: 8192 tokens; Llama-3.1-8B, the same shapes: 131072), so the
+  limit is the longest release with those shapes; an inline model with
+  another name has no known limit and is not checked.
+- ``ModelArchitecture``: the shapes of every GEMM and attention call of a
+  decoder layer, as the kernel cost model needs them, mixture-of-experts
+  included; ``load_architecture`` reads a preset name or a ``config.json``
+  path (a missing field is a ``ConfigError`` naming the file and the field),
+  ``to_model_spec`` converts for KV sizing (same weight and KV bytes).
+- ``HardwareSpec``: one accelerator: datasheet peak dense FLOP/s and memory
+  bandwidth, memory size, the fractions of peak a real engine reaches, and a
+  fixed per-step overhead (scheduling, kernel launches, sampling). Presets
+  give dense (non-sparse) bf16 tensor-core FLOP/s, bandwidth and memory in
+  decimal GB from each vendor's datasheet, cited per entry; their
+  efficiencies and overheads are the roofline's guesses (kernel tables do not
+  use them). Kernel-table sources name the GPUs their own way
+  (aiconfigurator-core ``h100_sxm``, LLMServingSim ``RTXPRO6000``):
+  ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES`` find tables measured on a
+  preset's card.
+- Presets and references: in a scenario, ``model:`` and ``hardware:`` accept a
+  preset name (``model: llama-3-8b``), an inline spec (a mapping with every
+  field), or a preset with overrides (``{preset: llama-3-8b, kv_dtype_bytes:
+  1}``); see ``ModelRef`` and ``HardwareRef``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from sim.errors import ConfigError
-from sim.hardware.architecture import load_architecture
-from sim.hardware.gpus import HARDWARE_SPECS, HardwareSpec
-from sim.hardware.model_configs import HF_CONFIGS
-from sim.hardware.model_spec import _MODELS, TINY_MODEL, ModelSpec
 
-__all__ = [
-    "HARDWARE_PRESETS",
-    "MODEL_PRESETS",
-    "TINY_MODEL",
-    "HardwareRef",
-    "HardwareSpec",
-    "ModelRef",
-    "ModelSpec",
-    "hardware_preset",
-    "lookup_preset",
-    "model_preset",
-    "preset_validator",
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class ModelSpec(BaseModel):
+    """Shape of a Llama-style decoder-only transformer.
+
+    ``head_dim`` defaults to ``hidden_size // num_attention_heads``. Dtype
+    sizes are floats so that 4-bit weights (0.5 bytes) can be described.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1)
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    # Filled in by _default_head_dim when absent; validate_default rejects a
+    # None that survives (only possible when hidden_size is itself invalid).
+    head_dim: PositiveInt = Field(default=None, validate_default=True)
+    intermediate_size: PositiveInt
+    vocab_size: PositiveInt
+    weight_dtype_bytes: PositiveFloat = 2.0
+    kv_dtype_bytes: PositiveFloat = 2.0
+    tied_embeddings: bool = False
+    # Qwen2 has biases on the q, k and v projections; Llama has none.
+    attention_qkv_bias: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_head_dim(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("head_dim") is None:
+            hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
+            if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+                if hidden % heads:
+                    raise ValueError(
+                        f"head_dim not given and hidden_size {hidden} is not a "
+                        f"multiple of num_attention_heads {heads}"
+                    )
+                data = {**data, "head_dim": hidden // heads}
+        return data
+
+    @model_validator(mode="after")
+    def _check_gqa(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple "
+                f"of num_kv_heads {self.num_kv_heads}"
+            )
+        return self
+
+    @property
+    def num_params_per_layer(self) -> int:
+        """Attention (q, k, v, o and optional qkv bias) + gated MLP + 2 RMSNorms."""
+        q_width = self.num_attention_heads * self.head_dim
+        kv_width = self.num_kv_heads * self.head_dim
+        attention = 2 * self.hidden_size * q_width + 2 * self.hidden_size * kv_width
+        if self.attention_qkv_bias:
+            attention += q_width + 2 * kv_width
+        mlp = 3 * self.hidden_size * self.intermediate_size  # gate, up, down
+        return attention + mlp + 2 * self.hidden_size
+
+    @property
+    def num_embedding_params(self) -> int:
+        """Input embedding table plus, unless tied, the LM head."""
+        table = self.vocab_size * self.hidden_size
+        return table if self.tied_embeddings else 2 * table
+
+    @property
+    def num_non_embedding_params(self) -> int:
+        """Transformer layers plus the final norm."""
+        return self.num_layers * self.num_params_per_layer + self.hidden_size
+
+    @property
+    def num_params(self) -> int:
+        """Total parameters, counting a tied embedding once."""
+        return self.num_non_embedding_params + self.num_embedding_params
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of weights, all read once per forward pass."""
+        return self.num_params * self.weight_dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """KV cache bytes per token: K and V, every layer, every KV head."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
+
+    @property
+    def dense_flops_per_token(self) -> float:
+        """Matmul FLOPs per token outside attention scores (2 per multiply-add).
+
+        Layers contribute 2 x non-embedding params; the embedding lookup is
+        free; the LM head is a hidden x vocab matmul whether tied or not.
+        """
+        return 2.0 * self.num_non_embedding_params + 2.0 * self.hidden_size * self.vocab_size
+
+    @property
+    def attention_flops_per_pair(self) -> float:
+        """FLOPs per query-key pair: QK^T and PV, 2 FLOPs each per head dim, per layer."""
+        return 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
+
+
+# Shape of the CPU calibration model (~12.9M params, fp32). calibration/ builds
+# the real PyTorch model from exactly this spec, so change it only here.
+TINY_MODEL = ModelSpec(
+    name="tiny",
+    num_layers=6,
+    hidden_size=256,
+    num_attention_heads=8,
+    num_kv_heads=4,
+    intermediate_size=768,
+    vocab_size=32000,
+    weight_dtype_bytes=4.0,
+    kv_dtype_bytes=4.0,
+    tied_embeddings=True,
+)
+
+_MODELS = [
+    # Shapes from each model's published config.json.
+    ModelSpec(
+        name="llama-3-8b",
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=8,
+        intermediate_size=14336,
+        vocab_size=128256,
+    ),
+    ModelSpec(
+        name="llama-3-70b",
+        num_layers=80,
+        hidden_size=8192,
+        num_attention_heads=64,
+        num_kv_heads=8,
+        intermediate_size=28672,
+        vocab_size=128256,
+    ),
+    ModelSpec(
+        name="qwen2.5-7b",
+        num_layers=28,
+        hidden_size=3584,
+        num_attention_heads=28,
+        num_kv_heads=4,
+        intermediate_size=18944,
+        vocab_size=152064,
+        attention_qkv_bias=True,
+    ),
+    ModelSpec(
+        name="smollm2-135m",
+        num_layers=30,
+        hidden_size=576,
+        num_attention_heads=9,
+        num_kv_heads=3,
+        intermediate_size=1536,
+        vocab_size=49152,
+        tied_embeddings=True,
+    ),
+    TINY_MODEL,
 ]
 
-# Hugging Face configs written in the repo (sim.hardware.model_configs) are model
+
+_LLAMA_31 = {"rope_theta": 500000.0, "max_position_embeddings": 131072, "vocab_size": 128256}
+_QWEN3 = {"max_position_embeddings": 40960, "vocab_size": 151936, "head_dim": 128}
+
+_CONFIGS: dict[str, dict[str, Any]] = {
+    # meta-llama/Llama-3.1-8B
+    "llama-3.1-8b": {
+        **_LLAMA_31,
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "tie_word_embeddings": False,
+    },
+    # meta-llama/Llama-3.1-70B
+    "llama-3.1-70b": {
+        **_LLAMA_31,
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 28672,
+        "tie_word_embeddings": False,
+    },
+    # Qwen/Qwen3-8B
+    "qwen3-8b": {
+        **_QWEN3,
+        "num_hidden_layers": 36,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 12288,
+        "tie_word_embeddings": False,
+    },
+    # Qwen/Qwen3-32B
+    "qwen3-32b": {
+        **_QWEN3,
+        "num_hidden_layers": 64,
+        "hidden_size": 5120,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "intermediate_size": 25600,
+        "tie_word_embeddings": False,
+    },
+    # Qwen/Qwen3-30B-A3B: every layer is MoE (decoder_sparse_step 1, no mlp_only_layers).
+    "qwen3-30b-a3b": {
+        **_QWEN3,
+        "num_hidden_layers": 48,
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "intermediate_size": 6144,
+        "moe_intermediate_size": 768,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "tie_word_embeddings": False,
+    },
+    # mistralai/Mixtral-8x7B-v0.1: experts are intermediate_size wide.
+    "mixtral-8x7b": {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "vocab_size": 32000,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+    },
+}
+
+# servesim ModelSpec presets with the same layer shapes as an architecture preset.
+MODEL_SPEC_ALIASES: Mapping[str, str] = MappingProxyType(
+    {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
+)
+
+HF_CONFIGS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
+    {name: MappingProxyType(config) for name, config in _CONFIGS.items()}
+)
+
+
+_LONGER_RELEASES = {
+    # Qwen3-30B-A3B-Instruct-2507 has the base model's shapes and 262144 positions.
+    "qwen3-30b-a3b": 262144,
+    # HuggingFaceTB/SmolLM2-135M config.json.
+    "smollm2-135m": 8192,
+    # Qwen/Qwen2.5-7B-Instruct config.json (32768 native; 131072 with YaRN scaling).
+    "qwen2.5-7b": 131072,
+}
+
+
+def _known() -> dict[str, int]:
+    known = {name: int(c["max_position_embeddings"]) for name, c in HF_CONFIGS.items()}
+    known |= {alias: known[target] for alias, target in MODEL_SPEC_ALIASES.items()}
+    return known | _LONGER_RELEASES
+
+
+MAX_CONTEXT_TOKENS: Mapping[str, int] = MappingProxyType(_known())
+
+
+def context_problem(model_name: str, max_model_len_tokens: int) -> str | None:
+    """Why ``max_model_len_tokens`` is too long for ``model_name``, or ``None``."""
+    limit = MAX_CONTEXT_TOKENS.get(model_name)
+    if limit is None or max_model_len_tokens <= limit:
+        return None
+    return (
+        f"engine.max_model_len_tokens {max_model_len_tokens} exceeds {model_name}'s context "
+        f"length of {limit} tokens (its longest release); a real engine refuses it"
+    )
+
+
+class MoeSpec(BaseModel):
+    """Mixture-of-experts MLP: ``top_k`` of ``num_experts`` experts per token."""
+
+    model_config = _FROZEN
+
+    num_experts: PositiveInt
+    top_k: PositiveInt
+    expert_intermediate_size: PositiveInt
+    # Always-on shared expert (Qwen2-MoE style); None when the model has none.
+    shared_expert_intermediate_size: PositiveInt | None = None
+
+
+class ModelArchitecture(BaseModel):
+    """Decoder-only transformer shapes (from ``config.json``)."""
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1)
+    num_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_kv_heads: PositiveInt
+    head_dim: PositiveInt
+    intermediate_size: PositiveInt  # dense MLP width (unused by MoE layers)
+    vocab_size: PositiveInt
+    max_position_embeddings: PositiveInt
+    tied_embeddings: bool = False
+    attention_qkv_bias: bool = False
+    moe: MoeSpec | None = None
+
+    @property
+    def q_width(self) -> int:
+        """Output width of the query projection (heads x head_dim)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Output width of the key (or value) projection."""
+        return self.num_kv_heads * self.head_dim
+
+    def to_model_spec(
+        self, weight_dtype_bytes: float = 2.0, kv_dtype_bytes: float = 2.0
+    ) -> ModelSpec:
+        """The dense ``ModelSpec`` with the same KV bytes and weight bytes.
+
+        An MoE model becomes a dense MLP of width ``experts x expert width +
+        shared width``, which has the same parameter count (memory sizing is
+        right; roofline FLOPs would count every expert, so do not use it there).
+        """
+        width = self.intermediate_size
+        if self.moe is not None:
+            width = self.moe.num_experts * self.moe.expert_intermediate_size + (
+                self.moe.shared_expert_intermediate_size or 0
+            )
+        return ModelSpec(
+            name=self.name,
+            num_layers=self.num_layers,
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            num_kv_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            intermediate_size=width,
+            vocab_size=self.vocab_size,
+            weight_dtype_bytes=weight_dtype_bytes,
+            kv_dtype_bytes=kv_dtype_bytes,
+            tied_embeddings=self.tied_embeddings,
+            attention_qkv_bias=self.attention_qkv_bias,
+        )
+
+
+def from_model_spec(spec: ModelSpec, max_position_embeddings: int = 131072) -> ModelArchitecture:
+    """The dense architecture of a ``ModelSpec`` (which has no MoE or context length)."""
+    return ModelArchitecture(
+        name=spec.name,
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        num_kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        intermediate_size=spec.intermediate_size,
+        vocab_size=spec.vocab_size,
+        max_position_embeddings=max_position_embeddings,
+        tied_embeddings=spec.tied_embeddings,
+        attention_qkv_bias=spec.attention_qkv_bias,
+    )
+
+
+def _field(config: dict[str, Any], where: str, *names: str) -> int:
+    """The first of ``names`` present in ``config`` as a positive int."""
+    for name in names:
+        value = config.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{where}: field {name!r} must be a positive integer")
+            return value
+    raise ConfigError(f"{where}: missing field {names[0]!r}")
+
+
+def from_hf_config(
+    config: dict[str, Any], name: str, where: str = "config.json"
+) -> ModelArchitecture:
+    """Architecture from a Hugging Face ``config.json`` mapping.
+
+    Multimodal configs keep the language model under ``text_config``. Fields
+    Hugging Face defaults (``num_key_value_heads`` = heads, ``head_dim`` =
+    hidden / heads) default the same way.
+    """
+    if isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    hidden = _field(config, where, "hidden_size")
+    heads = _field(config, where, "num_attention_heads")
+    num_experts = config.get("num_local_experts") or config.get("num_experts")
+    moe = None
+    if num_experts:
+        moe = MoeSpec(
+            num_experts=_field(config, where, "num_local_experts", "num_experts"),
+            top_k=_field(config, where, "num_experts_per_tok"),
+            expert_intermediate_size=_field(
+                config, where, "moe_intermediate_size", "intermediate_size"
+            ),
+            shared_expert_intermediate_size=config.get("shared_expert_intermediate_size") or None,
+        )
+    if "head_dim" not in config and hidden % heads:
+        raise ConfigError(f"{where}: missing field 'head_dim' (hidden_size % heads != 0)")
+    return ModelArchitecture(
+        name=name,
+        num_layers=_field(config, where, "num_hidden_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=_field(config, where, "num_key_value_heads", "num_attention_heads"),
+        head_dim=_field(config, where, "head_dim") if "head_dim" in config else hidden // heads,
+        intermediate_size=_field(config, where, "intermediate_size"),
+        vocab_size=_field(config, where, "vocab_size"),
+        max_position_embeddings=_field(config, where, "max_position_embeddings"),
+        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        attention_qkv_bias=bool(config.get("attention_bias", False)),
+        moe=moe,
+    )
+
+
+def load_architecture(name_or_path: str | Path) -> ModelArchitecture:
+    """A preset (``llama-3.1-8b``) or a ``config.json`` path; ConfigError otherwise."""
+    key = MODEL_SPEC_ALIASES.get(str(name_or_path), str(name_or_path))
+    if key in HF_CONFIGS:
+        return from_hf_config(dict(HF_CONFIGS[key]), key, f"preset {key}")
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        known = ", ".join(sorted(HF_CONFIGS))
+        raise ConfigError(f"architecture {key!r}: no such preset or file; presets: {known}")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: cannot read config.json: {error}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    stem = path.parent.name if path.name == "config.json" else path.stem
+    return from_hf_config(config, stem.lower(), str(path))
+
+
+# vLLM V1's CPU work per step (scheduler, input prep, launches / graph replay,
+# sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated;
+# also the kernel-table cost model's default (sim.cost.kernels).
+DEFAULT_STEP_OVERHEAD_S = 2e-3
+
+
+class HardwareSpec(BaseModel):
+    """One accelerator as a cost model sees it.
+
+    ``peak_flops_per_s`` is the datasheet dense (non-sparse) rate at the
+    weight dtype; efficiencies are the fractions of peak FLOP/s and bandwidth
+    a real engine reaches; ``step_overhead_s`` is paid once per engine step.
+    """
+
+    model_config = _FROZEN
+
+    name: str = Field(min_length=1)
+    peak_flops_per_s: PositiveFloat
+    memory_bandwidth_bytes_per_s: PositiveFloat
+    memory_bytes: PositiveFloat
+    # Total memory as CUDA reports it (torch.cuda.mem_get_info()[1]), what vLLM
+    # multiplies by gpu_memory_utilization; a little below the datasheet figure
+    # (the driver keeps some). None: use memory_bytes (sim.hardware.kv_capacity).
+    cuda_memory_bytes: PositiveFloat | None = None
+    compute_efficiency: Fraction = 0.6
+    memory_efficiency: Fraction = 0.8
+    step_overhead_s: Annotated[float, Field(ge=0)] = DEFAULT_STEP_OVERHEAD_S
+
+
+_GB = 1e9
+_T = 1e12
+_GIB = 2**30
+_MIB = 2**20
+# CUDA's total is nvidia-smi's minus what the driver keeps: on an H100 80GB,
+# 81559 MiB (nvidia-smi) against 79.22 GiB (CUDA), 0.43 GiB; on an RTX 4090,
+# 24564 MiB against 23.52 GiB, 0.47 GiB. Where only nvidia-smi's figure is
+# known, CUDA's is taken as that minus 0.43 GiB (an estimate).
+_DRIVER_RESERVED_BYTES = 0.43 * _GIB
+
+_HARDWARE = [
+    # Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
+    # bandwidth, and memory in decimal GB as marketed. Overheads are guesses of a
+    # vLLM-like engine's per-step CPU work, to be replaced by calibration.
+    # CUDA total 79.22 GiB: vLLM's "total_gpu_memory 79.22GiB" on an H100
+    # (vllm-project/vllm PR #10511).
+    HardwareSpec(
+        name="h100",
+        peak_flops_per_s=989e12,
+        memory_bandwidth_bytes_per_s=3.35e12,
+        memory_bytes=80 * _GB,
+        cuda_memory_bytes=79.22 * _GIB,
+    ),
+    # nvidia-smi: 143771 MiB.
+    HardwareSpec(
+        name="h200",
+        peak_flops_per_s=989e12,
+        memory_bandwidth_bytes_per_s=4.8e12,
+        memory_bytes=141 * _GB,
+        cuda_memory_bytes=143771 * _MIB - _DRIVER_RESERVED_BYTES,
+    ),
+    # nvidia-smi (A100-SXM4-80GB): 81920 MiB.
+    HardwareSpec(
+        name="a100-80gb",
+        peak_flops_per_s=312e12,
+        memory_bandwidth_bytes_per_s=2.039e12,
+        memory_bytes=80 * _GB,
+        cuda_memory_bytes=81920 * _MIB - _DRIVER_RESERVED_BYTES,
+    ),
+    HardwareSpec(
+        name="l4",
+        peak_flops_per_s=121e12,
+        memory_bandwidth_bytes_per_s=300e9,
+        memory_bytes=24 * _GB,
+    ),
+    # The 2-core dev machine: peak and bandwidth are measured (fp32 matmul, large
+    # copies), so bandwidth needs no further discount; small eager-mode matmuls
+    # reach well under the big-matmul rate, hence the compute discount.
+    HardwareSpec(
+        name="cpu-2core",
+        peak_flops_per_s=88e9,
+        memory_bandwidth_bytes_per_s=8e9,
+        memory_bytes=24 * _GB,
+        compute_efficiency=0.6,
+        memory_efficiency=1.0,
+        step_overhead_s=1e-3,
+    ),
+]
+
+
+_MORE_GPUS = [
+    # NVIDIA Ada whitepaper: 165.2 TFLOPS bf16 (fp32 accumulate), 1008 GB/s GDDR6X, 24 GB.
+    # CUDA total 25250627584 B: LLMServingSim's vLLM 0.19 run (shared/data/llmservingsim,
+    # bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json, device_total_memory_bytes).
+    HardwareSpec(
+        name="rtx-4090",
+        peak_flops_per_s=165.2 * _T,
+        memory_bandwidth_bytes_per_s=1008e9,
+        memory_bytes=24 * _GB,
+        cuda_memory_bytes=25250627584,
+    ),
+    # RTX PRO 6000 Blackwell Server Edition datasheet: 4 PFLOPS fp4 with sparsity,
+    # i.e. ~500 TFLOPS dense bf16 (fp4 / 8); 1.79 TB/s GDDR7; 96 GB. nvidia-smi: 97887 MiB.
+    HardwareSpec(
+        name="rtx-pro-6000",
+        peak_flops_per_s=500 * _T,
+        memory_bandwidth_bytes_per_s=1792e9,
+        memory_bytes=96 * _GB,
+        cuda_memory_bytes=97887 * _MIB - _DRIVER_RESERVED_BYTES,
+    ),
+    # L40S datasheet: 362 TFLOPS bf16 dense (733 sparse), 864 GB/s, 48 GB.
+    HardwareSpec(
+        name="l40s",
+        peak_flops_per_s=362 * _T,
+        memory_bandwidth_bytes_per_s=864e9,
+        memory_bytes=48 * _GB,
+    ),
+    # AWS G5 (A10G): ~70 TFLOPS bf16 dense, 600 GB/s, 24 GB (AWS figures; NVIDIA
+    # publishes none for this cloud-only part).
+    HardwareSpec(
+        name="a10g",
+        peak_flops_per_s=70 * _T,
+        memory_bandwidth_bytes_per_s=600e9,
+        memory_bytes=24 * _GB,
+    ),
+    # A100 datasheet: 312 TFLOPS bf16 dense; 40 GB HBM2 at 1555 GB/s.
+    HardwareSpec(
+        name="a100-40gb",
+        peak_flops_per_s=312 * _T,
+        memory_bandwidth_bytes_per_s=1555e9,
+        memory_bytes=40 * _GB,
+    ),
+    # H100 datasheet, SXM: 989 TFLOPS bf16 dense, 3.35 TB/s, 80 GB (same as "h100").
+    HardwareSpec(
+        name="h100-sxm",
+        peak_flops_per_s=989 * _T,
+        memory_bandwidth_bytes_per_s=3.35e12,
+        memory_bytes=80 * _GB,
+        cuda_memory_bytes=79.22 * _GIB,
+    ),
+    # H100 datasheet, PCIe: 756 TFLOPS bf16 dense, 2.0 TB/s, 80 GB.
+    HardwareSpec(
+        name="h100-pcie",
+        peak_flops_per_s=756 * _T,
+        memory_bandwidth_bytes_per_s=2.0e12,
+        memory_bytes=80 * _GB,
+    ),
+    # HGX B200 datasheet, per GPU: 2.25 PFLOPS bf16 dense (4.5 sparse), 8 TB/s, 180 GB.
+    # nvidia-smi: 183359 MiB.
+    HardwareSpec(
+        name="b200",
+        peak_flops_per_s=2250 * _T,
+        memory_bandwidth_bytes_per_s=8e12,
+        memory_bytes=180 * _GB,
+        cuda_memory_bytes=183359 * _MIB - _DRIVER_RESERVED_BYTES,
+    ),
+]
+
+HARDWARE_SPECS: tuple[HardwareSpec, ...] = (*_HARDWARE, *_MORE_GPUS)
+
+
+# servesim hardware preset -> the GPU's name in aiconfigurator-core's database.
+AICONFIGURATOR_GPUS: Mapping[str, str] = MappingProxyType(
+    {
+        "rtx-pro-6000": "rtx_pro_6000_server",
+        "l40s": "l40s",
+        "l4": "l4",
+        "a100-80gb": "a100_sxm",
+        "a100-40gb": "a100_sxm",
+        "h100": "h100_sxm",
+        "h100-sxm": "h100_sxm",
+        "h100-pcie": "h100_pcie",
+        "h200": "h200_sxm",
+        "b200": "b200_sxm",
+    }
+)
+
+# servesim hardware preset -> names a kernel artifact's provenance.gpu may use.
+SOURCE_GPU_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        **{hw: frozenset({gpu}) for hw, gpu in AICONFIGURATOR_GPUS.items()},
+        "rtx-4090": frozenset({"RTX4090"}),
+        "rtx-pro-6000": frozenset({"rtx_pro_6000_server", "RTXPRO6000"}),
+    }
+)
+
+
+# Hugging Face configs written in the repo (HF_CONFIGS above) are model
 # presets too, as the dense ModelSpec with their weight and KV bytes
 # (llama-3.1-8b has llama-3-8b's shapes under its own name).
 _FROM_CONFIGS = [load_architecture(name).to_model_spec() for name in HF_CONFIGS]
@@ -53,10 +684,10 @@ MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType(
 )
 HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in HARDWARE_SPECS})
 
-_T = TypeVar("_T", bound=BaseModel)
+_Spec = TypeVar("_Spec", bound=BaseModel)
 
 
-def lookup_preset(presets: Mapping[str, _T], kind: str, name: str) -> _T:
+def lookup_preset(presets: Mapping[str, _Spec], kind: str, name: str) -> _Spec:
     """``presets[name]``; a ConfigError listing the known names if there is none."""
     try:
         return presets[name]
@@ -75,7 +706,7 @@ def hardware_preset(name: str) -> HardwareSpec:
     return lookup_preset(HARDWARE_PRESETS, "hardware", name)
 
 
-def preset_validator(presets: Mapping[str, _T], kind: str) -> Any:
+def preset_validator(presets: Mapping[str, _Spec], kind: str) -> Any:
     """Before-validator turning a name or ``{preset: name, **overrides}`` into a dict."""
 
     def resolve(value: Any) -> Any:

@@ -21,10 +21,9 @@ from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
-from sim.hardware.context_length import context_problem
 from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.quantization import QuantizationConfig
-from sim.hardware.specs import HardwareRef, ModelRef, hardware_preset, model_preset
+from sim.hardware.specs import HardwareRef, ModelRef, context_problem, hardware_preset, model_preset
 from sim.metrics.stats import Slo
 from sim.scenario.overrides import apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml

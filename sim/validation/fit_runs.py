@@ -27,8 +27,7 @@ from pydantic import ValidationError
 
 from sim.cost.kernels.artifact import model_matches
 from sim.errors import ConfigError
-from sim.hardware.model_configs import MODEL_SPEC_ALIASES
-from sim.hardware.specs import HardwareSpec, ModelSpec
+from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec
 from sim.scenario import Scenario
 from sim.validation.cli import import_run
 from sim.validation.match import hardware_matches

@@ -42,8 +42,7 @@ import pandas as pd
 
 from sim.api import core_config_for, engine_settings
 from sim.errors import ConfigError
-from sim.hardware.model_configs import MODEL_SPEC_ALIASES
-from sim.hardware.specs import HardwareSpec
+from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec
 from sim.scenario import Scenario
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 

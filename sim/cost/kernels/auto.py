@@ -18,9 +18,8 @@ from sim.cost.kernels.artifact import model_matches
 from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
 from sim.cost.kernels.shipped import load_provenance_cached, shipped_kernel_artifacts
 from sim.errors import ConfigError
-from sim.hardware.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
 from sim.hardware.parallel import ParallelismConfig
-from sim.hardware.specs import HardwareSpec, ModelSpec
+from sim.hardware.specs import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES, HardwareSpec, ModelSpec
 
 if TYPE_CHECKING:
     from sim.cost.kernels.cost import KernelCost

@@ -32,14 +32,21 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
 from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture, from_model_spec, load_architecture
-from sim.hardware.gpu_presets import AICONFIGURATOR_GPUS, SOURCE_GPU_NAMES
-from sim.hardware.model_configs import HF_CONFIGS, MODEL_SPEC_ALIASES
 from sim.hardware.parallel import ParallelismConfig
-from sim.hardware.specs import HardwareSpec, ModelSpec
+from sim.hardware.specs import (
+    AICONFIGURATOR_GPUS,
+    DEFAULT_STEP_OVERHEAD_S,
+    HF_CONFIGS,
+    MODEL_SPEC_ALIASES,
+    SOURCE_GPU_NAMES,
+    HardwareSpec,
+    ModelArchitecture,
+    ModelSpec,
+    from_model_spec,
+    load_architecture,
+)
 
 if TYPE_CHECKING:
     from sim.cost.kernels.cost import KernelCost

@@ -35,11 +35,13 @@ term is one GPU's share of an expert-parallel group (``expert_parallel``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import repeat
+
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
-from sim.cost.kernels.defaults import DEFAULT_STEP_OVERHEAD_S
 from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
@@ -52,10 +54,9 @@ from sim.cost.kernels.tables import (
     moe_grid,
     op_grid,
 )
-from sim.cost.run_ends import priced_until_cut
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture
 from sim.hardware.parallel import LinkSpec, link_preset
+from sim.hardware.specs import DEFAULT_STEP_OVERHEAD_S, ModelArchitecture
 
 ACTIVATION_BYTES = 2  # bf16 activations on the wire
 
@@ -276,28 +277,25 @@ class KernelCost:
         )
         return out
 
-    def decode_ends_s(
-        self,
-        first_end_s: float,
-        num_seqs: int,
-        context_tokens: int,
-        num_decode_steps: int,
-        stop_s: float,
-        num_after: int,
-    ) -> list[float]:
-        """``run_ends_s`` with ``decode_steps_s``'s steps priced one at a time, none past
-        the cut (an open-loop run usually stops at the next arrival, long before)."""
-        if no_decode_run(num_seqs, context_tokens, num_decode_steps) is not None:
-            return priced_until_cut(lambda j: 0.0, first_end_s, num_decode_steps, stop_s, num_after)
+    def decode_durations_s(
+        self, num_seqs: int, context_tokens: int, num_steps: int
+    ) -> Iterator[float]:
+        """``decode_steps_s``'s durations one at a time, each priced when taken
+        (``sim.cost.run_ends``: none past a run's cut, and an open-loop run
+        usually stops at the next arrival, long before)."""
+        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
+            return repeat(0.0)  # steps of no sequence take no time
+        return self._durations(num_seqs, context_tokens)
+
+    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
         per_step_s, overhead_s = self.per_step_s(num_seqs, num_seqs), self.step_overhead_s
         num_layers, attention = self.arch.num_layers, self._decode_attn
-
-        def step_s(j: int) -> float:  # decode_steps_s's operations, in its order
+        j = 0
+        while True:  # decode_steps_s's operations, in its order
             layer = dense_s + 0.0 + attention(seqs, (context_tokens + j * num_seqs) / num_seqs)
-            return overhead_s + num_layers * layer + per_step_s
-
-        return priced_until_cut(step_s, first_end_s, num_decode_steps, stop_s, num_after)
+            yield overhead_s + num_layers * layer + per_step_s
+            j += 1
 
     def __repr__(self) -> str:
         return f"KernelCost({self.label!r})"

@@ -31,8 +31,8 @@ from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import collective_grid, moe_grid
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture
 from sim.hardware.parallel import LinkSpec
+from sim.hardware.specs import ModelArchitecture
 
 ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
 

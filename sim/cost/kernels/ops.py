@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.hardware.architecture import ModelArchitecture
+from sim.hardware.specs import ModelArchitecture
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import moe_layer_grid, op_grid
-from sim.hardware.architecture import ModelArchitecture
+from sim.hardware.specs import ModelArchitecture
 
 # Ops a layer runs more than once per profiled row.
 PROFILE_OP_COUNTS = {"layernorm": 2}

@@ -23,7 +23,7 @@ from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
 from sim.cost.kernels.ops import layer_shapes
 from sim.errors import ConfigError
-from sim.hardware.architecture import ModelArchitecture, load_architecture
+from sim.hardware.specs import ModelArchitecture, load_architecture
 
 
 def _neighbours(axis: np.ndarray, value: int) -> set[int]:

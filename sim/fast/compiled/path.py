@@ -49,7 +49,10 @@ def _is_roofline(cost: object) -> bool:
     if not isinstance(cost, RooflineCost):
         return False
     kind = type(cost)
-    return kind.step_s is RooflineCost.step_s and kind.decode_ends_s is RooflineCost.decode_ends_s
+    return (
+        kind.step_s is RooflineCost.step_s
+        and kind.decode_durations_s is RooflineCost.decode_durations_s
+    )
 
 
 def why_not(
