@@ -43,10 +43,9 @@ from tqdm import tqdm
 from calibration.engine import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.cost.base import SHAPE_FIELDS
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
 from sim.engine.prefix_requests import prefix_describer
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, StepPlan
 from sim.workload.generate import RequestArrays
 
 STEP_FIELDS = (

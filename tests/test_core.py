@@ -17,10 +17,10 @@ import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
 from sim.engine.kv_pool import BlockPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
 from sim.engine.tokens import token_times_s
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, RawResult, Simulation

@@ -67,7 +67,7 @@ class BlockPool:
 
     def grows_by_count(self, request: Request) -> bool:
         """Whether ``try_grow`` grows ``request`` by counts alone, and
-        ``cache_full_blocks`` does nothing for it (a decode cohort member must)."""
+        ``cache_full_blocks`` does nothing for it (a request advanced in aggregate must)."""
         return True
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:

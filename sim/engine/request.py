@@ -56,9 +56,6 @@ class Request:
     num_prefix_lookups: int = 0
     num_prefix_query_tokens: int = 0
     num_prefix_hit_tokens: int = 0
-    # Set while the request is a member of its core's decode cohort
-    # (sim.engine.cohort): the step its counters above were last brought up to date.
-    cohort_step: int | None = None
 
     @property
     def num_tokens(self) -> int:

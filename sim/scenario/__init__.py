@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sim.cost.config import CostConfig
 from sim.cost.select import AutoCostConfig
 from sim.engine.policies import ContinuousConfig, PolicyConfig
-from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.vllm_defaults import batch_defaults
+from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
 from sim.hardware.context_length import context_problem

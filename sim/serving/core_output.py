@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.core import EngineCore
+from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns
 
 

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from sim.engine.core import EngineCore
 from sim.engine.request import Request
 from sim.serving.feed import Feed
 from sim.serving.lockstep import LockstepGroup, LockstepMember
-from sim.serving.replica import Replica
+from sim.serving.replica import Replica, replica_core
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
 
 if TYPE_CHECKING:
@@ -55,12 +54,13 @@ class Pool:
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
         self.cores = [
-            EngineCore(
+            replica_core(
                 engine.make_policy(),
                 engine.new_block_pool(),
                 engine.max_model_len_tokens,
                 replica=first_replica + i,
                 on_done=self._done,
+                skip_ahead=engine.skip_ahead and not lockstep,  # lockstep: no Replica
             )
             for i in range(num_replicas)
         ]

@@ -32,12 +32,30 @@ import simpy
 
 from sim.cost.base import CostModel
 from sim.cost.run_ends import run_ends_for
-from sim.engine.cohort import Cohort
-from sim.engine.core import EngineCore
-from sim.engine.policies.continuous import Continuous
+from sim.engine.kv_pool import BlockPool
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, Scheduler
+from sim.fast import faster_core
 from sim.serving.feed import Feed
 from sim.serving.wakeup import idle_event
+
+
+def replica_core(
+    policy: Scheduler,
+    kv: BlockPool,
+    max_model_len_tokens: int,
+    replica: int = 0,
+    on_done: Callable[[Request], None] | None = None,
+    skip_ahead: bool = True,
+) -> EngineCore:
+    """The engine core a ``Replica`` drives. In skip-ahead mode ``sim.fast`` may offer
+    a faster one that gives the same results (the one door to the speed paths);
+    step by step, the reference mode, always the reference core."""
+    if skip_ahead:
+        core = faster_core(policy, kv, max_model_len_tokens, replica, on_done)
+        if core is not None:
+            return core
+    return EngineCore(policy, kv, max_model_len_tokens, replica, on_done)
 
 
 class Replica:
@@ -67,10 +85,6 @@ class Replica:
         core.pipelined = self.pipelined
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if self.pipelined else 1
-        # Steady decoders advanced in aggregate (sim.engine.cohort): plain
-        # continuous batching only, and not step by step, the reference mode.
-        if skip_ahead and type(core.policy) is Continuous and core.recorder is None:
-            core.cohort = Cohort(core.kv.block_size_tokens)
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:

@@ -17,7 +17,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import simpy
 
-from sim.engine.core import EngineCore
 from sim.engine.request import Request
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.core_output import CoreOutput
@@ -29,7 +28,7 @@ from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
-from sim.serving.replica import Replica
+from sim.serving.replica import Replica, replica_core
 from sim.serving.workers import default_num_workers, run_in_workers
 
 
@@ -84,11 +83,12 @@ class Simulation:
         self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
-            self.core = EngineCore(
+            self.core = replica_core(
                 engine.make_policy(),
                 engine.new_block_pool(),
                 engine.max_model_len_tokens,
                 on_done=self._on_done,
+                skip_ahead=engine.skip_ahead,
             )
             self.replica: Replica | LockstepMember = Replica(
                 self.env, self.core, engine.cost, engine.skip_ahead

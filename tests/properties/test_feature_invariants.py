@@ -35,11 +35,9 @@ from test_invariants import (
     workloads,
 )
 
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
 from sim.engine.policies import Scheduler
-from sim.engine.policies.base import CoreView
 from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.speculative import SpeculativeConfig
 from sim.hardware.specs import hardware_preset
 from sim.serving.engine_config import Engine, with_speculation

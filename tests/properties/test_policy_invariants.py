@@ -35,8 +35,6 @@ from test_invariants import (
 )
 
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
 from sim.engine.policies import (
     DynamicConfig,
     LeastAttainedServiceConfig,
@@ -46,9 +44,8 @@ from sim.engine.policies import (
     Scheduler,
     ShortestPromptFirstConfig,
 )
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import Continuous, ContinuousConfig
 from sim.engine.policies.features import with_swap_space
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, StepPlan
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays

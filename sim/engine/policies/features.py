@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.engine.policies.base import Scheduler
-from sim.engine.policies.continuous import Continuous
+from sim.engine.scheduler import Continuous, Scheduler
 from sim.engine.swap import SwapSpace
 
 

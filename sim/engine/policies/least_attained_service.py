@@ -12,7 +12,7 @@ jobs when job sizes are unknown: whoever has been served least is likely to
 be the shortest left. Here it bounds how much one long request, preempted
 again and again, can hold the head of the queue under KV pressure, at the
 price of the preempted requests' own latency. Everything else is the
-continuous policy's (:mod:`sim.engine.policies.continuous`).
+continuous policy's (:mod:`sim.engine.scheduler`).
 
 This module is the worked example of ``docs/dev/adding-a-policy.md``.
 """
@@ -22,9 +22,8 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Literal
 
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
+from sim.engine.scheduler import ContinuousSettings, CoreView
 
 _ATTAINED = attrgetter("num_generated_tokens")  # output tokens streamed so far
 

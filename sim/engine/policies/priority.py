@@ -24,7 +24,7 @@ Two modes:
   draws. The victim is the newest running request, as in continuous batching.
 
 Everything else (chunked prefill within the budget, preemption by recompute or
-swap) is the continuous policy's (:mod:`sim.engine.policies.continuous`). No
+swap) is the continuous policy's (:mod:`sim.engine.scheduler`). No
 running request is preempted to admit an urgent one (as in vLLM).
 """
 
@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
-from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
 from sim.engine.request import Request
+from sim.engine.scheduler import ContinuousSettings
 
 if TYPE_CHECKING:
-    from sim.engine.policies.base import CoreView
+    from sim.engine.scheduler import CoreView
 
 _URGENCY = attrgetter("priority", "arrival_s")  # smallest first; the victim is the largest
 

@@ -7,7 +7,7 @@ long prompts, which lowers mean TTFT under load, at the price of the long
 prompts' waiting (they can starve under sustained load of short ones). The
 prompt length is known at arrival, unlike the output length, so this is the
 implementable cousin of shortest-job-first. Everything else is the continuous
-policy's (:mod:`sim.engine.policies.continuous`); running requests keep admission order.
+policy's (:mod:`sim.engine.scheduler`); running requests keep admission order.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import TYPE_CHECKING, Literal
 
-from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
+from sim.engine.scheduler import ContinuousSettings
 
 if TYPE_CHECKING:
-    from sim.engine.policies.base import CoreView
+    from sim.engine.scheduler import CoreView
 
 _PROMPT = attrgetter("num_prompt_tokens")
 

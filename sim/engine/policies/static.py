@@ -15,9 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.engine.plan import StepPlan
-from sim.engine.policies.base import CoreView
 from sim.engine.request import Request
+from sim.engine.scheduler import CoreView, StepPlan
 
 MAX_RUN_STEPS = 4096
 
