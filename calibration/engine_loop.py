@@ -43,7 +43,7 @@ from tqdm import tqdm
 from calibration.engine import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.cost.base import SHAPE_FIELDS
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import prefix_describer
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan
 from sim.workload.generate import RequestArrays

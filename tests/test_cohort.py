@@ -13,9 +13,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.policies import ContinuousConfig
-from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan, steps_within_pool
 from sim.fast.cohort import Cohort, CohortCore, CohortPlan, cohort_steps_within_pool

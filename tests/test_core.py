@@ -17,7 +17,7 @@ import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.cost.linear import LinearCost
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim import api
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import LeastAttainedServiceConfig, PolicyConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import CoreView

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.lifecycle import ActivityRecorder
 from sim.engine.request import Request
 from sim.engine.scheduler import ContinuousConfig, EngineCore, StepPlan

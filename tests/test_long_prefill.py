@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig, PriorityConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore

@@ -17,6 +17,7 @@ from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim import api
 from sim.cost.linear import LinearCost
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import (
     Continuous,
     ContinuousConfig,
@@ -29,7 +30,6 @@ from sim.engine.policies import (
     StaticConfig,
 )
 from sim.engine.policies.features import with_swap_space
-from sim.engine.swap import SwapSpace
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
 from sim.serving.engine_config import Engine, Frontend

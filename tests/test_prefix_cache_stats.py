@@ -13,10 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_cache_summary
 from sim.engine.policies import ContinuousConfig
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import PriorityConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore

@@ -4,10 +4,10 @@ What lives here is everything one serving engine decides, with no clock of
 its own: ``request`` (the token-counter state of one request), ``scheduler``
 (what one step computes, the queues, the bookkeeping after a step, and vLLM
 v1's continuous batching, read top to bottom as vLLM's ``scheduler.py``),
-``kv_pool``, ``prefix_cache`` and ``block_keys`` (paged KV blocks, vLLM's
-prefix cache and free-block queue, block identities),
-``swap`` (CPU swap space), ``steplog``/``step_runs``/``columns``/``tokens``
-(the step log, stored by runs, and the token times derived from it),
+``kv_cache`` (paged KV blocks: the plain pool, vLLM's prefix cache, CPU swap
+space) and ``kv_blocks`` (block identities and the free-block queue),
+``steplog``/``step_runs``/``columns``/``tokens`` (the step log, stored by
+runs, and the token times derived from it),
 ``records`` (the per-request table),
 ``policies/`` (one module per other scheduling policy), ``speculative``,
 ``core_config`` (what a core is built from, for both executors) and

@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, Scheduler
 

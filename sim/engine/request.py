@@ -40,7 +40,7 @@ class Request:
     num_swaps: int = 0  # preemptions by swap to CPU memory (included in num_preemptions)
     rejection_reason: str | None = None
     replica: int = 0
-    # Prefix caching (sim.engine.prefix_cache): the shareable head of the prompt, as a
+    # Prefix caching (sim.engine.kv_cache): the shareable head of the prompt, as a
     # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
     # as one hash id per prompt block (Mooncake-style traces) of
     # ``block_hash_tokens`` tokens (None: the engine's block size). Spec fields.

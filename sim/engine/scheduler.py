@@ -36,11 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sim.cost.base import StepShape
 from sim.engine.columns import Columns
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool, SwapSpace
 from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
 from sim.engine.steplog import StepLog
-from sim.engine.swap import SwapSpace
 
 __all__ = [
     "MAX_RUN_STEPS",
@@ -88,7 +87,8 @@ class ContinuousSettings(BaseModel):
     preemption: Literal["recompute", "swap"] = Field(
         default="recompute",
         description=(
-            "swap: victims' KV goes to CPU memory (engine.swap_space_bytes), see sim.engine.swap"
+            "swap: victims' KV goes to CPU memory (engine.swap_space_bytes), "
+            "see sim.engine.kv_cache"
         ),
     )
 
@@ -178,7 +178,7 @@ class StepPlan:
     # shape, so the executor need not walk them again.
     known_shape: StepShape | None = None
     # Seconds the first step takes beyond the cost model's compute time, e.g.
-    # copying swapped KV blocks between CPU and GPU memory (see sim.engine.swap).
+    # copying swapped KV blocks between CPU and GPU memory (see sim.engine.kv_cache).
     extra_s: float = 0.0
     # Speculative decoding (sim.engine.speculative) only: tokens each scheduled request
     # emits in this step, aligned with ``scheduled`` (a decode may emit several;
@@ -626,7 +626,7 @@ class EngineCore:
 
     def swap_out(self, request: Request) -> None:
         """Swap preemption: free the GPU blocks but keep the computed tokens
-        (their KV now lives in CPU memory, see ``sim.engine.swap``); requeue at the front."""
+        (their KV now lives in CPU memory, see ``sim.engine.kv_cache``); requeue at the front."""
         self.kv.free(request)
         request.num_preemptions += 1
         request.num_swaps += 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
 from sim.engine.scheduler import Continuous, EngineCore, Scheduler
 from sim.fast.cohort import CohortCore

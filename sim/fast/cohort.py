@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.cost.base import StepShape
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
 from sim.engine.scheduler import Continuous, EngineCore, StepPlan
 

@@ -76,7 +76,7 @@ class EngineConfig(BaseModel):
         description=(
             "cache every full KV block (prompt and output) for reuse by shared prefixes and"
             " preempted requests, evicted in vLLM's free-queue order; on by default as in"
-            " vLLM v1 (sim.engine.prefix_cache)"
+            " vLLM v1 (sim.engine.kv_cache)"
         ),
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV

@@ -32,7 +32,7 @@ import simpy
 
 from sim.cost.base import CostModel
 from sim.cost.run_ends import run_ends_for
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, Scheduler
 from sim.fast import faster_core

@@ -30,10 +30,10 @@ from test_invariants import SETTINGS, Setup, assert_same_runs, continuous_setups
 
 import sim.serving.replica as replica_module
 from sim.cost.linear import LinearCost
+from sim.engine.kv_cache import PrefixCachingPool
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.engine.policies.features import with_async_scheduling, with_swap_space
 from sim.engine.policies.orca import OrcaConfig
-from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.scheduler import StepPlan
 from sim.fast.cohort import Cohort, CohortCore, CohortPlan
 from sim.serving.engine_config import Engine, Frontend

@@ -35,8 +35,8 @@ from test_invariants import (
     workloads,
 )
 
+from sim.engine.kv_cache import PrefixCachingPool
 from sim.engine.policies import Scheduler
-from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.speculative import SpeculativeConfig
 from sim.hardware.specs import hardware_preset

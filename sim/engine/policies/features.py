@@ -2,7 +2,7 @@
 
 Each wraps a policy factory (``() -> Scheduler``) so that every policy it builds,
 one per replica, gets the feature: its own swap space (``preemption: swap``,
-``sim.engine.swap``), or planning one step ahead (vLLM's async scheduling, run
+``sim.engine.kv_cache``), or planning one step ahead (vLLM's async scheduling, run
 by ``sim.serving.replica``). Policies outside the family are built unchanged.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.scheduler import Continuous, Scheduler
-from sim.engine.swap import SwapSpace
 
 
 def with_swap_space(

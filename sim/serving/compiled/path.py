@@ -18,9 +18,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from sim.cost.roofline import RooflineCost
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
 from sim.engine.scheduler import Continuous, EngineCore
 from sim.serving.compiled import layout, loop
 from sim.serving.compiled.arrays import LoopArrays
