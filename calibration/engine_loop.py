@@ -107,9 +107,8 @@ class WallClockEngine:
         self.executor = executor
         self.work = work
         self.sync = sync
-        # Async scheduling, asked for by the policy (as sim.serving.replica reads it).
-        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
-        core.pipelined = self.pipelined
+        # Async scheduling, asked for by the policy (the core read it when built).
+        self.pipelined = core.pipelined
         self._describe = prefix_describer(work)  # None unless requests share prefixes
         priority = work.priority
         self._priorities = None if priority is None else priority.tolist()

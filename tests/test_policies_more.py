@@ -29,7 +29,6 @@ from sim.engine.policies import (
     ShortestPromptFirstConfig,
     StaticConfig,
 )
-from sim.engine.policies.features import with_swap_space
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
 from sim.serving.engine_config import Engine, Frontend
@@ -281,8 +280,12 @@ BANDWIDTH = 256.0
 def swapping(
     capacity_blocks: int, config: ContinuousConfig | PriorityConfig | None = None
 ) -> Callable[[], Scheduler]:
-    build = (config or ContinuousConfig(preemption="swap")).build
-    return with_swap_space(build, capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, BANDWIDTH)
+    settings = config or ContinuousConfig(preemption="swap")
+
+    def build() -> Scheduler:
+        return settings.build(SwapSpace(capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, BANDWIDTH))
+
+    return build
 
 
 @pytest.mark.parametrize("skip_ahead", [True, False])

@@ -107,6 +107,12 @@ class ContinuousSettings(BaseModel):
         """Most tokens one step can compute (sizes the activation reserve)."""
         return self.batched_tokens_limit
 
+    def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Continuous:
+        """The policy these settings describe, with its swap space (``preemption:
+        swap``; None preempts by recompute) and whether its executor plans each
+        step while the previous one runs (vLLM's async scheduling)."""
+        raise NotImplementedError  # each policy of the family builds its own
+
     @field_validator("max_num_partial_prefills")
     @classmethod
     def _v1_has_no_concurrent_partial_prefill(cls, value: int) -> int:
@@ -125,8 +131,8 @@ class ContinuousConfig(ContinuousSettings):
 
     kind: Literal["continuous"] = "continuous"
 
-    def build(self) -> Continuous:
-        return Continuous(self)
+    def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Continuous:
+        return Continuous(self, swap, async_scheduling)
 
 
 # -- the plan of a step ---------------------------------------------------------
@@ -268,6 +274,12 @@ class Scheduler(Protocol):
     ``now_s``.
     """
 
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether the executor plans each step while the previous one runs (vLLM's
+        async scheduling); the core reads it once (``EngineCore.pipelined``)."""
+        ...
+
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         """Plan the next step at time ``now_s`` (seconds)."""
         ...
@@ -326,14 +338,14 @@ class EngineCore:
         self._finished_in_step: list[Request] = []  # to take out of `running` at commit
         self.new_logs()
         self.rejections: dict[int, str] = {}
-        # Async scheduling (vLLM's AsyncScheduler), switched on by the executor:
-        # the plan of step N+1 is made while step N runs, so it cannot see
+        # Async scheduling (vLLM's AsyncScheduler), as the policy asks: the plan
+        # of step N+1 is made while step N runs, so it cannot see
         # requests that arrived after step N started, and requests finishing in
         # step N still hold their slot and KV blocks while it is made. The
         # executor plans after committing step N and passes the start of step N
         # as ``schedule``'s ``visible_until_s``; finished requests' blocks are
         # freed once that plan is made (``held``).
-        self.pipelined = False
+        self.pipelined = policy.async_scheduling
         self.held: list[Request] = []
         self.num_deferred_at_plan = 0  # hidden arrivals (+ held, if any waited) at the last plan
         # Runs of tokens after the first, for requests whose tokens were
@@ -690,19 +702,24 @@ class Continuous:
     state between steps besides its settings.
     """
 
-    def __init__(self, config: ContinuousSettings) -> None:
+    def __init__(
+        self,
+        config: ContinuousSettings,
+        swap: SwapSpace | None = None,
+        async_scheduling: bool = False,
+    ) -> None:
         self.max_num_seqs = config.num_seqs_limit
         self.max_num_batched_tokens = config.batched_tokens_limit
         self.chunked_prefill = config.chunked_prefill
         # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
         self.max_tokens_per_request = config.long_prefill_token_threshold or None
-        # Preemption by swap: set by the policy factory (sim.engine.policies.features)
-        # when ``preemption`` is ``swap``; None preempts by recompute.
-        self.swap: SwapSpace | None = None
+        # Preemption by swap (``preemption: swap``): the CPU swap space; None
+        # preempts by recompute.
+        self.swap = swap
         self._extra_s = 0.0  # swap copy time of the step being planned, s
         # vLLM's async scheduling: the executor (sim.serving.replica) plans each
-        # step while the previous one runs. Set by the policy factory.
-        self.async_scheduling = False
+        # step while the previous one runs.
+        self.async_scheduling = async_scheduling
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         self._extra_s = 0.0

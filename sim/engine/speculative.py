@@ -191,6 +191,9 @@ class SpeculativeScheduler:
     preempting anyone (never below the one token plain decoding gives).
     """
 
+    # vLLM turns async scheduling off with speculative decoding: planned step by step.
+    async_scheduling = False
+
     def __init__(self, inner: Scheduler, config: SpeculativeConfig) -> None:
         self.inner = inner
         self.expected = config.expected_tokens_per_step

@@ -81,8 +81,7 @@ class Replica:
         # What a request taken from the feed goes through (a pool counts its load).
         self.intake: Callable[[Request, float], object] = core.add
         # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
-        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
-        core.pipelined = self.pipelined
+        self.pipelined = core.pipelined
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if self.pipelined else 1
         self.process = env.process(self._run())

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -30,9 +31,8 @@ from test_invariants import SETTINGS, Setup, assert_same_runs, continuous_setups
 
 import sim.serving.replica as replica_module
 from sim.cost.linear import LinearCost
-from sim.engine.kv_cache import PrefixCachingPool
+from sim.engine.kv_cache import PrefixCachingPool, SwapSpace
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.engine.policies.features import with_async_scheduling, with_swap_space
 from sim.engine.policies.orca import OrcaConfig
 from sim.engine.scheduler import StepPlan
 from sim.fast.cohort import Cohort, CohortCore, CohortPlan
@@ -56,12 +56,12 @@ def build_engine(setup: Setup, variant: dict[str, object], skip_ahead: bool) -> 
     base = setup.make_policy.__self__  # type: ignore[attr-defined]  # ContinuousConfig.build
     assert isinstance(base, ContinuousConfig)
     config = base.model_copy(update={"long_prefill_token_threshold": variant["long_prefill_cap"]})
-    make_policy: Callable[[], Scheduler] = config.build
-    if variant["swap"]:
-        # Room for a few blocks: some preemptions swap, the rest recompute.
-        make_policy = with_swap_space(make_policy, 6.0, 1.0, 1e4)
-    if variant["async_scheduling"]:
-        make_policy = with_async_scheduling(make_policy)
+    swap, async_scheduling = bool(variant["swap"]), bool(variant["async_scheduling"])
+
+    def make_policy() -> Scheduler:
+        # Swap: room for a few blocks, so some preemptions swap, the rest recompute.
+        return config.build(SwapSpace(6.0, 1.0, 1e4) if swap else None, async_scheduling)
+
     return Engine(
         cost=setup.cost,
         make_policy=make_policy,
@@ -236,7 +236,7 @@ def test_cohort_carries_most_decode_steps_and_changes_nothing(
     build = ContinuousConfig(max_num_seqs=64, max_num_batched_tokens=512).build
     engine = Engine(
         cost=LinearCost(step_overhead_s=2e-3, per_prefill_token_s=1e-5, per_decode_seq_s=1e-4),
-        make_policy=with_async_scheduling(build) if async_scheduling else build,
+        make_policy=partial(build, async_scheduling=True) if async_scheduling else build,
         num_kv_blocks=pool_blocks,
         block_size_tokens=16,
         max_model_len_tokens=1024,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 import pytest
@@ -25,7 +26,6 @@ from test_invariants import SETTINGS, workloads
 
 from sim.cost.roofline import RooflineCost
 from sim.engine.policies import ContinuousConfig, Scheduler
-from sim.engine.policies.features import with_async_scheduling
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.compiled import path
 from sim.serving.engine_config import Engine, Frontend
@@ -52,7 +52,7 @@ def engines(draw: st.DrawFn) -> Engine:
     )
     make_policy: Callable[[], Scheduler] = config.build
     if draw(st.booleans()):
-        make_policy = with_async_scheduling(make_policy)
+        make_policy = partial(config.build, async_scheduling=True)
     big = draw(st.booleans())  # a big pool: no preemption, so the loop runs to the end
     block_size = draw(st.sampled_from([1, 4, 16]))
     return Engine(

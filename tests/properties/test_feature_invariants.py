@@ -105,6 +105,7 @@ class Checked:
 
     def __init__(self, inner: Scheduler, setup: Setup, caching: bool) -> None:
         self.inner, self.setup, self.caching = inner, setup, caching
+        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:

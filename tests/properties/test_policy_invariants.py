@@ -35,6 +35,7 @@ from test_invariants import (
 )
 
 from sim.cost.linear import LinearCost
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import (
     DynamicConfig,
     LeastAttainedServiceConfig,
@@ -44,7 +45,6 @@ from sim.engine.policies import (
     Scheduler,
     ShortestPromptFirstConfig,
 )
-from sim.engine.policies.features import with_swap_space
 from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, StepPlan
 from sim.serving.engine_config import Engine, Frontend
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
@@ -99,12 +99,12 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
             make = LeastAttainedServiceConfig(**common).build
         else:  # swap
             swap_blocks = draw(st.integers(0, 40))
-            make = with_swap_space(
-                ContinuousConfig(preemption="swap", **common).build,
-                capacity_bytes=swap_blocks * 1000.0,
-                bytes_per_block=1000.0,
-                bandwidth_bytes_per_s=draw(st.sampled_from([1e5, 1e7])),
-            )
+            swapping = ContinuousConfig(preemption="swap", **common)
+            bandwidth = draw(st.sampled_from([1e5, 1e7]))
+
+            def make() -> Scheduler:
+                return swapping.build(SwapSpace(swap_blocks * 1000.0, 1000.0, bandwidth))
+
     return Setup(
         make,
         kind,
@@ -125,6 +125,7 @@ class PolicyChecks:
     def __init__(self, inner: Scheduler, setup: Setup) -> None:
         self.inner = inner
         self.setup = setup
+        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
         self.num_admitted = 0
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Literal
 
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
 from sim.engine.scheduler import ContinuousSettings, CoreView
 
@@ -33,15 +34,14 @@ class LeastAttainedServiceConfig(ContinuousSettings):
 
     kind: Literal["least_attained_service"] = "least_attained_service"
 
-    def build(self) -> LeastAttainedService:
-        return LeastAttainedService(self)
+    def build(
+        self, swap: SwapSpace | None = None, async_scheduling: bool = False
+    ) -> LeastAttainedService:
+        return LeastAttainedService(self, swap, async_scheduling)
 
 
 class LeastAttainedService(OrderedContinuous):
     """The policy; holds no state between steps besides its settings."""
-
-    def __init__(self, config: LeastAttainedServiceConfig) -> None:
-        super().__init__(config)
 
     def reorder(self, core: CoreView) -> None:
         sort_waiting(core, _ATTAINED)

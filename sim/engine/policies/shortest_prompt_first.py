@@ -13,13 +13,11 @@ policy's (:mod:`sim.engine.scheduler`); running requests keep admission order.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
-from sim.engine.scheduler import ContinuousSettings
-
-if TYPE_CHECKING:
-    from sim.engine.scheduler import CoreView
+from sim.engine.scheduler import ContinuousSettings, CoreView
 
 _PROMPT = attrgetter("num_prompt_tokens")
 
@@ -29,15 +27,14 @@ class ShortestPromptFirstConfig(ContinuousSettings):
 
     kind: Literal["shortest_prompt_first"] = "shortest_prompt_first"
 
-    def build(self) -> ShortestPromptFirst:
-        return ShortestPromptFirst(self)
+    def build(
+        self, swap: SwapSpace | None = None, async_scheduling: bool = False
+    ) -> ShortestPromptFirst:
+        return ShortestPromptFirst(self, swap, async_scheduling)
 
 
 class ShortestPromptFirst(OrderedContinuous):
     """The policy; holds no state between steps besides its settings."""
-
-    def __init__(self, config: ShortestPromptFirstConfig) -> None:
-        super().__init__(config)
 
     def reorder(self, core: CoreView) -> None:
         sort_waiting(core, _PROMPT)

@@ -39,6 +39,8 @@ class StaticConfig(BaseModel):
 class Static:
     """The policy; remembers the members of the batch in flight."""
 
+    async_scheduling = False  # a static batch is planned when the last one ends
+
     def __init__(self, config: StaticConfig) -> None:
         self.max_batch_size = config.max_batch_size
         self.max_wait_s = config.max_wait_s
