@@ -8,6 +8,7 @@ request finishing in step N frees its slot for step N+2.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, cast
 
 import pytest
@@ -16,7 +17,6 @@ from scenario_docs import small_doc
 
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
-from sim.engine.policies.features import with_async_scheduling
 from sim.scenario import scenario_from_dict
 from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
@@ -33,7 +33,7 @@ def simulate(
     build = ContinuousConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048).build
     engine = ReplicaConfig(
         core=CoreConfig(
-            make_policy=with_async_scheduling(build) if async_scheduling else build,
+            make_policy=partial(build, async_scheduling=True) if async_scheduling else build,
             num_kv_blocks=1000,
             block_size_tokens=16,
             max_model_len_tokens=8192,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from dataclasses import fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,7 +25,6 @@ from sim.cost.roofline import RooflineCost
 from sim.cost.select import UncalibratedRoofline
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
-from sim.engine.policies.features import with_async_scheduling
 from sim.errors import ConfigError
 from sim.fast import open_loop
 from sim.fast.compiled import arrays as arrays_module
@@ -65,7 +65,9 @@ def engine(
     make_policy = ContinuousConfig(**settings).build
     return ReplicaConfig(
         core=CoreConfig(
-            make_policy=with_async_scheduling(make_policy) if async_scheduling else make_policy,
+            make_policy=partial(make_policy, async_scheduling=True)
+            if async_scheduling
+            else make_policy,
             num_kv_blocks=num_kv_blocks,
             block_size_tokens=16,
             max_model_len_tokens=1024,

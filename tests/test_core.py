@@ -17,11 +17,11 @@ import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
 from sim.engine.core_config import CoreConfig
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
 from sim.engine.tokens import token_times_s
 from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation

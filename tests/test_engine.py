@@ -12,7 +12,7 @@ from calibration.measure import Measurement, measure
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
-from sim.engine.plan import StepPlan
+from sim.engine.scheduler import StepPlan
 from sim.errors import ConfigError
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.simulation import Simulation

@@ -26,9 +26,8 @@ from sim.api import (
     reference_engine_problem,
 )
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
+from sim.engine.scheduler import EngineCore
 from sim.errors import ConfigError
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
 from sim.serving.simulation import Simulation

@@ -18,6 +18,7 @@ from exact_costs import COST, DEC, OVH, PRE, TOL, work
 from sim import api
 from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import (
     Continuous,
     ContinuousConfig,
@@ -29,8 +30,6 @@ from sim.engine.policies import (
     ShortestPromptFirstConfig,
     StaticConfig,
 )
-from sim.engine.policies.features import with_swap_space
-from sim.engine.swap import SwapSpace
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
 from sim.serving.replica_config import Frontend, ReplicaConfig
@@ -284,8 +283,12 @@ BANDWIDTH = 256.0
 def swapping(
     capacity_blocks: int, config: ContinuousConfig | PriorityConfig | None = None
 ) -> Callable[[], Scheduler]:
-    build = (config or ContinuousConfig(preemption="swap")).build
-    return with_swap_space(build, capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, BANDWIDTH)
+    settings = config or ContinuousConfig(preemption="swap")
+
+    def build() -> Scheduler:
+        return settings.build(SwapSpace(capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, BANDWIDTH))
+
+    return build
 
 
 @pytest.mark.parametrize("skip_ahead", [True, False])

@@ -16,9 +16,7 @@ import pandas as pd
 import pytest
 
 from sim import api
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict

@@ -15,8 +15,9 @@ import numpy as np
 from sim.cost.base import CostModel
 from sim.cost.parallel_roofline import parallel_cost_model
 from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler, StaticConfig
-from sim.engine.policies.features import with_async_scheduling, with_swap_space
+from sim.engine.scheduler import ContinuousSettings
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.hardware.quantization import quantize
@@ -80,18 +81,23 @@ def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
     over its own host link, in parallel with the others.
     """
     config = scenario.scheduler
-    build: Callable[[], Scheduler] = config.build
-    if getattr(config, "preemption", "recompute") == "swap":
+    if not isinstance(config, ContinuousSettings):
+        return config.build  # the other policies have neither feature
+    swap_space: tuple[float, float, float] | None = None
+    if config.preemption == "swap":
         engine = scenario.engine
         bytes_per_token = model_for(scenario).kv_bytes_per_token / scenario.parallelism.num_gpus
-        build = with_swap_space(
-            build,
+        swap_space = (
             engine.swap_space_bytes,
             engine.block_size_tokens * bytes_per_token,
             engine.swap_bandwidth_bytes_per_s,
         )
-    if scenario.async_scheduling:
-        build = with_async_scheduling(build)
+    async_scheduling = scenario.async_scheduling
+
+    def build() -> Scheduler:
+        swap = None if swap_space is None else SwapSpace(*swap_space)  # one per replica
+        return config.build(swap, async_scheduling)
+
     return build
 
 

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import sim
 from sim.api.build import model_for
 from sim.engine.core_config import CoreConfig
-from sim.engine.prefix_requests import prefix_cache_summary
+from sim.engine.kv_cache import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO

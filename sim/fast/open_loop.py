@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 
-from sim.engine.core import EngineCore
+from sim.engine.scheduler import EngineCore
 from sim.errors import ConfigError
 from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
 from sim.fast.forks import forking_supported

@@ -34,7 +34,7 @@ from sim.engine.step_runs import StepTable
 from sim.engine.tokens import token_times_s
 from sim.errors import ConfigError
 from sim.serving.disagg import Disaggregated, DisaggregationConfig
-from sim.serving.pool import Pool
+from sim.serving.pool import CoreFactory, Pool
 from sim.serving.router import RouterKind, make_router
 
 if TYPE_CHECKING:
@@ -114,6 +114,7 @@ def build_layout(
     replica_config: ReplicaConfig,
     cluster: Cluster,
     on_done: Callable[[Request], None],
+    new_core: CoreFactory,
 ) -> Pool | Disaggregated:
     """The replicas of ``cluster``: one routed pool, or prefill and decode pools."""
     config = cluster.config
@@ -124,11 +125,19 @@ def build_layout(
     if split is None:
         router = make_router(config.router, cluster.rng)
         return Pool(
-            env, replica_config, 0, config.num_replicas, router, on_done, slots, config.lockstep
+            env,
+            replica_config,
+            0,
+            config.num_replicas,
+            router,
+            on_done,
+            new_core,
+            slots,
+            config.lockstep,
         )
     routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
     return Disaggregated(
-        env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, slots
+        env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, new_core, slots
     )
 
 

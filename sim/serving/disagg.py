@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.columns import Columns
 from sim.engine.request import Request
-from sim.serving.pool import Pool
+from sim.serving.pool import CoreFactory, Pool
 from sim.serving.router import Router
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ class Disaggregated:
         kv_bytes_per_token: float,
         routers: tuple[Router, Router],
         on_done: Callable[[Request], None],
+        new_core: CoreFactory,
         central_slots: int | None = None,
     ) -> None:
         self.env = env
@@ -78,7 +79,14 @@ class Disaggregated:
         self.on_done = on_done
         num_prefill = config.num_prefill_replicas
         self.prefill = Pool(
-            env, replica_config, 0, num_prefill, routers[0], self._prefilled, central_slots
+            env,
+            replica_config,
+            0,
+            num_prefill,
+            routers[0],
+            self._prefilled,
+            new_core,
+            central_slots,
         )
         self.decode = Pool(
             env,
@@ -87,6 +95,7 @@ class Disaggregated:
             config.num_decode_replicas,
             routers[1],
             self._decoded,
+            new_core,
             central_slots,
         )
         self.cores = self.prefill.cores + self.decode.cores

@@ -29,7 +29,14 @@ from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
 
 if TYPE_CHECKING:
+    from sim.engine.core_config import CoreConfig
+    from sim.engine.scheduler import EngineCore
     from sim.serving.replica_config import ReplicaConfig
+
+
+# Builds a replica's engine core: (config, replica, on_done, skip_ahead) -> core
+# (``sim.serving.simulation.replica_core``).
+CoreFactory = Callable[["CoreConfig", int, Callable[[Request], None], bool], "EngineCore"]
 
 
 class Pool:
@@ -43,6 +50,7 @@ class Pool:
         num_replicas: int,
         router: Router,
         on_done: Callable[[Request], None],
+        new_core: CoreFactory,
         central_slots: int | None = None,
         lockstep: bool = False,
     ) -> None:
@@ -53,7 +61,12 @@ class Pool:
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
         self.cores = [
-            replica_config.core.new_core(replica=first_replica + i, on_done=self._done)
+            new_core(
+                replica_config.core,
+                first_replica + i,
+                self._done,
+                replica_config.skip_ahead and not lockstep,  # lockstep: no Replica
+            )
             for i in range(num_replicas)
         ]
         self.replicas: list[Replica] | list[LockstepMember]

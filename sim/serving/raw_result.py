@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.core import EngineCore
 from sim.engine.records import RequestTable
+from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns, StepTable
 from sim.serving.frontend import Delivery, deliver
 from sim.serving.replica_config import Frontend

@@ -34,10 +34,8 @@ import simpy
 
 from sim.cost.base import CostModel
 from sim.cost.run_ends import run_ends_for
-from sim.engine.cohort import Cohort
-from sim.engine.core import EngineCore
-from sim.engine.policies.continuous import Continuous
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
 
 
 class Replica:
@@ -63,14 +61,9 @@ class Replica:
         # replica then sleeps until that time.
         self.pull: Callable[[float], float] | None = None
         # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
-        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
-        core.pipelined = self.pipelined
+        self.pipelined = core.pipelined
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if self.pipelined else 1
-        # Steady decoders advanced in aggregate (sim.engine.cohort): plain
-        # continuous batching only, and not step by step, the reference mode.
-        if skip_ahead and type(core.policy) is Continuous and core.recorder is None:
-            core.cohort = Cohort(core.kv.block_size_tokens)
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from sim.cost.base import CostModel
 from sim.engine.core_config import CoreConfig
-from sim.engine.policies.base import Scheduler
+from sim.engine.scheduler import Scheduler
 from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, speculative_cost
 from sim.hardware.specs import HardwareSpec
 

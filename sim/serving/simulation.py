@@ -21,7 +21,10 @@ from typing import Any
 
 import simpy
 
+from sim.engine.core_config import CoreConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
+from sim.fast import faster_core
 from sim.fast import open_loop as speed_paths
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
@@ -32,6 +35,24 @@ from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.submission import ClosedLoop, OpenLoop, requests_in_order, submission_order
+
+
+def replica_core(
+    config: CoreConfig,
+    replica: int = 0,
+    on_done: Callable[[Request], None] | None = None,
+    skip_ahead: bool = True,
+) -> EngineCore:
+    """The engine core a replica drives. In skip-ahead mode ``sim.fast`` may offer
+    a faster one that gives the same results (the door to the speed paths, with
+    ``Simulation.run``'s); step by step, the reference mode, always the reference
+    core. The layouts (``sim.serving.cluster``) build their cores with it too."""
+    policy, kv = config.make_policy(), config.new_block_pool()
+    if skip_ahead:
+        core = faster_core(policy, kv, config.max_model_len_tokens, replica, on_done)
+        if core is not None:
+            return core
+    return EngineCore(policy, kv, config.max_model_len_tokens, replica, on_done)
 
 
 class Simulation:
@@ -73,14 +94,18 @@ class Simulation:
         self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
-            self.core = replica_config.core.new_core(on_done=self._on_done)
+            self.core = replica_core(
+                replica_config.core, on_done=self._on_done, skip_ahead=replica_config.skip_ahead
+            )
             self.replica: Replica | LockstepMember = Replica(
                 self.env, self.core, replica_config.cost, replica_config.skip_ahead
             )
             self.cores = [self.core]
             self._submit: Callable[[Request], None] = self.replica.submit
         else:
-            self.layout = build_layout(self.env, replica_config, cluster, self._on_done)
+            self.layout = build_layout(
+                self.env, replica_config, cluster, self._on_done, replica_core
+            )
             self.cores = self.layout.cores
             self.core = self.cores[0]
             self.replica = self.layout.front_replicas[0]

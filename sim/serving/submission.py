@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import prefix_describer
 from sim.engine.request import Request
 
 

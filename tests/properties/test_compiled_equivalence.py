@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 import pytest
@@ -26,7 +27,6 @@ from test_invariants import SETTINGS, workloads
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
-from sim.engine.policies.features import with_async_scheduling
 from sim.fast.compiled import path
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.replica_config import Frontend, ReplicaConfig
@@ -53,7 +53,7 @@ def engines(draw: st.DrawFn) -> ReplicaConfig:
     )
     make_policy: Callable[[], Scheduler] = config.build
     if draw(st.booleans()):
-        make_policy = with_async_scheduling(make_policy)
+        make_policy = partial(config.build, async_scheduling=True)
     big = draw(st.booleans())  # a big pool: no preemption, so the loop runs to the end
     block_size = draw(st.sampled_from([1, 4, 16]))
     cost = draw(st.sampled_from(COSTS))  # (drawn in this order: the examples stay the same)

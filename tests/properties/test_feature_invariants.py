@@ -35,12 +35,10 @@ from test_invariants import (
     workloads,
 )
 
-from sim.engine.core import EngineCore
 from sim.engine.core_config import CoreConfig
-from sim.engine.plan import StepPlan
+from sim.engine.kv_cache import PrefixCachingPool
 from sim.engine.policies import Scheduler
-from sim.engine.policies.base import CoreView
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.speculative import SpeculativeConfig
 from sim.hardware.specs import hardware_preset
 from sim.serving.replica_config import ReplicaConfig, with_speculation
@@ -108,6 +106,7 @@ class Checked:
 
     def __init__(self, inner: Scheduler, setup: Setup, caching: bool) -> None:
         self.inner, self.setup, self.caching = inner, setup, caching
+        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:

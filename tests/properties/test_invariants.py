@@ -23,11 +23,9 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
 from sim.engine.core_config import CoreConfig
-from sim.engine.plan import StepPlan
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.engine.policies.base import CoreView
+from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.tokens import token_times_s
 from sim.scenario import scenario_from_dict
 from sim.serving.frontend import Delivery

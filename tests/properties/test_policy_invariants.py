@@ -35,9 +35,8 @@ from test_invariants import (
 )
 
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
 from sim.engine.core_config import CoreConfig
-from sim.engine.plan import StepPlan
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import (
     DynamicConfig,
     LeastAttainedServiceConfig,
@@ -47,9 +46,7 @@ from sim.engine.policies import (
     Scheduler,
     ShortestPromptFirstConfig,
 )
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import Continuous, ContinuousConfig
-from sim.engine.policies.features import with_swap_space
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, StepPlan
 from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
@@ -103,12 +100,12 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
             make = LeastAttainedServiceConfig(**common).build
         else:  # swap
             swap_blocks = draw(st.integers(0, 40))
-            make = with_swap_space(
-                ContinuousConfig(preemption="swap", **common).build,
-                capacity_bytes=swap_blocks * 1000.0,
-                bytes_per_block=1000.0,
-                bandwidth_bytes_per_s=draw(st.sampled_from([1e5, 1e7])),
-            )
+            swapping = ContinuousConfig(preemption="swap", **common)
+            bandwidth = draw(st.sampled_from([1e5, 1e7]))
+
+            def make() -> Scheduler:
+                return swapping.build(SwapSpace(swap_blocks * 1000.0, 1000.0, bandwidth))
+
     return Setup(
         make,
         kind,
@@ -129,6 +126,7 @@ class PolicyChecks:
     def __init__(self, inner: Scheduler, setup: Setup) -> None:
         self.inner = inner
         self.setup = setup
+        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
         self.num_admitted = 0
 

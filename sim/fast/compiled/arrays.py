@@ -16,8 +16,13 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.cost.roofline import RooflineCost
-from sim.engine.core import _RECORD_COUNTS, _RECORD_TIMES, EngineCore
-from sim.engine.policies.continuous import MAX_RUN_STEPS, Continuous
+from sim.engine.scheduler import (
+    _RECORD_COUNTS,
+    _RECORD_TIMES,
+    MAX_RUN_STEPS,
+    Continuous,
+    EngineCore,
+)
 from sim.fast.compiled import layout
 from sim.fast.feed import Submissions
 from sim.serving.submission import OpenLoop

@@ -18,11 +18,8 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from sim.cost.roofline import RooflineCost
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.policies.continuous import Continuous
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
+from sim.engine.scheduler import Continuous, EngineCore
 from sim.fast.compiled import layout, loop
 from sim.fast.compiled.arrays import LoopArrays
 from sim.fast.feed import Submissions
