@@ -859,7 +859,20 @@ class Continuous:
         steps are plain decodes of the same batch until the first finishes.
         """
         scheduled = plan.scheduled
-        plan.known_shape, all_emit, min_left, run_context = self._tally(scheduled)
+        (
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs,
+            decode_context,
+            all_emit,
+            min_left,
+            run_context,
+        ) = self._tally(scheduled)
+        plan.known_shape = StepShape(
+            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        )
         num_seqs = len(scheduled)
         if not (may_run and all_emit and num_seqs and min_left >= 1):
             return
@@ -872,11 +885,13 @@ class Continuous:
             and num_seqs < self.max_num_batched_tokens
         )
 
-    def _tally(self, scheduled: list[tuple[Request, int]]) -> tuple[StepShape, bool, int, int]:
-        """One pass over the batch (this runs once per event): the step's shape;
-        whether every request samples a token after it; the fewest tokens any has
-        left after that one (at most ``MAX_RUN_STEPS``); and the summed context of
-        a decode step after this one."""
+    def _tally(
+        self, scheduled: list[tuple[Request, int]]
+    ) -> tuple[int, int, int, int, int, int, bool, int, int]:
+        """One pass over the batch (this runs once per event): the step's shape
+        (``StepShape``'s six fields, in order); whether every request samples a
+        token after it; the fewest tokens any has left after that one (at most
+        ``MAX_RUN_STEPS``); and the summed context of a decode step after this one."""
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = decode_context = 0
         min_left = MAX_RUN_STEPS
@@ -901,10 +916,17 @@ class Continuous:
                 if left < min_left:
                     min_left = left
                 run_context += computed + 1
-        shape = StepShape(
-            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        return (
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs,
+            decode_context,
+            all_emit,
+            min_left,
+            run_context,
         )
-        return shape, all_emit, min_left, run_context
 
 
 def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
