@@ -57,8 +57,14 @@ __all__ = [
 # A skip-ahead run is capped so that one SimPy timeout never covers more than
 # this many steps' worth of numpy arrays (memory, not correctness).
 MAX_RUN_STEPS = 4096
+# Limits of a policy built without a scenario (no hardware to look up): vLLM's
+# defaults for a GPU under 70 GiB serving the OpenAI API. A scenario fills in
+# its hardware's defaults instead (sim.engine.policies.vllm_defaults).
 FALLBACK_MAX_NUM_SEQS = 256
 FALLBACK_MAX_NUM_BATCHED_TOKENS = 2048
+
+
+# -- settings ------------------------------------------------------------------------
 
 
 class ContinuousSettings(BaseModel):
@@ -160,10 +166,10 @@ class StepPlan:
     (after this step each has sampled a token, none finishes before the last
     step, and the KV blocks suffice): the simulator then skips ahead in one
     event. A real engine runs one step and asks again. ``interruptible`` says
-    whether a request arriving during
-    those steps could change the plan; if not, arrivals need not wake the
-    executor. An empty plan with ``wake_at_s`` asks to be called again at that
-    time even if nothing arrives (e.g. a static batch's maximum wait).
+    whether a request arriving during those steps could change the plan; if
+    not, arrivals need not wake the executor. An empty plan with ``wake_at_s``
+    asks to be called again at that time even if nothing arrives (e.g. a static
+    batch's maximum wait).
     ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
     compute but emit nothing (static batching keeps finished requests as padding).
     A policy that sets ``num_steps`` > 1 also sets ``run_num_seqs`` and
@@ -285,6 +291,8 @@ class Scheduler(Protocol):
         ...
 
 
+# -- the engine core ----------------------------------------------------------------
+
 NAN = float("nan")
 # RECORD_COLUMNS by dtype, in row order (``_done`` fills each group with one call).
 _RECORD_TIMES = ("arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s")
@@ -339,11 +347,11 @@ class EngineCore:
         self.new_logs()
         self.rejections: dict[int, str] = {}
         # Async scheduling (vLLM's AsyncScheduler), as the policy asks: the plan
-        # of step N+1 is made while step N runs, so it cannot see
-        # requests that arrived after step N started, and requests finishing in
-        # step N still hold their slot and KV blocks while it is made. The
-        # executor plans after committing step N and passes the start of step N
-        # as ``schedule``'s ``visible_until_s``; finished requests' blocks are
+        # of step N+1 is made while step N runs, so it cannot see requests that
+        # arrived after step N started, and requests finishing in step N still
+        # hold their slot and KV blocks while it is made. The executor plans
+        # after committing step N and passes the start of step N as
+        # ``schedule``'s ``visible_until_s``; finished requests' blocks are
         # freed once that plan is made (``held``).
         self.pipelined = policy.async_scheduling
         self.held: list[Request] = []
@@ -722,6 +730,8 @@ class Continuous:
         self.async_scheduling = async_scheduling
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        """The next step: the running requests (preempting when the pool runs
+        short), then, if nobody was preempted, the waiting ones (``_admit``)."""
         self._extra_s = 0.0
         kv = core.kv
         running = core.running
