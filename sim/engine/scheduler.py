@@ -41,19 +41,6 @@ from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
 from sim.engine.steplog import StepLog
 
-__all__ = [
-    "MAX_RUN_STEPS",
-    "CommitRecorder",
-    "Continuous",
-    "ContinuousConfig",
-    "ContinuousSettings",
-    "CoreView",
-    "EngineCore",
-    "Scheduler",
-    "StepCommitter",
-    "StepPlan",
-]
-
 # A skip-ahead run is capped so that one SimPy timeout never covers more than
 # this many steps' worth of numpy arrays (memory, not correctness).
 MAX_RUN_STEPS = 4096
