@@ -172,6 +172,7 @@ def test_the_walk_sees_type_only_and_function_level_imports() -> None:
         ("sim.cost", ("sim.engine", "sim.serving", "sim.workload", "sim.metrics", *FACES)),
         ("sim.workload", ("sim.engine", "sim.serving", "sim.metrics", *FACES)),
         ("sim.serving", ("sim.metrics", "sim.planning", "sim.validation", *FACES)),
+        ("sim.fast", ("sim.metrics", "sim.planning", "sim.validation", *FACES)),
         ("sim.metrics", ("sim.planning", "sim.validation", *FACES)),
         ("sim.planning", ("sim.engine", "sim.serving", "sim.validation", "sim.cli")),
         ("sim.validation", ("sim.engine", "sim.serving", "sim.planning", "sim.cli")),

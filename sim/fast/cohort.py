@@ -349,16 +349,26 @@ class CohortCore(EngineCore):
         token: computed + 1 in this step)."""
         assert self.cohort is not None
         policy, cohort, scheduled = self.continuous, self.cohort, plan.scheduled
-        listed, all_emit, min_left, run_context = policy._tally(scheduled)
+        (
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs,
+            decode_context,
+            all_emit,
+            min_left,
+            run_context,
+        ) = policy._tally(scheduled)
         num_members = plan.num_cohort
         context = cohort.context_tokens(step)
         plan.known_shape = StepShape(
-            listed.num_prefill_seqs,
-            listed.num_prefill_tokens,
-            listed.prefill_attention_pairs,
-            listed.prefill_kv_read_tokens,
-            listed.num_decode_seqs + num_members,
-            listed.num_decode_context_tokens + (context + num_members),
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs + num_members,
+            decode_context + (context + num_members),
         )
         run_context += context + 2 * num_members
         num_seqs = len(scheduled) + num_members
@@ -384,7 +394,7 @@ class CohortCore(EngineCore):
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
     def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        if not isinstance(plan, CohortPlan) or not plan.num_cohort:
+        if type(plan) is not CohortPlan or not plan.num_cohort:
             super()._commit_one(plan, start_s, end_s)
             return
         assert self.cohort is not None
@@ -409,7 +419,7 @@ class CohortCore(EngineCore):
         self.num_steps += 1
 
     def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        if not isinstance(plan, CohortPlan) or not plan.num_cohort:
+        if type(plan) is not CohortPlan or not plan.num_cohort:
             super()._commit_run(plan, start_s, ends_s)
             return
         assert self.cohort is not None
