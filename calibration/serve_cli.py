@@ -3,7 +3,7 @@
 ``measure`` serves a scenario on the real model (``calibration.measure``);
 ``validate`` predicts measured runs with the simulator and reports the error
 (``calibration.validate``), measuring first when no ``--measured`` folder is
-given. Both are registered by ``add_parsers`` (see ``sim.cli.ADDERS``).
+given. Both are registered by ``add_parsers`` (see ``sim.cli.COMMANDS``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from calibration.needs_torch import torch_missing
+from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint
 from sim.errors import ConfigError
-from sim.validation.endpoint_cli import add_endpoint_arguments, measure_endpoint
 
 
 def _common(parser: argparse.ArgumentParser) -> None:

@@ -168,7 +168,7 @@ def test_the_cli_run_writes_the_folder_and_fails_when_nothing_completed(
 def test_the_client_imports_no_torch() -> None:
     code = (
         "import sys, sim.validation.endpoint, sim.validation.endpoint_run, "
-        "sim.validation.endpoint_cli; assert 'torch' not in sys.modules"
+        "sim.cli.endpoint; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

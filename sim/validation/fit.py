@@ -39,10 +39,12 @@ import pandas as pd
 from sim.cost.base import CostModel
 from sim.cost.fitted import FitParameters, FittedCost
 from sim.scenario import Scenario
-from sim.validation.fit_args import DEFAULT_MAX_EVALUATIONS, PARAMETERS
 from sim.validation.optimize import FloatArray, nelder_mead
 from sim.validation.predict import per_request_latencies, predict
 
+# The free parameters of sim.cost.fitted.FitParameters, in the order fits report them.
+PARAMETERS = ("step_overhead_s", "prefill_multiplier", "decode_multiplier")
+DEFAULT_MAX_EVALUATIONS = 120
 METRICS = ("ttft_s", "tpot_s")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 PRIOR_WEIGHT = 1e-4

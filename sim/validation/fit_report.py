@@ -16,6 +16,7 @@ from typing import Any
 from sim.cost.fitted import FitParameters
 from sim.validation.fit import (
     METRICS,
+    PARAMETERS,
     QUANTILES,
     FitRun,
     Target,
@@ -23,7 +24,6 @@ from sim.validation.fit import (
     fit,
     score,
 )
-from sim.validation.fit_args import PARAMETERS
 
 _NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
 

@@ -4,7 +4,7 @@
 
 - an imported-run folder (``servesim import-run`` output: ``run.json``);
 - a ``servesim measure`` folder (``summary.json`` marked ``mode: measured``);
-- anything ``servesim import-run`` reads (``sim.validation.cli.import_run``,
+- anything ``servesim import-run`` reads (``sim.validation.importers.import_run``,
   format detected from the files), so a new importer works here unchanged.
 
 A run that records its model (or device) must match ``--model`` (``--hardware``):
@@ -30,7 +30,7 @@ from sim.errors import ConfigError
 from sim.hardware.model_configs import MODEL_SPEC_ALIASES
 from sim.hardware.specs import HardwareSpec, ModelSpec
 from sim.scenario import Scenario
-from sim.validation.cli import import_run
+from sim.validation.importers import import_run
 from sim.validation.match import hardware_matches
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun, load_run
 
