@@ -178,11 +178,10 @@ def test_a_failing_helper_fails_the_whole_reply(
 
         return draw
 
-    import sim.metrics.plot_draw as plots
-    import sim.metrics.waterfall_draw as waterfall
+    import sim.metrics.figure_draw as figure_draw
 
-    monkeypatch.setattr(plots, "draw_timeseries", fail("timeseries"))
-    monkeypatch.setattr(waterfall, "draw_waterfall_figure", fail("waterfall"))
+    monkeypatch.setattr(figure_draw, "draw_timeseries", fail("timeseries"))
+    monkeypatch.setattr(figure_draw, "draw_waterfall_figure", fail("waterfall"))
     reply = processes.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
     assert reply["error"].startswith("ValueError: timeseries failed")
     assert [p.name for p in tmp_path.iterdir()] == ["latency_cdf.png"]  # drawn before

@@ -26,8 +26,7 @@ from small_scenario import write_scenario
 import sim.cli as cli
 import sim.cli.figure_processes as processes
 import sim.cli.figures as cli_figures
-import sim.metrics.plot_draw as plots
-import sim.metrics.waterfall_draw as waterfall
+import sim.metrics.figure_draw as figure_draw
 from sim import api
 from sim.api.result import Result
 from sim.cli.figure_processes import describe, reply_of
@@ -130,7 +129,7 @@ def test_an_error_in_the_worker_itself_is_reported(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The latency CDF is drawn by the worker itself (the fork draws the last figure).
-    monkeypatch.setattr(plots, "draw_latency_cdfs", _raise_value_error)
+    monkeypatch.setattr(figure_draw, "draw_latency_cdfs", _raise_value_error)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError) as caught:
@@ -144,7 +143,7 @@ def test_an_error_in_the_worker_itself_is_reported(
 def test_an_error_in_the_forked_helper_is_reported(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(waterfall, "draw_waterfall_figure", _raise_value_error)
+    monkeypatch.setattr(figure_draw, "draw_waterfall_figure", _raise_value_error)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="ValueError: no axes for you"):
@@ -159,7 +158,7 @@ def test_a_user_error_while_drawing_stays_a_config_error(
     def refuse(*args: Any, **kwargs: Any) -> Path:
         raise ConfigError("slo.ttft_ms: cannot be drawn")
 
-    monkeypatch.setattr(plots, "draw_timeseries", refuse)
+    monkeypatch.setattr(figure_draw, "draw_timeseries", refuse)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(ConfigError, match=r"^slo\.ttft_ms: cannot be drawn$"):
@@ -176,9 +175,9 @@ def test_a_killed_figure_process_is_reported(
         raise AssertionError("unreachable")
 
     if figure == "latency_cdf":
-        monkeypatch.setattr(plots, "draw_latency_cdfs", die)
+        monkeypatch.setattr(figure_draw, "draw_latency_cdfs", die)
     else:
-        monkeypatch.setattr(waterfall, "draw_waterfall_figure", die)
+        monkeypatch.setattr(figure_draw, "draw_waterfall_figure", die)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="a figure process was killed by SIGKILL"):
@@ -286,7 +285,7 @@ def test_a_run_with_and_without_the_figure_process_writes_the_same_files(
 def test_a_failing_figure_process_fails_the_run_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(plots, "draw_timeseries", _raise_value_error)
+    monkeypatch.setattr(figure_draw, "draw_timeseries", _raise_value_error)
     out = tmp_path / "out"
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 1

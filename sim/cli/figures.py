@@ -4,7 +4,7 @@ The figures cost more than the simulation of a small run: importing matplotlib
 and drawing three PNGs. ``FigureWorker.start`` forks a process, before this one
 imports the simulator, that imports numpy and matplotlib (never pandas) while
 this one imports pandas and the simulator and simulates; after the summary is
-printed, ``submit`` hands it the figures' arrays (``sim.metrics.figure_prep``,
+printed, ``submit`` hands it the figures' arrays (``sim.metrics.plots``,
 pickled through a pipe) and it draws them (one figure in it, one in each of
 its forks) while this process writes the tables; ``finish`` waits for it. On a
 two-core machine the import overlaps the simulation and the drawing takes both
