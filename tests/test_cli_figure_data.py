@@ -28,7 +28,6 @@ from small_scenario import write_scenario
 from test_plots import requests_frame, timeseries_frame
 
 import sim.cli as cli
-import sim.cli.figure_processes as processes
 import sim.cli.figures as cli_figures
 import sim.metrics.plots as plots
 import sim.scenario
@@ -202,7 +201,7 @@ def test_drawing_prepared_figures_imports_neither_pandas_nor_pydantic(
     job_path.write_bytes(pickle.dumps(prepare_figures(result.figure_job(tmp_path))))
     probe = (
         "import json, pickle, sys\n"
-        "import sim.cli.figures, sim.cli.figure_processes\n"
+        "import sim.cli.figures\n"
         "from sim.metrics.figure_draw import draw_prepared, warm_up\n"
         "warm_up()\n"
         f"paths = draw_prepared(pickle.loads(open({str(job_path)!r}, 'rb').read()))\n"
@@ -271,7 +270,7 @@ def test_each_figure_is_drawn_in_a_process_of_its_own(
     monkeypatch.setattr(figure_draw, "draw_latency_cdfs", pid_writer)
     monkeypatch.setattr(figure_draw, "draw_timeseries", pid_writer)
     monkeypatch.setattr(figure_draw, "draw_waterfall_figure", pid_writer)
-    reply = processes.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
+    reply = cli_figures.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
     assert reply == {"paths": [str(tmp_path / name) for name in ALL_FIGURES]}
     pids = [int((tmp_path / name).read_text()) for name in ALL_FIGURES]
     assert pids[0] == os.getpid()  # the first here, each other one in a fork
@@ -386,7 +385,7 @@ def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
 
 
 def test_the_figure_process_prebuilds_while_it_waits() -> None:
-    thread = threading.Thread(target=processes.import_matplotlib)
+    thread = threading.Thread(target=cli_figures.import_matplotlib)
     thread.start()
     thread.join()
     try:
