@@ -33,10 +33,10 @@ from sim.planning.capacity import (
     judge,
     load_knob,
     mean_interval,
+    search,
     t95,
 )
 from sim.planning.capacity_report import fleet_for, format_capacity, to_json
-from sim.planning.capacity_search import search
 from sim.planning.pricing import (
     GPU_PRICE_PER_HOUR,
     gpu_price_per_hour,

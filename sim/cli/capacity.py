@@ -44,7 +44,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
-    from sim.planning.capacity import Searcher
+    from sim.planning.capacity import Searcher, search
     from sim.planning.capacity_report import (
         fleet_for,
         format_capacity,
@@ -52,7 +52,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         to_json,
         write_json,
     )
-    from sim.planning.capacity_search import search
     from sim.planning.pricing import gpu_price_per_hour, gpus_per_replica
     from sim.scenario import load_scenario
 
