@@ -18,11 +18,10 @@ if TYPE_CHECKING:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.metrics.out_path import check_out_dir
-    from sim.planning.sweep import load_sweep, run_sweep
+    from sim.planning.sweep import load_sweep, run_sweep, write_table
     from sim.planning.sweep_exec import check_executor
     from sim.planning.sweep_plots import plot_sweep
     from sim.planning.sweep_report import format_report, per_point
-    from sim.planning.sweep_table import write_table
 
     plan = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("runs") / plan.name
