@@ -4,7 +4,7 @@
 hands a ``--from-run`` command line here before it imports torch. The steps:
 read every run (``fit_runs.load_measured_run``), refuse runs of another model
 or hardware, build each run's replay scenario (``--scenario``, else the run's
-recorded engine settings), cross-validate (``fit_report.cross_validate``), fit
+recorded engine settings), cross-validate (``fit.cross_validate``), fit
 on all runs, and write the artifact (``sim.cost.fitted_artifact``) that
 ``cost: {kind: fitted, artifact: PATH}`` loads.
 """
@@ -40,9 +40,12 @@ from sim.validation.fit import (
     PARAMETERS,
     FitRun,
     Target,
+    cross_validate,
     fit,
+    params_json,
+    render,
+    target_rows,
 )
-from sim.validation.fit_report import cross_validate, params_json, render, target_rows
 from sim.validation.fit_runs import (
     check_run,
     load_measured_run,
