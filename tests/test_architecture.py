@@ -36,7 +36,6 @@ FACES = (
     "sim.api.build",
     "sim.api.result",
     "sim.cli",
-    "sim.cli.figure_processes",
     "sim.cli.figures",
     "sim.scenario",
     "sim.scenario.overrides",

@@ -641,8 +641,8 @@ class EngineCore:
 
     # -- logs --------------------------------------------------------------
     def new_logs(self) -> None:
-        """An empty step log, queue series and record table (a compiled run that
-        gives up clears what it wrote: ``sim.serving.compiled``)."""
+        """An empty step log, queue series and record table (an accelerator that
+        gives up part way clears what it wrote)."""
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
         # Direct references: sampling the state runs once per plan.
