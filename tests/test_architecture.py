@@ -225,7 +225,7 @@ def test_the_reference_reaches_the_speed_paths_through_one_door() -> None:
     doors = [m for m in _layer("sim.serving") if any(_in(t, "sim.fast") for t in imports_of(m))]
     assert doors == ["sim.serving.simulation"]
     assert {t for t in imports_of("sim.serving.simulation") if _in(t, "sim.fast")} == {
-        "sim.fast",
+        "sim.fast.cohort",
         "sim.fast.open_loop",
     }
 

@@ -73,9 +73,10 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         worker.submit(result.figure_job(out))  # drawn there while the tables are written here
         paths = result.write(out, write_steps=args.write_steps, trace=args.trace, plots=False)
         paths += worker.finish()
+    accelerator = f" ({result.raw.accelerator})" if result.raw.accelerator else ""
     print(
-        f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s"
-        f"{' (compiled loop)' if result.raw.compiled else ''}; wrote {len(paths)} files to {out}/"
+        f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s{accelerator};"
+        f" wrote {len(paths)} files to {out}/"
     )
     return 0
 

@@ -24,7 +24,7 @@ Plans and commits therefore cost O(requests that change), not O(batch).
 ``CohortCore`` is the engine core that runs this: an ``EngineCore`` whose
 plans and commits give exactly what the reference's (``sim.engine.scheduler``)
 would, or that declines and lets the reference methods run. The replica asks
-for it (``sim.fast.faster_core``) only for plain continuous batching in
+for it (``faster_core``, below) only for plain continuous batching in
 skip-ahead mode; ``tests/properties/test_cohort_equivalence.py`` requires
 byte-identical results with it and without.
 """
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from sim.cost.base import StepShape
 from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, EngineCore, StepPlan
+from sim.engine.scheduler import Continuous, EngineCore, Scheduler, StepPlan
 
 
 class Cohort:
@@ -465,3 +465,18 @@ class CohortCore(EngineCore):
         if self.cohort is not None:
             self.cohort.dissolve(self.running, self.num_steps, self.last_end_s)
         super().flush_unfinished()
+
+
+def faster_core(
+    policy: Scheduler,
+    kv: BlockPool,
+    max_model_len_tokens: int,
+    replica: int = 0,
+    on_done: Callable[[Request], None] | None = None,
+) -> EngineCore | None:
+    """An engine core that advances steady decoders in aggregate (a ``CohortCore``),
+    for plain continuous batching only (a subclass plans its own way); ``None``
+    otherwise. The caller drives it in skip-ahead mode, as the simulator's replica."""
+    if type(policy) is not Continuous:
+        return None
+    return CohortCore(policy, kv, max_model_len_tokens, replica, on_done)
