@@ -8,7 +8,7 @@ microbenchmarks, never from the run being predicted) and compare
 - a second measured run of the same scenario: the noise floor, reported beside;
 - ``overhead_from``: a measured run of *another* workload (another seed or
   load) whose step log fits the engine's per-step overhead
-  (``calibration.engine_fit``): a second prediction, reported beside;
+  (``calibration.fit.fit_engine_overhead``): a second prediction, reported beside;
 - when the run carries probe times (``calibration.probe``: three step shapes
   timed just before and after it), the machine's speed then relative to the
   cost model is reported, with a third prediction scaled by it.
@@ -133,7 +133,7 @@ def validate(
             raise ConfigError(
                 f"--overhead-from {overhead_from.path}: no step log (measure runs only)"
             )
-        from calibration.engine_fit import fit_engine_overhead
+        from calibration.fit import fit_engine_overhead
 
         predictions["microbenchmarks + engine overhead"] = fit_engine_overhead(
             overhead_from.steps, base_cost, source=overhead_from.path.name

@@ -17,6 +17,17 @@ Rows are weighted by 1/measured time, so the fit minimises relative error
 (what the reported absolute percentage errors measure). Every coefficient is
 non-negative: a step can never get cheaper by adding work. Held-out points
 are chosen deterministically (``split_held_out``) and never seen by the fit.
+
+A second source (``fit_engine_overhead``): the engine overhead fitted from a
+measured run's step log. Each step of a measured run (``steps.parquet``) is
+a sample: its shape, and how long the engine was busy with it, from
+scheduling to the end of its bookkeeping (``done_s - start_s``). The fit
+finds non-negative ``scale``, ``per_step_s`` and ``per_seq_s`` of
+``sim.cost.engine_overhead.EngineOverheadCost`` minimising the relative
+error, weighted as above. Fit it on one run and predict *another*: a fit on
+the run being predicted is not a validation.
+
+NNLS is Lawson-Hanson in numpy (``nnls``): scipy is not a dependency.
 """
 
 from __future__ import annotations
@@ -26,8 +37,9 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+import pandas as pd
 
-from calibration.nnls import nnls
+from sim.cost.base import SHAPE_FIELDS, CostModel, StepShape
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.calibration_artifact import (
     CalibrationSample,
@@ -35,12 +47,61 @@ from sim.cost.calibration_artifact import (
     FitError,
     ape,
 )
+from sim.cost.engine_overhead import EngineOverheadCost
 
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
 
 # Per-feature columns of _features, in order (coefficients named *_s).
 _TERMS = ("prefill_seqs", "prefill_attention_pairs", "prefill_kv_read_tokens", "decode_seqs")
+
+
+def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> Matrix:
+    """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
+
+    Scale columns to comparable norms before calling: the tolerance is
+    relative to ``a``'s size. Raises RuntimeError if it fails to converge.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    m, n = a.shape
+    max_iter = 5 * n + 10 if max_iter is None else max_iter
+    tol = 10 * np.finfo(np.float64).eps * np.linalg.norm(a, 1) * max(m, n)
+    x = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    # A variable whose entry makes no progress (degenerate data, e.g. duplicate
+    # columns) is skipped until x changes, so the outer loop cannot cycle.
+    skipped = np.zeros(n, dtype=bool)
+    for _ in range(max_iter):
+        w = a.T @ (b - a @ x)
+        candidates = ~passive & ~skipped & (w > tol)
+        if not candidates.any():
+            return x
+        j = int(np.argmax(np.where(candidates, w, -np.inf)))
+        passive[j] = True
+        first = True
+        while True:
+            s = np.zeros(n)
+            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if (s[passive] > tol).all():
+                break
+            if first and s[j] <= tol:
+                passive[j] = False
+                skipped[j] = True
+                s = x
+                break
+            first = False
+            # Step from x toward s until the first passive variable hits zero.
+            blocking = passive & (s <= tol)
+            xb, sb = x[blocking], s[blocking]
+            alpha = float(np.min(xb / (xb - sb))) if (xb > 0).all() else 0.0
+            x = x + alpha * (s - x)
+            passive &= x > tol
+            x[~passive] = 0.0
+        if s is not x:
+            skipped[:] = False
+            x = np.where(passive, s, 0.0)
+    raise RuntimeError(f"nnls did not converge in {max_iter} iterations")
 
 
 def choose_knots(
@@ -269,3 +330,27 @@ def fit_samples(
     train = [s for s in samples if not s.held_out]
     fit = fit_coefficients(train, kind)
     return fit, fit_error(fit, samples)
+
+
+def step_shapes(steps: pd.DataFrame) -> list[StepShape]:
+    """The StepShape of every row of a measured step log."""
+    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
+    return [StepShape(*(int(v) for v in row)) for row in rows]
+
+
+def fit_engine_overhead(
+    steps: pd.DataFrame, base: CostModel, source: str = "engine step log"
+) -> EngineOverheadCost:
+    """Fit ``scale * base + per_step_s + per_seq_s * seqs`` to the busy time of each step."""
+    if steps.empty:
+        raise ValueError("no steps to fit")
+    busy = (steps["done_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
+    shapes = step_shapes(steps)
+    predicted = np.array([base.step_s(s) for s in shapes])
+    seqs = np.array([s.num_prefill_seqs + s.num_decode_seqs for s in shapes], dtype=np.float64)
+    design = np.column_stack([predicted, np.ones_like(predicted), seqs]) / busy[:, None]
+    norms = np.linalg.norm(design, axis=0)
+    norms[norms == 0] = 1.0
+    coef = nnls(design / norms, np.ones_like(busy)) / norms
+    scale = float(coef[0]) if coef[0] > 0 else 1.0
+    return EngineOverheadCost(base, scale, float(coef[1]), float(coef[2]), source=source)

@@ -18,9 +18,9 @@ from calibration.fit import (
     fit_samples,
     hat_basis,
     hinge_basis,
+    nnls,
     split_held_out,
 )
-from calibration.nnls import nnls
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.calibration_artifact import CalibrationSample, load_artifact

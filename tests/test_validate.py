@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from calibration.compare_measured import latencies_of, load_measured, validate, write_validation
-from calibration.engine_fit import fit_engine_overhead
+from calibration.fit import fit_engine_overhead
 from sim import api
 from sim.cli import main as cli_main
 from sim.cost.base import CostModel, StepShape

@@ -8,7 +8,7 @@ benchmark (caches). ``EngineOverheadCost`` models a step as::
 
     step_s = scale * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
 
-with the three coefficients fitted (``calibration.engine_fit``) from the step
+with the three coefficients fitted (``calibration.fit.fit_engine_overhead``) from the step
 log of a *different* measured run than the one being predicted.
 """
 
