@@ -36,8 +36,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from calibration.model import LlamaModel
-from calibration.step import DecodeItem, PrefillChunk
+from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 from sim.hardware.specs import model_preset
 
 NUM_POSITIONS = 8

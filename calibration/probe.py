@@ -20,8 +20,7 @@ import numpy as np
 import torch
 
 from calibration.drift import PROBE_POINTS
-from calibration.model import LlamaModel
-from calibration.step import DecodeItem, PrefillChunk
+from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 
 
 def _timer(

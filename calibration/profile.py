@@ -27,8 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from calibration.model import LlamaModel
-from calibration.step import DecodeItem, PrefillChunk
+from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibration_artifact import CalibrationSample, Section
 

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 torch = pytest.importorskip("torch")
 
-from calibration.kv import KVCache  # noqa: E402
-from calibration.model import DecodeItem, LlamaModel, PrefillChunk  # noqa: E402
+
+from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk  # noqa: E402
 from sim.hardware.specs import ModelSpec, model_preset  # noqa: E402
 
 # Small enough to run in milliseconds, GQA (4 query heads per KV head), untied head.
