@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from calibration.needs_torch import torch_missing
 from sim.cost.calibration_artifact import (
     SCHEMA_VERSION,
     CalibrationArtifact,
@@ -45,6 +44,14 @@ GRID_HELP = (
     "reaches (~1 min); gpu: 127 shapes x 10 to 8192 "
     "tokens and batch 256, for a GPU. With --kernels: small (CPU) or gpu (default on cuda)"
 )
+
+
+def torch_missing(command: str) -> ConfigError:
+    """``servesim <command>`` cannot run without torch: how to install it (README, Set-up)."""
+    return ConfigError(
+        f"servesim {command} needs PyTorch, an optional extra: pip install -e '.[calibrate]' "
+        "(for the CPU-only build see the README's set-up); the simulator itself does not"
+    )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,19 +1,25 @@
-"""``servesim measure`` and ``servesim validate``: the command-line layer.
+"""``servesim measure``, ``validate`` and ``serve``: the command-line layer.
 
 ``measure`` serves a scenario on the real model (``calibration.measure``);
 ``validate`` predicts measured runs with the simulator and reports the error
 (``calibration.compare_measured``), measuring first when no ``--measured`` folder is
-given. Both are registered by ``add_parsers`` (see ``sim.cli.COMMANDS``).
+given; ``serve`` builds the scenario's calibration model and engine
+(``calibration.online``) and serves it with ``calibration.http_server`` until
+Ctrl-C or SIGTERM (with ``--port 0`` a free port is picked; the first line
+printed names the URL). All three are registered by ``add_parsers`` (see
+``sim.cli.COMMANDS``); registering them imports neither torch nor aiohttp.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import signal
 import time
 from pathlib import Path
 from typing import Any
 
-from calibration.needs_torch import torch_missing
+from calibration.cli import torch_missing
 from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint
 from sim.errors import ConfigError
 
@@ -127,8 +133,79 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _serve(app: Any, host: str, port: int, model: str) -> None:
+    from aiohttp import web
+
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ConfigError(
+                f"--port {port}: cannot listen on {host} ({error.strerror})"
+            ) from None
+        bound_host, bound_port = runner.addresses[0][:2]
+        print(
+            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import torch
+
+        from calibration.http_server import make_app
+        from calibration.measure import _DTYPES
+        from calibration.online import OnlineEngine
+    except ImportError as error:
+        raise ConfigError(
+            f"servesim serve needs PyTorch and aiohttp ({error}): "
+            "pip install -e '.[calibrate,http]'"
+        ) from None
+    from sim.api import reference_engine_problem
+    from sim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.set or ())
+    problem = reference_engine_problem(scenario)
+    if problem is None and scenario.async_scheduling:
+        # The online engine plans each step after the previous one (no visible_until).
+        problem = (
+            "engine.async_scheduling: servesim serve schedules synchronously; "
+            "set engine.async_scheduling: false"
+        )
+    if problem is not None:
+        raise ConfigError(problem)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available here")
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    if args.device == "cpu":
+        torch.set_num_threads(args.threads)
+    dtype = _DTYPES[args.dtype or ("fp32" if args.device == "cpu" else "bf16")]
+    engine = OnlineEngine(scenario, dtype, torch.device(args.device), args.threads)
+    engine.start()
+    try:
+        asyncio.run(
+            _serve(make_app(engine, scenario.model.name), args.host, args.port, scenario.model.name)
+        )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        engine.stop()
+    print("servesim serve: stopped", flush=True)
+    return 0
+
+
 def add_parsers(subparsers: Any) -> None:
-    """Register ``measure`` and ``validate``."""
+    """Register ``measure``, ``validate`` and ``serve``."""
     measure = subparsers.add_parser(
         "measure", help="serve a scenario on the real model (PyTorch) and record latencies"
     )
@@ -150,3 +227,18 @@ def add_parsers(subparsers: Any) -> None:
         help="another measured run whose step log fits the engine overhead (second prediction)",
     )
     validate.set_defaults(handler=_cmd_validate)
+    serve = subparsers.add_parser(
+        "serve",
+        help="serve a scenario's model on the reference engine as an OpenAI-compatible server",
+    )
+    serve.add_argument(
+        "scenario",
+        help="scenario YAML (model, scheduler, KV pool), e.g. scenarios/validate_tiny_cpu.yaml",
+    )
+    serve.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    serve.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="(default 8000; 0 = any free port)")
+    serve.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    serve.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="default: fp32 on cpu")
+    serve.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
+    serve.set_defaults(handler=_cmd_serve)

@@ -16,7 +16,7 @@ from test_capacity import md1_doc
 from test_sweep import write_sweep
 
 import sim.planning.sweep_plots as sweep_plots
-from calibration.needs_torch import torch_missing
+from calibration.cli import torch_missing
 from sim.cli import build_parser, main
 from sim.planning.capacity import CapacitySearch, LoadKnob, LoadPoint
 from sim.planning.capacity_report import fleet_for, format_capacity

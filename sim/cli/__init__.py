@@ -57,11 +57,6 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("measure", "serve a scenario on the real model (PyTorch) and record latencies"),
             ("validate", "simulate measured runs and report the prediction error"),
-        ),
-    ),
-    (
-        "calibration.serve_http_cli",
-        (
             (
                 "serve",
                 "serve a scenario's model on the reference engine as an OpenAI-compatible server",
