@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from calibration.online import Emitted, OnlineEngine
+from calibration.reference_engine import Emitted, OnlineEngine
 
 
 class Mailbox:

@@ -4,7 +4,7 @@
 ``validate`` predicts measured runs with the simulator and reports the error
 (``calibration.compare_measured``), measuring first when no ``--measured`` folder is
 given; ``serve`` builds the scenario's calibration model and engine
-(``calibration.online``) and serves it with ``calibration.http_server`` until
+(``calibration.reference_engine``) and serves it with ``calibration.http_server`` until
 Ctrl-C or SIGTERM (with ``--port 0`` a free port is picked; the first line
 printed names the URL). All three are registered by ``add_parsers`` (see
 ``sim.cli.COMMANDS``); registering them imports neither torch nor aiohttp.
@@ -164,7 +164,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
         from calibration.http_server import make_app
         from calibration.measure import _DTYPES
-        from calibration.online import OnlineEngine
+        from calibration.reference_engine import OnlineEngine
     except ImportError as error:
         raise ConfigError(
             f"servesim serve needs PyTorch and aiohttp ({error}): "

@@ -19,13 +19,13 @@ from typing import Any, cast
 
 import pytest
 
-pytest.importorskip("torch")  # calibration.online imports it
+pytest.importorskip("torch")  # calibration.reference_engine imports it
 pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer
 
 from calibration.http_server import Mailbox, _prompt_ids, make_app
-from calibration.online import Emitted, OnlineEngine, Sink
+from calibration.reference_engine import Emitted, OnlineEngine, Sink
 from calibration.tokenizer import ByteTokenizer
 
 MODEL = "tiny"

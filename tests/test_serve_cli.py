@@ -213,12 +213,12 @@ def test_serve_refuses_what_the_reference_engine_cannot_run_before_building_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pytest.importorskip("torch")
-    import calibration.online
+    import calibration.reference_engine
 
     def never(*args: object, **kwargs: object) -> None:
         raise AssertionError("no engine may be built for a refused scenario")
 
-    monkeypatch.setattr(calibration.online, "OnlineEngine", never)
+    monkeypatch.setattr(calibration.reference_engine, "OnlineEngine", never)
     sets = ["--set", "engine.enable_prefix_caching=true"]
     err = one_line_error(capsys, ["serve", str(TINY), *sets])
     assert err.startswith("engine.enable_prefix_caching")
