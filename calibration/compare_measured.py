@@ -9,9 +9,10 @@ microbenchmarks, never from the run being predicted) and compare
 - ``overhead_from``: a measured run of *another* workload (another seed or
   load) whose step log fits the engine's per-step overhead
   (``calibration.fit.fit_engine_overhead``): a second prediction, reported beside;
-- when the run carries probe times (``calibration.probe``: three step shapes
-  timed just before and after it), the machine's speed then relative to the
-  cost model is reported, with a third prediction scaled by it.
+- when the run carries probe times (``calibration.measure.run_probe``: the
+  three step shapes of ``PROBE_POINTS`` timed just before and after it), the
+  machine's drift, its speed then relative to the cost model
+  (``speed_ratio``), is reported, with a third prediction scaled by it.
 
 Writes ``report.md``, ``validation.json``, ``cdf.png`` and the predicted
 per-request table. Importing this module does not import torch.
@@ -23,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from sim.api import cost_model_for
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, StepShape
 from sim.cost.engine_overhead import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
@@ -42,6 +44,37 @@ from sim.validation.predict import (
     within_targets,
 )
 from sim.validation.report import plot_cdfs, render_markdown
+
+# Shapes inside every shipped grid's range (chunk <= 128 tokens, batch <= 8,
+# context 160), so the curve prices them by interpolation, not extrapolation.
+# Each is (prefill chunks as (new, cached) tokens, decode contexts).
+PROBE_POINTS: dict[str, tuple[tuple[tuple[int, int], ...], tuple[int, ...]]] = {
+    "prefill 128": (((128, 0),), ()),
+    "decode 8 x 160": ((), (160,) * 8),
+    "mixed 64 + 8 x 160": (((64, 0),), (160,) * 8),
+}
+
+
+def speed_ratio(probes: list[object], cost: CostModel) -> float | None:
+    """Geometric mean of measured / predicted over every probe shape and time.
+
+    Above 1: the machine ran slower around the measured run than the cost
+    model says. ``probes`` are ``run_probe`` results as read back from a
+    ``summary.json`` (anything else is skipped); None if nothing usable.
+    """
+    logs = []
+    for medians in probes:
+        if not isinstance(medians, dict):
+            continue
+        for name, measured in medians.items():
+            point = PROBE_POINTS.get(str(name))
+            if point is None or not isinstance(measured, int | float) or measured <= 0:
+                continue
+            chunks, contexts = point
+            predicted = cost.step_s(StepShape.build(list(chunks), list(contexts)))
+            logs.append(np.log(float(measured) / predicted))
+    return float(np.exp(np.mean(logs))) if logs else None
+
 
 DRIFT_FACT = "machine speed vs calibration (probe; >1 = slower)"
 
@@ -192,8 +225,6 @@ def write_validation(validation: Validation, out_dir: str | Path, title: str) ->
 
 def _probe_drift(summary: dict[str, Any], cost: CostModel) -> dict[str, float] | None:
     """Measured / predicted probe times before, after and over both; None without probes."""
-    from calibration.drift import speed_ratio
-
     probes = summary.get("probe_s")
     if not isinstance(probes, dict) or not {"before", "after"} <= probes.keys():
         return None

@@ -150,7 +150,8 @@ def build_grid(name: GridName) -> Grid:
         # batch 5, and batch 8 when priced 1.5x too slow; batch 12 leaves room. Every
         # batch size has its own points (the CPU kernels switch with the row count, see
         # compact), three contexts each so that one held out leaves a knot. It holds the
-        # probe's three shapes (calibration.drift), so the curve interpolates there.
+        # probe's three shapes (calibration.compare_measured.PROBE_POINTS), so the curve
+        # interpolates there.
         points = (
             _prefill([16, 32, 64, 96, 128], [(2, 128)], [(64, 128), (128, 128)])
             + _decode(range(1, 13), [32, 160, 384], 12 * 384)

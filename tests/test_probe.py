@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from calibration.compare_measured import load_measured, validate
-from calibration.drift import PROBE_POINTS, speed_ratio
+from calibration.compare_measured import PROBE_POINTS, load_measured, speed_ratio, validate
 from sim import api
 from sim.cost.base import StepShape
 from sim.cost.linear import LinearCost
@@ -120,8 +119,8 @@ torch = pytest.importorskip("torch")
 
 
 def test_run_probe_times_every_shape_on_a_real_model() -> None:
+    from calibration.measure import run_probe
     from calibration.model import LlamaModel
-    from calibration.probe import run_probe
     from sim.hardware.specs import model_preset
 
     times = run_probe(LlamaModel(model_preset("tiny"), seed=0), num_repeats=2)
