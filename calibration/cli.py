@@ -168,10 +168,9 @@ def run(args: argparse.Namespace) -> int:
         import torch
     except ImportError:
         raise torch_missing("calibrate") from None
-    from calibration.environment import hardware_info, software_info
     from calibration.fit import fit_samples, split_held_out
     from calibration.model import LlamaModel
-    from calibration.profile import build_grid, profile_grid
+    from calibration.profile import build_grid, hardware_info, profile_grid, software_info
     from sim.cost.provenance import git_revision, utc_now
 
     spec = model_preset(args.model)

@@ -38,8 +38,8 @@ import torch
 
 import sim
 from calibration.compare_measured import PROBE_POINTS
-from calibration.environment import cpu_model
 from calibration.model import DecodeItem, LlamaModel, PrefillChunk
+from calibration.profile import cpu_model
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
