@@ -105,12 +105,6 @@ def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _torch_dtype(name: str) -> Any:
-    import torch
-
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
-
-
 def _kv_budget_tokens(model: Any) -> int:
     """KV tokens that fit in 60 % of the free device memory (after weights).
 
@@ -169,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise torch_missing("calibrate") from None
     from calibration.fit import fit_samples, split_held_out
-    from calibration.model import LlamaModel
+    from calibration.model import TORCH_DTYPES, LlamaModel
     from calibration.profile import build_grid, hardware_info, profile_grid, software_info
     from sim.cost.provenance import git_revision, utc_now
 
@@ -192,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     )
 
     rng = np.random.default_rng(args.seed)
-    model = LlamaModel(spec, dtype=_torch_dtype(dtype), device=device, seed=args.seed)
+    model = LlamaModel(spec, dtype=TORCH_DTYPES[dtype], device=device, seed=args.seed)
     grid = build_grid(args.grid)
     print(
         f"calibrating {spec.name} ({dtype}, {spec.num_params / 1e6:.1f}M params) on "

@@ -39,7 +39,7 @@ from sim.hardware.specs import ModelArchitecture
 
 TOOL_VERSION = "1"
 # The CLI's dtype names -> torch's, which the artifact's provenance records.
-TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def measure_tables(
     import torch
 
     device = torch.device(device_name)
-    dtype = getattr(torch, TORCH_DTYPES[dtype_name])
+    dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])
     grid = KERNEL_GRIDS[grid_name]
     timer = _timer(torch, device)
     say = progress or (lambda _: None)
@@ -191,8 +191,8 @@ def measure_tables(
         device_name=gpu,
         framework="torch",
         framework_version=torch.__version__,
-        dtype=TORCH_DTYPES[dtype_name],
-        kv_dtype=TORCH_DTYPES[dtype_name],
+        dtype=TORCH_DTYPE_NAMES[dtype_name],
+        kv_dtype=TORCH_DTYPE_NAMES[dtype_name],
         date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         tool="calibration.kernel_tables",
         tool_version=TOOL_VERSION,

@@ -38,7 +38,7 @@ import torch
 
 import sim
 from calibration.compare_measured import PROBE_POINTS
-from calibration.model import DecodeItem, LlamaModel, PrefillChunk
+from calibration.model import TORCH_DTYPES, DecodeItem, LlamaModel, PrefillChunk
 from calibration.profile import cpu_model
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
@@ -52,7 +52,6 @@ from sim.validation.predict import with_request_spec
 from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -195,19 +194,19 @@ def measure(
     # The simulator's own core factory; raises for what the reference engine cannot run.
     core_config = core_config_for(scenario, reference_engine=True)
     dtype_name = dtype or ("fp32" if device == "cpu" else "bf16")
-    if dtype_name not in _DTYPES:
-        raise ConfigError(f"--dtype {dtype_name!r}: expected one of {', '.join(_DTYPES)}")
+    if dtype_name not in TORCH_DTYPES:
+        raise ConfigError(f"--dtype {dtype_name!r}: expected one of {', '.join(TORCH_DTYPES)}")
     torch_device = torch.device(device)
     if device == "cpu":
         torch.set_num_threads(threads)
-    _check_fits(scenario, torch_device, _DTYPES[dtype_name])
+    _check_fits(scenario, torch_device, TORCH_DTYPES[dtype_name])
     work = generate_open_loop(scenario.workload, np.random.default_rng(scenario.seed), base_dir)
     policy = scenario.scheduler
     num_slots = int(getattr(policy, "max_num_seqs", getattr(policy, "max_batch_size", 1)))
     num_slots = max(1, min(num_slots, len(work.arrival_s)))
     longest = int((work.num_prompt_tokens + work.num_output_tokens).max(initial=2))
     max_len = min(longest, scenario.engine.max_model_len_tokens)
-    model = LlamaModel(scenario.model, dtype=_DTYPES[dtype_name], device=torch_device, seed=0)
+    model = LlamaModel(scenario.model, dtype=TORCH_DTYPES[dtype_name], device=torch_device, seed=0)
     executor = StepExecutor(
         model, num_slots, max_len, sampling or SamplingParams(), seed=scenario.seed
     )

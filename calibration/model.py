@@ -44,6 +44,7 @@ from sim.hardware.specs import ModelSpec
 
 IntArray = npt.NDArray[np.int64]
 
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _INIT_STD = 0.02  # like Llama's initializer_range; keeps activations O(1)
 _NORM_EPS = 1e-5
 

@@ -28,11 +28,6 @@ class SamplingParams(BaseModel):
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
 
-    @property
-    def needs_filter(self) -> bool:
-        """Whether top-k or top-p restricts the support at all."""
-        return self.top_k is not None or self.top_p < 1.0
-
 
 def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """``logits / temperature`` with tokens outside top-k / top-p set to ``-inf``.

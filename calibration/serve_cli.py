@@ -163,7 +163,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import torch
 
         from calibration.http_server import make_app
-        from calibration.measure import _DTYPES
+        from calibration.model import TORCH_DTYPES
         from calibration.reference_engine import OnlineEngine
     except ImportError as error:
         raise ConfigError(
@@ -189,7 +189,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigError(f"--threads must be >= 1, got {args.threads}")
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
-    dtype = _DTYPES[args.dtype or ("fp32" if args.device == "cpu" else "bf16")]
+    dtype = TORCH_DTYPES[args.dtype or ("fp32" if args.device == "cpu" else "bf16")]
     engine = OnlineEngine(scenario, dtype, torch.device(args.device), args.threads)
     engine.start()
     try:
