@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import threading
 import time
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from calibration.reference_engine import Emitted, OnlineEngine
+from sim.errors import ConfigError
 
 
 class Mailbox:
@@ -277,3 +279,27 @@ def make_app(engine: OnlineEngine, model: str) -> web.Application:
     app.router.add_post("/v1/completions", completions)
     app.router.add_post("/v1/chat/completions", chat_completions)
     return app
+
+
+async def serve(app: web.Application, host: str, port: int, model: str) -> None:
+    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ConfigError(
+                f"--port {port}: cannot listen on {host} ({error.strerror})"
+            ) from None
+        bound_host, bound_port = runner.addresses[0][:2]
+        print(
+            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()

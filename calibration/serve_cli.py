@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -133,36 +132,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve(app: Any, host: str, port: int, model: str) -> None:
-    from aiohttp import web
-
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as error:
-            raise ConfigError(
-                f"--port {port}: cannot listen on {host} ({error.strerror})"
-            ) from None
-        bound_host, bound_port = runner.addresses[0][:2]
-        print(
-            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
-            flush=True,
-        )
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await stop.wait()
-    finally:
-        await runner.cleanup()
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         import torch
 
-        from calibration.http_server import make_app
+        from calibration.http_server import make_app, serve
         from calibration.model import TORCH_DTYPES
         from calibration.reference_engine import OnlineEngine
     except ImportError as error:
@@ -194,7 +168,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     engine.start()
     try:
         asyncio.run(
-            _serve(make_app(engine, scenario.model.name), args.host, args.port, scenario.model.name)
+            serve(make_app(engine, scenario.model.name), args.host, args.port, scenario.model.name)
         )
     except KeyboardInterrupt:
         pass

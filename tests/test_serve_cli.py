@@ -59,7 +59,7 @@ def test_serve_refuses_cuda_where_there_is_none(capsys: pytest.CaptureFixture[st
 def test_serve_listens_prints_its_url_and_stops_on_sigterm(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from calibration.serve_cli import _serve
+    from calibration.http_server import serve
 
     async def pong(request: web.Request) -> web.Response:
         return web.Response(text="pong")
@@ -68,7 +68,7 @@ def test_serve_listens_prints_its_url_and_stops_on_sigterm(
     app.router.add_get("/ping", pong)
 
     async def go() -> tuple[str, str]:
-        server = asyncio.create_task(_serve(app, "127.0.0.1", 0, "org/m"))
+        server = asyncio.create_task(serve(app, "127.0.0.1", 0, "org/m"))
         printed = ""
         for _ in range(1000):
             printed += capsys.readouterr().out
@@ -92,7 +92,7 @@ def test_serve_listens_prints_its_url_and_stops_on_sigterm(
 
 
 def test_serve_on_a_taken_port_names_the_port() -> None:
-    from calibration.serve_cli import _serve
+    from calibration.http_server import serve
 
     async def go() -> None:
         holder = web.AppRunner(web.Application())
@@ -101,7 +101,7 @@ def test_serve_on_a_taken_port_names_the_port() -> None:
         await site.start()
         port = holder.addresses[0][1]
         try:
-            await _serve(web.Application(), "127.0.0.1", port, "m")
+            await serve(web.Application(), "127.0.0.1", port, "m")
         finally:
             await holder.cleanup()
 
