@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from calibration.fit import fit_engine_overhead
 from sim.api import cost_model_for
 from sim.cost.base import CostModel, StepShape
 from sim.cost.engine_overhead import ScaledCost
@@ -166,8 +167,6 @@ def validate(
             raise ConfigError(
                 f"--overhead-from {overhead_from.path}: no step log (measure runs only)"
             )
-        from calibration.fit import fit_engine_overhead
-
         predictions["microbenchmarks + engine overhead"] = fit_engine_overhead(
             overhead_from.steps, base_cost, source=overhead_from.path.name
         )
