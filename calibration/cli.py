@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from calibration.needs_torch import torch_missing
-from sim.cost.calibration_artifact import (
+from sim.cost.calibrated import (
     SCHEMA_VERSION,
     CalibrationArtifact,
     ModelInfo,

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import sim
-from sim.cost.calibration_artifact import HardwareInfo, SoftwareInfo
+from sim.cost.calibrated import HardwareInfo, SoftwareInfo
 
 
 def cpu_model() -> str:

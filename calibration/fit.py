@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from calibration.nnls import nnls
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.calibration_artifact import (
+from sim.cost.calibrated import (
+    CalibratedCost,
     CalibrationSample,
     FitCoefficients,
     FitError,

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from calibration.model import LlamaModel
 from calibration.step import DecodeItem, PrefillChunk
 from sim.cost.base import StepShape
-from sim.cost.calibration_artifact import CalibrationSample, Section
+from sim.cost.calibrated import CalibrationSample, Section
 
 GridName = Literal["small", "default", "compact", "ci", "gpu"]
 GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "ci", "gpu")

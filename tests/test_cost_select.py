@@ -10,8 +10,7 @@ import pytest
 
 from sim import api
 from sim.cost.base import StepShape
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.calibration_artifact import load_artifact
+from sim.cost.calibrated import CalibratedCost, load_artifact
 from sim.cost.config import build_cost_model
 from sim.cost.roofline import RooflineCost
 from sim.cost.select import (

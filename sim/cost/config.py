@@ -23,8 +23,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from sim.cost.base import CostModel
-from sim.cost.fitted import FittedCost
-from sim.cost.fitted_artifact import FittedCostArtifact, load_fitted_artifact
+from sim.cost.fitted import FittedCost, FittedCostArtifact, load_fitted_artifact
 from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import RooflineCost

@@ -21,8 +21,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from sim.cost.base import CostModel
-from sim.cost.calibrated import CalibratedCost, artifact_label, scale_to_hardware
-from sim.cost.calibration_artifact import CalibrationArtifact, load_artifact
+from sim.cost.calibrated import (
+    CalibratedCost,
+    CalibrationArtifact,
+    artifact_label,
+    load_artifact,
+    scale_to_hardware,
+)
 from sim.cost.kernels.auto import kernel_auto
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
