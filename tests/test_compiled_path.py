@@ -19,9 +19,9 @@ import pytest
 from compiled_runs import assert_identical, record_plays, simulate
 
 from sim.cli import main
+from sim.cost.config import UncalibratedRoofline
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
-from sim.cost.select import UncalibratedRoofline
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.engine.policies.features import with_async_scheduling
 from sim.errors import ConfigError
