@@ -18,12 +18,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.cost.base import CostModel, FloatArray, StepShape
+from sim.cost.base import CostModel, FloatArray, StepShape, run_ends_s
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
-from sim.cost.run_ends import run_ends_s
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,

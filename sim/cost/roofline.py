@@ -148,7 +148,7 @@ class RooflineCost:
         self, num_seqs: int, context_tokens: int, num_steps: int
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.run_ends``: none past a run's cut)."""
+        (``sim.cost.base``: none past a run's cut)."""
         if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
             return repeat(0.0)  # steps of no sequence take no time
         return self._durations(num_seqs, context_tokens)
@@ -289,7 +289,7 @@ class ParallelRooflineCost:
         self, num_seqs: int, context_tokens: int, num_steps: int
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.run_ends``: none past a run's cut)."""
+        (``sim.cost.base``: none past a run's cut)."""
         if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
             return repeat(0.0)  # steps of no sequence take no time
         return self._durations(num_seqs, context_tokens)

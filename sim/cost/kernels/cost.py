@@ -281,7 +281,7 @@ class KernelCost:
         self, num_seqs: int, context_tokens: int, num_steps: int
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.run_ends``: none past a run's cut, and an open-loop run
+        (``sim.cost.base``: none past a run's cut, and an open-loop run
         usually stops at the next arrival, long before)."""
         if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
             return repeat(0.0)  # steps of no sequence take no time
