@@ -20,16 +20,22 @@ from sim.cost.config import (
     build_cost_model,
     parallel_cost_model,
 )
-from sim.cost.kernels import aiconfigurator, auto
-from sim.cost.kernels.auto import auto_candidates, kernel_auto
-from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
-from sim.cost.kernels.cost import KernelCost
-from sim.cost.kernels.shipped import (
+from sim.cost.kernels import aiconfigurator
+from sim.cost.kernels import config as kernels_config
+from sim.cost.kernels.artifact import (
     load_cached,
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
     shipped_name,
 )
+from sim.cost.kernels.config import (
+    KernelsCostConfig,
+    architecture_for,
+    auto_candidates,
+    build_kernels,
+    kernel_auto,
+)
+from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import ParallelRooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, link_preset
@@ -49,7 +55,7 @@ ADAPTER: TypeAdapter[CostConfig] = TypeAdapter(CostConfig)
 @pytest.fixture(autouse=True)
 def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests see aiconfigurator as absent unless they install the test slice."""
-    monkeypatch.setattr(auto, "installed_data_dir", lambda: None)
+    monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: None)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: None)
     kernel_auto.cache_clear()
     yield
@@ -57,7 +63,7 @@ def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def install_test_database(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auto, "installed_data_dir", lambda: AIC_DATA)
+    monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: AIC_DATA)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: AIC_DATA)
     kernel_auto.cache_clear()
 

@@ -14,7 +14,7 @@
 - ``fitted``: a base model (any of the above) with an overhead and prefill /
   decode multipliers fitted to measured runs, see ``sim.cost.fitted``;
 - ``auto`` (the default): kernel tables covering this model and GPU
-  (``sim.cost.kernels.auto``), else a shipped artifact measured for this
+  (``sim.cost.kernels.config``), else a shipped artifact measured for this
   model on this hardware, else the roofline, labelled uncalibrated so that
   nobody mistakes it for a measurement.
 
@@ -41,8 +41,7 @@ from sim.cost.calibrated import (
     scale_to_hardware,
 )
 from sim.cost.fitted import FittedCost, FittedCostArtifact, load_fitted_artifact
-from sim.cost.kernels.auto import kernel_auto
-from sim.cost.kernels.config import KernelsCostConfig, build_kernels
+from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError

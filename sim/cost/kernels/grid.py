@@ -234,7 +234,7 @@ class Grid:
         """
         if len(coords) != len(self.axes):
             raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
-        if self._point is not None:  # the unrolled twin of the loop below (grid_point)
+        if self._point is not None:  # the unrolled twin of the loop below (point_function)
             return self._point(*coords)
         lows, weights, sizes = [], [], []
         scale = 1.0
@@ -319,7 +319,7 @@ class Grid:
         return out
 
     def _warn_point(self, axis_index: int, x: float) -> None:
-        # From a grid_point closure, two frames deeper than from __call__: the warning
+        # From a point_function closure, two frames deeper than from __call__: the warning
         # names the same line of the caller.
         self._warn_above(axis_index, True, np.asarray([x]), stacklevel=6)
 
