@@ -3,8 +3,8 @@
 Each step of a measured run (``steps.parquet``) is a sample: its shape, and
 how long the engine was busy with it, from scheduling to the end of its
 bookkeeping (``done_s - start_s``). The fit finds non-negative ``scale``,
-``per_step_s`` and ``per_seq_s`` of ``sim.cost.engine_overhead.
-EngineOverheadCost`` minimising the relative error (rows weighted by
+``per_step_s`` and ``per_seq_s`` of ``sim.cost.fitted.EngineOverheadCost``
+minimising the relative error (rows weighted by
 1 / measured time, as ``calibration.fit``), with NNLS. Fit it on one run and
 predict *another*: a fit on the run being predicted is not a validation.
 """
@@ -16,7 +16,7 @@ import pandas as pd
 
 from calibration.nnls import nnls
 from sim.cost.base import SHAPE_FIELDS, CostModel, StepShape
-from sim.cost.engine_overhead import EngineOverheadCost
+from sim.cost.fitted import EngineOverheadCost
 
 
 def step_shapes(steps: pd.DataFrame) -> list[StepShape]:
