@@ -1,7 +1,7 @@
 """Cost models: pure functions from a step's shape to seconds.
 
 - ``base``: ``StepShape``, the ``CostModel`` protocol, and the one loop that
-  prices a skip-ahead run's decode steps (``run_ends_s``);
+  prices a skip-ahead run's decode steps (``run_ends_for``);
 - ``linear``: a step linear in its counts (teaching, queueing checks);
 - ``roofline``: the slower of FLOPs and bytes, one GPU or a tensor / pipeline
   parallel replica;

@@ -4,7 +4,7 @@ A step's cost depends only on aggregate counts, never on which requests are in
 it, so a shape is a handful of integers: this keeps a cost evaluation to a few
 microseconds and lets the simulator price many identical decode steps at once.
 
-The end times of a skip-ahead run (``run_ends_s``): the replica
+The end times of a skip-ahead run (``run_ends_for``): the replica
 (``sim.serving.replica``) turns a plan promising ``num_steps``
 steps into one SimPy timeout, and needs each step's end time: the first
 step's, then ``end[j] = end[j - 1] + d[j]`` with the cost model's decode-step
@@ -177,44 +177,27 @@ def ends_until_cut(
 
 
 def run_ends_for(cost: CostModel) -> RunEnds:
-    """``run_ends_s`` bound to ``cost``, its durations' source looked up once (for
-    an executor that prices a run per plan)."""
-    durations: Durations | None = getattr(cost, "decode_durations_s", None)
-    return partial(_run_ends, durations or partial(_all_priced, cost))
+    """End times (s) of ``cost``'s skip-ahead runs: the first step's
+    (``first_end_s``), then ``num_decode_steps`` decode steps of ``num_seqs``
+    sequences with ``context_tokens`` summed context in the first of them, cut by
+    ``ends_until_cut``. The durations' source is looked up once (an executor
+    prices a run per plan): ``decode_durations_s`` if the model has it, else
+    every step priced by ``decode_steps_s``."""
+    lazy: Durations | None = getattr(cost, "decode_durations_s", None)
+    durations: Durations = lazy or partial(_all_priced, cost)
 
+    def run_ends(
+        first_end_s: float,
+        num_seqs: int,
+        context_tokens: int,
+        num_decode_steps: int,
+        stop_s: float,
+        num_after: int,
+    ) -> list[float]:
+        steps = durations(num_seqs, context_tokens, num_decode_steps)
+        return ends_until_cut(steps, first_end_s, num_decode_steps, stop_s, num_after)
 
-def run_ends_s(
-    cost: CostModel,
-    first_end_s: float,
-    num_seqs: int,
-    context_tokens: int,
-    num_decode_steps: int,
-    stop_s: float = float("inf"),
-    num_after: int = 1,
-) -> list[float]:
-    """``ends_until_cut`` of ``num_decode_steps`` decode steps of ``num_seqs``
-    sequences with ``context_tokens`` summed context in the first of them."""
-    return run_ends_for(cost)(
-        first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after
-    )
-
-
-def _run_ends(
-    durations: Durations,
-    first_end_s: float,
-    num_seqs: int,
-    context_tokens: int,
-    num_decode_steps: int,
-    stop_s: float,
-    num_after: int,
-) -> list[float]:
-    return ends_until_cut(
-        durations(num_seqs, context_tokens, num_decode_steps),
-        first_end_s,
-        num_decode_steps,
-        stop_s,
-        num_after,
-    )
+    return run_ends
 
 
 def _all_priced(
