@@ -11,7 +11,7 @@ in one run are the numbers to trust):
 - ``16 replicas``: ``scenarios/replicas.yaml`` with 16 replicas behind its
   round-robin router at 160 req/s (cost flat in cluster size: >= 20,000
   req/s), simulated as ``api.run`` does by default (the replicas dealt to
-  one worker process per usable CPU, ``sim.serving.workers``) and in this
+  one worker process per usable CPU, ``sim.fast.workers``) and in this
   process alone, side by side;
 - ``chat 8/s, kernels``: the chat workload priced from measured kernel tables
   (the shipped RTX PRO 6000 / Llama-3.1-8B artifact, ``kind: kernels``), as
@@ -19,7 +19,7 @@ in one run are the numbers to trust):
   roofline costs).
 
 Each workload runs twice, side by side: through the compiled loop
-(``sim.serving.compiled``, numba; ``api.run(..., compiled=True)``) and through
+(``sim.fast.compiled``, numba; ``api.run(..., compiled=True)``) and through
 the Python path (``compiled=False``), and the two runs' finish times must be identical.
 The 16 replicas' "1 proc." row is the Python path in this process alone (the
 compiled loop always runs every replica in this process). ``--loop`` picks
@@ -45,9 +45,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sim import api
+from sim.fast.compiled import path
+from sim.fast.workers import default_num_workers
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
-from sim.serving.compiled import path
-from sim.serving.workers import default_num_workers
 
 ROOT = Path(__file__).resolve().parent.parent
 

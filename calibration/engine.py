@@ -1,6 +1,6 @@
 """The real engine's executor: turns a step plan into one ``forward_step``.
 
-One scheduler, two executors: ``sim.engine.core.EngineCore`` and the scenario's
+One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the scenario's
 policy decide every step (unchanged); this module runs the decision on the
 calibration model. The KV cache has one slot per running request (a slot is
 taken when a request is first scheduled and given back when it finishes or is
@@ -25,8 +25,8 @@ import torch
 
 from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 from calibration.sampling import SamplingParams, sample
-from sim.engine.plan import StepPlan
 from sim.engine.request import Request
+from sim.engine.scheduler import StepPlan
 
 
 class StepExecutor:

@@ -43,10 +43,9 @@ from tqdm import tqdm
 from calibration.engine import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.cost.base import SHAPE_FIELDS
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import prefix_describer
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, StepPlan
 from sim.workload.generate import RequestArrays
 
 STEP_FIELDS = (
@@ -108,9 +107,8 @@ class WallClockEngine:
         self.executor = executor
         self.work = work
         self.sync = sync
-        # Async scheduling, asked for by the policy (as sim.serving.replica reads it).
-        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
-        core.pipelined = self.pipelined
+        # Async scheduling, asked for by the policy (the core read it when built).
+        self.pipelined = core.pipelined
         self._describe = prefix_describer(work)  # None unless requests share prefixes
         priority = work.priority
         self._priorities = None if priority is None else priority.tolist()

@@ -33,8 +33,8 @@ from calibration.model import LlamaModel
 from calibration.sampling import SamplingParams
 from calibration.tokenizer import NUM_SPECIAL, ByteTokenizer
 from sim.api import core_config_for
-from sim.engine.plan import StepPlan
 from sim.engine.request import Request
+from sim.engine.scheduler import StepPlan
 from sim.scenario import Scenario
 
 EOS_ID = NUM_SPECIAL - 1  # calibration.tokenizer: 2 = end of sequence

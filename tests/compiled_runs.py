@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim.fast.compiled import path
 from sim.serving.cluster import Cluster
-from sim.serving.compiled import path
-from sim.serving.engine_config import Engine
+from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -32,7 +32,7 @@ def record_plays(patch: pytest.MonkeyPatch) -> list[bool]:
 
 def simulate(
     arrays: RequestArrays,
-    engine: Engine,
+    engine: ReplicaConfig,
     mode: str,
     cluster: Cluster | None = None,
     workers: int | None = 1,

@@ -1,7 +1,7 @@
 """The prefix-caching pool as it was before its free queue went bulk (test reference).
 
-``sim.engine.prefix_cache.PrefixCachingPool`` keeps vLLM's free block queue in
-a list with bulk pushes and pops (``sim.engine.free_queue``). This is the
+``sim.engine.kv_cache.PrefixCachingPool`` keeps vLLM's free block queue in
+a list with bulk pushes and pops (``sim.engine.kv_blocks``). This is the
 earlier implementation, one ``OrderedDict`` entry and one reference count per
 block, kept only so that ``tests/test_prefix_cache_reference.py`` can check
 that the fast one allocates, evicts and frees exactly the same block ids.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
-from sim.engine.block_keys import BlockKeys, Key, own_key_base
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_blocks import BlockKeys, Key, own_key_base
+from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
 
 
@@ -52,7 +52,7 @@ class ReferencePrefixPool(BlockPool):
         self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
         self.num_evictions = 0
 
-    # -- keys (sim.engine.block_keys) ----------------------------------------------
+    # -- keys (sim.engine.kv_blocks) ----------------------------------------------
     def num_shareable_blocks(self, request: Request) -> int:
         """Leading whole blocks of ``request`` keyed by content shared across requests."""
         return self._keys.num_shareable(request)

@@ -64,7 +64,7 @@ def test_the_header_names_what_ran_in_a_fixed_order() -> None:
 
 def test_a_simulated_summary_opens_with_the_header(result: Result) -> None:
     engine = api.engine_for(result.scenario)
-    expected = summary_header(result.scenario, engine, engine.cost.label)
+    expected = summary_header(result.scenario, engine.core, engine.cost.label)
     header = {key: result.summary[key] for key in HEADER_KEYS}
     assert header == expected
     assert result.summary["cost_model"].startswith("roofline")

@@ -13,8 +13,12 @@ still says which module knows about which). The rules:
 - ``sim.serving`` stays below ``metrics``, ``planning``, ``validation`` and the faces;
 - ``planning`` and ``validation`` reach the simulator through ``sim.api``,
   never ``sim.engine`` or ``sim.serving`` directly;
-- policies see the core through ``CoreView``; ``EngineCore`` imports no feature
-  (speculative decoding, swap) and no concrete policy.
+- policies see the core through ``CoreView``, never ``EngineCore``; the scheduler
+  (``EngineCore`` and continuous batching, ``sim.engine.scheduler``) imports no
+  feature (speculative decoding) and no other policy;
+- the reference modules (``sim.engine``, ``sim.serving``) never import the speed
+  paths (``sim.fast``), but through one door, ``sim.serving.simulation``: the
+  replicas' cores (``replica_core``) and an open loop's run (``Simulation.run``).
 """
 
 from __future__ import annotations
@@ -148,9 +152,9 @@ def test_the_cycle_finder_finds_a_planted_cycle() -> None:
 
 
 def test_the_walk_sees_type_only_and_function_level_imports() -> None:
-    # EngineCore's policy type comes from the policies' protocol module, and
-    # the sweep executor imports sim.api inside a function.
-    assert "sim.engine.policies.base" in internal_imports("sim.engine.core")
+    # The lifecycle recorder imports pandas for types only, and the sweep
+    # executor imports sim.api inside a function.
+    assert "pandas" in imports_of("sim.engine.lifecycle")
     assert "sim.api" in internal_imports("sim.planning.sweep_exec")
 
 
@@ -198,15 +202,32 @@ def test_cost_imports_only_itself_hardware_and_errors() -> None:
     assert outside == []
 
 
+def _names_imported(name: str) -> set[str]:
+    """The names ``name`` takes with ``from x import y``, anywhere in it."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text(), str(path))
+    return {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
 def test_policies_see_the_core_only_through_its_protocol() -> None:
-    assert _violations("sim.engine.policies", ("sim.engine.core",)) == []
+    # The core and continuous batching share sim.engine.scheduler; a policy may
+    # subclass ``Continuous`` but sees the core only as a ``CoreView``.
+    assert [m for m in _layer("sim.engine.policies") if "EngineCore" in _names_imported(m)] == []
 
 
-def test_the_engine_core_imports_no_feature_and_no_concrete_policy() -> None:
-    imported = internal_imports("sim.engine.core")
-    assert not {m for m in imported if _in(m, "sim.engine.speculative", "sim.engine.swap")}
-    policies = {m for m in imported if _in(m, "sim.engine.policies")}
-    assert policies == {"sim.engine.policies.base"}
+def test_the_scheduler_imports_no_feature_and_no_other_policy() -> None:
+    imported = internal_imports("sim.engine.scheduler")
+    assert not {m for m in imported if _in(m, "sim.engine.speculative", "sim.engine.policies")}
+
+
+def test_the_reference_reaches_the_speed_paths_through_one_door() -> None:
+    assert _violations("sim.engine", ("sim.fast",)) == []
+    doors = [m for m in _layer("sim.serving") if any(_in(t, "sim.fast") for t in imports_of(m))]
+    assert doors == ["sim.serving.simulation"]
+    assert {t for t in imports_of("sim.serving.simulation") if _in(t, "sim.fast")} == {
+        "sim.fast",
+        "sim.fast.open_loop",
+    }
 
 
 def test_only_calibration_imports_torch() -> None:

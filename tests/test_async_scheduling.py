@@ -8,16 +8,17 @@ request finishing in step N frees its slot for step N+2.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, cast
 
 import pytest
 from exact_costs import COST, TOL, work
 from scenario_docs import small_doc
 
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
-from sim.engine.policies.features import with_async_scheduling
 from sim.scenario import scenario_from_dict
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -30,12 +31,14 @@ def simulate(
     max_num_seqs: int = 16,
 ) -> RawResult:
     build = ContinuousConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=2048).build
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=partial(build, async_scheduling=True) if async_scheduling else build,
+            num_kv_blocks=1000,
+            block_size_tokens=16,
+            max_model_len_tokens=8192,
+        ),
         cost=COST,
-        make_policy=with_async_scheduling(build) if async_scheduling else build,
-        num_kv_blocks=1000,
-        block_size_tokens=16,
-        max_model_len_tokens=8192,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )

@@ -77,8 +77,8 @@ def test_a_small_run_s_summary_imports_neither_numpy_ma_nor_the_compiled_loop() 
         "import sys\nfrom sim import api\nfrom sim.metrics.report import format_summary_table\n"
         "result = api.run('scenarios/chat.yaml', progress=False)\n"
         "format_summary_table(result.summary)\n"
-        "print(sorted(m for m in ('numpy.ma', 'sim.serving.compiled.path', "
-        "'sim.serving.compiled.loop', 'numpy.random') if m in sys.modules))"
+        "print(sorted(m for m in ('numpy.ma', 'sim.fast.compiled.path', "
+        "'sim.fast.compiled.loop', 'numpy.random') if m in sys.modules))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True

@@ -32,12 +32,13 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.cost.linear import LinearCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.errors import ConfigError
 from sim.metrics.analytic import mm1_wait_s, mmc_wait_s
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, total_over_replicas
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.router import RouterKind
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.arrivals import PoissonArrival, arrival_times_s
@@ -59,18 +60,20 @@ def make_engine(
     skip_ahead: bool = True,
     static: bool = False,
     max_model_len_tokens: int = 1 << 20,
-) -> Engine:
+) -> ReplicaConfig:
     policy = (
         StaticConfig(max_batch_size=max_num_seqs, max_wait_s=0.01).build
         if static
         else ContinuousConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=1 << 20).build
     )
-    return Engine(
+    return ReplicaConfig(
+        core=CoreConfig(
+            make_policy=policy,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=max_model_len_tokens,
+        ),
         cost=cost,
-        make_policy=policy,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=max_model_len_tokens,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )
@@ -82,13 +85,13 @@ def cluster(num_replicas: int, router: RouterKind, seed: int = 0) -> Cluster:
     )
 
 
-def simulate(engine: Engine, work: RequestArrays, layout: Cluster | None) -> Simulation:
+def simulate(engine: ReplicaConfig, work: RequestArrays, layout: Cluster | None) -> Simulation:
     sim = Simulation(engine, layout)
     sim.raw = sim.run(cast(OpenLoop, work))  # type: ignore[attr-defined]
     return sim
 
 
-def run(engine: Engine, work: RequestArrays, layout: Cluster | None) -> RawResult:
+def run(engine: ReplicaConfig, work: RequestArrays, layout: Cluster | None) -> RawResult:
     return Simulation(engine, layout).run(cast(OpenLoop, work))
 
 

@@ -1,4 +1,4 @@
-"""The decode cohort's bookkeeping (``sim.engine.cohort``), traced by hand.
+"""The decode cohort's bookkeeping (``sim.fast.cohort``), traced by hand.
 
 A member joins with its counters as of step ``j`` and is not touched until it
 leaves; these tests check the aggregates the policy and the commit read
@@ -13,14 +13,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.cohort import Cohort
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.plan import StepPlan
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.policies import ContinuousConfig
-from sim.engine.policies.run_length import steps_within_pool
-from sim.engine.prefix_cache import PrefixCachingPool
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, StepPlan, steps_within_pool
+from sim.fast.cohort import Cohort, CohortCore, CohortPlan, cohort_steps_within_pool
 
 BLOCK = 4  # tokens per KV block in these tests
 
@@ -49,7 +46,7 @@ def test_join_counts_context_and_crossings() -> None:
     cohort.join(a, 10)
     cohort.join(b, 10)
     assert cohort.num_members == 2
-    assert a.cohort_step == b.cohort_step == 10
+    assert cohort.joined_step(a) == cohort.joined_step(b) == 10
     # Step 10 computes token 7 of a and 6 of b; step 11, tokens 8 and 7.
     assert cohort.context_tokens(10) == 6 + 5
     assert cohort.context_tokens(11) == 7 + 6
@@ -86,8 +83,8 @@ def test_crossings_match_the_per_request_rule(
         members.append(request)
 
     def computed_before(request: Request, step: int) -> int:
-        assert request.cohort_step is not None
-        return request.num_computed_tokens + step - request.cohort_step
+        assert cohort.joined_step(request) is not None
+        return request.num_computed_tokens + step - cohort.joined_step(request)
 
     def needs_block(request: Request, step: int) -> bool:
         c = computed_before(request, step)  # this step computes token c + 1
@@ -108,7 +105,7 @@ def test_catch_up_gives_the_counters_per_step_commits_would() -> None:
     request = decoder(1, prompt=6, generated=1, output=10)  # 6 computed, 2 blocks
     cohort.join(request, 10)
     cohort.catch_up(request, 13, 2.5)  # steps 10, 11, 12 ran; 12 ended at 2.5 s
-    assert request.cohort_step is None
+    assert cohort.joined_step(request) is None
     assert request.num_computed_tokens == 9
     assert request.num_generated_tokens == 4
     assert request.num_blocks == 3  # 9 tokens in blocks of 4
@@ -142,7 +139,7 @@ def test_leave_finishing_in_running_order() -> None:
         assert request.num_generated_tokens == request.num_output_tokens
         assert request.last_token_s == 2.0
         assert request.last_token_step == 11
-        assert request.cohort_step is None
+        assert cohort.joined_step(request) is None
     assert cohort.num_members == 1
     assert cohort.first_finish_step() == 10 + 9 - 1 - 1
 
@@ -181,8 +178,8 @@ def test_join_steady_takes_only_steady_decoders() -> None:
     listed = [(r, 1) for r in (steady, prefilling, finished, late, extra)]
     cohort.join_steady(listed, kv, 10)
     assert cohort.num_members == 1
-    assert steady.cohort_step == 10
-    assert all(r.cohort_step is None for r, _ in listed[1:])
+    assert cohort.joined_step(steady) == 10
+    assert all(cohort.joined_step(r) is None for r, _ in listed[1:])
 
 
 def test_a_request_still_filling_shared_blocks_stays_outside() -> None:
@@ -209,7 +206,7 @@ def test_a_request_still_filling_shared_blocks_stays_outside() -> None:
 
 def test_a_plan_of_members_only_is_not_empty() -> None:
     assert StepPlan([]).is_empty
-    assert not StepPlan([], num_cohort=3).is_empty
+    assert not CohortPlan([], num_cohort=3).is_empty
 
 
 @settings(max_examples=150, deadline=None)
@@ -241,7 +238,7 @@ def test_steps_within_pool_counts_members_like_listed_requests(
     cohort = Cohort(BLOCK)
     for i, c in enumerate(computed):
         cohort.join(make(i, c), step)
-    assert steps_within_pool(kv, others, num_steps, cohort, step) == expected
+    assert cohort_steps_within_pool(kv, others, num_steps, cohort, step) == expected
 
 
 # -- the engine core ------------------------------------------------------------------------
@@ -258,22 +255,22 @@ class Recorder:
 
 
 def test_a_recorder_sees_every_request_the_cohort_is_dropped() -> None:
-    core = EngineCore(ContinuousConfig().build(), BlockPool(100, BLOCK), 1000)
-    core.cohort = Cohort(BLOCK)
+    core = CohortCore(ContinuousConfig().build(), BlockPool(100, BLOCK), 1000)
     a, b = Request(1, 0.0, 3, 20), Request(2, 0.0, 3, 20)
     core.add(a, 0.0)
     core.add(b, 0.0)
     plan = core.schedule(0.0)
     core.commit(plan, 0.0, [1.0])  # both prefill and emit: both join
-    assert core.cohort.num_members == 2
+    assert core.cohort is not None and core.cohort.num_members == 2
     plan = core.schedule(1.0)
+    assert isinstance(plan, CohortPlan)
     assert plan.num_cohort == 2 and plan.scheduled == []
     core.commit(plan, 1.0, [2.0])
     recorder = Recorder()
     core.recorder = recorder
     plan = core.schedule(2.0)
     assert core.cohort is None
-    assert plan.num_cohort == 0
+    assert not isinstance(plan, CohortPlan)
     core.commit(plan, 2.0, [3.0])
     assert recorder.num_listed == [2]
     # Prefill (3 computed, 1 generated), a member's step (4, 2), caught up at the
@@ -282,8 +279,7 @@ def test_a_recorder_sees_every_request_the_cohort_is_dropped() -> None:
 
 
 def test_flush_catches_members_up_before_recording_them() -> None:
-    core = EngineCore(ContinuousConfig().build(), BlockPool(100, BLOCK), 1000)
-    core.cohort = Cohort(BLOCK)
+    core = CohortCore(ContinuousConfig().build(), BlockPool(100, BLOCK), 1000)
     request = Request(1, 0.0, 3, 20)
     core.add(request, 0.0)
     core.commit(core.schedule(0.0), 0.0, [1.0])

@@ -1,4 +1,4 @@
-"""When one replica's run is compiled, and what it then gives (``sim.serving.compiled``).
+"""When one replica's run is compiled, and what it then gives (``sim.fast.compiled``).
 
 The property test (``tests/properties/test_compiled_equivalence.py``) compares
 random runs; here fixed ones: runs the loop must play (not fall back) with
@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from dataclasses import fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,17 +23,18 @@ from sim.cli import main
 from sim.cost.config import UncalibratedRoofline
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
-from sim.engine.policies.features import with_async_scheduling
 from sim.errors import ConfigError
+from sim.fast import open_loop
+from sim.fast.compiled import arrays as arrays_module
+from sim.fast.compiled import layout, loop, path, steps
+from sim.fast.compiled.arrays import LoopArrays
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.planning.sweep_exec import run_point
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, RouterKind
-from sim.serving.compiled import arrays as arrays_module
-from sim.serving.compiled import choice, layout, loop, path, steps
-from sim.serving.compiled.arrays import LoopArrays
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -58,17 +60,21 @@ def engine(
     num_kv_blocks: int = 100_000,
     frontend: Frontend = NO_FRONTEND,
     **policy: Any,
-) -> Engine:
+) -> ReplicaConfig:
     settings = {"max_num_seqs": 32, "max_num_batched_tokens": 2048, **policy}
     make_policy = ContinuousConfig(**settings).build
-    return Engine(
+    return ReplicaConfig(
+        core=CoreConfig(
+            make_policy=partial(make_policy, async_scheduling=True)
+            if async_scheduling
+            else make_policy,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=1024,
+            enable_prefix_caching=caching,
+        ),
         cost=RooflineCost(MODEL, H100),
-        make_policy=with_async_scheduling(make_policy) if async_scheduling else make_policy,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=1024,
         frontend=frontend,
-        enable_prefix_caching=caching,
     )
 
 
@@ -105,7 +111,7 @@ def test_runs_longer_than_the_longest_skip_ahead_are_cut_as_on_the_python_path()
         np.array([100, 2000, 50], dtype=np.int64),
         np.array([9000, 5000, 7000], dtype=np.int64),
     )
-    long = replace(engine(), max_model_len_tokens=10_000)
+    long = replace(engine(), core=replace(engine().core, max_model_len_tokens=10_000))
     reference, reference_order, _ = simulate(work, long, "never")
     raw, order, played = simulate(work, long, "python")
     assert played
@@ -233,7 +239,10 @@ def test_the_loop_takes_the_arrays_in_their_order() -> None:
     ],
 )
 def test_why_not_names_what_the_loop_cannot_play(change: dict[str, Any], reason: str) -> None:
-    changed = replace(engine(), **change)
+    base = engine()
+    outer = {name: value for name, value in change.items() if name in ("cost", "skip_ahead")}
+    core = {name: value for name, value in change.items() if name not in outer}
+    changed = replace(base, core=replace(base.core, **core), **outer)
     cores = Simulation(changed).cores
     work = cast(OpenLoop, poisson(50, 10.0))
     assert path.why_not(cores, changed.cost, changed.skip_ahead, work) == reason
@@ -250,19 +259,19 @@ def test_shared_prefixes_stay_on_the_python_path() -> None:
 
 def test_the_choice_of_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVESIM_COMPILED", "never")
-    assert path.choose_loop(10**7, True) is None
+    assert open_loop.choose_loop(10**7, True) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "python")
-    assert path.choose_loop(1) is loop.run
+    assert open_loop.choose_loop(1) is loop.run
     monkeypatch.setenv("SERVESIM_COMPILED", "auto")
-    assert path.choose_loop(choice.MIN_REQUESTS - 1) is None  # not worth numba's start-up
-    assert path.choose_loop(choice.MIN_REQUESTS) is path.compiled()
-    assert path.choose_loop(1, True) is path.compiled()  # asked for: a sweep's points
-    assert path.choose_loop(10**7, False) is None
+    assert open_loop.choose_loop(open_loop.MIN_REQUESTS - 1) is None  # not worth numba's start-up
+    assert open_loop.choose_loop(open_loop.MIN_REQUESTS) is path.compiled()
+    assert open_loop.choose_loop(1, True) is path.compiled()  # asked for: a sweep's points
+    assert open_loop.choose_loop(10**7, False) is None
     monkeypatch.setattr(path, "compiled", lambda: None)  # numba missing
-    assert path.choose_loop(choice.MIN_REQUESTS) is None
+    assert open_loop.choose_loop(open_loop.MIN_REQUESTS) is None
     monkeypatch.setenv("SERVESIM_COMPILED", "sometimes")
     with pytest.raises(ConfigError, match="SERVESIM_COMPILED"):
-        path.choose_loop(1)
+        open_loop.choose_loop(1)
 
 
 @pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")

@@ -17,12 +17,13 @@ import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
+from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
 from sim.engine.tokens import token_times_s
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -37,14 +38,16 @@ def simulate(
     skip_ahead: bool = True,
     cost: LinearCost = COST,
 ) -> RawResult:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=ContinuousConfig(
+                max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
+            ).build,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=max_model_len_tokens,
+        ),
         cost=cost,
-        make_policy=ContinuousConfig(
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens
-        ).build,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=max_model_len_tokens,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )
@@ -232,12 +235,14 @@ class ScriptedUsers:
 
 
 def run_closed(skip_ahead: bool) -> RawResult:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=ContinuousConfig().build,
+            num_kv_blocks=1000,
+            block_size_tokens=16,
+            max_model_len_tokens=8192,
+        ),
         cost=COST,
-        make_policy=ContinuousConfig().build,
-        num_kv_blocks=1000,
-        block_size_tokens=16,
-        max_model_len_tokens=8192,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )

@@ -16,12 +16,13 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.cost.linear import LinearCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, request_token_times_s
 from sim.serving.disagg import DisaggregationConfig, merge_records
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.router import RouterKind
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
@@ -32,13 +33,19 @@ KV_BYTES_PER_TOKEN = 1024.0
 TIME_COLUMNS = ["ready_s", "first_scheduled_s", "first_token_s", "finish_s", "decode_ready_s"]
 
 
-def engine(skip_ahead: bool = True, num_kv_blocks: int = 1000, max_num_seqs: int = 8) -> Engine:
-    return Engine(
+def engine(
+    skip_ahead: bool = True, num_kv_blocks: int = 1000, max_num_seqs: int = 8
+) -> ReplicaConfig:
+    return ReplicaConfig(
+        core=CoreConfig(
+            make_policy=ContinuousConfig(
+                max_num_seqs=max_num_seqs, max_num_batched_tokens=512
+            ).build,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=4096,
+        ),
         cost=COST,
-        make_policy=ContinuousConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=512).build,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=4096,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )

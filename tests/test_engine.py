@@ -12,7 +12,7 @@ from calibration.measure import Measurement, measure
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
-from sim.engine.plan import StepPlan
+from sim.engine.scheduler import StepPlan
 from sim.errors import ConfigError
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
@@ -253,13 +253,13 @@ def test_simulator_replay_makes_the_engines_decisions(
     batches: list[str] = []
     cost = ReplayCost(ends)
     engine = engine_for(scenario)
-    make = engine.make_policy
+    make = engine.core.make_policy
     import dataclasses
 
     engine = dataclasses.replace(
         engine,
         cost=cost,
-        make_policy=lambda: RecordingPolicy(make(), batches),
+        core=dataclasses.replace(engine.core, make_policy=lambda: RecordingPolicy(make(), batches)),
         skip_ahead=False,
         frontend=dataclasses.replace(engine.frontend, tokenize_s_per_token=0.0),
     )

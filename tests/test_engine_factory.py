@@ -26,9 +26,8 @@ from sim.api import (
     reference_engine_problem,
 )
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
+from sim.engine.scheduler import EngineCore
 from sim.errors import ConfigError
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
@@ -109,7 +108,7 @@ def test_the_reference_engine_and_the_simulator_build_the_same_core(scenario: Sc
     assert_same_core(reference, _simulated_core(scenario))
     assert type(reference.kv) is BlockPool
     assert reference.kv.num_blocks == kv_blocks_for(scenario)
-    assert engine_settings(scenario, config) == engine_settings(scenario, engine_for(scenario))
+    assert engine_settings(scenario, config) == engine_settings(scenario, engine_for(scenario).core)
 
 
 def test_async_scheduling_reaches_the_reference_engines_policy() -> None:

@@ -1,8 +1,8 @@
-"""The feed: a single replica takes open-loop requests when it plans.
+"""The feed (``sim.fast.feed``): replicas pull open-loop requests when they plan.
 
 What it replaces is a SimPy process that sleeps until each request's
-submission time and hands it over; a one-replica cluster still runs that way
-(``sim.serving.pool``), so the two are compared run for run, to the bit.
+submission time and hands it over (``Simulation(fast=False)``), so the two are
+compared run for run, to the bit.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from hypothesis import strategies as st
 
 from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
+from sim.fast.feed import Feed, feedable, pool_feeds, submission_clock_s, take_feeds
 from sim.scenario import Scenario, scenario_from_dict
-from sim.serving import feed as feed_module
-from sim.serving.feed import Feed, requests_in_order, submission_clock_s
+from sim.serving import submission as submission_module
 from sim.serving.pool import Pool
 from sim.serving.replica import Replica
 from sim.serving.simulation import RawResult, Simulation
+from sim.serving.submission import requests_in_order
 from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 times = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
@@ -58,32 +59,36 @@ def arrays(arrival_s: list[float], prompt: list[int]) -> RequestArrays:
 
 def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> None:
     # Tokenizing takes 0.01 s per prompt token: request 1 (short) overtakes 0.
-    (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01, 1)
-    assert feed.num_requests == 4 and feed.num_taken == 0
-    assert feed.next_due_s() == pytest.approx(0.51)
     taken: list[tuple[int, float]] = []
 
     def submit(request: Request, clock_s: float) -> None:
         taken.append((request.request_id, clock_s))
 
-    feed.take(0.5, submit)
+    (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01, [submit])
+    assert feed.num_requests == 4 and feed.num_taken == 0
+    assert feed.next_due_s() == pytest.approx(0.51)
+    assert feed.take(0.5) == pytest.approx(0.51)
     assert taken == []
-    feed.take(0.52, submit)
+    feed.take(0.52)
     assert [rid for rid, _ in taken] == [2]
     assert feed.next_due_s() == pytest.approx(0.6) and feed.num_taken == 1
-    feed.take(0.65, submit)
+    feed.take(0.65)
     assert [rid for rid, _ in taken] == [2, 1]
     assert taken[0][1] == pytest.approx(0.51) and taken[1][1] == pytest.approx(0.6)
     assert feed.next_due_s() == pytest.approx(1.0) and feed.num_taken == 2
-    feed.take(10.0, submit)
+    next_clock_s = feed.take(10.0)
     assert [rid for rid, _ in taken] == [2, 1, 0, 3]
-    assert feed.next_due_s() == math.inf and feed.next_clock_s == math.inf
+    assert feed.next_due_s() == math.inf and next_clock_s == math.inf
 
 
 def test_take_sets_the_next_time_before_each_submission() -> None:
-    (feed,) = Feed.split(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0, 1)
     nexts: list[float] = []
-    feed.take(2.5, lambda request, clock_s: nexts.append(feed.next_due_s()))
+
+    def submit(request: Request, clock_s: float) -> None:
+        nexts.append(feed.next_due_s())
+
+    (feed,) = Feed.split(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0, [submit])
+    feed.take(2.5)
     assert nexts == [2.0, 3.0]
 
 
@@ -94,9 +99,9 @@ def test_requests_carry_their_spec_and_priority() -> None:
         num_output_tokens=np.array([3, 4]),
         priority=np.array([5, 6]),
     )
-    (feed,) = Feed.split(work, 0.0, 1)
     got: list[Request] = []
-    feed.take(1.0, lambda request, clock_s: got.append(request))
+    (feed,) = Feed.split(work, 0.0, [lambda request, clock_s: got.append(request)])
+    feed.take(1.0)
     assert [(r.request_id, r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for r in got] == [
         (1, 0.1, 8, 4),
         (0, 0.2, 7, 3),
@@ -105,7 +110,7 @@ def test_requests_carry_their_spec_and_priority() -> None:
 
 
 def test_requests_are_read_a_chunk_at_a_time_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(feed_module, "_CHUNK", 3)
+    monkeypatch.setattr(submission_module, "_CHUNK", 3)
     n = 10
     work = RequestArrays(
         arrival_s=np.linspace(1.0, 0.1, n),
@@ -151,11 +156,11 @@ def simulate(sc: Scenario, feed: bool, work: RequestArrays | None = None) -> Raw
     if work is None:
         assert isinstance(sc.workload, SyntheticWorkload)
         work = generate_open_loop(sc.workload, rng)
-    simulation = Simulation(engine_for(sc), cluster_for(sc, rng), feed=feed)
+    simulation = Simulation(engine_for(sc), cluster_for(sc, rng), fast=feed)
     result = simulation.run(work)
     layout = simulation.layout
     replicas = [simulation.replica] if layout is None else layout.front_replicas
-    assert all(isinstance(r, Replica) and (r.feed is not None) == feed for r in replicas)
+    assert all(isinstance(r, Replica) and (r.pull is not None) == feed for r in replicas)
     return result
 
 
@@ -216,17 +221,17 @@ def test_a_pool_counts_the_load_of_what_its_replicas_take() -> None:
     assert isinstance(sc.workload, SyntheticWorkload)
     simulation = Simulation(engine_for(sc), cluster_for(sc, rng))
     layout = simulation.layout
-    assert isinstance(layout, Pool) and layout.feedable
+    assert isinstance(layout, Pool) and feedable(layout)
     work = generate_open_loop(sc.workload, rng)
-    feeds = Feed.split(work, 0.0, 4)
-    layout.take_feeds(feeds)
+    feeds = pool_feeds(layout, work, 0.0)
+    take_feeds(layout, feeds)
     simulation.env.run(until=1.0)
     taken = sum(feed.num_taken for feed in feeds)
     assert 0 < taken < 60
     done = sum(core.num_done for core in layout.cores)
     assert sum(load.num_requests for load in layout.loads) == taken - done
     with pytest.raises(ValueError, match="one feed per replica"):
-        layout.take_feeds(feeds[:3])
+        take_feeds(layout, feeds[:3])
 
 
 def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() -> None:
@@ -251,7 +256,7 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
 def test_the_event_path_of_a_single_replica_ends_runs_at_arrivals_not_by_interrupts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # feed=False keeps the reference path as it was: the open loop submits at
+    # fast=False keeps the reference path as it was: the open loop submits at
     # events, and the replica, knowing the next arrival, is never interrupted.
     interrupts = [0]
     interrupt = simpy.Process.interrupt

@@ -12,13 +12,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from frontend_frames import add_delivery, frame_delivery
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
 from sim.metrics.stats import step_itl_gaps_s
 from sim.scenario import scenario_from_dict
-from sim.serving.frontend import Delivery, add_delivery, delivery_s
+from sim.serving.frontend import delivery_s
 from sim.validation.predict import simulated_latencies
 
 NAN = math.nan
@@ -93,14 +94,14 @@ def test_delivery_matches_the_event_by_event_frontend(
     assert (np.diff(got[has]) >= -1e-9).all()
 
 
-def test_add_delivery_runs_each_replica_on_its_own() -> None:
+def test_each_replica_is_delivered_and_looked_up_on_its_own() -> None:
     import pandas as pd
 
     steps = pd.DataFrame({"end_s": [0.0, 0.0, 1.0], "num_outputs": [1, 4, 1], "replica": [0, 1, 0]})
     got = add_delivery(steps, 0.5, 0.25)["delivered_s"].tolist()
     # Replica 0: 0 -> 0.75, then 1.0 finds it idle -> 1.75; replica 1: 0 -> 1.5.
     assert got == pytest.approx([0.75, 1.5, 1.75])
-    delivery = Delivery(add_delivery(steps, 0.5, 0.25))
+    delivery = frame_delivery(add_delivery(steps, 0.5, 0.25))
     # The same engine time on two replicas: each maps through its own log.
     assert delivery.client_s([0.0, 0.0], [0, 1]).tolist() == pytest.approx([0.75, 1.5])
     # Not on the named replica: found among all (disaggregation's prefill side).

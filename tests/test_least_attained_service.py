@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from sim import api
-from sim.engine.cohort import Cohort
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import LeastAttainedServiceConfig, PolicyConfig
-from sim.engine.policies.base import CoreView
 from sim.engine.request import Request
+from sim.engine.scheduler import CoreView
 from sim.engine.steplog import StepLog
+from sim.fast.cohort import Cohort
 from sim.scenario import load_scenario, scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"

@@ -10,12 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.lifecycle import ActivityRecorder
-from sim.engine.plan import StepPlan
-from sim.engine.policies.continuous import ContinuousConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import ContinuousConfig, EngineCore, StepPlan
 from sim.metrics.lifecycle import SPAN_COLUMNS, reconstructed_spans, recorded_spans
 from sim.metrics.trace import replica_events, request_events, trace_document, write_trace
 

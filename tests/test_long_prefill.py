@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig, PriorityConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
 
 
 def core_with(config: ContinuousConfig, *prompts: int) -> EngineCore:

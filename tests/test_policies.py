@@ -15,9 +15,10 @@ import pytest
 from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim.cost.linear import LinearCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.engine.tokens import token_times_s
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -60,12 +61,14 @@ def _run(
     cost: LinearCost,
     skip_ahead: bool,
 ) -> RawResult:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=16_384,
+        ),
         cost=cost,
-        make_policy=make_policy,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=16_384,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )

@@ -17,6 +17,8 @@ from exact_costs import COST, DEC, OVH, PRE, TOL, work
 
 from sim import api
 from sim.cost.linear import LinearCost
+from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import (
     Continuous,
     ContinuousConfig,
@@ -28,11 +30,9 @@ from sim.engine.policies import (
     ShortestPromptFirstConfig,
     StaticConfig,
 )
-from sim.engine.policies.features import with_swap_space
-from sim.engine.swap import SwapSpace
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -47,12 +47,14 @@ def run(
     cost: LinearCost = COST,
     skip_ahead: bool = True,
 ) -> RawResult:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=num_kv_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=16_384,
+        ),
         cost=cost,
-        make_policy=make_policy,
-        num_kv_blocks=num_kv_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=16_384,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )
@@ -281,8 +283,12 @@ BANDWIDTH = 256.0
 def swapping(
     capacity_blocks: int, config: ContinuousConfig | PriorityConfig | None = None
 ) -> Callable[[], Scheduler]:
-    build = (config or ContinuousConfig(preemption="swap")).build
-    return with_swap_space(build, capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, BANDWIDTH)
+    settings = config or ContinuousConfig(preemption="swap")
+
+    def build() -> Scheduler:
+        return settings.build(SwapSpace(capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, BANDWIDTH))
+
+    return build
 
 
 @pytest.mark.parametrize("skip_ahead", [True, False])

@@ -16,9 +16,7 @@ import pandas as pd
 import pytest
 
 from sim import api
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
@@ -376,7 +374,8 @@ def test_get_new_blocks_evicts_a_freed_prefix_before_it_is_hit_again() -> None:
 def test_the_issue_trace_through_the_engine() -> None:
     # The same four requests, run by the simulator (continuous policy, skip-ahead).
     engine = api.engine_for(scenario_from_dict(scenario_doc(True, None)))
-    engine = replace(engine, num_kv_blocks=8, block_size_tokens=4, max_model_len_tokens=64)
+    core = replace(engine.core, num_kv_blocks=8, block_size_tokens=4, max_model_len_tokens=64)
+    engine = replace(engine, core=core)
     arrays = RequestArrays(
         np.array([0.0, 10.0, 20.0, 30.0]),
         np.array([9, 16, 20, 9], dtype=np.int64),

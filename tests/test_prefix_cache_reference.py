@@ -1,7 +1,7 @@
 """The bulk free queue against the earlier per-block pool: same ids, same evictions.
 
 ``PrefixCachingPool`` pushes and pops unkeyed blocks as list slices and keeps
-reference counts for keyed blocks only (``sim.engine.free_queue``). The same
+reference counts for keyed blocks only (``sim.engine.kv_blocks``). The same
 random admissions, chunks, decodes (through the pool or inline), preemptions
 and finishes are played on it and on ``ReferencePrefixPool`` (the earlier
 implementation, one queue entry and count per block); after every action both
@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from prefix_pool_reference import ReferencePrefixPool
 from test_prefix_cache_properties import Driver, act
 
-from sim.engine import free_queue
-from sim.engine.free_queue import FreeQueue
-from sim.engine.kv_pool import BlockPool
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine import kv_blocks
+from sim.engine.kv_blocks import FreeQueue
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.request import Request
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -291,7 +290,7 @@ def test_the_free_queue_pops_what_a_plain_list_would(
     same blocks, keyed ones reported, as a list; the queue trims itself without
     losing its place (after 4 entries here, instead of 4096)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(free_queue, "_TRIM_ENTRIES", 4)
+        patch.setattr(kv_blocks, "_TRIM_ENTRIES", 4)
         play(ops, FreeQueue(range(start)), ListQueue(list(range(start))), start)
 
 

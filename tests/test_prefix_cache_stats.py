@@ -13,13 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.plan import StepPlan
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_cache_summary
 from sim.engine.policies import ContinuousConfig
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_cache_summary
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, StepPlan
 
 
 def grouped(request_id: int, prompt: int, output: int = 4) -> Request:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
+from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import PriorityConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
 
 
 def step(core: EngineCore, now_s: float) -> list[tuple[int, int]]:

@@ -38,8 +38,9 @@ import pandas as pd
 import pytest
 
 from sim.cost.linear import LinearCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.arrivals import PoissonArrival, arrival_times_s
 from sim.workload.generate import RequestArrays
@@ -84,12 +85,14 @@ def simulate(
     cost: LinearCost = COST,
     skip_ahead: bool = True,
 ) -> pd.DataFrame:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=POLICIES[policy],
+            num_kv_blocks=100_000,
+            block_size_tokens=16,
+            max_model_len_tokens=100_000,
+        ),
         cost=cost,
-        make_policy=POLICIES[policy],
-        num_kv_blocks=100_000,
-        block_size_tokens=16,
-        max_model_len_tokens=100_000,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=skip_ahead,
     )
@@ -251,12 +254,14 @@ def test_littles_law_on_a_continuous_batching_run() -> None:
     arrival_s = poisson_arrivals(rate_per_s, rng, num)
     prompt = sample_lengths(UniformLength(min_tokens=50, max_tokens=800), rng, num)
     output = sample_lengths(ExponentialLength(mean_tokens=30), rng, num)
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=ContinuousConfig(max_num_seqs=8, max_num_batched_tokens=1024).build,
+            num_kv_blocks=100_000,
+            block_size_tokens=16,
+            max_model_len_tokens=100_000,
+        ),
         cost=cost,
-        make_policy=ContinuousConfig(max_num_seqs=8, max_num_batched_tokens=1024).build,
-        num_kv_blocks=100_000,
-        block_size_tokens=16,
-        max_model_len_tokens=100_000,
         frontend=Frontend(0.0, 0.0),
         skip_ahead=False,
     )

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.api.result import _policy_summary
-from sim.engine.prefix_requests import prefix_cache_summary
+from sim.engine.kv_cache import prefix_cache_summary
 from sim.engine.records import (
     RECORD_COLUMNS,
     RequestTable,

@@ -1,7 +1,7 @@
 """Post-processing on the compact step log gives what it gave on the expanded one.
 
 Delivery times (``deliver`` against ``add_delivery``), client-time lookups
-(``Delivery``), ITL pairs and statistics (``sim.metrics.itl``), the
+(``Delivery.of``), ITL pairs and statistics (``sim.metrics.itl``), the
 speculative summary and token times, each computed on a random
 several-replica ``StepTable`` and on its ``frame()``: the same numbers, to the bit.
 """
@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from frontend_frames import add_delivery, frame_delivery
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,7 @@ from sim.engine.steplog import StepLog
 from sim.metrics import itl
 from sim.metrics.itl import itl_distribution, step_itl_gaps_s
 from sim.serving.cluster import request_token_times_s
-from sim.serving.frontend import Delivery, add_delivery, deliver
+from sim.serving.frontend import Delivery, deliver
 
 # A replica's script: per segment (duration of its first step, run length, counts).
 segment = st.tuples(
@@ -75,8 +76,8 @@ def test_delivery_and_itl_on_the_table_equal_those_on_its_frame(
     expected = add_delivery(table.frame(), step_s, per_output_s)
     pd.testing.assert_frame_equal(delivered, expected, check_exact=True)
     # Client times of every step end, asked of its own replica and of another.
-    by_table = Delivery(deliver(table, step_s, per_output_s))
-    by_frame = Delivery(expected)
+    by_table = Delivery.of(deliver(table, step_s, per_output_s))
+    by_frame = frame_delivery(expected)
     has = expected["num_outputs"].to_numpy() > 0
     times = expected["end_s"].to_numpy()[has]
     owners = expected["replica"].to_numpy()[has]
@@ -116,12 +117,12 @@ def test_itl_pairs_by_hand() -> None:
 
 def test_delivery_needs_delivery_times() -> None:
     with pytest.raises(ValueError, match="replica 0's steps have no delivery times"):
-        Delivery(StepTable((StepLog().runs(),)))
+        Delivery.of(StepTable((StepLog().runs(),)))
 
 
 def test_delivery_looks_elsewhere_only_when_its_replica_lacks_the_time() -> None:
     table = deliver(build([[(0.5, [], 8, 1, 1, 0.0)], [(0.25, [], 8, 1, 1, 0.0)]]), 0.0, 0.0)
-    delivery = Delivery(table)
+    delivery = Delivery.of(table)
     assert delivery._everywhere is None
     ends = [table.part(0).end_s[0], table.part(1).end_s[0]]
     assert delivery.client_s(ends, [0, 1]).tolist() == ends

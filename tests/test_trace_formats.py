@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sim import api
-from sim.engine.block_keys import BlockKeys
+from sim.engine.kv_blocks import BlockKeys
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
@@ -351,7 +351,7 @@ def test_window_properties(times: list[float], rate: float, offset: float) -> No
 
 
 def test_request_arrays_carry_hash_ids_to_the_requests() -> None:
-    from sim.engine.prefix_requests import prefix_describer
+    from sim.engine.kv_cache import prefix_describer
 
     arrays = RequestArrays(
         np.array([0.0, 1.0]),

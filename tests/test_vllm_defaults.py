@@ -8,8 +8,8 @@ import pytest
 from scenario_docs import small_doc
 
 from sim import api
-from sim.engine.policies.continuous import ContinuousConfig
 from sim.engine.policies.vllm_defaults import batch_defaults, device_class
+from sim.engine.scheduler import ContinuousConfig
 from sim.metrics.report import format_summary_table
 from sim.scenario import scenario_from_dict
 

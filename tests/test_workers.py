@@ -24,13 +24,13 @@ from test_feed import scenario as feed_scenario
 
 from sim import api
 from sim.api.build import cluster_for, engine_for
+from sim.fast import open_loop as open_loop_module
+from sim.fast import workers as workers_module
+from sim.fast.workers import WorkerError, default_num_workers, shares
 from sim.scenario import Scenario
 from sim.serving import progress as progress_module
-from sim.serving import simulation as simulation_module
-from sim.serving import workers as workers_module
-from sim.serving.core_output import CoreOutput
+from sim.serving.raw_result import CoreOutput
 from sim.serving.simulation import RawResult, Simulation
-from sim.serving.workers import WorkerError, default_num_workers, shares
 from sim.workload.generate import SyntheticWorkload, generate_open_loop
 
 LENGTHS = {
@@ -127,7 +127,7 @@ def test_more_workers_than_replicas_use_one_per_replica(monkeypatch: pytest.Monk
         used.append(num_workers)
         return real(pool, feeds, num_workers, *rest)
 
-    monkeypatch.setattr(simulation_module, "run_in_workers", spy)
+    monkeypatch.setattr(open_loop_module, "run_in_workers", spy)
     sc = scenario(2, num_requests=60)
     same_runs(simulate(sc, 1)[0], simulate(sc, 8)[0])
     assert used == [2]
@@ -140,7 +140,7 @@ def test_routers_that_read_load_run_in_this_process(
     def refuse(*args: Any) -> None:
         raise AssertionError("a load-aware router's replicas were split")
 
-    monkeypatch.setattr(simulation_module, "run_in_workers", refuse)
+    monkeypatch.setattr(open_loop_module, "run_in_workers", refuse)
     result, _ = simulate(scenario(3, num_requests=60, router=router), 3)
     assert len(result.requests) == 60
 
@@ -149,7 +149,7 @@ def test_a_recorder_keeps_the_run_in_this_process(monkeypatch: pytest.MonkeyPatc
     def refuse(*args: Any) -> None:
         raise AssertionError("traced replicas were split")
 
-    monkeypatch.setattr(simulation_module, "run_in_workers", refuse)
+    monkeypatch.setattr(open_loop_module, "run_in_workers", refuse)
     result = api.run(scenario(3, num_requests=60), trace_requests=5, workers=3)
     assert result.activity is not None and len(result.activity) > 0
 
@@ -269,6 +269,6 @@ def test_other_systems_run_in_one_process_even_when_asked_for_more(
     def refuse(*args: Any) -> None:
         raise AssertionError(f"workers forked on {platform}")
 
-    monkeypatch.setattr(simulation_module, "run_in_workers", refuse)
+    monkeypatch.setattr(open_loop_module, "run_in_workers", refuse)
     result, _ = simulate(scenario(3, num_requests=60), 3)
     assert len(result.requests) == 60

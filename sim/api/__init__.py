@@ -87,8 +87,8 @@ def run(
     object in error messages (the file it was loaded from, say); a path names itself.
     ``workers``: processes to simulate a round-robin cluster's replicas in (the
     result is the same whatever the number); None: as many as pay, up to one per
-    usable CPU (Linux); 1: this process only (``sim.serving.workers``).
-    ``compiled``: whether a run the compiled loop can play (``sim.serving.compiled``,
+    usable CPU (Linux); 1: this process only (``sim.fast.workers``).
+    ``compiled``: whether a run the compiled loop can play (``sim.fast.compiled``,
     with numba installed) takes it: None from 20,000 requests (below that
     numba's start-up, ~0.4 s once a process, is not worth it for one run),
     True at any size (a sweep's points), False never; the result is the same.

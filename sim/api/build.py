@@ -15,15 +15,16 @@ import numpy as np
 from sim.cost.base import CostModel
 from sim.cost.config import parallel_cost_model
 from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler, StaticConfig
-from sim.engine.policies.features import with_async_scheduling, with_swap_space
+from sim.engine.scheduler import ContinuousSettings
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.hardware.quantization import quantize
 from sim.hardware.specs import ModelSpec
 from sim.scenario import Scenario
 from sim.serving.cluster import Cluster
-from sim.serving.engine_config import Engine, Frontend, with_speculation
+from sim.serving.replica_config import Frontend, ReplicaConfig, with_speculation
 
 
 def model_for(scenario: Scenario) -> ModelSpec:
@@ -80,18 +81,23 @@ def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
     over its own host link, in parallel with the others.
     """
     config = scenario.scheduler
-    build: Callable[[], Scheduler] = config.build
-    if getattr(config, "preemption", "recompute") == "swap":
+    if not isinstance(config, ContinuousSettings):
+        return config.build  # the other policies have neither feature
+    swap_space: tuple[float, float, float] | None = None
+    if config.preemption == "swap":
         engine = scenario.engine
         bytes_per_token = model_for(scenario).kv_bytes_per_token / scenario.parallelism.num_gpus
-        build = with_swap_space(
-            build,
+        swap_space = (
             engine.swap_space_bytes,
             engine.block_size_tokens * bytes_per_token,
             engine.swap_bandwidth_bytes_per_s,
         )
-    if scenario.async_scheduling:
-        build = with_async_scheduling(build)
+    async_scheduling = scenario.async_scheduling
+
+    def build() -> Scheduler:
+        swap = None if swap_space is None else SwapSpace(*swap_space)  # one per replica
+        return config.build(swap, async_scheduling)
+
     return build
 
 
@@ -141,10 +147,10 @@ def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> Co
     )
 
 
-def engine_for(scenario: Scenario, base_dir: Path | None = None) -> Engine:
+def engine_for(scenario: Scenario, base_dir: Path | None = None) -> ReplicaConfig:
     """Everything a replica needs, built from the scenario (its core: ``core_config_for``)."""
     frontend = scenario.frontend
-    engine = Engine.from_core(
+    engine = ReplicaConfig(
         core_config_for(scenario),
         cost_model_for(scenario, base_dir),
         Frontend(

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import sim
 from sim.api.build import model_for
 from sim.engine.core_config import CoreConfig
-from sim.engine.prefix_requests import prefix_cache_summary
+from sim.engine.kv_cache import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
@@ -30,8 +30,8 @@ from sim.metrics.trace import trace_document, write_trace
 from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 from sim.scenario import Scenario
 from sim.serving.cluster import cluster_summary, request_token_times_s
-from sim.serving.engine_config import Engine
 from sim.serving.frontend import Delivery
+from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import RawResult
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -118,7 +118,7 @@ class Result:
     @functools.cached_property
     def _delivery(self) -> Delivery:
         """The step log's engine-to-client time map, built once per result."""
-        return Delivery(self.raw.step_table)
+        return Delivery.of(self.raw.step_table)
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
         """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
@@ -216,7 +216,7 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
     }
 
 
-def engine_settings(scenario: Scenario, engine: Engine | CoreConfig) -> dict[str, Any]:
+def engine_settings(scenario: Scenario, engine: CoreConfig) -> dict[str, Any]:
     """The engine settings that ran, defaults filled in (summary.json ``engine_settings``;
     a measured run records them too, from its ``CoreConfig``)."""
     policy = scenario.scheduler
@@ -239,9 +239,7 @@ def engine_settings(scenario: Scenario, engine: Engine | CoreConfig) -> dict[str
     return settings
 
 
-def summary_header(
-    scenario: Scenario, engine: Engine | CoreConfig, cost_model: str
-) -> dict[str, Any]:
+def summary_header(scenario: Scenario, engine: CoreConfig, cost_model: str) -> dict[str, Any]:
     """summary.json's first keys, naming what ran: the scenario, its seed, the cost
     model, the policy, the KV blocks and ``engine_settings``; shared by a simulated
     run (``build_result``) and a measured one (``calibration.measure``)."""
@@ -275,7 +273,7 @@ def _policy_summary(requests: pd.DataFrame | RequestTable) -> dict[str, Any]:
     return out
 
 
-def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
+def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: its summary (from the run's
     columns: no frame is built until asked for)."""
     records = raw.records
@@ -283,7 +281,7 @@ def build_result(scenario: Scenario, engine: Engine, raw: RawResult) -> Result:
         summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
     summary.update(
-        **summary_header(scenario, engine, engine.cost.label),
+        **summary_header(scenario, engine.core, engine.cost.label),
         num_preemptions=int(np.asarray(records["num_preemptions"]).sum()),
         **_policy_summary(records),
         **_layout_summary(scenario),

@@ -44,7 +44,7 @@ from sim.cli.figure_processes import (
     write_all,
 )
 from sim.errors import ConfigError
-from sim.serving.forks import forking_supported
+from sim.fast.forks import forking_supported
 
 if TYPE_CHECKING:
     from sim.metrics.report import FigureJob

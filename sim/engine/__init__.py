@@ -1,14 +1,15 @@
 """The engine: requests, the KV pool and the scheduling policies. Pure logic.
 
 What lives here is everything one serving engine decides, with no clock of
-its own: ``request`` (the token-counter state of one request), ``plan`` (what
-one step computes), ``core`` (queues and the bookkeeping after a step),
-``kv_pool``, ``prefix_cache`` and ``block_keys`` (paged KV blocks, vLLM's
-prefix cache and free-block queue, block identities),
-``swap`` (CPU swap space), ``steplog``/``step_runs``/``columns``/``tokens``
-(the step log, stored by runs, and the token times derived from it),
+its own: ``request`` (the token-counter state of one request), ``scheduler``
+(what one step computes, the queues, the bookkeeping after a step, and vLLM
+v1's continuous batching, read top to bottom as vLLM's ``scheduler.py``),
+``kv_cache`` (paged KV blocks: the plain pool, vLLM's prefix cache, CPU swap
+space) and ``kv_blocks`` (block identities and the free-block queue),
+``steplog``/``step_runs``/``columns``/``tokens`` (the step log, stored by
+runs, and the token times derived from it),
 ``records`` (the per-request table),
-``policies/`` (one module per scheduling policy), ``speculative``,
+``policies/`` (one module per other scheduling policy), ``speculative``,
 ``core_config`` (what a core is built from, for both executors) and
 ``lifecycle`` (an opt-in recorder of the first requests' prefill chunks and
 decode runs, for ``servesim run --trace``).

@@ -12,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.policies.base import Scheduler
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, Scheduler
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sim.engine.columns import Columns
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore, StepPlan
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd

@@ -40,7 +40,7 @@ class Request:
     num_swaps: int = 0  # preemptions by swap to CPU memory (included in num_preemptions)
     rejection_reason: str | None = None
     replica: int = 0
-    # Prefix caching (sim.engine.prefix_cache): the shareable head of the prompt, as a
+    # Prefix caching (sim.engine.kv_cache): the shareable head of the prompt, as a
     # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
     # as one hash id per prompt block (Mooncake-style traces) of
     # ``block_hash_tokens`` tokens (None: the engine's block size). Spec fields.
@@ -56,9 +56,6 @@ class Request:
     num_prefix_lookups: int = 0
     num_prefix_query_tokens: int = 0
     num_prefix_hit_tokens: int = 0
-    # Set while the request is a member of its core's decode cohort
-    # (sim.engine.cohort): the step its counters above were last brought up to date.
-    cohort_step: int | None = None
 
     @property
     def num_tokens(self) -> int:

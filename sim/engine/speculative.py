@@ -49,8 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
 from sim.cost.roofline import RooflineCost
-from sim.engine.plan import StepPlan
-from sim.engine.policies.base import CoreView, Scheduler
+from sim.engine.scheduler import CoreView, Scheduler, StepPlan
 from sim.engine.step_runs import StepTable
 from sim.hardware.specs import HardwareSpec, ModelRef
 
@@ -191,6 +190,9 @@ class SpeculativeScheduler:
     tokens it has left and by the KV blocks it holds or can get without
     preempting anyone (never below the one token plain decoding gives).
     """
+
+    # vLLM turns async scheduling off with speculative decoding: planned step by step.
+    async_scheduling = False
 
     def __init__(self, inner: Scheduler, config: SpeculativeConfig) -> None:
         self.inner = inner

@@ -84,7 +84,7 @@ class StepLog:
     @property
     def ends(self) -> array[float]:
         """Each step's end time (s): the log's own array, for a writer that logs steps
-        elsewhere (the compiled loop, ``sim.serving.compiled``, which adds their
+        elsewhere (the compiled loop, ``sim.fast.compiled``, which adds their
         segments to ``segments``)."""
         return self._ends
 

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sim.cost.config import AutoCostConfig, CostConfig
 from sim.engine.policies import ContinuousConfig, PolicyConfig
-from sim.engine.policies.continuous import ContinuousSettings
 from sim.engine.policies.vllm_defaults import batch_defaults
+from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, layout_problem
@@ -74,7 +74,7 @@ class EngineConfig(BaseModel):
         description=(
             "cache every full KV block (prompt and output) for reuse by shared prefixes and"
             " preempted requests, evicted in vLLM's free-queue order; on by default as in"
-            " vLLM v1 (sim.engine.prefix_cache)"
+            " vLLM v1 (sim.engine.kv_cache)"
         ),
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV

@@ -1,7 +1,7 @@
 """The SimPy executors: replicas, pools, routers, clusters, disaggregation.
 
-``engine_config`` holds ``Engine``, what a replica needs besides its workload
-(cost model, policy factory, KV sizes); ``replica`` runs one engine core in
+``replica_config`` holds ``ReplicaConfig``, what a replica needs besides its
+workload (its core's config, cost model, frontend); ``replica`` runs one engine core in
 simulated time; ``pool`` and ``router`` spread requests over replicas;
 ``cluster`` and ``disagg`` build multi-replica and prefill/decode layouts;
 ``simulation`` wires a workload into all of it and returns the raw frames.

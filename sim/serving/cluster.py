@@ -34,13 +34,13 @@ from sim.engine.step_runs import StepTable
 from sim.engine.tokens import token_times_s
 from sim.errors import ConfigError
 from sim.serving.disagg import Disaggregated, DisaggregationConfig
-from sim.serving.pool import Pool
+from sim.serving.pool import CoreFactory, Pool
 from sim.serving.router import RouterKind, make_router
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sim.serving.engine_config import Engine
+    from sim.serving.replica_config import ReplicaConfig
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -110,19 +110,35 @@ def batch_limit(policy: object) -> int:
 
 
 def build_layout(
-    env: simpy.Environment, engine: Engine, cluster: Cluster, on_done: Callable[[Request], None]
+    env: simpy.Environment,
+    replica_config: ReplicaConfig,
+    cluster: Cluster,
+    on_done: Callable[[Request], None],
+    new_core: CoreFactory,
 ) -> Pool | Disaggregated:
     """The replicas of ``cluster``: one routed pool, or prefill and decode pools."""
     config = cluster.config
     slots = None
     if config.router == "central_queue":
-        slots = config.central_queue_slots or batch_limit(engine.make_policy())
+        slots = config.central_queue_slots or batch_limit(replica_config.core.make_policy())
     split = config.disaggregation
     if split is None:
         router = make_router(config.router, cluster.rng)
-        return Pool(env, engine, 0, config.num_replicas, router, on_done, slots, config.lockstep)
+        return Pool(
+            env,
+            replica_config,
+            0,
+            config.num_replicas,
+            router,
+            on_done,
+            new_core,
+            slots,
+            config.lockstep,
+        )
     routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
-    return Disaggregated(env, engine, split, cluster.kv_bytes_per_token, routers, on_done, slots)
+    return Disaggregated(
+        env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, new_core, slots
+    )
 
 
 def _imbalance(counts: list[int]) -> float | None:

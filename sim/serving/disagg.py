@@ -31,13 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.columns import Columns
 from sim.engine.request import Request
-from sim.serving.pool import Pool
+from sim.serving.pool import CoreFactory, Pool
 from sim.serving.router import Router
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from sim.serving.engine_config import Engine
+    from sim.serving.replica_config import ReplicaConfig
 
 TRANSFER_COLUMNS = {"request_id": "i8", "kv_transfer_start_s": "f8", "kv_transfer_s": "f8"}
 
@@ -65,11 +65,12 @@ class Disaggregated:
     def __init__(
         self,
         env: simpy.Environment,
-        engine: Engine,
+        replica_config: ReplicaConfig,
         config: DisaggregationConfig,
         kv_bytes_per_token: float,
         routers: tuple[Router, Router],
         on_done: Callable[[Request], None],
+        new_core: CoreFactory,
         central_slots: int | None = None,
     ) -> None:
         self.env = env
@@ -77,14 +78,24 @@ class Disaggregated:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.on_done = on_done
         num_prefill = config.num_prefill_replicas
-        self.prefill = Pool(env, engine, 0, num_prefill, routers[0], self._prefilled, central_slots)
+        self.prefill = Pool(
+            env,
+            replica_config,
+            0,
+            num_prefill,
+            routers[0],
+            self._prefilled,
+            new_core,
+            central_slots,
+        )
         self.decode = Pool(
             env,
-            engine,
+            replica_config,
             num_prefill,
             config.num_decode_replicas,
             routers[1],
             self._decoded,
+            new_core,
             central_slots,
         )
         self.cores = self.prefill.cores + self.decode.cores

@@ -23,15 +23,12 @@ arrive while the frontend is still busy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
 
 import numpy as np
 import numpy.typing as npt
 
 from sim.engine.step_runs import Delivered, StepTable
-
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -142,23 +139,6 @@ def _batch_lagging(
         k = int(lagging[nxt]) - 1
 
 
-def add_delivery(steps: pd.DataFrame, step_s: float, per_output_s: float) -> pd.DataFrame:
-    """``steps`` with ``delivered_s`` (per replica when there is a ``replica`` column).
-
-    For a step log already expanded to one row per step; a run's own log is
-    delivered in its compact form by ``deliver``.
-    """
-    ends = steps["end_s"].to_numpy(dtype=np.float64)
-    outputs = steps["num_outputs"].to_numpy()
-    replicas = _replicas(steps)
-    delivered = np.full(len(steps), np.nan)
-    for replica in np.unique(replicas):
-        mine = np.flatnonzero(replicas == replica)
-        delivered[mine] = delivery_s(ends[mine], outputs[mine], step_s, per_output_s)
-    steps["delivered_s"] = delivered
-    return steps
-
-
 def deliver(steps: StepTable, step_s: float, per_output_s: float) -> StepTable:
     """Every replica's steps with their delivery times (``delivery_s``, replica by replica).
 
@@ -178,39 +158,30 @@ def deliver(steps: StepTable, step_s: float, per_output_s: float) -> StepTable:
     return StepTable(tuple(parts))
 
 
-def _replicas(steps: pd.DataFrame) -> npt.NDArray[np.integer]:
-    if "replica" not in steps.columns:
-        return np.zeros(len(steps), dtype=np.int64)
-    return np.asarray(steps["replica"].to_numpy())
-
-
 class Delivery:
     """Maps engine times of token-emitting steps to when the client sees them.
 
-    ``steps`` is a step log with ``delivered_s`` (``deliver``, or
-    ``add_delivery`` for an expanded one). A time is looked up among its
-    replica's step ends first, then among every replica's (with
-    disaggregation the first token comes from a prefill replica).
+    ``parts``: each replica's number, step ends and their delivery times, in
+    time order (``Delivery.of`` a step log with delivery times). A time is
+    looked up among its replica's step ends first, then among every
+    replica's (with disaggregation the first token comes from a prefill replica).
     """
 
-    def __init__(self, steps: pd.DataFrame | StepTable) -> None:
-        parts: list[tuple[int, FloatArray, FloatArray]] = []
-        if isinstance(steps, StepTable):
-            for part in steps.parts:
-                if part.delivery is None:
-                    raise ValueError(f"replica {part.replica}'s steps have no delivery times")
-                parts.append((part.replica, part.end_s, part.column("delivered_s")))
-        else:
-            ends = steps["end_s"].to_numpy(dtype=np.float64)
-            delivered = steps["delivered_s"].to_numpy(dtype=np.float64)
-            replicas = _replicas(steps)
-            for r in np.unique(replicas):
-                mine = replicas == r
-                parts.append((int(r), ends[mine], delivered[mine]))
+    def __init__(self, parts: Iterable[tuple[int, FloatArray, FloatArray]]) -> None:
         # Per replica (its steps are in time order), only steps with output: views
         # of the log's columns unless some step had none.
         self._by_replica = {r: _with_output(ends, delivered) for r, ends, delivered in parts}
         self._everywhere: tuple[FloatArray, FloatArray] | None = None
+
+    @classmethod
+    def of(cls, steps: StepTable) -> Delivery:
+        """The client times of ``steps``, a step log with delivery times (``deliver``)."""
+        parts = []
+        for part in steps.parts:
+            if part.delivery is None:
+                raise ValueError(f"replica {part.replica}'s steps have no delivery times")
+            parts.append((part.replica, part.end_s, part.column("delivered_s")))
+        return cls(parts)
 
     def _all(self) -> tuple[FloatArray, FloatArray]:
         """Every replica's steps in time order (built on first need: it copies the log)."""

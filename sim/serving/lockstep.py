@@ -18,10 +18,9 @@ from typing import Any
 import simpy
 
 from sim.cost.base import CostModel
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
 from sim.engine.request import Request
-from sim.serving.wakeup import idle_event
+from sim.engine.scheduler import EngineCore, StepPlan
+from sim.serving.replica import idle_event
 
 
 class LockstepMember:

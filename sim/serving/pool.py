@@ -17,21 +17,26 @@ so ``first_scheduled_s - ready_s`` is its whole wait.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 import simpy
 
-from sim.engine.core import EngineCore
 from sim.engine.request import Request
-from sim.serving.feed import Feed
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
 
 if TYPE_CHECKING:
-    from sim.serving.engine_config import Engine
+    from sim.engine.core_config import CoreConfig
+    from sim.engine.scheduler import EngineCore
+    from sim.serving.replica_config import ReplicaConfig
+
+
+# Builds a replica's engine core: (config, replica, on_done, skip_ahead) -> core
+# (``sim.serving.simulation.replica_core``).
+CoreFactory = Callable[["CoreConfig", int, Callable[[Request], None], bool], "EngineCore"]
 
 
 class Pool:
@@ -40,11 +45,12 @@ class Pool:
     def __init__(
         self,
         env: simpy.Environment,
-        engine: Engine,
+        replica_config: ReplicaConfig,
         first_replica: int,
         num_replicas: int,
         router: Router,
         on_done: Callable[[Request], None],
+        new_core: CoreFactory,
         central_slots: int | None = None,
         lockstep: bool = False,
     ) -> None:
@@ -55,21 +61,21 @@ class Pool:
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
         self.cores = [
-            EngineCore(
-                engine.make_policy(),
-                engine.new_block_pool(),
-                engine.max_model_len_tokens,
-                replica=first_replica + i,
-                on_done=self._done,
+            new_core(
+                replica_config.core,
+                first_replica + i,
+                self._done,
+                replica_config.skip_ahead and not lockstep,  # lockstep: no Replica
             )
             for i in range(num_replicas)
         ]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
-            self.replicas = LockstepGroup(env, self.cores, engine.cost).members
+            self.replicas = LockstepGroup(env, self.cores, replica_config.cost).members
         else:
             self.replicas = [
-                Replica(env, core, engine.cost, engine.skip_ahead) for core in self.cores
+                Replica(env, core, replica_config.cost, replica_config.skip_ahead)
+                for core in self.cores
             ]
         self.front_replicas = self.replicas  # the replicas arrivals reach
         self.loads = [ReplicaLoad() for _ in range(num_replicas)]
@@ -115,36 +121,7 @@ class Pool:
             for member in self.replicas:
                 member.horizon = None
 
-    @property
-    def feedable(self) -> bool:
-        """Whether each replica can take its requests from a feed of its own: a
-        fresh round-robin router (its picks ignore load: the i-th request goes to
-        replica ``i % n``), no central queue, and no lockstep ranks."""
-        router = self.router
-        return (
-            isinstance(router, RoundRobin)
-            and router.num_turns_before(0, len(self.replicas)) == 0
-            and self.queue is None
-            and all(isinstance(replica, Replica) for replica in self.replicas)
-        )
-
-    def take_feeds(self, feeds: Sequence[Feed]) -> None:
-        """Replica i takes its requests from ``feeds[i]`` when it plans, and ends its
-        runs at its own next one (``Feed.split``'s deal: a round-robin router's)."""
-        if not self.feedable or len(feeds) != len(self.replicas):
-            raise ValueError("feeds need a fresh round-robin pool, one feed per replica")
-        for index, (replica, feed) in enumerate(zip(self.replicas, feeds, strict=True)):
-            assert isinstance(replica, Replica)
-            replica.feed = feed
-            replica.horizon = feed.next_due_s
-            replica.intake = partial(self._take, index)
-
-    def _take(self, index: int, request: Request, now_s: float) -> None:
-        """Replica ``index`` takes ``request`` from its feed: count it in its load."""
-        self._count_sent(index, request)
-        self.cores[index].add(request, now_s)
-
-    def _count_sent(self, index: int, request: Request) -> None:
+    def count_sent(self, index: int, request: Request) -> None:
         """Add ``request`` to replica ``index``'s load (``_done`` takes it off)."""
         load = self.loads[index]
         load.num_requests += 1
@@ -169,7 +146,7 @@ class Pool:
         self.queue.append(request)
 
     def _send(self, index: int, request: Request, keep_ready: bool = False) -> None:
-        self._count_sent(index, request)
+        self.count_sent(index, request)
         ready_s = request.ready_s
         self.replicas[index].submit(request)  # sets ready_s: now
         if keep_ready:

@@ -3,7 +3,7 @@
 tqdm is imported when the bar is due, so a small run does not pay for it.
 The run calls ``tick`` now and then (every few thousand SimPy events); the
 bar reads how many requests are done from ``done``, which may count
-requests simulated in other processes (``sim.serving.workers``).
+requests simulated in other processes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """A run's raw result: every replica's outputs merged, as the client sees them.
 
 ``Simulation`` hands ``raw_result`` one ``CoreOutput`` per replica, in replica
-order, whether it simulated them itself or worker processes did.
+order: what its engine core left after the run. A replica simulated in another
+process sends its outputs back, pickled: they hold arrays only, never the
+core, its requests or its KV blocks.
 """
 
 from __future__ import annotations
@@ -15,13 +17,57 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable
-from sim.engine.step_runs import StepTable
-from sim.serving.core_output import CoreOutput
-from sim.serving.engine_config import Frontend
+from sim.engine.scheduler import EngineCore
+from sim.engine.step_runs import StepRuns, StepTable
 from sim.serving.frontend import Delivery, deliver
+from sim.serving.replica_config import Frontend
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
+
+
+@dataclass(frozen=True)
+class CoreOutput:
+    """One replica's records, step log, sampled queue state and token gaps.
+
+    ``records``: columns, one row per request that reached the core, in the order
+    they left it (``RECORD_COLUMNS``). ``series``: columns, one row per plan
+    (``SERIES_COLUMNS``), then ``kv_cache_usage`` (its share of the core's blocks)
+    and ``replica``. ``extra_itl_s`` / ``extra_itl_from_s``:
+    the gaps before tokens that broke a request's run of steps, and when each
+    began (s, engine times).
+    """
+
+    replica: int
+    records: dict[str, npt.NDArray[Any]]
+    rejections: dict[int, str]
+    later_runs: dict[int, list[tuple[float, int]]]
+    runs: StepRuns
+    series: dict[str, npt.NDArray[Any]]
+    extra_itl_s: npt.NDArray[np.float64]
+    extra_itl_from_s: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(cls, core: EngineCore) -> CoreOutput:
+        """``core``'s outputs; call once the run is over (after ``flush_unfinished``).
+
+        The records are taken from the core (``EngineCore.take_records``): it is
+        left with an empty table, and the result's copy in request order is then
+        the only one held.
+        """
+        series = core.series.views()
+        series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
+        series["replica"] = np.full(len(series["time_s"]), core.replica, dtype=np.int32)
+        return cls(
+            replica=core.replica,
+            records=core.take_records(),  # the core keeps none: see take_records
+            rejections=core.rejections,
+            later_runs=core.later_runs,
+            runs=core.steps.runs(core.replica),
+            series=series,
+            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
+            extra_itl_from_s=np.asarray(core.extra_itl_from_s, dtype=np.float64),
+        )
 
 
 @dataclass
@@ -38,7 +84,7 @@ class RawResult:
     on first use. ``series``: each replica's sampled queue state, as columns
     (``timeseries`` as a frame). ``extra_itl_s`` holds the client-side gaps the
     step log's weights do not cover (tokens after a break in a request's run).
-    ``compiled``: whether the compiled loop (``sim.serving.compiled``) simulated
+    ``compiled``: whether the compiled loop (``sim.fast.compiled``) simulated
     the run (the results are the same either way).
     """
 
@@ -106,7 +152,7 @@ def raw_result(
         requests = frame
     steps = StepTable(tuple(output.runs for output in outputs))
     steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
-    delivery = Delivery(steps)
+    delivery = Delivery.of(steps)
     first_on = np.asarray(columns["replica"])
     if "prefill_replica" in columns:  # disaggregated: first token from there
         prefill = columns["prefill_replica"].to_numpy(dtype=np.float64)

@@ -8,8 +8,9 @@ progress, commits the steps done and plans again. So events grow with
 requests, not tokens. ``skip_ahead=False`` runs every step as its own event
 (the reference the skip-ahead mode is tested against). When the next arrival
 is known in advance (``horizon``: an open loop), a run ends at the step it
-arrives in instead of being interrupted; a single replica then also takes its
-requests from a ``Feed`` when it plans, so an arrival costs no event at all.
+arrives in instead of being interrupted. When every request is known in
+advance, the replica may also pull its requests itself when it plans (``pull``),
+so an arrival costs no event at all.
 
 Async scheduling (vLLM's ``AsyncScheduler`` with ``step_with_batch_queue``):
 when the policy asks for it, step N+1 is planned while step N runs. The
@@ -24,6 +25,7 @@ docs/vllm-fidelity.md for how a cost model's per-step overhead should read then.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Callable, Generator
 from typing import Any
@@ -31,12 +33,8 @@ from typing import Any
 import simpy
 
 from sim.cost.base import CostModel, run_ends_for
-from sim.engine.cohort import Cohort
-from sim.engine.core import EngineCore
-from sim.engine.policies.continuous import Continuous
 from sim.engine.request import Request
-from sim.serving.feed import Feed
-from sim.serving.wakeup import idle_event
+from sim.engine.scheduler import EngineCore
 
 
 class Replica:
@@ -56,20 +54,15 @@ class Replica:
         # (open loop: known in advance); runs then end at that step instead of
         # being interrupted, which saves two events per arrival.
         self.horizon: Callable[[], float] | None = None
-        # Open loop, one replica: the replica takes its requests from the feed
-        # when it plans, instead of being handed each at an event of its own.
-        self.feed: Feed | None = None
-        # What a request taken from the feed goes through (a pool counts its load).
-        self.intake: Callable[[Request, float], object] = core.add
+        # When set, the replica takes its requests itself instead of being handed
+        # each at an event of its own: ``pull(now_s)`` submits every request due by
+        # ``now_s`` and returns when the next one is (inf: none left), s. Idle, the
+        # replica then sleeps until that time.
+        self.pull: Callable[[float], float] | None = None
         # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
-        self.pipelined = bool(getattr(core.policy, "async_scheduling", False))
-        core.pipelined = self.pipelined
+        self.pipelined = core.pipelined
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if self.pipelined else 1
-        # Steady decoders advanced in aggregate (sim.engine.cohort): plain
-        # continuous batching only, and not step by step, the reference mode.
-        if skip_ahead and type(core.policy) is Continuous and core.recorder is None:
-            core.cohort = Cohort(core.kv.block_size_tokens)
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:
@@ -95,14 +88,15 @@ class Replica:
         # (``now + (end - now)`` need not be ``end``), and that would make the
         # times depend on how steps were grouped into timeouts. None: woken.
         last_end: float | None = None
-        feed = self.feed
+        pull = self.pull
         # The first plan (at time 0) comes before the open loop's first submission,
         # as when a SimPy process submits (it starts after this one).
+        next_pull_s = math.inf if pull is None else pull(-math.inf)
         started = False
         while True:
             now = env.now if last_end is None else last_end
-            if feed is not None and started and feed.next_clock_s <= now:
-                feed.take(now, self.intake)
+            if pull is not None and started and next_pull_s <= now:
+                next_pull_s = pull(now)
             started = True
             plan = core.schedule(now, visible_until)
             deferred = pipelined and core.num_deferred_at_plan > 0
@@ -110,11 +104,11 @@ class Replica:
             if plan.is_empty:
                 if deferred:  # vLLM plans again once step N's output is in
                     continue
-                if feed is None:
+                if pull is None:
                     yield from self._wait(plan.wake_at_s)
                     last_end = None
                     continue
-                woke_s = yield from self._sleep(feed.next_clock_s, plan.wake_at_s)
+                woke_s = yield from self._sleep(next_pull_s, plan.wake_at_s)
                 if woke_s is None:
                     return  # nothing more can come
                 last_end = woke_s
@@ -167,7 +161,7 @@ class Replica:
     def _sleep(
         self, next_clock_s: float, wake_at_s: float | None
     ) -> Generator[simpy.Event, Any, float | None]:
-        """Sleep until the feed's next submission or the policy's wake-up time;
+        """Sleep until the next pull (``next_clock_s``) or the policy's wake-up time;
         return the time to plan at, or None if neither will ever come."""
         env = self.env
         if wake_at_s is None:
@@ -192,3 +186,18 @@ class Replica:
         self._idle = idle
         yield idle
         self._idle = None
+
+
+def idle_event(env: simpy.Environment, wake_at_s: float | None) -> simpy.Event:
+    """The event an idle executor sleeps on: the caller succeeds it when work
+    arrives; it also fires at ``wake_at_s`` (the policy's wake-up time, s)."""
+    idle = env.event()
+    if wake_at_s is not None:
+        timer = env.timeout(max(0.0, wake_at_s - env.now))
+
+        def wake(_: simpy.Event) -> None:
+            if not idle.triggered:
+                idle.succeed()
+
+        timer.callbacks.append(wake)
+    return idle

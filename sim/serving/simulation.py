@@ -7,42 +7,52 @@ into streamed chunks after the engine; its queue decides when the client sees
 every token.
 With a ``Cluster`` the requests go to a router in front of several replicas,
 or to disaggregated prefill and decode pools (``sim.serving.cluster``); without one,
-a single replica is fed directly (the fast path).
+to a single replica.
+
+An open loop is first offered to the speed paths (``sim.fast.open_loop.run``,
+the one door to them), which simulate it as this module would, to the bit, or
+decline; then this module simulates it itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import simpy
 
-from sim.engine.core import EngineCore
+from sim.engine.core_config import CoreConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
+from sim.fast import faster_core
+from sim.fast import open_loop as speed_paths
 from sim.serving.cluster import Cluster, build_layout
-from sim.serving.core_output import CoreOutput
 from sim.serving.disagg import Disaggregated
-from sim.serving.engine_config import Engine
-from sim.serving.feed import Feed, OpenLoop, requests_in_order, submission_order
-from sim.serving.forks import forking_supported
 from sim.serving.lockstep import LockstepMember
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
-from sim.serving.raw_result import RawResult, raw_result
+from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
-from sim.serving.workers import default_num_workers, run_in_workers
+from sim.serving.replica_config import ReplicaConfig
+from sim.serving.submission import ClosedLoop, OpenLoop, requests_in_order, submission_order
 
 
-@runtime_checkable
-class ClosedLoop(Protocol):
-    """Users who think, send a request, and wait for its answer."""
-
-    num_users: int
-    num_requests: int
-
-    def next_lengths(self) -> tuple[int, int]: ...
-
-    def next_think_s(self) -> float: ...
+def replica_core(
+    config: CoreConfig,
+    replica: int = 0,
+    on_done: Callable[[Request], None] | None = None,
+    skip_ahead: bool = True,
+) -> EngineCore:
+    """The engine core a replica drives. In skip-ahead mode ``sim.fast`` may offer
+    a faster one that gives the same results (the door to the speed paths, with
+    ``Simulation.run``'s); step by step, the reference mode, always the reference
+    core. The layouts (``sim.serving.cluster``) build their cores with it too."""
+    policy, kv = config.make_policy(), config.new_block_pool()
+    if skip_ahead:
+        core = faster_core(policy, kv, config.max_model_len_tokens, replica, on_done)
+        if core is not None:
+            return core
+    return EngineCore(policy, kv, config.max_model_len_tokens, replica, on_done)
 
 
 class Simulation:
@@ -50,32 +60,32 @@ class Simulation:
 
     def __init__(
         self,
-        engine: Engine,
+        replica_config: ReplicaConfig,
         cluster: Cluster | None = None,
-        feed: bool = True,
+        fast: bool = True,
         workers: int | None = None,
         compiled: bool | None = None,
     ) -> None:
-        """``feed=False`` hands every open-loop request over at an event of its own,
-        as a cluster of other routers does (the reference the feeds are tested against).
+        """``fast=False`` never offers a run to the speed paths (``sim.fast``): every
+        open-loop request is handed over at an event of its own, the reference
+        they are tested against. ``workers`` and ``compiled`` are the speed
+        paths' settings (``sim.fast.open_loop.run``; the result is the same
+        whatever they are):
 
-        ``workers``: processes to simulate a round-robin pool's replicas in
-        (``sim.serving.workers``; the result is the same whatever the number).
+        ``workers``: processes to simulate a round-robin pool's replicas in.
         None: as many as pay, up to one per usable CPU; 1: this process only
         (and on other systems than Linux, whatever is asked). When workers ran,
         this process's cores hold only its own share of the run.
 
-        ``compiled``: whether a run the compiled loop can play takes it
-        (``sim.serving.compiled.path.choose_loop``): None by its size, True at
-        any size, False never.
+        ``compiled``: whether a run the compiled loop can play takes it: None by
+        its size, True at any size, False never.
         """
         if workers is not None and workers < 1:
             raise ValueError(f"workers: expected a positive count, got {workers}")
-        self.engine = engine
-        self.feed = feed
+        self.replica_config = replica_config
+        self.fast = fast
         self.workers = workers
         self.compiled = compiled
-        self.played_compiled = False  # whether the compiled loop simulated the run
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         self._next_ready_s = 0.0
@@ -84,19 +94,18 @@ class Simulation:
         self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
-            self.core = EngineCore(
-                engine.make_policy(),
-                engine.new_block_pool(),
-                engine.max_model_len_tokens,
-                on_done=self._on_done,
+            self.core = replica_core(
+                replica_config.core, on_done=self._on_done, skip_ahead=replica_config.skip_ahead
             )
             self.replica: Replica | LockstepMember = Replica(
-                self.env, self.core, engine.cost, engine.skip_ahead
+                self.env, self.core, replica_config.cost, replica_config.skip_ahead
             )
             self.cores = [self.core]
             self._submit: Callable[[Request], None] = self.replica.submit
         else:
-            self.layout = build_layout(self.env, engine, cluster, self._on_done)
+            self.layout = build_layout(
+                self.env, replica_config, cluster, self._on_done, replica_core
+            )
             self.cores = self.layout.cores
             self.core = self.cores[0]
             self.replica = self.layout.front_replicas[0]
@@ -116,22 +125,21 @@ class Simulation:
 
     def _send(self, request: Request) -> None:
         """Tokenize (a delay), then hand to the replica."""
-        delay = self.engine.frontend.tokenize_s_per_token * request.num_prompt_tokens
+        delay = self.replica_config.frontend.tokenize_s_per_token * request.num_prompt_tokens
         if delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _: self._submit(request))
         else:
             self._submit(request)
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
-        """Submit requests to a cluster in the order their tokenization ends.
+        """Submit requests in the order their tokenization ends.
 
         All arrival times are known, so tokenization needs no event of its
         own, and replicas can read the next submission time from
-        ``_next_ready_s`` instead of being interrupted by it. (A single
-        replica takes its requests from a ``Feed`` instead: ``sim.serving.feed``.)
+        ``_next_ready_s`` instead of being interrupted by it.
         """
         env = self.env
-        ready, order = submission_order(work, self.engine.frontend.tokenize_s_per_token)
+        ready, order = submission_order(work, self.replica_config.frontend.tokenize_s_per_token)
         ready_s = ready.tolist()
         ready_s.append(float("inf"))
         self._ready_s = ready_s
@@ -148,7 +156,7 @@ class Simulation:
         # A user sees the answer once the frontend has sent the last token; the
         # frontend's queue is computed after the run, so users wait its
         # no-queue time for one output (docs/vllm-fidelity.md).
-        frontend = self.engine.frontend
+        frontend = self.replica_config.frontend
         detokenize_s = frontend.output_step_s + frontend.detokenize_s_per_token
         while ids[0] < work.num_requests:
             yield env.timeout(work.next_think_s())
@@ -168,82 +176,41 @@ class Simulation:
         """Simulate until every request has finished or been rejected."""
         total = work.num_requests if isinstance(work, ClosedLoop) else len(work.arrival_s)
         bar = Progress(total, progress, lambda: self.num_done)
+        raw: RawResult | None = None
         try:
-            outputs = self._simulate(work, bar)
+            if self.fast and not isinstance(work, ClosedLoop):
+                replicas = self.replica if self.layout is None else self.layout
+                raw = speed_paths.run(
+                    work,
+                    self.replica_config,
+                    replicas,
+                    self._drive,
+                    bar,
+                    self.compiled,
+                    self.workers,
+                )
+            if raw is None:
+                self._simulate(work, bar)
         finally:
             bar.close()
-        raw = self._merge(outputs) if outputs is not None else self._result()
-        raw.compiled = self.played_compiled
-        return raw
+        return self._result() if raw is None else raw
 
-    def _simulate(self, work: OpenLoop | ClosedLoop, bar: Progress) -> list[CoreOutput] | None:
-        """Run ``work``; the cores' outputs when worker processes simulated them
-        (None: they are in this process's cores)."""
+    def _simulate(self, work: OpenLoop | ClosedLoop, bar: Progress) -> None:
+        """Run ``work`` to its end in this process, one SimPy event per submission."""
         if isinstance(work, ClosedLoop):
             ids = [0]
             for _ in range(work.num_users):
                 self.env.process(self._user(work, ids))
         else:
-            total = len(work.arrival_s)
-            tokenize_s = self.engine.frontend.tokenize_s_per_token
-            if self.layout is None and isinstance(self.replica, Replica) and self.feed:
-                if self._run_compiled(work, tokenize_s, bar):
-                    return None  # the core holds the run's logs (sim.serving.compiled)
-                # One replica takes its requests when it plans (sim.serving.feed),
-                # and ends its runs at the next one.
-                (feed,) = Feed.split(work, tokenize_s, 1)
-                self.core.on_done = None  # nobody waits for an answer in an open loop
-                self.replica.feed = feed
-                self.replica.horizon = feed.next_due_s
-            elif isinstance(self.layout, Pool) and self.layout.feedable and self.feed:
-                # Round robin: each replica takes its own turns (Pool.take_feeds),
-                # so they may be simulated in several processes at once, or compiled.
-                if self._run_compiled(work, tokenize_s, bar):
-                    return None
-                pool = self.layout
-                feeds = Feed.split(work, tokenize_s, len(pool.replicas))
-                num_workers = self._num_workers(len(pool.replicas), total)
-                if num_workers > 1:
-                    return run_in_workers(pool, feeds, num_workers, self._drive, bar)
-                pool.take_feeds(feeds)
+            # A single replica or a pool of one ends its runs at the next
+            # arrival; several are interrupted by the arrivals routed to them
+            # (Pool.set_horizon).
+            if self.layout is None:
+                self.replica.horizon = self._horizon
             else:
-                # A single replica or a pool of one ends its runs at the next
-                # arrival; several are interrupted by the arrivals routed to them
-                # (Pool.set_horizon).
-                if self.layout is None:
-                    self.replica.horizon = self._horizon
-                else:
-                    self.layout.set_horizon(self._horizon, self._lookahead)
-                self.env.process(self._open_loop(work))
+                self.layout.set_horizon(self._horizon, self._lookahead)
+            self.env.process(self._open_loop(work))
         self._drive(bar.tick)
-        return None
-
-    def _run_compiled(self, work: OpenLoop, tokenize_s: float, bar: Progress) -> bool:
-        """Simulate ``work`` in the compiled loop if it can (sim.serving.compiled)."""
-        from sim.serving.compiled.choice import loop_kind
-
-        kind = loop_kind(len(work.arrival_s), self.compiled)
-        if kind is None:
-            return False  # the loop's modules stay unimported (~15 ms)
-        from sim.serving.compiled import path as fast_path
-
-        run = fast_path.loop_of(kind)
-        cost = self.engine.cost
-        if run is None or fast_path.why_not(self.cores, cost, self.engine.skip_ahead, work):
-            return False
-        assert isinstance(cost, fast_path.RooflineCost)
-        self.played_compiled = fast_path.run_compiled(
-            self.cores, cost, work, tokenize_s, run, bar.tick
-        )
-        return self.played_compiled
-
-    def _num_workers(self, num_replicas: int, num_requests: int) -> int:
-        """Processes for a round-robin pool (1 while a recorder watches the cores)."""
-        if any(core.recorder is not None for core in self.cores):
-            return 1
-        if self.workers is not None:
-            return min(self.workers, num_replicas) if forking_supported() else 1
-        return default_num_workers(num_replicas, num_requests)
 
     def _horizon(self) -> float:
         return self._next_ready_s
@@ -272,10 +239,7 @@ class Simulation:
             self.layout.flush()
         for core in self.cores:
             core.flush_unfinished()
-        return self._merge([CoreOutput.of(core) for core in self.cores])
-
-    def _merge(self, outputs: list[CoreOutput]) -> RawResult:
-        """The result from every replica's outputs, in replica order."""
         layout = self.layout
         disaggregated = layout.requests_frame if isinstance(layout, Disaggregated) else None
-        return raw_result(outputs, self.engine.frontend, disaggregated)
+        outputs = [CoreOutput.of(core) for core in self.cores]
+        return raw_result(outputs, self.replica_config.frontend, disaggregated)

@@ -1,9 +1,9 @@
-"""The decode cohort (``sim.engine.cohort``) changes no result (hypothesis).
+"""The decode cohort (``sim.fast.cohort``) changes no result (hypothesis).
 
 The cohort is a second path beside the per-request one: plain continuous
 batching in skip-ahead mode advances steady decoders in aggregate. Here every
 random workload and setting runs three ways: skip-ahead with the cohort,
-skip-ahead without it (the replica's ``Cohort`` replaced by nothing) and step by
+skip-ahead without it (``sim.fast`` declining: the reference core) and step by
 step. All three must give the same request records, step log, token breaks and
 prefix-cache figures, to the last bit. Settings reach every way out of the
 cohort: small KV pools (preemption by recompute or by swap), small token
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import numpy as np
@@ -28,15 +29,15 @@ from hypothesis import strategies as st
 from test_feature_invariants import grouped_workloads
 from test_invariants import SETTINGS, Setup, assert_same_runs, continuous_setups, workloads
 
-import sim.serving.replica as replica_module
+import sim.serving.simulation as simulation_module
 from sim.cost.linear import LinearCost
-from sim.engine.cohort import Cohort
-from sim.engine.plan import StepPlan
+from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import PrefixCachingPool, SwapSpace
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.engine.policies.features import with_async_scheduling, with_swap_space
 from sim.engine.policies.orca import OrcaConfig
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.serving.engine_config import Engine, Frontend
+from sim.engine.scheduler import StepPlan
+from sim.fast.cohort import Cohort, CohortCore, CohortPlan
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -52,25 +53,27 @@ def variants(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-def build_engine(setup: Setup, variant: dict[str, object], skip_ahead: bool) -> Engine:
+def build_engine(setup: Setup, variant: dict[str, object], skip_ahead: bool) -> ReplicaConfig:
     base = setup.make_policy.__self__  # type: ignore[attr-defined]  # ContinuousConfig.build
     assert isinstance(base, ContinuousConfig)
     config = base.model_copy(update={"long_prefill_token_threshold": variant["long_prefill_cap"]})
-    make_policy: Callable[[], Scheduler] = config.build
-    if variant["swap"]:
-        # Room for a few blocks: some preemptions swap, the rest recompute.
-        make_policy = with_swap_space(make_policy, 6.0, 1.0, 1e4)
-    if variant["async_scheduling"]:
-        make_policy = with_async_scheduling(make_policy)
-    return Engine(
+    swap, async_scheduling = bool(variant["swap"]), bool(variant["async_scheduling"])
+
+    def make_policy() -> Scheduler:
+        # Swap: room for a few blocks, so some preemptions swap, the rest recompute.
+        return config.build(SwapSpace(6.0, 1.0, 1e4) if swap else None, async_scheduling)
+
+    return ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=setup.num_kv_blocks,
+            block_size_tokens=setup.block_size_tokens,
+            max_model_len_tokens=setup.max_model_len_tokens,
+            enable_prefix_caching=bool(variant["caching"]),
+        ),
         cost=setup.cost,
-        make_policy=make_policy,
-        num_kv_blocks=setup.num_kv_blocks,
-        block_size_tokens=setup.block_size_tokens,
-        max_model_len_tokens=setup.max_model_len_tokens,
         frontend=setup.frontend,
         skip_ahead=skip_ahead,
-        enable_prefix_caching=bool(variant["caching"]),
     )
 
 
@@ -88,23 +91,24 @@ class Run:
 
 def run(
     arrays: RequestArrays,
-    engine: Engine,
+    engine: ReplicaConfig,
     monkeypatch: pytest.MonkeyPatch,
     cohort: bool,
 ) -> Run:
     """One run; with ``cohort=False`` the replica gets no cohort."""
     with monkeypatch.context() as patch:
         if not cohort:
-            patch.setattr(replica_module, "Cohort", lambda block_size_tokens: None)
+            patch.setattr(simulation_module, "faster_core", lambda *args: None)
         simulation = Simulation(engine)
     core = simulation.core
-    assert (core.cohort is not None) == (cohort and engine.skip_ahead)
+    assert isinstance(core, CohortCore) == (cohort and engine.skip_ahead)
     member_steps = 0
     commit = core.commit
 
     def counting(plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
         nonlocal member_steps
-        member_steps += plan.num_cohort * len(ends_s)
+        if isinstance(plan, CohortPlan):
+            member_steps += plan.num_cohort * len(ends_s)
         commit(plan, start_s, ends_s)
 
     core.commit = counting  # type: ignore[method-assign]
@@ -119,8 +123,8 @@ def run(
 
     core.take_records = taking  # type: ignore[method-assign]
     raw = simulation.run(cast(OpenLoop, arrays))
-    assert core.kv.num_free_blocks == engine.num_kv_blocks  # every block returned
-    if core.cohort is not None:
+    assert core.kv.num_free_blocks == engine.core.num_kv_blocks  # every block returned
+    if isinstance(core, CohortCore) and core.cohort is not None:
         assert core.cohort.num_members == 0  # flushed
     kv = core.kv
     if not isinstance(kv, PrefixCachingPool):
@@ -233,13 +237,15 @@ def test_cohort_carries_most_decode_steps_and_changes_nothing(
     results are those of the per-request path, with and without preemption."""
     arrays = steady_workload(300, np.random.default_rng(7))
     build = ContinuousConfig(max_num_seqs=64, max_num_batched_tokens=512).build
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=partial(build, async_scheduling=True) if async_scheduling else build,
+            num_kv_blocks=pool_blocks,
+            block_size_tokens=16,
+            max_model_len_tokens=1024,
+            enable_prefix_caching=True,
+        ),
         cost=LinearCost(step_overhead_s=2e-3, per_prefill_token_s=1e-5, per_decode_seq_s=1e-4),
-        make_policy=with_async_scheduling(build) if async_scheduling else build,
-        num_kv_blocks=pool_blocks,
-        block_size_tokens=16,
-        max_model_len_tokens=1024,
-        enable_prefix_caching=True,
     )
     with_cohort = run(arrays, engine, monkeypatch, True)
     without = run(arrays, engine, monkeypatch, False)
@@ -252,15 +258,19 @@ def test_cohort_carries_most_decode_steps_and_changes_nothing(
 
 def test_cohort_is_only_for_plain_continuous_batching() -> None:
     def core_cohort(make_policy: Callable[[], Scheduler], skip_ahead: bool = True) -> object:
-        engine = Engine(
+        """The cohort of the first replica's core, if it has one."""
+        engine = ReplicaConfig(
+            core=CoreConfig(
+                make_policy=make_policy,
+                num_kv_blocks=100,
+                block_size_tokens=16,
+                max_model_len_tokens=512,
+            ),
             cost=LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3),
-            make_policy=make_policy,
-            num_kv_blocks=100,
-            block_size_tokens=16,
-            max_model_len_tokens=512,
             skip_ahead=skip_ahead,
         )
-        return Simulation(engine).core.cohort
+        core = Simulation(engine).core
+        return core.cohort if isinstance(core, CohortCore) else None
 
     plain = ContinuousConfig().build
     assert isinstance(core_cohort(plain), Cohort)

@@ -1,4 +1,4 @@
-"""The compiled loop (``sim.serving.compiled``) changes no result (hypothesis).
+"""The compiled loop (``sim.fast.compiled``) changes no result (hypothesis).
 
 Every random workload and setting runs through the Python path and through
 the compiled loop's function, uncompiled (``SERVESIM_COMPILED=python``: the
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Callable
+from functools import partial
 from typing import cast
 
 import pytest
@@ -24,11 +25,11 @@ from hypothesis import strategies as st
 from test_invariants import SETTINGS, workloads
 
 from sim.cost.roofline import RooflineCost
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
-from sim.engine.policies.features import with_async_scheduling
+from sim.fast.compiled import path
 from sim.hardware.specs import hardware_preset, model_preset
-from sim.serving.compiled import path
-from sim.serving.engine_config import Engine, Frontend
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -38,7 +39,7 @@ COSTS = [RooflineCost(model_preset("llama-3-8b"), hardware_preset(name)) for nam
 
 
 @st.composite
-def engines(draw: st.DrawFn) -> Engine:
+def engines(draw: st.DrawFn) -> ReplicaConfig:
     """A single replica's engine: continuous batching under a roofline cost."""
     # Mostly room for every request (a rejection sends the run to the Python path).
     max_model_len = draw(st.one_of(st.just(400), st.integers(16, 400)))
@@ -52,24 +53,28 @@ def engines(draw: st.DrawFn) -> Engine:
     )
     make_policy: Callable[[], Scheduler] = config.build
     if draw(st.booleans()):
-        make_policy = with_async_scheduling(make_policy)
+        make_policy = partial(config.build, async_scheduling=True)
     big = draw(st.booleans())  # a big pool: no preemption, so the loop runs to the end
     block_size = draw(st.sampled_from([1, 4, 16]))
-    return Engine(
-        cost=draw(st.sampled_from(COSTS)),
-        make_policy=make_policy,
-        # Small pools from a few blocks short of one request to a few requests' worth.
-        num_kv_blocks=100_000 if big else draw(st.integers(400 // block_size, 2000 // block_size)),
-        block_size_tokens=block_size,
-        max_model_len_tokens=max_model_len,
-        frontend=draw(st.sampled_from([Frontend(0.0, 0.0), Frontend(1.7e-5, 2.3e-4)])),
+    cost = draw(st.sampled_from(COSTS))  # (drawn in this order: the examples stay the same)
+    # Small pools from a few blocks short of one request to a few requests' worth.
+    num_kv_blocks = 100_000 if big else draw(st.integers(400 // block_size, 2000 // block_size))
+    frontend = draw(st.sampled_from([Frontend(0.0, 0.0), Frontend(1.7e-5, 2.3e-4)]))
+    core = CoreConfig(
+        make_policy,
+        num_kv_blocks,
+        block_size,
+        max_model_len,
         enable_prefix_caching=draw(st.booleans()),
     )
+    return ReplicaConfig(core, cost, frontend)
 
 
 @SETTINGS
 @given(arrays=workloads(), engine=engines())
-def test_uncompiled_loop_matches_the_python_path(arrays: RequestArrays, engine: Engine) -> None:
+def test_uncompiled_loop_matches_the_python_path(
+    arrays: RequestArrays, engine: ReplicaConfig
+) -> None:
     reference, reference_order, _ = simulate(arrays, engine, "never")
     raw, order, played = simulate(arrays, engine, "python")
     reason = path.why_not(Simulation(engine).cores, engine.cost, True, cast(OpenLoop, arrays))
@@ -81,7 +86,9 @@ def test_uncompiled_loop_matches_the_python_path(arrays: RequestArrays, engine: 
 @pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
 @settings(SETTINGS, max_examples=25)
 @given(arrays=workloads(), engine=engines())
-def test_compiled_loop_matches_the_python_path(arrays: RequestArrays, engine: Engine) -> None:
+def test_compiled_loop_matches_the_python_path(
+    arrays: RequestArrays, engine: ReplicaConfig
+) -> None:
     reference, reference_order, _ = simulate(arrays, engine, "never")
     raw, order, _ = simulate(arrays, engine, "always")
     assert_identical(raw, reference)

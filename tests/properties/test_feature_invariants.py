@@ -35,14 +35,13 @@ from test_invariants import (
     workloads,
 )
 
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
+from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import PrefixCachingPool
 from sim.engine.policies import Scheduler
-from sim.engine.policies.base import CoreView
-from sim.engine.prefix_cache import PrefixCachingPool
+from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.speculative import SpeculativeConfig
 from sim.hardware.specs import hardware_preset
-from sim.serving.engine_config import Engine, with_speculation
+from sim.serving.replica_config import ReplicaConfig, with_speculation
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -107,6 +106,7 @@ class Checked:
 
     def __init__(self, inner: Scheduler, setup: Setup, caching: bool) -> None:
         self.inner, self.setup, self.caching = inner, setup, caching
+        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
@@ -138,20 +138,23 @@ def simulate(
     caching: bool,
     speculative: SpeculativeConfig | None = None,
 ) -> RawResult:
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=setup.make_policy,
+            num_kv_blocks=setup.num_kv_blocks,
+            block_size_tokens=setup.block_size_tokens,
+            max_model_len_tokens=setup.max_model_len_tokens,
+            enable_prefix_caching=caching,
+        ),
         cost=setup.cost,
-        make_policy=setup.make_policy,
-        num_kv_blocks=setup.num_kv_blocks,
-        block_size_tokens=setup.block_size_tokens,
-        max_model_len_tokens=setup.max_model_len_tokens,
         frontend=setup.frontend,
         skip_ahead=skip_ahead,
-        enable_prefix_caching=caching,
     )
     if speculative is not None:
         engine = with_speculation(engine, speculative, hardware_preset("h100"))
-    make_inner = engine.make_policy
-    engine = replace(engine, make_policy=lambda: Checked(make_inner(), setup, caching))
+    make_inner = engine.core.make_policy
+    checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching))
+    engine = replace(engine, core=checked)
     simulation = Simulation(engine)
     raw = simulation.run(cast(OpenLoop, arrays))
     assert simulation.core.kv.num_free_blocks == setup.num_kv_blocks  # all returned

@@ -23,14 +23,13 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
+from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.engine.policies.base import CoreView
+from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.tokens import token_times_s
 from sim.scenario import scenario_from_dict
-from sim.serving.engine_config import Engine, Frontend
 from sim.serving.frontend import Delivery
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -230,12 +229,14 @@ def simulate(
         policies.append(CheckedPolicy(setup.make_policy(), setup, async_scheduling))
         return policies[-1]
 
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=setup.num_kv_blocks,
+            block_size_tokens=setup.block_size_tokens,
+            max_model_len_tokens=setup.max_model_len_tokens,
+        ),
         cost=setup.cost,
-        make_policy=make_policy,
-        num_kv_blocks=setup.num_kv_blocks,
-        block_size_tokens=setup.block_size_tokens,
-        max_model_len_tokens=setup.max_model_len_tokens,
         frontend=setup.frontend,
         skip_ahead=skip_ahead,
     )
@@ -316,7 +317,7 @@ def check_run(
     # Token times: one per generated token, in order, from first token to finish.
     # The step log has engine times; the client sees them after the frontend
     # (delivered_s), never earlier, and in the same order.
-    delivery = Delivery(steps)
+    delivery = Delivery.of(raw.step_table)
     for request_id, first_s, finish_s, engine_first_s, engine_finish_s, count in rows(
         done,
         "request_id",
@@ -541,14 +542,16 @@ def test_closed_loop_runs_agree_step_by_step(
             policies.append(CheckedPolicy(setup.make_policy(), setup))  # noqa: B023
             return policies[-1]  # noqa: B023
 
-        engine = Engine(
-            setup.cost,
-            make_policy,
-            setup.num_kv_blocks,
-            setup.block_size_tokens,
-            setup.max_model_len_tokens,
-            setup.frontend,
-            skip_ahead,
+        engine = ReplicaConfig(
+            core=CoreConfig(
+                make_policy=make_policy,
+                num_kv_blocks=setup.num_kv_blocks,
+                block_size_tokens=setup.block_size_tokens,
+                max_model_len_tokens=setup.max_model_len_tokens,
+            ),
+            cost=setup.cost,
+            frontend=setup.frontend,
+            skip_ahead=skip_ahead,
         )
         runs.append(Simulation(engine).run(ScriptedUsers(num_users, thinks_s, arrays)))
     fast, slow = runs

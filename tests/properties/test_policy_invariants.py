@@ -35,8 +35,8 @@ from test_invariants import (
 )
 
 from sim.cost.linear import LinearCost
-from sim.engine.core import EngineCore
-from sim.engine.plan import StepPlan
+from sim.engine.core_config import CoreConfig
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import (
     DynamicConfig,
     LeastAttainedServiceConfig,
@@ -46,10 +46,8 @@ from sim.engine.policies import (
     Scheduler,
     ShortestPromptFirstConfig,
 )
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import Continuous, ContinuousConfig
-from sim.engine.policies.features import with_swap_space
-from sim.serving.engine_config import Engine, Frontend
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, StepPlan
+from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -102,12 +100,12 @@ def policy_setups(draw: st.DrawFn, kind: str) -> Setup:
             make = LeastAttainedServiceConfig(**common).build
         else:  # swap
             swap_blocks = draw(st.integers(0, 40))
-            make = with_swap_space(
-                ContinuousConfig(preemption="swap", **common).build,
-                capacity_bytes=swap_blocks * 1000.0,
-                bytes_per_block=1000.0,
-                bandwidth_bytes_per_s=draw(st.sampled_from([1e5, 1e7])),
-            )
+            swapping = ContinuousConfig(preemption="swap", **common)
+            bandwidth = draw(st.sampled_from([1e5, 1e7]))
+
+            def make() -> Scheduler:
+                return swapping.build(SwapSpace(swap_blocks * 1000.0, 1000.0, bandwidth))
+
     return Setup(
         make,
         kind,
@@ -128,6 +126,7 @@ class PolicyChecks:
     def __init__(self, inner: Scheduler, setup: Setup) -> None:
         self.inner = inner
         self.setup = setup
+        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
         self.num_admitted = 0
 
@@ -178,12 +177,14 @@ def simulate(arrays: RequestArrays, setup: Setup, skip_ahead: bool) -> RawResult
     def make_policy() -> Scheduler:
         return PolicyChecks(setup.make_policy(), setup)
 
-    engine = Engine(
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make_policy,
+            num_kv_blocks=setup.num_kv_blocks,
+            block_size_tokens=setup.block_size_tokens,
+            max_model_len_tokens=setup.max_model_len_tokens,
+        ),
         cost=setup.cost,
-        make_policy=make_policy,
-        num_kv_blocks=setup.num_kv_blocks,
-        block_size_tokens=setup.block_size_tokens,
-        max_model_len_tokens=setup.max_model_len_tokens,
         frontend=setup.frontend,
         skip_ahead=skip_ahead,
     )
@@ -287,7 +288,14 @@ def test_policy_checks_see_admissions() -> None:
         checks.append(PolicyChecks(setup.make_policy(), setup))
         return checks[-1]
 
-    engine = Engine(setup.cost, make, 100, 16, 400, setup.frontend, True)
+    engine = ReplicaConfig(
+        core=CoreConfig(
+            make_policy=make, num_kv_blocks=100, block_size_tokens=16, max_model_len_tokens=400
+        ),
+        cost=setup.cost,
+        frontend=setup.frontend,
+        skip_ahead=True,
+    )
     raw = Simulation(engine).run(cast(OpenLoop, arrays))
     assert checks[0].num_admitted == 3
     # Strict priority, one slot: the most urgent (lowest value, last to arrive) goes first.

@@ -6,8 +6,6 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sim.engine.policies.base import Scheduler
-from sim.engine.policies.continuous import Continuous, ContinuousConfig
 from sim.engine.policies.dynamic import Dynamic, DynamicConfig
 from sim.engine.policies.least_attained_service import (
     LeastAttainedService,
@@ -18,6 +16,7 @@ from sim.engine.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from sim.engine.policies.priority import Priority, PriorityConfig
 from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst, ShortestPromptFirstConfig
 from sim.engine.policies.static import Static, StaticConfig
+from sim.engine.scheduler import Continuous, ContinuousConfig, Scheduler
 
 PolicyConfig = Annotated[
     ContinuousConfig

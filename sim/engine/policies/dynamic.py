@@ -24,9 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.engine.plan import StepPlan
-from sim.engine.policies.base import CoreView
 from sim.engine.policies.static import MAX_RUN_STEPS, Static, StaticConfig
+from sim.engine.scheduler import CoreView, StepPlan
 
 
 class DynamicConfig(BaseModel):

@@ -12,7 +12,7 @@ jobs when job sizes are unknown: whoever has been served least is likely to
 be the shortest left. Here it bounds how much one long request, preempted
 again and again, can hold the head of the queue under KV pressure, at the
 price of the preempted requests' own latency. Everything else is the
-continuous policy's (:mod:`sim.engine.policies.continuous`).
+continuous policy's (:mod:`sim.engine.scheduler`).
 
 This module is the worked example of ``docs/dev/adding-a-policy.md``.
 """
@@ -22,9 +22,9 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Literal
 
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import ContinuousSettings
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
+from sim.engine.scheduler import ContinuousSettings, CoreView
 
 _ATTAINED = attrgetter("num_generated_tokens")  # output tokens streamed so far
 
@@ -34,15 +34,14 @@ class LeastAttainedServiceConfig(ContinuousSettings):
 
     kind: Literal["least_attained_service"] = "least_attained_service"
 
-    def build(self) -> LeastAttainedService:
-        return LeastAttainedService(self)
+    def build(
+        self, swap: SwapSpace | None = None, async_scheduling: bool = False
+    ) -> LeastAttainedService:
+        return LeastAttainedService(self, swap, async_scheduling)
 
 
 class LeastAttainedService(OrderedContinuous):
     """The policy; holds no state between steps besides its settings."""
-
-    def __init__(self, config: LeastAttainedServiceConfig) -> None:
-        super().__init__(config)
 
     def reorder(self, core: CoreView) -> None:
         sort_waiting(core, _ATTAINED)

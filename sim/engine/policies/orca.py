@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.engine.policies.continuous import Continuous, ContinuousConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import Continuous, ContinuousConfig
 
 if TYPE_CHECKING:
-    from sim.engine.policies.base import CoreView
+    from sim.engine.scheduler import CoreView
 
 # No token budget: one step prefills every admitted prompt whole.
 UNLIMITED_TOKENS = 1 << 40

@@ -18,10 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sim.engine.plan import StepPlan
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import Continuous
 from sim.engine.request import Request
+from sim.engine.scheduler import Continuous, CoreView, StepPlan
 
 
 class OrderedContinuous(Continuous):

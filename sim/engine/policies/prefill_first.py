@@ -24,10 +24,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.engine.plan import StepPlan
-from sim.engine.policies.base import CoreView
-from sim.engine.policies.continuous import Continuous, ContinuousConfig
 from sim.engine.request import Request
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, StepPlan
 
 
 class PrefillFirstConfig(BaseModel):

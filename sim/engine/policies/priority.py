@@ -24,23 +24,21 @@ Two modes:
   draws. The victim is the newest running request, as in continuous batching.
 
 Everything else (chunked prefill within the budget, preemption by recompute or
-swap) is the continuous policy's (:mod:`sim.engine.policies.continuous`). No
+swap) is the continuous policy's (:mod:`sim.engine.scheduler`). No
 running request is preempted to admit an urgent one (as in vLLM).
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 
-from sim.engine.policies.continuous import ContinuousSettings
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
 from sim.engine.request import Request
-
-if TYPE_CHECKING:
-    from sim.engine.policies.base import CoreView
+from sim.engine.scheduler import ContinuousSettings, CoreView
 
 _URGENCY = attrgetter("priority", "arrival_s")  # smallest first; the victim is the largest
 
@@ -65,15 +63,20 @@ class PriorityConfig(ContinuousSettings):
                 raise ValueError(f"weight of priority {priority} must be > 0, got {weight}")
         return weights
 
-    def build(self) -> Priority:
-        return Priority(self)
+    def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Priority:
+        return Priority(self, swap, async_scheduling)
 
 
 class Priority(OrderedContinuous):
     """The policy; in weighted mode it remembers the virtual tags of waiting requests."""
 
-    def __init__(self, config: PriorityConfig) -> None:
-        super().__init__(config)
+    def __init__(
+        self,
+        config: PriorityConfig,
+        swap: SwapSpace | None = None,
+        async_scheduling: bool = False,
+    ) -> None:
+        super().__init__(config, swap, async_scheduling)
         self.mode = config.mode
         self.weights = dict(config.weights)
         self._virtual = 0.0  # V: start tag of the last admitted request

@@ -7,19 +7,17 @@ long prompts, which lowers mean TTFT under load, at the price of the long
 prompts' waiting (they can starve under sustained load of short ones). The
 prompt length is known at arrival, unlike the output length, so this is the
 implementable cousin of shortest-job-first. Everything else is the continuous
-policy's (:mod:`sim.engine.policies.continuous`); running requests keep admission order.
+policy's (:mod:`sim.engine.scheduler`); running requests keep admission order.
 """
 
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from sim.engine.policies.continuous import ContinuousSettings
+from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
-
-if TYPE_CHECKING:
-    from sim.engine.policies.base import CoreView
+from sim.engine.scheduler import ContinuousSettings, CoreView
 
 _PROMPT = attrgetter("num_prompt_tokens")
 
@@ -29,15 +27,14 @@ class ShortestPromptFirstConfig(ContinuousSettings):
 
     kind: Literal["shortest_prompt_first"] = "shortest_prompt_first"
 
-    def build(self) -> ShortestPromptFirst:
-        return ShortestPromptFirst(self)
+    def build(
+        self, swap: SwapSpace | None = None, async_scheduling: bool = False
+    ) -> ShortestPromptFirst:
+        return ShortestPromptFirst(self, swap, async_scheduling)
 
 
 class ShortestPromptFirst(OrderedContinuous):
     """The policy; holds no state between steps besides its settings."""
-
-    def __init__(self, config: ShortestPromptFirstConfig) -> None:
-        super().__init__(config)
 
     def reorder(self, core: CoreView) -> None:
         sort_waiting(core, _PROMPT)

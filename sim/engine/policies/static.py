@@ -15,9 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.engine.plan import StepPlan
-from sim.engine.policies.base import CoreView
 from sim.engine.request import Request
+from sim.engine.scheduler import CoreView, StepPlan
 
 MAX_RUN_STEPS = 4096
 
@@ -39,6 +38,8 @@ class StaticConfig(BaseModel):
 
 class Static:
     """The policy; remembers the members of the batch in flight."""
+
+    async_scheduling = False  # a static batch is planned when the last one ends
 
     def __init__(self, config: StaticConfig) -> None:
         self.max_batch_size = config.max_batch_size

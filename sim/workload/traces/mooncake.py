@@ -10,7 +10,7 @@ prompt (the ids stand for vLLM's chained block hashes). The block size is a
 parameter (``hash_block_tokens``), 512 as published.
 
 The ids reach the prefix cache as each request's ``block_hash_ids``
-(``sim.engine.block_keys``): a replay with ``engine.enable_prefix_caching``
+(``sim.engine.kv_blocks``): a replay with ``engine.enable_prefix_caching``
 hits exactly the prefixes the trace shares. A line with more ids than its
 prompt has blocks is an error, as is a malformed line (named by number).
 """

@@ -1,6 +1,6 @@
 """The compiled loop's array layout: statuses, and what each index of its arrays holds.
 
-``sim.serving.compiled.loop`` keeps all its state in numpy arrays (numba compiles
+``sim.fast.compiled.loop`` keeps all its state in numpy arrays (numba compiles
 functions of arrays and numbers), named here by index.
 """
 

@@ -1,4 +1,4 @@
-"""The compiled twin of one fed replica's loop (``sim.serving.compiled.path`` runs it).
+"""The compiled twin of one fed replica's loop (``sim.fast.compiled.path`` runs it).
 
 One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
 ``Continuous`` do for one replica taking an open loop's requests from a feed
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.serving.compiled import steps
-from sim.serving.compiled.layout import (
+from sim.fast.compiled import steps
+from sim.fast.compiled.layout import (
     ASYNC,
     BLOCK_SIZE,
     CACHES_PREFIXES,
@@ -58,7 +58,7 @@ from sim.serving.compiled.layout import (
     VISIBLE_UNTIL,
     WAIT_HEAD,
 )
-from sim.serving.compiled.steps import (
+from sim.fast.compiled.steps import (
     FloatArray,
     IntArray,
     commit,

@@ -1,5 +1,5 @@
 """The compiled loop's pieces: a roofline step's price, a run's ends, its room in
-the KV pool, and the commit of a plan's steps (``sim.serving.compiled.loop``).
+the KV pool, and the commit of a plan's steps (``sim.fast.compiled.loop``).
 
 Each mirrors a Python function of the engine, the same operations in the same
 order, so that the compiled loop's floats are the Python path's to the bit.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from sim.serving.compiled.layout import (
+from sim.fast.compiled.layout import (
     DONE,
     NUM_DONE,
     NUM_ENDS,
@@ -95,7 +95,7 @@ def steps_within_pool(
     num_sched: int,
     num_steps: int,
 ) -> int:
-    """``sim.engine.policies.run_length.steps_within_pool`` over the scheduled rows."""
+    """``sim.engine.scheduler.steps_within_pool`` over the scheduled rows."""
     if num_sched * (num_steps // block_size + 1) <= free:
         return num_steps
     if _missing(block_size, comp, blocks, sched_r, sched_new, num_sched, num_steps) <= free:
@@ -190,7 +190,7 @@ def commit(
     done_order: IntArray,
 ) -> int:
     """``EngineCore.commit`` of the plan's step and the ``num_ends - 1`` decode steps
-    after it (``StepCommits._commit_one`` / ``_commit_run``), finishes included."""
+    after it (``EngineCore._commit_one`` / ``_commit_run``), finishes included."""
     first = state[NUM_STEPS]
     end_first = ends[at]
     end_last = ends[at + num_ends - 1]
@@ -211,7 +211,7 @@ def commit(
         # The request samples a token in each step (a run guarantees it).
         if first_token_s[r] == first_token_s[r]:  # not NaN: it has had a token
             if last_step[r] != first - 1:
-                return UNSUPPORTED  # a broken run of tokens (StepCommits.break_run)
+                return UNSUPPORTED  # a broken run of tokens (EngineCore.break_run)
             num_itl += 1
         else:
             first_token_s[r] = end_first

@@ -1,9 +1,9 @@
-"""When and how one fed replica runs compiled (``sim.serving.compiled.loop``).
+"""When and how one fed replica runs compiled (``sim.fast.compiled.loop``).
 
 A single replica (or a fresh round-robin pool) serving an open loop, with
 plain continuous batching, a roofline cost, skip-ahead and no shared
 prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
-plays such a run in ``sim.serving.compiled.loop.run`` (numba, if installed)
+plays such a run in ``sim.fast.compiled.loop.run`` (numba, if installed)
 and fills the engine cores' logs with its results, which are the Python
 path's to the bit; the result is then built from the cores as after any run.
 ``why_not`` says why a run is not of that kind; ``run_compiled`` answers
@@ -18,15 +18,12 @@ import warnings
 from collections.abc import Callable, Sequence
 
 from sim.cost.roofline import RooflineCost
-from sim.engine.core import EngineCore
-from sim.engine.kv_pool import BlockPool
-from sim.engine.policies.continuous import Continuous
-from sim.engine.prefix_cache import PrefixCachingPool
-from sim.engine.prefix_requests import prefix_describer
-from sim.serving.compiled import layout, loop
-from sim.serving.compiled.arrays import LoopArrays
-from sim.serving.compiled.choice import LoopKind, loop_kind
-from sim.serving.feed import OpenLoop, Submissions
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
+from sim.engine.scheduler import Continuous, EngineCore
+from sim.fast.compiled import layout, loop
+from sim.fast.compiled.arrays import LoopArrays
+from sim.fast.feed import Submissions
+from sim.serving.submission import OpenLoop
 
 
 @functools.cache
@@ -42,17 +39,6 @@ def compiled() -> Callable[..., int] | None:
             f"the compiled loop is off ({error}); runs take the Python path", stacklevel=2
         )
         return None
-
-
-def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
-    """The loop ``choice.loop_kind`` names (compiled, or the plain function), or None."""
-    kind = loop_kind(num_requests, wanted)
-    return None if kind is None else loop_of(kind)
-
-
-def loop_of(kind: LoopKind) -> Callable[..., int] | None:
-    """The function for ``kind``: the plain one, or the compiled one (None without numba)."""
-    return loop.run if kind == "python" else compiled()
 
 
 def _is_roofline(cost: object) -> bool:

@@ -1,6 +1,6 @@
 """The compiled loop's arrays: built from a workload and a core, and read back into it.
 
-``LoopArrays``'s fields are ``sim.serving.compiled.loop.run``'s arguments, in
+``LoopArrays``'s fields are ``sim.fast.compiled.loop.run``'s arguments, in
 order (``args``). Requests are indexed in submission order (the feed's:
 arrival plus tokenization, stable), which ``order`` maps back to request ids.
 """
@@ -16,10 +16,16 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.cost.roofline import RooflineCost
-from sim.engine.core import _RECORD_COUNTS, _RECORD_TIMES, EngineCore
-from sim.engine.policies.continuous import MAX_RUN_STEPS, Continuous
-from sim.serving.compiled import layout
-from sim.serving.feed import OpenLoop, Submissions
+from sim.engine.scheduler import (
+    _RECORD_COUNTS,
+    _RECORD_TIMES,
+    MAX_RUN_STEPS,
+    Continuous,
+    EngineCore,
+)
+from sim.fast.compiled import layout
+from sim.fast.feed import Submissions
+from sim.serving.submission import OpenLoop
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -37,7 +43,7 @@ _SERIES_COUNTS = ("num_waiting", "num_running", "num_kv_blocks_used")
 
 @dataclass(eq=False)
 class LoopArrays:
-    """Everything the loop reads and writes (see ``sim.serving.compiled.loop.run``)."""
+    """Everything the loop reads and writes (see ``sim.fast.compiled.loop.run``)."""
 
     settings: IntArray
     cost: FloatArray

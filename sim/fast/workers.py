@@ -1,7 +1,7 @@
 """Round-robin replicas simulated in several processes at once.
 
 Replicas behind a fresh round-robin router never affect one another: each
-takes its own turns of the arrivals (``Pool.take_feeds``), and the router's
+takes its own turns of the arrivals (``sim.fast.feed.pool_feeds``), and the router's
 picks ignore load. So the replicas can be dealt to worker processes, each
 simulating its share and sending back their ``CoreOutput``s; the result is
 the same, to the bit, as one process simulating all of them (tested). The
@@ -25,11 +25,11 @@ from typing import Any, cast
 
 import numpy as np
 
-from sim.serving.core_output import CoreOutput
-from sim.serving.feed import Feed
-from sim.serving.forks import forking_supported
+from sim.fast.feed import Feed, take_feeds
+from sim.fast.forks import forking_supported
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
+from sim.serving.raw_result import CoreOutput
 
 # Below this many requests a worker's start (a fork, ~10 ms) and its pickled
 # outputs cost about what its share of the run saves (16 replicas on two
@@ -131,7 +131,7 @@ def _simulate(
 ) -> list[CoreOutput]:
     """Run the replicas ``mine`` on their feeds (the others get none); their outputs."""
     owned = set(mine)
-    pool.take_feeds([feed if i in owned else _empty() for i, feed in enumerate(feeds)])
+    take_feeds(pool, [feed if i in owned else _empty(pool, i) for i, feed in enumerate(feeds)])
     drive(tick)
     cores = [pool.cores[i] for i in mine]
     for core in cores:
@@ -163,7 +163,7 @@ def _work(
     send.close()
 
 
-def _empty() -> Feed:
-    """A feed with no requests: its replica plans once, at time 0, and stops."""
+def _empty(pool: Pool, index: int) -> Feed:
+    """A feed with no requests for replica ``index``: it plans once, at time 0, and stops."""
     nothing = np.empty(0, dtype=np.float64)
-    return Feed(nothing, nothing, iter(()))
+    return Feed(nothing, nothing, iter(()), pool.cores[index].add)

@@ -1,6 +1,6 @@
 """Whether this process may fork helpers that go on without ``exec``: Linux only.
 
-Two things fork: ``sim.serving.workers`` (round-robin replicas simulated in
+Two things fork: ``sim.fast.workers`` (round-robin replicas simulated in
 worker processes) and ``servesim run``'s figure process (``sim.cli.figures``).
 Elsewhere a fork without ``exec`` is unsafe (macOS's system libraries) or
 missing (Windows), and both run in this process instead. Imports nothing but

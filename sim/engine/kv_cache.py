@@ -1,0 +1,686 @@
+"""The paged KV cache: the plain counting pool, vLLM v1's prefix-caching pool, swap space.
+
+**The plain pool** (``BlockPool``). Only counts matter for timing and
+admission, so the pool tracks how many blocks each request holds rather than
+which ones (the nano-vllm interface: ``can_allocate / allocate / can_append /
+free``). Prefix sharing, which needs block identities, replaces this class
+without touching the policies.
+
+**Prefix caching** (``PrefixCachingPool``), as vLLM v1 does it: every full
+block hashed, one free-block queue.
+
+Block identity (``sim.engine.kv_blocks``): every full block of a request,
+prompt and output, has a key standing for vLLM's chained block hash: the shared
+prefix's inside the declared prefix (group or trace ids), else the request's own.
+
+When a block gets its key. vLLM caches a block once it is full, at the
+scheduling step that fills it (``cache_full_blocks``), output blocks included.
+Here a block of the shareable prefix gets its key then (when allocated for the
+step that fills it, or when that step fills a block already held: the continuous
+policy calls ``cache_full_blocks``; other policies leave it to the next lookup,
+``_catch_up``); a block with the request's own key gets it when the
+request frees its blocks unfinished (preempted), and never if it finished.
+Nothing can tell the difference: only the request itself can hit its own keys,
+and only after freeing (a request holding blocks looks nothing up); a finished
+request never comes back; and a key never moves a block in the free queue, so
+eviction order is the same. It saves two dict operations per block of every
+request (the simulator prices 100k requests in seconds). ``num_evictions``
+counts the keys dropped that could still have been hit.
+
+Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
+cached or not, wait in one queue. ``free`` appends a request's blocks that no
+other request references, tail first (``reversed``), so its deepest blocks are
+evicted first; allocation pops from the head and evicts the popped block's key;
+a hit on a free cached block takes it out of the queue (``touch``). Blocks are
+not de-duplicated: a block computed twice concurrently is cached twice, and a
+hit takes the first copy (``get_cached_block``). The queue moves unkeyed blocks
+in bulk (``sim.engine.kv_blocks.FreeQueue``), and reference counts are kept for keyed
+blocks only: only those can be shared, so an unkeyed block has one holder or none.
+
+Skip-ahead. ``EngineCore._commit_run`` allocates inline (decrements
+``num_free_blocks``, increments ``request.num_blocks``). The pool realises that
+lazily (``_settle``): before it next reads or changes the queue it pops the
+blocks owed from the head (evicting them, exactly what eager allocation would
+have popped, since the queue changes only through the pool) into a pool of
+anonymous used blocks, which a request takes when it is next touched.
+
+Admission (continuous family): ``num_cached_tokens`` is the longest cached
+prefix of a request holding no blocks and no computed tokens (fresh, or
+preempted by recompute), in whole blocks and at most ``num_tokens - 1`` tokens
+(vLLM's ``get_computed_blocks`` leaves one token to compute); ``can_allocate`` /
+``allocate`` on such a request reference those blocks, charging the free ones
+to the free count (vLLM's ``get_num_blocks_to_allocate``).
+
+The plain request (no shareable prefix, no hit: every request of a workload
+without shared prefixes, unless it was preempted) takes a short path: it is
+told apart with one dict lookup (``_cold``), gets fresh blocks in the same
+queue pop that settles the inline allocations, and is freed in one slice; the
+lookups and key bookkeeping (the pool's index methods) do nothing for it.
+
+**Swap space** (``SwapSpace``). Preemption by swap (vLLM's
+``preemption_mode=swap``) copies a victim's KV blocks to CPU memory instead
+of dropping them: the request keeps its
+``num_computed_tokens`` and, when readmitted, copies them back instead of
+recomputing its prompt and output. Each copy takes
+
+    seconds = num_blocks * bytes_per_block / bandwidth_bytes_per_s
+
+over the host link (PCIe), and is added to the step that does it (the engine
+waits for the copy before it can reuse or read the blocks). Only the blocks
+holding computed tokens move. When the swap space is full the victim is
+preempted by recompute instead (vLLM v0 would abort the request).
+
+**What requests say about prefixes**: ``prefix_describer`` fills in a request's
+shareable-prefix fields from an open-loop workload; ``prefix_cache_summary``
+sums the counters every admission updates, as vLLM's ``PrefixCacheStats`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.engine.kv_blocks import OWN_SHIFT, BlockKeys, FreeQueue, Key, own_key_base
+from sim.engine.records import RequestTable, require_columns
+from sim.engine.request import Request
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
+
+
+class BlockPool:
+    """``num_blocks`` blocks of ``block_size_tokens`` tokens each."""
+
+    __slots__ = ("block_size_tokens", "num_blocks", "num_free_blocks")
+    # Whether admissions look prefixes up (vLLM's enable_prefix_caching): the
+    # prefix-caching pool says yes, and only then are lookups counted.
+    caches_prefixes = False
+
+    def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
+        if num_blocks < 1 or block_size_tokens < 1:
+            raise ValueError("a KV pool needs at least one block of at least one token")
+        self.block_size_tokens = block_size_tokens
+        self.num_blocks = num_blocks
+        self.num_free_blocks = num_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """Blocks needed to hold ``num_tokens`` tokens (ceiling division)."""
+        return -(-num_tokens // self.block_size_tokens)
+
+    def num_cached_tokens(self, request: Request) -> int:
+        """Tokens of ``request`` already cached (not to compute): none without prefix
+        caching (``sim.engine.kv_cache.PrefixCachingPool`` overrides this)."""
+        return 0
+
+    def num_missing_blocks(self, request: Request, num_tokens: int) -> int:
+        """Blocks ``request`` lacks to hold ``num_tokens`` tokens (0 if enough)."""
+        return max(0, self.blocks_for(num_tokens) - request.num_blocks)
+
+    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+        """Whether ``request`` can grow to hold ``num_tokens`` tokens now."""
+        return self.num_missing_blocks(request, num_tokens) <= self.num_free_blocks
+
+    def allocate(self, request: Request, num_tokens: int) -> None:
+        """Grow ``request``'s blocks to hold ``num_tokens`` tokens."""
+        missing = self._missing_or_raise(request, num_tokens)
+        self.num_free_blocks -= missing
+        request.num_blocks += missing
+
+    def try_grow(self, request: Request, num_tokens: int) -> bool:
+        """Grow a running request's blocks to hold ``num_tokens`` tokens if the pool
+        has them; ``False`` (nothing changed) if not. The hot path of a decode
+        crossing into a new block: counts only, no lookup."""
+        short = -(-num_tokens // self.block_size_tokens) - request.num_blocks
+        if short > self.num_free_blocks:
+            return False
+        if short > 0:
+            self.num_free_blocks -= short
+            request.num_blocks += short
+        return True
+
+    def grows_by_count(self, request: Request) -> bool:
+        """Whether ``try_grow`` grows ``request`` by counts alone, and
+        ``cache_full_blocks`` does nothing for it (a request advanced in aggregate must)."""
+        return True
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the blocks ``num_tokens`` tokens fill, when a step fills one without a
+        new allocation (vLLM's ``allocate_slots`` caches at once): nothing to cache here
+        (``sim.engine.kv_cache.PrefixCachingPool`` overrides this)."""
+
+    def _missing_or_raise(self, request: Request, num_tokens: int) -> int:
+        """``num_missing_blocks``; a RuntimeError if the pool cannot supply them."""
+        missing = self.num_missing_blocks(request, num_tokens)
+        if missing > self.num_free_blocks:
+            raise RuntimeError(
+                f"KV pool overdrawn: request {request.request_id} needs {missing} blocks, "
+                f"{self.num_free_blocks} free"
+            )
+        return missing
+
+    def free(self, request: Request) -> None:
+        """Return all of ``request``'s blocks to the pool."""
+        self.num_free_blocks += request.num_blocks
+        request.num_blocks = 0
+
+
+# -- prefix caching ----------------------------------------------------------------
+
+
+class PrefixCachingPool(BlockPool):
+    """A :class:`BlockPool` whose full blocks are cached, shared and evicted as vLLM v1's."""
+
+    __slots__ = (
+        "_blocks",
+        "_cached",
+        "_copies",
+        "_filling",
+        "_hit_memo",
+        "_key_of",
+        "_keys",
+        "_loose",
+        "_num_hashed",
+        "_queue",
+        "_refs",
+        "num_evictions",
+    )
+    caches_prefixes = True
+
+    def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
+        super().__init__(num_blocks, block_size_tokens)
+        # Keyed block id -> requests referencing it. Only keyed blocks can be
+        # shared (by a hit), so an unkeyed block has one holder or none, and its
+        # entry here is not kept up to date (pops and frees stay bulk operations).
+        self._refs = [0] * num_blocks
+        self._key_of: list[Key | None] = [None] * num_blocks  # block id -> key if cached
+        self._cached: dict[Key, int] = {}  # key -> first cached block holding it
+        self._copies: dict[Key, list[int]] = {}  # key -> later copies (rare)
+        self._blocks: dict[int, list[int]] = {}  # request id -> its block ids, in order
+        # Request id -> its leading cached blocks; absent for none (plain requests).
+        self._num_hashed: dict[int, int] = {}
+        self._filling: dict[int, Request] = {}  # holders of shareable blocks not yet full
+        self._keys = BlockKeys(block_size_tokens)
+        self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
+        self.num_evictions = 0
+        # Free blocks in eviction order, head first (vLLM's free block queue).
+        self._queue = FreeQueue(range(num_blocks))
+        self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
+
+    # -- keys (sim.engine.kv_blocks) ----------------------------------------------
+    def num_shareable_blocks(self, request: Request) -> int:
+        """Leading whole blocks of ``request`` keyed by content shared across requests."""
+        return self._keys.num_shareable(request)
+
+    def block_keys(self, request: Request, stop: int, start: int = 0) -> list[Key]:
+        """Keys of ``request``'s blocks ``start`` .. ``stop - 1``."""
+        return self._keys.keys(request, stop, start)
+
+    def _cold(self, request: Request) -> bool:
+        """Whether ``request``, holding no blocks, is plain and surely hits nothing: no
+        shareable prefix, and either computed tokens (no lookup then) or its own first
+        block not cached and no other request's blocks waiting to be cached (``_hits``)."""
+        return (
+            request.prefix_group is None
+            and request.block_hash_ids is None
+            and (
+                request.num_computed_tokens != 0
+                or (not self._filling and request.request_id << OWN_SHIFT not in self._cached)
+            )
+        )
+
+    # -- the BlockPool interface ------------------------------------------------
+    def num_cached_tokens(self, request: Request) -> int:
+        """Tokens of ``request`` already in the cache (whole blocks, < its tokens)."""
+        if request.num_blocks or self._cold(request):
+            return 0
+        return len(self._hits(request)) * self.block_size_tokens
+
+    def num_missing_blocks(self, request: Request, num_tokens: int) -> int:
+        if request.num_blocks or self._cold(request):
+            return max(0, self.blocks_for(num_tokens) - request.num_blocks)
+        hits = self._hits(request)
+        refs = self._refs
+        # A hit block in the free queue stops being free when referenced.
+        revived = sum(1 for block in hits if refs[block] == 0)
+        return max(0, self.blocks_for(num_tokens) - len(hits)) + revived
+
+    def can_allocate(self, request: Request, num_tokens: int) -> bool:
+        held = request.num_blocks
+        if held or self._cold(request):  # no hits: the plain pool's count, inlined
+            missing = -(-num_tokens // self.block_size_tokens) - held
+            return (missing if missing > 0 else 0) <= self.num_free_blocks
+        return self.num_missing_blocks(request, num_tokens) <= self.num_free_blocks
+
+    def allocate(self, request: Request, num_tokens: int) -> None:
+        if request.num_blocks or not self._cold(request):
+            self._allocate_keyed(request, num_tokens)
+            return
+        # Plain and no hit: fresh blocks, popped together with those allocated inline
+        # since the last settle (``_settle``), which come first; nothing to cache.
+        need = -(-num_tokens // self.block_size_tokens)
+        if need > self.num_free_blocks:
+            self._missing_or_raise(request, num_tokens)
+        owed = self._queue.size - self.num_free_blocks  # allocated inline (as _settle)
+        if owed < 0:  # (never in the engine: the free count falls only by allocating)
+            owed = 0
+        if owed + need:
+            blocks = self._pop(owed + need)
+            if owed:
+                self._loose += blocks[:owed]
+                del blocks[:owed]
+        else:
+            blocks = []
+        self._blocks[request.request_id] = blocks
+        self.num_free_blocks -= need
+        request.num_blocks = need
+
+    def _allocate_keyed(self, request: Request, num_tokens: int) -> None:
+        """``allocate`` for a request holding blocks, or with a shareable prefix or hit."""
+        self._missing_or_raise(request, num_tokens)
+        self._settle()
+        rid = request.request_id
+        refs, queue = self._refs, self._queue
+        if not request.num_blocks:
+            hits = self._hits(request)
+            for block in hits:  # touch: a free hit block leaves the queue
+                if refs[block] == 0:
+                    queue.remove(block)
+                    self.num_free_blocks -= 1
+                refs[block] += 1
+            self._blocks[rid] = list(hits)
+            if hits:
+                self._num_hashed[rid] = len(hits)
+            else:
+                self._num_hashed.pop(rid, None)
+            request.num_blocks = len(hits)
+        else:
+            self._realise(request)
+        blocks = self._blocks[rid]
+        missing = self.blocks_for(num_tokens) - len(blocks)
+        if missing > 0:
+            blocks += self._pop(missing)
+            self.num_free_blocks -= missing
+            request.num_blocks = len(blocks)
+        # Draft tokens beyond the request's tokens are not cached (vLLM caps likewise).
+        self._register(request, min(num_tokens, request.num_tokens), own=False)
+        if self._still_filling(request):
+            self._filling[rid] = request
+
+    def try_grow(self, request: Request, num_tokens: int) -> bool:
+        """As the plain pool's: counts only, the block ids realised lazily (as
+        ``EngineCore._commit_run``'s inline allocation, see the module's docstring).
+        A request with shareable blocks still to fill allocates at once instead,
+        so that the blocks this step fills are cached in it (``allocate``)."""
+        if not request.num_blocks or request.request_id in self._filling:
+            if not self.can_allocate(request, num_tokens):
+                return False
+            self.allocate(request, num_tokens)
+            return True
+        return super().try_grow(request, num_tokens)
+
+    def grows_by_count(self, request: Request) -> bool:
+        return request.num_blocks != 0 and request.request_id not in self._filling
+
+    def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills
+        them, as vLLM's ``allocate_slots`` does for every scheduled request: a request
+        admitted later in the same step hits them. (Own-key blocks wait, see above.)"""
+        rid = request.request_id
+        if rid not in self._filling:
+            return
+        self._settle()
+        self._realise(request)
+        self._register(request, min(num_tokens, request.num_tokens), own=False)
+        if not self._still_filling(request):
+            del self._filling[rid]
+
+    def free(self, request: Request) -> None:
+        owed = self._queue.size - self.num_free_blocks
+        if owed > 0:  # _settle, inlined (hot path)
+            self._loose += self._pop(owed)
+        rid = request.request_id
+        blocks = self._blocks.get(rid)
+        if blocks is None:
+            request.num_blocks = 0
+            return
+        owed = request.num_blocks - len(blocks)
+        if owed > 0:  # _realise, inlined
+            loose = self._loose
+            blocks += loose[-owed:]
+            del loose[-owed:]
+        # Own keys matter only to a request that may come back (preempted, not finished);
+        # a finished plain request has nothing to cache (no shareable prefix).
+        unfinished = request.num_generated_tokens < request.num_output_tokens
+        if unfinished or request.prefix_group is not None or request.block_hash_ids is not None:
+            num_computed = min(request.num_computed_tokens, request.num_tokens)
+            self._register(request, num_computed, unfinished)
+        del self._blocks[rid]
+        num_keyed = self._num_hashed.pop(rid, 0)  # the leading blocks are the keyed ones
+        # Tail first, so the request's deepest blocks are evicted first (vLLM's free):
+        # the unkeyed tail (held by this request alone) in one slice, then the keyed.
+        queue = self._queue
+        if not num_keyed:  # the common case: the list is ours now, reversed in place
+            blocks.reverse()
+            queue.extend(blocks)
+            self.num_free_blocks += len(blocks)
+            request.num_blocks = 0
+            if self._filling:
+                self._filling.pop(rid, None)
+            return
+        tail = blocks[num_keyed:]
+        tail.reverse()
+        queue.extend(tail)
+        released = len(tail)
+        refs = self._refs
+        for block in reversed(blocks[:num_keyed]):
+            refs[block] -= 1
+            if refs[block] == 0:
+                queue.append_keyed(block)
+                released += 1
+        self._filling.pop(rid, None)
+        self.num_free_blocks += released
+        request.num_blocks = 0
+
+    # -- lazy allocation (skip-ahead) ---------------------------------------------
+    def _settle(self) -> None:
+        """Pop from the queue head the blocks allocated inline since the last call."""
+        owed = self._queue.size - self.num_free_blocks
+        if owed > 0:
+            self._loose += self._pop(owed)
+
+    def _pop(self, count: int) -> list[int]:
+        """Take ``count`` blocks from the queue head, evicting their keys (get_new_blocks)."""
+        popped, keyed = self._queue.pop(count)
+        for block in keyed:
+            self._evict(block)
+        return popped
+
+    def _realise(self, request: Request) -> None:
+        """Give ``request`` the inline-allocated blocks it counts but does not list."""
+        blocks = self._blocks.setdefault(request.request_id, [])
+        owed = request.num_blocks - len(blocks)
+        if owed > 0:
+            loose = self._loose
+            blocks.extend(loose[-owed:])
+            del loose[-owed:]
+
+    # -- the index: hits, caching full blocks, evicting keys -------------------------
+    def _hits(self, request: Request) -> list[int]:
+        """Block ids of the longest cached prefix of a request holding nothing.
+
+        At most ``num_tokens - 1`` tokens, in whole blocks: vLLM computes at
+        least the last token (its logits give the next one).
+        """
+        if request.num_blocks or request.num_computed_tokens:
+            return []
+        if (
+            request.prefix_group is None
+            and request.block_hash_ids is None
+            and not self._filling
+            and own_key_base(request) not in self._cached
+        ):
+            # The common case, answered with one lookup: no shared prefix, no other
+            # request's blocks to cache first (``_catch_up``), and its own first
+            # block not cached (it has own keys only after freeing blocks unfinished,
+            # and a hit is a chain from block 0).
+            return []
+        self._settle()
+        if self._filling:
+            self._catch_up()
+        num_tokens = request.num_tokens
+        memo = self._hit_memo
+        if memo is not None and memo[0] == request.request_id and memo[1] == num_tokens:
+            return memo[2]
+        hits: list[int] = []
+        cached = self._cached
+        stop = (num_tokens - 1) // self.block_size_tokens
+        shared = min(self._keys.num_shareable(request), stop)
+        for key in self._keys.keys(request, shared):
+            block = cached.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        if len(hits) == shared:  # then the request's own blocks, built one by one
+            base = own_key_base(request)
+            for j in range(shared, stop):
+                block = cached.get(base + j)
+                if block is None:
+                    break
+                hits.append(block)
+        self._hit_memo = (request.request_id, num_tokens, hits)
+        return hits
+
+    def _register(self, request: Request, num_tokens: int, own: bool) -> None:
+        """Cache ``request``'s blocks that ``num_tokens`` tokens fill (vLLM's cache_blocks);
+        past its shareable prefix only if ``own`` (see the pool's docstring). Its
+        leading cached blocks are counted in ``_num_hashed`` (absent: none)."""
+        rid = request.request_id
+        start = self._num_hashed.get(rid, 0)
+        num_full = num_tokens // self.block_size_tokens
+        shareable = self._keys.num_shareable(request)
+        if not own and num_full > shareable:
+            num_full = shareable
+        if num_full <= start:
+            return
+        blocks = self._blocks[rid]
+        key_of, refs, setdefault = self._key_of, self._refs, self._cached.setdefault
+        keys: Iterable[Key]
+        if start < shareable:
+            keys = self._keys.keys(request, num_full, start)
+        else:  # only the request's own keys (the common case): no list built
+            base = own_key_base(request)
+            keys = range(base + start, base + num_full)
+        for j, key in enumerate(keys, start):
+            block = blocks[j]
+            key_of[block] = key
+            refs[block] = 1  # keyed now, so counted: its one holder (unkeyed blocks are unshared)
+            if setdefault(key, block) != block:  # computed twice concurrently: no dedup
+                self._copies.setdefault(key, []).append(block)
+        self._num_hashed[rid] = num_full
+        self._hit_memo = None
+
+    def _still_filling(self, request: Request) -> bool:
+        """Whether ``request`` holds shareable blocks not yet cached (not yet full)."""
+        return self._num_hashed.get(request.request_id, 0) < self._keys.num_shareable(request)
+
+    def _catch_up(self) -> None:
+        """Cache the shareable blocks that requests have filled since they last
+        allocated (a step that fills a block without needing a new one does not
+        call the pool), before anyone looks the cache up."""
+        done = []
+        for rid, request in self._filling.items():
+            self._register(request, min(request.num_computed_tokens, request.num_tokens), False)
+            if not self._still_filling(request):
+                done.append(rid)
+        for rid in done:
+            del self._filling[rid]
+
+    def _evict(self, block: int) -> None:
+        """Drop the key of ``block`` (a cached block being reused)."""
+        key = self._key_of[block]
+        self._key_of[block] = None
+        self.num_evictions += 1
+        self._hit_memo = None
+        copies = self._copies.get(key)
+        if self._cached[key] == block:
+            if copies:
+                self._cached[key] = copies.pop(0)
+            else:
+                del self._cached[key]
+        else:
+            assert copies is not None
+            copies.remove(block)
+        if copies is not None and not copies:
+            del self._copies[key]
+
+    # -- inspection (tests and metrics; some O(pool), never on the hot path) ----------
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks holding a key (cached), referenced or not."""
+        self._settle()
+        return sum(1 for key in self._key_of if key is not None)
+
+    @property
+    def num_evictable_blocks(self) -> int:
+        """Cached blocks in the free queue (no request references them)."""
+        self._settle()
+        return self._queue.num_keyed
+
+    def free_queue(self) -> list[int]:
+        """Free block ids, next to be allocated (and evicted) first."""
+        self._settle()
+        return self._queue.blocks()
+
+    def block_ids(self, request: Request) -> list[int]:
+        """``request``'s block ids, first block first."""
+        self._settle()
+        if request.request_id not in self._blocks:
+            return []
+        self._realise(request)
+        return list(self._blocks[request.request_id])
+
+    def block_key(self, block: int) -> Key | None:
+        """The key block ``block`` is cached under; ``None`` if it is not cached."""
+        self._settle()
+        return self._key_of[block]
+
+    def block_ref_count(self, block: int) -> int:
+        """Requests referencing block ``block`` (0: it is in the free queue)."""
+        self._settle()
+        if self._key_of[block] is not None:
+            return self._refs[block]
+        # Unkeyed: held by one request (or allocated inline, not yet listed) or free.
+        held = block in self._loose or any(block in ids for ids in self._blocks.values())
+        return int(held)
+
+    def cached_block(self, key: Key) -> int | None:
+        """The block a hit on ``key`` would take; ``None`` if ``key`` is not cached."""
+        self._settle()
+        return self._cached.get(key)
+
+    def held_keys(self, request: Request) -> list[Key]:
+        """Keys of ``request``'s cached blocks (its leading ones)."""
+        key_of = self._key_of
+        return [
+            key_of[b]
+            for b in self.block_ids(request)[: self._num_hashed.get(request.request_id, 0)]
+        ]
+
+    def num_loose_blocks(self) -> int:
+        """Blocks allocated inline and not yet listed under a request."""
+        self._settle()
+        return len(self._loose)
+
+
+# -- swap space ------------------------------------------------------------------------
+
+
+class SwapSpace:
+    """``capacity_bytes`` of CPU memory in KV blocks of ``bytes_per_block`` bytes."""
+
+    def __init__(
+        self, capacity_bytes: float, bytes_per_block: float, bandwidth_bytes_per_s: float
+    ) -> None:
+        if bytes_per_block <= 0 or bandwidth_bytes_per_s <= 0 or capacity_bytes < 0:
+            raise ValueError("swap space: block bytes and bandwidth must be > 0, capacity >= 0")
+        self.bytes_per_block = bytes_per_block
+        self.bandwidth_bytes_per_s = bandwidth_bytes_per_s
+        self.num_blocks = int(capacity_bytes // bytes_per_block)
+        self.num_free_blocks = self.num_blocks
+        # request_id -> blocks it holds in CPU memory.
+        self.held: dict[int, int] = {}
+        self.num_swap_outs = 0
+        self.num_swap_ins = 0
+        self.swap_time_s = 0.0
+
+    def transfer_s(self, num_blocks: int) -> float:
+        """Seconds to copy ``num_blocks`` blocks one way over the host link."""
+        return num_blocks * self.bytes_per_block / self.bandwidth_bytes_per_s
+
+    def swap_out(self, request: Request, num_blocks: int) -> float | None:
+        """Hold ``request``'s ``num_blocks`` KV blocks in CPU memory; ``None`` if they do not fit.
+
+        Returns the copy time in seconds. The caller frees the GPU blocks and
+        requeues the request (``CoreView.swap_out``) when this succeeds.
+        """
+        if num_blocks > self.num_free_blocks:
+            return None
+        self.num_free_blocks -= num_blocks
+        self.held[request.request_id] = num_blocks
+        self.num_swap_outs += 1
+        seconds = self.transfer_s(num_blocks)
+        self.swap_time_s += seconds
+        return seconds
+
+    def swap_in(self, request: Request) -> float:
+        """Release ``request``'s CPU copy as it is readmitted; the copy time (0 if none)."""
+        num_blocks = self.held.pop(request.request_id, None)
+        if num_blocks is None:
+            return 0.0
+        self.num_free_blocks += num_blocks
+        self.num_swap_ins += 1
+        seconds = self.transfer_s(num_blocks)
+        self.swap_time_s += seconds
+        return seconds
+
+
+# -- requests' prefixes and the cache's counters ----------------------------------------
+
+
+def prefix_describer(work: object) -> Callable[[Request], None] | None:
+    """A function filling in a request's prefix fields from an open-loop workload.
+
+    ``work`` may carry ``prefix_group`` with ``num_shared_prefix_tokens``
+    (arrays indexed by request id) and/or ``block_hash_ids`` (a sequence of
+    tuples, each id standing for ``block_hash_tokens`` tokens); returns
+    ``None`` when it carries neither (the fast path).
+    """
+    groups = getattr(work, "prefix_group", None)
+    shared = getattr(work, "num_shared_prefix_tokens", None)
+    hash_ids = getattr(work, "block_hash_ids", None)
+    hash_tokens = getattr(work, "block_hash_tokens", None)
+    if groups is None and hash_ids is None:
+        return None
+    group_list: list[int] | None = None if groups is None else groups.tolist()
+    shared_list: list[int] | None = None if shared is None else shared.tolist()
+
+    def describe(request: Request) -> None:
+        i = request.request_id
+        if group_list is not None and shared_list is not None:
+            request.prefix_group = group_list[i]
+            request.num_shared_prefix_tokens = shared_list[i]
+        if hash_ids is not None:
+            request.block_hash_ids = hash_ids[i]
+            request.block_hash_tokens = hash_tokens
+
+    return describe
+
+
+def prefix_cache_summary(requests: pd.DataFrame | RequestTable) -> dict[str, float | int]:
+    """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups (one per
+    admission that looks the cache up, re-admissions after preemption included), the
+    tokens looked up and the tokens found, over every request; the hit rate is found
+    over looked-up tokens (0 when prefix caching is off: nothing is looked up)."""
+    columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
+    table = require_columns(requests, columns, "requests")
+    lookups, queries, hits = (_count(table[c]) for c in columns)
+    return {
+        "prefix_cache_requests": lookups,
+        "prefix_cache_query_tokens": queries,
+        "prefix_cache_hit_tokens": hits,
+        "prefix_cache_hit_rate": hits / queries if queries else 0.0,
+    }
+
+
+def _count(values: pd.Series | npt.NDArray[Any]) -> int:
+    """The sum of a count column (integers summed as integers); NaN counts 0."""
+    if isinstance(values, np.ndarray):  # a RequestTable's column
+        return int(values.sum()) if values.dtype.kind in "iub" else int(np.nansum(values))
+    return int(values.fillna(0).sum())

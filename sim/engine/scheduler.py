@@ -1,0 +1,938 @@
+"""The engine's scheduler, told as one step runs: vLLM v1's ``scheduler.py``.
+
+Read top to bottom:
+
+1. Settings: continuous batching's knobs (``ContinuousSettings``, vLLM's flag
+   names) and the plan a step runs (``StepPlan``).
+2. The interface between the core and its policy: ``CoreView`` (what a policy
+   may read and do), ``Scheduler`` (engine state in, a step plan out).
+3. ``EngineCore``: the queues and the KV pool of one replica. Intake
+   (``add``: queue or reject), ``schedule`` (the policy makes the plan), then
+   ``commit`` with the steps' end times: token counters, emitted tokens,
+   finishes (``finish``, which frees the blocks), preemptions, the step log and
+   the per-request records.
+4. ``Continuous``: vLLM v1's continuous batching, the policy that makes the
+   plan. Running requests first, then waiting ones, within the sequence limit,
+   the token budget and the KV pool, preempting the newest running request
+   when the pool runs short; then the step's shape and how many plain decode
+   steps may follow it (skip-ahead).
+
+One scheduler, two executors: the SimPy replica (``sim.serving.replica``) and
+the real PyTorch engine (``calibration/``) both call ``schedule`` for a plan,
+run it (in simulated or wall-clock time), then ``commit`` it, so the two cannot
+drift apart. Other policies (``sim.engine.policies``) plug in through
+``Scheduler``; those of the continuous family subclass ``Continuous``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sim.cost.base import StepShape
+from sim.engine.columns import Columns
+from sim.engine.kv_cache import BlockPool, SwapSpace
+from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
+from sim.engine.request import Request
+from sim.engine.steplog import StepLog
+
+__all__ = [
+    "MAX_RUN_STEPS",
+    "CommitRecorder",
+    "Continuous",
+    "ContinuousConfig",
+    "ContinuousSettings",
+    "CoreView",
+    "EngineCore",
+    "Scheduler",
+    "StepCommitter",
+    "StepPlan",
+]
+
+# A skip-ahead run is capped so that one SimPy timeout never covers more than
+# this many steps' worth of numpy arrays (memory, not correctness).
+MAX_RUN_STEPS = 4096
+FALLBACK_MAX_NUM_SEQS = 256
+FALLBACK_MAX_NUM_BATCHED_TOKENS = 2048
+
+
+class ContinuousSettings(BaseModel):
+    """Continuous batching's settings (names as vLLM's flags), shared by the
+    policies built on it (``priority``, ``shortest_prompt_first``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_num_seqs: int | None = Field(
+        default=None, ge=1, description="running requests at most (None: vLLM's default)"
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="tokens computed per step at most (None: vLLM's default)"
+    )
+    chunked_prefill: bool = Field(default=True, description="cut prompts to fit the budget")
+    long_prefill_token_threshold: int = Field(
+        default=0,
+        ge=0,
+        description="0: off; else a request computes at most this many tokens a step",
+    )
+    max_num_partial_prefills: int = Field(
+        default=1,
+        ge=1,
+        description="vLLM v1 supports only 1 (no limit on concurrent partial prefills)",
+    )
+    preemption: Literal["recompute", "swap"] = Field(
+        default="recompute",
+        description=(
+            "swap: victims' KV goes to CPU memory (engine.swap_space_bytes), "
+            "see sim.engine.kv_cache"
+        ),
+    )
+
+    @property
+    def num_seqs_limit(self) -> int:
+        """``max_num_seqs``, or the fallback when the scenario has not filled it in."""
+        return FALLBACK_MAX_NUM_SEQS if self.max_num_seqs is None else self.max_num_seqs
+
+    @property
+    def batched_tokens_limit(self) -> int:
+        """``max_num_batched_tokens``, or the fallback when not filled in."""
+        tokens = self.max_num_batched_tokens
+        return FALLBACK_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens
+
+    def step_token_bound(self, max_model_len_tokens: int) -> int:
+        """Most tokens one step can compute (sizes the activation reserve)."""
+        return self.batched_tokens_limit
+
+    def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Continuous:
+        """The policy these settings describe, with its swap space (``preemption:
+        swap``; None preempts by recompute) and whether its executor plans each
+        step while the previous one runs (vLLM's async scheduling)."""
+        raise NotImplementedError  # each policy of the family builds its own
+
+    @field_validator("max_num_partial_prefills")
+    @classmethod
+    def _v1_has_no_concurrent_partial_prefill(cls, value: int) -> int:
+        # vLLM v1 rejects any other value (EngineArgs._check_feature_supported:
+        # "Concurrent Partial Prefill is not supported"); its V1 scheduler never
+        # reads the field.
+        if value != 1:
+            raise ValueError(
+                f"must be 1: vLLM v1 does not support concurrent partial prefill (got {value})"
+            )
+        return value
+
+
+class ContinuousConfig(ContinuousSettings):
+    """Settings of vLLM-style continuous batching."""
+
+    kind: Literal["continuous"] = "continuous"
+
+    def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Continuous:
+        return Continuous(self, swap, async_scheduling)
+
+
+# -- the plan of a step ---------------------------------------------------------
+
+
+class StepCommitter(Protocol):
+    """A feature that commits its own plans' steps instead of the token-counter rule.
+
+    Speculative decoding plugs in here (``sim.engine.speculative``, which the
+    core does not import): its plans name it as ``committer`` and
+    ``EngineCore.commit`` hands the step over.
+    """
+
+    def commit_step(self, core: EngineCore, plan: StepPlan, start_s: float, end_s: float) -> None:
+        """Apply one step of ``plan`` that ran from ``start_s`` to ``end_s`` (seconds)."""
+        ...
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """Which requests advance by how many tokens in the next step.
+
+    ``num_steps`` > 1 promises that, unless new work arrives, this step may be
+    followed by ``num_steps - 1`` plain decode steps of the same requests
+    (after this step each has sampled a token, none finishes before the last
+    step, and the KV blocks suffice): the simulator then skips ahead in one
+    event. A real engine runs one step and asks again. ``interruptible`` says
+    whether a request arriving during
+    those steps could change the plan; if not, arrivals need not wake the
+    executor. An empty plan with ``wake_at_s`` asks to be called again at that
+    time even if nothing arrives (e.g. a static batch's maximum wait).
+    ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
+    compute but emit nothing (static batching keeps finished requests as padding).
+    A policy that sets ``num_steps`` > 1 also sets ``run_num_seqs`` and
+    ``run_context_tokens``, the shape of the decode steps that follow.
+    """
+
+    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    num_steps: int = 1
+    interruptible: bool = True
+    wake_at_s: float | None = None
+    padding_seqs: int = 0
+    padding_context_tokens: int = 0
+    # The decode steps after the first (set whenever num_steps > 1): how many
+    # slots decode (padding included) and their summed context in step 2.
+    run_num_seqs: int = 0
+    run_context_tokens: int = 0
+    # A policy that already walked the scheduled requests may fill in the
+    # shape, so the executor need not walk them again.
+    known_shape: StepShape | None = None
+    # Seconds the first step takes beyond the cost model's compute time, e.g.
+    # copying swapped KV blocks between CPU and GPU memory (see sim.engine.kv_cache).
+    extra_s: float = 0.0
+    # Speculative decoding (sim.engine.speculative) only: tokens each scheduled request
+    # emits in this step, aligned with ``scheduled`` (a decode may emit several;
+    # a prefill chunk that does not end its prompt emits 0). None: the token-
+    # counter rule applies (one token when a request catches up).
+    num_emitted: list[int] | None = None
+    # Who commits this plan's step when the token-counter rule does not apply
+    # (set together with num_emitted); None: EngineCore's own bookkeeping.
+    committer: StepCommitter | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+    def shape(self) -> StepShape:
+        """The cost-relevant shape of the first step of this plan."""
+        if self.known_shape is not None:
+            return self.known_shape
+        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+        num_decode_seqs = self.padding_seqs
+        context = self.padding_context_tokens
+        for request, num_new in self.scheduled:
+            cached = request.num_computed_tokens
+            if num_new == 1 and request.num_generated_tokens > 0:
+                num_decode_seqs += 1
+                context += cached + 1
+            else:
+                num_prefill_seqs += 1
+                num_prefill_tokens += num_new
+                pairs += num_new * cached + num_new * (num_new + 1) // 2
+                kv_read += num_new + cached
+        return StepShape(
+            num_prefill_seqs=num_prefill_seqs,
+            num_prefill_tokens=num_prefill_tokens,
+            prefill_attention_pairs=pairs,
+            prefill_kv_read_tokens=kv_read,
+            num_decode_seqs=num_decode_seqs,
+            num_decode_context_tokens=context,
+        )
+
+
+# -- the policy interface -------------------------------------------------------
+
+
+class CoreView(Protocol):
+    """What a policy may read and do on the engine core of one replica."""
+
+    waiting: deque[Request]  # queued, front first
+    running: list[Request]  # admitted, in admission order
+    num_steps: int  # steps committed so far
+    steps: StepLog
+
+    @property
+    def num_held_seqs(self) -> int:
+        """Finished requests still holding a slot for this plan (async scheduling)."""
+        ...
+
+    @property
+    def kv(self) -> BlockPool: ...
+
+    def preempt(self, request: Request) -> None:
+        """Recompute preemption: drop ``request``'s KV cache, requeue it at the front."""
+        ...
+
+    def swap_out(self, request: Request) -> None:
+        """Swap preemption: free its GPU blocks, keep its computed tokens, requeue it."""
+        ...
+
+    def break_run(self, request: Request, time_s: float) -> None:
+        """Record a token at ``time_s`` that does not follow its predecessor by one step."""
+        ...
+
+    def finish(self, request: Request, time_s: float) -> None:
+        """``request`` emitted its last token at ``time_s``: free it and record it."""
+        ...
+
+
+class Scheduler(Protocol):
+    """A scheduling policy.
+
+    ``schedule`` reads the core's ``waiting`` and ``running`` queues and KV
+    pool, moves requests between them (admission, preemption via
+    ``core.preempt``), reserves the KV blocks of the next step, and returns
+    the plan. It must not advance token counters: ``EngineCore.commit`` does
+    that after the executor has run the step. The same object serves the
+    simulator and the real engine, so it may not look at any clock but
+    ``now_s``.
+    """
+
+    @property
+    def async_scheduling(self) -> bool:
+        """Whether the executor plans each step while the previous one runs (vLLM's
+        async scheduling); the core reads it once (``EngineCore.pipelined``)."""
+        ...
+
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        """Plan the next step at time ``now_s`` (seconds)."""
+        ...
+
+
+NAN = float("nan")
+# RECORD_COLUMNS by dtype, in row order (``_done`` fills each group with one call).
+_RECORD_TIMES = ("arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s")
+_RECORD_COUNTS = (
+    "request_id",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_generated_tokens",
+    "num_preemptions",
+    "num_swaps",
+    "priority",
+    "num_cached_tokens",
+    "num_prefix_lookups",
+    "num_prefix_query_tokens",
+    "num_prefix_hit_tokens",
+)
+
+
+class CommitRecorder(Protocol):
+    """Opt-in observer of every commit (``sim.engine.lifecycle``: ``servesim run --trace``)."""
+
+    def on_commit(
+        self, core: EngineCore, plan: StepPlan, start_s: float, ends_s: list[float]
+    ) -> None: ...
+
+
+def _ready_after(request: Request, time_s: float) -> bool:
+    return request.ready_s is not None and request.ready_s > time_s
+
+
+class EngineCore:
+    """Waiting and running requests, the KV pool, and the logs of one replica."""
+
+    def __init__(
+        self,
+        policy: Scheduler,
+        kv: BlockPool,
+        max_model_len_tokens: int,
+        replica: int = 0,
+        on_done: Callable[[Request], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.kv = kv
+        self.max_model_len_tokens = max_model_len_tokens
+        self.replica = replica
+        self.on_done = on_done
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_steps = 0
+        self.num_done = 0
+        self._finished_in_step: list[Request] = []  # to take out of `running` at commit
+        self.new_logs()
+        self.rejections: dict[int, str] = {}
+        # Async scheduling (vLLM's AsyncScheduler), as the policy asks: the plan
+        # of step N+1 is made while step N runs, so it cannot see
+        # requests that arrived after step N started, and requests finishing in
+        # step N still hold their slot and KV blocks while it is made. The
+        # executor plans after committing step N and passes the start of step N
+        # as ``schedule``'s ``visible_until_s``; finished requests' blocks are
+        # freed once that plan is made (``held``).
+        self.pipelined = policy.async_scheduling
+        self.held: list[Request] = []
+        self.num_deferred_at_plan = 0  # hidden arrivals (+ held, if any waited) at the last plan
+        # Runs of tokens after the first, for requests whose tokens were
+        # interrupted (preemption): request_id -> [(first token time, tokens before)].
+        self.later_runs: dict[int, list[tuple[float, int]]] = {}
+        # Gaps between tokens that do not follow their predecessor by one step,
+        # and when each gap began (engine time of the token before it, s): the
+        # frontend model maps both ends to client times.
+        self.extra_itl_s: list[float] = []
+        self.extra_itl_from_s: list[float] = []
+        self.recorder: CommitRecorder | None = None  # None: normal runs pay one test per commit
+        self.last_end_s = 0.0  # end of the last step committed, s
+
+    # -- intake ------------------------------------------------------------
+    def rejection_reason(self, request: Request) -> str | None:
+        """Why ``request`` can never be served here, or ``None``."""
+        total = request.num_prompt_tokens + request.num_output_tokens
+        if total > self.max_model_len_tokens:
+            return (
+                f"prompt+output = {total} tokens exceeds max_model_len {self.max_model_len_tokens}"
+            )
+        blocks = self.kv.blocks_for(request.max_num_tokens)
+        if blocks > self.kv.num_blocks:
+            return f"needs {blocks} KV blocks but the cache holds {self.kv.num_blocks}"
+        return None
+
+    def add(self, request: Request, now_s: float) -> bool:
+        """Queue a tokenized request; reject it at once if it can never fit."""
+        request.ready_s = now_s
+        request.replica = self.replica
+        reason = self.rejection_reason(request)
+        if reason is not None:
+            request.rejection_reason = reason
+            self._done(request)
+            return False
+        self.waiting.append(request)
+        return True
+
+    # -- schedule ----------------------------------------------------------
+    @property
+    def num_held_seqs(self) -> int:
+        """Finished requests whose slot the plan being made still counts (async scheduling)."""
+        return len(self.held)
+
+    def schedule(self, now_s: float, visible_until_s: float | None = None) -> StepPlan:
+        """Ask the policy for the next step, and sample the queue state.
+
+        ``visible_until_s`` (async scheduling): requests that became ready after
+        it stay in the queue but out of the policy's sight for this plan.
+        """
+        hidden: list[Request] = []
+        if visible_until_s is not None:
+            waiting = self.waiting  # later arrivals are at the back, in ready order
+            while waiting and _ready_after(waiting[-1], visible_until_s):
+                hidden.append(waiting.pop())
+        plan = self._plan(now_s)
+        # Held requests matter to the next plan only through the seats and blocks
+        # they free: to someone still waiting. With nobody waiting, the plans that
+        # follow are the same whether they are freed now or a step later, so a
+        # run of decode steps may follow (half the events of a finish).
+        self.num_deferred_at_plan = len(hidden) + (len(self.held) if self.waiting else 0)
+        if hidden:
+            self.waiting.extend(reversed(hidden))
+        if self.held:
+            for request in self.held:
+                self.kv.free(request)
+            self.held = []
+        self._series_time(now_s)
+        kv = self.kv
+        self._series_counts(
+            (len(self.waiting), len(self.running), kv.num_blocks - kv.num_free_blocks)
+        )
+        return plan
+
+    def _plan(self, now_s: float) -> StepPlan:
+        """The policy's plan for the next step, seeing this core."""
+        return self.policy.schedule(self, now_s)
+
+    # -- commit: the step's output ------------------------------------------
+    def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
+        """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``.
+
+        The first step is the plan's own; any further ones are the decode
+        steps the plan allowed to follow it.
+        """
+        if self.recorder is not None:
+            self.recorder.on_commit(self, plan, start_s, ends_s)
+        if plan.committer is not None:  # a feature's own step (speculative decoding)
+            plan.committer.commit_step(self, plan, start_s, ends_s[0])
+        elif len(ends_s) == 1:
+            self._commit_one(plan, start_s, ends_s[0])
+        else:
+            self._commit_run(plan, start_s, ends_s)
+        self.last_end_s = ends_s[-1]
+        if self._finished_in_step:
+            self.remove_finished()
+
+    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
+        num_prefill, num_decode, num_itl, num_fresh = self._advance_one(plan.scheduled, end_s)
+        num_outputs = num_itl + num_fresh
+        self.steps.add_step(
+            start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl, num_outputs
+        )
+        self.num_steps += 1
+
+    def _advance_one(
+        self, scheduled: list[tuple[Request, int]], end_s: float
+    ) -> tuple[int, int, int, int]:
+        """Advance ``scheduled`` by one step ending at ``end_s``: computed tokens, then a
+        sampled token for each that caught up (finishing those that are done).
+        Returns the step's prefill tokens, decodes, tokens continuing an unbroken
+        run, and other tokens (first ones, or after a break)."""
+        step = self.num_steps
+        previous = step - 1
+        num_itl = num_decode = num_prefill = num_fresh = 0
+        for request, num_new in scheduled:
+            generated = request.num_generated_tokens
+            if num_new == 1 and generated > 0:
+                num_decode += 1
+            else:
+                num_prefill += num_new
+            computed = request.num_computed_tokens + num_new
+            request.num_computed_tokens = computed
+            if computed == request.num_prompt_tokens + generated:
+                if (
+                    request.last_token_step == previous
+                    and generated + 1 < request.num_output_tokens
+                ):
+                    # Inline _emit for the common case (hot path): a decode
+                    # token right after the previous one, not the last.
+                    request.num_generated_tokens = generated + 1
+                    request.last_token_step = step
+                    request.last_token_s = end_s
+                    num_itl += 1
+                else:
+                    continuing = self._emit(request, step, end_s)
+                    num_itl += continuing
+                    num_fresh += 1 - continuing  # a first token, or one after a break
+        return num_prefill, num_decode, num_itl, num_fresh
+
+    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
+        """The plan's step, then k - 1 decode steps of the same batch, in one pass.
+
+        O(batch), not O(tokens): every scheduled request emits a token in each
+        step (the plan guarantees it) and none finishes before the last.
+        """
+        finished, num_prefill, num_decode, num_itl = self._advance_run(plan.scheduled, ends_s)
+        # Free only once every request's blocks are counted, as step by step, where
+        # the last step's blocks are all reserved before any request finishes (the
+        # peak decides which cached prefix blocks get evicted).
+        end_first, end_last = ends_s[0], ends_s[-1]
+        for request in finished:
+            self.finish(request, end_last)
+        steps = self.steps
+        num_seqs = len(plan.scheduled)  # each emits a token in every step of the run
+        steps.add_step(
+            start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl, num_seqs
+        )
+        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs)
+        self.num_steps += len(ends_s)
+
+    def _advance_run(
+        self, scheduled: list[tuple[Request, int]], ends_s: list[float]
+    ) -> tuple[list[Request], int, int, int]:
+        """Advance ``scheduled`` by ``len(ends_s)`` steps, growing their blocks by
+        count. Returns the requests done after the last (not yet finished), and the
+        first step's prefill tokens, decodes and tokens continuing an unbroken run."""
+        num_steps = len(ends_s)
+        first = self.num_steps
+        last = first + num_steps - 1
+        end_first, end_last = ends_s[0], ends_s[-1]
+        num_itl = num_decode = num_prefill = 0
+        kv = self.kv
+        block_size = kv.block_size_tokens
+        finished: list[Request] = []
+        for request, num_new in scheduled:
+            generated = request.num_generated_tokens
+            if num_new == 1 and generated > 0:
+                num_decode += 1
+            else:
+                num_prefill += num_new
+            if request.last_token_step == first - 1:
+                num_itl += 1
+            else:
+                self.break_run(request, end_first)
+                if request.first_token_s is None:
+                    request.first_token_s = end_first
+            computed = request.num_computed_tokens + num_new + num_steps - 1
+            request.num_computed_tokens = computed
+            request.num_generated_tokens = generated + num_steps
+            request.last_token_step = last
+            request.last_token_s = end_last
+            short = -(-computed // block_size) - request.num_blocks
+            if short > 0:  # inline kv.allocate: the policy checked the pool suffices
+                kv.num_free_blocks -= short
+                request.num_blocks += short
+            if generated + num_steps == request.num_output_tokens:
+                finished.append(request)
+        return finished, num_prefill, num_decode, num_itl
+
+    def break_run(self, request: Request, time_s: float) -> None:
+        """A token that does not follow its predecessor by one step."""
+        if request.last_token_s is not None:
+            self.extra_itl_s.append(time_s - request.last_token_s)
+            self.extra_itl_from_s.append(request.last_token_s)
+            self.later_runs.setdefault(request.request_id, []).append(
+                (time_s, request.num_generated_tokens)
+            )
+
+    def _emit(self, request: Request, step: int, time_s: float) -> int:
+        """Sample one output token; return 1 if it continues an unbroken run."""
+        continuing = request.last_token_step == step - 1
+        if not continuing:
+            self.break_run(request, time_s)
+        if request.first_token_s is None:
+            request.first_token_s = time_s
+        request.num_generated_tokens += 1
+        request.last_token_step = step
+        request.last_token_s = time_s
+        if request.num_generated_tokens == request.num_output_tokens:
+            self.finish(request, time_s)
+        return int(continuing)
+
+    # -- finishes ----------------------------------------------------------
+    def finish(self, request: Request, time_s: float) -> None:
+        """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
+        request.finish_s = time_s
+        self._finished_in_step.append(request)
+        if self.pipelined:
+            self.held.append(request)  # freed after the plan already under way
+        else:
+            self.kv.free(request)
+        self._done(request)
+
+    def remove_finished(self) -> None:
+        """Take the requests finished since the last call out of ``running`` (commit
+        calls it; an executor that finishes a request itself, e.g. on EOS, too)."""
+        finished = self._finished_in_step
+        if len(finished) <= 4:  # the usual case: remove in C, no rebuild
+            running = self.running
+            for request in finished:
+                try:  # noqa: SIM105 (contextlib.suppress costs a context manager per finish)
+                    running.remove(request)  # identity: requests compare by it
+                except ValueError:  # ended while waiting (the online engine's abort)
+                    pass
+        else:
+            self.running = [r for r in self.running if r.finish_s is None]
+        finished.clear()
+
+    def _done(self, request: Request) -> None:
+        """Move a finished or rejected request into the columnar records."""
+        if request.rejection_reason is not None:
+            self.rejections[request.request_id] = request.rejection_reason
+        self._record_times(
+            (
+                request.arrival_s,  # (conditionals inlined: this runs once per request)
+                NAN if request.ready_s is None else request.ready_s,
+                NAN if request.first_scheduled_s is None else request.first_scheduled_s,
+                NAN if request.first_token_s is None else request.first_token_s,
+                NAN if request.finish_s is None else request.finish_s,
+            )
+        )
+        self._record_counts(
+            (
+                request.request_id,
+                request.num_prompt_tokens,
+                request.num_output_tokens,
+                request.num_generated_tokens,
+                request.num_preemptions,
+                request.num_swaps,
+                request.priority,
+                request.num_cached_tokens,
+                request.num_prefix_lookups,
+                request.num_prefix_query_tokens,
+                request.num_prefix_hit_tokens,
+            )
+        )
+        self._record_replica(request.replica)
+        self.num_done += 1
+        if self.on_done is not None:
+            self.on_done(request)
+
+    # -- preemption --------------------------------------------------------
+    def preempt(self, request: Request) -> None:
+        """Recompute preemption: drop the KV cache, requeue at the front."""
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
+
+    def swap_out(self, request: Request) -> None:
+        """Swap preemption: free the GPU blocks but keep the computed tokens
+        (their KV now lives in CPU memory, see ``sim.engine.kv_cache``); requeue at the front."""
+        self.kv.free(request)
+        request.num_preemptions += 1
+        request.num_swaps += 1
+        self.waiting.appendleft(request)
+
+    # -- logs --------------------------------------------------------------
+    def new_logs(self) -> None:
+        """An empty step log, queue series and record table (a compiled run that
+        gives up clears what it wrote: ``sim.serving.compiled``)."""
+        self.steps = StepLog()
+        self.series = Columns(SERIES_COLUMNS)
+        # Direct references: sampling the state runs once per plan.
+        self._series_time = self.series.group("f8", ("time_s",)).append
+        self._series_counts = self.series.group(
+            "i4", ("num_waiting", "num_running", "num_kv_blocks_used")
+        ).extend
+        self._new_records()
+
+    def _new_records(self) -> None:
+        """An empty record table, and direct references to its groups (a row per request)."""
+        self.records = Columns(RECORD_COLUMNS)
+        self._record_times = self.records.group("f8", _RECORD_TIMES).extend
+        self._record_counts = self.records.group("i8", _RECORD_COUNTS).extend
+        self._record_replica = self.records.group("i4", ("replica",)).append
+
+    def take_records(self) -> dict[str, npt.NDArray[Any]]:
+        """The records' columns (``records.views()``), handed over: the core keeps
+        an empty table, so the views hold the only reference to the rows, and a
+        result that copies them (in request order) frees the original (~130
+        bytes a request) instead of holding both while the core lives."""
+        views = self.records.views()
+        self._new_records()
+        return views
+
+    def flush_unfinished(self) -> None:
+        """Record requests still queued or running (finish time NaN) and clear them."""
+        for request in self.held:
+            self.kv.free(request)
+        self.held = []
+        for request in [*self.running, *self.waiting]:
+            self.kv.free(request)
+            self._done(request)
+        self.running = []
+        self.waiting.clear()
+
+
+# -- continuous batching ---------------------------------------------------------
+
+
+class Continuous:
+    """Continuous batching in the style of vLLM v1.
+
+    Each step: running requests first (decodes and unfinished prefill chunks), in
+    the order they were admitted, each taking what it wants of the token budget;
+    when the KV pool cannot hold a running request's next tokens, the newest
+    running request is preempted (by recompute, or by swap when configured) until
+    it can. Then, if nothing was preempted, waiting requests are admitted
+    first-come first-served while the sequence limit, the token budget and the KV
+    pool allow. With chunked prefill a prompt may be cut to fit the remaining
+    budget; without it a prompt is scheduled whole or waits. The policy holds no
+    state between steps besides its settings.
+    """
+
+    def __init__(
+        self,
+        config: ContinuousSettings,
+        swap: SwapSpace | None = None,
+        async_scheduling: bool = False,
+    ) -> None:
+        self.max_num_seqs = config.num_seqs_limit
+        self.max_num_batched_tokens = config.batched_tokens_limit
+        self.chunked_prefill = config.chunked_prefill
+        # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
+        self.max_tokens_per_request = config.long_prefill_token_threshold or None
+        # Preemption by swap (``preemption: swap``): the CPU swap space; None
+        # preempts by recompute.
+        self.swap = swap
+        self._extra_s = 0.0  # swap copy time of the step being planned, s
+        # vLLM's async scheduling: the executor (sim.serving.replica) plans each
+        # step while the previous one runs.
+        self.async_scheduling = async_scheduling
+
+    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        self._extra_s = 0.0
+        kv = core.kv
+        running = core.running
+        budget = self.max_num_batched_tokens
+        block_size = kv.block_size_tokens
+        scheduled: list[tuple[Request, int]] = []
+        preempted = False
+        cap = self.max_tokens_per_request
+        i = 0
+        while i < len(running) and budget > 0:
+            request = running[i]
+            computed = request.num_computed_tokens
+            wanted = request.num_prompt_tokens + request.num_generated_tokens - computed
+            if cap is not None and wanted > cap:
+                wanted = cap  # a long prompt's chunk, as vLLM caps it
+            num_new = wanted if wanted < budget else budget  # min() is slower (hot path)
+            target = computed + num_new
+            if target > request.num_blocks * block_size:
+                if not kv.try_grow(request, target):
+                    # The pool is short: preempt until it suffices (or the request goes).
+                    while not kv.can_allocate(request, target):
+                        j = self._victim_index(running)
+                        victim = running.pop(j)
+                        if j < i:  # scheduled earlier in this step: take its tokens back
+                            budget += scheduled.pop(j)[1]
+                            i -= 1
+                        self._preempt(core, victim)
+                        preempted = True
+                        if victim is request:
+                            break
+                    else:
+                        kv.allocate(request, target)
+                    if preempted and (i >= len(running) or running[i] is not request):
+                        break  # the request itself was preempted
+            elif target // block_size > computed // block_size:
+                # The step fills a block it already holds: cached now, as vLLM's
+                # allocate_slots does, so a request admitted below can hit it.
+                kv.cache_full_blocks(request, target)
+            scheduled.append((request, num_new))
+            budget -= num_new
+            i += 1
+        plan = StepPlan(scheduled)
+        if preempted:
+            extra_s = self._extra_s
+            if not scheduled:
+                # The request being placed was itself the victim and nothing ran
+                # before it (priority victims need not be the last): vLLM's step
+                # is empty and it schedules again at once, with the pool freed.
+                plan = self.schedule(core, now_s)
+            plan.extra_s += extra_s
+            return plan
+        stable = len(scheduled) == len(running)
+        blocked_by = self._admit(core, scheduled, budget, now_s)
+        # A run of decode steps may follow this step only if admission cannot
+        # succeed during it: the queue is empty, or what blocked admission (the
+        # sequence limit, the KV pool) can only tighten while decoding. A budget
+        # block may lift once this step's prefill is done.
+        self._finish_plan(
+            plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"
+        )
+        plan.extra_s = self._extra_s
+        return plan
+
+    def _victim_index(self, running: list[Request]) -> int:
+        """Which running request to preempt when the pool runs out: the newest (vLLM FCFS)."""
+        return len(running) - 1
+
+    def _preempt(self, core: CoreView, victim: Request) -> None:
+        """Preempt by swap if configured and the swap space has room, else by recompute."""
+        if self.swap is not None:
+            seconds = self.swap.swap_out(victim, core.kv.blocks_for(victim.num_computed_tokens))
+            if seconds is not None:
+                core.swap_out(victim)
+                self._extra_s += seconds
+                return
+        core.preempt(victim)
+
+    def _admit(
+        self,
+        core: CoreView,
+        scheduled: list[tuple[Request, int]],
+        budget: int,
+        now_s: float,
+    ) -> str:
+        """Admit waiting requests FCFS; return what stopped admission.
+
+        One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
+        """
+        kv, waiting, running = core.kv, core.waiting, core.running
+        max_running = self.max_num_seqs - core.num_held_seqs  # held: async scheduling
+        while waiting:
+            if len(running) >= max_running:
+                return "seqs"
+            request = waiting[0]
+            # Prefix caching: the cached head of the prompt is not computed again.
+            num_cached = kv.num_cached_tokens(request)
+            wanted = request.num_wanted_tokens - num_cached
+            cap = self.max_tokens_per_request
+            if cap is not None and wanted > cap:
+                wanted = cap
+            if budget == 0 or (wanted > budget and not self.chunked_prefill):
+                return "budget"
+            num_new = min(wanted, budget)
+            target = request.num_computed_tokens + num_cached + num_new
+            if not kv.can_allocate(request, target):
+                return "kv"
+            waiting.popleft()
+            kv.allocate(request, target)
+            if kv.caches_prefixes and not request.num_computed_tokens:
+                # vLLM's PrefixCacheStats: a lookup on every admission that makes one
+                # (get_computed_blocks: fresh, or back from a recompute preemption).
+                request.num_prefix_lookups += 1
+                request.num_prefix_query_tokens += request.num_tokens
+                request.num_prefix_hit_tokens += num_cached
+            if num_cached:
+                request.num_computed_tokens += num_cached
+                if request.first_scheduled_s is None:
+                    request.num_cached_tokens = num_cached
+            if self.swap is not None:  # copy a swapped-out request's KV back in
+                self._extra_s += self.swap.swap_in(request)
+            running.append(request)
+            scheduled.append((request, num_new))
+            budget -= num_new
+            if request.first_scheduled_s is None:
+                request.first_scheduled_s = now_s
+        return "empty"
+
+    def _finish_plan(
+        self, plan: StepPlan, kv: BlockPool, may_run: bool, interruptible: bool
+    ) -> None:
+        """Fill in the step's shape, and let decode steps follow if they can.
+
+        After this step each scheduled request that has computed all its known
+        tokens samples one more; if all do and none has finished, the next
+        steps are plain decodes of the same batch until the first finishes.
+        """
+        scheduled = plan.scheduled
+        plan.known_shape, all_emit, min_left, run_context = self._tally(scheduled)
+        num_seqs = len(scheduled)
+        if not (may_run and all_emit and num_seqs and min_left >= 1):
+            return
+        plan.run_num_seqs = num_seqs
+        plan.run_context_tokens = run_context
+        plan.num_steps = 1 + steps_within_pool(kv, scheduled, min_left)
+        plan.interruptible = (
+            interruptible
+            and num_seqs < self.max_num_seqs
+            and num_seqs < self.max_num_batched_tokens
+        )
+
+    def _tally(self, scheduled: list[tuple[Request, int]]) -> tuple[StepShape, bool, int, int]:
+        """One pass over the batch (this runs once per event): the step's shape;
+        whether every request samples a token after it; the fewest tokens any has
+        left after that one (at most ``MAX_RUN_STEPS``); and the summed context of
+        a decode step after this one."""
+        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+        num_decode_seqs = decode_context = 0
+        min_left = MAX_RUN_STEPS
+        run_context = 0
+        all_emit = True
+        for r, num_new in scheduled:
+            cached = r.num_computed_tokens
+            generated = r.num_generated_tokens
+            computed = cached + num_new
+            if num_new == 1 and generated > 0:
+                num_decode_seqs += 1
+                decode_context += computed
+            else:
+                num_prefill_seqs += 1
+                num_prefill_tokens += num_new
+                pairs += num_new * cached + num_new * (num_new + 1) // 2
+                kv_read += computed
+            if computed != r.num_prompt_tokens + generated:
+                all_emit = False  # still prefilling after this step
+            else:
+                left = r.num_output_tokens - generated - 1
+                if left < min_left:
+                    min_left = left
+                run_context += computed + 1
+        shape = StepShape(
+            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        )
+        return shape, all_emit, min_left, run_context
+
+
+def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
+    """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
+
+    This step's blocks are reserved; each later step adds one token per request.
+    """
+    block_size = kv.block_size_tokens
+
+    def missing(k: int) -> int:
+        # Blocks short of holding computed + new + k tokens (ceil division inline: hot path).
+        total = 0
+        for r, num_new in scheduled:
+            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
+            if short > 0:
+                total += short
+        return total
+
+    free = kv.num_free_blocks
+    # Cheap bound first (the common case): k more tokens need at most
+    # k // block_size + 1 new blocks per request.
+    if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
+        return num_steps
+    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if missing(mid) <= free:
+            low = mid
+        else:
+            high = mid
+    return low

@@ -1,0 +1,146 @@
+"""The door to the speed paths: an open loop simulated faster, to the bit, or declined.
+
+``Simulation.run`` hands every open-loop run of one replica or one pool to
+``run`` before simulating it itself. ``run`` answers the run's ``RawResult``,
+the same to the bit as the reference (``Simulation._open_loop``: one SimPy
+event per submission) would give, or None, the cores untouched, when none of
+its paths plays that run. It tries, in order:
+
+1. the compiled loop (``sim.fast.compiled``): one replica, or a fresh
+   round-robin pool, under plain continuous batching and a roofline cost;
+2. worker processes (``sim.fast.workers``): a fresh round-robin pool's
+   replicas, dealt to forked processes;
+3. feeds (``sim.fast.feed``): every replica pulls its requests when it plans.
+
+A run with a load-aware router, a central queue, lockstep ranks or
+disaggregation is declined: only the reference plays it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from sim.engine.scheduler import EngineCore
+from sim.errors import ConfigError
+from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
+from sim.fast.forks import forking_supported
+from sim.fast.workers import default_num_workers, run_in_workers
+from sim.serving.pool import Pool
+from sim.serving.progress import Progress
+from sim.serving.raw_result import CoreOutput, RawResult, raw_result
+from sim.serving.replica import Replica
+from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.submission import OpenLoop
+
+# Below this many requests one run does not pay for the compiled loop's start-up
+# (numba's import and a cached compilation's load, ~0.4 s once a process); a
+# caller that makes many runs asks for it at any size (a sweep's points);
+# SERVESIM_COMPILED=never|always|python overrides (tests, benchmarks).
+MIN_REQUESTS = 20_000
+MODES = ("auto", "always", "never", "python")
+
+
+def run(
+    work: OpenLoop,
+    replica_config: ReplicaConfig,
+    replicas: object,
+    drive: Callable[[Callable[[], None]], None],
+    progress: Progress,
+    compiled: bool | None = None,
+    workers: int | None = None,
+) -> RawResult | None:
+    """Simulate ``work`` on ``replicas`` (a ``Replica``, or a ``Pool``; anything else
+    is declined) faster than the reference, or decline (None).
+
+    ``drive(tick)`` runs the SimPy environment to its end, calling ``tick`` now
+    and then; ``compiled``: whether a run the compiled loop can play takes it
+    (``choose_loop``); ``workers``: processes for a round-robin pool (None: as
+    many as pay; ``sim.fast.workers``).
+    """
+    if isinstance(replicas, Replica):
+        cores = [replicas.core]
+    elif isinstance(replicas, Pool) and feedable(replicas):
+        cores = replicas.cores
+    else:
+        return None
+    tokenize_s = replica_config.frontend.tokenize_s_per_token
+    if _run_compiled(cores, replica_config, work, tokenize_s, compiled, progress.tick):
+        raw = _result(cores, replica_config.frontend)  # the cores hold the run's logs
+        raw.compiled = True
+        return raw
+    if isinstance(replicas, Replica):
+        # One replica takes its requests when it plans, and ends its runs at the next one.
+        (feed,) = Feed.split(work, tokenize_s, [replicas.core.add])
+        replicas.core.on_done = None  # nobody waits for an answer in an open loop
+        feed_replica(replicas, feed)
+    else:
+        # Round robin: each replica takes its own turns, so they may be
+        # simulated in several processes at once.
+        feeds = pool_feeds(replicas, work, tokenize_s)
+        num_workers = _num_workers(replicas, len(work.arrival_s), workers)
+        if num_workers > 1:
+            outputs = run_in_workers(replicas, feeds, num_workers, drive, progress)
+            return raw_result(outputs, replica_config.frontend)
+        take_feeds(replicas, feeds)
+    drive(progress.tick)
+    return _result(cores, replica_config.frontend)
+
+
+def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
+    """The compiled loop's function (compiled by numba; uncompiled with
+    ``SERVESIM_COMPILED=python``), or None (the simulator's own loop).
+
+    ``wanted``: None from ``MIN_REQUESTS`` requests, True at any size, False
+    never; the environment variable ``SERVESIM_COMPILED``, when set to other
+    than ``auto``, decides instead. The loop's modules (~15 ms) and numba are
+    imported only when it is chosen.
+    """
+    mode = os.environ.get("SERVESIM_COMPILED", "auto")
+    if mode not in MODES:
+        raise ConfigError(f"SERVESIM_COMPILED={mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "never" or (mode == "auto" and wanted is False):
+        return None
+    if mode == "auto" and wanted is None and num_requests < MIN_REQUESTS:
+        return None
+    from sim.fast.compiled import path
+
+    # "python": the same function uncompiled: slow, for tests without numba.
+    return path.loop.run if mode == "python" else path.compiled()
+
+
+def _run_compiled(
+    cores: Sequence[EngineCore],
+    replica_config: ReplicaConfig,
+    work: OpenLoop,
+    tokenize_s: float,
+    wanted: bool | None,
+    tick: Callable[[], None],
+) -> bool:
+    """Simulate ``work`` in the compiled loop if it can (``sim.fast.compiled``)."""
+    loop = choose_loop(len(work.arrival_s), wanted)
+    if loop is None:
+        return False
+    from sim.fast.compiled import path
+
+    cost = replica_config.cost
+    if path.why_not(cores, cost, replica_config.skip_ahead, work):
+        return False
+    assert isinstance(cost, path.RooflineCost)
+    return path.run_compiled(cores, cost, work, tokenize_s, loop, tick)
+
+
+def _num_workers(pool: Pool, num_requests: int, wanted: int | None) -> int:
+    """Processes for a round-robin pool (1 while a recorder watches the cores)."""
+    if any(core.recorder is not None for core in pool.cores):
+        return 1
+    if wanted is not None:
+        return min(wanted, len(pool.replicas)) if forking_supported() else 1
+    return default_num_workers(len(pool.replicas), num_requests)
+
+
+def _result(cores: Sequence[EngineCore], frontend: Frontend) -> RawResult:
+    """The run's result from the cores' logs (the run is over)."""
+    for core in cores:
+        core.flush_unfinished()
+    return raw_result([CoreOutput.of(core) for core in cores], frontend)
