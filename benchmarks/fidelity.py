@@ -40,12 +40,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from calibration.compare_measured import DRIFT_FACT, load_measured, validate, write_validation  # noqa: E402
 from calibration.measure import Device, measure  # noqa: E402
-from calibration.validate import DRIFT_FACT, MeasuredDir, validate, write_validation  # noqa: E402
 from sim import api  # noqa: E402
 from sim.cost.calibrated import load_calibrated_cost  # noqa: E402
 from sim.metrics.report import summary_to_json  # noqa: E402
 from sim.scenario import Scenario, load_scenario  # noqa: E402
+from sim.validation.formats.measure_dir import MeasureFolder  # noqa: E402
 from sim.validation.predict import within_targets  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "validate_smollm2_cpu.yaml"
@@ -127,7 +128,7 @@ def saturation_per_s(
     return _window_rate_per_s(measured, duration_s), _window_rate_per_s(simulated, duration_s)
 
 
-def _measure(setup: Setup, scenario: Scenario, out: Path) -> MeasuredDir:
+def _measure(setup: Setup, scenario: Scenario, out: Path) -> MeasureFolder:
     started = time.perf_counter()
     device: Device = "cuda" if setup.device == "cuda" else "cpu"
     measurement = measure(
@@ -141,11 +142,11 @@ def _measure(setup: Setup, scenario: Scenario, out: Path) -> MeasuredDir:
         f" forward CPU share {s['forward_cpu_share']}, load avg {s['load_average_after']}",
         flush=True,
     )
-    return MeasuredDir.load(out)
+    return load_measured(out)
 
 
 def _short_label(label: str) -> str:
-    """Table name of a prediction (``calibration.validate`` labels)."""
+    """Table name of a prediction (``calibration.compare_measured`` labels)."""
     if label.startswith("microbenchmarks + engine"):
         return "engine-fit"
     if label.startswith("microbenchmarks x machine drift"):

@@ -178,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
             first_rate = first_rate or rate
             plans = len(result.timeseries) / num
             # (The compiled loop runs every replica in this process.)
-            name = "compiled" if result.raw.compiled else f"Python, {processes} proc."
+            name = (
+                "compiled"
+                if result.raw.accelerator == "compiled loop"
+                else f"Python, {processes} proc."
+            )
             figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {rate / first_rate:6.2f}"
             print(f"{label:20s} {name:17s} {figures} {plans:9.2f}  {target}")
             finishes.append(result.requests["finish_s"].to_numpy())

@@ -2,9 +2,9 @@
 
 With ``--from-run RUN [RUN ...]`` it times nothing: it fits a base cost
 model's overhead and prefill / decode multipliers to measured runs
-(black-box calibration, ``sim.validation.fit_cli``, torch-free).
+(black-box calibration, ``sim.cli.fit``, torch-free).
 
-Wiring: ``add_parser(subparsers)`` registers the ``calibrate`` subcommand
+Wiring: ``add_parsers(subparsers)`` registers the ``calibrate`` subcommand
 (its handler ``run(args) -> int`` is stored as ``args.handler`` and
 ``args.func``); ``main(argv)`` runs it standalone (``python -m calibration.cli``). Bad input raises
 ``ConfigError`` from ``run``; ``main`` prints it on one line and returns 2.
@@ -81,12 +81,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
             "kernel-table artifact for cost kind 'kernels' (grids: small, gpu)"
         ),
     )
-    from sim.validation.fit_args import add_arguments as add_from_run_arguments
+    from sim.cli.fit import add_arguments as add_from_run_arguments
 
     add_from_run_arguments(parser)
 
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``calibrate`` to an ``argparse`` subparsers object; handler in ``func``."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "calibrate",
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "from_run", None) is not None:
         if getattr(args, "kernels", False):
             raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
-        from sim.validation.fit_cli import calibrate_from_runs
+        from sim.cli.fit import calibrate_from_runs
 
         return calibrate_from_runs(args)
     try:

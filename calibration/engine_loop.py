@@ -40,7 +40,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from calibration.engine import StepExecutor
+from calibration.step_executor import StepExecutor
 from calibration.tokenizer import ByteTokenizer, prompt_text
 from sim.cost.base import SHAPE_FIELDS
 from sim.engine.kv_cache import prefix_describer

@@ -25,12 +25,12 @@ import pandas as pd
 import torch
 
 import sim
-from calibration.engine import StepExecutor
 from calibration.engine_loop import MeasuredRun, WallClockEngine
 from calibration.environment import cpu_model
 from calibration.model import LlamaModel
 from calibration.probe import run_probe
 from calibration.sampling import SamplingParams
+from calibration.step_executor import StepExecutor
 from sim.api import core_config_for, summary_header
 from sim.engine.core_config import CoreConfig
 from sim.errors import ConfigError

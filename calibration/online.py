@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-from calibration.engine import StepExecutor
 from calibration.model import LlamaModel
 from calibration.sampling import SamplingParams
+from calibration.step_executor import StepExecutor
 from calibration.tokenizer import NUM_SPECIAL, ByteTokenizer
 from sim.api import core_config_for
 from sim.engine.request import Request

@@ -2,8 +2,8 @@
 
 ``measure`` serves a scenario on the real model (``calibration.measure``);
 ``validate`` predicts measured runs with the simulator and reports the error
-(``calibration.validate``), measuring first when no ``--measured`` folder is
-given. Both are registered by ``add_parsers`` (see ``sim.cli.ADDERS``).
+(``calibration.compare_measured``), measuring first when no ``--measured`` folder is
+given. Both are registered by ``add_parsers`` (see ``sim.cli.COMMANDS``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from calibration.needs_torch import torch_missing
+from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint
 from sim.errors import ConfigError
-from sim.validation.endpoint_cli import add_endpoint_arguments, measure_endpoint
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +100,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from calibration.validate import MeasuredDir, validate, write_validation
+    from calibration.compare_measured import load_measured, validate, write_validation
     from sim.scenario import load_scenario
 
     _check_arguments(args)
@@ -112,8 +112,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print("no --measured run given: measuring first")
         measured_dirs = [str(_measure(args, out / "measured"))]
     scenario = load_scenario(args.scenario, args.set or ())
-    runs = [MeasuredDir.load(d) for d in measured_dirs]
-    overhead = MeasuredDir.load(args.overhead_from) if args.overhead_from else None
+    runs = [load_measured(d) for d in measured_dirs]
+    overhead = load_measured(args.overhead_from) if args.overhead_from else None
     result = validate(
         scenario,
         runs[0],

@@ -87,7 +87,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parsers(subparsers: Any) -> None:
     """Register ``serve``."""
     serve = subparsers.add_parser(
         "serve",

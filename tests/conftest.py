@@ -25,7 +25,7 @@ def _no_prebuilt_figures_left() -> Iterator[None]:
     process: dropped after each test, so that no later test draws on them. (Only
     where the drawing modules are loaded: this imports nothing.)"""
     yield
-    for name in ("sim.metrics.plot_draw", "sim.metrics.waterfall_draw"):
-        module = sys.modules.get(name)
-        if module is not None:
-            module._prebuilt.clear()
+    module = sys.modules.get("sim.metrics.figure_draw")
+    if module is not None:
+        module._prebuilt.clear()
+        module._prebuilt_waterfalls.clear()

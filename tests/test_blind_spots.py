@@ -11,8 +11,7 @@ from test_capacity import md1_doc
 
 from sim import api
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import CapacitySearch, LoadKnob, LoadPoint, Searcher
-from sim.planning.capacity_search import search
+from sim.planning.capacity import CapacitySearch, LoadKnob, LoadPoint, Searcher, search
 from sim.scenario import scenario_from_dict
 
 # --- 16: the estimate is the interpolated crossing, not an end of the bracket -----------------

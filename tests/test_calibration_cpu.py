@@ -130,7 +130,7 @@ def test_cli_unknown_preset_is_a_one_line_error(capsys: pytest.CaptureFixture[st
 def test_cli_cuda_unavailable_is_a_config_error() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
-    cli.add_parser(sub)
+    cli.add_parsers(sub)
     args = parser.parse_args(["calibrate", "--model", "tiny", "--device", "cuda"])
     assert args.func is cli.run
     with pytest.raises(ConfigError, match="CUDA"):

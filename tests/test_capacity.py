@@ -33,10 +33,10 @@ from sim.planning.capacity import (
     judge,
     load_knob,
     mean_interval,
+    search,
     t95,
 )
 from sim.planning.capacity_report import fleet_for, format_capacity, to_json
-from sim.planning.capacity_search import search
 from sim.planning.pricing import (
     GPU_PRICE_PER_HOUR,
     gpu_price_per_hour,
@@ -294,7 +294,7 @@ def test_trace_replays_run_once_per_load(memo: dict[str, Record]) -> None:
 
 
 def test_cli_num_requests_overrides_each_workload_kind(tmp_path: Path) -> None:
-    from sim.planning.cli import _size_overrides
+    from sim.cli.capacity import _size_overrides
 
     trace = str(SCENARIOS / "azure_trace.yaml")
     assert _size_overrides(trace, [], 50)[-1] == "workload.max_requests=50"

@@ -28,24 +28,20 @@ from small_scenario import write_scenario
 from test_plots import requests_frame, timeseries_frame
 
 import sim.cli as cli
-import sim.cli.figure_processes as processes
 import sim.cli.figures as cli_figures
-import sim.metrics.figure_prep as figure_prep
-import sim.metrics.plot_draw as plot_draw
-import sim.metrics.waterfall_draw as waterfall_draw
+import sim.metrics.plots as plots
 import sim.scenario
 from sim import api
 from sim.api.result import Result
 from sim.cli.figures import FigureError, FigureWorker
 from sim.errors import ConfigError
 from sim.metrics import figure_draw
-from sim.metrics.figure_data import WATERFALL_ROWS, Figures
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, Figures
 from sim.metrics.figure_draw import draw_prepared
 from sim.metrics.lifecycle import PHASES
-from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
+from sim.metrics.plots import plot_latency_cdfs, plot_timeseries, plot_waterfall
 from sim.metrics.report import FigureJob, draw_figures, prepare_figures
 from sim.metrics.stats import Slo
-from sim.metrics.waterfall import plot_waterfall
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
@@ -88,8 +84,8 @@ TIMESERIES_CASES: dict[str, Callable[[], pd.DataFrame]] = {
 def test_timeseries_arrays_draw_the_dataframe_figure(case: str, tmp_path: Path) -> None:
     frame = TIMESERIES_CASES[case]()
     direct = plot_timeseries(frame, tmp_path / "direct.png").read_bytes()
-    data = pickle.loads(pickle.dumps(figure_prep.timeseries_data(frame)))
-    assert plot_draw.draw_timeseries(data, tmp_path / "arrays.png").read_bytes() == direct
+    data = pickle.loads(pickle.dumps(plots.timeseries_data(frame)))
+    assert figure_draw.draw_timeseries(data, tmp_path / "arrays.png").read_bytes() == direct
 
 
 @pytest.mark.parametrize(
@@ -107,9 +103,9 @@ def test_cdf_arrays_draw_the_dataframe_figure(
 ) -> None:
     requests = requests_frame(n, rejected_every=rejected_every)
     direct = plot_latency_cdfs(requests, tmp_path / "direct.png", slo).read_bytes()
-    data = pickle.loads(pickle.dumps(figure_prep.cdf_data(requests, slo)))
+    data = pickle.loads(pickle.dumps(plots.cdf_data(requests, slo)))
     assert data.num_done == n - (len(range(0, n, rejected_every)) if rejected_every else 0)
-    assert plot_draw.draw_latency_cdfs(data, tmp_path / "arrays.png").read_bytes() == direct
+    assert figure_draw.draw_latency_cdfs(data, tmp_path / "arrays.png").read_bytes() == direct
 
 
 @pytest.mark.parametrize("num_requests", [0, 5, 30])
@@ -120,17 +116,17 @@ def test_waterfall_arrays_draw_the_dataframe_figure(
     if num_requests == 0:
         spans = spans.iloc[:0]
     direct = plot_waterfall(spans, requests, tmp_path / "direct.png").read_bytes()
-    data = pickle.loads(pickle.dumps(figure_prep.waterfall_data(spans, requests)))
+    data = pickle.loads(pickle.dumps(plots.waterfall_data(spans, requests)))
     assert len(data.ids) == num_requests
     assert [bars.phase for bars in data.bars] == list(spans["phase"].unique())
-    drawn = waterfall_draw.draw_waterfall_figure(data, tmp_path / "arrays.png").read_bytes()
+    drawn = figure_draw.draw_waterfall_figure(data, tmp_path / "arrays.png").read_bytes()
     assert drawn == direct
 
 
 def test_cdf_data_holds_the_completed_requests_latencies_in_ms() -> None:
     requests = requests_frame(60, rejected_every=4)
     requests.loc[5, "num_generated_tokens"] = 1  # no TPOT for a one-token answer
-    data = figure_prep.cdf_data(requests, Slo(ttft_ms=120, tpot_ms=25))
+    data = plots.cdf_data(requests, Slo(ttft_ms=120, tpot_ms=25))
     done = requests[requests["rejection_reason"] == ""]
     ttft_ms = (done["first_token_s"] - done["arrival_s"]).to_numpy() * 1000
     np.testing.assert_allclose(data.ttft_ms, ttft_ms, rtol=1e-12)
@@ -144,15 +140,15 @@ def test_cdf_data_holds_the_completed_requests_latencies_in_ms() -> None:
 
 def test_timeseries_data_sorts_scales_and_sums_replicas() -> None:
     frame = timeseries_frame(200)
-    data = figure_prep.timeseries_data(frame.sample(frac=1, random_state=3))
+    data = plots.timeseries_data(frame.sample(frac=1, random_state=3))
     np.testing.assert_array_equal(data.time_s, frame["time_s"].to_numpy())
     waiting, running, kv = data.series
     assert waiting is not None and running is not None and kv is not None
     np.testing.assert_array_equal(waiting, frame["num_waiting"].to_numpy(dtype=float))
     np.testing.assert_array_equal(kv, frame["kv_cache_usage"].to_numpy() * 100.0)
-    missing = figure_prep.timeseries_data(frame.drop(columns=["num_running"]))
+    missing = plots.timeseries_data(frame.drop(columns=["num_running"]))
     assert missing.series[1] is None and missing.series[0] is not None
-    both = figure_prep.timeseries_data(_replicas_frame())
+    both = plots.timeseries_data(_replicas_frame())
     assert both.time_s.size == _replicas_frame()["time_s"].nunique()
     assert both.series[0] is not None and both.series[0][-1] == (
         timeseries_frame(200)["num_waiting"].iloc[-1]
@@ -162,7 +158,7 @@ def test_timeseries_data_sorts_scales_and_sums_replicas() -> None:
 
 def test_waterfall_data_puts_each_span_on_its_request_row(result: Result) -> None:
     spans, requests = result.spans(12), result.raw.requests
-    data = figure_prep.waterfall_data(spans, requests)
+    data = plots.waterfall_data(spans, requests)
     assert list(data.ids) == sorted(spans["request_id"].unique()) == list(range(12))
     assert [p for p in data.present] == [p for p in PHASES if p in set(spans["phase"])]
     for bars in data.bars:
@@ -205,7 +201,7 @@ def test_drawing_prepared_figures_imports_neither_pandas_nor_pydantic(
     job_path.write_bytes(pickle.dumps(prepare_figures(result.figure_job(tmp_path))))
     probe = (
         "import json, pickle, sys\n"
-        "import sim.cli.figures, sim.cli.figure_processes\n"
+        "import sim.cli.figures\n"
         "from sim.metrics.figure_draw import draw_prepared, warm_up\n"
         "warm_up()\n"
         f"paths = draw_prepared(pickle.loads(open({str(job_path)!r}, 'rb').read()))\n"
@@ -271,10 +267,10 @@ def test_each_figure_is_drawn_in_a_process_of_its_own(
         path.write_text(str(os.getpid()))
         return path
 
-    monkeypatch.setattr(plot_draw, "draw_latency_cdfs", pid_writer)
-    monkeypatch.setattr(plot_draw, "draw_timeseries", pid_writer)
-    monkeypatch.setattr(waterfall_draw, "draw_waterfall_figure", pid_writer)
-    reply = processes.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
+    monkeypatch.setattr(figure_draw, "draw_latency_cdfs", pid_writer)
+    monkeypatch.setattr(figure_draw, "draw_timeseries", pid_writer)
+    monkeypatch.setattr(figure_draw, "draw_waterfall_figure", pid_writer)
+    reply = cli_figures.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
     assert reply == {"paths": [str(tmp_path / name) for name in ALL_FIGURES]}
     pids = [int((tmp_path / name).read_text()) for name in ALL_FIGURES]
     assert pids[0] == os.getpid()  # the first here, each other one in a fork
@@ -301,7 +297,7 @@ def test_a_job_that_cannot_be_prepared_is_reported_by_finish(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(figure_prep, "cdf_data", refuse)
+    monkeypatch.setattr(plots, "cdf_data", refuse)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(result.figure_job(tmp_path))  # no raise here: the tables come first
         with pytest.raises(RuntimeError, match="already submitted"):
@@ -320,7 +316,7 @@ def test_a_run_whose_figures_cannot_be_prepared_fails_after_its_tables(
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("first_token_s")
 
-    monkeypatch.setattr(figure_prep, "waterfall_data", refuse)
+    monkeypatch.setattr(plots, "waterfall_data", refuse)
     out = tmp_path / "out"
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 1
@@ -332,13 +328,13 @@ def test_a_run_whose_figures_cannot_be_prepared_fails_after_its_tables(
 
 
 def test_figures_names_follow_the_waterfall() -> None:
-    empty = figure_prep.cdf_data(pd.DataFrame())
-    series = figure_prep.timeseries_data(pd.DataFrame())
+    empty = plots.cdf_data(pd.DataFrame())
+    series = plots.timeseries_data(pd.DataFrame())
     assert empty.num_done == 0 and empty.ttft_ms.size == 0 and empty.ttft_slo_ms is None
     assert series.time_s.size == 0 and series.series == (None, None, None)
     figures = Figures(Path("x"), empty, series)
     assert figures.names() == ALL_FIGURES[:2]
-    data = figure_prep.waterfall_data(
+    data = plots.waterfall_data(
         pd.DataFrame(columns=["request_id", "phase"]),
         pd.DataFrame({"request_id": [0], "first_token_s": [1.0]}),
     )
@@ -351,50 +347,50 @@ def test_figures_names_follow_the_waterfall() -> None:
 
 def _figures(result: Result, out: Path, num_rows: int) -> Figures:
     figures = prepare_figures(result.figure_job(out))
-    waterfall = figure_prep.waterfall_data(result.spans(num_rows), result.raw.requests)
+    waterfall = plots.waterfall_data(result.spans(num_rows), result.raw.requests)
     return Figures(out, figures.cdf, figures.timeseries, waterfall)
 
 
-@pytest.mark.parametrize("num_rows", [7, WATERFALL_ROWS])
+@pytest.mark.parametrize("num_rows", [7, NUM_WATERFALL_REQUESTS])
 def test_prebuilt_figures_draw_the_same_bytes(num_rows: int, tmp_path: Path) -> None:
-    result = api.run(_scenario(tmp_path, num_requests=WATERFALL_ROWS + 5))
+    result = api.run(_scenario(tmp_path, num_requests=NUM_WATERFALL_REQUESTS + 5))
     for name in ("fresh", "prebuilt"):
         (tmp_path / name).mkdir()
     fresh = draw_prepared(_figures(result, tmp_path / "fresh", num_rows))
     figure_draw.prebuild()
-    assert set(plot_draw._prebuilt) == {"cdf", "timeseries"}
-    assert set(waterfall_draw._prebuilt) == {WATERFALL_ROWS}
+    assert set(figure_draw._prebuilt) == {"cdf", "timeseries"}
+    assert set(figure_draw._prebuilt_waterfalls) == {NUM_WATERFALL_REQUESTS}
     prebuilt = draw_prepared(_figures(result, tmp_path / "prebuilt", num_rows))
-    assert plot_draw._prebuilt == {}  # each taken by its draw, once
+    assert figure_draw._prebuilt == {}  # each taken by its draw, once
     # A waterfall of another height is drawn on a figure of its own; the prebuilt one stays.
-    assert set(waterfall_draw._prebuilt) == (
-        {WATERFALL_ROWS} if num_rows != WATERFALL_ROWS else set()
+    assert set(figure_draw._prebuilt_waterfalls) == (
+        {NUM_WATERFALL_REQUESTS} if num_rows != NUM_WATERFALL_REQUESTS else set()
     )
-    waterfall_draw._prebuilt.clear()
+    figure_draw._prebuilt_waterfalls.clear()
     assert [p.name for p in prebuilt] == [p.name for p in fresh] == ALL_FIGURES
     for a, b in zip(fresh, prebuilt, strict=True):
         assert a.read_bytes() == b.read_bytes()
 
 
 def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
-    plot_draw.prebuild()
+    figure_draw.prebuild_plots()
     try:
-        fig, axes = plot_draw._prebuilt["cdf"]
-        assert [ax.get_title() for ax in axes] == [t for t, _ in plot_draw._CDF_PANELS]
-        assert all(len(ax.xaxis.majorTicks) >= plot_draw.PREBUILT_TICKS for ax in axes)
+        fig, axes = figure_draw._prebuilt["cdf"]
+        assert [ax.get_title() for ax in axes] == [t for t, _ in figure_draw._CDF_PANELS]
+        assert all(len(ax.xaxis.majorTicks) >= figure_draw.PREBUILT_TICKS for ax in axes)
         assert all(not ax.lines and not ax.collections for ax in axes)
         assert fig.get_suptitle() == ""  # it names the count of requests: drawn with the data
     finally:
-        plot_draw._prebuilt.clear()
+        figure_draw._prebuilt.clear()
 
 
 def test_the_figure_process_prebuilds_while_it_waits() -> None:
-    thread = threading.Thread(target=processes.import_matplotlib)
+    thread = threading.Thread(target=cli_figures.import_matplotlib)
     thread.start()
     thread.join()
     try:
-        assert set(plot_draw._prebuilt) == {"cdf", "timeseries"}
-        assert set(waterfall_draw._prebuilt) == {WATERFALL_ROWS}
+        assert set(figure_draw._prebuilt) == {"cdf", "timeseries"}
+        assert set(figure_draw._prebuilt_waterfalls) == {NUM_WATERFALL_REQUESTS}
     finally:
-        plot_draw._prebuilt.clear()
-        waterfall_draw._prebuilt.clear()
+        figure_draw._prebuilt.clear()
+        figure_draw._prebuilt_waterfalls.clear()

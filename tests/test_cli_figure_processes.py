@@ -1,4 +1,4 @@
-"""``sim.cli.figure_processes``: pipes, replies and exits of the figure processes.
+"""``sim.cli.figures``: pipes, replies and exits of the figure processes.
 
 Each forked child here is a fork of the test process that runs one of the
 module's functions and exits; the test reads its reply and exit status the way
@@ -21,11 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from small_scenario import write_scenario
 
-import sim.cli.figure_processes as processes
+import sim.cli.figures as processes
 from sim import api
 from sim.api.result import Result
-from sim.cli.figure_processes import Reply, describe, read_all, reply_of, write_all
-from sim.cli.figures import forking_supported
+from sim.cli.figures import Reply, describe, forking_supported, read_all, reply_of, write_all
 from sim.metrics.report import prepare_figures
 
 pytestmark = pytest.mark.skipif(not forking_supported(), reason="forks on Linux only")
@@ -178,11 +177,10 @@ def test_a_failing_helper_fails_the_whole_reply(
 
         return draw
 
-    import sim.metrics.plot_draw as plots
-    import sim.metrics.waterfall_draw as waterfall
+    import sim.metrics.figure_draw as figure_draw
 
-    monkeypatch.setattr(plots, "draw_timeseries", fail("timeseries"))
-    monkeypatch.setattr(waterfall, "draw_waterfall_figure", fail("waterfall"))
+    monkeypatch.setattr(figure_draw, "draw_timeseries", fail("timeseries"))
+    monkeypatch.setattr(figure_draw, "draw_waterfall_figure", fail("waterfall"))
     reply = processes.draw_in_processes(prepare_figures(result.figure_job(tmp_path)))
     assert reply["error"].startswith("ValueError: timeseries failed")
     assert [p.name for p in tmp_path.iterdir()] == ["latency_cdf.png"]  # drawn before

@@ -1,4 +1,4 @@
-"""``sim.cli.figures`` and ``sim.cli.figure_processes``: a run's figures drawn in forked
+"""``sim.cli.figures``: a run's figures drawn in forked
 processes, errors never lost.
 
 The worker is a fork of the test process, so a monkeypatch made before
@@ -24,14 +24,11 @@ from child_processes import no_children_left
 from small_scenario import write_scenario
 
 import sim.cli as cli
-import sim.cli.figure_processes as processes
 import sim.cli.figures as cli_figures
-import sim.metrics.plot_draw as plots
-import sim.metrics.waterfall_draw as waterfall
+import sim.metrics.figure_draw as figure_draw
 from sim import api
 from sim.api.result import Result
-from sim.cli.figure_processes import describe, reply_of
-from sim.cli.figures import FigureError, FigureWorker
+from sim.cli.figures import FigureError, FigureWorker, describe, reply_of
 from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.report import FigureJob, figure_names, prepare_figures
@@ -130,7 +127,7 @@ def test_an_error_in_the_worker_itself_is_reported(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The latency CDF is drawn by the worker itself (the fork draws the last figure).
-    monkeypatch.setattr(plots, "draw_latency_cdfs", _raise_value_error)
+    monkeypatch.setattr(figure_draw, "draw_latency_cdfs", _raise_value_error)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError) as caught:
@@ -144,7 +141,7 @@ def test_an_error_in_the_worker_itself_is_reported(
 def test_an_error_in_the_forked_helper_is_reported(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(waterfall, "draw_waterfall_figure", _raise_value_error)
+    monkeypatch.setattr(figure_draw, "draw_waterfall_figure", _raise_value_error)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="ValueError: no axes for you"):
@@ -159,7 +156,7 @@ def test_a_user_error_while_drawing_stays_a_config_error(
     def refuse(*args: Any, **kwargs: Any) -> Path:
         raise ConfigError("slo.ttft_ms: cannot be drawn")
 
-    monkeypatch.setattr(plots, "draw_timeseries", refuse)
+    monkeypatch.setattr(figure_draw, "draw_timeseries", refuse)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(ConfigError, match=r"^slo\.ttft_ms: cannot be drawn$"):
@@ -176,9 +173,9 @@ def test_a_killed_figure_process_is_reported(
         raise AssertionError("unreachable")
 
     if figure == "latency_cdf":
-        monkeypatch.setattr(plots, "draw_latency_cdfs", die)
+        monkeypatch.setattr(figure_draw, "draw_latency_cdfs", die)
     else:
-        monkeypatch.setattr(waterfall, "draw_waterfall_figure", die)
+        monkeypatch.setattr(figure_draw, "draw_waterfall_figure", die)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(_job(result, tmp_path))
         with pytest.raises(FigureError, match="a figure process was killed by SIGKILL"):
@@ -216,18 +213,18 @@ def test_describe_says_type_message_and_place_in_one_line() -> None:
 
 def test_draw_reply_turns_errors_into_replies(result: Result, tmp_path: Path) -> None:
     figures = prepare_figures(_job(result, tmp_path))
-    assert processes.draw_reply(figures, ["timeseries.png"]) == {
+    assert cli_figures.draw_reply(figures, ["timeseries.png"]) == {
         "paths": [str(tmp_path / "timeseries.png")]
     }
     broken = prepare_figures(FigureJob(tmp_path, result.requests, pd.DataFrame({"x": [1.0]})))
-    reply = processes.draw_reply(broken, ["latency_cdf.png", "timeseries.png"])
+    reply = cli_figures.draw_reply(broken, ["latency_cdf.png", "timeseries.png"])
     assert reply == {"paths": [str(tmp_path / "latency_cdf.png"), str(tmp_path / "timeseries.png")]}
     gone = prepare_figures(FigureJob(tmp_path / "missing", result.requests, result.timeseries))
-    assert "FileNotFoundError" in processes.draw_reply(gone)["error"]
+    assert "FileNotFoundError" in cli_figures.draw_reply(gone)["error"]
 
 
 def test_draw_in_processes_draws_all_in_order(result: Result, tmp_path: Path) -> None:
-    reply = processes.draw_in_processes(prepare_figures(_job(result, tmp_path)))
+    reply = cli_figures.draw_in_processes(prepare_figures(_job(result, tmp_path)))
     assert reply == {"paths": [str(tmp_path / name) for name in ALL_FIGURES]}
     assert no_children_left()
 
@@ -235,7 +232,7 @@ def test_draw_in_processes_draws_all_in_order(result: Result, tmp_path: Path) ->
 def test_write_all_survives_a_reader_that_is_gone() -> None:
     read_fd, write_fd = os.pipe()
     os.close(read_fd)
-    processes.write_all(write_fd, b"x" * 100_000)  # BrokenPipeError swallowed
+    cli_figures.write_all(write_fd, b"x" * 100_000)  # BrokenPipeError swallowed
     with pytest.raises(OSError):
         os.fstat(write_fd)  # and the pipe end closed all the same
 
@@ -243,9 +240,9 @@ def test_write_all_survives_a_reader_that_is_gone() -> None:
 def test_read_all_reads_more_than_a_pipe_buffer() -> None:
     read_fd, write_fd = os.pipe()
     data = bytes(range(256)) * 1000  # 256 kB: four pipe buffers
-    sender = threading.Thread(target=processes.write_all, args=(write_fd, data))
+    sender = threading.Thread(target=cli_figures.write_all, args=(write_fd, data))
     sender.start()
-    assert processes.read_all(read_fd) == data
+    assert cli_figures.read_all(read_fd) == data
     sender.join()
     os.close(read_fd)
 
@@ -255,13 +252,13 @@ def test_the_import_thread_lowers_only_its_own_priority() -> None:
     seen: list[int] = []
 
     def probe() -> None:
-        processes.import_matplotlib()
+        cli_figures.import_matplotlib()
         seen.append(os.nice(0))
 
     thread = threading.Thread(target=probe)
     thread.start()
     thread.join()
-    assert seen == [min(before + processes.IMPORT_NICENESS, 19)]
+    assert seen == [min(before + cli_figures.IMPORT_NICENESS, 19)]
     assert os.nice(0) == before  # this thread's priority is untouched
     assert "matplotlib" in sys.modules
 
@@ -286,7 +283,7 @@ def test_a_run_with_and_without_the_figure_process_writes_the_same_files(
 def test_a_failing_figure_process_fails_the_run_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(plots, "draw_timeseries", _raise_value_error)
+    monkeypatch.setattr(figure_draw, "draw_timeseries", _raise_value_error)
     out = tmp_path / "out"
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 1

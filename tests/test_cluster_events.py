@@ -25,7 +25,7 @@ from sim.scenario import load_scenario
 from sim.serving.cluster import build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.router import ReplicaLoad, RoundRobin, RouterKind
-from sim.serving.simulation import OpenLoop, Simulation
+from sim.serving.simulation import OpenLoop, Simulation, replica_core
 from sim.workload.generate import RequestArrays
 
 REPLICAS = "scenarios/replicas.yaml"
@@ -158,7 +158,11 @@ def test_disaggregated_prefill_replicas_are_interrupted_not_told() -> None:
     layout_cluster = cluster_for(scenario, np.random.default_rng(0))
     assert layout_cluster is not None
     layout = build_layout(
-        simpy.Environment(), engine_for(scenario), layout_cluster, lambda request: None
+        simpy.Environment(),
+        engine_for(scenario),
+        layout_cluster,
+        lambda request: None,
+        replica_core,
     )
     assert isinstance(layout, Disaggregated)
     layout.set_horizon(lambda: 1.0, lambda k: 1.0)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from endpoint_fakes import FakeServer
 
-from calibration.validate import MeasuredDir
+from calibration.compare_measured import load_measured
 from sim.cli import main as cli_main
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
@@ -110,7 +110,7 @@ def test_the_folder_is_a_measure_folder(tmp_path: Path) -> None:
     names = {p.name for p in paths}
     assert {"requests.parquet", "summary.json", "tokens.parquet", "steps.parquet"} <= names
     assert {"run.json", "timeseries.csv", "latency_cdf.png", "timeseries.png"} <= names
-    loaded = MeasuredDir.load(tmp_path)  # what servesim validate reads
+    loaded = load_measured(tmp_path)  # what servesim validate reads
     assert loaded.summary["mode"] == "measured" and len(loaded.requests) == 4
     meta = json.loads((tmp_path / "run.json").read_text())
     assert meta["partial"] is False and meta["num_failed"] == 2
@@ -168,7 +168,7 @@ def test_the_cli_run_writes_the_folder_and_fails_when_nothing_completed(
 def test_the_client_imports_no_torch() -> None:
     code = (
         "import sys, sim.validation.endpoint, sim.validation.endpoint_run, "
-        "sim.validation.endpoint_cli; assert 'torch' not in sys.modules"
+        "sim.cli.endpoint; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

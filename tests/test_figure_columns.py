@@ -22,10 +22,10 @@ import pytest
 from sim import api
 from sim.api.result import Result
 from sim.engine.records import RequestTable
-from sim.metrics.figure_prep import timeseries_data, waterfall_data
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
 from sim.metrics.lifecycle import reconstructed_spans, span_rows
+from sim.metrics.plots import timeseries_data, waterfall_data
 from sim.metrics.report import FigureJob, prepare_figures
-from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = str(ROOT / "scenarios" / "chat.yaml")

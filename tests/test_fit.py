@@ -18,6 +18,7 @@ from sim.validation.fit import (
     START_SCALES,
     FitRun,
     Target,
+    cross_validate,
     cv_folds,
     fit,
     half_split,
@@ -25,10 +26,12 @@ from sim.validation.fit import (
     objective_value,
     overhead_scale_s,
     params_from_vector,
+    percent,
+    render,
     score,
     starting_point,
+    target_rows,
 )
-from sim.validation.fit_report import cross_validate, percent, render, target_rows
 
 LINEAR = {
     "kind": "linear",

@@ -13,12 +13,12 @@ import yaml
 
 from sim import api
 from sim.cli import main
+from sim.cli.fit import calibrate_from_runs
 from sim.cost.config import FittedCostConfig
 from sim.cost.fitted import FitParameters, FittedCost, load_fitted_artifact
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario
-from sim.validation.fit_cli import calibrate_from_runs
 from sim.validation.fit_runs import (
     MEASURE_FORMAT,
     check_run,

@@ -11,8 +11,7 @@ from sim.cost.config import FittedCostConfig
 from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario
-from sim.validation.fit import FitRun, Target
-from sim.validation.fit_report import target_rows
+from sim.validation.fit import FitRun, Target, target_rows
 from sim.validation.fit_runs import check_run, load_measured_run, run_digest
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ import pytest
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.metrics.stats import with_request_metrics
-from sim.validation.cli import detect_format, import_run
+from sim.validation.importers import detect_format, import_run
 from sim.validation.llmservingsim import read_llmservingsim
 from sim.validation.runs import REQUEST_COLUMNS, load_run
 

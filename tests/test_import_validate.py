@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibration.validate import MeasuredDir, validate
+from calibration.compare_measured import load_measured, validate
 from sim import api
 from sim.cli import main
 from sim.errors import ConfigError
@@ -52,7 +52,7 @@ def simulated_as_vllm_bench(path: Path) -> Path:
 
 
 def test_an_exported_simulated_run_validates_with_no_error(tmp_path: Path) -> None:
-    measured = MeasuredDir.load(simulated_as_vllm_bench(tmp_path / "bench.json"))
+    measured = load_measured(simulated_as_vllm_bench(tmp_path / "bench.json"))
     assert measured.summary["format"] == "vllm-bench" and measured.steps.empty
     scenario = load_scenario(SCENARIO, OVERRIDES)
     (comparison,) = validate(scenario, measured, base_dir=SCENARIO.parent).comparisons.values()
@@ -126,12 +126,12 @@ def test_a_run_of_another_model_or_workload_is_refused(
     other = tmp_path / "other.yaml"
     other.write_text(scenario.read_text().replace("llama-3-8b", "qwen3-8b"))
     with pytest.raises(ConfigError, match=r"model 'meta-llama/Llama-3\.1-8B-Instruct' measured"):
-        validate(load_scenario(other), MeasuredDir.load(bench), base_dir=tmp_path)
+        validate(load_scenario(other), load_measured(bench), base_dir=tmp_path)
     lengths = pd.read_csv(tmp_path / "imported" / "trace.csv")
     lengths["prompt_tokens"] = lengths["prompt_tokens"] + np.arange(len(lengths)) // 3  # one +1
     lengths.to_csv(tmp_path / "imported" / "trace.csv", index=False)
     with pytest.raises(ConfigError, match=r"prompt lengths differ \(1 of 4 sorted values\)"):
-        validate(load_scenario(scenario), MeasuredDir.load(bench), base_dir=tmp_path)
+        validate(load_scenario(scenario), load_measured(bench), base_dir=tmp_path)
 
 
 def test_an_imported_run_has_no_step_log_for_the_overhead_fit(tmp_path: Path) -> None:
@@ -140,12 +140,12 @@ def test_an_imported_run_has_no_step_log_for_the_overhead_fit(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="no step log"):
         validate(
             scenario,
-            MeasuredDir.load(bench),
-            overhead_from=MeasuredDir.load(tmp_path / "imported"),
+            load_measured(bench),
+            overhead_from=load_measured(tmp_path / "imported"),
             base_dir=tmp_path,
         )
     with pytest.raises(ConfigError, match="not a servesim measure folder nor a run in a known"):
-        MeasuredDir.load(tmp_path / "nothing")
+        load_measured(tmp_path / "nothing")
 
 
 @pytest.mark.parametrize(
@@ -195,7 +195,7 @@ def test_the_public_runs_match_their_scenarios_and_not_each_other(scenario: str,
     from sim.validation.match import RunFacts, mismatches
 
     examples = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
-    measured = MeasuredDir.load(examples / run)
+    measured = load_measured(examples / run)
     facts = RunFacts.from_summary(measured.requests, measured.summary)
     assert facts.model == import_run(examples / run).meta["engine"]["model"]
     public = ROOT / "scenarios" / "public"

@@ -16,12 +16,13 @@ import pandas as pd
 import pytest
 from test_validate import SCENARIO, _fake_measured_dir
 
-from calibration.validate import MeasuredDir, validate
+from calibration.compare_measured import load_measured, validate
 from sim.api import core_config_for, engine_settings
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
+from sim.validation.formats.measure_dir import MeasureFolder
 from sim.validation.match import (
     RunFacts,
     check_run,
@@ -35,15 +36,15 @@ SETS = ["workload.duration_s=5"]
 
 
 @pytest.fixture
-def measured(tmp_path: Path) -> MeasuredDir:
-    return MeasuredDir.load(_fake_measured_dir(tmp_path, SETS))
+def measured(tmp_path: Path) -> MeasureFolder:
+    return load_measured(_fake_measured_dir(tmp_path, SETS))
 
 
 def scenario(sets: list[str] = SETS) -> Scenario:
     return load_scenario(SCENARIO, sets)
 
 
-def facts(run: MeasuredDir, **summary: object) -> RunFacts:
+def facts(run: MeasureFolder, **summary: object) -> RunFacts:
     return RunFacts.from_summary(run.requests, {**run.summary, **summary})
 
 
@@ -67,13 +68,13 @@ def own_requests(sets: list[str] = SETS) -> pd.DataFrame:
 # --- servesim measure runs ------------------------------------------------------------
 
 
-def test_the_scenarios_own_run_matches(measured: MeasuredDir) -> None:
+def test_the_scenarios_own_run_matches(measured: MeasureFolder) -> None:
     run = facts(measured, model="tiny", hardware="cpu-2core")
     assert run.in_scenario_order and run.num_failed_unlisted == 0
     assert differences(run) == []
 
 
-def test_another_seed_changes_the_lengths_request_by_request(measured: MeasuredDir) -> None:
+def test_another_seed_changes_the_lengths_request_by_request(measured: MeasureFolder) -> None:
     table = own_requests()
     prompts = table["num_prompt_tokens"].to_numpy().copy()
     scenario_prompt = int(prompts[2])
@@ -89,13 +90,13 @@ def test_another_seed_changes_the_lengths_request_by_request(measured: MeasuredD
     assert any("lengths differ" in f or "requests measured" in f for f in other_seed)
 
 
-def test_a_longer_scenario_is_a_count_difference(measured: MeasuredDir) -> None:
+def test_a_longer_scenario_is_a_count_difference(measured: MeasureFolder) -> None:
     longer = differences(facts(measured), ["workload.duration_s=20"])
     expected = len(own_requests(["workload.duration_s=20"]))
     assert longer == [f"{len(measured.requests)} requests measured, {expected} in the scenario"]
 
 
-def test_model_hardware_and_engine_settings_are_all_listed(measured: MeasuredDir) -> None:
+def test_model_hardware_and_engine_settings_are_all_listed(measured: MeasureFolder) -> None:
     settings = {**measured.summary["engine_settings"], "max_num_seqs": 99}
     found = differences(
         facts(measured, model="smollm2-135m", hardware="h100", engine_settings=settings)
@@ -107,13 +108,13 @@ def test_model_hardware_and_engine_settings_are_all_listed(measured: MeasuredDir
     ]
 
 
-def test_model_names_are_compared_through_the_aliases(measured: MeasuredDir) -> None:
+def test_model_names_are_compared_through_the_aliases(measured: MeasureFolder) -> None:
     llama = load_scenario(SCENARIO, [*SETS, "model=llama-3-8b"])
     run = facts(measured, model="meta-llama/Llama-3.1-8B-Instruct")
     assert not any(f.startswith("model") for f in mismatches(llama, run, SCENARIO.parent))
 
 
-def test_a_run_cut_short_may_hold_fewer_requests(measured: MeasuredDir) -> None:
+def test_a_run_cut_short_may_hold_fewer_requests(measured: MeasureFolder) -> None:
     head = measured.requests.sort_values("request_id").head(3)
     cut = RunFacts.from_summary(head, {**measured.summary, "status": "time limit"})
     assert cut.partial and differences(cut) == []
@@ -150,7 +151,7 @@ def test_a_measure_run_lists_its_failed_requests() -> None:
     assert differences(short)[0].startswith("4 requests measured, ")
 
 
-def test_the_error_is_one_line_and_lists_everything(measured: MeasuredDir) -> None:
+def test_the_error_is_one_line_and_lists_everything(measured: MeasureFolder) -> None:
     run = facts(measured, model="llama-3-70b", hardware="h100")
     with pytest.raises(ConfigError) as error:
         check_run(scenario([*SETS, "seed=777"]), run, SCENARIO.parent, "--measured x")
@@ -179,9 +180,9 @@ def test_validate_cli_refuses_a_mismatched_run(
     assert "hardware 'h100' measured, 'cpu-2core' in the scenario" in err
 
 
-def test_validate_checks_the_second_run_too(measured: MeasuredDir, tmp_path: Path) -> None:
+def test_validate_checks_the_second_run_too(measured: MeasureFolder, tmp_path: Path) -> None:
     (tmp_path / "b").mkdir()
-    other = MeasuredDir.load(_fake_measured_dir(tmp_path / "b", SETS))
+    other = load_measured(_fake_measured_dir(tmp_path / "b", SETS))
     other.summary["hardware"] = "h100"
     with pytest.raises(ConfigError, match=rf"--measured {other.path} is not a run of scenario"):
         validate(scenario(), measured, second=other, base_dir=SCENARIO.parent)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import sim.api
-import sim.planning.capacity_search
+import sim.planning.capacity
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.metrics.out_path import check_out_dir, check_out_file
@@ -88,7 +88,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("work started before --out was checked")
 
     monkeypatch.setattr(sim.api, "run", fail)
-    monkeypatch.setattr(sim.planning.capacity_search, "search", fail)
+    monkeypatch.setattr(sim.planning.capacity, "search", fail)
 
 
 def one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], needle: str) -> None:

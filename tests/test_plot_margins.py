@@ -1,4 +1,4 @@
-"""Fixed figure margins (``sim.metrics.plots.agg_figure``): placed as asked, nothing clipped.
+"""Fixed figure margins (``sim.metrics.figure_draw.agg_figure``): placed as asked, nothing clipped.
 
 The run's figures use fixed margins in inches instead of matplotlib's
 constrained layout (issue 16: it doubles the drawing time). These tests check
@@ -22,8 +22,8 @@ from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 from test_plots import requests_frame, timeseries_frame
 
-from sim.metrics import plot_draw, plots, waterfall, waterfall_draw
-from sim.metrics.plots import Margins, agg_figure
+from sim.metrics import figure_draw, plots
+from sim.metrics.figure_draw import Margins, agg_figure
 from sim.metrics.stats import Slo
 
 TOLERANCE_PX = 1.0
@@ -94,9 +94,8 @@ def _capture(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
         made.append(agg_figure(*args, **kwargs))
         return made[-1]
 
-    # The figures are made where they are drawn (plot_draw, waterfall_draw).
-    monkeypatch.setattr(plot_draw, "agg_figure", recording)
-    monkeypatch.setattr(waterfall_draw, "agg_figure", recording)
+    # The figures are made where they are drawn (figure_draw).
+    monkeypatch.setattr(figure_draw, "agg_figure", recording)
     return made
 
 
@@ -190,7 +189,7 @@ def test_the_waterfall_fits_its_legend_and_long_ids(
         }
     )
     requests = pd.DataFrame({"request_id": ids, "first_token_s": ids - first_id + 0.5})
-    waterfall.plot_waterfall(spans, requests, tmp_path / "wf.png")
+    plots.plot_waterfall(spans, requests, tmp_path / "wf.png")
     (fig,) = made
     _assert_inside(fig)
     (ax,) = fig.axes
@@ -213,7 +212,7 @@ def test_the_waterfall_draws_one_rectangle_per_span(tmp_path: Path) -> None:
     requests = pd.DataFrame({"request_id": [0, 1, 2], "first_token_s": [1.0, 0.7, 2.2]})
     fig = agg_figure(8, 4, Margins())
     ax = fig.add_subplot()
-    waterfall.draw_waterfall(ax, spans, requests)
+    plots.draw_waterfall(ax, spans, requests)
     corners = np.array(
         [
             np.asarray(path.vertices, dtype=np.float64)[:4]  # the 5th closes the polygon

@@ -13,14 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.metrics.plots import (
-    DPI,
-    MAX_POINTS,
-    cdf_points,
-    envelope,
-    plot_latency_cdfs,
-    plot_timeseries,
-)
+from sim.metrics.figure_draw import DPI, MAX_POINTS, cdf_points, envelope
+from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
 from sim.metrics.stats import Slo
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

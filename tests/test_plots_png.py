@@ -11,8 +11,8 @@ import matplotlib.image
 import pytest
 from test_plots import requests_frame, timeseries_frame
 
-from sim.metrics import plot_draw, plots
-from sim.metrics.plots import PNG_COMPRESS_LEVEL, TITLE_Y, Margins, agg_figure, save_png
+from sim.metrics import figure_draw, plots
+from sim.metrics.figure_draw import PNG_COMPRESS_LEVEL, TITLE_Y, Margins, agg_figure, save_png
 from sim.metrics.stats import Slo
 
 
@@ -51,21 +51,21 @@ def test_fast_compression_loses_no_pixel(tmp_path: Path) -> None:
     fig.savefig(tmp_path / "default.png")
     fast = matplotlib.image.imread(tmp_path / "fast.png")
     default = matplotlib.image.imread(tmp_path / "default.png")
-    assert fast.shape == default.shape == (3 * plots.DPI, 4 * plots.DPI, 4)
+    assert fast.shape == default.shape == (3 * figure_draw.DPI, 4 * figure_draw.DPI, 4)
     assert (fast == default).all()
 
 
 def _drawn_figure(tmp_path: Path, which: str) -> object:
     """Draw one run figure, keeping its Figure (save_png is spied on)."""
     kept: list[object] = []
-    original = plot_draw.save_png
+    original = figure_draw.save_png
 
     def keep(fig: object, path: Path) -> Path:
         kept.append(fig)
         return original(fig, path)  # type: ignore[arg-type]
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(plot_draw, "save_png", keep)
+        patch.setattr(figure_draw, "save_png", keep)
         if which == "cdf":
             plots.plot_latency_cdfs(requests_frame(300), tmp_path / "cdf.png", Slo(ttft_ms=300))
         else:
@@ -92,5 +92,5 @@ def test_titles_sit_at_the_fixed_height_just_above_their_axes(tmp_path: Path, wh
 
 def test_the_warm_up_draws_nothing_to_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    plots.warm_up()
+    figure_draw.warm_up()
     assert list(tmp_path.iterdir()) == []

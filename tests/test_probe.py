@@ -11,13 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from calibration.compare_measured import load_measured, validate
 from calibration.drift import PROBE_POINTS, speed_ratio
-from calibration.validate import MeasuredDir, validate
 from sim import api
 from sim.cost.base import StepShape
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
 from sim.scenario import load_scenario
+from sim.validation.formats.measure_dir import MeasureFolder
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "validate_tiny_cpu.yaml"
@@ -67,7 +68,7 @@ def test_speed_ratio_skips_what_it_cannot_read() -> None:
     assert speed_ratio([], COST) is None
 
 
-def _measured_with_probes(tmp_path: Path, factor: float) -> tuple[MeasuredDir, object]:
+def _measured_with_probes(tmp_path: Path, factor: float) -> tuple[MeasureFolder, object]:
     """A simulated run stored as measured, with probes saying the machine ran ``factor`` slow."""
     # A light load (requests rarely overlap), so that step times scale TPOT one to one.
     scenario = load_scenario(
@@ -90,7 +91,7 @@ def _measured_with_probes(tmp_path: Path, factor: float) -> tuple[MeasuredDir, o
     probe = {name: factor * t for name, t in _predicted(cost).items()}
     summary = {**result.summary, "mode": "measured", "probe_s": {"before": probe, "after": probe}}
     (out / "summary.json").write_text(summary_to_json(summary))
-    return MeasuredDir.load(out), scenario
+    return load_measured(out), scenario
 
 
 def test_validate_reports_the_drift_and_a_prediction_scaled_by_it(tmp_path: Path) -> None:

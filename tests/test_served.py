@@ -14,9 +14,8 @@ from test_capacity import SERVICE_S, md1_doc, memo  # noqa: F401 (the fixture is
 
 from sim.cli import main
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import CapacitySearch, LoadKnob, Searcher, judge
+from sim.planning.capacity import CapacitySearch, LoadKnob, Searcher, judge, search
 from sim.planning.capacity_report import fleet_for, format_capacity, to_json
-from sim.planning.capacity_search import search
 from sim.planning.served import SERVED_MIN_RATIO, served_ratio
 from sim.planning.sweep_exec import Record
 from sim.scenario import scenario_from_dict

@@ -365,14 +365,14 @@ def test_structured_override_values_become_json_cells(tmp_path: Path) -> None:
     assert list(outcome.table["seed"]) == [5, 5]
     output_tokens = outcome.table["total_output_tokens"].to_numpy()
     assert output_tokens[1] == 2 * output_tokens[0]
-    from sim.planning.sweep_table import write_table
+    from sim.planning.sweep import write_table
 
     paths = write_table(outcome.table, tmp_path / "out")
     pd.testing.assert_frame_equal(pd.read_parquet(paths[0]), outcome.table)
 
 
 def test_config_labels_drop_the_load_and_disambiguate(tmp_path: Path) -> None:
-    from sim.planning.sweep_table import config_label
+    from sim.planning.sweep import config_label
 
     plan = load_sweep(write_sweep(tmp_path))
     assert config_label(plan, plan.points[1].overrides) == "max_num_seqs=1"

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from calibration.compare_measured import latencies_of, load_measured, validate, write_validation
 from calibration.engine_fit import fit_engine_overhead
-from calibration.validate import MeasuredDir, validate, write_validation
 from sim import api
 from sim.cli import main as cli_main
 from sim.cost.base import CostModel, StepShape
@@ -173,7 +173,7 @@ def _fake_measured_dir(tmp_path: Path, overrides: list[str]) -> Path:
 
 def test_validate_of_a_simulated_run_is_exact_and_scaled_cost_misses(tmp_path: Path) -> None:
     overrides = ["workload.duration_s=15"]
-    measured = MeasuredDir.load(_fake_measured_dir(tmp_path, overrides))
+    measured = load_measured(_fake_measured_dir(tmp_path, overrides))
     scenario = load_scenario(SCENARIO, overrides)
     exact = validate(scenario, measured, base_dir=SCENARIO.parent)
     (comparison,) = exact.comparisons.values()
@@ -348,7 +348,7 @@ def _validation_attempt(
         out = folder / f"measured-{attempt}"
         argv = ["measure", str(SMOLLM2), "--out", str(out), "-q", "--threads", "1"]
         assert cli_main([*argv, *(x for o in overrides for x in ("--set", o))]) == 0
-        measured = MeasuredDir.load(out)
+        measured = load_measured(out)
         runs.append((float(measured.summary["forward_cpu_share"]), os.getloadavg()[0]))
         if runs[-1][0] >= MIN_CPU_SHARE:
             break
@@ -358,7 +358,7 @@ def _validation_attempt(
 
     def p50_errors(model: CostModel) -> tuple[float, float]:
         c = compare(
-            measured.latencies, simulated_latencies(predict(scenario, measured.requests, model))
+            latencies_of(measured), simulated_latencies(predict(scenario, measured.requests, model))
         )
         return c["ttft"]["error_pct"]["p50"], c["tpot"]["error_pct"]["p50"]
 

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from sim import api
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, PHASE_COLORS
 from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS
-from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS, PHASE_COLORS, plot_waterfall
+from sim.metrics.plots import plot_waterfall
 from sim.scenario import scenario_from_dict
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -23,11 +23,11 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
 from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import request_columns, summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
-from sim.metrics.waterfall import NUM_WATERFALL_REQUESTS
 from sim.scenario import Scenario
 from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.frontend import Delivery

@@ -1,10 +1,11 @@
 """What one engine core is built from: its policy, its KV pool and its length limit.
 
 Both executors build their cores from a ``CoreConfig``: the simulator's
-replicas (through ``sim.serving.engine_config.Engine``, which carries one) and
-the PyTorch reference engine of ``servesim measure``. ``sim.factory`` makes the
-config from a scenario, once for both, so a measured run and its prediction
-cannot run different policies, pools or limits.
+replicas (through ``sim.serving.replica_config.ReplicaConfig``, which carries
+one) and the PyTorch reference engine of ``servesim measure``.
+``sim.api.build.core_config_for`` makes the config from a scenario, once for
+both, so a measured run and its prediction cannot run different policies,
+pools or limits.
 """
 
 from __future__ import annotations

@@ -41,24 +41,17 @@ from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
 from sim.engine.steplog import StepLog
 
-__all__ = [
-    "MAX_RUN_STEPS",
-    "CommitRecorder",
-    "Continuous",
-    "ContinuousConfig",
-    "ContinuousSettings",
-    "CoreView",
-    "EngineCore",
-    "Scheduler",
-    "StepCommitter",
-    "StepPlan",
-]
-
 # A skip-ahead run is capped so that one SimPy timeout never covers more than
 # this many steps' worth of numpy arrays (memory, not correctness).
 MAX_RUN_STEPS = 4096
+# Limits of a policy built without a scenario (no hardware to look up): vLLM's
+# defaults for a GPU under 70 GiB serving the OpenAI API. A scenario fills in
+# its hardware's defaults instead (sim.engine.policies.vllm_defaults).
 FALLBACK_MAX_NUM_SEQS = 256
 FALLBACK_MAX_NUM_BATCHED_TOKENS = 2048
+
+
+# -- settings ------------------------------------------------------------------------
 
 
 class ContinuousSettings(BaseModel):
@@ -160,10 +153,10 @@ class StepPlan:
     (after this step each has sampled a token, none finishes before the last
     step, and the KV blocks suffice): the simulator then skips ahead in one
     event. A real engine runs one step and asks again. ``interruptible`` says
-    whether a request arriving during
-    those steps could change the plan; if not, arrivals need not wake the
-    executor. An empty plan with ``wake_at_s`` asks to be called again at that
-    time even if nothing arrives (e.g. a static batch's maximum wait).
+    whether a request arriving during those steps could change the plan; if
+    not, arrivals need not wake the executor. An empty plan with ``wake_at_s``
+    asks to be called again at that time even if nothing arrives (e.g. a static
+    batch's maximum wait).
     ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
     compute but emit nothing (static batching keeps finished requests as padding).
     A policy that sets ``num_steps`` > 1 also sets ``run_num_seqs`` and
@@ -285,6 +278,8 @@ class Scheduler(Protocol):
         ...
 
 
+# -- the engine core ----------------------------------------------------------------
+
 NAN = float("nan")
 # RECORD_COLUMNS by dtype, in row order (``_done`` fills each group with one call).
 _RECORD_TIMES = ("arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s")
@@ -339,11 +334,11 @@ class EngineCore:
         self.new_logs()
         self.rejections: dict[int, str] = {}
         # Async scheduling (vLLM's AsyncScheduler), as the policy asks: the plan
-        # of step N+1 is made while step N runs, so it cannot see
-        # requests that arrived after step N started, and requests finishing in
-        # step N still hold their slot and KV blocks while it is made. The
-        # executor plans after committing step N and passes the start of step N
-        # as ``schedule``'s ``visible_until_s``; finished requests' blocks are
+        # of step N+1 is made while step N runs, so it cannot see requests that
+        # arrived after step N started, and requests finishing in step N still
+        # hold their slot and KV blocks while it is made. The executor plans
+        # after committing step N and passes the start of step N as
+        # ``schedule``'s ``visible_until_s``; finished requests' blocks are
         # freed once that plan is made (``held``).
         self.pipelined = policy.async_scheduling
         self.held: list[Request] = []
@@ -646,8 +641,8 @@ class EngineCore:
 
     # -- logs --------------------------------------------------------------
     def new_logs(self) -> None:
-        """An empty step log, queue series and record table (a compiled run that
-        gives up clears what it wrote: ``sim.serving.compiled``)."""
+        """An empty step log, queue series and record table (an accelerator that
+        gives up part way clears what it wrote)."""
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
         # Direct references: sampling the state runs once per plan.
@@ -722,6 +717,8 @@ class Continuous:
         self.async_scheduling = async_scheduling
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+        """The next step: the running requests (preempting when the pool runs
+        short), then, if nobody was preempted, the waiting ones (``_admit``)."""
         self._extra_s = 0.0
         kv = core.kv
         running = core.running
@@ -859,7 +856,20 @@ class Continuous:
         steps are plain decodes of the same batch until the first finishes.
         """
         scheduled = plan.scheduled
-        plan.known_shape, all_emit, min_left, run_context = self._tally(scheduled)
+        (
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs,
+            decode_context,
+            all_emit,
+            min_left,
+            run_context,
+        ) = self._tally(scheduled)
+        plan.known_shape = StepShape(
+            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        )
         num_seqs = len(scheduled)
         if not (may_run and all_emit and num_seqs and min_left >= 1):
             return
@@ -872,11 +882,13 @@ class Continuous:
             and num_seqs < self.max_num_batched_tokens
         )
 
-    def _tally(self, scheduled: list[tuple[Request, int]]) -> tuple[StepShape, bool, int, int]:
-        """One pass over the batch (this runs once per event): the step's shape;
-        whether every request samples a token after it; the fewest tokens any has
-        left after that one (at most ``MAX_RUN_STEPS``); and the summed context of
-        a decode step after this one."""
+    def _tally(
+        self, scheduled: list[tuple[Request, int]]
+    ) -> tuple[int, int, int, int, int, int, bool, int, int]:
+        """One pass over the batch (this runs once per event): the step's shape
+        (``StepShape``'s six fields, in order); whether every request samples a
+        token after it; the fewest tokens any has left after that one (at most
+        ``MAX_RUN_STEPS``); and the summed context of a decode step after this one."""
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = decode_context = 0
         min_left = MAX_RUN_STEPS
@@ -901,10 +913,17 @@ class Continuous:
                 if left < min_left:
                     min_left = left
                 run_context += computed + 1
-        shape = StepShape(
-            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
+        return (
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs,
+            decode_context,
+            all_emit,
+            min_left,
+            run_context,
         )
-        return shape, all_emit, min_left, run_context
 
 
 def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:

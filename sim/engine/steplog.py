@@ -84,8 +84,7 @@ class StepLog:
     @property
     def ends(self) -> array[float]:
         """Each step's end time (s): the log's own array, for a writer that logs steps
-        elsewhere (the compiled loop, ``sim.fast.compiled``, which adds their
-        segments to ``segments``)."""
+        elsewhere and adds their segments to ``segments``."""
         return self._ends
 
     def runs(self, replica: int = 0) -> StepRuns:

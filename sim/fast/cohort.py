@@ -24,7 +24,7 @@ Plans and commits therefore cost O(requests that change), not O(batch).
 ``CohortCore`` is the engine core that runs this: an ``EngineCore`` whose
 plans and commits give exactly what the reference's (``sim.engine.scheduler``)
 would, or that declines and lets the reference methods run. The replica asks
-for it (``sim.fast.faster_core``) only for plain continuous batching in
+for it (``faster_core``, below) only for plain continuous batching in
 skip-ahead mode; ``tests/properties/test_cohort_equivalence.py`` requires
 byte-identical results with it and without.
 """
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from sim.cost.base import StepShape
 from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, EngineCore, StepPlan
+from sim.engine.scheduler import Continuous, EngineCore, Scheduler, StepPlan
 
 
 class Cohort:
@@ -349,16 +349,26 @@ class CohortCore(EngineCore):
         token: computed + 1 in this step)."""
         assert self.cohort is not None
         policy, cohort, scheduled = self.continuous, self.cohort, plan.scheduled
-        listed, all_emit, min_left, run_context = policy._tally(scheduled)
+        (
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs,
+            decode_context,
+            all_emit,
+            min_left,
+            run_context,
+        ) = policy._tally(scheduled)
         num_members = plan.num_cohort
         context = cohort.context_tokens(step)
         plan.known_shape = StepShape(
-            listed.num_prefill_seqs,
-            listed.num_prefill_tokens,
-            listed.prefill_attention_pairs,
-            listed.prefill_kv_read_tokens,
-            listed.num_decode_seqs + num_members,
-            listed.num_decode_context_tokens + (context + num_members),
+            num_prefill_seqs,
+            num_prefill_tokens,
+            pairs,
+            kv_read,
+            num_decode_seqs + num_members,
+            decode_context + (context + num_members),
         )
         run_context += context + 2 * num_members
         num_seqs = len(scheduled) + num_members
@@ -384,7 +394,7 @@ class CohortCore(EngineCore):
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
     def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        if not isinstance(plan, CohortPlan) or not plan.num_cohort:
+        if type(plan) is not CohortPlan or not plan.num_cohort:
             super()._commit_one(plan, start_s, end_s)
             return
         assert self.cohort is not None
@@ -409,7 +419,7 @@ class CohortCore(EngineCore):
         self.num_steps += 1
 
     def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        if not isinstance(plan, CohortPlan) or not plan.num_cohort:
+        if type(plan) is not CohortPlan or not plan.num_cohort:
             super()._commit_run(plan, start_s, ends_s)
             return
         assert self.cohort is not None
@@ -455,3 +465,18 @@ class CohortCore(EngineCore):
         if self.cohort is not None:
             self.cohort.dissolve(self.running, self.num_steps, self.last_end_s)
         super().flush_unfinished()
+
+
+def faster_core(
+    policy: Scheduler,
+    kv: BlockPool,
+    max_model_len_tokens: int,
+    replica: int = 0,
+    on_done: Callable[[Request], None] | None = None,
+) -> EngineCore | None:
+    """An engine core that advances steady decoders in aggregate (a ``CohortCore``),
+    for plain continuous batching only (a subclass plans its own way); ``None``
+    otherwise. The caller drives it in skip-ahead mode, as the simulator's replica."""
+    if type(policy) is not Continuous:
+        return None
+    return CohortCore(policy, kv, max_model_len_tokens, replica, on_done)

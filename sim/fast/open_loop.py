@@ -67,7 +67,7 @@ def run(
     tokenize_s = replica_config.frontend.tokenize_s_per_token
     if _run_compiled(cores, replica_config, work, tokenize_s, compiled, progress.tick):
         raw = _result(cores, replica_config.frontend)  # the cores hold the run's logs
-        raw.compiled = True
+        raw.accelerator = "compiled loop"
         return raw
     if isinstance(replicas, Replica):
         # One replica takes its requests when it plans, and ends its runs at the next one.

@@ -1,11 +1,11 @@
 """What a run's figures are drawn from, as plain arrays: no pandas, no matplotlib.
 
-``sim.metrics.figure_prep`` cuts these out of a run's tables (pandas), and
-``sim.metrics.plot_draw`` / ``sim.metrics.waterfall_draw`` draw them
-(matplotlib). Between the two they can cross a pipe: ``servesim run``'s figure
-process (``sim.cli.figures``) forks before the simulator imports pandas and
-never imports it (issue 16: ~0.3 s it need not spend), and the pickled data is
-a few tens of kB instead of the run's whole request table.
+``sim.metrics.plots`` cuts these out of a run's tables, and
+``sim.metrics.figure_draw`` draws them (matplotlib). Between the two they can
+cross a pipe: ``servesim run``'s figure process (``sim.cli.figures``) forks
+before the simulator imports pandas and never imports it (issue 16: ~0.3 s it
+need not spend), and the pickled data is a few tens of kB instead of the run's
+whole request table.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ LATENCY_CDF_PNG = "latency_cdf.png"
 TIMESERIES_PNG = "timeseries.png"
 WATERFALL_PNG = "waterfall.png"
 # Requests in the waterfall (the first ones of the run).
-WATERFALL_ROWS = 40
+NUM_WATERFALL_REQUESTS = 40
 # The waterfall's colour of each phase (``sim.metrics.lifecycle.PHASES``).
 PHASE_COLORS = {
     "tokenize": "tab:gray",

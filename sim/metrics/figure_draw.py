@@ -1,13 +1,376 @@
-"""Drawing a run's figures from ``sim.metrics.figure_data.Figures``: numpy and
-matplotlib only, what ``servesim run``'s figure process imports (no pandas)."""
+"""Drawing a run's figures from plain arrays (``sim.metrics.figure_data``): numpy and
+matplotlib only, what ``servesim run``'s figure process imports (no pandas;
+``sim.metrics.plots`` cuts the arrays out of a run's tables).
+
+Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot, no
+display, no global figure state), so plotting is safe in headless and threaded
+runs. Large inputs are reduced to at most ``max_points`` points per line before
+drawing: matplotlib's cost grows with points, not with requests. Margins are
+fixed (``agg_figure``) rather than matplotlib's constrained layout, which
+measures every label in an extra pass and doubles the time to draw a figure.
+
+The three figures: the latency CDFs, the scheduler's time series, and the
+waterfall (one row per request, request 0 at the top, time on the x axis; each
+bar cut into its phases and a black tick at the first streamed token, where
+TTFT ends).
+"""
 
 from __future__ import annotations
 
+import io
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sim.metrics import plot_draw, waterfall_draw
-from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, Figures
+import numpy as np
+import numpy.typing as npt
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from sim.metrics.figure_data import (
+    LATENCY_CDF_PNG,
+    NUM_WATERFALL_REQUESTS,
+    PHASE_COLORS,
+    TIMESERIES_PNG,
+    CdfData,
+    Figures,
+    FloatArray,
+    TimeseriesData,
+    WaterfallData,
+)
+
+MAX_POINTS = 5000
+DPI = 120
+# zlib level of the PNGs: 1 instead of Pillow's 6 writes files ~20 % larger
+# (still ~0.1 MB) in a fraction of the time; encoding was a third of drawing.
+PNG_COMPRESS_LEVEL = 1
+# Titles at a fixed height (the axes' top, matplotlib's default place): left to
+# itself, matplotlib measures every tick label of the axes, at each draw, to lift
+# the title clear of any on top, and these figures have none there.
+TITLE_Y = 1.0
+_SLO_COLOR = "tab:red"
+_MARK_PERCENTILES = (50, 99)
+_NOTE: dict[str, Any] = {"fontsize": 8, "color": "dimgray"}
+_CDF_PANELS = (  # title and x label of each CDF panel, left to right
+    ("Time to first token (TTFT)", "TTFT (ms)"),
+    ("Time per output token (TPOT, excl. 1st token)", "TPOT (ms)"),
+)
+# Major ticks ``prebuild_plots`` makes per axis: more than these figures draw.
+PREBUILT_TICKS = 12
+# Figures made up to their data by ``prebuild_plots``, by kind: a draw takes (pops) its own.
+_prebuilt: dict[str, tuple[Figure, list[Axes]]] = {}
+# Waterfalls made by ``prebuild_waterfall``, by number of rows: a draw of as many takes its own.
+_prebuilt_waterfalls: dict[int, tuple[Figure, Axes]] = {}
+# The time series' panels, top to bottom: title and unit (the data's order).
+TIMESERIES_PANELS = (
+    ("Waiting requests (queue length)", "requests"),
+    ("Running batch size", "sequences"),
+    ("KV-cache usage", "% of blocks"),
+)
+
+
+@dataclass(frozen=True)
+class Margins:
+    """Space around and between a figure's axes, in inches.
+
+    ``left_in`` holds the y tick labels and y label (up to six-digit ticks at
+    10 pt), ``top_in`` the title(s), ``bottom_in`` the x tick labels and x label;
+    ``gap_w_in`` / ``gap_h_in`` separate panels side by side / stacked.
+    """
+
+    left_in: float = 0.85
+    right_in: float = 0.25
+    bottom_in: float = 0.6
+    top_in: float = 0.45
+    gap_w_in: float = 0.0
+    gap_h_in: float = 0.0
+
+
+def agg_figure(
+    width_in: float,
+    height_in: float,
+    margins: Margins,
+    num_rows: int = 1,
+    num_cols: int = 1,
+    dpi: int = DPI,
+) -> Figure:
+    """A figure on its own Agg canvas whose subplots leave ``margins`` around them.
+
+    matplotlib's ``wspace`` / ``hspace`` are fractions of the mean axes width /
+    height, so the gaps in inches are converted with the grid's axes sizes.
+    """
+    fig = Figure(figsize=(width_in, height_in), dpi=dpi)
+    FigureCanvasAgg(fig)
+    inner_w_in = width_in - margins.left_in - margins.right_in
+    inner_h_in = height_in - margins.top_in - margins.bottom_in
+    axes_w_in = (inner_w_in - margins.gap_w_in * (num_cols - 1)) / num_cols
+    axes_h_in = (inner_h_in - margins.gap_h_in * (num_rows - 1)) / num_rows
+    fig.subplots_adjust(
+        left=margins.left_in / width_in,
+        right=1 - margins.right_in / width_in,
+        bottom=margins.bottom_in / height_in,
+        top=1 - margins.top_in / height_in,
+        wspace=margins.gap_w_in / axes_w_in,
+        hspace=margins.gap_h_in / axes_h_in,
+    )
+    return fig
+
+
+def save_png(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` as a PNG (fast zlib level); return ``path`` as a Path."""
+    out = Path(path)
+    fig.savefig(out, format="png", pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
+    return out
+
+
+def warm_up() -> None:
+    """Draw a small throw-away figure: a later figure skips the first-use costs
+    (loading the font, text layout caches, the PNG encoder)."""
+    fig = agg_figure(3, 2, Margins())
+    ax = fig.subplots()
+    ax.plot([0.0, 1.0], [0.0, 1.0], label="warm-up")
+    ax.set_title("warm-up", y=TITLE_Y)
+    ax.legend()
+    fig.suptitle("warm-up")
+    fig.savefig(io.BytesIO(), format="png", pil_kwargs={"compress_level": PNG_COMPRESS_LEVEL})
+
+
+def cdf_points(
+    values: npt.ArrayLike, max_points: int = MAX_POINTS
+) -> tuple[FloatArray, FloatArray]:
+    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``.
+
+    When there are more than ``max_points`` values, keeps evenly spaced ranks,
+    always including the minimum and maximum, so the curve keeps its tails.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = np.sort(v[np.isfinite(v)])
+    n = v.size
+    ranks = np.arange(n)
+    if n > max_points:
+        ranks = np.unique(np.linspace(0, n - 1, max_points).round().astype(np.int64))
+    return v[ranks], (ranks + 1) / n
+
+
+def envelope(
+    time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Reduce a long series to ``max_points`` bins that keep its peaks.
+
+    Returns each bin's first time and the minimum, mean and maximum of its
+    samples, so a one-sample spike in the queue length still shows in the
+    maximum. A series of at most ``max_points`` samples passes through (min =
+    mean = max = the samples).
+    """
+    t = np.asarray(time_s, dtype=np.float64).ravel()
+    y = np.asarray(values, dtype=np.float64).ravel()
+    if t.size <= max_points:
+        return t, y, y, y
+    edges = np.linspace(0, t.size, max(max_points, 1) + 1).astype(np.int64)
+    starts = np.unique(edges[:-1])
+    counts = np.diff(np.r_[starts, t.size])
+    means = np.add.reduceat(y, starts) / counts
+    lows = np.minimum.reduceat(y, starts)
+    highs = np.maximum.reduceat(y, starts)
+    return t[starts], lows, means, highs
+
+
+def _no_data(ax: Axes, message: str) -> None:
+    ax.text(
+        0.5,
+        0.5,
+        message,
+        ha="center",
+        va="center",
+        transform=ax.transAxes,
+        color="gray",
+    )
+
+
+def _use_log_scale(values_ms: FloatArray) -> bool:
+    """Log x when the bulk spans more than ~1.5 decades (e.g. TTFT under queueing)."""
+    if values_ms.size < 2 or values_ms.min() <= 0:
+        return False
+    p1, p99 = np.percentile(values_ms, [1, 99])
+    return bool(p99 > 30 * p1)
+
+
+def _cdf_panel(ax: Axes, values_ms: FloatArray, xlabel: str, slo_ms: float | None) -> None:
+    """A CDF panel's data, on an axes of ``_cdf_figure``."""
+    if values_ms.size == 0:
+        _no_data(ax, "no samples")
+        return
+    x, y = cdf_points(values_ms)
+    # Start the staircase at 0 so a small sample reads as an empirical CDF.
+    ax.plot(np.r_[x[0], x], np.r_[0.0, y], drawstyle="steps-post", color="tab:blue", lw=1.6)
+    for p, value in zip(
+        _MARK_PERCENTILES, np.percentile(values_ms, _MARK_PERCENTILES), strict=True
+    ):
+        ax.plot([value], [p / 100], "o", color="black", ms=5, zorder=3)
+        ax.annotate(
+            f"p{p} = {value:,.1f} ms",
+            (value, p / 100),
+            xytext=(8, -14 if p == 99 else 6),
+            textcoords="offset points",
+            fontsize=9,
+        )
+    if slo_ms is not None:
+        met = float(np.mean(values_ms <= slo_ms))
+        ax.axvline(
+            slo_ms,
+            color=_SLO_COLOR,
+            ls="--",
+            lw=1.2,
+            label=f"SLO {slo_ms:g} ms ({met:.1%} met)",
+        )
+        ax.legend(loc="lower right", fontsize=9)
+    if _use_log_scale(values_ms):
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{xlabel}, log scale")
+
+
+def _cdf_figure() -> tuple[Figure, list[Axes]]:
+    """The latency CDFs' figure up to its data: panels, titles, labels, grid."""
+    # Top: the title and the panel titles; between the panels: the right one's y labels.
+    fig = agg_figure(12, 4.8, Margins(top_in=0.75, gap_w_in=0.85), num_cols=2)
+    axes = list(fig.subplots(1, 2))
+    for ax, (title, xlabel) in zip(axes, _CDF_PANELS, strict=True):
+        ax.set_title(title, y=TITLE_Y)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("Fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+    return fig, axes
+
+
+def _timeseries_figure() -> tuple[Figure, list[Axes]]:
+    """The time series' figure up to its data: stacked panels, titles, labels, grid."""
+    # Top: the title and the first panel's titles; between panels: the next one's titles.
+    margins = Margins(top_in=0.75, gap_h_in=0.4)
+    fig = agg_figure(11, 8, margins, num_rows=len(TIMESERIES_PANELS))
+    axes = list(fig.subplots(len(TIMESERIES_PANELS), 1, sharex=True))
+    for ax, (title, unit) in zip(axes, TIMESERIES_PANELS, strict=True):
+        ax.set_title(title, loc="left", fontsize=11, y=TITLE_Y)
+        ax.set_ylabel(unit)
+        ax.grid(True, alpha=0.3)
+    return fig, axes
+
+
+def make_ticks(fig: Figure, num_x: int, num_y: int) -> None:
+    """Make each axes' first major tick objects now (a draw makes any it lacks and
+    leaves the rest unused): ~1 ms each, the largest data-free part of a draw."""
+    for ax in fig.axes:
+        ax.xaxis.get_major_ticks(num_x)
+        ax.yaxis.get_major_ticks(num_y)
+
+
+def prebuild_plots() -> None:
+    """Make the latency CDFs' and the time series' figures up to their data, ticks
+    included; the next draw of each takes its own (once). The figure process does
+    this while the run simulates (issue 16): drawn, they are the same to the byte."""
+    for name, make in (("cdf", _cdf_figure), ("timeseries", _timeseries_figure)):
+        fig, axes = make()
+        make_ticks(fig, PREBUILT_TICKS, PREBUILT_TICKS)
+        _prebuilt[name] = (fig, axes)
+
+
+def draw_latency_cdfs(data: CdfData, path: str | Path) -> Path:
+    """TTFT and TPOT empirical CDFs side by side, in ms, p50 and p99 marked, with
+    the SLO lines of ``data``; written to ``path``, which is returned."""
+    built = _prebuilt.pop("cdf", None)
+    fig, (ax_ttft, ax_tpot) = built if built is not None else _cdf_figure()
+    _cdf_panel(ax_ttft, data.ttft_ms, _CDF_PANELS[0][1], data.ttft_slo_ms)
+    _cdf_panel(ax_tpot, data.tpot_ms, _CDF_PANELS[1][1], data.tpot_slo_ms)
+    fig.suptitle(f"Latency CDFs of {data.num_done:,} completed requests", fontsize=13)
+    return save_png(fig, path)
+
+
+def draw_timeseries(data: TimeseriesData, path: str | Path) -> Path:
+    """Queue length, running batch size and KV-cache usage (%), stacked on one time
+    axis, values held until the next sample; written to ``path``, which is returned."""
+    time_s = data.time_s
+    built = _prebuilt.pop("timeseries", None)
+    fig, axes = built if built is not None else _timeseries_figure()
+    for ax, values in zip(axes, data.series, strict=True):
+        if values is None or time_s.size == 0:
+            _no_data(ax, "no samples")
+            continue
+        t, low, mean, high = envelope(time_s, values)
+        if t.size < time_s.size:  # binned: a light min-max band behind the bin means
+            ax.fill_between(t, low, high, step="post", color="tab:blue", alpha=0.25, lw=0)
+            ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color="tab:blue")
+            note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
+            ax.set_title(note, loc="right", y=TITLE_Y, **_NOTE)
+        else:
+            ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color="tab:blue")
+        ax.set_ylim(bottom=0)
+    axes[-1].set_ylim(0, 100)
+    axes[-1].set_xlabel("Simulated time (s)")
+    fig.suptitle("Scheduler state over time", fontsize=13)
+    return save_png(fig, path)
+
+
+def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
+    """The waterfall's figure and axes for ``num_rows`` requests, before its data."""
+    height_in = min(2.0 + 0.22 * num_rows, 14.0)
+    # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
+    fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=DPI)
+    return fig, fig.add_subplot()
+
+
+def prebuild_waterfall(num_rows: int = NUM_WATERFALL_REQUESTS) -> None:
+    """Make the figure of a waterfall of ``num_rows`` requests, a tick for each row
+    included; the next draw of that many rows takes it (as ``prebuild_plots``)."""
+    fig, ax = _waterfall_figure(num_rows)
+    make_ticks(fig, PREBUILT_TICKS, num_rows)
+    _prebuilt_waterfalls[num_rows] = (fig, ax)
+
+
+def draw_waterfall_figure(data: WaterfallData, path: str | Path) -> Path:
+    """The waterfall of ``data`` in a figure of its own, written to ``path`` (returned)."""
+    num_rows = len(data.ids)
+    built = _prebuilt_waterfalls.pop(num_rows, None)
+    fig, ax = built if built is not None else _waterfall_figure(num_rows)
+    draw_waterfall_axes(ax, data)
+    return save_png(fig, path)
+
+
+def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
+    """The waterfall of ``data`` on ``ax``."""
+    ids = data.ids
+    if not ids:
+        ax.text(0.5, 0.5, "no requests", ha="center", va="center", transform=ax.transAxes)
+    for bars in data.bars:
+        # One collection of rectangles per phase, not one per request and phase:
+        # adding a collection costs ~1 ms, drawing a rectangle next to nothing.
+        row = bars.rows
+        corners = [
+            (bars.start_s, row - 0.4),
+            (bars.start_s, row + 0.4),
+            (bars.end_s, row + 0.4),
+            (bars.end_s, row - 0.4),
+        ]
+        rectangles = np.stack([np.column_stack(corner) for corner in corners], axis=1)
+        ax.add_collection(PolyCollection(list(rectangles), color=PHASE_COLORS.get(bars.phase)))
+    ax.autoscale_view()  # matplotlib < 3.11 does not rescale for a collection by itself
+    firsts = data.first_token_s
+    shown = np.isfinite(firsts)
+    rows = np.arange(len(ids))[shown]
+    ax.scatter(firsts[shown], rows, marker="|", s=120, color="black", zorder=3)
+    handles: list[Any] = [Patch(color=PHASE_COLORS[p], label=p) for p in data.present]
+    handles.append(ax.scatter([], [], marker="|", s=120, color="black", label="first token (TTFT)"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.set_yticks(range(len(ids)), [str(i) for i in ids], fontsize=7)
+    if ids:
+        ax.set_ylim(len(ids) - 0.5, -0.5)  # request 0 on top
+    ax.set_xlabel("Simulated time (s)")
+    ax.set_ylabel("request id")
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_title(f"Life of the first {len(ids)} requests, phase by phase", loc="left", y=TITLE_Y)
 
 
 def draw_prepared(figures: Figures, names: Collection[str] | None = None) -> list[Path]:
@@ -18,23 +381,17 @@ def draw_prepared(figures: Figures, names: Collection[str] | None = None) -> lis
     for name in figures.names():
         if names is not None and name not in names:
             continue
-        # Looked up in their modules at each call: a test can replace one.
         if name == LATENCY_CDF_PNG:
-            written.append(plot_draw.draw_latency_cdfs(figures.cdf, out / name))
+            written.append(draw_latency_cdfs(figures.cdf, out / name))
         elif name == TIMESERIES_PNG:
-            written.append(plot_draw.draw_timeseries(figures.timeseries, out / name))
+            written.append(draw_timeseries(figures.timeseries, out / name))
         elif figures.waterfall is not None:
-            written.append(waterfall_draw.draw_waterfall_figure(figures.waterfall, out / name))
+            written.append(draw_waterfall_figure(figures.waterfall, out / name))
     return written
-
-
-def warm_up() -> None:
-    """``plot_draw.warm_up``: a throw-away figure that leaves the caches warm."""
-    plot_draw.warm_up()
 
 
 def prebuild() -> None:
     """Make every figure of a run up to its data (a waterfall of the usual number
-    of rows); each next draw takes its own (``plot_draw.prebuild``)."""
-    plot_draw.prebuild()
-    waterfall_draw.prebuild()
+    of rows); each next draw takes its own (``prebuild_plots``)."""
+    prebuild_plots()
+    prebuild_waterfall()

@@ -1,49 +1,130 @@
-"""Figures of a finished run from its tables: latency CDFs and the scheduler's time series.
+"""A run's figures from its tables: latency CDFs, the scheduler's time series, the waterfall.
 
-``sim.metrics.figure_prep`` cuts the arrays to draw out of the DataFrames and
-``sim.metrics.plot_draw`` draws them (matplotlib, on an Agg canvas; see there
-for how the figures are kept cheap). The drawing side's names are re-exported
-here, so ``sim.metrics.plots.agg_figure`` and the rest keep working.
+``cdf_data``, ``timeseries_data`` and ``waterfall_data`` cut the arrays a figure
+draws (``sim.metrics.figure_data``) out of a run's tables, DataFrames or the
+run's columns (``RequestTable``, the series' arrays, span rows: then no pandas
+either, so that ``servesim run`` hands its figures to the figure process
+before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
+imported on first draw: importing this module stays cheap). ``plot_*`` do both
+for a notebook or a test.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
+import numpy.typing as npt
 
-from sim.metrics import plot_draw
-from sim.metrics.figure_prep import cdf_data, timeseries_data
-from sim.metrics.plot_draw import (
-    DPI,
-    MAX_POINTS,
-    PNG_COMPRESS_LEVEL,
-    TITLE_Y,
+from sim.engine.records import RequestTable, completed_mask, floats
+from sim.metrics.figure_data import (
+    CdfData,
     FloatArray,
-    Margins,
-    agg_figure,
-    cdf_points,
-    envelope,
-    save_png,
-    warm_up,
+    PhaseBars,
+    TimeseriesData,
+    WaterfallData,
 )
-from sim.metrics.stats import Slo
+from sim.metrics.lifecycle import PHASES, SpanRow
+from sim.metrics.stats import Slo, latency_columns
+from sim.serving.cluster import total_over_replicas
 
-__all__ = [
-    "DPI",
-    "MAX_POINTS",
-    "PNG_COMPRESS_LEVEL",
-    "TITLE_Y",
-    "FloatArray",
-    "Margins",
-    "agg_figure",
-    "cdf_points",
-    "envelope",
-    "plot_latency_cdfs",
-    "plot_timeseries",
-    "save_png",
-    "warm_up",
-]
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
+    from matplotlib.axes import Axes
+
+_WATERFALL_COLUMNS = ["request_id", "phase", "start_s", "end_s"]
+
+# The time series' panels, top to bottom: column and scale (KV usage, a fraction, in %).
+TIMESERIES_COLUMNS = (("num_waiting", 1.0), ("num_running", 1.0), ("kv_cache_usage", 100.0))
+
+
+def cdf_data(requests: pd.DataFrame | RequestTable, slo: Slo | None = None) -> CdfData:
+    """TTFT and TPOT (ms) of completed requests; TPOT over requests with at least
+    two output tokens, as in the summary; the TTFT/TPOT SLOs of ``slo``."""
+    done = completed_mask(requests)
+    latencies = latency_columns(requests)
+    ttft_ms = latencies["ttft_s"][done] * 1000.0
+    tpot_ms = latencies["tpot_s"][done] * 1000.0
+    return CdfData(
+        ttft_ms[np.isfinite(ttft_ms)],
+        tpot_ms[np.isfinite(tpot_ms)],
+        int(done.sum()),
+        slo.ttft_ms if slo else None,
+        slo.tpot_ms if slo else None,
+    )
+
+
+def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -> TimeseriesData:
+    """Sample times in order and each panel's values (``TIMESERIES_COLUMNS``), from a
+    frame or a run's columns (``RawResult.series``).
+
+    Several replicas are drawn as one: queues summed, KV usage averaged.
+    """
+    columns: Any = timeseries
+    if isinstance(timeseries, Mapping):
+        replica = timeseries.get("replica")
+        if replica is not None and len(replica) and bool((replica != replica[0]).any()):
+            import pandas as pd  # several replicas: pandas aligns their samples
+
+            columns = total_over_replicas(pd.DataFrame(timeseries, copy=False))
+    else:
+        columns = total_over_replicas(timeseries)
+    names = set(columns.keys())  # a frame's keys are its columns
+    time_s = floats(columns["time_s"]) if "time_s" in names else np.empty(0)
+    order = None
+    if time_s.size > 1 and not bool(np.all(time_s[1:] >= time_s[:-1])):
+        order = np.argsort(time_s, kind="stable")
+        time_s = time_s[order]
+    series: list[FloatArray | None] = []
+    for column, scale in TIMESERIES_COLUMNS:
+        if column not in names:
+            series.append(None)
+            continue
+        values = floats(columns[column])
+        series.append((values if order is None else values[order]) * scale)
+    return TimeseriesData(time_s, tuple(series))
+
+
+def waterfall_data(
+    spans: pd.DataFrame | Sequence[SpanRow], requests: pd.DataFrame | RequestTable
+) -> WaterfallData:
+    """The bars of each request of ``spans`` (``sim.metrics.lifecycle``: a frame or its
+    rows), in rows by request id, and each one's first token time from ``requests``."""
+    # (request id, phase, start, end) of each span, from a frame (which needs only
+    # those columns; an empty one may lack them) or from span rows.
+    quads: list[tuple[int, str, float, float]]
+    if isinstance(spans, Sequence):
+        quads = [(span[0], span[2], span[3], span[4]) for span in spans]
+    elif len(spans):
+        quads = list(spans[_WATERFALL_COLUMNS].itertuples(index=False, name=None))
+    else:
+        quads = []
+    ids = sorted({int(quad[0]) for quad in quads})
+    row_of = {request_id: row for row, request_id in enumerate(ids)}
+    by_phase: dict[str, list[tuple[int, str, float, float]]] = {}  # in order of first appearance
+    for quad in quads:
+        by_phase.setdefault(str(quad[1]), []).append(quad)
+    bars = []
+    for phase, group in by_phase.items():
+        rows = np.array([row_of[int(quad[0])] for quad in group], dtype=np.float64)
+        start_s = np.array([quad[2] for quad in group], dtype=np.float64)
+        end_s = np.array([quad[3] for quad in group], dtype=np.float64)
+        bars.append(PhaseBars(phase, rows, start_s, end_s))
+    firsts = _first_token_s(requests, ids)
+    present = [p for p in PHASES if p in by_phase]
+    return WaterfallData(tuple(ids), tuple(bars), firsts, tuple(present))
+
+
+def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> FloatArray:
+    """``first_token_s`` of each of ``ids`` (NaN for an id not in ``requests``)."""
+    if not isinstance(requests, RequestTable):
+        return requests.set_index("request_id").reindex(ids)["first_token_s"].to_numpy(float)
+    rows, found = requests.find(np.array(ids, dtype=np.int64))
+    out = np.full(len(ids), np.nan)
+    out[found] = requests["first_token_s"][rows[found]]
+    return out
 
 
 def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None = None) -> Path:
@@ -52,7 +133,9 @@ def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None 
     Marks p50 and p99 and draws the TTFT/TPOT SLOs of ``slo`` when given. TPOT is
     over requests with at least two output tokens, as in the summary. Returns ``path``.
     """
-    return plot_draw.draw_latency_cdfs(cdf_data(requests, slo), path)
+    from sim.metrics import figure_draw
+
+    return figure_draw.draw_latency_cdfs(cdf_data(requests, slo), path)
 
 
 def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
@@ -61,4 +144,20 @@ def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
     Values are held until the next sample (step lines). Returns ``path``.
     Several replicas are drawn as one: queues summed, KV usage averaged.
     """
-    return plot_draw.draw_timeseries(timeseries_data(timeseries), path)
+    from sim.metrics import figure_draw
+
+    return figure_draw.draw_timeseries(timeseries_data(timeseries), path)
+
+
+def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
+    """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
+    from sim.metrics import figure_draw
+
+    return figure_draw.draw_waterfall_figure(waterfall_data(spans, requests), path)
+
+
+def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
+    """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` gives first tokens."""
+    from sim.metrics import figure_draw
+
+    figure_draw.draw_waterfall_axes(ax, waterfall_data(spans, requests))

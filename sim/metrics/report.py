@@ -145,9 +145,9 @@ def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[P
 
 
 def prepare_figures(job: FigureJob) -> Figures:
-    """``job``'s figures as arrays (``sim.metrics.figure_prep``): what
+    """``job``'s figures as arrays (``sim.metrics.plots``): what
     ``sim.metrics.figure_draw.draw_prepared`` draws, without pandas, elsewhere."""
-    from sim.metrics.figure_prep import cdf_data, timeseries_data, waterfall_data
+    from sim.metrics.plots import cdf_data, timeseries_data, waterfall_data
 
     waterfall = waterfall_data(*job.waterfall) if job.waterfall is not None else None
     return Figures(

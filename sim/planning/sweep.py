@@ -17,12 +17,22 @@ fails at once with one line naming the sweep file, the point and the key.
 Each (point, seed) is cached in ``OUT/cache/<hash>.json``, the hash covering
 the validated scenario (seed included), the folder relative paths resolve
 against, and the servesim version: a re-run computes only what changed.
+
+The tidy table of a sweep (``build_table``): one row per (point, seed).
+Columns: ``point``, every override key (dotted, as in the sweep file; lists
+and mappings as JSON), ``seed``, ``config`` (a short label of the varied
+settings other than the load), ``config_hash``, ``hardware``, every scalar of
+the run summary (vllm bench serve's keys), ``offered_rate_per_s``, the
+batch-size-1 service moments, and cost: ``num_gpus``, ``gpu_price_per_hour``,
+``gpu_hours_per_1k_requests``, ``usd_per_1k_requests``,
+``usd_per_million_output_tokens``, plus ``slo_met`` (all targets, this run).
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import os
 from dataclasses import dataclass
@@ -30,17 +40,116 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from tqdm import tqdm
 
 import sim
 from sim.errors import ConfigError
-from sim.metrics.slo_targets import targets_from_mapping
-from sim.planning.sweep_exec import Record, execute
-from sim.planning.sweep_plan import Job, SweepConfig, SweepPlan, SweepPoint
-from sim.planning.sweep_table import build_table
+from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
+from sim.planning.pricing import gpu_price_per_hour, gpus_per_replica, usd_per_unit
+from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.scenario.strict_yaml import read_yaml
+
+LOAD_KEYS = ("workload.arrival.rate_per_s", "workload.time_scale", "workload.num_users")
+
+
+class SweepConfig(BaseModel):
+    """A sweep file: base scenario, grid or points, seeds, SLOs, price."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, min_length=1)
+    description: str = ""
+    scenario: str = Field(min_length=1)
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    grid: dict[str, list[Any]] | None = None
+    points: list[dict[str, Any]] | None = None
+    seeds: int | list[int] = 1
+    slo: dict[str, float] = Field(default_factory=dict)
+    gpu_price_per_hour: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> SweepConfig:
+        if self.grid is None and self.points is None:
+            raise ValueError("give a grid, a list of points, or both")
+        if self.grid is not None and (not self.grid or any(not v for v in self.grid.values())):
+            raise ValueError("grid: every key needs a non-empty list of values")
+        if self.points is not None and not self.points:
+            raise ValueError("points: give at least one point")
+        if isinstance(self.seeds, int) and self.seeds < 1:
+            raise ValueError("seeds: a count must be >= 1")
+        if isinstance(self.seeds, list) and (
+            not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0
+        ):
+            raise ValueError("seeds: a list must be non-empty, distinct and >= 0")
+        return self
+
+    def override_sets(self) -> list[dict[str, Any]]:
+        """One dict of overrides per point, in file order (grid: last key fastest).
+
+        With both a grid and points, every point is crossed with every grid
+        combination (points outermost).
+        """
+        grid = self.grid or {}
+        keys = list(grid)
+        combos = [dict(zip(keys, v, strict=True)) for v in itertools.product(*grid.values())]
+        return [{**point, **combo} for point in (self.points or [{}]) for combo in combos]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One validated configuration of the sweep and the seeds to run it with."""
+
+    index: int
+    overrides: dict[str, Any]
+    scenario: Scenario
+    seeds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: every point's scenario, ready to run."""
+
+    path: Path
+    config: SweepConfig
+    base_dir: Path
+    points: tuple[SweepPoint, ...]
+    targets: tuple[SloTarget, ...]
+
+    @property
+    def name(self) -> str:
+        """The sweep's name (default: the file's stem)."""
+        return self.config.name or self.path.stem
+
+    @property
+    def override_keys(self) -> list[str]:
+        """Every key some point overrides, in first-seen order."""
+        return list(dict.fromkeys(k for p in self.points for k in p.overrides))
+
+    @property
+    def varying_keys(self) -> list[str]:
+        """Override keys whose value differs between points."""
+        return [
+            key
+            for key in self.override_keys
+            if len({json.dumps(p.overrides.get(key), sort_keys=True) for p in self.points}) > 1
+        ]
+
+    @property
+    def load_key(self) -> str | None:
+        """The varied key that sets the load, if any (rate, time scale or users)."""
+        return next((key for key in LOAD_KEYS if key in self.varying_keys), None)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One simulation of the sweep: a point under one seed."""
+
+    point: SweepPoint
+    seed: int
+    key: str
+    task: Task
 
 
 def _validation_message(source: str, error: ValidationError) -> str:
@@ -155,3 +264,60 @@ def run_sweep(
             bar.update()
     table = build_table(plan, [(job, records[job.key]) for job in all_jobs])
     return SweepOutcome(table, len(todo), len(all_jobs) - len(todo))
+
+
+def _cell(value: Any) -> Any:
+    """Override values as table cells: scalars as they are, the rest as JSON."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def config_label(plan: SweepPlan, overrides: dict[str, Any]) -> str:
+    """Short name of a configuration: its varied keys other than the load."""
+    keys = [k for k in plan.varying_keys if k != plan.load_key]
+    if not keys:
+        return plan.name
+    tails = [k.rsplit(".", 1)[-1] for k in keys]
+    names = tails if len(set(tails)) == len(tails) else keys
+    return ", ".join(f"{n}={_cell(overrides.get(k))}" for n, k in zip(names, keys, strict=True))
+
+
+def build_table(plan: SweepPlan, results: list[tuple[Job, Record]]) -> pd.DataFrame:
+    """One row per (point, seed): overrides, seed, summary keys, cost, SLO verdict."""
+    keys = plan.override_keys
+    rows = []
+    for job, record in results:
+        scenario = job.point.scenario
+        price = gpu_price_per_hour(scenario.hardware.name, plan.config.gpu_price_per_hour)
+        num_gpus = gpus_per_replica(scenario)
+        row: dict[str, Any] = {"point": job.point.index}
+        row.update({key: _cell(job.point.overrides.get(key)) for key in keys})
+        row |= {"seed": job.seed, "config": config_label(plan, job.point.overrides)}
+        row |= {"config_hash": job.key, "hardware": scenario.hardware.name}
+        row.update(record)
+        row["seed"] = job.seed
+        row["num_gpus"] = num_gpus
+        row["gpu_price_per_hour"] = price
+        requests_per_s = record.get("request_throughput")
+        tokens_per_s = record.get("output_throughput")
+        row["gpu_hours_per_1k_requests"] = 1000 * usd_per_unit(requests_per_s, num_gpus, 1.0)
+        row["usd_per_1k_requests"] = (
+            None if price is None else 1000 * usd_per_unit(requests_per_s, num_gpus, price)
+        )
+        row["usd_per_million_output_tokens"] = (
+            None if price is None else 1e6 * usd_per_unit(tokens_per_s, num_gpus, price)
+        )
+        row["slo_met"] = meets(record, plan.targets) if plan.targets else None
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(["point", "seed"], kind="stable").reset_index(drop=True)
+
+
+def write_table(table: pd.DataFrame, out_dir: str | Path) -> list[Path]:
+    """``results.parquet`` and ``results.csv`` in ``out_dir``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "results.parquet", out / "results.csv"]
+    table.to_parquet(paths[0], index=False)
+    table.to_csv(paths[1], index=False)
+    return paths

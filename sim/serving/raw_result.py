@@ -84,8 +84,8 @@ class RawResult:
     on first use. ``series``: each replica's sampled queue state, as columns
     (``timeseries`` as a frame). ``extra_itl_s`` holds the client-side gaps the
     step log's weights do not cover (tokens after a break in a request's run).
-    ``compiled``: whether the compiled loop (``sim.fast.compiled``) simulated
-    the run (the results are the same either way).
+    ``accelerator``: the name of the speed path that simulated the run, where
+    one says so (the results are the same either way); None: the reference.
     """
 
     records: RequestTable | pd.DataFrame
@@ -96,7 +96,7 @@ class RawResult:
     rejections: dict[int, str]
     frontend: Frontend
     num_replicas: int = 1
-    compiled: bool = False
+    accelerator: str | None = None
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:

@@ -24,8 +24,8 @@ import simpy
 from sim.engine.core_config import CoreConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
-from sim.fast import faster_core
 from sim.fast import open_loop as speed_paths
+from sim.fast.cohort import faster_core
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.lockstep import LockstepMember

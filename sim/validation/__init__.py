@@ -8,7 +8,7 @@ and compares latency distributions; ``report`` renders the comparison
 torch) into a ``servesim measure`` folder. Black-box calibration (``servesim
 calibrate --from-run``): ``fit_runs`` reads and checks measured runs, ``fit``
 fits a ``FittedCost``'s parameters by replaying them (``optimize``:
-Nelder-Mead), ``fit_report`` cross-validates, ``fit_cli`` writes the artifact.
+Nelder-Mead) and cross-validates (``sim.cli.fit`` writes the artifact).
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,
 ``sim.cost``, ``sim.errors``. Runs go through ``sim.api``: validation never

@@ -4,7 +4,7 @@
 
 - an imported-run folder (``servesim import-run`` output: ``run.json``);
 - a ``servesim measure`` folder (``summary.json`` marked ``mode: measured``);
-- anything ``servesim import-run`` reads (``sim.validation.cli.import_run``,
+- anything ``servesim import-run`` reads (``sim.validation.importers.import_run``,
   format detected from the files), so a new importer works here unchanged.
 
 A run that records its model (or device) must match ``--model`` (``--hardware``):
@@ -17,7 +17,6 @@ so it needs ``--scenario`` (the scenario it measured).
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,33 +28,29 @@ from sim.cost.kernels.artifact import model_matches
 from sim.errors import ConfigError
 from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec
 from sim.scenario import Scenario
-from sim.validation.cli import import_run
+from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
+from sim.validation.importers import import_run
 from sim.validation.match import hardware_matches
-from sim.validation.runs import REQUEST_COLUMNS, ImportedRun, load_run
+from sim.validation.runs import ImportedRun, load_run
 
 MEASURE_FORMAT = "servesim-measure"
 
 
 def _measure_folder(folder: Path) -> ImportedRun:
-    """A ``servesim measure`` folder as an imported run (its requests and summary)."""
-    try:
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-        requests = pd.read_parquet(folder / "requests.parquet")
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{folder}: not a servesim measure folder ({error})") from None
-    missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
-    if missing:
-        raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
+    """A ``servesim measure`` folder as an imported run (its requests as written and
+    what its summary says of the model and device)."""
+    measured = read_measure_folder(folder)
+    summary = measured.summary
     meta = {
         "format": MEASURE_FORMAT,
         "source": str(folder),
-        "num_requests": len(requests),
+        "num_requests": len(measured.requests),
         "model": summary.get("model"),
         "device": summary.get("device"),
         "device_name": summary.get("device_name"),
         "scenario": summary.get("scenario"),
     }
-    return ImportedRun(requests, meta)
+    return ImportedRun(measured.requests, meta)
 
 
 def load_measured_run(path: str | Path) -> ImportedRun:
@@ -72,14 +67,8 @@ def _load(source: Path) -> ImportedRun:
         raise ConfigError(f"--from-run {source}: no such file or folder")
     if (source / "run.json").is_file():
         return load_run(source)
-    summary = source / "summary.json"
-    if summary.is_file():
-        try:
-            mode = json.loads(summary.read_text(encoding="utf-8")).get("mode")
-        except (OSError, ValueError, AttributeError):
-            mode = None
-        if mode == "measured":
-            return _measure_folder(source)
+    if is_measure_folder(source):
+        return _measure_folder(source)
     return import_run(source)
 
 

@@ -65,7 +65,7 @@ class RunFacts:
     @classmethod
     def from_summary(cls, requests: pd.DataFrame, summary: Mapping[str, Any]) -> RunFacts:
         """From a ``measure`` folder's ``summary.json`` (``mode: measured``) or the
-        summary ``calibration.validate.MeasuredDir`` builds for an imported run."""
+        summary ``calibration.compare_measured.load_measured`` builds for an imported run."""
         own = summary.get("mode") == "measured"
         settings = summary.get("engine_settings")
         model = summary.get("model")

@@ -14,6 +14,7 @@ An imported run (``servesim import-run --out DIR``: ``run.json`` and
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,30 +41,57 @@ def is_imported_folder(folder: Path) -> bool:
     return (folder / "run.json").is_file() and (folder / "requests.parquet").is_file()
 
 
-def read_measure(path: str | Path) -> ImportedRun:
-    """A ``servesim measure`` output folder as an imported run."""
+@dataclass(frozen=True, eq=False)
+class MeasureFolder:
+    """A ``servesim measure`` folder as written: ``summary.json`` and its tables.
+
+    The one reader of these folders: ``read_measure`` (``servesim import-run``),
+    ``sim.validation.fit_runs`` (``calibrate --from-run``) and
+    ``calibration.compare_measured`` (``servesim validate``) each take their
+    view of it. ``tokens`` / ``steps``: None when the folder has no such file.
+    """
+
+    path: Path
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    tokens: pd.DataFrame | None
+    steps: pd.DataFrame | None
+
+
+def read_measure_folder(path: str | Path) -> MeasureFolder:
+    """The folder at ``path``; ConfigError when it is not a readable measure folder."""
     folder = Path(path)
     if not is_measure_folder(folder):
         raise ConfigError(f"{folder}: not a servesim measure folder (summary.json, mode measured)")
     summary: dict[str, Any] = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     try:
         requests = pd.read_parquet(folder / "requests.parquet")
-        tokens_path = folder / "tokens.parquet"
-        tokens = pd.read_parquet(tokens_path) if tokens_path.exists() else None
+        tokens, steps = (
+            pd.read_parquet(folder / name) if (folder / name).exists() else None
+            for name in ("tokens.parquet", "steps.parquet")
+        )
     except (OSError, ValueError) as error:
         raise ConfigError(f"{folder}: cannot read the measured tables ({error})") from None
     missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
     if missing:
         raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
+    return MeasureFolder(folder, summary, requests, tokens, steps)
+
+
+def read_measure(path: str | Path) -> ImportedRun:
+    """A ``servesim measure`` output folder as an imported run."""
+    measured = read_measure_folder(path)
+    requests, summary = measured.requests, measured.summary
     keep = [*REQUEST_COLUMNS, "rejection_reason"]
     table = requests.sort_values("request_id", ignore_index=True)[
         [c for c in keep if c in requests.columns]
     ]
+    tokens = measured.tokens
     if tokens is not None:
         tokens = tokens[["request_id", "token_index", "time_s"]]
     meta = {
         "format": FORMAT,
-        "source": str(folder),
+        "source": str(measured.path),
         "num_requests": len(table),
         "arrival": "the reference engine's arrival time (wall clock)",
         "engine": {

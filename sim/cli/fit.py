@@ -1,12 +1,12 @@
 """``servesim calibrate --from-run``: fit a cost model to measured runs, torch-free.
 
-``calibration.cli`` parses the command line and hands it here before it
-imports torch. The steps: read every run (``fit_runs.load_measured_run``),
-refuse runs of another model or hardware, build each run's replay scenario
-(``--scenario``, else the run's recorded engine settings), cross-validate
-(``fit_report.cross_validate``), fit on all runs, and write the artifact
-(``sim.cost.fitted``) that ``cost: {kind: fitted, artifact: PATH}``
-loads.
+``calibration.cli`` adds these options (``add_arguments``) to its parser and
+hands a ``--from-run`` command line here before it imports torch. The steps:
+read every run (``fit_runs.load_measured_run``), refuse runs of another model
+or hardware, build each run's replay scenario (``--scenario``, else the run's
+recorded engine settings), cross-validate (``fit.cross_validate``), fit
+on all runs, and write the artifact (``sim.cost.fitted``) that
+``cost: {kind: fitted, artifact: PATH}`` loads.
 """
 
 from __future__ import annotations
@@ -33,9 +33,19 @@ from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import Scenario, load_scenario
-from sim.validation.fit import OBJECTIVE, OPTIMISER, FitRun, Target, fit
-from sim.validation.fit_args import PARAMETERS
-from sim.validation.fit_report import cross_validate, params_json, render, target_rows
+from sim.validation.fit import (
+    DEFAULT_MAX_EVALUATIONS,
+    OBJECTIVE,
+    OPTIMISER,
+    PARAMETERS,
+    FitRun,
+    Target,
+    cross_validate,
+    fit,
+    params_json,
+    render,
+    target_rows,
+)
 from sim.validation.fit_runs import (
     check_run,
     load_measured_run,
@@ -43,6 +53,41 @@ from sim.validation.fit_runs import (
     scenario_for_run,
 )
 from sim.validation.runs import ImportedRun
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the ``--from-run`` options to ``servesim calibrate``'s parser."""
+    parser.add_argument(
+        "--from-run",
+        nargs="+",
+        metavar="RUN",
+        help=(
+            "black-box calibration: fit an overhead and prefill / decode multipliers of a "
+            "base cost model to these measured runs (any import-run format, measure "
+            "folders); no torch needed"
+        ),
+    )
+    parser.add_argument("--hardware", help="with --from-run: the hardware preset the runs ran on")
+    parser.add_argument(
+        "--scenario",
+        help="with --from-run: replay with this scenario's engine settings and cost model "
+        "(default: the runs' recorded settings and cost kind auto)",
+    )
+    parser.add_argument(
+        "--free",
+        default=",".join(PARAMETERS),
+        help="with --from-run: parameters to fit, comma-separated (default: all three)",
+    )
+    parser.add_argument(
+        "--max-evals",
+        type=int,
+        default=DEFAULT_MAX_EVALUATIONS,
+        help=f"with --from-run: simulations per fit after 13 that pick a start (default "
+        f"{DEFAULT_MAX_EVALUATIONS})",
+    )
+    parser.add_argument(
+        "--no-cross-validation", action="store_true", help="with --from-run: fit on all runs only"
+    )
 
 
 def _free(text: str) -> tuple[str, ...]:

@@ -13,28 +13,14 @@ from typing import TYPE_CHECKING
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
-    from sim.validation.runs import ImportedRun
-
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 FORMATS = ("auto", "vllm-bench", "guidellm", "otlp", "llmservingsim", "measure", "imported")
 
 
-def import_run(source: str | Path, fmt: str = "auto", benchmark: int | None = None) -> ImportedRun:
-    """Read a measured run in format ``fmt`` (see ``sim.validation.importers``)."""
-    from sim.validation import importers
-
-    return importers.import_run(source, fmt, benchmark)
-
-
-def detect_format(source: Path) -> str:
-    """The format of ``source`` from its content (see ``sim.validation.importers``)."""
-    from sim.validation import importers
-
-    return importers.detect_format(source)
-
-
 def _cmd_import_run(args: argparse.Namespace) -> int:
+    from sim.validation.importers import import_run
+
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a folder")

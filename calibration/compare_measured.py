@@ -19,7 +19,6 @@ per-request table. Importing this module does not import torch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from sim.cost.fitted import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
+from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
 from sim.validation.match import RunFacts, check_run
 from sim.validation.predict import (
     Latencies,
@@ -46,65 +46,44 @@ from sim.validation.report import plot_cdfs, render_markdown
 DRIFT_FACT = "machine speed vs calibration (probe; >1 = slower)"
 
 
-@dataclass
-class MeasuredDir:
-    """A ``servesim measure`` output folder, loaded."""
-
-    path: Path
-    requests: pd.DataFrame
-    tokens: pd.DataFrame
-    steps: pd.DataFrame
-    summary: dict[str, Any]
-
-    @classmethod
-    def load(cls, path: str | Path) -> MeasuredDir:
-        """A ``servesim measure`` folder, or a run in any format ``servesim import-run`` reads."""
-        folder = Path(path)
-        if not (folder / "summary.json").exists():
-            return cls.imported(folder)
+def load_measured(path: str | Path) -> MeasureFolder:
+    """A ``servesim measure`` folder, or a run in any format ``servesim import-run`` reads
+    (then with a summary made of what it records, and no step log)."""
+    folder = Path(path)
+    if (folder / "summary.json").exists():
         try:
-            summary = json.loads((folder / "summary.json").read_text())
-            requests = pd.read_parquet(folder / "requests.parquet")
-            tokens = pd.read_parquet(folder / "tokens.parquet")
-            steps = pd.read_parquet(folder / "steps.parquet")
-        except (OSError, ValueError) as error:
-            raise ConfigError(
-                f"--measured {folder}: not a servesim measure folder ({error})"
-            ) from None
-        if summary.get("mode") != "measured":
-            raise ConfigError(f"--measured {folder}: summary.json is not marked mode: measured")
-        return cls(folder, requests, tokens, steps, summary)
+            return read_measure_folder(folder)
+        except ConfigError as error:
+            raise ConfigError(f"--measured {error}") from None
+    from sim.validation.importers import detect_format, import_run
 
-    @classmethod
-    def imported(cls, path: Path) -> MeasuredDir:
-        """A run from another tool (``sim.validation.importers``): no step log, no probes."""
-        from sim.validation.importers import detect_format, import_run
+    try:
+        fmt = detect_format(folder) if folder.exists() else None
+    except ConfigError:
+        fmt = None
+    if fmt is None:
+        raise ConfigError(
+            f"--measured {folder}: not a servesim measure folder nor a run in a known "
+            "format (servesim import-run --help)"
+        )
+    run = import_run(folder, fmt)
+    engine = run.meta.get("engine") or {}
+    summary = {
+        "format": run.meta["format"],
+        "completed": len(run.requests),
+        "device_name": engine.get("device_name"),
+        "model": engine.get("model") if isinstance(engine.get("model"), str) else None,
+        "num_failed": run.meta.get("num_failed", 0),
+    }
+    return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
-        try:
-            fmt = detect_format(path) if path.exists() else None
-        except ConfigError:
-            fmt = None
-        if fmt is None:
-            raise ConfigError(
-                f"--measured {path}: not a servesim measure folder nor a run in a known "
-                "format (servesim import-run --help)"
-            )
-        run = import_run(path, fmt)
-        empty_tokens = pd.DataFrame({"request_id": [], "token_index": [], "time_s": []})
-        engine = run.meta.get("engine") or {}
-        summary = {
-            "format": run.meta["format"],
-            "completed": len(run.requests),
-            "device_name": engine.get("device_name"),
-            "model": engine.get("model") if isinstance(engine.get("model"), str) else None,
-            "num_failed": run.meta.get("num_failed", 0),
-        }
-        tokens = run.tokens if run.tokens is not None else empty_tokens
-        return cls(path, run.requests, tokens, pd.DataFrame(), summary)
 
-    @property
-    def latencies(self) -> Latencies:
-        return measured_latencies(self.requests, self.tokens)
+def latencies_of(run: MeasureFolder) -> Latencies:
+    """The measured latencies of ``run``; no ITL gaps without its tokens' times."""
+    tokens = run.tokens
+    if tokens is None:
+        tokens = pd.DataFrame({"request_id": [], "token_index": [], "time_s": []})
+    return measured_latencies(run.requests, tokens)
 
 
 @dataclass
@@ -127,10 +106,10 @@ class Validation:
 
 def validate(
     scenario: Scenario,
-    measured: MeasuredDir,
+    measured: MeasureFolder,
     *,
-    second: MeasuredDir | None = None,
-    overhead_from: MeasuredDir | None = None,
+    second: MeasureFolder | None = None,
+    overhead_from: MeasureFolder | None = None,
     cost: CostModel | None = None,
     base_dir: Path | None = None,
 ) -> Validation:
@@ -144,13 +123,13 @@ def validate(
             said = RunFacts.from_summary(run.requests, run.summary)
             check_run(scenario, said, base_dir, f"--measured {run.path}")
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
-    meas = measured.latencies
+    meas = latencies_of(measured)
     latencies = {"measured": meas}
     predictions: dict[str, CostModel] = {"microbenchmarks": base_cost}
     if overhead_from is not None:
         if overhead_from.path.resolve() == measured.path.resolve():
             raise ConfigError("--overhead-from must be another run than the one predicted")
-        if overhead_from.steps.empty:
+        if overhead_from.steps is None or overhead_from.steps.empty:
             raise ConfigError(
                 f"--overhead-from {overhead_from.path}: no step log (measure runs only)"
             )
@@ -171,8 +150,8 @@ def validate(
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
     noise = None
     if second is not None:
-        latencies["measured (run 2)"] = second.latencies
-        noise = compare(meas, second.latencies)
+        latencies["measured (run 2)"] = latencies_of(second)
+        noise = compare(meas, latencies["measured (run 2)"])
     s = measured.summary
     facts: dict[str, object] = {
         "scenario": scenario.name,

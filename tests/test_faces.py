@@ -1,5 +1,6 @@
-"""The faces split into modules under ~300 lines, their public names still in ``sim.api``
-and ``sim.scenario`` (docs, notebooks and tests import ``sim.api.X``)."""
+"""The faces' public names: ``sim.api`` and ``sim.scenario`` hold what their modules
+define (docs, notebooks and tests import ``sim.api.X``). How long a module may be
+is the concept's business (``tests/test_code_rules.py``), not a line limit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ import sim.scenario as scenario
 import sim.scenario.overrides as scenario_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
-MAX_LINES = 300
 
 
 @pytest.mark.parametrize("name", api.__all__)
@@ -62,21 +62,6 @@ def test_the_api_lists_what_it_re_exports() -> None:
     }
     assert {"run", "replay", "engine_for", "Result", "core_config_for"} <= set(api.__all__)
     assert set(api.__all__) <= public | {"DEFAULT_TRACE_REQUESTS"}
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        "sim/api/__init__.py",
-        "sim/api/build.py",
-        "sim/api/result.py",
-        "sim/scenario/__init__.py",
-        "sim/scenario/overrides.py",
-        "sim/cli/__init__.py",
-    ],
-)
-def test_face_modules_stay_under_the_house_limit(path: str) -> None:
-    assert len((ROOT / path).read_text().splitlines()) <= MAX_LINES
 
 
 def test_a_bad_override_still_names_the_file_and_key(tmp_path: Path) -> None:

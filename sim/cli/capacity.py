@@ -1,13 +1,12 @@
-"""``servesim capacity`` and ``servesim sweep``: argument parsing and handlers.
+"""``servesim capacity``: the highest load that meets SLOs, and the fleet for a target rate.
 
-Only argparse is imported at start-up; the simulator, pandas and matplotlib
-are imported when a handler runs, so ``servesim --help`` stays fast.
+Only argparse is imported at start-up; the simulator is imported when the
+handler runs, so ``servesim --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,7 +44,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
-    from sim.planning.capacity import Searcher
+    from sim.planning.capacity import Searcher, search
     from sim.planning.capacity_report import (
         fleet_for,
         format_capacity,
@@ -53,7 +52,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         to_json,
         write_json,
     )
-    from sim.planning.capacity_search import search
     from sim.planning.pricing import gpu_price_per_hour, gpus_per_replica
     from sim.scenario import load_scenario
 
@@ -100,7 +98,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_capacity(subparsers: Subparsers) -> None:
+def add_parsers(subparsers: Subparsers) -> None:
+    """Register ``capacity``."""
     p = subparsers.add_parser(
         "capacity", help="highest load meeting SLOs, replicas and cost for a target rate"
     )
@@ -142,58 +141,3 @@ def _add_capacity(subparsers: Subparsers) -> None:
     p.add_argument("--out", help="folder for capacity.json (default: runs/<scenario name>)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_capacity)
-
-
-def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.metrics.out_path import check_out_dir
-    from sim.planning.sweep import load_sweep, run_sweep
-    from sim.planning.sweep_exec import check_executor
-    from sim.planning.sweep_plots import plot_sweep
-    from sim.planning.sweep_report import format_report, per_point
-    from sim.planning.sweep_table import write_table
-
-    plan = load_sweep(args.sweep)
-    out = Path(args.out) if args.out else Path("runs") / plan.name
-    check_executor(args.executor, args.jobs, args.address)  # before the banner and the work
-    check_out_dir(out)  # an earlier sweep's cache here is reused
-    num_runs = sum(len(p.seeds) for p in plan.points)
-    print(
-        f"sweep {plan.name}: {len(plan.points)} points x seeds = {num_runs} runs -> {out}/",
-        file=sys.stderr,
-    )
-    started = time.perf_counter()
-    outcome = run_sweep(plan, out, args.executor, args.jobs, args.address, not args.quiet)
-    elapsed_s = time.perf_counter() - started
-    points = per_point(outcome.table, plan.targets, plan.override_keys)
-    paths = write_table(outcome.table, out)
-    points.to_csv(out / "points.csv", index=False)
-    paths.append(out / "points.csv")
-    paths += plot_sweep(points, outcome.table, plan.targets, plan.load_key, out)
-    print(format_report(points, plan.targets, plan.override_keys))
-    print(
-        f"{outcome.num_computed} runs computed, {outcome.num_cached} from cache, "
-        f"in {elapsed_s:.1f} s; wrote {len(paths)} files to {out}/"
-    )
-    return 0
-
-
-def _add_sweep(subparsers: Subparsers) -> None:
-    p = subparsers.add_parser("sweep", help="run a grid or list of scenario variants in parallel")
-    p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/sweep_chat.yaml")
-    p.add_argument("--out", help="output folder (default: runs/<sweep name>)")
-    p.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local processes (default) or a Ray cluster",
-    )
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
-    p.add_argument("--jobs", type=int, help="local worker processes (default: CPU count)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(handler=_cmd_sweep)
-
-
-def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``capacity`` and ``sweep`` on the main parser."""
-    _add_capacity(subparsers)
-    _add_sweep(subparsers)
