@@ -389,14 +389,25 @@ class CohortCore(EngineCore):
 
     # -- commit ----------------------------------------------------------------
     def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        super().commit(plan, start_s, ends_s)
+        if type(plan) is not CohortPlan or not plan.num_cohort:
+            super().commit(plan, start_s, ends_s)  # no member decodes: the reference's
+        else:
+            # EngineCore.commit's steps, calling the members' commits directly (no
+            # committer: the continuous policy never names one).
+            if self.recorder is not None:
+                self.recorder.on_commit(self, plan, start_s, ends_s)
+            if len(ends_s) == 1:
+                self._commit_one_with_members(plan, start_s, ends_s[0])
+            else:
+                self._commit_run_with_members(plan, start_s, ends_s)
+            self.last_end_s = ends_s[-1]
+            if self._finished_in_step:
+                self.remove_finished()
         if self.cohort is not None:
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
-    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        if type(plan) is not CohortPlan or not plan.num_cohort:
-            super()._commit_one(plan, start_s, end_s)
-            return
+    def _commit_one_with_members(self, plan: CohortPlan, start_s: float, end_s: float) -> None:
+        """``EngineCore._commit_one`` for a plan whose members each decode one token."""
         assert self.cohort is not None
         num_members = plan.num_cohort  # each decodes one token, continuing its run
         members = self.cohort.leave_finishing(self.num_steps, self.running, end_s)
@@ -418,20 +429,21 @@ class CohortCore(EngineCore):
         )
         self.num_steps += 1
 
-    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        if type(plan) is not CohortPlan or not plan.num_cohort:
-            super()._commit_run(plan, start_s, ends_s)
-            return
-        assert self.cohort is not None
+    def _commit_run_with_members(
+        self, plan: CohortPlan, start_s: float, ends_s: list[float]
+    ) -> None:
+        """``EngineCore._commit_run`` for a plan whose members decode in every step."""
+        cohort = self.cohort
+        assert cohort is not None
         num_members = plan.num_cohort
         first = self.num_steps
         last = first + len(ends_s) - 1
         end_first, end_last = ends_s[0], ends_s[-1]
         # The members' blocks for the steps after the first, by count.
-        self.kv.num_free_blocks -= self.cohort.num_crossing_between(first + 1, len(ends_s) - 1)
+        self.kv.num_free_blocks -= cohort.num_crossing_between(first + 1, len(ends_s) - 1)
         finished, num_prefill, num_decode, num_itl = self._advance_run(plan.scheduled, ends_s)
         # Free only once every request's blocks are counted (as the reference's run).
-        members = self.cohort.leave_finishing(last, self.running, end_last)
+        members = cohort.leave_finishing(last, self.running, end_last)
         self._finish_in_order(members, finished, end_last)
         steps = self.steps
         num_seqs = len(plan.scheduled) + num_members  # each emits a token in every step
