@@ -149,9 +149,10 @@ class RooflineCost:
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
         (``sim.cost.base``: none past a run's cut)."""
-        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
-            return repeat(0.0)  # steps of no sequence take no time
-        return self._durations(num_seqs, context_tokens)
+        if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
+            return self._durations(num_seqs, context_tokens)
+        no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
+        return repeat(0.0)  # steps of no sequence take no time
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s = self._s_per_dense_token * num_seqs
@@ -290,9 +291,10 @@ class ParallelRooflineCost:
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
         (``sim.cost.base``: none past a run's cut)."""
-        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
-            return repeat(0.0)  # steps of no sequence take no time
-        return self._durations(num_seqs, context_tokens)
+        if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
+            return self._durations(num_seqs, context_tokens)
+        no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
+        return repeat(0.0)  # steps of no sequence take no time
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         m = self._micro_batches(num_seqs)
