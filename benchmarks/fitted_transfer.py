@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sim.api import cost_model_for  # noqa: E402
-from sim.cost.fitted_artifact import load_fitted_artifact  # noqa: E402
+from sim.cost.fitted import load_fitted_artifact  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
 from sim.validation.fit import FitRun, Target, render_rows, target_rows  # noqa: E402  # noqa: E402
 from sim.validation.fit_runs import load_measured_run  # noqa: E402

@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
-from sim.cost.engine_overhead import ScaledCost  # noqa: E402
+from sim.cost.fitted import ScaledCost  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
 from sim.validation.predict import Latencies, per_request_latencies  # noqa: E402
 

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from sim.cost.calibration_artifact import (
+from sim.cost.calibrated import (
     SCHEMA_VERSION,
     CalibrationArtifact,
     ModelInfo,

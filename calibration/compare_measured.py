@@ -30,7 +30,7 @@ import pandas as pd
 from calibration.fit import fit_engine_overhead
 from sim.api import cost_model_for
 from sim.cost.base import CostModel, StepShape
-from sim.cost.engine_overhead import ScaledCost
+from sim.cost.fitted import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario

@@ -23,7 +23,7 @@ measured run's step log. Each step of a measured run (``steps.parquet``) is
 a sample: its shape, and how long the engine was busy with it, from
 scheduling to the end of its bookkeeping (``done_s - start_s``). The fit
 finds non-negative ``scale``, ``per_step_s`` and ``per_seq_s`` of
-``sim.cost.engine_overhead.EngineOverheadCost`` minimising the relative
+``sim.cost.fitted.EngineOverheadCost`` minimising the relative
 error, weighted as above. Fit it on one run and predict *another*: a fit on
 the run being predicted is not a validation.
 
@@ -40,14 +40,14 @@ import numpy.typing as npt
 import pandas as pd
 
 from sim.cost.base import SHAPE_FIELDS, CostModel, StepShape
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.calibration_artifact import (
+from sim.cost.calibrated import (
+    CalibratedCost,
     CalibrationSample,
     FitCoefficients,
     FitError,
     ape,
 )
-from sim.cost.engine_overhead import EngineOverheadCost
+from sim.cost.fitted import EngineOverheadCost
 
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]

@@ -36,7 +36,7 @@ from tqdm import tqdm
 import sim
 from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
-from sim.cost.calibration_artifact import CalibrationSample, HardwareInfo, Section, SoftwareInfo
+from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
 
 GridName = Literal["small", "default", "compact", "ci", "gpu"]
 GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "ci", "gpu")

@@ -16,8 +16,7 @@ from calibration import profile as profile_module  # noqa: E402
 from calibration.fit import fit_samples, split_held_out  # noqa: E402
 from calibration.model import LlamaModel  # noqa: E402
 from calibration.profile import Grid, GridPoint, build_grid, profile_grid  # noqa: E402
-from sim.cost.calibrated import CalibratedCost  # noqa: E402
-from sim.cost.calibration_artifact import load_artifact  # noqa: E402
+from sim.cost.calibrated import CalibratedCost, load_artifact  # noqa: E402
 from sim.engine.scheduler import ContinuousSettings  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 from sim.hardware.specs import ModelSpec, model_preset  # noqa: E402

@@ -22,8 +22,7 @@ from calibration.fit import (
     split_held_out,
 )
 from sim.cost.base import StepShape
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.calibration_artifact import CalibrationSample, load_artifact
+from sim.cost.calibrated import CalibratedCost, CalibrationSample, load_artifact
 
 # --- NNLS --------------------------------------------------------------------
 

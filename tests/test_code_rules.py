@@ -7,6 +7,7 @@
   dodge an import cycle or to reach into a class from outside).
 - The reference path (``sim/engine``, ``sim/serving``) does not mention the speed
   paths of ``sim/fast``, except at the one door.
+- ``docs/architecture.md`` lists every module of ``sim/``.
 
 The import layers themselves are ``tests/test_architecture.py``.
 """
@@ -142,3 +143,13 @@ def test_the_reference_path_does_not_mention_the_speed_paths() -> None:
         if _SPEED_WORDS.search(line)
     ]
     assert mentions == []
+
+
+def test_docs_architecture_lists_every_module_of_sim() -> None:
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "sim").rglob("*.py"))
+        if f"`{path.relative_to(ROOT)}`" not in page
+    ]
+    assert missing == []

@@ -20,9 +20,9 @@ import pytest
 from compiled_runs import assert_identical, record_plays, simulate
 
 from sim.cli import main
+from sim.cost.config import UncalibratedRoofline
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
-from sim.cost.select import UncalibratedRoofline
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.errors import ConfigError

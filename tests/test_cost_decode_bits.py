@@ -18,15 +18,14 @@ from hypothesis import strategies as st
 
 from sim.cost.base import CostModel, decode_steps_by_loop
 from sim.cost.calibrated import load_calibrated_cost
-from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
-from sim.cost.fitted import FitParameters, FittedCost
+from sim.cost.config import shipped_artifacts
+from sim.cost.fitted import EngineOverheadCost, FitParameters, FittedCost, ScaledCost
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
-from sim.cost.select import shipped_artifacts
 from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 
 DATA = Path(__file__).parent / "data" / "kernels"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import sim.cost.kernels.shipped as shipped
-from sim.cost.kernels.auto import auto_candidates
+import sim.cost.kernels.artifact as artifact
+from sim.cost.kernels.config import auto_candidates
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
 
@@ -43,7 +43,7 @@ def test_a_scenario_leaves_the_kernel_table_tools_unimported() -> None:
     imported = _imported_after("import sim.scenario")
     assert "sim.cost.kernels.config" in imported  # the cost: union validates kind: kernels
     # The tools, and the cost model with its tables' code until a scenario builds one.
-    for module in ("llmservingsim", "slice", "cost", "grid", "grid_point", "tables", "ops"):
+    for module in ("llmservingsim", "slice", "cost", "grid", "tables", "ops"):
         assert f"sim.cost.kernels.{module}" not in imported
 
 
@@ -52,25 +52,25 @@ def test_a_run_on_the_roofline_leaves_the_kernel_cost_model_unimported() -> None
     imported = _imported_after(
         "import sim.api\nsim.api.run('scenarios/chat.yaml', progress=False).summary"
     )
-    assert "sim.cost.kernels.auto" in imported and "sim.cost.roofline" in imported
+    assert "sim.cost.kernels.config" in imported and "sim.cost.roofline" in imported
     assert "sim.cost.kernels.cost" not in imported
 
 
-@pytest.mark.parametrize("path", shipped.shipped_kernel_artifacts(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", artifact.shipped_kernel_artifacts(), ids=lambda p: p.name)
 def test_the_provenance_alone_is_the_artifact_s_provenance(path: Path) -> None:
-    assert shipped.load_provenance_cached(path) == shipped.load_cached(path).provenance
+    assert artifact.load_provenance_cached(path) == artifact.load_cached(path).provenance
 
 
 def test_a_missing_artifact_is_a_config_error_for_its_provenance_too() -> None:
     with pytest.raises(ConfigError, match="no such kernel artifact"):
-        shipped.load_provenance_cached(Path("/nowhere/x.json.gz"))
+        artifact.load_provenance_cached(Path("/nowhere/x.json.gz"))
 
 
 def test_auto_candidates_build_no_tables(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(path: Path, mtime_ns: int) -> None:
         raise AssertionError(f"tables of {path.name} built")
 
-    monkeypatch.setattr(shipped, "_load", refuse)
+    monkeypatch.setattr(artifact, "_load", refuse)
     llama = model_preset("llama-3-8b")
     assert auto_candidates(llama, hardware_preset("h100")) == []
     found = auto_candidates(llama, hardware_preset("rtx-pro-6000"))

@@ -11,21 +11,32 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from sim import api
-from sim.cost import select
 from sim.cost.base import StepShape
-from sim.cost.config import CostConfig, build_cost_model
-from sim.cost.kernels import aiconfigurator, auto
-from sim.cost.kernels.auto import auto_candidates, kernel_auto
-from sim.cost.kernels.config import KernelsCostConfig, architecture_for, build_kernels
-from sim.cost.kernels.cost import KernelCost
-from sim.cost.kernels.shipped import (
+from sim.cost.config import (
+    AutoCostConfig,
+    CostConfig,
+    UncalibratedRoofline,
+    build_auto,
+    build_cost_model,
+    parallel_cost_model,
+)
+from sim.cost.kernels import aiconfigurator
+from sim.cost.kernels import config as kernels_config
+from sim.cost.kernels.artifact import (
     load_cached,
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
     shipped_name,
 )
-from sim.cost.parallel_roofline import ParallelRooflineCost, parallel_cost_model
-from sim.cost.select import AutoCostConfig, UncalibratedRoofline
+from sim.cost.kernels.config import (
+    KernelsCostConfig,
+    architecture_for,
+    auto_candidates,
+    build_kernels,
+    kernel_auto,
+)
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.roofline import ParallelRooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, link_preset
 from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset, model_preset
@@ -44,7 +55,7 @@ ADAPTER: TypeAdapter[CostConfig] = TypeAdapter(CostConfig)
 @pytest.fixture(autouse=True)
 def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests see aiconfigurator as absent unless they install the test slice."""
-    monkeypatch.setattr(auto, "installed_data_dir", lambda: None)
+    monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: None)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: None)
     kernel_auto.cache_clear()
     yield
@@ -52,7 +63,7 @@ def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def install_test_database(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(auto, "installed_data_dir", lambda: AIC_DATA)
+    monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: AIC_DATA)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: AIC_DATA)
     kernel_auto.cache_clear()
 
@@ -208,10 +219,10 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
     candidates = auto_candidates(LLAMA, PRO)
     assert candidates[0] == KernelsCostConfig(gpu="rtx_pro_6000_server")
     assert candidates[1].source == "path"
-    cost = select.build_auto(LLAMA, PRO)
+    cost = build_auto(LLAMA, PRO)
     assert isinstance(cost, KernelCost) and "sliced" not in cost.artifact.provenance.notes
     # A GPU the database lacks falls through to the roofline.
-    assert not isinstance(select.build_auto(LLAMA, hardware_preset("h100")), KernelCost)
+    assert not isinstance(build_auto(LLAMA, hardware_preset("h100")), KernelCost)
 
 
 def test_auto_with_parallelism_uses_tables_when_they_cover_the_layout() -> None:

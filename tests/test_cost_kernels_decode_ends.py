@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.cost.run_ends import ends_until_cut
+from sim.cost.base import ends_until_cut
 from sim.scenario import load_scenario
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "public" / "rtxpro6000_llama31_8b.yaml"

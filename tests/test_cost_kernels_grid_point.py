@@ -1,4 +1,4 @@
-"""The unrolled grid lookups (``sim.cost.kernels.grid_point``) against ``Grid``'s general loop.
+"""The unrolled grid lookups (``sim.cost.kernels.grid``) against ``Grid``'s general loop.
 
 They must give the same bits at every point (inside, below, past the grid),
 warn as the loop does (once per axis, naming the caller's line), and stand
@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.kernels.grid import Grid
-from sim.cost.kernels.grid_point import point_function
+from sim.cost.kernels.grid import Grid, point_function
 
 SETTINGS = settings(max_examples=300, deadline=None)
 

@@ -11,7 +11,7 @@ from sim.cost.base import StepShape
 from sim.cost.kernels.artifact import load_kernel_artifact, model_matches
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import import_profile, profile_artifact
-from sim.cost.kernels.profile_ops import ProfileDense, expected_active_experts
+from sim.cost.kernels.ops import ProfileDense, expected_active_experts
 from sim.errors import ConfigError
 from sim.hardware.specs import load_architecture
 

@@ -215,7 +215,7 @@ def test_any_gemm_table_round_trips(
 
 
 def test_shipped_aiconfigurator_slice_keeps_the_filtered_kernel_variant() -> None:
-    from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
+    from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 
     shipped = load_cached(
         resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b", None)

@@ -10,18 +10,17 @@ import pytest
 
 from sim import api
 from sim.cost.base import StepShape
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.calibration_artifact import load_artifact
-from sim.cost.config import build_cost_model
-from sim.cost.roofline import RooflineCost
-from sim.cost.select import (
+from sim.cost.calibrated import CalibratedCost, load_artifact
+from sim.cost.config import (
     AutoCostConfig,
     CalibratedCostConfig,
     UncalibratedRoofline,
     artifact_hardware,
+    build_cost_model,
     resolve_artifact,
     shipped_artifacts,
 )
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario, scenario_from_dict

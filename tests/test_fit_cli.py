@@ -15,8 +15,7 @@ from sim import api
 from sim.cli import main
 from sim.cli.fit import calibrate_from_runs
 from sim.cost.config import FittedCostConfig
-from sim.cost.fitted import FitParameters, FittedCost
-from sim.cost.fitted_artifact import load_fitted_artifact
+from sim.cost.fitted import FitParameters, FittedCost, load_fitted_artifact
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario

@@ -8,8 +8,7 @@ import pytest
 
 from sim.api import cost_model_for
 from sim.cost.config import FittedCostConfig
-from sim.cost.fitted import FittedCost
-from sim.cost.fitted_artifact import load_fitted_artifact
+from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario
 from sim.validation.fit import FitRun, Target, target_rows

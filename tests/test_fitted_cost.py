@@ -15,14 +15,18 @@ from hypothesis import strategies as st
 from sim import api
 from sim.cost.base import StepShape, decode_steps_by_loop
 from sim.cost.config import FittedCostConfig, RooflineCostConfig, build_cost_model
-from sim.cost.fitted import FitParameters, FittedCost, decode_part, prefill_part, prefill_share
-from sim.cost.fitted_artifact import (
+from sim.cost.fitted import (
+    FitParameters,
     FitSummary,
+    FittedCost,
     FittedCostArtifact,
     FittedParameterValues,
     FittedProvenance,
     FittedRunInfo,
+    decode_part,
     load_fitted_artifact,
+    prefill_part,
+    prefill_share,
     rebase_paths,
     save_fitted_artifact,
 )

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from sim import api
-from sim.cost.parallel_roofline import (
+from sim.cost.roofline import (
     ParallelRooflineCost,
+    RooflineCost,
 )
-from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.hardware.parallel import (

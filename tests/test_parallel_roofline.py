@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
-from sim.cost.config import LinearCostConfig, RooflineCostConfig
-from sim.cost.parallel_roofline import (
-    ParallelRooflineCost,
+from sim.cost.config import (
+    AutoCostConfig,
+    CalibratedCostConfig,
+    LinearCostConfig,
+    RooflineCostConfig,
     parallel_cost_model,
-    ring_allreduce_s,
 )
-from sim.cost.roofline import RooflineCost
-from sim.cost.select import AutoCostConfig, CalibratedCostConfig
+from sim.cost.roofline import ParallelRooflineCost, RooflineCost, ring_allreduce_s
 from sim.errors import ConfigError
 from sim.hardware.parallel import LINK_PRESETS, LinkSpec, ParallelismConfig
 from sim.hardware.specs import hardware_preset, model_preset

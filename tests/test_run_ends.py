@@ -1,4 +1,4 @@
-"""run_ends_s: a run's step end times, cut at the next arrival, to the bit.
+"""run_ends_for: a run's step end times, cut at the next arrival, to the bit.
 
 The roofline's and the kernel tables' ``decode_durations_s`` price only the steps
 they keep; each must give exactly what the generic path gives (every duration
@@ -18,12 +18,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.cost.base import CostModel, FloatArray, StepShape
+from sim.cost.base import CostModel, FloatArray, StepShape, run_ends_for
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
-from sim.cost.run_ends import run_ends_s
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
@@ -33,6 +32,20 @@ from sim.hardware.specs import (
 )
 
 COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
+
+
+def run_ends_s(
+    cost: CostModel,
+    first_end_s: float,
+    num_seqs: int,
+    context_tokens: int,
+    num_decode_steps: int,
+    stop_s: float = float("inf"),
+    num_after: int = 1,
+) -> list[float]:
+    """The end times the replica gets from ``run_ends_for(cost)``."""
+    ends = run_ends_for(cost)
+    return ends(first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after)
 
 
 class Generic:

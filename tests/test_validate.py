@@ -20,7 +20,7 @@ from sim import api
 from sim.cli import main as cli_main
 from sim.cost.base import CostModel, StepShape
 from sim.cost.calibrated import CalibratedCost, load_calibrated_cost
-from sim.cost.engine_overhead import EngineOverheadCost, ScaledCost
+from sim.cost.fitted import EngineOverheadCost, ScaledCost
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario, load_scenario

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.base import CostModel
-from sim.cost.parallel_roofline import parallel_cost_model
+from sim.cost.config import parallel_cost_model
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler, StaticConfig

@@ -5,7 +5,7 @@ hands a ``--from-run`` command line here before it imports torch. The steps:
 read every run (``fit_runs.load_measured_run``), refuse runs of another model
 or hardware, build each run's replay scenario (``--scenario``, else the run's
 recorded engine settings), cross-validate (``fit.cross_validate``), fit
-on all runs, and write the artifact (``sim.cost.fitted_artifact``) that
+on all runs, and write the artifact (``sim.cost.fitted``) that
 ``cost: {kind: fitted, artifact: PATH}`` loads.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import sim
 from sim.api import cost_model_for
-from sim.cost.fitted_artifact import (
+from sim.cost.fitted import (
     FitSummary,
     FittedCostArtifact,
     FittedParameterValues,

@@ -1,38 +1,175 @@
-"""Scenario configuration of the cost model, and the factory that builds one.
+"""The ``cost:`` block of a scenario, the choice ``kind: auto`` makes, and the factory.
 
-``cost:`` in a scenario is a tagged union on ``kind``:
+``cost:`` is a tagged union on ``kind``:
 
 - ``linear``: explicit coefficients, see ``sim.cost.linear``;
 - ``roofline``: derived from the scenario's model and hardware specs, with
   optional overrides of the hardware's efficiencies and step overhead;
-- ``calibrated``: a measured curve from a calibration artifact;
+- ``calibrated``: a measured curve from a calibration artifact
+  (``artifact: cpu-tiny-fp32``: a name means
+  ``calibration/artifacts/<name>.json`` as shipped; anything with a ``/`` or
+  ``.json`` is a path, relative to the scenario file);
 - ``kernels``: the sum of vLLM's operators from measured kernel tables,
   see ``sim.cost.kernels``;
 - ``fitted``: a base model (any of the above) with an overhead and prefill /
   decode multipliers fitted to measured runs, see ``sim.cost.fitted``;
-- ``auto`` (the default): kernel tables covering this model and GPU, else a
-  shipped artifact for this model and hardware, else the roofline, labelled
-  uncalibrated (see ``sim.cost.select``).
+- ``auto`` (the default): kernel tables covering this model and GPU
+  (``sim.cost.kernels.config``), else a shipped artifact measured for this
+  model on this hardware, else the roofline, labelled uncalibrated so that
+  nobody mistakes it for a measurement.
+
+``build_cost_model`` builds one for one GPU, ``parallel_cost_model`` for a
+replica laid out over several.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import warnings
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from sim.cost.base import CostModel
-from sim.cost.fitted import FittedCost
-from sim.cost.fitted_artifact import FittedCostArtifact, load_fitted_artifact
-from sim.cost.kernels.config import KernelsCostConfig, build_kernels
+from sim.cost.calibrated import (
+    CalibratedCost,
+    CalibrationArtifact,
+    artifact_label,
+    load_artifact,
+    scale_to_hardware,
+)
+from sim.cost.fitted import FittedCost, FittedCostArtifact, load_fitted_artifact
+from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto
 from sim.cost.linear import LinearCost, zero_step_problem
-from sim.cost.roofline import RooflineCost
-from sim.cost.select import AutoCostConfig, CalibratedCostConfig, build_auto, build_calibrated
+from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError
-from sim.hardware.specs import HardwareSpec, ModelSpec
+from sim.hardware.parallel import ParallelismConfig
+from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+# GPU name fragments (as torch reports them) -> hardware preset.
+_GPU_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb"), ("L4", "l4"))
+
+
+class CalibratedCostConfig(BaseModel):
+    """Measured step costs from a calibration artifact."""
+
+    model_config = _FROZEN
+
+    kind: Literal["calibrated"] = "calibrated"
+    artifact: str
+    # Extrapolate to the scenario's hardware by roofline ratios (a rough
+    # estimate, warned about) instead of refusing a hardware mismatch.
+    scale_to_scenario_hardware: bool = False
+
+
+class AutoCostConfig(BaseModel):
+    """A shipped artifact for this model and hardware if any, else the roofline."""
+
+    model_config = _FROZEN
+
+    kind: Literal["auto"] = "auto"
+
+
+def artifacts_dir() -> Path | None:
+    """Where the shipped artifacts live (inside the ``calibration`` package)."""
+    spec = importlib.util.find_spec("calibration")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "artifacts"
+
+
+def shipped_artifacts() -> list[Path]:
+    folder = artifacts_dir()
+    return sorted(folder.glob("*.json")) if folder is not None and folder.is_dir() else []
+
+
+def resolve_artifact(name: str, base_dir: Path | None) -> Path:
+    """The file an ``artifact:`` value names (ConfigError listing shipped names)."""
+    if "/" in name or name.endswith(".json"):
+        path = Path(name)
+        return path if path.is_absolute() or base_dir is None else base_dir / path
+    folder = artifacts_dir()
+    path = folder / f"{name}.json" if folder is not None else Path(f"{name}.json")
+    if not path.exists():
+        known = ", ".join(p.stem for p in shipped_artifacts()) or "none"
+        raise ConfigError(f"cost.artifact: no shipped artifact {name!r}; shipped: {known}")
+    return path
+
+
+def artifact_hardware(artifact: CalibrationArtifact) -> str | None:
+    """The hardware preset an artifact was measured on, when one matches."""
+    if artifact.hardware.device == "cpu":
+        return "cpu-2core"
+    for fragment, preset in _GPU_PRESETS:
+        if fragment in artifact.hardware.device_name:
+            return preset
+    return None
+
+
+def build_calibrated(
+    config: CalibratedCostConfig, model: ModelSpec, hardware: HardwareSpec, base_dir: Path | None
+) -> CalibratedCost:
+    path = resolve_artifact(config.artifact, base_dir)
+    artifact = load_artifact(path)
+    measured_on = artifact_hardware(artifact)
+    if artifact.model.spec.name != model.name:
+        warnings.warn(
+            f"{path.name}: measured on model {artifact.model.spec.name!r}, "
+            f"the scenario runs {model.name!r}",
+            UserWarning,
+            stacklevel=2,
+        )
+    if measured_on != hardware.name:
+        if config.scale_to_scenario_hardware and measured_on is not None:
+            artifact = scale_to_hardware(artifact, hardware_preset(measured_on), hardware)
+        else:
+            warnings.warn(
+                f"{path.name}: measured on {artifact.hardware.device_name} "
+                f"({measured_on or 'no preset'}), the scenario's hardware is {hardware.name}"
+                + ("" if measured_on is None else "; set cost.scale_to_scenario_hardware"),
+                UserWarning,
+                stacklevel=2,
+            )
+    return CalibratedCost(artifact.fit, label=f"{artifact_label(artifact)} [{path.name}]")
+
+
+class UncalibratedRoofline(RooflineCost):
+    """The roofline model, labelled so reports say no measurement backs it."""
+
+    @property
+    def label(self) -> str:
+        return f"{super().label} (uncalibrated)"
+
+
+@lru_cache(maxsize=32)
+def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
+    """A shipped artifact, parsed once per file version (sweeps and capacity
+    searches build a cost model for every simulation); None if unreadable."""
+    try:
+        return load_artifact(path)
+    except ConfigError:
+        return None
+
+
+def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
+    # Kernel tables first; None unless some cover this model and GPU, so that
+    # without them auto is unchanged.
+    kernels = kernel_auto(model, hardware)
+    if kernels is not None:
+        return kernels
+    for path in shipped_artifacts():
+        artifact = _load_shipped(path, path.stat().st_mtime_ns)
+        if artifact is None:
+            continue
+        if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
+            label = f"{artifact_label(artifact)} [{path.name}]"
+            return CalibratedCost(artifact.fit, label=label)
+    return UncalibratedRoofline(model, hardware)
+
 
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
@@ -155,3 +292,51 @@ def build_cost_model(
         }
         return RooflineCost(model, hardware.model_copy(update=overrides))
     raise TypeError(f"unknown cost config {type(config).__name__}")  # pragma: no cover
+
+
+def parallel_cost_model(
+    config: CostConfig,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig | None,
+    base_dir: Path | None = None,
+) -> CostModel:
+    """The cost model ``config`` describes for a replica laid out as ``parallelism``.
+
+    One GPU is exactly ``build_cost_model``. Several: kernels (and auto, when
+    kernel tables cover the layout) become a ``KernelCost`` for the layout;
+    roofline (and auto otherwise) become ``ParallelRooflineCost``; linear
+    coefficients are taken to price the whole replica as given; calibrated
+    artifacts, measured on one device, are refused.
+    """
+    if parallelism is None or parallelism.is_single_device:
+        return build_cost_model(config, model, hardware, base_dir)
+    if isinstance(config, FittedCostConfig):
+        path, artifact = load_fitted(config, base_dir)
+        base = parallel_cost_model(
+            fitted_base(path, artifact), model, hardware, parallelism, path.parent
+        )
+        return FittedCost(base, artifact.parameters.to_params(), source=path.name)
+    if isinstance(config, RooflineCostConfig):
+        overrides = {
+            field: value
+            for field, value in config.model_dump(exclude={"kind"}).items()
+            if value is not None
+        }
+        return ParallelRooflineCost(model, hardware.model_copy(update=overrides), parallelism)
+    if isinstance(config, KernelsCostConfig):
+        return build_kernels(config, model, hardware, parallelism, base_dir)
+    if isinstance(config, AutoCostConfig):
+        kernels = kernel_auto(model, hardware, parallelism)
+        if kernels is not None:
+            return kernels
+        return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
+    if isinstance(config, LinearCostConfig):
+        return build_cost_model(config, model, hardware, base_dir)
+    if isinstance(config, CalibratedCostConfig):
+        raise ConfigError(
+            f"cost: calibrated artifacts are measured on one device; layout "
+            f"{parallelism.layout} ({parallelism.num_gpus} GPUs) is not supported yet "
+            "(use cost.kind roofline or auto)"
+        )
+    raise ConfigError(f"cost.kind {config.kind!r} does not support parallelism yet")

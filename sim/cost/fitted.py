@@ -1,4 +1,4 @@
-"""A base cost model with a few free parameters fitted to measured runs (black-box calibration).
+"""A base cost model adjusted by a few numbers fitted to measured runs.
 
 ``servesim calibrate --from-run`` fits three numbers to measured per-request
 latencies (``sim.validation.fit``); this wrapper applies them to any base
@@ -22,13 +22,52 @@ with the batch, which the spread between short and long decode steps
 reveals. Three parameters are identifiable from the p50/p90/p99 of TTFT and
 TPOT of a few hundred requests; more (per-token terms, per-sequence terms)
 trade against each other and against the base model's own coefficients.
+
+The fitted-cost artifact (``FittedCostArtifact``): the base cost model, the
+fitted parameters and where they came from. One JSON file, written by
+``servesim calibrate --from-run`` and read by ``cost: {kind: fitted,
+artifact: PATH}``, in the kernel artifacts' layout
+(``format``, ``format_version``, ``provenance``, then the payload)::
+
+    {"format": "servesim-fitted-cost", "format_version": 1,
+     "provenance": {...},              # FittedProvenance: command, revision, runs
+     "base_cost": {"kind": "kernels", ...},   # the scenario ``cost:`` block fitted on
+     "base_cost_label": "...",
+     "parameters": {"step_overhead_s": ..., "prefill_multiplier": ...,
+                    "decode_multiplier": ...},
+     "fit": {...},                     # FitSummary: free parameters, objective
+     "errors": {...}}                  # base vs fitted, in sample and cross-validated
+
+A relative path inside ``base_cost`` (an artifact file) is relative to the
+artifact's own folder. ``errors`` is a report for people; nothing reads it back.
+
+``EngineOverheadCost``: a cost model plus the per-step work of a real engine
+loop around the forward pass. Microbenchmarks time ``forward_step`` alone; a
+serving engine also schedules, builds the batch, detokenizes, and commits
+each step; on a CPU running a
+small model that is a few percent of a decode step, and the forward pass
+itself may run a little slower or faster inside the loop than in a tight
+benchmark (caches). ``EngineOverheadCost`` models a step as::
+
+    step_s = scale * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
+
+with the three coefficients fitted (``calibration.fit.fit_engine_overhead``) from the step
+log of a *different* measured run than the one being predicted.
+``ScaledCost`` multiplies a base model's steps by one factor.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
+from sim.cost.provenance import check_format, read_artifact, validated
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,4 +149,178 @@ class FittedCost:
         out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
         out *= self.params.decode_multiplier
         out += self.params.step_overhead_s
+        return out
+
+
+FORMAT_NAME: Literal["servesim-fitted-cost"] = "servesim-fitted-cost"
+FORMAT_VERSION: Literal[1] = 1
+KIND = "fitted cost artifact"
+_FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+class FittedRunInfo(BaseModel):
+    """One measured run the parameters were fitted to."""
+
+    model_config = _FROZEN
+
+    source: str  # the path given on the command line
+    format: str  # e.g. "llmservingsim", "servesim-measure"
+    num_requests: int = Field(ge=1)
+    sha256: str  # of the per-request table's times and lengths: which data exactly
+
+
+class FittedProvenance(BaseModel):
+    """Who fitted what, when, on which runs."""
+
+    model_config = _FROZEN
+
+    tool: str = "servesim calibrate --from-run"
+    tool_version: str
+    created_utc: str  # ISO 8601
+    command: str
+    git_revision: str | None = None
+    model: str  # the model preset fitted for
+    hardware: str  # the hardware preset fitted for
+    runs: list[FittedRunInfo] = Field(min_length=1)
+
+
+class FittedParameterValues(BaseModel):
+    """``FitParameters`` as stored (same fields, same bounds)."""
+
+    model_config = _FROZEN
+
+    step_overhead_s: float = Field(ge=0, allow_inf_nan=False)
+    prefill_multiplier: float = Field(gt=0, allow_inf_nan=False)
+    decode_multiplier: float = Field(gt=0, allow_inf_nan=False)
+
+    def to_params(self) -> FitParameters:
+        return FitParameters(**self.model_dump())
+
+
+class FitSummary(BaseModel):
+    """How the optimiser got there."""
+
+    model_config = _FROZEN
+
+    free_parameters: list[str]
+    objective: str
+    objective_value: float = Field(ge=0)
+    base_objective_value: float = Field(ge=0)
+    num_evaluations: int = Field(ge=0)
+    optimiser: str
+
+
+class FittedCostArtifact(BaseModel):
+    """Everything one black-box calibration fitted (module docstring)."""
+
+    model_config = _FROZEN
+
+    format: Literal["servesim-fitted-cost"] = FORMAT_NAME
+    format_version: Literal[1] = FORMAT_VERSION
+    provenance: FittedProvenance
+    base_cost: dict[str, Any]
+    base_cost_label: str
+    parameters: FittedParameterValues
+    fit: FitSummary
+    errors: dict[str, Any] = Field(default_factory=dict)
+
+
+def save_fitted_artifact(artifact: FittedCostArtifact, path: str | Path) -> Path:
+    """Write ``artifact`` as indented JSON (creating folders); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(artifact.model_dump(mode="json"), indent=1, allow_nan=False)
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def load_fitted_artifact(path: str | Path) -> FittedCostArtifact:
+    """Read and validate an artifact; ConfigError naming the file and the field if bad."""
+    path = Path(path)
+    data = read_artifact(path, KIND)
+    check_format(
+        data, path, KIND, FORMAT_NAME, FORMAT_VERSION, "re-run servesim calibrate --from-run"
+    )
+    return validated(FittedCostArtifact, data, path)
+
+
+def rebase_paths(base_cost: dict[str, Any], old_dir: Path, new_dir: Path) -> dict[str, Any]:
+    """``base_cost`` with relative file paths re-anchored from ``old_dir`` to ``new_dir``.
+
+    Only values that name files (``artifact``, ``architecture``, ``data_dir``
+    with a ``/`` or a file suffix) move; shipped names stay as they are.
+    """
+    out = dict(base_cost)
+    for key in ("artifact", "architecture", "data_dir"):
+        value = out.get(key)
+        if not isinstance(value, str) or Path(value).is_absolute():
+            continue
+        if "/" not in value and not value.endswith((".json", ".gz", ".yaml")):
+            continue
+        out[key] = os.path.relpath((old_dir / value).resolve(), new_dir.resolve())
+    return out
+
+
+class EngineOverheadCost:
+    """``base`` scaled, plus a fixed and a per-sequence cost per step."""
+
+    def __init__(
+        self,
+        base: CostModel,
+        scale: float,
+        per_step_s: float,
+        per_seq_s: float,
+        source: str = "engine step log",
+    ) -> None:
+        if scale <= 0 or per_step_s < 0 or per_seq_s < 0:
+            raise ValueError(f"bad overhead coefficients {scale=}, {per_step_s=}, {per_seq_s=}")
+        self.base = base
+        self.scale = scale
+        self.per_step_s = per_step_s
+        self.per_seq_s = per_seq_s
+        self.source = source
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.base.label} x{self.scale:.3f} + {1e3 * self.per_step_s:.3f} ms/step"
+            f" + {1e3 * self.per_seq_s:.3f} ms/seq (fit on {self.source})"
+        )
+
+    def step_s(self, shape: StepShape) -> float:
+        if shape.is_empty:
+            return 0.0
+        num_seqs = shape.num_prefill_seqs + shape.num_decode_seqs
+        return self.scale * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs
+
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+        out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+        if num_seqs == 0:
+            return out
+        # step_s's operations in its order, so skip-ahead gives step-by-step's bits.
+        out *= self.scale
+        out += self.per_step_s
+        out += self.per_seq_s * num_seqs
+        return out
+
+
+class ScaledCost:
+    """``base`` times a constant factor (e.g. a deliberately wrong model, in tests)."""
+
+    def __init__(self, base: CostModel, factor: float) -> None:
+        if factor <= 0:
+            raise ValueError(f"factor must be positive, got {factor}")
+        self.base = base
+        self.factor = factor
+
+    @property
+    def label(self) -> str:
+        return f"{self.base.label} x{self.factor:g}"
+
+    def step_s(self, shape: StepShape) -> float:
+        return self.factor * self.base.step_s(shape)
+
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+        out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+        out *= self.factor
         return out

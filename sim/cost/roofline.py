@@ -17,6 +17,40 @@ For a step of shape ``s`` on model ``m`` and hardware ``h``::
 An empty step costs 0 s. Small decode batches are memory-bound (about
 weight bytes / effective bandwidth per step); long prefills are compute-bound.
 Activations are ignored: they stay on chip or are small next to weights and KV.
+
+``ParallelRooflineCost``: the same for a replica split over GPUs by tensor
+and pipeline parallelism.
+
+Tensor parallel over ``tp`` GPUs: each GPU does 1/tp of the FLOPs and reads
+1/tp of the weight bytes and of the KV bytes (KV heads replicated past
+``tp = num_kv_heads``), and every layer ends its attention and its MLP with an
+all-reduce of the activations, costed as a ring all-reduce::
+
+    message_bytes = tokens * hidden * activation_bytes                      [B]
+    allreduce_s   = 2 (tp - 1) / tp * message_bytes / (link_bw * link_eff)   [s]
+                  + 2 (tp - 1) * link_latency_s                             [s]
+    comm_s        = 2 * layers * allreduce_s                                [s]
+
+Pipeline parallel over ``pp`` stages of ``layers / pp`` layers. A step's batch
+goes through the stages as ``m`` micro-batches (GPipe schedule; ``m`` is
+``num_micro_batches`` capped by the step's sequences). With ``C``, ``W``, ``K``
+the compute, weight-read and KV-read times of the whole model on one tp group,
+and ``comm_s = A_bytes + A_latency`` split into its bandwidth and latency parts::
+
+    stage_s = (max(C / m, W + K / m) + A_bytes / m + A_latency) / pp   one micro-batch
+    p2p_s   = tokens / m * hidden * activation_bytes / (link_bw * link_eff)
+              + link_latency_s                                      one stage-to-stage hop
+    step_s  = overhead + (m + pp - 1) * stage_s + (pp - 1) * p2p_s
+
+With ``m = 1`` this is the one-group roofline plus the all-reduces plus
+``pp - 1`` hops; ``tp = pp = 1`` is exactly ``RooflineCost``.
+
+Simplified: the engine runs one step at a time, so pipeline parallelism here
+buys memory (more KV blocks) and, with micro-batches, a faster compute-bound
+prefill, but never the throughput of several steps in flight (whose bound
+would be the slowest stage, ``step_s / pp``). Stages are assumed equal
+(embedding and LM head spread evenly). Micro-batches re-read each stage's
+weights, so they slow memory-bound decode, as they do on real hardware.
 """
 
 from __future__ import annotations
@@ -27,6 +61,9 @@ from itertools import repeat
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.errors import ConfigError
+from sim.hardware.kv_capacity import activation_dtype_bytes
+from sim.hardware.parallel import ParallelismConfig, kv_heads_per_gpu, layout_problem
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
 # Below this many steps, decode_steps_s prices in Python rather than numpy.
@@ -111,10 +148,11 @@ class RooflineCost:
         self, num_seqs: int, context_tokens: int, num_steps: int
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.run_ends``: none past a run's cut)."""
-        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
-            return repeat(0.0)  # steps of no sequence take no time
-        return self._durations(num_seqs, context_tokens)
+        (``sim.cost.base``: none past a run's cut)."""
+        if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
+            return self._durations(num_seqs, context_tokens)
+        no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
+        return repeat(0.0)  # steps of no sequence take no time
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s = self._s_per_dense_token * num_seqs
@@ -130,3 +168,149 @@ class RooflineCost:
 
     def __repr__(self) -> str:
         return f"RooflineCost(model={self.model.name!r}, hardware={self.hardware.name!r})"
+
+
+def ring_allreduce_s(
+    message_bytes: float, num_gpus: int, bandwidth_bytes_per_s: float, latency_s: float
+) -> float:
+    """Time of one ring all-reduce of ``message_bytes`` over ``num_gpus`` GPUs."""
+    if num_gpus <= 1:
+        return 0.0
+    steps = 2 * (num_gpus - 1)  # reduce-scatter then all-gather, each num_gpus - 1 hops
+    return steps / num_gpus * message_bytes / bandwidth_bytes_per_s + steps * latency_s
+
+
+class ParallelRooflineCost:
+    """Roofline step time of a tensor/pipeline-parallel replica (see module)."""
+
+    __slots__ = (
+        "_allreduce_latency_s",
+        "_allreduce_s_per_token",
+        "_max_micro_batches",
+        "_overhead_s",
+        "_p2p_hops",
+        "_p2p_latency_s",
+        "_p2p_s_per_token",
+        "_pp",
+        "_s_per_attention_pair",
+        "_s_per_dense_token",
+        "_s_per_kv_token",
+        "_suffix",
+        "_weight_s",
+        "hardware",
+        "model",
+        "parallelism",
+    )
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareSpec,
+        parallelism: ParallelismConfig,
+        uncalibrated: bool = False,
+    ) -> None:
+        problem = layout_problem(model, parallelism)
+        if problem is not None:
+            raise ConfigError(problem)
+        self.model, self.hardware, self.parallelism = model, hardware, parallelism
+        tp = parallelism.tensor_parallel_size
+        flops_per_s = hardware.peak_flops_per_s * hardware.compute_efficiency
+        bytes_per_s = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
+        link = parallelism.link
+        link_bytes_per_s = link.bandwidth_bytes_per_s * link.efficiency
+        activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
+        kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
+        self._overhead_s = hardware.step_overhead_s
+        self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
+        self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
+        self._weight_s = model.weight_bytes / tp / bytes_per_s
+        self._s_per_kv_token = model.kv_bytes_per_token * kv_share / bytes_per_s
+        num_allreduces = 2 * model.num_layers  # attention output and MLP output
+        self._allreduce_s_per_token = num_allreduces * ring_allreduce_s(
+            activation_bytes_per_token, tp, link_bytes_per_s, 0.0
+        )
+        self._allreduce_latency_s = num_allreduces * ring_allreduce_s(0.0, tp, 1.0, link.latency_s)
+        self._pp = parallelism.pipeline_parallel_size
+        self._max_micro_batches = parallelism.num_micro_batches
+        self._p2p_hops = self._pp - 1
+        self._p2p_s_per_token = activation_bytes_per_token / link_bytes_per_s
+        self._p2p_latency_s = link.latency_s
+        self._suffix = " (uncalibrated)" if uncalibrated else ""
+
+    @property
+    def label(self) -> str:
+        p = self.parallelism
+        return (
+            f"roofline:{self.model.name}@{self.hardware.name}x{p.num_gpus}({p.layout})"
+            + self._suffix
+        )
+
+    def _micro_batches(self, num_seqs: int) -> int:
+        return max(1, min(self._max_micro_batches, num_seqs))
+
+    def _fixed_s(self, tokens: int, m: int) -> tuple[float, float, float]:
+        """(slots, per-micro-batch all-reduce, pipeline transfers) for a step."""
+        slots = (m + self._pp - 1) / self._pp
+        comm = self._allreduce_s_per_token * tokens / m + self._allreduce_latency_s
+        p2p = self._p2p_hops * (self._p2p_s_per_token * tokens / m + self._p2p_latency_s)
+        return slots, comm, p2p
+
+    def step_s(self, shape: StepShape) -> float:
+        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        if tokens == 0:
+            return 0.0
+        m = self._micro_batches(shape.num_prefill_seqs + shape.num_decode_seqs)
+        slots, comm, p2p = self._fixed_s(tokens, m)
+        context = shape.num_decode_context_tokens
+        compute = (
+            self._s_per_dense_token * tokens
+            + self._s_per_attention_pair * (shape.prefill_attention_pairs + context)
+        ) / m
+        memory = (
+            self._weight_s
+            + self._s_per_kv_token * (shape.prefill_kv_read_tokens + context + tokens) / m
+        )
+        return self._overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
+
+    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+        durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
+        if num_seqs == 0 or num_steps <= SMALL_RUN_STEPS:
+            # numpy's per-call overhead dominates below ~30 elements.
+            return np.fromiter(durations, np.float64, num_steps)
+        m = self._micro_batches(num_seqs)
+        slots, comm, p2p = self._fixed_s(num_seqs, m)
+        # Both paths mirror step_s operation for operation, so the same bits.
+        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
+        compute = (self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts) / m
+        memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs) / m
+        out: FloatArray = self._overhead_s + slots * (np.maximum(compute, memory) + comm) + p2p
+        return out
+
+    def decode_durations_s(
+        self, num_seqs: int, context_tokens: int, num_steps: int
+    ) -> Iterator[float]:
+        """``decode_steps_s``'s durations one at a time, each priced when taken
+        (``sim.cost.base``: none past a run's cut)."""
+        if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
+            return self._durations(num_seqs, context_tokens)
+        no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
+        return repeat(0.0)  # steps of no sequence take no time
+
+    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
+        m = self._micro_batches(num_seqs)
+        slots, comm, p2p = self._fixed_s(num_seqs, m)
+        dense_s = self._s_per_dense_token * num_seqs
+        pair_s, weight_s, kv_s = self._s_per_attention_pair, self._weight_s, self._s_per_kv_token
+        overhead_s = self._overhead_s
+        context = context_tokens
+        while True:
+            compute = (dense_s + pair_s * context) / m
+            memory = weight_s + kv_s * (context + num_seqs) / m
+            yield overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
+            context += num_seqs
+
+    def __repr__(self) -> str:
+        return (
+            f"ParallelRooflineCost(model={self.model.name!r}, "
+            f"hardware={self.hardware.name!r}, layout={self.parallelism.layout!r})"
+        )

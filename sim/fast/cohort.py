@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from sim.cost.base import StepShape
 from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, EngineCore, Scheduler, StepPlan
+from sim.engine.scheduler import MAX_RUN_STEPS, Continuous, EngineCore, Scheduler, StepPlan
 
 
 class Cohort:
@@ -275,7 +275,8 @@ class CohortCore(EngineCore):
         num_members = cohort.num_members
         joined = cohort._joined
         budget = policy.max_num_batched_tokens - num_members
-        free = kv.num_free_blocks - cohort.num_crossing(step)
+        num_crossing_now = cohort.num_crossing(step)  # members needing a block in this step
+        free = kv.num_free_blocks - num_crossing_now
         scheduled: list[tuple[Request, int]] = []
         # Members crossing into a new block before each listed request, in running
         # order: the loop grows them first, and a listed request's allocation may
@@ -294,7 +295,7 @@ class CohortCore(EngineCore):
                 # The usual order: every member before every listed request (those
                 # joined the batch last), so the members crossing come first, counted.
                 walked = tail
-                num_crossing = cohort.num_crossing(step)
+                num_crossing = num_crossing_now
             for request in walked:
                 joined_at = joined.get(request)
                 if joined_at is not None:
@@ -325,7 +326,7 @@ class CohortCore(EngineCore):
             return None
         # What the running loop does, members in aggregate, the others one by one.
         if not scheduled:
-            num_crossing = cohort.num_crossing(step)
+            num_crossing = num_crossing_now
         for (request, num_new), num_grown in zip(scheduled, crossing_before, strict=True):
             kv.num_free_blocks -= num_grown  # members before it grow by counts (try_grow)
             computed = request.num_computed_tokens
@@ -337,7 +338,8 @@ class CohortCore(EngineCore):
                 kv.cache_full_blocks(request, target)
         kv.num_free_blocks -= num_crossing  # the members after the last listed request
         plan = CohortPlan(scheduled, num_cohort=num_members)
-        blocked_by = policy._admit(self, scheduled, budget, now_s)
+        # Continuous._admit returns at once on an empty queue (most plans): no call.
+        blocked_by = policy._admit(self, scheduled, budget, now_s) if self.waiting else "empty"
         self._finish_plan(
             plan, may_run=blocked_by != "budget", interruptible=blocked_by == "empty", step=step
         )
@@ -349,17 +351,22 @@ class CohortCore(EngineCore):
         token: computed + 1 in this step)."""
         assert self.cohort is not None
         policy, cohort, scheduled = self.continuous, self.cohort, plan.scheduled
-        (
-            num_prefill_seqs,
-            num_prefill_tokens,
-            pairs,
-            kv_read,
-            num_decode_seqs,
-            decode_context,
-            all_emit,
-            min_left,
-            run_context,
-        ) = policy._tally(scheduled)
+        if scheduled:
+            (
+                num_prefill_seqs,
+                num_prefill_tokens,
+                pairs,
+                kv_read,
+                num_decode_seqs,
+                decode_context,
+                all_emit,
+                min_left,
+                run_context,
+            ) = policy._tally(scheduled)
+        else:  # the members alone (half the plans): what _tally gives for no request
+            num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+            num_decode_seqs = decode_context = run_context = 0
+            all_emit, min_left = True, MAX_RUN_STEPS
         num_members = plan.num_cohort
         context = cohort.context_tokens(step)
         plan.known_shape = StepShape(
@@ -389,14 +396,25 @@ class CohortCore(EngineCore):
 
     # -- commit ----------------------------------------------------------------
     def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        super().commit(plan, start_s, ends_s)
-        if self.cohort is not None:
+        if type(plan) is not CohortPlan or not plan.num_cohort:
+            super().commit(plan, start_s, ends_s)  # no member decodes: the reference's
+        else:
+            # EngineCore.commit's steps, calling the members' commits directly (no
+            # committer: the continuous policy never names one).
+            if self.recorder is not None:
+                self.recorder.on_commit(self, plan, start_s, ends_s)
+            if len(ends_s) == 1:
+                self._commit_one_with_members(plan, start_s, ends_s[0])
+            else:
+                self._commit_run_with_members(plan, start_s, ends_s)
+            self.last_end_s = ends_s[-1]
+            if self._finished_in_step:
+                self.remove_finished()
+        if self.cohort is not None and plan.scheduled:
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
-    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        if type(plan) is not CohortPlan or not plan.num_cohort:
-            super()._commit_one(plan, start_s, end_s)
-            return
+    def _commit_one_with_members(self, plan: CohortPlan, start_s: float, end_s: float) -> None:
+        """``EngineCore._commit_one`` for a plan whose members each decode one token."""
         assert self.cohort is not None
         num_members = plan.num_cohort  # each decodes one token, continuing its run
         members = self.cohort.leave_finishing(self.num_steps, self.running, end_s)
@@ -418,21 +436,26 @@ class CohortCore(EngineCore):
         )
         self.num_steps += 1
 
-    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        if type(plan) is not CohortPlan or not plan.num_cohort:
-            super()._commit_run(plan, start_s, ends_s)
-            return
-        assert self.cohort is not None
+    def _commit_run_with_members(
+        self, plan: CohortPlan, start_s: float, ends_s: list[float]
+    ) -> None:
+        """``EngineCore._commit_run`` for a plan whose members decode in every step."""
+        cohort = self.cohort
+        assert cohort is not None
         num_members = plan.num_cohort
         first = self.num_steps
         last = first + len(ends_s) - 1
         end_first, end_last = ends_s[0], ends_s[-1]
         # The members' blocks for the steps after the first, by count.
-        self.kv.num_free_blocks -= self.cohort.num_crossing_between(first + 1, len(ends_s) - 1)
-        finished, num_prefill, num_decode, num_itl = self._advance_run(plan.scheduled, ends_s)
+        self.kv.num_free_blocks -= cohort.num_crossing_between(first + 1, len(ends_s) - 1)
+        if plan.scheduled:
+            finished, num_prefill, num_decode, num_itl = self._advance_run(plan.scheduled, ends_s)
+        else:  # the members alone (half the runs)
+            finished, num_prefill, num_decode, num_itl = [], 0, 0, 0
         # Free only once every request's blocks are counted (as the reference's run).
-        members = self.cohort.leave_finishing(last, self.running, end_last)
-        self._finish_in_order(members, finished, end_last)
+        members = cohort.leave_finishing(last, self.running, end_last)
+        if members or finished:
+            self._finish_in_order(members, finished, end_last)
         steps = self.steps
         num_seqs = len(plan.scheduled) + num_members  # each emits a token in every step
         steps.add_step(

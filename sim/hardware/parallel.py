@@ -19,7 +19,7 @@ the KV heads are replicated (as vLLM does), so capacity stops growing with tp.
 Simplified: norms and embeddings are split evenly like everything else, and
 the largest pipeline stage (``ceil(layers / pp)`` layers) bounds the cache.
 The KV budget per GPU is in ``sim.hardware.kv_capacity``; the step-time model in
-``sim.cost.parallel_roofline``.
+``sim.cost.roofline``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.cost.config import CostConfig
-from sim.cost.select import AutoCostConfig
+from sim.cost.config import AutoCostConfig, CostConfig
 from sim.engine.policies import ContinuousConfig, PolicyConfig
 from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings

@@ -32,8 +32,7 @@ from typing import Any
 
 import simpy
 
-from sim.cost.base import CostModel
-from sim.cost.run_ends import run_ends_for
+from sim.cost.base import CostModel, run_ends_for
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
 
@@ -48,7 +47,7 @@ class Replica:
         self.core = core
         self.cost = cost
         self.skip_ahead = skip_ahead
-        self._run_ends = run_ends_for(cost)  # a run's step end times (sim.cost.run_ends)
+        self._run_ends = run_ends_for(cost)  # a run's step end times (sim.cost.base)
         self._idle: simpy.Event | None = None
         self._interruptible = False
         # When set, returns the earliest time a new request can be submitted

@@ -95,12 +95,6 @@ def _version_key(version: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in version.replace("rc", ".rc.").split("."))
 
 
-def available_gpus(data_dir: Path | str | None = None, framework: str = "vllm") -> list[str]:
-    """GPUs with a GEMM table for ``framework`` (empty placeholder folders excluded)."""
-    root = _data_dir(data_dir)
-    return sorted(p.name for p in root.iterdir() if list(p.glob(f"gemm/{framework}/*/*.parquet")))
-
-
 def resolve(
     gpu: str,
     framework: str = "vllm",

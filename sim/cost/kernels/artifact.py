@@ -13,6 +13,11 @@ for what each row means. A source provides the tables it measured and no
 others: aiconfigurator gives GEMM / attention / all-reduce / MoE tables,
 an LLMServingSim profile gives per-layer ops, mixed attention and per-sequence
 ops of one model.
+
+Artifacts ship in the repo (``sim/cost/kernels/artifacts``):
+``shipped_kernel_artifacts`` lists them, ``load_cached`` reads one once per
+file version, ``load_provenance_cached`` only its provenance (what
+``kind: auto`` needs to pick one, ``sim.cost.kernels.config``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -209,3 +215,59 @@ def model_matches(profile_model: str | None, arch_name: str) -> bool:
         return False
     suffix = name[len(arch) + 1 :].split("-")
     return all(part in _VARIANT_WORDS or part.isdigit() for part in suffix)
+
+
+ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
+SUFFIXES = (".json.gz", ".json")
+
+
+def shipped_kernel_artifacts() -> list[Path]:
+    """Shipped artifact files, sorted by name."""
+    if not ARTIFACTS_DIR.is_dir():
+        return []
+    return sorted(p for p in ARTIFACTS_DIR.iterdir() if p.name.endswith(SUFFIXES))
+
+
+def shipped_name(path: Path) -> str:
+    """A shipped file's name without its suffix (what ``artifact:`` accepts)."""
+    return next(path.name.removesuffix(s) for s in SUFFIXES if path.name.endswith(s))
+
+
+def resolve_kernel_artifact(name: str, base_dir: Path | None) -> Path:
+    """The file an ``artifact:`` value names: a path (with ``/`` or a suffix) or a shipped name."""
+    if "/" in name or name.endswith(SUFFIXES):
+        path = Path(name)
+        return path if path.is_absolute() or base_dir is None else base_dir / path
+    for path in shipped_kernel_artifacts():
+        if shipped_name(path) == name:
+            return path
+    known = ", ".join(shipped_name(p) for p in shipped_kernel_artifacts()) or "none"
+    raise ConfigError(f"cost.artifact: no shipped kernel artifact {name!r}; shipped: {known}")
+
+
+@lru_cache(maxsize=16)
+def _load(path: Path, mtime_ns: int) -> KernelArtifact:
+    return load_kernel_artifact(path)
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        raise ConfigError(f"{path}: no such kernel artifact") from None
+
+
+def load_cached(path: Path) -> KernelArtifact:
+    """``load_kernel_artifact``, parsed once per file version (sweeps build many models)."""
+    return _load(path, _mtime_ns(path))
+
+
+@lru_cache(maxsize=16)
+def _load_provenance(path: Path, mtime_ns: int) -> KernelProvenance:
+    return load_provenance(path)
+
+
+def load_provenance_cached(path: Path) -> KernelProvenance:
+    """An artifact's provenance only, once per file version: ``kind: auto`` reads
+    every shipped file's GPU and model, and builds the tables of the one it picks."""
+    return _load_provenance(path, _mtime_ns(path))

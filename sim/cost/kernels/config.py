@@ -21,18 +21,35 @@ divide the model's expert count and be a multiple of tensor_parallel_size.
 The model's architecture is ``architecture`` when given, else the preset of
 the same shapes as the scenario's model (``llama-3-8b`` is Llama-3.1-8B),
 else the scenario's dense ``ModelSpec`` itself.
+
+``kernel_auto`` is ``kind: auto``'s kernel-table step: a ``KernelCost`` when
+tables cover the scenario's model (bf16) and GPU, else None. Candidates, in
+order: the installed aiconfigurator-core database for the
+hardware's GPU, then each shipped artifact measured on that GPU for this
+model. The first that covers the model's shapes (bf16 weights and KV, its
+head layout, its tensor-parallel size) wins; any ``ConfigError`` while
+building one just moves on. No candidate: None, and ``auto`` goes on to
+calibrated artifacts and the roofline exactly as it did before.
 """
 
 from __future__ import annotations
 
 import warnings
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.shipped import load_cached, resolve_kernel_artifact
+from sim.cost.kernels.aiconfigurator import from_aiconfigurator, installed_data_dir
+from sim.cost.kernels.artifact import (
+    KernelArtifact,
+    load_cached,
+    load_provenance_cached,
+    model_matches,
+    resolve_kernel_artifact,
+    shipped_kernel_artifacts,
+)
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
@@ -120,10 +137,6 @@ def kernel_artifact_for(
         raise ConfigError(
             f"cost.gpu: hardware {hardware.name!r} has no aiconfigurator GPU name; set cost.gpu"
         )
-    # Imported here, not at the top: it brings pandas (~0.3 s), which a run on a shipped
-    # artifact or the roofline never needs before its summary.
-    from sim.cost.kernels.aiconfigurator import from_aiconfigurator
-
     data_dir = config.data_dir
     if data_dir is not None and base_dir is not None and not Path(data_dir).is_absolute():
         data_dir = str(base_dir / data_dir)
@@ -174,3 +187,37 @@ def build_kernels(
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
     )
+
+
+def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCostConfig]:
+    """Kernel configurations that might cover ``model`` on ``hardware``, best first."""
+    gpu_names = SOURCE_GPU_NAMES.get(hardware.name)
+    if gpu_names is None or model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
+        return []
+    candidates = []
+    gpu = AICONFIGURATOR_GPUS.get(hardware.name)
+    if gpu is not None and installed_data_dir() is not None:
+        candidates.append(KernelsCostConfig(gpu=gpu))
+    arch_name = architecture_for(model).name
+    for path in shipped_kernel_artifacts():
+        try:
+            # Provenance only: the tables are built for the candidate that wins.
+            provenance = load_provenance_cached(path)
+        except ConfigError:
+            continue  # an unreadable shipped file must not break auto
+        if provenance.gpu in gpu_names and model_matches(provenance.model, arch_name):
+            candidates.append(KernelsCostConfig(source="path", artifact=str(path)))
+    return candidates
+
+
+@lru_cache(maxsize=32)
+def kernel_auto(
+    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
+) -> KernelCost | None:
+    """The first candidate that builds (see the module docstring), or None."""
+    for config in auto_candidates(model, hardware):
+        try:
+            return build_kernels(config, model, hardware, parallelism)
+        except ConfigError:
+            continue
+    return None

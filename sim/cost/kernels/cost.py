@@ -15,7 +15,7 @@ layers, split over ``tp`` GPUs and ``pp`` stages::
             + (pp - 1) * p2p(T)               stage-to-stage send of T x hidden activations
 
 Dense ops come from a per-layer profile (``layer_ops``: also norms, rotary,
-activation; ``moe_layer`` for MoE; see ``profile_ops``) when the artifact has
+activation; ``moe_layer`` for MoE; see ``ops.ProfileDense``) when the artifact has
 one, else from the GEMM table at vLLM's per-GPU shapes
 (``sim.cost.kernels.ops``); the GEMM route leaves out the elementwise ops
 (a few µs per layer, which ``step_overhead_s`` absorbs).
@@ -44,8 +44,7 @@ from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.grid import Grid
-from sim.cost.kernels.ops import LayerShapes, layer_shapes, prefill_chunk
-from sim.cost.kernels.profile_ops import ProfileDense
+from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
     allreduce_grid,
     attention_grids,
@@ -281,7 +280,7 @@ class KernelCost:
         self, num_seqs: int, context_tokens: int, num_steps: int
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.run_ends``: none past a run's cut, and an open-loop run
+        (``sim.cost.base``: none past a run's cut, and an open-loop run
         usually stops at the next arrival, long before)."""
         if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
             return repeat(0.0)  # steps of no sequence take no time

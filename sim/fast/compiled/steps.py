@@ -140,7 +140,7 @@ def decode_ends(
     stop_s: float,
     num_after: int,
 ) -> int:
-    """``sim.cost.run_ends.run_ends_s`` of a ``RooflineCost``, written into ``out``
+    """``sim.cost.base.run_ends_for`` of a ``RooflineCost``, written into ``out``
     from ``at``; returns how many ends (the first step's included)."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
