@@ -28,9 +28,9 @@ from sim.fast.forks import forking_supported
 from sim.fast.workers import default_num_workers, run_in_workers
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
-from sim.serving.raw_result import CoreOutput, RawResult, raw_result
+from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import ReplicaConfig
 from sim.serving.submission import OpenLoop
 
 # Below this many requests one run does not pay for the compiled loop's start-up
@@ -46,6 +46,7 @@ def run(
     replica_config: ReplicaConfig,
     replicas: object,
     drive: Callable[[Callable[[], None]], None],
+    result: Callable[[], RawResult],
     progress: Progress,
     compiled: bool | None = None,
     workers: int | None = None,
@@ -54,9 +55,11 @@ def run(
     is declined) faster than the reference, or decline (None).
 
     ``drive(tick)`` runs the SimPy environment to its end, calling ``tick`` now
-    and then; ``compiled``: whether a run the compiled loop can play takes it
-    (``choose_loop``); ``workers``: processes for a round-robin pool (None: as
-    many as pay; ``sim.fast.workers``).
+    and then; ``result()`` builds the run's result from the cores in this
+    process once the run is over (``Simulation._result``); ``compiled``:
+    whether a run the compiled loop can play takes it (``choose_loop``);
+    ``workers``: processes for a round-robin pool (None: as many as pay;
+    ``sim.fast.workers``).
     """
     if isinstance(replicas, Replica):
         cores = [replicas.core]
@@ -66,7 +69,7 @@ def run(
         return None
     tokenize_s = replica_config.frontend.tokenize_s_per_token
     if _run_compiled(cores, replica_config, work, tokenize_s, compiled, progress.tick):
-        raw = _result(cores, replica_config.frontend)  # the cores hold the run's logs
+        raw = result()  # the cores hold the run's logs
         raw.accelerator = "compiled loop"
         return raw
     if isinstance(replicas, Replica):
@@ -84,7 +87,7 @@ def run(
             return raw_result(outputs, replica_config.frontend)
         take_feeds(replicas, feeds)
     drive(progress.tick)
-    return _result(cores, replica_config.frontend)
+    return result()
 
 
 def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
@@ -137,10 +140,3 @@ def _num_workers(pool: Pool, num_requests: int, wanted: int | None) -> int:
     if wanted is not None:
         return min(wanted, len(pool.replicas)) if forking_supported() else 1
     return default_num_workers(len(pool.replicas), num_requests)
-
-
-def _result(cores: Sequence[EngineCore], frontend: Frontend) -> RawResult:
-    """The run's result from the cores' logs (the run is over)."""
-    for core in cores:
-        core.flush_unfinished()
-    return raw_result([CoreOutput.of(core) for core in cores], frontend)

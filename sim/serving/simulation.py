@@ -185,6 +185,7 @@ class Simulation:
                     self.replica_config,
                     replicas,
                     self._drive,
+                    self._result,
                     bar,
                     self.compiled,
                     self.workers,
