@@ -17,7 +17,7 @@ from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan, steps_within_pool
-from sim.fast.cohort import Cohort, CohortCore, CohortPlan, cohort_steps_within_pool
+from sim.fast.cohort import Cohort, CohortCore, CohortPlan
 
 BLOCK = 4  # tokens per KV block in these tests
 
@@ -238,7 +238,11 @@ def test_steps_within_pool_counts_members_like_listed_requests(
     cohort = Cohort(BLOCK)
     for i, c in enumerate(computed):
         cohort.join(make(i, c), step)
-    assert cohort_steps_within_pool(kv, others, num_steps, cohort, step) == expected
+    members = cohort.num_members
+    fit = steps_within_pool(
+        kv, others, num_steps, members, lambda k: cohort.num_crossing_between(step + 1, k)
+    )
+    assert fit == expected
 
 
 # -- the engine core ------------------------------------------------------------------------

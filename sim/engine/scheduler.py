@@ -926,10 +926,18 @@ class Continuous:
         )
 
 
-def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
+def steps_within_pool(
+    kv: BlockPool,
+    scheduled: list[tuple[Request, int]],
+    num_steps: int,
+    num_other_seqs: int = 0,
+    other_missing: Callable[[int], int] | None = None,
+) -> int:
     """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
 
-    This step's blocks are reserved; each later step adds one token per request.
+    This step's blocks are reserved; each later step adds one token per request,
+    and per each of ``num_other_seqs`` sequences decoding beside ``scheduled``
+    that are not listed (they lack ``other_missing(k)`` blocks for k more tokens).
     """
     block_size = kv.block_size_tokens
 
@@ -940,12 +948,13 @@ def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_s
             short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
             if short > 0:
                 total += short
-        return total
+        return total if other_missing is None else total + other_missing(k)
 
     free = kv.num_free_blocks
     # Cheap bound first (the common case): k more tokens need at most
     # k // block_size + 1 new blocks per request.
-    if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
+    num_seqs = len(scheduled) + num_other_seqs
+    if num_seqs * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
         return num_steps
     low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
     while high - low > 1:

@@ -38,7 +38,14 @@ from dataclasses import dataclass
 from sim.cost.base import StepShape
 from sim.engine.kv_cache import BlockPool
 from sim.engine.request import Request
-from sim.engine.scheduler import MAX_RUN_STEPS, Continuous, EngineCore, Scheduler, StepPlan
+from sim.engine.scheduler import (
+    MAX_RUN_STEPS,
+    Continuous,
+    EngineCore,
+    Scheduler,
+    StepPlan,
+    steps_within_pool,
+)
 
 
 class Cohort:
@@ -186,36 +193,6 @@ class CohortPlan(StepPlan):
     @property
     def is_empty(self) -> bool:
         return not self.scheduled and not self.num_cohort
-
-
-def cohort_steps_within_pool(
-    kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int, cohort: Cohort, step: int
-) -> int:
-    """``sim.engine.scheduler.steps_within_pool`` for a plan (for ``step``) that also
-    decodes the members of ``cohort``: each later step adds one token per listed
-    request and per member."""
-    block_size = kv.block_size_tokens
-
-    def missing(k: int) -> int:
-        total = 0
-        for r, num_new in scheduled:
-            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
-            if short > 0:
-                total += short
-        return total + cohort.num_crossing_between(step + 1, k)
-
-    free = kv.num_free_blocks
-    num_seqs = len(scheduled) + cohort.num_members
-    if num_seqs * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
-        return num_steps
-    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if missing(mid) <= free:
-            low = mid
-        else:
-            high = mid
-    return low
 
 
 class CohortCore(EngineCore):
@@ -387,7 +364,13 @@ class CohortCore(EngineCore):
             return
         plan.run_num_seqs = num_seqs
         plan.run_context_tokens = run_context
-        plan.num_steps = 1 + cohort_steps_within_pool(self.kv, scheduled, min_left, cohort, step)
+        plan.num_steps = 1 + steps_within_pool(
+            self.kv,
+            scheduled,
+            min_left,
+            num_members,
+            lambda k: cohort.num_crossing_between(step + 1, k),  # the members' new blocks
+        )
         plan.interruptible = (
             interruptible
             and num_seqs < policy.max_num_seqs
@@ -396,25 +379,15 @@ class CohortCore(EngineCore):
 
     # -- commit ----------------------------------------------------------------
     def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        if type(plan) is not CohortPlan or not plan.num_cohort:
-            super().commit(plan, start_s, ends_s)  # no member decodes: the reference's
-        else:
-            # EngineCore.commit's steps, calling the members' commits directly (no
-            # committer: the continuous policy never names one).
-            if self.recorder is not None:
-                self.recorder.on_commit(self, plan, start_s, ends_s)
-            if len(ends_s) == 1:
-                self._commit_one_with_members(plan, start_s, ends_s[0])
-            else:
-                self._commit_run_with_members(plan, start_s, ends_s)
-            self.last_end_s = ends_s[-1]
-            if self._finished_in_step:
-                self.remove_finished()
+        super().commit(plan, start_s, ends_s)
         if self.cohort is not None and plan.scheduled:
             self.cohort.join_steady(plan.scheduled, self.kv, self.num_steps)
 
-    def _commit_one_with_members(self, plan: CohortPlan, start_s: float, end_s: float) -> None:
-        """``EngineCore._commit_one`` for a plan whose members each decode one token."""
+    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
+        """The reference's, for a plan whose members each decode one token too."""
+        if type(plan) is not CohortPlan:
+            super()._commit_one(plan, start_s, end_s)
+            return
         assert self.cohort is not None
         num_members = plan.num_cohort  # each decodes one token, continuing its run
         members = self.cohort.leave_finishing(self.num_steps, self.running, end_s)
@@ -436,10 +409,11 @@ class CohortCore(EngineCore):
         )
         self.num_steps += 1
 
-    def _commit_run_with_members(
-        self, plan: CohortPlan, start_s: float, ends_s: list[float]
-    ) -> None:
-        """``EngineCore._commit_run`` for a plan whose members decode in every step."""
+    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
+        """The reference's, for a plan whose members decode in every step too."""
+        if type(plan) is not CohortPlan:
+            super()._commit_run(plan, start_s, ends_s)
+            return
         cohort = self.cohort
         assert cohort is not None
         num_members = plan.num_cohort
