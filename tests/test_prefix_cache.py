@@ -14,6 +14,18 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 import pytest
+from pool_state import (
+    block_ids,
+    block_key,
+    block_keys,
+    block_ref_count,
+    cached_block,
+    free_queue,
+    held_keys,
+    num_cached_blocks,
+    num_evictable_blocks,
+    num_loose_blocks,
+)
 
 from sim import api
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
@@ -54,7 +66,7 @@ def decode(pool: BlockPool, request: Request, num_steps: int) -> None:
 
 
 def keys_of(pool: PrefixCachingPool, blocks: list[int]) -> list[Any]:
-    return [pool.block_key(b) for b in blocks]
+    return [block_key(pool, b) for b in blocks]
 
 
 def own(request_id: int, block: int) -> int:
@@ -68,22 +80,22 @@ def own(request_id: int, block: int) -> int:
 def test_hash_block_tokens_shares_whole_blocks_of_a_group_prefix_only() -> None:
     pool = PrefixCachingPool(64, 4)
     a, b, c = grouped(0, 40, 0, 12), grouped(1, 40, 0, 10), grouped(2, 40, 1, 12)
-    keys_a, keys_b, keys_c = (pool.block_keys(r, 4) for r in (a, b, c))
+    keys_a, keys_b, keys_c = (block_keys(pool, r, 4) for r in (a, b, c))
     assert keys_a[:3] == [("group", 0, 0), ("group", 0, 1), ("group", 0, 2)]
     assert keys_b[:2] == keys_a[:2]  # a partial block of the prefix is not shared...
     assert keys_b[2] == own(1, 2)  # ...it holds the request's own tokens too
     assert keys_a[3] == own(0, 3)  # past the prefix every block is the request's own
     assert not set(keys_a) & set(keys_c)  # other group
-    assert pool.block_keys(grouped(3, 6, shared=12), 2) == [("group", 0, 0), own(3, 1)]
-    assert pool.block_keys(Request(4, 0.0, 40, 4), 2) == [own(4, 0), own(4, 1)]
-    assert pool.block_keys(a, 5, start=2) == [*keys_a[2:], own(0, 4)]
+    assert block_keys(pool, grouped(3, 6, shared=12), 2) == [("group", 0, 0), own(3, 1)]
+    assert block_keys(pool, Request(4, 0.0, 40, 4), 2) == [own(4, 0), own(4, 1)]
+    assert block_keys(pool, a, 5, start=2) == [*keys_a[2:], own(0, 4)]
 
 
 def test_hash_request_tokens_keys_output_blocks_too() -> None:
     # vLLM hashes generated tokens as well: blocks past the prompt have keys (the request's).
     pool = PrefixCachingPool(64, 4)
     request = grouped(0, 9, shared=8, output=20)
-    assert pool.block_keys(request, 6)[2:] == [own(0, j) for j in range(2, 6)]
+    assert block_keys(pool, request, 6)[2:] == [own(0, j) for j in range(2, 6)]
 
 
 def test_hash_block_tokens_chains_trace_ids_on_the_whole_prefix() -> None:
@@ -94,12 +106,12 @@ def test_hash_block_tokens_chains_trace_ids_on_the_whole_prefix() -> None:
         request.block_hash_ids = ids
         return request
 
-    first = pool.block_keys(with_ids(0, (1, 2, 3)), 3)
-    assert pool.block_keys(with_ids(1, (1, 2, 9)), 3)[:2] == first[:2]
-    assert pool.block_keys(with_ids(1, (1, 2, 9)), 3)[2] != first[2]
+    first = block_keys(pool, with_ids(0, (1, 2, 3)), 3)
+    assert block_keys(pool, with_ids(1, (1, 2, 9)), 3)[:2] == first[:2]
+    assert block_keys(pool, with_ids(1, (1, 2, 9)), 3)[2] != first[2]
     # The same id after a different predecessor is a different block.
-    assert not set(pool.block_keys(with_ids(2, (5, 2, 3)), 3)) & set(first)
-    assert pool.block_keys(with_ids(3, (1, 2, 3)), 4, start=1) == [*first[1:], own(3, 3)]
+    assert not set(block_keys(pool, with_ids(2, (5, 2, 3)), 3)) & set(first)
+    assert block_keys(pool, with_ids(3, (1, 2, 3)), 4, start=1) == [*first[1:], own(3, 3)]
 
 
 # -- hits (get_computed_blocks / find_longest_cache_hit) ---------------------------------------
@@ -159,8 +171,8 @@ def test_get_num_blocks_to_allocate_counts_free_hit_blocks() -> None:
     assert pool.num_missing_blocks(b, 14) == 1  # blocks 0-2 referenced by a: only the tail
     assert admit(pool, b) == 12
     assert pool.num_free_blocks == 5
-    assert pool.block_ids(b)[:3] == pool.block_ids(a)[:3]
-    assert [pool.block_ref_count(x) for x in pool.block_ids(a)] == [2, 2, 2, 1]
+    assert block_ids(pool, b)[:3] == block_ids(pool, a)[:3]
+    assert [block_ref_count(pool, x) for x in block_ids(pool, a)] == [2, 2, 2, 1]
     pool.free(a)
     pool.free(b)
     c = grouped(2, 14)
@@ -172,14 +184,14 @@ def test_touch_removes_a_hit_block_from_the_free_queue() -> None:
     pool = PrefixCachingPool(8, 4)
     a = grouped(0, 9, shared=8)
     admit(pool, a)
-    first_two = pool.block_ids(a)[:2]
+    first_two = block_ids(pool, a)[:2]
     pool.free(a)
-    assert set(first_two) <= set(pool.free_queue())
+    assert set(first_two) <= set(free_queue(pool))
     b = grouped(1, 9, shared=8)
     assert admit(pool, b) == 8
-    assert not set(first_two) & set(pool.free_queue())
-    assert pool.block_ids(b)[:2] == first_two
-    assert pool.num_free_blocks == len(pool.free_queue()) == 5
+    assert not set(first_two) & set(free_queue(pool))
+    assert block_ids(pool, b)[:2] == first_two
+    assert pool.num_free_blocks == len(free_queue(pool)) == 5
 
 
 def test_get_new_blocks_pops_the_head_and_evicts_it() -> None:
@@ -187,13 +199,13 @@ def test_get_new_blocks_pops_the_head_and_evicts_it() -> None:
     a = grouped(0, 13, shared=12)
     admit(pool, a)  # all 4 blocks; 3 cached
     pool.free(a)
-    queue = pool.free_queue()
+    queue = free_queue(pool)
     assert keys_of(pool, queue) == [None, ("group", 0, 2), ("group", 0, 1), ("group", 0, 0)]
     b = Request(1, 0.0, 8, 2)
     admit(pool, b)  # pops the uncached tail block, then the group's deepest block
-    assert pool.block_ids(b) == queue[:2]
+    assert block_ids(pool, b) == queue[:2]
     assert pool.num_evictions == 1
-    assert pool.cached_block(("group", 0, 2)) is None
+    assert cached_block(pool, ("group", 0, 2)) is None
     assert pool.num_cached_tokens(grouped(2, 13)) == 8
 
 
@@ -202,11 +214,11 @@ def test_free_blocks_appends_in_reverse_order_like_free_blocks() -> None:
     a, b = grouped(0, 13, group=0), grouped(1, 13, group=1)
     admit(pool, a)
     admit(pool, b)
-    ids_a, ids_b = pool.block_ids(a), pool.block_ids(b)
+    ids_a, ids_b = block_ids(pool, a), block_ids(pool, b)
     pool.free(a)
     pool.free(b)
     # Never-used blocks first, then each request's blocks tail first, in the order freed.
-    assert pool.free_queue() == [8, 9, *reversed(ids_a), *reversed(ids_b)]
+    assert free_queue(pool) == [8, 9, *reversed(ids_a), *reversed(ids_b)]
     big = Request(9, 0.0, 25, 2)  # 7 blocks: 2 never used, a's 4 (tail first), b's tail
     admit(pool, big)
     assert pool.num_cached_tokens(grouped(2, 13, group=0)) == 0
@@ -219,12 +231,12 @@ def test_free_blocks_keeps_blocks_other_requests_reference() -> None:
     a, b = grouped(0, 14), grouped(1, 14)
     admit(pool, a)
     admit(pool, b)
-    shared = pool.block_ids(a)[:3]
+    shared = block_ids(pool, a)[:3]
     pool.free(a)
-    assert [pool.block_ref_count(x) for x in shared] == [1, 1, 1]
-    assert pool.num_free_blocks == 6 and not set(shared) & set(pool.free_queue())
+    assert [block_ref_count(pool, x) for x in shared] == [1, 1, 1]
+    assert pool.num_free_blocks == 6 and not set(shared) & set(free_queue(pool))
     pool.free(b)
-    assert pool.free_queue()[-3:] == shared[::-1]  # appended when the last holder frees
+    assert free_queue(pool)[-3:] == shared[::-1]  # appended when the last holder frees
 
 
 def test_cache_full_blocks_caches_output_blocks_for_a_preempted_request() -> None:
@@ -233,17 +245,17 @@ def test_cache_full_blocks_caches_output_blocks_for_a_preempted_request() -> Non
     admit(pool, request)
     decode(pool, request, 3)  # 9 tokens known, 9 computed: block 1 (prompt + output) full
     # Own keys are given when the request frees its blocks (nobody can hit them before).
-    assert pool.held_keys(request) == []
+    assert held_keys(pool, request) == []
     pool.free(request)
     request.num_computed_tokens = 0
-    assert pool.cached_block(own(0, 1)) is not None
+    assert cached_block(pool, own(0, 1)) is not None
     assert pool.num_cached_tokens(request) == 8
     # A finished request never comes back: its own blocks are not keyed at all.
     done = Request(1, 0.0, 9, 1)
     admit(pool, done)
     done.num_generated_tokens = 1
     pool.free(done)
-    assert pool.cached_block(own(1, 0)) is None
+    assert cached_block(pool, own(1, 0)) is None
 
 
 def test_cache_full_blocks_caches_a_shared_block_filled_without_an_allocation() -> None:
@@ -266,16 +278,16 @@ def test_cache_full_blocks_caches_a_block_computed_twice_twice() -> None:
     a.num_computed_tokens = 13
     pool.allocate(b, 13)
     b.num_computed_tokens = 13
-    assert pool.held_keys(a) == pool.held_keys(b) == pool.block_keys(a, 3)
-    assert pool.cached_block(("group", 0, 0)) == pool.block_ids(a)[0]
-    ids_b = pool.block_ids(b)
+    assert held_keys(pool, a) == held_keys(pool, b) == block_keys(pool, a, 3)
+    assert cached_block(pool, ("group", 0, 0)) == block_ids(pool, a)[0]
+    ids_b = block_ids(pool, b)
     pool.free(a)
     pool.free(b)
-    assert pool.num_evictable_blocks == 6
+    assert num_evictable_blocks(pool) == 6
     # 8 blocks pop the 4 never-used ones, then a's (freed first) tail first: evicting
     # a's copies leaves b's to hit.
     admit(pool, Request(2, 0.0, 29, 2))
-    assert pool.cached_block(("group", 0, 0)) == ids_b[0]
+    assert cached_block(pool, ("group", 0, 0)) == ids_b[0]
     assert pool.num_cached_tokens(grouped(3, 13)) == 12
 
 
@@ -283,7 +295,7 @@ def test_free_registers_a_block_filled_without_a_new_allocation() -> None:
     pool = PrefixCachingPool(10, 4)
     a = grouped(0, 13)
     admit(pool, a, 6)  # two blocks held, block 1 not full yet
-    assert len(pool.held_keys(a)) == 1
+    assert len(held_keys(pool, a)) == 1
     a.num_computed_tokens = 8  # block 1 filled within the held blocks
     pool.free(a)
     assert pool.num_cached_tokens(grouped(1, 13)) == 8
@@ -295,15 +307,15 @@ def test_eviction_is_realised_after_inline_allocation() -> None:
     a = grouped(0, 13)
     admit(pool, a)
     pool.free(a)
-    assert pool.num_evictable_blocks == 3
+    assert num_evictable_blocks(pool) == 3
     b = Request(1, 0.0, 4, 30)
     admit(pool, b)
     pool.num_free_blocks -= 4  # b grows to 5 blocks inline
     b.num_blocks += 4
     b.num_computed_tokens = 20
-    assert pool.num_evictable_blocks == 1 and pool.num_cached_blocks == 1  # a's block 0
+    assert num_evictable_blocks(pool) == 1 and num_cached_blocks(pool) == 1  # a's block 0
     assert pool.num_cached_tokens(grouped(2, 13)) == 4
-    assert len(pool.block_ids(b)) == 5 and pool.num_loose_blocks() == 0
+    assert len(block_ids(pool, b)) == 5 and num_loose_blocks(pool) == 0
     b.num_generated_tokens = 17
     pool.free(b)  # registers the output blocks the run filled (preempted)
     b.num_computed_tokens = 0
@@ -359,15 +371,15 @@ def test_get_new_blocks_evicts_a_freed_prefix_before_it_is_hit_again() -> None:
     ]:
         hits[name] = admit(pool, request)
         if name == "D":
-            assert pool.block_ids(request) == [7, 2, 1, 0, 6]
+            assert block_ids(pool, request) == [7, 2, 1, 0, 6]
             assert pool.num_evictions == 2  # g1, g0 (C's C3 was never keyed: C finished)
         request.num_generated_tokens = 1
         pool.free(request)
         if name == "A":
-            assert pool.free_queue() == [3, 4, 5, 6, 7, 2, 1, 0]
+            assert free_queue(pool) == [3, 4, 5, 6, 7, 2, 1, 0]
             assert keys_of(pool, [1, 0]) == [("group", 0, 1), ("group", 0, 0)]
         if name == "C":
-            assert pool.free_queue() == [7, 2, 1, 0, 6, 5, 4, 3]
+            assert free_queue(pool) == [7, 2, 1, 0, 6, 5, 4, 3]
     assert hits == {"A": 0, "C": 0, "D": 0, "E": 0}
 
 

@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pool_state import (
+    block_ids,
+    block_keys,
+    block_ref_count,
+    free_queue,
+    held_keys,
+    num_loose_blocks,
+)
 
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.request import Request
@@ -87,21 +95,21 @@ class Driver:
 
 
 def check_conserved(pool: PrefixCachingPool, running: list[Request]) -> None:
-    queue = pool.free_queue()
+    queue = free_queue(pool)
     assert len(queue) == pool.num_free_blocks
     holders: Counter[int] = Counter()
     for r in running:
-        ids = pool.block_ids(r)
+        ids = block_ids(pool, r)
         assert len(ids) == r.num_blocks == len(set(ids))
         holders.update(ids)
-        held = pool.held_keys(r)
-        assert held == pool.block_keys(r, len(held))
-    assert pool.num_loose_blocks() == 0
+        held = held_keys(pool, r)
+        assert held == block_keys(pool, r, len(held))
+    assert num_loose_blocks(pool) == 0
     assert not set(holders) & set(queue)
     assert len(holders) + len(queue) == pool.num_blocks
-    assert all(pool.block_ref_count(b) == n for b, n in holders.items())
-    assert all(pool.block_ref_count(b) == 0 for b in queue)
-    assert pool.num_used_blocks == len(holders)
+    assert all(block_ref_count(pool, b) == n for b, n in holders.items())
+    assert all(block_ref_count(pool, b) == 0 for b in queue)
+    assert pool.num_blocks - pool.num_free_blocks == len(holders)
 
 
 @st.composite
@@ -157,7 +165,7 @@ def test_blocks_are_conserved_and_hits_leave_a_token(
         assert all(r.num_blocks == 0 for r in driver.waiting)
     for request in [*driver.running]:
         pool.free(request)
-    assert pool.num_free_blocks == num_blocks == len(pool.free_queue())
+    assert pool.num_free_blocks == num_blocks == len(free_queue(pool))
 
 
 @SETTINGS

@@ -14,6 +14,17 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pool_state import (
+    block_ids,
+    block_key,
+    block_ref_count,
+    free_queue,
+    held_keys,
+    num_cached_blocks,
+    num_evictable_blocks,
+    num_loose_blocks,
+    queue_blocks,
+)
 from prefix_pool_reference import ReferencePrefixPool
 from test_prefix_cache_properties import Driver, act
 
@@ -51,16 +62,16 @@ def state(driver: Driver) -> tuple[object, ...]:
     """Everything the two pools must agree on."""
     pool = driver.pool
     assert isinstance(pool, PrefixCachingPool | ReferencePrefixPool)
-    held = [(r.request_id, pool.block_ids(r), pool.held_keys(r)) for r in driver.running]
+    held = [(r.request_id, block_ids(pool, r), held_keys(pool, r)) for r in driver.running]
     return (
-        pool.free_queue(),
+        free_queue(pool),
         pool.num_free_blocks,
         held,
-        [pool.block_key(b) for b in range(pool.num_blocks)],
-        [pool.block_ref_count(b) for b in range(pool.num_blocks)],
+        [block_key(pool, b) for b in range(pool.num_blocks)],
+        [block_ref_count(pool, b) for b in range(pool.num_blocks)],
         pool.num_evictions,
-        pool.num_evictable_blocks,
-        pool.num_cached_blocks,
+        num_evictable_blocks(pool),
+        num_cached_blocks(pool),
         [pool.num_cached_tokens(r) for r in driver.waiting[:1]],
     )
 
@@ -141,11 +152,11 @@ def test_a_plain_admission_takes_its_blocks_after_those_allocated_inline() -> No
     grown.num_blocks += 1
     assert pool.num_cached_tokens(fresh) == 0 and pool.can_allocate(fresh, 4)
     pool.allocate(fresh, 4)
-    assert pool.block_ids(fresh) == [3, 4] and pool.block_ids(grown) == [0, 1, 2]
-    assert pool.num_free_blocks == 3 and pool.free_queue() == [5, 6, 7]
+    assert block_ids(pool, fresh) == [3, 4] and block_ids(pool, grown) == [0, 1, 2]
+    assert pool.num_free_blocks == 3 and free_queue(pool) == [5, 6, 7]
     grown.num_generated_tokens = grown.num_output_tokens  # finished: freed tail first
     pool.free(grown)
-    assert pool.free_queue() == [5, 6, 7, 2, 1, 0] and pool.num_cached_blocks == 0
+    assert free_queue(pool) == [5, 6, 7, 2, 1, 0] and num_cached_blocks(pool) == 0
 
 
 def test_a_plain_request_freed_unfinished_hits_its_own_blocks_on_return() -> None:
@@ -155,10 +166,10 @@ def test_a_plain_request_freed_unfinished_hits_its_own_blocks_on_return() -> Non
     request.num_computed_tokens = 5
     pool.free(request)  # preempted: its 2 full blocks keep their own keys
     request.num_computed_tokens = 0
-    assert pool.num_cached_tokens(request) == 4 and pool.num_evictable_blocks == 2
+    assert pool.num_cached_tokens(request) == 4 and num_evictable_blocks(pool) == 2
     assert pool.num_missing_blocks(request, 5) == 3  # 1 new, 2 revived from the queue
     pool.allocate(request, 5)
-    assert pool.block_ids(request) == [0, 1, 3] and pool.num_free_blocks == 5
+    assert block_ids(pool, request) == [0, 1, 3] and pool.num_free_blocks == 5
 
 
 # -- the queue itself, traced by hand ----------------------------------------------
@@ -166,9 +177,9 @@ def test_pops_come_from_the_head_and_pushes_go_to_the_tail() -> None:
     queue = FreeQueue(range(5))
     assert queue.pop(2) == ([0, 1], [])
     queue.extend([7, 6])
-    assert len(queue) == 5 and queue.blocks() == [2, 3, 4, 7, 6]
+    assert queue.size == 5 and queue_blocks(queue) == [2, 3, 4, 7, 6]
     assert queue.pop(4) == ([2, 3, 4, 7], [])
-    assert queue.blocks() == [6]
+    assert queue_blocks(queue) == [6]
 
 
 def test_a_removed_keyed_block_is_skipped_and_keyed_pops_are_reported() -> None:
@@ -176,11 +187,11 @@ def test_a_removed_keyed_block_is_skipped_and_keyed_pops_are_reported() -> None:
     queue.append_keyed(5)
     queue.append_keyed(6)
     queue.extend([2])
-    assert queue.num_keyed == 2 and len(queue) == 5
+    assert len(queue._keyed_at) == 2 and queue.size == 5
     queue.remove(5)  # a hit took it
-    assert queue.blocks() == [0, 1, 6, 2] and len(queue) == 4 and queue.num_keyed == 1
+    assert queue_blocks(queue) == [0, 1, 6, 2] and queue.size == 4 and len(queue._keyed_at) == 1
     assert queue.pop(3) == ([0, 1, 6], [6])
-    assert queue.num_keyed == 0 and queue.blocks() == [2]
+    assert len(queue._keyed_at) == 0 and queue_blocks(queue) == [2]
 
 
 def test_a_block_freed_again_after_a_hit_is_live_only_at_its_new_place() -> None:
@@ -189,10 +200,10 @@ def test_a_block_freed_again_after_a_hit_is_live_only_at_its_new_place() -> None
     queue.extend([1])
     queue.remove(3)  # hit ...
     queue.append_keyed(3)  # ... then freed again: at the tail now
-    assert queue.blocks() == [1, 3]
+    assert queue_blocks(queue) == [1, 3]
     assert queue.pop(1) == ([1], [])
     assert queue.pop(1) == ([3], [3])
-    assert len(queue) == 0
+    assert queue.size == 0
 
 
 def test_popping_more_than_is_free_is_an_error() -> None:
@@ -213,10 +224,10 @@ def test_positions_survive_trimming_the_consumed_head() -> None:
     for _ in range(9):
         queue.pop(1_000)
     queue.remove(20_000)
-    assert len(queue) == 1_001 and queue.num_keyed == 1
+    assert queue.size == 1_001 and len(queue._keyed_at) == 1
     popped, keyed = queue.pop(1_001)
     assert popped == [*range(9_000, 10_000), 20_001] and keyed == [20_001]
-    assert len(queue) == 0 and queue.blocks() == []
+    assert queue.size == 0 and queue_blocks(queue) == []
 
 
 # -- try_grow: the running loop's block crossing ---------------------------------
@@ -237,13 +248,13 @@ def test_prefix_pool_try_grow_is_lazy_for_own_blocks_and_eager_for_shared_ones()
     pool.allocate(own, 4)
     assert pool.try_grow(own, 5)
     assert own.num_blocks == 3 and pool.num_free_blocks == 5
-    assert pool.num_loose_blocks() == 1  # realised when next looked at
-    assert pool.block_ids(own) == [0, 1, 2] and pool.num_loose_blocks() == 0
+    assert num_loose_blocks(pool) == 1  # realised when next looked at
+    assert block_ids(pool, own) == [0, 1, 2] and num_loose_blocks(pool) == 0
     shared = Request(1, 0.0, 6, 2)
     shared.prefix_group, shared.num_shared_prefix_tokens = 0, 6
     pool.allocate(shared, 2)  # its first block is full: cached at once
     assert pool.try_grow(shared, 4)  # eager: the block it fills is cached in this step
-    keys = [pool.block_key(b) for b in pool.block_ids(shared)]
+    keys = [block_key(pool, b) for b in block_ids(pool, shared)]
     assert keys == [("group", 0, 0), ("group", 0, 1)]
     assert pool.num_free_blocks == 3
     assert not pool.try_grow(shared, 12)  # 6 blocks: 4 short, 3 free
@@ -317,9 +328,9 @@ def play(ops: list[tuple[str, int]], queue: FreeQueue, reference: ListQueue, sta
         else:
             count = min(n, len(reference.items))
             assert queue.pop(count) == reference.pop(count)
-        assert queue.blocks() == [b for b, _ in reference.items]
-        assert len(queue) == len(reference.items)
-        assert queue.num_keyed == sum(k for _, k in reference.items)
+        assert queue_blocks(queue) == [b for b, _ in reference.items]
+        assert queue.size == len(reference.items)
+        assert len(queue._keyed_at) == sum(k for _, k in reference.items)
 
 
 def test_a_keyed_block_popped_then_pushed_plain_is_not_reported_keyed() -> None:

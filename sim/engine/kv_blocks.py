@@ -127,14 +127,6 @@ class FreeQueue:
         # change: the pool reads it on every allocation and free.
         self.size = len(self._entries)
 
-    def __len__(self) -> int:
-        return self.size
-
-    @property
-    def num_keyed(self) -> int:
-        """Keyed (cached) blocks in the queue: the ones a hit could take out."""
-        return len(self._keyed_at)
-
     def extend(self, blocks: list[int]) -> None:
         """Append unkeyed blocks at the tail, in the order given."""
         self._entries += blocks
@@ -188,9 +180,3 @@ class FreeQueue:
         self._head = head
         self.size -= count
         return popped, keyed
-
-    def blocks(self) -> list[int]:
-        """The free blocks, head first (inspection: O(queue))."""
-        marks, keyed_at, start = set(self._marks), self._keyed_at, self._base + self._head
-        entries = enumerate(self._entries[self._head :], start)
-        return [b for at, b in entries if at not in marks or keyed_at.get(b) == at]

@@ -106,10 +106,6 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.num_free_blocks = num_blocks
 
-    @property
-    def num_used_blocks(self) -> int:
-        return self.num_blocks - self.num_free_blocks
-
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks needed to hold ``num_tokens`` tokens (ceiling division)."""
         return -(-num_tokens // self.block_size_tokens)
@@ -212,15 +208,6 @@ class PrefixCachingPool(BlockPool):
         # Free blocks in eviction order, head first (vLLM's free block queue).
         self._queue = FreeQueue(range(num_blocks))
         self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
-
-    # -- keys (sim.engine.kv_blocks) ----------------------------------------------
-    def num_shareable_blocks(self, request: Request) -> int:
-        """Leading whole blocks of ``request`` keyed by content shared across requests."""
-        return self._keys.num_shareable(request)
-
-    def block_keys(self, request: Request, stop: int, start: int = 0) -> list[Key]:
-        """Keys of ``request``'s blocks ``start`` .. ``stop - 1``."""
-        return self._keys.keys(request, stop, start)
 
     def _cold(self, request: Request) -> bool:
         """Whether ``request``, holding no blocks, is plain and surely hits nothing: no
@@ -519,64 +506,6 @@ class PrefixCachingPool(BlockPool):
             copies.remove(block)
         if copies is not None and not copies:
             del self._copies[key]
-
-    # -- inspection (tests and metrics; some O(pool), never on the hot path) ----------
-    @property
-    def num_cached_blocks(self) -> int:
-        """Blocks holding a key (cached), referenced or not."""
-        self._settle()
-        return sum(1 for key in self._key_of if key is not None)
-
-    @property
-    def num_evictable_blocks(self) -> int:
-        """Cached blocks in the free queue (no request references them)."""
-        self._settle()
-        return self._queue.num_keyed
-
-    def free_queue(self) -> list[int]:
-        """Free block ids, next to be allocated (and evicted) first."""
-        self._settle()
-        return self._queue.blocks()
-
-    def block_ids(self, request: Request) -> list[int]:
-        """``request``'s block ids, first block first."""
-        self._settle()
-        if request.request_id not in self._blocks:
-            return []
-        self._realise(request)
-        return list(self._blocks[request.request_id])
-
-    def block_key(self, block: int) -> Key | None:
-        """The key block ``block`` is cached under; ``None`` if it is not cached."""
-        self._settle()
-        return self._key_of[block]
-
-    def block_ref_count(self, block: int) -> int:
-        """Requests referencing block ``block`` (0: it is in the free queue)."""
-        self._settle()
-        if self._key_of[block] is not None:
-            return self._refs[block]
-        # Unkeyed: held by one request (or allocated inline, not yet listed) or free.
-        held = block in self._loose or any(block in ids for ids in self._blocks.values())
-        return int(held)
-
-    def cached_block(self, key: Key) -> int | None:
-        """The block a hit on ``key`` would take; ``None`` if ``key`` is not cached."""
-        self._settle()
-        return self._cached.get(key)
-
-    def held_keys(self, request: Request) -> list[Key]:
-        """Keys of ``request``'s cached blocks (its leading ones)."""
-        key_of = self._key_of
-        return [
-            key_of[b]
-            for b in self.block_ids(request)[: self._num_hashed.get(request.request_id, 0)]
-        ]
-
-    def num_loose_blocks(self) -> int:
-        """Blocks allocated inline and not yet listed under a request."""
-        self._settle()
-        return len(self._loose)
 
 
 # -- swap space ------------------------------------------------------------------------

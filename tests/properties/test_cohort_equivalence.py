@@ -26,6 +26,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pool_state import queue_blocks
 from test_feature_invariants import grouped_workloads
 from test_invariants import SETTINGS, Setup, assert_same_runs, continuous_setups, workloads
 
@@ -130,7 +131,7 @@ def run(
     if not isinstance(kv, PrefixCachingPool):
         return Run(raw, member_steps, finish_order, [], {}, 0)
     return Run(
-        raw, member_steps, finish_order, kv._queue.blocks(), dict(kv._cached), kv.num_evictions
+        raw, member_steps, finish_order, queue_blocks(kv._queue), dict(kv._cached), kv.num_evictions
     )
 
 

@@ -23,6 +23,17 @@ import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pool_state import (
+    block_ids,
+    block_key,
+    block_keys,
+    block_ref_count,
+    cached_block,
+    free_queue,
+    held_keys,
+    num_evictable_blocks,
+    num_loose_blocks,
+)
 from test_invariants import (
     MAX_SCHEDULE_CALLS,
     SETTINGS,
@@ -75,30 +86,30 @@ def check_prefix_pool(core: EngineCore) -> None:
     kv = core.kv
     assert isinstance(kv, PrefixCachingPool)
     assert 0 <= kv.num_free_blocks <= kv.num_blocks
-    queue = kv.free_queue()
+    queue = free_queue(kv)
     assert len(queue) == kv.num_free_blocks, "the free queue holds exactly the free blocks"
-    assert 0 <= kv.num_evictable_blocks <= kv.num_free_blocks
+    assert 0 <= num_evictable_blocks(kv) <= kv.num_free_blocks
     holders: Counter[int] = Counter()
     for r in core.running:
-        ids = kv.block_ids(r)
+        ids = block_ids(kv, r)
         assert len(ids) == r.num_blocks >= kv.blocks_for(r.num_computed_tokens)
         assert len(set(ids)) == len(ids)
-        held = kv.held_keys(r)
-        assert held == kv.block_keys(r, len(held)), "cached blocks are keyed by their chain"
+        held = held_keys(kv, r)
+        assert held == block_keys(kv, r, len(held)), "cached blocks are keyed by their chain"
         assert len(held) <= r.num_computed_tokens // kv.block_size_tokens + r.num_blocks
         holders.update(ids)
     # Conservation: every block is held (reference-counted) or free, never both.
-    assert kv.num_loose_blocks() == 0
+    assert num_loose_blocks(kv) == 0
     assert not set(holders) & set(queue)
     assert len(holders) + len(queue) == kv.num_blocks
     for block, count in holders.items():
-        assert kv.block_ref_count(block) == count
+        assert block_ref_count(kv, block) == count
     for block in queue:
-        assert kv.block_ref_count(block) == 0
+        assert block_ref_count(kv, block) == 0
     for block in range(kv.num_blocks):
-        key = kv.block_key(block)
-        assert key is None or kv.cached_block(key) is not None
-    assert all(r.num_blocks == 0 and not kv.block_ids(r) for r in core.waiting)
+        key = block_key(kv, block)
+        assert key is None or cached_block(kv, key) is not None
+    assert all(r.num_blocks == 0 and not block_ids(kv, r) for r in core.waiting)
 
 
 class Checked:

@@ -189,7 +189,8 @@ def check_pool(core: EngineCore) -> None:
     # Async scheduling: requests that finished in the step just committed keep
     # their blocks until the plan under way is made.
     held = sum(r.num_blocks for r in core.running) + sum(r.num_blocks for r in core.held)
-    assert held == kv.num_used_blocks, "blocks held by running requests != blocks in use"
+    in_use = kv.num_blocks - kv.num_free_blocks
+    assert held == in_use, "blocks held by running requests != blocks in use"
     assert all(r.num_blocks == 0 for r in core.waiting), "a waiting request holds blocks"
     for r in core.running:
         # The KV cache holds every computed token.
