@@ -27,9 +27,7 @@ from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.errors import ConfigError
 from sim.fast import open_loop
-from sim.fast.compiled import arrays as arrays_module
-from sim.fast.compiled import layout, loop, path, steps
-from sim.fast.compiled.arrays import LoopArrays
+from sim.fast.compiled import loop, path
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.planning.sweep_exec import run_point
 from sim.scenario import scenario_from_dict
@@ -144,32 +142,32 @@ def test_a_token_that_breaks_its_run_stops_the_loop() -> None:
     """Plain continuous batching never skips a decoder without preempting (the
     requests ahead of it took no more at its admission, and the budget then
     sufficed), so the loop's check is a safety net: planted here."""
-    state = np.zeros(layout.STATE_SIZE, dtype=np.int64)
-    state[layout.NUM_STEPS] = 10
+    state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
+    state[loop.NUM_STEPS] = 10
     one = np.ones(1, dtype=np.int64)
     last_step = np.array([7])  # its last token came three steps ago
-    status = steps.commit(
+    status = loop.commit(
         one * 5, one * 9, one * 5, one * 1, one, last_step, np.zeros(1), np.full(1, np.nan),
         np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
         np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
         np.zeros(1, dtype=np.int64),
     )  # fmt: skip
-    assert status == layout.UNSUPPORTED
+    assert status == loop.UNSUPPORTED
     last_step[0] = 9  # the step before: the run goes on
-    assert steps.commit(
+    assert loop.commit(
         one * 5, one * 9, one * 5, one * 1, one, last_step, np.zeros(1), np.full(1, np.nan),
         np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
         np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
         np.zeros(1, dtype=np.int64),
-    ) == layout.DONE  # fmt: skip
-    assert state[layout.NUM_STEPS] == 11
+    ) == loop.DONE  # fmt: skip
+    assert state[loop.NUM_STEPS] == 11
 
 
 def test_buffers_emptied_midway_give_the_same_run(monkeypatch: pytest.MonkeyPatch) -> None:
     work = poisson(400, 30.0)
     reference, _, _ = simulate(work, engine(), "never")
-    monkeypatch.setattr(arrays_module, "CHUNK_STEPS", 64)  # a flush every few dozen steps
-    monkeypatch.setattr(arrays_module, "CHUNK_ROWS", 8)
+    monkeypatch.setattr(path, "CHUNK_STEPS", 64)  # a flush every few dozen steps
+    monkeypatch.setattr(path, "CHUNK_ROWS", 8)
     calls = []
     run = loop.run
 
@@ -225,7 +223,7 @@ def test_routers_that_read_the_load_stay_on_the_python_path() -> None:
 
 def test_the_loop_takes_the_arrays_in_their_order() -> None:
     names = list(inspect.signature(loop.run).parameters)
-    assert names == [field.name for field in fields(LoopArrays)]
+    assert names == [field.name for field in fields(path.LoopArrays)]
 
 
 @pytest.mark.parametrize(

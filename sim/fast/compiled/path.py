@@ -9,19 +9,35 @@ path's to the bit; the result is then built from the cores as after any run.
 ``why_not`` says why a run is not of that kind; ``run_compiled`` answers
 ``False``, the cores as they were, when one meets what only the Python path
 plays (a preemption, a broken run of tokens); the caller then simulates as usual.
+
+``LoopArrays``'s fields are the loop's arguments, in order (``args``), built
+from a workload and a core and read back into it. Requests are indexed in
+submission order (the feed's: arrival plus tokenization, stable), which
+``order`` maps back to request ids.
 """
 
 from __future__ import annotations
 
 import functools
 import warnings
+from array import array
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from sim.cost.roofline import RooflineCost
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
-from sim.engine.scheduler import Continuous, EngineCore
-from sim.fast.compiled import layout, loop
-from sim.fast.compiled.arrays import LoopArrays
+from sim.engine.scheduler import (
+    _RECORD_COUNTS,
+    _RECORD_TIMES,
+    MAX_RUN_STEPS,
+    Continuous,
+    EngineCore,
+)
+from sim.fast.compiled import loop
 from sim.fast.feed import Submissions
 from sim.serving.submission import OpenLoop
 
@@ -112,16 +128,197 @@ def _run_one(
     args = arrays.args()
     while True:
         status = run(*args)
-        if status == layout.UNSUPPORTED:
+        if status == loop.UNSUPPORTED:
             return False
         arrays.flush_into(core)
         core.num_done = arrays.num_done  # what the progress bar reads
         tick()
-        if status == layout.DONE:
+        if status == loop.DONE:
             break
     if arrays.num_done != len(mine.order):
         return False  # some never ran: the Python path records them unfinished
-    core.num_steps = int(arrays.state[layout.NUM_STEPS])
-    core.last_end_s = float(arrays.clock[layout.LAST_END])
+    core.num_steps = int(arrays.state[loop.NUM_STEPS])
+    core.last_end_s = float(arrays.clock[loop.LAST_END])
     arrays.write_records(core, work, mine.order)
     return True
+
+
+# -- the loop's arrays ------------------------------------------------------------
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+CountArray = npt.NDArray[np.int32]
+
+# Step ends a call may log before it returns to have its buffers emptied (8 MB;
+# a million base requests log ~14 million steps, so the progress bar moves).
+CHUNK_STEPS = 1 << 20
+# Segments and plans: fewer than steps (a run of decode steps is one segment).
+CHUNK_ROWS = CHUNK_STEPS // 4
+_SEGMENT_COUNTS = ("num_steps", "num_prefill_tokens", "num_decode_seqs", "num_itl_tokens",
+                   "num_outputs")  # fmt: skip
+_SERIES_COUNTS = ("num_waiting", "num_running", "num_kv_blocks_used")
+
+
+@dataclass(eq=False)
+class LoopArrays:
+    """Everything the loop reads and writes (see ``sim.fast.compiled.loop.run``)."""
+
+    settings: IntArray
+    cost: FloatArray
+    clock_s: FloatArray
+    ready_s: FloatArray
+    prompt: IntArray
+    output: IntArray
+    comp: IntArray
+    gen: IntArray
+    blocks: IntArray
+    lookups: IntArray
+    last_step: IntArray
+    first_scheduled_s: FloatArray
+    first_token_s: FloatArray
+    finish_s: FloatArray
+    running: IntArray
+    sched_r: IntArray
+    sched_new: IntArray
+    held: IntArray
+    state: IntArray
+    clock: FloatArray
+    ends: FloatArray
+    segment_start_s: FloatArray
+    segment_counts: CountArray
+    series_time_s: FloatArray
+    series_counts: CountArray
+    done_order: IntArray
+
+    @classmethod
+    def build(
+        cls, core: EngineCore, cost: RooflineCost, work: OpenLoop, mine: Submissions
+    ) -> LoopArrays:
+        """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh)."""
+        policy = core.policy
+        assert isinstance(policy, Continuous)
+        kv = core.kv
+        order = mine.order
+        n = len(order)
+        inf = np.array([np.inf])  # "nothing more to come", as the feed's
+        settings = np.zeros(loop.NUM_SETTINGS, dtype=np.int64)
+        settings[loop.MAX_NUM_SEQS] = policy.max_num_seqs
+        settings[loop.MAX_BATCHED_TOKENS] = policy.max_num_batched_tokens
+        settings[loop.TOKEN_CAP] = policy.max_tokens_per_request or 0  # 0: no cap
+        settings[loop.CHUNKED] = policy.chunked_prefill
+        settings[loop.BLOCK_SIZE] = kv.block_size_tokens
+        settings[loop.NUM_BLOCKS] = kv.num_blocks
+        settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
+        settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
+        settings[loop.ASYNC] = policy.async_scheduling
+        constants = np.zeros(loop.NUM_COSTS)
+        constants[loop.OVERHEAD_S] = cost._overhead_s
+        constants[loop.S_PER_DENSE_TOKEN] = cost._s_per_dense_token
+        constants[loop.S_PER_PAIR] = cost._s_per_attention_pair
+        constants[loop.WEIGHT_S] = cost._weight_s
+        constants[loop.S_PER_KV_TOKEN] = cost._s_per_kv_token
+        state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
+        state[loop.NUM_FREE] = kv.num_free_blocks
+        slots = policy.max_num_seqs + 1  # running, scheduled and held never exceed the limit
+
+        def counts() -> IntArray:
+            return np.zeros(n, dtype=np.int64)
+
+        def times() -> FloatArray:
+            return np.full(n, np.nan)
+
+        def slot_array() -> IntArray:
+            return np.zeros(slots, dtype=np.int64)
+
+        return cls(
+            settings, constants, np.concatenate([mine.clock_s, inf]),
+            np.concatenate([mine.ready_s, inf]),
+            np.ascontiguousarray(work.num_prompt_tokens[order], dtype=np.int64),
+            np.ascontiguousarray(work.num_output_tokens[order], dtype=np.int64),
+            counts(), counts(), counts(), counts(), counts(),
+            times(), times(), times(),
+            slot_array(), slot_array(), slot_array(), slot_array(),
+            state, np.zeros(loop.NUM_CLOCKS),
+            np.empty(CHUNK_STEPS + MAX_RUN_STEPS + 1),
+            np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(_SEGMENT_COUNTS)), dtype=np.int32),
+            np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(_SERIES_COUNTS)), dtype=np.int32),
+            np.empty(n, dtype=np.int64),
+        )  # fmt: skip
+
+    def args(self) -> tuple[npt.NDArray[np.generic], ...]:
+        """The loop's arguments, in its order (the arrays themselves: it writes to them)."""
+        return tuple(getattr(self, field.name) for field in fields(self))
+
+    @property
+    def num_done(self) -> int:
+        return int(self.state[loop.NUM_DONE])
+
+    def flush_into(self, core: EngineCore) -> None:
+        """Append the logged steps and queue samples to ``core``'s logs; empty the buffers."""
+        state = self.state
+        num_ends, num_segments, num_plans = (
+            state[loop.NUM_ENDS], state[loop.NUM_SEGMENTS], state[loop.NUM_PLANS]
+        )  # fmt: skip
+        steps, series = core.steps, core.series
+        _append(steps.ends, self.ends[:num_ends])
+        _append(steps.segments.group("f8", ("start_s",)), self.segment_start_s[:num_segments])
+        _append(steps.segments.group("i4", _SEGMENT_COUNTS), self.segment_counts[:num_segments])
+        _append(series.group("f8", ("time_s",)), self.series_time_s[:num_plans])
+        _append(series.group("i4", _SERIES_COUNTS), self.series_counts[:num_plans])
+        state[loop.NUM_ENDS] = state[loop.NUM_SEGMENTS] = state[loop.NUM_PLANS] = 0
+
+    def write_records(self, core: EngineCore, work: OpenLoop, order: npt.NDArray[np.intp]) -> None:
+        """The finished requests' records, in the order they finished, as
+        ``EngineCore._done`` writes them (no preemption, nothing cached or rejected).
+
+        Each column is worked out when its place in the table is filled, so that
+        no more than one is held beside the table (a million requests' records
+        are 130 MB).
+        """
+        done = self.done_order
+        ids = order[done]
+        priority = getattr(work, "priority", None)
+        arrival_s = np.asarray(work.arrival_s, dtype=np.float64)
+        times: dict[str, Callable[[], npt.NDArray[Any]]] = {
+            "arrival_s": lambda: arrival_s[ids],
+            "ready_s": lambda: self.clock_s[done],  # a request taken from the feed is ready then
+            "first_scheduled_s": lambda: self.first_scheduled_s[done],
+            "first_token_s": lambda: self.first_token_s[done],
+            "finish_s": lambda: self.finish_s[done],
+        }
+        counts: dict[str, Callable[[], npt.NDArray[Any] | int]] = {
+            "request_id": lambda: ids,
+            "num_prompt_tokens": lambda: self.prompt[done],
+            "num_output_tokens": lambda: self.output[done],
+            "num_generated_tokens": lambda: self.output[done],
+            "num_preemptions": lambda: 0,
+            "num_swaps": lambda: 0,
+            "priority": lambda: 0 if priority is None else np.asarray(priority)[ids],
+            "num_cached_tokens": lambda: 0,
+            "num_prefix_lookups": lambda: self.lookups[done],
+            # Looked up once, fresh: the prompt is the query.
+            "num_prefix_query_tokens": lambda: self.lookups[done] * self.prompt[done],
+            "num_prefix_hit_tokens": lambda: 0,
+        }
+        records = core.records
+        for dtype, names, columns in (("f8", _RECORD_TIMES, times), ("i8", _RECORD_COUNTS, counts)):
+            rows = _new_rows(records.group(dtype, names), len(done), len(names), dtype)
+            for k, name in enumerate(names):
+                rows[:, k] = columns[name]()
+            del rows  # (the view pins the array's size)
+        _append(records.group("i4", ("replica",)), np.full(len(done), core.replica, np.int32))
+
+
+def _new_rows(target: array[Any], num_rows: int, num_columns: int, dtype: str) -> npt.NDArray[Any]:
+    """``num_rows`` new rows of zeros at the end of ``target``, as a writable view
+    (drop it before ``target`` grows again). The zeros come from calloc'd pages,
+    which hold no memory until written."""
+    start = len(target) // num_columns
+    _append(target, np.zeros(num_rows * num_columns, dtype=dtype))
+    return np.frombuffer(target, dtype=dtype).reshape(-1, num_columns)[start:]
+
+
+def _append(target: array[Any], rows: npt.NDArray[Any]) -> None:
+    """Append ``rows`` (C order, ``target``'s item type) to ``target``, without a copy
+    of them in between (``tobytes`` would make one: 100 MB at a million requests)."""
+    target.frombytes(np.ascontiguousarray(rows).data.cast("B"))
