@@ -16,7 +16,7 @@ from sim.cost.base import CostModel
 from sim.cost.config import parallel_cost_model
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import SwapSpace
-from sim.engine.policies import Scheduler, StaticConfig
+from sim.engine.policies import Scheduler
 from sim.engine.scheduler import ContinuousSettings
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
@@ -38,10 +38,7 @@ def kv_blocks_for(scenario: Scenario) -> int:
     if engine.num_kv_blocks is not None:
         return engine.num_kv_blocks
     policy = scenario.scheduler
-    if isinstance(policy, StaticConfig):
-        batched_tokens = min(policy.max_batch_size * engine.max_model_len_tokens, 1 << 16)
-    else:
-        batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)
+    batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)
     # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
     seqs = next(
         getattr(policy, name)

@@ -22,49 +22,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from sim.engine.policies.static import MAX_RUN_STEPS, Static, StaticConfig
-from sim.engine.scheduler import CoreView, StepPlan
+from sim.engine.policies.static import BatchSettings, Static
 
 
-class DynamicConfig(BaseModel):
+class DynamicConfig(BatchSettings):
     """Settings of dynamic batching (batches run to completion, no padding)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     kind: Literal["dynamic"] = "dynamic"
-    max_batch_size: int = Field(default=8, ge=1, description="requests per batch at most")
-    max_wait_s: float = Field(
-        default=0.0, ge=0.0, description="longest the oldest request waits for a full batch"
-    )
 
     def build(self) -> Dynamic:
         return Dynamic(self)
-
-    def step_token_bound(self, max_model_len_tokens: int) -> int:
-        """Most tokens one step can compute (sizes the activation reserve)."""
-        return min(self.max_batch_size * max_model_len_tokens, 1 << 16)
 
 
 class Dynamic(Static):
     """Static batching's batch formation; decode steps of the unfinished members only."""
 
-    def __init__(self, config: DynamicConfig) -> None:
-        super().__init__(
-            StaticConfig(max_batch_size=config.max_batch_size, max_wait_s=config.max_wait_s)
-        )
-
-    def _continue_batch(self, core: CoreView) -> StepPlan:
-        running = core.running  # the members still generating, after their prefill
-        scheduled = [(r, 1) for r in running]
-        # This step emits one token each; the first member finishes after this many steps.
-        num_steps = min(r.num_output_tokens - r.num_generated_tokens for r in running)
-        return StepPlan(
-            scheduled,
-            num_steps=min(num_steps, MAX_RUN_STEPS),
-            interruptible=False,  # nothing joins a running batch
-            run_num_seqs=len(running),
-            # Step 2's context: each member's computed tokens plus this step's and the next's.
-            run_context_tokens=sum(r.num_computed_tokens + 1 for r in running) + len(running),
-        )
+    pads_finished = False

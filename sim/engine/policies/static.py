@@ -16,21 +16,28 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.request import Request
-from sim.engine.scheduler import CoreView, StepPlan
-
-MAX_RUN_STEPS = 4096
+from sim.engine.scheduler import MAX_RUN_STEPS, CoreView, StepPlan
 
 
-class StaticConfig(BaseModel):
-    """Settings of static (request-level) batching."""
+class BatchSettings(BaseModel):
+    """How a batch forms, shared by static and dynamic batching."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["static"] = "static"
     max_batch_size: int = Field(default=8, ge=1, description="requests per batch at most")
     max_wait_s: float = Field(
         default=0.0, ge=0.0, description="longest the oldest request waits for a full batch"
     )
+
+    def step_token_bound(self, max_model_len_tokens: int) -> int:
+        """Most tokens one step can compute (sizes the activation reserve)."""
+        return min(self.max_batch_size * max_model_len_tokens, 1 << 16)
+
+
+class StaticConfig(BatchSettings):
+    """Settings of static (request-level) batching."""
+
+    kind: Literal["static"] = "static"
 
     def build(self) -> Static:
         return Static(self)
@@ -40,11 +47,13 @@ class Static:
     """The policy; remembers the members of the batch in flight."""
 
     async_scheduling = False  # a static batch is planned when the last one ends
+    # Whether finished members keep their slot as padding (dynamic batching: no).
+    pads_finished = True
 
-    def __init__(self, config: StaticConfig) -> None:
+    def __init__(self, config: BatchSettings) -> None:
         self.max_batch_size = config.max_batch_size
         self.max_wait_s = config.max_wait_s
-        self._members: list[Request] = []
+        self._members: list[Request] = []  # the batch's, when finished ones pad it
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
         if not core.running:
@@ -77,7 +86,8 @@ class Static:
             request.first_scheduled_s = now_s
             core.running.append(request)
             scheduled.append((request, request.num_wanted_tokens))
-        self._members = [r for r, _ in scheduled]
+        if self.pads_finished:
+            self._members = [r for r, _ in scheduled]
         return StepPlan(scheduled, interruptible=False)
 
     def _continue_batch(self, core: CoreView) -> StepPlan:
