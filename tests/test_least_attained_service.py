@@ -17,7 +17,7 @@ from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import LeastAttainedServiceConfig, PolicyConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import CoreView
-from sim.engine.steplog import StepLog
+from sim.engine.step_runs import StepLog
 from sim.fast.cohort import Cohort
 from sim.scenario import load_scenario, scenario_from_dict
 

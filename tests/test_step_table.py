@@ -18,8 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine.speculative import SpeculativeConfig, speculative_summary
-from sim.engine.step_runs import StepTable
-from sim.engine.steplog import StepLog
+from sim.engine.step_runs import StepLog, StepTable
 from sim.metrics import itl
 from sim.metrics.itl import itl_distribution, step_itl_gaps_s
 from sim.serving.cluster import request_token_times_s

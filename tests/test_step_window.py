@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from test_step_table import build, replica_script
 
 from sim import api
-from sim.engine.step_runs import COUNT_COLUMNS, StepRuns
-from sim.engine.steplog import StepLog
+from sim.engine.step_runs import COUNT_COLUMNS, StepLog, StepRuns
 from sim.metrics.trace import replica_events, trace_document
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"

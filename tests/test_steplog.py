@@ -1,4 +1,4 @@
-"""The step log by runs (``sim.engine.steplog``, ``sim.engine.step_runs``).
+"""The step log by runs (``sim.engine.step_runs``).
 
 It must expand to exactly the rows a log of one row per step held: checked
 against such a log, kept here as the reference, for random sequences of
@@ -16,8 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine import step_runs
-from sim.engine.step_runs import STEP_COLUMNS, Delivered, StepRuns, StepTable
-from sim.engine.steplog import StepLog
+from sim.engine.step_runs import STEP_COLUMNS, Delivered, StepLog, StepRuns, StepTable
 
 Row = tuple[float, float, int, int, int, int]
 

@@ -39,7 +39,7 @@ from sim.engine.columns import Columns
 from sim.engine.kv_cache import BlockPool, SwapSpace
 from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
-from sim.engine.steplog import StepLog
+from sim.engine.step_runs import StepLog
 
 # A skip-ahead run is capped so that one SimPy timeout never covers more than
 # this many steps' worth of numpy arrays (memory, not correctness).

@@ -37,6 +37,7 @@ from sim.engine.scheduler import (
     Continuous,
     EngineCore,
 )
+from sim.engine.step_runs import SEGMENT_COUNTS
 from sim.fast.compiled import loop
 from sim.fast.feed import Submissions
 from sim.serving.submission import OpenLoop
@@ -154,8 +155,6 @@ CountArray = npt.NDArray[np.int32]
 CHUNK_STEPS = 1 << 20
 # Segments and plans: fewer than steps (a run of decode steps is one segment).
 CHUNK_ROWS = CHUNK_STEPS // 4
-_SEGMENT_COUNTS = ("num_steps", "num_prefill_tokens", "num_decode_seqs", "num_itl_tokens",
-                   "num_outputs")  # fmt: skip
 _SERIES_COUNTS = ("num_waiting", "num_running", "num_kv_blocks_used")
 
 
@@ -240,7 +239,7 @@ class LoopArrays:
             slot_array(), slot_array(), slot_array(), slot_array(),
             state, np.zeros(loop.NUM_CLOCKS),
             np.empty(CHUNK_STEPS + MAX_RUN_STEPS + 1),
-            np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(_SEGMENT_COUNTS)), dtype=np.int32),
+            np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(SEGMENT_COUNTS)), dtype=np.int32),
             np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(_SERIES_COUNTS)), dtype=np.int32),
             np.empty(n, dtype=np.int64),
         )  # fmt: skip
@@ -262,7 +261,7 @@ class LoopArrays:
         steps, series = core.steps, core.series
         _append(steps.ends, self.ends[:num_ends])
         _append(steps.segments.group("f8", ("start_s",)), self.segment_start_s[:num_segments])
-        _append(steps.segments.group("i4", _SEGMENT_COUNTS), self.segment_counts[:num_segments])
+        _append(steps.segments.group("i4", SEGMENT_COUNTS), self.segment_counts[:num_segments])
         _append(series.group("f8", ("time_s",)), self.series_time_s[:num_plans])
         _append(series.group("i4", _SERIES_COUNTS), self.series_counts[:num_plans])
         state[loop.NUM_ENDS] = state[loop.NUM_SEGMENTS] = state[loop.NUM_PLANS] = 0
