@@ -134,9 +134,9 @@ def test_speculative_summary_counts_decode_slots_without_expanding() -> None:
     table = build([[(0.01, [0.01] * 4, 10, 3, 2, 0.0)] * 2])
     requests = pd.DataFrame({"num_generated_tokens": [20, 11, 0]})
     config = SpeculativeConfig(num_draft_tokens=3, acceptance_rate=0.7, draft_cost_fraction=0.1)
-    assert speculative_summary(config, requests, table) == speculative_summary(
-        config, requests, table.frame()
-    )
+    slots = int(table.frame()["num_decode_seqs"].sum())  # expanded, one row per step
+    summary = speculative_summary(config, requests, table)
+    assert summary["speculative_tokens_per_step"] == (20 - 1 + 11 - 1) / slots
     assert table.total("num_decode_seqs") == 2 * 5 * 3
 
 

@@ -267,7 +267,7 @@ class SpeculativeScheduler:
 
 
 def speculative_summary(
-    config: SpeculativeConfig, requests: pd.DataFrame, steps: pd.DataFrame | StepTable
+    config: SpeculativeConfig, requests: pd.DataFrame, steps: StepTable
 ) -> dict[str, float | int | None]:
     """summary.json keys: k, α, the expected and the simulated tokens per decode step.
 
@@ -276,10 +276,7 @@ def speculative_summary(
     """
     generated = requests["num_generated_tokens"].to_numpy()
     decode_tokens = int(generated.sum() - (generated > 0).sum())
-    if isinstance(steps, StepTable):
-        slots = steps.total("num_decode_seqs")
-    else:
-        slots = int(steps["num_decode_seqs"].sum())
+    slots = steps.total("num_decode_seqs")
     return {
         "speculative_num_draft_tokens": config.num_draft_tokens,
         "speculative_acceptance_rate": config.acceptance_rate,
