@@ -212,7 +212,9 @@ class PrefixCachingPool(BlockPool):
     def _cold(self, request: Request) -> bool:
         """Whether ``request``, holding no blocks, is plain and surely hits nothing: no
         shareable prefix, and either computed tokens (no lookup then) or its own first
-        block not cached and no other request's blocks waiting to be cached (``_hits``)."""
+        block not cached (a hit is a chain from block 0; own keys exist only after
+        freeing blocks unfinished) and no other request's blocks waiting to be cached
+        (``_catch_up``)."""
         return (
             request.prefix_group is None
             and request.block_hash_ids is None
@@ -400,23 +402,13 @@ class PrefixCachingPool(BlockPool):
 
     # -- the index: hits, caching full blocks, evicting keys -------------------------
     def _hits(self, request: Request) -> list[int]:
-        """Block ids of the longest cached prefix of a request holding nothing.
+        """Block ids of the longest cached prefix of a request holding nothing and
+        not ``_cold`` (its callers answer cold requests, the common case, first).
 
         At most ``num_tokens - 1`` tokens, in whole blocks: vLLM computes at
         least the last token (its logits give the next one).
         """
         if request.num_blocks or request.num_computed_tokens:
-            return []
-        if (
-            request.prefix_group is None
-            and request.block_hash_ids is None
-            and not self._filling
-            and own_key_base(request) not in self._cached
-        ):
-            # The common case, answered with one lookup: no shared prefix, no other
-            # request's blocks to cache first (``_catch_up``), and its own first
-            # block not cached (it has own keys only after freeing blocks unfinished,
-            # and a hit is a chain from block 0).
             return []
         self._settle()
         if self._filling:
