@@ -19,9 +19,8 @@ disaggregation is declined: only the reference plays it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from sim.engine.scheduler import EngineCore
 from sim.errors import ConfigError
 from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
 from sim.fast.forks import forking_supported
@@ -68,10 +67,17 @@ def run(
     else:
         return None
     tokenize_s = replica_config.frontend.tokenize_s_per_token
-    if _run_compiled(cores, replica_config, work, tokenize_s, compiled, progress.tick):
-        raw = result()  # the cores hold the run's logs
-        raw.accelerator = "compiled loop"
-        return raw
+    loop = choose_loop(len(work.arrival_s), compiled)
+    if loop is not None:
+        from sim.fast.compiled import path
+
+        cost = replica_config.cost
+        if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
+            assert isinstance(cost, path.RooflineCost)
+            if path.run_compiled(cores, cost, work, tokenize_s, loop, progress.tick):
+                raw = result()  # the cores hold the run's logs
+                raw.accelerator = "compiled loop"
+                return raw
     if isinstance(replicas, Replica):
         # One replica takes its requests when it plans, and ends its runs at the next one.
         (feed,) = Feed.split(work, tokenize_s, [replicas.core.add])
@@ -110,27 +116,6 @@ def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., 
 
     # "python": the same function uncompiled: slow, for tests without numba.
     return path.loop.run if mode == "python" else path.compiled()
-
-
-def _run_compiled(
-    cores: Sequence[EngineCore],
-    replica_config: ReplicaConfig,
-    work: OpenLoop,
-    tokenize_s: float,
-    wanted: bool | None,
-    tick: Callable[[], None],
-) -> bool:
-    """Simulate ``work`` in the compiled loop if it can (``sim.fast.compiled``)."""
-    loop = choose_loop(len(work.arrival_s), wanted)
-    if loop is None:
-        return False
-    from sim.fast.compiled import path
-
-    cost = replica_config.cost
-    if path.why_not(cores, cost, replica_config.skip_ahead, work):
-        return False
-    assert isinstance(cost, path.RooflineCost)
-    return path.run_compiled(cores, cost, work, tokenize_s, loop, tick)
 
 
 def _num_workers(pool: Pool, num_requests: int, wanted: int | None) -> int:

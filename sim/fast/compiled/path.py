@@ -58,17 +58,6 @@ def compiled() -> Callable[..., int] | None:
         return None
 
 
-def _is_roofline(cost: object) -> bool:
-    """Whether ``cost`` prices steps as ``RooflineCost`` does (a relabelled one too)."""
-    if not isinstance(cost, RooflineCost):
-        return False
-    kind = type(cost)
-    return (
-        kind.step_s is RooflineCost.step_s
-        and kind.decode_durations_s is RooflineCost.decode_durations_s
-    )
-
-
 def why_not(
     cores: Sequence[EngineCore], cost: object, skip_ahead: bool, work: OpenLoop
 ) -> str | None:
@@ -77,7 +66,11 @@ def why_not(
     policy = core.policy
     if type(policy) is not Continuous or policy.swap is not None:
         return "not plain continuous batching"
-    if not _is_roofline(cost):
+    if not (  # a relabelled roofline too, if it prices steps as the roofline
+        isinstance(cost, RooflineCost)
+        and type(cost).step_s is RooflineCost.step_s
+        and type(cost).decode_durations_s is RooflineCost.decode_durations_s
+    ):
         return "not a roofline cost"
     if not skip_ahead or any(core.recorder is not None for core in cores):
         return "step by step, or recorded"
