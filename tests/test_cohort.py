@@ -46,7 +46,7 @@ def test_join_counts_context_and_crossings() -> None:
     cohort.join(a, 10)
     cohort.join(b, 10)
     assert cohort.num_members == 2
-    assert cohort.joined_step(a) == cohort.joined_step(b) == 10
+    assert cohort._joined.get(a) == cohort._joined.get(b) == 10
     # Step 10 computes token 7 of a and 6 of b; step 11, tokens 8 and 7.
     assert cohort.context_tokens(10) == 6 + 5
     assert cohort.context_tokens(11) == 7 + 6
@@ -83,8 +83,8 @@ def test_crossings_match_the_per_request_rule(
         members.append(request)
 
     def computed_before(request: Request, step: int) -> int:
-        assert cohort.joined_step(request) is not None
-        return request.num_computed_tokens + step - cohort.joined_step(request)
+        assert cohort._joined.get(request) is not None
+        return request.num_computed_tokens + step - cohort._joined.get(request)
 
     def needs_block(request: Request, step: int) -> bool:
         c = computed_before(request, step)  # this step computes token c + 1
@@ -105,7 +105,7 @@ def test_catch_up_gives_the_counters_per_step_commits_would() -> None:
     request = decoder(1, prompt=6, generated=1, output=10)  # 6 computed, 2 blocks
     cohort.join(request, 10)
     cohort.catch_up(request, 13, 2.5)  # steps 10, 11, 12 ran; 12 ended at 2.5 s
-    assert cohort.joined_step(request) is None
+    assert cohort._joined.get(request) is None
     assert request.num_computed_tokens == 9
     assert request.num_generated_tokens == 4
     assert request.num_blocks == 3  # 9 tokens in blocks of 4
@@ -139,7 +139,7 @@ def test_leave_finishing_in_running_order() -> None:
         assert request.num_generated_tokens == request.num_output_tokens
         assert request.last_token_s == 2.0
         assert request.last_token_step == 11
-        assert cohort.joined_step(request) is None
+        assert cohort._joined.get(request) is None
     assert cohort.num_members == 1
     assert cohort.first_finish_step() == 10 + 9 - 1 - 1
 
@@ -178,8 +178,8 @@ def test_join_steady_takes_only_steady_decoders() -> None:
     listed = [(r, 1) for r in (steady, prefilling, finished, late, extra)]
     cohort.join_steady(listed, kv, 10)
     assert cohort.num_members == 1
-    assert cohort.joined_step(steady) == 10
-    assert all(cohort.joined_step(r) is None for r, _ in listed[1:])
+    assert cohort._joined.get(steady) == 10
+    assert all(cohort._joined.get(r) is None for r, _ in listed[1:])
 
 
 def test_a_request_still_filling_shared_blocks_stays_outside() -> None:

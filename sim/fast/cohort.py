@@ -16,7 +16,7 @@ aggregates instead:
 
 A member's counters (``num_computed_tokens``, ``num_generated_tokens``,
 ``num_blocks``, ``last_token_step``, ``last_token_s``) are left as they were
-when it joined, at step ``Cohort.joined_step(request)``, and are brought up to
+when it joined, at the step ``Cohort._joined`` holds for it, and are brought up to
 date (``catch_up``) when it leaves: it finishes, or the policy needs every
 request as itself (a preemption, a budget that runs short; ``dissolve``).
 Plans and commits therefore cost O(requests that change), not O(batch).
@@ -74,10 +74,6 @@ class Cohort:
         self._joined: dict[Request, int] = {}
 
     # -- membership ---------------------------------------------------------
-    def joined_step(self, request: Request) -> int | None:
-        """The step a member's counters are up to date before; ``None``: not a member."""
-        return self._joined.get(request)
-
     def join(self, request: Request, step: int) -> None:
         """Take in ``request``, whose counters are up to date before ``step``."""
         self._joined[request] = step
