@@ -92,7 +92,7 @@ def test_the_compact_log_expands_to_the_rows_of_a_row_per_step_log(
     log, rows = StepLog(), RowLog()
     play(script, [log, rows])
     got, want = log.frame(), rows.frame()
-    assert log.num_rows == len(want)
+    assert len(log.ends) == len(want)
     assert list(got.columns) == list(STEP_COLUMNS)
     assert [str(t) for t in got.dtypes] == [str(t) for t in want.dtypes]
     pd.testing.assert_frame_equal(got, want, check_exact=True)
@@ -122,7 +122,7 @@ def test_a_run_is_one_segment_whose_steps_start_where_the_last_ended() -> None:
 def test_an_empty_run_logs_nothing() -> None:
     log = StepLog()
     log.add_decode_run(0.5, [], 4, 4)
-    assert log.num_rows == 0
+    assert len(log.ends) == 0
     assert log.runs().segments["start_s"].size == 0
     assert len(log.frame()) == 0
 

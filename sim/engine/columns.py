@@ -48,11 +48,6 @@ class Columns:
             raise ValueError(f"{dtype} columns are {self._names.get(dtype)}, not {list(names)}")
         return self._groups[dtype]
 
-    @property
-    def num_rows(self) -> int:
-        dtype = next(iter(self._groups))
-        return len(self._groups[dtype]) // len(self._names[dtype])
-
     def append(self, *values: float) -> None:
         """Append one row; values in the order the columns were declared."""
         for append, value in zip(self._appenders, values, strict=True):

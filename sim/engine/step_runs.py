@@ -75,11 +75,6 @@ class StepLog:
         self._start = self.segments.group("f8", ("start_s",)).append
         self._counts = self.segments.group("i4", SEGMENT_COUNTS).extend
 
-    @property
-    def num_rows(self) -> int:
-        """Steps logged (rows of ``frame()``)."""
-        return len(self._ends)
-
     def add_step(
         self,
         start_s: float,
