@@ -856,20 +856,7 @@ class Continuous:
         steps are plain decodes of the same batch until the first finishes.
         """
         scheduled = plan.scheduled
-        (
-            num_prefill_seqs,
-            num_prefill_tokens,
-            pairs,
-            kv_read,
-            num_decode_seqs,
-            decode_context,
-            all_emit,
-            min_left,
-            run_context,
-        ) = self._tally(scheduled)
-        plan.known_shape = StepShape(
-            num_prefill_seqs, num_prefill_tokens, pairs, kv_read, num_decode_seqs, decode_context
-        )
+        plan.known_shape, all_emit, min_left, run_context = self._tally(scheduled)
         num_seqs = len(scheduled)
         if not (may_run and all_emit and num_seqs and min_left >= 1):
             return
@@ -883,12 +870,17 @@ class Continuous:
         )
 
     def _tally(
-        self, scheduled: list[tuple[Request, int]]
-    ) -> tuple[int, int, int, int, int, int, bool, int, int]:
-        """One pass over the batch (this runs once per event): the step's shape
-        (``StepShape``'s six fields, in order); whether every request samples a
-        token after it; the fewest tokens any has left after that one (at most
-        ``MAX_RUN_STEPS``); and the summed context of a decode step after this one."""
+        self,
+        scheduled: list[tuple[Request, int]],
+        num_other_decodes: int = 0,
+        other_context_tokens: int = 0,
+    ) -> tuple[StepShape, bool, int, int]:
+        """One pass over the batch (this runs once per event): the step's shape;
+        whether every request samples a token after it; the fewest tokens any has
+        left after that one (at most ``MAX_RUN_STEPS``); and the summed context of
+        a decode step after this one. The shape counts ``num_other_decodes``
+        sequences decoding beside ``scheduled`` but not listed, of summed context
+        ``other_context_tokens``."""
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = decode_context = 0
         min_left = MAX_RUN_STEPS
@@ -913,17 +905,15 @@ class Continuous:
                 if left < min_left:
                     min_left = left
                 run_context += computed + 1
-        return (
+        shape = StepShape(
             num_prefill_seqs,
             num_prefill_tokens,
             pairs,
             kv_read,
-            num_decode_seqs,
-            decode_context,
-            all_emit,
-            min_left,
-            run_context,
+            num_decode_seqs + num_other_decodes,
+            decode_context + other_context_tokens,
         )
+        return shape, all_emit, min_left, run_context
 
 
 def steps_within_pool(

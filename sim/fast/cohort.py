@@ -324,32 +324,15 @@ class CohortCore(EngineCore):
         token: computed + 1 in this step)."""
         assert self.cohort is not None
         policy, cohort, scheduled = self.continuous, self.cohort, plan.scheduled
-        if scheduled:
-            (
-                num_prefill_seqs,
-                num_prefill_tokens,
-                pairs,
-                kv_read,
-                num_decode_seqs,
-                decode_context,
-                all_emit,
-                min_left,
-                run_context,
-            ) = policy._tally(scheduled)
-        else:  # the members alone (half the plans): what _tally gives for no request
-            num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
-            num_decode_seqs = decode_context = run_context = 0
-            all_emit, min_left = True, MAX_RUN_STEPS
         num_members = plan.num_cohort
         context = cohort.context_tokens(step)
-        plan.known_shape = StepShape(
-            num_prefill_seqs,
-            num_prefill_tokens,
-            pairs,
-            kv_read,
-            num_decode_seqs + num_members,
-            decode_context + (context + num_members),
-        )
+        if scheduled:
+            plan.known_shape, all_emit, min_left, run_context = policy._tally(
+                scheduled, num_members, context + num_members
+            )
+        else:  # the members alone (half the plans): what _tally gives for no request
+            plan.known_shape = StepShape(0, 0, 0, 0, num_members, context + num_members)
+            all_emit, min_left, run_context = True, MAX_RUN_STEPS, 0
         run_context += context + 2 * num_members
         num_seqs = len(scheduled) + num_members
         first_finish = cohort.first_finish_step()
