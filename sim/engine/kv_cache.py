@@ -7,11 +7,8 @@ free``). Prefix sharing, which needs block identities, replaces this class
 without touching the policies.
 
 **Prefix caching** (``PrefixCachingPool``), as vLLM v1 does it: every full
-block hashed, one free-block queue.
-
-Block identity (``sim.engine.kv_blocks``): every full block of a request,
-prompt and output, has a key standing for vLLM's chained block hash: the shared
-prefix's inside the declared prefix (group or trace ids), else the request's own.
+block keyed (the key stands for vLLM's chained block hash, ``sim.engine.kv_blocks``),
+one free-block queue.
 
 When a block gets its key. vLLM caches a block once it is full, at the
 scheduling step that fills it (``cache_full_blocks``), output blocks included.
@@ -58,10 +55,10 @@ queue pop that settles the inline allocations, and is freed in one slice; the
 lookups and key bookkeeping (the pool's index methods) do nothing for it.
 
 **Swap space** (``SwapSpace``). Preemption by swap (vLLM's
-``preemption_mode=swap``) copies a victim's KV blocks to CPU memory instead
-of dropping them: the request keeps its
-``num_computed_tokens`` and, when readmitted, copies them back instead of
-recomputing its prompt and output. Each copy takes
+``preemption_mode=swap``) copies a victim's KV blocks to CPU memory instead of
+dropping them: the request keeps its ``num_computed_tokens`` and, when
+readmitted, copies them back instead of recomputing its prompt and output.
+Each copy takes
 
     seconds = num_blocks * bytes_per_block / bandwidth_bytes_per_s
 
@@ -69,10 +66,6 @@ over the host link (PCIe), and is added to the step that does it (the engine
 waits for the copy before it can reuse or read the blocks). Only the blocks
 holding computed tokens move. When the swap space is full the victim is
 preempted by recompute instead (vLLM v0 would abort the request).
-
-**What requests say about prefixes**: ``prefix_describer`` fills in a request's
-shareable-prefix fields from an open-loop workload; ``prefix_cache_summary``
-sums the counters every admission updates, as vLLM's ``PrefixCacheStats`` does.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The engine's scheduler, told as one step runs: vLLM v1's ``scheduler.py``.
 
-Read top to bottom:
-
-1. Settings: continuous batching's knobs (``ContinuousSettings``, vLLM's flag
-   names) and the plan a step runs (``StepPlan``).
-2. The interface between the core and its policy: ``CoreView`` (what a policy
-   may read and do), ``Scheduler`` (engine state in, a step plan out).
-3. ``EngineCore``: the queues and the KV pool of one replica. Intake
-   (``add``: queue or reject), ``schedule`` (the policy makes the plan), then
-   ``commit`` with the steps' end times: token counters, emitted tokens,
-   finishes (``finish``, which frees the blocks), preemptions, the step log and
-   the per-request records.
-4. ``Continuous``: vLLM v1's continuous batching, the policy that makes the
-   plan. Running requests first, then waiting ones, within the sequence limit,
-   the token budget and the KV pool, preempting the newest running request
-   when the pool runs short; then the step's shape and how many plain decode
-   steps may follow it (skip-ahead).
+Read top to bottom: continuous batching's settings (``ContinuousSettings``,
+vLLM's flag names) and the plan a step runs (``StepPlan``); the interface
+between the core and its policy (``CoreView``, ``Scheduler``); ``EngineCore``,
+the queues and KV pool of one replica (``add``, ``schedule``, then ``commit``
+of the steps' output: token counters, finishes, preemptions, the logs); and
+``Continuous``, vLLM v1's policy: running requests first, then waiting ones,
+within the sequence limit, the token budget and the KV pool, preempting the
+newest running request when the pool runs short; then the step's shape and
+how many plain decode steps may follow it (skip-ahead).
 
 One scheduler, two executors: the SimPy replica (``sim.serving.replica``) and
 the real PyTorch engine (``calibration/``) both call ``schedule`` for a plan,
