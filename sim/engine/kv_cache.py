@@ -510,9 +510,6 @@ class SwapSpace:
         self.num_free_blocks = self.num_blocks
         # request_id -> blocks it holds in CPU memory.
         self.held: dict[int, int] = {}
-        self.num_swap_outs = 0
-        self.num_swap_ins = 0
-        self.swap_time_s = 0.0
 
     def transfer_s(self, num_blocks: int) -> float:
         """Seconds to copy ``num_blocks`` blocks one way over the host link."""
@@ -528,10 +525,7 @@ class SwapSpace:
             return None
         self.num_free_blocks -= num_blocks
         self.held[request.request_id] = num_blocks
-        self.num_swap_outs += 1
-        seconds = self.transfer_s(num_blocks)
-        self.swap_time_s += seconds
-        return seconds
+        return self.transfer_s(num_blocks)
 
     def swap_in(self, request: Request) -> float:
         """Release ``request``'s CPU copy as it is readmitted; the copy time (0 if none)."""
@@ -539,10 +533,7 @@ class SwapSpace:
         if num_blocks is None:
             return 0.0
         self.num_free_blocks += num_blocks
-        self.num_swap_ins += 1
-        seconds = self.transfer_s(num_blocks)
-        self.swap_time_s += seconds
-        return seconds
+        return self.transfer_s(num_blocks)
 
 
 # -- requests' prefixes and the cache's counters ----------------------------------------
