@@ -65,17 +65,17 @@ def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> Non
         taken.append((request.request_id, clock_s))
 
     (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01, [submit])
-    assert feed.num_requests == 4 and feed.num_taken == 0
+    assert feed.num_requests == 4 and feed._index == 0
     assert feed.next_due_s() == pytest.approx(0.51)
     assert feed.take(0.5) == pytest.approx(0.51)
     assert taken == []
     feed.take(0.52)
     assert [rid for rid, _ in taken] == [2]
-    assert feed.next_due_s() == pytest.approx(0.6) and feed.num_taken == 1
+    assert feed.next_due_s() == pytest.approx(0.6) and feed._index == 1
     feed.take(0.65)
     assert [rid for rid, _ in taken] == [2, 1]
     assert taken[0][1] == pytest.approx(0.51) and taken[1][1] == pytest.approx(0.6)
-    assert feed.next_due_s() == pytest.approx(1.0) and feed.num_taken == 2
+    assert feed.next_due_s() == pytest.approx(1.0) and feed._index == 2
     next_clock_s = feed.take(10.0)
     assert [rid for rid, _ in taken] == [2, 1, 0, 3]
     assert feed.next_due_s() == math.inf and next_clock_s == math.inf
@@ -226,7 +226,7 @@ def test_a_pool_counts_the_load_of_what_its_replicas_take() -> None:
     feeds = pool_feeds(layout, work, 0.0)
     take_feeds(layout, feeds)
     simulation.env.run(until=1.0)
-    taken = sum(feed.num_taken for feed in feeds)
+    taken = sum(feed._index for feed in feeds)
     assert 0 < taken < 60
     done = sum(core.num_done for core in layout.cores)
     assert sum(load.num_requests for load in layout.loads) == taken - done

@@ -90,7 +90,7 @@ class Feed:
         self._ready_s = _doubles(ready_s)
         self._clock_s = _doubles(clock_s)
         self.num_requests = len(self._ready_s) - 1
-        self._index = 0
+        self._index = 0  # requests handed over so far
         self._make = requests
         self._submit = submit
 
@@ -105,11 +105,6 @@ class Feed:
                 Submissions.dealt(work, tokenize_s_per_token, len(intakes)), intakes, strict=True
             )
         ]
-
-    @property
-    def num_taken(self) -> int:
-        """Requests handed over so far."""
-        return self._index
 
     def next_due_s(self) -> float:
         """When the next request is due (arrival plus tokenization, s; inf if none):
