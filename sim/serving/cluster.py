@@ -124,17 +124,8 @@ def build_layout(
     split = config.disaggregation
     if split is None:
         router = make_router(config.router, cluster.rng)
-        return Pool(
-            env,
-            replica_config,
-            0,
-            config.num_replicas,
-            router,
-            on_done,
-            new_core,
-            slots,
-            config.lockstep,
-        )
+        numbers = range(config.num_replicas)
+        return Pool(env, replica_config, new_core, numbers, router, on_done, slots, config.lockstep)
     routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
     return Disaggregated(
         env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, new_core, slots
