@@ -86,10 +86,10 @@ def test_burstgpt_filters_and_skips_failed_rows(tmp_path: Path) -> None:
         + "6,ChatGPT,50,10,60,API log\n"
         + "9,GPT-4,40,4,44,Conversation log\n"
     )
-    rows = read_burstgpt(path)
-    assert rows.num_failed == 1 and rows.times_s.tolist() == [0.0, 1.0, 4.0]
-    gpt4 = read_burstgpt(path, model="GPT-4")
-    assert gpt4.num_prompt_tokens.tolist() == [40] and gpt4.num_failed == 1
+    rows, num_failed = read_burstgpt(path)
+    assert num_failed == 1 and rows.arrival_s.tolist() == [0.0, 1.0, 4.0]
+    gpt4, num_failed = read_burstgpt(path, model="GPT-4")
+    assert gpt4.num_prompt_tokens.tolist() == [40] and num_failed == 1
     arrays = work(tmp_path, path="b.csv", format="burstgpt", log_type="Conversation log")
     assert arrays.arrival_s.tolist() == [0.0, 4.0]  # rows at 5 and 9 s
     assert arrays.num_output_tokens.tolist() == [20, 4]
@@ -138,7 +138,7 @@ def test_mooncake_rows_keep_their_ids_through_the_window(tmp_path: Path) -> None
         + mooncake_line(1000, 513, 2, [1, 9])
     )
     rows = read_mooncake(tmp_path / "m.jsonl")
-    assert rows.times_s.tolist() == [1.5, 0.0, 0.5]  # ms -> s from the earliest
+    assert rows.arrival_s.tolist() == [1.5, 0.0, 0.5]  # ms -> s from the earliest
     arrays = work(tmp_path, path="m.jsonl", format="mooncake", start_offset_s=0.25)
     assert arrays.arrival_s.tolist() == [0.0, 1.0]  # rows at 1.0 and 2.0 s
     assert arrays.block_hash_ids == ((1, 9), (1, 2))

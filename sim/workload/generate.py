@@ -39,7 +39,8 @@ from sim.workload.lengths import (
     make_length_sampler,
     sample_think_times_s,
 )
-from sim.workload.traces.workload import HashIds, TraceWorkload, trace_requests
+from sim.workload.trace import HashIds
+from sim.workload.traces.workload import TraceWorkload, trace_requests
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

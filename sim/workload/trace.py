@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,19 @@ from sim.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+HashIds = tuple[tuple[int, ...], ...]
+
+
+class TraceRequests(NamedTuple):
+    """A trace's requests, as every format's reader returns them (times in seconds
+    from the first row) and once replayed (in arrival order, from 0); hash ids
+    only where the trace has them."""
+
+    arrival_s: FloatArray
+    num_prompt_tokens: IntArray
+    num_output_tokens: IntArray
+    block_hash_ids: HashIds | None = None
+    block_hash_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -25,9 +25,9 @@ from sim.workload.lengths import resolve_path
 from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
-    FloatArray,
-    IntArray,
+    HashIds,
     TraceColumns,
+    TraceRequests,
     parse_timestamps_s,
     parse_token_counts,
     read_csv_columns,
@@ -36,8 +36,6 @@ from sim.workload.traces.burstgpt import read_burstgpt
 from sim.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake
 from sim.workload.traces.sharegpt import read_sharegpt
 from sim.workload.traces.window import TraceWindow, select
-
-HashIds = tuple[tuple[int, ...], ...]
 
 
 class TraceWorkload(BaseModel):
@@ -112,16 +110,6 @@ class TraceWorkload(BaseModel):
         )
 
 
-class TraceRequests(NamedTuple):
-    """The replayed requests, in arrival order; hash ids only where the trace has them."""
-
-    arrival_s: FloatArray
-    num_prompt_tokens: IntArray
-    num_output_tokens: IntArray
-    block_hash_ids: HashIds | None = None
-    block_hash_tokens: int | None = None
-
-
 def _hash_ids(cell: str, where: str) -> tuple[int, ...]:
     """A CSV cell of hash ids: a JSON list ``[1, 2]`` or ids separated by spaces or ``;``."""
     text = cell.strip()
@@ -164,13 +152,8 @@ def _rows(config: TraceWorkload, path: Path) -> TraceRequests:
     if config.format in ("azure", "csv"):
         return _read_csv(config, path)
     if config.format == "burstgpt":
-        b = read_burstgpt(path, config.model, config.log_type)
-        return TraceRequests(b.times_s, b.num_prompt_tokens, b.num_output_tokens)
-    m = read_mooncake(path, config.hash_block_tokens or MOONCAKE_BLOCK_TOKENS)
-    block_tokens = config.hash_block_tokens or MOONCAKE_BLOCK_TOKENS
-    return TraceRequests(
-        m.times_s, m.num_prompt_tokens, m.num_output_tokens, tuple(m.block_hash_ids), block_tokens
-    )
+        return read_burstgpt(path, config.model, config.log_type)[0]
+    return read_mooncake(path, config.hash_block_tokens or MOONCAKE_BLOCK_TOKENS)
 
 
 def trace_requests(
