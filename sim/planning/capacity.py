@@ -314,15 +314,9 @@ def _crossing(low: LoadPoint, high: LoadPoint) -> float:
     return low.load + min(max(share, 0.0), 1.0) * (high.load - low.load)
 
 
-class _Budget:
-    """Simulations left, keeping one evaluation in reserve for the estimate."""
-
-    def __init__(self, searcher: Searcher, max_num_sims: int) -> None:
-        self.res, self.max_num_sims = searcher.result, max_num_sims
-        self.per_point = len(searcher.result.seeds)
-
-    def room(self) -> bool:
-        return self.res.num_sims + 2 * self.per_point <= self.max_num_sims
+def _room(res: CapacitySearch, max_num_sims: int) -> bool:
+    """Whether simulations are left, keeping one evaluation in reserve for the estimate."""
+    return res.num_sims + 2 * len(res.seeds) <= max_num_sims
 
 
 def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) -> CapacitySearch:
@@ -334,21 +328,20 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
         raise ConfigError(
             f"--max-sims must be >= 2 x seeds = {2 * len(res.seeds)}, got {max_num_sims}"
         )
-    budget = _Budget(searcher, max_num_sims)
     step = 1.0 if knob.integer else 0.0
     start = float(max(1, math.floor(knob.start))) if knob.integer else knob.start
-    a, b = _bracket(searcher, budget, start)
+    a, b = _bracket(searcher, max_num_sims, start)
     reasons = []
     if a is not None and b is not None:
         while b - a > max(rel_width * b, step):
-            if not budget.room():
+            if not _room(res, max_num_sims):
                 reasons.append(f"stopped at --max-sims {max_num_sims}")
                 break
             x = math.floor((a + b) / 2) if knob.integer else (a + b) / 2
             a, b = (x, b) if searcher.evaluate(x).ratio <= 1.0 else (a, x)
         else:
             reasons.append(f"estimate within {rel_width:.0%}")
-        reasons.append(_tighten(searcher, budget, rel_width, step, start))
+        reasons.append(_tighten(searcher, max_num_sims, rel_width, step, start))
     elif a is None:
         reasons.append(f"the SLOs fail or the load is not served even at {b:g} {knob.unit}")
     else:
@@ -359,14 +352,14 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
 
 
 def _bracket(
-    searcher: Searcher, budget: _Budget, start: float
+    searcher: Searcher, max_num_sims: int, start: float
 ) -> tuple[float | None, float | None]:
     """Loads where the mean holds (a) and fails (b), doubling or halving from ``start``."""
     knob = searcher.result.knob
     a: float | None = None
     b: float | None = None
     x = start
-    while budget.room() or not searcher.result.points:
+    while _room(searcher.result, max_num_sims) or not searcher.result.points:
         if searcher.evaluate(x).ratio <= 1.0:
             a = x
         else:
@@ -386,7 +379,7 @@ def _bracket(
 
 
 def _tighten(
-    searcher: Searcher, budget: _Budget, rel_width: float, step: float, start: float
+    searcher: Searcher, max_num_sims: int, rel_width: float, step: float, start: float
 ) -> str:
     """Phase 3: narrow the pass/fail interval as far as noise and budget allow."""
     res = searcher.result
@@ -410,8 +403,8 @@ def _tighten(
             x = float(math.floor(2 * loads[-1])) if res.knob.integer else 2 * loads[-1]
             if x >= start * 2**MAX_DOUBLINGS:
                 return "no load failed with confidence"
-        if not budget.room():
-            return f"interval stopped at --max-sims {budget.max_num_sims}"
+        if not _room(res, max_num_sims):
+            return f"interval stopped at --max-sims {max_num_sims}"
         searcher.evaluate(x)
 
 
