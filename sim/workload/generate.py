@@ -212,29 +212,23 @@ def generate_open_loop(
     outputs = output_sampler.sample(output_rng, size)
     groups = config.prefix_groups
     if groups is None:
-        return _with_priority(RequestArrays(arrival_s, prompts, outputs), config, rng)
-    # A fourth child stream: the three above draw exactly as without groups.
-    (group_rng,) = rng.spawn(1)
-    shared = np.full(size, groups.shared_prefix_tokens, dtype=np.int64)
-    arrays = RequestArrays(
-        arrival_s,
-        prompts + shared,
-        outputs,
-        prefix_group=np.asarray(
-            group_rng.integers(0, groups.num_groups, size=size, dtype=np.int64)
-        ),
-        num_shared_prefix_tokens=shared,
-    )
-    return _with_priority(arrays, config, rng)
-
-
-def _with_priority(
-    arrays: RequestArrays, config: SyntheticWorkload, rng: np.random.Generator
-) -> RequestArrays:
-    """``arrays`` with priorities drawn from a further spawned stream, if configured."""
+        arrays = RequestArrays(arrival_s, prompts, outputs)
+    else:
+        # A fourth child stream: the three above draw exactly as without groups.
+        (group_rng,) = rng.spawn(1)
+        shared = np.full(size, groups.shared_prefix_tokens, dtype=np.int64)
+        arrays = RequestArrays(
+            arrival_s,
+            prompts + shared,
+            outputs,
+            prefix_group=np.asarray(
+                group_rng.integers(0, groups.num_groups, size=size, dtype=np.int64)
+            ),
+            num_shared_prefix_tokens=shared,
+        )
     if config.priority is None:
         return arrays
-    (priority_rng,) = rng.spawn(1)
+    (priority_rng,) = rng.spawn(1)  # a further stream: the others draw as without it
     return replace(arrays, priority=config.priority.sample(priority_rng, len(arrays)))
 
 
