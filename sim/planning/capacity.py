@@ -1,43 +1,28 @@
 """Capacity search: the highest load that is served and at which every SLO target holds.
 
-Served: the server keeps up with the offered rate, its queue does not grow
-(:mod:`sim.planning.served`). Without that check a loose tail SLO holds at any
-rate once the request count is finite, and the search would run off to
-millions of req/s.
-
-The load knob depends on the workload: ``arrival.rate_per_s`` (synthetic),
-``time_scale`` (trace; the rate is the trace's own rate over ``time_scale``)
-or ``num_users`` (closed loop, an integer).
-
-Each load is simulated with the same ``num_seeds`` seeds: common random
-numbers, so request lengths and the shape of the arrival sequence do not
-depend on the rate and neighbouring loads see the same requests. A target
-holds *on average* at a load when the mean over seeds of its statistic is
-within the limit; a 95% Student-t interval of that mean also classifies the
-load as ``pass`` (every upper bound within its limit), ``fail`` (some lower
-bound beyond it) or ``unclear`` (the noise band around the answer). A trace
-replay draws nothing at random, so it runs under one seed and its interval
-only reflects the search's resolution.
-
-Why means and t intervals rather than a majority vote: a vote over 3 seeds
-discards how far each run is from the limit and yields no interval, while the
-t interval turns the spread between seeds into the answer's uncertainty.
+docs/capacity.md tells the method and why (served: :mod:`sim.planning.served`;
+why means and t intervals rather than a vote over seeds). The load knob is
+``arrival.rate_per_s`` (synthetic), ``time_scale`` (trace; the rate is the
+trace's own rate over ``time_scale``) or ``num_users`` (closed loop, an
+integer). Each load runs under the same ``num_seeds`` seeds (common random
+numbers); a target holds *on average* when the mean over seeds of its
+statistic is within the limit, and a 95% Student-t interval of that mean
+classifies the load ``pass``, ``fail`` or ``unclear``. A trace replay draws
+nothing at random: one seed, and its interval only reflects the resolution.
 
 ``search`` runs in three phases, bounded by ``max_num_sims`` simulations in all:
 
 1. bracket: double (or halve) the scenario's load until the mean holds at
    ``a`` and fails at ``b``;
-2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``. The
+2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``; the
    estimate interpolates where the worst mean statistic / limit ratio crosses
    1 between ``a`` and ``b``. Phases 1-2 visit the same dyadic grid of loads
-   whatever the limits, so when statistics grow with load a looser SLO can
-   only move the estimate up: capacity is monotone in the SLO;
+   whatever the limits, so capacity is monotone in the SLO;
 3. interval: probe outwards for a ``pass`` and a ``fail`` load, then bisect
    the gaps next to them until the interval is within ``rel_width`` or those
-   gaps are (it is then as narrow as the noise allows). Assuming statistics
-   grow with load, the true capacity (where the expected statistic meets its
-   limit) lies between the highest ``pass`` below the lowest ``fail`` and that
-   ``fail``, each end at ~95% confidence.
+   gaps are (as narrow as the noise allows). Assuming statistics grow with
+   load, the true capacity lies between the highest ``pass`` below the lowest
+   ``fail`` and that ``fail``, each end at ~95% confidence.
 
 A last evaluation at the estimate gives goodput and latencies at capacity.
 """
