@@ -132,8 +132,8 @@ class Disaggregated:
 
     def flush(self) -> None:
         """After the run: central queues into their cores, to be recorded unfinished."""
-        self.prefill.flush_queue()
-        self.decode.flush_queue()
+        self.prefill.flush()
+        self.decode.flush()
 
     def requests_frame(self, records: pd.DataFrame) -> pd.DataFrame:
         """One row per request from the records of both pools (see ``merge_records``)."""

@@ -156,7 +156,7 @@ class Pool:
                 self._send(index, queue.popleft(), keep_ready=True)
         self.on_done(request)
 
-    def flush_queue(self) -> None:
+    def flush(self) -> None:
         """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.
 
         Call after the run, before ``EngineCore.flush_unfinished``.
