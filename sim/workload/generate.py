@@ -263,12 +263,9 @@ class ClosedLoopSource:
         """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
         i = self._next_length
         if i == len(self._prompts):
-            self._prompts = self._prompt_sampler.sample(
-                self._prompt_rng, CLOSED_LOOP_BLOCK
-            ).tolist()
-            self._outputs = self._output_sampler.sample(
-                self._output_rng, CLOSED_LOOP_BLOCK
-            ).tolist()
+            block = CLOSED_LOOP_BLOCK
+            self._prompts = self._prompt_sampler.sample(self._prompt_rng, block).tolist()
+            self._outputs = self._output_sampler.sample(self._output_rng, block).tolist()
             i = 0
         self._next_length = i + 1
         return self._prompts[i], self._outputs[i]
