@@ -14,9 +14,11 @@ so an arrival costs no event at all.
 
 Async scheduling (vLLM's ``AsyncScheduler``, ``step_with_batch_queue``): step
 N+1 is planned while step N runs. The replica still plans after committing
-step N, but shows the core only what the scheduler could see at step N's start
-(``EngineCore.schedule``'s ``visible_until_s``, ``EngineCore.held``), so a run
-of decode steps stops one step after the step during which a request arrives.
+step N, but shows the core only what the scheduler could see at step N's start:
+requests ready later wait one more step, and those finishing in step N keep
+their slot and blocks for that plan (``EngineCore.schedule``'s
+``visible_until_s``, ``EngineCore.held``). So a run of decode steps stops one
+step after the step during which a request arrives.
 The scheduler's CPU time then overlaps the GPU step: docs/vllm-fidelity.md says
 how a cost model's per-step overhead should read.
 """
