@@ -43,7 +43,7 @@ from sim.serving.router import RouterKind
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.arrivals import PoissonArrival, arrival_times_s
 from sim.workload.generate import RequestArrays
-from sim.workload.lengths import ExponentialLength, sample_lengths
+from sim.workload.lengths import ExponentialLength, make_length_sampler
 
 ROUTERS: list[RouterKind] = list(get_args(RouterKind))
 COST = LinearCost(
@@ -205,7 +205,7 @@ def mmc_run(seed: int, num_replicas: int, rho: float, router: RouterKind, num: i
     # Erlang C assumes a Poisson process: the renewal spacing, not vllm bench serve's rescaling.
     poisson = PoissonArrival(rate_per_s=rate_per_s, spacing="renewal")
     arrival_s = arrival_times_s(poisson, rng, num_requests=num)
-    prompt = sample_lengths(ExponentialLength(mean_tokens=MMC_MEAN_TOKENS), rng, num)
+    prompt = make_length_sampler(ExponentialLength(mean_tokens=MMC_MEAN_TOKENS)).sample(rng, num)
     output = np.ones(num, dtype=np.int64)
     engine = make_engine(cost=MMC_COST, max_num_seqs=1, num_kv_blocks=1 << 20)
     return run(engine, RequestArrays(arrival_s, prompt, output), cluster(num_replicas, router))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +27,6 @@ from sim.workload.lengths import (
     UniformLength,
     make_length_sampler,
     resolve_path,
-    sample_lengths,
     sample_think_times_s,
 )
 
@@ -38,6 +38,16 @@ AZURE_SAMPLE = REPO / "scenarios" / "data" / "azure_conv_sample.csv"
 
 def rng(seed: int = 0) -> np.random.Generator:
     return np.random.default_rng(seed)
+
+
+def sample_lengths(
+    config: LengthConfig,
+    generator: np.random.Generator,
+    size: int,
+    base_dir: Path | str | None = None,
+) -> npt.NDArray[np.int64]:
+    """``size`` draws from ``config``'s sampler."""
+    return make_length_sampler(config, base_dir).sample(generator, size)
 
 
 def write(path: Path, text: str) -> Path:

@@ -44,7 +44,7 @@ from sim.serving.replica_config import Frontend, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.arrivals import PoissonArrival, arrival_times_s
 from sim.workload.generate import RequestArrays
-from sim.workload.lengths import ExponentialLength, UniformLength, sample_lengths
+from sim.workload.lengths import ExponentialLength, UniformLength, make_length_sampler
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -139,8 +139,8 @@ def test_waiting_times_follow_lindley_recursion_exactly(policy: str) -> None:
     """Any arrivals and lengths: the simulator is an exact FCFS single server."""
     rng = np.random.default_rng(12345)
     num = 1500
-    prompt = sample_lengths(UniformLength(min_tokens=1, max_tokens=1000), rng, num)
-    output = sample_lengths(ExponentialLength(mean_tokens=8), rng, num)
+    prompt = make_length_sampler(UniformLength(min_tokens=1, max_tokens=1000)).sample(rng, num)
+    output = make_length_sampler(ExponentialLength(mean_tokens=8)).sample(rng, num)
     service = service_s(prompt, output)
     arrival_s = poisson_arrivals(0.9 / float(service.mean()), rng, num)
     requests = simulate(arrival_s, prompt, output, policy)
@@ -204,7 +204,9 @@ def test_mg1_geometric_outputs_match_pollaczek_khinchine_and_mm1() -> None:
     for seed in range(NUM_SEEDS):
         rng = np.random.default_rng([seed, 77])
         arrival_s = poisson_arrivals(rate_per_s, rng, num)
-        output = sample_lengths(ExponentialLength(mean_tokens=MG1_MEAN_TOKENS), rng, num)
+        output = make_length_sampler(ExponentialLength(mean_tokens=MG1_MEAN_TOKENS)).sample(
+            rng, num
+        )
         prompt = np.full(num, MG1_PROMPT, dtype=np.int64)
         requests = simulate(arrival_s, prompt, output, "continuous", MG1_COST)
         means.append(float(waiting_s(requests)[WARMUP:].mean()))
@@ -252,8 +254,8 @@ def test_littles_law_on_a_continuous_batching_run() -> None:
         per_context_token_s=1e-6,
     )
     arrival_s = poisson_arrivals(rate_per_s, rng, num)
-    prompt = sample_lengths(UniformLength(min_tokens=50, max_tokens=800), rng, num)
-    output = sample_lengths(ExponentialLength(mean_tokens=30), rng, num)
+    prompt = make_length_sampler(UniformLength(min_tokens=50, max_tokens=800)).sample(rng, num)
+    output = make_length_sampler(ExponentialLength(mean_tokens=30)).sample(rng, num)
     engine = ReplicaConfig(
         core=CoreConfig(
             make_policy=ContinuousConfig(max_num_seqs=8, max_num_batched_tokens=1024).build,

@@ -17,14 +17,28 @@ from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
     TraceColumns,
-    load_trace,
     parse_timestamps_s,
     read_csv_columns,
 )
+from sim.workload.traces.workload import TraceRequests, TraceWorkload, trace_requests
 
 REPO = Path(__file__).resolve().parents[1]
 AZURE_SAMPLE = REPO / "scenarios" / "data" / "azure_conv_sample.csv"
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
+
+
+def load_trace(path: Path, columns: TraceColumns, **window: Any) -> TraceRequests:
+    """The replay of a CSV trace with these columns, as a ``kind: trace`` workload reads it."""
+    names: dict[str, Any] = {"format": "azure"}
+    if columns != AZURE_COLUMNS:
+        names = {
+            "format": "csv",
+            "timestamp_column": columns.timestamp,
+            "prompt_tokens_column": columns.prompt_tokens,
+            "output_tokens_column": columns.output_tokens,
+        }
+    workload = TraceWorkload(path=str(path), **names, **window)
+    return trace_requests(workload, np.random.default_rng(0))
 
 
 def write(path: Path, lines: list[str], newline: str = "\n") -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from sim.workload.generate import RequestArrays, TraceWorkload, generate_open_lo
 from sim.workload.traces.burstgpt import read_burstgpt
 from sim.workload.traces.mooncake import read_mooncake
 from sim.workload.traces.sharegpt import read_sharegpt
-from sim.workload.traces.window import TraceWindow, select
+from sim.workload.traces.workload import select
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "scenarios" / "data"
@@ -36,22 +37,27 @@ def work(tmp_path: Path, **config: object) -> RequestArrays:
 # -- the window ------------------------------------------------------------------------------
 
 
+def window(**options: Any) -> TraceWorkload:
+    """A CSV trace workload with these window options (``select`` reads only those)."""
+    return TraceWorkload(path="t.csv", format="csv", **options)
+
+
 def test_window_rescales_to_a_target_rate() -> None:
     times = np.array([3.0, 0.0, 1.0, 5.0])
-    rows, arrival = select(times, TraceWindow(rate_per_s=1.5), Path("t"))
+    rows, arrival = select(times, window(rate_per_s=1.5), Path("t"))
     # Sorted rows 1, 2, 0, 3 at 0, 1, 3, 5 s: rate (4 - 1) / 5 = 0.6/s; x 0.6 / 1.5 = 0.4.
     assert rows.tolist() == [1, 2, 0, 3]
     assert arrival.tolist() == pytest.approx([0.0, 0.4, 1.2, 2.0])
     assert (len(arrival) - 1) / arrival[-1] == pytest.approx(1.5)
     # Window first (offset 1 s, 3 s long: rows at 1 and 3), then the rate.
     rows, arrival = select(
-        times, TraceWindow(start_offset_s=1.0, duration_s=3.0, rate_per_s=4.0), Path("t")
+        times, window(start_offset_s=1.0, duration_s=3.0, rate_per_s=4.0), Path("t")
     )
     assert rows.tolist() == [2, 0] and arrival.tolist() == pytest.approx([0.0, 0.25])
     with pytest.raises(ConfigError, match="rate_per_s needs a window of requests spanning"):
-        select(times, TraceWindow(rate_per_s=1.0, max_requests=1), Path("t"))
-    with pytest.raises(ValueError, match="excludes time_scale"):
-        TraceWindow(rate_per_s=1.0, time_scale=2.0)
+        select(times, window(rate_per_s=1.0, max_requests=1), Path("t"))
+    with pytest.raises(ValueError, match="give time_scale or rate_per_s, not both"):
+        window(rate_per_s=1.0, time_scale=2.0)
 
 
 def test_format_fields_are_checked() -> None:
@@ -86,10 +92,10 @@ def test_burstgpt_filters_and_skips_failed_rows(tmp_path: Path) -> None:
         + "6,ChatGPT,50,10,60,API log\n"
         + "9,GPT-4,40,4,44,Conversation log\n"
     )
-    rows = read_burstgpt(path)
-    assert rows.num_failed == 1 and rows.times_s.tolist() == [0.0, 1.0, 4.0]
-    gpt4 = read_burstgpt(path, model="GPT-4")
-    assert gpt4.num_prompt_tokens.tolist() == [40] and gpt4.num_failed == 1
+    rows, num_failed = read_burstgpt(path)
+    assert num_failed == 1 and rows.arrival_s.tolist() == [0.0, 1.0, 4.0]
+    gpt4, num_failed = read_burstgpt(path, model="GPT-4")
+    assert gpt4.num_prompt_tokens.tolist() == [40] and num_failed == 1
     arrays = work(tmp_path, path="b.csv", format="burstgpt", log_type="Conversation log")
     assert arrays.arrival_s.tolist() == [0.0, 4.0]  # rows at 5 and 9 s
     assert arrays.num_output_tokens.tolist() == [20, 4]
@@ -138,7 +144,7 @@ def test_mooncake_rows_keep_their_ids_through_the_window(tmp_path: Path) -> None
         + mooncake_line(1000, 513, 2, [1, 9])
     )
     rows = read_mooncake(tmp_path / "m.jsonl")
-    assert rows.times_s.tolist() == [1.5, 0.0, 0.5]  # ms -> s from the earliest
+    assert rows.arrival_s.tolist() == [1.5, 0.0, 0.5]  # ms -> s from the earliest
     arrays = work(tmp_path, path="m.jsonl", format="mooncake", start_offset_s=0.25)
     assert arrays.arrival_s.tolist() == [0.0, 1.0]  # rows at 1.0 and 2.0 s
     assert arrays.block_hash_ids == ((1, 9), (1, 2))
@@ -337,7 +343,7 @@ def test_capacity_search_turns_the_rate_knob_of_rate_scaled_traces() -> None:
 def test_window_properties(times: list[float], rate: float, offset: float) -> None:
     array = np.asarray(times)
     try:
-        rows, arrival = select(array, TraceWindow(start_offset_s=offset), Path("t"))
+        rows, arrival = select(array, window(start_offset_s=offset), Path("t"))
     except ConfigError:
         assert offset > array.max() - array.min()  # nothing left in the window
         return
@@ -345,7 +351,7 @@ def test_window_properties(times: list[float], rate: float, offset: float) -> No
     assert bool(np.all(np.diff(array[rows]) >= 0))  # rows in time order
     assert arrival == pytest.approx(array[rows] - array[rows[0]])
     if arrival[-1] > 1e-9:  # a span finer than a nanosecond is no trace's resolution
-        _, scaled = select(array, TraceWindow(start_offset_s=offset, rate_per_s=rate), Path("t"))
+        _, scaled = select(array, window(start_offset_s=offset, rate_per_s=rate), Path("t"))
         assert (len(scaled) - 1) / scaled[-1] == pytest.approx(rate)
         assert scaled * arrival[-1] == pytest.approx(arrival * scaled[-1])  # same shape
 

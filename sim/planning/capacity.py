@@ -1,43 +1,28 @@
 """Capacity search: the highest load that is served and at which every SLO target holds.
 
-Served: the server keeps up with the offered rate, its queue does not grow
-(:mod:`sim.planning.served`). Without that check a loose tail SLO holds at any
-rate once the request count is finite, and the search would run off to
-millions of req/s.
-
-The load knob depends on the workload: ``arrival.rate_per_s`` (synthetic),
-``time_scale`` (trace; the rate is the trace's own rate over ``time_scale``)
-or ``num_users`` (closed loop, an integer).
-
-Each load is simulated with the same ``num_seeds`` seeds: common random
-numbers, so request lengths and the shape of the arrival sequence do not
-depend on the rate and neighbouring loads see the same requests. A target
-holds *on average* at a load when the mean over seeds of its statistic is
-within the limit; a 95% Student-t interval of that mean also classifies the
-load as ``pass`` (every upper bound within its limit), ``fail`` (some lower
-bound beyond it) or ``unclear`` (the noise band around the answer). A trace
-replay draws nothing at random, so it runs under one seed and its interval
-only reflects the search's resolution.
-
-Why means and t intervals rather than a majority vote: a vote over 3 seeds
-discards how far each run is from the limit and yields no interval, while the
-t interval turns the spread between seeds into the answer's uncertainty.
+docs/capacity.md tells the method and why (served: :mod:`sim.planning.served`;
+why means and t intervals rather than a vote over seeds). The load knob is
+``arrival.rate_per_s`` (synthetic), ``time_scale`` (trace; the rate is the
+trace's own rate over ``time_scale``) or ``num_users`` (closed loop, an
+integer). Each load runs under the same ``num_seeds`` seeds (common random
+numbers); a target holds *on average* when the mean over seeds of its
+statistic is within the limit, and a 95% Student-t interval of that mean
+classifies the load ``pass``, ``fail`` or ``unclear``. A trace replay draws
+nothing at random: one seed, and its interval only reflects the resolution.
 
 ``search`` runs in three phases, bounded by ``max_num_sims`` simulations in all:
 
 1. bracket: double (or halve) the scenario's load until the mean holds at
    ``a`` and fails at ``b``;
-2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``. The
+2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``; the
    estimate interpolates where the worst mean statistic / limit ratio crosses
    1 between ``a`` and ``b``. Phases 1-2 visit the same dyadic grid of loads
-   whatever the limits, so when statistics grow with load a looser SLO can
-   only move the estimate up: capacity is monotone in the SLO;
+   whatever the limits, so capacity is monotone in the SLO;
 3. interval: probe outwards for a ``pass`` and a ``fail`` load, then bisect
    the gaps next to them until the interval is within ``rel_width`` or those
-   gaps are (it is then as narrow as the noise allows). Assuming statistics
-   grow with load, the true capacity (where the expected statistic meets its
-   limit) lies between the highest ``pass`` below the lowest ``fail`` and that
-   ``fail``, each end at ~95% confidence.
+   gaps are (as narrow as the noise allows). Assuming statistics grow with
+   load, the true capacity lies between the highest ``pass`` below the lowest
+   ``fail`` and that ``fail``, each end at ~95% confidence.
 
 A last evaluation at the estimate gives goodput and latencies at capacity.
 """
@@ -314,15 +299,9 @@ def _crossing(low: LoadPoint, high: LoadPoint) -> float:
     return low.load + min(max(share, 0.0), 1.0) * (high.load - low.load)
 
 
-class _Budget:
-    """Simulations left, keeping one evaluation in reserve for the estimate."""
-
-    def __init__(self, searcher: Searcher, max_num_sims: int) -> None:
-        self.res, self.max_num_sims = searcher.result, max_num_sims
-        self.per_point = len(searcher.result.seeds)
-
-    def room(self) -> bool:
-        return self.res.num_sims + 2 * self.per_point <= self.max_num_sims
+def _room(res: CapacitySearch, max_num_sims: int) -> bool:
+    """Whether simulations are left, keeping one evaluation in reserve for the estimate."""
+    return res.num_sims + 2 * len(res.seeds) <= max_num_sims
 
 
 def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) -> CapacitySearch:
@@ -334,21 +313,20 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
         raise ConfigError(
             f"--max-sims must be >= 2 x seeds = {2 * len(res.seeds)}, got {max_num_sims}"
         )
-    budget = _Budget(searcher, max_num_sims)
     step = 1.0 if knob.integer else 0.0
     start = float(max(1, math.floor(knob.start))) if knob.integer else knob.start
-    a, b = _bracket(searcher, budget, start)
+    a, b = _bracket(searcher, max_num_sims, start)
     reasons = []
     if a is not None and b is not None:
         while b - a > max(rel_width * b, step):
-            if not budget.room():
+            if not _room(res, max_num_sims):
                 reasons.append(f"stopped at --max-sims {max_num_sims}")
                 break
             x = math.floor((a + b) / 2) if knob.integer else (a + b) / 2
             a, b = (x, b) if searcher.evaluate(x).ratio <= 1.0 else (a, x)
         else:
             reasons.append(f"estimate within {rel_width:.0%}")
-        reasons.append(_tighten(searcher, budget, rel_width, step, start))
+        reasons.append(_tighten(searcher, max_num_sims, rel_width, step, start))
     elif a is None:
         reasons.append(f"the SLOs fail or the load is not served even at {b:g} {knob.unit}")
     else:
@@ -359,14 +337,14 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
 
 
 def _bracket(
-    searcher: Searcher, budget: _Budget, start: float
+    searcher: Searcher, max_num_sims: int, start: float
 ) -> tuple[float | None, float | None]:
     """Loads where the mean holds (a) and fails (b), doubling or halving from ``start``."""
     knob = searcher.result.knob
     a: float | None = None
     b: float | None = None
     x = start
-    while budget.room() or not searcher.result.points:
+    while _room(searcher.result, max_num_sims) or not searcher.result.points:
         if searcher.evaluate(x).ratio <= 1.0:
             a = x
         else:
@@ -386,7 +364,7 @@ def _bracket(
 
 
 def _tighten(
-    searcher: Searcher, budget: _Budget, rel_width: float, step: float, start: float
+    searcher: Searcher, max_num_sims: int, rel_width: float, step: float, start: float
 ) -> str:
     """Phase 3: narrow the pass/fail interval as far as noise and budget allow."""
     res = searcher.result
@@ -410,8 +388,8 @@ def _tighten(
             x = float(math.floor(2 * loads[-1])) if res.knob.integer else 2 * loads[-1]
             if x >= start * 2**MAX_DOUBLINGS:
                 return "no load failed with confidence"
-        if not budget.room():
-            return f"interval stopped at --max-sims {budget.max_num_sims}"
+        if not _room(res, max_num_sims):
+            return f"interval stopped at --max-sims {max_num_sims}"
         searcher.evaluate(x)
 
 

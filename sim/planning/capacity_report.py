@@ -161,12 +161,8 @@ def format_capacity(
         lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
     else:
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
-    lines.append(
-        row(
-            "search:",
-            f"{search.stop_reason}; {len(search.points)} loads, {search.num_sims} simulations",
-        )
-    )
+    searched = f"{len(search.points)} loads, {search.num_sims} simulations"
+    lines.append(row("search:", f"{search.stop_reason}; {searched}"))
     point = search.at_estimate
     if point is not None:
         stats = ", ".join(f"{n} {_ms(point, n)}" for n in point.means)
@@ -182,39 +178,23 @@ def format_capacity(
             lines.append(row("goodput:", f"{good:.3g} req/s{share} with {within}"))
     if fleet is not None:
         lines.append("-" * 16 + f" Fleet for {fleet.target_rate_per_s:g} req/s " + "-" * 16)
-        lines.append(
-            row(
-                "replicas:",
-                f"{fleet.num_replicas} = ceil({fleet.target_rate_per_s:g}"
-                f" / {fleet.capacity_rate_per_s:.3g})"
-                + (
-                    f"; {fleet.num_replicas_at_lower_bound} at the interval's low end"
-                    if fleet.num_replicas_at_lower_bound
-                    else ""
-                ),
-            )
+        at_lower = fleet.num_replicas_at_lower_bound
+        low_end = f"; {at_lower} at the interval's low end" if at_lower else ""
+        ceil = f"ceil({fleet.target_rate_per_s:g} / {fleet.capacity_rate_per_s:.3g})"
+        lines.append(row("replicas:", f"{fleet.num_replicas} = {ceil}{low_end}"))
+        balancer = (
+            "an estimate assuming a perfect load balancer; simulate the fleet "
+            "behind a router with a cluster: block (scenarios/replicas.yaml)"
         )
-        lines.append(
-            row(
-                "",
-                "an estimate assuming a perfect load balancer; simulate the fleet "
-                "behind a router with a cluster: block (scenarios/replicas.yaml)",
-            )
-        )
+        lines.append(row("", balancer))
         lines.append(row("GPUs:", f"{fleet.num_gpus} ({fleet.num_replicas} x {gpus_per_replica})"))
     if price is not None:
-        lines.append(
-            row("GPU price:", f"${price:.2f}/GPU-hour (approximate; set --gpu-price-per-hour)")
-        )
+        approximate = f"${price:.2f}/GPU-hour (approximate; set --gpu-price-per-hour)"
+        lines.append(row("GPU price:", approximate))
         if fleet is not None and fleet.usd_per_hour is not None:
             mtok = fleet.usd_per_million_output_tokens
-            lines.append(
-                row(
-                    "cost:",
-                    f"${fleet.usd_per_hour:.2f}/hour"
-                    + (f", ${mtok:.3f} per million output tokens" if mtok else ""),
-                )
-            )
+            per_token = f", ${mtok:.3f} per million output tokens" if mtok else ""
+            lines.append(row("cost:", f"${fleet.usd_per_hour:.2f}/hour" + per_token))
         tokens = output_tokens_per_request(point)
         rate = capacity_rate_per_s(search, point)
         if tokens and rate:

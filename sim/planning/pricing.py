@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+
+from sim.scenario import Scenario
 
 GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
     {
@@ -34,26 +35,9 @@ def gpu_price_per_hour(hardware_name: str, override: float | None = None) -> flo
     return GPU_PRICE_PER_HOUR.get(hardware_name)
 
 
-def gpus_per_replica(scenario: Any) -> int:
-    """GPUs one replica occupies: tensor x pipeline parallel degree.
-
-    Read from the scenario's ``parallelism:`` section (``num_gpus``); an
-    ``engine`` or top-level ``tensor_parallel_size`` is honoured for objects
-    without that section.
-    """
-    num_gpus = getattr(getattr(scenario, "parallelism", None), "num_gpus", None)
-    if isinstance(num_gpus, int) and num_gpus >= 1:
-        return num_gpus
-    for section in (getattr(scenario, "engine", None), scenario):
-        degree = getattr(section, "tensor_parallel_size", None)
-        if isinstance(degree, int) and degree >= 1:
-            return degree
-    return 1
-
-
-def usd_per_hour(num_gpus: int, price_per_gpu_hour: float) -> float:
-    """Cost of ``num_gpus`` GPUs for one hour."""
-    return num_gpus * price_per_gpu_hour
+def gpus_per_replica(scenario: Scenario) -> int:
+    """GPUs one replica occupies: tensor x pipeline parallel degree."""
+    return scenario.parallelism.num_gpus
 
 
 def usd_per_unit(rate_per_s: float | None, num_gpus: int, price_per_gpu_hour: float) -> float:

@@ -116,8 +116,6 @@ def default_jobs() -> int:
 def run_local(tasks: Sequence[Task], jobs: int | None = None) -> Iterator[tuple[int, Record]]:
     """Run tasks in worker processes (``jobs=1``: in this process)."""
     jobs = default_jobs() if jobs is None else jobs
-    if jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     if jobs == 1 or len(tasks) <= 1:
         for index, task in enumerate(tasks):
             yield index, run_point(task)
@@ -175,11 +173,5 @@ def execute(
     address: str | None = None,
 ) -> Iterator[tuple[int, Record]]:
     """Run ``tasks`` on the chosen executor, yielding ``(index, record)`` as they finish."""
-    if executor == "local":
-        if address is not None:
-            raise ConfigError("--address applies only to --executor ray")
-        return run_local(tasks, jobs)
-    if executor == "ray":
-        _import_ray()  # fail now, before any work, if Ray is missing
-        return run_ray(tasks, address)
-    raise ConfigError(f"--executor: unknown executor {executor!r}; expected local or ray")
+    check_executor(executor, jobs, address)  # fail now, before any work
+    return run_local(tasks, jobs) if executor == "local" else run_ray(tasks, address)

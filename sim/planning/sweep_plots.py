@@ -1,17 +1,9 @@
-"""Figures of a sweep: latency against load, and throughput against p99 TTFT.
+"""Figures of a sweep (docs/capacity.md): latency against load, throughput against p99 TTFT.
 
-``latency_vs_load.png``: p99 TTFT and p99 TPOT against the offered rate (when
-the sweep varies the arrival rate or trace time scale) or else the achieved
-request throughput, one curve per configuration, SLO limits as red lines: the
-hockey stick. For batch-size-1 configurations under Poisson arrivals a third
-panel sets the simulated mean TTFT against the M/G/1 (Pollaczek–Khinchine)
-prediction built from the service times the simulation measured: the same
-queue in textbook form (see :mod:`sim.metrics.analytic`).
-
-``throughput_vs_ttft.png``: every point's request throughput against its p99
-TTFT, the Pareto front (no point has both more throughput and less latency)
-joined by a line, the cheapest point meeting the SLOs starred.
-
+``latency_vs_load.png`` is the hockey stick; for batch-size-1 configurations
+under Poisson arrivals a third panel sets the simulated mean TTFT against the
+M/G/1 (Pollaczek–Khinchine) prediction built from the service times the
+simulation measured: the same queue in textbook form (:mod:`sim.metrics.analytic`).
 Drawn on an Agg canvas with matplotlib's object API (no pyplot state).
 """
 

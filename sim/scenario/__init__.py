@@ -169,14 +169,11 @@ class Scenario(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _check_context(self) -> Scenario:
+    def _check(self) -> Scenario:
+        """Checks across sections; the first problem found is the error."""
         problem = context_problem(self.model.name, self.engine.max_model_len_tokens)
         if problem is not None:
             raise ValueError(problem)
-        return self
-
-    @model_validator(mode="after")
-    def _check_budget(self) -> Scenario:
         policy = self.scheduler
         if (
             isinstance(policy, ContinuousSettings)
@@ -189,6 +186,13 @@ class Scenario(BaseModel):
                 f">= engine.max_model_len_tokens ({self.engine.max_model_len_tokens}) "
                 "when chunked_prefill is off"
             )
+        if self.speculative is not None and not isinstance(policy, ContinuousSettings):
+            raise ValueError(
+                f"speculative decoding needs a continuous-batching scheduler, not {policy.kind!r}"
+            )
+        problem = layout_problem(self.model, self.parallelism)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @property
@@ -213,22 +217,6 @@ class Scenario(BaseModel):
             and self.speculative is None
             and not lockstep
         )
-
-    @model_validator(mode="after")
-    def _check_speculative(self) -> Scenario:
-        if self.speculative is not None and not isinstance(self.scheduler, ContinuousSettings):
-            raise ValueError(
-                f"speculative decoding needs a continuous-batching scheduler, "
-                f"not {self.scheduler.kind!r}"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _check_parallel_layout(self) -> Scenario:
-        problem = layout_problem(self.model, self.parallelism)
-        if problem is not None:
-            raise ValueError(problem)
-        return self
 
 
 def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:

@@ -124,17 +124,8 @@ def build_layout(
     split = config.disaggregation
     if split is None:
         router = make_router(config.router, cluster.rng)
-        return Pool(
-            env,
-            replica_config,
-            0,
-            config.num_replicas,
-            router,
-            on_done,
-            new_core,
-            slots,
-            config.lockstep,
-        )
+        numbers = range(config.num_replicas)
+        return Pool(env, replica_config, new_core, numbers, router, on_done, slots, config.lockstep)
     routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
     return Disaggregated(
         env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, new_core, slots
@@ -217,7 +208,6 @@ def request_token_times_s(
     later_runs: list[tuple[float, int]] | None,
     replica: int,
     prefill_replica: int | None = None,
-    detokenize_s: float = 0.0,
 ) -> FloatArray:
     """Token times of one request from its replica's steps (``sim.engine.tokens``).
 
@@ -236,17 +226,12 @@ def request_token_times_s(
 
     runs = later_runs or []
     if prefill_replica is None or prefill_replica == replica:
-        return token_times_s(ends(replica), first_token_s, num_generated_tokens, runs, detokenize_s)
+        return token_times_s(ends(replica), first_token_s, num_generated_tokens, runs)
     num_first = runs[0][1] if runs else num_generated_tokens
-    head = token_times_s(ends(prefill_replica), first_token_s, num_first, None, detokenize_s)
+    head = token_times_s(ends(prefill_replica), first_token_s, num_first)
     if not runs:
         return head
     start_s, before = runs[0]
-    tail = token_times_s(
-        ends(replica),
-        start_s,
-        num_generated_tokens - before,
-        [(t, n - before) for t, n in runs[1:]],
-        detokenize_s,
-    )
+    tail_runs = [(t, n - before) for t, n in runs[1:]]
+    tail = token_times_s(ends(replica), start_s, num_generated_tokens - before, tail_runs)
     return np.concatenate([head, tail])

@@ -78,26 +78,11 @@ class Disaggregated:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.on_done = on_done
         num_prefill = config.num_prefill_replicas
-        self.prefill = Pool(
-            env,
-            replica_config,
-            0,
-            num_prefill,
-            routers[0],
-            self._prefilled,
-            new_core,
-            central_slots,
-        )
-        self.decode = Pool(
-            env,
-            replica_config,
-            num_prefill,
-            config.num_decode_replicas,
-            routers[1],
-            self._decoded,
-            new_core,
-            central_slots,
-        )
+        num_replicas = num_prefill + config.num_decode_replicas
+        prefill_numbers, decode_numbers = range(num_prefill), range(num_prefill, num_replicas)
+        common = (env, replica_config, new_core)
+        self.prefill = Pool(*common, prefill_numbers, routers[0], self._prefilled, central_slots)
+        self.decode = Pool(*common, decode_numbers, routers[1], self._decoded, central_slots)
         self.cores = self.prefill.cores + self.decode.cores
         self.front_replicas = self.prefill.replicas
         self.num_done = 0
@@ -147,8 +132,8 @@ class Disaggregated:
 
     def flush(self) -> None:
         """After the run: central queues into their cores, to be recorded unfinished."""
-        self.prefill.flush_queue()
-        self.decode.flush_queue()
+        self.prefill.flush()
+        self.decode.flush()
 
     def requests_frame(self, records: pd.DataFrame) -> pd.DataFrame:
         """One row per request from the records of both pools (see ``merge_records``)."""

@@ -1,24 +1,15 @@
 """The frontend: the server process that turns engine outputs into streamed chunks.
 
-vLLM v1 runs the engine core in its own process; every step's outputs go to
-the API server process (``AsyncLLM.output_handler``), which detokenizes them
-and hands each request's new tokens to its streaming response. That process
-is one more server with a queue, modelled here as one:
-
-- a step with ``n`` outputs costs it ``step_s + per_output_s * n`` seconds
-  (steps without output, e.g. a prefill chunk that is not a prompt's last,
-  send nothing and cost nothing);
-- it works through the steps that are waiting when it looks, back to back,
-  then hands their tokens to the responses at once (the asyncio loop only
-  runs the response streams when the output handler waits for input). So
-  when it lags behind the engine, a request's tokens from several steps leave
-  in one chunk, which ``vllm bench serve`` counts as one ITL sample.
-
-The engine never waits for it (vLLM's engine core does not block on the
-frontend), so it changes when the client sees tokens, not the schedule.
-Everything is computed from the step log after the run (``delivery_s``), per
-replica: cost grows with steps, a Python loop runs only over steps that
-arrive while the frontend is still busy.
+vLLM v1's API server process (``AsyncLLM.output_handler``) detokenizes each
+step's outputs and hands each request's new tokens to its streaming response;
+modelled as one server with a queue behind each replica (docs/vllm-fidelity.md,
+"The frontend"): a step with ``n`` outputs costs it ``step_s + per_output_s *
+n``, it works through the steps waiting when it looks and delivers their tokens
+together, so a lagging frontend merges a request's tokens from several steps
+into one chunk (one ITL sample). The engine never waits for it, so it changes
+when the client sees tokens, not the schedule. Everything is computed from the
+step log after the run (``delivery_s``), per replica: cost grows with steps, a
+Python loop runs only over steps that arrive while the frontend is still busy.
 """
 
 from __future__ import annotations

@@ -40,35 +40,27 @@ CoreFactory = Callable[["CoreConfig", int, Callable[[Request], None], bool], "En
 
 
 class Pool:
-    """``num_replicas`` replicas numbered from ``first_replica``; ``submit`` routes a request."""
+    """The replicas numbered ``numbers`` (a range); ``submit`` routes a request."""
 
     def __init__(
         self,
         env: simpy.Environment,
         replica_config: ReplicaConfig,
-        first_replica: int,
-        num_replicas: int,
+        new_core: CoreFactory,
+        numbers: range,
         router: Router,
         on_done: Callable[[Request], None],
-        new_core: CoreFactory,
         central_slots: int | None = None,
         lockstep: bool = False,
     ) -> None:
         self.env = env
-        self.first_replica = first_replica
+        self.first_replica = numbers.start
         self.router = router
         self.on_done = on_done
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
-        self.cores = [
-            new_core(
-                replica_config.core,
-                first_replica + i,
-                self._done,
-                replica_config.skip_ahead and not lockstep,  # lockstep: no Replica
-            )
-            for i in range(num_replicas)
-        ]
+        skip_ahead = replica_config.skip_ahead and not lockstep  # lockstep: no Replica
+        self.cores = [new_core(replica_config.core, i, self._done, skip_ahead) for i in numbers]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
             self.replicas = LockstepGroup(env, self.cores, replica_config.cost).members
@@ -78,7 +70,7 @@ class Pool:
                 for core in self.cores
             ]
         self.front_replicas = self.replicas  # the replicas arrivals reach
-        self.loads = [ReplicaLoad() for _ in range(num_replicas)]
+        self.loads = [ReplicaLoad() for _ in numbers]
 
     @property
     def num_done(self) -> int:
@@ -164,7 +156,7 @@ class Pool:
                 self._send(index, queue.popleft(), keep_ready=True)
         self.on_done(request)
 
-    def flush_queue(self) -> None:
+    def flush(self) -> None:
         """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.
 
         Call after the run, before ``EngineCore.flush_unfinished``.

@@ -12,15 +12,15 @@ arrives in instead of being interrupted. When every request is known in
 advance, the replica may also pull its requests itself when it plans (``pull``),
 so an arrival costs no event at all.
 
-Async scheduling (vLLM's ``AsyncScheduler`` with ``step_with_batch_queue``):
-when the policy asks for it, step N+1 is planned while step N runs. The
-replica still plans after committing step N, but shows the core only what the
-scheduler could see at step N's start: requests ready later wait one more step,
-and requests finishing in step N keep their slot and blocks for that plan
-(``EngineCore.schedule``'s ``visible_until_s``, ``EngineCore.held``). A run of
-decode steps therefore stops one step after the step during which a request
-arrives. The scheduler's CPU time overlaps the GPU step; see
-docs/vllm-fidelity.md for how a cost model's per-step overhead should read then.
+Async scheduling (vLLM's ``AsyncScheduler``, ``step_with_batch_queue``): step
+N+1 is planned while step N runs. The replica still plans after committing
+step N, but shows the core only what the scheduler could see at step N's start:
+requests ready later wait one more step, and those finishing in step N keep
+their slot and blocks for that plan (``EngineCore.schedule``'s
+``visible_until_s``, ``EngineCore.held``). So a run of decode steps stops one
+step after the step during which a request arrives.
+The scheduler's CPU time then overlaps the GPU step: docs/vllm-fidelity.md says
+how a cost model's per-step overhead should read.
 """
 
 from __future__ import annotations

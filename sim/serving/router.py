@@ -108,7 +108,7 @@ class PrefixAffinity:
     """Requests of one prefix group always go to the same replica (hash of the group id).
 
     A replica then keeps that group's shared prefix in its cache. Requests
-    without a group (``prefix_group`` absent or ``None``) go to the least
+    without a group (``prefix_group`` ``None``) go to the least
     loaded replica. Few groups, or one hot group, can load replicas unevenly:
     the summary's imbalance shows it.
     """
@@ -117,7 +117,7 @@ class PrefixAffinity:
         self._fallback = LeastOutstandingRequests()
 
     def choose(self, request: Request, loads: Sequence[ReplicaLoad]) -> int:
-        group = getattr(request, "prefix_group", None)
+        group = request.prefix_group
         if group is None:
             return self._fallback.choose(request, loads)
         return mix64(int(group)) % len(loads)

@@ -234,9 +234,7 @@ class Simulation:
 
     def _result(self) -> RawResult:
         """The run's result, from every core's outputs (the run is over)."""
-        if isinstance(self.layout, Pool):
-            self.layout.flush_queue()
-        elif self.layout is not None:
+        if self.layout is not None:
             self.layout.flush()
         for core in self.cores:
             core.flush_unfinished()

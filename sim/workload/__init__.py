@@ -1,7 +1,7 @@
 """Workloads: when requests arrive and how long their prompts and outputs are.
 
 ``arrivals`` (Poisson, gamma, constant), ``lengths`` (length samplers),
-``trace`` (CSV and Azure trace replay), ``traces`` (the replay window and the
+``trace`` (CSV and Azure trace files), ``traces`` (the replay window and the
 BurstGPT, Mooncake and ShareGPT formats), ``json_lines`` (the JSON lines
 reader every trace and run importer shares) and ``generate`` (the ``workload:``
 configuration and the request arrays it produces, open or closed loop).

@@ -2,23 +2,16 @@
 
 Three processes, chosen by ``kind``: ``poisson`` (exponential gaps),
 ``gamma`` (gamma gaps, as ``vllm bench serve --burstiness``: shape =
-``burstiness``, scale = ``1 / (rate_per_s * burstiness)``, so the mean gap is
-``1 / rate_per_s`` and its coefficient of variation ``1 / sqrt(burstiness)``;
-burstiness 1 is Poisson, below 1 burstier, above 1 smoother, ``.inf``
-constant) and ``constant`` (a gap of exactly ``1 / rate_per_s``).
-``rate_per_s: .inf`` sends every request at 0 (``vllm bench serve``'s default
-``--request-rate inf``); it needs ``num_requests``.
+``burstiness``, scale = ``1 / (rate_per_s * burstiness)``; burstiness 1 is
+Poisson, ``.inf`` constant) and ``constant`` (gaps of exactly ``1 / rate_per_s``).
+``rate_per_s: .inf`` sends every request at 0; it needs ``num_requests``.
 
-``num_requests`` requests at rate R follow ``vllm bench serve`` (its
-``get_request`` since vLLM PR #21108, mid-2025) unless ``spacing: renewal`` is set: draw N
-gaps, take their running sums S_1..S_N, and rescale them so the last request
-goes at exactly N / R, i.e. arrival k is ``S_k * (N / R) / S_N``. The first
-request therefore comes one (rescaled) gap after 0, never at 0, and the run
-offers exactly R requests a second. ``spacing: renewal`` keeps the running
-sums unscaled (arrival k = S_k): a stationary renewal process (exactly
-Poisson for ``poisson``), which queueing theory assumes. ``constant`` is the
-same under both (k / R). ``duration_s`` (every arrival before it; ``vllm bench
-serve`` has no such mode) always draws the renewal process.
+``num_requests`` arrivals follow ``vllm bench serve``'s ``get_request``
+(docs/vllm-fidelity.md, "Arrivals"): running sums of the gaps rescaled so that
+arrival k is ``S_k * (N / R) / S_N`` and the last goes at exactly N / R.
+``spacing: renewal`` keeps the sums unscaled (a stationary renewal process,
+exactly Poisson for ``poisson``, as queueing theory assumes); ``duration_s``
+(every arrival before it) always draws the renewal process.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ from sim.workload.lengths import (
     make_length_sampler,
     sample_think_times_s,
 )
-from sim.workload.traces.workload import HashIds, TraceWorkload, trace_requests
+from sim.workload.trace import HashIds
+from sim.workload.traces.workload import TraceWorkload, trace_requests
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -211,29 +212,23 @@ def generate_open_loop(
     outputs = output_sampler.sample(output_rng, size)
     groups = config.prefix_groups
     if groups is None:
-        return _with_priority(RequestArrays(arrival_s, prompts, outputs), config, rng)
-    # A fourth child stream: the three above draw exactly as without groups.
-    (group_rng,) = rng.spawn(1)
-    shared = np.full(size, groups.shared_prefix_tokens, dtype=np.int64)
-    arrays = RequestArrays(
-        arrival_s,
-        prompts + shared,
-        outputs,
-        prefix_group=np.asarray(
-            group_rng.integers(0, groups.num_groups, size=size, dtype=np.int64)
-        ),
-        num_shared_prefix_tokens=shared,
-    )
-    return _with_priority(arrays, config, rng)
-
-
-def _with_priority(
-    arrays: RequestArrays, config: SyntheticWorkload, rng: np.random.Generator
-) -> RequestArrays:
-    """``arrays`` with priorities drawn from a further spawned stream, if configured."""
+        arrays = RequestArrays(arrival_s, prompts, outputs)
+    else:
+        # A fourth child stream: the three above draw exactly as without groups.
+        (group_rng,) = rng.spawn(1)
+        shared = np.full(size, groups.shared_prefix_tokens, dtype=np.int64)
+        arrays = RequestArrays(
+            arrival_s,
+            prompts + shared,
+            outputs,
+            prefix_group=np.asarray(
+                group_rng.integers(0, groups.num_groups, size=size, dtype=np.int64)
+            ),
+            num_shared_prefix_tokens=shared,
+        )
     if config.priority is None:
         return arrays
-    (priority_rng,) = rng.spawn(1)
+    (priority_rng,) = rng.spawn(1)  # a further stream: the others draw as without it
     return replace(arrays, priority=config.priority.sample(priority_rng, len(arrays)))
 
 
@@ -268,12 +263,9 @@ class ClosedLoopSource:
         """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
         i = self._next_length
         if i == len(self._prompts):
-            self._prompts = self._prompt_sampler.sample(
-                self._prompt_rng, CLOSED_LOOP_BLOCK
-            ).tolist()
-            self._outputs = self._output_sampler.sample(
-                self._output_rng, CLOSED_LOOP_BLOCK
-            ).tolist()
+            block = CLOSED_LOOP_BLOCK
+            self._prompts = self._prompt_sampler.sample(self._prompt_rng, block).tolist()
+            self._outputs = self._output_sampler.sample(self._output_rng, block).tolist()
             i = 0
         self._next_length = i + 1
         return self._prompts[i], self._outputs[i]

@@ -190,13 +190,6 @@ def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None
     return _ParametricSampler(config)
 
 
-def sample_lengths(
-    config: LengthConfig, rng: np.random.Generator, size: int, base_dir: Path | str | None = None
-) -> IntArray:
-    """``size`` draws from ``config`` (convenience for one-off sampling)."""
-    return make_length_sampler(config, base_dir).sample(rng, size)
-
-
 class FixedThinkTime(_Config):
     """A think time of exactly ``value_s`` seconds (0 allowed: no pause)."""
 

@@ -1,17 +1,15 @@
-"""Trace replay: request arrival times and token counts read from a CSV file.
+"""CSV trace files read strictly: named columns, token counts and timestamps.
 
-Two layouts are understood: the Azure LLM inference trace 2023
-(``TIMESTAMP,ContextTokens,GeneratedTokens``, timestamps such as
-``2023-11-16 18:15:46.6805900``) and a generic CSV whose three column names
-are given by the caller. A timestamp is either a number of seconds or an ISO
-8601 date-time; the first data row decides which, and every row must agree.
+The Azure LLM inference traces (``TIMESTAMP,ContextTokens,GeneratedTokens``,
+timestamps such as ``2023-11-16 18:15:46.6805900``) and generic CSVs whose
+three column names are configured (``sim.workload.traces.workload``); the
+empirical length sampler (:mod:`sim.workload.lengths`) reads a column too. A
+timestamp is either a number of seconds or an ISO 8601 date-time; the first
+data row decides which, and every row must agree.
 
 Every problem with the file (missing file or column, a malformed row) raises
 :class:`sim.errors.ConfigError` whose one-line message names the file and,
 for a row, its line number (1-based, the header being line 1).
-
-The CSV helpers here (:func:`read_csv_columns`, :func:`parse_token_counts`)
-are also used by the empirical length sampler in :mod:`sim.workload.lengths`.
 """
 
 from __future__ import annotations
@@ -29,10 +27,22 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.errors import ConfigError
-from sim.workload.traces.window import TraceWindow, select
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+HashIds = tuple[tuple[int, ...], ...]
+
+
+class TraceRequests(NamedTuple):
+    """A trace's requests, as every format's reader returns them (times in seconds
+    from the first row) and once replayed (in arrival order, from 0); hash ids
+    only where the trace has them."""
+
+    arrival_s: FloatArray
+    num_prompt_tokens: IntArray
+    num_output_tokens: IntArray
+    block_hash_ids: HashIds | None = None
+    block_hash_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +68,6 @@ class CsvColumns:
     path: Path
     values: dict[str, list[str]]
     line_numbers: list[int]
-
-
-class TraceRows(NamedTuple):
-    """A parsed trace: one entry per request, sorted by arrival time."""
-
-    arrival_s: FloatArray
-    num_prompt_tokens: IntArray
-    num_output_tokens: IntArray
 
 
 def _show(value: str) -> str:
@@ -231,38 +233,3 @@ def parse_timestamps_s(data: CsvColumns, column: str) -> FloatArray:
     first = min(nanos)
     relative_ns = np.asarray([stamp - first for stamp in nanos], dtype=np.int64)
     return relative_ns.astype(np.float64) / 1e9
-
-
-def load_trace(
-    path: Path,
-    columns: TraceColumns,
-    *,
-    time_scale: float = 1.0,
-    max_requests: int | None = None,
-    start_offset_s: float = 0.0,
-    duration_s: float | None = None,
-) -> TraceRows:
-    """Parse a trace file into arrays ready for replay.
-
-    The window (:mod:`sim.workload.traces.window`): sort rows by timestamp;
-    keep those in ``[start_offset_s, start_offset_s + duration_s)`` after the
-    first row; shift the first kept request to 0; multiply times by
-    ``time_scale`` (0.5 replays twice as fast); keep the first
-    ``max_requests``. A trace left with no request is an error.
-    """
-    if time_scale <= 0 or start_offset_s < 0:
-        raise ValueError("time_scale must be > 0 and start_offset_s >= 0")
-    data = read_csv_columns(path, [columns.timestamp, columns.prompt_tokens, columns.output_tokens])
-    if not data.line_numbers:
-        raise ConfigError(f"{path}: no data rows after the header")
-    times_s = parse_timestamps_s(data, columns.timestamp)
-    prompt = parse_token_counts(data, columns.prompt_tokens)
-    output = parse_token_counts(data, columns.output_tokens)
-    window = TraceWindow(
-        time_scale=time_scale,
-        max_requests=max_requests,
-        start_offset_s=start_offset_s,
-        duration_s=duration_s,
-    )
-    rows, arrival_s = select(times_s, window, path)
-    return TraceRows(arrival_s, prompt[rows], output[rows])

@@ -1,8 +1,7 @@
-"""Public workload traces, one reader per format, and the window every replay applies.
+"""Public workload traces: one reader per format, and the ``kind: trace`` workload.
 
-``window`` selects and rescales a trace's requests (offset, duration, time
-scale, target rate, request cap); ``burstgpt``, ``mooncake`` and
-``sharegpt`` read those public formats (the Azure traces and generic CSVs
-are read by ``sim.workload.trace``); ``workload`` is the ``kind: trace``
-configuration that names a format and turns a file into requests.
+``burstgpt``, ``mooncake`` and ``sharegpt`` read those public formats (the
+Azure traces and generic CSVs are read by ``sim.workload.trace``);
+``workload`` is the ``kind: trace`` configuration that names a format, turns
+a file into requests and applies the window every replay shares.
 """

@@ -16,13 +16,11 @@ token. A row with 0 request tokens is an error naming its line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
 from sim.errors import ConfigError
 from sim.workload.trace import (
     CsvColumns,
-    FloatArray,
-    IntArray,
+    TraceRequests,
     parse_timestamps_s,
     parse_token_counts,
     read_csv_columns,
@@ -37,15 +35,6 @@ TIMESTAMP, MODEL, REQUEST, RESPONSE, LOG_TYPE = (
 )
 
 
-class BurstGptRows(NamedTuple):
-    """The rows kept: times (s from the first row), token counts, rows skipped as failed."""
-
-    times_s: FloatArray
-    num_prompt_tokens: IntArray
-    num_output_tokens: IntArray
-    num_failed: int
-
-
 def _subset(data: CsvColumns, keep: list[bool]) -> CsvColumns:
     values = {k: [v for v, ok in zip(vs, keep, strict=True) if ok] for k, vs in data.values.items()}
     lines = [n for n, ok in zip(data.line_numbers, keep, strict=True) if ok]
@@ -54,8 +43,9 @@ def _subset(data: CsvColumns, keep: list[bool]) -> CsvColumns:
 
 def read_burstgpt(
     path: Path, model: str | None = None, log_type: str | None = None
-) -> BurstGptRows:
-    """The requests of a BurstGPT CSV, optionally of one model and one log type."""
+) -> tuple[TraceRequests, int]:
+    """The requests of a BurstGPT CSV, optionally of one model and one log type, and
+    the number of rows skipped as failed."""
     data = read_csv_columns(path, [TIMESTAMP, MODEL, REQUEST, RESPONSE, LOG_TYPE])
     keep = [
         (model is None or m == model) and (log_type is None or t == log_type)
@@ -73,9 +63,6 @@ def read_burstgpt(
     if num_failed == len(failed):
         raise ConfigError(f"{path}: every selected row has 0 response tokens (failed requests)")
     data = _subset(data, [not f for f in failed])
-    return BurstGptRows(
-        parse_timestamps_s(data, TIMESTAMP),
-        parse_token_counts(data, REQUEST),
-        parse_token_counts(data, RESPONSE),
-        num_failed,
-    )
+    times_s = parse_timestamps_s(data, TIMESTAMP)
+    prompt = parse_token_counts(data, REQUEST)
+    return TraceRequests(times_s, prompt, parse_token_counts(data, RESPONSE)), num_failed

@@ -19,25 +19,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from sim.errors import ConfigError
 from sim.workload.json_lines import json_objects
-from sim.workload.trace import FloatArray, IntArray
+from sim.workload.trace import TraceRequests
 
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length")
-
-
-class MooncakeRows(NamedTuple):
-    """Times (s from the first line), token counts and per-request block hash ids."""
-
-    times_s: FloatArray
-    num_prompt_tokens: IntArray
-    num_output_tokens: IntArray
-    block_hash_ids: list[tuple[int, ...]]
 
 
 def _whole(value: Any, where: str, field: str, minimum: int) -> int:
@@ -48,7 +39,7 @@ def _whole(value: Any, where: str, field: str, minimum: int) -> int:
     return int(value)
 
 
-def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> MooncakeRows:
+def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> TraceRequests:
     """Every line of a Mooncake JSON lines trace."""
     times: list[float] = []
     prompts: list[int] = []
@@ -73,9 +64,10 @@ def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) ->
     if not times:
         raise ConfigError(f"{path}: no requests")
     times_s = np.asarray(times, dtype=np.float64)
-    return MooncakeRows(
+    return TraceRequests(
         times_s - float(times_s.min()),
         np.asarray(prompts, dtype=np.int64),
         np.asarray(outputs, dtype=np.int64),
-        hash_ids,
+        tuple(hash_ids),
+        hash_block_tokens,
     )

@@ -5,16 +5,23 @@ conversation: ``TIMESTAMP,ContextTokens,GeneratedTokens``), ``csv`` (any CSV,
 columns named by ``*_column``; optionally per-request prefix hash ids in
 ``hash_ids_column``), ``burstgpt``, ``mooncake`` (with prefix hash ids) and
 ``sharegpt`` (length lists without times: ``arrival`` gives the process).
-Every timed format takes the same window (``sim.workload.traces.window``):
-``start_offset_s``, ``duration_s``, ``max_requests``, and ``time_scale`` or
-``rate_per_s``. A relative ``path`` is resolved against the scenario's folder.
+A relative ``path`` is resolved against the scenario's folder.
+
+Every timed format takes the same window (``select``), in this order: sort
+rows by timestamp (stable, so ties keep file order); keep those whose time
+since the first row lies in ``[start_offset_s, start_offset_s + duration_s)``
+(trace seconds, before scaling); shift so the first kept request arrives at
+0; keep the first ``max_requests``; then rescale time, either by
+``time_scale`` (0.5 replays twice as fast) or to a mean rate of
+``rate_per_s`` requests per second (``(n - 1) / span`` after rescaling: the
+same gaps, stretched or squeezed).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -26,8 +33,10 @@ from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
     FloatArray,
+    HashIds,
     IntArray,
     TraceColumns,
+    TraceRequests,
     parse_timestamps_s,
     parse_token_counts,
     read_csv_columns,
@@ -35,9 +44,6 @@ from sim.workload.trace import (
 from sim.workload.traces.burstgpt import read_burstgpt
 from sim.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake
 from sim.workload.traces.sharegpt import read_sharegpt
-from sim.workload.traces.window import TraceWindow, select
-
-HashIds = tuple[tuple[int, ...], ...]
 
 
 class TraceWorkload(BaseModel):
@@ -101,25 +107,30 @@ class TraceWorkload(BaseModel):
             self.output_tokens_column or default.output_tokens,
         )
 
-    def window(self) -> TraceWindow:
-        """The window and rescaling every timed format applies."""
-        return TraceWindow(
-            time_scale=self.time_scale,
-            rate_per_s=self.rate_per_s,
-            max_requests=self.max_requests,
-            start_offset_s=self.start_offset_s,
-            duration_s=self.duration_s,
+
+def select(times_s: FloatArray, window: TraceWorkload, path: Path) -> tuple[IntArray, FloatArray]:
+    """Row indices of the replayed requests, in arrival order, and their arrival times:
+    ``window``'s offset, duration, request cap and time scale or rate (module docstring)."""
+    order = np.argsort(times_s, kind="stable")
+    relative_s = times_s[order] - (float(times_s[order[0]]) if order.size else 0.0)
+    keep = relative_s >= window.start_offset_s
+    if window.duration_s is not None:
+        keep &= relative_s < window.start_offset_s + window.duration_s
+    order, relative_s = order[keep], relative_s[keep]
+    if order.size == 0:
+        raise ConfigError(
+            f"{path}: no request in the window starting {window.start_offset_s} s "
+            f"after the first row (duration {window.duration_s} s)"
         )
-
-
-class TraceRequests(NamedTuple):
-    """The replayed requests, in arrival order; hash ids only where the trace has them."""
-
-    arrival_s: FloatArray
-    num_prompt_tokens: IntArray
-    num_output_tokens: IntArray
-    block_hash_ids: HashIds | None = None
-    block_hash_tokens: int | None = None
+    arrival_s = (relative_s - relative_s[0]) * window.time_scale
+    if window.max_requests is not None:
+        order, arrival_s = order[: window.max_requests], arrival_s[: window.max_requests]
+    if window.rate_per_s is not None:
+        span_s = float(arrival_s[-1])
+        if order.size < 2 or span_s <= 0:
+            raise ConfigError(f"{path}: rate_per_s needs a window of requests spanning time")
+        arrival_s = arrival_s * ((order.size - 1) / span_s / window.rate_per_s)
+    return order.astype(np.int64), arrival_s
 
 
 def _hash_ids(cell: str, where: str) -> tuple[int, ...]:
@@ -164,13 +175,8 @@ def _rows(config: TraceWorkload, path: Path) -> TraceRequests:
     if config.format in ("azure", "csv"):
         return _read_csv(config, path)
     if config.format == "burstgpt":
-        b = read_burstgpt(path, config.model, config.log_type)
-        return TraceRequests(b.times_s, b.num_prompt_tokens, b.num_output_tokens)
-    m = read_mooncake(path, config.hash_block_tokens or MOONCAKE_BLOCK_TOKENS)
-    block_tokens = config.hash_block_tokens or MOONCAKE_BLOCK_TOKENS
-    return TraceRequests(
-        m.times_s, m.num_prompt_tokens, m.num_output_tokens, tuple(m.block_hash_ids), block_tokens
-    )
+        return read_burstgpt(path, config.model, config.log_type)[0]
+    return read_mooncake(path, config.hash_block_tokens or MOONCAKE_BLOCK_TOKENS)
 
 
 def trace_requests(
@@ -187,7 +193,7 @@ def trace_requests(
         arrival_s = arrival_times_s(config.arrival, arrival_rng, num_requests=prompts.size)
         return TraceRequests(arrival_s, prompts, outputs)
     rows = _rows(config, path)
-    kept, arrival_s = select(rows.arrival_s, config.window(), path)
+    kept, arrival_s = select(rows.arrival_s, config, path)
     hash_ids = None
     if rows.block_hash_ids is not None:
         hash_ids = tuple(rows.block_hash_ids[i] for i in kept.tolist())
