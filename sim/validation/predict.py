@@ -115,12 +115,16 @@ def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     return done.set_index("request_id")[["ttft_s", "tpot_s", "e2el_s"]]
 
 
-def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
-    """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
+def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:
+    """Every gap between consecutive tokens (chunks) of one request, in seconds."""
     ordered = tokens.sort_values(["request_id", "token_index"])
     ids = ordered["request_id"].to_numpy()
-    gaps = np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
-    return Latencies(per_request_latencies(requests), gaps)
+    return np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
+
+
+def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
+    """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
+    return Latencies(per_request_latencies(requests), token_gaps_s(tokens))
 
 
 def simulated_latencies(result: Result) -> Latencies:
