@@ -98,22 +98,20 @@ def _free(text: str) -> tuple[str, ...]:
     return names
 
 
-def _base_scenario(args: argparse.Namespace) -> tuple[Scenario | None, Path]:
-    if args.scenario is None:
-        return None, Path.cwd()
-    scenario = load_scenario(args.scenario)
-    if scenario.cost.kind == "fitted":
-        raise ConfigError(f"{args.scenario}: cost is already fitted; give the scenario of its base")
-    return scenario, Path(args.scenario).parent
-
-
 def fit_runs(
     sources: Sequence[str], args: argparse.Namespace
 ) -> tuple[list[FitRun], list[ImportedRun], Scenario | None, Path]:
     """Every run read, checked and ready to replay."""
     if not sources:
         raise ConfigError("--from-run: no runs given")
-    scenario, base_dir = _base_scenario(args)
+    scenario: Scenario | None = None
+    base_dir = Path.cwd()
+    if args.scenario is not None:
+        scenario, base_dir = load_scenario(args.scenario), Path(args.scenario).parent
+        if scenario.cost.kind == "fitted":
+            raise ConfigError(
+                f"{args.scenario}: cost is already fitted; give the scenario of its base"
+            )
     model = model_preset(args.model)
     hardware_name = args.hardware or (scenario.hardware.name if scenario is not None else None)
     if hardware_name is None:

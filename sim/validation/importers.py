@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.validation.runs import ImportedRun
+from sim.validation.runs import ImportedRun, load_run
 
 FORMATS = ("vllm-bench", "guidellm", "otlp", "llmservingsim", "measure", "imported")
 """Known formats, in the order detection tries them."""
@@ -72,7 +72,7 @@ def reader(name: str, benchmark: int | None = None) -> Callable[[Path], Imported
         "otlp": otlp.read_otlp,
         "llmservingsim": read_llmservingsim,
         "measure": measure_dir.read_measure,
-        "imported": measure_dir.read_imported,
+        "imported": load_run,
     }
     if name not in readers:
         raise ConfigError(f"unknown format {name!r}; known: auto, {', '.join(FORMATS)}")
