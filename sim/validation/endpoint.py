@@ -110,6 +110,11 @@ class Outcome:
         return self.error is None and self.done and bool(self.chunk_s)
 
 
+def _prompt(api: Api, text: str) -> dict[str, Any]:
+    """The prompt's field of a request body: a user message for chat."""
+    return {"messages": [{"role": "user", "content": text}]} if api == "chat" else {"prompt": text}
+
+
 def request_body(
     api: Api, model: str, prompt: str, max_tokens: int, extra: dict[str, Any]
 ) -> dict[str, Any]:
@@ -121,11 +126,7 @@ def request_body(
         "stream_options": {"include_usage": True},
         "temperature": 0.0,
     }
-    if api == "chat":
-        body["messages"] = [{"role": "user", "content": prompt}]
-    else:
-        body["prompt"] = prompt
-    return body | extra
+    return body | _prompt(api, prompt) | extra
 
 
 def chunk_text(api: Api, data: dict[str, Any]) -> str | None:
@@ -336,13 +337,9 @@ async def _counter(
 ) -> TokenCounter | None:
     """A tokenize call (``POST /tokenize``), or None when the server has none."""
 
-    def body(text: str) -> dict[str, Any]:
-        if target.api == "chat":
-            return {"model": model, "messages": [{"role": "user", "content": text}]}
-        return {"model": model, "prompt": text}
-
     async def count(text: str) -> int:
-        async with session.post(f"{target.base}/tokenize", json=body(text)) as response:
+        body = {"model": model} | _prompt(target.api, text)
+        async with session.post(f"{target.base}/tokenize", json=body) as response:
             response.raise_for_status()
             data = await response.json()
             return int(data["count"]) if "count" in data else len(data["tokens"])
