@@ -47,8 +47,8 @@ def detect_format(source: Path) -> str:
                 return "llmservingsim"
         if measure_dir.is_measure_folder(source):
             return "measure"
-        if measure_dir.is_imported_folder(source):
-            return "imported"
+        if (source / "run.json").is_file() and (source / "requests.parquet").is_file():
+            return "imported"  # written by servesim import-run
     elif source.is_file():
         document = _document(source)
         for name, module in (("vllm-bench", vllm_bench), ("guidellm", guidellm), ("otlp", otlp)):

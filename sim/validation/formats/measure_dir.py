@@ -35,11 +35,6 @@ def is_measure_folder(folder: Path) -> bool:
     return isinstance(summary, dict) and summary.get("mode") == "measured"
 
 
-def is_imported_folder(folder: Path) -> bool:
-    """True for a folder written by ``servesim import-run``."""
-    return (folder / "run.json").is_file() and (folder / "requests.parquet").is_file()
-
-
 @dataclass(frozen=True, eq=False)
 class MeasureFolder:
     """A ``servesim measure`` folder as written: ``summary.json`` and its tables.
