@@ -331,16 +331,12 @@ def _cells(errors: dict[str, float | None]) -> str:
 
 def render_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
     """A markdown table: run, requests, metric, base and fitted errors."""
-    lines = [
-        "| run | requests | metric | base err p50 / p90 / p99 | fitted err p50 / p90 / p99 |",
-        "|---|---|---|---|---|",
+    header = "| run | requests | metric | base err p50 / p90 / p99 | fitted err p50 / p90 / p99 |"
+    return [header, "|---|---|---|---|---|"] + [
+        f"| {row['run']} | {row['requests']} | {row['metric']} | "
+        f"{_cells(row['base_err_pct'])} | {_cells(row['fitted_err_pct'])} |"
+        for row in rows
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['run']} | {row['requests']} | {row['metric']} | "
-            f"{_cells(row['base_err_pct'])} | {_cells(row['fitted_err_pct'])} |"
-        )
-    return lines
 
 
 def _params_text(params: dict[str, float]) -> str:
