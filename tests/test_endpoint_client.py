@@ -1,6 +1,6 @@
 """The live-server client: one streamed request, timed per chunk as vllm bench serve does.
 
-Times are hand-checked with a scripted clock: ``endpoint_client`` reads
+Times are hand-checked with a scripted clock: ``sim.validation.endpoint`` reads
 ``time.perf_counter`` once when it sends and once per ``data:`` line (and
 once when it stops reading), so a list of clock values fixes every
 recorded time whatever the real timing was.
@@ -18,13 +18,18 @@ import pytest
 from endpoint_fakes import FakeServer, sse, text_chunk
 
 from sim.errors import ConfigError
-from sim.validation import endpoint_client
-from sim.validation.endpoint import parse_endpoint
-from sim.validation.endpoint_client import Outcome, chunk_text, request_body, stream_request
+from sim.validation import endpoint
+from sim.validation.endpoint import (
+    Outcome,
+    chunk_text,
+    parse_endpoint,
+    request_body,
+    stream_request,
+)
 
 
 def scripted_clock(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> list[float]:
-    """``endpoint_client``'s perf_counter returns ``values`` in order (then the last)."""
+    """``sim.validation.endpoint``'s perf_counter returns ``values`` in order (then the last)."""
     it: Iterator[float] = iter(values)
     last = [values[-1]]
 
@@ -32,11 +37,11 @@ def scripted_clock(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> list
         last[0] = next(it, last[0])
         return last[0]
 
-    monkeypatch.setattr(endpoint_client, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(endpoint, "time", SimpleNamespace(perf_counter=perf_counter))
     return values
 
 
-def fetch(url: str, api: endpoint_client.Api = "completions", **kw: object) -> Outcome:
+def fetch(url: str, api: endpoint.Api = "completions", **kw: object) -> Outcome:
     body = request_body(api, "m", "p", 4, {})
 
     async def go() -> Outcome:
@@ -108,7 +113,7 @@ def test_http_500_closed_stream_and_refused_connection() -> None:
         first = fetch(url, timeout_s=30)
         second = fetch(url, timeout_s=30)
     assert first.status == 500 and first.error == "HTTP 500: internal error second line"
-    assert second.status == 200 and second.error == endpoint_client.CLOSED
+    assert second.status == 200 and second.error == endpoint.CLOSED
     assert len(second.chunk_s) == 2
     refused = fetch(url, timeout_s=30, retries=2)  # the server is gone now
     assert refused.error is not None and refused.error.startswith("cannot connect")
@@ -152,12 +157,10 @@ def test_chunk_text() -> None:
         ("http://h:1/v1/completions/", "completions", "http://h:1", "completions"),
     ],
 )
-def test_parse_endpoint(
-    url: str, api: endpoint_client.Api | None, base: str, expected_api: str
-) -> None:
+def test_parse_endpoint(url: str, api: endpoint.Api | None, base: str, expected_api: str) -> None:
     target = parse_endpoint(url, api)
     assert (target.base, target.api) == (base, expected_api)
-    assert target.url == base + endpoint_client.PATHS[target.api]
+    assert target.url == base + endpoint.PATHS[target.api]
 
 
 @pytest.mark.parametrize("url", ["localhost:8000", "ftp://h/v1", "http://", "h"])

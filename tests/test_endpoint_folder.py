@@ -19,10 +19,17 @@ import pytest
 
 from sim.metrics.stats import STEP_COLUMNS
 from sim.scenario import load_scenario
-from sim.validation.endpoint import EndpointOptions, RunState
-from sim.validation.endpoint_client import CLOSED, Outcome
+from sim.validation.endpoint import (
+    CLOSED,
+    EndpointOptions,
+    Outcome,
+    RunState,
+    endpoint_run,
+    request_frame,
+    timeseries_frame,
+    token_frame,
+)
 from sim.validation.endpoint_prompts import Prompt
-from sim.validation.endpoint_run import endpoint_run, request_frame, timeseries_frame, token_frame
 from sim.workload.generate import RequestArrays
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "validate_tiny_cpu.yaml"

@@ -23,8 +23,7 @@ from endpoint_fakes import FakeServer, text_chunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.validation.endpoint import parse_endpoint
-from sim.validation.endpoint_client import PATHS, Outcome, request_body, stream_request
+from sim.validation.endpoint import PATHS, Outcome, parse_endpoint, request_body, stream_request
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,13 @@ from calibration.compare_measured import load_measured
 from sim.cli import main as cli_main
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
-from sim.validation.endpoint import EndpointOptions, RunState, run_endpoint
-from sim.validation.endpoint_run import EndpointRun, endpoint_run
+from sim.validation.endpoint import (
+    EndpointOptions,
+    EndpointRun,
+    RunState,
+    endpoint_run,
+    run_endpoint,
+)
 from sim.workload.generate import RequestArrays
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,8 +172,7 @@ def test_the_cli_run_writes_the_folder_and_fails_when_nothing_completed(
 
 def test_the_client_imports_no_torch() -> None:
     code = (
-        "import sys, sim.validation.endpoint, sim.validation.endpoint_run, "
-        "sim.cli.endpoint; assert 'torch' not in sys.modules"
+        "import sys, sim.validation.endpoint, sim.cli.endpoint; assert 'torch' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 

@@ -23,8 +23,7 @@ from aiohttp.test_utils import TestServer
 
 from sim.errors import ConfigError
 from sim.validation import endpoint
-from sim.validation.endpoint import EndpointOptions, RunState, Target, run_endpoint
-from sim.validation.endpoint_client import Api, Outcome
+from sim.validation.endpoint import Api, EndpointOptions, Outcome, RunState, Target, run_endpoint
 from sim.validation.endpoint_prompts import Prompt
 from sim.workload.generate import RequestArrays
 

@@ -20,8 +20,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from sim.validation import endpoint_client
-from sim.validation.endpoint_client import CLOSED, Outcome, request_body, stream_request
+from sim.validation import endpoint
+from sim.validation.endpoint import CLOSED, Outcome, request_body, stream_request
 
 
 def sse(data: dict[str, Any]) -> bytes:
@@ -109,13 +109,13 @@ def clock(monkeypatch: pytest.MonkeyPatch, values: list[float]) -> list[int]:
         last[0] = next(it, last[0])
         return last[0]
 
-    monkeypatch.setattr(endpoint_client, "time", SimpleNamespace(perf_counter=perf_counter))
+    monkeypatch.setattr(endpoint, "time", SimpleNamespace(perf_counter=perf_counter))
     return reads
 
 
 def run(
     session: StubSession,
-    api: endpoint_client.Api = "completions",
+    api: endpoint.Api = "completions",
     timeout_s: float = 30.0,
     retries: int = 0,
     out: Outcome | None = None,

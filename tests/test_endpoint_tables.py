@@ -10,16 +10,17 @@ import pandas as pd
 import pytest
 
 from sim.scenario import load_scenario
-from sim.validation.endpoint import EndpointOptions, RunState
-from sim.validation.endpoint_client import Outcome
-from sim.validation.endpoint_prompts import Prompt
-from sim.validation.endpoint_run import (
+from sim.validation.endpoint import (
+    EndpointOptions,
+    Outcome,
+    RunState,
     endpoint_run,
     failure_counts,
     request_frame,
     timeseries_frame,
     token_frame,
 )
+from sim.validation.endpoint_prompts import Prompt
 from sim.workload.generate import RequestArrays
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "validate_tiny_cpu.yaml"

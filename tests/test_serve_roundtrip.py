@@ -28,8 +28,7 @@ from test_http_routes import ScriptedEngine
 from calibration.http_server import make_app
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
-from sim.validation.endpoint import EndpointOptions, run_endpoint
-from sim.validation.endpoint_run import EndpointRun, endpoint_run
+from sim.validation.endpoint import EndpointOptions, EndpointRun, endpoint_run, run_endpoint
 from sim.workload.generate import RequestArrays
 
 

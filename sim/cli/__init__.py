@@ -105,16 +105,6 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
     return parser
 
 
-def _one_line_warning(
-    message: Warning | str,
-    category: type[Warning],
-    filename: str,
-    lineno: int,
-    line: str | None = None,
-) -> str:
-    return f"servesim: warning: {message}\n"
-
-
 def one_line(message: str) -> str:
     """``message`` with control characters escaped: a value a user typed (a ``--set``
     with a newline, a key holding a carriage return) cannot break the one-line error."""
@@ -122,7 +112,8 @@ def one_line(message: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    warnings.formatwarning = _one_line_warning  # users get one line, not a source dump
+    # Users get one line, not a source dump.
+    warnings.formatwarning = lambda message, *_, **__: f"servesim: warning: {message}\n"
     line = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(line[0] if line else None, lazy=True)
     if line and line[0] in FORWARDED:

@@ -51,8 +51,7 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
 
     from sim.metrics.report import format_summary_table
     from sim.scenario import load_scenario
-    from sim.validation.endpoint import EndpointOptions, run_endpoint
-    from sim.validation.endpoint_run import endpoint_run
+    from sim.validation.endpoint import EndpointOptions, endpoint_run, run_endpoint
     from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
     scenario = load_scenario(args.scenario, args.set or ())

@@ -10,22 +10,19 @@ its forks) while this process writes the tables; ``finish`` waits for it. On a
 two-core machine the import overlaps the simulation and the drawing takes both
 cores.
 
-An error in the worker is not lost: it reaches ``finish`` as one line (exception
-type, message, file and line) and raises ``FigureError``, or ``ConfigError`` for
-a user error, as drawing in this process would. A worker killed by a signal
-(out of memory, say) is reported too. The command never exits before the
-worker: ``close`` (``with`` exit) waits for a worker that was handed a job, and
-ends one that never was (it has written nothing).
+An error in the worker (or a signal that killed it, out of memory say) reaches
+``finish`` as one line and raises ``FigureError``, or ``ConfigError`` for a
+user error, as drawing in this process would. The command never exits before
+the worker: ``close`` waits for one that was handed a job and ends one that
+never was (it has written nothing).
 
 Only on Linux: elsewhere a fork without exec is unsafe (macOS system libraries)
 or missing (Windows), and ``start`` returns None: draw in this process instead.
 ``servesim run`` forks only when ``spare_core`` finds a core free: on a busy
 machine the second process would only add its own costs.
 
-A reply (worker or helper to its parent) is a small JSON object: ``{"paths":
-[...]}`` for the figures written, or ``{"error": "one line"}`` (with
-``"config_error": true`` for a user error). A process that dies without
-replying is described by its exit status.
+A reply (worker or helper to its parent) is a small JSON object, ``Reply``; a
+process that dies without replying is described by its exit status.
 """
 
 from __future__ import annotations
@@ -119,8 +116,8 @@ def reply_of(reply_bytes: bytes, status: int) -> Reply:
 
 
 def fork_quietly() -> int:
-    """``os.fork``, output flushed first and Python 3.12's thread warning silenced."""
-    sys.stdout.flush()  # else the child holds a copy of unwritten output
+    """``os.fork``, output flushed first (else the child holds a copy of unwritten output)."""
+    sys.stdout.flush()
     sys.stderr.flush()
     with warnings.catch_warnings():
         # Python >= 3.12 warns on forking with threads running: numpy's BLAS
@@ -154,12 +151,11 @@ def exit_with(work: Callable[[], Reply | None], reply_fd: int) -> NoReturn:
 
 
 def draw_in_processes(figures: Figures) -> Reply:
-    """Draw each figure of ``figures`` in a process of its own: this one draws the
-    first, a fork of it each other one; one reply, the paths in ``names`` order.
+    """Draw each figure in a process of its own (this one the first, a fork each other
+    one); one reply, the paths in ``names`` order.
 
     On two cores (the parent is idle once its tables are written) three figures
-    take about half the time of one process drawing them in turn, and the
-    figures of about equal cost share the cores evenly.
+    take about half the time of one process drawing them in turn.
     """
     names = figures.names()
     helpers: list[tuple[int, int]] = []  # (pid, read end of its reply pipe)
@@ -187,14 +183,11 @@ IMPORT_NICENESS = 10
 
 
 def import_matplotlib() -> None:
-    """Import what the figures need (numpy and matplotlib, not pandas), draw a
-    first one and make the run's figures up to their data, at a low priority
-    (this thread only, on Linux).
+    """Import numpy and matplotlib (not pandas), draw a first figure and make the run's
+    figures up to their data, at a low priority (this thread only, on Linux).
 
-    It runs while the parent imports the simulator and simulates: on a busy
-    machine the parent's summary comes first, on an idle one this takes the
-    spare core all the same. The helper forked to draw inherits the warm
-    caches (fonts, text layouts).
+    It runs while the parent simulates: on a busy machine the parent's summary
+    comes first. The helpers forked to draw inherit the warm caches (fonts, text layouts).
     """
     with contextlib.suppress(OSError):  # not allowed: import at the usual priority
         os.nice(IMPORT_NICENESS)
@@ -210,8 +203,7 @@ def import_matplotlib() -> None:
 def serve(job_fd: int) -> Reply | None:
     """The worker: import matplotlib, wait for the job, draw it; None when there is none.
 
-    The import runs in a thread of its own, so that the drawing, here, keeps
-    the usual priority; an import error shows again when the drawing imports.
+    The import runs in a thread of its own, so that the drawing keeps the usual priority.
     """
     importer = threading.Thread(target=import_matplotlib, daemon=True)
     importer.start()
@@ -253,14 +245,12 @@ def cpu_pressure_pct(path: Path = CPU_PRESSURE) -> float | None:
 
 
 def spare_core() -> bool:
-    """Whether a second core is free now to draw the figures on.
+    """Whether a second core is free now to draw the figures on (on a busy machine a
+    second process only adds its own costs: the fork, matplotlib's caches).
 
-    On a busy machine a second process only adds its own costs (the fork, a
-    second start of matplotlib's caches) to CPU time that is not to be had.
-    Needs two cores for this process, a 1-minute load average (this process
-    counts one) under the cores less a half, and, where Linux reports it,
-    little CPU pressure (the load says how many run, the pressure whether
-    they wait: other work on the second core shows only in the load).
+    Needs two cores, a 1-minute load average (this process counts one) under
+    the cores less a half and, where Linux reports it, little CPU pressure
+    (the load says how many run, the pressure whether they wait).
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
@@ -315,10 +305,8 @@ class FigureWorker:
         self._sender.start()
 
     def finish(self) -> list[Path]:
-        """Wait until the submitted job is drawn; the figures' paths.
-
-        Raises ``FigureError`` (or ``ConfigError``) when the worker failed.
-        """
+        """Wait until the submitted job is drawn; the figures' paths (``FigureError`` or
+        ``ConfigError`` when the worker failed)."""
         if self._failure is not None:
             self.close()
             reply = self._failure

@@ -90,30 +90,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _free(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    unknown = [name for name in names if name not in PARAMETERS]
-    if not names or unknown:
-        raise ConfigError(f"--free {text!r}: choose from {', '.join(PARAMETERS)}")
-    return names
-
-
-def _base_scenario(args: argparse.Namespace) -> tuple[Scenario | None, Path]:
-    if args.scenario is None:
-        return None, Path.cwd()
-    scenario = load_scenario(args.scenario)
-    if scenario.cost.kind == "fitted":
-        raise ConfigError(f"{args.scenario}: cost is already fitted; give the scenario of its base")
-    return scenario, Path(args.scenario).parent
-
-
 def fit_runs(
     sources: Sequence[str], args: argparse.Namespace
 ) -> tuple[list[FitRun], list[ImportedRun], Scenario | None, Path]:
     """Every run read, checked and ready to replay."""
     if not sources:
         raise ConfigError("--from-run: no runs given")
-    scenario, base_dir = _base_scenario(args)
+    scenario: Scenario | None = None
+    base_dir = Path.cwd()
+    if args.scenario is not None:
+        scenario, base_dir = load_scenario(args.scenario), Path(args.scenario).parent
+        if scenario.cost.kind == "fitted":
+            raise ConfigError(
+                f"{args.scenario}: cost is already fitted; give the scenario of its base"
+            )
     model = model_preset(args.model)
     hardware_name = args.hardware or (scenario.hardware.name if scenario is not None else None)
     if hardware_name is None:
@@ -143,7 +133,9 @@ def fit_runs(
 
 def calibrate_from_runs(args: argparse.Namespace) -> int:
     """The whole command (module docstring); ConfigError on bad input. Returns 0."""
-    free = _free(args.free)
+    free = tuple(name.strip() for name in args.free.split(",") if name.strip())
+    if not free or any(name not in PARAMETERS for name in free):
+        raise ConfigError(f"--free {args.free!r}: choose from {', '.join(PARAMETERS)}")
     if args.max_evals < len(free) + 1:
         raise ConfigError(f"--max-evals must be at least {len(free) + 1}, got {args.max_evals}")
     runs, imported, scenario, base_dir = fit_runs(args.from_run, args)

@@ -81,12 +81,9 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     return 0
 
 
-HELP = "simulate a scenario and report latency metrics"
-
-
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``run``."""
-    run = subparsers.add_parser("run", help=HELP)
+    run = subparsers.add_parser("run", help="simulate a scenario and report latency metrics")
     run.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
     run.add_argument("--out", help="output folder (default: runs/<scenario name>)")
     run.add_argument(

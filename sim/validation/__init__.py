@@ -4,7 +4,7 @@
 and compares latency distributions; ``report`` renders the comparison
 (markdown, CDF plots); ``importers`` reads runs measured by other tools
 (``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders).
-``endpoint*`` measure a live OpenAI-compatible server over HTTP (aiohttp, no
+``endpoint`` measures a live OpenAI-compatible server over HTTP (aiohttp, no
 torch) into a ``servesim measure`` folder. Black-box calibration (``servesim
 calibrate --from-run``): ``fit_runs`` reads and checks measured runs, ``fit``
 fits a ``FittedCost``'s parameters by replaying them (``optimize``:

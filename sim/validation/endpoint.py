@@ -1,10 +1,9 @@
-"""``servesim measure --endpoint URL``: a scenario's requests sent to a live server.
+"""``servesim measure --endpoint URL``: a scenario's requests timed on a live server, as a folder.
 
 The scenario's open-loop requests (the very arrival times and lengths
 ``servesim run`` simulates) are sent to any OpenAI-compatible server at
 their arrival times, each as one streamed ``/v1/completions`` (or
-``/v1/chat/completions``) request, timed per chunk by
-``sim.validation.endpoint_client``. Before the clock starts:
+``/v1/chat/completions``) request. Before the clock starts:
 
 1. ``GET /v1/models``: the server answers (else one-line error) and names the
    model when ``--model`` is not given;
@@ -20,24 +19,218 @@ a total timeout and is not retried unless ``retries`` says so (and then only
 when the connection could not be made). Ctrl-C or ``max_duration_s`` stop the
 run; what completed is kept, and the run is marked partial. This module
 imports no torch.
+
+**One request** (``stream_request``): a body with ``"stream": true``, its
+server-sent events read (``data: {...}`` lines, ended by ``data: [DONE]``).
+Times are ``time.perf_counter()`` seconds:
+
+- ``sent_s``: just before the request is written (vllm's ``st``);
+- ``chunk_s``: the arrival of every chunk that carries generated text
+  (``choices[0].text``, or ``choices[0].delta.content`` for chat). A chat
+  stream's first chunk carries only ``role`` and no text: it is not a token,
+  so TTFT is the first chunk *with content* (vllm bench's chat client counts
+  that role chunk; its completions client does not see one);
+- TTFT = ``chunk_s[0] - sent_s``; one ITL sample per later chunk (the gap to
+  the previous one), whatever number of tokens the chunk merged; E2E = the
+  last content chunk - ``sent_s``.
+
+Token counts come from the ``usage`` chunk when the server sends one
+(``stream_options.include_usage``); otherwise the generated count is the
+number of content chunks (a lower bound when a server merges tokens).
+Failures are kept, never raised: an HTTP status other than 200, a stream
+that closes before ``[DONE]``, a timeout or a refused connection give an
+``Outcome`` with ``error`` set (and whatever chunks had arrived).
+
+**The folder** (``endpoint_run``): ``requests.parquet`` has the simulator's
+columns (times in seconds from the first scheduled arrival) plus what only a
+client sees: ``scheduled_arrival_s``, ``num_chunks``, ``prompt_tokens_exact``,
+``http_status`` and ``error``. A request that failed (HTTP error, stream
+closed early, timeout) or was still in flight when the run stopped has no
+``finish_s`` (NaN) and its ``error`` says why; it is not counted as
+completed. The client cannot see the server's queue: ``first_scheduled_s`` is
+NaN. ``tokens.parquet`` has one row per content chunk of each completed
+request (``token_index`` = the chunk's index: ITL is per chunk, as in vllm
+bench), ``steps.parquet`` is empty (no step log from outside the server),
+``timeseries.csv`` counts requests in flight (``num_running``) and held back
+by the concurrency bound (``num_waiting``). ``summary.json`` is marked
+``"mode": "measured"`` with the endpoint, model, failures and whether the run
+is ``partial``; ``run.json`` says the same in a few fields.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import platform
 import time
+import warnings
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
 import numpy as np
+import pandas as pd
 from tqdm import tqdm
 
+import sim
 from sim.errors import ConfigError
-from sim.validation.endpoint_client import PATHS, Api, Outcome, request_body, stream_request
-from sim.validation.endpoint_prompts import Counter, Prompt, build_prompts
+from sim.metrics.report import summary_to_json, write_outputs
+from sim.metrics.stats import STEP_COLUMNS, latency_stats_ms, summarize, with_request_metrics
+from sim.scenario import Scenario
+from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
+from sim.validation.predict import token_gaps_s
 from sim.workload.generate import RequestArrays
+
+Api = Literal["completions", "chat"]
+CLOSED = "stream closed before [DONE]"
+PATHS: dict[Api, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+
+
+@dataclass
+class Outcome:
+    """What one request did: times (perf_counter seconds), counts and the error, if any."""
+
+    sent_s: float | None = None
+    chunk_s: list[float] = field(default_factory=list)
+    text: str = ""
+    num_prompt_tokens: int | None = None  # from the server's usage chunk
+    num_generated_tokens: int | None = None  # idem
+    finish_reason: str | None = None
+    done: bool = False  # the stream ended with [DONE]
+    error: str | None = None
+    status: int | None = None  # HTTP status
+    ended_s: float | None = None  # when the client stopped reading (any outcome)
+
+    @property
+    def ok(self) -> bool:
+        """Completed: the stream ended properly and produced at least one token."""
+        return self.error is None and self.done and bool(self.chunk_s)
+
+
+def _prompt(api: Api, text: str) -> dict[str, Any]:
+    """The prompt's field of a request body: a user message for chat."""
+    return {"messages": [{"role": "user", "content": text}]} if api == "chat" else {"prompt": text}
+
+
+def request_body(
+    api: Api, model: str, prompt: str, max_tokens: int, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON body for ``api``: streaming, usage requested, ``extra`` merged in."""
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.0,
+    }
+    return body | _prompt(api, prompt) | extra
+
+
+def chunk_text(api: Api, data: dict[str, Any]) -> str | None:
+    """Generated text in one event's ``choices[0]``; None when the event has no choices."""
+    choices = data.get("choices")
+    if not choices:
+        return None
+    choice = choices[0]
+    text = (choice.get("delta") or {}).get("content") if api == "chat" else choice.get("text")
+    return str(text) if text else ""
+
+
+def _apply(api: Api, data: dict[str, Any], out: Outcome, now_s: float) -> None:
+    """Record one decoded event."""
+    usage = data.get("usage")
+    if isinstance(usage, dict):
+        if usage.get("prompt_tokens") is not None:
+            out.num_prompt_tokens = int(usage["prompt_tokens"])
+        if usage.get("completion_tokens") is not None:
+            out.num_generated_tokens = int(usage["completion_tokens"])
+    text = chunk_text(api, data)
+    if text is None:
+        return
+    reason = data["choices"][0].get("finish_reason")
+    if reason:
+        out.finish_reason = str(reason)
+    if text:  # a chunk with content: one token time (TTFT or one ITL sample)
+        out.chunk_s.append(now_s)
+        out.text += text
+
+
+async def _read_events(response: aiohttp.ClientResponse, api: Api, out: Outcome) -> None:
+    """Read SSE lines until ``[DONE]`` or the end of the body."""
+    async for raw in response.content:
+        line = raw.strip()
+        if not line or not line.startswith(b"data:"):
+            continue  # blank separators, comments (": ping"), event names
+        payload = line[5:].strip()
+        now_s = time.perf_counter()
+        if payload == b"[DONE]":
+            out.done = True
+            return
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            out.error = f"bad event: {payload[:80]!r}"
+            return
+        if isinstance(data, dict) and "error" in data and not data.get("choices"):
+            out.error = f"server error in stream: {str(data['error'])[:200]}"
+            return
+        if isinstance(data, dict):
+            _apply(api, data, out, now_s)
+
+
+async def stream_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    api: Api,
+    body: dict[str, Any],
+    timeout_s: float,
+    out: Outcome | None = None,
+    retries: int = 0,
+) -> Outcome:
+    """POST ``body`` to ``url`` and read its stream into ``out`` (created if None).
+
+    ``retries``: attempts after a failure to connect (nothing sent yet); never
+    after the server answered. ``timeout_s`` bounds the whole request.
+    """
+    out = out if out is not None else Outcome()
+    try:
+        for attempt in range(retries + 1):
+            out.error = None
+            out.sent_s = time.perf_counter()
+            try:
+                async with asyncio.timeout(timeout_s):
+                    async with session.post(url, json=body) as response:
+                        out.status = response.status
+                        if response.status != 200:
+                            detail = (await response.text())[:200].replace("\n", " ")
+                            out.error = f"HTTP {response.status}: {detail}"
+                            return out
+                        await _read_events(response, api, out)
+            except aiohttp.ClientConnectorError as error:
+                out.error = f"cannot connect: {error.os_error or error}"
+                if attempt < retries:
+                    continue
+                return out
+            except TimeoutError:
+                out.error = f"timed out after {timeout_s:g} s"
+                return out
+            except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
+                out.error = CLOSED  # the connection dropped mid-stream
+                return out
+            except aiohttp.ClientError as error:
+                out.error = f"{type(error).__name__}: {error}"
+                return out
+            break
+        if out.error is None and not out.done:
+            out.error = CLOSED
+        elif out.error is None and not out.chunk_s:
+            out.error = "no chunk with generated text"
+        return out
+    finally:
+        out.ended_s = time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -139,16 +332,14 @@ async def _models(session: aiohttp.ClientSession, target: Target, model: str | N
     return str(listed[0])
 
 
-async def _counter(session: aiohttp.ClientSession, target: Target, model: str) -> Counter | None:
+async def _counter(
+    session: aiohttp.ClientSession, target: Target, model: str
+) -> TokenCounter | None:
     """A tokenize call (``POST /tokenize``), or None when the server has none."""
 
-    def body(text: str) -> dict[str, Any]:
-        if target.api == "chat":
-            return {"model": model, "messages": [{"role": "user", "content": text}]}
-        return {"model": model, "prompt": text}
-
     async def count(text: str) -> int:
-        async with session.post(f"{target.base}/tokenize", json=body(text)) as response:
+        body = {"model": model} | _prompt(target.api, text)
+        async with session.post(f"{target.base}/tokenize", json=body) as response:
             response.raise_for_status()
             data = await response.json()
             return int(data["count"]) if "count" in data else len(data["tokens"])
@@ -249,3 +440,184 @@ def run_endpoint(work: RequestArrays, opts: EndpointOptions, seed: int = 0) -> R
         state.status, state.message = "interrupted", "interrupted (Ctrl-C): kept what completed"
         state.end_s = state.end_s or time.perf_counter()
     return state
+
+
+_NAN = float("nan")
+
+
+def _row(
+    index: int, out: Outcome | None, state: RunState, work: RequestArrays, origin: float
+) -> dict[str, Any]:
+    scheduled = float(work.arrival_s[index])
+    prompt = state.prompts[index] if index < len(state.prompts) else None
+    row: dict[str, Any] = {
+        "request_id": index,
+        "arrival_s": scheduled,
+        "ready_s": scheduled,
+        "first_scheduled_s": _NAN,
+        "first_token_s": _NAN,
+        "finish_s": _NAN,
+        "num_prompt_tokens": prompt.num_tokens if prompt else int(work.num_prompt_tokens[index]),
+        "num_output_tokens": int(work.num_output_tokens[index]),
+        "num_generated_tokens": 0,
+        "num_preemptions": 0,
+        "rejection_reason": None,
+        "scheduled_arrival_s": scheduled,
+        "num_chunks": 0,
+        "prompt_tokens_exact": bool(prompt and prompt.exact),
+        "http_status": None,
+        "error": "never sent: the run stopped first",
+    }
+    if out is None:
+        return row
+    if out.sent_s is not None:
+        row["arrival_s"] = row["ready_s"] = out.sent_s - origin
+    if out.chunk_s:
+        row["first_token_s"] = out.chunk_s[0] - origin
+    if out.num_prompt_tokens is not None:
+        row["num_prompt_tokens"] = out.num_prompt_tokens
+        row["prompt_tokens_exact"] = True
+    generated = out.num_generated_tokens
+    row.update(
+        num_generated_tokens=len(out.chunk_s) if generated is None else generated,
+        num_chunks=len(out.chunk_s),
+        http_status=out.status,
+        error=out.error,
+    )
+    if out.ok:
+        row["finish_s"] = out.chunk_s[-1] - origin
+    elif out.error is None:
+        row["error"] = "in flight when the run stopped"
+    return row
+
+
+def request_frame(state: RunState, work: RequestArrays) -> pd.DataFrame:
+    """One row per scenario request, in scenario order."""
+    origin = state.origin_s or 0.0
+    rows = [_row(i, out, state, work, origin) for i, out in enumerate(state.outcomes)]
+    frame = pd.DataFrame(rows)
+    frame["http_status"] = frame["http_status"].astype("Int64")
+    frame["rejection_reason"] = frame["rejection_reason"].astype("object")
+    return frame
+
+
+def token_frame(state: RunState) -> pd.DataFrame:
+    """Every content chunk's time (seconds from the origin) of the completed requests."""
+    origin = state.origin_s or 0.0
+    ids: list[int] = []
+    index: list[int] = []
+    times: list[float] = []
+    for rid, out in enumerate(state.outcomes):
+        if out is not None and out.ok:
+            ids += [rid] * len(out.chunk_s)
+            index += range(len(out.chunk_s))
+            times += [t - origin for t in out.chunk_s]
+    return pd.DataFrame(
+        {
+            "request_id": np.asarray(ids, dtype=np.int64),
+            "token_index": np.asarray(index, dtype=np.int64),
+            "time_s": np.asarray(times, dtype=np.float64),
+        }
+    )
+
+
+def timeseries_frame(requests: pd.DataFrame, state: RunState) -> pd.DataFrame:
+    """Requests held back by the concurrency bound, and in flight, at every change."""
+    origin = state.origin_s or 0.0
+    # (time, order, d waiting, d running); at one time: queued, then sent, then ended.
+    events: list[tuple[float, int, int, int]] = []
+    for rid, out in enumerate(state.outcomes):
+        scheduled = float(requests["scheduled_arrival_s"].iloc[rid])
+        if out is None or out.sent_s is None:
+            continue
+        sent = out.sent_s - origin
+        ended = (out.ended_s if out.ended_s is not None else state.end_s or out.sent_s) - origin
+        events += [(scheduled, 0, 1, 0), (sent, 1, -1, 1), (ended, 2, 0, -1)]
+    events.sort()
+    times = np.asarray([e[0] for e in events], dtype=np.float64)
+    waiting = np.cumsum([e[2] for e in events], dtype=np.int64)
+    running = np.cumsum([e[3] for e in events], dtype=np.int64)
+    return pd.DataFrame({"time_s": times, "num_waiting": waiting, "num_running": running})
+
+
+def failure_counts(requests: pd.DataFrame) -> dict[str, int]:
+    """Failed requests by error message (cut to 80 characters)."""
+    errors = requests["error"].dropna().astype(str).str.slice(0, 80)
+    return dict(Counter(errors).most_common())
+
+
+@dataclass
+class EndpointRun:
+    """A live-server run's tables and summary; ``write`` lays out a measure folder."""
+
+    scenario: Scenario
+    requests: pd.DataFrame
+    tokens: pd.DataFrame
+    timeseries: pd.DataFrame
+    summary: dict[str, Any]
+    samples: dict[str, str]
+
+    def write(self, out_dir: str | Path) -> list[Path]:
+        """requests.parquet, summary.json, timeseries.csv, plots, steps, tokens, run.json."""
+        out = Path(out_dir)
+        steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
+        paths = write_outputs(
+            out, self.requests, steps, self.timeseries, self.summary, slo=self.scenario.slo
+        )
+        for name, frame in (("steps", steps), ("tokens", self.tokens)):
+            paths.append(out / f"{name}.parquet")
+            frame.to_parquet(paths[-1], index=False)
+        keys = ("mode", "status", "partial", "message", "endpoint", "api", "model", "completed")
+        meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in keys}
+        meta["num_failed"] = self.summary["num_failed"]
+        paths.append(out / "run.json")
+        paths[-1].write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        paths.append(out / "sample_outputs.json")
+        paths[-1].write_text(summary_to_json(self.samples) + "\n", encoding="utf-8")
+        return paths
+
+
+def endpoint_run(
+    scenario: Scenario, work: RequestArrays, state: RunState, opts: EndpointOptions
+) -> EndpointRun:
+    """Tables and the ``vllm bench serve`` summary of a finished (or stopped) run."""
+    requests = request_frame(state, work)
+    tokens = token_frame(state)
+    steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
+    summary: dict[str, Any] = dict(summarize(requests, steps, np.empty(0), scenario.slo))
+    summary |= latency_stats_ms("itl", token_gaps_s(tokens))
+    target = parse_endpoint(opts.url, opts.api)
+    num_failed = int(requests["error"].notna().sum())
+    wall_s = (state.end_s or 0.0) - (state.origin_s or 0.0) if state.origin_s else 0.0
+    summary.update(
+        scenario=scenario.name,
+        seed=scenario.seed,
+        cost_model="measured",
+        policy=scenario.scheduler.kind,
+        num_preemptions=0,
+        servesim_version=sim.__version__,
+        mode="measured",
+        status=state.status,
+        partial=state.status != "complete",
+        message=f"{state.message}; {num_failed} failed" if num_failed else state.message,
+        wall_s=wall_s,
+        endpoint=target.url,
+        api=target.api,
+        model=state.model,
+        device="http",
+        device_name=f"{state.model} at {target.base}",
+        num_failed=num_failed,
+        failures=failure_counts(requests),
+        prompt_tokens=state.prompt_tokens,
+        ignore_eos=state.ignore_eos_sent,
+        max_concurrency=opts.max_concurrency,
+        timeout_s=opts.timeout_s,
+        retries=opts.retries,
+        python=platform.python_version(),
+    )
+    done = [(i, o) for i, o in enumerate(state.outcomes) if o is not None and o.ok][:5]
+    samples = {str(i): o.text[:200] for i, o in done}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NaN latencies of failed requests
+        table = with_request_metrics(requests)
+    return EndpointRun(scenario, table, tokens, timeseries_frame(requests, state), summary, samples)

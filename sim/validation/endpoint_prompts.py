@@ -37,7 +37,7 @@ _WORDS = (
 )
 ONE_TOKEN_WORDS = tuple(_WORDS.split())
 
-Counter = Callable[[str], Awaitable[int]]
+TokenCounter = Callable[[str], Awaitable[int]]
 _MAX_PROBES = 24  # tokenize calls per prompt: a secant step lands in 1-3 on any sane tokenizer
 
 
@@ -71,7 +71,7 @@ class TokenScale:
     chars_per_token: float
 
     @classmethod
-    async def probe(cls, count: Counter, rng: np.random.Generator) -> TokenScale:
+    async def probe(cls, count: TokenCounter, rng: np.random.Generator) -> TokenScale:
         """Two tokenize calls: the empty prompt and 400 random words."""
         base = await count("")
         sample = word_text(400, rng)
@@ -80,7 +80,7 @@ class TokenScale:
 
 
 async def exact_prompt(
-    num_tokens: int, rng: np.random.Generator, count: Counter, scale: TokenScale
+    num_tokens: int, rng: np.random.Generator, count: TokenCounter, scale: TokenScale
 ) -> Prompt:
     """A prefix of random words that the server counts as ``num_tokens`` tokens (or fewer)."""
     if num_tokens <= scale.num_base_tokens:
@@ -122,7 +122,7 @@ async def exact_prompt(
 async def build_prompts(
     num_tokens: list[int],
     rng: np.random.Generator,
-    count: Counter | None,
+    count: TokenCounter | None,
     max_parallel: int = 16,
 ) -> list[Prompt]:
     """One prompt per target; exact via ``count`` (a tokenize call) when given."""

@@ -26,11 +26,10 @@ serves the whole run (arrivals and lengths are the workload to predict, an
 input); only the scored latencies are split, so the second half's latencies
 are never seen by the fit.
 
-The report: ``cross_validate`` runs every fold of ``cv_folds``: fit
-on the training targets, then score the held-out ones with the base model
-and with the fold's fitted parameters. ``in_sample`` scores the final fit
-(on every run) the same way. Errors are signed percentages,
-``(predicted - measured) / measured * 100``, of p50/p90/p99 TTFT and TPOT.
+The report: ``cross_validate`` fits each fold on its training targets and
+scores the held-out ones with the base model and the fold's parameters; the
+final fit (on every run) is scored the same way, in sample. Errors are signed
+percentages, ``(predicted - measured) / measured * 100``, of p50/p90/p99 TTFT and TPOT.
 """
 
 from __future__ import annotations
@@ -137,12 +136,17 @@ def cv_folds(runs: Sequence[FitRun]) -> list[Fold]:
     ]
 
 
-def _quantiles(latencies: pd.DataFrame, ids: tuple[int, ...] | None) -> dict[str, dict[str, float]]:
+def _positive(latencies: pd.DataFrame, ids: tuple[int, ...] | None, metric: str) -> FloatArray:
+    """The finite, positive values of ``metric`` a target scores (all rows, or ``ids``)."""
     table = latencies if ids is None else latencies.loc[latencies.index.intersection(list(ids))]
+    values = table[metric].to_numpy(dtype=np.float64)
+    return values[np.isfinite(values) & (values > 0)]
+
+
+def _quantiles(latencies: pd.DataFrame, ids: tuple[int, ...] | None) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for metric in METRICS:
-        values = table[metric].to_numpy(dtype=np.float64)
-        values = values[np.isfinite(values) & (values > 0)]
+        values = _positive(latencies, ids, metric)
         out[metric] = {
             stat: float(np.percentile(values, q)) if values.size else float("nan")
             for stat, q in QUANTILES.items()
@@ -186,25 +190,18 @@ def objective_value(errors: Sequence[dict[str, dict[str, float]]]) -> float:
 
 @dataclass(frozen=True)
 class FitOutcome:
-    """Fitted parameters, the objective there and with the base model, and the cost."""
+    """Fitted parameters, the objective there and with the base model, and the simulations."""
 
     params: FitParameters
     value: float
     base_value: float
     num_evaluations: int
-    converged: bool
 
 
 def overhead_scale_s(runs: Sequence[FitRun], targets: Sequence[Target]) -> float:
     """A natural size for the overhead: the median measured TPOT of the training requests."""
-    values = []
-    for target in targets:
-        tpot = runs[target.run].measured["tpot_s"]
-        if target.request_ids is not None:
-            tpot = tpot.loc[tpot.index.intersection(list(target.request_ids))]
-        values.append(tpot.to_numpy(dtype=np.float64))
+    values = [_positive(runs[t.run].measured, t.request_ids, "tpot_s") for t in targets]
     joined = np.concatenate(values) if values else np.empty(0)
-    joined = joined[np.isfinite(joined) & (joined > 0)]
     return float(np.median(joined)) if joined.size else 1e-3
 
 
@@ -273,7 +270,6 @@ def fit(
         objective_value(score(runs, targets, params)),
         objective_value(score(runs, targets, FitParameters())),
         num_start_evaluations + found.num_evaluations,
-        found.converged,
     )
 
 
@@ -335,16 +331,12 @@ def _cells(errors: dict[str, float | None]) -> str:
 
 def render_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
     """A markdown table: run, requests, metric, base and fitted errors."""
-    lines = [
-        "| run | requests | metric | base err p50 / p90 / p99 | fitted err p50 / p90 / p99 |",
-        "|---|---|---|---|---|",
+    header = "| run | requests | metric | base err p50 / p90 / p99 | fitted err p50 / p90 / p99 |"
+    return [header, "|---|---|---|---|---|"] + [
+        f"| {row['run']} | {row['requests']} | {row['metric']} | "
+        f"{_cells(row['base_err_pct'])} | {_cells(row['fitted_err_pct'])} |"
+        for row in rows
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['run']} | {row['requests']} | {row['metric']} | "
-            f"{_cells(row['base_err_pct'])} | {_cells(row['fitted_err_pct'])} |"
-        )
-    return lines
 
 
 def _params_text(params: dict[str, float]) -> str:

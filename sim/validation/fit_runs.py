@@ -55,21 +55,19 @@ def _measure_folder(folder: Path) -> ImportedRun:
 
 def load_measured_run(path: str | Path) -> ImportedRun:
     """The run at ``path`` in whichever format it is (module docstring)."""
-    run = _load(Path(path))
+    source = Path(path)
+    if not source.exists():
+        raise ConfigError(f"--from-run {source}: no such file or folder")
+    if (source / "run.json").is_file():
+        run = load_run(source)
+    elif is_measure_folder(source):
+        run = _measure_folder(source)
+    else:
+        run = import_run(source)
     if "rejection_reason" not in run.requests.columns:  # every request was served
         requests = run.requests.assign(rejection_reason=pd.Series([None] * len(run.requests)))
         run = ImportedRun(requests, run.meta)
     return run
-
-
-def _load(source: Path) -> ImportedRun:
-    if not source.exists():
-        raise ConfigError(f"--from-run {source}: no such file or folder")
-    if (source / "run.json").is_file():
-        return load_run(source)
-    if is_measure_folder(source):
-        return _measure_folder(source)
-    return import_run(source)
 
 
 def recorded_model(run: ImportedRun) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.validation.runs import ImportedRun
+from sim.validation.runs import ImportedRun, load_run
 
 FORMATS = ("vllm-bench", "guidellm", "otlp", "llmservingsim", "measure", "imported")
 """Known formats, in the order detection tries them."""
@@ -47,8 +47,8 @@ def detect_format(source: Path) -> str:
                 return "llmservingsim"
         if measure_dir.is_measure_folder(source):
             return "measure"
-        if measure_dir.is_imported_folder(source):
-            return "imported"
+        if (source / "run.json").is_file() and (source / "requests.parquet").is_file():
+            return "imported"  # written by servesim import-run
     elif source.is_file():
         document = _document(source)
         for name, module in (("vllm-bench", vllm_bench), ("guidellm", guidellm), ("otlp", otlp)):
@@ -72,7 +72,7 @@ def reader(name: str, benchmark: int | None = None) -> Callable[[Path], Imported
         "otlp": otlp.read_otlp,
         "llmservingsim": read_llmservingsim,
         "measure": measure_dir.read_measure,
-        "imported": measure_dir.read_imported,
+        "imported": load_run,
     }
     if name not in readers:
         raise ConfigError(f"unknown format {name!r}; known: auto, {', '.join(FORMATS)}")

@@ -22,7 +22,6 @@ What servesim takes, and what it reconstructs:
 from __future__ import annotations
 
 import json
-import math
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.validation.formats.common import number
 from sim.validation.runs import ImportedRun, request_table
 from sim.workload.json_lines import json_objects
 
@@ -39,19 +39,13 @@ _LAST = "last_token_ts"
 _ORDER = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 
-def _number(value: Any, where: str, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where}: {field} must be a finite number, got {value!r}")
-    return float(value)
-
-
 def _read_requests(path: Path) -> dict[str, np.ndarray]:
     columns: dict[str, list[float]] = {name: [] for name in (*_FIELDS, _LAST)}
     for where, row in json_objects(path):
         for field in (*_FIELDS, _LAST):
             if field not in row:
                 raise ConfigError(f"{where}: missing field {field}")
-            columns[field].append(_number(row[field], where, field))
+            columns[field].append(number(row[field], where, field, text=False))
         times = [columns[f][-1] for f in _ORDER]
         if any(later < earlier for earlier, later in pairwise(times)):
             raise ConfigError(f"{where}: times must not decrease in the order {', '.join(_ORDER)}")

@@ -115,12 +115,16 @@ def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     return done.set_index("request_id")[["ttft_s", "tpot_s", "e2el_s"]]
 
 
-def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
-    """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
+def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:
+    """Every gap between consecutive tokens (chunks) of one request, in seconds."""
     ordered = tokens.sort_values(["request_id", "token_index"])
     ids = ordered["request_id"].to_numpy()
-    gaps = np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
-    return Latencies(per_request_latencies(requests), gaps)
+    return np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
+
+
+def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
+    """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
+    return Latencies(per_request_latencies(requests), token_gaps_s(tokens))
 
 
 def simulated_latencies(result: Result) -> Latencies:
@@ -145,13 +149,8 @@ def stats_ms(values_s: FloatArray) -> dict[str, float | None]:
     """mean, p50, p90, p99 in milliseconds (None without values)."""
     if values_s.size == 0:
         return dict.fromkeys(STATS)
-    p50, p90, p99 = np.percentile(values_s, [50, 90, 99])
-    return {
-        "mean": 1e3 * float(values_s.mean()),
-        "p50": 1e3 * float(p50),
-        "p90": 1e3 * float(p90),
-        "p99": 1e3 * float(p99),
-    }
+    values = [values_s.mean(), *np.percentile(values_s, [50, 90, 99])]
+    return {stat: 1e3 * float(value) for stat, value in zip(STATS, values, strict=True)}
 
 
 def _error_pct(predicted: float | None, measured: float | None) -> float | None:
@@ -204,12 +203,9 @@ def within_targets(
     p99_pct: float = 15.0,
 ) -> dict[str, bool]:
     """Per metric: p50 and p90 errors within ``p50_p90_pct`` and p99 within ``p99_pct``?"""
-    result = {}
-    for metric in metrics:
-        errors = comparison[metric]["error_pct"]
-        ok = all(
-            errors[s] is not None and abs(errors[s]) <= limit
-            for s, limit in (("p50", p50_p90_pct), ("p90", p50_p90_pct), ("p99", p99_pct))
-        )
-        result[metric] = ok
-    return result
+    limits = (("p50", p50_p90_pct), ("p90", p50_p90_pct), ("p99", p99_pct))
+    errors = {metric: comparison[metric]["error_pct"] for metric in metrics}
+    return {
+        metric: all(e[s] is not None and abs(e[s]) <= limit for s, limit in limits)
+        for metric, e in errors.items()
+    }

@@ -55,24 +55,16 @@ class ImportedRun:
     meta: dict[str, Any]
     tokens: pd.DataFrame | None = None  # per-chunk times, where the source keeps them
 
-    def trace(self) -> pd.DataFrame:
-        """The requests as a workload trace, in arrival order."""
-        return pd.DataFrame(
-            {
-                "timestamp": self.requests["arrival_s"].to_numpy(),
-                "prompt_tokens": self.requests["num_prompt_tokens"].to_numpy(),
-                "output_tokens": self.requests["num_output_tokens"].to_numpy(),
-            }
-        )
-
     def write(self, out_dir: str | Path) -> list[Path]:
         """``requests.parquet``, ``trace.csv`` and ``run.json`` in ``out_dir``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = [out / "requests.parquet", out / "trace.csv", out / "run.json"]
         self.requests.to_parquet(paths[0], index=False)
+        trace = self.requests[["arrival_s", "num_prompt_tokens", "num_output_tokens"]]
+        trace = trace.set_axis(["timestamp", "prompt_tokens", "output_tokens"], axis=1)
         # repr-exact floats: a replay must see the very arrival times measured.
-        self.trace().to_csv(paths[1], index=False, float_format="%.9f")
+        trace.to_csv(paths[1], index=False, float_format="%.9f")
         paths[2].write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")
         if self.tokens is not None:
             paths.append(out / "tokens.parquet")

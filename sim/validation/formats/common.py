@@ -30,9 +30,10 @@ def load_document(path: Path) -> Any:
         raise ConfigError(f"{at_line(path, error.lineno)}: not JSON ({error.msg})") from None
 
 
-def number(value: Any, where: str, field: str) -> float:
-    """``value`` as a finite float, or ConfigError naming ``where`` and ``field``."""
-    if isinstance(value, str):
+def number(value: Any, where: str, field: str, *, text: bool = True) -> float:
+    """``value`` as a finite float, or ConfigError naming ``where`` and ``field``
+    (``text``: a number written as a string is one too)."""
+    if text and isinstance(value, str):
         with contextlib.suppress(ValueError):
             value = float(value)  # OTLP JSON writes 64-bit integers as strings
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

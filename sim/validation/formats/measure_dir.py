@@ -8,7 +8,7 @@ Nothing is reconstructed: the request table is taken as it is (requests
 that did not finish keep a NaN finish time), with its token times.
 
 An imported run (``servesim import-run --out DIR``: ``run.json`` and
-``requests.parquet``) is read back as written.
+``requests.parquet``) is read back as written (``sim.validation.runs.load_run``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import ConfigError
-from sim.validation.runs import REQUEST_COLUMNS, ImportedRun, load_run
+from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 FORMAT = "measure"
-IMPORTED = "imported"
 
 
 def is_measure_folder(folder: Path) -> bool:
@@ -34,11 +33,6 @@ def is_measure_folder(folder: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(summary, dict) and summary.get("mode") == "measured"
-
-
-def is_imported_folder(folder: Path) -> bool:
-    """True for a folder written by ``servesim import-run``."""
-    return (folder / "run.json").is_file() and (folder / "requests.parquet").is_file()
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,8 +96,3 @@ def read_measure(path: str | Path) -> ImportedRun:
         "settings": {k: summary.get(k) for k in ("scenario", "status") if k in summary},
     }
     return ImportedRun(table, meta, tokens)
-
-
-def read_imported(path: str | Path) -> ImportedRun:
-    """A folder written by ``servesim import-run``."""
-    return load_run(path)

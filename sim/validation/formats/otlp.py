@@ -101,12 +101,6 @@ def _nanos(value: Any, where: str) -> int:
         ) from None
 
 
-def _attributes(span: dict[str, Any], where: str) -> dict[str, Any]:
-    return {
-        a.get("key"): _value(a) for a in listing(span.get("attributes") or [], where, "attributes")
-    }
-
-
 def _request(where: str, span: dict[str, Any], attributes: dict[str, Any]) -> list[float]:
     """arrival (epoch ns), ready, scheduled, first token, finish (s after arrival), tokens."""
     if "startTimeUnixNano" not in span:
@@ -142,7 +136,8 @@ def read_otlp(path: str | Path) -> ImportedRun:
     rows: list[list[float]] = []
     models: set[str] = set()
     for where, span in _spans(source):
-        attributes = _attributes(span, where)
+        listed = listing(span.get("attributes") or [], where, "attributes")
+        attributes = {a.get("key"): _value(a) for a in listed}
         if attributes.get(TTFT) is None:
             continue  # not a vLLM request span
         rows.append(_request(where, span, attributes))
