@@ -16,17 +16,9 @@ from pydantic import ValidationError
 
 from sim.engine.records import completed_mask, rejected_mask
 from sim.errors import ConfigError
-from sim.metrics.stats import (
-    Slo,
-    good_mask,
-    itl_distribution,
-    latency_stats_ms,
-    parse_slo,
-    percentile_label,
-    summarize,
-    weighted_quantiles,
-    with_request_metrics,
-)
+from sim.metrics.itl import itl_distribution
+from sim.metrics.quantiles import latency_stats_ms, percentile_label, weighted_quantiles
+from sim.metrics.stats import Slo, good_mask, parse_slo, summarize, with_request_metrics
 
 NAN = math.nan
 

@@ -56,7 +56,7 @@ class Result:
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
-        """One row per request: its record, client times and ``request_latencies``
+        """One row per request: its record, client times and ``latency_columns``
         (built on first use: the summary needs no frame)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)

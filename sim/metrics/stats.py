@@ -43,29 +43,13 @@ from sim.engine.records import (
 )
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
-from sim.metrics.itl import STEP_COLUMNS, itl_distribution, step_itl_gaps_s
-from sim.metrics.quantiles import (
-    check_percentiles,
-    latency_stats_ms,
-    percentile_label,
-    weighted_quantiles,
-)
+from sim.metrics.itl import itl_distribution
+from sim.metrics.quantiles import FloatArray, Summary, check_percentiles, latency_stats_ms
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
-__all__ = [
-    "STEP_COLUMNS",
-    "itl_distribution",
-    "latency_stats_ms",
-    "percentile_label",
-    "step_itl_gaps_s",
-    "weighted_quantiles",
-]
-
-FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-Summary = dict[str, float | int | None]  # (as sim.metrics.quantiles.Summary)
 
 REQUEST_COLUMNS = (
     "arrival_s",
@@ -77,7 +61,6 @@ REQUEST_COLUMNS = (
     "num_generated_tokens",
     "rejection_reason",
 )
-METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 
 class Slo(BaseModel):
@@ -131,16 +114,11 @@ def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArr
     return {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue}
 
 
-def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
-    """``latency_columns`` as a frame with ``requests``' index."""
+def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``requests`` with the columns of ``latency_columns`` added."""
     import pandas as pd
 
-    return pd.DataFrame(latency_columns(requests), index=requests.index)
-
-
-def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``requests`` with the columns of ``request_latencies`` added."""
-    latencies = request_latencies(requests)
+    latencies = pd.DataFrame(latency_columns(requests), index=requests.index)
     return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
 
 
@@ -158,7 +136,7 @@ def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
 
 
 def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> BoolArray:
-    """Rows of ``request_latencies`` (or ``with_request_metrics``) meeting every SLO.
+    """Rows of ``latency_columns`` (or ``with_request_metrics``) meeting every SLO.
 
     Only meaningful for completed requests; a 1-token request meets any TPOT SLO.
     """

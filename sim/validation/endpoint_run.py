@@ -31,8 +31,10 @@ import numpy as np
 import pandas as pd
 
 import sim
+from sim.metrics.itl import STEP_COLUMNS
+from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import STEP_COLUMNS, latency_stats_ms, summarize, with_request_metrics
+from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint import EndpointOptions, RunState, parse_endpoint
 from sim.validation.endpoint_client import Outcome
