@@ -5,14 +5,13 @@ draws (``sim.metrics.figure_data``) out of a run's tables, DataFrames or the
 run's columns (``RequestTable``, the series' arrays, span rows: then no pandas
 either, so that ``servesim run`` hands its figures to the figure process
 before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
-imported on first draw: importing this module stays cheap). ``plot_*`` do both
-for a notebook or a test.
+imported on first draw: importing this module stays cheap); ``draw_waterfall``
+does both on a notebook's axes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -125,35 +124,6 @@ def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> Flo
     out = np.full(len(ids), np.nan)
     out[found] = requests["first_token_s"][rows[found]]
     return out
-
-
-def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None = None) -> Path:
-    """TTFT and TPOT empirical CDFs of completed requests side by side, in ms.
-
-    Marks p50 and p99 and draws the TTFT/TPOT SLOs of ``slo`` when given. TPOT is
-    over requests with at least two output tokens, as in the summary. Returns ``path``.
-    """
-    from sim.metrics import figure_draw
-
-    return figure_draw.draw_latency_cdfs(cdf_data(requests, slo), path)
-
-
-def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
-    """Queue length, running batch size and KV-cache usage (%), stacked on one time axis.
-
-    Values are held until the next sample (step lines). Returns ``path``.
-    Several replicas are drawn as one: queues summed, KV usage averaged.
-    """
-    from sim.metrics import figure_draw
-
-    return figure_draw.draw_timeseries(timeseries_data(timeseries), path)
-
-
-def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
-    """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
-    from sim.metrics import figure_draw
-
-    return figure_draw.draw_waterfall_figure(waterfall_data(spans, requests), path)
 
 
 def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
