@@ -193,7 +193,9 @@ def test_a_prepared_job_draws_what_draw_figures_draws(result: Result, tmp_path: 
 def test_the_prepared_figures_are_small_next_to_the_job(result: Result, tmp_path: Path) -> None:
     job = result.figure_job(tmp_path)  # the run's columns, which pickle compactly
     assert len(pickle.dumps(prepare_figures(job))) < len(pickle.dumps(job))
-    frames = FigureJob(tmp_path, result.requests, result.timeseries, None, result._waterfall())
+    frames = FigureJob(
+        tmp_path, result.requests, result.timeseries, None, (result.spans(), result.raw.requests)
+    )
     assert len(pickle.dumps(prepare_figures(job))) < len(pickle.dumps(frames)) / 2
 
 
@@ -379,7 +381,7 @@ def test_prebuilt_figures_draw_the_same_bytes(num_rows: int, tmp_path: Path) -> 
 
 
 def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
-    figure_draw.prebuild_plots()
+    figure_draw.prebuild()
     try:
         fig, axes = figure_draw._prebuilt["cdf"]
         assert [ax.get_title() for ax in axes] == [t for t, _ in figure_draw._CDF_PANELS]
@@ -388,6 +390,7 @@ def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
         assert fig.get_suptitle() == ""  # it names the count of requests: drawn with the data
     finally:
         figure_draw._prebuilt.clear()
+        figure_draw._prebuilt_waterfalls.clear()
 
 
 def test_the_figure_process_prebuilds_while_it_waits() -> None:
@@ -399,4 +402,5 @@ def test_the_figure_process_prebuilds_while_it_waits() -> None:
         assert set(figure_draw._prebuilt_waterfalls) == {NUM_WATERFALL_REQUESTS}
     finally:
         figure_draw._prebuilt.clear()
+        figure_draw._prebuilt_waterfalls.clear()
         figure_draw._prebuilt_waterfalls.clear()

@@ -79,7 +79,11 @@ def test_the_run_keeps_columns_until_a_frame_is_asked_for(result: Result) -> Non
 def test_figures_from_columns_are_those_from_frames(result: Result, tmp_path: Path) -> None:
     from_columns = prepare_figures(result.figure_job(tmp_path))
     frames = FigureJob(
-        tmp_path, result.requests, result.timeseries, result.scenario.slo, result._waterfall()
+        tmp_path,
+        result.requests,
+        result.timeseries,
+        result.scenario.slo,
+        (result.spans(), result.raw.requests),
     )
     from_frames = prepare_figures(frames)
     same(from_columns, from_frames)

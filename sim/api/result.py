@@ -24,7 +24,7 @@ from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
-from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
+from sim.metrics.lifecycle import SpanRow, reconstructed_spans, recorded_spans, span_rows
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import request_columns, summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
@@ -182,24 +182,18 @@ class Result:
     def figure_job(self, out_dir: str | Path) -> FigureJob:
         """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``).
 
-        From the run's columns, without pandas (unless the run was traced or
-        disaggregated: then frames), so that ``servesim run`` hands the figures
-        over before it imports pandas to write the tables.
+        From the run's columns, without pandas (unless the run was traced: then
+        its spans are a frame), so that ``servesim run`` hands the figures over
+        before it imports pandas to write the tables.
         """
         raw = self.raw
-        if self.activity is not None or not isinstance(raw.records, RequestTable):
-            return FigureJob(
-                Path(out_dir), self.requests, self.timeseries, self.scenario.slo, self._waterfall()
-            )
-        rows = span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
-        waterfall = (rows, raw.records)
+        spans: pd.DataFrame | list[SpanRow] = (
+            span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
+            if self.activity is None
+            else self.spans()
+        )
+        waterfall = (spans, raw.records)
         return FigureJob(Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall)
-
-    def _waterfall(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """The waterfall's input: phase spans and the records of the requests they show."""
-        spans = self.spans()
-        raw = self.raw.requests
-        return spans, raw[raw["request_id"].isin(spans["request_id"])]
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:

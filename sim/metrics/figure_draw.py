@@ -59,11 +59,11 @@ _CDF_PANELS = (  # title and x label of each CDF panel, left to right
     ("Time to first token (TTFT)", "TTFT (ms)"),
     ("Time per output token (TPOT, excl. 1st token)", "TPOT (ms)"),
 )
-# Major ticks ``prebuild_plots`` makes per axis: more than these figures draw.
+# Major ticks ``prebuild`` makes per axis: more than these figures draw.
 PREBUILT_TICKS = 12
-# Figures made up to their data by ``prebuild_plots``, by kind: a draw takes (pops) its own.
+# Figures made up to their data by ``prebuild``, by kind: a draw takes (pops) its own.
 _prebuilt: dict[str, tuple[Figure, list[Axes]]] = {}
-# Waterfalls made by ``prebuild_waterfall``, by number of rows: a draw of as many takes its own.
+# Waterfalls made by ``prebuild``, by number of rows: a draw of as many takes its own.
 _prebuilt_waterfalls: dict[int, tuple[Figure, Axes]] = {}
 # The time series' panels, top to bottom: title and unit (the data's order).
 TIMESERIES_PANELS = (
@@ -268,14 +268,18 @@ def make_ticks(fig: Figure, num_x: int, num_y: int) -> None:
         ax.yaxis.get_major_ticks(num_y)
 
 
-def prebuild_plots() -> None:
-    """Make the latency CDFs' and the time series' figures up to their data, ticks
-    included; the next draw of each takes its own (once). The figure process does
-    this while the run simulates (issue 16): drawn, they are the same to the byte."""
+def prebuild() -> None:
+    """Make every figure of a run up to its data, ticks included (a waterfall of
+    ``NUM_WATERFALL_REQUESTS``, a tick for each row); the next draw of each takes
+    its own (once). The figure process does this while the run simulates (issue 16):
+    drawn, they are the same to the byte."""
     for name, make in (("cdf", _cdf_figure), ("timeseries", _timeseries_figure)):
         fig, axes = make()
         make_ticks(fig, PREBUILT_TICKS, PREBUILT_TICKS)
         _prebuilt[name] = (fig, axes)
+    fig, ax = _waterfall_figure(NUM_WATERFALL_REQUESTS)
+    make_ticks(fig, PREBUILT_TICKS, NUM_WATERFALL_REQUESTS)
+    _prebuilt_waterfalls[NUM_WATERFALL_REQUESTS] = (fig, ax)
 
 
 def draw_latency_cdfs(data: CdfData, path: str | Path) -> Path:
@@ -320,14 +324,6 @@ def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
     # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
     fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=DPI)
     return fig, fig.add_subplot()
-
-
-def prebuild_waterfall(num_rows: int = NUM_WATERFALL_REQUESTS) -> None:
-    """Make the figure of a waterfall of ``num_rows`` requests, a tick for each row
-    included; the next draw of that many rows takes it (as ``prebuild_plots``)."""
-    fig, ax = _waterfall_figure(num_rows)
-    make_ticks(fig, PREBUILT_TICKS, num_rows)
-    _prebuilt_waterfalls[num_rows] = (fig, ax)
 
 
 def draw_waterfall_figure(data: WaterfallData, path: str | Path) -> Path:
@@ -388,10 +384,3 @@ def draw_prepared(figures: Figures, names: Collection[str] | None = None) -> lis
         elif figures.waterfall is not None:
             written.append(draw_waterfall_figure(figures.waterfall, out / name))
     return written
-
-
-def prebuild() -> None:
-    """Make every figure of a run up to its data (a waterfall of the usual number
-    of rows); each next draw takes its own (``prebuild_plots``)."""
-    prebuild_plots()
-    prebuild_waterfall()
