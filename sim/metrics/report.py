@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.errors import ConfigError
-from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, WATERFALL_PNG, Figures
+from sim.metrics.figure_data import Figures
 from sim.metrics.stats import Slo
 from sim.metrics.table_files import write_csv, write_parquet
 
@@ -54,24 +54,18 @@ def have_parquet_engine() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _write_table(table: Table, base: Path, formats: Collection[TableFormat]) -> list[Path]:
+def _write_table(table: Table, base: Path, formats: Sequence[TableFormat]) -> list[Path]:
     """Write ``table`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV."""
-    written: list[Path] = []
-    suffixes = []
-    for fmt in TABLE_FORMATS:  # fixed order, so the result does not depend on set order
-        if fmt not in formats:
-            continue
+    suffixes: list[str] = []
+    for fmt in formats:
         if fmt == "parquet" and not have_parquet_engine():
             warnings.warn(
-                f"pyarrow missing: writing {base.name}.csv instead of parquet",
-                stacklevel=3,
+                f"pyarrow missing: writing {base.name}.csv instead of parquet", stacklevel=3
             )
             fmt = "csv"
         if fmt not in suffixes:
             suffixes.append(fmt)
-    for fmt in suffixes:
-        written.append(_write_file(table, base.with_suffix(f".{fmt}")))
-    return written
+    return [_write_file(table, base.with_suffix(f".{fmt}")) for fmt in suffixes]
 
 
 def _write_file(table: Table, path: Path) -> Path:
@@ -124,12 +118,6 @@ class FigureJob:
     waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
 
 
-def figure_names(job: FigureJob) -> list[str]:
-    """The files ``draw_figures(job)`` writes, in order: no waterfall without its data."""
-    names = [LATENCY_CDF_PNG, TIMESERIES_PNG]
-    return [*names, WATERFALL_PNG] if job.waterfall is not None else names
-
-
 def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[Path]:
     """Draw ``job``'s figures into its folder (which must exist); return their paths.
 
@@ -166,16 +154,14 @@ def write_outputs(
     write_steps: bool = False,
     slo: Slo | None = None,
     plots: bool = True,
-    waterfall: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> list[Path]:
     """Write a run's outputs into ``out_dir`` (created if needed); return the paths.
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
     stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
     ``summary.json`` and ``timeseries.csv`` are always written; the figures of
-    ``draw_figures`` (SLO lines of ``slo``; ``waterfall.png`` when ``waterfall``
-    gives (phase spans, raw request records)) unless ``plots=False``, which
-    columns (rather than frames) need: the figures of a run's columns come
+    ``draw_figures`` (SLO lines of ``slo``; no waterfall) unless ``plots=False``,
+    which columns (rather than frames) need: the figures of a run's columns come
     from ``Result.figure_job``.
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
@@ -193,7 +179,7 @@ def write_outputs(
     if plots:
         if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
             raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
-        written += draw_figures(FigureJob(out, requests, timeseries, slo, waterfall))
+        written += draw_figures(FigureJob(out, requests, timeseries, slo))
     return written
 
 
@@ -221,11 +207,6 @@ def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[s
     return [(label, key) for _, label, key in sorted(found)]
 
 
-def format_engine_settings(settings: Mapping[str, object]) -> str:
-    """One line naming the engine settings that ran: ``engine: key=value ...``."""
-    return "engine: " + " ".join(f"{key}={value}" for key, value in settings.items())
-
-
 def format_summary_table(summary: Mapping[str, object]) -> str:
     """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``).
 
@@ -237,7 +218,7 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
     lines = []
     settings = summary.get("engine_settings")
     if isinstance(settings, Mapping):
-        lines.append(format_engine_settings(settings))
+        lines.append("engine: " + " ".join(f"{key}={value}" for key, value in settings.items()))
     lines.append(_banner(" Serving Benchmark Result ", "="))
     head = [
         ("Successful requests:", "completed"),
