@@ -24,7 +24,7 @@ from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
-from sim.metrics.lifecycle import SpanRow, reconstructed_spans, recorded_spans, span_rows
+from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import request_columns, summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
@@ -126,12 +126,15 @@ class Result:
         Exact prefill chunks and preemption gaps when the run was traced (and
         ``num_requests`` is within what it traced), else rebuilt from the records.
         """
+        import pandas as pd
+
         raw = self.raw
         traced = self.num_traced_requests
         if self.activity is not None and traced is not None and num_requests <= traced:
-            return recorded_spans(raw.requests, self.activity, num_requests)
-        # The compact log: expanding it (a row per step) would cost more than the spans.
-        return reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, num_requests)
+            rows = recorded_spans(raw.requests, self.activity, num_requests)
+        else:  # the compact log: expanding it (a row per step) costs more than the spans
+            rows = reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, num_requests)
+        return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
         """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
@@ -188,7 +191,7 @@ class Result:
         """
         raw = self.raw
         spans: pd.DataFrame | list[SpanRow] = (
-            span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
+            reconstructed_spans(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
             if self.activity is None
             else self.spans()
         )

@@ -22,7 +22,6 @@ recompute that followed it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -115,15 +114,9 @@ def _first_rows(requests: pd.DataFrame | RequestTable, num_requests: int) -> lis
     return records(ordered.head(num_requests))
 
 
-def _frame(rows: Iterable[SpanRow]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame(list(rows), columns=SPAN_COLUMNS)
-
-
 def recorded_spans(
     requests: pd.DataFrame, activity: pd.DataFrame, num_requests: int
-) -> pd.DataFrame:
+) -> list[SpanRow]:
     """Phase spans from an ``ActivityRecorder`` log (one row per chunk or decode run)."""
     by_request: dict[int, pd.DataFrame] = {}
     for key, group in activity.groupby("request_id", sort=False):
@@ -138,7 +131,7 @@ def recorded_spans(
             _recorded_body(track, log.sort_values("start_s", kind="stable"))
             _tail(track, row)
         rows += track.rows
-    return _frame(rows)
+    return rows
 
 
 def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
@@ -174,22 +167,13 @@ def reconstructed_spans(
     steps: pd.DataFrame | StepTable,
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
-) -> pd.DataFrame:
+) -> list[SpanRow]:
     """Phase spans from the request records, the step log and ``later_runs`` only.
 
-    ``steps``: the compact log (searched as it is), or one row per step.
+    ``steps``: the compact log (searched as it is), or one row per step. Without
+    pandas for a run's columns and compact log (``servesim run``'s waterfall,
+    before pandas is loaded).
     """
-    return _frame(span_rows(requests, steps, later_runs, num_requests))
-
-
-def span_rows(
-    requests: pd.DataFrame | RequestTable,
-    steps: pd.DataFrame | StepTable,
-    later_runs: dict[int, list[tuple[float, int]]],
-    num_requests: int,
-) -> list[SpanRow]:
-    """``reconstructed_spans``' rows (``SPAN_COLUMNS``); without pandas for a run's
-    columns and compact log (``servesim run``'s waterfall, before pandas is loaded)."""
     rows: list[SpanRow] = []
     first_rows = _first_rows(requests, num_requests)
     if not isinstance(steps, StepTable) and any(
