@@ -128,10 +128,7 @@ def run(
 
 
 def replay(
-    scenario: Scenario,
-    work: OpenLoop,
-    cost: CostModel | None = None,
-    base_dir: Path | None = None,
+    scenario: Scenario, work: OpenLoop, cost: CostModel | None = None, base_dir: Path | None = None
 ) -> Result:
     """Simulate exactly the requests of ``work`` on one replica of the scenario's engine.
 

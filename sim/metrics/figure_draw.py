@@ -180,15 +180,7 @@ def envelope(
 
 
 def _no_data(ax: Axes, message: str) -> None:
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        ha="center",
-        va="center",
-        transform=ax.transAxes,
-        color="gray",
-    )
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
 def _use_log_scale(values_ms: FloatArray) -> bool:
@@ -221,11 +213,7 @@ def _cdf_panel(ax: Axes, values_ms: FloatArray, xlabel: str, slo_ms: float | Non
     if slo_ms is not None:
         met = float(np.mean(values_ms <= slo_ms))
         ax.axvline(
-            slo_ms,
-            color=_SLO_COLOR,
-            ls="--",
-            lw=1.2,
-            label=f"SLO {slo_ms:g} ms ({met:.1%} met)",
+            slo_ms, color=_SLO_COLOR, ls="--", lw=1.2, label=f"SLO {slo_ms:g} ms ({met:.1%} met)"
         )
         ax.legend(loc="lower right", fontsize=9)
     if _use_log_scale(values_ms):

@@ -18,13 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable, completed_mask, floats
-from sim.metrics.figure_data import (
-    CdfData,
-    FloatArray,
-    PhaseBars,
-    TimeseriesData,
-    WaterfallData,
-)
+from sim.metrics.figure_data import CdfData, FloatArray, PhaseBars, TimeseriesData, WaterfallData
 from sim.metrics.lifecycle import PHASES, SpanRow
 from sim.metrics.stats import Slo, latency_columns
 from sim.serving.cluster import total_over_replicas

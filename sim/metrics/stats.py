@@ -34,13 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from sim.engine.records import (
-    RequestTable,
-    completed_mask,
-    floats,
-    rejected_mask,
-    require_columns,
-)
+from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask, require_columns
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.itl import itl_distribution
