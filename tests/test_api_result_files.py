@@ -16,6 +16,7 @@ import pytest
 
 from sim import api
 from sim.api.result import Result, engine_settings, summary_header
+from sim.metrics.figure_draw import draw_prepared
 from sim.metrics.report import FigureJob, draw_figures, prepare_figures
 from sim.scenario import Scenario, scenario_from_dict
 
@@ -115,18 +116,18 @@ def test_tables_here_and_figures_apart_make_what_write_makes(
 
 def test_draw_figures_draws_only_the_named_ones(result: Result, tmp_path: Path) -> None:
     job = result.figure_job(tmp_path)
-    assert draw_figures(job, ["waterfall.png"]) == [tmp_path / "waterfall.png"]
+    assert draw_prepared(prepare_figures(job), ["waterfall.png"]) == [tmp_path / "waterfall.png"]
     assert [p.name for p in tmp_path.iterdir()] == ["waterfall.png"]
-    assert draw_figures(job, []) == []
-    assert draw_figures(job, ["no-such.png"]) == []
+    assert draw_prepared(prepare_figures(job), []) == []
+    assert draw_prepared(prepare_figures(job), ["no-such.png"]) == []
 
 
 def test_without_a_waterfall_there_is_no_waterfall_png(result: Result, tmp_path: Path) -> None:
     job = FigureJob(tmp_path, result.requests, result.timeseries)
     assert prepare_figures(job).names() == ["latency_cdf.png", "timeseries.png"]
-    assert [p.name for p in draw_figures(job, ["waterfall.png", "timeseries.png"])] == [
-        "timeseries.png"
-    ]
+    assert [
+        p.name for p in draw_prepared(prepare_figures(job), ["waterfall.png", "timeseries.png"])
+    ] == ["timeseries.png"]
     assert np.isfinite(result.requests["finish_s"]).all()  # the run itself was complete
 
 

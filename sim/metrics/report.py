@@ -69,9 +69,8 @@ def _write_table(table: Table, base: Path, formats: Sequence[TableFormat]) -> li
 
 
 def _write_file(table: Table, path: Path) -> Path:
-    """``table`` as ``path``'s suffix says (``.parquet`` or ``.csv``): a frame
-    through pandas, columns by name through ``sim.metrics.table_files`` (the
-    same files without importing pandas)."""
+    """``table`` as ``path``'s suffix says: a frame through pandas, columns through
+    ``sim.metrics.table_files`` (the same files without importing pandas)."""
     parquet = path.suffix == ".parquet"
     if isinstance(table, Mapping):
         (write_parquet if parquet else write_csv)(table, path)
@@ -102,13 +101,10 @@ def summary_to_json(summary: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True)
 class FigureJob:
-    """What a run's figures are drawn from, and the folder they go to.
-
-    Plain data (it pickles): ``servesim run`` hands it to a second process that
-    draws while the first writes the tables (``sim.cli.figures``). ``waterfall``
-    is (phase spans, raw request records); without it there is no waterfall.png.
-    Frames, or a run's columns (``RawResult.records``, ``series``, span rows:
-    ``Result.figure_job``), which need no pandas to cut.
+    """What a run's figures are drawn from, and the folder they go to: frames, or a
+    run's columns and span rows (``Result.figure_job``: no pandas needed to cut them
+    into ``Figures`` for ``sim.cli.figures``' process). ``waterfall`` is (phase
+    spans, request records); without it there is no waterfall.png.
     """
 
     out_dir: Path
@@ -118,18 +114,15 @@ class FigureJob:
     waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
 
 
-def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[Path]:
-    """Draw ``job``'s figures into its folder (which must exist); return their paths.
-
+def draw_figures(job: FigureJob) -> list[Path]:
+    """Draw ``job``'s figures into its folder (which must exist); return their paths:
     ``latency_cdf.png`` (with the TTFT/TPOT SLO lines of ``job.slo``),
-    ``timeseries.png`` and, when ``job.waterfall`` is given, ``waterfall.png``;
-    only those of ``names`` when given (each figure can be drawn apart).
-    """
+    ``timeseries.png`` and, when ``job.waterfall`` is given, ``waterfall.png``."""
     # matplotlib (~0.3 s to import) only now: a caller that prints the summary
     # first shows it before paying for the figures.
     from sim.metrics.figure_draw import draw_prepared
 
-    return draw_prepared(prepare_figures(job), names)
+    return draw_prepared(prepare_figures(job))
 
 
 def prepare_figures(job: FigureJob) -> Figures:
