@@ -175,21 +175,7 @@ def reconstructed_spans(
     before pandas is loaded).
     """
     rows: list[SpanRow] = []
-    first_rows = _first_rows(requests, num_requests)
-    if not isinstance(steps, StepTable) and any(
-        int(row["request_id"]) in later_runs for row in first_rows
-    ):
-        # Token times are searched in the step log: keep only the steps of these
-        # requests' time window (a long run logs tens of millions).
-        start_s = min(float(row["arrival_s"]) for row in first_rows)
-        finishes = [_finite(row["finish_s"]) for row in first_rows]
-        end_s = max((f for f in finishes if f is not None), default=None)
-        ends = steps["end_s"].to_numpy(dtype=np.float64)
-        keep = ends >= start_s
-        if end_s is not None and None not in finishes:
-            keep &= steps["start_s"].to_numpy(dtype=np.float64) <= end_s
-        steps = steps[keep]
-    for row in first_rows:
+    for row in _first_rows(requests, num_requests):
         request_id = int(row["request_id"])
         track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
         _head(track, row)
