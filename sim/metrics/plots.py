@@ -51,28 +51,22 @@ def cdf_data(requests: pd.DataFrame | RequestTable, slo: Slo | None = None) -> C
 
 def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -> TimeseriesData:
     """Sample times in order and each panel's values (``TIMESERIES_COLUMNS``), from a
-    frame or a run's columns (``RawResult.series``).
-
-    Several replicas are drawn as one: queues summed, KV usage averaged.
-    """
+    frame or a run's columns (``RawResult.series``); several replicas are drawn as
+    one: queues summed, KV usage averaged."""
     columns: Any = timeseries
-    if isinstance(timeseries, Mapping):
-        replica = timeseries.get("replica")
-        if replica is not None and len(replica) and bool((replica != replica[0]).any()):
-            import pandas as pd  # several replicas: pandas aligns their samples
+    replica = np.asarray(timeseries["replica"]) if "replica" in timeseries else None
+    if replica is not None and len(replica) and bool((replica != replica[0]).any()):
+        import pandas as pd  # several replicas: pandas aligns their samples
 
-            columns = total_over_replicas(pd.DataFrame(timeseries, copy=False))
-    else:
-        columns = total_over_replicas(timeseries)
-    names = set(columns.keys())  # a frame's keys are its columns
-    time_s = floats(columns["time_s"]) if "time_s" in names else np.empty(0)
+        columns = total_over_replicas(pd.DataFrame(timeseries, copy=False))
+    time_s = floats(columns["time_s"]) if "time_s" in columns else np.empty(0)
     order = None
     if time_s.size > 1 and not bool(np.all(time_s[1:] >= time_s[:-1])):
         order = np.argsort(time_s, kind="stable")
         time_s = time_s[order]
     series: list[FloatArray | None] = []
     for column, scale in TIMESERIES_COLUMNS:
-        if column not in names:
+        if column not in columns:
             series.append(None)
             continue
         values = floats(columns[column])
