@@ -32,11 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask, require_columns
 from sim.engine.step_runs import StepTable
-from sim.errors import ConfigError
 from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import FloatArray, Summary, check_percentiles, latency_stats_ms
 
@@ -70,24 +69,6 @@ class Slo(BaseModel):
     def is_empty(self) -> bool:
         """True when no objective is set (then goodput is not reported, as in vllm)."""
         return self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None
-
-
-def parse_slo(pairs: Sequence[str]) -> Slo:
-    """SLO from vllm's ``--goodput`` syntax, e.g. ``["ttft:200", "tpot:50"]`` (ms)."""
-    fields: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition(":")
-        if not sep or name not in ("ttft", "tpot", "e2el"):
-            raise ConfigError(f"goodput: expected ttft|tpot|e2el:<ms>, got {pair!r}")
-        try:
-            fields[f"{name}_ms"] = float(value)
-        except ValueError:
-            raise ConfigError(f"goodput: {name} value {value!r} is not a number") from None
-    try:
-        return Slo.model_validate(fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"goodput: {err['loc'][0]}: {err['msg']}") from None
 
 
 def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArray]:
