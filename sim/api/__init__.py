@@ -70,7 +70,7 @@ def run(
     wrap_cost: Callable[[CostModel], CostModel] | None = None,
     trace_requests: int | None = None,
     *,
-    source: str | None = None,
+    source: str = "<scenario>",
     workers: int | None = None,
     compiled: bool | None = None,
 ) -> Result:
@@ -93,8 +93,6 @@ def run(
     numba's start-up, ~0.4 s once a process, is not worth it for one run),
     True at any size (a sweep's points), False never; the result is the same.
     """
-    if source is None:
-        source = "<scenario>"
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
         scenario = load_scenario(path, overrides)

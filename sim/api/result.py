@@ -128,13 +128,15 @@ class Result:
         """
         import pandas as pd
 
+        return pd.DataFrame(self._span_rows(num_requests), columns=SPAN_COLUMNS)
+
+    def _span_rows(self, num_requests: int) -> list[SpanRow]:
         raw = self.raw
         traced = self.num_traced_requests
         if self.activity is not None and traced is not None and num_requests <= traced:
-            rows = recorded_spans(raw.requests, self.activity, num_requests)
-        else:  # the compact log: expanding it (a row per step) costs more than the spans
-            rows = reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, num_requests)
-        return pd.DataFrame(rows, columns=SPAN_COLUMNS)
+            return recorded_spans(raw.requests, self.activity, num_requests)
+        # The run's columns and compact log: no frame is built, no step expanded.
+        return reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num_requests)
 
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
         """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
@@ -185,17 +187,12 @@ class Result:
     def figure_job(self, out_dir: str | Path) -> FigureJob:
         """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``).
 
-        From the run's columns, without pandas (unless the run was traced: then
-        its spans are a frame), so that ``servesim run`` hands the figures over
-        before it imports pandas to write the tables.
+        From the run's columns, without pandas (unless the run was traced), so that
+        ``servesim run`` hands the figures over before it imports pandas to write
+        the tables.
         """
         raw = self.raw
-        spans: pd.DataFrame | list[SpanRow] = (
-            reconstructed_spans(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
-            if self.activity is None
-            else self.spans()
-        )
-        waterfall = (spans, raw.records)
+        waterfall = (self._span_rows(NUM_WATERFALL_REQUESTS), raw.records)
         return FigureJob(Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall)
 
 
