@@ -85,11 +85,8 @@ class Result:
         return self._delivery.client_s(engine_s, np.full(engine_s.shape, replica))
 
     def _token_source(self, request_id: int) -> tuple[float, int, int, int | None]:
-        """(engine first-token time, tokens, replica, prefill replica) of one request.
-
-        From the run's columns (``RequestTable.find``) when it has them, else
-        from its frame (a disaggregated run: with a prefill replica).
-        """
+        """(engine first-token time, tokens, replica, prefill replica) of one request:
+        from the run's columns, or its frame (a disaggregated run: a prefill replica)."""
         records = self.raw.records
         if isinstance(records, RequestTable):
             rows, found = records.find(request_id)
@@ -121,11 +118,9 @@ class Result:
         return Delivery.of(self.raw.step_table)
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
-        """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
-
-        Exact prefill chunks and preemption gaps when the run was traced (and
-        ``num_requests`` is within what it traced), else rebuilt from the records.
-        """
+        """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``):
+        exact prefill chunks and preemption gaps when the run was traced (and
+        ``num_requests`` is within what it traced), else rebuilt from the records."""
         import pandas as pd
 
         return pd.DataFrame(self._span_rows(num_requests), columns=SPAN_COLUMNS)
@@ -139,10 +134,8 @@ class Result:
         return reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num_requests)
 
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
-        """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
-
-        Defaults to the requests the run traced, else ``DEFAULT_TRACE_REQUESTS``.
-        """
+        """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``)
+        of ``num_requests``: by default those the run traced, else ``DEFAULT_TRACE_REQUESTS``."""
         count = num_requests or self.num_traced_requests or DEFAULT_TRACE_REQUESTS
         metadata = {"scenario": self.scenario.name, "num_traced_requests": count}
         # The compact step log and the series columns: only the steps within the
@@ -161,10 +154,9 @@ class Result:
     ) -> list[Path]:
         """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``.
 
-        With ``plots=False`` no figure is drawn: a caller that draws them apart
-        (``figure_job``) writes the rest here meanwhile. The tables are written
-        from the run's columns, without pandas (``sim.metrics.table_files``),
-        unless the records are a frame already (a disaggregated run).
+        ``plots=False``: no figure (a caller drawing them apart, from ``figure_job``).
+        The tables are written from the run's columns, without pandas, unless the
+        records are a frame already (a disaggregated run).
         """
         raw = self.raw
         records = raw.records

@@ -1,11 +1,10 @@
 """Writing a run's outputs to a folder, and the human-readable summary table.
 
-Layout of ``out_dir`` (see ``write_outputs``): ``requests.parquet`` (or ``.csv``),
+Layout of ``out_dir`` (``write_outputs``): ``requests.parquet`` (or ``.csv``),
 ``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
-``waterfall.png`` (``Result.write``) and,
-only on request, ``steps.parquet`` (the step log can hold tens of millions of rows).
-The figures can be drawn apart from the tables (``FigureJob``, ``draw_figures``;
-``prepare_figures`` turns a job into arrays to draw elsewhere).
+``waterfall.png`` (``Result.write``) and, only on request, ``steps.parquet`` (the
+step log can hold tens of millions of rows). The figures can be drawn apart from
+the tables (``FigureJob``; ``prepare_figures`` turns it into arrays).
 """
 
 from __future__ import annotations
@@ -151,11 +150,9 @@ def write_outputs(
     """Write a run's outputs into ``out_dir`` (created if needed); return the paths.
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
-    stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
-    ``summary.json`` and ``timeseries.csv`` are always written; the figures of
-    ``draw_figures`` (SLO lines of ``slo``; no waterfall) unless ``plots=False``,
-    which columns (rather than frames) need: the figures of a run's columns come
-    from ``Result.figure_job``.
+    stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both. The
+    figures (SLO lines of ``slo``; no waterfall) need frames: columns need
+    ``plots=False`` (their figures come from ``Result.figure_job``).
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
