@@ -57,13 +57,17 @@ def _finite(value: object) -> float | None:
 
 
 class _Track:
-    """Spans of one request, appended in time order, each starting where the last ended."""
+    """Spans of one request, appended in time order, each starting where the last ended;
+    the first: tokenize, from arrival to ready (the engine's queue)."""
 
-    def __init__(self, request_id: int, replica: int, start_s: float) -> None:
-        self.request_id = request_id
-        self.replica = replica
-        self.now_s = start_s
+    def __init__(self, row: Row) -> None:
+        self.request_id = int(row["request_id"])
+        self.replica = int(row["replica"])
+        self.now_s = float(row["arrival_s"])
         self.rows: list[SpanRow] = []
+        ready = _finite(row["ready_s"])
+        if ready is not None:
+            self.add("tokenize", ready)
 
     def add(
         self, phase: str, end_s: float, num_tokens: int = 0, replica: int | None = None
@@ -73,13 +77,6 @@ class _Track:
             where = self.replica if replica is None else replica
             self.rows.append((self.request_id, where, phase, self.now_s, end_s, num_tokens))
             self.now_s = end_s
-
-
-def _head(track: _Track, row: Row) -> None:
-    """Tokenize: from arrival to ready (the engine's queue)."""
-    ready = _finite(row["ready_s"])
-    if ready is not None:
-        track.add("tokenize", ready)
 
 
 def _engine_s(row: Row, column: str) -> float | None:
@@ -123,10 +120,8 @@ def recorded_spans(
         by_request[int(cast(int, key))] = group
     rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
-        request_id = int(row["request_id"])
-        track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
-        _head(track, row)
-        log = by_request.get(request_id)
+        track = _Track(row)
+        log = by_request.get(track.request_id)
         if log is not None:
             _recorded_body(track, log.sort_values("start_s", kind="stable"))
             _tail(track, row)
@@ -176,15 +171,13 @@ def reconstructed_spans(
     """
     rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
-        request_id = int(row["request_id"])
-        track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
-        _head(track, row)
+        track = _Track(row)
         scheduled = _finite(row["first_scheduled_s"])
         first = _engine_s(row, "first_token_s")
         if scheduled is not None:
             track.add("waiting", scheduled)
         if first is not None:
-            _token_body(track, row, steps, later_runs.get(request_id), first)
+            _token_body(track, row, steps, later_runs.get(track.request_id), first)
             _tail(track, row)
         rows += track.rows
     return rows
