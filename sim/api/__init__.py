@@ -128,10 +128,8 @@ def run(
 def replay(
     scenario: Scenario, work: OpenLoop, cost: CostModel | None = None, base_dir: Path | None = None
 ) -> Result:
-    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine.
-
-    ``cost`` replaces the scenario's cost model (validation compares several).
-    """
+    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine;
+    ``cost`` replaces the scenario's cost model (validation compares several)."""
     engine = engine_for(scenario, base_dir)
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)

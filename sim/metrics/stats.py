@@ -111,10 +111,8 @@ def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
 
 
 def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> BoolArray:
-    """Rows of ``latency_columns`` (or ``with_request_metrics``) meeting every SLO.
-
-    Only meaningful for completed requests; a 1-token request meets any TPOT SLO.
-    """
+    """Rows of ``latency_columns`` (or ``with_request_metrics``) meeting every SLO (for
+    completed requests; a 1-token request meets any TPOT SLO)."""
     good = np.ones(len(derived["ttft_s"]), dtype=bool)  # rows (a mapping's len: its keys)
     if slo.ttft_ms is not None:
         good &= floats(derived["ttft_s"]) * 1000.0 <= slo.ttft_ms
