@@ -32,7 +32,7 @@ from sim.engine.records import (
     require_columns,
 )
 from sim.engine.step_runs import StepTable
-from sim.metrics.rejections import rejection_warning
+from sim.metrics.report import rejection_warning
 from sim.metrics.stats import Slo, latency_columns, summarize
 from sim.serving.cluster import ClusterConfig, cluster_summary
 

@@ -4,7 +4,7 @@
 weighted statistics), ``slo_targets``, ``report`` and ``table_files`` (output
 files), ``plots`` / ``figure_data`` / ``figure_draw`` (the PNG figures),
 ``lifecycle`` (each request's phases as spans), ``trace`` (``trace.json``),
-``analytic`` (textbook queueing formulas), ``rejections``, ``out_path``.
+``analytic`` (textbook queueing formulas), ``out_path``.
 
 May import: ``sim.serving``, ``sim.engine``, ``sim.cost``, ``sim.errors``.
 Must not import: ``sim.planning``, ``sim.validation``, the faces.

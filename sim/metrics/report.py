@@ -1,4 +1,4 @@
-"""Writing a run's outputs to a folder, and the human-readable summary table.
+"""A run's outputs in a folder, its summary table, and a warning when most were rejected.
 
 Layout of ``out_dir`` (``write_outputs``): ``requests.parquet`` (or ``.csv``),
 ``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from sim.engine.records import RequestTable, rejected_mask
 from sim.errors import ConfigError
 from sim.metrics.figure_data import Figures
 from sim.metrics.stats import Slo
@@ -30,7 +31,6 @@ from sim.metrics.table_files import write_csv, write_parquet
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
-    from sim.engine.records import RequestTable
     from sim.metrics.lifecycle import SpanRow
 
     # A frame, or columns by name (written without pandas: ``sim.metrics.table_files``).
@@ -240,3 +240,27 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
         lines += [_line(label, summary[key]) for label, key in rows]
     lines.append("=" * _WIDTH)
     return "\n".join(lines)
+
+
+MOST_REJECTED_SHARE = 0.5  # warn when at least this share of the requests was rejected
+
+
+def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:
+    """A one-line warning with the count and the first reason, when most were rejected.
+
+    A request is rejected at intake when it can never be served (prompt plus
+    output longer than ``max_model_len_tokens``, or more KV blocks than the whole
+    cache). Such a run still "succeeds": without this note, a scenario whose every
+    prompt is too long exits 0 with a report of zero completions and nothing on stderr.
+    """
+    if len(requests) == 0 or "rejection_reason" not in requests:
+        return None
+    rejected = rejected_mask(requests)
+    num_rejected = int(rejected.sum())
+    if num_rejected == 0 or num_rejected < MOST_REJECTED_SHARE * len(requests):
+        return None
+    first = np.asarray(requests["rejection_reason"])[rejected][0]
+    return (
+        f"{num_rejected} of {len(requests)} requests ({num_rejected / len(requests):.0%}) were "
+        f"rejected as never servable; the first: {first}"
+    )
