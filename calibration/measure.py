@@ -45,8 +45,9 @@ from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
 from sim.engine.core_config import CoreConfig
 from sim.errors import ConfigError
+from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import latency_stats_ms, summarize, with_request_metrics
+from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.predict import with_request_spec
 from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop

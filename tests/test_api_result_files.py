@@ -16,7 +16,8 @@ import pytest
 
 from sim import api
 from sim.api.result import Result, engine_settings, summary_header
-from sim.metrics.report import FigureJob, draw_figures, figure_names
+from sim.metrics.figure_draw import draw_prepared
+from sim.metrics.report import FigureJob, draw_figures, prepare_figures
 from sim.scenario import Scenario, scenario_from_dict
 
 HEADER_KEYS = ["scenario", "seed", "cost_model", "policy", "num_kv_blocks", "engine_settings"]
@@ -91,7 +92,7 @@ def test_the_figure_job_carries_what_write_draws(result: Result, tmp_path: Path)
     spans, records = job.waterfall
     assert list(spans) == list(result.spans().itertuples(index=False, name=None))
     assert records is result.raw.records
-    assert figure_names(job) == ["latency_cdf.png", "timeseries.png", "waterfall.png"]
+    assert prepare_figures(job).names() == ["latency_cdf.png", "timeseries.png", "waterfall.png"]
 
 
 def test_write_without_plots_writes_only_the_tables(result: Result, tmp_path: Path) -> None:
@@ -109,24 +110,24 @@ def test_tables_here_and_figures_apart_make_what_write_makes(
     assert [p.name for p in together] == [p.name for p in apart]
     for name in ("requests.parquet", "summary.json", "timeseries.csv"):
         assert (whole / name).read_bytes() == (split / name).read_bytes(), name
-    for name in figure_names(result.figure_job(split)):
+    for name in prepare_figures(result.figure_job(split)).names():
         assert (split / name).stat().st_size > 10_000, name
 
 
 def test_draw_figures_draws_only_the_named_ones(result: Result, tmp_path: Path) -> None:
     job = result.figure_job(tmp_path)
-    assert draw_figures(job, ["waterfall.png"]) == [tmp_path / "waterfall.png"]
+    assert draw_prepared(prepare_figures(job), ["waterfall.png"]) == [tmp_path / "waterfall.png"]
     assert [p.name for p in tmp_path.iterdir()] == ["waterfall.png"]
-    assert draw_figures(job, []) == []
-    assert draw_figures(job, ["no-such.png"]) == []
+    assert draw_prepared(prepare_figures(job), []) == []
+    assert draw_prepared(prepare_figures(job), ["no-such.png"]) == []
 
 
 def test_without_a_waterfall_there_is_no_waterfall_png(result: Result, tmp_path: Path) -> None:
     job = FigureJob(tmp_path, result.requests, result.timeseries)
-    assert figure_names(job) == ["latency_cdf.png", "timeseries.png"]
-    assert [p.name for p in draw_figures(job, ["waterfall.png", "timeseries.png"])] == [
-        "timeseries.png"
-    ]
+    assert prepare_figures(job).names() == ["latency_cdf.png", "timeseries.png"]
+    assert [
+        p.name for p in draw_prepared(prepare_figures(job), ["waterfall.png", "timeseries.png"])
+    ] == ["timeseries.png"]
     assert np.isfinite(result.requests["finish_s"]).all()  # the run itself was complete
 
 

@@ -39,7 +39,7 @@ from sim.metrics import figure_draw
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, Figures
 from sim.metrics.figure_draw import draw_prepared
 from sim.metrics.lifecycle import PHASES
-from sim.metrics.plots import plot_latency_cdfs, plot_timeseries, plot_waterfall
+from sim.metrics.plots import cdf_data, timeseries_data, waterfall_data
 from sim.metrics.report import FigureJob, draw_figures, prepare_figures
 from sim.metrics.stats import Slo
 
@@ -83,7 +83,9 @@ TIMESERIES_CASES: dict[str, Callable[[], pd.DataFrame]] = {
 @pytest.mark.parametrize("case", TIMESERIES_CASES)
 def test_timeseries_arrays_draw_the_dataframe_figure(case: str, tmp_path: Path) -> None:
     frame = TIMESERIES_CASES[case]()
-    direct = plot_timeseries(frame, tmp_path / "direct.png").read_bytes()
+    direct = figure_draw.draw_timeseries(
+        timeseries_data(frame), tmp_path / "direct.png"
+    ).read_bytes()
     data = pickle.loads(pickle.dumps(plots.timeseries_data(frame)))
     assert figure_draw.draw_timeseries(data, tmp_path / "arrays.png").read_bytes() == direct
 
@@ -102,7 +104,9 @@ def test_cdf_arrays_draw_the_dataframe_figure(
     n: int, rejected_every: int, slo: Slo | None, tmp_path: Path
 ) -> None:
     requests = requests_frame(n, rejected_every=rejected_every)
-    direct = plot_latency_cdfs(requests, tmp_path / "direct.png", slo).read_bytes()
+    direct = figure_draw.draw_latency_cdfs(
+        cdf_data(requests, slo), tmp_path / "direct.png"
+    ).read_bytes()
     data = pickle.loads(pickle.dumps(plots.cdf_data(requests, slo)))
     assert data.num_done == n - (len(range(0, n, rejected_every)) if rejected_every else 0)
     assert figure_draw.draw_latency_cdfs(data, tmp_path / "arrays.png").read_bytes() == direct
@@ -115,7 +119,9 @@ def test_waterfall_arrays_draw_the_dataframe_figure(
     spans, requests = result.spans(max(num_requests, 1)), result.raw.requests
     if num_requests == 0:
         spans = spans.iloc[:0]
-    direct = plot_waterfall(spans, requests, tmp_path / "direct.png").read_bytes()
+    direct = figure_draw.draw_waterfall_figure(
+        waterfall_data(spans, requests), tmp_path / "direct.png"
+    ).read_bytes()
     data = pickle.loads(pickle.dumps(plots.waterfall_data(spans, requests)))
     assert len(data.ids) == num_requests
     assert [bars.phase for bars in data.bars] == list(spans["phase"].unique())
@@ -187,7 +193,9 @@ def test_a_prepared_job_draws_what_draw_figures_draws(result: Result, tmp_path: 
 def test_the_prepared_figures_are_small_next_to_the_job(result: Result, tmp_path: Path) -> None:
     job = result.figure_job(tmp_path)  # the run's columns, which pickle compactly
     assert len(pickle.dumps(prepare_figures(job))) < len(pickle.dumps(job))
-    frames = FigureJob(tmp_path, result.requests, result.timeseries, None, result._waterfall())
+    frames = FigureJob(
+        tmp_path, result.requests, result.timeseries, None, (result.spans(), result.raw.requests)
+    )
     assert len(pickle.dumps(prepare_figures(job))) < len(pickle.dumps(frames)) / 2
 
 
@@ -373,7 +381,7 @@ def test_prebuilt_figures_draw_the_same_bytes(num_rows: int, tmp_path: Path) -> 
 
 
 def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
-    figure_draw.prebuild_plots()
+    figure_draw.prebuild()
     try:
         fig, axes = figure_draw._prebuilt["cdf"]
         assert [ax.get_title() for ax in axes] == [t for t, _ in figure_draw._CDF_PANELS]
@@ -382,6 +390,7 @@ def test_prebuilt_figures_have_their_ticks_and_frames_but_no_data() -> None:
         assert fig.get_suptitle() == ""  # it names the count of requests: drawn with the data
     finally:
         figure_draw._prebuilt.clear()
+        figure_draw._prebuilt_waterfalls.clear()
 
 
 def test_the_figure_process_prebuilds_while_it_waits() -> None:
@@ -393,4 +402,5 @@ def test_the_figure_process_prebuilds_while_it_waits() -> None:
         assert set(figure_draw._prebuilt_waterfalls) == {NUM_WATERFALL_REQUESTS}
     finally:
         figure_draw._prebuilt.clear()
+        figure_draw._prebuilt_waterfalls.clear()
         figure_draw._prebuilt_waterfalls.clear()

@@ -31,7 +31,7 @@ from sim.api.result import Result
 from sim.cli.figures import FigureError, FigureWorker, describe, reply_of
 from sim.engine.records import RequestTable
 from sim.errors import ConfigError
-from sim.metrics.report import FigureJob, figure_names, prepare_figures
+from sim.metrics.report import FigureJob, prepare_figures
 
 pytestmark = pytest.mark.skipif(
     not cli_figures.forking_supported(), reason="figures are forked on Linux only"
@@ -67,7 +67,7 @@ def test_the_worker_draws_every_figure_and_names_them(result: Result, tmp_path: 
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(job)
         paths = worker.finish()
-    assert [p.name for p in paths] == figure_names(job) == ALL_FIGURES
+    assert [p.name for p in paths] == prepare_figures(job).names() == ALL_FIGURES
     assert all(p.parent == tmp_path / "out" for p in paths)
     for path in paths:
         assert path.read_bytes()[:8] == PNG_MAGIC

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.metrics.stats import STEP_COLUMNS
+from sim.metrics.itl import STEP_COLUMNS
 from sim.scenario import load_scenario
 from sim.validation.endpoint import (
     CLOSED,

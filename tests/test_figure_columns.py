@@ -23,7 +23,7 @@ from sim import api
 from sim.api.result import Result
 from sim.engine.records import RequestTable
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
-from sim.metrics.lifecycle import reconstructed_spans, span_rows
+from sim.metrics.lifecycle import reconstructed_spans
 from sim.metrics.plots import timeseries_data, waterfall_data
 from sim.metrics.report import FigureJob, prepare_figures
 
@@ -79,7 +79,11 @@ def test_the_run_keeps_columns_until_a_frame_is_asked_for(result: Result) -> Non
 def test_figures_from_columns_are_those_from_frames(result: Result, tmp_path: Path) -> None:
     from_columns = prepare_figures(result.figure_job(tmp_path))
     frames = FigureJob(
-        tmp_path, result.requests, result.timeseries, result.scenario.slo, result._waterfall()
+        tmp_path,
+        result.requests,
+        result.timeseries,
+        result.scenario.slo,
+        (result.spans(), result.raw.requests),
     )
     from_frames = prepare_figures(frames)
     same(from_columns, from_frames)
@@ -87,16 +91,17 @@ def test_figures_from_columns_are_those_from_frames(result: Result, tmp_path: Pa
 
 def test_span_rows_from_columns_are_the_spans_frame(result: Result) -> None:
     raw = result.raw
-    rows = span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
-    frame = reconstructed_spans(raw.requests, raw.steps, raw.later_runs, NUM_WATERFALL_REQUESTS)
-    assert rows == list(frame.itertuples(index=False, name=None))
+    num = NUM_WATERFALL_REQUESTS
+    rows = reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num)
+    assert rows == reconstructed_spans(raw.requests, raw.steps, raw.later_runs, num)
+    assert rows == list(result.spans(num).itertuples(index=False, name=None))
     assert len(rows) > 0
 
 
 def test_the_preempted_run_has_later_runs_in_its_waterfall() -> None:
     path, overrides = RUNS["preemptions"]
     raw = api.run(path, overrides).raw
-    shown = span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
+    shown = reconstructed_spans(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
     assert {row[0] for row in shown} & set(raw.later_runs)
     assert "preempted" in {row[2] for row in shown}
 

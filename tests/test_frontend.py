@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.metrics.stats import step_itl_gaps_s
+from sim.metrics.itl import step_itl_gaps_s
 from sim.scenario import scenario_from_dict
 from sim.serving.frontend import delivery_s
 from sim.validation.predict import simulated_latencies

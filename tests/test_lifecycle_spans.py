@@ -14,7 +14,7 @@ from sim.engine.kv_cache import BlockPool
 from sim.engine.lifecycle import ActivityRecorder
 from sim.engine.request import Request
 from sim.engine.scheduler import ContinuousConfig, EngineCore, StepPlan
-from sim.metrics.lifecycle import SPAN_COLUMNS, reconstructed_spans, recorded_spans
+from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.trace import replica_events, request_events, trace_document, write_trace
 
 NAN = float("nan")
@@ -56,6 +56,10 @@ def activity_row(kind: str, start_s: float, end_s: float, **fields: Any) -> dict
     }
     row.update(fields)
     return row
+
+
+def spans_frame(rows: list[SpanRow]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
 
 def phases(spans: pd.DataFrame) -> list[tuple[str, float, float]]:
@@ -141,7 +145,7 @@ def test_recorded_spans_chunks_wait_and_merged_decode_runs() -> None:
             activity_row("decode", 0.7, 1.0, num_tokens=1),  # back to back: merged
         ]
     )
-    spans = recorded_spans(requests, activity, 10)
+    spans = spans_frame(recorded_spans(requests, activity, 10))
     assert phases(spans) == [
         ("tokenize", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
@@ -165,7 +169,7 @@ def test_recorded_spans_label_the_gap_after_a_preemption(num_swaps: int, label: 
             activity_row("decode", 0.9, 1.0, num_preemptions=1, num_swaps=num_swaps),
         ]
     )
-    names = [p for p, _, _ in phases(recorded_spans(requests, activity, 10))]
+    names = [p for p, _, _ in phases(spans_frame(recorded_spans(requests, activity, 10)))]
     assert names == ["tokenize", "waiting", "prefill", "decode", label, "prefill", "decode"]
 
 
@@ -177,7 +181,7 @@ def test_recorded_spans_mark_a_move_to_another_replica_as_kv_transfer() -> None:
             activity_row("decode", 0.6, 1.0, num_tokens=3, replica=1),
         ]
     )
-    spans = recorded_spans(requests, activity, 10)
+    spans = spans_frame(recorded_spans(requests, activity, 10))
     assert phases(spans)[3:] == [("kv_transfer", 0.5, 0.6), ("decode", 0.6, 1.0)]
     assert spans["replica"].tolist()[2:] == [0, 1, 1]
 
@@ -185,7 +189,9 @@ def test_recorded_spans_mark_a_move_to_another_replica_as_kv_transfer() -> None:
 def test_recorded_spans_keep_only_the_first_requests() -> None:
     rows = [request_row(i, arrival_s=float(i), ready_s=i + 0.1) for i in (4, 2, 0, 1, 3)]
     requests = pd.DataFrame(rows)
-    spans = recorded_spans(requests, pd.DataFrame([activity_row("decode", 0.5, 1.0)]), 3)
+    spans = spans_frame(
+        recorded_spans(requests, pd.DataFrame([activity_row("decode", 0.5, 1.0)]), 3)
+    )
     assert sorted(set(spans["request_id"])) == [0, 1, 2]
 
 
@@ -200,7 +206,7 @@ def test_reconstructed_spans_of_a_plain_request() -> None:
             )
         ]
     )
-    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 5)
+    spans = spans_frame(reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 5))
     assert phases(spans) == [
         ("tokenize", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
@@ -221,7 +227,7 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
         }
     )
     requests = pd.DataFrame([request_row(num_preemptions=1)])
-    spans = reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5)
+    spans = spans_frame(reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5))
     assert phases(spans)[2:] == [
         ("prefill", 0.2, 0.5),
         ("decode", 0.5, 0.6),
@@ -233,15 +239,11 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
 def test_reconstructed_spans_fall_back_to_one_decode_span_when_tokens_cannot_be_placed() -> None:
     requests = pd.DataFrame([request_row(num_preemptions=1)])
     steps = pd.DataFrame({"start_s": [0.0], "end_s": [0.05], "replica": [0]})
-    spans = reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5)
+    spans = spans_frame(reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5))
     assert phases(spans)[-1] == ("decode", 0.5, 1.0)
 
 
 # -- trace events ----------------------------------------------------------------
-
-
-def spans_frame(rows: list[tuple[int, int, str, float, float, int]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
 
 def test_request_events_in_microseconds_with_a_parent_and_a_ttft_instant() -> None:

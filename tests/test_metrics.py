@@ -16,17 +16,9 @@ from pydantic import ValidationError
 
 from sim.engine.records import completed_mask, rejected_mask
 from sim.errors import ConfigError
-from sim.metrics.stats import (
-    Slo,
-    good_mask,
-    itl_distribution,
-    latency_stats_ms,
-    parse_slo,
-    percentile_label,
-    summarize,
-    weighted_quantiles,
-    with_request_metrics,
-)
+from sim.metrics.itl import itl_distribution
+from sim.metrics.quantiles import latency_stats_ms, percentile_label, weighted_quantiles
+from sim.metrics.stats import Slo, good_mask, summarize, with_request_metrics
 
 NAN = math.nan
 
@@ -348,18 +340,6 @@ def test_slo_is_a_frozen_strict_model() -> None:
         Slo(itl_ms=5)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         slo.ttft_ms = 3.0
-
-
-def test_parse_slo_reads_vllm_goodput_pairs() -> None:
-    assert parse_slo(["ttft:200", "e2el:1500.5"]) == Slo(ttft_ms=200, e2el_ms=1500.5)
-    assert parse_slo([]).is_empty
-
-
-@pytest.mark.parametrize("pair", ["ttft", "itl:5", "tpot:fast", "ttft:0", "e2el:-1"])
-def test_parse_slo_rejects_bad_pairs_on_one_line(pair: str) -> None:
-    with pytest.raises(ConfigError, match="goodput") as info:
-        parse_slo([pair])
-    assert "\n" not in str(info.value)
 
 
 def test_good_requests_meet_every_given_slo_inclusively() -> None:

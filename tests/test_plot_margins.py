@@ -152,7 +152,9 @@ def test_latency_cdfs_fit_with_long_latencies(
     # Hour-long TTFTs (wide tick labels), the decode after it as before.
     requests["first_token_s"] += 3600.0
     requests["finish_s"] += 3600.0
-    plots.plot_latency_cdfs(requests, tmp_path / "cdf.png", Slo(ttft_ms=500, tpot_ms=50))
+    figure_draw.draw_latency_cdfs(
+        plots.cdf_data(requests, Slo(ttft_ms=500, tpot_ms=50)), tmp_path / "cdf.png"
+    )
     (fig,) = made
     _assert_inside(fig)
     _assert_no_axis_label_on_a_neighbour(fig)
@@ -164,7 +166,7 @@ def test_timeseries_fit_with_six_digit_queues(
     made = _capture(monkeypatch)
     frame = timeseries_frame(20_000)
     frame["num_waiting"] = np.linspace(0, 250_000, len(frame)).round()
-    plots.plot_timeseries(frame, tmp_path / "ts.png")
+    figure_draw.draw_timeseries(plots.timeseries_data(frame), tmp_path / "ts.png")
     (fig,) = made
     _assert_inside(fig)
     _assert_no_axis_label_on_a_neighbour(fig)
@@ -189,7 +191,7 @@ def test_the_waterfall_fits_its_legend_and_long_ids(
         }
     )
     requests = pd.DataFrame({"request_id": ids, "first_token_s": ids - first_id + 0.5})
-    plots.plot_waterfall(spans, requests, tmp_path / "wf.png")
+    figure_draw.draw_waterfall_figure(plots.waterfall_data(spans, requests), tmp_path / "wf.png")
     (fig,) = made
     _assert_inside(fig)
     (ax,) = fig.axes

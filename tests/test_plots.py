@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.metrics import figure_draw
 from sim.metrics.figure_draw import DPI, MAX_POINTS, cdf_points, envelope
-from sim.metrics.plots import plot_latency_cdfs, plot_timeseries
+from sim.metrics.plots import cdf_data, timeseries_data
 from sim.metrics.stats import Slo
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -133,46 +134,54 @@ def test_envelope_keeps_spikes_and_bounds_the_mean(n: int, max_points: int, spik
 
 
 def test_latency_cdfs_png(tmp_path: Path) -> None:
-    out = plot_latency_cdfs(requests_frame(2000), tmp_path / "cdf.png")
+    out = figure_draw.draw_latency_cdfs(cdf_data(requests_frame(2000)), tmp_path / "cdf.png")
     assert out == tmp_path / "cdf.png"
     assert_png(out, 12, 4.8)
 
 
 def test_latency_cdfs_with_slo_lines_differ_from_without(tmp_path: Path) -> None:
     reqs = requests_frame(500, rejected_every=7)
-    plain = plot_latency_cdfs(reqs, tmp_path / "plain.png")
-    with_slo = plot_latency_cdfs(reqs, tmp_path / "slo.png", Slo(ttft_ms=150, tpot_ms=21))
+    plain = figure_draw.draw_latency_cdfs(cdf_data(reqs), tmp_path / "plain.png")
+    with_slo = figure_draw.draw_latency_cdfs(
+        cdf_data(reqs, Slo(ttft_ms=150, tpot_ms=21)), tmp_path / "slo.png"
+    )
     assert_png(with_slo, 12, 4.8)
     assert plain.read_bytes() != with_slo.read_bytes()
 
 
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_latency_cdfs_of_tiny_runs(tmp_path: Path, n: int) -> None:
-    out = plot_latency_cdfs(requests_frame(n), tmp_path / "tiny.png", Slo(ttft_ms=100))
+    out = figure_draw.draw_latency_cdfs(
+        cdf_data(requests_frame(n), Slo(ttft_ms=100)), tmp_path / "tiny.png"
+    )
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_latency_cdfs_of_an_all_rejected_run(tmp_path: Path) -> None:
-    out = plot_latency_cdfs(requests_frame(10, rejected_every=1), tmp_path / "rej.png")
+    out = figure_draw.draw_latency_cdfs(
+        cdf_data(requests_frame(10, rejected_every=1)), tmp_path / "rej.png"
+    )
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_latency_cdfs_of_a_frame_without_columns(tmp_path: Path) -> None:
-    out = plot_latency_cdfs(pd.DataFrame(), tmp_path / "none.png")
+    out = figure_draw.draw_latency_cdfs(cdf_data(pd.DataFrame()), tmp_path / "none.png")
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_latency_cdfs_accept_a_string_path(tmp_path: Path) -> None:
-    out = plot_latency_cdfs(requests_frame(20), str(tmp_path / "s.png"))
+    out = figure_draw.draw_latency_cdfs(cdf_data(requests_frame(20)), str(tmp_path / "s.png"))
     assert isinstance(out, Path) and out.exists()
 
 
 @pytest.mark.slow
 def test_a_million_requests_plot_quickly(tmp_path: Path) -> None:
     reqs = requests_frame(1_000_000)
-    plot_latency_cdfs(reqs.iloc[:10], tmp_path / "warm.png")  # font cache, imports
+    figure_draw.draw_latency_cdfs(
+        cdf_data(reqs.iloc[:10]), tmp_path / "warm.png"
+    )  # font cache, imports
     t0 = time.perf_counter()
-    plot_latency_cdfs(reqs, tmp_path / "big.png")
+    figure_draw.draw_latency_cdfs(cdf_data(reqs), tmp_path / "big.png")
     assert time.perf_counter() - t0 < 6.0  # ~1.5 s here; unreduced lines take minutes
     assert_png(tmp_path / "big.png", 12, 4.8)
 
@@ -181,7 +190,7 @@ def test_a_million_requests_plot_quickly(tmp_path: Path) -> None:
 
 
 def test_timeseries_png(tmp_path: Path) -> None:
-    out = plot_timeseries(timeseries_frame(300), tmp_path / "ts.png")
+    out = figure_draw.draw_timeseries(timeseries_data(timeseries_frame(300)), tmp_path / "ts.png")
     assert out == tmp_path / "ts.png"
     assert_png(out, 11, 8)
 
@@ -189,8 +198,8 @@ def test_timeseries_png(tmp_path: Path) -> None:
 def test_timeseries_sorts_unordered_samples(tmp_path: Path) -> None:
     frame = timeseries_frame(300)
     shuffled = frame.sample(frac=1.0, random_state=3)
-    a = plot_timeseries(frame, tmp_path / "a.png")
-    b = plot_timeseries(shuffled, tmp_path / "b.png")
+    a = figure_draw.draw_timeseries(timeseries_data(frame), tmp_path / "a.png")
+    b = figure_draw.draw_timeseries(timeseries_data(shuffled), tmp_path / "b.png")
     assert a.read_bytes() == b.read_bytes()
 
 
@@ -204,22 +213,22 @@ def test_timeseries_sorts_unordered_samples(tmp_path: Path) -> None:
     ],
 )
 def test_timeseries_of_little_or_no_data(tmp_path: Path, frame: pd.DataFrame) -> None:
-    out = plot_timeseries(frame, tmp_path / "empty.png")
+    out = figure_draw.draw_timeseries(timeseries_data(frame), tmp_path / "empty.png")
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_timeseries_tolerates_missing_values(tmp_path: Path) -> None:
     frame = timeseries_frame(100)
     frame["num_waiting"] = pd.array([None, *range(99)], dtype="Int64")
-    assert plot_timeseries(frame, tmp_path / "na.png").exists()
+    assert figure_draw.draw_timeseries(timeseries_data(frame), tmp_path / "na.png").exists()
 
 
 @pytest.mark.slow
 def test_a_million_samples_plot_quickly(tmp_path: Path) -> None:
     frame = timeseries_frame(1_000_000)
-    plot_timeseries(frame.iloc[:10], tmp_path / "warm.png")
+    figure_draw.draw_timeseries(timeseries_data(frame.iloc[:10]), tmp_path / "warm.png")
     t0 = time.perf_counter()
-    plot_timeseries(frame, tmp_path / "big.png")
+    figure_draw.draw_timeseries(timeseries_data(frame), tmp_path / "big.png")
     assert time.perf_counter() - t0 < 6.0
     assert_png(tmp_path / "big.png", 11, 8)
 

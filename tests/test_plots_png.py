@@ -67,9 +67,13 @@ def _drawn_figure(tmp_path: Path, which: str) -> object:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(figure_draw, "save_png", keep)
         if which == "cdf":
-            plots.plot_latency_cdfs(requests_frame(300), tmp_path / "cdf.png", Slo(ttft_ms=300))
+            figure_draw.draw_latency_cdfs(
+                plots.cdf_data(requests_frame(300), Slo(ttft_ms=300)), tmp_path / "cdf.png"
+            )
         else:
-            plots.plot_timeseries(timeseries_frame(400), tmp_path / "ts.png")
+            figure_draw.draw_timeseries(
+                plots.timeseries_data(timeseries_frame(400)), tmp_path / "ts.png"
+            )
     return kept[0]
 
 

@@ -32,8 +32,8 @@ from sim.engine.records import (
     require_columns,
 )
 from sim.engine.step_runs import StepTable
-from sim.metrics.rejections import rejection_warning
-from sim.metrics.stats import Slo, latency_columns, request_latencies, summarize
+from sim.metrics.report import rejection_warning
+from sim.metrics.stats import Slo, latency_columns, summarize
 from sim.serving.cluster import ClusterConfig, cluster_summary
 
 EXTRA = ("engine_first_token_s", "engine_finish_s")
@@ -114,9 +114,9 @@ def test_masks_and_latencies_are_those_of_the_frame(requests: RequestTable) -> N
     frame = requests.frame()
     assert rejected_mask(requests).tolist() == rejected_mask(frame).tolist()
     assert completed_mask(requests).tolist() == completed_mask(frame).tolist()
-    from_frame = request_latencies(frame)
+    from_frame = latency_columns(frame)
     for name, values in latency_columns(requests).items():
-        np.testing.assert_array_equal(values, from_frame[name].to_numpy())
+        np.testing.assert_array_equal(values, from_frame[name])
 
 
 @settings(max_examples=20, deadline=None)

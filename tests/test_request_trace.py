@@ -25,7 +25,7 @@ from trace_checks import (
 
 from sim import api
 from sim.engine.lifecycle import ActivityRecorder
-from sim.metrics.lifecycle import PHASES, reconstructed_spans
+from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS, reconstructed_spans
 from sim.scenario import scenario_from_dict
 from sim.serving.simulation import Simulation
 from sim.workload.generate import generate_open_loop
@@ -125,7 +125,9 @@ def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
     result, _ = traced(doc(num_requests=40, rate_per_s=40.0), num_traced=40)
     recorded = result.spans(40)
     raw = result.raw  # reconstructed from the records alone:
-    other = reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 40)
+    other = pd.DataFrame(
+        reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 40), columns=SPAN_COLUMNS
+    )
     for frame in (recorded, other):
         bounds = frame.groupby("request_id").agg(start=("start_s", "min"), end=("end_s", "max"))
         requests = result.raw.requests.set_index("request_id").loc[bounds.index]
@@ -159,7 +161,9 @@ def test_preempted_requests_show_a_preemption_gap() -> None:
     assert set(result.spans(30)["phase"]) <= set(PHASES)
     # Rebuilt from the records alone, the gap (preemption and recompute) is there too.
     raw = result.raw
-    rebuilt = reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30)
+    rebuilt = pd.DataFrame(
+        reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
+    )
     for request_id in preempted.tolist():
         mine = rebuilt[rebuilt.request_id == request_id]
         if request_id in raw.later_runs:  # preempted after its first token
@@ -232,8 +236,12 @@ def test_spans_from_the_compact_log_are_those_from_the_expanded_one(
     document = doc(num_requests=30, rate_per_s=200.0, output=100, **dict(extra))
     result = api.run(scenario_from_dict(document, "test_request_trace"))
     raw = result.raw
-    compact = reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, 30)
-    expanded = reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30)
+    compact = pd.DataFrame(
+        reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, 30), columns=SPAN_COLUMNS
+    )
+    expanded = pd.DataFrame(
+        reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
+    )
     pd.testing.assert_frame_equal(compact, expanded, check_exact=True)
     pd.testing.assert_frame_equal(result.spans(30), compact, check_exact=True)
     if "num_kv_blocks" in document["engine"]:

@@ -10,7 +10,7 @@ import pytest
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.hardware.specs import MAX_CONTEXT_TOKENS, context_problem
-from sim.metrics.rejections import rejection_warning
+from sim.metrics.report import rejection_warning
 from sim.scenario import load_scenario
 
 CHAT = str(Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml")

@@ -11,7 +11,7 @@ from trace_checks import check_format, check_nesting, doc
 
 from sim import api
 from sim.cli import main
-from sim.metrics.lifecycle import reconstructed_spans
+from sim.metrics.lifecycle import SPAN_COLUMNS, reconstructed_spans
 
 
 def test_cluster_and_disaggregated_runs_trace_every_replica() -> None:
@@ -68,5 +68,6 @@ def test_unfinished_requests_are_drawn_up_to_where_they_got() -> None:
             "replica": [0],
         }
     )
-    spans = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 10)
+    rows = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 10)
+    spans = pd.DataFrame(rows, columns=SPAN_COLUMNS)
     assert spans[["phase", "start_s", "end_s"]].values.tolist() == [["tokenize", 0.0, 0.5]]

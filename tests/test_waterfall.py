@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from sim import api
+from sim.metrics import figure_draw
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, PHASE_COLORS
 from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS
-from sim.metrics.plots import plot_waterfall
+from sim.metrics.plots import waterfall_data
 from sim.scenario import scenario_from_dict
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -66,7 +67,14 @@ def test_spans_of_an_untraced_run_cover_each_request_from_arrival_to_finish() ->
 def test_empty_and_unfinished_inputs_still_draw(tmp_path: Path) -> None:
     empty = pd.DataFrame(columns=SPAN_COLUMNS)
     requests = pd.DataFrame({"request_id": [], "first_token_s": []})
-    assert plot_waterfall(empty, requests, tmp_path / "a.png").read_bytes()[:8] == PNG_MAGIC
+    assert (
+        figure_draw.draw_waterfall_figure(
+            waterfall_data(empty, requests), tmp_path / "a.png"
+        ).read_bytes()[:8]
+        == PNG_MAGIC
+    )
     spans = pd.DataFrame([[0, 0, "tokenize", 0.0, 0.5, 0]], columns=SPAN_COLUMNS)
     requests = pd.DataFrame({"request_id": [0], "first_token_s": [float("nan")]})
-    assert plot_waterfall(spans, requests, tmp_path / "b.png").exists()
+    assert figure_draw.draw_waterfall_figure(
+        waterfall_data(spans, requests), tmp_path / "b.png"
+    ).exists()

@@ -70,7 +70,7 @@ def run(
     wrap_cost: Callable[[CostModel], CostModel] | None = None,
     trace_requests: int | None = None,
     *,
-    source: str | None = None,
+    source: str = "<scenario>",
     workers: int | None = None,
     compiled: bool | None = None,
 ) -> Result:
@@ -93,8 +93,6 @@ def run(
     numba's start-up, ~0.4 s once a process, is not worth it for one run),
     True at any size (a sweep's points), False never; the result is the same.
     """
-    if source is None:
-        source = "<scenario>"
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
         scenario = load_scenario(path, overrides)
@@ -128,15 +126,10 @@ def run(
 
 
 def replay(
-    scenario: Scenario,
-    work: OpenLoop,
-    cost: CostModel | None = None,
-    base_dir: Path | None = None,
+    scenario: Scenario, work: OpenLoop, cost: CostModel | None = None, base_dir: Path | None = None
 ) -> Result:
-    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine.
-
-    ``cost`` replaces the scenario's cost model (validation compares several).
-    """
+    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine;
+    ``cost`` replaces the scenario's cost model (validation compares several)."""
     engine = engine_for(scenario, base_dir)
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)

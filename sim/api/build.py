@@ -123,13 +123,10 @@ def reference_engine_problem(scenario: Scenario) -> str | None:
 
 def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> CoreConfig:
     """The engine core ``scenario`` runs: policy (swap space, async scheduling), KV pool
-    (plain or prefix-caching, its size) and length limit.
-
-    The one place both executors get them from: the simulator's replicas
-    (``engine_for``) and the reference engine of ``servesim measure``
-    (``reference_engine=True``, which raises a one-line ``ConfigError`` for what that
-    engine cannot run, ``reference_engine_problem``).
-    """
+    (plain or prefix-caching, its size) and length limit; the one place both the
+    simulator's replicas (``engine_for``) and ``servesim measure``'s reference engine
+    (``reference_engine=True``: a one-line ``ConfigError`` for what it cannot run,
+    ``reference_engine_problem``) get them from."""
     if reference_engine:
         problem = reference_engine_problem(scenario)
         if problem is not None:
@@ -161,10 +158,8 @@ def engine_for(scenario: Scenario, base_dir: Path | None = None) -> ReplicaConfi
 
 
 def cluster_for(scenario: Scenario, rng: np.random.Generator) -> Cluster | None:
-    """The scenario's replicas, or None for one replica (the plain path).
-
-    Router draws come from a generator spawned from ``rng`` (the scenario seed's).
-    """
+    """The scenario's replicas, or None for one replica (the plain path); router draws
+    come from a generator spawned from ``rng`` (the scenario seed's)."""
     if scenario.cluster is None:
         return None
     return Cluster(scenario.cluster, rng.spawn(1)[0], model_for(scenario).kv_bytes_per_token)

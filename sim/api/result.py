@@ -24,7 +24,7 @@ from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
-from sim.metrics.lifecycle import reconstructed_spans, recorded_spans, span_rows
+from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import request_columns, summarize, with_request_metrics
 from sim.metrics.trace import trace_document, write_trace
@@ -56,7 +56,7 @@ class Result:
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
-        """One row per request: its record, client times and ``request_latencies``
+        """One row per request: its record, client times and ``latency_columns``
         (built on first use: the summary needs no frame)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -85,11 +85,8 @@ class Result:
         return self._delivery.client_s(engine_s, np.full(engine_s.shape, replica))
 
     def _token_source(self, request_id: int) -> tuple[float, int, int, int | None]:
-        """(engine first-token time, tokens, replica, prefill replica) of one request.
-
-        From the run's columns (``RequestTable.find``) when it has them, else
-        from its frame (a disaggregated run: with a prefill replica).
-        """
+        """(engine first-token time, tokens, replica, prefill replica) of one request:
+        from the run's columns, or its frame (a disaggregated run: a prefill replica)."""
         records = self.raw.records
         if isinstance(records, RequestTable):
             rows, found = records.find(request_id)
@@ -121,23 +118,24 @@ class Result:
         return Delivery.of(self.raw.step_table)
 
     def spans(self, num_requests: int = NUM_WATERFALL_REQUESTS) -> pd.DataFrame:
-        """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``).
+        """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``):
+        exact prefill chunks and preemption gaps when the run was traced (and
+        ``num_requests`` is within what it traced), else rebuilt from the records."""
+        import pandas as pd
 
-        Exact prefill chunks and preemption gaps when the run was traced (and
-        ``num_requests`` is within what it traced), else rebuilt from the records.
-        """
+        return pd.DataFrame(self._span_rows(num_requests), columns=SPAN_COLUMNS)
+
+    def _span_rows(self, num_requests: int) -> list[SpanRow]:
         raw = self.raw
         traced = self.num_traced_requests
         if self.activity is not None and traced is not None and num_requests <= traced:
             return recorded_spans(raw.requests, self.activity, num_requests)
-        # The compact log: expanding it (a row per step) would cost more than the spans.
-        return reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, num_requests)
+        # The run's columns and compact log: no frame is built, no step expanded.
+        return reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num_requests)
 
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
-        """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``).
-
-        Defaults to the requests the run traced, else ``DEFAULT_TRACE_REQUESTS``.
-        """
+        """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``)
+        of ``num_requests``: by default those the run traced, else ``DEFAULT_TRACE_REQUESTS``."""
         count = num_requests or self.num_traced_requests or DEFAULT_TRACE_REQUESTS
         metadata = {"scenario": self.scenario.name, "num_traced_requests": count}
         # The compact step log and the series columns: only the steps within the
@@ -156,10 +154,9 @@ class Result:
     ) -> list[Path]:
         """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``.
 
-        With ``plots=False`` no figure is drawn: a caller that draws them apart
-        (``figure_job``) writes the rest here meanwhile. The tables are written
-        from the run's columns, without pandas (``sim.metrics.table_files``),
-        unless the records are a frame already (a disaggregated run).
+        ``plots=False``: no figure (a caller drawing them apart, from ``figure_job``).
+        The tables are written from the run's columns, without pandas, unless the
+        records are a frame already (a disaggregated run).
         """
         raw = self.raw
         records = raw.records
@@ -182,24 +179,13 @@ class Result:
     def figure_job(self, out_dir: str | Path) -> FigureJob:
         """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``).
 
-        From the run's columns, without pandas (unless the run was traced or
-        disaggregated: then frames), so that ``servesim run`` hands the figures
-        over before it imports pandas to write the tables.
+        From the run's columns, without pandas (unless the run was traced), so that
+        ``servesim run`` hands the figures over before it imports pandas to write
+        the tables.
         """
         raw = self.raw
-        if self.activity is not None or not isinstance(raw.records, RequestTable):
-            return FigureJob(
-                Path(out_dir), self.requests, self.timeseries, self.scenario.slo, self._waterfall()
-            )
-        rows = span_rows(raw.records, raw.step_table, raw.later_runs, NUM_WATERFALL_REQUESTS)
-        waterfall = (rows, raw.records)
+        waterfall = (self._span_rows(NUM_WATERFALL_REQUESTS), raw.records)
         return FigureJob(Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall)
-
-    def _waterfall(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """The waterfall's input: phase spans and the records of the requests they show."""
-        spans = self.spans()
-        raw = self.raw.requests
-        return spans, raw[raw["request_id"].isin(spans["request_id"])]
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:

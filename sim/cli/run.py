@@ -40,8 +40,7 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     (the figures by ``worker`` when given)."""
     from sim import api
     from sim.metrics.out_path import check_out_dir
-    from sim.metrics.rejections import rejection_warning
-    from sim.metrics.report import format_summary_table
+    from sim.metrics.report import format_summary_table, rejection_warning
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())

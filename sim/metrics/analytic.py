@@ -27,18 +27,13 @@ from __future__ import annotations
 import math
 
 
-def _check(arrival_rate_per_s: float, mean_service_s: float) -> float:
-    """Utilisation rho = lambda * E[S], after checking the arguments."""
+def utilisation(arrival_rate_per_s: float, mean_service_s: float) -> float:
+    """rho = lambda * E[S]: the fraction of time one server is busy (if < 1); checks both."""
     if not arrival_rate_per_s >= 0 or not math.isfinite(arrival_rate_per_s):
         raise ValueError(f"arrival rate must be finite and >= 0, got {arrival_rate_per_s}")
     if not mean_service_s > 0 or not math.isfinite(mean_service_s):
         raise ValueError(f"mean service time must be finite and > 0, got {mean_service_s}")
     return arrival_rate_per_s * mean_service_s
-
-
-def utilisation(arrival_rate_per_s: float, mean_service_s: float) -> float:
-    """rho = lambda * E[S]: the fraction of time one server is busy (if < 1)."""
-    return _check(arrival_rate_per_s, mean_service_s)
 
 
 def mg1_wait_s(
@@ -48,7 +43,7 @@ def mg1_wait_s(
 
     ``second_moment_service_s2`` is E[S^2] in s^2 (= Var[S] + E[S]^2 >= E[S]^2).
     """
-    rho = _check(arrival_rate_per_s, mean_service_s)
+    rho = utilisation(arrival_rate_per_s, mean_service_s)
     if second_moment_service_s2 < mean_service_s**2 * (1 - 1e-12):
         raise ValueError(
             f"E[S^2] = {second_moment_service_s2} is below E[S]^2 = {mean_service_s**2}"
@@ -118,7 +113,7 @@ def erlang_c(num_servers: int, offered_load: float) -> float:
 
 def mmc_wait_s(arrival_rate_per_s: float, service_s: float, num_servers: int) -> float:
     """Mean time in queue of M/M/c: C(c, a) / (c mu - lambda), ``inf`` if rho >= 1."""
-    offered = _check(arrival_rate_per_s, service_s)
+    offered = utilisation(arrival_rate_per_s, service_s)
     if offered >= num_servers:
         return math.inf
     service_rate_per_s = 1.0 / service_s

@@ -59,11 +59,11 @@ _CDF_PANELS = (  # title and x label of each CDF panel, left to right
     ("Time to first token (TTFT)", "TTFT (ms)"),
     ("Time per output token (TPOT, excl. 1st token)", "TPOT (ms)"),
 )
-# Major ticks ``prebuild_plots`` makes per axis: more than these figures draw.
+# Major ticks ``prebuild`` makes per axis: more than these figures draw.
 PREBUILT_TICKS = 12
-# Figures made up to their data by ``prebuild_plots``, by kind: a draw takes (pops) its own.
+# Figures made up to their data by ``prebuild``, by kind: a draw takes (pops) its own.
 _prebuilt: dict[str, tuple[Figure, list[Axes]]] = {}
-# Waterfalls made by ``prebuild_waterfall``, by number of rows: a draw of as many takes its own.
+# Waterfalls made by ``prebuild``, by number of rows: a draw of as many takes its own.
 _prebuilt_waterfalls: dict[int, tuple[Figure, Axes]] = {}
 # The time series' panels, top to bottom: title and unit (the data's order).
 TIMESERIES_PANELS = (
@@ -180,15 +180,7 @@ def envelope(
 
 
 def _no_data(ax: Axes, message: str) -> None:
-    ax.text(
-        0.5,
-        0.5,
-        message,
-        ha="center",
-        va="center",
-        transform=ax.transAxes,
-        color="gray",
-    )
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
 
 
 def _use_log_scale(values_ms: FloatArray) -> bool:
@@ -221,11 +213,7 @@ def _cdf_panel(ax: Axes, values_ms: FloatArray, xlabel: str, slo_ms: float | Non
     if slo_ms is not None:
         met = float(np.mean(values_ms <= slo_ms))
         ax.axvline(
-            slo_ms,
-            color=_SLO_COLOR,
-            ls="--",
-            lw=1.2,
-            label=f"SLO {slo_ms:g} ms ({met:.1%} met)",
+            slo_ms, color=_SLO_COLOR, ls="--", lw=1.2, label=f"SLO {slo_ms:g} ms ({met:.1%} met)"
         )
         ax.legend(loc="lower right", fontsize=9)
     if _use_log_scale(values_ms):
@@ -268,14 +256,18 @@ def make_ticks(fig: Figure, num_x: int, num_y: int) -> None:
         ax.yaxis.get_major_ticks(num_y)
 
 
-def prebuild_plots() -> None:
-    """Make the latency CDFs' and the time series' figures up to their data, ticks
-    included; the next draw of each takes its own (once). The figure process does
-    this while the run simulates (issue 16): drawn, they are the same to the byte."""
+def prebuild() -> None:
+    """Make every figure of a run up to its data, ticks included (a waterfall of
+    ``NUM_WATERFALL_REQUESTS``, a tick for each row); the next draw of each takes
+    its own (once). The figure process does this while the run simulates (issue 16):
+    drawn, they are the same to the byte."""
     for name, make in (("cdf", _cdf_figure), ("timeseries", _timeseries_figure)):
         fig, axes = make()
         make_ticks(fig, PREBUILT_TICKS, PREBUILT_TICKS)
         _prebuilt[name] = (fig, axes)
+    fig, ax = _waterfall_figure(NUM_WATERFALL_REQUESTS)
+    make_ticks(fig, PREBUILT_TICKS, NUM_WATERFALL_REQUESTS)
+    _prebuilt_waterfalls[NUM_WATERFALL_REQUESTS] = (fig, ax)
 
 
 def draw_latency_cdfs(data: CdfData, path: str | Path) -> Path:
@@ -320,14 +312,6 @@ def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
     # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
     fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=DPI)
     return fig, fig.add_subplot()
-
-
-def prebuild_waterfall(num_rows: int = NUM_WATERFALL_REQUESTS) -> None:
-    """Make the figure of a waterfall of ``num_rows`` requests, a tick for each row
-    included; the next draw of that many rows takes it (as ``prebuild_plots``)."""
-    fig, ax = _waterfall_figure(num_rows)
-    make_ticks(fig, PREBUILT_TICKS, num_rows)
-    _prebuilt_waterfalls[num_rows] = (fig, ax)
 
 
 def draw_waterfall_figure(data: WaterfallData, path: str | Path) -> Path:
@@ -388,10 +372,3 @@ def draw_prepared(figures: Figures, names: Collection[str] | None = None) -> lis
         elif figures.waterfall is not None:
             written.append(draw_waterfall_figure(figures.waterfall, out / name))
     return written
-
-
-def prebuild() -> None:
-    """Make every figure of a run up to its data (a waterfall of the usual number
-    of rows); each next draw takes its own (``prebuild_plots``)."""
-    prebuild_plots()
-    prebuild_waterfall()

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import floats, require_columns
-from sim.engine.step_runs import StepRuns, StepTable
+from sim.engine.step_runs import StepTable
 from sim.metrics.quantiles import Summary, latency_stats_ms
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -104,7 +104,12 @@ def _blocks(steps: StepTable) -> Iterator[tuple[FloatArray, IntArray, npt.NDArra
         # Without delivery times (the engine's own log): each step's duration.
         delivery = part.delivery
         starts = part.column("start_s") if delivery is None else None
-        for counts, outputs in _count_blocks(part):
+        segments = part.segments
+        num_steps = segments["num_steps"]
+        for first in range(0, num_steps.size, _SEGMENTS_PER_BLOCK):
+            block = slice(first, first + _SEGMENTS_PER_BLOCK)
+            counts = np.repeat(segments["num_itl_tokens"][block], num_steps[block])
+            outputs = np.repeat(segments["num_outputs"][block], num_steps[block])
             stop = step + counts.size
             if delivery is None:
                 assert starts is not None
@@ -120,16 +125,3 @@ def _blocks(steps: StepTable) -> Iterator[tuple[FloatArray, IntArray, npt.NDArra
                 previous_s = float(delivered[-1])
             yield gaps, counts, used
             step = stop
-
-
-def _count_blocks(part: StepRuns) -> Iterator[tuple[IntArray, IntArray]]:
-    """``num_itl_tokens`` and ``num_outputs`` of each step, a block of segments at a time."""
-    segments = part.segments
-    counts, outputs = segments["num_itl_tokens"], segments["num_outputs"]
-    num_steps = segments["num_steps"]
-    for start in range(0, counts.size, _SEGMENTS_PER_BLOCK):
-        block = slice(start, start + _SEGMENTS_PER_BLOCK)
-        yield (
-            np.repeat(counts[block], num_steps[block]),
-            np.repeat(outputs[block], num_steps[block]),
-        )

@@ -22,7 +22,6 @@ recompute that followed it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -58,13 +57,17 @@ def _finite(value: object) -> float | None:
 
 
 class _Track:
-    """Spans of one request, appended in time order, each starting where the last ended."""
+    """Spans of one request, appended in time order, each starting where the last ended;
+    the first: tokenize, from arrival to ready (the engine's queue)."""
 
-    def __init__(self, request_id: int, replica: int, start_s: float) -> None:
-        self.request_id = request_id
-        self.replica = replica
-        self.now_s = start_s
+    def __init__(self, row: Row) -> None:
+        self.request_id = int(row["request_id"])
+        self.replica = int(row["replica"])
+        self.now_s = float(row["arrival_s"])
         self.rows: list[SpanRow] = []
+        ready = _finite(row["ready_s"])
+        if ready is not None:
+            self.add("tokenize", ready)
 
     def add(
         self, phase: str, end_s: float, num_tokens: int = 0, replica: int | None = None
@@ -74,13 +77,6 @@ class _Track:
             where = self.replica if replica is None else replica
             self.rows.append((self.request_id, where, phase, self.now_s, end_s, num_tokens))
             self.now_s = end_s
-
-
-def _head(track: _Track, row: Row) -> None:
-    """Tokenize: from arrival to ready (the engine's queue)."""
-    ready = _finite(row["ready_s"])
-    if ready is not None:
-        track.add("tokenize", ready)
 
 
 def _engine_s(row: Row, column: str) -> float | None:
@@ -115,30 +111,22 @@ def _first_rows(requests: pd.DataFrame | RequestTable, num_requests: int) -> lis
     return records(ordered.head(num_requests))
 
 
-def _frame(rows: Iterable[SpanRow]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame(list(rows), columns=SPAN_COLUMNS)
-
-
 def recorded_spans(
     requests: pd.DataFrame, activity: pd.DataFrame, num_requests: int
-) -> pd.DataFrame:
+) -> list[SpanRow]:
     """Phase spans from an ``ActivityRecorder`` log (one row per chunk or decode run)."""
     by_request: dict[int, pd.DataFrame] = {}
     for key, group in activity.groupby("request_id", sort=False):
         by_request[int(cast(int, key))] = group
     rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
-        request_id = int(row["request_id"])
-        track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
-        _head(track, row)
-        log = by_request.get(request_id)
+        track = _Track(row)
+        log = by_request.get(track.request_id)
         if log is not None:
             _recorded_body(track, log.sort_values("start_s", kind="stable"))
             _tail(track, row)
         rows += track.rows
-    return _frame(rows)
+    return rows
 
 
 def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
@@ -174,47 +162,22 @@ def reconstructed_spans(
     steps: pd.DataFrame | StepTable,
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
-) -> pd.DataFrame:
+) -> list[SpanRow]:
     """Phase spans from the request records, the step log and ``later_runs`` only.
 
-    ``steps``: the compact log (searched as it is), or one row per step.
+    ``steps``: the compact log (searched as it is), or one row per step. Without
+    pandas for a run's columns and compact log (``servesim run``'s waterfall,
+    before pandas is loaded).
     """
-    return _frame(span_rows(requests, steps, later_runs, num_requests))
-
-
-def span_rows(
-    requests: pd.DataFrame | RequestTable,
-    steps: pd.DataFrame | StepTable,
-    later_runs: dict[int, list[tuple[float, int]]],
-    num_requests: int,
-) -> list[SpanRow]:
-    """``reconstructed_spans``' rows (``SPAN_COLUMNS``); without pandas for a run's
-    columns and compact log (``servesim run``'s waterfall, before pandas is loaded)."""
     rows: list[SpanRow] = []
-    first_rows = _first_rows(requests, num_requests)
-    if not isinstance(steps, StepTable) and any(
-        int(row["request_id"]) in later_runs for row in first_rows
-    ):
-        # Token times are searched in the step log: keep only the steps of these
-        # requests' time window (a long run logs tens of millions).
-        start_s = min(float(row["arrival_s"]) for row in first_rows)
-        finishes = [_finite(row["finish_s"]) for row in first_rows]
-        end_s = max((f for f in finishes if f is not None), default=None)
-        ends = steps["end_s"].to_numpy(dtype=np.float64)
-        keep = ends >= start_s
-        if end_s is not None and None not in finishes:
-            keep &= steps["start_s"].to_numpy(dtype=np.float64) <= end_s
-        steps = steps[keep]
-    for row in first_rows:
-        request_id = int(row["request_id"])
-        track = _Track(request_id, int(row["replica"]), float(row["arrival_s"]))
-        _head(track, row)
+    for row in _first_rows(requests, num_requests):
+        track = _Track(row)
         scheduled = _finite(row["first_scheduled_s"])
         first = _engine_s(row, "first_token_s")
         if scheduled is not None:
             track.add("waiting", scheduled)
         if first is not None:
-            _token_body(track, row, steps, later_runs.get(request_id), first)
+            _token_body(track, row, steps, later_runs.get(track.request_id), first)
             _tail(track, row)
         rows += track.rows
     return rows

@@ -5,27 +5,20 @@ draws (``sim.metrics.figure_data``) out of a run's tables, DataFrames or the
 run's columns (``RequestTable``, the series' arrays, span rows: then no pandas
 either, so that ``servesim run`` hands its figures to the figure process
 before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
-imported on first draw: importing this module stays cheap). ``plot_*`` do both
-for a notebook or a test.
+imported on first draw: importing this module stays cheap); ``draw_waterfall``
+does both on a notebook's axes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable, completed_mask, floats
-from sim.metrics.figure_data import (
-    CdfData,
-    FloatArray,
-    PhaseBars,
-    TimeseriesData,
-    WaterfallData,
-)
+from sim.metrics.figure_data import CdfData, FloatArray, PhaseBars, TimeseriesData, WaterfallData
 from sim.metrics.lifecycle import PHASES, SpanRow
 from sim.metrics.stats import Slo, latency_columns
 from sim.serving.cluster import total_over_replicas
@@ -58,28 +51,22 @@ def cdf_data(requests: pd.DataFrame | RequestTable, slo: Slo | None = None) -> C
 
 def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -> TimeseriesData:
     """Sample times in order and each panel's values (``TIMESERIES_COLUMNS``), from a
-    frame or a run's columns (``RawResult.series``).
-
-    Several replicas are drawn as one: queues summed, KV usage averaged.
-    """
+    frame or a run's columns (``RawResult.series``); several replicas are drawn as
+    one: queues summed, KV usage averaged."""
     columns: Any = timeseries
-    if isinstance(timeseries, Mapping):
-        replica = timeseries.get("replica")
-        if replica is not None and len(replica) and bool((replica != replica[0]).any()):
-            import pandas as pd  # several replicas: pandas aligns their samples
+    replica = np.asarray(timeseries["replica"]) if "replica" in timeseries else None
+    if replica is not None and len(replica) and bool((replica != replica[0]).any()):
+        import pandas as pd  # several replicas: pandas aligns their samples
 
-            columns = total_over_replicas(pd.DataFrame(timeseries, copy=False))
-    else:
-        columns = total_over_replicas(timeseries)
-    names = set(columns.keys())  # a frame's keys are its columns
-    time_s = floats(columns["time_s"]) if "time_s" in names else np.empty(0)
+        columns = total_over_replicas(pd.DataFrame(timeseries, copy=False))
+    time_s = floats(columns["time_s"]) if "time_s" in columns else np.empty(0)
     order = None
     if time_s.size > 1 and not bool(np.all(time_s[1:] >= time_s[:-1])):
         order = np.argsort(time_s, kind="stable")
         time_s = time_s[order]
     series: list[FloatArray | None] = []
     for column, scale in TIMESERIES_COLUMNS:
-        if column not in names:
+        if column not in columns:
             series.append(None)
             continue
         values = floats(columns[column])
@@ -125,35 +112,6 @@ def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> Flo
     out = np.full(len(ids), np.nan)
     out[found] = requests["first_token_s"][rows[found]]
     return out
-
-
-def plot_latency_cdfs(requests: pd.DataFrame, path: str | Path, slo: Slo | None = None) -> Path:
-    """TTFT and TPOT empirical CDFs of completed requests side by side, in ms.
-
-    Marks p50 and p99 and draws the TTFT/TPOT SLOs of ``slo`` when given. TPOT is
-    over requests with at least two output tokens, as in the summary. Returns ``path``.
-    """
-    from sim.metrics import figure_draw
-
-    return figure_draw.draw_latency_cdfs(cdf_data(requests, slo), path)
-
-
-def plot_timeseries(timeseries: pd.DataFrame, path: str | Path) -> Path:
-    """Queue length, running batch size and KV-cache usage (%), stacked on one time axis.
-
-    Values are held until the next sample (step lines). Returns ``path``.
-    Several replicas are drawn as one: queues summed, KV usage averaged.
-    """
-    from sim.metrics import figure_draw
-
-    return figure_draw.draw_timeseries(timeseries_data(timeseries), path)
-
-
-def plot_waterfall(spans: pd.DataFrame, requests: pd.DataFrame, path: str | Path) -> Path:
-    """Draw each request of ``spans`` (``sim.metrics.lifecycle``) as a bar; return ``path``."""
-    from sim.metrics import figure_draw
-
-    return figure_draw.draw_waterfall_figure(waterfall_data(spans, requests), path)
 
 
 def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:

@@ -1,11 +1,10 @@
-"""Writing a run's outputs to a folder, and the human-readable summary table.
+"""A run's outputs in a folder, its summary table, and a warning when most were rejected.
 
-Layout of ``out_dir`` (see ``write_outputs``): ``requests.parquet`` (or ``.csv``),
+Layout of ``out_dir`` (``write_outputs``): ``requests.parquet`` (or ``.csv``),
 ``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
-``waterfall.png`` (``Result.write``) and,
-only on request, ``steps.parquet`` (the step log can hold tens of millions of rows).
-The figures can be drawn apart from the tables (``FigureJob``, ``draw_figures``;
-``prepare_figures`` turns a job into arrays to draw elsewhere).
+``waterfall.png`` (``Result.write``) and, only on request, ``steps.parquet`` (the
+step log can hold tens of millions of rows). The figures can be drawn apart from
+the tables (``FigureJob``; ``prepare_figures`` turns it into arrays).
 """
 
 from __future__ import annotations
@@ -23,15 +22,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
+from sim.engine.records import RequestTable, rejected_mask
 from sim.errors import ConfigError
-from sim.metrics.figure_data import LATENCY_CDF_PNG, TIMESERIES_PNG, WATERFALL_PNG, Figures
+from sim.metrics.figure_data import Figures
 from sim.metrics.stats import Slo
 from sim.metrics.table_files import write_csv, write_parquet
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
-    from sim.engine.records import RequestTable
     from sim.metrics.lifecycle import SpanRow
 
     # A frame, or columns by name (written without pandas: ``sim.metrics.table_files``).
@@ -54,30 +53,23 @@ def have_parquet_engine() -> bool:
     return importlib.util.find_spec("pyarrow") is not None
 
 
-def _write_table(table: Table, base: Path, formats: Collection[TableFormat]) -> list[Path]:
+def _write_table(table: Table, base: Path, formats: Sequence[TableFormat]) -> list[Path]:
     """Write ``table`` to ``base`` + ``.parquet`` / ``.csv``; parquet falls back to CSV."""
-    written: list[Path] = []
-    suffixes = []
-    for fmt in TABLE_FORMATS:  # fixed order, so the result does not depend on set order
-        if fmt not in formats:
-            continue
+    suffixes: list[str] = []
+    for fmt in formats:
         if fmt == "parquet" and not have_parquet_engine():
             warnings.warn(
-                f"pyarrow missing: writing {base.name}.csv instead of parquet",
-                stacklevel=3,
+                f"pyarrow missing: writing {base.name}.csv instead of parquet", stacklevel=3
             )
             fmt = "csv"
         if fmt not in suffixes:
             suffixes.append(fmt)
-    for fmt in suffixes:
-        written.append(_write_file(table, base.with_suffix(f".{fmt}")))
-    return written
+    return [_write_file(table, base.with_suffix(f".{fmt}")) for fmt in suffixes]
 
 
 def _write_file(table: Table, path: Path) -> Path:
-    """``table`` as ``path``'s suffix says (``.parquet`` or ``.csv``): a frame
-    through pandas, columns by name through ``sim.metrics.table_files`` (the
-    same files without importing pandas)."""
+    """``table`` as ``path``'s suffix says: a frame through pandas, columns through
+    ``sim.metrics.table_files`` (the same files without importing pandas)."""
     parquet = path.suffix == ".parquet"
     if isinstance(table, Mapping):
         (write_parquet if parquet else write_csv)(table, path)
@@ -108,13 +100,10 @@ def summary_to_json(summary: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True)
 class FigureJob:
-    """What a run's figures are drawn from, and the folder they go to.
-
-    Plain data (it pickles): ``servesim run`` hands it to a second process that
-    draws while the first writes the tables (``sim.cli.figures``). ``waterfall``
-    is (phase spans, raw request records); without it there is no waterfall.png.
-    Frames, or a run's columns (``RawResult.records``, ``series``, span rows:
-    ``Result.figure_job``), which need no pandas to cut.
+    """What a run's figures are drawn from, and the folder they go to: frames, or a
+    run's columns and span rows (``Result.figure_job``: no pandas needed to cut them
+    into ``Figures`` for ``sim.cli.figures``' process). ``waterfall`` is (phase
+    spans, request records); without it there is no waterfall.png.
     """
 
     out_dir: Path
@@ -124,24 +113,15 @@ class FigureJob:
     waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
 
 
-def figure_names(job: FigureJob) -> list[str]:
-    """The files ``draw_figures(job)`` writes, in order: no waterfall without its data."""
-    names = [LATENCY_CDF_PNG, TIMESERIES_PNG]
-    return [*names, WATERFALL_PNG] if job.waterfall is not None else names
-
-
-def draw_figures(job: FigureJob, names: Collection[str] | None = None) -> list[Path]:
-    """Draw ``job``'s figures into its folder (which must exist); return their paths.
-
+def draw_figures(job: FigureJob) -> list[Path]:
+    """Draw ``job``'s figures into its folder (which must exist); return their paths:
     ``latency_cdf.png`` (with the TTFT/TPOT SLO lines of ``job.slo``),
-    ``timeseries.png`` and, when ``job.waterfall`` is given, ``waterfall.png``;
-    only those of ``names`` when given (each figure can be drawn apart).
-    """
+    ``timeseries.png`` and, when ``job.waterfall`` is given, ``waterfall.png``."""
     # matplotlib (~0.3 s to import) only now: a caller that prints the summary
     # first shows it before paying for the figures.
     from sim.metrics.figure_draw import draw_prepared
 
-    return draw_prepared(prepare_figures(job), names)
+    return draw_prepared(prepare_figures(job))
 
 
 def prepare_figures(job: FigureJob) -> Figures:
@@ -166,17 +146,13 @@ def write_outputs(
     write_steps: bool = False,
     slo: Slo | None = None,
     plots: bool = True,
-    waterfall: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> list[Path]:
     """Write a run's outputs into ``out_dir`` (created if needed); return the paths.
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
-    stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both.
-    ``summary.json`` and ``timeseries.csv`` are always written; the figures of
-    ``draw_figures`` (SLO lines of ``slo``; ``waterfall.png`` when ``waterfall``
-    gives (phase spans, raw request records)) unless ``plots=False``, which
-    columns (rather than frames) need: the figures of a run's columns come
-    from ``Result.figure_job``.
+    stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both. The
+    figures (SLO lines of ``slo``; no waterfall) need frames: columns need
+    ``plots=False`` (their figures come from ``Result.figure_job``).
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
@@ -193,7 +169,7 @@ def write_outputs(
     if plots:
         if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
             raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
-        written += draw_figures(FigureJob(out, requests, timeseries, slo, waterfall))
+        written += draw_figures(FigureJob(out, requests, timeseries, slo))
     return written
 
 
@@ -221,11 +197,6 @@ def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[s
     return [(label, key) for _, label, key in sorted(found)]
 
 
-def format_engine_settings(settings: Mapping[str, object]) -> str:
-    """One line naming the engine settings that ran: ``engine: key=value ...``."""
-    return "engine: " + " ".join(f"{key}={value}" for key, value in settings.items())
-
-
 def format_summary_table(summary: Mapping[str, object]) -> str:
     """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``).
 
@@ -237,7 +208,7 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
     lines = []
     settings = summary.get("engine_settings")
     if isinstance(settings, Mapping):
-        lines.append(format_engine_settings(settings))
+        lines.append("engine: " + " ".join(f"{key}={value}" for key, value in settings.items()))
     lines.append(_banner(" Serving Benchmark Result ", "="))
     head = [
         ("Successful requests:", "completed"),
@@ -269,3 +240,27 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
         lines += [_line(label, summary[key]) for label, key in rows]
     lines.append("=" * _WIDTH)
     return "\n".join(lines)
+
+
+MOST_REJECTED_SHARE = 0.5  # warn when at least this share of the requests was rejected
+
+
+def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:
+    """A one-line warning with the count and the first reason, when most were rejected.
+
+    A request is rejected at intake when it can never be served (prompt plus
+    output longer than ``max_model_len_tokens``, or more KV blocks than the whole
+    cache). Such a run still "succeeds": without this note, a scenario whose every
+    prompt is too long exits 0 with a report of zero completions and nothing on stderr.
+    """
+    if len(requests) == 0 or "rejection_reason" not in requests:
+        return None
+    rejected = rejected_mask(requests)
+    num_rejected = int(rejected.sum())
+    if num_rejected == 0 or num_rejected < MOST_REJECTED_SHARE * len(requests):
+        return None
+    first = np.asarray(requests["rejection_reason"])[rejected][0]
+    return (
+        f"{num_rejected} of {len(requests)} requests ({num_rejected / len(requests):.0%}) were "
+        f"rejected as never servable; the first: {first}"
+    )

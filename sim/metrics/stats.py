@@ -32,40 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from sim.engine.records import (
-    RequestTable,
-    completed_mask,
-    floats,
-    rejected_mask,
-    require_columns,
-)
+from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask, require_columns
 from sim.engine.step_runs import StepTable
-from sim.errors import ConfigError
-from sim.metrics.itl import STEP_COLUMNS, itl_distribution, step_itl_gaps_s
-from sim.metrics.quantiles import (
-    check_percentiles,
-    latency_stats_ms,
-    percentile_label,
-    weighted_quantiles,
-)
+from sim.metrics.itl import itl_distribution
+from sim.metrics.quantiles import FloatArray, Summary, check_percentiles, latency_stats_ms
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
-__all__ = [
-    "STEP_COLUMNS",
-    "itl_distribution",
-    "latency_stats_ms",
-    "percentile_label",
-    "step_itl_gaps_s",
-    "weighted_quantiles",
-]
-
-FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
-Summary = dict[str, float | int | None]  # (as sim.metrics.quantiles.Summary)
 
 REQUEST_COLUMNS = (
     "arrival_s",
@@ -77,7 +54,6 @@ REQUEST_COLUMNS = (
     "num_generated_tokens",
     "rejection_reason",
 )
-METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 
 
 class Slo(BaseModel):
@@ -93,24 +69,6 @@ class Slo(BaseModel):
     def is_empty(self) -> bool:
         """True when no objective is set (then goodput is not reported, as in vllm)."""
         return self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None
-
-
-def parse_slo(pairs: Sequence[str]) -> Slo:
-    """SLO from vllm's ``--goodput`` syntax, e.g. ``["ttft:200", "tpot:50"]`` (ms)."""
-    fields: dict[str, float] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition(":")
-        if not sep or name not in ("ttft", "tpot", "e2el"):
-            raise ConfigError(f"goodput: expected ttft|tpot|e2el:<ms>, got {pair!r}")
-        try:
-            fields[f"{name}_ms"] = float(value)
-        except ValueError:
-            raise ConfigError(f"goodput: {name} value {value!r} is not a number") from None
-    try:
-        return Slo.model_validate(fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        raise ConfigError(f"goodput: {err['loc'][0]}: {err['msg']}") from None
 
 
 def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArray]:
@@ -131,16 +89,11 @@ def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArr
     return {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue}
 
 
-def request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
-    """``latency_columns`` as a frame with ``requests``' index."""
+def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Copy of ``requests`` with the columns of ``latency_columns`` added."""
     import pandas as pd
 
-    return pd.DataFrame(latency_columns(requests), index=requests.index)
-
-
-def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``requests`` with the columns of ``request_latencies`` added."""
-    latencies = request_latencies(requests)
+    latencies = pd.DataFrame(latency_columns(requests), index=requests.index)
     return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
 
 
@@ -158,10 +111,8 @@ def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
 
 
 def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> BoolArray:
-    """Rows of ``request_latencies`` (or ``with_request_metrics``) meeting every SLO.
-
-    Only meaningful for completed requests; a 1-token request meets any TPOT SLO.
-    """
+    """Rows of ``latency_columns`` (or ``with_request_metrics``) meeting every SLO (for
+    completed requests; a 1-token request meets any TPOT SLO)."""
     good = np.ones(len(derived["ttft_s"]), dtype=bool)  # rows (a mapping's len: its keys)
     if slo.ttft_ms is not None:
         good &= floats(derived["ttft_s"]) * 1000.0 <= slo.ttft_ms

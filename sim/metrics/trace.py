@@ -157,11 +157,7 @@ def replica_events(
     window_s: tuple[float, float],
     max_steps: int = MAX_STEPS,
 ) -> list[Event]:
-    """One process per replica: its steps within ``window_s`` and its queue / KV counters.
-
-    ``steps``: a frame of the step log, or the run's compact ``StepTable``;
-    ``timeseries``: a frame or columns (``RawResult.series``).
-    """
+    """One process per replica: its steps within ``window_s`` and its queue / KV counters."""
     start_s, end_s = window_s
     windows = _steps_in(steps, window_s, max_steps)
     series_replica = _replica_of(timeseries)

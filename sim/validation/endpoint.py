@@ -77,8 +77,10 @@ from tqdm import tqdm
 
 import sim
 from sim.errors import ConfigError
+from sim.metrics.itl import STEP_COLUMNS
+from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import STEP_COLUMNS, latency_stats_ms, summarize, with_request_metrics
+from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.predict import token_gaps_s

@@ -29,7 +29,8 @@ import pandas as pd
 
 from sim.api import Result, replay
 from sim.cost.base import CostModel
-from sim.metrics.stats import completed_mask, step_itl_gaps_s, with_request_metrics
+from sim.metrics.itl import step_itl_gaps_s
+from sim.metrics.stats import completed_mask, with_request_metrics
 from sim.scenario import Scenario
 from sim.workload.generate import RequestArrays
 
