@@ -18,8 +18,7 @@
   model on this hardware, else the roofline, labelled uncalibrated so that
   nobody mistakes it for a measurement.
 
-``build_cost_model`` builds one for one GPU, ``parallel_cost_model`` for a
-replica laid out over several.
+``build_cost_model`` builds one, for one GPU or a replica laid out over several.
 """
 
 from __future__ import annotations
@@ -137,14 +136,6 @@ def build_calibrated(
     return CalibratedCost(artifact.fit, label=f"{artifact_label(artifact)} [{path.name}]")
 
 
-class UncalibratedRoofline(RooflineCost):
-    """The roofline model, labelled so reports say no measurement backs it."""
-
-    @property
-    def label(self) -> str:
-        return f"{super().label} (uncalibrated)"
-
-
 @lru_cache(maxsize=32)
 def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
     """A shipped artifact, parsed once per file version (sweeps and capacity
@@ -168,7 +159,7 @@ def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
             label = f"{artifact_label(artifact)} [{path.name}]"
             return CalibratedCost(artifact.fit, label=label)
-    return UncalibratedRoofline(model, hardware)
+    return RooflineCost(model, hardware, uncalibrated=True)
 
 
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -266,22 +257,46 @@ def load_fitted(config: FittedCostConfig, base_dir: Path | None) -> tuple[Path, 
 
 
 def build_cost_model(
-    config: CostConfig, model: ModelSpec, hardware: HardwareSpec, base_dir: Path | None = None
+    config: CostConfig,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    base_dir: Path | None = None,
+    parallelism: ParallelismConfig | None = None,
 ) -> CostModel:
     """The cost model ``config`` describes, for ``model`` running on ``hardware``.
 
     ``base_dir`` anchors a relative artifact path (the scenario file's folder).
+    A replica laid out over several GPUs (``parallelism``): kernels (and auto,
+    when kernel tables cover the layout) become a ``KernelCost`` for the
+    layout; roofline (and auto otherwise) become ``ParallelRooflineCost``;
+    linear coefficients are taken to price the whole replica as given;
+    calibrated artifacts, measured on one device, are refused.
     """
-    if isinstance(config, AutoCostConfig):
-        return build_auto(model, hardware)
+    if parallelism is not None and parallelism.is_single_device:
+        parallelism = None
     if isinstance(config, FittedCostConfig):
         path, artifact = load_fitted(config, base_dir)
-        base = build_cost_model(fitted_base(path, artifact), model, hardware, path.parent)
+        base = build_cost_model(
+            fitted_base(path, artifact), model, hardware, path.parent, parallelism
+        )
         return FittedCost(base, artifact.parameters.to_params(), source=path.name)
+    if isinstance(config, AutoCostConfig):
+        if parallelism is None:
+            return build_auto(model, hardware)
+        kernels = kernel_auto(model, hardware, parallelism)
+        if kernels is not None:
+            return kernels
+        return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
     if isinstance(config, CalibratedCostConfig):
+        if parallelism is not None:
+            raise ConfigError(
+                f"cost: calibrated artifacts are measured on one device; layout "
+                f"{parallelism.layout} ({parallelism.num_gpus} GPUs) is not supported yet "
+                "(use cost.kind roofline or auto)"
+            )
         return build_calibrated(config, model, hardware, base_dir)
     if isinstance(config, KernelsCostConfig):
-        return build_kernels(config, model, hardware, None, base_dir)
+        return build_kernels(config, model, hardware, parallelism, base_dir)
     if isinstance(config, LinearCostConfig):
         return LinearCost(**config.model_dump(exclude={"kind"}))
     if isinstance(config, RooflineCostConfig):
@@ -290,53 +305,8 @@ def build_cost_model(
             for field, value in config.model_dump(exclude={"kind"}).items()
             if value is not None
         }
-        return RooflineCost(model, hardware.model_copy(update=overrides))
+        tuned = hardware.model_copy(update=overrides)
+        if parallelism is None:
+            return RooflineCost(model, tuned)
+        return ParallelRooflineCost(model, tuned, parallelism)
     raise TypeError(f"unknown cost config {type(config).__name__}")  # pragma: no cover
-
-
-def parallel_cost_model(
-    config: CostConfig,
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    parallelism: ParallelismConfig | None,
-    base_dir: Path | None = None,
-) -> CostModel:
-    """The cost model ``config`` describes for a replica laid out as ``parallelism``.
-
-    One GPU is exactly ``build_cost_model``. Several: kernels (and auto, when
-    kernel tables cover the layout) become a ``KernelCost`` for the layout;
-    roofline (and auto otherwise) become ``ParallelRooflineCost``; linear
-    coefficients are taken to price the whole replica as given; calibrated
-    artifacts, measured on one device, are refused.
-    """
-    if parallelism is None or parallelism.is_single_device:
-        return build_cost_model(config, model, hardware, base_dir)
-    if isinstance(config, FittedCostConfig):
-        path, artifact = load_fitted(config, base_dir)
-        base = parallel_cost_model(
-            fitted_base(path, artifact), model, hardware, parallelism, path.parent
-        )
-        return FittedCost(base, artifact.parameters.to_params(), source=path.name)
-    if isinstance(config, RooflineCostConfig):
-        overrides = {
-            field: value
-            for field, value in config.model_dump(exclude={"kind"}).items()
-            if value is not None
-        }
-        return ParallelRooflineCost(model, hardware.model_copy(update=overrides), parallelism)
-    if isinstance(config, KernelsCostConfig):
-        return build_kernels(config, model, hardware, parallelism, base_dir)
-    if isinstance(config, AutoCostConfig):
-        kernels = kernel_auto(model, hardware, parallelism)
-        if kernels is not None:
-            return kernels
-        return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
-    if isinstance(config, LinearCostConfig):
-        return build_cost_model(config, model, hardware, base_dir)
-    if isinstance(config, CalibratedCostConfig):
-        raise ConfigError(
-            f"cost: calibrated artifacts are measured on one device; layout "
-            f"{parallelism.layout} ({parallelism.num_gpus} GPUs) is not supported yet "
-            "(use cost.kind roofline or auto)"
-        )
-    raise ConfigError(f"cost.kind {config.kind!r} does not support parallelism yet")
