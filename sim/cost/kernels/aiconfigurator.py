@@ -133,26 +133,25 @@ def _attention_kernel(table: pd.DataFrame) -> str | None:
     return next((k for k in ATTENTION_KERNELS if k in present), None)
 
 
-def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
+def _table(rows: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """``rows``' integer columns by our name (ours -> the database's), then ``latency_s``."""
     import pandas as pd
 
+    out = {ours: rows[theirs].astype(int) for ours, theirs in columns.items()}
+    return pd.DataFrame({**out, "latency_s": rows["latency"] * _MS}).reset_index(drop=True)
+
+
+def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
     rows = table[
         (table["kernel_source"] == kernel)
         & (table["kv_cache_dtype"] == "bfloat16")
         & (table["window_size"] == 0)
         & (table["beam_width"] == 1)
     ]
-    out = pd.DataFrame(
-        {
-            "num_heads": rows["num_heads"].astype(int),
-            "num_kv_heads": rows["num_key_value_heads"].astype(int),
-            "head_dim": rows["head_dim"].astype(int),
-            "batch_size": rows["batch_size"].astype(int),
-            length_col: rows[length].astype(int),
-            "latency_s": rows["latency"] * _MS,
-        }
+    heads = {"num_heads": "num_heads", "num_kv_heads": "num_key_value_heads"}
+    return _table(
+        rows, {**heads, "head_dim": "head_dim", "batch_size": "batch_size", length_col: length}
     )
-    return out.reset_index(drop=True)
 
 
 @lru_cache(maxsize=8)
@@ -188,13 +187,7 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
     if allreduce is not None:
         ar = pd.read_parquet(allreduce)
         ar = ar[(ar["backend"] == ALLREDUCE_BACKEND) & (ar["allreduce_dtype"] == "bfloat16")]
-        tables["allreduce"] = pd.DataFrame(
-            {
-                "num_gpus": ar["num_gpus"].astype(int),
-                "message_bytes": ar["message_size"].astype(int),
-                "latency_s": ar["latency"] * _MS,
-            }
-        ).reset_index(drop=True)
+        tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": "message_size"})
         kernels["allreduce"] = ALLREDUCE_BACKEND
         notes.append(f"allreduce from {allreduce.parent.name}")
     moe = _op_file(gpu_dir, "moe", framework, version, "moe_perf.parquet")
@@ -207,18 +200,10 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
         ]
         if len(m):
             kernels["moe"] = str(m["kernel_source"].iloc[0])
-            tables["moe"] = pd.DataFrame(
-                {
-                    "hidden_size": m["hidden_size"].astype(int),
-                    "inter_size": m["inter_size"].astype(int),
-                    "topk": m["topk"].astype(int),
-                    "num_experts": m["num_experts"].astype(int),
-                    "tp_size": m["moe_tp_size"].astype(int),
-                    "ep_size": m["moe_ep_size"].astype(int),
-                    "num_tokens": m["num_tokens"].astype(int),
-                    "latency_s": m["latency"] * _MS,
-                }
-            ).reset_index(drop=True)
+            same = ("hidden_size", "inter_size", "topk", "num_experts")
+            layout = {"tp_size": "moe_tp_size", "ep_size": "moe_ep_size"}
+            columns = {**{c: c for c in same}, **layout, "num_tokens": "num_tokens"}
+            tables["moe"] = _table(m, columns)
     nccl = sorted(
         gpu_dir.glob("comm/nccl/*/nccl_perf.parquet"), key=lambda p: _version_key(p.parent.name)
     )
