@@ -173,25 +173,7 @@ TINY_MODEL = ModelSpec(
 )
 
 _MODELS = [
-    # Shapes from each model's published config.json.
-    ModelSpec(
-        name="llama-3-8b",
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        intermediate_size=14336,
-        vocab_size=128256,
-    ),
-    ModelSpec(
-        name="llama-3-70b",
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        intermediate_size=28672,
-        vocab_size=128256,
-    ),
+    # Shapes from each model's published config.json (more below, from HF_CONFIGS).
     ModelSpec(
         name="qwen2.5-7b",
         num_layers=28,
@@ -382,37 +364,18 @@ class ModelArchitecture(BaseModel):
             width = self.moe.num_experts * self.moe.expert_intermediate_size + (
                 self.moe.shared_expert_intermediate_size or 0
             )
+        shapes = self.model_dump(exclude={"max_position_embeddings", "moe"})
         return ModelSpec(
-            name=self.name,
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_attention_heads=self.num_attention_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            intermediate_size=width,
-            vocab_size=self.vocab_size,
+            **{**shapes, "intermediate_size": width},
             weight_dtype_bytes=weight_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
-            tied_embeddings=self.tied_embeddings,
-            attention_qkv_bias=self.attention_qkv_bias,
         )
 
 
 def from_model_spec(spec: ModelSpec, max_position_embeddings: int = 131072) -> ModelArchitecture:
     """The dense architecture of a ``ModelSpec`` (which has no MoE or context length)."""
-    return ModelArchitecture(
-        name=spec.name,
-        num_layers=spec.num_layers,
-        hidden_size=spec.hidden_size,
-        num_attention_heads=spec.num_attention_heads,
-        num_kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim,
-        intermediate_size=spec.intermediate_size,
-        vocab_size=spec.vocab_size,
-        max_position_embeddings=max_position_embeddings,
-        tied_embeddings=spec.tied_embeddings,
-        attention_qkv_bias=spec.attention_qkv_bias,
-    )
+    shapes = spec.model_dump(exclude={"weight_dtype_bytes", "kv_dtype_bytes"})
+    return ModelArchitecture(**shapes, max_position_embeddings=max_position_embeddings)
 
 
 def _field(config: dict[str, Any], where: str, *names: str) -> int:
@@ -676,11 +639,14 @@ SOURCE_GPU_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
 
 
 # Hugging Face configs written in the repo (HF_CONFIGS above) are model
-# presets too, as the dense ModelSpec with their weight and KV bytes
-# (llama-3.1-8b has llama-3-8b's shapes under its own name).
-_FROM_CONFIGS = [load_architecture(name).to_model_spec() for name in HF_CONFIGS]
+# presets too, as the dense ModelSpec with their weight and KV bytes, and so
+# are their aliases (llama-3-8b is llama-3.1-8b's shapes under another name).
+_FROM_CONFIGS = {name: load_architecture(name).to_model_spec() for name in HF_CONFIGS}
+_ALIASED = [
+    _FROM_CONFIGS[to].model_copy(update={"name": a}) for a, to in MODEL_SPEC_ALIASES.items()
+]
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType(
-    {m.name: m for m in [*_MODELS, *_FROM_CONFIGS]}
+    {m.name: m for m in [*_ALIASED, *_MODELS, *_FROM_CONFIGS.values()]}
 )
 HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in HARDWARE_SPECS})
 
