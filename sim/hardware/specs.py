@@ -491,41 +491,37 @@ _MIB = 2**20
 # known, CUDA's is taken as that minus 0.43 GiB (an estimate).
 _DRIVER_RESERVED_BYTES = 0.43 * _GIB
 
+
+def _gpu(
+    name: str,
+    peak_flops_per_s: float,
+    memory_bandwidth_bytes_per_s: float,
+    memory_bytes: float,
+    cuda_memory_bytes: float | None = None,
+) -> HardwareSpec:
+    """A datasheet GPU with the default efficiencies and step overhead."""
+    return HardwareSpec(
+        name=name,
+        peak_flops_per_s=peak_flops_per_s,
+        memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
+        memory_bytes=memory_bytes,
+        cuda_memory_bytes=cuda_memory_bytes,
+    )
+
+
+# Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
+# bandwidth, and memory in decimal GB as marketed, then CUDA's total memory where
+# known. Overheads are guesses of a vLLM-like engine's per-step CPU work, to be
+# replaced by calibration.
 _HARDWARE = [
-    # Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
-    # bandwidth, and memory in decimal GB as marketed. Overheads are guesses of a
-    # vLLM-like engine's per-step CPU work, to be replaced by calibration.
     # CUDA total 79.22 GiB: vLLM's "total_gpu_memory 79.22GiB" on an H100
     # (vllm-project/vllm PR #10511).
-    HardwareSpec(
-        name="h100",
-        peak_flops_per_s=989e12,
-        memory_bandwidth_bytes_per_s=3.35e12,
-        memory_bytes=80 * _GB,
-        cuda_memory_bytes=79.22 * _GIB,
-    ),
+    _gpu("h100", 989e12, 3.35e12, 80 * _GB, 79.22 * _GIB),
     # nvidia-smi: 143771 MiB.
-    HardwareSpec(
-        name="h200",
-        peak_flops_per_s=989e12,
-        memory_bandwidth_bytes_per_s=4.8e12,
-        memory_bytes=141 * _GB,
-        cuda_memory_bytes=143771 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
+    _gpu("h200", 989e12, 4.8e12, 141 * _GB, 143771 * _MIB - _DRIVER_RESERVED_BYTES),
     # nvidia-smi (A100-SXM4-80GB): 81920 MiB.
-    HardwareSpec(
-        name="a100-80gb",
-        peak_flops_per_s=312e12,
-        memory_bandwidth_bytes_per_s=2.039e12,
-        memory_bytes=80 * _GB,
-        cuda_memory_bytes=81920 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
-    HardwareSpec(
-        name="l4",
-        peak_flops_per_s=121e12,
-        memory_bandwidth_bytes_per_s=300e9,
-        memory_bytes=24 * _GB,
-    ),
+    _gpu("a100-80gb", 312e12, 2.039e12, 80 * _GB, 81920 * _MIB - _DRIVER_RESERVED_BYTES),
+    _gpu("l4", 121e12, 300e9, 24 * _GB),
     # The 2-core dev machine: peak and bandwidth are measured (fp32 matmul, large
     # copies), so bandwidth needs no further discount; small eager-mode matmuls
     # reach well under the big-matmul rate, hence the compute discount.
@@ -538,78 +534,28 @@ _HARDWARE = [
         memory_efficiency=1.0,
         step_overhead_s=1e-3,
     ),
-]
-
-
-_MORE_GPUS = [
     # NVIDIA Ada whitepaper: 165.2 TFLOPS bf16 (fp32 accumulate), 1008 GB/s GDDR6X, 24 GB.
     # CUDA total 25250627584 B: LLMServingSim's vLLM 0.19 run (shared/data/llmservingsim,
     # bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json, device_total_memory_bytes).
-    HardwareSpec(
-        name="rtx-4090",
-        peak_flops_per_s=165.2 * _T,
-        memory_bandwidth_bytes_per_s=1008e9,
-        memory_bytes=24 * _GB,
-        cuda_memory_bytes=25250627584,
-    ),
+    _gpu("rtx-4090", 165.2 * _T, 1008e9, 24 * _GB, 25250627584),
     # RTX PRO 6000 Blackwell Server Edition datasheet: 4 PFLOPS fp4 with sparsity,
     # i.e. ~500 TFLOPS dense bf16 (fp4 / 8); 1.79 TB/s GDDR7; 96 GB. nvidia-smi: 97887 MiB.
-    HardwareSpec(
-        name="rtx-pro-6000",
-        peak_flops_per_s=500 * _T,
-        memory_bandwidth_bytes_per_s=1792e9,
-        memory_bytes=96 * _GB,
-        cuda_memory_bytes=97887 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
+    _gpu("rtx-pro-6000", 500 * _T, 1792e9, 96 * _GB, 97887 * _MIB - _DRIVER_RESERVED_BYTES),
     # L40S datasheet: 362 TFLOPS bf16 dense (733 sparse), 864 GB/s, 48 GB.
-    HardwareSpec(
-        name="l40s",
-        peak_flops_per_s=362 * _T,
-        memory_bandwidth_bytes_per_s=864e9,
-        memory_bytes=48 * _GB,
-    ),
+    _gpu("l40s", 362 * _T, 864e9, 48 * _GB),
     # AWS G5 (A10G): ~70 TFLOPS bf16 dense, 600 GB/s, 24 GB (AWS figures; NVIDIA
     # publishes none for this cloud-only part).
-    HardwareSpec(
-        name="a10g",
-        peak_flops_per_s=70 * _T,
-        memory_bandwidth_bytes_per_s=600e9,
-        memory_bytes=24 * _GB,
-    ),
+    _gpu("a10g", 70 * _T, 600e9, 24 * _GB),
     # A100 datasheet: 312 TFLOPS bf16 dense; 40 GB HBM2 at 1555 GB/s.
-    HardwareSpec(
-        name="a100-40gb",
-        peak_flops_per_s=312 * _T,
-        memory_bandwidth_bytes_per_s=1555e9,
-        memory_bytes=40 * _GB,
-    ),
+    _gpu("a100-40gb", 312 * _T, 1555e9, 40 * _GB),
     # H100 datasheet, SXM: 989 TFLOPS bf16 dense, 3.35 TB/s, 80 GB (same as "h100").
-    HardwareSpec(
-        name="h100-sxm",
-        peak_flops_per_s=989 * _T,
-        memory_bandwidth_bytes_per_s=3.35e12,
-        memory_bytes=80 * _GB,
-        cuda_memory_bytes=79.22 * _GIB,
-    ),
+    _gpu("h100-sxm", 989 * _T, 3.35e12, 80 * _GB, 79.22 * _GIB),
     # H100 datasheet, PCIe: 756 TFLOPS bf16 dense, 2.0 TB/s, 80 GB.
-    HardwareSpec(
-        name="h100-pcie",
-        peak_flops_per_s=756 * _T,
-        memory_bandwidth_bytes_per_s=2.0e12,
-        memory_bytes=80 * _GB,
-    ),
+    _gpu("h100-pcie", 756 * _T, 2.0e12, 80 * _GB),
     # HGX B200 datasheet, per GPU: 2.25 PFLOPS bf16 dense (4.5 sparse), 8 TB/s, 180 GB.
     # nvidia-smi: 183359 MiB.
-    HardwareSpec(
-        name="b200",
-        peak_flops_per_s=2250 * _T,
-        memory_bandwidth_bytes_per_s=8e12,
-        memory_bytes=180 * _GB,
-        cuda_memory_bytes=183359 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
+    _gpu("b200", 2250 * _T, 8e12, 180 * _GB, 183359 * _MIB - _DRIVER_RESERVED_BYTES),
 ]
-
-HARDWARE_SPECS: tuple[HardwareSpec, ...] = (*_HARDWARE, *_MORE_GPUS)
 
 
 # servesim hardware preset -> the GPU's name in aiconfigurator-core's database.
@@ -648,7 +594,7 @@ _ALIASED = [
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType(
     {m.name: m for m in [*_ALIASED, *_MODELS, *_FROM_CONFIGS.values()]}
 )
-HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in HARDWARE_SPECS})
+HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in _HARDWARE})
 
 _Spec = TypeVar("_Spec", bound=BaseModel)
 
