@@ -2,22 +2,9 @@
 
 aiconfigurator-core (PyPI, Apache-2.0) ships measured kernel latencies as
 parquet files, ``systems/data/<gpu>/<op>/<framework>/<version>/*.parquet``,
-latencies in milliseconds. ``from_aiconfigurator`` reads the tables a vLLM
-forward pass needs and filters each to the one kernel variant vLLM runs for
-a bf16 model, because a table holds several per shape (attention: FlashAttention
-2/3, FlashInfer with fp8 KV, Triton; window 0 = full attention or 128 / 1024 /
-8192 = sliding window; mixing them is off by up to 15x):
-
-- gemm: ``torch.nn.functional.linear`` rows, bf16 (what vLLM's unquantised
-  linear layers call);
-- attention: bf16 KV cache, window 0, the first of ``ATTENTION_KERNELS``
-  present (FA3 on Hopper, FA2 elsewhere);
-- all-reduce: vLLM's custom all-reduce under CUDA graphs;
-- MoE: the unquantised fused-MoE kernel, bf16, balanced routing;
-- collectives (``collective``): NCCL's all-gather, reduce-scatter, all-to-all
-  and all-reduce in half precision, from ``comm/nccl/<version>`` (the newest
-  present; ``message_size`` there counts 2-byte elements of the whole buffer).
-
+in milliseconds. A table holds several kernel variants per shape, and mixing
+them is off by up to 15x, so each is filtered to the one vLLM runs for a
+bf16 model (which, and why: ``docs/kernels.md``, "Sources and pitfalls").
 Without ``data_dir`` the database is found where the package is installed
 (``importlib``; the package is not imported).
 """

@@ -1,22 +1,13 @@
 """The operator-table artifact: measured kernel latencies with their provenance.
 
-One JSON file (gzip-compressed when the name ends in ``.gz``)::
+One JSON object (gzip-compressed when the name ends in ``.gz``) stamped
+``servesim-kernels`` version 1, with a ``provenance`` block and columnar
+``tables`` whose latencies are in seconds (``TABLE_COLUMNS``; the format and
+what each row means: ``docs/kernels.md``). A source provides the tables it
+measured and no others.
 
-    {"format": "servesim-kernels", "format_version": 1,
-     "provenance": {...},                        # KernelProvenance
-     "tables": {"gemm": {"m": [...], "n": [...], "k": [...], "latency_s": [...]},
-                ...}}
-
-Tables are columnar (one list per column, equal lengths); every latency is in
-seconds. See ``TABLE_COLUMNS`` for the known tables and ``docs/kernels.md``
-for what each row means. A source provides the tables it measured and no
-others: aiconfigurator gives GEMM / attention / all-reduce / MoE tables,
-an LLMServingSim profile gives per-layer ops, mixed attention and per-sequence
-ops of one model.
-
-Artifacts ship in the repo (``sim/cost/kernels/artifacts``):
-``shipped_kernel_artifacts`` lists them, ``load_cached`` reads one once per
-file version, ``load_provenance_cached`` only its provenance (what
+Shipped artifacts (``sim/cost/kernels/artifacts``): ``load_cached`` reads one
+once per file version, ``load_provenance_cached`` only its provenance (what
 ``kind: auto`` needs to pick one, ``sim.cost.kernels.config``).
 """
 

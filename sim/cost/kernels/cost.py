@@ -1,36 +1,12 @@
 """``KernelCost``: a step's time as the sum of the kernels vLLM runs for it.
 
-For a step of shape ``s`` (``T`` tokens, ``S = num_prefill_seqs +
-num_decode_seqs`` sequences whose logits are computed) on a model of ``L``
-layers, split over ``tp`` GPUs and ``pp`` stages::
-
-    layer_s = dense(T)                       GEMMs (QKV, O, gate+up, down) or MoE + router
-            + prefill_attention(s)            see below; 0 without prefill
-            + decode_attention(b, kv)         b = num_decode_seqs, kv = mean context
-            + 2 * allreduce(T * hidden * 2 B) after attention and after the MLP (tp > 1)
-    step_s  = step_overhead_s                 CPU: scheduling, launches, sampling setup
-            + L * layer_s
-            + per_step(T)                     embedding + final norm (when profiled)
-            + lm_head(S)                      logits GEMM (+ sampler when profiled)
-            + (pp - 1) * p2p(T)               stage-to-stage send of T x hidden activations
-
-Dense ops come from a per-layer profile (``layer_ops``: also norms, rotary,
-activation; ``moe_layer`` for MoE; see ``ops.ProfileDense``) when the artifact has
-one, else from the GEMM table at vLLM's per-GPU shapes
-(``sim.cost.kernels.ops``); the GEMM route leaves out the elementwise ops
-(a few µs per layer, which ``step_overhead_s`` absorbs).
-
-Prefill attention prices ``num_prefill_seqs`` equal chunks. With a
-context-attention table (batch x prompt length, no cache): the time of a
-full prefill of the mean total length ``P`` scaled to the step's true
-query-key pairs, ``ctx(b, P) * pairs / (b * P (P + 1) / 2)``, and never less
-than ``ctx(b, chunk)``. With a mixed-attention profile: ``b`` times one
-chunk's time at its mean cached length.
-
-Pipeline stages run one after another for one step (no overlap across
-steps), so ``pp`` changes only the transfers; a link's bandwidth and latency
-price them (default NVLink 4). With ``expert_parallel_size`` > 1 the MoE
-term is one GPU's share of an expert-parallel group (``expert_parallel``).
+The step formula, how a prefill of equal chunks is priced and what ``pp``
+adds are in ``docs/kernels.md`` ("The step formula"). Dense ops come from a
+per-layer profile (``ops.ProfileDense``) when the artifact has one, else from
+the GEMM table at vLLM's per-GPU shapes (``ops``), which leaves out the
+elementwise ops (a few µs per layer, absorbed by ``step_overhead_s``). With
+``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
+expert-parallel group (``expert_parallel``).
 """
 
 from __future__ import annotations

@@ -1,37 +1,21 @@
 """Multilinear interpolation over a measured grid, with stated extrapolation.
 
-A kernel table is a rectangular grid: one sorted axis per input (tokens, KV
-length, ...) and a latency in seconds at every grid point. Between grid
-points the latency is linear in each coordinate (multilinear over the cell's
-corners). Linear, not log-space: a kernel's time is affine in each size
-both where it is memory-bound (bytes grow linearly with the size) and where
-it is compute-bound (FLOPs do), so straight segments between neighbours are
-exact there, and a convex combination of the corners keeps the result
-between them (monotone where the table is).
-
-Outside the grid:
-
-- below the first point: the first point's value (a smaller kernel is not
-  measurably faster than the smallest one timed);
-- above the last point: proportional to the coordinate from the last point,
-  ``value(x) = value(x_last) * x / x_last`` (the work grows linearly with any
-  one size, and the last point is the best-amortised measurement), with one
-  ``warnings.warn`` per grid and axis.
-
-Holes (shapes the tool did not time, e.g. large batch x long context) are
-filled when the grid is built, by the same proportional rule along one
-chosen axis (``fill_axis``) from the largest measured point before the hole.
+A kernel table is a rectangular grid: one sorted axis per input and a latency
+in seconds at every point. Between points the latency is linear in each
+coordinate; below the first point it is the first point's value; past the
+last it grows in proportion to the coordinate, with one warning per grid and
+axis; holes are filled when the grid is built, by the same proportional rule
+along ``fill_axis``. Why linear and not log-space: ``docs/kernels.md``.
 
 One point fast (``point_function``): unrolled twins of ``Grid.__call__`` for
 1, 2 and 3 axes. A kernel-table run prices tens of thousands of steps, each a
-handful of grid lookups (GEMMs, attention, LM head), one point at a time;
-``Grid.__call__``'s
-general loop over 2^axes corners and the axes within each corner cost ~5x the
-arithmetic. These closures do the same operations in the same order (corner
-weights multiplied axis by axis from 1.0, corners summed from 0.0 in
-``Grid.__call__``'s order, the scale past the grid applied last), so they
-give the same bits; ``tests/test_cost_kernels_grid_point.py`` holds them to
-it. Grids with a one-point axis keep the general loop.
+handful of grid lookups, one point at a time; ``Grid.__call__``'s general
+loop over 2^axes corners costs ~5x the arithmetic. These closures do the same
+operations in the same order (corner weights multiplied axis by axis from
+1.0, corners summed from 0.0 in ``Grid.__call__``'s order, the scale past the
+grid applied last), so they give the same bits;
+``tests/test_cost_kernels_grid_point.py`` holds them to it. Grids with a
+one-point axis keep the general loop.
 """
 
 from __future__ import annotations

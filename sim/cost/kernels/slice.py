@@ -1,12 +1,10 @@
 """``export_slice``: the part of aiconfigurator's database one model needs, as a small artifact.
 
-The full database is ~80 MB; a model needs only the GEMM rows around its
-layer shapes, the attention rows of its head layout, the all-reduce rows of
-its tensor-parallel sizes and the MoE rows of its expert layout. A slice
-keeps, for every GEMM ``(n, k)`` the model runs, all ``m`` rows of the
-neighbouring grid values of ``n`` and ``k`` (the cell the interpolation
-uses), so the slice prices that model exactly as the full database does.
-The slice's provenance names the model, and ``KernelCost`` refuses other models.
+The full database is ~80 MB. A slice keeps, for every GEMM ``(n, k)`` the
+model runs, all ``m`` rows of the neighbouring grid values of ``n`` and ``k``
+(the cell the interpolation uses), so it prices that model exactly as the
+full database does (what else it keeps: ``docs/kernels.md``). Its provenance
+names the model, and ``KernelCost`` refuses other models.
 """
 
 from __future__ import annotations
