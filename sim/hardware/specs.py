@@ -2,40 +2,28 @@
 
 Read top to bottom:
 
-- ``ModelSpec``: the shape of a Llama-style decoder (RMSNorm, grouped-query
-  attention, gated SiLU MLP), what memory sizing and the roofline need;
-  parameter count, weight bytes, KV bytes per token and FLOPs per token are
-  derived from it. The ``tiny`` preset is also what ``calibration/`` builds as
-  a real PyTorch model, so its shape lives here and nowhere else.
+- ``ModelSpec``: the shape of a Llama-style decoder, what memory sizing and
+  the roofline need. The ``tiny`` preset is also what ``calibration/`` builds
+  as a real PyTorch model, so its shape lives here and nowhere else.
 - ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
   presets (no download at run time), copied from each model's published
   ``config.json`` (as also shipped in aiconfigurator-core 0.12.0
-  ``model_configs/``); ``MODEL_SPEC_ALIASES`` maps ``ModelSpec`` preset names
-  with the same shapes.
+  ``model_configs/``).
 - ``context_problem``: vLLM refuses a ``max_model_len`` beyond the model's
   ``max_position_embeddings``. One shape can have several releases
   (Llama-3-8B: 8192 tokens; Llama-3.1-8B, the same shapes: 131072), so the
   limit is the longest release with those shapes; an inline model with
   another name has no known limit and is not checked.
-- ``ModelArchitecture``: the shapes of every GEMM and attention call of a
-  decoder layer, as the kernel cost model needs them, mixture-of-experts
-  included; ``load_architecture`` reads a preset name or a ``config.json``
-  path (a missing field is a ``ConfigError`` naming the file and the field),
-  ``to_model_spec`` converts for KV sizing (same weight and KV bytes).
-- ``HardwareSpec``: one accelerator: datasheet peak dense FLOP/s and memory
-  bandwidth, memory size, the fractions of peak a real engine reaches, and a
-  fixed per-step overhead (scheduling, kernel launches, sampling). Presets
-  give dense (non-sparse) bf16 tensor-core FLOP/s, bandwidth and memory in
-  decimal GB from each vendor's datasheet, cited per entry; their
-  efficiencies and overheads are the roofline's guesses (kernel tables do not
-  use them). Kernel-table sources name the GPUs their own way
-  (aiconfigurator-core ``h100_sxm``, LLMServingSim ``RTXPRO6000``):
-  ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES`` find tables measured on a
-  preset's card.
-- Presets and references: in a scenario, ``model:`` and ``hardware:`` accept a
-  preset name (``model: llama-3-8b``), an inline spec (a mapping with every
-  field), or a preset with overrides (``{preset: llama-3-8b, kv_dtype_bytes:
-  1}``); see ``ModelRef`` and ``HardwareRef``.
+- ``ModelArchitecture``: the shapes of every GEMM and attention call, as the
+  kernel cost model needs them, mixture-of-experts included
+  (``load_architecture``: a preset name or a ``config.json`` path).
+- ``HardwareSpec``: one accelerator. Presets give datasheet figures, cited per
+  entry; their efficiencies and overheads are the roofline's guesses (kernel
+  tables do not use them). ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES``
+  find kernel tables measured on a preset's card.
+- In a scenario, ``model:`` and ``hardware:`` accept a preset name, an inline
+  spec (a mapping with every field), or a preset with overrides (``{preset:
+  llama-3-8b, kv_dtype_bytes: 1}``); see ``ModelRef`` and ``HardwareRef``.
 """
 
 from __future__ import annotations
