@@ -39,9 +39,10 @@ from sim.cost.calibrated import (
     load_artifact,
     scale_to_hardware,
 )
-from sim.cost.fitted import FittedCost, FittedCostArtifact, load_fitted_artifact
+from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto
 from sim.cost.linear import LinearCost, zero_step_problem
+from sim.cost.provenance import anchored, validation_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
@@ -89,8 +90,7 @@ def shipped_artifacts() -> list[Path]:
 def resolve_artifact(name: str, base_dir: Path | None) -> Path:
     """The file an ``artifact:`` value names (ConfigError listing shipped names)."""
     if "/" in name or name.endswith(".json"):
-        path = Path(name)
-        return path if path.is_absolute() or base_dir is None else base_dir / path
+        return anchored(name, base_dir)
     folder = artifacts_dir()
     path = folder / f"{name}.json" if folder is not None else Path(f"{name}.json")
     if not path.exists():
@@ -234,28 +234,6 @@ CostConfig = Annotated[
 _BASE_ADAPTER: TypeAdapter[BaseCostConfig] = TypeAdapter(BaseCostConfig)
 
 
-def fitted_artifact_path(config: FittedCostConfig, base_dir: Path | None) -> Path:
-    """The file ``config.artifact`` names, anchored at the scenario's folder."""
-    path = Path(config.artifact)
-    return path if path.is_absolute() or base_dir is None else base_dir / path
-
-
-def fitted_base(path: Path, artifact: FittedCostArtifact) -> BaseCostConfig:
-    """The base model's ``cost:`` block stored in a fitted artifact (ConfigError if bad)."""
-    try:
-        return _BASE_ADAPTER.validate_python(artifact.base_cost)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"{path}: field 'base_cost.{where}': {first['msg']}") from None
-
-
-def load_fitted(config: FittedCostConfig, base_dir: Path | None) -> tuple[Path, FittedCostArtifact]:
-    """The artifact ``config`` names, read and validated."""
-    path = fitted_artifact_path(config, base_dir)
-    return path, load_fitted_artifact(path)
-
-
 def build_cost_model(
     config: CostConfig,
     model: ModelSpec,
@@ -275,10 +253,13 @@ def build_cost_model(
     if parallelism is not None and parallelism.is_single_device:
         parallelism = None
     if isinstance(config, FittedCostConfig):
-        path, artifact = load_fitted(config, base_dir)
-        base = build_cost_model(
-            fitted_base(path, artifact), model, hardware, path.parent, parallelism
-        )
+        path = anchored(config.artifact, base_dir)
+        artifact = load_fitted_artifact(path)
+        try:  # the base model's cost: block, stored in the artifact
+            base_config = _BASE_ADAPTER.validate_python(artifact.base_cost)
+        except ValidationError as error:
+            raise ConfigError(f"{path}: {validation_problem(error, 'base_cost')}") from None
+        base = build_cost_model(base_config, model, hardware, path.parent, parallelism)
         return FittedCost(base, artifact.parameters.to_params(), source=path.name)
     if isinstance(config, AutoCostConfig):
         if parallelism is None:

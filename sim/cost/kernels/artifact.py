@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.provenance import check_format, read_artifact, read_artifact_head, validated
+from sim.cost.provenance import (
+    anchored,
+    check_format,
+    read_artifact,
+    read_artifact_head,
+    validated,
+)
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -227,8 +233,7 @@ def shipped_name(path: Path) -> str:
 def resolve_kernel_artifact(name: str, base_dir: Path | None) -> Path:
     """The file an ``artifact:`` value names: a path (with ``/`` or a suffix) or a shipped name."""
     if "/" in name or name.endswith(SUFFIXES):
-        path = Path(name)
-        return path if path.is_absolute() or base_dir is None else base_dir / path
+        return anchored(name, base_dir)
     for path in shipped_kernel_artifacts():
         if shipped_name(path) == name:
             return path

@@ -30,6 +30,7 @@ from sim.cost.kernels.artifact import (
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
 )
+from sim.cost.provenance import anchored
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
@@ -117,9 +118,7 @@ def kernel_artifact_for(
         raise ConfigError(
             f"cost.gpu: hardware {hardware.name!r} has no aiconfigurator GPU name; set cost.gpu"
         )
-    data_dir = config.data_dir
-    if data_dir is not None and base_dir is not None and not Path(data_dir).is_absolute():
-        data_dir = str(base_dir / data_dir)
+    data_dir = None if config.data_dir is None else anchored(config.data_dir, base_dir)
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
 
 

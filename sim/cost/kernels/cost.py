@@ -18,7 +18,11 @@ import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
-from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
+from sim.cost.kernels.expert_parallel import (
+    ACTIVATION_BYTES,
+    ExpertParallelMoE,
+    check_expert_parallel,
+)
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
@@ -32,8 +36,6 @@ from sim.cost.kernels.tables import (
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
 from sim.hardware.specs import DEFAULT_STEP_OVERHEAD_S, ModelArchitecture
-
-ACTIVATION_BYTES = 2  # bf16 activations on the wire
 
 
 class KernelCost:
@@ -73,14 +75,26 @@ class KernelCost:
                 f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
             )
         self._build_dense()
-        self._build_attention()
-        self._build_comm()
+        self._mixed = artifact.has("mixed_attention")
+        if self._mixed:
+            self._prefill_attn, self._decode_attn = mixed_attention_grids(artifact)
+        else:
+            s = self.shapes
+            self._prefill_attn, self._decode_attn = attention_grids(
+                artifact, s.num_heads, s.num_kv_heads, s.head_dim
+            )
+        # The table's all-reduce when it timed this group size, else a ring over the link.
+        measured = artifact.has("allreduce") and self.tp in set(
+            artifact.tables["allreduce"]["num_gpus"]
+        )
+        self._allreduce = allreduce_grid(artifact, self.tp) if self.tp > 1 and measured else None
+        link_bytes_per_s = self.link.bandwidth_bytes_per_s * self.link.efficiency
+        self._link_s_per_byte = 1.0 / link_bytes_per_s
         self._dense_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
 
-    # -- construction ---------------------------------------------------------
-
     def _build_dense(self) -> None:
+        """The dense ops' sources: a per-layer profile, else GEMM (and MoE) tables."""
         a, arch = self.artifact, self.arch
         self._profile: ProfileDense | None = None
         self._gemm: Grid | None = None
@@ -110,25 +124,6 @@ class KernelCost:
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:
             self._gemm = gemm_grid(a)
-
-    def _build_attention(self) -> None:
-        s = self.shapes
-        self._mixed = self.artifact.has("mixed_attention")
-        if self._mixed:
-            self._prefill_attn, self._decode_attn = mixed_attention_grids(self.artifact)
-        else:
-            self._prefill_attn, self._decode_attn = attention_grids(
-                self.artifact, s.num_heads, s.num_kv_heads, s.head_dim
-            )
-
-    def _build_comm(self) -> None:
-        self._allreduce: Grid | None = None
-        if self.tp > 1 and self.artifact.has("allreduce"):
-            num_gpus = set(self.artifact.tables["allreduce"]["num_gpus"])
-            if self.tp in num_gpus:
-                self._allreduce = allreduce_grid(self.artifact, self.tp)
-        link_bytes_per_s = self.link.bandwidth_bytes_per_s * self.link.efficiency
-        self._link_s_per_byte = 1.0 / link_bytes_per_s
 
     # -- operator times (seconds) --------------------------------------------
 
