@@ -168,11 +168,6 @@ def _provenance(data: dict[str, Any], path: Path) -> KernelProvenance:
     return validated(KernelProvenance, data.get("provenance"), path, "provenance")
 
 
-def load_provenance(path: Path) -> KernelProvenance:
-    """An artifact's provenance, its tables left unbuilt (pandas frames cost ~10 ms a file)."""
-    return _provenance(read_artifact_head(path, KIND, "tables"), path)
-
-
 def load_kernel_artifact(path: Path) -> KernelArtifact:
     """Read an artifact; ConfigError naming the file and the problem."""
     import pandas as pd
@@ -260,7 +255,8 @@ def load_cached(path: Path) -> KernelArtifact:
 
 @lru_cache(maxsize=16)
 def _load_provenance(path: Path, mtime_ns: int) -> KernelProvenance:
-    return load_provenance(path)
+    # The tables left unbuilt (pandas frames cost ~10 ms a file).
+    return _provenance(read_artifact_head(path, KIND, "tables"), path)
 
 
 def load_provenance_cached(path: Path) -> KernelProvenance:

@@ -212,44 +212,13 @@ class Grid:
         return Grid(name, axis_names, axes, values)
 
     def __call__(self, *coords: float) -> float:
-        """Interpolated latency in seconds at one point.
-
-        The same operations in the same order as ``many`` (so the same bits).
-        """
-        if len(coords) != len(self.axes):
-            raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
-        if self._point is not None:  # the unrolled twin of the loop below (point_function)
+        """Interpolated latency in seconds at one point: ``many``'s operations (so its bits),
+        unrolled when ``point_function`` has a twin for this grid."""
+        if self._point is not None and len(coords) == len(self.axes):
             return self._point(*coords)
-        lows, weights, sizes = [], [], []
-        scale = 1.0
-        for axis_index, (axis, x) in enumerate(zip(self._axes_list, coords, strict=True)):
-            last = axis[-1]
-            if x > last:
-                scale = scale * x / last
-                self._warn_above(axis_index, True, np.asarray([x]))
-            sizes.append(len(axis))
-            if len(axis) == 1:
-                lows.append(0)
-                weights.append(0.0)
-                continue
-            low, weight = cell(axis, x)
-            lows.append(low)
-            weights.append(weight)
-        result = 0.0
-        flat, strides = self._flat, self._strides
-        for corner in range(1 << len(lows)):
-            offset = 0
-            corner_weight = 1.0
-            for d, low in enumerate(lows):
-                upper = (corner >> d) & 1
-                if upper and sizes[d] == 1:
-                    corner_weight = corner_weight * 0.0
-                    offset += low * strides[d]
-                    continue
-                offset += (low + upper) * strides[d]
-                corner_weight = corner_weight * (weights[d] if upper else 1.0 - weights[d])
-            result = result + corner_weight * flat[offset]
-        return result * scale
+        # stacklevel 5: a warning names the caller's line, as from a point_function twin.
+        point = [np.asarray([x], dtype=np.float64) for x in coords]
+        return float(self._lookup(point, stacklevel=5)[0])
 
     def many(self, *coords: npt.ArrayLike) -> FloatArray:
         """Interpolated latencies at many points (coordinates broadcast together)."""
@@ -261,7 +230,7 @@ class Grid:
         """Whether ``value`` lies within the measured range of one axis."""
         return bool(self.axes[axis][0] <= value <= self.axes[axis][-1])
 
-    def _lookup(self, coords: list[FloatArray]) -> FloatArray:
+    def _lookup(self, coords: list[FloatArray], stacklevel: int = 4) -> FloatArray:
         if len(coords) != len(self.axes):
             raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
         size = len(coords[0])
@@ -275,14 +244,14 @@ class Grid:
                 weights.append(np.zeros(size))
                 above = x > axis[0]
                 scale = np.where(above, scale * x / axis[0], scale)
-                self._warn_above(axis_index, bool(np.any(above)), x)
+                self._warn_above(axis_index, bool(np.any(above)), x, stacklevel)
                 continue
             clipped = np.clip(x, axis[0], axis[-1])
             low = np.clip(np.searchsorted(axis, clipped, side="right") - 1, 0, len(axis) - 2)
             weight = (clipped - axis[low]) / (axis[low + 1] - axis[low])
             above = x > axis[-1]
             scale = np.where(above, scale * x / axis[-1], scale)
-            self._warn_above(axis_index, bool(np.any(above)), x)
+            self._warn_above(axis_index, bool(np.any(above)), x, stacklevel)
             lows.append(low)
             weights.append(weight)
         result = np.zeros(size)
