@@ -186,76 +186,55 @@ _MODELS = [
 ]
 
 
+def _hf(
+    layers: int, hidden: int, heads: int, kv_heads: int, mlp: int, **more: Any
+) -> dict[str, Any]:
+    """A ``config.json``'s layer fields (``num_hidden_layers``, ``hidden_size``,
+    ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``), untied
+    embeddings, then ``more`` under their own names."""
+    return {
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": mlp,
+        "tie_word_embeddings": False,
+        **more,
+    }
+
+
 _LLAMA_31 = {"rope_theta": 500000.0, "max_position_embeddings": 131072, "vocab_size": 128256}
 _QWEN3 = {"max_position_embeddings": 40960, "vocab_size": 151936, "head_dim": 128}
 
 _CONFIGS: dict[str, dict[str, Any]] = {
-    # meta-llama/Llama-3.1-8B
-    "llama-3.1-8b": {
-        **_LLAMA_31,
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "tie_word_embeddings": False,
-    },
-    # meta-llama/Llama-3.1-70B
-    "llama-3.1-70b": {
-        **_LLAMA_31,
-        "num_hidden_layers": 80,
-        "hidden_size": 8192,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "intermediate_size": 28672,
-        "tie_word_embeddings": False,
-    },
-    # Qwen/Qwen3-8B
-    "qwen3-8b": {
-        **_QWEN3,
-        "num_hidden_layers": 36,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 12288,
-        "tie_word_embeddings": False,
-    },
-    # Qwen/Qwen3-32B
-    "qwen3-32b": {
-        **_QWEN3,
-        "num_hidden_layers": 64,
-        "hidden_size": 5120,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "intermediate_size": 25600,
-        "tie_word_embeddings": False,
-    },
+    "llama-3.1-8b": _hf(32, 4096, 32, 8, 14336, **_LLAMA_31),  # meta-llama/Llama-3.1-8B
+    "llama-3.1-70b": _hf(80, 8192, 64, 8, 28672, **_LLAMA_31),  # meta-llama/Llama-3.1-70B
+    "qwen3-8b": _hf(36, 4096, 32, 8, 12288, **_QWEN3),  # Qwen/Qwen3-8B
+    "qwen3-32b": _hf(64, 5120, 64, 8, 25600, **_QWEN3),  # Qwen/Qwen3-32B
     # Qwen/Qwen3-30B-A3B: every layer is MoE (decoder_sparse_step 1, no mlp_only_layers).
-    "qwen3-30b-a3b": {
+    "qwen3-30b-a3b": _hf(
+        48,
+        2048,
+        32,
+        4,
+        6144,
         **_QWEN3,
-        "num_hidden_layers": 48,
-        "hidden_size": 2048,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 4,
-        "intermediate_size": 6144,
-        "moe_intermediate_size": 768,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "tie_word_embeddings": False,
-    },
+        moe_intermediate_size=768,
+        num_experts=128,
+        num_experts_per_tok=8,
+    ),
     # mistralai/Mixtral-8x7B-v0.1: experts are intermediate_size wide.
-    "mixtral-8x7b": {
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "num_local_experts": 8,
-        "num_experts_per_tok": 2,
-        "vocab_size": 32000,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-    },
+    "mixtral-8x7b": _hf(
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        vocab_size=32000,
+        max_position_embeddings=32768,
+    ),
 }
 
 # servesim ModelSpec presets with the same layer shapes as an architecture preset.

@@ -226,10 +226,6 @@ class Grid:
         flat = [a.ravel() for a in arrays]
         return self._lookup(flat).reshape(arrays[0].shape)
 
-    def covers(self, axis: int, value: float) -> bool:
-        """Whether ``value`` lies within the measured range of one axis."""
-        return bool(self.axes[axis][0] <= value <= self.axes[axis][-1])
-
     def _lookup(self, coords: list[FloatArray], stacklevel: int = 4) -> FloatArray:
         if len(coords) != len(self.axes):
             raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
