@@ -39,37 +39,25 @@ FORMAT_NAME = "servesim-kernels"
 FORMAT_VERSION = 1
 KIND = "kernel artifact"
 
-# Known tables and their columns; ``latency_s`` is always last.
+# Known tables and their columns (what a row means: docs/kernels.md); ``latency_s`` is last.
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        # One GEMM y = x W^T with x of m x k and W of n x k.
         "gemm": ("m", "n", "k", "latency_s"),
-        # Prefill attention of batch_size sequences of isl_tokens each, no cache.
         "context_attention": (
             "num_heads", "num_kv_heads", "head_dim", "batch_size", "isl_tokens", "latency_s",
         ),
-        # One decode token for each of batch_size sequences with kv_tokens of context.
         "generation_attention": (
             "num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_tokens", "latency_s",
         ),
-        # One all-reduce of message_bytes over num_gpus GPUs.
         "allreduce": ("num_gpus", "message_bytes", "latency_s"),
-        # One NCCL collective (op: all_gather, reduce_scatter, alltoall, all_reduce) over
-        # num_gpus GPUs; message_bytes is the whole buffer (all_gather: the gathered output).
         "collective": ("op", "num_gpus", "message_bytes", "latency_s"),
-        # One fused MoE layer (routing, experts, combine) for num_tokens tokens.
         "moe": (
             "hidden_size", "inter_size", "topk", "num_experts", "tp_size", "ep_size",
             "num_tokens", "latency_s",
         ),
-        # One profiled MoE layer by tokens and distinct experts they activate.
         "moe_layer": ("num_tokens", "num_active_experts", "latency_s"),
-        # Ops run once per step for the sequences that sample (lm_head, sampler).
         "per_sequence": ("op", "num_seqs", "latency_s"),
-        # Per-layer (or per-step: embedding, final_layernorm) ops of one model by tokens.
         "layer_ops": ("op", "num_tokens", "latency_s"),
-        # One layer's attention over a mixed batch: one prefill chunk after
-        # kv_prefill_tokens cached, plus num_decode_seqs decodes of kv_decode_tokens.
         "mixed_attention": (
             "prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs",
             "kv_decode_tokens", "latency_s",
