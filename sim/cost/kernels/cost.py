@@ -112,14 +112,7 @@ class KernelCost:
             if self.ep > 1:
                 self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
             elif arch.moe is not None:
-                self._moe = moe_grid(
-                    a,
-                    arch.hidden_size,
-                    arch.moe.expert_intermediate_size // self.tp,
-                    arch.moe.top_k,
-                    arch.moe.num_experts,
-                    self.tp,
-                )
+                self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:

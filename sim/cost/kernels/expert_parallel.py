@@ -59,15 +59,7 @@ class ExpertParallelMoE:
         self._group_ranks = ep // tp
         self._hidden = arch.hidden_size
         self._link = link
-        self._moe: Grid = moe_grid(
-            artifact,
-            arch.hidden_size,
-            arch.moe.expert_intermediate_size,
-            arch.moe.top_k,
-            arch.moe.num_experts,
-            1,
-            ep,
-        )
+        self._moe: Grid = moe_grid(artifact, arch.moe, arch.hidden_size, 1, ep)
         self._all_gather = collective_grid(artifact, "all_gather", ep)
         self._reduce = collective_grid(artifact, "reduce_scatter", ep)
 

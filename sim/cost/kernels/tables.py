@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.errors import ConfigError
+from sim.hardware.specs import MoeSpec
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -106,31 +107,17 @@ def allreduce_grid(artifact: KernelArtifact, num_gpus: int) -> Grid:
 
 
 def moe_grid(
-    artifact: KernelArtifact,
-    hidden_size: int,
-    inter_size: int,
-    topk: int,
-    num_experts: int,
-    tp_size: int,
-    ep_size: int = 1,
+    artifact: KernelArtifact, moe: MoeSpec, hidden_size: int, tp: int, ep: int = 1
 ) -> Grid:
-    """Fused MoE layer latency by tokens, for one expert layout.
+    """Fused MoE layer latency by tokens, each expert split over ``tp`` GPUs.
 
-    With ``ep_size`` > 1 a row is one GPU's share: its ``num_experts / ep_size``
-    experts over the tokens of the whole expert-parallel group routed to them
-    (``num_tokens`` counts the group's tokens).
+    With ``ep`` > 1 (and ``tp`` 1: whole experts) a row is one GPU's share: its
+    ``num_experts / ep`` experts over the tokens of the whole expert-parallel
+    group routed to them (``num_tokens`` counts the group's tokens).
     """
-    rows = _rows(
-        artifact,
-        "moe",
-        "for the MoE layers",
-        hidden_size=hidden_size,
-        inter_size=inter_size,
-        topk=topk,
-        num_experts=num_experts,
-        tp_size=tp_size,
-        ep_size=ep_size,
-    )
+    match = {"hidden_size": hidden_size, "inter_size": moe.expert_intermediate_size // tp}
+    layout = {"topk": moe.top_k, "num_experts": moe.num_experts, "tp_size": tp, "ep_size": ep}
+    rows = _rows(artifact, "moe", "for the MoE layers", **match, **layout)
     return _grid("moe", rows, "num_tokens")
 
 
