@@ -61,7 +61,7 @@ _SHAPE_FIELDS = (
 
 
 class KernelsCostConfig(BaseModel):
-    """Kernel-table cost model (see the module docstring for the fields)."""
+    """Kernel-table cost model (its fields: ``docs/kernels.md``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
