@@ -111,6 +111,8 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
     # The empty batch (all zeros) is timed as a launch only; no step has it.
     mixed = mixed[(mixed["prefill_chunk_tokens"] > 0) | (mixed["num_decode_seqs"] > 0)]
     dtype = str(meta.get("variant", "bf16"))
+    engine = meta.get("engine_effective")
+    eager = isinstance(engine, dict) and bool(engine.get("enforce_eager"))
     provenance = KernelProvenance(
         source=f"LLMServingSim profiler {meta.get('profiler_version', '')}".strip(),
         licence=PROFILE_LICENCE,
@@ -125,18 +127,13 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
         tool_version="1",
         model=str(meta["model"]),
         tensor_parallel_size=tp,
-        kernels={"engine": "enforce_eager" if _eager(meta) else "cuda_graphs"},
+        kernels={"engine": "enforce_eager" if eager else "cuda_graphs"},
         notes=f"CUDA {meta.get('cuda_version', '?')}; imported from {tp_dir.name}",
     )
     tables["mixed_attention"] = mixed
     return KernelArtifact(
         provenance, {name: table.reset_index(drop=True) for name, table in tables.items()}
     )
-
-
-def _eager(meta: dict[str, Any]) -> bool:
-    engine = meta.get("engine_effective")
-    return isinstance(engine, dict) and bool(engine.get("enforce_eager"))
 
 
 def import_profile(src_dir: Path | str, out_path: Path | str) -> Path:
