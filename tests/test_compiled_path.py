@@ -20,7 +20,6 @@ import pytest
 from compiled_runs import assert_identical, record_plays, simulate
 
 from sim.cli import main
-from sim.cost.config import UncalibratedRoofline
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
@@ -85,7 +84,7 @@ PLAYED = {
     ),
     "no chunked prefill": engine(chunked_prefill=False, max_num_batched_tokens=1024),
     "tokenization and detokenization": engine(frontend=Frontend(1.7e-5, 2.3e-4)),
-    "a relabelled roofline": replace(engine(), cost=UncalibratedRoofline(MODEL, H100)),
+    "a relabelled roofline": replace(engine(), cost=RooflineCost(MODEL, H100, uncalibrated=True)),
 }
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sim.cli import main
 from sim.cost.kernels import aiconfigurator as aic
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator, resolve
 from sim.cost.kernels.artifact import (
@@ -17,8 +18,8 @@ from sim.cost.kernels.artifact import (
     load_kernel_artifact,
     save_artifact,
 )
-from sim.cost.kernels.llmservingsim import import_profile, main, profile_artifact
-from sim.cost.kernels.slice import export_main, export_slice
+from sim.cost.kernels.llmservingsim import import_profile, profile_artifact
+from sim.cost.kernels.slice import export_slice
 from sim.errors import ConfigError
 from sim.hardware.specs import load_architecture
 
@@ -176,9 +177,9 @@ def test_main_writes_the_artifact_and_returns_status(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "x.json.gz"
-    assert main([str(PROFILE / "tp1"), "--out", str(out)]) == 0
+    assert main(["import-profile", str(PROFILE / "tp1"), "--out", str(out)]) == 0
     assert out.is_file() and "wrote" in capsys.readouterr().out
-    assert main([str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert main(["import-profile", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
     assert "not a profile folder" in capsys.readouterr().err
 
 
@@ -289,11 +290,33 @@ def test_export_main_writes_a_slice_and_reports_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "s.json.gz"
-    argv = [GPU, "llama-3.1-8b", "--out", str(out), "--tp", "1", "2", "--data-dir", str(AIC_DATA)]
-    assert export_main(argv) == 0
+    argv = [
+        "export-kernels",
+        GPU,
+        "llama-3.1-8b",
+        "--out",
+        str(out),
+        "--tp",
+        "1",
+        "2",
+        "--data-dir",
+        str(AIC_DATA),
+    ]
+    assert main(argv) == 0
     assert "wrote" in capsys.readouterr().out
     assert "at tp 1,2" in load_kernel_artifact(out).provenance.notes
     assert (
-        export_main(["h999", "llama-3.1-8b", "--out", str(out), "--data-dir", str(AIC_DATA)]) == 2
+        main(
+            [
+                "export-kernels",
+                "h999",
+                "llama-3.1-8b",
+                "--out",
+                str(out),
+                "--data-dir",
+                str(AIC_DATA),
+            ]
+        )
+        == 2
     )
     assert "no GPU 'h999'" in capsys.readouterr().err

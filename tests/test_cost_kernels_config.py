@@ -15,10 +15,8 @@ from sim.cost.base import StepShape
 from sim.cost.config import (
     AutoCostConfig,
     CostConfig,
-    UncalibratedRoofline,
     build_auto,
     build_cost_model,
-    parallel_cost_model,
 )
 from sim.cost.kernels import aiconfigurator
 from sim.cost.kernels import config as kernels_config
@@ -36,7 +34,7 @@ from sim.cost.kernels.config import (
     kernel_auto,
 )
 from sim.cost.kernels.cost import KernelCost
-from sim.cost.roofline import ParallelRooflineCost
+from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, link_preset
 from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset, model_preset
@@ -194,7 +192,7 @@ def test_auto_is_unchanged_for_existing_presets_without_the_database(
 
 def test_auto_without_tables_is_the_labelled_roofline() -> None:
     cost = build_cost_model(AutoCostConfig(), LLAMA, hardware_preset("h100"))
-    assert isinstance(cost, UncalibratedRoofline)
+    assert type(cost) is RooflineCost
     assert cost.label == "roofline:llama-3-8b@h100 (uncalibrated)"
 
 
@@ -227,20 +225,22 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_auto_with_parallelism_uses_tables_when_they_cover_the_layout() -> None:
     tp2 = ParallelismConfig(tensor_parallel_size=2, link=link_preset("pcie5"))
-    cost = parallel_cost_model(AutoCostConfig(), LLAMA, PRO, tp2)
+    cost = build_cost_model(AutoCostConfig(), LLAMA, PRO, parallelism=tp2)
     assert isinstance(cost, KernelCost) and cost.tp == 2
     # The shipped slice has no tp4 head layout, the profile is tp1: roofline.
     tp4 = ParallelismConfig(tensor_parallel_size=4)
-    assert isinstance(parallel_cost_model(AutoCostConfig(), LLAMA, PRO, tp4), ParallelRooflineCost)
     assert isinstance(
-        parallel_cost_model(AutoCostConfig(), LLAMA, RTX4090, tp2), ParallelRooflineCost
+        build_cost_model(AutoCostConfig(), LLAMA, PRO, parallelism=tp4), ParallelRooflineCost
+    )
+    assert isinstance(
+        build_cost_model(AutoCostConfig(), LLAMA, RTX4090, parallelism=tp2), ParallelRooflineCost
     )
 
 
 def test_kind_kernels_with_parallelism_builds_the_layout() -> None:
     config = KernelsCostConfig(source="path", artifact=PRO_SLICE)
     layout = ParallelismConfig(tensor_parallel_size=2, pipeline_parallel_size=2)
-    cost = parallel_cost_model(config, LLAMA, PRO, layout)
+    cost = build_cost_model(config, LLAMA, PRO, parallelism=layout)
     assert isinstance(cost, KernelCost) and (cost.tp, cost.pp) == (2, 2)
     assert "x4(tp2,pp2)" in cost.label
     direct = build_kernels(config, LLAMA, PRO, layout)

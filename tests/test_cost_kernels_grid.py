@@ -147,9 +147,3 @@ def test_bad_grids_are_refused() -> None:
         make_grid()(1.0)
     with pytest.raises(ValueError, match="expected 2 coordinates"):
         make_grid().many([1.0])
-
-
-def test_covers_reports_the_measured_range() -> None:
-    grid = make_grid()
-    assert grid.covers(0, 1.0) and grid.covers(0, 64.0)
-    assert not grid.covers(0, 65.0) and not grid.covers(1, 100.0)

@@ -14,7 +14,6 @@ from sim.cost.calibrated import CalibratedCost, load_artifact
 from sim.cost.config import (
     AutoCostConfig,
     CalibratedCostConfig,
-    UncalibratedRoofline,
     artifact_hardware,
     build_cost_model,
     resolve_artifact,
@@ -46,7 +45,7 @@ def test_auto_uses_the_shipped_artifact_for_its_model_and_hardware() -> None:
 
 def test_auto_falls_back_to_a_roofline_labelled_uncalibrated() -> None:
     cost = build_cost_model(AutoCostConfig(), LLAMA, H100)
-    assert isinstance(cost, UncalibratedRoofline)
+    assert type(cost) is RooflineCost
     assert cost.label.endswith("(uncalibrated)")
     # Same numbers as the plain roofline: only the label differs.
     assert cost.step_s(DECODE) == RooflineCost(LLAMA, H100).step_s(DECODE)

@@ -16,7 +16,7 @@ from sim.cost.config import (
     CalibratedCostConfig,
     LinearCostConfig,
     RooflineCostConfig,
-    parallel_cost_model,
+    build_cost_model,
 )
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost, ring_allreduce_s
 from sim.errors import ConfigError
@@ -198,16 +198,18 @@ def test_label_shows_the_layout() -> None:
 
 def test_cost_kinds_with_a_parallel_layout(tmp_path: Path) -> None:
     tp4 = layout(4)
-    auto = parallel_cost_model(AutoCostConfig(), LLAMA_70B, H100, tp4)
+    auto = build_cost_model(AutoCostConfig(), LLAMA_70B, H100, parallelism=tp4)
     assert auto.label == "roofline:llama-3-70b@h100x4(tp4) (uncalibrated)"
-    tuned = parallel_cost_model(RooflineCostConfig(step_overhead_s=0.0), LLAMA_70B, H100, tp4)
+    tuned = build_cost_model(
+        RooflineCostConfig(step_overhead_s=0.0), LLAMA_70B, H100, parallelism=tp4
+    )
     assert tuned.step_s(decode()) == pytest.approx(cost(4).step_s(decode()) - 2e-3)
     linear_config = LinearCostConfig(per_decode_seq_s=1e-3, per_prefill_token_s=1e-5)
-    linear = parallel_cost_model(linear_config, LLAMA_70B, H100, tp4)
+    linear = build_cost_model(linear_config, LLAMA_70B, H100, parallelism=tp4)
     assert linear.step_s(decode(10)) == pytest.approx(1e-2)  # coefficients price the replica
     calibrated = CalibratedCostConfig(artifact="cpu-tiny-fp32")
     with pytest.raises(ConfigError, match="not supported yet") as info:
-        parallel_cost_model(calibrated, LLAMA_70B, H100, tp4, tmp_path)
+        build_cost_model(calibrated, LLAMA_70B, H100, tmp_path, tp4)
     assert "\n" not in str(info.value)
-    single = parallel_cost_model(RooflineCostConfig(), LLAMA_8B, H100, layout())
-    assert isinstance(single, RooflineCost)
+    single = build_cost_model(RooflineCostConfig(), LLAMA_8B, H100, parallelism=layout())
+    assert type(single) is RooflineCost

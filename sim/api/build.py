@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.base import CostModel
-from sim.cost.config import parallel_cost_model
+from sim.cost.config import build_cost_model
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler
@@ -65,8 +65,8 @@ def kv_blocks_for(scenario: Scenario) -> int:
 
 def cost_model_for(scenario: Scenario, base_dir: Path | None = None) -> CostModel:
     """The cost model a scenario names."""
-    return parallel_cost_model(
-        scenario.cost, model_for(scenario), scenario.hardware, scenario.parallelism, base_dir
+    return build_cost_model(
+        scenario.cost, model_for(scenario), scenario.hardware, base_dir, scenario.parallelism
     )
 
 

@@ -116,12 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = lambda message, *_, **__: f"servesim: warning: {message}\n"
     line = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(line[0] if line else None, lazy=True)
-    if line and line[0] in FORWARDED:
-        module, function = FORWARDED[line[0]][1].split(".")
-        forwarded = importlib.import_module(f"sim.cost.kernels.{module}")
-        return int(getattr(forwarded, function)(line[1:]))
-    args = parser.parse_args(line)
     try:
+        if line and line[0] in FORWARDED:
+            module, function = FORWARDED[line[0]][1].split(".")
+            forwarded = importlib.import_module(f"sim.cost.kernels.{module}")
+            return int(getattr(forwarded, function)(line[1:]))
+        args = parser.parse_args(line)
         return int(args.handler(args))
     except ConfigError as error:
         print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)

@@ -177,12 +177,8 @@ def ends_until_cut(
 
 
 def run_ends_for(cost: CostModel) -> RunEnds:
-    """End times (s) of ``cost``'s skip-ahead runs: the first step's
-    (``first_end_s``), then ``num_decode_steps`` decode steps of ``num_seqs``
-    sequences with ``context_tokens`` summed context in the first of them, cut by
-    ``ends_until_cut``. The durations' source is looked up once (an executor
-    prices a run per plan): ``decode_durations_s`` if the model has it, else
-    every step priced by ``decode_steps_s``."""
+    """End times (s) of ``cost``'s skip-ahead runs (module docstring). The durations'
+    source is looked up once, here: an executor prices a run per plan."""
     lazy: Durations | None = getattr(cost, "decode_durations_s", None)
     durations: Durations = lazy or partial(_all_priced, cost)
 

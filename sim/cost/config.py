@@ -18,8 +18,7 @@
   model on this hardware, else the roofline, labelled uncalibrated so that
   nobody mistakes it for a measurement.
 
-``build_cost_model`` builds one for one GPU, ``parallel_cost_model`` for a
-replica laid out over several.
+``build_cost_model`` builds one, for one GPU or a replica laid out over several.
 """
 
 from __future__ import annotations
@@ -40,9 +39,10 @@ from sim.cost.calibrated import (
     load_artifact,
     scale_to_hardware,
 )
-from sim.cost.fitted import FittedCost, FittedCostArtifact, load_fitted_artifact
+from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto
 from sim.cost.linear import LinearCost, zero_step_problem
+from sim.cost.provenance import anchored, validation_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
@@ -90,8 +90,7 @@ def shipped_artifacts() -> list[Path]:
 def resolve_artifact(name: str, base_dir: Path | None) -> Path:
     """The file an ``artifact:`` value names (ConfigError listing shipped names)."""
     if "/" in name or name.endswith(".json"):
-        path = Path(name)
-        return path if path.is_absolute() or base_dir is None else base_dir / path
+        return anchored(name, base_dir)
     folder = artifacts_dir()
     path = folder / f"{name}.json" if folder is not None else Path(f"{name}.json")
     if not path.exists():
@@ -137,14 +136,6 @@ def build_calibrated(
     return CalibratedCost(artifact.fit, label=f"{artifact_label(artifact)} [{path.name}]")
 
 
-class UncalibratedRoofline(RooflineCost):
-    """The roofline model, labelled so reports say no measurement backs it."""
-
-    @property
-    def label(self) -> str:
-        return f"{super().label} (uncalibrated)"
-
-
 @lru_cache(maxsize=32)
 def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
     """A shipped artifact, parsed once per file version (sweeps and capacity
@@ -168,7 +159,7 @@ def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
             label = f"{artifact_label(artifact)} [{path.name}]"
             return CalibratedCost(artifact.fit, label=label)
-    return UncalibratedRoofline(model, hardware)
+    return RooflineCost(model, hardware, uncalibrated=True)
 
 
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -243,45 +234,50 @@ CostConfig = Annotated[
 _BASE_ADAPTER: TypeAdapter[BaseCostConfig] = TypeAdapter(BaseCostConfig)
 
 
-def fitted_artifact_path(config: FittedCostConfig, base_dir: Path | None) -> Path:
-    """The file ``config.artifact`` names, anchored at the scenario's folder."""
-    path = Path(config.artifact)
-    return path if path.is_absolute() or base_dir is None else base_dir / path
-
-
-def fitted_base(path: Path, artifact: FittedCostArtifact) -> BaseCostConfig:
-    """The base model's ``cost:`` block stored in a fitted artifact (ConfigError if bad)."""
-    try:
-        return _BASE_ADAPTER.validate_python(artifact.base_cost)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"{path}: field 'base_cost.{where}': {first['msg']}") from None
-
-
-def load_fitted(config: FittedCostConfig, base_dir: Path | None) -> tuple[Path, FittedCostArtifact]:
-    """The artifact ``config`` names, read and validated."""
-    path = fitted_artifact_path(config, base_dir)
-    return path, load_fitted_artifact(path)
-
-
 def build_cost_model(
-    config: CostConfig, model: ModelSpec, hardware: HardwareSpec, base_dir: Path | None = None
+    config: CostConfig,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    base_dir: Path | None = None,
+    parallelism: ParallelismConfig | None = None,
 ) -> CostModel:
     """The cost model ``config`` describes, for ``model`` running on ``hardware``.
 
     ``base_dir`` anchors a relative artifact path (the scenario file's folder).
+    A replica laid out over several GPUs (``parallelism``): kernels (and auto,
+    when kernel tables cover the layout) become a ``KernelCost`` for the
+    layout; roofline (and auto otherwise) become ``ParallelRooflineCost``;
+    linear coefficients are taken to price the whole replica as given;
+    calibrated artifacts, measured on one device, are refused.
     """
-    if isinstance(config, AutoCostConfig):
-        return build_auto(model, hardware)
+    if parallelism is not None and parallelism.is_single_device:
+        parallelism = None
     if isinstance(config, FittedCostConfig):
-        path, artifact = load_fitted(config, base_dir)
-        base = build_cost_model(fitted_base(path, artifact), model, hardware, path.parent)
+        path = anchored(config.artifact, base_dir)
+        artifact = load_fitted_artifact(path)
+        try:  # the base model's cost: block, stored in the artifact
+            base_config = _BASE_ADAPTER.validate_python(artifact.base_cost)
+        except ValidationError as error:
+            raise ConfigError(f"{path}: {validation_problem(error, 'base_cost')}") from None
+        base = build_cost_model(base_config, model, hardware, path.parent, parallelism)
         return FittedCost(base, artifact.parameters.to_params(), source=path.name)
+    if isinstance(config, AutoCostConfig):
+        if parallelism is None:
+            return build_auto(model, hardware)
+        kernels = kernel_auto(model, hardware, parallelism)
+        if kernels is not None:
+            return kernels
+        return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
     if isinstance(config, CalibratedCostConfig):
+        if parallelism is not None:
+            raise ConfigError(
+                f"cost: calibrated artifacts are measured on one device; layout "
+                f"{parallelism.layout} ({parallelism.num_gpus} GPUs) is not supported yet "
+                "(use cost.kind roofline or auto)"
+            )
         return build_calibrated(config, model, hardware, base_dir)
     if isinstance(config, KernelsCostConfig):
-        return build_kernels(config, model, hardware, None, base_dir)
+        return build_kernels(config, model, hardware, parallelism, base_dir)
     if isinstance(config, LinearCostConfig):
         return LinearCost(**config.model_dump(exclude={"kind"}))
     if isinstance(config, RooflineCostConfig):
@@ -290,53 +286,8 @@ def build_cost_model(
             for field, value in config.model_dump(exclude={"kind"}).items()
             if value is not None
         }
-        return RooflineCost(model, hardware.model_copy(update=overrides))
+        tuned = hardware.model_copy(update=overrides)
+        if parallelism is None:
+            return RooflineCost(model, tuned)
+        return ParallelRooflineCost(model, tuned, parallelism)
     raise TypeError(f"unknown cost config {type(config).__name__}")  # pragma: no cover
-
-
-def parallel_cost_model(
-    config: CostConfig,
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    parallelism: ParallelismConfig | None,
-    base_dir: Path | None = None,
-) -> CostModel:
-    """The cost model ``config`` describes for a replica laid out as ``parallelism``.
-
-    One GPU is exactly ``build_cost_model``. Several: kernels (and auto, when
-    kernel tables cover the layout) become a ``KernelCost`` for the layout;
-    roofline (and auto otherwise) become ``ParallelRooflineCost``; linear
-    coefficients are taken to price the whole replica as given; calibrated
-    artifacts, measured on one device, are refused.
-    """
-    if parallelism is None or parallelism.is_single_device:
-        return build_cost_model(config, model, hardware, base_dir)
-    if isinstance(config, FittedCostConfig):
-        path, artifact = load_fitted(config, base_dir)
-        base = parallel_cost_model(
-            fitted_base(path, artifact), model, hardware, parallelism, path.parent
-        )
-        return FittedCost(base, artifact.parameters.to_params(), source=path.name)
-    if isinstance(config, RooflineCostConfig):
-        overrides = {
-            field: value
-            for field, value in config.model_dump(exclude={"kind"}).items()
-            if value is not None
-        }
-        return ParallelRooflineCost(model, hardware.model_copy(update=overrides), parallelism)
-    if isinstance(config, KernelsCostConfig):
-        return build_kernels(config, model, hardware, parallelism, base_dir)
-    if isinstance(config, AutoCostConfig):
-        kernels = kernel_auto(model, hardware, parallelism)
-        if kernels is not None:
-            return kernels
-        return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
-    if isinstance(config, LinearCostConfig):
-        return build_cost_model(config, model, hardware, base_dir)
-    if isinstance(config, CalibratedCostConfig):
-        raise ConfigError(
-            f"cost: calibrated artifacts are measured on one device; layout "
-            f"{parallelism.layout} ({parallelism.num_gpus} GPUs) is not supported yet "
-            "(use cost.kind roofline or auto)"
-        )
-    raise ConfigError(f"cost.kind {config.kind!r} does not support parallelism yet")

@@ -71,34 +71,47 @@ SMALL_RUN_STEPS = 24
 
 
 class RooflineCost:
-    """Step time from model and hardware specs by the roofline formula (see module)."""
+    """Step time from model and hardware specs by the roofline formula (see module).
+
+    ``uncalibrated`` labels it so that reports say no measurement backs it
+    (``kind: auto``'s fallback).
+    """
 
     __slots__ = (
         "_overhead_s",
         "_s_per_attention_pair",
         "_s_per_dense_token",
         "_s_per_kv_token",
+        "_suffix",
         "_weight_s",
         "hardware",
         "model",
     )
 
-    def __init__(self, model: ModelSpec, hardware: HardwareSpec) -> None:
+    tensor_parallel_size = 1  # GPUs splitting each layer (ParallelRooflineCost: the layout's)
+
+    def __init__(
+        self, model: ModelSpec, hardware: HardwareSpec, uncalibrated: bool = False
+    ) -> None:
         self.model = model
         self.hardware = hardware
+        self._suffix = " (uncalibrated)" if uncalibrated else ""
         # Everything is folded into seconds-per-count constants once, so that
-        # step_s is a handful of float operations.
+        # step_s is a handful of float operations. One GPU of a tp group does 1/tp
+        # of the FLOPs and weight reads (x / 1 is exact: tp = 1 is the plain roofline).
+        tp = self.tensor_parallel_size
         flops_per_s = hardware.peak_flops_per_s * hardware.compute_efficiency
         bytes_per_s = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
+        kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
         self._overhead_s = hardware.step_overhead_s
-        self._s_per_dense_token = model.dense_flops_per_token / flops_per_s
-        self._s_per_attention_pair = model.attention_flops_per_pair / flops_per_s
-        self._weight_s = model.weight_bytes / bytes_per_s
-        self._s_per_kv_token = model.kv_bytes_per_token / bytes_per_s
+        self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
+        self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
+        self._weight_s = model.weight_bytes / tp / bytes_per_s
+        self._s_per_kv_token = model.kv_bytes_per_token * kv_share / bytes_per_s
 
     @property
     def label(self) -> str:
-        return f"roofline:{self.model.name}@{self.hardware.name}"
+        return f"roofline:{self.model.name}@{self.hardware.name}{self._suffix}"
 
     def compute_s(self, shape: StepShape) -> float:
         """Seconds the step's FLOPs take at effective peak (no overhead)."""
@@ -139,6 +152,9 @@ class RooflineCost:
         # Integer-valued float64 arrays are exact below 2**53, and the operations
         # mirror step_s one for one, so the results match it bit for bit.
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
+        return self._decode_array(num_seqs, contexts)
+
+    def _decode_array(self, num_seqs: int, contexts: FloatArray) -> FloatArray:
         compute = self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts
         memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs)
         out: FloatArray = self._overhead_s + np.maximum(compute, memory)
@@ -167,7 +183,7 @@ class RooflineCost:
             context += num_seqs
 
     def __repr__(self) -> str:
-        return f"RooflineCost(model={self.model.name!r}, hardware={self.hardware.name!r})"
+        return f"{type(self).__name__}({self.label!r})"
 
 
 def ring_allreduce_s(
@@ -180,25 +196,18 @@ def ring_allreduce_s(
     return steps / num_gpus * message_bytes / bandwidth_bytes_per_s + steps * latency_s
 
 
-class ParallelRooflineCost:
-    """Roofline step time of a tensor/pipeline-parallel replica (see module)."""
+class ParallelRooflineCost(RooflineCost):
+    """Roofline step time of a tensor/pipeline-parallel replica (see module): the
+    per-GPU constants of ``RooflineCost`` plus all-reduces and pipeline stages."""
 
     __slots__ = (
         "_allreduce_latency_s",
         "_allreduce_s_per_token",
         "_max_micro_batches",
-        "_overhead_s",
         "_p2p_hops",
         "_p2p_latency_s",
         "_p2p_s_per_token",
         "_pp",
-        "_s_per_attention_pair",
-        "_s_per_dense_token",
-        "_s_per_kv_token",
-        "_suffix",
-        "_weight_s",
-        "hardware",
-        "model",
         "parallelism",
     )
 
@@ -212,19 +221,12 @@ class ParallelRooflineCost:
         problem = layout_problem(model, parallelism)
         if problem is not None:
             raise ConfigError(problem)
-        self.model, self.hardware, self.parallelism = model, hardware, parallelism
+        self.parallelism = parallelism
+        super().__init__(model, hardware, uncalibrated)
         tp = parallelism.tensor_parallel_size
-        flops_per_s = hardware.peak_flops_per_s * hardware.compute_efficiency
-        bytes_per_s = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
         link = parallelism.link
         link_bytes_per_s = link.bandwidth_bytes_per_s * link.efficiency
         activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
-        kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
-        self._overhead_s = hardware.step_overhead_s
-        self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
-        self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
-        self._weight_s = model.weight_bytes / tp / bytes_per_s
-        self._s_per_kv_token = model.kv_bytes_per_token * kv_share / bytes_per_s
         num_allreduces = 2 * model.num_layers  # attention output and MLP output
         self._allreduce_s_per_token = num_allreduces * ring_allreduce_s(
             activation_bytes_per_token, tp, link_bytes_per_s, 0.0
@@ -235,7 +237,10 @@ class ParallelRooflineCost:
         self._p2p_hops = self._pp - 1
         self._p2p_s_per_token = activation_bytes_per_token / link_bytes_per_s
         self._p2p_latency_s = link.latency_s
-        self._suffix = " (uncalibrated)" if uncalibrated else ""
+
+    @property
+    def tensor_parallel_size(self) -> int:  # type: ignore[override]
+        return self.parallelism.tensor_parallel_size
 
     @property
     def label(self) -> str:
@@ -272,29 +277,14 @@ class ParallelRooflineCost:
         )
         return self._overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
-        if num_seqs == 0 or num_steps <= SMALL_RUN_STEPS:
-            # numpy's per-call overhead dominates below ~30 elements.
-            return np.fromiter(durations, np.float64, num_steps)
+    def _decode_array(self, num_seqs: int, contexts: FloatArray) -> FloatArray:
+        # Both paths mirror step_s operation for operation, so the same bits.
         m = self._micro_batches(num_seqs)
         slots, comm, p2p = self._fixed_s(num_seqs, m)
-        # Both paths mirror step_s operation for operation, so the same bits.
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
         compute = (self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts) / m
         memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs) / m
         out: FloatArray = self._overhead_s + slots * (np.maximum(compute, memory) + comm) + p2p
         return out
-
-    def decode_durations_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
-    ) -> Iterator[float]:
-        """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.base``: none past a run's cut)."""
-        if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
-            return self._durations(num_seqs, context_tokens)
-        no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
-        return repeat(0.0)  # steps of no sequence take no time
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         m = self._micro_batches(num_seqs)
@@ -308,9 +298,3 @@ class ParallelRooflineCost:
             memory = weight_s + kv_s * (context + num_seqs) / m
             yield overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
             context += num_seqs
-
-    def __repr__(self) -> str:
-        return (
-            f"ParallelRooflineCost(model={self.model.name!r}, "
-            f"hardware={self.hardware.name!r}, layout={self.parallelism.layout!r})"
-        )

@@ -14,27 +14,10 @@ parallelism the GPU of the largest stage (``ceil(layers / pp)`` layers) bounds
 the pool. When a scenario gives the block count vLLM logged
 (``engine.num_kv_blocks``), none of this runs.
 
-The memory terms vLLM subtracts come one function each. vLLM v1 measures
-them at start-up (``Worker.determine_available_memory``,
-``vllm/utils/mem_utils.memory_profiling``); servesim cannot run the model, so
-the terms it cannot compute from the model's shape are estimates, each with
-its constant and where it comes from. All figures are for one GPU, in bytes.
-
-Computed:
-
-- total memory: what CUDA reports (``HardwareSpec.cuda_memory_bytes``, else
-  the datasheet ``memory_bytes``);
-- weights: ``model.weight_bytes / num_gpus``.
-
-Estimated:
-
-- peak activations of the profile run: the larger of the forward pass over
-  ``max_num_batched_tokens`` tokens, ``4 x tokens x (hidden + intermediate /
-  tp) x activation bytes``, and the dummy sampler run over ``min(max_num_seqs,
-  max_num_batched_tokens)`` rows of logits, ``rows x vocab x 24`` bytes;
-- non-torch memory (cuBLAS and attention workspaces): 0.2 GiB;
-- CUDA-graph memory (vLLM >= 0.21 subtracts its estimate by default): 15 MiB
-  per layer on the GPU.
+vLLM measures the terms at start-up; servesim cannot run the model, so total
+memory, weights and block bytes are computed and the rest are estimates, one
+function each, each constant with where it comes from (the table of terms:
+``docs/vllm-fidelity.md``, "KV capacity as vLLM computes it").
 """
 
 from __future__ import annotations

@@ -2,40 +2,28 @@
 
 Read top to bottom:
 
-- ``ModelSpec``: the shape of a Llama-style decoder (RMSNorm, grouped-query
-  attention, gated SiLU MLP), what memory sizing and the roofline need;
-  parameter count, weight bytes, KV bytes per token and FLOPs per token are
-  derived from it. The ``tiny`` preset is also what ``calibration/`` builds as
-  a real PyTorch model, so its shape lives here and nowhere else.
+- ``ModelSpec``: the shape of a Llama-style decoder, what memory sizing and
+  the roofline need. The ``tiny`` preset is also what ``calibration/`` builds
+  as a real PyTorch model, so its shape lives here and nowhere else.
 - ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
   presets (no download at run time), copied from each model's published
   ``config.json`` (as also shipped in aiconfigurator-core 0.12.0
-  ``model_configs/``); ``MODEL_SPEC_ALIASES`` maps ``ModelSpec`` preset names
-  with the same shapes.
+  ``model_configs/``).
 - ``context_problem``: vLLM refuses a ``max_model_len`` beyond the model's
   ``max_position_embeddings``. One shape can have several releases
   (Llama-3-8B: 8192 tokens; Llama-3.1-8B, the same shapes: 131072), so the
   limit is the longest release with those shapes; an inline model with
   another name has no known limit and is not checked.
-- ``ModelArchitecture``: the shapes of every GEMM and attention call of a
-  decoder layer, as the kernel cost model needs them, mixture-of-experts
-  included; ``load_architecture`` reads a preset name or a ``config.json``
-  path (a missing field is a ``ConfigError`` naming the file and the field),
-  ``to_model_spec`` converts for KV sizing (same weight and KV bytes).
-- ``HardwareSpec``: one accelerator: datasheet peak dense FLOP/s and memory
-  bandwidth, memory size, the fractions of peak a real engine reaches, and a
-  fixed per-step overhead (scheduling, kernel launches, sampling). Presets
-  give dense (non-sparse) bf16 tensor-core FLOP/s, bandwidth and memory in
-  decimal GB from each vendor's datasheet, cited per entry; their
-  efficiencies and overheads are the roofline's guesses (kernel tables do not
-  use them). Kernel-table sources name the GPUs their own way
-  (aiconfigurator-core ``h100_sxm``, LLMServingSim ``RTXPRO6000``):
-  ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES`` find tables measured on a
-  preset's card.
-- Presets and references: in a scenario, ``model:`` and ``hardware:`` accept a
-  preset name (``model: llama-3-8b``), an inline spec (a mapping with every
-  field), or a preset with overrides (``{preset: llama-3-8b, kv_dtype_bytes:
-  1}``); see ``ModelRef`` and ``HardwareRef``.
+- ``ModelArchitecture``: the shapes of every GEMM and attention call, as the
+  kernel cost model needs them, mixture-of-experts included
+  (``load_architecture``: a preset name or a ``config.json`` path).
+- ``HardwareSpec``: one accelerator. Presets give datasheet figures, cited per
+  entry; their efficiencies and overheads are the roofline's guesses (kernel
+  tables do not use them). ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES``
+  find kernel tables measured on a preset's card.
+- In a scenario, ``model:`` and ``hardware:`` accept a preset name, an inline
+  spec (a mapping with every field), or a preset with overrides (``{preset:
+  llama-3-8b, kv_dtype_bytes: 1}``); see ``ModelRef`` and ``HardwareRef``.
 """
 
 from __future__ import annotations
@@ -173,25 +161,7 @@ TINY_MODEL = ModelSpec(
 )
 
 _MODELS = [
-    # Shapes from each model's published config.json.
-    ModelSpec(
-        name="llama-3-8b",
-        num_layers=32,
-        hidden_size=4096,
-        num_attention_heads=32,
-        num_kv_heads=8,
-        intermediate_size=14336,
-        vocab_size=128256,
-    ),
-    ModelSpec(
-        name="llama-3-70b",
-        num_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_kv_heads=8,
-        intermediate_size=28672,
-        vocab_size=128256,
-    ),
+    # Shapes from each model's published config.json (more below, from HF_CONFIGS).
     ModelSpec(
         name="qwen2.5-7b",
         num_layers=28,
@@ -216,76 +186,55 @@ _MODELS = [
 ]
 
 
+def _hf(
+    layers: int, hidden: int, heads: int, kv_heads: int, mlp: int, **more: Any
+) -> dict[str, Any]:
+    """A ``config.json``'s layer fields (``num_hidden_layers``, ``hidden_size``,
+    ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``), untied
+    embeddings, then ``more`` under their own names."""
+    return {
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "intermediate_size": mlp,
+        "tie_word_embeddings": False,
+        **more,
+    }
+
+
 _LLAMA_31 = {"rope_theta": 500000.0, "max_position_embeddings": 131072, "vocab_size": 128256}
 _QWEN3 = {"max_position_embeddings": 40960, "vocab_size": 151936, "head_dim": 128}
 
 _CONFIGS: dict[str, dict[str, Any]] = {
-    # meta-llama/Llama-3.1-8B
-    "llama-3.1-8b": {
-        **_LLAMA_31,
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "tie_word_embeddings": False,
-    },
-    # meta-llama/Llama-3.1-70B
-    "llama-3.1-70b": {
-        **_LLAMA_31,
-        "num_hidden_layers": 80,
-        "hidden_size": 8192,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "intermediate_size": 28672,
-        "tie_word_embeddings": False,
-    },
-    # Qwen/Qwen3-8B
-    "qwen3-8b": {
-        **_QWEN3,
-        "num_hidden_layers": 36,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 12288,
-        "tie_word_embeddings": False,
-    },
-    # Qwen/Qwen3-32B
-    "qwen3-32b": {
-        **_QWEN3,
-        "num_hidden_layers": 64,
-        "hidden_size": 5120,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "intermediate_size": 25600,
-        "tie_word_embeddings": False,
-    },
+    "llama-3.1-8b": _hf(32, 4096, 32, 8, 14336, **_LLAMA_31),  # meta-llama/Llama-3.1-8B
+    "llama-3.1-70b": _hf(80, 8192, 64, 8, 28672, **_LLAMA_31),  # meta-llama/Llama-3.1-70B
+    "qwen3-8b": _hf(36, 4096, 32, 8, 12288, **_QWEN3),  # Qwen/Qwen3-8B
+    "qwen3-32b": _hf(64, 5120, 64, 8, 25600, **_QWEN3),  # Qwen/Qwen3-32B
     # Qwen/Qwen3-30B-A3B: every layer is MoE (decoder_sparse_step 1, no mlp_only_layers).
-    "qwen3-30b-a3b": {
+    "qwen3-30b-a3b": _hf(
+        48,
+        2048,
+        32,
+        4,
+        6144,
         **_QWEN3,
-        "num_hidden_layers": 48,
-        "hidden_size": 2048,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 4,
-        "intermediate_size": 6144,
-        "moe_intermediate_size": 768,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "tie_word_embeddings": False,
-    },
+        moe_intermediate_size=768,
+        num_experts=128,
+        num_experts_per_tok=8,
+    ),
     # mistralai/Mixtral-8x7B-v0.1: experts are intermediate_size wide.
-    "mixtral-8x7b": {
-        "num_hidden_layers": 32,
-        "hidden_size": 4096,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "intermediate_size": 14336,
-        "num_local_experts": 8,
-        "num_experts_per_tok": 2,
-        "vocab_size": 32000,
-        "max_position_embeddings": 32768,
-        "tie_word_embeddings": False,
-    },
+    "mixtral-8x7b": _hf(
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        num_local_experts=8,
+        num_experts_per_tok=2,
+        vocab_size=32000,
+        max_position_embeddings=32768,
+    ),
 }
 
 # servesim ModelSpec presets with the same layer shapes as an architecture preset.
@@ -382,37 +331,18 @@ class ModelArchitecture(BaseModel):
             width = self.moe.num_experts * self.moe.expert_intermediate_size + (
                 self.moe.shared_expert_intermediate_size or 0
             )
+        shapes = self.model_dump(exclude={"max_position_embeddings", "moe"})
         return ModelSpec(
-            name=self.name,
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_attention_heads=self.num_attention_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            intermediate_size=width,
-            vocab_size=self.vocab_size,
+            **{**shapes, "intermediate_size": width},
             weight_dtype_bytes=weight_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
-            tied_embeddings=self.tied_embeddings,
-            attention_qkv_bias=self.attention_qkv_bias,
         )
 
 
 def from_model_spec(spec: ModelSpec, max_position_embeddings: int = 131072) -> ModelArchitecture:
     """The dense architecture of a ``ModelSpec`` (which has no MoE or context length)."""
-    return ModelArchitecture(
-        name=spec.name,
-        num_layers=spec.num_layers,
-        hidden_size=spec.hidden_size,
-        num_attention_heads=spec.num_attention_heads,
-        num_kv_heads=spec.num_kv_heads,
-        head_dim=spec.head_dim,
-        intermediate_size=spec.intermediate_size,
-        vocab_size=spec.vocab_size,
-        max_position_embeddings=max_position_embeddings,
-        tied_embeddings=spec.tied_embeddings,
-        attention_qkv_bias=spec.attention_qkv_bias,
-    )
+    shapes = spec.model_dump(exclude={"weight_dtype_bytes", "kv_dtype_bytes"})
+    return ModelArchitecture(**shapes, max_position_embeddings=max_position_embeddings)
 
 
 def _field(config: dict[str, Any], where: str, *names: str) -> int:
@@ -528,41 +458,37 @@ _MIB = 2**20
 # known, CUDA's is taken as that minus 0.43 GiB (an estimate).
 _DRIVER_RESERVED_BYTES = 0.43 * _GIB
 
+
+def _gpu(
+    name: str,
+    peak_flops_per_s: float,
+    memory_bandwidth_bytes_per_s: float,
+    memory_bytes: float,
+    cuda_memory_bytes: float | None = None,
+) -> HardwareSpec:
+    """A datasheet GPU with the default efficiencies and step overhead."""
+    return HardwareSpec(
+        name=name,
+        peak_flops_per_s=peak_flops_per_s,
+        memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
+        memory_bytes=memory_bytes,
+        cuda_memory_bytes=cuda_memory_bytes,
+    )
+
+
+# Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
+# bandwidth, and memory in decimal GB as marketed, then CUDA's total memory where
+# known. Overheads are guesses of a vLLM-like engine's per-step CPU work, to be
+# replaced by calibration.
 _HARDWARE = [
-    # Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
-    # bandwidth, and memory in decimal GB as marketed. Overheads are guesses of a
-    # vLLM-like engine's per-step CPU work, to be replaced by calibration.
     # CUDA total 79.22 GiB: vLLM's "total_gpu_memory 79.22GiB" on an H100
     # (vllm-project/vllm PR #10511).
-    HardwareSpec(
-        name="h100",
-        peak_flops_per_s=989e12,
-        memory_bandwidth_bytes_per_s=3.35e12,
-        memory_bytes=80 * _GB,
-        cuda_memory_bytes=79.22 * _GIB,
-    ),
+    _gpu("h100", 989e12, 3.35e12, 80 * _GB, 79.22 * _GIB),
     # nvidia-smi: 143771 MiB.
-    HardwareSpec(
-        name="h200",
-        peak_flops_per_s=989e12,
-        memory_bandwidth_bytes_per_s=4.8e12,
-        memory_bytes=141 * _GB,
-        cuda_memory_bytes=143771 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
+    _gpu("h200", 989e12, 4.8e12, 141 * _GB, 143771 * _MIB - _DRIVER_RESERVED_BYTES),
     # nvidia-smi (A100-SXM4-80GB): 81920 MiB.
-    HardwareSpec(
-        name="a100-80gb",
-        peak_flops_per_s=312e12,
-        memory_bandwidth_bytes_per_s=2.039e12,
-        memory_bytes=80 * _GB,
-        cuda_memory_bytes=81920 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
-    HardwareSpec(
-        name="l4",
-        peak_flops_per_s=121e12,
-        memory_bandwidth_bytes_per_s=300e9,
-        memory_bytes=24 * _GB,
-    ),
+    _gpu("a100-80gb", 312e12, 2.039e12, 80 * _GB, 81920 * _MIB - _DRIVER_RESERVED_BYTES),
+    _gpu("l4", 121e12, 300e9, 24 * _GB),
     # The 2-core dev machine: peak and bandwidth are measured (fp32 matmul, large
     # copies), so bandwidth needs no further discount; small eager-mode matmuls
     # reach well under the big-matmul rate, hence the compute discount.
@@ -575,78 +501,28 @@ _HARDWARE = [
         memory_efficiency=1.0,
         step_overhead_s=1e-3,
     ),
-]
-
-
-_MORE_GPUS = [
     # NVIDIA Ada whitepaper: 165.2 TFLOPS bf16 (fp32 accumulate), 1008 GB/s GDDR6X, 24 GB.
     # CUDA total 25250627584 B: LLMServingSim's vLLM 0.19 run (shared/data/llmservingsim,
     # bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json, device_total_memory_bytes).
-    HardwareSpec(
-        name="rtx-4090",
-        peak_flops_per_s=165.2 * _T,
-        memory_bandwidth_bytes_per_s=1008e9,
-        memory_bytes=24 * _GB,
-        cuda_memory_bytes=25250627584,
-    ),
+    _gpu("rtx-4090", 165.2 * _T, 1008e9, 24 * _GB, 25250627584),
     # RTX PRO 6000 Blackwell Server Edition datasheet: 4 PFLOPS fp4 with sparsity,
     # i.e. ~500 TFLOPS dense bf16 (fp4 / 8); 1.79 TB/s GDDR7; 96 GB. nvidia-smi: 97887 MiB.
-    HardwareSpec(
-        name="rtx-pro-6000",
-        peak_flops_per_s=500 * _T,
-        memory_bandwidth_bytes_per_s=1792e9,
-        memory_bytes=96 * _GB,
-        cuda_memory_bytes=97887 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
+    _gpu("rtx-pro-6000", 500 * _T, 1792e9, 96 * _GB, 97887 * _MIB - _DRIVER_RESERVED_BYTES),
     # L40S datasheet: 362 TFLOPS bf16 dense (733 sparse), 864 GB/s, 48 GB.
-    HardwareSpec(
-        name="l40s",
-        peak_flops_per_s=362 * _T,
-        memory_bandwidth_bytes_per_s=864e9,
-        memory_bytes=48 * _GB,
-    ),
+    _gpu("l40s", 362 * _T, 864e9, 48 * _GB),
     # AWS G5 (A10G): ~70 TFLOPS bf16 dense, 600 GB/s, 24 GB (AWS figures; NVIDIA
     # publishes none for this cloud-only part).
-    HardwareSpec(
-        name="a10g",
-        peak_flops_per_s=70 * _T,
-        memory_bandwidth_bytes_per_s=600e9,
-        memory_bytes=24 * _GB,
-    ),
+    _gpu("a10g", 70 * _T, 600e9, 24 * _GB),
     # A100 datasheet: 312 TFLOPS bf16 dense; 40 GB HBM2 at 1555 GB/s.
-    HardwareSpec(
-        name="a100-40gb",
-        peak_flops_per_s=312 * _T,
-        memory_bandwidth_bytes_per_s=1555e9,
-        memory_bytes=40 * _GB,
-    ),
+    _gpu("a100-40gb", 312 * _T, 1555e9, 40 * _GB),
     # H100 datasheet, SXM: 989 TFLOPS bf16 dense, 3.35 TB/s, 80 GB (same as "h100").
-    HardwareSpec(
-        name="h100-sxm",
-        peak_flops_per_s=989 * _T,
-        memory_bandwidth_bytes_per_s=3.35e12,
-        memory_bytes=80 * _GB,
-        cuda_memory_bytes=79.22 * _GIB,
-    ),
+    _gpu("h100-sxm", 989 * _T, 3.35e12, 80 * _GB, 79.22 * _GIB),
     # H100 datasheet, PCIe: 756 TFLOPS bf16 dense, 2.0 TB/s, 80 GB.
-    HardwareSpec(
-        name="h100-pcie",
-        peak_flops_per_s=756 * _T,
-        memory_bandwidth_bytes_per_s=2.0e12,
-        memory_bytes=80 * _GB,
-    ),
+    _gpu("h100-pcie", 756 * _T, 2.0e12, 80 * _GB),
     # HGX B200 datasheet, per GPU: 2.25 PFLOPS bf16 dense (4.5 sparse), 8 TB/s, 180 GB.
     # nvidia-smi: 183359 MiB.
-    HardwareSpec(
-        name="b200",
-        peak_flops_per_s=2250 * _T,
-        memory_bandwidth_bytes_per_s=8e12,
-        memory_bytes=180 * _GB,
-        cuda_memory_bytes=183359 * _MIB - _DRIVER_RESERVED_BYTES,
-    ),
+    _gpu("b200", 2250 * _T, 8e12, 180 * _GB, 183359 * _MIB - _DRIVER_RESERVED_BYTES),
 ]
-
-HARDWARE_SPECS: tuple[HardwareSpec, ...] = (*_HARDWARE, *_MORE_GPUS)
 
 
 # servesim hardware preset -> the GPU's name in aiconfigurator-core's database.
@@ -676,13 +552,16 @@ SOURCE_GPU_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
 
 
 # Hugging Face configs written in the repo (HF_CONFIGS above) are model
-# presets too, as the dense ModelSpec with their weight and KV bytes
-# (llama-3.1-8b has llama-3-8b's shapes under its own name).
-_FROM_CONFIGS = [load_architecture(name).to_model_spec() for name in HF_CONFIGS]
+# presets too, as the dense ModelSpec with their weight and KV bytes, and so
+# are their aliases (llama-3-8b is llama-3.1-8b's shapes under another name).
+_FROM_CONFIGS = {name: load_architecture(name).to_model_spec() for name in HF_CONFIGS}
+_ALIASED = [
+    _FROM_CONFIGS[to].model_copy(update={"name": a}) for a, to in MODEL_SPEC_ALIASES.items()
+]
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType(
-    {m.name: m for m in [*_MODELS, *_FROM_CONFIGS]}
+    {m.name: m for m in [*_ALIASED, *_MODELS, *_FROM_CONFIGS.values()]}
 )
-HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in HARDWARE_SPECS})
+HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in _HARDWARE})
 
 _Spec = TypeVar("_Spec", bound=BaseModel)
 

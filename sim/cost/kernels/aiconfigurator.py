@@ -2,22 +2,9 @@
 
 aiconfigurator-core (PyPI, Apache-2.0) ships measured kernel latencies as
 parquet files, ``systems/data/<gpu>/<op>/<framework>/<version>/*.parquet``,
-latencies in milliseconds. ``from_aiconfigurator`` reads the tables a vLLM
-forward pass needs and filters each to the one kernel variant vLLM runs for
-a bf16 model, because a table holds several per shape (attention: FlashAttention
-2/3, FlashInfer with fp8 KV, Triton; window 0 = full attention or 128 / 1024 /
-8192 = sliding window; mixing them is off by up to 15x):
-
-- gemm: ``torch.nn.functional.linear`` rows, bf16 (what vLLM's unquantised
-  linear layers call);
-- attention: bf16 KV cache, window 0, the first of ``ATTENTION_KERNELS``
-  present (FA3 on Hopper, FA2 elsewhere);
-- all-reduce: vLLM's custom all-reduce under CUDA graphs;
-- MoE: the unquantised fused-MoE kernel, bf16, balanced routing;
-- collectives (``collective``): NCCL's all-gather, reduce-scatter, all-to-all
-  and all-reduce in half precision, from ``comm/nccl/<version>`` (the newest
-  present; ``message_size`` there counts 2-byte elements of the whole buffer).
-
+in milliseconds. A table holds several kernel variants per shape, and mixing
+them is off by up to 15x, so each is filtered to the one vLLM runs for a
+bf16 model (which, and why: ``docs/kernels.md``, "Sources and pitfalls").
 Without ``data_dir`` the database is found where the package is installed
 (``importlib``; the package is not imported).
 """
@@ -133,26 +120,25 @@ def _attention_kernel(table: pd.DataFrame) -> str | None:
     return next((k for k in ATTENTION_KERNELS if k in present), None)
 
 
-def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
+def _table(rows: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
+    """``rows``' integer columns by our name (ours -> the database's), then ``latency_s``."""
     import pandas as pd
 
+    out = {ours: rows[theirs].astype(int) for ours, theirs in columns.items()}
+    return pd.DataFrame({**out, "latency_s": rows["latency"] * _MS}).reset_index(drop=True)
+
+
+def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
     rows = table[
         (table["kernel_source"] == kernel)
         & (table["kv_cache_dtype"] == "bfloat16")
         & (table["window_size"] == 0)
         & (table["beam_width"] == 1)
     ]
-    out = pd.DataFrame(
-        {
-            "num_heads": rows["num_heads"].astype(int),
-            "num_kv_heads": rows["num_key_value_heads"].astype(int),
-            "head_dim": rows["head_dim"].astype(int),
-            "batch_size": rows["batch_size"].astype(int),
-            length_col: rows[length].astype(int),
-            "latency_s": rows["latency"] * _MS,
-        }
+    heads = {"num_heads": "num_heads", "num_kv_heads": "num_key_value_heads"}
+    return _table(
+        rows, {**heads, "head_dim": "head_dim", "batch_size": "batch_size", length_col: length}
     )
-    return out.reset_index(drop=True)
 
 
 @lru_cache(maxsize=8)
@@ -188,13 +174,7 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
     if allreduce is not None:
         ar = pd.read_parquet(allreduce)
         ar = ar[(ar["backend"] == ALLREDUCE_BACKEND) & (ar["allreduce_dtype"] == "bfloat16")]
-        tables["allreduce"] = pd.DataFrame(
-            {
-                "num_gpus": ar["num_gpus"].astype(int),
-                "message_bytes": ar["message_size"].astype(int),
-                "latency_s": ar["latency"] * _MS,
-            }
-        ).reset_index(drop=True)
+        tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": "message_size"})
         kernels["allreduce"] = ALLREDUCE_BACKEND
         notes.append(f"allreduce from {allreduce.parent.name}")
     moe = _op_file(gpu_dir, "moe", framework, version, "moe_perf.parquet")
@@ -207,18 +187,10 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
         ]
         if len(m):
             kernels["moe"] = str(m["kernel_source"].iloc[0])
-            tables["moe"] = pd.DataFrame(
-                {
-                    "hidden_size": m["hidden_size"].astype(int),
-                    "inter_size": m["inter_size"].astype(int),
-                    "topk": m["topk"].astype(int),
-                    "num_experts": m["num_experts"].astype(int),
-                    "tp_size": m["moe_tp_size"].astype(int),
-                    "ep_size": m["moe_ep_size"].astype(int),
-                    "num_tokens": m["num_tokens"].astype(int),
-                    "latency_s": m["latency"] * _MS,
-                }
-            ).reset_index(drop=True)
+            same = ("hidden_size", "inter_size", "topk", "num_experts")
+            layout = {"tp_size": "moe_tp_size", "ep_size": "moe_ep_size"}
+            columns = {**{c: c for c in same}, **layout, "num_tokens": "num_tokens"}
+            tables["moe"] = _table(m, columns)
     nccl = sorted(
         gpu_dir.glob("comm/nccl/*/nccl_perf.parquet"), key=lambda p: _version_key(p.parent.name)
     )

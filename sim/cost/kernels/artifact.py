@@ -1,22 +1,13 @@
 """The operator-table artifact: measured kernel latencies with their provenance.
 
-One JSON file (gzip-compressed when the name ends in ``.gz``)::
+One JSON object (gzip-compressed when the name ends in ``.gz``) stamped
+``servesim-kernels`` version 1, with a ``provenance`` block and columnar
+``tables`` whose latencies are in seconds (``TABLE_COLUMNS``; the format and
+what each row means: ``docs/kernels.md``). A source provides the tables it
+measured and no others.
 
-    {"format": "servesim-kernels", "format_version": 1,
-     "provenance": {...},                        # KernelProvenance
-     "tables": {"gemm": {"m": [...], "n": [...], "k": [...], "latency_s": [...]},
-                ...}}
-
-Tables are columnar (one list per column, equal lengths); every latency is in
-seconds. See ``TABLE_COLUMNS`` for the known tables and ``docs/kernels.md``
-for what each row means. A source provides the tables it measured and no
-others: aiconfigurator gives GEMM / attention / all-reduce / MoE tables,
-an LLMServingSim profile gives per-layer ops, mixed attention and per-sequence
-ops of one model.
-
-Artifacts ship in the repo (``sim/cost/kernels/artifacts``):
-``shipped_kernel_artifacts`` lists them, ``load_cached`` reads one once per
-file version, ``load_provenance_cached`` only its provenance (what
+Shipped artifacts (``sim/cost/kernels/artifacts``): ``load_cached`` reads one
+once per file version, ``load_provenance_cached`` only its provenance (what
 ``kind: auto`` needs to pick one, ``sim.cost.kernels.config``).
 """
 
@@ -32,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.provenance import check_format, read_artifact, read_artifact_head, validated
+from sim.cost.provenance import (
+    anchored,
+    check_format,
+    read_artifact,
+    read_artifact_head,
+    validated,
+)
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -42,37 +39,25 @@ FORMAT_NAME = "servesim-kernels"
 FORMAT_VERSION = 1
 KIND = "kernel artifact"
 
-# Known tables and their columns; ``latency_s`` is always last.
+# Known tables and their columns (what a row means: docs/kernels.md); ``latency_s`` is last.
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
-        # One GEMM y = x W^T with x of m x k and W of n x k.
         "gemm": ("m", "n", "k", "latency_s"),
-        # Prefill attention of batch_size sequences of isl_tokens each, no cache.
         "context_attention": (
             "num_heads", "num_kv_heads", "head_dim", "batch_size", "isl_tokens", "latency_s",
         ),
-        # One decode token for each of batch_size sequences with kv_tokens of context.
         "generation_attention": (
             "num_heads", "num_kv_heads", "head_dim", "batch_size", "kv_tokens", "latency_s",
         ),
-        # One all-reduce of message_bytes over num_gpus GPUs.
         "allreduce": ("num_gpus", "message_bytes", "latency_s"),
-        # One NCCL collective (op: all_gather, reduce_scatter, alltoall, all_reduce) over
-        # num_gpus GPUs; message_bytes is the whole buffer (all_gather: the gathered output).
         "collective": ("op", "num_gpus", "message_bytes", "latency_s"),
-        # One fused MoE layer (routing, experts, combine) for num_tokens tokens.
         "moe": (
             "hidden_size", "inter_size", "topk", "num_experts", "tp_size", "ep_size",
             "num_tokens", "latency_s",
         ),
-        # One profiled MoE layer by tokens and distinct experts they activate.
         "moe_layer": ("num_tokens", "num_active_experts", "latency_s"),
-        # Ops run once per step for the sequences that sample (lm_head, sampler).
         "per_sequence": ("op", "num_seqs", "latency_s"),
-        # Per-layer (or per-step: embedding, final_layernorm) ops of one model by tokens.
         "layer_ops": ("op", "num_tokens", "latency_s"),
-        # One layer's attention over a mixed batch: one prefill chunk after
-        # kv_prefill_tokens cached, plus num_decode_seqs decodes of kv_decode_tokens.
         "mixed_attention": (
             "prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs",
             "kv_decode_tokens", "latency_s",
@@ -171,11 +156,6 @@ def _provenance(data: dict[str, Any], path: Path) -> KernelProvenance:
     return validated(KernelProvenance, data.get("provenance"), path, "provenance")
 
 
-def load_provenance(path: Path) -> KernelProvenance:
-    """An artifact's provenance, its tables left unbuilt (pandas frames cost ~10 ms a file)."""
-    return _provenance(read_artifact_head(path, KIND, "tables"), path)
-
-
 def load_kernel_artifact(path: Path) -> KernelArtifact:
     """Read an artifact; ConfigError naming the file and the problem."""
     import pandas as pd
@@ -236,8 +216,7 @@ def shipped_name(path: Path) -> str:
 def resolve_kernel_artifact(name: str, base_dir: Path | None) -> Path:
     """The file an ``artifact:`` value names: a path (with ``/`` or a suffix) or a shipped name."""
     if "/" in name or name.endswith(SUFFIXES):
-        path = Path(name)
-        return path if path.is_absolute() or base_dir is None else base_dir / path
+        return anchored(name, base_dir)
     for path in shipped_kernel_artifacts():
         if shipped_name(path) == name:
             return path
@@ -264,7 +243,8 @@ def load_cached(path: Path) -> KernelArtifact:
 
 @lru_cache(maxsize=16)
 def _load_provenance(path: Path, mtime_ns: int) -> KernelProvenance:
-    return load_provenance(path)
+    # The tables left unbuilt (pandas frames cost ~10 ms a file).
+    return _provenance(read_artifact_head(path, KIND, "tables"), path)
 
 
 def load_provenance_cached(path: Path) -> KernelProvenance:

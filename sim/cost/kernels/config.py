@@ -1,35 +1,15 @@
 """The ``cost: {kind: kernels}`` configuration and the factory building a ``KernelCost``.
 
-::
+The fields, and the order in which ``kind: auto`` tries kernel tables, are in
+``docs/kernels.md``. The model's architecture is ``architecture`` when given,
+else the preset of the same shapes as the scenario's model (``llama-3-8b`` is
+Llama-3.1-8B), else the scenario's dense ``ModelSpec`` itself.
 
-    cost:
-      kind: kernels
-      source: aiconfigurator        # or: path (then artifact: is required)
-      gpu: rtx_pro_6000_server      # aiconfigurator's name; default from hardware
-      framework: vllm
-      version: null                 # newest present
-      data_dir: null                # aiconfigurator's systems/data when not installed
-      artifact: null                # shipped name or file (.json / .json.gz)
-      architecture: null            # preset or config.json; default from model
-      step_overhead_s: 0.002
-      expert_parallel_size: 1       # MoE only: GPUs the experts are split over (ep = dp x tp)
-
-With ``expert_parallel_size`` > 1 each replica is one data-parallel rank of
-an expert-parallel group (``sim.cost.kernels.expert_parallel``); it must
-divide the model's expert count and be a multiple of tensor_parallel_size.
-
-The model's architecture is ``architecture`` when given, else the preset of
-the same shapes as the scenario's model (``llama-3-8b`` is Llama-3.1-8B),
-else the scenario's dense ``ModelSpec`` itself.
-
-``kernel_auto`` is ``kind: auto``'s kernel-table step: a ``KernelCost`` when
-tables cover the scenario's model (bf16) and GPU, else None. Candidates, in
-order: the installed aiconfigurator-core database for the
-hardware's GPU, then each shipped artifact measured on that GPU for this
-model. The first that covers the model's shapes (bf16 weights and KV, its
-head layout, its tensor-parallel size) wins; any ``ConfigError`` while
-building one just moves on. No candidate: None, and ``auto`` goes on to
-calibrated artifacts and the roofline exactly as it did before.
+``kernel_auto`` is ``kind: auto``'s kernel-table step: the first candidate
+that covers the model's shapes (bf16 weights and KV, its head layout, its
+tensor-parallel size) builds; any ``ConfigError`` while building one just
+moves on. No candidate: None, and ``auto`` goes on to calibrated artifacts
+and the roofline exactly as it did before.
 """
 
 from __future__ import annotations
@@ -50,6 +30,7 @@ from sim.cost.kernels.artifact import (
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
 )
+from sim.cost.provenance import anchored
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
@@ -80,7 +61,7 @@ _SHAPE_FIELDS = (
 
 
 class KernelsCostConfig(BaseModel):
-    """Kernel-table cost model (see the module docstring for the fields)."""
+    """Kernel-table cost model (its fields: ``docs/kernels.md``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -137,9 +118,7 @@ def kernel_artifact_for(
         raise ConfigError(
             f"cost.gpu: hardware {hardware.name!r} has no aiconfigurator GPU name; set cost.gpu"
         )
-    data_dir = config.data_dir
-    if data_dir is not None and base_dir is not None and not Path(data_dir).is_absolute():
-        data_dir = str(base_dir / data_dir)
+    data_dir = None if config.data_dir is None else anchored(config.data_dir, base_dir)
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
 
 

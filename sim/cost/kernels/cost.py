@@ -1,36 +1,12 @@
 """``KernelCost``: a step's time as the sum of the kernels vLLM runs for it.
 
-For a step of shape ``s`` (``T`` tokens, ``S = num_prefill_seqs +
-num_decode_seqs`` sequences whose logits are computed) on a model of ``L``
-layers, split over ``tp`` GPUs and ``pp`` stages::
-
-    layer_s = dense(T)                       GEMMs (QKV, O, gate+up, down) or MoE + router
-            + prefill_attention(s)            see below; 0 without prefill
-            + decode_attention(b, kv)         b = num_decode_seqs, kv = mean context
-            + 2 * allreduce(T * hidden * 2 B) after attention and after the MLP (tp > 1)
-    step_s  = step_overhead_s                 CPU: scheduling, launches, sampling setup
-            + L * layer_s
-            + per_step(T)                     embedding + final norm (when profiled)
-            + lm_head(S)                      logits GEMM (+ sampler when profiled)
-            + (pp - 1) * p2p(T)               stage-to-stage send of T x hidden activations
-
-Dense ops come from a per-layer profile (``layer_ops``: also norms, rotary,
-activation; ``moe_layer`` for MoE; see ``ops.ProfileDense``) when the artifact has
-one, else from the GEMM table at vLLM's per-GPU shapes
-(``sim.cost.kernels.ops``); the GEMM route leaves out the elementwise ops
-(a few µs per layer, which ``step_overhead_s`` absorbs).
-
-Prefill attention prices ``num_prefill_seqs`` equal chunks. With a
-context-attention table (batch x prompt length, no cache): the time of a
-full prefill of the mean total length ``P`` scaled to the step's true
-query-key pairs, ``ctx(b, P) * pairs / (b * P (P + 1) / 2)``, and never less
-than ``ctx(b, chunk)``. With a mixed-attention profile: ``b`` times one
-chunk's time at its mean cached length.
-
-Pipeline stages run one after another for one step (no overlap across
-steps), so ``pp`` changes only the transfers; a link's bandwidth and latency
-price them (default NVLink 4). With ``expert_parallel_size`` > 1 the MoE
-term is one GPU's share of an expert-parallel group (``expert_parallel``).
+The step formula, how a prefill of equal chunks is priced and what ``pp``
+adds are in ``docs/kernels.md`` ("The step formula"). Dense ops come from a
+per-layer profile (``ops.ProfileDense``) when the artifact has one, else from
+the GEMM table at vLLM's per-GPU shapes (``ops``), which leaves out the
+elementwise ops (a few µs per layer, absorbed by ``step_overhead_s``). With
+``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
+expert-parallel group (``expert_parallel``).
 """
 
 from __future__ import annotations
@@ -42,7 +18,11 @@ import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
 from sim.cost.kernels.artifact import KernelArtifact, model_matches
-from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
+from sim.cost.kernels.expert_parallel import (
+    ACTIVATION_BYTES,
+    ExpertParallelMoE,
+    check_expert_parallel,
+)
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
@@ -56,8 +36,6 @@ from sim.cost.kernels.tables import (
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
 from sim.hardware.specs import DEFAULT_STEP_OVERHEAD_S, ModelArchitecture
-
-ACTIVATION_BYTES = 2  # bf16 activations on the wire
 
 
 class KernelCost:
@@ -97,14 +75,26 @@ class KernelCost:
                 f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
             )
         self._build_dense()
-        self._build_attention()
-        self._build_comm()
+        self._mixed = artifact.has("mixed_attention")
+        if self._mixed:
+            self._prefill_attn, self._decode_attn = mixed_attention_grids(artifact)
+        else:
+            s = self.shapes
+            self._prefill_attn, self._decode_attn = attention_grids(
+                artifact, s.num_heads, s.num_kv_heads, s.head_dim
+            )
+        # The table's all-reduce when it timed this group size, else a ring over the link.
+        measured = artifact.has("allreduce") and self.tp in set(
+            artifact.tables["allreduce"]["num_gpus"]
+        )
+        self._allreduce = allreduce_grid(artifact, self.tp) if self.tp > 1 and measured else None
+        link_bytes_per_s = self.link.bandwidth_bytes_per_s * self.link.efficiency
+        self._link_s_per_byte = 1.0 / link_bytes_per_s
         self._dense_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
 
-    # -- construction ---------------------------------------------------------
-
     def _build_dense(self) -> None:
+        """The dense ops' sources: a per-layer profile, else GEMM (and MoE) tables."""
         a, arch = self.artifact, self.arch
         self._profile: ProfileDense | None = None
         self._gemm: Grid | None = None
@@ -122,37 +112,11 @@ class KernelCost:
             if self.ep > 1:
                 self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
             elif arch.moe is not None:
-                self._moe = moe_grid(
-                    a,
-                    arch.hidden_size,
-                    arch.moe.expert_intermediate_size // self.tp,
-                    arch.moe.top_k,
-                    arch.moe.num_experts,
-                    self.tp,
-                )
+                self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:
             self._gemm = gemm_grid(a)
-
-    def _build_attention(self) -> None:
-        s = self.shapes
-        self._mixed = self.artifact.has("mixed_attention")
-        if self._mixed:
-            self._prefill_attn, self._decode_attn = mixed_attention_grids(self.artifact)
-        else:
-            self._prefill_attn, self._decode_attn = attention_grids(
-                self.artifact, s.num_heads, s.num_kv_heads, s.head_dim
-            )
-
-    def _build_comm(self) -> None:
-        self._allreduce: Grid | None = None
-        if self.tp > 1 and self.artifact.has("allreduce"):
-            num_gpus = set(self.artifact.tables["allreduce"]["num_gpus"])
-            if self.tp in num_gpus:
-                self._allreduce = allreduce_grid(self.artifact, self.tp)
-        link_bytes_per_s = self.link.bandwidth_bytes_per_s * self.link.efficiency
-        self._link_s_per_byte = 1.0 / link_bytes_per_s
 
     # -- operator times (seconds) --------------------------------------------
 

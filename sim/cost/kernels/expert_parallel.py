@@ -1,10 +1,7 @@
 """Expert parallelism: one MoE layer split over ``ep`` GPUs (vLLM's ``enable_expert_parallel``).
 
-In vLLM, expert parallelism spans all the GPUs of the data-parallel ranks:
-``ep = dp * tp``, and each GPU holds ``num_experts / ep`` whole experts (no
-tensor-parallel sharding of an expert). A replica of servesim is one DP rank
-(``tp`` GPUs); its ``G = ep / tp`` DP ranks (itself and its peers) each bring
-their own batch to every MoE layer. vLLM's default all-to-all backend
+A replica of servesim is one data-parallel rank (``tp`` GPUs) of a group of
+``G = ep / tp`` ranks; vLLM's default all-to-all backend
 (``allgather_reducescatter``) gathers every rank's tokens, runs the local
 experts over all of them and reduce-scatters the results::
 
@@ -12,17 +9,11 @@ experts over all of them and reduce-scatters the results::
                 + moe[ep_size = ep](G * T)            local experts over the group's tokens
                 + reduce_scatter(G * T * hidden * 2 B)  combine
 
-``moe[ep]`` is aiconfigurator's fused-MoE row at ``ep_size = ep`` (one GPU's
-share of the experts, ``num_tokens`` counting the whole group's tokens). The
-collectives come from the NCCL table (``collective``) over ``ep`` GPUs when
-the artifact has it, else a ring over the link: ``(g - 1) / g * bytes /
-bandwidth + (g - 1) * latency``.
-
-Assumed, not modelled: the peers step in lockstep with the same number of
-tokens ``T`` as this replica. vLLM pads every DP rank's batch to the largest
-one across ranks (an idle rank runs a dummy batch), so this is exact for the
-rank with the largest batch and cheap for the others; the time a rank waits
-for a slower peer (attention of a longer batch) is not simulated.
+Collectives come from the NCCL table (``collective``) when the artifact has
+it, else a ring over the link. Assumed, not modelled: the peers step in
+lockstep with this replica's ``T`` tokens (vLLM pads every rank's batch to
+the largest: exact for the rank with the largest batch); see
+``docs/kernels.md``, "Expert parallelism".
 """
 
 from __future__ import annotations
@@ -68,15 +59,7 @@ class ExpertParallelMoE:
         self._group_ranks = ep // tp
         self._hidden = arch.hidden_size
         self._link = link
-        self._moe: Grid = moe_grid(
-            artifact,
-            arch.hidden_size,
-            arch.moe.expert_intermediate_size,
-            arch.moe.top_k,
-            arch.moe.num_experts,
-            1,
-            ep,
-        )
+        self._moe: Grid = moe_grid(artifact, arch.moe, arch.hidden_size, 1, ep)
         self._all_gather = collective_grid(artifact, "all_gather", ep)
         self._reduce = collective_grid(artifact, "reduce_scatter", ep)
 

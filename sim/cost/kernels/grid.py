@@ -1,37 +1,21 @@
 """Multilinear interpolation over a measured grid, with stated extrapolation.
 
-A kernel table is a rectangular grid: one sorted axis per input (tokens, KV
-length, ...) and a latency in seconds at every grid point. Between grid
-points the latency is linear in each coordinate (multilinear over the cell's
-corners). Linear, not log-space: a kernel's time is affine in each size
-both where it is memory-bound (bytes grow linearly with the size) and where
-it is compute-bound (FLOPs do), so straight segments between neighbours are
-exact there, and a convex combination of the corners keeps the result
-between them (monotone where the table is).
-
-Outside the grid:
-
-- below the first point: the first point's value (a smaller kernel is not
-  measurably faster than the smallest one timed);
-- above the last point: proportional to the coordinate from the last point,
-  ``value(x) = value(x_last) * x / x_last`` (the work grows linearly with any
-  one size, and the last point is the best-amortised measurement), with one
-  ``warnings.warn`` per grid and axis.
-
-Holes (shapes the tool did not time, e.g. large batch x long context) are
-filled when the grid is built, by the same proportional rule along one
-chosen axis (``fill_axis``) from the largest measured point before the hole.
+A kernel table is a rectangular grid: one sorted axis per input and a latency
+in seconds at every point. Between points the latency is linear in each
+coordinate; below the first point it is the first point's value; past the
+last it grows in proportion to the coordinate, with one warning per grid and
+axis; holes are filled when the grid is built, by the same proportional rule
+along ``fill_axis``. Why linear and not log-space: ``docs/kernels.md``.
 
 One point fast (``point_function``): unrolled twins of ``Grid.__call__`` for
 1, 2 and 3 axes. A kernel-table run prices tens of thousands of steps, each a
-handful of grid lookups (GEMMs, attention, LM head), one point at a time;
-``Grid.__call__``'s
-general loop over 2^axes corners and the axes within each corner cost ~5x the
-arithmetic. These closures do the same operations in the same order (corner
-weights multiplied axis by axis from 1.0, corners summed from 0.0 in
-``Grid.__call__``'s order, the scale past the grid applied last), so they
-give the same bits; ``tests/test_cost_kernels_grid_point.py`` holds them to
-it. Grids with a one-point axis keep the general loop.
+handful of grid lookups, one point at a time; ``Grid.__call__``'s general
+loop over 2^axes corners costs ~5x the arithmetic. These closures do the same
+operations in the same order (corner weights multiplied axis by axis from
+1.0, corners summed from 0.0 in ``Grid.__call__``'s order, the scale past the
+grid applied last), so they give the same bits;
+``tests/test_cost_kernels_grid_point.py`` holds them to it. Grids with a
+one-point axis keep the general loop.
 """
 
 from __future__ import annotations
@@ -228,44 +212,13 @@ class Grid:
         return Grid(name, axis_names, axes, values)
 
     def __call__(self, *coords: float) -> float:
-        """Interpolated latency in seconds at one point.
-
-        The same operations in the same order as ``many`` (so the same bits).
-        """
-        if len(coords) != len(self.axes):
-            raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
-        if self._point is not None:  # the unrolled twin of the loop below (point_function)
+        """Interpolated latency in seconds at one point: ``many``'s operations (so its bits),
+        unrolled when ``point_function`` has a twin for this grid."""
+        if self._point is not None and len(coords) == len(self.axes):
             return self._point(*coords)
-        lows, weights, sizes = [], [], []
-        scale = 1.0
-        for axis_index, (axis, x) in enumerate(zip(self._axes_list, coords, strict=True)):
-            last = axis[-1]
-            if x > last:
-                scale = scale * x / last
-                self._warn_above(axis_index, True, np.asarray([x]))
-            sizes.append(len(axis))
-            if len(axis) == 1:
-                lows.append(0)
-                weights.append(0.0)
-                continue
-            low, weight = cell(axis, x)
-            lows.append(low)
-            weights.append(weight)
-        result = 0.0
-        flat, strides = self._flat, self._strides
-        for corner in range(1 << len(lows)):
-            offset = 0
-            corner_weight = 1.0
-            for d, low in enumerate(lows):
-                upper = (corner >> d) & 1
-                if upper and sizes[d] == 1:
-                    corner_weight = corner_weight * 0.0
-                    offset += low * strides[d]
-                    continue
-                offset += (low + upper) * strides[d]
-                corner_weight = corner_weight * (weights[d] if upper else 1.0 - weights[d])
-            result = result + corner_weight * flat[offset]
-        return result * scale
+        # stacklevel 5: a warning names the caller's line, as from a point_function twin.
+        point = [np.asarray([x], dtype=np.float64) for x in coords]
+        return float(self._lookup(point, stacklevel=5)[0])
 
     def many(self, *coords: npt.ArrayLike) -> FloatArray:
         """Interpolated latencies at many points (coordinates broadcast together)."""
@@ -273,11 +226,7 @@ class Grid:
         flat = [a.ravel() for a in arrays]
         return self._lookup(flat).reshape(arrays[0].shape)
 
-    def covers(self, axis: int, value: float) -> bool:
-        """Whether ``value`` lies within the measured range of one axis."""
-        return bool(self.axes[axis][0] <= value <= self.axes[axis][-1])
-
-    def _lookup(self, coords: list[FloatArray]) -> FloatArray:
+    def _lookup(self, coords: list[FloatArray], stacklevel: int = 4) -> FloatArray:
         if len(coords) != len(self.axes):
             raise ValueError(f"{self.name}: expected {len(self.axes)} coordinates")
         size = len(coords[0])
@@ -291,14 +240,14 @@ class Grid:
                 weights.append(np.zeros(size))
                 above = x > axis[0]
                 scale = np.where(above, scale * x / axis[0], scale)
-                self._warn_above(axis_index, bool(np.any(above)), x)
+                self._warn_above(axis_index, bool(np.any(above)), x, stacklevel)
                 continue
             clipped = np.clip(x, axis[0], axis[-1])
             low = np.clip(np.searchsorted(axis, clipped, side="right") - 1, 0, len(axis) - 2)
             weight = (clipped - axis[low]) / (axis[low + 1] - axis[low])
             above = x > axis[-1]
             scale = np.where(above, scale * x / axis[-1], scale)
-            self._warn_above(axis_index, bool(np.any(above)), x)
+            self._warn_above(axis_index, bool(np.any(above)), x, stacklevel)
             lows.append(low)
             weights.append(weight)
         result = np.zeros(size)

@@ -1,25 +1,16 @@
 """The operators one decoder layer runs in vLLM, with their shapes per GPU.
 
-vLLM shards a layer over ``tp`` GPUs Megatron-style: the fused QKV and the
-fused gate+up projections are column-parallel (output width / tp), the output
-and down projections row-parallel (input width / tp) and followed by an
-all-reduce of the activations; attention runs ``heads / tp`` query heads and
-``max(kv_heads / tp, 1)`` KV heads per GPU (KV heads are replicated past
-``tp = kv_heads``); the LM head is vocab-parallel (``vocab / tp`` columns).
-A GEMM here is ``(n, k)``: ``m`` tokens of width ``k`` in, width ``n`` out.
+vLLM shards a layer over ``tp`` GPUs Megatron-style (column-parallel QKV and
+gate+up, row-parallel O and down, KV heads replicated past ``tp =
+kv_heads``, a vocab-parallel LM head; ``docs/kernels.md``). A GEMM here is
+``(n, k)``: ``m`` tokens of width ``k`` in, width ``n`` out.
 
 ``ProfileDense`` is the dense part of a layer from a per-layer profile
-(``layer_ops``, ``moe_layer`` tables) instead. A profile times every op of
-one decoder layer by token count, so a layer is the sum of all the ops it
-lists (the two RMSNorms of a layer are one ``layernorm`` op timed once,
-hence counted twice), except the once-per-step ``embedding`` and
-``final_layernorm``. Which ops appear depends on the
-architecture (Qwen3 adds ``qk_norm``; an MoE layer has no gate/up/down).
-
-MoE layers (``moe_layer``: tokens x distinct experts activated): with ``T``
-tokens each routed to ``k`` of ``E`` experts, balanced routing activates on
-average ``E * (1 - (1 - k / E) ** T)`` distinct experts; the layer's time is
-read at that point.
+(``layer_ops``, ``moe_layer`` tables) instead: the sum of every op the
+profile lists (the two RMSNorms of a layer are one ``layernorm`` op timed
+once, hence counted twice), except the once-per-step ``embedding`` and
+``final_layernorm``; an MoE layer is read at the expected number of distinct
+experts its tokens activate under balanced routing.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """``export_slice``: the part of aiconfigurator's database one model needs, as a small artifact.
 
-The full database is ~80 MB; a model needs only the GEMM rows around its
-layer shapes, the attention rows of its head layout, the all-reduce rows of
-its tensor-parallel sizes and the MoE rows of its expert layout. A slice
-keeps, for every GEMM ``(n, k)`` the model runs, all ``m`` rows of the
-neighbouring grid values of ``n`` and ``k`` (the cell the interpolation
-uses), so the slice prices that model exactly as the full database does.
-The slice's provenance names the model, and ``KernelCost`` refuses other models.
+The full database is ~80 MB. A slice keeps, for every GEMM ``(n, k)`` the
+model runs, all ``m`` rows of the neighbouring grid values of ``n`` and ``k``
+(the cell the interpolation uses), so it prices that model exactly as the
+full database does (what else it keeps: ``docs/kernels.md``). Its provenance
+names the model, and ``KernelCost`` refuses other models.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -22,7 +19,6 @@ import pandas as pd
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
 from sim.cost.kernels.ops import layer_shapes
-from sim.errors import ConfigError
 from sim.hardware.specs import ModelArchitecture, load_architecture
 
 
@@ -122,7 +118,8 @@ def export_slice(
 
 
 def export_main(argv: Sequence[str] | None = None) -> int:
-    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--ep 2] [--version V] ...``."""
+    """``servesim export-kernels GPU MODEL --out FILE [--tp 1 2] [--ep 2] [--version V] ...``
+    (``sim.cli.main`` reports a ConfigError)."""
     parser = argparse.ArgumentParser(
         prog="servesim export-kernels",
         description="Write the aiconfigurator kernel tables one model needs as a small artifact.",
@@ -136,19 +133,15 @@ def export_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", default=None, help="framework version (default: newest)")
     parser.add_argument("--data-dir", default=None, help="aiconfigurator systems/data folder")
     args = parser.parse_args(argv)
-    try:
-        path = export_slice(
-            args.gpu,
-            args.model,
-            args.out,
-            args.framework,
-            args.version,
-            args.data_dir,
-            args.tp,
-            args.ep,
-        )
-    except ConfigError as error:
-        print(f"servesim: error: {error}", file=sys.stderr)
-        return 2
+    path = export_slice(
+        args.gpu,
+        args.model,
+        args.out,
+        args.framework,
+        args.version,
+        args.data_dir,
+        args.tp,
+        args.ep,
+    )
     print(f"wrote {path}")
     return 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.errors import ConfigError
+from sim.hardware.specs import MoeSpec
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -38,12 +39,14 @@ def _rows(artifact: KernelArtifact, table: str, where: str, **match: int) -> pd.
     return selected
 
 
+def _grid(name: str, rows: pd.DataFrame, *axes: str) -> Grid:
+    """``rows``' latencies on the grid of their columns ``axes`` (holes filled along the first)."""
+    return Grid.from_points(name, axes, tuple(rows[axis] for axis in axes), rows["latency_s"])
+
+
 def gemm_grid(artifact: KernelArtifact) -> Grid:
     """GEMM latency by (m, n, k)."""
-    rows = _rows(artifact, "gemm", "for the dense layers")
-    return Grid.from_points(
-        "gemm", ("m", "n", "k"), (rows["m"], rows["n"], rows["k"]), rows["latency_s"], fill_axis=0
-    )
+    return _grid("gemm", _rows(artifact, "gemm", "for the dense layers"), "m", "n", "k")
 
 
 def attention_grids(
@@ -58,18 +61,8 @@ def attention_grids(
     ctx = _rows(artifact, "context_attention", "for prefill attention", **heads)
     gen = _rows(artifact, "generation_attention", "for decode attention", **heads)
     return (
-        Grid.from_points(
-            "context_attention",
-            ("batch_size", "isl_tokens"),
-            (ctx["batch_size"], ctx["isl_tokens"]),
-            ctx["latency_s"],
-        ),
-        Grid.from_points(
-            "generation_attention",
-            ("batch_size", "kv_tokens"),
-            (gen["batch_size"], gen["kv_tokens"]),
-            gen["latency_s"],
-        ),
+        _grid("context_attention", ctx, "batch_size", "isl_tokens"),
+        _grid("generation_attention", gen, "batch_size", "kv_tokens"),
     )
 
 
@@ -88,18 +81,8 @@ def mixed_attention_grids(artifact: KernelArtifact) -> tuple[Grid, Grid]:
             "rows (num_decode_seqs 0) and pure decode rows (prefill_chunk_tokens 0)"
         )
     return (
-        Grid.from_points(
-            "mixed_attention prefill",
-            ("prefill_chunk_tokens", "kv_prefill_tokens"),
-            (prefill["prefill_chunk_tokens"], prefill["kv_prefill_tokens"]),
-            prefill["latency_s"],
-        ),
-        Grid.from_points(
-            "mixed_attention decode",
-            ("num_decode_seqs", "kv_decode_tokens"),
-            (decode["num_decode_seqs"], decode["kv_decode_tokens"]),
-            decode["latency_s"],
-        ),
+        _grid("mixed_attention prefill", prefill, "prefill_chunk_tokens", "kv_prefill_tokens"),
+        _grid("mixed_attention decode", decode, "num_decode_seqs", "kv_decode_tokens"),
     )
 
 
@@ -114,55 +97,34 @@ def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:
         known = ", ".join(sorted(set(artifact.tables[table]["op"])))
         raise ConfigError(f"kernel artifact ({artifact.label}): {table} has no op {op!r}; "
                           f"has: {known}")  # fmt: skip
-    return Grid.from_points(f"{table} {op}", (count,), (rows[count],), rows["latency_s"])
+    return _grid(f"{table} {op}", rows, count)
 
 
 def allreduce_grid(artifact: KernelArtifact, num_gpus: int) -> Grid:
     """All-reduce latency by message bytes over ``num_gpus`` GPUs."""
     rows = _rows(artifact, "allreduce", f"for tensor parallel {num_gpus}", num_gpus=num_gpus)
-    return Grid.from_points(
-        f"allreduce x{num_gpus}", ("message_bytes",), (rows["message_bytes"],), rows["latency_s"]
-    )
+    return _grid(f"allreduce x{num_gpus}", rows, "message_bytes")
 
 
 def moe_grid(
-    artifact: KernelArtifact,
-    hidden_size: int,
-    inter_size: int,
-    topk: int,
-    num_experts: int,
-    tp_size: int,
-    ep_size: int = 1,
+    artifact: KernelArtifact, moe: MoeSpec, hidden_size: int, tp: int, ep: int = 1
 ) -> Grid:
-    """Fused MoE layer latency by tokens, for one expert layout.
+    """Fused MoE layer latency by tokens, each expert split over ``tp`` GPUs.
 
-    With ``ep_size`` > 1 a row is one GPU's share: its ``num_experts / ep_size``
-    experts over the tokens of the whole expert-parallel group routed to them
-    (``num_tokens`` counts the group's tokens).
+    With ``ep`` > 1 (and ``tp`` 1: whole experts) a row is one GPU's share: its
+    ``num_experts / ep`` experts over the tokens of the whole expert-parallel
+    group routed to them (``num_tokens`` counts the group's tokens).
     """
-    rows = _rows(
-        artifact,
-        "moe",
-        "for the MoE layers",
-        hidden_size=hidden_size,
-        inter_size=inter_size,
-        topk=topk,
-        num_experts=num_experts,
-        tp_size=tp_size,
-        ep_size=ep_size,
-    )
-    return Grid.from_points("moe", ("num_tokens",), (rows["num_tokens"],), rows["latency_s"])
+    match = {"hidden_size": hidden_size, "inter_size": moe.expert_intermediate_size // tp}
+    layout = {"topk": moe.top_k, "num_experts": moe.num_experts, "tp_size": tp, "ep_size": ep}
+    rows = _rows(artifact, "moe", "for the MoE layers", **match, **layout)
+    return _grid("moe", rows, "num_tokens")
 
 
 def moe_layer_grid(artifact: KernelArtifact) -> Grid:
     """Profiled MoE layer latency by tokens and distinct experts activated."""
     rows = _rows(artifact, "moe_layer", "for the MoE layers")
-    return Grid.from_points(
-        "moe_layer",
-        ("num_tokens", "num_active_experts"),
-        (rows["num_tokens"], rows["num_active_experts"]),
-        rows["latency_s"],
-    )
+    return _grid("moe_layer", rows, "num_tokens", "num_active_experts")
 
 
 def collective_grid(artifact: KernelArtifact, op: str, num_gpus: int) -> Grid | None:
@@ -174,6 +136,4 @@ def collective_grid(artifact: KernelArtifact, op: str, num_gpus: int) -> Grid | 
     rows = rows[(rows["op"] == op) & (rows["num_gpus"] == num_gpus)]
     if len(rows) == 0:
         return None
-    return Grid.from_points(
-        f"{op} x{num_gpus}", ("message_bytes",), (rows["message_bytes"],), rows["latency_s"]
-    )
+    return _grid(f"{op} x{num_gpus}", rows, "message_bytes")
