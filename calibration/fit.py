@@ -33,7 +33,7 @@ NNLS is Lawson-Hanson in numpy (``nnls``): scipy is not a dependency.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -52,8 +52,13 @@ from sim.cost.fitted import EngineOverheadCost
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
 
-# Per-feature columns of _features, in order (coefficients named *_s).
-_TERMS = ("prefill_seqs", "prefill_attention_pairs", "prefill_kv_read_tokens", "decode_seqs")
+# Per-feature columns of the design matrix, in order (coefficients named *_s).
+_TERMS = (
+    "num_prefill_seqs",
+    "prefill_attention_pairs",
+    "prefill_kv_read_tokens",
+    "num_decode_seqs",
+)
 
 
 def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> Matrix:
@@ -180,27 +185,6 @@ def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matr
     return out
 
 
-def _features(
-    samples: Sequence[CalibrationSample],
-) -> tuple[Matrix, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Per-feature columns (order of ``_TERMS``), token counts and decode contexts."""
-    tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
-    contexts = np.array([s.num_decode_context_tokens for s in samples], float)
-    terms = np.array(
-        [
-            [
-                s.num_prefill_seqs,
-                s.prefill_attention_pairs,
-                s.prefill_kv_read_tokens,
-                s.num_decode_seqs,
-            ]
-            for s in samples
-        ],
-        dtype=np.float64,
-    ).reshape(len(samples), len(_TERMS))
-    return terms, tokens, contexts
-
-
 def fit_coefficients(
     samples: Sequence[CalibrationSample],
     kind: FitKind = "piecewise",
@@ -218,11 +202,14 @@ def fit_coefficients(
     """
     if not samples:
         raise ValueError("no samples to fit")
-    terms, tokens, contexts = _features(samples)
+    terms = np.array([[getattr(s, name) for name in _TERMS] for s in samples], dtype=np.float64)
+    tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
+    contexts = np.array([s.num_decode_context_tokens for s in samples], float)
     batch = terms[:, 3]
     measured = np.array([s.median_s for s in samples])
     knots: list[int] = []
     batch_knots: list[int] = []
+    spacing: dict[str, Any] = {"dense_below": dense_below, "knot_ratio": knot_ratio}
     if kind == "linear":
         hinges = [0]
         columns = [np.ones_like(tokens), tokens, terms, hinge_basis(contexts, hinges)]
@@ -232,15 +219,9 @@ def fit_coefficients(
         knots = choose_knots(
             [int(t) for t in (tokens[has_prefill] if has_prefill.any() else tokens)],
             min_support=token_support,
-            dense_below=dense_below,
-            knot_ratio=knot_ratio,
+            **spacing,
         )
-        batch_knots = choose_knots(
-            [int(b) for b in batch],
-            min_support=batch_support,
-            dense_below=dense_below,
-            knot_ratio=knot_ratio,
-        )
+        batch_knots = choose_knots([int(b) for b in batch], min_support=batch_support, **spacing)
         batch_columns = (
             hat_basis(batch, batch_knots) * (batch > 0)[:, None]
             if batch_knots
@@ -259,34 +240,29 @@ def fit_coefficients(
     coef = np.zeros(design.shape[1])
     coef[used] = nnls(design[:, used] / norms[used], np.ones(len(samples))) / norms[used]
     parts = np.split(coef, np.cumsum([c.shape[1] if c.ndim == 2 else 1 for c in columns])[:-1])
-    floor_s = 0.5 * float(measured.min())
+    common: dict[str, Any] = {
+        "per_prefill_seq_s": float(parts[2][0]),
+        "per_prefill_attention_pair_s": float(parts[2][1]),
+        "per_prefill_kv_read_token_s": float(parts[2][2]),
+        "decode_context_hinges": hinges,
+        "per_decode_context_token_s": parts[3].tolist(),
+        "floor_s": 0.5 * float(measured.min()),
+    }
     if kind == "linear":
-        intercept, per_token, term_coef, hinge_coef = parts
         return FitCoefficients(
             kind="linear",
-            intercept_s=float(intercept[0]),
-            per_token_s=float(per_token[0]),
-            per_prefill_seq_s=float(term_coef[0]),
-            per_prefill_attention_pair_s=float(term_coef[1]),
-            per_prefill_kv_read_token_s=float(term_coef[2]),
-            per_decode_seq_s=float(term_coef[3]),
-            decode_context_hinges=hinges,
-            per_decode_context_token_s=hinge_coef.tolist(),
-            floor_s=floor_s,
+            intercept_s=float(parts[0][0]),
+            per_token_s=float(parts[1][0]),
+            per_decode_seq_s=float(parts[2][3]),
+            **common,
         )
-    knot_coef, batch_coef, term_coef, hinge_coef = parts
     return FitCoefficients(
         kind="piecewise",
         token_knots=knots,
-        token_knot_s=knot_coef.tolist(),
+        token_knot_s=parts[0].tolist(),
         decode_batch_knots=batch_knots,
-        decode_batch_knot_s=batch_coef.tolist(),
-        per_prefill_seq_s=float(term_coef[0]),
-        per_prefill_attention_pair_s=float(term_coef[1]),
-        per_prefill_kv_read_token_s=float(term_coef[2]),
-        decode_context_hinges=hinges,
-        per_decode_context_token_s=hinge_coef.tolist(),
-        floor_s=floor_s,
+        decode_batch_knot_s=parts[1].tolist(),
+        **common,
     )
 
 
