@@ -18,14 +18,11 @@ Rows are weighted by 1/measured time, so the fit minimises relative error
 non-negative: a step can never get cheaper by adding work. Held-out points
 are chosen deterministically (``split_held_out``) and never seen by the fit.
 
-A second source (``fit_engine_overhead``): the engine overhead fitted from a
-measured run's step log. Each step of a measured run (``steps.parquet``) is
-a sample: its shape, and how long the engine was busy with it, from
-scheduling to the end of its bookkeeping (``done_s - start_s``). The fit
-finds non-negative ``scale``, ``per_step_s`` and ``per_seq_s`` of
-``sim.cost.fitted.EngineOverheadCost`` minimising the relative
-error, weighted as above. Fit it on one run and predict *another*: a fit on
-the run being predicted is not a validation.
+``fit_engine_overhead`` fits ``sim.cost.fitted.EngineOverheadCost`` to a
+measured run's step log (``steps.parquet``): each step is a sample, its busy
+time ``done_s - start_s`` from scheduling to the end of its bookkeeping,
+weighted as above. Fit it on one run and predict *another*: a fit on the run
+being predicted is not a validation.
 
 NNLS is Lawson-Hanson in numpy (``nnls``): scipy is not a dependency.
 """

@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 NUM_SPECIAL = 3  # 0 = padding, 1 = beginning of sequence, 2 = end of sequence
+# Common English words, as text: a literal list would take a line per word.
 _WORDS = tuple(
-    (
+    (  # noqa: SIM905
         "the of and to in is that for it as with was on be by at this are from or an have not "
         "they which one you were all we her she there would their will when who him been has "
         "more if no out do so can what up said about other into than its time only could new "

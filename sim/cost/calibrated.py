@@ -168,23 +168,19 @@ class FitCoefficients(BaseModel):
 
     @model_validator(mode="after")
     def _check_knots(self) -> FitCoefficients:
-        for name in ("token_knots", "decode_batch_knots"):
-            knots: list[int] = getattr(self, name)
-            if len(knots) != len(getattr(self, name.replace("knots", "knot_s"))):
+        for name, knots, values in (
+            ("token_knots", self.token_knots, self.token_knot_s),
+            ("decode_batch_knots", self.decode_batch_knots, self.decode_batch_knot_s),
+            ("decode_context_hinges", self.decode_context_hinges, self.per_decode_context_token_s),
+        ):
+            if len(knots) != len(values):
                 raise ValueError(f"{name} and its values differ in length")
             if any(b <= a for a, b in pairwise(knots)):
                 raise ValueError(f"{name} must be strictly increasing")
-            if self.kind == "linear" and knots:
-                raise ValueError(f"a linear fit has no {name}")
-        hinges = self.decode_context_hinges
-        if len(hinges) != len(self.per_decode_context_token_s):
-            raise ValueError(
-                "decode_context_hinges and per_decode_context_token_s differ in length"
-            )
-        if not hinges or hinges[0] != 0:
+        if self.kind == "linear" and (self.token_knots or self.decode_batch_knots):
+            raise ValueError("a linear fit has no token_knots or decode_batch_knots")
+        if not self.decode_context_hinges or self.decode_context_hinges[0] != 0:
             raise ValueError("decode_context_hinges must start at 0")
-        if any(b <= a for a, b in pairwise(hinges)):
-            raise ValueError("decode_context_hinges must be strictly increasing")
         return self
 
 

@@ -42,18 +42,16 @@ A relative path inside ``base_cost`` (an artifact file) is relative to the
 artifact's own folder. ``errors`` is a report for people; nothing reads it back.
 
 ``EngineOverheadCost``: a cost model plus the per-step work of a real engine
-loop around the forward pass. Microbenchmarks time ``forward_step`` alone; a
-serving engine also schedules, builds the batch, detokenizes, and commits
-each step; on a CPU running a
-small model that is a few percent of a decode step, and the forward pass
-itself may run a little slower or faster inside the loop than in a tight
-benchmark (caches). ``EngineOverheadCost`` models a step as::
+loop around the forward pass, which microbenchmarks of ``forward_step`` alone
+miss (scheduling, batch building, detokenizing, commit: a few percent of a
+decode step for a small model on a CPU; the forward pass may also run a little
+slower or faster inside the loop than in a tight benchmark, caches)::
 
     step_s = scale * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
 
-with the three coefficients fitted (``calibration.fit.fit_engine_overhead``) from the step
-log of a *different* measured run than the one being predicted.
-``ScaledCost`` multiplies a base model's steps by one factor.
+fitted (``calibration.fit.fit_engine_overhead``) on the step log of a
+*different* measured run than the one predicted. ``ScaledCost`` multiplies a
+base model's steps by one factor.
 """
 
 from __future__ import annotations
@@ -274,11 +272,8 @@ class EngineOverheadCost:
     ) -> None:
         if scale <= 0 or per_step_s < 0 or per_seq_s < 0:
             raise ValueError(f"bad overhead coefficients {scale=}, {per_step_s=}, {per_seq_s=}")
-        self.base = base
-        self.scale = scale
-        self.per_step_s = per_step_s
-        self.per_seq_s = per_seq_s
-        self.source = source
+        self.base, self.scale, self.source = base, scale, source
+        self.per_step_s, self.per_seq_s = per_step_s, per_seq_s
 
     @property
     def label(self) -> str:
@@ -310,8 +305,7 @@ class ScaledCost:
     def __init__(self, base: CostModel, factor: float) -> None:
         if factor <= 0:
             raise ValueError(f"factor must be positive, got {factor}")
-        self.base = base
-        self.factor = factor
+        self.base, self.factor = base, factor
 
     @property
     def label(self) -> str:
