@@ -25,6 +25,7 @@ import json
 import signal
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -102,13 +103,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> dict[str, Any]:
-    if kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "delta": {"content": text}}
-        obj = "chat.completion.chunk"
-    else:
-        choice, obj = {"index": 0, "text": text, "logprobs": None}, "text_completion"
-    choice["finish_reason"] = reason
+def _answer(rid: str, obj: str, model: str, choice: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": rid,
         "object": obj,
@@ -116,6 +111,14 @@ def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> di
         "model": model,
         "choices": [choice],
     }
+
+
+def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> dict[str, Any]:
+    if kind == "chat":
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": reason}
+        return _answer(rid, "chat.completion.chunk", model, choice)
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    return _answer(rid, "text_completion", model, choice)
 
 
 def _usage(last: Emitted) -> dict[str, int]:
@@ -175,17 +178,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             if event.finish_reason is not None:
                 break
         if (body.get("stream_options") or {}).get("include_usage"):
-            await response.write(
-                _sse(
-                    {
-                        "id": rid,
-                        "object": "chunk",
-                        "model": model,
-                        "choices": [],
-                        "usage": _usage(event),
-                    }
-                )
-            )
+            usage = {"id": rid, "object": "chunk", "model": model, "choices": []}
+            await response.write(_sse({**usage, "usage": _usage(event)}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
@@ -208,26 +202,7 @@ async def _whole(events: asyncio.Queue[Emitted], rid: str, model: str, kind: str
     else:
         choice["text"] = text
     obj = "chat.completion" if kind == "chat" else "text_completion"
-    return web.json_response(
-        {
-            "id": rid,
-            "object": obj,
-            "created": int(time.time()),
-            "model": model,
-            "choices": [choice],
-            "usage": _usage(event),
-        }
-    )
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/completions``."""
-    return await _generate(request, "completions")
-
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/chat/completions``."""
-    return await _generate(request, "chat")
+    return web.json_response({**_answer(rid, obj, model, choice), "usage": _usage(event)})
 
 
 async def tokenize(request: web.Request) -> web.Response:
@@ -276,8 +251,8 @@ def make_app(engine: OnlineEngine, model: str) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", partial(_generate, kind="completions"))
+    app.router.add_post("/v1/chat/completions", partial(_generate, kind="chat"))
     return app
 
 

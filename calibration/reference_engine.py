@@ -198,14 +198,7 @@ class StepExecutor:
         self.cache.lengths[slot] = 0
 
 
-STEP_FIELDS = (
-    "start_s",
-    "forward_start_s",
-    "end_s",
-    "done_s",
-    "forward_cpu_s",
-    *SHAPE_FIELDS,
-)
+STEP_FIELDS = ("start_s", "forward_start_s", "end_s", "done_s", "forward_cpu_s", *SHAPE_FIELDS)
 
 
 @dataclass
@@ -321,21 +314,8 @@ class WallClockEngine:
                 log.token_id.append(sampled[rid])
             if request.finish_s is not None:
                 executor.forget(rid)
-        log.steps.append(
-            (
-                start_s,
-                forward_start,
-                end,
-                self._now(),
-                forward_cpu,
-                shape.num_prefill_seqs,
-                shape.num_prefill_tokens,
-                shape.prefill_attention_pairs,
-                shape.prefill_kv_read_tokens,
-                shape.num_decode_seqs,
-                shape.num_decode_context_tokens,
-            )
-        )
+        times = (start_s, forward_start, end, self._now(), forward_cpu)
+        log.steps.append((*times, *(getattr(shape, name) for name in SHAPE_FIELDS)))
         log.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
 
     def run(self, progress: bool = True, max_duration_s: float | None = None) -> MeasuredRun:
