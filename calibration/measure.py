@@ -25,9 +25,7 @@ stays out of sample (the probe is a microbenchmark, never the run itself).
 from __future__ import annotations
 
 import platform
-import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +37,7 @@ import torch
 import sim
 from calibration.compare_measured import PROBE_POINTS
 from calibration.model import TORCH_DTYPES, DecodeItem, LlamaModel, PrefillChunk
-from calibration.profile import cpu_model
+from calibration.profile import GridPoint, cpu_model, time_step
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
@@ -132,40 +130,22 @@ def _mem_available_bytes() -> int:
     return 1 << 62  # unknown: do not refuse
 
 
-def _timer(
-    model: LlamaModel, chunks: tuple[tuple[int, int], ...], contexts: tuple[int, ...]
-) -> Callable[[], float]:
-    """One step of this shape, timed; chunk i in slot i, decode j in slot len(chunks) + j."""
-    longest = max([c + p for c, p in chunks] + list(contexts))
-    cache = model.new_cache(len(chunks) + len(contexts), longest + 1)
-    prefill = [PrefillChunk(i, [3 + j % 250 for j in range(c)]) for i, (c, _) in enumerate(chunks)]
-    decode = [DecodeItem(len(chunks) + j, 7) for j in range(len(contexts))]
-    cuda = model.device_.type == "cuda"
-
-    def run() -> float:
-        for slot, (_, cached) in enumerate(chunks):
-            cache.lengths[slot] = cached
-        for j, context in enumerate(contexts):
-            cache.lengths[len(chunks) + j] = context - 1  # the step computes the last one
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        model.forward_step(cache, prefill, decode)
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    return run
-
-
 def run_probe(model: LlamaModel, num_repeats: int = 5) -> dict[str, float]:
     """Median wall time (s) per probe shape: ``num_repeats`` runs after one untimed run."""
     medians: dict[str, float] = {}
     with torch.inference_mode():
         for name, (chunks, contexts) in PROBE_POINTS.items():
-            run = _timer(model, chunks, contexts)
-            run()  # as in the profiler: a timed step follows one of the same shape
-            medians[name] = float(np.median([run() for _ in range(num_repeats)]))
+            point = GridPoint("mixed", chunks, contexts)
+            cache = model.new_cache(point.num_slots, point.max_len_tokens + 1)
+            prefill = [
+                PrefillChunk(i, [3 + j % 250 for j in range(c)]) for i, (c, _) in enumerate(chunks)
+            ]
+            decode = [DecodeItem(len(chunks) + j, 7) for j in range(len(contexts))]
+            # As in the profiler: a timed step follows one of the same shape.
+            times = [
+                time_step(model, cache, point, prefill, decode) for _ in range(num_repeats + 1)
+            ]
+            medians[name] = float(np.median(times[1:]))
     return medians
 
 

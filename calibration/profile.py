@@ -24,17 +24,17 @@ import platform
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 import sim
-from calibration.model import DecodeItem, LlamaModel, PrefillChunk
+from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
 
@@ -195,6 +195,30 @@ def _inputs(
     return prefill, decode
 
 
+def time_step(
+    model: LlamaModel,
+    cache: KVCache,
+    point: GridPoint,
+    prefill: list[PrefillChunk],
+    decode: list[DecodeItem],
+    **sampling: Any,
+) -> float:
+    """Wall time (s) of one step of ``point``, its slots' cached lengths set first."""
+    for slot, (_, cached) in enumerate(point.prefill_chunks):
+        cache.lengths[slot] = cached
+    first = len(point.prefill_chunks)
+    for j, ctx in enumerate(point.decode_contexts):
+        cache.lengths[first + j] = ctx - 1  # the step computes the last one
+    cuda = model.device_.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.forward_step(cache, prefill, decode, **sampling)
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def profile_grid(
     model: LlamaModel,
     grid: Grid,
@@ -209,8 +233,6 @@ def profile_grid(
     Points whose KV cache (slots x longest sequence) exceeds ``max_kv_tokens``
     are skipped with a warning, so a grid cannot run a device out of memory.
     """
-    device = model.device_
-    sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     points = tuple(
         p
         for p in grid.points
@@ -226,25 +248,17 @@ def profile_grid(
         raise ValueError("no grid point fits in the KV budget")
     capacity = max(p.num_slots * p.max_len_tokens for p in points)
     cache = model.new_cache(1, capacity, seed=int(rng.integers(2**31)))
-    sampler = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
+    sampler = torch.Generator(device=model.device_).manual_seed(int(rng.integers(2**31)))
     inputs = [_inputs(p, model.spec.vocab_size, rng) for p in points]
     times: list[list[float]] = [[] for _ in points]
 
     def run(i: int) -> float:
         point = points[i]
-        prefill, decode = inputs[i]
         if (cache.num_slots, cache.max_len_tokens) != (point.num_slots, point.max_len_tokens):
             cache.reshape(point.num_slots, point.max_len_tokens)
-        for slot, (_, cached) in enumerate(point.prefill_chunks):
-            cache.lengths[slot] = cached
-        first = len(point.prefill_chunks)
-        for j, ctx in enumerate(point.decode_contexts):
-            cache.lengths[first + j] = ctx - 1
-        sync()
-        start = time.perf_counter()
-        model.forward_step(cache, prefill, decode, temperature=temperature, generator=sampler)
-        sync()
-        return time.perf_counter() - start
+        return time_step(
+            model, cache, point, *inputs[i], temperature=temperature, generator=sampler
+        )
 
     total = (grid.num_warmup + grid.num_repeats) * len(points)
     with (
