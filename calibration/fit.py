@@ -305,12 +305,6 @@ def fit_samples(
     return fit, fit_error(fit, samples)
 
 
-def step_shapes(steps: pd.DataFrame) -> list[StepShape]:
-    """The StepShape of every row of a measured step log."""
-    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
-    return [StepShape(*(int(v) for v in row)) for row in rows]
-
-
 def fit_engine_overhead(
     steps: pd.DataFrame, base: CostModel, source: str = "engine step log"
 ) -> EngineOverheadCost:
@@ -318,7 +312,8 @@ def fit_engine_overhead(
     if steps.empty:
         raise ValueError("no steps to fit")
     busy = (steps["done_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
-    shapes = step_shapes(steps)
+    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
+    shapes = [StepShape(*(int(v) for v in row)) for row in rows]
     predicted = np.array([base.step_s(s) for s in shapes])
     seqs = np.array([s.num_prefill_seqs + s.num_decode_seqs for s in shapes], dtype=np.float64)
     design = np.column_stack([predicted, np.ones_like(predicted), seqs]) / busy[:, None]

@@ -41,13 +41,12 @@ from calibration.profile import GridPoint, cpu_model, time_step
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
-from sim.engine.core_config import CoreConfig
 from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import latency_stats_ms, summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.predict import with_request_spec
-from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
+from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
 
@@ -187,32 +186,14 @@ def measure(
     longest = int((work.num_prompt_tokens + work.num_output_tokens).max(initial=2))
     max_len = min(longest, scenario.engine.max_model_len_tokens)
     model = LlamaModel(scenario.model, dtype=TORCH_DTYPES[dtype_name], device=torch_device, seed=0)
-    executor = StepExecutor(
-        model, num_slots, max_len, sampling or SamplingParams(), seed=scenario.seed
-    )
+    sampling = sampling or SamplingParams()
+    executor = StepExecutor(model, num_slots, max_len, sampling, seed=scenario.seed)
     core = core_config.new_core()
     engine = WallClockEngine(core, executor, work, seed=scenario.seed, sync=device == "cuda")
     probes = {"before": run_probe(model)} if probe else {}
     run = engine.run(progress=progress, max_duration_s=max_duration_s)
     if probe:
         probes["after"] = run_probe(model)
-    sampling = sampling or SamplingParams()
-    measurement = _measurement(scenario, core_config, work, run, torch_device, dtype_name, sampling)
-    if probes:
-        # Median seconds per probe shape; calibration.compare_measured.speed_ratio reads them.
-        measurement.summary["probe_s"] = probes
-    return measurement
-
-
-def _measurement(
-    scenario: Scenario,
-    core_config: CoreConfig,
-    work: RequestArrays,
-    run: MeasuredRun,
-    device: torch.device,
-    dtype: str,
-    sampling: SamplingParams,
-) -> Measurement:
     summary: dict[str, Any] = dict(
         summarize(run.requests, run.core_steps, run.extra_itl_s, scenario.slo)
     )
@@ -220,7 +201,8 @@ def _measurement(
     steps = run.steps
     forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    cuda = device == "cuda"
+    device_name = torch.cuda.get_device_name(torch_device) if cuda else cpu_model()
     summary.update(
         **summary_header(scenario, core_config, "measured"),
         num_preemptions=int(run.requests["num_preemptions"].sum()),
@@ -230,9 +212,9 @@ def _measurement(
         message=run.message,
         wall_s=run.wall_s,
         num_steps=len(run.steps),
-        device=device.type,
+        device=device,
         device_name=device_name,
-        dtype=dtype,
+        dtype=dtype_name,
         threads=torch.get_num_threads(),
         torch_version=torch.__version__,
         python=platform.python_version(),
@@ -241,10 +223,13 @@ def _measurement(
         hardware=scenario.hardware.name,  # servesim validate checks both against its scenario
         # On CPU: the share of the forward passes' wall time this thread was
         # running (1.0 = the core was ours; lower = another process took it).
-        forward_cpu_share=cpu_share if device.type == "cpu" else None,
+        forward_cpu_share=None if cuda else cpu_share,
         load_average_after=_load_average(),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         requests = with_request_metrics(with_request_spec(run.requests, work))
+    if probes:
+        # Median seconds per probe shape; calibration.compare_measured.speed_ratio reads them.
+        summary["probe_s"] = probes
     return Measurement(scenario, run, requests, summary)
