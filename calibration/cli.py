@@ -2,12 +2,8 @@
 
 With ``--from-run RUN [RUN ...]`` it times nothing: it fits a base cost
 model's overhead and prefill / decode multipliers to measured runs
-(black-box calibration, ``sim.cli.fit``, torch-free).
-
-Wiring: ``add_parsers(subparsers)`` registers the ``calibrate`` subcommand
-(its handler ``run(args) -> int`` is stored as ``args.handler`` and
-``args.func``); ``main(argv)`` runs it standalone (``python -m calibration.cli``). Bad input raises
-``ConfigError`` from ``run``; ``main`` prints it on one line and returns 2.
+(black-box calibration, ``sim.cli.fit``, torch-free). ``main`` runs it
+standalone (``python -m calibration.cli``). Bad input raises ``ConfigError``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,19 @@
 """The reference engine: the simulator's scheduler driving a real model, in wall-clock time.
 
-**The executor** (``StepExecutor``) turns a step plan into one ``forward_step``.
-One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the scenario's
-policy decide every step (unchanged); the executor runs the decision on the
-calibration model. The KV cache has one slot per running request (a slot is
-taken when a request is first scheduled and given back when it finishes or is
-preempted). For each scheduled ``(request, num_new)``:
-
-- a request whose cache holds every token but the last sampled one *decodes*:
-  it feeds that token (``DecodeItem``);
-- any other request runs a *prefill chunk* of its next ``num_new`` tokens:
-  prompt tokens, and after a recompute preemption the prompt and the tokens
-  already generated (the chunk samples if it reaches the end).
-
-Sampled ids come back in the model's order (sampling chunks, then decodes);
-``run`` returns them by request id, and appends them to each request's token
-list, so a recomputed request continues from exactly the tokens it emitted.
+**The executor** (``StepExecutor``) runs a step plan as one ``forward_step``.
+One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the
+scenario's policy decide every step (unchanged); the executor runs the
+decision on the calibration model. The KV cache has one slot per running
+request (taken when it is first scheduled, given back when it finishes or is
+preempted). A scheduled request whose cache holds every token but the last
+sampled one *decodes* that token (``DecodeItem``); any other runs a *prefill
+chunk* of its next ``num_new`` tokens: prompt tokens, and after a recompute
+preemption the tokens already generated too (the chunk samples if it reaches
+the end). Sampled ids are appended to each request's token list, so a
+recomputed request continues from exactly the tokens it emitted.
 
 **Replay** (``WallClockEngine``, behind ``servesim measure``) serves a
-scenario's request list on the real model, in wall-clock time. The loop,
-once per step::
+scenario's request list in wall-clock time. Once per step::
 
     inject every request whose arrival time has passed (tokenize its prompt,
         then EngineCore.add at the time tokenization ended)
@@ -33,36 +27,27 @@ Times are seconds since the run started (``time.perf_counter``); a step runs
 from the moment it is scheduled to the moment its sampled ids are on the
 host (after a CUDA synchronisation on GPU), so consecutive steps tile the
 time the engine is busy and the simulator's step durations mean the same.
-Every emitted token's time is kept (this is the measured side). Ctrl-C, an
+Every emitted token's time is kept (the measured side). Ctrl-C, an
 out-of-memory error or ``max_duration_s`` stop the run early; what was
-measured so far is kept and the run's ``status`` says why it ended.
+measured so far is kept and ``status`` says why it ended.
 
-Async scheduling (when the policy asks for it, as the simulator's replica
-does): the real engine still runs steps one after the other, but plans step
-N+1 as vLLM's ``AsyncScheduler`` would have while step N ran. The core sees
-only requests that were ready when step N started (``visible_until``), and
-requests finishing in step N keep their slot and blocks for that plan
-(``EngineCore.pipelined``). So the measured run and its prediction make the
-same decisions; only the scheduler's CPU time is not hidden behind the step.
-Requests carry the workload's priority and shared-prefix fields, as in the
-simulator.
+Async scheduling (when the policy asks for it): the real engine still runs
+steps one after the other, but plans step N+1 as vLLM's ``AsyncScheduler``
+would have while step N ran: the core sees only requests ready when step N
+started (``visible_until``), and requests finishing in step N keep their
+slot and blocks for that plan (``EngineCore.pipelined``). So the measured run
+and its prediction make the same decisions; only the scheduler's CPU time is
+not hidden behind the step.
 
-**Online** (``OnlineEngine``, behind ``servesim serve``): a server learns of
-each request when it arrives. A thread owns the ``EngineCore`` (the
-scenario's policy and KV pool) and the ``StepExecutor`` (the calibration
-model), and loops::
-
-    take the requests submitted since the last step (EngineCore.add)
-    plan = core.schedule(now)
-    empty plan -> wait for a submission
-    else       -> StepExecutor.run(plan); core.commit(plan, start, [end])
-                  hand each emitted token to its request's sink
-
-A sink is called on the engine thread with one ``Emitted`` per engine step
-that produced a token for its request (so a stream has one chunk per step
-output), the last one with ``finish_reason`` set. A request stops at
-``max_tokens`` (``"length"``), or at the end-of-sequence id unless
-``ignore_eos`` (``"stop"``), or when ``abort`` is called (a client gone).
+**Online** (``OnlineEngine``, behind ``servesim serve``) learns of each
+request when it arrives. A thread owns the ``EngineCore`` and the
+``StepExecutor`` and loops: add the requests submitted since the last step,
+schedule, run and commit the plan (or wait for a submission), and hand each
+emitted token to its request's sink, on the engine thread: one ``Emitted``
+per step that produced a token (a stream has one chunk per step output), the
+last with ``finish_reason``. A request stops at ``max_tokens``
+(``"length"``), at the end-of-sequence id unless ``ignore_eos`` (``"stop"``),
+or when ``abort`` is called (a client gone).
 """
 
 from __future__ import annotations
