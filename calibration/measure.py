@@ -36,7 +36,7 @@ import torch
 
 import sim
 from calibration.compare_measured import PROBE_POINTS
-from calibration.model import TORCH_DTYPES, DecodeItem, LlamaModel, PrefillChunk
+from calibration.model import TORCH_DTYPES, LlamaModel
 from calibration.profile import GridPoint, cpu_model, time_step
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
@@ -136,10 +136,9 @@ def run_probe(model: LlamaModel, num_repeats: int = 5) -> dict[str, float]:
         for name, (chunks, contexts) in PROBE_POINTS.items():
             point = GridPoint("mixed", chunks, contexts)
             cache = model.new_cache(point.num_slots, point.max_len_tokens + 1)
-            prefill = [
-                PrefillChunk(i, [3 + j % 250 for j in range(c)]) for i, (c, _) in enumerate(chunks)
-            ]
-            decode = [DecodeItem(len(chunks) + j, 7) for j in range(len(contexts))]
+            prefill, decode = point.inputs(
+                [[3 + j % 250 for j in range(c)] for c, _ in chunks], [7] * len(contexts)
+            )
             # As in the profiler: a timed step follows one of the same shape.
             times = [
                 time_step(model, cache, point, prefill, decode) for _ in range(num_repeats + 1)

@@ -67,6 +67,14 @@ class GridPoint:
         lengths = [c + p for c, p in self.prefill_chunks] + list(self.decode_contexts)
         return max(lengths)
 
+    def inputs(
+        self, prefill_ids: list[list[int]], decode_ids: list[int]
+    ) -> tuple[list[PrefillChunk], list[DecodeItem]]:
+        """The model's inputs: chunk i in slot i, decode j in slot (chunks + j)."""
+        first = len(self.prefill_chunks)
+        prefill = [PrefillChunk(i, ids) for i, ids in enumerate(prefill_ids)]
+        return prefill, [DecodeItem(first + j, t) for j, t in enumerate(decode_ids)]
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -179,22 +187,6 @@ def build_grid(name: GridName) -> Grid:
     raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRID_NAMES)}")
 
 
-def _inputs(
-    point: GridPoint, vocab_size: int, rng: np.random.Generator
-) -> tuple[list[PrefillChunk], list[DecodeItem]]:
-    """Random token ids; chunk i in slot i, decode j in slot (chunks + j)."""
-    prefill = [
-        PrefillChunk(i, rng.integers(0, vocab_size, c).tolist())
-        for i, (c, _) in enumerate(point.prefill_chunks)
-    ]
-    first = len(point.prefill_chunks)
-    decode = [
-        DecodeItem(first + j, int(t))
-        for j, t in enumerate(rng.integers(0, vocab_size, len(point.decode_contexts)))
-    ]
-    return prefill, decode
-
-
 def time_step(
     model: LlamaModel,
     cache: KVCache,
@@ -249,7 +241,14 @@ def profile_grid(
     capacity = max(p.num_slots * p.max_len_tokens for p in points)
     cache = model.new_cache(1, capacity, seed=int(rng.integers(2**31)))
     sampler = torch.Generator(device=model.device_).manual_seed(int(rng.integers(2**31)))
-    inputs = [_inputs(p, model.spec.vocab_size, rng) for p in points]
+    vocab = model.spec.vocab_size
+    inputs = [
+        p.inputs(
+            [rng.integers(0, vocab, c).tolist() for c, _ in p.prefill_chunks],
+            [int(t) for t in rng.integers(0, vocab, len(p.decode_contexts))],
+        )
+        for p in points
+    ]
     times: list[list[float]] = [[] for _ in points]
 
     def run(i: int) -> float:
