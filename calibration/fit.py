@@ -58,7 +58,7 @@ _TERMS = (
 )
 
 
-def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> Matrix:
+def nnls(a: Matrix, b: npt.NDArray[np.float64]) -> Matrix:
     """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
 
     Scale columns to comparable norms before calling: the tolerance is
@@ -67,7 +67,7 @@ def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> 
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     m, n = a.shape
-    max_iter = 5 * n + 10 if max_iter is None else max_iter
+    max_iter = 5 * n + 10
     tol = 10 * np.finfo(np.float64).eps * np.linalg.norm(a, 1) * max(m, n)
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
@@ -134,10 +134,8 @@ def choose_knots(
     return knots
 
 
-def choose_hinges(
-    context_tokens: Sequence[int], *, factor: int = 2, min_support: int = 2
-) -> list[int]:
-    """0, then powers of ``factor`` from 4x the smallest to half the largest context.
+def choose_hinges(context_tokens: Sequence[int], *, min_support: int = 2) -> list[int]:
+    """0, then powers of 2 from 4x the smallest to half the largest context.
 
     Each hinge lets the per-context-token slope grow beyond it, so it is kept
     only if at least ``min_support`` samples lie beyond it (a slope fitted to
@@ -152,7 +150,7 @@ def choose_hinges(
         beyond = sum(c > h for c in positive)
         if h >= 4 * positive[0] and beyond >= min_support:
             hinges.append(h)
-        h *= factor
+        h *= 2
     return hinges
 
 
@@ -183,19 +181,12 @@ def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matr
 
 
 def fit_coefficients(
-    samples: Sequence[CalibrationSample],
-    kind: FitKind = "piecewise",
-    *,
-    token_support: int = 2,
-    batch_support: int = 2,
-    dense_below: int = 16,
-    knot_ratio: float = 1.3,
+    samples: Sequence[CalibrationSample], kind: FitKind = "piecewise"
 ) -> FitCoefficients:
     """NNLS fit of ``kind`` to ``samples`` (all of them: split beforehand).
 
     Piecewise: token knots come from steps with a prefill (their dense cost
-    pins the curve; ``token_support`` samples per knot), decode-batch knots
-    from the batch sizes seen (``batch_support`` samples per knot).
+    pins the curve), decode-batch knots from the batch sizes seen.
     """
     if not samples:
         raise ValueError("no samples to fit")
@@ -206,7 +197,6 @@ def fit_coefficients(
     measured = np.array([s.median_s for s in samples])
     knots: list[int] = []
     batch_knots: list[int] = []
-    spacing: dict[str, Any] = {"dense_below": dense_below, "knot_ratio": knot_ratio}
     if kind == "linear":
         hinges = [0]
         columns = [np.ones_like(tokens), tokens, terms, hinge_basis(contexts, hinges)]
@@ -214,11 +204,9 @@ def fit_coefficients(
         hinges = choose_hinges([int(c) for c in contexts])
         has_prefill = terms[:, 0] > 0
         knots = choose_knots(
-            [int(t) for t in (tokens[has_prefill] if has_prefill.any() else tokens)],
-            min_support=token_support,
-            **spacing,
+            [int(t) for t in (tokens[has_prefill] if has_prefill.any() else tokens)]
         )
-        batch_knots = choose_knots([int(b) for b in batch], min_support=batch_support, **spacing)
+        batch_knots = choose_knots([int(b) for b in batch])
         batch_columns = (
             hat_basis(batch, batch_knots) * (batch > 0)[:, None]
             if batch_knots
