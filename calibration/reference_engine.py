@@ -100,10 +100,10 @@ class StepExecutor:
         """Remember a tokenized request's prompt."""
         self.token_ids[request_id] = list(prompt_ids)
 
-    def forget(self, request_id: int) -> list[int]:
-        """Drop a finished request; return its token ids (prompt + output)."""
+    def forget(self, request_id: int) -> None:
+        """Drop a finished request: its slot and its token ids."""
         self.release(request_id)
-        return self.token_ids.pop(request_id, [])
+        self.token_ids.pop(request_id, None)
 
     def release(self, request_id: int) -> None:
         """Give back a request's slot, if it holds one (finish or preemption)."""

@@ -282,23 +282,6 @@ def tokens_curve_s(knots: list[int], knot_s: list[float], num_tokens: float) -> 
 class CalibratedCost:
     """The CostModel of a fitted artifact (formula in the module docstring)."""
 
-    __slots__ = (
-        "_batch_knot_s",
-        "_batch_knots",
-        "_floor_s",
-        "_hinges",
-        "_intercept_s",
-        "_knot_s",
-        "_knots",
-        "_label",
-        "_per_context_s",
-        "_per_decode_seq_s",
-        "_per_kv_read_s",
-        "_per_pair_s",
-        "_per_prefill_seq_s",
-        "_per_token_s",
-    )
-
     def __init__(self, fit: FitCoefficients, label: str = "calibrated") -> None:
         self._label = label
         # Plain floats and lists: attribute access on them is the fastest path.
