@@ -1,25 +1,18 @@
 """``servesim measure``: serve a scenario on the real model and write what was measured.
 
-Builds the scenario's requests exactly as ``servesim run`` does (same seed,
-same arrival times, lengths, priorities and shared prefixes), its engine core
-through ``sim.api.core_config_for`` (the function the simulator's replicas are
-built with: same policy, KV pool and limits, or a one-line refusal), the calibration
-model (random weights of the scenario's model spec) and a ``WallClockEngine``,
-then writes the same per-request table and ``summary.json`` as a simulated
-run, marked ``"mode": "measured"`` with the device, threads and torch
-version, plus ``steps.parquet`` (every step's shape, batch, start, end) and
-``tokens.parquet`` (every output token's time). ITL in the summary comes from
-the real gaps between a request's tokens.
+The engine and what it runs: docs/validation.md, "How it works". Writes the
+same per-request table and ``summary.json`` as a simulated run, marked
+``"mode": "measured"`` with the device, threads and torch version, plus
+``steps.parquet`` (every step's shape, batch, start, end) and
+``tokens.parquet`` (every output token's time); ITL in the summary comes
+from the real gaps between a request's tokens.
 
 A shared CPU host's speed wanders: on this project's 2-core cloud machine a
 128-token prefill of SmolLM2-135M took 233-280 ms over two minutes, and a
 measured run can go 10 % slower or faster than the calibration made minutes
-before it. A probe (``run_probe``) times three fixed step shapes (a prefill, a decode batch,
-a mixed step) on the run's model just before and just after the run, a few
-seconds each. ``servesim validate`` divides them by the cost model's
-prediction for the same shapes: the ratio tells how much of a miss is the
-machine's drift rather than the cost model's, and a prediction scaled by it
-stays out of sample (the probe is a microbenchmark, never the run itself).
+before it. Hence the probe (``run_probe``): three fixed step shapes timed
+just before and just after the run, which ``servesim validate`` compares
+with the cost model (``calibration.compare_measured.speed_ratio``).
 """
 
 from __future__ import annotations
