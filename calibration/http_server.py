@@ -1,21 +1,8 @@
 """``servesim serve``: the reference engine behind an OpenAI-compatible streaming HTTP server.
 
-The routes a benchmark client uses, with vLLM's shapes:
-
-- ``GET /health`` (200), ``GET /v1/models`` (the scenario's model);
-- ``POST /tokenize`` (``prompt`` or chat ``messages`` -> ``count``, ``tokens``);
-- ``POST /v1/completions`` and ``POST /v1/chat/completions``: ``max_tokens``,
-  ``ignore_eos``, ``stream``, ``stream_options.include_usage``. A stream has
-  one ``data:`` chunk per engine step that produced a token (chat: after a
-  first role-only chunk, as vLLM sends), the last with ``finish_reason``, then
-  a usage chunk when asked for, then ``data: [DONE]``.
-
-Tokens are the engine's bytes (``calibration.tokenizer``): a prompt of n
-ASCII characters is n tokens; the chat template is the messages' contents
-joined by newlines. Sampling is greedy (the engine's; request sampling
-fields are accepted and ignored). aiohttp serves it: the same package is
-the client of ``servesim measure --endpoint``, so the ``[http]`` extra is one
-dependency, with no ASGI stack.
+The routes (vLLM's shapes), what a stream sends, how text becomes tokens and
+why aiohttp: docs/validation.md, "``servesim serve``". After the last token's
+chunk a stream sends a usage chunk when asked for, then ``data: [DONE]``.
 """
 
 from __future__ import annotations
