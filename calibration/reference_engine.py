@@ -39,15 +39,12 @@ slot and blocks for that plan (``EngineCore.pipelined``). So the measured run
 and its prediction make the same decisions; only the scheduler's CPU time is
 not hidden behind the step.
 
-**Online** (``OnlineEngine``, behind ``servesim serve``) learns of each
-request when it arrives. A thread owns the ``EngineCore`` and the
-``StepExecutor`` and loops: add the requests submitted since the last step,
-schedule, run and commit the plan (or wait for a submission), and hand each
-emitted token to its request's sink, on the engine thread: one ``Emitted``
-per step that produced a token (a stream has one chunk per step output), the
-last with ``finish_reason``. A request stops at ``max_tokens``
-(``"length"``), at the end-of-sequence id unless ``ignore_eos`` (``"stop"``),
-or when ``abort`` is called (a client gone).
+**Online** (``OnlineEngine``, behind ``servesim serve``, docs/validation.md)
+learns of each request when it arrives. A thread owns the ``EngineCore`` and
+the ``StepExecutor`` and loops: add the requests submitted since the last
+step, schedule, run and commit the plan (or wait for a submission), and hand
+each emitted token to its request's sink as one ``Emitted``, on the engine
+thread; the last carries ``finish_reason``.
 """
 
 from __future__ import annotations
@@ -351,11 +348,9 @@ class WallClockEngine:
         wall_s = self._now()
         if status != "complete":
             for index in range(next_index, total):  # never sent: recorded unfinished
-                self._record_unsent(index)
+                num_prompt_tokens = int(self.work.num_prompt_tokens[index])
+                self.core.waiting.append(self._request(index, num_prompt_tokens))
         return self._result(status, message, wall_s)
-
-    def _record_unsent(self, index: int) -> None:
-        self.core.waiting.append(self._request(index, int(self.work.num_prompt_tokens[index])))
 
     def _result(self, status: str, message: str, wall_s: float) -> MeasuredRun:
         core, log = self.core, self.log
