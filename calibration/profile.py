@@ -27,19 +27,17 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 import sim
+from calibration.cli import GRIDS
 from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
-
-GridName = Literal["small", "default", "compact", "ci", "gpu"]
-GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "ci", "gpu")
 
 
 @dataclass(frozen=True)
@@ -116,12 +114,8 @@ def _mixed(
     return [GridPoint("mixed", ((c, p),), (context,) * b) for c, p in chunks for b in batches]
 
 
-def build_grid(name: GridName) -> Grid:
-    """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU),
-    ``compact`` (a ~100M-parameter model on CPU, e.g. SmolLM2-135M: steps of
-    0.05-0.5 s, so fewer points, batch <= 32 and context <= 640), ``ci`` (only
-    the shapes that the CPU validation test's SmolLM2-135M run reaches, so that
-    the test calibrates in ~1 min instead of ~2.5), ``gpu``."""
+def build_grid(name: str) -> Grid:
+    """The named grid (``calibration.cli.GRID_HELP`` says what each is for)."""
     if name == "small":
         points = (
             _prefill(
@@ -145,7 +139,7 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(64, 1024)], [2, 8, 32], 2048)
         )
         return Grid("default", tuple(points), num_warmup=1, num_repeats=7)
-    if name == "compact":
+    if name == "compact":  # a ~100M model's steps take 0.05-0.5 s: fewer points
         points = (
             _prefill(
                 [16, 32, 64, 96, 128, 192, 256, 384, 512],
@@ -184,7 +178,7 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(128, 0), (512, 0), (2048, 0), (512, 1536)], [8, 64, 192], 1024)
         )
         return Grid("gpu", tuple(points), num_warmup=2, num_repeats=10)
-    raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRID_NAMES)}")
+    raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}")
 
 
 def time_step(
