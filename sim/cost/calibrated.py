@@ -283,7 +283,7 @@ class CalibratedCost:
     """The CostModel of a fitted artifact (formula in the module docstring)."""
 
     def __init__(self, fit: FitCoefficients, label: str = "calibrated") -> None:
-        self._label = label
+        self.label = label
         # Plain floats and lists: attribute access on them is the fastest path.
         self._knots = list(fit.token_knots)
         self._knot_s = list(fit.token_knot_s)
@@ -298,15 +298,6 @@ class CalibratedCost:
         self._hinges = [float(h) for h in fit.decode_context_hinges]
         self._per_context_s = list(fit.per_decode_context_token_s)
         self._floor_s = fit.floor_s
-
-    @classmethod
-    def from_artifact(cls, artifact: CalibrationArtifact) -> CalibratedCost:
-        """Cost model of ``artifact``, labelled with its model, dtype and device."""
-        return cls(artifact.fit, label=artifact_label(artifact))
-
-    @property
-    def label(self) -> str:
-        return self._label
 
     def _base_s(self, num_tokens: int, prefill_seqs: int, pairs: int, kv_read: int) -> float:
         """Every term but the decode context (shared by both entry points)."""
@@ -353,12 +344,14 @@ class CalibratedCost:
         return np.maximum(out, self._floor_s)
 
     def __repr__(self) -> str:
-        return f"CalibratedCost({self._label!r})"
+        return f"CalibratedCost({self.label!r})"
 
 
 def load_calibrated_cost(path: str | Path) -> CalibratedCost:
-    """The cost model of the artifact at ``path`` (ConfigError if it is bad)."""
-    return CalibratedCost.from_artifact(load_artifact(path))
+    """The cost model of the artifact at ``path``, labelled with its model, dtype and device
+    (ConfigError if it is bad)."""
+    artifact = load_artifact(path)
+    return CalibratedCost(artifact.fit, label=artifact_label(artifact))
 
 
 def artifact_label(artifact: CalibrationArtifact) -> str:
