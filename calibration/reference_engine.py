@@ -181,6 +181,12 @@ class StepExecutor:
 
 
 STEP_FIELDS = ("start_s", "forward_start_s", "end_s", "done_s", "forward_cpu_s", *SHAPE_FIELDS)
+TOKEN_DTYPES = {
+    "request_id": np.int64,
+    "token_index": np.int64,
+    "time_s": np.float64,
+    "token_id": np.int64,
+}
 
 
 @dataclass
@@ -197,18 +203,6 @@ class MeasuredRun:
     message: str
     wall_s: float
     outputs: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Log:
-    """Per-step rows and per-token rows, appended as the run goes."""
-
-    steps: list[tuple[float, ...]] = field(default_factory=list)
-    batches: list[str] = field(default_factory=list)
-    token_request: list[int] = field(default_factory=list)
-    token_index: list[int] = field(default_factory=list)
-    token_time: list[float] = field(default_factory=list)
-    token_id: list[int] = field(default_factory=list)
 
 
 def _is_oom(error: BaseException) -> bool:
@@ -242,7 +236,10 @@ class WallClockEngine:
         # Prompt texts are made before the clock starts: generating them is not serving.
         self.texts = [prompt_text(int(n), rng) for n in work.num_prompt_tokens]
         self.outputs: dict[int, list[str]] = {}
-        self.log = _Log()
+        # Rows of steps.parquet (STEP_FIELDS; the batches apart) and tokens.parquet.
+        self.step_rows: list[tuple[float, ...]] = []
+        self.batches: list[str] = []
+        self.token_rows: list[tuple[int, int, float, int]] = []
         self._origin = 0.0
 
     def _now(self) -> float:
@@ -271,7 +268,7 @@ class WallClockEngine:
             self.executor.forget(index)
 
     def _step(self, plan: StepPlan, start_s: float) -> None:
-        core, executor, log = self.core, self.executor, self.log
+        core, executor = self.core, self.executor
         executor.sync_slots(core.running)
         before = {r.request_id: r.num_generated_tokens for r, _ in plan.scheduled}
         shape = plan.shape()  # before commit: a shape walks the pre-step counters
@@ -290,15 +287,12 @@ class WallClockEngine:
         for request, _ in plan.scheduled:
             rid = request.request_id
             if request.num_generated_tokens > before[rid]:
-                log.token_request.append(rid)
-                log.token_index.append(request.num_generated_tokens - 1)
-                log.token_time.append(end)
-                log.token_id.append(sampled[rid])
+                self.token_rows.append((rid, request.num_generated_tokens - 1, end, sampled[rid]))
             if request.finish_s is not None:
                 executor.forget(rid)
         times = (start_s, forward_start, end, self._now(), forward_cpu)
-        log.steps.append((*times, *(getattr(shape, name) for name in SHAPE_FIELDS)))
-        log.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
+        self.step_rows.append((*times, *(getattr(shape, name) for name in SHAPE_FIELDS)))
+        self.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
 
     def run(self, progress: bool = True, max_duration_s: float | None = None) -> MeasuredRun:
         """Serve every request (or stop early); return what was measured."""
@@ -353,20 +347,13 @@ class WallClockEngine:
         return self._result(status, message, wall_s)
 
     def _result(self, status: str, message: str, wall_s: float) -> MeasuredRun:
-        core, log = self.core, self.log
+        core = self.core
         core.flush_unfinished()
         requests = core.records.frame().sort_values("request_id", ignore_index=True)
         requests["rejection_reason"] = requests["request_id"].map(core.rejections)
-        steps = pd.DataFrame(log.steps, columns=list(STEP_FIELDS))
-        steps["batch"] = log.batches
-        tokens = pd.DataFrame(
-            {
-                "request_id": np.asarray(log.token_request, dtype=np.int64),
-                "token_index": np.asarray(log.token_index, dtype=np.int64),
-                "time_s": np.asarray(log.token_time, dtype=np.float64),
-                "token_id": np.asarray(log.token_id, dtype=np.int64),
-            }
-        )
+        steps = pd.DataFrame(self.step_rows, columns=list(STEP_FIELDS))
+        steps["batch"] = self.batches
+        tokens = pd.DataFrame(self.token_rows, columns=list(TOKEN_DTYPES)).astype(TOKEN_DTYPES)
         series = core.series.frame()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
         return MeasuredRun(
