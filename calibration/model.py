@@ -100,14 +100,12 @@ class KVCache:
         self.num_layers = spec.num_layers
         self.num_kv_heads = spec.num_kv_heads
         self.head_dim = spec.head_dim
-        self.dtype = dtype
-        self.device = torch.device(device)
         self.capacity_tokens = num_slots * max_len_tokens
         shape = (self.num_layers, self.capacity_tokens * self.num_kv_heads * self.head_dim)
         # Random, never zeros: timings on zero data can be optimistic, and
         # unwritten positions must not look like real keys in tests either.
-        self._k_flat = torch.empty(shape, dtype=dtype, device=self.device)
-        self._v_flat = torch.empty(shape, dtype=dtype, device=self.device)
+        self._k_flat = torch.empty(shape, dtype=dtype, device=device)
+        self._v_flat = torch.empty(shape, dtype=dtype, device=device)
         self._k_flat.normal_(generator=generator)
         self._v_flat.normal_(generator=generator)
         self.num_slots = 0
