@@ -164,8 +164,8 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
 
 def run(args: argparse.Namespace) -> int:
     """Calibrate as ``args`` say; raises ConfigError on bad input. Returns 0."""
-    if getattr(args, "from_run", None) is not None:
-        if getattr(args, "kernels", False):
+    if args.from_run is not None:
+        if args.kernels:
             raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
         from sim.cli.fit import calibrate_from_runs
 
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = checked_dtype(args)
     if args.temperature < 0:
         raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
-    if getattr(args, "kernels", False):
+    if args.kernels:
         return _run_kernels(args, spec, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
     check_out_file(out)  # before the timing: a bad --out would lose it
