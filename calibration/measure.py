@@ -87,13 +87,7 @@ def measured_itl_s(tokens: pd.DataFrame) -> np.ndarray:
 def _check_fits(scenario: Scenario, device: torch.device, dtype: torch.dtype) -> None:
     """A one-line ConfigError if the model's weights cannot fit on ``device``."""
     spec = scenario.model
-    params = spec.vocab_size * spec.hidden_size * (1 if spec.tied_embeddings else 2)
-    per_layer = spec.hidden_size * (
-        spec.num_attention_heads * spec.head_dim * 2
-        + 2 * spec.num_kv_heads * spec.head_dim
-        + 3 * spec.intermediate_size
-    )
-    need = (params + spec.num_layers * per_layer) * torch.finfo(dtype).bits // 8
+    need = spec.num_params * torch.finfo(dtype).bits // 8
     cuda = device.type == "cuda"
     free = torch.cuda.mem_get_info(device)[0] if cuda else _mem_available_bytes()
     if need > 0.8 * free:
