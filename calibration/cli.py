@@ -2,12 +2,8 @@
 
 With ``--from-run RUN [RUN ...]`` it times nothing: it fits a base cost
 model's overhead and prefill / decode multipliers to measured runs
-(black-box calibration, ``sim.cli.fit``, torch-free).
-
-Wiring: ``add_parsers(subparsers)`` registers the ``calibrate`` subcommand
-(its handler ``run(args) -> int`` is stored as ``args.handler`` and
-``args.func``); ``main(argv)`` runs it standalone (``python -m calibration.cli``). Bad input raises
-``ConfigError`` from ``run``; ``main`` prints it on one line and returns 2.
+(black-box calibration, ``sim.cli.fit``, torch-free). ``main`` runs it
+standalone (``python -m calibration.cli``). Bad input raises ``ConfigError``.
 """
 
 from __future__ import annotations
@@ -54,17 +50,33 @@ def torch_missing(command: str) -> ConfigError:
     )
 
 
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help=f"preset: {', '.join(MODEL_PRESETS)}")
+def add_torch_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--dtype`` and ``--threads``, as every torch-side command takes them."""
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=DTYPES, help="default: fp32 on cpu, bf16 on cuda")
-    parser.add_argument("--grid", choices=GRIDS, default="default", help=GRID_HELP)
     parser.add_argument(
         "--threads",
         type=int,
         default=1,
         help="torch intra-op threads (default 1: timings with 2+ threads are noisy)",
     )
+
+
+def checked_dtype(args: argparse.Namespace) -> DtypeName:
+    """``--device`` and ``--threads`` checked (imports torch); ``--dtype`` or the device's."""
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda: no CUDA device is available here")
+    if args.threads < 1:
+        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    return args.dtype or ("fp32" if args.device == "cpu" else "bf16")
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help=f"preset: {', '.join(MODEL_PRESETS)}")
+    add_torch_arguments(parser)
+    parser.add_argument("--grid", choices=GRIDS, default="default", help=GRID_HELP)
     parser.add_argument("--fit", choices=("piecewise", "linear"), default="piecewise")
     parser.add_argument("--seed", type=int, default=0, help="weights, tokens, shuffling")
     parser.add_argument(
@@ -152,8 +164,8 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
 
 def run(args: argparse.Namespace) -> int:
     """Calibrate as ``args`` say; raises ConfigError on bad input. Returns 0."""
-    if getattr(args, "from_run", None) is not None:
-        if getattr(args, "kernels", False):
+    if args.from_run is not None:
+        if args.kernels:
             raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
         from sim.cli.fit import calibrate_from_runs
 
@@ -168,14 +180,10 @@ def run(args: argparse.Namespace) -> int:
     from sim.cost.provenance import git_revision, utc_now
 
     spec = model_preset(args.model)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: no CUDA device is available to this PyTorch build")
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
+    dtype = checked_dtype(args)
     if args.temperature < 0:
         raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
-    dtype: DtypeName = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
-    if getattr(args, "kernels", False):
+    if args.kernels:
         return _run_kernels(args, spec, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"
     check_out_file(out)  # before the timing: a bad --out would lose it

@@ -3,19 +3,12 @@
 Given one measured run (a ``servesim measure`` folder), simulate exactly its
 request set with the scenario's cost model (from calibration
 microbenchmarks, never from the run being predicted) and compare
-(``sim.validation.predict.compare``). Options:
-
-- a second measured run of the same scenario: the noise floor, reported beside;
-- ``overhead_from``: a measured run of *another* workload (another seed or
-  load) whose step log fits the engine's per-step overhead
-  (``calibration.fit.fit_engine_overhead``): a second prediction, reported beside;
-- when the run carries probe times (``calibration.measure.run_probe``: the
-  three step shapes of ``PROBE_POINTS`` timed just before and after it), the
-  machine's drift, its speed then relative to the cost model
-  (``speed_ratio``), is reported, with a third prediction scaled by it.
-
-Writes ``report.md``, ``validation.json``, ``cdf.png`` and the predicted
-per-request table. Importing this module does not import torch.
+(``sim.validation.predict.compare``). Beside it, as docs/validation.md ("How
+it works") describes: a second run of the same scenario (the noise floor), an
+engine-overhead fit on *another* run (``overhead_from``), and, when the run
+carries probe times, the machine's drift (``speed_ratio``) with a prediction
+scaled by it. Writes ``report.md``, ``validation.json`` and ``cdf.png``.
+Importing this module does not import torch.
 """
 
 from __future__ import annotations

@@ -18,14 +18,11 @@ Rows are weighted by 1/measured time, so the fit minimises relative error
 non-negative: a step can never get cheaper by adding work. Held-out points
 are chosen deterministically (``split_held_out``) and never seen by the fit.
 
-A second source (``fit_engine_overhead``): the engine overhead fitted from a
-measured run's step log. Each step of a measured run (``steps.parquet``) is
-a sample: its shape, and how long the engine was busy with it, from
-scheduling to the end of its bookkeeping (``done_s - start_s``). The fit
-finds non-negative ``scale``, ``per_step_s`` and ``per_seq_s`` of
-``sim.cost.fitted.EngineOverheadCost`` minimising the relative
-error, weighted as above. Fit it on one run and predict *another*: a fit on
-the run being predicted is not a validation.
+``fit_engine_overhead`` fits ``sim.cost.fitted.EngineOverheadCost`` to a
+measured run's step log (``steps.parquet``): each step is a sample, its busy
+time ``done_s - start_s`` from scheduling to the end of its bookkeeping,
+weighted as above. Fit it on one run and predict *another*: a fit on the run
+being predicted is not a validation.
 
 NNLS is Lawson-Hanson in numpy (``nnls``): scipy is not a dependency.
 """
@@ -33,7 +30,7 @@ NNLS is Lawson-Hanson in numpy (``nnls``): scipy is not a dependency.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -52,11 +49,16 @@ from sim.cost.fitted import EngineOverheadCost
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
 
-# Per-feature columns of _features, in order (coefficients named *_s).
-_TERMS = ("prefill_seqs", "prefill_attention_pairs", "prefill_kv_read_tokens", "decode_seqs")
+# Per-feature columns of the design matrix, in order (coefficients named *_s).
+_TERMS = (
+    "num_prefill_seqs",
+    "prefill_attention_pairs",
+    "prefill_kv_read_tokens",
+    "num_decode_seqs",
+)
 
 
-def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> Matrix:
+def nnls(a: Matrix, b: npt.NDArray[np.float64]) -> Matrix:
     """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
 
     Scale columns to comparable norms before calling: the tolerance is
@@ -65,7 +67,7 @@ def nnls(a: Matrix, b: npt.NDArray[np.float64], max_iter: int | None = None) -> 
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     m, n = a.shape
-    max_iter = 5 * n + 10 if max_iter is None else max_iter
+    max_iter = 5 * n + 10
     tol = 10 * np.finfo(np.float64).eps * np.linalg.norm(a, 1) * max(m, n)
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
@@ -132,10 +134,8 @@ def choose_knots(
     return knots
 
 
-def choose_hinges(
-    context_tokens: Sequence[int], *, factor: int = 2, min_support: int = 2
-) -> list[int]:
-    """0, then powers of ``factor`` from 4x the smallest to half the largest context.
+def choose_hinges(context_tokens: Sequence[int], *, min_support: int = 2) -> list[int]:
+    """0, then powers of 2 from 4x the smallest to half the largest context.
 
     Each hinge lets the per-context-token slope grow beyond it, so it is kept
     only if at least ``min_support`` samples lie beyond it (a slope fitted to
@@ -150,7 +150,7 @@ def choose_hinges(
         beyond = sum(c > h for c in positive)
         if h >= 4 * positive[0] and beyond >= min_support:
             hinges.append(h)
-        h *= factor
+        h *= 2
     return hinges
 
 
@@ -180,45 +180,19 @@ def hat_basis(num_tokens: npt.NDArray[np.float64], knots: Sequence[int]) -> Matr
     return out
 
 
-def _features(
-    samples: Sequence[CalibrationSample],
-) -> tuple[Matrix, npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Per-feature columns (order of ``_TERMS``), token counts and decode contexts."""
-    tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
-    contexts = np.array([s.num_decode_context_tokens for s in samples], float)
-    terms = np.array(
-        [
-            [
-                s.num_prefill_seqs,
-                s.prefill_attention_pairs,
-                s.prefill_kv_read_tokens,
-                s.num_decode_seqs,
-            ]
-            for s in samples
-        ],
-        dtype=np.float64,
-    ).reshape(len(samples), len(_TERMS))
-    return terms, tokens, contexts
-
-
 def fit_coefficients(
-    samples: Sequence[CalibrationSample],
-    kind: FitKind = "piecewise",
-    *,
-    token_support: int = 2,
-    batch_support: int = 2,
-    dense_below: int = 16,
-    knot_ratio: float = 1.3,
+    samples: Sequence[CalibrationSample], kind: FitKind = "piecewise"
 ) -> FitCoefficients:
     """NNLS fit of ``kind`` to ``samples`` (all of them: split beforehand).
 
     Piecewise: token knots come from steps with a prefill (their dense cost
-    pins the curve; ``token_support`` samples per knot), decode-batch knots
-    from the batch sizes seen (``batch_support`` samples per knot).
+    pins the curve), decode-batch knots from the batch sizes seen.
     """
     if not samples:
         raise ValueError("no samples to fit")
-    terms, tokens, contexts = _features(samples)
+    terms = np.array([[getattr(s, name) for name in _TERMS] for s in samples], dtype=np.float64)
+    tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
+    contexts = np.array([s.num_decode_context_tokens for s in samples], float)
     batch = terms[:, 3]
     measured = np.array([s.median_s for s in samples])
     knots: list[int] = []
@@ -230,17 +204,9 @@ def fit_coefficients(
         hinges = choose_hinges([int(c) for c in contexts])
         has_prefill = terms[:, 0] > 0
         knots = choose_knots(
-            [int(t) for t in (tokens[has_prefill] if has_prefill.any() else tokens)],
-            min_support=token_support,
-            dense_below=dense_below,
-            knot_ratio=knot_ratio,
+            [int(t) for t in (tokens[has_prefill] if has_prefill.any() else tokens)]
         )
-        batch_knots = choose_knots(
-            [int(b) for b in batch],
-            min_support=batch_support,
-            dense_below=dense_below,
-            knot_ratio=knot_ratio,
-        )
+        batch_knots = choose_knots([int(b) for b in batch])
         batch_columns = (
             hat_basis(batch, batch_knots) * (batch > 0)[:, None]
             if batch_knots
@@ -259,34 +225,29 @@ def fit_coefficients(
     coef = np.zeros(design.shape[1])
     coef[used] = nnls(design[:, used] / norms[used], np.ones(len(samples))) / norms[used]
     parts = np.split(coef, np.cumsum([c.shape[1] if c.ndim == 2 else 1 for c in columns])[:-1])
-    floor_s = 0.5 * float(measured.min())
+    common: dict[str, Any] = {
+        "per_prefill_seq_s": float(parts[2][0]),
+        "per_prefill_attention_pair_s": float(parts[2][1]),
+        "per_prefill_kv_read_token_s": float(parts[2][2]),
+        "decode_context_hinges": hinges,
+        "per_decode_context_token_s": parts[3].tolist(),
+        "floor_s": 0.5 * float(measured.min()),
+    }
     if kind == "linear":
-        intercept, per_token, term_coef, hinge_coef = parts
         return FitCoefficients(
             kind="linear",
-            intercept_s=float(intercept[0]),
-            per_token_s=float(per_token[0]),
-            per_prefill_seq_s=float(term_coef[0]),
-            per_prefill_attention_pair_s=float(term_coef[1]),
-            per_prefill_kv_read_token_s=float(term_coef[2]),
-            per_decode_seq_s=float(term_coef[3]),
-            decode_context_hinges=hinges,
-            per_decode_context_token_s=hinge_coef.tolist(),
-            floor_s=floor_s,
+            intercept_s=float(parts[0][0]),
+            per_token_s=float(parts[1][0]),
+            per_decode_seq_s=float(parts[2][3]),
+            **common,
         )
-    knot_coef, batch_coef, term_coef, hinge_coef = parts
     return FitCoefficients(
         kind="piecewise",
         token_knots=knots,
-        token_knot_s=knot_coef.tolist(),
+        token_knot_s=parts[0].tolist(),
         decode_batch_knots=batch_knots,
-        decode_batch_knot_s=batch_coef.tolist(),
-        per_prefill_seq_s=float(term_coef[0]),
-        per_prefill_attention_pair_s=float(term_coef[1]),
-        per_prefill_kv_read_token_s=float(term_coef[2]),
-        decode_context_hinges=hinges,
-        per_decode_context_token_s=hinge_coef.tolist(),
-        floor_s=floor_s,
+        decode_batch_knot_s=parts[1].tolist(),
+        **common,
     )
 
 
@@ -332,12 +293,6 @@ def fit_samples(
     return fit, fit_error(fit, samples)
 
 
-def step_shapes(steps: pd.DataFrame) -> list[StepShape]:
-    """The StepShape of every row of a measured step log."""
-    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
-    return [StepShape(*(int(v) for v in row)) for row in rows]
-
-
 def fit_engine_overhead(
     steps: pd.DataFrame, base: CostModel, source: str = "engine step log"
 ) -> EngineOverheadCost:
@@ -345,7 +300,8 @@ def fit_engine_overhead(
     if steps.empty:
         raise ValueError("no steps to fit")
     busy = (steps["done_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
-    shapes = step_shapes(steps)
+    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
+    shapes = [StepShape(*(int(v) for v in row)) for row in rows]
     predicted = np.array([base.step_s(s) for s in shapes])
     seqs = np.array([s.num_prefill_seqs + s.num_decode_seqs for s in shapes], dtype=np.float64)
     design = np.column_stack([predicted, np.ones_like(predicted), seqs]) / busy[:, None]

@@ -1,21 +1,8 @@
 """``servesim serve``: the reference engine behind an OpenAI-compatible streaming HTTP server.
 
-The routes a benchmark client uses, with vLLM's shapes:
-
-- ``GET /health`` (200), ``GET /v1/models`` (the scenario's model);
-- ``POST /tokenize`` (``prompt`` or chat ``messages`` -> ``count``, ``tokens``);
-- ``POST /v1/completions`` and ``POST /v1/chat/completions``: ``max_tokens``,
-  ``ignore_eos``, ``stream``, ``stream_options.include_usage``. A stream has
-  one ``data:`` chunk per engine step that produced a token (chat: after a
-  first role-only chunk, as vLLM sends), the last with ``finish_reason``, then
-  a usage chunk when asked for, then ``data: [DONE]``.
-
-Tokens are the engine's bytes (``calibration.tokenizer``): a prompt of n
-ASCII characters is n tokens; the chat template is the messages' contents
-joined by newlines. Sampling is greedy (the engine's; request sampling
-fields are accepted and ignored). aiohttp serves it: the same package is
-the client of ``servesim measure --endpoint``, so the ``[http]`` extra is one
-dependency, with no ASGI stack.
+The routes (vLLM's shapes), what a stream sends, how text becomes tokens and
+why aiohttp: docs/validation.md, "``servesim serve``". After the last token's
+chunk a stream sends a usage chunk when asked for, then ``data: [DONE]``.
 """
 
 from __future__ import annotations
@@ -25,6 +12,7 @@ import json
 import signal
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -102,13 +90,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> dict[str, Any]:
-    if kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "delta": {"content": text}}
-        obj = "chat.completion.chunk"
-    else:
-        choice, obj = {"index": 0, "text": text, "logprobs": None}, "text_completion"
-    choice["finish_reason"] = reason
+def _answer(rid: str, obj: str, model: str, choice: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": rid,
         "object": obj,
@@ -116,6 +98,14 @@ def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> di
         "model": model,
         "choices": [choice],
     }
+
+
+def _chunk(kind: str, rid: str, model: str, text: str, reason: str | None) -> dict[str, Any]:
+    if kind == "chat":
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": reason}
+        return _answer(rid, "chat.completion.chunk", model, choice)
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+    return _answer(rid, "text_completion", model, choice)
 
 
 def _usage(last: Emitted) -> dict[str, int]:
@@ -175,17 +165,8 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             if event.finish_reason is not None:
                 break
         if (body.get("stream_options") or {}).get("include_usage"):
-            await response.write(
-                _sse(
-                    {
-                        "id": rid,
-                        "object": "chunk",
-                        "model": model,
-                        "choices": [],
-                        "usage": _usage(event),
-                    }
-                )
-            )
+            usage = {"id": rid, "object": "chunk", "model": model, "choices": []}
+            await response.write(_sse({**usage, "usage": _usage(event)}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
@@ -208,26 +189,7 @@ async def _whole(events: asyncio.Queue[Emitted], rid: str, model: str, kind: str
     else:
         choice["text"] = text
     obj = "chat.completion" if kind == "chat" else "text_completion"
-    return web.json_response(
-        {
-            "id": rid,
-            "object": obj,
-            "created": int(time.time()),
-            "model": model,
-            "choices": [choice],
-            "usage": _usage(event),
-        }
-    )
-
-
-async def completions(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/completions``."""
-    return await _generate(request, "completions")
-
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    """``POST /v1/chat/completions``."""
-    return await _generate(request, "chat")
+    return web.json_response({**_answer(rid, obj, model, choice), "usage": _usage(event)})
 
 
 async def tokenize(request: web.Request) -> web.Response:
@@ -276,8 +238,8 @@ def make_app(engine: OnlineEngine, model: str) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_post("/tokenize", tokenize)
-    app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", partial(_generate, kind="completions"))
+    app.router.add_post("/v1/chat/completions", partial(_generate, kind="chat"))
     return app
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,103 +65,6 @@ KERNEL_GRIDS = {
 }
 
 
-def _timer(torch: Any, device: Any) -> Callable[[Callable[[], object], int], float]:
-    """Median seconds of ``fn`` over ``repeats`` runs, after one warm-up run."""
-    cuda = device.type == "cuda"
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
-
-    def median_s(fn: Callable[[], object], repeats: int) -> float:
-        fn()
-        sync()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    return median_s
-
-
-def _gemm_rows(
-    torch: Any, device: Any, dtype: Any, arch: ModelArchitecture, grid: KernelGrid, timer: Any
-) -> list[tuple[int, int, int, float]]:
-    shapes = layer_shapes(arch, 1)
-    pairs = [*shapes.gemms.values(), shapes.lm_head]
-    ns, ks = sorted({n for n, _ in pairs}), sorted({k for _, k in pairs})
-    rows = []
-    for n in ns:
-        for k in ks:
-            weight = torch.randn(n, k, device=device, dtype=dtype)
-            for m in grid.tokens:
-                x = torch.randn(m, k, device=device, dtype=dtype)
-                seconds = timer(
-                    lambda x=x, w=weight: torch.nn.functional.linear(x, w), grid.repeats
-                )
-                rows.append((m, n, k, seconds))
-            del weight
-    return rows
-
-
-def _attention_rows(
-    torch: Any, device: Any, dtype: Any, arch: ModelArchitecture, grid: KernelGrid, timer: Any
-) -> tuple[list[tuple[float, ...]], list[tuple[float, ...]]]:
-    heads, kv_heads, dim = arch.num_attention_heads, arch.num_kv_heads, arch.head_dim
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    group = heads // kv_heads
-
-    def run(q: Any, k: Any, v: Any, causal: bool) -> object:
-        # Grouped-query heads share K and V: expand them as eager attention does.
-        return sdpa(
-            q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal
-        )
-
-    context: list[tuple[float, ...]] = []
-    generation: list[tuple[float, ...]] = []
-    for batch in grid.batches:
-        for length in grid.lengths:
-            q = torch.randn(batch, heads, length, dim, device=device, dtype=dtype)
-            kv = torch.randn(batch, kv_heads, length, dim, device=device, dtype=dtype)
-            s = timer(lambda q=q, kv=kv: run(q, kv, kv, True), grid.repeats)
-            context.append((heads, kv_heads, dim, batch, length, s))
-            q1 = q[:, :, :1, :].contiguous()
-            s = timer(lambda q1=q1, kv=kv: run(q1, kv, kv, False), grid.repeats)
-            generation.append((heads, kv_heads, dim, batch, length, s))
-    return context, generation
-
-
-def _per_sequence_rows(
-    torch: Any, device: Any, dtype: Any, arch: ModelArchitecture, grid: KernelGrid, timer: Any
-) -> list[tuple[str, int, float]]:
-    vocab, hidden = layer_shapes(arch, 1).lm_head
-    weight = torch.randn(vocab, hidden, device=device, dtype=dtype)
-    rows: list[tuple[str, int, float]] = []
-    for seqs in grid.batches:
-        x = torch.randn(seqs, hidden, device=device, dtype=dtype)
-        logits = torch.nn.functional.linear(x, weight).float()
-        rows.append(
-            (
-                "lm_head",
-                seqs,
-                timer(lambda x=x: torch.nn.functional.linear(x, weight), grid.repeats),
-            )
-        )
-        rows.append(
-            (
-                "sampler",
-                seqs,
-                timer(
-                    lambda z=logits: torch.multinomial(torch.softmax(z, dim=-1), 1), grid.repeats
-                ),
-            )
-        )
-    return rows
-
-
 def measure_tables(
     arch: ModelArchitecture,
     device_name: str = "cpu",
@@ -175,14 +78,67 @@ def measure_tables(
     device = torch.device(device_name)
     dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])
     grid = KERNEL_GRIDS[grid_name]
-    timer = _timer(torch, device)
+    linear = torch.nn.functional.linear
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def timed(fn: Callable[..., object]) -> float:
+        """Median seconds of ``fn`` over the grid's repeats, after one warm-up run."""
+        fn()
+        sync()
+        times = []
+        for _ in range(grid.repeats):
+            start = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    def randn(*size: int) -> Any:
+        return torch.randn(*size, device=device, dtype=dtype)
+
     say = progress or (lambda _: None)
     say("gemm")
-    gemm = _gemm_rows(torch, device, dtype, arch, grid, timer)
+    shapes = layer_shapes(arch, 1)
+    pairs = [*shapes.gemms.values(), shapes.lm_head]
+    gemm = []
+    for n in sorted({n for n, _ in pairs}):
+        for k in sorted({k for _, k in pairs}):
+            weight = randn(n, k)
+            for m in grid.tokens:
+                x = randn(m, k)
+                gemm.append((m, n, k, timed(lambda x=x, w=weight: linear(x, w))))
+            del weight
     say("attention")
-    context, generation = _attention_rows(torch, device, dtype, arch, grid, timer)
+    heads, kv_heads, dim = arch.num_attention_heads, arch.num_kv_heads, arch.head_dim
+    group = heads // kv_heads
+
+    def attention(q: Any, kv: Any, causal: bool) -> object:
+        # Grouped-query heads share K and V: expand them as eager attention does.
+        k, v = kv.repeat_interleave(group, 1), kv.repeat_interleave(group, 1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    context, generation = [], []
+    for batch in grid.batches:
+        for length in grid.lengths:
+            q, kv = randn(batch, heads, length, dim), randn(batch, kv_heads, length, dim)
+            s = timed(lambda q=q, kv=kv: attention(q, kv, True))
+            context.append((heads, kv_heads, dim, batch, length, s))
+            q1 = q[:, :, :1, :].contiguous()
+            s = timed(lambda q1=q1, kv=kv: attention(q1, kv, False))
+            generation.append((heads, kv_heads, dim, batch, length, s))
     say("lm head and sampler")
-    per_sequence = _per_sequence_rows(torch, device, dtype, arch, grid, timer)
+    vocab, hidden = shapes.lm_head
+    weight = randn(vocab, hidden)
+    per_sequence: list[tuple[str, int, float]] = []
+    for seqs in grid.batches:
+        x = randn(seqs, hidden)
+        logits = linear(x, weight).float()
+        per_sequence.append(("lm_head", seqs, timed(lambda x=x: linear(x, weight))))
+        sample = timed(lambda z=logits: torch.multinomial(torch.softmax(z, dim=-1), 1))
+        per_sequence.append(("sampler", seqs, sample))
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     provenance = KernelProvenance(
         source="servesim calibrate --kernels",
@@ -203,23 +159,15 @@ def measure_tables(
         },
         notes=f"grid {grid_name}, median of {grid.repeats} runs after a warm-up",
     )
-    return KernelArtifact(provenance, _frames(gemm, context, generation, per_sequence))
-
-
-def _frames(
-    gemm: Iterable[tuple[int, int, int, float]],
-    context: Iterable[tuple[float, ...]],
-    generation: Iterable[tuple[float, ...]],
-    per_sequence: Iterable[tuple[str, int, float]],
-) -> dict[str, pd.DataFrame]:
-    heads = ["num_heads", "num_kv_heads", "head_dim", "batch_size"]
-    return {
-        "gemm": pd.DataFrame(list(gemm), columns=["m", "n", "k", "latency_s"]),
+    heads_columns = ["num_heads", "num_kv_heads", "head_dim", "batch_size"]
+    tables = {
+        "gemm": pd.DataFrame(gemm, columns=["m", "n", "k", "latency_s"]),
         "context_attention": pd.DataFrame(
-            list(context), columns=[*heads, "isl_tokens", "latency_s"]
+            context, columns=[*heads_columns, "isl_tokens", "latency_s"]
         ),
         "generation_attention": pd.DataFrame(
-            list(generation), columns=[*heads, "kv_tokens", "latency_s"]
+            generation, columns=[*heads_columns, "kv_tokens", "latency_s"]
         ),
-        "per_sequence": pd.DataFrame(list(per_sequence), columns=["op", "num_seqs", "latency_s"]),
+        "per_sequence": pd.DataFrame(per_sequence, columns=["op", "num_seqs", "latency_s"]),
     }
+    return KernelArtifact(provenance, tables)

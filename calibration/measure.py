@@ -1,33 +1,24 @@
 """``servesim measure``: serve a scenario on the real model and write what was measured.
 
-Builds the scenario's requests exactly as ``servesim run`` does (same seed,
-same arrival times, lengths, priorities and shared prefixes), its engine core
-through ``sim.api.core_config_for`` (the function the simulator's replicas are
-built with: same policy, KV pool and limits, or a one-line refusal), the calibration
-model (random weights of the scenario's model spec) and a ``WallClockEngine``,
-then writes the same per-request table and ``summary.json`` as a simulated
-run, marked ``"mode": "measured"`` with the device, threads and torch
-version, plus ``steps.parquet`` (every step's shape, batch, start, end) and
-``tokens.parquet`` (every output token's time). ITL in the summary comes from
-the real gaps between a request's tokens.
+The engine and what it runs: docs/validation.md, "How it works". Writes the
+same per-request table and ``summary.json`` as a simulated run, marked
+``"mode": "measured"`` with the device, threads and torch version, plus
+``steps.parquet`` (every step's shape, batch, start, end) and
+``tokens.parquet`` (every output token's time); ITL in the summary comes
+from the real gaps between a request's tokens.
 
 A shared CPU host's speed wanders: on this project's 2-core cloud machine a
 128-token prefill of SmolLM2-135M took 233-280 ms over two minutes, and a
 measured run can go 10 % slower or faster than the calibration made minutes
-before it. A probe (``run_probe``) times three fixed step shapes (a prefill, a decode batch,
-a mixed step) on the run's model just before and just after the run, a few
-seconds each. ``servesim validate`` divides them by the cost model's
-prediction for the same shapes: the ratio tells how much of a miss is the
-machine's drift rather than the cost model's, and a prediction scaled by it
-stays out of sample (the probe is a microbenchmark, never the run itself).
+before it. Hence the probe (``run_probe``): three fixed step shapes timed
+just before and just after the run, which ``servesim validate`` compares
+with the cost model (``calibration.compare_measured.speed_ratio``).
 """
 
 from __future__ import annotations
 
 import platform
-import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,19 +29,18 @@ import torch
 
 import sim
 from calibration.compare_measured import PROBE_POINTS
-from calibration.model import TORCH_DTYPES, DecodeItem, LlamaModel, PrefillChunk
-from calibration.profile import cpu_model
+from calibration.model import TORCH_DTYPES, LlamaModel
+from calibration.profile import GridPoint, cpu_model, time_step
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
-from sim.engine.core_config import CoreConfig
 from sim.errors import ConfigError
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.predict import with_request_spec
-from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
+from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
 
@@ -98,13 +88,7 @@ def measured_itl_s(tokens: pd.DataFrame) -> np.ndarray:
 def _check_fits(scenario: Scenario, device: torch.device, dtype: torch.dtype) -> None:
     """A one-line ConfigError if the model's weights cannot fit on ``device``."""
     spec = scenario.model
-    params = spec.vocab_size * spec.hidden_size * (1 if spec.tied_embeddings else 2)
-    per_layer = spec.hidden_size * (
-        spec.num_attention_heads * spec.head_dim * 2
-        + 2 * spec.num_kv_heads * spec.head_dim
-        + 3 * spec.intermediate_size
-    )
-    need = (params + spec.num_layers * per_layer) * torch.finfo(dtype).bits // 8
+    need = spec.num_params * torch.finfo(dtype).bits // 8
     cuda = device.type == "cuda"
     free = torch.cuda.mem_get_info(device)[0] if cuda else _mem_available_bytes()
     if need > 0.8 * free:
@@ -133,40 +117,21 @@ def _mem_available_bytes() -> int:
     return 1 << 62  # unknown: do not refuse
 
 
-def _timer(
-    model: LlamaModel, chunks: tuple[tuple[int, int], ...], contexts: tuple[int, ...]
-) -> Callable[[], float]:
-    """One step of this shape, timed; chunk i in slot i, decode j in slot len(chunks) + j."""
-    longest = max([c + p for c, p in chunks] + list(contexts))
-    cache = model.new_cache(len(chunks) + len(contexts), longest + 1)
-    prefill = [PrefillChunk(i, [3 + j % 250 for j in range(c)]) for i, (c, _) in enumerate(chunks)]
-    decode = [DecodeItem(len(chunks) + j, 7) for j in range(len(contexts))]
-    cuda = model.device_.type == "cuda"
-
-    def run() -> float:
-        for slot, (_, cached) in enumerate(chunks):
-            cache.lengths[slot] = cached
-        for j, context in enumerate(contexts):
-            cache.lengths[len(chunks) + j] = context - 1  # the step computes the last one
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        model.forward_step(cache, prefill, decode)
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
-
-    return run
-
-
 def run_probe(model: LlamaModel, num_repeats: int = 5) -> dict[str, float]:
     """Median wall time (s) per probe shape: ``num_repeats`` runs after one untimed run."""
     medians: dict[str, float] = {}
     with torch.inference_mode():
         for name, (chunks, contexts) in PROBE_POINTS.items():
-            run = _timer(model, chunks, contexts)
-            run()  # as in the profiler: a timed step follows one of the same shape
-            medians[name] = float(np.median([run() for _ in range(num_repeats)]))
+            point = GridPoint("mixed", chunks, contexts)
+            cache = model.new_cache(point.num_slots, point.max_len_tokens + 1)
+            prefill, decode = point.inputs(
+                [[3 + j % 250 for j in range(c)] for c, _ in chunks], [7] * len(contexts)
+            )
+            # As in the profiler: a timed step follows one of the same shape.
+            times = [
+                time_step(model, cache, point, prefill, decode) for _ in range(num_repeats + 1)
+            ]
+            medians[name] = float(np.median(times[1:]))
     return medians
 
 
@@ -208,32 +173,14 @@ def measure(
     longest = int((work.num_prompt_tokens + work.num_output_tokens).max(initial=2))
     max_len = min(longest, scenario.engine.max_model_len_tokens)
     model = LlamaModel(scenario.model, dtype=TORCH_DTYPES[dtype_name], device=torch_device, seed=0)
-    executor = StepExecutor(
-        model, num_slots, max_len, sampling or SamplingParams(), seed=scenario.seed
-    )
+    sampling = sampling or SamplingParams()
+    executor = StepExecutor(model, num_slots, max_len, sampling, seed=scenario.seed)
     core = core_config.new_core()
     engine = WallClockEngine(core, executor, work, seed=scenario.seed, sync=device == "cuda")
     probes = {"before": run_probe(model)} if probe else {}
     run = engine.run(progress=progress, max_duration_s=max_duration_s)
     if probe:
         probes["after"] = run_probe(model)
-    sampling = sampling or SamplingParams()
-    measurement = _measurement(scenario, core_config, work, run, torch_device, dtype_name, sampling)
-    if probes:
-        # Median seconds per probe shape; calibration.compare_measured.speed_ratio reads them.
-        measurement.summary["probe_s"] = probes
-    return measurement
-
-
-def _measurement(
-    scenario: Scenario,
-    core_config: CoreConfig,
-    work: RequestArrays,
-    run: MeasuredRun,
-    device: torch.device,
-    dtype: str,
-    sampling: SamplingParams,
-) -> Measurement:
     summary: dict[str, Any] = dict(
         summarize(run.requests, run.core_steps, run.extra_itl_s, scenario.slo)
     )
@@ -241,7 +188,8 @@ def _measurement(
     steps = run.steps
     forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    cuda = device == "cuda"
+    device_name = torch.cuda.get_device_name(torch_device) if cuda else cpu_model()
     summary.update(
         **summary_header(scenario, core_config, "measured"),
         num_preemptions=int(run.requests["num_preemptions"].sum()),
@@ -251,9 +199,9 @@ def _measurement(
         message=run.message,
         wall_s=run.wall_s,
         num_steps=len(run.steps),
-        device=device.type,
+        device=device,
         device_name=device_name,
-        dtype=dtype,
+        dtype=dtype_name,
         threads=torch.get_num_threads(),
         torch_version=torch.__version__,
         python=platform.python_version(),
@@ -262,10 +210,13 @@ def _measurement(
         hardware=scenario.hardware.name,  # servesim validate checks both against its scenario
         # On CPU: the share of the forward passes' wall time this thread was
         # running (1.0 = the core was ours; lower = another process took it).
-        forward_cpu_share=cpu_share if device.type == "cpu" else None,
+        forward_cpu_share=None if cuda else cpu_share,
         load_average_after=_load_average(),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         requests = with_request_metrics(with_request_spec(run.requests, work))
+    if probes:
+        # Median seconds per probe shape; calibration.compare_measured.speed_ratio reads them.
+        summary["probe_s"] = probes
     return Measurement(scenario, run, requests, summary)

@@ -81,9 +81,8 @@ class StepOutput:
 class KVCache:
     """K and V tensors for every layer, sliced into fixed-size sequence slots.
 
-    ``lengths[slot]`` counts tokens already written for that slot. Writing
-    (``write``) puts new keys and values at explicit (slot, position) pairs;
-    advancing ``lengths`` is the caller's job once a step has finished.
+    ``lengths[slot]`` counts tokens already written for that slot; advancing
+    it is the caller's job once a step has finished.
     """
 
     def __init__(
@@ -101,14 +100,12 @@ class KVCache:
         self.num_layers = spec.num_layers
         self.num_kv_heads = spec.num_kv_heads
         self.head_dim = spec.head_dim
-        self.dtype = dtype
-        self.device = torch.device(device)
         self.capacity_tokens = num_slots * max_len_tokens
         shape = (self.num_layers, self.capacity_tokens * self.num_kv_heads * self.head_dim)
         # Random, never zeros: timings on zero data can be optimistic, and
         # unwritten positions must not look like real keys in tests either.
-        self._k_flat = torch.empty(shape, dtype=dtype, device=self.device)
-        self._v_flat = torch.empty(shape, dtype=dtype, device=self.device)
+        self._k_flat = torch.empty(shape, dtype=dtype, device=device)
+        self._v_flat = torch.empty(shape, dtype=dtype, device=device)
         self._k_flat.normal_(generator=generator)
         self._v_flat.normal_(generator=generator)
         self.num_slots = 0
@@ -142,18 +139,6 @@ class KVCache:
         self.num_slots = num_slots
         self.max_len_tokens = max_len_tokens
         self.lengths = np.zeros(num_slots, dtype=np.int64)
-
-    def write(
-        self,
-        layer: int,
-        slots: torch.Tensor,
-        positions: torch.Tensor,
-        k_new: torch.Tensor,
-        v_new: torch.Tensor,
-    ) -> None:
-        """Store ``k_new``/``v_new`` (``[T, kv_heads, head_dim]``) at (slot, position) pairs."""
-        self.k[layer][slots, :, positions] = k_new
-        self.v[layer][slots, :, positions] = v_new
 
     def check_room(self, slot: int, num_new_tokens: int) -> None:
         """Raise if ``slot`` cannot take ``num_new_tokens`` more tokens."""
@@ -192,25 +177,18 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 class DecoderLayer(nn.Module):
     """Weights of one decoder layer (``bqkv`` only for Qwen2-style QKV bias)."""
 
-    def __init__(
-        self,
-        *,
-        attn_norm: nn.Parameter,
-        wqkv: nn.Parameter,
-        bqkv: nn.Parameter | None,
-        wo: nn.Parameter,
-        mlp_norm: nn.Parameter,
-        w_gate_up: nn.Parameter,
-        w_down: nn.Parameter,
-    ) -> None:
+    attn_norm: nn.Parameter
+    wqkv: nn.Parameter
+    bqkv: nn.Parameter | None
+    wo: nn.Parameter
+    mlp_norm: nn.Parameter
+    w_gate_up: nn.Parameter
+    w_down: nn.Parameter
+
+    def __init__(self, **weights: nn.Parameter | None) -> None:
         super().__init__()
-        self.attn_norm = attn_norm
-        self.wqkv = wqkv
-        self.bqkv = bqkv
-        self.wo = wo
-        self.mlp_norm = mlp_norm
-        self.w_gate_up = w_gate_up
-        self.w_down = w_down
+        for name, weight in weights.items():
+            setattr(self, name, weight)
 
 
 class LlamaModel(nn.Module):
@@ -400,11 +378,15 @@ class LlamaModel(nn.Module):
             q, k, v = torch.split(qkv, [q_width, kv_width, kv_width], dim=-1)
             q = _rotate(q.view(-1, spec.num_attention_heads, spec.head_dim), cos, sin)
             k = _rotate(k.view(-1, spec.num_kv_heads, spec.head_dim), cos, sin)
-            cache.write(i, slots_t, pos_t, k, v.view(-1, spec.num_kv_heads, spec.head_dim))
+            cache.k[i][slots_t, :, pos_t] = k  # new keys and values at (slot, position)
+            cache.v[i][slots_t, :, pos_t] = v.view(-1, spec.num_kv_heads, spec.head_dim)
             x = x + F.linear(self._attention(i, q, cache, plan), layer.wo)
             gate, up = F.linear(_rms_norm(x, layer.mlp_norm), layer.w_gate_up).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer.w_down)
-        self._advance(cache, prefill, decode)
+        for chunk in prefill:  # the step's new tokens now count as cached
+            cache.lengths[chunk.slot] += len(chunk.token_ids)
+        for item in decode:
+            cache.lengths[item.slot] += 1
         if not sample_rows:  # only non-final prefill chunks: nothing to sample
             return StepOutput([], None)
         rows_t = torch.tensor(sample_rows, dtype=long, device=dev)
@@ -416,13 +398,3 @@ class LlamaModel(nn.Module):
             next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         out = next_ids.tolist()  # the engine needs the ids on the host (stop checks)
         return StepOutput(out, logits if return_logits else None)
-
-    @staticmethod
-    def _advance(
-        cache: KVCache, prefill: Sequence[PrefillChunk], decode: Sequence[DecodeItem]
-    ) -> None:
-        """Count the step's new tokens as cached."""
-        for chunk in prefill:
-            cache.lengths[chunk.slot] += len(chunk.token_ids)
-        for item in decode:
-            cache.lengths[item.slot] += 1

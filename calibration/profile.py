@@ -24,22 +24,19 @@ import platform
 import subprocess
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 import sim
-from calibration.model import DecodeItem, LlamaModel, PrefillChunk
+from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
-
-GridName = Literal["small", "default", "compact", "ci", "gpu"]
-GRID_NAMES: tuple[GridName, ...] = ("small", "default", "compact", "ci", "gpu")
 
 
 @dataclass(frozen=True)
@@ -66,6 +63,14 @@ class GridPoint:
     def max_len_tokens(self) -> int:
         lengths = [c + p for c, p in self.prefill_chunks] + list(self.decode_contexts)
         return max(lengths)
+
+    def inputs(
+        self, prefill_ids: list[list[int]], decode_ids: list[int]
+    ) -> tuple[list[PrefillChunk], list[DecodeItem]]:
+        """The model's inputs: chunk i in slot i, decode j in slot (chunks + j)."""
+        first = len(self.prefill_chunks)
+        prefill = [PrefillChunk(i, ids) for i, ids in enumerate(prefill_ids)]
+        return prefill, [DecodeItem(first + j, t) for j, t in enumerate(decode_ids)]
 
 
 @dataclass(frozen=True)
@@ -108,12 +113,8 @@ def _mixed(
     return [GridPoint("mixed", ((c, p),), (context,) * b) for c, p in chunks for b in batches]
 
 
-def build_grid(name: GridName) -> Grid:
-    """The named grid: ``small`` (CI, tiny on CPU), ``default`` (tiny on CPU),
-    ``compact`` (a ~100M-parameter model on CPU, e.g. SmolLM2-135M: steps of
-    0.05-0.5 s, so fewer points, batch <= 32 and context <= 640), ``ci`` (only
-    the shapes that the CPU validation test's SmolLM2-135M run reaches, so that
-    the test calibrates in ~1 min instead of ~2.5), ``gpu``."""
+def build_grid(name: str) -> Grid:
+    """The named grid (``calibration.cli.GRID_HELP`` says what each is for)."""
     if name == "small":
         points = (
             _prefill(
@@ -137,7 +138,7 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(64, 1024)], [2, 8, 32], 2048)
         )
         return Grid("default", tuple(points), num_warmup=1, num_repeats=7)
-    if name == "compact":
+    if name == "compact":  # a ~100M model's steps take 0.05-0.5 s: fewer points
         points = (
             _prefill(
                 [16, 32, 64, 96, 128, 192, 256, 384, 512],
@@ -176,23 +177,31 @@ def build_grid(name: GridName) -> Grid:
             + _mixed([(128, 0), (512, 0), (2048, 0), (512, 1536)], [8, 64, 192], 1024)
         )
         return Grid("gpu", tuple(points), num_warmup=2, num_repeats=10)
-    raise ValueError(f"unknown grid {name!r}; known: {', '.join(GRID_NAMES)}")
+    raise ValueError(f"unknown grid {name!r}; known: small, default, compact, ci, gpu")
 
 
-def _inputs(
-    point: GridPoint, vocab_size: int, rng: np.random.Generator
-) -> tuple[list[PrefillChunk], list[DecodeItem]]:
-    """Random token ids; chunk i in slot i, decode j in slot (chunks + j)."""
-    prefill = [
-        PrefillChunk(i, rng.integers(0, vocab_size, c).tolist())
-        for i, (c, _) in enumerate(point.prefill_chunks)
-    ]
+def time_step(
+    model: LlamaModel,
+    cache: KVCache,
+    point: GridPoint,
+    prefill: list[PrefillChunk],
+    decode: list[DecodeItem],
+    **sampling: Any,
+) -> float:
+    """Wall time (s) of one step of ``point``, its slots' cached lengths set first."""
+    for slot, (_, cached) in enumerate(point.prefill_chunks):
+        cache.lengths[slot] = cached
     first = len(point.prefill_chunks)
-    decode = [
-        DecodeItem(first + j, int(t))
-        for j, t in enumerate(rng.integers(0, vocab_size, len(point.decode_contexts)))
-    ]
-    return prefill, decode
+    for j, ctx in enumerate(point.decode_contexts):
+        cache.lengths[first + j] = ctx - 1  # the step computes the last one
+    cuda = model.device_.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    model.forward_step(cache, prefill, decode, **sampling)
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def profile_grid(
@@ -209,8 +218,6 @@ def profile_grid(
     Points whose KV cache (slots x longest sequence) exceeds ``max_kv_tokens``
     are skipped with a warning, so a grid cannot run a device out of memory.
     """
-    device = model.device_
-    sync: Callable[[], None] = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     points = tuple(
         p
         for p in grid.points
@@ -226,25 +233,24 @@ def profile_grid(
         raise ValueError("no grid point fits in the KV budget")
     capacity = max(p.num_slots * p.max_len_tokens for p in points)
     cache = model.new_cache(1, capacity, seed=int(rng.integers(2**31)))
-    sampler = torch.Generator(device=device).manual_seed(int(rng.integers(2**31)))
-    inputs = [_inputs(p, model.spec.vocab_size, rng) for p in points]
+    sampler = torch.Generator(device=model.device_).manual_seed(int(rng.integers(2**31)))
+    vocab = model.spec.vocab_size
+    inputs = [
+        p.inputs(
+            [rng.integers(0, vocab, c).tolist() for c, _ in p.prefill_chunks],
+            [int(t) for t in rng.integers(0, vocab, len(p.decode_contexts))],
+        )
+        for p in points
+    ]
     times: list[list[float]] = [[] for _ in points]
 
     def run(i: int) -> float:
         point = points[i]
-        prefill, decode = inputs[i]
         if (cache.num_slots, cache.max_len_tokens) != (point.num_slots, point.max_len_tokens):
             cache.reshape(point.num_slots, point.max_len_tokens)
-        for slot, (_, cached) in enumerate(point.prefill_chunks):
-            cache.lengths[slot] = cached
-        first = len(point.prefill_chunks)
-        for j, ctx in enumerate(point.decode_contexts):
-            cache.lengths[first + j] = ctx - 1
-        sync()
-        start = time.perf_counter()
-        model.forward_step(cache, prefill, decode, temperature=temperature, generator=sampler)
-        sync()
-        return time.perf_counter() - start
+        return time_step(
+            model, cache, point, *inputs[i], temperature=temperature, generator=sampler
+        )
 
     total = (grid.num_warmup + grid.num_repeats) * len(points)
     with (

@@ -1,25 +1,19 @@
 """The reference engine: the simulator's scheduler driving a real model, in wall-clock time.
 
-**The executor** (``StepExecutor``) turns a step plan into one ``forward_step``.
-One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the scenario's
-policy decide every step (unchanged); the executor runs the decision on the
-calibration model. The KV cache has one slot per running request (a slot is
-taken when a request is first scheduled and given back when it finishes or is
-preempted). For each scheduled ``(request, num_new)``:
-
-- a request whose cache holds every token but the last sampled one *decodes*:
-  it feeds that token (``DecodeItem``);
-- any other request runs a *prefill chunk* of its next ``num_new`` tokens:
-  prompt tokens, and after a recompute preemption the prompt and the tokens
-  already generated (the chunk samples if it reaches the end).
-
-Sampled ids come back in the model's order (sampling chunks, then decodes);
-``run`` returns them by request id, and appends them to each request's token
-list, so a recomputed request continues from exactly the tokens it emitted.
+**The executor** (``StepExecutor``) runs a step plan as one ``forward_step``.
+One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the
+scenario's policy decide every step (unchanged); the executor runs the
+decision on the calibration model. The KV cache has one slot per running
+request (taken when it is first scheduled, given back when it finishes or is
+preempted). A scheduled request whose cache holds every token but the last
+sampled one *decodes* that token (``DecodeItem``); any other runs a *prefill
+chunk* of its next ``num_new`` tokens: prompt tokens, and after a recompute
+preemption the tokens already generated too (the chunk samples if it reaches
+the end). Sampled ids are appended to each request's token list, so a
+recomputed request continues from exactly the tokens it emitted.
 
 **Replay** (``WallClockEngine``, behind ``servesim measure``) serves a
-scenario's request list on the real model, in wall-clock time. The loop,
-once per step::
+scenario's request list in wall-clock time. Once per step::
 
     inject every request whose arrival time has passed (tokenize its prompt,
         then EngineCore.add at the time tokenization ended)
@@ -33,36 +27,24 @@ Times are seconds since the run started (``time.perf_counter``); a step runs
 from the moment it is scheduled to the moment its sampled ids are on the
 host (after a CUDA synchronisation on GPU), so consecutive steps tile the
 time the engine is busy and the simulator's step durations mean the same.
-Every emitted token's time is kept (this is the measured side). Ctrl-C, an
+Every emitted token's time is kept (the measured side). Ctrl-C, an
 out-of-memory error or ``max_duration_s`` stop the run early; what was
-measured so far is kept and the run's ``status`` says why it ended.
+measured so far is kept and ``status`` says why it ended.
 
-Async scheduling (when the policy asks for it, as the simulator's replica
-does): the real engine still runs steps one after the other, but plans step
-N+1 as vLLM's ``AsyncScheduler`` would have while step N ran. The core sees
-only requests that were ready when step N started (``visible_until``), and
-requests finishing in step N keep their slot and blocks for that plan
-(``EngineCore.pipelined``). So the measured run and its prediction make the
-same decisions; only the scheduler's CPU time is not hidden behind the step.
-Requests carry the workload's priority and shared-prefix fields, as in the
-simulator.
+Async scheduling (when the policy asks for it): the real engine still runs
+steps one after the other, but plans step N+1 as vLLM's ``AsyncScheduler``
+would have while step N ran: the core sees only requests ready when step N
+started (``visible_until``), and requests finishing in step N keep their
+slot and blocks for that plan (``EngineCore.pipelined``). So the measured run
+and its prediction make the same decisions; only the scheduler's CPU time is
+not hidden behind the step.
 
-**Online** (``OnlineEngine``, behind ``servesim serve``): a server learns of
-each request when it arrives. A thread owns the ``EngineCore`` (the
-scenario's policy and KV pool) and the ``StepExecutor`` (the calibration
-model), and loops::
-
-    take the requests submitted since the last step (EngineCore.add)
-    plan = core.schedule(now)
-    empty plan -> wait for a submission
-    else       -> StepExecutor.run(plan); core.commit(plan, start, [end])
-                  hand each emitted token to its request's sink
-
-A sink is called on the engine thread with one ``Emitted`` per engine step
-that produced a token for its request (so a stream has one chunk per step
-output), the last one with ``finish_reason`` set. A request stops at
-``max_tokens`` (``"length"``), or at the end-of-sequence id unless
-``ignore_eos`` (``"stop"``), or when ``abort`` is called (a client gone).
+**Online** (``OnlineEngine``, behind ``servesim serve``, docs/validation.md)
+learns of each request when it arrives. A thread owns the ``EngineCore`` and
+the ``StepExecutor`` and loops: add the requests submitted since the last
+step, schedule, run and commit the plan (or wait for a submission), and hand
+each emitted token to its request's sink as one ``Emitted``, on the engine
+thread; the last carries ``finish_reason``.
 """
 
 from __future__ import annotations
@@ -115,10 +97,10 @@ class StepExecutor:
         """Remember a tokenized request's prompt."""
         self.token_ids[request_id] = list(prompt_ids)
 
-    def forget(self, request_id: int) -> list[int]:
-        """Drop a finished request; return its token ids (prompt + output)."""
+    def forget(self, request_id: int) -> None:
+        """Drop a finished request: its slot and its token ids."""
         self.release(request_id)
-        return self.token_ids.pop(request_id, [])
+        self.token_ids.pop(request_id, None)
 
     def release(self, request_id: int) -> None:
         """Give back a request's slot, if it holds one (finish or preemption)."""
@@ -198,14 +180,13 @@ class StepExecutor:
         self.cache.lengths[slot] = 0
 
 
-STEP_FIELDS = (
-    "start_s",
-    "forward_start_s",
-    "end_s",
-    "done_s",
-    "forward_cpu_s",
-    *SHAPE_FIELDS,
-)
+STEP_FIELDS = ("start_s", "forward_start_s", "end_s", "done_s", "forward_cpu_s", *SHAPE_FIELDS)
+TOKEN_DTYPES = {
+    "request_id": np.int64,
+    "token_index": np.int64,
+    "time_s": np.float64,
+    "token_id": np.int64,
+}
 
 
 @dataclass
@@ -222,18 +203,6 @@ class MeasuredRun:
     message: str
     wall_s: float
     outputs: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Log:
-    """Per-step rows and per-token rows, appended as the run goes."""
-
-    steps: list[tuple[float, ...]] = field(default_factory=list)
-    batches: list[str] = field(default_factory=list)
-    token_request: list[int] = field(default_factory=list)
-    token_index: list[int] = field(default_factory=list)
-    token_time: list[float] = field(default_factory=list)
-    token_id: list[int] = field(default_factory=list)
 
 
 def _is_oom(error: BaseException) -> bool:
@@ -267,7 +236,10 @@ class WallClockEngine:
         # Prompt texts are made before the clock starts: generating them is not serving.
         self.texts = [prompt_text(int(n), rng) for n in work.num_prompt_tokens]
         self.outputs: dict[int, list[str]] = {}
-        self.log = _Log()
+        # Rows of steps.parquet (STEP_FIELDS; the batches apart) and tokens.parquet.
+        self.step_rows: list[tuple[float, ...]] = []
+        self.batches: list[str] = []
+        self.token_rows: list[tuple[int, int, float, int]] = []
         self._origin = 0.0
 
     def _now(self) -> float:
@@ -296,7 +268,7 @@ class WallClockEngine:
             self.executor.forget(index)
 
     def _step(self, plan: StepPlan, start_s: float) -> None:
-        core, executor, log = self.core, self.executor, self.log
+        core, executor = self.core, self.executor
         executor.sync_slots(core.running)
         before = {r.request_id: r.num_generated_tokens for r, _ in plan.scheduled}
         shape = plan.shape()  # before commit: a shape walks the pre-step counters
@@ -315,28 +287,12 @@ class WallClockEngine:
         for request, _ in plan.scheduled:
             rid = request.request_id
             if request.num_generated_tokens > before[rid]:
-                log.token_request.append(rid)
-                log.token_index.append(request.num_generated_tokens - 1)
-                log.token_time.append(end)
-                log.token_id.append(sampled[rid])
+                self.token_rows.append((rid, request.num_generated_tokens - 1, end, sampled[rid]))
             if request.finish_s is not None:
                 executor.forget(rid)
-        log.steps.append(
-            (
-                start_s,
-                forward_start,
-                end,
-                self._now(),
-                forward_cpu,
-                shape.num_prefill_seqs,
-                shape.num_prefill_tokens,
-                shape.prefill_attention_pairs,
-                shape.prefill_kv_read_tokens,
-                shape.num_decode_seqs,
-                shape.num_decode_context_tokens,
-            )
-        )
-        log.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
+        times = (start_s, forward_start, end, self._now(), forward_cpu)
+        self.step_rows.append((*times, *(getattr(shape, name) for name in SHAPE_FIELDS)))
+        self.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
 
     def run(self, progress: bool = True, max_duration_s: float | None = None) -> MeasuredRun:
         """Serve every request (or stop early); return what was measured."""
@@ -386,27 +342,18 @@ class WallClockEngine:
         wall_s = self._now()
         if status != "complete":
             for index in range(next_index, total):  # never sent: recorded unfinished
-                self._record_unsent(index)
+                num_prompt_tokens = int(self.work.num_prompt_tokens[index])
+                self.core.waiting.append(self._request(index, num_prompt_tokens))
         return self._result(status, message, wall_s)
 
-    def _record_unsent(self, index: int) -> None:
-        self.core.waiting.append(self._request(index, int(self.work.num_prompt_tokens[index])))
-
     def _result(self, status: str, message: str, wall_s: float) -> MeasuredRun:
-        core, log = self.core, self.log
+        core = self.core
         core.flush_unfinished()
         requests = core.records.frame().sort_values("request_id", ignore_index=True)
         requests["rejection_reason"] = requests["request_id"].map(core.rejections)
-        steps = pd.DataFrame(log.steps, columns=list(STEP_FIELDS))
-        steps["batch"] = log.batches
-        tokens = pd.DataFrame(
-            {
-                "request_id": np.asarray(log.token_request, dtype=np.int64),
-                "token_index": np.asarray(log.token_index, dtype=np.int64),
-                "time_s": np.asarray(log.token_time, dtype=np.float64),
-                "token_id": np.asarray(log.token_id, dtype=np.int64),
-            }
-        )
+        steps = pd.DataFrame(self.step_rows, columns=list(STEP_FIELDS))
+        steps["batch"] = self.batches
+        tokens = pd.DataFrame(self.token_rows, columns=list(TOKEN_DTYPES)).astype(TOKEN_DTYPES)
         series = core.series.frame()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
         return MeasuredRun(

@@ -18,22 +18,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from calibration.cli import torch_missing
+from calibration.cli import add_torch_arguments, checked_dtype, torch_missing
 from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint
 from sim.errors import ConfigError
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario YAML, e.g. scenarios/validate_tiny_cpu.yaml")
-    parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a scenario field"
     )
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument(
-        "--dtype", choices=("fp32", "bf16", "fp16"), help="default: fp32 on cpu, bf16 on cuda"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
+    add_torch_arguments(parser)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    _scenario_arguments(parser)
+    parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=1.0)
@@ -65,8 +65,7 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     except ValidationError as error:
         raise ConfigError(f"sampling: {error.errors()[0]['msg']}") from None
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    checked_dtype(args)
     started = time.perf_counter()
     measurement = measure(
         scenario,
@@ -157,13 +156,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         )
     if problem is not None:
         raise ConfigError(problem)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: no CUDA device is available here")
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be >= 1, got {args.threads}")
+    dtype = TORCH_DTYPES[checked_dtype(args)]
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
-    dtype = TORCH_DTYPES[args.dtype or ("fp32" if args.device == "cpu" else "bf16")]
     engine = OnlineEngine(scenario, dtype, torch.device(args.device), args.threads)
     engine.start()
     try:
@@ -205,14 +200,7 @@ def add_parsers(subparsers: Any) -> None:
         "serve",
         help="serve a scenario's model on the reference engine as an OpenAI-compatible server",
     )
-    serve.add_argument(
-        "scenario",
-        help="scenario YAML (model, scheduler, KV pool), e.g. scenarios/validate_tiny_cpu.yaml",
-    )
-    serve.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a field")
+    _scenario_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="(default 8000; 0 = any free port)")
-    serve.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    serve.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="default: fp32 on cpu")
-    serve.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
     serve.set_defaults(handler=_cmd_serve)

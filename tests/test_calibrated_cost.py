@@ -254,7 +254,7 @@ def test_round_trip(tmp_path: Path) -> None:
     loaded = load_artifact(path)
     assert loaded == artifact
     assert load_calibrated_cost(path).label == "calibrated:tiny-fp32@Some CPU"
-    assert CalibratedCost.from_artifact(loaded).step_s(artifact.samples[0].shape) == CalibratedCost(
+    assert load_calibrated_cost(path).step_s(artifact.samples[0].shape) == CalibratedCost(
         artifact.fit
     ).step_s(artifact.samples[0].shape)
 
@@ -362,7 +362,7 @@ def test_shipped_cpu_artifact_loads_and_is_small() -> None:
     assert artifact.model.spec == model_preset("tiny")
     assert artifact.hardware.num_threads == 1
     assert artifact.fit_error.num_held_out > 0
-    cost = CalibratedCost.from_artifact(artifact)
+    cost = load_calibrated_cost(SHIPPED)
     for sample in artifact.samples:
         assert cost.step_s(sample.shape) > 0
 

@@ -168,23 +168,19 @@ class FitCoefficients(BaseModel):
 
     @model_validator(mode="after")
     def _check_knots(self) -> FitCoefficients:
-        for name in ("token_knots", "decode_batch_knots"):
-            knots: list[int] = getattr(self, name)
-            if len(knots) != len(getattr(self, name.replace("knots", "knot_s"))):
+        for name, knots, values in (
+            ("token_knots", self.token_knots, self.token_knot_s),
+            ("decode_batch_knots", self.decode_batch_knots, self.decode_batch_knot_s),
+            ("decode_context_hinges", self.decode_context_hinges, self.per_decode_context_token_s),
+        ):
+            if len(knots) != len(values):
                 raise ValueError(f"{name} and its values differ in length")
             if any(b <= a for a, b in pairwise(knots)):
                 raise ValueError(f"{name} must be strictly increasing")
-            if self.kind == "linear" and knots:
-                raise ValueError(f"a linear fit has no {name}")
-        hinges = self.decode_context_hinges
-        if len(hinges) != len(self.per_decode_context_token_s):
-            raise ValueError(
-                "decode_context_hinges and per_decode_context_token_s differ in length"
-            )
-        if not hinges or hinges[0] != 0:
+        if self.kind == "linear" and (self.token_knots or self.decode_batch_knots):
+            raise ValueError("a linear fit has no token_knots or decode_batch_knots")
+        if not self.decode_context_hinges or self.decode_context_hinges[0] != 0:
             raise ValueError("decode_context_hinges must start at 0")
-        if any(b <= a for a, b in pairwise(hinges)):
-            raise ValueError("decode_context_hinges must be strictly increasing")
         return self
 
 
@@ -286,25 +282,8 @@ def tokens_curve_s(knots: list[int], knot_s: list[float], num_tokens: float) -> 
 class CalibratedCost:
     """The CostModel of a fitted artifact (formula in the module docstring)."""
 
-    __slots__ = (
-        "_batch_knot_s",
-        "_batch_knots",
-        "_floor_s",
-        "_hinges",
-        "_intercept_s",
-        "_knot_s",
-        "_knots",
-        "_label",
-        "_per_context_s",
-        "_per_decode_seq_s",
-        "_per_kv_read_s",
-        "_per_pair_s",
-        "_per_prefill_seq_s",
-        "_per_token_s",
-    )
-
     def __init__(self, fit: FitCoefficients, label: str = "calibrated") -> None:
-        self._label = label
+        self.label = label
         # Plain floats and lists: attribute access on them is the fastest path.
         self._knots = list(fit.token_knots)
         self._knot_s = list(fit.token_knot_s)
@@ -319,15 +298,6 @@ class CalibratedCost:
         self._hinges = [float(h) for h in fit.decode_context_hinges]
         self._per_context_s = list(fit.per_decode_context_token_s)
         self._floor_s = fit.floor_s
-
-    @classmethod
-    def from_artifact(cls, artifact: CalibrationArtifact) -> CalibratedCost:
-        """Cost model of ``artifact``, labelled with its model, dtype and device."""
-        return cls(artifact.fit, label=artifact_label(artifact))
-
-    @property
-    def label(self) -> str:
-        return self._label
 
     def _base_s(self, num_tokens: int, prefill_seqs: int, pairs: int, kv_read: int) -> float:
         """Every term but the decode context (shared by both entry points)."""
@@ -374,12 +344,14 @@ class CalibratedCost:
         return np.maximum(out, self._floor_s)
 
     def __repr__(self) -> str:
-        return f"CalibratedCost({self._label!r})"
+        return f"CalibratedCost({self.label!r})"
 
 
 def load_calibrated_cost(path: str | Path) -> CalibratedCost:
-    """The cost model of the artifact at ``path`` (ConfigError if it is bad)."""
-    return CalibratedCost.from_artifact(load_artifact(path))
+    """The cost model of the artifact at ``path``, labelled with its model, dtype and device
+    (ConfigError if it is bad)."""
+    artifact = load_artifact(path)
+    return CalibratedCost(artifact.fit, label=artifact_label(artifact))
 
 
 def artifact_label(artifact: CalibrationArtifact) -> str:

@@ -8,52 +8,27 @@ cost model (kernel tables, roofline, a calibrated curve)::
     step_s  = step_overhead_s
             + base(s) * (prefill_multiplier * w + decode_multiplier * (1 - w))
 
-``w`` is the share of the step the base model gives the prefill chunks when
-each part is priced alone (1 for a prefill-only step, 0 for a decode-only
-one), so the base's own step time is split between prefill and decode and
-each share scaled by its multiplier; mixed steps keep the base's shape
-(GEMMs over all tokens together are not the sum of the parts). With
-``(0, 1, 1)`` this is the base model exactly.
-
-Why these three: TTFT measures mostly the prefill share (and the queue ahead
-of it), TPOT the decode steps; the overhead separates a per-step constant
-(scheduler, launches: the same at batch 1 and 256) from the cost that grows
-with the batch, which the spread between short and long decode steps
-reveals. Three parameters are identifiable from the p50/p90/p99 of TTFT and
-TPOT of a few hundred requests; more (per-token terms, per-sequence terms)
-trade against each other and against the base model's own coefficients.
-
-The fitted-cost artifact (``FittedCostArtifact``): the base cost model, the
-fitted parameters and where they came from. One JSON file, written by
-``servesim calibrate --from-run`` and read by ``cost: {kind: fitted,
-artifact: PATH}``, in the kernel artifacts' layout
-(``format``, ``format_version``, ``provenance``, then the payload)::
-
-    {"format": "servesim-fitted-cost", "format_version": 1,
-     "provenance": {...},              # FittedProvenance: command, revision, runs
-     "base_cost": {"kind": "kernels", ...},   # the scenario ``cost:`` block fitted on
-     "base_cost_label": "...",
-     "parameters": {"step_overhead_s": ..., "prefill_multiplier": ...,
-                    "decode_multiplier": ...},
-     "fit": {...},                     # FitSummary: free parameters, objective
-     "errors": {...}}                  # base vs fitted, in sample and cross-validated
-
-A relative path inside ``base_cost`` (an artifact file) is relative to the
-artifact's own folder. ``errors`` is a report for people; nothing reads it back.
+``w`` is the prefill chunks' share of the step when each part is priced
+alone, so mixed steps keep the base's shape (GEMMs over all tokens together
+are not the sum of the parts); ``(0, 1, 1)`` is the base model exactly. Why
+these three, and the fitted-cost artifact (``FittedCostArtifact``, written by
+``servesim calibrate --from-run``, read by ``cost: {kind: fitted, artifact:
+PATH}``, in the kernel artifacts' layout): docs/validation.md, "Black-box
+calibration". A relative path inside ``base_cost`` (an artifact file) is
+relative to the artifact's own folder. ``errors`` is a report for people;
+nothing reads it back.
 
 ``EngineOverheadCost``: a cost model plus the per-step work of a real engine
-loop around the forward pass. Microbenchmarks time ``forward_step`` alone; a
-serving engine also schedules, builds the batch, detokenizes, and commits
-each step; on a CPU running a
-small model that is a few percent of a decode step, and the forward pass
-itself may run a little slower or faster inside the loop than in a tight
-benchmark (caches). ``EngineOverheadCost`` models a step as::
+loop around the forward pass, which microbenchmarks of ``forward_step`` alone
+miss (scheduling, batch building, detokenizing, commit: a few percent of a
+decode step for a small model on a CPU; the forward pass may also run a little
+slower or faster inside the loop than in a tight benchmark, caches)::
 
     step_s = scale * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
 
-with the three coefficients fitted (``calibration.fit.fit_engine_overhead``) from the step
-log of a *different* measured run than the one being predicted.
-``ScaledCost`` multiplies a base model's steps by one factor.
+fitted (``calibration.fit.fit_engine_overhead``) on the step log of a
+*different* measured run than the one predicted. ``ScaledCost`` multiplies a
+base model's steps by one factor.
 """
 
 from __future__ import annotations
@@ -274,11 +249,8 @@ class EngineOverheadCost:
     ) -> None:
         if scale <= 0 or per_step_s < 0 or per_seq_s < 0:
             raise ValueError(f"bad overhead coefficients {scale=}, {per_step_s=}, {per_seq_s=}")
-        self.base = base
-        self.scale = scale
-        self.per_step_s = per_step_s
-        self.per_seq_s = per_seq_s
-        self.source = source
+        self.base, self.scale, self.source = base, scale, source
+        self.per_step_s, self.per_seq_s = per_step_s, per_seq_s
 
     @property
     def label(self) -> str:
@@ -310,8 +282,7 @@ class ScaledCost:
     def __init__(self, base: CostModel, factor: float) -> None:
         if factor <= 0:
             raise ValueError(f"factor must be positive, got {factor}")
-        self.base = base
-        self.factor = factor
+        self.base, self.factor = base, factor
 
     @property
     def label(self) -> str:
