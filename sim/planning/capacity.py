@@ -47,14 +47,12 @@ from sim.scenario import Scenario, scenario_from_dict, set_dotted
 Status = Literal["pass", "fail", "unclear"]
 
 # Two-sided 95% Student-t critical values by degrees of freedom (1..30).
-_T95 = tuple(
-    float(t)
-    for t in (
-        "12.706 4.303 3.182 2.776 2.571 2.447 2.365 2.306 2.262 2.228 2.201 2.179 2.160 2.145"
-        " 2.131 2.120 2.110 2.101 2.093 2.086 2.080 2.074 2.069 2.064 2.060 2.056 2.052 2.048"
-        " 2.045 2.042"
-    ).split()
+_T95_TEXT = (
+    "12.706 4.303 3.182 2.776 2.571 2.447 2.365 2.306 2.262 2.228 2.201 2.179 2.160 2.145"
+    " 2.131 2.120 2.110 2.101 2.093 2.086 2.080 2.074 2.069 2.064 2.060 2.056 2.052 2.048"
+    " 2.045 2.042"
 )
+_T95 = tuple(float(t) for t in _T95_TEXT.split())
 MAX_DOUBLINGS = 20
 
 
