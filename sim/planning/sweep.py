@@ -46,7 +46,7 @@ from tqdm import tqdm
 import sim
 from sim.errors import ConfigError
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
-from sim.planning.pricing import gpu_price_per_hour, gpus_per_replica, usd_per_unit
+from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
 from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.scenario.strict_yaml import read_yaml
@@ -290,7 +290,7 @@ def build_table(plan: SweepPlan, results: list[tuple[Job, Record]]) -> pd.DataFr
     for job, record in results:
         scenario = job.point.scenario
         price = gpu_price_per_hour(scenario.hardware.name, plan.config.gpu_price_per_hour)
-        num_gpus = gpus_per_replica(scenario)
+        num_gpus = scenario.parallelism.num_gpus
         row: dict[str, Any] = {"point": job.point.index}
         row.update({key: _cell(job.point.overrides.get(key)) for key in keys})
         row |= {"seed": job.seed, "config": config_label(plan, job.point.overrides)}
