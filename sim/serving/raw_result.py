@@ -94,7 +94,6 @@ class RawResult:
     extra_itl_s: npt.NDArray[np.float64]
     later_runs: dict[int, list[tuple[float, int]]]
     rejections: dict[int, str]
-    frontend: FrontendConfig
     num_replicas: int = 1
     accelerator: str | None = None
 
@@ -174,7 +173,6 @@ def raw_result(
         extra_itl_s=np.concatenate(gaps),
         later_runs=later_runs,
         rejections=rejections,
-        frontend=frontend,
         num_replicas=len(outputs),
     )
 
