@@ -159,12 +159,6 @@ def _validation_message(source: str, error: ValidationError) -> str:
     return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"
 
 
-def _seeds(config: SweepConfig, scenario: Scenario) -> tuple[int, ...]:
-    if isinstance(config.seeds, list):
-        return tuple(config.seeds)
-    return tuple(scenario.seed + k for k in range(config.seeds))
-
-
 def load_sweep(path: str | Path) -> SweepPlan:
     """Read a sweep file and validate it and every point's scenario."""
     path = Path(path)
@@ -191,7 +185,10 @@ def load_sweep(path: str | Path) -> SweepPlan:
         for key, value in {**config.overrides, **overrides}.items():
             set_dotted(point_doc, str(key), value, source)
         scenario = scenario_from_dict(point_doc, source)
-        points.append(SweepPoint(index, overrides, scenario, _seeds(config, scenario)))
+        seeds = config.seeds
+        if not isinstance(seeds, list):  # a count: the scenario's seed, +1, ...
+            seeds = [scenario.seed + k for k in range(seeds)]
+        points.append(SweepPoint(index, overrides, scenario, tuple(seeds)))
     return SweepPlan(path, config, scenario_path.parent, tuple(points), targets)
 
 
