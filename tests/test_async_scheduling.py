@@ -18,7 +18,7 @@ from scenario_docs import small_doc
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.scenario import scenario_from_dict
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -39,7 +39,7 @@ def simulate(
             max_model_len_tokens=8192,
         ),
         cost=COST,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
     return Simulation(engine).run(cast(OpenLoop, arrays))

@@ -40,7 +40,6 @@ from sim.planning.capacity_report import fleet_for, format_capacity, to_json
 from sim.planning.pricing import (
     GPU_PRICE_PER_HOUR,
     gpu_price_per_hour,
-    gpus_per_replica,
     usd_per_unit,
 )
 from sim.planning.sweep_exec import Record, Task, run_point
@@ -344,7 +343,7 @@ def test_prices_are_overridable_and_gpus_default_to_one() -> None:
     assert gpu_price_per_hour("h100") == GPU_PRICE_PER_HOUR["h100"]
     assert gpu_price_per_hour("h100", 1.25) == 1.25
     assert gpu_price_per_hour("my-asic") is None
-    assert gpus_per_replica(scenario_from_dict(md1_doc())) == 1
+    assert scenario_from_dict(md1_doc()).parallelism.num_gpus == 1
     assert usd_per_unit(0.0, 1, 3.0) == math.inf
     assert usd_per_unit(1.0, 2, 3600.0) == pytest.approx(2.0)
 

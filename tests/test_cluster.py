@@ -38,7 +38,7 @@ from sim.errors import ConfigError
 from sim.metrics.analytic import mm1_wait_s, mmc_wait_s
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, total_over_replicas
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.router import RouterKind
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.arrivals import PoissonArrival, arrival_times_s
@@ -74,7 +74,7 @@ def make_engine(
             max_model_len_tokens=max_model_len_tokens,
         ),
         cost=cost,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
 

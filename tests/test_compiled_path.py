@@ -31,13 +31,12 @@ from sim.hardware.specs import hardware_preset, model_preset
 from sim.planning.sweep_exec import run_point
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, RouterKind
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, FrontendConfig, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 MODEL, H100 = model_preset("llama-3-8b"), hardware_preset("h100")
-NO_FRONTEND = Frontend(0.0, 0.0)
 
 
 def poisson(num: int, rate_per_s: float, seed: int = 0, **extra: Any) -> RequestArrays:
@@ -55,7 +54,7 @@ def engine(
     async_scheduling: bool = True,
     caching: bool = True,
     num_kv_blocks: int = 100_000,
-    frontend: Frontend = NO_FRONTEND,
+    frontend: FrontendConfig = NO_FRONTEND,
     **policy: Any,
 ) -> ReplicaConfig:
     settings = {"max_num_seqs": 32, "max_num_batched_tokens": 2048, **policy}
@@ -83,7 +82,11 @@ PLAYED = {
         max_num_batched_tokens=300, long_prefill_token_threshold=64
     ),
     "no chunked prefill": engine(chunked_prefill=False, max_num_batched_tokens=1024),
-    "tokenization and detokenization": engine(frontend=Frontend(1.7e-5, 2.3e-4)),
+    "tokenization and detokenization": engine(
+        frontend=FrontendConfig(
+            tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
+        )
+    ),
     "a relabelled roofline": replace(engine(), cost=RooflineCost(MODEL, H100, uncalibrated=True)),
 }
 

@@ -23,7 +23,7 @@ from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
 from sim.engine.tokens import token_times_s
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -48,7 +48,7 @@ def simulate(
             max_model_len_tokens=max_model_len_tokens,
         ),
         cost=cost,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
     return Simulation(engine).run(cast(OpenLoop, arrays))
@@ -243,7 +243,7 @@ def run_closed(skip_ahead: bool) -> RawResult:
             max_model_len_tokens=8192,
         ),
         cost=COST,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
     # User 0 sends r0 (8, 10) at 0; user 1 thinks 13/256 s, then sends r1 (16, 2) exactly

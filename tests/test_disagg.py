@@ -22,7 +22,7 @@ from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, request_token_times_s
 from sim.serving.disagg import DisaggregationConfig, merge_records
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.router import RouterKind
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
@@ -46,7 +46,7 @@ def engine(
             max_model_len_tokens=4096,
         ),
         cost=COST,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
 

@@ -22,7 +22,6 @@ from sim.hardware.parallel import (
     link_preset,
 )
 from sim.hardware.specs import hardware_preset, model_preset
-from sim.planning.pricing import gpus_per_replica
 from sim.scenario import load_scenario, scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -210,9 +209,9 @@ def test_tp8_lowers_tpot_and_pcie_raises_it_in_a_run() -> None:
 
 
 def test_capacity_planning_counts_every_gpu_of_a_replica() -> None:
-    assert gpus_per_replica(scenario_from_dict(scenario_doc(tensor_parallel_size=4))) == 4
+    assert scenario_from_dict(scenario_doc(tensor_parallel_size=4)).parallelism.num_gpus == 4
     layout_doc = scenario_doc(tensor_parallel_size=4, pipeline_parallel_size=2)
-    assert gpus_per_replica(scenario_from_dict(layout_doc)) == 8
+    assert scenario_from_dict(layout_doc).parallelism.num_gpus == 8
 
 
 def test_shipped_tp_scenario_loads_and_runs_quickly() -> None:

@@ -18,7 +18,7 @@ from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.engine.tokens import token_times_s
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -69,7 +69,7 @@ def _run(
             max_model_len_tokens=16_384,
         ),
         cost=cost,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
     return Simulation(engine).run(cast(OpenLoop, arrays))

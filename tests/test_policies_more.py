@@ -32,7 +32,7 @@ from sim.engine.policies import (
 )
 from sim.metrics.stats import summarize
 from sim.scenario import load_scenario, scenario_from_dict
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -55,7 +55,7 @@ def run(
             max_model_len_tokens=16_384,
         ),
         cost=cost,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
     return Simulation(engine).run(cast(OpenLoop, arrays))

@@ -40,7 +40,7 @@ import pytest
 from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.arrivals import PoissonArrival, arrival_times_s
 from sim.workload.generate import RequestArrays
@@ -93,7 +93,7 @@ def simulate(
             max_model_len_tokens=100_000,
         ),
         cost=cost,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=skip_ahead,
     )
     work = RequestArrays(arrival_s, prompt, output)
@@ -264,7 +264,7 @@ def test_littles_law_on_a_continuous_batching_run() -> None:
             max_model_len_tokens=100_000,
         ),
         cost=cost,
-        frontend=Frontend(0.0, 0.0),
+        frontend=NO_FRONTEND,
         skip_ahead=False,
     )
     raw = Simulation(engine).run(cast(OpenLoop, RequestArrays(arrival_s, prompt, output)))

@@ -24,7 +24,7 @@ from sim.hardware.quantization import quantize
 from sim.hardware.specs import ModelSpec
 from sim.scenario import Scenario
 from sim.serving.cluster import Cluster
-from sim.serving.replica_config import Frontend, ReplicaConfig, with_speculation
+from sim.serving.replica_config import ReplicaConfig, with_speculation
 
 
 def model_for(scenario: Scenario) -> ModelSpec:
@@ -143,13 +143,10 @@ def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> Co
 
 def engine_for(scenario: Scenario, base_dir: Path | None = None) -> ReplicaConfig:
     """Everything a replica needs, built from the scenario (its core: ``core_config_for``)."""
-    frontend = scenario.frontend
     engine = ReplicaConfig(
         core_config_for(scenario),
         cost_model_for(scenario, base_dir),
-        Frontend(
-            frontend.tokenize_s_per_token, frontend.detokenize_s_per_token, frontend.output_step_s
-        ),
+        scenario.frontend,
         skip_ahead=scenario.engine.skip_ahead,
     )
     if scenario.speculative is not None:

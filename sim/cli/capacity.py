@@ -52,7 +52,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         to_json,
         write_json,
     )
-    from sim.planning.pricing import gpu_price_per_hour, gpus_per_replica
+    from sim.planning.pricing import gpu_price_per_hour
     from sim.scenario import load_scenario
 
     targets = parse_targets(args.slo or [])
@@ -86,7 +86,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         bar.refresh()
     elapsed_s = time.perf_counter() - started
     price = gpu_price_per_hour(scenario.hardware.name, args.gpu_price_per_hour)
-    per_replica = gpus_per_replica(scenario)
+    per_replica = scenario.parallelism.num_gpus
     fleet = fleet_for(result, args.target_rate, per_replica, price) if args.target_rate else None
     label = f"{scenario.name} ({scenario.model.name} on {scenario.hardware.name}, " + (
         f"{scenario.scheduler.kind})"

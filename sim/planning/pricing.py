@@ -13,8 +13,6 @@ import math
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from sim.scenario import Scenario
-
 GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
     {
         "h100": 3.00,  # H100 80GB SXM, on-demand
@@ -33,11 +31,6 @@ def gpu_price_per_hour(hardware_name: str, override: float | None = None) -> flo
     if override is not None:
         return override
     return GPU_PRICE_PER_HOUR.get(hardware_name)
-
-
-def gpus_per_replica(scenario: Scenario) -> int:
-    """GPUs one replica occupies: tensor x pipeline parallel degree."""
-    return scenario.parallelism.num_gpus
 
 
 def usd_per_unit(rate_per_s: float | None, num_gpus: int, price_per_gpu_hour: float) -> float:

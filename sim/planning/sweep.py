@@ -46,7 +46,7 @@ from tqdm import tqdm
 import sim
 from sim.errors import ConfigError
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
-from sim.planning.pricing import gpu_price_per_hour, gpus_per_replica, usd_per_unit
+from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
 from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.scenario.strict_yaml import read_yaml
@@ -159,12 +159,6 @@ def _validation_message(source: str, error: ValidationError) -> str:
     return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"
 
 
-def _seeds(config: SweepConfig, scenario: Scenario) -> tuple[int, ...]:
-    if isinstance(config.seeds, list):
-        return tuple(config.seeds)
-    return tuple(scenario.seed + k for k in range(config.seeds))
-
-
 def load_sweep(path: str | Path) -> SweepPlan:
     """Read a sweep file and validate it and every point's scenario."""
     path = Path(path)
@@ -191,7 +185,10 @@ def load_sweep(path: str | Path) -> SweepPlan:
         for key, value in {**config.overrides, **overrides}.items():
             set_dotted(point_doc, str(key), value, source)
         scenario = scenario_from_dict(point_doc, source)
-        points.append(SweepPoint(index, overrides, scenario, _seeds(config, scenario)))
+        seeds = config.seeds
+        if not isinstance(seeds, list):  # a count: the scenario's seed, +1, ...
+            seeds = [scenario.seed + k for k in range(seeds)]
+        points.append(SweepPoint(index, overrides, scenario, tuple(seeds)))
     return SweepPlan(path, config, scenario_path.parent, tuple(points), targets)
 
 
@@ -290,7 +287,7 @@ def build_table(plan: SweepPlan, results: list[tuple[Job, Record]]) -> pd.DataFr
     for job, record in results:
         scenario = job.point.scenario
         price = gpu_price_per_hour(scenario.hardware.name, plan.config.gpu_price_per_hour)
-        num_gpus = gpus_per_replica(scenario)
+        num_gpus = scenario.parallelism.num_gpus
         row: dict[str, Any] = {"point": job.point.index}
         row.update({key: _cell(job.point.overrides.get(key)) for key in keys})
         row |= {"seed": job.seed, "config": config_label(plan, job.point.overrides)}

@@ -61,11 +61,7 @@ def _queue_stats(result: Any) -> Record:
     scheduled step to its last token (before detokenization), and its TTFT is
     queueing plus a load-independent part (tokenize, prefill, detokenize).
     """
-    empty: Record = {
-        "service_mean_s": None,
-        "service_m2_s2": None,
-        "ttft_excl_queue_mean_s": None,
-    }
+    empty: Record = dict.fromkeys(("service_mean_s", "service_m2_s2", "ttft_excl_queue_mean_s"))
     if not batch_size_one(result.scenario):
         return empty
     frame = result.requests

@@ -27,11 +27,11 @@ from sim.metrics.stats import Slo
 from sim.scenario.overrides import apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml
 from sim.serving.cluster import ClusterConfig
+from sim.serving.replica_config import FrontendConfig
 from sim.workload.generate import WorkloadConfig
 
 __all__ = [
     "EngineConfig",
-    "FrontendConfig",
     "Scenario",
     "apply_overrides",
     "load_scenario",
@@ -92,26 +92,6 @@ class EngineConfig(BaseModel):
             "default, on unless pipeline parallelism or speculative decoding is used"
         ),
     )
-
-
-class FrontendConfig(BaseModel):
-    """CPU work around the engine (docs/vllm-fidelity.md, "The frontend").
-
-    Tokenizing delays a request before it queues; the output server (vLLM's
-    API server process) spends ``output_step_s + detokenize_s_per_token × n``
-    on a step with ``n`` outputs and streams them when done, merging a
-    request's tokens into one chunk when it lags behind the engine.
-    """
-
-    model_config = _FROZEN
-
-    # ~1 µs/token is a fast Rust BPE tokenizer on one core (HF tokenizers).
-    tokenize_s_per_token: float = Field(default=1e-6, ge=0)
-    # Estimates, not measurements (docs/vllm-fidelity.md): per request output
-    # in a step (incremental detokenization, the response chunk), and per step
-    # (receiving and decoding the engine's output message).
-    detokenize_s_per_token: float = Field(default=2e-5, ge=0)
-    output_step_s: float = Field(default=2e-4, ge=0)
 
 
 class Scenario(BaseModel):

@@ -19,7 +19,7 @@ import simpy
 
 from sim.cost.base import CostModel
 from sim.engine.request import Request
-from sim.engine.scheduler import EngineCore, StepPlan
+from sim.engine.scheduler import EngineCore
 from sim.serving.replica import idle_event
 
 
@@ -53,10 +53,6 @@ class LockstepGroup:
         if self.cores[index].add(request, self.env.now) and idle is not None and not idle.triggered:
             idle.succeed()
 
-    def step_s(self, plans: Sequence[StepPlan]) -> float:
-        """The joint step: the longest of the ranks' own steps."""
-        return max(self.cost.step_s(plan.shape()) + plan.extra_s for plan in plans)
-
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
         while True:
@@ -68,7 +64,8 @@ class LockstepGroup:
                 wakes = [p.wake_at_s for p in plans if p.wake_at_s is not None]
                 yield from self._wait(min(wakes) if wakes else None)
                 continue
-            end = now + self.step_s([plan for _, plan in busy])
+            # The joint step: the longest of the ranks' own steps.
+            end = now + max(self.cost.step_s(plan.shape()) + plan.extra_s for _, plan in busy)
             yield env.timeout(end - now)
             for core, plan in busy:
                 core.commit(plan, now, [end])

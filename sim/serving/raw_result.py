@@ -20,7 +20,7 @@ from sim.engine.records import RequestTable
 from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns, StepTable
 from sim.serving.frontend import Delivery, deliver
-from sim.serving.replica_config import Frontend
+from sim.serving.replica_config import FrontendConfig
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -94,7 +94,6 @@ class RawResult:
     extra_itl_s: npt.NDArray[np.float64]
     later_runs: dict[int, list[tuple[float, int]]]
     rejections: dict[int, str]
-    frontend: Frontend
     num_replicas: int = 1
     accelerator: str | None = None
 
@@ -120,7 +119,7 @@ class RawResult:
 
 def raw_result(
     outputs: Sequence[CoreOutput],
-    frontend: Frontend,
+    frontend: FrontendConfig,
     disaggregated: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
 ) -> RawResult:
     """Every replica's records, step log and series, concatenated (with ``replica``),
@@ -174,7 +173,6 @@ def raw_result(
         extra_itl_s=np.concatenate(gaps),
         later_runs=later_runs,
         rejections=rejections,
-        frontend=frontend,
         num_replicas=len(outputs),
     )
 

@@ -9,7 +9,9 @@ model and the policy together (speculative decoding) return a new one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.base import CostModel
 from sim.engine.core_config import CoreConfig
@@ -18,15 +20,29 @@ from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, spec
 from sim.hardware.specs import HardwareSpec
 
 
-@dataclass(frozen=True)
-class Frontend:
-    """CPU time around the engine: tokenizing prompts (before the queue), and
-    the output server (``sim.serving.frontend``): each step with output costs
-    it ``output_step_s + detokenize_s_per_token * (requests with output)``."""
+class FrontendConfig(BaseModel):
+    """CPU work around the engine (docs/vllm-fidelity.md, "The frontend").
 
-    tokenize_s_per_token: float = 0.0
-    detokenize_s_per_token: float = 0.0
-    output_step_s: float = 0.0
+    Tokenizing delays a request before it queues; the output server
+    (``sim.serving.frontend``, vLLM's API server process) spends
+    ``output_step_s + detokenize_s_per_token × n`` on a step with ``n`` outputs
+    and streams them when done, merging a request's tokens into one chunk when
+    it lags behind the engine.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # ~1 µs/token is a fast Rust BPE tokenizer on one core (HF tokenizers).
+    tokenize_s_per_token: float = Field(default=1e-6, ge=0)
+    # Estimates, not measurements (docs/vllm-fidelity.md): per request output
+    # in a step (incremental detokenization, the response chunk), and per step
+    # (receiving and decoding the engine's output message).
+    detokenize_s_per_token: float = Field(default=2e-5, ge=0)
+    output_step_s: float = Field(default=2e-4, ge=0)
+
+
+# A frontend that costs nothing: engine times are client times.
+NO_FRONTEND = FrontendConfig(tokenize_s_per_token=0, detokenize_s_per_token=0, output_step_s=0)
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,7 @@ class ReplicaConfig:
 
     core: CoreConfig
     cost: CostModel
-    frontend: Frontend = field(default_factory=Frontend)
+    frontend: FrontendConfig = NO_FRONTEND
     skip_ahead: bool = True
 
 

@@ -109,15 +109,8 @@ class EmpiricalLength(_Config):
     column: str = Field(min_length=1)
 
 
-LengthConfig = Annotated[
-    FixedLength
-    | UniformLength
-    | NormalLength
-    | LognormalLength
-    | ExponentialLength
-    | EmpiricalLength,
-    Field(discriminator="kind"),
-]
+_Parametric = FixedLength | UniformLength | NormalLength | LognormalLength | ExponentialLength
+LengthConfig = Annotated[_Parametric | EmpiricalLength, Field(discriminator="kind")]
 """Any length distribution, chosen by its ``kind``."""
 
 
@@ -132,10 +125,7 @@ class LengthSampler(Protocol):
 class _ParametricSampler:
     """Sampler for every kind but ``empirical``: no state besides its config."""
 
-    def __init__(
-        self,
-        config: FixedLength | UniformLength | NormalLength | LognormalLength | ExponentialLength,
-    ) -> None:
+    def __init__(self, config: _Parametric) -> None:
         self.config = config
 
     def sample(self, rng: np.random.Generator, size: int) -> IntArray:

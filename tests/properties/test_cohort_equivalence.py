@@ -38,7 +38,7 @@ from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.engine.policies.orca import OrcaConfig
 from sim.engine.scheduler import StepPlan
 from sim.fast.cohort import Cohort, CohortCore, CohortPlan
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -203,7 +203,7 @@ def crowded(draw: st.DrawFn) -> tuple[RequestArrays, Setup]:
         draw(st.sampled_from([1, 2, 4])),
         128,
         cost,
-        Frontend(0.0, 0.0, 0.0),
+        NO_FRONTEND,
     )
     return arrays, setup
 

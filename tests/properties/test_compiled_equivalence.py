@@ -29,7 +29,7 @@ from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
 from sim.fast.compiled import path
 from sim.hardware.specs import hardware_preset, model_preset
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, FrontendConfig, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -59,7 +59,16 @@ def engines(draw: st.DrawFn) -> ReplicaConfig:
     cost = draw(st.sampled_from(COSTS))  # (drawn in this order: the examples stay the same)
     # Small pools from a few blocks short of one request to a few requests' worth.
     num_kv_blocks = 100_000 if big else draw(st.integers(400 // block_size, 2000 // block_size))
-    frontend = draw(st.sampled_from([Frontend(0.0, 0.0), Frontend(1.7e-5, 2.3e-4)]))
+    frontend = draw(
+        st.sampled_from(
+            [
+                NO_FRONTEND,
+                FrontendConfig(
+                    tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
+                ),
+            ]
+        )
+    )
     core = CoreConfig(
         make_policy,
         num_kv_blocks,

@@ -29,7 +29,7 @@ from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.tokens import token_times_s
 from sim.scenario import scenario_from_dict
 from sim.serving.frontend import Delivery
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, FrontendConfig, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -73,7 +73,15 @@ costs = st.sampled_from(
         LinearCost(per_prefill_token_s=4.1e-5, per_decode_seq_s=2.9e-3),  # no overhead
     ]
 )
-frontends = st.sampled_from([Frontend(0.0, 0.0), Frontend(1.7e-5, 0.0), Frontend(1.7e-5, 2.3e-4)])
+frontends = st.sampled_from(
+    [
+        NO_FRONTEND,
+        FrontendConfig(tokenize_s_per_token=1.7e-5, detokenize_s_per_token=0.0, output_step_s=0.0),
+        FrontendConfig(
+            tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
+        ),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +96,7 @@ class Setup:
     block_size_tokens: int
     max_model_len_tokens: int
     cost: LinearCost
-    frontend: Frontend
+    frontend: FrontendConfig
     chunked_prefill: bool = True  # False: prompts are scheduled whole (checked per plan)
 
 

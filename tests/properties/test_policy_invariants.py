@@ -47,7 +47,7 @@ from sim.engine.policies import (
     ShortestPromptFirstConfig,
 )
 from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, StepPlan
-from sim.serving.replica_config import Frontend, ReplicaConfig
+from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
 
@@ -280,7 +280,7 @@ def test_policy_checks_see_admissions() -> None:
         16,
         400,
         LinearCost(step_overhead_s=1e-3, per_prefill_token_s=1e-5, per_decode_seq_s=1e-4),
-        Frontend(0.0, 0.0),
+        NO_FRONTEND,
     )
     checks: list[PolicyChecks] = []
 

@@ -26,13 +26,8 @@ from sim.workload.trace import (
     read_csv_columns,
 )
 
-TIMESTAMP, MODEL, REQUEST, RESPONSE, LOG_TYPE = (
-    "Timestamp",
-    "Model",
-    "Request tokens",
-    "Response tokens",
-    "Log Type",
-)
+TIMESTAMP, MODEL, LOG_TYPE = "Timestamp", "Model", "Log Type"
+REQUEST, RESPONSE = "Request tokens", "Response tokens"
 
 
 def _subset(data: CsvColumns, keep: list[bool]) -> CsvColumns:
