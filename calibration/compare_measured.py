@@ -85,14 +85,12 @@ def load_measured(path: str | Path) -> MeasureFolder:
     from sim.validation.importers import detect_format, import_run
 
     try:
-        fmt = detect_format(folder) if folder.exists() else None
+        fmt = detect_format(folder)  # ConfigError, too, when there is no such path
     except ConfigError:
-        fmt = None
-    if fmt is None:
         raise ConfigError(
             f"--measured {folder}: not a servesim measure folder nor a run in a known "
             "format (servesim import-run --help)"
-        )
+        ) from None
     run = import_run(folder, fmt)
     engine = run.meta.get("engine") or {}
     summary = {

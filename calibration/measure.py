@@ -39,7 +39,7 @@ from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import summarize, with_request_metrics
 from sim.scenario import Scenario
-from sim.validation.predict import with_request_spec
+from sim.validation.predict import token_gaps_s, with_request_spec
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
@@ -73,16 +73,6 @@ class Measurement:
         path = out / "sample_outputs.json"
         path.write_text(summary_to_json(sample) + "\n", encoding="utf-8")
         return [*paths, path]
-
-
-def measured_itl_s(tokens: pd.DataFrame) -> np.ndarray:
-    """Every gap between consecutive tokens of one request, in seconds."""
-    if tokens.empty:
-        return np.empty(0)
-    ordered = tokens.sort_values(["request_id", "token_index"])
-    times = ordered["time_s"].to_numpy()
-    same = ordered["request_id"].to_numpy()[1:] == ordered["request_id"].to_numpy()[:-1]
-    return np.diff(times)[same]
 
 
 def _check_fits(scenario: Scenario, device: torch.device, dtype: torch.dtype) -> None:
@@ -184,7 +174,7 @@ def measure(
     summary: dict[str, Any] = dict(
         summarize(run.requests, run.core_steps, run.extra_itl_s, scenario.slo)
     )
-    summary |= latency_stats_ms("itl", measured_itl_s(run.tokens))
+    summary |= latency_stats_ms("itl", token_gaps_s(run.tokens))
     steps = run.steps
     forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None

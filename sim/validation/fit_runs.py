@@ -36,23 +36,6 @@ from sim.validation.runs import ImportedRun, load_run
 MEASURE_FORMAT = "servesim-measure"
 
 
-def _measure_folder(folder: Path) -> ImportedRun:
-    """A ``servesim measure`` folder as an imported run (its requests as written and
-    what its summary says of the model and device)."""
-    measured = read_measure_folder(folder)
-    summary = measured.summary
-    meta = {
-        "format": MEASURE_FORMAT,
-        "source": str(folder),
-        "num_requests": len(measured.requests),
-        "model": summary.get("model"),
-        "device": summary.get("device"),
-        "device_name": summary.get("device_name"),
-        "scenario": summary.get("scenario"),
-    }
-    return ImportedRun(measured.requests, meta)
-
-
 def load_measured_run(path: str | Path) -> ImportedRun:
     """The run at ``path`` in whichever format it is (module docstring)."""
     source = Path(path)
@@ -61,7 +44,9 @@ def load_measured_run(path: str | Path) -> ImportedRun:
     if (source / "run.json").is_file():
         run = load_run(source)
     elif is_measure_folder(source):
-        run = _measure_folder(source)
+        # Its summary.json as the meta: model, device and device_name where check_run looks.
+        measured = read_measure_folder(source)
+        run = ImportedRun(measured.requests, {"format": MEASURE_FORMAT, **measured.summary})
     else:
         run = import_run(source)
     if "rejection_reason" not in run.requests.columns:  # every request was served

@@ -39,10 +39,11 @@ def is_measure_folder(folder: Path) -> bool:
 class MeasureFolder:
     """A ``servesim measure`` folder as written: ``summary.json`` and its tables.
 
-    The one reader of these folders: ``read_measure`` (``servesim import-run``),
-    ``sim.validation.fit_runs`` (``calibrate --from-run``) and
-    ``calibration.compare_measured`` (``servesim validate``) each take their
-    view of it. ``tokens`` / ``steps``: None when the folder has no such file.
+    The one reader of these folders, every column as written and ``summary.json``
+    as the metadata: ``sim.validation.fit_runs`` (``calibrate --from-run``) and
+    ``calibration.compare_measured`` (``servesim validate``) read it as it is;
+    ``read_measure`` selects what ``servesim import-run`` writes. ``tokens`` /
+    ``steps``: None when the folder has no such file.
     """
 
     path: Path
@@ -73,7 +74,7 @@ def read_measure_folder(path: str | Path) -> MeasureFolder:
 
 
 def read_measure(path: str | Path) -> ImportedRun:
-    """A ``servesim measure`` output folder as an imported run."""
+    """What ``servesim import-run`` writes of a measure folder: its columns, its run.json."""
     measured = read_measure_folder(path)
     requests, summary = measured.requests, measured.summary
     keep = [*REQUEST_COLUMNS, "rejection_reason"]
