@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -267,9 +266,7 @@ def test_different_seed_different_times(config: ArrivalConfig) -> None:
 
 
 @pytest.mark.parametrize("config", ALL)
-def test_one_million_arrivals_are_fast(config: ArrivalConfig) -> None:
-    start = time.perf_counter()
+def test_one_million_arrivals(config: ArrivalConfig) -> None:
+    """A million at once (their speed: benchmarks/hot_paths.py)."""
     times = arrival_times_s(config, rng(), num_requests=1_000_000)
-    arrival_times_s(config, rng(), duration_s=250_000.0)
-    assert time.perf_counter() - start < 1.0
-    assert times.size == 1_000_000
+    assert times.size == 1_000_000 and np.all(np.diff(times) >= 0)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -196,17 +195,6 @@ def test_decode_context_cost_is_non_decreasing() -> None:
     cost = CalibratedCost(_fit())
     steps = cost.decode_steps_s(8, 100, 2000)
     assert np.all(np.diff(steps) >= 0)
-
-
-def test_step_evaluates_in_microseconds() -> None:
-    cost = CalibratedCost(_fit())
-    shape = StepShape.build(prefill_chunks=[(128, 64)], decode_context_tokens=[500] * 30)
-    n = 20_000
-    start = time.perf_counter()
-    for _ in range(n):
-        cost.step_s(shape)
-    per_call_s = (time.perf_counter() - start) / n
-    assert per_call_s < 50e-6  # typically ~2 us; generous for a loaded CI machine
 
 
 # --- the schema --------------------------------------------------------------

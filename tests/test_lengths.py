@@ -289,13 +289,11 @@ def test_draws_are_prefix_stable(config: LengthConfig) -> None:
     assert np.array_equal(long[:100], short)
 
 
-def test_one_million_draws_are_fast() -> None:
-    import time
-
-    start = time.perf_counter()
+def test_one_million_draws() -> None:
+    """A million at once (their speed: benchmarks/hot_paths.py)."""
     for config in PARAMETRIC:
-        sample_lengths(config, rng(), 1_000_000)
-    assert time.perf_counter() - start < 1.0
+        draws = sample_lengths(config, rng(), 1_000_000)
+        assert draws.shape == (1_000_000,) and draws.min() >= 1
 
 
 # --- empirical ----------------------------------------------------------------

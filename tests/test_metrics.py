@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from typing import Any
 
 import numpy as np
@@ -528,7 +527,6 @@ def test_summary_is_vectorised_for_large_runs() -> None:
     steps = pd.DataFrame(
         {"start_s": start, "end_s": start + 0.02, "num_itl_tokens": rng.integers(0, 64, m)}
     )
-    t0 = time.perf_counter()
+    # Its speed (a per-row loop takes minutes here): benchmarks/hot_paths.py.
     summary = summarize(reqs, steps, rng.uniform(0, 1, 1000), Slo(ttft_ms=300))
-    assert time.perf_counter() - t0 < 10.0  # a per-row loop takes minutes here
     assert summary["completed"] == int((reqs["rejection_reason"] == "").sum())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -336,16 +335,15 @@ def test_missing_empirical_file_is_a_config_error(tmp_path: Path) -> None:
         generate_open_loop(config, rng(), tmp_path)
 
 
-def test_one_million_requests_under_a_second() -> None:
+def test_one_million_requests() -> None:
+    """A million at once (their speed: benchmarks/hot_paths.py)."""
     config = synthetic(
         arrival={"kind": "gamma", "rate_per_s": 50.0, "burstiness": 0.5},
         prompt_tokens={"kind": "lognormal", "median_tokens": 800, "sigma": 1.0, "max_tokens": 8000},
         output_tokens={"kind": "normal", "mean_tokens": 200, "std_tokens": 80, "max_tokens": 1000},
         num_requests=1_000_000,
     )
-    start = time.perf_counter()
     arrays = generate_open_loop(config, rng())
-    assert time.perf_counter() - start < 1.0
     assert len(arrays) == 1_000_000
 
 
@@ -499,15 +497,6 @@ def test_closed_loop_bad_empirical_file_fails_at_construction(tmp_path: Path) ->
     config = closed(output_tokens={"kind": "empirical", "path": "none.csv", "column": "n"})
     with pytest.raises(ConfigError, match=r"none\.csv"):
         ClosedLoopSource(config, rng(), tmp_path)
-
-
-def test_closed_loop_calls_are_cheap() -> None:
-    source = ClosedLoopSource(closed(), rng())
-    start = time.perf_counter()
-    for _ in range(200_000):
-        source.next_lengths()
-        source.next_think_s()
-    assert time.perf_counter() - start < 1.0
 
 
 def test_length_models_importable_from_lengths() -> None:
