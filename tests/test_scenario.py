@@ -184,6 +184,16 @@ def test_unchunked_budget_must_hold_max_model_len(tmp_path: Path) -> None:
     assert load_scenario(write(tmp_path, ok, "ok.yaml")).scheduler.chunked_prefill is False  # type: ignore[union-attr]
 
 
+def test_budget_below_max_num_seqs_is_refused_as_vllm_does(tmp_path: Path) -> None:
+    """vLLM refuses to start with a step budget smaller than max_num_seqs (issue 30:
+    a budget of 8 tokens was simulated, reporting a p99 TTFT of 2,104 s)."""
+    doc = with_(SMALL, "scheduler.max_num_batched_tokens", 7)  # max_num_seqs 8
+    message = load_error(write(tmp_path, doc))
+    assert "max_num_batched_tokens (7) must be >= scheduler.max_num_seqs (8)" in message
+    ok = with_(SMALL, "scheduler.max_num_batched_tokens", 8)
+    assert load_scenario(write(tmp_path, ok, "ok.yaml")).scheduler.max_num_batched_tokens == 8  # type: ignore[union-attr]
+
+
 def test_linear_cost_that_would_stall_time_is_rejected(tmp_path: Path) -> None:
     doc = with_(SMALL, "cost", {"kind": "linear", "per_prefill_token_s": 1e-5})
     assert "decode" in load_error(write(tmp_path, doc))

@@ -166,6 +166,17 @@ class Scenario(BaseModel):
                 f">= engine.max_model_len_tokens ({self.engine.max_model_len_tokens}) "
                 "when chunked_prefill is off"
             )
+        if (
+            isinstance(policy, ContinuousSettings)
+            and policy.max_num_seqs is not None
+            and policy.batched_tokens_limit < policy.max_num_seqs
+        ):
+            # As vLLM (SchedulerConfig._verify_args), which refuses to start: every
+            # running sequence needs at least one token of a step's budget.
+            raise ValueError(
+                f"scheduler.max_num_batched_tokens ({policy.batched_tokens_limit}) must be "
+                f">= scheduler.max_num_seqs ({policy.max_num_seqs}), as vLLM requires"
+            )
         if self.speculative is not None and not isinstance(policy, ContinuousSettings):
             raise ValueError(
                 f"speculative decoding needs a continuous-batching scheduler, not {policy.kind!r}"
