@@ -173,6 +173,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 to 65535 (0: any free one), refused by argparse in one line."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), got {port}")
+    return port
+
+
 def add_parsers(subparsers: Any) -> None:
     """Register ``measure``, ``validate`` and ``serve``."""
     measure = subparsers.add_parser(
@@ -202,5 +213,5 @@ def add_parsers(subparsers: Any) -> None:
     )
     _scenario_arguments(serve)
     serve.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="(default 8000; 0 = any free port)")
+    serve.add_argument("--port", type=_port, default=8000, help="(default 8000; 0 = any free port)")
     serve.set_defaults(handler=_cmd_serve)

@@ -242,3 +242,15 @@ def test_usage_errors_exit_nonzero() -> None:
     with pytest.raises(SystemExit) as info:
         main(["run"])
     assert info.value.code == 2
+
+
+@pytest.mark.parametrize(("port", "says"), [("-1", "got -1"), ("65536", "got 65536"), ("x", "'x'")])
+def test_serve_refuses_a_port_out_of_range_in_one_line(
+    capsys: pytest.CaptureFixture[str], port: str, says: str
+) -> None:
+    """``--port -1`` was an OverflowError traceback from the socket (issue 30)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "scenarios/validate_tiny_cpu.yaml", "--port", port])
+    assert exit_info.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --port" in last and says in last and "Traceback" not in last
