@@ -271,3 +271,22 @@ def test_the_transfer_benchmark_applies_another_runs_parameters(
     printed = capsys.readouterr().out
     assert "with the parameters of fit.json" in printed
     assert printed.count("| run | all |") == 2  # TTFT and TPOT rows
+
+
+def test_an_out_that_cannot_be_written_is_refused_before_the_fit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fit takes minutes (285 s with defaults): --out is checked before it (issue 30)."""
+    scenario, run = measured_folder(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+
+    def no_fit(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the fit ran before --out was checked")
+
+    monkeypatch.setattr("sim.cli.fit.fit", no_fit)
+    monkeypatch.setattr("sim.cli.fit.cross_validate", no_fit)
+    argv = calibrate("--from-run", str(run), "--scenario", str(scenario),
+                     "--out", str(blocker / "fit.json"))  # fmt: skip
+    err = one_line_error(argv, capsys)
+    assert f"--out {blocker / 'fit.json'}" in err and "is a file, not a folder" in err

@@ -152,7 +152,7 @@ def test_cli_writes_the_folder_and_reports_errors_in_one_line(
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert main(["import-run", str(RUNS[0]), "--out", str(blocker)]) == 2
-    assert "is not a folder" in capsys.readouterr().err
+    assert "is a file, not a folder" in capsys.readouterr().err
     assert main(["import-run", str(tmp_path / "nowhere"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no such file" in err
@@ -164,3 +164,14 @@ def test_imported_arrivals_replay_exactly(tmp_path: Path) -> None:
     run.write(tmp_path)
     trace = pd.read_csv(tmp_path / "trace.csv")
     assert np.max(np.abs(trace["timestamp"] - run.requests["arrival_s"])) < 1e-9
+
+
+def test_an_out_under_a_file_is_one_line_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out /proc/nope`` (or under a file) was a traceback from mkdir (issue 30)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["import-run", str(RUNS[0]), "--out", str(blocker / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file, not a folder" in err and "Traceback" not in err

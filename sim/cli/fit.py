@@ -32,6 +32,7 @@ from sim.cost.fitted import (
 from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
+from sim.metrics.out_path import check_out_file
 from sim.scenario import Scenario, load_scenario
 from sim.validation.fit import (
     DEFAULT_MAX_EVALUATIONS,
@@ -141,6 +142,7 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     runs, imported, scenario, base_dir = fit_runs(args.from_run, args)
     model, hardware = runs[0].scenario.model.name, runs[0].scenario.hardware.name
     out = Path(args.out or Path("runs") / f"fitted-{model}-{hardware}.json")
+    check_out_file(out)  # before the fit: a bad --out would lose minutes of it
     print(f"fitting {', '.join(free)} of {runs[0].base.label} to {len(runs)} run(s)")
     errors: dict[str, Any] = {"objective": OBJECTIVE}
     if not args.no_cross_validation:

@@ -10,8 +10,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.errors import ConfigError
-
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -19,11 +17,11 @@ FORMATS = ("auto", "vllm-bench", "guidellm", "otlp", "llmservingsim", "measure",
 
 
 def _cmd_import_run(args: argparse.Namespace) -> int:
+    from sim.metrics.out_path import check_out_dir
     from sim.validation.importers import import_run
 
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: exists and is not a folder")
+    check_out_dir(out)  # before reading: a folder that cannot be written is one line
     run = import_run(args.source, args.format, args.benchmark)
     paths = run.write(out)
     requests = run.requests
