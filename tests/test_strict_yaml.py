@@ -10,7 +10,7 @@ from sim.cli import main
 from sim.errors import ConfigError
 from sim.planning.sweep import load_sweep
 from sim.scenario import load_scenario
-from sim.scenario.strict_yaml import parse_yaml, read_yaml
+from sim.scenario.strict_yaml import MAX_YAML_BYTES, parse_yaml, read_yaml
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 TWO_WORKLOADS = """\
@@ -96,3 +96,21 @@ def test_set_values_with_duplicate_keys_are_taken_as_text() -> None:
     # A --set value is parsed as YAML when it parses; a duplicate is not silently merged.
     with pytest.raises(ConfigError):
         load_scenario(SCENARIOS / "chat.yaml", ["slo={ttft_ms: 1, ttft_ms: 2}"])
+
+
+def test_an_oversized_file_is_refused_by_size_before_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 40 MB scenario took 46 s of parsing to be refused (issue 30)."""
+    path = tmp_path / "big.yaml"
+    path.write_text("a: 1\n" + "# padding\n" * (MAX_YAML_BYTES // 10 + 1))
+
+    def no_parse(text: str) -> None:
+        raise AssertionError("parsed before the size check")
+
+    monkeypatch.setattr("sim.scenario.strict_yaml.parse_yaml", no_parse)
+    with pytest.raises(ConfigError, match=r"big\.yaml: [0-9,]+ bytes is too large for a scenario"):
+        read_yaml(path, "scenario")
+    path.write_text("a: 1\n" + "# padding\n" * (MAX_YAML_BYTES // 10 - 1))
+    monkeypatch.undo()
+    assert read_yaml(path, "scenario") == {"a": 1}

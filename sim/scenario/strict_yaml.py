@@ -4,7 +4,7 @@ PyYAML keeps the last of duplicate keys silently, so a scenario with two
 ``workload:`` blocks would run the second and ignore the first. Every user
 YAML file (scenarios, sweeps) goes through :func:`read_yaml`, which turns
 each problem into a one-line :class:`ConfigError` naming the file and line:
-an unreadable or binary file, a syntax error, or a duplicate key.
+an unreadable, binary or oversized file, a syntax error, or a duplicate key.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ import yaml
 from sim.errors import ConfigError
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+# A scenario or sweep is a few kB (the largest shipped is ~3 kB; traces and
+# tables live in files they name). PyYAML parses ~1 MB/s, so a 40 MB file took
+# 46 s to be refused: refuse by size first, bytes.
+MAX_YAML_BYTES = 1 << 20
 
 
 class DuplicateKeyError(Exception):
@@ -55,6 +59,12 @@ def read_yaml(path: str | Path, what: str) -> Any:
     """The document in ``path``, or a one-line ``ConfigError`` naming file and line."""
     path = Path(path)
     try:
+        size_bytes = path.stat().st_size
+        if size_bytes > MAX_YAML_BYTES:
+            raise ConfigError(
+                f"{path}: {size_bytes:,} bytes is too large for a {what} file (at most "
+                f"{MAX_YAML_BYTES:,}); put traces and tables in files the {what} names"
+            )
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"{path}: cannot read {what} ({error.strerror})") from None
