@@ -53,7 +53,7 @@ def test_defaults_are_one_gpu_over_nvlink4() -> None:
 
 def test_link_presets_are_ordered_by_bandwidth_and_documented_ballparks() -> None:
     bw = {name: link.bandwidth_bytes_per_s for name, link in LINK_PRESETS.items()}
-    assert bw["nvlink4"] > bw["nvlink3"] > bw["pcie5"] > bw["pcie4"]
+    assert bw["nvlink5"] > bw["nvlink4"] > bw["nvlink3"] > bw["pcie5"] > bw["pcie4"]
     assert bw["nvlink4"] == pytest.approx(450e9)
     assert all(link.latency_s < 20e-6 for link in LINK_PRESETS.values())
     assert LINK_PRESETS["pcie4"].latency_s >= LINK_PRESETS["nvlink4"].latency_s
@@ -228,3 +228,41 @@ def test_layout_round_trips_through_a_dump() -> None:
     doc = scenario_doc(tensor_parallel_size=8, link={"preset": "pcie5", "latency_s": 1e-5})
     scenario = scenario_from_dict(doc)
     assert scenario_from_dict(scenario.model_dump(mode="json")) == scenario
+
+
+def _tp2(hardware: Any, **parallelism: Any) -> dict[str, Any]:
+    return {
+        "model": "llama-3-8b",
+        "hardware": hardware,
+        "parallelism": {"tensor_parallel_size": 2, **parallelism},
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 4,
+            "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+            "prompt_tokens": {"kind": "fixed", "tokens": 10},
+            "output_tokens": {"kind": "fixed", "tokens": 2},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("hardware", "link"),
+    [("h100", "nvlink4"), ("b200", "nvlink5"), ("a100-80gb", "nvlink3"),
+     ("rtx-4090", "pcie4"), ("l40s", "pcie4"), ("rtx-pro-6000", "pcie5"),
+     ({"preset": "rtx-4090", "memory_bytes": 48e9}, "pcie4")],
+)  # fmt: skip
+def test_the_link_defaults_to_the_gpus_own(hardware: Any, link: str) -> None:
+    """An RTX 4090 at tp 2 kept the NVLink default, which it does not have (issue 30)."""
+    assert scenario_from_dict(_tp2(hardware)).parallelism.link.name == link
+
+
+def test_an_nvlink_for_a_gpu_without_one_is_refused() -> None:
+    with pytest.raises(
+        ConfigError, match=r"nvlink4, but rtx-4090 GPUs have no NVLink \(their link: pcie4\)"
+    ):
+        scenario_from_dict(_tp2("rtx-4090", link="nvlink4"))
+    # A slower link than the GPU's own is a what-if, and allowed; so is one GPU.
+    assert scenario_from_dict(_tp2("h100", link="pcie4")).parallelism.link.name == "pcie4"
+    one = _tp2("rtx-4090", link="nvlink4")
+    one["parallelism"]["tensor_parallel_size"] = 1
+    assert scenario_from_dict(one).parallelism.link.name == "nvlink4"

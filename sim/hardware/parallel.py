@@ -4,7 +4,8 @@
       tensor_parallel_size: 4     # 1, 2, 4 or 8 GPUs splitting every layer
       pipeline_parallel_size: 1   # stages of consecutive layers, one GPU group each
       num_micro_batches: 1        # micro-batches per step through the pipeline (pp > 1)
-      link: nvlink4               # preset name, {preset: nvlink4, latency_s: 5e-6}, or inline
+      link: nvlink4               # preset name, {preset: nvlink4, latency_s: 5e-6}, or inline;
+                                  # default: the hardware's own (HardwareSpec.gpu_link)
 
 A replica then occupies ``tensor_parallel_size * pipeline_parallel_size`` GPUs
 of the scenario's ``hardware``. This module holds the configuration, the link
@@ -53,10 +54,12 @@ class LinkSpec(BaseModel):
 
 
 _LINKS = [
-    # Public ballpark figures. NVLink 4 (H100 SXM): 18 links x 25 GB/s per direction;
+    # Public ballpark figures. NVLink 5 (B200): 18 links x 50 GB/s per direction;
+    # NVLink 4 (H100 SXM): 18 links x 25 GB/s per direction;
     # NVLink 3 (A100 SXM): 12 links x 25 GB/s. PCIe x16: ~32 GB/s (Gen4) and ~64 GB/s
     # (Gen5) per direction. Latencies are per hop of a small message: a few µs over
     # NVLink, more through the PCIe root complex or switch.
+    LinkSpec(name="nvlink5", bandwidth_bytes_per_s=900e9, latency_s=2e-6),
     LinkSpec(name="nvlink4", bandwidth_bytes_per_s=450e9, latency_s=2e-6),
     LinkSpec(name="nvlink3", bandwidth_bytes_per_s=300e9, latency_s=2e-6),
     LinkSpec(name="pcie5", bandwidth_bytes_per_s=64e9, latency_s=5e-6),

@@ -446,6 +446,10 @@ class HardwareSpec(BaseModel):
     compute_efficiency: Fraction = 0.6
     memory_efficiency: Fraction = 0.8
     step_overhead_s: Annotated[float, Field(ge=0)] = DEFAULT_STEP_OVERHEAD_S
+    # The GPU-to-GPU link its servers have (a ``sim.hardware.parallel`` preset
+    # name): a scenario's ``parallelism.link`` defaults to it, and an NVLink is
+    # refused for a GPU without one. None: not known (a CPU, a custom part).
+    gpu_link: str | None = None
 
 
 _GB = 1e9
@@ -466,14 +470,38 @@ def _gpu(
     memory_bytes: float,
     cuda_memory_bytes: float | None = None,
 ) -> HardwareSpec:
-    """A datasheet GPU with the default efficiencies and step overhead."""
+    """A datasheet GPU with the default efficiencies and step overhead, and its
+    servers' GPU-to-GPU link (``_GPU_LINKS``)."""
     return HardwareSpec(
         name=name,
         peak_flops_per_s=peak_flops_per_s,
         memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
         memory_bytes=memory_bytes,
         cuda_memory_bytes=cuda_memory_bytes,
+        gpu_link=_GPU_LINKS[name],
     )
+
+
+# The link between the GPUs of one server, from the datasheets: NVLink 5 on
+# B200, NVLink 4 on H100/H200 SXM, NVLink 3 on A100 SXM; the PCIe cards have
+# none (an H100 PCIe's optional NVLink bridge pairs two cards only): Gen5 on
+# H100 PCIe and RTX PRO 6000, Gen4 on L4, L40S, A10G and RTX 4090.
+_GPU_LINKS: Mapping[str, str] = MappingProxyType(
+    {
+        "h100": "nvlink4",
+        "h100-sxm": "nvlink4",
+        "h200": "nvlink4",
+        "b200": "nvlink5",
+        "a100-80gb": "nvlink3",
+        "a100-40gb": "nvlink3",
+        "h100-pcie": "pcie5",
+        "rtx-pro-6000": "pcie5",
+        "l4": "pcie4",
+        "l40s": "pcie4",
+        "a10g": "pcie4",
+        "rtx-4090": "pcie4",
+    }
+)
 
 
 # Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR

@@ -20,9 +20,17 @@ from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
-from sim.hardware.parallel import ParallelismConfig, layout_problem
+from sim.hardware.parallel import LINK_PRESETS, ParallelismConfig, layout_problem
 from sim.hardware.quantization import QuantizationConfig
-from sim.hardware.specs import HardwareRef, ModelRef, context_problem, hardware_preset, model_preset
+from sim.hardware.specs import (
+    HARDWARE_PRESETS,
+    HardwareRef,
+    HardwareSpec,
+    ModelRef,
+    context_problem,
+    hardware_preset,
+    model_preset,
+)
 from sim.metrics.stats import Slo
 from sim.scenario.overrides import apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml
@@ -94,6 +102,21 @@ class EngineConfig(BaseModel):
     )
 
 
+def _gpu_link(hardware: Any) -> str | None:
+    """The link preset of a scenario's raw ``hardware`` entry, where it names one."""
+    if isinstance(hardware, str):
+        spec = HARDWARE_PRESETS.get(hardware)
+        return None if spec is None else spec.gpu_link
+    if isinstance(hardware, HardwareSpec):
+        return hardware.gpu_link
+    if isinstance(hardware, dict):
+        if "gpu_link" in hardware:
+            link = hardware["gpu_link"]
+            return link if isinstance(link, str) and link in LINK_PRESETS else None
+        return _gpu_link(hardware.get("preset"))
+    return None
+
+
 class Scenario(BaseModel):
     """A complete experiment: workload, model, hardware, cost model, policy, SLOs."""
 
@@ -120,6 +143,20 @@ class Scenario(BaseModel):
     # k draft tokens per decode step accepted at rate α; None: plain decoding
     # (see sim.engine.speculative).
     speculative: SpeculativeConfig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _link_of_the_hardware(cls, data: Any) -> Any:
+        """Without a ``parallelism.link``, the GPUs' own (an RTX 4090 has no NVLink)."""
+        if not isinstance(data, dict):
+            return data
+        parallelism = data.get("parallelism", {})
+        if not isinstance(parallelism, dict) or "link" in parallelism:
+            return data
+        link = _gpu_link(data.get("hardware", "h100"))
+        if link is None:
+            return data
+        return {**data, "parallelism": {**parallelism, "link": link}}
 
     @model_validator(mode="after")
     def _fill_batch_limits(self) -> Scenario:
@@ -180,6 +217,17 @@ class Scenario(BaseModel):
         if self.speculative is not None and not isinstance(policy, ContinuousSettings):
             raise ValueError(
                 f"speculative decoding needs a continuous-batching scheduler, not {policy.kind!r}"
+            )
+        link, own = self.parallelism.link.name, self.hardware.gpu_link
+        if (
+            self.parallelism.num_gpus > 1
+            and link.startswith("nvlink")
+            and own is not None
+            and not own.startswith("nvlink")
+        ):
+            raise ValueError(
+                f"parallelism.link: {link}, but {self.hardware.name} GPUs have no NVLink "
+                f"(their link: {own})"
             )
         problem = layout_problem(self.model, self.parallelism)
         if problem is not None:
