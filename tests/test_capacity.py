@@ -36,7 +36,7 @@ from sim.planning.capacity import (
     search,
     t95,
 )
-from sim.planning.capacity_report import fleet_for, format_capacity, to_json
+from sim.planning.capacity_report import cost_models, fleet_for, format_capacity, to_json
 from sim.planning.pricing import (
     GPU_PRICE_PER_HOUR,
     gpu_price_per_hour,
@@ -337,6 +337,26 @@ def test_fleet_is_ceil_of_target_over_capacity_and_costs_add_up() -> None:
     assert "perfect load balancer" in text and "10 = ceil(95 / 10)" in text
     doc = json.loads(json.dumps(to_json(result, fleet, "x")))
     assert doc["fleet"]["num_gpus"] == 20 and doc["ci95_lower"] == 8.0
+
+
+def test_the_report_and_json_name_the_cost_models_that_priced_it(
+    memo: dict[str, Record],
+) -> None:
+    """Neither named the cost model, so a guess could pass for a measurement (issue 30)."""
+    result = capacity(md1_doc(100), ["ttft_mean_ms=5"], seeds=1, max_num_sims=10)
+    (name,) = cost_models(result)
+    assert name == result.points[0].records[0]["cost_model"]
+    assert "cost model:".ljust(24) + name in format_capacity(result, "md1", None, 1, None)
+    assert to_json(result, None, "md1")["cost_models"] == [name]
+    # Two hardware in one search (a knob over GPUs): both, in the order met; none ran: said so.
+    mixed = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
+    mixed.points = [
+        LoadPoint(1.0, [{"cost_model": "a"}, {"cost_model": "b"}], {}, {}, "pass", 0.5),
+        LoadPoint(2.0, [{"cost_model": "a"}, {}], {}, {}, "pass", 0.5),
+    ]
+    assert cost_models(mixed) == ["a", "b"]
+    empty = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
+    assert "cost model:".ljust(24) + "none ran" in format_capacity(empty, "x", None, 1, None)
 
 
 def test_prices_are_overridable_and_gpus_default_to_one() -> None:

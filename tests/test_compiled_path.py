@@ -87,7 +87,6 @@ PLAYED = {
             tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
         )
     ),
-    "a relabelled roofline": replace(engine(), cost=RooflineCost(MODEL, H100, uncalibrated=True)),
 }
 
 

@@ -171,7 +171,7 @@ def test_summary_reports_the_layout() -> None:
     summary = result.summary
     assert summary["tensor_parallel_size"] == 4 and summary["pipeline_parallel_size"] == 1
     assert summary["num_gpus"] == 4 and summary["link"] == "nvlink4"
-    assert summary["cost_model"] == "roofline:llama-3-70b@h100x4(tp4)"
+    assert summary["cost_model"] == "roofline:llama-3-70b@h100x4(tp4) (uncalibrated)"
     assert summary["num_kv_blocks"] == api.kv_blocks_for(result.scenario)
     assert summary["weight_gb_per_gpu"] == pytest.approx(LLAMA_70B.weight_bytes / 4 / GB)
     assert summary["completed"] == 40

@@ -187,8 +187,8 @@ def test_micro_batches_need_a_pipeline() -> None:
 
 
 def test_label_shows_the_layout() -> None:
-    assert cost(4).label == "roofline:llama-3-70b@h100x4(tp4)"
-    assert cost(4, 2).label == "roofline:llama-3-70b@h100x8(tp4,pp2)"
+    assert cost(4).label == "roofline:llama-3-70b@h100x4(tp4) (uncalibrated)"
+    assert cost(4, 2).label == "roofline:llama-3-70b@h100x8(tp4,pp2) (uncalibrated)"
     assert "tp4" in repr(cost(4))
     assert isinstance(cost(4), CostModel)
 

@@ -15,8 +15,8 @@
   decode multipliers fitted to measured runs, see ``sim.cost.fitted``;
 - ``auto`` (the default): kernel tables covering this model and GPU
   (``sim.cost.kernels.config``), else a shipped artifact measured for this
-  model on this hardware, else the roofline, labelled uncalibrated so that
-  nobody mistakes it for a measurement.
+  model on this hardware, else the roofline (labelled uncalibrated, as
+  always, so that nobody mistakes it for a measurement).
 
 ``build_cost_model`` builds one, for one GPU or a replica laid out over several.
 """
@@ -159,7 +159,7 @@ def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
             label = f"{artifact_label(artifact)} [{path.name}]"
             return CalibratedCost(artifact.fit, label=label)
-    return RooflineCost(model, hardware, uncalibrated=True)
+    return RooflineCost(model, hardware)
 
 
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -267,7 +267,7 @@ def build_cost_model(
         kernels = kernel_auto(model, hardware, parallelism)
         if kernels is not None:
             return kernels
-        return ParallelRooflineCost(model, hardware, parallelism, uncalibrated=True)
+        return ParallelRooflineCost(model, hardware, parallelism)
     if isinstance(config, CalibratedCostConfig):
         if parallelism is not None:
             raise ConfigError(

@@ -73,8 +73,9 @@ SMALL_RUN_STEPS = 24
 class RooflineCost:
     """Step time from model and hardware specs by the roofline formula (see module).
 
-    ``uncalibrated`` labels it so that reports say no measurement backs it
-    (``kind: auto``'s fallback).
+    Always a guess: its label says "(uncalibrated)", whether a scenario asked
+    for it or ``kind: auto`` fell back to it, so that no report passes it off
+    as a measurement.
     """
 
     __slots__ = (
@@ -82,7 +83,6 @@ class RooflineCost:
         "_s_per_attention_pair",
         "_s_per_dense_token",
         "_s_per_kv_token",
-        "_suffix",
         "_weight_s",
         "hardware",
         "model",
@@ -90,12 +90,9 @@ class RooflineCost:
 
     tensor_parallel_size = 1  # GPUs splitting each layer (ParallelRooflineCost: the layout's)
 
-    def __init__(
-        self, model: ModelSpec, hardware: HardwareSpec, uncalibrated: bool = False
-    ) -> None:
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec) -> None:
         self.model = model
         self.hardware = hardware
-        self._suffix = " (uncalibrated)" if uncalibrated else ""
         # Everything is folded into seconds-per-count constants once, so that
         # step_s is a handful of float operations. One GPU of a tp group does 1/tp
         # of the FLOPs and weight reads (x / 1 is exact: tp = 1 is the plain roofline).
@@ -111,7 +108,7 @@ class RooflineCost:
 
     @property
     def label(self) -> str:
-        return f"roofline:{self.model.name}@{self.hardware.name}{self._suffix}"
+        return f"roofline:{self.model.name}@{self.hardware.name} (uncalibrated)"
 
     def compute_s(self, shape: StepShape) -> float:
         """Seconds the step's FLOPs take at effective peak (no overhead)."""
@@ -216,13 +213,12 @@ class ParallelRooflineCost(RooflineCost):
         model: ModelSpec,
         hardware: HardwareSpec,
         parallelism: ParallelismConfig,
-        uncalibrated: bool = False,
     ) -> None:
         problem = layout_problem(model, parallelism)
         if problem is not None:
             raise ConfigError(problem)
         self.parallelism = parallelism
-        super().__init__(model, hardware, uncalibrated)
+        super().__init__(model, hardware)
         tp = parallelism.tensor_parallel_size
         link = parallelism.link
         link_bytes_per_s = link.bandwidth_bytes_per_s * link.efficiency
@@ -245,10 +241,8 @@ class ParallelRooflineCost(RooflineCost):
     @property
     def label(self) -> str:
         p = self.parallelism
-        return (
-            f"roofline:{self.model.name}@{self.hardware.name}x{p.num_gpus}({p.layout})"
-            + self._suffix
-        )
+        where = f"{self.hardware.name}x{p.num_gpus}({p.layout})"
+        return f"roofline:{self.model.name}@{where} (uncalibrated)"
 
     def _micro_batches(self, num_seqs: int) -> int:
         return max(1, min(self._max_micro_batches, num_seqs))

@@ -140,6 +140,14 @@ def _interval_text(search: CapacitySearch, low: float, high: float) -> str:
     )
 
 
+def cost_models(search: CapacitySearch) -> list[str]:
+    """The cost models that priced the search's simulations (one, unless a load
+    knob changes the hardware), in the order first met: which model a capacity
+    rests on, and whether it is measured or a guess ("(uncalibrated)")."""
+    names = (r.get("cost_model") for p in search.points for r in p.records)
+    return list(dict.fromkeys(n for n in names if isinstance(n, str)))
+
+
 def format_capacity(
     search: CapacitySearch,
     scenario_label: str,
@@ -151,6 +159,7 @@ def format_capacity(
     knob, unit = search.knob, search.knob.unit
     row = "{:<24}{}".format
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
+    lines.append(row("cost model:", "; ".join(cost_models(search)) or "none ran"))
     lines.append(row("load knob:", knob.key))
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
     lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
@@ -226,6 +235,7 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
 
     return {
         "scenario": scenario_label,
+        "cost_models": cost_models(search),
         "load_key": search.knob.key,
         "load_unit": search.knob.unit,
         "slo": {t.name: t.limit_ms for t in search.targets},
