@@ -98,8 +98,10 @@ class FakeServer(ThreadedApp):
         models_status: int = 200,
         reject_ignore_eos: bool = False,
         probe_status: int = 200,
+        tokenize_hangs: bool = False,
     ) -> None:
         super().__init__()
+        self.tokenize_hangs = tokenize_hangs  # /tokenize never answers
         self.probe_status = probe_status  # the answer to the 1-token preflight request
         self.models = models
         self.models_status = models_status
@@ -129,6 +131,8 @@ class FakeServer(ThreadedApp):
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         body = await request.json()
+        if self.tokenize_hangs:
+            await asyncio.sleep(3600)
         return web.json_response({"count": len(body["prompt"]) + 1})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:

@@ -108,6 +108,14 @@ def test_a_server_without_tokenize_gets_approximate_prompts() -> None:
     assert run.summary["completed"] == 3
 
 
+def test_a_tokenize_that_never_answers_is_given_up_after_timeout_s() -> None:
+    """The probe ignored --timeout-s and ``measure --endpoint`` hung (issue 30)."""
+    with FakeServer(tokenize_hangs=True) as server:
+        _, run = measure(server, work(2), timeout_s=0.5)  # before the fix: never returned
+    assert run.summary["prompt_tokens"].startswith("approximate")
+    assert run.summary["completed"] == 2
+
+
 def test_the_folder_is_a_measure_folder(tmp_path: Path) -> None:
     with FakeServer(behaviours=("ok", "500")) as server:
         _, run = measure(server, work(4))

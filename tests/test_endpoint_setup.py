@@ -152,7 +152,7 @@ def counter_of(answer: Callable[[dict[str, Any]], web.Response] | None, api: Api
     routes = {} if answer is None else {("POST", "/tokenize"): handler}
 
     async def test(session: aiohttp.ClientSession, target: Target) -> Any:
-        count = await endpoint._counter(session, target, "m")
+        count = await endpoint._counter(session, target, "m", 30.0)
         if count is None:
             return None
         return [await count("hello"), await count("ab")], seen

@@ -335,16 +335,25 @@ async def _models(session: aiohttp.ClientSession, target: Target, model: str | N
 
 
 async def _counter(
-    session: aiohttp.ClientSession, target: Target, model: str
+    session: aiohttp.ClientSession, target: Target, model: str, timeout_s: float
 ) -> TokenCounter | None:
-    """A tokenize call (``POST /tokenize``), or None when the server has none."""
+    """A tokenize call (``POST /tokenize``), or None when the server has none or its
+    first call gives no answer within ``timeout_s`` (a server that never answers
+    there hung ``measure --endpoint``: issue 30)."""
 
     async def count(text: str) -> int:
         body = {"model": model} | _prompt(target.api, text)
-        async with session.post(f"{target.base}/tokenize", json=body) as response:
-            response.raise_for_status()
-            data = await response.json()
-            return int(data["count"]) if "count" in data else len(data["tokens"])
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with session.post(f"{target.base}/tokenize", json=body) as response:
+                    response.raise_for_status()
+                    data = await response.json()
+                    return int(data["count"]) if "count" in data else len(data["tokens"])
+        except TimeoutError:
+            raise ConfigError(
+                f"--endpoint {target.base}: POST /tokenize gave no answer in {timeout_s:g} s "
+                "(--timeout-s)"
+            ) from None
 
     try:
         await count("hello")
@@ -415,7 +424,7 @@ async def _main(work: RequestArrays, opts: EndpointOptions, state: RunState, see
     connector = aiohttp.TCPConnector(limit=opts.max_concurrency)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         state.model = await _models(session, target, opts.model)
-        count = await _counter(session, target, state.model)
+        count = await _counter(session, target, state.model, opts.timeout_s)
         state.prompt_tokens = (
             "exact (server /tokenize)" if count else "approximate (one-token words)"
         )
