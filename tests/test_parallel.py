@@ -266,3 +266,12 @@ def test_an_nvlink_for_a_gpu_without_one_is_refused() -> None:
     one = _tp2("rtx-4090", link="nvlink4")
     one["parallelism"]["tensor_parallel_size"] = 1
     assert scenario_from_dict(one).parallelism.link.name == "nvlink4"
+
+
+def test_an_unknown_gpu_link_is_refused_not_ignored() -> None:
+    with pytest.raises(
+        ConfigError, match=r"hardware.gpu_link: unknown link preset 'nvlink9'; known: nvlink3"
+    ):
+        scenario_from_dict(_tp2({"preset": "h100", "gpu_link": "nvlink9"}))
+    override = scenario_from_dict(_tp2({"preset": "h100", "gpu_link": "pcie5"}))
+    assert override.parallelism.link.name == "pcie5"

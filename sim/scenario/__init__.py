@@ -20,16 +20,16 @@ from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
-from sim.hardware.parallel import LINK_PRESETS, ParallelismConfig, layout_problem
+from sim.hardware.parallel import LINK_PRESETS, ParallelismConfig, layout_problem, link_preset
 from sim.hardware.quantization import QuantizationConfig
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     HardwareRef,
-    HardwareSpec,
     ModelRef,
     context_problem,
     hardware_preset,
     model_preset,
+    preset_validator,
 )
 from sim.metrics.stats import Slo
 from sim.scenario.overrides import apply_overrides, format_error, set_dotted
@@ -102,19 +102,19 @@ class EngineConfig(BaseModel):
     )
 
 
+_RESOLVE_HARDWARE = preset_validator(HARDWARE_PRESETS, "hardware")
+
+
 def _gpu_link(hardware: Any) -> str | None:
-    """The link preset of a scenario's raw ``hardware`` entry, where it names one."""
-    if isinstance(hardware, str):
-        spec = HARDWARE_PRESETS.get(hardware)
-        return None if spec is None else spec.gpu_link
-    if isinstance(hardware, HardwareSpec):
-        return hardware.gpu_link
-    if isinstance(hardware, dict):
-        if "gpu_link" in hardware:
-            link = hardware["gpu_link"]
-            return link if isinstance(link, str) and link in LINK_PRESETS else None
-        return _gpu_link(hardware.get("preset"))
-    return None
+    """The link of a scenario's raw ``hardware`` entry (a preset name, ``{preset:
+    name, **overrides}`` or inline), resolved as the field itself resolves it;
+    None where it names none, or an unknown preset or link (``_check`` says which)."""
+    try:
+        spec = _RESOLVE_HARDWARE(hardware)
+    except ConfigError:
+        return None
+    link = spec.get("gpu_link") if isinstance(spec, dict) else getattr(spec, "gpu_link", None)
+    return link if isinstance(link, str) and link in LINK_PRESETS else None
 
 
 class Scenario(BaseModel):
@@ -219,6 +219,11 @@ class Scenario(BaseModel):
                 f"speculative decoding needs a continuous-batching scheduler, not {policy.kind!r}"
             )
         link, own = self.parallelism.link.name, self.hardware.gpu_link
+        if own is not None and own not in LINK_PRESETS:
+            try:
+                link_preset(own)
+            except ConfigError as error:  # the presets' own message, naming the known ones
+                raise ValueError(f"hardware.gpu_link: {error}") from None
         if (
             self.parallelism.num_gpus > 1
             and link.startswith("nvlink")
