@@ -7,26 +7,18 @@ to be positive.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmark_module import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "compare_trees", ROOT / "benchmarks/compare_trees.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compare_trees"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("compare_trees")
 
 
 def test_the_child_runs_the_tree_it_is_given(bench: Any, tmp_path: Path) -> None:

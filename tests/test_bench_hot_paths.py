@@ -6,24 +6,15 @@ hand-made row's ratio earns, never a measured duration.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmark_module import load_benchmark
 
 
 @pytest.fixture
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("hot_paths", ROOT / "benchmarks/hot_paths.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["hot_paths"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("hot_paths")
 
 
 def test_every_operation_runs_at_a_small_scale(

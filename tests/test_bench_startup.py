@@ -6,24 +6,16 @@ figures asserted are those the stubs hand back.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from benchmark_module import load_benchmark
 
 
 @pytest.fixture
 def bench() -> Any:
-    spec = importlib.util.spec_from_file_location("startup", ROOT / "benchmarks/startup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["startup"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("startup")
 
 
 def test_a_command_that_burns_cpu_is_charged_for_it(bench: Any) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from benchmark_module import load_benchmark
 
 import sim.cli as cli
 from sim.api.result import Result
@@ -244,12 +245,7 @@ def test_a_run_writes_every_file_before_it_returns(tmp_path: Path) -> None:
 
 
 def _startup_benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location("startup", ROOT / "benchmarks/startup.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["startup"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("startup")
 
 
 def test_the_benchmark_spots_the_summary_line_and_only_it() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from benchmark_module import load_benchmark
 
 from sim import api
 from sim.cli import main
@@ -242,16 +243,7 @@ def test_a_data_parallel_run_is_refused() -> None:
 
 
 def _transfer_script() -> Any:
-    import importlib.util
-    import sys
-
-    path = ROOT / "benchmarks" / "fitted_transfer.py"
-    spec = importlib.util.spec_from_file_location("fitted_transfer", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fitted_transfer"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fitted_transfer")
 
 
 def test_the_transfer_benchmark_applies_another_runs_parameters(

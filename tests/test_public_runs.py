@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pandas as pd
 import pytest
+from benchmark_module import load_benchmark
 
 from sim import api
 from sim.engine.policies import ContinuousConfig
@@ -22,12 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("public_runs", ROOT / "benchmarks/public_runs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["public_runs"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("public_runs")
 
 
 BENCH = _benchmark()
