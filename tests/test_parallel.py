@@ -231,18 +231,8 @@ def test_layout_round_trips_through_a_dump() -> None:
 
 
 def _tp2(hardware: Any, **parallelism: Any) -> dict[str, Any]:
-    return {
-        "model": "llama-3-8b",
-        "hardware": hardware,
-        "parallelism": {"tensor_parallel_size": 2, **parallelism},
-        "workload": {
-            "kind": "synthetic",
-            "num_requests": 4,
-            "arrival": {"kind": "poisson", "rate_per_s": 1.0},
-            "prompt_tokens": {"kind": "fixed", "tokens": 10},
-            "output_tokens": {"kind": "fixed", "tokens": 2},
-        },
-    }
+    """``scenario_doc`` at tensor parallel 2 on ``hardware``."""
+    return scenario_doc(tensor_parallel_size=2, **parallelism) | {"hardware": hardware}
 
 
 @pytest.mark.parametrize(
