@@ -423,16 +423,18 @@ def test_a_simulation_is_deterministic(arrays: RequestArrays, setup: Setup) -> N
 # -- through the public API -----------------------------------------------------------
 
 policies_docs = st.one_of(
-    st.builds(
-        lambda seqs, budget, chunked: {
-            "kind": "continuous",
-            "max_num_seqs": seqs,
-            "max_num_batched_tokens": budget if chunked else 512,
-            "chunked_prefill": chunked,
-        },
-        st.integers(1, 8),
-        st.integers(1, 512),
-        st.booleans(),
+    # The scenario refuses a budget below max_num_seqs, as vLLM does, so draw it at or above.
+    st.integers(1, 8).flatmap(
+        lambda seqs: st.builds(
+            lambda budget, chunked: {
+                "kind": "continuous",
+                "max_num_seqs": seqs,
+                "max_num_batched_tokens": budget if chunked else 512,
+                "chunked_prefill": chunked,
+            },
+            st.integers(seqs, 512),
+            st.booleans(),
+        )
     ),
     st.builds(
         lambda size, wait: {"kind": "static", "max_batch_size": size, "max_wait_s": wait},
