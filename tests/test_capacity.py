@@ -286,7 +286,8 @@ def test_trace_knob_scales_time() -> None:
 
 def test_trace_replays_run_once_per_load(memo: dict[str, Record]) -> None:
     scenario = load_scenario(SCENARIOS / "azure_trace.yaml", ["workload.max_requests=60"])
-    searcher = Searcher(scenario, parse_targets(["ttft_p99_ms=500"]), SCENARIOS, 3, 1)
+    # A p90 (not a p99, which 60 requests cannot estimate: test_capacity_trust).
+    searcher = Searcher(scenario, parse_targets(["ttft_p90_ms=500"]), SCENARIOS, 3, 1)
     assert searcher.result.seeds == (scenario.seed,)
     result = search(searcher, 0.2, 8)
     assert all(len(p.records) == 1 for p in result.points)
