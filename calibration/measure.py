@@ -196,8 +196,6 @@ def measure(
         torch_version=torch.__version__,
         python=platform.python_version(),
         sampling=sampling.model_dump(),
-        model=scenario.model.name,
-        hardware=scenario.hardware.name,  # servesim validate checks both against its scenario
         # On CPU: the share of the forward passes' wall time this thread was
         # running (1.0 = the core was ours; lower = another process took it).
         forward_cpu_share=None if cuda else cpu_share,

@@ -419,7 +419,7 @@ def test_every_gpu_preset_has_a_price() -> None:
     assert all(price > 0 for price in GPU_PRICE_PER_HOUR.values())
 
 
-def _gpu_grid(tmp_path: Path, price: Any) -> pd.DataFrame:
+def _gpu_grid(tmp_path: Path, price: Any) -> tuple[pd.DataFrame, Any]:
     # An inline GPU (a preset renamed) has no list price.
     grid = {"hardware": ["h100", {"preset": "h200", "name": "my-asic"}]}
     plan = load_sweep(

@@ -226,12 +226,16 @@ def engine_settings(scenario: Scenario, engine: CoreConfig) -> dict[str, Any]:
 
 
 def summary_header(scenario: Scenario, engine: CoreConfig, cost_model: str) -> dict[str, Any]:
-    """summary.json's first keys, naming what ran: the scenario, its seed, the cost
-    model, the policy, the KV blocks and ``engine_settings``; shared by a simulated
-    run (``build_result``) and a measured one (``calibration.measure``)."""
+    """summary.json's first keys, naming what ran: the scenario, its seed, the model,
+    the hardware, the cost model, the policy, the KV blocks and ``engine_settings``;
+    shared by a simulated run (``build_result``) and a measured one
+    (``calibration.measure``)."""
     return {
         "scenario": scenario.name,
         "seed": scenario.seed,
+        # What ran, as the scenario names it: servesim validate checks both.
+        "model": scenario.model.name,
+        "hardware": scenario.hardware.name,
         "cost_model": cost_model,
         "policy": scenario.scheduler.kind,
         "num_kv_blocks": engine.num_kv_blocks,

@@ -84,14 +84,11 @@ def cheapest(points: pd.DataFrame) -> tuple[pd.Series | None, str, str]:
         hardware = candidates.get("hardware")
         if hardware is not None and hardware.nunique() > 1:
             unpriced = ", ".join(sorted(str(h) for h in set(hardware[usd.isna()])))
-            return (
-                None,
-                "",
-                (
-                    f"no cheapest: GPU-hours of different GPUs are not comparable and no price "
-                    f"is known for {unpriced}; set gpu_price_per_hour: {{NAME: USD}} in the sweep file"
-                ),
+            why = (
+                "no cheapest: GPU-hours of different GPUs are not comparable and no price is "
+                f"known for {unpriced}; set gpu_price_per_hour: {{NAME: USD}} in the sweep file"
             )
+            return None, "", why
         column = "gpu_hours_per_1k_requests"
     values = pd.to_numeric(candidates[column], errors="coerce").replace(math.inf, np.nan)
     if values.isna().all():
