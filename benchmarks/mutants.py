@@ -17,6 +17,10 @@ test files run once on the unmutated copy: a failure there makes every verdict
 meaningless, so the check stops (exit 2). A mutant whose line is no longer in
 its file is reported ``stale`` (the code moved on: update the mutant).
 
+Hypothesis runs derandomized (the same examples every time) and without
+shrinking a failing example (the copy's ``tests/conftest.py`` gets a profile for
+that): a kill is a kill however small its example.
+
 Verdicts: ``killed`` (a test failed), ``survived`` (all passed: a gap in the
 tests, or a mutant that changes nothing observable), ``timeout``, ``stale``.
 The score is killed / (killed + survived + timeout). Exit status 1 when any
@@ -36,6 +40,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Appended to the copy's tests/conftest.py: a failing example is not shrunk (the
+# verdict is the same; shrinking one can take minutes), examples are derandomized.
+NO_SHRINK = """
+from hypothesis import Phase as _Phase
+from hypothesis import settings as _settings
+
+_settings.register_profile(
+    "mutants", derandomize=True, phases=[_Phase.explicit, _Phase.reuse, _Phase.generate]
+)
+_settings.load_profile("mutants")
+"""
 # Not copied: version control, caches, virtual environments, outputs.
 IGNORED = (".git", "__pycache__", ".venv", ".mypy_cache", ".ruff_cache", ".hypothesis",
            ".pytest_cache", "runs", "*.egg-info")  # fmt: skip
@@ -82,7 +97,8 @@ MUTANTS = (
     Mutant(
         "aic-allreduce-ms",
         "sim/cost/kernels/aiconfigurator.py",
-        'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": "message_size"})',
+        'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": '
+        '"message_size"})',
         'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": '
         '"message_size"}).assign(latency_s=ar["latency"].to_numpy())',
         ("tests/test_cost_kernels_aic_units.py",),
@@ -256,8 +272,16 @@ MUTANTS = (
         'chain.extend(("group", group, j) for j in range(len(chain), end))',
         'chain.extend(("group", group, j // 2) for j in range(len(chain), end))',
         ("tests/test_prefix_cache_reference.py",),
-        "a prefix group's blocks share keys pairwise (a wrong chain); "
-        "caught only by a reference that keys blocks itself",
+        "a prefix group's blocks share keys pairwise (a wrong chain)",
+    ),
+    Mutant(
+        "prefix-shareable-past-prompt",
+        "sim/engine/kv_blocks.py",
+        "return min(request.num_shared_prefix_tokens, request.num_prompt_tokens) // size",
+        "return request.num_shared_prefix_tokens // size",
+        ("tests/test_prefix_cache_reference.py",),
+        "a shared prefix declared longer than the prompt keys output blocks as shared "
+        "(survives a reference that borrows the pool's keys)",
     ),
     Mutant(
         "prefix-own-key-shift",
@@ -265,8 +289,7 @@ MUTANTS = (
         "return request.request_id << OWN_SHIFT",
         "return request.request_id << (OWN_SHIFT - 8)",
         ("tests/test_prefix_cache_reference.py",),
-        "own keys of different requests can collide (request id shifted too little); "
-        "caught only by a reference that keys blocks itself",
+        "own keys built with too small a shift (they can collide across requests)",
     ),
 )
 
@@ -309,6 +332,9 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
     with tempfile.TemporaryDirectory(prefix="servesim-mutants-") as tmp:
         tree = Path(tmp) / "tree"
         shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+        conftest = tree / "tests" / "conftest.py"
+        if conftest.is_file():
+            conftest.write_text(conftest.read_text() + NO_SHRINK)
         files = sorted({t for m in mutants for t in m.tests})
         verdict, seconds = _pytest(tree, tuple(files), 4 * timeout_s)
         print(f"baseline: {len(files)} test files on the unmutated copy: {verdict} "

@@ -187,7 +187,7 @@ def test_moe_latencies_are_seconds(artifact: KernelArtifact) -> None:
 def test_nccl_latencies_are_seconds_and_sizes_bytes(artifact: KernelArtifact) -> None:
     table = artifact.tables["collective"]
     assert set(table["op"]) == {"all_gather"} and set(table["num_gpus"]) == {2}
-    want = {(2 * elements,): ms * MS for elements, ms in NCCL_MS.items()}  # fp16: 2 bytes
+    want: dict[tuple[int, ...], float] = {(2 * e,): ms * MS for e, ms in NCCL_MS.items()}  # fp16
     assert_same(rows_of(table, ["message_bytes"]), want)
 
 
