@@ -65,29 +65,33 @@ def test_the_cheap_bound_is_not_taken_when_the_pool_lies_just_under_it() -> None
 
 
 @pytest.mark.parametrize(
-    ("prompts", "outputs", "num_kv_blocks"),
+    ("prompts", "outputs", "num_kv_blocks", "preempts"),
     [
         # Both prefilled in step 0 (16 tokens, one full block each), then 40 decode
         # steps: 5 of 7 blocks free, inside the cheap bound's gap (see above). The run
         # stops at 32; the next step preempts (the Python path plays it).
-        ([16, 16], [41, 41], 7),
+        ([16, 16], [41, 41], 7, True),
         # The same with one more free block: the run fits, the loop plays it all.
-        ([16, 16], [41, 41], 8),
+        ([16, 16], [41, 41], 8, False),
         # Three requests, 8 free after step 0 (3 x 3 = 9 needed for 40 more tokens,
         # 3 x 2 = 6 <= 8 under the cheap bound's floor).
-        ([16, 16, 16], [41, 41, 41], 11),
+        ([16, 16, 16], [41, 41, 41], 11, True),
         # Uneven: the shortest decides the run (min_left), the pool cuts it first.
-        ([16, 32, 20], [60, 45, 70], 12),
+        ([16, 32, 20], [60, 45, 70], 12, True),
     ],
 )
 def test_a_tight_pool_gives_the_python_paths_results(
-    prompts: list[int], outputs: list[int], num_kv_blocks: int
+    prompts: list[int], outputs: list[int], num_kv_blocks: int, preempts: bool
 ) -> None:
     work, config = arrays(prompts, outputs), engine(num_kv_blocks)
     reference, reference_order, _ = simulate(work, config, "never")
-    raw, order, _ = simulate(work, config, "python")
+    raw, order, played = simulate(work, config, "python")
     assert_identical(raw, reference)
     assert order == reference_order
+    # The case is what it says: a preemption (the loop hands the run to the Python
+    # path) exactly when the pool is too small for the whole run.
+    assert (int(reference.requests["num_preemptions"].sum()) > 0) == preempts
+    assert played == (not preempts)
 
 
 def test_a_budget_blocked_admission_gives_the_python_paths_results() -> None:
