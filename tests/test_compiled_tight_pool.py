@@ -11,6 +11,8 @@ the Python path's results to the bit.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 from compiled_runs import assert_identical, simulate
@@ -107,3 +109,15 @@ def test_a_budget_blocked_admission_gives_the_python_paths_results() -> None:
     assert_identical(raw, reference)
     first = reference.requests.sort_values("request_id")["first_scheduled_s"].tolist()
     assert first[1] == reference.steps["end_s"].iloc[0]  # r1 starts when step 0 ends
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba is not installed")
+def test_compiled_by_numba_the_tight_pool_gives_the_same_results() -> None:
+    # The same code compiled (numba caches it beside sim/fast/compiled/loop.py).
+    for num_kv_blocks in (7, 8):
+        work, config = arrays([16, 16], [41, 41]), engine(num_kv_blocks)
+        reference, reference_order, _ = simulate(work, config, "never")
+        raw, order, played = simulate(work, config, "always")
+        assert_identical(raw, reference)
+        assert order == reference_order
+        assert played == (num_kv_blocks == 8)
