@@ -51,7 +51,7 @@ _settings.register_profile(
 )
 _settings.load_profile("mutants")
 """
-# Not copied: version control, caches, virtual environments, outputs.
+# Not copied outside a git checkout (in one, git's own ignore rules decide).
 IGNORED = (".git", "__pycache__", ".venv", ".mypy_cache", ".ruff_cache", ".hypothesis",
            ".pytest_cache", "runs", "*.egg-info")  # fmt: skip
 
@@ -316,6 +316,24 @@ def mutate(text: str, mutant: Mutant) -> str | None:
     return "".join(lines)
 
 
+def copy_tree(dest: Path) -> None:
+    """The tree's files as git sees them (tracked, and untracked but not ignored) into
+    ``dest``; outside a git checkout, everything but ``IGNORED``."""
+    listing = [
+        "git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(listing, capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+        return
+    for name in done.stdout.decode().split("\0"):
+        source = ROOT / name
+        if name and source.is_file():  # (a tracked file deleted in the tree is skipped)
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
 def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, float]:
     """Run ``tests`` in ``tree``: ('pass' | 'fail' | 'timeout', seconds)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "CI": "1"}
@@ -331,7 +349,7 @@ def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, 
 def run(mutants: list[Mutant], timeout_s: float) -> int:
     with tempfile.TemporaryDirectory(prefix="servesim-mutants-") as tmp:
         tree = Path(tmp) / "tree"
-        shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+        copy_tree(tree)
         conftest = tree / "tests" / "conftest.py"
         if conftest.is_file():
             conftest.write_text(conftest.read_text() + NO_SHRINK)
