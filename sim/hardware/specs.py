@@ -4,8 +4,9 @@ Read top to bottom:
 
 - ``ModelSpec``: the shape of a decoder-only transformer (Llama-style by
   default; GPT-2 / OPT style with a non-gated MLP, LayerNorms, biases and
-  learned positions), what memory sizing and the roofline need. The ``tiny`` preset is also what ``calibration/`` builds
-  as a real PyTorch model, so its shape lives here and nowhere else.
+  learned positions), what memory sizing and the roofline need. The ``tiny``
+  preset is also what ``calibration/`` builds as a real PyTorch model, so its
+  shape lives here and nowhere else.
 - ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
   presets (no download at run time), copied from each model's published
   ``config.json`` (as also shipped in aiconfigurator-core 0.12.0
@@ -40,10 +41,10 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
-    TypeAdapter,
     BeforeValidator,
     ConfigDict,
     Field,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     model_validator,
@@ -222,7 +223,9 @@ class ModelSpec(BaseModel):
         return 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
 
 
-def check_sliding_window(window_tokens: int | None, num_window_layers: int, num_layers: int) -> None:
+def check_sliding_window(
+    window_tokens: int | None, num_window_layers: int, num_layers: int
+) -> None:
     """ValueError unless a window and its layers come together, within the model."""
     if (window_tokens is None) != (num_window_layers == 0):
         raise ValueError(
@@ -558,9 +561,11 @@ def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
     ``ffn_dim`` (ReLU), learned positions, multi-head attention, tied LM head."""
     hidden = _field(config, where, "hidden_size")
     heads = _field(config, where, "num_attention_heads")
-    projection = _field(config, where, "word_embed_proj_dim") if "word_embed_proj_dim" in (
-        config
-    ) else hidden
+    projection = (
+        _field(config, where, "word_embed_proj_dim")
+        if "word_embed_proj_dim" in (config)
+        else hidden
+    )
     if projection != hidden:  # OPT-350m: embeddings projected in and out
         raise ConfigError(
             f"{where}: word_embed_proj_dim {projection} != hidden_size {hidden} "
