@@ -37,6 +37,7 @@ from sim.hardware.specs import (
     model_preset,
     resolve_model,
 )
+from sim.planning.sweep import load_sweep
 from sim.scenario import load_scenario
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
@@ -254,6 +255,10 @@ def test_a_scenario_naming_a_config_runs_and_sizes_kv_from_it(
     assert result.summary["cost_model"].startswith(f"roofline:{name}@h100")
     expected = hand_kv_blocks(CONFIGS / f"{name}.json", layers, vocab, width)
     assert result.summary["engine_settings"]["num_kv_blocks"] == expected
+    # The window is recorded and said not to be modelled, in summary.json.
+    caveat = result.summary["model_caveat"]
+    assert (caveat is not None) == (name == "mistral-7b-v0.1")
+    assert caveat is None or "4096-token sliding window (32 of 32 layers) is not modelled" in caveat
 
 
 def test_a_relative_config_path_starts_at_the_scenarios_folder(
@@ -265,6 +270,20 @@ def test_a_relative_config_path_starts_at_the_scenarios_folder(
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     assert load_scenario(path).model == resolve_model(str(GPT2))
+
+
+def test_a_sweep_resolves_its_scenarios_config_path_from_the_scenarios_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "scenarios").mkdir()
+    shutil.copy(GPT2, tmp_path / "scenarios" / "gpt2.json")
+    scenario_file(tmp_path / "scenarios", "gpt2.json").rename(tmp_path / "scenarios" / "s.yaml")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({"scenario": "scenarios/s.yaml",
+                                     "grid": {"scheduler.max_num_seqs": [8, 16]}}))  # fmt: skip
+    monkeypatch.chdir(tmp_path)  # not the scenario's folder
+    plan = load_sweep(sweep)
+    assert [p.scenario.model.name for p in plan.points] == ["gpt2", "gpt2"]
 
 
 def test_a_config_folder_and_overrides_work_as_for_presets(tmp_path: Path) -> None:

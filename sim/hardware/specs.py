@@ -223,6 +223,21 @@ class ModelSpec(BaseModel):
         return 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
 
 
+def model_caveat(model: ModelSpec) -> str | None:
+    """What of ``model`` servesim does not model, in one line (None: nothing known).
+
+    A sliding window: vLLM frees KV blocks past the window and its attention
+    reads at most the window; servesim keeps and reads whole contexts.
+    """
+    if model.sliding_window_tokens is None:
+        return None
+    return (
+        f"model {model.name}'s {model.sliding_window_tokens}-token sliding window "
+        f"({model.num_sliding_window_layers} of {model.num_layers} layers) is not modelled: "
+        "KV use and attention are priced as full attention, an over-estimate past the window"
+    )
+
+
 def check_sliding_window(
     window_tokens: int | None, num_window_layers: int, num_layers: int
 ) -> None:
