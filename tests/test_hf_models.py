@@ -19,7 +19,9 @@ from sim.cli import main
 from sim.cli.fit import model_option
 from sim.cost.base import StepShape
 from sim.cost.fitted import FitParameters, FittedCost, load_fitted_artifact
-from sim.cost.kernels.ops import layer_shapes
+from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.llmservingsim import profile_artifact
+from sim.cost.kernels.ops import ProfileDense, layer_shapes
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import (
@@ -42,6 +44,7 @@ from sim.scenario import load_scenario
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 CONFIGS = Path(__file__).resolve().parent / "data" / "hf_configs"
+KERNELS = Path(__file__).resolve().parent / "data" / "kernels"
 GPT2, OPT, MISTRAL = (CONFIGS / f"{n}.json" for n in ("gpt2", "opt-125m", "mistral-7b-v0.1"))
 
 
@@ -448,3 +451,17 @@ def test_calibrate_from_run_takes_a_config_path_model(
     argv[2] = str(GPT2)
     assert main(argv) == 2
     assert "model opt-125m on cpu-2core, not --model gpt2" in capsys.readouterr().err
+
+
+def test_a_profile_of_a_non_gated_model_needs_fc1_and_fc2() -> None:
+    profile = profile_artifact(KERNELS / "profile" / "bf16" / "tp1")
+    llama = load_architecture("llama-3.1-8b")
+    non_gated = llama.model_copy(update={"mlp": "non_gated"})
+    with pytest.raises(ConfigError, match="layer_ops has no op 'fc1'"):
+        ProfileDense(profile, non_gated)
+    ops = profile.tables["layer_ops"].copy()
+    ops["op"] = ops["op"].replace({"gate_up_proj": "fc1", "down_proj": "fc2"})
+    renamed = KernelArtifact(profile.provenance, {**profile.tables, "layer_ops": ops})
+    dense = ProfileDense(renamed, non_gated)
+    assert {"fc1", "fc2"} <= set(dense.op_names)
+    assert dense.layer_s(64.0) == pytest.approx(ProfileDense(profile, llama).layer_s(64.0))

@@ -554,7 +554,7 @@ def _gpt2(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=heads,
-        head_dim=_head_dim({}, where, hidden, heads),
+        head_dim=_head_dim(config, where, hidden, heads),
         intermediate_size=inner,
         vocab_size=_field(config, where, "vocab_size"),
         max_position_embeddings=positions,
@@ -576,11 +576,9 @@ def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
     ``ffn_dim`` (ReLU), learned positions, multi-head attention, tied LM head."""
     hidden = _field(config, where, "hidden_size")
     heads = _field(config, where, "num_attention_heads")
-    projection = (
-        _field(config, where, "word_embed_proj_dim")
-        if "word_embed_proj_dim" in (config)
-        else hidden
-    )
+    projection = hidden
+    if config.get("word_embed_proj_dim") is not None:
+        projection = _field(config, where, "word_embed_proj_dim")
     if projection != hidden:  # OPT-350m: embeddings projected in and out
         raise ConfigError(
             f"{where}: word_embed_proj_dim {projection} != hidden_size {hidden} "
@@ -595,7 +593,7 @@ def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=heads,
-        head_dim=_head_dim({}, where, hidden, heads),
+        head_dim=_head_dim(config, where, hidden, heads),
         intermediate_size=_field(config, where, "ffn_dim"),
         vocab_size=_field(config, where, "vocab_size"),
         max_position_embeddings=positions,
