@@ -199,6 +199,17 @@ def test_qwen2_max_window_layers_keeps_the_first_layers_full() -> None:
     assert from_hf_config(qwen, "q").num_sliding_window_layers == 32 - 28
 
 
+def test_gemma_windows_and_tied_head_follow_their_config_classes() -> None:
+    gemma3 = config(MISTRAL, model_type="gemma3_text", sliding_window_pattern=6,
+                    tie_word_embeddings=None)  # fmt: skip
+    arch = from_hf_config(gemma3, "g3")
+    assert arch.num_sliding_window_layers == 32 - 32 // 6  # every 6th layer is full
+    assert arch.tied_embeddings  # Gemma's config class ties by default
+    gemma2 = from_hf_config(config(MISTRAL, model_type="gemma2"), "g2")
+    assert gemma2.num_sliding_window_layers == 16  # every other layer
+    assert not from_hf_config(config(MISTRAL, tie_word_embeddings=None), "m").tied_embeddings
+
+
 def test_layer_types_say_which_layers_slide() -> None:
     types = ["sliding_attention", "full_attention"] * 16
     arch = from_hf_config(config(MISTRAL, layer_types=types), "g")

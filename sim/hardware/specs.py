@@ -516,7 +516,9 @@ def _sliding_window(config: dict[str, Any], where: str, num_layers: int) -> dict
     ``layer_types`` (newer configs: ``sliding_attention`` / ``full_attention``
     per layer) says which layers; else Qwen2's ``use_sliding_window: false``
     turns the window off, its ``max_window_layers`` keeps the first layers
-    full, and otherwise (Mistral) a ``sliding_window`` applies to every layer.
+    full, Gemma 3's ``sliding_window_pattern: N`` makes every N-th layer full,
+    Gemma 2 slides on every other layer, and otherwise (Mistral) a
+    ``sliding_window`` applies to every layer.
     """
     layer_types = config.get("layer_types")
     window = config.get("sliding_window")
@@ -528,6 +530,12 @@ def _sliding_window(config: dict[str, Any], where: str, num_layers: int) -> dict
         num_window_layers = sum(kind == "sliding_attention" for kind in layer_types)
     elif window is None:
         num_window_layers = 0
+    elif config.get("sliding_window_pattern") is not None:
+        num_window_layers = num_layers - num_layers // _field(
+            config, where, "sliding_window_pattern"
+        )
+    elif config.get("model_type") == "gemma2":  # layers 0, 2, 4, ... slide
+        num_window_layers = (num_layers + 1) // 2
     else:
         first = config.get("max_window_layers") if config.get("use_sliding_window") else None
         full = _field(config, where, "max_window_layers") if first is not None else 0
@@ -606,6 +614,11 @@ def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
     )
 
 
+# Model types whose config class ties the LM head unless told otherwise (a
+# saved config.json omits a field equal to its class's default).
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+
+
 def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
     """Llama, Mistral, Mixtral, Qwen2/3 (and MoE): RMSNorm, rotary positions, a
     gated MLP (``hidden_act``, SiLU by default), GQA or MHA, optional window."""
@@ -633,7 +646,9 @@ def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitec
         intermediate_size=_field(config, where, "intermediate_size"),
         vocab_size=_field(config, where, "vocab_size"),
         max_position_embeddings=_field(config, where, "max_position_embeddings"),
-        tied_embeddings=_flag(config, where, "tie_word_embeddings", False),
+        tied_embeddings=_flag(
+            config, where, "tie_word_embeddings", config.get("model_type") in _TIED_BY_DEFAULT
+        ),
         attention_qkv_bias=_flag(config, where, "attention_bias", False),
         mlp_activation=_activation(config, where, "hidden_act", "silu"),
         moe=moe,
