@@ -23,6 +23,7 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
+from sim.hardware.specs import model_caveat
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
@@ -199,6 +200,8 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
         "weight_dtype": dtype_name(model.weight_dtype_bytes, quant.weights),
         "kv_cache_dtype": dtype_name(model.kv_dtype_bytes, quant.kv_cache),
         "weight_gb_per_gpu": model.weight_bytes / layout.num_gpus / 1e9,
+        # What of the model is not modelled (a sliding window), or None.
+        "model_caveat": model_caveat(model),
     }
 
 

@@ -59,6 +59,9 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     rejected = rejection_warning(result.raw.records)  # before any frame is built
     if rejected is not None:
         print(f"servesim: warning: {rejected}", file=sys.stderr)
+    caveat = result.summary.get("model_caveat")
+    if caveat is not None:
+        print(f"servesim: warning: {caveat}", file=sys.stderr)
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
     why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"

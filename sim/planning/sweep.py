@@ -193,7 +193,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
         point_doc = copy.deepcopy(base_doc)
         for key, value in {**config.overrides, **overrides}.items():
             set_dotted(point_doc, str(key), value, source)
-        scenario = scenario_from_dict(point_doc, source)
+        scenario = scenario_from_dict(point_doc, source, scenario_path.parent)
         seeds = config.seeds
         if not isinstance(seeds, list):  # a count: the scenario's seed, +1, ...
             seeds = [scenario.seed + k for k in range(seeds)]

@@ -57,6 +57,7 @@ _SHAPE_FIELDS = (
     "head_dim",
     "intermediate_size",
     "vocab_size",
+    "mlp",
 )
 
 
