@@ -47,17 +47,13 @@ def timed(pc: int, kp: int, nd: int, kv: int) -> float:
 def every_row_is_returned(table: pd.DataFrame) -> None:
     grids = mixed_attention_grids_of(table)
     assert grids.mixed is not None
-    for r in table.itertuples(index=False):
-        coords = (r.prefill_chunk_tokens, r.kv_prefill_tokens, r.num_decode_seqs)
-        assert grids.mixed(*map(float, coords), float(r.kv_decode_tokens)) == r.latency_s
-        if r.num_decode_seqs == 0:
-            assert grids.prefill(float(r.prefill_chunk_tokens), float(r.kv_prefill_tokens)) == (
-                r.latency_s
-            )
-        if r.prefill_chunk_tokens == 0:
-            assert grids.decode(float(r.num_decode_seqs), float(r.kv_decode_tokens)) == (
-                r.latency_s
-            )
+    points = table[list(MIXED_AXES)].to_numpy(np.float64)
+    for (pc, kp, nd, kv), latency_s in zip(points, table["latency_s"], strict=True):
+        assert grids.mixed(pc, kp, nd, kv) == latency_s
+        if nd == 0:
+            assert grids.prefill(pc, kp) == latency_s
+        if pc == 0:
+            assert grids.decode(nd, kv) == latency_s
 
 
 def mixed_attention_grids_of(table: pd.DataFrame) -> MixedAttention:
