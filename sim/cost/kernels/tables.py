@@ -8,6 +8,7 @@ artifact does not cover raises ``ConfigError`` naming the table and shape.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -155,6 +156,53 @@ def _fill(values: FloatArray, *axes: FloatArray) -> FloatArray:
     for axis, points in enumerate(axes):
         values = extrapolate_holes(values, points, axis)
     return values
+
+
+class SkewFit:
+    """A profile's fitted skew weights (``attention_skew``): how far a decode batch of
+    uneven KV lengths moves from the time at its mean KV towards the time at its max.
+
+    LLMServingSim's rule: ``t = t(mean) + alpha * (t(max) - t(mean))``, alpha from the
+    bucket of (prefill chunk, exactly; decode count; skew rate ``(mean - min) / (max -
+    min)``; max KV; cached prefill tokens), each bucket ``(previous edge, edge]`` and a
+    value past the last edge in the last bucket; a bucket with no fit gives 0 (no
+    correction that was not measured). Looked up at the KV lengths the profile's axes
+    count (cached tokens).
+    """
+
+    AXES = ("max_num_decode_seqs", "max_skew_rate", "max_kv_decode_tokens",
+            "max_kv_prefill_tokens")  # fmt: skip
+
+    def __init__(self, artifact: KernelArtifact) -> None:
+        rows = _rows(artifact, "attention_skew", "for the decode skew correction")
+        self.edges = [sorted({float(v) for v in rows[axis]}) for axis in self.AXES]
+        keys = zip(rows["prefill_chunk_tokens"], *(rows[axis] for axis in self.AXES), strict=True)
+        self.alphas = {
+            tuple(float(v) for v in key): float(alpha)
+            for key, alpha in zip(keys, rows["alpha"], strict=True)
+        }
+
+    def alpha(
+        self,
+        prefill_chunk_tokens: float,
+        num_decode_seqs: int,
+        skew_rate: float,
+        max_kv_decode_tokens: float,
+        kv_prefill_tokens: float,
+    ) -> float:
+        """The fitted alpha of this batch's bucket, 0 where the fit has none."""
+        values = (float(num_decode_seqs), min(max(skew_rate, 0.0), 1.0),
+                  max_kv_decode_tokens, kv_prefill_tokens)  # fmt: skip
+        key = [float(prefill_chunk_tokens)]
+        for edges, value in zip(self.edges, values, strict=True):
+            index = bisect_left(edges, value)
+            key.append(edges[min(index, len(edges) - 1)])
+        return self.alphas.get(tuple(key), 0.0)
+
+    @staticmethod
+    def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
+        """``mean_s + alpha * (max_s - mean_s)``; ``mean_s`` where the max is no slower."""
+        return mean_s + alpha * (max_s - mean_s) if max_s > mean_s else mean_s
 
 
 def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:
