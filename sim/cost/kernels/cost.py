@@ -75,9 +75,15 @@ class KernelCost:
                 f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
             )
         self._build_dense()
+        # Attention: a per-model profile's varlen lattice (one kernel per step, its
+        # KV lengths counting cached tokens before this step's), else the pure tables.
         self._mixed = artifact.has("mixed_attention")
+        self._mixed_attn: Grid | None = None
+        self._decode_history = 0  # tokens of a decode's context that are not its KV axis
         if self._mixed:
-            self._prefill_attn, self._decode_attn = mixed_attention_grids(artifact)
+            profile = mixed_attention_grids(artifact)
+            self._mixed_attn, self._prefill_attn, self._decode_attn = profile
+            self._decode_history = 1
         else:
             s = self.shapes
             self._prefill_attn, self._decode_attn = attention_grids(
@@ -182,8 +188,46 @@ class KernelCost:
         self._lm_cache[key] = total
         return total
 
+    def attention_s(self, shape: StepShape) -> float:
+        """One layer's attention for the step.
+
+        With a mixed-batch profile, a step with both prefill and decodes is one
+        varlen kernel (``mixed_attention_s``); otherwise the pure parts add.
+        """
+        if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
+            return self.mixed_attention_s(shape)
+        return self.prefill_attention_s(shape) + self.decode_attention_s(
+            shape.num_decode_seqs, shape.num_decode_context_tokens
+        )
+
+    def mixed_attention_s(self, shape: StepShape) -> float:
+        """One layer's varlen attention over prefill chunks and decodes, from the profile.
+
+        The profile times one prefill chunk of ``c`` new tokens after ``p``
+        cached, beside ``n`` decodes after ``kv`` cached each, in one kernel
+        (``tables.mixed_attention_grids``). A step is looked up at its own
+        decode count and mean decode KV (``kv = context / n - 1``: the
+        profile's KV excludes the token being computed) and at one of its
+        ``b`` equal prefill chunks (``ops.prefill_chunk``); each further chunk
+        adds its pure-prefill time ``pre(c, p)``:
+        ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``. Why not one chunk of all
+        ``b`` chunks' tokens (what LLMServingSim looks up): the kernel tiles
+        each sequence's queries separately, so ``b`` chunks of ``c`` do about
+        ``b c^2 / 2`` causal query-key pairs, not ``(b c)^2 / 2``, and the
+        decodes' extra cost in a mixed batch (their one-query rows padded to a
+        tile) barely depends on the chunk (``docs/kernels.md``).
+        """
+        assert self._mixed_attn is not None
+        b, n = shape.num_prefill_seqs, shape.num_decode_seqs
+        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
+        kv = (shape.num_decode_context_tokens - n) / n
+        one = self._mixed_attn(chunk, cached, float(n), kv)
+        if b == 1:
+            return one
+        return one + (b - 1) * self._prefill_attn(chunk, cached)
+
     def prefill_attention_s(self, shape: StepShape) -> float:
-        """One layer's attention over the step's prefill chunks."""
+        """One layer's attention over the step's prefill chunks, without its decodes."""
         b = shape.num_prefill_seqs
         if b == 0 or shape.num_prefill_tokens == 0:
             return 0.0
@@ -198,10 +242,12 @@ class KernelCost:
         return scaled if scaled > floor else floor
 
     def decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
-        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all."""
+        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all,
+        without a prefill (a profile's KV axis excludes the token being computed)."""
         if num_seqs == 0:
             return 0.0
-        return self._decode_attn(float(num_seqs), context_tokens / num_seqs)
+        history = context_tokens - self._decode_history * num_seqs
+        return self._decode_attn(float(num_seqs), history / num_seqs)
 
     # -- CostModel ---------------------------------------------------------------
 
@@ -218,11 +264,7 @@ class KernelCost:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        layer = (
-            self.dense_layer_s(tokens)
-            + self.prefill_attention_s(shape)
-            + self.decode_attention_s(shape.num_decode_seqs, shape.num_decode_context_tokens)
-        )
+        layer = self.dense_layer_s(tokens) + self.attention_s(shape)
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         return self.step_overhead_s + self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
 
@@ -231,7 +273,8 @@ class KernelCost:
             return zeros
         # Only decode attention's KV length changes from step to step.
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        attention = self._decode_attn.many(float(num_seqs), contexts / num_seqs)
+        history = contexts - self._decode_history * num_seqs
+        attention = self._decode_attn.many(float(num_seqs), history / num_seqs)
         layer = self.dense_layer_s(num_seqs) + 0.0 + attention
         out: FloatArray = (
             self.step_overhead_s
@@ -254,9 +297,10 @@ class KernelCost:
         dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
         per_step_s, overhead_s = self.per_step_s(num_seqs, num_seqs), self.step_overhead_s
         num_layers, attention = self.arch.num_layers, self._decode_attn
+        history = context_tokens - self._decode_history * num_seqs
         j = 0
         while True:  # decode_steps_s's operations, in its order
-            layer = dense_s + 0.0 + attention(seqs, (context_tokens + j * num_seqs) / num_seqs)
+            layer = dense_s + 0.0 + attention(seqs, (history + j * num_seqs) / num_seqs)
             yield overhead_s + num_layers * layer + per_step_s
             j += 1
 
