@@ -165,6 +165,7 @@ def build_kernels(
         step_overhead_s=config.step_overhead_s,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
+        hardware=hardware,
     )
 
 
