@@ -123,7 +123,7 @@ def kernel_artifact_for(
 
 
 # Bytes per element of the dtypes an artifact's provenance names.
-_DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
+DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
 
 
 def build_kernels(
@@ -138,7 +138,7 @@ def build_kernels(
 
     artifact = kernel_artifact_for(config, hardware, base_dir)
     dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
-    wanted = (_DTYPE_BYTES.get(dtype), _DTYPE_BYTES.get(kv_dtype))
+    wanted = (DTYPE_BYTES.get(dtype), DTYPE_BYTES.get(kv_dtype))
     if (model.weight_dtype_bytes, model.kv_dtype_bytes) != wanted:
         raise ConfigError(
             f"cost.kind kernels: tables are {dtype} weights / {kv_dtype} KV; model "

@@ -121,12 +121,7 @@ class KernelCost:
                 self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
             elif arch.moe is not None:
                 self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
-            if hardware is None:
-                self._memory = MemoryOps.for_artifact_gpu(
-                    a.provenance.gpu, arch, self.shapes, a.label
-                )
-            else:
-                self._memory = MemoryOps.build(arch, self.shapes, hardware)
+            self._memory = MemoryOps.for_artifact(a, arch, self.shapes, hardware)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:

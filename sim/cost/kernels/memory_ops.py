@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.cost.kernels.artifact import KernelArtifact
+from sim.cost.kernels.config import DTYPE_BYTES
 from sim.cost.kernels.ops import LayerShapes
 from sim.errors import ConfigError
 from sim.hardware.specs import (
@@ -111,6 +113,7 @@ class MemoryOps:
         arch: ModelArchitecture,
         shapes: LayerShapes,
         hardware: HardwareSpec,
+        activation_dtype_bytes: float = 2.0,
         kv_dtype_bytes: float = 2.0,
     ) -> MemoryOps:
         """``arch``'s ops at the per-GPU ``shapes``, on ``hardware``'s effective bandwidth."""
@@ -121,21 +124,32 @@ class MemoryOps:
             kv_width=shapes.num_kv_heads * shapes.head_dim,
             activation=mlp_activation(shapes),
             vocab_size=arch.vocab_size,
+            activation_dtype_bytes=activation_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
         )
 
     @staticmethod
-    def for_artifact_gpu(
-        gpu: str, arch: ModelArchitecture, shapes: LayerShapes, label: str
+    def for_artifact(
+        artifact: KernelArtifact,
+        arch: ModelArchitecture,
+        shapes: LayerShapes,
+        hardware: HardwareSpec | None,
     ) -> MemoryOps:
-        """``build`` on the hardware preset of the GPU a kernel artifact was measured on."""
-        hardware = hardware_for_gpu(gpu)
+        """``build`` at the artifact's dtypes, on ``hardware`` or else the hardware
+        preset of the GPU the artifact was measured on."""
+        p = artifact.provenance
+        if hardware is None:
+            hardware = hardware_for_gpu(p.gpu)
         if hardware is None:
             raise ConfigError(
-                f"kernel artifact ({label}) was measured on {gpu!r}, which no hardware preset "
-                "names: its memory bandwidth (for norms, activation, rotary) is unknown"
+                f"kernel artifact ({artifact.label}) was measured on {p.gpu!r}, which no "
+                "hardware preset names: the bandwidth of its norms, activation and rotary "
+                "is unknown (give the scenario's hardware)"
             )
-        return MemoryOps.build(arch, shapes, hardware)
+        # Activations are 16-bit unless the tables were timed in fp32 (fp8 weights
+        # still compute in 16 bits); the KV cache has its own dtype.
+        activation = 4.0 if p.dtype == "float32" else 2.0
+        return MemoryOps.build(arch, shapes, hardware, activation, DTYPE_BYTES.get(p.kv_dtype, 2.0))
 
     def op_s(self, num_bytes: float) -> float:
         """One memory-bound kernel moving ``num_bytes``."""
