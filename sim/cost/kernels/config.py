@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator, installed_data_dir
 from sim.cost.kernels.artifact import (
+    DTYPE_BYTES,
     KernelArtifact,
     load_cached,
     load_provenance_cached,
@@ -120,10 +121,6 @@ def kernel_artifact_for(
         )
     data_dir = None if config.data_dir is None else anchored(config.data_dir, base_dir)
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
-
-
-# Bytes per element of the dtypes an artifact's provenance names.
-DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
 
 
 def build_kernels(

@@ -36,8 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.config import DTYPE_BYTES
+from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
 from sim.cost.kernels.ops import LayerShapes
 from sim.errors import ConfigError
 from sim.hardware.specs import (
