@@ -9,10 +9,10 @@ The step is written as a short spec (``--step``), terms joined by ``+``:
   tokens of context (KV); ``60d@2048``: each with 2048.
 
 So ``512p+60d`` is a mixed step of one 512-token chunk and 60 decodes. The
-kernel cost model lists every op it prices (all layers together, in
-forward-pass order) with its share of the step; the rest of the step
-(the CPU overhead) is one more row. Cost models without a per-op breakdown
-print the step's total (the roofline also its compute and memory times).
+kernel cost model lists every op it prices (all layers together) with its
+share of the step; the rest of the step (the CPU overhead) is one more
+row. Cost models without a per-op breakdown print the step's total (the
+roofline also its compute and memory times).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def format_breakdown(result: dict[str, Any]) -> str:
     if "ops_ms" in result:
         lines.append(f"{'op':<28} {'ms':>10} {'% of step':>10}")
         lines += [row(name, ms) for name, ms in result["ops_ms"].items()]
-        lines.append(row("cpu overhead (not kernels)", result["other_ms"]))
+        lines.append(row("rest of step (CPU overhead)", result["other_ms"]))
     if "roofline_ms" in result:
         lines += [row(f"roofline {k}", ms) for k, ms in result["roofline_ms"].items()]
     lines.append(row("step", step_ms))

@@ -225,9 +225,10 @@ class KernelCost:
     # -- per-op breakdown ----------------------------------------------------------
 
     def breakdown_s(self, shape: StepShape) -> dict[str, float]:
-        """Each op's seconds in the step ``shape`` (all layers together), in
-        forward-pass order; they add up to ``step_s`` less ``step_overhead_s``
-        (to rounding). Priced by the same functions ``step_s`` uses."""
+        """Each op's seconds in the step ``shape`` (all layers together): the
+        layer's ops (a profile's in name order), attention, collectives, then
+        the once-per-step ops. They add up to ``step_s`` less
+        ``step_overhead_s`` (to rounding): the same functions price them."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return {}
