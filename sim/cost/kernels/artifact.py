@@ -38,6 +38,8 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 FORMAT_NAME = "servesim-kernels"
 FORMAT_VERSION = 1
 KIND = "kernel artifact"
+# Bytes per element of the dtypes a provenance names (``dtype``, ``kv_dtype``).
+DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
 
 # Known tables and their columns (what a row means: docs/kernels.md); ``latency_s`` is
 # last, except in ``attention_skew``, whose rows are fitted blend weights (``alpha``).

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator, installed_data_dir
 from sim.cost.kernels.artifact import (
+    DTYPE_BYTES,
     KernelArtifact,
     load_cached,
     load_provenance_cached,
@@ -123,10 +124,6 @@ def kernel_artifact_for(
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
 
 
-# Bytes per element of the dtypes an artifact's provenance names.
-_DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
-
-
 def build_kernels(
     config: KernelsCostConfig,
     model: ModelSpec,
@@ -139,7 +136,7 @@ def build_kernels(
 
     artifact = kernel_artifact_for(config, hardware, base_dir)
     dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
-    wanted = (_DTYPE_BYTES.get(dtype), _DTYPE_BYTES.get(kv_dtype))
+    wanted = (DTYPE_BYTES.get(dtype), DTYPE_BYTES.get(kv_dtype))
     if (model.weight_dtype_bytes, model.kv_dtype_bytes) != wanted:
         raise ConfigError(
             f"cost.kind kernels: tables are {dtype} weights / {kv_dtype} KV; model "
@@ -166,6 +163,7 @@ def build_kernels(
         step_overhead_s=config.step_overhead_s,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
+        hardware=hardware,
     )
 
 

@@ -116,7 +116,7 @@ def expected_active_experts(num_tokens: float, num_experts: int, top_k: int) -> 
 class ProfileDense:
     """Per-layer and per-step dense time (seconds) from a profile, by tokens."""
 
-    __slots__ = ("_layer_ops", "_moe", "_moe_shape", "_step_ops", "op_names")
+    __slots__ = ("_layer_ops", "_moe", "_moe_shape", "_step_names", "_step_ops", "op_names")
 
     def __init__(self, artifact: KernelArtifact, arch: ModelArchitecture) -> None:
         required = REQUIRED_OPS + (() if arch.moe is not None else MLP_OPS[arch.mlp])
@@ -127,11 +127,9 @@ class ProfileDense:
         self._layer_ops = [
             (op_grid(artifact, "layer_ops", op), PROFILE_OP_COUNTS.get(op, 1)) for op in listed
         ]
-        self._step_ops = [
-            op_grid(artifact, "layer_ops", op)
-            for op in PROFILE_STEP_OPS
-            if op in set(artifact.tables["layer_ops"]["op"])
-        ]
+        present = set(artifact.tables["layer_ops"]["op"])
+        self._step_names = tuple(op for op in PROFILE_STEP_OPS if op in present)
+        self._step_ops = [op_grid(artifact, "layer_ops", op) for op in self._step_names]
         self._moe: Grid | None = None
         self._moe_shape = (1, 1)
         if arch.moe is not None:
@@ -147,6 +145,26 @@ class ProfileDense:
             experts, top_k = self._moe_shape
             total += self._moe(num_tokens, expected_active_experts(num_tokens, experts, top_k))
         return total
+
+    def layer_terms(self, num_tokens: float) -> list[tuple[str, float]]:
+        """``layer_s``'s terms by op name (the MoE as ``moe``), for a per-op breakdown."""
+        terms = [
+            (op, count * grid(num_tokens))
+            for op, (grid, count) in zip(self.op_names, self._layer_ops, strict=True)
+        ]
+        if self._moe is not None:
+            experts, top_k = self._moe_shape
+            terms.append(
+                ("moe", self._moe(num_tokens, expected_active_experts(num_tokens, experts, top_k)))
+            )
+        return terms
+
+    def step_terms(self, num_tokens: float) -> list[tuple[str, float]]:
+        """``step_s``'s terms by op name."""
+        return [
+            (op, grid(num_tokens))
+            for op, grid in zip(self._step_names, self._step_ops, strict=True)
+        ]
 
     def step_s(self, num_tokens: float) -> float:
         """Once-per-step ops (embedding, final norm) for ``num_tokens`` tokens."""
