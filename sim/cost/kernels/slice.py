@@ -10,6 +10,7 @@ names the model, and ``KernelCost`` refuses other models.
 from __future__ import annotations
 
 import argparse
+import datetime
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,8 @@ import pandas as pd
 
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
+from sim.cost.kernels.cost import KernelCost
+from sim.errors import ConfigError
 from sim.cost.kernels.ops import layer_shapes
 from sim.hardware.specs import ModelArchitecture, load_architecture
 
@@ -97,6 +100,29 @@ def slice_artifact(
     return KernelArtifact(provenance, tables)
 
 
+def check_covers(
+    sliced: KernelArtifact,
+    arch: ModelArchitecture,
+    tensor_parallel_sizes: Iterable[int] = (1,),
+    expert_parallel_sizes: Iterable[int] = (1,),
+) -> None:
+    """ConfigError naming the first shape ``arch`` needs at some layout that
+    ``sliced`` lacks (a cost model is built for every layout, as a scenario would)."""
+    for tp in sorted(set(tensor_parallel_sizes)):
+        for ep in sorted({1, *expert_parallel_sizes}):
+            if ep % tp:
+                continue  # not a layout (ep = dp x tp)
+            try:
+                KernelCost(arch, sliced, tensor_parallel_size=tp, expert_parallel_size=ep)
+            except ConfigError as error:
+                layout = f"tp {tp}" + (f", ep {ep}" if ep > 1 else "")
+                p = sliced.provenance
+                raise ConfigError(
+                    f"export-kernels: {p.gpu} {p.framework} {p.framework_version} does not "
+                    f"cover {arch.name} at {layout}: {error}"
+                ) from None
+
+
 def export_slice(
     gpu: str,
     model: str | ModelArchitecture,
@@ -114,6 +140,13 @@ def export_slice(
     arch = model if isinstance(model, ModelArchitecture) else load_architecture(model)
     full = from_aiconfigurator(gpu, framework, version, data_dir)
     sliced = slice_artifact(full, arch, tensor_parallel_sizes, expert_parallel_sizes)
+    check_covers(sliced, arch, tensor_parallel_sizes, expert_parallel_sizes)  # before writing
+    if not sliced.provenance.date:
+        # The database records no measurement date: the slice's is the day it was exported.
+        today = datetime.datetime.now(datetime.UTC).date().isoformat()
+        notes = f"{sliced.provenance.notes}; exported {today} (no measurement date in the source)"
+        update = {"date": today, "notes": notes}
+        sliced = KernelArtifact(sliced.provenance.model_copy(update=update), sliced.tables)
     return save_artifact(sliced, Path(out_path))
 
 
