@@ -31,7 +31,7 @@ from sim.cost.kernels.config import (
     architecture_for,
     auto_candidates,
     build_kernels,
-    kernel_auto,
+    kernel_auto_choice,
 )
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
@@ -55,15 +55,15 @@ def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests see aiconfigurator as absent unless they install the test slice."""
     monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: None)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: None)
-    kernel_auto.cache_clear()
+    kernel_auto_choice.cache_clear()
     yield
-    kernel_auto.cache_clear()
+    kernel_auto_choice.cache_clear()
 
 
 def install_test_database(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: AIC_DATA)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: AIC_DATA)
-    kernel_auto.cache_clear()
+    kernel_auto_choice.cache_clear()
 
 
 # -- configuration ------------------------------------------------------------------
