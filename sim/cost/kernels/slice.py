@@ -100,6 +100,9 @@ def slice_artifact(
     return KernelArtifact(provenance, tables)
 
 
+_ATTENTION = {"context_attention": "prefill attention", "generation_attention": "decode attention"}
+
+
 def check_covers(
     sliced: KernelArtifact,
     arch: ModelArchitecture,
@@ -107,8 +110,24 @@ def check_covers(
     expert_parallel_sizes: Iterable[int] = (1,),
 ) -> None:
     """ConfigError naming the first shape ``arch`` needs at some layout that
-    ``sliced`` lacks (a cost model is built for every layout, as a scenario would)."""
+    ``sliced`` lacks: its head layout per GPU in an attention table, else what
+    building a cost model for the layout refuses (as a scenario would)."""
+    p = sliced.provenance
+    tables = f"{p.gpu} {p.framework} {p.framework_version}"
     for tp in sorted(set(tensor_parallel_sizes)):
+        shapes = layer_shapes(arch, tp)
+        heads = (shapes.num_heads, shapes.num_kv_heads, shapes.head_dim)
+        for name, what in _ATTENTION.items():
+            t = sliced.tables.get(name)
+            timed = t is not None and bool(
+                ((t["num_heads"] == heads[0]) & (t["num_kv_heads"] == heads[1])
+                 & (t["head_dim"] == heads[2])).any()
+            )  # fmt: skip
+            if not timed:
+                raise ConfigError(
+                    f"export-kernels: {tables} has no {what} ({name}) for {heads[0]} heads / "
+                    f"{heads[1]} KV heads / head_dim {heads[2]} per GPU ({arch.name} at tp {tp})"
+                )
         for ep in sorted({1, *expert_parallel_sizes}):
             if ep % tp:
                 continue  # not a layout (ep = dp x tp)
@@ -116,10 +135,8 @@ def check_covers(
                 KernelCost(arch, sliced, tensor_parallel_size=tp, expert_parallel_size=ep)
             except ConfigError as error:
                 layout = f"tp {tp}" + (f", ep {ep}" if ep > 1 else "")
-                p = sliced.provenance
                 raise ConfigError(
-                    f"export-kernels: {p.gpu} {p.framework} {p.framework_version} does not "
-                    f"cover {arch.name} at {layout}: {error}"
+                    f"export-kernels: {tables} does not cover {arch.name} at {layout}: {error}"
                 ) from None
 
 
