@@ -369,8 +369,11 @@ def test_attention_kernels_pair_prefill_and_decode_as_vllm_runs_them() -> None:
     and decode kernels; A100's vLLM 0.14 tables: ``vllm_flash_attn``, no window column."""
 
     def table(*kernels: str, window: bool = True) -> pd.DataFrame:
-        rows = {"kernel_source": list(kernels), "kv_cache_dtype": ["bfloat16"] * len(kernels)}
-        rows["beam_width"] = [1] * len(kernels)
+        rows: dict[str, list[object]] = {
+            "kernel_source": list(kernels),
+            "kv_cache_dtype": ["bfloat16"] * len(kernels),
+            "beam_width": [1] * len(kernels),
+        }
         return pd.DataFrame({**rows, **({"window_size": [0] * len(kernels)} if window else {})})
 
     hopper = table("vllm_flash_attn_fa4", "vllm_flash_attn_fa3")

@@ -22,7 +22,6 @@ from sim.cost.config import (
 from sim.cost.kernels import aiconfigurator
 from sim.cost.kernels import config as kernels_config
 from sim.cost.kernels.artifact import (
-    KernelArtifact,
     load_cached,
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
@@ -310,8 +309,8 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
     assert candidates[1].source == "path"
     cost = build_auto(LLAMA, PRO)
     assert isinstance(cost, KernelCost) and "sliced" not in cost.artifact.provenance.notes
-    cost, why = kernel_auto_choice(LLAMA, PRO)
-    assert why.startswith("priced from rtx_pro_6000_server kernel tables the installed ")
+    _, why = kernel_auto_choice(LLAMA, PRO)
+    assert why.startswith("priced from rtx_pro_6000_server kernel tables in the installed ")
     # A GPU the (test) database lacks: the next candidate, the shipped H100 slice.
     h100 = build_auto(LLAMA, hardware_preset("h100"))
     assert isinstance(h100, KernelCost) and "sliced" in h100.artifact.provenance.notes

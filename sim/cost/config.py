@@ -174,7 +174,7 @@ def _auto(
 def auto_choice(
     model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
 ) -> str:
-    """What ``kind: auto`` prices ``model`` on ``hardware`` from, or why not kernel tables (one line)."""
+    """What ``kind: auto`` prices ``model`` on ``hardware`` from, or why not tables (one line)."""
     if parallelism is not None and parallelism.is_single_device:
         parallelism = None
     return _auto(model, hardware, parallelism)[1]

@@ -227,7 +227,7 @@ def _source(config: KernelsCostConfig, kernels: KernelCost) -> str:
     fw = f"{p.framework} {p.framework_version}"
     if config.artifact is not None:
         return f"{shipped_name(Path(config.artifact))} ({p.source}, {fw})"
-    return f"the installed {p.source} database ({fw})"
+    return f"in the installed {p.source} database ({fw})"
 
 
 @lru_cache(maxsize=32)

@@ -20,8 +20,8 @@ import pandas as pd
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
 from sim.cost.kernels.cost import KernelCost
-from sim.errors import ConfigError
 from sim.cost.kernels.ops import layer_shapes
+from sim.errors import ConfigError
 from sim.hardware.specs import ModelArchitecture, load_architecture
 
 
