@@ -181,6 +181,11 @@ def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCos
     return _candidates(model, hardware)[0]
 
 
+def _timed(data_dir: Path, gpu: str) -> bool:
+    """Whether the database times ``gpu`` (some of its folders are empty placeholders)."""
+    return any((data_dir / gpu).glob("gemm/*/*/*.parquet"))
+
+
 def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsCostConfig], str]:
     """(``auto_candidates``, why there are none: one line, or "" when there are)."""
     gpu_names = SOURCE_GPU_NAMES.get(hardware.name)
@@ -195,7 +200,8 @@ def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsC
         )
     candidates = []
     gpu = AICONFIGURATOR_GPUS.get(hardware.name)
-    if gpu is not None and installed_data_dir() is not None:
+    data_dir = installed_data_dir()
+    if gpu is not None and data_dir is not None and _timed(data_dir, gpu):
         candidates.append(KernelsCostConfig(gpu=gpu))
     arch_name = architecture_for(model).name
     other_models = []
@@ -217,7 +223,7 @@ def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsC
     shipped = f" (shipped for {names}: {', '.join(sorted(set(other_models)))})"
     return [], (
         f"no kernel tables for {arch_name} on {names}{shipped if other_models else ''}"
-        + ("" if installed_data_dir() is not None else "; aiconfigurator-core not installed")
+        + ("" if data_dir is not None else "; aiconfigurator-core not installed")
     )
 
 
