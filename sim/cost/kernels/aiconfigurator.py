@@ -113,6 +113,8 @@ def resolve(
         key=_version_key,
     )
     if version is None:
+        if not versions:  # a framework folder without a GEMM table
+            raise ConfigError(f"aiconfigurator: no {framework} GEMM table for {gpu}")
         return root / gpu, versions[-1]
     return root / gpu, _choose("version", version, versions, f"of {framework} for {gpu}")
 
