@@ -12,6 +12,7 @@ from sim.errors import ConfigError
 
 if TYPE_CHECKING:
     from sim.cli.figures import FigureWorker
+    from sim.scenario import Scenario
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -64,10 +65,10 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         print(f"servesim: warning: {caveat}", file=sys.stderr)
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
-    why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
+    why = f" (cost: auto: {_auto_choice(result.scenario)})" if auto else ""
     # Flushed before the files are written (plots take longest): the user reads
     # the summary while they are drawn, even when stdout is a pipe.
-    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}", flush=True)
+    print(f"cost model: {result.summary['cost_model']}{why}", flush=True)
     if worker is None:
         paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     else:
@@ -81,6 +82,14 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         f" wrote {len(paths)} files to {out}/"
     )
     return 0
+
+
+def _auto_choice(scenario: Scenario) -> str:
+    """What ``cost: auto`` priced the run from, or why not kernel tables (one line)."""
+    from sim.api.build import model_for
+    from sim.cost.config import auto_choice
+
+    return auto_choice(model_for(scenario), scenario.hardware, scenario.parallelism)
 
 
 def add_parsers(subparsers: Subparsers) -> None:
