@@ -39,7 +39,7 @@ def test_hand_traced_request_chunks_decode_and_detokenize() -> None:
     arrival_s = float(result.requests["arrival_s"].iloc[0])
     phases = phases_of(trace, 0)
     assert [p["name"] for p in phases] == [
-        "tokenize",
+        "way_in",
         "prefill",
         "prefill",
         "decode",
@@ -133,7 +133,7 @@ def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
         requests = result.raw.requests.set_index("request_id").loc[bounds.index]
         assert bounds["start"].to_numpy() == pytest.approx(requests["arrival_s"].to_numpy())
         assert bounds["end"].to_numpy() == pytest.approx(requests["finish_s"].to_numpy())
-    for phase in ("tokenize", "detokenize"):
+    for phase in ("way_in", "detokenize"):
         a = recorded[recorded.phase == phase].set_index("request_id")
         b = other[other.phase == phase].set_index("request_id")
         assert (a["end_s"] - a["start_s"]).to_numpy() == pytest.approx(
