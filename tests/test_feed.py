@@ -249,7 +249,11 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
     )
     workload = {"num_requests": 1, "arrival": POISSON, **LENGTHS}
     for num_replicas in (None, 2):
-        sc = scenario(CONTINUOUS, workload, num_replicas, frontend={"way_in_s_per_request": 0.0, "tokenize_s_per_token": 0.0}
+        sc = scenario(
+            CONTINUOUS,
+            workload,
+            num_replicas,
+            frontend={"way_in_s_per_request": 0.0, "tokenize_s_per_token": 0.0},
         )
         fed = simulate(sc, True, work)
         same_runs(fed, simulate(sc, False, work))

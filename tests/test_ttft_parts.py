@@ -2,7 +2,7 @@
 
 A lone request on an idle server is hand-computed from the frontend's and the
 linear cost model's coefficients; the parts' sum under load is a property
-(``tests/properties/test_ttft_parts.py``).
+(``tests/properties/test_ttft_parts_sum.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sim import api
+from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.report import format_summary_table, summary_to_json
 from sim.metrics.stats import TTFT_PARTS, latency_columns, request_columns
@@ -107,6 +108,7 @@ def test_the_way_in_moves_ttft_by_its_own_length_and_nothing_else() -> None:
 def test_the_parts_are_columns_of_the_written_requests_table() -> None:
     result = run(doc(num_requests=20, rate_per_s=200.0))
     records = result.raw.records
+    assert isinstance(records, RequestTable)  # not disaggregated: the run's columns
     columns = request_columns(records)  # what servesim run writes (parquet / csv)
     frame = result.requests
     for part in PARTS:

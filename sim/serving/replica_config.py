@@ -56,7 +56,8 @@ class FrontendConfig(BaseModel):
 
     def way_in_s(self, num_prompt_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """Each request's way in (s): from its arrival to its queueing at the engine."""
-        return self.way_in_s_per_request + self.tokenize_s_per_token * num_prompt_tokens
+        per_token = np.asarray(self.tokenize_s_per_token * num_prompt_tokens, dtype=np.float64)
+        return self.way_in_s_per_request + per_token
 
     def way_in_one_s(self, num_prompt_tokens: int) -> float:
         """``way_in_s`` of one request (the same float operations)."""
