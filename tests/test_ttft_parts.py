@@ -167,3 +167,14 @@ def test_a_bad_frontend_value_is_one_line_naming_the_field(value: object, proble
 def test_an_unknown_frontend_field_is_named() -> None:
     with pytest.raises(ConfigError, match=r"frontend\.way_in_s\b"):
         scenario_from_dict(doc({"way_in_s": 0.01}), "chat.yaml")
+
+
+def test_undefined_parts_print_as_not_available() -> None:
+    summary = {
+        "mean_ttft_ms": None,
+        **{f"{stat}_ttft_{part}_ms": None for stat in ("mean", "median") for part in ("way_in",)},
+    }
+    printed = format_summary_table(summary).splitlines()
+    assert "Way in (ms, mean / median):" in printed[-2] and printed[-2].endswith("n/a / n/a")
+    # No summary parts, no section (a measured run's summary).
+    assert "TTFT by Part" not in format_summary_table({"mean_ttft_ms": 1.0})

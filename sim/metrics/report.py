@@ -178,16 +178,19 @@ def _banner(text: str, fill: str) -> str:
     return "{s:{c}^{n}}".format(s=text, c=fill, n=_WIDTH)
 
 
-def _line(label: str, value: object, decimals: int = 2) -> str:
+def _text(value: object, decimals: int = 2) -> str:
+    """A value as the result block prints it (``n/a`` when undefined)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        text = "n/a"
-    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
-        text = str(value)
-    elif isinstance(value, float | np.floating):
-        text = f"{value:.{decimals}f}"
-    else:
-        text = str(value)
-    return f"{label:<40} {text}"
+        return "n/a"
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float | np.floating):
+        return f"{value:.{decimals}f}"
+    return str(value)
+
+
+def _line(label: str, value: object, decimals: int = 2) -> str:
+    return f"{label:<40} {_text(value, decimals)}"
 
 
 def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[str, str]]:
@@ -252,9 +255,9 @@ def _ttft_parts_lines(summary: Mapping[str, object]) -> list[str]:
     lines = []
     for column, name in TTFT_PARTS:
         part = column.removesuffix("_s")
-        mean, median = summary.get(f"mean_ttft_{part}_ms"), summary.get(f"median_ttft_{part}_ms")
         if f"mean_ttft_{part}_ms" in summary:
-            text = " / ".join(_line("", v).strip() for v in (mean, median))
+            mean, median = summary[f"mean_ttft_{part}_ms"], summary.get(f"median_ttft_{part}_ms")
+            text = f"{_text(mean)} / {_text(median)}"
             lines.append(_line(f"{name.capitalize()} (ms, mean / median):", text))
     if not lines:
         return []
