@@ -82,9 +82,12 @@ PLAYED = {
         max_num_batched_tokens=300, long_prefill_token_threshold=64
     ),
     "no chunked prefill": engine(chunked_prefill=False, max_num_batched_tokens=1024),
-    "tokenization and detokenization": engine(
+    "the way in and out": engine(
         frontend=FrontendConfig(
-            tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
+            way_in_s_per_request=3e-3,
+            tokenize_s_per_token=1.7e-5,
+            detokenize_s_per_token=2.3e-4,
+            output_step_s=0.0,
         )
     ),
 }

@@ -328,7 +328,12 @@ def test_run_point_measures_a_deterministic_service_time(tmp_path: Path) -> None
     from sim.planning.sweep_exec import run_point
     from sim.scenario import scenario_from_dict
 
-    frontend = {"tokenize_s_per_token": 0, "detokenize_s_per_token": 0, "output_step_s": 0}
+    frontend = {
+        "way_in_s_per_request": 0,
+        "tokenize_s_per_token": 0,
+        "detokenize_s_per_token": 0,
+        "output_step_s": 0,
+    }
     doc = {**BASE, "frontend": frontend}
     doc["workload"] = {**BASE["workload"], "output_tokens": {"kind": "fixed", "tokens": 10}}
     scenario = scenario_from_dict(doc).model_dump(mode="json")

@@ -27,12 +27,17 @@ from sim.hardware.specs import model_caveat
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
-from sim.metrics.stats import request_columns, summarize, with_request_metrics
+from sim.metrics.stats import (
+    request_columns,
+    summarize,
+    ttft_parts_summary,
+    with_request_metrics,
+)
 from sim.metrics.trace import trace_document, write_trace
 from sim.scenario import Scenario
 from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.frontend import Delivery
-from sim.serving.replica_config import ReplicaConfig
+from sim.serving.replica_config import FrontendConfig, ReplicaConfig
 from sim.serving.simulation import RawResult
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -266,6 +271,13 @@ def _policy_summary(requests: pd.DataFrame | RequestTable) -> dict[str, Any]:
     return out
 
 
+def frontend_summary(frontend: FrontendConfig) -> dict[str, Any]:
+    """summary.json ``frontend``: the server's way in and out as they ran, and
+    which of its values are the default estimates (docs/vllm-fidelity.md)
+    rather than the scenario's."""
+    return {**frontend.model_dump(), "estimated": frontend.estimated_fields()}
+
+
 def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: its summary (from the run's
     columns: no frame is built until asked for)."""
@@ -279,6 +291,8 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         **_policy_summary(records),
         **_layout_summary(scenario),
         **prefix_cache_summary(records),
+        **ttft_parts_summary(records),
+        frontend=frontend_summary(engine.frontend),
         servesim_version=sim.__version__,
         mode="simulated",
     )
