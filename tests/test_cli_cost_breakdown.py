@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Priced by the shipped aiconfigurator slice (kernel tables, no network).
 KERNELS = ROOT / "scenarios" / "public" / "rtxpro6000_llama31_8b.yaml"
 # Priced by the roofline (no H100 tables ship).
-ROOFLINE = ROOT / "scenarios" / "chat.yaml"
+ROOFLINE = ROOT / "scenarios" / "summarization.yaml"  # pins cost: roofline
 
 
 # -- the --step grammar ---------------------------------------------------------------

@@ -27,7 +27,7 @@ from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.specs import ModelArchitecture
+from sim.hardware.specs import ModelArchitecture, hardware_preset
 
 GPU = "tiny_gpu"
 VERSION = "1.0.0"
@@ -196,8 +196,9 @@ def test_nccl_latencies_are_seconds_and_sizes_bytes(artifact: KernelArtifact) ->
 
 @pytest.fixture
 def tp2(artifact: KernelArtifact) -> KernelCost:
-    # The GEMM-only dense path: no layer profile, no MoE (TINY is dense).
-    return KernelCost(TINY, artifact, tensor_parallel_size=2)
+    # The GEMM-only dense path: no layer profile, no MoE (TINY is dense). The tables'
+    # GPU is no preset: the memory-bound ops take an H100's bandwidth.
+    return KernelCost(TINY, artifact, tensor_parallel_size=2, hardware=hardware_preset("h100"))
 
 
 def test_tp2_shapes_are_per_gpu() -> None:
@@ -225,10 +226,14 @@ def test_tp2_dense_layer_by_hand(tp2: KernelCost) -> None:
     # 8 tokens on each GPU: QKV (8, 64, 64) 0.011 + O (8, 64, 32) 0.022 + gate+up
     # (8, 128, 64) 0.033 + down (8, 64, 64) 0.011 = 0.077 ms of GEMMs; two all-reduces
     # of 8 tokens x 64 x 2 bytes = 1024 bytes, 0.005 ms each: 0.087 ms.
-    assert tp2.dense_layer_s(8) == pytest.approx(0.087e-3, rel=1e-12)
+    # Plus the memory-bound ops (norms, activation, rotary, KV write: priced from
+    # bytes and bandwidth, checked by hand in test_cost_kernels_memory_ops).
+    memory = tp2._memory
+    assert memory is not None
+    assert tp2.dense_layer_s(8) == pytest.approx(0.087e-3 + memory.layer_s(8.0), rel=1e-12)
     # One token: 0.010 + 0.020 + 0.030 + 0.010 ms, two all-reduces of 128 bytes, below
     # the smallest timed message (512): the first point's value, 0.004 ms each.
-    assert tp2.dense_layer_s(1) == pytest.approx(0.078e-3, rel=1e-12)
+    assert tp2.dense_layer_s(1) == pytest.approx(0.078e-3 + memory.layer_s(1.0), rel=1e-12)
 
 
 def test_tp2_decode_attention_by_hand(tp2: KernelCost) -> None:
