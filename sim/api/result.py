@@ -29,6 +29,7 @@ from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, re
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import (
     request_columns,
+    sample_notes,
     summarize,
     ttft_parts_summary,
     with_request_metrics,
@@ -295,6 +296,7 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         frontend=frontend_summary(engine.frontend),
         servesim_version=sim.__version__,
         mode="simulated",
+        **sample_notes(records),
     )
     if scenario.cluster is not None:
         summary.update(cluster_summary(records, scenario.cluster))

@@ -245,6 +245,10 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
         lines += [_line(label, summary[key]) for label, key in rows]
         if metric == "ttft":
             lines += _ttft_parts_lines(summary)
+    caveats = summary.get("caveats")
+    if isinstance(caveats, list) and caveats:
+        lines.append(_banner("Caveats", "-"))
+        lines += [f"CAVEAT: {text}" for text in caveats]
     lines.append("=" * _WIDTH)
     return "\n".join(lines)
 

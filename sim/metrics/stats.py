@@ -223,3 +223,41 @@ def summarize(
     summary |= itl
     summary |= latency_stats_ms("e2el", ok["e2el_s"], None, percentiles)
     return summary
+
+
+def sample_notes(
+    requests: pd.DataFrame | RequestTable, percentiles: Sequence[float] = (90, 99)
+) -> dict[str, Any]:
+    """How many samples ``summarize``'s per-request statistics rest on
+    (``num_<metric>_samples``) and the ``caveats`` that follow: summary.json's
+    keys beside vLLM's, which the printout shows under the result block."""
+    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
+    done = completed_mask(requests)
+    columns = latency_columns(requests)
+    counts = {m: int(np.isfinite(columns[f"{m}_s"][done]).sum()) for m in ("ttft", "tpot", "e2el")}
+    notes: dict[str, Any] = {f"num_{metric}_samples": n for metric, n in counts.items()}
+    notes["caveats"] = percentile_caveats(counts, percentiles)
+    return notes
+
+
+# A percentile q rests on about n (1 - q) samples beyond it: with fewer than one it
+# is the sample's maximum; with fewer than this many it is noisy (a caveat either way).
+MIN_TAIL_SAMPLES = 10
+
+
+def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) -> list[str]:
+    """What each per-request percentile rests on, where that is too little to read
+    it as exact (``counts``: finite samples per metric): summary.json's ``caveats``,
+    printed under the result block."""
+    out = []
+    for metric, n in counts.items():
+        for p in percentiles:
+            beyond = n * (1.0 - p / 100.0)
+            key = f"p{p:g}_{metric}_ms"
+            if n == 0 or beyond >= MIN_TAIL_SAMPLES:
+                continue
+            if beyond < 1.0:
+                out.append(f"{key} from {n} sample(s) is their maximum, not a percentile")
+            else:
+                out.append(f"{key} rests on {n} samples, about {beyond:.0f} beyond it: noisy")
+    return out
