@@ -134,8 +134,11 @@ def test_hardware_without_a_database_name_needs_cost_gpu() -> None:
     with pytest.raises(ConfigError, match=r"cost\.gpu: hardware 'rtx-4090' has no aiconfigurator"):
         build_cost_model(KernelsCostConfig(data_dir=str(AIC_DATA)), LLAMA, RTX4090)
     explicit = KernelsCostConfig(data_dir=str(AIC_DATA), gpu="rtx_pro_6000_server")
+    with pytest.raises(ConfigError, match="measured on rtx_pro_6000_server"):
+        build_cost_model(explicit, LLAMA, RTX4090)
+    what_if = explicit.model_copy(update={"allow_other_gpu": True})
     with pytest.warns(UserWarning, match="measured on rtx_pro_6000_server"):
-        assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
+        assert isinstance(build_cost_model(what_if, LLAMA, RTX4090), KernelCost)
 
 
 def test_models_of_another_dtype_than_the_tables_are_refused() -> None:
@@ -408,12 +411,15 @@ def test_auto_picks_kernel_tables_for_an_inline_rtx_pro_6000_scenario() -> None:
     assert result.summary["median_tpot_ms"] > 9.0
 
 
-def test_tables_of_another_gpu_are_warned_about() -> None:
+def test_tables_of_another_gpu_are_refused_unless_asked_for() -> None:
     config = KernelsCostConfig(source="path", artifact=PROFILE_4090)
-    with pytest.warns(
-        UserWarning, match="measured on RTX4090, the scenario's hardware is rtx-pro-6000"
+    with pytest.raises(
+        ConfigError, match="measured on RTX4090, the scenario's hardware is rtx-pro-6000: they"
     ):
         build_cost_model(config, LLAMA, PRO)
+    what_if = config.model_copy(update={"allow_other_gpu": True})
+    with pytest.warns(UserWarning, match=r"hardware is rtx-pro-6000 \(cost.allow_other_gpu\)"):
+        build_cost_model(what_if, LLAMA, PRO)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_cost_model(config, LLAMA, RTX4090)  # the right GPU: silent

@@ -77,6 +77,9 @@ class KernelsCostConfig(BaseModel):
     data_dir: str | None = None
     artifact: str | None = None
     architecture: str | None = None
+    # Price the scenario's GPU with tables measured on another (a what-if): refused
+    # unless asked for, since the answer is then about the other GPU's kernels.
+    allow_other_gpu: bool = False
     step_overhead_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = DEFAULT_STEP_OVERHEAD_S
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
@@ -148,10 +151,16 @@ def build_kernels(
     measured_on = artifact.provenance.gpu
     expected = SOURCE_GPU_NAMES.get(hardware.name)
     if expected is not None and measured_on not in expected:
-        # Allowed (e.g. to compare GPUs), but the tables then price another GPU.
+        if not config.allow_other_gpu:
+            raise ConfigError(
+                f"cost: kernel tables measured on {measured_on}, the scenario's hardware is "
+                f"{hardware.name}: they would price another GPU's kernels (set "
+                "cost.allow_other_gpu: true for that what-if)"
+            )
+        # Asked for (e.g. to compare GPUs): said again, as the answer is the other GPU's.
         warnings.warn(
             f"cost: kernel tables measured on {measured_on}, the scenario's hardware is "
-            f"{hardware.name}",
+            f"{hardware.name} (cost.allow_other_gpu)",
             UserWarning,
             stacklevel=2,
         )
