@@ -41,7 +41,7 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     (the figures by ``worker`` when given)."""
     from sim import api
     from sim.metrics.out_path import check_out_dir
-    from sim.metrics.report import format_summary_table, rejection_warning
+    from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
@@ -57,6 +57,9 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         source=str(Path(args.scenario)),
     )
     elapsed_s = time.perf_counter() - started
+    nothing = all_rejected_error(result.raw.records)
+    if nothing is not None and not args.allow_all_rejected:
+        raise ConfigError(nothing)
     rejected = rejection_warning(result.raw.records)  # before any frame is built
     if rejected is not None:
         print(f"servesim: warning: {rejected}", file=sys.stderr)
@@ -115,6 +118,12 @@ def add_parsers(subparsers: Subparsers) -> None:
         type=int,
         metavar="N",
         help="requests in trace.json: the first N (default 100)",
+    )
+    run.add_argument(
+        "--allow-all-rejected",
+        action="store_true",
+        help="write a run whose every request was rejected (an error otherwise: it measures "
+        "nothing)",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.add_argument(

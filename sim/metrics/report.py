@@ -275,6 +275,21 @@ def _ttft_parts_lines(summary: Mapping[str, object]) -> list[str]:
 MOST_REJECTED_SHARE = 0.5  # warn when at least this share of the requests was rejected
 
 
+def all_rejected_error(requests: pd.DataFrame | RequestTable) -> str | None:
+    """The error of a run whose every request was rejected (its summary measures
+    nothing), naming the count and the first reason; None otherwise."""
+    if len(requests) == 0 or "rejection_reason" not in requests:
+        return None
+    rejected = rejected_mask(requests)
+    if not rejected.all():
+        return None
+    first = np.asarray(requests["rejection_reason"])[rejected][0]
+    return (
+        f"every request ({len(requests)}) was rejected as never servable, so the run measures "
+        f"nothing; the first: {first} (--allow-all-rejected writes it anyway)"
+    )
+
+
 def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:
     """A one-line warning with the count and the first reason, when most were rejected.
 
