@@ -256,3 +256,22 @@ def test_ctrl_c_keeps_what_completed_and_marks_the_run_partial(tmp_path: Path) -
     assert requests.loc[done, "error"].isna().all() and requests.loc[~done, "error"].notna().all()
     assert stopped.sum() >= 2  # the two hanging requests at least
     assert json.loads((out / "run.json").read_text())["partial"] is True
+
+
+def test_a_partial_measurement_exits_non_zero_unless_failures_are_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = ["measure", str(SCENARIO), "-q", "--set", "workload.duration_s=1"]
+    line += ["--set", "workload.arrival.rate_per_s=8"]  # several requests, every other a 500
+    with FakeServer(behaviours=("ok", "500")) as server:
+        code = cli_main([*line, "--endpoint", server.url, "--out", str(tmp_path / "a")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    num_failed, completed = summary["num_failed"], summary["completed"]
+    assert num_failed >= 1 and completed >= 1  # kept, with the failures counted
+    assert f"{num_failed} of {num_failed + completed} requests failed (HTTP 500" in err
+    assert "--allow-failures" in err
+    with FakeServer(behaviours=("ok", "500")) as server:
+        argv = [*line, "--endpoint", server.url, "--out", str(tmp_path / "b"), "--allow-failures"]
+        assert cli_main(argv) == 0

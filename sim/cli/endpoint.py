@@ -39,6 +39,11 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--no-ignore-eos", action="store_true", help="do not send ignore_eos (vLLM's extension)"
     )
+    group.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 although some requests failed (the folder records them either way)",
+    )
 
 
 def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
@@ -83,4 +88,15 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
     if s["completed"] == 0 and len(work.arrival_s):
         first = next(iter(s["failures"]), "no request completed")
         raise ConfigError(f"--endpoint {s['endpoint']}: no request completed ({first})")
+    num_failed = int(s.get("num_failed") or 0)
+    # A run stopped on purpose (Ctrl-C, --max-duration-s) is partial by the user's
+    # choice and says so; one that ran to its end with failures is not the scenario's.
+    if num_failed and s.get("status") == "complete" and not args.allow_failures:
+        # A partial measurement is not the scenario's: exit non-zero, the data kept.
+        first = next(iter(s["failures"]), "")
+        raise ConfigError(
+            f"--endpoint {s['endpoint']}: {num_failed} of {len(work.arrival_s)} requests failed "
+            f"({first}); what completed is in {out}/ with the failures recorded "
+            "(--allow-failures exits 0)"
+        )
     return out
