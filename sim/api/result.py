@@ -26,6 +26,7 @@ from sim.hardware.quantization import dtype_name
 from sim.hardware.specs import model_caveat
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
+from sim.metrics.out_path import staged, unstaged
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
 from sim.metrics.stats import (
     request_columns,
@@ -161,27 +162,32 @@ class Result:
     ) -> list[Path]:
         """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``.
 
+        All or nothing (``sim.metrics.out_path.staged``): written apart, moved in
+        when every file is complete.
+
         ``plots=False``: no figure (a caller drawing them apart, from ``figure_job``).
         The tables are written from the run's columns, without pandas, unless the
         records are a frame already (a disaggregated run).
         """
         raw = self.raw
         records = raw.records
-        written = write_outputs(
-            out_dir,
-            request_columns(records) if isinstance(records, RequestTable) else self.requests,
-            # Expanded to one row per step only when written (tens of millions of rows).
-            raw.step_table.columns() if write_steps else {},
-            raw.series,
-            self.summary,
-            write_steps=write_steps,
-            plots=False,
-        )
-        if plots:
-            written += draw_figures(self.figure_job(out_dir))
-        if trace:
-            written.append(write_trace(Path(out_dir) / "trace.json", self.trace()))
-        return written
+        out = Path(out_dir)
+        with staged(out) as stage:  # all files or none (an interrupted write removes them)
+            written = write_outputs(
+                stage,
+                request_columns(records) if isinstance(records, RequestTable) else self.requests,
+                # Expanded to one row per step only when written (tens of millions of rows).
+                raw.step_table.columns() if write_steps else {},
+                raw.series,
+                self.summary,
+                write_steps=write_steps,
+                plots=False,
+            )
+            if plots:
+                written += draw_figures(self.figure_job(stage))
+            if trace:
+                written.append(write_trace(stage / "trace.json", self.trace()))
+        return unstaged(written, stage, out)
 
     def figure_job(self, out_dir: str | Path) -> FigureJob:
         """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``).

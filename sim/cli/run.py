@@ -40,7 +40,8 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     """Check the scenario and --out, simulate, print the summary, write the files
     (the figures by ``worker`` when given)."""
     from sim import api
-    from sim.metrics.out_path import check_out_dir
+    from sim.cli.figures import FigureError
+    from sim.metrics.out_path import check_out_dir, staged, unstaged
     from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
     from sim.scenario import load_scenario
 
@@ -75,10 +76,19 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     if worker is None:
         paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     else:
-        out.mkdir(parents=True, exist_ok=True)
-        worker.submit(result.figure_job(out))  # drawn there while the tables are written here
-        paths = result.write(out, write_steps=args.write_steps, trace=args.trace, plots=False)
-        paths += worker.finish()
+        failed: FigureError | None = None
+        with staged(out) as stage:  # the figures too: all files or none
+            # Drawn there while the tables are written here.
+            worker.submit(result.figure_job(stage))
+            paths = result.write(stage, write_steps=args.write_steps, trace=args.trace, plots=False)
+            try:
+                paths += worker.finish()
+            except FigureError as error:
+                # A bug in the figures, not in the run: its complete tables still land.
+                failed = error
+        paths = unstaged(paths, stage, out)
+        if failed is not None:
+            raise failed
     accelerator = f" ({result.raw.accelerator})" if result.raw.accelerator else ""
     print(
         f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s{accelerator};"

@@ -11,13 +11,22 @@ those of the same name and the rest stay beside them.
 The check creates nothing: it probes the nearest existing folder on the path
 with a temporary directory, which also catches read-only file systems where
 permission bits say nothing (e.g. when running as root).
+
+:func:`staged` makes writing a run's files all or nothing: they are written
+into a hidden folder inside ``--out`` and moved into place only once every one
+is complete (``summary.json`` last), so an interrupted write (Ctrl-C, a full
+disk) leaves no truncated file beside a complete summary: the hidden folder is
+removed and the folder holds what it held before.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sim.errors import ConfigError
@@ -79,3 +88,32 @@ def check_out_file(path: str | Path, option: str = "--out") -> bool:
         print(f"servesim: note: {path} exists and will be replaced", file=sys.stderr)
         return True
     return False
+
+
+LAST_MOVED = "summary.json"  # moved last: its presence says the rest is complete
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A hidden folder in ``out`` to write into (module docstring); its files move
+    to the same names in ``out`` when the block ends, or are removed if it raises."""
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
+    try:
+        yield stage
+        files = sorted((p for p in stage.rglob("*") if p.is_file()), key=_move_order)
+        for path in files:
+            target = out / path.relative_to(stage)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_order(path: Path) -> tuple[bool, str]:
+    return path.name == LAST_MOVED, str(path)
+
+
+def unstaged(paths: list[Path], stage: Path, out: Path) -> list[Path]:
+    """Where ``paths`` written under ``stage`` are once ``staged`` moved them to ``out``."""
+    return [out / Path(p).relative_to(stage) for p in paths]
