@@ -306,26 +306,40 @@ def test_cpu_validation_holds_and_a_cost_model_off_by_1_5x_fails(tmp_path: Path)
     machine. A phase that lost the core to another process is run once more; if
     it lost it again while other processes wanted more cores than the machine
     has (1-minute load average above the core count), the test skips, saying so
-    with the CPU shares, loads and errors: such timings measure the neighbours.
+    with the CPU shares, loads and errors: such timings measure the neighbours. In
+    CI (``CI`` set) it never skips: it tries up to four times, then fails with
+    those figures, so a busy CI cannot silently drop the only end-to-end validation.
     A host whose speed drifts between calibrating and measuring (seen in full
     suites on a shared VM: -32 % in one run, the 1.5x model at only +33 % in another)
     can spoil one attempt, so a failed attempt is made once more from scratch;
     both must miss for the test to fail, and a wrong model misses both.
     """
     outcomes = []
-    for attempt in range(2):
+    # In CI this is the only end-to-end validation: a busy machine gets more tries
+    # there, and then fails loudly with its load figures instead of skipping.
+    in_ci = bool(os.environ.get("CI"))
+    attempts, num_busy = (4 if in_ci else 2), 0
+    for attempt in range(attempts):
         outcome = _validation_attempt(tmp_path / f"attempt-{attempt}")
         good, bad, machine, busy = outcome
         if busy:
             # Twice in a row other processes wanted more cores than the machine has:
             # the timings measure them, not the model, so there is nothing to validate.
-            pytest.skip(
+            num_busy += 1
+            why = (
                 f"the machine was too busy to time a model on one core: {machine}; "
                 f"p50 TTFT and TPOT errors {good}, 1.5x model {bad}"
             )
+            if not in_ci:
+                pytest.skip(why)
+            if attempt == attempts - 1:
+                pytest.fail(f"CI could not give the validation a core in {num_busy} tries: {why}")
+            continue
         outcomes.append(outcome[:3])
         if all(abs(e) <= TOLERANCE_PCT for e in good) and any(abs(e) > TOLERANCE_PCT for e in bad):
             return
+        if len(outcomes) == 2:
+            break
     # Both attempts (each a fresh calibration and measurement) missed: a drift of
     # the host between calibrating and measuring can spoil one, rarely two.
     raise AssertionError(f"(good errors, 1.5x errors, machine) per attempt: {outcomes}")
