@@ -35,7 +35,6 @@ from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
     AICONFIGURATOR_GPUS,
-    DEFAULT_STEP_OVERHEAD_S,
     HF_CONFIGS,
     MODEL_SPEC_ALIASES,
     SOURCE_GPU_NAMES,
@@ -73,7 +72,6 @@ class KernelsCostConfig(BaseModel):
     data_dir: str | None = None
     artifact: str | None = None
     architecture: str | None = None
-    step_overhead_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = DEFAULT_STEP_OVERHEAD_S
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
@@ -162,7 +160,6 @@ def build_kernels(
         artifact,
         tensor_parallel_size=p.tensor_parallel_size,
         pipeline_parallel_size=p.pipeline_parallel_size,
-        step_overhead_s=config.step_overhead_s,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
     )

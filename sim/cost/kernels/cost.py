@@ -4,7 +4,8 @@ The step formula, how a prefill of equal chunks is priced and what ``pp``
 adds are in ``docs/kernels.md`` ("The step formula"). Dense ops come from a
 per-layer profile (``ops.ProfileDense``) when the artifact has one, else from
 the GEMM table at vLLM's per-GPU shapes (``ops``), which leaves out the
-elementwise ops (a few µs per layer, absorbed by ``step_overhead_s``). With
+elementwise ops (a few µs per layer). The GPU's work only: the engine's CPU
+work per step is ``sim.cost.engine_cpu``'s. With
 ``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
 expert-parallel group (``expert_parallel``).
 """
@@ -35,7 +36,7 @@ from sim.cost.kernels.tables import (
 )
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
-from sim.hardware.specs import DEFAULT_STEP_OVERHEAD_S, ModelArchitecture
+from sim.hardware.specs import ModelArchitecture
 
 
 class KernelCost:
@@ -47,7 +48,6 @@ class KernelCost:
         artifact: KernelArtifact,
         tensor_parallel_size: int = 1,
         pipeline_parallel_size: int = 1,
-        step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
         link: LinkSpec | None = None,
         expert_parallel_size: int = 1,
     ) -> None:
@@ -57,7 +57,6 @@ class KernelCost:
         check_expert_parallel(arch, self.ep, self.tp)
         if self.pp > arch.num_layers:
             raise ConfigError(f"pipeline_parallel_size {self.pp} > {arch.num_layers} layers")
-        self.step_overhead_s = step_overhead_s
         self.link = link if link is not None else link_preset("nvlink4")
         try:
             self.shapes: LayerShapes = layer_shapes(arch, self.tp)
@@ -224,7 +223,7 @@ class KernelCost:
             + self.decode_attention_s(shape.num_decode_seqs, shape.num_decode_context_tokens)
         )
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        return self.step_overhead_s + self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
+        return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
         if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
@@ -233,11 +232,7 @@ class KernelCost:
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
         attention = self._decode_attn.many(float(num_seqs), contexts / num_seqs)
         layer = self.dense_layer_s(num_seqs) + 0.0 + attention
-        out: FloatArray = (
-            self.step_overhead_s
-            + self.arch.num_layers * layer
-            + self.per_step_s(num_seqs, num_seqs)
-        )
+        out: FloatArray = self.arch.num_layers * layer + self.per_step_s(num_seqs, num_seqs)
         return out
 
     def decode_durations_s(
@@ -252,12 +247,12 @@ class KernelCost:
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
-        per_step_s, overhead_s = self.per_step_s(num_seqs, num_seqs), self.step_overhead_s
+        per_step_s = self.per_step_s(num_seqs, num_seqs)
         num_layers, attention = self.arch.num_layers, self._decode_attn
         j = 0
         while True:  # decode_steps_s's operations, in its order
             layer = dense_s + 0.0 + attention(seqs, (context_tokens + j * num_seqs) / num_seqs)
-            yield overhead_s + num_layers * layer + per_step_s
+            yield num_layers * layer + per_step_s
             j += 1
 
     def __repr__(self) -> str:
