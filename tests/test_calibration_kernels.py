@@ -56,7 +56,7 @@ def test_provenance_names_this_machine_and_the_model(artifact_path: Path) -> Non
 
 def test_a_kernel_cost_prices_steps_from_them(artifact_path: Path) -> None:
     artifact = load_kernel_artifact(artifact_path)
-    cost = KernelCost(ARCH, artifact, step_overhead_s=0.0)
+    cost = KernelCost(ARCH, artifact)
     gemm = artifact.tables["gemm"]
     # One decode sequence: every GEMM at m = 1, straight from the table rows.
     one = gemm[gemm["m"] == 1].set_index(["n", "k"])["latency_s"]

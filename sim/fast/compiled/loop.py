@@ -566,6 +566,15 @@ def compile_run() -> Any:
     import numba
 
     jit = numba.njit(cache=True, nogil=True)
-    for name in ("_missing", "step_s", "first_step", "steps_within_pool", "decode_ends", "commit"):
+    for name in (
+        "_missing",
+        "cpu_s",
+        "with_cpu",
+        "step_s",
+        "first_step",
+        "steps_within_pool",
+        "decode_ends",
+        "commit",
+    ):
         globals()[name] = jit(globals()[name])
     return jit(run)
