@@ -125,7 +125,7 @@ def test_the_factory_wraps_gpu_only_models_and_nothing_else(tmp_path: Path) -> N
 def test_a_scenarios_own_cpu_work_on_a_whole_step_model_is_refused() -> None:
     given = EngineCpu(CPU_WORK, True, "engine.cpu", given=True)
     linear = LinearCostConfig(step_overhead_s=1e-3, per_decode_seq_s=1e-4)
-    with pytest.raises(ConfigError, match="engine.cpu: cost linear") as info:
+    with pytest.raises(ConfigError, match=r"engine\.cpu: cost linear") as info:
         build_cost_model(linear, LLAMA, H100, engine_cpu=given)
     assert "\n" not in str(info.value)
 
@@ -188,7 +188,7 @@ def test_version_spellings_of_a_known_minor(name: str) -> None:
     [("0.9.2", "'0.9.2' is not a version"), ("0.22", "known: 0.10, "), ("latest", "0.21")],
 )
 def test_an_unknown_version_is_one_line_naming_the_field(value: str, words: str) -> None:
-    with pytest.raises(ConfigError, match="engine.vllm_version") as info:
+    with pytest.raises(ConfigError, match=r"engine\.vllm_version") as info:
         scenario(vllm_version=value)
     assert words in str(info.value) and "\n" not in str(info.value)
 
@@ -210,5 +210,5 @@ def test_a_replayed_llmservingsim_run_takes_its_vllm_version() -> None:
 
 
 def test_every_version_has_a_cpu_estimate_and_the_newest_is_the_default() -> None:
-    assert NEWEST == max(VERSIONS, key=lambda name: tuple(map(int, name.split("."))))
+    assert max(VERSIONS, key=lambda name: tuple(map(int, name.split(".")))) == NEWEST
     assert all(isinstance(v.cpu, EngineCpuConfig) for v in VERSIONS.values())
