@@ -37,7 +37,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
+from sim.cost.base import CostModel, Durations, FloatArray, StepShape, no_decode_run
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
@@ -92,7 +92,17 @@ class EngineCpuCost:
     the bit (``sim.fast.compiled.loop.step_s`` mirrors them too).
     """
 
-    __slots__ = ("_non_overlapped_s", "_per_seq_s", "_per_step_s", "_per_token_s", "cpu", "gpu")
+    __slots__ = (
+        "_gpu_durations_s",
+        "_gpu_step_s",
+        "_non_overlapped_s",
+        "_overlapped",
+        "_per_seq_s",
+        "_per_step_s",
+        "_per_token_s",
+        "cpu",
+        "gpu",
+    )
 
     def __init__(self, gpu: CostModel, cpu: EngineCpu) -> None:
         self.gpu = gpu
@@ -102,6 +112,10 @@ class EngineCpuCost:
         self._per_seq_s = config.per_seq_s
         self._per_token_s = config.per_token_s
         self._non_overlapped_s = config.non_overlapped_s
+        self._overlapped = cpu.overlapped
+        # Looked up once: step_s runs millions of times a run.
+        self._gpu_step_s = gpu.step_s
+        self._gpu_durations_s: Durations | None = getattr(gpu, "decode_durations_s", None)
 
     @property
     def overlapped(self) -> bool:
@@ -119,9 +133,14 @@ class EngineCpuCost:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        gpu = self.gpu.step_s(shape)
-        cpu = self._cpu_s(shape.num_prefill_seqs + shape.num_decode_seqs, tokens)
-        if self.cpu.overlapped:
+        gpu = self._gpu_step_s(shape)
+        # _cpu_s inlined (the same operations): a call costs more than the sum.
+        cpu = (
+            self._per_step_s
+            + self._per_seq_s * (shape.num_prefill_seqs + shape.num_decode_seqs)
+            + self._per_token_s * tokens
+        )
+        if self._overlapped:
             # A conditional expression, not max(): the compiled loop's operations.
             return self._non_overlapped_s + (gpu if gpu > cpu else cpu)
         return self._non_overlapped_s + cpu + gpu
@@ -132,7 +151,7 @@ class EngineCpuCost:
         gpu = self.gpu.decode_steps_s(num_seqs, context_tokens, num_steps)
         cpu = self._cpu_s(num_seqs, num_seqs)
         out: FloatArray
-        if self.cpu.overlapped:
+        if self._overlapped:
             out = self._non_overlapped_s + np.maximum(gpu, cpu)
         else:
             out = (self._non_overlapped_s + cpu) + gpu
@@ -144,9 +163,10 @@ class EngineCpuCost:
         """``decode_steps_s``'s durations one at a time, each priced when taken
         (``sim.cost.base``: none past a run's cut), from the GPU model's own lazy
         durations when it has them."""
-        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
+        if not (num_seqs > 0 and context_tokens >= 0 and num_steps >= 0):  # the usual run: no call
+            no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
             return repeat(0.0)  # steps of no sequence take no time
-        lazy = getattr(self.gpu, "decode_durations_s", None)
+        lazy = self._gpu_durations_s
         gpu: Iterable[float] = (
             lazy(num_seqs, context_tokens, num_steps)
             if lazy is not None
@@ -156,7 +176,7 @@ class EngineCpuCost:
 
     def _durations(self, gpu_s: Iterable[float], cpu: float) -> Iterator[float]:
         serial_s = self._non_overlapped_s
-        if self.cpu.overlapped:
+        if self._overlapped:
             for gpu in gpu_s:  # step_s's operations, in its order
                 yield serial_s + (gpu if gpu > cpu else cpu)
         else:
