@@ -74,7 +74,12 @@ def checked_dtype(args: argparse.Namespace) -> DtypeName:
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help=f"preset: {', '.join(MODEL_PRESETS)}")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help=f"preset: {', '.join(MODEL_PRESETS)}; with --from-run, whatever a scenario's "
+        "model: accepts (a preset, a config.json path, an inline spec in YAML flow style)",
+    )
     add_torch_arguments(parser)
     parser.add_argument("--grid", choices=GRIDS, default="default", help=GRID_HELP)
     parser.add_argument("--fit", choices=("piecewise", "linear"), default="piecewise")

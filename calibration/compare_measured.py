@@ -28,7 +28,7 @@ from sim.errors import ConfigError
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
-from sim.validation.match import RunFacts, check_run
+from sim.validation.match import RunFacts, check_run, imported_engine_settings
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -73,9 +73,16 @@ def speed_ratio(probes: list[object], cost: CostModel) -> float | None:
 DRIFT_FACT = "machine speed vs calibration (probe; >1 = slower)"
 
 
-def load_measured(path: str | Path) -> MeasureFolder:
+def load_measured(
+    path: str | Path, assume_device: str | None = None, assume_model: str | None = None
+) -> MeasureFolder:
     """A ``servesim measure`` folder, or a run in any format ``servesim import-run`` reads
-    (then with a summary made of what it records, and no step log)."""
+    (then with a summary made of what it records, and no step log).
+
+    ``assume_device`` / ``assume_model`` stand for what an imported run does not
+    record (``validate --assume-device``): a run naming neither cannot be checked
+    against a scenario (``sim.validation.match``). A run that records them keeps its own.
+    """
     folder = Path(path)
     if (folder / "summary.json").exists():
         try:
@@ -93,12 +100,14 @@ def load_measured(path: str | Path) -> MeasureFolder:
         ) from None
     run = import_run(folder, fmt)
     engine = run.meta.get("engine") or {}
+    model = engine.get("model") if isinstance(engine.get("model"), str) else None
     summary = {
         "format": run.meta["format"],
         "completed": len(run.requests),
-        "device_name": engine.get("device_name"),
-        "model": engine.get("model") if isinstance(engine.get("model"), str) else None,
+        "device_name": engine.get("device_name") or assume_device,
+        "model": model or assume_model,
         "num_failed": run.meta.get("num_failed", 0),
+        "engine_settings": imported_engine_settings(engine),
     }
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 

@@ -169,8 +169,13 @@ async def _generate(request: web.Request, kind: str) -> web.StreamResponse:
             await response.write(_sse({**usage, "usage": _usage(event)}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-    except (ConnectionResetError, asyncio.CancelledError):
-        engine.abort(request_id)  # the client went away: stop generating for it
+    except ConnectionResetError:
+        # The client hung up mid-stream (aiohttp: "Cannot write to closing
+        # transport"): its right, not a server error. Stop generating for it and
+        # end the handler quietly; raising would make aiohttp log a traceback.
+        engine.abort(request_id)
+    except asyncio.CancelledError:
+        engine.abort(request_id)  # the server is shutting down: let cancellation run
         raise
     return response
 

@@ -37,7 +37,7 @@ from sim.api import core_config_for, summary_header
 from sim.errors import ConfigError
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import summarize, with_request_metrics
+from sim.metrics.stats import sample_notes, summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.predict import token_gaps_s, with_request_spec
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
@@ -175,6 +175,7 @@ def measure(
         summarize(run.requests, run.core_steps, run.extra_itl_s, scenario.slo)
     )
     summary |= latency_stats_ms("itl", token_gaps_s(run.tokens))
+    summary |= sample_notes(run.requests)
     steps = run.steps
     forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None
@@ -196,8 +197,6 @@ def measure(
         torch_version=torch.__version__,
         python=platform.python_version(),
         sampling=sampling.model_dump(),
-        model=scenario.model.name,
-        hardware=scenario.hardware.name,  # servesim validate checks both against its scenario
         # On CPU: the share of the forward passes' wall time this thread was
         # running (1.0 = the core was ours; lower = another process took it).
         forward_cpu_share=None if cuda else cpu_share,

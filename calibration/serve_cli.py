@@ -116,7 +116,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         print("no --measured run given: measuring first")
         measured_dirs = [str(_measure(args, out / "measured"))]
     scenario = load_scenario(args.scenario, args.set or ())
-    runs = [load_measured(d) for d in measured_dirs]
+    runs = [load_measured(d, args.assume_device, args.assume_model) for d in measured_dirs]
     overhead = load_measured(args.overhead_from) if args.overhead_from else None
     result = validate(
         scenario,
@@ -200,6 +200,16 @@ def add_parsers(subparsers: Any) -> None:
         action="append",
         metavar="FILE_OR_DIR",
         help="a measured run: a measure folder or any format import-run reads (twice: noise floor)",
+    )
+    validate.add_argument(
+        "--assume-device",
+        metavar="NAME",
+        help="the device an imported run ran on, when it does not say (e.g. rtx-4090)",
+    )
+    validate.add_argument(
+        "--assume-model",
+        metavar="NAME",
+        help="the model an imported run served, when it does not say",
     )
     validate.add_argument(
         "--overhead-from",

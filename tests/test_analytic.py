@@ -124,7 +124,12 @@ def md1_scenario(rate_per_s: float, num_requests: int, seed: int = 0) -> dict[st
         "seed": seed,
         "cost": {"kind": "linear", "per_prefill_seq_s": 0.01, "per_decode_seq_s": 0.01},
         "scheduler": {"kind": "continuous", "max_num_seqs": 1, "max_num_batched_tokens": 8192},
-        "frontend": {"tokenize_s_per_token": 0, "detokenize_s_per_token": 0, "output_step_s": 0},
+        "frontend": {
+            "way_in_s_per_request": 0,
+            "tokenize_s_per_token": 0,
+            "detokenize_s_per_token": 0,
+            "output_step_s": 0,
+        },
         "workload": {
             "kind": "synthetic",
             "num_requests": num_requests,

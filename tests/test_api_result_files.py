@@ -20,7 +20,16 @@ from sim.metrics.figure_draw import draw_prepared
 from sim.metrics.report import FigureJob, draw_figures, prepare_figures
 from sim.scenario import Scenario, scenario_from_dict
 
-HEADER_KEYS = ["scenario", "seed", "cost_model", "policy", "num_kv_blocks", "engine_settings"]
+HEADER_KEYS = [
+    "scenario",
+    "seed",
+    "model",
+    "hardware",
+    "cost_model",
+    "policy",
+    "num_kv_blocks",
+    "engine_settings",
+]
 
 
 def _scenario(num_requests: int = 50) -> Scenario:
@@ -56,6 +65,7 @@ def test_the_header_names_what_ran_in_a_fixed_order() -> None:
     header = summary_header(scenario, config, "measured")
     assert list(header) == HEADER_KEYS
     assert header["scenario"] == "header" and header["seed"] == 7
+    assert (header["model"], header["hardware"]) == (scenario.model.name, scenario.hardware.name)
     assert header["cost_model"] == "measured"
     assert header["policy"] == "continuous"
     assert header["num_kv_blocks"] == 300  # the scenario's own count
@@ -71,7 +81,8 @@ def test_a_simulated_summary_opens_with_the_header(result: Result) -> None:
     assert result.summary["cost_model"].startswith("roofline")
     # The header keys come first after the metrics, in the header's order.
     keys = list(result.summary)
-    assert keys[keys.index("scenario") : keys.index("scenario") + 6] == HEADER_KEYS
+    start = keys.index("scenario")
+    assert keys[start : start + len(HEADER_KEYS)] == HEADER_KEYS
 
 
 def test_the_header_is_one_object_on_the_api_face() -> None:

@@ -13,8 +13,9 @@ from sim.cli import main
 from sim.cost.base import StepShape
 from sim.cost.kernels.artifact import load_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.memory_ops import MemoryOps
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.specs import TINY_MODEL, from_model_spec
+from sim.hardware.specs import TINY_MODEL, from_model_spec, hardware_preset
 
 ARCH = from_model_spec(TINY_MODEL)
 
@@ -56,12 +57,17 @@ def test_provenance_names_this_machine_and_the_model(artifact_path: Path) -> Non
 
 def test_a_kernel_cost_prices_steps_from_them(artifact_path: Path) -> None:
     artifact = load_kernel_artifact(artifact_path)
-    cost = KernelCost(ARCH, artifact)
+    # The tables time no norm or activation: those come from this machine's bandwidth.
+    cpu = hardware_preset("cpu-2core")
+    cost = KernelCost(ARCH, artifact, hardware=cpu)
     gemm = artifact.tables["gemm"]
     # One decode sequence: every GEMM at m = 1, straight from the table rows.
     one = gemm[gemm["m"] == 1].set_index(["n", "k"])["latency_s"]
     shapes = layer_shapes(ARCH, 1)
     dense = sum(float(one[(n, k)]) for n, k in shapes.gemms.values())
+    dense += MemoryOps.build(
+        ARCH, shapes, cpu, activation_dtype_bytes=4.0, kv_dtype_bytes=4.0
+    ).layer_s(1.0)
     assert cost.dense_layer_s(1) == pytest.approx(dense, rel=1e-12)
     small = cost.step_s(StepShape(num_decode_seqs=1, num_decode_context_tokens=16))
     large = cost.step_s(StepShape.build([(64, 0)]))

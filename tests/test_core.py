@@ -370,7 +370,11 @@ def test_token_times_with_detokenization() -> None:
     doc = {
         "cost": {"kind": "linear", "per_prefill_token_s": 4.1e-5, "per_decode_seq_s": 2.9e-3},
         "engine": {"num_kv_blocks": 100},
-        "frontend": {"tokenize_s_per_token": 0.0, "detokenize_s_per_token": 2.3e-4},
+        "frontend": {
+            "way_in_s_per_request": 0.0,
+            "tokenize_s_per_token": 0.0,
+            "detokenize_s_per_token": 2.3e-4,
+        },
         "workload": {
             "kind": "synthetic",
             "num_requests": 3,

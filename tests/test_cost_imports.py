@@ -48,9 +48,10 @@ def test_a_scenario_leaves_the_kernel_table_tools_unimported() -> None:
 
 
 def test_a_run_on_the_roofline_leaves_the_kernel_cost_model_unimported() -> None:
-    # kind: auto looks for tables (their provenance only) and finds none for an H100.
+    # kind: auto looks for tables (their provenance only) and finds none for an L4.
     imported = _imported_after(
-        "import sim.api\nsim.api.run('scenarios/chat.yaml', progress=False).summary"
+        "import sim.api\n"
+        "sim.api.run('scenarios/chat.yaml', ['hardware=l4'], progress=False).summary"
     )
     assert "sim.cost.kernels.config" in imported and "sim.cost.roofline" in imported
     assert "sim.cost.kernels.cost" not in imported
@@ -72,9 +73,15 @@ def test_auto_candidates_build_no_tables(monkeypatch: pytest.MonkeyPatch) -> Non
 
     monkeypatch.setattr(artifact, "_load", refuse)
     llama = model_preset("llama-3-8b")
-    assert auto_candidates(llama, hardware_preset("h100")) == []
-    found = auto_candidates(llama, hardware_preset("rtx-pro-6000"))
-    assert [Path(str(c.artifact)).name.split("-")[0] for c in found] == [
+
+    def shipped(hardware: str) -> list[str]:
+        """The shipped candidates (the installed database, with gpu-data, comes first)."""
+        found = auto_candidates(llama, hardware_preset(hardware))
+        return [Path(str(c.artifact)).name for c in found if c.source == "path"]
+
+    assert auto_candidates(llama, hardware_preset("l4")) == []  # not even in the database
+    assert shipped("h100") == ["h100_sxm-vllm-0.24.0-llama-3.1-8b.json.gz"]
+    assert [name.split("-")[0] for name in shipped("rtx-pro-6000")] == [
         "rtx_pro_6000_server",
         "rtxpro6000",
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +20,7 @@ from sim.cost.kernels.artifact import (
     save_artifact,
 )
 from sim.cost.kernels.llmservingsim import import_profile, profile_artifact
-from sim.cost.kernels.slice import export_slice
+from sim.cost.kernels.slice import export_slice, slice_artifact
 from sim.errors import ConfigError
 from sim.hardware.specs import load_architecture
 
@@ -268,12 +269,11 @@ def test_export_slice_keeps_only_what_the_model_needs(tmp_path: Path) -> None:
     assert {16384, 51200} <= set(sliced.tables["gemm"]["n"])
 
 
-def test_export_slice_of_an_moe_model_keeps_its_expert_rows(tmp_path: Path) -> None:
+def test_export_slice_of_an_moe_model_keeps_its_expert_rows() -> None:
     arch = load_architecture("qwen3-30b-a3b")
-    path = export_slice(
-        GPU, arch, tmp_path / "m.json", data_dir=AIC_DATA, tensor_parallel_sizes=(1, 2)
-    )
-    moe = load_kernel_artifact(path).tables["moe"]
+    # The test database times Llama's head layouts only, so export_slice would refuse.
+    full = from_aiconfigurator(GPU, data_dir=AIC_DATA)
+    moe = slice_artifact(full, arch, tensor_parallel_sizes=(1, 2)).tables["moe"]
     assert len(moe) > 0
     assert set(moe["num_experts"]) == {128} and set(moe["tp_size"]) <= {1, 2}
     assert set(moe["ep_size"]) == {1}
@@ -320,3 +320,73 @@ def test_export_main_writes_a_slice_and_reports_errors(
         == 2
     )
     assert "no GPU 'h999'" in capsys.readouterr().err
+
+
+def test_export_refuses_a_model_whose_heads_the_tables_lack(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Qwen3-30B-A3B has 32 heads / 4 KV heads; the test database times 32/8 and 16/4."""
+    out = tmp_path / "q.json.gz"
+    argv = ["export-kernels", GPU, "qwen3-30b-a3b", "--out", str(out), "--data-dir", str(AIC_DATA)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "servesim: error: export-kernels: rtx_pro_6000_server vllm 0.24.0 has no prefill "
+        "attention (context_attention) for 32 heads / 4 KV heads / head_dim 128 per GPU "
+        "(qwen3-30b-a3b at tp 1)\n"
+    )
+    assert not out.exists()  # nothing written, not an empty table
+    # Llama-3.1-8B at tp 4 (8 heads / 2 KV heads per GPU): refused the same way.
+    assert main([*argv[:2], "llama-3.1-8b", *argv[3:], "--tp", "1", "4"]) == 2
+    assert "for 8 heads / 2 KV heads / head_dim 128 per GPU (llama-3.1-8b at tp 4)" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(("framework", "version"), [("sglang", "0.5.14"), ("trtllm", "1.3.0rc20")])
+def test_export_refuses_other_frameworks_in_one_line(
+    framework: str, version: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """aiconfigurator also times SGLang and TensorRT-LLM kernels (other kernel names,
+    no all-reduce ``backend`` column): servesim prices vLLM's and says so."""
+    data = tmp_path / "data"
+    shutil.copytree(AIC_DATA, data)
+    gemm = data / GPU / "gemm" / framework / version
+    gemm.mkdir(parents=True)
+    shutil.copy(AIC_DATA / GPU / "gemm" / "vllm" / "0.24.0" / "gemm_perf.parquet", gemm)
+    out = tmp_path / "s.json.gz"
+    argv = ["export-kernels", GPU, "llama-3.1-8b", "--out", str(out), "--data-dir", str(data)]
+    assert main([*argv, "--framework", framework]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and not out.exists()
+    assert f"framework {framework!r} is not supported ({GPU} has its tables" in err
+    with pytest.raises(ConfigError, match="reads only vllm's kernels"):
+        from_aiconfigurator(GPU, framework, data_dir=data)
+
+
+def test_attention_kernels_pair_prefill_and_decode_as_vllm_runs_them() -> None:
+    """Hopper: FA3 for both; Blackwell's vLLM 0.24 tables: FlashInfer's TRT-LLM prefill
+    and decode kernels; A100's vLLM 0.14 tables: ``vllm_flash_attn``, no window column."""
+
+    def table(*kernels: str, window: bool = True) -> pd.DataFrame:
+        rows: dict[str, list[object]] = {
+            "kernel_source": list(kernels),
+            "kv_cache_dtype": ["bfloat16"] * len(kernels),
+            "beam_width": [1] * len(kernels),
+        }
+        return pd.DataFrame({**rows, **({"window_size": [0] * len(kernels)} if window else {})})
+
+    hopper = table("vllm_flash_attn_fa4", "vllm_flash_attn_fa3")
+    assert aic._attention_kernels(hopper, hopper) == ("vllm_flash_attn_fa3",) * 2
+    b200_ctx = table("vllm_flashinfer_trtllmdecode", "vllm_flashinfer_trtllmprefill")
+    b200_gen = table("vllm_flashinfer_trtllmdecode")
+    assert aic._attention_kernels(b200_ctx, b200_gen) == (
+        "vllm_flashinfer_trtllmprefill",
+        "vllm_flashinfer_trtllmdecode",
+    )
+    old = table("vllm_flash_attn", window=False)
+    assert len(aic._full_bf16(old)) == 1  # no window column: full attention only
+    assert aic._attention_kernels(old, old) == ("vllm_flash_attn",) * 2
+    windowed = table("vllm_flash_attn_fa3").assign(window_size=128)
+    assert len(aic._full_bf16(windowed)) == 0
+    assert aic._attention_kernels(table("x"), table("x")) is None

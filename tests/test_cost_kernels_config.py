@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,9 +16,11 @@ from sim.cost.base import StepShape
 from sim.cost.config import (
     AutoCostConfig,
     CostConfig,
+    auto_choice,
     build_auto,
     build_cost_model,
 )
+from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels import aiconfigurator
 from sim.cost.kernels import config as kernels_config
 from sim.cost.kernels.artifact import (
@@ -31,18 +34,19 @@ from sim.cost.kernels.config import (
     architecture_for,
     auto_candidates,
     build_kernels,
-    kernel_auto,
+    kernel_auto_choice,
 )
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, link_preset
 from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset, model_preset
-from sim.scenario import scenario_from_dict
+from sim.scenario import load_scenario, scenario_from_dict
 
 AIC_DATA = Path(__file__).parent / "data" / "kernels" / "aic" / "systems" / "data"
 PRO = HARDWARE_PRESETS["rtx-pro-6000"]
 RTX4090 = HARDWARE_PRESETS["rtx-4090"]
+CPU = HARDWARE_PRESETS["cpu-2core"]
 LLAMA = model_preset("llama-3-8b")
 PRO_SLICE = "rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b"
 PROFILE_4090 = "rtx4090-vllm-0.19.0-llama-3.1-8b-tp1"
@@ -55,15 +59,15 @@ def no_installed_database(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests see aiconfigurator as absent unless they install the test slice."""
     monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: None)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: None)
-    kernel_auto.cache_clear()
+    kernel_auto_choice.cache_clear()
     yield
-    kernel_auto.cache_clear()
+    kernel_auto_choice.cache_clear()
 
 
 def install_test_database(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(kernels_config, "installed_data_dir", lambda: AIC_DATA)
     monkeypatch.setattr(aiconfigurator, "installed_data_dir", lambda: AIC_DATA)
-    kernel_auto.cache_clear()
+    kernel_auto_choice.cache_clear()
 
 
 # -- configuration ------------------------------------------------------------------
@@ -130,8 +134,11 @@ def test_hardware_without_a_database_name_needs_cost_gpu() -> None:
     with pytest.raises(ConfigError, match=r"cost\.gpu: hardware 'rtx-4090' has no aiconfigurator"):
         build_cost_model(KernelsCostConfig(data_dir=str(AIC_DATA)), LLAMA, RTX4090)
     explicit = KernelsCostConfig(data_dir=str(AIC_DATA), gpu="rtx_pro_6000_server")
+    with pytest.raises(ConfigError, match="measured on rtx_pro_6000_server"):
+        build_cost_model(explicit, LLAMA, RTX4090)
+    what_if = explicit.model_copy(update={"allow_other_gpu": True})
     with pytest.warns(UserWarning, match="measured on rtx_pro_6000_server"):
-        assert isinstance(build_cost_model(explicit, LLAMA, RTX4090), KernelCost)
+        assert isinstance(build_cost_model(what_if, LLAMA, RTX4090), KernelCost)
 
 
 def test_models_of_another_dtype_than_the_tables_are_refused() -> None:
@@ -173,26 +180,117 @@ def test_architecture_for_a_model_spec() -> None:
 # -- auto ---------------------------------------------------------------------------
 
 
-# The presets that existed before kernel tables: their auto choice must not move.
+# The presets that existed before kernel tables; auto prices the shipped
+# aiconfigurator slices' GPUs and models from them, the rest as before.
 OLD_HARDWARE = ["a100-80gb", "cpu-2core", "h100", "h200", "l4"]
 OLD_MODELS = ["llama-3-70b", "llama-3-8b", "qwen2.5-7b", "smollm2-135m", "tiny"]
+SLICE_GPUS = {"a100-80gb": "a100_sxm-vllm-0.14.0", "h100": "h100_sxm-vllm-0.24.0",
+              "h200": "h200_sxm-vllm-0.24.0", "b200": "b200_sxm-vllm-0.24.0",
+              "l40s": "l40s-vllm-0.24.0"}  # fmt: skip
+SLICE_MODELS = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 
 
 @pytest.mark.parametrize("hardware", OLD_HARDWARE)
 @pytest.mark.parametrize("model", OLD_MODELS)
-def test_auto_is_unchanged_for_existing_presets_without_the_database(
+def test_auto_picks_a_shipped_slice_only_for_its_gpu_and_model(model: str, hardware: str) -> None:
+    spec, hw = model_preset(model), hardware_preset(hardware)
+    candidates = [c.artifact for c in auto_candidates(spec, hw)]
+    if hardware in SLICE_GPUS and model in SLICE_MODELS:
+        name = f"{SLICE_GPUS[hardware]}-{SLICE_MODELS[model]}"
+        assert candidates == [str(resolve_kernel_artifact(name, None))]
+    else:
+        assert candidates == []
+        assert not isinstance(build_cost_model(AutoCostConfig(), spec, hw), KernelCost)
+
+
+@pytest.mark.parametrize("hardware", sorted(SLICE_GPUS))
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "qwen3-8b", "qwen3-32b", "llama-3.1-70b"])
+def test_every_shipped_slice_prices_its_model_at_each_tp_it_names(
     model: str, hardware: str
 ) -> None:
     spec, hw = model_preset(model), hardware_preset(hardware)
-    assert auto_candidates(spec, hw) == []
-    cost = build_cost_model(AutoCostConfig(), spec, hw)
-    assert not isinstance(cost, KernelCost)
+    path = resolve_kernel_artifact(f"{SLICE_GPUS[hardware]}-{model}", None)
+    provenance = load_cached(path).provenance
+    assert provenance.model == model and provenance.source == "aiconfigurator-core 0.12.0"
+    assert provenance.date and provenance.framework_version in provenance.notes
+    tps = [int(tp) for tp in provenance.notes.split("at tp ")[1].split(";")[0].split(",")]
+    assert tps and set(tps) <= {1, 2, 4, 8}
+    shape = StepShape.build(prefill_chunks=[(512, 0)], decode_context_tokens=[1000] * 8)
+    for tp in (1, 2, 4, 8):
+        layout = None if tp == 1 else ParallelismConfig(tensor_parallel_size=tp)
+        cost, why = kernel_auto_choice(spec, hw, layout)
+        if tp not in tps:
+            assert cost is None and "kernel tables do not cover it" in why
+            continue
+        assert isinstance(cost, KernelCost) and cost.tp == tp
+        assert why.startswith(f"priced from {provenance.gpu} kernel tables {path.name[:-8]}")
+        # A step costs at least its share of the weights streamed at the datasheet bandwidth.
+        assert cost.step_s(shape) > spec.weight_bytes / tp / hw.memory_bandwidth_bytes_per_s
 
 
-def test_auto_without_tables_is_the_labelled_roofline() -> None:
-    cost = build_cost_model(AutoCostConfig(), LLAMA, hardware_preset("h100"))
+def test_auto_without_tables_is_the_labelled_roofline_and_says_why() -> None:
+    l4 = hardware_preset("l4")
+    cost = build_cost_model(AutoCostConfig(), LLAMA, l4)
     assert type(cost) is RooflineCost
-    assert cost.label == "roofline:llama-3-8b@h100 (uncalibrated)"
+    assert cost.label == "roofline:llama-3-8b@l4 (uncalibrated)"
+    why = auto_choice(LLAMA, l4)
+    assert why == (
+        "no kernel tables for llama-3.1-8b on l4; aiconfigurator-core not installed; the roofline"
+    )
+    assert "no kernel tables name hardware cpu-2core" in auto_choice(LLAMA, CPU)
+    # A model the slices for its GPU do not cover: they are listed.
+    qwen = auto_choice(model_preset("qwen2.5-7b"), hardware_preset("h100"))
+    assert qwen.startswith("no kernel tables for qwen2.5-7b on h100_sxm (shipped for h100_sxm: ")
+    assert "llama-3.1-8b" in qwen and qwen.endswith("; the roofline")
+    # The A100 tables were measured on the 80 GB part: not the 40 GB one's.
+    assert "measured on the 80 GB part" in auto_choice(LLAMA, hardware_preset("a100-40gb"))
+    # Tables of another dtype: the choice names it.
+    fp8 = LLAMA.model_copy(update={"kv_dtype_bytes": 1.0})
+    assert "1-byte KV" in auto_choice(fp8, hardware_preset("h100"))
+
+
+def test_chat_yaml_is_priced_from_the_h100_slice(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's main job: ``servesim run scenarios/chat.yaml`` says its tables in one line."""
+    chat = Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml"
+    scenario = load_scenario(chat, ["workload.num_requests=30"])
+    assert scenario.cost.kind == "auto"
+    cost = api.cost_model_for(scenario)
+    assert isinstance(cost, EngineCpuCost) and isinstance(cost.gpu, KernelCost)
+    assert cost.label.startswith("kernels:llama-3.1-8b@h100_sxm (aiconfigurator-core vllm 0.24.0")
+    assert cost.label.endswith("+ engine CPU (estimate, vLLM 0.21; overlapped)")
+    why = auto_choice(scenario.model, scenario.hardware)
+    assert why == (
+        "priced from h100_sxm kernel tables h100_sxm-vllm-0.24.0-llama-3.1-8b "
+        "(aiconfigurator-core 0.12.0, vllm 0.24.0)"
+    )
+
+
+MHA = LLAMA.model_copy(update={"name": "mha-8b", "num_kv_heads": 32})  # 32 KV heads
+
+
+def test_auto_falls_back_saying_which_shape_the_tables_lack(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    install_test_database(monkeypatch)  # RTX PRO 6000 tables of Llama's head layouts only
+    cost, why = kernel_auto_choice(MHA, PRO)
+    assert cost is None
+    assert why.startswith(
+        "kernel tables do not cover it: kernel artifact (aiconfigurator-core vllm 0.24.0): "
+        "context_attention has no rows for num_heads=32, num_kv_heads=32, head_dim=128"
+    )
+    assert "\n" not in why
+    assert auto_choice(MHA, PRO).endswith("; the roofline")
+
+
+def test_the_h100_database_has_no_decode_attention_for_32_kv_heads() -> None:
+    spec = importlib.util.find_spec("aiconfigurator_core")  # extra gpu-data; not in CI
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("aiconfigurator-core is not installed")
+    data = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+    artifact = aiconfigurator.from_aiconfigurator("h100_sxm", data_dir=data)
+    with pytest.raises(ConfigError, match=r"generation_attention has no rows for num_heads=32, "
+                       r"num_kv_heads=32"):  # fmt: skip
+        KernelCost(architecture_for(MHA), artifact)
 
 
 def test_auto_uses_a_shipped_kernel_artifact_for_its_gpu_and_model() -> None:
@@ -218,8 +316,19 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
     assert candidates[1].source == "path"
     cost = build_auto(LLAMA, PRO)
     assert isinstance(cost, KernelCost) and "sliced" not in cost.artifact.provenance.notes
-    # A GPU the database lacks falls through to the roofline.
-    assert not isinstance(build_auto(LLAMA, hardware_preset("h100")), KernelCost)
+    _, why = kernel_auto_choice(LLAMA, PRO)
+    assert why.startswith("priced from rtx_pro_6000_server kernel tables in the installed ")
+    # A GPU the (test) database lacks: the next candidate, the shipped H100 slice.
+    h100 = build_auto(LLAMA, hardware_preset("h100"))
+    assert isinstance(h100, KernelCost) and "sliced" in h100.artifact.provenance.notes
+    assert "h100_sxm-vllm-0.24.0-llama-3.1-8b" in auto_choice(LLAMA, hardware_preset("h100"))
+    # A GPU with neither: the first candidate's refusal is the reason.
+    l40s_only = [KernelsCostConfig(gpu="l40s")]
+    monkeypatch.setattr(kernels_config, "_candidates", lambda m, h: (l40s_only, ""))
+    kernel_auto_choice.cache_clear()
+    assert auto_choice(LLAMA, hardware_preset("l40s")).startswith(
+        "kernel tables do not cover it: aiconfigurator: no GPU 'l40s' with GEMM tables"
+    )
 
 
 def test_auto_with_parallelism_uses_tables_when_they_cover_the_layout() -> None:
@@ -303,12 +412,15 @@ def test_auto_picks_kernel_tables_for_an_inline_rtx_pro_6000_scenario() -> None:
     assert result.summary["median_tpot_ms"] > 9.0
 
 
-def test_tables_of_another_gpu_are_warned_about() -> None:
+def test_tables_of_another_gpu_are_refused_unless_asked_for() -> None:
     config = KernelsCostConfig(source="path", artifact=PROFILE_4090)
-    with pytest.warns(
-        UserWarning, match="measured on RTX4090, the scenario's hardware is rtx-pro-6000"
+    with pytest.raises(
+        ConfigError, match="measured on RTX4090, the scenario's hardware is rtx-pro-6000: they"
     ):
         build_cost_model(config, LLAMA, PRO)
+    what_if = config.model_copy(update={"allow_other_gpu": True})
+    with pytest.warns(UserWarning, match=r"hardware is rtx-pro-6000 \(cost.allow_other_gpu\)"):
+        build_cost_model(what_if, LLAMA, PRO)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_cost_model(config, LLAMA, RTX4090)  # the right GPU: silent

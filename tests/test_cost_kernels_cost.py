@@ -69,6 +69,33 @@ def heads(table: str) -> pd.DataFrame:
     return t[(t["num_heads"] == 32) & (t["num_kv_heads"] == 8) & (t["head_dim"] == 128)]
 
 
+# The memory-bound ops by hand (docs/kernels.md): bytes / (RTX PRO 6000's 1.792 TB/s
+# x 0.8) + 3 µs per kernel, bf16 activations and KV cache.
+BYTES_PER_S = 1.792e12 * 0.8
+
+
+def mem_op(num_bytes: float) -> float:
+    return num_bytes / BYTES_PER_S + 3e-6
+
+
+def memory_layer_s(arch: ModelArchitecture, tokens: int, tp: int = 1, gated: bool = True) -> float:
+    """Two add + RMSNorm, SiLU·mul (dense MLP only), rotary on q and k, KV write."""
+    h, hd = arch.hidden_size, arch.head_dim
+    heads, kv = arch.num_attention_heads // tp, max(arch.num_kv_heads // tp, 1)
+    total = 2 * mem_op(tokens * 4 * h * 2)
+    if arch.moe is None and gated:
+        total += mem_op(tokens * 3 * (arch.intermediate_size // tp) * 2)
+    total += mem_op(tokens * 2 * (heads + kv) * hd * 2) + mem_op(tokens * 2 * kv * hd * 4)
+    return total
+
+
+def memory_step_s(arch: ModelArchitecture, tokens: int, seqs: int) -> float:
+    """Embedding (read + write a row), final add + RMSNorm, sampler (10 B per logit + 25 µs)."""
+    h = arch.hidden_size
+    sampler = 25e-6 + seqs * arch.vocab_size * 10 / BYTES_PER_S
+    return mem_op(tokens * 2 * h * 2) + mem_op(tokens * 4 * h * 2) + sampler
+
+
 def aic_cost(arch: ModelArchitecture = ON_GRID, **kwargs: object) -> KernelCost:
     return KernelCost(arch, AIC, **kwargs)  # type: ignore[arg-type]
 
@@ -86,7 +113,9 @@ def test_prefill_step_is_the_hand_sum_of_its_table_rows() -> None:
     cost = aic_cost()
     shape = StepShape.build(prefill_chunks=[(128, 0)])
     attention = row(heads("context_attention"), batch_size=1, isl_tokens=128)
-    expected = 3 * (on_grid_gemms_s(128) + attention) + gemm_row(1, 65536, 4096)
+    layer = on_grid_gemms_s(128) + memory_layer_s(ON_GRID, 128) + attention
+    per_step = gemm_row(1, 65536, 4096) + memory_step_s(ON_GRID, 128, 1)
+    expected = 3 * layer + per_step
     assert cost.step_s(shape) == pytest.approx(expected, rel=1e-12)
 
 
@@ -94,7 +123,9 @@ def test_decode_step_is_the_hand_sum_of_its_table_rows() -> None:
     cost = aic_cost()
     shape = StepShape.build(decode_context_tokens=[1023] * 8)
     attention = row(heads("generation_attention"), batch_size=8, kv_tokens=1023)
-    expected = 3 * (on_grid_gemms_s(8) + attention) + gemm_row(8, 65536, 4096)
+    layer = on_grid_gemms_s(8) + memory_layer_s(ON_GRID, 8) + attention
+    per_step = gemm_row(8, 65536, 4096) + memory_step_s(ON_GRID, 8, 8)
+    expected = 3 * layer + per_step
     assert cost.step_s(shape) == pytest.approx(expected, rel=1e-12)
 
 
@@ -108,6 +139,7 @@ def test_mixed_step_adds_prefill_and_decode_attention_to_the_dense_part() -> Non
         # LM head at m = 9 sequences: linear between the grid's m = 8 and m = 16.
         + gemm_row(8, 65536, 4096)
         + (gemm_row(16, 65536, 4096) - gemm_row(8, 65536, 4096)) / 8
+        + memory_step_s(ON_GRID, 128, 9)
     )
     assert cost.step_s(shape) == pytest.approx(expected, rel=1e-12)
 
@@ -162,7 +194,8 @@ def test_profile_decode_uses_the_pure_decode_rows() -> None:
     expected = row(
         mixed, prefill_chunk_tokens=0, kv_prefill_tokens=0, num_decode_seqs=8, kv_decode_tokens=1024
     )
-    assert cost.decode_attention_s(8, 8 * 1024) == pytest.approx(expected, rel=1e-12)
+    # The profile's kv_decode counts the cached tokens; a context also counts the new one.
+    assert cost.decode_attention_s(8, 8 * 1025) == pytest.approx(expected, rel=1e-12)
 
 
 def test_empty_step_costs_nothing() -> None:
@@ -254,7 +287,7 @@ def test_gemm_wider_than_the_grid_is_priced_as_column_blocks_inside_it() -> None
         per_step = cost.per_step_s(1, 1)
     low, high = gemm_row(1, 51200, 4096), gemm_row(1, 65536, 4096)
     block = low + (64128 - 51200) / (65536 - 51200) * (high - low)
-    assert per_step == pytest.approx(2 * block, rel=1e-12)
+    assert per_step == pytest.approx(2 * block + memory_step_s(LLAMA, 1, 1), rel=1e-12)
     assert cost.gemm_s(1.0, 65536, 4096) == pytest.approx(high, rel=1e-12)
 
 
@@ -287,7 +320,7 @@ def test_tensor_parallel_adds_two_allreduces_per_layer_from_the_table() -> None:
     message = 128 * 4096 * 2  # tokens x hidden x bf16 bytes = 1 MiB, a grid point
     shapes = layer_shapes(ON_GRID, 2)
     gemms = sum(cost.gemm_s(128.0, n, k) for n, k in shapes.gemms.values())
-    expected = gemms + 2 * row(ar, message_bytes=message)
+    expected = gemms + memory_layer_s(ON_GRID, 128, tp=2) + 2 * row(ar, message_bytes=message)
     assert cost.dense_layer_s(128) == pytest.approx(expected, rel=1e-12)
 
 
@@ -331,7 +364,9 @@ def test_moe_layer_uses_the_fused_moe_row_plus_router_and_attention_gemms() -> N
     )  # fmt: skip
     gemms = sum(cost.gemm_s(64.0, n, k) for n, k in layer_shapes(arch).gemms.values())
     assert "router" in layer_shapes(arch).gemms and "gate_up_proj" not in layer_shapes(arch).gemms
-    assert cost.dense_layer_s(64) == pytest.approx(gemms + moe_s, rel=1e-12)
+    # No activation outside the fused MoE kernel (its table times the experts' own).
+    memory = memory_layer_s(arch, 64)
+    assert cost.dense_layer_s(64) == pytest.approx(gemms + moe_s + memory, rel=1e-12)
 
 
 def test_shared_expert_adds_its_gemms() -> None:

@@ -17,6 +17,7 @@ from sim.cost.kernels.config import KernelsCostConfig, build_kernels
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ExpertParallelMoE, check_expert_parallel
 from sim.cost.kernels.llmservingsim import profile_artifact
+from sim.cost.kernels.memory_ops import MemoryOps
 from sim.cost.kernels.ops import layer_shapes
 from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
@@ -53,6 +54,9 @@ MOE = ModelArchitecture(
     moe=MoeSpec(num_experts=128, top_k=8, expert_intermediate_size=768),
 )
 DENSE = MOE.model_copy(update={"name": "dense-test", "moe": None})
+# One layer's norms, rotary and KV write (no activation outside the MoE kernel):
+# the same whatever the expert split (tests/test_cost_kernels_cost.py checks them by hand).
+MEMORY = MemoryOps.build(MOE, layer_shapes(MOE), hardware_preset("rtx-pro-6000"))
 
 
 def row(table: pd.DataFrame, **match: float | str) -> float:
@@ -189,6 +193,7 @@ def test_ep_moe_layer_is_the_hand_sum_of_table_rows() -> None:
         + nccl_row("all_gather", message)
         + moe_row(2, 64)
         + nccl_row("reduce_scatter", message)
+        + MEMORY.layer_s(32.0)
     )
     assert cost.dense_layer_s(32) == pytest.approx(expected, rel=1e-12)
 
@@ -198,7 +203,7 @@ def test_ep_collectives_fall_back_to_a_ring_over_the_link() -> None:
     cost = KernelCost(MOE, without(AIC, "collective"), expert_parallel_size=2, link=link)
     message = 64 * HIDDEN * 2
     ring = 1 / 2 * message / (link.bandwidth_bytes_per_s * link.efficiency) + link.latency_s
-    expected = gemms_s(cost, 32.0) + moe_row(2, 64) + 2 * ring
+    expected = gemms_s(cost, 32.0) + moe_row(2, 64) + 2 * ring + MEMORY.layer_s(32.0)
     assert cost.dense_layer_s(32) == pytest.approx(expected, rel=1e-12)
 
 
@@ -216,7 +221,8 @@ def test_ep_one_is_unchanged() -> None:
     assert ep1.label == default.label and "ep" not in ep1.label.split("@")[1].split(" ")[0]
     for tokens in (1, 32, 64, 500, 2048):
         assert ep1.dense_layer_s(tokens) == default.dense_layer_s(tokens)
-    assert ep1.dense_layer_s(64) == pytest.approx(gemms_s(ep1, 64.0) + moe_row(1, 64))
+    expected = gemms_s(ep1, 64.0) + moe_row(1, 64) + MEMORY.layer_s(64.0)
+    assert ep1.dense_layer_s(64) == pytest.approx(expected)
     shape = StepShape.build(prefill_chunks=[(300, 0)], decode_context_tokens=[100, 900])
     assert ep1.step_s(shape) == default.step_s(shape)
 

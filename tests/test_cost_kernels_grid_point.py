@@ -21,7 +21,7 @@ SETTINGS = settings(max_examples=300, deadline=None)
 
 
 @st.composite
-def grids(draw: st.DrawFn, max_axes: int = 3, min_points: int = 2) -> Grid:
+def grids(draw: st.DrawFn, max_axes: int = 4, min_points: int = 2) -> Grid:
     """A grid of 1-``max_axes`` axes of increasing points and positive latencies."""
     num_axes = draw(st.integers(1, max_axes))
     axes = []
@@ -51,7 +51,7 @@ def points(grid: Grid, fractions: list[float]) -> tuple[float, ...]:
 
 
 fractions = st.lists(
-    st.one_of(st.floats(-0.5, 1.5), st.sampled_from([0.0, 1.0, 0.5])), min_size=3, max_size=3
+    st.one_of(st.floats(-0.5, 1.5), st.sampled_from([0.0, 1.0, 0.5])), min_size=4, max_size=4
 )
 
 
@@ -60,7 +60,7 @@ fractions = st.lists(
 def test_the_unrolled_lookup_gives_the_general_loops_bits(
     grid: Grid, where: list[list[float]]
 ) -> None:
-    assert grid._point is not None  # every grid of 1-3 axes of 2+ points is unrolled
+    assert grid._point is not None  # every grid of 1-4 axes of 2+ points is unrolled
     loop = general(grid)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -117,14 +117,26 @@ def test_past_the_grid_warns_once_per_axis_naming_the_callers_line(unrolled: boo
     assert all("lookup(grid, " in source[w.lineno - 1] for w in caught)
 
 
-def test_grids_with_a_one_point_axis_or_four_axes_keep_the_general_loop() -> None:
+def test_grids_with_a_one_point_axis_or_five_axes_keep_the_general_loop() -> None:
     one_point = Grid("p", ("m", "n"), ([1.0], [1.0, 2.0]), [[3.0, 5.0]])
     assert one_point._point is None
     assert one_point(0.5, 1.5) == 4.0
-    four = Grid("f", "abcd", [[1.0, 2.0]] * 4, np.ones((2, 2, 2, 2)))
-    assert four._point is None
-    assert four(1.5, 1.5, 1.5, 1.5) == 1.0
-    assert point_function([[1.0, 2.0]] * 4, [1.0] * 16, [8, 4, 2, 1], lambda i, x: None) is None
+    five = Grid("f", "abcde", [[1.0, 2.0]] * 5, np.ones((2, 2, 2, 2, 2)))
+    assert five._point is None
+    assert five(1.5, 1.5, 1.5, 1.5, 1.5) == 1.0
+    strides = [16, 8, 4, 2, 1]
+    assert point_function([[1.0, 2.0]] * 5, [1.0] * 32, strides, lambda i, x: None) is None
+
+
+def test_the_four_axis_lookup_is_multilinear() -> None:
+    # value = 1 + a + 10 b + 100 c + 1000 d on the corners of [0, 1]^4 (times 2 on d's
+    # far side of [1, 3]): linear in each coordinate, so the lookup gives it anywhere.
+    axes = [[0.0, 1.0]] * 3 + [[0.0, 1.0, 3.0]]
+    a, b, c, d = np.meshgrid(*axes, indexing="ij")
+    grid = Grid("f", "abcd", axes, 1 + a + 10 * b + 100 * c + 1000 * d)
+    assert grid._point is not None
+    assert grid(0.5, 0.25, 0.75, 2.0) == pytest.approx(1 + 0.5 + 2.5 + 75 + 2000, rel=1e-15)
+    assert grid(1.0, 0.0, 1.0, 3.0) == 1 + 1 + 100 + 3000
 
 
 def test_a_wrong_number_of_coordinates_is_refused_on_either_path() -> None:

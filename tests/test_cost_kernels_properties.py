@@ -66,11 +66,15 @@ def test_a_step_is_overhead_plus_layers_times_layer_plus_per_step(
     if shape.is_empty:
         assert cost.step_s(shape) == 0.0
         return
-    layer = (
-        quiet(cost.dense_layer_s, shape.num_tokens)
-        + quiet(cost.prefill_attention_s, shape)
-        + quiet(cost.decode_attention_s, shape.num_decode_seqs, shape.num_decode_context_tokens)
+    layer = quiet(cost.dense_layer_s, shape.num_tokens) + quiet(cost.attention_s, shape)
+    parts = quiet(cost.prefill_attention_s, shape) + quiet(
+        cost.decode_attention_s, shape.num_decode_seqs, shape.num_decode_context_tokens
     )
+    if cost._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
+        # A profile prices a mixed step as one varlen kernel, not as the two parts.
+        assert quiet(cost.attention_s, shape) == quiet(cost.mixed_attention_s, shape)
+    else:
+        assert quiet(cost.attention_s, shape) == parts
     seqs = shape.num_prefill_seqs + shape.num_decode_seqs
     expected = cost.arch.num_layers * layer + quiet(cost.per_step_s, shape.num_tokens, seqs)
     assert quiet(cost.step_s, shape) == pytest.approx(expected, rel=1e-12)

@@ -49,6 +49,7 @@ def doc(scheduler: dict[str, Any] | None = None, **sections: Any) -> dict[str, A
         "scheduler": scheduler or {"kind": "continuous", "max_num_seqs": 4},
         "engine": {"enable_prefix_caching": False, "block_size_tokens": 16},
         "frontend": {
+            "way_in_s_per_request": 0.0,
             "tokenize_s_per_token": 0.0,
             "detokenize_s_per_token": 0.0,
             "output_step_s": 0.0,  # client times = engine times in hand traces

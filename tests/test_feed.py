@@ -24,6 +24,7 @@ from sim.scenario import Scenario, scenario_from_dict
 from sim.serving import submission as submission_module
 from sim.serving.pool import Pool
 from sim.serving.replica import Replica
+from sim.serving.replica_config import NO_FRONTEND
 from sim.serving.simulation import RawResult, Simulation
 from sim.serving.submission import requests_in_order
 from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
@@ -57,14 +58,18 @@ def arrays(arrival_s: list[float], prompt: list[int]) -> RequestArrays:
     )
 
 
+# A way in of 0.01 s per prompt token and nothing per request.
+PER_TOKEN = NO_FRONTEND.model_copy(update={"tokenize_s_per_token": 0.01})
+
+
 def test_take_hands_over_what_is_due_in_submission_order_with_its_clock() -> None:
-    # Tokenizing takes 0.01 s per prompt token: request 1 (short) overtakes 0.
+    # The way in takes 0.01 s per prompt token: request 1 (short) overtakes 0.
     taken: list[tuple[int, float]] = []
 
     def submit(request: Request, clock_s: float) -> None:
         taken.append((request.request_id, clock_s))
 
-    (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), 0.01, [submit])
+    (feed,) = Feed.split(arrays([0.0, 0.5, 0.5, 2.0], [100, 10, 1, 10]), PER_TOKEN, [submit])
     assert feed.num_requests == 4 and feed._index == 0
     assert feed.next_due_s() == pytest.approx(0.51)
     assert feed.take(0.5) == pytest.approx(0.51)
@@ -87,7 +92,7 @@ def test_take_sets_the_next_time_before_each_submission() -> None:
     def submit(request: Request, clock_s: float) -> None:
         nexts.append(feed.next_due_s())
 
-    (feed,) = Feed.split(arrays([1.0, 2.0, 3.0], [1, 1, 1]), 0.0, [submit])
+    (feed,) = Feed.split(arrays([1.0, 2.0, 3.0], [1, 1, 1]), NO_FRONTEND, [submit])
     feed.take(2.5)
     assert nexts == [2.0, 3.0]
 
@@ -100,7 +105,7 @@ def test_requests_carry_their_spec_and_priority() -> None:
         priority=np.array([5, 6]),
     )
     got: list[Request] = []
-    (feed,) = Feed.split(work, 0.0, [lambda request, clock_s: got.append(request)])
+    (feed,) = Feed.split(work, NO_FRONTEND, [lambda request, clock_s: got.append(request)])
     feed.take(1.0)
     assert [(r.request_id, r.arrival_s, r.num_prompt_tokens, r.num_output_tokens) for r in got] == [
         (1, 0.1, 8, 4),
@@ -223,7 +228,7 @@ def test_a_pool_counts_the_load_of_what_its_replicas_take() -> None:
     layout = simulation.layout
     assert isinstance(layout, Pool) and feedable(layout)
     work = generate_open_loop(sc.workload, rng)
-    feeds = pool_feeds(layout, work, 0.0)
+    feeds = pool_feeds(layout, work, NO_FRONTEND)
     take_feeds(layout, feeds)
     simulation.env.run(until=1.0)
     taken = sum(feed._index for feed in feeds)
@@ -244,7 +249,12 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
     )
     workload = {"num_requests": 1, "arrival": POISSON, **LENGTHS}
     for num_replicas in (None, 2):
-        sc = scenario(CONTINUOUS, workload, num_replicas, frontend={"tokenize_s_per_token": 0.0})
+        sc = scenario(
+            CONTINUOUS,
+            workload,
+            num_replicas,
+            frontend={"way_in_s_per_request": 0.0, "tokenize_s_per_token": 0.0},
+        )
         fed = simulate(sc, True, work)
         same_runs(fed, simulate(sc, False, work))
         series = fed.timeseries[fed.timeseries["replica"] == 0]

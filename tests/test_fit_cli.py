@@ -233,6 +233,7 @@ def test_a_public_runs_recorded_settings_make_its_scenario() -> None:
     policy = scenario.scheduler
     assert (policy.max_num_seqs, policy.max_num_batched_tokens) == (256, 2048)  # type: ignore[union-attr]
     assert scenario.engine.num_kv_blocks == 2588 and scenario.engine.enable_prefix_caching
+    assert scenario.frontend.way_in_s_per_request == 0.0
     assert scenario.frontend.tokenize_s_per_token == 0.0
 
 

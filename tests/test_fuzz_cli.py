@@ -66,6 +66,7 @@ KEYS = [
     "workload.output_tokens.max_tokens",
     "slo",
     "slo.ttft_ms",
+    "frontend.way_in_s_per_request",
     "frontend.tokenize_s_per_token",
     "cluster",
     "cluster.num_replicas",

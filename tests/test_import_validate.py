@@ -52,8 +52,10 @@ def simulated_as_vllm_bench(path: Path) -> Path:
 
 
 def test_an_exported_simulated_run_validates_with_no_error(tmp_path: Path) -> None:
-    measured = load_measured(simulated_as_vllm_bench(tmp_path / "bench.json"))
-    assert measured.summary["format"] == "vllm-bench" and measured.steps.empty
+    # vllm bench serve records no device: the test vouches for it, as a user would.
+    measured = load_measured(simulated_as_vllm_bench(tmp_path / "bench.json"), assume_device="cpu")
+    assert measured.summary["format"] == "vllm-bench"
+    assert measured.steps is not None and measured.steps.empty
     scenario = load_scenario(SCENARIO, OVERRIDES)
     (comparison,) = validate(scenario, measured, base_dir=SCENARIO.parent).comparisons.values()
     for metric in ("ttft", "tpot", "e2el", "itl"):
@@ -65,7 +67,7 @@ def test_validate_cli_takes_a_file_and_an_imported_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bench = simulated_as_vllm_bench(tmp_path / "bench.json")
-    args = ["validate", str(SCENARIO), "--set", OVERRIDES[0], "--out"]
+    args = ["validate", str(SCENARIO), "--set", OVERRIDES[0], "--assume-device", "cpu", "--out"]
     assert main([*args, str(tmp_path / "v1"), "--measured", str(bench)]) == 0
     assert "vllm-bench format" in (tmp_path / "v1" / "report.md").read_text()
     assert main(["import-run", str(bench), "--out", str(tmp_path / "imported")]) == 0
@@ -106,7 +108,10 @@ def test_validate_cli_takes_every_fixture_against_its_own_scenario(
     name: str, model: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     scenario = scenario_of(tmp_path, DATA / name, model)
-    code = main(["validate", str(scenario), "--measured", str(DATA / name), "--out", str(tmp_path)])
+    argv = ["validate", str(scenario), "--measured", str(DATA / name), "--out", str(tmp_path)]
+    assert main(argv) == 2  # none of these records the device: refused, naming the flag
+    assert "the run names no device (--assume-device NAME" in capsys.readouterr().err
+    code = main([*argv, "--assume-device", "h100", "--assume-model", model])
     assert code == 0, capsys.readouterr().err
     assert "TTFT" in (tmp_path / "report.md").read_text()
     capsys.readouterr()
@@ -126,12 +131,12 @@ def test_a_run_of_another_model_or_workload_is_refused(
     other = tmp_path / "other.yaml"
     other.write_text(scenario.read_text().replace("llama-3-8b", "qwen3-8b"))
     with pytest.raises(ConfigError, match=r"model 'meta-llama/Llama-3\.1-8B-Instruct' measured"):
-        validate(load_scenario(other), load_measured(bench), base_dir=tmp_path)
+        validate(load_scenario(other), load_measured(bench, "h100"), base_dir=tmp_path)
     lengths = pd.read_csv(tmp_path / "imported" / "trace.csv")
     lengths["prompt_tokens"] = lengths["prompt_tokens"] + np.arange(len(lengths)) // 3  # one +1
     lengths.to_csv(tmp_path / "imported" / "trace.csv", index=False)
     with pytest.raises(ConfigError, match=r"prompt lengths differ \(1 of 4 sorted values\)"):
-        validate(load_scenario(scenario), load_measured(bench), base_dir=tmp_path)
+        validate(load_scenario(scenario), load_measured(bench, "h100"), base_dir=tmp_path)
 
 
 def test_an_imported_run_has_no_step_log_for_the_overhead_fit(tmp_path: Path) -> None:
@@ -140,8 +145,8 @@ def test_an_imported_run_has_no_step_log_for_the_overhead_fit(tmp_path: Path) ->
     with pytest.raises(ConfigError, match="no step log"):
         validate(
             scenario,
-            load_measured(bench),
-            overhead_from=load_measured(tmp_path / "imported"),
+            load_measured(bench, "h100"),
+            overhead_from=load_measured(tmp_path / "imported", "h100"),
             base_dir=tmp_path,
         )
     with pytest.raises(ConfigError, match="not a servesim measure folder nor a run in a known"):
@@ -175,10 +180,12 @@ def test_a_partial_run_may_hold_fewer_requests(tmp_path: Path) -> None:
 
     scenario = load_scenario(SCENARIO, OVERRIDES)
     requests = api.run(scenario).requests
-    assert mismatches(scenario, RunFacts(requests, model="tiny")) == []
+    hardware = scenario.hardware.name
+    assert mismatches(scenario, RunFacts(requests, model="tiny", hardware=hardware)) == []
     head = requests.iloc[:3]
-    assert mismatches(scenario, RunFacts(head, model="tiny", partial=True)) == []
-    (complaint,) = mismatches(scenario, RunFacts(head, model="tiny"))
+    partial = RunFacts(head, model="tiny", hardware=hardware, partial=True)
+    assert mismatches(scenario, partial) == []
+    (complaint,) = mismatches(scenario, RunFacts(head, model="tiny", hardware=hardware))
     assert complaint == f"3 requests measured, {len(requests)} in the scenario"
 
 
@@ -206,5 +213,5 @@ def test_the_public_runs_match_their_scenarios_and_not_each_other(scenario: str,
         found = mismatches(scenario_of_other, facts, base_dir=public)
         if PUBLIC[other].split("/")[1] != run.split("/")[1]:
             assert any(f.startswith("model") for f in found)
-        if facts.device_name and PUBLIC[other].split("/")[0] != run.split("/")[0]:
-            assert any(f.startswith("device") for f in found)  # the RTX 4090 run says
+        if PUBLIC[other].split("/")[0] != run.split("/")[0]:
+            assert any(f.startswith("device") for f in found)  # every public run says

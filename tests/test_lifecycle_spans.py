@@ -147,7 +147,7 @@ def test_recorded_spans_chunks_wait_and_merged_decode_runs() -> None:
     )
     spans = spans_frame(recorded_spans(requests, activity, 10))
     assert phases(spans) == [
-        ("tokenize", 0.0, 0.1),
+        ("way_in", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
         ("prefill", 0.2, 0.3),
         ("waiting", 0.3, 0.35),
@@ -170,7 +170,7 @@ def test_recorded_spans_label_the_gap_after_a_preemption(num_swaps: int, label: 
         ]
     )
     names = [p for p, _, _ in phases(spans_frame(recorded_spans(requests, activity, 10)))]
-    assert names == ["tokenize", "waiting", "prefill", "decode", label, "prefill", "decode"]
+    assert names == ["way_in", "waiting", "prefill", "decode", label, "prefill", "decode"]
 
 
 def test_recorded_spans_mark_a_move_to_another_replica_as_kv_transfer() -> None:
@@ -208,7 +208,7 @@ def test_reconstructed_spans_of_a_plain_request() -> None:
     )
     spans = spans_frame(reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 5))
     assert phases(spans) == [
-        ("tokenize", 0.0, 0.1),
+        ("way_in", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
         ("prefill", 0.2, 0.5),
         ("decode", 0.5, 1.0),
@@ -247,13 +247,13 @@ def test_reconstructed_spans_fall_back_to_one_decode_span_when_tokens_cannot_be_
 
 
 def test_request_events_in_microseconds_with_a_parent_and_a_ttft_instant() -> None:
-    spans = spans_frame([(7, 0, "tokenize", 1.0, 1.25, 0), (7, 0, "decode", 1.25, 2.0, 5)])
+    spans = spans_frame([(7, 0, "way_in", 1.0, 1.25, 0), (7, 0, "decode", 1.25, 2.0, 5)])
     requests = pd.DataFrame([request_row(7, arrival_s=1.0, first_token_s=1.5, finish_s=2.0)])
     events = request_events(spans, requests)
     spans_out = [e for e in events if e["ph"] == "X"]
     assert [(e["name"], e["ts"], e["dur"], e["tid"]) for e in spans_out] == [
         ("request 7", 1e6, 1e6, 7),
-        ("tokenize", 1e6, 0.25e6, 7),
+        ("way_in", 1e6, 0.25e6, 7),
         ("decode", 1.25e6, 0.75e6, 7),
     ]
     (instant,) = [e for e in events if e["ph"] == "i"]
@@ -263,7 +263,7 @@ def test_request_events_in_microseconds_with_a_parent_and_a_ttft_instant() -> No
 
 
 def test_request_without_a_first_token_has_no_instant() -> None:
-    spans = spans_frame([(0, 0, "tokenize", 0.0, 0.5, 0)])
+    spans = spans_frame([(0, 0, "way_in", 0.0, 0.5, 0)])
     requests = pd.DataFrame([request_row(first_token_s=NAN, finish_s=NAN)])
     assert not [e for e in request_events(spans, requests) if e["ph"] == "i"]
 
@@ -302,7 +302,7 @@ def test_replica_events_keep_the_window_cap_and_sample_kv_at_each_step() -> None
 
 
 def test_trace_document_round_trips_as_strict_json(tmp_path: Path) -> None:
-    spans = spans_frame([(0, 0, "tokenize", 0.0, 0.1, 0)])
+    spans = spans_frame([(0, 0, "way_in", 0.0, 0.1, 0)])
     requests = pd.DataFrame([request_row()])
     steps = pd.DataFrame(
         {"start_s": [0.0], "end_s": [0.1], "num_prefill_tokens": [1], "num_decode_seqs": [0]}

@@ -9,6 +9,7 @@ change one thing at a time.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from sim.validation.match import (
     check_run,
     engine_mismatches,
     hardware_matches,
+    imported_engine_settings,
     mismatches,
 )
 from sim.workload.generate import generate_open_loop
@@ -48,8 +50,19 @@ def facts(run: MeasureFolder, **summary: object) -> RunFacts:
     return RunFacts.from_summary(run.requests, {**run.summary, **summary})
 
 
-def differences(run: RunFacts, sets: list[str] = SETS) -> list[str]:
-    return mismatches(scenario(sets), run, SCENARIO.parent)
+def differences(run: RunFacts, sets: list[str] = SETS, vouched: bool = True) -> list[str]:
+    """What ``mismatches`` finds. ``vouched``: a run naming no model or no device is
+    taken to be of the scenario's (as ``validate --assume-model/--assume-device``
+    says), so tests of the other checks see only those."""
+    s = scenario(sets)
+    if vouched:
+        unnamed = run.hardware is None and not run.device_name
+        run = replace(
+            run,
+            model=run.model or s.model.name,
+            hardware=s.hardware.name if unnamed else run.hardware,
+        )
+    return mismatches(s, run, SCENARIO.parent)
 
 
 def own_requests(sets: list[str] = SETS) -> pd.DataFrame:
@@ -287,5 +300,67 @@ def test_a_closed_loop_is_checked_on_its_count_only() -> None:
     table = pd.DataFrame(
         {"request_id": range(6), "num_prompt_tokens": [99] * 6, "num_output_tokens": [1] * 6}
     )
-    assert mismatches(closed, RunFacts(table, in_scenario_order=True)) == []
-    assert mismatches(closed, RunFacts(table.head(5))) == ["5 requests measured, 6 in the scenario"]
+    assert (
+        mismatches(
+            closed, RunFacts(table, model="tiny", hardware="cpu-2core", in_scenario_order=True)
+        )
+        == []
+    )
+    assert mismatches(closed, RunFacts(table.head(5), model="tiny", hardware="cpu-2core")) == [
+        "5 requests measured, 6 in the scenario"
+    ]
+
+
+# --- runs that do not say what they ran -----------------------------------------------
+
+
+def test_a_run_naming_no_model_or_device_is_refused_unless_vouched_for() -> None:
+    table = own_requests()
+    silent = RunFacts(table)
+    assert differences(silent, vouched=False) == [
+        "the run names no model (--assume-model NAME if it served the scenario's)",
+        "the run names no device (--assume-device NAME if it ran on the scenario's)",
+    ]
+    assert differences(silent) == []
+
+
+def test_imported_engine_settings_are_compared_in_the_scenarios_names() -> None:
+    engine = {"max_num_seqs": 128, "num_gpu_blocks": None, "block_size": 16, "device_name": "x"}
+    assert imported_engine_settings(engine) == {"max_num_seqs": 128, "block_size_tokens": 16}
+    recorded = imported_engine_settings({"max_num_seqs": 3})
+    run = RunFacts(own_requests(), engine_settings=recorded)
+    expected = scenario().scheduler.max_num_seqs  # type: ignore[union-attr]
+    assert expected != 3
+    assert differences(run) == [f"max_num_seqs 3 measured, {expected} in the scenario"]
+
+
+def test_a_public_run_of_another_gpu_and_batch_limit_is_refused() -> None:
+    """Issue 30's case: the RTX 4090 scenario against the RTX PRO 6000 run (its
+    config.json names the GPU; its meta.json vLLM's max_num_seqs 128 against 256)."""
+    root = Path(__file__).resolve().parent.parent
+    examples = root / "validation/public/llmservingsim/bench/examples"
+    rtx4090 = load_scenario(root / "scenarios/public/rtx4090_llama31_8b.yaml")
+    pro = load_measured(examples / "RTXPRO6000/Llama-3.1-8B")
+    assert pro.summary["device_name"] == "RTXPRO6000"
+    here = root / "scenarios/public"
+    found = mismatches(rtx4090, RunFacts.from_summary(pro.requests, pro.summary), here)
+    assert "device 'RTXPRO6000' measured, 'rtx-4090' in the scenario" in found
+    assert "max_num_seqs 128 measured, 256 in the scenario" in found
+    own = load_measured(examples / "RTX4090/Llama-3.1-8B")
+    assert mismatches(rtx4090, RunFacts.from_summary(own.requests, own.summary), here) == []
+
+
+def test_assumed_model_and_device_fill_only_what_a_run_does_not_say(tmp_path: Path) -> None:
+    examples = Path(__file__).resolve().parent.parent / "validation/public/llmservingsim"
+    folder = examples / "bench/examples/RTX4090/Llama-3.1-8B"
+    kept = load_measured(folder, assume_device="h100", assume_model="qwen3-8b")
+    assert (kept.summary["device_name"], kept.summary["model"]) == (
+        "NVIDIA GeForce RTX 4090",  # its meta.json's own words
+        "meta-llama/Llama-3.1-8B",
+    )
+    bench = Path(__file__).resolve().parent / "data" / "imports" / "vllm_bench_detailed.json"
+    silent = load_measured(bench)  # vllm bench serve records its model, not its device
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    assert (silent.summary["device_name"], silent.summary["model"]) == (None, model)
+    filled = load_measured(bench, assume_device="h100", assume_model="qwen3-8b")
+    assert (filled.summary["device_name"], filled.summary["model"]) == ("h100", model)

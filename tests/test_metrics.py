@@ -530,3 +530,48 @@ def test_summary_is_vectorised_for_large_runs() -> None:
     # Its speed (a per-row loop takes minutes here): benchmarks/hot_paths.py.
     summary = summarize(reqs, steps, rng.uniform(0, 1, 1000), Slo(ttft_ms=300))
     assert summary["completed"] == int((reqs["rejection_reason"] == "").sum())
+
+
+def test_percentiles_on_few_samples_carry_a_caveat() -> None:
+    from sim.metrics.stats import MIN_TAIL_SAMPLES, percentile_caveats
+
+    # One sample: every percentile is the maximum.
+    one = percentile_caveats({"ttft": 1}, (90, 99))
+    assert one == [
+        "p90_ttft_ms from 1 sample(s) is their maximum, not a percentile",
+        "p99_ttft_ms from 1 sample(s) is their maximum, not a percentile",
+    ]
+    # 300 samples: the p90 has 30 beyond it (fine), the p99 about 3 (noisy).
+    assert percentile_caveats({"tpot": 300}, (90, 99)) == [
+        "p99_tpot_ms rests on 300 samples, about 3 beyond it: noisy"
+    ]
+    # Enough samples for MIN_TAIL_SAMPLES beyond the p99, or none at all: no caveat.
+    assert percentile_caveats({"e2el": 100 * MIN_TAIL_SAMPLES, "ttft": 0}, (99,)) == []
+
+
+def test_a_run_summary_counts_its_samples_and_prints_its_caveats() -> None:
+    from sim import api
+    from sim.metrics.report import format_summary_table
+    from sim.scenario import scenario_from_dict
+
+    result = api.run(
+        scenario_from_dict(
+            {
+                "model": "tiny",
+                "hardware": "cpu-2core",
+                "cost": {"kind": "linear", "per_prefill_seq_s": 0.01, "per_decode_seq_s": 0.01},
+                "workload": {
+                    "kind": "synthetic",
+                    "num_requests": 1,
+                    "arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                    "prompt_tokens": {"kind": "fixed", "tokens": 8},
+                    "output_tokens": {"kind": "fixed", "tokens": 4},
+                },
+            }
+        )
+    )
+    summary = result.summary
+    assert (summary["num_ttft_samples"], summary["num_tpot_samples"]) == (1, 1)
+    assert "p99_ttft_ms from 1 sample(s) is their maximum, not a percentile" in summary["caveats"]
+    text = format_summary_table(summary)
+    assert "CAVEAT: p99_ttft_ms from 1 sample(s) is their maximum" in text

@@ -197,8 +197,10 @@ def test_label_shows_the_layout() -> None:
 
 def test_cost_kinds_with_a_parallel_layout(tmp_path: Path) -> None:
     tp4 = layout(4)
-    auto = build_cost_model(AutoCostConfig(), LLAMA_70B, H100, parallelism=tp4)
-    assert auto.label == "roofline:llama-3-70b@h100x4(tp4) (uncalibrated)"
+    # No kernel tables measure an L4: auto is the parallel roofline.
+    l4 = hardware_preset("l4")
+    auto = build_cost_model(AutoCostConfig(), LLAMA_70B, l4, parallelism=tp4)
+    assert auto.label == "roofline:llama-3-70b@l4x4(tp4) (uncalibrated)"
     tuned = build_cost_model(
         RooflineCostConfig(memory_efficiency=0.4), LLAMA_70B, H100, parallelism=tp4
     )

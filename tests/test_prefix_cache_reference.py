@@ -1,15 +1,18 @@
-"""The bulk free queue against the earlier per-block pool: same ids, same evictions.
+"""The prefix-caching pool against an independent per-block reference: same ids, same evictions.
 
 ``PrefixCachingPool`` pushes and pops unkeyed blocks as list slices and keeps
 reference counts for keyed blocks only (``sim.engine.kv_blocks``). The same
 random admissions, chunks, decodes (through the pool or inline), preemptions
-and finishes are played on it and on ``ReferencePrefixPool`` (the earlier
-implementation, one queue entry and count per block); after every action both
-must hold the same blocks for every request, the same free queue in the same
-order, the same keys, counts and evictions.
+and finishes are played on it and on ``ReferencePrefixPool`` (written from
+vLLM's rules with no code of ``sim.engine``: its own keys, one queue entry and
+count per block); after every action both must hold the same blocks for every
+request, the same free queue in the same order, the same keys, counts and
+evictions.
 """
 
 from __future__ import annotations
+
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,8 +39,11 @@ from sim.engine.request import Request
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def twin(pool: BlockPool, specs: list[tuple[int, int, int | None, int]]) -> Driver:
-    """A driver (the properties test's) of fresh requests built from ``specs`` over ``pool``."""
+def twin(
+    pool: BlockPool | ReferencePrefixPool, specs: list[tuple[int, int, int | None, int]]
+) -> Driver:
+    """A driver (the properties test's) of fresh requests built from ``specs`` over ``pool``
+    (the reference shares no code with ``BlockPool``, only its interface)."""
     waiting = []
     for i, (prompt, output, group, shared) in enumerate(specs):
         request = Request(i, 0.0, prompt, output)
@@ -45,7 +51,7 @@ def twin(pool: BlockPool, specs: list[tuple[int, int, int | None, int]]) -> Driv
             request.prefix_group = group
             request.num_shared_prefix_tokens = shared
         waiting.append(request)
-    return Driver(pool, waiting)
+    return Driver(cast(BlockPool, pool), waiting)
 
 
 def twins(

@@ -52,7 +52,8 @@ def test_scenarios_replay_the_runs_own_requests(run: object) -> None:
         assert scenario.engine.num_kv_blocks == engine["num_gpu_blocks"]
     if engine["max_model_len"] is not None:
         assert scenario.engine.max_model_len_tokens == engine["max_model_len"]
-    # Arrivals are queue times: no tokenization delay on top.
+    # Arrivals are queue times: no way in on top.
+    assert scenario.frontend.way_in_s_per_request == 0.0
     assert scenario.frontend.tokenize_s_per_token == 0.0
     assert scenario.cost.kind == "kernels"
 

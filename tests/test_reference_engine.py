@@ -261,7 +261,9 @@ def test_simulator_replay_makes_the_engines_decisions(
         cost=cost,
         core=dataclasses.replace(engine.core, make_policy=lambda: RecordingPolicy(make(), batches)),
         skip_ahead=False,
-        frontend=engine.frontend.model_copy(update={"tokenize_s_per_token": 0.0}),
+        frontend=engine.frontend.model_copy(
+            update={"way_in_s_per_request": 0.0, "tokenize_s_per_token": 0.0}
+        ),
     )
     sim = Simulation(engine)
     cost.clock = lambda: sim.env.now

@@ -16,6 +16,7 @@ from trace_checks import (
     PER_DECODE_SEQ_S,
     PER_PREFILL_TOKEN_S,
     TOKENIZE_S,
+    WAY_IN_S,
     check_format,
     check_nesting,
     doc,
@@ -39,15 +40,15 @@ def test_hand_traced_request_chunks_decode_and_detokenize() -> None:
     arrival_s = float(result.requests["arrival_s"].iloc[0])
     phases = phases_of(trace, 0)
     assert [p["name"] for p in phases] == [
-        "tokenize",
+        "way_in",
         "prefill",
         "prefill",
         "decode",
         "detokenize",
     ]
-    tokenize, chunk1, chunk2, decode, detok = phases
-    assert tokenize["ts"] == pytest.approx(arrival_s * 1e6, abs=1e-3)
-    assert tokenize["dur"] == pytest.approx(100 * TOKENIZE_S * 1e6, abs=1e-3)
+    way_in, chunk1, chunk2, decode, detok = phases
+    assert way_in["ts"] == pytest.approx(arrival_s * 1e6, abs=1e-3)
+    assert way_in["dur"] == pytest.approx((WAY_IN_S + 100 * TOKENIZE_S) * 1e6, abs=1e-3)
     assert chunk1["args"]["num_tokens"] == 64 and chunk2["args"]["num_tokens"] == 36
     assert chunk1["dur"] == pytest.approx((OVERHEAD_S + 64 * PER_PREFILL_TOKEN_S) * 1e6, abs=1e-3)
     assert chunk2["dur"] == pytest.approx((OVERHEAD_S + 36 * PER_PREFILL_TOKEN_S) * 1e6, abs=1e-3)
@@ -60,7 +61,7 @@ def test_hand_traced_request_chunks_decode_and_detokenize() -> None:
     assert ttft[0]["ts"] == pytest.approx(chunk2["ts"] + chunk2["dur"] + DELIVERY_S * 1e6)
     assert ttft[0]["args"]["ttft_ms"] == pytest.approx(1e3 * result.requests["ttft_s"].iloc[0])
     (parent,) = [e for e in trace["traceEvents"] if e.get("cat") == "request"]
-    assert parent["ts"] == tokenize["ts"]
+    assert parent["ts"] == way_in["ts"]
     assert parent["ts"] + parent["dur"] == pytest.approx(
         float(result.requests["finish_s"].iloc[0]) * 1e6, abs=1e-3
     )
@@ -133,7 +134,7 @@ def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
         requests = result.raw.requests.set_index("request_id").loc[bounds.index]
         assert bounds["start"].to_numpy() == pytest.approx(requests["arrival_s"].to_numpy())
         assert bounds["end"].to_numpy() == pytest.approx(requests["finish_s"].to_numpy())
-    for phase in ("tokenize", "detokenize"):
+    for phase in ("way_in", "detokenize"):
         a = recorded[recorded.phase == phase].set_index("request_id")
         b = other[other.phase == phase].set_index("request_id")
         assert (a["end_s"] - a["start_s"]).to_numpy() == pytest.approx(

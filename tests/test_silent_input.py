@@ -38,13 +38,30 @@ def test_a_few_or_no_rejections_say_nothing() -> None:
 def test_the_cli_warns_in_one_line_when_prompts_exceed_max_model_len(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    sets = ["engine.max_model_len_tokens=64", "workload.num_requests=20"]
+    # Most (not all) prompts too long: a run with a warning.
+    sets = ["engine.max_model_len_tokens=400", "workload.num_requests=20"]
     argv = ["run", CHAT, "--out", str(tmp_path / "o"), "-q"]
     assert main([*argv, *(x for s in sets for x in ("--set", s))]) == 0
     warning = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warning) == 1
-    assert "20 of 20 requests (100%) were rejected" in warning[0]
-    assert "exceeds max_model_len 64" in warning[0]
+    assert "of 20 requests" in warning[0] and "were rejected" in warning[0]
+    assert "exceeds max_model_len 400" in warning[0]
+
+
+def test_a_run_rejecting_every_request_is_an_error_unless_allowed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sets = ["engine.max_model_len_tokens=64", "workload.num_requests=20"]
+    argv = ["run", CHAT, "--out", str(tmp_path / "o"), "-q"]
+    argv += [x for s in sets for x in ("--set", s)]
+    assert main(argv) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert error.startswith("servesim: error: every request (20) was rejected as never servable")
+    assert "exceeds max_model_len 64" in error and "--allow-all-rejected" in error
+    assert not (tmp_path / "o" / "summary.json").exists()
+    assert main([*argv, "--allow-all-rejected"]) == 0
+    assert "20 of 20 requests (100%) were rejected" in capsys.readouterr().err
+    assert (tmp_path / "o" / "summary.json").exists()
 
 
 def test_a_normal_run_warns_about_nothing(

@@ -257,14 +257,14 @@ def test_cheapest_meeting_the_slos(tmp_path: Path) -> None:
     means = table.groupby("point")["p99_ttft_ms"].mean().to_numpy()
     assert np.allclose(points["p99_ttft_ms"], means)
     assert list(points["slo_met"]) == list(means <= 300)
-    best, unit = cheapest(points)
-    assert best is not None and unit == "usd_per_1k_requests" and best["slo_met"]
+    best, unit, refusal = cheapest(points)
+    assert best is not None and unit == "usd_per_1k_requests" and best["slo_met"] and not refusal
     meeting = points[points["slo_met"] == True]  # noqa: E712
     assert best["usd_per_1k_requests"] == meeting["usd_per_1k_requests"].min()
     text = format_report(points, plan.targets, plan.override_keys)
     assert f"point {int(best['point'])}" in text and "cheapest meeting the SLOs" in text
     none_meet = points.assign(slo_met=False)
-    assert cheapest(none_meet) == (None, "")
+    assert cheapest(none_meet) == (None, "", "")
     assert "no configuration meets" in format_report(none_meet, plan.targets, [])
 
 
@@ -328,7 +328,12 @@ def test_run_point_measures_a_deterministic_service_time(tmp_path: Path) -> None
     from sim.planning.sweep_exec import run_point
     from sim.scenario import scenario_from_dict
 
-    frontend = {"tokenize_s_per_token": 0, "detokenize_s_per_token": 0, "output_step_s": 0}
+    frontend = {
+        "way_in_s_per_request": 0,
+        "tokenize_s_per_token": 0,
+        "detokenize_s_per_token": 0,
+        "output_step_s": 0,
+    }
     doc = {**BASE, "frontend": frontend}
     doc["workload"] = {**BASE["workload"], "output_tokens": {"kind": "fixed", "tokens": 10}}
     scenario = scenario_from_dict(doc).model_dump(mode="json")
@@ -401,7 +406,48 @@ def test_long_reports_are_cut_and_unpriced_hardware_ranks_by_gpu_hours(tmp_path:
     table = run_sweep(plan, tmp_path / "out", jobs=1).table.assign(gpu_price_per_hour=None)
     points = per_point(table, plan.targets, plan.override_keys)
     points["usd_per_1k_requests"] = None  # e.g. a custom accelerator without a price
-    best, unit = cheapest(points)
-    assert unit == "gpu_hours_per_1k_requests" and best is not None
+    best, unit, refusal = cheapest(points)
+    # One kind of GPU: GPU-hours rank its points.
+    assert unit == "gpu_hours_per_1k_requests" and best is not None and not refusal
     text = format_report(points, plan.targets, plan.override_keys, max_rows=2)
     assert "... 2 more points in results.csv" in text and "GPU-hours per 1k requests" in text
+
+
+# --- prices across GPUs --------------------------------------------------------------------
+
+
+def test_every_gpu_preset_has_a_price() -> None:
+    from sim.hardware.specs import HARDWARE_PRESETS
+    from sim.planning.pricing import GPU_PRICE_PER_HOUR
+
+    assert set(HARDWARE_PRESETS) <= set(GPU_PRICE_PER_HOUR)
+    assert all(price > 0 for price in GPU_PRICE_PER_HOUR.values())
+
+
+def _gpu_grid(tmp_path: Path, price: Any) -> tuple[pd.DataFrame, Any]:
+    # An inline GPU (a preset renamed) has no list price.
+    grid = {"hardware": ["h100", {"preset": "h200", "name": "my-asic"}]}
+    plan = load_sweep(
+        write_sweep(tmp_path, with_changes(grid=grid, seeds=1, gpu_price_per_hour=price))
+    )
+    table = run_sweep(plan, tmp_path / "out", jobs=1).table
+    return per_point(table, plan.targets, plan.override_keys), plan
+
+
+def test_a_comparison_across_gpus_without_every_price_is_refused(tmp_path: Path) -> None:
+    points, plan = _gpu_grid(tmp_path, None)
+    best, unit, refusal = cheapest(points)
+    assert best is None and unit == ""
+    assert refusal.startswith("no cheapest: GPU-hours of different GPUs are not comparable")
+    assert "no price is known for my-asic;" in refusal
+    assert refusal in format_report(points, plan.targets, plan.override_keys)
+
+
+def test_a_price_per_gpu_ranks_a_comparison_across_gpus_in_dollars(tmp_path: Path) -> None:
+    points, _ = _gpu_grid(tmp_path, {"my-asic": 1.5})
+    prices = dict(zip(points["hardware"], points["gpu_price_per_hour"], strict=True))
+    assert prices == {"h100": 3.0, "my-asic": 1.5}  # the table's H100 price, the file's
+    best, unit, refusal = cheapest(points)
+    assert best is not None and unit == "usd_per_1k_requests" and not refusal
+    meeting = points[points["slo_met"] == True]  # noqa: E712
+    assert best["usd_per_1k_requests"] == meeting["usd_per_1k_requests"].min()

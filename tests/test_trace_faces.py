@@ -70,4 +70,4 @@ def test_unfinished_requests_are_drawn_up_to_where_they_got() -> None:
     )
     rows = reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 10)
     spans = pd.DataFrame(rows, columns=SPAN_COLUMNS)
-    assert spans[["phase", "start_s", "end_s"]].values.tolist() == [["tokenize", 0.0, 0.5]]
+    assert spans[["phase", "start_s", "end_s"]].values.tolist() == [["way_in", 0.0, 0.5]]

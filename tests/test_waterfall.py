@@ -73,7 +73,7 @@ def test_empty_and_unfinished_inputs_still_draw(tmp_path: Path) -> None:
         ).read_bytes()[:8]
         == PNG_MAGIC
     )
-    spans = pd.DataFrame([[0, 0, "tokenize", 0.0, 0.5, 0]], columns=SPAN_COLUMNS)
+    spans = pd.DataFrame([[0, 0, "way_in", 0.0, 0.5, 0]], columns=SPAN_COLUMNS)
     requests = pd.DataFrame({"request_id": [0], "first_token_s": [float("nan")]})
     assert figure_draw.draw_waterfall_figure(
         waterfall_data(spans, requests), tmp_path / "b.png"

@@ -106,15 +106,23 @@ def test_workers_give_the_run_of_one_process(
     num_workers=st.integers(2, 4),
     rate_per_s=st.floats(5.0, 120.0),
     tokenize_s_per_token=st.sampled_from([0.0, 1e-6, 2e-4]),
+    way_in_s_per_request=st.sampled_from([0.0, 0.01]),
 )
 def test_any_split_gives_the_same_run(
-    num_replicas: int, num_workers: int, rate_per_s: float, tokenize_s_per_token: float
+    num_replicas: int,
+    num_workers: int,
+    rate_per_s: float,
+    tokenize_s_per_token: float,
+    way_in_s_per_request: float,
 ) -> None:
     sc = scenario(
         num_replicas,
         num_requests=120,
         rate_per_s=rate_per_s,
-        frontend={"tokenize_s_per_token": tokenize_s_per_token},
+        frontend={
+            "tokenize_s_per_token": tokenize_s_per_token,
+            "way_in_s_per_request": way_in_s_per_request,
+        },
     )
     same_runs(simulate(sc, 1)[0], simulate(sc, num_workers)[0])
 

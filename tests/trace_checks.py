@@ -12,7 +12,7 @@ from sim.scenario import scenario_from_dict
 
 EPS_US = 1e-6  # rounding slack: times are written to the nanosecond (1e-3 us)
 OVERHEAD_S, PER_PREFILL_TOKEN_S, PER_DECODE_SEQ_S = 0.001, 1e-4, 0.008
-TOKENIZE_S, DETOKENIZE_S, OUTPUT_STEP_S = 1e-5, 2e-5, 2e-4
+WAY_IN_S, TOKENIZE_S, DETOKENIZE_S, OUTPUT_STEP_S = 3e-3, 1e-5, 2e-5, 2e-4
 # The frontend's time for a step with one output: its per-step cost plus one detokenization.
 DELIVERY_S = OUTPUT_STEP_S + DETOKENIZE_S
 
@@ -42,6 +42,7 @@ def doc(
         },
         "engine": {"async_scheduling": False, **extra.pop("engine", {})},
         "frontend": {
+            "way_in_s_per_request": WAY_IN_S,
             "tokenize_s_per_token": TOKENIZE_S,
             "detokenize_s_per_token": DETOKENIZE_S,
             "output_step_s": OUTPUT_STEP_S,

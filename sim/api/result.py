@@ -23,15 +23,22 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
+from sim.hardware.specs import model_caveat
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
-from sim.metrics.stats import request_columns, summarize, with_request_metrics
+from sim.metrics.stats import (
+    request_columns,
+    sample_notes,
+    summarize,
+    ttft_parts_summary,
+    with_request_metrics,
+)
 from sim.metrics.trace import trace_document, write_trace
 from sim.scenario import Scenario
 from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.frontend import Delivery
-from sim.serving.replica_config import ReplicaConfig
+from sim.serving.replica_config import FrontendConfig, ReplicaConfig
 from sim.serving.simulation import RawResult
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -199,6 +206,8 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
         "weight_dtype": dtype_name(model.weight_dtype_bytes, quant.weights),
         "kv_cache_dtype": dtype_name(model.kv_dtype_bytes, quant.kv_cache),
         "weight_gb_per_gpu": model.weight_bytes / layout.num_gpus / 1e9,
+        # What of the model is not modelled (a sliding window), or None.
+        "model_caveat": model_caveat(model),
     }
 
 
@@ -227,12 +236,16 @@ def engine_settings(scenario: Scenario, engine: CoreConfig) -> dict[str, Any]:
 
 
 def summary_header(scenario: Scenario, engine: CoreConfig, cost_model: str) -> dict[str, Any]:
-    """summary.json's first keys, naming what ran: the scenario, its seed, the cost
-    model, the policy, the KV blocks and ``engine_settings``; shared by a simulated
-    run (``build_result``) and a measured one (``calibration.measure``)."""
+    """summary.json's first keys, naming what ran: the scenario, its seed, the model,
+    the hardware, the cost model, the policy, the KV blocks and ``engine_settings``;
+    shared by a simulated run (``build_result``) and a measured one
+    (``calibration.measure``)."""
     return {
         "scenario": scenario.name,
         "seed": scenario.seed,
+        # What ran, as the scenario names it: servesim validate checks both.
+        "model": scenario.model.name,
+        "hardware": scenario.hardware.name,
         "cost_model": cost_model,
         "policy": scenario.scheduler.kind,
         "num_kv_blocks": engine.num_kv_blocks,
@@ -260,6 +273,13 @@ def _policy_summary(requests: pd.DataFrame | RequestTable) -> dict[str, Any]:
     return out
 
 
+def frontend_summary(frontend: FrontendConfig) -> dict[str, Any]:
+    """summary.json ``frontend``: the server's way in and out as they ran, and
+    which of its values are the default estimates (docs/vllm-fidelity.md)
+    rather than the scenario's."""
+    return {**frontend.model_dump(), "estimated": frontend.estimated_fields()}
+
+
 def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: its summary (from the run's
     columns: no frame is built until asked for)."""
@@ -273,8 +293,11 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         **_policy_summary(records),
         **_layout_summary(scenario),
         **prefix_cache_summary(records),
+        **ttft_parts_summary(records),
+        frontend=frontend_summary(engine.frontend),
         servesim_version=sim.__version__,
         mode="simulated",
+        **sample_notes(records),
     )
     if scenario.cluster is not None:
         summary.update(cluster_summary(records, scenario.cluster))

@@ -1,7 +1,7 @@
 """``servesim``: the command line, a thin layer over ``sim.api``.
 
 One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``,
-``import_run``; ``calibrate``, ``measure``, ``validate`` and ``serve`` live in
+``import_run``, ``cost_breakdown``; ``calibrate``, ``measure``, ``validate`` and ``serve`` live in
 ``calibration``, which may import torch), each with ``add_parsers(subparsers)``.
 Every user error (a bad scenario, trace, option or artifact) is printed as one
 line on stderr and exits with status 2; there is no traceback.
@@ -69,6 +69,15 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             (
                 "import-run",
                 "convert a measured run (vllm bench serve, GuideLLM, vLLM OTLP spans, ...)",
+            ),
+        ),
+    ),
+    (
+        "sim.cli.cost_breakdown",
+        (
+            (
+                "cost-breakdown",
+                "where one step's time goes, op by op, under a scenario's cost model",
             ),
         ),
     ),

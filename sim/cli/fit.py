@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 import sim
 from sim.api import cost_model_for
 from sim.cost.fitted import (
@@ -31,9 +33,10 @@ from sim.cost.fitted import (
 )
 from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError
-from sim.hardware.specs import hardware_preset, model_preset
+from sim.hardware.specs import ModelSpec, hardware_preset, model_from_ref
 from sim.metrics.out_path import check_out_file
 from sim.scenario import Scenario, load_scenario
+from sim.scenario.strict_yaml import DuplicateKeyError, parse_yaml
 from sim.validation.fit import (
     DEFAULT_MAX_EVALUATIONS,
     OBJECTIVE,
@@ -91,6 +94,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def model_option(value: str) -> ModelSpec:
+    """``--model``: what a scenario's ``model:`` accepts, resolved the same way.
+
+    A preset name, a ``config.json`` path (or its folder) from the working
+    directory, or an inline spec or ``{preset: ..., **overrides}`` in YAML
+    flow style (``'{preset: llama-3-8b, kv_dtype_bytes: 1}'``).
+    """
+    ref: Any = value
+    if value.lstrip().startswith("{"):
+        try:
+            ref = parse_yaml(value)
+        except (yaml.YAMLError, DuplicateKeyError) as error:
+            problem = " ".join(str(error).split())
+            raise ConfigError(f"--model: not a YAML mapping: {problem}") from None
+    return model_from_ref(ref, Path.cwd(), "--model")
+
+
 def fit_runs(
     sources: Sequence[str], args: argparse.Namespace
 ) -> tuple[list[FitRun], list[ImportedRun], Scenario | None, Path]:
@@ -105,7 +125,7 @@ def fit_runs(
             raise ConfigError(
                 f"{args.scenario}: cost is already fitted; give the scenario of its base"
             )
-    model = model_preset(args.model)
+    model = model_option(args.model)
     hardware_name = args.hardware or (scenario.hardware.name if scenario is not None else None)
     if hardware_name is None:
         raise ConfigError("--from-run needs --hardware (or --scenario, which names it)")

@@ -12,6 +12,7 @@ from sim.errors import ConfigError
 
 if TYPE_CHECKING:
     from sim.cli.figures import FigureWorker
+    from sim.scenario import Scenario
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -40,7 +41,7 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     (the figures by ``worker`` when given)."""
     from sim import api
     from sim.metrics.out_path import check_out_dir
-    from sim.metrics.report import format_summary_table, rejection_warning
+    from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
     from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
@@ -56,15 +57,21 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         source=str(Path(args.scenario)),
     )
     elapsed_s = time.perf_counter() - started
+    nothing = all_rejected_error(result.raw.records)
+    if nothing is not None and not args.allow_all_rejected:
+        raise ConfigError(nothing)
     rejected = rejection_warning(result.raw.records)  # before any frame is built
     if rejected is not None:
         print(f"servesim: warning: {rejected}", file=sys.stderr)
+    caveat = result.summary.get("model_caveat")
+    if caveat is not None:
+        print(f"servesim: warning: {caveat}", file=sys.stderr)
     print(format_summary_table(result.summary))
     auto = result.scenario.cost.kind == "auto"
-    why = " (cost: auto: kernel tables, else a calibrated artifact, else the roofline)"
+    why = f" (cost: auto: {_auto_choice(result.scenario)})" if auto else ""
     # Flushed before the files are written (plots take longest): the user reads
     # the summary while they are drawn, even when stdout is a pipe.
-    print(f"cost model: {result.summary['cost_model']}{why if auto else ''}", flush=True)
+    print(f"cost model: {result.summary['cost_model']}{why}", flush=True)
     if worker is None:
         paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     else:
@@ -78,6 +85,14 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         f" wrote {len(paths)} files to {out}/"
     )
     return 0
+
+
+def _auto_choice(scenario: Scenario) -> str:
+    """What ``cost: auto`` priced the run from, or why not kernel tables (one line)."""
+    from sim.api.build import model_for
+    from sim.cost.config import auto_choice
+
+    return auto_choice(model_for(scenario), scenario.hardware, scenario.parallelism)
 
 
 def add_parsers(subparsers: Subparsers) -> None:
@@ -103,6 +118,12 @@ def add_parsers(subparsers: Subparsers) -> None:
         type=int,
         metavar="N",
         help="requests in trace.json: the first N (default 100)",
+    )
+    run.add_argument(
+        "--allow-all-rejected",
+        action="store_true",
+        help="write a run whose every request was rejected (an error otherwise: it measures "
+        "nothing)",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     run.add_argument(

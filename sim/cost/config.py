@@ -45,7 +45,7 @@ from sim.cost.calibrated import (
 )
 from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
 from sim.cost.fitted import FittedCost, load_fitted_artifact
-from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto
+from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto_choice
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.provenance import anchored, validation_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
@@ -152,19 +152,37 @@ def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
 
 
 def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
+    return _auto(model, hardware, None)[0]
+
+
+def _auto(
+    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None
+) -> tuple[CostModel, str]:
+    """``kind: auto``'s cost model and its choice in one line (what, or why not tables)."""
     # Kernel tables first; None unless some cover this model and GPU, so that
     # without them auto is unchanged.
-    kernels = kernel_auto(model, hardware)
+    kernels, why = kernel_auto_choice(model, hardware, parallelism)
     if kernels is not None:
-        return kernels
+        return kernels, why
+    if parallelism is not None:
+        return ParallelRooflineCost(model, hardware, parallelism), f"{why}; the roofline"
     for path in shipped_artifacts():
         artifact = _load_shipped(path, path.stat().st_mtime_ns)
         if artifact is None:
             continue
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
             label = f"{artifact_label(artifact)} [{path.name}]"
-            return CalibratedCost(artifact.fit, label=label)
-    return RooflineCost(model, hardware)
+            return CalibratedCost(artifact.fit, label=label), f"{why}; calibrated {path.name}"
+    return RooflineCost(model, hardware), f"{why}; the roofline"
+
+
+def auto_choice(
+    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
+) -> str:
+    """What ``kind: auto`` prices ``model`` on ``hardware`` from, or why not tables (one line)."""
+    if parallelism is not None and parallelism.is_single_device:
+        parallelism = None
+    return _auto(model, hardware, parallelism)[1]
 
 
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -296,12 +314,7 @@ def _build(
         base = build_cost_model(base_config, model, hardware, path.parent, parallelism)
         return FittedCost(base, artifact.parameters.to_params(), source=path.name)
     if isinstance(config, AutoCostConfig):
-        if parallelism is None:
-            return build_auto(model, hardware)
-        kernels = kernel_auto(model, hardware, parallelism)
-        if kernels is not None:
-            return kernels
-        return ParallelRooflineCost(model, hardware, parallelism)
+        return _auto(model, hardware, parallelism)[0]
     if isinstance(config, CalibratedCostConfig):
         if parallelism is not None:
             raise ConfigError(

@@ -21,6 +21,16 @@ are memory-bound (about weight bytes / effective bandwidth per step); long
 prefills are compute-bound.
 Activations are ignored: they stay on chip or are small next to weights and KV.
 
+The model's MLP kind sets its GEMMs (``ModelSpec.num_params_per_layer``):
+``dense_flops_per_token`` is 2 FLOPs per weight of every layer (q, k, v, o;
+a gated MLP's gate, up and down, ``3 x hidden x intermediate``; a non-gated
+MLP's fc1 and fc2, ``2 x hidden x intermediate``; biases and norms) plus the
+LM head's ``2 x hidden x vocab``; ``weight_bytes`` counts every parameter
+once, so a tied LM head (GPT-2, OPT) is the embedding table, read once.
+A sliding window (``sliding_window_tokens``) is not applied: attention
+FLOPs and KV reads are those of full attention, an over-estimate past the
+window (a step's shape keeps only sums of context lengths, not each one).
+
 ``ParallelRooflineCost``: the same for a replica split over GPUs by tensor
 and pipeline parallelism.
 

@@ -1,7 +1,7 @@
 """Open-loop requests pulled by a replica when it plans, not one SimPy event each.
 
 In an open loop every submission time is known before the run: arrival plus
-tokenization. ``Feed`` holds them in submission order; the replica pulls the
+way in. ``Feed`` holds them in submission order; the replica pulls the
 requests due by each plan's time (``Replica.pull`` is ``Feed.take``) and, when
 idle, sleeps until the next one, so an arrival costs no event of its own
 (issue 16: base requests cause 1.86 SimPy events instead of 2.86). The
@@ -28,6 +28,7 @@ import numpy.typing as npt
 from sim.engine.request import Request
 from sim.serving.pool import Pool
 from sim.serving.replica import Replica
+from sim.serving.replica_config import FrontendConfig
 from sim.serving.router import RoundRobin
 from sim.serving.submission import OpenLoop, requests_in_order, submission_order
 
@@ -50,7 +51,7 @@ def submission_clock_s(ready_s: Sequence[float]) -> array[float]:
 @dataclass(frozen=True)
 class Submissions:
     """One replica's requests in submission order: when each is due (arrival plus
-    tokenization, s), the clock at its submission (``submission_clock_s``: the
+    way in, s), the clock at its submission (``submission_clock_s``: the
     ready time the replica records), and its index in the workload."""
 
     ready_s: npt.NDArray[np.float64]
@@ -59,11 +60,11 @@ class Submissions:
 
     @classmethod
     def dealt(
-        cls, work: OpenLoop, tokenize_s_per_token: float, num_replicas: int
+        cls, work: OpenLoop, frontend: FrontendConfig, num_replicas: int
     ) -> list[Submissions]:
         """``work``'s submissions dealt in turn to ``num_replicas`` replicas (a
         round-robin router's picks: the i-th submission goes to replica ``i % n``)."""
-        ready, order = submission_order(work, tokenize_s_per_token)
+        ready, order = submission_order(work, frontend)
         clock_s = np.frombuffer(submission_clock_s(ready.tolist()), dtype=np.float64)
         n = num_replicas
         return [cls(ready[k::n], clock_s[k::n], order[k::n]) for k in range(n)]
@@ -96,18 +97,18 @@ class Feed:
 
     @classmethod
     def split(
-        cls, work: OpenLoop, tokenize_s_per_token: float, intakes: Sequence[Intake]
+        cls, work: OpenLoop, frontend: FrontendConfig, intakes: Sequence[Intake]
     ) -> list[Feed]:
         """``work``'s requests dealt in turn to one feed per intake (``Submissions.dealt``)."""
         return [
             cls(mine.ready_s, mine.clock_s, requests_in_order(work, mine.order), submit)
             for mine, submit in zip(
-                Submissions.dealt(work, tokenize_s_per_token, len(intakes)), intakes, strict=True
+                Submissions.dealt(work, frontend, len(intakes)), intakes, strict=True
             )
         ]
 
     def next_due_s(self) -> float:
-        """When the next request is due (arrival plus tokenization, s; inf if none):
+        """When the next request is due (arrival plus its way in, s; inf if none):
         a replica's ``horizon``."""
         return self._ready_s[self._index]
 
@@ -150,11 +151,11 @@ def feedable(pool: Pool) -> bool:
     )
 
 
-def pool_feeds(pool: Pool, work: OpenLoop, tokenize_s_per_token: float) -> list[Feed]:
+def pool_feeds(pool: Pool, work: OpenLoop, frontend: FrontendConfig) -> list[Feed]:
     """One feed per replica of ``pool``, dealt as its round-robin router would;
     a request taken counts in its replica's load."""
     intakes = [partial(_take, pool, index) for index in range(len(pool.replicas))]
-    return Feed.split(work, tokenize_s_per_token, intakes)
+    return Feed.split(work, frontend, intakes)
 
 
 def take_feeds(pool: Pool, feeds: Sequence[Feed]) -> None:

@@ -66,7 +66,7 @@ def run(
         cores = replicas.cores
     else:
         return None
-    tokenize_s = replica_config.frontend.tokenize_s_per_token
+    frontend = replica_config.frontend
     loop = choose_loop(len(work.arrival_s), compiled)
     if loop is not None:
         from sim.fast.compiled import path
@@ -74,23 +74,23 @@ def run(
         cost = replica_config.cost
         if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
             assert isinstance(cost, path.RooflineCost | path.EngineCpuCost)
-            if path.run_compiled(cores, cost, work, tokenize_s, loop, progress.tick):
+            if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
                 raw = result()  # the cores hold the run's logs
                 raw.accelerator = "compiled loop"
                 return raw
     if isinstance(replicas, Replica):
         # One replica takes its requests when it plans, and ends its runs at the next one.
-        (feed,) = Feed.split(work, tokenize_s, [replicas.core.add])
+        (feed,) = Feed.split(work, frontend, [replicas.core.add])
         replicas.core.on_done = None  # nobody waits for an answer in an open loop
         feed_replica(replicas, feed)
     else:
         # Round robin: each replica takes its own turns, so they may be
         # simulated in several processes at once.
-        feeds = pool_feeds(replicas, work, tokenize_s)
+        feeds = pool_feeds(replicas, work, frontend)
         num_workers = _num_workers(replicas, len(work.arrival_s), workers)
         if num_workers > 1:
             outputs = run_in_workers(replicas, feeds, num_workers, drive, progress)
-            return raw_result(outputs, replica_config.frontend)
+            return raw_result(outputs, frontend)
         take_feeds(replicas, feeds)
     drive(progress.tick)
     return result()

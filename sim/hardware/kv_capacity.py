@@ -14,6 +14,13 @@ parallelism the GPU of the largest stage (``ceil(layers / pp)`` layers) bounds
 the pool. When a scenario gives the block count vLLM logged
 (``engine.num_kv_blocks``), none of this runs.
 
+Weights are ``ModelSpec.weight_bytes``: every parameter once, a tied LM head
+(GPT-2, OPT) counted with the embedding it shares. A sliding window
+(Mistral-7B-v0.1's 4096 tokens) is not modelled: vLLM frees a request's blocks
+that fall out of the window and checks ``max_model_len`` against a window's
+worth of blocks; here blocks are sized as above and a request holds its whole
+context, so a windowed model's capacity in long contexts is under-estimated.
+
 vLLM measures the terms at start-up; servesim cannot run the model, so total
 memory, weights and block bytes are computed and the rest are estimates, one
 function each, each constant with where it comes from (the table of terms:

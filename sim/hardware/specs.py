@@ -2,9 +2,11 @@
 
 Read top to bottom:
 
-- ``ModelSpec``: the shape of a Llama-style decoder, what memory sizing and
-  the roofline need. The ``tiny`` preset is also what ``calibration/`` builds
-  as a real PyTorch model, so its shape lives here and nowhere else.
+- ``ModelSpec``: the shape of a decoder-only transformer (Llama-style by
+  default; GPT-2 / OPT style with a non-gated MLP, LayerNorms, biases and
+  learned positions), what memory sizing and the roofline need. The ``tiny``
+  preset is also what ``calibration/`` builds as a real PyTorch model, so its
+  shape lives here and nowhere else.
 - ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
   presets (no download at run time), copied from each model's published
   ``config.json`` (as also shipped in aiconfigurator-core 0.12.0
@@ -16,14 +18,17 @@ Read top to bottom:
   another name has no known limit and is not checked.
 - ``ModelArchitecture``: the shapes of every GEMM and attention call, as the
   kernel cost model needs them, mixture-of-experts included
-  (``load_architecture``: a preset name or a ``config.json`` path).
+  (``load_architecture``: a preset name or a ``config.json`` path;
+  ``from_hf_config``: which ``config.json`` fields are read, per model type).
 - ``HardwareSpec``: one accelerator. Presets give datasheet figures, cited per
   entry; their efficiencies and overheads are the roofline's guesses (kernel
   tables do not use them). ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES``
   find kernel tables measured on a preset's card.
 - In a scenario, ``model:`` and ``hardware:`` accept a preset name, an inline
   spec (a mapping with every field), or a preset with overrides (``{preset:
-  llama-3-8b, kv_dtype_bytes: 1}``); see ``ModelRef`` and ``HardwareRef``.
+  llama-3-8b, kv_dtype_bytes: 1}``); ``model:`` also a Hugging Face
+  ``config.json`` path (or its folder), relative to the scenario's folder
+  (``resolve_model``); see ``ModelRef`` and ``HardwareRef``.
 """
 
 from __future__ import annotations
@@ -32,9 +37,18 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from sim.errors import ConfigError
 
@@ -45,11 +59,35 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
+# A gated MLP (Llama, Mistral, Qwen) is down(act(gate(x)) * up(x)): three
+# hidden x intermediate matrices. A non-gated one (GPT-2, OPT) is fc2(act(fc1(x))):
+# two. ``mlp_activation`` is the config's name for ``act`` (silu, gelu_new, relu).
+MlpKind = Literal["gated", "non_gated"]
+# RMSNorm has a weight; LayerNorm (GPT-2, OPT) a weight and a bias.
+NormKind = Literal["rms", "layer"]
+
+
+class MoeSpec(BaseModel):
+    """Mixture-of-experts MLP: ``top_k`` of ``num_experts`` experts per token."""
+
+    model_config = _FROZEN
+
+    num_experts: PositiveInt
+    top_k: PositiveInt
+    expert_intermediate_size: PositiveInt
+    # Always-on shared expert (Qwen2-MoE style); None when the model has none.
+    shared_expert_intermediate_size: PositiveInt | None = None
+
+
 class ModelSpec(BaseModel):
-    """Shape of a Llama-style decoder-only transformer.
+    """Shape of a decoder-only transformer; the defaults are Llama's.
 
     ``head_dim`` defaults to ``hidden_size // num_attention_heads``. Dtype
     sizes are floats so that 4-bit weights (0.5 bytes) can be described.
+    A mixture-of-experts model (``moe``) keeps a dense MLP of the same
+    parameter count in ``intermediate_size`` (experts x expert width + shared
+    width): memory sizing and the roofline read that; the kernel cost model
+    reads ``moe``.
     """
 
     model_config = _FROZEN
@@ -69,6 +107,22 @@ class ModelSpec(BaseModel):
     tied_embeddings: bool = False
     # Qwen2 has biases on the q, k and v projections; Llama has none.
     attention_qkv_bias: bool = False
+    mlp: MlpKind = "gated"
+    mlp_activation: str = Field(default="silu", min_length=1)
+    # Biases on every linear layer, q, k, v, o and the MLP's (GPT-2, OPT).
+    linear_bias: bool = False
+    norm: NormKind = "rms"
+    # Rows of a learned position-embedding table (GPT-2: n_positions; OPT:
+    # max_position_embeddings + 2); 0 for rotary positions, which have no weights.
+    num_learned_positions: int = Field(default=0, ge=0)
+    # Sliding-window attention (Mistral-7B-v0.1: 4096 tokens, every layer):
+    # recorded, not modelled (KV capacity and attention price full attention).
+    sliding_window_tokens: PositiveInt | None = None
+    num_sliding_window_layers: int = Field(default=0, ge=0)
+    # The model's own context limit (config.json's max_position_embeddings);
+    # None: the presets' table (``MAX_CONTEXT_TOKENS``) by name, or unchecked.
+    max_context_tokens: PositiveInt | None = None
+    moe: MoeSpec | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -93,27 +147,49 @@ class ModelSpec(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_sliding_window(self) -> ModelSpec:
+        check_sliding_window(
+            self.sliding_window_tokens, self.num_sliding_window_layers, self.num_layers
+        )
+        return self
+
     @property
     def num_params_per_layer(self) -> int:
-        """Attention (q, k, v, o and optional qkv bias) + gated MLP + 2 RMSNorms."""
+        """Attention (q, k, v, o and their biases) + MLP + 2 norms."""
+        hidden, inter = self.hidden_size, self.intermediate_size
         q_width = self.num_attention_heads * self.head_dim
         kv_width = self.num_kv_heads * self.head_dim
-        attention = 2 * self.hidden_size * q_width + 2 * self.hidden_size * kv_width
-        if self.attention_qkv_bias:
+        attention = 2 * hidden * q_width + 2 * hidden * kv_width
+        if self.linear_bias or self.attention_qkv_bias:
             attention += q_width + 2 * kv_width
-        mlp = 3 * self.hidden_size * self.intermediate_size  # gate, up, down
-        return attention + mlp + 2 * self.hidden_size
+        if self.mlp == "gated":
+            mlp = 3 * hidden * inter  # gate, up, down
+            mlp_bias = 2 * inter + hidden
+        else:
+            mlp = 2 * hidden * inter  # fc1, fc2
+            mlp_bias = inter + hidden
+        if self.linear_bias:
+            attention += hidden  # o_proj's bias
+            mlp += mlp_bias
+        return attention + mlp + 2 * self.norm_params
+
+    @property
+    def norm_params(self) -> int:
+        """Parameters of one norm: RMSNorm a weight, LayerNorm a weight and a bias."""
+        return self.hidden_size if self.norm == "rms" else 2 * self.hidden_size
 
     @property
     def num_embedding_params(self) -> int:
-        """Input embedding table plus, unless tied, the LM head."""
+        """Input embedding table, the LM head unless tied, learned positions if any."""
         table = self.vocab_size * self.hidden_size
-        return table if self.tied_embeddings else 2 * table
+        vocab = table if self.tied_embeddings else 2 * table
+        return vocab + self.num_learned_positions * self.hidden_size
 
     @property
     def num_non_embedding_params(self) -> int:
         """Transformer layers plus the final norm."""
-        return self.num_layers * self.num_params_per_layer + self.hidden_size
+        return self.num_layers * self.num_params_per_layer + self.norm_params
 
     @property
     def num_params(self) -> int:
@@ -134,8 +210,10 @@ class ModelSpec(BaseModel):
     def dense_flops_per_token(self) -> float:
         """Matmul FLOPs per token outside attention scores (2 per multiply-add).
 
-        Layers contribute 2 x non-embedding params; the embedding lookup is
-        free; the LM head is a hidden x vocab matmul whether tied or not.
+        Layers contribute 2 x non-embedding params (so a non-gated MLP's two
+        GEMMs count two, a gated one's three); embedding lookups (token and
+        learned position) are free; the LM head is a hidden x vocab matmul
+        whether tied or not.
         """
         return 2.0 * self.num_non_embedding_params + 2.0 * self.hidden_size * self.vocab_size
 
@@ -143,6 +221,36 @@ class ModelSpec(BaseModel):
     def attention_flops_per_pair(self) -> float:
         """FLOPs per query-key pair: QK^T and PV, 2 FLOPs each per head dim, per layer."""
         return 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
+
+
+def model_caveat(model: ModelSpec) -> str | None:
+    """What of ``model`` servesim does not model, in one line (None: nothing known).
+
+    A sliding window: vLLM frees KV blocks past the window and its attention
+    reads at most the window; servesim keeps and reads whole contexts.
+    """
+    if model.sliding_window_tokens is None:
+        return None
+    return (
+        f"model {model.name}'s {model.sliding_window_tokens}-token sliding window "
+        f"({model.num_sliding_window_layers} of {model.num_layers} layers) is not modelled: "
+        "KV use and attention are priced as full attention, an over-estimate past the window"
+    )
+
+
+def check_sliding_window(
+    window_tokens: int | None, num_window_layers: int, num_layers: int
+) -> None:
+    """ValueError unless a window and its layers come together, within the model."""
+    if (window_tokens is None) != (num_window_layers == 0):
+        raise ValueError(
+            "sliding_window_tokens and num_sliding_window_layers come together "
+            f"(got {window_tokens} and {num_window_layers})"
+        )
+    if num_window_layers > num_layers:
+        raise ValueError(
+            f"num_sliding_window_layers {num_window_layers} exceeds num_layers {num_layers}"
+        )
 
 
 # Shape of the CPU calibration model (~12.9M params, fp32). calibration/ builds
@@ -266,31 +374,26 @@ def _known() -> dict[str, int]:
 MAX_CONTEXT_TOKENS: Mapping[str, int] = MappingProxyType(_known())
 
 
-def context_problem(model_name: str, max_model_len_tokens: int) -> str | None:
-    """Why ``max_model_len_tokens`` is too long for ``model_name``, or ``None``."""
-    limit = MAX_CONTEXT_TOKENS.get(model_name)
+def context_problem(
+    model_name: str, max_model_len_tokens: int, own_limit_tokens: int | None = None
+) -> str | None:
+    """Why ``max_model_len_tokens`` is too long for the model, or ``None``.
+
+    ``own_limit_tokens``: the model's own limit (a ``config.json``'s), which
+    wins over the presets' table by name.
+    """
+    limit = own_limit_tokens if own_limit_tokens is not None else MAX_CONTEXT_TOKENS.get(model_name)
     if limit is None or max_model_len_tokens <= limit:
         return None
+    whose = "its config.json" if own_limit_tokens is not None else "its longest release"
     return (
         f"engine.max_model_len_tokens {max_model_len_tokens} exceeds {model_name}'s context "
-        f"length of {limit} tokens (its longest release); a real engine refuses it"
+        f"length of {limit} tokens ({whose}); a real engine refuses it"
     )
 
 
-class MoeSpec(BaseModel):
-    """Mixture-of-experts MLP: ``top_k`` of ``num_experts`` experts per token."""
-
-    model_config = _FROZEN
-
-    num_experts: PositiveInt
-    top_k: PositiveInt
-    expert_intermediate_size: PositiveInt
-    # Always-on shared expert (Qwen2-MoE style); None when the model has none.
-    shared_expert_intermediate_size: PositiveInt | None = None
-
-
 class ModelArchitecture(BaseModel):
-    """Decoder-only transformer shapes (from ``config.json``)."""
+    """Decoder-only transformer shapes (from ``config.json``); fields as ``ModelSpec``'s."""
 
     model_config = _FROZEN
 
@@ -305,7 +408,21 @@ class ModelArchitecture(BaseModel):
     max_position_embeddings: PositiveInt
     tied_embeddings: bool = False
     attention_qkv_bias: bool = False
+    mlp: MlpKind = "gated"
+    mlp_activation: str = Field(default="silu", min_length=1)
+    linear_bias: bool = False
+    norm: NormKind = "rms"
+    num_learned_positions: int = Field(default=0, ge=0)
+    sliding_window_tokens: PositiveInt | None = None
+    num_sliding_window_layers: int = Field(default=0, ge=0)
     moe: MoeSpec | None = None
+
+    @model_validator(mode="after")
+    def _check_sliding_window(self) -> ModelArchitecture:
+        check_sliding_window(
+            self.sliding_window_tokens, self.num_sliding_window_layers, self.num_layers
+        )
+        return self
 
     @property
     def q_width(self) -> int:
@@ -318,13 +435,16 @@ class ModelArchitecture(BaseModel):
         return self.num_kv_heads * self.head_dim
 
     def to_model_spec(
-        self, weight_dtype_bytes: float = 2.0, kv_dtype_bytes: float = 2.0
+        self,
+        weight_dtype_bytes: float = 2.0,
+        kv_dtype_bytes: float = 2.0,
+        max_context_tokens: int | None = None,
     ) -> ModelSpec:
-        """The dense ``ModelSpec`` with the same KV bytes and weight bytes.
+        """The ``ModelSpec`` with the same KV bytes and weight bytes.
 
-        An MoE model becomes a dense MLP of width ``experts x expert width +
-        shared width``, which has the same parameter count (memory sizing is
-        right; roofline FLOPs would count every expert, so do not use it there).
+        An MoE model keeps ``moe`` and gets a dense MLP of width ``experts x
+        expert width + shared width``, which has the same parameter count
+        (memory sizing is right; roofline FLOPs count every expert).
         """
         width = self.intermediate_size
         if self.moe is not None:
@@ -336,13 +456,21 @@ class ModelArchitecture(BaseModel):
             **{**shapes, "intermediate_size": width},
             weight_dtype_bytes=weight_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
+            max_context_tokens=max_context_tokens,
+            moe=self.moe,
         )
 
 
 def from_model_spec(spec: ModelSpec, max_position_embeddings: int = 131072) -> ModelArchitecture:
-    """The dense architecture of a ``ModelSpec`` (which has no MoE or context length)."""
-    shapes = spec.model_dump(exclude={"weight_dtype_bytes", "kv_dtype_bytes"})
-    return ModelArchitecture(**shapes, max_position_embeddings=max_position_embeddings)
+    """The architecture of a ``ModelSpec`` (context: its own limit, else the given one)."""
+    shapes = spec.model_dump(
+        exclude={"weight_dtype_bytes", "kv_dtype_bytes", "max_context_tokens", "moe"}
+    )
+    return ModelArchitecture(
+        **shapes,
+        max_position_embeddings=spec.max_context_tokens or max_position_embeddings,
+        moe=spec.moe,
+    )
 
 
 def _field(config: dict[str, Any], where: str, *names: str) -> int:
@@ -356,19 +484,147 @@ def _field(config: dict[str, Any], where: str, *names: str) -> int:
     raise ConfigError(f"{where}: missing field {names[0]!r}")
 
 
-def from_hf_config(
-    config: dict[str, Any], name: str, where: str = "config.json"
-) -> ModelArchitecture:
-    """Architecture from a Hugging Face ``config.json`` mapping.
+def _flag(config: dict[str, Any], where: str, name: str, default: bool) -> bool:
+    """``config[name]`` as a bool, ``default`` when absent or null."""
+    value = config.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: field {name!r} must be true or false")
+    return value
 
-    Multimodal configs keep the language model under ``text_config``. Fields
-    Hugging Face defaults (``num_key_value_heads`` = heads, ``head_dim`` =
-    hidden / heads) default the same way.
+
+def _activation(config: dict[str, Any], where: str, name: str, default: str) -> str:
+    """The MLP's activation function's name (``hidden_act``, ``activation_function``)."""
+    value = config.get(name, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: field {name!r} must be an activation name, e.g. {default!r}")
+    return value
+
+
+def _head_dim(config: dict[str, Any], where: str, hidden: int, heads: int) -> int:
+    if config.get("head_dim") is not None:
+        return _field(config, where, "head_dim")
+    if hidden % heads:
+        raise ConfigError(f"{where}: missing field 'head_dim' (hidden_size % heads != 0)")
+    return hidden // heads
+
+
+def _sliding_window(config: dict[str, Any], where: str, num_layers: int) -> dict[str, Any]:
+    """``sliding_window_tokens`` and the layers that use it, as Hugging Face reads them.
+
+    ``layer_types`` (newer configs: ``sliding_attention`` / ``full_attention``
+    per layer) says which layers; else Qwen2's ``use_sliding_window: false``
+    turns the window off, its ``max_window_layers`` keeps the first layers
+    full, Gemma 3's ``sliding_window_pattern: N`` makes every N-th layer full,
+    Gemma 2 slides on every other layer, and otherwise (Mistral) a
+    ``sliding_window`` applies to every layer.
     """
-    if isinstance(config.get("text_config"), dict):
-        config = {**config, **config["text_config"]}
+    layer_types = config.get("layer_types")
+    window = config.get("sliding_window")
+    if config.get("use_sliding_window") is False:
+        window = None
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise ConfigError(f"{where}: field 'layer_types' must list all {num_layers} layers")
+        num_window_layers = sum(kind == "sliding_attention" for kind in layer_types)
+    elif window is None:
+        num_window_layers = 0
+    elif config.get("sliding_window_pattern") is not None:
+        num_window_layers = num_layers - num_layers // _field(
+            config, where, "sliding_window_pattern"
+        )
+    elif config.get("model_type") == "gemma2":  # layers 0, 2, 4, ... slide
+        num_window_layers = (num_layers + 1) // 2
+    else:
+        first = config.get("max_window_layers") if config.get("use_sliding_window") else None
+        full = _field(config, where, "max_window_layers") if first is not None else 0
+        num_window_layers = max(num_layers - full, 0)
+    if num_window_layers == 0:
+        return {}
+    return {
+        "sliding_window_tokens": _field(config, where, "sliding_window"),
+        "num_sliding_window_layers": num_window_layers,
+    }
+
+
+def _gpt2(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
+    """GPT-2 (``model_type: gpt2``): its own field names, Conv1D layers with biases,
+    LayerNorms, a GELU MLP ``n_inner`` wide (null: 4 x ``n_embd``), learned
+    positions, multi-head attention, the LM head tied to the token embedding."""
+    hidden = _field(config, where, "n_embd", "hidden_size")
+    heads = _field(config, where, "n_head", "num_attention_heads")
+    positions = _field(config, where, "n_positions", "max_position_embeddings")
+    inner = _field(config, where, "n_inner") if config.get("n_inner") is not None else 4 * hidden
+    return ModelArchitecture(
+        name=name,
+        num_layers=_field(config, where, "n_layer", "num_hidden_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        head_dim=_head_dim(config, where, hidden, heads),
+        intermediate_size=inner,
+        vocab_size=_field(config, where, "vocab_size"),
+        max_position_embeddings=positions,
+        tied_embeddings=_flag(config, where, "tie_word_embeddings", True),
+        mlp="non_gated",
+        mlp_activation=_activation(config, where, "activation_function", "gelu_new"),
+        linear_bias=True,
+        norm="layer",
+        num_learned_positions=positions,
+    )
+
+
+# OPT's learned position table has 2 rows more than positions (its offset).
+OPT_POSITION_OFFSET = 2
+
+
+def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
+    """OPT (``model_type: opt``): pre-LayerNorm layers with biases, an MLP of
+    ``ffn_dim`` (ReLU), learned positions, multi-head attention, tied LM head."""
     hidden = _field(config, where, "hidden_size")
     heads = _field(config, where, "num_attention_heads")
+    projection = hidden
+    if config.get("word_embed_proj_dim") is not None:
+        projection = _field(config, where, "word_embed_proj_dim")
+    if projection != hidden:  # OPT-350m: embeddings projected in and out
+        raise ConfigError(
+            f"{where}: word_embed_proj_dim {projection} != hidden_size {hidden} "
+            "(projected embeddings) is not modelled"
+        )
+    if not _flag(config, where, "do_layer_norm_before", True):
+        raise ConfigError(f"{where}: do_layer_norm_before false (post-norm OPT) is not modelled")
+    positions = _field(config, where, "max_position_embeddings")
+    return ModelArchitecture(
+        name=name,
+        num_layers=_field(config, where, "num_hidden_layers"),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=heads,
+        head_dim=_head_dim(config, where, hidden, heads),
+        intermediate_size=_field(config, where, "ffn_dim"),
+        vocab_size=_field(config, where, "vocab_size"),
+        max_position_embeddings=positions,
+        tied_embeddings=_flag(config, where, "tie_word_embeddings", True),
+        mlp="non_gated",
+        mlp_activation=_activation(config, where, "activation_function", "relu"),
+        linear_bias=_flag(config, where, "enable_bias", True),
+        norm="layer",
+        num_learned_positions=positions + OPT_POSITION_OFFSET,
+    )
+
+
+# Model types whose config class ties the LM head unless told otherwise (a
+# saved config.json omits a field equal to its class's default).
+_TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
+
+
+def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
+    """Llama, Mistral, Mixtral, Qwen2/3 (and MoE): RMSNorm, rotary positions, a
+    gated MLP (``hidden_act``, SiLU by default), GQA or MHA, optional window."""
+    hidden = _field(config, where, "hidden_size")
+    heads = _field(config, where, "num_attention_heads")
+    layers = _field(config, where, "num_hidden_layers")
     num_experts = config.get("num_local_experts") or config.get("num_experts")
     moe = None
     if num_experts:
@@ -380,35 +636,70 @@ def from_hf_config(
             ),
             shared_expert_intermediate_size=config.get("shared_expert_intermediate_size") or None,
         )
-    if "head_dim" not in config and hidden % heads:
-        raise ConfigError(f"{where}: missing field 'head_dim' (hidden_size % heads != 0)")
     return ModelArchitecture(
         name=name,
-        num_layers=_field(config, where, "num_hidden_layers"),
+        num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=_field(config, where, "num_key_value_heads", "num_attention_heads"),
-        head_dim=_field(config, where, "head_dim") if "head_dim" in config else hidden // heads,
+        head_dim=_head_dim(config, where, hidden, heads),
         intermediate_size=_field(config, where, "intermediate_size"),
         vocab_size=_field(config, where, "vocab_size"),
         max_position_embeddings=_field(config, where, "max_position_embeddings"),
-        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        attention_qkv_bias=bool(config.get("attention_bias", False)),
+        tied_embeddings=_flag(
+            config, where, "tie_word_embeddings", config.get("model_type") in _TIED_BY_DEFAULT
+        ),
+        attention_qkv_bias=_flag(config, where, "attention_bias", False),
+        mlp_activation=_activation(config, where, "hidden_act", "silu"),
         moe=moe,
+        **_sliding_window(config, where, layers),
     )
 
 
-def load_architecture(name_or_path: str | Path) -> ModelArchitecture:
-    """A preset (``llama-3.1-8b``) or a ``config.json`` path; ConfigError otherwise."""
-    key = MODEL_SPEC_ALIASES.get(str(name_or_path), str(name_or_path))
-    if key in HF_CONFIGS:
-        return from_hf_config(dict(HF_CONFIGS[key]), key, f"preset {key}")
-    path = Path(name_or_path)
+def from_hf_config(
+    config: dict[str, Any], name: str, where: str = "config.json"
+) -> ModelArchitecture:
+    """Architecture from a Hugging Face ``config.json`` mapping.
+
+    ``model_type`` ``gpt2`` and ``opt`` are read by their own rules (non-gated
+    MLP, LayerNorm, biases, learned positions, tied embeddings); every other
+    config as a Llama-style decoder. Multimodal configs keep the language
+    model under ``text_config``. Fields Hugging Face defaults
+    (``num_key_value_heads`` = heads: multi-head attention; ``head_dim`` =
+    hidden / heads; ``tie_word_embeddings``) default the same way. A
+    ``quantization_config`` is refused: the scenario's ``quantization:`` section
+    says what the weights are stored in.
+    """
+    if isinstance(config.get("text_config"), dict):
+        config = {**config, **config["text_config"]}
+    if config.get("quantization_config") is not None:
+        method = config["quantization_config"]
+        method = method.get("quant_method", "?") if isinstance(method, dict) else method
+        raise ConfigError(
+            f"{where}: quantization_config ({method}) is not read; remove it and set the "
+            "scenario's quantization: weights instead"
+        )
+    try:
+        if config.get("model_type") == "gpt2":
+            return _gpt2(config, name, where)
+        if config.get("model_type") == "opt":
+            return _opt(config, name, where)
+        return _llama_style(config, name, where)
+    except ValidationError as error:  # fields that parse but do not fit together
+        problem = error.errors()[0]
+        raise ConfigError(f"{where}: {problem['msg']}") from None
+
+
+def read_hf_config(path: Path) -> ModelArchitecture:
+    """The architecture in a ``config.json`` file (or a folder holding one).
+
+    Named after the folder when the file is ``config.json``, else after the
+    file's stem, lower-cased.
+    """
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        known = ", ".join(sorted(HF_CONFIGS))
-        raise ConfigError(f"architecture {key!r}: no such preset or file; presets: {known}")
+        raise ConfigError(f"{path}: no such config.json file")
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as error:
@@ -417,6 +708,18 @@ def load_architecture(name_or_path: str | Path) -> ModelArchitecture:
         raise ConfigError(f"{path}: expected a JSON object")
     stem = path.parent.name if path.name == "config.json" else path.stem
     return from_hf_config(config, stem.lower(), str(path))
+
+
+def load_architecture(name_or_path: str | Path) -> ModelArchitecture:
+    """A preset (``llama-3.1-8b``) or a ``config.json`` path; ConfigError otherwise."""
+    key = MODEL_SPEC_ALIASES.get(str(name_or_path), str(name_or_path))
+    if key in HF_CONFIGS:
+        return from_hf_config(dict(HF_CONFIGS[key]), key, f"preset {key}")
+    path = Path(name_or_path)
+    if not path.exists():
+        known = ", ".join(sorted(HF_CONFIGS))
+        raise ConfigError(f"architecture {key!r}: no such preset or file; presets: {known}")
+    return read_hf_config(path)
 
 
 class HardwareSpec(BaseModel):
@@ -620,10 +923,74 @@ def preset_validator(presets: Mapping[str, _Spec], kind: str) -> Any:
     return resolve
 
 
+def _looks_like_path(name: str, base_dir: Path | None) -> bool:
+    """A ``model:`` string naming a file or folder rather than a preset."""
+    if name.endswith(".json") or "/" in name or "\\" in name:
+        return True
+    return _anchored(name, base_dir).is_dir()
+
+
+def _anchored(name: str, base_dir: Path | None) -> Path:
+    path = Path(name).expanduser()
+    return path if path.is_absolute() or base_dir is None else base_dir / path
+
+
+def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:
+    """A model preset, or the model of a ``config.json`` (a file or its folder).
+
+    A relative path is anchored at ``base_dir`` (a scenario's folder; None:
+    the working directory). The model is named after the file (``read_hf_config``),
+    keeps bf16 weights and KV (the ``quantization:`` section changes them) and
+    its ``max_position_embeddings`` as its context limit. ConfigError naming the
+    preset, the file or the field otherwise.
+    """
+    if name in MODEL_PRESETS or not _looks_like_path(name, base_dir):
+        try:
+            return model_preset(name)
+        except ConfigError as error:
+            raise ConfigError(f"{error}; or a config.json path") from None
+    arch = read_hf_config(_anchored(name, base_dir))
+    return arch.to_model_spec(max_context_tokens=arch.max_position_embeddings)
+
+
+def _resolve_model_field(value: Any, info: ValidationInfo) -> Any:
+    """Before-validator of ``model:``: a preset, a path, ``{preset: either,
+    **overrides}`` or an inline spec; paths anchored at the validation context's
+    ``base_dir``."""
+    base_dir = (info.context or {}).get("base_dir")
+    if isinstance(value, str):
+        return resolve_model(value, base_dir)
+    if isinstance(value, dict) and "preset" in value:
+        preset = value["preset"]
+        if not isinstance(preset, str):
+            raise ConfigError(f"preset must be a name or a config.json path, not {preset!r}")
+        overrides = {k: v for k, v in value.items() if k != "preset"}
+        return {**resolve_model(preset, base_dir).model_dump(), **overrides}
+    return value
+
+
 # Scenario field types. Inside pydantic a ConfigError from an unknown name is a
 # ValueError, so it surfaces as a ValidationError carrying the same message and
 # the field path; the scenario loader turns that into a one-line ConfigError.
-ModelRef = Annotated[ModelSpec, BeforeValidator(preset_validator(MODEL_PRESETS, "model"))]
+ModelRef = Annotated[ModelSpec, BeforeValidator(_resolve_model_field)]
 HardwareRef = Annotated[
     HardwareSpec, BeforeValidator(preset_validator(HARDWARE_PRESETS, "hardware"))
 ]
+
+
+def model_from_ref(value: Any, base_dir: Path | None = None, where: str = "model") -> ModelSpec:
+    """Whatever a scenario's ``model:`` accepts, resolved as it resolves it.
+
+    For command lines (``calibrate --from-run --model``); ``where`` names the
+    option in the one-line ConfigError.
+    """
+    try:
+        return _MODEL_REF.validate_python(value, context={"base_dir": base_dir})
+    except ValidationError as error:
+        problem = error.errors()[0]
+        field = ".".join(str(part) for part in problem["loc"])
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{where}{'.' + field if field else ''}: {message}") from None
+
+
+_MODEL_REF: TypeAdapter[ModelSpec] = TypeAdapter(ModelRef)

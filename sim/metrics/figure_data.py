@@ -25,7 +25,7 @@ WATERFALL_PNG = "waterfall.png"
 NUM_WATERFALL_REQUESTS = 40
 # The waterfall's colour of each phase (``sim.metrics.lifecycle.PHASES``).
 PHASE_COLORS = {
-    "tokenize": "tab:gray",
+    "way_in": "tab:gray",
     "waiting": "gold",
     "prefill": "tab:orange",
     "decode": "tab:blue",

@@ -1,6 +1,7 @@
 """The life of each request as a sequence of phase spans (the waterfall and the trace).
 
-A request's phases, in order: ``tokenize`` (arrival to ready), ``waiting``
+A request's phases, in order: ``way_in`` (arrival to ready: the server's way
+in, ``FrontendConfig.way_in_s``), ``waiting``
 (queued), ``prefill`` (one span per chunk when the run recorded them),
 ``decode``, ``preempted`` or ``swapped`` (out of the batch after a preemption,
 until it is scheduled again), ``kv_transfer`` (disaggregation: from the
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 SPAN_COLUMNS = ["request_id", "replica", "phase", "start_s", "end_s", "num_tokens"]
 SpanRow = tuple[int, int, str, float, float, int]  # one span, as SPAN_COLUMNS
 PHASES = (
-    "tokenize",
+    "way_in",
     "waiting",
     "prefill",
     "decode",
@@ -58,7 +59,7 @@ def _finite(value: object) -> float | None:
 
 class _Track:
     """Spans of one request, appended in time order, each starting where the last ended;
-    the first: tokenize, from arrival to ready (the engine's queue)."""
+    the first: the way in, from arrival to ready (the engine's queue)."""
 
     def __init__(self, row: Row) -> None:
         self.request_id = int(row["request_id"])
@@ -67,7 +68,7 @@ class _Track:
         self.rows: list[SpanRow] = []
         ready = _finite(row["ready_s"])
         if ready is not None:
-            self.add("tokenize", ready)
+            self.add("way_in", ready)
 
     def add(
         self, phase: str, end_s: float, num_tokens: int = 0, replica: int | None = None

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from sim.engine.records import RequestTable, rejected_mask
 from sim.errors import ConfigError
 from sim.metrics.figure_data import Figures
-from sim.metrics.stats import Slo
+from sim.metrics.stats import TTFT_PARTS, Slo
 from sim.metrics.table_files import write_csv, write_parquet
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -178,16 +178,19 @@ def _banner(text: str, fill: str) -> str:
     return "{s:{c}^{n}}".format(s=text, c=fill, n=_WIDTH)
 
 
-def _line(label: str, value: object, decimals: int = 2) -> str:
+def _text(value: object, decimals: int = 2) -> str:
+    """A value as the result block prints it (``n/a`` when undefined)."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        text = "n/a"
-    elif isinstance(value, int | np.integer) and not isinstance(value, bool):
-        text = str(value)
-    elif isinstance(value, float | np.floating):
-        text = f"{value:.{decimals}f}"
-    else:
-        text = str(value)
-    return f"{label:<40} {text}"
+        return "n/a"
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float | np.floating):
+        return f"{value:.{decimals}f}"
+    return str(value)
+
+
+def _line(label: str, value: object, decimals: int = 2) -> str:
+    return f"{label:<40} {_text(value, decimals)}"
 
 
 def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[str, str]]:
@@ -203,7 +206,9 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
     Aligned ``label value`` lines; goodput only when present and defined; one
     section per latency metric present (Mean, Median, then every percentile, ms).
     Undefined values print as ``n/a``. When the summary records its
-    ``engine_settings``, they head the block in one line.
+    ``engine_settings``, they head the block in one line; when it has TTFT's
+    parts, they follow the TTFT section, with the frontend values left at
+    their estimates.
     """
     lines = []
     settings = summary.get("engine_settings")
@@ -238,11 +243,51 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
             continue
         lines.append(_banner(header, "-"))
         lines += [_line(label, summary[key]) for label, key in rows]
+        if metric == "ttft":
+            lines += _ttft_parts_lines(summary)
+    caveats = summary.get("caveats")
+    if isinstance(caveats, list) and caveats:
+        lines.append(_banner("Caveats", "-"))
+        lines += [f"CAVEAT: {text}" for text in caveats]
     lines.append("=" * _WIDTH)
     return "\n".join(lines)
 
 
+def _ttft_parts_lines(summary: Mapping[str, object]) -> list[str]:
+    """TTFT by part (``sim.metrics.stats.TTFT_PARTS``: mean / median ms), and which
+    of the frontend's values are estimates; none for a summary without them."""
+    lines = []
+    for column, name in TTFT_PARTS:
+        part = column.removesuffix("_s")
+        if f"mean_ttft_{part}_ms" in summary:
+            mean, median = summary[f"mean_ttft_{part}_ms"], summary.get(f"median_ttft_{part}_ms")
+            text = f"{_text(mean)} / {_text(median)}"
+            lines.append(_line(f"{name.capitalize()} (ms, mean / median):", text))
+    if not lines:
+        return []
+    frontend = summary.get("frontend")
+    estimated = frontend.get("estimated") if isinstance(frontend, Mapping) else None
+    if estimated:
+        lines.append(_line("Frontend estimates:", ", ".join(map(str, estimated))))
+    return [_banner("TTFT by Part", "-"), *lines]
+
+
 MOST_REJECTED_SHARE = 0.5  # warn when at least this share of the requests was rejected
+
+
+def all_rejected_error(requests: pd.DataFrame | RequestTable) -> str | None:
+    """The error of a run whose every request was rejected (its summary measures
+    nothing), naming the count and the first reason; None otherwise."""
+    if len(requests) == 0 or "rejection_reason" not in requests:
+        return None
+    rejected = rejected_mask(requests)
+    if not rejected.all():
+        return None
+    first = np.asarray(requests["rejection_reason"])[rejected][0]
+    return (
+        f"every request ({len(requests)}) was rejected as never servable, so the run measures "
+        f"nothing; the first: {first} (--allow-all-rejected writes it anyway)"
+    )
 
 
 def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:

@@ -6,6 +6,13 @@ Definitions (all per completed request; times in seconds in frames, reported in 
   requests count in ``num_rejected`` only; unfinished ones (still running when the
   simulation stopped) count nowhere, as in vllm, which only scores successes.
 - TTFT = ``first_token_s - arrival_s``; E2EL = ``finish_s - arrival_s``.
+- TTFT's parts (``TTFT_PARTS``), per request, summing to its TTFT: the way in
+  (``way_in_s``: arrival to ready, the server's HTTP, tokenization and IPC),
+  queueing (``queue_s``: ready to first scheduled), prefill (``prefill_s``:
+  first scheduled to the engine step that computed the first token, chunks,
+  the steps between them and any preemption before it included) and the way
+  out (``way_out_s``: that step's end to the client, through the frontend; 0
+  for a table without engine times, such as a measured run).
 - TPOT = (E2EL - TTFT) / (``num_generated_tokens`` - 1), only for requests with at
   least two generated tokens (for goodput a 1-token request has TPOT 0, as in vllm).
 - ITL: every gap between consecutive tokens. A step of duration ``d`` contributes
@@ -71,22 +78,65 @@ class Slo(BaseModel):
         return self.ttft_ms is None and self.tpot_ms is None and self.e2el_ms is None
 
 
-def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArray]:
-    """``ttft_s``, ``tpot_s``, ``e2el_s``, ``queue_s`` per request, as arrays.
+# TTFT's parts, in the order a request meets them: (column, what it is).
+TTFT_PARTS = (
+    ("way_in_s", "way in"),
+    ("queue_s", "queueing"),
+    ("prefill_s", "prefill"),
+    ("way_out_s", "way out"),
+)
 
-    ``queue_s`` = ``first_scheduled_s - ready_s`` (time waiting after tokenization).
-    A value is NaN when an event it needs never happened, and ``tpot_s`` is NaN
-    for requests with fewer than two generated tokens.
+
+def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArray]:
+    """``ttft_s``, ``tpot_s``, ``e2el_s`` and TTFT's parts per request, as arrays.
+
+    The parts (``TTFT_PARTS``, module docstring) telescope: ``way_in_s +
+    queue_s + prefill_s + way_out_s`` is ``ttft_s`` to float rounding. A value
+    is NaN when an event it needs never happened, and ``tpot_s`` is NaN for
+    requests with fewer than two generated tokens.
     """
     requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     arrival = floats(requests["arrival_s"])
-    ttft = floats(requests["first_token_s"]) - arrival
+    first_token = floats(requests["first_token_s"])
+    ttft = first_token - arrival
     e2el = floats(requests["finish_s"]) - arrival
     num_generated = floats(requests["num_generated_tokens"])
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(num_generated >= 2, (e2el - ttft) / (num_generated - 1), np.nan)
-    queue = floats(requests["first_scheduled_s"]) - floats(requests["ready_s"])
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2el_s": e2el, "queue_s": queue}
+    ready = floats(requests["ready_s"])
+    first_scheduled = floats(requests["first_scheduled_s"])
+    # Without engine times (a measured run) the client's are taken as the engine's.
+    engine_first_token = (
+        floats(requests["engine_first_token_s"])
+        if "engine_first_token_s" in requests
+        else first_token
+    )
+    return {
+        "ttft_s": ttft,
+        "tpot_s": tpot,
+        "e2el_s": e2el,
+        "way_in_s": ready - arrival,
+        "queue_s": first_scheduled - ready,
+        "prefill_s": engine_first_token - first_scheduled,
+        "way_out_s": first_token - engine_first_token,
+    }
+
+
+def ttft_parts_summary(requests: pd.DataFrame | RequestTable) -> Summary:
+    """``mean_`` and ``median_ttft_<part>_ms`` of TTFT's parts over completed requests.
+
+    The means add up to the mean TTFT (to rounding); medians need not.
+    """
+    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
+    done = completed_mask(requests)
+    columns = latency_columns(requests)
+    summary: Summary = {}
+    for column, _ in TTFT_PARTS:
+        part = column.removesuffix("_s")
+        stats = latency_stats_ms(f"ttft_{part}", columns[column][done], None, ())
+        summary[f"mean_ttft_{part}_ms"] = stats[f"mean_ttft_{part}_ms"]
+        summary[f"median_ttft_{part}_ms"] = stats[f"median_ttft_{part}_ms"]
+    return summary
 
 
 def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
@@ -173,3 +223,41 @@ def summarize(
     summary |= itl
     summary |= latency_stats_ms("e2el", ok["e2el_s"], None, percentiles)
     return summary
+
+
+def sample_notes(
+    requests: pd.DataFrame | RequestTable, percentiles: Sequence[float] = (90, 99)
+) -> dict[str, Any]:
+    """How many samples ``summarize``'s per-request statistics rest on
+    (``num_<metric>_samples``) and the ``caveats`` that follow: summary.json's
+    keys beside vLLM's, which the printout shows under the result block."""
+    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
+    done = completed_mask(requests)
+    columns = latency_columns(requests)
+    counts = {m: int(np.isfinite(columns[f"{m}_s"][done]).sum()) for m in ("ttft", "tpot", "e2el")}
+    notes: dict[str, Any] = {f"num_{metric}_samples": n for metric, n in counts.items()}
+    notes["caveats"] = percentile_caveats(counts, percentiles)
+    return notes
+
+
+# A percentile q rests on about n (1 - q) samples beyond it: with fewer than one it
+# is the sample's maximum; with fewer than this many it is noisy (a caveat either way).
+MIN_TAIL_SAMPLES = 10
+
+
+def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) -> list[str]:
+    """What each per-request percentile rests on, where that is too little to read
+    it as exact (``counts``: finite samples per metric): summary.json's ``caveats``,
+    printed under the result block."""
+    out = []
+    for metric, n in counts.items():
+        for p in percentiles:
+            beyond = n * (1.0 - p / 100.0)
+            key = f"p{p:g}_{metric}_ms"
+            if n == 0 or beyond >= MIN_TAIL_SAMPLES:
+                continue
+            if beyond < 1.0:
+                out.append(f"{key} from {n} sample(s) is their maximum, not a percentile")
+            else:
+                out.append(f"{key} rests on {n} samples, about {beyond:.0f} beyond it: noisy")
+    return out

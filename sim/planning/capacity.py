@@ -25,6 +25,20 @@ nothing at random: one seed, and its interval only reflects the resolution.
    ``fail`` and that ``fail``, each end at ~95% confidence.
 
 A last evaluation at the estimate gives goodput and latencies at capacity.
+
+What the answer rests on is part of it (``binding``, ``caveats``): which
+constraint failed at the bracket's upper end (an SLO target, or the served
+check), and any reason to distrust it. A run too short for its percentile
+targets (fewer requests than a p99 needs to differ from the maximum) is
+refused; a p99 resting on few samples, or a served check that failed at runs
+too short to measure the served ratio within its margin, is a caveat. The
+served ratio's noise: over its window (the second half's ``n / 2``
+arrivals) it is ``1 - (N(end) - N(mid)) / (n / 2)``, and the number in system
+``N`` of a stable server fluctuates about its mean ``L = rate x mean E2E``
+(Little) with a variance of about ``L`` (as in an M/G/inf queue), so the
+ratio's standard deviation is about ``sqrt(2 L) / (n / 2)``. Seeds share
+their random numbers across loads (common random numbers), so that noise
+does not average out along the search: it shifts every load alike.
 """
 
 from __future__ import annotations
@@ -54,6 +68,14 @@ _T95_TEXT = (
 )
 _T95 = tuple(float(t) for t in _T95_TEXT.split())
 MAX_DOUBLINGS = 20
+# The served check's margin (1 - SERVED_MIN_RATIO) should hold this many standard
+# deviations of a run's served ratio (module docstring), or a failing served
+# check may be the run's noise rather than overload.
+SERVED_MARGIN_SDS = 3.0
+# A percentile q rests on about n (1 - q) samples beyond it: fewer than one is the
+# maximum (refused), fewer than this many is a caveat.
+MIN_TAIL_SAMPLES = 10
+SERVED = "served ratio"  # the served check's name where constraints are named
 
 
 def t95(dof: int) -> float:
@@ -136,6 +158,7 @@ class LoadPoint:
     status: Status
     ratio: float  # worst of mean statistic / limit and SERVED_MIN_RATIO / served ratio
     served: tuple[float, float] | None = None  # mean served ratio and its 95% half-width
+    binding: str = ""  # the constraint giving ``ratio``: a target's name or SERVED
 
     def mean_of(self, key: str) -> float | None:
         """Mean over seeds of a summary field (``None`` if never set)."""
@@ -163,22 +186,26 @@ def judge(
     means: dict[str, float] = {}
     halves: dict[str, float] = {}
     verdicts: list[Status] = []
-    ratio = 0.0
+    ratios_to_limit: dict[str, float] = {}
     for target in targets:
         mean, half = mean_interval([metric_value(r, target) for r in records])
         means[target.name], halves[target.name] = mean, half
-        ratio = max(ratio, mean / target.limit_ms)
+        ratios_to_limit[target.name] = mean / target.limit_ms
         verdicts.append(_verdict(mean, half, target.limit_ms))
     served = None
     ratios = [r["served_ratio"] for r in records if r.get("served_ratio") is not None]
     if check_served and ratios:
         mean, half = mean_interval(ratios)
         served = (mean, half)
-        ratio = max(ratio, SERVED_MIN_RATIO / mean if mean > 0 else math.inf)
+        ratios_to_limit[SERVED] = SERVED_MIN_RATIO / mean if mean > 0 else math.inf
         # Served means a ratio at least the minimum: negate to reuse "at most a limit".
         verdicts.append(_verdict(-mean, half, -SERVED_MIN_RATIO))
     status: Status = next((v for v in ("fail", "unclear") if v in verdicts), "pass")
-    return LoadPoint(load, records, means, halves, status, ratio, served)
+    # A NaN statistic (no request completed) binds nothing, as max() always skipped it.
+    known = {name: r for name, r in ratios_to_limit.items() if not math.isnan(r)}
+    binding = max(known, key=lambda name: known[name], default="")
+    ratio = max(0.0, known.get(binding, 0.0))
+    return LoadPoint(load, records, means, halves, status, ratio, served, binding)
 
 
 @dataclass
@@ -196,6 +223,8 @@ class CapacitySearch:
     at_estimate: LoadPoint | None = None
     stop_reason: str = ""
     num_sims: int = 0
+    binding: str | None = None  # the constraint that failed at the cell's upper end
+    caveats: list[str] = field(default_factory=list)  # why the answer may be off
 
     @property
     def interval(self) -> tuple[float | None, float | None]:
@@ -248,6 +277,7 @@ class Searcher:
         records: list[Record] = [{}] * len(tasks)
         for index, record in execute(tasks, "local", self.jobs):
             records[index] = record
+        _check_run_length(records, self.result.targets)
         point = judge(load, records, self.result.targets, knob.kind != "users")
         self.result.points.append(point)
         self.result.num_sims += len(tasks)
@@ -307,7 +337,70 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
         reasons.append(f"the SLOs still hold on average at {a:g} {knob.unit}")
     res.cell, res.stop_reason = (a, b), "; ".join(r for r in reasons if r)
     _estimate(searcher, a, b)
+    known = {p.load: p for p in res.points}
+    failed = known.get(b) if b is not None else None
+    res.binding = failed.binding if failed is not None else None
+    res.caveats = caveats(res, failed)
     return res
+
+
+def _quantile(target: SloTarget) -> float | None:
+    """The quantile a target's statistic is (``p99``: 0.99), None for a mean."""
+    return {"median": 0.5, "p90": 0.9, "p99": 0.99}.get(target.stat)
+
+
+def _num_requests(record: Record) -> int:
+    """Requests a run was offered: completed or rejected."""
+    return int(record.get("completed") or 0) + int(record.get("num_rejected") or 0)
+
+
+def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -> None:
+    """Refuse runs too short for a percentile target: with fewer than 1 / (1 - q)
+    requests a p-q statistic is the run's maximum, not a percentile."""
+    num = min((_num_requests(r) for r in records), default=0)
+    for target in targets:
+        q = _quantile(target)
+        if q is not None and num < math.ceil(1.0 / (1.0 - q) - 1e-9):
+            needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
+            raise ConfigError(
+                f"--slo {target.name}: runs of {num} requests cannot estimate a "
+                f"{target.stat} (it would be the run's maximum); use --num-requests "
+                f">= {needed} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
+            )
+
+
+def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
+    """Reasons the estimate may be off (module docstring), for the report and JSON."""
+    out = []
+    point = res.at_estimate
+    if point is not None:
+        num = min((_num_requests(r) for r in point.records), default=0)
+        for target in res.targets:
+            q = _quantile(target)
+            if q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
+                needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
+                out.append(
+                    f"{target.name} rests on runs of {num} requests, about "
+                    f"{num * (1.0 - q):.0f} beyond the {target.stat} per run: noisy; "
+                    f"--num-requests >= {needed} gives {MIN_TAIL_SAMPLES}"
+                )
+    if failed is not None and failed.binding == SERVED:
+        rate, e2el_ms = failed.mean_of("offered_rate_per_s"), failed.mean_of("mean_e2el_ms")
+        num = min((_num_requests(r) for r in failed.records), default=0)
+        if rate is not None and e2el_ms is not None and num >= 2:
+            in_system = rate * e2el_ms / 1e3  # Little: mean requests in the system
+            noise_sd = math.sqrt(2.0 * in_system) / (num / 2)
+            margin = 1.0 - SERVED_MIN_RATIO
+            if SERVED_MARGIN_SDS * noise_sd > margin:
+                needed = math.ceil(2 * SERVED_MARGIN_SDS * math.sqrt(2.0 * in_system) / margin)
+                out.append(
+                    f"the served check bound this answer at {failed.load:.3g} "
+                    f"{res.knob.unit}, where runs of {num} requests measure the served "
+                    f"ratio to about ±{noise_sd:.2f} (1 sd), against a margin of {margin:.2f}: "
+                    "the failure may be the runs' noise rather than overload; rerun with "
+                    f"--num-requests >= {needed}"
+                )
+    return out
 
 
 def _bracket(

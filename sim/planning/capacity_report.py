@@ -148,6 +148,15 @@ def cost_models(search: CapacitySearch) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 
 
+def binding_text(search: CapacitySearch) -> str:
+    """Which constraint bound the answer: the one failing at the bracket's upper end."""
+    upper = search.cell[1]
+    if search.binding is None or upper is None:
+        return "no constraint failed at the loads searched"
+    where = f"{upper:.3g} {search.knob.unit}"
+    return f"{search.binding}, the first past its limit on average, at {where}"
+
+
 def format_capacity(
     search: CapacitySearch,
     scenario_label: str,
@@ -172,6 +181,9 @@ def format_capacity(
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
     searched = f"{len(search.points)} loads, {search.num_sims} simulations"
     lines.append(row("search:", f"{search.stop_reason}; {searched}"))
+    lines.append(row("bound by:", binding_text(search)))
+    for caveat in search.caveats:
+        lines.append(row("CAVEAT:", caveat))
     point = search.at_estimate
     if point is not None:
         stats = ", ".join(f"{n} {_ms(point, n)}" for n in point.means)
@@ -231,6 +243,7 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
             "request_throughput": p.mean_of("request_throughput"),
             "request_goodput": p.mean_of("request_goodput"),
             "served_ratio": p.served[0] if p.served is not None else None,
+            "binding": p.binding or None,
         }
 
     return {
@@ -248,6 +261,8 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
         "capacity_rate_per_s": capacity_rate_per_s(search, search.at_estimate),
         "at_capacity": point_doc(search.at_estimate) if search.at_estimate else None,
         "stop_reason": search.stop_reason,
+        "binding_constraint": search.binding,
+        "caveats": list(search.caveats),
         "num_simulations": search.num_sims,
         "points": [point_doc(p) for p in sorted(search.points, key=lambda p: p.load)],
         "fleet": asdict(fleet) if fleet is not None else None,

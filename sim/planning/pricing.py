@@ -15,20 +15,37 @@ from types import MappingProxyType
 
 GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
     {
-        "h100": 3.00,  # H100 80GB SXM, on-demand
-        "h200": 3.80,  # H200 141GB SXM, on-demand
-        "a100-80gb": 1.80,  # A100 80GB SXM, on-demand
+        # Approximate on-demand list prices, mid-2025, one GPU (RunPod and Lambda
+        # pricing pages; hourly VM prices where the GPU only comes in a VM).
+        "h100": 3.00,  # H100 80GB SXM
+        "h100-sxm": 3.00,  # the same GPU under its explicit name
+        "h100-pcie": 2.40,  # H100 80GB PCIe
+        "h200": 3.80,  # H200 141GB SXM
+        "b200": 6.00,  # B200 180GB SXM
+        "a100-80gb": 1.80,  # A100 80GB SXM
+        "a100-40gb": 1.30,  # A100 40GB SXM
+        "l40s": 0.90,  # L40S 48GB
         "l4": 0.80,  # L4 24GB (a small cloud VM with one L4)
+        "a10g": 1.00,  # A10G 24GB (AWS g5.xlarge, on-demand)
+        "rtx-4090": 0.70,  # RTX 4090 24GB (secure-cloud pods)
+        "rtx-pro-6000": 1.80,  # RTX PRO 6000 Blackwell 96GB
         "cpu-2core": 0.10,  # a 2-vCPU VM, for the calibration machine
     }
 )
+PRICES_AS_OF = "mid-2025"
 
 SECONDS_PER_HOUR = 3600.0
 
 
-def gpu_price_per_hour(hardware_name: str, override: float | None = None) -> float | None:
-    """Price of one GPU-hour: ``override`` if given, else the table, else ``None``."""
-    if override is not None:
+def gpu_price_per_hour(
+    hardware_name: str, override: float | Mapping[str, float] | None = None
+) -> float | None:
+    """Price of one GPU-hour: ``override`` if given (one price, or a price per
+    hardware name), else the table, else ``None`` (an inline GPU: no price)."""
+    if isinstance(override, Mapping):
+        if hardware_name in override:
+            return override[hardware_name]
+    elif override is not None:
         return override
     return GPU_PRICE_PER_HOUR.get(hardware_name)
 

@@ -10,7 +10,8 @@ A sweep file (YAML) names a base scenario and the points to run::
     points: [{...}, {...}]             # explicit override sets (with a grid: x grid)
     seeds: 2                           # a count (scenario seed, +1, ...) or a list
     slo: {ttft_p99_ms: 500, tpot_p99_ms: 50}
-    gpu_price_per_hour: 3.0            # optional, else sim.planning.pricing's table
+    gpu_price_per_hour: 3.0            # optional, else sim.planning.pricing's table;
+                                       # or per GPU: {h100: 3.0, my-asic: 1.2}
 
 Every point's scenario is validated before anything runs, so a mistyped key
 fails at once with one line naming the sweep file, the point and the key.
@@ -40,7 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    ValidationError,
+    model_validator,
+)
 from tqdm import tqdm
 
 import sim
@@ -67,7 +75,8 @@ class SweepConfig(BaseModel):
     points: list[dict[str, Any]] | None = None
     seeds: int | list[int] = 1
     slo: dict[str, float] = Field(default_factory=dict)
-    gpu_price_per_hour: float | None = Field(default=None, gt=0)
+    # One price for every point, or a price per hardware name (a grid over GPUs).
+    gpu_price_per_hour: PositiveFloat | dict[str, PositiveFloat] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> SweepConfig:
@@ -184,7 +193,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
         point_doc = copy.deepcopy(base_doc)
         for key, value in {**config.overrides, **overrides}.items():
             set_dotted(point_doc, str(key), value, source)
-        scenario = scenario_from_dict(point_doc, source)
+        scenario = scenario_from_dict(point_doc, source, scenario_path.parent)
         seeds = config.seeds
         if not isinstance(seeds, list):  # a count: the scenario's seed, +1, ...
             seeds = [scenario.seed + k for k in range(seeds)]

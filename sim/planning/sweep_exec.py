@@ -59,7 +59,7 @@ def _queue_stats(result: Any) -> Record:
 
     With one request at a time, a request's engine time runs from its first
     scheduled step to its last token (before detokenization), and its TTFT is
-    queueing plus a load-independent part (tokenize, prefill, detokenize).
+    queueing plus a load-independent part (way in, prefill, way out).
     """
     empty: Record = dict.fromkeys(("service_mean_s", "service_m2_s2", "ttft_excl_queue_mean_s"))
     if not batch_size_one(result.scenario):

@@ -155,7 +155,7 @@ def plot_throughput_vs_latency(
         edgecolors="k",
         label="Pareto front",
     )
-    best, _ = cheapest(points)
+    best, _, _ = cheapest(points)
     if best is not None:
         ax.scatter(
             [best[LATENCY]],

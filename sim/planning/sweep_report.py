@@ -64,24 +64,37 @@ def pareto_mask(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:
     return front
 
 
-def cheapest(points: pd.DataFrame) -> tuple[pd.Series | None, str]:
-    """The cheapest point meeting the SLOs (every point if none are set) and the unit.
+def cheapest(points: pd.DataFrame) -> tuple[pd.Series | None, str, str]:
+    """The cheapest point meeting the SLOs (every point if none are set), the
+    column it was ranked by, and why there is none when prices forbid a ranking.
 
-    Ranked by dollars per 1k requests when every candidate has a GPU price,
-    otherwise by GPU-hours per 1k requests.
+    Ranked by dollars per 1k requests when every candidate has a GPU price.
+    Without a price for some, GPU-hours per 1k requests rank them only when
+    they all run on one kind of GPU: an hour of one GPU is not an hour of
+    another, so a comparison across GPUs is refused, naming those without a price.
     """
     if points.empty:
-        return None, ""
+        return None, "", ""
     candidates = points if points["slo_met"].isna().all() else points[points["slo_met"] == True]  # noqa: E712
     if candidates.empty:
-        return None, ""
+        return None, "", ""
     usd = pd.to_numeric(candidates["usd_per_1k_requests"], errors="coerce")
-    column = "usd_per_1k_requests" if usd.notna().all() else "gpu_hours_per_1k_requests"
+    column = "usd_per_1k_requests"
+    if not usd.notna().all():
+        hardware = candidates.get("hardware")
+        if hardware is not None and hardware.nunique() > 1:
+            unpriced = ", ".join(sorted(str(h) for h in set(hardware[usd.isna()])))
+            why = (
+                "no cheapest: GPU-hours of different GPUs are not comparable and no price is "
+                f"known for {unpriced}; set gpu_price_per_hour: {{NAME: USD}} in the sweep file"
+            )
+            return None, "", why
+        column = "gpu_hours_per_1k_requests"
     values = pd.to_numeric(candidates[column], errors="coerce").replace(math.inf, np.nan)
     if values.isna().all():
-        return None, ""
+        return None, "", ""
     best: pd.Series = candidates.iloc[int(np.nanargmin(values.to_numpy(float)))]
-    return best, column
+    return best, column, ""
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -109,9 +122,12 @@ def format_report(
     lines = [shown.to_string(index=False)]
     if len(points) > max_rows:
         lines.append(f"... {len(points) - max_rows} more points in results.csv")
-    best, unit = cheapest(points)
+    best, unit, refusal = cheapest(points)
     slo_text = ", ".join(str(t) for t in targets)
     verdict = f"cheapest meeting the SLOs ({slo_text})" if targets else "cheapest (no SLO given)"
+    if refusal:
+        lines.append(refusal)
+        return "\n".join(lines)
     if best is None:
         lines.append(f"no configuration meets the SLOs ({slo_text})" if targets else "no result")
         return "\n".join(lines)

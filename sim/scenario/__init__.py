@@ -257,7 +257,9 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Scenario:
         """Checks across sections; the first problem found is the error."""
-        problem = context_problem(self.model.name, self.engine.max_model_len_tokens)
+        problem = context_problem(
+            self.model.name, self.engine.max_model_len_tokens, self.model.max_context_tokens
+        )
         if problem is not None:
             raise ValueError(problem)
         policy = self.scheduler
@@ -348,12 +350,19 @@ class Scenario(BaseModel):
         return EngineCpu(engine.version.cpu, self.async_scheduling, source)
 
 
-def scenario_from_dict(doc: Any, source: str = "<scenario>") -> Scenario:
-    """Validate a parsed document; ConfigError names ``source`` and the field."""
+def scenario_from_dict(
+    doc: Any, source: str = "<scenario>", base_dir: Path | None = None
+) -> Scenario:
+    """Validate a parsed document; ConfigError names ``source`` and the field.
+
+    ``base_dir``: the folder relative paths resolved at validation time (a
+    ``model:`` config.json) start from, the scenario file's; None: the
+    working directory.
+    """
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: expected a mapping of scenario fields at the top level")
     try:
-        return Scenario.model_validate(doc)
+        return Scenario.model_validate(doc, context={"base_dir": base_dir})
     except ValidationError as error:
         raise ConfigError(format_error(source, error, doc)) from None
     except ConfigError as error:
@@ -369,4 +378,4 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
     apply_overrides(doc, overrides, str(path))
-    return scenario_from_dict(doc, str(path))
+    return scenario_from_dict(doc, str(path), path.parent)

@@ -3,7 +3,7 @@
 vLLM v1's API server process (``AsyncLLM.output_handler``) detokenizes each
 step's outputs and hands each request's new tokens to its streaming response;
 modelled as one server with a queue behind each replica (docs/vllm-fidelity.md,
-"The frontend"): a step with ``n`` outputs costs it ``step_s + per_output_s *
+"The way out"): a step with ``n`` outputs costs it ``step_s + per_output_s *
 n``, it works through the steps waiting when it looks and delivers their tokens
 together, so a lagging frontend merges a request's tokens from several steps
 into one chunk (one ITL sample). The engine never waits for it, so it changes

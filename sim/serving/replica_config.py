@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.base import CostModel
@@ -21,28 +23,55 @@ from sim.hardware.specs import HardwareSpec
 
 
 class FrontendConfig(BaseModel):
-    """CPU work around the engine (docs/vllm-fidelity.md, "The frontend").
+    """The server around the engine: a request's way in and its tokens' way out
+    (docs/vllm-fidelity.md, "The frontend").
 
-    Tokenizing delays a request before it queues; the output server
-    (``sim.serving.frontend``, vLLM's API server process) spends
+    The way in delays a request before it queues at the engine:
+    ``way_in_s_per_request + tokenize_s_per_token × prompt tokens`` (HTTP
+    parsing and request setup in vLLM's API server process, then the IPC to the
+    engine core; tokenizing the prompt). The way out is the output server
+    (``sim.serving.frontend``, the same API server process): it spends
     ``output_step_s + detokenize_s_per_token × n`` on a step with ``n`` outputs
     and streams them when done, merging a request's tokens into one chunk when
     it lags behind the engine.
+
+    Every default is an ESTIMATE from public sources, not a measurement
+    (docs/vllm-fidelity.md gives them; a run's summary lists the fields left at
+    them under ``frontend.estimated``); a scenario's ``frontend:`` sets any of
+    them, and ``calibrate --from-run`` may fit them.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # ~10 ms: HTTP parsing and the request's validation and setup in the API
+    # server (chat template, sampling parameters, the output collector), then
+    # msgpack over ZMQ to the engine core's input thread and its busy loop.
+    way_in_s_per_request: float = Field(default=1e-2, ge=0, allow_inf_nan=False)
     # ~1 µs/token is a fast Rust BPE tokenizer on one core (HF tokenizers).
-    tokenize_s_per_token: float = Field(default=1e-6, ge=0)
-    # Estimates, not measurements (docs/vllm-fidelity.md): per request output
-    # in a step (incremental detokenization, the response chunk), and per step
-    # (receiving and decoding the engine's output message).
-    detokenize_s_per_token: float = Field(default=2e-5, ge=0)
-    output_step_s: float = Field(default=2e-4, ge=0)
+    tokenize_s_per_token: float = Field(default=1e-6, ge=0, allow_inf_nan=False)
+    # Per request output in a step (incremental detokenization, the response
+    # chunk), and per step (receiving and decoding the engine's output message).
+    detokenize_s_per_token: float = Field(default=2e-5, ge=0, allow_inf_nan=False)
+    output_step_s: float = Field(default=2e-4, ge=0, allow_inf_nan=False)
+
+    def way_in_s(self, num_prompt_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """Each request's way in (s): from its arrival to its queueing at the engine."""
+        per_token = np.asarray(self.tokenize_s_per_token * num_prompt_tokens, dtype=np.float64)
+        return self.way_in_s_per_request + per_token
+
+    def way_in_one_s(self, num_prompt_tokens: int) -> float:
+        """``way_in_s`` of one request (the same float operations)."""
+        return self.way_in_s_per_request + self.tokenize_s_per_token * num_prompt_tokens
+
+    def estimated_fields(self) -> list[str]:
+        """The fields left at their default estimates (not set by the scenario)."""
+        return [name for name in type(self).model_fields if name not in self.model_fields_set]
 
 
 # A frontend that costs nothing: engine times are client times.
-NO_FRONTEND = FrontendConfig(tokenize_s_per_token=0, detokenize_s_per_token=0, output_step_s=0)
+NO_FRONTEND = FrontendConfig(
+    way_in_s_per_request=0, tokenize_s_per_token=0, detokenize_s_per_token=0, output_step_s=0
+)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """Wire a workload, a policy and a cost model into a SimPy run.
 
 Requests arrive (open loop: at given times; closed loop: users who think,
-send, and wait for the answer), spend CPU time being tokenized, then queue at
-the replica. The frontend (``sim.serving.frontend``) turns each step's outputs
+send, and wait for the answer), take the server's way in (the API server's
+per-request work, IPC to the engine core, tokenization), then queue at the
+replica. The frontend (``sim.serving.frontend``) turns each step's outputs
 into streamed chunks after the engine; its queue decides when the client sees
 every token.
 With a ``Cluster`` the requests go to a router in front of several replicas,
@@ -124,22 +125,22 @@ class Simulation:
             waiter.succeed()
 
     def _send(self, request: Request) -> None:
-        """Tokenize (a delay), then hand to the replica."""
-        delay = self.replica_config.frontend.tokenize_s_per_token * request.num_prompt_tokens
+        """The way in (a delay: ``FrontendConfig.way_in_s``), then hand to the replica."""
+        delay = self.replica_config.frontend.way_in_one_s(request.num_prompt_tokens)
         if delay > 0:
             self.env.timeout(delay).callbacks.append(lambda _: self._submit(request))
         else:
             self._submit(request)
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
-        """Submit requests in the order their tokenization ends.
+        """Submit requests in the order their way in ends.
 
-        All arrival times are known, so tokenization needs no event of its
+        All arrival times are known, so the way in needs no event of its
         own, and replicas can read the next submission time from
         ``_next_ready_s`` instead of being interrupted by it.
         """
         env = self.env
-        ready, order = submission_order(work, self.replica_config.frontend.tokenize_s_per_token)
+        ready, order = submission_order(work, self.replica_config.frontend)
         ready_s = ready.tolist()
         ready_s.append(float("inf"))
         self._ready_s = ready_s

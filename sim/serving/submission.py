@@ -1,8 +1,10 @@
 """How requests reach the serving layer: an open loop or a closed loop, and in what order.
 
 An open loop knows every arrival time and length before the run (synthetic or
-trace); a request is submitted to the replicas once tokenized, so its
-submission time is its arrival plus tokenization (``submission_order``). A
+trace); a request is submitted to the replicas once through the server's way
+in (``FrontendConfig.way_in_s``: the API server's per-request work and IPC,
+and tokenization), so its submission time is its arrival plus its way in
+(``submission_order``). A
 closed loop is users who think, send a request, and wait for its answer.
 """
 
@@ -16,6 +18,7 @@ import numpy.typing as npt
 
 from sim.engine.kv_cache import prefix_describer
 from sim.engine.request import Request
+from sim.serving.replica_config import FrontendConfig
 
 
 class OpenLoop(Protocol):
@@ -43,11 +46,11 @@ class ClosedLoop(Protocol):
 
 
 def submission_order(
-    work: OpenLoop, tokenize_s_per_token: float
+    work: OpenLoop, frontend: FrontendConfig
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.intp]]:
-    """When each request is due (arrival plus tokenization, s), sorted, and the
+    """When each request is due (arrival plus its way in, s), sorted, and the
     request indices in that order (stable: ties keep arrival order)."""
-    ready = work.arrival_s + tokenize_s_per_token * work.num_prompt_tokens
+    ready = work.arrival_s + frontend.way_in_s(work.num_prompt_tokens)
     order = np.argsort(ready, kind="stable")
     return ready[order], order
 

@@ -80,7 +80,7 @@ from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import summarize, with_request_metrics
+from sim.metrics.stats import sample_notes, summarize, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.predict import token_gaps_s
@@ -596,6 +596,7 @@ def endpoint_run(
     tokens = token_frame(state)
     steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
     summary: dict[str, Any] = dict(summarize(requests, steps, np.empty(0), scenario.slo))
+    summary |= sample_notes(requests)
     summary |= latency_stats_ms("itl", token_gaps_s(tokens))
     target = parse_endpoint(opts.url, opts.api)
     num_failed = int(requests["error"].notna().sum())

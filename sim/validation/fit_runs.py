@@ -139,8 +139,12 @@ def scenario_for_run(
         "hardware": hardware.model_dump(),
         "cost": cost,
         "parallelism": {"tensor_parallel_size": engine.get("tensor_parallel_size") or 1},
-        # Arrivals are the engine's queue times: tokenization already done.
-        "frontend": {"tokenize_s_per_token": 0.0, "detokenize_s_per_token": 0.0},
+        # Arrivals are the engine's queue times: the way in already done.
+        "frontend": {
+            "way_in_s_per_request": 0.0,
+            "tokenize_s_per_token": 0.0,
+            "detokenize_s_per_token": 0.0,
+        },
         # Never read: the fit replays the run's own requests (sim.api.replay).
         "workload": {"kind": "trace", "format": "csv", "path": "trace.csv"},
         **_limits(engine),

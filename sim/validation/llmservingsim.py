@@ -108,12 +108,28 @@ def read_llmservingsim(path: str | Path) -> ImportedRun:
         c["input_toks"],
         c["output_toks"],
     )
+    engine = _engine_settings(meta)
+    if engine["device_name"] is None:
+        engine["device_name"] = _example_gpu(folder.parent / "config.json")
     info = {
         "format": FORMAT,
         "source": str(folder),
         "num_requests": len(requests),
         "arrival": "queued_ts (engine clock, after tokenization)",
         "started_at": meta.get("started_at"),
-        "engine": _engine_settings(meta),
+        "engine": engine,
     }
     return ImportedRun(requests, info)
+
+
+def _example_gpu(path: Path) -> str | None:
+    """The GPU an example's run was on, as its ``config.json`` (LLMServingSim's
+    configuration replaying that run) names it: ``nodes[0].instances[0].hardware``,
+    e.g. ``RTXPRO6000``. None when there is no such file or field: meta.json
+    records no device."""
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+        name = config["nodes"][0]["instances"][0]["hardware"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return name if isinstance(name, str) and name else None

@@ -15,8 +15,11 @@ did (``servesim import-run``); what a run does not record is not compared:
   must be the same; another tool names the device in its own words
   (``NVIDIA GeForce RTX 4090``), which must contain the preset's GPU
   (``rtx-4090``; a ``cpu-*`` preset is any ``cpu`` device);
-- the engine settings ``servesim measure`` records (``engine_settings``)
-  against those the prediction would run (``sim.api.engine_settings``);
+- the engine settings a run records (``engine_settings``: all of them for a
+  ``servesim measure`` run; for an imported run, those its tool logged, e.g.
+  vLLM's max_num_seqs, max_num_batched_tokens and KV block count, mapped by
+  ``imported_engine_settings``) against those the prediction would run
+  (``sim.api.engine_settings``);
 - the number of requests: a ``measure`` run lists every scenario request,
   failed ones included; an imported run may list only the completed and
   count the failed apart. A run stopped early (status other than
@@ -26,7 +29,10 @@ did (``servesim import-run``); what a run does not record is not compared:
   checked too), as sorted values for an imported run of as many requests
   (arrival jitter may reorder requests; its ids are the tool's own).
 
-``check_run`` raises one one-line ConfigError listing every difference.
+A run that names no model or no device cannot be checked against the
+scenario, so it is refused too, unless the user vouches for it
+(``validate --assume-model`` / ``--assume-device``: what the run would have
+said). ``check_run`` raises one one-line ConfigError listing every difference.
 """
 
 from __future__ import annotations
@@ -66,7 +72,9 @@ class RunFacts:
     def from_summary(cls, requests: pd.DataFrame, summary: Mapping[str, Any]) -> RunFacts:
         """From a ``measure`` folder's ``summary.json`` (``mode: measured``) or the
         summary ``calibration.compare_measured.load_measured`` builds for an imported run."""
-        own = summary.get("mode") == "measured"
+        # servesim's own runs (measured, or simulated: a prediction replayed) name
+        # the scenario's hardware preset; other tools' runs a device in their words.
+        own = summary.get("mode") in ("measured", "simulated")
         settings = summary.get("engine_settings")
         model = summary.get("model")
         return cls(
@@ -109,6 +117,29 @@ def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
     # The preset's GPU name without memory size or form factor: a100-80gb -> a100.
     core = re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name)
     return device != "cpu" and _squash(core) in _squash(device)
+
+
+# An imported run's engine settings (sim.validation formats' ``meta["engine"]``, in
+# vLLM's names) as ``sim.api.engine_settings`` names them.
+_IMPORTED_SETTINGS = (
+    ("max_num_seqs", "max_num_seqs"),
+    ("max_num_batched_tokens", "max_num_batched_tokens"),
+    ("num_gpu_blocks", "num_kv_blocks"),
+    ("block_size", "block_size_tokens"),
+    ("max_model_len", "max_model_len_tokens"),
+    ("enable_prefix_caching", "enable_prefix_caching"),
+    ("async_scheduling", "async_scheduling"),
+)
+
+
+def imported_engine_settings(engine: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings an imported run recorded (unrecorded ones left out), in the
+    names ``engine_mismatches`` compares."""
+    return {
+        ours: engine[theirs]
+        for theirs, ours in _IMPORTED_SETTINGS
+        if engine.get(theirs) is not None
+    }
 
 
 def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[str]:
@@ -175,10 +206,14 @@ def _requests(scenario: Scenario, run: RunFacts, base_dir: Path | None) -> list[
 def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) -> list[str]:
     """What differs between a measured run and ``scenario`` (empty: it matches)."""
     found = []
-    if run.model and not same_model(scenario.model.name, run.model):
+    if not run.model:
+        found.append("the run names no model (--assume-model NAME if it served the scenario's)")
+    elif not same_model(scenario.model.name, run.model):
         found.append(f"model {run.model!r} measured, {scenario.model.name!r} in the scenario")
     hardware = scenario.hardware
-    if run.hardware is not None and run.hardware != hardware.name:
+    if run.hardware is None and not run.device_name:
+        found.append("the run names no device (--assume-device NAME if it ran on the scenario's)")
+    elif run.hardware is not None and run.hardware != hardware.name:
         found.append(f"hardware {run.hardware!r} measured, {hardware.name!r} in the scenario")
     elif run.device_name and not hardware_matches(run.device_name, hardware):
         found.append(f"device {run.device_name!r} measured, {hardware.name!r} in the scenario")

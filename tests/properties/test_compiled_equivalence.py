@@ -77,7 +77,10 @@ def engines(draw: st.DrawFn) -> ReplicaConfig:
             [
                 NO_FRONTEND,
                 FrontendConfig(
-                    tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
+                    way_in_s_per_request=3e-3,
+                    tokenize_s_per_token=1.7e-5,
+                    detokenize_s_per_token=2.3e-4,
+                    output_step_s=0.0,
                 ),
             ]
         )

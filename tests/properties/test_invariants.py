@@ -76,7 +76,12 @@ costs = st.sampled_from(
 frontends = st.sampled_from(
     [
         NO_FRONTEND,
-        FrontendConfig(tokenize_s_per_token=1.7e-5, detokenize_s_per_token=0.0, output_step_s=0.0),
+        FrontendConfig(
+            way_in_s_per_request=2e-3,
+            tokenize_s_per_token=1.7e-5,
+            detokenize_s_per_token=0.0,
+            output_step_s=0.0,
+        ),
         FrontendConfig(
             tokenize_s_per_token=1.7e-5, detokenize_s_per_token=2.3e-4, output_step_s=0.0
         ),
@@ -287,9 +292,9 @@ def check_run(
     assert (refused["num_generated_tokens"] == 0).all()
 
     # Event order of each request (TTFT <= E2E follows from the last two).
-    tokenize_s = setup.frontend.tokenize_s_per_token * arrays.num_prompt_tokens
+    way_in_s = setup.frontend.way_in_s(arrays.num_prompt_tokens)
     np.testing.assert_allclose(
-        requests["ready_s"], arrays.arrival_s + tokenize_s, rtol=1e-12, atol=1e-12
+        requests["ready_s"], arrays.arrival_s + way_in_s, rtol=1e-12, atol=1e-12
     )
     chain = done[["arrival_s", *TIME_COLUMNS]].to_numpy()
     assert (np.diff(chain, axis=1) >= 0).all()

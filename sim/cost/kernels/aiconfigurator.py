@@ -25,13 +25,20 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 PACKAGE = "aiconfigurator_core"
 LICENCE = "Apache-2.0 (aiconfigurator-core, NVIDIA)"
 _MS = 1e-3  # seconds per millisecond
-# Preference order of attention kernels with a bf16 KV cache.
+# Preference order of the (prefill, decode) attention kernels with a bf16 KV
+# cache: FlashAttention 3 on Hopper, FA2 on Ada / Ampere (``vllm_flash_attn``
+# in older tables, e.g. A100's vLLM 0.14), and on Blackwell FlashInfer, whose
+# vLLM 0.24 tables split into TRT-LLM prefill and decode kernels.
 ATTENTION_KERNELS = (
-    "vllm_flash_attn_fa3",
-    "vllm_flash_attn_fa2",
-    "vllm_flashinfer",
-    "vllm_triton_attn",
+    ("vllm_flash_attn_fa3", "vllm_flash_attn_fa3"),
+    ("vllm_flash_attn_fa2", "vllm_flash_attn_fa2"),
+    ("vllm_flash_attn", "vllm_flash_attn"),
+    ("vllm_flashinfer_trtllmprefill", "vllm_flashinfer_trtllmdecode"),
+    ("vllm_flashinfer", "vllm_flashinfer"),
+    ("vllm_triton_attn", "vllm_triton_attn"),
 )
+# The loader knows vLLM's kernel names only: servesim prices a step as vLLM runs it.
+FRAMEWORKS = ("vllm",)
 # Unquantised linear layers: torch's linear (newer tables) or "vllm_default" (older).
 GEMM_KERNELS = ("torch.nn.functional.linear", "vllm_default")
 ALLREDUCE_BACKEND = "vllm_graph"
@@ -95,11 +102,19 @@ def resolve(
     gemm_root = root / gpu / "gemm"
     frameworks = sorted(p.name for p in gemm_root.iterdir() if p.is_dir())
     framework = _choose("framework", framework, frameworks, f"for {gpu}")
+    if framework not in FRAMEWORKS:
+        raise ConfigError(
+            f"aiconfigurator: framework {framework!r} is not supported ({gpu} has its "
+            f"tables, but servesim reads only {', '.join(FRAMEWORKS)}'s kernels: it prices "
+            "a step as vLLM runs it)"
+        )
     versions = sorted(
         (p.parent.name for p in (gemm_root / framework).glob("*/gemm_perf.parquet")),
         key=_version_key,
     )
     if version is None:
+        if not versions:  # a framework folder without a GEMM table
+            raise ConfigError(f"aiconfigurator: no {framework} GEMM table for {gpu}")
         return root / gpu, versions[-1]
     return root / gpu, _choose("version", version, versions, f"of {framework} for {gpu}")
 
@@ -115,9 +130,19 @@ def _op_file(gpu_dir: Path, op: str, framework: str, version: str, name: str) ->
     return found[-1] if found else None
 
 
-def _attention_kernel(table: pd.DataFrame) -> str | None:
-    present = set(table.loc[table["kv_cache_dtype"] == "bfloat16", "kernel_source"])
-    return next((k for k in ATTENTION_KERNELS if k in present), None)
+def _full_bf16(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of full attention (``window_size`` 0; older tables, without the
+    column, time only full attention) over a bf16 KV cache, beam width 1."""
+    keep = (table["kv_cache_dtype"] == "bfloat16") & (table["beam_width"] == 1)
+    if "window_size" in table:
+        keep &= table["window_size"] == 0
+    return table[keep]
+
+
+def _attention_kernels(ctx: pd.DataFrame, gen: pd.DataFrame) -> tuple[str, str] | None:
+    """The first (prefill, decode) pair of ``ATTENTION_KERNELS`` both tables time."""
+    in_ctx, in_gen = set(ctx["kernel_source"]), set(gen["kernel_source"])
+    return next(((c, g) for c, g in ATTENTION_KERNELS if c in in_ctx and g in in_gen), None)
 
 
 def _table(rows: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
@@ -129,12 +154,7 @@ def _table(rows: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
 
 
 def _attention(table: pd.DataFrame, kernel: str, length: str, length_col: str) -> pd.DataFrame:
-    rows = table[
-        (table["kernel_source"] == kernel)
-        & (table["kv_cache_dtype"] == "bfloat16")
-        & (table["window_size"] == 0)
-        & (table["beam_width"] == 1)
-    ]
+    rows = table[table["kernel_source"] == kernel]
     heads = {"num_heads": "num_heads", "num_kv_heads": "num_key_value_heads"}
     return _table(
         rows, {**heads, "head_dim": "head_dim", "batch_size": "batch_size", length_col: length}
@@ -162,12 +182,13 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
         gpu_dir, "attention", framework, version, "generation_attention_perf.parquet"
     )
     if context is not None and generation is not None:
-        ctx, gen = pd.read_parquet(context), pd.read_parquet(generation)
-        kernel = _attention_kernel(ctx)
-        if kernel is not None and kernel == _attention_kernel(gen):
-            tables["context_attention"] = _attention(ctx, kernel, "isl", "isl_tokens")
+        ctx, gen = _full_bf16(pd.read_parquet(context)), _full_bf16(pd.read_parquet(generation))
+        pair = _attention_kernels(ctx, gen)
+        if pair is not None:
+            tables["context_attention"] = _attention(ctx, pair[0], "isl", "isl_tokens")
             # In the generation table isl is 1 and step is the KV length.
-            tables["generation_attention"] = _attention(gen, kernel, "step", "kv_tokens")
+            tables["generation_attention"] = _attention(gen, pair[1], "step", "kv_tokens")
+            kernel = pair[0] if pair[0] == pair[1] else " / ".join(pair)
             kernels["attention"] = f"{kernel}, window 0, bf16 KV"
             notes.append(f"attention from {context.parent.name}")
     allreduce = _op_file(gpu_dir, "comm", framework, version, "custom_allreduce_perf.parquet")

@@ -38,8 +38,11 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 FORMAT_NAME = "servesim-kernels"
 FORMAT_VERSION = 1
 KIND = "kernel artifact"
+# Bytes per element of the dtypes a provenance names (``dtype``, ``kv_dtype``).
+DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
 
-# Known tables and their columns (what a row means: docs/kernels.md); ``latency_s`` is last.
+# Known tables and their columns (what a row means: docs/kernels.md); ``latency_s`` is
+# last, except in ``attention_skew``, whose rows are fitted blend weights (``alpha``).
 TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "gemm": ("m", "n", "k", "latency_s"),
@@ -61,6 +64,10 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
         "mixed_attention": (
             "prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs",
             "kv_decode_tokens", "latency_s",
+        ),
+        "attention_skew": (
+            "prefill_chunk_tokens", "max_num_decode_seqs", "max_skew_rate",
+            "max_kv_decode_tokens", "max_kv_prefill_tokens", "num_samples", "alpha",
         ),
     }
 )  # fmt: skip
@@ -125,6 +132,7 @@ class KernelArtifact:
 
 def check_table(name: str, table: pd.DataFrame, where: str) -> None:
     """ConfigError unless ``table`` is a known table with its exact columns."""
+    import numpy as np
     import pandas as pd
 
     if name not in TABLE_COLUMNS:
@@ -134,6 +142,11 @@ def check_table(name: str, table: pd.DataFrame, where: str) -> None:
     if tuple(table.columns) != columns:
         raise ConfigError(f"{where}: table {name} has columns {list(table.columns)}, "
                           f"expected {list(columns)}")  # fmt: skip
+    if "latency_s" not in columns:
+        alpha = pd.to_numeric(table["alpha"], errors="coerce")
+        if not bool(np.isfinite(alpha.to_numpy(np.float64)).all()):
+            raise ConfigError(f"{where}: table {name}: every alpha must be a finite number")
+        return
     latency = pd.to_numeric(table["latency_s"], errors="coerce")
     if bool(latency.isna().any()) or bool((latency <= 0).any()):
         raise ConfigError(f"{where}: table {name}: every latency_s must be a number > 0")

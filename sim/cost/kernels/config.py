@@ -9,7 +9,8 @@ Llama-3.1-8B), else the scenario's dense ``ModelSpec`` itself.
 that covers the model's shapes (bf16 weights and KV, its head layout, its
 tensor-parallel size) builds; any ``ConfigError`` while building one just
 moves on. No candidate: None, and ``auto`` goes on to calibrated artifacts
-and the roofline exactly as it did before.
+and the roofline exactly as it did before. ``kernel_auto_choice`` also says
+in one line which tables it priced from, or why none (the first refusal).
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator, installed_data_dir
 from sim.cost.kernels.artifact import (
+    DTYPE_BYTES,
     KernelArtifact,
     load_cached,
     load_provenance_cached,
     model_matches,
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
+    shipped_name,
 )
 from sim.cost.provenance import anchored
 from sim.errors import ConfigError
@@ -56,6 +59,7 @@ _SHAPE_FIELDS = (
     "head_dim",
     "intermediate_size",
     "vocab_size",
+    "mlp",
 )
 
 
@@ -72,6 +76,9 @@ class KernelsCostConfig(BaseModel):
     data_dir: str | None = None
     artifact: str | None = None
     architecture: str | None = None
+    # Price the scenario's GPU with tables measured on another (a what-if): refused
+    # unless asked for, since the answer is then about the other GPU's kernels.
+    allow_other_gpu: bool = False
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
@@ -120,10 +127,6 @@ def kernel_artifact_for(
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
 
 
-# Bytes per element of the dtypes an artifact's provenance names.
-_DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0, "fp8": 1.0}
-
-
 def build_kernels(
     config: KernelsCostConfig,
     model: ModelSpec,
@@ -136,7 +139,7 @@ def build_kernels(
 
     artifact = kernel_artifact_for(config, hardware, base_dir)
     dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
-    wanted = (_DTYPE_BYTES.get(dtype), _DTYPE_BYTES.get(kv_dtype))
+    wanted = (DTYPE_BYTES.get(dtype), DTYPE_BYTES.get(kv_dtype))
     if (model.weight_dtype_bytes, model.kv_dtype_bytes) != wanted:
         raise ConfigError(
             f"cost.kind kernels: tables are {dtype} weights / {kv_dtype} KV; model "
@@ -146,10 +149,16 @@ def build_kernels(
     measured_on = artifact.provenance.gpu
     expected = SOURCE_GPU_NAMES.get(hardware.name)
     if expected is not None and measured_on not in expected:
-        # Allowed (e.g. to compare GPUs), but the tables then price another GPU.
+        if not config.allow_other_gpu:
+            raise ConfigError(
+                f"cost: kernel tables measured on {measured_on}, the scenario's hardware is "
+                f"{hardware.name}: they would price another GPU's kernels (set "
+                "cost.allow_other_gpu: true for that what-if)"
+            )
+        # Asked for (e.g. to compare GPUs): said again, as the answer is the other GPU's.
         warnings.warn(
             f"cost: kernel tables measured on {measured_on}, the scenario's hardware is "
-            f"{hardware.name}",
+            f"{hardware.name} (cost.allow_other_gpu)",
             UserWarning,
             stacklevel=2,
         )
@@ -162,38 +171,99 @@ def build_kernels(
         pipeline_parallel_size=p.pipeline_parallel_size,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
+        hardware=hardware,
     )
+
+
+# Hardware presets the tables of their source GPU name do not price: the
+# a100_sxm tables were measured on an A100-SXM4-80GB (2.04 TB/s), the 40 GB
+# part streams 1.56 TB/s, so its memory-bound steps would come out short.
+_OTHER_PART = {"a100-40gb": "a100_sxm tables were measured on the 80 GB part (2.04 TB/s, not 1.56)"}
 
 
 def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCostConfig]:
     """Kernel configurations that might cover ``model`` on ``hardware``, best first."""
+    return _candidates(model, hardware)[0]
+
+
+def _timed(data_dir: Path, gpu: str) -> bool:
+    """Whether the database times ``gpu`` (some of its folders are empty placeholders)."""
+    return any((data_dir / gpu).glob("gemm/*/*/*.parquet"))
+
+
+def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsCostConfig], str]:
+    """(``auto_candidates``, why there are none: one line, or "" when there are)."""
     gpu_names = SOURCE_GPU_NAMES.get(hardware.name)
-    if gpu_names is None or model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
-        return []
+    if gpu_names is None:
+        return [], f"no kernel tables name hardware {hardware.name}"
+    if hardware.name in _OTHER_PART:
+        return [], f"no kernel tables for {hardware.name}: {_OTHER_PART[hardware.name]}"
+    if model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
+        return [], (
+            f"kernel tables are bf16; model {model.name} has {model.weight_dtype_bytes:g}-byte "
+            f"weights and {model.kv_dtype_bytes:g}-byte KV"
+        )
     candidates = []
     gpu = AICONFIGURATOR_GPUS.get(hardware.name)
-    if gpu is not None and installed_data_dir() is not None:
+    data_dir = installed_data_dir()
+    if gpu is not None and data_dir is not None and _timed(data_dir, gpu):
         candidates.append(KernelsCostConfig(gpu=gpu))
     arch_name = architecture_for(model).name
+    other_models = []
     for path in shipped_kernel_artifacts():
         try:
             # Provenance only: the tables are built for the candidate that wins.
             provenance = load_provenance_cached(path)
         except ConfigError:
             continue  # an unreadable shipped file must not break auto
-        if provenance.gpu in gpu_names and model_matches(provenance.model, arch_name):
+        if provenance.gpu not in gpu_names:
+            continue
+        if model_matches(provenance.model, arch_name):
             candidates.append(KernelsCostConfig(source="path", artifact=str(path)))
-    return candidates
+        elif provenance.model is not None:
+            other_models.append(provenance.model)
+    if candidates:
+        return candidates, ""
+    names = "/".join(sorted(gpu_names))
+    shipped = f" (shipped for {names}: {', '.join(sorted(set(other_models)))})"
+    return [], (
+        f"no kernel tables for {arch_name} on {names}{shipped if other_models else ''}"
+        + ("" if data_dir is not None else "; aiconfigurator-core not installed")
+    )
+
+
+def _source(config: KernelsCostConfig, kernels: KernelCost) -> str:
+    """Which tables a candidate read, for the one-line choice."""
+    p = kernels.artifact.provenance
+    fw = f"{p.framework} {p.framework_version}"
+    if config.artifact is not None:
+        return f"{shipped_name(Path(config.artifact))} ({p.source}, {fw})"
+    return f"in the installed {p.source} database ({fw})"
 
 
 @lru_cache(maxsize=32)
+def kernel_auto_choice(
+    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
+) -> tuple[KernelCost | None, str]:
+    """The first candidate that builds (see the module docstring), or None, and
+    the choice in one line: the tables it priced from, or why none did."""
+    candidates, why = _candidates(model, hardware)
+    problems = []
+    for config in candidates:
+        try:
+            kernels = build_kernels(config, model, hardware, parallelism)
+        except ConfigError as error:
+            problems.append(str(error))
+            continue
+        gpu = kernels.artifact.provenance.gpu
+        return kernels, f"priced from {gpu} kernel tables {_source(config, kernels)}"
+    if problems:  # the first is the best candidate's reason
+        return None, f"kernel tables do not cover it: {problems[0]}"
+    return None, why
+
+
 def kernel_auto(
     model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
 ) -> KernelCost | None:
-    """The first candidate that builds (see the module docstring), or None."""
-    for config in auto_candidates(model, hardware):
-        try:
-            return build_kernels(config, model, hardware, parallelism)
-        except ConfigError:
-            continue
-    return None
+    """``kernel_auto_choice``'s cost model."""
+    return kernel_auto_choice(model, hardware, parallelism)[0]

@@ -3,9 +3,11 @@
 The step formula, how a prefill of equal chunks is priced and what ``pp``
 adds are in ``docs/kernels.md`` ("The step formula"). Dense ops come from a
 per-layer profile (``ops.ProfileDense``) when the artifact has one, else from
-the GEMM table at vLLM's per-GPU shapes (``ops``), which leaves out the
-elementwise ops (a few µs per layer). The GPU's work only: the engine's CPU
-work per step is ``sim.cost.engine_cpu``'s. With
+the GEMM table at vLLM's per-GPU shapes (``ops``) plus the memory-bound ops
+the tables leave out (norms, activation, rotary, KV-cache write, embedding,
+final norm; the sampler when no table times it), priced from bytes and the
+GPU's bandwidth (``memory_ops``; a profile times them itself). The GPU's
+work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
 ``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
 expert-parallel group (``expert_parallel``).
 """
@@ -25,6 +27,7 @@ from sim.cost.kernels.expert_parallel import (
     check_expert_parallel,
 )
 from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.memory_ops import MemoryOps
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
     allreduce_grid,
@@ -36,7 +39,7 @@ from sim.cost.kernels.tables import (
 )
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
-from sim.hardware.specs import ModelArchitecture
+from sim.hardware.specs import HardwareSpec, ModelArchitecture
 
 
 class KernelCost:
@@ -50,7 +53,10 @@ class KernelCost:
         pipeline_parallel_size: int = 1,
         link: LinkSpec | None = None,
         expert_parallel_size: int = 1,
+        hardware: HardwareSpec | None = None,
     ) -> None:
+        """``hardware`` gives the bandwidth of the memory-bound ops (``memory_ops``);
+        default: the hardware preset of the GPU the artifact was measured on."""
         self.arch, self.artifact = arch, artifact
         self.tp, self.pp = tensor_parallel_size, pipeline_parallel_size
         self.ep = expert_parallel_size
@@ -73,10 +79,16 @@ class KernelCost:
                 f"kernel artifact ({artifact.label}) was profiled at tensor parallel "
                 f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
             )
-        self._build_dense()
+        self._build_dense(hardware)
+        # Attention: a per-model profile's varlen lattice (one kernel per step, its
+        # KV lengths counting cached tokens before this step's), else the pure tables.
         self._mixed = artifact.has("mixed_attention")
+        self._mixed_attn: Grid | None = None
+        self._decode_history = 0  # tokens of a decode's context that are not its KV axis
         if self._mixed:
-            self._prefill_attn, self._decode_attn = mixed_attention_grids(artifact)
+            profile = mixed_attention_grids(artifact)
+            self._mixed_attn, self._prefill_attn, self._decode_attn = profile
+            self._decode_history = 1
         else:
             s = self.shapes
             self._prefill_attn, self._decode_attn = attention_grids(
@@ -92,10 +104,12 @@ class KernelCost:
         self._dense_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
 
-    def _build_dense(self) -> None:
-        """The dense ops' sources: a per-layer profile, else GEMM (and MoE) tables."""
+    def _build_dense(self, hardware: HardwareSpec | None) -> None:
+        """The dense ops' sources: a per-layer profile, else GEMM (and MoE) tables
+        and the memory-bound ops priced from bandwidth."""
         a, arch = self.artifact, self.arch
         self._profile: ProfileDense | None = None
+        self._memory: MemoryOps | None = None
         self._gemm: Grid | None = None
         self._moe: Grid | ExpertParallelMoE | None = None
         self._lm_ops: list[Grid] = []
@@ -112,6 +126,7 @@ class KernelCost:
                 self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
             elif arch.moe is not None:
                 self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
+            self._memory = MemoryOps.for_artifact(a, arch, self.shapes, hardware)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:
@@ -134,6 +149,8 @@ class KernelCost:
                 total += self.gemm_s(t, n, k)
             if self._moe is not None:
                 total += self._moe(t)
+            assert self._memory is not None
+            total += self._memory.layer_s(t)
         total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
         self._dense_cache[num_tokens] = total
         return total
@@ -161,12 +178,20 @@ class KernelCost:
         return steps / self.tp * message_bytes * self._link_s_per_byte + steps * self.link.latency_s
 
     def per_step_s(self, num_tokens: int, num_seqs: int) -> float:
-        """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers."""
+        """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers.
+
+        A profile times embedding and final norm; otherwise they (and the
+        sampler, without a ``per_sequence`` table) are priced from bandwidth,
+        with the vocab-parallel embedding's all-reduce under tensor parallelism.
+        """
         key = num_tokens * 1_000_003 + num_seqs
         cached = self._lm_cache.get(key)
         if cached is not None:
             return cached
         total = 0.0 if self._profile is None else self._profile.step_s(float(num_tokens))
+        if self._memory is not None:
+            total += self._memory.step_s(float(num_tokens), float(num_seqs), not self._lm_ops)
+            total += self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
         if num_seqs:
             if self._lm_ops:
                 for grid in self._lm_ops:
@@ -181,8 +206,46 @@ class KernelCost:
         self._lm_cache[key] = total
         return total
 
+    def attention_s(self, shape: StepShape) -> float:
+        """One layer's attention for the step.
+
+        With a mixed-batch profile, a step with both prefill and decodes is one
+        varlen kernel (``mixed_attention_s``); otherwise the pure parts add.
+        """
+        if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
+            return self.mixed_attention_s(shape)
+        return self.prefill_attention_s(shape) + self.decode_attention_s(
+            shape.num_decode_seqs, shape.num_decode_context_tokens
+        )
+
+    def mixed_attention_s(self, shape: StepShape) -> float:
+        """One layer's varlen attention over prefill chunks and decodes, from the profile.
+
+        The profile times one prefill chunk of ``c`` new tokens after ``p``
+        cached, beside ``n`` decodes after ``kv`` cached each, in one kernel
+        (``tables.mixed_attention_grids``). A step is looked up at its own
+        decode count and mean decode KV (``kv = context / n - 1``: the
+        profile's KV excludes the token being computed) and at one of its
+        ``b`` equal prefill chunks (``ops.prefill_chunk``); each further chunk
+        adds its pure-prefill time ``pre(c, p)``:
+        ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``. Why not one chunk of all
+        ``b`` chunks' tokens (what LLMServingSim looks up): the kernel tiles
+        each sequence's queries separately, so ``b`` chunks of ``c`` do about
+        ``b c^2 / 2`` causal query-key pairs, not ``(b c)^2 / 2``, and the
+        decodes' extra cost in a mixed batch (their one-query rows padded to a
+        tile) barely depends on the chunk (``docs/kernels.md``).
+        """
+        assert self._mixed_attn is not None
+        b, n = shape.num_prefill_seqs, shape.num_decode_seqs
+        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
+        kv = (shape.num_decode_context_tokens - n) / n
+        one = self._mixed_attn(chunk, cached, float(n), kv)
+        if b == 1:
+            return one
+        return one + (b - 1) * self._prefill_attn(chunk, cached)
+
     def prefill_attention_s(self, shape: StepShape) -> float:
-        """One layer's attention over the step's prefill chunks."""
+        """One layer's attention over the step's prefill chunks, without its decodes."""
         b = shape.num_prefill_seqs
         if b == 0 or shape.num_prefill_tokens == 0:
             return 0.0
@@ -197,10 +260,70 @@ class KernelCost:
         return scaled if scaled > floor else floor
 
     def decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
-        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all."""
+        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all,
+        without a prefill (a profile's KV axis excludes the token being computed)."""
         if num_seqs == 0:
             return 0.0
-        return self._decode_attn(float(num_seqs), context_tokens / num_seqs)
+        history = context_tokens - self._decode_history * num_seqs
+        return self._decode_attn(float(num_seqs), history / num_seqs)
+
+    # -- per-op breakdown ----------------------------------------------------------
+
+    def breakdown_s(self, shape: StepShape) -> dict[str, float]:
+        """Each op's seconds in the step ``shape`` (all layers together): the
+        layer's ops (a profile's in name order), attention, collectives, then
+        the once-per-step ops. They add up to ``step_s`` (to rounding): the same
+        functions price them."""
+        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        if tokens == 0:
+            return {}
+        t, num_layers = float(tokens), self.arch.num_layers
+        seqs = shape.num_prefill_seqs + shape.num_decode_seqs
+        layer: list[tuple[str, float]] = []
+        step: list[tuple[str, float]] = []
+        if self._profile is not None:
+            layer += self._profile.layer_terms(t)
+            step += self._profile.step_terms(t)
+        else:
+            layer += [(name, self.gemm_s(t, n, k)) for name, (n, k) in self.shapes.gemms.items()]
+            if self._moe is not None:
+                layer.append(("moe", self._moe(t)))
+            assert self._memory is not None
+            layer += self._memory.layer_terms(t)
+            memory_step = dict(self._memory.step_terms(t, float(seqs), not self._lm_ops))
+            step += [("embedding", memory_step["embedding"])]
+            message_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
+            step += [("embedding_allreduce", self.allreduce_s(message_bytes))]
+            step += [(name, memory_step[name]) for name in ("final_norm", "sampler")]
+        layer.append(
+            (
+                "allreduce",
+                2.0 * self.allreduce_s(tokens * self.arch.hidden_size * ACTIVATION_BYTES),
+            )
+        )
+        if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
+            # One varlen kernel over prefill chunks and decodes (attention_s).
+            layer.append(("mixed_attention", self.mixed_attention_s(shape)))
+        else:
+            decode = self.decode_attention_s(shape.num_decode_seqs, shape.num_decode_context_tokens)
+            layer += [("prefill_attention", self.prefill_attention_s(shape))]
+            layer += [("decode_attention", decode)]
+        if seqs and self._lm_ops:
+            step += [
+                (name, grid(float(seqs)))
+                for name, grid in zip(("lm_head", "sampler"), self._lm_ops, strict=True)
+            ]
+        elif seqs:
+            n, k = self.shapes.lm_head
+            step.append(("lm_head", self.gemm_s(float(seqs), n, k)))
+        if self.pp > 1:
+            hop_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
+            hop_s = hop_bytes * self._link_s_per_byte + self.link.latency_s
+            step.append(("pipeline_transfer", (self.pp - 1) * hop_s))
+        out: dict[str, float] = {}
+        for name, seconds in [(n, num_layers * s) for n, s in layer] + step:
+            out[name] = out.get(name, 0.0) + seconds
+        return out
 
     # -- CostModel ---------------------------------------------------------------
 
@@ -217,11 +340,7 @@ class KernelCost:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        layer = (
-            self.dense_layer_s(tokens)
-            + self.prefill_attention_s(shape)
-            + self.decode_attention_s(shape.num_decode_seqs, shape.num_decode_context_tokens)
-        )
+        layer = self.dense_layer_s(tokens) + self.attention_s(shape)
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
 
@@ -230,7 +349,8 @@ class KernelCost:
             return zeros
         # Only decode attention's KV length changes from step to step.
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        attention = self._decode_attn.many(float(num_seqs), contexts / num_seqs)
+        history = contexts - self._decode_history * num_seqs
+        attention = self._decode_attn.many(float(num_seqs), history / num_seqs)
         layer = self.dense_layer_s(num_seqs) + 0.0 + attention
         out: FloatArray = self.arch.num_layers * layer + self.per_step_s(num_seqs, num_seqs)
         return out
@@ -249,9 +369,10 @@ class KernelCost:
         dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
         per_step_s = self.per_step_s(num_seqs, num_seqs)
         num_layers, attention = self.arch.num_layers, self._decode_attn
+        history = context_tokens - self._decode_history * num_seqs
         j = 0
         while True:  # decode_steps_s's operations, in its order
-            layer = dense_s + 0.0 + attention(seqs, (context_tokens + j * num_seqs) / num_seqs)
+            layer = dense_s + 0.0 + attention(seqs, (history + j * num_seqs) / num_seqs)
             yield num_layers * layer + per_step_s
             j += 1
 

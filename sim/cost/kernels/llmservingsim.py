@@ -9,17 +9,29 @@ with vLLM's own kernels, one decoder layer at a time::
         prefill_chunk,kv_prefill,n_decode,kv_decode,time_us
     <hw>/<org>/<model>/<dtype>/tp<N>/per_sequence.csv  layer,sequences,time_us
     <hw>/<org>/<model>/<dtype>/tp<N>/moe.csv       tokens,activated_experts,time_us (MoE)
+    <hw>/<org>/<model>/<dtype>/tp<N>/skew_fit.csv
+        pc,n_label,skew_rate_label,kv_big_label,kp_label,alpha,n_samples
 
 ``import_profile`` takes a ``tp<N>`` folder (or the ``<dtype>`` folder above
 it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention``,
-``per_sequence`` and (MoE models) ``moe_layer``, converting microseconds to
-seconds. The skew tables (uneven KV lengths in a batch) are not imported. ``main`` is the body of
-``servesim import-profile DIR --out FILE``.
+``per_sequence``, (MoE models) ``moe_layer`` and (when the profile has a skew
+fit) ``attention_skew``, converting microseconds to seconds. ``main`` is the
+body of ``servesim import-profile DIR --out FILE``.
+
+The skew fit (uneven decode KV lengths in one batch): LLMServingSim prices
+such a batch as ``t(mean KV) + alpha * (t(max KV) - t(mean KV))``, with
+``alpha`` fitted per bucket of (prefill chunk, decode count, skew rate
+``(mean - min) / (max - min)``, max KV, cached prefill tokens). Its labels
+(``n<=128``, ``sr<=5%``, ``kvB<=4k``, ``kp=0``) become each bucket's upper
+edge (``sr>70%``: 1, the rate's ceiling). The raw ``skew.csv`` shots are not
+imported, nor the fit's pooled ``alpha_default`` (a bucket with no fit
+applies no correction).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,6 +59,52 @@ def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
         raise ConfigError(f"{path}: missing column {missing[0]!r}")
     table = table[list(columns)].rename(columns=columns)
     table["latency_s"] = pd.to_numeric(table["latency_s"], errors="coerce") * _US
+    return table
+
+
+# A skew-fit bucket label: axis, comparison, number, unit (k: x1024, %: /100).
+_LABEL = re.compile(r"^(n|sr|kvB|kp)(<=|=|>)([0-9.]+)(k|%)?$")
+_SKEW_AXES = {
+    "n_label": ("n", "max_num_decode_seqs"),
+    "skew_rate_label": ("sr", "max_skew_rate"),
+    "kv_big_label": ("kvB", "max_kv_decode_tokens"),
+    "kp_label": ("kp", "max_kv_prefill_tokens"),
+}
+
+
+def _upper_edge(path: Path, column: str, label: str) -> float:
+    """The upper edge of a skew-fit bucket label (``n<=128`` -> 128, ``kvB<=4k`` -> 4096)."""
+    match = _LABEL.match(label)
+    axis = _SKEW_AXES[column][0]
+    if match is None or match.group(1) != axis:
+        raise ConfigError(f"{path}: {column}: cannot read bucket label {label!r}")
+    _, comparison, number, unit = match.groups()
+    value = float(number) * (1024.0 if unit == "k" else 0.01 if unit == "%" else 1.0)
+    if comparison == ">":
+        if axis != "sr":  # only the skew rate has a ceiling (1) to close its top bucket
+            raise ConfigError(f"{path}: {column}: open-ended bucket {label!r} is not supported")
+        return 1.0
+    return value
+
+
+def _skew_fit(path: Path) -> pd.DataFrame:
+    """``skew_fit.csv`` as the ``attention_skew`` table (bucket upper edges, alpha)."""
+    try:
+        fit = pd.read_csv(path)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    columns = ["pc", *_SKEW_AXES, "alpha", "n_samples"]
+    missing = [c for c in columns if c not in fit.columns]
+    if missing:
+        raise ConfigError(f"{path}: missing column {missing[0]!r}")
+    table = pd.DataFrame({"prefill_chunk_tokens": pd.to_numeric(fit["pc"], errors="coerce")})
+    for column, (axis, name) in _SKEW_AXES.items():
+        edges = [_upper_edge(path, column, str(label)) for label in fit[column]]
+        table[name] = edges if axis == "sr" else [int(edge) for edge in edges]
+    table["num_samples"] = pd.to_numeric(fit["n_samples"], errors="coerce")
+    table["alpha"] = pd.to_numeric(fit["alpha"], errors="coerce")
+    if bool(table.isna().any().any()):
+        raise ConfigError(f"{path}: pc, alpha and n_samples must be numbers")
     return table
 
 
@@ -131,6 +189,8 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
         notes=f"CUDA {meta.get('cuda_version', '?')}; imported from {tp_dir.name}",
     )
     tables["mixed_attention"] = mixed
+    if (tp_dir / "skew_fit.csv").is_file():
+        tables["attention_skew"] = _skew_fit(tp_dir / "skew_fit.csv")
     return KernelArtifact(
         provenance, {name: table.reset_index(drop=True) for name, table in tables.items()}
     )

@@ -3,7 +3,11 @@
 vLLM shards a layer over ``tp`` GPUs Megatron-style (column-parallel QKV and
 gate+up, row-parallel O and down, KV heads replicated past ``tp =
 kv_heads``, a vocab-parallel LM head; ``docs/kernels.md``). A GEMM here is
-``(n, k)``: ``m`` tokens of width ``k`` in, width ``n`` out.
+``(n, k)``: ``m`` tokens of width ``k`` in, width ``n`` out. A gated MLP
+(Llama) runs gate and up as one merged GEMM (``gate_up_proj``, ``2 x
+intermediate`` wide) then ``down_proj``; a non-gated one (GPT-2, OPT) runs
+``fc1`` (``intermediate`` wide) then ``fc2``, vLLM's names for OPT's. Biases
+are fused into the GEMMs and cost nothing apart.
 
 ``ProfileDense`` is the dense part of a layer from a per-layer profile
 (``layer_ops``, ``moe_layer`` tables) instead: the sum of every op the
@@ -15,12 +19,19 @@ experts its tokens activate under balanced routing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import moe_layer_grid, op_grid
-from sim.hardware.specs import ModelArchitecture
+from sim.hardware.specs import MlpKind, ModelArchitecture
+
+# A dense MLP's two GEMMs, in order, by the architecture's MLP kind.
+MLP_OPS: Mapping[MlpKind, tuple[str, str]] = MappingProxyType(
+    {"gated": ("gate_up_proj", "down_proj"), "non_gated": ("fc1", "fc2")}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +69,9 @@ def layer_shapes(arch: ModelArchitecture, tp: int = 1) -> LayerShapes:
     }
     if arch.moe is None:
         inter = _split(arch.intermediate_size, tp, "intermediate_size")
-        gemms["gate_up_proj"] = (2 * inter, hidden)
-        gemms["down_proj"] = (hidden, inter)
+        up, down = MLP_OPS[arch.mlp]
+        gemms[up] = (2 * inter if arch.mlp == "gated" else inter, hidden)
+        gemms[down] = (hidden, inter)
     else:
         # The router is replicated: every GPU scores every expert.
         gemms["router"] = (arch.moe.num_experts, hidden)
@@ -94,7 +106,6 @@ PROFILE_OP_COUNTS = {"layernorm": 2}
 PROFILE_STEP_OPS = ("embedding", "final_layernorm")
 # Ops a profile must have: attention projections, and the MLP of a dense model.
 REQUIRED_OPS = ("qkv_proj", "o_proj")
-REQUIRED_DENSE_OPS = ("gate_up_proj", "down_proj")
 
 
 def expected_active_experts(num_tokens: float, num_experts: int, top_k: int) -> float:
@@ -105,10 +116,10 @@ def expected_active_experts(num_tokens: float, num_experts: int, top_k: int) -> 
 class ProfileDense:
     """Per-layer and per-step dense time (seconds) from a profile, by tokens."""
 
-    __slots__ = ("_layer_ops", "_moe", "_moe_shape", "_step_ops", "op_names")
+    __slots__ = ("_layer_ops", "_moe", "_moe_shape", "_step_names", "_step_ops", "op_names")
 
     def __init__(self, artifact: KernelArtifact, arch: ModelArchitecture) -> None:
-        required = REQUIRED_OPS + (() if arch.moe is not None else REQUIRED_DENSE_OPS)
+        required = REQUIRED_OPS + (() if arch.moe is not None else MLP_OPS[arch.mlp])
         for op in required:
             op_grid(artifact, "layer_ops", op)  # ConfigError naming the missing op
         listed = sorted(set(artifact.tables["layer_ops"]["op"]) - set(PROFILE_STEP_OPS))
@@ -116,11 +127,9 @@ class ProfileDense:
         self._layer_ops = [
             (op_grid(artifact, "layer_ops", op), PROFILE_OP_COUNTS.get(op, 1)) for op in listed
         ]
-        self._step_ops = [
-            op_grid(artifact, "layer_ops", op)
-            for op in PROFILE_STEP_OPS
-            if op in set(artifact.tables["layer_ops"]["op"])
-        ]
+        present = set(artifact.tables["layer_ops"]["op"])
+        self._step_names = tuple(op for op in PROFILE_STEP_OPS if op in present)
+        self._step_ops = [op_grid(artifact, "layer_ops", op) for op in self._step_names]
         self._moe: Grid | None = None
         self._moe_shape = (1, 1)
         if arch.moe is not None:
@@ -136,6 +145,26 @@ class ProfileDense:
             experts, top_k = self._moe_shape
             total += self._moe(num_tokens, expected_active_experts(num_tokens, experts, top_k))
         return total
+
+    def layer_terms(self, num_tokens: float) -> list[tuple[str, float]]:
+        """``layer_s``'s terms by op name (the MoE as ``moe``), for a per-op breakdown."""
+        terms = [
+            (op, count * grid(num_tokens))
+            for op, (grid, count) in zip(self.op_names, self._layer_ops, strict=True)
+        ]
+        if self._moe is not None:
+            experts, top_k = self._moe_shape
+            terms.append(
+                ("moe", self._moe(num_tokens, expected_active_experts(num_tokens, experts, top_k)))
+            )
+        return terms
+
+    def step_terms(self, num_tokens: float) -> list[tuple[str, float]]:
+        """``step_s``'s terms by op name."""
+        return [
+            (op, grid(num_tokens))
+            for op, grid in zip(self._step_names, self._step_ops, strict=True)
+        ]
 
     def step_s(self, num_tokens: float) -> float:
         """Once-per-step ops (embedding, final norm) for ``num_tokens`` tokens."""

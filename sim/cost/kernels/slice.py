@@ -10,6 +10,7 @@ names the model, and ``KernelCost`` refuses other models.
 from __future__ import annotations
 
 import argparse
+import datetime
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,7 +19,9 @@ import pandas as pd
 
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
+from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
+from sim.errors import ConfigError
 from sim.hardware.specs import ModelArchitecture, load_architecture
 
 
@@ -97,6 +100,46 @@ def slice_artifact(
     return KernelArtifact(provenance, tables)
 
 
+_ATTENTION = {"context_attention": "prefill attention", "generation_attention": "decode attention"}
+
+
+def check_covers(
+    sliced: KernelArtifact,
+    arch: ModelArchitecture,
+    tensor_parallel_sizes: Iterable[int] = (1,),
+    expert_parallel_sizes: Iterable[int] = (1,),
+) -> None:
+    """ConfigError naming the first shape ``arch`` needs at some layout that
+    ``sliced`` lacks: its head layout per GPU in an attention table, else what
+    building a cost model for the layout refuses (as a scenario would)."""
+    p = sliced.provenance
+    tables = f"{p.gpu} {p.framework} {p.framework_version}"
+    for tp in sorted(set(tensor_parallel_sizes)):
+        shapes = layer_shapes(arch, tp)
+        heads = (shapes.num_heads, shapes.num_kv_heads, shapes.head_dim)
+        for name, what in _ATTENTION.items():
+            t = sliced.tables.get(name)
+            timed = t is not None and bool(
+                ((t["num_heads"] == heads[0]) & (t["num_kv_heads"] == heads[1])
+                 & (t["head_dim"] == heads[2])).any()
+            )  # fmt: skip
+            if not timed:
+                raise ConfigError(
+                    f"export-kernels: {tables} has no {what} ({name}) for {heads[0]} heads / "
+                    f"{heads[1]} KV heads / head_dim {heads[2]} per GPU ({arch.name} at tp {tp})"
+                )
+        for ep in sorted({1, *expert_parallel_sizes}):
+            if ep % tp:
+                continue  # not a layout (ep = dp x tp)
+            try:
+                KernelCost(arch, sliced, tensor_parallel_size=tp, expert_parallel_size=ep)
+            except ConfigError as error:
+                layout = f"tp {tp}" + (f", ep {ep}" if ep > 1 else "")
+                raise ConfigError(
+                    f"export-kernels: {tables} does not cover {arch.name} at {layout}: {error}"
+                ) from None
+
+
 def export_slice(
     gpu: str,
     model: str | ModelArchitecture,
@@ -114,6 +157,13 @@ def export_slice(
     arch = model if isinstance(model, ModelArchitecture) else load_architecture(model)
     full = from_aiconfigurator(gpu, framework, version, data_dir)
     sliced = slice_artifact(full, arch, tensor_parallel_sizes, expert_parallel_sizes)
+    check_covers(sliced, arch, tensor_parallel_sizes, expert_parallel_sizes)  # before writing
+    if not sliced.provenance.date:
+        # The database records no measurement date: the slice's is the day it was exported.
+        today = datetime.datetime.now(datetime.UTC).date().isoformat()
+        notes = f"{sliced.provenance.notes}; exported {today} (no measurement date in the source)"
+        update = {"date": today, "notes": notes}
+        sliced = KernelArtifact(sliced.provenance.model_copy(update=update), sliced.tables)
     return save_artifact(sliced, Path(out_path))
 
 

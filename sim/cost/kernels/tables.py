@@ -8,10 +8,14 @@ artifact does not cover raises ``ConfigError`` naming the table and shape.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from bisect import bisect_left
+from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
+from sim.cost.base import FloatArray
 from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes
 from sim.errors import ConfigError
 from sim.hardware.specs import MoeSpec
 
@@ -66,24 +70,139 @@ def attention_grids(
     )
 
 
-def mixed_attention_grids(artifact: KernelArtifact) -> tuple[Grid, Grid]:
-    """(one prefill chunk by chunk x cached tokens, decodes by count x KV length).
+# The mixed-attention lattice's axes, in the order the 4-D grid takes them.
+MIXED_AXES = ("prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs", "kv_decode_tokens")
 
-    From the pure rows of a per-model mixed-attention profile: prefill rows
-    have no decode, decode rows no prefill.
+
+class MixedAttention(NamedTuple):
+    """A per-model attention profile as grids (latency in seconds, one layer).
+
+    ``mixed``: one varlen kernel over one prefill chunk of ``prefill_chunk_tokens``
+    new tokens after ``kv_prefill_tokens`` cached ones, and ``num_decode_seqs``
+    decodes each after ``kv_decode_tokens`` cached ones (the profiler's shot, as
+    vLLM's chunked-prefill scheduler batches it). ``prefill`` and ``decode`` are
+    its pure planes (no decode; no prefill), as 2-D grids over their own axes.
+    Each grid's value at a timed point is that row's latency.
+    """
+
+    mixed: Grid | None  # None: the profile timed no mixed batch
+    prefill: Grid
+    decode: Grid
+
+
+def mixed_attention_grids(artifact: KernelArtifact) -> MixedAttention:
+    """The ``mixed_attention`` table on the rectangular grid of its four axes.
+
+    The profiler times a near-full lattice, and some profiles interleave two
+    (doubling and x1.5 spacing), so the union grid has holes. They are filled
+    so that a lookup means what the data means: an axis that does not apply
+    (KV lengths of an absent prefill or absent decodes) repeats the value
+    without it; a decode with no cached token (never scheduled) takes the first
+    timed KV length; a step with fewer prefill tokens than the first timed
+    chunk costs that chunk; a hole between timed points is interpolated
+    linearly; past them (e.g. a prefill beside ``max_num_seqs`` decodes, which
+    the profiler cannot run) the line through the last two points continues.
     """
     rows = _rows(artifact, "mixed_attention", "for attention")
-    prefill = rows[rows["num_decode_seqs"] == 0]
-    decode = rows[rows["prefill_chunk_tokens"] == 0]
-    if len(prefill) == 0 or len(decode) == 0:
+    pure_prefill = (rows["num_decode_seqs"] == 0) & (rows["prefill_chunk_tokens"] > 0)
+    pure_decode = (rows["prefill_chunk_tokens"] == 0) & (rows["num_decode_seqs"] > 0)
+    if not pure_prefill.any() or not pure_decode.any():
         raise ConfigError(
             f"kernel artifact ({artifact.label}): mixed_attention needs pure prefill "
             "rows (num_decode_seqs 0) and pure decode rows (prefill_chunk_tokens 0)"
         )
-    return (
-        _grid("mixed_attention prefill", prefill, "prefill_chunk_tokens", "kv_prefill_tokens"),
-        _grid("mixed_attention decode", decode, "num_decode_seqs", "kv_decode_tokens"),
+    axes = [np.unique(np.concatenate([[0.0], rows[a].to_numpy(np.float64)])) for a in MIXED_AXES]
+    sums = np.zeros(tuple(len(a) for a in axes))
+    counts = np.zeros_like(sums)
+    index = tuple(
+        np.searchsorted(a, rows[n].to_numpy(np.float64))
+        for a, n in zip(axes, MIXED_AXES, strict=True)
     )
+    np.add.at(sums, index, rows["latency_s"].to_numpy(np.float64))
+    np.add.at(counts, index, 1.0)
+    with np.errstate(invalid="ignore"):
+        values = sums / counts
+    values[0, :, 0, :] = np.nan  # the empty batch: no step has it
+    prefill = _fill(values[1:, :, 0, 0], axes[0][1:], axes[1])
+    decode = _fill(values[0, 0, 1:, 1:], axes[2][1:], axes[3][1:])
+    mixed = values[1:, :, 1:, 1:]
+    mixed_axes = (axes[0][1:], axes[1], axes[2][1:], axes[3][1:])
+    for axis in range(4):
+        mixed = interpolate_holes(mixed, mixed_axes[axis], axis)
+    for axis in (2, 3, 0, 1):  # decodes first: max_num_seqs bounds the profiler's shots
+        mixed = extrapolate_holes(mixed, mixed_axes[axis], axis)
+    values[1:, :, 1:, 1:] = mixed
+    values[1:, :, 0, :] = prefill[:, :, None]  # no decode: its KV length does not apply
+    values[0, :, 1:, 1:] = decode[None, :, :]  # no prefill: nor does its cached length
+    values[:, :, 1:, 0] = values[:, :, 1:, 1]  # a decode after 0 cached: the first timed
+    values[0, :, 0, :] = prefill[0, :, None]  # fewer tokens than the first timed chunk
+    has_mixed = bool(((rows["prefill_chunk_tokens"] > 0) & (rows["num_decode_seqs"] > 0)).any())
+    if has_mixed and not np.all(np.isfinite(values)):
+        raise ConfigError(
+            f"kernel artifact ({artifact.label}): mixed_attention rows do not span "
+            "a grid (a whole line of the lattice is missing)"
+        )
+    return MixedAttention(
+        Grid("mixed_attention", MIXED_AXES, axes, values) if has_mixed else None,
+        Grid("mixed_attention prefill", MIXED_AXES[:2], (axes[0][1:], axes[1]), prefill),
+        Grid("mixed_attention decode", MIXED_AXES[2:], (axes[2][1:], axes[3][1:]), decode),
+    )
+
+
+def _fill(values: FloatArray, *axes: FloatArray) -> FloatArray:
+    """Holes of a 2-D plane: interpolated between timed points, then extrapolated."""
+    for axis, points in enumerate(axes):
+        values = interpolate_holes(values, points, axis)
+    for axis, points in enumerate(axes):
+        values = extrapolate_holes(values, points, axis)
+    return values
+
+
+class SkewFit:
+    """A profile's fitted skew weights (``attention_skew``): how far a decode batch of
+    uneven KV lengths moves from the time at its mean KV towards the time at its max.
+
+    LLMServingSim's rule: ``t = t(mean) + alpha * (t(max) - t(mean))``, alpha from the
+    bucket of (prefill chunk, exactly; decode count; skew rate ``(mean - min) / (max -
+    min)``; max KV; cached prefill tokens), each bucket ``(previous edge, edge]`` and a
+    value past the last edge in the last bucket; a bucket with no fit gives 0 (no
+    correction that was not measured). Looked up at the KV lengths the profile's axes
+    count (cached tokens).
+    """
+
+    AXES = ("max_num_decode_seqs", "max_skew_rate", "max_kv_decode_tokens",
+            "max_kv_prefill_tokens")  # fmt: skip
+
+    def __init__(self, artifact: KernelArtifact) -> None:
+        rows = _rows(artifact, "attention_skew", "for the decode skew correction")
+        self.edges = [sorted({float(v) for v in rows[axis]}) for axis in self.AXES]
+        keys = zip(rows["prefill_chunk_tokens"], *(rows[axis] for axis in self.AXES), strict=True)
+        self.alphas = {
+            tuple(float(v) for v in key): float(alpha)
+            for key, alpha in zip(keys, rows["alpha"], strict=True)
+        }
+
+    def alpha(
+        self,
+        prefill_chunk_tokens: float,
+        num_decode_seqs: int,
+        skew_rate: float,
+        max_kv_decode_tokens: float,
+        kv_prefill_tokens: float,
+    ) -> float:
+        """The fitted alpha of this batch's bucket, 0 where the fit has none."""
+        values = (float(num_decode_seqs), min(max(skew_rate, 0.0), 1.0),
+                  max_kv_decode_tokens, kv_prefill_tokens)  # fmt: skip
+        key = [float(prefill_chunk_tokens)]
+        for edges, value in zip(self.edges, values, strict=True):
+            index = bisect_left(edges, value)
+            key.append(edges[min(index, len(edges) - 1)])
+        return self.alphas.get(tuple(key), 0.0)
+
+    @staticmethod
+    def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
+        """``mean_s + alpha * (max_s - mean_s)``; ``mean_s`` where the max is no slower."""
+        return mean_s + alpha * (max_s - mean_s) if max_s > mean_s else mean_s
 
 
 def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:

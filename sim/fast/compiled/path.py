@@ -13,7 +13,7 @@ plays (a preemption, a broken run of tokens); the caller then simulates as usual
 
 ``LoopArrays``'s fields are the loop's arguments, in order (``args``), built
 from a workload and a core and read back into it. Requests are indexed in
-submission order (the feed's: arrival plus tokenization, stable), which
+submission order (the feed's: arrival plus its way in, stable), which
 ``order`` maps back to request ids.
 """
 
@@ -42,6 +42,7 @@ from sim.engine.scheduler import (
 from sim.engine.step_runs import SEGMENT_COUNTS
 from sim.fast.compiled import loop
 from sim.fast.feed import Submissions
+from sim.serving.replica_config import FrontendConfig
 from sim.serving.submission import OpenLoop
 
 
@@ -123,14 +124,14 @@ def run_compiled(
     cores: Sequence[EngineCore],
     cost: RooflineCost | EngineCpuCost,
     work: OpenLoop,
-    tokenize_s_per_token: float,
+    frontend: FrontendConfig,
     run: Callable[..., int],
     tick: Callable[[], None],
 ) -> bool:
     """Simulate ``work`` on the fresh ``cores`` with ``run`` (several: a round-robin
     pool's, each serving its turns, ``Submissions.dealt``); False, and the cores
     as they were, if the Python path must simulate it instead."""
-    shares = Submissions.dealt(work, tokenize_s_per_token, len(cores))
+    shares = Submissions.dealt(work, frontend, len(cores))
     for core, mine in zip(cores, shares, strict=True):
         if not _run_one(core, cost, work, mine, run, tick):
             for other in cores:  # (the ones before: run, and now dropped)

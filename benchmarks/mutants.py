@@ -1,0 +1,410 @@
+"""A small mutation check: plant known single-line bugs, one at a time, and see the tests fail.
+
+    python benchmarks/mutants.py --list               # the mutants and their tests
+    python benchmarks/mutants.py                      # run them all (CPU-heavy: minutes)
+    python benchmarks/mutants.py --only router-tie --only grid-fill-axis-values
+
+Each mutant replaces one line of one module (found by its exact text, which must
+occur once, or at its ``nth`` occurrence) with a plausible bug: a wrong axis, a
+unit left in milliseconds, ``<`` for ``<=``, a bound off by one. The bugs come
+from issue 30 ("Tests that miss real bugs": the survivors of 32 planted bugs
+and the ones caught by a single test) and from the code they sit in.
+
+Mutants are applied in a temporary copy of the tree (never in the tree itself),
+and only the test files named for each run (``pytest -x``, with a timeout), so
+a whole check takes minutes, not the suite's time per mutant. First the named
+test files run once on the unmutated copy: a failure there makes every verdict
+meaningless, so the check stops (exit 2). A mutant whose line is no longer in
+its file is reported ``stale`` (the code moved on: update the mutant).
+
+Hypothesis runs derandomized (the same examples every time) and without
+shrinking a failing example (the copy's ``tests/conftest.py`` gets a profile for
+that): a kill is a kill however small its example.
+
+Verdicts: ``killed`` (a test failed), ``survived`` (all passed: a gap in the
+tests, or a mutant that changes nothing observable), ``timeout``, ``stale``.
+The score is killed / (killed + survived + timeout). Exit status 1 when any
+mutant survived or timed out, 0 when all applied ones were killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Appended to the copy's tests/conftest.py: a failing example is not shrunk (the
+# verdict is the same; shrinking one can take minutes), examples are derandomized.
+NO_SHRINK = """
+from hypothesis import Phase as _Phase
+from hypothesis import settings as _settings
+
+_settings.register_profile(
+    "mutants", derandomize=True, phases=[_Phase.explicit, _Phase.reuse, _Phase.generate]
+)
+_settings.load_profile("mutants")
+"""
+# Not copied outside a git checkout (in one, git's own ignore rules decide).
+IGNORED = (".git", "__pycache__", ".venv", ".mypy_cache", ".ruff_cache", ".hypothesis",
+           ".pytest_cache", "runs", "*.egg-info")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: ``original`` (a line's text, stripped) becomes ``mutated``."""
+
+    name: str
+    path: str  # relative to the tree's root
+    original: str
+    mutated: str
+    tests: tuple[str, ...]  # test files (or node ids) that must catch it
+    why: str
+    nth: int | None = None  # which occurrence (0-based) when the line is not unique
+
+
+MUTANTS = (
+    Mutant(
+        "grid-fill-axis-values",
+        "sim/cost/kernels/grid.py",
+        "values = fill_holes(values, axes[axis], axis)",
+        "values = fill_holes(values, axes[fill_axis], axis)",
+        ("tests/test_cost_kernels_grid_fill.py", "tests/test_cost_kernels_grid.py"),
+        "from_points fills an empty line along another axis with the fill axis's coordinates",
+    ),
+    Mutant(
+        "grid-fill-axis-order",
+        "sim/cost/kernels/grid.py",
+        "for axis in [fill_axis, *(a for a in range(len(axes)) if a != fill_axis)]:",
+        "for axis in [fill_axis, *(a for a in reversed(range(len(axes))) if a != fill_axis)]:",
+        ("tests/test_cost_kernels_grid_fill.py", "tests/test_cost_kernels_grid.py"),
+        "from_points's second pass tries the other axes last first",
+    ),
+    Mutant(
+        "grid-fill-same-axis",
+        "sim/cost/kernels/grid.py",
+        "values = fill_holes(values, axes[axis], axis)",
+        "values = fill_holes(values, axes[fill_axis], fill_axis)",
+        ("tests/test_cost_kernels_grid_fill.py", "tests/test_cost_kernels_grid.py"),
+        "from_points never fills along another axis (every pass along fill_axis)",
+    ),
+    Mutant(
+        "aic-allreduce-ms",
+        "sim/cost/kernels/aiconfigurator.py",
+        'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": '
+        '"message_size"})',
+        'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": '
+        '"message_size"}).assign(latency_s=ar["latency"].to_numpy())',
+        ("tests/test_cost_kernels_aic_units.py",),
+        "aiconfigurator all-reduce latency left in milliseconds",
+    ),
+    Mutant(
+        "aic-gemm-ms",
+        "sim/cost/kernels/aiconfigurator.py",
+        '{"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"] * _MS}',
+        '{"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"]}',
+        ("tests/test_cost_kernels_aic_units.py",),
+        "aiconfigurator GEMM latency left in milliseconds",
+    ),
+    Mutant(
+        "aic-table-ms",
+        "sim/cost/kernels/aiconfigurator.py",
+        'return pd.DataFrame({**out, "latency_s": rows["latency"] * _MS}).reset_index(drop=True)',
+        'return pd.DataFrame({**out, "latency_s": rows["latency"]}).reset_index(drop=True)',
+        ("tests/test_cost_kernels_aic_units.py",),
+        "attention, all-reduce and MoE latencies left in milliseconds",
+    ),
+    Mutant(
+        "aic-nccl-ms",
+        "sim/cost/kernels/aiconfigurator.py",
+        '"latency_s": c["latency"] * _MS,',
+        '"latency_s": c["latency"],',
+        ("tests/test_cost_kernels_aic_units.py",),
+        "NCCL latency left in milliseconds",
+    ),
+    Mutant(
+        "aic-nccl-elements",
+        "sim/cost/kernels/aiconfigurator.py",
+        '"message_bytes": c["message_size"].astype(int) * NCCL_ELEMENT_BYTES,',
+        '"message_bytes": c["message_size"].astype(int),',
+        ("tests/test_cost_kernels_aic_units.py",),
+        "NCCL message size taken as bytes (it counts fp16 elements)",
+    ),
+    Mutant(
+        "kernels-one-allreduce",
+        "sim/cost/kernels/cost.py",
+        "total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)",
+        "total += 1.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)",
+        ("tests/test_cost_kernels_aic_units.py",),
+        "one all-reduce per layer instead of two (after attention and after the MLP)",
+    ),
+    Mutant(
+        "router-tie",
+        "sim/serving/router.py",
+        "return second if loads[second].num_requests < loads[first].num_requests else first",
+        "return second if loads[second].num_requests <= loads[first].num_requests else first",
+        ("tests/test_router_ties.py", "tests/test_router.py"),
+        "power-of-two ties go to the second draw (the docstring promises the first)",
+    ),
+    Mutant(
+        "compiled-tight-pool",
+        "sim/fast/compiled/loop.py",
+        "if num_sched * (num_steps // block_size + 1) <= free:",
+        "if num_sched * (num_steps // block_size) <= free:",
+        ("tests/test_compiled_tight_pool.py",),
+        "the compiled loop's cheap pool bound loses its + 1",
+    ),
+    Mutant(
+        "scheduler-tight-pool",
+        "sim/engine/scheduler.py",
+        "if num_seqs * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:",
+        "if num_seqs * (num_steps // block_size) <= free or missing(num_steps) <= free:",
+        ("tests/test_compiled_tight_pool.py",),
+        "the reference scheduler's cheap pool bound loses its + 1",
+    ),
+    Mutant(
+        "decode-ends-tie",
+        "sim/fast/compiled/loop.py",
+        "if end >= stop_s:",
+        "if end > stop_s:",
+        ("tests/test_compiled_decode_ends_ties.py",),
+        "the compiled decode_ends misses a step ending exactly at the arrival",
+    ),
+    Mutant(
+        "decode-ends-first-tie",
+        "sim/fast/compiled/loop.py",
+        "left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)",
+        "left = num_decode_steps if first_end_s <= stop_s else min(num_decode_steps, cut)",
+        ("tests/test_compiled_decode_ends_ties.py",),
+        "the compiled decode_ends ignores a first step ending exactly at the arrival",
+    ),
+    Mutant(
+        "capacity-bisect-a",
+        "sim/planning/capacity.py",
+        "while b - a > max(rel_width * b, step):",
+        "while b - a > max(rel_width * a, step):",
+        ("tests/test_capacity_bisection.py",),
+        "bisection stops at rel_width of the cell's lower end instead of its upper",
+    ),
+    Mutant(
+        "capacity-crossing",
+        "sim/planning/capacity.py",
+        "share = (1.0 - low.ratio) / (high.ratio - low.ratio)",
+        "share = (high.ratio - 1.0) / (high.ratio - low.ratio)",
+        ("tests/test_capacity_bisection.py",),
+        "the crossing interpolated from the wrong end of the cell",
+    ),
+    Mutant(
+        "may-run-budget",
+        "sim/engine/scheduler.py",
+        'plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"',
+        'plan, kv, may_run=stable, interruptible=blocked_by == "empty"',
+        ("tests/test_budget_block_no_run.py",),
+        "a decode run follows a step whose admission the token budget blocked",
+    ),
+    Mutant(
+        "may-run-budget-cohort",
+        "sim/fast/cohort.py",
+        'plan, may_run=blocked_by != "budget", interruptible=blocked_by == "empty", step=step',
+        'plan, may_run=True, interruptible=blocked_by == "empty", step=step',
+        ("tests/test_budget_block_no_run.py",),
+        "the decode cohort's plan ignores a budget block",
+    ),
+    Mutant(
+        "may-run-budget-compiled",
+        "sim/fast/compiled/loop.py",
+        "if stable and blocked != _BUDGET and min_left >= 1 and not deferred:",
+        "if stable and min_left >= 1 and not deferred:",
+        ("tests/test_compiled_tight_pool.py",),
+        "the compiled loop runs decode steps after a budget-blocked admission",
+    ),
+    Mutant(
+        "try-grow-last-block",
+        "sim/engine/kv_cache.py",
+        "if short > self.num_free_blocks:",
+        "if short >= self.num_free_blocks:",
+        ("tests/test_kv_try_grow.py",),
+        "try_grow refuses the last free blocks (off by one)",
+    ),
+    Mutant(
+        "try-grow-floor",
+        "sim/engine/kv_cache.py",
+        "short = -(-num_tokens // self.block_size_tokens) - request.num_blocks",
+        "short = num_tokens // self.block_size_tokens - request.num_blocks",
+        ("tests/test_kv_try_grow.py",),
+        "try_grow rounds the blocks needed down (a partial block is not counted)",
+    ),
+    Mutant(
+        "itl-gap-filter-frame",
+        "sim/metrics/itl.py",
+        "used = gaps > 0",
+        "used = gaps >= 0",
+        ("tests/test_itl_gaps.py",),
+        "steps delivered in one chunk count a zero ITL gap (one row per step)",
+        nth=0,
+    ),
+    Mutant(
+        "itl-gap-filter-table",
+        "sim/metrics/itl.py",
+        "used = gaps > 0",
+        "used = gaps >= 0",
+        ("tests/test_step_table.py",),
+        "steps delivered in one chunk count a zero ITL gap (the compact step table)",
+        nth=1,
+    ),
+    Mutant(
+        "prefix-free-order",
+        "sim/engine/kv_cache.py",
+        "blocks.reverse()",
+        "blocks.sort()",
+        ("tests/test_prefix_cache_reference.py",),
+        "a freed request's blocks are queued head first (vLLM frees the tail first)",
+    ),
+    Mutant(
+        "prefix-group-keys",
+        "sim/engine/kv_blocks.py",
+        'chain.extend(("group", group, j) for j in range(len(chain), end))',
+        'chain.extend(("group", group, j // 2) for j in range(len(chain), end))',
+        ("tests/test_prefix_cache_reference.py",),
+        "a prefix group's blocks share keys pairwise (a wrong chain)",
+    ),
+    Mutant(
+        "prefix-shareable-past-prompt",
+        "sim/engine/kv_blocks.py",
+        "return min(request.num_shared_prefix_tokens, request.num_prompt_tokens) // size",
+        "return request.num_shared_prefix_tokens // size",
+        ("tests/test_prefix_cache_reference.py",),
+        "a shared prefix declared longer than the prompt keys output blocks as shared "
+        "(survives a reference that borrows the pool's keys)",
+    ),
+    Mutant(
+        "prefix-own-key-shift",
+        "sim/engine/kv_blocks.py",
+        "return request.request_id << OWN_SHIFT",
+        "return request.request_id << (OWN_SHIFT - 8)",
+        ("tests/test_prefix_cache_reference.py",),
+        "own keys built with too small a shift (they can collide across requests)",
+    ),
+)
+
+
+def _locate(text: str, mutant: Mutant) -> int | None:
+    """Index of the line to mutate, or None when it is absent or ambiguous."""
+    lines = text.splitlines(keepends=True)
+    found = [i for i, line in enumerate(lines) if line.strip() == mutant.original]
+    if mutant.nth is None:
+        return found[0] if len(found) == 1 else None
+    return found[mutant.nth] if mutant.nth < len(found) else None
+
+
+def mutate(text: str, mutant: Mutant) -> str | None:
+    """``text`` with the mutant's line replaced (its indentation kept), or None if stale."""
+    index = _locate(text, mutant)
+    if index is None:
+        return None
+    lines = text.splitlines(keepends=True)
+    line = lines[index]
+    indent = line[: len(line) - len(line.lstrip())]
+    ending = line[len(line.rstrip("\r\n")) :]
+    lines[index] = indent + mutant.mutated + ending
+    return "".join(lines)
+
+
+def copy_tree(dest: Path) -> None:
+    """The tree's files as git sees them (tracked, and untracked but not ignored) into
+    ``dest``; outside a git checkout, everything but ``IGNORED``."""
+    listing = [
+        "git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard",
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(listing, capture_output=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+        return
+    for name in done.stdout.decode().split("\0"):
+        source = ROOT / name
+        if name and source.is_file():  # (a tracked file deleted in the tree is skipped)
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
+def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, float]:
+    """Run ``tests`` in ``tree``: ('pass' | 'fail' | 'timeout', seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "CI": "1"}
+    args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(args, cwd=tree, env=env, capture_output=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.perf_counter() - start
+    return ("pass" if done.returncode == 0 else "fail"), time.perf_counter() - start
+
+
+def run(mutants: list[Mutant], timeout_s: float) -> int:
+    with tempfile.TemporaryDirectory(prefix="servesim-mutants-") as tmp:
+        tree = Path(tmp) / "tree"
+        copy_tree(tree)
+        conftest = tree / "tests" / "conftest.py"
+        if conftest.is_file():
+            conftest.write_text(conftest.read_text() + NO_SHRINK)
+        files = sorted({t for m in mutants for t in m.tests})
+        verdict, seconds = _pytest(tree, tuple(files), 4 * timeout_s)
+        print(f"baseline: {len(files)} test files on the unmutated copy: {verdict} "
+              f"({seconds:.0f} s)", flush=True)  # fmt: skip
+        if verdict != "pass":
+            print("the tests fail without a mutant: fix that first", file=sys.stderr)
+            return 2
+        counts = {"killed": 0, "survived": 0, "timeout": 0, "stale": 0}
+        for mutant in mutants:
+            target = tree / mutant.path
+            original = target.read_text()
+            mutated = mutate(original, mutant)
+            if mutated is None:
+                status, seconds = "stale", 0.0
+            else:
+                target.write_text(mutated)
+                try:
+                    verdict, seconds = _pytest(tree, mutant.tests, timeout_s)
+                finally:  # the copy's file back, with its original time stamp
+                    shutil.copy2(ROOT / mutant.path, target)
+                status = {"fail": "killed", "pass": "survived", "timeout": "timeout"}[verdict]
+            counts[status] += 1
+            print(f"{status:9s} {mutant.name:26s} {seconds:6.1f} s  {mutant.why}", flush=True)
+    applied = counts["killed"] + counts["survived"] + counts["timeout"]
+    score = counts["killed"] / applied if applied else 0.0
+    summary = ", ".join(f"{n} {k}" for k, n in counts.items())
+    print(f"score: {counts['killed']}/{applied} killed ({score:.0%}); {summary}")
+    return 0 if applied == counts["killed"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this mutant (repeatable)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                        help="seconds per mutant's tests (default 300)")  # fmt: skip
+    args = parser.parse_args(argv)
+    known = {m.name: m for m in MUTANTS}
+    unknown = [name for name in args.only if name not in known]
+    if unknown:
+        print(f"unknown mutant(s): {', '.join(unknown)}; see --list", file=sys.stderr)
+        return 2
+    chosen = [known[name] for name in args.only] if args.only else list(MUTANTS)
+    if args.list:
+        for m in chosen:
+            stale = mutate((ROOT / m.path).read_text(), m) is None
+            mark = "  (stale: its line is not in the file)" if stale else ""
+            print(f"{m.name:26s} {m.path}{mark}  [{' '.join(m.tests)}]\n{'':26s} {m.why}")
+        return 0
+    return run(chosen, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The memory-bound ops of a forward pass, priced from the bytes they move.
+
+GEMM and attention tables leave out the kernels that only stream tensors
+through memory: per layer the two fused residual add + RMSNorm, the MLP's
+activation (SiLU·mul), rotary embedding and the KV-cache write; per step the
+embedding lookup, the final norm and (when no table times it) the sampler.
+As aiconfigurator does for these ops, each one's time is
+
+    op_s = bytes moved / (memory bandwidth x efficiency) + MEMORY_OP_LATENCY_S
+
+with the GPU's datasheet bandwidth and the efficiency of its
+``HardwareSpec`` (0.8 by default, aiconfigurator's
+``mem_bw_empirical_scaling_factor`` for every GPU it models but one) and a
+constant per kernel (aiconfigurator's ``mem_empirical_constant_latency``,
+3 µs). Bytes per token, on one GPU (``h`` the hidden size, widths per GPU
+under tensor parallelism, ``a`` activation bytes, ``c`` KV-cache bytes):
+
+- add + RMSNorm: reads the input and the residual, writes both: ``4 h a``;
+- activation: a gated MLP (SiLU·mul) reads gate and up and writes their
+  product: ``3 i a``; a plain one (GELU, ReLU) reads and writes ``i``: ``2 i a``
+  (``i`` the MLP width per GPU; an MoE's experts run theirs inside the fused
+  MoE kernel, timed by its table: only a shared expert's is added);
+- rotary embedding: reads and writes q and k in place: ``2 (q + k) a``;
+- KV-cache write: reads k and v, writes them into the cache: ``2 k (a + c)``;
+- embedding: gathers a row of the table, writes it: ``2 h a``;
+- final norm: as add + RMSNorm;
+- sampler: per sequence the full-vocabulary logits are cast to fp32 and
+  read once more to sample: ``SAMPLER_BYTES_PER_LOGIT`` per vocabulary entry,
+  plus ``SAMPLER_FIXED_S`` (an estimate; see the constants).
+
+These are estimates from bandwidth, not measurements; ``docs/kernels.md``
+compares them with the per-layer profiles, which time the same ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
+from sim.cost.kernels.ops import LayerShapes
+from sim.errors import ConfigError
+from sim.hardware.specs import (
+    HARDWARE_PRESETS,
+    SOURCE_GPU_NAMES,
+    HardwareSpec,
+    ModelArchitecture,
+)
+
+# aiconfigurator-core 0.12.0's constant per memory-bound kernel
+# (systems/<gpu>.yaml mem_empirical_constant_latency: 3 µs on every GPU).
+MEMORY_OP_LATENCY_S = 3e-6
+# The sampler: bf16 logits read (2 B), cast to fp32 and written (4 B), read
+# again to sample (4 B). An estimate, checked against the LLMServingSim
+# profiles' sampler tables (RTX PRO 6000 and RTX 4090, 128 to 256 sequences):
+# 9 to 10 bytes per logit at 0.8 of the datasheet bandwidth.
+SAMPLER_BYTES_PER_LOGIT = 10.0
+# The sampler's fixed part (several small kernels): both profiles time 25 µs
+# for one sequence. An estimate.
+SAMPLER_FIXED_S = 25e-6
+
+# Names of the terms, as KernelCost.breakdown_s reports them.
+LAYER_OPS = ("add_norm", "activation", "rotary_emb", "kv_cache_write")
+STEP_OPS = ("embedding", "final_norm", "sampler")
+
+
+def activation_bytes_per_token(width: int, gated: bool, dtype_bytes: float) -> float:
+    """Bytes one token's MLP activation moves: gated (SiLU·mul) reads gate and
+    up (``2 width``) and writes ``width``; plain (GELU, ReLU) reads and writes ``width``."""
+    return (3.0 if gated else 2.0) * width * dtype_bytes
+
+
+def mlp_activation(shapes: LayerShapes) -> tuple[int, bool] | None:
+    """(width per GPU, gated) of the activation a layer runs outside the fused
+    MoE kernel: the dense MLP's, or an MoE's shared expert's; None for an MoE
+    without a shared expert (its activation is inside the MoE table's kernel).
+
+    A gated MLP's up-projection is ``gate_up_proj`` (or
+    ``shared_gate_up_proj``, width ``2 i``); a plain one's is ``up_proj`` (width ``i``).
+    """
+    gemms = shapes.gemms
+    for up, down in (("gate_up_proj", "down_proj"), ("shared_gate_up_proj", "shared_down_proj")):
+        if up in gemms:
+            return gemms[down][1], True
+    if "up_proj" in gemms:
+        return gemms["up_proj"][0], False
+    return None
+
+
+def hardware_for_gpu(gpu: str) -> HardwareSpec | None:
+    """The first hardware preset (in preset order) whose kernel-table names include ``gpu``."""
+    for name, spec in HARDWARE_PRESETS.items():
+        if gpu in SOURCE_GPU_NAMES.get(name, frozenset()):
+            return spec
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOps:
+    """Per-layer and per-step memory-bound ops of one model on one GPU (seconds)."""
+
+    bytes_per_s: float  # effective: datasheet bandwidth x efficiency
+    hidden_size: int
+    qk_width: int  # query plus key width per GPU (heads x head_dim)
+    kv_width: int  # key width per GPU (= value width)
+    activation: tuple[int, bool] | None  # (MLP width per GPU, gated), see mlp_activation
+    vocab_size: int
+    activation_dtype_bytes: float = 2.0
+    kv_dtype_bytes: float = 2.0
+
+    @staticmethod
+    def build(
+        arch: ModelArchitecture,
+        shapes: LayerShapes,
+        hardware: HardwareSpec,
+        activation_dtype_bytes: float = 2.0,
+        kv_dtype_bytes: float = 2.0,
+    ) -> MemoryOps:
+        """``arch``'s ops at the per-GPU ``shapes``, on ``hardware``'s effective bandwidth."""
+        return MemoryOps(
+            bytes_per_s=hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency,
+            hidden_size=arch.hidden_size,
+            qk_width=(shapes.num_heads + shapes.num_kv_heads) * shapes.head_dim,
+            kv_width=shapes.num_kv_heads * shapes.head_dim,
+            activation=mlp_activation(shapes),
+            vocab_size=arch.vocab_size,
+            activation_dtype_bytes=activation_dtype_bytes,
+            kv_dtype_bytes=kv_dtype_bytes,
+        )
+
+    @staticmethod
+    def for_artifact(
+        artifact: KernelArtifact,
+        arch: ModelArchitecture,
+        shapes: LayerShapes,
+        hardware: HardwareSpec | None,
+    ) -> MemoryOps:
+        """``build`` at the artifact's dtypes, on ``hardware`` or else the hardware
+        preset of the GPU the artifact was measured on."""
+        p = artifact.provenance
+        if hardware is None:
+            hardware = hardware_for_gpu(p.gpu)
+        if hardware is None:
+            raise ConfigError(
+                f"kernel artifact ({artifact.label}) was measured on {p.gpu!r}, which no "
+                "hardware preset names: the bandwidth of its norms, activation and rotary "
+                "is unknown (give the scenario's hardware)"
+            )
+        # Activations are 16-bit unless the tables were timed in fp32 (fp8 weights
+        # still compute in 16 bits); the KV cache has its own dtype.
+        activation = 4.0 if p.dtype == "float32" else 2.0
+        return MemoryOps.build(arch, shapes, hardware, activation, DTYPE_BYTES.get(p.kv_dtype, 2.0))
+
+    def op_s(self, num_bytes: float) -> float:
+        """One memory-bound kernel moving ``num_bytes``."""
+        return num_bytes / self.bytes_per_s + MEMORY_OP_LATENCY_S
+
+    def layer_terms(self, num_tokens: float) -> tuple[tuple[str, float], ...]:
+        """One layer's memory-bound ops for ``num_tokens`` tokens, named as ``LAYER_OPS``."""
+        a, t = self.activation_dtype_bytes, num_tokens
+        add_norm = 2.0 * self.op_s(t * 4.0 * self.hidden_size * a)
+        if self.activation is None:
+            activation = 0.0
+        else:
+            width, gated = self.activation
+            activation = self.op_s(t * activation_bytes_per_token(width, gated, a))
+        rotary = self.op_s(t * 2.0 * self.qk_width * a)
+        kv_write = self.op_s(t * 2.0 * self.kv_width * (a + self.kv_dtype_bytes))
+        return (
+            ("add_norm", add_norm),
+            ("activation", activation),
+            ("rotary_emb", rotary),
+            ("kv_cache_write", kv_write),
+        )
+
+    def layer_s(self, num_tokens: float) -> float:
+        """Sum of ``layer_terms``."""
+        total = 0.0
+        for _, seconds in self.layer_terms(num_tokens):
+            total += seconds
+        return total
+
+    def step_terms(
+        self, num_tokens: float, num_seqs: float, with_sampler: bool
+    ) -> tuple[tuple[str, float], ...]:
+        """Once-per-step ops, named as ``STEP_OPS``; the sampler only ``with_sampler``
+        (no table times it) and when some sequence gets logits."""
+        a = self.activation_dtype_bytes
+        embedding = self.op_s(num_tokens * 2.0 * self.hidden_size * a)
+        final_norm = self.op_s(num_tokens * 4.0 * self.hidden_size * a)
+        sampler = 0.0
+        if with_sampler and num_seqs > 0:
+            logits_bytes = num_seqs * self.vocab_size * SAMPLER_BYTES_PER_LOGIT
+            sampler = SAMPLER_FIXED_S + logits_bytes / self.bytes_per_s
+        return (("embedding", embedding), ("final_norm", final_norm), ("sampler", sampler))
+
+    def step_s(self, num_tokens: float, num_seqs: float, with_sampler: bool) -> float:
+        """Sum of ``step_terms``."""
+        total = 0.0
+        for _, seconds in self.step_terms(num_tokens, num_seqs, with_sampler):
+            total += seconds
+        return total
