@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     artifact = load_fitted_artifact(args.artifact)
     scenario = load_scenario(args.scenario)
-    base = cost_model_for(scenario, args.scenario.parent)
+    # GPU-only, as the fit's base: the fitted overhead stands for the engine's CPU work.
+    base = cost_model_for(scenario, args.scenario.parent, engine_cpu=False)
     run = FitRun(
         Path(args.run).name, scenario, load_measured_run(args.run).requests, base,
         args.scenario.parent,

@@ -85,8 +85,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the table as markdown here")
     args = parser.parse_args()
     arch = architecture(args.model)
-    ours = KernelCost(arch, load_kernel_artifact(args.ours), step_overhead_s=0.0)
-    reference = KernelCost(arch, load_kernel_artifact(args.reference), step_overhead_s=0.0)
+    ours = KernelCost(arch, load_kernel_artifact(args.ours))
+    reference = KernelCost(arch, load_kernel_artifact(args.reference))
     text = render(rows(ours, reference), ours.label, reference.label)
     print(text)
     if args.out is not None:

@@ -59,7 +59,7 @@ def test_a_kernel_cost_prices_steps_from_them(artifact_path: Path) -> None:
     artifact = load_kernel_artifact(artifact_path)
     # The tables time no norm or activation: those come from this machine's bandwidth.
     cpu = hardware_preset("cpu-2core")
-    cost = KernelCost(ARCH, artifact, step_overhead_s=0.0, hardware=cpu)
+    cost = KernelCost(ARCH, artifact, hardware=cpu)
     gemm = artifact.tables["gemm"]
     # One decode sequence: every GEMM at m = 1, straight from the table rows.
     one = gemm[gemm["m"] == 1].set_index(["n", "k"])["latency_s"]

@@ -20,6 +20,7 @@ import pytest
 from compiled_runs import assert_identical, record_plays, simulate
 
 from sim.cli import main
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
@@ -36,6 +37,12 @@ from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
+# The engine's CPU work around a cost model the loop cannot play (why_not).
+CPU = EngineCpu(
+    EngineCpuConfig(per_step_s=4e-4, per_seq_s=1e-5, per_token_s=1e-7, non_overlapped_s=1e-4),
+    overlapped=True,
+    source="test",
+)
 MODEL, H100 = model_preset("llama-3-8b"), hardware_preset("h100")
 
 
@@ -235,6 +242,10 @@ def test_the_loop_takes_the_arrays_in_their_order() -> None:
     [
         ({"make_policy": StaticConfig(max_batch_size=4).build}, "not plain continuous batching"),
         ({"cost": LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3)}, "not a roofline cost"),
+        (
+            {"cost": EngineCpuCost(LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3), CPU)},
+            "not a roofline cost",
+        ),
         ({"skip_ahead": False}, "step by step, or recorded"),
         ({"max_model_len_tokens": 100}, "no requests, or some rejected"),
         ({"num_kv_blocks": 10}, "some requests rejected"),

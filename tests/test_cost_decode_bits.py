@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from sim.cost.base import CostModel, decode_steps_by_loop
 from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.config import shipped_artifacts
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.fitted import EngineOverheadCost, FitParameters, FittedCost, ScaledCost
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
@@ -46,6 +47,13 @@ def linear() -> CostModel:
     return LinearCost(step_overhead_s=0.002, per_decode_seq_s=1.3e-4, per_context_token_s=7e-9)
 
 
+def engine_cpu(base: CostModel, overlapped: bool, per_seq_s: float = 1.3e-5) -> CostModel:
+    config = EngineCpuConfig(
+        per_step_s=4e-4, per_seq_s=per_seq_s, per_token_s=1e-7, non_overlapped_s=1e-4
+    )
+    return EngineCpuCost(base, EngineCpu(config, overlapped, "test"))
+
+
 COSTS: dict[str, Callable[[], CostModel]] = {
     "roofline": roofline,
     "kernels": kernels,
@@ -59,6 +67,10 @@ COSTS: dict[str, Callable[[], CostModel]] = {
     "fitted-on-kernels": lambda: FittedCost(kernels(), FitParameters(1.9e-3, 1.21, 0.93)),
     "fitted-on-roofline": lambda: FittedCost(roofline(), FitParameters(4e-4, 0.8, 1.17)),
     "calibrated": lambda: load_calibrated_cost(shipped_artifacts()[0]),
+    "engine-cpu-overlapped-on-roofline": lambda: engine_cpu(roofline(), True),
+    "engine-cpu-serial-on-kernels": lambda: engine_cpu(kernels(), False),
+    # CPU longer than the GPU step at large batches: max() takes either side.
+    "engine-cpu-heavy-overlapped-on-kernels": lambda: engine_cpu(kernels(), True, 2e-4),
 }
 
 

@@ -20,6 +20,7 @@ from sim.cost.config import (
     build_auto,
     build_cost_model,
 )
+from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels import aiconfigurator
 from sim.cost.kernels import config as kernels_config
 from sim.cost.kernels.artifact import (
@@ -79,12 +80,11 @@ def test_kernels_block_parses_from_yaml() -> None:
         source: aiconfigurator
         gpu: rtx_pro_6000_server
         version: 0.24.0
-        step_overhead_s: 0.003
         """
     )
     config = ADAPTER.validate_python(doc)
     assert isinstance(config, KernelsCostConfig)
-    assert config.gpu == "rtx_pro_6000_server" and config.step_overhead_s == 0.003
+    assert config.gpu == "rtx_pro_6000_server"
     assert config.version == "0.24.0" and config.framework == "vllm"
 
 
@@ -93,7 +93,7 @@ def test_kernels_block_parses_from_yaml() -> None:
     [
         ({"kind": "kernels", "source": "path"}, "source 'path' needs artifact"),
         ({"kind": "kernels", "artifact": "x.json"}, "artifact is only read with source 'path'"),
-        ({"kind": "kernels", "step_overhead_s": -1}, "greater than or equal to 0"),
+        ({"kind": "kernels", "step_overhead_s": 0.002}, "Extra inputs are not permitted"),
         ({"kind": "kernels", "sauce": "x"}, "Extra inputs are not permitted"),
         ({"kind": "kernels", "source": "web"}, "'aiconfigurator' or 'path'"),
     ],
@@ -110,10 +110,10 @@ def test_config_is_frozen() -> None:
 
 
 def test_build_cost_model_with_a_shipped_artifact_name() -> None:
-    config = KernelsCostConfig(source="path", artifact=PRO_SLICE, step_overhead_s=0.001)
+    config = KernelsCostConfig(source="path", artifact=PRO_SLICE)
     cost = build_cost_model(config, LLAMA, PRO)
     assert isinstance(cost, KernelCost)
-    assert cost.step_overhead_s == 0.001 and cost.arch.name == "llama-3.1-8b"
+    assert cost.arch.name == "llama-3.1-8b"
     assert cost.label.startswith("kernels:llama-3.1-8b@rtx_pro_6000_server (aiconfigurator-core")
 
 
@@ -255,8 +255,9 @@ def test_chat_yaml_is_priced_from_the_h100_slice(capsys: pytest.CaptureFixture[s
     scenario = load_scenario(chat, ["workload.num_requests=30"])
     assert scenario.cost.kind == "auto"
     cost = api.cost_model_for(scenario)
-    assert isinstance(cost, KernelCost)
+    assert isinstance(cost, EngineCpuCost) and isinstance(cost.gpu, KernelCost)
     assert cost.label.startswith("kernels:llama-3.1-8b@h100_sxm (aiconfigurator-core vllm 0.24.0")
+    assert cost.label.endswith("+ engine CPU (estimate, vLLM 0.21; overlapped)")
     why = auto_choice(scenario.model, scenario.hardware)
     assert why == (
         "priced from h100_sxm kernel tables h100_sxm-vllm-0.24.0-llama-3.1-8b "

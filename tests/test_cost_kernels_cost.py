@@ -25,7 +25,6 @@ from sim.hardware.specs import ModelArchitecture, MoeSpec, load_architecture
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
 PROFILE = profile_artifact(DATA / "profile" / "bf16" / "tp1")
-OVERHEAD_S = 1.5e-3
 
 # Every GEMM of this model lies on the committed table's grid: QKV 4096 -> 6144,
 # O 4096 -> 4096, gate+up 4096 -> 12288, down 6144 -> 4096, LM head 4096 -> 65536.
@@ -98,7 +97,7 @@ def memory_step_s(arch: ModelArchitecture, tokens: int, seqs: int) -> float:
 
 
 def aic_cost(arch: ModelArchitecture = ON_GRID, **kwargs: object) -> KernelCost:
-    return KernelCost(arch, AIC, step_overhead_s=OVERHEAD_S, **kwargs)  # type: ignore[arg-type]
+    return KernelCost(arch, AIC, **kwargs)  # type: ignore[arg-type]
 
 
 def test_kernel_cost_is_a_cost_model_with_a_descriptive_label() -> None:
@@ -116,7 +115,7 @@ def test_prefill_step_is_the_hand_sum_of_its_table_rows() -> None:
     attention = row(heads("context_attention"), batch_size=1, isl_tokens=128)
     layer = on_grid_gemms_s(128) + memory_layer_s(ON_GRID, 128) + attention
     per_step = gemm_row(1, 65536, 4096) + memory_step_s(ON_GRID, 128, 1)
-    expected = OVERHEAD_S + 3 * layer + per_step
+    expected = 3 * layer + per_step
     assert cost.step_s(shape) == pytest.approx(expected, rel=1e-12)
 
 
@@ -126,7 +125,7 @@ def test_decode_step_is_the_hand_sum_of_its_table_rows() -> None:
     attention = row(heads("generation_attention"), batch_size=8, kv_tokens=1023)
     layer = on_grid_gemms_s(8) + memory_layer_s(ON_GRID, 8) + attention
     per_step = gemm_row(8, 65536, 4096) + memory_step_s(ON_GRID, 8, 8)
-    expected = OVERHEAD_S + 3 * layer + per_step
+    expected = 3 * layer + per_step
     assert cost.step_s(shape) == pytest.approx(expected, rel=1e-12)
 
 
@@ -135,8 +134,7 @@ def test_mixed_step_adds_prefill_and_decode_attention_to_the_dense_part() -> Non
     shape = StepShape.build(prefill_chunks=[(120, 0)], decode_context_tokens=[1023] * 8)
     prefill_only = StepShape.build(prefill_chunks=[(120, 0)])
     expected = (
-        OVERHEAD_S
-        + 3 * (cost.dense_layer_s(128) + cost.prefill_attention_s(prefill_only))
+        3 * (cost.dense_layer_s(128) + cost.prefill_attention_s(prefill_only))
         + 3 * row(heads("generation_attention"), batch_size=8, kv_tokens=1023)
         # LM head at m = 9 sequences: linear between the grid's m = 8 and m = 16.
         + gemm_row(8, 65536, 4096)
@@ -172,7 +170,7 @@ def test_prefill_chunks_are_priced_as_equal_chunks() -> None:
 
 
 def test_profile_step_is_the_hand_sum_of_its_profiled_ops() -> None:
-    cost = KernelCost(LLAMA, PROFILE, step_overhead_s=OVERHEAD_S)
+    cost = KernelCost(LLAMA, PROFILE)
     ops, per_seq = PROFILE.tables["layer_ops"], PROFILE.tables["per_sequence"]
     mixed = PROFILE.tables["mixed_attention"]
     # Every op the profile lists runs once a layer, the RMSNorm twice; per step: the rest.
@@ -186,7 +184,7 @@ def test_profile_step_is_the_hand_sum_of_its_profiled_ops() -> None:
     per_step = sum(row(ops, op=op, num_tokens=128) for op in ("embedding", "final_layernorm"))
     per_step += row(per_seq, op="lm_head", num_seqs=1) + row(per_seq, op="sampler", num_seqs=1)
     shape = StepShape.build(prefill_chunks=[(128, 16)])
-    expected = OVERHEAD_S + 32 * layer + per_step
+    expected = 32 * layer + per_step
     assert cost.step_s(shape) == pytest.approx(expected, rel=1e-12)
 
 

@@ -34,7 +34,6 @@ AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "system
 PROFILE = profile_artifact(DATA / "profile" / "bf16" / "tp1")
 LLAMA = load_architecture("llama-3.1-8b")
 PRO_6000 = hardware_preset("rtx-pro-6000")
-OVERHEAD_S = 1.5e-3
 
 
 # -- the formulas ---------------------------------------------------------------------
@@ -125,7 +124,7 @@ def test_the_bandwidth_is_the_hardware_s_or_the_measured_gpu_s() -> None:
 
 
 def test_a_profile_times_the_memory_bound_ops_itself() -> None:
-    cost = KernelCost(LLAMA, PROFILE, step_overhead_s=0.0)
+    cost = KernelCost(LLAMA, PROFILE)
     split = cost.breakdown_s(StepShape.build([(256, 0)], [900] * 8))
     for name in ("add_norm", "activation", "kv_cache_write", "final_norm", "embedding_allreduce"):
         assert name not in split
@@ -143,11 +142,11 @@ MOE_ARCH = ModelArchitecture(
     moe=MoeSpec(num_experts=128, top_k=8, expert_intermediate_size=768),
 )  # fmt: skip
 COSTS = {
-    "aic": lambda: KernelCost(LLAMA, AIC, step_overhead_s=OVERHEAD_S),
+    "aic": lambda: KernelCost(LLAMA, AIC),
     "aic-tp2-pp2": lambda: KernelCost(
         LLAMA, AIC, tensor_parallel_size=2, pipeline_parallel_size=2, link=link_preset("pcie5")
     ),
-    "profile": lambda: KernelCost(LLAMA, PROFILE, step_overhead_s=OVERHEAD_S),
+    "profile": lambda: KernelCost(LLAMA, PROFILE),
 }
 
 
@@ -170,7 +169,7 @@ def test_the_terms_add_up_to_the_step_less_its_overhead(
         assert split == {} and step == 0.0
         return
     assert all(seconds >= 0 for seconds in split.values())
-    assert sum(split.values()) == pytest.approx(step - cost.step_overhead_s, rel=1e-12)
+    assert sum(split.values()) == pytest.approx(step, rel=1e-12)
 
 
 def test_a_tp_pp_step_lists_its_collectives() -> None:
@@ -194,6 +193,6 @@ def test_the_terms_name_every_op_vllm_runs() -> None:
 
 
 def test_an_moe_step_lists_the_moe_and_no_activation() -> None:
-    cost = KernelCost(MOE_ARCH, AIC, step_overhead_s=0.0)
+    cost = KernelCost(MOE_ARCH, AIC)
     split = cost.breakdown_s(StepShape.build([(64, 0)]))
     assert split["moe"] > 0 and split["router"] > 0 and split["activation"] == 0.0

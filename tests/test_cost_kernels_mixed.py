@@ -73,7 +73,7 @@ def test_the_shipped_profiles_grids_return_every_timed_row(name: str) -> None:
 
 
 def test_a_mixed_step_costs_the_grids_value_not_the_sum_of_pure_kernels() -> None:
-    cost = KernelCost(LLAMA, PROFILE, step_overhead_s=0.0)
+    cost = KernelCost(LLAMA, PROFILE)
     # One 128-token chunk after 16 cached, beside 8 decodes of 1024 cached tokens each
     # (context 1025: the token being computed is not in the profile's KV).
     shape = StepShape.build(prefill_chunks=[(128, 16)], decode_context_tokens=[1025] * 8)

@@ -81,7 +81,7 @@ def test_expected_active_experts_follows_uniform_routing() -> None:
 
 
 def test_moe_profile_layer_is_every_listed_op_plus_the_moe_layer(moe_profile: Path) -> None:
-    cost = KernelCost(QWEN_MOE, profile_artifact(moe_profile), step_overhead_s=0.0)
+    cost = KernelCost(QWEN_MOE, profile_artifact(moe_profile))
     dense = ProfileDense(cost.artifact, QWEN_MOE)
     assert set(dense.op_names) == set(LAYER_OPS)
     # At one token, 8 experts are active: a grid point of the MoE table.

@@ -50,9 +50,9 @@ def quiet(fn, *args):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: KernelCost(LLAMA, AIC, step_overhead_s=1e-3),
+        lambda: KernelCost(LLAMA, AIC),
         lambda: KernelCost(LLAMA, AIC, tensor_parallel_size=2, pipeline_parallel_size=2),
-        lambda: KernelCost(LLAMA, PROFILE, step_overhead_s=0.0),
+        lambda: KernelCost(LLAMA, PROFILE),
     ],
     ids=["aic", "aic-tp2-pp2", "profile"],
 )
@@ -76,13 +76,9 @@ def test_a_step_is_overhead_plus_layers_times_layer_plus_per_step(
     else:
         assert quiet(cost.attention_s, shape) == parts
     seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-    expected = (
-        cost.step_overhead_s
-        + cost.arch.num_layers * layer
-        + quiet(cost.per_step_s, shape.num_tokens, seqs)
-    )
+    expected = cost.arch.num_layers * layer + quiet(cost.per_step_s, shape.num_tokens, seqs)
     assert quiet(cost.step_s, shape) == pytest.approx(expected, rel=1e-12)
-    assert quiet(cost.step_s, shape) > cost.step_overhead_s
+    assert quiet(cost.step_s, shape) > 0.0
 
 
 @SETTINGS

@@ -260,7 +260,9 @@ def test_a_fitted_model_wraps_a_parallel_base(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cost = api.cost_model_for(scenario)
-        base = api.cost_model_for(scenario.model_copy(update={"cost": RooflineCostConfig()}))
+        roofline = scenario.model_copy(update={"cost": RooflineCostConfig()})
+        # The fitted model's base is GPU-only: its fitted overhead stands for the CPU work.
+        base = api.cost_model_for(roofline, engine_cpu=False)
     assert isinstance(cost, FittedCost)
     decode = decode_part(MIXED)
     assert cost.step_s(decode) == pytest.approx(2.0 * base.step_s(decode))

@@ -91,7 +91,7 @@ DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
 LLAMA = load_architecture("llama-3.1-8b")
 KERNEL_COSTS = [  # the aiconfigurator tables on 1 and 4 GPUs, a per-layer profile
-    KernelCost(LLAMA, AIC, step_overhead_s=1e-3),
+    KernelCost(LLAMA, AIC),
     KernelCost(LLAMA, AIC, tensor_parallel_size=2, pipeline_parallel_size=2),
     KernelCost(LLAMA, profile_artifact(DATA / "profile" / "bf16" / "tp1")),
 ]

@@ -120,10 +120,10 @@ def test_scenario_draft_pays_no_engine_overhead_per_draft_step() -> None:
     target = RooflineCost(model_preset("llama-3-8b"), h100)
     config = SpeculativeConfig.model_validate(SPEC)
     cost = speculative_cost(config, target, h100)
-    no_overhead = h100.model_copy(update={"step_overhead_s": 0})
-    bare = RooflineCost(model_preset("smollm2-135m"), no_overhead)
+    bare = RooflineCost(model_preset("smollm2-135m"), h100)
     assert cost.draft_s(4, 400) == pytest.approx(float(bare.decode_steps_s(4, 400, 4).sum()))
-    assert cost.draft_s(4, 400) < 4 * h100.step_overhead_s
+    # A 135M draft's step on an H100 is a fraction of a millisecond of GPU work.
+    assert cost.draft_s(4, 400) < 4 * 1e-3
 
 
 # -- configuration ---------------------------------------------------------------------------

@@ -63,10 +63,19 @@ def kv_blocks_for(scenario: Scenario) -> int:
         raise ConfigError(f"model, hardware: {error}") from None
 
 
-def cost_model_for(scenario: Scenario, base_dir: Path | None = None) -> CostModel:
-    """The cost model a scenario names."""
+def cost_model_for(
+    scenario: Scenario, base_dir: Path | None = None, *, engine_cpu: bool = True
+) -> CostModel:
+    """The cost model a scenario names, with its engine's CPU work where the model
+    prices GPU work only (``sim.cost.config``); ``engine_cpu=False``: without it
+    (the base a fit adjusts, whose fitted overhead stands for that work)."""
     return build_cost_model(
-        scenario.cost, model_for(scenario), scenario.hardware, base_dir, scenario.parallelism
+        scenario.cost,
+        model_for(scenario),
+        scenario.hardware,
+        base_dir,
+        scenario.parallelism,
+        scenario.engine_cpu if engine_cpu else None,
     )
 
 

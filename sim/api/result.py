@@ -236,6 +236,7 @@ def engine_settings(scenario: Scenario, engine: CoreConfig) -> dict[str, Any]:
         enable_prefix_caching=engine.enable_prefix_caching,
         async_scheduling=scenario.async_scheduling,
         usage_context=scenario.engine.usage_context,
+        vllm_version=scenario.engine.vllm_version,  # whose defaults and CPU estimate ran
     )
     return settings
 

@@ -10,7 +10,7 @@ The step is written as a short spec (``--step``), terms joined by ``+``:
 
 So ``512p+60d`` is a mixed step of one 512-token chunk and 60 decodes. The
 kernel cost model lists every op it prices (all layers together) with its
-share of the step; the rest of the step (the CPU overhead) is one more
+share of the step; the rest of the step (the engine's CPU work it does not hide) is one more
 row. Cost models without a per-op breakdown print the step's total (the
 roofline also its compute and memory times).
 """
@@ -78,25 +78,28 @@ def describe_step(shape: StepShape) -> str:
 
 def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
     """The step's total and, where the cost model has one, its per-op split (ms)."""
+    from sim.cost.engine_cpu import EngineCpuCost
     from sim.cost.roofline import RooflineCost
 
     step_ms = cost.step_s(shape) * 1e3
     out: dict[str, Any] = {"cost_model": cost.label, "step_ms": step_ms}
-    terms = getattr(cost, "breakdown_s", None)
+    # The GPU's ops come from the GPU model inside the engine's CPU work (sim.cost.engine_cpu).
+    gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
+    terms = getattr(gpu, "breakdown_s", None)
     if terms is not None:
         ops_ms = {name: seconds * 1e3 for name, seconds in terms(shape).items()}
         out["ops_ms"] = ops_ms
-        # What step_s adds to the kernels: the CPU overhead.
+        # What the step takes beyond the kernels: the engine's CPU work it does not hide.
         out["other_ms"] = step_ms - sum(ops_ms.values())
         out["note"] = None
-    elif type(cost) is RooflineCost:
+    elif type(gpu) is RooflineCost:
         out["roofline_ms"] = {
-            "compute": cost.compute_s(shape) * 1e3,
-            "memory": cost.memory_s(shape) * 1e3,
+            "compute": gpu.compute_s(shape) * 1e3,
+            "memory": gpu.memory_s(shape) * 1e3,
         }
         out["note"] = (
-            "the roofline has no per-op breakdown: a step is its overhead plus the larger of "
-            "its compute and memory times (a guess, not measured kernels)"
+            "the roofline has no per-op breakdown: a step is the larger of its compute and "
+            "memory times (a guess, not measured kernels) with the engine's CPU work"
         )
     else:
         out["note"] = f"cost model {cost.label} has no per-op breakdown"
@@ -118,7 +121,7 @@ def format_breakdown(result: dict[str, Any]) -> str:
     if "ops_ms" in result:
         lines.append(f"{'op':<28} {'ms':>10} {'% of step':>10}")
         lines += [row(name, ms) for name, ms in result["ops_ms"].items()]
-        lines.append(row("rest of step (CPU overhead)", result["other_ms"]))
+        lines.append(row("rest of step (engine CPU)", result["other_ms"]))
     if "roofline_ms" in result:
         lines += [row(f"roofline {k}", ms) for k, ms in result["roofline_ms"].items()]
     lines.append(row("step", step_ms))

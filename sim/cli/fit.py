@@ -144,7 +144,9 @@ def fit_runs(
         check_run(run, source, model, hardware)
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
         try:
-            base = cost_model_for(replay, base_dir)
+            # GPU-only: the fitted overhead stands for the engine's CPU work, as
+            # build_cost_model rebuilds a fitted artifact's base.
+            base = cost_model_for(replay, base_dir, engine_cpu=False)
         except ConfigError as error:
             raise ConfigError(f"cost: {error}") from None
         runs.append(FitRun(Path(source).name, replay, run.requests, base, base_dir))

@@ -4,7 +4,7 @@
 
 - ``linear``: explicit coefficients, see ``sim.cost.linear``;
 - ``roofline``: derived from the scenario's model and hardware specs, with
-  optional overrides of the hardware's efficiencies and step overhead;
+  optional overrides of the hardware's efficiencies;
 - ``calibrated``: a measured curve from a calibration artifact
   (``artifact: cpu-tiny-fp32``: a name means
   ``calibration/artifacts/<name>.json`` as shipped; anything with a ``/`` or
@@ -18,7 +18,11 @@
   model on this hardware, else the roofline (labelled uncalibrated, as
   always, so that nobody mistakes it for a measurement).
 
-``build_cost_model`` builds one, for one GPU or a replica laid out over several.
+``build_cost_model`` builds one, for one GPU or a replica laid out over several,
+and is the one place that adds the engine's CPU work (``sim.cost.engine_cpu``)
+to a model that prices GPU work only: the roofline and kernel tables (and
+``auto`` when it picks one of them). Calibrated artifacts, fitted models and
+linear coefficients time whole steps, CPU work included, and are not wrapped.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from sim.cost.calibrated import (
     load_artifact,
     scale_to_hardware,
 )
+from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
 from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto_choice
 from sim.cost.linear import LinearCost, zero_step_problem
@@ -212,7 +217,6 @@ class RooflineCostConfig(BaseModel):
     kind: Literal["roofline"] = "roofline"
     compute_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
     memory_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
-    step_overhead_s: NonNegativeSeconds | None = None
 
 
 class FittedCostConfig(BaseModel):
@@ -258,8 +262,38 @@ def build_cost_model(
     hardware: HardwareSpec,
     base_dir: Path | None = None,
     parallelism: ParallelismConfig | None = None,
+    engine_cpu: EngineCpu | None = None,
 ) -> CostModel:
-    """The cost model ``config`` describes, for ``model`` running on ``hardware``.
+    """The cost model ``config`` describes, for ``model`` running on ``hardware``,
+    with the engine's CPU work ``engine_cpu`` added where it prices GPU work only
+    (module docstring; None: the GPU's work alone).
+
+    A scenario's own ``engine.cpu`` (``engine_cpu.given``) with a cost model that
+    times whole steps is refused in one line rather than dropped.
+    """
+    cost = _build(config, model, hardware, base_dir, parallelism)
+    if engine_cpu is None:
+        return cost
+    if isinstance(config, RooflineCostConfig | KernelsCostConfig) or (
+        isinstance(config, AutoCostConfig) and not isinstance(cost, CalibratedCost)
+    ):
+        return EngineCpuCost(cost, engine_cpu)
+    if engine_cpu.given:
+        raise ConfigError(
+            f"engine.cpu: cost {cost.label} times whole steps, the engine's CPU work "
+            "included; remove engine.cpu (it adds to roofline and kernel-table costs only)"
+        )
+    return cost
+
+
+def _build(
+    config: CostConfig,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    base_dir: Path | None,
+    parallelism: ParallelismConfig | None,
+) -> CostModel:
+    """``build_cost_model`` without the engine's CPU work.
 
     ``base_dir`` anchors a relative artifact path (the scenario file's folder).
     A replica laid out over several GPUs (``parallelism``): kernels (and auto,

@@ -12,10 +12,13 @@ For a step of shape ``s`` on model ``m`` and hardware ``h``::
               + m.kv_bytes_per_token * tokens                                 [B] KV written
     compute_s = flops / (h.peak_flops_per_s * h.compute_efficiency)           [s]
     memory_s  = bytes / (h.memory_bandwidth_bytes_per_s * h.memory_efficiency)[s]
-    step_s    = h.step_overhead_s + max(compute_s, memory_s)                  [s]
+    step_s    = max(compute_s, memory_s)                                      [s]
 
-An empty step costs 0 s. Small decode batches are memory-bound (about
-weight bytes / effective bandwidth per step); long prefills are compute-bound.
+The GPU's work only: the engine's CPU work per step (scheduling, input
+preparation, output processing) is ``sim.cost.engine_cpu``'s, added or
+overlapped by the cost factory. An empty step costs 0 s. Small decode batches
+are memory-bound (about weight bytes / effective bandwidth per step); long
+prefills are compute-bound.
 Activations are ignored: they stay on chip or are small next to weights and KV.
 
 The model's MLP kind sets its GEMMs (``ModelSpec.num_params_per_layer``):
@@ -50,7 +53,7 @@ and ``comm_s = A_bytes + A_latency`` split into its bandwidth and latency parts:
     stage_s = (max(C / m, W + K / m) + A_bytes / m + A_latency) / pp   one micro-batch
     p2p_s   = tokens / m * hidden * activation_bytes / (link_bw * link_eff)
               + link_latency_s                                      one stage-to-stage hop
-    step_s  = overhead + (m + pp - 1) * stage_s + (pp - 1) * p2p_s
+    step_s  = (m + pp - 1) * stage_s + (pp - 1) * p2p_s
 
 With ``m = 1`` this is the one-group roofline plus the all-reduces plus
 ``pp - 1`` hops; ``tp = pp = 1`` is exactly ``RooflineCost``.
@@ -89,7 +92,6 @@ class RooflineCost:
     """
 
     __slots__ = (
-        "_overhead_s",
         "_s_per_attention_pair",
         "_s_per_dense_token",
         "_s_per_kv_token",
@@ -110,7 +112,6 @@ class RooflineCost:
         flops_per_s = hardware.peak_flops_per_s * hardware.compute_efficiency
         bytes_per_s = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
         kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
-        self._overhead_s = hardware.step_overhead_s
         self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
         self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
         self._weight_s = model.weight_bytes / tp / bytes_per_s
@@ -121,7 +122,7 @@ class RooflineCost:
         return f"roofline:{self.model.name}@{self.hardware.name} (uncalibrated)"
 
     def compute_s(self, shape: StepShape) -> float:
-        """Seconds the step's FLOPs take at effective peak (no overhead)."""
+        """Seconds the step's FLOPs take at effective peak."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         pairs = shape.prefill_attention_pairs + shape.num_decode_context_tokens
         return self._s_per_dense_token * tokens + self._s_per_attention_pair * pairs
@@ -149,7 +150,7 @@ class RooflineCost:
             shape.prefill_kv_read_tokens + context + tokens
         )
         # A conditional expression is several times cheaper than calling max().
-        return self._overhead_s + (compute if compute > memory else memory)
+        return compute if compute > memory else memory
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
         durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
@@ -164,7 +165,7 @@ class RooflineCost:
     def _decode_array(self, num_seqs: int, contexts: FloatArray) -> FloatArray:
         compute = self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts
         memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs)
-        out: FloatArray = self._overhead_s + np.maximum(compute, memory)
+        out: FloatArray = np.maximum(compute, memory)
         return out
 
     def decode_durations_s(
@@ -180,13 +181,13 @@ class RooflineCost:
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s = self._s_per_dense_token * num_seqs
         pair_s, weight_s = self._s_per_attention_pair, self._weight_s
-        kv_s, overhead_s = self._s_per_kv_token, self._overhead_s
+        kv_s = self._s_per_kv_token
         context = context_tokens
         while True:
             # The operations of step_s, in its order.
             compute = dense_s + pair_s * context
             memory = weight_s + kv_s * (context + num_seqs)
-            yield overhead_s + (compute if compute > memory else memory)
+            yield compute if compute > memory else memory
             context += num_seqs
 
     def __repr__(self) -> str:
@@ -279,7 +280,7 @@ class ParallelRooflineCost(RooflineCost):
             self._weight_s
             + self._s_per_kv_token * (shape.prefill_kv_read_tokens + context + tokens) / m
         )
-        return self._overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
+        return slots * ((compute if compute > memory else memory) + comm) + p2p
 
     def _decode_array(self, num_seqs: int, contexts: FloatArray) -> FloatArray:
         # Both paths mirror step_s operation for operation, so the same bits.
@@ -287,7 +288,7 @@ class ParallelRooflineCost(RooflineCost):
         slots, comm, p2p = self._fixed_s(num_seqs, m)
         compute = (self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts) / m
         memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs) / m
-        out: FloatArray = self._overhead_s + slots * (np.maximum(compute, memory) + comm) + p2p
+        out: FloatArray = slots * (np.maximum(compute, memory) + comm) + p2p
         return out
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
@@ -295,10 +296,9 @@ class ParallelRooflineCost(RooflineCost):
         slots, comm, p2p = self._fixed_s(num_seqs, m)
         dense_s = self._s_per_dense_token * num_seqs
         pair_s, weight_s, kv_s = self._s_per_attention_pair, self._weight_s, self._s_per_kv_token
-        overhead_s = self._overhead_s
         context = context_tokens
         while True:
             compute = (dense_s + pair_s * context) / m
             memory = weight_s + kv_s * (context + num_seqs) / m
-            yield overhead_s + slots * ((compute if compute > memory else memory) + comm) + p2p
+            yield slots * ((compute if compute > memory else memory) + comm) + p2p
             context += num_seqs

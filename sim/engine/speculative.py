@@ -175,10 +175,9 @@ def speculative_cost(
     """The target's cost model with the verification and draft cost of ``config``."""
     draft = None
     if config.draft_model is not None:
-        # The engine's per-step overhead (scheduling, sampling) is paid once per
-        # step, by the target's pass; the draft's steps add only their roofline.
-        bare = hardware.model_copy(update={"step_overhead_s": 0.0})
-        draft = RooflineCost(config.draft_model, bare)
+        # The engine's CPU work (scheduling, sampling) is paid once per step, with
+        # the target's pass; the draft's steps add only their GPU roofline.
+        draft = RooflineCost(config.draft_model, hardware)
     return SpeculativeCost(target, config.num_draft_tokens, draft, config.draft_cost_fraction)
 
 

@@ -73,7 +73,7 @@ def run(
 
         cost = replica_config.cost
         if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-            assert isinstance(cost, path.RooflineCost)
+            assert isinstance(cost, path.RooflineCost | path.EngineCpuCost)
             if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
                 raw = result()  # the cores hold the run's logs
                 raw.accelerator = "compiled loop"

@@ -722,18 +722,13 @@ def load_architecture(name_or_path: str | Path) -> ModelArchitecture:
     return read_hf_config(path)
 
 
-# vLLM V1's CPU work per step (scheduler, input prep, launches / graph replay,
-# sampler bookkeeping): a few ms on a busy server CPU. A guess until calibrated;
-# also the kernel-table cost model's default (sim.cost.kernels).
-DEFAULT_STEP_OVERHEAD_S = 2e-3
-
-
 class HardwareSpec(BaseModel):
     """One accelerator as a cost model sees it.
 
     ``peak_flops_per_s`` is the datasheet dense (non-sparse) rate at the
     weight dtype; efficiencies are the fractions of peak FLOP/s and bandwidth
-    a real engine reaches; ``step_overhead_s`` is paid once per engine step.
+    a real engine reaches. The GPU's work only: the engine's CPU work per step
+    is ``sim.cost.engine_cpu``'s.
     """
 
     model_config = _FROZEN
@@ -748,7 +743,6 @@ class HardwareSpec(BaseModel):
     cuda_memory_bytes: PositiveFloat | None = None
     compute_efficiency: Fraction = 0.6
     memory_efficiency: Fraction = 0.8
-    step_overhead_s: Annotated[float, Field(ge=0)] = DEFAULT_STEP_OVERHEAD_S
     # The GPU-to-GPU link its servers have (a ``sim.hardware.parallel`` preset
     # name): a scenario's ``parallelism.link`` defaults to it, and an NVLink is
     # refused for a GPU without one. None: not known (a CPU, a custom part).
@@ -830,7 +824,6 @@ _HARDWARE = [
         memory_bytes=24 * _GB,
         compute_efficiency=0.6,
         memory_efficiency=1.0,
-        step_overhead_s=1e-3,
     ),
     # NVIDIA Ada whitepaper: 165.2 TFLOPS bf16 (fp32 accumulate), 1008 GB/s GDDR6X, 24 GB.
     # CUDA total 25250627584 B: LLMServingSim's vLLM 0.19 run (shared/data/llmservingsim,

@@ -12,9 +12,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sim.cost.config import AutoCostConfig, CostConfig
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig
 from sim.engine.policies import ContinuousConfig, PolicyConfig
 from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings
@@ -34,6 +42,7 @@ from sim.hardware.specs import (
 from sim.metrics.stats import Slo
 from sim.scenario.overrides import apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml
+from sim.scenario.vllm_versions import NEWEST, VllmVersion, version_problem, vllm_version
 from sim.serving.cluster import ClusterConfig
 from sim.serving.replica_config import FrontendConfig
 from sim.workload.generate import WorkloadConfig
@@ -51,9 +60,31 @@ _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 class EngineConfig(BaseModel):
-    """KV cache and request limits of each replica (vLLM's cache/model flags)."""
+    """KV cache and request limits of each replica (vLLM's cache/model flags).
+
+    ``vllm_version`` is the vLLM the scenario stands for: the defaults of the
+    fields left unset that changed between versions follow it
+    (``sim.scenario.vllm_versions``), and so does the engine's CPU work per step
+    unless ``cpu`` sets it.
+    """
 
     model_config = _FROZEN
+
+    vllm_version: str = Field(
+        default=NEWEST,
+        description=(
+            f"the vLLM version the scenario stands for ('0.19', '0.19.0'; default {NEWEST},"
+            " the newest servesim models): async scheduling's and the CUDA-graph memory"
+            " estimate's defaults and the engine's CPU estimate follow it"
+        ),
+    )
+    cpu: EngineCpuConfig | None = Field(
+        default=None,
+        description=(
+            "the engine's CPU work per step (sim.cost.engine_cpu), added to or overlapped"
+            " with a GPU-only cost model's step; None: the vllm_version's estimate"
+        ),
+    )
 
     block_size_tokens: int = Field(default=16, ge=1)
     num_kv_blocks: int | None = Field(
@@ -70,7 +101,8 @@ class EngineConfig(BaseModel):
         default=True,
         description=(
             "subtract an estimate of CUDA-graph memory from the KV budget, as vLLM >= 0.21 does"
-            " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); false for older vLLM or enforce-eager"
+            " (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1); unset: the vllm_version's default;"
+            " false for enforce-eager"
         ),
     )
     max_model_len_tokens: int = Field(default=8192, ge=2)
@@ -96,10 +128,47 @@ class EngineConfig(BaseModel):
     async_scheduling: bool | None = Field(
         default=None,
         description=(
-            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: vLLM's "
-            "default, on unless pipeline parallelism or speculative decoding is used"
+            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: the "
+            "vllm_version's default (on from 0.14), off with pipeline parallelism or "
+            "speculative decoding"
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_defaults(cls, data: Any) -> Any:
+        """Unset fields whose vLLM default changed between versions: the version's."""
+        if not isinstance(data, dict) or "estimate_cudagraph_memory" in data:
+            return data
+        name = data.get("vllm_version", NEWEST)
+        if not isinstance(name, str) or version_problem(name) is not None:
+            return data  # the field's own check names the problem
+        return {**data, "estimate_cudagraph_memory": vllm_version(name).estimate_cudagraph_memory}
+
+    @field_validator("vllm_version", mode="before")
+    @classmethod
+    def _a_string(cls, name: Any) -> Any:
+        if isinstance(name, int | float) and not isinstance(name, bool):
+            # An unquoted YAML number (--set engine.vllm_version=0.19): fine when it
+            # names a known version, but 0.20 reads as 0.2, so say to quote it.
+            problem = version_problem(str(name))
+            if problem is not None:
+                raise ValueError(f"{problem}; quote it (YAML reads 0.20 as the number 0.2)")
+            return str(name)
+        return name
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, name: str) -> str:
+        problem = version_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
+
+    @property
+    def version(self) -> VllmVersion:
+        """The modelled vLLM version ``vllm_version`` stands for."""
+        return vllm_version(self.vllm_version)
 
 
 _RESOLVE_HARDWARE = preset_validator(HARDWARE_PRESETS, "hardware")
@@ -245,16 +314,21 @@ class Scenario(BaseModel):
     def async_scheduling(self) -> bool:
         """Whether steps are planned one ahead (vLLM's async scheduling) in this run.
 
-        As vLLM's default: on, except with pipeline parallelism or speculative
-        decoding (vLLM turns it off for those, and so for draft-model
-        speculation, which servesim's speculative model stands for). Only the
+        As vLLM's default: on from vLLM 0.14 (``engine.vllm_version``), except
+        with pipeline parallelism or speculative decoding (vLLM turns it off for
+        those, and so for draft-model speculation, which servesim's speculative
+        model stands for). Only the
         continuous-batching family (vLLM v1's scheduler) plans ahead; the other
         policies model other systems and run synchronously, and so do
         data-parallel ranks in lockstep (``sim.serving.lockstep``).
         """
         wanted = self.engine.async_scheduling
         if wanted is None:
-            wanted = self.parallelism.pipeline_parallel_size == 1 and self.speculative is None
+            wanted = (
+                self.engine.version.async_scheduling
+                and self.parallelism.pipeline_parallel_size == 1
+                and self.speculative is None
+            )
         # Lockstep ranks (cluster.lockstep) are planned together, step by step.
         lockstep = self.cluster is not None and self.cluster.lockstep
         return (
@@ -263,6 +337,17 @@ class Scenario(BaseModel):
             and self.speculative is None
             and not lockstep
         )
+
+    @property
+    def engine_cpu(self) -> EngineCpu:
+        """The engine's CPU work per step in this run, and whether it overlaps the GPU
+        step (async scheduling); the scenario's ``engine.cpu``, else its vLLM
+        version's estimate, labelled as one."""
+        engine = self.engine
+        if engine.cpu is not None:
+            return EngineCpu(engine.cpu, self.async_scheduling, "engine.cpu", given=True)
+        source = f"estimate, vLLM {engine.vllm_version}"
+        return EngineCpu(engine.version.cpu, self.async_scheduling, source)
 
 
 def scenario_from_dict(

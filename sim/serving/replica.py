@@ -19,8 +19,8 @@ requests ready later wait one more step, and those finishing in step N keep
 their slot and blocks for that plan (``EngineCore.schedule``'s
 ``visible_until_s``, ``EngineCore.held``). So a run of decode steps stops one
 step after the step during which a request arrives.
-The scheduler's CPU time then overlaps the GPU step: docs/vllm-fidelity.md says
-how a cost model's per-step overhead should read.
+The scheduler's CPU time then overlaps the GPU step: the cost model prices that
+(``sim.cost.engine_cpu``, docs/vllm-fidelity.md).
 """
 
 from __future__ import annotations

@@ -106,6 +106,7 @@ def _limits(engine: dict[str, Any]) -> dict[str, Any]:
         ("max_model_len", "max_model_len_tokens"),
         ("enable_prefix_caching", "enable_prefix_caching"),
         ("async_scheduling", "async_scheduling"),
+        ("vllm_version", "vllm_version"),  # its defaults and CPU estimate
     )
     for recorded, field in pairs:
         if engine.get(recorded) is not None:

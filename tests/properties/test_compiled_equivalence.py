@@ -24,6 +24,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_invariants import SETTINGS, workloads
 
+from sim.cost.base import CostModel
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
@@ -35,7 +37,18 @@ from sim.workload.generate import RequestArrays
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 # Step times from well under the arrival gaps (~0.1 s) to well over them.
-COSTS = [RooflineCost(model_preset("llama-3-8b"), hardware_preset(name)) for name in ("h100", "l4")]
+ROOFLINES = [RooflineCost(model_preset("llama-3-8b"), hardware_preset(n)) for n in ("h100", "l4")]
+# The engine's CPU work around them: overlapped and serial, shorter than the GPU
+# step (a few µs a sequence) and longer (ms a sequence, so max() picks either side).
+LIGHT = EngineCpuConfig(per_step_s=4e-4, per_seq_s=1.3e-5, per_token_s=1e-7, non_overlapped_s=1e-4)
+HEAVY = EngineCpuConfig(per_step_s=3e-3, per_seq_s=2e-3, per_token_s=3e-6, non_overlapped_s=7e-4)
+COSTS: list[CostModel] = [
+    *ROOFLINES,
+    EngineCpuCost(ROOFLINES[0], EngineCpu(HEAVY, overlapped=True, source="test")),
+    EngineCpuCost(ROOFLINES[1], EngineCpu(LIGHT, overlapped=False, source="test")),
+    EngineCpuCost(ROOFLINES[0], EngineCpu(LIGHT, overlapped=True, source="test")),
+    EngineCpuCost(ROOFLINES[1], EngineCpu(HEAVY, overlapped=False, source="test")),
+]
 
 
 @st.composite

@@ -38,7 +38,6 @@ from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
     AICONFIGURATOR_GPUS,
-    DEFAULT_STEP_OVERHEAD_S,
     HF_CONFIGS,
     MODEL_SPEC_ALIASES,
     SOURCE_GPU_NAMES,
@@ -80,7 +79,6 @@ class KernelsCostConfig(BaseModel):
     # Price the scenario's GPU with tables measured on another (a what-if): refused
     # unless asked for, since the answer is then about the other GPU's kernels.
     allow_other_gpu: bool = False
-    step_overhead_s: Annotated[float, Field(ge=0, allow_inf_nan=False)] = DEFAULT_STEP_OVERHEAD_S
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
@@ -171,7 +169,6 @@ def build_kernels(
         artifact,
         tensor_parallel_size=p.tensor_parallel_size,
         pipeline_parallel_size=p.pipeline_parallel_size,
-        step_overhead_s=config.step_overhead_s,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
         hardware=hardware,

@@ -6,7 +6,8 @@ per-layer profile (``ops.ProfileDense``) when the artifact has one, else from
 the GEMM table at vLLM's per-GPU shapes (``ops``) plus the memory-bound ops
 the tables leave out (norms, activation, rotary, KV-cache write, embedding,
 final norm; the sampler when no table times it), priced from bytes and the
-GPU's bandwidth (``memory_ops``; a profile times them itself). With
+GPU's bandwidth (``memory_ops``; a profile times them itself). The GPU's
+work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
 ``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
 expert-parallel group (``expert_parallel``).
 """
@@ -38,7 +39,7 @@ from sim.cost.kernels.tables import (
 )
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
-from sim.hardware.specs import DEFAULT_STEP_OVERHEAD_S, HardwareSpec, ModelArchitecture
+from sim.hardware.specs import HardwareSpec, ModelArchitecture
 
 
 class KernelCost:
@@ -50,7 +51,6 @@ class KernelCost:
         artifact: KernelArtifact,
         tensor_parallel_size: int = 1,
         pipeline_parallel_size: int = 1,
-        step_overhead_s: float = DEFAULT_STEP_OVERHEAD_S,
         link: LinkSpec | None = None,
         expert_parallel_size: int = 1,
         hardware: HardwareSpec | None = None,
@@ -63,7 +63,6 @@ class KernelCost:
         check_expert_parallel(arch, self.ep, self.tp)
         if self.pp > arch.num_layers:
             raise ConfigError(f"pipeline_parallel_size {self.pp} > {arch.num_layers} layers")
-        self.step_overhead_s = step_overhead_s
         self.link = link if link is not None else link_preset("nvlink4")
         try:
             self.shapes: LayerShapes = layer_shapes(arch, self.tp)
@@ -273,8 +272,8 @@ class KernelCost:
     def breakdown_s(self, shape: StepShape) -> dict[str, float]:
         """Each op's seconds in the step ``shape`` (all layers together): the
         layer's ops (a profile's in name order), attention, collectives, then
-        the once-per-step ops. They add up to ``step_s`` less
-        ``step_overhead_s`` (to rounding): the same functions price them."""
+        the once-per-step ops. They add up to ``step_s`` (to rounding): the same
+        functions price them."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return {}
@@ -343,7 +342,7 @@ class KernelCost:
             return 0.0
         layer = self.dense_layer_s(tokens) + self.attention_s(shape)
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        return self.step_overhead_s + self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
+        return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
 
     def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
         if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
@@ -353,11 +352,7 @@ class KernelCost:
         history = contexts - self._decode_history * num_seqs
         attention = self._decode_attn.many(float(num_seqs), history / num_seqs)
         layer = self.dense_layer_s(num_seqs) + 0.0 + attention
-        out: FloatArray = (
-            self.step_overhead_s
-            + self.arch.num_layers * layer
-            + self.per_step_s(num_seqs, num_seqs)
-        )
+        out: FloatArray = self.arch.num_layers * layer + self.per_step_s(num_seqs, num_seqs)
         return out
 
     def decode_durations_s(
@@ -372,13 +367,13 @@ class KernelCost:
 
     def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
         dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
-        per_step_s, overhead_s = self.per_step_s(num_seqs, num_seqs), self.step_overhead_s
+        per_step_s = self.per_step_s(num_seqs, num_seqs)
         num_layers, attention = self.arch.num_layers, self._decode_attn
         history = context_tokens - self._decode_history * num_seqs
         j = 0
         while True:  # decode_steps_s's operations, in its order
             layer = dense_s + 0.0 + attention(seqs, (history + j * num_seqs) / num_seqs)
-            yield overhead_s + num_layers * layer + per_step_s
+            yield num_layers * layer + per_step_s
             j += 1
 
     def __repr__(self) -> str:

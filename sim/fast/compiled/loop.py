@@ -2,7 +2,8 @@
 
 One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
 ``Continuous`` do for one replica taking an open loop's requests from a feed
-(alone, or its turns behind a round-robin router), under a roofline cost, with
+(alone, or its turns behind a round-robin router), under a roofline cost (with
+the engine's CPU work of ``sim.cost.engine_cpu`` or without), with
 a KV pool whose requests share no prefix (so only counts matter): the same plans at the same
 times, the same step ends summed in the same order, the same records, step
 log and queue samples, to the bit (``tests/properties/test_compiled_equivalence.py``
@@ -44,9 +45,12 @@ UNSUPPORTED = 2  # something only the Python path plays (see the module)
 MAX_NUM_SEQS, MAX_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
 NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC = 5, 6, 7, 8
 NUM_SETTINGS = 9
-# Roofline constants (``cost`` array, float64), by index (sim.cost.roofline).
-OVERHEAD_S, S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3, 4
-NUM_COSTS = 5
+# Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
+# the engine's CPU work (sim.cost.engine_cpu; all 0 and OVERLAPPED 1 for a bare
+# roofline, whose prices that leaves unchanged to the bit: 0 + max(gpu, 0) = gpu).
+S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
+CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S, CPU_NON_OVERLAPPED_S, OVERLAPPED = 4, 5, 6, 7, 8
+NUM_COSTS = 9
 # Scalar state (``state`` array, int64), by index.
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
@@ -62,15 +66,38 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def step_s(
-    cost: FloatArray, prefill_tokens: int, pairs: int, kv_read: int, decode_seqs: int, context: int
+    cost: FloatArray,
+    prefill_seqs: int,
+    prefill_tokens: int,
+    pairs: int,
+    kv_read: int,
+    decode_seqs: int,
+    context: int,
 ) -> float:
-    """``RooflineCost.step_s`` of a step shape, the same operations in its order."""
+    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` of a step shape, the
+    same operations in their order."""
     tokens = prefill_tokens + decode_seqs
     if tokens == 0:
         return 0.0
     compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
     memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
-    return cost[OVERHEAD_S] + (compute if compute > memory else memory)
+    gpu = compute if compute > memory else memory
+    cpu = cpu_s(cost, prefill_seqs + decode_seqs, tokens)
+    return with_cpu(cost, gpu, cpu)
+
+
+def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
+    """``EngineCpuCost._cpu_s``: the step's overlappable CPU work."""
+    return (
+        cost[CPU_PER_STEP_S] + cost[CPU_PER_SEQ_S] * num_seqs + cost[CPU_PER_TOKEN_S] * num_tokens
+    )
+
+
+def with_cpu(cost: FloatArray, gpu: float, cpu: float) -> float:
+    """A step of ``gpu`` seconds on the GPU and ``cpu`` of CPU work (``EngineCpuCost``)."""
+    if cost[OVERLAPPED] != 0.0:
+        return cost[CPU_NON_OVERLAPPED_S] + (gpu if gpu > cpu else cpu)
+    return cost[CPU_NON_OVERLAPPED_S] + cpu + gpu
 
 
 def first_step(
@@ -87,7 +114,7 @@ def first_step(
     """The plan's first step (``Continuous._finish_plan``): its price, how many decode
     steps of the batch may follow it before the first finish (0 if a request is still
     prefilling after it), and their summed context in the first of them."""
-    prefill_tokens = pairs = kv_read = decode_seqs = decode_context = 0
+    prefill_seqs = prefill_tokens = pairs = kv_read = decode_seqs = decode_context = 0
     min_left = max_run
     run_context = 0
     all_emit = True
@@ -101,6 +128,7 @@ def first_step(
             decode_seqs += 1
             decode_context += computed
         else:
+            prefill_seqs += 1
             prefill_tokens += num_new
             pairs += num_new * cached + num_new * (num_new + 1) // 2
             kv_read += computed
@@ -111,7 +139,9 @@ def first_step(
             if left < min_left:
                 min_left = left
             run_context += computed + 1
-    price_s = step_s(cost, prefill_tokens, pairs, kv_read, decode_seqs, decode_context)
+    price_s = step_s(
+        cost, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, decode_context
+    )
     return price_s, (min_left if all_emit else 0), run_context
 
 
@@ -170,13 +200,17 @@ def decode_ends(
     stop_s: float,
     num_after: int,
 ) -> int:
-    """``sim.cost.base.run_ends_for`` of a ``RooflineCost``, written into ``out``
+    """``sim.cost.base.run_ends_for`` of an ``EngineCpuCost`` around a ``RooflineCost``
+    (or of the bare roofline: ``cost``'s CPU terms 0), written into ``out``
     from ``at``; returns how many ends (the first step's included)."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
     dense_s = cost[S_PER_DENSE_TOKEN] * num_seqs
-    pair_s, weight_s = cost[S_PER_PAIR], cost[WEIGHT_S]
-    kv_s, overhead_s = cost[S_PER_KV_TOKEN], cost[OVERHEAD_S]
+    pair_s, weight_s, kv_s = cost[S_PER_PAIR], cost[WEIGHT_S], cost[S_PER_KV_TOKEN]
+    cpu = cpu_s(cost, num_seqs, num_seqs)
+    overlapped = cost[OVERLAPPED] != 0.0
+    serial_s = cost[CPU_NON_OVERLAPPED_S]
+    fixed_s = serial_s + cpu  # EngineCpuCost._durations' serial sum
     end = first_end_s
     out[at] = end
     count = 1
@@ -184,7 +218,11 @@ def decode_ends(
     while left > 0:
         compute = dense_s + pair_s * context
         memory = weight_s + kv_s * (context + num_seqs)
-        end += overhead_s + (compute if compute > memory else memory)
+        gpu = compute if compute > memory else memory
+        if overlapped:
+            end += serial_s + (gpu if gpu > cpu else cpu)
+        else:
+            end += fixed_s + gpu
         out[at + count] = end
         count += 1
         context += num_seqs
@@ -528,6 +566,15 @@ def compile_run() -> Any:
     import numba
 
     jit = numba.njit(cache=True, nogil=True)
-    for name in ("_missing", "step_s", "first_step", "steps_within_pool", "decode_ends", "commit"):
+    for name in (
+        "_missing",
+        "cpu_s",
+        "with_cpu",
+        "step_s",
+        "first_step",
+        "steps_within_pool",
+        "decode_ends",
+        "commit",
+    ):
         globals()[name] = jit(globals()[name])
     return jit(run)

@@ -1,7 +1,8 @@
 """When and how one fed replica runs compiled (``sim.fast.compiled.loop``).
 
 A single replica (or a fresh round-robin pool) serving an open loop, with
-plain continuous batching, a roofline cost, skip-ahead and no shared
+plain continuous batching, a roofline cost (with or without the engine's CPU
+work, ``sim.cost.engine_cpu``), skip-ahead and no shared
 prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
 plays such a run in ``sim.fast.compiled.loop.run`` (numba, if installed)
 and fills the engine cores' logs with its results, which are the Python
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
 from sim.engine.scheduler import (
@@ -67,11 +69,7 @@ def why_not(
     policy = core.policy
     if type(policy) is not Continuous or policy.swap is not None:
         return "not plain continuous batching"
-    if not (  # a relabelled roofline too, if it prices steps as the roofline
-        isinstance(cost, RooflineCost)
-        and type(cost).step_s is RooflineCost.step_s
-        and type(cost).decode_durations_s is RooflineCost.decode_durations_s
-    ):
+    if roofline_of(cost) is None:
         return "not a roofline cost"
     if not skip_ahead or any(core.recorder is not None for core in cores):
         return "step by step, or recorded"
@@ -88,9 +86,43 @@ def why_not(
     return None
 
 
+def roofline_of(cost: object) -> RooflineCost | None:
+    """The roofline that prices ``cost``'s GPU work when the loop can play ``cost``:
+    a roofline (a relabelled one too, if it prices steps as the roofline), bare or
+    inside exactly an ``EngineCpuCost``; else None."""
+    gpu = cost.gpu if type(cost) is EngineCpuCost else cost
+    if (
+        isinstance(gpu, RooflineCost)
+        and type(gpu).step_s is RooflineCost.step_s
+        and type(gpu).decode_durations_s is RooflineCost.decode_durations_s
+    ):
+        return gpu
+    return None
+
+
+def cost_constants(cost: RooflineCost | EngineCpuCost) -> FloatArray:
+    """The loop's ``cost`` array for ``cost`` (``loop``'s indices)."""
+    roofline = roofline_of(cost)
+    assert roofline is not None  # why_not said so
+    constants = np.zeros(loop.NUM_COSTS)
+    constants[loop.S_PER_DENSE_TOKEN] = roofline._s_per_dense_token
+    constants[loop.S_PER_PAIR] = roofline._s_per_attention_pair
+    constants[loop.WEIGHT_S] = roofline._weight_s
+    constants[loop.S_PER_KV_TOKEN] = roofline._s_per_kv_token
+    constants[loop.OVERLAPPED] = 1.0  # the bare roofline: 0 + max(gpu, 0) is gpu
+    if isinstance(cost, EngineCpuCost):
+        cpu = cost.cpu.config
+        constants[loop.CPU_PER_STEP_S] = cpu.per_step_s
+        constants[loop.CPU_PER_SEQ_S] = cpu.per_seq_s
+        constants[loop.CPU_PER_TOKEN_S] = cpu.per_token_s
+        constants[loop.CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
+        constants[loop.OVERLAPPED] = float(cost.overlapped)
+    return constants
+
+
 def run_compiled(
     cores: Sequence[EngineCore],
-    cost: RooflineCost,
+    cost: RooflineCost | EngineCpuCost,
     work: OpenLoop,
     frontend: FrontendConfig,
     run: Callable[..., int],
@@ -112,7 +144,7 @@ def run_compiled(
 
 def _run_one(
     core: EngineCore,
-    cost: RooflineCost,
+    cost: RooflineCost | EngineCpuCost,
     work: OpenLoop,
     mine: Submissions,
     run: Callable[..., int],
@@ -185,7 +217,11 @@ class LoopArrays:
 
     @classmethod
     def build(
-        cls, core: EngineCore, cost: RooflineCost, work: OpenLoop, mine: Submissions
+        cls,
+        core: EngineCore,
+        cost: RooflineCost | EngineCpuCost,
+        work: OpenLoop,
+        mine: Submissions,
     ) -> LoopArrays:
         """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh)."""
         policy = core.policy
@@ -204,12 +240,7 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC] = policy.async_scheduling
-        constants = np.zeros(loop.NUM_COSTS)
-        constants[loop.OVERHEAD_S] = cost._overhead_s
-        constants[loop.S_PER_DENSE_TOKEN] = cost._s_per_dense_token
-        constants[loop.S_PER_PAIR] = cost._s_per_attention_pair
-        constants[loop.WEIGHT_S] = cost._weight_s
-        constants[loop.S_PER_KV_TOKEN] = cost._s_per_kv_token
+        constants = cost_constants(cost)
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
         slots = policy.max_num_seqs + 1  # running, scheduled and held never exceed the limit

@@ -1,0 +1,88 @@
+"""The vLLM versions servesim models: the defaults each one changed, and its CPU estimate.
+
+A scenario names the version it stands for (``engine.vllm_version``, default
+``NEWEST``); every scenario field left unset whose vLLM default changed
+between the versions modelled here follows it:
+
+- ``engine.async_scheduling``: on by default from 0.14.0 (release notes:
+  "Async scheduling is now enabled by default", vLLM PR #27614), off before
+  (an opt-in ``--async-scheduling`` since PR #19970, 0.10). Pipeline
+  parallelism and draft-model speculation keep it off in every version
+  servesim models (``Scenario.async_scheduling``).
+- ``engine.estimate_cudagraph_memory``: vLLM subtracts an estimate of the CUDA
+  graphs' memory from the KV budget from 0.21 on
+  (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``), not before.
+- the engine's CPU work per step (``sim.cost.engine_cpu``): ESTIMATES from
+  public sources, the same for every V1 version here (no public source
+  measures them version by version); ``engine.cpu`` overrides them.
+
+Unchanged across these versions, so not in the table: the batch limits
+vLLM picks from the device's memory (``sim.engine.policies.vllm_defaults``:
+vLLM PR #17073, in 0.9, and #17885 for A100s) and prefix caching on by default
+(V1's default since 0.8). Sources and figures: docs/vllm-fidelity.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sim.cost.engine_cpu import EngineCpuConfig
+
+# vLLM V1's CPU work per step, estimated (docs/vllm-fidelity.md, "The engine's CPU
+# work"): ~0.4 ms of engine loop per step whatever its size, ~13 µs per scheduled
+# request (a profile of vLLM 0.27's engine loop: 541 µs a step, 22 % of it a stub
+# executor; 12.7 µs per running request in the scheduler), ~0.1 µs per token of
+# input preparation (a guess: numpy fills of ids, positions and slot mappings),
+# and ~0.1 ms that async scheduling cannot hide (a guess: the gap between one
+# step's CUDA-graph replay and the next's launch).
+V1_CPU_ESTIMATE = EngineCpuConfig(
+    per_step_s=4e-4, per_seq_s=1.3e-5, per_token_s=1e-7, non_overlapped_s=1e-4
+)
+
+
+@dataclass(frozen=True)
+class VllmVersion:
+    """The defaults of one vLLM minor version that servesim models."""
+
+    name: str  # "major.minor"
+    async_scheduling: bool  # --async-scheduling's default (before the exclusions)
+    estimate_cudagraph_memory: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS's default
+    cpu: EngineCpuConfig  # the engine's CPU work per step (an estimate)
+
+
+def _version(minor: int) -> VllmVersion:
+    return VllmVersion(
+        name=f"0.{minor}",
+        async_scheduling=minor >= 14,
+        estimate_cudagraph_memory=minor >= 21,
+        cpu=V1_CPU_ESTIMATE,
+    )
+
+
+# From 0.10 (V1 the only engine for the models servesim runs) to the newest modelled.
+VERSIONS: dict[str, VllmVersion] = {v.name: v for v in map(_version, range(10, 22))}
+NEWEST = "0.21"
+
+# major.minor, an optional patch, then an optional pre-, post- or dev-release or local tag.
+_NUMBER = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:(?:rc|a|b|\.dev|\.post|\+)\S*)?")
+
+
+def version_problem(name: str) -> str | None:
+    """Why ``name`` is not a vLLM version servesim models, or None when it is."""
+    match = _NUMBER.fullmatch(name.strip())
+    if match is not None and f"{int(match[1])}.{int(match[2])}" in VERSIONS:
+        return None
+    known = ", ".join(VERSIONS)
+    return f"vLLM {name!r} is not a version servesim models; known: {known} (any patch release)"
+
+
+def vllm_version(name: str) -> VllmVersion:
+    """The modelled version ``name`` (``0.19``, ``0.19.0``, ``v0.19.1``) stands for;
+    ValueError naming the known ones otherwise."""
+    problem = version_problem(name)
+    if problem is not None:
+        raise ValueError(problem)
+    match = _NUMBER.fullmatch(name.strip())
+    assert match is not None
+    return VERSIONS[f"{int(match[1])}.{int(match[2])}"]
