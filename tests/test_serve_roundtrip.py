@@ -139,6 +139,10 @@ def test_measure_over_chat_then_validate_accepts_the_run_and_refuses_another_see
     assert summary["api"] == "chat" and summary["num_failed"] == 0 and not summary["partial"]
     # The run is the scenario's (exact prompts, every output): validate takes it ...
     check = ["validate", str(SCENARIO), "--measured", str(out), *sets]
+    # A run over HTTP cannot see the server's device: refused until vouched for.
+    assert cli_main([*check, "--out", str(tmp_path / "u")]) == 2
+    assert "the run names no device (--assume-device" in capsys.readouterr().err
+    check += ["--assume-device", "cpu"]
     assert cli_main([*check, "--out", str(tmp_path / "v")]) == 0
     assert (tmp_path / "v" / "report.md").is_file()
     capsys.readouterr()

@@ -73,15 +73,21 @@ class RunFacts:
         """From a ``measure`` folder's ``summary.json`` (``mode: measured``) or the
         summary ``calibration.compare_measured.load_measured`` builds for an imported run."""
         # servesim's own runs (measured, or simulated: a prediction replayed) name
-        # the scenario's hardware preset; other tools' runs a device in their words.
+        # the scenario's hardware preset; other tools' runs a device in their words,
+        # and so does a measure --endpoint run, which cannot see the server's device
+        # (only what validate --assume-device says of it).
         own = summary.get("mode") in ("measured", "simulated")
         settings = summary.get("engine_settings")
         model = summary.get("model")
+        hardware = str(summary["hardware"]) if own and summary.get("hardware") else None
+        # A measure --endpoint run's device_name describes the server it asked.
+        device = None if summary.get("device") == "http" else summary.get("device_name")
+        device = device or summary.get("assumed_device")
         return cls(
             requests=requests,
             model=str(model) if model else None,
-            hardware=str(summary["hardware"]) if own and summary.get("hardware") else None,
-            device_name=None if own else (summary.get("device_name") or None),
+            hardware=hardware,
+            device_name=None if hardware else (str(device) if device else None),
             engine_settings=settings if isinstance(settings, Mapping) else None,
             # A measure run lists its failed requests; an imported one counts them apart.
             num_failed_unlisted=0 if own else int(summary.get("num_failed") or 0),
