@@ -293,3 +293,64 @@ def test_flush_catches_members_up_before_recording_them() -> None:
     assert request.num_generated_tokens == 4
     assert core.kv.num_free_blocks == 100
     assert core.records.views()["num_generated_tokens"][0] == 4
+
+
+# -- the batch's spread (longest and shortest context) ------------------------------
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("join"), st.integers(1, 60)),  # computed tokens at joining
+        st.tuples(st.just("leave"), st.integers(0, 10_000)),  # which member (modulo)
+        st.tuples(st.just("advance"), st.integers(1, 5)),  # steps
+        st.tuples(st.just("dissolve"), st.just(0)),
+    ),
+    max_size=400,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=operations)
+def test_the_longest_and_shortest_member_match_a_brute_force_scan(
+    ops: list[tuple[str, int]],
+) -> None:
+    """Under joins, departures (one by one or all at once) and steps, the cohort's
+    longest and shortest context is the max and min over its members' own."""
+    cohort = Cohort(BLOCK)
+    members: list[Request] = []
+    step = 10
+    for i, (op, value) in enumerate(ops):
+        if op == "join":
+            request = Request(i, 0.0, value + 1, 10_000)
+            request.num_computed_tokens = value
+            cohort.join(request, step)
+            members.append(request)
+        elif op == "leave" and members:
+            request = members.pop(value % len(members))
+            cohort.catch_up(request, step, 1.0)
+        elif op == "advance":
+            step += value
+        elif op == "dissolve":
+            cohort.dissolve(members, step, 1.0)
+            members = []
+        # A member's computed tokens before ``step``: as it joined, one more a step since.
+        contexts = [r.num_computed_tokens + step - cohort._joined[r] for r in members]
+        assert cohort.max_context_tokens(step) == max(contexts, default=0)
+        assert cohort.min_context_tokens(step) == min(contexts, default=0)
+
+
+def test_the_spread_survives_rebuilding_heaps_of_mostly_departed_offsets() -> None:
+    cohort = Cohort(BLOCK)
+    joined = []
+    for i in range(300):  # distinct offsets, most of them gone again
+        request = Request(i, 0.0, i + 2, 10_000)
+        request.num_computed_tokens = i + 1
+        cohort.join(request, 0)
+        joined.append(request)
+        if i % 10:
+            cohort.catch_up(joined.pop(), 0, 1.0)
+    assert len(cohort._low_offsets) <= 2 * len(cohort._offset_counts) + 65  # rebuilt
+    contexts = [r.num_computed_tokens for r in joined]
+    assert (cohort.max_context_tokens(3), cohort.min_context_tokens(3)) == (
+        max(contexts) + 3,
+        min(contexts) + 3,
+    )

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from itertools import islice
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from skew_costs import skewed_kernel_cost
 
 from sim.cost.base import CostModel, decode_steps_by_loop
 from sim.cost.calibrated import load_calibrated_cost
@@ -59,6 +61,8 @@ COSTS: dict[str, Callable[[], CostModel]] = {
     "kernels": kernels,
     "kernels-tp2-pp2": lambda: kernels(tp=2, pp=2),
     "kernels-profile": lambda: kernels(PROFILE),
+    "kernels-profile-skew": skewed_kernel_cost,
+    "engine-cpu-overlapped-on-kernels-profile-skew": lambda: engine_cpu(skewed_kernel_cost(), True),
     "linear": linear,
     "overhead-fit-on-roofline": lambda: EngineOverheadCost(roofline(), 1.13, 1.7e-3, 3.1e-5),
     "overhead-fit-on-kernels": lambda: EngineOverheadCost(kernels(), 0.97, 2.3e-3, 1.1e-5),
@@ -86,4 +90,27 @@ def test_decode_steps_give_step_s_bits(
         warnings.simplefilter("ignore")  # past a kernel table: warned about elsewhere
         fast = cost.decode_steps_s(num_seqs, context, num_steps)
         slow = decode_steps_by_loop(cost, num_seqs, context, num_steps)
+    assert fast.tolist() == slow.tolist()
+
+
+@pytest.mark.parametrize("name", sorted(COSTS))
+@settings(max_examples=40, deadline=None)
+@given(
+    contexts=st.lists(st.integers(1, 12_000), min_size=1, max_size=256),
+    num_steps=st.integers(1, 40),
+)
+def test_decode_steps_of_an_uneven_batch_give_step_s_bits(
+    name: str, contexts: list[int], num_steps: int
+) -> None:
+    """The batch's longest and shortest context ride along (each one longer a step)."""
+    cost = COSTS[name]()
+    spread = {"max_context_tokens": max(contexts), "min_context_tokens": min(contexts)}
+    args = (len(contexts), sum(contexts), num_steps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fast = cost.decode_steps_s(*args, **spread)
+        slow = decode_steps_by_loop(cost, *args, **spread)
+        lazy = getattr(cost, "decode_durations_s", None)
+        if lazy is not None:
+            assert list(islice(lazy(*args, **spread), num_steps)) == slow.tolist()
     assert fast.tolist() == slow.tolist()

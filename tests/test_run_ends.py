@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from skew_costs import skewed_kernel_cost
 
 from sim.cost.base import CostModel, FloatArray, StepShape, run_ends_for
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
@@ -42,10 +43,22 @@ def run_ends_s(
     num_decode_steps: int,
     stop_s: float = float("inf"),
     num_after: int = 1,
+    max_context_tokens: int = 0,
+    min_context_tokens: int = 0,
 ) -> list[float]:
-    """The end times the replica gets from ``run_ends_for(cost)``."""
+    """The end times the replica gets from ``run_ends_for(cost)`` (the run's
+    longest and shortest context: 0, an even batch, unless given)."""
     ends = run_ends_for(cost)
-    return ends(first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after)
+    return ends(
+        first_end_s,
+        num_seqs,
+        context_tokens,
+        max_context_tokens,
+        min_context_tokens,
+        num_decode_steps,
+        stop_s,
+        num_after,
+    )
 
 
 class Generic:
@@ -61,8 +74,22 @@ class Generic:
     def step_s(self, shape: StepShape) -> float:
         return self.base.step_s(shape)
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        return self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
+        return self.base.decode_steps_s(
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
 
 
 def stepwise(
@@ -73,13 +100,19 @@ def stepwise(
     num_steps: int,
     stop_s: float,
     num_after: int,
+    max_context_tokens: int = 0,
+    min_context_tokens: int = 0,
 ) -> list[float]:
-    """The ends as step-by-step execution makes them: one step_s per step, and
-    the run stops num_after steps after the first end at or after stop_s."""
+    """The ends as step-by-step execution makes them: one step_s per step (every
+    context one longer a step, the longest and shortest too), and the run stops
+    num_after steps after the first end at or after stop_s."""
     ends = [first_end_s]
     for j in range(num_steps):
         shape = StepShape(
-            num_decode_seqs=num_seqs, num_decode_context_tokens=context + j * num_seqs
+            num_decode_seqs=num_seqs,
+            num_decode_context_tokens=context + j * num_seqs,
+            max_decode_context_tokens=max_context_tokens + j,
+            min_decode_context_tokens=min_context_tokens + j,
         )
         ends.append(ends[-1] + cost.step_s(shape))
     if stop_s <= ends[-1]:
@@ -94,6 +127,7 @@ KERNEL_COSTS = [  # the aiconfigurator tables on 1 and 4 GPUs, a per-layer profi
     KernelCost(LLAMA, AIC),
     KernelCost(LLAMA, AIC, tensor_parallel_size=2, pipeline_parallel_size=2),
     KernelCost(LLAMA, profile_artifact(DATA / "profile" / "bf16" / "tp1")),
+    skewed_kernel_cost(),  # the profile with a skew fit: the batch's spread counts
 ]
 costs = st.one_of(
     st.builds(
@@ -113,6 +147,7 @@ costs = st.one_of(
     num_steps=st.integers(0, 80),
     stop_after_s=st.one_of(st.none(), st.floats(-1.0, 3.0)),
     num_after=st.integers(1, 3),
+    spread=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
 )
 def test_the_fast_paths_equal_the_generic_one_and_a_step_loop(
     cost: CostModel,
@@ -122,14 +157,19 @@ def test_the_fast_paths_equal_the_generic_one_and_a_step_loop(
     num_steps: int,
     stop_after_s: float | None,
     num_after: int,
+    spread: tuple[float, float],
 ) -> None:
     stop_s = float("inf") if stop_after_s is None else first_end_s + stop_after_s
     args = (first_end_s, num_seqs, context, num_steps, stop_s, num_after)
+    # A longest and a shortest context consistent with the sum (mean between them).
+    mean = context // num_seqs if num_seqs else 0
+    longest = mean + round(spread[0] * 3 * mean) + 1 if num_seqs else 0
+    shortest = max(0, mean - round(spread[1] * mean)) if num_seqs else 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # past a kernel table: tested in test_cost_kernels_grid
-        fast = run_ends_s(cost, *args)
-        assert fast == run_ends_s(Generic(cost), *args)  # exact: same floats
-        assert fast == stepwise(cost, *args)
+        fast = run_ends_s(cost, *args, longest, shortest)
+        assert fast == run_ends_s(Generic(cost), *args, longest, shortest)  # exact: same floats
+        assert fast == stepwise(cost, *args, longest, shortest)
 
 
 def test_a_cut_keeps_the_step_running_at_the_arrival_and_num_after_minus_one_more() -> None:

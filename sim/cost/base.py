@@ -8,8 +8,10 @@ The end times of a skip-ahead run (``run_ends_for``): the replica
 (``sim.serving.replica``) turns a plan promising ``num_steps``
 steps into one SimPy timeout, and needs each step's end time: the first
 step's, then ``end[j] = end[j - 1] + d[j]`` with the cost model's decode-step
-durations ``d``, summed in the same order as step-by-step execution so both
-modes agree to the bit. An open-loop run stops early, ``num_after`` steps
+durations ``d`` (the run's first decode step given by its sequences and their
+summed, longest and shortest context; each context grows by one a step),
+summed in the same order as step-by-step execution so both modes agree to
+the bit. An open-loop run stops early, ``num_after`` steps
 after the first that ends at or after the next arrival (``stop_s``).
 
 ``ends_until_cut`` is the one loop that sums and cuts, whatever the cost
@@ -43,7 +45,11 @@ class StepShape:
 
     Decode part: ``num_decode_seqs`` sequences computing one token each, whose
     contexts (tokens already in the KV cache, including the one being computed)
-    sum to ``num_decode_context_tokens``.
+    sum to ``num_decode_context_tokens``; the longest and shortest of them are
+    ``max_decode_context_tokens`` and ``min_decode_context_tokens`` (0 with no
+    decodes), the spread a kernel cost's skew term reads. Every shape the
+    simulator builds fills them in; a shape built by hand without them (0)
+    has its max below its mean and is priced as an even batch.
     """
 
     num_prefill_seqs: int = 0
@@ -52,6 +58,8 @@ class StepShape:
     prefill_kv_read_tokens: int = 0
     num_decode_seqs: int = 0
     num_decode_context_tokens: int = 0
+    max_decode_context_tokens: int = 0
+    min_decode_context_tokens: int = 0
 
     @property
     def num_tokens(self) -> int:
@@ -82,6 +90,8 @@ class StepShape:
             prefill_kv_read_tokens=sum(c + p for c, p in chunks),
             num_decode_seqs=len(contexts),
             num_decode_context_tokens=sum(contexts),
+            max_decode_context_tokens=max(contexts, default=0),
+            min_decode_context_tokens=min(contexts, default=0),
         )
 
 
@@ -102,13 +112,24 @@ class CostModel(Protocol):
         """Wall time of one step of this shape, in seconds (> 0 unless empty)."""
         ...
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         """Durations of ``num_steps`` consecutive decode-only steps.
 
         Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
-        ``context_tokens + j * num_seqs``. Must equal ``step_s`` called step
-        by step (to float rounding); cost models vectorise it with numpy.
-        Returns a new array, which the caller may modify in place.
+        ``context_tokens + j * num_seqs``, the longest ``max_context_tokens +
+        j`` and the shortest ``min_context_tokens + j`` (every context grows by
+        one a step; 0, as in ``StepShape``: not given, an even batch). Must
+        equal ``step_s`` called step by step, bit for bit; cost models
+        vectorise it with numpy. Returns a new array, which the caller may
+        modify in place.
         """
         ...
 
@@ -127,7 +148,13 @@ def no_decode_run(num_seqs: int, context_tokens: int, num_steps: int) -> FloatAr
 
 
 def decode_steps_by_loop(
-    model: CostModel, num_seqs: int, context_tokens: int, num_steps: int
+    model: CostModel,
+    num_seqs: int,
+    context_tokens: int,
+    num_steps: int,
+    *,
+    max_context_tokens: int = 0,
+    min_context_tokens: int = 0,
 ) -> FloatArray:
     """Reference implementation of ``decode_steps_s`` by calling ``step_s``."""
     out = np.empty(num_steps, dtype=np.float64)
@@ -136,15 +163,19 @@ def decode_steps_by_loop(
             StepShape(
                 num_decode_seqs=num_seqs,
                 num_decode_context_tokens=context_tokens + j * num_seqs,
+                max_decode_context_tokens=max_context_tokens + j,
+                min_decode_context_tokens=min_context_tokens + j,
             )
         )
     return out
 
 
-# (first_end_s, num_seqs, context_tokens, num_decode_steps, stop_s, num_after) -> ends
-RunEnds = Callable[[float, int, int, int, float, int], list[float]]
-# (num_seqs, context_tokens, num_decode_steps) -> decode-step durations (s), in order
-Durations = Callable[[int, int, int], Iterable[float]]
+# (first_end_s, num_seqs, context_tokens, max_context_tokens, min_context_tokens,
+#  num_decode_steps, stop_s, num_after) -> ends
+RunEnds = Callable[[float, int, int, int, int, int, float, int], list[float]]
+# (num_seqs, context_tokens, num_decode_steps, *, max_context_tokens=, min_context_tokens=)
+# -> decode-step durations (s), in order
+Durations = Callable[..., Iterable[float]]
 
 
 def ends_until_cut(
@@ -186,18 +217,39 @@ def run_ends_for(cost: CostModel) -> RunEnds:
         first_end_s: float,
         num_seqs: int,
         context_tokens: int,
+        max_context_tokens: int,
+        min_context_tokens: int,
         num_decode_steps: int,
         stop_s: float,
         num_after: int,
     ) -> list[float]:
-        steps = durations(num_seqs, context_tokens, num_decode_steps)
+        steps = durations(
+            num_seqs,
+            context_tokens,
+            num_decode_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
         return ends_until_cut(steps, first_end_s, num_decode_steps, stop_s, num_after)
 
     return run_ends
 
 
 def _all_priced(
-    cost: CostModel, num_seqs: int, context_tokens: int, num_steps: int
+    cost: CostModel,
+    num_seqs: int,
+    context_tokens: int,
+    num_steps: int,
+    *,
+    max_context_tokens: int = 0,
+    min_context_tokens: int = 0,
 ) -> Iterator[float]:
     """Every decode step priced at once by ``decode_steps_s`` (the generic source)."""
-    return iter(cost.decode_steps_s(num_seqs, context_tokens, num_steps).tolist())
+    steps = cost.decode_steps_s(
+        num_seqs,
+        context_tokens,
+        num_steps,
+        max_context_tokens=max_context_tokens,
+        min_context_tokens=min_context_tokens,
+    )
+    return iter(steps.tolist())

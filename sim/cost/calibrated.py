@@ -113,6 +113,10 @@ class CalibrationSample(BaseModel):
     prefill_kv_read_tokens: NonNegativeInt = 0
     num_decode_seqs: NonNegativeInt = 0
     num_decode_context_tokens: NonNegativeInt = 0
+    # The longest and shortest decode context (0: a sample written before they were
+    # recorded; this model reads only the sums).
+    max_decode_context_tokens: NonNegativeInt = 0
+    min_decode_context_tokens: NonNegativeInt = 0
     times_s: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(min_length=1)
     median_s: float = Field(gt=0, allow_inf_nan=False)
     iqr_s: NonNegativeFloat  # 75th minus 25th percentile of times_s
@@ -332,7 +336,15 @@ class CalibratedCost:
             t += slope * (beyond if beyond > 0.0 else 0.0)
         return max(self._floor_s, t)
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
             return zeros
         # Same operations in the same order as step_s, so results match exactly.

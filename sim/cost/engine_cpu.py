@@ -145,10 +145,24 @@ class EngineCpuCost:
             return self._non_overlapped_s + (gpu if gpu > cpu else cpu)
         return self._non_overlapped_s + cpu + gpu
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
             return zeros
-        gpu = self.gpu.decode_steps_s(num_seqs, context_tokens, num_steps)
+        gpu = self.gpu.decode_steps_s(
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
         cpu = self._cpu_s(num_seqs, num_seqs)
         out: FloatArray
         if self._overlapped:
@@ -158,7 +172,13 @@ class EngineCpuCost:
         return out
 
     def decode_durations_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
         (``sim.cost.base``: none past a run's cut), from the GPU model's own lazy
@@ -167,10 +187,14 @@ class EngineCpuCost:
             no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
             return repeat(0.0)  # steps of no sequence take no time
         lazy = self._gpu_durations_s
+        spread = {
+            "max_context_tokens": max_context_tokens,
+            "min_context_tokens": min_context_tokens,
+        }
         gpu: Iterable[float] = (
-            lazy(num_seqs, context_tokens, num_steps)
+            lazy(num_seqs, context_tokens, num_steps, **spread)
             if lazy is not None
-            else self.gpu.decode_steps_s(num_seqs, context_tokens, num_steps).tolist()
+            else self.gpu.decode_steps_s(num_seqs, context_tokens, num_steps, **spread).tolist()
         )
         return self._durations(gpu, self._cpu_s(num_seqs, num_seqs))
 

@@ -78,6 +78,8 @@ def decode_part(shape: StepShape) -> StepShape:
     return StepShape(
         num_decode_seqs=shape.num_decode_seqs,
         num_decode_context_tokens=shape.num_decode_context_tokens,
+        max_decode_context_tokens=shape.max_decode_context_tokens,
+        min_decode_context_tokens=shape.min_decode_context_tokens,
     )
 
 
@@ -116,12 +118,26 @@ class FittedCost:
         multiplier = p.prefill_multiplier * w + p.decode_multiplier * (1.0 - w)
         return p.step_overhead_s + self.base.step_s(shape) * multiplier
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         none = no_decode_run(num_seqs, context_tokens, num_steps)
         if none is not None:
             return none
         # Decode-only steps: w = 0, so only the decode multiplier applies.
-        out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+        out = self.base.decode_steps_s(
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
         out *= self.params.decode_multiplier
         out += self.params.step_overhead_s
         return out
@@ -265,8 +281,22 @@ class EngineOverheadCost:
         num_seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         return self.scale * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
+        out = self.base.decode_steps_s(
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
         if num_seqs == 0:
             return out
         # step_s's operations in its order, so skip-ahead gives step-by-step's bits.
@@ -291,7 +321,21 @@ class ScaledCost:
     def step_s(self, shape: StepShape) -> float:
         return self.factor * self.base.step_s(shape)
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
-        out = self.base.decode_steps_s(num_seqs, context_tokens, num_steps)
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
+        out = self.base.decode_steps_s(
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
         out *= self.factor
         return out

@@ -100,7 +100,15 @@ class LinearCost:
             + self.per_context_token_s * shape.num_decode_context_tokens
         )
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
             return zeros
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs

@@ -152,7 +152,15 @@ class RooflineCost:
         # A conditional expression is several times cheaper than calling max().
         return compute if compute > memory else memory
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
         if num_seqs == 0 or num_steps <= SMALL_RUN_STEPS:
             # numpy's per-call overhead dominates below ~30 elements.
@@ -169,10 +177,17 @@ class RooflineCost:
         return out
 
     def decode_durations_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.base``: none past a run's cut)."""
+        (``sim.cost.base``: none past a run's cut). The roofline reads only the
+        summed context, not its spread."""
         if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
             return self._durations(num_seqs, context_tokens)
         no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument

@@ -151,9 +151,11 @@ class StepPlan:
     asks to be called again at that time even if nothing arrives (e.g. a static
     batch's maximum wait).
     ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
-    compute but emit nothing (static batching keeps finished requests as padding).
-    A policy that sets ``num_steps`` > 1 also sets ``run_num_seqs`` and
-    ``run_context_tokens``, the shape of the decode steps that follow.
+    compute but emit nothing (static batching keeps finished requests as padding),
+    the longest and shortest of their contexts ``padding_max_context_tokens`` and
+    ``padding_min_context_tokens``. A policy that sets ``num_steps`` > 1 also sets
+    ``run_num_seqs``, ``run_context_tokens`` and ``run_max_context_tokens`` /
+    ``run_min_context_tokens``, the shape of the decode steps that follow.
     """
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
@@ -162,10 +164,15 @@ class StepPlan:
     wake_at_s: float | None = None
     padding_seqs: int = 0
     padding_context_tokens: int = 0
+    padding_max_context_tokens: int = 0
+    padding_min_context_tokens: int = 0
     # The decode steps after the first (set whenever num_steps > 1): how many
-    # slots decode (padding included) and their summed context in step 2.
+    # slots decode (padding included), their summed context in step 2, and the
+    # longest and shortest context then (each grows by one a step after that).
     run_num_seqs: int = 0
     run_context_tokens: int = 0
+    run_max_context_tokens: int = 0
+    run_min_context_tokens: int = 0
     # A policy that already walked the scheduled requests may fill in the
     # shape, so the executor need not walk them again.
     known_shape: StepShape | None = None
@@ -192,11 +199,18 @@ class StepPlan:
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = self.padding_seqs
         context = self.padding_context_tokens
+        longest = self.padding_max_context_tokens
+        shortest = self.padding_min_context_tokens if num_decode_seqs else 0
         for request, num_new in self.scheduled:
             cached = request.num_computed_tokens
             if num_new == 1 and request.num_generated_tokens > 0:
+                this = cached + 1
+                if not num_decode_seqs or this < shortest:
+                    shortest = this
+                if this > longest:
+                    longest = this
                 num_decode_seqs += 1
-                context += cached + 1
+                context += this
             else:
                 num_prefill_seqs += 1
                 num_prefill_tokens += num_new
@@ -209,6 +223,8 @@ class StepPlan:
             prefill_kv_read_tokens=kv_read,
             num_decode_seqs=num_decode_seqs,
             num_decode_context_tokens=context,
+            max_decode_context_tokens=longest,
+            min_decode_context_tokens=shortest,
         )
 
 
@@ -849,12 +865,12 @@ class Continuous:
         steps are plain decodes of the same batch until the first finishes.
         """
         scheduled = plan.scheduled
-        plan.known_shape, all_emit, min_left, run_context = self._tally(scheduled)
+        plan.known_shape, all_emit, min_left, run = self._tally(scheduled)
         num_seqs = len(scheduled)
         if not (may_run and all_emit and num_seqs and min_left >= 1):
             return
         plan.run_num_seqs = num_seqs
-        plan.run_context_tokens = run_context
+        plan.run_context_tokens, plan.run_max_context_tokens, plan.run_min_context_tokens = run
         plan.num_steps = 1 + steps_within_pool(kv, scheduled, min_left)
         plan.interruptible = (
             interruptible
@@ -867,23 +883,33 @@ class Continuous:
         scheduled: list[tuple[Request, int]],
         num_other_decodes: int = 0,
         other_context_tokens: int = 0,
-    ) -> tuple[StepShape, bool, int, int]:
+        other_max_context_tokens: int = 0,
+        other_min_context_tokens: int = 0,
+    ) -> tuple[StepShape, bool, int, tuple[int, int, int]]:
         """One pass over the batch (this runs once per event): the step's shape;
         whether every request samples a token after it; the fewest tokens any has
-        left after that one (at most ``MAX_RUN_STEPS``); and the summed context of
-        a decode step after this one. The shape counts ``num_other_decodes``
-        sequences decoding beside ``scheduled`` but not listed, of summed context
-        ``other_context_tokens``."""
+        left after that one (at most ``MAX_RUN_STEPS``); and the summed, longest
+        and shortest context of ``scheduled`` in a decode step after this one.
+        The shape counts ``num_other_decodes`` sequences decoding beside
+        ``scheduled`` but not listed, of summed context ``other_context_tokens``
+        (longest and shortest: ``other_max_context_tokens`` /
+        ``other_min_context_tokens``)."""
         num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
         num_decode_seqs = decode_context = 0
+        longest = other_max_context_tokens
+        shortest = other_min_context_tokens if num_other_decodes else 0
         min_left = MAX_RUN_STEPS
-        run_context = 0
+        run_context = run_longest = run_shortest = 0
         all_emit = True
         for r, num_new in scheduled:
             cached = r.num_computed_tokens
             generated = r.num_generated_tokens
             computed = cached + num_new
             if num_new == 1 and generated > 0:
+                if not (num_decode_seqs or num_other_decodes) or computed < shortest:
+                    shortest = computed
+                if computed > longest:
+                    longest = computed
                 num_decode_seqs += 1
                 decode_context += computed
             else:
@@ -897,7 +923,13 @@ class Continuous:
                 left = r.num_output_tokens - generated - 1
                 if left < min_left:
                     min_left = left
-                run_context += computed + 1
+                # Read only when every request emits (all_emit): then all count here.
+                after = computed + 1
+                run_context += after
+                if after > run_longest:
+                    run_longest = after
+                if not run_shortest or after < run_shortest:
+                    run_shortest = after
         shape = StepShape(
             num_prefill_seqs,
             num_prefill_tokens,
@@ -905,8 +937,10 @@ class Continuous:
             kv_read,
             num_decode_seqs + num_other_decodes,
             decode_context + other_context_tokens,
+            longest,
+            shortest,
         )
-        return shape, all_emit, min_left, run_context
+        return shape, all_emit, min_left, (run_context, run_longest, run_shortest)
 
 
 def steps_within_pool(

@@ -127,14 +127,34 @@ class SpeculativeCost:
         )
         return f"{self.target.label} + speculative(k={self.num_draft_tokens}, draft {draft})"
 
-    def draft_s(self, num_seqs: int, context_tokens: int) -> float:
-        """Seconds of the draft's k decode steps for ``num_seqs`` sequences."""
+    def draft_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> float:
+        """Seconds of the draft's k decode steps for ``num_seqs`` sequences (the
+        longest and shortest context as in ``StepShape``)."""
         k = self.num_draft_tokens
         if self.draft is not None:
-            return float(self.draft.decode_steps_s(num_seqs, context_tokens, k).sum())
+            steps = self.draft.decode_steps_s(
+                num_seqs,
+                context_tokens,
+                k,
+                max_context_tokens=max_context_tokens,
+                min_context_tokens=min_context_tokens,
+            )
+            return float(steps.sum())
         assert self.draft_cost_fraction is not None
         one = self.target.step_s(
-            StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=context_tokens)
+            StepShape(
+                num_decode_seqs=num_seqs,
+                num_decode_context_tokens=context_tokens,
+                max_decode_context_tokens=max_context_tokens,
+                min_decode_context_tokens=min_context_tokens,
+            )
         )
         return self.draft_cost_fraction * k * one
 
@@ -161,12 +181,30 @@ class SpeculativeCost:
         if n == 0:
             return self.target.step_s(shape)
         return self.target.step_s(self.verify_shape(shape)) + self.draft_s(
-            n, shape.num_decode_context_tokens
+            n,
+            shape.num_decode_context_tokens,
+            max_context_tokens=shape.max_decode_context_tokens,
+            min_context_tokens=shape.min_decode_context_tokens,
         )
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         # Speculative plans run one step per event, so this is rarely called.
-        return decode_steps_by_loop(self, num_seqs, context_tokens, num_steps)
+        return decode_steps_by_loop(
+            self,
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
 
 
 def speculative_cost(

@@ -12,7 +12,10 @@ aggregates instead:
 - how many are at each block phase (``computed - step`` modulo the block
   size): the requests that cross into a new block at step ``t`` are those of
   phase ``-t`` modulo the block size;
-- the step at which each emits its last token, in a heap.
+- the step at which each emits its last token, in a heap;
+- the longest and shortest ``computed - step`` (the batch's spread of
+  contexts, for a kernel cost's skew term): a count per offset and two heaps
+  whose stale tops (offsets no member has any more) are dropped when read.
 
 A member's counters (``num_computed_tokens``, ``num_generated_tokens``,
 ``num_blocks``, ``last_token_step``, ``last_token_s``) are left as they were
@@ -55,7 +58,10 @@ class Cohort:
         "_by_phase",
         "_finish_steps",
         "_finishing",
+        "_high_offsets",
         "_joined",
+        "_low_offsets",
+        "_offset_counts",
         "block_size_tokens",
         "num_members",
         "offset_sum",
@@ -72,6 +78,12 @@ class Cohort:
         self._finish_steps: list[int] = []  # heap of the keys of _finishing
         # Member -> the step its counters were last brought up to date.
         self._joined: dict[Request, int] = {}
+        # Members by offset (computed - step), and a min-heap of the offsets and a
+        # max-heap of their negatives, each holding an offset at least once while
+        # some member has it (a stale top is popped when read: O(log n) amortised).
+        self._offset_counts: dict[int, int] = {}
+        self._low_offsets: list[int] = []
+        self._high_offsets: list[int] = []
 
     # -- membership ---------------------------------------------------------
     def join(self, request: Request, step: int) -> None:
@@ -81,6 +93,16 @@ class Cohort:
         self.num_members += 1
         self.offset_sum += offset
         self._by_phase[offset % self.block_size_tokens] += 1
+        count = self._offset_counts.get(offset, 0)
+        self._offset_counts[offset] = count + 1
+        if not count:  # a new offset: on the heaps (a stale copy there does no harm)
+            low, counts = self._low_offsets, self._offset_counts
+            if len(low) > 2 * len(counts) + 64:  # mostly stale: rebuild (amortised O(1))
+                low[:] = sorted(counts)
+                self._high_offsets[:] = sorted(-o for o in counts)
+            else:
+                heapq.heappush(low, offset)
+                heapq.heappush(self._high_offsets, -offset)
         last = step + request.num_output_tokens - request.num_generated_tokens - 1
         finishing = self._finishing.get(last)
         if finishing is None:
@@ -98,6 +120,12 @@ class Cohort:
         self.num_members -= 1
         self.offset_sum -= offset
         self._by_phase[offset % self.block_size_tokens] -= 1
+        counts = self._offset_counts
+        left = counts[offset] - 1
+        if left:
+            counts[offset] = left
+        else:
+            del counts[offset]
         done = step - joined
         if done:
             computed = request.num_computed_tokens + done
@@ -146,11 +174,31 @@ class Cohort:
         assert self.num_members == 0, "a member was not running"
         self._finishing.clear()
         self._finish_steps.clear()
+        self._low_offsets.clear()
+        self._high_offsets.clear()
 
     # -- aggregates ------------------------------------------------------------
     def context_tokens(self, step: int) -> int:
         """Members' summed computed tokens before ``step``."""
         return self.offset_sum + self.num_members * step
+
+    def max_context_tokens(self, step: int) -> int:
+        """The longest member's computed tokens before ``step`` (0 with no member)."""
+        if not self.num_members:
+            return 0
+        heap, counts = self._high_offsets, self._offset_counts
+        while -heap[0] not in counts:
+            heapq.heappop(heap)
+        return step - heap[0]
+
+    def min_context_tokens(self, step: int) -> int:
+        """The shortest member's computed tokens before ``step`` (0 with no member)."""
+        if not self.num_members:
+            return 0
+        heap, counts = self._low_offsets, self._offset_counts
+        while heap[0] not in counts:
+            heapq.heappop(heap)
+        return heap[0] + step
 
     def num_crossing(self, step: int) -> int:
         """Members that need a new KV block for the token they compute in ``step``."""
@@ -326,13 +374,20 @@ class CohortCore(EngineCore):
         policy, cohort, scheduled = self.continuous, self.cohort, plan.scheduled
         num_members = plan.num_cohort
         context = cohort.context_tokens(step)
+        # The members' longest and shortest context in this step (one token each).
+        longest = cohort.max_context_tokens(step) + 1
+        shortest = cohort.min_context_tokens(step) + 1
         if scheduled:
-            plan.known_shape, all_emit, min_left, run_context = policy._tally(
-                scheduled, num_members, context + num_members
+            plan.known_shape, all_emit, min_left, run = policy._tally(
+                scheduled, num_members, context + num_members, longest, shortest
             )
+            run_context, run_longest, run_shortest = run
         else:  # the members alone (half the plans): what _tally gives for no request
-            plan.known_shape = StepShape(0, 0, 0, 0, num_members, context + num_members)
-            all_emit, min_left, run_context = True, MAX_RUN_STEPS, 0
+            plan.known_shape = StepShape(
+                0, 0, 0, 0, num_members, context + num_members, longest, shortest
+            )
+            all_emit, min_left = True, MAX_RUN_STEPS
+            run_context = run_longest = run_shortest = 0
         run_context += context + 2 * num_members
         num_seqs = len(scheduled) + num_members
         first_finish = cohort.first_finish_step()
@@ -343,6 +398,11 @@ class CohortCore(EngineCore):
             return
         plan.run_num_seqs = num_seqs
         plan.run_context_tokens = run_context
+        # In the next step every member's context is one longer.
+        plan.run_max_context_tokens = max(run_longest, longest + 1)
+        plan.run_min_context_tokens = (
+            min(run_shortest, shortest + 1) if run_shortest else shortest + 1
+        )
         plan.num_steps = 1 + steps_within_pool(
             self.kv,
             scheduled,

@@ -137,6 +137,8 @@ class Replica:
                 now + first_s,
                 plan.run_num_seqs,
                 plan.run_context_tokens,
+                plan.run_max_context_tokens,
+                plan.run_min_context_tokens,
                 plan.num_steps - 1,
                 next_s,
                 lag,

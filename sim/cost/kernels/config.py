@@ -79,6 +79,9 @@ class KernelsCostConfig(BaseModel):
     # Price the scenario's GPU with tables measured on another (a what-if): refused
     # unless asked for, since the answer is then about the other GPU's kernels.
     allow_other_gpu: bool = False
+    # Apply a profile's skew fit (uneven decode KV lengths) where it has one; off
+    # for ablations.
+    skew: bool = True
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
     @model_validator(mode="after")
@@ -172,6 +175,7 @@ def build_kernels(
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
         hardware=hardware,
+        skew=config.skew,
     )
 
 

@@ -9,13 +9,15 @@ final norm; the sampler when no table times it), priced from bytes and the
 GPU's bandwidth (``memory_ops``; a profile times them itself). The GPU's
 work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
 ``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
-expert-parallel group (``expert_parallel``).
+expert-parallel group (``expert_parallel``). A profile with a skew fit
+(``attention_skew``) moves decode attention from the time at the batch's mean
+KV towards the time at its longest (``skew_s``; off with ``skew=False``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import repeat
+from itertools import islice, repeat
 
 import numpy as np
 
@@ -30,6 +32,7 @@ from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.memory_ops import MemoryOps
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
+    SkewFit,
     allreduce_grid,
     attention_grids,
     gemm_grid,
@@ -54,9 +57,11 @@ class KernelCost:
         link: LinkSpec | None = None,
         expert_parallel_size: int = 1,
         hardware: HardwareSpec | None = None,
+        skew: bool = True,
     ) -> None:
         """``hardware`` gives the bandwidth of the memory-bound ops (``memory_ops``);
-        default: the hardware preset of the GPU the artifact was measured on."""
+        default: the hardware preset of the GPU the artifact was measured on.
+        ``skew``: apply the artifact's skew fit, when it has one (an ablation's off)."""
         self.arch, self.artifact = arch, artifact
         self.tp, self.pp = tensor_parallel_size, pipeline_parallel_size
         self.ep = expert_parallel_size
@@ -94,6 +99,11 @@ class KernelCost:
             self._prefill_attn, self._decode_attn = attention_grids(
                 artifact, s.num_heads, s.num_kv_heads, s.head_dim
             )
+        # Uneven decode KV lengths: the profile's fitted blend towards the longest
+        # (a profile's table, looked up on its lattice's KV axes).
+        self._skew: SkewFit | None = (
+            SkewFit(artifact) if skew and self._mixed and artifact.has("attention_skew") else None
+        )
         # The table's all-reduce when it timed this group size, else a ring over the link.
         measured = artifact.has("allreduce") and self.tp in set(
             artifact.tables["allreduce"]["num_gpus"]
@@ -215,7 +225,31 @@ class KernelCost:
         if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
             return self.mixed_attention_s(shape)
         return self.prefill_attention_s(shape) + self.decode_attention_s(
-            shape.num_decode_seqs, shape.num_decode_context_tokens
+            shape.num_decode_seqs,
+            shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens,
+            shape.min_decode_context_tokens,
+        )
+
+    def skew_alpha(
+        self,
+        prefill_chunk_tokens: float,
+        kv_prefill_tokens: float,
+        num_decode_seqs: int,
+        kv_mean_tokens: float,
+        kv_max_tokens: int,
+        kv_min_tokens: int,
+    ) -> float:
+        """The skew fit's alpha for ``num_decode_seqs`` decodes of mean, longest and
+        shortest KV ``kv_*_tokens`` (the profile's axis: cached tokens) beside a
+        prefill chunk (0: none) after ``kv_prefill_tokens``; 0 with no fit, one
+        decode, or no decode longer than the mean (as LLMServingSim)."""
+        skew = self._skew
+        if skew is None or num_decode_seqs < 2 or kv_max_tokens <= kv_mean_tokens:
+            return 0.0
+        rate = (kv_mean_tokens - kv_min_tokens) / (kv_max_tokens - kv_min_tokens)
+        return skew.alpha(
+            prefill_chunk_tokens, num_decode_seqs, rate, float(kv_max_tokens), kv_prefill_tokens
         )
 
     def mixed_attention_s(self, shape: StepShape) -> float:
@@ -240,6 +274,15 @@ class KernelCost:
         chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
         kv = (shape.num_decode_context_tokens - n) / n
         one = self._mixed_attn(chunk, cached, float(n), kv)
+        if self._skew is not None:  # uneven decodes: towards the longest (skew_alpha)
+            kv_max = shape.max_decode_context_tokens - 1
+            alpha = self.skew_alpha(
+                chunk, cached, n, kv, kv_max, shape.min_decode_context_tokens - 1
+            )
+            if alpha != 0.0:
+                one = SkewFit.blend_s(
+                    one, self._mixed_attn(chunk, cached, float(n), float(kv_max)), alpha
+                )
         if b == 1:
             return one
         return one + (b - 1) * self._prefill_attn(chunk, cached)
@@ -259,13 +302,39 @@ class KernelCost:
         floor = self._prefill_attn(float(b), chunk)
         return scaled if scaled > floor else floor
 
-    def decode_attention_s(self, num_seqs: int, context_tokens: int) -> float:
+    def decode_attention_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> float:
         """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all,
-        without a prefill (a profile's KV axis excludes the token being computed)."""
+        the longest and shortest ``max_context_tokens`` / ``min_context_tokens`` (as in
+        ``StepShape``), without a prefill (a profile's KV axis excludes the token
+        being computed). Looked up at the mean KV, moved towards the longest's time
+        by the skew fit's alpha when the profile has one."""
         if num_seqs == 0:
             return 0.0
         history = context_tokens - self._decode_history * num_seqs
-        return self._decode_attn(float(num_seqs), history / num_seqs)
+        kv = history / num_seqs
+        mean_s = self._decode_attn(float(num_seqs), kv)
+        if self._skew is None:
+            return mean_s
+        return self._skewed_decode_s(mean_s, num_seqs, kv, max_context_tokens, min_context_tokens)
+
+    def _skewed_decode_s(
+        self, mean_s: float, num_seqs: int, kv: float, max_context_tokens: int,
+        min_context_tokens: int,
+    ) -> float:  # fmt: skip
+        """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term:
+        the same operations for a step and for a run's steps."""
+        kv_max = max_context_tokens - self._decode_history
+        kv_min = min_context_tokens - self._decode_history
+        alpha = self.skew_alpha(0.0, 0.0, num_seqs, kv, kv_max, kv_min)
+        if alpha == 0.0:
+            return mean_s
+        return SkewFit.blend_s(mean_s, self._decode_attn(float(num_seqs), float(kv_max)), alpha)
 
     # -- per-op breakdown ----------------------------------------------------------
 
@@ -305,7 +374,12 @@ class KernelCost:
             # One varlen kernel over prefill chunks and decodes (attention_s).
             layer.append(("mixed_attention", self.mixed_attention_s(shape)))
         else:
-            decode = self.decode_attention_s(shape.num_decode_seqs, shape.num_decode_context_tokens)
+            decode = self.decode_attention_s(
+                shape.num_decode_seqs,
+                shape.num_decode_context_tokens,
+                shape.max_decode_context_tokens,
+                shape.min_decode_context_tokens,
+            )
             layer += [("prefill_attention", self.prefill_attention_s(shape))]
             layer += [("decode_attention", decode)]
         if seqs and self._lm_ops:
@@ -344,9 +418,21 @@ class KernelCost:
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
 
-    def decode_steps_s(self, num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray:
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
         if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
             return zeros
+        if self._skew is not None:  # a bucket lookup a step: priced one at a time
+            spread = (max_context_tokens, min_context_tokens)
+            steps = self._durations(num_seqs, context_tokens, *spread)
+            return np.fromiter(islice(steps, num_steps), np.float64, num_steps)
         # Only decode attention's KV length changes from step to step.
         contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
         history = contexts - self._decode_history * num_seqs
@@ -356,23 +442,39 @@ class KernelCost:
         return out
 
     def decode_durations_s(
-        self, num_seqs: int, context_tokens: int, num_steps: int
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
     ) -> Iterator[float]:
         """``decode_steps_s``'s durations one at a time, each priced when taken
         (``sim.cost.base``: none past a run's cut, and an open-loop run
         usually stops at the next arrival, long before)."""
         if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
             return repeat(0.0)  # steps of no sequence take no time
-        return self._durations(num_seqs, context_tokens)
+        return self._durations(num_seqs, context_tokens, max_context_tokens, min_context_tokens)
 
-    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
+    def _durations(
+        self, num_seqs: int, context_tokens: int, max_context_tokens: int,
+        min_context_tokens: int,
+    ) -> Iterator[float]:  # fmt: skip
         dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
         per_step_s = self.per_step_s(num_seqs, num_seqs)
         num_layers, attention = self.arch.num_layers, self._decode_attn
         history = context_tokens - self._decode_history * num_seqs
+        skewed = self._skewed_decode_s if self._skew is not None else None
         j = 0
-        while True:  # decode_steps_s's operations, in its order
-            layer = dense_s + 0.0 + attention(seqs, (history + j * num_seqs) / num_seqs)
+        while True:  # step_s's operations, in its order
+            kv = (history + j * num_seqs) / num_seqs
+            decode_s = attention(seqs, kv)
+            if skewed is not None:  # every context one longer a step: so are both ends
+                decode_s = skewed(
+                    decode_s, num_seqs, kv, max_context_tokens + j, min_context_tokens + j
+                )
+            layer = dense_s + 0.0 + decode_s
             yield num_layers * layer + per_step_s
             j += 1
 

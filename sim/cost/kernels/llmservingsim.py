@@ -25,7 +25,10 @@ such a batch as ``t(mean KV) + alpha * (t(max KV) - t(mean KV))``, with
 (``n<=128``, ``sr<=5%``, ``kvB<=4k``, ``kp=0``) become each bucket's upper
 edge (``sr>70%``: 1, the rate's ceiling). The raw ``skew.csv`` shots are not
 imported, nor the fit's pooled ``alpha_default`` (a bucket with no fit
-applies no correction).
+applies no correction). The fit is imported only where ``meta.yaml`` enables it
+(``skew_fit: {enabled: true}``), as LLMServingSim applies it only then; a
+``skew_fit.csv`` the meta leaves disabled (the RTX 4090 bundle's: the sweep
+was added after its validation) is named in ``provenance.notes`` instead.
 """
 
 from __future__ import annotations
@@ -108,6 +111,9 @@ def _skew_fit(path: Path) -> pd.DataFrame:
     return table
 
 
+_SKEW_DISABLED = "; skew_fit.csv not imported: meta.yaml skew_fit.enabled is not true"
+
+
 def _find_meta(tp_dir: Path) -> dict[str, Any]:
     for folder in (tp_dir, tp_dir.parent):
         path = folder / "meta.yaml"
@@ -168,6 +174,10 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
         )
     # The empty batch (all zeros) is timed as a launch only; no step has it.
     mixed = mixed[(mixed["prefill_chunk_tokens"] > 0) | (mixed["num_decode_seqs"] > 0)]
+    # LLMServingSim applies a skew fit only where the profile's meta enables it.
+    has_skew = (tp_dir / "skew_fit.csv").is_file()
+    skew_meta = meta.get("skew_fit")
+    skew_enabled = isinstance(skew_meta, dict) and skew_meta.get("enabled") is True
     dtype = str(meta.get("variant", "bf16"))
     engine = meta.get("engine_effective")
     eager = isinstance(engine, dict) and bool(engine.get("enforce_eager"))
@@ -186,10 +196,11 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
         model=str(meta["model"]),
         tensor_parallel_size=tp,
         kernels={"engine": "enforce_eager" if eager else "cuda_graphs"},
-        notes=f"CUDA {meta.get('cuda_version', '?')}; imported from {tp_dir.name}",
+        notes=f"CUDA {meta.get('cuda_version', '?')}; imported from {tp_dir.name}"
+        + ("" if skew_enabled or not has_skew else _SKEW_DISABLED),
     )
     tables["mixed_attention"] = mixed
-    if (tp_dir / "skew_fit.csv").is_file():
+    if has_skew and skew_enabled:
         tables["attention_skew"] = _skew_fit(tp_dir / "skew_fit.csv")
     return KernelArtifact(
         provenance, {name: table.reset_index(drop=True) for name, table in tables.items()}

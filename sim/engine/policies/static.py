@@ -95,9 +95,10 @@ class Static:
         padding = [r for r in self._members if r.finish_s is not None]
         num_steps = min(r.num_output_tokens - r.num_generated_tokens for r in core.running)
         # A padded slot computes one more discarded token each step since it finished.
-        padding_context = sum(
-            r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding
-        )
+        padded = [r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding]
+        padding_context = sum(padded)
+        # This step's contexts, every slot's (each computes one token).
+        contexts = padded + [r.num_computed_tokens + 1 for r in core.running]
         num_slots = len(scheduled) + len(padding)
         return StepPlan(
             scheduled,
@@ -105,9 +106,13 @@ class Static:
             interruptible=False,
             padding_seqs=len(padding),
             padding_context_tokens=padding_context,
+            padding_max_context_tokens=max(padded, default=0),
+            padding_min_context_tokens=min(padded, default=0),
             run_num_seqs=num_slots,
             # Step 2's context: this step's, plus one token per slot.
             run_context_tokens=padding_context
             + sum(r.num_computed_tokens + 1 for r in core.running)
             + num_slots,
+            run_max_context_tokens=max(contexts) + 1,
+            run_min_context_tokens=min(contexts) + 1,
         )
