@@ -300,8 +300,12 @@ def fit_engine_overhead(
     if steps.empty:
         raise ValueError("no steps to fit")
     busy = (steps["done_s"] - steps["start_s"]).to_numpy(dtype=np.float64)
-    rows = steps[list(SHAPE_FIELDS)].to_numpy(dtype=np.int64)
-    shapes = [StepShape(*(int(v) for v in row)) for row in rows]
+    # A log written before the decode spread was recorded lacks its two columns:
+    # its shapes then price as even batches (only a skew fit reads the spread).
+    spread = ("max_decode_context_tokens", "min_decode_context_tokens")
+    columns = [f for f in SHAPE_FIELDS if f in steps.columns or f not in spread]
+    rows = steps[columns].to_numpy(dtype=np.int64)
+    shapes = [StepShape(**dict(zip(columns, (int(v) for v in row), strict=True))) for row in rows]
     predicted = np.array([base.step_s(s) for s in shapes])
     seqs = np.array([s.num_prefill_seqs + s.num_decode_seqs for s in shapes], dtype=np.float64)
     design = np.column_stack([predicted, np.ones_like(predicted), seqs]) / busy[:, None]

@@ -20,8 +20,10 @@ import numpy as np
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from skew_costs import skewed_kernel_cost
 
 from sim import api
+from sim.cost.base import CostModel
 from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
@@ -60,19 +62,20 @@ def workloads(draw: st.DrawFn, max_prompt: int = 300, max_output: int = 60) -> R
     )
 
 
-costs = st.sampled_from(
-    [
-        LinearCost(step_overhead_s=3e-3, per_prefill_token_s=1.1e-5, per_decode_seq_s=7e-4),
-        LinearCost(
-            step_overhead_s=1.3e-3,
-            per_prefill_seq_s=1e-4,
-            per_attention_pair_s=3e-9,
-            per_decode_seq_s=2e-4,
-            per_context_token_s=3.3e-7,
-        ),
-        LinearCost(per_prefill_token_s=4.1e-5, per_decode_seq_s=2.9e-3),  # no overhead
-    ]
-)
+COSTS: list[CostModel] = [
+    LinearCost(step_overhead_s=3e-3, per_prefill_token_s=1.1e-5, per_decode_seq_s=7e-4),
+    LinearCost(
+        step_overhead_s=1.3e-3,
+        per_prefill_seq_s=1e-4,
+        per_attention_pair_s=3e-9,
+        per_decode_seq_s=2e-4,
+        per_context_token_s=3.3e-7,
+    ),
+    LinearCost(per_prefill_token_s=4.1e-5, per_decode_seq_s=2.9e-3),  # no overhead
+    # Kernel tables with a skew fit: a step's price reads its decodes' spread.
+    skewed_kernel_cost(),
+]
+costs = st.sampled_from(COSTS)
 frontends = st.sampled_from(
     [
         NO_FRONTEND,
@@ -100,7 +103,7 @@ class Setup:
     num_kv_blocks: int
     block_size_tokens: int
     max_model_len_tokens: int
-    cost: LinearCost
+    cost: CostModel
     frontend: FrontendConfig
     chunked_prefill: bool = True  # False: prompts are scheduled whole (checked per plan)
 

@@ -11,7 +11,7 @@ work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
 ``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
 expert-parallel group (``expert_parallel``). A profile with a skew fit
 (``attention_skew``) moves decode attention from the time at the batch's mean
-KV towards the time at its longest (``skew_s``; off with ``skew=False``).
+KV towards the time at its longest (``skew_alpha``; off with ``skew=False``).
 """
 
 from __future__ import annotations
