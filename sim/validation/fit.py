@@ -185,7 +185,7 @@ def in_flight_at_arrival(requests: pd.DataFrame) -> pd.Series:
     finish = requests["finish_s"].to_numpy(dtype=np.float64)
     finish = np.where(np.isfinite(finish), finish, arrival)
     arrived = np.searchsorted(np.sort(arrival), arrival, side="left")
-    finished = np.searchsorted(np.sort(finish), arrival, side="right")
+    finished = np.searchsorted(np.sort(finish), arrival, side="left")
     counts = np.maximum(arrived - finished, 0)
     return pd.Series(counts, index=requests["request_id"].to_numpy(dtype=np.int64))
 
