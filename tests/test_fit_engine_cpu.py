@@ -227,9 +227,7 @@ def test_artifact_round_trips(tmp_path: Path) -> None:
     written = artifact(FITTED, 0.02)
     save_engine_cpu_artifact(written, tmp_path / "a" / "cpu.json")
     assert load_engine_cpu_artifact("a/cpu.json", tmp_path) == written
-    assert load_engine_cpu_artifact(tmp_path / "a" / "cpu.json").values == EngineCpuFitValues(
-        FITTED, 0.02
-    )
+    assert load_engine_cpu_artifact(tmp_path / "a" / "cpu.json").way_in_s_per_request == 0.02
 
 
 @pytest.mark.parametrize(
@@ -282,6 +280,17 @@ def test_a_scenario_naming_the_artifact_prices_steps_with_its_coefficients(
     assert load_scenario(path).engine.cpu == FITTED
 
 
+def test_a_way_in_only_artifact_suits_a_whole_step_cost(tmp_path: Path) -> None:
+    # Fitted on a base that times whole steps: no CPU coefficients, only the way in.
+    save_engine_cpu_artifact(artifact(FITTED, 0.02).model_copy(update={"cpu": None}),
+                             tmp_path / "cpu.json")  # fmt: skip
+    data = scenario_dict(10.0, cpu_artifact="cpu.json")  # linear: whole steps
+    del data["frontend"]
+    s = scenario_from_dict(data, "s", tmp_path)
+    assert s.engine.cpu is None and s.frontend.way_in_s_per_request == 0.02
+    assert not isinstance(api.cost_model_for(s), EngineCpuCost)  # nothing added, nothing refused
+
+
 def test_an_artifact_without_a_way_in_keeps_the_scenarios(tmp_path: Path) -> None:
     save_engine_cpu_artifact(artifact(FITTED, None), tmp_path / "cpu.json")
     data = roofline_scenario(tmp_path, cpu_artifact="cpu.json")
@@ -329,6 +338,7 @@ def test_calibrate_fit_kind_engine_cpu_end_to_end(
     printed = capsys.readouterr().out
     assert "low load" in printed and "way_in_s_per_request not fitted" in printed
     written = load_engine_cpu_artifact(out)
+    assert written.cpu is not None
     assert written.cpu.per_step_s == pytest.approx(2e-3, rel=0.1)
     assert written.way_in_s_per_request is None and written.base_cost["kind"] == "roofline"
     assert written.provenance.vllm_version == Scenario.model_validate(data).engine.vllm_version

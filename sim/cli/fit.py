@@ -146,7 +146,9 @@ def fit_runs(
     base_dir = Path.cwd()
     if args.scenario is not None:
         scenario, base_dir = load_scenario(args.scenario), Path(args.scenario).parent
-        if scenario.cost.kind == "fitted":
+        # A fitted cost is a fine base for the way in alone (engine-cpu on a whole-step
+        # cost), never for another set of multipliers on top.
+        if scenario.cost.kind == "fitted" and args.fit_kind == "multipliers":
             raise ConfigError(
                 f"{args.scenario}: cost is already fitted; give the scenario of its base"
             )
@@ -284,7 +286,7 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
                 ),
                 base_cost=rebased,
                 base_cost_label=first.base.label,
-                cpu=outcome.params.cpu,
+                cpu=None if all(run.engine_cpu is None for run in runs) else outcome.params.cpu,
                 way_in_s_per_request=outcome.params.way_in_s_per_request
                 if WAY_IN in free
                 else None,

@@ -11,8 +11,10 @@ the clients' send times. ``EngineCpuFitValues`` holds the result;
 
 A scenario names the artifact with ``engine: {cpu_artifact: PATH}`` (relative
 to the scenario's folder, like any artifact): its ``engine.cpu`` becomes the
-fitted coefficients and, when the fit identified it, its
-``frontend.way_in_s_per_request`` the fitted way in (``sim.scenario``).
+fitted coefficients (when the base priced GPU work only; a base that times
+whole steps has none to fit, and only the way in is) and, when the fit
+identified it, its ``frontend.way_in_s_per_request`` the fitted way in
+(``sim.scenario``).
 """
 
 from __future__ import annotations
@@ -75,15 +77,12 @@ class EngineCpuArtifact(BaseModel):
     provenance: EngineCpuProvenance
     base_cost: dict[str, Any]  # the GPU-only cost: block the coefficients sit on
     base_cost_label: str
-    cpu: EngineCpuConfig
+    # None: the base times whole steps (a calibrated or fitted cost), no CPU work fitted.
+    cpu: EngineCpuConfig | None = None
     # None: the runs' arrivals were the engine's queue times; no way in was fitted.
     way_in_s_per_request: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     fit: FitSummary
     errors: dict[str, Any] = Field(default_factory=dict)  # a report for people
-
-    @property
-    def values(self) -> EngineCpuFitValues:
-        return EngineCpuFitValues(self.cpu, self.way_in_s_per_request)
 
 
 def save_engine_cpu_artifact(artifact: EngineCpuArtifact, path: str | Path) -> Path:

@@ -273,9 +273,11 @@ class Scenario(BaseModel):
         if name is None:
             return self
         artifact = load_engine_cpu_artifact(name, (info.context or {}).get("base_dir"))
-        if self.engine.cpu is not None and self.engine.cpu != artifact.cpu:
-            raise ValueError(f"engine.cpu and engine.cpu_artifact {name} both set; keep one")
-        object.__setattr__(self, "engine", self.engine.model_copy(update={"cpu": artifact.cpu}))
+        if artifact.cpu is not None:
+            if self.engine.cpu is not None and self.engine.cpu != artifact.cpu:
+                raise ValueError(f"engine.cpu and engine.cpu_artifact {name} both set; keep one")
+            cpu = {"cpu": artifact.cpu}
+            object.__setattr__(self, "engine", self.engine.model_copy(update=cpu))
         way_in = artifact.way_in_s_per_request
         if way_in is not None:
             given = self.frontend.way_in_s_per_request
