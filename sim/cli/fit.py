@@ -6,7 +6,9 @@ read every run (``fit_runs.load_measured_run``), refuse runs of another model
 or hardware, build each run's replay scenario (``--scenario``, else the run's
 recorded engine settings), cross-validate (``fit.cross_validate``), fit
 on all runs, and write the artifact (``sim.cost.fitted``) that
-``cost: {kind: fitted, artifact: PATH}`` loads.
+``cost: {kind: fitted, artifact: PATH}`` loads; with ``--fit-kind engine-cpu``
+the engine's CPU coefficients and the way in instead (``sim.cost.fitted_cpu``),
+for ``engine: {cpu_artifact: PATH}``.
 """
 
 from __future__ import annotations

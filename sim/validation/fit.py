@@ -26,6 +26,19 @@ serves the whole run (arrivals and lengths are the workload to predict, an
 input); only the scored latencies are split, so the second half's latencies
 are never seen by the fit.
 
+The engine-CPU mode (``fit_engine_cpu``, ``--fit-kind engine-cpu``): the free
+parameters are the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig``
+(``CPU_PARAMETERS``) around the GPU-only base, its kernel prices kept as they
+are, and the way in per request (``WAY_IN``) where the runs' arrivals are the
+clients' send times (``FitRun.arrivals_include_way_in``); a coefficient the
+runs cannot inform is refused, not fitted to noise. The search starts from
+the vLLM version's estimates (``engine_cpu_start``), in units of
+``CPU_UNITS_S``, box-bounded at 0, with a weak pull back to the start
+(``CPU_PRIOR_WEIGHT``). Its folds (``phase_folds``): several runs, leave one
+out; one run, leave one phase out, the phases split at the median number of
+requests in flight when each request arrived (``phase_split``: the
+low-load requests, at or below it, and the saturated ones above it).
+
 The report: ``cross_validate`` fits each fold on its training targets and
 scores the held-out ones with the base model and the fold's parameters; the
 final fit (on every run) is scored the same way, in sample. Errors are signed
