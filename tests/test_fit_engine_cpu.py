@@ -30,13 +30,16 @@ from sim.validation.fit import (
     FitRun,
     Target,
     cross_validate,
+    engine_cpu_start,
     fit_engine_cpu,
     in_flight_at_arrival,
     objective_value,
     phase_folds,
     phase_split,
     score,
+    target_rows,
 )
+from sim.validation.fit_runs import load_measured_run, run_digest
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 LINEAR = {
@@ -357,3 +360,41 @@ def test_calibrate_fit_kind_engine_cpu_end_to_end(
     direct = {**data, "engine": {**data["engine"], "cpu": written.cpu.model_dump()}}
     b = api.run(Scenario.model_validate(direct))
     np.testing.assert_array_equal(a.requests["finish_s"], b.requests["finish_s"])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "docs" / "validation" / "blackbox" / "engine-cpu").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_engine_cpu_artifacts_load_and_improve_on_their_base(path: Path) -> None:
+    written = load_engine_cpu_artifact(path)
+    assert written.fit.objective_value < written.fit.base_objective_value
+    assert written.provenance.command.startswith("servesim calibrate")
+    assert written.way_in_s_per_request is None  # queue-time arrivals: no way in
+    assert len(written.errors["cross_validation"]) == 2  # one run: two phases
+
+
+def test_the_rtx4090_engine_cpu_artifact_reproduces_its_recorded_errors() -> None:
+    path = ROOT / "docs" / "validation" / "blackbox" / "engine-cpu" / "rtx4090-llama-3.1-8b.json"
+    written = load_engine_cpu_artifact(path)
+    (info,) = written.provenance.runs
+    run = load_measured_run(ROOT / info.source)
+    assert run_digest(run.requests) == info.sha256
+    folder = ROOT / "scenarios" / "public"
+    plain = load_scenario(folder / "rtx4090_llama31_8b.yaml")
+    data = plain.model_dump(mode="json")
+    data["engine"]["cpu_artifact"] = str(path)
+    named = scenario_from_dict(data, "named", folder)
+    cost = api.cost_model_for(named, folder)
+    assert isinstance(cost, EngineCpuCost) and cost.cpu.config == written.cpu
+    gpu = api.cost_model_for(plain, folder, engine_cpu=False)
+    fit_run = FitRun("r", plain, run.requests, gpu, folder, engine_cpu=plain.engine_cpu)
+    assert written.cpu is not None
+    rows = target_rows(
+        [fit_run], [Target(0)], EngineCpuFitValues(written.cpu), engine_cpu_start([fit_run])
+    )
+    for now, then in zip(rows, written.errors["in_sample"]["rows"], strict=True):
+        assert now["metric"] == then["metric"]
+        for kind in ("base_err_pct", "fitted_err_pct"):
+            assert now[kind] == pytest.approx(then[kind], abs=0.011)
