@@ -51,7 +51,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -286,11 +286,14 @@ def objective_value(errors: Sequence[dict[str, dict[str, float]]]) -> float:
     return float(np.mean(values**2))
 
 
+P = TypeVar("P", FitParameters, EngineCpuFitValues)
+
+
 @dataclass(frozen=True)
-class FitOutcome:
+class FitOutcome(Generic[P]):
     """Fitted parameters, the objective there and with the base model, and the simulations."""
 
-    params: Adjustment
+    params: P
     value: float
     base_value: float
     num_evaluations: int
@@ -337,7 +340,7 @@ def fit(
     targets: Sequence[Target],
     free: Sequence[str] = PARAMETERS,
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
-) -> FitOutcome:
+) -> FitOutcome[FitParameters]:
     """Minimise the objective over the ``free`` parameters (the others stay at identity)."""
     unknown = [name for name in free if name not in PARAMETERS]
     if unknown or not free:
@@ -407,7 +410,7 @@ def fit_engine_cpu(
     targets: Sequence[Target],
     free: Sequence[str],
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
-) -> FitOutcome:
+) -> FitOutcome[EngineCpuFitValues]:
     """Minimise the objective over the ``free`` engine-CPU coefficients and the way in,
     the base's kernel prices kept as they are; the others stay at ``engine_cpu_start``.
 
@@ -460,7 +463,7 @@ def fit_free(
     targets: Sequence[Target],
     free: Sequence[str],
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
-) -> FitOutcome:
+) -> FitOutcome[FitParameters] | FitOutcome[EngineCpuFitValues]:
     """``fit_engine_cpu`` or the multipliers' ``fit``, as ``free`` names their parameters."""
     if is_engine_cpu_fit(free):
         return fit_engine_cpu(runs, targets, free, max_evaluations)
