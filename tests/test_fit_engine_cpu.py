@@ -39,7 +39,7 @@ from sim.validation.fit import (
     score,
     target_rows,
 )
-from sim.validation.fit_runs import load_measured_run, run_digest
+from sim.validation.fit_runs import MEASURE_FORMAT, load_measured_run, run_digest
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 LINEAR = {
@@ -398,3 +398,25 @@ def test_the_rtx4090_engine_cpu_artifact_reproduces_its_recorded_errors() -> Non
         assert now["metric"] == then["metric"]
         for kind in ("base_err_pct", "fitted_err_pct"):
             assert now[kind] == pytest.approx(then[kind], abs=0.011)
+
+
+def test_calibrate_fits_the_way_in_alone_on_a_whole_step_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A linear cost times whole steps: no CPU coefficients to fit; send-time arrivals (a
+    # measure folder's format): the way in is, by default, and alone.
+    data = scenario_dict(10.0)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    truly = {**data, "frontend": {"way_in_s_per_request": 0.03, "tokenize_s_per_token": 0.0}}
+    measured = api.run(Scenario.model_validate(truly))
+    meta = {"format": MEASURE_FORMAT, "model": "tiny"}
+    ImportedRun(measured.requests[list(REQUEST_COLUMNS)], meta).write(tmp_path / "run")
+    out = tmp_path / "way-in.json"
+    argv = ["calibrate", "--model", "tiny", "--from-run", str(tmp_path / "run"), "--scenario",
+            str(tmp_path / "s.yaml"), "--fit-kind", "engine-cpu", "--max-evals", "20",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert f"fitting {WAY_IN} of linear" in capsys.readouterr().out
+    written = load_engine_cpu_artifact(out)
+    assert written.cpu is None and written.fit.free_parameters == [WAY_IN]
+    assert written.way_in_s_per_request == pytest.approx(0.03, rel=0.05)
