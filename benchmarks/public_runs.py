@@ -16,6 +16,11 @@ predicted and measured p50/p90/p99 and writes
   errors for the same run beside;
 - ``results.md``: the same as a table, with the targets and whether they are met;
 - ``cdf-<run>.png``: measured and predicted CDFs per metric;
+- ``causes.json`` (and a table in ``results.md``): the TTFT and TPOT errors
+  with none of issue 29's fixes of a step's price, with each fix alone and
+  with all (``CAUSES``: the engine's CPU work overlapping the GPU instead of a
+  serial 2 ms, a mixed step's attention as one varlen kernel, the memory-bound
+  ops), so that each fix's contribution is on record;
 - ``sensitivity.json`` (and a table in ``results.md``): the p50 errors again
   with every step priced ``SCALES`` times the cost model's time, which shows
   how much a step-time error moves each metric. These runs are overloaded
@@ -58,6 +63,29 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 _PUBLISHED_ROWS = {"ttft": "TTFT", "tpot": "TPOT", "e2el": "Latency"}
 _PUBLISHED_STATS = {"p50": "Median", "p90": "P90", "p99": "P99"}
 SCALES = (0.95, 1.05, 1.10)  # step-time multipliers of the sensitivity study
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One of issue 29's fixes of a step's price, and the scenario overrides that undo it."""
+
+    name: str
+    off: tuple[str, ...]
+
+
+# Each fix, undone: the engine's CPU work as a serial 2 ms per step (servesim's
+# step_overhead_s before issue 29) instead of the CPU model overlapping the GPU
+# step; a mixed step's attention as pure prefill + pure decode instead of the one
+# varlen kernel (profiles only: aiconfigurator has no mixed rows); no memory-bound
+# ops (the GEMM route only: profiles time them).
+CAUSES = (
+    Cause(
+        "CPU work overlapped",
+        ("engine.cpu={per_step_s: 0, per_seq_s: 0, per_token_s: 0, non_overlapped_s: 0.002}",),
+    ),
+    Cause("mixed attention", ("cost.mixed_attention=false",)),
+    Cause("memory-bound ops", ("cost.memory_ops=false",)),
+)
 
 
 def _within(p50_p90_pct: float, p99_pct: float | None) -> dict[str, float]:
@@ -175,6 +203,52 @@ def sensitivity(run: PublicRun, measured: dict[str, np.ndarray]) -> dict[str, An
     return out
 
 
+def causes(run: PublicRun, measured: dict[str, np.ndarray]) -> dict[str, Any]:
+    """p50/p90/p99 errors of TTFT and TPOT with no fix, and with each fix alone."""
+
+    def errors(overrides: list[str]) -> dict[str, dict[str, float]]:
+        predicted = latencies_s(api.run(ROOT / run.scenario, overrides).requests)
+        return {
+            metric: {
+                stat: round(
+                    100.0
+                    * (
+                        np.percentile(predicted[metric], q) / np.percentile(measured[metric], q)
+                        - 1.0
+                    ),
+                    2,
+                )
+                for stat, q in PERCENTILES.items()
+            }
+            for metric in ("ttft", "tpot")
+        }
+
+    every_off = [o for cause in CAUSES for o in cause.off]
+    out: dict[str, Any] = {"run": run.name, "none": errors(every_off)}
+    for cause in CAUSES:
+        out[cause.name] = errors([o for c in CAUSES if c is not cause for o in c.off])
+    return out
+
+
+def render_causes(studies: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
+    """The errors with no fix, each fix alone and all of them (p50 / p90 / p99)."""
+    every = {(r["run"], r["metric"]): r for r in results}
+    names = ["none", *(c.name for c in CAUSES)]
+    lines = [
+        "| run | metric | "
+        + " | ".join(f"{n} only" if n != "none" else "no fix" for n in names)
+        + " | all fixes |",
+        "|---|---|" + "---|" * (len(names) + 1),
+    ]
+    for study in studies:
+        for metric in ("ttft", "tpot"):
+            cells = [" / ".join(f"{study[n][metric][s]:+.1f}" for s in PERCENTILES) for n in names]
+            row = every[(study["run"], metric)]
+            cells.append(" / ".join(f"{row[f'{s}_err_pct']:+.1f}" for s in PERCENTILES))
+            lines.append(f"| {study['run']} | {metric.upper()} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_sensitivity(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> str:
     """How the p50 errors move when every step takes x times the modelled time."""
     base = {(r["run"], r["metric"]): r["p50_err_pct"] for r in results}
@@ -261,18 +335,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-sensitivity", action="store_true", help="skip the step-time sensitivity runs"
     )
+    parser.add_argument("--no-causes", action="store_true", help="skip the per-fix (cause) runs")
     args = parser.parse_args(argv)
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out}: exists and is not a folder")
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     studies: list[dict[str, Any]] = []
+    by_cause: list[dict[str, Any]] = []
     for run in RUNS:
         if args.run and run.name not in args.run:
             continue
         run_rows, data = compare_run(run)
         if not args.no_sensitivity:
             studies.append(sensitivity(run, data["measured"]))
+        if not args.no_causes:
+            by_cause.append(causes(run, data["measured"]))
         rows += run_rows
         plot(run.name, data, args.out / f"cdf-{run.name}.png")
         for row in run_rows:
@@ -283,6 +361,13 @@ def main(argv: list[str] | None = None) -> int:
             )
     (args.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     text = render(rows)
+    if by_cause:
+        (args.out / "causes.json").write_text(json.dumps(by_cause, indent=1) + "\n")
+        text += (
+            "\nBy cause: errors (p50 / p90 / p99, %) with no fix of issue 29, with each fix "
+            "alone, and with all of them (the table above)\n\n"
+        )
+        text += render_causes(by_cause, rows)
     if studies:
         (args.out / "sensitivity.json").write_text(json.dumps(studies, indent=1) + "\n")
         text += "\nSensitivity: p50 errors with every step x times as long\n\n"

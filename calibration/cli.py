@@ -94,7 +94,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         help="default: calibration/artifacts/<device>-<model>-<dtype>.json; with --from-run: "
-        "runs/fitted-<model>-<hardware>.json",
+        "runs/fitted-<model>-<hardware>.json (--fit-kind engine-cpu: runs/engine-cpu-...)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(

@@ -86,16 +86,16 @@ def load_measured(
     folder = Path(path)
     if (folder / "summary.json").exists():
         try:
-            run = read_measure_folder(folder)
+            measured = read_measure_folder(folder)
         except ConfigError as error:
             raise ConfigError(f"--measured {error}") from None
         # A measure --endpoint run saw the server, not its device (RunFacts reads
         # this only where the run names none).
         if assume_device:
-            run.summary["assumed_device"] = assume_device
-        if not run.summary.get("model") and assume_model:
-            run.summary["model"] = assume_model
-        return run
+            measured.summary["assumed_device"] = assume_device
+        if not measured.summary.get("model") and assume_model:
+            measured.summary["model"] = assume_model
+        return measured
     from sim.validation.importers import detect_format, import_run
 
     try:

@@ -47,7 +47,7 @@ def _micro_grid() -> Grid:
 
 @pytest.mark.parametrize("name", ["small", "default", "compact", "ci", "gpu"])
 def test_grids_cover_all_sections_with_valid_points(name: str) -> None:
-    grid = build_grid(name)  # type: ignore[arg-type]
+    grid = build_grid(name)
     assert {p.section for p in grid.points} == {"prefill", "decode", "mixed"}
     assert grid.num_repeats >= 3
     for point in grid.points:

@@ -83,8 +83,9 @@ def test_crossings_match_the_per_request_rule(
         members.append(request)
 
     def computed_before(request: Request, step: int) -> int:
-        assert cohort._joined.get(request) is not None
-        return request.num_computed_tokens + step - cohort._joined.get(request)
+        joined_at = cohort._joined.get(request)
+        assert joined_at is not None
+        return request.num_computed_tokens + step - joined_at
 
     def needs_block(request: Request, step: int) -> bool:
         c = computed_before(request, step)  # this step computes token c + 1

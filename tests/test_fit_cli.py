@@ -147,7 +147,11 @@ def test_a_run_without_engine_settings_needs_a_scenario(
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        (["--free", "per_token_s"], "--free 'per_token_s': choose from"),
+        (["--free", "per_token_s"], "--free 'per_token_s' with --fit-kind multipliers: choose"),
+        (
+            ["--fit-kind", "engine-cpu", "--free", "decode_multiplier"],
+            "--free 'decode_multiplier' with --fit-kind engine-cpu: choose from per_step_s",
+        ),
         (["--max-evals", "2"], "--max-evals must be at least 4"),
         (["--kernels"], "pick one"),
     ],
@@ -277,7 +281,7 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_fit(
     def no_fit(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the fit ran before --out was checked")
 
-    monkeypatch.setattr("sim.cli.fit.fit", no_fit)
+    monkeypatch.setattr("sim.cli.fit.fit_free", no_fit)
     monkeypatch.setattr("sim.cli.fit.cross_validate", no_fit)
     argv = calibrate("--from-run", str(run), "--scenario", str(scenario),
                      "--out", str(blocker / "fit.json"))  # fmt: skip

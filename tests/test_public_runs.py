@@ -108,3 +108,19 @@ def test_main_writes_results_json_with_the_documented_keys(tmp_path: Path) -> No
 def test_a_replay_finishes_every_request() -> None:
     result = api.run(ROOT / "scenarios/public/rtx4090_llama31_8b.yaml")
     assert result.summary["completed"] == 300
+
+
+def test_each_cause_is_undone_by_its_overrides_and_all_fixes_are_the_run_itself() -> None:
+    run = next(r for r in RUNS if r.name == "rtx4090-llama-3.1-8b")
+    measured = BENCH.latencies_s(read_llmservingsim(BENCH.EXAMPLES / run.folder).requests)
+    study = BENCH.causes(run, measured)
+    assert set(study) == {"run", "none", *(c.name for c in BENCH.CAUSES)}
+    rows, _ = BENCH.compare_run(run)
+    every = {row["metric"]: row for row in rows}
+    # With every fix undone, the serial 2 ms makes every step slower than with the
+    # CPU work overlapped alone: both TTFT and TPOT errors are higher.
+    for metric in ("ttft", "tpot"):
+        assert study["none"][metric]["p50"] > study["CPU work overlapped"][metric]["p50"]
+        # A profile times the memory-bound ops itself: that fix alone changes nothing.
+        assert study["memory-bound ops"][metric] == study["none"][metric]
+        assert every[metric]["p50_err_pct"] != study["none"][metric]["p50"]

@@ -6,7 +6,9 @@ read every run (``fit_runs.load_measured_run``), refuse runs of another model
 or hardware, build each run's replay scenario (``--scenario``, else the run's
 recorded engine settings), cross-validate (``fit.cross_validate``), fit
 on all runs, and write the artifact (``sim.cost.fitted``) that
-``cost: {kind: fitted, artifact: PATH}`` loads.
+``cost: {kind: fitted, artifact: PATH}`` loads; with ``--fit-kind engine-cpu``
+the engine's CPU coefficients and the way in instead (``sim.cost.fitted_cpu``),
+for ``engine: {cpu_artifact: PATH}``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import yaml
 
 import sim
 from sim.api import cost_model_for
+from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.fitted import (
     FitSummary,
     FittedCostArtifact,
@@ -31,6 +34,12 @@ from sim.cost.fitted import (
     rebase_paths,
     save_fitted_artifact,
 )
+from sim.cost.fitted_cpu import (
+    EngineCpuArtifact,
+    EngineCpuFitValues,
+    EngineCpuProvenance,
+    save_engine_cpu_artifact,
+)
 from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError
 from sim.hardware.specs import ModelSpec, hardware_preset, model_from_ref
@@ -39,24 +48,31 @@ from sim.scenario import Scenario, load_scenario
 from sim.scenario.strict_yaml import DuplicateKeyError, parse_yaml
 from sim.validation.fit import (
     DEFAULT_MAX_EVALUATIONS,
+    ENGINE_CPU_PARAMETERS,
     OBJECTIVE,
     OPTIMISER,
     PARAMETERS,
+    WAY_IN,
     FitRun,
     Target,
+    base_of,
     cross_validate,
-    fit,
+    fit_free,
     params_json,
     render,
     target_rows,
 )
 from sim.validation.fit_runs import (
+    arrivals_include_way_in,
     check_run,
     load_measured_run,
     run_digest,
     scenario_for_run,
 )
 from sim.validation.runs import ImportedRun
+
+FIT_MODES = ("multipliers", "engine-cpu")
+DEFAULT_CPU_FREE = ("per_step_s", "per_seq_s", "non_overlapped_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,9 +94,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the runs' recorded settings and cost kind auto)",
     )
     parser.add_argument(
+        "--fit-kind",
+        choices=FIT_MODES,
+        default="multipliers",
+        help="with --from-run: what to fit. multipliers: an overhead and prefill / decode "
+        "multipliers of the base (sim.cost.fitted; default); engine-cpu: the engine's CPU "
+        "coefficients on top of the base's kernel prices, and the way in per request where "
+        "the runs' arrivals include it (sim.cost.fitted_cpu)",
+    )
+    parser.add_argument(
         "--free",
-        default=",".join(PARAMETERS),
-        help="with --from-run: parameters to fit, comma-separated (default: all three)",
+        default=None,
+        help="with --from-run: parameters to fit, comma-separated (default: multipliers: all "
+        f"three; engine-cpu: {', '.join(DEFAULT_CPU_FREE)}, plus {WAY_IN} where every run's "
+        f"arrivals include the way in; choose from {', '.join(ENGINE_CPU_PARAMETERS)})",
     )
     parser.add_argument(
         "--max-evals",
@@ -121,7 +148,9 @@ def fit_runs(
     base_dir = Path.cwd()
     if args.scenario is not None:
         scenario, base_dir = load_scenario(args.scenario), Path(args.scenario).parent
-        if scenario.cost.kind == "fitted":
+        # A fitted cost is a fine base for the way in alone (engine-cpu on a whole-step
+        # cost), never for another set of multipliers on top.
+        if scenario.cost.kind == "fitted" and args.fit_kind == "multipliers":
             raise ConfigError(
                 f"{args.scenario}: cost is already fitted; give the scenario of its base"
             )
@@ -144,74 +173,151 @@ def fit_runs(
         check_run(run, source, model, hardware)
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
         try:
-            # GPU-only: the fitted overhead stands for the engine's CPU work, as
-            # build_cost_model rebuilds a fitted artifact's base.
+            # GPU-only: the fitted overhead or CPU coefficients stand for the engine's
+            # CPU work, as build_cost_model rebuilds a fitted artifact's base.
             base = cost_model_for(replay, base_dir, engine_cpu=False)
+            with_cpu = cost_model_for(replay, base_dir)
         except ConfigError as error:
             raise ConfigError(f"cost: {error}") from None
-        runs.append(FitRun(Path(source).name, replay, run.requests, base, base_dir))
+        cpu = with_cpu.cpu if isinstance(with_cpu, EngineCpuCost) else None
+        runs.append(
+            FitRun(
+                Path(source).name,
+                replay,
+                run.requests,
+                base,
+                base_dir,
+                engine_cpu=cpu,
+                arrivals_include_way_in=arrivals_include_way_in(run),
+            )
+        )
         imported.append(run)
     return runs, imported, scenario, base_dir
 
 
+def free_parameters(args: argparse.Namespace, runs: Sequence[FitRun]) -> tuple[str, ...]:
+    """``--free``, or the mode's default for these runs; ConfigError when it mixes modes."""
+    choices = ENGINE_CPU_PARAMETERS if args.fit_kind == "engine-cpu" else PARAMETERS
+    if args.free is not None:
+        free = tuple(name.strip() for name in args.free.split(",") if name.strip())
+        if not free or any(name not in choices for name in free):
+            raise ConfigError(
+                f"--free {args.free!r} with --fit-kind {args.fit_kind}: "
+                f"choose from {', '.join(choices)}"
+            )
+        return free
+    if args.fit_kind == "multipliers":
+        return PARAMETERS
+    way_in = (WAY_IN,) if all(run.arrivals_include_way_in for run in runs) else ()
+    if all(run.engine_cpu is None for run in runs):
+        if not way_in:
+            raise ConfigError(
+                f"--fit-kind engine-cpu: {runs[0].base.label} times whole steps (no engine CPU "
+                "to fit) and the runs' arrivals are the engine's queue times (no way in)"
+            )
+        return way_in
+    return (*DEFAULT_CPU_FREE, *way_in)
+
+
 def calibrate_from_runs(args: argparse.Namespace) -> int:
     """The whole command (module docstring); ConfigError on bad input. Returns 0."""
-    free = tuple(name.strip() for name in args.free.split(",") if name.strip())
-    if not free or any(name not in PARAMETERS for name in free):
-        raise ConfigError(f"--free {args.free!r}: choose from {', '.join(PARAMETERS)}")
+    if args.max_evals < 2:
+        raise ConfigError(f"--max-evals must be at least 2, got {args.max_evals}")
+    runs, imported, scenario, base_dir = fit_runs(args.from_run, args)
+    free = free_parameters(args, runs)
     if args.max_evals < len(free) + 1:
         raise ConfigError(f"--max-evals must be at least {len(free) + 1}, got {args.max_evals}")
-    runs, imported, scenario, base_dir = fit_runs(args.from_run, args)
     model, hardware = runs[0].scenario.model.name, runs[0].scenario.hardware.name
-    out = Path(args.out or Path("runs") / f"fitted-{model}-{hardware}.json")
+    cpu_mode = args.fit_kind == "engine-cpu"
+    stem = "engine-cpu" if cpu_mode else "fitted"
+    out = Path(args.out or Path("runs") / f"{stem}-{model}-{hardware}.json")
     check_out_file(out)  # before the fit: a bad --out would lose minutes of it
+    if cpu_mode and WAY_IN not in free:
+        print(
+            f"{WAY_IN} not fitted: the runs' arrivals are the engine's queue times, after "
+            "the way in (or --free leaves it out)"
+        )
     print(f"fitting {', '.join(free)} of {runs[0].base.label} to {len(runs)} run(s)")
     errors: dict[str, Any] = {"objective": OBJECTIVE}
-    if not args.no_cross_validation:
-        errors["cross_validation"] = cross_validate(runs, free, args.max_evals)
-    everything = [Target(i) for i in range(len(runs))]
-    outcome = fit(runs, everything, free, args.max_evals)
+    try:
+        if not args.no_cross_validation:
+            errors["cross_validation"] = cross_validate(runs, free, args.max_evals)
+        everything = [Target(i) for i in range(len(runs))]
+        outcome = fit_free(runs, everything, free, args.max_evals)
+    except ValueError as error:  # what the runs cannot inform, or cannot split
+        raise ConfigError(f"--from-run: {error}") from None
     errors["in_sample"] = {
         "parameters": params_json(outcome.params),
-        "rows": target_rows(runs, everything, outcome.params),
+        "rows": target_rows(runs, everything, outcome.params, base_of(runs, free)),
     }
     base_cost = scenario.cost.model_dump(mode="json") if scenario else {"kind": "auto"}
-    artifact = FittedCostArtifact(
-        provenance=FittedProvenance(
-            tool_version=sim.__version__,
-            created_utc=utc_now(),
-            command=getattr(args, "command_line", None) or shlex.join(["servesim", *sys.argv[1:]]),
-            git_revision=git_revision(),
-            model=model,
-            hardware=hardware,
-            runs=[
-                FittedRunInfo(
-                    source=source,
-                    format=str(run.meta.get("format", "imported")),
-                    num_requests=len(run.requests),
-                    sha256=run_digest(run.requests),
-                )
-                for source, run in zip(args.from_run, imported, strict=True)
-            ],
-        ),
-        base_cost=rebase_paths(base_cost, base_dir, out.parent),
-        base_cost_label=runs[0].base.label,
-        parameters=FittedParameterValues(**params_json(outcome.params)),
-        fit=FitSummary(
-            free_parameters=list(free),
-            objective=OBJECTIVE,
-            objective_value=outcome.value,
-            base_objective_value=outcome.base_value,
-            num_evaluations=outcome.num_evaluations,
-            optimiser=OPTIMISER,
-        ),
-        errors=errors,
+    common: dict[str, Any] = {
+        "tool_version": sim.__version__,
+        "created_utc": utc_now(),
+        "command": getattr(args, "command_line", None) or shlex.join(["servesim", *sys.argv[1:]]),
+        "git_revision": git_revision(),
+        "model": model,
+        "hardware": hardware,
+        "runs": [
+            FittedRunInfo(
+                source=source,
+                format=str(run.meta.get("format", "imported")),
+                num_requests=len(run.requests),
+                sha256=run_digest(run.requests),
+            )
+            for source, run in zip(args.from_run, imported, strict=True)
+        ],
+    }
+    summary = FitSummary(
+        free_parameters=list(free),
+        objective=OBJECTIVE,
+        objective_value=outcome.value,
+        base_objective_value=outcome.base_value,
+        num_evaluations=outcome.num_evaluations,
+        optimiser=OPTIMISER,
     )
-    save_fitted_artifact(artifact, out)
+    rebased = rebase_paths(base_cost, base_dir, out.parent)
+    if isinstance(outcome.params, EngineCpuFitValues):
+        first = runs[0]
+        save_engine_cpu_artifact(
+            EngineCpuArtifact(
+                provenance=EngineCpuProvenance(
+                    **common,
+                    vllm_version=first.scenario.engine.vllm_version,
+                    async_scheduling=first.scenario.async_scheduling,
+                ),
+                base_cost=rebased,
+                base_cost_label=first.base.label,
+                cpu=None if all(run.engine_cpu is None for run in runs) else outcome.params.cpu,
+                way_in_s_per_request=outcome.params.way_in_s_per_request
+                if WAY_IN in free
+                else None,
+                fit=summary,
+                errors=errors,
+            ),
+            out,
+        )
+        use = f"engine: {{cpu_artifact: {out}}}"
+    else:
+        save_fitted_artifact(
+            FittedCostArtifact(
+                provenance=FittedProvenance(**common),
+                base_cost=rebased,
+                base_cost_label=runs[0].base.label,
+                parameters=FittedParameterValues(
+                    step_overhead_s=outcome.params.step_overhead_s,
+                    prefill_multiplier=outcome.params.prefill_multiplier,
+                    decode_multiplier=outcome.params.decode_multiplier,
+                ),
+                fit=summary,
+                errors=errors,
+            ),
+            out,
+        )
+        use = f"cost: {{kind: fitted, artifact: {out}}}"
     print(render(errors))
     print(
         f"objective {outcome.base_value:.4g} (base) -> {outcome.value:.4g} (fitted) in "
-        f"{outcome.num_evaluations} simulations; wrote {out}; use it with "
-        f"cost: {{kind: fitted, artifact: {out}}}"
+        f"{outcome.num_evaluations} simulations; wrote {out}; use it with {use}"
     )
     return 0

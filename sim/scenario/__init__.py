@@ -17,12 +17,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from sim.cost.config import AutoCostConfig, CostConfig
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig
+from sim.cost.fitted_cpu import load_engine_cpu_artifact
 from sim.engine.policies import ContinuousConfig, PolicyConfig
 from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings
@@ -83,6 +85,14 @@ class EngineConfig(BaseModel):
         description=(
             "the engine's CPU work per step (sim.cost.engine_cpu), added to or overlapped"
             " with a GPU-only cost model's step; None: the vllm_version's estimate"
+        ),
+    )
+    cpu_artifact: str | None = Field(
+        default=None,
+        description=(
+            "a fitted engine-CPU artifact (servesim calibrate --from-run --fit-kind engine-cpu;"
+            " relative to the scenario's folder): sets cpu, and frontend.way_in_s_per_request"
+            " when the fit identified it (sim.cost.fitted_cpu)"
         ),
     )
 
@@ -255,6 +265,32 @@ class Scenario(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _fitted_engine_cpu(self, info: ValidationInfo) -> Scenario:
+        """``engine.cpu_artifact``'s coefficients into ``engine.cpu`` (and its fitted way in
+        into ``frontend``), here; a different value the scenario also sets is refused (the
+        same one is a scenario validated again after this filled it in)."""
+        name = self.engine.cpu_artifact
+        if name is None:
+            return self
+        artifact = load_engine_cpu_artifact(name, (info.context or {}).get("base_dir"))
+        if artifact.cpu is not None:
+            if self.engine.cpu is not None and self.engine.cpu != artifact.cpu:
+                raise ValueError(f"engine.cpu and engine.cpu_artifact {name} both set; keep one")
+            cpu = {"cpu": artifact.cpu}
+            object.__setattr__(self, "engine", self.engine.model_copy(update=cpu))
+        way_in = artifact.way_in_s_per_request
+        if way_in is not None:
+            given = self.frontend.way_in_s_per_request
+            if "way_in_s_per_request" in self.frontend.model_fields_set and given != way_in:
+                raise ValueError(
+                    f"frontend.way_in_s_per_request and engine.cpu_artifact {name} (which "
+                    "fitted it) both set; keep one"
+                )
+            update = {"way_in_s_per_request": way_in}
+            object.__setattr__(self, "frontend", self.frontend.model_copy(update=update))
+        return self
+
+    @model_validator(mode="after")
     def _check(self) -> Scenario:
         """Checks across sections; the first problem found is the error."""
         problem = context_problem(
@@ -344,6 +380,9 @@ class Scenario(BaseModel):
         step (async scheduling); the scenario's ``engine.cpu``, else its vLLM
         version's estimate, labelled as one."""
         engine = self.engine
+        if engine.cpu_artifact is not None and engine.cpu is not None:
+            source = f"fitted, {Path(engine.cpu_artifact).name}"
+            return EngineCpu(engine.cpu, self.async_scheduling, source, given=True)
         if engine.cpu is not None:
             return EngineCpu(engine.cpu, self.async_scheduling, "engine.cpu", given=True)
         source = f"estimate, vLLM {engine.vllm_version}"

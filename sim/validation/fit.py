@@ -26,6 +26,19 @@ serves the whole run (arrivals and lengths are the workload to predict, an
 input); only the scored latencies are split, so the second half's latencies
 are never seen by the fit.
 
+The engine-CPU mode (``fit_engine_cpu``, ``--fit-kind engine-cpu``): the free
+parameters are the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig``
+(``CPU_PARAMETERS``) around the GPU-only base, its kernel prices kept as they
+are, and the way in per request (``WAY_IN``) where the runs' arrivals are the
+clients' send times (``FitRun.arrivals_include_way_in``); a coefficient the
+runs cannot inform is refused, not fitted to noise. The search starts from
+the vLLM version's estimates (``engine_cpu_start``), in units of
+``CPU_UNITS_S``, box-bounded at 0, with a weak pull back to the start
+(``CPU_PRIOR_WEIGHT``). Its folds (``phase_folds``): several runs, leave one
+out; one run, leave one phase out, the phases split at the median number of
+requests in flight when each request arrived (``phase_split``: the
+low-load requests, at or below it, and the saturated ones above it).
+
 The report: ``cross_validate`` fits each fold on its training targets and
 scores the held-out ones with the base model and the fold's parameters; the
 final fit (on every run) is scored the same way, in sample. Errors are signed
@@ -38,19 +51,37 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
 
 from sim.cost.base import CostModel
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.fitted import FitParameters, FittedCost
+from sim.cost.fitted_cpu import EngineCpuFitValues
 from sim.scenario import Scenario
 from sim.validation.optimize import FloatArray, nelder_mead
 from sim.validation.predict import per_request_latencies, predict
 
 # The free parameters of sim.cost.fitted.FitParameters, in the order fits report them.
 PARAMETERS = ("step_overhead_s", "prefill_multiplier", "decode_multiplier")
+# --fit engine-cpu: sim.cost.engine_cpu.EngineCpuConfig's coefficients and the way in.
+CPU_PARAMETERS = ("per_step_s", "per_seq_s", "per_token_s", "non_overlapped_s")
+WAY_IN = "way_in_s_per_request"
+ENGINE_CPU_PARAMETERS = (*CPU_PARAMETERS, WAY_IN)
+# One unit of the search per coefficient (s): the first simplex moves each by one unit.
+CPU_UNITS_S = {
+    "per_step_s": 1e-3,
+    "per_seq_s": 1e-5,
+    "per_token_s": 1e-6,
+    "non_overlapped_s": 1e-3,
+    WAY_IN: 1e-2,
+}
+_MAX_CPU_UNITS = 100.0
+# A weak pull (per unit squared) towards the start, the vLLM version's estimate, so that a
+# coefficient the runs do not inform (CPU work hidden behind the GPU step) stays there.
+CPU_PRIOR_WEIGHT = 1e-6
 DEFAULT_MAX_EVALUATIONS = 120
 METRICS = ("ttft_s", "tpot_s")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
@@ -63,6 +94,11 @@ _MAX_OVERHEAD_IN_SCALES = 100.0
 START_SCALES = tuple(float(2.0 ** (k / 2)) for k in range(-6, 7))
 
 
+# The CPU coefficients of a whole-step base, where only the way in can be fitted.
+ZERO_CPU = EngineCpuConfig(per_step_s=0.0, per_seq_s=0.0, per_token_s=0.0, non_overlapped_s=0.0)
+Adjustment = FitParameters | EngineCpuFitValues
+
+
 @dataclass(frozen=True)
 class FitRun:
     """A measured run ready to replay: scenario, requests, measured latencies, base cost."""
@@ -70,18 +106,37 @@ class FitRun:
     name: str
     scenario: Scenario
     requests: pd.DataFrame
-    base: CostModel
+    base: CostModel  # GPU-only where the scenario's cost prices GPU work only
     base_dir: Path | None = None
+    # The scenario's engine CPU work when ``base`` prices GPU work only (kernel tables,
+    # roofline); None when it times whole steps (a calibrated curve): no CPU fit then.
+    engine_cpu: EngineCpu | None = None
+    # Whether the run's arrival times are the clients' send times (the way in included).
+    arrivals_include_way_in: bool = False
 
     @property
     def measured(self) -> pd.DataFrame:
         """Measured ``ttft_s``, ``tpot_s`` of completed requests, by request id."""
         return per_request_latencies(self.requests)
 
-    def simulate(self, params: FitParameters) -> pd.DataFrame:
+    def simulate(self, params: Adjustment) -> pd.DataFrame:
         """Predicted per-request latencies with ``params`` on the base cost."""
-        result = predict(self.scenario, self.requests, FittedCost(self.base, params), self.base_dir)
+        scenario, cost = self.scenario, self.adjusted_cost(params)
+        if isinstance(params, EngineCpuFitValues) and params.way_in_s_per_request is not None:
+            frontend = scenario.frontend.model_copy(update={WAY_IN: params.way_in_s_per_request})
+            scenario = scenario.model_copy(update={"frontend": frontend})
+        result = predict(scenario, self.requests, cost, self.base_dir)
         return per_request_latencies(result.raw.requests)
+
+    def adjusted_cost(self, params: Adjustment) -> CostModel:
+        """The base with ``params``: multipliers, or the fitted engine CPU work around it."""
+        if isinstance(params, FitParameters):
+            return FittedCost(self.base, params)
+        if self.engine_cpu is None:
+            if params.cpu == ZERO_CPU:  # only the way in fitted, on a whole-step base
+                return self.base
+            raise ValueError(f"{self.name}: the base times whole steps; no engine CPU to fit")
+        return EngineCpuCost(self.base, EngineCpu(params.cpu, self.engine_cpu.overlapped, "fit"))
 
 
 @dataclass(frozen=True)
@@ -136,6 +191,49 @@ def cv_folds(runs: Sequence[FitRun]) -> list[Fold]:
     ]
 
 
+def in_flight_at_arrival(requests: pd.DataFrame) -> pd.Series:
+    """Per request id: how many requests of the measured run were in flight (arrived before
+    it, not yet finished) when it arrived; a request never served counts as none."""
+    arrival = requests["arrival_s"].to_numpy(dtype=np.float64)
+    finish = requests["finish_s"].to_numpy(dtype=np.float64)
+    finish = np.where(np.isfinite(finish), finish, arrival)
+    arrived = np.searchsorted(np.sort(arrival), arrival, side="left")
+    finished = np.searchsorted(np.sort(finish), arrival, side="left")
+    counts = np.maximum(arrived - finished, 0)
+    return pd.Series(counts, index=requests["request_id"].to_numpy(dtype=np.int64))
+
+
+def phase_split(requests: pd.DataFrame) -> tuple[Target, Target]:
+    """Target 0's low-load and saturated phases: the requests that arrived with at most
+    the median number of requests in flight (``in_flight_at_arrival``), and the rest."""
+    counts = in_flight_at_arrival(requests)
+    median = float(np.median(counts.to_numpy()))
+    low = tuple(int(i) for i in counts.index[counts.to_numpy() <= median])
+    high = tuple(int(i) for i in counts.index[counts.to_numpy() > median])
+    if not low or not high:
+        raise ValueError(
+            f"one run needs requests both at and above its median load ({median:g} in flight) "
+            "to split in phases"
+        )
+    return (
+        Target(0, low, f"low load (<= {median:g} in flight)"),
+        Target(0, high, f"saturated (> {median:g} in flight)"),
+    )
+
+
+def phase_folds(runs: Sequence[FitRun]) -> list[Fold]:
+    """Leave-one-run-out with 2+ runs; with one, leave one phase out (``phase_split``):
+    fit on the low-load phase and score the saturated one, and the reverse."""
+    if len(runs) != 1:
+        return cv_folds(runs)
+    low, high = phase_split(runs[0].requests)
+    name = runs[0].name
+    return [
+        Fold(f"{name}: {low.label} -> {high.label}", (low,), (high,)),
+        Fold(f"{name}: {high.label} -> {low.label}", (high,), (low,)),
+    ]
+
+
 def _positive(latencies: pd.DataFrame, ids: tuple[int, ...] | None, metric: str) -> FloatArray:
     """The finite, positive values of ``metric`` a target scores (all rows, or ``ids``)."""
     table = latencies if ids is None else latencies.loc[latencies.index.intersection(list(ids))]
@@ -166,7 +264,7 @@ def log_errors(
 
 
 def score(
-    runs: Sequence[FitRun], targets: Sequence[Target], params: FitParameters
+    runs: Sequence[FitRun], targets: Sequence[Target], params: Adjustment
 ) -> list[dict[str, dict[str, float]]]:
     """Log errors of every target, each run replayed once."""
     measured: dict[int, pd.DataFrame] = {}
@@ -188,11 +286,14 @@ def objective_value(errors: Sequence[dict[str, dict[str, float]]]) -> float:
     return float(np.mean(values**2))
 
 
+P = TypeVar("P", FitParameters, EngineCpuFitValues)
+
+
 @dataclass(frozen=True)
-class FitOutcome:
+class FitOutcome(Generic[P]):
     """Fitted parameters, the objective there and with the base model, and the simulations."""
 
-    params: FitParameters
+    params: P
     value: float
     base_value: float
     num_evaluations: int
@@ -239,7 +340,7 @@ def fit(
     targets: Sequence[Target],
     free: Sequence[str] = PARAMETERS,
     max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
-) -> FitOutcome:
+) -> FitOutcome[FitParameters]:
     """Minimise the objective over the ``free`` parameters (the others stay at identity)."""
     unknown = [name for name in free if name not in PARAMETERS]
     if unknown or not free:
@@ -273,6 +374,107 @@ def fit(
     )
 
 
+def is_engine_cpu_fit(free: Sequence[str]) -> bool:
+    """Whether ``free`` names engine-CPU parameters (else multipliers); mixing is refused."""
+    if free and all(name in ENGINE_CPU_PARAMETERS for name in free):
+        return True
+    if free and all(name in PARAMETERS for name in free):
+        return False
+    raise ValueError(
+        f"free parameters must be a non-empty subset of {PARAMETERS} or of {ENGINE_CPU_PARAMETERS}"
+    )
+
+
+def engine_cpu_start(runs: Sequence[FitRun]) -> EngineCpuFitValues:
+    """Where an engine-CPU fit starts, and what it leaves fixed: the first run's CPU
+    estimate (its vLLM version's, or its scenario's ``engine.cpu``; none on a whole-step
+    base) and its scenario's way in."""
+    first = runs[0]
+    cpu = first.engine_cpu.config if first.engine_cpu is not None else ZERO_CPU
+    return EngineCpuFitValues(cpu, first.scenario.frontend.way_in_s_per_request)
+
+
+def engine_cpu_values(
+    x: FloatArray, free: Sequence[str], start: EngineCpuFitValues
+) -> EngineCpuFitValues:
+    """The candidate at search point ``x`` (units of ``CPU_UNITS_S``); the rest at ``start``."""
+    values = {
+        name: max(0.0, v) * CPU_UNITS_S[name] for name, v in zip(free, x.tolist(), strict=True)
+    }
+    way_in = values.pop(WAY_IN, start.way_in_s_per_request)
+    return EngineCpuFitValues(start.cpu.model_copy(update=values), way_in)
+
+
+def fit_engine_cpu(
+    runs: Sequence[FitRun],
+    targets: Sequence[Target],
+    free: Sequence[str],
+    max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+) -> FitOutcome[EngineCpuFitValues]:
+    """Minimise the objective over the ``free`` engine-CPU coefficients and the way in,
+    the base's kernel prices kept as they are; the others stay at ``engine_cpu_start``.
+
+    Refused (ValueError) where the runs cannot inform what is asked: CPU coefficients on
+    a base that times whole steps, the way in on runs whose arrivals exclude it.
+    """
+    if not is_engine_cpu_fit(free):
+        raise ValueError(f"free parameters must be a non-empty subset of {ENGINE_CPU_PARAMETERS}")
+    for run in runs:
+        if run.engine_cpu is None and any(name in CPU_PARAMETERS for name in free):
+            raise ValueError(
+                f"{run.name}: its cost ({run.base.label}) times whole steps, the engine's CPU "
+                f"work included; fit only {WAY_IN} on it"
+            )
+        if WAY_IN in free and not run.arrivals_include_way_in:
+            raise ValueError(
+                f"{run.name}: its arrivals are the engine's queue times, after the way in; "
+                f"{WAY_IN} cannot be fitted from it"
+            )
+    start = engine_cpu_start(runs)
+    if WAY_IN in free:
+        start = EngineCpuFitValues(start.cpu, start.way_in_s_per_request or 0.0)
+    fixed = {"way_in": start.way_in_s_per_request, **start.cpu.model_dump()}
+    x0 = np.array([fixed["way_in" if n == WAY_IN else n] / CPU_UNITS_S[n] for n in free])
+
+    def penalised(x: FloatArray) -> float:
+        prior = CPU_PRIOR_WEIGHT * float(np.sum((x - x0) ** 2))
+        return objective_value(score(runs, targets, engine_cpu_values(x, free, start))) + prior
+
+    n = len(free)
+    found = nelder_mead(
+        penalised,
+        x0,
+        np.ones(n),
+        np.zeros(n),
+        np.full(n, _MAX_CPU_UNITS),
+        max_evaluations=max_evaluations,
+    )
+    params = engine_cpu_values(found.x, free, start)
+    return FitOutcome(
+        params,
+        objective_value(score(runs, targets, params)),
+        objective_value(score(runs, targets, start)),
+        found.num_evaluations,
+    )
+
+
+def fit_free(
+    runs: Sequence[FitRun],
+    targets: Sequence[Target],
+    free: Sequence[str],
+    max_evaluations: int = DEFAULT_MAX_EVALUATIONS,
+) -> FitOutcome[FitParameters] | FitOutcome[EngineCpuFitValues]:
+    """``fit_engine_cpu`` or the multipliers' ``fit``, as ``free`` names their parameters."""
+    if is_engine_cpu_fit(free):
+        return fit_engine_cpu(runs, targets, free, max_evaluations)
+    return fit(runs, targets, free, max_evaluations)
+
+
+def base_of(runs: Sequence[FitRun], free: Sequence[str]) -> Adjustment:
+    """What a fit's errors are compared with: the base alone, or its CPU estimate."""
+    return engine_cpu_start(runs) if is_engine_cpu_fit(free) else FitParameters()
+
+
 _NAMES = {"ttft_s": "TTFT", "tpot_s": "TPOT"}
 
 
@@ -281,25 +483,32 @@ def percent(log_error: float) -> float | None:
     return None if not math.isfinite(log_error) else round(100.0 * math.expm1(log_error), 2)
 
 
-def params_json(params: FitParameters) -> dict[str, float]:
+def params_json(params: Adjustment) -> dict[str, float | None]:
+    """The parameters by name (an engine-CPU fit's way in None when not fitted)."""
+    if isinstance(params, EngineCpuFitValues):
+        return {**params.cpu.model_dump(), WAY_IN: params.way_in_s_per_request}
     return {name: float(getattr(params, name)) for name in PARAMETERS}
 
 
 def target_rows(
-    runs: Sequence[FitRun], targets: Sequence[Target], fitted: FitParameters
+    runs: Sequence[FitRun],
+    targets: Sequence[Target],
+    fitted: Adjustment,
+    base: Adjustment | None = None,
 ) -> list[dict[str, Any]]:
-    """Per target and metric: base and fitted % errors at p50/p90/p99."""
-    base_errors = score(runs, targets, FitParameters())
+    """Per target and metric: base and fitted % errors at p50/p90/p99 (``base``: the
+    multipliers' identity, unless given)."""
+    base_errors = score(runs, targets, FitParameters() if base is None else base)
     fitted_errors = score(runs, targets, fitted)
     rows = []
-    for target, base, new in zip(targets, base_errors, fitted_errors, strict=True):
+    for target, old, new in zip(targets, base_errors, fitted_errors, strict=True):
         for metric in METRICS:
             rows.append(
                 {
                     "run": runs[target.run].name,
                     "requests": target.label,
                     "metric": _NAMES[metric],
-                    "base_err_pct": {s: percent(base[metric][s]) for s in QUANTILES},
+                    "base_err_pct": {s: percent(old[metric][s]) for s in QUANTILES},
                     "fitted_err_pct": {s: percent(new[metric][s]) for s in QUANTILES},
                 }
             )
@@ -311,15 +520,17 @@ def cross_validate(
 ) -> list[dict[str, Any]]:
     """Every fold: its fitted parameters and the held-out rows (module docstring)."""
     out = []
-    for fold in cv_folds(runs):
-        outcome = fit(runs, fold.train, free, max_evaluations)
+    cpu = is_engine_cpu_fit(free)
+    base = base_of(runs, free)
+    for fold in phase_folds(runs) if cpu else cv_folds(runs):
+        outcome = fit_free(runs, fold.train, free, max_evaluations)
         out.append(
             {
                 "fold": fold.name,
                 "parameters": params_json(outcome.params),
                 "train_objective": outcome.value,
                 "num_evaluations": outcome.num_evaluations,
-                "held_out": target_rows(runs, fold.test, outcome.params),
+                "held_out": target_rows(runs, fold.test, outcome.params, base),
             }
         )
     return out
@@ -339,7 +550,11 @@ def render_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _params_text(params: dict[str, float]) -> str:
+def _params_text(params: dict[str, Any]) -> str:
+    if "per_step_s" in params:
+        way_in = params.get(WAY_IN)
+        text = ", ".join(f"{name} {params[name] * 1e6:.1f} us" for name in CPU_PARAMETERS)
+        return text + ("" if way_in is None else f", way in {way_in * 1e3:.2f} ms/request")
     return (
         f"overhead {params['step_overhead_s'] * 1e3:.3f} ms/step, prefill "
         f"x{params['prefill_multiplier']:.3f}, decode x{params['decode_multiplier']:.3f}"

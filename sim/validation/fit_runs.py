@@ -55,6 +55,13 @@ def load_measured_run(path: str | Path) -> ImportedRun:
     return run
 
 
+def arrivals_include_way_in(run: ImportedRun) -> bool:
+    """Whether the run's arrival times are when requests were sent, before the server's way
+    in: a ``servesim measure`` folder's are (its ready times come after). The importers'
+    runs (LLMServingSim's vLLM logs) record the engine's queue times, after the way in."""
+    return run.meta.get("format") == MEASURE_FORMAT
+
+
 def recorded_model(run: ImportedRun) -> str | None:
     """The model a run says it served, if it says."""
     engine = run.meta.get("engine") or {}

@@ -79,6 +79,10 @@ class KernelsCostConfig(BaseModel):
     # Price the scenario's GPU with tables measured on another (a what-if): refused
     # unless asked for, since the answer is then about the other GPU's kernels.
     allow_other_gpu: bool = False
+    # Ablations (what these tables priced before issue 29's fixes; public_runs.py's
+    # per-cause columns): a mixed step's attention as two kernels, no memory-bound ops.
+    mixed_attention: bool = True
+    memory_ops: bool = True
     # Apply a profile's skew fit (uneven decode KV lengths) where it has one; off
     # for ablations.
     skew: bool = True
@@ -174,6 +178,8 @@ def build_kernels(
         pipeline_parallel_size=p.pipeline_parallel_size,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
+        mixed_attention=config.mixed_attention,
+        memory_ops=config.memory_ops,
         hardware=hardware,
         skew=config.skew,
     )

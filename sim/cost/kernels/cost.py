@@ -57,11 +57,18 @@ class KernelCost:
         link: LinkSpec | None = None,
         expert_parallel_size: int = 1,
         hardware: HardwareSpec | None = None,
+        mixed_attention: bool = True,
+        memory_ops: bool = True,
         skew: bool = True,
     ) -> None:
         """``hardware`` gives the bandwidth of the memory-bound ops (``memory_ops``);
         default: the hardware preset of the GPU the artifact was measured on.
-        ``skew``: apply the artifact's skew fit, when it has one (an ablation's off)."""
+
+        ``mixed_attention=False`` prices a mixed step's attention as pure prefill plus
+        pure decode even where the tables have the one varlen kernel, and
+        ``memory_ops=False`` leaves the memory-bound ops out: what these tables
+        priced before those fixes (ablations, ``benchmarks/public_runs.py``).
+        ``skew=False`` does not apply the artifact's skew fit (an ablation)."""
         self.arch, self.artifact = arch, artifact
         self.tp, self.pp = tensor_parallel_size, pipeline_parallel_size
         self.ep = expert_parallel_size
@@ -84,7 +91,7 @@ class KernelCost:
                 f"kernel artifact ({artifact.label}) was profiled at tensor parallel "
                 f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
             )
-        self._build_dense(hardware)
+        self._build_dense(hardware, memory_ops)
         # Attention: a per-model profile's varlen lattice (one kernel per step, its
         # KV lengths counting cached tokens before this step's), else the pure tables.
         self._mixed = artifact.has("mixed_attention")
@@ -94,6 +101,8 @@ class KernelCost:
             profile = mixed_attention_grids(artifact)
             self._mixed_attn, self._prefill_attn, self._decode_attn = profile
             self._decode_history = 1
+            if not mixed_attention:
+                self._mixed_attn = None  # the sum of the pure planes (attention_s)
         else:
             s = self.shapes
             self._prefill_attn, self._decode_attn = attention_grids(
@@ -113,8 +122,15 @@ class KernelCost:
         self._link_s_per_byte = 1.0 / link_bytes_per_s
         self._dense_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
+        # Ablations that change this model's prices, named in its label.
+        off = (
+            ("attention as two kernels", self._mixed and not mixed_attention),
+            ("no memory-bound ops", self._profile is None and not memory_ops),
+            ("no skew fit", self._mixed and artifact.has("attention_skew") and not skew),
+        )
+        self.ablations = tuple(name for name, applies in off if applies)
 
-    def _build_dense(self, hardware: HardwareSpec | None) -> None:
+    def _build_dense(self, hardware: HardwareSpec | None, memory_ops: bool = True) -> None:
         """The dense ops' sources: a per-layer profile, else GEMM (and MoE) tables
         and the memory-bound ops priced from bandwidth."""
         a, arch = self.artifact, self.arch
@@ -136,7 +152,8 @@ class KernelCost:
                 self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
             elif arch.moe is not None:
                 self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
-            self._memory = MemoryOps.for_artifact(a, arch, self.shapes, hardware)
+            if memory_ops:
+                self._memory = MemoryOps.for_artifact(a, arch, self.shapes, hardware)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:
@@ -159,8 +176,8 @@ class KernelCost:
                 total += self.gemm_s(t, n, k)
             if self._moe is not None:
                 total += self._moe(t)
-            assert self._memory is not None
-            total += self._memory.layer_s(t)
+            if self._memory is not None:
+                total += self._memory.layer_s(t)
         total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
         self._dense_cache[num_tokens] = total
         return total
@@ -357,13 +374,13 @@ class KernelCost:
             layer += [(name, self.gemm_s(t, n, k)) for name, (n, k) in self.shapes.gemms.items()]
             if self._moe is not None:
                 layer.append(("moe", self._moe(t)))
-            assert self._memory is not None
-            layer += self._memory.layer_terms(t)
-            memory_step = dict(self._memory.step_terms(t, float(seqs), not self._lm_ops))
-            step += [("embedding", memory_step["embedding"])]
-            message_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
-            step += [("embedding_allreduce", self.allreduce_s(message_bytes))]
-            step += [(name, memory_step[name]) for name in ("final_norm", "sampler")]
+            if self._memory is not None:
+                layer += self._memory.layer_terms(t)
+                memory_step = dict(self._memory.step_terms(t, float(seqs), not self._lm_ops))
+                step += [("embedding", memory_step["embedding"])]
+                message_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
+                step += [("embedding_allreduce", self.allreduce_s(message_bytes))]
+                step += [(name, memory_step[name]) for name in ("final_norm", "sampler")]
         layer.append(
             (
                 "allreduce",
@@ -408,7 +425,8 @@ class KernelCost:
         layout += f"(ep{self.ep})" if self.ep > 1 else ""
         kernel = p.kernels.get("attention") or p.kernels.get("engine", "")
         detail = f"; {kernel}" if kernel else ""
-        return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail})"
+        ablated = f" [{', '.join(self.ablations)}]" if self.ablations else ""
+        return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail}){ablated}"
 
     def step_s(self, shape: StepShape) -> float:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
