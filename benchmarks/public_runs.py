@@ -20,7 +20,7 @@ predicted and measured p50/p90/p99 and writes
   with none of issue 29's fixes of a step's price, with each fix alone and
   with all (``CAUSES``: the engine's CPU work overlapping the GPU instead of a
   serial 2 ms, a mixed step's attention as one varlen kernel, the memory-bound
-  ops), so that each fix's contribution is on record;
+  ops, the skew fit), so that each fix's contribution is on record;
 - ``sensitivity.json`` (and a table in ``results.md``): the p50 errors again
   with every step priced ``SCALES`` times the cost model's time, which shows
   how much a step-time error moves each metric. These runs are overloaded
@@ -77,7 +77,8 @@ class Cause:
 # step_overhead_s before issue 29) instead of the CPU model overlapping the GPU
 # step; a mixed step's attention as pure prefill + pure decode instead of the one
 # varlen kernel (profiles only: aiconfigurator has no mixed rows); no memory-bound
-# ops (the GEMM route only: profiles time them).
+# ops (the GEMM route only: profiles time them); no skew fit for uneven decode KV
+# (profiles whose metadata enables it: the RTX PRO 6000's).
 CAUSES = (
     Cause(
         "CPU work overlapped",
@@ -85,6 +86,7 @@ CAUSES = (
     ),
     Cause("mixed attention", ("cost.mixed_attention=false",)),
     Cause("memory-bound ops", ("cost.memory_ops=false",)),
+    Cause("skew fit", ("cost.skew=false",)),
 )
 
 
