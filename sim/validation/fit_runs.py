@@ -30,7 +30,7 @@ from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
 from sim.validation.importers import import_run
-from sim.validation.match import hardware_matches
+from sim.validation.match import hardware_matches, imported_engine_settings
 from sim.validation.runs import ImportedRun, load_run
 
 MEASURE_FORMAT = "servesim-measure"
@@ -102,22 +102,11 @@ def run_digest(requests: pd.DataFrame) -> str:
 
 def _limits(engine: dict[str, Any]) -> dict[str, Any]:
     """Scenario fields from a run's recorded engine settings (unrecorded ones keep defaults)."""
+    settings = imported_engine_settings(engine)
     scheduler: dict[str, Any] = {"kind": "continuous", "chunked_prefill": True}
     for key in ("max_num_seqs", "max_num_batched_tokens"):
-        if engine.get(key) is not None:
-            scheduler[key] = engine[key]
-    settings: dict[str, Any] = {}
-    pairs = (
-        ("num_gpu_blocks", "num_kv_blocks"),
-        ("block_size", "block_size_tokens"),
-        ("max_model_len", "max_model_len_tokens"),
-        ("enable_prefix_caching", "enable_prefix_caching"),
-        ("async_scheduling", "async_scheduling"),
-        ("vllm_version", "vllm_version"),  # its defaults and CPU estimate
-    )
-    for recorded, field in pairs:
-        if engine.get(recorded) is not None:
-            settings[field] = engine[recorded]
+        if key in settings:
+            scheduler[key] = settings.pop(key)
     return {"scheduler": scheduler, "engine": settings}
 
 

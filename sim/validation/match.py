@@ -126,7 +126,9 @@ def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
 
 
 # An imported run's engine settings (sim.validation formats' ``meta["engine"]``, in
-# vLLM's names) as ``sim.api.engine_settings`` names them.
+# vLLM's names) as ``sim.api.engine_settings`` names them: the scheduler's two limits,
+# then the scenario's ``engine`` fields of the same names (``fit_runs`` builds a
+# replay scenario from them).
 _IMPORTED_SETTINGS = (
     ("max_num_seqs", "max_num_seqs"),
     ("max_num_batched_tokens", "max_num_batched_tokens"),
@@ -135,6 +137,7 @@ _IMPORTED_SETTINGS = (
     ("max_model_len", "max_model_len_tokens"),
     ("enable_prefix_caching", "enable_prefix_caching"),
     ("async_scheduling", "async_scheduling"),
+    ("vllm_version", "vllm_version"),  # its defaults and CPU estimate follow it
 )
 
 
