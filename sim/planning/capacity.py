@@ -53,7 +53,11 @@ from typing import Literal
 import numpy as np
 
 from sim.errors import ConfigError
+
+# A percentile q rests on about n (1 - q) samples beyond it: fewer than one is the
+# maximum (refused), fewer than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
+from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
@@ -72,9 +76,6 @@ MAX_DOUBLINGS = 20
 # deviations of a run's served ratio (module docstring), or a failing served
 # check may be the run's noise rather than overload.
 SERVED_MARGIN_SDS = 3.0
-# A percentile q rests on about n (1 - q) samples beyond it: fewer than one is the
-# maximum (refused), fewer than this many is a caveat.
-MIN_TAIL_SAMPLES = 10
 SERVED = "served ratio"  # the served check's name where constraints are named
 
 
