@@ -275,18 +275,27 @@ def _ttft_parts_lines(summary: Mapping[str, object]) -> list[str]:
 MOST_REJECTED_SHARE = 0.5  # warn when at least this share of the requests was rejected
 
 
-def all_rejected_error(requests: pd.DataFrame | RequestTable) -> str | None:
-    """The error of a run whose every request was rejected (its summary measures
-    nothing), naming the count and the first reason; None otherwise."""
+def _rejections(requests: pd.DataFrame | RequestTable) -> tuple[int, str] | None:
+    """How many requests were rejected at intake and the first one's reason; None
+    when none was (or the table records no rejections)."""
     if len(requests) == 0 or "rejection_reason" not in requests:
         return None
     rejected = rejected_mask(requests)
-    if not rejected.all():
+    num_rejected = int(rejected.sum())
+    if num_rejected == 0:
         return None
-    first = np.asarray(requests["rejection_reason"])[rejected][0]
+    return num_rejected, str(np.asarray(requests["rejection_reason"])[rejected][0])
+
+
+def all_rejected_error(requests: pd.DataFrame | RequestTable) -> str | None:
+    """The error of a run whose every request was rejected (its summary measures
+    nothing), naming the count and the first reason; None otherwise."""
+    found = _rejections(requests)
+    if found is None or found[0] < len(requests):
+        return None
     return (
         f"every request ({len(requests)}) was rejected as never servable, so the run measures "
-        f"nothing; the first: {first} (--allow-all-rejected writes it anyway)"
+        f"nothing; the first: {found[1]} (--allow-all-rejected writes it anyway)"
     )
 
 
@@ -298,13 +307,10 @@ def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:
     cache). Such a run still "succeeds": without this note, a scenario whose every
     prompt is too long exits 0 with a report of zero completions and nothing on stderr.
     """
-    if len(requests) == 0 or "rejection_reason" not in requests:
+    found = _rejections(requests)
+    if found is None or found[0] < MOST_REJECTED_SHARE * len(requests):
         return None
-    rejected = rejected_mask(requests)
-    num_rejected = int(rejected.sum())
-    if num_rejected == 0 or num_rejected < MOST_REJECTED_SHARE * len(requests):
-        return None
-    first = np.asarray(requests["rejection_reason"])[rejected][0]
+    num_rejected, first = found
     return (
         f"{num_rejected} of {len(requests)} requests ({num_rejected / len(requests):.0%}) were "
         f"rejected as never servable; the first: {first}"
