@@ -1,0 +1,66 @@
+"""What an online engine hands the HTTP server: per step, per request, the new tokens.
+
+Two engines stand behind ``servesim serve``: the reference engine
+(``calibration.reference_engine.OnlineEngine``, a real PyTorch model) and the
+simulated one (``servesim serve --simulate``, the scheduler in wall-clock time
+with each step priced by the cost model). The server talks to either through
+``OnlineBackend`` and knows nothing else of them; it owns tokenization and
+detokenization (text in, text out), so engines deal in token ids only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True, slots=True)
+class Emitted:
+    """One engine step's output for one request; ``finish_reason`` set on its last.
+
+    ``token_ids`` may be empty on the last event of a request that ends without a
+    new token (an abort, a request refused at admission).
+    """
+
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None
+    num_prompt_tokens: int
+    num_generated_tokens: int
+
+
+Sink = Callable[[Emitted], None]
+"""Called on the engine's thread; must not block. A sink that raises ends its request."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """The engine's state as Prometheus gauges report it (vLLM's names in ``/metrics``)."""
+
+    num_running: int
+    num_waiting: int
+    kv_cache_usage: float  # fraction of KV blocks in use, 0..1
+
+
+class OnlineBackend(Protocol):
+    """An engine the HTTP server can stream from. Two implementations, see the module."""
+
+    max_model_len_tokens: int
+    error: BaseException | None  # what stopped the engine's loop, if anything
+
+    def start(self) -> None:
+        """Start the engine's loop (its own thread)."""
+
+    def stop(self) -> None:
+        """End the loop; running requests get no more tokens."""
+
+    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
+        """Queue a tokenized request; its tokens go to ``sink``. Returns its id."""
+
+    def abort(self, request_id: int) -> None:
+        """Stop generating for ``request_id`` (its client went away)."""
+
+    def load(self) -> EngineLoad:
+        """Running and waiting counts and KV usage now (read from any thread)."""
