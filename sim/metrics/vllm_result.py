@@ -84,7 +84,7 @@ def parse_percentile_metrics(text: str) -> tuple[str, ...]:
 
 
 def parse_metric_percentiles(text: str) -> tuple[float, ...]:
-    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)``: each in (0, 100), as vLLM's."""
+    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)``: each in [0, 100], as numpy's (and vLLM's)."""
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
@@ -137,7 +137,7 @@ def chunk_times_s(token_times_s: FloatArray) -> FloatArray:
     return token_times_s[np.concatenate([[True], np.diff(token_times_s) > 0])]
 
 
-def _peaks(
+def stream_peaks(
     start_s: FloatArray, latency_s: FloatArray, chunk_s: list[FloatArray]
 ) -> tuple[float, int]:
     """vLLM's ``max_output_tokens_per_s`` (the most chunks in one whole second from
@@ -206,7 +206,7 @@ def result_document(
             lists["itls"].append([])
             lists["errors"].append(str(reasons[i]) if rejected[i] else UNFINISHED)
     ok_order = order[done[order]]
-    peak_per_s, peak_in_flight = _peaks(
+    peak_per_s, peak_in_flight = stream_peaks(
         arrival_s[ok_order], finish_s[ok_order] - arrival_s[ok_order], chunk_times
     )
     model = summary.get("model")
