@@ -166,6 +166,12 @@ def test_num_prompts_replaces_a_duration_and_caps_a_trace(tmp_path: Path) -> Non
     assert trace["workload"]["max_requests"] == 7 and trace["workload"]["max_concurrency"] == 3
 
 
+def test_a_profile_workload_takes_its_own_keys() -> None:
+    doc: dict[str, Any] = {"workload": {"profile": "poisson", "rate_per_s": 4}}
+    with pytest.raises(ConfigError, match="--request-rate does not apply to a profile workload"):
+        apply_bench_flags(doc, BenchFlags(request_rate_per_s=8.0), (), "doc")
+
+
 def test_max_concurrency_is_the_workload_key() -> None:
     doc: dict[str, Any] = {"workload": {"kind": "synthetic"}}
     apply_bench_flags(doc, BenchFlags(max_concurrency=64), (), "doc")

@@ -25,8 +25,8 @@ lengths uniformly from the integers ``floor(L (1 - r)) .. ceil(L (1 + r))``
 length is at least 1). ``--num-prompts`` on a ``duration_s`` workload
 replaces the duration. ``--goodput`` states every SLO of goodput, as in
 vLLM: the scenario's ``slo`` section is replaced, not merged. A flag on a
-kind it does not apply to, or naming a key a ``--set`` also names, is a
-one-line error.
+kind it does not apply to (or on a workload given by ``profile:``), or naming
+a key a ``--set`` also names, is a one-line error.
 """
 
 from __future__ import annotations
@@ -129,6 +129,8 @@ def random_length(flag: str, length_tokens: int, range_ratio: float) -> dict[str
 def _check_kind(flag: str, kind: str) -> None:
     if kind not in _KINDS[flag]:
         why = _WHY_NOT.get((flag, kind))
+        if kind == "profile":
+            why = "set its keys with --set workload.KEY=VALUE"
         tail = f" ({why})" if why else ""
         raise ConfigError(f"{flag} does not apply to a {kind} workload{tail}")
 
@@ -199,7 +201,9 @@ def apply_bench_flags(
     workload = doc.get("workload")
     if not isinstance(workload, dict):
         raise ConfigError(f"{source}: the vllm bench flags need a workload section")
-    kind = str(workload.get("kind", "synthetic"))
+    # A workload named by a load profile (``profile:``) expands into a kind later,
+    # by keys of its own: the flags do not guess them.
+    kind = "profile" if "profile" in workload else str(workload.get("kind", "synthetic"))
     assignments = _assignments(flags, kind)
     set_keys = [item.partition("=")[0].strip() for item in overrides]
     for key in assignments:
