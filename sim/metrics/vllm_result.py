@@ -35,7 +35,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -243,15 +242,14 @@ def result_document(
 
 def write_result(path: str | Path, document: Mapping[str, Any]) -> Path:
     """Write ``document`` as one line of strict JSON (NaN: null) to ``path``,
-    replacing it whole (a temporary file moved into place)."""
+    replacing it whole (written beside it under a hidden name, then moved)."""
     target = Path(path)
     text = json.dumps(jsonable(document), allow_nan=False)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text + "\n")
-        os.replace(temporary, target)
+        partial.write_text(text + "\n", encoding="utf-8")  # the umask's mode, as open's
+        os.replace(partial, target)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
         raise
     return target
