@@ -268,6 +268,25 @@ def test_summary_json_has_vllms_traffic_keys(tmp_path: Path) -> None:
     assert (at_once["request_rate"], at_once["burstiness"]) == ("inf", 1.0)
 
 
+def test_an_infinite_rate_is_a_number_in_python_and_inf_in_the_files(tmp_path: Path) -> None:
+    from sim import api
+
+    path = small(tmp_path)
+    summary = api.run(
+        load_scenario(path, ["workload.arrival={kind: constant, rate_per_s: .inf}"])
+    ).summary
+    assert (
+        summary["request_rate"] == math.inf and summary["burstiness"] == math.inf
+    )  # a sweep's column
+    result = tmp_path / "result.json"
+    saved = run_cli(
+        tmp_path, path, "--request-rate", "inf", "--burstiness", "inf", "--save-result", str(result)
+    )
+    assert (saved["request_rate"], saved["burstiness"]) == ("inf", "inf")
+    document = json.loads(result.read_text())
+    assert (document["request_rate"], document["burstiness"]) == ("inf", "inf")
+
+
 def test_metric_percentiles_restate_summary_json(tmp_path: Path) -> None:
     summary = run_cli(tmp_path, small(tmp_path), "--metric-percentiles", "50,75")
     requests = pd.read_parquet(tmp_path / "out" / "requests.parquet")

@@ -289,18 +289,14 @@ def frontend_summary(frontend: FrontendConfig) -> dict[str, Any]:
     return {**frontend.model_dump(), "estimated": frontend.estimated_fields()}
 
 
-def _vllm_number(value: float) -> float | str:
-    """A rate as vllm bench serve's result JSON writes it: ``"inf"`` when infinite."""
-    return "inf" if math.isinf(value) else value
-
-
 def bench_settings(
     workload: WorkloadConfig, num_requests: int, num_completed: int
 ) -> dict[str, Any]:
     """summary.json's traffic keys of ``vllm bench serve``'s result JSON: ``num_prompts``,
     ``failed`` (rejected or unfinished), ``request_rate`` and ``burstiness`` of an
     arrival process (None for a closed loop or a trace's own times; gamma's shape,
-    1 for Poisson, ``"inf"`` for constant gaps) and ``max_concurrency``."""
+    1 for Poisson, inf for constant gaps; summary.json spells inf ``"inf"``, as
+    vLLM) and ``max_concurrency``."""
     arrival: ArrivalConfig | None = None
     rate: float | None = None
     if isinstance(workload, SyntheticWorkload):
@@ -318,8 +314,8 @@ def bench_settings(
     return {
         "num_prompts": num_requests,
         "failed": num_requests - num_completed,
-        "request_rate": None if rate is None else _vllm_number(rate),
-        "burstiness": None if burstiness is None else _vllm_number(burstiness),
+        "request_rate": rate,
+        "burstiness": burstiness,
         # An open loop's client-side limit on requests in flight (None: none).
         "max_concurrency": getattr(workload, "max_concurrency", None),
     }

@@ -93,9 +93,25 @@ def jsonable(value: object) -> object:
     return value
 
 
+VLLM_INF_KEYS = ("request_rate", "burstiness")
+"""Keys ``vllm bench serve``'s result JSON spells ``"inf"`` when infinite (all at once,
+constant gaps), where other infinities are null."""
+
+
+def vllm_spelling(summary: Mapping[str, object]) -> dict[str, object]:
+    """``summary`` with an infinite value of ``VLLM_INF_KEYS`` as ``"inf"``."""
+    return {
+        key: "inf"
+        if key in VLLM_INF_KEYS and isinstance(value, float) and math.isinf(value)
+        else value
+        for key, value in summary.items()
+    }
+
+
 def summary_to_json(summary: Mapping[str, object]) -> str:
-    """``summary`` as strict JSON (indent 2): NaN and infinities become null."""
-    return json.dumps(jsonable(summary), indent=2, allow_nan=False)
+    """``summary`` as strict JSON (indent 2): NaN and infinities become null, but
+    an infinite rate or burstiness ``"inf"`` (``vllm_spelling``)."""
+    return json.dumps(jsonable(vllm_spelling(summary)), indent=2, allow_nan=False)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import check_percentiles, latency_stats_ms, percentile_label
-from sim.metrics.report import jsonable
+from sim.metrics.report import jsonable, vllm_spelling
 from sim.metrics.stats import latency_columns, sample_notes
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -244,7 +244,7 @@ def write_result(path: str | Path, document: Mapping[str, Any]) -> Path:
     """Write ``document`` as one line of strict JSON (NaN: null) to ``path``,
     replacing it whole (written beside it under a hidden name, then moved)."""
     target = Path(path)
-    text = json.dumps(jsonable(document), allow_nan=False)
+    text = json.dumps(jsonable(vllm_spelling(document)), allow_nan=False)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         partial.write_text(text + "\n", encoding="utf-8")  # the umask's mode, as open's
