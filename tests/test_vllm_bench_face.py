@@ -207,6 +207,7 @@ def test_a_flag_on_a_kind_it_does_not_fit_is_one_line(
             ["--burstiness", "2", "--set", "workload.arrival={kind: constant, rate_per_s: 1}"],
             "both set",
         ),
+        (["--num-prompts", "9", "--set", "workload.duration_s=4"], "both set"),
         (["--goodput", "itl:5"], "NAME:MS"),
         (["--goodput", "ttft:0"], "positive"),
         (["--random-range-ratio", "0.5"], "needs --random-input-len"),

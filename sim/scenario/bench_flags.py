@@ -205,12 +205,14 @@ def apply_bench_flags(
     # by keys of its own: the flags do not guess them.
     kind = "profile" if "profile" in workload else str(workload.get("kind", "synthetic"))
     assignments = _assignments(flags, kind)
+    # --num-prompts counts a synthetic workload's requests instead of its duration.
+    removed = ["workload.duration_s"] if "workload.num_requests" in assignments else []
     set_keys = [item.partition("=")[0].strip() for item in overrides]
-    for key in assignments:
+    for key in [*assignments, *removed]:
         for other in set_keys:
             if _overlaps(key, other):
                 raise ConfigError(f"--set {other} and a vllm bench flag both set {key}: give one")
-    if "workload.num_requests" in assignments and kind == "synthetic":
-        workload.pop("duration_s", None)  # --num-prompts counts the requests instead
+    if removed and kind == "synthetic":
+        workload.pop("duration_s", None)
     for key, value in assignments.items():
         set_dotted(doc, key, value, f"{source}: vllm bench flags")
