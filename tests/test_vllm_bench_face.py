@@ -339,11 +339,13 @@ def test_detailed_json_imports_back_to_the_run(tmp_path: Path) -> None:
         got, want = imported[column].to_numpy(), simulated[column].to_numpy() - origin
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-9, err_msg=column)
     assert (imported["num_generated_tokens"].to_numpy() == simulated["num_generated_tokens"]).all()
-    # Every streamed chunk after the first is one gap: a chunk per token here, as the
-    # frontend keeps up, so the tokens of each request come back one by one.
+    # One chunk per distinct client time of a request's tokens: at most one per token.
     assert run.tokens is not None
     per_request = run.tokens.groupby("request_id").size().to_numpy()
     assert (per_request <= imported["num_generated_tokens"].to_numpy()).all()
+    # The token times and the request records agree: the last chunk is the finish.
+    last_chunk_s = np.array(document["ttfts"]) + [sum(gaps) for gaps in document["itls"]]
+    np.testing.assert_allclose(last_chunk_s, document["latencies"], rtol=0, atol=1e-9)
     assert document["max_concurrent_requests"] >= 1
 
 
