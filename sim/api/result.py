@@ -7,6 +7,7 @@ Part of the ``sim.api`` face (re-exported there: ``api.Result``,
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.frontend import Delivery
 from sim.serving.replica_config import FrontendConfig, ReplicaConfig
 from sim.serving.simulation import RawResult
+from sim.workload.arrivals import ArrivalConfig, ConstantArrival, GammaArrival
+from sim.workload.generate import SyntheticWorkload, TraceWorkload, WorkloadConfig
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -286,6 +289,38 @@ def frontend_summary(frontend: FrontendConfig) -> dict[str, Any]:
     return {**frontend.model_dump(), "estimated": frontend.estimated_fields()}
 
 
+def bench_settings(
+    workload: WorkloadConfig, num_requests: int, num_completed: int
+) -> dict[str, Any]:
+    """summary.json's traffic keys of ``vllm bench serve``'s result JSON: ``num_prompts``,
+    ``failed`` (rejected or unfinished), ``request_rate`` and ``burstiness`` of an
+    arrival process (None for a closed loop or a trace's own times; gamma's shape,
+    1 for Poisson, inf for constant gaps; summary.json spells inf ``"inf"``, as
+    vLLM) and ``max_concurrency``."""
+    arrival: ArrivalConfig | None = None
+    rate: float | None = None
+    if isinstance(workload, SyntheticWorkload):
+        arrival = workload.arrival
+    elif isinstance(workload, TraceWorkload):
+        arrival, rate = workload.arrival, workload.rate_per_s
+    burstiness: float | None = None
+    if arrival is not None:
+        rate = arrival.rate_per_s
+        burstiness = 1.0
+        if isinstance(arrival, GammaArrival):
+            burstiness = arrival.burstiness
+        elif isinstance(arrival, ConstantArrival):
+            burstiness = math.inf
+    return {
+        "num_prompts": num_requests,
+        "failed": num_requests - num_completed,
+        "request_rate": rate,
+        "burstiness": burstiness,
+        # An open loop's client-side limit on requests in flight (None: none).
+        "max_concurrency": getattr(workload, "max_concurrency", None),
+    }
+
+
 def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: its summary (from the run's
     columns: no frame is built until asked for)."""
@@ -304,6 +339,7 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         servesim_version=sim.__version__,
         mode="simulated",
         **sample_notes(records),
+        **bench_settings(scenario.workload, len(records), int(summary["completed"] or 0)),
     )
     if scenario.cluster is not None:
         summary.update(cluster_summary(records, scenario.cluster))
