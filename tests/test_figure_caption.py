@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from matplotlib.figure import Figure
 from sim import api
 from sim.cost.fitted import ScaledCost
 from sim.metrics import figure_draw
-from sim.metrics.figure_data import cost_model_tag, figure_caption
+from sim.metrics.figure_data import cost_model_tag, figure_caption, wrap_caption
 from sim.metrics.report import prepare_figures
 from sim.planning.sweep_plots import MAX_CAPTION_VALUES, sweep_caption
 from sim.scenario import load_scenario
@@ -90,8 +89,15 @@ def test_a_sweeps_caption_lists_what_its_runs_varied() -> None:
     assert one == figure_caption(row)
     two = sweep_caption(pd.DataFrame([row, {**row, "hardware": "a100-80gb"}]))
     assert "h100 | a100-80gb" in two
-    many = [{**row, "hardware": f"gpu{i}"} for i in range(MAX_CAPTION_VALUES + 1)]
-    assert f"{MAX_CAPTION_VALUES + 1} hardware values" in sweep_caption(pd.DataFrame(many))
+    many = [{**row, "scenario": f"s{i}"} for i in range(MAX_CAPTION_VALUES + 1)]
+    assert sweep_caption(pd.DataFrame(many)).startswith(f"{MAX_CAPTION_VALUES + 1} scenarios · ")
+
+
+def test_a_long_caption_is_wrapped_at_its_breaks() -> None:
+    caption = " · ".join(["scenario chat", "a" * 30, "b" * 30, "c" * 30])
+    assert wrap_caption(caption, 20.0) == caption  # fits on one line
+    lines = wrap_caption(caption, 5.0).split("\n")
+    assert len(lines) > 1 and " · ".join(lines) == caption  # cut only at the breaks
 
 
 def test_sweep_figures_carry_the_caption(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -84,8 +84,26 @@ def cost_model_tag(label: str) -> str:
 
 
 def caption_line(scenario: str, model: str, hardware: str, cost: str) -> str:
-    """The line every figure of servesim carries: scenario, model on GPU, cost model."""
-    return f"scenario {scenario} · {model} on {hardware} · {cost}"
+    """The line every figure of servesim carries: ``scenario`` (worded: "scenario chat"),
+    model on GPU, cost model (``cost_model_tag``)."""
+    return f"{scenario} · {model} on {hardware} · {cost}"
+
+
+# Characters of a caption per inch of figure width at its 8.5-9 pt (a little under).
+CAPTION_CHARS_PER_IN = 13
+
+
+def wrap_caption(caption: str, width_in: float) -> str:
+    """``caption`` cut into lines that fit a figure ``width_in`` wide, at its " · " breaks
+    first (a sweep's caption, listing several models or cost models, can be long)."""
+    width = max(40, int(CAPTION_CHARS_PER_IN * width_in))
+    lines: list[str] = []
+    for part in caption.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
 
 
 def figure_caption(summary: Mapping[str, object]) -> str:
@@ -98,7 +116,7 @@ def figure_caption(summary: Mapping[str, object]) -> str:
 
     cost = summary.get("cost_model")
     tag = cost_model_tag(str(cost)) if cost is not None else "?"
-    return caption_line(text("scenario"), text("model"), text("hardware"), tag)
+    return caption_line(f"scenario {text('scenario')}", text("model"), text("hardware"), tag)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from sim.metrics.analytic import mg1_wait_s
-from sim.metrics.figure_data import caption_line, cost_model_tag
+from sim.metrics.figure_data import caption_line, cost_model_tag, wrap_caption
 from sim.metrics.slo_targets import SloTarget
 from sim.planning.sweep_report import LATENCY, THROUGHPUT, cheapest, pareto_mask
 
@@ -31,8 +31,9 @@ _SLO_COLOR = "tab:red"
 MAX_CAPTION_VALUES = 3
 
 
-def _values(table: pd.DataFrame, column: str, tag: bool = False) -> str:
-    """The distinct values of ``column`` in run order, as a caption says them."""
+def _values(table: pd.DataFrame, column: str, plural: str, tag: bool = False) -> str:
+    """The distinct values of ``column`` in run order, as a caption says them; more
+    than ``MAX_CAPTION_VALUES`` are counted (``plural``: what they are)."""
     if column not in table:
         return "?"
     values = [str(v) for v in dict.fromkeys(table[column].dropna().tolist())]
@@ -41,25 +42,26 @@ def _values(table: pd.DataFrame, column: str, tag: bool = False) -> str:
     if not values:
         return "?"
     if len(values) > MAX_CAPTION_VALUES:
-        return f"{len(values)} {column} values"
+        return f"{len(values)} {plural}"
     return " | ".join(values)
 
 
 def sweep_caption(table: pd.DataFrame) -> str:
     """The caption of a sweep's figures from its table (one row per run, the summary's
     header keys): scenario, model, GPU and cost model, each value the runs had."""
+    scenarios = _values(table, "scenario", "scenarios")
     return caption_line(
-        _values(table, "scenario"),
-        _values(table, "model"),
-        _values(table, "hardware"),
-        _values(table, "cost_model", tag=True),
+        scenarios if scenarios[0].isdigit() else f"scenario {scenarios}",
+        _values(table, "model", "models"),
+        _values(table, "hardware", "GPUs"),
+        _values(table, "cost_model", "cost models", tag=True),
     )
 
 
 def _caption(fig: Figure, caption: str) -> None:
     """``caption`` at the top of ``fig`` (``tight_layout`` then leaves room for it)."""
     if caption:
-        fig.suptitle(caption, fontsize=8.5, color="dimgray")
+        fig.suptitle(wrap_caption(caption, fig.get_figwidth()), fontsize=8.5, color="dimgray")
 
 
 def load_axis(points: pd.DataFrame, load_key: str | None) -> tuple[str, str]:
