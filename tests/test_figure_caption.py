@@ -105,9 +105,12 @@ def test_sweep_figures_carry_the_caption(tmp_path: Path, monkeypatch: pytest.Mon
 
     drawn: list[Figure] = []
     save = sweep_plots._save
-    monkeypatch.setattr(
-        sweep_plots, "_save", lambda fig, path: drawn.append(fig) or save(fig, path)
-    )
+
+    def keep(fig: Figure, path: Path) -> Path:
+        drawn.append(fig)
+        return save(fig, path)
+
+    monkeypatch.setattr(sweep_plots, "_save", keep)
     table = pd.DataFrame(
         {
             "config": ["a", "a"],
