@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -12,6 +14,8 @@ from trace_checks import EPS_US, check_format, check_nesting, doc, traced
 from sim import api
 from sim.metrics.trace import FIRST_STEP_FLOW, TOKEN_STEP_FLOW, trace_document
 from sim.scenario import scenario_from_dict
+
+CHAT = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
 
 
 def varied_prompts(num_requests: int = 40, budget: int = 64) -> dict[str, Any]:
@@ -140,3 +144,24 @@ def test_way_in_spans_carry_the_prompt_tokens_they_tokenized() -> None:
         i: int(prompts[i]) for i in range(40)
     }
     assert len({e["args"]["num_tokens"] for e in way_in}) > 1  # the varied prompts
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["workload.num_requests=300", "workload.arrival.rate_per_s=20"],
+        [
+            "workload.num_requests=300",
+            "workload.arrival.rate_per_s=20",
+            "engine.async_scheduling=false",
+        ],
+    ],
+    ids=["async", "sync"],
+)
+def test_arrows_hold_on_a_shipped_scenario(overrides: list[str]) -> None:
+    # vLLM's defaults (async scheduling), kernel-table costs, lengths drawn at random.
+    result = api.run(CHAT, overrides, trace_requests=60)
+    trace = json.loads(json.dumps(result.trace(), allow_nan=False))
+    check_format(trace)
+    by_request = check_flows(trace, result.raw.requests)
+    assert len(by_request) == 60 and all(1 <= len(n) <= 2 for n in by_request.values())
