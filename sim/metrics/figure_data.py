@@ -6,6 +6,10 @@ cross a pipe: ``servesim run``'s figure process (``sim.cli.figures``) forks
 before the simulator imports pandas and never imports it (issue 16: ~0.3 s it
 need not spend), and the pickled data is a few tens of kB instead of the run's
 whole request table.
+
+``figure_caption`` is the line under every figure's title, here and in the
+sweeps and notebooks: the scenario, the model on its GPU, and the cost model as
+a reader must take it (``cost_model_tag``: measured kernel tables or a guess).
 """
 
 from __future__ import annotations
