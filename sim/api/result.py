@@ -25,7 +25,7 @@ from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
 from sim.hardware.specs import model_caveat
-from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, figure_caption
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.out_path import staged, unstaged
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
@@ -201,7 +201,10 @@ class Result:
         """
         raw = self.raw
         waterfall = (self._span_rows(NUM_WATERFALL_REQUESTS), raw.records)
-        return FigureJob(Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall)
+        caption = figure_caption(self.summary)  # scenario, model, GPU, cost model
+        return FigureJob(
+            Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall, caption
+        )
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:

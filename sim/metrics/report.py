@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from sim.engine.records import RequestTable, rejected_mask
 from sim.errors import ConfigError
-from sim.metrics.figure_data import Figures
+from sim.metrics.figure_data import Figures, figure_caption
 from sim.metrics.stats import TTFT_PARTS, Slo
 from sim.metrics.table_files import write_csv, write_parquet
 
@@ -127,6 +127,7 @@ class FigureJob:
     timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]
     slo: Slo | None = None
     waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
+    caption: str = ""  # ``figure_data.figure_caption``: what ran, under each figure's title
 
 
 def draw_figures(job: FigureJob) -> list[Path]:
@@ -147,7 +148,11 @@ def prepare_figures(job: FigureJob) -> Figures:
 
     waterfall = waterfall_data(*job.waterfall) if job.waterfall is not None else None
     return Figures(
-        job.out_dir, cdf_data(job.requests, job.slo), timeseries_data(job.timeseries), waterfall
+        job.out_dir,
+        cdf_data(job.requests, job.slo),
+        timeseries_data(job.timeseries),
+        waterfall,
+        job.caption,
     )
 
 
@@ -185,7 +190,8 @@ def write_outputs(
     if plots:
         if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
             raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
-        written += draw_figures(FigureJob(out, requests, timeseries, slo))
+        job = FigureJob(out, requests, timeseries, slo, caption=figure_caption(summary))
+        written += draw_figures(job)
     return written
 
 
