@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 from sim.cost.fitted import ScaledCost  # noqa: E402
+from sim.metrics.figure_data import figure_caption, wrap_caption  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
 from sim.validation.predict import Latencies, per_request_latencies  # noqa: E402
 
@@ -197,7 +198,8 @@ def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         row["cost_model"] = result.summary["cost_model"]
         row["num_completed_predicted"] = int(predicted["e2el"].size)
         rows.append(row)
-    return rows, {"measured": measured, "predicted": predicted}
+    caption = figure_caption(result.summary)
+    return rows, {"measured": measured, "predicted": predicted, "caption": caption}
 
 
 def sensitivity(run: PublicRun, measured: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -334,7 +336,7 @@ def plot(name: str, data: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("CDF")
     axes[-1].legend(fontsize=8, loc="lower right")
-    fig.suptitle(name, fontsize=10)
+    fig.suptitle(f"{name}\n{wrap_caption(data['caption'], 13.0)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
