@@ -73,6 +73,8 @@ def test_a_scenario_object_takes_the_overrides_too() -> None:
     assert overridden(scenario, mapping, "chat", CHAT.parent) == expected
     assert overridden(scenario, strings, "chat", CHAT.parent) == expected
     assert overridden(scenario, {}, "chat", CHAT.parent) is scenario
+    none: Any = None  # an untyped caller's "no overrides"
+    assert load_with(CHAT, none) == load_with(CHAT, []) == load_with(CHAT, {}) == scenario
 
 
 def test_run_takes_a_mapping_for_a_path_and_an_object() -> None:
@@ -98,6 +100,7 @@ def test_run_takes_a_mapping_for_a_path_and_an_object() -> None:
         ({"engine": {"": 1}}, r"overrides: key engine\.'' is not a dotted key"),
         ("engine.block_size_tokens=32", r"chat\.yaml: overrides: expected a list of 'key=value'"),
         (["engine.block_size_tokens"], r"--set 'engine\.block_size_tokens': expected dotted"),
+        ([("engine.block_size_tokens", 32)], r"chat\.yaml: overrides: expected 'key=value' str"),
     ],
 )
 def test_bad_overrides_are_one_line_naming_the_key(overrides: Any, message: str) -> None:

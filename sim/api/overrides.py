@@ -41,7 +41,10 @@ def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[s
 
 
 def apply(doc: dict[str, Any], overrides: Overrides, source: str) -> None:
-    """Apply ``overrides`` (strings or a mapping) to a raw scenario document, in place."""
+    """Apply ``overrides`` (strings or a mapping; None or empty: none) to a raw scenario
+    document, in place."""
+    if not overrides:
+        return
     if isinstance(overrides, Mapping):
         for key, value in dotted_items(overrides):
             set_dotted(doc, key, value, f"{source}: {WHAT}")
@@ -51,6 +54,9 @@ def apply(doc: dict[str, Any], overrides: Overrides, source: str) -> None:
             f"{source}: {WHAT}: expected a list of 'key=value' strings or a mapping, "
             f"got the string {overrides!r}"
         )
+    odd = [item for item in overrides if not isinstance(item, str)]
+    if odd:
+        raise ConfigError(f"{source}: {WHAT}: expected 'key=value' strings, got {odd[0]!r}")
     apply_overrides(doc, overrides, source)
 
 

@@ -70,7 +70,7 @@ class Result:
         num_replicas = cluster.total_replicas if cluster is not None else 1
         where = f"{num_replicas} replicas of " if num_replicas > 1 else ""
         num_requests = len(self.raw.records)
-        completed, rejected = int(summary["completed"]), int(summary.get("num_rejected", 0))
+        completed, rejected = int(summary.get("completed", 0)), int(summary.get("num_rejected", 0))
         unfinished = num_requests - completed - rejected
         counts = f"{completed} completed, {rejected} rejected" + (
             f", {unfinished} unfinished" if unfinished > 0 else ""
@@ -81,10 +81,10 @@ class Result:
             for name in ("ttft", "tpot", "itl", "e2el")
         )
         return (
-            f"Result {self.scenario.name!r}: {summary['model']} on {where}{num_gpus}x "
-            f"{summary['hardware']}, {num_requests} requests ({counts}) "
+            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{num_gpus}x "
+            f"{self.scenario.hardware.name}, {num_requests} requests ({counts}) "
             f"in {_short(summary.get('duration'))} s\n"
-            f"  cost model: {summary['cost_model']}\n"
+            f"  cost model: {summary.get('cost_model', 'n/a')}\n"
             f"  p50 / p99 ms: {latencies}"
         )
 
