@@ -51,12 +51,14 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at most
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     """A finished run: per-request table, summary, time series and step log.
 
     ``activity`` is the per-step log of the first ``num_traced_requests``
     requests when the run was traced (``run(..., trace_requests=N)``), else None.
+    Its repr is three lines: what ran, what became of the requests, the key
+    latencies (``summary`` holds the rest).
     """
 
     scenario: Scenario
@@ -64,6 +66,30 @@ class Result:
     raw: RawResult
     activity: pd.DataFrame | None = None
     num_traced_requests: int | None = None
+
+    def __repr__(self) -> str:
+        summary, cluster = self.summary, self.scenario.cluster
+        num_gpus = int(summary.get("num_gpus") or 1)
+        num_replicas = cluster.total_replicas if cluster is not None else 1
+        where = f"{num_replicas} replicas of " if num_replicas > 1 else ""
+        num_requests = len(self.raw.records)
+        completed, rejected = int(summary.get("completed", 0)), int(summary.get("num_rejected", 0))
+        unfinished = num_requests - completed - rejected
+        counts = f"{completed} completed, {rejected} rejected" + (
+            f", {unfinished} unfinished" if unfinished > 0 else ""
+        )
+        latencies = ", ".join(
+            f"{name.upper()} {_short(summary.get(f'median_{name}_ms'))} / "
+            f"{_short(summary.get(f'p99_{name}_ms'))}"
+            for name in ("ttft", "tpot", "itl", "e2el")
+        )
+        return (
+            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{num_gpus}x "
+            f"{self.scenario.hardware.name}, {num_requests} requests ({counts}) "
+            f"in {_short(summary.get('duration'))} s\n"
+            f"  cost model: {summary.get('cost_model', 'n/a')}\n"
+            f"  p50 / p99 ms: {latencies}"
+        )
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
@@ -205,6 +231,14 @@ class Result:
         return FigureJob(
             Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall, caption
         )
+
+
+def _short(value: float | None) -> str:
+    """A number for ``Result``'s repr: 4 significant digits (whole from 1000 on), or
+    n/a (no samples)."""
+    if value is None or value != value:
+        return "n/a"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:

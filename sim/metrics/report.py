@@ -25,7 +25,7 @@ import numpy.typing as npt
 from sim.engine.records import RequestTable, rejected_mask
 from sim.errors import ConfigError
 from sim.metrics.figure_data import Figures, figure_caption
-from sim.metrics.stats import TTFT_PARTS, Slo
+from sim.metrics.stats import TEXT_COLUMNS, TTFT_PARTS, Slo
 from sim.metrics.table_files import write_csv, write_parquet
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -69,10 +69,14 @@ def _write_table(table: Table, base: Path, formats: Sequence[TableFormat]) -> li
 
 def _write_file(table: Table, path: Path) -> Path:
     """``table`` as ``path``'s suffix says: a frame through pandas, columns through
-    ``sim.metrics.table_files`` (the same files without importing pandas)."""
+    ``sim.metrics.table_files`` (the same files without importing pandas; ``TEXT_COLUMNS``
+    as text, as a frame holds them)."""
     parquet = path.suffix == ".parquet"
     if isinstance(table, Mapping):
-        (write_parquet if parquet else write_csv)(table, path)
+        if parquet:
+            write_parquet(table, path, text=TEXT_COLUMNS)
+        else:
+            write_csv(table, path)
     elif parquet:
         table.to_parquet(path, index=False)
     else:
