@@ -115,6 +115,7 @@ def load_measured(
         "model": model or assume_model,
         "num_failed": run.meta.get("num_failed", 0),
         "engine_settings": imported_engine_settings(engine),
+        "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
     }
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
@@ -183,7 +184,7 @@ def validate(
         predictions["microbenchmarks x machine drift"] = ScaledCost(base_cost, drift["both"])
     comparisons = {}
     for name, model in predictions.items():
-        result = predict(scenario, measured.requests, model, base_dir)
+        result = predict(scenario, measured.requests, model, base_dir, measured.summary.get("load"))
         lat = simulated_latencies(result)
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
