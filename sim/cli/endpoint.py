@@ -10,8 +10,15 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
+
+DEFAULT_MAX_CONCURRENCY = 256
+"""Requests in flight at most when the workload sets no bound (a client's sanity cap)."""
 
 
 def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +35,26 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
         "--api", choices=("completions", "chat"), help="default: from the URL, else completions"
     )
     group.add_argument(
-        "--max-concurrency", type=int, default=256, help="requests in flight at most (256)"
+        "--max-concurrency",
+        type=_positive_int,
+        metavar="N",
+        help="open loop: requests in flight at most, a later arrival waiting for a slot "
+        "(sets workload.max_concurrency; default: the workload's, else 256)",
+    )
+    group.add_argument(
+        "--profile",
+        choices=("synchronous", "concurrent", "throughput", "constant", "poisson"),
+        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
+        "name instead of its workload's arrivals (docs/validation.md)",
+    )
+    group.add_argument(
+        "--streams",
+        type=_positive_int,
+        metavar="N",
+        help="--profile concurrent: requests in flight",
+    )
+    group.add_argument(
+        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
     )
     group.add_argument(
         "--timeout-s", type=float, default=300.0, help="per request, send to last chunk (300)"
@@ -46,6 +72,47 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def _driven(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """``scenario`` with ``--profile`` (and its ``--streams``, ``--rate``) and
+    ``--max-concurrency`` applied to its workload; ConfigError naming the flag."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from sim.workload.generate import ClosedLoopWorkload, WorkloadConfig
+    from sim.workload.profiles import with_profile
+
+    workload = scenario.workload
+    if args.profile is None:
+        for flag, value in (("--streams", args.streams), ("--rate", args.rate)):
+            if value is not None:
+                raise ConfigError(f"{flag} applies only with --profile")
+    else:
+        try:
+            settings = {"streams": args.streams, "rate_per_s": args.rate}
+            mapping = with_profile(workload.model_dump(), args.profile, **settings)
+            workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
+        except ValueError as error:  # pydantic's ValidationError is one
+            first = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
+            raise ConfigError(f"--profile {args.profile}: {first}") from None
+    if args.max_concurrency is not None:
+        if isinstance(workload, ClosedLoopWorkload):
+            raise ConfigError(
+                "--max-concurrency applies to open-loop workloads; a closed loop's "
+                f"{workload.num_users} stream(s) bound it"
+            )
+        workload = workload.model_copy(update={"max_concurrency": args.max_concurrency})
+    return scenario.model_copy(update={"workload": workload})
+
+
 def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
     """Measure ``args.scenario`` on ``args.endpoint``; write the folder; print the summary."""
     try:
@@ -56,19 +123,41 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
 
     from sim.metrics.report import format_summary_table
     from sim.scenario import load_scenario
-    from sim.validation.endpoint import EndpointOptions, endpoint_run, run_endpoint
-    from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
+    from sim.validation.endpoint import EndpointOptions, Streams, endpoint_run, run_endpoint
+    from sim.workload.generate import (
+        ClosedLoopSource,
+        ClosedLoopWorkload,
+        RequestArrays,
+        generate_open_loop,
+    )
 
-    scenario = load_scenario(args.scenario, args.set or ())
-    if isinstance(scenario.workload, ClosedLoopWorkload):
-        raise ConfigError("workload: servesim measure replays open-loop workloads only")
+    scenario = _driven(load_scenario(args.scenario, args.set or ()), args)
+    if getattr(scenario.workload, "prefix_groups", None) is not None:
+        raise ConfigError(
+            "workload.prefix_groups: --endpoint sends prompts that share no prefix "
+            "(sim.validation.endpoint_prompts); measure without prefix groups"
+        )
     base_dir = Path(args.scenario).parent
-    work = generate_open_loop(scenario.workload, np.random.default_rng(scenario.seed), base_dir)
+    rng = np.random.default_rng(scenario.seed)
+    streams = None
+    workload = scenario.workload
+    if isinstance(workload, ClosedLoopWorkload):
+        # The i-th request gets the i-th lengths, whichever stream sends it (as simulated).
+        source = ClosedLoopSource(workload, rng, base_dir)
+        lengths = np.asarray([source.next_lengths() for _ in range(workload.num_requests)])
+        work = RequestArrays(
+            np.zeros(len(lengths)), lengths[:, 0].astype(np.int64), lengths[:, 1].astype(np.int64)
+        )
+        streams = Streams(workload.num_users, source.next_think_s)
+        limit = workload.num_users
+    else:
+        work = generate_open_loop(workload, rng, base_dir)
+        limit = work.max_concurrency or DEFAULT_MAX_CONCURRENCY
     opts = EndpointOptions(
         url=args.endpoint,
         model=args.model,
         api=args.api,
-        max_concurrency=args.max_concurrency,
+        max_concurrency=limit,
         timeout_s=args.timeout_s,
         retries=args.retries,
         ignore_eos=not args.no_ignore_eos,
@@ -76,7 +165,7 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
         progress=not args.quiet,
     )
     started = time.perf_counter()
-    state = run_endpoint(work, opts, seed=scenario.seed)
+    state = run_endpoint(work, opts, seed=scenario.seed, streams=streams)
     run = endpoint_run(scenario, work, state, opts)
     paths = run.write(out)
     s = run.summary

@@ -87,6 +87,11 @@ def requests_as_work(requests: pd.DataFrame) -> RequestArrays:
     )
 
 
+SCHEDULE_COLUMNS = ("scheduled_s", "scheduled_arrival_s")
+"""Where a measured table keeps when its tool meant to send each request (GuideLLM
+import, ``servesim measure --endpoint``), seconds."""
+
+
 def replay_work(
     requests: pd.DataFrame, load: Mapping[str, Any] | None = None
 ) -> RequestArrays | ListedClosedLoop:
@@ -97,9 +102,10 @@ def replay_work(
     ``synchronous`` / ``concurrent``: streams that send request ``i`` (in send
     order) as an earlier one is answered, so the replay keeps the run's
     concurrency whatever the simulated server's pace; ``throughput``: every
-    request at 0, at most ``max_concurrency`` in flight; ``constant`` /
-    ``poisson`` with ``max_concurrency``: the tool's schedule (``scheduled_s``,
-    its targeted starts) under the cap; without a cap, the measured send times.
+    request at 0, at most ``max_concurrency`` in flight; any other load with
+    ``max_concurrency``: the tool's schedule (``SCHEDULE_COLUMNS``: GuideLLM's
+    targeted starts, ``servesim measure``'s plan) under the cap, or the send
+    times where the run keeps no schedule; without a cap, the send times.
     """
     work = requests_as_work(requests)
     profile = None if load is None else load.get("profile")
@@ -117,12 +123,13 @@ def replay_work(
     if profile == "throughput":
         at_once = np.zeros(len(work), dtype=np.float64)
         return dataclasses.replace(work, arrival_s=at_once, max_concurrency=limit)
-    if profile in ("constant", "poisson") and limit is not None:
+    if limit is not None:  # a capped rate: the tool's schedule, under the cap
         ordered = requests.sort_values("request_id")
-        if "scheduled_s" in ordered.columns:
-            scheduled = ordered["scheduled_s"].to_numpy(dtype=np.float64)
-            if np.all(np.diff(scheduled) >= 0) and np.all(scheduled >= 0):
-                return dataclasses.replace(work, arrival_s=scheduled, max_concurrency=limit)
+        for column in SCHEDULE_COLUMNS:
+            if column in ordered.columns:
+                scheduled = ordered[column].to_numpy(dtype=np.float64)
+                if np.all(np.diff(scheduled) >= 0) and np.all(scheduled >= 0):
+                    return dataclasses.replace(work, arrival_s=scheduled, max_concurrency=limit)
         return dataclasses.replace(work, max_concurrency=limit)
     return work
 

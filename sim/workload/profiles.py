@@ -97,3 +97,48 @@ def sweep_rates_per_s(
         raise ValueError("sweep rates need a positive throughput rate")
     grid = np.linspace(synchronous_rate_per_s, throughput_rate_per_s, sweep_size - 1)
     return [float(rate) for rate in grid[1:]]
+
+
+# A workload's fields that say how it is driven: a new profile replaces them.
+_DRIVE_KEYS = ("kind", "arrival", "duration_s", "num_users", "think_time_s", "max_concurrency")
+
+
+def with_profile(workload: dict[str, Any], profile: str, **settings: Any) -> dict[str, Any]:
+    """``workload`` (a ``synthetic`` or ``closed_loop`` workload as a mapping) driven
+    by ``profile`` instead: the same lengths, count and prefix groups, with the
+    profile's ``settings`` (``streams``, ``rate_per_s``, ``max_concurrency``; None
+    ones left out); a mapping for ``WorkloadConfig`` to validate. ValueError for a
+    workload whose requests are not drawn (a trace) or not counted."""
+    if workload.get("kind") == "trace":
+        raise ValueError("a trace keeps its own arrivals: a profile applies to drawn workloads")
+    if workload.get("num_requests") is None:
+        raise ValueError("a profile needs workload.num_requests (not duration_s)")
+    kept = {k: v for k, v in workload.items() if k not in _DRIVE_KEYS and v is not None}
+    chosen = {k: v for k, v in settings.items() if v is not None}
+    return {"profile": profile} | chosen | kept
+
+
+def load_of(workload: Any) -> dict[str, Any] | None:
+    """The load a run of ``workload`` was driven by, as a replay needs it
+    (``summary.json`` / ``run.json`` ``load``, ``sim.validation.predict.replay_work``):
+    a closed loop without think time is ``synchronous`` or ``concurrent``; an open
+    loop with ``max_concurrency`` is ``throughput`` (all at once) or its schedule
+    under the cap; anything else None (replayed at its send times)."""
+    kind = getattr(workload, "kind", None)
+    if kind == "closed_loop":
+        think = workload.think_time_s
+        if getattr(think, "kind", None) != "fixed" or think.value_s != 0:
+            return None
+        streams = int(workload.num_users)
+        return (
+            {"profile": "synchronous"}
+            if streams == 1
+            else {"profile": "concurrent", "streams": streams}
+        )
+    limit = getattr(workload, "max_concurrency", None)
+    if limit is None:
+        return None
+    arrival = getattr(workload, "arrival", None)
+    if kind == "synthetic" and arrival is not None and arrival.rate_per_s == float("inf"):
+        return {"profile": "throughput", "max_concurrency": int(limit)}
+    return {"max_concurrency": int(limit)}
