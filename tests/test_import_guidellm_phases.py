@@ -239,3 +239,27 @@ def test_measured_folder_of_a_phase_round_trips(tmp_path: Path) -> None:
     run.write(tmp_path / "phase")
     again = load_run(tmp_path / "phase")
     pd.testing.assert_frame_equal(again.requests, run.requests)
+
+
+@pytest.mark.parametrize(
+    ("rate", "load"),
+    [(4.0, {"max_concurrency": 2}), ("inf", {"profile": "throughput", "max_concurrency": 2})],
+)
+def test_a_capped_vllm_bench_run_keeps_its_cap_and_schedule(
+    tmp_path: Path, rate: Any, load: dict[str, Any]
+) -> None:
+    document = json.loads(VLLM_BENCH.read_text())
+    document |= {"max_concurrency": 2, "request_rate": rate}
+    document["queue_times"] = [0.0, 0.0, 0.0, 0.125, 0.25]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(document))
+    run = import_run(path)
+    assert run.meta["load"] == load
+    # Kept requests (the third failed) were sent at 0, .25, .5, 1.0 and held 0, 0, .125, .25.
+    np.testing.assert_allclose(run.requests["arrival_s"], [0.0, 0.25, 0.5, 1.0])
+    np.testing.assert_allclose(run.requests["scheduled_s"], [0.0, 0.25, 0.375, 0.75])
+    work = replay_work(run.requests, load)
+    assert not isinstance(work, ListedClosedLoop) and work.max_concurrency == 2
+    expected = np.zeros(4) if "profile" in load else [0.0, 0.25, 0.375, 0.75]
+    np.testing.assert_allclose(work.arrival_s, expected)
+    assert import_run(VLLM_BENCH).meta["load"] is None
