@@ -7,6 +7,7 @@ no overlap; a closed loop with prefix groups hits the prefix cache.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -209,3 +210,39 @@ def test_listed_closed_loop_replays_the_given_requests_in_order() -> None:
     assert np.all(
         requests["arrival_s"].to_numpy()[1:] >= requests["finish_s"].to_numpy()[:-1] - 1e-3
     )
+
+
+def test_profile_sweep_runs_synchronous_throughput_then_rates_between() -> None:
+    from sim.planning.profile_sweep import profile_sweep
+
+    sc = scenario(open_loop(num=40, max_concurrency=16))
+    phases = profile_sweep(sc, sweep_size=5)
+    profiles = [phase.load["profile"] for phase in phases]
+    assert profiles == ["synchronous", "throughput", "constant", "constant", "constant"]
+    assert phases[1].load["max_concurrency"] == 16  # the workload's cap, kept
+    synchronous, throughput = phases[0].rate_per_s, phases[1].rate_per_s
+    assert throughput > synchronous  # batching pays
+    rates = [phase.load["rate_per_s"] for phase in phases[2:]]
+    np.testing.assert_allclose(np.diff([synchronous, *rates]), (throughput - synchronous) / 3)
+    assert rates[-1] == pytest.approx(throughput)
+    for phase in phases:  # every phase serves the scenario's requests
+        assert len(phase.result.raw.requests) == 40
+
+
+def test_profile_sweep_refuses_a_trace_in_one_line() -> None:
+    from sim.planning.profile_sweep import profile_sweep
+
+    trace = {"kind": "trace", "format": "csv", "path": "x.csv"}
+    with pytest.raises(ConfigError, match="sweep: a trace keeps its own arrivals"):
+        profile_sweep(scenario(trace))
+
+
+@pytest.mark.parametrize("path", ["scenarios/replicas.yaml", "scenarios/disaggregated.yaml"])
+def test_a_cap_holds_across_replicas_and_disaggregated_pools(path: str) -> None:
+    from sim.scenario import load_scenario
+
+    root = Path(__file__).resolve().parent.parent
+    sc = load_scenario(root / path, ["workload.num_requests=200", "workload.max_concurrency=5"])
+    requests = api.run(sc).raw.requests
+    assert len(requests) == 200 and requests["rejection_reason"].isna().all()
+    assert max_in_flight(requests["arrival_s"].to_numpy(), answered_s(requests, sc)) <= 5

@@ -19,8 +19,10 @@ A convenience that expands, before validation, into the ``synthetic`` and
 
 GuideLLM's ``sweep`` (synchronous, throughput, then ``sweep_size - 2`` rates
 evenly between the two measured rates) is several runs whose rates depend on
-the first two: :func:`sweep_rates_per_s` gives those rates; a scenario's
-workload names one run, so ``profile: sweep`` there is refused with a pointer.
+the first two: :func:`sweep_rates_per_s` gives those rates, and
+``sim.planning.profile_sweep`` runs a scenario's requests through the whole
+sweep; a scenario's workload names one run, so ``profile: sweep`` there is
+refused with a pointer.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def expand_profile(value: Any) -> Any:
     if profile == "sweep":
         raise ValueError(
             "profile sweep is several runs (synchronous, throughput, then rates between "
-            "their measured rates: sim.workload.profiles.sweep_rates_per_s); give one "
+            "their measured rates: sim.planning.profile_sweep runs them); give one "
             f"profile of {', '.join(PROFILES)} per scenario"
         )
     if profile not in _OWN_KEYS:
