@@ -17,8 +17,8 @@ What servesim takes, and what it reconstructs:
 
 - arrival = ``start_times`` (when the server was sent the request); a
   request held by the client's concurrency limit arrives when it was sent,
-  as the server saw it (``queue_times``: only their mean and maximum are
-  kept, in ``run.json``);
+  as the server saw it (``queue_times``: their mean and maximum in
+  ``run.json``, and the schedule below);
 - without ``start_times`` (older vLLM versions do not save them) arrivals
   are reconstructed only for ``request_rate: inf`` without
   ``max_concurrency``: every request was sent at once, so every arrival is
