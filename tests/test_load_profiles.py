@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim import api
 from sim.errors import ConfigError
@@ -246,3 +248,31 @@ def test_a_cap_holds_across_replicas_and_disaggregated_pools(path: str) -> None:
     requests = api.run(sc).raw.requests
     assert len(requests) == 200 and requests["rejection_reason"].isna().all()
     assert max_in_flight(requests["arrival_s"].to_numpy(), answered_s(requests, sc)) <= 5
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    limit=st.integers(1, 8),
+    num=st.integers(2, 50),
+    rate_per_s=st.sampled_from([2.0, 30.0, float("inf")]),
+    seed=st.integers(0, 2**16),
+)
+def test_sends_follow_the_semaphore_recurrence(
+    limit: int, num: int, rate_per_s: float, seed: int
+) -> None:
+    """Request i is sent at max(its arrival, request i-1's send, the (i - limit)-th
+    answer): a FIFO semaphore of ``limit`` slots, released by answers."""
+    sc = scenario(open_loop(rate_per_s, num=num, max_concurrency=limit)).model_copy(
+        update={"seed": seed}
+    )
+    work = generate_open_loop(sc.workload, np.random.default_rng(seed))  # type: ignore[arg-type]
+    requests = api.run(sc).raw.requests.sort_values("request_id")
+    sent = requests["arrival_s"].to_numpy()
+    answers = np.sort(answered_s(requests, sc))
+    expected = work.arrival_s.copy()
+    for i in range(1, num):
+        expected[i] = max(expected[i], sent[i - 1])
+        if i >= limit:
+            expected[i] = max(expected[i], answers[i - limit])
+    np.testing.assert_allclose(sent, expected, rtol=0, atol=1e-9)
+    assert max_in_flight(sent, answered_s(requests, sc)) <= limit
