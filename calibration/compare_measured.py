@@ -96,11 +96,13 @@ def load_measured(
         if not measured.summary.get("model") and assume_model:
             measured.summary["model"] = assume_model
         return measured
-    from sim.validation.importers import detect_format, import_run
+    from sim.validation.importers import PHASES_FILE, detect_format, import_run
 
     try:
         fmt = detect_format(folder)  # ConfigError, too, when there is no such path
-    except ConfigError:
+    except ConfigError as error:
+        if (folder / PHASES_FILE).is_file():  # an import of several phases: name them
+            raise ConfigError(f"--measured {error}") from None
         raise ConfigError(
             f"--measured {folder}: not a servesim measure folder nor a run in a known "
             "format (servesim import-run --help)"

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from calibration.compare_measured import load_measured
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.scenario import Scenario, scenario_from_dict
@@ -125,6 +126,10 @@ def test_cli_writes_one_folder_per_phase_that_validate_takes(
     assert detect_format(out / "phase-2") == "imported"
     with pytest.raises(ConfigError, match=r"a run of 2 phases \(phase-0, phase-2\); give one"):
         detect_format(out)
+    with pytest.raises(ConfigError, match=r"--measured .*a run of 2 phases"):
+        load_measured(out)  # what validate --measured reads
+    measured = load_measured(out / "phase-2")
+    assert measured.summary["load"] == {"profile": "throughput", "max_concurrency": 3}
     # One benchmark chosen: the folder itself is the run, as before.
     single = tmp_path / "one"
     assert main(["import-run", str(REPORT), "--out", str(single), "--benchmark", "1"]) == 0

@@ -80,7 +80,9 @@ def add_parsers(subparsers: Subparsers) -> None:
         help="convert a measured run (vllm bench serve, GuideLLM, vLLM OTLP spans, ...)",
         description=(
             "Convert a measured run into servesim's per-request table (requests.parquet), "
-            "a replayable trace (trace.csv) and its recorded settings (run.json)."
+            "a replayable trace (trace.csv) and its recorded settings and load (run.json). "
+            "A GuideLLM report of several benchmarks becomes one folder per benchmark "
+            "(OUT/phase-N/, listed in OUT/phases.json). JSON may be gzipped (.json.gz)."
         ),
     )
     command.add_argument("source", help="the run's file or folder")
