@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from aiohttp import web
 from endpoint_fakes import FakeServer
 
 from sim.cli import main as cli_main
@@ -82,3 +84,44 @@ def test_bad_flags_are_one_line(
     code, _ = measure(tmp_path, *flags)
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+class SlowServer(FakeServer):
+    """A fake server that takes 50 ms before answering: concurrency pays, as on a GPU."""
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        await asyncio.sleep(0.05)
+        return await super()._completions(request)
+
+
+def test_a_sweep_measures_synchronous_throughput_then_rates_between(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep"
+    line = ["measure", str(SCENARIO), "-q", *COUNT, "--profile", "sweep", "--sweep-size", "4"]
+    with SlowServer() as server:
+        assert cli_main([*line, "--endpoint", server.url, "--out", str(out)]) == 0
+    listing = json.loads((out / "phases.json").read_text())["phases"]
+    assert [row["folder"] for row in listing] == ["phase-0", "phase-1", "phase-2", "phase-3"]
+    synchronous, throughput = (row["request_throughput"] for row in listing[:2])
+    assert [row["load"]["profile"] for row in listing] == [
+        "synchronous",
+        "throughput",
+        "constant",
+        "constant",
+    ]
+    rates = [row["load"]["rate_per_s"] for row in listing[2:]]
+    np.testing.assert_allclose(rates, [(synchronous + throughput) / 2, throughput])
+    for row, rate in zip(listing[2:], rates, strict=True):
+        requests = pd.read_parquet(out / row["folder"] / "requests.parquet")
+        gaps = np.diff(np.sort(requests["scheduled_arrival_s"].to_numpy()))
+        np.testing.assert_allclose(gaps, 1 / rate)  # sent at that constant rate
+    assert "sweep: 4 phases" in capsys.readouterr().out
+
+
+def test_endpoint_options_without_an_endpoint_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = ["measure", str(SCENARIO), "-q", "--out", str(tmp_path), "--max-concurrency", "2"]
+    assert cli_main(line) == 2
+    assert "--max-concurrency applies with --endpoint" in capsys.readouterr().err

@@ -123,9 +123,10 @@ def with_profile(workload: dict[str, Any], profile: str, **settings: Any) -> dic
 def load_of(workload: Any) -> dict[str, Any] | None:
     """The load a run of ``workload`` was driven by, as a replay needs it
     (``summary.json`` / ``run.json`` ``load``, ``sim.validation.predict.replay_work``):
-    a closed loop without think time is ``synchronous`` or ``concurrent``; an open
-    loop with ``max_concurrency`` is ``throughput`` (all at once) or its schedule
-    under the cap; anything else None (replayed at its send times)."""
+    a closed loop without think time is ``synchronous`` or ``concurrent``; every
+    request at once is ``throughput`` (capped or not); another open loop with
+    ``max_concurrency`` is its schedule under the cap; anything else None
+    (replayed at its send times)."""
     kind = getattr(workload, "kind", None)
     if kind == "closed_loop":
         think = workload.think_time_s
@@ -138,9 +139,8 @@ def load_of(workload: Any) -> dict[str, Any] | None:
             else {"profile": "concurrent", "streams": streams}
         )
     limit = getattr(workload, "max_concurrency", None)
-    if limit is None:
-        return None
+    cap = {} if limit is None else {"max_concurrency": int(limit)}
     arrival = getattr(workload, "arrival", None)
     if kind == "synthetic" and arrival is not None and arrival.rate_per_s == float("inf"):
-        return {"profile": "throughput", "max_concurrency": int(limit)}
-    return {"max_concurrency": int(limit)}
+        return {"profile": "throughput"} | cap
+    return cap or None
