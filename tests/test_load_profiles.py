@@ -62,8 +62,9 @@ def answered_s(requests: pd.DataFrame, sc: Scenario) -> np.ndarray:
 
 def max_in_flight(sent_s: np.ndarray, done_s: np.ndarray) -> int:
     """Most requests sent and not answered at one time (an answer frees its slot
-    before a send at the same instant takes it)."""
-    events = sorted([(t, 1) for t in sent_s] + [(t, -1) for t in done_s])
+    before a send at the same instant takes it; "the same" within 1 ns, as the
+    answer times here are summed in another order than the simulation's clock)."""
+    events = sorted([(t, 1) for t in sent_s] + [(t - 1e-9, -1) for t in done_s])
     return int(np.max(np.cumsum([step for _, step in events])))
 
 
