@@ -277,3 +277,22 @@ def test_sends_follow_the_semaphore_recurrence(
             expected[i] = max(expected[i], answers[i - limit])
     np.testing.assert_allclose(sent, expected, rtol=0, atol=1e-9)
     assert max_in_flight(sent, answered_s(requests, sc)) <= limit
+
+
+def test_the_compiled_loop_says_why_it_declines_a_binding_cap() -> None:
+    from dataclasses import replace
+
+    from sim.fast.compiled import path
+
+    sc = scenario(open_loop())
+    work = generate_open_loop(sc.workload, np.random.default_rng(0))  # type: ignore[arg-type]
+    engine = api.engine_for(sc)
+    cores = Simulation(engine).cores
+    assert path.why_not(cores, engine.cost, True, work) is None
+    capped = replace(work, max_concurrency=len(work) - 1)
+    assert (
+        path.why_not(cores, engine.cost, True, capped)
+        == "capped requests in flight (max_concurrency)"
+    )
+    loose = replace(work, max_concurrency=len(work))
+    assert path.why_not(cores, engine.cost, True, loose) is None
