@@ -97,11 +97,13 @@ def load_measured(
         if not measured.summary.get("model") and assume_model:
             measured.summary["model"] = assume_model
         return measured
-    from sim.validation.importers import detect_format, import_run
+    from sim.validation.importers import PHASES_FILE, detect_format, import_run
 
     try:
         fmt = detect_format(folder)  # ConfigError, too, when there is no such path
-    except ConfigError:
+    except ConfigError as error:
+        if (folder / PHASES_FILE).is_file():  # an import of several phases: name them
+            raise ConfigError(f"--measured {error}") from None
         raise ConfigError(
             f"--measured {folder}: not a servesim measure folder nor a run in a known "
             "format (servesim import-run --help)"
@@ -116,6 +118,7 @@ def load_measured(
         "model": model or assume_model,
         "num_failed": run.meta.get("num_failed", 0),
         "engine_settings": imported_engine_settings(engine),
+        "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
     }
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
@@ -187,7 +190,7 @@ def validate(
         predictions["microbenchmarks x machine drift"] = ScaledCost(base_cost, drift["both"])
     comparisons = {}
     for name, model in predictions.items():
-        result = predict(scenario, measured.requests, model, base_dir)
+        result = predict(scenario, measured.requests, model, base_dir, measured.summary.get("load"))
         lat = simulated_latencies(result)
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)

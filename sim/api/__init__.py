@@ -42,7 +42,7 @@ from sim.cost.base import CostModel
 from sim.engine.lifecycle import ActivityRecorder
 from sim.errors import ConfigError
 from sim.scenario import Scenario
-from sim.serving.simulation import OpenLoop, Simulation
+from sim.serving.simulation import ClosedLoop, OpenLoop, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 from sim.workload.size import check_run_size
 
@@ -136,9 +136,13 @@ def run(
 
 
 def replay(
-    scenario: Scenario, work: OpenLoop, cost: CostModel | None = None, base_dir: Path | None = None
+    scenario: Scenario,
+    work: OpenLoop | ClosedLoop,
+    cost: CostModel | None = None,
+    base_dir: Path | None = None,
 ) -> Result:
-    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine;
+    """Simulate exactly the requests of ``work`` (an open loop, or a closed loop
+    over given requests) on one replica of the scenario's engine;
     ``cost`` replaces the scenario's cost model (validation compares several)."""
     engine = engine_for(scenario, base_dir)
     if cost is not None:

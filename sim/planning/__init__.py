@@ -2,7 +2,8 @@
 
 ``capacity``/``capacity_report`` (highest load within SLOs, replicas, cost),
 ``sweep``/``sweep_exec``/``sweep_report``/``sweep_plots`` (grids of scenario
-variants) and ``pricing`` (GPU list prices); their command line is
+variants), ``profile_sweep`` (GuideLLM's sweep profile) and ``pricing`` (GPU
+list prices); their command line is
 ``sim.cli.capacity`` and ``sim.cli.sweep``.
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,

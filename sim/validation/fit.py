@@ -48,7 +48,7 @@ percentages, ``(predicted - measured) / measured * 100``, of p50/p90/p99 TTFT an
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -113,6 +113,9 @@ class FitRun:
     engine_cpu: EngineCpu | None = None
     # Whether the run's arrival times are the clients' send times (the way in included).
     arrivals_include_way_in: bool = False
+    # The load that drove the run (run.json's ``load``): its replay drives it too
+    # (``sim.validation.predict.replay_work``); None: at the measured send times.
+    load: Mapping[str, Any] | None = None
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -125,7 +128,7 @@ class FitRun:
         if isinstance(params, EngineCpuFitValues) and params.way_in_s_per_request is not None:
             frontend = scenario.frontend.model_copy(update={WAY_IN: params.way_in_s_per_request})
             scenario = scenario.model_copy(update={"frontend": frontend})
-        result = predict(scenario, self.requests, cost, self.base_dir)
+        result = predict(scenario, self.requests, cost, self.base_dir, self.load)
         return per_request_latencies(result.raw.requests)
 
     def adjusted_cost(self, params: Adjustment) -> CostModel:
