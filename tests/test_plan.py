@@ -1,0 +1,303 @@
+"""``servesim plan``: the configuration search (sim.planning.plan) and its command line.
+
+Known answers: two GPUs whose speed and price scale so that one is strictly
+cheaper per unit of capacity; a configuration that does not fit; the pruned
+search against the exhaustive one on a small space; one-line errors for bad
+plans; best.yaml replayed by ``servesim run``. Roofline costs and small
+workloads keep it fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.errors import ConfigError
+from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset
+from sim.metrics.slo_targets import parse_targets
+from sim.planning.plan import PlanResult, plan, run_length
+from sim.planning.plan_file import PlanConfig
+from sim.planning.pricing import GPU_PRICE_PER_HOUR, parse_gpu_prices
+from sim.scenario import scenario_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A scenario whose every duration scales with the GPU: no engine CPU work, no
+# frontend costs, so a GPU with twice the FLOP/s and bandwidth runs the same
+# system twice as fast (the roofline prices a step as max(FLOPs / rate, bytes / rate)).
+SCALING_DOC: dict[str, Any] = {
+    "name": "scaling",
+    "seed": 0,
+    "model": "llama-3-8b",
+    "hardware": "h100",
+    "cost": {"kind": "roofline"},
+    "engine": {
+        "max_model_len_tokens": 2048,
+        "cpu": {"per_step_s": 0, "per_seq_s": 0, "per_token_s": 0, "non_overlapped_s": 0},
+    },
+    "frontend": {
+        "way_in_s_per_request": 0,
+        "tokenize_s_per_token": 0,
+        "detokenize_s_per_token": 0,
+        "output_step_s": 0,
+    },
+    "workload": {
+        "kind": "synthetic",
+        "num_requests": 200,
+        "arrival": {"kind": "poisson", "rate_per_s": 10},
+        "prompt_tokens": {"kind": "fixed", "tokens": 200},
+        "output_tokens": {"kind": "fixed", "tokens": 50},
+    },
+}
+SMALL_SPACE: dict[str, Any] = {
+    "tensor_parallel_sizes": [1],
+    "max_num_seqs": [64],
+    "max_num_batched_tokens": [2048],
+    "chunked_prefill": [True],
+    "refine": False,
+    "cost_model": "roofline",
+    "max_loads": 8,
+}
+
+
+def _h100_variant(name: str, speed: float, **extra: Any) -> dict[str, Any]:
+    h100 = hardware_preset("h100")
+    return {
+        "preset": "h100",
+        "name": name,
+        "peak_flops_per_s": h100.peak_flops_per_s * speed,
+        "memory_bandwidth_bytes_per_s": h100.memory_bandwidth_bytes_per_s * speed,
+        **extra,
+    }
+
+
+def _plan(gpus: list[Any], prices: dict[str, float], rate: float, **space: Any) -> PlanResult:
+    scenario = scenario_from_dict(SCALING_DOC)
+    config = PlanConfig.model_validate({**SMALL_SPACE, "gpus": gpus, **space})
+    targets = parse_targets(["tpot_mean_ms=20"])
+    return plan(scenario, ROOT, config, targets, rate, prices, workers=1)
+
+
+def test_every_hardware_preset_has_a_price() -> None:
+    assert set(HARDWARE_PRESETS) <= set(GPU_PRICE_PER_HOUR)
+
+
+def test_gpu_prices_parse_and_refuse() -> None:
+    assert parse_gpu_prices(["h100=2.5", "l4=0.5"]) == {"h100": 2.5, "l4": 0.5}
+    for bad in ("h100", "h100=", "h100=-1", "=2", "h100=abc", "h100=inf"):
+        with pytest.raises(ConfigError, match="--gpu-price"):
+            parse_gpu_prices([bad])
+
+
+def test_run_length_follows_the_tail_sample_rule() -> None:
+    # 10 samples beyond p99 need 1000 requests; a mean needs no tail.
+    assert run_length(parse_targets(["ttft_p99_ms=500", "tpot_mean_ms=50"])) == 1000
+    assert run_length(parse_targets(["tpot_mean_ms=50"])) == 200
+
+
+@pytest.mark.parametrize(("fast_price", "cheaper"), [(1.5, "fast"), (3.0, "slow")])
+def test_cheaper_gpu_per_unit_of_capacity_wins(fast_price: float, cheaper: str) -> None:
+    """``fast`` is ``slow`` at twice the FLOP/s and bandwidth: with every duration
+    scaling, it has twice the capacity, so at 1.5x the price it is strictly cheaper
+    per unit of capacity and at 3x strictly dearer."""
+    gpus = [_h100_variant("slow", 1.0), _h100_variant("fast", 2.0)]
+    result = _plan(gpus, {"slow": 1.0, "fast": fast_price}, rate=2000.0, prune=False)
+    by_gpu = {o.candidate.gpu: o.record or {} for o in result.searched}
+    ratio = by_gpu["fast"]["capacity_rate_per_s"] / by_gpu["slow"]["capacity_rate_per_s"]
+    assert ratio == pytest.approx(2.0, rel=0.15)  # the search's own resolution
+    assert result.best is not None and result.best.candidate.gpu == cheaper
+
+
+def test_configuration_that_does_not_fit_is_refused_with_its_reason() -> None:
+    # 12 GB: Llama-3-8B's 16 GB of weights fit only split over two GPUs.
+    small = _h100_variant("small", 1.0, memory_bytes=12e9, cuda_memory_bytes=None)
+    result = _plan([small], {"small": 1.0}, rate=50.0, tensor_parallel_sizes=[1, 2])
+    by_tp = {o.candidate.tensor_parallel_size: o for o in result.outcomes}
+    assert by_tp[1].status == "refused" and "weights" in by_tp[1].reason
+    assert by_tp[2].status == "searched" and result.best is by_tp[2]
+    with pytest.raises(ConfigError, match="fits no configuration"):
+        _plan([small], {"small": 1.0}, rate=50.0, tensor_parallel_sizes=[1])
+
+
+def test_pruned_search_finds_the_exhaustive_answer() -> None:
+    space = {
+        "gpus": ["h100", "l40s", "a100-80gb"],
+        "tensor_parallel_sizes": [1, 2],
+        "max_num_seqs": [16, 64],
+        "max_num_batched_tokens": [256, 2048],
+    }
+    prices = {"h100": 3.0, "l40s": 0.9, "a100-80gb": 1.8}
+    pruned = _plan(space.pop("gpus"), prices, 300.0, **space)
+    exhaustive = _plan(["h100", "l40s", "a100-80gb"], prices, 300.0, prune=False, **space)
+    pruning = ("cannot beat", "coarse-then-refined")
+    assert not [o for o in exhaustive.outcomes if o.reason.startswith(pruning)]
+    assert len(pruned.searched) < len(exhaustive.searched)  # pruning did something
+    assert pruned.best is not None and exhaustive.best is not None
+    assert pruned.best.usd_per_hour == exhaustive.best.usd_per_hour
+    # A candidate's search does not depend on what ran before it: same records.
+    records = {o.candidate: o.record for o in exhaustive.searched}
+    for outcome in pruned.searched:
+        assert outcome.record is not None
+        mine = {k: v for k, v in outcome.record.items() if k != "wall_s"}
+        theirs = {k: v for k, v in (records[outcome.candidate] or {}).items() if k != "wall_s"}
+        assert mine == theirs
+    # Every skip is sound: its bound could not beat the answer.
+    best_usd = exhaustive.best.usd_per_hour
+    assert best_usd is not None
+    for outcome in pruned.outcomes:
+        if outcome.status == "skipped" and outcome.reason.startswith("cannot beat"):
+            assert outcome.bound_usd_per_hour is not None
+            assert outcome.bound_usd_per_hour >= best_usd
+    # The bound is optimistic: no searched candidate beat it.
+    for outcome in exhaustive.searched:
+        capacity = (outcome.record or {}).get("capacity_rate_per_s") or 0.0
+        assert outcome.bound_rate_per_s is not None
+        assert capacity <= outcome.bound_rate_per_s
+
+
+def _write(tmp_path: Path, name: str, doc: dict[str, Any]) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["plan", *args, "-q"])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = _write(tmp_path, "s.yaml", SCALING_DOC)
+    plan_file = _write(tmp_path, "plan.yaml", {**SMALL_SPACE, "gpus": ["h100", "l40s"]})
+    out = tmp_path / "out"
+    code, stdout, err = _cli(
+        [
+            str(scenario),
+            "--plan",
+            str(plan_file),
+            "--slo",
+            "tpot_mean_ms=20",
+            "--target-rate",
+            "40",
+            "--gpu-price",
+            "h100=2.5",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert "cheapest for 40 req/s" in stdout and "roofline (guess)" in stdout
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["num_configurations"] == 2 and doc["num_simulations"] > 0
+    assert doc["wall_s"] > 0 and doc["best"] is not None
+    h100 = next(c for c in doc["configurations"] if c["gpu"] == "h100")
+    assert h100["gpu_price_per_hour"] == 2.5
+    assert (out / "cost_vs_capacity.png").stat().st_size > 0
+    best = yaml.safe_load((out / "best.yaml").read_text())
+    assert best["workload"]["arrival"]["rate_per_s"] == 40
+    units = doc["best"]["search"]["num_units"]
+    assert best.get("cluster", {}).get("num_replicas", 1) == units
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sim.cli",
+            "run",
+            str(out / "best.yaml"),
+            "--out",
+            str(tmp_path / "replay"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "replay" / "summary.json").read_text())
+    assert summary["completed"] > 0
+
+
+@pytest.mark.parametrize(
+    ("plan_doc", "extra", "expected"),
+    [
+        ({"gpus": ["h300"]}, [], "plan: gpus[0]: unknown hardware preset 'h300'"),
+        ({"gpus": [_h100_variant("asic", 1.0)]}, [], "no price for GPU 'asic'"),
+        ({"gpus": ["h100"]}, ["--gpu-price", "l4=1"], "l4 is not among the plan's GPUs"),
+        ({"gpus": ["h100"]}, ["--gpu-price", "h100"], "--gpu-price: 'h100': expected NAME=USD"),
+        ({"gpus": ["l4"]}, ["--set", "model=llama-3-70b"], "fits no configuration"),
+        ({"gpus": ["h100"], "seeds": 0}, [], "seeds: Input should be greater than or equal"),
+    ],
+)
+def test_plan_cli_bad_input_is_one_line(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    plan_doc: dict[str, Any],
+    extra: list[str],
+    expected: str,
+) -> None:
+    scenario = _write(tmp_path, "s.yaml", SCALING_DOC)
+    plan_file = _write(tmp_path, "plan.yaml", {**SMALL_SPACE, **plan_doc})
+    code, _, err = _cli(
+        [
+            str(scenario),
+            "--plan",
+            str(plan_file),
+            "--slo",
+            "tpot_mean_ms=20",
+            "--target-rate",
+            "40",
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ],
+        capsys,
+    )
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("servesim: error")]
+    assert len(lines) == 1 and expected in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_plan_cli_an_slo_no_configuration_meets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = _write(tmp_path, "s.yaml", SCALING_DOC)
+    plan_file = _write(tmp_path, "plan.yaml", {**SMALL_SPACE, "gpus": ["h100", "l4"]})
+    out = tmp_path / "out"
+    code, stdout, err = _cli(
+        [
+            str(scenario),
+            "--plan",
+            str(plan_file),
+            "--slo",
+            "tpot_mean_ms=0.5",
+            "--target-rate",
+            "40",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("servesim: error")]
+    assert len(lines) == 1 and "no configuration meets the SLOs (tpot_mean_ms=0.5)" in lines[0]
+    # Each configuration says why: here a lone request's decode step is already too slow.
+    assert "infeasible at any load" in stdout
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["best"] is None and not (out / "best.yaml").exists()
+    assert math.isclose(doc["target_rate_per_s"], 40.0)
