@@ -82,6 +82,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         paths.append(figure)
     print(format_table(result))
     print(format_best(result))
+    if result.warnings:  # once each, not once per simulation
+        shown = "; ".join(result.warnings[:3])
+        more = (
+            f" (and {len(result.warnings) - 3} more in plan.json)"
+            if len(result.warnings) > 3
+            else ""
+        )
+        print(f"servesim: warning: {shown}{more}", file=sys.stderr)
     print(
         f"{doc['num_configurations']} configurations ({doc['num_searched']} searched, "
         f"{doc['num_skipped']} skipped, {doc['num_refused']} refused), "

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,6 +120,7 @@ class Outcome:
     status: str  # "searched", "skipped" (pruned or infeasible by bound) or "refused" (no fit)
     reason: str = ""
     cost_model: str = ""
+    cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
     price_per_gpu_hour: float | None = None
     bound_rate_per_s: float | None = None
     bound_usd_per_hour: float | None = None
@@ -144,6 +146,14 @@ class PlanResult:
     workers: int = 1
     # The scenario's own workload: best.yaml replays it at the target rate.
     workload_doc: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
+
+    def collect_warnings(self, extra: Sequence[str]) -> None:
+        """Every distinct warning met, in order: the bounds' then the searches'."""
+        found = [*extra]
+        for outcome in self.searched:
+            found += (outcome.record or {}).get("warnings", [])
+        self.warnings = list(dict.fromkeys(found))
 
     @property
     def searched(self) -> list[Outcome]:
@@ -325,10 +335,10 @@ def resolve_gpus(config: PlanConfig) -> list[HardwareSpec]:
 
 
 def cost_model_label(choice: str, forced_roofline: bool) -> str:
-    """ "measured kernel tables <slice>" or "roofline (guess)" from ``auto_choice``'s line."""
+    """ "measured kernel tables <slice>" or "roofline (guess)" from ``auto_choice``'s line
+    (``plan.json`` keeps the whole line)."""
     if not forced_roofline and choice.startswith("priced from "):
-        what = choice.removeprefix("priced from ").replace(" kernel tables", "", 1)
-        return f"measured kernel tables {what}"
+        return "measured kernel tables " + choice.removeprefix("priced from ").split(" ", 1)[0]
     if not forced_roofline and "; calibrated " in choice:
         return f"calibrated {choice.rsplit('; calibrated ', 1)[1]}"
     return "roofline (guess)"
@@ -347,7 +357,8 @@ class _Space:
     hardware: dict[str, HardwareSpec]
     lengths: LengthStats
     num_requests: int
-    costs: dict[tuple[str, int], tuple[CostModel, str]] = field(default_factory=dict)
+    costs: dict[tuple[str, int], tuple[CostModel, str, str]] = field(default_factory=dict)
+    warnings: dict[str, None] = field(default_factory=dict)  # distinct, in order met
 
     def doc_for(self, candidate: Candidate, rate_per_s: float | None = None) -> dict[str, Any]:
         """The candidate's scenario document (one unit; the load at ``rate_per_s``)."""
@@ -391,15 +402,21 @@ class _Space:
             self.doc_for(candidate), f"plan: {candidate.label}", self.base_dir
         )
 
-    def cost(self, candidate: Candidate, scenario: Scenario) -> tuple[CostModel, str]:
-        """The candidate's cost model and its label, built once per (GPU, TP)."""
+    def cost(self, candidate: Candidate, scenario: Scenario) -> tuple[CostModel, str, str]:
+        """The candidate's cost model, its label and auto's choice line, built once per
+        (GPU, TP); the warnings building it gives (extrapolated tables) are kept once."""
         key = (candidate.gpu, candidate.tensor_parallel_size)
         if key not in self.costs:
             forced = self.config.cost_model == "roofline"
             layout = scenario.parallelism if scenario.parallelism.num_gpus > 1 else None
-            choice = "" if forced else auto_choice(scenario.model, scenario.hardware, layout)
-            model = cost_model_for(scenario, self.base_dir)
-            self.costs[key] = (model, cost_model_label(choice, forced))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                choice = (
+                    "roofline" if forced else auto_choice(scenario.model, scenario.hardware, layout)
+                )
+                model = cost_model_for(scenario, self.base_dir)
+            self.warnings.update(dict.fromkeys(str(w.message) for w in caught))
+            self.costs[key] = (model, cost_model_label(choice, forced), choice)
         return self.costs[key]
 
 
@@ -423,6 +440,15 @@ def fleet_usd_per_hour(
 def search_candidate(task: Task) -> Record:
     """One candidate's capacity search, its fleet and the SLO statistics at the target
     load (``target / units`` per unit): the executors' point function for ``plan``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record = _search_candidate(task)
+    # One copy of each: a cost model warns once per run, and a search runs dozens.
+    record["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
+    return record
+
+
+def _search_candidate(task: Task) -> Record:
     started = time.perf_counter()
     scenario = scenario_from_dict(task["scenario"], task["label"], Path(task["base_dir"]))
     targets = targets_from_mapping(task["slo"], "plan")
@@ -595,9 +621,12 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
             f"({max_len} tokens)"
         )
         return outcome
-    cost, label = space.cost(candidate, scenario)
-    bound = optimistic_rate_per_s(cost, candidate, kv_tokens, space.lengths, space.targets)
-    outcome.cost_model = label
+    cost, label, choice = space.cost(candidate, scenario)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bound = optimistic_rate_per_s(cost, candidate, kv_tokens, space.lengths, space.targets)
+    space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
+    outcome.cost_model, outcome.cost_model_detail = label, choice
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
         bound.rate_per_s, space.target_rate_per_s, candidate.num_gpus, price
@@ -818,5 +847,6 @@ def plan(
             result.outcomes.extend(refined)
             _announce(refined, result, on_total, on_done)
             _run(space, refined, result, workers, on_done)
+    result.collect_warnings(list(space.warnings))
     result.wall_s = time.perf_counter() - started
     return result

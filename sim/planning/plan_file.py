@@ -11,7 +11,7 @@ the defaults below apply (docs/capacity.md, "servesim plan")::
     refine: true                          # one round of halfway values around each good group
     cost_model: auto                      # or roofline (every GPU, fast, a guess)
     disaggregation: {ratios: ["1:1", "1:2"]}   # optional prefill:decode units
-    seeds: 2                              # per load: 2 or more give a confidence interval
+    seeds: 3                              # per load: 2 or more give a confidence interval
     num_requests: null                    # per run; null: the fewest the SLO percentiles need
     rel_width: 0.1                        # capacity search precision
     max_loads: 10                         # loads per capacity search, each under every seed
@@ -68,7 +68,7 @@ class PlanConfig(BaseModel):
     refine: bool = True
     cost_model: Literal["auto", "roofline"] = "auto"
     disaggregation: DisaggregationSpace | None = None
-    seeds: int = Field(default=2, ge=1, le=30)
+    seeds: int = Field(default=3, ge=1, le=30)
     num_requests: int | None = Field(default=None, ge=1)
     rel_width: float = Field(default=0.1, gt=0, lt=1)
     max_loads: int = Field(default=10, ge=2, le=60)
