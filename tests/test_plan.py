@@ -309,3 +309,12 @@ def test_plan_cli_an_slo_no_configuration_meets(
     doc = json.loads((out / "plan.json").read_text())
     assert doc["best"] is None and not (out / "best.yaml").exists()
     assert math.isclose(doc["target_rate_per_s"], 40.0)
+
+
+def test_disaggregated_units_are_searched_and_priced_per_gpu() -> None:
+    result = _plan(["h100"], {"h100": 3.0}, 100.0, prune=False, disaggregation={"ratios": ["1:1"]})
+    split = next(o for o in result.outcomes if o.candidate.split == (1, 1))
+    assert split.status == "searched" and split.candidate.num_gpus == 2
+    record = split.record or {}
+    if record.get("usd_per_hour") is not None:  # a fleet of 2-GPU units
+        assert record["usd_per_hour"] == pytest.approx(record["num_units"] * 2 * 3.0)

@@ -382,12 +382,13 @@ class _Space:
             split = self.config.disaggregation
             assert split is not None
             doc["cluster"] = {
+                "num_replicas": candidate.split[0] + candidate.split[1],
                 "disaggregation": {
                     "num_prefill_replicas": candidate.split[0],
                     "num_decode_replicas": candidate.split[1],
                     "kv_transfer_bandwidth_bytes_per_s": split.kv_transfer_bandwidth_bytes_per_s,
                     "kv_transfer_latency_s": split.kv_transfer_latency_s,
-                }
+                },
             }
         if rate_per_s is not None:
             doc["workload"] = {

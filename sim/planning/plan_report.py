@@ -225,7 +225,8 @@ def best_scenario(result: PlanResult, name: str) -> dict[str, Any] | None:
         split = dict(doc["cluster"]["disaggregation"])
         split["num_prefill_replicas"] = best.candidate.split[0] * units
         split["num_decode_replicas"] = best.candidate.split[1] * units
-        doc["cluster"] = {"router": BEST_ROUTER, "disaggregation": split}
+        total = split["num_prefill_replicas"] + split["num_decode_replicas"]
+        doc["cluster"] = {"num_replicas": total, "router": BEST_ROUTER, "disaggregation": split}
     return doc
 
 
