@@ -13,19 +13,23 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from sim import api
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset
 from sim.metrics.slo_targets import parse_targets
 from sim.planning.plan import PlanResult, plan, run_length
+from sim.planning.plan_bound import Limits, length_stats, lone_request_ms
 from sim.planning.plan_file import PlanConfig
 from sim.planning.pricing import GPU_PRICE_PER_HOUR, parse_gpu_prices
+from sim.planning.sweep_exec import execute
 from sim.scenario import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,3 +322,56 @@ def test_disaggregated_units_are_searched_and_priced_per_gpu() -> None:
     record = split.record or {}
     if record.get("usd_per_hour") is not None:  # a fleet of 2-GPU units
         assert record["usd_per_hour"] == pytest.approx(record["num_units"] * 2 * 3.0)
+
+
+def _square(task: dict[str, Any]) -> dict[str, Any]:
+    return {"x": task["x"] ** 2}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_local_executor_draws_the_next_task_only_when_one_finishes(jobs: int) -> None:
+    """The planner's pruning decides each next candidate on the records seen so far."""
+    drawn: list[int] = []
+
+    def tasks() -> Iterator[dict[str, Any]]:
+        for x in range(6):
+            drawn.append(x)
+            yield {"x": x}
+
+    records = {}
+    for index, record in execute(tasks(), "local", jobs, function=_square):
+        assert len(drawn) <= len(records) + jobs  # in flight: at most jobs
+        records[index] = record
+    assert records == {x: {"x": x**2} for x in range(6)}
+
+
+def test_lone_request_bound_is_below_the_simulated_latency_at_low_load() -> None:
+    """A lone request's TTFT and TPOT (plan_bound) cannot exceed what a run at a
+    load so low that requests rarely meet measures (frontend costs included)."""
+    doc = {**SCALING_DOC, "frontend": {}, "engine": {"max_model_len_tokens": 2048}}
+    doc["workload"] = {
+        **SCALING_DOC["workload"],
+        "arrival": {"kind": "poisson", "rate_per_s": 0.05},
+        "prompt_tokens": {
+            "kind": "lognormal",
+            "median_tokens": 300,
+            "sigma": 0.8,
+            "max_tokens": 1500,
+        },
+        "output_tokens": {
+            "kind": "lognormal",
+            "median_tokens": 40,
+            "sigma": 0.5,
+            "max_tokens": 200,
+        },
+    }
+    scenario = scenario_from_dict(doc)
+    lengths = length_stats(scenario, ROOT, 1)
+    summary = api.run(scenario).summary
+    cost = api.cost_model_for(scenario)
+    limits = Limits(256, 2048, True)
+    for name in ("ttft_p99_ms", "ttft_median_ms", "tpot_p99_ms", "tpot_mean_ms", "itl_p99_ms"):
+        target = parse_targets([f"{name}=1"])[0]
+        assert lone_request_ms(cost, target, lengths, limits) <= summary[target.summary_key] * (
+            1 + 1e-9
+        )

@@ -82,14 +82,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         paths.append(figure)
     print(format_table(result))
     print(format_best(result))
-    if result.warnings:  # once each, not once per simulation
-        shown = "; ".join(result.warnings[:3])
-        more = (
-            f" (and {len(result.warnings) - 3} more in plan.json)"
-            if len(result.warnings) > 3
-            else ""
-        )
-        print(f"servesim: warning: {shown}{more}", file=sys.stderr)
+    if result.warnings:  # once in all, not once per simulation
+        count = len(result.warnings)
+        more = f" (and {count - 1} more, listed in plan.json)" if count > 1 else ""
+        print(f"servesim: warning: {result.warnings[0]}{more}", file=sys.stderr)
     print(
         f"{doc['num_configurations']} configurations ({doc['num_searched']} searched, "
         f"{doc['num_skipped']} skipped, {doc['num_refused']} refused), "

@@ -2,7 +2,7 @@
 
 ``capacity``/``capacity_report`` (highest load within SLOs, replicas, cost),
 ``sweep``/``sweep_exec``/``sweep_report``/``sweep_plots`` (grids of scenario
-variants), ``plan``/``plan_file``/``plan_report``/``plan_plots`` (the cheapest
+variants), ``plan``/``plan_bound``/``plan_file``/``plan_report``/``plan_plots`` (the cheapest
 deployment for a target rate, searched over GPUs, TP, batch limits and
 prefill/decode splits) and ``pricing`` (GPU list prices); their command line is
 ``sim.cli.capacity``, ``sim.cli.sweep`` and ``sim.cli.plan``.

@@ -14,16 +14,10 @@ What keeps it from brute force:
 1. **Refusals before any run.** A layout whose heads do not split, whose
    weights do not fit, or whose KV pool cannot hold one ``max_model_len``
    request is refused, with the reason (:func:`sim.api.build.kv_blocks_for`).
-2. **An optimistic bound per candidate** (:func:`optimistic_rate_per_s`), from
-   the candidate's own cost model: no request's tokens are cheaper than the
-   cheapest token the engine can compute (a full prefill step's, or a full
-   decode batch's), and decodes cannot outrun ``B / decode_step_s(B)`` tokens
-   per second at the largest batch ``B`` the sequence limit and the KV pool
-   allow. Over a request's mean prompt and output lengths that caps the
-   request rate; divided by the served check's 0.95 and times ``OPTIMISM``
-   (slack for the mean-value estimate), it is a rate the search cannot
-   exceed. A lone request's prefill (or decode step) priced beyond an SLO's
-   limit makes a candidate infeasible at any load, also without a run.
+2. **An optimistic bound per candidate** (:mod:`sim.planning.plan_bound`),
+   from the candidate's own cost model: a request rate its capacity search
+   cannot exceed, and SLOs a lone request already breaks (infeasible at any
+   load, skipped without a run).
 3. **Best first, branch and bound.** Candidates run in order of their
    optimistic fleet cost (``ceil(R / bound)`` units); one whose optimistic
    cost cannot beat (is at least) the cheapest fleet found so far is skipped
@@ -31,10 +25,13 @@ What keeps it from brute force:
    next candidate only when one finishes (:mod:`sim.planning.sweep_exec`),
    every decision uses everything finished before it.
 4. **Batch limits coarse, then refined.** The plan file's levels are the
-   coarse grid; then, for each (GPU, TP, split) group whose best fleet is
-   within ``REFINE_MARGIN`` of the cheapest, the halfway values (geometric)
-   around its best limits are tried, one dimension at a time, under the same
-   pruning.
+   coarse grid. Each (GPU, TP, split) group first searches one
+   representative (:func:`representatives`); its other coarse limits run only
+   where that came within ``REFINE_MARGIN`` of the cheapest (a heuristic:
+   batch limits move a fleet's cost by tens of percent, not by multiples; the
+   skip says so). Then, around the best limits of each group within the
+   margin, the geometric halfway values are tried, one dimension at a time,
+   under the same pruning. ``prune: false`` searches the whole grid.
 
 The answer does not include the network between replicas and clients, the
 load balancer's imbalance, autoscaling, or failures (docs/capacity.md).
@@ -50,10 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sim.api.build import cost_model_for, kv_blocks_for
-from sim.cost.base import CostModel, StepShape
+from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, layout_problem
@@ -62,15 +57,12 @@ from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_map
 from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.capacity import Searcher, search
 from sim.planning.capacity_report import fleet_for, has_interval, output_tokens_per_request
+from sim.planning.plan_bound import LengthStats, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.plan_file import PlanConfig
 from sim.planning.pricing import gpu_price_per_hour
-from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, Task, default_jobs, execute
 from sim.scenario import Scenario, scenario_from_dict
-from sim.workload.generate import generate_open_loop
 
-OPTIMISM = 1.1
-"""Slack on the mean-value bound: it prices mean lengths, not the mix (docstring)."""
 REFINE_MARGIN = 0.25
 """A group is refined when its best fleet costs at most this much above the cheapest."""
 MIN_PLAN_REQUESTS = 200
@@ -180,110 +172,6 @@ class PlanResult:
         """The cheapest fleet meeting the SLOs, if any."""
         ranked = self.ranked()
         return ranked[0] if ranked else None
-
-
-@dataclass(frozen=True)
-class LengthStats:
-    """The workload's request lengths, as the bounds read them (tokens)."""
-
-    mean_prompt_tokens: float
-    mean_output_tokens: float
-    prompt_tokens_at: Mapping[str, float]  # by stat: mean, median, p90, p99
-    output_tokens_at: Mapping[str, float]
-
-
-def length_stats(scenario: Scenario, base_dir: Path) -> LengthStats:
-    """Mean and quantile lengths of the scenario's requests (its own seed)."""
-    rows = generate_open_loop(
-        scenario.workload,  # type: ignore[arg-type]  # synthetic: checked by the caller
-        np.random.default_rng(scenario.seed),
-        base_dir,
-    )
-    prompt = rows.num_prompt_tokens.astype(float)
-    output = rows.num_output_tokens.astype(float)
-
-    def at(values: np.ndarray) -> dict[str, float]:
-        return {
-            "mean": float(values.mean()),
-            "median": float(np.quantile(values, 0.5)),
-            "p90": float(np.quantile(values, 0.9)),
-            "p99": float(np.quantile(values, 0.99)),
-        }
-
-    return LengthStats(float(prompt.mean()), float(output.mean()), at(prompt), at(output))
-
-
-def _prefill_s(cost: CostModel, num_tokens: float, chunk_tokens: int) -> float:
-    """A lone prompt of ``num_tokens`` prefilled in chunks of ``chunk_tokens``."""
-    left, done, total_s = max(1, round(num_tokens)), 0, 0.0
-    while left > 0:
-        chunk = min(left, chunk_tokens)
-        total_s += cost.step_s(StepShape.build(prefill_chunks=[(chunk, done)]))
-        done, left = done + chunk, left - chunk
-    return total_s
-
-
-def _decode_s(cost: CostModel, num_seqs: int, context_tokens: float) -> float:
-    """One decode step of ``num_seqs`` sequences at ``context_tokens`` each."""
-    context = max(1, round(context_tokens))
-    return cost.step_s(StepShape.build(decode_context_tokens=[context] * num_seqs))
-
-
-@dataclass(frozen=True)
-class Bound:
-    """A candidate's optimistic capacity, or why no load can meet the SLOs."""
-
-    rate_per_s: float
-    infeasible: str = ""  # non-empty: a lone request already breaks this SLO
-
-
-def optimistic_rate_per_s(
-    cost: CostModel,
-    candidate: Candidate,
-    kv_tokens: int,
-    lengths: LengthStats,
-    targets: Sequence[SloTarget],
-) -> Bound:
-    """An upper bound on the candidate's capacity (module docstring, point 2)."""
-    prompt, output = lengths.mean_prompt_tokens, max(lengths.mean_output_tokens, 1.0)
-    budget = candidate.max_num_batched_tokens
-    batch = max(1, min(candidate.max_num_seqs, int(kv_tokens // max(prompt, 1.0))))
-    prefill_per_token_s = _prefill_s(cost, budget, budget) / budget
-    decode_step_s = _decode_s(cost, batch, prompt)
-    cheapest_token_s = min(prefill_per_token_s, decode_step_s / batch)
-    decode_rate = batch / (output * decode_step_s)  # requests/s the decode batch finishes
-    if candidate.split is None:
-        rate = min(1.0 / ((prompt + output) * cheapest_token_s), decode_rate)
-    else:
-        num_prefill, num_decode = candidate.split
-        prefill_rate = num_prefill / (prompt * prefill_per_token_s)
-        rate = min(prefill_rate, num_decode * min(decode_rate, 1.0 / (output * cheapest_token_s)))
-    for target in targets:
-        lone_ms = _lone_request_ms(cost, target, lengths, budget, candidate.chunked_prefill)
-        if lone_ms is not None and lone_ms > target.limit_ms:
-            return Bound(
-                0.0,
-                f"a lone request's {target.metric} ({target.stat} lengths) is already "
-                f"{lone_ms:.4g} ms > {target}",
-            )
-    return Bound(rate * OPTIMISM / SERVED_MIN_RATIO)
-
-
-def _lone_request_ms(
-    cost: CostModel, target: SloTarget, lengths: LengthStats, budget: int, chunked: bool
-) -> float | None:
-    """The target's statistic for requests alone on the engine: a lower bound at any load."""
-    prompt = lengths.prompt_tokens_at[target.stat]
-    output = lengths.output_tokens_at[target.stat]
-    chunk = budget if chunked else max(budget, round(prompt))
-    if target.metric == "ttft":
-        return 1e3 * _prefill_s(cost, prompt, chunk)
-    decode_ms = 1e3 * _decode_s(cost, 1, lengths.prompt_tokens_at["median"])
-    if target.metric in ("tpot", "itl"):
-        return decode_ms
-    if target.metric == "e2el":
-        return 1e3 * _prefill_s(cost, prompt, chunk) + decode_ms * max(output - 1.0, 0.0)
-    return None
 
 
 def run_length(targets: Sequence[SloTarget]) -> int:
@@ -623,9 +511,15 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
         )
         return outcome
     cost, label, choice = space.cost(candidate, scenario)
+    limits = Limits(
+        candidate.max_num_seqs,
+        candidate.max_num_batched_tokens,
+        candidate.chunked_prefill,
+        candidate.split,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        bound = optimistic_rate_per_s(cost, candidate, kv_tokens, space.lengths, space.targets)
+        bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
     space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.cost_model, outcome.cost_model_detail = label, choice
     outcome.bound_rate_per_s = bound.rate_per_s
@@ -812,7 +706,7 @@ def plan(
         target_rate_per_s,
         resolved,
         hardware,
-        length_stats(sized, base_dir),
+        length_stats(sized, base_dir, config.seeds),
         num_requests,
     )
     result = PlanResult(
