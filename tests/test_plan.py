@@ -253,6 +253,8 @@ def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
         ({"gpus": ["h100"]}, ["--gpu-price", "h100"], "--gpu-price: 'h100': expected NAME=USD"),
         ({"gpus": ["l4"]}, ["--set", "model=llama-3-70b"], "fits no configuration"),
         ({"gpus": ["h100"], "seeds": 0}, [], "seeds: Input should be greater than or equal"),
+        ({"gpus": [{"name": "x"}]}, [], "plan: gpus[0].peak_flops_per_s: Field required"),
+        ({"gpus": ["h100"], "disaggregation": {"ratios": ["2"]}}, [], "expected P:D"),
     ],
 )
 def test_plan_cli_bad_input_is_one_line(
@@ -375,3 +377,10 @@ def test_lone_request_bound_is_below_the_simulated_latency_at_low_load() -> None
         assert lone_request_ms(cost, target, lengths, limits) <= summary[target.summary_key] * (
             1 + 1e-9
         )
+
+
+def test_a_cost_model_of_one_gpu_is_refused_not_replaced() -> None:
+    doc = {**SCALING_DOC, "cost": {"kind": "linear", "step_overhead_s": 0.01}}
+    config = PlanConfig.model_validate({**SMALL_SPACE, "gpus": ["h100"], "cost_model": "auto"})
+    with pytest.raises(ConfigError, match=r"cost\.kind 'linear' prices one GPU"):
+        plan(scenario_from_dict(doc), ROOT, config, parse_targets(["tpot_mean_ms=20"]), 10.0)

@@ -74,7 +74,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             on_total,
         )
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
-    doc = to_json(result, label, args.plan, config.cost_model)
+    roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
+    doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
     best = best_scenario(result, scenario.name)
     paths = write_outputs(result, doc, best, out)
     figure = plot_plan(result, out)

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from sim.api.build import cost_model_for, kv_blocks_for
 from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
@@ -213,9 +215,10 @@ def resolve_gpus(config: PlanConfig) -> list[HardwareSpec]:
                 doc = {**base, **{k: v for k, v in entry.items() if k != "preset"}}
             try:
                 out.append(HardwareSpec.model_validate(doc))
-            except ValueError as error:
-                first = str(error).splitlines()
-                raise ConfigError(f"plan: gpus[{index}]: {' '.join(first[:3])}") from None
+            except ValidationError as error:
+                err = error.errors()[0]
+                where = ".".join(str(part) for part in err["loc"])
+                raise ConfigError(f"plan: gpus[{index}].{where}: {err['msg']}") from None
     names = [g.name for g in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"plan: gpus: a GPU is listed twice ({', '.join(names)})")
@@ -262,10 +265,8 @@ class _Space:
             "max_num_batched_tokens": candidate.max_num_batched_tokens,
             "chunked_prefill": candidate.chunked_prefill,
         }
-        if self.config.cost_model == "roofline":
-            doc["cost"] = {"kind": "roofline"}
-        elif doc.get("cost", {}).get("kind") not in ("auto", "roofline"):
-            doc["cost"] = {"kind": "auto"}  # a GPU's own tables, not another GPU's
+        if self.roofline and doc["cost"].get("kind") != "roofline":
+            doc["cost"] = {"kind": "roofline"}  # the scenario's own roofline block is kept
         if candidate.split is not None:
             split = self.config.disaggregation
             assert split is not None
@@ -285,6 +286,11 @@ class _Space:
             }
         return doc
 
+    @property
+    def roofline(self) -> bool:
+        """Every GPU on the roofline: the plan file says so, or the scenario does."""
+        return self.config.cost_model == "roofline" or self.base_doc["cost"]["kind"] == "roofline"
+
     def scenario(self, candidate: Candidate) -> Scenario:
         """The candidate's validated scenario (ConfigError naming the candidate)."""
         return scenario_from_dict(
@@ -296,7 +302,7 @@ class _Space:
         (GPU, TP); the warnings building it gives (extrapolated tables) are kept once."""
         key = (candidate.gpu, candidate.tensor_parallel_size)
         if key not in self.costs:
-            forced = self.config.cost_model == "roofline"
+            forced = self.roofline
             layout = scenario.parallelism if scenario.parallelism.num_gpus > 1 else None
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -374,6 +380,8 @@ def _search_candidate(task: Task) -> Record:
             "output_tokens_per_request": tokens,
             "per_unit_rate_per_s": per_unit_rate,
             "at_target_status": point.status,
+            # Means within every limit (and served): the SLOs hold on average there.
+            "at_target_within_slos": point.ratio <= 1.0,
             "at_target_mean": dict(point.means),
             "at_target_ci95_half_width": dict(point.half_widths),
             "at_target_served_ratio": point.served[0] if point.served is not None else None,
@@ -673,6 +681,13 @@ def plan(
         raise ConfigError(
             "plan: the scenario has a cluster: block; the planner sizes the fleet and the "
             "prefill/decode split itself (plan file: disaggregation), so remove it"
+        )
+    if scenario.cost.kind not in ("auto", "roofline"):
+        raise ConfigError(
+            f"plan: cost.kind {scenario.cost.kind!r} prices one GPU; the planner prices each "
+            "GPU with its own kernel tables or the roofline (cost.kind auto, the default), or "
+            "every GPU on the roofline (cost.kind roofline, or cost_model: roofline in the "
+            "plan file)"
         )
     hardware = {g.name: g for g in resolve_gpus(config)}
     given = {**config.gpu_price_per_hour, **(prices or {})}

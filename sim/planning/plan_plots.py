@@ -1,11 +1,12 @@
 """The plan's figure: fleet cost against capacity per GPU, the Pareto front marked.
 
 One point per configuration with a fleet: x is its capacity per GPU (req/s),
-y the fleet's dollars per hour at the target rate. Filled points met every SLO
-(on the t interval) at the target's share per unit; hollow ones were unclear
-or failed there (noise near capacity). The Pareto front (no other point has
-both more capacity per GPU and a cheaper fleet) is joined; the cheapest is
-starred. Drawn on an Agg canvas with matplotlib's object API, as
+y the fleet's dollars per hour at the target rate (log scale: fleets differ by
+multiples). Filled points kept every SLO's mean over seeds within its limit at
+the target's share per unit; hollow ones did not there (the search's estimate
+is noisy near capacity, so a fleet sized on it may sit just past a limit).
+The Pareto front (no other point has both more capacity per GPU and a cheaper
+fleet) is joined; the cheapest is starred. Drawn on an Agg canvas with matplotlib's object API, as
 :mod:`sim.planning.sweep_plots`.
 """
 
@@ -32,7 +33,7 @@ def plot_plan(result: PlanResult, out_dir: Path) -> Path | None:
     records = [o.record or {} for o in ranked]
     x = np.array([float(r["capacity_per_gpu"]) for r in records])
     y = np.array([float(r["usd_per_hour"]) for r in records])
-    met = np.array([r.get("at_target_status") == "pass" for r in records])
+    met = np.array([bool(r.get("at_target_within_slos")) for r in records])
     gpus = [o.candidate.gpu for o in ranked]
     fig = Figure(figsize=(7.5, 5))
     ax = fig.add_subplot()
@@ -58,7 +59,7 @@ def plot_plan(result: PlanResult, out_dir: Path) -> Path | None:
             s=30,
             facecolors="none",
             edgecolors="grey",
-            label="hollow: SLOs not confirmed at target load",
+            label="hollow: an SLO's mean past its limit at the target load",
         )
     no_capacity = sum(1 for o in result.searched if o.usd_per_hour is None)
     skipped = sum(1 for o in result.outcomes if o.status in ("skipped", "refused"))
@@ -68,7 +69,8 @@ def plot_plan(result: PlanResult, out_dir: Path) -> Path | None:
         fontsize=9,
     )
     ax.set_xlabel("capacity per GPU (req/s within the SLOs)")
-    ax.set_ylabel("fleet cost ($/hour)")
+    ax.set_ylabel("fleet cost ($/hour, log scale)")
+    ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

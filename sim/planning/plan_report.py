@@ -54,8 +54,9 @@ def _stats(outcome: Outcome, result: PlanResult) -> str:
         half = halves.get(target.name)
         spread = f"±{half:.0f}" if half else ""
         cells.append(f"{_num(mean, '.0f')}{spread}")
+    # pass / unclear / fail: where each statistic's 95% interval lies against its limit.
     status = record.get("at_target_status")
-    return " / ".join(cells) + (f" {status}" if status and status != "pass" else "")
+    return " / ".join(cells) + (f" {status}" if status else "")
 
 
 def table_rows(result: PlanResult) -> list[dict[str, str]]:
@@ -102,8 +103,9 @@ def format_table(result: PlanResult, max_rows: int = 20) -> str:
             lines.append(f"... {len(rows) - max_rows} more ranked configurations in plan.json")
     slo = ", ".join(str(t) for t in result.targets)
     lines.append(
-        f"SLO statistics: {' / '.join(t.name for t in result.targets)} (mean ± 95% half-width "
-        f"over seeds) at the target's share per unit; capacity is per unit, within {slo}"
+        f"SLOs at target: {' / '.join(t.name for t in result.targets)} (mean ± 95% half-width "
+        "over seeds) at the target's share per unit, then pass, unclear or fail as those "
+        f"intervals lie against the limits; capacity is per unit, within {slo}"
     )
     no_fit = [o for o in result.searched if o.usd_per_hour is None]
     others = [o for o in result.outcomes if o.status in ("skipped", "refused")] + no_fit
