@@ -30,7 +30,7 @@ from sim.planning.plan_bound import Limits, length_stats, lone_request_ms
 from sim.planning.plan_file import PlanConfig
 from sim.planning.pricing import GPU_PRICE_PER_HOUR, parse_gpu_prices
 from sim.planning.sweep_exec import execute
-from sim.scenario import scenario_from_dict
+from sim.scenario import load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -161,13 +161,22 @@ def test_pruned_search_finds_the_exhaustive_answer() -> None:
         mine = {k: v for k, v in outcome.record.items() if k != "wall_s"}
         theirs = {k: v for k, v in (records[outcome.candidate] or {}).items() if k != "wall_s"}
         assert mine == theirs
-    # Every skip is sound: its bound could not beat the answer.
+    # Every skip is sound: its bound, or the load where its search failed, could
+    # not beat the answer, and the exhaustive search agrees.
     best_usd = exhaustive.best.usd_per_hour
     assert best_usd is not None
+    usd = {o.candidate: o.usd_per_hour for o in exhaustive.searched}
     for outcome in pruned.outcomes:
-        if outcome.status == "skipped" and outcome.reason.startswith("cannot beat"):
+        if outcome.status != "skipped" or not outcome.reason.startswith("cannot beat"):
+            continue
+        stopped_at = (outcome.record or {}).get("abandoned_at_rate_per_s")
+        if stopped_at is None:
             assert outcome.bound_usd_per_hour is not None
             assert outcome.bound_usd_per_hour >= best_usd
+        else:
+            exhaustive_capacity = records[outcome.candidate] or {}
+            assert (exhaustive_capacity.get("capacity_rate_per_s") or 0.0) < stopped_at
+            assert (usd[outcome.candidate] or math.inf) >= best_usd
     # The bound is optimistic: no searched candidate beat it.
     for outcome in exhaustive.searched:
         capacity = (outcome.record or {}).get("capacity_rate_per_s") or 0.0
@@ -384,3 +393,35 @@ def test_a_cost_model_of_one_gpu_is_refused_not_replaced() -> None:
     config = PlanConfig.model_validate({**SMALL_SPACE, "gpus": ["h100"], "cost_model": "auto"})
     with pytest.raises(ConfigError, match=r"cost\.kind 'linear' prices one GPU"):
         plan(scenario_from_dict(doc), ROOT, config, parse_targets(["tpot_mean_ms=20"]), 10.0)
+
+
+def test_a_search_stops_where_its_fleet_already_loses() -> None:
+    """On chat.yaml (roofline), the L40S's optimistic fleet ($9.10/h at 1.30/GPU-hour)
+    undercuts the H100's $12/h, so it is searched; its first confident SLO failure
+    comes at a load where its fleet would already cost more, and the search stops
+    there. The exhaustive search confirms its capacity lies below that load."""
+    scenario = load_scenario(ROOT / "scenarios" / "chat.yaml")
+    targets = parse_targets(["ttft_p99_ms=500", "tpot_p99_ms=50"])
+    prices = {"h100": 3.0, "l40s": 1.3}
+    space = {**SMALL_SPACE, "gpus": ["h100", "l40s"], "max_num_seqs": [256], "max_loads": 10}
+    results = {
+        prune: plan(
+            scenario,
+            ROOT / "scenarios",
+            PlanConfig.model_validate({**space, "prune": prune}),
+            targets,
+            100.0,
+            prices,
+            workers=1,
+        )
+        for prune in (True, False)
+    }
+    l40s = {p: next(o for o in r.outcomes if o.candidate.gpu == "l40s") for p, r in results.items()}
+    stopped_at = (l40s[True].record or {}).get("abandoned_at_rate_per_s")
+    assert l40s[True].status == "skipped" and stopped_at is not None
+    assert l40s[True].bound_usd_per_hour is not None and results[True].best is not None
+    assert l40s[True].bound_usd_per_hour < (results[True].best.usd_per_hour or 0.0)
+    full = l40s[False].record or {}
+    assert (full.get("capacity_rate_per_s") or 0.0) < stopped_at
+    assert (l40s[False].usd_per_hour or math.inf) >= (results[True].best.usd_per_hour or 0.0)
+    assert results[True].num_simulations < results[False].num_simulations

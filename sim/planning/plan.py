@@ -57,7 +57,7 @@ from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
 from sim.metrics.stats import MIN_TAIL_SAMPLES
-from sim.planning.capacity import Searcher, search
+from sim.planning.capacity import CapacitySearch, LoadPoint, Searcher, search
 from sim.planning.capacity_report import fleet_for, has_interval, output_tokens_per_request
 from sim.planning.plan_bound import LengthStats, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.plan_file import PlanConfig
@@ -157,7 +157,7 @@ class PlanResult:
     @property
     def num_simulations(self) -> int:
         """Simulations run in all."""
-        return sum(int((o.record or {}).get("num_simulations", 0)) for o in self.searched)
+        return sum(int((o.record or {}).get("num_simulations", 0)) for o in self.outcomes)
 
     def ranked(self) -> list[Outcome]:
         """Searched candidates with a fleet, cheapest first (then most capacity per GPU)."""
@@ -343,12 +343,38 @@ def search_candidate(task: Task) -> Record:
     return record
 
 
+class _CannotBeat(Exception):
+    """Raised from a search's callback: the candidate failed where its fleet already loses."""
+
+    def __init__(self, load: float) -> None:
+        super().__init__(load)
+        self.load = load
+
+
 def _search_candidate(task: Task) -> Record:
     started = time.perf_counter()
     scenario = scenario_from_dict(task["scenario"], task["label"], Path(task["base_dir"]))
     targets = targets_from_mapping(task["slo"], "plan")
-    searcher = Searcher(scenario, targets, Path(task["base_dir"]), task["seeds"], jobs=1)
-    result = search(searcher, task["rel_width"], task["max_sims"])
+    stop_below = task.get("stop_below_rate_per_s")
+
+    def on_point(point: LoadPoint, _: CapacitySearch) -> None:
+        # A confident fail at load x puts the capacity below x (statistics grow with
+        # load); at or under stop_below the fleet would cost at least the cheapest's.
+        if stop_below is not None and point.status == "fail" and point.load <= stop_below:
+            raise _CannotBeat(point.load)
+
+    searcher = Searcher(
+        scenario, targets, Path(task["base_dir"]), task["seeds"], jobs=1, on_point=on_point
+    )
+    try:
+        result = search(searcher, task["rel_width"], task["max_sims"])
+    except _CannotBeat as stop:
+        return {
+            "abandoned_at_rate_per_s": stop.load,
+            "num_loads": len(searcher.result.points),
+            "num_simulations": searcher.result.num_sims,
+            "wall_s": time.perf_counter() - started,
+        }
     fleet = fleet_for(result, task["target_rate_per_s"], task["num_gpus"], task["price"])
     low, high = result.interval
     record: Record = {
@@ -575,13 +601,31 @@ def _run(
             started.append(outcome)
             price = outcome.price_per_gpu_hour or 0.0
             task = _task(space, outcome.candidate, _start_load(outcome), price)
+            if space.config.prune and best is not None and best.usd_per_hour and price > 0:
+                # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
+                gpus = outcome.candidate.num_gpus
+                task["stop_below_rate_per_s"] = (
+                    space.target_rate_per_s * gpus * price / best.usd_per_hour
+                )
             outcome.scenario_doc = task["scenario"]
             yield task
 
     for index, record in execute(tasks(), "local", workers, function=search_candidate):
         outcome = started[index]
         outcome.status, outcome.record = "searched", record
-        if record.get("usd_per_hour") is None:
+        abandoned = record.get("abandoned_at_rate_per_s")
+        if abandoned is not None:
+            outcome.status = "skipped"
+            price = outcome.price_per_gpu_hour or 0.0
+            usd = fleet_usd_per_hour(
+                abandoned, space.target_rate_per_s, outcome.candidate.num_gpus, price
+            )
+            outcome.reason = (
+                f"cannot beat the cheapest: its SLOs fail (95% interval) at {abandoned:.3g} "
+                f"req/s per unit, where its fleet would already cost ${usd:.2f}/h or more "
+                f"(search stopped after {record['num_simulations']} simulations)"
+            )
+        elif record.get("usd_per_hour") is None:
             outcome.reason = f"no load meets the SLOs: {record.get('stop_reason')}"
         if on_done is not None:
             on_done(outcome, result)
