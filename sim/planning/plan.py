@@ -45,7 +45,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -111,7 +111,9 @@ class Outcome:
     """What happened to one candidate: searched (``record``), skipped or refused (``reason``)."""
 
     candidate: Candidate
-    status: str  # "searched", "skipped" (pruned or infeasible by bound) or "refused" (no fit)
+    # Final: searched, skipped (pruned, infeasible by its bound, or stopped where it
+    # already lost) or refused (does not split or fit); pending and running meanwhile.
+    status: Literal["pending", "running", "searched", "skipped", "refused"]
     reason: str = ""
     cost_model: str = ""
     cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
@@ -145,7 +147,7 @@ class PlanResult:
     def collect_warnings(self, extra: Sequence[str]) -> None:
         """Every distinct warning met, in order: the bounds' then the searches'."""
         found = [*extra]
-        for outcome in self.searched:
+        for outcome in self.outcomes:
             found += (outcome.record or {}).get("warnings", [])
         self.warnings = list(dict.fromkeys(found))
 
@@ -725,6 +727,12 @@ def plan(
         raise ConfigError(
             "plan: the scenario has a cluster: block; the planner sizes the fleet and the "
             "prefill/decode split itself (plan file: disaggregation), so remove it"
+        )
+    if scenario.parallelism.pipeline_parallel_size > 1:
+        raise ConfigError(
+            f"plan: parallelism.pipeline_parallel_size "
+            f"{scenario.parallelism.pipeline_parallel_size}: the planner searches tensor "
+            "parallelism (tensor_parallel_sizes in the plan file); remove pipeline parallelism"
         )
     if scenario.cost.kind not in ("auto", "roofline"):
         raise ConfigError(

@@ -109,11 +109,14 @@ def format_table(result: PlanResult, max_rows: int = 20) -> str:
     )
     no_fit = [o for o in result.searched if o.usd_per_hour is None]
     others = [o for o in result.outcomes if o.status in ("skipped", "refused")] + no_fit
+
+    def kind(outcome: Outcome) -> str:
+        return "no capacity" if outcome.status == "searched" else outcome.status
+
     for outcome in others[:MAX_LISTED]:
-        kind = "no capacity" if outcome.status == "searched" else outcome.status
-        lines.append(f"{kind:>12}: {outcome.candidate.label}: {outcome.reason}")
+        lines.append(f"{kind(outcome):>12}: {outcome.candidate.label}: {outcome.reason}")
     if len(others) > MAX_LISTED:
-        counts = Counter(o.status for o in others[MAX_LISTED:])
+        counts = Counter(kind(o) for o in others[MAX_LISTED:])
         more = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         lines.append(f"{'...':>12}  {more} more, with reasons, in plan.json")
     return "\n".join(lines)
