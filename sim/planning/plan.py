@@ -746,7 +746,8 @@ def plan(
     unknown = sorted(set(given) - set(hardware))
     if unknown:
         raise ConfigError(
-            f"--gpu-price: {', '.join(unknown)} is not among the plan's GPUs "
+            f"--gpu-price (or the plan file's gpu_price_per_hour): {', '.join(unknown)} is "
+            "not among the plan's GPUs "
             f"({', '.join(hardware)})"
         )
     resolved: dict[str, float] = {}
