@@ -199,7 +199,15 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    scenario = _write(tmp_path, "s.yaml", SCALING_DOC)
+    # Output lengths from a CSV beside the scenario, by a relative path: best.yaml,
+    # written elsewhere, must still find it.
+    (tmp_path / "scenario").mkdir()
+    (tmp_path / "scenario" / "lengths.csv").write_text("out\n" + "\n".join(["40", "60"] * 20))
+    workload = {
+        **SCALING_DOC["workload"],
+        "output_tokens": {"kind": "empirical", "path": "lengths.csv", "column": "out"},
+    }
+    scenario = _write(tmp_path / "scenario", "s.yaml", {**SCALING_DOC, "workload": workload})
     plan_file = _write(tmp_path, "plan.yaml", {**SMALL_SPACE, "gpus": ["h100", "l40s"]})
     out = tmp_path / "out"
     code, stdout, err = _cli(
@@ -230,6 +238,7 @@ def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
     assert (out / "cost_vs_capacity.png").stat().st_size > 0
     best = yaml.safe_load((out / "best.yaml").read_text())
     assert best["workload"]["arrival"]["rate_per_s"] == 40
+    assert best["model"] == "llama-3-8b" and best["frontend"] == SCALING_DOC["frontend"]
     units = doc["best"]["search"]["num_units"]
     assert best.get("cluster", {}).get("num_replicas", 1) == units
     run = subprocess.run(

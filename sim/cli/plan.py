@@ -35,7 +35,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         write_outputs,
     )
     from sim.planning.pricing import parse_gpu_prices
-    from sim.scenario import load_scenario
+    from sim.scenario import apply_overrides, load_scenario
+    from sim.scenario.strict_yaml import read_yaml
 
     targets = parse_targets(args.slo or [])
     if not targets:
@@ -76,7 +77,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
     roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
     doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
-    best = best_scenario(result, scenario.name)
+    source_doc = read_yaml(Path(args.scenario), "scenario") or {}
+    apply_overrides(source_doc, args.set or [], args.scenario)
+    best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
     paths = write_outputs(result, doc, best, out)
     figure = plot_plan(result, out)
     if figure is not None:

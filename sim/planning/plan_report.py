@@ -11,6 +11,7 @@ capacity a perfect balancer was assumed to give.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections import Counter
@@ -19,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from sim.hardware.specs import MODEL_PRESETS
 from sim.planning.plan import Outcome, PlanResult
 from sim.planning.pricing import PRICES_AS_OF
 
@@ -207,29 +209,76 @@ def to_json(
     )
 
 
-def best_scenario(result: PlanResult, name: str) -> dict[str, Any] | None:
-    """The top configuration's fleet at the target rate, as a scenario document."""
+def _anchored(value: Any, base_dir: Path) -> Any:
+    """A relative path as an absolute one under ``base_dir`` (best.yaml lives elsewhere)."""
+    if isinstance(value, str) and not Path(value).is_absolute():
+        return str((base_dir / value).resolve())
+    return value
+
+
+def _anchor_paths(doc: dict[str, Any], base_dir: Path) -> None:
+    """Anchor the scenario's relative paths (a model's config.json, length files, an engine
+    CPU artifact given as a file) at its own folder, so that best.yaml runs from ``--out``."""
+    model = doc.get("model")
+    if isinstance(model, str) and model not in MODEL_PRESETS and (base_dir / model).exists():
+        doc["model"] = _anchored(model, base_dir)
+    engine = doc.get("engine")
+    if isinstance(engine, dict):
+        artifact = engine.get("cpu_artifact")
+        if isinstance(artifact, str) and ("/" in artifact or artifact.endswith(".json")):
+            engine["cpu_artifact"] = _anchored(artifact, base_dir)
+    workload = doc.get("workload", {})
+    for key in ("prompt_tokens", "output_tokens"):
+        lengths = workload.get(key)
+        if isinstance(lengths, dict) and "path" in lengths:
+            lengths["path"] = _anchored(lengths["path"], base_dir)
+
+
+def best_scenario(
+    result: PlanResult, name: str, source_doc: dict[str, Any], base_dir: Path
+) -> dict[str, Any] | None:
+    """The top configuration's fleet at the target rate, as a scenario document.
+
+    Written over the scenario as the user wrote it (``source_doc``, overrides
+    applied), so best.yaml reads like their file: the GPU, tensor-parallel size,
+    batch limits, cost model, SLOs, arrival rate and cluster are what change.
+    """
     best = result.best
     if best is None or best.scenario_doc is None or best.record is None:
         return None
-    doc = dict(best.scenario_doc)
+    searched, c = best.scenario_doc, best.candidate
+    doc = copy.deepcopy(source_doc)
     units = int(best.record["num_units"])
     doc["name"] = f"{name}-best"
     doc["description"] = (
         f"servesim plan's cheapest fleet for {result.target_rate_per_s:g} req/s within "
         + ", ".join(str(t) for t in result.targets)
-        + f": {units} x {best.candidate.label}"
+        + f": {units} x {c.label}"
     )
-    workload = dict(result.workload_doc)
+    doc["hardware"] = searched["hardware"]
+    parallelism = {k: v for k, v in (doc.get("parallelism") or {}).items() if k != "link"}
+    doc["parallelism"] = {**parallelism, "tensor_parallel_size": c.tensor_parallel_size}
+    doc["scheduler"] = {
+        "kind": "continuous",  # the only kind a plan searches
+        **(doc.get("scheduler") or {}),
+        "max_num_seqs": c.max_num_seqs,
+        "max_num_batched_tokens": c.max_num_batched_tokens,
+        "chunked_prefill": c.chunked_prefill,
+    }
+    if searched["cost"].get("kind") != (doc.get("cost") or {}).get("kind", "auto"):
+        doc["cost"] = searched["cost"]
+    if searched.get("slo") is not None:
+        doc["slo"] = searched["slo"]  # goodput counts requests within the plan's limits
+    workload = doc["workload"]
     workload["arrival"] = {**workload["arrival"], "rate_per_s": result.target_rate_per_s}
-    doc["workload"] = workload
-    if best.candidate.split is None:
+    _anchor_paths(doc, base_dir)
+    if c.split is None:
         if units > 1:
             doc["cluster"] = {"num_replicas": units, "router": BEST_ROUTER}
     else:
-        split = dict(doc["cluster"]["disaggregation"])
-        split["num_prefill_replicas"] = best.candidate.split[0] * units
-        split["num_decode_replicas"] = best.candidate.split[1] * units
+        split = dict(searched["cluster"]["disaggregation"])
+        split["num_prefill_replicas"] = c.split[0] * units
+        split["num_decode_replicas"] = c.split[1] * units
         total = split["num_prefill_replicas"] + split["num_decode_replicas"]
         doc["cluster"] = {"num_replicas": total, "router": BEST_ROUTER, "disaggregation": split}
     return doc
