@@ -39,7 +39,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--max-concurrency",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="open loop: requests in flight at most, a later arrival waiting for a slot "
         "(sets workload.max_concurrency; default: the workload's, else 256)",
@@ -54,13 +54,13 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--sweep-size",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help=f"--profile sweep: benchmarks in all ({SWEEP_SIZE}, as GuideLLM)",
     )
     group.add_argument(
         "--streams",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="--profile concurrent: requests in flight",
     )
@@ -83,7 +83,8 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (a count of requests, streams, prefix tokens)."""
     try:
         value = int(text)
     except ValueError:

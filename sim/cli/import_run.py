@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.cli.endpoint import positive_int
+
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -25,16 +27,6 @@ def _benchmarks(text: str) -> list[int]:
     if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
         raise argparse.ArgumentTypeError(f"expected distinct indices >= 0, got {text!r}")
     return indices
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
 
 
 def _load_words(load: dict[str, object] | None) -> str:
@@ -96,7 +88,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     )
     command.add_argument(
         "--prefix-tokens",
-        type=_positive,
+        type=positive_int,
         metavar="N",
         help="every prompt began with the same N tokens (a shared system prompt): "
         "declared so a replay gets the prefix-cache hits (default: the report's prefix_tokens)",
