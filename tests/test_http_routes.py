@@ -26,9 +26,9 @@ pytest.importorskip("aiohttp")
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from calibration.http_server import Mailbox, _prompt_ids, make_app
+from sim.openai.server import Mailbox, _prompt_ids, make_app
 from calibration.reference_engine import Emitted, OnlineEngine, Sink
-from calibration.tokenizer import ByteTokenizer
+from sim.openai.tokenizer import ByteTokenizer
 
 MODEL = "tiny"
 

@@ -17,7 +17,7 @@ pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from calibration.http_server import make_app  # noqa: E402
+from sim.openai.server import make_app  # noqa: E402
 from calibration.reference_engine import EOS_ID, Emitted, OnlineEngine  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from calibration.measure import Measurement, measure
-from calibration.tokenizer import ByteTokenizer, prompt_text
+from sim.openai.tokenizer import ByteTokenizer, prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
 from sim.engine.scheduler import StepPlan

@@ -59,7 +59,7 @@ def test_serve_refuses_cuda_where_there_is_none(capsys: pytest.CaptureFixture[st
 def test_serve_listens_prints_its_url_and_stops_on_sigterm(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from calibration.http_server import serve
+    from sim.openai.server import serve
 
     async def pong(request: web.Request) -> web.Response:
         return web.Response(text="pong")
@@ -92,7 +92,7 @@ def test_serve_listens_prints_its_url_and_stops_on_sigterm(
 
 
 def test_serve_on_a_taken_port_names_the_port() -> None:
-    from calibration.http_server import serve
+    from sim.openai.server import serve
 
     async def go() -> None:
         holder = web.AppRunner(web.Application())

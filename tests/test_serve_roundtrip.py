@@ -25,7 +25,7 @@ from endpoint_fakes import ThreadedApp
 from test_endpoint_run import SCENARIO
 from test_http_routes import ScriptedEngine
 
-from calibration.http_server import make_app
+from sim.openai.server import make_app
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
 from sim.validation.endpoint import EndpointOptions, EndpointRun, endpoint_run, run_endpoint

@@ -1,7 +1,7 @@
 """A byte-level tokenizer, and deterministic prompt text of a given token count.
 
 No real tokenizer ships offline for the random-weight calibration models, so
-the engine tokenizes with bytes: UTF-8 bytes ``b`` become ids ``b +
+``servesim serve`` and the reference engine tokenize with bytes: UTF-8 bytes ``b`` become ids ``b +
 NUM_SPECIAL``. That costs real CPU time per token (the point: tokenization
 and detokenization are part of what a measured run measures), and a prompt of
 ``n`` ASCII characters is exactly ``n`` tokens. The model's vocabulary is
@@ -11,6 +11,8 @@ meaningless, the work is real.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -38,10 +40,13 @@ class ByteTokenizer:
         offset = NUM_SPECIAL
         return [b + offset for b in text.encode("utf-8")]
 
-    def decode(self, token_ids: list[int]) -> str:
+    def to_bytes(self, token_ids: Iterable[int]) -> bytes:
+        """The bytes ``token_ids`` stand for (special ids have none; others fold into 0..255)."""
+        return bytes((t - NUM_SPECIAL) % 256 for t in token_ids if t >= NUM_SPECIAL)
+
+    def decode(self, token_ids: Iterable[int]) -> str:
         """Text of ``token_ids`` (special ids dropped, invalid UTF-8 replaced)."""
-        data = bytes((t - NUM_SPECIAL) % 256 for t in token_ids if t >= NUM_SPECIAL)
-        return data.decode("utf-8", errors="replace")
+        return self.to_bytes(token_ids).decode("utf-8", errors="replace")
 
 
 def prompt_text(num_tokens: int, rng: np.random.Generator) -> str:
