@@ -205,7 +205,7 @@ def test_serve_without_torch_names_the_extras(
 
     monkeypatch.setitem(sys.modules, "torch", None)
     err = one_line_error(capsys, ["serve", str(TINY)])
-    assert err.startswith("servesim serve needs PyTorch and aiohttp (")
+    assert err.startswith("servesim serve needs PyTorch for the reference engine (")
     assert err.endswith("): pip install -e '.[calibrate,http]'")
 
 
