@@ -111,8 +111,8 @@ def test_a_chat_stream_starts_with_the_role_and_then_carries_deltas() -> None:
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert role["choices"][0]["finish_reason"] is None
     assert [d["choices"][0]["delta"] for d in (first, second)] == [
-        {"role": None, "content": "a"},
-        {"role": None, "content": "b"},
+        {"content": "a"},
+        {"content": "b"},
     ]
     assert second["choices"][0]["finish_reason"] == "length"
     assert {d["object"] for d in (role, first, second)} == {"chat.completion.chunk"}
@@ -214,7 +214,7 @@ def test_ignore_eos_is_handed_to_the_engine(value: Any, sent: bool) -> None:
         ({"prompt": "a", "n": 0}, 400, "n: Input should be greater than or equal to 1", "n"),
         ({"prompt": "a", "stop": [""]}, 400, "a stop string must not be empty", "stop"),
         ({"prompt": "a", "model": "other"}, 404, "The model `other` does not exist.", "model"),
-        ({"prompt": [1, "a"]}, 400, "prompt", "prompt"),
+        ({"prompt": [1, "a"]}, 400, "prompt: expected a string, a list of strings", "prompt"),
         ({"max_tokens": 1}, 400, "prompt: Field required", "prompt"),
         ({"prompt": "a", "logprobs": 1}, 400, "logprobs: not supported", "logprobs"),
         ({"prompt": "a", "echo": True}, 400, "echo: not supported", "echo"),
@@ -436,3 +436,67 @@ def test_events_from_another_thread_arrive_in_order() -> None:
         return got
 
     assert asyncio.run(go()) == list(range(200))
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([{"role": "user", "content": 5}], "messages.0.content: expected a string, a list of"),
+        (
+            [{"role": "user", "content": [{"type": "text"}]}],
+            "messages.0.content.0: a text part needs a 'text' string",
+        ),
+        ([{"content": "x"}], "messages.0.role: Field required"),
+        ([], "messages: List should have at least 1 item"),
+        (
+            [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
+            "messages.0.content.0: part type 'input_audio' is not supported",
+        ),
+    ],
+)
+def test_refused_chat_requests_name_the_message(messages: Any, message: str) -> None:
+    engine = ScriptedBackend()
+    status, raw = post(engine, "/v1/chat/completions", {"messages": messages})
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["message"].startswith(message) and error["param"] == "messages"
+    assert engine.submitted == []
+
+
+def test_unknown_fields_are_named_in_a_warning_and_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = {"prompt": "a", "max_tokens": 1, "colour": "red", "priority_class": 3}
+    with caplog.at_level(logging.WARNING, logger="servesim.serve"):
+        status, _ = post(ScriptedBackend(), "/v1/completions", body)
+    assert status == 200
+    (record,) = [r for r in caplog.records if r.name == "servesim.serve"]
+    assert "['colour', 'priority_class']" in record.getMessage()
+
+
+def test_continuous_usage_puts_the_count_so_far_on_every_chunk() -> None:
+    body = {
+        "prompt": "abc",
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    _, raw = post(ScriptedBackend(), "/v1/completions", body)
+    data = events(raw)
+    assert [d["usage"]["completion_tokens"] for d in data[:-1]] == [1, 2, 3, 3]
+    assert {d["usage"]["prompt_tokens"] for d in data[:-1]} == {3}
+
+
+def test_a_failed_submission_aborts_the_choices_already_submitted() -> None:
+    engine = ScriptedBackend(trickle=True)
+    real_submit = engine.submit
+
+    def second_fails(*args: Any) -> int:
+        if engine.submitted:
+            raise RuntimeError("engine full")
+        return real_submit(*args)
+
+    engine.submit = second_fails  # type: ignore[method-assign,assignment]
+    status, raw = post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 5, "n": 2})
+    error = json.loads(raw)["error"]
+    assert status == 500 and error["type"] == "InternalServerError"
+    assert "engine full" in error["message"] and engine.aborted == [0]

@@ -18,7 +18,16 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from sim.serving.stream import FinishReason
 
@@ -170,26 +179,27 @@ class CompletionRequest(_Sampling):
         return refused
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    type: Literal["text"]
-    text: str
-
-
-class OtherPart(BaseModel):
-    """A part servesim's text-only models cannot read (image_url, input_audio, ...)."""
+class ContentPart(BaseModel):
+    """One part of a message's content: text, or what a text-only model cannot read
+    (``image_url``, ``input_audio``, ...: refused when the prompt is made)."""
 
     model_config = ConfigDict(extra="allow")
 
     type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_has_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a text part needs a 'text' string")
+        return self
 
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: str
-    content: str | list[TextPart | OtherPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
 
     def text(self, index: int) -> str:
@@ -197,11 +207,11 @@ class Message(BaseModel):
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
         texts = []
-        for part in self.content:
-            if not isinstance(part, TextPart):
+        for number, part in enumerate(self.content):
+            if part.type != "text" or part.text is None:
                 raise RequestError(
-                    f"messages[{index}].content: part type '{part.type}' is not supported "
-                    "(servesim serves text-only models)",
+                    f"messages.{index}.content.{number}: part type '{part.type}' is not "
+                    "supported (servesim serves text-only models)",
                     "messages",
                 )
             texts.append(part.text)
@@ -265,6 +275,15 @@ KNOWN_FIELDS = {
 RequestT = TypeVar("RequestT", bound=_Request)
 
 
+# What a field of several types takes, for one message instead of one per type tried.
+UNION_SHAPES = {
+    "prompt": "a string, a list of strings, a list of token ids or a list of token-id lists",
+    "stop": "a string or a list of strings",
+    "content": "a string, a list of content parts or null",
+    "tool_choice": "a string or an object",
+}
+
+
 def parse(cls: type[RequestT], body: Any) -> RequestT:
     """``body`` as a ``cls``; ``RequestError`` naming the first bad field."""
     if not isinstance(body, dict):
@@ -272,15 +291,35 @@ def parse(cls: type[RequestT], body: Any) -> RequestT:
     try:
         return cls.model_validate(body)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"] if not _is_type_tag(p))
-        param = str(first["loc"][0]) if first["loc"] else None
-        raise RequestError(f"{where or 'body'}: {first['msg']}", param) from None
+        message, param = _one_line(error)
+        raise RequestError(message, param) from None
+
+
+def _one_line(error: ValidationError) -> tuple[str, str | None]:
+    """The first problem, as ``field.path: what is wrong``, and the top field's name.
+
+    A field of several types gets one error per type tried; when all are wrong
+    types, the message says which types the field takes; an error past a type
+    check (a missing key, a bad value) is more telling and is said instead.
+    """
+    errors = error.errors()
+    specific = [e for e in errors if not e["type"].endswith(("_type", "_parsing"))]
+    first = (specific or errors)[0]
+    path = [part for part in first["loc"] if not _is_type_tag(part)]
+    where = ".".join(str(part) for part in path) or "body"
+    param = str(path[0]) if path else None
+    names = [part for part in path if isinstance(part, str)]
+    tried_types = len(path) < len(first["loc"])
+    if not specific and tried_types and names and names[-1] in UNION_SHAPES:
+        return f"{where}: expected {UNION_SHAPES[names[-1]]}", param
+    return f"{where}: {first['msg'].removeprefix('Value error, ')}", param
 
 
 def _is_type_tag(part: Any) -> bool:
-    # pydantic names the union member it tried ("str", "list[int]", "TextPart"): not a field.
-    return isinstance(part, str) and (part[:1].isupper() or "[" in part or part in {"str", "int"})
+    # pydantic names the union member it tried ("str", "list[int]", "function-after[...]"):
+    # not a field (fields are lower-case identifiers).
+    builtin = {"str", "int", "float", "bool", "list", "dict", "none"}
+    return isinstance(part, str) and (not part.isidentifier() or part in builtin)
 
 
 def unknown_fields(request: _Request) -> list[str]:
@@ -337,10 +376,16 @@ class ChatCompletionResponse(BaseModel):
 
 
 class DeltaMessage(BaseModel):
+    """What a chat chunk adds; only what it sets is sent (``{"content": "a"}``), as vLLM does."""
+
     model_config = ConfigDict(extra="forbid")
 
     role: Literal["assistant"] | None = None
     content: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _set_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 class ChatStreamChoice(BaseModel):

@@ -197,7 +197,11 @@ class Generation:
                 def sink(event: Emitted, index: int = index) -> None:  # the engine's thread
                     mailbox.put(self.events, (index, event))
 
-                request_id = self.engine.submit(ids, limit, ignore_eos, sink)
+                try:
+                    request_id = self.engine.submit(ids, limit, ignore_eos, sink)
+                except BaseException:
+                    self.abort()  # the choices submitted before: nobody will read them
+                    raise
                 detokenizer = IncrementalDetokenizer(tokenizer, stop)
                 self.choices.append(Choice(index, len(ids), detokenizer, request_id))
 
