@@ -217,6 +217,9 @@ def test_ignore_eos_is_handed_to_the_engine(value: Any, sent: bool) -> None:
         ({"prompt": [1, "a"]}, 400, "prompt: expected a string, a list of strings", "prompt"),
         ({"max_tokens": 1}, 400, "prompt: Field required", "prompt"),
         ({"prompt": "a", "logprobs": 1}, 400, "logprobs: not supported", "logprobs"),
+        ({"prompt": "a", "logprobs": 0}, 400, "logprobs: not supported", "logprobs"),
+        ({"prompt": "a", "suffix": ""}, 400, "suffix: not supported", "suffix"),
+        ({"prompt": "a", "best_of": 2}, 400, "best_of: not supported", "best_of"),
         ({"prompt": "a", "echo": True}, 400, "echo: not supported", "echo"),
         (
             {"prompt": "a", "stream_options": {"include_usage": True}},

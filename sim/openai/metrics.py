@@ -11,7 +11,14 @@ two servers in one process (the tests) do not share counts.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from sim.serving.stream import EngineLoad, FinishReason
@@ -32,6 +39,9 @@ class ServerMetrics:
     """One server's counters, gauges and histograms (vLLM's v1 names)."""
 
     def __init__(self, model_name: str) -> None:
+        # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
+        # switch is prometheus_client's, for the whole process, as vLLM sets it.
+        disable_created_metrics()
         self.registry = CollectorRegistry()
         self._labels = {"model_name": model_name, "engine": "0"}
         r = self.registry

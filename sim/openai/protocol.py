@@ -169,9 +169,9 @@ class CompletionRequest(_Sampling):
 
     def unsupported(self) -> list[str]:
         refused = super().unsupported()
-        refused += [
-            name for name in ("logprobs", "suffix", "prompt_logprobs") if getattr(self, name)
-        ]
+        # logprobs: 0 still asks for the sampled token's log-probability.
+        given = ("logprobs", "suffix", "prompt_logprobs")
+        refused += [name for name in given if getattr(self, name) is not None]
         if self.echo:
             refused.append("echo")
         if self.best_of not in (None, self.n):
