@@ -279,12 +279,16 @@ def test_a_whole_chat_answer_is_one_assistant_message() -> None:
 # --- a client that hangs up ------------------------------------------------------------------
 
 
-def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixture) -> None:
-    engine = ScriptedBackend(trickle=True)
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_hangs_up_aborts_its_request(
+    caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    engine = ScriptedBackend(max_model_len_tokens=2048, trickle=True)
 
     async def go() -> None:
         # Served as `servesim serve` serves (an AppRunner), and hung up on from a raw
-        # socket mid-stream, as curl or a killed benchmark client does.
+        # socket, as curl or a killed benchmark client does: mid-stream, or while
+        # waiting for a whole answer.
         runner = web.AppRunner(make_app(engine, MODEL), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -292,7 +296,7 @@ def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixt
         host, port = runner.addresses[0][:2]
         try:
             reader, writer = await asyncio.open_connection(host, port)
-            body = json.dumps({"prompt": "a", "max_tokens": 50, "stream": True}).encode()
+            body = json.dumps({"prompt": "a", "max_tokens": 1000, "stream": stream}).encode()
             writer.write(
                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                 b"Content-Type: application/json\r\n"
@@ -300,9 +304,15 @@ def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixt
                 + body
             )
             await writer.drain()
-            await reader.readuntil(b"data: ")  # the first chunk came
+            if stream:
+                await asyncio.wait_for(reader.readuntil(b"data: "), 10)  # the first chunk came
+            else:
+                for _ in range(500):
+                    if engine.submitted:
+                        break
+                    await asyncio.sleep(0.01)
             writer.close()
-            for _ in range(500):  # the next write fails, and the server aborts
+            for _ in range(500):  # the next write fails (or the check sees it), and it aborts
                 if engine.aborted:
                     await asyncio.sleep(0.2)  # the handler ends; aiohttp logs what it let out
                     return

@@ -12,6 +12,7 @@ docs/validation.md, "``servesim serve``".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -35,6 +36,8 @@ from sim.serving.stream import Emitted, FinishReason, OnlineBackend
 LOG = logging.getLogger("servesim.serve")
 
 Event = tuple[int, Emitted]  # (choice index, the engine's output for it)
+# How often a whole answer's handler, waiting for tokens, looks whether its client left.
+DISCONNECT_CHECK_S = 0.5
 
 
 class Mailbox:
@@ -224,7 +227,7 @@ class Generation:
         new_tokens = event.num_generated_tokens - choice.num_generated_tokens
         if event.token_ids:
             if choice.last_event_s is None:
-                self.metrics.first_token(now - self.arrival_s)
+                self.metrics.first_token(now - self.arrival_s, choice.num_prompt_tokens)
             else:
                 self.metrics.next_token(now - choice.last_event_s)
             choice.last_event_s = now
@@ -248,7 +251,7 @@ class Generation:
         return choice, delta.text
 
     def abort(self) -> None:
-        """The client went away: stop every unfinished choice."""
+        """Stop every unfinished choice (its client went away, or the request failed)."""
         for choice in self.choices:
             if choice.finish_reason is None:
                 self.engine.abort(choice.request_id)
@@ -318,7 +321,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     try:
         if req.stream:
             return await _stream(request, generation, rid, chat, req.stream_options)
-        return await _whole(generation, rid, model, chat)
+        return await _whole(request, generation, rid, model, chat)
     except asyncio.CancelledError:
         generation.abort()  # the client left a whole answer, or the server is stopping
         raise
@@ -386,10 +389,20 @@ async def _send_events(
     await response.write_eof()
 
 
-async def _whole(generation: Generation, rid: str, model: str, chat: bool) -> web.Response:
+async def _whole(
+    request: web.Request, generation: Generation, rid: str, model: str, chat: bool
+) -> web.StreamResponse:
     """A non-streamed answer: every choice's whole text at once."""
+    checked_s = time.perf_counter()
     while not generation.done:
-        await generation.next()
+        with contextlib.suppress(TimeoutError):  # no token for a while: look at the client
+            await asyncio.wait_for(generation.next(), DISCONNECT_CHECK_S)
+        if time.perf_counter() - checked_s >= DISCONNECT_CHECK_S:
+            checked_s = time.perf_counter()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                generation.abort()  # the client gave up waiting: free the engine
+                return web.Response(status=499)  # never sent: nobody is listening
     if chat:
         chat_choices = [
             p.ChatChoice(
