@@ -513,3 +513,34 @@ def test_a_failed_submission_aborts_the_choices_already_submitted() -> None:
     error = json.loads(raw)["error"]
     assert status == 500 and error["type"] == "InternalServerError"
     assert "engine full" in error["message"] and engine.aborted == [0]
+
+
+def test_a_stopped_engine_is_a_500_before_and_during_a_request() -> None:
+    engine = ScriptedBackend()
+    engine.error = RuntimeError("boom")
+    status, raw = post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 2})
+    error = json.loads(raw)["error"]
+    assert status == 500 and error["type"] == "InternalServerError"
+    assert error["message"] == "the engine stopped: boom" and engine.submitted == []
+
+    class DiesMidway(ScriptedBackend):
+        def submit(
+            self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Any
+        ) -> int:
+            self.error = RuntimeError("boom")  # as OnlineEngine's loop: error set, then aborts
+            sink(Emitted((), "abort", len(prompt_ids), 0))
+            return 0
+
+    status, raw = post(DiesMidway(), "/v1/completions", {"prompt": "a", "max_tokens": 2})
+    assert status == 500 and json.loads(raw)["error"]["message"] == "the engine stopped: boom"
+    body = {
+        "prompt": "a",
+        "max_tokens": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, raw = post(DiesMidway(), "/v1/completions", body)
+    data = events(raw)
+    assert status == 200 and data[-1] == "[DONE]" and len(data) == 3  # no usage after it
+    assert data[0]["choices"][0]["finish_reason"] == "abort"
+    assert data[1]["error"]["message"] == "the engine stopped: boom"

@@ -129,6 +129,12 @@ def _check_supported(request: p.CompletionRequest | p.ChatCompletionRequest) -> 
         LOG.warning("The following fields were present in the request but ignored: %s", unknown)
 
 
+def _check_engine(engine: OnlineBackend) -> None:
+    """A 500 once the engine's loop has stopped (vLLM's answer when its engine is dead)."""
+    if engine.error is not None:
+        raise p.RequestError(f"the engine stopped: {engine.error}", status=500)
+
+
 def _max_tokens(asked: int | None, default: int, num_prompt: int, max_model_len: int) -> int:
     """``max_tokens`` checked against the context left after the prompt (vLLM's messages)."""
     if num_prompt == 0:
@@ -315,6 +321,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         prompts = [tokenizer.encode(x) if isinstance(x, str) else x for x in req.prompts()]
         asked, default = req.max_tokens, 16  # vLLM's default for completions
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
+    _check_engine(engine)  # a stopped engine would never answer
     generation = Generation(request, prompts, req.n, limits, req.stop_strings(), req.ignore_eos)
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
@@ -377,6 +384,12 @@ async def _send_events(
         if options.continuous_usage_stats:
             chunk.usage = choice.usage()
         await response.write(_sse(chunk))
+        if choice.finish_reason == "abort" and generation.engine.error is not None:
+            # The engine died under the stream: an error event, as vLLM sends one.
+            error = p.error_body(500, f"the engine stopped: {generation.engine.error}")
+            await response.write(_sse(error) + b"data: [DONE]\n\n")
+            await response.write_eof()
+            return
     if options.include_usage:
         usage: p.CompletionResponse | p.ChatCompletionChunk
         if chat:
@@ -403,6 +416,7 @@ async def _whole(
             if transport is None or transport.is_closing():
                 generation.abort()  # the client gave up waiting: free the engine
                 return web.Response(status=499)  # never sent: nobody is listening
+    _check_engine(generation.engine)  # it died under the request: its choices were aborted
     if chat:
         chat_choices = [
             p.ChatChoice(
