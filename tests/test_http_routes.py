@@ -544,3 +544,13 @@ def test_a_stopped_engine_is_a_500_before_and_during_a_request() -> None:
     assert status == 200 and data[-1] == "[DONE]" and len(data) == 3  # no usage after it
     assert data[0]["choices"][0]["finish_reason"] == "abort"
     assert data[1]["error"]["message"] == "the engine stopped: boom"
+
+
+@pytest.mark.parametrize(("include", "text"), [(False, "ab"), (True, "abcd")])
+def test_a_stop_string_is_cut_or_kept_as_asked(include: bool, text: str) -> None:
+    engine = ScriptedBackend()  # replies "abcdefgh"
+    body = {"prompt": "a", "max_tokens": 8, "stop": "cd", "include_stop_str_in_output": include}
+    _, raw = post(engine, "/v1/completions", body)
+    (choice,) = json.loads(raw)["choices"]
+    assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == (text, "stop", "cd")
+    assert engine.aborted == [0]

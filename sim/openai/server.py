@@ -189,6 +189,7 @@ class Generation:
         n: int,
         max_tokens: list[int],
         stop: tuple[str, ...],
+        include_stop: bool,
         ignore_eos: bool,
     ) -> None:
         app = request.app
@@ -211,7 +212,7 @@ class Generation:
                 except BaseException:
                     self.abort()  # the choices submitted before: nobody will read them
                     raise
-                detokenizer = IncrementalDetokenizer(tokenizer, stop)
+                detokenizer = IncrementalDetokenizer(tokenizer, stop, include_stop)
                 self.choices.append(Choice(index, len(ids), detokenizer, request_id))
 
     @property
@@ -322,7 +323,15 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         asked, default = req.max_tokens, 16  # vLLM's default for completions
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
     _check_engine(engine)  # a stopped engine would never answer
-    generation = Generation(request, prompts, req.n, limits, req.stop_strings(), req.ignore_eos)
+    generation = Generation(
+        request,
+        prompts,
+        req.n,
+        limits,
+        req.stop_strings(),
+        req.include_stop_str_in_output,
+        req.ignore_eos,
+    )
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
     try:
