@@ -25,6 +25,7 @@ from sim.api import cost_model_for
 from sim.cost.base import CostModel, StepShape
 from sim.cost.fitted import ScaledCost
 from sim.errors import ConfigError
+from sim.metrics.figure_data import caption_line, cost_model_tag
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
@@ -135,6 +136,9 @@ class Validation:
     noise: dict[str, Any] | None
     facts: dict[str, object]
     latencies: dict[str, Latencies]
+    # The figure's line (sim.metrics.figure_data.caption_line): scenario, model, GPU
+    # and the base prediction's cost model, measured or a guess.
+    caption: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,7 +209,13 @@ def validate(
         facts[DRIFT_FACT] = f"x{drift['before']:.3f} before the run, x{drift['after']:.3f} after"
     if second is not None:
         facts["noise floor"] = f"{second.path} vs {measured.path}"
-    return Validation(comparisons, noise, facts, latencies)
+    caption = caption_line(
+        f"scenario {scenario.name}",
+        scenario.model.name,
+        scenario.hardware.name,
+        cost_model_tag(base_cost.label),
+    )
+    return Validation(comparisons, noise, facts, latencies, caption)
 
 
 def write_validation(validation: Validation, out_dir: str | Path, title: str) -> list[Path]:
@@ -225,7 +235,7 @@ def write_validation(validation: Validation, out_dir: str | Path, title: str) ->
     )
     data = out / "validation.json"
     data.write_text(summary_to_json(validation.to_json()) + "\n", encoding="utf-8")
-    plot = plot_cdfs(validation.latencies, out / "cdf.png", title)
+    plot = plot_cdfs(validation.latencies, out / "cdf.png", title, validation.caption)
     return [report, data, plot]
 
 

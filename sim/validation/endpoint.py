@@ -80,7 +80,7 @@ from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import sample_notes, summarize, with_request_metrics
+from sim.metrics.stats import sample_notes, summarize, text_dtype, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.predict import token_gaps_s
@@ -508,7 +508,7 @@ def request_frame(state: RunState, work: RequestArrays) -> pd.DataFrame:
     rows = [_row(i, out, state, work, origin) for i, out in enumerate(state.outcomes)]
     frame = pd.DataFrame(rows)
     frame["http_status"] = frame["http_status"].astype("Int64")
-    frame["rejection_reason"] = frame["rejection_reason"].astype("object")
+    frame["rejection_reason"] = frame["rejection_reason"].astype(text_dtype())
     return frame
 
 

@@ -87,7 +87,7 @@ METRICS = ("ttft_s", "tpot_s")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 PRIOR_WEIGHT = 1e-4
 OBJECTIVE = "mean squared log error of p50/p90/p99 TTFT and TPOT"
-OPTIMISER = "Nelder-Mead (sim.validation.optimize), box-bounded"
+OPTIMISER = "Nelder-Mead (scipy, via sim.validation.optimize), box-bounded"
 _LOG_MULTIPLIER_BOUND = float(np.log(20.0))  # multipliers within 1/20 .. 20
 _MAX_OVERHEAD_IN_SCALES = 100.0
 # Common multipliers tried before the simplex search: 1/8 .. 8 in steps of sqrt(2).
