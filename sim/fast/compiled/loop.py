@@ -2,8 +2,10 @@
 
 One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
 ``Continuous`` do for one replica taking an open loop's requests from a feed
-(alone, or its turns behind a round-robin router), under a roofline cost (with
-the engine's CPU work of ``sim.cost.engine_cpu`` or without), with
+(alone, or its turns behind a round-robin router), under a roofline cost or
+aiconfigurator's kernel tables (``sim.cost.kernels.cost.KernelCost``, its grids
+and per-token tables exported by ``sim.fast.compiled.kernels``; with the
+engine's CPU work of ``sim.cost.engine_cpu`` or without), with
 a KV pool whose requests share no prefix (so only counts matter): the same plans at the same
 times, the same step ends summed in the same order, the same records, step
 log and queue samples, to the bit (``tests/properties/test_compiled_equivalence.py``
@@ -12,10 +14,12 @@ at every plan (the Python path's reference loop, not its decode cohort: that
 is the Python path's way of not paying for it, and here it costs nothing).
 
 Everything it cannot play stops it, and the Python path runs the whole
-workload instead: a KV pool too small for the running batch (preemption), and
-a token that does not follow its request's previous one by one step (which
-plain continuous batching only causes by preempting: a safety net). Those
-answer ``UNSUPPORTED``.
+workload instead: a KV pool too small for the running batch (preemption), a
+token that does not follow its request's previous one by one step (which
+plain continuous batching only causes by preempting: a safety net), and a
+kernel-table lookup past a grid's last point (where the Python path
+extrapolates and warns; ``kernels.why_not`` keeps runs inside the grids, so
+this too is a safety net). Those answer ``UNSUPPORTED``.
 
 All state lives in the arrays passed in, so a call may stop when an output
 buffer is nearly full (``FLUSH``), and the next call goes on where it left
@@ -51,6 +55,22 @@ NUM_SETTINGS = 9
 S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
 CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S, CPU_NON_OVERLAPPED_S, OVERLAPPED = 4, 5, 6, 7, 8
 NUM_COSTS = 9
+# The GPU's price: the roofline's constants, or kernel tables (``layout[KIND]``).
+ROOFLINE, KERNELS = 0, 1
+# Kernel tables (``layout`` array, int64, by index; ``tables``, float64, the values
+# at the offsets ``layout`` gives). Per-token tables, indexed by a step's tokens T
+# (0 to layout[NUM_T] - 1): KernelCost.dense_layer_s(T); the memory-bound per-step
+# ops of T tokens, (0.0 + embedding) + final norm; the embedding's all-reduce; the
+# pipeline stages' transfers. Per-sequence tables, indexed by a step's sequences S:
+# the sampler's memory-bound op; the LM head's GEMM. Then two 2-D grids (prefill
+# attention by batch and length, decode attention by batch and KV length), each
+# GRID_SIZE ints: offsets and lengths of both axes, offset of the values, strides.
+KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
+DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
+PREFILL_GRID, DECODE_GRID = 12, 19
+AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
+GRID_SIZE = 7
+LAYOUT_SIZE = 26
 # Scalar state (``state`` array, int64), by index.
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
@@ -67,6 +87,8 @@ FloatArray = npt.NDArray[np.float64]
 
 def step_s(
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     prefill_seqs: int,
     prefill_tokens: int,
     pairs: int,
@@ -74,16 +96,113 @@ def step_s(
     decode_seqs: int,
     context: int,
 ) -> float:
-    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` of a step shape, the
-    same operations in their order."""
+    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` (or ``KernelCost.step_s``:
+    ``kernel_gpu_s``) of a step shape, the same operations in their order; NaN
+    where a kernel table would be read past its last point."""
     tokens = prefill_tokens + decode_seqs
     if tokens == 0:
         return 0.0
-    compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
-    memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
-    gpu = compute if compute > memory else memory
+    if layout[KIND] == KERNELS:
+        gpu = kernel_gpu_s(
+            tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, context
+        )
+        if gpu != gpu:
+            return gpu
+    else:
+        compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
+        memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
+        gpu = compute if compute > memory else memory
     cpu = cpu_s(cost, prefill_seqs + decode_seqs, tokens)
     return with_cpu(cost, gpu, cpu)
+
+
+# -- kernel tables (sim.cost.kernels.cost.KernelCost, aiconfigurator's route) ---------
+
+
+def grid_point(tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float) -> float:
+    """``Grid.__call__`` of a 2-D grid (``sim.cost.kernels.grid._point_2d`` and ``cell``,
+    the same operations in their order) described at ``layout[g:]``; NaN past an
+    axis's last point (the Python path would extrapolate and warn there)."""
+    a0, n0 = layout[g + AXIS0], layout[g + LEN0]
+    a1, n1 = layout[g + AXIS1], layout[g + LEN1]
+    if x0 > tables[a0 + n0 - 1] or x1 > tables[a1 + n1 - 1]:
+        return np.nan
+    low0, w0 = cell(tables, a0, n0, x0)
+    low1, w1 = cell(tables, a1, n1, x1)
+    s0, s1 = layout[g + STRIDE0], layout[g + STRIDE1]
+    b0, b1 = 1.0 - w0, 1.0 - w1
+    o = layout[g + VALUES] + low0 * s0 + low1 * s1
+    result = 0.0 + b0 * b1 * tables[o]
+    result = result + w0 * b1 * tables[o + s0]
+    result = result + b0 * w1 * tables[o + s1]
+    result = result + w0 * w1 * tables[o + s0 + s1]
+    return result * 1.0  # (the scale past the grid: 1 inside it)
+
+
+def cell(tables: FloatArray, at: int, n: int, x: float) -> tuple[int, float]:
+    """``sim.cost.kernels.grid.cell`` on the axis ``tables[at:at + n]``."""
+    first, last = tables[at], tables[at + n - 1]
+    clipped = last if x > last else (first if x < first else x)
+    lo, hi = 0, n  # bisect_right
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if clipped < tables[at + mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    low = lo - 1
+    top = n - 2
+    low = 0 if low < 0 else (top if low > top else low)
+    return low, (clipped - tables[at + low]) / (tables[at + low + 1] - tables[at + low])
+
+
+def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: int) -> float:
+    """``KernelCost.per_step_s`` (no per-layer profile, no per-sequence tables)."""
+    total = 0.0
+    if layout[HAS_MEMORY]:
+        # (0.0 + embedding) + final norm, then + the sampler: MemoryOps.step_s's sum.
+        total += tables[layout[EMBED_NORM] + tokens] + tables[layout[SAMPLER] + seqs]
+        total += tables[layout[ALLREDUCE] + tokens]
+    if seqs:
+        total += tables[layout[LM_HEAD] + seqs]
+    if layout[HAS_PIPELINE]:
+        total += tables[layout[PIPELINE] + tokens]
+    return total
+
+
+def kernel_gpu_s(
+    tables: FloatArray,
+    layout: IntArray,
+    prefill_seqs: int,
+    prefill_tokens: int,
+    pairs: int,
+    kv_read: int,
+    decode_seqs: int,
+    context: int,
+) -> float:
+    """``KernelCost.step_s`` of a step shape (tokens > 0): attention as pure prefill
+    (``prefill_attention_s``) plus pure decode (``decode_attention_s``)."""
+    tokens = prefill_tokens + decode_seqs
+    prefill = 0.0
+    if prefill_seqs != 0 and prefill_tokens != 0:
+        chunk = prefill_tokens / prefill_seqs  # ops.prefill_chunk
+        cached = kv_read / prefill_seqs - chunk
+        if 0.0 > cached:  # max(cached, 0.0)
+            cached = 0.0
+        total = chunk + cached
+        full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
+        pairs_full = prefill_seqs * total * (total + 1.0) / 2.0
+        scaled = full * pairs / pairs_full
+        floor = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), chunk)
+        prefill = scaled if scaled > floor else floor
+        if full != full or floor != floor:
+            return np.nan
+    decode = 0.0
+    if decode_seqs != 0:
+        decode = grid_point(tables, layout, DECODE_GRID, float(decode_seqs), context / decode_seqs)
+    layer = tables[layout[DENSE] + tokens] + (prefill + decode)
+    seqs = prefill_seqs + decode_seqs
+    return layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
 
 
 def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
@@ -102,6 +221,8 @@ def with_cpu(cost: FloatArray, gpu: float, cpu: float) -> float:
 
 def first_step(
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     prompt: IntArray,
     output: IntArray,
     comp: IntArray,
@@ -140,8 +261,9 @@ def first_step(
                 min_left = left
             run_context += computed + 1
     price_s = step_s(
-        cost, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, decode_context
-    )
+        cost, tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs,
+        decode_context,
+    )  # fmt: skip
     return price_s, (min_left if all_emit else 0), run_context
 
 
@@ -191,6 +313,8 @@ def _missing(
 
 def decode_ends(
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     out: FloatArray,
     at: int,
     first_end_s: float,
@@ -201,12 +325,20 @@ def decode_ends(
     num_after: int,
 ) -> int:
     """``sim.cost.base.run_ends_for`` of an ``EngineCpuCost`` around a ``RooflineCost``
-    (or of the bare roofline: ``cost``'s CPU terms 0), written into ``out``
-    from ``at``; returns how many ends (the first step's included)."""
+    or a ``KernelCost`` (or of the bare GPU model: ``cost``'s CPU terms 0), written
+    into ``out`` from ``at``; returns how many ends (the first step's included). An
+    end is NaN, and the last, where a kernel table would be read past its last point."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
+    kernels = layout[KIND] == KERNELS
     dense_s = cost[S_PER_DENSE_TOKEN] * num_seqs
     pair_s, weight_s, kv_s = cost[S_PER_PAIR], cost[WEIGHT_S], cost[S_PER_KV_TOKEN]
+    per_step_s = 0.0
+    if kernels:  # KernelCost._durations' constants
+        dense_s = tables[layout[DENSE] + num_seqs]
+        per_step_s = kernel_per_step_s(tables, layout, num_seqs, num_seqs)
+    seqs = float(num_seqs)
+    num_layers = layout[NUM_LAYERS]
     cpu = cpu_s(cost, num_seqs, num_seqs)
     overlapped = cost[OVERLAPPED] != 0.0
     serial_s = cost[CPU_NON_OVERLAPPED_S]
@@ -216,9 +348,16 @@ def decode_ends(
     count = 1
     context = context_tokens
     while left > 0:
-        compute = dense_s + pair_s * context
-        memory = weight_s + kv_s * (context + num_seqs)
-        gpu = compute if compute > memory else memory
+        if kernels:
+            decode_s = grid_point(tables, layout, DECODE_GRID, seqs, context / num_seqs)
+            if decode_s != decode_s:
+                out[at + count] = np.nan
+                return count + 1
+            gpu = num_layers * (dense_s + 0.0 + decode_s) + per_step_s
+        else:
+            compute = dense_s + pair_s * context
+            memory = weight_s + kv_s * (context + num_seqs)
+            gpu = compute if compute > memory else memory
         if overlapped:
             end += serial_s + (gpu if gpu > cpu else cpu)
         else:
@@ -338,6 +477,8 @@ _EMPTY, _SEQS, _BUDGET, _KV = 0, 1, 2, 3
 def run(
     settings: IntArray,
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     clock_s: FloatArray,
     ready_s: FloatArray,
     prompt: IntArray,
@@ -489,8 +630,11 @@ def run(
             continue
         # -- Continuous._finish_plan: the step's price, and the run it allows --------
         first_s, min_left, run_context = first_step(
-            cost, prompt, output, comp, gen, sched_r, sched_new, num_sched, max_run
-        )
+            cost, tables, layout, prompt, output, comp, gen, sched_r, sched_new, num_sched,
+            max_run,
+        )  # fmt: skip
+        if first_s != first_s:
+            return UNSUPPORTED  # past a kernel table's last point
         num_steps = 1
         interruptible = True
         if stable and blocked != _BUDGET and min_left >= 1 and not deferred:
@@ -508,6 +652,8 @@ def run(
             stop_s = ready_s[taken] if interruptible else np.inf  # the replica's horizon
             num_ends = decode_ends(
                 cost,
+                tables,
+                layout,
                 ends,
                 at,
                 now + (first_s + 0.0),
@@ -518,6 +664,8 @@ def run(
                 lag,
             )
         last_end_s = ends[at + num_ends - 1]
+        if last_end_s != last_end_s:
+            return UNSUPPORTED  # past a kernel table's last point
         status = commit(
             prompt,
             output,
@@ -568,6 +716,10 @@ def compile_run() -> Any:
     jit = numba.njit(cache=True, nogil=True)
     for name in (
         "_missing",
+        "cell",
+        "grid_point",
+        "kernel_per_step_s",
+        "kernel_gpu_s",
         "cpu_s",
         "with_cpu",
         "step_s",

@@ -1,0 +1,138 @@
+"""Kernel tables as the compiled loop's arrays (``sim.fast.compiled.loop``'s layout).
+
+``KernelCost.step_s`` (``sim.cost.kernels.cost``) adds terms of three kinds: some
+depend on the step's tokens T alone (the dense layer, the memory-bound per-step
+ops, the embedding's all-reduce, the pipeline's transfers), some on its sequences
+S alone (the sampler, the LM head), and the attention reads two 2-D grids at
+float coordinates. The first two kinds are tabulated here for every T and S a run
+can schedule, each value computed by ``KernelCost``'s own methods (so its bits);
+the grids go over as the lists their unrolled lookup reads
+(``Grid.point_lists``), which ``loop.grid_point`` reads with ``_point_2d``'s
+operations. The loop adds the terms in ``step_s``'s order.
+
+Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
+memory-bound ops from bandwidth or left out), dense or MoE, under any tensor or
+pipeline parallel layout. ``why_not`` names the rest, which the Python path
+plays: a per-layer profile (LLMServingSim's route: its 4-D mixed attention, skew
+fit, ``layer_ops`` and ``per_sequence`` tables), expert parallelism, a grid
+with a one-point axis, and a run that could read a table past its last point
+(where the Python path extrapolates and warns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES
+from sim.cost.kernels.grid import Grid
+from sim.fast.compiled import loop
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def kernel_cost_of(cost: object) -> KernelCost | None:
+    """The kernel tables that price ``cost``'s GPU work, bare or inside exactly an
+    ``EngineCpuCost`` (a subclass may price otherwise: not played); else None."""
+    gpu = cost.gpu if type(cost) is EngineCpuCost else cost
+    return gpu if type(gpu) is KernelCost else None
+
+
+def max_step_tokens(max_num_batched_tokens: int, max_num_seqs: int, longest_tokens: int) -> int:
+    """The most tokens a step can compute: the budget, or every sequence's longest."""
+    return min(max_num_batched_tokens, max_num_seqs * longest_tokens)
+
+
+def why_not(
+    kernel: KernelCost, max_num_seqs: int, max_tokens: int, longest_tokens: int
+) -> str | None:
+    """Why the loop cannot play ``kernel`` for steps of up to ``max_num_seqs``
+    sequences and ``max_tokens`` tokens, contexts of up to ``longest_tokens``;
+    None if it can."""
+    if kernel._mixed or kernel._profile is not None or kernel._lm_ops:
+        return (
+            "kernel tables from a per-layer profile (mixed attention, skew fit, "
+            "layer_ops, per_sequence: LLMServingSim's route)"
+        )
+    if kernel._moe is not None and not isinstance(kernel._moe, Grid):
+        return "kernel tables under expert parallelism"
+    prefill, decode = kernel._prefill_attn, kernel._decode_attn
+    grids = [prefill, decode, kernel._gemm, kernel._moe, kernel._allreduce]
+    if any(grid is not None and grid.point_lists is None for grid in grids):
+        return "a kernel table with one point on an axis"
+    # Every lookup the run can make, (grid, the largest coordinate on each axis);
+    # None: no bound (GEMM n: split into blocks inside the grid, gemm_s).
+    seqs = min(max_num_seqs, max_tokens)
+    reach: list[tuple[Grid, Sequence[float | None]]] = [
+        (prefill, (seqs, longest_tokens)),
+        (decode, (seqs, longest_tokens)),
+    ]
+    gemm = kernel._gemm
+    assert gemm is not None  # no profile: the GEMM table prices the dense ops
+    for _, k in [*kernel.shapes.gemms.values(), kernel.shapes.lm_head]:
+        reach.append((gemm, (max_tokens, None, k)))
+    if kernel._moe is not None:
+        reach.append((kernel._moe, (max_tokens,)))
+    if kernel._allreduce is not None:
+        reach.append((kernel._allreduce, (max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES,)))
+    for grid, coords in reach:
+        for axis, x in zip(grid.axes, coords, strict=True):
+            if x is not None and x > axis[-1]:
+                return f"kernel table {grid.name} read past its last point (extrapolated)"
+    return None
+
+
+def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[FloatArray, IntArray]:
+    """``loop.run``'s ``tables`` and ``layout`` for steps of up to ``max_num_seqs``
+    sequences and ``max_tokens`` tokens (``why_not`` said the loop plays them)."""
+    layout = np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
+    layout[loop.KIND] = loop.KERNELS
+    layout[loop.NUM_LAYERS] = kernel.arch.num_layers
+    # A step has no more sequences than tokens.
+    layout[loop.NUM_T] = num_t = max_tokens + 1
+    layout[loop.NUM_S] = num_s = min(max_num_seqs, max_tokens) + 1
+    hidden = kernel.arch.hidden_size
+    memory = kernel._memory
+    parts: list[list[float]] = []
+
+    def put(index: int, values: list[float]) -> None:
+        layout[index] = sum(len(part) for part in parts)
+        parts.append(values)
+
+    tokens, seqs = range(1, num_t), range(1, num_s)
+    put(loop.DENSE, [0.0] + [kernel.dense_layer_s(t) for t in tokens])
+    layout[loop.HAS_MEMORY] = memory is not None
+    if memory is not None:  # MemoryOps.step_s's terms: embedding, final norm, sampler
+        terms = [memory.step_terms(float(t), 1.0, True) for t in tokens]
+        put(loop.EMBED_NORM, [0.0] + [(0.0 + e[1]) + f[1] for e, f, _ in terms])
+        put(loop.SAMPLER, [memory.step_terms(1.0, float(s), True)[2][1] for s in range(num_s)])
+        put(loop.ALLREDUCE, [kernel.allreduce_s(t * hidden * ACTIVATION_BYTES) for t in range(num_t)])
+    n, k = kernel.shapes.lm_head
+    put(loop.LM_HEAD, [0.0] + [kernel.gemm_s(float(s), n, k) for s in seqs])
+    layout[loop.HAS_PIPELINE] = kernel.pp > 1
+    if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
+        link_s_per_byte, latency_s = kernel._link_s_per_byte, kernel.link.latency_s
+        put(
+            loop.PIPELINE,
+            [
+                (kernel.pp - 1) * (t * hidden * ACTIVATION_BYTES * link_s_per_byte + latency_s)
+                for t in range(num_t)
+            ],
+        )
+    for at, grid in ((loop.PREFILL_GRID, kernel._prefill_attn), (loop.DECODE_GRID, kernel._decode_attn)):
+        lists = grid.point_lists
+        assert lists is not None and len(lists[0]) == 2  # why_not said so
+        (axis0, axis1), flat, strides = lists
+        put(at + loop.AXIS0, axis0)
+        layout[at + loop.LEN0] = len(axis0)
+        put(at + loop.AXIS1, axis1)
+        layout[at + loop.LEN1] = len(axis1)
+        put(at + loop.VALUES, flat)
+        layout[at + loop.STRIDE0], layout[at + loop.STRIDE1] = strides
+    tables = np.array([x for part in parts for x in part], dtype=np.float64)
+    return tables, layout
