@@ -8,7 +8,10 @@ core), the step log, the queue series, the token breaks and the rejections
 must be the same to the last bit. Settings reach both ways out of the loop
 (a KV pool too small: preemption; a token budget that starves a decoder: a
 broken run of tokens), so some examples fall back to the Python path, which
-must then give its own result unchanged.
+must then give its own result unchanged. The same under kernel tables
+(aiconfigurator's route, ``sim.fast.compiled.kernels``): dense and MoE, with and
+without the memory-bound ops, under tensor and pipeline parallelism, bare and
+inside the engine's CPU work.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from test_invariants import SETTINGS, workloads
 
 from sim.cost.base import CostModel
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
+from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
+from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
 from sim.fast.compiled import path
-from sim.hardware.specs import hardware_preset, model_preset
+from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 from sim.serving.replica_config import NO_FRONTEND, FrontendConfig, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
@@ -50,10 +55,31 @@ COSTS: list[CostModel] = [
     EngineCpuCost(ROOFLINES[1], EngineCpu(HEAVY, overlapped=False, source="test")),
 ]
 
+# The shipped H100 tables (what scenarios/chat.yaml's auto picks) and an MoE's.
+H100_TABLES = load_cached(resolve_kernel_artifact("h100_sxm-vllm-0.24.0-llama-3.1-8b", None))
+MOE_TABLES = load_cached(
+    resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
+)
+LLAMA = load_architecture("llama-3.1-8b")
+KERNELS = [
+    KernelCost(LLAMA, H100_TABLES),
+    KernelCost(LLAMA, H100_TABLES, memory_ops=False),
+    KernelCost(LLAMA, H100_TABLES, tensor_parallel_size=2),
+    KernelCost(LLAMA, H100_TABLES, pipeline_parallel_size=2),
+    KernelCost(load_architecture("qwen3-30b-a3b"), MOE_TABLES),
+]
+KERNEL_COSTS: list[CostModel] = [
+    *KERNELS,
+    EngineCpuCost(KERNELS[0], EngineCpu(HEAVY, overlapped=True, source="test")),
+    EngineCpuCost(KERNELS[0], EngineCpu(LIGHT, overlapped=False, source="test")),
+    EngineCpuCost(KERNELS[2], EngineCpu(LIGHT, overlapped=True, source="test")),
+    EngineCpuCost(KERNELS[4], EngineCpu(HEAVY, overlapped=False, source="test")),
+]
+
 
 @st.composite
-def engines(draw: st.DrawFn) -> ReplicaConfig:
-    """A single replica's engine: continuous batching under a roofline cost."""
+def engines(draw: st.DrawFn, costs: list[CostModel] = COSTS) -> ReplicaConfig:
+    """A single replica's engine: continuous batching under one of ``costs``."""
     # Mostly room for every request (a rejection sends the run to the Python path).
     max_model_len = draw(st.one_of(st.just(400), st.integers(16, 400)))
     chunked = draw(st.booleans())
@@ -69,7 +95,7 @@ def engines(draw: st.DrawFn) -> ReplicaConfig:
         make_policy = partial(config.build, async_scheduling=True)
     big = draw(st.booleans())  # a big pool: no preemption, so the loop runs to the end
     block_size = draw(st.sampled_from([1, 4, 16]))
-    cost = draw(st.sampled_from(COSTS))  # (drawn in this order: the examples stay the same)
+    cost = draw(st.sampled_from(costs))  # (drawn in this order: the examples stay the same)
     # Small pools from a few blocks short of one request to a few requests' worth.
     num_kv_blocks = 100_000 if big else draw(st.integers(400 // block_size, 2000 // block_size))
     frontend = draw(
@@ -112,6 +138,31 @@ def test_uncompiled_loop_matches_the_python_path(
 @settings(SETTINGS, max_examples=25)
 @given(arrays=workloads(), engine=engines())
 def test_compiled_loop_matches_the_python_path(
+    arrays: RequestArrays, engine: ReplicaConfig
+) -> None:
+    reference, reference_order, _ = simulate(arrays, engine, "never")
+    raw, order, _ = simulate(arrays, engine, "always")
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+@SETTINGS
+@given(arrays=workloads(), engine=engines(KERNEL_COSTS))
+def test_uncompiled_loop_matches_the_python_path_on_kernel_tables(
+    arrays: RequestArrays, engine: ReplicaConfig
+) -> None:
+    reference, reference_order, _ = simulate(arrays, engine, "never")
+    raw, order, played = simulate(arrays, engine, "python")
+    reason = path.why_not(Simulation(engine).cores, engine.cost, True, cast(OpenLoop, arrays))
+    event(f"played by the loop: {played}; cannot because: {reason}")
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+@settings(SETTINGS, max_examples=25)
+@given(arrays=workloads(), engine=engines(KERNEL_COSTS))
+def test_compiled_loop_matches_the_python_path_on_kernel_tables(
     arrays: RequestArrays, engine: ReplicaConfig
 ) -> None:
     reference, reference_order, _ = simulate(arrays, engine, "never")

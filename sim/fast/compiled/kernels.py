@@ -15,8 +15,10 @@ memory-bound ops from bandwidth or left out), dense or MoE, under any tensor or
 pipeline parallel layout. ``why_not`` names the rest, which the Python path
 plays: a per-layer profile (LLMServingSim's route: its 4-D mixed attention, skew
 fit, ``layer_ops`` and ``per_sequence`` tables), expert parallelism, a grid
-with a one-point axis, and a run that could read a table past its last point
-(where the Python path extrapolates and warns).
+with a one-point axis, and a token budget past the GEMM, MoE or all-reduce
+table's last point (where the Python path extrapolates and warns). A run that
+reads an attention grid past its last point is handed over when it does
+(``loop.grid_point``).
 """
 
 from __future__ import annotations
@@ -48,11 +50,8 @@ def max_step_tokens(max_num_batched_tokens: int, max_num_seqs: int, longest_toke
     return min(max_num_batched_tokens, max_num_seqs * longest_tokens)
 
 
-def why_not(
-    kernel: KernelCost, max_num_seqs: int, max_tokens: int, longest_tokens: int
-) -> str | None:
-    """Why the loop cannot play ``kernel`` for steps of up to ``max_num_seqs``
-    sequences and ``max_tokens`` tokens, contexts of up to ``longest_tokens``;
+def why_not(kernel: KernelCost, max_tokens: int) -> str | None:
+    """Why the loop cannot play ``kernel`` for steps of up to ``max_tokens`` tokens;
     None if it can."""
     if kernel._mixed or kernel._profile is not None or kernel._lm_ops:
         return (
@@ -61,17 +60,14 @@ def why_not(
         )
     if kernel._moe is not None and not isinstance(kernel._moe, Grid):
         return "kernel tables under expert parallelism"
-    prefill, decode = kernel._prefill_attn, kernel._decode_attn
-    grids = [prefill, decode, kernel._gemm, kernel._moe, kernel._allreduce]
+    grids = [kernel._prefill_attn, kernel._decode_attn, kernel._gemm, kernel._moe,
+             kernel._allreduce]  # fmt: skip
     if any(grid is not None and grid.point_lists is None for grid in grids):
         return "a kernel table with one point on an axis"
-    # Every lookup the run can make, (grid, the largest coordinate on each axis);
-    # None: no bound (GEMM n: split into blocks inside the grid, gemm_s).
-    seqs = min(max_num_seqs, max_tokens)
-    reach: list[tuple[Grid, Sequence[float | None]]] = [
-        (prefill, (seqs, longest_tokens)),
-        (decode, (seqs, longest_tokens)),
-    ]
+    # Every lookup the tables below make, (grid, the largest coordinate on each axis;
+    # None: no bound: GEMM n, split into blocks inside the grid, gemm_s). Attention
+    # is looked up as the run goes: past a grid's edge the loop hands the run over.
+    reach: list[tuple[Grid, Sequence[float | None]]] = []
     gemm = kernel._gemm
     assert gemm is not None  # no profile: the GEMM table prices the dense ops
     for _, k in [*kernel.shapes.gemms.values(), kernel.shapes.lm_head]:
@@ -83,7 +79,10 @@ def why_not(
     for grid, coords in reach:
         for axis, x in zip(grid.axes, coords, strict=True):
             if x is not None and x > axis[-1]:
-                return f"kernel table {grid.name} read past its last point (extrapolated)"
+                return (
+                    f"kernel table {grid.name}: steps of up to {max_tokens} tokens reach "
+                    "past its last point (extrapolated)"
+                )
     return None
 
 
@@ -104,26 +103,21 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         layout[index] = sum(len(part) for part in parts)
         parts.append(values)
 
-    tokens, seqs = range(1, num_t), range(1, num_s)
-    put(loop.DENSE, [0.0] + [kernel.dense_layer_s(t) for t in tokens])
+    tokens = np.arange(1, num_t, dtype=np.float64)
+    put(loop.DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
     layout[loop.HAS_MEMORY] = memory is not None
     if memory is not None:  # MemoryOps.step_s's terms: embedding, final norm, sampler
-        terms = [memory.step_terms(float(t), 1.0, True) for t in tokens]
-        put(loop.EMBED_NORM, [0.0] + [(0.0 + e[1]) + f[1] for e, f, _ in terms])
+        (_, embedding), (_, final_norm), _ = memory.step_terms(tokens, 1.0, True)  # type: ignore[arg-type]
+        put(loop.EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
         put(loop.SAMPLER, [memory.step_terms(1.0, float(s), True)[2][1] for s in range(num_s)])
-        put(loop.ALLREDUCE, [kernel.allreduce_s(t * hidden * ACTIVATION_BYTES) for t in range(num_t)])
+        put(loop.ALLREDUCE, allreduce_s(kernel, num_t))
     n, k = kernel.shapes.lm_head
-    put(loop.LM_HEAD, [0.0] + [kernel.gemm_s(float(s), n, k) for s in seqs])
+    put(loop.LM_HEAD, [0.0, *gemm_s(kernel, np.arange(1, num_s, dtype=np.float64), n, k).tolist()])
     layout[loop.HAS_PIPELINE] = kernel.pp > 1
     if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
-        link_s_per_byte, latency_s = kernel._link_s_per_byte, kernel.link.latency_s
-        put(
-            loop.PIPELINE,
-            [
-                (kernel.pp - 1) * (t * hidden * ACTIVATION_BYTES * link_s_per_byte + latency_s)
-                for t in range(num_t)
-            ],
-        )
+        hop_bytes = np.arange(num_t, dtype=np.int64) * hidden * ACTIVATION_BYTES
+        hop_s = hop_bytes * kernel._link_s_per_byte + kernel.link.latency_s
+        put(loop.PIPELINE, ((kernel.pp - 1) * hop_s).tolist())
     for at, grid in ((loop.PREFILL_GRID, kernel._prefill_attn), (loop.DECODE_GRID, kernel._decode_attn)):
         lists = grid.point_lists
         assert lists is not None and len(lists[0]) == 2  # why_not said so
@@ -136,3 +130,41 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         layout[at + loop.STRIDE0], layout[at + loop.STRIDE1] = strides
     tables = np.array([x for part in parts for x in part], dtype=np.float64)
     return tables, layout
+
+
+# -- KernelCost's token-only terms at many token counts at once ----------------------
+# Elementwise, the same float operations in the same order as the methods they
+# name (Grid.many gives Grid.__call__'s bits); tests/test_compiled_kernels.py holds
+# every table to the methods themselves.
+
+
+def dense_layer_s(kernel: KernelCost, tokens: FloatArray) -> FloatArray:
+    """``KernelCost.dense_layer_s`` at each of ``tokens`` (no per-layer profile)."""
+    total = np.zeros(len(tokens))
+    for n, k in kernel.shapes.gemms.values():
+        total += gemm_s(kernel, tokens, n, k)
+    if kernel._moe is not None:
+        assert isinstance(kernel._moe, Grid)  # why_not: no expert parallelism
+        total += kernel._moe.many(tokens)
+    if kernel._memory is not None:
+        total += kernel._memory.layer_s(tokens)  # type: ignore[arg-type]
+    num_tokens = tokens.astype(np.int64)
+    total += 2.0 * np.array(allreduce_s(kernel, len(tokens) + 1))[num_tokens]
+    return total
+
+
+def gemm_s(kernel: KernelCost, m: FloatArray, n: int, k: int) -> FloatArray:
+    """``KernelCost.gemm_s`` at each of ``m``."""
+    gemm = kernel._gemm
+    assert gemm is not None
+    blocks = -(-n // int(gemm.axes[1][-1]))
+    out: FloatArray = blocks * gemm.many(m, n / blocks, k)
+    return out
+
+
+def allreduce_s(kernel: KernelCost, num_t: int) -> list[float]:
+    """``KernelCost.allreduce_s`` of the hidden states of 0 to ``num_t - 1`` tokens."""
+    if kernel.tp == 1:
+        return [0.0] * num_t  # (what allreduce_s answers on one GPU)
+    hidden = kernel.arch.hidden_size
+    return [kernel.allreduce_s(t * hidden * ACTIVATION_BYTES) for t in range(num_t)]
