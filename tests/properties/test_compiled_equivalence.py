@@ -22,20 +22,18 @@ from functools import partial
 from typing import cast
 
 import pytest
-from compiled_runs import assert_identical, simulate
+from compiled_runs import assert_identical, kernel_costs, simulate
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_invariants import SETTINGS, workloads
 
 from sim.cost.base import CostModel
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
-from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
-from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
 from sim.fast.compiled import path
-from sim.hardware.specs import hardware_preset, load_architecture, model_preset
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.replica_config import NO_FRONTEND, FrontendConfig, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
@@ -55,26 +53,7 @@ COSTS: list[CostModel] = [
     EngineCpuCost(ROOFLINES[1], EngineCpu(HEAVY, overlapped=False, source="test")),
 ]
 
-# The shipped H100 tables (what scenarios/chat.yaml's auto picks) and an MoE's.
-H100_TABLES = load_cached(resolve_kernel_artifact("h100_sxm-vllm-0.24.0-llama-3.1-8b", None))
-MOE_TABLES = load_cached(
-    resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
-)
-LLAMA = load_architecture("llama-3.1-8b")
-KERNELS = [
-    KernelCost(LLAMA, H100_TABLES),
-    KernelCost(LLAMA, H100_TABLES, memory_ops=False),
-    KernelCost(LLAMA, H100_TABLES, tensor_parallel_size=2),
-    KernelCost(LLAMA, H100_TABLES, pipeline_parallel_size=2),
-    KernelCost(load_architecture("qwen3-30b-a3b"), MOE_TABLES),
-]
-KERNEL_COSTS: list[CostModel] = [
-    *KERNELS,
-    EngineCpuCost(KERNELS[0], EngineCpu(HEAVY, overlapped=True, source="test")),
-    EngineCpuCost(KERNELS[0], EngineCpu(LIGHT, overlapped=False, source="test")),
-    EngineCpuCost(KERNELS[2], EngineCpu(LIGHT, overlapped=True, source="test")),
-    EngineCpuCost(KERNELS[4], EngineCpu(HEAVY, overlapped=False, source="test")),
-]
+KERNEL_COSTS = kernel_costs(LIGHT, HEAVY)
 
 
 @st.composite

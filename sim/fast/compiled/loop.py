@@ -129,6 +129,13 @@ def grid_point(tables: FloatArray, layout: IntArray, g: int, x0: float, x1: floa
         return np.nan
     low0, w0 = cell(tables, a0, n0, x0)
     low1, w1 = cell(tables, a1, n1, x1)
+    return corners(tables, layout, g, low0, w0, low1, w1)
+
+
+def corners(
+    tables: FloatArray, layout: IntArray, g: int, low0: int, w0: float, low1: int, w1: float
+) -> float:
+    """``_point_2d``'s sum over the cell's four corners (inside the grid: scale 1)."""
     s0, s1 = layout[g + STRIDE0], layout[g + STRIDE1]
     b0, b1 = 1.0 - w0, 1.0 - w1
     o = layout[g + VALUES] + low0 * s0 + low1 * s1
@@ -334,10 +341,18 @@ def decode_ends(
     dense_s = cost[S_PER_DENSE_TOKEN] * num_seqs
     pair_s, weight_s, kv_s = cost[S_PER_PAIR], cost[WEIGHT_S], cost[S_PER_KV_TOKEN]
     per_step_s = 0.0
+    # Decode attention's cell: the batch's, once; the KV length's, walked forward
+    # from the last step's (it grows a step), the same cell as ``cell``'s search.
+    g = DECODE_GRID
+    a0, n0, a1, n1 = layout[g + AXIS0], layout[g + LEN0], layout[g + AXIS1], layout[g + LEN1]
+    seqs = float(num_seqs)
+    low0, w0, low1 = 0, 0.0, 0
+    past = False  # the batch past the grid's last point
     if kernels:  # KernelCost._durations' constants
         dense_s = tables[layout[DENSE] + num_seqs]
         per_step_s = kernel_per_step_s(tables, layout, num_seqs, num_seqs)
-    seqs = float(num_seqs)
+        past = seqs > tables[a0 + n0 - 1]
+        low0, w0 = cell(tables, a0, n0, seqs)
     num_layers = layout[NUM_LAYERS]
     cpu = cpu_s(cost, num_seqs, num_seqs)
     overlapped = cost[OVERLAPPED] != 0.0
@@ -349,10 +364,15 @@ def decode_ends(
     context = context_tokens
     while left > 0:
         if kernels:
-            decode_s = grid_point(tables, layout, DECODE_GRID, seqs, context / num_seqs)
-            if decode_s != decode_s:
-                out[at + count] = np.nan
+            kv = context / num_seqs
+            if past or kv > tables[a1 + n1 - 1]:
+                out[at + count] = np.nan  # past the grid: the Python path extrapolates
                 return count + 1
+            clipped = tables[a1] if kv < tables[a1] else kv
+            while low1 < n1 - 2 and tables[a1 + low1 + 1] <= clipped:
+                low1 += 1
+            w1 = (clipped - tables[a1 + low1]) / (tables[a1 + low1 + 1] - tables[a1 + low1])
+            decode_s = corners(tables, layout, g, low0, w0, low1, w1)
             gpu = num_layers * (dense_s + 0.0 + decode_s) + per_step_s
         else:
             compute = dense_s + pair_s * context
@@ -717,6 +737,7 @@ def compile_run() -> Any:
     for name in (
         "_missing",
         "cell",
+        "corners",
         "grid_point",
         "kernel_per_step_s",
         "kernel_gpu_s",
