@@ -27,7 +27,8 @@ The 16 replicas' "1 proc." row is the Python path in this process alone (the
 compiled loop always runs every replica in this process). ``--loop`` picks
 one. Each row also gives the engine plans per request (about one at each
 arrival and one at each finish: the cost is per plan and per request, not per
-token).
+token) and the CPU seconds of this process (on a busy machine they move less
+than the wall's; worker processes' are not counted).
 
 Then a smaller slice of ``base`` step by step and with skip-ahead, whose finish
 times must agree exactly. Peak memory (RSS) is the process's high-water mark,
@@ -122,9 +123,18 @@ def replicas(num_requests: int) -> Scenario:
 def timed(sc: Scenario, compiled: bool, workers: int | None = None) -> tuple[float, api.Result]:
     """``api.run`` of ``sc`` (``compiled``: through the compiled loop where it can
     play the run, at any size; else the Python path): wall seconds, result."""
-    started = time.perf_counter()
+    wall_s, _, result = timed_cpu(sc, compiled, workers)
+    return wall_s, result
+
+
+def timed_cpu(
+    sc: Scenario, compiled: bool, workers: int | None = None
+) -> tuple[float, float, api.Result]:
+    """``timed``, and the CPU seconds of this process (not its workers'): on a
+    busy shared machine they move less than wall seconds."""
+    started, started_cpu = time.perf_counter(), time.process_time()
     result = api.run(sc, workers=workers, compiled=compiled)
-    return time.perf_counter() - started, result
+    return time.perf_counter() - started, time.process_time() - started_cpu, result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     # per plan and per request, so this says how much work a request causes.
     print(
         f"{'workload':20s} {'loop':17s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} "
-        f"{'ratio':>6s} {'plans/req':>9s}  target"
+        f"{'ratio':>6s} {'plans/req':>9s} {'cpu s':>6s}  target"
     )
     first_rate = None
     for label, build, workers, processes, target in cases:
@@ -186,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         for compiled in loops:
             if compiled and workers is not None:
                 continue  # the compiled loop runs every replica in this process
-            elapsed_s, result = timed(build(), compiled, workers)
+            elapsed_s, cpu_s, result = timed_cpu(build(), compiled, workers)
             num = len(result.requests)
             rate = num / elapsed_s
             first_rate = first_rate or rate
@@ -198,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 else f"Python, {processes} proc."
             )
             figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {rate / first_rate:6.2f}"
-            print(f"{label:20s} {name:17s} {figures} {plans:9.2f}  {target}")
+            print(f"{label:20s} {name:17s} {figures} {plans:9.2f} {cpu_s:6.2f}  {target}")
             finishes.append(result.requests["finish_s"].to_numpy())
             rates.append(rate)
         if len(finishes) == 2:

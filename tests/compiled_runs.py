@@ -29,7 +29,9 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
     without the memory-bound ops, at tensor parallel 2 (a measured all-reduce) and
     pipeline parallel 2, and an MoE's (Qwen3-30B-A3B on an RTX PRO 6000)."""
     h100 = load_cached(resolve_kernel_artifact("h100_sxm-vllm-0.24.0-llama-3.1-8b", None))
-    moe = load_cached(resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None))
+    moe = load_cached(
+        resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
+    )
     llama = load_architecture("llama-3.1-8b")
     return (
         KernelCost(llama, h100),

@@ -75,7 +75,9 @@ def why_not(kernel: KernelCost, max_tokens: int) -> str | None:
     if kernel._moe is not None:
         reach.append((kernel._moe, (max_tokens,)))
     if kernel._allreduce is not None:
-        reach.append((kernel._allreduce, (max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES,)))
+        reach.append(
+            (kernel._allreduce, (max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES,))
+        )
     for grid, coords in reach:
         for axis, x in zip(grid.axes, coords, strict=True):
             if x is not None and x > axis[-1]:
@@ -107,7 +109,9 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
     put(loop.DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
     layout[loop.HAS_MEMORY] = memory is not None
     if memory is not None:  # MemoryOps.step_s's terms: embedding, final norm, sampler
-        (_, embedding), (_, final_norm), _ = memory.step_terms(tokens, 1.0, True)  # type: ignore[arg-type]
+        # (MemoryOps' arithmetic, elementwise over the token counts.)
+        terms = memory.step_terms(tokens, 1.0, True)  # type: ignore[arg-type]
+        embedding, final_norm = np.asarray(terms[0][1]), np.asarray(terms[1][1])
         put(loop.EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
         put(loop.SAMPLER, [memory.step_terms(1.0, float(s), True)[2][1] for s in range(num_s)])
         put(loop.ALLREDUCE, allreduce_s(kernel, num_t))
@@ -118,7 +122,10 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         hop_bytes = np.arange(num_t, dtype=np.int64) * hidden * ACTIVATION_BYTES
         hop_s = hop_bytes * kernel._link_s_per_byte + kernel.link.latency_s
         put(loop.PIPELINE, ((kernel.pp - 1) * hop_s).tolist())
-    for at, grid in ((loop.PREFILL_GRID, kernel._prefill_attn), (loop.DECODE_GRID, kernel._decode_attn)):
+    for at, grid in (
+        (loop.PREFILL_GRID, kernel._prefill_attn),
+        (loop.DECODE_GRID, kernel._decode_attn),
+    ):
         lists = grid.point_lists
         assert lists is not None and len(lists[0]) == 2  # why_not said so
         (axis0, axis1), flat, strides = lists

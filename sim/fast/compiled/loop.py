@@ -194,7 +194,7 @@ def kernel_gpu_s(
     if prefill_seqs != 0 and prefill_tokens != 0:
         chunk = prefill_tokens / prefill_seqs  # ops.prefill_chunk
         cached = kv_read / prefill_seqs - chunk
-        if 0.0 > cached:  # max(cached, 0.0)
+        if cached < 0.0:  # max(cached, 0.0)
             cached = 0.0
         total = chunk + cached
         full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
