@@ -30,6 +30,7 @@ from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
 from sim.fast.compiled import kernels, loop, path
 from sim.hardware.specs import load_architecture
+from sim.serving.cluster import Cluster, ClusterConfig
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
@@ -157,19 +158,23 @@ def engine(cost: CostModel, max_model_len: int = 1024, **policy: Any) -> Replica
     return ReplicaConfig(core, cost, NO_FRONTEND)
 
 
+@pytest.mark.parametrize("num_replicas", [1, 3])  # 3: a round-robin pool's share each
 @pytest.mark.parametrize("chunked", [True, False])
 @pytest.mark.parametrize("k", [0, 5, 6])  # bare; CPU work overlapped; serial
-def test_the_loop_plays_kernel_table_runs_to_the_bit(k: int, chunked: bool) -> None:
+def test_the_loop_plays_kernel_table_runs_to_the_bit(
+    k: int, chunked: bool, num_replicas: int
+) -> None:
     rng = np.random.default_rng(k)
     work = RequestArrays(
-        np.cumsum(rng.exponential(1 / 40.0, 300)),
+        np.cumsum(rng.exponential(1 / (40.0 * num_replicas), 300)),
         rng.integers(20, 900, 300),
         rng.integers(1, 120, 300),
     )
     replica = engine(COSTS[k], chunked_prefill=chunked, max_num_batched_tokens=1024)
-    reference, reference_order, played = simulate(work, replica, "never")
+    pool = Cluster(ClusterConfig(num_replicas=num_replicas), np.random.default_rng(0))
+    reference, reference_order, played = simulate(work, replica, "never", pool)
     assert not played
-    raw, order, played = simulate(work, replica, "python")
+    raw, order, played = simulate(work, replica, "python", pool)
     assert played
     assert_identical(raw, reference)
     assert order == reference_order

@@ -116,9 +116,7 @@ def roofline_of(cost: object) -> RooflineCost | None:
     return None
 
 
-def cost_arrays(
-    cost: PlayedCost, max_num_seqs: int, max_tokens: int
-) -> tuple[FloatArray, FloatArray, IntArray]:
+def cost_arrays(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> CostArrays:
     """The loop's ``cost``, ``tables`` and ``layout`` arrays for ``cost`` (``loop``'s
     indices), for steps of up to ``max_num_seqs`` sequences and ``max_tokens`` tokens."""
     constants = np.zeros(loop.NUM_COSTS)
@@ -157,8 +155,14 @@ def run_compiled(
     pool's, each serving its turns, ``Submissions.dealt``); False, and the cores
     as they were, if the Python path must simulate it instead."""
     shares = Submissions.dealt(work, frontend, len(cores))
+    policy = cores[0].policy  # (a pool's cores are alike)
+    assert isinstance(policy, Continuous)
+    max_tokens = kernels.max_step_tokens(
+        policy.max_num_batched_tokens, policy.max_num_seqs, longest_tokens(work)
+    )
+    priced = cost_arrays(cost, policy.max_num_seqs, max_tokens)
     for core, mine in zip(cores, shares, strict=True):
-        if not _run_one(core, cost, work, mine, run, tick):
+        if not _run_one(core, priced, work, mine, run, tick):
             for other in cores:  # (the ones before: run, and now dropped)
                 other.new_logs()
                 other.num_done = other.num_steps = 0
@@ -169,14 +173,14 @@ def run_compiled(
 
 def _run_one(
     core: EngineCore,
-    cost: PlayedCost,
+    priced: CostArrays,
     work: OpenLoop,
     mine: Submissions,
     run: Callable[..., int],
     tick: Callable[[], None],
 ) -> bool:
     """One core's run of its submissions ``mine``; False if the loop could not play it."""
-    arrays = LoopArrays.build(core, cost, work, mine)
+    arrays = LoopArrays.build(core, priced, work, mine)
     args = arrays.args()
     while True:
         status = run(*args)
@@ -200,6 +204,8 @@ def _run_one(
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 CountArray = npt.NDArray[np.int32]
+# The loop's cost, tables and layout arrays (read only: a pool's cores share them).
+CostArrays = tuple[FloatArray, FloatArray, IntArray]
 
 # Step ends a call may log before it returns to have its buffers emptied (8 MB;
 # a million base requests log ~14 million steps, so the progress bar moves).
@@ -246,11 +252,12 @@ class LoopArrays:
     def build(
         cls,
         core: EngineCore,
-        cost: PlayedCost,
+        priced: CostArrays,
         work: OpenLoop,
         mine: Submissions,
     ) -> LoopArrays:
-        """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh)."""
+        """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh),
+        priced by ``priced`` (``cost_arrays``)."""
         policy = core.policy
         assert isinstance(policy, Continuous)
         kv = core.kv
@@ -267,10 +274,7 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC] = policy.async_scheduling
-        max_tokens = kernels.max_step_tokens(
-            policy.max_num_batched_tokens, policy.max_num_seqs, longest_tokens(work)
-        )
-        constants, tables, layout = cost_arrays(cost, policy.max_num_seqs, max_tokens)
+        constants, tables, layout = priced
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
         slots = policy.max_num_seqs + 1  # running, scheduled and held never exceed the limit
