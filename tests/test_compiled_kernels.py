@@ -63,11 +63,25 @@ def shapes(draw: st.DrawFn) -> StepShape:
     return StepShape.build(chunks, contexts)
 
 
+def piece(name: str, compiled: bool) -> Any:
+    """The loop's function ``name``: as numba compiled it (skipped without numba),
+    or the plain Python it was compiled from."""
+    if compiled:
+        if not HAS_NUMBA or path.compiled() is None:
+            pytest.skip("numba is not installed")
+        return getattr(loop, name)  # (compile_run put numba's in the module)
+    function = getattr(loop, name)
+    return getattr(function, "py_func", function)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=300, deadline=None)
 @given(shape=shapes(), k=st.integers(0, len(COSTS) - 1))
-def test_a_step_costs_what_the_kernel_cost_says_to_the_bit(shape: StepShape, k: int) -> None:
+def test_a_step_costs_what_the_kernel_cost_says_to_the_bit(
+    compiled: bool, shape: StepShape, k: int
+) -> None:
     constants, tables, layout = ARRAYS[k]
-    price_s = loop.step_s(
+    price_s = piece("step_s", compiled)(
         constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
         shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, shape.num_decode_seqs,
         shape.num_decode_context_tokens,
@@ -75,6 +89,7 @@ def test_a_step_costs_what_the_kernel_cost_says_to_the_bit(shape: StepShape, k: 
     assert float(price_s).hex() == COSTS[k].step_s(shape).hex()
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=200, deadline=None)
 @given(
     k=st.integers(0, len(COSTS) - 1),
@@ -86,14 +101,14 @@ def test_a_step_costs_what_the_kernel_cost_says_to_the_bit(shape: StepShape, k: 
     num_after=st.integers(1, 2),
 )
 def test_a_decode_run_ends_when_the_kernel_cost_says_to_the_bit(
-    k: int, num_seqs: int, mean_context: int, num_steps: int, first_end_s: float,
+    compiled: bool, k: int, num_seqs: int, mean_context: int, num_steps: int, first_end_s: float,
     stop_after_s: float | None, num_after: int,
 ) -> None:  # fmt: skip
     constants, tables, layout = ARRAYS[k]
     context = num_seqs * mean_context
     stop_s = math.inf if stop_after_s is None else first_end_s + stop_after_s
     out = np.zeros(num_steps + 1)
-    num_ends = loop.decode_ends(
+    num_ends = piece("decode_ends", compiled)(
         constants, tables, layout, out, 0, first_end_s, num_seqs, context, num_steps, stop_s,
         num_after,
     )  # fmt: skip
@@ -117,6 +132,7 @@ def test_every_tabulated_term_is_the_kernel_cost_s_own(k: int) -> None:
             assert got == kernel.per_step_s(tokens, seqs), (tokens, seqs)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=300, deadline=None)
 @given(
     which=st.sampled_from(["prefill", "decode"]),
@@ -124,12 +140,14 @@ def test_every_tabulated_term_is_the_kernel_cost_s_own(k: int) -> None:
     x0=st.floats(0.0, 300.0),
     x1=st.floats(0.0, 70_000.0),
 )
-def test_a_grid_lookup_is_the_grid_s_to_the_bit(which: str, k: int, x0: float, x1: float) -> None:
+def test_a_grid_lookup_is_the_grid_s_to_the_bit(
+    compiled: bool, which: str, k: int, x0: float, x1: float
+) -> None:
     kernel = kernel_gpus()[k]
     grid: Grid = kernel._prefill_attn if which == "prefill" else kernel._decode_attn
     _, tables, layout = ARRAYS[k]
     at = loop.PREFILL_GRID if which == "prefill" else loop.DECODE_GRID
-    got = loop.grid_point(tables, layout, at, x0, x1)
+    got = piece("grid_point", compiled)(tables, layout, at, x0, x1)
     if x0 > grid.axes[0][-1] or x1 > grid.axes[1][-1]:
         assert math.isnan(got)  # the Python path extrapolates (and warns): handed over
     else:
