@@ -84,7 +84,8 @@ def test_a_step_costs_what_the_kernel_cost_says_to_the_bit(
     price_s = piece("step_s", compiled)(
         constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
         shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, shape.num_decode_seqs,
-        shape.num_decode_context_tokens,
+        shape.num_decode_context_tokens, shape.max_decode_context_tokens,
+        shape.min_decode_context_tokens,
     )  # fmt: skip
     assert float(price_s).hex() == COSTS[k].step_s(shape).hex()
 
@@ -95,26 +96,29 @@ def test_a_step_costs_what_the_kernel_cost_says_to_the_bit(
     k=st.integers(0, len(COSTS) - 1),
     num_seqs=st.integers(1, MAX_NUM_SEQS),
     mean_context=st.integers(2, 8000),
+    spread=st.tuples(st.integers(0, 3000), st.integers(0, 3000)),
     num_steps=st.integers(0, 300),
     first_end_s=st.floats(0.0, 100.0),
     stop_after_s=st.one_of(st.none(), st.floats(-1.0, 3.0)),
     num_after=st.integers(1, 2),
 )
 def test_a_decode_run_ends_when_the_kernel_cost_says_to_the_bit(
-    compiled: bool, k: int, num_seqs: int, mean_context: int, num_steps: int, first_end_s: float,
-    stop_after_s: float | None, num_after: int,
+    compiled: bool, k: int, num_seqs: int, mean_context: int, spread: tuple[int, int],
+    num_steps: int, first_end_s: float, stop_after_s: float | None, num_after: int,
 ) -> None:  # fmt: skip
     constants, tables, layout = ARRAYS[k]
     context = num_seqs * mean_context
+    # The longest and shortest context around the mean (one sequence: both the mean).
+    longest = mean_context + (spread[0] if num_seqs > 1 else 0)
+    shortest = max(mean_context - (spread[1] if num_seqs > 1 else 0), 1)
     stop_s = math.inf if stop_after_s is None else first_end_s + stop_after_s
     out = np.zeros(num_steps + 1)
     num_ends = piece("decode_ends", compiled)(
-        constants, tables, layout, out, 0, first_end_s, num_seqs, context, num_steps, stop_s,
-        num_after,
+        constants, tables, layout, out, 0, first_end_s, num_seqs, context, longest, shortest,
+        num_steps, stop_s, num_after,
     )  # fmt: skip
-    # (No skew fit on these tables: the longest and shortest contexts change nothing.)
     expected = run_ends_for(COSTS[k])(
-        first_end_s, num_seqs, context, mean_context, mean_context, num_steps, stop_s, num_after
+        first_end_s, num_seqs, context, longest, shortest, num_steps, stop_s, num_after
     )
     assert [x.hex() for x in out[:num_ends].tolist()] == [x.hex() for x in expected]
 
@@ -160,14 +164,18 @@ def test_why_not_names_the_kernel_tables_the_loop_does_not_play() -> None:
         resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
     )
     llama, qwen = load_architecture("llama-3.1-8b"), load_architecture("qwen3-30b-a3b")
-    reason = kernels.why_not(KernelCost(llama, profile), MAX_TOKENS)
-    assert reason is not None and "per-layer profile" in reason
-    reason = kernels.why_not(KernelCost(qwen, moe, expert_parallel_size=2), MAX_TOKENS)
+    assert kernels.why_not(KernelCost(llama, profile), MAX_NUM_SEQS, MAX_TOKENS) is None
+    reason = kernels.why_not(KernelCost(qwen, moe, expert_parallel_size=2), 8, MAX_TOKENS)
     assert reason == "kernel tables under expert parallelism"
     gemm_m = int(kernel_gpus()[0]._gemm.axes[0][-1])  # type: ignore[union-attr]
-    assert kernels.why_not(kernel_gpus()[0], gemm_m) is None
-    reason = kernels.why_not(kernel_gpus()[0], gemm_m + 1)
+    assert kernels.why_not(kernel_gpus()[0], MAX_NUM_SEQS, gemm_m) is None
+    reason = kernels.why_not(kernel_gpus()[0], MAX_NUM_SEQS, gemm_m + 1)
     assert reason is not None and reason.startswith("kernel table gemm: steps of up to")
+    # A profile times its ops up to 2,048 tokens and 256 sequences.
+    reason = kernels.why_not(KernelCost(llama, profile), MAX_NUM_SEQS, 4096)
+    assert reason is not None and reason.startswith("kernel table layer_ops")
+    reason = kernels.why_not(KernelCost(llama, profile), 512, MAX_TOKENS)
+    assert reason is not None and reason.startswith("kernel table per_sequence")
 
 
 def engine(cost: CostModel, max_model_len: int = 1024, **policy: Any) -> ReplicaConfig:
@@ -178,7 +186,9 @@ def engine(cost: CostModel, max_model_len: int = 1024, **policy: Any) -> Replica
 
 @pytest.mark.parametrize("num_replicas", [1, 3])  # 3: a round-robin pool's share each
 @pytest.mark.parametrize("chunked", [True, False])
-@pytest.mark.parametrize("k", [0, 5, 6])  # bare; CPU work overlapped; serial
+# aiconfigurator's tables bare, with the CPU work overlapped and serial; a profile
+# bare (skew fit, 4-D mixed attention) and with the CPU work overlapped.
+@pytest.mark.parametrize("k", [0, 9, 10, 5, 13])
 def test_the_loop_plays_kernel_table_runs_to_the_bit(
     k: int, chunked: bool, num_replicas: int
 ) -> None:

@@ -50,40 +50,48 @@ def max_step_tokens(max_num_batched_tokens: int, max_num_seqs: int, longest_toke
     return min(max_num_batched_tokens, max_num_seqs * longest_tokens)
 
 
-def why_not(kernel: KernelCost, max_tokens: int) -> str | None:
-    """Why the loop cannot play ``kernel`` for steps of up to ``max_tokens`` tokens;
-    None if it can."""
-    if kernel._mixed or kernel._profile is not None or kernel._lm_ops:
-        return (
-            "kernel tables from a per-layer profile (mixed attention, skew fit, "
-            "layer_ops, per_sequence: LLMServingSim's route)"
-        )
+def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | None:
+    """Why the loop cannot play ``kernel`` for steps of up to ``max_num_seqs``
+    sequences and ``max_tokens`` tokens; None if it can."""
+    profile = kernel._profile
+    if profile is not None and profile._moe is not None:
+        return "kernel tables from a per-layer profile of an MoE (moe_layer)"
     if kernel._moe is not None and not isinstance(kernel._moe, Grid):
         return "kernel tables under expert parallelism"
-    grids = [kernel._prefill_attn, kernel._decode_attn, kernel._gemm, kernel._moe,
-             kernel._allreduce]  # fmt: skip
-    if any(grid is not None and grid.point_lists is None for grid in grids):
-        return "a kernel table with one point on an axis"
-    # Every lookup the tables below make, (grid, the largest coordinate on each axis;
-    # None: no bound: GEMM n, split into blocks inside the grid, gemm_s). Attention
-    # is looked up as the run goes: past a grid's edge the loop hands the run over.
+    # Every table the loop reads (the per-token and per-sequence ones are tabulated
+    # before the run: a lookup past a grid's last point there would warn for steps
+    # the run may never take).
+    grids: list[Grid | None] = [kernel._prefill_attn, kernel._decode_attn, kernel._mixed_attn]
+    # (grid, the largest coordinate on each axis; None: no bound: GEMM n, split into
+    # blocks inside the grid, gemm_s). Attention is looked up as the run goes: past
+    # a grid's edge the loop hands the run over.
     reach: list[tuple[Grid, Sequence[float | None]]] = []
-    gemm = kernel._gemm
-    assert gemm is not None  # no profile: the GEMM table prices the dense ops
-    for _, k in [*kernel.shapes.gemms.values(), kernel.shapes.lm_head]:
-        reach.append((gemm, (max_tokens, None, k)))
+    max_seqs = min(max_num_seqs, max_tokens)
+    if profile is not None:
+        reach += [(grid, (max_tokens,)) for grid, _ in profile._layer_ops]
+        reach += [(grid, (max_tokens,)) for grid in profile._step_ops]
+    else:
+        assert kernel._gemm is not None  # no profile: the GEMM table prices the dense ops
+        reach += [(kernel._gemm, (max_tokens, None, k)) for _, k in kernel.shapes.gemms.values()]
+    if kernel._lm_ops:
+        reach += [(grid, (max_seqs,)) for grid in kernel._lm_ops]
+    else:
+        assert kernel._gemm is not None  # (KernelCost._build_dense)
+        reach.append((kernel._gemm, (max_seqs, None, kernel.shapes.lm_head[1])))
     if kernel._moe is not None:
         reach.append((kernel._moe, (max_tokens,)))
     if kernel._allreduce is not None:
-        reach.append(
-            (kernel._allreduce, (max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES,))
-        )
+        message_bytes = max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
+        reach.append((kernel._allreduce, (message_bytes,)))
+    grids += [grid for grid, _ in reach]
+    if any(grid is not None and grid.point_lists is None for grid in grids):
+        return "a kernel table with one point on an axis"
     for grid, coords in reach:
         for axis, x in zip(grid.axes, coords, strict=True):
             if x is not None and x > axis[-1]:
                 return (
-                    f"kernel table {grid.name}: steps of up to {max_tokens} tokens reach "
-                    "past its last point (extrapolated)"
+                    f"kernel table {grid.name}: steps of up to {max_tokens} tokens and "
+                    f"{max_seqs} sequences reach past its last point (extrapolated)"
                 )
     return None
 
@@ -106,17 +114,32 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         parts.append(values)
 
     tokens = np.arange(1, num_t, dtype=np.float64)
-    put(loop.DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
+    profile = kernel._profile
+    if profile is None:
+        put(loop.DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
+        put(loop.PROFILE_STEP, [0.0] * num_t)
+    else:  # (its own methods: a profile's ops are few 1-D lookups)
+        put(loop.DENSE, [0.0] + [kernel.dense_layer_s(t) for t in range(1, num_t)])
+        put(loop.PROFILE_STEP, [0.0] + [profile.step_s(float(t)) for t in range(1, num_t)])
     layout[loop.HAS_MEMORY] = memory is not None
+    with_sampler = not kernel._lm_ops
     if memory is not None:  # MemoryOps.step_s's terms: embedding, final norm, sampler
         # (MemoryOps' arithmetic, elementwise over the token counts.)
-        terms = memory.step_terms(tokens, 1.0, True)  # type: ignore[arg-type]
+        terms = memory.step_terms(tokens, 1.0, with_sampler)  # type: ignore[arg-type]
         embedding, final_norm = np.asarray(terms[0][1]), np.asarray(terms[1][1])
         put(loop.EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
-        put(loop.SAMPLER, [memory.step_terms(1.0, float(s), True)[2][1] for s in range(num_s)])
+        sampler = [memory.step_terms(1.0, float(s), with_sampler)[2][1] for s in range(num_s)]
+        put(loop.SAMPLER, sampler)
         put(loop.ALLREDUCE, allreduce_s(kernel, num_t))
-    n, k = kernel.shapes.lm_head
-    put(loop.LM_HEAD, [0.0, *gemm_s(kernel, np.arange(1, num_s, dtype=np.float64), n, k).tolist()])
+    if kernel._lm_ops:  # per_sequence tables: LM head, then sampler
+        layout[loop.NUM_LM_OPS] = len(kernel._lm_ops)
+        lm_head, lm_sampler = kernel._lm_ops
+        put(loop.LM_HEAD, [0.0] + [lm_head(float(s)) for s in range(1, num_s)])
+        put(loop.LM_SAMPLER, [0.0] + [lm_sampler(float(s)) for s in range(1, num_s)])
+    else:
+        n, k = kernel.shapes.lm_head
+        seqs = np.arange(1, num_s, dtype=np.float64)
+        put(loop.LM_HEAD, [0.0, *gemm_s(kernel, seqs, n, k).tolist()])
     layout[loop.HAS_PIPELINE] = kernel.pp > 1
     if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
         hop_bytes = np.arange(num_t, dtype=np.int64) * hidden * ACTIVATION_BYTES
@@ -135,6 +158,37 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         layout[at + loop.LEN1] = len(axis1)
         put(at + loop.VALUES, flat)
         layout[at + loop.STRIDE0], layout[at + loop.STRIDE1] = strides
+    layout[loop.DECODE_HISTORY] = kernel._decode_history
+    layout[loop.PROFILE_ATTENTION] = kernel._mixed
+    mixed = kernel._mixed_attn
+    if mixed is not None:  # the 4-D lattice: axes, values, strides
+        lists = mixed.point_lists
+        assert lists is not None and len(lists[0]) == 4  # why_not said so
+        axes, flat, strides = lists
+        layout[loop.HAS_MIXED] = 1
+        for d, axis in enumerate(axes):
+            put(loop.MIXED_GRID + 2 * d, axis)
+            layout[loop.MIXED_GRID + 2 * d + 1] = len(axis)
+        put(loop.MIXED_GRID + loop.MIXED_VALUES, flat)
+        for d, stride in enumerate(strides):
+            layout[loop.MIXED_GRID + loop.MIXED_STRIDES + d] = stride
+    skew = kernel._skew
+    if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
+        layout[loop.HAS_SKEW] = 1
+        chunks = sorted({key[0] for key in skew.alphas})
+        put(loop.SKEW_CHUNKS, chunks)
+        layout[loop.NUM_SKEW_CHUNKS] = len(chunks)
+        for d, edges in enumerate(skew.edges):
+            put(loop.SKEW_EDGES + 2 * d, edges)
+            layout[loop.SKEW_EDGES + 2 * d + 1] = len(edges)
+        alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
+        for key, alpha in skew.alphas.items():
+            place = [chunks.index(key[0])]
+            place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
+            alphas[tuple(place)] = alpha
+        put(loop.SKEW_ALPHAS, alphas.ravel().tolist())
+        for d, stride in enumerate(alphas.strides):
+            layout[loop.SKEW_STRIDES + d] = stride // alphas.itemsize
     tables = np.array([x for part in parts for x in part], dtype=np.float64)
     return tables, layout
 

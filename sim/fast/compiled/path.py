@@ -93,7 +93,7 @@ def why_not(
         max_tokens = kernels.max_step_tokens(
             policy.max_num_batched_tokens, policy.max_num_seqs, longest
         )
-        return kernels.why_not(kernel, max_tokens)
+        return kernels.why_not(kernel, policy.max_num_seqs, max_tokens)
     return None
 
 
