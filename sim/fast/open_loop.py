@@ -8,7 +8,7 @@ its paths plays that run. It tries, in order:
 
 1. the compiled loop (``sim.fast.compiled``): one replica, or a fresh
    round-robin pool, under plain continuous batching and a roofline cost or
-   aiconfigurator's kernel tables;
+   kernel tables;
 2. worker processes (``sim.fast.workers``): a fresh round-robin pool's
    replicas, dealt to forked processes;
 3. feeds (``sim.fast.feed``): every replica pulls its requests when it plans.

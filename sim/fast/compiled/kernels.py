@@ -1,24 +1,27 @@
 """Kernel tables as the compiled loop's arrays (``sim.fast.compiled.loop``'s layout).
 
 ``KernelCost.step_s`` (``sim.cost.kernels.cost``) adds terms of three kinds: some
-depend on the step's tokens T alone (the dense layer, the memory-bound per-step
-ops, the embedding's all-reduce, the pipeline's transfers), some on its sequences
-S alone (the sampler, the LM head), and the attention reads two 2-D grids at
-float coordinates. The first two kinds are tabulated here for every T and S a run
-can schedule, each value computed by ``KernelCost``'s own methods (so its bits);
-the grids go over as the lists their unrolled lookup reads
-(``Grid.point_lists``), which ``loop.grid_point`` reads with ``_point_2d``'s
-operations. The loop adds the terms in ``step_s``'s order.
+depend on the step's tokens T alone (the dense layer, the once-per-step ops, the
+embedding's all-reduce, the pipeline's transfers), some on its sequences S alone
+(the sampler, the LM head), and the attention reads grids at float coordinates
+(2-D prefill and decode planes, a profile's 4-D mixed lattice) and a profile's
+skew fit. The first two kinds are tabulated here for every T and S a run can
+schedule, each value computed by ``KernelCost``'s own methods or their
+operations elementwise (so its bits); the grids go over as the lists their
+unrolled lookup reads (``Grid.point_lists``), which ``loop.grid_point`` and
+``loop.grid_point_4d`` read with ``_point_2d``'s and ``_point_4d``'s operations;
+the skew fit as its alphas on the lattice of its bucket edges (0 where it has
+none). The loop adds the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
-memory-bound ops from bandwidth or left out), dense or MoE, under any tensor or
-pipeline parallel layout. ``why_not`` names the rest, which the Python path
-plays: a per-layer profile (LLMServingSim's route: its 4-D mixed attention, skew
-fit, ``layer_ops`` and ``per_sequence`` tables), expert parallelism, a grid
-with a one-point axis, and a token budget past the GEMM, MoE or all-reduce
-table's last point (where the Python path extrapolates and warns). A run that
-reads an attention grid past its last point is handed over when it does
-(``loop.grid_point``).
+memory-bound ops from bandwidth or left out), dense or MoE, and LLMServingSim's
+(a dense model's per-layer profile: ``layer_ops``, ``per_sequence``, the mixed
+lattice and its skew fit, each ablation of them), under any tensor or pipeline
+parallel layout. ``why_not`` names the rest, which the Python path plays: a
+profile of an MoE, expert parallelism, a grid with a one-point axis, and steps
+whose tokens or sequences reach past a per-token or per-sequence table's last
+point (where the Python path extrapolates and warns). A run that reads an
+attention grid past its last point is handed over when it does.
 """
 
 from __future__ import annotations

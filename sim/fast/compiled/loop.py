@@ -3,9 +3,9 @@
 One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
 ``Continuous`` do for one replica taking an open loop's requests from a feed
 (alone, or its turns behind a round-robin router), under a roofline cost or
-aiconfigurator's kernel tables (``sim.cost.kernels.cost.KernelCost``, its grids
-and per-token tables exported by ``sim.fast.compiled.kernels``; with the
-engine's CPU work of ``sim.cost.engine_cpu`` or without), with
+kernel tables (``sim.cost.kernels.cost.KernelCost``, its grids and per-token
+tables exported by ``sim.fast.compiled.kernels``; with the engine's CPU work of
+``sim.cost.engine_cpu`` or without), with
 a KV pool whose requests share no prefix (so only counts matter): the same plans at the same
 times, the same step ends summed in the same order, the same records, step
 log and queue samples, to the bit (``tests/properties/test_compiled_equivalence.py``
@@ -132,7 +132,7 @@ def step_s(
     return with_cpu(cost, gpu, cpu)
 
 
-# -- kernel tables (sim.cost.kernels.cost.KernelCost, aiconfigurator's route) ---------
+# -- kernel tables (sim.cost.kernels.cost.KernelCost) --------------------------------
 
 
 def grid_point(tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float) -> float:

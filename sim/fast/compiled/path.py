@@ -1,7 +1,7 @@
 """When and how one fed replica runs compiled (``sim.fast.compiled.loop``).
 
 A single replica (or a fresh round-robin pool) serving an open loop, with
-plain continuous batching, a roofline cost or aiconfigurator's kernel tables
+plain continuous batching, a roofline cost or kernel tables
 (``sim.fast.compiled.kernels``; either with or without the engine's CPU
 work, ``sim.cost.engine_cpu``), skip-ahead and no shared
 prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
