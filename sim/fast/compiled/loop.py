@@ -67,9 +67,10 @@ ROOFLINE, KERNELS = 0, 1
 # GRID_SIZE ints: offsets and lengths of both axes, offset of the values, strides.
 KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
 DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
-PREFILL_GRID, DECODE_GRID = 12, 19
 AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
 GRID_SIZE = 7
+PREFILL_GRID = 12
+DECODE_GRID = PREFILL_GRID + GRID_SIZE
 # A per-layer profile (LLMServingSim's route): a per-token table of its once-per-step
 # ops (0.0 without one); the LM head and sampler as per-sequence tables
 # (NUM_LM_OPS 2; 0: the LM head's GEMM alone, at LM_HEAD); the tokens of a decode's
