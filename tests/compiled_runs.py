@@ -30,7 +30,7 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
     pipeline parallel 2, and an MoE's (Qwen3-30B-A3B on an RTX PRO 6000).
     LLMServingSim's: the RTX PRO 6000 profile of Llama-3.1-8B (4-D mixed attention,
     skew fit), without its skew fit, with attention as two kernels, and the RTX
-    4090's (no skew fit)."""
+    4090's (no skew fit). Last, the MoE's under expert parallelism 2."""
     h100 = load_cached(resolve_kernel_artifact("h100_sxm-vllm-0.24.0-llama-3.1-8b", None))
     moe = load_cached(
         resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
@@ -48,6 +48,7 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
         KernelCost(llama, profile, skew=False),
         KernelCost(llama, profile, mixed_attention=False),
         KernelCost(llama, rtx4090),
+        KernelCost(load_architecture("qwen3-30b-a3b"), moe, expert_parallel_size=2),
     )
 
 

@@ -14,11 +14,11 @@ the skew fit as its alphas on the lattice of its bucket edges (0 where it has
 none). The loop adds the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
-memory-bound ops from bandwidth or left out), dense or MoE, and LLMServingSim's
-(a dense model's per-layer profile: ``layer_ops``, ``per_sequence``, the mixed
-lattice and its skew fit, each ablation of them), under any tensor or pipeline
-parallel layout. ``why_not`` names the rest, which the Python path plays: a
-profile of an MoE, expert parallelism, a grid with a one-point axis, and steps
+memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
+or not, and LLMServingSim's (a dense model's per-layer profile: ``layer_ops``,
+``per_sequence``, the mixed lattice and its skew fit, each ablation of them),
+under any tensor or pipeline parallel layout. ``why_not`` names the rest, which
+the Python path plays: a profile of an MoE, a grid with a one-point axis, and steps
 whose tokens or sequences reach past a per-token or per-sequence table's last
 point (where the Python path extrapolates and warns). A run that reads an
 attention grid past its last point is handed over when it does.
@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
-from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES
+from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
 from sim.fast.compiled import loop
 
@@ -59,8 +59,6 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     profile = kernel._profile
     if profile is not None and profile._moe is not None:
         return "kernel tables from a per-layer profile of an MoE (moe_layer)"
-    if kernel._moe is not None and not isinstance(kernel._moe, Grid):
-        return "kernel tables under expert parallelism"
     # Every table the loop reads (the per-token and per-sequence ones are tabulated
     # before the run: a lookup past a grid's last point there would warn for steps
     # the run may never take).
@@ -81,8 +79,15 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     else:
         assert kernel._gemm is not None  # (KernelCost._build_dense)
         reach.append((kernel._gemm, (max_seqs, None, kernel.shapes.lm_head[1])))
-    if kernel._moe is not None:
-        reach.append((kernel._moe, (max_tokens,)))
+    moe = kernel._moe
+    if isinstance(moe, ExpertParallelMoE):  # the group's tokens, and their collectives
+        group_tokens = moe.group_tokens(max_tokens)
+        reach.append((moe._moe, (group_tokens,)))
+        message_bytes = group_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
+        collectives = (moe._all_gather, moe._reduce)
+        reach += [(grid, (message_bytes,)) for grid in collectives if grid is not None]
+    elif moe is not None:
+        reach.append((moe, (max_tokens,)))
     if kernel._allreduce is not None:
         message_bytes = max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
         reach.append((kernel._allreduce, (message_bytes,)))
@@ -207,9 +212,11 @@ def dense_layer_s(kernel: KernelCost, tokens: FloatArray) -> FloatArray:
     total = np.zeros(len(tokens))
     for n, k in kernel.shapes.gemms.values():
         total += gemm_s(kernel, tokens, n, k)
-    if kernel._moe is not None:
-        assert isinstance(kernel._moe, Grid)  # why_not: no expert parallelism
-        total += kernel._moe.many(tokens)
+    moe = kernel._moe
+    if isinstance(moe, ExpertParallelMoE):  # (a few lookups a token count: its own calls)
+        total += np.array([moe(t) for t in tokens.tolist()])
+    elif moe is not None:
+        total += moe.many(tokens)
     if kernel._memory is not None:
         total += kernel._memory.layer_s(tokens)  # type: ignore[arg-type]
     num_tokens = tokens.astype(np.int64)
