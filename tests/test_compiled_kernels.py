@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -20,12 +21,14 @@ import pytest
 from compiled_runs import assert_identical, kernel_costs, kernel_gpus, simulate
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a fixture)
 
 from sim.cost.base import CostModel, StepShape, run_ends_for
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
 from sim.fast.compiled import kernels, loop, path
@@ -223,5 +226,34 @@ def test_a_run_past_an_attention_grid_s_edge_goes_to_the_python_path() -> None:
         reference, reference_order, _ = simulate(work, replica, "never")
     raw, order, played = simulate(work, replica, "python")
     assert not played
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+def test_an_moe_profile_is_played_to_the_bit(moe_profile: Path) -> None:  # noqa: F811
+    kernel = KernelCost(QWEN_MOE, profile_artifact(moe_profile))
+    assert kernels.why_not(kernel, MAX_NUM_SEQS, MAX_TOKENS) is None
+    constants, tables, layout = arrays(kernel)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        chunks = [(int(rng.integers(1, 300)), int(rng.integers(0, 9000)))
+                  for _ in range(rng.integers(0, 4))]  # fmt: skip
+        shape = StepShape.build(chunks, rng.integers(2, 9000, rng.integers(0, 30)).tolist())
+        price_s = loop.step_s(
+            constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
+            shape.num_decode_seqs, shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
+        )  # fmt: skip
+        assert float(price_s).hex() == kernel.step_s(shape).hex()
+    work = RequestArrays(
+        np.cumsum(rng.exponential(1 / 30.0, 200)),
+        rng.integers(20, 900, 200),
+        rng.integers(1, 120, 200),
+    )
+    replica = engine(kernel, max_num_batched_tokens=1024)
+    reference, reference_order, _ = simulate(work, replica, "never")
+    raw, order, played = simulate(work, replica, "python")
+    assert played
     assert_identical(raw, reference)
     assert order == reference_order

@@ -15,10 +15,10 @@ none). The loop adds the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
 memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
-or not, and LLMServingSim's (a dense model's per-layer profile: ``layer_ops``,
+or not, and LLMServingSim's (a per-layer profile: ``layer_ops``, ``moe_layer``,
 ``per_sequence``, the mixed lattice and its skew fit, each ablation of them),
 under any tensor or pipeline parallel layout. ``why_not`` names the rest, which
-the Python path plays: a profile of an MoE, a grid with a one-point axis, and steps
+the Python path plays: a grid with a one-point axis, and steps
 whose tokens or sequences reach past a per-token or per-sequence table's last
 point (where the Python path extrapolates and warns). A run that reads an
 attention grid past its last point is handed over when it does.
@@ -35,6 +35,7 @@ from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.ops import expected_active_experts
 from sim.fast.compiled import loop
 
 FloatArray = npt.NDArray[np.float64]
@@ -57,8 +58,6 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     """Why the loop cannot play ``kernel`` for steps of up to ``max_num_seqs``
     sequences and ``max_tokens`` tokens; None if it can."""
     profile = kernel._profile
-    if profile is not None and profile._moe is not None:
-        return "kernel tables from a per-layer profile of an MoE (moe_layer)"
     # Every table the loop reads (the per-token and per-sequence ones are tabulated
     # before the run: a lookup past a grid's last point there would warn for steps
     # the run may never take).
@@ -71,6 +70,10 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     if profile is not None:
         reach += [(grid, (max_tokens,)) for grid, _ in profile._layer_ops]
         reach += [(grid, (max_tokens,)) for grid in profile._step_ops]
+        if profile._moe is not None:  # by tokens and the experts they activate
+            experts, top_k = profile._moe_shape
+            active = expected_active_experts(float(max_tokens), experts, top_k)
+            reach.append((profile._moe, (max_tokens, active)))
     else:
         assert kernel._gemm is not None  # no profile: the GEMM table prices the dense ops
         reach += [(kernel._gemm, (max_tokens, None, k)) for _, k in kernel.shapes.gemms.values()]
