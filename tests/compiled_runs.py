@@ -3,17 +3,72 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from sim.cost.base import CostModel
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
+from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
+from sim.cost.kernels.cost import KernelCost
 from sim.fast.compiled import path
+from sim.hardware.specs import load_architecture
 from sim.serving.cluster import Cluster
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
+
+
+@functools.cache
+def kernel_gpus() -> tuple[KernelCost, ...]:
+    """Kernel tables the compiled loop plays. aiconfigurator's route: the shipped
+    H100 tables of Llama-3.1-8B (what scenarios/chat.yaml's ``auto`` picks) bare,
+    without the memory-bound ops, at tensor parallel 2 (a measured all-reduce) and
+    pipeline parallel 2, and an MoE's (Qwen3-30B-A3B on an RTX PRO 6000).
+    LLMServingSim's: the RTX PRO 6000 profile of Llama-3.1-8B (4-D mixed attention,
+    skew fit), without its skew fit, with attention as two kernels, and the RTX
+    4090's (no skew fit). Last, the MoE's under expert parallelism 2."""
+    h100 = load_cached(resolve_kernel_artifact("h100_sxm-vllm-0.24.0-llama-3.1-8b", None))
+    moe = load_cached(
+        resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
+    )
+    profile = load_cached(resolve_kernel_artifact("rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1", None))
+    rtx4090 = load_cached(resolve_kernel_artifact("rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", None))
+    llama = load_architecture("llama-3.1-8b")
+    return (
+        KernelCost(llama, h100),
+        KernelCost(llama, h100, memory_ops=False),
+        KernelCost(llama, h100, tensor_parallel_size=2),
+        KernelCost(llama, h100, pipeline_parallel_size=2),
+        KernelCost(load_architecture("qwen3-30b-a3b"), moe),
+        KernelCost(llama, profile),
+        KernelCost(llama, profile, skew=False),
+        KernelCost(llama, profile, mixed_attention=False),
+        KernelCost(llama, rtx4090),
+        KernelCost(load_architecture("qwen3-30b-a3b"), moe, expert_parallel_size=2),
+    )
+
+
+def kernel_costs(light: EngineCpuConfig, heavy: EngineCpuConfig) -> list[CostModel]:
+    """``kernel_gpus``, bare and inside the engine's CPU work (``light`` and ``heavy``
+    coefficients, overlapped and serial)."""
+    gpus = kernel_gpus()
+
+    def cpu(config: EngineCpuConfig, overlapped: bool) -> EngineCpu:
+        return EngineCpu(config, overlapped=overlapped, source="test")
+
+    return [
+        *gpus,
+        EngineCpuCost(gpus[0], cpu(heavy, True)),
+        EngineCpuCost(gpus[0], cpu(light, False)),
+        EngineCpuCost(gpus[2], cpu(light, True)),
+        EngineCpuCost(gpus[4], cpu(heavy, False)),
+        EngineCpuCost(gpus[5], cpu(light, True)),
+        EngineCpuCost(gpus[8], cpu(heavy, False)),
+    ]
 
 
 def record_plays(patch: pytest.MonkeyPatch) -> list[bool]:

@@ -241,10 +241,13 @@ def test_the_loop_takes_the_arrays_in_their_order() -> None:
     ("change", "reason"),
     [
         ({"make_policy": StaticConfig(max_batch_size=4).build}, "not plain continuous batching"),
-        ({"cost": LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3)}, "not a roofline cost"),
+        (
+            {"cost": LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3)},
+            "not a roofline or kernel-table cost",
+        ),
         (
             {"cost": EngineCpuCost(LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3), CPU)},
-            "not a roofline cost",
+            "not a roofline or kernel-table cost",
         ),
         ({"skip_ahead": False}, "step by step, or recorded"),
         ({"max_model_len_tokens": 100}, "no requests, or some rejected"),
@@ -328,8 +331,8 @@ def test_servesim_run_says_when_the_compiled_loop_ran(
 ) -> None:  # fmt: skip
     monkeypatch.setenv("SERVESIM_COMPILED", mode)
     chat = Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml"
-    # chat.yaml's auto picks H100 kernel tables, which the compiled loop does not play.
-    pins = ["--set", "workload.num_requests=50", "--set", "cost.kind=roofline"]
+    # chat.yaml's auto picks H100 kernel tables (aiconfigurator's), which the loop plays.
+    pins = ["--set", "workload.num_requests=50"]
     args = ["run", str(chat), *pins, "--out", str(tmp_path)]
     assert main([*args, "--figure-process", "no"]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]

@@ -7,7 +7,8 @@ event per submission) would give, or None, the cores untouched, when none of
 its paths plays that run. It tries, in order:
 
 1. the compiled loop (``sim.fast.compiled``): one replica, or a fresh
-   round-robin pool, under plain continuous batching and a roofline cost;
+   round-robin pool, under plain continuous batching and a roofline cost or
+   kernel tables;
 2. worker processes (``sim.fast.workers``): a fresh round-robin pool's
    replicas, dealt to forked processes;
 3. feeds (``sim.fast.feed``): every replica pulls its requests when it plans.
@@ -76,7 +77,7 @@ def run(
 
         cost = replica_config.cost
         if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-            assert isinstance(cost, path.RooflineCost | path.EngineCpuCost)
+            assert isinstance(cost, path.PlayedCost)
             if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
                 raw = result()  # the cores hold the run's logs
                 raw.accelerator = "compiled loop"

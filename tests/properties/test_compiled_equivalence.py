@@ -8,7 +8,10 @@ core), the step log, the queue series, the token breaks and the rejections
 must be the same to the last bit. Settings reach both ways out of the loop
 (a KV pool too small: preemption; a token budget that starves a decoder: a
 broken run of tokens), so some examples fall back to the Python path, which
-must then give its own result unchanged.
+must then give its own result unchanged. The same under kernel tables
+(aiconfigurator's route, ``sim.fast.compiled.kernels``): dense and MoE, with and
+without the memory-bound ops, under tensor and pipeline parallelism, bare and
+inside the engine's CPU work.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from functools import partial
 from typing import cast
 
 import pytest
-from compiled_runs import assert_identical, simulate
+from compiled_runs import assert_identical, kernel_costs, simulate
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_invariants import SETTINGS, workloads
@@ -50,10 +53,12 @@ COSTS: list[CostModel] = [
     EngineCpuCost(ROOFLINES[1], EngineCpu(HEAVY, overlapped=False, source="test")),
 ]
 
+KERNEL_COSTS = kernel_costs(LIGHT, HEAVY)
+
 
 @st.composite
-def engines(draw: st.DrawFn) -> ReplicaConfig:
-    """A single replica's engine: continuous batching under a roofline cost."""
+def engines(draw: st.DrawFn, costs: list[CostModel] = COSTS) -> ReplicaConfig:
+    """A single replica's engine: continuous batching under one of ``costs``."""
     # Mostly room for every request (a rejection sends the run to the Python path).
     max_model_len = draw(st.one_of(st.just(400), st.integers(16, 400)))
     chunked = draw(st.booleans())
@@ -69,7 +74,7 @@ def engines(draw: st.DrawFn) -> ReplicaConfig:
         make_policy = partial(config.build, async_scheduling=True)
     big = draw(st.booleans())  # a big pool: no preemption, so the loop runs to the end
     block_size = draw(st.sampled_from([1, 4, 16]))
-    cost = draw(st.sampled_from(COSTS))  # (drawn in this order: the examples stay the same)
+    cost = draw(st.sampled_from(costs))  # (drawn in this order: the examples stay the same)
     # Small pools from a few blocks short of one request to a few requests' worth.
     num_kv_blocks = 100_000 if big else draw(st.integers(400 // block_size, 2000 // block_size))
     frontend = draw(
@@ -112,6 +117,31 @@ def test_uncompiled_loop_matches_the_python_path(
 @settings(SETTINGS, max_examples=25)
 @given(arrays=workloads(), engine=engines())
 def test_compiled_loop_matches_the_python_path(
+    arrays: RequestArrays, engine: ReplicaConfig
+) -> None:
+    reference, reference_order, _ = simulate(arrays, engine, "never")
+    raw, order, _ = simulate(arrays, engine, "always")
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+@SETTINGS
+@given(arrays=workloads(), engine=engines(KERNEL_COSTS))
+def test_uncompiled_loop_matches_the_python_path_on_kernel_tables(
+    arrays: RequestArrays, engine: ReplicaConfig
+) -> None:
+    reference, reference_order, _ = simulate(arrays, engine, "never")
+    raw, order, played = simulate(arrays, engine, "python")
+    reason = path.why_not(Simulation(engine).cores, engine.cost, True, cast(OpenLoop, arrays))
+    event(f"played by the loop: {played}; cannot because: {reason}")
+    assert_identical(raw, reference)
+    assert order == reference_order
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba is not installed")
+@settings(SETTINGS, max_examples=25)
+@given(arrays=workloads(), engine=engines(KERNEL_COSTS))
+def test_compiled_loop_matches_the_python_path_on_kernel_tables(
     arrays: RequestArrays, engine: ReplicaConfig
 ) -> None:
     reference, reference_order, _ = simulate(arrays, engine, "never")

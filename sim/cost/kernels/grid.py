@@ -280,6 +280,15 @@ class Grid:
         point = [np.asarray([x], dtype=np.float64) for x in coords]
         return float(self._lookup(point, stacklevel=5)[0])
 
+    @property
+    def point_lists(self) -> tuple[list[list[float]], list[float], list[int]] | None:
+        """What the unrolled lookup reads (axes, values in row-major order, strides
+        in values), for a twin elsewhere that must give its bits; None where this
+        grid keeps the general loop (``point_function``)."""
+        if self._point is None:
+            return None
+        return self._axes_list, self._flat, self._strides
+
     def many(self, *coords: npt.ArrayLike) -> FloatArray:
         """Interpolated latencies at many points (coordinates broadcast together)."""
         arrays = np.broadcast_arrays(*(np.asarray(c, dtype=np.float64) for c in coords))

@@ -2,8 +2,10 @@
 
 One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
 ``Continuous`` do for one replica taking an open loop's requests from a feed
-(alone, or its turns behind a round-robin router), under a roofline cost (with
-the engine's CPU work of ``sim.cost.engine_cpu`` or without), with
+(alone, or its turns behind a round-robin router), under a roofline cost or
+kernel tables (``sim.cost.kernels.cost.KernelCost``, its grids and per-token
+tables exported by ``sim.fast.compiled.kernels``; with the engine's CPU work of
+``sim.cost.engine_cpu`` or without), with
 a KV pool whose requests share no prefix (so only counts matter): the same plans at the same
 times, the same step ends summed in the same order, the same records, step
 log and queue samples, to the bit (``tests/properties/test_compiled_equivalence.py``
@@ -12,10 +14,12 @@ at every plan (the Python path's reference loop, not its decode cohort: that
 is the Python path's way of not paying for it, and here it costs nothing).
 
 Everything it cannot play stops it, and the Python path runs the whole
-workload instead: a KV pool too small for the running batch (preemption), and
-a token that does not follow its request's previous one by one step (which
-plain continuous batching only causes by preempting: a safety net). Those
-answer ``UNSUPPORTED``.
+workload instead: a KV pool too small for the running batch (preemption), a
+token that does not follow its request's previous one by one step (which
+plain continuous batching only causes by preempting: a safety net), and a
+kernel-table lookup past a grid's last point (where the Python path
+extrapolates and warns; ``kernels.why_not`` keeps runs inside the grids, so
+this too is a safety net). Those answer ``UNSUPPORTED``.
 
 All state lives in the arrays passed in, so a call may stop when an output
 buffer is nearly full (``FLUSH``), and the next call goes on where it left
@@ -51,6 +55,36 @@ NUM_SETTINGS = 9
 S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
 CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S, CPU_NON_OVERLAPPED_S, OVERLAPPED = 4, 5, 6, 7, 8
 NUM_COSTS = 9
+# The GPU's price: the roofline's constants, or kernel tables (``layout[KIND]``).
+ROOFLINE, KERNELS = 0, 1
+# Kernel tables (``layout`` array, int64, by index; ``tables``, float64, the values
+# at the offsets ``layout`` gives). Per-token tables, indexed by a step's tokens T
+# (0 to layout[NUM_T] - 1): KernelCost.dense_layer_s(T); the memory-bound per-step
+# ops of T tokens, (0.0 + embedding) + final norm; the embedding's all-reduce; the
+# pipeline stages' transfers. Per-sequence tables, indexed by a step's sequences S:
+# the sampler's memory-bound op; the LM head's GEMM. Then two 2-D grids (prefill
+# attention by batch and length, decode attention by batch and KV length), each
+# GRID_SIZE ints: offsets and lengths of both axes, offset of the values, strides.
+KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
+DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
+AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
+GRID_SIZE = 7
+PREFILL_GRID = 12
+DECODE_GRID = PREFILL_GRID + GRID_SIZE
+# A per-layer profile (LLMServingSim's route): a per-token table of its once-per-step
+# ops (0.0 without one); the LM head and sampler as per-sequence tables
+# (NUM_LM_OPS 2; 0: the LM head's GEMM alone, at LM_HEAD); the tokens of a decode's
+# context outside its KV axis; attention as equal prefill chunks each looked up
+# (PROFILE_ATTENTION); the 4-D mixed-attention grid (HAS_MIXED; MIXED_GRID: four
+# (offset, length) axes, the values' offset, four strides); the skew fit (HAS_SKEW:
+# its prefill chunks, the four bucket axes as (offset, length), then its alphas
+# on that lattice, 0 where it has none, and their five strides).
+PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
+HAS_MIXED, MIXED_GRID = 31, 32
+MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
+HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
+SKEW_ALPHAS, SKEW_STRIDES = 56, 57
+LAYOUT_SIZE = 62
 # Scalar state (``state`` array, int64), by index.
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
@@ -67,23 +101,294 @@ FloatArray = npt.NDArray[np.float64]
 
 def step_s(
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     prefill_seqs: int,
     prefill_tokens: int,
     pairs: int,
     kv_read: int,
     decode_seqs: int,
     context: int,
+    max_context: int,
+    min_context: int,
 ) -> float:
-    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` of a step shape, the
-    same operations in their order."""
+    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` (or ``KernelCost.step_s``:
+    ``kernel_gpu_s``) of a step shape, the same operations in their order; NaN
+    where a kernel table would be read past its last point."""
     tokens = prefill_tokens + decode_seqs
     if tokens == 0:
         return 0.0
-    compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
-    memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
-    gpu = compute if compute > memory else memory
+    if layout[KIND] == KERNELS:
+        gpu = kernel_gpu_s(
+            tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, context,
+            max_context, min_context,
+        )  # fmt: skip
+        if gpu != gpu:
+            return gpu
+    else:
+        compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
+        memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
+        gpu = compute if compute > memory else memory
     cpu = cpu_s(cost, prefill_seqs + decode_seqs, tokens)
     return with_cpu(cost, gpu, cpu)
+
+
+# -- kernel tables (sim.cost.kernels.cost.KernelCost) --------------------------------
+
+
+def grid_point(tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float) -> float:
+    """``Grid.__call__`` of a 2-D grid (``sim.cost.kernels.grid._point_2d`` and ``cell``,
+    the same operations in their order) described at ``layout[g:]``; NaN past an
+    axis's last point (the Python path would extrapolate and warn there)."""
+    a0, n0 = layout[g + AXIS0], layout[g + LEN0]
+    a1, n1 = layout[g + AXIS1], layout[g + LEN1]
+    if x0 > tables[a0 + n0 - 1] or x1 > tables[a1 + n1 - 1]:
+        return np.nan
+    low0, w0 = cell(tables, a0, n0, x0)
+    low1, w1 = cell(tables, a1, n1, x1)
+    return corners(tables, layout, g, low0, w0, low1, w1)
+
+
+def corners(
+    tables: FloatArray, layout: IntArray, g: int, low0: int, w0: float, low1: int, w1: float
+) -> float:
+    """``_point_2d``'s sum over the cell's four corners (inside the grid: scale 1)."""
+    s0, s1 = layout[g + STRIDE0], layout[g + STRIDE1]
+    b0, b1 = 1.0 - w0, 1.0 - w1
+    o = layout[g + VALUES] + low0 * s0 + low1 * s1
+    result = 0.0 + b0 * b1 * tables[o]
+    result = result + w0 * b1 * tables[o + s0]
+    result = result + b0 * w1 * tables[o + s1]
+    result = result + w0 * w1 * tables[o + s0 + s1]
+    return result * 1.0  # (the scale past the grid: 1 inside it)
+
+
+def cell(tables: FloatArray, at: int, n: int, x: float) -> tuple[int, float]:
+    """``sim.cost.kernels.grid.cell`` on the axis ``tables[at:at + n]``."""
+    first, last = tables[at], tables[at + n - 1]
+    clipped = last if x > last else (first if x < first else x)
+    lo, hi = 0, n  # bisect_right
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if clipped < tables[at + mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    low = lo - 1
+    top = n - 2
+    low = 0 if low < 0 else (top if low > top else low)
+    return low, (clipped - tables[at + low]) / (tables[at + low + 1] - tables[at + low])
+
+
+def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: int) -> float:
+    """``KernelCost.per_step_s``."""
+    total = tables[layout[PROFILE_STEP] + tokens]  # a profile's step_s, else 0.0
+    if layout[HAS_MEMORY]:
+        # (0.0 + embedding) + final norm, then + the sampler: MemoryOps.step_s's sum.
+        total += tables[layout[EMBED_NORM] + tokens] + tables[layout[SAMPLER] + seqs]
+        total += tables[layout[ALLREDUCE] + tokens]
+    if seqs:
+        total += tables[layout[LM_HEAD] + seqs]
+        if layout[NUM_LM_OPS] == 2:
+            total += tables[layout[LM_SAMPLER] + seqs]
+    if layout[HAS_PIPELINE]:
+        total += tables[layout[PIPELINE] + tokens]
+    return total
+
+
+def grid_point_4d(
+    tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float, x2: float, x3: float
+) -> float:
+    """``sim.cost.kernels.grid._point_4d`` of the grid at ``layout[g:]`` (``MIXED_GRID``'s
+    layout), the same operations in their order; NaN past an axis's last point."""
+    xs = (x0, x1, x2, x3)
+    for d in range(4):
+        if xs[d] > tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]:
+            return np.nan
+    low0, w0 = cell(tables, layout[g], layout[g + 1], x0)
+    low1, w1 = cell(tables, layout[g + 2], layout[g + 3], x1)
+    low2, w2 = cell(tables, layout[g + 4], layout[g + 5], x2)
+    low3, w3 = cell(tables, layout[g + 6], layout[g + 7], x3)
+    s = g + MIXED_STRIDES
+    s0, s1, s2, s3 = layout[s], layout[s + 1], layout[s + 2], layout[s + 3]
+    a0, a1, a2, a3 = 1.0 - w0, 1.0 - w1, 1.0 - w2, 1.0 - w3
+    o = layout[g + MIXED_VALUES] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
+    b00, b10, b01, b11 = a0 * a1, w0 * a1, a0 * w1, w0 * w1
+    c0, c1, c2, c3 = b00 * a2, b10 * a2, b01 * a2, b11 * a2
+    c4, c5, c6, c7 = b00 * w2, b10 * w2, b01 * w2, b11 * w2
+    o1, o2, o3 = o + s0, o + s1, o + s0 + s1
+    o4, o5, o6, o7 = o + s2, o1 + s2, o2 + s2, o3 + s2
+    result = 0.0 + c0 * a3 * tables[o]
+    result = result + c1 * a3 * tables[o1]
+    result = result + c2 * a3 * tables[o2]
+    result = result + c3 * a3 * tables[o3]
+    result = result + c4 * a3 * tables[o4]
+    result = result + c5 * a3 * tables[o5]
+    result = result + c6 * a3 * tables[o6]
+    result = result + c7 * a3 * tables[o7]
+    result = result + c0 * w3 * tables[o + s3]
+    result = result + c1 * w3 * tables[o1 + s3]
+    result = result + c2 * w3 * tables[o2 + s3]
+    result = result + c3 * w3 * tables[o3 + s3]
+    result = result + c4 * w3 * tables[o4 + s3]
+    result = result + c5 * w3 * tables[o5 + s3]
+    result = result + c6 * w3 * tables[o6 + s3]
+    result = result + c7 * w3 * tables[o7 + s3]
+    return result * 1.0
+
+
+def skew_alpha(
+    tables: FloatArray,
+    layout: IntArray,
+    chunk: float,
+    kv_prefill: float,
+    num_decode_seqs: int,
+    kv_mean: float,
+    kv_max: int,
+    kv_min: int,
+) -> float:
+    """``KernelCost.skew_alpha`` and ``SkewFit.alpha``: the fitted alpha of the batch's
+    bucket, 0 with no fit, no bucket, one decode or none longer than the mean."""
+    if not layout[HAS_SKEW] or num_decode_seqs < 2 or kv_max <= kv_mean:
+        return 0.0
+    rate = (kv_mean - kv_min) / (kv_max - kv_min)
+    # SkewFit.alpha: the prefill chunk exactly, the rest by bucket (bisect_left).
+    chunks, num_chunks = layout[SKEW_CHUNKS], layout[NUM_SKEW_CHUNKS]
+    at = -1
+    for i in range(num_chunks):
+        if tables[chunks + i] == chunk:
+            at = i
+    if at < 0:
+        return 0.0
+    if rate < 0.0:  # min(max(rate, 0.0), 1.0)
+        rate = 0.0
+    if rate > 1.0:
+        rate = 1.0
+    values = (float(num_decode_seqs), rate, float(kv_max), kv_prefill)
+    o = layout[SKEW_ALPHAS] + at * layout[SKEW_STRIDES]
+    for d in range(4):
+        edges, n = layout[SKEW_EDGES + 2 * d], layout[SKEW_EDGES + 2 * d + 1]
+        lo, hi = 0, n
+        while lo < hi:  # bisect_left
+            mid = (lo + hi) // 2
+            if tables[edges + mid] < values[d]:
+                lo = mid + 1
+            else:
+                hi = mid
+        o += (lo if lo < n - 1 else n - 1) * layout[SKEW_STRIDES + 1 + d]
+    return tables[o]
+
+
+def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
+    """``SkewFit.blend_s``."""
+    return mean_s + alpha * (max_s - mean_s) if max_s > mean_s else mean_s
+
+
+def skewed_decode_s(
+    tables: FloatArray, layout: IntArray, mean_s: float, num_seqs: int, kv: float,
+    max_context: int, min_context: int,
+) -> float:  # fmt: skip
+    """``KernelCost._skewed_decode_s``."""
+    history = layout[DECODE_HISTORY]
+    kv_max = max_context - history
+    alpha = skew_alpha(tables, layout, 0.0, 0.0, num_seqs, kv, kv_max, min_context - history)
+    if alpha == 0.0:
+        return mean_s
+    max_s = grid_point(tables, layout, DECODE_GRID, float(num_seqs), float(kv_max))
+    if max_s != max_s:
+        return max_s
+    return blend_s(mean_s, max_s, alpha)
+
+
+def prefill_chunk(prefill_seqs: int, prefill_tokens: int, kv_read: int) -> tuple[float, float]:
+    """``sim.cost.kernels.ops.prefill_chunk``."""
+    chunk = prefill_tokens / prefill_seqs
+    cached = kv_read / prefill_seqs - chunk
+    if cached < 0.0:  # max(cached, 0.0)
+        cached = 0.0
+    return chunk, cached
+
+
+def kernel_gpu_s(
+    tables: FloatArray,
+    layout: IntArray,
+    prefill_seqs: int,
+    prefill_tokens: int,
+    pairs: int,
+    kv_read: int,
+    decode_seqs: int,
+    context: int,
+    max_context: int,
+    min_context: int,
+) -> float:
+    """``KernelCost.step_s`` of a step shape (tokens > 0; ``attention_s``)."""
+    tokens = prefill_tokens + decode_seqs
+    if layout[HAS_MIXED] and prefill_tokens != 0 and decode_seqs != 0:
+        attention = mixed_attention_s(
+            tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context,
+            max_context, min_context,
+        )  # fmt: skip
+    else:
+        prefill = 0.0
+        if prefill_seqs != 0 and prefill_tokens != 0:
+            prefill = prefill_attention_s(
+                tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read
+            )
+        decode = 0.0
+        if decode_seqs != 0:
+            history = context - layout[DECODE_HISTORY] * decode_seqs
+            kv = history / decode_seqs
+            decode = grid_point(tables, layout, DECODE_GRID, float(decode_seqs), kv)
+            if layout[HAS_SKEW] and decode == decode:
+                decode = skewed_decode_s(
+                    tables, layout, decode, decode_seqs, kv, max_context, min_context
+                )
+        attention = prefill + decode
+    layer = tables[layout[DENSE] + tokens] + attention
+    seqs = prefill_seqs + decode_seqs
+    return layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
+
+
+def prefill_attention_s(
+    tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, pairs: int,
+    kv_read: int,
+) -> float:  # fmt: skip
+    """``KernelCost.prefill_attention_s`` (a prefill in the step); NaN past a grid."""
+    chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
+    if layout[PROFILE_ATTENTION]:
+        return prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
+    total = chunk + cached
+    full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
+    pairs_full = prefill_seqs * total * (total + 1.0) / 2.0
+    scaled = full * pairs / pairs_full
+    floor = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), chunk)
+    if full != full or floor != floor:
+        return np.nan
+    return scaled if scaled > floor else floor
+
+
+def mixed_attention_s(
+    tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, kv_read: int,
+    decode_seqs: int, context: int, max_context: int, min_context: int,
+) -> float:  # fmt: skip
+    """``KernelCost.mixed_attention_s``; NaN past a grid."""
+    chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
+    n = decode_seqs
+    kv = (context - n) / n
+    one = grid_point_4d(tables, layout, MIXED_GRID, chunk, cached, float(n), kv)
+    if layout[HAS_SKEW]:
+        kv_max = max_context - 1
+        alpha = skew_alpha(tables, layout, chunk, cached, n, kv, kv_max, min_context - 1)
+        if alpha != 0.0:
+            max_s = grid_point_4d(
+                tables, layout, MIXED_GRID, chunk, cached, float(n), float(kv_max)
+            )
+            if max_s != max_s:
+                return max_s
+            one = blend_s(one, max_s, alpha)
+    if prefill_seqs == 1:
+        return one
+    return one + (prefill_seqs - 1) * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
 
 
 def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
@@ -102,6 +407,8 @@ def with_cpu(cost: FloatArray, gpu: float, cpu: float) -> float:
 
 def first_step(
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     prompt: IntArray,
     output: IntArray,
     comp: IntArray,
@@ -110,13 +417,15 @@ def first_step(
     sched_new: IntArray,
     num_sched: int,
     max_run: int,
-) -> tuple[float, int, int]:
-    """The plan's first step (``Continuous._finish_plan``): its price, how many decode
-    steps of the batch may follow it before the first finish (0 if a request is still
-    prefilling after it), and their summed context in the first of them."""
+) -> tuple[float, int, int, int, int]:
+    """The plan's first step (``Continuous._finish_plan``, ``_tally``): its price, how
+    many decode steps of the batch may follow it before the first finish (0 if a
+    request is still prefilling after it), and their summed, longest and shortest
+    context in the first of them."""
     prefill_seqs = prefill_tokens = pairs = kv_read = decode_seqs = decode_context = 0
+    longest = shortest = 0  # of this step's decodes' contexts
     min_left = max_run
-    run_context = 0
+    run_context = run_longest = run_shortest = 0
     all_emit = True
     for j in range(num_sched):
         r = sched_r[j]
@@ -125,6 +434,10 @@ def first_step(
         generated = gen[r]
         computed = cached + num_new
         if num_new == 1 and generated > 0:
+            if decode_seqs == 0 or computed < shortest:
+                shortest = computed
+            if computed > longest:
+                longest = computed
             decode_seqs += 1
             decode_context += computed
         else:
@@ -138,11 +451,17 @@ def first_step(
             left = output[r] - generated - 1
             if left < min_left:
                 min_left = left
-            run_context += computed + 1
+            after = computed + 1
+            run_context += after
+            if after > run_longest:
+                run_longest = after
+            if run_shortest == 0 or after < run_shortest:
+                run_shortest = after
     price_s = step_s(
-        cost, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, decode_context
-    )
-    return price_s, (min_left if all_emit else 0), run_context
+        cost, tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs,
+        decode_context, longest, shortest,
+    )  # fmt: skip
+    return price_s, (min_left if all_emit else 0), run_context, run_longest, run_shortest
 
 
 def steps_within_pool(
@@ -191,22 +510,44 @@ def _missing(
 
 def decode_ends(
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     out: FloatArray,
     at: int,
     first_end_s: float,
     num_seqs: int,
     context_tokens: int,
+    max_context_tokens: int,
+    min_context_tokens: int,
     num_decode_steps: int,
     stop_s: float,
     num_after: int,
 ) -> int:
     """``sim.cost.base.run_ends_for`` of an ``EngineCpuCost`` around a ``RooflineCost``
-    (or of the bare roofline: ``cost``'s CPU terms 0), written into ``out``
-    from ``at``; returns how many ends (the first step's included)."""
+    or a ``KernelCost`` (or of the bare GPU model: ``cost``'s CPU terms 0), written
+    into ``out`` from ``at``; returns how many ends (the first step's included). An
+    end is NaN, and the last, where a kernel table would be read past its last point."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
+    kernels = layout[KIND] == KERNELS
     dense_s = cost[S_PER_DENSE_TOKEN] * num_seqs
     pair_s, weight_s, kv_s = cost[S_PER_PAIR], cost[WEIGHT_S], cost[S_PER_KV_TOKEN]
+    per_step_s = 0.0
+    # Decode attention's cell: the batch's, once; the KV length's, walked forward
+    # from the last step's (it grows a step), the same cell as ``cell``'s search.
+    g = DECODE_GRID
+    a0, n0, a1, n1 = layout[g + AXIS0], layout[g + LEN0], layout[g + AXIS1], layout[g + LEN1]
+    seqs = float(num_seqs)
+    low0, w0, low1 = 0, 0.0, 0
+    history = num_seqs * layout[DECODE_HISTORY]  # (KernelCost._durations')
+    skewed = layout[HAS_SKEW] != 0
+    past = False  # the batch past the grid's last point
+    if kernels:  # KernelCost._durations' constants
+        dense_s = tables[layout[DENSE] + num_seqs]
+        per_step_s = kernel_per_step_s(tables, layout, num_seqs, num_seqs)
+        past = seqs > tables[a0 + n0 - 1]
+        low0, w0 = cell(tables, a0, n0, seqs)
+    num_layers = layout[NUM_LAYERS]
     cpu = cpu_s(cost, num_seqs, num_seqs)
     overlapped = cost[OVERLAPPED] != 0.0
     serial_s = cost[CPU_NON_OVERLAPPED_S]
@@ -216,9 +557,30 @@ def decode_ends(
     count = 1
     context = context_tokens
     while left > 0:
-        compute = dense_s + pair_s * context
-        memory = weight_s + kv_s * (context + num_seqs)
-        gpu = compute if compute > memory else memory
+        if kernels:
+            kv = (context - history) / num_seqs
+            if past or kv > tables[a1 + n1 - 1]:
+                out[at + count] = np.nan  # past the grid: the Python path extrapolates
+                return count + 1
+            clipped = tables[a1] if kv < tables[a1] else kv
+            while low1 < n1 - 2 and tables[a1 + low1 + 1] <= clipped:
+                low1 += 1
+            w1 = (clipped - tables[a1 + low1]) / (tables[a1 + low1 + 1] - tables[a1 + low1])
+            decode_s = corners(tables, layout, g, low0, w0, low1, w1)
+            if skewed:  # every context one longer a step: so are both ends
+                j = count - 1
+                decode_s = skewed_decode_s(
+                    tables, layout, decode_s, num_seqs, kv, max_context_tokens + j,
+                    min_context_tokens + j,
+                )  # fmt: skip
+                if decode_s != decode_s:
+                    out[at + count] = np.nan  # past the grid: the Python path extrapolates
+                    return count + 1
+            gpu = num_layers * (dense_s + 0.0 + decode_s) + per_step_s
+        else:
+            compute = dense_s + pair_s * context
+            memory = weight_s + kv_s * (context + num_seqs)
+            gpu = compute if compute > memory else memory
         if overlapped:
             end += serial_s + (gpu if gpu > cpu else cpu)
         else:
@@ -338,6 +700,8 @@ _EMPTY, _SEQS, _BUDGET, _KV = 0, 1, 2, 3
 def run(
     settings: IntArray,
     cost: FloatArray,
+    tables: FloatArray,
+    layout: IntArray,
     clock_s: FloatArray,
     ready_s: FloatArray,
     prompt: IntArray,
@@ -488,9 +852,12 @@ def run(
             clock[LAST_END] = next_clock_s  # the plan is made at the submission's time
             continue
         # -- Continuous._finish_plan: the step's price, and the run it allows --------
-        first_s, min_left, run_context = first_step(
-            cost, prompt, output, comp, gen, sched_r, sched_new, num_sched, max_run
-        )
+        first_s, min_left, run_context, run_longest, run_shortest = first_step(
+            cost, tables, layout, prompt, output, comp, gen, sched_r, sched_new, num_sched,
+            max_run,
+        )  # fmt: skip
+        if first_s != first_s:
+            return UNSUPPORTED  # past a kernel table's last point
         num_steps = 1
         interruptible = True
         if stable and blocked != _BUDGET and min_left >= 1 and not deferred:
@@ -508,16 +875,22 @@ def run(
             stop_s = ready_s[taken] if interruptible else np.inf  # the replica's horizon
             num_ends = decode_ends(
                 cost,
+                tables,
+                layout,
                 ends,
                 at,
                 now + (first_s + 0.0),
                 num_sched,
                 run_context,
+                run_longest,
+                run_shortest,
                 num_steps - 1,
                 stop_s,
                 lag,
             )
         last_end_s = ends[at + num_ends - 1]
+        if last_end_s != last_end_s:
+            return UNSUPPORTED  # past a kernel table's last point
         status = commit(
             prompt,
             output,
@@ -568,6 +941,18 @@ def compile_run() -> Any:
     jit = numba.njit(cache=True, nogil=True)
     for name in (
         "_missing",
+        "cell",
+        "corners",
+        "grid_point",
+        "kernel_per_step_s",
+        "grid_point_4d",
+        "skew_alpha",
+        "blend_s",
+        "skewed_decode_s",
+        "prefill_chunk",
+        "prefill_attention_s",
+        "mixed_attention_s",
+        "kernel_gpu_s",
         "cpu_s",
         "with_cpu",
         "step_s",

@@ -1,7 +1,8 @@
 """When and how one fed replica runs compiled (``sim.fast.compiled.loop``).
 
 A single replica (or a fresh round-robin pool) serving an open loop, with
-plain continuous batching, a roofline cost (with or without the engine's CPU
+plain continuous batching, a roofline cost or kernel tables
+(``sim.fast.compiled.kernels``; either with or without the engine's CPU
 work, ``sim.cost.engine_cpu``), skip-ahead and no shared
 prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
 plays such a run in ``sim.fast.compiled.loop.run`` (numba, if installed)
@@ -30,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
 from sim.engine.scheduler import (
@@ -40,10 +42,13 @@ from sim.engine.scheduler import (
     EngineCore,
 )
 from sim.engine.step_runs import SEGMENT_COUNTS
-from sim.fast.compiled import loop
+from sim.fast.compiled import kernels, loop
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
 from sim.serving.submission import OpenLoop, concurrency_limit
+
+# The cost models the loop plays (why_not says which of them).
+PlayedCost = RooflineCost | KernelCost | EngineCpuCost
 
 
 @functools.cache
@@ -71,8 +76,9 @@ def why_not(
     policy = core.policy
     if type(policy) is not Continuous or policy.swap is not None:
         return "not plain continuous batching"
-    if roofline_of(cost) is None:
-        return "not a roofline cost"
+    kernel = kernels.kernel_cost_of(cost)
+    if roofline_of(cost) is None and kernel is None:
+        return "not a roofline or kernel-table cost"
     if not skip_ahead or any(core.recorder is not None for core in cores):
         return "step by step, or recorded"
     if type(core.kv) not in (BlockPool, PrefixCachingPool) or prefix_describer(work) is not None:
@@ -80,12 +86,22 @@ def why_not(
     if len(work.num_prompt_tokens) == 0:
         return "no requests, or some rejected"
     # EngineCore.rejection_reason's two limits, for the longest request.
-    longest = int((work.num_prompt_tokens + work.num_output_tokens).max())
+    longest = longest_tokens(work)
     if longest > core.max_model_len_tokens:
         return "no requests, or some rejected"
     if core.kv.blocks_for(longest - 1) > core.kv.num_blocks:
         return "some requests rejected"
+    if kernel is not None:
+        max_tokens = kernels.max_step_tokens(
+            policy.max_num_batched_tokens, policy.max_num_seqs, longest
+        )
+        return kernels.why_not(kernel, policy.max_num_seqs, max_tokens)
     return None
+
+
+def longest_tokens(work: OpenLoop) -> int:
+    """The longest request's tokens, prompt and output."""
+    return int((work.num_prompt_tokens + work.num_output_tokens).max())
 
 
 def roofline_of(cost: object) -> RooflineCost | None:
@@ -102,16 +118,23 @@ def roofline_of(cost: object) -> RooflineCost | None:
     return None
 
 
-def cost_constants(cost: RooflineCost | EngineCpuCost) -> FloatArray:
-    """The loop's ``cost`` array for ``cost`` (``loop``'s indices)."""
-    roofline = roofline_of(cost)
-    assert roofline is not None  # why_not said so
+def cost_arrays(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> CostArrays:
+    """The loop's ``cost``, ``tables`` and ``layout`` arrays for ``cost`` (``loop``'s
+    indices), for steps of up to ``max_num_seqs`` sequences and ``max_tokens`` tokens."""
     constants = np.zeros(loop.NUM_COSTS)
-    constants[loop.S_PER_DENSE_TOKEN] = roofline._s_per_dense_token
-    constants[loop.S_PER_PAIR] = roofline._s_per_attention_pair
-    constants[loop.WEIGHT_S] = roofline._weight_s
-    constants[loop.S_PER_KV_TOKEN] = roofline._s_per_kv_token
-    constants[loop.OVERLAPPED] = 1.0  # the bare roofline: 0 + max(gpu, 0) is gpu
+    roofline = roofline_of(cost)
+    if roofline is not None:
+        constants[loop.S_PER_DENSE_TOKEN] = roofline._s_per_dense_token
+        constants[loop.S_PER_PAIR] = roofline._s_per_attention_pair
+        constants[loop.WEIGHT_S] = roofline._weight_s
+        constants[loop.S_PER_KV_TOKEN] = roofline._s_per_kv_token
+        tables, layout = np.zeros(0), np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
+        layout[loop.KIND] = loop.ROOFLINE
+    else:
+        kernel = kernels.kernel_cost_of(cost)
+        assert kernel is not None  # why_not said so
+        tables, layout = kernels.arrays(kernel, max_num_seqs, max_tokens)
+    constants[loop.OVERLAPPED] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
     if isinstance(cost, EngineCpuCost):
         cpu = cost.cpu.config
         constants[loop.CPU_PER_STEP_S] = cpu.per_step_s
@@ -119,12 +142,12 @@ def cost_constants(cost: RooflineCost | EngineCpuCost) -> FloatArray:
         constants[loop.CPU_PER_TOKEN_S] = cpu.per_token_s
         constants[loop.CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
         constants[loop.OVERLAPPED] = float(cost.overlapped)
-    return constants
+    return constants, tables, layout
 
 
 def run_compiled(
     cores: Sequence[EngineCore],
-    cost: RooflineCost | EngineCpuCost,
+    cost: PlayedCost,
     work: OpenLoop,
     frontend: FrontendConfig,
     run: Callable[..., int],
@@ -134,8 +157,14 @@ def run_compiled(
     pool's, each serving its turns, ``Submissions.dealt``); False, and the cores
     as they were, if the Python path must simulate it instead."""
     shares = Submissions.dealt(work, frontend, len(cores))
+    policy = cores[0].policy  # (a pool's cores are alike)
+    assert isinstance(policy, Continuous)
+    max_tokens = kernels.max_step_tokens(
+        policy.max_num_batched_tokens, policy.max_num_seqs, longest_tokens(work)
+    )
+    priced = cost_arrays(cost, policy.max_num_seqs, max_tokens)
     for core, mine in zip(cores, shares, strict=True):
-        if not _run_one(core, cost, work, mine, run, tick):
+        if not _run_one(core, priced, work, mine, run, tick):
             for other in cores:  # (the ones before: run, and now dropped)
                 other.new_logs()
                 other.num_done = other.num_steps = 0
@@ -146,14 +175,14 @@ def run_compiled(
 
 def _run_one(
     core: EngineCore,
-    cost: RooflineCost | EngineCpuCost,
+    priced: CostArrays,
     work: OpenLoop,
     mine: Submissions,
     run: Callable[..., int],
     tick: Callable[[], None],
 ) -> bool:
     """One core's run of its submissions ``mine``; False if the loop could not play it."""
-    arrays = LoopArrays.build(core, cost, work, mine)
+    arrays = LoopArrays.build(core, priced, work, mine)
     args = arrays.args()
     while True:
         status = run(*args)
@@ -177,6 +206,8 @@ def _run_one(
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 CountArray = npt.NDArray[np.int32]
+# The loop's cost, tables and layout arrays (read only: a pool's cores share them).
+CostArrays = tuple[FloatArray, FloatArray, IntArray]
 
 # Step ends a call may log before it returns to have its buffers emptied (8 MB;
 # a million base requests log ~14 million steps, so the progress bar moves).
@@ -192,6 +223,8 @@ class LoopArrays:
 
     settings: IntArray
     cost: FloatArray
+    tables: FloatArray
+    layout: IntArray
     clock_s: FloatArray
     ready_s: FloatArray
     prompt: IntArray
@@ -221,11 +254,12 @@ class LoopArrays:
     def build(
         cls,
         core: EngineCore,
-        cost: RooflineCost | EngineCpuCost,
+        priced: CostArrays,
         work: OpenLoop,
         mine: Submissions,
     ) -> LoopArrays:
-        """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh)."""
+        """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh),
+        priced by ``priced`` (``cost_arrays``)."""
         policy = core.policy
         assert isinstance(policy, Continuous)
         kv = core.kv
@@ -242,7 +276,7 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC] = policy.async_scheduling
-        constants = cost_constants(cost)
+        constants, tables, layout = priced
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
         slots = policy.max_num_seqs + 1  # running, scheduled and held never exceed the limit
@@ -257,7 +291,7 @@ class LoopArrays:
             return np.zeros(slots, dtype=np.int64)
 
         return cls(
-            settings, constants, np.concatenate([mine.clock_s, inf]),
+            settings, constants, tables, layout, np.concatenate([mine.clock_s, inf]),
             np.concatenate([mine.ready_s, inf]),
             np.ascontiguousarray(work.num_prompt_tokens[order], dtype=np.int64),
             np.ascontiguousarray(work.num_output_tokens[order], dtype=np.int64),

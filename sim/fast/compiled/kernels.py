@@ -1,0 +1,244 @@
+"""Kernel tables as the compiled loop's arrays (``sim.fast.compiled.loop``'s layout).
+
+``KernelCost.step_s`` (``sim.cost.kernels.cost``) adds terms of three kinds: some
+depend on the step's tokens T alone (the dense layer, the once-per-step ops, the
+embedding's all-reduce, the pipeline's transfers), some on its sequences S alone
+(the sampler, the LM head), and the attention reads grids at float coordinates
+(2-D prefill and decode planes, a profile's 4-D mixed lattice) and a profile's
+skew fit. The first two kinds are tabulated here for every T and S a run can
+schedule, each value computed by ``KernelCost``'s own methods or their
+operations elementwise (so its bits); the grids go over as the lists their
+unrolled lookup reads (``Grid.point_lists``), which ``loop.grid_point`` and
+``loop.grid_point_4d`` read with ``_point_2d``'s and ``_point_4d``'s operations;
+the skew fit as its alphas on the lattice of its bucket edges (0 where it has
+none). The loop adds the terms in ``step_s``'s order.
+
+Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
+memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
+or not, and LLMServingSim's (a per-layer profile: ``layer_ops``, ``moe_layer``,
+``per_sequence``, the mixed lattice and its skew fit, each ablation of them),
+under any tensor or pipeline parallel layout. ``why_not`` names the rest, which
+the Python path plays: a grid with a one-point axis, and steps
+whose tokens or sequences reach past a per-token or per-sequence table's last
+point (where the Python path extrapolates and warns). A run that reads an
+attention grid past its last point is handed over when it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
+from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.ops import expected_active_experts
+from sim.fast.compiled import loop
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def kernel_cost_of(cost: object) -> KernelCost | None:
+    """The kernel tables that price ``cost``'s GPU work, bare or inside exactly an
+    ``EngineCpuCost`` (a subclass may price otherwise: not played); else None."""
+    gpu = cost.gpu if type(cost) is EngineCpuCost else cost
+    return gpu if type(gpu) is KernelCost else None
+
+
+def max_step_tokens(max_num_batched_tokens: int, max_num_seqs: int, longest_tokens: int) -> int:
+    """The most tokens a step can compute: the budget, or every sequence's longest."""
+    return min(max_num_batched_tokens, max_num_seqs * longest_tokens)
+
+
+def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | None:
+    """Why the loop cannot play ``kernel`` for steps of up to ``max_num_seqs``
+    sequences and ``max_tokens`` tokens; None if it can."""
+    profile = kernel._profile
+    # Every table the loop reads (the per-token and per-sequence ones are tabulated
+    # before the run: a lookup past a grid's last point there would warn for steps
+    # the run may never take).
+    grids: list[Grid | None] = [kernel._prefill_attn, kernel._decode_attn, kernel._mixed_attn]
+    # (grid, the largest coordinate on each axis; None: no bound: GEMM n, split into
+    # blocks inside the grid, gemm_s). Attention is looked up as the run goes: past
+    # a grid's edge the loop hands the run over.
+    reach: list[tuple[Grid, Sequence[float | None]]] = []
+    max_seqs = min(max_num_seqs, max_tokens)
+    if profile is not None:
+        reach += [(grid, (max_tokens,)) for grid, _ in profile._layer_ops]
+        reach += [(grid, (max_tokens,)) for grid in profile._step_ops]
+        if profile._moe is not None:  # by tokens and the experts they activate
+            experts, top_k = profile._moe_shape
+            active = expected_active_experts(float(max_tokens), experts, top_k)
+            reach.append((profile._moe, (max_tokens, active)))
+    else:
+        assert kernel._gemm is not None  # no profile: the GEMM table prices the dense ops
+        reach += [(kernel._gemm, (max_tokens, None, k)) for _, k in kernel.shapes.gemms.values()]
+    if kernel._lm_ops:
+        reach += [(grid, (max_seqs,)) for grid in kernel._lm_ops]
+    else:
+        assert kernel._gemm is not None  # (KernelCost._build_dense)
+        reach.append((kernel._gemm, (max_seqs, None, kernel.shapes.lm_head[1])))
+    moe = kernel._moe
+    if isinstance(moe, ExpertParallelMoE):  # the group's tokens, and their collectives
+        group_tokens = moe.group_tokens(max_tokens)
+        reach.append((moe._moe, (group_tokens,)))
+        message_bytes = group_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
+        collectives = (moe._all_gather, moe._reduce)
+        reach += [(grid, (message_bytes,)) for grid in collectives if grid is not None]
+    elif moe is not None:
+        reach.append((moe, (max_tokens,)))
+    if kernel._allreduce is not None:
+        message_bytes = max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
+        reach.append((kernel._allreduce, (message_bytes,)))
+    grids += [grid for grid, _ in reach]
+    if any(grid is not None and grid.point_lists is None for grid in grids):
+        return "a kernel table with one point on an axis"
+    for grid, coords in reach:
+        for axis, x in zip(grid.axes, coords, strict=True):
+            if x is not None and x > axis[-1]:
+                return (
+                    f"kernel table {grid.name}: steps of up to {max_tokens} tokens and "
+                    f"{max_seqs} sequences reach past its last point (extrapolated)"
+                )
+    return None
+
+
+def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[FloatArray, IntArray]:
+    """``loop.run``'s ``tables`` and ``layout`` for steps of up to ``max_num_seqs``
+    sequences and ``max_tokens`` tokens (``why_not`` said the loop plays them)."""
+    layout = np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
+    layout[loop.KIND] = loop.KERNELS
+    layout[loop.NUM_LAYERS] = kernel.arch.num_layers
+    # A step has no more sequences than tokens.
+    layout[loop.NUM_T] = num_t = max_tokens + 1
+    layout[loop.NUM_S] = num_s = min(max_num_seqs, max_tokens) + 1
+    hidden = kernel.arch.hidden_size
+    memory = kernel._memory
+    parts: list[list[float]] = []
+
+    def put(index: int, values: list[float]) -> None:
+        layout[index] = sum(len(part) for part in parts)
+        parts.append(values)
+
+    tokens = np.arange(1, num_t, dtype=np.float64)
+    profile = kernel._profile
+    if profile is None:
+        put(loop.DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
+        put(loop.PROFILE_STEP, [0.0] * num_t)
+    else:  # (its own methods: a profile's ops are few 1-D lookups)
+        put(loop.DENSE, [0.0] + [kernel.dense_layer_s(t) for t in range(1, num_t)])
+        put(loop.PROFILE_STEP, [0.0] + [profile.step_s(float(t)) for t in range(1, num_t)])
+    layout[loop.HAS_MEMORY] = memory is not None
+    with_sampler = not kernel._lm_ops
+    if memory is not None:  # MemoryOps.step_s's terms: embedding, final norm, sampler
+        # (MemoryOps' arithmetic, elementwise over the token counts.)
+        terms = memory.step_terms(tokens, 1.0, with_sampler)  # type: ignore[arg-type]
+        embedding, final_norm = np.asarray(terms[0][1]), np.asarray(terms[1][1])
+        put(loop.EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
+        sampler = [memory.step_terms(1.0, float(s), with_sampler)[2][1] for s in range(num_s)]
+        put(loop.SAMPLER, sampler)
+        put(loop.ALLREDUCE, allreduce_s(kernel, num_t))
+    if kernel._lm_ops:  # per_sequence tables: LM head, then sampler
+        layout[loop.NUM_LM_OPS] = len(kernel._lm_ops)
+        lm_head, lm_sampler = kernel._lm_ops
+        put(loop.LM_HEAD, [0.0] + [lm_head(float(s)) for s in range(1, num_s)])
+        put(loop.LM_SAMPLER, [0.0] + [lm_sampler(float(s)) for s in range(1, num_s)])
+    else:
+        n, k = kernel.shapes.lm_head
+        seqs = np.arange(1, num_s, dtype=np.float64)
+        put(loop.LM_HEAD, [0.0, *gemm_s(kernel, seqs, n, k).tolist()])
+    layout[loop.HAS_PIPELINE] = kernel.pp > 1
+    if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
+        hop_bytes = np.arange(num_t, dtype=np.int64) * hidden * ACTIVATION_BYTES
+        hop_s = hop_bytes * kernel._link_s_per_byte + kernel.link.latency_s
+        put(loop.PIPELINE, ((kernel.pp - 1) * hop_s).tolist())
+    for at, grid in (
+        (loop.PREFILL_GRID, kernel._prefill_attn),
+        (loop.DECODE_GRID, kernel._decode_attn),
+    ):
+        lists = grid.point_lists
+        assert lists is not None and len(lists[0]) == 2  # why_not said so
+        (axis0, axis1), flat, strides = lists
+        put(at + loop.AXIS0, axis0)
+        layout[at + loop.LEN0] = len(axis0)
+        put(at + loop.AXIS1, axis1)
+        layout[at + loop.LEN1] = len(axis1)
+        put(at + loop.VALUES, flat)
+        layout[at + loop.STRIDE0], layout[at + loop.STRIDE1] = strides
+    layout[loop.DECODE_HISTORY] = kernel._decode_history
+    layout[loop.PROFILE_ATTENTION] = kernel._mixed
+    mixed = kernel._mixed_attn
+    if mixed is not None:  # the 4-D lattice: axes, values, strides
+        lists = mixed.point_lists
+        assert lists is not None and len(lists[0]) == 4  # why_not said so
+        axes, flat, strides = lists
+        layout[loop.HAS_MIXED] = 1
+        for d, axis in enumerate(axes):
+            put(loop.MIXED_GRID + 2 * d, axis)
+            layout[loop.MIXED_GRID + 2 * d + 1] = len(axis)
+        put(loop.MIXED_GRID + loop.MIXED_VALUES, flat)
+        for d, stride in enumerate(strides):
+            layout[loop.MIXED_GRID + loop.MIXED_STRIDES + d] = stride
+    skew = kernel._skew
+    if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
+        layout[loop.HAS_SKEW] = 1
+        chunks = sorted({key[0] for key in skew.alphas})
+        put(loop.SKEW_CHUNKS, chunks)
+        layout[loop.NUM_SKEW_CHUNKS] = len(chunks)
+        for d, edges in enumerate(skew.edges):
+            put(loop.SKEW_EDGES + 2 * d, edges)
+            layout[loop.SKEW_EDGES + 2 * d + 1] = len(edges)
+        alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
+        for key, alpha in skew.alphas.items():
+            place = [chunks.index(key[0])]
+            place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
+            alphas[tuple(place)] = alpha
+        put(loop.SKEW_ALPHAS, alphas.ravel().tolist())
+        for d, stride in enumerate(alphas.strides):
+            layout[loop.SKEW_STRIDES + d] = stride // alphas.itemsize
+    tables = np.array([x for part in parts for x in part], dtype=np.float64)
+    return tables, layout
+
+
+# -- KernelCost's token-only terms at many token counts at once ----------------------
+# Elementwise, the same float operations in the same order as the methods they
+# name (Grid.many gives Grid.__call__'s bits); tests/test_compiled_kernels.py holds
+# every table to the methods themselves.
+
+
+def dense_layer_s(kernel: KernelCost, tokens: FloatArray) -> FloatArray:
+    """``KernelCost.dense_layer_s`` at each of ``tokens`` (no per-layer profile)."""
+    total = np.zeros(len(tokens))
+    for n, k in kernel.shapes.gemms.values():
+        total += gemm_s(kernel, tokens, n, k)
+    moe = kernel._moe
+    if isinstance(moe, ExpertParallelMoE):  # (a few lookups a token count: its own calls)
+        total += np.array([moe(t) for t in tokens.tolist()])
+    elif moe is not None:
+        total += moe.many(tokens)
+    if kernel._memory is not None:
+        total += kernel._memory.layer_s(tokens)  # type: ignore[arg-type]
+    num_tokens = tokens.astype(np.int64)
+    total += 2.0 * np.array(allreduce_s(kernel, len(tokens) + 1))[num_tokens]
+    return total
+
+
+def gemm_s(kernel: KernelCost, m: FloatArray, n: int, k: int) -> FloatArray:
+    """``KernelCost.gemm_s`` at each of ``m``."""
+    gemm = kernel._gemm
+    assert gemm is not None
+    blocks = -(-n // int(gemm.axes[1][-1]))
+    out: FloatArray = blocks * gemm.many(m, n / blocks, k)
+    return out
+
+
+def allreduce_s(kernel: KernelCost, num_t: int) -> list[float]:
+    """``KernelCost.allreduce_s`` of the hidden states of 0 to ``num_t - 1`` tokens."""
+    if kernel.tp == 1:
+        return [0.0] * num_t  # (what allreduce_s answers on one GPU)
+    hidden = kernel.arch.hidden_size
+    return [kernel.allreduce_s(t * hidden * ACTIVATION_BYTES) for t in range(num_t)]
