@@ -26,7 +26,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from sim.metrics.slo_targets import parse_targets
     from sim.planning.plan import plan
     from sim.planning.plan_file import load_plan_config
-    from sim.planning.plan_plots import plot_plan
+    from sim.planning.plan_plots import plan_caption, plot_plan
     from sim.planning.plan_report import (
         best_scenario,
         format_best,
@@ -81,7 +81,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
     paths = write_outputs(result, doc, best, out)
-    figure = plot_plan(result, out)
+    figure = plot_plan(result, out, plan_caption(result, scenario.name, scenario.model.name))
     if figure is not None:
         paths.append(figure)
     print(format_table(result))

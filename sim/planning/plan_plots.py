@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from sim.metrics.figure_data import caption_line, wrap_caption
 from sim.planning.plan import PlanResult
 from sim.planning.sweep_report import pareto_mask
 
@@ -25,8 +26,26 @@ DPI = 120
 FIGURE_NAME = "cost_vs_capacity.png"
 
 
-def plot_plan(result: PlanResult, out_dir: Path) -> Path | None:
-    """``cost_vs_capacity.png`` in ``out_dir``; None when no configuration has a fleet."""
+def plan_caption(result: PlanResult, scenario_name: str, model: str) -> str:
+    """The figure's caption line (``caption_line``): scenario, model, the GPUs plotted
+    and how each was priced, so that a roofline guess cannot pass for a measurement."""
+    ranked = result.ranked()
+    gpus = list(dict.fromkeys(o.candidate.gpu for o in ranked))
+    measured = sorted({o.candidate.gpu for o in ranked if "measured" in o.cost_model})
+    guessed = sorted({o.candidate.gpu for o in ranked if "measured" not in o.cost_model})
+    parts = [f"measured kernel tables: {', '.join(measured)}"] if measured else []
+    parts += [f"roofline (guess): {', '.join(guessed)}"] if guessed else []
+    return caption_line(
+        f"scenario {scenario_name}",
+        model,
+        f"{len(gpus)} GPU type{'s' if len(gpus) != 1 else ''}",
+        "; ".join(parts) or "?",
+    )
+
+
+def plot_plan(result: PlanResult, out_dir: Path, caption: str = "") -> Path | None:
+    """``cost_vs_capacity.png`` in ``out_dir``; None when no configuration has a fleet.
+    ``caption`` (``plan_caption``) tops the figure."""
     ranked = result.ranked()
     if not ranked:
         return None
@@ -65,9 +84,11 @@ def plot_plan(result: PlanResult, out_dir: Path) -> Path | None:
     skipped = sum(1 for o in result.outcomes if o.status in ("skipped", "refused"))
     ax.set_title(
         f"fleet for {result.target_rate_per_s:g} req/s: {len(ranked)} configurations with a "
-        f"fleet, {no_capacity} meeting the SLOs at no load, {skipped} skipped or refused",
+        f"fleet, {no_capacity} missing the SLOs even at low load, {skipped} skipped or refused",
         fontsize=9,
     )
+    if caption:
+        fig.suptitle(wrap_caption(caption, fig.get_figwidth()), fontsize=8.5, color="dimgray")
     ax.set_xlabel("capacity per GPU (req/s within the SLOs)")
     ax.set_ylabel("fleet cost ($/hour, log scale)")
     ax.set_yscale("log")
