@@ -40,11 +40,13 @@ and its prediction make the same decisions; only the scheduler's CPU time is
 not hidden behind the step.
 
 **Online** (``OnlineEngine``, behind ``servesim serve``, docs/validation.md)
-learns of each request when it arrives. A thread owns the ``EngineCore`` and
-the ``StepExecutor`` and loops: add the requests submitted since the last
-step, schedule, run and commit the plan (or wait for a submission), and hand
-each emitted token to its request's sink as one ``Emitted``, on the engine
-thread; the last carries ``finish_reason``.
+learns of each request when it arrives: it is a ``sim.serving.stream.OnlineBackend``
+(token ids in, token ids out; the HTTP server in ``sim.openai`` tokenizes and
+detokenizes). A thread owns the ``EngineCore`` and the ``StepExecutor`` and
+loops: add the requests submitted since the last step, schedule, run and
+commit the plan (or wait for a submission), and hand each emitted token to
+its request's sink as one ``Emitted``, on the engine thread; the last carries
+``finish_reason``.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,13 +65,14 @@ from tqdm import tqdm
 
 from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 from calibration.sampling import SamplingParams, sample
-from calibration.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.api import core_config_for
 from sim.cost.base import SHAPE_FIELDS
 from sim.engine.kv_cache import prefix_describer
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan
+from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.scenario import Scenario
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
 from sim.workload.generate import RequestArrays
 
 
@@ -370,20 +373,7 @@ class WallClockEngine:
         )
 
 
-EOS_ID = NUM_SPECIAL - 1  # calibration.tokenizer: 2 = end of sequence
-
-
-@dataclass(frozen=True)
-class Emitted:
-    """One step's output for one request (``finish_reason`` on its last)."""
-
-    text: str
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_generated_tokens: int
-
-
-Sink = Callable[[Emitted], None]
+EOS_ID = NUM_SPECIAL - 1  # sim.openai.tokenizer: 2 = end of sequence
 
 
 @dataclass
@@ -410,7 +400,6 @@ class OnlineEngine:
         )
         # The same core the simulator's replicas and `servesim measure` build.
         self.core = core_config_for(scenario, reference_engine=True).new_core()
-        self.tokenizer = ByteTokenizer()
         self._inbox: queue.SimpleQueue[tuple[Request, list[int], _Live]] = queue.SimpleQueue()
         self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -447,9 +436,16 @@ class OnlineEngine:
         return request_id
 
     def abort(self, request_id: int) -> None:
-        """Stop generating for ``request_id`` (its client went away)."""
+        """Stop generating for ``request_id`` (its client went away, or a stop string)."""
         self._aborted.put(request_id)
         self._wake.set()
+
+    def load(self) -> EngineLoad:
+        """Running and waiting counts and KV usage now (read from any thread: a
+        scrape may see a step half committed, as vLLM's gauges lag a step)."""
+        kv = self.core.kv
+        used = (kv.num_blocks - kv.num_free_blocks) / kv.num_blocks
+        return EngineLoad(len(self.core.running), len(self.core.waiting), used)
 
     def _intake(self) -> None:
         while not self._inbox.empty():
@@ -457,7 +453,7 @@ class OnlineEngine:
             self.executor.add(request.request_id, ids)
             self._live[request.request_id] = live
             if not self.core.add(request, self._now()):
-                self._finish(request.request_id, "", "abort")
+                self._finish(request.request_id, (), "abort")
         while not self._aborted.empty():
             request_id = self._aborted.get()
             gone = self._live.get(request_id)
@@ -476,18 +472,18 @@ class OnlineEngine:
         self.executor.forget(request.request_id)
         self._live.pop(request.request_id, None)
 
-    def _finish(self, request_id: int, text: str, reason: str) -> None:
+    def _finish(self, request_id: int, token_ids: tuple[int, ...], reason: FinishReason) -> None:
         live = self._live.pop(request_id)
         self.executor.forget(request_id)
-        self._send(live, text, reason)
+        self._send(live, token_ids, reason)
 
-    def _send(self, live: _Live, text: str, reason: str | None) -> None:
+    def _send(self, live: _Live, token_ids: tuple[int, ...], reason: FinishReason | None) -> None:
         """Hand one output to a request's sink; a sink that fails ends its request
         (its client is gone), never the engine loop that serves the others."""
         request = live.request
         try:
             live.sink(
-                Emitted(text, reason, request.num_prompt_tokens, request.num_generated_tokens)
+                Emitted(token_ids, reason, request.num_prompt_tokens, request.num_generated_tokens)
             )
         except Exception:
             if request.request_id in self._live:
@@ -504,16 +500,14 @@ class OnlineEngine:
             if request.num_generated_tokens == before[rid]:
                 continue  # a prefill chunk that did not reach the prompt's end
             token = sampled[rid]
-            # Every token streams as text: special ids would decode to "" (no chunk).
-            text = self.tokenizer.decode([token]) or "\ufffd"
             live = self._live[rid]
             if request.finish_s is not None:
-                self._finish(rid, text, "length")
+                self._finish(rid, (token,), "length")
             elif token == EOS_ID and not live.ignore_eos:
                 self._end_early(request)
-                self._send(live, text, "stop")
+                self._send(live, (token,), "stop")
             else:
-                self._send(live, text, None)
+                self._send(live, (token,), None)
 
     def _loop(self) -> None:
         # Per thread: OpenMP's thread count set in the main thread does not carry over,
@@ -534,4 +528,4 @@ class OnlineEngine:
         except BaseException as error:  # a crashed engine must not leave clients waiting
             self.error = error
             for request_id in list(self._live):
-                self._finish(request_id, "", "abort")
+                self._finish(request_id, (), "abort")

@@ -1,26 +1,27 @@
-"""``servesim measure``, ``validate`` and ``serve``: the command-line layer.
+"""``servesim measure`` and ``validate``: the command-line layer.
 
 ``measure`` serves a scenario on the real model (``calibration.measure``);
 ``validate`` predicts measured runs with the simulator and reports the error
 (``calibration.compare_measured``), measuring first when no ``--measured`` folder is
-given; ``serve`` builds the scenario's calibration model and engine
-(``calibration.reference_engine``) and serves it with ``calibration.http_server`` until
-Ctrl-C or SIGTERM (with ``--port 0`` a free port is picked; the first line
-printed names the URL). All three are registered by ``add_parsers`` (see
-``sim.cli.COMMANDS``); registering them imports neither torch nor aiohttp.
+given. Both are registered by ``add_parsers`` (see ``sim.cli.COMMANDS``);
+registering them imports neither torch nor aiohttp. ``servesim serve`` is
+``sim.cli.serve``.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibration.cli import add_torch_arguments, checked_dtype, torch_missing
 from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from calibration.reference_engine import OnlineEngine
+    from sim.scenario import Scenario
 
 
 def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,22 +132,24 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
+def reference_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineEngine:
+    """``servesim serve``'s reference engine: the scenario's model in PyTorch, not started.
+
+    Called by ``sim.cli.serve`` (which registers the subcommand); refuses what the
+    engine cannot run before building the model.
+    """
     try:
         import torch
 
-        from calibration.http_server import make_app, serve
         from calibration.model import TORCH_DTYPES
         from calibration.reference_engine import OnlineEngine
     except ImportError as error:
         raise ConfigError(
-            f"servesim serve needs PyTorch and aiohttp ({error}): "
+            f"servesim serve needs PyTorch for the reference engine ({error}): "
             "pip install -e '.[calibrate,http]'"
         ) from None
     from sim.api import reference_engine_problem
-    from sim.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, args.set or ())
     problem = reference_engine_problem(scenario)
     if problem is None and scenario.async_scheduling:
         # The online engine plans each step after the previous one (no visible_until).
@@ -159,33 +162,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     dtype = TORCH_DTYPES[checked_dtype(args)]
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
-    engine = OnlineEngine(scenario, dtype, torch.device(args.device), args.threads)
-    engine.start()
-    try:
-        asyncio.run(
-            serve(make_app(engine, scenario.model.name), args.host, args.port, scenario.model.name)
-        )
-    except KeyboardInterrupt:
-        pass
-    finally:
-        engine.stop()
-    print("servesim serve: stopped", flush=True)
-    return 0
-
-
-def _port(text: str) -> int:
-    """A TCP port, 0 to 65535 (0: any free one), refused by argparse in one line."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), got {port}")
-    return port
+    return OnlineEngine(scenario, dtype, torch.device(args.device), args.threads)
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Register ``measure``, ``validate`` and ``serve``."""
+    """Register ``measure`` and ``validate``."""
     measure = subparsers.add_parser(
         "measure", help="serve a scenario on the real model (PyTorch) and record latencies"
     )
@@ -217,11 +198,3 @@ def add_parsers(subparsers: Any) -> None:
         help="another measured run whose step log fits the engine overhead (second prediction)",
     )
     validate.set_defaults(handler=_cmd_validate)
-    serve = subparsers.add_parser(
-        "serve",
-        help="serve a scenario's model on the reference engine as an OpenAI-compatible server",
-    )
-    _scenario_arguments(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, default=8000, help="(default 8000; 0 = any free port)")
-    serve.set_defaults(handler=_cmd_serve)

@@ -16,6 +16,9 @@ still says which module knows about which). The rules:
 - policies see the core through ``CoreView``, never ``EngineCore``; the scheduler
   (``EngineCore`` and continuous batching, ``sim.engine.scheduler``) imports no
   feature (speculative decoding) and no other policy;
+- ``sim.openai`` (``servesim serve``'s HTTP face) sees an engine only through
+  ``sim.serving.stream``, and imports no other layer but ``sim.scenario`` and
+  ``sim.errors``;
 - the reference modules (``sim.engine``, ``sim.serving``) never import the speed
   paths (``sim.fast``), but through one door, ``sim.serving.simulation``: the
   replicas' cores (``replica_core``) and an open loop's run (``Simulation.run``).
@@ -37,6 +40,7 @@ FACES = (
     "sim.api.result",
     "sim.cli",
     "sim.cli.figures",
+    "sim.openai",
     "sim.scenario",
     "sim.scenario.overrides",
 )
@@ -232,3 +236,14 @@ def test_the_reference_reaches_the_speed_paths_through_one_door() -> None:
 
 def test_only_calibration_imports_torch() -> None:
     assert _violations("sim", ("torch",)) == []
+
+
+def test_the_http_face_sees_engines_only_through_the_stream_interface() -> None:
+    allowed = ("sim.openai", "sim.serving.stream", "sim.scenario", "sim.errors")
+    outside = [
+        f"{name} imports {target}"
+        for name in _layer("sim.openai")
+        for target in internal_imports(name)
+        if target != "sim" and not _in(target, *allowed)  # "sim": its __version__
+    ]
+    assert list(_layer("sim.openai")) and outside == []

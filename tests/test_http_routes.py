@@ -1,12 +1,12 @@
 """``servesim serve``'s routes with a scripted engine: every answer's shape, traced by hand.
 
-``calibration.http_server`` needs of its engine only ``submit``, ``abort``,
-``tokenizer``, ``max_model_len_tokens`` and ``error``; ``ScriptedEngine``
-has those and answers each request with ``max_tokens`` outputs ``t0``,
-``t1``, ... (or the ones a test scripts), so that chunk counts, ids, finish
-reasons and usage are known before the request is sent. The real engine
-behind the same routes is tested in ``tests/test_http_server.py``; the
-mailbox that carries its outputs to the event loop is tested here too.
+``sim.openai.server`` sees its engine only as a ``sim.serving.stream.OnlineBackend``;
+``ScriptedBackend`` (``tests/scripted_backend.py``) answers each request with
+``max_tokens`` one-byte tokens of a known reply, so that chunk counts, ids,
+texts, finish reasons and usage are known before the request is sent. The
+real engine behind the same routes is tested in ``tests/test_http_server.py``,
+the ``openai`` package against the server in ``tests/test_openai_conformance.py``;
+the mailbox that carries the engine's outputs to the event loop is tested here too.
 """
 
 from __future__ import annotations
@@ -16,71 +16,37 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-pytest.importorskip("torch")  # calibration.reference_engine imports it
 pytest.importorskip("aiohttp")
+pytest.importorskip("prometheus_client")
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from scripted_backend import ScriptedBackend
 
-from calibration.http_server import Mailbox, _prompt_ids, make_app
-from calibration.reference_engine import Emitted, OnlineEngine, Sink
-from calibration.tokenizer import ByteTokenizer
+from sim.openai.server import Event, Mailbox, make_app
+from sim.openai.tokenizer import ByteTokenizer
+from sim.serving.stream import Emitted
 
 MODEL = "tiny"
-
-
-class ScriptedEngine:
-    """Answers request ``i`` with ``outputs(i, max_tokens)`` at once, on the caller's thread,
-    or, with ``trickle``, one output every few milliseconds from a thread until aborted."""
-
-    def __init__(self, max_model_len_tokens: int = 64, trickle: bool = False) -> None:
-        self.tokenizer = ByteTokenizer()
-        self.max_model_len_tokens = max_model_len_tokens
-        self.error: BaseException | None = None
-        self.submitted: list[tuple[list[int], int, bool]] = []
-        self.aborted: list[int] = []
-        self.trickle = trickle
-        self.reason = "length"
-
-    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
-        request_id = len(self.submitted)
-        self.submitted.append((list(prompt_ids), max_tokens, ignore_eos))
-        n = len(prompt_ids)
-        if self.trickle:
-            threading.Thread(target=self._trickle, args=(request_id, n, sink), daemon=True).start()
-            return request_id
-        for i in range(max_tokens):
-            last = i == max_tokens - 1
-            sink(Emitted(f"t{i}", self.reason if last else None, n, i + 1))
-        return request_id
-
-    def _trickle(self, request_id: int, num_prompt: int, sink: Sink) -> None:
-        for i in range(2000):  # ~20 s at most: the test hangs up long before
-            if request_id in self.aborted:
-                return
-            sink(Emitted("x", None, num_prompt, i + 1))
-            threading.Event().wait(0.01)
-
-    def abort(self, request_id: int) -> None:
-        self.aborted.append(request_id)
+TOKENIZER = ByteTokenizer()
 
 
 def client_call(
-    engine: ScriptedEngine, test: Callable[[TestClient], Awaitable[Any]], model: str = MODEL
+    engine: ScriptedBackend, test: Callable[[TestClient], Awaitable[Any]], model: str = MODEL
 ) -> Any:
     async def go() -> Any:
-        app = make_app(cast(OnlineEngine, engine), model)
+        app = make_app(engine, model)
         async with TestClient(TestServer(app)) as client:
             return await test(client)
 
     return asyncio.run(go())
 
 
-def post(engine: ScriptedEngine, path: str, body: Any) -> tuple[int, str]:
+def post(engine: ScriptedBackend, path: str, body: Any) -> tuple[int, str]:
     async def test(client: TestClient) -> tuple[int, str]:
         response = await client.post(path, json=body)
         return response.status, await response.text()
@@ -98,7 +64,7 @@ def events(raw: str) -> list[Any]:
 
 
 def test_a_completions_stream_is_one_chunk_per_output_then_usage_then_done() -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     body = {
         "model": MODEL,
         "prompt": "abcd",
@@ -111,26 +77,27 @@ def test_a_completions_stream_is_one_chunk_per_output_then_usage_then_done() -> 
     data = events(raw)
     assert len(data) == 5 and data[-1] == "[DONE]"
     chunks, usage = data[:3], data[3]
-    assert [c["choices"][0]["text"] for c in chunks] == ["t0", "t1", "t2"]
+    assert [c["choices"][0]["text"] for c in chunks] == ["a", "b", "c"]
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None, None, "length"]
     assert {c["id"] for c in chunks} == {"cmpl-0"} and {c["model"] for c in chunks} == {MODEL}
     assert {c["object"] for c in chunks} == {"text_completion"}
     assert chunks[0]["choices"][0]["index"] == 0 and chunks[0]["choices"][0]["logprobs"] is None
     assert usage["choices"] == [] and usage["id"] == "cmpl-0"
+    assert usage["object"] == "text_completion" and isinstance(usage["created"], int)
     assert usage["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
-    assert engine.submitted == [(engine.tokenizer.encode("abcd"), 3, False)]
+    assert engine.submitted == [(TOKENIZER.encode("abcd"), 3, False)]
 
 
 def test_no_usage_chunk_unless_asked() -> None:
     status, raw = post(
-        ScriptedEngine(), "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True}
+        ScriptedBackend(), "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True}
     )
     data = events(raw)
-    assert status == 200 and len(data) == 3 and all("usage" not in d for d in data[:-1])
+    assert status == 200 and len(data) == 3 and all(d["usage"] is None for d in data[:-1])
 
 
 def test_a_chat_stream_starts_with_the_role_and_then_carries_deltas() -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     body = {
         "messages": [{"role": "system", "content": "be"}, {"role": "user", "content": "hi"}],
         "max_tokens": 2,
@@ -144,19 +111,19 @@ def test_a_chat_stream_starts_with_the_role_and_then_carries_deltas() -> None:
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert role["choices"][0]["finish_reason"] is None
     assert [d["choices"][0]["delta"] for d in (first, second)] == [
-        {"content": "t0"},
-        {"content": "t1"},
+        {"content": "a"},
+        {"content": "b"},
     ]
     assert second["choices"][0]["finish_reason"] == "length"
     assert {d["object"] for d in (role, first, second)} == {"chat.completion.chunk"}
     assert {d["id"] for d in data[:4]} == {"chatcmpl-0"}
     # The chat template: contents joined by a newline, "be\nhi" = 5 tokens.
     assert usage["usage"]["prompt_tokens"] == 5
-    assert engine.submitted[0][0] == engine.tokenizer.encode("be\nhi")
+    assert engine.submitted[0][0] == TOKENIZER.encode("be\nhi")
 
 
 def test_ids_count_up_across_requests() -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
 
     async def test(client: TestClient) -> list[str]:
         ids = []
@@ -170,7 +137,7 @@ def test_ids_count_up_across_requests() -> None:
 
 
 def test_a_stop_reason_ends_the_stream() -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     engine.reason = "stop"
     _, raw = post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 2, "stream": True})
     assert events(raw)[1]["choices"][0]["finish_reason"] == "stop"
@@ -183,50 +150,100 @@ def test_a_stop_reason_ends_the_stream() -> None:
     ("path", "body", "max_tokens"),
     [
         ("/v1/completions", {"prompt": "abcd"}, 16),  # vLLM's completions default
-        ("/v1/chat/completions", {"messages": [{"content": "abcd"}]}, 60),  # the room left
-        ("/v1/completions", {"prompt": "ab", "max_completion_tokens": 5}, 5),
-        ("/v1/completions", {"prompt": "ab", "max_tokens": 4, "max_completion_tokens": 9}, 4),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "abcd"}]},
+            60,
+        ),  # the room left
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "ab"}], "max_completion_tokens": 5},
+            5,
+        ),
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "a"}], "max_tokens": 4},
+            4,
+        ),
+        (  # the newer name wins, as in vLLM
+            "/v1/chat/completions",
+            {
+                "messages": [{"role": "user", "content": "a"}],
+                "max_tokens": 4,
+                "max_completion_tokens": 9,
+            },
+            9,
+        ),
+        ("/v1/completions", {"prompt": "ab" * 30}, 4),  # the default, cut to the room left
         ("/v1/completions", {"prompt": "ab", "max_tokens": 62}, 62),  # fills 64 exactly
     ],
 )
 def test_max_tokens_and_its_defaults(path: str, body: dict[str, Any], max_tokens: int) -> None:
-    engine = ScriptedEngine(max_model_len_tokens=64)
+    engine = ScriptedBackend(max_model_len_tokens=64)
     status, _ = post(engine, path, body)
     assert status == 200 and engine.submitted[0][1] == max_tokens
 
 
 @pytest.mark.parametrize(
-    ("value", "sent"), [(True, True), (1, True), (False, False), (None, False)]
+    ("value", "sent"), [(True, True), (1, True), (False, False), ("no", False)]
 )
 def test_ignore_eos_is_handed_to_the_engine(value: Any, sent: bool) -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 1, "ignore_eos": value})
     assert engine.submitted[0][2] is sent
 
 
 @pytest.mark.parametrize(
-    ("body", "status", "message"),
+    ("body", "status", "message", "param"),
     [
-        ({"prompt": "ab", "max_tokens": 63}, 400, "prompt of 2 tokens + max_tokens 63 must fit"),
-        ({"prompt": "", "max_tokens": 1}, 400, "prompt of 0 tokens"),
-        ({"prompt": "a", "max_tokens": -1}, 400, "max_tokens -1"),
-        ({"prompt": "a", "max_tokens": "many"}, 400, "invalid literal for int()"),
-        ({"prompt": "a", "model": "other"}, 404, "The model `other` does not exist."),
-        ({"prompt": [1, "a"]}, 400, "'prompt' must be a string or a list of token ids"),
-        ({"prompt": ["a", "b"]}, 400, "'prompt' must be"),  # a batch of two: not served
+        ({"prompt": "ab", "max_tokens": 63}, 400, "'max_tokens' is too large: 63.", "max_tokens"),
+        ({"prompt": "a" * 64}, 400, "maximum context length is 64 tokens", None),
+        ({"prompt": "", "max_tokens": 1}, 400, "The prompt is empty", "prompt"),
+        (
+            {"prompt": "a", "max_tokens": 0},
+            400,
+            "max_tokens: Input should be greater",
+            "max_tokens",
+        ),
+        (
+            {"prompt": "a", "max_tokens": "many"},
+            400,
+            "max_tokens: Input should be a valid",
+            "max_tokens",
+        ),
+        ({"prompt": "a", "n": 0}, 400, "n: Input should be greater than or equal to 1", "n"),
+        ({"prompt": "a", "stop": [""]}, 400, "a stop string must not be empty", "stop"),
+        ({"prompt": "a", "model": "other"}, 404, "The model `other` does not exist.", "model"),
+        ({"prompt": [1, "a"]}, 400, "prompt: expected a string, a list of strings", "prompt"),
+        ({"max_tokens": 1}, 400, "prompt: Field required", "prompt"),
+        ({"prompt": "a", "logprobs": 1}, 400, "logprobs: not supported", "logprobs"),
+        ({"prompt": "a", "logprobs": 0}, 400, "logprobs: not supported", "logprobs"),
+        ({"prompt": "a", "suffix": ""}, 400, "suffix: not supported", "suffix"),
+        ({"prompt": "a", "best_of": 2}, 400, "best_of: not supported", "best_of"),
+        ({"prompt": "a", "echo": True}, 400, "echo: not supported", "echo"),
+        (
+            {"prompt": "a", "stream_options": {"include_usage": True}},
+            400,
+            "stream=True",
+            "stream_options",
+        ),
+        ("a list", 400, "the body must be a JSON object", None),
     ],
 )
-def test_refused_requests_reach_no_engine(body: dict[str, Any], status: int, message: str) -> None:
-    engine = ScriptedEngine(max_model_len_tokens=64)
+def test_refused_requests_reach_no_engine(
+    body: Any, status: int, message: str, param: str | None
+) -> None:
+    engine = ScriptedBackend(max_model_len_tokens=64)
     got, raw = post(engine, "/v1/completions", body)
-    error = json.loads(raw)
-    assert got == status and error["code"] == status and message in error["message"]
-    assert error["object"] == "error" and error["type"] == "BadRequestError"
+    error = json.loads(raw)["error"]
+    assert got == status and error["code"] == status and message in error["message"], error
+    assert error["type"] == ("NotFoundError" if status == 404 else "BadRequestError")
+    assert error["param"] == param
     assert engine.submitted == []
 
 
 def test_the_served_model_name_or_none_is_accepted() -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
     assert post(engine, "/v1/completions", {"prompt": "a", "model": MODEL})[0] == 200
     assert post(engine, "/v1/completions", {"prompt": "a"})[0] == 200
 
@@ -235,19 +252,27 @@ def test_the_served_model_name_or_none_is_accepted() -> None:
 
 
 def test_a_whole_completion_joins_the_outputs() -> None:
-    status, raw = post(ScriptedEngine(), "/v1/completions", {"prompt": "abc", "max_tokens": 3})
+    status, raw = post(ScriptedBackend(), "/v1/completions", {"prompt": "abc", "max_tokens": 3})
     answer = json.loads(raw)
     assert status == 200 and answer["object"] == "text_completion" and answer["id"] == "cmpl-0"
-    assert answer["choices"] == [{"index": 0, "finish_reason": "length", "text": "t0t1t2"}]
+    assert answer["choices"] == [
+        {
+            "index": 0,
+            "finish_reason": "length",
+            "text": "abc",
+            "logprobs": None,
+            "stop_reason": None,
+        }
+    ]
     assert answer["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
 
 
 def test_a_whole_chat_answer_is_one_assistant_message() -> None:
     body = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 2}
-    status, raw = post(ScriptedEngine(), "/v1/chat/completions", body)
+    status, raw = post(ScriptedBackend(), "/v1/chat/completions", body)
     answer = json.loads(raw)
     assert status == 200 and answer["object"] == "chat.completion"
-    assert answer["choices"][0]["message"] == {"role": "assistant", "content": "t0t1"}
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": "ab"}
     assert answer["id"] == "chatcmpl-0"
 
 
@@ -255,12 +280,12 @@ def test_a_whole_chat_answer_is_one_assistant_message() -> None:
 
 
 def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixture) -> None:
-    engine = ScriptedEngine(trickle=True)
+    engine = ScriptedBackend(trickle=True)
 
     async def go() -> None:
         # Served as `servesim serve` serves (an AppRunner), and hung up on from a raw
         # socket mid-stream, as curl or a killed benchmark client does.
-        runner = web.AppRunner(make_app(cast(OnlineEngine, engine), MODEL), access_log=None)
+        runner = web.AppRunner(make_app(engine, MODEL), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -297,15 +322,22 @@ def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixt
 
 
 def test_tokenize_answers_as_vllm_does() -> None:
-    engine = ScriptedEngine(max_model_len_tokens=64)
+    engine = ScriptedBackend(max_model_len_tokens=64)
     status, raw = post(engine, "/tokenize", {"prompt": "héllo"})
     answer = json.loads(raw)
-    ids = engine.tokenizer.encode("héllo")
+    ids = TOKENIZER.encode("héllo")
     assert status == 200 and answer == {"count": len(ids), "max_model_len": 64, "tokens": ids}
     assert answer["count"] == 6  # one token per byte: é is two
-    _, raw = post(engine, "/tokenize", {"messages": [{"content": "a"}, "junk", {"content": None}]})
-    assert json.loads(raw)["count"] == 2  # "a\n": a non-object message is left out
+    messages = [{"role": "user", "content": "a"}, {"role": "user", "content": None}]
+    _, raw = post(engine, "/tokenize", {"messages": messages})
+    assert json.loads(raw)["count"] == 2  # "a\n": the chat template joins by newlines
     assert post(engine, "/tokenize", {"messages": "hi"})[0] == 400
+    assert (
+        post(engine, "/tokenize", {"messages": [{"role": "user", "content": "x"}], "prompt": "y"})[
+            0
+        ]
+        == 400
+    )
     assert engine.submitted == []  # counting runs no request
 
 
@@ -313,15 +345,22 @@ def test_models_lists_the_served_model() -> None:
     async def test(client: TestClient) -> Any:
         return await (await client.get("/v1/models")).json()
 
-    answer = client_call(ScriptedEngine(max_model_len_tokens=99), test, model="org/m")
+    answer = client_call(ScriptedBackend(max_model_len_tokens=99), test, model="org/m")
     assert answer["object"] == "list"
-    assert answer["data"] == [
-        {"id": "org/m", "object": "model", "owned_by": "servesim", "max_model_len": 99}
-    ]
+    (card,) = answer["data"]
+    assert isinstance(card.pop("created"), int)
+    assert card == {
+        "id": "org/m",
+        "object": "model",
+        "owned_by": "servesim",
+        "root": "org/m",
+        "parent": None,
+        "max_model_len": 99,
+    }
 
 
 def test_health_says_when_the_engine_stopped() -> None:
-    engine = ScriptedEngine()
+    engine = ScriptedBackend()
 
     async def test(client: TestClient) -> tuple[int, int, str]:
         ok = (await client.get("/health")).status
@@ -330,34 +369,6 @@ def test_health_says_when_the_engine_stopped() -> None:
         return ok, broken.status, await broken.text()
 
     assert client_call(engine, test) == (200, 503, "engine stopped: boom")
-
-
-# --- prompts ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("body", "chat", "text_or_ids"),
-    [
-        ({"prompt": "ab"}, False, "ab"),
-        ({"prompt": ["ab"]}, False, "ab"),  # a batch of one
-        ({"prompt": [7, 8, 9]}, False, [7, 8, 9]),
-        ({"prompt": [[7, 8]]}, False, [7, 8]),  # a batch of one token list
-        ({"prompt": [[7], [8]]}, False, None),  # a batch of two: not served
-        ({"prompt": []}, False, []),
-        ({"messages": [{"content": "a"}, {"content": "b"}]}, True, "a\nb"),
-        ({"messages": [{"content": 5}]}, True, "5"),
-        ({"messages": []}, True, None),
-        ({"prompt": "ab"}, True, None),  # chat needs messages
-    ],
-)
-def test_prompt_ids(body: dict[str, Any], chat: bool, text_or_ids: Any) -> None:
-    engine = cast(OnlineEngine, ScriptedEngine())
-    if text_or_ids is None:
-        with pytest.raises(ValueError, match="must be"):
-            _prompt_ids(engine, body, chat)
-        return
-    want = text_or_ids if isinstance(text_or_ids, list) else engine.tokenizer.encode(text_or_ids)
-    assert _prompt_ids(engine, body, chat) == want
 
 
 # --- the mailbox ------------------------------------------------------------------------------
@@ -377,29 +388,33 @@ class StubLoop:
         return self.closed
 
 
-def emitted(i: int) -> Emitted:
-    return Emitted(f"e{i}", None, 1, i)
+def emitted(i: int) -> Event:
+    return (0, Emitted((i,), None, 1, i))
+
+
+def token(queue: asyncio.Queue[Event]) -> int:
+    return queue.get_nowait()[1].token_ids[0]
 
 
 def test_one_wake_up_per_batch_of_events() -> None:
     box, loop = Mailbox(), StubLoop()
     box.bind(loop)  # type: ignore[arg-type]
-    first: asyncio.Queue[Emitted] = asyncio.Queue()
-    second: asyncio.Queue[Emitted] = asyncio.Queue()
+    first: asyncio.Queue[Event] = asyncio.Queue()
+    second: asyncio.Queue[Event] = asyncio.Queue()
     box.put(first, emitted(0))
     box.put(second, emitted(1))
     box.put(first, emitted(2))
     assert len(loop.calls) == 1  # three events, one wake-up
     loop.calls[0]()
-    assert [first.get_nowait().text, first.get_nowait().text] == ["e0", "e2"]
-    assert second.get_nowait().text == "e1" and first.empty()
+    assert [token(first), token(first)] == [0, 2]
+    assert token(second) == 1 and first.empty()
     box.put(first, emitted(3))  # after a delivery: a new batch, a new wake-up
     assert len(loop.calls) == 2
 
 
 def test_an_unbound_or_closed_loop_is_not_woken() -> None:
     box = Mailbox()
-    queue: asyncio.Queue[Emitted] = asyncio.Queue()
+    queue: asyncio.Queue[Event] = asyncio.Queue()
     box.put(queue, emitted(0))  # not bound yet: kept, nobody woken
     closed = StubLoop(closed=True)
     box.bind(closed)  # type: ignore[arg-type]
@@ -408,10 +423,10 @@ def test_an_unbound_or_closed_loop_is_not_woken() -> None:
 
 
 def test_events_from_another_thread_arrive_in_order() -> None:
-    async def go() -> list[str]:
+    async def go() -> list[int]:
         box = Mailbox()
         box.bind(asyncio.get_running_loop())
-        queue: asyncio.Queue[Emitted] = asyncio.Queue()
+        queue: asyncio.Queue[Event] = asyncio.Queue()
 
         def engine_thread() -> None:
             for i in range(200):
@@ -419,8 +434,72 @@ def test_events_from_another_thread_arrive_in_order() -> None:
 
         worker = threading.Thread(target=engine_thread)
         worker.start()
-        got = [(await asyncio.wait_for(queue.get(), 10)).text for _ in range(200)]
+        got = [(await asyncio.wait_for(queue.get(), 10))[1].token_ids[0] for _ in range(200)]
         worker.join()
         return got
 
-    assert asyncio.run(go()) == [f"e{i}" for i in range(200)]
+    assert asyncio.run(go()) == list(range(200))
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([{"role": "user", "content": 5}], "messages.0.content: expected a string, a list of"),
+        (
+            [{"role": "user", "content": [{"type": "text"}]}],
+            "messages.0.content.0: a text part needs a 'text' string",
+        ),
+        ([{"content": "x"}], "messages.0.role: Field required"),
+        ([], "messages: List should have at least 1 item"),
+        (
+            [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
+            "messages.0.content.0: part type 'input_audio' is not supported",
+        ),
+    ],
+)
+def test_refused_chat_requests_name_the_message(messages: Any, message: str) -> None:
+    engine = ScriptedBackend()
+    status, raw = post(engine, "/v1/chat/completions", {"messages": messages})
+    error = json.loads(raw)["error"]
+    assert status == 400 and error["message"].startswith(message) and error["param"] == "messages"
+    assert engine.submitted == []
+
+
+def test_unknown_fields_are_named_in_a_warning_and_ignored(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    body = {"prompt": "a", "max_tokens": 1, "colour": "red", "priority_class": 3}
+    with caplog.at_level(logging.WARNING, logger="servesim.serve"):
+        status, _ = post(ScriptedBackend(), "/v1/completions", body)
+    assert status == 200
+    (record,) = [r for r in caplog.records if r.name == "servesim.serve"]
+    assert "['colour', 'priority_class']" in record.getMessage()
+
+
+def test_continuous_usage_puts_the_count_so_far_on_every_chunk() -> None:
+    body = {
+        "prompt": "abc",
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    _, raw = post(ScriptedBackend(), "/v1/completions", body)
+    data = events(raw)
+    assert [d["usage"]["completion_tokens"] for d in data[:-1]] == [1, 2, 3, 3]
+    assert {d["usage"]["prompt_tokens"] for d in data[:-1]} == {3}
+
+
+def test_a_failed_submission_aborts_the_choices_already_submitted() -> None:
+    engine = ScriptedBackend(trickle=True)
+    real_submit = engine.submit
+
+    def second_fails(*args: Any) -> int:
+        if engine.submitted:
+            raise RuntimeError("engine full")
+        return real_submit(*args)
+
+    engine.submit = second_fails  # type: ignore[method-assign,assignment]
+    status, raw = post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 5, "n": 2})
+    error = json.loads(raw)["error"]
+    assert status == 500 and error["type"] == "InternalServerError"
+    assert "engine full" in error["message"] and engine.aborted == [0]

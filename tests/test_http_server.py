@@ -14,12 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("aiohttp")
+pytest.importorskip("prometheus_client")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from calibration.http_server import make_app  # noqa: E402
-from calibration.reference_engine import EOS_ID, Emitted, OnlineEngine  # noqa: E402
+from calibration.reference_engine import EOS_ID, OnlineEngine  # noqa: E402
+from sim.openai.server import make_app  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
+from sim.serving.stream import Emitted  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "validate_tiny_cpu.yaml"
 
@@ -59,7 +61,7 @@ def test_models_health_and_tokenize(engine: OnlineEngine) -> None:
         models = await (await client.get("/v1/models")).json()
         health = (await client.get("/health")).status
         prompt = await (await client.post("/tokenize", json={"prompt": "hello"})).json()
-        chat = {"messages": [{"role": "user", "content": "ab"}, {"content": "c"}]}
+        chat = {"messages": [{"role": "user", "content": "ab"}, {"role": "user", "content": "c"}]}
         messages = await (await client.post("/tokenize", json=chat)).json()
         return models, health, prompt, messages
 
@@ -71,7 +73,7 @@ def test_models_health_and_tokenize(engine: OnlineEngine) -> None:
     assert messages["count"] == 4  # "ab\nc": contents joined by newlines
 
 
-def test_streamed_completion_has_one_chunk_per_token(engine: OnlineEngine) -> None:
+def test_streamed_completion_has_one_chunk_per_engine_step(engine: OnlineEngine) -> None:
     body = {
         "model": "tiny",
         "prompt": "x" * 40,
@@ -91,8 +93,9 @@ def test_streamed_completion_has_one_chunk_per_token(engine: OnlineEngine) -> No
         "total_tokens": 47,
     }
     chunks = data[:-2]
-    assert len(chunks) == 7
-    assert all(len(c["choices"][0]["text"]) == 1 for c in chunks)
+    assert len(chunks) == 7  # one token per step: a chunk each, some empty (a split character)
+    text = "".join(c["choices"][0]["text"] for c in chunks)
+    assert 0 < len(text) <= 7 and len(text.encode()) >= len(text)
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 6 + ["length"]
 
 
@@ -103,32 +106,32 @@ def test_streamed_chat_starts_with_a_role_chunk(engine: OnlineEngine) -> None:
     assert status == 200 and data[-1] == "[DONE]"
     assert data[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     contents = [d["choices"][0]["delta"]["content"] for d in data[1:-1]]
-    assert len(contents) == 3 and all(contents)  # no usage chunk: not asked for
+    assert len(contents) == 3  # no usage chunk: not asked for
 
 
 def test_whole_answers_and_token_id_prompts(engine: OnlineEngine) -> None:
     status, raw = post(engine, "/v1/completions", {"prompt": [5, 6, 7], "max_tokens": 4})
     answer = json.loads(raw)
-    assert status == 200 and len(answer["choices"][0]["text"]) == 4
-    assert answer["usage"]["prompt_tokens"] == 3
+    assert status == 200 and len(answer["choices"][0]["text"]) <= 4  # 4 bytes at most
+    assert answer["usage"]["prompt_tokens"] == 3 and answer["usage"]["completion_tokens"] == 4
     status, raw = post(engine, "/v1/completions", {"prompt": ["ab"]})  # a batch of one
     assert status == 200 and json.loads(raw)["usage"]["completion_tokens"] == 16  # default
     chat = {"messages": [{"role": "user", "content": "hey"}], "max_tokens": 2}
     status, raw = post(engine, "/v1/chat/completions", chat)
     message = json.loads(raw)["choices"][0]["message"]
-    assert status == 200 and message["role"] == "assistant" and len(message["content"]) == 2
+    assert status == 200 and message["role"] == "assistant" and len(message["content"]) <= 2
 
 
 @pytest.mark.parametrize(
     ("path", "body", "status", "message"),
     [
-        ("/v1/completions", {"prompt": "x" * 1000, "max_tokens": 100}, 400, "max_model_len"),
-        ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens 0"),
-        ("/v1/completions", {"max_tokens": 3}, 400, "'prompt' must be"),
+        ("/v1/completions", {"prompt": "x" * 1000, "max_tokens": 100}, 400, "context length"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens: Input should"),
+        ("/v1/completions", {"max_tokens": 3}, 400, "prompt: Field required"),
         ("/v1/completions", [1, 2], 400, "JSON object"),
         ("/v1/completions", {"prompt": "x", "model": "gpt-9"}, 404, "gpt-9"),
-        ("/v1/chat/completions", {"messages": []}, 400, "'messages'"),
-        ("/tokenize", {"prompt": 3}, 400, "'prompt' must be"),
+        ("/v1/chat/completions", {"messages": []}, 400, "messages: List should have at least"),
+        ("/tokenize", {"prompt": 3}, 400, "prompt: Input should be a valid string"),
     ],
 )
 def test_bad_requests_get_an_error_object(
@@ -136,8 +139,8 @@ def test_bad_requests_get_an_error_object(
 ) -> None:
     got, raw = post(engine, path, body)
     assert got == status
-    error = json.loads(raw)
-    assert error["object"] == "error" and message in error["message"]
+    error = json.loads(raw)["error"]
+    assert error["code"] == status and message in error["message"]
 
 
 def test_a_body_that_is_not_json(engine: OnlineEngine) -> None:
@@ -146,7 +149,7 @@ def test_a_body_that_is_not_json(engine: OnlineEngine) -> None:
         return response.status, await response.json()
 
     status, error = with_client(engine, test)
-    assert status == 400 and "not JSON" in error["message"]
+    assert status == 400 and "not valid JSON" in error["error"]["message"]
 
 
 def test_concurrent_streams_are_batched_and_all_complete(engine: OnlineEngine) -> None:
@@ -192,7 +195,7 @@ def test_eos_stops_a_request_unless_ignore_eos(
     _, kept, done_kept = collect(engine, [9, 9, 9], 5, ignore_eos=True)
     assert done_stop.wait(30) and done_kept.wait(30)
     assert [e.finish_reason for e in stopped] == ["stop"]
-    assert stopped[0].num_generated_tokens == 1 and stopped[0].text == "\ufffd"
+    assert stopped[0].num_generated_tokens == 1 and stopped[0].token_ids == (EOS_ID,)
     assert [e.finish_reason for e in kept] == [None] * 4 + ["length"]
     assert kept[-1].num_generated_tokens == 5
 

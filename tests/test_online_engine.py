@@ -2,7 +2,7 @@
 
 A request ends at ``max_tokens`` ("length"), at EOS ("stop"), by ``abort``
 (its client went away: no final event), at once when it can never fit the
-KV pool ("abort", empty text), or when the engine loop itself fails ("abort"
+KV pool ("abort", no token), or when the engine loop itself fails ("abort"
 for every live request, and ``/health`` says so). The finishing-by-length
 and EOS paths are in ``tests/test_http_server.py``; these build their own
 engine (a small KV pool, one sequence at a time, or a loop made to fail).
@@ -24,9 +24,10 @@ pytest.importorskip("aiohttp")
 
 from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
-from calibration.http_server import make_app  # noqa: E402
-from calibration.reference_engine import Emitted, OnlineEngine  # noqa: E402
+from calibration.reference_engine import OnlineEngine  # noqa: E402
+from sim.openai.server import make_app  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
+from sim.serving.stream import Emitted, EngineLoad  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "validate_tiny_cpu.yaml"
 WAIT_S = 30.0  # a bound for the engine thread, never reached when it works
@@ -85,7 +86,7 @@ def test_ids_count_up_and_every_event_counts_its_tokens(small_pool: OnlineEngine
         assert [e.num_generated_tokens for e in sink.events] == [1, 2, 3]
         assert {e.num_prompt_tokens for e in sink.events} == {8}
         assert [e.finish_reason for e in sink.events] == [None, None, "length"]
-        assert all(len(e.text) >= 1 for e in sink.events)  # every token streams as text
+        assert all(len(e.token_ids) == 1 for e in sink.events)  # one token per step
     until(lambda: all_free(small_pool), "finished requests keep blocks")
 
 
@@ -94,7 +95,7 @@ def test_a_request_that_can_never_fit_is_finished_at_once(small_pool: OnlineEngi
     small_pool.submit([6] * 100, 5, True, sink)  # 100 prompt tokens > 64 in the pool
     assert sink.finished.wait(WAIT_S)
     (event,) = sink.events
-    assert (event.text, event.finish_reason, event.num_generated_tokens) == ("", "abort", 0)
+    assert (event.token_ids, event.finish_reason, event.num_generated_tokens) == ((), "abort", 0)
     assert all_free(small_pool) and small_pool.error is None
     after = Collector()  # the engine goes on serving
     small_pool.submit([6] * 10, 2, True, after)
@@ -109,7 +110,7 @@ def test_a_stream_that_can_never_fit_ends_with_abort(small_pool: OnlineEngine) -
 
     parts = [p for p in asyncio.run(go()).split("\n\n") if p]
     assert len(parts) == 2 and parts[-1] == "data: [DONE]"
-    assert '"text": ""' in parts[0] and '"finish_reason": "abort"' in parts[0]
+    assert '"text":""' in parts[0] and '"finish_reason":"abort"' in parts[0]
 
 
 def test_aborting_a_request_that_still_waits_takes_it_off_the_queue(
@@ -121,12 +122,17 @@ def test_aborting_a_request_that_still_waits_takes_it_off_the_queue(
     second = engine.submit([7] * 10, 5, True, waiting)
     until(lambda: running.events, "the first request never produced a token")
     assert [r.request_id for r in engine.core.waiting] == [second]  # one sequence at a time
+    load = engine.load()  # the gauges of /metrics
+    assert (load.num_running, load.num_waiting) == (1, 1)
+    blocks = engine.core.kv.num_blocks
+    assert 1 / blocks <= load.kv_cache_usage <= 1  # the running request holds blocks
     engine.abort(second)
     until(lambda: not engine.core.waiting, "the aborted request is still queued")
     engine.abort(first)
     until(lambda: all_free(engine), "aborted requests keep blocks")
     assert waiting.events == [] and not running.finished.is_set()  # aborts send nothing
     assert first not in engine.executor.slot_of and second not in engine.executor.slot_of
+    assert engine.load() == EngineLoad(0, 0, 0.0)
 
 
 def test_aborting_an_unknown_or_finished_request_is_harmless(small_pool: OnlineEngine) -> None:
@@ -156,7 +162,7 @@ def test_a_failing_loop_ends_every_live_request_and_health_says_so(
         sink = Collector()
         engine.submit([9] * 6, 4, True, sink)
         assert sink.finished.wait(WAIT_S)
-        assert [(e.text, e.finish_reason) for e in sink.events] == [("", "abort")]
+        assert [(e.token_ids, e.finish_reason) for e in sink.events] == [((), "abort")]
         until(lambda: engine.error is not None, "the loop's error was not kept")
         assert isinstance(engine.error, RuntimeError) and str(engine.error) == "boom"
 

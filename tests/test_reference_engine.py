@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from calibration.measure import Measurement, measure
-from calibration.tokenizer import ByteTokenizer, prompt_text
+from sim.openai.tokenizer import ByteTokenizer, prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
 from sim.engine.scheduler import StepPlan
@@ -86,9 +86,12 @@ def test_byte_tokenizer_round_trips_text() -> None:
     assert tok.decode(ids) == text
 
 
-def test_decode_folds_ids_beyond_the_byte_range() -> None:
+def test_decode_folds_ids_beyond_the_byte_range_into_printable_ascii() -> None:
     tok = ByteTokenizer()
-    assert tok.decode([tok.num_special + 65 + 256 * 7]) == "A"
+    beyond = range(tok.num_special + 256, 32000)  # the tiny model's vocabulary
+    texts = [tok.decode([t]) for t in beyond]
+    assert all(len(t) == 1 and t.isprintable() and t.isascii() for t in texts)
+    assert len(set(texts)) == 0x7F - 0x20  # every printable character, space to tilde
     assert tok.decode([0, 1, 2]) == ""
 
 

@@ -59,7 +59,7 @@ def test_serve_refuses_cuda_where_there_is_none(capsys: pytest.CaptureFixture[st
 def test_serve_listens_prints_its_url_and_stops_on_sigterm(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from calibration.http_server import serve
+    from sim.openai.server import serve
 
     async def pong(request: web.Request) -> web.Response:
         return web.Response(text="pong")
@@ -92,7 +92,7 @@ def test_serve_listens_prints_its_url_and_stops_on_sigterm(
 
 
 def test_serve_on_a_taken_port_names_the_port() -> None:
-    from calibration.http_server import serve
+    from sim.openai.server import serve
 
     async def go() -> None:
         holder = web.AppRunner(web.Application())
@@ -205,7 +205,7 @@ def test_serve_without_torch_names_the_extras(
 
     monkeypatch.setitem(sys.modules, "torch", None)
     err = one_line_error(capsys, ["serve", str(TINY)])
-    assert err.startswith("servesim serve needs PyTorch and aiohttp (")
+    assert err.startswith("servesim serve needs PyTorch for the reference engine (")
     assert err.endswith("): pip install -e '.[calibrate,http]'")
 
 

@@ -78,12 +78,16 @@ def test_serve_measure_over_http_and_validate(tmp_path: Path) -> None:
     assert summary["num_failed"] == 0 and summary["status"] == "complete"
     assert summary["prompt_tokens"].startswith("exact") and summary["ignore_eos"] is True
     # The server counted exactly the scenario's lengths, and streamed one chunk per token.
+    # A chunk with no text is not counted by the client: the server holds back the
+    # first byte of a character split across tokens (the rare sampled ids in the
+    # byte range above 127; sim.openai.tokenizer), so a few requests have fewer.
     assert requests["num_prompt_tokens"].tolist() == work.num_prompt_tokens.tolist()
     assert requests["num_generated_tokens"].tolist() == work.num_output_tokens.tolist()
-    assert (requests["num_chunks"] == requests["num_generated_tokens"]).all()
+    assert (requests["num_chunks"] <= requests["num_generated_tokens"]).all()
+    assert requests["num_chunks"].sum() >= 0.98 * requests["num_generated_tokens"].sum()
     assert (requests["arrival_s"] >= requests["scheduled_arrival_s"]).all()
     tokens = pd.read_parquet(measured / "tokens.parquet")
-    assert len(tokens) == int(work.num_output_tokens.sum())
+    assert len(tokens) == int(requests["num_chunks"].sum())
 
     validation = json.loads((report / "validation.json").read_text())
     (name, comparison), *_ = validation["predictions"].items()

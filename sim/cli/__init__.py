@@ -1,7 +1,7 @@
 """``servesim``: the command line, a thin layer over ``sim.api``.
 
 One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``,
-``import_run``, ``cost_breakdown``; ``calibrate``, ``measure``, ``validate`` and ``serve`` live in
+``import_run``, ``cost_breakdown``, ``serve``; ``calibrate``, ``measure`` and ``validate`` live in
 ``calibration``, which may import torch), each with ``add_parsers(subparsers)``.
 Every user error (a bad scenario, trace, option or artifact) is printed as one
 line on stderr and exits with status 2; there is no traceback.
@@ -57,6 +57,11 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             ("measure", "serve a scenario on the real model (PyTorch) and record latencies"),
             ("validate", "simulate measured runs and report the prediction error"),
+        ),
+    ),
+    (
+        "sim.cli.serve",
+        (
             (
                 "serve",
                 "serve a scenario's model on the reference engine as an OpenAI-compatible server",

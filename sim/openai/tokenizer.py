@@ -1,20 +1,27 @@
 """A byte-level tokenizer, and deterministic prompt text of a given token count.
 
 No real tokenizer ships offline for the random-weight calibration models, so
-the engine tokenizes with bytes: UTF-8 bytes ``b`` become ids ``b +
-NUM_SPECIAL``. That costs real CPU time per token (the point: tokenization
-and detokenization are part of what a measured run measures), and a prompt of
-``n`` ASCII characters is exactly ``n`` tokens. The model's vocabulary is
-larger than 256 + specials, so ids it samples outside the byte range are
-folded back into it when detokenizing (``id % 256``); the text is
-meaningless, the work is real.
+``servesim serve`` and the reference engine tokenize with bytes: UTF-8 bytes
+``b`` become ids ``b + NUM_SPECIAL``. That costs real CPU time per token (the
+point: tokenization and detokenization are part of what a measured run
+measures), and a prompt of ``n`` ASCII characters is exactly ``n`` tokens.
+The model's vocabulary is larger than 256 + specials, so ids it samples
+outside the byte range are folded into printable ASCII when detokenizing
+(one character each: a random model's output streams one character per
+token, as a client timing chunks expects; only the rare ids inside the byte
+range above 127 make multi-byte or invalid UTF-8). The text is meaningless,
+the work is real.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 NUM_SPECIAL = 3  # 0 = padding, 1 = beginning of sequence, 2 = end of sequence
+_FIRST_FOLDED = NUM_SPECIAL + 256  # ids from here on stand for no byte: folded into ASCII
+_PRINTABLE = 0x7F - 0x20  # the printable ASCII characters, space to tilde
 # Common English words, as text: a literal list would take a line per word.
 _WORDS = tuple(
     (  # noqa: SIM905
@@ -38,10 +45,17 @@ class ByteTokenizer:
         offset = NUM_SPECIAL
         return [b + offset for b in text.encode("utf-8")]
 
-    def decode(self, token_ids: list[int]) -> str:
+    def to_bytes(self, token_ids: Iterable[int]) -> bytes:
+        """The bytes ``token_ids`` stand for (special ids none; ids past the bytes one ASCII)."""
+        return bytes(
+            t - NUM_SPECIAL if t < _FIRST_FOLDED else 0x20 + (t - _FIRST_FOLDED) % _PRINTABLE
+            for t in token_ids
+            if t >= NUM_SPECIAL
+        )
+
+    def decode(self, token_ids: Iterable[int]) -> str:
         """Text of ``token_ids`` (special ids dropped, invalid UTF-8 replaced)."""
-        data = bytes((t - NUM_SPECIAL) % 256 for t in token_ids if t >= NUM_SPECIAL)
-        return data.decode("utf-8", errors="replace")
+        return self.to_bytes(token_ids).decode("utf-8", errors="replace")
 
 
 def prompt_text(num_tokens: int, rng: np.random.Generator) -> str:

@@ -1,0 +1,116 @@
+"""``GET /metrics``: the server's Prometheus metrics, under vLLM's names and labels.
+
+Load generators (aiperf, GuideLLM's server checks) and dashboards built for
+vLLM read these names; servesim measures them at the HTTP server: TTFT from
+the request's arrival at the handler to its first token's event on the event
+loop, inter-token latency between a request's token events, end-to-end
+latency to its last one. The gauges are read from the engine
+(``OnlineBackend.load``) at each scrape. Each app has its own registry, so
+two servers in one process (the tests) do not share counts.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from sim.serving.stream import EngineLoad, FinishReason
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+# vLLM's buckets (seconds) for the latency histograms.
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                  1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+                 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
+LABELS = ("model_name", "engine")
+
+
+class ServerMetrics:
+    """One server's counters, gauges and histograms (vLLM's v1 names)."""
+
+    def __init__(self, model_name: str) -> None:
+        # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
+        # switch is prometheus_client's, for the whole process, as vLLM sets it.
+        disable_created_metrics()
+        self.registry = CollectorRegistry()
+        self._labels = {"model_name": model_name, "engine": "0"}
+        r = self.registry
+        self._running = Gauge(
+            "vllm:num_requests_running", "Requests in the engine's running batch.", LABELS,
+            registry=r,
+        )  # fmt: skip
+        self._waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", LABELS, registry=r
+        )
+        self._kv = Gauge(
+            "vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1).", LABELS,
+            registry=r,
+        )  # fmt: skip
+        self._prompt = Counter(
+            "vllm:prompt_tokens", "Prompt tokens of finished requests.", LABELS, registry=r
+        )
+        self._generation = Counter(
+            "vllm:generation_tokens", "Generated tokens streamed to clients.", LABELS, registry=r
+        )
+        self._success = Counter(
+            "vllm:request_success", "Finished requests, by finish reason.",
+            (*LABELS, "finished_reason"), registry=r,
+        )  # fmt: skip
+        self._ttft = Histogram(
+            "vllm:time_to_first_token_seconds", "Time to first token (s).", LABELS,
+            buckets=TTFT_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self._itl = Histogram(
+            "vllm:inter_token_latency_seconds", "Gaps between a request's token events (s).",
+            LABELS, buckets=ITL_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self._e2e = Histogram(
+            "vllm:e2e_request_latency_seconds", "Arrival to last token (s).", LABELS,
+            buckets=E2E_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self._prompt_hist = Histogram(
+            "vllm:request_prompt_tokens", "Prompt tokens per request.", LABELS,
+            buckets=TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._generation_hist = Histogram(
+            "vllm:request_generation_tokens", "Generated tokens per request.", LABELS,
+            buckets=TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+
+    def first_token(self, ttft_s: float) -> None:
+        self._ttft.labels(**self._labels).observe(ttft_s)
+
+    def next_token(self, gap_s: float) -> None:
+        """A later token event of a request, ``gap_s`` after its previous one."""
+        self._itl.labels(**self._labels).observe(gap_s)
+
+    def generated(self, num_tokens: int) -> None:
+        """Tokens streamed (counted as they come, as vLLM counts them per step)."""
+        self._generation.labels(**self._labels).inc(num_tokens)
+
+    def finished(
+        self, reason: FinishReason, e2e_s: float, num_prompt_tokens: int, num_generated: int
+    ) -> None:
+        labels = self._labels
+        self._success.labels(**labels, finished_reason=reason).inc()
+        self._e2e.labels(**labels).observe(e2e_s)
+        self._prompt.labels(**labels).inc(num_prompt_tokens)
+        self._prompt_hist.labels(**labels).observe(num_prompt_tokens)
+        self._generation_hist.labels(**labels).observe(num_generated)
+
+    def render(self, load: EngineLoad) -> bytes:
+        """The text exposition format, the gauges read from ``load`` now."""
+        self._running.labels(**self._labels).set(load.num_running)
+        self._waiting.labels(**self._labels).set(load.num_waiting)
+        self._kv.labels(**self._labels).set(load.kv_cache_usage)
+        return generate_latest(self.registry)

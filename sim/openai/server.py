@@ -1,0 +1,519 @@
+"""``servesim serve``'s HTTP server: vLLM's OpenAI routes over any online engine.
+
+The server owns the text: it tokenizes prompts (``sim.openai.tokenizer``),
+hands token ids to the engine (``sim.serving.stream.OnlineBackend``: the
+reference engine or the simulated one) and turns the ids each step emits back
+into text incrementally (``sim.openai.detokenize``), with stop strings. The
+requests and answers are ``sim.openai.protocol``'s pydantic models; the
+metrics ``sim.openai.metrics``'. The routes and what each answers:
+docs/validation.md, "``servesim serve``".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel
+
+import sim
+from sim.errors import ConfigError
+from sim.openai import protocol as p
+from sim.openai.detokenize import IncrementalDetokenizer
+from sim.openai.metrics import CONTENT_TYPE, ServerMetrics
+from sim.openai.tokenizer import ByteTokenizer
+from sim.serving.stream import Emitted, FinishReason, OnlineBackend
+
+LOG = logging.getLogger("servesim.serve")
+
+Event = tuple[int, Emitted]  # (choice index, the engine's output for it)
+
+
+class Mailbox:
+    """Events from the engine thread, handed to the event loop in one wake-up per batch.
+
+    One ``call_soon_threadsafe`` per step instead of one per token: every wake-up
+    of the loop takes the GIL from the engine thread, which then waits for it back.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[asyncio.Queue[Event], Event]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Deliver into ``loop`` (the server's)."""
+        self._loop = loop
+
+    def put(self, events: asyncio.Queue[Event], event: Event) -> None:
+        """Called on the engine thread."""
+        with self._lock:
+            self._pending.append((events, event))
+            first = len(self._pending) == 1
+        if first and self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._deliver)  # RuntimeError if closed meanwhile
+
+    def _deliver(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for events, event in pending:
+            events.put_nowait(event)
+
+
+ENGINE = web.AppKey("engine", OnlineBackend)
+MODEL = web.AppKey("model", str)
+TOKENIZER = web.AppKey("tokenizer", ByteTokenizer)
+MAILBOX = web.AppKey("mailbox", Mailbox)
+METRICS = web.AppKey("metrics", ServerMetrics)
+
+
+def _json(model: BaseModel, status: int = 200) -> web.Response:
+    return web.Response(
+        text=model.model_dump_json(), status=status, content_type="application/json"
+    )
+
+
+def _error(status: int, message: str, param: str | None = None) -> web.Response:
+    return _json(p.error_body(status, message, param), status)
+
+
+@web.middleware
+async def _errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Every error as vLLM's nested body: refused requests, unknown routes, crashes."""
+    try:
+        return await handler(request)
+    except p.RequestError as error:
+        return _error(error.status, str(error), error.param)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        return _error(error.status, error.reason)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as error:  # a bug: the client gets a 500, the log the traceback
+        LOG.exception("servesim serve: %s %s failed", request.method, request.path)
+        return _error(500, f"{type(error).__name__}: {error}")
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        raise p.RequestError("the body is not valid JSON") from None
+
+
+def _check_model(request: web.Request, asked: str | None) -> None:
+    if asked not in (None, request.app[MODEL]):
+        raise p.RequestError(f"The model `{asked}` does not exist.", "model", status=404)
+
+
+def _check_supported(request: p.CompletionRequest | p.ChatCompletionRequest) -> None:
+    refused = request.unsupported()
+    if refused:
+        raise p.RequestError(f"{', '.join(refused)}: not supported by servesim serve", refused[0])
+    unknown = p.unknown_fields(request)
+    if unknown:
+        LOG.warning("The following fields were present in the request but ignored: %s", unknown)
+
+
+def _max_tokens(asked: int | None, default: int, num_prompt: int, max_model_len: int) -> int:
+    """``max_tokens`` checked against the context left after the prompt (vLLM's messages)."""
+    if num_prompt == 0:
+        raise p.RequestError("The prompt is empty: give at least one token.", "prompt")
+    room = max_model_len - num_prompt
+    if room < 1:
+        raise p.RequestError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"request has {num_prompt} input tokens. Please reduce the length of the input."
+        )
+    max_tokens = min(default, room) if asked is None else asked
+    if max_tokens > room:
+        raise p.RequestError(
+            f"'max_tokens' is too large: {max_tokens}. This model's maximum context length is "
+            f"{max_model_len} tokens and your request has {num_prompt} input tokens "
+            f"({max_tokens} > {max_model_len} - {num_prompt}).",
+            "max_tokens",
+        )
+    return max_tokens
+
+
+@dataclass
+class Choice:
+    """One generation of a request: its engine request, text and end."""
+
+    index: int
+    num_prompt_tokens: int
+    detokenizer: IncrementalDetokenizer
+    request_id: int  # the engine's
+    num_generated_tokens: int = 0
+    finish_reason: FinishReason | None = None
+    stop_reason: str | None = None
+    last_event_s: float | None = None
+    pieces: list[str] = field(default_factory=list)
+
+    def usage(self) -> p.UsageInfo:
+        n = self.num_prompt_tokens
+        return p.UsageInfo(
+            prompt_tokens=n,
+            completion_tokens=self.num_generated_tokens,
+            total_tokens=n + self.num_generated_tokens,
+        )
+
+
+class Generation:
+    """A request's choices on the engine, and their events as they arrive."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        prompts: list[list[int]],
+        n: int,
+        max_tokens: list[int],
+        stop: tuple[str, ...],
+        ignore_eos: bool,
+    ) -> None:
+        app = request.app
+        self.engine, self.metrics = app[ENGINE], app[METRICS]
+        self.arrival_s = time.perf_counter()
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.num_prompt_tokens = sum(len(ids) for ids in prompts)
+        tokenizer, mailbox = app[TOKENIZER], app[MAILBOX]
+        self.choices: list[Choice] = []
+        # vLLM's order: choice i * n + k is the k-th generation of prompt i.
+        for i, (ids, limit) in enumerate(zip(prompts, max_tokens, strict=True)):
+            for k in range(n):
+                index = i * n + k
+
+                def sink(event: Emitted, index: int = index) -> None:  # the engine's thread
+                    mailbox.put(self.events, (index, event))
+
+                try:
+                    request_id = self.engine.submit(ids, limit, ignore_eos, sink)
+                except BaseException:
+                    self.abort()  # the choices submitted before: nobody will read them
+                    raise
+                detokenizer = IncrementalDetokenizer(tokenizer, stop)
+                self.choices.append(Choice(index, len(ids), detokenizer, request_id))
+
+    @property
+    def done(self) -> bool:
+        return all(c.finish_reason is not None for c in self.choices)
+
+    def usage(self) -> p.UsageInfo:
+        generated = sum(c.num_generated_tokens for c in self.choices)
+        n = self.num_prompt_tokens
+        return p.UsageInfo(prompt_tokens=n, completion_tokens=generated, total_tokens=n + generated)
+
+    async def next(self) -> tuple[Choice, str] | None:
+        """The next event as (choice, new text); None for one of a finished choice."""
+        index, event = await self.events.get()
+        choice = self.choices[index]
+        if choice.finish_reason is not None:
+            return None  # the engine's tokens after a stop string, before it heard of it
+        now = time.perf_counter()
+        new_tokens = event.num_generated_tokens - choice.num_generated_tokens
+        if event.token_ids:
+            if choice.last_event_s is None:
+                self.metrics.first_token(now - self.arrival_s)
+            else:
+                self.metrics.next_token(now - choice.last_event_s)
+            choice.last_event_s = now
+            self.metrics.generated(max(new_tokens, 0))
+        choice.num_generated_tokens = event.num_generated_tokens
+        delta = choice.detokenizer.push(event.token_ids, final=event.finish_reason is not None)
+        if delta.stop is not None:
+            choice.finish_reason, choice.stop_reason = "stop", delta.stop
+            if event.finish_reason is None:
+                self.engine.abort(choice.request_id)
+        else:
+            choice.finish_reason = event.finish_reason
+        if choice.finish_reason is not None:
+            self.metrics.finished(
+                choice.finish_reason,
+                now - self.arrival_s,
+                choice.num_prompt_tokens,
+                choice.num_generated_tokens,
+            )
+        choice.pieces.append(delta.text)
+        return choice, delta.text
+
+    def abort(self) -> None:
+        """The client went away: stop every unfinished choice."""
+        for choice in self.choices:
+            if choice.finish_reason is None:
+                self.engine.abort(choice.request_id)
+
+
+def _sse(model: BaseModel) -> bytes:
+    return b"data: " + model.model_dump_json().encode() + b"\n\n"
+
+
+def _completion_chunk(
+    rid: str, model: str, created: int, choice: Choice, text: str
+) -> p.CompletionResponse:
+    return p.CompletionResponse(
+        id=rid,
+        created=created,
+        model=model,
+        choices=[
+            p.CompletionChoice(
+                index=choice.index,
+                text=text,
+                finish_reason=choice.finish_reason,
+                stop_reason=choice.stop_reason,
+            )
+        ],
+    )
+
+
+def _chat_chunk(
+    rid: str, model: str, created: int, index: int, delta: p.DeltaMessage, choice: Choice | None
+) -> p.ChatCompletionChunk:
+    return p.ChatCompletionChunk(
+        id=rid,
+        created=created,
+        model=model,
+        choices=[
+            p.ChatStreamChoice(
+                index=index,
+                delta=delta,
+                finish_reason=choice.finish_reason if choice else None,
+                stop_reason=choice.stop_reason if choice else None,
+            )
+        ],
+    )
+
+
+async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    app = request.app
+    engine, model, tokenizer = app[ENGINE], app[MODEL], app[TOKENIZER]
+    body = await _body(request)
+    req: p.CompletionRequest | p.ChatCompletionRequest
+    if chat:
+        req = p.parse(p.ChatCompletionRequest, body)
+        _check_model(request, req.model)
+        _check_supported(req)
+        prompts = [tokenizer.encode(req.prompt_text())]
+        asked, default = req.wanted_tokens(), engine.max_model_len_tokens  # vLLM's default
+    else:
+        req = p.parse(p.CompletionRequest, body)
+        _check_model(request, req.model)
+        _check_supported(req)
+        prompts = [tokenizer.encode(x) if isinstance(x, str) else x for x in req.prompts()]
+        asked, default = req.max_tokens, 16  # vLLM's default for completions
+    limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
+    generation = Generation(request, prompts, req.n, limits, req.stop_strings(), req.ignore_eos)
+    first = generation.choices[0].request_id
+    rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
+    try:
+        if req.stream:
+            return await _stream(request, generation, rid, chat, req.stream_options)
+        return await _whole(generation, rid, model, chat)
+    except asyncio.CancelledError:
+        generation.abort()  # the client left a whole answer, or the server is stopping
+        raise
+
+
+async def _stream(
+    request: web.Request,
+    generation: Generation,
+    rid: str,
+    chat: bool,
+    options: p.StreamOptions | None,
+) -> web.StreamResponse:
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    try:
+        await _send_events(response, request.app[MODEL], generation, rid, chat, options)
+    except ConnectionResetError:
+        # The client hung up mid-stream (aiohttp: "Cannot write to closing
+        # transport"): its right, not a server error. Stop generating for it and
+        # end the handler quietly; raising would make aiohttp log a traceback.
+        generation.abort()
+    return response
+
+
+async def _send_events(
+    response: web.StreamResponse,
+    model: str,
+    generation: Generation,
+    rid: str,
+    chat: bool,
+    options: p.StreamOptions | None,
+) -> None:
+    """A stream's chunks: roles (chat), one per engine event, usage if asked, [DONE]."""
+    options = options or p.StreamOptions()
+    created = p.now_s()
+    if chat:
+        for choice in generation.choices:
+            role = p.DeltaMessage(role="assistant", content="")
+            await response.write(_sse(_chat_chunk(rid, model, created, choice.index, role, None)))
+    while not generation.done:
+        step = await generation.next()
+        if step is None:
+            continue
+        choice, text = step
+        chunk: p.CompletionResponse | p.ChatCompletionChunk
+        if chat:
+            delta = p.DeltaMessage(content=text)
+            chunk = _chat_chunk(rid, model, created, choice.index, delta, choice)
+        else:
+            chunk = _completion_chunk(rid, model, created, choice, text)
+        if options.continuous_usage_stats:
+            chunk.usage = choice.usage()
+        await response.write(_sse(chunk))
+    if options.include_usage:
+        usage: p.CompletionResponse | p.ChatCompletionChunk
+        if chat:
+            usage = p.ChatCompletionChunk(id=rid, created=created, model=model, choices=[])
+        else:
+            usage = p.CompletionResponse(id=rid, created=created, model=model, choices=[])
+        usage.usage = generation.usage()
+        await response.write(_sse(usage))
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+
+
+async def _whole(generation: Generation, rid: str, model: str, chat: bool) -> web.Response:
+    """A non-streamed answer: every choice's whole text at once."""
+    while not generation.done:
+        await generation.next()
+    if chat:
+        chat_choices = [
+            p.ChatChoice(
+                index=c.index,
+                message=p.ChatMessage(content="".join(c.pieces)),
+                finish_reason=c.finish_reason,
+                stop_reason=c.stop_reason,
+            )
+            for c in generation.choices
+        ]
+        return _json(
+            p.ChatCompletionResponse(
+                id=rid, model=model, choices=chat_choices, usage=generation.usage()
+            )
+        )
+    choices = [
+        p.CompletionChoice(
+            index=c.index,
+            text="".join(c.pieces),
+            finish_reason=c.finish_reason,
+            stop_reason=c.stop_reason,
+        )
+        for c in generation.choices
+    ]
+    return _json(
+        p.CompletionResponse(id=rid, model=model, choices=choices, usage=generation.usage())
+    )
+
+
+async def tokenize(request: web.Request) -> web.Response:
+    """``POST /tokenize``: vLLM's answer shape (``count``, ``max_model_len``, ``tokens``)."""
+    req = p.parse(p.TokenizeRequest, await _body(request))
+    _check_model(request, req.model)
+    if (req.prompt is None) == (req.messages is None):
+        raise p.RequestError("give either 'prompt' or 'messages'", "prompt")
+    if req.messages is not None:
+        text = "\n".join(m.text(i) for i, m in enumerate(req.messages))
+    else:
+        text = req.prompt or ""
+    ids = request.app[TOKENIZER].encode(text)
+    max_len = request.app[ENGINE].max_model_len_tokens
+    return _json(p.TokenizeResponse(count=len(ids), max_model_len=max_len, tokens=ids))
+
+
+async def detokenize(request: web.Request) -> web.Response:
+    """``POST /detokenize``: token ids back to text."""
+    req = p.parse(p.DetokenizeRequest, await _body(request))
+    _check_model(request, req.model)
+    return _json(p.DetokenizeResponse(prompt=request.app[TOKENIZER].decode(req.tokens)))
+
+
+async def models(request: web.Request) -> web.Response:
+    """``GET /v1/models``."""
+    model = request.app[MODEL]
+    card = p.ModelCard(id=model, root=model, max_model_len=request.app[ENGINE].max_model_len_tokens)
+    return _json(p.ModelList(data=[card]))
+
+
+async def health(request: web.Request) -> web.Response:
+    """``GET /health`` (and ``/ping``): 200 while the engine loop runs, else 503."""
+    error = request.app[ENGINE].error
+    if error is not None:
+        return web.Response(status=503, text=f"engine stopped: {error}")
+    return web.Response(status=200)
+
+
+async def version(request: web.Request) -> web.Response:
+    """``GET /version``: servesim's version."""
+    return web.json_response({"version": sim.__version__})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """``GET /metrics``: Prometheus text format, vLLM's metric names."""
+    body = request.app[METRICS].render(request.app[ENGINE].load())
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+def make_app(
+    engine: OnlineBackend, model: str, tokenizer: ByteTokenizer | None = None
+) -> web.Application:
+    """The aiohttp application around a started ``engine``."""
+    app = web.Application(middlewares=[_errors])
+    app[ENGINE] = engine
+    app[MODEL] = model
+    app[TOKENIZER] = tokenizer or ByteTokenizer()
+    app[MAILBOX] = Mailbox()
+    app[METRICS] = ServerMetrics(model)
+
+    async def bind(app: web.Application) -> None:
+        app[MAILBOX].bind(asyncio.get_running_loop())
+
+    app.on_startup.append(bind)
+    app.router.add_get("/health", health)
+    app.router.add_get("/ping", health)
+    app.router.add_post("/ping", health)
+    app.router.add_get("/version", version)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/tokenize", tokenize)
+    app.router.add_post("/detokenize", detokenize)
+    app.router.add_post("/v1/completions", partial(_generate, chat=False))
+    app.router.add_post("/v1/chat/completions", partial(_generate, chat=True))
+    return app
+
+
+async def serve(app: web.Application, host: str, port: int, model: str) -> None:
+    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as error:
+            raise ConfigError(
+                f"--port {port}: cannot listen on {host} ({error.strerror})"
+            ) from None
+        bound_host, bound_port = runner.addresses[0][:2]
+        print(
+            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
