@@ -11,6 +11,8 @@ timing against the wall clock is ``benchmarks/simulated_server.py``'s).
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,8 @@ import numpy as np
 import pytest
 
 from sim.api import engine_for
+from sim.cli import main as cli_main
+from sim.cli.serve import cost_source
 from sim.scenario import load_scenario
 from sim.serving.realtime import SimulatedEngine, block_hashes, token_ids
 from sim.serving.replica_config import ReplicaConfig
@@ -258,3 +262,57 @@ def test_the_thread_serves_requests_on_the_wall_clock() -> None:
     for i, record in enumerate(records):
         assert sum(len(e.token_ids) for e in record.events) == 3 + i
         assert record.events[-1].finish_reason == "length"
+
+
+# --- behind the OpenAI server, and the command line ----------------------------------------
+
+
+def test_a_stream_through_the_openai_server_reads_its_letters() -> None:
+    aiohttp_test = pytest.importorskip("aiohttp.test_utils")
+    from sim.openai.server import make_app
+
+    engine = SimulatedEngine(config_of())
+    engine.start()
+
+    async def go() -> tuple[str, dict[str, int]]:
+        async with aiohttp_test.TestClient(
+            aiohttp_test.TestServer(make_app(engine, "m"))
+        ) as client:
+            body = {"prompt": "hello", "max_tokens": 5, "stream": True}
+            body["stream_options"] = {"include_usage": True}
+            response = await client.post("/v1/completions", json=body)
+            raw = await response.text()
+        chunks = [json.loads(p[6:]) for p in raw.split("\n\n") if p.startswith("data: {")]
+        text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+        return text, chunks[-1]["usage"]
+
+    try:
+        text, usage = asyncio.run(go())
+    finally:
+        engine.stop()
+    assert text == "abcde"
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (5, 5)
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err.removeprefix("servesim: error: ").strip()
+
+
+def test_the_cli_refuses_a_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    err = one_line_error(capsys, ["serve", "--simulate", str(SCENARIOS / "replicas.yaml")])
+    assert err.startswith("cluster: servesim serve --simulate serves one replica")
+
+
+def test_the_cli_refuses_the_reference_engines_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("calibration.cli")
+    argv = ["serve", "--simulate", str(SCENARIOS / "llama70b_tp.yaml"), "--threads", "2"]
+    assert one_line_error(capsys, argv).startswith("--threads: set the reference engine's model")
+
+
+def test_the_cost_source_says_measured_or_guessed() -> None:
+    assert cost_source(config_of().cost).startswith("the roofline (a guess")
+    chat = engine_for(load_scenario(SCENARIOS / "chat.yaml"))
+    assert cost_source(chat.cost) == "measured kernel tables"
