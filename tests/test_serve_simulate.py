@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from benchmark_module import load_benchmark
 
 from sim.api import engine_for
 from sim.cli import main as cli_main
@@ -28,7 +30,7 @@ from sim.serving.realtime import SimulatedEngine, block_hashes, token_ids
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import Simulation
 from sim.serving.stream import Emitted, Sink
-from sim.workload.generate import RequestArrays
+from sim.workload.generate import RequestArrays, generate_open_loop
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 WAIT_S = 30.0  # a bound for the engine thread, never reached when it works
@@ -316,3 +318,31 @@ def test_the_cost_source_says_measured_or_guessed() -> None:
     assert cost_source(config_of().cost).startswith("the roofline (a guess")
     chat = engine_for(load_scenario(SCENARIOS / "chat.yaml"))
     assert cost_source(chat.cost) == "measured kernel tables"
+
+
+def test_measure_endpoint_against_serve_simulate_end_to_end(tmp_path: Path) -> None:
+    # benchmarks/simulated_server.py's path on a small workload, in subprocesses:
+    # what must hold on any machine (counts, lengths, one chunk a token); how
+    # close the latencies come to the prediction is the benchmark's to print.
+    bench = load_benchmark("simulated_server")
+    sets = [
+        *bench.DEFAULT_SETS,
+        "workload.num_requests=30",
+        "workload.arrival.rate_per_s=20",
+        "workload.output_tokens.median_tokens=8",
+        "workload.output_tokens.max_tokens=16",
+    ]
+    server, url = bench.start_server(bench.SCENARIO, sets)
+    try:
+        summary = bench.measure(bench.SCENARIO, sets, url, tmp_path / "measured")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    requests = pd.read_parquet(tmp_path / "measured" / "requests.parquet")
+    assert summary["completed"] == 30 and summary["num_failed"] == 0
+    assert summary["prompt_tokens"].startswith("exact")
+    assert (requests["num_generated_tokens"] == requests["num_output_tokens"]).all()
+    assert (requests["num_chunks"] == requests["num_output_tokens"]).all()
+    planned = load_scenario(SCENARIOS / "llama70b_tp.yaml", sets)
+    work = generate_open_loop(planned.workload, np.random.default_rng(planned.seed))
+    assert requests["num_prompt_tokens"].tolist() == work.num_prompt_tokens.tolist()
