@@ -30,7 +30,7 @@ from sim.serving.realtime import SimulatedEngine, block_hashes, token_ids
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import Simulation
 from sim.serving.stream import Emitted, Sink
-from sim.workload.generate import RequestArrays, generate_open_loop
+from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 WAIT_S = 30.0  # a bound for the engine thread, never reached when it works
@@ -344,5 +344,6 @@ def test_measure_endpoint_against_serve_simulate_end_to_end(tmp_path: Path) -> N
     assert (requests["num_generated_tokens"] == requests["num_output_tokens"]).all()
     assert (requests["num_chunks"] == requests["num_output_tokens"]).all()
     planned = load_scenario(SCENARIOS / "llama70b_tp.yaml", sets)
+    assert not isinstance(planned.workload, ClosedLoopWorkload)
     work = generate_open_loop(planned.workload, np.random.default_rng(planned.seed))
     assert requests["num_prompt_tokens"].tolist() == work.num_prompt_tokens.tolist()
