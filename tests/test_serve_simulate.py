@@ -26,6 +26,7 @@ from sim.api import engine_for
 from sim.cli import main as cli_main
 from sim.cli.serve import cost_source
 from sim.scenario import load_scenario
+from sim.serving import realtime
 from sim.serving.realtime import SimulatedEngine, block_hashes, token_ids
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import Simulation
@@ -354,3 +355,33 @@ def test_measure_endpoint_against_serve_simulate_end_to_end(tmp_path: Path) -> N
     assert not isinstance(planned.workload, ClosedLoopWorkload)
     work = generate_open_loop(planned.workload, np.random.default_rng(planned.seed))
     assert requests["num_prompt_tokens"].tolist() == work.num_prompt_tokens.tolist()
+
+
+def test_a_request_waiting_on_an_idle_engine_can_be_aborted() -> None:
+    # Static batching holds a lone request for up to max_wait_s with nothing running.
+    config = engine_for(
+        load_scenario(SCENARIOS / "static_vs_continuous.yaml", ["scheduler.max_wait_s=10"])
+    )
+    engine = SimulatedEngine(config, Clock())
+    record = Record()
+    request_id = engine.submit([65] * 32, 4, True, sink_for(engine, record))
+    assert engine.run_until(1.0) > 1.0  # admitted, waiting for a batch
+    assert len(engine.core.waiting) == 1
+    engine.abort(request_id)
+    engine.run_until(1.0)
+    assert len(engine.core.waiting) == 0 and record.events == []
+    assert engine.run_until(float("inf")) == float("inf")
+
+
+def test_the_logs_are_dropped_once_idle_and_serving_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(realtime, "_LOG_STEPS", 5)
+    config = config_of()
+    arrivals, prompts, outputs = [0.0, 5.0], [50, 50], [20, 20]
+    engine, records = drive(config, arrivals, prompts, outputs)
+    assert engine.core.steps.frame().empty and engine.core.records.frame().empty
+    first_s, finish_s = offline(config, arrivals, prompts, outputs)
+    assert [r.times_s[0] for r in records] == pytest.approx(first_s.tolist(), abs=1e-9)
+    assert [r.times_s[-1] for r in records] == pytest.approx(finish_s.tolist(), abs=1e-9)
+    assert sum(len(e.token_ids) for e in records[1].events) == 20

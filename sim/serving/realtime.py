@@ -72,9 +72,9 @@ from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
 # server decodes them; 0, 1, 2 are padding, BOS and EOS, never emitted here.
 _FIRST_BYTE_ID = 3
 _LETTER_IDS = tuple(_FIRST_BYTE_ID + b for b in b"abcdefghijklmnopqrstuvwxyz")
-# A server runs for days: the core's step log, queue series and records grow a
-# row a step or a request. They are dropped, while nothing is live, after this
-# many steps (nothing reads them back: policies only append to the log).
+# A server runs for days: the core's step log, queue series, records and gap
+# lists grow a row a step or a request. They are dropped, while nothing is live,
+# after this many steps (nothing reads them back: policies only append to the log).
 _LOG_STEPS = 1 << 16
 
 
@@ -219,6 +219,8 @@ class SimulatedEngine:
             if now is None:  # idle: until a request is ready, or the policy's wake-up
                 due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
                 if due > time_s or due == math.inf:
+                    if self._to_end:  # a waiting request's client left while idle
+                        self._end_aborted(max(time_s, self._idle_since_s))
                     return due
                 # Never before the empty plan: a submission taken in just after
                 # it may carry an arrival a hair earlier (another thread's clock).
@@ -330,7 +332,10 @@ class SimulatedEngine:
     def _drop_logs_if_idle(self) -> None:
         """Forget the core's logs when nothing is live and they have grown (``_LOG_STEPS``)."""
         if self._steps_since_logs >= _LOG_STEPS and not self._live and not self._pending:
-            self.core.new_logs()
+            core = self.core
+            core.new_logs()
+            for kept in (core.rejections, core.later_runs, core.extra_itl_s, core.extra_itl_from_s):
+                kept.clear()
             self._steps_since_logs = 0
 
     # -- the thread -------------------------------------------------------------
