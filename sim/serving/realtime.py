@@ -34,9 +34,9 @@ ends by length (or by ``abort``, or refused at admission).
 API server, IPC to the engine core, tokenization; ~10 ms by default) is added
 after ``submit``: the request becomes ready to schedule that much later. The
 server's own HTTP parsing and tokenization before ``submit`` are real and come
-on top; they are well under a millisecond for servesim's byte tokenizer,
-against the ~10 ms modelled for vLLM's, so the modelled delay is added whole
-rather than guessed at a part of it. The way out is *not* added: the server's
+on top; they take about a millisecond (docs/validation.md), against the ~10 ms
+modelled for vLLM's, so the modelled delay is added whole rather than a guessed
+remainder of it. The way out is *not* added: the server's
 real output path (the engine thread's hand-over, JSON, the socket) stands for
 the modelled one (``output_step_s + detokenize_s_per_token`` per output, ~0.2
 ms), which it matches in kind and roughly in size.
@@ -68,8 +68,8 @@ from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import replica_core
 from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
 
-# The byte tokenizer's ids (calibration.tokenizer, sim.openai): byte + 3, as the
-# server decodes them; 0, 1, 2 are padding, BOS and EOS, never emitted here.
+# The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
+# one): byte + 3; 0, 1, 2 are padding, BOS and EOS, never emitted here.
 _FIRST_BYTE_ID = 3
 _LETTER_IDS = tuple(_FIRST_BYTE_ID + b for b in b"abcdefghijklmnopqrstuvwxyz")
 # A server runs for days: the core's step log, queue series, records and gap
