@@ -25,6 +25,7 @@ from sim.api import cost_model_for
 from sim.cost.base import CostModel, StepShape
 from sim.cost.fitted import ScaledCost
 from sim.errors import ConfigError
+from sim.metrics.figure_data import caption_line, cost_model_tag
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
@@ -96,11 +97,13 @@ def load_measured(
         if not measured.summary.get("model") and assume_model:
             measured.summary["model"] = assume_model
         return measured
-    from sim.validation.importers import detect_format, import_run
+    from sim.validation.importers import PHASES_FILE, detect_format, import_run
 
     try:
         fmt = detect_format(folder)  # ConfigError, too, when there is no such path
-    except ConfigError:
+    except ConfigError as error:
+        if (folder / PHASES_FILE).is_file():  # an import of several phases: name them
+            raise ConfigError(f"--measured {error}") from None
         raise ConfigError(
             f"--measured {folder}: not a servesim measure folder nor a run in a known "
             "format (servesim import-run --help)"
@@ -115,6 +118,7 @@ def load_measured(
         "model": model or assume_model,
         "num_failed": run.meta.get("num_failed", 0),
         "engine_settings": imported_engine_settings(engine),
+        "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
     }
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
@@ -135,6 +139,9 @@ class Validation:
     noise: dict[str, Any] | None
     facts: dict[str, object]
     latencies: dict[str, Latencies]
+    # The figure's line (sim.metrics.figure_data.caption_line): scenario, model, GPU
+    # and the base prediction's cost model, measured or a guess.
+    caption: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -183,7 +190,7 @@ def validate(
         predictions["microbenchmarks x machine drift"] = ScaledCost(base_cost, drift["both"])
     comparisons = {}
     for name, model in predictions.items():
-        result = predict(scenario, measured.requests, model, base_dir)
+        result = predict(scenario, measured.requests, model, base_dir, measured.summary.get("load"))
         lat = simulated_latencies(result)
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
@@ -205,7 +212,13 @@ def validate(
         facts[DRIFT_FACT] = f"x{drift['before']:.3f} before the run, x{drift['after']:.3f} after"
     if second is not None:
         facts["noise floor"] = f"{second.path} vs {measured.path}"
-    return Validation(comparisons, noise, facts, latencies)
+    caption = caption_line(
+        f"scenario {scenario.name}",
+        scenario.model.name,
+        scenario.hardware.name,
+        cost_model_tag(base_cost.label),
+    )
+    return Validation(comparisons, noise, facts, latencies, caption)
 
 
 def write_validation(validation: Validation, out_dir: str | Path, title: str) -> list[Path]:
@@ -225,7 +238,7 @@ def write_validation(validation: Validation, out_dir: str | Path, title: str) ->
     )
     data = out / "validation.json"
     data.write_text(summary_to_json(validation.to_json()) + "\n", encoding="utf-8")
-    plot = plot_cdfs(validation.latencies, out / "cdf.png", title)
+    plot = plot_cdfs(validation.latencies, out / "cdf.png", title, validation.caption)
     return [report, data, plot]
 
 

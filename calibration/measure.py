@@ -145,6 +145,11 @@ def measure(
     """
     if isinstance(scenario.workload, ClosedLoopWorkload):
         raise ConfigError("workload: servesim measure replays open-loop workloads only")
+    if scenario.workload.max_concurrency is not None:
+        raise ConfigError(
+            "workload.max_concurrency: the in-process measure sends every request at its "
+            "arrival time; measure a capped load on a server (--endpoint)"
+        )
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is available here")
     # The simulator's own core factory; raises for what the reference engine cannot run.

@@ -68,6 +68,7 @@ from calibration.sampling import SamplingParams, sample
 from sim.api import core_config_for
 from sim.cost.base import SHAPE_FIELDS
 from sim.engine.kv_cache import prefix_describer
+from sim.engine.records import reason_column
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan
 from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
@@ -353,7 +354,7 @@ class WallClockEngine:
         core = self.core
         core.flush_unfinished()
         requests = core.records.frame().sort_values("request_id", ignore_index=True)
-        requests["rejection_reason"] = requests["request_id"].map(core.rejections)
+        requests["rejection_reason"] = reason_column(requests["request_id"], core.rejections)
         steps = pd.DataFrame(self.step_rows, columns=list(STEP_FIELDS))
         steps["batch"] = self.batches
         tokens = pd.DataFrame(self.token_rows, columns=list(TOKEN_DTYPES)).astype(TOKEN_DTYPES)

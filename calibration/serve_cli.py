@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calibration.cli import add_torch_arguments, checked_dtype, torch_missing
-from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint
+from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint, refuse_endpoint_options
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _measure(args: argparse.Namespace, out: Path) -> Path:
     if args.endpoint:  # a live server: no torch needed
         return measure_endpoint(args, out)
+    refuse_endpoint_options(args)  # --profile, --max-concurrency, ...: --endpoint only
     from pydantic import ValidationError
 
     try:

@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import pytest
@@ -165,7 +166,12 @@ def test_per_request_slo_takes_each_metrics_largest_limit() -> None:
 def test_t_critical_values_shrink_towards_normal() -> None:
     values = [t95(d) for d in (1, 2, 5, 10, 30, 45, 100, 10_000)]
     assert values == sorted(values, reverse=True)
-    assert t95(1) == pytest.approx(12.706) and t95(10_000) == pytest.approx(1.96)
+    # Closed forms: t with 1 degree of freedom is Cauchy's, with 2 it is
+    # (2p - 1) / sqrt(2 p (1 - p)); with many, the normal's z plus (z^3 + z) / (4 dof).
+    assert t95(1) == pytest.approx(math.tan(math.pi * 0.475))
+    assert t95(2) == pytest.approx(0.95 / math.sqrt(2 * 0.975 * 0.025))
+    z = NormalDist().inv_cdf(0.975)
+    assert t95(10_000) == pytest.approx(z + (z**3 + z) / 40_000, rel=1e-7)
     with pytest.raises(ValueError):
         t95(0)
 

@@ -270,7 +270,7 @@ def test_a_refused_scenario_ends_the_figure_process(
 def test_each_figure_is_drawn_in_a_process_of_its_own(
     result: Result, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def pid_writer(*args: Any) -> Path:
+    def pid_writer(*args: Any, **kwargs: Any) -> Path:
         path = Path(args[-1])
         path.write_text(str(os.getpid()))
         return path

@@ -71,6 +71,14 @@ def test_the_api_imports_neither_matplotlib_nor_torch_nor_pandas() -> None:
     assert "numpy" in imported  # the probe sees what is imported
 
 
+def test_scipy_comes_only_with_the_numerics_that_use_it() -> None:
+    # The fit's optimiser, the capacity search's t quantiles and validation's KS statistic
+    # import scipy inside the function (~0.2 s): importing their modules does not.
+    modules = "sim.api, sim.validation.fit, sim.validation.predict, sim.planning.capacity"
+    assert "scipy" not in _imported_after(f"import {modules}")
+    assert "scipy" in _imported_after("from sim.planning.capacity import t95\nt95(3)")
+
+
 def test_a_small_run_s_summary_imports_neither_numpy_ma_nor_the_compiled_loop() -> None:
     # numpy.ma (~30 ms, np.unique's import) and the compiled loop's modules (~15 ms)
     # would come before the summary; a small run needs neither.

@@ -385,7 +385,9 @@ def test_ctrl_c_before_sending_has_nothing_to_keep(monkeypatch: pytest.MonkeyPat
 
 
 def test_ctrl_c_while_sending_keeps_the_run_as_interrupted(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def interrupted(work: Any, opts: Any, state: RunState, seed: int) -> None:
+    async def interrupted(
+        work: Any, opts: Any, state: RunState, seed: int, streams: Any = None
+    ) -> None:
         state.origin_s = 100.0
         state.outcomes[0] = Outcome(sent_s=100.0, chunk_s=[100.5], done=True)
         raise KeyboardInterrupt

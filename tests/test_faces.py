@@ -10,6 +10,7 @@ import pytest
 
 import sim.api as api
 import sim.api.build as api_engine
+import sim.api.overrides as api_overrides
 import sim.api.result as api_result
 import sim.scenario as scenario
 import sim.scenario.overrides as scenario_overrides
@@ -45,6 +46,7 @@ def test_every_public_scenario_name_is_in_sim_scenario(name: str) -> None:
             ),
         ),
         (api, api_result, ("DEFAULT_TRACE_REQUESTS", "Result", "build_result", "engine_settings")),
+        (api, api_overrides, ("Overrides",)),
         (scenario, scenario_overrides, ("apply_overrides", "set_dotted")),
     ],
 )
@@ -61,7 +63,23 @@ def test_the_api_lists_what_it_re_exports() -> None:
         name for name in dir(api) if not name.startswith("_") and callable(getattr(api, name))
     }
     assert {"run", "replay", "engine_for", "Result", "core_config_for"} <= set(api.__all__)
-    assert set(api.__all__) <= public | {"DEFAULT_TRACE_REQUESTS"}
+    assert set(api.__all__) <= public | {"DEFAULT_TRACE_REQUESTS", "Overrides"}
+    assert len(set(api.__all__)) == len(api.__all__) and api.__all__ == sorted(api.__all__)
+
+
+def test_star_import_gives_the_public_names_and_nothing_borrowed() -> None:
+    namespace: dict[str, object] = {}
+    exec("from sim.api import *", namespace)
+    names = set(namespace) - {"__builtins__"}
+    assert names == set(api.__all__)
+    assert not {"np", "Path", "Any", "dataclasses", "Scenario", "ConfigError"} & names
+    for name in names:
+        assert not name.startswith("_"), name
+        value = namespace[name]
+        if callable(value):  # a class or function of servesim's, not one borrowed
+            assert value.__module__.startswith("sim.api"), (name, value.__module__)
+        else:  # a constant or a type alias of sim.api
+            assert getattr(api, name) is value
 
 
 def test_a_bad_override_still_names_the_file_and_key(tmp_path: Path) -> None:

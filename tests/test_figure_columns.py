@@ -22,7 +22,7 @@ import pytest
 from sim import api
 from sim.api.result import Result
 from sim.engine.records import RequestTable
-from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, figure_caption
 from sim.metrics.lifecycle import reconstructed_spans
 from sim.metrics.plots import timeseries_data, waterfall_data
 from sim.metrics.report import FigureJob, prepare_figures
@@ -84,6 +84,7 @@ def test_figures_from_columns_are_those_from_frames(result: Result, tmp_path: Pa
         result.timeseries,
         result.scenario.slo,
         (result.spans(), result.raw.requests),
+        figure_caption(result.summary),
     )
     from_frames = prepare_figures(frames)
     same(from_columns, from_frames)

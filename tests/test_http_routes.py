@@ -279,12 +279,16 @@ def test_a_whole_chat_answer_is_one_assistant_message() -> None:
 # --- a client that hangs up ------------------------------------------------------------------
 
 
-def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixture) -> None:
-    engine = ScriptedBackend(trickle=True)
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_hangs_up_aborts_its_request(
+    caplog: pytest.LogCaptureFixture, stream: bool
+) -> None:
+    engine = ScriptedBackend(max_model_len_tokens=2048, trickle=True)
 
     async def go() -> None:
         # Served as `servesim serve` serves (an AppRunner), and hung up on from a raw
-        # socket mid-stream, as curl or a killed benchmark client does.
+        # socket, as curl or a killed benchmark client does: mid-stream, or while
+        # waiting for a whole answer.
         runner = web.AppRunner(make_app(engine, MODEL), access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -292,7 +296,7 @@ def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixt
         host, port = runner.addresses[0][:2]
         try:
             reader, writer = await asyncio.open_connection(host, port)
-            body = json.dumps({"prompt": "a", "max_tokens": 50, "stream": True}).encode()
+            body = json.dumps({"prompt": "a", "max_tokens": 1000, "stream": stream}).encode()
             writer.write(
                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
                 b"Content-Type: application/json\r\n"
@@ -300,9 +304,15 @@ def test_a_client_that_hangs_up_aborts_its_request(caplog: pytest.LogCaptureFixt
                 + body
             )
             await writer.drain()
-            await reader.readuntil(b"data: ")  # the first chunk came
+            if stream:
+                await asyncio.wait_for(reader.readuntil(b"data: "), 10)  # the first chunk came
+            else:
+                for _ in range(500):
+                    if engine.submitted:
+                        break
+                    await asyncio.sleep(0.01)
             writer.close()
-            for _ in range(500):  # the next write fails, and the server aborts
+            for _ in range(500):  # the next write fails (or the check sees it), and it aborts
                 if engine.aborted:
                     await asyncio.sleep(0.2)  # the handler ends; aiohttp logs what it let out
                     return
@@ -503,3 +513,44 @@ def test_a_failed_submission_aborts_the_choices_already_submitted() -> None:
     error = json.loads(raw)["error"]
     assert status == 500 and error["type"] == "InternalServerError"
     assert "engine full" in error["message"] and engine.aborted == [0]
+
+
+def test_a_stopped_engine_is_a_500_before_and_during_a_request() -> None:
+    engine = ScriptedBackend()
+    engine.error = RuntimeError("boom")
+    status, raw = post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 2})
+    error = json.loads(raw)["error"]
+    assert status == 500 and error["type"] == "InternalServerError"
+    assert error["message"] == "the engine stopped: boom" and engine.submitted == []
+
+    class DiesMidway(ScriptedBackend):
+        def submit(
+            self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Any
+        ) -> int:
+            self.error = RuntimeError("boom")  # as OnlineEngine's loop: error set, then aborts
+            sink(Emitted((), "abort", len(prompt_ids), 0))
+            return 0
+
+    status, raw = post(DiesMidway(), "/v1/completions", {"prompt": "a", "max_tokens": 2})
+    assert status == 500 and json.loads(raw)["error"]["message"] == "the engine stopped: boom"
+    body = {
+        "prompt": "a",
+        "max_tokens": 2,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, raw = post(DiesMidway(), "/v1/completions", body)
+    data = events(raw)
+    assert status == 200 and data[-1] == "[DONE]" and len(data) == 3  # no usage after it
+    assert data[0]["choices"][0]["finish_reason"] == "abort"
+    assert data[1]["error"]["message"] == "the engine stopped: boom"
+
+
+@pytest.mark.parametrize(("include", "text"), [(False, "ab"), (True, "abcd")])
+def test_a_stop_string_is_cut_or_kept_as_asked(include: bool, text: str) -> None:
+    engine = ScriptedBackend()  # replies "abcdefgh"
+    body = {"prompt": "a", "max_tokens": 8, "stop": "cd", "include_stop_str_in_output": include}
+    _, raw = post(engine, "/v1/completions", body)
+    (choice,) = json.loads(raw)["choices"]
+    assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == (text, "stop", "cd")
+    assert engine.aborted == [0]

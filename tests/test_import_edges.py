@@ -106,10 +106,14 @@ def test_guidellm_cli_takes_the_benchmark_index(
     document = guidellm()
     document["benchmarks"].append(json.loads(json.dumps(document["benchmarks"][0])))
     path = write(tmp_path, document)
-    assert main(["import-run", str(path), "--out", str(tmp_path / "o")]) == 2
-    assert "--benchmark 0..1" in capsys.readouterr().err
+    # Without --benchmark, every benchmark is a phase of its own (issue 31).
+    assert main(["import-run", str(path), "--out", str(tmp_path / "all")]) == 0
+    assert "2 phases" in capsys.readouterr().out
+    assert json.loads((tmp_path / "all" / "phase-1" / "run.json").read_text())["benchmark"] == 1
     assert main(["import-run", str(path), "--benchmark", "1", "--out", str(tmp_path / "o")]) == 0
     assert json.loads((tmp_path / "o" / "run.json").read_text())["benchmark"] == 1
+    assert main(["import-run", str(path), "--benchmark", "2", "--out", str(tmp_path / "x")]) == 2
+    assert "--benchmark 2 out of range 0..1" in capsys.readouterr().err
 
 
 def otlp_span(**changes: Any) -> dict[str, Any]:

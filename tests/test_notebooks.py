@@ -1,22 +1,42 @@
 """The teaching notebooks run headless (nbclient, a real kernel) and check their own claims.
 
 Each notebook's cells assert what its text says, so executing it is the test.
-They run in this checkout (``PYTHONPATH``), from their own folder, with the
-kernel's inline (headless) figures and no network; each takes well under a minute on two cores.
+They run as ``scripts/execute_notebooks.py`` runs them (its ``execute``: this
+checkout's ``PYTHONPATH``, from their own folder, the kernel's inline (headless)
+figures, no network), on a copy: the stored files, which keep their outputs so
+that the repository shows the figures, are not rewritten. Each takes well under
+a minute on two cores.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300  # a guard against a hung kernel, not a speed test
+# A cell that makes a figure: each one captions it (scenario, model, GPU, cost model).
+_DRAWS = ("plt.subplots(", "plt.figure(")
+
+
+def _script() -> ModuleType:
+    """``scripts/execute_notebooks.py``, the one way the notebooks are executed."""
+    spec = importlib.util.spec_from_file_location(
+        "execute_notebooks", ROOT / "scripts" / "execute_notebooks.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+execute_notebooks = _script()
 
 
 def first_markdown(path: Path) -> str:
@@ -31,19 +51,22 @@ def question_of(path: Path) -> str:
     return found.group(1)
 
 
+def draws(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and any(call in cell.source for call in _DRAWS)
+
+
+def images(cell: nbformat.NotebookNode) -> int:
+    return sum("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_executes_and_its_claims_hold(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # this checkout's sim, not an installed one
-    monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend: headless PNGs
-    monkeypatch.delenv("SERVESIM_NOTEBOOK_REQUESTS", raising=False)  # the sizes the text uses
-    notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        notebook,
-        timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(path.parent)}},
-    )
-    client.execute()  # raises CellExecutionError naming the cell if an assert fails
+def test_notebook_executes_and_its_claims_hold(path: Path) -> None:
+    stored = path.read_bytes()
+    # This checkout's sim, the inline backend, the sizes the text uses (no dpi: the default).
+    with execute_notebooks.notebook_environment(dpi=None):
+        # Raises CellExecutionError naming the cell if an assert fails.
+        notebook = execute_notebooks.execute(path, CELL_TIMEOUT_S)
+    assert path.read_bytes() == stored  # executed a copy
     errors = [
         output
         for cell in notebook.cells
@@ -60,14 +83,36 @@ def test_notebook_executes_and_its_claims_hold(path: Path, monkeypatch: pytest.M
         if "image/png" in output.get("data", {})
     ]
     assert figures, f"{path.name} drew no figure"
+    drawn = [images(cell) for cell in notebook.cells if draws(cell)]
+    assert drawn and all(drawn), f"{path.name}: a cell that makes a figure showed none"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_is_stored_clean_and_checks_its_text(path: Path) -> None:
+def test_notebook_is_stored_with_its_figures(path: Path) -> None:
+    """Stored executed (scripts/execute_notebooks.py), so that the repository shows each
+    figure: every code cell ran, in order, without error, and every cell that makes a
+    figure captions it and holds its image; nothing a re-run would change is stored."""
+    notebook = nbformat.read(path, as_version=4)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    how = "run python scripts/execute_notebooks.py"
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), (
+        f"{path.name} is stored unexecuted or out of order: {how}"
+    )
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    for cell in filter(draws, code):
+        assert "caption_figure(" in cell.source, f"{path.name}: a figure without its caption"
+        assert images(cell), f"{path.name} is stored without a figure's image: {how}"
+    assert all(execute_notebooks.stable_output(o) for o in outputs)  # no object addresses
+    assert all("execution" not in c.metadata for c in code)  # no timestamps
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_checks_its_text(path: Path) -> None:
     notebook = nbformat.read(path, as_version=4)
     nbformat.validate(notebook)
     code = [c for c in notebook.cells if c.cell_type == "code"]
-    assert code and all(not c.get("outputs") and c.get("execution_count") is None for c in code)
+    assert code
     asserts = sum(len(re.findall(r"^\s*assert ", c.source, flags=re.M)) for c in code)
     assert asserts >= 3, f"{path.name}: cells should assert what the text claims"
     assert len(question_of(path)) > 20

@@ -19,9 +19,11 @@ from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer
 TOKENIZER = ByteTokenizer()
 
 
-def stream(data: bytes, stop: tuple[str, ...] = ()) -> tuple[list[str], IncrementalDetokenizer]:
+def stream(
+    data: bytes, stop: tuple[str, ...] = (), include_stop: bool = False
+) -> tuple[list[str], IncrementalDetokenizer]:
     """``data`` one byte token per push, as the engine emits it; the pieces sent."""
-    detokenizer = IncrementalDetokenizer(TOKENIZER, stop)
+    detokenizer = IncrementalDetokenizer(TOKENIZER, stop, include_stop)
     pieces = []
     for i, byte in enumerate(data):
         delta = detokenizer.push([byte + NUM_SPECIAL], final=i == len(data) - 1)
@@ -56,16 +58,23 @@ def test_special_ids_make_no_text() -> None:
 ASCII = st.text(alphabet="abc", max_size=40)
 
 
-@given(ASCII, st.lists(st.text(alphabet="abc", min_size=1, max_size=4), min_size=1, max_size=3))
-def test_a_stop_string_cuts_where_vllm_cuts(text: str, stop: list[str]) -> None:
-    pieces, detokenizer = stream(text.encode(), tuple(stop))
+@given(
+    ASCII,
+    st.lists(st.text(alphabet="abc", min_size=1, max_size=4), min_size=1, max_size=3),
+    st.booleans(),
+)
+def test_a_stop_string_cuts_where_vllm_cuts(text: str, stop: list[str], include: bool) -> None:
+    pieces, detokenizer = stream(text.encode(), tuple(stop), include)
     # The first prefix that contains a stop string; the text is cut before the
     # earliest stop string in it.
     ends = [n for n in range(len(text) + 1) if any(s in text[:n] for s in stop)]
     if ends:
         head = text[: ends[0]]
         cut = min(head.find(s) for s in stop if s in head)
-        assert detokenizer.text == text[:cut] and detokenizer.stopped in stop
+        assert detokenizer.stopped in stop
+        kept = cut + len(detokenizer.stopped) if include else cut
+        assert detokenizer.text == text[:kept]
+        assert not include or detokenizer.text.endswith(detokenizer.stopped)
         assert len(pieces) == ends[0]  # no token after the one that completed it
     else:
         assert detokenizer.text == text and detokenizer.stopped is None

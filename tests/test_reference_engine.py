@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 from calibration.measure import Measurement, measure
-from sim.openai.tokenizer import ByteTokenizer, prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
 from sim.engine.scheduler import StepPlan
 from sim.errors import ConfigError
+from sim.openai.tokenizer import ByteTokenizer, prompt_text
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
 from sim.workload.generate import RequestArrays

@@ -30,6 +30,7 @@ from sim.engine.records import (
     floats,
     rejected_mask,
     require_columns,
+    text_dtype,
 )
 from sim.engine.step_runs import StepTable
 from sim.metrics.report import rejection_warning
@@ -130,8 +131,10 @@ def test_the_frame_has_the_record_columns_then_the_reason_then_the_engine_times(
     assert len(frame) == len(requests)
     for name in RECORD_COLUMNS:
         assert frame[name].dtype == np.dtype(RECORD_COLUMNS[name])
-    # The reason where there is one, NaN elsewhere (pandas' map of the ids).
-    expected = frame["request_id"].map(requests.rejections)
+    # The reason where there is one, missing elsewhere, as text (even with no reason).
+    expected = pd.Series(
+        [requests.rejections.get(i) for i in frame["request_id"]], dtype=object
+    ).astype(text_dtype())
     pd.testing.assert_series_equal(frame["rejection_reason"], expected, check_names=False)
     reasons = requests["rejection_reason"]
     assert list(reasons) == [requests.rejections.get(i) for i in frame["request_id"]]

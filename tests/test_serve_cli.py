@@ -126,15 +126,16 @@ def test_validate_takes_one_or_two_runs(tmp_path: Path, capsys: pytest.CaptureFi
     assert one_line_error(capsys, argv) == "--measured: give one or two measured runs"
 
 
-def test_an_endpoint_measures_open_loop_workloads_only(
+def test_an_endpoint_refuses_prefix_groups_it_cannot_send(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    closed = ROOT / "scenarios" / "closed_loop.yaml"
+    """Closed loops are measured as streams now; shared prefixes are not (the
+    endpoint's prompts share none), so such a workload is refused before any request."""
+    shared = ROOT / "scenarios" / "prefix_caching.yaml"
     # Port 9 (discard) is never asked: the workload is refused first.
-    argv = ["measure", str(closed), "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path)]
-    assert (
-        one_line_error(capsys, argv)
-        == "workload: servesim measure replays open-loop workloads only"
+    argv = ["measure", str(shared), "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path)]
+    assert one_line_error(capsys, argv).startswith(
+        "workload.prefix_groups: --endpoint sends prompts that share no prefix"
     )
 
 
@@ -153,7 +154,9 @@ def test_endpoint_options_reach_the_run(
 
     seen: list[endpoint.EndpointOptions] = []
 
-    def stop_here(work: object, opts: endpoint.EndpointOptions, seed: int = 0) -> None:
+    def stop_here(
+        work: object, opts: endpoint.EndpointOptions, seed: int = 0, streams: object = None
+    ) -> None:
         seen.append(opts)
         raise ConfigError("stopped by the test")
 

@@ -77,7 +77,7 @@ def check_format(trace: dict[str, Any]) -> None:
     assert isinstance(trace["traceEvents"], list) and trace["traceEvents"]
     assert trace["displayTimeUnit"] in ("ms", "ns")
     for event in trace["traceEvents"]:
-        assert event["ph"] in ("X", "M", "C", "i"), event
+        assert event["ph"] in ("X", "M", "C", "i", "s", "f"), event
         assert isinstance(event["name"], str) and event["name"]
         assert isinstance(event["pid"], int)
         if event["ph"] == "M":
@@ -92,6 +92,9 @@ def check_format(trace: dict[str, Any]) -> None:
             assert event["args"] and all(isinstance(v, int) for v in event["args"].values())
         if event["ph"] == "i":
             assert event["s"] in ("t", "p", "g") and isinstance(event["tid"], int)
+        if event["ph"] in ("s", "f"):  # a flow arrow's ends: matched by cat, name and id
+            assert isinstance(event["id"], int) and isinstance(event["tid"], int)
+            assert event["cat"] == "flow" and event.get("bp", "e") == "e"
 
 
 def check_nesting(trace: dict[str, Any]) -> None:

@@ -5,14 +5,16 @@
     >>> result.summary["p99_ttft_ms"], result.requests.head()  # doctest: +SKIP
 
 The CLI is a thin layer over ``run`` and ``Result.write``. Building the engine
-lives in ``sim.api.build`` and the result in ``sim.api.result``; their public
-names are re-exported here, so ``sim.api.engine_for`` and the rest keep working.
+lives in ``sim.api.build``, the result in ``sim.api.result`` and overrides in
+``sim.api.overrides``; their public names are re-exported here, so
+``sim.api.engine_for`` and the rest keep working. ``__all__`` lists the public
+names; everything else here (``np``, ``Path``) is this module's own business.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from sim.api.build import (
     policy_factory,
     reference_engine_problem,
 )
+from sim.api.overrides import Overrides, load_with, overridden
 from sim.api.result import (
     DEFAULT_TRACE_REQUESTS,
     Result,
@@ -38,13 +41,14 @@ from sim.api.result import (
 from sim.cost.base import CostModel
 from sim.engine.lifecycle import ActivityRecorder
 from sim.errors import ConfigError
-from sim.scenario import Scenario, load_scenario
-from sim.serving.simulation import OpenLoop, Simulation
+from sim.scenario import Scenario
+from sim.serving.simulation import ClosedLoop, OpenLoop, Simulation
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 from sim.workload.size import check_run_size
 
 __all__ = [
     "DEFAULT_TRACE_REQUESTS",
+    "Overrides",
     "Result",
     "build_result",
     "cluster_for",
@@ -64,7 +68,7 @@ __all__ = [
 
 def run(
     scenario: Scenario | str | Path,
-    overrides: Sequence[str] = (),
+    overrides: Overrides = (),
     base_dir: str | Path | None = None,
     progress: bool = False,
     wrap_cost: Callable[[CostModel], CostModel] | None = None,
@@ -75,6 +79,11 @@ def run(
     compiled: bool | None = None,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
+
+    ``overrides`` change the scenario before it is validated: ``servesim --set``'s
+    ``"dotted.key=value"`` strings, or a mapping of dotted keys or nested sections
+    to values (``{"workload.num_requests": 500, "engine": {"block_size_tokens": 32}}``;
+    ``sim.api.overrides``); a scenario object is validated again with them.
 
     ``trace_requests=N`` records what each of the first N requests did in each
     step (``Result.activity``, for ``Result.trace`` and ``trace.json``); it costs
@@ -95,11 +104,12 @@ def run(
     """
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
-        scenario = load_scenario(path, overrides)
+        scenario = load_with(path, overrides)
         source = str(path)
         base = Path(base_dir) if base_dir is not None else path.parent
     else:
         base = Path(base_dir) if base_dir is not None else Path.cwd()
+        scenario = overridden(scenario, overrides, source, base)
     rng = np.random.default_rng(scenario.seed)
     try:
         engine = engine_for(scenario, base)
@@ -126,9 +136,13 @@ def run(
 
 
 def replay(
-    scenario: Scenario, work: OpenLoop, cost: CostModel | None = None, base_dir: Path | None = None
+    scenario: Scenario,
+    work: OpenLoop | ClosedLoop,
+    cost: CostModel | None = None,
+    base_dir: Path | None = None,
 ) -> Result:
-    """Simulate exactly the requests of ``work`` on one replica of the scenario's engine;
+    """Simulate exactly the requests of ``work`` (an open loop, or a closed loop
+    over given requests) on one replica of the scenario's engine;
     ``cost`` replaces the scenario's cost model (validation compares several)."""
     engine = engine_for(scenario, base_dir)
     if cost is not None:

@@ -7,6 +7,7 @@ Part of the ``sim.api`` face (re-exported there: ``api.Result``,
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from sim.engine.speculative import speculative_summary
 from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
 from sim.hardware.specs import model_caveat
-from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS
+from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, figure_caption
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.out_path import staged, unstaged
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
@@ -41,6 +42,8 @@ from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.frontend import Delivery
 from sim.serving.replica_config import FrontendConfig, ReplicaConfig
 from sim.serving.simulation import RawResult
+from sim.workload.arrivals import ArrivalConfig, ConstantArrival, GammaArrival
+from sim.workload.generate import SyntheticWorkload, TraceWorkload, WorkloadConfig
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -48,12 +51,14 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at most
 
 
-@dataclass
+@dataclass(repr=False)
 class Result:
     """A finished run: per-request table, summary, time series and step log.
 
     ``activity`` is the per-step log of the first ``num_traced_requests``
     requests when the run was traced (``run(..., trace_requests=N)``), else None.
+    Its repr is three lines: what ran, what became of the requests, the key
+    latencies (``summary`` holds the rest).
     """
 
     scenario: Scenario
@@ -61,6 +66,30 @@ class Result:
     raw: RawResult
     activity: pd.DataFrame | None = None
     num_traced_requests: int | None = None
+
+    def __repr__(self) -> str:
+        summary, cluster = self.summary, self.scenario.cluster
+        num_gpus = int(summary.get("num_gpus") or 1)
+        num_replicas = cluster.total_replicas if cluster is not None else 1
+        where = f"{num_replicas} replicas of " if num_replicas > 1 else ""
+        num_requests = len(self.raw.records)
+        completed, rejected = int(summary.get("completed", 0)), int(summary.get("num_rejected", 0))
+        unfinished = num_requests - completed - rejected
+        counts = f"{completed} completed, {rejected} rejected" + (
+            f", {unfinished} unfinished" if unfinished > 0 else ""
+        )
+        latencies = ", ".join(
+            f"{name.upper()} {_short(summary.get(f'median_{name}_ms'))} / "
+            f"{_short(summary.get(f'p99_{name}_ms'))}"
+            for name in ("ttft", "tpot", "itl", "e2el")
+        )
+        return (
+            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{num_gpus}x "
+            f"{self.scenario.hardware.name}, {num_requests} requests ({counts}) "
+            f"in {_short(summary.get('duration'))} s\n"
+            f"  cost model: {summary.get('cost_model', 'n/a')}\n"
+            f"  p50 / p99 ms: {latencies}"
+        )
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
@@ -198,7 +227,18 @@ class Result:
         """
         raw = self.raw
         waterfall = (self._span_rows(NUM_WATERFALL_REQUESTS), raw.records)
-        return FigureJob(Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall)
+        caption = figure_caption(self.summary)  # scenario, model, GPU, cost model
+        return FigureJob(
+            Path(out_dir), raw.records, raw.series, self.scenario.slo, waterfall, caption
+        )
+
+
+def _short(value: float | None) -> str:
+    """A number for ``Result``'s repr: 4 significant digits (whole from 1000 on), or
+    n/a (no samples)."""
+    if value is None or value != value:
+        return "n/a"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _layout_summary(scenario: Scenario) -> dict[str, Any]:
@@ -286,6 +326,38 @@ def frontend_summary(frontend: FrontendConfig) -> dict[str, Any]:
     return {**frontend.model_dump(), "estimated": frontend.estimated_fields()}
 
 
+def bench_settings(
+    workload: WorkloadConfig, num_requests: int, num_completed: int
+) -> dict[str, Any]:
+    """summary.json's traffic keys of ``vllm bench serve``'s result JSON: ``num_prompts``,
+    ``failed`` (rejected or unfinished), ``request_rate`` and ``burstiness`` of an
+    arrival process (None for a closed loop or a trace's own times; gamma's shape,
+    1 for Poisson, inf for constant gaps; summary.json spells inf ``"inf"``, as
+    vLLM) and ``max_concurrency``."""
+    arrival: ArrivalConfig | None = None
+    rate: float | None = None
+    if isinstance(workload, SyntheticWorkload):
+        arrival = workload.arrival
+    elif isinstance(workload, TraceWorkload):
+        arrival, rate = workload.arrival, workload.rate_per_s
+    burstiness: float | None = None
+    if arrival is not None:
+        rate = arrival.rate_per_s
+        burstiness = 1.0
+        if isinstance(arrival, GammaArrival):
+            burstiness = arrival.burstiness
+        elif isinstance(arrival, ConstantArrival):
+            burstiness = math.inf
+    return {
+        "num_prompts": num_requests,
+        "failed": num_requests - num_completed,
+        "request_rate": rate,
+        "burstiness": burstiness,
+        # An open loop's client-side limit on requests in flight (None: none).
+        "max_concurrency": getattr(workload, "max_concurrency", None),
+    }
+
+
 def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: its summary (from the run's
     columns: no frame is built until asked for)."""
@@ -304,6 +376,7 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         servesim_version=sim.__version__,
         mode="simulated",
         **sample_notes(records),
+        **bench_settings(scenario.workload, len(records), int(summary["completed"] or 0)),
     )
     if scenario.cluster is not None:
         summary.update(cluster_summary(records, scenario.cluster))

@@ -1,6 +1,6 @@
 """``servesim``: the command line, a thin layer over ``sim.api``.
 
-One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``,
+One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``, ``plan``,
 ``import_run``, ``cost_breakdown``, ``serve``; ``calibrate``, ``measure`` and ``validate`` live in
 ``calibration``, which may import torch), each with ``add_parsers(subparsers)``.
 Every user error (a bad scenario, trace, option or artifact) is printed as one
@@ -52,6 +52,10 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (("capacity", "highest load meeting SLOs, replicas and cost for a target rate"),),
     ),
     ("sim.cli.sweep", (("sweep", "run a grid or list of scenario variants in parallel"),)),
+    (
+        "sim.cli.plan",
+        (("plan", "cheapest GPU, TP, replicas and batch limits meeting SLOs at a target rate"),),
+    ),
     (
         "calibration.serve_cli",
         (

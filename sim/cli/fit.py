@@ -189,6 +189,7 @@ def fit_runs(
                 base_dir,
                 engine_cpu=cpu,
                 arrivals_include_way_in=arrivals_include_way_in(run),
+                load=run.meta.get("load"),  # replayed under the run's own load profile
             )
         )
         imported.append(run)

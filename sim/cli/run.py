@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sim.api import Result
     from sim.cli.figures import FigureWorker
-    from sim.scenario import Scenario
+    from sim.scenario import BenchFlags, Scenario
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -43,11 +46,17 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     from sim.cli.figures import FigureError
     from sim.metrics.out_path import check_out_dir, staged, unstaged
     from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
+    from sim.metrics.vllm_result import parse_metric_percentiles, parse_percentile_metrics
     from sim.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario, args.set or ())
+    metrics = parse_percentile_metrics(args.percentile_metrics) if args.percentile_metrics else None
+    percentiles = (
+        parse_metric_percentiles(args.metric_percentiles) if args.metric_percentiles else None
+    )
+    scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     check_out_dir(out)  # before the work: a bad --out would lose it
+    _check_save_files(args, scenario)
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
     result = api.run(
@@ -67,7 +76,14 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     caveat = result.summary.get("model_caveat")
     if caveat is not None:
         print(f"servesim: warning: {caveat}", file=sys.stderr)
-    print(format_summary_table(result.summary))
+    if percentiles is not None:  # summary.json's too
+        from sim.metrics.vllm_result import restate_percentiles
+
+        raw = result.raw
+        result.summary = restate_percentiles(
+            result.summary, raw.records, raw.step_table, raw.extra_itl_s, percentiles
+        )
+    print(format_summary_table(result.summary, metrics))
     auto = result.scenario.cost.kind == "auto"
     why = f" (cost: auto: {_auto_choice(result.scenario)})" if auto else ""
     # Flushed before the files are written (plots take longest): the user reads
@@ -94,7 +110,80 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
         f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s{accelerator};"
         f" wrote {len(paths)} files to {out}/"
     )
+    for written in _write_save_files(args, result, metrics, percentiles):
+        print(f"wrote {written}")
     return 0
+
+
+def _bench_flags(args: argparse.Namespace) -> BenchFlags:
+    """``vllm bench serve``'s workload flags given on the line (``sim.scenario.bench_flags``)."""
+    from sim.scenario import BenchFlags
+
+    return BenchFlags(
+        request_rate_per_s=args.request_rate,
+        burstiness=args.burstiness,
+        num_prompts=args.num_prompts,
+        random_input_len_tokens=args.random_input_len,
+        random_output_len_tokens=args.random_output_len,
+        random_range_ratio=args.random_range_ratio,
+        max_concurrency=args.max_concurrency,
+        goodput_ms=tuple(args.goodput or ()),
+    )
+
+
+def _check_save_files(args: argparse.Namespace, scenario: Scenario) -> None:
+    """Refuse a ``--save-*`` file that cannot be written, before the run."""
+    from sim.metrics.out_path import check_out_file
+    from sim.metrics.request_trace import check_trace_path
+
+    named = [
+        (option, path)
+        for option, path in (
+            ("--save-result", args.save_result),
+            ("--save-detailed", args.save_detailed),
+            ("--save-trace", args.save_trace),
+        )
+        if path is not None
+    ]
+    for option, path in named:
+        check_out_file(path, option)
+    if args.save_trace is not None:
+        check_trace_path(args.save_trace)
+    paths = [Path(path).absolute() for _, path in named]
+    if len(set(paths)) < len(paths):
+        raise ConfigError(f"{' and '.join(o for o, _ in named)}: give each its own file")
+    if args.save_detailed is not None and scenario.speculative is not None:
+        raise ConfigError(
+            "--save-detailed: per-chunk times (itls) are not available with speculative "
+            "decoding (several tokens a step); --save-result writes the rest"
+        )
+
+
+def _write_save_files(
+    args: argparse.Namespace,
+    result: Result,
+    metrics: Sequence[str] | None,
+    percentiles: Sequence[float] | None,
+) -> list[Path]:
+    """Write the ``--save-result``, ``--save-detailed`` and ``--save-trace`` files."""
+    from sim.metrics.request_trace import write_request_trace
+    from sim.metrics.vllm_result import PERCENTILE_METRICS, result_document, write_result
+
+    written = []
+    for path, detailed in ((args.save_result, False), (args.save_detailed, True)):
+        if path is not None:
+            document = result_document(
+                result.summary,
+                result.raw.records,
+                result.token_times_s,
+                metrics=metrics or PERCENTILE_METRICS,
+                percentiles=percentiles or (90, 99),
+                detailed=detailed,
+            )
+            written.append(write_result(path, document))
+    if args.save_trace is not None:
+        written.append(write_request_trace(args.save_trace, result.raw.records))
+    return written
 
 
 def _auto_choice(scenario: Scenario) -> str:
@@ -143,4 +232,91 @@ def add_parsers(subparsers: Subparsers) -> None:
         help="draw the figures in a second process while the tables are written (Linux): "
         "yes, no, or auto (default): when a core is free",
     )
+    _add_bench_arguments(run)
     run.set_defaults(handler=_cmd_run)
+
+
+def _add_bench_arguments(run: argparse.ArgumentParser) -> None:
+    """``vllm bench serve``'s flags (docs/benchmark-tools.md)."""
+    bench = run.add_argument_group(
+        "vllm bench serve's flags",
+        "shortcuts for scenario keys, with vLLM's meaning (docs/benchmark-tools.md); "
+        "each is the --set it stands for",
+    )
+    bench.add_argument(
+        "--request-rate",
+        type=float,
+        metavar="R",
+        help="requests per second (inf: all at once): workload.arrival.rate_per_s",
+    )
+    bench.add_argument(
+        "--burstiness",
+        type=float,
+        metavar="B",
+        help="gamma arrivals of shape B (1: Poisson): workload.arrival",
+    )
+    bench.add_argument(
+        "--num-prompts", type=int, metavar="N", help="requests: workload.num_requests"
+    )
+    bench.add_argument(
+        "--random-input-len",
+        "--input-len",
+        type=int,
+        metavar="N",
+        help="prompt tokens, as vLLM's random dataset: workload.prompt_tokens",
+    )
+    bench.add_argument(
+        "--random-output-len",
+        "--output-len",
+        type=int,
+        metavar="N",
+        help="output tokens, as vLLM's random dataset: workload.output_tokens",
+    )
+    bench.add_argument(
+        "--random-range-ratio",
+        type=float,
+        metavar="R",
+        help="lengths uniform in [N (1 - R), N (1 + R)] (default 0: every length N)",
+    )
+    bench.add_argument(
+        "--max-concurrency",
+        type=int,
+        metavar="N",
+        help="requests in flight at most, the rest wait at the client: workload.max_concurrency",
+    )
+    bench.add_argument(
+        "--goodput",
+        nargs="+",
+        action="extend",
+        metavar="NAME:MS",
+        help="goodput's SLOs, e.g. --goodput ttft:500 tpot:50 (names ttft, tpot, e2el): "
+        "replaces the scenario's slo",
+    )
+    bench.add_argument(
+        "--percentile-metrics",
+        metavar="LIST",
+        help="metrics printed and saved with --save-result/--save-detailed, "
+        "e.g. ttft,tpot,itl (default: ttft,tpot,itl,e2el)",
+    )
+    bench.add_argument(
+        "--metric-percentiles",
+        metavar="LIST",
+        help="percentiles printed and in summary.json, e.g. 50,90,99 (default 90,99)",
+    )
+    bench.add_argument(
+        "--save-result",
+        metavar="FILE",
+        help="also write vllm bench serve's result JSON (without per-request lists)",
+    )
+    bench.add_argument(
+        "--save-detailed",
+        metavar="FILE",
+        help="also write vllm bench serve's detailed result JSON (--save-result "
+        "--save-detailed: per-request lists); servesim import-run reads it",
+    )
+    bench.add_argument(
+        "--save-trace",
+        metavar="FILE",
+        help="also write the requests as a trace: FILE.jsonl in GuideLLM's format "
+        "(timestamp, input_length, output_length), FILE.csv in servesim's",
+    )

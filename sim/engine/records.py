@@ -57,7 +57,7 @@ class RequestTable:
     run`` prints its summary first). It answers the few questions the metrics
     ask of a frame (``table[name]``, ``name in table``, ``table.columns``,
     ``len(table)``: rows); ``frame()`` builds the DataFrame, with a
-    ``rejection_reason`` column (NaN where none) after the record columns.
+    ``rejection_reason`` text column (``reason_column``) after the record columns.
     """
 
     def __init__(self, columns: dict[str, npt.NDArray[Any]], rejections: Mapping[int, str]) -> None:
@@ -106,9 +106,29 @@ class RequestTable:
         import pandas as pd
 
         frame = pd.DataFrame(self._columns, copy=False)
-        reasons = frame["request_id"].map(self.rejections)
+        reasons = reason_column(frame["request_id"], self.rejections)
         frame.insert(len(RECORD_COLUMNS), "rejection_reason", reasons)
         return frame
+
+
+def text_dtype() -> Any:
+    """pandas' text dtype: ``str`` from pandas 3 (missing as NaN, what ``pd.read_parquet``
+    gives a text column), else the ``string`` extension dtype (missing as ``pd.NA``)."""
+    import pandas as pd
+
+    inferred = pd.Series([""]).dtype
+    return pd.StringDtype() if inferred == np.dtype(object) else inferred
+
+
+def reason_column(request_ids: pd.Series, rejections: Mapping[int, str]) -> pd.Series:
+    """``rejection_reason`` for the requests ``request_ids``: each one's reason, missing
+    where it was accepted, in ``text_dtype`` whatever the rows hold (with no rejection at
+    all it is still a text column, not a float one of NaN)."""
+    import pandas as pd
+
+    if not rejections:
+        return pd.Series(index=request_ids.index, dtype=text_dtype(), name="rejection_reason")
+    return request_ids.map(rejections).astype(text_dtype()).rename("rejection_reason")
 
 
 @overload

@@ -13,7 +13,8 @@ its paths plays that run. It tries, in order:
 3. feeds (``sim.fast.feed``): every replica pulls its requests when it plans.
 
 A run with a load-aware router, a central queue, lockstep ranks or
-disaggregation is declined: only the reference plays it.
+disaggregation is declined: only the reference plays it; so is an open loop
+whose ``max_concurrency`` can bind (its sends wait for answers).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.submission import OpenLoop
+from sim.serving.submission import OpenLoop, concurrency_limit
 
 # Below this many requests one run does not pay for the compiled loop's start-up
 # (numba's import and a cached compilation's load, ~0.4 s once a process); a
@@ -60,6 +61,8 @@ def run(
     ``workers``: processes for a round-robin pool (None: as many as pay;
     ``sim.fast.workers``).
     """
+    if concurrency_limit(work) is not None:
+        return None  # sends wait for answers: not known in advance
     if isinstance(replicas, Replica):
         cores = [replicas.core]
     elif isinstance(replicas, Pool) and feedable(replicas):

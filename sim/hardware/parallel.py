@@ -64,6 +64,15 @@ _LINKS = [
     LinkSpec(name="nvlink3", bandwidth_bytes_per_s=300e9, latency_s=2e-6),
     LinkSpec(name="pcie5", bandwidth_bytes_per_s=64e9, latency_s=5e-6),
     LinkSpec(name="pcie4", bandwidth_bytes_per_s=32e9, latency_s=5e-6),
+    # PCIe Gen5 cards with no peer-to-peer path (the RTX PRO 6000 Server
+    # Edition in its servers): NCCL stages each all-reduce through host memory.
+    # Measured, not a datasheet figure: aiconfigurator-core 0.12's NCCL 2.29.2
+    # all-reduce table for two such cards gives 19.7 GB/s of algorithm
+    # bandwidth at 512 MB (a ring over two GPUs moves each byte once, so this
+    # is the link's own rate) and 4.2 us for 128 B; efficiency 1: the rate is
+    # what NCCL achieved, not a peak to derate. LLMServingSim's configuration
+    # of the same servers assumes 16 GB/s.
+    LinkSpec(name="pcie5-via-host", bandwidth_bytes_per_s=19.7e9, latency_s=2.1e-6, efficiency=1.0),
 ]
 
 LINK_PRESETS: Mapping[str, LinkSpec] = MappingProxyType({link.name: link for link in _LINKS})

@@ -782,7 +782,9 @@ def _gpu(
 # The link between the GPUs of one server, from the datasheets: NVLink 5 on
 # B200, NVLink 4 on H100/H200 SXM, NVLink 3 on A100 SXM; the PCIe cards have
 # none (an H100 PCIe's optional NVLink bridge pairs two cards only): Gen5 on
-# H100 PCIe and RTX PRO 6000, Gen4 on L4, L40S, A10G and RTX 4090.
+# H100 PCIe, Gen4 on L4, L40S, A10G and RTX 4090; the RTX PRO 6000 (Server
+# Edition) Gen5 with no peer-to-peer, so through host memory, as measured
+# (``sim.hardware.parallel``, "pcie5-via-host").
 _GPU_LINKS: Mapping[str, str] = MappingProxyType(
     {
         "h100": "nvlink4",
@@ -792,7 +794,7 @@ _GPU_LINKS: Mapping[str, str] = MappingProxyType(
         "a100-80gb": "nvlink3",
         "a100-40gb": "nvlink3",
         "h100-pcie": "pcie5",
-        "rtx-pro-6000": "pcie5",
+        "rtx-pro-6000": "pcie5-via-host",
         "l4": "pcie4",
         "l40s": "pcie4",
         "a10g": "pcie4",

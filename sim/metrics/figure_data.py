@@ -6,10 +6,16 @@ cross a pipe: ``servesim run``'s figure process (``sim.cli.figures``) forks
 before the simulator imports pandas and never imports it (issue 16: ~0.3 s it
 need not spend), and the pickled data is a few tens of kB instead of the run's
 whole request table.
+
+``figure_caption`` is the line under every figure's title, here and in the
+sweeps and notebooks: the scenario, the model on its GPU, and the cost model as
+a reader must take it (``cost_model_tag``: measured kernel tables or a guess).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +40,87 @@ PHASE_COLORS = {
     "kv_transfer": "tab:brown",
     "detokenize": "tab:green",
 }
+
+
+# What each cost model's label (``CostModel.label``) starts with, and how a figure
+# names it: a reader must tell a measurement from a guess at a glance.
+_ROOFLINE_TAG = "roofline (guess: uncalibrated)"
+_LINEAR_TAG = "linear (coefficients set by hand)"
+_FITTED_TAG = "fitted to measured runs"
+# Suffixes of the wrappers: the engine's CPU estimate (dropped: every GPU model of a
+# vLLM scenario has it) and a scaled model's factor (kept: it changes every time).
+_ENGINE_CPU = " + engine CPU ("
+_SCALED = re.compile(r" x(?P<factor>[0-9.]+)$")
+# A kernel-table label: ``kernels:<arch>@<gpu><layout> (<source>[; <kernel>...])[ [ablations]]``.
+_KERNELS = re.compile(
+    r"^kernels:[^@]+@(?P<gpu>\S+?)(?:x\d+\(tp\d+,pp\d+\))?(?:\(ep\d+\))? \((?P<source>[^;)]+)"
+)
+_CALIBRATED = re.compile(
+    r"^calibrated:[^@]+@(?P<device>[^\[]+?)(?: \(extrapolated\))?(?: \[.*\])?$"
+)
+
+
+def cost_model_tag(label: str) -> str:
+    """A cost model's label as a figure's title says it: what priced the steps, and
+    whether that was measured (kernel tables name their source and GPU, a calibrated
+    curve its device) or a guess (the uncalibrated roofline)."""
+    scaled = _SCALED.search(label)
+    suffix = ""
+    if scaled is not None:
+        label, suffix = label[: scaled.start()], f", steps x{scaled.group('factor')}"
+    base = label.split(_ENGINE_CPU, 1)[0].strip()
+    if base.startswith("roofline:"):
+        tag = _ROOFLINE_TAG
+    elif base.startswith("fitted(") or " (fit on " in base:
+        tag = _FITTED_TAG
+    elif base == "linear":
+        tag = _LINEAR_TAG
+    elif (kernels := _KERNELS.match(base)) is not None:
+        tag = f"kernel tables (measured: {kernels.group('source')}, {kernels.group('gpu')})"
+        if base.endswith("]"):  # some operators left out on purpose
+            tag += " " + base[base.rindex("[") :].replace("[", "[ablated: ")
+    elif (calibrated := _CALIBRATED.match(base)) is not None:
+        how = "extrapolated from a measurement" if "(extrapolated)" in base else "measured"
+        tag = f"calibrated ({how}: {calibrated.group('device').strip()})"
+    else:
+        tag = base or "unknown cost model"
+    return tag + suffix
+
+
+def caption_line(scenario: str, model: str, hardware: str, cost: str) -> str:
+    """The line every figure of servesim carries: ``scenario`` (worded: "scenario chat"),
+    model on GPU, cost model (``cost_model_tag``)."""
+    return f"{scenario} · {model} on {hardware} · {cost}"
+
+
+# Characters of a caption per inch of figure width at its 8.5-9 pt (a little under).
+CAPTION_CHARS_PER_IN = 13
+
+
+def wrap_caption(caption: str, width_in: float) -> str:
+    """``caption`` cut into lines that fit a figure ``width_in`` wide, at its " · " breaks
+    first (a sweep's caption, listing several models or cost models, can be long)."""
+    width = max(40, int(CAPTION_CHARS_PER_IN * width_in))
+    lines: list[str] = []
+    for part in caption.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def figure_caption(summary: Mapping[str, object]) -> str:
+    """``caption_line`` of a run from its summary (``Result.summary``, summary.json,
+    a sweep's or capacity search's row): the keys ``summary_header`` writes."""
+
+    def text(key: str) -> str:
+        value = summary.get(key)
+        return "?" if value is None else str(value)
+
+    cost = summary.get("cost_model")
+    tag = cost_model_tag(str(cost)) if cost is not None else "?"
+    return caption_line(f"scenario {text('scenario')}", text("model"), text("hardware"), tag)
 
 
 @dataclass(frozen=True)
@@ -87,6 +174,7 @@ class Figures:
     cdf: CdfData
     timeseries: TimeseriesData
     waterfall: WaterfallData | None = None
+    caption: str = ""  # ``figure_caption`` of the run: under every figure's title
 
     def names(self) -> list[str]:
         """The files drawn from this, in order: no waterfall without its data."""

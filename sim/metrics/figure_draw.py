@@ -52,6 +52,13 @@ PNG_COMPRESS_LEVEL = 1
 # itself, matplotlib measures every tick label of the axes, at each draw, to lift
 # the title clear of any on top, and these figures have none there.
 TITLE_Y = 1.0
+# The figure's title and, under it, its caption (``figure_data.figure_caption``: scenario,
+# model, GPU, cost model), from the top edge in inches; ``CAPTION_IN`` more of top margin
+# than the title alone needs (the figures keep their sizes: the axes give it up).
+SUPTITLE_TOP_IN = 0.08
+CAPTION_TOP_IN = 0.36
+CAPTION_IN = 0.2
+_CAPTION: dict[str, Any] = {"fontsize": 8.5, "color": "dimgray", "ha": "center", "va": "top"}
 _SLO_COLOR = "tab:red"
 _MARK_PERCENTILES = (50, 99)
 _NOTE: dict[str, Any] = {"fontsize": 8, "color": "dimgray"}
@@ -179,6 +186,17 @@ def envelope(
     return t[starts], lows, means, highs
 
 
+def title_figure(fig: Figure, title: str, caption: str, fontsize: float = 13) -> None:
+    """``title`` at the top of ``fig`` and ``caption`` (what ran and what priced it) under it,
+    at fixed heights in inches (the margins leave room for both)."""
+    height_in = fig.get_figheight()
+    if title:
+        fig.suptitle(title, fontsize=fontsize, y=1 - SUPTITLE_TOP_IN / height_in, va="top")
+    if caption:
+        top_in = CAPTION_TOP_IN if title else SUPTITLE_TOP_IN
+        fig.text(0.5, 1 - top_in / height_in, caption, **_CAPTION)
+
+
 def _no_data(ax: Axes, message: str) -> None:
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
 
@@ -224,7 +242,7 @@ def _cdf_panel(ax: Axes, values_ms: FloatArray, xlabel: str, slo_ms: float | Non
 def _cdf_figure() -> tuple[Figure, list[Axes]]:
     """The latency CDFs' figure up to its data: panels, titles, labels, grid."""
     # Top: the title and the panel titles; between the panels: the right one's y labels.
-    fig = agg_figure(12, 4.8, Margins(top_in=0.75, gap_w_in=0.85), num_cols=2)
+    fig = agg_figure(12, 4.8, Margins(top_in=0.75 + CAPTION_IN, gap_w_in=0.85), num_cols=2)
     axes = list(fig.subplots(1, 2))
     for ax, (title, xlabel) in zip(axes, _CDF_PANELS, strict=True):
         ax.set_title(title, y=TITLE_Y)
@@ -238,7 +256,7 @@ def _cdf_figure() -> tuple[Figure, list[Axes]]:
 def _timeseries_figure() -> tuple[Figure, list[Axes]]:
     """The time series' figure up to its data: stacked panels, titles, labels, grid."""
     # Top: the title and the first panel's titles; between panels: the next one's titles.
-    margins = Margins(top_in=0.75, gap_h_in=0.4)
+    margins = Margins(top_in=0.75 + CAPTION_IN, gap_h_in=0.4)
     fig = agg_figure(11, 8, margins, num_rows=len(TIMESERIES_PANELS))
     axes = list(fig.subplots(len(TIMESERIES_PANELS), 1, sharex=True))
     for ax, (title, unit) in zip(axes, TIMESERIES_PANELS, strict=True):
@@ -270,20 +288,22 @@ def prebuild() -> None:
     _prebuilt_waterfalls[NUM_WATERFALL_REQUESTS] = (fig, ax)
 
 
-def draw_latency_cdfs(data: CdfData, path: str | Path) -> Path:
+def draw_latency_cdfs(data: CdfData, path: str | Path, caption: str = "") -> Path:
     """TTFT and TPOT empirical CDFs side by side, in ms, p50 and p99 marked, with
-    the SLO lines of ``data``; written to ``path``, which is returned."""
+    the SLO lines of ``data``, ``caption`` under the title; written to ``path``, which
+    is returned."""
     built = _prebuilt.pop("cdf", None)
     fig, (ax_ttft, ax_tpot) = built if built is not None else _cdf_figure()
     _cdf_panel(ax_ttft, data.ttft_ms, _CDF_PANELS[0][1], data.ttft_slo_ms)
     _cdf_panel(ax_tpot, data.tpot_ms, _CDF_PANELS[1][1], data.tpot_slo_ms)
-    fig.suptitle(f"Latency CDFs of {data.num_done:,} completed requests", fontsize=13)
+    title_figure(fig, f"Latency CDFs of {data.num_done:,} completed requests", caption)
     return save_png(fig, path)
 
 
-def draw_timeseries(data: TimeseriesData, path: str | Path) -> Path:
+def draw_timeseries(data: TimeseriesData, path: str | Path, caption: str = "") -> Path:
     """Queue length, running batch size and KV-cache usage (%), stacked on one time
-    axis, values held until the next sample; written to ``path``, which is returned."""
+    axis, values held until the next sample, ``caption`` under the title; written to
+    ``path``, which is returned."""
     time_s = data.time_s
     built = _prebuilt.pop("timeseries", None)
     fig, axes = built if built is not None else _timeseries_figure()
@@ -302,7 +322,7 @@ def draw_timeseries(data: TimeseriesData, path: str | Path) -> Path:
         ax.set_ylim(bottom=0)
     axes[-1].set_ylim(0, 100)
     axes[-1].set_xlabel("Simulated time (s)")
-    fig.suptitle("Scheduler state over time", fontsize=13)
+    title_figure(fig, "Scheduler state over time", caption)
     return save_png(fig, path)
 
 
@@ -310,16 +330,19 @@ def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
     """The waterfall's figure and axes for ``num_rows`` requests, before its data."""
     height_in = min(2.0 + 0.22 * num_rows, 14.0)
     # Right: the legend, outside the axes (its longest label, "first token (TTFT)", at 8 pt).
-    fig = agg_figure(11, height_in, Margins(left_in=0.7, right_in=1.55, top_in=0.4), dpi=DPI)
+    margins = Margins(left_in=0.7, right_in=1.55, top_in=0.4 + CAPTION_IN)
+    fig = agg_figure(11, height_in, margins, dpi=DPI)
     return fig, fig.add_subplot()
 
 
-def draw_waterfall_figure(data: WaterfallData, path: str | Path) -> Path:
-    """The waterfall of ``data`` in a figure of its own, written to ``path`` (returned)."""
+def draw_waterfall_figure(data: WaterfallData, path: str | Path, caption: str = "") -> Path:
+    """The waterfall of ``data`` in a figure of its own, ``caption`` at its top, written
+    to ``path`` (returned)."""
     num_rows = len(data.ids)
     built = _prebuilt_waterfalls.pop(num_rows, None)
     fig, ax = built if built is not None else _waterfall_figure(num_rows)
     draw_waterfall_axes(ax, data)
+    title_figure(fig, "", caption)
     return save_png(fig, path)
 
 
@@ -366,9 +389,11 @@ def draw_prepared(figures: Figures, names: Collection[str] | None = None) -> lis
         if names is not None and name not in names:
             continue
         if name == LATENCY_CDF_PNG:
-            written.append(draw_latency_cdfs(figures.cdf, out / name))
+            written.append(draw_latency_cdfs(figures.cdf, out / name, caption=figures.caption))
         elif name == TIMESERIES_PNG:
-            written.append(draw_timeseries(figures.timeseries, out / name))
+            written.append(draw_timeseries(figures.timeseries, out / name, caption=figures.caption))
         elif figures.waterfall is not None:
-            written.append(draw_waterfall_figure(figures.waterfall, out / name))
+            written.append(
+                draw_waterfall_figure(figures.waterfall, out / name, caption=figures.caption)
+            )
     return written

@@ -6,7 +6,8 @@ run's columns (``RequestTable``, the series' arrays, span rows: then no pandas
 either, so that ``servesim run`` hands its figures to the figure process
 before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
 imported on first draw: importing this module stays cheap); ``draw_waterfall``
-does both on a notebook's axes.
+does both on a notebook's axes, and ``caption_figure`` gives a notebook's figure
+the caption every figure of servesim carries (``figure_data.figure_caption``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable, completed_mask, floats
-from sim.metrics.figure_data import CdfData, FloatArray, PhaseBars, TimeseriesData, WaterfallData
+from sim.metrics.figure_data import (
+    CdfData,
+    FloatArray,
+    PhaseBars,
+    TimeseriesData,
+    WaterfallData,
+    wrap_caption,
+)
 from sim.metrics.lifecycle import PHASES, SpanRow
 from sim.metrics.stats import Slo, latency_columns
 from sim.serving.cluster import total_over_replicas
@@ -26,6 +34,7 @@ from sim.serving.cluster import total_over_replicas
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
     from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 _WATERFALL_COLUMNS = ["request_id", "phase", "start_s", "end_s"]
 
@@ -119,3 +128,12 @@ def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> Non
     from sim.metrics import figure_draw
 
     figure_draw.draw_waterfall_axes(ax, waterfall_data(spans, requests))
+
+
+def caption_figure(fig: Figure, caption: str) -> None:
+    """``caption`` (``figure_data.figure_caption``: scenario, model, GPU, cost model) as
+    the title of a notebook's figure, above its axes' titles: a figure without a layout
+    engine gets matplotlib's constrained layout, which makes room for it."""
+    if fig.get_layout_engine() is None:
+        fig.set_layout_engine("constrained")
+    fig.suptitle(wrap_caption(caption, fig.get_figwidth()), fontsize=9, color="dimgray")

@@ -24,8 +24,8 @@ import numpy.typing as npt
 
 from sim.engine.records import RequestTable, rejected_mask
 from sim.errors import ConfigError
-from sim.metrics.figure_data import Figures
-from sim.metrics.stats import TTFT_PARTS, Slo
+from sim.metrics.figure_data import Figures, figure_caption
+from sim.metrics.stats import TEXT_COLUMNS, TTFT_PARTS, Slo
 from sim.metrics.table_files import write_csv, write_parquet
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -69,10 +69,14 @@ def _write_table(table: Table, base: Path, formats: Sequence[TableFormat]) -> li
 
 def _write_file(table: Table, path: Path) -> Path:
     """``table`` as ``path``'s suffix says: a frame through pandas, columns through
-    ``sim.metrics.table_files`` (the same files without importing pandas)."""
+    ``sim.metrics.table_files`` (the same files without importing pandas; ``TEXT_COLUMNS``
+    as text, as a frame holds them)."""
     parquet = path.suffix == ".parquet"
     if isinstance(table, Mapping):
-        (write_parquet if parquet else write_csv)(table, path)
+        if parquet:
+            write_parquet(table, path, text=TEXT_COLUMNS)
+        else:
+            write_csv(table, path)
     elif parquet:
         table.to_parquet(path, index=False)
     else:
@@ -80,12 +84,12 @@ def _write_file(table: Table, path: Path) -> Path:
     return path
 
 
-def _jsonable(value: object) -> object:
+def jsonable(value: object) -> object:
     """Plain JSON types: numpy scalars to Python, NaN/inf to None (JSON null)."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | np.ndarray):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -93,9 +97,25 @@ def _jsonable(value: object) -> object:
     return value
 
 
+VLLM_INF_KEYS = ("request_rate", "burstiness")
+"""Keys ``vllm bench serve``'s result JSON spells ``"inf"`` when infinite (all at once,
+constant gaps), where other infinities are null."""
+
+
+def vllm_spelling(summary: Mapping[str, object]) -> dict[str, object]:
+    """``summary`` with an infinite value of ``VLLM_INF_KEYS`` as ``"inf"``."""
+    return {
+        key: "inf"
+        if key in VLLM_INF_KEYS and isinstance(value, float) and math.isinf(value)
+        else value
+        for key, value in summary.items()
+    }
+
+
 def summary_to_json(summary: Mapping[str, object]) -> str:
-    """``summary`` as strict JSON (indent 2): NaN and infinities become null."""
-    return json.dumps(_jsonable(summary), indent=2, allow_nan=False)
+    """``summary`` as strict JSON (indent 2): NaN and infinities become null, but
+    an infinite rate or burstiness ``"inf"`` (``vllm_spelling``)."""
+    return json.dumps(jsonable(vllm_spelling(summary)), indent=2, allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -111,6 +131,7 @@ class FigureJob:
     timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]
     slo: Slo | None = None
     waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
+    caption: str = ""  # ``figure_data.figure_caption``: what ran, under each figure's title
 
 
 def draw_figures(job: FigureJob) -> list[Path]:
@@ -131,7 +152,11 @@ def prepare_figures(job: FigureJob) -> Figures:
 
     waterfall = waterfall_data(*job.waterfall) if job.waterfall is not None else None
     return Figures(
-        job.out_dir, cdf_data(job.requests, job.slo), timeseries_data(job.timeseries), waterfall
+        job.out_dir,
+        cdf_data(job.requests, job.slo),
+        timeseries_data(job.timeseries),
+        waterfall,
+        job.caption,
     )
 
 
@@ -169,7 +194,8 @@ def write_outputs(
     if plots:
         if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
             raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
-        written += draw_figures(FigureJob(out, requests, timeseries, slo))
+        job = FigureJob(out, requests, timeseries, slo, caption=figure_caption(summary))
+        written += draw_figures(job)
     return written
 
 
@@ -200,11 +226,26 @@ def _percentile_keys(summary: Mapping[str, object], metric: str) -> list[tuple[s
     return [(label, key) for _, label, key in sorted(found)]
 
 
-def format_summary_table(summary: Mapping[str, object]) -> str:
+# Head rows shown only with a value, as vllm: goodput without an SLO, the
+# concurrency limit without one, the rate when every request came at once.
+_SHOWN_WHEN_SET = ("request_goodput", "max_concurrency", "request_rate")
+
+
+def _is_set(value: object) -> bool:
+    """A value a head row of ``_SHOWN_WHEN_SET`` shows: a finite number."""
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def format_summary_table(
+    summary: Mapping[str, object], metrics: Collection[str] | None = None
+) -> str:
     """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``).
 
-    Aligned ``label value`` lines; goodput only when present and defined; one
-    section per latency metric present (Mean, Median, then every percentile, ms).
+    Aligned ``label value`` lines; goodput, the concurrency limit and the
+    configured rate only when set (a finite number); one section per latency
+    metric present, or of ``metrics`` (``--percentile-metrics``: some of
+    ``ttft``, ``tpot``, ``itl``, ``e2el``) when given (Mean, Median, then every
+    percentile, ms).
     Undefined values print as ``n/a``. When the summary records its
     ``engine_settings``, they head the block in one line; when it has TTFT's
     parts, they follow the TTFT section, with the frontend values left at
@@ -217,7 +258,10 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
     lines.append(_banner(" Serving Benchmark Result ", "="))
     head = [
         ("Successful requests:", "completed"),
+        ("Failed requests:", "failed"),
         ("Rejected requests:", "num_rejected"),
+        ("Maximum request concurrency:", "max_concurrency"),
+        ("Request rate configured (RPS):", "request_rate"),
         ("Benchmark duration (s):", "duration"),
         ("Total input tokens:", "total_input_tokens"),
         ("Total generated tokens:", "total_output_tokens"),
@@ -227,10 +271,12 @@ def format_summary_table(summary: Mapping[str, object]) -> str:
         ("Total Token throughput (tok/s):", "total_token_throughput"),
     ]
     for label, key in head:
-        if key not in summary or (key == "request_goodput" and summary[key] is None):
+        if key not in summary or (key in _SHOWN_WHEN_SET and not _is_set(summary[key])):
             continue
         lines.append(_line(label, summary[key]))
     for metric, name, header in _SECTIONS:
+        if metrics is not None and metric not in metrics:
+            continue
         rows = [
             (f"Mean {name} (ms):", f"mean_{metric}_ms"),
             (f"Median {name} (ms):", f"median_{metric}_ms"),

@@ -42,6 +42,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask, require_columns
+from sim.engine.records import text_dtype as text_dtype  # for sim.validation's frames
 from sim.engine.step_runs import StepTable
 from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import FloatArray, Summary, check_percentiles, latency_stats_ms
@@ -61,6 +62,9 @@ REQUEST_COLUMNS = (
     "num_generated_tokens",
     "rejection_reason",
 )
+# Columns of text a request table holds: stored as text even when no row holds any
+# (a frame holds them in pandas' text dtype: ``sim.engine.records.text_dtype``).
+TEXT_COLUMNS = ("rejection_reason",)
 
 
 class Slo(BaseModel):
@@ -150,10 +154,8 @@ def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
 def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
     """``with_request_metrics(table.frame())``'s columns, without pandas (what
     ``servesim run`` writes to ``requests.parquet``)."""
+    # rejection_reason: objects, the reason or None (a text column, written as text).
     columns = {name: table[name] for name in table.columns}
-    if not any(reason is not None for reason in columns["rejection_reason"].tolist()):
-        # As the frame holds it (a map that matched nothing): float NaN, not None.
-        columns["rejection_reason"] = np.full(len(table), np.nan)
     with warnings.catch_warnings():  # NaN where undefined, as ``Result.requests``
         warnings.simplefilter("ignore", RuntimeWarning)
         columns.update(latency_columns(table))

@@ -7,8 +7,9 @@ and ``DataFrame.to_csv`` (``index=False``) give for the same columns:
 
 - Parquet through pyarrow alone (imported here, on first use): the same
   column types and values, missing floats (NaN) stored as nulls as pandas
-  stores them, text as ``large_string`` (a text column without any text as
-  nulls), snappy-compressed. The file lacks only pandas' own schema
+  stores them, text as ``large_string`` (an object column without any text as
+  nulls, as pandas stores an object column, unless ``write_parquet``'s ``text``
+  names it: a frame's text-dtype column), snappy-compressed. The file lacks only pandas' own schema
   metadata (which records the frame's index; ``pd.read_parquet`` reads the
   file back to the same frame without it).
 - CSV with pandas' text: floats as numpy prints them (shortest round trip),
@@ -22,7 +23,7 @@ holding strings and ``None``.
 from __future__ import annotations
 
 import csv
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +69,9 @@ def _validity(valid: npt.NDArray[np.bool_]) -> tuple[pa.Buffer | None, int]:
     return pa.py_buffer(np.packbits(valid, bitorder="little")), num_nulls
 
 
-def _arrow_array(values: npt.NDArray[Any], name: str) -> pa.Array:
-    """One column as an Arrow array, built from its buffers.
+def _arrow_array(values: npt.NDArray[Any], name: str, text: bool = False) -> pa.Array:
+    """One column as an Arrow array, built from its buffers; ``text``: an object
+    column stored as text even when it holds none.
 
     Not ``pa.array``: it imports pandas (to ask whether its argument is a
     pandas object), the very import this module avoids.
@@ -79,7 +81,7 @@ def _arrow_array(values: npt.NDArray[Any], name: str) -> pa.Array:
     size = values.size
     if values.dtype.kind == "O":
         strings = _strings(values, name)
-        if all(text is None for text in strings):  # no text to type it: nulls, as pandas has it
+        if not text and all(s is None for s in strings):  # nothing to type it: nulls, as pandas
             return pa.Array.from_buffers(pa.null(), size, [None], size)
         encoded = [b"" if text is None else text.encode("utf-8") for text in strings]
         offsets = np.zeros(size + 1, dtype=np.int64)
@@ -98,15 +100,18 @@ def _arrow_array(values: npt.NDArray[Any], name: str) -> pa.Array:
     return pa.Array.from_buffers(kind, size, [bitmap, data], num_nulls)
 
 
-def write_parquet(columns: Columns, path: str | Path) -> Path:
+def write_parquet(columns: Columns, path: str | Path, text: Collection[str] = ()) -> Path:
     """Write ``columns`` to ``path`` as ``DataFrame(columns).to_parquet(path, index=False)``
-    would, less pandas' metadata (see the module's docstring)."""
+    would, less pandas' metadata (see the module's docstring); the object columns named
+    in ``text`` as a frame's text-dtype columns (``large_string``, even all missing)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     out = Path(path)
     _check(columns, out)
-    arrays = [_arrow_array(np.asarray(values), name) for name, values in columns.items()]
+    arrays = [
+        _arrow_array(np.asarray(values), name, name in text) for name, values in columns.items()
+    ]
     pq.write_table(pa.Table.from_arrays(arrays, names=list(columns)), out, compression="snappy")
     return out
 

@@ -5,10 +5,17 @@ Opens in https://ui.perfetto.dev and chrome://tracing. Layout:
 - process 1, "requests": one track (thread) per traced request, holding a
   ``request N`` span from arrival to the last streamed token, and inside it
   the request's phase spans (``sim.metrics.lifecycle``) one after another,
-  plus an instant event at its first streamed token (TTFT);
+  plus an instant event at its first streamed token (TTFT); the ``way_in``
+  span (HTTP, tokenization, IPC) carries the prompt's token count, the
+  tokens it tokenized;
 - process 2 + r, "replica r": one track of engine steps (named ``prefill``,
   ``decode`` or ``mixed``, with the batch composition as arguments) and two
-  counters, the queue (waiting and running requests) and the KV blocks in use.
+  counters, the queue (waiting and running requests) and the KV blocks in use;
+- flow events (arrows, ``"ph": "s"`` on the request's prefill span, ``"f"``
+  with ``"bp": "e"`` on the step, one id per arrow) from each request's prefill
+  to the engine steps that ran it: its first scheduled step and the step that
+  made its first token (one arrow when one step did both). At most
+  ``FLOWS_PER_REQUEST`` arrows a traced request, to steps the file holds.
 
 Times are microseconds of simulated time (the format's unit), rounded to the
 nanosecond. Only the traced requests are written, and only the steps and
@@ -38,6 +45,10 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 REQUESTS_PID = 1
 FIRST_REPLICA_PID = 2
 MAX_STEPS = 200_000
+# The flow arrows of one request: to its first prefill step and its first token's step.
+FIRST_STEP_FLOW = "first prefill step"
+TOKEN_STEP_FLOW = "first token step"
+FLOWS_PER_REQUEST = 2
 _US_PER_S = 1e6
 
 Event = dict[str, Any]
@@ -122,10 +133,12 @@ def request_events(spans: pd.DataFrame, requests: pd.DataFrame) -> list[Event]:
         }
         events.append(parent)
         for span in records(group):
-            event = _span(
-                str(span["phase"]), "phase", span["start_s"], span["end_s"], REQUESTS_PID, tid
-            )
-            event["args"] = {"replica": int(span["replica"]), "num_tokens": int(span["num_tokens"])}
+            phase = str(span["phase"])
+            event = _span(phase, "phase", span["start_s"], span["end_s"], REQUESTS_PID, tid)
+            num_tokens = int(span["num_tokens"])
+            if phase == "way_in":  # the way in tokenizes the whole prompt
+                num_tokens = int(row["num_prompt_tokens"])
+            event["args"] = {"replica": int(span["replica"]), "num_tokens": num_tokens}
             events.append(event)
         first = float(row["first_token_s"])
         if np.isfinite(first):
@@ -158,8 +171,18 @@ def replica_events(
     max_steps: int = MAX_STEPS,
 ) -> list[Event]:
     """One process per replica: its steps within ``window_s`` and its queue / KV counters."""
-    start_s, end_s = window_s
     windows = _steps_in(steps, window_s, max_steps)
+    return _replica_events(windows, timeseries, window_s, max_steps)
+
+
+def _replica_events(
+    windows: dict[int, dict[str, npt.NDArray[Any]]],
+    timeseries: Table,
+    window_s: tuple[float, float],
+    max_steps: int,
+) -> list[Event]:
+    """``replica_events`` of the steps ``windows`` holds (``_steps_in``)."""
+    start_s, end_s = window_s
     series_replica = _replica_of(timeseries)
     events: list[Event] = []
     for replica in sorted(set(windows) | set(series_replica.tolist())):
@@ -197,6 +220,68 @@ def replica_events(
     return events
 
 
+def _flow(name: str, flow_id: int, at_s: float, request_id: int, pid: int) -> list[Event]:
+    """One arrow at ``at_s`` from the request's track (the slice enclosing it there, its
+    prefill span) to replica ``pid``'s step track (the step enclosing it: ``"bp": "e"``)."""
+    ts = _us(at_s)
+    start = {"name": name, "cat": "flow", "ph": "s", "id": flow_id, "ts": ts}
+    return [
+        {**start, "pid": REQUESTS_PID, "tid": request_id},
+        {**start, "ph": "f", "bp": "e", "pid": pid, "tid": 0},
+    ]
+
+
+def _overlapping_step(
+    starts: npt.NDArray[Any], ends: npt.NDArray[Any], start_s: float, end_s: float, first: bool
+) -> int | None:
+    """The first (else the last) of the steps ``starts``/``ends`` (in time order, one
+    after another, as a replica runs them) overlapping ``[start_s, end_s]``; None if none.
+    A binary search: a trace of many requests over many steps stays cheap."""
+    if first:  # the first step ending after the span starts
+        index = int(np.searchsorted(ends, start_s, side="right"))
+    else:  # the last step starting before the span ends
+        index = int(np.searchsorted(starts, end_s, side="left")) - 1
+    if 0 <= index < len(starts) and ends[index] > start_s and starts[index] < end_s:
+        return index
+    return None
+
+
+def flow_events(
+    spans: pd.DataFrame, windows: dict[int, dict[str, npt.NDArray[Any]]]
+) -> list[Event]:
+    """Arrows from each request's prefill spans to the steps of ``windows`` that ran them:
+    the first step of its prefill and the step that made its first token (the last
+    step overlapping its last prefill span), one arrow when they are one step; ids
+    1, 2, ... in request order. An arrow sits at the middle of the span's overlap with
+    its step, so that both ends bind to the right slice; a step outside ``windows``
+    (past ``max_steps``) gets none."""
+    events: list[Event] = []
+    prefill = spans[spans["phase"] == "prefill"]
+    for request_id, group in prefill.groupby("request_id", sort=True):
+        ordered = records(group.sort_values("start_s", kind="stable"))
+        seen: set[tuple[int, int]] = set()  # (replica, step index): one arrow per step
+        for name, span, pick in (
+            (FIRST_STEP_FLOW, ordered[0], 0),
+            (TOKEN_STEP_FLOW, ordered[-1], -1),
+        ):
+            replica = int(span["replica"])
+            window = windows.get(replica)
+            if window is None:
+                continue
+            start_s, end_s = float(span["start_s"]), float(span["end_s"])
+            starts, ends = window["start_s"], window["end_s"]
+            step = _overlapping_step(starts, ends, start_s, end_s, first=pick == 0)
+            if step is None or (replica, step) in seen:
+                continue
+            seen.add((replica, step))
+            at_s = (max(start_s, float(starts[step])) + min(end_s, float(ends[step]))) / 2
+            flow_id = len(events) // 2 + 1
+            events += _flow(
+                name, flow_id, at_s, int(cast(int, request_id)), FIRST_REPLICA_PID + replica
+            )
+    return events
+
+
 def trace_document(
     spans: pd.DataFrame,
     requests: pd.DataFrame,
@@ -209,7 +294,9 @@ def trace_document(
     events = request_events(spans, requests)
     if len(spans):
         window = (float(spans["start_s"].min()), float(spans["end_s"].max()))
-        events += replica_events(steps, timeseries, window, max_steps)
+        windows = _steps_in(steps, window, max_steps)
+        events += _replica_events(windows, timeseries, window, max_steps)
+        events += flow_events(spans, windows)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

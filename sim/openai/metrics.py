@@ -56,9 +56,7 @@ class ServerMetrics:
             "vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1).", LABELS,
             registry=r,
         )  # fmt: skip
-        self._prompt = Counter(
-            "vllm:prompt_tokens", "Prompt tokens of finished requests.", LABELS, registry=r
-        )
+        self._prompt = Counter("vllm:prompt_tokens", "Prompt tokens computed.", LABELS, registry=r)
         self._generation = Counter(
             "vllm:generation_tokens", "Generated tokens streamed to clients.", LABELS, registry=r
         )
@@ -87,8 +85,10 @@ class ServerMetrics:
             buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
 
-    def first_token(self, ttft_s: float) -> None:
+    def first_token(self, ttft_s: float, num_prompt_tokens: int) -> None:
+        """A request's first token: its prompt is computed (vLLM counts prompt tokens then)."""
         self._ttft.labels(**self._labels).observe(ttft_s)
+        self._prompt.labels(**self._labels).inc(num_prompt_tokens)
 
     def next_token(self, gap_s: float) -> None:
         """A later token event of a request, ``gap_s`` after its previous one."""
@@ -104,7 +104,6 @@ class ServerMetrics:
         labels = self._labels
         self._success.labels(**labels, finished_reason=reason).inc()
         self._e2e.labels(**labels).observe(e2e_s)
-        self._prompt.labels(**labels).inc(num_prompt_tokens)
         self._prompt_hist.labels(**labels).observe(num_prompt_tokens)
         self._generation_hist.labels(**labels).observe(num_generated)
 

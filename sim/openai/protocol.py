@@ -114,8 +114,8 @@ class _Sampling(_Request):
     # Refused unless at their default (checked by ``unsupported``).
     logit_bias: dict[str, float] | None = None
     min_tokens: int = Field(default=0, ge=0)
-    include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False  # vLLM's: the text ends with the stop string
 
     @field_validator("stop")
     @classmethod
@@ -135,8 +135,6 @@ class _Sampling(_Request):
             refused.append("logit_bias")
         if self.min_tokens:
             refused.append("min_tokens")
-        if self.include_stop_str_in_output:
-            refused.append("include_stop_str_in_output")
         if not self.skip_special_tokens:
             refused.append("skip_special_tokens")
         if self.stream_options is not None and not self.stream:

@@ -12,6 +12,7 @@ docs/validation.md, "``servesim serve``".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
@@ -35,6 +36,8 @@ from sim.serving.stream import Emitted, FinishReason, OnlineBackend
 LOG = logging.getLogger("servesim.serve")
 
 Event = tuple[int, Emitted]  # (choice index, the engine's output for it)
+# How often a whole answer's handler, waiting for tokens, looks whether its client left.
+DISCONNECT_CHECK_S = 0.5
 
 
 class Mailbox:
@@ -126,6 +129,12 @@ def _check_supported(request: p.CompletionRequest | p.ChatCompletionRequest) -> 
         LOG.warning("The following fields were present in the request but ignored: %s", unknown)
 
 
+def _check_engine(engine: OnlineBackend) -> None:
+    """A 500 once the engine's loop has stopped (vLLM's answer when its engine is dead)."""
+    if engine.error is not None:
+        raise p.RequestError(f"the engine stopped: {engine.error}", status=500)
+
+
 def _max_tokens(asked: int | None, default: int, num_prompt: int, max_model_len: int) -> int:
     """``max_tokens`` checked against the context left after the prompt (vLLM's messages)."""
     if num_prompt == 0:
@@ -180,6 +189,7 @@ class Generation:
         n: int,
         max_tokens: list[int],
         stop: tuple[str, ...],
+        include_stop: bool,
         ignore_eos: bool,
     ) -> None:
         app = request.app
@@ -202,7 +212,7 @@ class Generation:
                 except BaseException:
                     self.abort()  # the choices submitted before: nobody will read them
                     raise
-                detokenizer = IncrementalDetokenizer(tokenizer, stop)
+                detokenizer = IncrementalDetokenizer(tokenizer, stop, include_stop)
                 self.choices.append(Choice(index, len(ids), detokenizer, request_id))
 
     @property
@@ -224,7 +234,7 @@ class Generation:
         new_tokens = event.num_generated_tokens - choice.num_generated_tokens
         if event.token_ids:
             if choice.last_event_s is None:
-                self.metrics.first_token(now - self.arrival_s)
+                self.metrics.first_token(now - self.arrival_s, choice.num_prompt_tokens)
             else:
                 self.metrics.next_token(now - choice.last_event_s)
             choice.last_event_s = now
@@ -248,7 +258,7 @@ class Generation:
         return choice, delta.text
 
     def abort(self) -> None:
-        """The client went away: stop every unfinished choice."""
+        """Stop every unfinished choice (its client went away, or the request failed)."""
         for choice in self.choices:
             if choice.finish_reason is None:
                 self.engine.abort(choice.request_id)
@@ -312,13 +322,22 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         prompts = [tokenizer.encode(x) if isinstance(x, str) else x for x in req.prompts()]
         asked, default = req.max_tokens, 16  # vLLM's default for completions
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
-    generation = Generation(request, prompts, req.n, limits, req.stop_strings(), req.ignore_eos)
+    _check_engine(engine)  # a stopped engine would never answer
+    generation = Generation(
+        request,
+        prompts,
+        req.n,
+        limits,
+        req.stop_strings(),
+        req.include_stop_str_in_output,
+        req.ignore_eos,
+    )
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
     try:
         if req.stream:
             return await _stream(request, generation, rid, chat, req.stream_options)
-        return await _whole(generation, rid, model, chat)
+        return await _whole(request, generation, rid, model, chat)
     except asyncio.CancelledError:
         generation.abort()  # the client left a whole answer, or the server is stopping
         raise
@@ -374,6 +393,12 @@ async def _send_events(
         if options.continuous_usage_stats:
             chunk.usage = choice.usage()
         await response.write(_sse(chunk))
+        if choice.finish_reason == "abort" and generation.engine.error is not None:
+            # The engine died under the stream: an error event, as vLLM sends one.
+            error = p.error_body(500, f"the engine stopped: {generation.engine.error}")
+            await response.write(_sse(error) + b"data: [DONE]\n\n")
+            await response.write_eof()
+            return
     if options.include_usage:
         usage: p.CompletionResponse | p.ChatCompletionChunk
         if chat:
@@ -386,10 +411,21 @@ async def _send_events(
     await response.write_eof()
 
 
-async def _whole(generation: Generation, rid: str, model: str, chat: bool) -> web.Response:
+async def _whole(
+    request: web.Request, generation: Generation, rid: str, model: str, chat: bool
+) -> web.StreamResponse:
     """A non-streamed answer: every choice's whole text at once."""
+    checked_s = time.perf_counter()
     while not generation.done:
-        await generation.next()
+        with contextlib.suppress(TimeoutError):  # no token for a while: look at the client
+            await asyncio.wait_for(generation.next(), DISCONNECT_CHECK_S)
+        if time.perf_counter() - checked_s >= DISCONNECT_CHECK_S:
+            checked_s = time.perf_counter()
+            transport = request.transport
+            if transport is None or transport.is_closing():
+                generation.abort()  # the client gave up waiting: free the engine
+                return web.Response(status=499)  # never sent: nobody is listening
+    _check_engine(generation.engine)  # it died under the request: its choices were aborted
     if chat:
         chat_choices = [
             p.ChatChoice(

@@ -64,13 +64,6 @@ from sim.scenario import Scenario, scenario_from_dict, set_dotted
 
 Status = Literal["pass", "fail", "unclear"]
 
-# Two-sided 95% Student-t critical values by degrees of freedom (1..30).
-_T95_TEXT = (
-    "12.706 4.303 3.182 2.776 2.571 2.447 2.365 2.306 2.262 2.228 2.201 2.179 2.160 2.145"
-    " 2.131 2.120 2.110 2.101 2.093 2.086 2.080 2.074 2.069 2.064 2.060 2.056 2.052 2.048"
-    " 2.045 2.042"
-)
-_T95 = tuple(float(t) for t in _T95_TEXT.split())
 MAX_DOUBLINGS = 20
 # The served check's margin (1 - SERVED_MIN_RATIO) should hold this many standard
 # deviations of a run's served ratio (module docstring), or a failing served
@@ -83,9 +76,9 @@ def t95(dof: int) -> float:
     """Two-sided 95% critical value of Student's t with ``dof`` degrees of freedom."""
     if dof < 1:
         raise ValueError("need at least 1 degree of freedom")
-    if dof <= len(_T95):
-        return _T95[dof - 1]
-    return 2.000 if dof <= 60 else 1.980 if dof <= 120 else 1.960
+    from scipy.stats import t  # imported when a search first needs it: start-up stays fast
+
+    return float(t.ppf(0.975, dof))
 
 
 def mean_interval(values: Sequence[float]) -> tuple[float, float]:

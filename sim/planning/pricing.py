@@ -4,14 +4,18 @@
 per GPU-hour (mid-2025, specialist GPU clouds such as Lambda or RunPod; the
 large clouds list 2-4x more, reserved and spot capacity much less). They are
 only a default to make reports readable: pass your own price with
-``--gpu-price-per-hour`` (or ``gpu_price_per_hour:`` in a sweep file).
+``--gpu-price-per-hour`` (or ``gpu_price_per_hour:`` in a sweep file, or
+``--gpu-price NAME=USD`` per GPU to ``servesim plan``). Every hardware
+preset has a price (tests/test_plan.py checks it).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
+
+from sim.errors import ConfigError
 
 GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
     {
@@ -58,3 +62,20 @@ def usd_per_unit(rate_per_s: float | None, num_gpus: int, price_per_gpu_hour: fl
     if rate_per_s is None or not rate_per_s > 0 or not math.isfinite(rate_per_s):
         return math.inf
     return num_gpus * price_per_gpu_hour / (rate_per_s * SECONDS_PER_HOUR)
+
+
+def parse_gpu_prices(pairs: Iterable[str], where: str = "--gpu-price") -> dict[str, float]:
+    """``NAME=USD`` pairs (``h100=2.5``) as prices per GPU-hour by hardware name."""
+    prices: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            price = float(value)
+        except ValueError:
+            price = math.nan
+        if not sep or not name.strip() or not (price > 0 and math.isfinite(price)):
+            raise ConfigError(
+                f"{where}: {pair!r}: expected NAME=USD with a price > 0, e.g. h100=2.5"
+            )
+        prices[name.strip()] = price
+    return prices

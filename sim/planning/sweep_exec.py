@@ -11,15 +11,23 @@ Executors yield ``(index, record)`` pairs as tasks finish, in any order:
 - ``local``: a ``concurrent.futures.ProcessPoolExecutor`` with ``jobs``
   workers; ``jobs=1`` runs in this process (no start-up cost).
 - ``ray``: ``ray.remote`` over ``run_point`` on a running cluster
-  (``address``) or on a local Ray instance. Ray is an optional extra; the
-  package must be importable on the workers (same venv, or a runtime_env).
+  (``address``) or on a local Ray instance, every task submitted at once. Ray
+  is an optional extra; the package must be importable on the workers (same
+  venv, or a runtime_env).
+
+Both take any picklable top-level ``function`` from a task to a record
+(default ``run_point``; the planner passes a whole configuration's capacity
+search). ``local`` reads ``tasks`` lazily: at most ``jobs`` run at once, and
+the next task is drawn only when one finishes and its record has been handed
+over, so a caller whose task iterator consults the records seen so far (the
+planner's pruning) decides each next task on everything finished before it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -29,6 +37,7 @@ from sim.planning.served import served_ratio
 
 Task = dict[str, Any]
 Record = dict[str, Any]
+PointFunction = Callable[[Task], Record]
 
 
 def batch_size_one(scenario: Any) -> bool:
@@ -109,17 +118,41 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_local(tasks: Sequence[Task], jobs: int | None = None) -> Iterator[tuple[int, Record]]:
-    """Run tasks in worker processes (``jobs=1``: in this process)."""
+def run_local(
+    tasks: Iterable[Task], jobs: int | None = None, function: PointFunction | None = None
+) -> Iterator[tuple[int, Record]]:
+    """Run tasks in worker processes (``jobs=1``, or a single task: in this process).
+
+    At most ``jobs`` tasks are in flight; the next is drawn from ``tasks`` only
+    after a finished one has been yielded (module docstring).
+    """
+    run = run_point if function is None else function
     jobs = default_jobs() if jobs is None else jobs
-    if jobs == 1 or len(tasks) <= 1:
+    if isinstance(tasks, Sequence) and len(tasks) <= 1:
+        jobs = 1
+    if jobs == 1:
         for index, task in enumerate(tasks):
-            yield index, run_point(task)
+            yield index, run(task)
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
-        futures = {pool.submit(run_point, task): i for i, task in enumerate(tasks)}
-        for future in as_completed(futures):
-            yield futures[future], future.result()
+    if isinstance(tasks, Sequence):
+        jobs = min(jobs, len(tasks))
+    source = enumerate(tasks)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        running: dict[Future[Record], int] = {}
+
+        def fill() -> None:
+            while len(running) < jobs:
+                item = next(source, None)
+                if item is None:
+                    return
+                running[pool.submit(run, item[1])] = item[0]
+
+        fill()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                yield running.pop(future), future.result()
+            fill()
 
 
 def _import_ray() -> Any:
@@ -132,14 +165,19 @@ def _import_ray() -> Any:
     return ray
 
 
-def run_ray(tasks: Sequence[Task], address: str | None = None) -> Iterator[tuple[int, Record]]:
-    """Run tasks as Ray tasks; starts (and later stops) Ray if it is not running."""
+def run_ray(
+    tasks: Iterable[Task],
+    address: str | None = None,
+    function: PointFunction | None = None,
+) -> Iterator[tuple[int, Record]]:
+    """Run tasks as Ray tasks, all submitted at once (the cluster schedules them);
+    starts (and later stops) Ray if it is not running."""
     ray = _import_ray()
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(run_point)
+        remote = ray.remote(run_point if function is None else function)
         pending = {remote.remote(task): i for i, task in enumerate(tasks)}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -163,11 +201,14 @@ def check_executor(executor: str, jobs: int | None, address: str | None) -> None
 
 
 def execute(
-    tasks: Sequence[Task],
+    tasks: Iterable[Task],
     executor: str = "local",
     jobs: int | None = None,
     address: str | None = None,
+    function: PointFunction | None = None,
 ) -> Iterator[tuple[int, Record]]:
     """Run ``tasks`` on the chosen executor, yielding ``(index, record)`` as they finish."""
     check_executor(executor, jobs, address)  # fail now, before any work
-    return run_local(tasks, jobs) if executor == "local" else run_ray(tasks, address)
+    if executor == "local":
+        return run_local(tasks, jobs, function)
+    return run_ray(tasks, address, function)

@@ -4,7 +4,9 @@
 under Poisson arrivals a third panel sets the simulated mean TTFT against the
 M/G/1 (Pollaczek–Khinchine) prediction built from the service times the
 simulation measured: the same queue in textbook form (:mod:`sim.metrics.analytic`).
-Drawn on an Agg canvas with matplotlib's object API (no pyplot state).
+Drawn on an Agg canvas with matplotlib's object API (no pyplot state). Each figure
+carries ``sweep_caption``: the scenario, model, GPU and cost model of its runs
+(``sim.metrics.figure_data.figure_caption``; the values a sweep varies are listed).
 """
 
 from __future__ import annotations
@@ -19,11 +21,47 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from sim.metrics.analytic import mg1_wait_s
+from sim.metrics.figure_data import caption_line, cost_model_tag, wrap_caption
 from sim.metrics.slo_targets import SloTarget
 from sim.planning.sweep_report import LATENCY, THROUGHPUT, cheapest, pareto_mask
 
 DPI = 120
 _SLO_COLOR = "tab:red"
+# A caption lists up to this many distinct values of a column a sweep varies, else counts them.
+MAX_CAPTION_VALUES = 3
+
+
+def _values(table: pd.DataFrame, column: str, plural: str, tag: bool = False) -> str:
+    """The distinct values of ``column`` in run order, as a caption says them; more
+    than ``MAX_CAPTION_VALUES`` are counted (``plural``: what they are)."""
+    if column not in table:
+        return "?"
+    values = [str(v) for v in dict.fromkeys(table[column].dropna().tolist())]
+    if tag:
+        values = list(dict.fromkeys(cost_model_tag(v) for v in values))
+    if not values:
+        return "?"
+    if len(values) > MAX_CAPTION_VALUES:
+        return f"{len(values)} {plural}"
+    return " | ".join(values)
+
+
+def sweep_caption(table: pd.DataFrame) -> str:
+    """The caption of a sweep's figures from its table (one row per run, the summary's
+    header keys): scenario, model, GPU and cost model, each value the runs had."""
+    scenarios = _values(table, "scenario", "scenarios")
+    return caption_line(
+        scenarios if scenarios[0].isdigit() else f"scenario {scenarios}",
+        _values(table, "model", "models"),
+        _values(table, "hardware", "GPUs"),
+        _values(table, "cost_model", "cost models", tag=True),
+    )
+
+
+def _caption(fig: Figure, caption: str) -> None:
+    """``caption`` at the top of ``fig`` (``tight_layout`` then leaves room for it)."""
+    if caption:
+        fig.suptitle(wrap_caption(caption, fig.get_figwidth()), fontsize=8.5, color="dimgray")
 
 
 def load_axis(points: pd.DataFrame, load_key: str | None) -> tuple[str, str]:
@@ -99,8 +137,9 @@ def plot_latency_vs_load(
     targets: tuple[SloTarget, ...],
     load_key: str | None,
     path: Path,
+    caption: str = "",
 ) -> Path:
-    """The hockey-stick figure (see module docstring)."""
+    """The hockey-stick figure (see module docstring), ``caption`` at its top."""
     x_col, x_label = load_axis(points, load_key)
     analytic = {}
     if x_col == "offered_rate_per_s":
@@ -132,14 +171,16 @@ def plot_latency_vs_load(
     axes[0].legend(fontsize=7)
     if analytic:
         axes[-1].legend(fontsize=7)
+    _caption(fig, caption)
     fig.tight_layout()
     return _save(fig, path)
 
 
 def plot_throughput_vs_latency(
-    points: pd.DataFrame, targets: tuple[SloTarget, ...], path: Path
+    points: pd.DataFrame, targets: tuple[SloTarget, ...], path: Path, caption: str = ""
 ) -> Path:
-    """Throughput against p99 TTFT, Pareto front joined, cheapest point starred."""
+    """Throughput against p99 TTFT, Pareto front joined, cheapest point starred,
+    ``caption`` at the top."""
     fig = Figure(figsize=(7, 5))
     ax = fig.add_subplot()
     for index, (config, rows) in enumerate(points.groupby("config", sort=False)):
@@ -174,6 +215,7 @@ def plot_throughput_vs_latency(
     ax.set_ylabel("request throughput (req/s)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
+    _caption(fig, caption)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -185,12 +227,16 @@ def plot_sweep(
     load_key: str | None,
     out_dir: str | Path,
 ) -> list[Path]:
-    """Both figures into ``out_dir``; nothing when no point completed a request."""
+    """Both figures into ``out_dir``, captioned from ``table`` (``sweep_caption``);
+    nothing when no point completed a request."""
     out = Path(out_dir)
     usable = points.dropna(subset=[THROUGHPUT, LATENCY])
     if usable.empty:
         return []
+    caption = sweep_caption(table)
     return [
-        plot_latency_vs_load(usable, table, targets, load_key, out / "latency_vs_load.png"),
-        plot_throughput_vs_latency(usable, targets, out / "throughput_vs_ttft.png"),
+        plot_latency_vs_load(
+            usable, table, targets, load_key, out / "latency_vs_load.png", caption
+        ),
+        plot_throughput_vs_latency(usable, targets, out / "throughput_vs_ttft.png", caption),
     ]

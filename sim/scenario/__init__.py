@@ -42,6 +42,7 @@ from sim.hardware.specs import (
     preset_validator,
 )
 from sim.metrics.stats import Slo
+from sim.scenario.bench_flags import BenchFlags, apply_bench_flags
 from sim.scenario.overrides import apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml
 from sim.scenario.vllm_versions import NEWEST, VllmVersion, version_problem, vllm_version
@@ -50,6 +51,7 @@ from sim.serving.replica_config import FrontendConfig
 from sim.workload.generate import WorkloadConfig
 
 __all__ = [
+    "BenchFlags",
     "EngineConfig",
     "Scenario",
     "apply_overrides",
@@ -408,8 +410,11 @@ def scenario_from_dict(
         raise ConfigError(f"{source}: {error}") from None
 
 
-def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
-    """Read, override and validate a scenario file."""
+def load_scenario(
+    path: str | Path, overrides: Sequence[str] = (), bench_flags: BenchFlags | None = None
+) -> Scenario:
+    """Read, override and validate a scenario file; ``bench_flags``: ``vllm bench
+    serve``'s workload flags, written after the overrides (``sim.scenario.bench_flags``)."""
     path = Path(path)
     doc = read_yaml(path, "scenario")
     if doc is None:
@@ -417,4 +422,6 @@ def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
     apply_overrides(doc, overrides, str(path))
+    if bench_flags is not None:
+        apply_bench_flags(doc, bench_flags, overrides, str(path))
     return scenario_from_dict(doc, str(path), path.parent)

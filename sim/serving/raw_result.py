@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.records import RequestTable
+from sim.engine.records import RequestTable, reason_column
 from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns, StepTable
 from sim.serving.frontend import Delivery, deliver
@@ -147,7 +147,7 @@ def raw_result(
 
         frame = disaggregated(pd.DataFrame(records, copy=False))
         columns = frame = frame.sort_values("request_id", ignore_index=True)
-        frame["rejection_reason"] = frame["request_id"].map(rejections)
+        frame["rejection_reason"] = reason_column(frame["request_id"], rejections)
         requests = frame
     steps = StepTable(tuple(output.runs for output in outputs))
     steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)

@@ -10,9 +10,11 @@ With a ``Cluster`` the requests go to a router in front of several replicas,
 or to disaggregated prefill and decode pools (``sim.serving.cluster``); without one,
 to a single replica.
 
-An open loop is first offered to the speed paths (``sim.fast.open_loop.run``,
-the one door to them), which simulate it as this module would, to the bit, or
-decline; then this module simulates it itself.
+An open loop capped at ``max_concurrency`` requests in flight (when the cap
+can bind) runs as a closed loop does, each send waiting for a slot
+(``_limited_open_loop``). Otherwise an open loop is first offered to the speed
+paths (``sim.fast.open_loop.run``, the one door to them), which simulate it as
+this module would, to the bit, or decline; then this module simulates it itself.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+import numpy as np
 import simpy
 
 from sim.engine.core_config import CoreConfig
@@ -35,7 +38,13 @@ from sim.serving.progress import Progress
 from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.submission import ClosedLoop, OpenLoop, requests_in_order, submission_order
+from sim.serving.submission import (
+    ClosedLoop,
+    OpenLoop,
+    concurrency_limit,
+    requests_in_order,
+    submission_order,
+)
 
 
 def replica_core(
@@ -89,6 +98,9 @@ class Simulation:
         self.compiled = compiled
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
+        # A capped open loop: free slots, and the sender's wait for one (or None).
+        self._free_slots = 0
+        self._slot_freed: simpy.Event | None = None
         self._next_ready_s = 0.0
         # Open loop: every submission's time (inf last) and the index of the next.
         self._ready_s: list[float] = [float("inf")]
@@ -159,6 +171,7 @@ class Simulation:
         # no-queue time for one output (docs/vllm-fidelity.md).
         frontend = self.replica_config.frontend
         detokenize_s = frontend.output_step_s + frontend.detokenize_s_per_token
+        next_prefix = getattr(work, "next_prefix", None)  # optional prefix groups
         while ids[0] < work.num_requests:
             yield env.timeout(work.next_think_s())
             if ids[0] >= work.num_requests:
@@ -166,12 +179,61 @@ class Simulation:
             request_id = ids[0]
             ids[0] += 1
             num_prompt, num_output = work.next_lengths()
+            request = Request(request_id, env.now, num_prompt, num_output)
+            if next_prefix is not None:
+                prefix = next_prefix()
+                if prefix is not None:
+                    request.prefix_group, request.num_shared_prefix_tokens = prefix
             done = env.event()
             self._waiters[request_id] = done
-            self._send(Request(request_id, env.now, num_prompt, num_output))
+            self._send(request)
             yield done
             if detokenize_s > 0:
                 yield env.timeout(detokenize_s)
+
+    def _limited_open_loop(self, work: OpenLoop, limit: int) -> Generator[simpy.Event, Any, None]:
+        """Send requests at their arrival times, at most ``limit`` in flight.
+
+        As ``vllm bench serve --max-concurrency`` (an asyncio semaphore around
+        each request): an arrival that finds every slot taken waits, in arrival
+        order, until an answer is in; it is sent then, and its ``arrival_s``
+        (from which TTFT counts, as the client's clock starts when it sends)
+        becomes that time. An answer is in when the frontend has sent the
+        last token: the engine's finish plus the frontend's no-queue time for
+        one output, as closed-loop users wait (docs/vllm-fidelity.md).
+        """
+        env = self.env
+        frontend = self.replica_config.frontend
+        answer_s = frontend.output_step_s + frontend.detokenize_s_per_token
+        self._free_slots = limit
+
+        def free_slot(_: object) -> None:
+            self._free_slots += 1
+            waiting = self._slot_freed
+            if waiting is not None and not waiting.triggered:
+                waiting.succeed()
+
+        def answered(_: object) -> None:
+            if answer_s > 0:
+                env.timeout(answer_s).callbacks.append(free_slot)
+            else:
+                free_slot(None)
+
+        in_arrival_order = np.arange(len(work.arrival_s), dtype=np.intp)
+        for request in requests_in_order(work, in_arrival_order):
+            if request.arrival_s > env.now:
+                yield env.timeout(request.arrival_s - env.now)
+            while self._free_slots == 0:
+                self._slot_freed = env.event()
+                yield self._slot_freed
+                self._slot_freed = None
+            self._free_slots -= 1
+            if env.now > request.arrival_s:
+                request.arrival_s = env.now  # sent when it got its slot
+            done = env.event()
+            done.callbacks.append(answered)
+            self._waiters[request.request_id] = done
+            self._send(request)
 
     def run(self, work: OpenLoop | ClosedLoop, progress: bool = False) -> RawResult:
         """Simulate until every request has finished or been rejected."""
@@ -197,12 +259,20 @@ class Simulation:
             bar.close()
         return self._result() if raw is None else raw
 
-    def _simulate(self, work: OpenLoop | ClosedLoop, bar: Progress) -> None:
-        """Run ``work`` to its end in this process, one SimPy event per submission."""
+    def _simulate(
+        self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None
+    ) -> None:
+        """Run ``work`` to its end in this process, one SimPy event per submission
+        (``limit``: an open loop's cap on requests in flight, by default its own
+        when it can bind)."""
         if isinstance(work, ClosedLoop):
             ids = [0]
             for _ in range(work.num_users):
                 self.env.process(self._user(work, ids))
+        elif limit is not None or (limit := concurrency_limit(work)) is not None:
+            # Sends wait for answers, so they are not known in advance: replicas
+            # are interrupted by them, as by a closed loop's (no horizon).
+            self.env.process(self._limited_open_loop(work, limit))
         else:
             # A single replica or a pool of one ends its runs at the next
             # arrival; several are interrupted by the arrivals routed to them

@@ -4,7 +4,10 @@ An open loop knows every arrival time and length before the run (synthetic or
 trace); a request is submitted to the replicas once through the server's way
 in (``FrontendConfig.way_in_s``: the API server's per-request work and IPC,
 and tokenization), so its submission time is its arrival plus its way in
-(``submission_order``). A
+(``submission_order``). An open loop may cap the requests in flight
+(``max_concurrency``, ``vllm bench serve --max-concurrency``): an arrival
+beyond the cap waits client-side, in arrival order, until an earlier request's
+answer is in, and is sent then (``concurrency_limit``). A
 closed loop is users who think, send a request, and wait for its answer.
 """
 
@@ -33,9 +36,19 @@ class OpenLoop(Protocol):
     def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
 
+def concurrency_limit(work: OpenLoop) -> int | None:
+    """The open loop's cap on requests in flight (its optional ``max_concurrency``)
+    when it can bind, i.e. is below the number of requests; else None: a cap that
+    never binds is the plain open loop, to the bit."""
+    limit: int | None = getattr(work, "max_concurrency", None)
+    return limit if limit is not None and limit < len(work.arrival_s) else None
+
+
 @runtime_checkable
 class ClosedLoop(Protocol):
-    """Users who think, send a request, and wait for its answer."""
+    """Users who think, send a request, and wait for its answer. A closed loop
+    may also have ``next_prefix() -> (prefix_group, num_shared_prefix_tokens) |
+    None``, called once per request after ``next_lengths``."""
 
     num_users: int
     num_requests: int

@@ -14,7 +14,12 @@ their arrival times, each as one streamed ``/v1/completions`` (or
 
 Requests in flight are bounded by ``max_concurrency`` (a request over the
 bound waits at the client; its ``arrival_s`` is when it was sent, as vllm
-bench times it, and ``scheduled_arrival_s`` keeps the plan). Each request has
+bench times it, and ``scheduled_arrival_s`` keeps the plan), as the simulator
+bounds a workload's ``max_concurrency``. A closed loop (``Streams``: the
+``synchronous`` and ``concurrent`` profiles, or any ``closed_loop`` workload)
+runs ``num_users`` streams instead, each sending its next request a think
+time after its last one's answer, request ``i`` being the ``i``-th sent (as in
+the simulator); its ``scheduled_arrival_s`` is its send time. Each request has
 a total timeout and is not retried unless ``retries`` says so (and then only
 when the connection could not be made). Ctrl-C or ``max_duration_s`` stop the
 run; what completed is kept, and the run is marked partial. This module
@@ -65,6 +70,7 @@ import platform
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -80,11 +86,12 @@ from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import sample_notes, summarize, with_request_metrics
+from sim.metrics.stats import sample_notes, summarize, text_dtype, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.predict import token_gaps_s
 from sim.workload.generate import RequestArrays
+from sim.workload.profiles import load_of
 
 Api = Literal["completions", "chat"]
 CLOSED = "stream closed before [DONE]"
@@ -252,6 +259,15 @@ class EndpointOptions:
 
 
 @dataclass(frozen=True)
+class Streams:
+    """A closed loop: ``num_users`` streams, each sending its next request
+    ``think_s()`` seconds after its last one's answer (the last chunk)."""
+
+    num_users: int
+    think_s: Callable[[], float]
+
+
+@dataclass(frozen=True)
 class Target:
     """The server's root URL, the API and the full request URL."""
 
@@ -296,6 +312,7 @@ class RunState:
     message: str = ""
     ignore_eos_sent: bool = False
     prompt_tokens: str = "approximate"
+    closed_loop: bool = False  # sent by streams: no schedule, each request's plan is its send
 
     def __post_init__(self) -> None:
         self.outcomes = [None] * self.num_requests
@@ -386,25 +403,44 @@ async def _send_all(
     extra: dict[str, Any],
     opts: EndpointOptions,
     state: RunState,
+    streams: Streams | None = None,
 ) -> None:
     gate = asyncio.Semaphore(opts.max_concurrency)
     bar = tqdm(total=state.num_requests, unit="req", desc="measure", disable=not opts.progress)
     arrivals = work.arrival_s.tolist()
     origin = state.origin_s = time.perf_counter()
 
+    async def send(index: int) -> None:
+        out = state.outcomes[index] = Outcome()
+        prompt = state.prompts[index].text
+        tokens = int(work.num_output_tokens[index])
+        body = request_body(target.api, state.model, prompt, tokens, extra)
+        await stream_request(
+            session, target.url, target.api, body, opts.timeout_s, out, opts.retries
+        )
+        bar.update(1)
+
     async def one(index: int) -> None:
         await asyncio.sleep(max(0.0, origin + arrivals[index] - time.perf_counter()))
         async with gate:
-            out = state.outcomes[index] = Outcome()
-            prompt = state.prompts[index].text
-            tokens = int(work.num_output_tokens[index])
-            body = request_body(target.api, state.model, prompt, tokens, extra)
-            await stream_request(
-                session, target.url, target.api, body, opts.timeout_s, out, opts.retries
-            )
-        bar.update(1)
+            await send(index)
 
-    tasks = [asyncio.create_task(one(i)) for i in range(state.num_requests)]
+    next_index = [0]  # a closed loop's next request, taken by whichever stream is free
+
+    async def user(loop: Streams) -> None:
+        while True:
+            await asyncio.sleep(loop.think_s())
+            if next_index[0] >= state.num_requests:
+                return
+            index = next_index[0]
+            next_index[0] += 1
+            await send(index)
+
+    if streams is None:
+        tasks = [asyncio.create_task(one(i)) for i in range(state.num_requests)]
+    else:
+        state.closed_loop = True
+        tasks = [asyncio.create_task(user(streams)) for _ in range(streams.num_users)]
     try:
         _, pending = await asyncio.wait(tasks, timeout=opts.max_duration_s)
         if pending:
@@ -418,10 +454,13 @@ async def _send_all(
         bar.close()
 
 
-async def _main(work: RequestArrays, opts: EndpointOptions, state: RunState, seed: int) -> None:
+async def _main(
+    work: RequestArrays, opts: EndpointOptions, state: RunState, seed: int, streams: Streams | None
+) -> None:
     target = parse_endpoint(opts.url, opts.api)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=opts.connect_timeout_s)
-    connector = aiohttp.TCPConnector(limit=opts.max_concurrency)
+    limit = opts.max_concurrency if streams is None else streams.num_users
+    connector = aiohttp.TCPConnector(limit=limit)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         state.model = await _models(session, target, opts.model)
         count = await _counter(session, target, state.model, opts.timeout_s)
@@ -432,11 +471,17 @@ async def _main(work: RequestArrays, opts: EndpointOptions, state: RunState, see
         state.prompts = await build_prompts(targets, np.random.default_rng(seed), count)
         extra = await _extra_fields(session, target, state.model, opts)
         state.ignore_eos_sent = "ignore_eos" in extra
-        await _send_all(session, target, work, extra, opts, state)
+        await _send_all(session, target, work, extra, opts, state, streams)
 
 
-def run_endpoint(work: RequestArrays, opts: EndpointOptions, seed: int = 0) -> RunState:
-    """Send ``work`` to the server; Ctrl-C keeps what completed (status "interrupted")."""
+def run_endpoint(
+    work: RequestArrays, opts: EndpointOptions, seed: int = 0, streams: Streams | None = None
+) -> RunState:
+    """Send ``work`` to the server (at its arrival times, or by ``streams``: a closed
+    loop, whose arrival times are ignored); Ctrl-C keeps what completed (status
+    "interrupted")."""
+    if streams is not None and streams.num_users < 1:
+        raise ConfigError(f"a closed loop needs >= 1 stream, got {streams.num_users}")
     if opts.max_concurrency < 1:
         raise ConfigError(f"--max-concurrency must be >= 1, got {opts.max_concurrency}")
     if opts.timeout_s <= 0 or opts.retries < 0:
@@ -444,7 +489,7 @@ def run_endpoint(work: RequestArrays, opts: EndpointOptions, seed: int = 0) -> R
     parse_endpoint(opts.url, opts.api)  # malformed URL: fail before anything starts
     state = RunState(len(work.arrival_s), message=f"sent {len(work.arrival_s)} requests")
     try:
-        asyncio.run(_main(work, opts, state, seed))
+        asyncio.run(_main(work, opts, state, seed, streams))
     except KeyboardInterrupt:
         if state.origin_s is None:
             raise  # nothing was sent: there is nothing to keep
@@ -483,6 +528,8 @@ def _row(
         return row
     if out.sent_s is not None:
         row["arrival_s"] = row["ready_s"] = out.sent_s - origin
+        if state.closed_loop:  # a stream's request is planned when it is sent
+            row["scheduled_arrival_s"] = row["arrival_s"]
     if out.chunk_s:
         row["first_token_s"] = out.chunk_s[0] - origin
     if out.num_prompt_tokens is not None:
@@ -508,7 +555,7 @@ def request_frame(state: RunState, work: RequestArrays) -> pd.DataFrame:
     rows = [_row(i, out, state, work, origin) for i, out in enumerate(state.outcomes)]
     frame = pd.DataFrame(rows)
     frame["http_status"] = frame["http_status"].astype("Int64")
-    frame["rejection_reason"] = frame["rejection_reason"].astype("object")
+    frame["rejection_reason"] = frame["rejection_reason"].astype(text_dtype())
     return frame
 
 
@@ -623,6 +670,7 @@ def endpoint_run(
         prompt_tokens=state.prompt_tokens,
         ignore_eos=state.ignore_eos_sent,
         max_concurrency=opts.max_concurrency,
+        load=load_of(scenario.workload),  # what validate replays (sim.validation.predict)
         timeout_s=opts.timeout_s,
         retries=opts.retries,
         python=platform.python_version(),

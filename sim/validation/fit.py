@@ -48,7 +48,7 @@ percentages, ``(predicted - measured) / measured * 100``, of p50/p90/p99 TTFT an
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -87,7 +87,7 @@ METRICS = ("ttft_s", "tpot_s")
 QUANTILES = {"p50": 50.0, "p90": 90.0, "p99": 99.0}
 PRIOR_WEIGHT = 1e-4
 OBJECTIVE = "mean squared log error of p50/p90/p99 TTFT and TPOT"
-OPTIMISER = "Nelder-Mead (sim.validation.optimize), box-bounded"
+OPTIMISER = "Nelder-Mead (scipy, via sim.validation.optimize), box-bounded"
 _LOG_MULTIPLIER_BOUND = float(np.log(20.0))  # multipliers within 1/20 .. 20
 _MAX_OVERHEAD_IN_SCALES = 100.0
 # Common multipliers tried before the simplex search: 1/8 .. 8 in steps of sqrt(2).
@@ -113,6 +113,9 @@ class FitRun:
     engine_cpu: EngineCpu | None = None
     # Whether the run's arrival times are the clients' send times (the way in included).
     arrivals_include_way_in: bool = False
+    # The load that drove the run (run.json's ``load``): its replay drives it too
+    # (``sim.validation.predict.replay_work``); None: at the measured send times.
+    load: Mapping[str, Any] | None = None
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -125,7 +128,7 @@ class FitRun:
         if isinstance(params, EngineCpuFitValues) and params.way_in_s_per_request is not None:
             frontend = scenario.frontend.model_copy(update={WAY_IN: params.way_in_s_per_request})
             scenario = scenario.model_copy(update={"frontend": frontend})
-        result = predict(scenario, self.requests, cost, self.base_dir)
+        result = predict(scenario, self.requests, cost, self.base_dir, self.load)
         return per_request_latencies(result.raw.requests)
 
     def adjusted_cost(self, params: Adjustment) -> CostModel:

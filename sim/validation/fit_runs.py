@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sim.cost.kernels.artifact import model_matches
 from sim.errors import ConfigError
 from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec
+from sim.metrics.stats import text_dtype
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
 from sim.validation.importers import import_run
@@ -50,7 +51,8 @@ def load_measured_run(path: str | Path) -> ImportedRun:
     else:
         run = import_run(source)
     if "rejection_reason" not in run.requests.columns:  # every request was served
-        requests = run.requests.assign(rejection_reason=pd.Series([None] * len(run.requests)))
+        served = pd.Series(index=run.requests.index, dtype=text_dtype())
+        requests = run.requests.assign(rejection_reason=served)
         run = ImportedRun(requests, run.meta)
     return run
 

@@ -1,4 +1,4 @@
-"""A small deterministic Nelder–Mead minimiser with box bounds (numpy only, no scipy).
+"""The black-box fit's minimiser: scipy's Nelder–Mead, box-bounded, from a stepped simplex.
 
 The black-box fit (``sim.validation.fit``) minimises an objective that is a
 whole simulation per evaluation: no gradients, small jumps where a batch's
@@ -6,12 +6,16 @@ composition changes, a handful of parameters. Nelder–Mead needs only
 function values, is deterministic from its starting simplex, and converges
 in tens of evaluations for three parameters.
 
-Bounds are kept by projection: every point is clipped into the box before
-it is evaluated, so the objective is never asked outside it. Coefficients
-are the standard ones (reflection 1, expansion 2, contraction 1/2,
-shrink 1/2). It stops when the simplex's values spread less than
-``f_tol`` and its vertices less than ``x_tol`` (both absolute), or after
-``max_evaluations``.
+The search is ``scipy.optimize.minimize(method="Nelder-Mead")`` (imported
+here, when a fit runs: ``servesim``'s start-up does not load scipy). What
+this module adds is what both fits share: the first simplex (``start`` and
+one vertex per coordinate, ``step`` away, stepped the other way where the
+step would land on a bound), the evaluation budget, and non-finite values
+counted as worse than any finite one. scipy keeps the bounds by projection:
+every point is clipped into the box before it is evaluated, so the
+objective is never asked outside it. It stops when the simplex's values
+spread less than ``f_tol`` and its vertices less than ``x_tol`` (both
+absolute), or after ``max_evaluations``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,22 @@ class Minimum:
     converged: bool
 
 
+def first_simplex(
+    start: FloatArray, step: FloatArray, lower: FloatArray, upper: FloatArray
+) -> FloatArray:
+    """``start`` (clipped into the box) and one vertex per coordinate moved by its step,
+    the other way where the step is cut to nothing by a bound; shape (n + 1, n)."""
+    start_x = np.clip(start, lower, upper)
+    simplex = [start_x]
+    for i in range(start_x.size):
+        vertex = start_x.copy()
+        vertex[i] += step[i]
+        if np.clip(vertex, lower, upper)[i] == start_x[i]:
+            vertex[i] = start_x[i] - step[i]
+        simplex.append(np.clip(vertex, lower, upper))
+    return np.array(simplex)
+
+
 def nelder_mead(
     objective: Callable[[FloatArray], float],
     start: Sequence[float] | FloatArray,
@@ -46,6 +66,8 @@ def nelder_mead(
     x_tol: float = 1e-6,
 ) -> Minimum:
     """Minimise ``objective`` from ``start``; ``step`` sizes the first simplex per coordinate."""
+    from scipy.optimize import Bounds, minimize  # ~0.2 s: only when a fit runs
+
     x0 = np.asarray(start, dtype=np.float64)
     steps = np.asarray(step, dtype=np.float64)
     n = x0.size
@@ -57,56 +79,26 @@ def nelder_mead(
     hi = np.full(n, np.inf) if upper is None else np.asarray(upper, dtype=np.float64)
     if np.any(lo > hi):
         raise ValueError("every lower bound must be <= its upper bound")
-    count = 0
 
     def f(x: FloatArray) -> float:
-        nonlocal count
-        count += 1
-        value = float(objective(np.clip(x, lo, hi)))
+        value = float(objective(x))
         return value if np.isfinite(value) else np.inf
 
-    start_x = np.clip(x0, lo, hi)
-    simplex = [start_x]
-    for i in range(n):
-        vertex = start_x.copy()
-        vertex[i] += steps[i]
-        if np.clip(vertex, lo, hi)[i] == start_x[i]:  # stepped onto a bound: step the other way
-            vertex[i] = start_x[i] - steps[i]
-        simplex.append(np.clip(vertex, lo, hi))
-    points = np.array(simplex)
-    values = np.array([f(p) for p in points])
-    converged = False
-    while count < max_evaluations:
-        order = np.argsort(values, kind="stable")
-        points, values = points[order], values[order]
-        spread_x = float(np.max(np.abs(points[1:] - points[0])))
-        if values[-1] - values[0] <= f_tol and spread_x <= x_tol:
-            converged = True
-            break
-        centroid = points[:-1].mean(axis=0)
-        reflected = np.clip(centroid + (centroid - points[-1]), lo, hi)
-        f_reflected = f(reflected)
-        if f_reflected < values[0]:
-            expanded = np.clip(centroid + 2.0 * (centroid - points[-1]), lo, hi)
-            f_expanded = f(expanded)
-            if f_expanded < f_reflected:
-                points[-1], values[-1] = expanded, f_expanded
-            else:
-                points[-1], values[-1] = reflected, f_reflected
-            continue
-        if f_reflected < values[-2]:
-            points[-1], values[-1] = reflected, f_reflected
-            continue
-        # Contract towards the better of the worst point and its reflection.
-        outside = f_reflected < values[-1]
-        toward = reflected if outside else points[-1]
-        contracted = np.clip(centroid + 0.5 * (toward - centroid), lo, hi)
-        f_contracted = f(contracted)
-        if f_contracted < min(f_reflected, values[-1]):
-            points[-1], values[-1] = contracted, f_contracted
-            continue
-        for i in range(1, n + 1):  # shrink everything towards the best point
-            points[i] = np.clip(points[0] + 0.5 * (points[i] - points[0]), lo, hi)
-            values[i] = f(points[i])
-    best = int(np.argmin(values))
-    return Minimum(points[best].copy(), float(values[best]), count, converged)
+    simplex = first_simplex(x0, steps, lo, hi)
+    found = minimize(
+        f,
+        simplex[0],
+        method="Nelder-Mead",
+        bounds=Bounds(lo, hi),
+        options={
+            "initial_simplex": simplex,
+            "maxfev": max_evaluations,
+            "maxiter": max_evaluations,  # every iteration evaluates at least once
+            "xatol": x_tol,
+            "fatol": f_tol,
+        },
+    )
+    # status 0: converged; 1: the budget ran out first.
+    return Minimum(
+        np.asarray(found.x, dtype=np.float64), float(found.fun), int(found.nfev), found.status == 0
+    )

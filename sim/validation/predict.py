@@ -2,7 +2,10 @@
 
 ``predict`` simulates exactly the request set a measured run served (same
 arrival times, prompt and output lengths, priorities and shared-prefix groups,
-same scheduler and KV pool) with a given cost model. ``compare`` puts a
+same scheduler and KV pool) with a given cost model, under the load the run's
+tool drove (``replay_work``: a synchronous or concurrent run as the closed loop
+it was, a throughput run all at once, a capped rate at its schedule with its
+cap; else at the measured send times). ``compare`` puts a
 measured and a predicted run side by side for TTFT, TPOT, ITL and E2E latency:
 
 - mean, p50, p90, p99 of each, and the predicted value's error in percent
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,7 @@ from sim.metrics.itl import step_itl_gaps_s
 from sim.metrics.stats import completed_mask, with_request_metrics
 from sim.scenario import Scenario
 from sim.workload.generate import RequestArrays
+from sim.workload.listed_loop import ListedClosedLoop
 
 FloatArray = npt.NDArray[np.float64]
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -82,14 +87,63 @@ def requests_as_work(requests: pd.DataFrame) -> RequestArrays:
     )
 
 
+SCHEDULE_COLUMNS = ("scheduled_s", "scheduled_arrival_s")
+"""Where a measured table keeps when its tool meant to send each request (GuideLLM
+import, ``servesim measure --endpoint``), seconds."""
+
+
+def replay_work(
+    requests: pd.DataFrame, load: Mapping[str, Any] | None = None
+) -> RequestArrays | ListedClosedLoop:
+    """The measured requests as the load that drove them (``load``: ``run.json``'s,
+    a profile of ``sim.workload.profiles`` as an importer recorded it; None: the
+    open loop at the measured send times, ``requests_as_work``).
+
+    ``synchronous`` / ``concurrent``: streams that send request ``i`` (in send
+    order) as an earlier one is answered, so the replay keeps the run's
+    concurrency whatever the simulated server's pace; ``throughput``: every
+    request at 0, at most ``max_concurrency`` in flight; any other load with
+    ``max_concurrency``: the tool's schedule (``SCHEDULE_COLUMNS``: GuideLLM's
+    targeted starts, ``servesim measure``'s plan) under the cap, or the send
+    times where the run keeps no schedule; without a cap, the send times.
+    """
+    work = requests_as_work(requests)
+    profile = None if load is None else load.get("profile")
+    limit = None if load is None else load.get("max_concurrency")
+    if profile in ("synchronous", "concurrent"):
+        assert load is not None
+        streams = 1 if profile == "synchronous" else int(load["streams"])
+        return ListedClosedLoop(
+            streams,
+            work.num_prompt_tokens,
+            work.num_output_tokens,
+            work.prefix_group,
+            work.num_shared_prefix_tokens,
+        )
+    if profile == "throughput":
+        at_once = np.zeros(len(work), dtype=np.float64)
+        return dataclasses.replace(work, arrival_s=at_once, max_concurrency=limit)
+    if limit is not None:  # a capped rate: the tool's schedule, under the cap
+        ordered = requests.sort_values("request_id")
+        for column in SCHEDULE_COLUMNS:
+            if column in ordered.columns:
+                scheduled = ordered[column].to_numpy(dtype=np.float64)
+                if np.all(np.diff(scheduled) >= 0) and np.all(scheduled >= 0):
+                    return dataclasses.replace(work, arrival_s=scheduled, max_concurrency=limit)
+        return dataclasses.replace(work, max_concurrency=limit)
+    return work
+
+
 def predict(
     scenario: Scenario,
     measured_requests: pd.DataFrame,
     cost: CostModel | None = None,
     base_dir: Path | None = None,
+    load: Mapping[str, Any] | None = None,
 ) -> Result:
-    """Simulate the measured request set with ``cost`` (default: the scenario's)."""
-    return replay(scenario, requests_as_work(measured_requests), cost, base_dir)
+    """Simulate the measured request set with ``cost`` (default: the scenario's)
+    under the run's ``load`` (``replay_work``; None: at the measured send times)."""
+    return replay(scenario, replay_work(measured_requests, load), cost, base_dir)
 
 
 @dataclasses.dataclass
@@ -136,14 +190,14 @@ def simulated_latencies(result: Result) -> Latencies:
 
 
 def ks_distance(a: FloatArray, b: FloatArray) -> float | None:
-    """Largest vertical gap between the empirical CDFs of ``a`` and ``b``."""
+    """Largest vertical gap between the empirical CDFs of ``a`` and ``b`` (the two-sample
+    Kolmogorov–Smirnov statistic); None when either is empty."""
     if a.size == 0 or b.size == 0:
         return None
-    a, b = np.sort(a), np.sort(b)
-    grid = np.concatenate([a, b])
-    cdf_a = np.searchsorted(a, grid, side="right") / a.size
-    cdf_b = np.searchsorted(b, grid, side="right") / b.size
-    return float(np.max(np.abs(cdf_a - cdf_b)))
+    from scipy.stats import ks_2samp  # imported when a comparison runs: start-up stays fast
+
+    # The statistic only: "asymp" skips the exact p-value's cost on large samples.
+    return float(ks_2samp(a, b, method="asymp").statistic)
 
 
 def stats_ms(values_s: FloatArray) -> dict[str, float | None]:

@@ -19,6 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from sim.metrics.figure_data import wrap_caption
 from sim.validation.predict import METRICS, STATS, Latencies
 
 Comparison = dict[str, dict[str, Any]]
@@ -91,8 +92,13 @@ def render_markdown(
     return "\n".join(parts)
 
 
-def plot_cdfs(runs: Mapping[str, Latencies], path: str | Path, title: str = "") -> Path:
-    """Overlay the CDFs of every run (label -> latencies), one panel per metric."""
+def plot_cdfs(
+    runs: Mapping[str, Latencies], path: str | Path, title: str = "", caption: str = ""
+) -> Path:
+    """Overlay the CDFs of every run (label -> latencies), one panel per metric;
+    ``caption`` (``sim.metrics.figure_data.caption_line``: scenario, model, GPU,
+    cost model) under the title, so a prediction from a guess cannot pass for one
+    from measured kernels."""
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     styles = ["-", "--", ":", "-."]
     for ax, metric in zip(axes, METRICS, strict=True):
@@ -109,8 +115,9 @@ def plot_cdfs(runs: Mapping[str, Latencies], path: str | Path, title: str = "") 
     # One legend below the panels: inside a panel it covered the TTFT curves.
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=max(1, len(labels)))
-    if title:
-        fig.suptitle(title, fontsize=10)
+    heading = "\n".join(t for t in (title, wrap_caption(caption, 16.0) if caption else "") if t)
+    if heading:
+        fig.suptitle(heading, fontsize=10)
     fig.tight_layout(rect=(0.0, 0.1, 1.0, 1.0))
     out = Path(path)
     fig.savefig(out, dpi=80)

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.metrics.stats import text_dtype
 
 REQUEST_COLUMNS = (
     "request_id",
@@ -118,7 +119,7 @@ def request_table(
             "num_generated_tokens": num_output_tokens[order].astype(np.int64),
         }
     )
-    frame["rejection_reason"] = pd.Series([None] * len(frame), dtype="object")
+    frame["rejection_reason"] = pd.Series(index=frame.index, dtype=text_dtype())  # none rejected
     return frame
 
 

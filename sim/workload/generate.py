@@ -9,12 +9,17 @@ Three kinds, tagged by ``kind``:
   BurstGPT, Mooncake with prefix hash ids, ShareGPT length lists), lengths from the trace.
 * ``closed_loop``: ``num_users`` users who each send a request, wait for its
   response, think, and send the next, ``num_requests`` in all; the simulator
-  pulls lengths and think times from a :class:`ClosedLoopSource`.
+  pulls lengths, think times and prefix groups from a :class:`ClosedLoopSource`.
+
+``workload: {profile: ...}`` (:mod:`sim.workload.profiles`) expands into one of
+these before validation. An open loop's ``max_concurrency`` caps the requests
+in flight as ``vllm bench serve --max-concurrency`` does (docs/vllm-fidelity.md,
+"Arrivals").
 
 Random streams: the generator passed in is split with ``rng.spawn(3)`` into
 independent children, one per stream (synthetic: arrivals, prompt lengths,
 output lengths; closed loop: think times, prompt lengths, output lengths),
-plus a fourth (synthetic: prefix groups) spawned only when it is used.
+plus a fourth (prefix groups) spawned only when it is used.
 So changing the arrival rate, or one length distribution, leaves the other
 streams' draws unchanged: request ``i`` keeps its lengths. ``spawn`` advances
 the parent's spawn counter, so a fresh generator from the same seed gives the
@@ -30,7 +35,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.lengths import (
@@ -39,6 +44,7 @@ from sim.workload.lengths import (
     make_length_sampler,
     sample_think_times_s,
 )
+from sim.workload.profiles import expand_profile
 from sim.workload.trace import HashIds
 from sim.workload.traces.workload import TraceWorkload, trace_requests
 
@@ -105,6 +111,9 @@ class SyntheticWorkload(_Config):
     # Optional priority classes, drawn from their own spawned stream (the
     # other streams draw exactly as without them).
     priority: PriorityClassesConfig | None = None
+    # At most this many requests in flight (sent, not yet answered); a later
+    # arrival waits client-side for a slot (vllm bench serve --max-concurrency).
+    max_concurrency: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_extent(self) -> SyntheticWorkload:
@@ -124,14 +133,19 @@ class ClosedLoopWorkload(_Config):
     prompt_tokens: LengthConfig
     output_tokens: LengthConfig
     num_requests: int = Field(gt=0)
+    # Shared system prompts, as for a synthetic workload: request i's group is
+    # the i-th draw of a fourth stream, its prompt the group's prefix + its own.
+    prefix_groups: PrefixGroupsConfig | None = None
 
 
 OpenLoopWorkload = SyntheticWorkload | TraceWorkload
 
 WorkloadConfig = Annotated[
-    SyntheticWorkload | TraceWorkload | ClosedLoopWorkload, Field(discriminator="kind")
+    SyntheticWorkload | TraceWorkload | ClosedLoopWorkload,
+    Field(discriminator="kind"),
+    BeforeValidator(expand_profile),
 ]
-"""Any workload, chosen by its ``kind``."""
+"""Any workload, chosen by its ``kind`` (or a ``profile``, expanded into one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +168,14 @@ class RequestArrays:
     priority: IntArray | None = None  # optional per-request priority (lower: more urgent)
     block_hash_ids: HashIds | None = None
     block_hash_tokens: int | None = None  # tokens per hash id (None: the engine's block)
+    # At most this many requests in flight; an arrival beyond waits for a slot
+    # and is sent (its arrival_s in the results) when it gets one. None: no cap.
+    max_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         n = self.arrival_s.shape
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError("RequestArrays: max_concurrency must be >= 1")
         if self.num_prompt_tokens.shape != n or self.num_output_tokens.shape != n or len(n) != 1:
             raise ValueError("RequestArrays: arrays must be 1-D and of one length")
         if self.arrival_s.dtype != np.float64 or self.num_prompt_tokens.dtype != np.int64:
@@ -199,6 +218,7 @@ def generate_open_loop(
             np.array(rows.num_output_tokens),
             block_hash_ids=rows.block_hash_ids,
             block_hash_tokens=rows.block_hash_tokens,
+            max_concurrency=config.max_concurrency,
         )
     # Build samplers first so a bad empirical file fails before any drawing.
     prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
@@ -226,6 +246,7 @@ def generate_open_loop(
             ),
             num_shared_prefix_tokens=shared,
         )
+    arrays = replace(arrays, max_concurrency=config.max_concurrency)
     if config.priority is None:
         return arrays
     (priority_rng,) = rng.spawn(1)  # a further stream: the others draw as without it
@@ -238,7 +259,9 @@ class ClosedLoopSource:
     Draws come :data:`CLOSED_LOOP_BLOCK` at a time from numpy and are handed
     out from Python lists, so each call costs a list index, not a numpy call.
     The ``i``-th call of :meth:`next_lengths` returns the same pair for a
-    given seed whatever the think times or the order of calls.
+    given seed whatever the think times or the order of calls. With prefix
+    groups, the ``i``-th prompt includes the group's shared prefix and the
+    ``i``-th call of :meth:`next_prefix` names that group.
     """
 
     def __init__(
@@ -253,10 +276,16 @@ class ClosedLoopSource:
         self._prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
         self._output_sampler = make_length_sampler(config.output_tokens, base_dir)
         self._think_rng, self._prompt_rng, self._output_rng = rng.spawn(3)
+        groups = config.prefix_groups
+        # A fourth stream, spawned only with groups: the others draw as without.
+        self._group_rng = rng.spawn(1)[0] if groups is not None else None
+        self._shared_tokens = 0 if groups is None else groups.shared_prefix_tokens
         self._prompts: list[int] = []
         self._outputs: list[int] = []
+        self._groups: list[int] = []
         self._thinks: list[float] = []
         self._next_length = 0
+        self._next_group = 0
         self._next_think = 0
 
     def next_lengths(self) -> tuple[int, int]:
@@ -268,7 +297,22 @@ class ClosedLoopSource:
             self._outputs = self._output_sampler.sample(self._output_rng, block).tolist()
             i = 0
         self._next_length = i + 1
-        return self._prompts[i], self._outputs[i]
+        return self._prompts[i] + self._shared_tokens, self._outputs[i]
+
+    def next_prefix(self) -> tuple[int, int] | None:
+        """``(prefix_group, num_shared_prefix_tokens)`` of the next request, or None
+        without prefix groups (call it once per request, next to :meth:`next_lengths`)."""
+        groups = self.config.prefix_groups
+        if groups is None or self._group_rng is None:
+            return None
+        i = self._next_group
+        if i == len(self._groups):
+            self._groups = self._group_rng.integers(
+                0, groups.num_groups, size=CLOSED_LOOP_BLOCK, dtype=np.int64
+            ).tolist()
+            i = 0
+        self._next_group = i + 1
+        return self._groups[i], groups.shared_prefix_tokens
 
     def next_think_s(self) -> float:
         """The next think time in seconds (>= 0)."""

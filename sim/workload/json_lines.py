@@ -6,13 +6,18 @@ one JSON value a line, blank lines skipped. Every complaint names the file
 and the line as ``path, line N: ...`` (lines counted from 1, blank ones
 included, as an editor shows them), the format the CSV trace readers use.
 
+A gzipped file (``.json.gz``, ``.jsonl.gz``: told by gzip's magic bytes, not
+its name) is read as the text it holds.
+
 Lives in ``sim.workload`` (it imports only ``sim.errors``) so that both the
 trace readers and ``sim.validation``'s importers may use it.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,14 +30,31 @@ def at_line(path: Path, number: int) -> str:
     return f"{path}, line {number}"
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
 def read_text(path: Path) -> str:
-    """The file's UTF-8 text, or a one-line ConfigError (missing, unreadable, not UTF-8)."""
+    """The file's UTF-8 text (gunzipped if it is gzip), or a one-line ConfigError
+    (missing, unreadable, a broken gzip stream, not UTF-8)."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        if data.startswith(GZIP_MAGIC):
+            data = gzip.decompress(data)
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as error:
+    except (OSError, EOFError, zlib.error) as error:
         raise ConfigError(f"{path}: cannot read ({error})") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: cannot read ({error.reason} at byte {error.start})") from None
+
+
+def inner_suffix(path: Path) -> str:
+    """The suffix that names the content, lower-case: ``.json`` for ``run.json.gz``."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
 
 
 def json_lines(path: Path, text: str) -> Iterator[tuple[str, Any]]:

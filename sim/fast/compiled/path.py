@@ -43,7 +43,7 @@ from sim.engine.step_runs import SEGMENT_COUNTS
 from sim.fast.compiled import loop
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
-from sim.serving.submission import OpenLoop
+from sim.serving.submission import OpenLoop, concurrency_limit
 
 
 @functools.cache
@@ -65,6 +65,8 @@ def why_not(
     cores: Sequence[EngineCore], cost: object, skip_ahead: bool, work: OpenLoop
 ) -> str | None:
     """Why this run cannot take the compiled loop, or None if it can."""
+    if concurrency_limit(work) is not None:
+        return "capped requests in flight (max_concurrency)"
     core = cores[0]  # (a pool's cores are alike)
     policy = core.policy
     if type(policy) is not Continuous or policy.swap is not None:

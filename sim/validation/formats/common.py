@@ -8,16 +8,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from sim.errors import ConfigError
-from sim.workload.json_lines import at_line, read_text
+from sim.validation.runs import ImportedRun
+from sim.workload.json_lines import at_line, inner_suffix, read_text
 
 
 def load_document(path: Path) -> Any:
-    """A JSON or YAML document (by suffix: ``.yaml``/``.yml`` are YAML)."""
+    """A JSON or YAML document (by suffix: ``.yaml``/``.yml`` are YAML; either may be
+    gzipped, ``.json.gz``)."""
     text = read_text(path)
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if inner_suffix(path) in (".yaml", ".yml"):
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as error:
@@ -70,3 +73,29 @@ def first_present(record: dict[str, Any], *names: str) -> Any:
         if value is not None:
             return value
     return None
+
+
+def with_shared_prefix(run: ImportedRun, tokens: int, groups: int, declared_by: str) -> ImportedRun:
+    """``run`` with a shared prompt prefix declared: request ``i`` (in arrival order)
+    belongs to group ``i % groups``, whose requests share their first ``tokens``
+    prompt tokens (fewer where a prompt is shorter), the table's
+    ``prefix_group`` and ``num_shared_prefix_tokens`` columns, which a replay
+    reads (``sim.validation.predict.requests_as_work``). The measured prompt
+    lengths already include the prefix. ``declared_by`` is recorded in
+    ``run.json`` (the report, or ``--prefix-tokens``)."""
+    if tokens < 1 or groups < 1:
+        raise ConfigError(f"{declared_by}: prefix tokens and groups must be >= 1")
+    requests = run.requests
+    prompts = requests["num_prompt_tokens"].to_numpy(dtype=np.int64)
+    ids = requests["request_id"].to_numpy(dtype=np.int64)
+    shared = np.minimum(prompts, tokens)
+    table = requests.assign(prefix_group=ids % groups, num_shared_prefix_tokens=shared)
+    meta = run.meta | {
+        "shared_prefix": {
+            "tokens": tokens,
+            "groups": groups,
+            "declared_by": declared_by,
+            "num_shorter_prompts": int(np.count_nonzero(prompts < tokens)),
+        }
+    }
+    return ImportedRun(table, meta, run.tokens)

@@ -1,9 +1,17 @@
-"""Reader for GuideLLM benchmark reports (``guidellm benchmark --output-path X.json|.yaml``).
+"""Reader for GuideLLM benchmark reports (``guidellm run ... --output-path X.json``).
+
+GuideLLM's command is ``guidellm run`` (``guidellm benchmark run`` before
+0.6; older still ``guidellm benchmark``); ``--outputs`` / ``--output-path``
+names the report, JSON or YAML, possibly gzipped (``.json.gz``).
 
 What the source records: ``benchmarks``, a list (one per strategy or rate
-of a sweep); each holds ``requests`` with ``successful``, ``incomplete`` and
-``errored`` lists. A request carries ``prompt_tokens`` and ``output_tokens``
-and its times, Unix epoch seconds on the client, in one of two layouts:
+of a sweep, a ``--rate`` list or a ``concurrent`` list of streams); each holds
+``requests`` with ``successful``, ``incomplete`` and ``errored`` lists and its
+``config.strategy`` (``type_``: ``synchronous``, ``concurrent`` with
+``streams``, ``throughput``, ``constant`` / ``poisson`` with ``rate``, each
+with an optional ``max_concurrency``). A request carries ``prompt_tokens``
+and ``output_tokens`` and its times, Unix epoch seconds on the client, in one
+of two layouts:
 
 - GuideLLM 0.4 and later: ``info.timings`` with ``targeted_start`` (when
   the scheduler meant to send it), ``request_start`` (sent),
@@ -15,6 +23,9 @@ and its times, Unix epoch seconds on the client, in one of two layouts:
   ``last_token_time``, ``end_time`` on the request and
   ``scheduler_info.targeted_start_time``.
 
+The model: ``benchmarks[i].config.backend.model`` (report ``metadata.version``
+2, GuideLLM 0.5 and later), else ``args.model`` / ``config.model`` (older).
+
 What servesim takes, and what it reconstructs:
 
 - arrival = ``request_start`` / ``start_time`` (sent to the server; the
@@ -22,16 +33,32 @@ What servesim takes, and what it reconstructs:
   not the server's arrival); first token and finish = the first and last
   token times (finish falls back to the request end when a request streamed
   one chunk);
+- the load (``run.json`` ``load``): the benchmark's strategy as a servesim
+  profile (``sim.workload.profiles``), so ``validate`` replays a synchronous
+  or concurrent benchmark as the closed loop it was, not at its measured
+  send times (``sim.validation.predict``);
+- a shared prompt prefix the report declares (the synthetic data's
+  ``prefix_tokens`` / ``prefix_buckets``, with ``prefix_count`` groups) as
+  the table's prefix columns (``common.with_shared_prefix``); GuideLLM picks
+  each request's prefix at random, so with several groups request ``i`` is
+  put in group ``i % prefix_count``;
 - not recorded: per-chunk times (only the first, last and a count), so ITL
   cannot be measured, only TTFT, TPOT and E2EL; engine queue and schedule
   times (``first_scheduled_s`` NaN);
 - only ``successful`` requests are kept; ``incomplete`` and ``errored`` are
-  counted in ``run.json``. A report with several benchmarks needs one
-  chosen (``--benchmark N``, 0-based).
+  counted in ``run.json``. ``read_guidellm`` reads one benchmark (the only
+  one, or ``benchmark``); ``read_guidellm_phases`` every one (or those chosen).
+
+GuideLLM's metric names differ from vLLM's: its ``time_per_output_token``
+(TPOT) is E2E latency over output tokens, TTFT included; its per-request
+``inter_token_latency`` is vLLM's TPOT (docs/validation.md).
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +72,7 @@ from sim.validation.formats.common import (
     load_document,
     mapping,
     number,
+    with_shared_prefix,
 )
 from sim.validation.runs import ImportedRun, request_table
 
@@ -54,6 +82,18 @@ FORMAT = "guidellm"
 def looks_like(document: Any) -> bool:
     """True for a GuideLLM report: an object with a ``benchmarks`` list."""
     return isinstance(document, dict) and isinstance(document.get("benchmarks"), list)
+
+
+def _targeted_s(request: dict[str, Any], sent_s: float) -> float:
+    """When the scheduler meant to send the request (epoch seconds; its send time
+    where the report does not say)."""
+    info = request.get("info")
+    timings = info.get("timings") if isinstance(info, dict) else None
+    if isinstance(timings, dict):
+        value = timings.get("targeted_start")
+    else:
+        value = (request.get("scheduler_info") or {}).get("targeted_start_time")
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else sent_s
 
 
 def _times(request: dict[str, Any], where: str) -> tuple[float, float, float]:
@@ -100,45 +140,78 @@ def _tokens(request: dict[str, Any], where: str) -> tuple[int, int]:
     return num_prompt, num_output
 
 
-def _benchmark(
-    document: dict[str, Any], source: Path, index: int | None
-) -> tuple[int, dict[str, Any]]:
-    benchmarks = document["benchmarks"]
+def _benchmarks(document: Any, source: Path) -> list[Any]:
+    if not looks_like(document):
+        raise ConfigError(f"{source}: not a GuideLLM report (no benchmarks list)")
+    benchmarks: list[Any] = document["benchmarks"]
     if not benchmarks:
         raise ConfigError(f"{source}: benchmarks is empty")
-    if index is None:
+    return benchmarks
+
+
+def _check_index(index: int, benchmarks: list[Any], source: Path) -> None:
+    if not 0 <= index < len(benchmarks):
+        raise ConfigError(f"{source}: --benchmark {index} out of range 0..{len(benchmarks) - 1}")
+
+
+def read_guidellm(
+    path: str | Path, benchmark: int | None = None, prefix_tokens: int | None = None
+) -> ImportedRun:
+    """Benchmark ``benchmark`` (the only one, by default) of a GuideLLM report;
+    ``prefix_tokens``: a shared prompt prefix declared (else the report's, if any)."""
+    source = Path(path)
+    document = load_document(source)
+    benchmarks = _benchmarks(document, source)
+    if benchmark is None:
         if len(benchmarks) > 1:
             raise ConfigError(
                 f"{source}: {len(benchmarks)} benchmarks in this report; choose one with "
-                f"--benchmark 0..{len(benchmarks) - 1} (servesim import-run)"
+                f"--benchmark 0..{len(benchmarks) - 1}, or import them all as phases "
+                "(servesim import-run FILE --out DIR)"
             )
-        index = 0
-    if not 0 <= index < len(benchmarks):
-        raise ConfigError(f"{source}: --benchmark {index} out of range 0..{len(benchmarks) - 1}")
-    return index, mapping(benchmarks[index], f"{source}: benchmarks[{index}]", "benchmark")
+        benchmark = 0
+    _check_index(benchmark, benchmarks, source)
+    return _read_benchmark(document, source, benchmark, prefix_tokens)
 
 
-def read_guidellm(path: str | Path, benchmark: int | None = None) -> ImportedRun:
-    """Benchmark ``benchmark`` (the only one, by default) of a GuideLLM report."""
+def read_guidellm_phases(
+    path: str | Path, benchmarks: Sequence[int] | None = None, prefix_tokens: int | None = None
+) -> list[ImportedRun]:
+    """Every benchmark of a GuideLLM report (or those listed), one run each, in order."""
     source = Path(path)
     document = load_document(source)
-    if not looks_like(document):
-        raise ConfigError(f"{source}: not a GuideLLM report (no benchmarks list)")
-    index, bench = _benchmark(document, source, benchmark)
+    every = _benchmarks(document, source)
+    chosen = range(len(every)) if benchmarks is None else benchmarks
+    for index in chosen:
+        _check_index(index, every, source)
+    return [_read_benchmark(document, source, index, prefix_tokens) for index in chosen]
+
+
+def _read_benchmark(
+    document: dict[str, Any], source: Path, index: int, prefix_tokens: int | None
+) -> ImportedRun:
     here = f"{source}: benchmarks[{index}]"
+    bench = mapping(document["benchmarks"][index], here, "benchmark")
     requests = mapping(bench.get("requests"), here, "requests")
     successful = listing(requests.get("successful"), here, "requests.successful")
     if not successful:
         raise ConfigError(f"{here}: no successful requests")
-    rows: list[tuple[float, float, float, int, int]] = []
+    rows: list[tuple[float, float, float, int, int, float]] = []
     for i, raw in enumerate(successful):
         where = f"{here}.requests.successful[{i}]"
         request = mapping(raw, where, "request")
-        rows.append((*_times(request, where), *_tokens(request, where)))
-    sent_s, first_s, finish_s, num_prompt, num_output = np.asarray(rows, dtype=np.float64).T
+        times = _times(request, where)
+        rows.append((*times, *_tokens(request, where), _targeted_s(request, times[0])))
+    columns = np.asarray(rows, dtype=np.float64).T
+    sent_s, first_s, finish_s, num_prompt, num_output, targeted_s = columns
     nan = np.full(sent_s.shape, np.nan)
     table = request_table(sent_s, nan, first_s, finish_s, num_prompt, num_output)
-    strategy = (bench.get("config") or bench.get("args") or {}).get("strategy")
+    # The schedule (GuideLLM's targeted starts), from its own first entry, in the
+    # table's order: what a capped rate replays (sim.validation.predict).
+    scheduled_s = targeted_s[np.argsort(sent_s, kind="stable")]
+    table["scheduled_s"] = scheduled_s - scheduled_s.min()
+    config = _object(bench.get("config"))
+    strategy = config.get("strategy") or (bench.get("args") or {}).get("strategy")
     meta = {
         "format": FORMAT,
         "source": str(source),
@@ -149,14 +222,109 @@ def read_guidellm(path: str | Path, benchmark: int | None = None) -> ImportedRun
         "arrival": "request start (client send time)",
         "engine": {"model": _model(document, bench)},
         "settings": {"strategy": strategy} if strategy is not None else {},
+        "load": strategy_load(strategy, f"{here}.config.strategy"),
     }
-    return ImportedRun(table, meta)
+    run = ImportedRun(table, meta)
+    if prefix_tokens is not None:
+        return with_shared_prefix(run, prefix_tokens, 1, "--prefix-tokens")
+    declared = report_prefix(document, bench, here)
+    if declared is None:
+        return run
+    tokens, groups = declared
+    return with_shared_prefix(run, tokens, groups, f"{source}: prefix_tokens")
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a field a report may omit)."""
+    return value if isinstance(value, dict) else {}
+
+
+def strategy_load(strategy: Any, where: str) -> dict[str, Any] | None:
+    """A benchmark's strategy as a servesim load profile (``sim.workload.profiles``):
+    ``{"profile": ..., "streams" | "rate_per_s" | "max_concurrency": ...}``; None for
+    a strategy without one (a trace replay, or none recorded): replayed at its
+    measured send times."""
+    if not isinstance(strategy, dict):
+        return None
+    kind = strategy.get("type_") or strategy.get("type")
+    limit = strategy.get("max_concurrency")
+    capped = {} if limit is None else {"max_concurrency": count(limit, where, "max_concurrency")}
+    if kind == "synchronous":
+        return {"profile": "synchronous"}
+    if kind == "concurrent":
+        return {
+            "profile": "concurrent",
+            "streams": count(strategy.get("streams"), where, "streams"),
+        }
+    if kind == "throughput":
+        return {"profile": "throughput"} | capped
+    if kind in ("constant", "poisson"):
+        rate = number(strategy.get("rate"), where, "rate")
+        return {"profile": kind, "rate_per_s": rate} | capped
+    return None
+
+
+_PREFIX_TEXT = re.compile(r"prefix_(tokens|count)\s*[=:]\s*\"?(\d+)")
+
+
+def _prefix_sources(value: Any) -> Iterator[tuple[int, int]]:
+    """Every ``(prefix_tokens, prefix_count)`` a data configuration names, in
+    objects (``prefix_tokens``, ``prefix_buckets``) or in argument strings
+    (``prompt_tokens=256,prefix_tokens=64``, a JSON string)."""
+    if isinstance(value, dict):
+        buckets = value.get("prefix_buckets")
+        if isinstance(buckets, list):
+            for bucket in buckets:
+                if isinstance(bucket, dict) and isinstance(bucket.get("prefix_tokens"), int):
+                    yield bucket["prefix_tokens"], int(bucket.get("prefix_count") or 1)
+        elif isinstance(value.get("prefix_tokens"), int):
+            yield value["prefix_tokens"], int(value.get("prefix_count") or 1)
+        for key, item in value.items():
+            if key != "prefix_buckets":
+                yield from _prefix_sources(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _prefix_sources(item)
+    elif isinstance(value, str) and "prefix_" in value:
+        found = dict(_PREFIX_TEXT.findall(value))
+        if "tokens" in found:
+            yield int(found["tokens"]), int(found.get("count", 1))
+
+
+def report_prefix(
+    document: dict[str, Any], bench: dict[str, Any], where: str
+) -> tuple[int, int] | None:
+    """``(prefix_tokens, prefix_count)`` of the synthetic data the report names
+    (report ``config.data``, ``args.data``, the benchmark's ``config.requests``),
+    None if none or 0 tokens; ConfigError for several different prefixes."""
+    holders = [
+        document.get("config"),
+        document.get("args"),
+        (bench.get("config") or {}).get("requests"),
+    ]
+    found = {pair for holder in holders for pair in _prefix_sources(holder) if pair[0] > 0}
+    if len(found) > 1:
+        raise ConfigError(
+            f"{where}: the report names several prefixes {sorted(found)}; declare the one "
+            "to replay with --prefix-tokens N"
+        )
+    return found.pop() if found else None
 
 
 def _model(document: dict[str, Any], bench: dict[str, Any]) -> Any:
-    """The served model, where the report names it."""
-    for holder in (bench.get("config") or {}, document.get("args") or {}, bench.get("args") or {}):
-        if isinstance(holder, dict) and holder.get("model"):
+    """The served model, where the report names it (v2: the benchmark's backend)."""
+    config, report = _object(bench.get("config")), _object(document.get("config"))
+    holders = (
+        config.get("backend"),
+        config,
+        report.get("backend"),
+        report,
+        document.get("args"),
+        bench.get("args"),
+        bench.get("worker"),
+        bench.get("backend"),
+    )
+    for holder in holders:
+        if isinstance(holder, dict) and isinstance(holder.get("model"), str) and holder["model"]:
             return holder["model"]
-    backend = bench.get("worker") or bench.get("backend") or {}
-    return backend.get("model") if isinstance(backend, dict) else None
+    return None

@@ -17,8 +17,8 @@ What servesim takes, and what it reconstructs:
 
 - arrival = ``start_times`` (when the server was sent the request); a
   request held by the client's concurrency limit arrives when it was sent,
-  as the server saw it (``queue_times``: only their mean and maximum are
-  kept, in ``run.json``);
+  as the server saw it (``queue_times``: their mean and maximum in
+  ``run.json``, and the schedule below);
 - without ``start_times`` (older vLLM versions do not save them) arrivals
   are reconstructed only for ``request_rate: inf`` without
   ``max_concurrency``: every request was sent at once, so every arrival is
@@ -27,6 +27,11 @@ What servesim takes, and what it reconstructs:
   when absent, first token + the sum of ``itls``); per-chunk times =
   first token + the running sum of ``itls`` (``tokens.parquet``, ITL as
   ``vllm bench serve`` computes it);
+- the load (``run.json`` ``load``): with ``max_concurrency``, the client's
+  cap, and the schedule it held requests back from (``scheduled_s`` = send
+  time − ``queue_times``), so ``validate`` replays the cap
+  (``sim.validation.predict.replay_work``); at ``request_rate: inf`` the
+  ``throughput`` profile (every request at once, capped);
 - not recorded: when the engine queued or scheduled a request (``ready_s``
   is the arrival, ``first_scheduled_s`` NaN), so TTFT includes the HTTP and
   tokenization time; failed requests are dropped and counted in ``run.json``
@@ -139,6 +144,8 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
     sent_s = _send_times_s(document, columns, source)
     errors = columns.get("errors", [""] * len(sent_s))
     rows: list[list[float]] = []
+    held_s: list[float] = []  # time each kept request waited for the client's cap
+    queue_times = columns.get("queue_times")
     chunk_request: list[int] = []
     chunk_time_s: list[float] = []
     failed: list[str] = []
@@ -148,6 +155,8 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
             failed.append(str(errors[i] or "no output tokens"))
             continue
         row, chunk_s = _request(columns, i, sent, where)
+        if queue_times is not None:
+            held_s.append(number(queue_times[i], where, "queue_times"))
         chunk_request.extend([len(rows)] * len(chunk_s))
         chunk_time_s.extend(chunk_s.tolist())
         rows.append(row)
@@ -157,6 +166,9 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
     nan = np.full(arrival_s.shape, np.nan)
     requests = request_table(arrival_s, nan, first_s, finish_s, num_prompt, num_output)
     tokens = chunk_table(np.asarray(chunk_request), np.asarray(chunk_time_s), arrival_s)
+    if held_s:  # the schedule the client's cap held requests back from, in table order
+        scheduled_s = (arrival_s - np.asarray(held_s))[np.argsort(arrival_s, kind="stable")]
+        requests["scheduled_s"] = scheduled_s - scheduled_s.min()
     meta = {
         "format": FORMAT,
         "source": str(source),
@@ -169,5 +181,23 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
         "client_queue_s": _queue_summary(columns.get("queue_times"), source),
         "engine": {"model": document.get("model_id")},
         "settings": {k: document.get(k) for k in SETTINGS if k in document},
+        "load": _load(document, source),
     }
     return ImportedRun(requests, meta, tokens)
+
+
+def _load(document: dict[str, Any], source: Path) -> dict[str, Any] | None:
+    """The client's cap as a replay load (``sim.validation.predict.replay_work``), if any."""
+    limit = document.get("max_concurrency")
+    if limit is None:
+        return None
+    cap = count(limit, str(source), "max_concurrency")
+    if cap < 1:
+        raise ConfigError(f"{source}: max_concurrency must be >= 1, got {limit!r}")
+    rate = document.get("request_rate")
+    unbounded = isinstance(rate, str | int | float) and str(rate).lower() in ("inf", "infinity")
+    if isinstance(rate, float) and math.isinf(rate):
+        unbounded = True
+    return (
+        {"profile": "throughput", "max_concurrency": cap} if unbounded else {"max_concurrency": cap}
+    )

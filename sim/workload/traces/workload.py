@@ -67,6 +67,8 @@ class TraceWorkload(BaseModel):
     max_requests: int | None = Field(default=None, gt=0)
     start_offset_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # At most this many requests in flight (vllm bench serve --max-concurrency).
+    max_concurrency: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _check_format_fields(self) -> TraceWorkload:

@@ -1,0 +1,137 @@
+"""``servesim plan``: the cheapest deployment meeting SLOs at a target rate, searched.
+
+Only argparse is imported at start-up; the simulator is imported when the
+handler runs, so ``servesim --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.planning.plan import Outcome, PlanResult
+
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from sim.metrics.out_path import check_out_dir
+    from sim.metrics.slo_targets import parse_targets
+    from sim.planning.plan import plan
+    from sim.planning.plan_file import load_plan_config
+    from sim.planning.plan_plots import plot_plan
+    from sim.planning.plan_report import (
+        best_scenario,
+        format_best,
+        format_table,
+        to_json,
+        write_outputs,
+    )
+    from sim.planning.pricing import parse_gpu_prices
+    from sim.scenario import apply_overrides, load_scenario
+    from sim.scenario.strict_yaml import read_yaml
+
+    targets = parse_targets(args.slo or [])
+    if not targets:
+        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+    if args.target_rate is None or not args.target_rate > 0:
+        raise ConfigError("--target-rate must be > 0 (requests per second)")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    prices = parse_gpu_prices(args.gpu_price or [])
+    config = load_plan_config(args.plan)
+    scenario = load_scenario(args.scenario, args.set or [])
+    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-plan"
+    check_out_dir(out)  # before the search: a bad --out would lose it
+    bar = tqdm(total=0, desc="plan", unit="config", disable=args.quiet, file=sys.stderr)
+
+    def on_total(total: int) -> None:
+        bar.total = total
+        bar.refresh()
+
+    def on_done(outcome: Outcome, result: PlanResult) -> None:
+        bar.update()
+        best = result.best
+        cheapest = f"best ${best.usd_per_hour:.2f}/h" if best and best.usd_per_hour else "no fleet"
+        bar.set_postfix_str(f"{cheapest}; {outcome.candidate.label}: {outcome.status}")
+
+    with bar:
+        result = plan(
+            scenario,
+            Path(args.scenario).parent,
+            config,
+            targets,
+            args.target_rate,
+            prices,
+            args.workers,
+            on_done,
+            on_total,
+        )
+    label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
+    roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
+    doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
+    source_doc = read_yaml(Path(args.scenario), "scenario") or {}
+    apply_overrides(source_doc, args.set or [], args.scenario)
+    best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
+    paths = write_outputs(result, doc, best, out)
+    figure = plot_plan(result, out)
+    if figure is not None:
+        paths.append(figure)
+    print(format_table(result))
+    print(format_best(result))
+    if result.warnings:  # once in all, not once per simulation
+        count = len(result.warnings)
+        more = f" (and {count - 1} more, listed in plan.json)" if count > 1 else ""
+        print(f"servesim: warning: {result.warnings[0]}{more}", file=sys.stderr)
+    print(
+        f"{doc['num_configurations']} configurations ({doc['num_searched']} searched, "
+        f"{doc['num_skipped']} skipped, {doc['num_refused']} refused), "
+        f"{doc['num_simulations']} simulations of {result.num_requests} requests x "
+        f"{result.seeds} seeds per load, in {result.wall_s:.1f} s on {result.workers} "
+        f"worker{'s' if result.workers > 1 else ''}; wrote {', '.join(str(p) for p in paths)}"
+    )
+    if result.best is None:
+        slo = ", ".join(str(t) for t in targets)
+        searched = len(result.searched)
+        raise ConfigError(
+            f"no configuration meets the SLOs ({slo}) at any load: {searched} searched, the "
+            "rest skipped or refused (reasons above and in plan.json); loosen an SLO or add GPUs"
+        )
+    return 0
+
+
+def add_parsers(subparsers: Subparsers) -> None:
+    """Register ``plan``."""
+    p = subparsers.add_parser(
+        "plan", help="cheapest GPU, TP, replicas and batch limits meeting SLOs at a target rate"
+    )
+    p.add_argument("scenario", help="scenario YAML file (its model and workload)")
+    p.add_argument(
+        "--slo",
+        action="append",
+        metavar="NAME=MS",
+        help="SLO target <metric>_<stat>_ms=<limit>, e.g. ttft_p99_ms=500 (repeatable)",
+    )
+    p.add_argument(
+        "--target-rate", type=float, metavar="R", help="traffic to size the fleet for (req/s)"
+    )
+    p.add_argument("--plan", metavar="FILE", help="plan file: the search space (default: built in)")
+    p.add_argument(
+        "--gpu-price",
+        action="append",
+        metavar="NAME=USD",
+        help="price of one GPU-hour for a GPU, e.g. h100=2.5 (repeatable; default: "
+        "approximate list prices)",
+    )
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
+    p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")
+    p.add_argument("--out", help="output folder (default: runs/<scenario name>-plan)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_cmd_plan)

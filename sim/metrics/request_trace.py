@@ -1,0 +1,65 @@
+"""A run's requests as a workload trace file: GuideLLM's JSON lines or servesim's CSV.
+
+``servesim run --save-trace FILE`` writes every request of the run (rejected
+ones too: they were sent), in arrival order, with its arrival time in seconds
+from the start, its prompt length and the output length it asked for:
+
+- ``FILE.jsonl``: GuideLLM's trace format (``guidellm run --profile
+  kind=replay --data kind=trace_synthetic,source.kind=json_file,source.path=FILE.jsonl``):
+  one JSON object a line, ``{"timestamp": s, "input_length": n, "output_length": n}``,
+  timestamps in seconds (GuideLLM replays them relative to the first);
+- ``FILE.csv``: servesim's CSV trace (``timestamp,prompt_tokens,output_tokens``,
+  what ``servesim import-run`` writes as ``trace.csv``), replayed by
+  ``workload: {kind: trace, format: csv, path: FILE.csv}``.
+
+Both write times as the shortest text that reads back to the same float.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.engine.records import RequestTable, floats
+from sim.errors import ConfigError
+from sim.metrics.table_files import write_csv
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
+
+TRACE_SUFFIXES = (".jsonl", ".csv")
+"""What ``--save-trace`` writes, by the file's suffix: GuideLLM's format, servesim's."""
+
+
+def check_trace_path(path: str | Path, option: str = "--save-trace") -> Path:
+    """``path``, if its suffix names a format; a one-line error otherwise."""
+    target = Path(path)
+    if target.suffix.lower() not in TRACE_SUFFIXES:
+        raise ConfigError(
+            f"{option} {target}: name a .jsonl file (GuideLLM's trace format) "
+            "or a .csv file (servesim's)"
+        )
+    return target
+
+
+def write_request_trace(path: str | Path, requests: pd.DataFrame | RequestTable) -> Path:
+    """Write ``requests`` (arrival, prompt and requested output tokens) as a trace
+    in the format ``path``'s suffix names (module docstring)."""
+    target = check_trace_path(path)
+    arrival_s = floats(requests["arrival_s"])
+    order = np.lexsort((np.asarray(requests["request_id"]), arrival_s))
+    times_s = arrival_s[order]
+    prompts = np.asarray(requests["num_prompt_tokens"], dtype=np.int64)[order]
+    outputs = np.asarray(requests["num_output_tokens"], dtype=np.int64)[order]
+    if target.suffix.lower() == ".csv":
+        columns = {"timestamp": times_s, "prompt_tokens": prompts, "output_tokens": outputs}
+        return write_csv(columns, target)
+    rows = zip(times_s.tolist(), prompts.tolist(), outputs.tolist(), strict=True)
+    with target.open("w", encoding="utf-8") as out:
+        for time_s, prompt, output in rows:
+            row = {"timestamp": time_s, "input_length": prompt, "output_length": output}
+            out.write(json.dumps(row) + "\n")
+    return target

@@ -1,0 +1,255 @@
+"""``vllm bench serve``'s result JSON from a run (``--save-result``, ``--save-detailed``).
+
+The document has vLLM's keys, in its order (``vllm/benchmarks/serve.py``):
+the run's settings (``date``, ``backend``, ``label``, ``model_id``,
+``tokenizer_id``, ``num_prompts``, ``request_rate``, ``burstiness``,
+``max_concurrency``), its totals (``duration``, ``completed``, ``failed``,
+tokens, throughputs, ``request_goodput``), with ``detailed`` the per-request
+lists in send order (``input_lens``, ``output_lens``, ``ttfts``, ``itls``,
+``start_times``, ``generated_texts``, ``errors``; ``latencies`` always, as
+vLLM keeps it), the peaks (``max_output_tokens_per_s``,
+``max_concurrent_requests``, ``rtfx``), then ``mean_/median_/std_/p<P>_<metric>_ms``
+of the metrics chosen (``--percentile-metrics``) at the percentiles chosen
+(``--metric-percentiles``). Times in the lists are seconds, as vLLM's.
+
+What a simulated run fills in, and how:
+
+- a request is sent at its arrival (``start_times``, the simulation's clock
+  from 0) and streams chunks at its tokens' client times; tokens that reach
+  the client together (the frontend lagging) are one chunk, so ``itls``
+  holds one gap per chunk after the first, as vLLM measures;
+- a request rejected at intake (vLLM: an HTTP error) or unfinished when the
+  simulation ended is failed: ``errors`` says why, its ``output_lens``,
+  ``ttfts`` and ``latencies`` are 0 and ``itls`` empty, as vLLM writes a failure;
+- ``generated_texts`` are empty strings (servesim has no text), ``backend``
+  is ``servesim``, ``label`` the scenario's name, ``tokenizer_id`` the model's;
+  the client queue of ``--max-concurrency`` (vLLM's ``queue_times``) is not
+  written;
+- a statistic without a sample is null (vLLM writes 0).
+
+``servesim import-run`` reads the file back (``sim.validation.formats.vllm_bench``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask
+from sim.engine.step_runs import StepTable
+from sim.errors import ConfigError
+from sim.metrics.itl import itl_distribution
+from sim.metrics.quantiles import check_percentiles, latency_stats_ms, percentile_label
+from sim.metrics.report import jsonable, vllm_spelling
+from sim.metrics.stats import latency_columns, sample_notes
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
+
+FloatArray = npt.NDArray[np.float64]
+
+PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
+"""The metrics ``--percentile-metrics`` may name (vLLM's client-queue ones are not simulated)."""
+
+DETAILED_FIELDS: tuple[str, ...] = ("input_lens", "output_lens", "start_times", "ttfts", "itls")
+DETAILED_FIELDS += ("generated_texts", "errors")
+"""The per-request lists ``--save-detailed`` adds (vLLM drops them without it)."""
+
+_LIST_ORDER: tuple[str, ...] = ("input_lens", "output_lens", "ttfts", "itls", "latencies")
+_LIST_ORDER += ("start_times",)
+_LIST_ORDER += ("generated_texts", "errors")
+UNFINISHED = "unfinished when the simulation ended"
+_PERCENTILE_KEY = re.compile(r"^p\d+(?:\.\d+)?_(ttft|tpot|itl|e2el)_ms$")
+
+
+def parse_percentile_metrics(text: str) -> tuple[str, ...]:
+    """``"ttft,tpot"`` as ``("ttft", "tpot")``; an unknown name is a one-line error."""
+    names = tuple(name.strip() for name in text.split(","))
+    unknown = [name for name in names if name not in PERCENTILE_METRICS]
+    if unknown or not names:
+        raise ConfigError(
+            f"--percentile-metrics {text!r}: expected some of {','.join(PERCENTILE_METRICS)}"
+            f" (comma-separated), got {', '.join(map(repr, unknown))}"
+        )
+    return tuple(dict.fromkeys(names))
+
+
+def parse_metric_percentiles(text: str) -> tuple[float, ...]:
+    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)``: each in [0, 100], as numpy's (and vLLM's)."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--metric-percentiles {text!r}: expected comma-separated numbers, e.g. 50,90,99"
+        ) from None
+    try:
+        check_percentiles(values)
+    except ConfigError as error:
+        raise ConfigError(f"--metric-percentiles {text!r}: {error}") from None
+    return tuple(dict.fromkeys(values))
+
+
+def restate_percentiles(
+    summary: Mapping[str, Any],
+    requests: pd.DataFrame | RequestTable,
+    steps: pd.DataFrame | StepTable,
+    extra_itl_s: npt.ArrayLike,
+    percentiles: Sequence[float],
+) -> dict[str, Any]:
+    """``summary`` with every metric's ``p<P>_..._ms`` keys at ``percentiles``
+    instead (where the first of them stood) and its ``caveats`` for them."""
+    check_percentiles(percentiles)
+    columns = latency_columns(requests)
+    done = completed_mask(requests)
+    fresh = itl_distribution(steps, extra_itl_s, percentiles)
+    for metric in ("ttft", "tpot", "e2el"):
+        fresh |= latency_stats_ms(metric, columns[f"{metric}_s"][done], None, percentiles)
+    out: dict[str, Any] = {}
+    for key, value in summary.items():
+        match = _PERCENTILE_KEY.match(key)
+        if match is None:
+            out[key] = value
+            continue
+        metric = match.group(1)
+        for p in percentiles:  # at the first of the metric's old keys; the rest go
+            out.setdefault(
+                f"p{percentile_label(p)}_{metric}_ms", fresh[f"p{percentile_label(p)}_{metric}_ms"]
+            )
+    if "caveats" in summary:
+        out["caveats"] = sample_notes(requests, percentiles)["caveats"]
+    return out
+
+
+def chunk_times_s(token_times_s: FloatArray) -> FloatArray:
+    """When the chunks of a stream of token times reach the client: tokens at one
+    instant are one chunk."""
+    if token_times_s.size < 2:
+        return token_times_s
+    return token_times_s[np.concatenate([[True], np.diff(token_times_s) > 0])]
+
+
+def stream_peaks(
+    start_s: FloatArray, latency_s: FloatArray, chunk_s: list[FloatArray]
+) -> tuple[float, int]:
+    """vLLM's ``max_output_tokens_per_s`` (the most chunks in one whole second from
+    the first send) and ``max_concurrent_requests`` (the most requests streaming at
+    once, each over [start, start + latency)) of the completed requests."""
+    if start_s.size == 0:
+        return 0.0, 0
+    first_s = float(start_s.min())
+    num_seconds = int(np.ceil(float((start_s + latency_s).max()) - first_s)) + 1
+    times = np.concatenate(chunk_s) - first_s if chunk_s else np.empty(0)
+    seconds = times.astype(np.int64)
+    seconds = seconds[(seconds >= 0) & (seconds < num_seconds)]
+    per_second = np.bincount(seconds, minlength=num_seconds)
+    # Ends sort before starts at one instant: [start, end) intervals.
+    events = sorted(
+        [(float(s), 1) for s in start_s]
+        + [(float(s + d), -1) for s, d in zip(start_s, latency_s, strict=True)]
+    )
+    in_flight = peak = 0
+    for _, step in events:
+        in_flight += step
+        peak = max(peak, in_flight)
+    return float(per_second.max()), peak
+
+
+def result_document(
+    summary: Mapping[str, Any],
+    requests: pd.DataFrame | RequestTable,
+    token_times_s: Callable[[int], FloatArray],
+    *,
+    metrics: Sequence[str] = PERCENTILE_METRICS,
+    percentiles: Sequence[float] = (90, 99),
+    detailed: bool = True,
+    date: datetime | None = None,
+) -> dict[str, Any]:
+    """``vllm bench serve``'s result JSON of a run (module docstring): from its
+    ``summary`` (with ``percentiles`` among its keys: ``restate_percentiles``),
+    its request table and each request's client token times (by ``request_id``)."""
+    check_percentiles(percentiles)
+    arrival_s = floats(requests["arrival_s"])
+    order = np.lexsort((np.asarray(requests["request_id"]), arrival_s))
+    done = completed_mask(requests)
+    rejected = rejected_mask(requests)
+    reasons = np.asarray(requests["rejection_reason"], dtype=object)
+    ids = np.asarray(requests["request_id"])
+    first_token_s = floats(requests["first_token_s"])
+    finish_s = floats(requests["finish_s"])
+    num_prompt = np.asarray(requests["num_prompt_tokens"])
+    num_generated = np.asarray(requests["num_generated_tokens"])
+    lists: dict[str, list[Any]] = {name: [] for name in (*DETAILED_FIELDS, "latencies")}
+    chunk_times: list[FloatArray] = []
+    for i in order.tolist():
+        ok = bool(done[i])
+        lists["input_lens"].append(int(num_prompt[i]))
+        lists["start_times"].append(float(arrival_s[i]))
+        lists["generated_texts"].append("")
+        lists["output_lens"].append(int(num_generated[i]) if ok else 0)
+        lists["ttfts"].append(float(first_token_s[i] - arrival_s[i]) if ok else 0.0)
+        lists["latencies"].append(float(finish_s[i] - arrival_s[i]) if ok else 0.0)
+        if ok:
+            chunks_s = chunk_times_s(np.asarray(token_times_s(int(ids[i])), dtype=np.float64))
+            lists["itls"].append(np.diff(chunks_s).tolist())
+            chunk_times.append(chunks_s)
+            lists["errors"].append("")
+        else:
+            lists["itls"].append([])
+            lists["errors"].append(str(reasons[i]) if rejected[i] else UNFINISHED)
+    ok_order = order[done[order]]
+    peak_per_s, peak_in_flight = stream_peaks(
+        arrival_s[ok_order], finish_s[ok_order] - arrival_s[ok_order], chunk_times
+    )
+    model = summary.get("model")
+    document: dict[str, Any] = {
+        "date": (date or datetime.now()).strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": "servesim",
+        "backend": "servesim",
+        "label": summary.get("scenario"),
+        "model_id": model,
+        "tokenizer_id": model,
+    }
+    for key in ("num_prompts", "request_rate", "burstiness", "max_concurrency"):
+        document[key] = summary.get(key)
+    for key in ("duration", "completed", "failed", "total_input_tokens", "total_output_tokens"):
+        document[key] = summary.get(key)
+    for key in ("request_throughput", "request_goodput", "output_throughput"):
+        document[key] = summary.get(key)
+    document["total_token_throughput"] = summary.get("total_token_throughput")
+    for name in _LIST_ORDER:  # vLLM's order
+        document[name] = lists[name]
+    if not detailed:
+        for name in DETAILED_FIELDS:
+            del document[name]
+    document["max_output_tokens_per_s"] = peak_per_s
+    document["max_concurrent_requests"] = peak_in_flight
+    document["rtfx"] = 0.0  # no audio input
+    for metric in metrics:
+        keys = [f"{stat}_{metric}_ms" for stat in ("mean", "median", "std")]
+        keys += [f"p{percentile_label(p)}_{metric}_ms" for p in percentiles]
+        for key in keys:
+            document[key] = summary.get(key)
+    return document
+
+
+def write_result(path: str | Path, document: Mapping[str, Any]) -> Path:
+    """Write ``document`` as one line of strict JSON (NaN: null) to ``path``,
+    replacing it whole (written beside it under a hidden name, then moved)."""
+    target = Path(path)
+    text = json.dumps(jsonable(vllm_spelling(document)), allow_nan=False)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text + "\n", encoding="utf-8")  # the umask's mode, as open's
+        os.replace(partial, target)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    return target

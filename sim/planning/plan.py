@@ -1,0 +1,815 @@
+"""The configuration search: the cheapest deployment that meets the SLOs at a target rate.
+
+A *candidate* is one deployment unit: a GPU, a tensor-parallel degree, batch
+limits (``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and,
+optionally, a disaggregated ``P:D`` unit of prefill and decode replicas. For
+each, the capacity search (:mod:`sim.planning.capacity`, intervals included)
+finds the highest load it serves within the SLOs; the fleet for the target
+rate is ``ceil(R / capacity)`` units, priced per GPU-hour
+(:mod:`sim.planning.pricing`). Candidates are ranked by the fleet's dollars
+per hour.
+
+What keeps it from brute force:
+
+1. **Refusals before any run.** A layout whose heads do not split, whose
+   weights do not fit, or whose KV pool cannot hold one ``max_model_len``
+   request is refused, with the reason (:func:`sim.api.build.kv_blocks_for`).
+2. **An optimistic bound per candidate** (:mod:`sim.planning.plan_bound`),
+   from the candidate's own cost model: a request rate its capacity search
+   cannot exceed, and SLOs a lone request already breaks (infeasible at any
+   load, skipped without a run).
+3. **Best first, branch and bound.** Candidates run in order of their
+   optimistic fleet cost (``ceil(R / bound)`` units); one whose optimistic
+   cost cannot beat (is at least) the cheapest fleet found so far is skipped
+   and reported as skipped with the reason. With the executor drawing the
+   next candidate only when one finishes (:mod:`sim.planning.sweep_exec`),
+   every decision uses everything finished before it.
+4. **Batch limits coarse, then refined.** The plan file's levels are the
+   coarse grid. Each (GPU, TP, split) group first searches one
+   representative (:func:`representatives`); its other coarse limits run only
+   where that came within ``REFINE_MARGIN`` of the cheapest (a heuristic:
+   batch limits move a fleet's cost by tens of percent, not by multiples; the
+   skip says so). Then, around the best limits of each group within the
+   margin, the geometric halfway values are tried, one dimension at a time,
+   under the same pruning. ``prune: false`` searches the whole grid.
+
+The answer does not include the network between replicas and clients, the
+load balancer's imbalance, autoscaling, or failures (docs/capacity.md).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from sim.api.build import cost_model_for, kv_blocks_for
+from sim.cost.base import CostModel
+from sim.cost.config import auto_choice
+from sim.errors import ConfigError
+from sim.hardware.parallel import ParallelismConfig, layout_problem
+from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
+from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
+from sim.metrics.stats import MIN_TAIL_SAMPLES
+from sim.planning.capacity import CapacitySearch, LoadPoint, Searcher, search
+from sim.planning.capacity_report import fleet_for, has_interval, output_tokens_per_request
+from sim.planning.plan_bound import LengthStats, Limits, length_stats, optimistic_rate_per_s
+from sim.planning.plan_file import PlanConfig
+from sim.planning.pricing import gpu_price_per_hour
+from sim.planning.sweep_exec import Record, Task, default_jobs, execute
+from sim.scenario import Scenario, scenario_from_dict
+
+REFINE_MARGIN = 0.25
+"""A group is refined when its best fleet costs at most this much above the cheapest."""
+MIN_PLAN_REQUESTS = 200
+"""Requests per run at least, whatever the SLOs' percentiles need (the served check)."""
+NOT_SERVING_GPUS = frozenset({"cpu-2core"})
+"""Presets left out of the default GPU list: the calibration machine serves no fleet."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment unit to search (module docstring)."""
+
+    gpu: str
+    tensor_parallel_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    split: tuple[int, int] | None = None  # (prefill, decode) replicas; None: aggregated
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs one unit occupies."""
+        replicas = 1 if self.split is None else self.split[0] + self.split[1]
+        return replicas * self.tensor_parallel_size
+
+    @property
+    def group(self) -> tuple[str, int, tuple[int, int] | None]:
+        """The (GPU, TP, split) group whose batch limits are refined together."""
+        return self.gpu, self.tensor_parallel_size, self.split
+
+    @property
+    def label(self) -> str:
+        """Short name, e.g. ``h100 tp1 seqs=256 tokens=2048 chunked``."""
+        split = "" if self.split is None else f" P:D={self.split[0]}:{self.split[1]}"
+        chunk = "chunked" if self.chunked_prefill else "unchunked"
+        return (
+            f"{self.gpu} tp{self.tensor_parallel_size}{split} seqs={self.max_num_seqs} "
+            f"tokens={self.max_num_batched_tokens} {chunk}"
+        )
+
+
+@dataclass
+class Outcome:
+    """What happened to one candidate: searched (``record``), skipped or refused (``reason``)."""
+
+    candidate: Candidate
+    # Final: searched, skipped (pruned, infeasible by its bound, or stopped where it
+    # already lost) or refused (does not split or fit); pending and running meanwhile.
+    status: Literal["pending", "running", "searched", "skipped", "refused"]
+    reason: str = ""
+    cost_model: str = ""
+    cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
+    price_per_gpu_hour: float | None = None
+    bound_rate_per_s: float | None = None
+    bound_usd_per_hour: float | None = None
+    record: Record | None = None
+    scenario_doc: dict[str, Any] | None = None  # one unit's scenario, as searched
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        """The fleet's cost for the target rate (None: no capacity found)."""
+        return None if self.record is None else self.record.get("usd_per_hour")
+
+
+@dataclass
+class PlanResult:
+    """Every candidate's outcome, the search's counts and its wall time."""
+
+    target_rate_per_s: float
+    targets: tuple[SloTarget, ...]
+    outcomes: list[Outcome] = field(default_factory=list)
+    num_requests: int = 0
+    seeds: int = 0
+    wall_s: float = 0.0
+    workers: int = 1
+    # The scenario's own workload: best.yaml replays it at the target rate.
+    workload_doc: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
+
+    def collect_warnings(self, extra: Sequence[str]) -> None:
+        """Every distinct warning met, in order: the bounds' then the searches'."""
+        found = [*extra]
+        for outcome in self.outcomes:
+            found += (outcome.record or {}).get("warnings", [])
+        self.warnings = list(dict.fromkeys(found))
+
+    @property
+    def searched(self) -> list[Outcome]:
+        """Candidates whose capacity was searched."""
+        return [o for o in self.outcomes if o.status == "searched"]
+
+    @property
+    def num_simulations(self) -> int:
+        """Simulations run in all."""
+        return sum(int((o.record or {}).get("num_simulations", 0)) for o in self.outcomes)
+
+    def ranked(self) -> list[Outcome]:
+        """Searched candidates with a fleet, cheapest first (then most capacity per GPU)."""
+        feasible = [o for o in self.searched if o.usd_per_hour is not None]
+
+        def key(o: Outcome) -> tuple[float, float]:
+            record = o.record or {}
+            return (float(record["usd_per_hour"]), -float(record["capacity_per_gpu"]))
+
+        return sorted(feasible, key=key)
+
+    @property
+    def best(self) -> Outcome | None:
+        """The cheapest fleet meeting the SLOs, if any."""
+        ranked = self.ranked()
+        return ranked[0] if ranked else None
+
+
+def run_length(targets: Sequence[SloTarget]) -> int:
+    """Requests per run: enough for ``MIN_TAIL_SAMPLES`` beyond every percentile target."""
+    quantiles = {"median": 0.5, "p90": 0.9, "p99": 0.99}
+    needed = [
+        math.ceil(MIN_TAIL_SAMPLES / (1.0 - quantiles[t.stat]) - 1e-9)
+        for t in targets
+        if t.stat in quantiles
+    ]
+    return max([MIN_PLAN_REQUESTS, *needed])
+
+
+def resolve_gpus(config: PlanConfig) -> list[HardwareSpec]:
+    """The plan's GPUs: named presets and inline specs; by default every serving preset,
+    one per distinct spec (``h100-sxm`` is ``h100`` under another name)."""
+    if config.gpus is None:
+        seen: set[tuple[Any, ...]] = set()
+        out = []
+        for spec in HARDWARE_PRESETS.values():
+            if spec.name in NOT_SERVING_GPUS:
+                continue
+            shape = tuple(v for k, v in spec.model_dump().items() if k != "name")
+            if shape not in seen:
+                seen.add(shape)
+                out.append(spec)
+        return out
+    out = []
+    for index, entry in enumerate(config.gpus):
+        if isinstance(entry, str):
+            try:
+                out.append(hardware_preset(entry))
+            except ConfigError as error:
+                raise ConfigError(f"plan: gpus[{index}]: {error}") from None
+        else:
+            doc = entry
+            if "preset" in entry:
+                base = hardware_preset(str(entry["preset"])).model_dump()
+                doc = {**base, **{k: v for k, v in entry.items() if k != "preset"}}
+            try:
+                out.append(HardwareSpec.model_validate(doc))
+            except ValidationError as error:
+                err = error.errors()[0]
+                where = ".".join(str(part) for part in err["loc"])
+                raise ConfigError(f"plan: gpus[{index}].{where}: {err['msg']}") from None
+    names = [g.name for g in out]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"plan: gpus: a GPU is listed twice ({', '.join(names)})")
+    return out
+
+
+def cost_model_label(choice: str, forced_roofline: bool) -> str:
+    """ "measured kernel tables <slice>" or "roofline (guess)" from ``auto_choice``'s line
+    (``plan.json`` keeps the whole line)."""
+    if not forced_roofline and choice.startswith("priced from "):
+        return "measured kernel tables " + choice.removeprefix("priced from ").split(" ", 1)[0]
+    if not forced_roofline and "; calibrated " in choice:
+        return f"calibrated {choice.rsplit('; calibrated ', 1)[1]}"
+    return "roofline (guess)"
+
+
+@dataclass
+class _Space:
+    """What every candidate of one plan shares."""
+
+    base_doc: dict[str, Any]
+    base_dir: Path
+    config: PlanConfig
+    targets: tuple[SloTarget, ...]
+    target_rate_per_s: float
+    prices: dict[str, float]
+    hardware: dict[str, HardwareSpec]
+    lengths: LengthStats
+    num_requests: int
+    costs: dict[tuple[str, int], tuple[CostModel, str, str]] = field(default_factory=dict)
+    warnings: dict[str, None] = field(default_factory=dict)  # distinct, in order met
+
+    def doc_for(self, candidate: Candidate, rate_per_s: float | None = None) -> dict[str, Any]:
+        """The candidate's scenario document (one unit; the load at ``rate_per_s``)."""
+        doc = {k: v for k, v in self.base_doc.items() if k != "cluster"}
+        spec = self.hardware[candidate.gpu]
+        preset = HARDWARE_PRESETS.get(spec.name)
+        doc["hardware"] = spec.name if preset == spec else spec.model_dump(mode="json")
+        parallelism = {k: v for k, v in doc.get("parallelism", {}).items() if k != "link"}
+        doc["parallelism"] = {**parallelism, "tensor_parallel_size": candidate.tensor_parallel_size}
+        doc["scheduler"] = {
+            **doc["scheduler"],
+            "max_num_seqs": candidate.max_num_seqs,
+            "max_num_batched_tokens": candidate.max_num_batched_tokens,
+            "chunked_prefill": candidate.chunked_prefill,
+        }
+        if self.roofline and doc["cost"].get("kind") != "roofline":
+            doc["cost"] = {"kind": "roofline"}  # the scenario's own roofline block is kept
+        if candidate.split is not None:
+            split = self.config.disaggregation
+            assert split is not None
+            doc["cluster"] = {
+                "num_replicas": candidate.split[0] + candidate.split[1],
+                "disaggregation": {
+                    "num_prefill_replicas": candidate.split[0],
+                    "num_decode_replicas": candidate.split[1],
+                    "kv_transfer_bandwidth_bytes_per_s": split.kv_transfer_bandwidth_bytes_per_s,
+                    "kv_transfer_latency_s": split.kv_transfer_latency_s,
+                },
+            }
+        if rate_per_s is not None:
+            doc["workload"] = {
+                **doc["workload"],
+                "arrival": {**doc["workload"]["arrival"], "rate_per_s": rate_per_s},
+            }
+        return doc
+
+    @property
+    def roofline(self) -> bool:
+        """Every GPU on the roofline: the plan file says so, or the scenario does."""
+        return self.config.cost_model == "roofline" or self.base_doc["cost"]["kind"] == "roofline"
+
+    def scenario(self, candidate: Candidate) -> Scenario:
+        """The candidate's validated scenario (ConfigError naming the candidate)."""
+        return scenario_from_dict(
+            self.doc_for(candidate), f"plan: {candidate.label}", self.base_dir
+        )
+
+    def cost(self, candidate: Candidate, scenario: Scenario) -> tuple[CostModel, str, str]:
+        """The candidate's cost model, its label and auto's choice line, built once per
+        (GPU, TP); the warnings building it gives (extrapolated tables) are kept once."""
+        key = (candidate.gpu, candidate.tensor_parallel_size)
+        if key not in self.costs:
+            forced = self.roofline
+            layout = scenario.parallelism if scenario.parallelism.num_gpus > 1 else None
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                choice = (
+                    "roofline" if forced else auto_choice(scenario.model, scenario.hardware, layout)
+                )
+                model = cost_model_for(scenario, self.base_dir)
+            self.warnings.update(dict.fromkeys(str(w.message) for w in caught))
+            self.costs[key] = (model, cost_model_label(choice, forced), choice)
+        return self.costs[key]
+
+
+def _nice(value: float) -> float:
+    """``value`` to two significant digits: start loads read as numbers a person would pick."""
+    if not value > 0 or not math.isfinite(value):
+        return 1.0
+    digits = 1 - math.floor(math.log10(value))
+    return round(value, digits)
+
+
+def fleet_usd_per_hour(
+    rate_per_s: float, target_rate_per_s: float, gpus: int, price: float
+) -> float:
+    """Dollars per hour of ``ceil(target / rate)`` units of ``gpus`` GPUs."""
+    if not rate_per_s > 0:
+        return math.inf
+    return math.ceil(target_rate_per_s / rate_per_s - 1e-9) * gpus * price
+
+
+def search_candidate(task: Task) -> Record:
+    """One candidate's capacity search, its fleet and the SLO statistics at the target
+    load (``target / units`` per unit): the executors' point function for ``plan``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record = _search_candidate(task)
+    # One copy of each: a cost model warns once per run, and a search runs dozens.
+    record["warnings"] = list(dict.fromkeys(str(w.message) for w in caught))
+    return record
+
+
+class _CannotBeat(Exception):
+    """Raised from a search's callback: the candidate failed where its fleet already loses."""
+
+    def __init__(self, load: float) -> None:
+        super().__init__(load)
+        self.load = load
+
+
+def _search_candidate(task: Task) -> Record:
+    started = time.perf_counter()
+    scenario = scenario_from_dict(task["scenario"], task["label"], Path(task["base_dir"]))
+    targets = targets_from_mapping(task["slo"], "plan")
+    stop_below = task.get("stop_below_rate_per_s")
+
+    def on_point(point: LoadPoint, _: CapacitySearch) -> None:
+        # A confident fail at load x puts the capacity below x (statistics grow with
+        # load); at or under stop_below the fleet would cost at least the cheapest's.
+        if stop_below is not None and point.status == "fail" and point.load <= stop_below:
+            raise _CannotBeat(point.load)
+
+    searcher = Searcher(
+        scenario, targets, Path(task["base_dir"]), task["seeds"], jobs=1, on_point=on_point
+    )
+    try:
+        result = search(searcher, task["rel_width"], task["max_sims"])
+    except _CannotBeat as stop:
+        return {
+            "abandoned_at_rate_per_s": stop.load,
+            "num_loads": len(searcher.result.points),
+            "num_simulations": searcher.result.num_sims,
+            "wall_s": time.perf_counter() - started,
+        }
+    fleet = fleet_for(result, task["target_rate_per_s"], task["num_gpus"], task["price"])
+    low, high = result.interval
+    record: Record = {
+        "capacity_rate_per_s": result.estimate,
+        "ci95_lower": low if has_interval(result) else None,
+        "ci95_upper": high if has_interval(result) else None,
+        "bracket_lower": low,
+        "bracket_upper": high,
+        "stop_reason": result.stop_reason,
+        "binding_constraint": result.binding,
+        "caveats": list(result.caveats),
+        "cost_model_run": next(
+            (r.get("cost_model") for p in result.points for r in p.records), None
+        ),
+        "num_loads": len(result.points),
+    }
+    if fleet is not None and fleet.usd_per_hour is not None:
+        per_unit_rate = task["target_rate_per_s"] / fleet.num_replicas
+        known = {p.load: p for p in result.points}
+        point = known.get(per_unit_rate) or searcher.evaluate(per_unit_rate)
+        tokens = output_tokens_per_request(result.at_estimate)
+        record |= {
+            "num_units": fleet.num_replicas,
+            "num_units_at_lower_bound": fleet.num_replicas_at_lower_bound,
+            "num_gpus_total": fleet.num_gpus,
+            "usd_per_hour": fleet.usd_per_hour,
+            "usd_per_million_output_tokens": fleet.usd_per_million_output_tokens,
+            "capacity_per_gpu": fleet.capacity_rate_per_s / task["num_gpus"],
+            "output_tokens_per_request": tokens,
+            "per_unit_rate_per_s": per_unit_rate,
+            "at_target_status": point.status,
+            # Means within every limit (and served): the SLOs hold on average there.
+            "at_target_within_slos": point.ratio <= 1.0,
+            "at_target_mean": dict(point.means),
+            "at_target_ci95_half_width": dict(point.half_widths),
+            "at_target_served_ratio": point.served[0] if point.served is not None else None,
+        }
+    record["num_simulations"] = result.num_sims
+    record["wall_s"] = time.perf_counter() - started
+    return record
+
+
+def _start_load(outcome: Outcome) -> float:
+    """Where a candidate's search starts: half its optimistic bound, so that a
+    candidate's answer is the same whatever ran before it (or on how many workers)."""
+    bound = outcome.bound_rate_per_s or 0.0
+    return _nice(0.5 * bound) if bound > 0 else 1.0
+
+
+def _task(space: _Space, candidate: Candidate, start: float, price: float) -> Task:
+    slo = {t.name: t.limit_ms for t in space.targets}
+    return {
+        "scenario": space.doc_for(candidate, start),
+        "label": f"plan: {candidate.label}",
+        "base_dir": str(space.base_dir),
+        "slo": slo,
+        "seeds": space.config.seeds,
+        "rel_width": space.config.rel_width,
+        "max_sims": space.config.max_loads * space.config.seeds,
+        "target_rate_per_s": space.target_rate_per_s,
+        "num_gpus": candidate.num_gpus,
+        "price": price,
+    }
+
+
+def coarse_candidates(space: _Space) -> list[Candidate]:
+    """The coarse grid over every GPU, TP, batch limits and split."""
+    config = space.config
+    splits: list[tuple[int, int] | None] = [None]
+    if config.disaggregation is not None:
+        splits += list(config.disaggregation.pairs())
+    max_len = int(space.base_doc.get("engine", {}).get("max_model_len_tokens") or 0)
+    out = []
+    for gpu in space.hardware:
+        for tp in config.tensor_parallel_sizes:
+            for split in splits:
+                for chunked in config.chunked_prefill:
+                    for seqs in config.max_num_seqs:
+                        for tokens in config.max_num_batched_tokens:
+                            if tokens < seqs or (not chunked and tokens < max_len):
+                                continue  # vLLM refuses these limits (Scenario._check)
+                            out.append(Candidate(gpu, tp, seqs, tokens, chunked, split))
+    return out
+
+
+def _halfway(levels: Sequence[int], value: int) -> list[int]:
+    """Geometric halfway values between ``value`` and its neighbours among ``levels``
+    (below the lowest: half of it; above the highest: twice it)."""
+    ordered = sorted(set(levels))
+    index = ordered.index(value)
+    below = ordered[index - 1] if index > 0 else value // 2
+    above = ordered[index + 1] if index + 1 < len(ordered) else value * 2
+    out = {round(math.sqrt(value * below)), round(math.sqrt(value * above))}
+    return sorted(v for v in out if v >= 1 and v not in ordered)
+
+
+def refined_candidates(space: _Space, result: PlanResult) -> list[Candidate]:
+    """Halfway batch limits around the best of each group near the cheapest (docstring)."""
+    best = result.best
+    if best is None or best.usd_per_hour is None:
+        return []
+    groups: dict[Any, Outcome] = {}
+    for outcome in result.ranked():
+        groups.setdefault(outcome.candidate.group, outcome)
+    tried = {o.candidate for o in result.outcomes}
+    out: list[Candidate] = []
+    for outcome in groups.values():
+        assert outcome.usd_per_hour is not None
+        if outcome.usd_per_hour > (1 + REFINE_MARGIN) * best.usd_per_hour:
+            continue
+        c = outcome.candidate
+        seqs = [c.max_num_seqs, *_halfway(space.config.max_num_seqs, c.max_num_seqs)]
+        tokens = _halfway(space.config.max_num_batched_tokens, c.max_num_batched_tokens)
+        options = [
+            Candidate(
+                c.gpu,
+                c.tensor_parallel_size,
+                s,
+                c.max_num_batched_tokens,
+                c.chunked_prefill,
+                c.split,
+            )
+            for s in seqs[1:]
+        ]
+        options += [
+            Candidate(c.gpu, c.tensor_parallel_size, c.max_num_seqs, t, c.chunked_prefill, c.split)
+            for t in tokens
+        ]
+        for option in options:
+            if option in tried or option.max_num_batched_tokens < option.max_num_seqs:
+                continue
+            tried.add(option)
+            out.append(option)
+    return out
+
+
+def _prepare(space: _Space, candidate: Candidate) -> Outcome:
+    """Refusal (does not split, does not fit) or the candidate's bound."""
+    hardware = space.hardware[candidate.gpu]
+    price = space.prices[candidate.gpu]
+    outcome = Outcome(candidate, "refused", price_per_gpu_hour=price)
+    try:
+        scenario = space.scenario(candidate)
+    except ConfigError as error:
+        outcome.reason = str(error).removeprefix(f"plan: {candidate.label}: ")
+        return outcome
+    problem = layout_problem(
+        scenario.model,
+        ParallelismConfig(
+            tensor_parallel_size=candidate.tensor_parallel_size,  # type: ignore[arg-type]
+        ),
+    )
+    if problem is not None:
+        outcome.reason = problem
+        return outcome
+    try:
+        blocks = kv_blocks_for(scenario)
+    except ConfigError as error:
+        outcome.reason = str(error).removeprefix("model, hardware: ")
+        return outcome
+    kv_tokens = blocks * scenario.engine.block_size_tokens
+    max_len = scenario.engine.max_model_len_tokens
+    if kv_tokens < max_len:
+        outcome.reason = (
+            f"weights fit but the KV pool holds {kv_tokens} tokens on {hardware.name} "
+            f"tp{candidate.tensor_parallel_size}, less than one max_model_len request "
+            f"({max_len} tokens)"
+        )
+        return outcome
+    cost, label, choice = space.cost(candidate, scenario)
+    limits = Limits(
+        candidate.max_num_seqs,
+        candidate.max_num_batched_tokens,
+        candidate.chunked_prefill,
+        candidate.split,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
+    space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
+    outcome.cost_model, outcome.cost_model_detail = label, choice
+    outcome.bound_rate_per_s = bound.rate_per_s
+    outcome.bound_usd_per_hour = fleet_usd_per_hour(
+        bound.rate_per_s, space.target_rate_per_s, candidate.num_gpus, price
+    )
+    if bound.infeasible:
+        outcome.status, outcome.reason = "skipped", f"infeasible at any load: {bound.infeasible}"
+    else:
+        outcome.status = "pending"
+    return outcome
+
+
+def _run(
+    space: _Space,
+    outcomes: list[Outcome],
+    result: PlanResult,
+    workers: int | None,
+    on_done: Callable[[Outcome, PlanResult], None] | None,
+) -> None:
+    """Search the pending outcomes best first, skipping what cannot beat the best."""
+    pending = sorted(
+        (o for o in outcomes if o.status == "pending"),
+        key=lambda o: (o.bound_usd_per_hour or math.inf, -(o.bound_rate_per_s or 0.0)),
+    )
+    started: list[Outcome] = []
+
+    def tasks() -> Iterator[Task]:
+        for outcome in pending:
+            best = result.best
+            bound = outcome.bound_usd_per_hour
+            if space.config.prune and best is not None and bound is not None:
+                assert best.usd_per_hour is not None
+                if bound >= best.usd_per_hour:
+                    outcome.status = "skipped"
+                    outcome.reason = (
+                        f"cannot beat ${best.usd_per_hour:.2f}/h ({best.candidate.label}): "
+                        f"even at its optimistic bound of {outcome.bound_rate_per_s:.3g} req/s "
+                        f"per unit the fleet costs ${bound:.2f}/h"
+                    )
+                    if on_done is not None:
+                        on_done(outcome, result)
+                    continue
+            outcome.status = "running"
+            started.append(outcome)
+            price = outcome.price_per_gpu_hour or 0.0
+            task = _task(space, outcome.candidate, _start_load(outcome), price)
+            if space.config.prune and best is not None and best.usd_per_hour and price > 0:
+                # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
+                gpus = outcome.candidate.num_gpus
+                task["stop_below_rate_per_s"] = (
+                    space.target_rate_per_s * gpus * price / best.usd_per_hour
+                )
+            outcome.scenario_doc = task["scenario"]
+            yield task
+
+    for index, record in execute(tasks(), "local", workers, function=search_candidate):
+        outcome = started[index]
+        outcome.status, outcome.record = "searched", record
+        abandoned = record.get("abandoned_at_rate_per_s")
+        if abandoned is not None:
+            outcome.status = "skipped"
+            price = outcome.price_per_gpu_hour or 0.0
+            usd = fleet_usd_per_hour(
+                abandoned, space.target_rate_per_s, outcome.candidate.num_gpus, price
+            )
+            outcome.reason = (
+                f"cannot beat the cheapest: its SLOs fail (95% interval) at {abandoned:.3g} "
+                f"req/s per unit, where its fleet would already cost ${usd:.2f}/h or more "
+                f"(search stopped after {record['num_simulations']} simulations)"
+            )
+        elif record.get("usd_per_hour") is None:
+            outcome.reason = f"no load meets the SLOs: {record.get('stop_reason')}"
+        if on_done is not None:
+            on_done(outcome, result)
+
+
+def representatives(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """One pending candidate per group: chunked prefill, the most sequences, the smallest
+    step budget (small chunks keep TTFT and TPOT low: the limits most likely to meet
+    latency SLOs), searched before the group's other limits."""
+
+    def rank(o: Outcome) -> tuple[bool, int, int]:
+        c = o.candidate
+        return (not c.chunked_prefill, -c.max_num_seqs, c.max_num_batched_tokens)
+
+    chosen: dict[Any, Outcome] = {}
+    for outcome in sorted((o for o in outcomes if o.status == "pending"), key=rank):
+        chosen.setdefault(outcome.candidate.group, outcome)
+    return list(chosen.values())
+
+
+def _defer_far_groups(
+    rest: list[Outcome],
+    result: PlanResult,
+    on_done: Callable[[Outcome, PlanResult], None] | None,
+) -> None:
+    """Skip the other limits of groups whose representative's fleet costs more than
+    ``1 + REFINE_MARGIN`` times the cheapest: a heuristic (batch limits move a
+    fleet's cost by tens of percent, not by multiples), said in the reason."""
+    best = result.best
+    if best is None or best.usd_per_hour is None:
+        return
+    for outcome in rest:
+        searched = [
+            o
+            for o in result.searched
+            if o.candidate.group == outcome.candidate.group and o.usd_per_hour is not None
+        ]
+        if not searched:
+            continue
+        cheapest = min(searched, key=lambda o: float(o.usd_per_hour or math.inf))
+        assert cheapest.usd_per_hour is not None
+        if cheapest.usd_per_hour > (1 + REFINE_MARGIN) * best.usd_per_hour:
+            outcome.status = "skipped"
+            outcome.reason = (
+                f"coarse-then-refined: its group's {cheapest.candidate.label} costs "
+                f"${cheapest.usd_per_hour:.2f}/h, over {1 + REFINE_MARGIN:g} x the cheapest "
+                f"${best.usd_per_hour:.2f}/h, so its other batch limits were not searched"
+            )
+            if on_done is not None:
+                on_done(outcome, result)
+
+
+def _announce(
+    outcomes: list[Outcome],
+    result: PlanResult,
+    on_total: Callable[[int], None] | None,
+    on_done: Callable[[Outcome, PlanResult], None] | None,
+) -> None:
+    """Tell the caller the new total, and the outcomes decided without a run."""
+    if on_total is not None:
+        on_total(len(result.outcomes))
+    if on_done is not None:
+        for outcome in outcomes:
+            if outcome.status != "pending":
+                on_done(outcome, result)
+
+
+def plan(
+    scenario: Scenario,
+    base_dir: Path,
+    config: PlanConfig,
+    targets: Sequence[SloTarget],
+    target_rate_per_s: float,
+    prices: Mapping[str, float] | None = None,
+    workers: int | None = None,
+    on_done: Callable[[Outcome, PlanResult], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> PlanResult:
+    """Search the plan's space (module docstring); ``on_done`` sees each outcome as it
+    is decided, ``on_total`` the number of candidates once known (coarse, then refined)."""
+    started = time.perf_counter()
+    if not targets:
+        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+    if not target_rate_per_s > 0:
+        raise ConfigError("--target-rate must be > 0 (requests per second)")
+    if scenario.workload.kind != "synthetic":
+        raise ConfigError(
+            f"plan: workload.kind {scenario.workload.kind!r}: the planner scales a synthetic "
+            "workload's arrival rate; use a synthetic workload (workload.kind: synthetic)"
+        )
+    if scenario.scheduler.kind != "continuous":
+        raise ConfigError(
+            f"plan: scheduler.kind {scenario.scheduler.kind!r}: the planner searches vLLM's "
+            "continuous batching limits; use scheduler.kind: continuous"
+        )
+    if scenario.cluster is not None:
+        raise ConfigError(
+            "plan: the scenario has a cluster: block; the planner sizes the fleet and the "
+            "prefill/decode split itself (plan file: disaggregation), so remove it"
+        )
+    if scenario.parallelism.pipeline_parallel_size > 1:
+        raise ConfigError(
+            f"plan: parallelism.pipeline_parallel_size "
+            f"{scenario.parallelism.pipeline_parallel_size}: the planner searches tensor "
+            "parallelism (tensor_parallel_sizes in the plan file); remove pipeline parallelism"
+        )
+    if scenario.cost.kind not in ("auto", "roofline"):
+        raise ConfigError(
+            f"plan: cost.kind {scenario.cost.kind!r} prices one GPU; the planner prices each "
+            "GPU with its own kernel tables or the roofline (cost.kind auto, the default), or "
+            "every GPU on the roofline (cost.kind roofline, or cost_model: roofline in the "
+            "plan file)"
+        )
+    hardware = {g.name: g for g in resolve_gpus(config)}
+    given = {**config.gpu_price_per_hour, **(prices or {})}
+    unknown = sorted(set(given) - set(hardware))
+    if unknown:
+        raise ConfigError(
+            f"--gpu-price (or the plan file's gpu_price_per_hour): {', '.join(unknown)} is "
+            "not among the plan's GPUs "
+            f"({', '.join(hardware)})"
+        )
+    resolved: dict[str, float] = {}
+    for name in hardware:
+        price = gpu_price_per_hour(name, given)
+        if price is None:
+            raise ConfigError(
+                f"plan: no price for GPU {name!r}: give one with --gpu-price {name}=USD "
+                "(per GPU-hour) or gpu_price_per_hour in the plan file"
+            )
+        resolved[name] = price
+    num_requests = config.num_requests or run_length(targets)
+    doc = scenario.model_dump(mode="json")
+    doc["workload"] = {**doc["workload"], "num_requests": num_requests, "duration_s": None}
+    slo = per_request_slo(targets)
+    if slo is not None:
+        doc["slo"] = slo.model_dump(exclude_none=True)
+    sized = scenario_from_dict(doc, "plan", base_dir)
+    space = _Space(
+        doc,
+        base_dir,
+        config,
+        tuple(targets),
+        target_rate_per_s,
+        resolved,
+        hardware,
+        length_stats(sized, base_dir, config.seeds),
+        num_requests,
+    )
+    result = PlanResult(
+        target_rate_per_s,
+        tuple(targets),
+        num_requests=num_requests,
+        seeds=config.seeds,
+        workers=workers or default_jobs(),
+        workload_doc=scenario.model_dump(mode="json")["workload"],
+    )
+    coarse = [_prepare(space, c) for c in coarse_candidates(space)]
+    result.outcomes.extend(coarse)
+    _announce(coarse, result, on_total, on_done)
+    if all(o.status == "refused" for o in coarse):
+        reasons = dict.fromkeys(
+            f"{o.candidate.gpu} tp{o.candidate.tensor_parallel_size}: {o.reason}" for o in coarse
+        )
+        first = next(iter(reasons))
+        raise ConfigError(
+            f"plan: {scenario.model.name} fits no configuration of the plan "
+            f"({len(coarse)} refused; e.g. {first})"
+        )
+    # Stage 1: one representative per group; stage 2: the group's other coarse
+    # limits where the representative came near the cheapest (module docstring).
+    stage_one = representatives(coarse) if config.prune else coarse
+    _run(space, stage_one, result, workers, on_done)
+    rest = [o for o in coarse if o.status == "pending"]
+    _defer_far_groups(rest, result, on_done)
+    _run(space, rest, result, workers, on_done)
+    if config.refine:
+        refined = [_prepare(space, c) for c in refined_candidates(space, result)]
+        if refined:
+            result.outcomes.extend(refined)
+            _announce(refined, result, on_total, on_done)
+            _run(space, refined, result, workers, on_done)
+    result.collect_warnings(list(space.warnings))
+    result.wall_s = time.perf_counter() - started
+    return result

@@ -1,0 +1,80 @@
+"""The plan's figure: fleet cost against capacity per GPU, the Pareto front marked.
+
+One point per configuration with a fleet: x is its capacity per GPU (req/s),
+y the fleet's dollars per hour at the target rate (log scale: fleets differ by
+multiples). Filled points kept every SLO's mean over seeds within its limit at
+the target's share per unit; hollow ones did not there (the search's estimate
+is noisy near capacity, so a fleet sized on it may sit just past a limit).
+The Pareto front (no other point has both more capacity per GPU and a cheaper
+fleet) is joined; the cheapest is starred. Drawn on an Agg canvas with matplotlib's object API, as
+:mod:`sim.planning.sweep_plots`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from sim.planning.plan import PlanResult
+from sim.planning.sweep_report import pareto_mask
+
+DPI = 120
+FIGURE_NAME = "cost_vs_capacity.png"
+
+
+def plot_plan(result: PlanResult, out_dir: Path) -> Path | None:
+    """``cost_vs_capacity.png`` in ``out_dir``; None when no configuration has a fleet."""
+    ranked = result.ranked()
+    if not ranked:
+        return None
+    records = [o.record or {} for o in ranked]
+    x = np.array([float(r["capacity_per_gpu"]) for r in records])
+    y = np.array([float(r["usd_per_hour"]) for r in records])
+    met = np.array([bool(r.get("at_target_within_slos")) for r in records])
+    gpus = [o.candidate.gpu for o in ranked]
+    fig = Figure(figsize=(7.5, 5))
+    ax = fig.add_subplot()
+    for index, gpu in enumerate(dict.fromkeys(gpus)):
+        mine = np.array([g == gpu for g in gpus])
+        color = f"C{index % 10}"
+        ax.scatter(x[mine & met], y[mine & met], s=30, color=color, label=gpu)
+        if np.any(mine & ~met):
+            ax.scatter(x[mine & ~met], y[mine & ~met], s=30, facecolors="none", edgecolors=color)
+    # Pareto: more capacity per GPU and a cheaper fleet (pareto_mask: more of the
+    # first, less of the second).
+    front = pareto_mask(x, y)
+    order = np.argsort(x[front])
+    ax.plot(x[front][order], y[front][order], "k-", lw=1, drawstyle="steps-pre")
+    ax.scatter(x[front], y[front], s=90, facecolors="none", edgecolors="k", label="Pareto front")
+    ax.scatter(
+        [x[0]], [y[0]], marker="*", s=260, color="gold", edgecolors="k", zorder=5, label="cheapest"
+    )
+    if np.any(~met):
+        ax.scatter(
+            [],
+            [],
+            s=30,
+            facecolors="none",
+            edgecolors="grey",
+            label="hollow: an SLO's mean past its limit at the target load",
+        )
+    no_capacity = sum(1 for o in result.searched if o.usd_per_hour is None)
+    skipped = sum(1 for o in result.outcomes if o.status in ("skipped", "refused"))
+    ax.set_title(
+        f"fleet for {result.target_rate_per_s:g} req/s: {len(ranked)} configurations with a "
+        f"fleet, {no_capacity} meeting the SLOs at no load, {skipped} skipped or refused",
+        fontsize=9,
+    )
+    ax.set_xlabel("capacity per GPU (req/s within the SLOs)")
+    ax.set_ylabel("fleet cost ($/hour, log scale)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    FigureCanvasAgg(fig)
+    path = out_dir / FIGURE_NAME
+    fig.savefig(path, dpi=DPI)
+    return path

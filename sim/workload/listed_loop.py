@@ -1,0 +1,65 @@
+"""A closed loop over given requests: a measured run replayed at its own concurrency.
+
+GuideLLM's ``synchronous`` and ``concurrent`` runs send each request when an
+earlier one is answered, so their send times are the server's pace, not a
+schedule: replayed open-loop at the measured times, a synchronous run's 40
+requests overlap (37 of 40 on a faster simulated server). This source replays
+them as they were made: ``num_users`` streams that do not think, sending the
+given requests in their order (request ``i`` gets the ``i``-th lengths and prefix).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+
+
+class ListedClosedLoop:
+    """``num_users`` streams sending the given requests back to back, in order."""
+
+    def __init__(
+        self,
+        num_users: int,
+        num_prompt_tokens: IntArray,
+        num_output_tokens: IntArray,
+        prefix_group: IntArray | None = None,
+        num_shared_prefix_tokens: IntArray | None = None,
+    ) -> None:
+        if num_users < 1:
+            raise ValueError(f"ListedClosedLoop: num_users must be >= 1, got {num_users}")
+        if len(num_prompt_tokens) != len(num_output_tokens) or len(num_prompt_tokens) == 0:
+            raise ValueError("ListedClosedLoop: one prompt and one output length per request")
+        if (prefix_group is None) != (num_shared_prefix_tokens is None):
+            raise ValueError("ListedClosedLoop: give both prefix arrays or neither")
+        self.num_users = num_users
+        self.num_requests = len(num_prompt_tokens)
+        self._lengths = list(
+            zip(num_prompt_tokens.tolist(), num_output_tokens.tolist(), strict=True)
+        )
+        self._prefixes: list[tuple[int, int]] | None = None
+        if prefix_group is not None and num_shared_prefix_tokens is not None:
+            self._prefixes = list(
+                zip(prefix_group.tolist(), num_shared_prefix_tokens.tolist(), strict=True)
+            )
+        self._next_length = 0
+        self._next_prefix = 0
+
+    def next_lengths(self) -> tuple[int, int]:
+        """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
+        i = self._next_length
+        self._next_length = i + 1
+        return self._lengths[i]
+
+    def next_prefix(self) -> tuple[int, int] | None:
+        """``(prefix_group, num_shared_prefix_tokens)`` of the next request, or None."""
+        if self._prefixes is None:
+            return None
+        i = self._next_prefix
+        self._next_prefix = i + 1
+        return self._prefixes[i]
+
+    def next_think_s(self) -> float:
+        """No think time: a stream sends its next request as the last is answered."""
+        return 0.0

@@ -1,0 +1,146 @@
+"""Load profiles as the benchmark tools define them: ``workload: {profile: ...}``.
+
+A convenience that expands, before validation, into the ``synthetic`` and
+``closed_loop`` workloads (so every layer below sees only those two):
+
+* ``synchronous``: one request at a time, the next sent as the last one's
+  answer is in (GuideLLM ``--profile synchronous``): a closed loop of one user
+  who does not think;
+* ``concurrent``: ``streams`` requests in flight, each stream sending its next
+  as its last is answered (GuideLLM ``concurrent``, ``--rate N`` streams): a
+  closed loop of ``streams`` users who do not think;
+* ``throughput``: every request at once (GuideLLM ``throughput``, ``vllm bench
+  serve`` at the default ``--request-rate inf``), at most ``max_concurrency``
+  in flight;
+* ``constant`` / ``poisson``: ``rate_per_s`` requests per second, evenly spaced
+  or exponentially spaced from the start (a renewal process, as GuideLLM draws
+  it, not ``vllm bench serve``'s rescaled sums), at most ``max_concurrency``
+  in flight if given.
+
+GuideLLM's ``sweep`` (synchronous, throughput, then ``sweep_size - 2`` rates
+evenly between the two measured rates) is several runs whose rates depend on
+the first two: :func:`sweep_rates_per_s` gives those rates, and
+``sim.planning.profile_sweep`` runs a scenario's requests through the whole
+sweep; a scenario's workload names one run, so ``profile: sweep`` there is
+refused with a pointer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+
+PROFILES = ("synchronous", "concurrent", "throughput", "constant", "poisson")
+"""The profiles a scenario's workload may name (``sweep`` is several runs)."""
+
+Profile = Literal["synchronous", "concurrent", "throughput", "constant", "poisson"]
+
+# Keys a profile takes besides the lengths and extent every workload takes.
+_OWN_KEYS: dict[str, tuple[str, ...]] = {
+    "synchronous": (),
+    "concurrent": ("streams",),
+    "throughput": ("max_concurrency",),
+    "constant": ("rate_per_s", "max_concurrency"),
+    "poisson": ("rate_per_s", "max_concurrency"),
+}
+_PROFILE_KEYS = ("profile", "streams", "rate_per_s", "max_concurrency")
+_NO_THINK = {"kind": "fixed", "value_s": 0.0}
+
+
+def expand_profile(value: Any) -> Any:
+    """A ``workload:`` mapping with ``profile:`` rewritten as the workload it means;
+    anything else unchanged. Raises ValueError (one line) for a key the profile
+    does not take or a missing one."""
+    if not isinstance(value, dict) or "profile" not in value:
+        return value
+    profile = value["profile"]
+    if "kind" in value:
+        raise ValueError("give profile or kind, not both")
+    if profile == "sweep":
+        raise ValueError(
+            "profile sweep is several runs (synchronous, throughput, then rates between "
+            "their measured rates: sim.planning.profile_sweep runs them); give one "
+            f"profile of {', '.join(PROFILES)} per scenario"
+        )
+    if profile not in _OWN_KEYS:
+        raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}, sweep")
+    own = _OWN_KEYS[profile]
+    for key in _PROFILE_KEYS[1:]:
+        if key in value and key not in own:
+            raise ValueError(f"{key} does not apply to profile {profile}")
+    rest = {k: v for k, v in value.items() if k not in _PROFILE_KEYS}
+    if profile in ("synchronous", "concurrent"):
+        if profile == "concurrent" and "streams" not in value:
+            raise ValueError("profile concurrent needs streams (requests in flight)")
+        num_users = value["streams"] if profile == "concurrent" else 1
+        return {"kind": "closed_loop", "num_users": num_users, "think_time_s": _NO_THINK} | rest
+    if profile == "throughput":
+        arrival: dict[str, Any] = {"kind": "constant", "rate_per_s": float("inf")}
+    else:
+        if "rate_per_s" not in value:
+            raise ValueError(f"profile {profile} needs rate_per_s")
+        arrival = {"kind": profile, "rate_per_s": value["rate_per_s"]}
+        if profile == "poisson":
+            arrival["spacing"] = "renewal"
+    limit = {"max_concurrency": value["max_concurrency"]} if "max_concurrency" in value else {}
+    return {"kind": "synthetic", "arrival": arrival} | limit | rest
+
+
+def sweep_rates_per_s(
+    synchronous_rate_per_s: float, throughput_rate_per_s: float, sweep_size: int
+) -> list[float]:
+    """The rates of a GuideLLM sweep's rate runs: ``sweep_size - 2`` of them, evenly
+    spaced from the synchronous run's measured rate (excluded) to the throughput
+    run's (included), as GuideLLM's ``SweepProfile`` places them."""
+    if sweep_size < 2:
+        raise ValueError(f"sweep_size must be >= 2, got {sweep_size}")
+    if not throughput_rate_per_s > 0 or not synchronous_rate_per_s >= 0:
+        raise ValueError("sweep rates need a positive throughput rate")
+    grid = np.linspace(synchronous_rate_per_s, throughput_rate_per_s, sweep_size - 1)
+    return [float(rate) for rate in grid[1:]]
+
+
+# A workload's fields that say how it is driven: a new profile replaces them.
+_DRIVE_KEYS = ("kind", "arrival", "duration_s", "num_users", "think_time_s", "max_concurrency")
+
+
+def with_profile(workload: dict[str, Any], profile: str, **settings: Any) -> dict[str, Any]:
+    """``workload`` (a ``synthetic`` or ``closed_loop`` workload as a mapping) driven
+    by ``profile`` instead: the same lengths, count and prefix groups, with the
+    profile's ``settings`` (``streams``, ``rate_per_s``, ``max_concurrency``; None
+    ones left out); a mapping for ``WorkloadConfig`` to validate. ValueError for a
+    workload whose requests are not drawn (a trace) or not counted."""
+    if workload.get("kind") == "trace":
+        raise ValueError("a trace keeps its own arrivals: a profile applies to drawn workloads")
+    if workload.get("num_requests") is None:
+        raise ValueError("a profile needs workload.num_requests (not duration_s)")
+    kept = {k: v for k, v in workload.items() if k not in _DRIVE_KEYS and v is not None}
+    chosen = {k: v for k, v in settings.items() if v is not None}
+    return {"profile": profile} | chosen | kept
+
+
+def load_of(workload: Any) -> dict[str, Any] | None:
+    """The load a run of ``workload`` was driven by, as a replay needs it
+    (``summary.json`` / ``run.json`` ``load``, ``sim.validation.predict.replay_work``):
+    a closed loop without think time is ``synchronous`` or ``concurrent``; every
+    request at once is ``throughput`` (capped or not); another open loop with
+    ``max_concurrency`` is its schedule under the cap; anything else None
+    (replayed at its send times)."""
+    kind = getattr(workload, "kind", None)
+    if kind == "closed_loop":
+        think = workload.think_time_s
+        if getattr(think, "kind", None) != "fixed" or think.value_s != 0:
+            return None
+        streams = int(workload.num_users)
+        return (
+            {"profile": "synchronous"}
+            if streams == 1
+            else {"profile": "concurrent", "streams": streams}
+        )
+    limit = getattr(workload, "max_concurrency", None)
+    cap = {} if limit is None else {"max_concurrency": int(limit)}
+    arrival = getattr(workload, "arrival", None)
+    if kind == "synthetic" and arrival is not None and arrival.rate_per_s == float("inf"):
+        return {"profile": "throughput"} | cap
+    return cap or None
