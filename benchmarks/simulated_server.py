@@ -107,10 +107,11 @@ def predictions(
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The planned workload's summary, and the summary of the requests as sent."""
     from sim import api
+    from sim.scenario import load_scenario
     from sim.workload.generate import RequestArrays
 
     base_dir = (ROOT / scenario).parent
-    loaded = api.load_scenario(ROOT / scenario, list(sets))
+    loaded = load_scenario(ROOT / scenario, list(sets))
     planned = dict(api.run(loaded, base_dir=base_dir).summary)
     sent = measured.sort_values("arrival_s")
     work = RequestArrays(

@@ -355,6 +355,10 @@ def test_measure_endpoint_against_serve_simulate_end_to_end(tmp_path: Path) -> N
     assert not isinstance(planned.workload, ClosedLoopWorkload)
     work = generate_open_loop(planned.workload, np.random.default_rng(planned.seed))
     assert requests["num_prompt_tokens"].tolist() == work.num_prompt_tokens.tolist()
+    # The benchmark's two predictions of the same requests, and its table.
+    planned_summary, as_sent = bench.predictions(bench.SCENARIO, sets, requests)
+    assert planned_summary["completed"] == as_sent["completed"] == 30
+    assert bench.report(summary, planned_summary, as_sent) in (0, 1, 2)
 
 
 def test_a_request_waiting_on_an_idle_engine_can_be_aborted() -> None:
