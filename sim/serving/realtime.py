@@ -220,7 +220,8 @@ class SimulatedEngine:
                 due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
                 if due > time_s or due == math.inf:
                     if self._to_end:  # a waiting request's client left while idle
-                        self._end_aborted(max(time_s, self._idle_since_s))
+                        at_s = time_s if time_s < math.inf else self._idle_since_s
+                        self._end_aborted(max(at_s, self._idle_since_s))
                     return due
                 # Never before the empty plan: a submission taken in just after
                 # it may carry an arrival a hair earlier (another thread's clock).
