@@ -68,7 +68,8 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
         (
             (
                 "serve",
-                "serve a scenario's model on the reference engine as an OpenAI-compatible server",
+                "serve a scenario's model as an OpenAI-compatible server: "
+                "on the reference engine, or its predicted GPU (--simulate)",
             ),
         ),
     ),

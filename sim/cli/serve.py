@@ -4,8 +4,12 @@ The server (``sim.openai``, aiohttp) is torch-free; the engine behind it is
 built in one place, ``_engine``: the reference engine
 (``calibration.reference_engine.OnlineEngine``, the scenario's model in
 PyTorch, built by ``calibration.serve_cli.reference_engine``, which alone
-imports torch). It serves until Ctrl-C or SIGTERM; with
-``--port 0`` a free port is picked, and the first line printed names the URL.
+imports torch), or with ``--simulate`` the simulated one
+(``sim.serving.realtime.SimulatedEngine``: the scenario's replica as the
+simulator runs it, each step taking the time its cost model predicts; no
+torch). It serves until Ctrl-C or SIGTERM; with ``--port 0`` a free port is
+picked, and the first line printed names the URL (with ``--simulate``, what
+prices the steps goes to stderr first).
 """
 
 from __future__ import annotations
@@ -13,19 +17,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
+    from sim.cost.base import CostModel
     from sim.scenario import Scenario
     from sim.serving.stream import OnlineBackend
 
-HELP = "serve a scenario's model on the reference engine as an OpenAI-compatible server"
+HELP = (
+    "serve a scenario's model as an OpenAI-compatible server: on the reference engine, "
+    "or its predicted GPU (--simulate)"
+)
 
 
 def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """The one place the engine behind the server is chosen and built (not started)."""
+    if args.simulate:
+        return _simulated_engine(args, scenario)
     if importlib.util.find_spec("calibration") is None:
         raise ConfigError(
             "servesim serve: the reference engine is in the calibration package, not installed here"
@@ -33,6 +45,65 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     from calibration.serve_cli import reference_engine
 
     return reference_engine(args, scenario)
+
+
+def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
+    """``--simulate``: the scenario's replica in wall-clock time, its cost model named on stderr."""
+    from sim.api import engine_for
+    from sim.serving.realtime import SimulatedEngine
+
+    torch_flags = [
+        flag
+        for flag, given in (
+            ("--device", getattr(args, "device", "cpu") != "cpu"),
+            ("--dtype", getattr(args, "dtype", None) is not None),
+            ("--threads", getattr(args, "threads", 1) != 1),
+        )
+        if given
+    ]
+    if torch_flags:
+        raise ConfigError(
+            f"{', '.join(torch_flags)}: set the reference engine's model; "
+            "servesim serve --simulate runs no model"
+        )
+    if scenario.cluster is not None:
+        raise ConfigError(
+            "cluster: servesim serve --simulate serves one replica; "
+            "remove the cluster section (or serve each replica on its own port)"
+        )
+    config = engine_for(scenario, Path(args.scenario).parent)
+    way_in_ms = config.frontend.way_in_s_per_request * 1e3
+    print(
+        f"servesim serve --simulate: {scenario.model.name} on {scenario.hardware.name}, "
+        f"steps priced by {cost_source(config.cost)}: {config.cost.label}; "
+        f"way in {way_in_ms:g} ms a request added (frontend.way_in_s_per_request)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return SimulatedEngine(config)
+
+
+def cost_source(cost: CostModel) -> str:
+    """What a cost model's step times rest on, in a few words (measured or a guess)."""
+    from sim.cost.calibrated import CalibratedCost
+    from sim.cost.engine_cpu import EngineCpuCost
+    from sim.cost.fitted import FittedCost
+    from sim.cost.kernels.cost import KernelCost
+    from sim.cost.linear import LinearCost
+    from sim.cost.roofline import RooflineCost
+
+    gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
+    if isinstance(gpu, KernelCost):
+        return "measured kernel tables"
+    if isinstance(gpu, CalibratedCost):
+        return "a calibration artifact (measured steps)"
+    if isinstance(gpu, FittedCost):
+        return "a model fitted to measured runs"
+    if isinstance(gpu, LinearCost):
+        return "the scenario's linear coefficients"
+    if isinstance(gpu, RooflineCost):
+        return "the roofline (a guess from specs, not a measurement)"
+    return "the scenario's cost model"
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -85,6 +156,12 @@ def add_parsers(subparsers: Any) -> None:
     parser.add_argument("scenario", help="scenario YAML, e.g. scenarios/validate_tiny_cpu.yaml")
     parser.add_argument(
         "--set", action="append", metavar="KEY=VALUE", help="override a scenario field"
+    )
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="serve the scenario's predicted GPU: its replica as the simulator runs it, "
+        "each step taking the time the cost model predicts (no model, no torch)",
     )
     _torch_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")

@@ -1,0 +1,356 @@
+"""``servesim serve --simulate``'s engine: the simulator's replica driven in wall-clock time.
+
+An ``OnlineBackend`` (``sim.serving.stream``) whose engine core is the one
+the simulator's replica runs (the scenario's ``ReplicaConfig``: policy, KV
+pool, length limit, cost model with the engine's CPU work, way in), driven by
+a thread against the wall clock instead of SimPy's. Real requests arrive
+through the HTTP server; each step's plan is priced by the scenario's cost
+model, the thread sleeps until the step's predicted end, commits it and hands
+each request its new tokens. So any client (a benchmark, a gateway, an
+autoscaler) sees the predicted GPU's TTFT and TPOT under its own load.
+
+**The loop mirrors ``Replica._run`` step by step** (``skip_ahead=False``, the
+reference mode; a real-time engine must emit every token at its time, so
+there is no skip-ahead): plan at ``now``, end = ``now + step_s(shape) +
+extra_s``, commit at that end, plan the next step at that same end. With
+async scheduling the plan made after step N sees only requests ready by
+step N's start (``visible_until_s``), as the simulator's. Engine times are
+the simulator's virtual times, seconds since the engine was built: the next
+step starts at the previous one's *predicted* end, not when the thread woke
+up, so sleep jitter delays a token's delivery but never shifts the
+schedule, and drift cannot accumulate. A thread that falls behind (a stalled
+process) catches up at once. ``run_until(time_s)`` does everything due by
+``time_s`` and returns when the next thing is due; the thread calls it with
+the clock's time and sleeps until that deadline (or a submission), and a test
+calls it with times of its own choosing.
+
+**Arrivals and lengths.** A request arrives when ``submit`` is called (after
+the server parsed and tokenized it: its prompt length is the server's token
+count); its output length is ``max_tokens``. A simulated model never samples
+an end-of-sequence token, so ``ignore_eos`` changes nothing: every request
+ends by length (or by ``abort``, or refused at admission).
+
+**The frontend.** The scenario's way in (``FrontendConfig.way_in_one_s``: vLLM's
+API server, IPC to the engine core, tokenization; ~10 ms by default) is added
+after ``submit``: the request becomes ready to schedule that much later. The
+server's own HTTP parsing and tokenization before ``submit`` are real and come
+on top; they take about a millisecond (docs/validation.md), against the ~10 ms
+modelled for vLLM's, so the modelled delay is added whole rather than a guessed
+remainder of it. The way out is *not* added: the server's
+real output path (the engine thread's hand-over, JSON, the socket) stands for
+the modelled one (``output_step_s + detokenize_s_per_token`` per output, ~0.2
+ms), which it matches in kind and roughly in size.
+
+**Prefix caching** (when the scenario enables it): each prompt's full blocks
+are keyed by their token ids (``block_hashes``), so requests whose prompts
+share a prefix hit the simulated cache as they would vLLM's.
+
+**Tokens.** Token ids are deterministic: the ``k``-th generated token of every
+request is the byte tokenizer's id of the letter ``"abc...z"[k % 26]`` (id =
+byte + 3; never a special id), so a stream reads ``abcdef...``.
+
+One replica: a scenario with a ``cluster:`` is refused by the command line.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.engine.request import Request
+from sim.engine.scheduler import StepPlan
+from sim.serving.replica_config import ReplicaConfig
+from sim.serving.simulation import replica_core
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
+
+# The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
+# one): byte + 3; 0, 1, 2 are padding, BOS and EOS, never emitted here.
+_FIRST_BYTE_ID = 3
+_LETTER_IDS = tuple(_FIRST_BYTE_ID + b for b in b"abcdefghijklmnopqrstuvwxyz")
+# A server runs for days: the core's step log, queue series, records and gap
+# lists grow a row a step or a request. They are dropped, while nothing is live,
+# after this many steps (nothing reads them back: policies only append to the log).
+_LOG_STEPS = 1 << 16
+
+
+def token_ids(first_index: int, num_tokens: int) -> tuple[int, ...]:
+    """Ids of a request's generated tokens ``first_index`` .. ``first_index + num_tokens - 1``."""
+    return tuple(_LETTER_IDS[k % 26] for k in range(first_index, first_index + num_tokens))
+
+
+def block_hashes(prompt_ids: list[int], block_size_tokens: int) -> tuple[int, ...]:
+    """One id per full block of the prompt, equal for equal blocks: the core's
+    prefix cache chains them (``sim.engine.kv_blocks``), so block ``j`` is shared
+    only when every token up to its end agrees, as vLLM's block hashes."""
+    size = block_size_tokens
+    return tuple(
+        hash(tuple(prompt_ids[i : i + size])) for i in range(0, len(prompt_ids) - size + 1, size)
+    )
+
+
+@dataclass
+class _Live:
+    """A submitted request, its sink, and whether its client went away."""
+
+    request: Request
+    sink: Sink
+    aborted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """The step in flight: its plan, its start and its predicted end (engine s)."""
+
+    plan: StepPlan
+    start_s: float
+    end_s: float
+
+
+class SimulatedEngine:
+    """A replica's engine core, priced by its cost model, in wall-clock time (module doc)."""
+
+    def __init__(
+        self, config: ReplicaConfig, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        """``clock``: seconds, monotonic (a test passes its own and calls ``run_until``)."""
+        self.config = config
+        self.cost = config.cost
+        self.max_model_len_tokens = config.core.max_model_len_tokens
+        # The simulator's own factory, in its reference (step-by-step) mode.
+        self.core = replica_core(config.core, skip_ahead=False)
+        self.pipelined = self.core.pipelined
+        # Prefix caching: prompts are keyed by their blocks' token ids, so that
+        # clients whose prompts share a prefix hit the simulated cache.
+        core_config = config.core
+        self._block_size_tokens = (
+            core_config.block_size_tokens if core_config.enable_prefix_caching else None
+        )
+        self.error: BaseException | None = None
+        self._clock = clock
+        self._origin_s = clock()
+        # Filled by other threads, drained by the engine thread.
+        self._inbox: queue.SimpleQueue[_Live] = queue.SimpleQueue()
+        self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._id_lock = threading.Lock()
+        self._next_id = 0
+        # Engine-thread state. Requests still on their way in, by ready time.
+        self._pending: list[tuple[float, int, _Live]] = []
+        self._live: dict[int, _Live] = {}
+        self._to_end: list[_Live] = []  # aborted, to end at the next plan
+        self._step: _Step | None = None
+        # When the next plan is made (engine s): the end of the step just
+        # committed; None while idle (then the next ready time or wake-up).
+        self._plan_at_s: float | None = None
+        self._idle_since_s = 0.0  # when the last empty plan was made (engine s)
+        self._wake_at_s: float | None = None  # an idle policy's wake-up time
+        self._visible_until_s: float | None = None  # async scheduling (module doc)
+        self._steps_since_logs = 0
+        self._thread = threading.Thread(target=self._loop, name="servesim-simulated", daemon=True)
+
+    # -- OnlineBackend -------------------------------------------------------
+    def now_s(self) -> float:
+        """Engine time now: seconds since the engine was built."""
+        return self._clock() - self._origin_s
+
+    def start(self) -> None:
+        """Start the engine's thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the loop; running requests get no more tokens."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
+        """Queue a tokenized request (it arrives now); ``max_tokens`` tokens go to
+        ``sink``. ``ignore_eos`` is moot: a simulated model never samples EOS."""
+        with self._id_lock:
+            request_id = self._next_id
+            self._next_id += 1
+        request = Request(request_id, self.now_s(), len(prompt_ids), max_tokens)
+        if self._block_size_tokens is not None:
+            request.block_hash_ids = block_hashes(prompt_ids, self._block_size_tokens)
+        self._inbox.put(_Live(request, sink))
+        self._wake.set()
+        return request_id
+
+    def abort(self, request_id: int) -> None:
+        """Stop generating for ``request_id`` (its client went away); no event follows."""
+        self._aborted.put(request_id)
+        self._wake.set()
+
+    def load(self) -> EngineLoad:
+        """Running and waiting counts and KV usage (read racily from any thread)."""
+        core = self.core
+        kv = core.kv
+        return EngineLoad(
+            num_running=len(core.running),
+            num_waiting=len(core.waiting) + len(self._pending),
+            kv_cache_usage=(kv.num_blocks - kv.num_free_blocks) / kv.num_blocks,
+        )
+
+    # -- the executor ---------------------------------------------------------
+    def run_until(self, time_s: float) -> float:
+        """Do everything due by engine time ``time_s``: take in submissions, commit
+        the step in flight if it has ended (emitting its tokens), plan the next.
+        Returns when the next thing is due (engine s; inf: nothing until a
+        submission). Called on one thread only."""
+        self._intake()
+        core = self.core
+        while True:
+            step = self._step
+            if step is not None:
+                if step.end_s > time_s:
+                    return step.end_s
+                self._step = None
+                self._commit(step)
+                self._plan_at_s = step.end_s
+                self._visible_until_s = step.start_s if self.pipelined else None
+            now = self._plan_at_s
+            if now is None:  # idle: until a request is ready, or the policy's wake-up
+                due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
+                if due > time_s or due == math.inf:
+                    if self._to_end:  # a waiting request's client left while idle
+                        at_s = time_s if time_s < math.inf else self._idle_since_s
+                        self._end_aborted(max(at_s, self._idle_since_s))
+                    return due
+                # Never before the empty plan: a submission taken in just after
+                # it may carry an arrival a hair earlier (another thread's clock).
+                now = max(due, self._idle_since_s)
+                self._wake_at_s = None
+            self._end_aborted(now)
+            self._admit_ready(now)
+            plan = core.schedule(now, self._visible_until_s)
+            deferred = self.pipelined and core.num_deferred_at_plan > 0
+            self._visible_until_s = None
+            if plan.is_empty:
+                if deferred:  # vLLM plans again once step N's output is in
+                    self._plan_at_s = now
+                    continue
+                self._plan_at_s = None
+                self._idle_since_s = now
+                self._wake_at_s = plan.wake_at_s
+                self._drop_logs_if_idle()
+                continue
+            # As Replica._run's step: the same float operations, so the same ends.
+            end_s = now + (self.cost.step_s(plan.shape()) + plan.extra_s)
+            self._step = _Step(plan, now, end_s)
+            self._plan_at_s = None
+
+    def _idle_wake_s(self) -> float:
+        return math.inf if self._wake_at_s is None else self._wake_at_s
+
+    def _intake(self) -> None:
+        """Move submissions to the way in (ready at arrival + way in), note aborts."""
+        way_in = self.config.frontend.way_in_one_s
+        while not self._inbox.empty():
+            live = self._inbox.get()
+            request = live.request
+            self._live[request.request_id] = live
+            ready_s = request.arrival_s + way_in(request.num_prompt_tokens)
+            heapq.heappush(self._pending, (ready_s, request.request_id, live))
+        while not self._aborted.empty():
+            gone = self._live.get(self._aborted.get())
+            if gone is not None and not gone.aborted:
+                self._abort(gone)
+
+    def _abort(self, live: _Live) -> None:
+        """Mark ``live`` to be ended at the next plan (a step in flight is not cut)."""
+        live.aborted = True
+        self._to_end.append(live)
+
+    def _admit_ready(self, now_s: float) -> None:
+        """Hand the core every request ready by ``now_s``, in ready order, each at its
+        ready time (async scheduling hides those ready after the last step's start)."""
+        pending = self._pending
+        while pending and pending[0][0] <= now_s:
+            ready_s, _, live = heapq.heappop(pending)
+            if live.aborted:
+                self._live.pop(live.request.request_id, None)
+                continue
+            if not self.core.add(live.request, ready_s):  # can never fit the KV pool
+                self._finish(live, (), "abort")
+
+    def _end_aborted(self, now_s: float) -> None:
+        """End the requests whose client went away (between steps: none is in flight)."""
+        core = self.core
+        for live in self._to_end:
+            request = live.request
+            if self._live.pop(request.request_id, None) is None or request.ready_s is None:
+                continue  # still on its way in: dropped from the heap when due
+            if request in core.waiting:
+                core.waiting.remove(request)
+            request.num_output_tokens = request.num_generated_tokens  # what it produced
+            if request.finish_s is None:
+                core.finish(request, now_s)
+                core.remove_finished()
+        self._to_end.clear()
+
+    def _commit(self, step: _Step) -> None:
+        """Commit ``step`` at its predicted end; hand each request its new tokens."""
+        plan = step.plan
+        before = [(request, request.num_generated_tokens) for request, _ in plan.scheduled]
+        self.core.commit(plan, step.start_s, [step.end_s])
+        self._steps_since_logs += 1
+        for request, generated in before:
+            num_new = request.num_generated_tokens - generated
+            live = self._live.get(request.request_id)
+            if num_new == 0 or live is None:
+                continue  # a prefill chunk short of the prompt's end
+            if live.aborted:  # its client is gone: nothing to send
+                if request.finish_s is not None:
+                    self._live.pop(request.request_id)
+                continue
+            ids = token_ids(generated, num_new)
+            if request.finish_s is not None:
+                self._finish(live, ids, "length")
+            else:
+                self._send(live, ids, None)
+
+    def _finish(self, live: _Live, ids: tuple[int, ...], reason: FinishReason) -> None:
+        self._live.pop(live.request.request_id, None)
+        self._send(live, ids, reason)
+
+    def _send(self, live: _Live, ids: tuple[int, ...], reason: FinishReason | None) -> None:
+        """Hand one output to a request's sink; a sink that fails ends its request
+        (its client is gone), never the loop that serves the others."""
+        request = live.request
+        try:
+            live.sink(Emitted(ids, reason, request.num_prompt_tokens, request.num_generated_tokens))
+        except Exception:
+            if reason is None:
+                self._abort(live)
+
+    def _drop_logs_if_idle(self) -> None:
+        """Forget the core's logs when nothing is live and they have grown (``_LOG_STEPS``)."""
+        if self._steps_since_logs >= _LOG_STEPS and not self._live and not self._pending:
+            core = self.core
+            core.new_logs()
+            for kept in (core.rejections, core.later_runs, core.extra_itl_s, core.extra_itl_from_s):
+                kept.clear()
+            self._steps_since_logs = 0
+
+    # -- the thread -------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._wake.clear()
+                due_s = self.run_until(self.now_s())
+                # Sleep until the next deadline; a submission or abort wakes it early
+                # (it is taken in at once, acted on when due).
+                wait_s = due_s - self.now_s()
+                if wait_s > 0:
+                    self._wake.wait(None if math.isinf(wait_s) else wait_s)
+        except BaseException as error:  # a crashed engine must not leave clients waiting
+            self.error = error
+            for live in list(self._live.values()):
+                self._finish(live, (), "abort")
