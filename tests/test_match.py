@@ -248,6 +248,8 @@ def test_an_imported_device_name_is_compared_with_the_preset() -> None:
         ("NVIDIA L40S", "l4", True),  # "l4" is inside "l40s": the name alone cannot tell
         ("NVIDIA L4", "l40s", False),
         ("cpu", "cpu-2core", True),
+        ("cpu-2core", "cpu-2core", True),  # validate --assume-device with the preset's name
+        ("cpu-8core", "cpu-2core", False),
         ("NVIDIA H100", "cpu-2core", False),
         ("cpu", "h100", False),
     ],

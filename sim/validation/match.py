@@ -117,7 +117,10 @@ def _squash(text: str) -> str:
 
 def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
     """Whether a recorded device name is the hardware preset (``NVIDIA GeForce RTX 4090``
-    is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset)."""
+    is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset; the preset's own name, as
+    ``validate --assume-device`` may give it, is the preset)."""
+    if device == hardware.name:
+        return True
     if hardware.name.startswith("cpu"):
         return device == "cpu"
     # The preset's GPU name without memory size or form factor: a100-80gb -> a100.

@@ -2,7 +2,10 @@
 
 GuideLLM's command is ``guidellm run`` (``guidellm benchmark run`` before
 0.6; older still ``guidellm benchmark``); ``--outputs`` / ``--output-path``
-names the report, JSON or YAML, possibly gzipped (``.json.gz``).
+(0.8: ``--output kind=json,path=X.json``) names the report, JSON or YAML,
+possibly gzipped afterwards (``.json.gz``; GuideLLM 0.8.1 writes none itself).
+A 0.8 report keeps its run's configuration under ``config.spec`` (``backend``,
+``data``), which ``report_prefix`` searches like the older layouts.
 
 What the source records: ``benchmarks``, a list (one per strategy or rate
 of a sweep, a ``--rate`` list or a ``concurrent`` list of streams); each holds
@@ -295,7 +298,8 @@ def report_prefix(
     document: dict[str, Any], bench: dict[str, Any], where: str
 ) -> tuple[int, int] | None:
     """``(prefix_tokens, prefix_count)`` of the synthetic data the report names
-    (report ``config.data``, ``args.data``, the benchmark's ``config.requests``),
+    (report ``config.data`` / ``config.spec.data``, ``args.data``, the benchmark's
+    ``config.requests``),
     None if none or 0 tokens; ConfigError for several different prefixes."""
     holders = [
         document.get("config"),
