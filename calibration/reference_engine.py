@@ -426,12 +426,23 @@ class OnlineEngine:
         self._wake.set()
         self._thread.join(timeout=10)
 
-    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
-        """Queue a tokenized request; its tokens go to ``sink``. Returns its id."""
+    def submit(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        sink: Sink,
+        received_s: float | None = None,
+    ) -> int:
+        """Queue a tokenized request; its tokens go to ``sink``. Returns its id.
+        ``received_s`` (``time.perf_counter``): when the server received it, its
+        arrival (``OnlineBackend.submit``); None: now."""
         with self._id_lock:
             request_id = self._next_id
             self._next_id += 1
-        request = Request(request_id, self._now(), len(prompt_ids), max_tokens)
+        now_s = self._now()
+        arrival_s = now_s if received_s is None else min(now_s, received_s - self._origin)
+        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens)
         self._inbox.put((request, list(prompt_ids), _Live(request, sink, ignore_eos)))
         self._wake.set()
         return request_id

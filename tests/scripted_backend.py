@@ -25,6 +25,7 @@ class ScriptedBackend:
         self.max_model_len_tokens = max_model_len_tokens
         self.error: BaseException | None = None
         self.submitted: list[tuple[list[int], int, bool]] = []
+        self.received_s: list[float | None] = []  # what the server passed as receipt time
         self.aborted: list[int] = []
         self.trickle = trickle
         self.reply = reply
@@ -45,8 +46,16 @@ class ScriptedBackend:
     def load(self) -> EngineLoad:
         return self.engine_load
 
-    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
+    def submit(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        sink: Sink,
+        received_s: float | None = None,
+    ) -> int:
         request_id = len(self.submitted)
+        self.received_s.append(received_s)
         self.submitted.append((list(prompt_ids), max_tokens, ignore_eos))
         n = len(prompt_ids)
         if self.trickle:

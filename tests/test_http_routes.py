@@ -503,10 +503,10 @@ def test_a_failed_submission_aborts_the_choices_already_submitted() -> None:
     engine = ScriptedBackend(trickle=True)
     real_submit = engine.submit
 
-    def second_fails(*args: Any) -> int:
+    def second_fails(*args: Any, **kwargs: Any) -> int:
         if engine.submitted:
             raise RuntimeError("engine full")
-        return real_submit(*args)
+        return real_submit(*args, **kwargs)
 
     engine.submit = second_fails  # type: ignore[method-assign,assignment]
     status, raw = post(engine, "/v1/completions", {"prompt": "a", "max_tokens": 5, "n": 2})
@@ -525,7 +525,12 @@ def test_a_stopped_engine_is_a_500_before_and_during_a_request() -> None:
 
     class DiesMidway(ScriptedBackend):
         def submit(
-            self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Any
+            self,
+            prompt_ids: list[int],
+            max_tokens: int,
+            ignore_eos: bool,
+            sink: Any,
+            received_s: float | None = None,
         ) -> int:
             self.error = RuntimeError("boom")  # as OnlineEngine's loop: error set, then aborts
             sink(Emitted((), "abort", len(prompt_ids), 0))

@@ -119,6 +119,9 @@ def test_n_choices_are_independent_generations(client: Any, backend: ScriptedBac
     assert {c.text for c in answer.choices} == {expected(backend, 5)}
     assert answer.usage.prompt_tokens == 2 and answer.usage.completion_tokens == 15
     assert [s[1] for s in backend.submitted] == [5, 5, 5]  # three engine requests
+    # One HTTP request: its three engine requests share the receipt time, its arrival.
+    received = backend.received_s[-3:]
+    assert received[0] is not None and len(set(received)) == 1
 
 
 def test_a_batch_of_prompts_gets_choices_in_vllms_order(client: Any, backend: Any) -> None:
@@ -261,7 +264,7 @@ def test_an_image_part_is_refused(client: Any) -> None:
 def test_a_crashed_engine_is_an_internal_server_error(
     client: Any, backend: ScriptedBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: Any) -> int:
+    def broken(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("the engine is gone")
 
     monkeypatch.setattr(backend, "submit", broken)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -389,3 +390,25 @@ def test_the_logs_are_dropped_once_idle_and_serving_goes_on(
     assert [r.times_s[0] for r in records] == pytest.approx(first_s.tolist(), abs=1e-9)
     assert [r.times_s[-1] for r in records] == pytest.approx(finish_s.tolist(), abs=1e-9)
     assert sum(len(e.token_ids) for e in records[1].events) == 20
+
+
+def test_the_way_in_runs_from_the_servers_receipt() -> None:
+    """A request the server received 5 ms before ``submit`` (``received_s``, on
+    perf_counter's clock) is ready, and answered, 5 ms sooner than one received at
+    ``submit``: the server's real parsing and tokenizing fall inside the modelled
+    way in instead of adding to it. A receipt 'in the future' counts as now."""
+    first_token_s = []
+    for early_s in (None, 0.005, -1.0):
+        clock = Clock()
+        engine = SimulatedEngine(config_of(), clock)  # its clock reads 0 while built
+        perf_at_build_s = time.perf_counter()  # a little after the engine's own reading
+        record = Record()
+        clock.now_s = 1.0
+        received_s = None if early_s is None else perf_at_build_s + 1.0 - early_s
+        engine.submit(unique_prompt(0, 100), 2, True, sink_for(engine, record), received_s)
+        assert engine.run_until(float("inf")) == float("inf")
+        first_token_s.append(record.times_s[0])
+    plain, early, future = first_token_s
+    # perf_counter moves a little between the engine's reading and ours (µs).
+    assert plain - early == pytest.approx(0.005, abs=2e-3)
+    assert future == plain

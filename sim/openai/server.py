@@ -191,10 +191,11 @@ class Generation:
         stop: tuple[str, ...],
         include_stop: bool,
         ignore_eos: bool,
+        received_s: float,
     ) -> None:
         app = request.app
         self.engine, self.metrics = app[ENGINE], app[METRICS]
-        self.arrival_s = time.perf_counter()
+        self.arrival_s = received_s  # time.perf_counter() when the handler took it
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.num_prompt_tokens = sum(len(ids) for ids in prompts)
         tokenizer, mailbox = app[TOKENIZER], app[MAILBOX]
@@ -208,7 +209,9 @@ class Generation:
                     mailbox.put(self.events, (index, event))
 
                 try:
-                    request_id = self.engine.submit(ids, limit, ignore_eos, sink)
+                    request_id = self.engine.submit(
+                        ids, limit, ignore_eos, sink, received_s=self.arrival_s
+                    )
                 except BaseException:
                     self.abort()  # the choices submitted before: nobody will read them
                     raise
@@ -305,6 +308,7 @@ def _chat_chunk(
 
 
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    received_s = time.perf_counter()  # the request's arrival: parsing and tokenizing count
     app = request.app
     engine, model, tokenizer = app[ENGINE], app[MODEL], app[TOKENIZER]
     body = await _body(request)
@@ -331,6 +335,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         req.stop_strings(),
         req.include_stop_str_in_output,
         req.ignore_eos,
+        received_s,
     )
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"

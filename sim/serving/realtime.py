@@ -31,12 +31,13 @@ an end-of-sequence token, so ``ignore_eos`` changes nothing: every request
 ends by length (or by ``abort``, or refused at admission).
 
 **The frontend.** The scenario's way in (``FrontendConfig.way_in_one_s``: vLLM's
-API server, IPC to the engine core, tokenization; ~10 ms by default) is added
-after ``submit``: the request becomes ready to schedule that much later. The
-server's own HTTP parsing and tokenization before ``submit`` are real and come
-on top; they take about a millisecond (docs/validation.md), against the ~10 ms
-modelled for vLLM's, so the modelled delay is added whole rather than a guessed
-remainder of it. The way out is *not* added: the server's
+API server, IPC to the engine core, tokenization; ~10 ms by default) runs from
+when the server received the request (``received_s``, passed by the server):
+the request becomes ready to schedule that long after its receipt. The
+server's own HTTP parsing and tokenization before ``submit`` (about a
+millisecond, docs/validation.md) thus fall inside the modelled way in instead
+of adding to it; only a receipt that took longer than the modelled way in
+delays a request past it. The way out is *not* added: the server's
 real output path (the engine thread's hand-over, JSON, the socket) stands for
 the modelled one (``output_step_s + detokenize_s_per_token`` per output, ~0.2
 ms), which it matches in kind and roughly in size.
@@ -133,6 +134,9 @@ class SimulatedEngine:
         self.error: BaseException | None = None
         self._clock = clock
         self._origin_s = clock()
+        # The engine's clock minus perf_counter's: converts the server's receipt
+        # times (perf_counter) to the engine's clock (0 for the default clock).
+        self._perf_to_clock_s = clock() - time.perf_counter()
         # Filled by other threads, drained by the engine thread.
         self._inbox: queue.SimpleQueue[_Live] = queue.SimpleQueue()
         self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
@@ -170,13 +174,32 @@ class SimulatedEngine:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
-    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
-        """Queue a tokenized request (it arrives now); ``max_tokens`` tokens go to
-        ``sink``. ``ignore_eos`` is moot: a simulated model never samples EOS."""
+    def submit(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        sink: Sink,
+        received_s: float | None = None,
+    ) -> int:
+        """Queue a tokenized request; ``max_tokens`` tokens go to ``sink``.
+        ``ignore_eos`` is moot: a simulated model never samples EOS.
+
+        It arrives at ``received_s`` (``time.perf_counter``'s clock: when the
+        server took it), or now when None: the modelled way in then runs from
+        the moment the server received it, so the server's real parsing and
+        tokenization are part of it rather than on top (module doc)."""
         with self._id_lock:
             request_id = self._next_id
             self._next_id += 1
-        request = Request(request_id, self.now_s(), len(prompt_ids), max_tokens)
+        now_s = self.now_s()
+        arrival_s = now_s
+        if received_s is not None:
+            # On the engine's clock; never later than now (a test clock need not
+            # run with perf_counter: then the offset below is meaningless, but the
+            # tests that drive one submit without received_s).
+            arrival_s = min(now_s, received_s + self._perf_to_clock_s - self._origin_s)
+        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens)
         if self._block_size_tokens is not None:
             request.block_hash_ids = block_hashes(prompt_ids, self._block_size_tokens)
         self._inbox.put(_Live(request, sink))

@@ -56,8 +56,21 @@ class OnlineBackend(Protocol):
     def stop(self) -> None:
         """End the loop; running requests get no more tokens."""
 
-    def submit(self, prompt_ids: list[int], max_tokens: int, ignore_eos: bool, sink: Sink) -> int:
-        """Queue a tokenized request; its tokens go to ``sink``. Returns its id."""
+    def submit(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        sink: Sink,
+        received_s: float | None = None,
+    ) -> int:
+        """Queue a tokenized request; its tokens go to ``sink``. Returns its id.
+
+        ``received_s``: when the server received it, on ``time.perf_counter``'s
+        clock (None: now). The request arrives then, so that the server's own
+        parsing and tokenization before ``submit`` count in its latency, as
+        vLLM's arrival time, set when its API server takes a request, counts them.
+        """
 
     def abort(self, request_id: int) -> None:
         """Stop generating for ``request_id`` (its client went away)."""
