@@ -27,7 +27,24 @@ def cost_array() -> np.ndarray:
 
 def compiled_ends(first_end_s: float, steps: int, stop_s: float, num_after: int) -> list[float]:
     out = np.full(steps + 8, np.nan)
-    count = loop.decode_ends(cost_array(), out, 3, first_end_s, 4, 100, steps, stop_s, num_after)
+    # The roofline's price: no kernel tables (layout[KIND] == ROOFLINE).
+    tables, layout = np.zeros(0), np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
+    # 4 sequences of 100 context tokens each (mean, longest, shortest).
+    count = loop.decode_ends(
+        cost_array(),
+        tables,
+        layout,
+        out,
+        3,
+        first_end_s,
+        4,
+        100,
+        100,
+        100,
+        steps,
+        stop_s,
+        num_after,
+    )
     assert np.isnan(out[:3]).all()  # written from ``at``
     return out[3 : 3 + count].tolist()
 

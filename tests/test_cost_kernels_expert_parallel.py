@@ -280,8 +280,9 @@ def test_ep_scenario_declares_two_dp_ranks_and_ep2() -> None:
 
 def test_tp_scenario_uses_pcie_and_the_tp2_slice() -> None:
     scenario = load_scenario(TP_SCENARIO)
+    # PCIe without peer-to-peer, at NCCL's measured rate (sim.hardware.parallel).
     assert scenario.parallelism == ParallelismConfig(
-        tensor_parallel_size=2, link=link_preset("pcie5")
+        tensor_parallel_size=2, link=link_preset("pcie5-via-host")
     )
     cost = api.cost_model_for(scenario, PUBLIC, engine_cpu=False)  # the tables alone
     assert isinstance(cost, KernelCost) and cost.tp == 2 and cost._allreduce is not None
