@@ -76,7 +76,7 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     print(
         f"servesim serve --simulate: {scenario.model.name} on {scenario.hardware.name}, "
         f"steps priced by {cost_source(config.cost)}: {config.cost.label}; "
-        f"way in {way_in_ms:g} ms a request added (frontend.way_in_s_per_request)",
+        f"way in {way_in_ms:g} ms a request from its receipt (frontend.way_in_s_per_request)",
         file=sys.stderr,
         flush=True,
     )
