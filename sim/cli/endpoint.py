@@ -103,11 +103,12 @@ def refuse_endpoint_options(args: argparse.Namespace) -> None:
             raise ConfigError(f"{name} applies with --endpoint (a live server) only")
 
 
-def _driven(
+def driven_scenario(
     scenario: Scenario, args: argparse.Namespace, profile: str | None, rate: float | None
 ) -> Scenario:
     """``scenario`` with ``profile`` (and ``--streams``, ``rate``) and
-    ``--max-concurrency`` applied to its workload; ConfigError naming the flag."""
+    ``--max-concurrency`` applied to its workload; ConfigError naming the flag.
+    ``servesim run --profile`` drives a simulated run the same way."""
     from pydantic import TypeAdapter, ValidationError
 
     from sim.workload.generate import ClosedLoopWorkload, WorkloadConfig
@@ -150,7 +151,7 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
         return _measure_sweep(args, scenario, out)
     if args.sweep_size is not None:
         raise ConfigError("--sweep-size applies only with --profile sweep")
-    _measure(args, _driven(scenario, args, args.profile, args.rate), out)
+    _measure(args, driven_scenario(scenario, args, args.profile, args.rate), out)
     return out
 
 
@@ -172,7 +173,7 @@ def _measure_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> P
     def phase(profile: str, rate: float | None) -> float:
         folder = f"phase-{len(rows)}"
         print(f"sweep {folder}: {profile}" + ("" if rate is None else f" at {rate:.3g}/s"))
-        summary = _measure(args, _driven(scenario, args, profile, rate), out / folder)
+        summary = _measure(args, driven_scenario(scenario, args, profile, rate), out / folder)
         done_per_s = float(summary.get("request_throughput") or 0.0)
         load = {"profile": profile} | ({} if rate is None else {"rate_per_s": rate})
         rows.append({"folder": folder, "load": summary.get("load") or load,

@@ -56,6 +56,9 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
     out = Path(args.out) if args.out else Path("runs") / scenario.name
     check_out_dir(out)  # before the work: a bad --out would lose it
+    if args.profile == "sweep":
+        return _run_sweep(args, scenario, out)
+    scenario = _profiled(args, scenario)
     _check_save_files(args, scenario)
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
@@ -112,6 +115,89 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     )
     for written in _write_save_files(args, result, metrics, percentiles):
         print(f"wrote {written}")
+    return 0
+
+
+def _profiled(args: argparse.Namespace, scenario: Scenario) -> Scenario:
+    """``scenario`` driven by ``--profile`` (GuideLLM's load profiles, as ``measure
+    --endpoint`` drives a server): the workload's lengths and count, the profile's
+    arrivals; ConfigError naming a flag that does not go with it."""
+    from sim.cli.endpoint import driven_scenario
+
+    if args.sweep_size is not None:
+        raise ConfigError("--sweep-size applies only with --profile sweep")
+    if args.profile is not None:
+        arrivals = (("--request-rate", args.request_rate), ("--burstiness", args.burstiness))
+        for flag, value in arrivals:
+            if value is not None:
+                raise ConfigError(
+                    f"{flag} sets the arrivals, which --profile {args.profile} sets: give one"
+                )
+    return driven_scenario(scenario, args, args.profile, args.rate)
+
+
+def _run_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> int:
+    """GuideLLM's sweep, simulated (``sim.planning.profile_sweep``): synchronous,
+    throughput, then ``--sweep-size - 2`` constant rates evenly between their request
+    rates, each run written to ``out/phase-N``, listed in ``out/phases.json``, and
+    a table of the phases printed, as GuideLLM prints its benchmarks."""
+    import json
+
+    from sim import api
+    from sim.cli.endpoint import SWEEP_SIZE
+    from sim.planning.profile_sweep import profile_sweep
+
+    for flag, value in (
+        ("--streams", args.streams),
+        ("--rate", args.rate),
+        ("--request-rate", args.request_rate),
+        ("--burstiness", args.burstiness),
+        ("--save-result", args.save_result),
+        ("--save-detailed", args.save_detailed),
+        ("--save-trace", args.save_trace),
+    ):
+        if value is not None:
+            raise ConfigError(f"{flag} does not apply to --profile sweep (several runs)")
+    sweep_size = SWEEP_SIZE if args.sweep_size is None else args.sweep_size
+    base_dir = Path(args.scenario).parent
+    started = time.perf_counter()
+    phases = profile_sweep(
+        scenario,
+        sweep_size,
+        "constant",
+        run=lambda driven: api.run(driven, base_dir=base_dir, progress=not args.quiet),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, object]] = []
+    header = (
+        f"{'phase':<8} {'profile':<12} {'rate/s':>8} {'done/s':>8} "
+        f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9}  (ms)"
+    )
+    lines = [header]
+    for index, phase in enumerate(phases):
+        folder = f"phase-{index}"
+        phase.result.write(out / folder)
+        s = phase.result.summary
+        rate = phase.load.get("rate_per_s")
+        rows.append({"folder": folder, "load": phase.load, "request_throughput": phase.rate_per_s})
+
+        def ms(key: str, s: dict[str, object] = s) -> str:
+            value = s.get(key)
+            return f"{float(value):9.1f}" if isinstance(value, int | float) else f"{'-':>9}"
+
+        lines.append(
+            f"{folder:<8} {phase.load['profile']:<12} "
+            f"{('-' if rate is None else f'{float(rate):.3g}'):>8} {phase.rate_per_s:8.3g} "
+            f"{ms('median_ttft_ms')} {ms('p99_ttft_ms')} {ms('median_tpot_ms')} {ms('p99_tpot_ms')}"
+        )
+    listing = {"source": f"servesim run {args.scenario} --profile sweep", "phases": rows}
+    (out / "phases.json").write_text(json.dumps(listing, indent=2) + "\n")
+    print("\n".join(lines))
+    print(f"cost model: {phases[0].result.summary['cost_model']}")
+    print(
+        f"sweep: {len(phases)} phases simulated in {time.perf_counter() - started:.2f} s; "
+        f"wrote {out}/phase-N/ and {out}/phases.json"
+    )
     return 0
 
 
@@ -233,7 +319,34 @@ def add_parsers(subparsers: Subparsers) -> None:
         "yes, no, or auto (default): when a core is free",
     )
     _add_bench_arguments(run)
+    _add_profile_arguments(run)
     run.set_defaults(handler=_cmd_run)
+
+
+def _add_profile_arguments(run: argparse.ArgumentParser) -> None:
+    """GuideLLM's load profiles (docs/benchmark-tools.md), as ``measure --endpoint`` has them."""
+    from sim.cli.endpoint import SWEEP_SIZE, positive_int
+
+    group = run.add_argument_group("GuideLLM's load profiles (drive the scenario's requests)")
+    group.add_argument(
+        "--profile",
+        choices=("synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"),
+        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
+        "name instead of its workload's arrivals; sweep: synchronous, throughput, then "
+        "--sweep-size - 2 constant rates between their rates, OUT/phase-N each",
+    )
+    group.add_argument(
+        "--streams", type=positive_int, metavar="N", help="--profile concurrent: requests in flight"
+    )
+    group.add_argument(
+        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
+    )
+    group.add_argument(
+        "--sweep-size",
+        type=positive_int,
+        metavar="N",
+        help=f"--profile sweep: runs in all ({SWEEP_SIZE}, as GuideLLM)",
+    )
 
 
 def _add_bench_arguments(run: argparse.ArgumentParser) -> None:
