@@ -273,6 +273,12 @@ def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
         ({"gpus": ["h100"], "seeds": 0}, [], "seeds: Input should be greater than or equal"),
         ({"gpus": [{"name": "x"}]}, [], "plan: gpus[0].peak_flops_per_s: Field required"),
         ({"gpus": ["h100"], "disaggregation": {"ratios": ["2"]}}, [], "expected P:D"),
+        ({"gpus": ["h100"]}, ["--address", "ray://x:10001"], "--address applies only to"),
+        (
+            {"gpus": ["h100"]},
+            ["--executor", "ray", "--workers", "2"],
+            "--workers applies to --executor local",
+        ),
     ],
 )
 def test_plan_cli_bad_input_is_one_line(
@@ -434,3 +440,31 @@ def test_a_search_stops_where_its_fleet_already_loses() -> None:
     assert (full.get("capacity_rate_per_s") or 0.0) < stopped_at
     assert (l40s[False].usd_per_hour or math.inf) >= (results[True].best.usd_per_hour or 0.0)
     assert results[True].num_simulations < results[False].num_simulations
+
+
+def test_ray_finds_the_local_answer(tmp_path: Path) -> None:
+    """On a Ray cluster a stage's tasks go out at once, so it prunes less, but a
+    candidate's search is the same wherever it runs: the same cheapest answer, and
+    every candidate both searched has the same record."""
+    ray = pytest.importorskip("ray")
+    gpus, prices = ["h100", "l40s"], {"h100": 3.0, "l40s": 0.9}
+    space = {"tensor_parallel_sizes": [1], "max_num_seqs": [16, 64]}
+    local = _plan(gpus, prices, 300.0, **space)
+    scenario = scenario_from_dict(SCALING_DOC)
+    config = PlanConfig.model_validate({**SMALL_SPACE, "gpus": gpus, **space})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        remote = plan(
+            scenario, ROOT, config, parse_targets(["tpot_mean_ms=20"]), 300.0, prices,
+            executor="ray",
+        )  # fmt: skip
+    finally:
+        ray.shutdown()
+    assert remote.executor == "ray" and local.best is not None and remote.best is not None
+    assert remote.best.usd_per_hour == local.best.usd_per_hour
+    records = {o.candidate: o.record for o in remote.searched}
+    for outcome in local.searched:
+        if outcome.candidate in records and outcome.record is not None:
+            mine = {k: v for k, v in outcome.record.items() if k != "wall_s"}
+            theirs = {k: v for k, v in (records[outcome.candidate] or {}).items() if k != "wall_s"}
+            assert mine == theirs

@@ -35,6 +35,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         write_outputs,
     )
     from sim.planning.pricing import parse_gpu_prices
+    from sim.planning.sweep_exec import check_executor
     from sim.scenario import apply_overrides, load_scenario
     from sim.scenario.strict_yaml import read_yaml
 
@@ -45,6 +46,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError("--target-rate must be > 0 (requests per second)")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if args.executor == "ray" and args.workers is not None:
+        raise ConfigError("--workers applies to --executor local (Ray places the tasks itself)")
+    check_executor(args.executor, None, args.address)  # before any work
     prices = parse_gpu_prices(args.gpu_price or [])
     config = load_plan_config(args.plan)
     scenario = load_scenario(args.scenario, args.set or [])
@@ -73,6 +77,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             args.workers,
             on_done,
             on_total,
+            args.executor,
+            args.address,
         )
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
     roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
@@ -90,12 +96,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         count = len(result.warnings)
         more = f" (and {count - 1} more, listed in plan.json)" if count > 1 else ""
         print(f"servesim: warning: {result.warnings[0]}{more}", file=sys.stderr)
+    where = (
+        "a Ray cluster"
+        if result.executor == "ray"
+        else f"{result.workers} worker{'s' if result.workers > 1 else ''}"
+    )
     print(
         f"{doc['num_configurations']} configurations ({doc['num_searched']} searched, "
         f"{doc['num_skipped']} skipped, {doc['num_refused']} refused), "
         f"{doc['num_simulations']} simulations of {result.num_requests} requests x "
-        f"{result.seeds} seeds per load, in {result.wall_s:.1f} s on {result.workers} "
-        f"worker{'s' if result.workers > 1 else ''}; wrote {', '.join(str(p) for p in paths)}"
+        f"{result.seeds} seeds per load, in {result.wall_s:.1f} s on {where}; "
+        f"wrote {', '.join(str(p) for p in paths)}"
     )
     if result.best is None:
         slo = ", ".join(str(t) for t in targets)
@@ -132,6 +143,13 @@ def add_parsers(subparsers: Subparsers) -> None:
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")
+    p.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local processes (default) or a Ray cluster (the sweep's executors)",
+    )
+    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
     p.add_argument("--out", help="output folder (default: runs/<scenario name>-plan)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_plan)

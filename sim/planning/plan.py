@@ -140,6 +140,7 @@ class PlanResult:
     seeds: int = 0
     wall_s: float = 0.0
     workers: int = 1
+    executor: str = "local"  # or "ray" (sim.planning.sweep_exec)
     # The scenario's own workload: best.yaml replays it at the target rate.
     workload_doc: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
@@ -575,8 +576,15 @@ def _run(
     result: PlanResult,
     workers: int | None,
     on_done: Callable[[Outcome, PlanResult], None] | None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> None:
-    """Search the pending outcomes best first, skipping what cannot beat the best."""
+    """Search the pending outcomes best first, skipping what cannot beat the best.
+
+    The local executor draws the next task only when one has finished, so every
+    skip sees the best found so far; Ray takes all of a stage's tasks at once, so
+    there a stage prunes only against the stages before it (sound either way: the
+    same answer, with more configurations searched)."""
     pending = sorted(
         (o for o in outcomes if o.status == "pending"),
         key=lambda o: (o.bound_usd_per_hour or math.inf, -(o.bound_rate_per_s or 0.0)),
@@ -612,7 +620,8 @@ def _run(
             outcome.scenario_doc = task["scenario"]
             yield task
 
-    for index, record in execute(tasks(), "local", workers, function=search_candidate):
+    jobs = workers if executor == "local" else None
+    for index, record in execute(tasks(), executor, jobs, address, function=search_candidate):
         outcome = started[index]
         outcome.status, outcome.record = "searched", record
         abandoned = record.get("abandoned_at_rate_per_s")
@@ -705,6 +714,8 @@ def plan(
     workers: int | None = None,
     on_done: Callable[[Outcome, PlanResult], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
 ) -> PlanResult:
     """Search the plan's space (module docstring); ``on_done`` sees each outcome as it
     is decided, ``on_total`` the number of candidates once known (coarse, then refined)."""
@@ -783,6 +794,7 @@ def plan(
         num_requests=num_requests,
         seeds=config.seeds,
         workers=workers or default_jobs(),
+        executor=executor,
         workload_doc=scenario.model_dump(mode="json")["workload"],
     )
     coarse = [_prepare(space, c) for c in coarse_candidates(space)]
@@ -800,16 +812,16 @@ def plan(
     # Stage 1: one representative per group; stage 2: the group's other coarse
     # limits where the representative came near the cheapest (module docstring).
     stage_one = representatives(coarse) if config.prune else coarse
-    _run(space, stage_one, result, workers, on_done)
+    _run(space, stage_one, result, workers, on_done, executor, address)
     rest = [o for o in coarse if o.status == "pending"]
     _defer_far_groups(rest, result, on_done)
-    _run(space, rest, result, workers, on_done)
+    _run(space, rest, result, workers, on_done, executor, address)
     if config.refine:
         refined = [_prepare(space, c) for c in refined_candidates(space, result)]
         if refined:
             result.outcomes.extend(refined)
             _announce(refined, result, on_total, on_done)
-            _run(space, refined, result, workers, on_done)
+            _run(space, refined, result, workers, on_done, executor, address)
     result.collect_warnings(list(space.warnings))
     result.wall_s = time.perf_counter() - started
     return result

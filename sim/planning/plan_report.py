@@ -194,6 +194,7 @@ def to_json(
             "requests_per_run": result.num_requests,
             "seeds_per_load": result.seeds,
             "workers": result.workers,
+            "executor": result.executor,
             "num_configurations": len(result.outcomes),
             "num_searched": counts.get("searched", 0),
             "num_skipped": counts.get("skipped", 0),
