@@ -78,10 +78,11 @@ def scenario(num_requests: int, skip_ahead: bool = True) -> Scenario:
 
 
 def kernel_base(num_requests: int) -> Scenario:
-    """The base workload priced from the shipped H100 kernel tables."""
+    """The base workload priced from the shipped H100 kernel tables (the slice in
+    sim/cost/kernels/artifacts: no aiconfigurator-core install needed)."""
+    cost = {"kind": "kernels", "source": "path", "artifact": "h100_sxm-vllm-0.24.0-llama-3.1-8b"}
     return scenario_from_dict(
-        {**scenario(num_requests).model_dump(), "cost": {"kind": "kernels"}},
-        "benchmarks/sim_speed.py",
+        {**scenario(num_requests).model_dump(), "cost": cost}, "benchmarks/sim_speed.py"
     )
 
 
