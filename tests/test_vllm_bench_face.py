@@ -446,3 +446,13 @@ def test_peaks_count_half_open_intervals_and_whole_seconds() -> None:
     per_s, in_flight = stream_peaks(start, latency, chunks)
     assert in_flight == 2
     assert per_s == 3.0  # three chunks in second 0
+
+
+def test_save_files_go_into_folders_made_for_them(tmp_path: Path) -> None:
+    """A --save-* file in a folder that does not exist yet is written there (the
+    folder made, as --out's is), not a traceback after the run."""
+    result = tmp_path / "new" / "deeper" / "result.json"
+    trace = tmp_path / "other" / "trace.jsonl"
+    run_cli(tmp_path, small(tmp_path), "--save-detailed", str(result), "--save-trace", str(trace))
+    assert json.loads(result.read_text())["completed"] == 60
+    assert len(trace.read_text().splitlines()) == 60

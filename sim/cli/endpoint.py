@@ -126,7 +126,9 @@ def driven_scenario(
             workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
         except ValueError as error:  # pydantic's ValidationError is one
             first = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
-            raise ConfigError(f"--profile {profile}: {first}") from None
+            # pydantic words a validator's ValueError "Value error, ...": the reason alone.
+            reason = str(first).removeprefix("Value error, ")
+            raise ConfigError(f"--profile {profile}: {reason}") from None
     if args.max_concurrency is not None:
         if isinstance(workload, ClosedLoopWorkload):
             raise ConfigError(

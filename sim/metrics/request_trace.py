@@ -49,6 +49,7 @@ def write_request_trace(path: str | Path, requests: pd.DataFrame | RequestTable)
     """Write ``requests`` (arrival, prompt and requested output tokens) as a trace
     in the format ``path``'s suffix names (module docstring)."""
     target = check_trace_path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)  # as --out: a missing folder is made
     arrival_s = floats(requests["arrival_s"])
     order = np.lexsort((np.asarray(requests["request_id"]), arrival_s))
     times_s = arrival_s[order]

@@ -245,6 +245,8 @@ def write_result(path: str | Path, document: Mapping[str, Any]) -> Path:
     replacing it whole (written beside it under a hidden name, then moved)."""
     target = Path(path)
     text = json.dumps(jsonable(vllm_spelling(document)), allow_nan=False)
+    # check_out_file allowed a missing folder it can make: make it.
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     try:
         partial.write_text(text + "\n", encoding="utf-8")  # the umask's mode, as open's
