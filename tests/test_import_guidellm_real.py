@@ -191,3 +191,33 @@ def test_validate_takes_a_phase_against_the_servers_scenario(
     # No per-chunk times in a GuideLLM report: ITL is predicted, not measured.
     assert comparison["itl"]["count"]["measured"] == 0
     assert comparison["itl"]["count"]["predicted"] > 0
+
+
+SIMULATED_REPORT = ROOT / "tests" / "data" / "imports" / "guidellm_0.8.1_simulated_server.json.gz"
+SIMULATED_SCENARIO = ROOT / "scenarios" / "llama70b_tp.yaml"
+
+
+def test_guidellm_against_serve_simulate_round_trips_within_the_target(tmp_path: Path) -> None:
+    """GuideLLM's report of a run against ``servesim serve --simulate`` (README in
+    tests/data/imports) imports and validates against the scenario the server
+    simulated, and the prediction meets issue 31's check: TTFT and TPOT within 5 %
+    at p50 of what GuideLLM measured (the server's own HTTP path is all that lies
+    between them)."""
+    out = tmp_path / "imported"
+    assert main(["import-run", str(SIMULATED_REPORT), "--out", str(out)]) == 0
+    table = load_run(out).requests
+    (prompt,) = set(table["num_prompt_tokens"])
+    (output,) = set(table["num_output_tokens"])
+    sets = [
+        f"workload.prompt_tokens={{kind: fixed, tokens: {prompt}}}",
+        f"workload.output_tokens={{kind: fixed, tokens: {output}}}",
+        f"workload.num_requests={len(table)}",
+    ]
+    validation = tmp_path / "validation"
+    args = ["validate", str(SIMULATED_SCENARIO), *(x for s in sets for x in ("--set", s)), "-q"]
+    args += ["--measured", str(out), "--assume-model", "llama-3-70b", "--assume-device", "h100"]
+    assert main([*args, "--out", str(validation)]) == 0
+    (comparison,) = json.loads((validation / "validation.json").read_text())["predictions"].values()
+    assert comparison["ttft"]["count"] == {"measured": len(table), "predicted": len(table)}
+    assert abs(comparison["ttft"]["error_pct"]["p50"]) <= 5.0
+    assert abs(comparison["tpot"]["error_pct"]["p50"]) <= 5.0
