@@ -24,7 +24,7 @@ time ``done_s - start_s`` from scheduling to the end of its bookkeeping,
 weighted as above. Fit it on one run and predict *another*: a fit on the run
 being predicted is not a validation.
 
-NNLS is Lawson-Hanson in numpy (``nnls``): scipy is not a dependency.
+NNLS is scipy's Lawson-Hanson (``nnls``, imported lazily).
 """
 
 from __future__ import annotations
@@ -59,51 +59,18 @@ _TERMS = (
 
 
 def nnls(a: Matrix, b: npt.NDArray[np.float64]) -> Matrix:
-    """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set).
+    """argmin ||a x - b||_2 subject to x >= 0: scipy's Lawson-Hanson
+    (``scipy.optimize.nnls``, imported here so that start-up does not load scipy).
 
-    Scale columns to comparable norms before calling: the tolerance is
-    relative to ``a``'s size. Raises RuntimeError if it fails to converge.
+    Scale columns to comparable norms before calling. RuntimeError if it fails to
+    converge (scipy's own error, or its non-finite answer).
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    m, n = a.shape
-    max_iter = 5 * n + 10
-    tol = 10 * np.finfo(np.float64).eps * np.linalg.norm(a, 1) * max(m, n)
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    # A variable whose entry makes no progress (degenerate data, e.g. duplicate
-    # columns) is skipped until x changes, so the outer loop cannot cycle.
-    skipped = np.zeros(n, dtype=bool)
-    for _ in range(max_iter):
-        w = a.T @ (b - a @ x)
-        candidates = ~passive & ~skipped & (w > tol)
-        if not candidates.any():
-            return x
-        j = int(np.argmax(np.where(candidates, w, -np.inf)))
-        passive[j] = True
-        first = True
-        while True:
-            s = np.zeros(n)
-            s[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (s[passive] > tol).all():
-                break
-            if first and s[j] <= tol:
-                passive[j] = False
-                skipped[j] = True
-                s = x
-                break
-            first = False
-            # Step from x toward s until the first passive variable hits zero.
-            blocking = passive & (s <= tol)
-            xb, sb = x[blocking], s[blocking]
-            alpha = float(np.min(xb / (xb - sb))) if (xb > 0).all() else 0.0
-            x = x + alpha * (s - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-        if s is not x:
-            skipped[:] = False
-            x = np.where(passive, s, 0.0)
-    raise RuntimeError(f"nnls did not converge in {max_iter} iterations")
+    from scipy.optimize import nnls as lawson_hanson
+
+    x, _ = lawson_hanson(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+    if not np.isfinite(x).all():
+        raise RuntimeError("nnls: no finite solution")
+    return np.asarray(x, dtype=np.float64)
 
 
 def choose_knots(
