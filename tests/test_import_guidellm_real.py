@@ -160,6 +160,18 @@ def test_each_phase_is_replayed_as_guidellm_drove_it(runs: list[Any]) -> None:
     np.testing.assert_allclose(capped.arrival_s, constant.requests["scheduled_s"])
 
 
+def request_set(table: pd.DataFrame) -> list[str]:
+    """``--set`` overrides giving a scenario the run's request set: its one prompt
+    length, its one output length (GuideLLM's fixed synthetic data), its count."""
+    (prompt,) = set(table["num_prompt_tokens"])
+    (output,) = set(table["num_output_tokens"])
+    return [
+        f"workload.prompt_tokens={{kind: fixed, tokens: {prompt}}}",
+        f"workload.output_tokens={{kind: fixed, tokens: {output}}}",
+        f"workload.num_requests={len(table)}",
+    ]
+
+
 def test_validate_takes_a_phase_against_the_servers_scenario(
     tmp_path: Path, runs: list[Any], document: dict[str, Any]
 ) -> None:
@@ -167,14 +179,7 @@ def test_validate_takes_a_phase_against_the_servers_scenario(
     count): ``validate --measured`` predicts the synchronous phase."""
     assert main(["import-run", str(REPORT), "--out", str(tmp_path / "phases")]) == 0
     table = runs[0].requests
-    (prompt,) = set(table["num_prompt_tokens"])
-    (output,) = set(table["num_output_tokens"])
-    sets = [
-        f"workload.prompt_tokens={{kind: fixed, tokens: {prompt}}}",
-        f"workload.output_tokens={{kind: fixed, tokens: {output}}}",
-        f"workload.num_requests={len(table)}",
-        "workload.duration_s=null",
-    ]
+    sets = [*request_set(table), "workload.duration_s=null"]
     args = ["validate", str(SCENARIO), *(x for s in sets for x in ("--set", s)), "-q"]
     measured = ["--measured", str(tmp_path / "phases" / "phase-0")]
     # GuideLLM records no device; the user vouches it ran on the scenario's.
@@ -206,13 +211,7 @@ def test_guidellm_against_serve_simulate_round_trips_within_the_target(tmp_path:
     out = tmp_path / "imported"
     assert main(["import-run", str(SIMULATED_REPORT), "--out", str(out)]) == 0
     table = load_run(out).requests
-    (prompt,) = set(table["num_prompt_tokens"])
-    (output,) = set(table["num_output_tokens"])
-    sets = [
-        f"workload.prompt_tokens={{kind: fixed, tokens: {prompt}}}",
-        f"workload.output_tokens={{kind: fixed, tokens: {output}}}",
-        f"workload.num_requests={len(table)}",
-    ]
+    sets = request_set(table)
     validation = tmp_path / "validation"
     args = ["validate", str(SIMULATED_SCENARIO), *(x for s in sets for x in ("--set", s)), "-q"]
     args += ["--measured", str(out), "--assume-model", "llama-3-70b", "--assume-device", "h100"]

@@ -24,6 +24,35 @@ DEFAULT_MAX_CONCURRENCY = 256
 """Requests in flight at most when the workload sets no bound (a client's sanity cap)."""
 
 
+def add_profile_arguments(group: argparse._ArgumentGroup) -> None:
+    """GuideLLM's load profiles as options: ``--profile``, ``--sweep-size``,
+    ``--streams``, ``--rate`` (``measure --endpoint`` and ``servesim run`` alike;
+    ``driven_scenario`` applies them)."""
+    group.add_argument(
+        "--profile",
+        choices=("synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"),
+        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
+        "name instead of its workload's arrivals; sweep: synchronous, throughput, then "
+        "--sweep-size - 2 constant rates between their rates, OUT/phase-N each "
+        "(docs/benchmark-tools.md)",
+    )
+    group.add_argument(
+        "--sweep-size",
+        type=positive_int,
+        metavar="N",
+        help=f"--profile sweep: benchmarks in all ({SWEEP_SIZE}, as GuideLLM)",
+    )
+    group.add_argument(
+        "--streams",
+        type=positive_int,
+        metavar="N",
+        help="--profile concurrent: requests in flight",
+    )
+    group.add_argument(
+        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
+    )
+
+
 def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     """``--endpoint URL`` and the options that only apply with it."""
     group = parser.add_argument_group("measuring a live OpenAI-compatible server")
@@ -44,29 +73,7 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
         help="open loop: requests in flight at most, a later arrival waiting for a slot "
         "(sets workload.max_concurrency; default: the workload's, else 256)",
     )
-    group.add_argument(
-        "--profile",
-        choices=("synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"),
-        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
-        "name instead of its workload's arrivals; sweep: synchronous, throughput, then "
-        "--sweep-size - 2 constant rates between their rates, OUT/phase-N each "
-        "(docs/validation.md)",
-    )
-    group.add_argument(
-        "--sweep-size",
-        type=positive_int,
-        metavar="N",
-        help=f"--profile sweep: benchmarks in all ({SWEEP_SIZE}, as GuideLLM)",
-    )
-    group.add_argument(
-        "--streams",
-        type=positive_int,
-        metavar="N",
-        help="--profile concurrent: requests in flight",
-    )
-    group.add_argument(
-        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
-    )
+    add_profile_arguments(group)
     group.add_argument(
         "--timeout-s", type=float, default=300.0, help="per request, send to last chunk (300)"
     )

@@ -325,27 +325,10 @@ def add_parsers(subparsers: Subparsers) -> None:
 
 def _add_profile_arguments(run: argparse.ArgumentParser) -> None:
     """GuideLLM's load profiles (docs/benchmark-tools.md), as ``measure --endpoint`` has them."""
-    from sim.cli.endpoint import SWEEP_SIZE, positive_int
+    from sim.cli.endpoint import add_profile_arguments
 
-    group = run.add_argument_group("GuideLLM's load profiles (drive the scenario's requests)")
-    group.add_argument(
-        "--profile",
-        choices=("synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"),
-        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
-        "name instead of its workload's arrivals; sweep: synchronous, throughput, then "
-        "--sweep-size - 2 constant rates between their rates, OUT/phase-N each",
-    )
-    group.add_argument(
-        "--streams", type=positive_int, metavar="N", help="--profile concurrent: requests in flight"
-    )
-    group.add_argument(
-        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
-    )
-    group.add_argument(
-        "--sweep-size",
-        type=positive_int,
-        metavar="N",
-        help=f"--profile sweep: runs in all ({SWEEP_SIZE}, as GuideLLM)",
+    add_profile_arguments(
+        run.add_argument_group("GuideLLM's load profiles (drive the scenario's requests)")
     )
 
 
