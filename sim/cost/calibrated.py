@@ -39,7 +39,6 @@ extras. ``scale_to_hardware`` extrapolates an artifact to other hardware.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from bisect import bisect_right
@@ -51,7 +50,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import SHAPE_FIELDS, FloatArray, StepShape, no_decode_run
-from sim.cost.provenance import read_artifact, validated
+from sim.cost.provenance import read_artifact, validated, write_artifact
 from sim.errors import ConfigError
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
@@ -249,15 +248,11 @@ def load_artifact(path: str | Path) -> CalibrationArtifact:
 
 def save_artifact(artifact: CalibrationArtifact, path: str | Path) -> Path:
     """Write ``artifact`` as indented JSON (creating folders); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = artifact.model_dump(mode="json")
     for sample in data["samples"]:
         # Microsecond resolution is far below timing noise and halves the file.
         sample["times_s"] = [round(t, 7) for t in sample["times_s"]]
-    text = json.dumps(data, indent=1, allow_nan=False)
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
+    return write_artifact(data, path)
 
 
 def ape(predicted_s: float, measured_s: float) -> float:

@@ -33,7 +33,6 @@ base model's steps by one factor.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
-from sim.cost.provenance import check_format, read_artifact, validated
+from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,11 +217,7 @@ class FittedCostArtifact(BaseModel):
 
 def save_fitted_artifact(artifact: FittedCostArtifact, path: str | Path) -> Path:
     """Write ``artifact`` as indented JSON (creating folders); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(artifact.model_dump(mode="json"), indent=1, allow_nan=False)
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
+    return write_artifact(artifact.model_dump(mode="json"), path)
 
 
 def load_fitted_artifact(path: str | Path) -> FittedCostArtifact:

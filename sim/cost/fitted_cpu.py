@@ -19,7 +19,6 @@ identified it, its ``frontend.way_in_s_per_request`` the fitted way in
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +27,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.fitted import FitSummary, FittedRunInfo
-from sim.cost.provenance import anchored, check_format, read_artifact, validated
+from sim.cost.provenance import (
+    anchored,
+    check_format,
+    read_artifact,
+    validated,
+    write_artifact,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +92,7 @@ class EngineCpuArtifact(BaseModel):
 
 def save_engine_cpu_artifact(artifact: EngineCpuArtifact, path: str | Path) -> Path:
     """Write ``artifact`` as indented JSON (creating folders); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(artifact.model_dump(mode="json"), indent=1, allow_nan=False)
-    path.write_text(text + "\n", encoding="utf-8")
-    return path
+    return write_artifact(artifact.model_dump(mode="json"), path)
 
 
 def load_engine_cpu_artifact(path: str | Path, base_dir: Path | None = None) -> EngineCpuArtifact:

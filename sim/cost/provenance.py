@@ -27,6 +27,15 @@ from sim.errors import ConfigError
 Model = TypeVar("Model", bound=BaseModel)
 
 
+def write_artifact(data: dict[str, Any], path: str | Path) -> Path:
+    """Write an artifact's JSON document ``data`` indented (one space: diffs read
+    well, the file stays small), creating folders; NaN refused. Returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
 def read_artifact(path: Path, kind: str) -> dict[str, Any]:
     """The JSON object in ``path`` (gunzipped for ``.gz``); ``kind`` names it in errors."""
     try:
