@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.engine_cpu import EngineCpuConfig
-from sim.cost.fitted import FitSummary, FittedRunInfo
+from sim.cost.fitted import FitSummary, FittedProvenance
 from sim.cost.provenance import (
     anchored,
     check_format,
@@ -55,21 +55,12 @@ KIND = "fitted engine-CPU artifact"
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
-class EngineCpuProvenance(BaseModel):
-    """Who fitted what, when, on which runs, under which engine."""
-
-    model_config = _FROZEN
+class EngineCpuProvenance(FittedProvenance):
+    """A multiplier fit's provenance, plus the engine the runs were replayed as."""
 
     tool: str = "servesim calibrate --from-run --fit-kind engine-cpu"
-    tool_version: str
-    created_utc: str  # ISO 8601
-    command: str
-    git_revision: str | None = None
-    model: str  # the model preset fitted for
-    hardware: str  # the hardware preset fitted for
     vllm_version: str  # the engine version the runs were replayed as
     async_scheduling: bool  # whether the replays overlapped CPU and GPU work
-    runs: list[FittedRunInfo] = Field(min_length=1)
 
 
 class EngineCpuArtifact(BaseModel):
