@@ -73,7 +73,7 @@ from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan
 from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.scenario import Scenario
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of
 from sim.workload.generate import RequestArrays
 
 
@@ -453,11 +453,8 @@ class OnlineEngine:
         self._wake.set()
 
     def load(self) -> EngineLoad:
-        """Running and waiting counts and KV usage now (read from any thread: a
-        scrape may see a step half committed, as vLLM's gauges lag a step)."""
-        kv = self.core.kv
-        used = (kv.num_blocks - kv.num_free_blocks) / kv.num_blocks
-        return EngineLoad(len(self.core.running), len(self.core.waiting), used)
+        """Running and waiting counts and KV usage now (``sim.serving.stream.load_of``)."""
+        return load_of(self.core)
 
     def _intake(self) -> None:
         while not self._inbox.empty():

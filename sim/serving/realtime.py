@@ -67,7 +67,7 @@ from sim.engine.request import Request
 from sim.engine.scheduler import StepPlan
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import replica_core
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of
 
 # The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
 # one): byte + 3; 0, 1, 2 are padding, BOS and EOS, never emitted here.
@@ -212,14 +212,8 @@ class SimulatedEngine:
         self._wake.set()
 
     def load(self) -> EngineLoad:
-        """Running and waiting counts and KV usage (read racily from any thread)."""
-        core = self.core
-        kv = core.kv
-        return EngineLoad(
-            num_running=len(core.running),
-            num_waiting=len(core.waiting) + len(self._pending),
-            kv_cache_usage=(kv.num_blocks - kv.num_free_blocks) / kv.num_blocks,
-        )
+        """Running and waiting counts (those on the way in too) and KV usage."""
+        return load_of(self.core, len(self._pending))
 
     # -- the executor ---------------------------------------------------------
     def run_until(self, time_s: float) -> float:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from sim.engine.scheduler import EngineCore
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -42,6 +45,18 @@ class EngineLoad:
     num_running: int
     num_waiting: int
     kv_cache_usage: float  # fraction of KV blocks in use, 0..1
+
+
+def load_of(core: EngineCore, num_pending: int = 0) -> EngineLoad:
+    """``core``'s gauges now, ``num_pending`` more requests waiting outside it (on
+    their way in). Read from any thread: a scrape may see a step half committed,
+    as vLLM's gauges lag a step."""
+    kv = core.kv
+    return EngineLoad(
+        num_running=len(core.running),
+        num_waiting=len(core.waiting) + num_pending,
+        kv_cache_usage=(kv.num_blocks - kv.num_free_blocks) / kv.num_blocks,
+    )
 
 
 class OnlineBackend(Protocol):
