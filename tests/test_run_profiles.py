@@ -102,3 +102,17 @@ def test_profile_flags_that_do_not_go_together_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
 ) -> None:
     assert one_line_error(capsys, tmp_path, str(small(tmp_path)), *args).startswith(message)
+
+
+def test_a_sweep_prints_each_phases_caveats(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """40 requests put few samples beyond a p99: each phase's caveats are printed
+    under the table, as a single run's printout gives them."""
+    out = run(tmp_path, small(tmp_path), "sweep", "--profile", "sweep", "--sweep-size", "2")
+    printed = capsys.readouterr().out
+    for index in (0, 1):
+        summary = json.loads((out / f"phase-{index}" / "summary.json").read_text())
+        assert summary["caveats"]
+        for text in summary["caveats"]:
+            assert f"CAVEAT: phase-{index}: {text}" in printed

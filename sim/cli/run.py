@@ -193,6 +193,11 @@ def _run_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> int:
     listing = {"source": f"servesim run {args.scenario} --profile sweep", "phases": rows}
     (out / "phases.json").write_text(json.dumps(listing, indent=2) + "\n")
     print("\n".join(lines))
+    # Each phase's own caveats (too few samples beyond a percentile, ...), as a single
+    # run's printout gives them: a table row must not look surer than its run.
+    for index, phase in enumerate(phases):
+        for text in phase.result.summary.get("caveats") or []:
+            print(f"CAVEAT: phase-{index}: {text}")
     print(f"cost model: {phases[0].result.summary['cost_model']}")
     print(
         f"sweep: {len(phases)} phases simulated in {time.perf_counter() - started:.2f} s; "
