@@ -16,6 +16,15 @@ time the mixed batch itself, so they measure the gap:
    attention is priced as the sum (every step the run executes one at a
    time; skip-ahead runs are decode-only).
 
+3. The factor ``sim.cost.kernels.mixed_factor`` carries from the RTX 4090
+   profile to FA2 tables without mixed rows, checked where it can be: on the
+   RTX PRO 6000, whose own profile times the mixed kernel and is not used to
+   build the factor. Over that profile's mixed rows, the error of pure prefill
+   + factor x pure decode (its own pure rows) against the measured time, next
+   to the sum's; then, on the RTX PRO 6000 public run's mixed steps, their
+   attention priced by the profile, by aiconfigurator's tables as the sum, and
+   by those tables with the factor.
+
 Figures, not test goldens; ``docs/kernels.md`` quotes them.
 """
 
@@ -31,13 +40,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
+from sim.api.build import cost_model_for  # noqa: E402
+from sim.api.overrides import load_with  # noqa: E402
 from sim.cost.base import CostModel, FloatArray, StepShape  # noqa: E402
 from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
 from sim.cost.kernels.artifact import load_kernel_artifact, resolve_kernel_artifact  # noqa: E402
 from sim.cost.kernels.cost import KernelCost  # noqa: E402
+from sim.cost.kernels.mixed_factor import transferred_factor  # noqa: E402
+from sim.hardware.specs import hardware_preset  # noqa: E402
 
 PROFILES = ("rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", "rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1")
 RUN = ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml"
+PRO_RUN = ROOT / "scenarios" / "public" / "rtxpro6000_llama31_8b.yaml"  # aiconfigurator
+PRO_PROFILE_RUN = ROOT / "scenarios" / "public" / "rtxpro6000_llama31_8b_profile.yaml"
 
 
 def row_ratios(name: str) -> FloatArray:
@@ -122,6 +137,47 @@ def busy_time_shares() -> dict[str, float]:
     }
 
 
+def transfer_errors(min_decodes: int) -> dict[str, FloatArray]:
+    """Predicted / measured - 1 over the RTX PRO 6000 profile's mixed rows with at
+    least ``min_decodes`` decodes: its pure rows summed, and with the carried factor."""
+    table = load_kernel_artifact(resolve_kernel_artifact(PROFILES[1], None)).tables[
+        "mixed_attention"
+    ]
+    key = ["prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs", "kv_decode_tokens"]
+    times = {tuple(int(v) for v in k): t for *k, t in table[[*key, "latency_s"]].itertuples(False)}
+    factor = transferred_factor(hardware_preset("rtx-pro-6000"))
+    with_factor, as_sum = [], []
+    for (pc, kp, nd, kv), t in times.items():
+        pre, dec = times.get((pc, kp, 0, 0)), times.get((0, 0, nd, kv))
+        if pc > 0 and nd >= min_decodes and pre is not None and dec is not None:
+            with_factor.append((pre + factor(pc, kp, nd, kv) * dec) / t - 1.0)
+            as_sum.append((pre + dec) / t - 1.0)
+    return {"factor": np.asarray(with_factor), "sum": np.asarray(as_sum)}
+
+
+def run_mixed_attention_s() -> dict[str, float]:
+    """The RTX PRO 6000 public run's mixed steps (as its profile replay takes them):
+    their attention, all layers, summed, as each pricing gives it (s)."""
+    recorders: list[Recorder] = []
+
+    def wrap(cost: CostModel) -> CostModel:
+        recorders.append(Recorder(cost))
+        return recorders[-1]
+
+    api.run(PRO_PROFILE_RUN, wrap_cost=wrap)
+    shapes = [s for s, _ in recorders[0].steps if s.num_prefill_tokens and s.num_decode_seqs]
+    profile = recorders[0].inner
+    tables = cost_model_for(load_with(PRO_RUN, []), engine_cpu=False)
+    two = cost_model_for(load_with(PRO_RUN, ["cost.mixed_attention=false"]), engine_cpu=False)
+    if isinstance(profile, EngineCpuCost):
+        profile = profile.gpu
+    out = {"num_steps": float(len(shapes))}
+    for name, cost in (("profile", profile), ("tables, sum", two), ("tables, factor", tables)):
+        assert isinstance(cost, KernelCost)
+        out[name] = sum(cost.arch.num_layers * cost.attention_s(s) for s in shapes)
+    return out
+
+
 def main() -> None:
     warnings.simplefilter("ignore")  # proportional extrapolation warnings
     print("| profile | mixed rows | measured / (pure prefill + pure decode): median "
@@ -139,6 +195,25 @@ def main() -> None:
         f"{shares['attention_ratio_p50']:.2f}x the two kernels' sum (median); priced as "
         f"two kernels they come out {shares['mixed_steps_short_pct']:.1f} % short "
         f"({shares['busy_short_pct']:.1f} % of busy time)"
+    )
+    print("\nThe RTX 4090's factor carried to the RTX PRO 6000 (FLOP/B balance), against")
+    print("that GPU's own measured mixed rows (predicted / measured - 1):\n")
+    print("| rows | pricing | median | median abs | p10 / p90 |")
+    print("|---|---|---|---|---|")
+    for min_decodes in (1, 8):
+        for name, errors in transfer_errors(min_decodes).items():
+            p10, p50, p90 = 100 * np.percentile(errors, [10, 50, 90])
+            abs50 = 100 * np.median(np.abs(errors))
+            what = "pure prefill + factor x pure decode" if name == "factor" else "the sum"
+            print(
+                f"| {errors.size} with >= {min_decodes} decodes | {what} | {p50:+.1f} % "
+                f"| {abs50:.1f} % | {p10:+.1f} / {p90:+.1f} % |"
+            )
+    run = run_mixed_attention_s()
+    print(
+        f"\nRTX PRO 6000 run, its {run['num_steps']:.0f} mixed steps' attention: profile "
+        f"{run['profile']:.2f} s; aiconfigurator's tables as the sum {run['tables, sum']:.2f} s, "
+        f"with the factor {run['tables, factor']:.2f} s"
     )
 
 

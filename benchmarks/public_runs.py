@@ -78,8 +78,9 @@ class Cause:
 # Each fix, undone: the engine's CPU work as a serial 2 ms per step (servesim's
 # step_overhead_s before issue 29) instead of the CPU model overlapping the GPU
 # step; a mixed step's attention as pure prefill + pure decode instead of the one
-# varlen kernel (profiles only: aiconfigurator has no mixed rows); no memory-bound
-# ops (the GEMM route only: profiles time them); no skew fit for uneven decode KV
+# varlen kernel (profiles; FA2 tables: the factor carried from the RTX 4090
+# profile); no memory-bound ops (the GEMM route only: profiles time them); no
+# skew fit for uneven decode KV
 # (profiles whose metadata enables it: the RTX PRO 6000's).
 CAUSES = (
     Cause(

@@ -27,7 +27,9 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
     """Kernel tables the compiled loop plays. aiconfigurator's route: the shipped
     H100 tables of Llama-3.1-8B (what scenarios/chat.yaml's ``auto`` picks) bare,
     without the memory-bound ops, at tensor parallel 2 (a measured all-reduce) and
-    pipeline parallel 2, and an MoE's (Qwen3-30B-A3B on an RTX PRO 6000).
+    pipeline parallel 2, and an MoE's (Qwen3-30B-A3B on an RTX PRO 6000); the RTX PRO
+    6000's Llama-3.1-8B tables, FA2 with the mixed-decode factor carried to them
+    (``mixed_factor``; the MoE's tables have it too).
     LLMServingSim's: the RTX PRO 6000 profile of Llama-3.1-8B (4-D mixed attention,
     skew fit), without its skew fit, with attention as two kernels, and the RTX
     4090's (no skew fit). Last, the MoE's under expert parallelism 2."""
@@ -35,6 +37,7 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
     moe = load_cached(
         resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-qwen3-30b-a3b", None)
     )
+    fa2 = load_cached(resolve_kernel_artifact("rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b", None))
     profile = load_cached(resolve_kernel_artifact("rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1", None))
     rtx4090 = load_cached(resolve_kernel_artifact("rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", None))
     llama = load_architecture("llama-3.1-8b")
@@ -44,6 +47,7 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
         KernelCost(llama, h100, tensor_parallel_size=2),
         KernelCost(llama, h100, pipeline_parallel_size=2),
         KernelCost(load_architecture("qwen3-30b-a3b"), moe),
+        KernelCost(llama, fa2),
         KernelCost(llama, profile),
         KernelCost(llama, profile, skew=False),
         KernelCost(llama, profile, mixed_attention=False),
@@ -66,8 +70,8 @@ def kernel_costs(light: EngineCpuConfig, heavy: EngineCpuConfig) -> list[CostMod
         EngineCpuCost(gpus[0], cpu(light, False)),
         EngineCpuCost(gpus[2], cpu(light, True)),
         EngineCpuCost(gpus[4], cpu(heavy, False)),
-        EngineCpuCost(gpus[5], cpu(light, True)),
-        EngineCpuCost(gpus[8], cpu(heavy, False)),
+        EngineCpuCost(gpus[6], cpu(light, True)),
+        EngineCpuCost(gpus[9], cpu(heavy, False)),
     ]
 
 

@@ -189,9 +189,10 @@ def engine(cost: CostModel, max_model_len: int = 1024, **policy: Any) -> Replica
 
 @pytest.mark.parametrize("num_replicas", [1, 3])  # 3: a round-robin pool's share each
 @pytest.mark.parametrize("chunked", [True, False])
-# aiconfigurator's tables bare, with the CPU work overlapped and serial; a profile
-# bare (skew fit, 4-D mixed attention) and with the CPU work overlapped.
-@pytest.mark.parametrize("k", [0, NUM_GPUS, NUM_GPUS + 1, 5, NUM_GPUS + 4])
+# aiconfigurator's tables bare, with the CPU work overlapped and serial; FA2 tables
+# with the mixed-decode factor; a profile bare (skew fit, 4-D mixed attention) and
+# with the CPU work overlapped.
+@pytest.mark.parametrize("k", [0, NUM_GPUS, NUM_GPUS + 1, 5, 6, NUM_GPUS + 4])
 def test_the_loop_plays_kernel_table_runs_to_the_bit(
     k: int, chunked: bool, num_replicas: int
 ) -> None:

@@ -59,16 +59,26 @@ def test_memory_ops_off_leaves_the_bandwidth_priced_ops_out() -> None:
 
 
 def test_ablations_that_change_nothing_are_not_named() -> None:
-    # A per-layer profile times the memory-bound ops itself; the GEMM route has no
-    # mixed rows. Neither ablation changes their prices, so neither label names one.
+    # A per-layer profile times the memory-bound ops itself; FA3 tables have no mixed
+    # rows and no factor carried to them (mixed_factor: FA2 only). Neither ablation
+    # changes their prices, so neither label names one.
     profile = kernels("rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", "rtx-4090", memory_ops=False)
-    slice_ = kernels(
-        "rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b", "rtx-pro-6000", mixed_attention=False
-    )
+    slice_ = kernels("h100_sxm-vllm-0.24.0-llama-3.1-8b", "h100", mixed_attention=False)
     assert profile.ablations == () and slice_.ablations == ()
     assert profile.step_s(MIXED) == kernels(
         "rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", "rtx-4090"
     ).step_s(MIXED)
+
+
+def test_mixed_attention_off_on_fa2_tables_drops_the_carried_factor() -> None:
+    slice_ = "rtx_pro_6000_server-vllm-0.24.0-llama-3.1-8b"  # FA2: the factor applies
+    one, two = kernels(slice_, "rtx-pro-6000"), kernels(slice_, "rtx-pro-6000", False)
+    pure = two.prefill_attention_s(MIXED) + two.decode_attention_s(
+        MIXED.num_decode_seqs, MIXED.num_decode_context_tokens
+    )
+    assert two.attention_s(MIXED) == pure < one.attention_s(MIXED)
+    assert "[attention as two kernels]" in two.label
+    assert "transferred estimate" in one.label and "transferred" not in two.label
 
 
 def test_skew_off_prices_an_uneven_decode_batch_at_its_mean() -> None:

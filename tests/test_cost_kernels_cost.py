@@ -130,12 +130,16 @@ def test_decode_step_is_the_hand_sum_of_its_table_rows() -> None:
 
 
 def test_mixed_step_adds_prefill_and_decode_attention_to_the_dense_part() -> None:
+    # FA2 tables: the decodes beside a chunk slowed by the carried factor
+    # (tests/test_cost_kernels_mixed_factor.py prices the factor itself).
     cost = aic_cost()
     shape = StepShape.build(prefill_chunks=[(120, 0)], decode_context_tokens=[1023] * 8)
     prefill_only = StepShape.build(prefill_chunks=[(120, 0)])
+    factor = cost.mixed_decode_factor(shape)
+    assert factor > 1.0
     expected = (
         3 * (cost.dense_layer_s(128) + cost.prefill_attention_s(prefill_only))
-        + 3 * row(heads("generation_attention"), batch_size=8, kv_tokens=1023)
+        + 3 * row(heads("generation_attention"), batch_size=8, kv_tokens=1023) * factor
         # LM head at m = 9 sequences: linear between the grid's m = 8 and m = 16.
         + gemm_row(8, 65536, 4096)
         + (gemm_row(16, 65536, 4096) - gemm_row(8, 65536, 4096)) / 8

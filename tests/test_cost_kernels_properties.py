@@ -67,9 +67,10 @@ def test_a_step_is_overhead_plus_layers_times_layer_plus_per_step(
         assert cost.step_s(shape) == 0.0
         return
     layer = quiet(cost.dense_layer_s, shape.num_tokens) + quiet(cost.attention_s, shape)
+    # FA2 tables: decodes beside a chunk slowed by the carried factor (1.0 elsewhere).
     parts = quiet(cost.prefill_attention_s, shape) + quiet(
         cost.decode_attention_s, shape.num_decode_seqs, shape.num_decode_context_tokens
-    )
+    ) * quiet(cost.mixed_decode_factor, shape)
     if cost._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
         # A profile prices a mixed step as one varlen kernel, not as the two parts.
         assert quiet(cost.attention_s, shape) == quiet(cost.mixed_attention_s, shape)

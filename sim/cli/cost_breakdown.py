@@ -79,6 +79,7 @@ def describe_step(shape: StepShape) -> str:
 def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
     """The step's total and, where the cost model has one, its per-op split (ms)."""
     from sim.cost.engine_cpu import EngineCpuCost
+    from sim.cost.kernels.cost import KernelCost
     from sim.cost.roofline import RooflineCost
 
     step_ms = cost.step_s(shape) * 1e3
@@ -92,6 +93,13 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
         # What the step takes beyond the kernels: the engine's CPU work it does not hide.
         out["other_ms"] = step_ms - sum(ops_ms.values())
         out["note"] = None
+        factor = gpu.mixed_decode_factor(shape) if isinstance(gpu, KernelCost) else 1.0
+        if factor != 1.0:  # FA2 tables: the decodes' slowdown beside a chunk
+            out["note"] = (
+                f"decode_attention is {factor:.2f}x the pure decode kernel: decodes beside "
+                "a prefill chunk in FA2's varlen kernel, a factor measured on the RTX 4090 "
+                "and carried to this GPU (an estimate; docs/kernels.md)"
+            )
     elif type(gpu) is RooflineCost:
         out["roofline_ms"] = {
             "compute": gpu.compute_s(shape) * 1e3,

@@ -29,7 +29,8 @@ from sim.cost.kernels.expert_parallel import (
     check_expert_parallel,
 )
 from sim.cost.kernels.grid import Grid
-from sim.cost.kernels.memory_ops import MemoryOps
+from sim.cost.kernels.memory_ops import MemoryOps, hardware_for_gpu
+from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transferred_factor
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
     SkewFit,
@@ -65,7 +66,8 @@ class KernelCost:
         default: the hardware preset of the GPU the artifact was measured on.
 
         ``mixed_attention=False`` prices a mixed step's attention as pure prefill plus
-        pure decode even where the tables have the one varlen kernel, and
+        pure decode even where the tables have the one varlen kernel (or, for FA2
+        tables without it, the factor ``mixed_factor`` carries from a profile), and
         ``memory_ops=False`` leaves the memory-bound ops out: what these tables
         priced before those fixes (ablations, ``benchmarks/public_runs.py``).
         ``skew=False`` does not apply the artifact's skew fit (an ablation)."""
@@ -108,6 +110,20 @@ class KernelCost:
             self._prefill_attn, self._decode_attn = attention_grids(
                 artifact, s.num_heads, s.num_kv_heads, s.head_dim
             )
+        # FA2 tables timing pure kernels only: a mixed step's decodes slowed down as
+        # the RTX 4090 profile measured them in the one varlen kernel, carried to
+        # this GPU by its FLOP/B balance (mixed_factor).
+        transfers = not self._mixed and applies_to(artifact)
+        self._mixed_factor: MixedDecodeFactor | None = None
+        if transfers and mixed_attention:
+            gpu = hardware if hardware is not None else hardware_for_gpu(provenance.gpu)
+            if gpu is None:
+                raise ConfigError(
+                    f"kernel artifact ({artifact.label}) was measured on {provenance.gpu!r}, "
+                    "which no hardware preset names: its FLOP/B balance, which carries the "
+                    "mixed-attention factor to it, is unknown (give the scenario's hardware)"
+                )
+            self._mixed_factor = transferred_factor(gpu)
         # Uneven decode KV lengths: the profile's fitted blend towards the longest
         # (a profile's table, looked up on its lattice's KV axes).
         self._skew: SkewFit | None = (
@@ -124,7 +140,7 @@ class KernelCost:
         self._lm_cache: dict[int, float] = {}
         # Ablations that change this model's prices, named in its label.
         off = (
-            ("attention as two kernels", self._mixed and not mixed_attention),
+            ("attention as two kernels", (self._mixed or transfers) and not mixed_attention),
             ("no memory-bound ops", self._profile is None and not memory_ops),
             ("no skew fit", self._mixed and artifact.has("attention_skew") and not skew),
         )
@@ -241,12 +257,27 @@ class KernelCost:
         """
         if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
             return self.mixed_attention_s(shape)
-        return self.prefill_attention_s(shape) + self.decode_attention_s(
+        decode = self.decode_attention_s(
             shape.num_decode_seqs,
             shape.num_decode_context_tokens,
             shape.max_decode_context_tokens,
             shape.min_decode_context_tokens,
         )
+        if self._mixed_factor is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
+            decode = decode * self.mixed_decode_factor(shape)
+        return self.prefill_attention_s(shape) + decode
+
+    def mixed_decode_factor(self, shape: StepShape) -> float:
+        """How much longer a mixed step's decodes take in FA2's varlen kernel than in
+        the pure decode kernel (``mixed_factor``; 1.0 without a factor), looked up at
+        the step's mean chunk and cached prefill, its decode count and mean KV
+        (cached tokens, the profile's axis)."""
+        factor = self._mixed_factor
+        if factor is None or not (shape.num_prefill_tokens and shape.num_decode_seqs):
+            return 1.0
+        b, n = shape.num_prefill_seqs, shape.num_decode_seqs
+        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
+        return factor(chunk, cached, float(n), (shape.num_decode_context_tokens - n) / n)
 
     def skew_alpha(
         self,
@@ -397,6 +428,8 @@ class KernelCost:
                 shape.max_decode_context_tokens,
                 shape.min_decode_context_tokens,
             )
+            if self._mixed_factor is not None and shape.num_prefill_tokens and decode:
+                decode = decode * self.mixed_decode_factor(shape)  # attention_s's product
             layer += [("prefill_attention", self.prefill_attention_s(shape))]
             layer += [("decode_attention", decode)]
         if seqs and self._lm_ops:
@@ -425,6 +458,8 @@ class KernelCost:
         layout += f"(ep{self.ep})" if self.ep > 1 else ""
         kernel = p.kernels.get("attention") or p.kernels.get("engine", "")
         detail = f"; {kernel}" if kernel else ""
+        if self._mixed_factor is not None:
+            detail += f"; {self._mixed_factor.label}"
         ablated = f" [{', '.join(self.ablations)}]" if self.ablations else ""
         return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail}){ablated}"
 

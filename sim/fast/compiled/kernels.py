@@ -61,7 +61,10 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     # Every table the loop reads (the per-token and per-sequence ones are tabulated
     # before the run: a lookup past a grid's last point there would warn for steps
     # the run may never take).
-    grids: list[Grid | None] = [kernel._prefill_attn, kernel._decode_attn, kernel._mixed_attn]
+    factor = None if kernel._mixed_factor is None else kernel._mixed_factor.grid
+    grids: list[Grid | None] = [
+        kernel._prefill_attn, kernel._decode_attn, kernel._mixed_attn, factor,
+    ]  # fmt: skip
     # (grid, the largest coordinate on each axis; None: no bound: GEMM n, split into
     # blocks inside the grid, gemm_s). Attention is looked up as the run goes: past
     # a grid's edge the loop hands the run over.
@@ -172,11 +175,16 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
     layout[loop.DECODE_HISTORY] = kernel._decode_history
     layout[loop.PROFILE_ATTENTION] = kernel._mixed
     mixed = kernel._mixed_attn
+    factor = kernel._mixed_factor
+    if factor is not None:  # FA2 tables: the decodes' factor in MIXED_GRID's place
+        assert mixed is None  # (KernelCost: a factor only where no lattice)
+        mixed = factor.grid
+        layout[loop.HAS_MIXED_FACTOR] = 1
     if mixed is not None:  # the 4-D lattice: axes, values, strides
         lists = mixed.point_lists
         assert lists is not None and len(lists[0]) == 4  # why_not said so
         axes, flat, strides = lists
-        layout[loop.HAS_MIXED] = 1
+        layout[loop.HAS_MIXED] = factor is None
         for d, axis in enumerate(axes):
             put(loop.MIXED_GRID + 2 * d, axis)
             layout[loop.MIXED_GRID + 2 * d + 1] = len(axis)

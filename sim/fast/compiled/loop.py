@@ -78,13 +78,16 @@ DECODE_GRID = PREFILL_GRID + GRID_SIZE
 # (PROFILE_ATTENTION); the 4-D mixed-attention grid (HAS_MIXED; MIXED_GRID: four
 # (offset, length) axes, the values' offset, four strides); the skew fit (HAS_SKEW:
 # its prefill chunks, the four bucket axes as (offset, length), then its alphas
-# on that lattice, 0 where it has none, and their five strides).
+# on that lattice, 0 where it has none, and their five strides). FA2 tables without
+# a mixed lattice: the decodes' factor in the varlen kernel (HAS_MIXED_FACTOR,
+# sim.cost.kernels.mixed_factor), a 4-D grid in MIXED_GRID's place.
 PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
 HAS_MIXED, MIXED_GRID = 31, 32
 MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
 HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
 SKEW_ALPHAS, SKEW_STRIDES = 56, 57
-LAYOUT_SIZE = 62
+HAS_MIXED_FACTOR = 62
+LAYOUT_SIZE = 63
 # Scalar state (``state`` array, int64), by index.
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
@@ -343,6 +346,10 @@ def kernel_gpu_s(
                 decode = skewed_decode_s(
                     tables, layout, decode, decode_seqs, kv, max_context, min_context
                 )
+            if layout[HAS_MIXED_FACTOR] and prefill_tokens != 0:
+                decode = decode * mixed_decode_factor(
+                    tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context
+                )
         attention = prefill + decode
     layer = tables[layout[DENSE] + tokens] + attention
     seqs = prefill_seqs + decode_seqs
@@ -389,6 +396,29 @@ def mixed_attention_s(
     if prefill_seqs == 1:
         return one
     return one + (prefill_seqs - 1) * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
+
+
+def mixed_decode_factor(
+    tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, kv_read: int,
+    decode_seqs: int, context: int,
+) -> float:  # fmt: skip
+    """``KernelCost.mixed_decode_factor`` (``MixedDecodeFactor``: each coordinate
+    clamped to its axis's last point, so never NaN)."""
+    chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
+    n = decode_seqs
+    kv = (context - n) / n
+    g = MIXED_GRID
+    return grid_point_4d(
+        tables, layout, g,
+        clamped(tables, layout, g, 0, chunk), clamped(tables, layout, g, 1, cached),
+        clamped(tables, layout, g, 2, float(n)), clamped(tables, layout, g, 3, kv),
+    )  # fmt: skip
+
+
+def clamped(tables: FloatArray, layout: IntArray, g: int, d: int, x: float) -> float:
+    """``x``, or the last point of axis ``d`` of the 4-D grid at ``layout[g:]`` past it."""
+    last = tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
+    return x if x < last else last
 
 
 def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
@@ -952,6 +982,8 @@ def compile_run() -> Any:
         "prefill_chunk",
         "prefill_attention_s",
         "mixed_attention_s",
+        "clamped",
+        "mixed_decode_factor",
         "kernel_gpu_s",
         "cpu_s",
         "with_cpu",

@@ -1,0 +1,124 @@
+"""A mixed step's decodes in FlashAttention-2's varlen kernel, for pure-kernel tables.
+
+vLLM runs one FlashAttention varlen kernel over a chunked-prefill batch. Beside a
+prefill chunk, FA2 runs each decode's one-query row through the prefill path: a
+tile of many query rows for one valid row, and no split of the KV sequence across
+thread blocks as the pure decode kernel has. So the decodes of a mixed step cost
+more than the pure decode kernel over the same decodes. aiconfigurator's tables
+time the pure kernels only (context and generation attention), and their sum
+misses that; LLMServingSim's per-layer profiles time the mixed kernel itself.
+
+``MixedDecodeFactor`` carries the measured slowdown from a profile to tables
+without mixed rows::
+
+    factor_ref(c, p, n, kv) = (mixed(c, p, n, kv) - pre(c, p)) / dec(n, kv)       [1]
+    factor = 1 + (factor_ref - 1) * balance_ref / balance                      [1]
+    attention = prefill_attention + factor * decode_attention                  [s]
+
+on the profile's lattice (one prefill chunk of ``c`` new tokens after ``p``
+cached, ``n`` decodes after ``kv`` cached each). Why the balance: the extra is
+tile compute (tensor-core time) over the pure kernel's KV reads (memory time),
+so it moves with the GPU's machine balance, datasheet dense FLOP/s per byte/s
+of memory bandwidth (``HardwareSpec``). The two profiled GPUs bear it out: over
+the lattice's rows with at least 8 decodes, the RTX PRO 6000's own extra is a
+median 0.52x the RTX 4090's (interquartile 0.45-0.65), and the balance ratio
+is 0.59 (164 against 279 FLOP/B). ``factor_ref`` is floored at 0 (a few decodes
+beside a long chunk hide in its tail: the difference is noise around 0), and a
+lookup is clamped to the lattice's last point on each axis: a ratio, unlike a
+latency, does not grow with the coordinate past it.
+
+The source is the RTX 4090 profile (``REFERENCE``: FA2 on Ada, vLLM 0.19), and
+it applies to tables whose attention is FA2 (``applies_to``): the RTX PRO 6000
+and L40S slices. A transfer across GPUs is an estimate, and the cost model's
+label says so. FA3 (Hopper) and FlashInfer / TRT-LLM (Blackwell datacenter)
+kernels are other kernels, not measured mixed anywhere here, and keep the sum.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from sim.cost.kernels.artifact import KernelArtifact, load_cached, resolve_kernel_artifact
+from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.tables import MIXED_AXES, mixed_attention_grids
+from sim.hardware.specs import HardwareSpec, hardware_preset
+
+REFERENCE = "rtx4090-vllm-0.19.0-llama-3.1-8b-tp1"  # a shipped LLMServingSim profile
+REFERENCE_HARDWARE = "rtx-4090"  # the GPU it was measured on (its preset)
+FA2 = "vllm_flash_attn_fa2"  # aiconfigurator's name of vLLM's FA2 attention variant
+
+
+def applies_to(artifact: KernelArtifact) -> bool:
+    """Whether ``artifact`` times FA2's pure kernels only (no mixed-batch rows)."""
+    attention = artifact.provenance.kernels.get("attention", "")
+    return attention.startswith(FA2) and not artifact.has("mixed_attention")
+
+
+class MixedDecodeFactor:
+    """The decodes' slowdown in a mixed FA2 kernel (the module docstring), by lookup."""
+
+    __slots__ = ("_grid", "_last", "label", "source")
+
+    def __init__(self, source: str, grid: Grid, label: str) -> None:
+        self.source = source
+        self._grid = grid
+        self._last = [float(axis[-1]) for axis in grid.axes]
+        self.label = label
+
+    @property
+    def grid(self) -> Grid:
+        """The factor on the profile's lattice (for the compiled loop's copy)."""
+        return self._grid
+
+    def __call__(self, chunk: float, cached: float, num_decode_seqs: float, kv: float) -> float:
+        """The factor at one prefill chunk of ``chunk`` new tokens after ``cached``,
+        beside ``num_decode_seqs`` decodes of mean KV ``kv`` (cached tokens)."""
+        c_last, p_last, n_last, kv_last = self._last
+        return self._grid(
+            chunk if chunk < c_last else c_last,
+            cached if cached < p_last else p_last,
+            num_decode_seqs if num_decode_seqs < n_last else n_last,
+            kv if kv < kv_last else kv_last,
+        )
+
+
+def balance_flops_per_byte(hardware: HardwareSpec) -> float:
+    """Datasheet dense FLOP/s per byte/s of memory bandwidth."""
+    return hardware.peak_flops_per_s / hardware.memory_bandwidth_bytes_per_s
+
+
+def factor_from_profile(
+    artifact: KernelArtifact, source: str, balance_scale: float = 1.0
+) -> MixedDecodeFactor:
+    """The factor a profile with a mixed_attention table measured, its extra over 1
+    scaled by ``balance_scale`` (the profiled GPU's balance over the target's)."""
+    grids = mixed_attention_grids(artifact)
+    assert grids.mixed is not None, f"{source}: no mixed rows"
+    axes = grids.mixed.axes
+    mixed = grids.mixed.values[1:, :, 1:, 1:]  # the rows with a chunk and decodes
+    prefill = grids.prefill.values[:, :, None, None]
+    decode = grids.decode.values[None, None, :, :]
+    measured = np.maximum((mixed - prefill) / decode, 0.0)
+    factor = 1.0 + (measured - 1.0) * balance_scale
+    sub_axes = (axes[0][1:], axes[1], axes[2][1:], axes[3][1:])
+    label = f"mixed decodes: FA2 varlen factor of {source}"
+    if balance_scale != 1.0:
+        label += f", extra x{balance_scale:.2f} (FLOP/B balance; transferred estimate)"
+    grid = Grid("mixed decode factor", MIXED_AXES, sub_axes, factor)
+    return MixedDecodeFactor(source, grid, label)
+
+
+def transferred_factor(hardware: HardwareSpec) -> MixedDecodeFactor:
+    """``REFERENCE``'s factor carried to ``hardware`` (the module docstring)."""
+    scale = balance_flops_per_byte(hardware_preset(REFERENCE_HARDWARE)) / balance_flops_per_byte(
+        hardware
+    )
+    return _transferred(round(scale, 12))
+
+
+@lru_cache(maxsize=8)
+def _transferred(balance_scale: float) -> MixedDecodeFactor:
+    artifact = load_cached(resolve_kernel_artifact(REFERENCE, None))
+    return factor_from_profile(artifact, REFERENCE, balance_scale)
