@@ -1,0 +1,112 @@
+"""Where a public run's prediction departs from the measurement, by load.
+
+    python benchmarks/step_gap.py [--run NAME ...]
+
+The public runs log no step times, only each request's arrival, first token
+and last token. A request's TPOT is the mean step time over its decode (it is
+in every step from its first token to its last), so requests binned by
+arrival time show how the step price's error moves with the batch the run had
+then: the batch grows while requests arrive (~10 req/s for 29 s) and drains
+after. Per bin: the median measured and predicted TPOT, their ratio and their
+gap in ms (a request's measured minus predicted TPOT; ratio: predicted /
+measured). A gap constant across
+bins (steps of any size off by the same time) points at a per-step cost the
+model leaves out (a collective's latency, a launch, CPU work); a constant
+ratio at a proportional one.
+
+Then the sensitivity of the TP 2 and EP 2 rows to the per-hop latency of the
+link (what a ring all-reduce or all-gather pays per hop besides its bytes):
+the measured 2.1 us of ``pcie5-via-host`` (aiconfigurator-core's NCCL table
+on its own server) against 20 us, LLMServingSim's configuration of the
+servers these runs ran on (``config.json``: ``link_latency`` 20000 ns). A
+study, not a fit: no scenario takes the 20 us (docs/validation.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from public_runs import EXAMPLES, RUNS, latencies_s  # noqa: E402
+
+from sim import api  # noqa: E402
+from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
+
+BINS_S = (0.0, 3.0, 6.0, 9.0, 12.0, 16.0, 20.0, 25.0, 30.0)
+# LLMServingSim's link latency for these servers, with the measured NCCL rate.
+SLOW_HOPS = "parallelism.link={name: hop-20us, bandwidth_bytes_per_s: 19.7e9, latency_s: 20e-6, efficiency: 1.0}"  # noqa: E501
+
+
+def tpot_by_arrival(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:
+    """Median measured and predicted TPOT (ms) of the requests in each arrival bin."""
+
+    def tpot(frame: pd.DataFrame) -> pd.Series:
+        tokens = frame["num_output_tokens"] - 1
+        return (frame["finish_s"] - frame["first_token_s"]) / tokens.where(tokens > 0)
+
+    m = measured.set_index("request_id")
+    p = predicted.set_index("request_id")
+    both = pd.DataFrame(
+        {
+            "arrival_s": m["arrival_s"] - m["arrival_s"].min(),
+            "measured_ms": 1e3 * tpot(m),
+            "predicted_ms": 1e3 * tpot(p).reindex(m.index),
+        }
+    ).dropna()
+    both["gap_ms"] = both["measured_ms"] - both["predicted_ms"]
+    both["bin"] = pd.cut(both["arrival_s"], BINS_S)
+    table = both.groupby("bin", observed=True)[["measured_ms", "predicted_ms", "gap_ms"]].median()
+    table["ratio"] = table["predicted_ms"] / table["measured_ms"]
+    table["num_requests"] = both.groupby("bin", observed=True).size()
+    return table
+
+
+def p50_errors(name: str, overrides: list[str]) -> str:
+    """TTFT and TPOT p50 errors of a run replayed with ``overrides``."""
+    run = next(r for r in RUNS if r.name == name)
+    measured = latencies_s(read_llmservingsim(EXAMPLES / run.folder).requests)
+    predicted = latencies_s(api.run(ROOT / run.scenario, overrides).requests)
+    errors = [
+        100.0 * (np.median(predicted[k]) / np.median(measured[k]) - 1.0) for k in ("ttft", "tpot")
+    ]
+    return f"TTFT {errors[0]:+.1f} %, TPOT {errors[1]:+.1f} %"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", action="append", help="only these runs (repeatable)")
+    args = parser.parse_args(argv)
+    warnings.simplefilter("ignore")  # proportional extrapolation warnings
+    for run in RUNS:
+        if args.run and run.name not in args.run:
+            continue
+        measured = read_llmservingsim(EXAMPLES / run.folder).requests
+        predicted = api.run(ROOT / run.scenario).requests
+        table = tpot_by_arrival(measured, predicted)
+        print(f"\n{run.name} ({run.scenario}): TPOT by arrival time")
+        print("| arrived (s) | requests | measured ms | predicted ms | ratio | gap ms |")
+        print("|---|---|---|---|---|---|")
+        for interval, row in table.iterrows():
+            print(
+                f"| {interval} | {row['num_requests']:.0f} | {row['measured_ms']:.1f} "
+                f"| {row['predicted_ms']:.1f} | {row['ratio']:.3f} | {row['gap_ms']:+.2f} |"
+            )
+    print("\nPer-hop link latency, p50 errors (the scenarios' measured 2.1 us against 20 us):")
+    for name in ("rtxpro6000-qwen3-32b-tp2-profile",):
+        if args.run and name not in args.run:
+            continue
+        print(f"  {name}: 2.1 us {p50_errors(name, [])}; 20 us {p50_errors(name, [SLOW_HOPS])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
