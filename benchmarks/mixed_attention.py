@@ -44,9 +44,17 @@ from sim.api.build import cost_model_for  # noqa: E402
 from sim.api.overrides import load_with  # noqa: E402
 from sim.cost.base import CostModel, FloatArray, StepShape  # noqa: E402
 from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
-from sim.cost.kernels.artifact import load_kernel_artifact, resolve_kernel_artifact  # noqa: E402
+from sim.cost.kernels.artifact import (  # noqa: E402
+    load_cached,
+    load_kernel_artifact,
+    resolve_kernel_artifact,
+)
 from sim.cost.kernels.cost import KernelCost  # noqa: E402
-from sim.cost.kernels.mixed_factor import transferred_factor  # noqa: E402
+from sim.cost.kernels.mixed_factor import (  # noqa: E402
+    balance_flops_per_byte,
+    factor_from_profile,
+    transferred_factor,
+)
 from sim.hardware.specs import hardware_preset  # noqa: E402
 
 PROFILES = ("rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", "rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1")
@@ -137,6 +145,25 @@ def busy_time_shares() -> dict[str, float]:
     }
 
 
+def extra_ratios() -> FloatArray:
+    """The RTX PRO 6000's measured extra (factor - 1) over the RTX 4090's, at the 4090
+    lattice's points with at least 8 decodes, no cached prefill and a 4090 extra over
+    0.05 (a ratio of near-zeros says nothing)."""
+    own = [
+        factor_from_profile(load_cached(resolve_kernel_artifact(name, None)), name)
+        for name in PROFILES
+    ]
+    chunks, _, decodes, kvs = own[0].grid.axes
+    ratios = []
+    for chunk in chunks:
+        for n in decodes[decodes >= 8]:
+            for kv in kvs:
+                ref, pro = (f(chunk, 0.0, n, kv) - 1.0 for f in own)
+                if ref > 0.05:
+                    ratios.append(pro / ref)
+    return np.asarray(ratios)
+
+
 def transfer_errors(min_decodes: int) -> dict[str, FloatArray]:
     """Predicted / measured - 1 over the RTX PRO 6000 profile's mixed rows with at
     least ``min_decodes`` decodes: its pure rows summed, and with the carried factor."""
@@ -195,6 +222,16 @@ def main() -> None:
         f"{shares['attention_ratio_p50']:.2f}x the two kernels' sum (median); priced as "
         f"two kernels they come out {shares['mixed_steps_short_pct']:.1f} % short "
         f"({shares['busy_short_pct']:.1f} % of busy time)"
+    )
+    ratios = extra_ratios()
+    q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
+    balance = balance_flops_per_byte(hardware_preset("rtx-4090")) / balance_flops_per_byte(
+        hardware_preset("rtx-pro-6000")
+    )
+    print(
+        f"\nRTX PRO 6000's measured extra / RTX 4090's, {ratios.size} lattice points with >= 8 "
+        f"decodes: median {q50:.2f} (interquartile {q25:.2f}-{q75:.2f}); FLOP/B balance "
+        f"ratio {balance:.2f}"
     )
     print("\nThe RTX 4090's factor carried to the RTX PRO 6000 (FLOP/B balance), against")
     print("that GPU's own measured mixed rows (predicted / measured - 1):\n")

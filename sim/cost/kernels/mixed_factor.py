@@ -19,13 +19,14 @@ on the profile's lattice (one prefill chunk of ``c`` new tokens after ``p``
 cached, ``n`` decodes after ``kv`` cached each). Why the balance: the extra is
 tile compute (tensor-core time) over the pure kernel's KV reads (memory time),
 so it moves with the GPU's machine balance, datasheet dense FLOP/s per byte/s
-of memory bandwidth (``HardwareSpec``). The two profiled GPUs bear it out: over
-the lattice's rows with at least 8 decodes, the RTX PRO 6000's own extra is a
-median 0.52x the RTX 4090's (interquartile 0.45-0.65), and the balance ratio
-is 0.59 (164 against 279 FLOP/B). ``factor_ref`` is floored at 0 (a few decodes
-beside a long chunk hide in its tail: the difference is noise around 0), and a
-lookup is clamped to the lattice's last point on each axis: a ratio, unlike a
-latency, does not grow with the coordinate past it.
+of memory bandwidth (``HardwareSpec``). The two profiled GPUs bear it out: at
+the lattice's points with at least 8 decodes, the RTX PRO 6000's own extra is
+a median 0.62x the RTX 4090's (interquartile 0.45-0.75), and the balance
+ratio is 0.59 (164 against 279 FLOP/B; ``benchmarks/mixed_attention.py``).
+``factor_ref`` is floored at 0 (a few decodes beside a long chunk hide in its
+tail: the difference is noise around 0), and a lookup is clamped to the
+lattice's last point on each axis: a ratio, unlike a latency, does not grow
+with the coordinate past it.
 
 The source is the RTX 4090 profile (``REFERENCE``: FA2 on Ada, vLLM 0.19), and
 it applies to tables whose attention is FA2 (``applies_to``): the RTX PRO 6000
