@@ -73,7 +73,7 @@ from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, StepPlan
 from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.scenario import Scenario
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
 from sim.workload.generate import RequestArrays
 
 
@@ -491,9 +491,9 @@ class OnlineEngine:
         (its client is gone), never the engine loop that serves the others."""
         request = live.request
         try:
-            live.sink(
-                Emitted(token_ids, reason, request.num_prompt_tokens, request.num_generated_tokens)
-            )
+            timing = timing_of(request) if token_ids else None
+            n, generated = request.num_prompt_tokens, request.num_generated_tokens
+            live.sink(Emitted(token_ids, reason, n, generated, timing))
         except Exception:
             if request.request_id in self._live:
                 self._end_early(request)

@@ -5,7 +5,8 @@ bytes of ``reply`` in turn (cycled), as the byte tokenizer's ids, so that the
 text a client gets is known before the request is sent (``expected_text``).
 By default every event is emitted at once, on the caller's thread, inside
 ``submit``; with ``trickle`` one event every few milliseconds from a thread,
-until the request is aborted.
+until the request is aborted. Event ``j`` of a request of ``n`` prompt tokens
+carries the engine timing ``scripted_timing(n, j)``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,19 @@ from __future__ import annotations
 import threading
 
 from sim.openai.tokenizer import NUM_SPECIAL
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, RequestTiming, Sink
+
+
+def scripted_timing(num_prompt_tokens: int, event: int) -> RequestTiming:
+    """The engine timing of a request's event ``event`` (0: its first token)."""
+    return RequestTiming(
+        queue_s=0.5,
+        prefill_s=0.25,
+        decode_s=0.125 * event,
+        num_preemptions=1,
+        num_prefix_query_tokens=num_prompt_tokens,
+        num_prefix_hit_tokens=num_prompt_tokens // 2,
+    )
 
 
 class ScriptedBackend:
@@ -63,7 +76,8 @@ class ScriptedBackend:
             return request_id
         for i in range(max_tokens):
             last = i == max_tokens - 1
-            sink(Emitted((self._token(i),), self.reason if last else None, n, i + 1))
+            reason = self.reason if last else None
+            sink(Emitted((self._token(i),), reason, n, i + 1, scripted_timing(n, i)))
         return request_id
 
     def _token(self, i: int) -> int:
@@ -73,7 +87,8 @@ class ScriptedBackend:
         for i in range(2000):  # ~20 s at most: the test hangs up long before
             if request_id in self.aborted:
                 return
-            sink(Emitted((self._token(i),), None, num_prompt, i + 1))
+            timing = scripted_timing(num_prompt, i)
+            sink(Emitted((self._token(i),), None, num_prompt, i + 1, timing))
             threading.Event().wait(0.01)
 
     def abort(self, request_id: int) -> None:

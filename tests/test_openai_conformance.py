@@ -328,6 +328,20 @@ def test_metrics_count_what_was_served(
     assert value("vllm:e2e_request_latency_seconds_count") == 3
     # One gap per later token event: 6 + 6 for the pair, then the stopped one's.
     assert value("vllm:inter_token_latency_seconds_count") == 12 + stopped_tokens - 1
+    # The engine's phases, one observation per choice as of its last token (the
+    # stopped one's: the token that completed the stop string; scripted_timing).
+    decode_s = 2 * 0.125 * 6 + 0.125 * (stopped_tokens - 1)
+    for phase, total_s in (
+        ("queue", 3 * 0.5),
+        ("prefill", 3 * 0.25),
+        ("decode", decode_s),
+        ("inference", 3 * 0.25 + decode_s),
+    ):
+        assert value(f"vllm:request_{phase}_time_seconds_count") == 3
+        assert value(f"vllm:request_{phase}_time_seconds_sum") == pytest.approx(total_s)
+    assert value("vllm:num_preemptions_total") == 3
+    assert value("vllm:prefix_cache_queries_total") == 4 + 4 + 2
+    assert value("vllm:prefix_cache_hits_total") == 2 + 2 + 1
 
 
 # --- the reference engine behind the same server -----------------------------------------------
@@ -361,8 +375,14 @@ def test_the_reference_engine_through_the_openai_client() -> None:
             answer = c.chat.completions.create(
                 model=MODEL, messages=chat([{"type": "text", "text": "hey"}]), max_tokens=4
             )
+            got = samples(http(server.base_url + "/metrics")[2])
     finally:
         engine.stop()
+    # The engine's phases of the three choices, from its own clock.
+    labels = tuple(sorted((("engine", "0"), ("model_name", MODEL))))
+    for phase in ("queue", "prefill", "decode", "inference"):
+        assert got[(f"vllm:request_{phase}_time_seconds_count", labels)] == 3
+    assert got[("vllm:request_decode_time_seconds_sum", labels)] > 0
     usage = chunks[-1].usage
     assert (usage.prompt_tokens, usage.completion_tokens) == (20, 24)
     for index in (0, 1):

@@ -101,16 +101,23 @@ def workload(num: int, rate_per_s: float, seed: int) -> tuple[list[float], list[
     return arrivals, prompts, outputs
 
 
-def offline(
+def offline_frame(
     config: ReplicaConfig, arrivals_s: list[float], prompts: list[int], outputs: list[int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The simulator's engine times of each request's first token and finish."""
+) -> pd.DataFrame:
+    """The simulator's request records, by request id."""
     work = RequestArrays(
         np.asarray(arrivals_s, dtype=np.float64),
         np.asarray(prompts, dtype=np.int64),
         np.asarray(outputs, dtype=np.int64),
     )
-    frame = Simulation(config, fast=False).run(work).requests.sort_values("request_id")
+    return Simulation(config, fast=False).run(work).requests.sort_values("request_id")
+
+
+def offline(
+    config: ReplicaConfig, arrivals_s: list[float], prompts: list[int], outputs: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The simulator's engine times of each request's first token and finish."""
+    frame = offline_frame(config, arrivals_s, prompts, outputs)
     return frame["engine_first_token_s"].to_numpy(), frame["engine_finish_s"].to_numpy()
 
 
@@ -131,8 +138,17 @@ def test_every_token_comes_when_the_simulator_predicts(
     config = engine_for(load_scenario(SCENARIOS / scenario, list(sets)))
     arrivals, prompts, outputs = workload(120, 12.0, seed=len(sets))
     engine, records = drive(config, arrivals, prompts, outputs)
-    first_s, finish_s = offline(config, arrivals, prompts, outputs)
+    frame = offline_frame(config, arrivals, prompts, outputs)
+    first_s, finish_s = frame["engine_first_token_s"].to_numpy(), frame["engine_finish_s"]
+    scheduled_s, ready_s = frame["first_scheduled_s"].to_numpy(), frame["ready_s"].to_numpy()
     for i, record in enumerate(records):
+        # The engine's phases of the request (/metrics' queue, prefill, decode times).
+        timing = record.events[-1].timing
+        assert timing is not None and all(e.timing is not None for e in record.events)
+        assert timing.queue_s == pytest.approx(scheduled_s[i] - ready_s[i], abs=1e-9)
+        assert timing.prefill_s == pytest.approx(first_s[i] - scheduled_s[i], abs=1e-9)
+        assert timing.decode_s == pytest.approx(finish_s.iloc[i] - first_s[i], abs=1e-9)
+        assert timing.num_preemptions == frame["num_preemptions"].iloc[i]
         tokens = [t for e in record.events for t in e.token_ids]
         assert len(tokens) == outputs[i], i
         assert tokens == list(token_ids(0, outputs[i]))
@@ -140,7 +156,7 @@ def test_every_token_comes_when_the_simulator_predicts(
         assert record.events[-1].num_generated_tokens == outputs[i]
         assert record.events[-1].num_prompt_tokens == prompts[i]
         assert record.times_s[0] == pytest.approx(first_s[i], abs=1e-9), i
-        assert record.times_s[-1] == pytest.approx(finish_s[i], abs=1e-9), i
+        assert record.times_s[-1] == pytest.approx(finish_s.iloc[i], abs=1e-9), i
         # One event per step that produced tokens, at increasing times.
         assert all(e.token_ids for e in record.events)
         assert all(a < b for a, b in zip(record.times_s, record.times_s[1:], strict=False))

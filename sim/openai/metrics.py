@@ -4,7 +4,11 @@ Load generators (aiperf, GuideLLM's server checks) and dashboards built for
 vLLM read these names; servesim measures them at the HTTP server: TTFT from
 the request's arrival at the handler to its first token's event on the event
 loop, inter-token latency between a request's token events, end-to-end
-latency to its last one. The gauges are read from the engine
+latency to its last one. The engine's phases of a request (queue, prefill,
+decode, inference), its preemptions and prefix-cache lookups come from the
+engine's clock and counters (``RequestTiming``), observed when the request
+finishes (vLLM counts preemptions and lookups as they happen; here they land
+with the request's finish). The gauges are read from the engine
 (``OnlineBackend.load``) at each scrape. Each app has its own registry, so
 two servers in one process (the tests) do not share counts.
 """
@@ -21,7 +25,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from sim.serving.stream import EngineLoad, FinishReason
+from sim.serving.stream import EngineLoad, FinishReason, RequestTiming
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # vLLM's buckets (seconds) for the latency histograms.
@@ -84,6 +88,34 @@ class ServerMetrics:
             "vllm:request_generation_tokens", "Generated tokens per request.", LABELS,
             buckets=TOKEN_BUCKETS, registry=r,
         )  # fmt: skip
+        # The engine's phases of a finished request (vLLM's request-latency buckets).
+        phases = (
+            ("queue", "Time in the engine's waiting queue: handed to it to first scheduled"),
+            ("prefill", "First scheduled to first token"),
+            ("decode", "First token to last"),
+            ("inference", "First scheduled to last token"),
+        )
+        self._phases = {
+            phase: Histogram(
+                f"vllm:request_{phase}_time_seconds",
+                f"{what} (s).",
+                LABELS,
+                buckets=E2E_BUCKETS_S,
+                registry=r,
+            )
+            for phase, what in phases
+        }
+        self._preemptions = Counter(
+            "vllm:num_preemptions", "Preemptions of finished requests.", LABELS, registry=r
+        )
+        self._prefix_queries = Counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+            LABELS, registry=r,
+        )  # fmt: skip
+        self._prefix_hits = Counter(
+            "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", LABELS,
+            registry=r,
+        )  # fmt: skip
 
     def first_token(self, ttft_s: float, num_prompt_tokens: int) -> None:
         """A request's first token: its prompt is computed (vLLM counts prompt tokens then)."""
@@ -106,6 +138,21 @@ class ServerMetrics:
         self._e2e.labels(**labels).observe(e2e_s)
         self._prompt_hist.labels(**labels).observe(num_prompt_tokens)
         self._generation_hist.labels(**labels).observe(num_generated)
+
+    def engine_timing(self, timing: RequestTiming) -> None:
+        """A finished request's time in the engine, preemptions and prefix lookups."""
+        labels = self._labels
+        phases = (
+            ("queue", timing.queue_s),
+            ("prefill", timing.prefill_s),
+            ("decode", timing.decode_s),
+            ("inference", timing.inference_s),
+        )
+        for phase, seconds in phases:
+            self._phases[phase].labels(**labels).observe(seconds)
+        self._preemptions.labels(**labels).inc(timing.num_preemptions)
+        self._prefix_queries.labels(**labels).inc(timing.num_prefix_query_tokens)
+        self._prefix_hits.labels(**labels).inc(timing.num_prefix_hit_tokens)
 
     def render(self, load: EngineLoad) -> bytes:
         """The text exposition format, the gauges read from ``load`` now."""

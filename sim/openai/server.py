@@ -31,7 +31,7 @@ from sim.openai import protocol as p
 from sim.openai.detokenize import IncrementalDetokenizer
 from sim.openai.metrics import CONTENT_TYPE, ServerMetrics
 from sim.openai.tokenizer import ByteTokenizer
-from sim.serving.stream import Emitted, FinishReason, OnlineBackend
+from sim.serving.stream import Emitted, FinishReason, OnlineBackend, RequestTiming
 
 LOG = logging.getLogger("servesim.serve")
 
@@ -168,6 +168,7 @@ class Choice:
     finish_reason: FinishReason | None = None
     stop_reason: str | None = None
     last_event_s: float | None = None
+    timing: RequestTiming | None = None  # the engine's, as of its latest event
     pieces: list[str] = field(default_factory=list)
 
     def usage(self) -> p.UsageInfo:
@@ -243,6 +244,8 @@ class Generation:
             choice.last_event_s = now
             self.metrics.generated(max(new_tokens, 0))
         choice.num_generated_tokens = event.num_generated_tokens
+        if event.timing is not None:
+            choice.timing = event.timing
         delta = choice.detokenizer.push(event.token_ids, final=event.finish_reason is not None)
         if delta.stop is not None:
             choice.finish_reason, choice.stop_reason = "stop", delta.stop
@@ -257,6 +260,8 @@ class Generation:
                 choice.num_prompt_tokens,
                 choice.num_generated_tokens,
             )
+            if choice.timing is not None:  # up to its last token (a stop string's too)
+                self.metrics.engine_timing(choice.timing)
         choice.pieces.append(delta.text)
         return choice, delta.text
 

@@ -67,7 +67,7 @@ from sim.engine.request import Request
 from sim.engine.scheduler import StepPlan
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import replica_core
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
 
 # The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
 # one): byte + 3; 0, 1, 2 are padding, BOS and EOS, never emitted here.
@@ -342,7 +342,9 @@ class SimulatedEngine:
         (its client is gone), never the loop that serves the others."""
         request = live.request
         try:
-            live.sink(Emitted(ids, reason, request.num_prompt_tokens, request.num_generated_tokens))
+            timing = timing_of(request) if ids else None
+            n, generated = request.num_prompt_tokens, request.num_generated_tokens
+            live.sink(Emitted(ids, reason, n, generated, timing))
         except Exception:
             if reason is None:
                 self._abort(live)

@@ -15,9 +15,47 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
+    from sim.engine.request import Request
     from sim.engine.scheduler import EngineCore
 
 FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestTiming:
+    """A request's time in the engine so far, in seconds of the engine's clock, as
+    vLLM's request stats split it: waiting (handed to the engine core to first
+    scheduled), prefill (first scheduled to first token), decode (first token to
+    its latest); with its preemptions and prefix-cache lookups so far (tokens
+    looked up, tokens found). ``/metrics`` observes the last one a client got."""
+
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+    num_preemptions: int
+    num_prefix_query_tokens: int
+    num_prefix_hit_tokens: int
+
+    @property
+    def inference_s(self) -> float:
+        """First scheduled to latest token (vLLM's "running" phase)."""
+        return self.prefill_s + self.decode_s
+
+
+def timing_of(request: Request) -> RequestTiming | None:
+    """``request``'s ``RequestTiming`` now; None before its first token."""
+    scheduled, first, last = request.first_scheduled_s, request.first_token_s, request.last_token_s
+    if scheduled is None or first is None or last is None:
+        return None
+    queued = request.ready_s if request.ready_s is not None else request.arrival_s
+    return RequestTiming(
+        queue_s=scheduled - queued,
+        prefill_s=first - scheduled,
+        decode_s=last - first,
+        num_preemptions=request.num_preemptions,
+        num_prefix_query_tokens=request.num_prefix_query_tokens,
+        num_prefix_hit_tokens=request.num_prefix_hit_tokens,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +63,16 @@ class Emitted:
     """One engine step's output for one request; ``finish_reason`` set on its last.
 
     ``token_ids`` may be empty on the last event of a request that ends without a
-    new token (an abort, a request refused at admission).
+    new token (an abort, a request refused at admission). ``timing``: the
+    request's time in the engine as of this event (``timing_of``), on events
+    with tokens from engines that keep it.
     """
 
     token_ids: tuple[int, ...]
     finish_reason: FinishReason | None
     num_prompt_tokens: int
     num_generated_tokens: int
+    timing: RequestTiming | None = None
 
 
 Sink = Callable[[Emitted], None]
