@@ -24,12 +24,15 @@ import pytest
 from benchmark_module import load_benchmark
 
 from sim.api import engine_for
+from sim.api.build import cluster_for
 from sim.cli import main as cli_main
 from sim.cli.serve import cost_source
 from sim.scenario import load_scenario
 from sim.serving import realtime
 from sim.serving.realtime import SimulatedEngine, block_hashes, token_ids
 from sim.serving.replica_config import ReplicaConfig
+from sim.serving.routed import RoutedEngines
+from sim.serving.router import make_router
 from sim.serving.simulation import Simulation
 from sim.serving.stream import Emitted, Sink
 from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
@@ -328,9 +331,131 @@ def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     return err.removeprefix("servesim: error: ").strip()
 
 
-def test_the_cli_refuses_a_cluster(capsys: pytest.CaptureFixture[str]) -> None:
-    err = one_line_error(capsys, ["serve", "--simulate", str(SCENARIOS / "replicas.yaml")])
-    assert err.startswith("cluster: servesim serve --simulate serves one replica")
+@pytest.mark.parametrize(
+    ("scenario", "sets", "refused"),
+    [
+        ("replicas.yaml", ("cluster.router=central_queue",), "cluster.router: central_queue"),
+        ("disaggregated.yaml", (), "cluster.disaggregation"),
+        ("public/rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml", (), "cluster.lockstep"),
+    ],
+)
+def test_the_cli_refuses_clusters_other_than_routed_replicas(
+    capsys: pytest.CaptureFixture[str], scenario: str, sets: tuple[str, ...], refused: str
+) -> None:
+    argv = ["serve", "--simulate", str(SCENARIOS / scenario)]
+    argv += [arg for value in sets for arg in ("--set", value)]
+    err = one_line_error(capsys, argv)
+    assert err.startswith(f"{refused}: servesim serve --simulate routes requests over replicas")
+
+
+@pytest.mark.parametrize(
+    "router",
+    ["round_robin", "least_outstanding_requests", "least_outstanding_tokens", "power_of_two"],
+)
+def test_routed_replicas_serve_every_token_when_the_simulated_cluster_predicts(
+    router: str,
+) -> None:
+    # No way in: the server routes a request when it takes it, the offline pool when
+    # its way in ends (sim.serving.routed); with none the two are the same moment.
+    seed = 7
+    sets = [f"cluster={{num_replicas: 3, router: {router}}}", f"seed={seed}"]
+    sets += ["frontend.way_in_s_per_request=0", "frontend.tokenize_s_per_token=0"]
+    scenario = load_scenario(SCENARIOS / "llama70b_tp.yaml", sets)
+    config = engine_for(scenario)
+    assert scenario.cluster is not None
+    arrivals, prompts, outputs = workload(150, 30.0, seed=3)
+    # Online: three engines on one test clock behind the router, as the CLI builds them.
+    clock = Clock()
+    layout = cluster_for(scenario, np.random.default_rng(seed))
+    assert layout is not None
+    engines = [SimulatedEngine(config, clock) for _ in range(3)]
+    routed = RoutedEngines(
+        engines, make_router(scenario.cluster.router, layout.rng), config.core.block_size_tokens
+    )
+    records = [Record() for _ in arrivals]
+    for i, arrival_s in enumerate(arrivals):
+        for engine in engines:
+            engine.run_until(arrival_s)
+        clock.now_s = arrival_s
+        routed.submit(unique_prompt(i, prompts[i]), outputs[i], True, records[i].events.append)
+    for engine in engines:
+        assert engine.run_until(float("inf")) == float("inf")
+    assert [load.num_requests for load in routed.loads] == [0, 0, 0]
+    # Offline: the same requests through the simulator's pool of three.
+    work = RequestArrays(
+        np.asarray(arrivals, dtype=np.float64),
+        np.asarray(prompts, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+    )
+    cluster = cluster_for(scenario, np.random.default_rng(seed))
+    frame = Simulation(config, cluster, fast=False).run(work).requests.sort_values("request_id")
+    finish_s = frame["engine_finish_s"].to_numpy()
+    counts = frame["replica"].value_counts()
+    assert len(counts) == 3  # every replica served some
+    for i, record in enumerate(records):
+        assert sum(len(e.token_ids) for e in record.events) == outputs[i]
+        assert record.events[-1].finish_reason == "length"
+        timing = record.events[-1].timing
+        assert timing is not None
+        assert timing.decode_s + timing.prefill_s == pytest.approx(
+            finish_s[i] - frame["first_scheduled_s"].iloc[i], abs=1e-9
+        )
+        assert timing.queue_s == pytest.approx(
+            frame["first_scheduled_s"].iloc[i] - frame["ready_s"].iloc[i], abs=1e-9
+        )
+        # Ready at arrival (no way in): the first token when the cluster predicts it.
+        first_s = arrivals[i] + timing.queue_s + timing.prefill_s
+        assert first_s == pytest.approx(frame["engine_first_token_s"].iloc[i], abs=1e-9)
+
+
+def test_routed_abort_takes_the_request_off_its_replica_and_prefix_groups_stick() -> None:
+    clock = Clock()
+    config = config_of("engine.enable_prefix_caching=true")
+    engines = [SimulatedEngine(config, clock) for _ in range(2)]
+    routed = RoutedEngines(engines, make_router("prefix_affinity", np.random.default_rng(0)), 16)
+    kept, gone = Record(), Record()
+    shared = [70] * 32  # two full blocks: one prefix group
+    routed.submit([*shared, 1, 2], 30, True, kept.events.append)
+    gone_id = routed.submit([*shared, 3], 30, True, gone.events.append)
+    assert [load.num_requests for load in routed.loads] in ([2, 0], [0, 2])
+    for engine in engines:
+        engine.run_until(0.2)
+    routed.abort(gone_id)
+    routed.abort(gone_id)  # twice: harmless
+    assert sum(load.num_requests for load in routed.loads) == 1
+    for engine in engines:
+        engine.run_until(float("inf"))
+    assert all(e.finish_reason is None for e in gone.events)
+    assert kept.events[-1].finish_reason == "length"
+    assert [load.num_requests for load in routed.loads] == [0, 0]
+    load = routed.load()
+    assert (load.num_running, load.num_waiting, load.kv_cache_usage) == (0, 0, 0.0)
+
+
+def test_the_cli_serves_a_cluster_as_routed_replicas(capsys: pytest.CaptureFixture[str]) -> None:
+    from argparse import Namespace
+
+    from sim.cli.serve import _engine
+
+    path = SCENARIOS / "replicas.yaml"
+    backend = _engine(Namespace(simulate=True, scenario=str(path)), load_scenario(path))
+    assert isinstance(backend, RoutedEngines) and len(backend.engines) == 4
+    assert "4 replicas (round_robin)" in capsys.readouterr().err
+    records = [Record() for _ in range(8)]
+    backend.start()
+    try:
+        for record in records:
+            backend.submit([65] * 20, 3, False, record.events.append)
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not all(
+            r.events and r.events[-1].finish_reason for r in records
+        ):
+            time.sleep(0.01)
+    finally:
+        backend.stop()
+    assert backend.error is None
+    assert all(sum(len(e.token_ids) for e in r.events) == 3 for r in records)
+    assert [engine.core.num_done for engine in backend.engines] == [2, 2, 2, 2]
 
 
 def test_the_cli_refuses_the_reference_engines_flags(capsys: pytest.CaptureFixture[str]) -> None:

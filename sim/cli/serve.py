@@ -5,7 +5,8 @@ built in one place, ``_engine``: the reference engine
 (``calibration.reference_engine.OnlineEngine``, the scenario's model in
 PyTorch, built by ``calibration.serve_cli.reference_engine``, which alone
 imports torch), or with ``--simulate`` the simulated one
-(``sim.serving.realtime.SimulatedEngine``: the scenario's replica as the
+(``sim.serving.realtime.SimulatedEngine``: the scenario's replica, or its
+cluster's replicas behind its router (``sim.serving.routed``), as the
 simulator runs it, each step taking the time its cost model predicts; no
 torch). It serves until Ctrl-C or SIGTERM; with ``--port 0`` a free port is
 picked, and the first line printed names the URL (with ``--simulate``, what
@@ -20,6 +21,8 @@ import importlib.util
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from sim.errors import ConfigError
 
@@ -66,21 +69,44 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
             f"{', '.join(torch_flags)}: set the reference engine's model; "
             "servesim serve --simulate runs no model"
         )
-    if scenario.cluster is not None:
-        raise ConfigError(
-            "cluster: servesim serve --simulate serves one replica; "
-            "remove the cluster section (or serve each replica on its own port)"
-        )
+    cluster = scenario.cluster
+    if cluster is not None:
+        refused = [
+            name
+            for name, given in (
+                ("cluster.lockstep", cluster.lockstep),
+                ("cluster.disaggregation", cluster.disaggregation is not None),
+                ("cluster.router: central_queue", cluster.router == "central_queue"),
+            )
+            if given
+        ]
+        if refused:
+            raise ConfigError(
+                f"{refused[0]}: servesim serve --simulate routes requests over replicas "
+                "of one pool (a router other than central_queue), nothing else"
+            )
     config = engine_for(scenario, Path(args.scenario).parent)
     way_in_ms = config.frontend.way_in_s_per_request * 1e3
+    replicas = "" if cluster is None else f", {cluster.num_replicas} replicas ({cluster.router})"
     print(
-        f"servesim serve --simulate: {scenario.model.name} on {scenario.hardware.name}, "
-        f"steps priced by {cost_source(config.cost)}: {config.cost.label}; "
+        f"servesim serve --simulate: {scenario.model.name} on {scenario.hardware.name}"
+        f"{replicas}, steps priced by {cost_source(config.cost)}: {config.cost.label}; "
         f"way in {way_in_ms:g} ms a request from its receipt (frontend.way_in_s_per_request)",
         file=sys.stderr,
         flush=True,
     )
-    return SimulatedEngine(config)
+    if cluster is None:
+        return SimulatedEngine(config)
+    from sim.api.build import cluster_for
+    from sim.serving.routed import RoutedEngines
+    from sim.serving.router import make_router
+
+    # The router's draws (power_of_two) from the scenario seed, as a run's.
+    layout = cluster_for(scenario, np.random.default_rng(scenario.seed))
+    assert layout is not None
+    engines = [SimulatedEngine(config) for _ in range(cluster.num_replicas)]
+    router = make_router(cluster.router, layout.rng)
+    return RoutedEngines(engines, router, config.core.block_size_tokens)
 
 
 def cost_source(cost: CostModel) -> str:

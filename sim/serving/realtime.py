@@ -50,7 +50,8 @@ share a prefix hit the simulated cache as they would vLLM's.
 request is the byte tokenizer's id of the letter ``"abc...z"[k % 26]`` (id =
 byte + 3; never a special id), so a stream reads ``abcdef...``.
 
-One replica: a scenario with a ``cluster:`` is refused by the command line.
+One replica; a scenario's ``cluster:`` of replicas is several of these engines
+behind its router (``sim.serving.routed``).
 """
 
 from __future__ import annotations

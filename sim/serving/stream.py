@@ -101,10 +101,14 @@ def load_of(core: EngineCore, num_pending: int = 0) -> EngineLoad:
 
 
 class OnlineBackend(Protocol):
-    """An engine the HTTP server can stream from. Two implementations, see the module."""
+    """An engine the HTTP server can stream from: the module's two, and several
+    simulated replicas behind a router (``sim.serving.routed``)."""
 
     max_model_len_tokens: int
-    error: BaseException | None  # what stopped the engine's loop, if anything
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped the engine's loop, if anything."""
 
     def start(self) -> None:
         """Start the engine's loop (its own thread)."""

@@ -1,0 +1,136 @@
+"""Several online engines behind one server, a request routed to one of them.
+
+``servesim serve --simulate`` on a scenario with ``cluster: {num_replicas: N,
+router: ...}``: N simulated replicas (``sim.serving.realtime.SimulatedEngine``,
+each its own thread on the wall clock), and in front of them the router the
+offline simulator's pool uses (``sim.serving.router``), reading the same loads:
+each replica's requests routed to it and not yet finished, and their prompt plus
+``max_tokens`` tokens. A request is routed when the server submits it and leaves
+its replica's load when its last event is emitted (the engine's finish) or when
+it is aborted, as in ``sim.serving.pool.Pool``. One difference: the server routes
+a request when it takes it (as a gateway in front of replicas does), the offline
+pool when its way in ends (as vLLM's data-parallel frontend does), so a router
+that reads loads may choose otherwise for a request that arrives within a way in
+of a finish. With no way in, a client sees the cluster the offline simulator
+predicts, request for request (``tests/test_serve_simulate.py``).
+
+``prefix_affinity`` groups online requests by content: requests whose prompts
+share their first full KV block go to one replica (the offline simulator groups
+them by the scenario's ``prefix_group``). Not served here, refused in one line
+by the command: ``central_queue`` (a shared queue the replicas pull from),
+``lockstep`` data-parallel ranks and disaggregated prefill and decode pools.
+
+``/metrics`` gauges are the replicas' summed (running, waiting) and their mean KV
+usage, under one ``engine`` label.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from sim.engine.request import Request
+from sim.serving.realtime import SimulatedEngine, block_hashes
+from sim.serving.router import ReplicaLoad, Router
+from sim.serving.stream import Emitted, EngineLoad, Sink
+
+
+class RoutedEngines:
+    """An ``OnlineBackend`` over several simulated replicas and a router."""
+
+    def __init__(
+        self, engines: Sequence[SimulatedEngine], router: Router, block_size_tokens: int
+    ) -> None:
+        if not engines:
+            raise ValueError("RoutedEngines needs at least one engine")
+        self.engines = list(engines)
+        self.router = router
+        self.max_model_len_tokens = self.engines[0].max_model_len_tokens
+        self._block_size_tokens = block_size_tokens
+        self.loads = [ReplicaLoad() for _ in self.engines]
+        # Server id -> (replica, the replica's own id (None until its submit
+        # returns), tokens counted in its load); dropped when it leaves the replica.
+        self._routes: dict[int, tuple[int, int | None, int]] = {}
+        self._next_id = 0
+        self._lock = threading.Lock()  # the loads and routes: server and engine threads
+
+    @property
+    def error(self) -> BaseException | None:
+        """What stopped a replica's loop, if anything (the first that stopped)."""
+        return next((e.error for e in self.engines if e.error is not None), None)
+
+    def start(self) -> None:
+        for engine in self.engines:
+            engine.start()
+
+    def stop(self) -> None:
+        for engine in self.engines:
+            engine.stop()
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        max_tokens: int,
+        ignore_eos: bool,
+        sink: Sink,
+        received_s: float | None = None,
+    ) -> int:
+        """Route the request, count it in its replica's load, submit it there."""
+        num_tokens = len(prompt_ids) + max_tokens
+        with self._lock:
+            request_id = self._next_id
+            self._next_id += 1
+            # What the router reads of a request: its lengths and prefix group.
+            head = block_hashes(prompt_ids[: self._block_size_tokens], self._block_size_tokens)
+            seen = Request(request_id, 0.0, len(prompt_ids), max_tokens)
+            seen.prefix_group = head[0] if head else None
+            index = self.router.choose(seen, self.loads)
+            load = self.loads[index]
+            load.num_requests += 1
+            load.num_tokens += num_tokens
+            # Registered before the engine can emit (it may finish at once).
+            self._routes[request_id] = (index, None, num_tokens)
+            local = self.engines[index].submit(
+                prompt_ids, max_tokens, ignore_eos, self._sink(request_id, sink), received_s
+            )
+            if request_id in self._routes:  # still routed (not refused at once)
+                self._routes[request_id] = (index, local, num_tokens)
+        return request_id
+
+    def _sink(self, request_id: int, sink: Sink) -> Sink:
+        def relay(event: Emitted) -> None:
+            if event.finish_reason is not None:
+                self._leave(request_id)
+            sink(event)
+
+        return relay
+
+    def _leave(self, request_id: int) -> None:
+        """Take a request off its replica's load (finished or aborted); once."""
+        with self._lock:
+            route = self._routes.pop(request_id, None)
+            if route is not None:
+                index, _, num_tokens = route
+                load = self.loads[index]
+                load.num_requests -= 1
+                load.num_tokens -= num_tokens
+
+    def abort(self, request_id: int) -> None:
+        """Abort on its replica (no event follows, as from one engine)."""
+        with self._lock:
+            route = self._routes.get(request_id)
+        if route is None:
+            return  # finished, aborted or unknown
+        index, local, _ = route
+        self._leave(request_id)
+        if local is not None:
+            self.engines[index].abort(local)
+
+    def load(self) -> EngineLoad:
+        """The replicas' running and waiting requests summed, their KV usage averaged."""
+        loads = [engine.load() for engine in self.engines]
+        return EngineLoad(
+            num_running=sum(x.num_running for x in loads),
+            num_waiting=sum(x.num_waiting for x in loads),
+            kv_cache_usage=sum(x.kv_cache_usage for x in loads) / len(loads),
+        )
