@@ -12,6 +12,9 @@ work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
 expert-parallel group (``expert_parallel``). A profile with a skew fit
 (``attention_skew``) moves decode attention from the time at the batch's mean
 KV towards the time at its longest (``skew_alpha``; off with ``skew=False``).
+Tables of FA2's pure kernels price a mixed step's decodes with the factor a
+profile measured in the varlen kernel, carried to this GPU (``mixed_factor``;
+off with ``mixed_attention=False``).
 """
 
 from __future__ import annotations
@@ -253,7 +256,8 @@ class KernelCost:
         """One layer's attention for the step.
 
         With a mixed-batch profile, a step with both prefill and decodes is one
-        varlen kernel (``mixed_attention_s``); otherwise the pure parts add.
+        varlen kernel (``mixed_attention_s``); otherwise the pure parts add, the
+        decodes of a mixed step on FA2 tables slowed by ``mixed_decode_factor``.
         """
         if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
             return self.mixed_attention_s(shape)
