@@ -25,7 +25,7 @@ from itertools import islice, repeat
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
-from sim.cost.kernels.artifact import KernelArtifact, model_matches
+from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import (
     ACTIVATION_BYTES,
     ExpertParallelMoE,
@@ -39,6 +39,7 @@ from sim.cost.kernels.tables import (
     SkewFit,
     allreduce_grid,
     attention_grids,
+    dram_floored,
     gemm_grid,
     mixed_attention_grids,
     moe_grid,
@@ -110,23 +111,21 @@ class KernelCost:
                 self._mixed_attn = None  # the sum of the pure planes (attention_s)
         else:
             s = self.shapes
-            self._prefill_attn, self._decode_attn = attention_grids(
+            self._prefill_attn, decode = attention_grids(
                 artifact, s.num_heads, s.num_kv_heads, s.head_dim
             )
+            # Decode attention never faster than its KV streamed from DRAM (the
+            # tables time a cache-resident KV: tables.dram_floored).
+            kv_bytes = 2.0 * s.num_kv_heads * s.head_dim * DTYPE_BYTES.get(provenance.kv_dtype, 2.0)
+            bandwidth = self._gpu(hardware).memory_bandwidth_bytes_per_s
+            self._decode_attn = dram_floored(decode, kv_bytes, bandwidth)
         # FA2 tables timing pure kernels only: a mixed step's decodes slowed down as
         # the RTX 4090 profile measured them in the one varlen kernel, carried to
         # this GPU by its FLOP/B balance (mixed_factor).
         transfers = not self._mixed and applies_to(artifact)
         self._mixed_factor: MixedDecodeFactor | None = None
         if transfers and mixed_attention:
-            gpu = hardware if hardware is not None else hardware_for_gpu(provenance.gpu)
-            if gpu is None:
-                raise ConfigError(
-                    f"kernel artifact ({artifact.label}) was measured on {provenance.gpu!r}, "
-                    "which no hardware preset names: its FLOP/B balance, which carries the "
-                    "mixed-attention factor to it, is unknown (give the scenario's hardware)"
-                )
-            self._mixed_factor = transferred_factor(gpu)
+            self._mixed_factor = transferred_factor(self._gpu(hardware))
         # Uneven decode KV lengths: the profile's fitted blend towards the longest
         # (a profile's table, looked up on its lattice's KV axes).
         self._skew: SkewFit | None = (
@@ -148,6 +147,21 @@ class KernelCost:
             ("no skew fit", self._mixed and artifact.has("attention_skew") and not skew),
         )
         self.ablations = tuple(name for name, applies in off if applies)
+
+    def _gpu(self, hardware: HardwareSpec | None) -> HardwareSpec:
+        """``hardware``, else the preset of the GPU the tables were measured on: its
+        datasheet bandwidth floors decode attention and its FLOP/B balance carries
+        the mixed-attention factor."""
+        gpu = self.artifact.provenance.gpu
+        spec = hardware if hardware is not None else hardware_for_gpu(gpu)
+        if spec is None:
+            raise ConfigError(
+                f"kernel artifact ({self.artifact.label}) was measured on {gpu!r}, which no "
+                "hardware preset names: its bandwidth and FLOP/s, which price decode "
+                "attention's DRAM floor and the mixed-attention factor, are unknown "
+                "(give the scenario's hardware)"
+            )
+        return spec
 
     def _build_dense(self, hardware: HardwareSpec | None, memory_ops: bool = True) -> None:
         """The dense ops' sources: a per-layer profile, else GEMM (and MoE) tables

@@ -70,6 +70,24 @@ def attention_grids(
     )
 
 
+def dram_floored(decode: Grid, kv_bytes_per_token: float, bandwidth_bytes_per_s: float) -> Grid:
+    """A generation-attention grid (batch x KV length) with every point at least the
+    time its KV takes to stream from DRAM at the datasheet rate.
+
+    Why: a benchmark that times one decode-attention kernel again and again keeps
+    a KV cache that fits the GPU's L2 resident between runs, and aiconfigurator's
+    tables show it: on the RTX PRO 6000 (128 MB L2) rows of 67-134 MB of KV reach
+    2.7 TB/s against 1.79 TB/s of GDDR7, on the L40S (96 MB) 17-67 MB reach 2.2
+    TB/s against 0.86. In a forward pass each layer reads its own KV after GEMMs
+    that stream hundreds of MB of weights, so it comes from DRAM. Only points
+    faster than the datasheet change (none on the H100, H200, B200 and A100
+    tables); ``kv_bytes_per_token`` is K and V of one token in one layer on one GPU.
+    """
+    batch, kv = np.meshgrid(decode.axes[0], decode.axes[1], indexing="ij")
+    floor_s = batch * kv * kv_bytes_per_token / bandwidth_bytes_per_s
+    return Grid(decode.name, decode.axis_names, decode.axes, np.maximum(decode.values, floor_s))
+
+
 # The mixed-attention lattice's axes, in the order the 4-D grid takes them.
 MIXED_AXES = ("prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs", "kv_decode_tokens")
 
