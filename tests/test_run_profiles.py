@@ -10,6 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
+from cli_errors import run_error
 
 from sim.cli import main
 from tests.small_scenario import write_scenario
@@ -26,15 +27,6 @@ def run(folder: Path, scenario: Path, out: str, *args: str) -> Path:
     )
     assert status == 0
     return folder / out
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str], folder: Path, *args: str) -> str:
-    status = main(["run", *args, "--out", str(folder / "err"), "-q", "--figure-process", "no"])
-    _, err = capsys.readouterr()
-    assert status == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("servesim: error: "), err
-    return lines[0].removeprefix("servesim: error: ")
 
 
 def test_a_profile_flag_is_the_profile_written_in_the_scenario(tmp_path: Path) -> None:
@@ -101,7 +93,7 @@ def test_a_sweep_writes_guidellms_phases_in_order(
 def test_profile_flags_that_do_not_go_together_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
 ) -> None:
-    assert one_line_error(capsys, tmp_path, str(small(tmp_path)), *args).startswith(message)
+    assert run_error(capsys, tmp_path, str(small(tmp_path)), *args).startswith(message)
 
 
 def test_a_sweep_prints_each_phases_caveats(

@@ -15,19 +15,12 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
+from cli_errors import one_line_error
 
-from sim.cli import main as cli_main
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "scenarios" / "validate_tiny_cpu.yaml"
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert cli_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    return err.removeprefix("servesim: error: ").strip()
 
 
 # --- servesim serve -----------------------------------------------------------------------

@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from benchmark_module import load_benchmark
+from cli_errors import one_line_error
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli import main as cli_main
 from sim.cli.serve import cost_source
 from sim.scenario import load_scenario
 from sim.serving import realtime
@@ -322,13 +322,6 @@ def test_a_stream_through_the_openai_server_reads_its_letters() -> None:
         engine.stop()
     assert text == "abcde"
     assert (usage["prompt_tokens"], usage["completion_tokens"]) == (5, 5)
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    assert cli_main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    return err.removeprefix("servesim: error: ").strip()
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from cli_errors import run_error
 
 from sim.cli import main
 from sim.errors import ConfigError
@@ -71,15 +72,6 @@ def run_cli(folder: Path, scenario: Path, *args: str) -> dict[str, Any]:
     assert status == 0
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
     return summary
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str], folder: Path, *args: str) -> str:
-    status = main(["run", *args, "--out", str(folder / "err"), "-q", "--figure-process", "no"])
-    _, err = capsys.readouterr()
-    assert status == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("servesim: error: "), err
-    return lines[0]
 
 
 def dump(scenario: Any) -> dict[str, Any]:
@@ -195,7 +187,7 @@ def test_a_flag_on_a_kind_it_does_not_fit_is_one_line(
         "scenarios/closed_loop.yaml" if kind == "closed_loop" else "scenarios/azure_trace.yaml"
     )
     assert yaml.safe_load(scenario.read_text())["workload"]["kind"] == kind
-    line = one_line_error(capsys, tmp_path, str(scenario), *args)
+    line = run_error(capsys, tmp_path, str(scenario), *args)
     assert named in line and f"a {kind} workload" in line
 
 
@@ -223,14 +215,14 @@ def test_a_flag_on_a_kind_it_does_not_fit_is_one_line(
 def test_bad_flags_are_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str
 ) -> None:
-    line = one_line_error(capsys, tmp_path, str(small(tmp_path)), *args)
+    line = run_error(capsys, tmp_path, str(small(tmp_path)), *args)
     assert words in line
 
 
 def test_save_detailed_refuses_speculative_decoding(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    line = one_line_error(
+    line = run_error(
         capsys, tmp_path, "scenarios/speculative.yaml", "--save-detailed", str(tmp_path / "x.json")
     )
     assert "--save-detailed" in line and "speculative" in line
