@@ -150,16 +150,16 @@ class KernelCost:
 
     def _gpu(self, hardware: HardwareSpec | None) -> HardwareSpec:
         """``hardware``, else the preset of the GPU the tables were measured on: its
-        datasheet bandwidth floors decode attention and its FLOP/B balance carries
-        the mixed-attention factor."""
+        datasheet bandwidth prices the memory-bound ops and floors decode attention,
+        and its FLOP/B balance carries the mixed-attention factor."""
         gpu = self.artifact.provenance.gpu
         spec = hardware if hardware is not None else hardware_for_gpu(gpu)
         if spec is None:
             raise ConfigError(
                 f"kernel artifact ({self.artifact.label}) was measured on {gpu!r}, which no "
-                "hardware preset names: its bandwidth and FLOP/s, which price decode "
-                "attention's DRAM floor and the mixed-attention factor, are unknown "
-                "(give the scenario's hardware)"
+                "hardware preset names: the bandwidth of its norms, activation and rotary "
+                "and of decode attention's KV reads, and the FLOP/s the mixed-attention "
+                "factor needs, are unknown (give the scenario's hardware)"
             )
         return spec
 
@@ -186,7 +186,7 @@ class KernelCost:
             elif arch.moe is not None:
                 self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
             if memory_ops:
-                self._memory = MemoryOps.for_artifact(a, arch, self.shapes, hardware)
+                self._memory = MemoryOps.for_artifact(a, arch, self.shapes, self._gpu(hardware))
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:
@@ -446,8 +446,7 @@ class KernelCost:
                 shape.max_decode_context_tokens,
                 shape.min_decode_context_tokens,
             )
-            if self._mixed_factor is not None and shape.num_prefill_tokens and decode:
-                decode = decode * self.mixed_decode_factor(shape)  # attention_s's product
+            decode = decode * self.mixed_decode_factor(shape)  # attention_s's product (x1.0: none)
             layer += [("prefill_attention", self.prefill_attention_s(shape))]
             layer += [("decode_attention", decode)]
         if seqs and self._lm_ops:

@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
 from sim.cost.kernels.ops import LayerShapes
-from sim.errors import ConfigError
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     SOURCE_GPU_NAMES,
@@ -132,19 +131,11 @@ class MemoryOps:
         artifact: KernelArtifact,
         arch: ModelArchitecture,
         shapes: LayerShapes,
-        hardware: HardwareSpec | None,
+        hardware: HardwareSpec,
     ) -> MemoryOps:
-        """``build`` at the artifact's dtypes, on ``hardware`` or else the hardware
-        preset of the GPU the artifact was measured on."""
+        """``build`` at the artifact's dtypes, on ``hardware`` (``KernelCost`` resolves
+        it: the scenario's, else the preset of the GPU the tables were measured on)."""
         p = artifact.provenance
-        if hardware is None:
-            hardware = hardware_for_gpu(p.gpu)
-        if hardware is None:
-            raise ConfigError(
-                f"kernel artifact ({artifact.label}) was measured on {p.gpu!r}, which no "
-                "hardware preset names: the bandwidth of its norms, activation and rotary "
-                "is unknown (give the scenario's hardware)"
-            )
         # Activations are 16-bit unless the tables were timed in fp32 (fp8 weights
         # still compute in 16 bits); the KV cache has its own dtype.
         activation = 4.0 if p.dtype == "float32" else 2.0
