@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -143,13 +144,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")
-    p.add_argument(
-        "--executor",
-        choices=("local", "ray"),
-        default="local",
-        help="local processes (default) or a Ray cluster (the sweep's executors)",
-    )
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    add_executor_arguments(p)  # the sweep's executors
     p.add_argument("--out", help="output folder (default: runs/<scenario name>-plan)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_plan)

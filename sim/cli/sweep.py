@@ -48,18 +48,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``sweep``."""
-    p = subparsers.add_parser("sweep", help="run a grid or list of scenario variants in parallel")
-    p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/sweep_chat.yaml")
-    p.add_argument("--out", help="output folder (default: runs/<sweep name>)")
-    p.add_argument(
+def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executor`` and ``--address``: where a sweep's (or a plan's) runs go."""
+    parser.add_argument(
         "--executor",
         choices=("local", "ray"),
         default="local",
         help="local processes (default) or a Ray cluster",
     )
-    p.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    parser.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+
+
+def add_parsers(subparsers: Subparsers) -> None:
+    """Register ``sweep``."""
+    p = subparsers.add_parser("sweep", help="run a grid or list of scenario variants in parallel")
+    p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/sweep_chat.yaml")
+    p.add_argument("--out", help="output folder (default: runs/<sweep name>)")
+    add_executor_arguments(p)
     p.add_argument("--jobs", type=int, help="local worker processes (default: CPU count)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_sweep)
