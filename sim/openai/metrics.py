@@ -142,14 +142,8 @@ class ServerMetrics:
     def engine_timing(self, timing: RequestTiming) -> None:
         """A finished request's time in the engine, preemptions and prefix lookups."""
         labels = self._labels
-        phases = (
-            ("queue", timing.queue_s),
-            ("prefill", timing.prefill_s),
-            ("decode", timing.decode_s),
-            ("inference", timing.inference_s),
-        )
-        for phase, seconds in phases:
-            self._phases[phase].labels(**labels).observe(seconds)
+        for phase, histogram in self._phases.items():  # RequestTiming's <phase>_s
+            histogram.labels(**labels).observe(getattr(timing, f"{phase}_s"))
         self._preemptions.labels(**labels).inc(timing.num_preemptions)
         self._prefix_queries.labels(**labels).inc(timing.num_prefix_query_tokens)
         self._prefix_hits.labels(**labels).inc(timing.num_prefix_hit_tokens)
