@@ -37,14 +37,8 @@ def kv_blocks_for(scenario: Scenario) -> int:
     engine = scenario.engine
     if engine.num_kv_blocks is not None:
         return engine.num_kv_blocks
-    policy = scenario.scheduler
-    batched_tokens = policy.step_token_bound(engine.max_model_len_tokens)
     # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
-    seqs = next(
-        getattr(policy, name)
-        for name in ("num_seqs_limit", "max_num_seqs", "max_batch_size")
-        if getattr(policy, name, None) is not None
-    )
+    seqs, batched_tokens = step_limits(scenario)
     try:
         return vllm_num_kv_blocks(
             model_for(scenario),
@@ -61,6 +55,19 @@ def kv_blocks_for(scenario: Scenario) -> int:
         )
     except ConfigError as error:
         raise ConfigError(f"model, hardware: {error}") from None
+
+
+def step_limits(scenario: Scenario) -> tuple[int, int]:
+    """(most sequences, most tokens) one step of the scenario's policy holds: its
+    ``max_num_seqs`` (static and dynamic batching: ``max_batch_size``) and its
+    ``step_token_bound`` (continuous batching: ``max_num_batched_tokens``)."""
+    policy = scenario.scheduler
+    seqs = next(
+        getattr(policy, name)
+        for name in ("num_seqs_limit", "max_num_seqs", "max_batch_size")
+        if getattr(policy, name, None) is not None
+    )
+    return seqs, policy.step_token_bound(scenario.engine.max_model_len_tokens)
 
 
 def cost_model_for(

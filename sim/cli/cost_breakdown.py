@@ -12,7 +12,12 @@ So ``512p+60d`` is a mixed step of one 512-token chunk and 60 decodes. The
 kernel cost model lists every op it prices (all layers together) with its
 share of the step; the rest of the step (the engine's CPU work it does not hide) is one more
 row. Cost models without a per-op breakdown print the step's total (the
-roofline also its compute and memory times).
+roofline also its compute and memory times), and the engine's CPU work as
+that row where they price the GPU's work only.
+
+A step the scenario's engine never runs (more sequences than its policy holds,
+more tokens than a step computes, a sequence past ``engine.max_model_len_tokens``,
+more KV than the cache holds) is refused in one line rather than priced.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from sim.errors import ConfigError
 
 if TYPE_CHECKING:
     from sim.cost.base import CostModel, StepShape
+    from sim.scenario import Scenario
 
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -40,6 +46,12 @@ def parse_step(spec: str) -> StepShape:
     """The ``StepShape`` a ``--step`` spec describes (grammar: the module docstring)."""
     from sim.cost.base import StepShape
 
+    return StepShape.build(*_sequences(spec))
+
+
+def _sequences(spec: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """A ``--step`` spec's sequences: ``(new, cached)`` tokens of each prefill chunk
+    and the context of each decode (``StepShape.build``'s arguments)."""
     chunks: list[tuple[int, int]] = []
     contexts: list[int] = []
     for term in spec.replace(" ", "").split("+"):
@@ -59,7 +71,51 @@ def parse_step(spec: str) -> StepShape:
         if context == 0:
             raise ConfigError(f"--step {spec!r}: decodes in {term!r} need a context of 1+ tokens")
         contexts += [context] * tokens
-    return StepShape.build(chunks, contexts)
+    return chunks, contexts
+
+
+def step_problem(spec: str, scenario: Scenario) -> str | None:
+    """Why the scenario's engine never runs the step ``spec`` (one line), or None: more
+    sequences than its policy holds, more tokens than a step computes, a sequence
+    longer than ``engine.max_model_len_tokens``, or more KV than its cache holds.
+    Such a step would be priced all the same (a kernel table extrapolates)."""
+    from sim.api.build import kv_blocks_for, step_limits
+    from sim.engine.scheduler import ContinuousSettings
+
+    chunks, contexts = _sequences(spec)
+    policy, engine = scenario.scheduler, scenario.engine
+    max_seqs, max_tokens = step_limits(scenario)
+    seqs_field = "max_batch_size" if hasattr(policy, "max_batch_size") else "max_num_seqs"
+    if len(chunks) + len(contexts) > max_seqs:
+        return (
+            f"--step {spec!r}: {len(chunks) + len(contexts)} sequences in one step; "
+            f"scheduler.{seqs_field} is {max_seqs}"
+        )
+    num_tokens = sum(new for new, _ in chunks) + len(contexts)
+    if num_tokens > max_tokens:
+        # Continuous batching's budget; other policies' bound (step_token_bound) is
+        # their whole prompts' (a prompt up to engine.max_model_len_tokens).
+        limit = (
+            "scheduler.max_num_batched_tokens is"
+            if isinstance(policy, ContinuousSettings)
+            else f"a {policy.kind} step computes at most"
+        )
+        return f"--step {spec!r}: {num_tokens} tokens in one step; {limit} {max_tokens}"
+    lengths = [new + cached for new, cached in chunks] + contexts
+    if max(lengths) > engine.max_model_len_tokens:
+        return (
+            f"--step {spec!r}: a sequence of {max(lengths)} tokens; "
+            f"engine.max_model_len_tokens is {engine.max_model_len_tokens}"
+        )
+    block = engine.block_size_tokens
+    num_blocks = sum(-(-length // block) for length in lengths)
+    num_kv_blocks = kv_blocks_for(scenario)
+    if num_blocks > num_kv_blocks:
+        return (
+            f"--step {spec!r}: its KV takes {num_blocks} blocks of {block} tokens; "
+            f"the cache holds {num_kv_blocks} (engine.num_kv_blocks)"
+        )
+    return None
 
 
 def describe_step(shape: StepShape) -> str:
@@ -105,11 +161,16 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
             "compute": gpu.compute_s(shape) * 1e3,
             "memory": gpu.memory_s(shape) * 1e3,
         }
+        # What the step takes beyond the GPU's roofline: the engine's CPU work (0: none).
+        out["other_ms"] = step_ms - gpu.step_s(shape) * 1e3
         out["note"] = (
             "the roofline has no per-op breakdown: a step is the larger of its compute and "
             "memory times (a guess, not measured kernels) with the engine's CPU work"
         )
     else:
+        if gpu is not cost:  # the GPU's step and the engine's CPU work apart
+            out["gpu_ms"] = gpu.step_s(shape) * 1e3
+            out["other_ms"] = step_ms - out["gpu_ms"]
         out["note"] = f"cost model {cost.label} has no per-op breakdown"
     return out
 
@@ -129,9 +190,12 @@ def format_breakdown(result: dict[str, Any]) -> str:
     if "ops_ms" in result:
         lines.append(f"{'op':<28} {'ms':>10} {'% of step':>10}")
         lines += [row(name, ms) for name, ms in result["ops_ms"].items()]
-        lines.append(row("rest of step (engine CPU)", result["other_ms"]))
     if "roofline_ms" in result:
         lines += [row(f"roofline {k}", ms) for k, ms in result["roofline_ms"].items()]
+    if "gpu_ms" in result:
+        lines.append(row("GPU step", result["gpu_ms"]))
+    if "other_ms" in result:
+        lines.append(row("rest of step (engine CPU)", result["other_ms"]))
     lines.append(row("step", step_ms))
     if result["note"]:
         lines.append(f"note: {result['note']}")
@@ -144,6 +208,9 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
 
     shape = parse_step(args.step)  # before the scenario: a bad spec is the cheaper error
     scenario = load_scenario(args.scenario, args.set or ())
+    problem = step_problem(args.step, scenario)
+    if problem is not None:  # refused: no price for a step the engine never runs
+        raise ConfigError(problem)
     cost = cost_model_for(scenario, Path(args.scenario).parent)
     result = {
         "scenario": scenario.name,
