@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 import sim
-from sim.api.build import model_for
+from sim.api.build import cost_caveats_for, model_for
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
@@ -365,6 +365,8 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
     summary: dict[str, Any] = dict(
         summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
+    notes = sample_notes(records)
+    notes["caveats"] += cost_caveats_for(scenario, engine.cost)  # after the samples'
     summary.update(
         **summary_header(scenario, engine.core, engine.cost.label),
         num_preemptions=int(np.asarray(records["num_preemptions"]).sum()),
@@ -375,7 +377,7 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         frontend=frontend_summary(engine.frontend),
         servesim_version=sim.__version__,
         mode="simulated",
-        **sample_notes(records),
+        **notes,
         **bench_settings(scenario.workload, len(records), int(summary["completed"] or 0)),
     )
     if scenario.cluster is not None:

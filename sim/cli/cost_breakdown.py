@@ -142,14 +142,15 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
     out: dict[str, Any] = {"cost_model": cost.label, "step_ms": step_ms}
     # The GPU's ops come from the GPU model inside the engine's CPU work (sim.cost.engine_cpu).
     gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
-    terms = getattr(gpu, "breakdown_s", None)
-    if terms is not None:
-        ops_ms = {name: seconds * 1e3 for name, seconds in terms(shape).items()}
+    if isinstance(gpu, KernelCost):
+        ops_ms = {name: seconds * 1e3 for name, seconds in gpu.breakdown_s(shape).items()}
         out["ops_ms"] = ops_ms
+        # Where each op's time comes from: measured rows, derived ones, bytes / bandwidth.
+        out["op_sources"] = {name: gpu.op_source(name) for name in ops_ms}
         # What the step takes beyond the kernels: the engine's CPU work it does not hide.
         out["other_ms"] = step_ms - sum(ops_ms.values())
         out["note"] = None
-        factor = gpu.mixed_decode_factor(shape) if isinstance(gpu, KernelCost) else 1.0
+        factor = gpu.mixed_decode_factor(shape)
         if factor != 1.0:  # FA2 tables: the decodes' slowdown beside a chunk
             out["note"] = (
                 f"decode_attention is {factor:.2f}x the pure decode kernel: decodes beside "
@@ -183,13 +184,17 @@ def format_breakdown(result: dict[str, Any]) -> str:
         f"cost model: {result['cost_model']}",
     ]
 
-    def row(name: str, ms: float) -> str:
+    sources = result.get("op_sources", {})
+    width = 28 + (11 if sources else 0)  # the source column, where ops have one
+
+    def row(name: str, ms: float, source: str = "") -> str:
         share = 100.0 * ms / step_ms if step_ms > 0 else 0.0
-        return f"{name:<28} {ms:>10.3f} {share:>8.1f} %"
+        label = f"{name:<28} {source}" if sources else name
+        return f"{label:<{width}} {ms:>10.3f} {share:>8.1f} %"
 
     if "ops_ms" in result:
-        lines.append(f"{'op':<28} {'ms':>10} {'% of step':>10}")
-        lines += [row(name, ms) for name, ms in result["ops_ms"].items()]
+        lines.append(f"{'op':<28} {'source':<10} {'ms':>10} {'% of step':>10}")
+        lines += [row(name, ms, sources[name]) for name, ms in result["ops_ms"].items()]
     if "roofline_ms" in result:
         lines += [row(f"roofline {k}", ms) for k, ms in result["roofline_ms"].items()]
     if "gpu_ms" in result:

@@ -119,8 +119,8 @@ def cost_source(cost: CostModel) -> str:
     from sim.cost.roofline import RooflineCost
 
     gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
-    if isinstance(gpu, KernelCost):
-        return "measured kernel tables"
+    if isinstance(gpu, KernelCost):  # rows derived from another head layout's: said
+        return "measured kernel tables" + (", partly derived" if gpu.derived else "")
     if isinstance(gpu, CalibratedCost):
         return "a calibration artifact (measured steps)"
     if isinstance(gpu, FittedCost):

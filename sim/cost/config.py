@@ -45,7 +45,12 @@ from sim.cost.calibrated import (
 )
 from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
 from sim.cost.fitted import FittedCost, load_fitted_artifact
-from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_auto_choice
+from sim.cost.kernels.config import (
+    NOT_COVERED,
+    KernelsCostConfig,
+    build_kernels,
+    kernel_auto_choice,
+)
 from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.provenance import anchored, validation_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
@@ -183,6 +188,42 @@ def auto_choice(
     if parallelism is not None and parallelism.is_single_device:
         parallelism = None
     return _auto(model, hardware, parallelism)[1]
+
+
+# Attributes by which a cost model wraps another: the engine's CPU work (gpu), a fit
+# (base), speculative decoding (target, draft).
+_WRAPPED = ("gpu", "base", "target", "draft")
+
+
+def _derived(cost: object) -> list[str]:
+    """What of ``cost``'s kernel tables, and of the models it wraps, is derived rather
+    than measured (``KernelCost.derived``)."""
+    found = list(getattr(cost, "derived", ()))
+    for name in _WRAPPED:
+        inner = getattr(cost, name, None)
+        if inner is not None:
+            found += _derived(inner)
+    return found
+
+
+def cost_caveats(
+    config: CostConfig,
+    cost: CostModel,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig | None = None,
+) -> list[str]:
+    """What a run priced by ``cost`` (built from ``config``) rests on that was not
+    measured for it, one line each (summary.json's ``caveats``): kernel-table rows
+    derived from another head layout's, and ``kind: auto`` falling back from this
+    GPU's kernel tables because they lack a row the model needs. A plain roofline or
+    fallback for want of tables says so in its label ("uncalibrated")."""
+    out = [f"cost: {phrase}: an estimate" for phrase in dict.fromkeys(_derived(cost))]
+    if isinstance(config, AutoCostConfig):
+        why = auto_choice(model, hardware, parallelism)
+        if why.startswith(NOT_COVERED):
+            out.append(f"cost: auto: {why}")
+    return out
 
 
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]

@@ -123,8 +123,9 @@ def restate_percentiles(
             out.setdefault(
                 f"p{percentile_label(p)}_{metric}_ms", fresh[f"p{percentile_label(p)}_{metric}_ms"]
             )
-    if "caveats" in summary:
-        out["caveats"] = sample_notes(requests, percentiles)["caveats"]
+    if "caveats" in summary:  # the percentiles' anew; the others (the cost model's) kept
+        kept = [c for c in summary["caveats"] if not _PERCENTILE_KEY.match(c.split(" ")[0])]
+        out["caveats"] = sample_notes(requests, percentiles)["caveats"] + kept
     return out
 
 

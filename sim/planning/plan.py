@@ -232,7 +232,9 @@ def cost_model_label(choice: str, forced_roofline: bool) -> str:
     """ "measured kernel tables <slice>" or "roofline (guess)" from ``auto_choice``'s line
     (``plan.json`` keeps the whole line)."""
     if not forced_roofline and choice.startswith("priced from "):
-        return "measured kernel tables " + choice.removeprefix("priced from ").split(" ", 1)[0]
+        label = "measured kernel tables " + choice.removeprefix("priced from ").split(" ", 1)[0]
+        # Rows derived from another head layout's (KernelCost.derived): not all measured.
+        return f"{label} (partly derived)" if " derived from " in choice else label
     if not forced_roofline and "; calibrated " in choice:
         return f"calibrated {choice.rsplit('; calibrated ', 1)[1]}"
     return "roofline (guess)"

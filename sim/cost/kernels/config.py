@@ -251,6 +251,11 @@ def _source(config: KernelsCostConfig, kernels: KernelCost) -> str:
     return f"in the installed {p.source} database ({fw})"
 
 
+# How ``kernel_auto_choice``'s line begins when this GPU's tables exist but lack a
+# row the model needs (a run's caveat: sim.cost.config.cost_caveats).
+NOT_COVERED = "kernel tables do not cover it"
+
+
 @lru_cache(maxsize=32)
 def kernel_auto_choice(
     model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
@@ -266,9 +271,10 @@ def kernel_auto_choice(
             problems.append(str(error))
             continue
         gpu = kernels.artifact.provenance.gpu
-        return kernels, f"priced from {gpu} kernel tables {_source(config, kernels)}"
+        derived = "".join(f"; {phrase}" for phrase in kernels.derived)  # not measured
+        return kernels, f"priced from {gpu} kernel tables {_source(config, kernels)}{derived}"
     if problems:  # the first is the best candidate's reason
-        return None, f"kernel tables do not cover it: {problems[0]}"
+        return None, f"{NOT_COVERED}: {problems[0]}"
     return None, why
 
 

@@ -32,7 +32,7 @@ from sim.cost.kernels.expert_parallel import (
     check_expert_parallel,
 )
 from sim.cost.kernels.grid import Grid
-from sim.cost.kernels.memory_ops import MemoryOps, hardware_for_gpu
+from sim.cost.kernels.memory_ops import LAYER_OPS, STEP_OPS, MemoryOps, hardware_for_gpu
 from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transferred_factor
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
 from sim.cost.kernels.tables import (
@@ -103,6 +103,9 @@ class KernelCost:
         self._mixed = artifact.has("mixed_attention")
         self._mixed_attn: Grid | None = None
         self._decode_history = 0  # tokens of a decode's context that are not its KV axis
+        # What of the tables is derived rather than measured (one phrase each): the
+        # label, cost-breakdown and a run's caveats say it.
+        self.derived: tuple[str, ...] = ()
         if self._mixed:
             profile = mixed_attention_grids(artifact)
             self._mixed_attn, self._prefill_attn, self._decode_attn = profile
@@ -111,9 +114,9 @@ class KernelCost:
                 self._mixed_attn = None  # the sum of the pure planes (attention_s)
         else:
             s = self.shapes
-            self._prefill_attn, decode = attention_grids(
-                artifact, s.num_heads, s.num_kv_heads, s.head_dim
-            )
+            grids = attention_grids(artifact, s.num_heads, s.num_kv_heads, s.head_dim)
+            self._prefill_attn, decode = grids.prefill, grids.decode
+            self.derived += () if grids.derived is None else (grids.derived,)
             # Decode attention never faster than its KV streamed from DRAM (the
             # tables time a cache-resident KV: tables.dram_floored).
             kv_bytes = 2.0 * s.num_kv_heads * s.head_dim * DTYPE_BYTES.get(provenance.kv_dtype, 2.0)
@@ -466,6 +469,22 @@ class KernelCost:
             out[name] = out.get(name, 0.0) + seconds
         return out
 
+    def op_source(self, name: str) -> str:
+        """What ``breakdown_s``'s op ``name`` is priced from, in a word: ``measured`` (a
+        table's rows), ``derived`` (another head layout's rows, ``derived``),
+        ``bandwidth`` (its bytes at the GPU's datasheet rate, ``memory_ops``) or
+        ``link`` (a ring over the link: no table timed this group or hop); ``none``
+        for an all-reduce on one GPU (0 s)."""
+        if name == "decode_attention" and self.derived:
+            return "derived"
+        if self._memory is not None and (
+            name in LAYER_OPS or (name in STEP_OPS and (name != "sampler" or not self._lm_ops))
+        ):
+            return "bandwidth"
+        if name in ("allreduce", "embedding_allreduce"):
+            return "none" if self.tp == 1 else ("link" if self._allreduce is None else "measured")
+        return "link" if name == "pipeline_transfer" else "measured"
+
     # -- CostModel ---------------------------------------------------------------
 
     @property
@@ -477,6 +496,8 @@ class KernelCost:
         detail = f"; {kernel}" if kernel else ""
         if self._mixed_factor is not None:
             detail += f"; {self._mixed_factor.label}"
+        if self.derived:  # said in the label: every report of the run names it
+            detail += "; " + "; ".join(self.derived)
         ablated = f" [{', '.join(self.ablations)}]" if self.ablations else ""
         return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail}){ablated}"
 

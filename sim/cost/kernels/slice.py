@@ -21,6 +21,7 @@ from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact, save_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
+from sim.cost.kernels.tables import derived_decode_source
 from sim.errors import ConfigError
 from sim.hardware.specs import ModelArchitecture, load_architecture
 
@@ -57,15 +58,24 @@ def slice_artifact(
         for n, k in [*shapes.gemms.values(), shapes.lm_head]:
             keep_nk |= {(a, b) for a in _neighbours(n_axis, n) for b in _neighbours(k_axis, k)}
         heads.add((shapes.num_heads, shapes.num_kv_heads, shapes.head_dim))
+    derived: list[str] = []  # head layouts priced from another's rows (provenance notes)
     pairs = pd.Series(list(zip(gemm["n"], gemm["k"], strict=True)))
     tables["gemm"] = gemm[pairs.isin(keep_nk).to_numpy()].reset_index(drop=True)
     for name in ("context_attention", "generation_attention"):
         if name in tables:
             t = tables[name]
+            keep = set(heads)
+            if name == "generation_attention":  # and the rows a derived layout reads
+                for h, kv, d in sorted(heads):
+                    source = derived_decode_source(t, h, kv, d)
+                    if source is not None:
+                        keep.add((*source, d))
+                        derived.append(f"decode attention of {h}/{kv} heads derived from "
+                                       f"{source[0]}/{source[1]}")  # fmt: skip
             key = pd.Series(
                 list(zip(t["num_heads"], t["num_kv_heads"], t["head_dim"], strict=True))
             )
-            tables[name] = t[key.isin(heads).to_numpy()].reset_index(drop=True)
+            tables[name] = t[key.isin(keep).to_numpy()].reset_index(drop=True)
     if "allreduce" in tables:
         t = tables["allreduce"]
         tables["allreduce"] = t[t["num_gpus"].isin(tps)].reset_index(drop=True)
@@ -94,7 +104,8 @@ def slice_artifact(
         update={
             "model": arch.name,
             "notes": f"{notes}sliced for {arch.name} at tp {','.join(map(str, tps))}"
-            + (f", ep {','.join(map(str, eps))}" if eps else ""),
+            + (f", ep {','.join(map(str, eps))}" if eps else "")
+            + "".join(f"; {phrase}" for phrase in derived),
         }
     )
     return KernelArtifact(provenance, tables)
@@ -123,6 +134,8 @@ def check_covers(
                 ((t["num_heads"] == heads[0]) & (t["num_kv_heads"] == heads[1])
                  & (t["head_dim"] == heads[2])).any()
             )  # fmt: skip
+            if name == "generation_attention" and t is not None and not timed:
+                timed = derived_decode_source(t, *heads) is not None  # tables.attention_grids
             if not timed:
                 raise ConfigError(
                     f"export-kernels: {tables} has no {what} ({name}) for {heads[0]} heads / "

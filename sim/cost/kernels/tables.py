@@ -53,21 +53,88 @@ def gemm_grid(artifact: KernelArtifact) -> Grid:
     return _grid("gemm", _rows(artifact, "gemm", "for the dense layers"), "m", "n", "k")
 
 
+class AttentionGrids(NamedTuple):
+    """``attention_grids``' grids for one head layout, and what of them is derived."""
+
+    prefill: Grid  # context attention by batch x prompt length
+    decode: Grid  # generation attention by batch x KV length
+    # How the decode grid was derived from another head layout's rows (one phrase),
+    # None when the tables time this layout (derived_decode_source).
+    derived: str | None
+
+
+def derived_decode_source(
+    rows: pd.DataFrame, num_heads: int, num_kv_heads: int, head_dim: int
+) -> tuple[int, int] | None:
+    """``(num_heads, num_kv_heads)`` of the generation-attention rows that price a
+    multi-head layout the tables do not time, or None (timed, not multi-head, or no
+    source; ``head_dim`` must match).
+
+    Why this is sound: decode attention is memory-bound, its time set by the KV bytes
+    it reads, ``batch x kv_heads x kv_tokens x head_dim``, and the kernel's work is
+    one block per sequence and KV head: ``b`` sequences of 32 heads are the blocks of
+    ``4 b`` sequences of 8. aiconfigurator's H100, H200 and A100 tables time
+    multi-head attention up to 8 heads (Llama-2-7B has 32); their 8-head rows read
+    from the 1-, 2- and 4-head rows at 8x, 4x and 2x the batch are within 2 % at the
+    median and 17 % at worst (KV 1k-128k tokens). So: the multi-head rows nearest in
+    KV heads (the larger on a tie), else the grouped rows of the target's query heads
+    with the most KV heads, read at the batch that streams the target's KV bytes
+    (``num_kv_heads / source KV heads`` times the batch).
+    """
+    if num_heads != num_kv_heads:
+        return None
+    layouts = rows.loc[rows["head_dim"] == head_dim, ["num_heads", "num_kv_heads"]]
+    timed = {(int(h), int(kv)) for h, kv in layouts.itertuples(index=False)}
+    if (num_heads, num_kv_heads) in timed:
+        return None
+    multi_head = [kv for h, kv in timed if h == kv]
+    if multi_head:  # the nearest in KV heads (the larger on a tie)
+        kv = min(multi_head, key=lambda kv: (abs(np.log(kv / num_kv_heads)), -kv))
+        return kv, kv
+    grouped = [kv for h, kv in timed if h == num_heads]
+    return (num_heads, max(grouped)) if grouped else None
+
+
 def attention_grids(
     artifact: KernelArtifact, num_heads: int, num_kv_heads: int, head_dim: int
-) -> tuple[Grid, Grid]:
-    """(context by batch x prompt length, generation by batch x KV length) for one head layout.
+) -> AttentionGrids:
+    """Context and generation attention grids for one head layout.
 
     Holes (large batch x long sequence, not timed) are filled along the batch
-    axis: time is proportional to the batch once the GPU is full.
+    axis: time is proportional to the batch once the GPU is full. A multi-head
+    layout whose decode rows the tables lack is derived from the rows
+    ``derived_decode_source`` picks, their batch axis divided by the ratio of KV
+    heads (a lookup at batch ``b`` reads the source at ``b * ratio``, the same KV
+    bytes), and said so in ``derived``.
     """
     heads = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
     ctx = _rows(artifact, "context_attention", "for prefill attention", **heads)
-    gen = _rows(artifact, "generation_attention", "for decode attention", **heads)
-    return (
-        _grid("context_attention", ctx, "batch_size", "isl_tokens"),
-        _grid("generation_attention", gen, "batch_size", "kv_tokens"),
+    prefill = _grid("context_attention", ctx, "batch_size", "isl_tokens")
+    source = None
+    if artifact.has("generation_attention"):
+        rows = artifact.tables["generation_attention"]
+        source = derived_decode_source(rows, num_heads, num_kv_heads, head_dim)
+    if source is None:
+        gen = _rows(artifact, "generation_attention", "for decode attention", **heads)
+        return AttentionGrids(
+            prefill, _grid("generation_attention", gen, "batch_size", "kv_tokens"), None
+        )
+    src_heads, src_kv_heads = source
+    match = {"num_heads": src_heads, "num_kv_heads": src_kv_heads, "head_dim": head_dim}
+    gen = _rows(artifact, "generation_attention", "for decode attention", **match)
+    timed = _grid("generation_attention", gen, "batch_size", "kv_tokens")
+    ratio = num_kv_heads / src_kv_heads
+    decode = Grid(
+        "generation_attention (derived)",
+        timed.axis_names,
+        (timed.axes[0] / ratio, timed.axes[1]),
+        timed.values,
     )
+    derived = (
+        f"decode attention derived from {src_heads}/{src_kv_heads}-head rows at "
+        f"{ratio:g}x the batch (same KV bytes; {num_heads}/{num_kv_heads} not measured)"
+    )
+    return AttentionGrids(prefill, decode, derived)
 
 
 def dram_floored(decode: Grid, kv_bytes_per_token: float, bandwidth_bytes_per_s: float) -> Grid:
