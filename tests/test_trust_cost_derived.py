@@ -337,3 +337,17 @@ def test_llama_2_on_the_h100_is_priced_by_derived_tables_and_says_so(
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert f"CAVEAT: cost: {explicit.derived[0]}: an estimate" in printed
+
+
+def test_the_plan_and_serve_say_partly_derived() -> None:
+    from sim.cli.serve import cost_source
+    from sim.planning.plan import cost_model_label
+
+    cost = mha_cost()
+    assert cost_source(cost) == "measured kernel tables, partly derived"
+    line = f"priced from h100_sxm kernel tables in the installed database; {cost.derived[0]}"
+    assert cost_model_label(line, False) == "measured kernel tables h100_sxm (partly derived)"
+    measured = "priced from h100_sxm kernel tables in the installed database (vllm 0.24.0)"
+    assert cost_model_label(measured, False) == "measured kernel tables h100_sxm"
+    # One GPU: no all-reduce runs (0 s), so none is measured.
+    assert cost.op_source("allreduce") == "none"

@@ -473,8 +473,9 @@ class KernelCost:
         """What ``breakdown_s``'s op ``name`` is priced from, in a word: ``measured`` (a
         table's rows), ``derived`` (another head layout's rows, ``derived``),
         ``bandwidth`` (its bytes at the GPU's datasheet rate, ``memory_ops``) or
-        ``link`` (a ring over the link: no table timed this group or hop); ``none``
-        for an all-reduce on one GPU (0 s)."""
+        ``link`` (a ring over the link: no table timed this group or hop), ``measured+link``
+        (expert-parallel MoE: its experts from the table, its collectives over the link);
+        ``none`` for an all-reduce on one GPU (0 s)."""
         if name == "decode_attention" and self.derived:
             return "derived"
         if self._memory is not None and (
@@ -483,6 +484,8 @@ class KernelCost:
             return "bandwidth"
         if name in ("allreduce", "embedding_allreduce"):
             return "none" if self.tp == 1 else ("link" if self._allreduce is None else "measured")
+        if name == "moe" and isinstance(self._moe, ExpertParallelMoE):
+            return "measured" if self._moe.collectives_measured else "measured+link"
         return "link" if name == "pipeline_transfer" else "measured"
 
     # -- CostModel ---------------------------------------------------------------

@@ -63,6 +63,11 @@ class ExpertParallelMoE:
         self._all_gather = collective_grid(artifact, "all_gather", ep)
         self._reduce = collective_grid(artifact, "reduce_scatter", ep)
 
+    @property
+    def collectives_measured(self) -> bool:
+        """Whether the NCCL table timed both collectives (else a ring over the link)."""
+        return self._all_gather is not None and self._reduce is not None
+
     def group_tokens(self, num_tokens: float) -> float:
         """Tokens the MoE kernel sees: this rank's ``T`` times the group's DP ranks."""
         return num_tokens * self._group_ranks
