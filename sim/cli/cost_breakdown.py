@@ -10,7 +10,9 @@ The step is written as a short spec (``--step``), terms joined by ``+``:
 
 So ``512p+60d`` is a mixed step of one 512-token chunk and 60 decodes. The
 kernel cost model lists every op it prices (all layers together) with its
-share of the step; the rest of the step (the engine's CPU work it does not hide) is one more
+share of the step and its source (``KernelCost.op_source``: measured rows,
+rows derived from another head layout's, bytes over bandwidth, a formula over
+the link); the rest of the step (the engine's CPU work it does not hide) is one more
 row. Cost models without a per-op breakdown print the step's total (the
 roofline also its compute and memory times), and the engine's CPU work as
 that row where they price the GPU's work only.
