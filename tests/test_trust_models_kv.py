@@ -158,6 +158,39 @@ def test_a_draft_models_weights_and_kv_come_out_of_the_pool_by_hand() -> None:
     assert got < alone
 
 
+def test_a_draft_is_split_over_the_tensor_parallel_gpus_as_its_target_by_hand() -> None:
+    # Llama-3-70B on 4 H100s with a Llama-3-8B draft: each GPU holds a quarter of
+    # both models' weights and of their KV heads (8 / 4 = 2 each).
+    got = vllm_num_kv_blocks(
+        LLAMA_70B,
+        H100,
+        ParallelismConfig(tensor_parallel_size=4),
+        KvSizing(16, 0.9, 2048, 256),
+        max_model_len_tokens=8192,
+        draft=LLAMA_8B,
+    )
+    requested = math.ceil(79.22 * GIB * 0.9)
+    weights = (LLAMA_70B.weight_bytes + LLAMA_8B.weight_bytes) / 4
+    activations = max(4 * 2048 * (8192 + 28672 / 4) * 2, 256 * 128256 * 24)
+    graphs = 80 * 15 * MIB
+    block = 16 * (2 * 80 * 2 * 128 * 2 + 2 * 32 * 2 * 128 * 2)
+    assert got == math.floor((requested - weights - activations - 0.2 * GIB - graphs) / block)
+
+
+def test_a_draft_the_tensor_parallel_size_cannot_split_is_refused() -> None:
+    # SmolLM2-135M's 9 attention heads do not split over 2 GPUs; vLLM runs the draft
+    # with the target's tensor parallel size, so it cannot start.
+    with pytest.raises(ConfigError, match=r"^speculative\.draft_model: .*9 attention heads"):
+        vllm_num_kv_blocks(
+            LLAMA_8B,
+            H100,
+            ParallelismConfig(tensor_parallel_size=2),
+            KvSizing(16, 0.9, 2048, 256),
+            max_model_len_tokens=8192,
+            draft=SMOLLM2,
+        )
+
+
 def test_a_scenarios_draft_model_shrinks_its_pool() -> None:
     plain = scenario_from_dict(doc())
     draft = {"num_draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": "llama-3-8b"}

@@ -240,7 +240,8 @@ def kv_cache_budget(
         # Split over the tensor-parallel GPUs as the target; whole on one stage.
         draft_layout = ParallelismConfig(tensor_parallel_size=parallelism.tensor_parallel_size)
         draft_problem = layout_problem(draft, draft_layout)
-        problem = problem or (draft_problem and f"speculative.draft_model: {draft_problem}")
+        if problem is None and draft_problem is not None:
+            problem = f"speculative.draft_model: {draft_problem}"
         draft_weights_bytes = draft.weight_bytes / parallelism.tensor_parallel_size
         draft_kv_bytes_per_token = kv_bytes_per_token_per_gpu(draft, draft_layout)
     if problem is not None:
