@@ -39,7 +39,7 @@ def _scenario(num_requests: int = 50) -> Scenario:
             "seed": 7,
             "cost": {"kind": "roofline"},
             "scheduler": {"kind": "continuous", "max_num_seqs": 8},
-            "engine": {"num_kv_blocks": 300, "block_size_tokens": 16},
+            "engine": {"num_kv_blocks": 300, "block_size_tokens": 16, "max_model_len_tokens": 4800},
             "workload": {
                 "kind": "synthetic",
                 "num_requests": num_requests,

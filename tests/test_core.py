@@ -369,7 +369,7 @@ def test_token_times_with_detokenization() -> None:
 
     doc = {
         "cost": {"kind": "linear", "per_prefill_token_s": 4.1e-5, "per_decode_seq_s": 2.9e-3},
-        "engine": {"num_kv_blocks": 100},
+        "engine": {"num_kv_blocks": 100, "max_model_len_tokens": 1600},  # 100 x 16 tokens
         "frontend": {
             "way_in_s_per_request": 0.0,
             "tokenize_s_per_token": 0.0,

@@ -75,7 +75,10 @@ SYNTHETIC = {
         engine={"async_scheduling": False, "num_kv_blocks": 40, "max_model_len_tokens": 256},
     ),
     "priority": doc({"kind": "priority", "max_num_seqs": 2, "long_prefill_token_threshold": 8}),
-    "static": doc({"kind": "static", "max_batch_size": 3}, engine={"num_kv_blocks": 30}),
+    "static": doc(
+        {"kind": "static", "max_batch_size": 3},
+        engine={"num_kv_blocks": 30, "max_model_len_tokens": 480},  # 30 x 16
+    ),
     "prefill-first": doc({"kind": "prefill_first"}),
 }
 CASES = [pytest.param(load_scenario(path), id=path.stem) for path in VALIDATE] + [
@@ -215,7 +218,8 @@ def test_a_replay_schedules_by_the_measured_priorities() -> None:
 def test_a_replay_shares_the_measured_prefix_groups() -> None:
     """Two prompts of 40 tokens sharing 32 (group 7), the second after the first ends:
     the second finds the 2 full 16-token blocks of the shared prefix cached."""
-    scenario = scenario_from_dict(doc(engine={"enable_prefix_caching": True, "num_kv_blocks": 64}))
+    engine = {"enable_prefix_caching": True, "num_kv_blocks": 64, "max_model_len_tokens": 1024}
+    scenario = scenario_from_dict(doc(engine=engine))
     measured = table(
         arrival_s=[0.0, 1.0],
         num_prompt_tokens=[40, 40],

@@ -193,7 +193,7 @@ POISSON = {"kind": "poisson", "rate_per_s": 20}
         (
             CONTINUOUS,
             {"kind": "gamma", "rate_per_s": 30, "burstiness": 0.1},
-            {"num_kv_blocks": 300},
+            {"num_kv_blocks": 300, "max_model_len_tokens": 4800},  # 300 x 16
         ),
         (CONTINUOUS, {"kind": "constant", "rate_per_s": 10}, {}),
         (

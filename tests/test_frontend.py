@@ -132,7 +132,12 @@ def one_request_doc(frontend: dict[str, float], num_output_tokens: int = 10) -> 
     return {
         # Prefill 5 ms + 1 ms, every decode step 1 ms (linear cost, no overhead).
         "cost": {"kind": "linear", "per_prefill_token_s": 1e-3, "per_decode_seq_s": 1e-3},
-        "engine": {"num_kv_blocks": 100, "enable_prefix_caching": False},
+        # 100 blocks of 16: 1600 tokens, at least one request of max_model_len.
+        "engine": {
+            "num_kv_blocks": 100,
+            "max_model_len_tokens": 1600,
+            "enable_prefix_caching": False,
+        },
         "frontend": {"tokenize_s_per_token": 0.0, **frontend},
         "workload": {
             "kind": "synthetic",

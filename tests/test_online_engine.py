@@ -41,7 +41,9 @@ def started(*sets: str) -> OnlineEngine:
 
 @pytest.fixture
 def small_pool() -> Iterator[OnlineEngine]:
-    engine = started("engine.num_kv_blocks=4")  # 4 blocks of 16 tokens: 64 tokens in all
+    # 4 blocks of 16 tokens: 64 tokens in all, as long as a request may be (vLLM refuses
+    # a pool smaller than one max_model_len request).
+    engine = started("engine.num_kv_blocks=4", "engine.max_model_len_tokens=64")
     yield engine
     engine.stop()
 
@@ -102,15 +104,21 @@ def test_a_request_that_can_never_fit_is_finished_at_once(small_pool: OnlineEngi
     assert after.finished.wait(WAIT_S) and after.events[-1].finish_reason == "length"
 
 
-def test_a_stream_that_can_never_fit_ends_with_abort(small_pool: OnlineEngine) -> None:
-    async def go() -> str:
+def test_a_stream_too_long_for_the_pool_is_refused_before_it_starts(
+    small_pool: OnlineEngine,
+) -> None:
+    # The pool holds one request of max_model_len (vLLM refuses a smaller one at
+    # start), so a request that could never fit is longer than the context: the
+    # server answers 400, as vLLM does, and no stream starts.
+    async def go() -> tuple[int, str]:
         async with TestClient(TestServer(make_app(small_pool, "tiny"))) as client:
             body = {"prompt": "p" * 100, "max_tokens": 5, "stream": True}
-            return await (await client.post("/v1/completions", json=body)).text()
+            response = await client.post("/v1/completions", json=body)
+            return response.status, await response.text()
 
-    parts = [p for p in asyncio.run(go()).split("\n\n") if p]
-    assert len(parts) == 2 and parts[-1] == "data: [DONE]"
-    assert '"text":""' in parts[0] and '"finish_reason":"abort"' in parts[0]
+    status, text = asyncio.run(go())
+    assert status == 400 and "maximum context length is 64 tokens" in text
+    assert "data:" not in text
 
 
 def test_aborting_a_request_that_still_waits_takes_it_off_the_queue(

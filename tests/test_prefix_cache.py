@@ -562,6 +562,7 @@ def test_recompute_preemption_rereads_its_own_cached_blocks() -> None:
     # blocks when readmitted, so the same load computes fewer tokens with caching on.
     doc = scenario_doc(True, None, rate=50.0)
     doc["engine"]["num_kv_blocks"] = 60
+    doc["engine"]["max_model_len_tokens"] = 960  # 60 x 16: vLLM refuses a smaller pool
     on = api.run(scenario_from_dict(doc))
     doc["engine"]["enable_prefix_caching"] = False
     off = api.run(scenario_from_dict(doc))

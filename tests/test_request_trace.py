@@ -31,6 +31,10 @@ from sim.scenario import scenario_from_dict
 from sim.serving.simulation import Simulation
 from sim.workload.generate import generate_open_loop
 
+# 24 KV blocks of 16 tokens, and requests as long as they hold (vLLM refuses a pool
+# smaller than one max_model_len request).
+POOL_24 = {"num_kv_blocks": 24, "max_model_len_tokens": 24 * 16}
+
 
 def test_hand_traced_request_chunks_decode_and_detokenize() -> None:
     # One request: 100 prompt tokens in chunks of 64 and 36, then 4 decode steps.
@@ -148,7 +152,7 @@ def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
 
 def test_preempted_requests_show_a_preemption_gap() -> None:
     # 24 KV blocks of 16 tokens for 8 requests of 100 + 100 tokens: preemptions.
-    document = doc(num_requests=30, rate_per_s=200.0, output=100, engine={"num_kv_blocks": 24})
+    document = doc(num_requests=30, rate_per_s=200.0, output=100, engine=POOL_24)
     result, trace = traced(document, num_traced=30)
     check_format(trace)
     check_nesting(trace)
@@ -180,7 +184,7 @@ def test_swap_preemption_is_labelled_swapped() -> None:
         num_requests=30,
         rate_per_s=200.0,
         output=100,
-        engine={"num_kv_blocks": 24},
+        engine=POOL_24,
         scheduler={"preemption": "swap"},
     )
     result, trace = traced(document, num_traced=30)
@@ -205,6 +209,8 @@ def test_any_run_gives_a_well_formed_trace(
     document["workload"]["arrival"] = {"kind": "poisson", "rate_per_s": rate}
     document["workload"]["prompt_tokens"] = {"kind": "uniform", "min_tokens": 10, "max_tokens": 200}
     document["engine"] = {"async_scheduling": asynchronous, "num_kv_blocks": blocks}
+    if blocks is not None:  # vLLM refuses a pool smaller than one max_model_len request
+        document["engine"]["max_model_len_tokens"] = 16 * blocks
     result, trace = traced(document, num_traced=25)
     check_format(trace)
     check_nesting(trace)
@@ -222,8 +228,8 @@ def test_any_run_gives_a_well_formed_trace(
 @pytest.mark.parametrize(
     "extra",
     [
-        {"engine": {"num_kv_blocks": 24}},  # preemptions after the first token: later runs
-        {"engine": {"num_kv_blocks": 24}, "cluster": {"num_replicas": 2}},
+        {"engine": POOL_24},  # preemptions after the first token: later runs
+        {"engine": POOL_24, "cluster": {"num_replicas": 2}},
         {
             "cluster": {
                 "disaggregation": {"num_prefill_replicas": 1, "num_decode_replicas": 1},

@@ -311,9 +311,12 @@ def test_seed_selects_the_workload() -> None:
 
 def test_scenario_fields_reach_the_engine() -> None:
     result = run_small(
-        engine__num_kv_blocks=3, workload__output_tokens={"kind": "fixed", "tokens": 200}
+        engine__num_kv_blocks=3,
+        engine__max_model_len_tokens=48,  # vLLM refuses a pool smaller than one request
+        workload__output_tokens={"kind": "fixed", "tokens": 200},
     )
-    # 3 blocks of 16 tokens hold 48: every request (prompt >= 10, output 200) is rejected.
+    # 3 blocks of 16 tokens hold 48 = max_model_len: every request (prompt >= 10,
+    # output 200) is longer, and rejected.
     assert result.summary["num_rejected"] == 20
     assert result.summary["num_kv_blocks"] == 3
     assert result.summary["policy"] == "continuous"

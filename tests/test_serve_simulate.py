@@ -129,7 +129,8 @@ def offline(
     [
         ("llama70b_tp.yaml", ()),  # async scheduling (the scenario's vLLM version's default)
         ("llama70b_tp.yaml", ("engine.async_scheduling=false",)),
-        ("llama70b_tp.yaml", ("engine.num_kv_blocks=300",)),  # recompute preemptions
+        # recompute preemptions (300 blocks of 16: 4800 tokens, the longest a request may be)
+        ("llama70b_tp.yaml", ("engine.num_kv_blocks=300", "engine.max_model_len_tokens=4800")),
         ("speculative.yaml", ()),  # several tokens a step
         ("static_vs_continuous.yaml", ()),  # static batches: a policy that wakes itself
     ],
@@ -211,7 +212,8 @@ def test_shared_prompt_prefixes_hit_the_simulated_prefix_cache() -> None:
 
 
 def test_a_request_that_can_never_fit_is_refused_at_admission() -> None:
-    config = config_of("engine.num_kv_blocks=8")  # 128 tokens in all
+    # 128 tokens in all, the longest a request may be (vLLM refuses a smaller pool).
+    config = config_of("engine.num_kv_blocks=8", "engine.max_model_len_tokens=128")
     engine, records = drive(config, [0.0, 0.5], [400, 50], [10, 10])
     refused, served = records
     assert [e.finish_reason for e in refused.events] == ["abort"]

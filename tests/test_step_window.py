@@ -85,7 +85,15 @@ def test_a_window_by_hand() -> None:
         ("chat.yaml", ["workload.num_requests=200"]),
         ("replicas.yaml", ["workload.num_requests=200"]),
         ("disaggregated.yaml", ["workload.num_requests=120"]),
-        ("chat.yaml", ["workload.num_requests=300", "engine.num_kv_blocks=300"]),  # preempts
+        # preempts (300 x 16 tokens: the longest request vLLM would take on such a pool)
+        (
+            "chat.yaml",
+            [
+                "workload.num_requests=300",
+                "engine.num_kv_blocks=300",
+                "engine.max_model_len_tokens=4800",
+            ],
+        ),
     ],
 )
 def test_the_trace_of_the_compact_log_equals_that_of_the_frames(

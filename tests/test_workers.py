@@ -78,7 +78,8 @@ ENGINES: list[dict[str, Any]] = [
     {},
     {"async_scheduling": False},
     {"skip_ahead": False},
-    {"num_kv_blocks": 260},  # preemptions; prompts over the pool's size are rejected
+    # preemptions; prompts over the pool's size (260 x 16 = max_model_len) are rejected
+    {"num_kv_blocks": 260, "max_model_len_tokens": 4160},
     {"enable_prefix_caching": False},
 ]
 

@@ -20,7 +20,7 @@ from sim.engine.policies import Scheduler
 from sim.engine.scheduler import ContinuousSettings
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
-from sim.hardware.quantization import quantize
+from sim.hardware.quantization import QuantizationConfig, quantize
 from sim.hardware.specs import ModelSpec
 from sim.scenario import Scenario
 from sim.serving.cluster import Cluster
@@ -32,11 +32,25 @@ def model_for(scenario: Scenario) -> ModelSpec:
     return quantize(scenario.model, scenario.quantization)
 
 
+def draft_model_for(scenario: Scenario) -> ModelSpec | None:
+    """The speculative draft model whose weights and KV share the GPUs, or None.
+
+    Its KV cache is in the engine's one KV dtype (``quantization.kv_cache``, as
+    vLLM's ``kv_cache_dtype`` covers every attention layer); its weights keep
+    their own dtype. A ``draft_cost_fraction`` names no model (n-gram drafts
+    have no weights), so there is none to count.
+    """
+    speculative = scenario.speculative
+    if speculative is None or speculative.draft_model is None:
+        return None
+    kv_cache = scenario.quantization.kv_cache
+    return quantize(speculative.draft_model, QuantizationConfig(kv_cache=kv_cache))
+
+
 def kv_blocks_for(scenario: Scenario) -> int:
-    """The scenario's KV pool size in blocks: given (vLLM's log), or as vLLM's profile sizes it."""
+    """The scenario's KV pool size in blocks: given (vLLM's log), or as vLLM's profile
+    sizes it; either checked as vLLM checks it at start (``sim.hardware.kv_capacity``)."""
     engine = scenario.engine
-    if engine.num_kv_blocks is not None:
-        return engine.num_kv_blocks
     # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
     seqs, batched_tokens = step_limits(scenario)
     try:
@@ -52,6 +66,8 @@ def kv_blocks_for(scenario: Scenario) -> int:
                 estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
             ),
             max_model_len_tokens=engine.max_model_len_tokens,
+            draft=draft_model_for(scenario),
+            num_kv_blocks_given=engine.num_kv_blocks,
         )
     except ConfigError as error:
         raise ConfigError(f"model, hardware: {error}") from None

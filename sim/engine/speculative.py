@@ -36,8 +36,9 @@ token per step and is not available under speculation.
 Simplifications, stated: the plan runs one step per event (no skip-ahead, as
 per-request token counts vary between steps); draft tokens do not count against
 ``max_num_batched_tokens``; the KV cache holds accepted tokens only (the
-verification's lookahead slots are transient); the draft model's weights and KV
-cache do not shrink the target's KV pool.
+verification's lookahead slots are transient). A ``draft_model``'s weights and
+KV layers do shrink the target's KV pool (``sim.hardware.kv_capacity``); a
+``draft_cost_fraction`` names no model, so none is counted.
 """
 
 from __future__ import annotations

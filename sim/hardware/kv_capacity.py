@@ -11,8 +11,26 @@ vLLM (``Worker.determine_available_memory``, ``kv_cache_utils.get_num_blocks``):
 All per GPU; with tensor parallelism each GPU holds 1/tp of the KV heads (at
 least one: past ``tp = num_kv_heads`` they are replicated), with pipeline
 parallelism the GPU of the largest stage (``ceil(layers / pp)`` layers) bounds
-the pool. When a scenario gives the block count vLLM logged
-(``engine.num_kv_blocks``), none of this runs.
+the pool.
+
+A speculative draft model (``speculative.draft_model``) is loaded by the same
+worker before the profile run, so its weights are among ``weights``; its
+attention layers get KV blocks from the same pool, block for block with the
+target's, so ``page_size`` sums the draft's layers with the target's (vLLM v1
+sizes one pool for every attention layer, ``get_kv_cache_config``). The draft
+is split like the target (tensor parallel), all its layers on the GPU that
+bounds the pool (vLLM puts it on the last pipeline stage; counting it against
+the largest is the conservative side). Its share of the profile run's
+activations and CUDA graphs is not added (the target's dominate).
+
+When a scenario gives the block count vLLM logged (``engine.num_kv_blocks``),
+that count is used, with the checks vLLM makes whatever the count: the
+weights fit, and one request of ``max_model_len`` fits in the blocks
+(``check_budget``); the memory estimates themselves are not held against a
+logged count.
+
+``engine.block_size_tokens`` must be one of vLLM's block sizes
+(``VLLM_BLOCK_SIZES_TOKENS``).
 
 Weights are ``ModelSpec.weight_bytes``: every parameter once, a tied LM head
 (GPT-2, OPT) counted with the embedding it shares. A sliding window
@@ -137,6 +155,26 @@ def cudagraph_memory_bytes(num_layers_on_gpu: int) -> float:
     return CUDA_GRAPH_BYTES_PER_LAYER * num_layers_on_gpu
 
 
+# vLLM's CacheConfig.block_size choices (``BlockSize = Literal[1, 8, 16, 32, 64,
+# 128]`` in vllm/config.py, later vllm/config/cache.py); vLLM refuses any other.
+# Newer releases add 256, which not every version modelled here accepts, so it is
+# refused too.
+VLLM_BLOCK_SIZES_TOKENS: tuple[int, ...] = (1, 8, 16, 32, 64, 128)
+
+
+def block_size_problem(block_size_tokens: int) -> str | None:
+    """Why vLLM would refuse ``block_size_tokens`` tokens per KV block, or None."""
+    if block_size_tokens in VLLM_BLOCK_SIZES_TOKENS:
+        return None
+    allowed = ", ".join(map(str, VLLM_BLOCK_SIZES_TOKENS))
+    return f"engine.block_size_tokens {block_size_tokens} is not one of vLLM's: {allowed}"
+
+
+def blocks_for_one_request(max_model_len_tokens: int, block_size_tokens: int) -> int:
+    """KV blocks one request of ``max_model_len_tokens`` tokens needs (vLLM checks it fits)."""
+    return math.ceil(max_model_len_tokens / block_size_tokens)
+
+
 SOURCE_SCENARIO = "engine.num_kv_blocks"
 """``engine_settings.num_kv_blocks_source`` when the scenario gave the count (vLLM's log)."""
 SOURCE_ESTIMATE = "memory_profile_estimate"
@@ -160,12 +198,13 @@ class KvCacheBudget:
 
     total_bytes: float  # computed: what CUDA reports
     requested_bytes: float  # computed: ceil(total x gpu_memory_utilization)
-    weights_bytes: float  # computed: weight bytes / num_gpus
+    weights_bytes: float  # computed: weight bytes / num_gpus (the target's)
     activation_bytes: float  # estimated: the profile run's torch peak
     non_torch_bytes: float  # estimated constant
     cudagraph_bytes: float  # estimated; 0 when not subtracted
-    block_bytes: float  # computed: one block of every layer on this GPU
+    block_bytes: float  # computed: one block of every layer on this GPU, draft's included
     block_size_tokens: int
+    draft_weights_bytes: float = 0.0  # computed: the draft's weight bytes / tp; 0: no draft
 
     @property
     def available_bytes(self) -> float:
@@ -173,6 +212,7 @@ class KvCacheBudget:
         return (
             self.requested_bytes
             - self.weights_bytes
+            - self.draft_weights_bytes
             - self.activation_bytes
             - self.non_torch_bytes
             - self.cudagraph_bytes
@@ -185,13 +225,25 @@ class KvCacheBudget:
 
 
 def kv_cache_budget(
-    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig, sizing: KvSizing
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    parallelism: ParallelismConfig,
+    sizing: KvSizing,
+    draft: ModelSpec | None = None,
 ) -> KvCacheBudget:
-    """The budget of the GPU holding the largest pipeline stage (no fit checks)."""
+    """The budget of the GPU holding the largest pipeline stage (no fit checks);
+    ``draft``: a speculative draft model sharing the GPUs and the KV pool (module)."""
     block_size_tokens = sizing.block_size_tokens
-    if block_size_tokens <= 0:
-        raise ConfigError(f"engine.block_size_tokens must be > 0, got {block_size_tokens}")
-    problem = layout_problem(model, parallelism)
+    problem = block_size_problem(block_size_tokens) or layout_problem(model, parallelism)
+    draft_weights_bytes, draft_kv_bytes_per_token = 0.0, 0.0
+    if draft is not None:
+        # Split over the tensor-parallel GPUs as the target; whole on one stage.
+        draft_layout = ParallelismConfig(tensor_parallel_size=parallelism.tensor_parallel_size)
+        draft_problem = layout_problem(draft, draft_layout)
+        if problem is None and draft_problem is not None:
+            problem = f"speculative.draft_model: {draft_problem}"
+        draft_weights_bytes = draft.weight_bytes / parallelism.tensor_parallel_size
+        draft_kv_bytes_per_token = kv_bytes_per_token_per_gpu(draft, draft_layout)
     if problem is not None:
         raise ConfigError(problem)
     layers_on_gpu = math.ceil(model.num_layers / parallelism.pipeline_parallel_size)
@@ -209,8 +261,10 @@ def kv_cache_budget(
         cudagraph_bytes=cudagraph_memory_bytes(layers_on_gpu)
         if sizing.estimate_cudagraph_memory
         else 0.0,
-        block_bytes=block_size_tokens * kv_bytes_per_token_per_gpu(model, parallelism),
+        block_bytes=block_size_tokens
+        * (kv_bytes_per_token_per_gpu(model, parallelism) + draft_kv_bytes_per_token),
         block_size_tokens=block_size_tokens,
+        draft_weights_bytes=draft_weights_bytes,
     )
 
 
@@ -219,33 +273,57 @@ def _gib(value: float) -> str:
 
 
 def check_budget(
-    budget: KvCacheBudget, model: ModelSpec, hardware: HardwareSpec, max_model_len_tokens: int
+    budget: KvCacheBudget,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    max_model_len_tokens: int,
+    num_kv_blocks_given: int | None = None,
 ) -> int:
-    """``budget.num_blocks``, or a one-line ConfigError where vLLM would refuse to start.
+    """The pool's blocks, or a one-line ConfigError where vLLM would refuse to start.
 
-    Mirrors ``_check_enough_kv_cache_memory``: no memory for a block ("No
-    available memory for the cache blocks"), or not enough for one request of
-    ``max_model_len_tokens``.
+    The blocks are ``num_kv_blocks_given`` (``engine.num_kv_blocks``, the count
+    vLLM logged) when given, else ``budget.num_blocks``. Mirrors vLLM's start-up:
+    the weights (a draft's included) must fit the requested memory; a derived
+    count must have memory for a block ("No available memory for the cache
+    blocks", ``_check_enough_kv_cache_memory``); either must hold one request
+    of ``max_model_len_tokens``.
     """
     share = (
         f"hardware {hardware.name}'s {_gib(budget.total_bytes)} x engine.gpu_memory_utilization"
         f" = {_gib(budget.requested_bytes)}"
     )
-    if budget.weights_bytes > budget.requested_bytes:
+    weights_bytes = budget.weights_bytes + budget.draft_weights_bytes
+    draft = (
+        f" and its speculative.draft_model's ({_gib(budget.draft_weights_bytes)})"
+        if budget.draft_weights_bytes
+        else ""
+    )
+    if weights_bytes > budget.requested_bytes:
         raise ConfigError(
-            f"the weights of model {model.name} ({_gib(budget.weights_bytes)} per GPU) exceed"
-            f" {share}; use more GPUs (parallelism) or smaller weights (quantization)"
+            f"the weights of model {model.name} ({_gib(budget.weights_bytes)} per GPU){draft}"
+            f" exceed {share}; use more GPUs (parallelism) or smaller weights (quantization)"
         )
+    needed = blocks_for_one_request(max_model_len_tokens, budget.block_size_tokens)
+    if num_kv_blocks_given is not None:
+        if num_kv_blocks_given < needed:
+            raise ConfigError(
+                f"engine.num_kv_blocks {num_kv_blocks_given} holds"
+                f" {num_kv_blocks_given * budget.block_size_tokens} tokens, less than one request"
+                f" of engine.max_model_len_tokens {max_model_len_tokens} ({needed} blocks of"
+                f" {budget.block_size_tokens}; vLLM refuses to start); raise num_kv_blocks or"
+                " lower max_model_len_tokens"
+            )
+        return num_kv_blocks_given
     blocks = budget.num_blocks
     if blocks < 1:
         raise ConfigError(
-            f"no memory for the KV cache: {share} minus weights {_gib(budget.weights_bytes)},"
-            f" activations {_gib(budget.activation_bytes)} (scheduler.max_num_batched_tokens,"
-            f" max_num_seqs), non-torch {_gib(budget.non_torch_bytes)} and CUDA graphs"
-            f" {_gib(budget.cudagraph_bytes)} leaves {_gib(budget.available_bytes)},"
-            f" less than one block ({budget.block_bytes / MIB:.2f} MiB)"
+            f"no memory for the KV cache: {share} minus weights {_gib(budget.weights_bytes)}"
+            f"{draft}, activations {_gib(budget.activation_bytes)}"
+            " (scheduler.max_num_batched_tokens, max_num_seqs), non-torch"
+            f" {_gib(budget.non_torch_bytes)} and CUDA graphs {_gib(budget.cudagraph_bytes)}"
+            f" leaves {_gib(budget.available_bytes)}, less than one block"
+            f" ({budget.block_bytes / MIB:.2f} MiB)"
         )
-    needed = math.ceil(max_model_len_tokens / budget.block_size_tokens)
     if blocks < needed:
         raise ConfigError(
             f"engine.max_model_len_tokens {max_model_len_tokens} needs {needed} KV blocks but"
@@ -262,7 +340,11 @@ def vllm_num_kv_blocks(
     sizing: KvSizing,
     *,
     max_model_len_tokens: int,
+    draft: ModelSpec | None = None,
+    num_kv_blocks_given: int | None = None,
 ) -> int:
-    """KV blocks a replica holds, as vLLM's start-up profile would size them (checked)."""
-    budget = kv_cache_budget(model, hardware, parallelism, sizing)
-    return check_budget(budget, model, hardware, max_model_len_tokens)
+    """KV blocks a replica holds: ``num_kv_blocks_given`` (vLLM's log) or as vLLM's
+    start-up profile would size them, checked as vLLM checks them (``check_budget``);
+    ``draft``: a speculative draft model sharing the GPUs and the pool."""
+    budget = kv_cache_budget(model, hardware, parallelism, sizing, draft)
+    return check_budget(budget, model, hardware, max_model_len_tokens, num_kv_blocks_given)

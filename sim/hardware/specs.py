@@ -311,8 +311,18 @@ def _hf(
     }
 
 
-_LLAMA_31 = {"rope_theta": 500000.0, "max_position_embeddings": 131072, "vocab_size": 128256}
-_QWEN3 = {"max_position_embeddings": 40960, "vocab_size": 151936, "head_dim": 128}
+_LLAMA_31 = {
+    "model_type": "llama",
+    "rope_theta": 500000.0,
+    "max_position_embeddings": 131072,
+    "vocab_size": 128256,
+}
+_QWEN3 = {
+    "model_type": "qwen3",
+    "max_position_embeddings": 40960,
+    "vocab_size": 151936,
+    "head_dim": 128,
+}
 
 _CONFIGS: dict[str, dict[str, Any]] = {
     "llama-3.1-8b": _hf(32, 4096, 32, 8, 14336, **_LLAMA_31),  # meta-llama/Llama-3.1-8B
@@ -326,7 +336,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         32,
         4,
         6144,
-        **_QWEN3,
+        **{**_QWEN3, "model_type": "qwen3_moe"},
         moe_intermediate_size=768,
         num_experts=128,
         num_experts_per_tok=8,
@@ -338,6 +348,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         32,
         8,
         14336,
+        model_type="mixtral",
         num_local_experts=8,
         num_experts_per_tok=2,
         vocab_size=32000,
@@ -620,7 +631,7 @@ _TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 
 
 def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
-    """Llama, Mistral, Mixtral, Qwen2/3 (and MoE): RMSNorm, rotary positions, a
+    """Llama, Mistral, Mixtral, Qwen2/3 (and MoE), Gemma: RMSNorm, rotary positions, a
     gated MLP (``hidden_act``, SiLU by default), GQA or MHA, optional window."""
     hidden = _field(config, where, "hidden_size")
     heads = _field(config, where, "num_attention_heads")
@@ -628,6 +639,13 @@ def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitec
     num_experts = config.get("num_local_experts") or config.get("num_experts")
     moe = None
     if num_experts:
+        # Qwen-MoE can keep some layers dense (mlp_only_layers, or MoE only every
+        # decoder_sparse_step-th layer); every layer is priced as MoE, so refuse those.
+        if config.get("mlp_only_layers") or (config.get("decoder_sparse_step") or 1) != 1:
+            raise ConfigError(
+                f"{where}: dense layers among MoE layers (mlp_only_layers, "
+                "decoder_sparse_step != 1) are not modelled"
+            )
         moe = MoeSpec(
             num_experts=_field(config, where, "num_local_experts", "num_experts"),
             top_k=_field(config, where, "num_experts_per_tok"),
@@ -656,14 +674,60 @@ def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitec
     )
 
 
+# The model types servesim reads, each by name, and the rules it reads them by.
+# Any other is refused: read as a Llama it would price a model that is not
+# there (DeepSeek-V3's latent attention and shared experts as dense GQA, a BERT
+# encoder as a generator).
+_READERS = {
+    "gpt2": _gpt2,
+    "opt": _opt,
+    **dict.fromkeys(
+        [
+            "llama",
+            "mistral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "gemma",
+            "gemma2",
+            "gemma3",
+            "gemma3_text",
+        ],
+        _llama_style,
+    ),
+}
+SUPPORTED_MODEL_TYPES = frozenset(_READERS)
+"""``config.json`` ``model_type`` values servesim models (``from_hf_config``)."""
+
+
+def _model_type(config: dict[str, Any], where: str) -> str:
+    """``config``'s ``model_type``; ConfigError naming it and the supported ones if not one."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in _READERS:
+        return model_type
+    supported = ", ".join(sorted(_READERS))
+    if model_type is None:
+        raise ConfigError(f"{where}: missing field 'model_type'; supported: {supported}")
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): KV is a compressed
+    # latent, not K and V per head, so neither its KV bytes nor attention is priced.
+    mla = " (multi-head latent attention, kv_lora_rank)" if "kv_lora_rank" in config else ""
+    raise ConfigError(
+        f"{where}: model_type {model_type!r}{mla} is not modelled; supported: {supported}"
+    )
+
+
 def from_hf_config(
     config: dict[str, Any], name: str, where: str = "config.json"
 ) -> ModelArchitecture:
     """Architecture from a Hugging Face ``config.json`` mapping.
 
-    ``model_type`` ``gpt2`` and ``opt`` are read by their own rules (non-gated
-    MLP, LayerNorm, biases, learned positions, tied embeddings); every other
-    config as a Llama-style decoder. Multimodal configs keep the language
+    Only the ``model_type`` values in ``SUPPORTED_MODEL_TYPES`` are read, each
+    by name; any other (or none) is a ConfigError naming it and the supported
+    list. ``gpt2`` and ``opt`` are read by their own rules (non-gated MLP,
+    LayerNorm, biases, learned positions, tied embeddings); the rest as
+    Llama-style decoders (``_llama_style``). Multimodal configs keep the language
     model under ``text_config``. Fields Hugging Face defaults
     (``num_key_value_heads`` = heads: multi-head attention; ``head_dim`` =
     hidden / heads; ``tie_word_embeddings``) default the same way. A
@@ -679,12 +743,9 @@ def from_hf_config(
             f"{where}: quantization_config ({method}) is not read; remove it and set the "
             "scenario's quantization: weights instead"
         )
+    read = _READERS[_model_type(config, where)]
     try:
-        if config.get("model_type") == "gpt2":
-            return _gpt2(config, name, where)
-        if config.get("model_type") == "opt":
-            return _opt(config, name, where)
-        return _llama_style(config, name, where)
+        return read(config, name, where)
     except ValidationError as error:  # fields that parse but do not fit together
         problem = error.errors()[0]
         raise ConfigError(f"{where}: {problem['msg']}") from None

@@ -30,6 +30,7 @@ from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import SpeculativeConfig
 from sim.errors import ConfigError
+from sim.hardware.kv_capacity import block_size_problem
 from sim.hardware.parallel import LINK_PRESETS, ParallelismConfig, layout_problem, link_preset
 from sim.hardware.quantization import QuantizationConfig
 from sim.hardware.specs import (
@@ -98,7 +99,13 @@ class EngineConfig(BaseModel):
         ),
     )
 
-    block_size_tokens: int = Field(default=16, ge=1)
+    block_size_tokens: int = Field(
+        default=16,
+        description=(
+            "tokens per KV block, one of vLLM's block sizes"
+            " (sim.hardware.kv_capacity.VLLM_BLOCK_SIZES_TOKENS: 1, 8, 16, 32, 64, 128)"
+        ),
+    )
     num_kv_blocks: int | None = Field(
         default=None,
         ge=1,
@@ -168,6 +175,14 @@ class EngineConfig(BaseModel):
                 raise ValueError(f"{problem}; quote it (YAML reads 0.20 as the number 0.2)")
             return str(name)
         return name
+
+    @field_validator("block_size_tokens")
+    @classmethod
+    def _vllm_block_size(cls, block_size_tokens: int) -> int:
+        problem = block_size_problem(block_size_tokens)
+        if problem is not None:
+            raise ValueError(problem)
+        return block_size_tokens
 
     @field_validator("vllm_version")
     @classmethod

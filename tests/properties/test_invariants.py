@@ -467,7 +467,8 @@ def scenario_doc(seed: int, policy: dict[str, Any], num_kv_blocks: int) -> dict[
         "engine": {
             "num_kv_blocks": num_kv_blocks,
             "block_size_tokens": 8,
-            "max_model_len_tokens": 512,
+            # No longer than the pool holds: vLLM refuses a smaller pool at start.
+            "max_model_len_tokens": min(512, 8 * num_kv_blocks),
         },
         "frontend": {"tokenize_s_per_token": 1e-6, "detokenize_s_per_token": 2.3e-4},
         "workload": {
