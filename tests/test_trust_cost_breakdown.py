@@ -66,10 +66,11 @@ def test_a_context_past_max_model_len_is_refused(capsys: pytest.CaptureFixture[s
 
 def test_more_kv_than_the_cache_holds_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     # 100 blocks of 16 tokens: two decodes of 800 tokens take 2 * 50 = 100 blocks (fits);
-    # 801 tokens take ceil(801 / 16) = 51 blocks each, 102 in all.
-    blocks = "engine.num_kv_blocks=100"
-    assert _priced(capsys, "2d@800", blocks)["step_ms"] > 0
-    message = _refused(capsys, "2d@801", blocks)
+    # 801 tokens take ceil(801 / 16) = 51 blocks each, 102 in all. max_model_len is
+    # what the pool holds (100 * 16 = 1600 tokens): vLLM refuses a smaller pool at start.
+    blocks = ("engine.num_kv_blocks=100", "engine.max_model_len_tokens=1600")
+    assert _priced(capsys, "2d@800", *blocks)["step_ms"] > 0
+    message = _refused(capsys, "2d@801", *blocks)
     assert "102 blocks of 16 tokens" in message and "holds 100" in message
     assert "engine.num_kv_blocks" in message
 
