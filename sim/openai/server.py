@@ -101,7 +101,17 @@ async def _errors(
         if error.status < 400:
             raise
         return _error(error.status, error.reason)
-    except (asyncio.CancelledError, ConnectionResetError):
+    except ConnectionResetError:
+        # The client hung up before its request was read whole (mid-body): its right,
+        # not a server error, and nothing reached the engine. One line, no traceback
+        # (re-raised, aiohttp would log one); the answer is never sent.
+        LOG.warning(
+            "servesim serve: %s %s: the client disconnected before sending its whole request",
+            request.method,
+            request.path,
+        )
+        return web.Response(status=499)
+    except asyncio.CancelledError:
         raise
     except Exception as error:  # a bug: the client gets a 500, the log the traceback
         LOG.exception("servesim serve: %s %s failed", request.method, request.path)
@@ -214,7 +224,7 @@ class Generation:
                         ids, limit, ignore_eos, sink, received_s=self.arrival_s
                     )
                 except BaseException:
-                    self.abort()  # the choices submitted before: nobody will read them
+                    self.abort("its submission failed")  # the choices submitted before
                     raise
                 detokenizer = IncrementalDetokenizer(tokenizer, stop, include_stop)
                 self.choices.append(Choice(index, len(ids), detokenizer, request_id))
@@ -265,11 +275,29 @@ class Generation:
         choice.pieces.append(delta.text)
         return choice, delta.text
 
-    def abort(self) -> None:
-        """Stop every unfinished choice (its client went away, or the request failed)."""
-        for choice in self.choices:
-            if choice.finish_reason is None:
-                self.engine.abort(choice.request_id)
+    def abort(self, why: str) -> None:
+        """End every unfinished choice as vLLM aborts a request: the engine stops it and
+        frees its KV blocks, ``/metrics`` counts it (``finished_reason="abort"``), and
+        the log says so in one line."""
+        now = time.perf_counter()
+        aborted = [c for c in self.choices if c.finish_reason is None]
+        for choice in aborted:
+            self.engine.abort(choice.request_id)
+            choice.finish_reason = "abort"
+            self.metrics.finished(
+                "abort", now - self.arrival_s, choice.num_prompt_tokens, choice.num_generated_tokens
+            )
+            if choice.timing is not None:  # up to its last token
+                self.metrics.engine_timing(choice.timing)
+        if aborted:
+            generated = sum(c.num_generated_tokens for c in aborted)
+            ids = ", ".join(str(c.request_id) for c in aborted)
+            LOG.warning(
+                "servesim serve: aborted engine request %s (%d tokens generated): %s",
+                ids,
+                generated,
+                why,
+            )
 
 
 def _sse(model: BaseModel) -> bytes:
@@ -348,8 +376,15 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         if req.stream:
             return await _stream(request, generation, rid, chat, req.stream_options)
         return await _whole(request, generation, rid, model, chat)
+    except ConnectionResetError:
+        # The client hung up: before the headers went out, mid-stream (aiohttp:
+        # "Cannot write to closing transport") or while waiting for a whole answer.
+        # Its right, not a server error: abort its requests and end the handler
+        # quietly (re-raised, aiohttp would log a traceback).
+        generation.abort("the client disconnected")
+        return web.Response(status=499)  # never sent: nobody is listening
     except asyncio.CancelledError:
-        generation.abort()  # the client left a whole answer, or the server is stopping
+        generation.abort("the server is stopping")
         raise
 
 
@@ -363,14 +398,8 @@ async def _stream(
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
-    await response.prepare(request)
-    try:
-        await _send_events(response, request.app[MODEL], generation, rid, chat, options)
-    except ConnectionResetError:
-        # The client hung up mid-stream (aiohttp: "Cannot write to closing
-        # transport"): its right, not a server error. Stop generating for it and
-        # end the handler quietly; raising would make aiohttp log a traceback.
-        generation.abort()
+    await response.prepare(request)  # ConnectionResetError if the client left: _generate's
+    await _send_events(response, request.app[MODEL], generation, rid, chat, options)
     return response
 
 
@@ -432,9 +461,8 @@ async def _whole(
         if time.perf_counter() - checked_s >= DISCONNECT_CHECK_S:
             checked_s = time.perf_counter()
             transport = request.transport
-            if transport is None or transport.is_closing():
-                generation.abort()  # the client gave up waiting: free the engine
-                return web.Response(status=499)  # never sent: nobody is listening
+            if transport is None or transport.is_closing():  # the client gave up waiting
+                raise ConnectionResetError("the client disconnected")  # _generate aborts
     _check_engine(generation.engine)  # it died under the request: its choices were aborted
     if chat:
         chat_choices = [
