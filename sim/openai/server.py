@@ -145,6 +145,18 @@ def _check_engine(engine: OnlineBackend) -> None:
         raise p.RequestError(f"the engine stopped: {engine.error}", status=500)
 
 
+def _check_token_ids(ids: list[int], vocab_size: int) -> None:
+    """A prompt given as token ids holds only ids of the model's vocabulary (vLLM's
+    check, with the vocabulary's size said)."""
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise p.RequestError(
+            f"Token id {bad} is out of vocabulary (the model's vocabulary has {vocab_size} "
+            f"ids, 0 to {vocab_size - 1})",
+            "prompt",
+        )
+
+
 def _max_tokens(asked: int | None, default: int, num_prompt: int, max_model_len: int) -> int:
     """``max_tokens`` checked against the context left after the prompt (vLLM's messages)."""
     if num_prompt == 0:
@@ -357,6 +369,8 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         _check_model(request, req.model)
         _check_supported(req)
         prompts = [tokenizer.encode(x) if isinstance(x, str) else x for x in req.prompts()]
+        for ids in prompts:
+            _check_token_ids(ids, tokenizer.vocab_size)
         asked, default = req.max_tokens, 16  # vLLM's default for completions
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
     _check_engine(engine)  # a stopped engine would never answer
