@@ -135,12 +135,16 @@ def cost_source(cost: CostModel) -> str:
 
 
 def app_for(engine: OnlineBackend, scenario: Scenario) -> web.Application:
-    """The HTTP server around ``engine``: the scenario's model name, and its vocabulary
-    for the byte tokenizer (prompts of token ids outside it are refused)."""
+    """The HTTP server around ``engine``: the scenario's model name, its vocabulary for
+    the byte tokenizer (prompts of token ids outside it are refused), and whether its
+    policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
+    request's ``priority`` other than 0 is refused)."""
     from sim.openai.server import make_app
     from sim.openai.tokenizer import ByteTokenizer
 
-    return make_app(engine, scenario.model.name, ByteTokenizer(scenario.model.vocab_size))
+    tokenizer = ByteTokenizer(scenario.model.vocab_size)
+    priority = scenario.scheduler.kind == "priority"
+    return make_app(engine, scenario.model.name, tokenizer, priority_scheduling=priority)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:

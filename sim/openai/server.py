@@ -76,6 +76,8 @@ MODEL = web.AppKey("model", str)
 TOKENIZER = web.AppKey("tokenizer", ByteTokenizer)
 MAILBOX = web.AppKey("mailbox", Mailbox)
 METRICS = web.AppKey("metrics", ServerMetrics)
+# Whether the engine's policy reads a request's priority (vLLM's --scheduling-policy priority).
+PRIORITY_SCHEDULING = web.AppKey("priority_scheduling", bool)
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -137,6 +139,14 @@ def _check_supported(request: p.CompletionRequest | p.ChatCompletionRequest) -> 
     unknown = p.unknown_fields(request)
     if unknown:
         LOG.warning("The following fields were present in the request but ignored: %s", unknown)
+
+
+def _check_priority(request: web.Request, priority: int) -> None:
+    """vLLM's check: a priority other than 0 needs a policy that schedules by it."""
+    if priority != 0 and not request.app[PRIORITY_SCHEDULING]:
+        raise p.RequestError(
+            f"Got priority {priority} but Priority scheduling is not enabled.", "priority"
+        )
 
 
 def _check_engine(engine: OnlineBackend) -> None:
@@ -215,6 +225,7 @@ class Generation:
         include_stop: bool,
         ignore_eos: bool,
         received_s: float,
+        priority: int,
     ) -> None:
         app = request.app
         self.engine, self.metrics = app[ENGINE], app[METRICS]
@@ -233,7 +244,7 @@ class Generation:
 
                 try:
                     request_id = self.engine.submit(
-                        ids, limit, ignore_eos, sink, received_s=self.arrival_s
+                        ids, limit, ignore_eos, sink, self.arrival_s, priority
                     )
                 except BaseException:
                     self.abort("its submission failed")  # the choices submitted before
@@ -373,6 +384,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
             _check_token_ids(ids, tokenizer.vocab_size)
         asked, default = req.max_tokens, 16  # vLLM's default for completions
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
+    _check_priority(request, req.priority)
     _check_engine(engine)  # a stopped engine would never answer
     generation = Generation(
         request,
@@ -383,6 +395,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         req.include_stop_str_in_output,
         req.ignore_eos,
         received_s,
+        req.priority,
     )
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
@@ -556,15 +569,20 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def make_app(
-    engine: OnlineBackend, model: str, tokenizer: ByteTokenizer | None = None
+    engine: OnlineBackend,
+    model: str,
+    tokenizer: ByteTokenizer | None = None,
+    priority_scheduling: bool = False,
 ) -> web.Application:
-    """The aiohttp application around a started ``engine``."""
+    """The aiohttp application around a started ``engine``; ``priority_scheduling``:
+    whether its policy reads requests' ``priority`` (else one other than 0 is a 400)."""
     app = web.Application(middlewares=[_errors])
     app[ENGINE] = engine
     app[MODEL] = model
     app[TOKENIZER] = tokenizer or ByteTokenizer()
     app[MAILBOX] = Mailbox()
     app[METRICS] = ServerMetrics(model)
+    app[PRIORITY_SCHEDULING] = priority_scheduling
 
     async def bind(app: web.Application) -> None:
         app[MAILBOX].bind(asyncio.get_running_loop())
