@@ -38,6 +38,9 @@ LOG = logging.getLogger("servesim.serve")
 Event = tuple[int, Emitted]  # (choice index, the engine's output for it)
 # How often a whole answer's handler, waiting for tokens, looks whether its client left.
 DISCONNECT_CHECK_S = 0.5
+# On SIGTERM or Ctrl-C, how long open requests get to finish before they are cut
+# (aiohttp's default); a second Ctrl-C or SIGTERM cuts them at once.
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class Mailbox:
@@ -601,25 +604,58 @@ def make_app(
     return app
 
 
+def stopping_line(app: web.Application) -> str:
+    """What the server says when told to stop: how many requests it waits for, how long."""
+    engine = app.get(ENGINE)
+    load = engine.load() if engine is not None else None
+    num_open = 0 if load is None else load.num_running + load.num_waiting
+    if num_open == 0:
+        return "servesim serve: stopping"
+    requests, them = ("1 request", "it") if num_open == 1 else (f"{num_open} requests", "them")
+    return (
+        f"servesim serve: stopping: waiting up to {SHUTDOWN_TIMEOUT_S:g} s for {requests} "
+        f"in the engine to finish (Ctrl-C cuts {them} now)"
+    )
+
+
 async def serve(app: web.Application, host: str, port: int, model: str) -> None:
-    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM."""
-    runner = web.AppRunner(app, access_log=None)
+    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM
+    or Ctrl-C; then open requests get ``SHUTDOWN_TIMEOUT_S`` to finish, the server
+    says so, and a further Ctrl-C (or SIGTERM) cuts the wait: the requests still open
+    are then aborted as ``asyncio.run`` cancels their handlers."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as error:
-            raise ConfigError(
-                f"--port {port}: cannot listen on {host} ({error.strerror})"
-            ) from None
-        bound_host, bound_port = runner.addresses[0][:2]
-        print(
-            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
-            flush=True,
-        )
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        raise ConfigError(f"--port {port}: cannot listen on {host} ({error.strerror})") from None
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound_host, bound_port = runner.addresses[0][:2]
+    print(
+        f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
+        flush=True,
+    )
+    # Both signals handled here rather than by asyncio.run's Ctrl-C (which cancels this
+    # task, and raises KeyboardInterrupt on a second one wherever the loop is: a second
+    # Ctrl-C while this task is in its finally would be lost in it).
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, cleanup.cancel)  # before the line that says so
+        print(stopping_line(app), flush=True)
+        try:
+            await cleanup
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task was cancelled, not just the wait cut
