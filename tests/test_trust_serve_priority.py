@@ -27,9 +27,12 @@ from scripted_backend import ScriptedBackend
 from test_serve_simulate import Clock, Record, sink_for, unique_prompt, workload
 
 from sim.api import engine_for
+from sim.api.build import cluster_for
 from sim.scenario import load_scenario
 from sim.serving.realtime import SimulatedEngine
 from sim.serving.replica_config import ReplicaConfig
+from sim.serving.routed import RoutedEngines
+from sim.serving.router import make_router
 from sim.serving.simulation import Simulation
 from sim.workload.generate import RequestArrays
 
@@ -132,6 +135,52 @@ def test_strict_priority_never_admits_a_request_while_a_more_urgent_one_waits() 
                 num_waited += 1
                 assert priorities[i] >= priorities[j], (i, j)
     assert num_waited > 100  # a queue formed: the rule was put to the test
+
+
+def test_routed_replicas_hand_each_replica_its_requests_priority() -> None:
+    # No way in: the server routes a request when it takes it, the offline pool when
+    # its way in ends (sim.serving.routed); with none the two are the same moment.
+    sets = [SEATS, "scheduler.kind=priority", "cluster={num_replicas: 2, router: round_robin}"]
+    sets += ["frontend.way_in_s_per_request=0", "frontend.tokenize_s_per_token=0"]
+    scenario = load_scenario(SCENARIOS / "llama70b_tp.yaml", sets)
+    config = engine_for(scenario)
+    arrivals, prompts, outputs, priorities = prioritised_workload(seed=9)
+    arrivals = [a / 2 for a in arrivals]  # twice the rate for twice the seats: a queue
+    clock = Clock()
+    engines = [SimulatedEngine(config, clock) for _ in range(2)]
+    routed = RoutedEngines(engines, make_router("round_robin", np.random.default_rng(0)), 16)
+    records = [Record() for _ in arrivals]
+    for i, arrival_s in enumerate(arrivals):
+        for engine in engines:
+            engine.run_until(arrival_s)
+        clock.now_s = arrival_s
+        sink = records[i].events.append
+        routed.submit(unique_prompt(i, prompts[i]), outputs[i], True, sink, None, priorities[i])
+    for engine in engines:
+        assert engine.run_until(float("inf")) == float("inf")
+    work = RequestArrays(
+        np.asarray(arrivals, dtype=np.float64),
+        np.asarray(prompts, dtype=np.int64),
+        np.asarray(outputs, dtype=np.int64),
+        priority=np.asarray(priorities, dtype=np.int64),
+    )
+    cluster = cluster_for(scenario, np.random.default_rng(scenario.seed))
+    frame = Simulation(config, cluster, fast=False).run(work).requests.sort_values("request_id")
+    for i, record in enumerate(records):
+        timing = record.events[-1].timing
+        assert timing is not None and record.events[-1].finish_reason == "length"
+        # Ready at arrival (no way in): first token and finish when the cluster predicts.
+        first_s = arrivals[i] + timing.queue_s + timing.prefill_s
+        assert first_s == pytest.approx(frame["engine_first_token_s"].iloc[i], abs=1e-9), i
+        assert first_s + timing.decode_s == pytest.approx(
+            frame["engine_finish_s"].iloc[i], abs=1e-9
+        ), i
+    # The priorities changed the schedule (else the test would hold without them).
+    fcfs_work = RequestArrays(work.arrival_s, work.num_prompt_tokens, work.num_output_tokens)
+    cluster = cluster_for(scenario, np.random.default_rng(scenario.seed))
+    fcfs = Simulation(config, cluster, fast=False).run(fcfs_work).requests
+    fcfs_first_s = fcfs.sort_values("request_id")["engine_first_token_s"].to_numpy()
+    assert not np.allclose(fcfs_first_s, frame["engine_first_token_s"].to_numpy())
 
 
 # --- the HTTP server ---------------------------------------------------------------------
