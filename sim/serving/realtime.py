@@ -26,7 +26,9 @@ calls it with times of its own choosing.
 
 **Arrivals and lengths.** A request arrives when ``submit`` is called (after
 the server parsed and tokenized it: its prompt length is the server's token
-count); its output length is ``max_tokens``. A simulated model never samples
+count); its output length is ``max_tokens``; its class for a priority policy is
+the client's ``priority`` (vLLM's field), as the offline simulator's requests
+carry the workload's. A simulated model never samples
 an end-of-sequence token, so ``ignore_eos`` changes nothing: every request
 ends by length (or by ``abort``, or refused at admission).
 
