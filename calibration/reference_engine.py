@@ -433,16 +433,18 @@ class OnlineEngine:
         ignore_eos: bool,
         sink: Sink,
         received_s: float | None = None,
+        priority: int = 0,
     ) -> int:
         """Queue a tokenized request; its tokens go to ``sink``. Returns its id.
         ``received_s`` (``time.perf_counter``): when the server received it, its
-        arrival (``OnlineBackend.submit``); None: now."""
+        arrival (``OnlineBackend.submit``); None: now. ``priority``: its class, for a
+        priority policy."""
         with self._id_lock:
             request_id = self._next_id
             self._next_id += 1
         now_s = self._now()
         arrival_s = now_s if received_s is None else min(now_s, received_s - self._origin)
-        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens)
+        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens, priority)
         self._inbox.put((request, list(prompt_ids), _Live(request, sink, ignore_eos)))
         self._wake.set()
         return request_id

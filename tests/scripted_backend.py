@@ -39,6 +39,7 @@ class ScriptedBackend:
         self.error: BaseException | None = None
         self.submitted: list[tuple[list[int], int, bool]] = []
         self.received_s: list[float | None] = []  # what the server passed as receipt time
+        self.priorities: list[int] = []  # what the server passed as each request's class
         self.aborted: list[int] = []
         self.trickle = trickle
         self.reply = reply
@@ -66,9 +67,11 @@ class ScriptedBackend:
         ignore_eos: bool,
         sink: Sink,
         received_s: float | None = None,
+        priority: int = 0,
     ) -> int:
         request_id = len(self.submitted)
         self.received_s.append(received_s)
+        self.priorities.append(priority)
         self.submitted.append((list(prompt_ids), max_tokens, ignore_eos))
         n = len(prompt_ids)
         if self.trickle:

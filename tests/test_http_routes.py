@@ -531,6 +531,7 @@ def test_a_stopped_engine_is_a_500_before_and_during_a_request() -> None:
             ignore_eos: bool,
             sink: Any,
             received_s: float | None = None,
+            priority: int = 0,
         ) -> int:
             self.error = RuntimeError("boom")  # as OnlineEngine's loop: error set, then aborts
             sink(Emitted((), "abort", len(prompt_ids), 0))

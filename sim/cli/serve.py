@@ -27,6 +27,8 @@ import numpy as np
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from sim.cost.base import CostModel
     from sim.scenario import Scenario
     from sim.serving.stream import OnlineBackend
@@ -132,9 +134,22 @@ def cost_source(cost: CostModel) -> str:
     return "the scenario's cost model"
 
 
+def app_for(engine: OnlineBackend, scenario: Scenario) -> web.Application:
+    """The HTTP server around ``engine``: the scenario's model name, its vocabulary for
+    the byte tokenizer (prompts of token ids outside it are refused), and whether its
+    policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
+    request's ``priority`` other than 0 is refused)."""
+    from sim.openai.server import make_app
+    from sim.openai.tokenizer import ByteTokenizer
+
+    tokenizer = ByteTokenizer(scenario.model.vocab_size)
+    priority = scenario.scheduler.kind == "priority"
+    return make_app(engine, scenario.model.name, tokenizer, priority_scheduling=priority)
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
-        from sim.openai.server import make_app, serve
+        from sim.openai.server import serve
     except ImportError as error:
         raise ConfigError(
             f"servesim serve needs aiohttp and prometheus-client ({error}): "
@@ -147,7 +162,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     engine.start()
     try:
         model = scenario.model.name
-        asyncio.run(serve(make_app(engine, model), args.host, args.port, model))
+        asyncio.run(serve(app_for(engine, scenario), args.host, args.port, model))
     except KeyboardInterrupt:
         pass
     finally:

@@ -101,6 +101,9 @@ class _Sampling(_Request):
     stream: bool = False
     stream_options: StreamOptions | None = None
     ignore_eos: bool = False  # vLLM's extension
+    # vLLM's extension: the request's class for priority scheduling (lower: more
+    # urgent); another value than 0 is refused unless the engine schedules by it.
+    priority: int = 0
     # Accepted and ignored: the engines sample greedily (docs/validation.md).
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)

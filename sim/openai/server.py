@@ -38,6 +38,9 @@ LOG = logging.getLogger("servesim.serve")
 Event = tuple[int, Emitted]  # (choice index, the engine's output for it)
 # How often a whole answer's handler, waiting for tokens, looks whether its client left.
 DISCONNECT_CHECK_S = 0.5
+# On SIGTERM or Ctrl-C, how long open requests get to finish before they are cut
+# (aiohttp's default); a second Ctrl-C or SIGTERM cuts them at once.
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 class Mailbox:
@@ -76,6 +79,8 @@ MODEL = web.AppKey("model", str)
 TOKENIZER = web.AppKey("tokenizer", ByteTokenizer)
 MAILBOX = web.AppKey("mailbox", Mailbox)
 METRICS = web.AppKey("metrics", ServerMetrics)
+# Whether the engine's policy reads a request's priority (vLLM's --scheduling-policy priority).
+PRIORITY_SCHEDULING = web.AppKey("priority_scheduling", bool)
 
 
 def _json(model: BaseModel, status: int = 200) -> web.Response:
@@ -101,7 +106,17 @@ async def _errors(
         if error.status < 400:
             raise
         return _error(error.status, error.reason)
-    except (asyncio.CancelledError, ConnectionResetError):
+    except ConnectionResetError:
+        # The client hung up before its request was read whole (mid-body): its right,
+        # not a server error, and nothing reached the engine. One line, no traceback
+        # (re-raised, aiohttp would log one); the answer is never sent.
+        LOG.warning(
+            "servesim serve: %s %s: the client disconnected before sending its whole request",
+            request.method,
+            request.path,
+        )
+        return web.Response(status=499)
+    except asyncio.CancelledError:
         raise
     except Exception as error:  # a bug: the client gets a 500, the log the traceback
         LOG.exception("servesim serve: %s %s failed", request.method, request.path)
@@ -129,10 +144,30 @@ def _check_supported(request: p.CompletionRequest | p.ChatCompletionRequest) -> 
         LOG.warning("The following fields were present in the request but ignored: %s", unknown)
 
 
+def _check_priority(request: web.Request, priority: int) -> None:
+    """vLLM's check: a priority other than 0 needs a policy that schedules by it."""
+    if priority != 0 and not request.app[PRIORITY_SCHEDULING]:
+        raise p.RequestError(
+            f"Got priority {priority} but Priority scheduling is not enabled.", "priority"
+        )
+
+
 def _check_engine(engine: OnlineBackend) -> None:
     """A 500 once the engine's loop has stopped (vLLM's answer when its engine is dead)."""
     if engine.error is not None:
         raise p.RequestError(f"the engine stopped: {engine.error}", status=500)
+
+
+def _check_token_ids(ids: list[int], vocab_size: int) -> None:
+    """A prompt given as token ids holds only ids of the model's vocabulary (vLLM's
+    check, with the vocabulary's size said)."""
+    bad = next((i for i in ids if not 0 <= i < vocab_size), None)
+    if bad is not None:
+        raise p.RequestError(
+            f"Token id {bad} is out of vocabulary (the model's vocabulary has {vocab_size} "
+            f"ids, 0 to {vocab_size - 1})",
+            "prompt",
+        )
 
 
 def _max_tokens(asked: int | None, default: int, num_prompt: int, max_model_len: int) -> int:
@@ -193,6 +228,7 @@ class Generation:
         include_stop: bool,
         ignore_eos: bool,
         received_s: float,
+        priority: int,
     ) -> None:
         app = request.app
         self.engine, self.metrics = app[ENGINE], app[METRICS]
@@ -211,10 +247,10 @@ class Generation:
 
                 try:
                     request_id = self.engine.submit(
-                        ids, limit, ignore_eos, sink, received_s=self.arrival_s
+                        ids, limit, ignore_eos, sink, self.arrival_s, priority
                     )
                 except BaseException:
-                    self.abort()  # the choices submitted before: nobody will read them
+                    self.abort("its submission failed")  # the choices submitted before
                     raise
                 detokenizer = IncrementalDetokenizer(tokenizer, stop, include_stop)
                 self.choices.append(Choice(index, len(ids), detokenizer, request_id))
@@ -265,11 +301,29 @@ class Generation:
         choice.pieces.append(delta.text)
         return choice, delta.text
 
-    def abort(self) -> None:
-        """Stop every unfinished choice (its client went away, or the request failed)."""
-        for choice in self.choices:
-            if choice.finish_reason is None:
-                self.engine.abort(choice.request_id)
+    def abort(self, why: str) -> None:
+        """End every unfinished choice as vLLM aborts a request: the engine stops it and
+        frees its KV blocks, ``/metrics`` counts it (``finished_reason="abort"``), and
+        the log says so in one line."""
+        now = time.perf_counter()
+        aborted = [c for c in self.choices if c.finish_reason is None]
+        for choice in aborted:
+            self.engine.abort(choice.request_id)
+            choice.finish_reason = "abort"
+            self.metrics.finished(
+                "abort", now - self.arrival_s, choice.num_prompt_tokens, choice.num_generated_tokens
+            )
+            if choice.timing is not None:  # up to its last token
+                self.metrics.engine_timing(choice.timing)
+        if aborted:
+            generated = sum(c.num_generated_tokens for c in aborted)
+            ids = ", ".join(str(c.request_id) for c in aborted)
+            LOG.warning(
+                "servesim serve: aborted engine request %s (%d tokens generated): %s",
+                ids,
+                generated,
+                why,
+            )
 
 
 def _sse(model: BaseModel) -> bytes:
@@ -329,8 +383,11 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         _check_model(request, req.model)
         _check_supported(req)
         prompts = [tokenizer.encode(x) if isinstance(x, str) else x for x in req.prompts()]
+        for ids in prompts:
+            _check_token_ids(ids, tokenizer.vocab_size)
         asked, default = req.max_tokens, 16  # vLLM's default for completions
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
+    _check_priority(request, req.priority)
     _check_engine(engine)  # a stopped engine would never answer
     generation = Generation(
         request,
@@ -341,6 +398,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         req.include_stop_str_in_output,
         req.ignore_eos,
         received_s,
+        req.priority,
     )
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
@@ -348,8 +406,15 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
         if req.stream:
             return await _stream(request, generation, rid, chat, req.stream_options)
         return await _whole(request, generation, rid, model, chat)
+    except ConnectionResetError:
+        # The client hung up: before the headers went out, mid-stream (aiohttp:
+        # "Cannot write to closing transport") or while waiting for a whole answer.
+        # Its right, not a server error: abort its requests and end the handler
+        # quietly (re-raised, aiohttp would log a traceback).
+        generation.abort("the client disconnected")
+        return web.Response(status=499)  # never sent: nobody is listening
     except asyncio.CancelledError:
-        generation.abort()  # the client left a whole answer, or the server is stopping
+        generation.abort("the server is stopping")
         raise
 
 
@@ -363,14 +428,8 @@ async def _stream(
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
-    await response.prepare(request)
-    try:
-        await _send_events(response, request.app[MODEL], generation, rid, chat, options)
-    except ConnectionResetError:
-        # The client hung up mid-stream (aiohttp: "Cannot write to closing
-        # transport"): its right, not a server error. Stop generating for it and
-        # end the handler quietly; raising would make aiohttp log a traceback.
-        generation.abort()
+    await response.prepare(request)  # ConnectionResetError if the client left: _generate's
+    await _send_events(response, request.app[MODEL], generation, rid, chat, options)
     return response
 
 
@@ -432,9 +491,8 @@ async def _whole(
         if time.perf_counter() - checked_s >= DISCONNECT_CHECK_S:
             checked_s = time.perf_counter()
             transport = request.transport
-            if transport is None or transport.is_closing():
-                generation.abort()  # the client gave up waiting: free the engine
-                return web.Response(status=499)  # never sent: nobody is listening
+            if transport is None or transport.is_closing():  # the client gave up waiting
+                raise ConnectionResetError("the client disconnected")  # _generate aborts
     _check_engine(generation.engine)  # it died under the request: its choices were aborted
     if chat:
         chat_choices = [
@@ -514,15 +572,20 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def make_app(
-    engine: OnlineBackend, model: str, tokenizer: ByteTokenizer | None = None
+    engine: OnlineBackend,
+    model: str,
+    tokenizer: ByteTokenizer | None = None,
+    priority_scheduling: bool = False,
 ) -> web.Application:
-    """The aiohttp application around a started ``engine``."""
+    """The aiohttp application around a started ``engine``; ``priority_scheduling``:
+    whether its policy reads requests' ``priority`` (else one other than 0 is a 400)."""
     app = web.Application(middlewares=[_errors])
     app[ENGINE] = engine
     app[MODEL] = model
     app[TOKENIZER] = tokenizer or ByteTokenizer()
     app[MAILBOX] = Mailbox()
     app[METRICS] = ServerMetrics(model)
+    app[PRIORITY_SCHEDULING] = priority_scheduling
 
     async def bind(app: web.Application) -> None:
         app[MAILBOX].bind(asyncio.get_running_loop())
@@ -541,25 +604,58 @@ def make_app(
     return app
 
 
+def stopping_line(app: web.Application) -> str:
+    """What the server says when told to stop: how many requests it waits for, how long."""
+    engine = app.get(ENGINE)
+    load = engine.load() if engine is not None else None
+    num_open = 0 if load is None else load.num_running + load.num_waiting
+    if num_open == 0:
+        return "servesim serve: stopping"
+    requests, them = ("1 request", "it") if num_open == 1 else (f"{num_open} requests", "them")
+    return (
+        f"servesim serve: stopping: waiting up to {SHUTDOWN_TIMEOUT_S:g} s for {requests} "
+        f"in the engine to finish (Ctrl-C cuts {them} now)"
+    )
+
+
 async def serve(app: web.Application, host: str, port: int, model: str) -> None:
-    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM."""
-    runner = web.AppRunner(app, access_log=None)
+    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM
+    or Ctrl-C; then open requests get ``SHUTDOWN_TIMEOUT_S`` to finish, the server
+    says so, and a further Ctrl-C (or SIGTERM) cuts the wait: the requests still open
+    are then aborted as ``asyncio.run`` cancels their handlers."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as error:
-            raise ConfigError(
-                f"--port {port}: cannot listen on {host} ({error.strerror})"
-            ) from None
-        bound_host, bound_port = runner.addresses[0][:2]
-        print(
-            f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
-            flush=True,
-        )
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await site.start()
+    except OSError as error:
+        await runner.cleanup()
+        raise ConfigError(f"--port {port}: cannot listen on {host} ({error.strerror})") from None
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound_host, bound_port = runner.addresses[0][:2]
+    print(
+        f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
+        flush=True,
+    )
+    # Both signals handled here rather than by asyncio.run's Ctrl-C (which cancels this
+    # task, and raises KeyboardInterrupt on a second one wherever the loop is: a second
+    # Ctrl-C while this task is in its finally would be lost in it).
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
         await stop.wait()
     finally:
-        await runner.cleanup()
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, cleanup.cancel)  # before the line that says so
+        print(stopping_line(app), flush=True)
+        try:
+            await cleanup
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this task was cancelled, not just the wait cut

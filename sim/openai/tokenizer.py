@@ -19,6 +19,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from sim.errors import ConfigError
+
 NUM_SPECIAL = 3  # 0 = padding, 1 = beginning of sequence, 2 = end of sequence
 _FIRST_FOLDED = NUM_SPECIAL + 256  # ids from here on stand for no byte: folded into ASCII
 _PRINTABLE = 0x7F - 0x20  # the printable ASCII characters, space to tilde
@@ -36,9 +38,22 @@ _WORDS = tuple(
 
 
 class ByteTokenizer:
-    """UTF-8 bytes as token ids; decoding folds unknown ids into bytes."""
+    """UTF-8 bytes as token ids; decoding folds unknown ids into bytes.
+
+    ``vocab_size``: the served model's vocabulary, ids ``0 .. vocab_size - 1``
+    (the scenario's ``model.vocab_size``); a prompt of token ids outside it is
+    refused, as vLLM refuses one. By default the byte ids alone.
+    """
 
     num_special = NUM_SPECIAL
+
+    def __init__(self, vocab_size: int = _FIRST_FOLDED) -> None:
+        if vocab_size < _FIRST_FOLDED:
+            raise ConfigError(
+                f"model.vocab_size {vocab_size}: servesim serve's byte tokenizer needs "
+                f"at least {_FIRST_FOLDED} ids (256 bytes and {NUM_SPECIAL} special ids)"
+            )
+        self.vocab_size = vocab_size
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``: one per UTF-8 byte."""

@@ -26,7 +26,9 @@ calls it with times of its own choosing.
 
 **Arrivals and lengths.** A request arrives when ``submit`` is called (after
 the server parsed and tokenized it: its prompt length is the server's token
-count); its output length is ``max_tokens``. A simulated model never samples
+count); its output length is ``max_tokens``; its class for a priority policy is
+the client's ``priority`` (vLLM's field), as the offline simulator's requests
+carry the workload's. A simulated model never samples
 an end-of-sequence token, so ``ignore_eos`` changes nothing: every request
 ends by length (or by ``abort``, or refused at admission).
 
@@ -182,9 +184,10 @@ class SimulatedEngine:
         ignore_eos: bool,
         sink: Sink,
         received_s: float | None = None,
+        priority: int = 0,
     ) -> int:
-        """Queue a tokenized request; ``max_tokens`` tokens go to ``sink``.
-        ``ignore_eos`` is moot: a simulated model never samples EOS.
+        """Queue a tokenized request of class ``priority``; ``max_tokens`` tokens go
+        to ``sink``. ``ignore_eos`` is moot: a simulated model never samples EOS.
 
         It arrives at ``received_s`` (``time.perf_counter``'s clock: when the
         server took it), or now when None: the modelled way in then runs from
@@ -200,7 +203,7 @@ class SimulatedEngine:
             # run with perf_counter: then the offset below is meaningless, but the
             # tests that drive one submit without received_s).
             arrival_s = min(now_s, received_s + self._perf_to_clock_s - self._origin_s)
-        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens)
+        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens, priority)
         if self._block_size_tokens is not None:
             request.block_hash_ids = block_hashes(prompt_ids, self._block_size_tokens)
         self._inbox.put(_Live(request, sink))

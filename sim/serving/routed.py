@@ -74,6 +74,7 @@ class RoutedEngines:
         ignore_eos: bool,
         sink: Sink,
         received_s: float | None = None,
+        priority: int = 0,
     ) -> int:
         """Route the request, count it in its replica's load, submit it there."""
         num_tokens = len(prompt_ids) + max_tokens
@@ -82,7 +83,7 @@ class RoutedEngines:
             self._next_id += 1
             # What the router reads of a request: its lengths and prefix group.
             head = block_hashes(prompt_ids[: self._block_size_tokens], self._block_size_tokens)
-            seen = Request(request_id, 0.0, len(prompt_ids), max_tokens)
+            seen = Request(request_id, 0.0, len(prompt_ids), max_tokens, priority)
             seen.prefix_group = head[0] if head else None
             index = self.router.choose(seen, self.loads)
             load = self.loads[index]
@@ -91,7 +92,12 @@ class RoutedEngines:
             # Registered before the engine can emit (it may finish at once).
             self._routes[request_id] = (index, None, num_tokens)
             local = self.engines[index].submit(
-                prompt_ids, max_tokens, ignore_eos, self._sink(request_id, sink), received_s
+                prompt_ids,
+                max_tokens,
+                ignore_eos,
+                self._sink(request_id, sink),
+                received_s,
+                priority,
             )
             if request_id in self._routes:  # still routed (not refused at once)
                 self._routes[request_id] = (index, local, num_tokens)

@@ -123,6 +123,7 @@ class OnlineBackend(Protocol):
         ignore_eos: bool,
         sink: Sink,
         received_s: float | None = None,
+        priority: int = 0,
     ) -> int:
         """Queue a tokenized request; its tokens go to ``sink``. Returns its id.
 
@@ -130,6 +131,10 @@ class OnlineBackend(Protocol):
         clock (None: now). The request arrives then, so that the server's own
         parsing and tokenization before ``submit`` count in its latency, as
         vLLM's arrival time, set when its API server takes a request, counts them.
+
+        ``priority``: the request's class (``Request.priority``; lower is more
+        urgent, vLLM's ``priority`` field), read by a priority policy, as the
+        offline simulator's requests carry the workload's.
         """
 
     def abort(self, request_id: int) -> None:
