@@ -275,3 +275,21 @@ def test_a_partial_measurement_exits_non_zero_unless_failures_are_allowed(
     with FakeServer(behaviours=("ok", "500")) as server:
         argv = [*line, "--endpoint", server.url, "--out", str(tmp_path / "b"), "--allow-failures"]
         assert cli_main(argv) == 0
+
+
+def test_a_prioritised_workload_sends_each_requests_priority() -> None:
+    plain = work(4)
+    urgency = np.array([2, 0, 1, 0], dtype=np.int64)
+    prioritised = RequestArrays(
+        plain.arrival_s, plain.num_prompt_tokens, plain.num_output_tokens, priority=urgency
+    )
+    with FakeServer() as server:
+        measure(server, prioritised)
+        # Request i's prompt is 12 + i tokens: ordered by length, the bodies are requests 0..3.
+        measured = sorted(
+            (b for b in server.bodies if b["prompt"] != "hello"), key=lambda b: len(b["prompt"])
+        )
+    assert [b["priority"] for b in measured] == urgency.tolist()
+    with FakeServer() as server:
+        measure(server, plain)
+    assert not any("priority" in b for b in server.bodies)

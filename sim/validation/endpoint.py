@@ -415,6 +415,10 @@ async def _send_all(
         prompt = state.prompts[index].text
         tokens = int(work.num_output_tokens[index])
         body = request_body(target.api, state.model, prompt, tokens, extra)
+        if work.priority is not None:
+            # vLLM's extension field; the server refuses a non-zero one unless it
+            # runs priority scheduling, as the scenario's own run does.
+            body["priority"] = int(work.priority[index])
         await stream_request(
             session, target.url, target.api, body, opts.timeout_s, out, opts.retries
         )
