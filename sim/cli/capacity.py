@@ -26,10 +26,11 @@ def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> lis
     """``--num-requests`` as the override its workload kind needs.
 
     By default a run of the scenario's own length, but at least
-    ``MIN_STEADY_REQUESTS`` for an open loop sized by a request count (a
-    synthetic workload without a cap): shorter runs read its capacity high
-    (``sim.planning.capacity.MIN_STEADY_REQUESTS``). Clients that wait for
-    their answers build no backlog, and a trace is as long as it is.
+    ``MIN_STEADY_REQUESTS`` for a synthetic workload sized by a request count:
+    shorter runs read an open loop's capacity high
+    (``sim.planning.capacity.MIN_STEADY_REQUESTS``) and measure fewer clients
+    under a cap (``MAX_CLIENTS_SHARE``). A trace is as long as it is, and
+    closed-loop users build no backlog.
     """
     if num_requests is not None and num_requests < 1:
         raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
@@ -39,8 +40,7 @@ def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> lis
     workload = load_scenario(path, sets).workload
     if num_requests is None:
         own = getattr(workload, "num_requests", None)
-        open_loop = workload.kind == "synthetic" and workload.max_concurrency is None
-        if not open_loop or own is None or own >= MIN_STEADY_REQUESTS:
+        if workload.kind != "synthetic" or own is None or own >= MIN_STEADY_REQUESTS:
             return sets
         num_requests = MIN_STEADY_REQUESTS
     if workload.kind == "trace":
