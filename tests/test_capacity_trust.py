@@ -33,7 +33,9 @@ from sim.planning.capacity_report import format_capacity, to_json
 from sim.planning.served import SERVED_MIN_RATIO
 
 
-def record(ttft_p99_ms: float, served: float | None, completed: int, **extra: Any) -> dict[str, Any]:
+def record(
+    ttft_p99_ms: float, served: float | None, completed: int, **extra: Any
+) -> dict[str, Any]:
     return {
         "p99_ttft_ms": ttft_p99_ms,
         "served_ratio": served,

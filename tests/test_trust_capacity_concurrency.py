@@ -29,7 +29,9 @@ from sim.scenario import scenario_from_dict
 LITTLE_TOLERANCE = 0.02  # the issue's 2 %
 
 
-def capped_doc(max_concurrency: int, rate_per_s: float = math.inf, num: int = 400) -> dict[str, Any]:
+def capped_doc(
+    max_concurrency: int, rate_per_s: float = math.inf, num: int = 400
+) -> dict[str, Any]:
     """Chat-like lengths on an H100 roofline, every request ready at 0 (or at
     ``rate_per_s``), at most ``max_concurrency`` in flight."""
     return {
