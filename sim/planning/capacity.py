@@ -439,8 +439,9 @@ def upper_bound_rate_per_s(
 ) -> float | None:
     """The scenario's optimistic capacity from its own cost model (plan's bound,
     :mod:`sim.planning.plan_bound`), where that bound holds: a synthetic workload
-    on one continuous-batching replica without pipeline parallelism, a prefix
-    cache or speculative decoding (those make tokens cheaper than it prices).
+    on one continuous-batching replica without pipeline parallelism, shared
+    prompt prefixes under a prefix cache, or speculative decoding (those make
+    tokens cheaper than it prices).
     None elsewhere, and where a lone request already breaks an SLO (the bound
     then speaks of the SLOs, not the rate)."""
     from sim.api.build import cost_model_for, kv_blocks_for
@@ -452,7 +453,7 @@ def upper_bound_rate_per_s(
         or policy.kind != "continuous"
         or scenario.cluster is not None
         or scenario.parallelism.pipeline_parallel_size > 1
-        or scenario.engine.enable_prefix_caching
+        or (scenario.engine.enable_prefix_caching and scenario.workload.prefix_groups is not None)
         or scenario.speculative is not None
         or policy.max_num_seqs is None  # filled in by validation; None: not continuous
         or policy.max_num_batched_tokens is None
