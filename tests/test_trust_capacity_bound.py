@@ -18,7 +18,8 @@ from cli_errors import one_line_error
 from sim.errors import ConfigError
 from sim.metrics.slo_targets import parse_targets
 from sim.planning import capacity
-from sim.planning.capacity import Searcher, capacity_rate_per_s, search, upper_bound_rate_per_s
+from sim.planning.capacity import Searcher, search, upper_bound_rate_per_s
+from sim.planning.capacity_report import capacity_rate_per_s
 from sim.scenario import scenario_from_dict
 
 

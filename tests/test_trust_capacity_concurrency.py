@@ -21,7 +21,8 @@ from cli_errors import one_line_error
 
 from sim import api
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import Searcher, capacity_rate_per_s, search
+from sim.planning.capacity import Searcher, search
+from sim.planning.capacity_report import capacity_rate_per_s
 from sim.planning.served import served_ratio_of
 from sim.planning.sweep_exec import offered_rate_per_s, run_point
 from sim.scenario import scenario_from_dict
