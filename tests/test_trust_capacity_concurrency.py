@@ -21,7 +21,7 @@ from cli_errors import one_line_error
 
 from sim import api
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import Searcher, search
+from sim.planning.capacity import CapacitySearch, LoadKnob, Searcher, caveats, judge, search
 from sim.planning.capacity_report import capacity_rate_per_s
 from sim.planning.served import served_ratio_of
 from sim.planning.sweep_exec import offered_rate_per_s, run_point
@@ -119,3 +119,19 @@ def test_plan_under_a_cap_is_refused_in_one_line(
     argv = ["plan", str(path), "--slo", "ttft_p99_ms=500", "--target-rate", "10", "-q"]
     message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "o")])
     assert message.startswith("plan: workload.max_concurrency 16:")
+
+
+@pytest.mark.parametrize(("clients", "warned"), [(50, True), (5, False)])
+def test_a_start_up_burst_larger_than_the_percentiles_tail_is_a_caveat(
+    clients: int, warned: bool
+) -> None:
+    """p99 of 1,000 requests rests on the 10 slowest; 50 clients' first requests,
+    sent at once, can be all of them (5 cannot)."""
+    targets = tuple(parse_targets(["ttft_p99_ms=500"]))
+    res = CapacitySearch(LoadKnob("concurrency", "workload.max_concurrency", 4.0), targets, (0,))
+    record = {"p99_ttft_ms": 100.0, "served_ratio": None, "completed": 1000, "num_rejected": 0}
+    res.at_estimate = judge(float(clients), [record], targets)
+    notes = [n for n in caveats(res, None) if "sent at once" in n]
+    assert bool(notes) == warned
+    if warned:  # 2 x 50 clients / 1 % = 10,000 requests put the burst at half the tail
+        assert notes[0].endswith("--num-requests >= 10000 measures the clients' steady state")

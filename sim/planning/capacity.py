@@ -517,6 +517,21 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
                 "9% higher from 1,000 requests per run than from 10,000); "
                 f"--num-requests >= {MIN_STEADY_REQUESTS} removes most of that"
             )
+    if point is not None and res.knob.kind == "concurrency":
+        # Every client sends its first request at 0 (as vllm bench serve and GuideLLM
+        # start): a burst of C requests queued at once, whose TTFTs may be the tail.
+        num = min((_num_requests(r) for r in point.records), default=0)
+        clients = int(point.load)
+        for target in res.targets:
+            q = _quantile(target)
+            if q is not None and clients > num * (1.0 - q):
+                needed = math.ceil(2 * clients / (1.0 - q) - 1e-9)
+                out.append(
+                    f"{target.name}: the {clients} clients' first requests are sent at once, "
+                    f"more than the {num * (1.0 - q):.0f} requests beyond the {target.stat} "
+                    f"of runs of {num}: that start-up burst may set it; --num-requests >= "
+                    f"{needed} measures the clients' steady state"
+                )
     if failed is not None and failed.binding == SERVED:
         rate, e2el_ms = failed.mean_of("offered_rate_per_s"), failed.mean_of("mean_e2el_ms")
         num = min((_num_requests(r) for r in failed.records), default=0)
