@@ -299,6 +299,10 @@ class CapacitySearch:
 class Searcher:
     """Runs loads through the simulator and keeps the bracket up to date."""
 
+    # The configuration's own upper bound on its capacity in req/s, if known (module
+    # docstring); None: unchecked.
+    bound_rate_per_s: float | None = None
+
     def __init__(
         self,
         scenario: Scenario,
@@ -318,7 +322,6 @@ class Searcher:
         if slo is not None:  # goodput counts requests within the targets' limits
             doc["slo"] = slo.model_dump(exclude_none=True)
         self.doc, self.base_dir, self.jobs, self.on_point = doc, base_dir, jobs, on_point
-        # The configuration's own upper bound on its capacity, if known (module docstring).
         self.bound_rate_per_s = bound_rate_per_s
         knob = load_knob(scenario, base_dir)
         if scenario.workload.kind == "trace":
