@@ -61,7 +61,7 @@ def test_the_cli_refuses_an_answer_above_the_bound_in_one_line(
     argv = ["capacity", str(path), "--slo", "ttft_mean_ms=1000", "--seeds", "1"]
     argv += ["--num-requests", "300", "--max-sims", "6", "-q", "--out", str(tmp_path / "o")]
     message = one_line_error(capsys, argv)
-    assert message.startswith("capacity: capacity ") and "upper bound of 0.5 req/s" in message
+    assert message.startswith("capacity: the answer ") and "upper bound of 0.5 req/s" in message
     assert not (tmp_path / "o" / "capacity.json").exists()  # nothing printed or written
 
 

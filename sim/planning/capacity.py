@@ -422,7 +422,7 @@ def check_bound(res: CapacitySearch, bound_rate_per_s: float | None) -> None:
         return
     known = {p.load: p for p in res.points}
     low = res.interval[0]
-    claims = [("capacity", res.at_estimate)]
+    claims = [("the answer", res.at_estimate)]
     if low is not None:
         claims.append(("the interval's low end", known.get(low)))
     for what, point in claims:
