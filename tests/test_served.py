@@ -72,8 +72,8 @@ def test_judge_fails_a_load_that_is_not_served_although_the_slo_holds() -> None:
     assert point.served is not None and point.served[0] == pytest.approx(0.51)
     kept_up = [{"p99_ttft_ms": 10.0, "completed": 9, "served_ratio": r} for r in (1.0, 0.99, 1.0)]
     assert judge(1.0, kept_up, target).status == "pass"
-    # Closed loops skip the check: users wait for their answers.
-    closed = judge(1.0, records, target, check_served=False)
+    # Closed loops have no served ratio (served_ratio_of): users wait for their answers.
+    closed = judge(1.0, [{**r, "served_ratio": None} for r in records], target)
     assert closed.status == "pass" and closed.served is None
 
 
@@ -97,6 +97,7 @@ def test_capacity_cli_with_a_loose_slo_sizes_a_real_fleet(
     path.write_text(yaml.safe_dump(md1_doc(300)))
     argv = ["capacity", str(path), "--slo", "ttft_p99_ms=20000", "--seeds", "1", "--jobs", "1"]
     argv += ["--target-rate", "100", "--out", str(tmp_path / "out"), "-q", "--max-sims", "16"]
+    argv += ["--num-requests", "300"]  # the scenario's own length, not the 10,000 default
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "no SLO failure found" not in text and "served" in text

@@ -23,14 +23,26 @@ if TYPE_CHECKING:
 
 
 def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
-    """``--num-requests`` as the override its workload kind needs."""
-    if num_requests is None:
-        return sets
-    if num_requests < 1:
+    """``--num-requests`` as the override its workload kind needs.
+
+    By default a run of the scenario's own length, but at least
+    ``MIN_STEADY_REQUESTS`` for a synthetic workload sized by a request count:
+    shorter runs read an open loop's capacity high
+    (``sim.planning.capacity.MIN_STEADY_REQUESTS``) and measure fewer clients
+    under a cap (``MAX_CLIENTS_SHARE``). A trace is as long as it is, and
+    closed-loop users build no backlog.
+    """
+    if num_requests is not None and num_requests < 1:
         raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
+    from sim.planning.capacity import MIN_STEADY_REQUESTS
     from sim.scenario import load_scenario
 
     workload = load_scenario(path, sets).workload
+    if num_requests is None:
+        own = getattr(workload, "num_requests", None)
+        if workload.kind != "synthetic" or own is None or own >= MIN_STEADY_REQUESTS:
+            return sets
+        num_requests = MIN_STEADY_REQUESTS
     if workload.kind == "trace":
         return [*sets, f"workload.max_requests={num_requests}"]
     extra = [f"workload.num_requests={num_requests}"]
@@ -44,7 +56,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
-    from sim.planning.capacity import Searcher, search
+    from sim.planning.capacity import Searcher, search, upper_bound_rate_per_s
     from sim.planning.capacity_report import (
         fleet_for,
         format_capacity,
@@ -78,7 +90,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{point.load:.4g} {result.knob.unit}: {point.status}")
 
     started = time.perf_counter()
-    searcher = Searcher(scenario, targets, Path(args.scenario).parent, args.seeds, jobs, on_point)
+    base_dir = Path(args.scenario).parent
+    bound = upper_bound_rate_per_s(scenario, base_dir, targets, args.seeds)
+    searcher = Searcher(scenario, targets, base_dir, args.seeds, jobs, on_point, bound)
     with bar:
         result = search(searcher, args.rel_width, max_num_sims)
         # The budget is an upper bound; a search that stops early ends its bar full.
@@ -126,7 +140,8 @@ def add_parsers(subparsers: Subparsers) -> None:
         "--num-requests",
         type=int,
         metavar="N",
-        help="requests per simulation (default: the scenario's); fewer is faster, noisier",
+        help="requests per simulation (default: the scenario's, at least 10000: shorter "
+        "runs read capacity high); fewer is faster, noisier",
     )
     p.add_argument(
         "--rel-width",

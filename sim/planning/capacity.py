@@ -3,12 +3,16 @@
 docs/capacity.md tells the method and why (served: :mod:`sim.planning.served`;
 why means and t intervals rather than a vote over seeds). The load knob is
 ``arrival.rate_per_s`` (synthetic), ``time_scale`` (trace; the rate is the
-trace's own rate over ``time_scale``) or ``num_users`` (closed loop, an
-integer). Each load runs under the same ``num_seeds`` seeds (common random
-numbers); a target holds *on average* when the mean over seeds of its
-statistic is within the limit, and a 95% Student-t interval of that mean
-classifies the load ``pass``, ``fail`` or ``unclear``. A trace replay draws
-nothing at random: one seed, and its interval only reflects the resolution.
+trace's own rate over ``time_scale``), ``num_users`` (closed loop, an
+integer) or, under a ``max_concurrency`` cap, the cap itself: the number of
+clients, each sending as soon as its last answer is in (the rate is then the
+clients' measured send rate, Little's ``clients / mean E2E``; a cap with a
+finite arrival rate has two knobs and is refused). Each load runs under the
+same ``num_seeds`` seeds (common random numbers); a target holds *on average*
+when the mean over seeds of its statistic is within the limit, and a 95%
+Student-t interval of that mean classifies the load ``pass``, ``fail`` or
+``unclear``. A trace replay draws nothing at random: one seed, and its
+interval only reflects the resolution.
 
 ``search`` runs in three phases, bounded by ``max_num_sims`` simulations in all:
 
@@ -25,6 +29,10 @@ nothing at random: one seed, and its interval only reflects the resolution.
    ``fail`` and that ``fail``, each end at ~95% confidence.
 
 A last evaluation at the estimate gives goodput and latencies at capacity.
+The answer is checked against the configuration's own upper bound when one
+is known (``Searcher(bound_rate_per_s=...)``; :mod:`sim.planning.plan_bound`,
+which ``upper_bound_rate_per_s`` computes for a scenario): a capacity above it
+is a contradiction, refused with an error naming the bound, never printed.
 
 What the answer rests on is part of it (``binding``, ``caveats``): which
 constraint failed at the bracket's upper end (an SLO target, or the served
@@ -48,7 +56,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -70,6 +78,19 @@ MAX_DOUBLINGS = 20
 # check may be the run's noise rather than overload.
 SERVED_MARGIN_SDS = 3.0
 SERVED = "served ratio"  # the served check's name where constraints are named
+MAX_CLIENTS_SHARE = 0.025
+"""Clients at most this share of a run's requests (``LoadKnob.max_load``). The last
+C requests of a capped run drain at a falling concurrency, lighter than the C
+clients the answer claims; their shorter E2E (and TTFT) pulls the run's means
+off the busy clients' by about half of C / n: 5 % at C / n = 9 %, measured,
+and within Little's 2 % at this share."""
+MIN_STEADY_REQUESTS = 10_000
+"""Requests per run below which a capacity carries a caveat (``--num-requests``'
+default is at least this). A run ends before a server near saturation has built
+its steady backlog, so its tail latencies read low and its capacity high:
+scenarios/chat.yaml (ttft_p99_ms=500, tpot_p99_ms=50, 3 seeds) answers 27.9
+req/s from runs of 1,000 requests, 25.5 from 10,000 and 25.1 from 20,000
+(benchmarks/capacity_length_bias.py)."""
 
 
 def t95(dof: int) -> float:
@@ -94,24 +115,27 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float]:
 class LoadKnob:
     """Which scenario field sets the load, and how a load maps onto it."""
 
-    kind: Literal["rate", "time_scale", "users"]
+    kind: Literal["rate", "time_scale", "users", "concurrency"]
     key: str
     start: float
     base_rate_per_s: float | None = None  # a trace's rate at time_scale 1
+    # The most load a run can measure (None: no limit). Under a cap, a share of the
+    # run's requests (MAX_CLIENTS_SHARE).
+    max_load: float | None = None
 
     @property
     def integer(self) -> bool:
-        """Closed-loop loads are user counts."""
-        return self.kind == "users"
+        """Closed-loop loads are user counts, capped ones client counts."""
+        return self.kind in ("users", "concurrency")
 
     @property
     def unit(self) -> str:
         """Unit of a load for reports."""
-        return "users" if self.integer else "req/s"
+        return {"users": "users", "concurrency": "clients"}.get(self.kind, "req/s")
 
     def value(self, load: float) -> float | int:
         """The field value giving ``load``."""
-        if self.kind == "users":
+        if self.integer:
             return int(load)
         if self.kind == "time_scale":
             assert self.base_rate_per_s is not None
@@ -124,6 +148,9 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
     workload = scenario.workload
     if workload.kind == "closed_loop":
         return LoadKnob("users", "workload.num_users", float(workload.num_users))
+    limit = getattr(workload, "max_concurrency", None)
+    if limit is not None:
+        return _concurrency_knob(workload, limit)
     if workload.kind == "synthetic":
         return LoadKnob("rate", "workload.arrival.rate_per_s", workload.arrival.rate_per_s)
     from sim.workload.generate import generate_open_loop
@@ -139,6 +166,45 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
         raise ConfigError(f"{workload.path}: a capacity search needs a trace spanning time")
     base_rate = (arrivals.size - 1) / span_s
     return LoadKnob("time_scale", "workload.time_scale", base_rate / workload.time_scale, base_rate)
+
+
+def _concurrency_knob(workload: Any, limit: int) -> LoadKnob:
+    """Under a cap the load is the number of clients (``max_concurrency``), each
+    sending as soon as its last answer is in: GuideLLM's concurrent streams,
+    ``vllm bench serve --request-rate inf --max-concurrency C``. A cap on arrivals
+    with their own rate is two load knobs at once, and is refused."""
+    if workload.kind != "synthetic" or not math.isinf(workload.arrival.rate_per_s):
+        rate = (
+            f"workload.arrival.rate_per_s {workload.arrival.rate_per_s:g}"
+            if workload.kind == "synthetic"
+            else "the trace's own arrival times"
+        )
+        raise ConfigError(
+            f"workload.max_concurrency {limit}: a capacity under a cap searches the number "
+            f"of clients, but {rate} also sets the load; set "
+            "workload.arrival.rate_per_s=.inf (each client sends as soon as its last answer "
+            "is in) to search over clients, or remove workload.max_concurrency to search "
+            "over the rate"
+        )
+    assert workload.num_requests is not None  # an infinite rate needs it (validated)
+    most = float(max(1, math.floor(MAX_CLIENTS_SHARE * workload.num_requests)))
+    return LoadKnob("concurrency", "workload.max_concurrency", min(float(limit), most), None, most)
+
+
+def capacity_rate_per_s(search: CapacitySearch, point: LoadPoint | None) -> float | None:
+    """Requests per second one replica serves at ``point``'s load.
+
+    Open loop: the offered rate itself. Closed loop: the measured throughput.
+    Under a cap: the clients' measured send rate while all are busy
+    (:func:`sim.planning.sweep_exec.offered_rate_per_s`).
+    """
+    if point is None:
+        return None
+    if search.knob.kind == "users":
+        return point.mean_of("request_throughput")
+    if search.knob.kind == "concurrency":
+        return point.mean_of("offered_rate_per_s")
+    return point.load
 
 
 @dataclass
@@ -167,15 +233,14 @@ def _verdict(mean: float, half: float, limit: float) -> Status:
     return "unclear" if mean + half > limit else "pass"
 
 
-def judge(
-    load: float, records: list[Record], targets: Sequence[SloTarget], check_served: bool = True
-) -> LoadPoint:
+def judge(load: float, records: list[Record], targets: Sequence[SloTarget]) -> LoadPoint:
     """Classify one load from its runs (see module docstring).
 
-    A load passes only if every target holds and, with ``check_served``
-    (open-loop workloads), the server keeps up with it: the mean served ratio
-    (:mod:`sim.planning.served`) is at least ``SERVED_MIN_RATIO``. A closed
-    loop cannot be overloaded (users wait for their answers), so it skips that.
+    A load passes only if every target holds and, where its runs have a served
+    ratio, the server keeps up with it: the mean served ratio
+    (:mod:`sim.planning.served`) is at least ``SERVED_MIN_RATIO``. Runs whose
+    clients set the load (a closed loop, a binding cap) have none: they cannot
+    be overloaded, as every client waits for its answers.
     """
     means: dict[str, float] = {}
     halves: dict[str, float] = {}
@@ -188,7 +253,7 @@ def judge(
         verdicts.append(_verdict(mean, half, target.limit_ms))
     served = None
     ratios = [r["served_ratio"] for r in records if r.get("served_ratio") is not None]
-    if check_served and ratios:
+    if ratios:
         mean, half = mean_interval(ratios)
         served = (mean, half)
         ratios_to_limit[SERVED] = SERVED_MIN_RATIO / mean if mean > 0 else math.inf
@@ -234,6 +299,10 @@ class CapacitySearch:
 class Searcher:
     """Runs loads through the simulator and keeps the bracket up to date."""
 
+    # The configuration's own upper bound on its capacity in req/s, if known (module
+    # docstring); None: unchecked.
+    bound_rate_per_s: float | None = None
+
     def __init__(
         self,
         scenario: Scenario,
@@ -242,6 +311,7 @@ class Searcher:
         num_seeds: int = 3,
         jobs: int | None = 1,
         on_point: Callable[[LoadPoint, CapacitySearch], None] | None = None,
+        bound_rate_per_s: float | None = None,
     ) -> None:
         if not targets:
             raise ConfigError("--slo: give at least one SLO target, e.g. ttft_p99_ms=500")
@@ -252,6 +322,7 @@ class Searcher:
         if slo is not None:  # goodput counts requests within the targets' limits
             doc["slo"] = slo.model_dump(exclude_none=True)
         self.doc, self.base_dir, self.jobs, self.on_point = doc, base_dir, jobs, on_point
+        self.bound_rate_per_s = bound_rate_per_s
         knob = load_knob(scenario, base_dir)
         if scenario.workload.kind == "trace":
             num_seeds = 1  # a replay draws nothing at random: every seed gives the same run
@@ -272,7 +343,7 @@ class Searcher:
         for index, record in execute(tasks, "local", self.jobs):
             records[index] = record
         _check_run_length(records, self.result.targets)
-        point = judge(load, records, self.result.targets, knob.kind != "users")
+        point = judge(load, records, self.result.targets)
         self.result.points.append(point)
         self.result.num_sims += len(tasks)
         self._update_bracket()
@@ -329,13 +400,75 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
         reasons.append(f"the SLOs fail or the load is not served even at {b:g} {knob.unit}")
     else:
         reasons.append(f"the SLOs still hold on average at {a:g} {knob.unit}")
+        if knob.max_load is not None and a >= knob.max_load:
+            reasons.append(
+                f"{a:g} {knob.unit} is {MAX_CLIENTS_SHARE:.1%} of the run's requests, the "
+                "most a run measures: more need longer runs (--num-requests)"
+            )
     res.cell, res.stop_reason = (a, b), "; ".join(r for r in reasons if r)
     _estimate(searcher, a, b)
     known = {p.load: p for p in res.points}
     failed = known.get(b) if b is not None else None
     res.binding = failed.binding if failed is not None else None
     res.caveats = caveats(res, failed)
+    check_bound(res, searcher.bound_rate_per_s)
     return res
+
+
+def check_bound(res: CapacitySearch, bound_rate_per_s: float | None) -> None:
+    """Refuse an answer above the configuration's own upper bound (module docstring):
+    the estimate, and the interval's low end (a load that passed), in req/s."""
+    if bound_rate_per_s is None:
+        return
+    known = {p.load: p for p in res.points}
+    low = res.interval[0]
+    claims = [("the answer", res.at_estimate)]
+    if low is not None:
+        claims.append(("the interval's low end", known.get(low)))
+    for what, point in claims:
+        rate = capacity_rate_per_s(res, point)
+        if rate is not None and point is not None and rate > bound_rate_per_s:
+            at = f" ({point.load:.4g} {res.knob.unit})" if res.knob.kind != "rate" else ""
+            raise ConfigError(
+                f"capacity: {what} {rate:.4g} req/s{at} exceeds this configuration's own upper "
+                f"bound of {bound_rate_per_s:.4g} req/s (sim/planning/plan_bound.py: no "
+                "request is cheaper than the engine's cheapest tokens); refused rather than "
+                f"printed: the search is wrong here ({res.stop_reason})"
+            )
+
+
+def upper_bound_rate_per_s(
+    scenario: Scenario, base_dir: Path, targets: Sequence[SloTarget], num_seeds: int
+) -> float | None:
+    """The scenario's optimistic capacity from its own cost model (plan's bound,
+    :mod:`sim.planning.plan_bound`), where that bound holds: a synthetic workload
+    on one continuous-batching replica without pipeline parallelism, shared
+    prompt prefixes under a prefix cache, or speculative decoding (those make
+    tokens cheaper than it prices).
+    None elsewhere, and where a lone request already breaks an SLO (the bound
+    then speaks of the SLOs, not the rate)."""
+    from sim.api.build import cost_model_for, kv_blocks_for
+    from sim.planning.plan_bound import Limits, length_stats, optimistic_rate_per_s
+
+    policy = scenario.scheduler
+    if (
+        scenario.workload.kind != "synthetic"
+        or policy.kind != "continuous"
+        or scenario.cluster is not None
+        or scenario.parallelism.pipeline_parallel_size > 1
+        or (scenario.engine.enable_prefix_caching and scenario.workload.prefix_groups is not None)
+        or scenario.speculative is not None
+        or policy.max_num_seqs is None  # filled in by validation; None: not continuous
+        or policy.max_num_batched_tokens is None
+    ):
+        return None
+    limits = Limits(policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill)
+    kv_tokens = kv_blocks_for(scenario) * scenario.engine.block_size_tokens
+    lengths = length_stats(scenario, base_dir, num_seeds)
+    bound = optimistic_rate_per_s(
+        cost_model_for(scenario, base_dir), limits, kv_tokens, lengths, targets
+    )
+    return None if bound.infeasible else bound.rate_per_s
 
 
 def _quantile(target: SloTarget) -> float | None:
@@ -378,6 +511,30 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
                     f"{num * (1.0 - q):.0f} beyond the {target.stat} per run: noisy; "
                     f"--num-requests >= {needed} gives {MIN_TAIL_SAMPLES}"
                 )
+    if point is not None and res.knob.kind == "rate":  # clients build no backlog
+        num = min((_num_requests(r) for r in point.records), default=0)
+        if 0 < num < MIN_STEADY_REQUESTS:
+            out.append(
+                f"runs of {num} requests end before a server near saturation builds its "
+                "steady backlog, so tail latencies read low and capacity high (chat.yaml: "
+                "9% higher from 1,000 requests per run than from 10,000); "
+                f"--num-requests >= {MIN_STEADY_REQUESTS} removes most of that"
+            )
+    if point is not None and res.knob.kind == "concurrency":
+        # Every client sends its first request at 0 (as vllm bench serve and GuideLLM
+        # start): a burst of C requests queued at once, whose TTFTs may be the tail.
+        num = min((_num_requests(r) for r in point.records), default=0)
+        clients = int(point.load)
+        for target in res.targets:
+            q = _quantile(target)
+            if q is not None and clients > num * (1.0 - q):
+                needed = math.ceil(2 * clients / (1.0 - q) - 1e-9)
+                out.append(
+                    f"{target.name}: the {clients} clients' first requests are sent at once, "
+                    f"more than the {num * (1.0 - q):.0f} requests beyond the {target.stat} "
+                    f"of runs of {num}: that start-up burst may set it; --num-requests >= "
+                    f"{needed} measures the clients' steady state"
+                )
     if failed is not None and failed.binding == SERVED:
         rate, e2el_ms = failed.mean_of("offered_rate_per_s"), failed.mean_of("mean_e2el_ms")
         num = min((_num_requests(r) for r in failed.records), default=0)
@@ -413,15 +570,24 @@ def _bracket(
         if a is not None and b is not None:
             break
         if b is None:  # holds so far: go up
-            if x >= start * 2**MAX_DOUBLINGS:
+            higher = _above(knob, x, start)
+            if higher is None:
                 break
-            x = float(math.floor(2 * x)) if knob.integer else 2 * x
+            x = higher
         else:  # fails so far: go down
             lower = float(max(1, math.floor(x / 2))) if knob.integer else x / 2
             if lower >= x or x <= start * 2.0**-MAX_DOUBLINGS:
                 break
             x = lower
     return a, b
+
+
+def _above(knob: LoadKnob, x: float, start: float) -> float | None:
+    """The next load up from ``x`` (double, at most ``knob.max_load``); None at the top."""
+    if x >= start * 2**MAX_DOUBLINGS or (knob.max_load is not None and x >= knob.max_load):
+        return None
+    higher = float(math.floor(2 * x)) if knob.integer else 2 * x
+    return higher if knob.max_load is None else min(higher, knob.max_load)
 
 
 def _tighten(
@@ -446,9 +612,10 @@ def _tighten(
             if x >= loads[0] or x <= start * 2.0**-MAX_DOUBLINGS:
                 return "no load passed with confidence"
         else:  # no confident fail yet: probe above
-            x = float(math.floor(2 * loads[-1])) if res.knob.integer else 2 * loads[-1]
-            if x >= start * 2**MAX_DOUBLINGS:
+            higher = _above(res.knob, loads[-1], start)
+            if higher is None:
                 return "no load failed with confidence"
+            x = higher
         if not _room(res, max_num_sims):
             return f"interval stopped at --max-sims {max_num_sims}"
         searcher.evaluate(x)

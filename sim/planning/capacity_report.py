@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.metrics.slo_targets import per_request_slo
-from sim.planning.capacity import CapacitySearch, LoadPoint
+from sim.planning.capacity import CapacitySearch, LoadPoint, capacity_rate_per_s
 from sim.planning.pricing import SECONDS_PER_HOUR
 
 
@@ -33,18 +33,6 @@ class Fleet:
     gpu_price_per_hour: float | None
     usd_per_hour: float | None
     usd_per_million_output_tokens: float | None
-
-
-def capacity_rate_per_s(search: CapacitySearch, point: LoadPoint | None) -> float | None:
-    """Requests per second one replica serves at ``point``'s load.
-
-    Open loop: the offered rate itself. Closed loop: the measured throughput.
-    """
-    if point is None:
-        return None
-    if search.knob.integer:
-        return point.mean_of("request_throughput")
-    return point.load
 
 
 def output_tokens_per_request(point: LoadPoint | None) -> float | None:
@@ -179,6 +167,10 @@ def format_capacity(
         lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
     else:
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
+    rate = capacity_rate_per_s(search, search.at_estimate)
+    if knob.kind == "concurrency" and lo is not None and rate is not None:
+        served = f"{search.estimate:.0f} concurrent clients are served within the SLOs at"
+        lines.append(row("", f"{served} {rate:.3g} req/s (sent while all are busy)"))
     searched = f"{len(search.points)} loads, {search.num_sims} simulations"
     lines.append(row("search:", f"{search.stop_reason}; {searched}"))
     lines.append(row("bound by:", binding_text(search)))

@@ -369,7 +369,13 @@ def _search_candidate(task: Task) -> Record:
             raise _CannotBeat(point.load)
 
     searcher = Searcher(
-        scenario, targets, Path(task["base_dir"]), task["seeds"], jobs=1, on_point=on_point
+        scenario,
+        targets,
+        Path(task["base_dir"]),
+        task["seeds"],
+        jobs=1,
+        on_point=on_point,
+        bound_rate_per_s=task.get("bound_rate_per_s"),  # a capacity above it is refused
     )
     try:
         result = search(searcher, task["rel_width"], task["max_sims"])
@@ -429,7 +435,13 @@ def _start_load(outcome: Outcome) -> float:
     return _nice(0.5 * bound) if bound > 0 else 1.0
 
 
-def _task(space: _Space, candidate: Candidate, start: float, price: float) -> Task:
+def _task(
+    space: _Space,
+    candidate: Candidate,
+    start: float,
+    price: float,
+    bound_rate_per_s: float | None = None,
+) -> Task:
     slo = {t.name: t.limit_ms for t in space.targets}
     return {
         "scenario": space.doc_for(candidate, start),
@@ -442,6 +454,7 @@ def _task(space: _Space, candidate: Candidate, start: float, price: float) -> Ta
         "target_rate_per_s": space.target_rate_per_s,
         "num_gpus": candidate.num_gpus,
         "price": price,
+        "bound_rate_per_s": bound_rate_per_s,
     }
 
 
@@ -612,7 +625,9 @@ def _run(
             outcome.status = "running"
             started.append(outcome)
             price = outcome.price_per_gpu_hour or 0.0
-            task = _task(space, outcome.candidate, _start_load(outcome), price)
+            task = _task(
+                space, outcome.candidate, _start_load(outcome), price, outcome.bound_rate_per_s
+            )
             if space.config.prune and best is not None and best.usd_per_hour and price > 0:
                 # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
                 gpus = outcome.candidate.num_gpus
@@ -730,6 +745,13 @@ def plan(
         raise ConfigError(
             f"plan: workload.kind {scenario.workload.kind!r}: the planner scales a synthetic "
             "workload's arrival rate; use a synthetic workload (workload.kind: synthetic)"
+        )
+    if getattr(scenario.workload, "max_concurrency", None) is not None:
+        raise ConfigError(
+            f"plan: workload.max_concurrency {scenario.workload.max_concurrency}: the planner "
+            "sizes a fleet for a target rate by scaling the arrival rate, but under a cap the "
+            "load is the number of clients (servesim capacity searches over them); remove "
+            "workload.max_concurrency"
         )
     if scenario.scheduler.kind != "continuous":
         raise ConfigError(

@@ -21,9 +21,19 @@ drain after the last arrival is never counted, which is why this is not
 ``completed / duration`` (that conflates the drain with overload). A run too
 short to reach steady state (window shorter than a few latencies) reads low:
 more requests per run fix that.
+
+The ratio only means something where the load is the workload's own: a client
+that waits for answers before it sends (a closed loop, or an open loop whose
+``max_concurrency`` binds: an arrival past the cap is sent when a slot frees,
+and its recorded arrival is that send time) always "keeps up" by
+construction. Such a run has no served ratio (``served_ratio_of``: None); its
+load is the number of clients, and its rate what they send
+(:func:`sim.planning.sweep_exec.offered_rate_per_s`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -55,3 +65,20 @@ def served_ratio(arrival_s: np.ndarray, finish_s: np.ndarray) -> float:
         return 1.0 if arrivals.size == 1 else 0.0
     num_finished = int(np.count_nonzero((finishes > mid_s) & (finishes <= end_s)))
     return num_finished / num_arrived
+
+
+def load_set_by_clients(workload: Any, num_requests: int) -> bool:
+    """Whether the run's sends wait on the server's answers (module docstring): a
+    closed loop, or an open loop whose ``max_concurrency`` is below its number of
+    requests (``sim.serving.submission.concurrency_limit``'s rule for a binding cap)."""
+    if workload.kind == "closed_loop":
+        return True
+    limit = getattr(workload, "max_concurrency", None)
+    return limit is not None and limit < num_requests
+
+
+def served_ratio_of(workload: Any, arrival_s: np.ndarray, finish_s: np.ndarray) -> float | None:
+    """A run's served ratio, or None where its clients set its load (module docstring)."""
+    if load_set_by_clients(workload, np.asarray(arrival_s).size):
+        return None
+    return served_ratio(arrival_s, finish_s)

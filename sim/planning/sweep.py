@@ -59,7 +59,13 @@ from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.scenario.strict_yaml import read_yaml
 
-LOAD_KEYS = ("workload.arrival.rate_per_s", "workload.time_scale", "workload.num_users")
+# The keys that set a point's load (the last: clients under a cap, sim.planning.served).
+LOAD_KEYS = (
+    "workload.arrival.rate_per_s",
+    "workload.time_scale",
+    "workload.num_users",
+    "workload.max_concurrency",
+)
 
 
 class SweepConfig(BaseModel):
@@ -147,7 +153,7 @@ class SweepPlan:
 
     @property
     def load_key(self) -> str | None:
-        """The varied key that sets the load, if any (rate, time scale or users)."""
+        """The varied key that sets the load, if any (rate, time scale, users or clients)."""
         return next((key for key in LOAD_KEYS if key in self.varying_keys), None)
 
 

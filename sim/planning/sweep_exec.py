@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.planning.served import served_ratio
+from sim.planning.served import load_set_by_clients, served_ratio_of
 
 Task = dict[str, Any]
 Record = dict[str, Any]
@@ -52,9 +52,20 @@ def batch_size_one(scenario: Any) -> bool:
 def offered_rate_per_s(scenario: Any, arrival_s: np.ndarray) -> float | None:
     """Requests per second the workload offers: nominal if synthetic, else measured.
 
-    ``None`` for closed-loop workloads, whose load depends on the server.
+    ``None`` for closed-loop workloads, whose load depends on the server. Under
+    a binding ``max_concurrency`` the clients set the load (``sim.planning.served``)
+    and ``arrival_s`` are send times: the rate is measured over the sends, those
+    after the first instant per second up to the last one. With every slot busy
+    each such send follows an answer, so this is the clients' throughput while
+    all of them are busy (Little: ``max_concurrency / mean E2E``), free of the
+    drain after the last send that ``request_throughput`` counts.
     """
     workload = scenario.workload
+    if workload.kind != "closed_loop" and load_set_by_clients(workload, arrival_s.size):
+        sent_s = arrival_s[np.isfinite(arrival_s)]
+        span_s = float(sent_s.max() - sent_s.min()) if sent_s.size else 0.0
+        later = int(np.count_nonzero(sent_s > sent_s.min())) if sent_s.size else 0
+        return later / span_s if span_s > 0 else None
     if workload.kind == "synthetic":
         return float(workload.arrival.rate_per_s)
     if workload.kind == "trace" and arrival_s.size >= 2:
@@ -103,7 +114,7 @@ def run_point(task: Task) -> Record:
     arrivals = np.asarray(records["arrival_s"], dtype=float)
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
     finishes = np.asarray(records["finish_s"], dtype=float)
-    record["served_ratio"] = served_ratio(arrivals, finishes)
+    record["served_ratio"] = served_ratio_of(scenario.workload, arrivals, finishes)
     arrival = getattr(scenario.workload, "arrival", None)
     record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
     record.update(_queue_stats(result))
