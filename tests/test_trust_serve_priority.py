@@ -94,7 +94,8 @@ def prioritised_workload(seed: int) -> tuple[list[float], list[int], list[int], 
         ("scheduler.kind=priority",),  # strict, async scheduling (the scenario's default)
         ("scheduler.kind=priority", "engine.async_scheduling=false"),
         ("scheduler.kind=priority", "scheduler.mode=weighted", "scheduler.weights={0: 4, 1: 2}"),
-        ("scheduler.kind=priority", "engine.num_kv_blocks=150"),  # preempts the least urgent
+        # Preempts the least urgent; max_model_len is what the pool holds (150 * 16).
+        ("scheduler.kind=priority", "engine.num_kv_blocks=150", "engine.max_model_len_tokens=2400"),
     ],
     ids=["strict-async", "strict-sync", "weighted", "preempting"],
 )
