@@ -192,7 +192,7 @@ class Delivery:
         owners = np.zeros(times.shape, dtype=np.int64) if replicas is None else np.asarray(replicas)
         # Only the replicas owning some time: every replica for each of a cluster's
         # per-replica calls would be quadratic in replicas (10,000: hours).
-        for replica in np.unique(owners[known]).tolist():
+        for replica in set(owners[known].tolist()):  # not np.unique: it imports numpy.ma
             steps = self._by_replica.get(replica)
             if steps is not None:
                 mine = known & (owners == replica)
