@@ -12,7 +12,7 @@ from sim import api
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
-from sim.serving import frontend
+from sim.serving import frontend, progress
 from sim.serving.frontend import Delivery
 from sim.workload import size
 from sim.workload.size import (
@@ -109,3 +109,19 @@ def test_client_times_look_up_only_the_replicas_asked_about(
     got = delivery.client_s([8.0, 9.0], [7, 7])
     assert got.tolist() == [8.5, 9.5]  # replica 7's steps end at 8, 9, 10
     assert len(calls) == 1
+
+
+def test_building_many_replicas_shows_a_progress_bar(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Thousands of prefix caches take minutes to build, before the first request: the
+    # bar (shown once the work has taken BAR_DELAY_S, here at once) says it is going on.
+    monkeypatch.setattr(progress, "BAR_DELAY_S", 0.0)
+    scenario = load_scenario(
+        CHAT, ["cluster.num_replicas=12", "workload.num_requests=12", "cost={kind: roofline}"]
+    )
+    api.run(scenario, progress=True, workers=1)
+    err = capsys.readouterr().err
+    assert "12/12" in err and "replica" in err
+    api.run(scenario, progress=False, workers=1)  # -q: none
+    assert "replica" not in capsys.readouterr().err

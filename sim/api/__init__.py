@@ -129,7 +129,8 @@ def run(
         work = ClosedLoopSource(scenario.workload, rng, base)
     else:
         work = generate_open_loop(scenario.workload, rng, base)
-    simulation = Simulation(engine, cluster_for(scenario, rng), workers=workers, compiled=compiled)
+    cluster = cluster_for(scenario, rng)
+    simulation = Simulation(engine, cluster, workers=workers, compiled=compiled, progress=progress)
     recorder = None
     if trace_requests is not None:
         recorder = ActivityRecorder(trace_requests)
