@@ -62,6 +62,20 @@ def add_torch_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def refuse_torch_options(args: argparse.Namespace, why: str) -> None:
+    """ConfigError naming the first of ``--device``, ``--dtype`` and ``--threads`` given
+    where no model runs in this process (``why`` says what runs instead): taken
+    silently, ``--device cuda`` would look as if the GPU had been used."""
+    given = (
+        ("--device", args.device, "cpu"),
+        ("--dtype", args.dtype, None),
+        ("--threads", args.threads, 1),
+    )
+    for flag, value, default in given:
+        if value != default:
+            raise ConfigError(f"{flag} {value}: no model runs in this process ({why}); omit it")
+
+
 def checked_dtype(args: argparse.Namespace) -> DtypeName:
     """``--device`` and ``--threads`` checked (imports torch); ``--dtype`` or the device's."""
     import torch
@@ -172,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
     if args.from_run is not None:
         if args.kernels:
             raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
+        refuse_torch_options(args, "--from-run fits measured runs")
         from sim.cli.fit import calibrate_from_runs
 
         return calibrate_from_runs(args)

@@ -15,7 +15,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from calibration.cli import add_torch_arguments, checked_dtype, torch_missing
+from calibration.cli import (
+    add_torch_arguments,
+    checked_dtype,
+    refuse_torch_options,
+    torch_missing,
+)
 from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint, refuse_endpoint_options
 from sim.errors import ConfigError
 
@@ -50,6 +55,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _measure(args: argparse.Namespace, out: Path) -> Path:
     if args.endpoint:  # a live server: no torch needed
+        refuse_torch_options(args, "--endpoint measures a live server, on its own device")
         return measure_endpoint(args, out)
     refuse_endpoint_options(args)  # --profile, --max-concurrency, ...: --endpoint only
     from pydantic import ValidationError

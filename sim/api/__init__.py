@@ -117,13 +117,20 @@ def run(
         raise ConfigError(f"{source}: {error}") from None
     if wrap_cost is not None:
         engine = dataclasses.replace(engine, cost=wrap_cost(engine.cost))
-    check_run_size(scenario.workload)  # before generating: a billion requests fill memory
+    # Before generating or building: a billion requests, or 10,000 replicas, fill memory.
+    check_run_size(
+        scenario.workload,
+        num_replicas=1 if scenario.cluster is None else scenario.cluster.total_replicas,
+        num_kv_blocks=engine.core.num_kv_blocks,
+        prefix_caching=engine.core.enable_prefix_caching,
+    )
     work: Any
     if isinstance(scenario.workload, ClosedLoopWorkload):
         work = ClosedLoopSource(scenario.workload, rng, base)
     else:
         work = generate_open_loop(scenario.workload, rng, base)
-    simulation = Simulation(engine, cluster_for(scenario, rng), workers=workers, compiled=compiled)
+    cluster = cluster_for(scenario, rng)
+    simulation = Simulation(engine, cluster, workers=workers, compiled=compiled, progress=progress)
     recorder = None
     if trace_requests is not None:
         recorder = ActivityRecorder(trace_requests)

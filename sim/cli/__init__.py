@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -141,7 +142,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             forwarded = importlib.import_module(f"sim.cost.kernels.{module}")
             return int(getattr(forwarded, function)(line[1:]))
         args = parser.parse_args(line)
-        return int(args.handler(args))
+        status = int(args.handler(args))
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
+        return status
+    except BrokenPipeError:
+        # The reader went away (`servesim run ... | head`): what it did not read is
+        # dropped, quietly (the Python docs' recipe: stdout onto devnull, or the
+        # interpreter's own flush at exit fails again and prints a traceback).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except ConfigError as error:
         print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ command runs, so ``servesim --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,7 +46,8 @@ def _cmd_import_run(args: argparse.Namespace) -> int:
     check_out_dir(out)  # before reading: a folder that cannot be written is one line
     runs = import_phases(args.source, args.format, args.benchmark, args.prefix_tokens)
     paths = write_phases(runs, out)
-    for run in runs:
+    traces = [path for path in paths if path.name == "trace.csv"]  # one a run, in order
+    for index, run in enumerate(runs):
         requests = run.requests
         ttft_ms = (requests["first_token_s"] - requests["arrival_s"]).median() * 1e3
         phase = f"benchmark {run.meta['benchmark']}: " if len(runs) > 1 else ""
@@ -60,6 +62,9 @@ def _cmd_import_run(args: argparse.Namespace) -> int:
                 f"  shared prefix: {prefix['tokens']} tokens in {prefix['groups']} group(s) "
                 f"(declared by {prefix['declared_by']})"
             )
+            # trace.csv carries it, replayed only when the scenario names its column.
+            workload = json.dumps(run.replay_workload(traces[index]))
+            print(f"  replay with the prefix: workload: {workload}")
     where = f"{len(runs)} phases in {out}/phase-N/" if len(runs) > 1 else f"{out}/"
     print(f"wrote {len(paths)} files: {where}")
     return 0

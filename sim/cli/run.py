@@ -59,7 +59,7 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     if args.profile == "sweep":
         return _run_sweep(args, scenario, out)
     scenario = _profiled(args, scenario)
-    _check_save_files(args, scenario)
+    _check_save_files(args, scenario, out)
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
     result = api.run(
@@ -222,8 +222,9 @@ def _bench_flags(args: argparse.Namespace) -> BenchFlags:
     )
 
 
-def _check_save_files(args: argparse.Namespace, scenario: Scenario) -> None:
-    """Refuse a ``--save-*`` file that cannot be written, before the run."""
+def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -> None:
+    """Refuse a ``--save-*`` file that cannot be written, before the run (``out``: the
+    run's folder, which may not exist yet but will be a folder by then)."""
     from sim.metrics.out_path import check_out_file
     from sim.metrics.request_trace import check_trace_path
 
@@ -236,7 +237,12 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario) -> None:
         )
         if path is not None
     ]
+    folders = (out.resolve(), *out.resolve().parents)
     for option, path in named:
+        if Path(path).resolve() in folders:
+            raise ConfigError(
+                f"{option} {path}: is the run's folder (--out {out}) or holds it; give a file name"
+            )
         check_out_file(path, option)
     if args.save_trace is not None:
         check_trace_path(args.save_trace)

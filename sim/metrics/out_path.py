@@ -96,9 +96,13 @@ LAST_MOVED = "summary.json"  # moved last: its presence says the rest is complet
 @contextmanager
 def staged(out: Path) -> Iterator[Path]:
     """A hidden folder in ``out`` to write into (module docstring); its files move
-    to the same names in ``out`` when the block ends, or are removed if it raises."""
+    to the same names in ``out`` when the block ends, or are removed if it raises
+    (and so are the folders it made for ``out``, left empty: a Ctrl-C on a fresh
+    ``--out`` leaves no empty folder behind)."""
+    made = [folder for folder in (out, *out.parents) if not folder.exists()]  # deepest first
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
+    complete = False
     try:
         yield stage
         files = sorted((p for p in stage.rglob("*") if p.is_file()), key=_move_order)
@@ -106,8 +110,15 @@ def staged(out: Path) -> Iterator[Path]:
             target = out / path.relative_to(stage)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, target)
+        complete = True
     finally:
         shutil.rmtree(stage, ignore_errors=True)
+        if not complete:
+            for folder in made:
+                try:
+                    folder.rmdir()
+                except OSError:  # holds something after all (or is gone): keep the rest
+                    break
 
 
 def _move_order(path: Path) -> tuple[bool, str]:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
 from sim.errors import ConfigError
+from sim.scenario.overrides import format_error
 from sim.scenario.strict_yaml import read_yaml
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
@@ -102,7 +103,4 @@ def load_plan_config(path: str | Path | None) -> PlanConfig:
     try:
         return PlanConfig.model_validate(doc)
     except ValidationError as error:
-        err = error.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{path}: {loc}: {msg}" if loc else f"{path}: {msg}") from None
+        raise ConfigError(format_error(str(path), error, doc)) from None

@@ -57,6 +57,7 @@ from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
 from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
+from sim.scenario.overrides import format_error
 from sim.scenario.strict_yaml import read_yaml
 
 # The keys that set a point's load (the last: clients under a cap, sim.planning.served).
@@ -167,13 +168,6 @@ class Job:
     task: Task
 
 
-def _validation_message(source: str, error: ValidationError) -> str:
-    err = error.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{source}: {loc}: {msg}" if loc else f"{source}: {msg}"
-
-
 def load_sweep(path: str | Path) -> SweepPlan:
     """Read a sweep file and validate it and every point's scenario."""
     path = Path(path)
@@ -183,7 +177,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
     try:
         config = SweepConfig.model_validate(doc)
     except ValidationError as error:
-        raise ConfigError(_validation_message(str(path), error)) from None
+        raise ConfigError(format_error(str(path), error, doc)) from None
     targets = targets_from_mapping(config.slo, f"{path}: slo")
     scenario_path = (path.parent / config.scenario).resolve()
     try:

@@ -138,9 +138,11 @@ class EngineConfig(BaseModel):
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV
     # (vLLM's --swap-space, 4 GiB) and the host link's copy bandwidth, one way
-    # (PCIe 4.0 x16 moves ~25 GB/s in practice; PCIe 5.0 ~50 GB/s).
+    # (PCIe 4.0 x16 moves ~25 GB/s in practice; PCIe 5.0 ~50 GB/s). At least 1 MB/s,
+    # far below any host link (PCIe 1.0 x1: 250 MB/s): a smaller figure is a typo, and
+    # one near 0 (1e-300) makes every swap last ~1e300 s and the run's clock overflow.
     swap_space_bytes: float = Field(default=4 * 2**30, ge=0)
-    swap_bandwidth_bytes_per_s: float = Field(default=25e9, gt=0)
+    swap_bandwidth_bytes_per_s: float = Field(default=25e9, ge=1e6)
     # How vLLM was started: `vllm serve` (the OpenAI API server) or the offline
     # `LLM` class. Picks the default batch limits (vLLM's get_batch_defaults).
     usage_context: Literal["openai_api_server", "llm_class"] = "openai_api_server"
@@ -218,7 +220,10 @@ class Scenario(BaseModel):
 
     model_config = _FROZEN
 
-    name: str = "scenario"
+    name: str = Field(
+        default="scenario",
+        description="the run's name: its default folder is runs/<name>, so one folder name",
+    )
     description: str = ""
     seed: int = Field(default=0, ge=0)
     model: ModelRef = Field(default_factory=lambda: model_preset("llama-3-8b"))
@@ -239,6 +244,18 @@ class Scenario(BaseModel):
     # k draft tokens per decode step accepted at rate α; None: plain decoding
     # (see sim.engine.speculative).
     speculative: SpeculativeConfig | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _a_name_not_a_path(cls, name: str) -> str:
+        """A name is a name: ``runs/<name>`` must not climb out of ``runs/`` (``../x``),
+        land elsewhere (``/etc/x``) or nest (``a/b``)."""
+        if name in ("", ".", "..") or any(c in name for c in "/\\") or not name.isprintable():
+            raise ValueError(
+                f"{name!r} is not a name (it names the run's folder runs/<name>): no '/', "
+                "'\\', control characters, '.' or '..'; --out picks another folder"
+            )
+        return name
 
     @model_validator(mode="before")
     @classmethod
@@ -290,6 +307,15 @@ class Scenario(BaseModel):
         if name is None:
             return self
         artifact = load_engine_cpu_artifact(name, (info.context or {}).get("base_dir"))
+        # As kernel tables (sim.cost.kernels.config): coefficients fitted to another
+        # model's or GPU's runs would price another engine's steps, silently.
+        fitted = (artifact.provenance.model, artifact.provenance.hardware)
+        if fitted != (self.model.name, self.hardware.name):
+            raise ValueError(
+                f"engine.cpu_artifact {name} was fitted on model {fitted[0]} on {fitted[1]}, "
+                f"the scenario runs {self.model.name} on {self.hardware.name}: it would price "
+                "another engine's CPU work (fit one on runs of this model and hardware)"
+            )
         if artifact.cpu is not None:
             if self.engine.cpu is not None and self.engine.cpu != artifact.cpu:
                 raise ValueError(f"engine.cpu and engine.cpu_artifact {name} both set; keep one")

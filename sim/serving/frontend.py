@@ -190,9 +190,13 @@ class Delivery:
         out = np.full(times.shape, np.nan)
         known = np.isfinite(times)
         owners = np.zeros(times.shape, dtype=np.int64) if replicas is None else np.asarray(replicas)
-        for replica, (ends, delivered) in self._by_replica.items():
-            mine = known & (owners == replica)
-            out[mine] = _lookup(ends, delivered, times[mine])
+        # Only the replicas owning some time: every replica for each of a cluster's
+        # per-replica calls would be quadratic in replicas (10,000: hours).
+        for replica in set(owners[known].tolist()):  # not np.unique: it imports numpy.ma
+            steps = self._by_replica.get(replica)
+            if steps is not None:
+                mine = known & (owners == replica)
+                out[mine] = _lookup(*steps, times[mine])
         missing = known & np.isnan(out)
         if missing.any():
             out[missing] = _lookup(*self._all(), times[missing])

@@ -17,11 +17,15 @@ BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
 
 
 class Progress:
-    """A bar of ``total`` requests, updated from ``done()`` at each ``tick``."""
+    """A bar of ``total`` requests (or other ``unit``s), updated from ``done()`` at each
+    ``tick``."""
 
-    def __init__(self, total: int, enabled: bool, done: Callable[[], int]) -> None:
+    def __init__(
+        self, total: int, enabled: bool, done: Callable[[], int], unit: str = "req"
+    ) -> None:
         self.total = total
         self.done = done
+        self.unit = unit
         self._bar: Any = None
         self._show_at_s = time.monotonic() + BAR_DELAY_S if enabled else math.inf
 
@@ -33,7 +37,7 @@ class Progress:
         elif time.monotonic() >= self._show_at_s:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=self.total, unit="req", initial=self.done())
+            self._bar = tqdm(total=self.total, unit=self.unit, initial=self.done())
 
     def close(self) -> None:
         """Bring an open bar up to date and close it."""

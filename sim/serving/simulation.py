@@ -75,6 +75,7 @@ class Simulation:
         fast: bool = True,
         workers: int | None = None,
         compiled: bool | None = None,
+        progress: bool = False,
     ) -> None:
         """``fast=False`` never offers a run to the speed paths (``sim.fast``): every
         open-loop request is handed over at an event of its own, the reference
@@ -89,6 +90,9 @@ class Simulation:
 
         ``compiled``: whether a run the compiled loop can play takes it: None by
         its size, True at any size, False never.
+
+        ``progress``: a bar over building a cluster's replicas, once that takes a
+        while (thousands of prefix caches: minutes; ``sim.workload.size``).
         """
         if workers is not None and workers < 1:
             raise ValueError(f"workers: expected a positive count, got {workers}")
@@ -116,9 +120,23 @@ class Simulation:
             self.cores = [self.core]
             self._submit: Callable[[Request], None] = self.replica.submit
         else:
-            self.layout = build_layout(
-                self.env, replica_config, cluster, self._on_done, replica_core
-            )
+            built = [0]
+            bar = Progress(cluster.config.total_replicas, progress, lambda: built[0], "replica")
+
+            def counted_core(
+                config: CoreConfig, replica: int, on_done: Callable[[Request], None], skip: bool
+            ) -> EngineCore:
+                core = replica_core(config, replica, on_done, skip)
+                built[0] += 1
+                bar.tick()
+                return core
+
+            try:
+                self.layout = build_layout(
+                    self.env, replica_config, cluster, self._on_done, counted_core
+                )
+            finally:
+                bar.close()
             self.cores = self.layout.cores
             self.core = self.cores[0]
             self.replica = self.layout.front_replicas[0]

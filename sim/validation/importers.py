@@ -115,7 +115,24 @@ def import_run(
     ``prefix_tokens``: every request shares its first N prompt tokens (declared)."""
     path = Path(source)
     name = _format_of(path, fmt, None if benchmark is None else [benchmark])
-    return reader(name, benchmark, prefix_tokens)(path)
+    return _prefix_checked(reader(name, benchmark, prefix_tokens)(path), prefix_tokens)
+
+
+def _prefix_checked(run: ImportedRun, prefix_tokens: int | None) -> ImportedRun:
+    """``run``, unless ``--prefix-tokens`` (``prefix_tokens``) is longer than some of its
+    prompts: every prompt began with the shared prefix, so it cannot be."""
+    shared = run.meta.get("shared_prefix") or {}
+    if prefix_tokens is None or shared.get("declared_by") != "--prefix-tokens":
+        return run
+    num_shorter = int(shared.get("num_shorter_prompts", 0))
+    if num_shorter:
+        prompts = run.requests["num_prompt_tokens"]
+        raise ConfigError(
+            f"--prefix-tokens {prefix_tokens}: longer than {num_shorter} of the "
+            f"{len(prompts)} prompts (the shortest has {int(prompts.min())} tokens); every "
+            "prompt begins with the shared prefix, so it is at most the shortest prompt"
+        )
+    return run
 
 
 def import_phases(
@@ -131,8 +148,10 @@ def import_phases(
     path = Path(source)
     name = _format_of(path, fmt, benchmarks)
     if name == "guidellm":
-        return read_guidellm_phases(path, benchmarks, prefix_tokens)
-    return [reader(name, None, prefix_tokens)(path)]
+        runs = read_guidellm_phases(path, benchmarks, prefix_tokens)
+    else:
+        runs = [reader(name, None, prefix_tokens)(path)]
+    return [_prefix_checked(run, prefix_tokens) for run in runs]
 
 
 PHASES_FILE = "phases.json"

@@ -9,7 +9,11 @@ An imported run is a folder with
   empty ``rejection_reason``), times in seconds;
 - ``trace.csv``: the same requests as a workload trace (``timestamp``,
   ``prompt_tokens``, ``output_tokens``), so a scenario replays exactly them
-  with ``workload: {kind: trace, format: csv, path: .../trace.csv}``;
+  with ``workload: {kind: trace, format: csv, path: .../trace.csv}``; with a
+  shared prompt prefix declared (``--prefix-tokens``, a report's), also
+  ``hash_ids``: each request's prefix group, one hash id standing for the
+  prefix's N tokens, replayed with ``hash_ids_column: hash_ids,
+  hash_block_tokens: N`` (``replay_workload``);
 - ``run.json``: the source format, where it came from, and the engine
   settings the run recorded (model, parallelism, batch limits, KV blocks);
 - ``tokens.parquet``, where the source keeps per-chunk times (``vllm bench
@@ -56,6 +60,25 @@ class ImportedRun:
     meta: dict[str, Any]
     tokens: pd.DataFrame | None = None  # per-chunk times, where the source keeps them
 
+    @property
+    def shared_prefix_tokens(self) -> int | None:
+        """The shared prompt prefix declared, in tokens (None: none)."""
+        shared = self.meta.get("shared_prefix")
+        if not shared or "prefix_group" not in self.requests:
+            return None
+        return int(shared["tokens"])
+
+    def replay_workload(self, trace_path: str | Path) -> dict[str, Any]:
+        """The ``workload:`` replaying ``trace_path`` (this run's ``trace.csv``), its
+        shared prefix included."""
+        workload: dict[str, Any] = {"kind": "trace", "format": "csv", "path": str(trace_path)}
+        if self.shared_prefix_tokens is not None:
+            workload |= {
+                "hash_ids_column": "hash_ids",
+                "hash_block_tokens": self.shared_prefix_tokens,
+            }
+        return workload
+
     def write(self, out_dir: str | Path) -> list[Path]:
         """``requests.parquet``, ``trace.csv`` and ``run.json`` in ``out_dir``."""
         out = Path(out_dir)
@@ -64,6 +87,10 @@ class ImportedRun:
         self.requests.to_parquet(paths[0], index=False)
         trace = self.requests[["arrival_s", "num_prompt_tokens", "num_output_tokens"]]
         trace = trace.set_axis(["timestamp", "prompt_tokens", "output_tokens"], axis=1)
+        if self.shared_prefix_tokens is not None:
+            # The prefix travels with the trace: a request's first N tokens are its
+            # group's (sim.engine.kv_blocks keys them as the prefix group would).
+            trace = trace.assign(hash_ids=self.requests["prefix_group"].astype("int64"))
         # repr-exact floats: a replay must see the very arrival times measured.
         trace.to_csv(paths[1], index=False, float_format="%.9f")
         paths[2].write_text(json.dumps(self.meta, indent=2, sort_keys=True) + "\n")

@@ -9,6 +9,17 @@ requests at 8 req/s, ~0.3 ms for chat.yaml at 25 req/s or 16 replicas. A
 billion requests would therefore need terabytes: such a run is refused up
 front, with the estimate and the largest count that fits, instead of
 filling memory for minutes and then failing.
+
+Replicas cost too, whatever the requests: each keeps its engine core, step
+log and frontend (~13 KB, measured with 1,000 and 3,000 replicas of 1,000
+KV blocks: peak resident memory over the replicas), and with prefix caching
+(``engine.enable_prefix_caching``) its pool keeps ~56 B per KV block
+(``tracemalloc`` of ``PrefixCachingPool`` at 100,000 and 400,000 blocks:
+reference counts, cache keys and vLLM's free-block queue), built at
+~2.5-4.5e-7 s per block. A replica also costs ~1.4-1.8 ms of simulation
+(round-robin, 1,000 requests over 1,000 and 3,000 replicas). So 10,000 replicas
+of chat.yaml's 215,056 blocks need ~120 GB and ~20 min before the first
+request: refused or announced the same way.
 """
 
 from __future__ import annotations
@@ -21,9 +32,13 @@ from typing import Any
 from sim.errors import ConfigError
 
 BYTES_PER_REQUEST = 3_000  # measured ~2.7 KB (module docstring), rounded up
-BASE_BYTES = 200_000_000  # interpreter, libraries, the first chunk of results
+BASE_BYTES = 200_000_000  # interpreter, libraries, the first chunk of results, one replica
 SECONDS_PER_REQUEST = 3e-4  # the slower of the measured cases (module docstring)
 SLOW_RUN_S = 600.0  # warn when a run is expected to take longer than this
+BYTES_PER_REPLICA = 20_000  # measured ~13 KB (module docstring), rounded up
+BYTES_PER_CACHED_BLOCK = 60  # measured ~56 B per block of a prefix-caching pool
+SECONDS_PER_REPLICA = 2e-3  # measured 1.4-1.8 ms
+SECONDS_PER_CACHED_BLOCK = 5e-7  # building a prefix-caching pool, measured 2.5-4.5e-7 s
 
 
 def expected_num_requests(workload: Any) -> int | None:
@@ -55,30 +70,71 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_run_size(workload: Any, memory_bytes: int | None = None) -> None:
+def check_run_size(
+    workload: Any,
+    memory_bytes: int | None = None,
+    *,
+    num_replicas: int = 1,
+    num_kv_blocks: int = 0,
+    prefix_caching: bool = False,
+) -> None:
     """Refuse a run that cannot fit in memory; warn about one that will take long.
 
-    ``memory_bytes`` defaults to :func:`available_bytes`.
+    ``memory_bytes`` defaults to :func:`available_bytes`. ``num_replicas`` of
+    ``num_kv_blocks`` KV blocks each (a prefix-caching pool when ``prefix_caching``)
+    count beside the requests (module docstring).
     """
     num = expected_num_requests(workload)
-    if num is None:
-        return
+    requests_bytes = 0 if num is None else num * BYTES_PER_REQUEST
+    cached = num_kv_blocks if prefix_caching else 0
+    replica_bytes = BYTES_PER_REPLICA + cached * BYTES_PER_CACHED_BLOCK
+    # BASE_BYTES holds one replica's engine (measured with one); its blocks count.
+    replicas_bytes = (num_replicas - 1) * BYTES_PER_REPLICA + num_replicas * (
+        cached * BYTES_PER_CACHED_BLOCK
+    )
     memory = available_bytes() if memory_bytes is None else memory_bytes
-    needed = BASE_BYTES + num * BYTES_PER_REQUEST
+    needed = BASE_BYTES + requests_bytes + replicas_bytes
     field = "num_requests" if getattr(workload, "num_requests", None) is not None else None
     field = field or ("max_requests" if workload.kind == "trace" else "duration_s")
+    # What each replica costs, said as it was estimated.
+    each = f"~{replica_bytes / 1e6:.2g} MB each" + (
+        f": prefix caching keeps ~{BYTES_PER_CACHED_BLOCK} B for each of their "
+        f"{num_kv_blocks:,} KV blocks"
+        if cached
+        else ""
+    )
     if memory is not None and needed > memory:
-        fits = max(0, (memory - BASE_BYTES) // BYTES_PER_REQUEST)
+        if num is not None and requests_bytes >= replicas_bytes:
+            fits = max(0, (memory - BASE_BYTES - replicas_bytes) // BYTES_PER_REQUEST)
+            raise ConfigError(
+                f"workload: {num:,} requests need about {needed / 1e9:,.1f} GB of memory "
+                f"(~{BYTES_PER_REQUEST / 1e3:g} KB each), more than the {memory / 1e9:.1f} GB "
+                f"available; lower workload.{field} to fit at most {fits:,} requests, or run "
+                "several seeds of fewer requests"
+            )
+        fits = max(0, (memory - BASE_BYTES - requests_bytes + BYTES_PER_REPLICA) // replica_bytes)
+        smaller = " (or engine.num_kv_blocks), or set engine.enable_prefix_caching: false"
         raise ConfigError(
-            f"workload: {num:,} requests need about {needed / 1e9:,.1f} GB of memory "
-            f"(~{BYTES_PER_REQUEST / 1e3:g} KB each), more than the {memory / 1e9:.1f} GB "
-            f"available; lower workload.{field} to fit at most {fits:,} requests, or run "
-            "several seeds of fewer requests"
+            f"cluster: {num_replicas:,} replicas need about {needed / 1e9:,.1f} GB of memory "
+            f"({each}), more than the {memory / 1e9:.1f} GB available; lower "
+            f"cluster.num_replicas to at most {fits:,}{smaller if cached else ''}"
         )
-    hours = num * SECONDS_PER_REQUEST / 3600
-    if num * SECONDS_PER_REQUEST > SLOW_RUN_S:
+    requests_s = 0.0 if num is None else num * SECONDS_PER_REQUEST
+    replica_s = SECONDS_PER_REPLICA + cached * SECONDS_PER_CACHED_BLOCK
+    replicas_s = num_replicas * replica_s
+    if requests_s + replicas_s <= SLOW_RUN_S:
+        return
+    hours = (requests_s + replicas_s) / 3600
+    if requests_s >= replicas_s:
         warnings.warn(
             f"workload: {num:,} requests will take about {hours:.1f} h to simulate "
             f"(~{SECONDS_PER_REQUEST * 1e3:g} ms each); lower workload.{field} for a quicker run",
+            stacklevel=2,
+        )
+    else:
+        building = f", building their {num_kv_blocks:,}-block prefix caches" if cached else ""
+        warnings.warn(
+            f"cluster: {num_replicas:,} replicas will take about {hours:.1f} h to simulate "
+            f"(~{replica_s:.2g} s each{building}); lower cluster.num_replicas for a quicker run",
             stacklevel=2,
         )
