@@ -83,6 +83,7 @@ METRICS_TESTS = (
     "tests/test_mut_metrics.py",
 )
 PLAN_TESTS = (
+    "tests/test_mut_plan.py",
     "tests/test_plan.py::test_pruned_search_finds_the_exhaustive_answer",
     "tests/test_plan.py::test_lone_request_bound_is_below_the_simulated_latency_at_low_load",
     "tests/test_plan.py::test_a_search_stops_where_its_fleet_already_loses",
@@ -423,7 +424,7 @@ MUTANTS = (
         "sim/cost/kernels/memory_ops.py",
         'activation = 4.0 if p.dtype == "float32" else 2.0',
         "activation = 2.0",
-        ("tests/test_cost_kernels_memory_ops.py",),
+        ("tests/test_cost_kernels_memory_ops.py", "tests/test_mut_memory_ops.py"),
         "fp32 tables' memory-bound ops moved as 16-bit activations",
     ),
     Mutant(
@@ -592,16 +593,23 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(source, dest / name)
 
 
-def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, float]:
-    """Run ``tests`` in ``tree``: ('pass' | 'fail' | 'timeout', seconds)."""
+def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, float, str]:
+    """Run ``tests`` in ``tree``: ('pass' | 'fail' | 'timeout', seconds, the first failed
+    test's node id or "")."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "CI": "1"}
-    args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    args = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *tests]
     start = time.perf_counter()
     try:
         done = subprocess.run(args, cwd=tree, env=env, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return "timeout", time.perf_counter() - start
-    return ("pass" if done.returncode == 0 else "fail"), time.perf_counter() - start
+        return "timeout", time.perf_counter() - start, ""
+    seconds = time.perf_counter() - start
+    if done.returncode == 0:
+        return "pass", seconds, ""
+    # pytest -rf: "FAILED tests/x.py::test_y - message" in the short summary.
+    failed = [line.split()[1] for line in done.stdout.decode().splitlines()
+              if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1]  # fmt: skip
+    return "fail", seconds, failed[0] if failed else ""
 
 
 def run(mutants: list[Mutant], timeout_s: float) -> int:
@@ -612,7 +620,7 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
         if conftest.is_file():
             conftest.write_text(conftest.read_text() + NO_SHRINK)
         files = sorted({t for m in mutants for t in m.tests})
-        verdict, seconds = _pytest(tree, tuple(files), 4 * timeout_s)
+        verdict, seconds, _ = _pytest(tree, tuple(files), 4 * timeout_s)
         print(f"baseline: {len(files)} test files on the unmutated copy: {verdict} "
               f"({seconds:.0f} s)", flush=True)  # fmt: skip
         if verdict != "pass":
@@ -623,17 +631,20 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
             target = tree / mutant.path
             original = target.read_text()
             mutated = mutate(original, mutant)
+            caught_by = ""
             if mutated is None:
                 status, seconds = "stale", 0.0
             else:
                 target.write_text(mutated)
                 try:
-                    verdict, seconds = _pytest(tree, mutant.tests, timeout_s)
+                    verdict, seconds, caught_by = _pytest(tree, mutant.tests, timeout_s)
                 finally:  # the copy's file back, with its original time stamp
                     shutil.copy2(ROOT / mutant.path, target)
                 status = {"fail": "killed", "pass": "survived", "timeout": "timeout"}[verdict]
             counts[status] += 1
             print(f"{status:9s} {mutant.name:26s} {seconds:6.1f} s  {mutant.why}", flush=True)
+            if caught_by:
+                print(f"{'':9s} {'':26s} caught by {caught_by}", flush=True)
     applied = counts["killed"] + counts["survived"] + counts["timeout"]
     score = counts["killed"] / applied if applied else 0.0
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
