@@ -244,8 +244,8 @@ def calibration_cpu_caveat(cost: CostModel, summary: dict[str, Any]) -> str | No
         return None
     return (
         f"the cost model ({cost.label}) was timed on CPU {cost.timed_on.cpu_model!r}, the run "
-        f"measured on {run_cpu!r}: expect step-time errors from the machine alone; recalibrate "
-        "here (servesim calibrate --device cpu) for a prediction of this machine"
+        f"measured on {run_cpu!r}: expect step-time errors from the machine alone; calibrate "
+        "on the measuring machine (servesim calibrate --device cpu) to predict it"
     )
 
 
