@@ -33,7 +33,7 @@ def test_decode_attention_is_the_table_or_its_kv_from_dram_whichever_is_longer(
     kv_dtype: str, bytes_per_element: int
 ) -> None:
     artifact = _artifact(kv_dtype)
-    _, table = attention_grids(artifact, 32, 8, 128)
+    table = attention_grids(artifact, 32, 8, 128).decode
     cost = KernelCost(LLAMA, artifact, hardware=GPU)
     kv_bytes_per_token = 2 * 8 * 128 * bytes_per_element  # K and V, one layer
     bandwidth = GPU.memory_bandwidth_bytes_per_s
