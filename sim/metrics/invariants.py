@@ -171,14 +171,16 @@ def _check_littles_law(records: RequestTable, series: dict[str, npt.NDArray[Any]
         leave = np.where(np.isnan(leave), last_s, leave)
         bounds = np.concatenate(([first_s], times, [last_s]))
         gaps = np.diff(bounds)  # gap 0: before the first sample (count 0)
-        series_area += float(counts @ gaps[1:])
+        # A product and a sum, not ``@``: BLAS's threads cost ms on a busy machine.
+        area = float((counts * gaps[1:]).sum())
+        series_area += area
         spans = leave - enter
         records_area += float(spans.sum())
         # Each entry and exit: at most the gap it falls in (a sample at its start counts
         # it or not; the next sample does).
         for events in (enter, leave):
             tolerance += float(gaps[np.searchsorted(times, events, side="right")].sum())
-        slack += _AREA_RTOL * (float(np.abs(spans).sum()) + float(counts @ gaps[1:]))
+        slack += _AREA_RTOL * (float(np.abs(spans).sum()) + area)
         start_s, end_s = min(start_s, first_s), max(end_s, last_s)
         num_in += len(enter)
     if num_in == 0 or not end_s > start_s:
