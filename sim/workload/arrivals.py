@@ -30,6 +30,18 @@ FloatArray = npt.NDArray[np.float64]
 MAX_GENERATED_REQUESTS = 100_000_000
 """Refuse a ``duration_s`` that would need more arrivals than this (memory)."""
 
+MAX_CLOCK_S = 2.0**26
+"""The latest time a run's clock may reach, s (~777 days): below it float64 times are
+at most 2**-27 s (7.5 ns) apart. Every simulated time is absolute (from the run's
+start), so a step of a few ms that starts at 1e12 s is rounded to 1.2e-4 s and a
+latency loses its digits: at 1e-12 req/s TPOT came out 5.86 ms instead of 6.10,
+at 1e-15 every latency 0 (issue 39). Moving the origin to the first arrival would
+only move the problem to the second one, so a run that reaches this horizon is
+refused instead: below it a latency summed over thousands of steps is off by at
+most a few microseconds (one rounding of <= 3.7 ns per step end), far below the
+0.01 ms a latency is printed to, while a run of 10 million requests at 1 req/s
+(1e7 s) still fits."""
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -161,3 +173,15 @@ def _arrivals_before(
         last_s = float(times[-1])
     times = np.concatenate(blocks)
     return times[: int(np.searchsorted(times, duration_s, side="left"))]
+
+
+def check_clock(latest_s: float, field: str) -> None:
+    """Refuse a run whose clock would reach ``latest_s`` (its last arrival, s) at or
+    beyond ``MAX_CLOCK_S``, where its times can no longer resolve a latency;
+    ``field`` names the setting that put it there."""
+    if latest_s >= MAX_CLOCK_S:
+        raise ConfigError(
+            f"{field}: the run's clock would reach {latest_s:.3g} s, where float64 times "
+            f"are {math.ulp(latest_s):.2g} s apart and latencies lose their precision; "
+            f"keep the last arrival before {MAX_CLOCK_S:.3g} s (about 2 years)"
+        )
