@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 
 from sim import api
 from sim.errors import ConfigError
+from sim.planning.capacity import CapacitySearch
 from sim.scenario import Scenario, scenario_from_dict
 
 FUZZ_EXAMPLES = int(os.environ.get("SERVESIM_FUZZ_EXAMPLES", "12"))
@@ -249,7 +250,13 @@ def _bytes(result: api.Result) -> tuple[str, list[bytes]]:
     column of its request table."""
     summary = json.dumps(result.summary, sort_keys=True, default=str)
     requests = result.raw.records
-    columns = [np.asarray(requests[name]).tobytes() for name in sorted(requests.columns)]
+    columns = []
+    for name in sorted(requests.columns):
+        values = np.asarray(requests[name])
+        # An object column (the rejection reasons) holds pointers: compare its values.
+        columns.append(
+            repr(values.tolist()).encode() if values.dtype == object else values.tobytes()
+        )
     return summary, columns
 
 
@@ -288,24 +295,27 @@ LOAD_NOISE_MS = 5.0  # absolute: a few decode steps of a small model
 
 @FUZZ_RELATIONS
 @given(
-    doc=scenarios().filter(
-        lambda d: (
-            d["workload"]["kind"] == "synthetic"
-            and math.isfinite(d["workload"]["arrival"]["rate_per_s"])
-            and d["workload"]["arrival"].get("spacing", "vllm_bench") == "vllm_bench"
-        )
+    doc=scenarios(),
+    arrival=st.tuples(
+        st.sampled_from(["poisson", "constant", "gamma"]),
+        st.floats(0.05, 200.0, allow_nan=False, allow_infinity=False),
     ),
     factor=st.sampled_from([1.5, 2.0, 4.0]),
 )
 def test_a_higher_load_never_lowers_p99_ttft_beyond_noise(
-    doc: dict[str, Any], factor: float
+    doc: dict[str, Any], arrival: tuple[str, float], factor: float
 ) -> None:
     # vllm bench's spacing puts arrival k at S_k (N / rate) / S_N: the same seed and a
     # higher rate send the same requests, each gap shrunk by the same factor.
+    kind, rate = arrival
+    workload = doc["workload"]
+    if workload["kind"] != "synthetic":  # an open loop of the same lengths instead
+        workload = {k: workload[k] for k in ("prompt_tokens", "output_tokens", "num_requests")}
+        workload["kind"] = "synthetic"
+    doc = {**doc, "workload": {**workload, "arrival": {"kind": kind, "rate_per_s": rate}}}
     scenario = _scenario(doc)
     if scenario is None:
         return
-    rate = doc["workload"]["arrival"]["rate_per_s"]
     low = _run(scenario)
     high = _run(scenario, {"workload.arrival.rate_per_s": rate * factor})
     if low is None or high is None:
@@ -316,9 +326,9 @@ def test_a_higher_load_never_lowers_p99_ttft_beyond_noise(
     assert p99_high >= p99_low * (1 - LOAD_NOISE) - LOAD_NOISE_MS, (p99_low, p99_high)
 
 
-def _capacity(doc: dict[str, Any], tmp: Path) -> tuple[float | None, float | None] | None:
-    """The capacity search's ~95% interval (req/s) for a mean-TTFT target, or None
-    where the search is refused in one line."""
+def _capacity(doc: dict[str, Any], tmp: Path) -> CapacitySearch | None:
+    """The capacity search for a mean-TTFT target, or None where the search is refused
+    in one line."""
     from sim.metrics.slo_targets import parse_target
     from sim.planning.capacity import Searcher, search
 
@@ -329,7 +339,7 @@ def _capacity(doc: dict[str, Any], tmp: Path) -> tuple[float | None, float | Non
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             searcher = Searcher(scenario, [parse_target("ttft_mean_ms", 300)], tmp, num_seeds=1)
-            return search(searcher, rel_width=0.2, max_num_sims=14).interval
+            return search(searcher, rel_width=0.2, max_num_sims=14)
     except ConfigError as error:
         assert "\n" not in str(error), str(error)
         return None
@@ -349,12 +359,16 @@ CAPACITY_BASE: dict[str, Any] = {
 }
 
 
-def _ordered(
-    low: tuple[float | None, float | None], high: tuple[float | None, float | None]
-) -> bool:
-    """Whether the second search's capacity is not below the first's: its interval's
-    top reaches the first's bottom (None: unbounded above, or not found below)."""
-    low_bottom, high_top = low[0], high[1]
+def _ordered(low: CapacitySearch | None, high: CapacitySearch | None) -> bool:
+    """Whether the second search's capacity is not below the first's: its ~95%
+    interval's top reaches the first's bottom (None: unbounded above, or not found
+    below). An answer that carries a caveat (``CapacitySearch.caveats``: it may be
+    off, and says why) is judged by its caveat, not here."""
+    if low is None or high is None or low.caveats or high.caveats:
+        event("capacity caveated" if low and high else "capacity refused")
+        return True
+    event("capacity compared")
+    low_bottom, high_top = low.interval[0], high.interval[1]
     return low_bottom is None or high_top is None or high_top >= low_bottom
 
 
@@ -373,8 +387,7 @@ def test_more_replicas_never_lower_capacity(
     if num_replicas > 1:
         fewer["cluster"] = {"num_replicas": num_replicas}
     low, high = _capacity(fewer, tmp), _capacity(more, tmp)
-    if low is not None and high is not None:
-        assert _ordered(low, high), (low, high)
+    assert _ordered(low, high), (low, high)
 
 
 @settings(FUZZ_RELATIONS, max_examples=max(1, FUZZ_EXAMPLES // 6))
@@ -393,5 +406,41 @@ def test_a_faster_gpu_never_lowers_capacity(
     slow, fast = pair
     low = _capacity({**CAPACITY_BASE, "hardware": slow, "seed": seed}, tmp)
     high = _capacity({**CAPACITY_BASE, "hardware": fast, "seed": seed}, tmp)
-    if low is not None and high is not None:
-        assert _ordered(low, high), (pair, low, high)
+    assert _ordered(low, high), (pair, low, high)
+
+
+# -- what the fuzzer found ---------------------------------------------------------
+# Each wrong answer it found, as a named test; xfail(strict=True) where the fix
+# belongs to another area (it fails until fixed, and then says so).
+
+
+def _interval(result: CapacitySearch | None) -> tuple[float | None, float | None]:
+    assert result is not None
+    return result.interval
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="capacity (issue 39, found by the fuzzer): with runs of 60 requests the served "
+    "check binds at 12 req/s for 3 replicas but 20 req/s for 2 (interval 11.0-12.0 below "
+    "16.4-20.0); the answer carries a caveat that the served check may be noise",
+)
+def test_found_three_replicas_get_less_capacity_than_two_on_short_runs(tmp_path: Path) -> None:
+    base = {**CAPACITY_BASE, "model": "llama-3-8b", "seed": 623}
+    two = _interval(_capacity({**base, "cluster": {"num_replicas": 2}}, tmp_path))
+    three = _interval(_capacity({**base, "cluster": {"num_replicas": 3}}, tmp_path))
+    assert two[0] is not None and three[1] is not None and three[1] >= two[0], (two, three)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="capacity (issue 39, found by the fuzzer): with runs of 60 requests an H100 "
+    "is given 2.5-2.7 req/s and an A100-80GB 6.3-7.0 (roofline, llama-3-8b, seed 260) though "
+    "its mean TTFT is a third of the A100's: the served check binds, reading 28 finishes for "
+    "30 arrivals (0.933 < 0.95) at 2.75 req/s; a window of 30 arrivals resolves the ratio to "
+    "1/30, coarser than the check's 0.05 margin (the answer carries that caveat)",
+)
+def test_found_an_h100_gets_less_capacity_than_an_a100_on_short_runs(tmp_path: Path) -> None:
+    a100 = _interval(_capacity({**CAPACITY_BASE, "hardware": "a100-80gb", "seed": 260}, tmp_path))
+    h100 = _interval(_capacity({**CAPACITY_BASE, "hardware": "h100", "seed": 260}, tmp_path))
+    assert a100[0] is not None and h100[1] is not None and h100[1] >= a100[0], (a100, h100)
