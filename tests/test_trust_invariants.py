@@ -184,3 +184,13 @@ def test_every_run_is_checked_where_its_result_is_assembled(
     arrays = generate_open_loop(run.scenario.workload, np.random.default_rng(0))  # type: ignore[arg-type]
     with pytest.raises(InvariantError, match="invariant tokens_out broken"):
         api.replay(run.scenario, arrays)
+
+
+def test_the_error_survives_a_worker_process() -> None:
+    """Sweeps and capacity searches run in worker processes: the error comes back
+    pickled, with its name and message."""
+    import pickle
+
+    error = pickle.loads(pickle.dumps(InvariantError("kv_pool", "replica 0 had 9 blocks")))
+    assert isinstance(error, InvariantError) and error.name == "kv_pool"
+    assert str(error).startswith("invariant kv_pool broken: replica 0 had 9 blocks")

@@ -57,7 +57,11 @@ class InvariantError(RuntimeError):
 
     def __init__(self, name: str, detail: str) -> None:
         super().__init__(f"invariant {name} broken: {detail} (a simulator bug: please report it)")
-        self.name = name
+        self.name, self.detail = name, detail
+
+    def __reduce__(self) -> tuple[type[InvariantError], tuple[str, str]]:
+        # Rebuilt from its two parts: a sweep's worker process sends it back pickled.
+        return (InvariantError, (self.name, self.detail))
 
 
 def check_run(
