@@ -57,18 +57,18 @@ def test_a_rate_whose_horizon_the_clock_cannot_resolve_is_refused(rate_per_s: fl
 
 
 def test_a_duration_that_spreads_arrivals_past_the_horizon_is_refused() -> None:
-    # 1e-9 req/s for 1e12 s: ~1000 arrivals, nearly all beyond 2**26 s.
+    # 1e-9 req/s for 1e12 s: ~1000 arrivals, nearly all beyond 2**32 s.
     with pytest.raises(ConfigError, match=r"^workload\.duration_s: "):
         _run(num_requests=None, duration_s=1e12, arrival={"kind": "poisson", "rate_per_s": 1e-9})
 
 
 def test_think_times_that_take_the_clock_past_the_horizon_are_refused() -> None:
-    # One user, 20 requests, 1e7 s of thinking before each: 2e8 s > 2**26 s.
+    # One user, 20 requests, 1e9 s of thinking before each: 2e10 s > 2**32 s.
     workload = {
         "kind": "closed_loop",
         "num_users": 1,
         "num_requests": NUM_REQUESTS,
-        "think_time_s": {"kind": "fixed", "value_s": 1e7},
+        "think_time_s": {"kind": "fixed", "value_s": 1e9},
         "prompt_tokens": {"kind": "fixed", "tokens": 100},
         "output_tokens": {"kind": "fixed", "tokens": 10},
     }
@@ -92,7 +92,7 @@ def test_below_the_horizon_the_same_requests_get_the_same_latencies() -> None:
     near_rate = NUM_REQUESTS / (0.99 * MAX_CLOCK_S)
     low, near = _run(), _run(arrival={"kind": "poisson", "rate_per_s": near_rate})
     assert float(near.raw.records["arrival_s"].max()) == pytest.approx(0.99 * MAX_CLOCK_S)
-    # Each step end there is rounded to float64's spacing (<= 2**-27 s below 2**26 s);
+    # Each step end there is rounded to float64's spacing (<= 2**-21 s below 2**32 s);
     # a request's times are sums over its steps (at most one per output token) and a
     # few more events (way in, queue, first step, way out): the error of a latency is
     # at most (tokens + 10) spacings.
@@ -104,4 +104,4 @@ def test_below_the_horizon_the_same_requests_get_the_same_latencies() -> None:
     # The same requests completed, and their summaries agree to the printed 0.01 ms.
     assert low.summary["completed"] == near.summary["completed"] == NUM_REQUESTS
     for key in ("mean_ttft_ms", "mean_tpot_ms", "p99_e2el_ms", "mean_ttft_way_out_ms"):
-        assert near.summary[key] == pytest.approx(low.summary[key], abs=1e-3), key
+        assert near.summary[key] == pytest.approx(low.summary[key], abs=0.005), key
