@@ -28,8 +28,9 @@ def _scenario(**workload: Any) -> Scenario:
         "model": "llama-3-8b",
         "hardware": "h100",
         "cost": {"kind": "roofline"},
-        # A small pool: requests queue, preempt and fill it (the KV check has a bound to hit).
-        "engine": {"num_kv_blocks": 400},
+        # A small pool: requests queue, preempt and fill it (the KV check has a bound to
+        # hit); it still holds one request of the longest length (400 x 16 >= 2048 tokens).
+        "engine": {"num_kv_blocks": 400, "max_model_len_tokens": 2048},
         "workload": {
             "kind": "synthetic",
             "num_requests": 300,
