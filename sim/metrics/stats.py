@@ -242,8 +242,8 @@ def sample_notes(
     return notes
 
 
-# A percentile q rests on about n (1 - q) samples beyond it: with fewer than one it
-# is the sample's maximum; with fewer than this many it is noisy (a caveat either way).
+# A percentile q rests on about n (1 - q) samples beyond it: with fewer than this many
+# it is noisy, and with fewer than one it is no measured tail at all (a caveat either way).
 MIN_TAIL_SAMPLES = 10
 
 
@@ -259,7 +259,21 @@ def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) 
             if n == 0 or beyond >= MIN_TAIL_SAMPLES:
                 continue
             if beyond < 1.0:
-                out.append(f"{key} from {n} sample(s) is their maximum, not a percentile")
+                out.append(f"{key} from {n} sample(s) {_between_largest(n, p)}")
             else:
                 out.append(f"{key} rests on {n} samples, about {beyond:.0f} beyond it: noisy")
     return out
+
+
+def _between_largest(n: int, p: float) -> str:
+    """Where the linear method puts the ``p``-th percentile of ``n`` samples when fewer
+    than one lies beyond it: at rank ``h = (n - 1) p / 100`` (0-based, sorted), which is
+    then above ``n - 2``, so between the two largest samples, ``h - (n - 2)`` of the way
+    to the largest (at it only when ``h = n - 1``: one sample, or p = 100)."""
+    rank = (n - 1) * p / 100.0
+    if n == 1 or rank >= n - 1:
+        return "is their maximum, not a percentile"
+    share = rank - (n - 2)
+    return (
+        f"lies between their two largest, {share:.0%} of the way to the largest: no tail measured"
+    )

@@ -275,7 +275,9 @@ class Simulation:
                 self._simulate(work, bar)
         finally:
             bar.close()
-        return self._result() if raw is None else raw
+        result = self._result() if raw is None else raw
+        result.num_sent = total
+        return result
 
     def _simulate(
         self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None

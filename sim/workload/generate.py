@@ -37,8 +37,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from sim.workload.arrivals import ArrivalConfig, arrival_times_s
+from sim.workload.arrivals import ArrivalConfig, arrival_times_s, check_clock
 from sim.workload.lengths import (
+    FixedThinkTime,
     LengthConfig,
     ThinkTimeConfig,
     make_length_sampler,
@@ -212,6 +213,10 @@ def generate_open_loop(
     """
     if isinstance(config, TraceWorkload):
         rows = trace_requests(config, rng, base_dir)
+        if len(rows.arrival_s):
+            scale = "arrival.rate_per_s" if config.arrival is not None else "time_scale"
+            scale = "rate_per_s" if config.rate_per_s is not None else scale
+            check_clock(float(np.max(rows.arrival_s)), f"workload.{scale}")
         return RequestArrays(
             np.array(rows.arrival_s),
             np.array(rows.num_prompt_tokens),
@@ -228,6 +233,9 @@ def generate_open_loop(
         config.arrival, arrival_rng, num_requests=config.num_requests, duration_s=config.duration_s
     )
     size = arrival_s.shape[0]
+    if size:
+        extent = "duration_s" if config.duration_s is not None else "arrival.rate_per_s"
+        check_clock(float(arrival_s[-1]), f"workload.{extent}")
     prompts = prompt_sampler.sample(prompt_rng, size)
     outputs = output_sampler.sample(output_rng, size)
     groups = config.prefix_groups
@@ -270,6 +278,12 @@ class ClosedLoopSource:
         rng: np.random.Generator,
         base_dir: Path | str | None = None,
     ) -> None:
+        think = config.think_time_s
+        # Each user thinks before each of its requests: its pauses alone take the clock
+        # this far (on average), whatever the server does.
+        mean_think_s = think.value_s if isinstance(think, FixedThinkTime) else think.mean_s
+        rounds = -(-config.num_requests // config.num_users)
+        check_clock(rounds * mean_think_s, "workload.think_time_s")
         self.config = config
         self.num_users = config.num_users
         self.num_requests = config.num_requests
