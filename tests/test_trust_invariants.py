@@ -8,17 +8,21 @@ checks are wired into ``build_result``, which every simulation goes through
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from sim import api
+from sim.cli import main as cli_main
 from sim.engine.records import RequestTable, completed_mask
 from sim.metrics.invariants import INVARIANTS, InvariantError, check_run
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.raw_result import RawResult
 from sim.workload.generate import generate_open_loop
+
+CHAT = Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml"
 
 
 def _scenario(**workload: Any) -> Scenario:
@@ -195,3 +199,22 @@ def test_the_error_survives_a_worker_process() -> None:
     error = pickle.loads(pickle.dumps(InvariantError("kv_pool", "replica 0 had 9 blocks")))
     assert isinstance(error, InvariantError) and error.name == "kv_pool"
     assert str(error).startswith("invariant kv_pool broken: replica 0 had 9 blocks")
+
+
+def test_the_cli_prints_a_broken_invariant_on_one_line_and_writes_no_folder(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A planted violation reaches the command line as a simulator bug: status 1 (not a
+    # user error's 2), one line naming the invariant, no traceback, no run folder left.
+    def broken(*_: object) -> None:
+        raise InvariantError("littles_law", "planted")
+
+    monkeypatch.setattr("sim.api.result.check_run", broken)
+    out = tmp_path / "run"
+    argv = ["run", str(CHAT), "--set", "workload.num_requests=20", "--out", str(out)]
+    status = cli_main([*argv, "-q", "--figure-process", "no"])
+    err = capsys.readouterr().err
+    assert status == 1, err
+    assert err.count("\n") == 1 and "invariant littles_law broken" in err
+    assert "Traceback" not in err
+    assert not out.exists()

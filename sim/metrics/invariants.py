@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask
+from sim.errors import InvariantError
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -50,18 +51,6 @@ INVARIANTS = ("accounting", "ttft_within_e2e", "tokens_out", "kv_pool", "littles
 # Float slack of the Little's-law comparison, relative to the areas summed (s):
 # sums of n time spans in float64 are exact to ~n * 1e-16 of their magnitude.
 _AREA_RTOL = 1e-9
-
-
-class InvariantError(RuntimeError):
-    """A run broke an invariant (``name``, one of ``INVARIANTS``): a simulator bug."""
-
-    def __init__(self, name: str, detail: str) -> None:
-        super().__init__(f"invariant {name} broken: {detail} (a simulator bug: please report it)")
-        self.name, self.detail = name, detail
-
-    def __reduce__(self) -> tuple[type[InvariantError], tuple[str, str]]:
-        # Rebuilt from its two parts: a sweep's worker process sends it back pickled.
-        return (InvariantError, (self.name, self.detail))
 
 
 def check_run(
