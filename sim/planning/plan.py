@@ -57,7 +57,14 @@ from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
 from sim.metrics.stats import MIN_TAIL_SAMPLES
-from sim.planning.capacity import CapacitySearch, LoadPoint, Searcher, search
+from sim.planning.capacity import (
+    SERVED,
+    CapacitySearch,
+    LoadPoint,
+    Searcher,
+    search,
+    served_num_requests_needed,
+)
 from sim.planning.capacity_report import fleet_for, has_interval, output_tokens_per_request
 from sim.planning.plan_bound import LengthStats, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.plan_file import PlanConfig
@@ -69,6 +76,13 @@ REFINE_MARGIN = 0.25
 """A group is refined when its best fleet costs at most this much above the cheapest."""
 MIN_PLAN_REQUESTS = 200
 """Requests per run at least, whatever the SLOs' percentiles need (the served check)."""
+MAX_SEARCHES = 3
+"""Capacity searches of one candidate at most: its first, then on longer runs."""
+RESIZE_HEADROOM = 1.25
+"""Longer runs get this much more than the served check needed where it failed: the
+next search's failing load is higher, with more requests in the system (Little)."""
+RESIZE_ROUND = 100
+"""Resized run lengths are multiples of this (requests)."""
 NOT_SERVING_GPUS = frozenset({"cpu-2core"})
 """Presets left out of the default GPU list: the calibration machine serves no fleet."""
 
@@ -354,29 +368,65 @@ class _CannotBeat(Exception):
         self.load = load
 
 
+def _served_too_noisy(point: LoadPoint, num_requests: int) -> int | None:
+    """Requests per run the served check needs at ``point`` when it decided the load
+    (binding) on runs of ``num_requests`` too short to tell overload from noise; else None."""
+    if point.binding != SERVED:
+        return None
+    needed = served_num_requests_needed(point)
+    return needed if needed is not None and needed > num_requests else None
+
+
 def _search_candidate(task: Task) -> Record:
     started = time.perf_counter()
-    scenario = scenario_from_dict(task["scenario"], task["label"], Path(task["base_dir"]))
+    doc = task["scenario"]
     targets = targets_from_mapping(task["slo"], "plan")
     stop_below = task.get("stop_below_rate_per_s")
+    sizes: list[int] = []  # requests per run of each search, the last one answering
 
     def on_point(point: LoadPoint, _: CapacitySearch) -> None:
         # A confident fail at load x puts the capacity below x (statistics grow with
         # load); at or under stop_below the fleet would cost at least the cheapest's.
-        if stop_below is not None and point.status == "fail" and point.load <= stop_below:
+        # A served check too noisy at this run length is no fail: runs get longer.
+        lost = stop_below is not None and point.status == "fail" and point.load <= stop_below
+        if lost and _served_too_noisy(point, sizes[-1]) is None:
             raise _CannotBeat(point.load)
 
-    searcher = Searcher(
-        scenario, targets, Path(task["base_dir"]), task["seeds"], jobs=1, on_point=on_point
-    )
-    try:
-        result = search(searcher, task["rel_width"], task["max_sims"])
-    except _CannotBeat as stop:
-        return {
-            "abandoned_at_rate_per_s": stop.load,
-            "num_loads": len(searcher.result.points),
-            "num_simulations": searcher.result.num_sims,
-            "wall_s": time.perf_counter() - started,
+    num_sims = 0
+    while True:
+        sizes.append(int(doc["workload"]["num_requests"]))
+        scenario = scenario_from_dict(doc, task["label"], Path(task["base_dir"]))
+        searcher = Searcher(
+            scenario, targets, Path(task["base_dir"]), task["seeds"], jobs=1, on_point=on_point
+        )
+        try:
+            result = search(searcher, task["rel_width"], task["max_sims"])
+        except _CannotBeat as stop:
+            return {
+                "abandoned_at_rate_per_s": stop.load,
+                "num_loads": len(searcher.result.points),
+                "num_simulations": num_sims + searcher.result.num_sims,
+                "requests_per_run": sizes[-1],
+                "wall_s": time.perf_counter() - started,
+            }
+        # Size the runs for the statistic that decided: where the served check bound
+        # the answer on runs too short to measure it, search again on longer runs,
+        # starting where this search ended (an unclear load is simulated more, never
+        # taken for a fail).
+        failed = next((p for p in result.points if p.load == result.cell[1]), None)
+        needed = None if failed is None else _served_too_noisy(failed, sizes[-1])
+        if needed is None or len(sizes) >= MAX_SEARCHES:
+            break
+        num_sims += result.num_sims
+        num_requests = RESIZE_ROUND * math.ceil(RESIZE_HEADROOM * needed / RESIZE_ROUND)
+        rate = result.estimate or doc["workload"]["arrival"]["rate_per_s"]
+        doc = {
+            **doc,
+            "workload": {
+                **doc["workload"],
+                "num_requests": num_requests,
+                "arrival": {**doc["workload"]["arrival"], "rate_per_s": _nice(rate)},
+            },
         }
     fleet = fleet_for(result, task["target_rate_per_s"], task["num_gpus"], task["price"])
     low, high = result.interval
@@ -386,7 +436,11 @@ def _search_candidate(task: Task) -> Record:
         "ci95_upper": high if has_interval(result) else None,
         "bracket_lower": low,
         "bracket_upper": high,
-        "stop_reason": result.stop_reason,
+        # The search's budget is the plan file's max_loads (x seeds), not a flag.
+        "stop_reason": result.stop_reason.replace(
+            f"--max-sims {task['max_sims']}",
+            f"max_loads x seeds ({task['max_sims']} simulations)",
+        ),
         "binding_constraint": result.binding,
         "caveats": list(result.caveats),
         "cost_model_run": next(
@@ -414,8 +468,13 @@ def _search_candidate(task: Task) -> Record:
             "at_target_mean": dict(point.means),
             "at_target_ci95_half_width": dict(point.half_widths),
             "at_target_served_ratio": point.served[0] if point.served is not None else None,
+            "at_target_served_ci95_half_width": (
+                point.served[1] if point.served is not None else None
+            ),
         }
-    record["num_simulations"] = result.num_sims
+    record["num_simulations"] = num_sims + result.num_sims
+    record["requests_per_run"] = sizes[-1]
+    record["requests_per_run_searched"] = sizes
     record["wall_s"] = time.perf_counter() - started
     return record
 
