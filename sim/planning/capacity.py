@@ -379,18 +379,18 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
                     f"--num-requests >= {needed} gives {MIN_TAIL_SAMPLES}"
                 )
     if failed is not None and failed.binding == SERVED:
-        needed = served_num_requests_needed(failed)
+        served_needed = served_num_requests_needed(failed)
         num = min((_num_requests(r) for r in failed.records), default=0)
-        if needed is not None and num >= 2 and needed > num:
+        if served_needed is not None and num >= 2 and served_needed > num:
             margin = 1.0 - SERVED_MIN_RATIO
             # needed = 2 k sqrt(2 L) / margin and the noise is sqrt(2 L) / (num / 2).
-            noise_sd = needed * margin / (SERVED_MARGIN_SDS * num)
+            noise_sd = served_needed * margin / (SERVED_MARGIN_SDS * num)
             out.append(
                 f"the served check bound this answer at {failed.load:.3g} "
                 f"{res.knob.unit}, where runs of {num} requests measure the served "
                 f"ratio to about ±{noise_sd:.2f} (1 sd), against a margin of {margin:.2f}: "
                 "the failure may be the runs' noise rather than overload; rerun with "
-                f"--num-requests >= {needed}"
+                f"--num-requests >= {served_needed}"
             )
     return out
 

@@ -176,6 +176,13 @@ class PlanResult:
         """Simulations run in all."""
         return sum(int((o.record or {}).get("num_simulations", 0)) for o in self.outcomes)
 
+    @property
+    def max_requests_per_run(self) -> int:
+        """The longest runs any search used (``num_requests``, or longer where the served
+        check needed them: ``_search_candidate``)."""
+        sizes = [int((o.record or {}).get("requests_per_run", 0)) for o in self.outcomes]
+        return max([self.num_requests, *sizes])
+
     def ranked(self) -> list[Outcome]:
         """Searched candidates with a fleet, cheapest first (then most capacity per GPU)."""
         feasible = [o for o in self.searched if o.usd_per_hour is not None]
@@ -519,6 +526,13 @@ def coarse_candidates(space: _Space) -> list[Candidate]:
                             if tokens < seqs or (not chunked and tokens < max_len):
                                 continue  # vLLM refuses these limits (Scenario._check)
                             out.append(Candidate(gpu, tp, seqs, tokens, chunked, split))
+    if not out:
+        raise ConfigError(
+            f"plan: max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
+            f"{config.max_num_batched_tokens}, chunked_prefill {config.chunked_prefill}: no "
+            "combination vLLM accepts (max_num_batched_tokens must be at least max_num_seqs, "
+            f"and at least max_model_len_tokens {max_len} without chunked prefill)"
+        )
     return out
 
 
@@ -629,6 +643,28 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     return outcome
 
 
+def _cannot_beat(outcome: Outcome, best: Outcome) -> str | None:
+    """Why ``outcome`` cannot outrank ``best`` even at its optimistic bound (``ranked``:
+    a cheaper fleet, or as cheap with more capacity per GPU), or None when it might."""
+    bound_usd, bound_rate = outcome.bound_usd_per_hour, outcome.bound_rate_per_s or 0.0
+    best_usd = best.usd_per_hour
+    assert bound_usd is not None and best_usd is not None
+    beaten = (
+        f"cannot beat ${best_usd:.2f}/h ({best.candidate.label}): even at its optimistic "
+        f"bound of {bound_rate:.3g} req/s per unit the fleet costs ${bound_usd:.2f}/h"
+    )
+    if bound_usd > best_usd * (1 + 1e-9):
+        return beaten
+    # As cheap: the tie goes to more capacity per GPU, which the bound caps too.
+    best_per_gpu = float((best.record or {})["capacity_per_gpu"])
+    bound_per_gpu = bound_rate / outcome.candidate.num_gpus
+    if bound_usd >= best_usd * (1 - 1e-9) and bound_per_gpu <= best_per_gpu:
+        return (
+            f"{beaten}, a tie, at most {bound_per_gpu:.3g} req/s per GPU to its {best_per_gpu:.3g}"
+        )
+    return None
+
+
 def _run(
     space: _Space,
     outcomes: list[Outcome],
@@ -655,14 +691,9 @@ def _run(
             best = result.best
             bound = outcome.bound_usd_per_hour
             if space.config.prune and best is not None and bound is not None:
-                assert best.usd_per_hour is not None
-                if bound >= best.usd_per_hour:
-                    outcome.status = "skipped"
-                    outcome.reason = (
-                        f"cannot beat ${best.usd_per_hour:.2f}/h ({best.candidate.label}): "
-                        f"even at its optimistic bound of {outcome.bound_rate_per_s:.3g} req/s "
-                        f"per unit the fleet costs ${bound:.2f}/h"
-                    )
+                reason = _cannot_beat(outcome, best)
+                if reason is not None:
+                    outcome.status, outcome.reason = "skipped", reason
                     if on_done is not None:
                         on_done(outcome, result)
                     continue

@@ -22,7 +22,7 @@ the defaults below apply (docs/capacity.md, "servesim plan")::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
@@ -73,7 +73,10 @@ class PlanConfig(BaseModel):
     rel_width: float = Field(default=0.1, gt=0, lt=1)
     max_loads: int = Field(default=10, ge=2, le=60)
     prune: bool = True
-    gpu_price_per_hour: dict[str, PositiveFloat] = Field(default_factory=dict)
+    # Finite: an infinite price makes every fleet cost inf, nothing to rank or plot.
+    gpu_price_per_hour: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
 
     @field_validator("tensor_parallel_sizes")
     @classmethod
