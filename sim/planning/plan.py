@@ -32,6 +32,15 @@ What keeps it from brute force:
    skip says so). Then, around the best limits of each group within the
    margin, the geometric halfway values are tried, one dimension at a time,
    under the same pruning. ``prune: false`` searches the whole grid.
+5. **Runs sized for what decided.** Runs start at the fewest requests the SLO
+   percentiles need (``run_length``; a plan file's ``num_requests`` or
+   ``--num-requests``); where the served check bound a capacity on runs too
+   short to measure the served ratio (:func:`served_num_requests_needed`),
+   the candidate is searched again on runs that can (``MAX_SEARCHES``), so
+   an unclear check is simulated more instead of taken for overload.
+
+Ranking: the cheapest fleet first, ties by more capacity per GPU; a skip
+(``_cannot_beat``) keeps that order, so no tie is decided by search order.
 
 The answer does not include the network between replicas and clients, the
 load balancer's imbalance, autoscaling, or failures (docs/capacity.md).

@@ -12,7 +12,8 @@ the defaults below apply (docs/capacity.md, "servesim plan")::
     cost_model: auto                      # or roofline (every GPU, fast, a guess)
     disaggregation: {ratios: ["1:1", "1:2"]}   # optional prefill:decode units
     seeds: 3                              # per load: 2 or more give a confidence interval
-    num_requests: null                    # per run; null: the fewest the SLO percentiles need
+    num_requests: null                    # per run to start; null: the fewest the SLO
+                                          # percentiles need; longer where the served check needs
     rel_width: 0.1                        # capacity search precision
     max_loads: 10                         # loads per capacity search, each under every seed
     prune: true                           # false: every configuration searched (exhaustive)
