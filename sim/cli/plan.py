@@ -52,6 +52,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     check_executor(args.executor, None, args.address)  # before any work
     prices = parse_gpu_prices(args.gpu_price or [])
     config = load_plan_config(args.plan)
+    if args.num_requests is not None:
+        if args.num_requests < 1:
+            raise ConfigError(f"--num-requests must be >= 1, got {args.num_requests}")
+        config = config.model_copy(update={"num_requests": args.num_requests})
     scenario = load_scenario(args.scenario, args.set or [])
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-plan"
     check_out_dir(out)  # before the search: a bad --out would lose it
@@ -102,10 +106,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if result.executor == "ray"
         else f"{result.workers} worker{'s' if result.workers > 1 else ''}"
     )
+    requests = f"{result.num_requests}"
+    if result.max_requests_per_run > result.num_requests:
+        requests += f" to {result.max_requests_per_run} (where the served check needed more)"
     print(
         f"{doc['num_configurations']} configurations ({doc['num_searched']} searched, "
         f"{doc['num_skipped']} skipped, {doc['num_refused']} refused), "
-        f"{doc['num_simulations']} simulations of {result.num_requests} requests x "
+        f"{doc['num_simulations']} simulations of {requests} requests x "
         f"{result.seeds} seeds per load, in {result.wall_s:.1f} s on {where}; "
         f"wrote {', '.join(str(p) for p in paths)}"
     )
@@ -141,6 +148,14 @@ def add_parsers(subparsers: Subparsers) -> None:
         metavar="NAME=USD",
         help="price of one GPU-hour for a GPU, e.g. h100=2.5 (repeatable; default: "
         "approximate list prices)",
+    )
+    p.add_argument(
+        "--num-requests",
+        type=int,
+        metavar="N",
+        help="requests per run at the start of each search (default: the plan file's "
+        "num_requests, else the fewest the SLO percentiles need; longer where the served "
+        "check needs it)",
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")

@@ -537,22 +537,32 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
                     f"{needed} measures the clients' steady state"
                 )
     if failed is not None and failed.binding == SERVED:
-        rate, e2el_ms = failed.mean_of("offered_rate_per_s"), failed.mean_of("mean_e2el_ms")
+        served_needed = served_num_requests_needed(failed)
         num = min((_num_requests(r) for r in failed.records), default=0)
-        if rate is not None and e2el_ms is not None and num >= 2:
-            in_system = rate * e2el_ms / 1e3  # Little: mean requests in the system
-            noise_sd = math.sqrt(2.0 * in_system) / (num / 2)
+        if served_needed is not None and num >= 2 and served_needed > num:
             margin = 1.0 - SERVED_MIN_RATIO
-            if SERVED_MARGIN_SDS * noise_sd > margin:
-                needed = math.ceil(2 * SERVED_MARGIN_SDS * math.sqrt(2.0 * in_system) / margin)
-                out.append(
-                    f"the served check bound this answer at {failed.load:.3g} "
-                    f"{res.knob.unit}, where runs of {num} requests measure the served "
-                    f"ratio to about ±{noise_sd:.2f} (1 sd), against a margin of {margin:.2f}: "
-                    "the failure may be the runs' noise rather than overload; rerun with "
-                    f"--num-requests >= {needed}"
-                )
+            # needed = 2 k sqrt(2 L) / margin and the noise is sqrt(2 L) / (num / 2).
+            noise_sd = served_needed * margin / (SERVED_MARGIN_SDS * num)
+            out.append(
+                f"the served check bound this answer at {failed.load:.3g} "
+                f"{res.knob.unit}, where runs of {num} requests measure the served "
+                f"ratio to about ±{noise_sd:.2f} (1 sd), against a margin of {margin:.2f}: "
+                "the failure may be the runs' noise rather than overload; rerun with "
+                f"--num-requests >= {served_needed}"
+            )
     return out
+
+
+def served_num_requests_needed(point: LoadPoint) -> int | None:
+    """Requests per run that measure ``point``'s served ratio to within its margin
+    (``SERVED_MARGIN_SDS`` standard deviations of the noise, module docstring);
+    None when its runs lack the rate or latency to tell."""
+    rate, e2el_ms = point.mean_of("offered_rate_per_s"), point.mean_of("mean_e2el_ms")
+    if rate is None or e2el_ms is None:
+        return None
+    in_system = rate * e2el_ms / 1e3  # Little: mean requests in the system
+    margin = 1.0 - SERVED_MIN_RATIO
+    return math.ceil(2 * SERVED_MARGIN_SDS * math.sqrt(2.0 * in_system) / margin)
 
 
 def _bracket(

@@ -56,8 +56,13 @@ def _stats(outcome: Outcome, result: PlanResult) -> str:
         half = halves.get(target.name)
         spread = f"±{half:.0f}" if half else ""
         cells.append(f"{_num(mean, '.0f')}{spread}")
-    # pass / unclear / fail: where each statistic's 95% interval lies against its limit.
+    # pass / unclear / fail: where each statistic's 95% interval lies against its limit,
+    # the served check's included: short of a pass, its ratio shows whether it decided.
     status = record.get("at_target_status")
+    served = record.get("at_target_served_ratio")
+    if status and status != "pass" and served is not None:
+        half = record.get("at_target_served_ci95_half_width")
+        status += f" (served {served:.2f}{f'±{half:.2f}' if half else ''})"
     return " / ".join(cells) + (f" {status}" if status else "")
 
 
@@ -139,8 +144,19 @@ def format_best(result: PlanResult) -> str:
         f"{'s' if best.candidate.num_gpus > 1 else ''}): {record.get('num_gpus_total')} GPUs, "
         f"${record.get('usd_per_hour'):.2f}/hour, "
         f"${_num(record.get('usd_per_million_output_tokens'), '.3f')} per million output "
-        f"tokens ({best.cost_model}; prices approximate, {PRICES_AS_OF})"
+        f"tokens ({best.cost_model}; prices approximate, {PRICES_AS_OF}); "
+        + _binding(record)
+        + "".join(f"\n  caveat: {caveat}" for caveat in record.get("caveats") or [])
     )
+
+
+def _binding(record: dict[str, Any]) -> str:
+    """Which constraint decided the capacity, and on runs of how many requests."""
+    binding = record.get("binding_constraint")
+    runs = f"runs of {record.get('requests_per_run')} requests"
+    if not binding:
+        return f"no constraint bound its capacity ({record.get('stop_reason')}; {runs})"
+    return f"capacity bound by {binding} ({runs})"
 
 
 def _clean(value: Any) -> Any:
