@@ -63,7 +63,8 @@ import numpy as np
 from sim.errors import ConfigError
 
 # A percentile q rests on about n (1 - q) samples beyond it: fewer than one measures
-# no tail (the linear method puts it between the two largest samples; refused), fewer than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
+# no tail (the linear method puts it between the two largest samples; refused), fewer
+# than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.served import SERVED_MIN_RATIO
