@@ -169,14 +169,9 @@ def test_a_small_plan_runs_or_is_refused_in_one_line(
 # -- what the fuzzer found ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan (issue 39, found by the fuzzer): a plan file whose only chunked_prefill "
-    "choice is false, with max_num_batched_tokens below the model length (2048 < 8192), "
-    "leaves no coarse candidate; sim.planning.plan.plan then calls next() on an empty "
-    "dict of reasons: StopIteration and a traceback instead of a one-line refusal",
-)
 def test_found_a_plan_with_no_candidate_is_refused_in_one_line(tmp_path: Path) -> None:
+    # Found by the fuzzer (issue 39): chunked_prefill [false] with max_num_batched_tokens
+    # below the model length leaves no candidate; plan called next() on an empty dict.
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(SCENARIO))
     plan = {"gpus": ["h100"], "chunked_prefill": [False], "max_num_batched_tokens": [2048]}
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
