@@ -314,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         version = ""
+        settings: list[str] = []
         for name in names:
             spec = TRACES[name]
             requests = trace_requests(spec)
@@ -340,10 +341,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(done.stderr[-4000:], file=sys.stderr)
                 print(f"{name}: vLLM driver failed (exit {done.returncode})")
                 return 1
-            version = done.stdout.strip().splitlines()[-1]
+            lines = done.stdout.strip().splitlines()
+            version = lines[-1]
+            settings.append(f"{name}: {next(x for x in lines if x.startswith('vllm '))}")
             rows.append((name, compare(ours, read_jsonl(out_path))))
     print(f"servesim reference scheduler vs {version}")
     print(table(rows))
+    print("\n".join(settings))  # vLLM's resolved settings, trace by trace
     return 0
 
 

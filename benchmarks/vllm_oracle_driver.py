@@ -9,7 +9,7 @@ k-th non-empty step the requests servesim's k-th step saw first
 (``new_visible``), fabricates the model's output (one token per request that
 is not mid-prefill; none for a partial prefill chunk), and writes one line of
 decisions per non-empty step, as the servesim side does. Prints the resolved
-settings to stderr and the vLLM version as its last stdout line.
+settings (one line) and the vLLM version as its last line.
 
 Token ids: a prefix group's shared head is ``[group + 1] * length``; the rest
 of a prompt and every output token are request-specific (``10_000_000 + id``,
@@ -114,6 +114,7 @@ def build(spec: dict[str, Any]) -> tuple[Scheduler, Any]:
             max_model_len=max_len,
             enable_chunked_prefill=True,
             async_scheduling=spec["async_scheduling"],
+            is_encoder_decoder=False,
         )
     )
     vllm_config = VllmConfig(
@@ -159,12 +160,12 @@ def build(spec: dict[str, Any]) -> tuple[Scheduler, Any]:
     print(
         f"vllm {vllm.__version__}: {cls.__name__} max_num_seqs={sc.max_num_seqs}"
         f" max_num_batched_tokens={sc.max_num_batched_tokens}"
-        f" chunked_prefill={sc.chunked_prefill_enabled}"
+        f" chunked_prefill={sc.enable_chunked_prefill}"
         f" long_prefill_token_threshold={sc.long_prefill_token_threshold}"
         f" prefix_caching={cache_config.enable_prefix_caching}"
         f" block_size={cache_config.block_size} num_blocks={num_blocks}"
         f" policy={sc.policy}",
-        file=sys.stderr,
+        flush=True,
     )
     return scheduler, hasher
 

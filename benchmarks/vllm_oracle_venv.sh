@@ -29,7 +29,7 @@ case "$version" in
       pillow regex einops gguf lark diskcache partial-json-parser py-cpuinfo \
       compressed-tensors depyf watchfiles python-json-logger cbor2 setproctitle \
       pybase64 ijson anthropic openai-harmony mistral_common outlines_core xgrammar \
-      llguidance lm-format-enforcer six
+      llguidance lm-format-enforcer six uvloop
     ;;
 esac
 "$venv/bin/python" -c "import vllm, vllm.v1.core.sched.scheduler; print('vllm', vllm.__version__, 'ok')"
