@@ -144,7 +144,7 @@ def build(spec: dict[str, Any]) -> tuple[Scheduler, Any]:
     cls = AsyncScheduler if spec["async_scheduling"] else Scheduler
     scheduler = cls(
         **_kwargs(
-            cls.__init__,
+            Scheduler.__init__,  # AsyncScheduler takes (*args, **kwargs)
             vllm_config=vllm_config,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vllm_config),
