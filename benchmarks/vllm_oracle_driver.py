@@ -55,7 +55,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 try:  # moved between releases
     from vllm.utils.hashing import get_hash_fn_by_name
 except ImportError:
-    from vllm.utils import get_hash_fn_by_name  # type: ignore[attr-defined,no-redef]
+    from vllm.utils import get_hash_fn_by_name
 
 
 def _kwargs(target: Any, **candidates: Any) -> dict[str, Any]:
