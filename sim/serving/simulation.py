@@ -77,9 +77,12 @@ class Simulation:
         compiled: bool | None = None,
         progress: bool = False,
     ) -> None:
-        """``fast=False`` never offers a run to the speed paths (``sim.fast``): every
-        open-loop request is handed over at an event of its own, the reference
-        they are tested against. ``workers`` and ``compiled`` are the speed
+        """``fast=False`` never offers a run to the open-loop speed paths
+        (``sim.fast.open_loop``): every open-loop request is handed over at an
+        event of its own. The replica's engine core is still the decode cohort
+        (``sim.fast.cohort``) while ``engine.skip_ahead`` is on; the reference
+        the speed paths are tested against is ``fast=False`` with
+        ``engine.skip_ahead: false`` (docs/architecture.md, the path of one request). ``workers`` and ``compiled`` are the speed
         paths' settings (``sim.fast.open_loop.run``; the result is the same
         whatever they are):
 
