@@ -1,0 +1,52 @@
+"""One name per setting, one representation (issue 40, item 5), checked on the source.
+
+- No frozen model is written after construction: no ``object.__setattr__`` in
+  ``sim/`` or ``calibration/`` (a validator that fills in defaults returns a new value).
+
+Each rule has a planted case, so a finder that finds nothing cannot pass for a rule kept.
+"""
+
+from __future__ import annotations
+
+import io
+import tokenize
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("sim", "calibration")
+
+
+def _code_tokens(source: str) -> Iterator[tuple[int, str, str]]:
+    """(line, kind, text) of each token that is code: names and operators, no comments
+    or strings (a docstring may quote vLLM's own names)."""
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in (tokenize.NAME, tokenize.OP):
+            yield token.start[0], tokenize.tok_name[token.type], token.string
+
+
+def _sources() -> Iterator[tuple[str, str]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield str(path.relative_to(ROOT)), path.read_text()
+
+
+def setattr_bypasses(path: str, source: str) -> list[str]:
+    """``object.__setattr__`` calls: a frozen model written after construction."""
+    tokens = list(_code_tokens(source))
+    texts = [text for _, _, text in tokens]
+    return [
+        f"{path}:{tokens[i][0]}"
+        for i in range(len(texts) - 2)
+        if texts[i : i + 3] == ["object", ".", "__setattr__"]
+    ]
+
+
+def test_no_frozen_model_is_written_after_construction() -> None:
+    found = [hit for path, source in _sources() for hit in setattr_bypasses(path, source)]
+    assert found == [], "fill defaults in a validator that returns a new value: " + str(found)
+
+
+def test_the_setattr_finder_finds_a_planted_bypass() -> None:
+    planted = 'x = 1  # object.__setattr__ in a comment is fine\nobject.__setattr__(self, "a", 1)\n'
+    assert setattr_bypasses("planted.py", planted) == ["planted.py:2"]
