@@ -2,6 +2,10 @@
 
 - No frozen model is written after construction: no ``object.__setattr__`` in
   ``sim/`` or ``calibration/`` (a validator that fills in defaults returns a new value).
+- vLLM's ``max_num_batched_tokens`` goes by that one name in code: no identifier
+  names the step's token budget otherwise (``batched_tokens_limit``,
+  ``batched_tokens``, ``max_batched``, ``MAX_BATCHED_TOKENS`` ...); its upper-case
+  spelling for a constant is the same name.
 
 Each rule has a planted case, so a finder that finds nothing cannot pass for a rule kept.
 """
@@ -50,3 +54,36 @@ def test_no_frozen_model_is_written_after_construction() -> None:
 def test_the_setattr_finder_finds_a_planted_bypass() -> None:
     planted = 'x = 1  # object.__setattr__ in a comment is fine\nobject.__setattr__(self, "a", 1)\n'
     assert setattr_bypasses("planted.py", planted) == ["planted.py:2"]
+
+
+# The setting's one name; any other identifier with "batched" in it is a second name.
+_BUDGET_NAME = "max_num_batched_tokens"
+
+
+def other_budget_names(path: str, source: str) -> list[str]:
+    """Identifiers (not comments or strings) that name the batched-token budget otherwise."""
+    return [
+        f"{path}:{line}: {text}"
+        for line, kind, text in _code_tokens(source)
+        if kind == "NAME"
+        and "batched" in text.lower()
+        and text.lower() != _BUDGET_NAME
+    ]
+
+
+def test_max_num_batched_tokens_has_one_name() -> None:
+    found = [hit for path, source in _sources() for hit in other_budget_names(path, source)]
+    assert found == [], f"call it {_BUDGET_NAME}: " + str(found)
+
+
+def test_the_name_finder_finds_planted_second_names() -> None:
+    planted = (
+        '"""vLLM\'s _set_default_max_num_seqs_and_batched_tokens_args, quoted."""\n'
+        "max_num_batched_tokens = MAX_NUM_BATCHED_TOKENS  # batched_tokens in a comment\n"
+        "seqs, batched_tokens = limits\n"
+        "x = config.batched_tokens_limit\n"
+    )
+    assert other_budget_names("planted.py", planted) == [
+        "planted.py:3: batched_tokens",
+        "planted.py:4: batched_tokens_limit",
+    ]

@@ -52,7 +52,7 @@ def kv_blocks_for(scenario: Scenario) -> int:
     sizes it; either checked as vLLM checks it at start (``sim.hardware.kv_capacity``)."""
     engine = scenario.engine
     # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
-    seqs, batched_tokens = step_limits(scenario)
+    max_num_seqs, max_num_batched_tokens = step_limits(scenario)
     try:
         return vllm_num_kv_blocks(
             model_for(scenario),
@@ -61,8 +61,8 @@ def kv_blocks_for(scenario: Scenario) -> int:
             KvSizing(
                 block_size_tokens=engine.block_size_tokens,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
-                max_num_batched_tokens=batched_tokens,
-                max_num_seqs=seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
                 estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
             ),
             max_model_len_tokens=engine.max_model_len_tokens,
@@ -80,7 +80,7 @@ def step_limits(scenario: Scenario) -> tuple[int, int]:
     policy = scenario.scheduler
     seqs = next(
         getattr(policy, name)
-        for name in ("num_seqs_limit", "max_num_seqs", "max_batch_size")
+        for name in ("max_num_seqs", "max_batch_size")
         if getattr(policy, name, None) is not None
     )
     return seqs, policy.step_token_bound(scenario.engine.max_model_len_tokens)

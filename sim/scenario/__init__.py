@@ -361,7 +361,7 @@ class Scenario(BaseModel):
         if (
             isinstance(policy, ContinuousSettings)
             and not policy.chunked_prefill
-            and policy.batched_tokens_limit < self.engine.max_model_len_tokens
+            and policy.limits.max_num_batched_tokens < self.engine.max_model_len_tokens
         ):
             # As vLLM: without chunking, a prompt must fit in one step's budget.
             raise ValueError(
@@ -372,12 +372,12 @@ class Scenario(BaseModel):
         if (
             isinstance(policy, ContinuousSettings)
             and policy.max_num_seqs is not None
-            and policy.batched_tokens_limit < policy.max_num_seqs
+            and policy.limits.max_num_batched_tokens < policy.max_num_seqs
         ):
             # As vLLM (SchedulerConfig._verify_args), which refuses to start: every
             # running sequence needs at least one token of a step's budget.
             raise ValueError(
-                f"scheduler.max_num_batched_tokens ({policy.batched_tokens_limit}) must be "
+                f"scheduler.max_num_batched_tokens ({policy.max_num_batched_tokens}) must be "
                 f">= scheduler.max_num_seqs ({policy.max_num_seqs}), as vLLM requires"
             )
         if self.speculative is not None and not isinstance(policy, ContinuousSettings):

@@ -46,7 +46,7 @@ FLUSH = 1  # an output buffer is nearly full: empty them and call again
 UNSUPPORTED = 2  # something only the Python path plays (see the module)
 
 # Settings (``settings`` array, int64), by index.
-MAX_NUM_SEQS, MAX_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
+MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
 NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC = 5, 6, 7, 8
 NUM_SETTINGS = 9
 # Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
@@ -765,7 +765,8 @@ def run(
     of its latest. Logs go to the buffers from the
     counts in ``state``; ``done_order`` lists requests as they finish.
     """
-    max_num_seqs, max_batched = settings[MAX_NUM_SEQS], settings[MAX_BATCHED_TOKENS]
+    max_num_seqs = settings[MAX_NUM_SEQS]
+    max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
     cap, chunked, bs = settings[TOKEN_CAP], settings[CHUNKED], settings[BLOCK_SIZE]
     num_blocks, caches_prefixes = settings[NUM_BLOCKS], settings[CACHES_PREFIXES]
     max_run = settings[MAX_RUN_STEPS]
@@ -795,7 +796,7 @@ def run(
             state[VISIBLE] = 0
         num_held = state[NUM_HELD]
         # -- Continuous.schedule: the running loop (no preemption here) --------------
-        budget = max_batched
+        budget = max_num_batched_tokens
         num_sched = 0
         num_running = state[NUM_RUNNING]
         free = state[NUM_FREE]
@@ -895,7 +896,9 @@ def run(
                 bs, free_at_plan, comp, blocks, sched_r, sched_new, num_sched, min_left
             )
             interruptible = (
-                blocked == _EMPTY and num_sched < max_num_seqs and num_sched < max_batched
+                blocked == _EMPTY
+                and num_sched < max_num_seqs
+                and num_sched < max_num_batched_tokens
             )
         at = state[NUM_ENDS]
         if num_steps == 1:

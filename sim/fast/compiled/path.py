@@ -268,7 +268,7 @@ class LoopArrays:
         inf = np.array([np.inf])  # "nothing more to come", as the feed's
         settings = np.zeros(loop.NUM_SETTINGS, dtype=np.int64)
         settings[loop.MAX_NUM_SEQS] = policy.max_num_seqs
-        settings[loop.MAX_BATCHED_TOKENS] = policy.max_num_batched_tokens
+        settings[loop.MAX_NUM_BATCHED_TOKENS] = policy.max_num_batched_tokens
         settings[loop.TOKEN_CAP] = policy.max_tokens_per_request or 0  # 0: no cap
         settings[loop.CHUNKED] = policy.chunked_prefill
         settings[loop.BLOCK_SIZE] = kv.block_size_tokens
