@@ -6,6 +6,8 @@
   names the step's token budget otherwise (``batched_tokens_limit``,
   ``batched_tokens``, ``max_batched``, ``MAX_BATCHED_TOKENS`` ...); its upper-case
   spelling for a constant is the same name.
+- vLLM's async scheduling is ``async_scheduling`` everywhere it is the setting
+  (no ``pipelined``, ``overlapped``, ``ASYNC``).
 
 Each rule has a planted case, so a finder that finds nothing cannot pass for a rule kept.
 """
@@ -65,9 +67,7 @@ def other_budget_names(path: str, source: str) -> list[str]:
     return [
         f"{path}:{line}: {text}"
         for line, kind, text in _code_tokens(source)
-        if kind == "NAME"
-        and "batched" in text.lower()
-        and text.lower() != _BUDGET_NAME
+        if kind == "NAME" and "batched" in text.lower() and text.lower() != _BUDGET_NAME
     ]
 
 
@@ -86,4 +86,35 @@ def test_the_name_finder_finds_planted_second_names() -> None:
     assert other_budget_names("planted.py", planted) == [
         "planted.py:3: batched_tokens",
         "planted.py:4: batched_tokens_limit",
+    ]
+
+
+# Names async scheduling went by before it had one (``non_overlapped_s``, the CPU work
+# no mode overlaps, is another concept and keeps its name).
+_ASYNC_ALIASES = {"pipelined", "overlapped", "_overlapped", "async_", "ASYNC", "plan_ahead"}
+
+
+def other_async_names(path: str, source: str) -> list[str]:
+    """Identifiers that name async scheduling otherwise than ``async_scheduling``."""
+    return [
+        f"{path}:{line}: {text}"
+        for line, kind, text in _code_tokens(source)
+        if kind == "NAME" and text in _ASYNC_ALIASES
+    ]
+
+
+def test_async_scheduling_has_one_name() -> None:
+    found = [hit for path, source in _sources() for hit in other_async_names(path, source)]
+    assert found == [], "call it async_scheduling: " + str(found)
+
+
+def test_the_async_finder_finds_planted_second_names() -> None:
+    planted = (
+        'label = "overlapped"  # pipelined, in a comment\n'
+        "self.pipelined = core.async_scheduling\n"
+        "x = settings[ASYNC] + cpu.non_overlapped_s\n"
+    )
+    assert other_async_names("planted.py", planted) == [
+        "planted.py:2: pipelined",
+        "planted.py:3: ASYNC",
     ]

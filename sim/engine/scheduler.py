@@ -290,7 +290,7 @@ class Scheduler(Protocol):
     @property
     def async_scheduling(self) -> bool:
         """Whether the executor plans each step while the previous one runs (vLLM's
-        async scheduling); the core reads it once (``EngineCore.pipelined``)."""
+        async scheduling); the core reads it once (``EngineCore.async_scheduling``)."""
         ...
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
@@ -360,7 +360,7 @@ class EngineCore:
         # after committing step N and passes the start of step N as
         # ``schedule``'s ``visible_until_s``; finished requests' blocks are
         # freed once that plan is made (``held``).
-        self.pipelined = policy.async_scheduling
+        self.async_scheduling = policy.async_scheduling
         self.held: list[Request] = []
         self.num_deferred_at_plan = 0  # hidden arrivals (+ held, if any waited) at the last plan
         # Runs of tokens after the first, for requests whose tokens were
@@ -589,7 +589,7 @@ class EngineCore:
         """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
         request.finish_s = time_s
         self._finished_in_step.append(request)
-        if self.pipelined:
+        if self.async_scheduling:
             self.held.append(request)  # freed after the plan already under way
         else:
             self.kv.free(request)
