@@ -394,7 +394,7 @@ class OnlineEngine:
         engine = scenario.engine
         policy = scenario.scheduler
         self.max_model_len_tokens = engine.max_model_len_tokens
-        num_slots = int(getattr(policy, "max_num_seqs", getattr(policy, "max_batch_size", 1)))
+        num_slots = policy.step_seq_bound()
         model = LlamaModel(scenario.model, dtype=dtype, device=device, seed=0)
         self.executor = StepExecutor(
             model, num_slots, self.max_model_len_tokens, SamplingParams(), seed=scenario.seed

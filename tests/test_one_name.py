@@ -19,6 +19,16 @@ import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
+from sim.engine.policies import (
+    ContinuousConfig,
+    DynamicConfig,
+    OrcaConfig,
+    PrefillFirstConfig,
+    PriorityConfig,
+    StaticConfig,
+)
+from sim.engine.policies.vllm_defaults import batch_defaults
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sim", "calibration")
 
@@ -118,3 +128,23 @@ def test_the_async_finder_finds_planted_second_names() -> None:
         "planted.py:2: pipelined",
         "planted.py:3: ASYNC",
     ]
+
+
+def test_a_policy_built_without_a_scenario_takes_vllms_small_gpu_api_defaults() -> None:
+    """The fallback is vLLM's own default for a GPU under 70 GiB serving the OpenAI API,
+    written once: the table's entry for an L4 (24 GiB) and a policy's unfilled limits agree."""
+    l4 = batch_defaults("l4", 24 * 2**30, 1, "openai_api_server", 1 << 20, True, None, None)
+    policy = ContinuousConfig()
+    assert policy.limits == l4
+    assert policy.step_seq_bound() == l4.max_num_seqs
+    assert policy.step_token_bound(1 << 20) == l4.max_num_batched_tokens
+
+
+def test_every_policy_says_how_many_sequences_a_step_holds() -> None:
+    """``step_seq_bound``: the one question ``max_num_seqs`` and ``max_batch_size`` answer."""
+    assert StaticConfig(max_batch_size=3).step_seq_bound() == 3
+    assert DynamicConfig(max_batch_size=5).step_seq_bound() == 5
+    assert OrcaConfig(max_num_seqs=7).step_seq_bound() == 7
+    assert PrefillFirstConfig(max_num_seqs=9).step_seq_bound() == 9
+    assert ContinuousConfig(max_num_seqs=11).step_seq_bound() == 11
+    assert PriorityConfig(max_num_seqs=13).step_seq_bound() == 13

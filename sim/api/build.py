@@ -78,12 +78,7 @@ def step_limits(scenario: Scenario) -> tuple[int, int]:
     ``max_num_seqs`` (static and dynamic batching: ``max_batch_size``) and its
     ``step_token_bound`` (continuous batching: ``max_num_batched_tokens``)."""
     policy = scenario.scheduler
-    seqs = next(
-        getattr(policy, name)
-        for name in ("max_num_seqs", "max_batch_size")
-        if getattr(policy, name, None) is not None
-    )
-    return seqs, policy.step_token_bound(scenario.engine.max_model_len_tokens)
+    return policy.step_seq_bound(), policy.step_token_bound(scenario.engine.max_model_len_tokens)
 
 
 def cost_caveats_for(scenario: Scenario, cost: CostModel) -> list[str]:

@@ -100,6 +100,10 @@ class ContinuousSettings(BaseModel):
             max_num_seqs=FALLBACK_LIMITS.max_num_seqs if seqs is None else seqs,
         )
 
+    def step_seq_bound(self) -> int:
+        """Most sequences one step holds (``max_num_seqs``, filled in)."""
+        return self.limits.max_num_seqs
+
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
         return self.limits.max_num_batched_tokens
