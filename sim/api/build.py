@@ -147,7 +147,8 @@ def reference_engine_problem(scenario: Scenario) -> str | None:
             "speculative: the reference engine has no draft model; "
             "remove the speculative section to measure"
         )
-    if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
+    policy = scenario.scheduler
+    if isinstance(policy, ContinuousSettings) and policy.preemption == "swap":
         return (
             "scheduler.preemption: the reference engine preempts by recompute only; "
             "set scheduler.preemption: recompute to measure"
