@@ -28,6 +28,7 @@ from sim.engine.policies import (
     StaticConfig,
 )
 from sim.engine.policies.vllm_defaults import batch_defaults
+from sim.scenario import Scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sim", "calibration")
@@ -148,3 +149,27 @@ def test_every_policy_says_how_many_sequences_a_step_holds() -> None:
     assert PrefillFirstConfig(max_num_seqs=9).step_seq_bound() == 9
     assert ContinuousConfig(max_num_seqs=11).step_seq_bound() == 11
     assert PriorityConfig(max_num_seqs=13).step_seq_bound() == 13
+
+
+def test_filled_in_limits_are_values_not_settings_the_document_made() -> None:
+    """The wrap validator fills the scheduler's limits as a new value: the filled scenario
+    has them (vLLM's H100 API-server defaults: 8192 tokens, 1024 sequences, as
+    ``EngineArgs.get_batch_defaults`` for a GPU of 70 GiB or more), the document's set
+    fields stay its own (an override re-validates what was written, not the H100's
+    limits), and validating the result again changes nothing."""
+    doc = {
+        "hardware": "h100",
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 4,
+            "arrival": {"kind": "poisson", "rate_per_s": 1},
+            "prompt_tokens": {"kind": "fixed", "tokens": 16},
+            "output_tokens": {"kind": "fixed", "tokens": 4},
+        },
+    }
+    scenario = scenario_from_dict(doc)
+    assert isinstance(scenario.scheduler, ContinuousConfig)
+    assert scenario.scheduler.limits.max_num_batched_tokens == 8192
+    assert scenario.scheduler.limits.max_num_seqs == 1024
+    assert "scheduler" not in scenario.model_fields_set
+    assert Scenario.model_validate(scenario.model_dump()) == scenario
