@@ -127,7 +127,7 @@ class SimulatedEngine:
         self.max_model_len_tokens = config.core.max_model_len_tokens
         # The simulator's own factory, in its reference (step-by-step) mode.
         self.core = replica_core(config.core, skip_ahead=False)
-        self.pipelined = self.core.pipelined
+        self.async_scheduling = self.core.async_scheduling
         # Prefix caching: prompts are keyed by their blocks' token ids, so that
         # clients whose prompts share a prefix hit the simulated cache.
         core_config = config.core
@@ -235,7 +235,7 @@ class SimulatedEngine:
                 self._step = None
                 self._commit(step)
                 self._plan_at_s = step.end_s
-                self._visible_until_s = step.start_s if self.pipelined else None
+                self._visible_until_s = step.start_s if self.async_scheduling else None
             now = self._plan_at_s
             if now is None:  # idle: until a request is ready, or the policy's wake-up
                 due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
@@ -251,7 +251,7 @@ class SimulatedEngine:
             self._end_aborted(now)
             self._admit_ready(now)
             plan = core.schedule(now, self._visible_until_s)
-            deferred = self.pipelined and core.num_deferred_at_plan > 0
+            deferred = self.async_scheduling and core.num_deferred_at_plan > 0
             self._visible_until_s = None
             if plan.is_empty:
                 if deferred:  # vLLM plans again once step N's output is in
