@@ -116,10 +116,15 @@ def test_the_new_vllm_series_agree_with_what_was_served() -> None:
     max_tokens = got["vllm:request_params_max_tokens"]
     assert sample(max_tokens, "_count") == sum(n for _, _, n in asked)
     assert sample(max_tokens, "_sum") == sum(k * n for _, k, n in asked)
-    # Its buckets: 1, 2, 5, ... up to max_model_len (vLLM's build_1_2_5_buckets).
-    les = [s.labels["le"] for s in max_tokens.samples if s.name.endswith("_bucket")]
-    assert les[-2] == f"{float(one_two_five_buckets(config.core.max_model_len_tokens)[-1])}"
-    assert float(les[-2]) <= config.core.max_model_len_tokens < 10 * float(les[-2])
+    # The per-request token histograms' buckets: 1, 2, 5, ... up to max_model_len
+    # (vLLM's build_1_2_5_buckets(max_model_len)): the largest within a factor of
+    # 2.5 below it.
+    max_model_len = config.core.max_model_len_tokens
+    for name in ("params_max_tokens", "prompt_tokens", "generation_tokens"):
+        family = got[f"vllm:request_{name}"]
+        les = [s.labels["le"] for s in family.samples if s.name.endswith("_bucket")]
+        assert les[:3] == ["1.0", "2.0", "5.0"] and les[-1] == "+Inf"
+        assert float(les[-2]) <= max_model_len < 2.5 * float(les[-2])
 
     # n: once per client request.
     n = got["vllm:request_params_n"]

@@ -43,7 +43,6 @@ ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                  1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
 E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
                  40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
 # vllm:iteration_tokens_total's buckets: vLLM's fixed list in loggers.py (its
 # older code built them from the CUDA-graph capture sizes; the fixed list is the one
 # current vLLM uses).
@@ -54,7 +53,9 @@ LABELS = ("model_name", "engine")
 
 def one_two_five_buckets(max_value: int) -> tuple[int, ...]:
     """1, 2, 5, 10, 20, 50, ... up to ``max_value``: vLLM's ``build_1_2_5_buckets``,
-    from which it builds ``vllm:request_params_max_tokens``' buckets (max_model_len)."""
+    from which it builds its per-request token histograms' buckets (``max_model_len``):
+    ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` and
+    ``vllm:request_params_max_tokens``."""
     buckets: list[int] = []
     scale = 1
     while True:
@@ -69,8 +70,9 @@ class ServerMetrics:
     """One server's counters, gauges and histograms (vLLM's v1 names)."""
 
     def __init__(self, model_name: str, max_model_len_tokens: int = 50_000) -> None:
-        """``max_model_len_tokens`` sets ``vllm:request_params_max_tokens``' buckets
+        """``max_model_len_tokens`` sets the per-request token histograms' buckets
         (vLLM's ``build_1_2_5_buckets(max_model_len)``)."""
+        token_buckets = one_two_five_buckets(max_model_len_tokens)
         # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
         # switch is prometheus_client's, for the whole process, as vLLM sets it.
         disable_created_metrics()
@@ -110,11 +112,11 @@ class ServerMetrics:
         )  # fmt: skip
         self._prompt_hist = Histogram(
             "vllm:request_prompt_tokens", "Prompt tokens per request.", LABELS,
-            buckets=TOKEN_BUCKETS, registry=r,
+            buckets=token_buckets, registry=r,
         )  # fmt: skip
         self._generation_hist = Histogram(
             "vllm:request_generation_tokens", "Generated tokens per request.", LABELS,
-            buckets=TOKEN_BUCKETS, registry=r,
+            buckets=token_buckets, registry=r,
         )  # fmt: skip
         # The engine's phases of a finished request (vLLM's request-latency buckets).
         phases = (
@@ -164,7 +166,7 @@ class ServerMetrics:
         )  # fmt: skip
         self._max_tokens = Histogram(
             "vllm:request_params_max_tokens", "The max_tokens request parameter.", LABELS,
-            buckets=one_two_five_buckets(max_model_len_tokens), registry=r,
+            buckets=token_buckets, registry=r,
         )  # fmt: skip
         # vLLM's is a Gauge set to 1 with CacheConfig's fields as labels (str() of
         # each) and ``engine``, no ``model_name``; servesim knows three of them.
