@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("aiohttp")
@@ -32,6 +33,8 @@ from sim.openai.server import make_app
 from sim.scenario import load_scenario
 from sim.serving.realtime import LAG_WARN_S, SimulatedEngine
 from sim.serving.replica_config import ReplicaConfig
+from sim.serving.routed import RoutedEngines
+from sim.serving.router import make_router
 from sim.serving.stream import Emitted, EngineLoad
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -265,3 +268,22 @@ def test_one_two_five_buckets_are_vllms() -> None:
     # vLLM's build_1_2_5_buckets(100): [1, 2, 5, 10, 20, 50, 100] (its docstring's example).
     assert one_two_five_buckets(100) == (1, 2, 5, 10, 20, 50, 100)
     assert one_two_five_buckets(4096)[-1] == 2000
+
+
+def test_routed_replicas_report_their_kv_configuration_and_the_largest_lag() -> None:
+    clock = Clock()
+    config = config_of("engine.enable_prefix_caching=true")
+    engines = [SimulatedEngine(config, clock) for _ in range(2)]
+    routed = RoutedEngines(engines, make_router("round_robin", np.random.default_rng(0)), 16)
+    routed.submit([65] * 20, 3, True, lambda event: None)
+    ready_s = min(engine.run_until(0.0) for engine in engines)  # the other: idle, inf
+    late_s = ready_s + 2.0  # its replica's steps, all committed over a second late
+    for engine in engines:
+        engine.run_until(late_s)
+    lags = [engine.load().simulation_lag_s for engine in engines]
+    load = routed.load()
+    assert load.simulation_lag_s == max(lag for lag in lags if lag is not None) > 1.0
+    core = config.core
+    assert (load.block_size_tokens, load.num_gpu_blocks, load.enable_prefix_caching) == (
+        core.block_size_tokens, core.num_kv_blocks, True,
+    )  # fmt: skip
