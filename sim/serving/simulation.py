@@ -82,9 +82,9 @@ class Simulation:
         event of its own. The replica's engine core is still the decode cohort
         (``sim.fast.cohort``) while ``engine.skip_ahead`` is on; the reference
         the speed paths are tested against is ``fast=False`` with
-        ``engine.skip_ahead: false`` (docs/architecture.md, the path of one request). ``workers`` and ``compiled`` are the speed
-        paths' settings (``sim.fast.open_loop.run``; the result is the same
-        whatever they are):
+        ``engine.skip_ahead: false`` (docs/architecture.md, the path of one
+        request). ``workers`` and ``compiled`` are the speed paths' settings
+        (``sim.fast.open_loop.run``; the result is the same whatever they are):
 
         ``workers``: processes to simulate a round-robin pool's replicas in.
         None: as many as pay, up to one per usable CPU; 1: this process only
