@@ -224,8 +224,9 @@ def format_capacity(
 
 def caveats(search: CapacitySearch, model_error: ModelError | None) -> list[str]:
     """The search's caveats, and the cost source's lack of a validated error."""
-    unvalidated = model_error is not None and model_error.validated is None
-    return list(search.caveats) + ([f"model error: {model_error.text}"] if unvalidated else [])
+    if model_error is None or model_error.validated is not None:
+        return list(search.caveats)
+    return [*search.caveats, f"model error: {model_error.text}"]
 
 
 def to_json(
