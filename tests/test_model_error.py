@@ -217,3 +217,28 @@ def test_a_negative_headroom_is_one_line_error(
         ],
     )
     assert "--headroom" in message
+
+
+def test_plan_shows_each_configurations_model_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdout, doc = _plan(tmp_path, [], capsys)
+    entry = model_error_table().sources["kernels_one_gpu"]
+    cell = f"±{entry.ttft_p50_error_pct:.1f} / ±{entry.tpot_p50_error_pct:.1f} %"
+    header = next(x for x in stdout.splitlines() if x.startswith("#"))
+    assert "model error (TTFT/TPOT p50)" in header
+    assert any(x.startswith("1 ") and cell in x for x in stdout.splitlines())
+    # The verdict names the best configuration's model error, and plan.json records it.
+    assert f"  model error: ±{entry.ttft_p50_error_pct:.1f} % TTFT p50" in stdout
+    assert doc["best"]["model_error"]["kind"] == "kernels_one_gpu"
+
+
+def test_a_roofline_plan_has_no_headroom_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stdout, doc = _plan(tmp_path, ["--set", "cost.kind=roofline"], capsys)
+    assert doc["headroom"]["pct"] == 0 and doc["target_rate_per_s"] == pytest.approx(10)
+    assert doc["best"]["model_error"]["kind"] is None
+    assert any("no validated error (uncalibrated roofline)" in c for c in doc["caveats"])
+    assert "caveat: model error: no validated error (uncalibrated roofline)" in stdout
+    assert "none validated" in stdout

@@ -110,6 +110,14 @@ class ModelError:
             f"(validated on {len(v.rows)} {study}: {v.description})"
         )
 
+    @property
+    def short(self) -> str:
+        """A table cell: ``±15.0 / ±2.2 %`` (TTFT / TPOT p50), or ``none validated``."""
+        v = self.validated
+        if v is None:
+            return "none validated"
+        return f"±{v.ttft_p50_error_pct:.1f} / ±{v.tpot_p50_error_pct:.1f} %"
+
     def to_json(self) -> dict[str, Any]:
         v = self.validated
         return {
