@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,8 +108,11 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     label = f"{scenario.name} ({scenario.model.name} on {scenario.hardware.name}, " + (
         f"{scenario.scheduler.kind})"
     )
-    # The scenario's cost source, as its runs built it: its validated error.
-    model_error = model_error_for(cost_model_for(scenario, base_dir))
+    # The scenario's cost source, as its runs built it: its validated error. Built
+    # again here, its warnings (extrapolated tables) were already said by the runs.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model_error = model_error_for(cost_model_for(scenario, base_dir))
     print(format_points(result))
     print(format_capacity(result, label, fleet, per_replica, price, model_error))
     path = write_json(to_json(result, fleet, label, model_error), out)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     from sim.api.build import cost_model_for
     from sim.cost.config import RooflineCostConfig
-    from sim.cost.model_error import model_error_for
+    from sim.cost.model_error import ModelError, model_error_for
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
     from sim.planning.plan import plan
@@ -67,7 +68,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     priced = scenario
     if config.cost_model == "roofline":
         priced = scenario.model_copy(update={"cost": RooflineCostConfig()})
-    model_error = model_error_for(cost_model_for(priced, Path(args.scenario).parent))
+    with warnings.catch_warnings():  # the search says a cost model's warnings, once
+        warnings.simplefilter("ignore")
+        try:
+            model_error = model_error_for(cost_model_for(priced, Path(args.scenario).parent))
+        except ConfigError as error:  # the candidates may still build theirs: not fatal
+            model_error = ModelError(None, None, f"the scenario's own cost model: {error}")
     headroom_pct = args.headroom if args.headroom is not None else 100 * model_error.headroom
     sized_rate = args.target_rate * (1 + headroom_pct / 100)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-plan"
