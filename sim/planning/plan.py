@@ -61,6 +61,7 @@ from pydantic import ValidationError
 from sim.api.build import cost_model_for, kv_blocks_for
 from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
+from sim.cost.model_error import ModelError, model_error_for
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
@@ -140,6 +141,7 @@ class Outcome:
     reason: str = ""
     cost_model: str = ""
     cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
+    model_error: ModelError | None = None  # the cost source's validated error (None: not built)
     price_per_gpu_hour: float | None = None
     bound_rate_per_s: float | None = None
     bound_usd_per_hour: float | None = None
@@ -656,6 +658,7 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
         bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
     space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.cost_model, outcome.cost_model_detail = label, choice
+    outcome.model_error = model_error_for(cost)
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
         bound.rate_per_s, space.target_rate_per_s, candidate.num_gpus, price

@@ -87,6 +87,9 @@ def table_rows(result: PlanResult) -> list[dict[str, str]]:
                 "$/Mtok": _num(record.get("usd_per_million_output_tokens"), ".3f"),
                 "SLOs at target (ms)": _stats(outcome, result),
                 "cost model": outcome.cost_model,
+                "model error (TTFT/TPOT p50)": outcome.model_error.short
+                if outcome.model_error
+                else "-",
             }
         )
     return rows
@@ -99,7 +102,7 @@ def format_table(result: PlanResult, max_rows: int = 20) -> str:
     if rows:
         columns = list(rows[0])
         widths = {c: max(len(c), *(len(r[c]) for r in rows[:max_rows])) for c in columns}
-        left = {"GPU", "SLOs at target (ms)", "cost model"}
+        left = {"GPU", "SLOs at target (ms)", "cost model", "model error (TTFT/TPOT p50)"}
 
         def cell(c: str, text: str) -> str:
             return text.ljust(widths[c]) if c in left else text.rjust(widths[c])
@@ -146,6 +149,7 @@ def format_best(result: PlanResult) -> str:
         f"${_num(record.get('usd_per_million_output_tokens'), '.3f')} per million output "
         f"tokens ({best.cost_model}; prices approximate, {PRICES_AS_OF}); "
         + _binding(record)
+        + (f"\n  model error: {best.model_error.text}" if best.model_error else "")
         + "".join(f"\n  caveat: {caveat}" for caveat in record.get("caveats") or [])
     )
 
@@ -187,6 +191,7 @@ def outcome_doc(outcome: Outcome) -> dict[str, Any]:
         "reason": outcome.reason or None,
         "cost_model": outcome.cost_model or None,
         "cost_model_choice": outcome.cost_model_detail or None,
+        "model_error": outcome.model_error.to_json() if outcome.model_error else None,
         "gpu_price_per_hour": outcome.price_per_gpu_hour,
         "optimistic_rate_per_s": outcome.bound_rate_per_s,
         "optimistic_usd_per_hour": outcome.bound_usd_per_hour,
