@@ -512,8 +512,8 @@ MUTANTS = (
     Mutant(
         "plan-prune-halved",
         "sim/planning/plan.py",
-        "if bound >= best.usd_per_hour:",
-        "if 2.0 * bound >= best.usd_per_hour:",
+        "if bound_usd > best_usd * (1 + 1e-9):",
+        "if 2.0 * bound_usd > best_usd * (1 + 1e-9):",
         PLAN_TESTS,
         "plan prunes a candidate whose optimistic fleet costs half the best's (it could win)",
     ),
@@ -536,8 +536,8 @@ MUTANTS = (
     Mutant(
         "plan-lone-unchunked",
         "sim/planning/plan_bound.py",
-        "chunk = budget if limits.chunked_prefill else max(budget, round(prompt))",
-        "chunk = budget",
+        "else max(max_num_batched_tokens, round(prompt))",
+        "else max_num_batched_tokens",
         PLAN_TESTS,
         "without chunked prefill a lone prompt is still priced in budget-sized chunks",
     ),

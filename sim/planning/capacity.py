@@ -70,10 +70,15 @@ from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
+from sim.workload.arrivals import MAX_CLOCK_S
 
 Status = Literal["pass", "fail", "unclear"]
 
 MAX_DOUBLINGS = 20
+# A rate run of n requests ends near n / rate s; the lowest rate searched keeps that
+# this many times below the clock's limit (MAX_CLOCK_S), room for the random spread
+# of the last arrival (Poisson: sqrt(n) / rate; bursty gamma arrivals more).
+CLOCK_ROOM = 4.0
 # The served check's margin (1 - SERVED_MIN_RATIO) should hold this many standard
 # deviations of a run's served ratio (module docstring), or a failing served
 # check may be the run's noise rather than overload.
@@ -123,6 +128,9 @@ class LoadKnob:
     # The most load a run can measure (None: no limit). Under a cap, a share of the
     # run's requests (MAX_CLIENTS_SHARE).
     max_load: float | None = None
+    # The least load whose run the clock can hold (None: no limit): at lower rates a
+    # run of n requests would outlast MAX_CLOCK_S and be refused (CLOCK_ROOM).
+    min_load: float | None = None
 
     @property
     def integer(self) -> bool:
@@ -153,7 +161,11 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
     if limit is not None:
         return _concurrency_knob(workload, limit)
     if workload.kind == "synthetic":
-        return LoadKnob("rate", "workload.arrival.rate_per_s", workload.arrival.rate_per_s)
+        least = None
+        if workload.num_requests is not None:
+            least = CLOCK_ROOM * workload.num_requests / MAX_CLOCK_S
+        rate = workload.arrival.rate_per_s
+        return LoadKnob("rate", "workload.arrival.rate_per_s", rate, min_load=least)
     from sim.workload.generate import generate_open_loop
 
     if workload.arrival is not None:  # a length list (sharegpt): its own arrival process
@@ -399,6 +411,8 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
         reasons.append(_tighten(searcher, max_num_sims, rel_width, step, start))
     elif a is None:
         reasons.append(f"the SLOs fail or the load is not served even at {b:g} {knob.unit}")
+        if b is not None and knob.min_load is not None and b / 2 < knob.min_load:
+            reasons.append("the lowest rate whose run the simulator's clock can hold")
     else:
         reasons.append(f"the SLOs still hold on average at {a:g} {knob.unit}")
         if knob.max_load is not None and a >= knob.max_load:
@@ -590,6 +604,8 @@ def _bracket(
             lower = float(max(1, math.floor(x / 2))) if knob.integer else x / 2
             if lower >= x or x <= start * 2.0**-MAX_DOUBLINGS:
                 break
+            if knob.min_load is not None and lower < knob.min_load:
+                break  # a run that slow would outlast the clock (MAX_CLOCK_S)
             x = lower
     return a, b
 
