@@ -193,7 +193,7 @@ def run_ours(spec: TraceSpec, requests: list[dict[str, Any]]) -> list[dict[str, 
         running_before = _ids(core.running)
         waiting_before = set(_ids(core.waiting))
         plan = core.schedule(now_s, visible_until_s)
-        deferred = core.pipelined and core.num_deferred_at_plan > 0
+        deferred = core.async_scheduling and core.num_deferred_at_plan > 0
         visible_until_s = None
         if plan.is_empty:
             if deferred:
@@ -223,7 +223,7 @@ def run_ours(spec: TraceSpec, requests: list[dict[str, Any]]) -> list[dict[str, 
         core.commit(plan, now_s, [now_s + 1.0])
         record["finished"] = sorted(finished_ids)
         log.append(record)
-        if core.pipelined:
+        if core.async_scheduling:
             visible_until_s = now_s
         now_s += 1.0
 
