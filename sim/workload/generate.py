@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from sim.errors import ConfigError
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.lengths import (
     LengthConfig,
@@ -50,6 +51,11 @@ from sim.workload.traces.workload import TraceWorkload, trace_requests
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+MAX_ARRIVAL_S = float(2**32)
+"""Latest arrival a run accepts, ~136 years: the clock is float64 seconds, whose
+spacing at 2**32 s is 2**-20 s (~1 us); later, a step of a few ms rounds away
+and every latency reads 0 (an arrival rate of 1e-300 did)."""
 
 CLOSED_LOOP_BLOCK = 4096
 """Draws pre-made per numpy call by :class:`ClosedLoopSource`."""
@@ -197,6 +203,14 @@ class RequestArrays:
             self.priority.setflags(write=False)
         if self.block_hash_ids is not None and len(self.block_hash_ids) != n[0]:
             raise ValueError("RequestArrays: block_hash_ids must have one entry per request")
+        # The arrivals come from the user's rate or trace: an error naming the workload.
+        if n[0] and not float(self.arrival_s[-1]) <= MAX_ARRIVAL_S:
+            raise ConfigError(
+                f"workload: the last request arrives at {float(self.arrival_s[-1]):.3g} s, "
+                f"past {MAX_ARRIVAL_S:.3g} s (~136 years), where the clock's float64 "
+                "seconds no longer resolve a microsecond and latencies would read 0; "
+                "raise the arrival rate or shorten the trace's times"
+            )
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])

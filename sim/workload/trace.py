@@ -94,6 +94,9 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
                     raise ConfigError(
                         f"{path}: missing column {column!r} (header has: {', '.join(names)})"
                     )
+                if names.count(column) > 1:
+                    # Which of the two holds the data is a guess: refuse rather than pick.
+                    raise ConfigError(f"{path}: column {column!r} appears twice in the header")
                 indices.append(names.index(column))
             values: list[list[str]] = [[] for _ in columns]
             line_numbers: list[int] = []

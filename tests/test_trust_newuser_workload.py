@@ -1,0 +1,74 @@
+"""Issue 39, a new user's round: workloads whose numbers the run cannot hold.
+
+An arrival rate of 1e-300 req/s put the last of 50 arrivals near 5e301 s;
+there a float64's spacing is ~1e285 s, so every step of a few ms rounded
+away and each latency read exactly 0 ms: a silently wrong answer. A CSV
+trace with a wanted column twice in its header was read from the first.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from cli_errors import run_error
+
+from sim.errors import ConfigError
+from sim.workload.generate import MAX_ARRIVAL_S, RequestArrays
+
+SCENARIO: dict[str, Any] = {
+    "name": "tiny",
+    "model": "llama-3-8b",
+    "hardware": "h100",
+    "workload": {
+        "kind": "synthetic",
+        "num_requests": 20,
+        "arrival": {"kind": "poisson", "rate_per_s": 1e-300},
+        "prompt_tokens": {"kind": "fixed", "tokens": 100},
+        "output_tokens": {"kind": "fixed", "tokens": 10},
+    },
+}
+
+
+def test_the_limit_is_where_the_clock_stops_resolving_a_microsecond() -> None:
+    # Spacing of float64 at t is 2**(floor(log2 t) - 52): ~1 us at 2**32 s.
+    assert math.ulp(MAX_ARRIVAL_S) <= 1e-6 < math.ulp(MAX_ARRIVAL_S * 4)
+
+
+@pytest.mark.parametrize("rate", [1e-300, 1e-20])
+def test_a_rate_whose_arrivals_outrun_the_clock_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rate: float
+) -> None:
+    workload = {**SCENARIO["workload"], "arrival": {"kind": "poisson", "rate_per_s": rate}}
+    doc = {**SCENARIO, "workload": workload}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    message = run_error(capsys, tmp_path, str(path))
+    assert message.startswith("workload:") and "arrival rate" in message
+    assert not (tmp_path / "err").exists()
+
+
+def test_a_trace_time_past_the_limit_is_refused_and_one_below_is_kept() -> None:
+    lengths = np.array([10, 10], dtype=np.int64)
+    with pytest.raises(ConfigError, match=r"^workload:"):
+        RequestArrays(np.array([0.0, 1e12]), lengths, lengths.copy())
+    kept = RequestArrays(np.array([0.0, MAX_ARRIVAL_S]), lengths, lengths.copy())
+    assert len(kept) == 2
+
+
+def test_a_csv_trace_naming_a_column_twice_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t.csv").write_text(
+        "timestamp,prompt_tokens,timestamp,output_tokens\n0,100,5,10\n1,100,6,10\n"
+    )
+    doc = {k: v for k, v in SCENARIO.items() if k != "workload"}
+    doc["workload"] = {"kind": "trace", "format": "csv", "path": "t.csv"}
+    path = tmp_path / "trace.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    message = run_error(capsys, tmp_path, str(path))
+    assert "t.csv" in message and "'timestamp'" in message and "twice" in message
