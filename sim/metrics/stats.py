@@ -254,12 +254,15 @@ def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) 
     out = []
     for metric, n in counts.items():
         for p in percentiles:
-            beyond = n * (1.0 - p / 100.0)
+            # The tail is on the nearer side: p1 rests on the samples below it as
+            # p99 on those above; p0 and p100 are the minimum and maximum, exactly.
+            beyond = n * min(p, 100.0 - p) / 100.0
             key = f"p{p:g}_{metric}_ms"
-            if n == 0 or beyond >= MIN_TAIL_SAMPLES:
+            if n == 0 or p in (0.0, 100.0) or beyond >= MIN_TAIL_SAMPLES:
                 continue
             if beyond < 1.0:
-                out.append(f"{key} from {n} sample(s) is their maximum, not a percentile")
+                extreme = "maximum" if p > 50.0 else "minimum"
+                out.append(f"{key} from {n} sample(s) is their {extreme}, not a percentile")
             else:
                 out.append(f"{key} rests on {n} samples, about {beyond:.0f} beyond it: noisy")
     return out
