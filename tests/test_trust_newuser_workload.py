@@ -72,3 +72,16 @@ def test_a_csv_trace_naming_a_column_twice_is_refused(
     path.write_text(yaml.safe_dump(doc))
     message = run_error(capsys, tmp_path, str(path))
     assert "t.csv" in message and "'timestamp'" in message and "twice" in message
+
+
+@pytest.mark.parametrize("option", ["--save-result", "--save-detailed"])
+def test_a_save_file_that_is_the_scenario_is_refused_and_the_scenario_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    # It was replaced by the run's JSON, with only a note that it "will be replaced".
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    before = path.read_text()
+    message = run_error(capsys, tmp_path, str(path), option, str(path))
+    assert message.startswith(f"{option} {path}") and "scenario" in message
+    assert path.read_text() == before and not (tmp_path / "err").exists()
