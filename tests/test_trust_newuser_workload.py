@@ -85,3 +85,56 @@ def test_a_save_file_that_is_the_scenario_is_refused_and_the_scenario_kept(
     message = run_error(capsys, tmp_path, str(path), option, str(path))
     assert message.startswith(f"{option} {path}") and "scenario" in message
     assert path.read_text() == before and not (tmp_path / "err").exists()
+
+
+def _closed_loop(think: dict[str, Any], num_requests: int = 10) -> dict[str, Any]:
+    workload = {
+        "kind": "closed_loop",
+        "num_users": 2,
+        "num_requests": num_requests,
+        "think_time_s": think,
+        "prompt_tokens": {"kind": "fixed", "tokens": 10},
+        "output_tokens": {"kind": "fixed", "tokens": 5},
+    }
+    return {**SCENARIO, "workload": workload}
+
+
+@pytest.mark.parametrize(
+    "think", [{"kind": "fixed", "value_s": 1e300}, {"kind": "exponential", "mean_s": 1e300}]
+)
+def test_closed_loop_think_times_past_the_clock_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], think: dict[str, Any]
+) -> None:
+    # A think time of 1e300 s read every latency as 0 ms, as the open loop's rate did.
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(_closed_loop(think)))
+    message = run_error(capsys, tmp_path, str(path))
+    assert "workload: think_time_s:" in message and not (tmp_path / "err").exists()
+
+
+def test_the_closed_loop_limit_counts_each_users_requests() -> None:
+    # 10 requests over 2 users: 5 thinks each; at the limit / 5 each it just fits.
+    from sim.scenario import scenario_from_dict
+
+    fits = _closed_loop({"kind": "fixed", "value_s": MAX_ARRIVAL_S / 5})
+    scenario_from_dict(fits, "fits")
+    over = _closed_loop({"kind": "fixed", "value_s": MAX_ARRIVAL_S / 4})
+    with pytest.raises(ConfigError, match=r"think_time_s"):
+        scenario_from_dict(over, "over")
+
+
+@pytest.mark.parametrize(
+    ("think", "field"),
+    [
+        ({"kind": "fixed", "value_s": ".inf"}, "value_s"),
+        ({"kind": "exponential", "mean_s": ".inf"}, "mean_s"),
+    ],
+)
+def test_an_infinite_think_time_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], think: dict[str, Any], field: str
+) -> None:
+    # It ran with numpy's "invalid value encountered in subtract" and exit 0.
+    path = tmp_path / "closed.yaml"
+    path.write_text(yaml.safe_dump(_closed_loop(think)).replace("'.inf'", ".inf"))
+    message = run_error(capsys, tmp_path, str(path))
+    assert f"workload.think_time_s.{field}" in message and "finite" in message

@@ -40,6 +40,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from sim.errors import ConfigError
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.lengths import (
+    FixedThinkTime,
     LengthConfig,
     ThinkTimeConfig,
     make_length_sampler,
@@ -142,6 +143,21 @@ class ClosedLoopWorkload(_Config):
     # Shared system prompts, as for a synthetic workload: request i's group is
     # the i-th draw of a fourth stream, its prompt the group's prefix + its own.
     prefix_groups: PrefixGroupsConfig | None = None
+
+    @model_validator(mode="after")
+    def _check_clock(self) -> ClosedLoopWorkload:
+        # Each user thinks before each of its requests after the first; past
+        # MAX_ARRIVAL_S the clock no longer resolves a step and latencies read 0.
+        think = self.think_time_s
+        mean_s = think.value_s if isinstance(think, FixedThinkTime) else think.mean_s
+        thinking_s = mean_s * math.ceil(self.num_requests / self.num_users)
+        if thinking_s > MAX_ARRIVAL_S:
+            raise ValueError(
+                f"think_time_s: {self.num_requests} requests over {self.num_users} users: each "
+                f"thinks ~{thinking_s:.3g} s in all, past {MAX_ARRIVAL_S:.3g} s (~136 years), "
+                "where the clock's float64 seconds no longer resolve a microsecond"
+            )
+        return self
 
 
 OpenLoopWorkload = SyntheticWorkload | TraceWorkload
