@@ -69,6 +69,27 @@ class Mutant:
     nth: int | None = None  # which occurrence (0-based) when the line is not unique
 
 
+# The test files the issue-39 mutants run (each group the files of its term).
+MIXED_TESTS = (
+    "tests/test_cost_kernels_mixed.py",
+    "tests/test_cost_kernels_mixed_factor.py",
+    "tests/test_mut_mixed_factor.py",
+)
+DRAM_TESTS = ("tests/test_cost_kernels_dram_floor.py", "tests/test_mut_dram_floor.py")
+WAY_IN_TESTS = ("tests/test_feed.py", "tests/test_ttft_parts.py", "tests/test_mut_way_in.py")
+METRICS_TESTS = (
+    "tests/test_openai_conformance.py",
+    "tests/test_serve_simulate.py",
+    "tests/test_mut_metrics.py",
+)
+PLAN_TESTS = (
+    "tests/test_mut_plan.py",
+    "tests/test_plan.py::test_pruned_search_finds_the_exhaustive_answer",
+    "tests/test_plan.py::test_lone_request_bound_is_below_the_simulated_latency_at_low_load",
+    "tests/test_plan.py::test_a_search_stops_where_its_fleet_already_loses",
+    "tests/test_plan.py::test_plan_cli_an_slo_no_configuration_meets",
+)
+
 MUTANTS = (
     Mutant(
         "grid-fill-axis-values",
@@ -291,6 +312,244 @@ MUTANTS = (
         ("tests/test_prefix_cache_reference.py",),
         "own keys built with too small a shift (they can collide across requests)",
     ),
+    # Issue 39: the cost terms and faces added since issue 30's audit (mixed-attention
+    # lattice, DRAM floor, memory-bound ops, engine CPU, way in, /metrics, plan pruning).
+    Mutant(
+        "mixed-kv-counts-current",
+        "sim/cost/kernels/cost.py",
+        "kv = (shape.num_decode_context_tokens - n) / n",
+        "kv = shape.num_decode_context_tokens / n",
+        MIXED_TESTS,
+        "the mixed lattice's decode KV counts the token being computed (the profile's excludes it)",
+    ),
+    Mutant(
+        "mixed-extra-chunks",
+        "sim/cost/kernels/cost.py",
+        "return one + (b - 1) * self._prefill_attn(chunk, cached)",
+        "return one + b * self._prefill_attn(chunk, cached)",
+        MIXED_TESTS,
+        "a mixed step of b chunks adds b pure-prefill chunks beside the lattice's one (b - 1)",
+    ),
+    Mutant(
+        "mixed-factor-balance",
+        "sim/cost/kernels/mixed_factor.py",
+        "factor = 1.0 + (measured - 1.0) * balance_scale",
+        "factor = 1.0 + (measured - 1.0) / balance_scale",
+        MIXED_TESTS,
+        "the FA2 mixed-decode factor's extra carried by the inverse FLOP/B balance",
+    ),
+    Mutant(
+        "mixed-factor-unfloored",
+        "sim/cost/kernels/mixed_factor.py",
+        "measured = np.maximum((mixed - prefill) / decode, 0.0)",
+        "measured = (mixed - prefill) / decode",
+        MIXED_TESTS,
+        "the measured mixed-decode factor is not floored at 0 (noise makes decodes free)",
+    ),
+    Mutant(
+        "mixed-factor-no-clamp",
+        "sim/cost/kernels/mixed_factor.py",
+        "num_decode_seqs if num_decode_seqs < n_last else n_last,",
+        "num_decode_seqs,",
+        MIXED_TESTS,
+        "the mixed-decode factor extrapolated past the lattice's last decode count",
+    ),
+    Mutant(
+        "dram-floor-off",
+        "sim/cost/kernels/tables.py",
+        "return Grid(decode.name, decode.axis_names, decode.axes, np.maximum(decode.values, "
+        "floor_s))",
+        "return Grid(decode.name, decode.axis_names, decode.axes, decode.values)",
+        DRAM_TESTS,
+        "decode attention faster than its KV streamed from DRAM (the floor dropped)",
+    ),
+    Mutant(
+        "dram-floor-k-only",
+        "sim/cost/kernels/cost.py",
+        "kv_bytes = 2.0 * s.num_kv_heads * s.head_dim * DTYPE_BYTES.get(provenance.kv_dtype, 2.0)",
+        "kv_bytes = 1.0 * s.num_kv_heads * s.head_dim * DTYPE_BYTES.get(provenance.kv_dtype, 2.0)",
+        DRAM_TESTS,
+        "the DRAM floor streams K only, not K and V",
+    ),
+    Mutant(
+        "dram-floor-kv-dtype",
+        "sim/cost/kernels/cost.py",
+        "kv_bytes = 2.0 * s.num_kv_heads * s.head_dim * DTYPE_BYTES.get(provenance.kv_dtype, 2.0)",
+        "kv_bytes = 2.0 * s.num_kv_heads * s.head_dim * 2.0",
+        DRAM_TESTS,
+        "the DRAM floor prices an fp8 KV cache at 2 bytes an element",
+    ),
+    Mutant(
+        "memops-rotary-q-only",
+        "sim/cost/kernels/memory_ops.py",
+        "qk_width=(shapes.num_heads + shapes.num_kv_heads) * shapes.head_dim,",
+        "qk_width=shapes.num_heads * shapes.head_dim,",
+        ("tests/test_cost_kernels_memory_ops.py",),
+        "rotary embedding moves q only (it rotates q and k)",
+    ),
+    Mutant(
+        "memops-kv-write-no-read",
+        "sim/cost/kernels/memory_ops.py",
+        "kv_write = self.op_s(t * 2.0 * self.kv_width * (a + self.kv_dtype_bytes))",
+        "kv_write = self.op_s(t * 2.0 * self.kv_width * self.kv_dtype_bytes)",
+        ("tests/test_cost_kernels_memory_ops.py",),
+        "the KV-cache write does not read k and v (only writes the cache)",
+    ),
+    Mutant(
+        "memops-plain-as-gated",
+        "sim/cost/kernels/memory_ops.py",
+        "return (3.0 if gated else 2.0) * width * dtype_bytes",
+        "return 3.0 * width * dtype_bytes",
+        ("tests/test_cost_kernels_memory_ops.py",),
+        "a plain (GELU, ReLU) MLP's activation priced as a gated one's",
+    ),
+    Mutant(
+        "memops-no-efficiency",
+        "sim/cost/kernels/memory_ops.py",
+        "bytes_per_s=hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency,",
+        "bytes_per_s=hardware.memory_bandwidth_bytes_per_s,",
+        ("tests/test_cost_kernels_memory_ops.py",),
+        "memory-bound ops at the datasheet bandwidth (no efficiency)",
+    ),
+    Mutant(
+        "memops-one-add-norm",
+        "sim/cost/kernels/memory_ops.py",
+        "add_norm = 2.0 * self.op_s(t * 4.0 * self.hidden_size * a)",
+        "add_norm = self.op_s(t * 4.0 * self.hidden_size * a)",
+        ("tests/test_cost_kernels_memory_ops.py",),
+        "one fused add + RMSNorm per layer instead of two",
+    ),
+    Mutant(
+        "memops-fp32-activations",
+        "sim/cost/kernels/memory_ops.py",
+        'activation = 4.0 if p.dtype == "float32" else 2.0',
+        "activation = 2.0",
+        ("tests/test_cost_kernels_memory_ops.py", "tests/test_mut_memory_ops.py"),
+        "fp32 tables' memory-bound ops moved as 16-bit activations",
+    ),
+    Mutant(
+        "engine-cpu-prefill-seqs-free",
+        "sim/cost/engine_cpu.py",
+        "+ self._per_seq_s * (shape.num_prefill_seqs + shape.num_decode_seqs)",
+        "+ self._per_seq_s * shape.num_decode_seqs",
+        ("tests/test_engine_cpu.py",),
+        "the engine's per-sequence CPU work skips the step's prefill sequences",
+    ),
+    Mutant(
+        "engine-cpu-overlap-min",
+        "sim/cost/engine_cpu.py",
+        "return self._non_overlapped_s + (gpu if gpu > cpu else cpu)",
+        "return self._non_overlapped_s + (gpu if gpu < cpu else cpu)",
+        ("tests/test_engine_cpu.py",),
+        "an overlapped step takes the shorter of GPU and CPU work, not the longer",
+    ),
+    Mutant(
+        "engine-cpu-run-no-tokens",
+        "sim/cost/engine_cpu.py",
+        "cpu = self._cpu_s(num_seqs, num_seqs)",
+        "cpu = self._cpu_s(num_seqs, 0)",
+        ("tests/test_engine_cpu.py",),
+        "a decode run's CPU work leaves out its tokens (one per sequence)",
+    ),
+    Mutant(
+        "engine-cpu-serial-no-fixed",
+        "sim/cost/engine_cpu.py",
+        "return self._non_overlapped_s + cpu + gpu",
+        "return cpu + gpu",
+        ("tests/test_engine_cpu.py",),
+        "a synchronous step drops the CPU work no mode hides",
+    ),
+    Mutant(
+        "way-in-arrival-order",
+        "sim/serving/submission.py",
+        'order = np.argsort(ready, kind="stable")',
+        'order = np.argsort(work.arrival_s, kind="stable")',
+        WAY_IN_TESTS,
+        "requests reach the engine in arrival order, not in the order their way in ends",
+    ),
+    Mutant(
+        "way-in-one-no-tokenize",
+        "sim/serving/replica_config.py",
+        "return self.way_in_s_per_request + self.tokenize_s_per_token * num_prompt_tokens",
+        "return self.way_in_s_per_request",
+        WAY_IN_TESTS,
+        "a closed-loop request's way in leaves out its tokenization",
+    ),
+    Mutant(
+        "metrics-queue-from-arrival",
+        "sim/serving/stream.py",
+        "queued = request.ready_s if request.ready_s is not None else request.arrival_s",
+        "queued = request.arrival_s",
+        METRICS_TESTS,
+        "/metrics' queue time counts the way in (from arrival, not from reaching the engine)",
+    ),
+    Mutant(
+        "metrics-inference-decode-only",
+        "sim/serving/stream.py",
+        "return self.prefill_s + self.decode_s",
+        "return self.decode_s",
+        METRICS_TESTS,
+        "/metrics' inference time leaves out the prefill",
+    ),
+    Mutant(
+        "metrics-phase-ttft-buckets",
+        "sim/openai/metrics.py",
+        "buckets=E2E_BUCKETS_S,",
+        "buckets=TTFT_BUCKETS_S,",
+        METRICS_TESTS,
+        "the engine-phase histograms take the TTFT buckets (vLLM's are the request-latency ones)",
+    ),
+    Mutant(
+        "metrics-prompt-hist-generated",
+        "sim/openai/metrics.py",
+        "self._prompt_hist.labels(**labels).observe(num_prompt_tokens)",
+        "self._prompt_hist.labels(**labels).observe(num_generated)",
+        METRICS_TESTS,
+        "the prompt-tokens histogram observes the generated tokens",
+    ),
+    # Plan pruning: sim/planning/plan.py was being edited beside these (issue 39); re-run
+    # them (--only plan-...) after a change there.
+    Mutant(
+        "plan-prune-halved",
+        "sim/planning/plan.py",
+        "if bound >= best.usd_per_hour:",
+        "if 2.0 * bound >= best.usd_per_hour:",
+        PLAN_TESTS,
+        "plan prunes a candidate whose optimistic fleet costs half the best's (it could win)",
+    ),
+    Mutant(
+        "plan-stop-below-doubled",
+        "sim/planning/plan.py",
+        "space.target_rate_per_s * gpus * price / best.usd_per_hour",
+        "2.0 * space.target_rate_per_s * gpus * price / best.usd_per_hour",
+        PLAN_TESTS,
+        "a candidate's search is abandoned at twice the rate where its fleet would lose",
+    ),
+    Mutant(
+        "plan-bound-no-slack",
+        "sim/planning/plan_bound.py",
+        "return Bound(rate * OPTIMISM / SERVED_MIN_RATIO)",
+        "return Bound(rate * SERVED_MIN_RATIO)",
+        PLAN_TESTS,
+        "the optimistic rate bound without its slack (below what a candidate can serve)",
+    ),
+    Mutant(
+        "plan-lone-unchunked",
+        "sim/planning/plan_bound.py",
+        "chunk = budget if limits.chunked_prefill else max(budget, round(prompt))",
+        "chunk = budget",
+        PLAN_TESTS,
+        "without chunked prefill a lone prompt is still priced in budget-sized chunks",
+    ),
+    Mutant(
+        "plan-lone-e2el-sum",
+        "sim/planning/plan_bound.py",
+        "return max(1e3 * prefill_s(cost, prompt, chunk), cheapest_decode_ms * max(output - 1.0, "
+        "0.0))",
+        "return 1e3 * prefill_s(cost, prompt, chunk) + cheapest_decode_ms * max(output - 1.0, 0.0)",
+        PLAN_TESTS,
+        "a lone request's e2el quantile as the sum of the prefill's and the decodes' quantiles",
+    ),
 )
 
 
@@ -334,16 +593,23 @@ def copy_tree(dest: Path) -> None:
             shutil.copy2(source, dest / name)
 
 
-def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, float]:
-    """Run ``tests`` in ``tree``: ('pass' | 'fail' | 'timeout', seconds)."""
+def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, float, str]:
+    """Run ``tests`` in ``tree``: ('pass' | 'fail' | 'timeout', seconds, the first failed
+    test's node id or "")."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1", "CI": "1"}
-    args = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    args = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *tests]
     start = time.perf_counter()
     try:
         done = subprocess.run(args, cwd=tree, env=env, capture_output=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return "timeout", time.perf_counter() - start
-    return ("pass" if done.returncode == 0 else "fail"), time.perf_counter() - start
+        return "timeout", time.perf_counter() - start, ""
+    seconds = time.perf_counter() - start
+    if done.returncode == 0:
+        return "pass", seconds, ""
+    # pytest -rf: "FAILED tests/x.py::test_y - message" in the short summary.
+    failed = [line.split()[1] for line in done.stdout.decode().splitlines()
+              if line.startswith(("FAILED ", "ERROR ")) and len(line.split()) > 1]  # fmt: skip
+    return "fail", seconds, failed[0] if failed else ""
 
 
 def run(mutants: list[Mutant], timeout_s: float) -> int:
@@ -354,7 +620,7 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
         if conftest.is_file():
             conftest.write_text(conftest.read_text() + NO_SHRINK)
         files = sorted({t for m in mutants for t in m.tests})
-        verdict, seconds = _pytest(tree, tuple(files), 4 * timeout_s)
+        verdict, seconds, _ = _pytest(tree, tuple(files), 4 * timeout_s)
         print(f"baseline: {len(files)} test files on the unmutated copy: {verdict} "
               f"({seconds:.0f} s)", flush=True)  # fmt: skip
         if verdict != "pass":
@@ -365,17 +631,20 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
             target = tree / mutant.path
             original = target.read_text()
             mutated = mutate(original, mutant)
+            caught_by = ""
             if mutated is None:
                 status, seconds = "stale", 0.0
             else:
                 target.write_text(mutated)
                 try:
-                    verdict, seconds = _pytest(tree, mutant.tests, timeout_s)
+                    verdict, seconds, caught_by = _pytest(tree, mutant.tests, timeout_s)
                 finally:  # the copy's file back, with its original time stamp
                     shutil.copy2(ROOT / mutant.path, target)
                 status = {"fail": "killed", "pass": "survived", "timeout": "timeout"}[verdict]
             counts[status] += 1
             print(f"{status:9s} {mutant.name:26s} {seconds:6.1f} s  {mutant.why}", flush=True)
+            if caught_by:
+                print(f"{'':9s} {'':26s} caught by {caught_by}", flush=True)
     applied = counts["killed"] + counts["survived"] + counts["timeout"]
     score = counts["killed"] / applied if applied else 0.0
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())

@@ -28,7 +28,10 @@ compiled loop always runs every replica in this process). ``--loop`` picks
 one. Each row also gives the engine plans per request (about one at each
 arrival and one at each finish: the cost is per plan and per request, not per
 token) and the CPU seconds of this process (on a busy machine they move less
-than the wall's; worker processes' are not counted).
+than the wall's; worker processes' are not counted), and ``inv %``: the CPU
+time of the invariants every run is checked against
+(``sim.metrics.invariants.check_run``, timed again on the run's result) as a
+share of the run's own (issue 39: within 5 %).
 
 Then a smaller slice of ``base`` step by step and with skip-ahead, whose finish
 times must agree exactly. Peak memory (RSS) is the process's high-water mark,
@@ -50,6 +53,7 @@ from pathlib import Path
 from sim import api
 from sim.fast.compiled import path
 from sim.fast.workers import default_num_workers
+from sim.metrics.invariants import check_run
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +142,18 @@ def timed_cpu(
     return time.perf_counter() - started, time.process_time() - started_cpu, result
 
 
+def invariants_cpu_s(result: api.Result) -> float:
+    """CPU seconds of ``check_run`` on ``result`` (the run paid them once already):
+    the best of three, as a short timing on a busy machine is noisy."""
+    raw, best = result.raw, float("inf")
+    num_kv_blocks = int(result.summary["num_kv_blocks"])
+    for _ in range(3):
+        started = time.process_time()
+        check_run(raw.records, raw.series, raw.num_sent, num_kv_blocks)
+        best = min(best, time.process_time() - started)
+    return best
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-requests", type=int, default=100_000, help="base requests")
@@ -189,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     # per plan and per request, so this says how much work a request causes.
     print(
         f"{'workload':20s} {'loop':17s} {'requests':>9s} {'wall s':>7s} {'req/s':>8s} "
-        f"{'ratio':>6s} {'plans/req':>9s} {'cpu s':>6s}  target"
+        f"{'ratio':>6s} {'plans/req':>9s} {'cpu s':>6s} {'inv %':>5s}  target"
     )
     first_rate = None
     for label, build, workers, processes, target in cases:
@@ -209,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
                 else f"Python, {processes} proc."
             )
             figures = f"{num:9,d} {elapsed_s:7.2f} {rate:8,.0f} {rate / first_rate:6.2f}"
-            print(f"{label:20s} {name:17s} {figures} {plans:9.2f} {cpu_s:6.2f}  {target}")
+            checks = 100 * invariants_cpu_s(result) / cpu_s if cpu_s > 0 else float("nan")
+            figures += f" {plans:9.2f} {cpu_s:6.2f} {checks:5.1f}"
+            print(f"{label:20s} {name:17s} {figures}  {target}")
             finishes.append(result.requests["finish_s"].to_numpy())
             rates.append(rate)
         if len(finishes) == 2:

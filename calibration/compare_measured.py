@@ -13,7 +13,7 @@ Importing this module does not import torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import pandas as pd
 from calibration.fit import fit_engine_overhead
 from sim.api import cost_model_for
 from sim.cost.base import CostModel, StepShape
+from sim.cost.calibrated import CalibratedCost
 from sim.cost.fitted import ScaledCost
 from sim.errors import ConfigError
 from sim.metrics.figure_data import caption_line, cost_model_tag
@@ -142,10 +143,14 @@ class Validation:
     # The figure's line (sim.metrics.figure_data.caption_line): scenario, model, GPU
     # and the base prediction's cost model, measured or a guess.
     caption: str = ""
+    # Why the errors may say more about the set-up than the simulator (one line each),
+    # in report.md, validation.json and the command's warnings.
+    caveats: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "facts": self.facts,
+            "caveats": self.caveats,
             "predictions": self.comparisons,
             "noise_floor": self.noise,
             "within_targets": {name: within_targets(c) for name, c in self.comparisons.items()},
@@ -218,7 +223,30 @@ def validate(
         scenario.hardware.name,
         cost_model_tag(base_cost.label),
     )
-    return Validation(comparisons, noise, facts, latencies, caption)
+    caveats = [c for c in [calibration_cpu_caveat(base_cost, s)] if c is not None]
+    return Validation(comparisons, noise, facts, latencies, caption, caveats)
+
+
+def calibration_cpu_caveat(cost: CostModel, summary: dict[str, Any]) -> str | None:
+    """A line when ``cost`` was timed on another CPU model than the run in ``summary``
+    was measured on (its ``device_name`` on a ``device: cpu`` run), else None.
+
+    A calibrated curve is the step time of one CPU model: on another, every step
+    can be tens of percent faster or slower, an error that is the machine's, not
+    the simulator's (recalibrating on the measuring machine removes it).
+    """
+    if not isinstance(cost, CalibratedCost) or cost.timed_on is None:
+        return None
+    if cost.timed_on.device != "cpu" or summary.get("device") != "cpu":
+        return None
+    run_cpu = summary.get("device_name")
+    if not run_cpu or run_cpu == cost.timed_on.cpu_model:
+        return None
+    return (
+        f"the cost model ({cost.label}) was timed on CPU {cost.timed_on.cpu_model!r}, the run "
+        f"measured on {run_cpu!r}: expect step-time errors from the machine alone; calibrate "
+        "on the measuring machine (servesim calibrate --device cpu) to predict it"
+    )
 
 
 def write_validation(validation: Validation, out_dir: str | Path, title: str) -> list[Path]:
@@ -226,10 +254,11 @@ def write_validation(validation: Validation, out_dir: str | Path, title: str) ->
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = out / "report.md"
+    caveats = {f"caveat {i + 1}": text for i, text in enumerate(validation.caveats)}
     report.write_text(
         render_markdown(
             title,
-            validation.facts,
+            {**validation.facts, **caveats},
             validation.comparisons,
             validation.noise,
             notes="![CDFs](cdf.png)",

@@ -163,7 +163,7 @@ def measure(
     _check_fits(scenario, torch_device, TORCH_DTYPES[dtype_name])
     work = generate_open_loop(scenario.workload, np.random.default_rng(scenario.seed), base_dir)
     policy = scenario.scheduler
-    num_slots = int(getattr(policy, "max_num_seqs", getattr(policy, "max_batch_size", 1)))
+    num_slots = policy.step_seq_bound()
     num_slots = max(1, min(num_slots, len(work.arrival_s)))
     longest = int((work.num_prompt_tokens + work.num_output_tokens).max(initial=2))
     max_len = min(longest, scenario.engine.max_model_len_tokens)

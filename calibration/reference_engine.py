@@ -35,7 +35,7 @@ Async scheduling (when the policy asks for it): the real engine still runs
 steps one after the other, but plans step N+1 as vLLM's ``AsyncScheduler``
 would have while step N ran: the core sees only requests ready when step N
 started (``visible_until``), and requests finishing in step N keep their
-slot and blocks for that plan (``EngineCore.pipelined``). So the measured run
+slot and blocks for that plan (``EngineCore.async_scheduling``). So the measured run
 and its prediction make the same decisions; only the scheduler's CPU time is
 not hidden behind the step.
 
@@ -231,7 +231,7 @@ class WallClockEngine:
         self.work = work
         self.sync = sync
         # Async scheduling, asked for by the policy (the core read it when built).
-        self.pipelined = core.pipelined
+        self.async_scheduling = core.async_scheduling
         self._describe = prefix_describer(work)  # None unless requests share prefixes
         priority = work.priority
         self._priorities = None if priority is None else priority.tolist()
@@ -321,7 +321,7 @@ class WallClockEngine:
                     next_index += 1
                 start = self._now()
                 plan = self.core.schedule(start, visible_until)
-                deferred = self.pipelined and self.core.num_deferred_at_plan > 0
+                deferred = self.async_scheduling and self.core.num_deferred_at_plan > 0
                 visible_until = None
                 if plan.is_empty:
                     if deferred:
@@ -331,7 +331,7 @@ class WallClockEngine:
                     time.sleep(max(0.0, arrivals[next_index] - self._now()))
                     continue
                 self._step(plan, start)
-                if self.pipelined:
+                if self.async_scheduling:
                     visible_until = start
                 bar.update(self.core.num_done - bar.n)
         except KeyboardInterrupt:
@@ -394,7 +394,7 @@ class OnlineEngine:
         engine = scenario.engine
         policy = scenario.scheduler
         self.max_model_len_tokens = engine.max_model_len_tokens
-        num_slots = int(getattr(policy, "max_num_seqs", getattr(policy, "max_batch_size", 1)))
+        num_slots = policy.step_seq_bound()
         model = LlamaModel(scenario.model, dtype=dtype, device=device, seed=0)
         self.executor = StepExecutor(
             model, num_slots, self.max_model_len_tokens, SamplingParams(), seed=scenario.seed

@@ -11,6 +11,7 @@ registering them imports neither torch nor aiohttp. ``servesim serve`` is
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -138,6 +139,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     )
     paths = write_validation(result, out, f"Validation: {scenario.name}")
     print((out / "report.md").read_text())
+    for caveat in result.caveats:
+        print(f"servesim: warning: {caveat}", file=sys.stderr)
     print(f"wrote {len(paths)} files to {out}/")
     return 0
 

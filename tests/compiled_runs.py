@@ -62,7 +62,7 @@ def kernel_costs(light: EngineCpuConfig, heavy: EngineCpuConfig) -> list[CostMod
     gpus = kernel_gpus()
 
     def cpu(config: EngineCpuConfig, overlapped: bool) -> EngineCpu:
-        return EngineCpu(config, overlapped=overlapped, source="test")
+        return EngineCpu(config, async_scheduling=overlapped, source="test")
 
     return [
         *gpus,

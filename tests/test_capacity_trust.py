@@ -1,7 +1,7 @@
 """What a capacity answer rests on: the binding constraint, refused short runs, caveats.
 
 An answer that cannot be trusted is an error or carries its caveat (issue 30):
-a p99 from runs shorter than 100 requests is the run's maximum (refused); a
+a p99 from runs shorter than 100 requests has no sample beyond it (refused); a
 served check failing at runs too short to measure the served ratio within its
 margin, or a percentile resting on few samples, is reported as a caveat, in
 the printout and in capacity.json, beside the constraint that bound the answer.

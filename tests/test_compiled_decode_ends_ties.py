@@ -20,7 +20,7 @@ STEP_S = 0.5  # the engine's non-overlapped CPU 0.25 + memory 0.25 (weights only
 def cost_array() -> np.ndarray:
     cost = np.zeros(loop.NUM_COSTS)
     cost[loop.CPU_NON_OVERLAPPED_S] = 0.25
-    cost[loop.OVERLAPPED] = 1.0  # no other CPU work: 0.25 + max(0.25, 0)
+    cost[loop.CPU_ASYNC_SCHEDULING] = 1.0  # no other CPU work: 0.25 + max(0.25, 0)
     cost[loop.WEIGHT_S] = 0.25
     return cost  # no per-token terms: every step costs exactly STEP_S
 

@@ -40,7 +40,7 @@ HAS_NUMBA = importlib.util.find_spec("numba") is not None
 # The engine's CPU work around a cost model the loop cannot play (why_not).
 CPU = EngineCpu(
     EngineCpuConfig(per_step_s=4e-4, per_seq_s=1e-5, per_token_s=1e-7, non_overlapped_s=1e-4),
-    overlapped=True,
+    async_scheduling=True,
     source="test",
 )
 MODEL, H100 = model_preset("llama-3-8b"), hardware_preset("h100")

@@ -257,7 +257,7 @@ def test_chat_yaml_is_priced_from_the_h100_slice(capsys: pytest.CaptureFixture[s
     cost = api.cost_model_for(scenario)
     assert isinstance(cost, EngineCpuCost) and isinstance(cost.gpu, KernelCost)
     assert cost.label.startswith("kernels:llama-3.1-8b@h100_sxm (aiconfigurator-core vllm 0.24.0")
-    assert cost.label.endswith("+ engine CPU (estimate, vLLM 0.21; overlapped)")
+    assert cost.label.endswith("+ engine CPU (estimate, vLLM 0.24; overlapped)")
     why = auto_choice(scenario.model, scenario.hardware)
     assert why == (
         "priced from h100_sxm kernel tables h100_sxm-vllm-0.24.0-llama-3.1-8b "

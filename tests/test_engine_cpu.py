@@ -170,7 +170,7 @@ def test_async_scheduling_is_on_by_default_from_vllm_0_14() -> None:
 
 
 def test_the_cuda_graph_memory_estimate_follows_the_version_unless_set() -> None:
-    assert scenario().engine.estimate_cudagraph_memory  # 0.21: on
+    assert scenario().engine.estimate_cudagraph_memory  # the newest (0.24): on, as from 0.21
     assert not scenario(vllm_version="0.20").engine.estimate_cudagraph_memory
     assert scenario(
         vllm_version="0.19", estimate_cudagraph_memory=True
@@ -185,7 +185,7 @@ def test_version_spellings_of_a_known_minor(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "words"),
-    [("0.9.2", "'0.9.2' is not a version"), ("0.22", "known: 0.10, "), ("latest", "0.21")],
+    [("0.9.2", "'0.9.2' is not a version"), ("0.25", "known: 0.10, "), ("latest", "0.24")],
 )
 def test_an_unknown_version_is_one_line_naming_the_field(value: str, words: str) -> None:
     with pytest.raises(ConfigError, match=r"engine\.vllm_version") as info:

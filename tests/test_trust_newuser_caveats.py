@@ -1,32 +1,34 @@
-"""Issue 39, a new user's round: percentile caveats that were false.
+"""Issue 39, a new user's round: low percentiles went without their caveat.
 
-``--metric-percentiles 100`` on a 50-request run printed "p100_ttft_ms from
-50 sample(s) is their maximum, not a percentile": p100 *is* the maximum, so
-the caveat was false. And a low percentile rests on the samples below it
-just as a high one on those above, so p1 of 50 samples (half a sample below)
-is their minimum, which went without a caveat.
+A low percentile rests on the samples below it just as a high one on those
+above, so p1 of 50 samples (half a sample below) measures no tail, as p99
+does not, yet ``--metric-percentiles 1`` printed no caveat (nor did p0).
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from sim.metrics.stats import MIN_TAIL_SAMPLES, percentile_caveats
 
 
-@pytest.mark.parametrize("percentile", [0.0, 100.0])
-def test_the_minimum_and_maximum_carry_no_caveat(percentile: float) -> None:
-    # numpy agrees they are the extremes exactly, for any sample count.
-    samples = np.arange(1.0, 51.0)
-    assert np.percentile(samples, percentile) in (samples.min(), samples.max())
-    assert percentile_caveats({"ttft": 50}, [percentile]) == []
+def test_p0_is_named_the_minimum_as_p100_the_maximum() -> None:
+    # The mirror of tests/test_trust_invariants_percentiles.py's p100 case.
+    samples = np.arange(5.0)
+    assert np.percentile(samples, 0) == samples.min()
+    assert percentile_caveats({"ttft": 5}, (0,)) == [
+        "p0_ttft_ms from 5 sample(s) is their minimum, not a percentile"
+    ]
 
 
-def test_a_low_percentile_on_few_samples_is_called_their_minimum() -> None:
-    # p1 of 50 samples: 50 x 0.01 = 0.5 samples below it, fewer than one.
-    (caveat,) = percentile_caveats({"ttft": 50}, [1.0])
-    assert caveat.startswith("p1_ttft_ms") and "minimum" in caveat
+def test_a_low_percentile_on_few_samples_is_the_mirror_of_a_high_one() -> None:
+    # p1 of 50 samples: 50 x 0.01 = 0.5 samples below it, fewer than one. The linear
+    # method is symmetric, so it sits between the two smallest as p99 between the
+    # two largest, the same share of the way.
+    (low,) = percentile_caveats({"ttft": 50}, [1.0])
+    (high,) = percentile_caveats({"ttft": 50}, [99.0])
+    assert low.startswith("p1_ttft_ms") and "smallest" in low
+    assert low.removeprefix("p1") == high.removeprefix("p99").replace("largest", "smallest")
 
 
 def test_low_and_high_percentiles_are_judged_alike() -> None:

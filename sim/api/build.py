@@ -52,7 +52,7 @@ def kv_blocks_for(scenario: Scenario) -> int:
     sizes it; either checked as vLLM checks it at start (``sim.hardware.kv_capacity``)."""
     engine = scenario.engine
     # Requests the profile run spreads the tokens over (vLLM: max_num_seqs).
-    seqs, batched_tokens = step_limits(scenario)
+    max_num_seqs, max_num_batched_tokens = step_limits(scenario)
     try:
         return vllm_num_kv_blocks(
             model_for(scenario),
@@ -61,8 +61,8 @@ def kv_blocks_for(scenario: Scenario) -> int:
             KvSizing(
                 block_size_tokens=engine.block_size_tokens,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
-                max_num_batched_tokens=batched_tokens,
-                max_num_seqs=seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_num_seqs=max_num_seqs,
                 estimate_cudagraph_memory=engine.estimate_cudagraph_memory,
             ),
             max_model_len_tokens=engine.max_model_len_tokens,
@@ -78,12 +78,7 @@ def step_limits(scenario: Scenario) -> tuple[int, int]:
     ``max_num_seqs`` (static and dynamic batching: ``max_batch_size``) and its
     ``step_token_bound`` (continuous batching: ``max_num_batched_tokens``)."""
     policy = scenario.scheduler
-    seqs = next(
-        getattr(policy, name)
-        for name in ("num_seqs_limit", "max_num_seqs", "max_batch_size")
-        if getattr(policy, name, None) is not None
-    )
-    return seqs, policy.step_token_bound(scenario.engine.max_model_len_tokens)
+    return policy.step_seq_bound(), policy.step_token_bound(scenario.engine.max_model_len_tokens)
 
 
 def cost_caveats_for(scenario: Scenario, cost: CostModel) -> list[str]:
@@ -152,7 +147,8 @@ def reference_engine_problem(scenario: Scenario) -> str | None:
             "speculative: the reference engine has no draft model; "
             "remove the speculative section to measure"
         )
-    if getattr(scenario.scheduler, "preemption", "recompute") == "swap":
+    policy = scenario.scheduler
+    if isinstance(policy, ContinuousSettings) and policy.preemption == "swap":
         return (
             "scheduler.preemption: the reference engine preempts by recompute only; "
             "set scheduler.preemption: recompute to measure"

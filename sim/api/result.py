@@ -26,6 +26,7 @@ from sim.hardware.kv_capacity import SOURCE_ESTIMATE, SOURCE_SCENARIO
 from sim.hardware.quantization import dtype_name
 from sim.hardware.specs import model_caveat
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, figure_caption
+from sim.metrics.invariants import check_run
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.out_path import staged, unstaged
 from sim.metrics.report import FigureJob, draw_figures, write_outputs
@@ -360,8 +361,10 @@ def bench_settings(
 
 def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> Result:
     """A ``Result`` from a finished simulation: its summary (from the run's
-    columns: no frame is built until asked for)."""
+    columns: no frame is built until asked for), once the run has kept every
+    invariant (``sim.metrics.invariants``; a broken one raises ``InvariantError``)."""
     records = raw.records
+    check_run(records, raw.series, raw.num_sent, engine.core.num_kv_blocks)
     summary: dict[str, Any] = dict(
         summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
     )

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 
 from sim.cli.figures import FigureError
-from sim.errors import ConfigError
+from sim.errors import ConfigError, InvariantError
 
 # Subcommands whose own parser lives in sim.cost.kernels: name -> (help, module.function
 # there that parses and runs the rest of the line). main() hands the line over
@@ -154,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as error:
         print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
         return 2
-    except FigureError as error:  # a bug or a crash there, not a user error: status 1
+    except (FigureError, InvariantError) as error:  # a bug, not a user error: status 1
         print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,8 @@ def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> lis
 def _cmd_capacity(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from sim.api.build import cost_model_for
+    from sim.cost.model_error import model_error_for
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
     from sim.planning.capacity import Searcher, search, upper_bound_rate_per_s
@@ -107,10 +110,15 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     label = f"{scenario.name} ({scenario.model.name} on {scenario.hardware.name}, " + (
         f"{scenario.scheduler.kind})"
     )
+    # The scenario's cost source, as its runs built it: its validated error. Built
+    # again here, its warnings (extrapolated tables) were already said by the runs.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model_error = model_error_for(cost_model_for(scenario, base_dir))
     print(format_points(result))
     given = args.gpu_price_per_hour is not None
-    print(format_capacity(result, label, fleet, per_replica, price, price_given=given))
-    path = write_json(to_json(result, fleet, label), out)
+    print(format_capacity(result, label, fleet, per_replica, price, model_error, price_given=given))
+    path = write_json(to_json(result, fleet, label, model_error), out)
     print(f"{result.num_sims} simulations in {elapsed_s:.1f} s; wrote {path}")
     return 0
 

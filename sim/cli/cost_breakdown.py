@@ -86,7 +86,7 @@ def step_problem(spec: str, scenario: Scenario) -> str | None:
 
     chunks, contexts = _sequences(spec)
     policy, engine = scenario.scheduler, scenario.engine
-    max_seqs, max_tokens = step_limits(scenario)
+    max_seqs, step_token_bound = step_limits(scenario)
     seqs_field = "max_batch_size" if hasattr(policy, "max_batch_size") else "max_num_seqs"
     if len(chunks) + len(contexts) > max_seqs:
         return (
@@ -94,7 +94,7 @@ def step_problem(spec: str, scenario: Scenario) -> str | None:
             f"scheduler.{seqs_field} is {max_seqs}"
         )
     num_tokens = sum(new for new, _ in chunks) + len(contexts)
-    if num_tokens > max_tokens:
+    if num_tokens > step_token_bound:
         # Continuous batching's budget; other policies' bound (step_token_bound) is
         # their whole prompts' (a prompt up to engine.max_model_len_tokens).
         limit = (
@@ -102,7 +102,7 @@ def step_problem(spec: str, scenario: Scenario) -> str | None:
             if isinstance(policy, ContinuousSettings)
             else f"a {policy.kind} step computes at most"
         )
-        return f"--step {spec!r}: {num_tokens} tokens in one step; {limit} {max_tokens}"
+        return f"--step {spec!r}: {num_tokens} tokens in one step; {limit} {step_token_bound}"
     lengths = [new + cached for new, cached in chunks] + contexts
     if max(lengths) > engine.max_model_len_tokens:
         return (

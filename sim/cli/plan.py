@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from sim.api.build import cost_model_for
+    from sim.cost.config import RooflineCostConfig
+    from sim.cost.model_error import ModelError, model_error_for
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
     from sim.planning.plan import plan
@@ -45,6 +49,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
     if args.target_rate is None or not args.target_rate > 0:
         raise ConfigError("--target-rate must be > 0 (requests per second)")
+    if args.headroom is not None and not 0 <= args.headroom < 1000:
+        raise ConfigError(f"--headroom must be a percentage in [0, 1000), got {args.headroom:g}")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.executor == "ray" and args.workers is not None:
@@ -52,7 +58,24 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     check_executor(args.executor, None, args.address)  # before any work
     prices = parse_gpu_prices(args.gpu_price or [])
     config = load_plan_config(args.plan)
+    if args.num_requests is not None:
+        if args.num_requests < 1:
+            raise ConfigError(f"--num-requests must be >= 1, got {args.num_requests}")
+        config = config.model_copy(update={"num_requests": args.num_requests})
     scenario = load_scenario(args.scenario, args.set or [])
+    # The validated error of the cost source the plan prices with (the scenario's,
+    # or the roofline the plan file forces), and the headroom it defaults to.
+    priced = scenario
+    if config.cost_model == "roofline":
+        priced = scenario.model_copy(update={"cost": RooflineCostConfig()})
+    with warnings.catch_warnings():  # the search says a cost model's warnings, once
+        warnings.simplefilter("ignore")
+        try:
+            model_error = model_error_for(cost_model_for(priced, Path(args.scenario).parent))
+        except ConfigError as error:  # the candidates may still build theirs: not fatal
+            model_error = ModelError(None, None, f"the scenario's own cost model: {error}")
+    headroom_pct = args.headroom if args.headroom is not None else 100 * model_error.headroom
+    sized_rate = args.target_rate * (1 + headroom_pct / 100)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-plan"
     check_out_dir(out)  # before the search: a bad --out would lose it
     bar = tqdm(total=0, desc="plan", unit="config", disable=args.quiet, file=sys.stderr)
@@ -73,7 +96,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             Path(args.scenario).parent,
             config,
             targets,
-            args.target_rate,
+            sized_rate,
             prices,
             args.workers,
             on_done,
@@ -84,6 +107,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
     roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
     doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
+    doc["model_error"] = model_error.to_json()
+    doc["headroom"] = {
+        "pct": headroom_pct,
+        "source": "--headroom" if args.headroom is not None else "model error",
+        "target_rate_per_s_asked": args.target_rate,
+        "target_rate_per_s_sized": sized_rate,
+    }
+    if model_error.validated is None:
+        doc.setdefault("caveats", []).append(f"model error: {model_error.text}")
     source_doc = read_yaml(Path(args.scenario), "scenario") or {}
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
@@ -93,6 +125,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         paths.append(figure)
     print(format_table(result))
     print(format_best(result))
+    why = "--headroom" if args.headroom is not None else "the model error; --headroom to change"
+    print(f"model error: {model_error.text}")
+    print(
+        f"headroom: {headroom_pct:.1f} % ({why}): sized for {args.target_rate:g} x "
+        f"{1 + headroom_pct / 100:.3f} = {sized_rate:.4g} req/s"
+    )
+    if model_error.validated is None:
+        print(f"caveat: model error: {model_error.text}")
     if result.warnings:  # once in all, not once per simulation
         count = len(result.warnings)
         more = f" (and {count - 1} more, listed in plan.json)" if count > 1 else ""
@@ -102,10 +142,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         if result.executor == "ray"
         else f"{result.workers} worker{'s' if result.workers > 1 else ''}"
     )
+    requests = f"{result.num_requests}"
+    if result.max_requests_per_run > result.num_requests:
+        requests += f" to {result.max_requests_per_run} (where the served check needed more)"
     print(
         f"{doc['num_configurations']} configurations ({doc['num_searched']} searched, "
         f"{doc['num_skipped']} skipped, {doc['num_refused']} refused), "
-        f"{doc['num_simulations']} simulations of {result.num_requests} requests x "
+        f"{doc['num_simulations']} simulations of {requests} requests x "
         f"{result.seeds} seeds per load, in {result.wall_s:.1f} s on {where}; "
         f"wrote {', '.join(str(p) for p in paths)}"
     )
@@ -134,6 +177,14 @@ def add_parsers(subparsers: Subparsers) -> None:
     p.add_argument(
         "--target-rate", type=float, metavar="R", help="traffic to size the fleet for (req/s)"
     )
+    p.add_argument(
+        "--headroom",
+        type=float,
+        metavar="PCT",
+        help="size the fleet for the target rate plus this many percent (default: the "
+        "validated model error of the cost source, the larger of its TTFT and TPOT p50 "
+        "errors; 0 where none is validated)",
+    )
     p.add_argument("--plan", metavar="FILE", help="plan file: the search space (default: built in)")
     p.add_argument(
         "--gpu-price",
@@ -141,6 +192,14 @@ def add_parsers(subparsers: Subparsers) -> None:
         metavar="NAME=USD",
         help="price of one GPU-hour for a GPU, e.g. h100=2.5 (repeatable; default: "
         "approximate list prices)",
+    )
+    p.add_argument(
+        "--num-requests",
+        type=int,
+        metavar="N",
+        help="requests per run at the start of each search (default: the plan file's "
+        "num_requests, else the fewest the SLO percentiles need; longer where the served "
+        "check needs it)",
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")

@@ -281,8 +281,13 @@ def tokens_curve_s(knots: list[int], knot_s: list[float], num_tokens: float) -> 
 class CalibratedCost:
     """The CostModel of a fitted artifact (formula in the module docstring)."""
 
-    def __init__(self, fit: FitCoefficients, label: str = "calibrated") -> None:
+    def __init__(
+        self, fit: FitCoefficients, label: str = "calibrated", timed_on: HardwareInfo | None = None
+    ) -> None:
         self.label = label
+        # The machine the artifact's samples were timed on (None: unknown or extrapolated
+        # to other hardware): servesim validate warns when a run was measured elsewhere.
+        self.timed_on = timed_on
         # Plain floats and lists: attribute access on them is the fastest path.
         self._knots = list(fit.token_knots)
         self._knot_s = list(fit.token_knot_s)
@@ -358,7 +363,12 @@ def load_calibrated_cost(path: str | Path) -> CalibratedCost:
     """The cost model of the artifact at ``path``, labelled with its model, dtype and device
     (ConfigError if it is bad)."""
     artifact = load_artifact(path)
-    return CalibratedCost(artifact.fit, label=artifact_label(artifact))
+    return CalibratedCost(artifact.fit, label=artifact_label(artifact), timed_on=timed_on(artifact))
+
+
+def timed_on(artifact: CalibrationArtifact) -> HardwareInfo | None:
+    """The machine ``artifact``'s samples were timed on; None once scaled to other hardware."""
+    return artifact.hardware if artifact.extrapolation is None else None
 
 
 def artifact_label(artifact: CalibrationArtifact) -> str:

@@ -42,6 +42,7 @@ from sim.cost.calibrated import (
     artifact_label,
     load_artifact,
     scale_to_hardware,
+    timed_on,
 )
 from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
 from sim.cost.fitted import FittedCost, load_fitted_artifact
@@ -143,7 +144,8 @@ def build_calibrated(
                 UserWarning,
                 stacklevel=2,
             )
-    return CalibratedCost(artifact.fit, label=f"{artifact_label(artifact)} [{path.name}]")
+    label = f"{artifact_label(artifact)} [{path.name}]"
+    return CalibratedCost(artifact.fit, label=label, timed_on=timed_on(artifact))
 
 
 @lru_cache(maxsize=32)
@@ -177,7 +179,8 @@ def _auto(
             continue
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
             label = f"{artifact_label(artifact)} [{path.name}]"
-            return CalibratedCost(artifact.fit, label=label), f"{why}; calibrated {path.name}"
+            cost = CalibratedCost(artifact.fit, label=label, timed_on=timed_on(artifact))
+            return cost, f"{why}; calibrated {path.name}"
     return RooflineCost(model, hardware), f"{why}; the roofline"
 
 

@@ -79,7 +79,7 @@ class EngineCpu:
     """
 
     config: EngineCpuConfig
-    overlapped: bool
+    async_scheduling: bool  # the CPU work overlaps the GPU step (vLLM's async scheduling)
     source: str
     given: bool = False
 
@@ -93,10 +93,10 @@ class EngineCpuCost:
     """
 
     __slots__ = (
+        "_async_scheduling",
         "_gpu_durations_s",
         "_gpu_step_s",
         "_non_overlapped_s",
-        "_overlapped",
         "_per_seq_s",
         "_per_step_s",
         "_per_token_s",
@@ -112,18 +112,18 @@ class EngineCpuCost:
         self._per_seq_s = config.per_seq_s
         self._per_token_s = config.per_token_s
         self._non_overlapped_s = config.non_overlapped_s
-        self._overlapped = cpu.overlapped
+        self._async_scheduling = cpu.async_scheduling
         # Looked up once: step_s runs millions of times a run.
         self._gpu_step_s = gpu.step_s
         self._gpu_durations_s: Durations | None = getattr(gpu, "decode_durations_s", None)
 
     @property
-    def overlapped(self) -> bool:
-        return self.cpu.overlapped
+    def async_scheduling(self) -> bool:
+        return self.cpu.async_scheduling
 
     @property
     def label(self) -> str:
-        mode = "overlapped" if self.cpu.overlapped else "serial"
+        mode = "overlapped" if self.cpu.async_scheduling else "serial"
         return f"{self.gpu.label} + engine CPU ({self.cpu.source}; {mode})"
 
     def _cpu_s(self, num_seqs: int, num_tokens: int) -> float:
@@ -140,7 +140,7 @@ class EngineCpuCost:
             + self._per_seq_s * (shape.num_prefill_seqs + shape.num_decode_seqs)
             + self._per_token_s * tokens
         )
-        if self._overlapped:
+        if self._async_scheduling:
             # A conditional expression, not max(): the compiled loop's operations.
             return self._non_overlapped_s + (gpu if gpu > cpu else cpu)
         return self._non_overlapped_s + cpu + gpu
@@ -165,7 +165,7 @@ class EngineCpuCost:
         )
         cpu = self._cpu_s(num_seqs, num_seqs)
         out: FloatArray
-        if self._overlapped:
+        if self._async_scheduling:
             out = self._non_overlapped_s + np.maximum(gpu, cpu)
         else:
             out = (self._non_overlapped_s + cpu) + gpu
@@ -200,7 +200,7 @@ class EngineCpuCost:
 
     def _durations(self, gpu_s: Iterable[float], cpu: float) -> Iterator[float]:
         serial_s = self._non_overlapped_s
-        if self._overlapped:
+        if self._async_scheduling:
             for gpu in gpu_s:  # step_s's operations, in its order
                 yield serial_s + (gpu if gpu > cpu else cpu)
         else:

@@ -37,14 +37,24 @@ from sim.engine.step_runs import StepLog
 # A skip-ahead run is capped so that one SimPy timeout never covers more than
 # this many steps' worth of numpy arrays (memory, not correctness).
 MAX_RUN_STEPS = 4096
-# Limits of a policy built without a scenario (no hardware to look up): vLLM's
-# defaults for a GPU under 70 GiB serving the OpenAI API. A scenario fills in
-# its hardware's defaults instead (sim.engine.policies.vllm_defaults).
-FALLBACK_MAX_NUM_SEQS = 256
-FALLBACK_MAX_NUM_BATCHED_TOKENS = 2048
 
 
 # -- settings ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """The scheduler's two batch limits after defaults are filled in."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+# Limits of a policy built without a scenario (no hardware to look up): vLLM's
+# defaults for a GPU under 70 GiB serving the OpenAI API, the one place they are
+# written (sim.engine.policies.vllm_defaults's table takes them from here). A
+# scenario fills in its hardware's defaults instead.
+FALLBACK_LIMITS = BatchLimits(max_num_batched_tokens=2048, max_num_seqs=256)
 
 
 class ContinuousSettings(BaseModel):
@@ -79,19 +89,24 @@ class ContinuousSettings(BaseModel):
     )
 
     @property
-    def num_seqs_limit(self) -> int:
-        """``max_num_seqs``, or the fallback when the scenario has not filled it in."""
-        return FALLBACK_MAX_NUM_SEQS if self.max_num_seqs is None else self.max_num_seqs
+    def limits(self) -> BatchLimits:
+        """``max_num_batched_tokens`` and ``max_num_seqs``, each the fallback's where the
+        scenario has not filled it in (a policy built without one)."""
+        tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
+        return BatchLimits(
+            max_num_batched_tokens=FALLBACK_LIMITS.max_num_batched_tokens
+            if tokens is None
+            else tokens,
+            max_num_seqs=FALLBACK_LIMITS.max_num_seqs if seqs is None else seqs,
+        )
 
-    @property
-    def batched_tokens_limit(self) -> int:
-        """``max_num_batched_tokens``, or the fallback when not filled in."""
-        tokens = self.max_num_batched_tokens
-        return FALLBACK_MAX_NUM_BATCHED_TOKENS if tokens is None else tokens
+    def step_seq_bound(self) -> int:
+        """Most sequences one step holds (``max_num_seqs``, filled in)."""
+        return self.limits.max_num_seqs
 
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
-        return self.batched_tokens_limit
+        return self.limits.max_num_batched_tokens
 
     def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Continuous:
         """The policy these settings describe, with its swap space (``preemption:
@@ -279,7 +294,7 @@ class Scheduler(Protocol):
     @property
     def async_scheduling(self) -> bool:
         """Whether the executor plans each step while the previous one runs (vLLM's
-        async scheduling); the core reads it once (``EngineCore.pipelined``)."""
+        async scheduling); the core reads it once (``EngineCore.async_scheduling``)."""
         ...
 
     def schedule(self, core: CoreView, now_s: float) -> StepPlan:
@@ -349,7 +364,7 @@ class EngineCore:
         # after committing step N and passes the start of step N as
         # ``schedule``'s ``visible_until_s``; finished requests' blocks are
         # freed once that plan is made (``held``).
-        self.pipelined = policy.async_scheduling
+        self.async_scheduling = policy.async_scheduling
         self.held: list[Request] = []
         self.num_deferred_at_plan = 0  # hidden arrivals (+ held, if any waited) at the last plan
         # Runs of tokens after the first, for requests whose tokens were
@@ -578,7 +593,7 @@ class EngineCore:
         """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
         request.finish_s = time_s
         self._finished_in_step.append(request)
-        if self.pipelined:
+        if self.async_scheduling:
             self.held.append(request)  # freed after the plan already under way
         else:
             self.kv.free(request)
@@ -712,8 +727,9 @@ class Continuous:
         swap: SwapSpace | None = None,
         async_scheduling: bool = False,
     ) -> None:
-        self.max_num_seqs = config.num_seqs_limit
-        self.max_num_batched_tokens = config.batched_tokens_limit
+        limits = config.limits
+        self.max_num_seqs = limits.max_num_seqs
+        self.max_num_batched_tokens = limits.max_num_batched_tokens
         self.chunked_prefill = config.chunked_prefill
         # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
         self.max_tokens_per_request = config.long_prefill_token_threshold or None

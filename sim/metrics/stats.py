@@ -242,8 +242,8 @@ def sample_notes(
     return notes
 
 
-# A percentile q rests on about n (1 - q) samples beyond it: with fewer than one it
-# is the sample's maximum; with fewer than this many it is noisy (a caveat either way).
+# A percentile q rests on about n (1 - q) samples beyond it: with fewer than this many
+# it is noisy, and with fewer than one it is no measured tail at all (a caveat either way).
 MIN_TAIL_SAMPLES = 10
 
 
@@ -255,14 +255,37 @@ def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) 
     for metric, n in counts.items():
         for p in percentiles:
             # The tail is on the nearer side: p1 rests on the samples below it as
-            # p99 on those above; p0 and p100 are the minimum and maximum, exactly.
+            # p99 on those above (and p0 is the minimum as p100 the maximum).
             beyond = n * min(p, 100.0 - p) / 100.0
             key = f"p{p:g}_{metric}_ms"
-            if n == 0 or p in (0.0, 100.0) or beyond >= MIN_TAIL_SAMPLES:
+            if n == 0 or beyond >= MIN_TAIL_SAMPLES:
                 continue
             if beyond < 1.0:
-                extreme = "maximum" if p > 50.0 else "minimum"
-                out.append(f"{key} from {n} sample(s) is their {extreme}, not a percentile")
+                out.append(f"{key} from {n} sample(s) {_beyond_extreme(n, p)}")
             else:
                 out.append(f"{key} rests on {n} samples, about {beyond:.0f} beyond it: noisy")
     return out
+
+
+def _beyond_extreme(n: int, p: float) -> str:
+    """``_between_largest`` for a high ``p``; for a low one its mirror image (the linear
+    method is symmetric: rank ``(n - 1) p / 100`` from the bottom is rank
+    ``(n - 1) (100 - p) / 100`` from the top), between the two smallest."""
+    if p >= 50.0:
+        return _between_largest(n, p)
+    text = _between_largest(n, 100.0 - p)
+    return text.replace("largest", "smallest").replace("maximum", "minimum")
+
+
+def _between_largest(n: int, p: float) -> str:
+    """Where the linear method puts the ``p``-th percentile of ``n`` samples when fewer
+    than one lies beyond it: at rank ``h = (n - 1) p / 100`` (0-based, sorted), which is
+    then above ``n - 2``, so between the two largest samples, ``h - (n - 2)`` of the way
+    to the largest (at it only when ``h = n - 1``: one sample, or p = 100)."""
+    rank = (n - 1) * p / 100.0
+    if n == 1 or rank >= n - 1:
+        return "is their maximum, not a percentile"
+    share = rank - (n - 2)
+    return (
+        f"lies between their two largest, {share:.0%} of the way to the largest: no tail measured"
+    )

@@ -9,8 +9,16 @@ decode, inference), its preemptions and prefix-cache lookups come from the
 engine's clock and counters (``RequestTiming``), observed when the request
 finishes (vLLM counts preemptions and lookups as they happen; here they land
 with the request's finish). The gauges are read from the engine
-(``OnlineBackend.load``) at each scrape. Each app has its own registry, so
-two servers in one process (the tests) do not share counts.
+(``OnlineBackend.load``) at each scrape, ``vllm:cache_config_info`` among
+them, and ``servesim:simulation_lag_seconds`` (servesim's own: how far a
+simulated engine is behind the wall clock, ``sim.serving.realtime``).
+``vllm:iteration_tokens_total`` is observed per engine step, on the engine's
+thread, from the step's first event (``Emitted.num_step_tokens``).
+
+The names, types, labels and buckets are vLLM's v1 ones
+(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``, as of vLLM 0.11-0.12).
+Each app has its own registry, so two servers in one process (the tests) do not
+share counts.
 """
 
 from __future__ import annotations
@@ -35,14 +43,36 @@ ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                  1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
 E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
                  40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000)
+# vllm:iteration_tokens_total's buckets: vLLM's fixed list in loggers.py (its
+# older code built them from the CUDA-graph capture sizes; the fixed list is the one
+# current vLLM uses).
+ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+N_BUCKETS = (1, 2, 5, 10, 20)  # vllm:request_params_n's, vLLM's list
 LABELS = ("model_name", "engine")
+
+
+def one_two_five_buckets(max_value: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value``: vLLM's ``build_1_2_5_buckets``,
+    from which it builds its per-request token histograms' buckets (``max_model_len``):
+    ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` and
+    ``vllm:request_params_max_tokens``."""
+    buckets: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_value:
+                return tuple(buckets)
+            buckets.append(mantissa * scale)
+        scale *= 10
 
 
 class ServerMetrics:
     """One server's counters, gauges and histograms (vLLM's v1 names)."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, max_model_len_tokens: int = 50_000) -> None:
+        """``max_model_len_tokens`` sets the per-request token histograms' buckets
+        (vLLM's ``build_1_2_5_buckets(max_model_len)``)."""
+        token_buckets = one_two_five_buckets(max_model_len_tokens)
         # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
         # switch is prometheus_client's, for the whole process, as vLLM sets it.
         disable_created_metrics()
@@ -82,11 +112,11 @@ class ServerMetrics:
         )  # fmt: skip
         self._prompt_hist = Histogram(
             "vllm:request_prompt_tokens", "Prompt tokens per request.", LABELS,
-            buckets=TOKEN_BUCKETS, registry=r,
+            buckets=token_buckets, registry=r,
         )  # fmt: skip
         self._generation_hist = Histogram(
             "vllm:request_generation_tokens", "Generated tokens per request.", LABELS,
-            buckets=TOKEN_BUCKETS, registry=r,
+            buckets=token_buckets, registry=r,
         )  # fmt: skip
         # The engine's phases of a finished request (vLLM's request-latency buckets).
         phases = (
@@ -116,6 +146,40 @@ class ServerMetrics:
             "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", LABELS,
             registry=r,
         )  # fmt: skip
+        # vLLM: decode time / (generated - 1) of each finished request, 0 for one with
+        # a single token or none (FinishedRequestStats.mean_time_per_output_token),
+        # observed for every finished request, aborted ones too; the ITL buckets.
+        self._tpot = Histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Mean time per output token of a finished request (s).", LABELS,
+            buckets=ITL_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self._iteration_tokens = Histogram(
+            "vllm:iteration_tokens_total", "Tokens per engine step.", LABELS,
+            buckets=ITERATION_TOKEN_BUCKETS, registry=r,
+        )  # fmt: skip
+        # vLLM observes n once per client request (when its last choice finishes) and
+        # max_tokens once per finished choice (each of the n is an engine request).
+        self._n = Histogram(
+            "vllm:request_params_n", "The n request parameter.", LABELS, buckets=N_BUCKETS,
+            registry=r,
+        )  # fmt: skip
+        self._max_tokens = Histogram(
+            "vllm:request_params_max_tokens", "The max_tokens request parameter.", LABELS,
+            buckets=token_buckets, registry=r,
+        )  # fmt: skip
+        # vLLM's is a Gauge set to 1 with CacheConfig's fields as labels (str() of
+        # each) and ``engine``, no ``model_name``; servesim knows three of them.
+        self._cache_info = Gauge(
+            "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+            ("block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"), registry=r,
+        )  # fmt: skip
+        self._lag = Gauge(
+            "servesim:simulation_lag_seconds",
+            "How far the simulated engine's latest step was committed past its predicted "
+            "end (s): a client or the host CPU is the bottleneck when it grows.",
+            LABELS, registry=r,
+        )  # fmt: skip
 
     def first_token(self, ttft_s: float, num_prompt_tokens: int) -> None:
         """A request's first token: its prompt is computed (vLLM counts prompt tokens then)."""
@@ -130,14 +194,34 @@ class ServerMetrics:
         """Tokens streamed (counted as they come, as vLLM counts them per step)."""
         self._generation.labels(**self._labels).inc(num_tokens)
 
+    def step(self, num_tokens: int) -> None:
+        """An engine step's tokens (``Emitted.num_step_tokens``); any thread."""
+        self._iteration_tokens.labels(**self._labels).observe(num_tokens)
+
     def finished(
-        self, reason: FinishReason, e2e_s: float, num_prompt_tokens: int, num_generated: int
+        self,
+        reason: FinishReason,
+        e2e_s: float,
+        num_prompt_tokens: int,
+        num_generated: int,
+        max_tokens: int | None = None,
+        decode_s: float = 0.0,
     ) -> None:
+        """One choice finished; ``max_tokens``: its limit (None: not observed);
+        ``decode_s``: first token to last on the engine's clock (0 if unknown)."""
         labels = self._labels
         self._success.labels(**labels, finished_reason=reason).inc()
         self._e2e.labels(**labels).observe(e2e_s)
         self._prompt_hist.labels(**labels).observe(num_prompt_tokens)
         self._generation_hist.labels(**labels).observe(num_generated)
+        tpot_s = decode_s / (num_generated - 1) if num_generated > 1 else 0.0
+        self._tpot.labels(**labels).observe(tpot_s)
+        if max_tokens is not None:
+            self._max_tokens.labels(**labels).observe(max_tokens)
+
+    def request_finished(self, n: int) -> None:
+        """A client request's last choice finished; it asked for ``n`` per prompt."""
+        self._n.labels(**self._labels).observe(n)
 
     def engine_timing(self, timing: RequestTiming) -> None:
         """A finished request's time in the engine, preemptions and prefix lookups."""
@@ -153,4 +237,13 @@ class ServerMetrics:
         self._running.labels(**self._labels).set(load.num_running)
         self._waiting.labels(**self._labels).set(load.num_waiting)
         self._kv.labels(**self._labels).set(load.kv_cache_usage)
+        if load.block_size_tokens is not None:
+            self._cache_info.labels(
+                block_size=str(load.block_size_tokens),
+                num_gpu_blocks=str(load.num_gpu_blocks),
+                enable_prefix_caching=str(load.enable_prefix_caching),
+                engine="0",
+            ).set(1)
+        if load.simulation_lag_s is not None:
+            self._lag.labels(**self._labels).set(load.simulation_lag_s)
         return generate_latest(self.registry)

@@ -199,6 +199,7 @@ class Choice:
     num_prompt_tokens: int
     detokenizer: IncrementalDetokenizer
     request_id: int  # the engine's
+    max_tokens: int  # its limit (the client's, or the default for its prompt)
     num_generated_tokens: int = 0
     finish_reason: FinishReason | None = None
     stop_reason: str | None = None
@@ -235,7 +236,8 @@ class Generation:
         self.arrival_s = received_s  # time.perf_counter() when the handler took it
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.num_prompt_tokens = sum(len(ids) for ids in prompts)
-        tokenizer, mailbox = app[TOKENIZER], app[MAILBOX]
+        self.n = n
+        tokenizer, mailbox, metrics = app[TOKENIZER], app[MAILBOX], app[METRICS]
         self.choices: list[Choice] = []
         # vLLM's order: choice i * n + k is the k-th generation of prompt i.
         for i, (ids, limit) in enumerate(zip(prompts, max_tokens, strict=True)):
@@ -243,6 +245,8 @@ class Generation:
                 index = i * n + k
 
                 def sink(event: Emitted, index: int = index) -> None:  # the engine's thread
+                    if event.num_step_tokens is not None:  # once per engine step
+                        metrics.step(event.num_step_tokens)
                     mailbox.put(self.events, (index, event))
 
                 try:
@@ -253,7 +257,7 @@ class Generation:
                     self.abort("its submission failed")  # the choices submitted before
                     raise
                 detokenizer = IncrementalDetokenizer(tokenizer, stop, include_stop)
-                self.choices.append(Choice(index, len(ids), detokenizer, request_id))
+                self.choices.append(Choice(index, len(ids), detokenizer, request_id, limit))
 
     @property
     def done(self) -> bool:
@@ -290,16 +294,28 @@ class Generation:
         else:
             choice.finish_reason = event.finish_reason
         if choice.finish_reason is not None:
-            self.metrics.finished(
-                choice.finish_reason,
-                now - self.arrival_s,
-                choice.num_prompt_tokens,
-                choice.num_generated_tokens,
-            )
-            if choice.timing is not None:  # up to its last token (a stop string's too)
-                self.metrics.engine_timing(choice.timing)
+            self._finished(choice, now)
         choice.pieces.append(delta.text)
         return choice, delta.text
+
+    def _finished(self, choice: Choice, now_s: float) -> None:
+        """``/metrics`` of a finished choice (``now_s``: perf_counter), and of its
+        prompt's request once its n choices are all finished (vLLM's parent request)."""
+        assert choice.finish_reason is not None
+        timing = choice.timing  # up to its last token (a stop string's too)
+        self.metrics.finished(
+            choice.finish_reason,
+            now_s - self.arrival_s,
+            choice.num_prompt_tokens,
+            choice.num_generated_tokens,
+            choice.max_tokens,
+            timing.decode_s if timing is not None else 0.0,
+        )
+        if timing is not None:
+            self.metrics.engine_timing(timing)
+        first = choice.index - choice.index % self.n
+        if all(c.finish_reason is not None for c in self.choices[first : first + self.n]):
+            self.metrics.request_finished(self.n)
 
     def abort(self, why: str) -> None:
         """End every unfinished choice as vLLM aborts a request: the engine stops it and
@@ -310,11 +326,7 @@ class Generation:
         for choice in aborted:
             self.engine.abort(choice.request_id)
             choice.finish_reason = "abort"
-            self.metrics.finished(
-                "abort", now - self.arrival_s, choice.num_prompt_tokens, choice.num_generated_tokens
-            )
-            if choice.timing is not None:  # up to its last token
-                self.metrics.engine_timing(choice.timing)
+            self._finished(choice, now)
         if aborted:
             generated = sum(c.num_generated_tokens for c in aborted)
             ids = ", ".join(str(c.request_id) for c in aborted)
@@ -447,7 +459,10 @@ async def _send_events(
     if chat:
         for choice in generation.choices:
             role = p.DeltaMessage(role="assistant", content="")
-            await response.write(_sse(_chat_chunk(rid, model, created, choice.index, role, None)))
+            first = _chat_chunk(rid, model, created, choice.index, role, None)
+            if options.continuous_usage_stats:  # vLLM's: the prompt, no completion yet
+                first.usage = choice.usage()
+            await response.write(_sse(first))
     while not generation.done:
         step = await generation.next()
         if step is None:
@@ -584,7 +599,7 @@ def make_app(
     app[MODEL] = model
     app[TOKENIZER] = tokenizer or ByteTokenizer()
     app[MAILBOX] = Mailbox()
-    app[METRICS] = ServerMetrics(model)
+    app[METRICS] = ServerMetrics(model, engine.max_model_len_tokens)
     app[PRIORITY_SCHEDULING] = priority_scheduling
 
     async def bind(app: web.Application) -> None:

@@ -37,7 +37,7 @@ is a contradiction, refused with an error naming the bound, never printed.
 What the answer rests on is part of it (``binding``, ``caveats``): which
 constraint failed at the bracket's upper end (an SLO target, or the served
 check), and any reason to distrust it. A run too short for its percentile
-targets (fewer requests than a p99 needs to differ from the maximum) is
+targets (fewer than one request beyond the percentile: no tail measured) is
 refused; a p99 resting on few samples, or a served check that failed at runs
 too short to measure the served ratio within its margin, is a caveat. The
 served ratio's noise: over its window (the second half's ``n / 2``
@@ -62,8 +62,9 @@ import numpy as np
 
 from sim.errors import ConfigError
 
-# A percentile q rests on about n (1 - q) samples beyond it: fewer than one is the
-# maximum (refused), fewer than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
+# A percentile q rests on about n (1 - q) samples beyond it: fewer than one measures
+# no tail (the linear method puts it between the two largest samples; refused), fewer
+# than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.served import SERVED_MIN_RATIO
@@ -483,7 +484,8 @@ def _num_requests(record: Record) -> int:
 
 def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -> None:
     """Refuse runs too short for a percentile target: with fewer than 1 / (1 - q)
-    requests a p-q statistic is the run's maximum, not a percentile."""
+    requests no sample lies beyond a p-q statistic (the linear method puts it between
+    the run's two largest), so it measures no tail."""
     num = min((_num_requests(r) for r in records), default=0)
     for target in targets:
         q = _quantile(target)
@@ -491,7 +493,7 @@ def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -
             needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
             raise ConfigError(
                 f"--slo {target.name}: runs of {num} requests cannot estimate a "
-                f"{target.stat} (it would be the run's maximum); use --num-requests "
+                f"{target.stat} (no sample would lie beyond it); use --num-requests "
                 f">= {needed} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
             )
 
@@ -536,22 +538,32 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
                     f"{needed} measures the clients' steady state"
                 )
     if failed is not None and failed.binding == SERVED:
-        rate, e2el_ms = failed.mean_of("offered_rate_per_s"), failed.mean_of("mean_e2el_ms")
+        served_needed = served_num_requests_needed(failed)
         num = min((_num_requests(r) for r in failed.records), default=0)
-        if rate is not None and e2el_ms is not None and num >= 2:
-            in_system = rate * e2el_ms / 1e3  # Little: mean requests in the system
-            noise_sd = math.sqrt(2.0 * in_system) / (num / 2)
+        if served_needed is not None and num >= 2 and served_needed > num:
             margin = 1.0 - SERVED_MIN_RATIO
-            if SERVED_MARGIN_SDS * noise_sd > margin:
-                needed = math.ceil(2 * SERVED_MARGIN_SDS * math.sqrt(2.0 * in_system) / margin)
-                out.append(
-                    f"the served check bound this answer at {failed.load:.3g} "
-                    f"{res.knob.unit}, where runs of {num} requests measure the served "
-                    f"ratio to about ±{noise_sd:.2f} (1 sd), against a margin of {margin:.2f}: "
-                    "the failure may be the runs' noise rather than overload; rerun with "
-                    f"--num-requests >= {needed}"
-                )
+            # needed = 2 k sqrt(2 L) / margin and the noise is sqrt(2 L) / (num / 2).
+            noise_sd = served_needed * margin / (SERVED_MARGIN_SDS * num)
+            out.append(
+                f"the served check bound this answer at {failed.load:.3g} "
+                f"{res.knob.unit}, where runs of {num} requests measure the served "
+                f"ratio to about ±{noise_sd:.2f} (1 sd), against a margin of {margin:.2f}: "
+                "the failure may be the runs' noise rather than overload; rerun with "
+                f"--num-requests >= {served_needed}"
+            )
     return out
+
+
+def served_num_requests_needed(point: LoadPoint) -> int | None:
+    """Requests per run that measure ``point``'s served ratio to within its margin
+    (``SERVED_MARGIN_SDS`` standard deviations of the noise, module docstring);
+    None when its runs lack the rate or latency to tell."""
+    rate, e2el_ms = point.mean_of("offered_rate_per_s"), point.mean_of("mean_e2el_ms")
+    if rate is None or e2el_ms is None:
+        return None
+    in_system = rate * e2el_ms / 1e3  # Little: mean requests in the system
+    margin = 1.0 - SERVED_MIN_RATIO
+    return math.ceil(2 * SERVED_MARGIN_SDS * math.sqrt(2.0 * in_system) / margin)
 
 
 def _bracket(

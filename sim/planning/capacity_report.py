@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from sim.cost.model_error import ModelError
 from sim.metrics.slo_targets import per_request_slo
 from sim.planning.capacity import CapacitySearch, LoadPoint, capacity_rate_per_s
 from sim.planning.pricing import SECONDS_PER_HOUR
@@ -153,11 +154,13 @@ def format_capacity(
     fleet: Fleet | None,
     gpus_per_replica: int,
     price: float | None,
+    model_error: ModelError | None = None,
     *,
     price_given: bool = False,
 ) -> str:
-    """The human-readable report; ``price_given``: the user set ``price``
-    (``--gpu-price-per-hour``), so it is not the table's approximation."""
+    """The human-readable report; ``model_error``: the cost source's validated error,
+    printed beside the interval (a caveat where it has none); ``price_given``: the user
+    set ``price`` (``--gpu-price-per-hour``), so it is not the table's approximation."""
     knob, unit = search.knob, search.knob.unit
     row = "{:<24}{}".format
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
@@ -172,6 +175,8 @@ def format_capacity(
         lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
     else:
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
+    if model_error is not None:
+        lines.append(row("model error:", model_error.text))
     rate = capacity_rate_per_s(search, search.at_estimate)
     if knob.kind == "concurrency" and lo is not None and rate is not None:
         served = f"{search.estimate:.0f} concurrent clients are served within the SLOs at"
@@ -179,7 +184,7 @@ def format_capacity(
     searched = f"{len(search.points)} loads, {search.num_sims} simulations"
     lines.append(row("search:", f"{search.stop_reason}; {searched}"))
     lines.append(row("bound by:", binding_text(search)))
-    for caveat in search.caveats:
+    for caveat in caveats(search, model_error):
         lines.append(row("CAVEAT:", caveat))
     point = search.at_estimate
     if point is not None:
@@ -222,7 +227,19 @@ def format_capacity(
     return "\n".join(lines)
 
 
-def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) -> dict[str, Any]:
+def caveats(search: CapacitySearch, model_error: ModelError | None) -> list[str]:
+    """The search's caveats, and the cost source's lack of a validated error."""
+    if model_error is None or model_error.validated is not None:
+        return list(search.caveats)
+    return [*search.caveats, f"model error: {model_error.text}"]
+
+
+def to_json(
+    search: CapacitySearch,
+    fleet: Fleet | None,
+    scenario_label: str,
+    model_error: ModelError | None = None,
+) -> dict[str, Any]:
     """Everything the search did, for ``capacity.json`` (non-finite numbers as null)."""
 
     def clean(value: float) -> float | None:
@@ -259,7 +276,8 @@ def to_json(search: CapacitySearch, fleet: Fleet | None, scenario_label: str) ->
         "at_capacity": point_doc(search.at_estimate) if search.at_estimate else None,
         "stop_reason": search.stop_reason,
         "binding_constraint": search.binding,
-        "caveats": list(search.caveats),
+        "model_error": model_error.to_json() if model_error is not None else None,
+        "caveats": caveats(search, model_error),
         "num_simulations": search.num_sims,
         "points": [point_doc(p) for p in sorted(search.points, key=lambda p: p.load)],
         "fleet": asdict(fleet) if fleet is not None else None,

@@ -32,6 +32,15 @@ What keeps it from brute force:
    skip says so). Then, around the best limits of each group within the
    margin, the geometric halfway values are tried, one dimension at a time,
    under the same pruning. ``prune: false`` searches the whole grid.
+5. **Runs sized for what decided.** Runs start at the fewest requests the SLO
+   percentiles need (``run_length``; a plan file's ``num_requests`` or
+   ``--num-requests``); where the served check bound a capacity on runs too
+   short to measure the served ratio (:func:`served_num_requests_needed`),
+   the candidate is searched again on runs that can (``MAX_SEARCHES``), so
+   an unclear check is simulated more instead of taken for overload.
+
+Ranking: the cheapest fleet first, ties by more capacity per GPU; a skip
+(``_cannot_beat``) keeps that order, so no tie is decided by search order.
 
 The answer does not include the network between replicas and clients, the
 load balancer's imbalance, autoscaling, or failures (docs/capacity.md).
@@ -52,12 +61,20 @@ from pydantic import ValidationError
 from sim.api.build import cost_model_for, kv_blocks_for
 from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
+from sim.cost.model_error import ModelError, model_error_for
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
 from sim.metrics.stats import MIN_TAIL_SAMPLES
-from sim.planning.capacity import CapacitySearch, LoadPoint, Searcher, search
+from sim.planning.capacity import (
+    SERVED,
+    CapacitySearch,
+    LoadPoint,
+    Searcher,
+    search,
+    served_num_requests_needed,
+)
 from sim.planning.capacity_report import fleet_for, has_interval, output_tokens_per_request
 from sim.planning.plan_bound import LengthStats, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.plan_file import PlanConfig
@@ -69,6 +86,13 @@ REFINE_MARGIN = 0.25
 """A group is refined when its best fleet costs at most this much above the cheapest."""
 MIN_PLAN_REQUESTS = 200
 """Requests per run at least, whatever the SLOs' percentiles need (the served check)."""
+MAX_SEARCHES = 3
+"""Capacity searches of one candidate at most: its first, then on longer runs."""
+RESIZE_HEADROOM = 1.25
+"""Longer runs get this much more than the served check needed where it failed: the
+next search's failing load is higher, with more requests in the system (Little)."""
+RESIZE_ROUND = 100
+"""Resized run lengths are multiples of this (requests)."""
 NOT_SERVING_GPUS = frozenset({"cpu-2core"})
 """Presets left out of the default GPU list: the calibration machine serves no fleet."""
 
@@ -117,6 +141,7 @@ class Outcome:
     reason: str = ""
     cost_model: str = ""
     cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
+    model_error: ModelError | None = None  # the cost source's validated error (None: not built)
     price_per_gpu_hour: float | None = None
     bound_rate_per_s: float | None = None
     bound_usd_per_hour: float | None = None
@@ -161,6 +186,13 @@ class PlanResult:
     def num_simulations(self) -> int:
         """Simulations run in all."""
         return sum(int((o.record or {}).get("num_simulations", 0)) for o in self.outcomes)
+
+    @property
+    def max_requests_per_run(self) -> int:
+        """The longest runs any search used (``num_requests``, or longer where the served
+        check needed them: ``_search_candidate``)."""
+        sizes = [int((o.record or {}).get("requests_per_run", 0)) for o in self.outcomes]
+        return max([self.num_requests, *sizes])
 
     def ranked(self) -> list[Outcome]:
         """Searched candidates with a fleet, cheapest first (then most capacity per GPU)."""
@@ -356,35 +388,71 @@ class _CannotBeat(Exception):
         self.load = load
 
 
+def _served_too_noisy(point: LoadPoint, num_requests: int) -> int | None:
+    """Requests per run the served check needs at ``point`` when it decided the load
+    (binding) on runs of ``num_requests`` too short to tell overload from noise; else None."""
+    if point.binding != SERVED:
+        return None
+    needed = served_num_requests_needed(point)
+    return needed if needed is not None and needed > num_requests else None
+
+
 def _search_candidate(task: Task) -> Record:
     started = time.perf_counter()
-    scenario = scenario_from_dict(task["scenario"], task["label"], Path(task["base_dir"]))
+    doc = task["scenario"]
     targets = targets_from_mapping(task["slo"], "plan")
     stop_below = task.get("stop_below_rate_per_s")
+    sizes: list[int] = []  # requests per run of each search, the last one answering
 
     def on_point(point: LoadPoint, _: CapacitySearch) -> None:
         # A confident fail at load x puts the capacity below x (statistics grow with
         # load); at or under stop_below the fleet would cost at least the cheapest's.
-        if stop_below is not None and point.status == "fail" and point.load <= stop_below:
+        # A served check too noisy at this run length is no fail: runs get longer.
+        lost = stop_below is not None and point.status == "fail" and point.load <= stop_below
+        if lost and _served_too_noisy(point, sizes[-1]) is None:
             raise _CannotBeat(point.load)
 
-    searcher = Searcher(
-        scenario,
-        targets,
-        Path(task["base_dir"]),
-        task["seeds"],
-        jobs=1,
-        on_point=on_point,
-        bound_rate_per_s=task.get("bound_rate_per_s"),  # a capacity above it is refused
-    )
-    try:
-        result = search(searcher, task["rel_width"], task["max_sims"])
-    except _CannotBeat as stop:
-        return {
-            "abandoned_at_rate_per_s": stop.load,
-            "num_loads": len(searcher.result.points),
-            "num_simulations": searcher.result.num_sims,
-            "wall_s": time.perf_counter() - started,
+    num_sims = 0
+    while True:
+        sizes.append(int(doc["workload"]["num_requests"]))
+        scenario = scenario_from_dict(doc, task["label"], Path(task["base_dir"]))
+        searcher = Searcher(
+            scenario,
+            targets,
+            Path(task["base_dir"]),
+            task["seeds"],
+            jobs=1,
+            on_point=on_point,
+            bound_rate_per_s=task.get("bound_rate_per_s"),  # a capacity above it is refused
+        )
+        try:
+            result = search(searcher, task["rel_width"], task["max_sims"])
+        except _CannotBeat as stop:
+            return {
+                "abandoned_at_rate_per_s": stop.load,
+                "num_loads": len(searcher.result.points),
+                "num_simulations": num_sims + searcher.result.num_sims,
+                "requests_per_run": sizes[-1],
+                "wall_s": time.perf_counter() - started,
+            }
+        # Size the runs for the statistic that decided: where the served check bound
+        # the answer on runs too short to measure it, search again on longer runs,
+        # starting where this search ended (an unclear load is simulated more, never
+        # taken for a fail).
+        failed = next((p for p in result.points if p.load == result.cell[1]), None)
+        needed = None if failed is None else _served_too_noisy(failed, sizes[-1])
+        if needed is None or len(sizes) >= MAX_SEARCHES:
+            break
+        num_sims += result.num_sims
+        num_requests = RESIZE_ROUND * math.ceil(RESIZE_HEADROOM * needed / RESIZE_ROUND)
+        rate = result.estimate or doc["workload"]["arrival"]["rate_per_s"]
+        doc = {
+            **doc,
+            "workload": {
+                **doc["workload"],
+                "num_requests": num_requests,
+                "arrival": {**doc["workload"]["arrival"], "rate_per_s": _nice(rate)},
+            },
         }
     fleet = fleet_for(result, task["target_rate_per_s"], task["num_gpus"], task["price"])
     low, high = result.interval
@@ -394,7 +462,11 @@ def _search_candidate(task: Task) -> Record:
         "ci95_upper": high if has_interval(result) else None,
         "bracket_lower": low,
         "bracket_upper": high,
-        "stop_reason": result.stop_reason,
+        # The search's budget is the plan file's max_loads (x seeds), not a flag.
+        "stop_reason": result.stop_reason.replace(
+            f"--max-sims {task['max_sims']}",
+            f"max_loads x seeds ({task['max_sims']} simulations)",
+        ),
         "binding_constraint": result.binding,
         "caveats": list(result.caveats),
         "cost_model_run": next(
@@ -422,8 +494,13 @@ def _search_candidate(task: Task) -> Record:
             "at_target_mean": dict(point.means),
             "at_target_ci95_half_width": dict(point.half_widths),
             "at_target_served_ratio": point.served[0] if point.served is not None else None,
+            "at_target_served_ci95_half_width": (
+                point.served[1] if point.served is not None else None
+            ),
         }
-    record["num_simulations"] = result.num_sims
+    record["num_simulations"] = num_sims + result.num_sims
+    record["requests_per_run"] = sizes[-1]
+    record["requests_per_run_searched"] = sizes
     record["wall_s"] = time.perf_counter() - started
     return record
 
@@ -475,6 +552,13 @@ def coarse_candidates(space: _Space) -> list[Candidate]:
                             if tokens < seqs or (not chunked and tokens < max_len):
                                 continue  # vLLM refuses these limits (Scenario._check)
                             out.append(Candidate(gpu, tp, seqs, tokens, chunked, split))
+    if not out:
+        raise ConfigError(
+            f"plan: max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
+            f"{config.max_num_batched_tokens}, chunked_prefill {config.chunked_prefill}: no "
+            "combination vLLM accepts (max_num_batched_tokens must be at least max_num_seqs, "
+            f"and at least max_model_len_tokens {max_len} without chunked prefill)"
+        )
     return out
 
 
@@ -574,6 +658,7 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
         bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
     space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.cost_model, outcome.cost_model_detail = label, choice
+    outcome.model_error = model_error_for(cost)
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
         bound.rate_per_s, space.target_rate_per_s, candidate.num_gpus, price
@@ -583,6 +668,28 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     else:
         outcome.status = "pending"
     return outcome
+
+
+def _cannot_beat(outcome: Outcome, best: Outcome) -> str | None:
+    """Why ``outcome`` cannot outrank ``best`` even at its optimistic bound (``ranked``:
+    a cheaper fleet, or as cheap with more capacity per GPU), or None when it might."""
+    bound_usd, bound_rate = outcome.bound_usd_per_hour, outcome.bound_rate_per_s or 0.0
+    best_usd = best.usd_per_hour
+    assert bound_usd is not None and best_usd is not None
+    beaten = (
+        f"cannot beat ${best_usd:.2f}/h ({best.candidate.label}): even at its optimistic "
+        f"bound of {bound_rate:.3g} req/s per unit the fleet costs ${bound_usd:.2f}/h"
+    )
+    if bound_usd > best_usd * (1 + 1e-9):
+        return beaten
+    # As cheap: the tie goes to more capacity per GPU, which the bound caps too.
+    best_per_gpu = float((best.record or {})["capacity_per_gpu"])
+    bound_per_gpu = bound_rate / outcome.candidate.num_gpus
+    if bound_usd >= best_usd * (1 - 1e-9) and bound_per_gpu <= best_per_gpu:
+        return (
+            f"{beaten}, a tie, at most {bound_per_gpu:.3g} req/s per GPU to its {best_per_gpu:.3g}"
+        )
+    return None
 
 
 def _run(
@@ -611,14 +718,9 @@ def _run(
             best = result.best
             bound = outcome.bound_usd_per_hour
             if space.config.prune and best is not None and bound is not None:
-                assert best.usd_per_hour is not None
-                if bound >= best.usd_per_hour:
-                    outcome.status = "skipped"
-                    outcome.reason = (
-                        f"cannot beat ${best.usd_per_hour:.2f}/h ({best.candidate.label}): "
-                        f"even at its optimistic bound of {outcome.bound_rate_per_s:.3g} req/s "
-                        f"per unit the fleet costs ${bound:.2f}/h"
-                    )
+                reason = _cannot_beat(outcome, best)
+                if reason is not None:
+                    outcome.status, outcome.reason = "skipped", reason
                     if on_done is not None:
                         on_done(outcome, result)
                     continue

@@ -147,9 +147,11 @@ def optimistic_rate_per_s(
                 f"{lone_ms:.4g} ms > {target}",
             )
     prompt, output = max(lengths.mean_prompt_tokens, 1.0), max(lengths.mean_output_tokens, 1.0)
-    budget = limits.max_num_batched_tokens
+    max_num_batched_tokens = limits.max_num_batched_tokens
     batch = max(1, min(limits.max_num_seqs, int(kv_tokens // prompt)))
-    prefill_per_token_s = prefill_s(cost, budget, budget) / budget
+    prefill_per_token_s = (
+        prefill_s(cost, max_num_batched_tokens, max_num_batched_tokens) / max_num_batched_tokens
+    )
     decode_step_s = decode_s(cost, batch, prompt)
     cheapest_token_s = min(prefill_per_token_s, decode_step_s / batch)
     decode_rate = batch / (output * decode_step_s)  # requests/s a full batch finishes
@@ -168,8 +170,12 @@ def lone_request_ms(
 ) -> float:
     """The target's statistic over requests alone on the engine: a lower bound at any load."""
     prompt = lengths.prompt_tokens_at[target.stat]
-    budget = limits.max_num_batched_tokens
-    chunk = budget if limits.chunked_prefill else max(budget, round(prompt))
+    max_num_batched_tokens = limits.max_num_batched_tokens
+    chunk = (
+        max_num_batched_tokens
+        if limits.chunked_prefill
+        else max(max_num_batched_tokens, round(prompt))
+    )
     if target.metric == "ttft":
         return 1e3 * prefill_s(cost, prompt, chunk)
     if target.metric == "tpot":

@@ -12,7 +12,8 @@ the defaults below apply (docs/capacity.md, "servesim plan")::
     cost_model: auto                      # or roofline (every GPU, fast, a guess)
     disaggregation: {ratios: ["1:1", "1:2"]}   # optional prefill:decode units
     seeds: 3                              # per load: 2 or more give a confidence interval
-    num_requests: null                    # per run; null: the fewest the SLO percentiles need
+    num_requests: null                    # per run to start; null: the fewest the SLO
+                                          # percentiles need; longer where the served check needs
     rel_width: 0.1                        # capacity search precision
     max_loads: 10                         # loads per capacity search, each under every seed
     prune: true                           # false: every configuration searched (exhaustive)
@@ -22,7 +23,7 @@ the defaults below apply (docs/capacity.md, "servesim plan")::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
@@ -74,7 +75,10 @@ class PlanConfig(BaseModel):
     rel_width: float = Field(default=0.1, gt=0, lt=1)
     max_loads: int = Field(default=10, ge=2, le=60)
     prune: bool = True
-    gpu_price_per_hour: dict[str, PositiveFloat] = Field(default_factory=dict)
+    # Finite: an infinite price makes every fleet cost inf, nothing to rank or plot.
+    gpu_price_per_hour: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict
+    )
 
     @field_validator("tensor_parallel_sizes")
     @classmethod

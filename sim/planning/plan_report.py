@@ -56,8 +56,13 @@ def _stats(outcome: Outcome, result: PlanResult) -> str:
         half = halves.get(target.name)
         spread = f"±{half:.0f}" if half else ""
         cells.append(f"{_num(mean, '.0f')}{spread}")
-    # pass / unclear / fail: where each statistic's 95% interval lies against its limit.
+    # pass / unclear / fail: where each statistic's 95% interval lies against its limit,
+    # the served check's included: short of a pass, its ratio shows whether it decided.
     status = record.get("at_target_status")
+    served = record.get("at_target_served_ratio")
+    if status and status != "pass" and served is not None:
+        half = record.get("at_target_served_ci95_half_width")
+        status += f" (served {served:.2f}{f'±{half:.2f}' if half else ''})"
     return " / ".join(cells) + (f" {status}" if status else "")
 
 
@@ -82,6 +87,9 @@ def table_rows(result: PlanResult) -> list[dict[str, str]]:
                 "$/Mtok": _num(record.get("usd_per_million_output_tokens"), ".3f"),
                 "SLOs at target (ms)": _stats(outcome, result),
                 "cost model": outcome.cost_model,
+                "model error (TTFT/TPOT p50)": outcome.model_error.short
+                if outcome.model_error
+                else "-",
             }
         )
     return rows
@@ -94,7 +102,7 @@ def format_table(result: PlanResult, max_rows: int = 20) -> str:
     if rows:
         columns = list(rows[0])
         widths = {c: max(len(c), *(len(r[c]) for r in rows[:max_rows])) for c in columns}
-        left = {"GPU", "SLOs at target (ms)", "cost model"}
+        left = {"GPU", "SLOs at target (ms)", "cost model", "model error (TTFT/TPOT p50)"}
 
         def cell(c: str, text: str) -> str:
             return text.ljust(widths[c]) if c in left else text.rjust(widths[c])
@@ -139,8 +147,20 @@ def format_best(result: PlanResult) -> str:
         f"{'s' if best.candidate.num_gpus > 1 else ''}): {record.get('num_gpus_total')} GPUs, "
         f"${record.get('usd_per_hour'):.2f}/hour, "
         f"${_num(record.get('usd_per_million_output_tokens'), '.3f')} per million output "
-        f"tokens ({best.cost_model}; prices approximate, {PRICES_AS_OF})"
+        f"tokens ({best.cost_model}; prices approximate, {PRICES_AS_OF}); "
+        + _binding(record)
+        + (f"\n  model error: {best.model_error.text}" if best.model_error else "")
+        + "".join(f"\n  caveat: {caveat}" for caveat in record.get("caveats") or [])
     )
+
+
+def _binding(record: dict[str, Any]) -> str:
+    """Which constraint decided the capacity, and on runs of how many requests."""
+    binding = record.get("binding_constraint")
+    runs = f"runs of {record.get('requests_per_run')} requests"
+    if not binding:
+        return f"no constraint bound its capacity ({record.get('stop_reason')}; {runs})"
+    return f"capacity bound by {binding} ({runs})"
 
 
 def _clean(value: Any) -> Any:
@@ -171,6 +191,7 @@ def outcome_doc(outcome: Outcome) -> dict[str, Any]:
         "reason": outcome.reason or None,
         "cost_model": outcome.cost_model or None,
         "cost_model_choice": outcome.cost_model_detail or None,
+        "model_error": outcome.model_error.to_json() if outcome.model_error else None,
         "gpu_price_per_hour": outcome.price_per_gpu_hour,
         "optimistic_rate_per_s": outcome.bound_rate_per_s,
         "optimistic_usd_per_hour": outcome.bound_usd_per_hour,

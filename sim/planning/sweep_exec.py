@@ -42,11 +42,7 @@ PointFunction = Callable[[Task], Record]
 
 def batch_size_one(scenario: Any) -> bool:
     """True when the engine serves one request at a time (a single FIFO server)."""
-    scheduler = scenario.scheduler
-    size = getattr(scheduler, "max_num_seqs", None)
-    if size is None:
-        size = getattr(scheduler, "max_batch_size", None)
-    return size == 1
+    return bool(scenario.scheduler.step_seq_bound() == 1)
 
 
 def offered_rate_per_s(scenario: Any, arrival_s: np.ndarray) -> float | None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -271,20 +272,32 @@ class Scenario(BaseModel):
             return data
         return {**data, "parallelism": {**parallelism, "link": link}}
 
-    @model_validator(mode="after")
-    def _fill_batch_limits(self) -> Scenario:
-        """Fill ``None`` scheduler limits with vLLM's defaults for this hardware."""
-        policy = self.scheduler
+    def _filled(self, **sections: Any) -> Self:
+        """This scenario with ``sections`` replaced by their filled-in values: a new frozen
+        value, already validated, whose set fields stay those the document set (so
+        ``model_dump(exclude_unset=True)`` writes what was written, not the defaults)."""
+        return type(self).model_construct(self.model_fields_set, **{**dict(self), **sections})
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _fill_batch_limits(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """Fill ``None`` scheduler limits with vLLM's defaults for this hardware.
+
+        A wrap validator returns the filled scenario as a new value (a frozen model is
+        never written after construction); so build scenarios with ``model_validate``
+        (``scenario_from_dict``), as pydantic keeps ``__init__``'s own instance."""
+        scenario = handler(data)
+        policy = scenario.scheduler
         if not isinstance(policy, ContinuousSettings) or (
             policy.max_num_seqs is not None and policy.max_num_batched_tokens is not None
         ):
-            return self
+            return scenario
         limits = batch_defaults(
-            self.hardware.name,
-            self.hardware.memory_bytes,
-            self.parallelism.num_gpus,
-            self.engine.usage_context,
-            self.engine.max_model_len_tokens,
+            scenario.hardware.name,
+            scenario.hardware.memory_bytes,
+            scenario.parallelism.num_gpus,
+            scenario.engine.usage_context,
+            scenario.engine.max_model_len_tokens,
             policy.chunked_prefill,
             policy.max_num_batched_tokens,
             policy.max_num_seqs,
@@ -295,43 +308,46 @@ class Scenario(BaseModel):
                 "max_num_batched_tokens": limits.max_num_batched_tokens,
             }
         )
-        object.__setattr__(self, "scheduler", filled)  # frozen model: fill in once, here
-        return self
+        return scenario._filled(scheduler=filled)
 
-    @model_validator(mode="after")
-    def _fitted_engine_cpu(self, info: ValidationInfo) -> Scenario:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _fitted_engine_cpu(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
+    ) -> Self:
         """``engine.cpu_artifact``'s coefficients into ``engine.cpu`` (and its fitted way in
-        into ``frontend``), here; a different value the scenario also sets is refused (the
-        same one is a scenario validated again after this filled it in)."""
-        name = self.engine.cpu_artifact
+        into ``frontend``), as a new value (see ``_fill_batch_limits``); a different value
+        the scenario also sets is refused (the same one is a scenario validated again
+        after this filled it in)."""
+        scenario = handler(data)
+        name = scenario.engine.cpu_artifact
         if name is None:
-            return self
+            return scenario
         artifact = load_engine_cpu_artifact(name, (info.context or {}).get("base_dir"))
         # As kernel tables (sim.cost.kernels.config): coefficients fitted to another
         # model's or GPU's runs would price another engine's steps, silently.
         fitted = (artifact.provenance.model, artifact.provenance.hardware)
-        if fitted != (self.model.name, self.hardware.name):
+        if fitted != (scenario.model.name, scenario.hardware.name):
             raise ValueError(
                 f"engine.cpu_artifact {name} was fitted on model {fitted[0]} on {fitted[1]}, "
-                f"the scenario runs {self.model.name} on {self.hardware.name}: it would price "
-                "another engine's CPU work (fit one on runs of this model and hardware)"
+                f"the scenario runs {scenario.model.name} on {scenario.hardware.name}: it would "
+                "price another engine's CPU work (fit one on runs of this model and hardware)"
             )
+        engine, frontend = scenario.engine, scenario.frontend
         if artifact.cpu is not None:
-            if self.engine.cpu is not None and self.engine.cpu != artifact.cpu:
+            if engine.cpu is not None and engine.cpu != artifact.cpu:
                 raise ValueError(f"engine.cpu and engine.cpu_artifact {name} both set; keep one")
-            cpu = {"cpu": artifact.cpu}
-            object.__setattr__(self, "engine", self.engine.model_copy(update=cpu))
+            engine = engine.model_copy(update={"cpu": artifact.cpu})
         way_in = artifact.way_in_s_per_request
         if way_in is not None:
-            given = self.frontend.way_in_s_per_request
-            if "way_in_s_per_request" in self.frontend.model_fields_set and given != way_in:
+            given = frontend.way_in_s_per_request
+            if "way_in_s_per_request" in frontend.model_fields_set and given != way_in:
                 raise ValueError(
                     f"frontend.way_in_s_per_request and engine.cpu_artifact {name} (which "
                     "fitted it) both set; keep one"
                 )
-            update = {"way_in_s_per_request": way_in}
-            object.__setattr__(self, "frontend", self.frontend.model_copy(update=update))
-        return self
+            frontend = frontend.model_copy(update={"way_in_s_per_request": way_in})
+        return scenario._filled(engine=engine, frontend=frontend)
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -345,7 +361,7 @@ class Scenario(BaseModel):
         if (
             isinstance(policy, ContinuousSettings)
             and not policy.chunked_prefill
-            and policy.batched_tokens_limit < self.engine.max_model_len_tokens
+            and policy.limits.max_num_batched_tokens < self.engine.max_model_len_tokens
         ):
             # As vLLM: without chunking, a prompt must fit in one step's budget.
             raise ValueError(
@@ -356,12 +372,12 @@ class Scenario(BaseModel):
         if (
             isinstance(policy, ContinuousSettings)
             and policy.max_num_seqs is not None
-            and policy.batched_tokens_limit < policy.max_num_seqs
+            and policy.limits.max_num_batched_tokens < policy.max_num_seqs
         ):
             # As vLLM (SchedulerConfig._verify_args), which refuses to start: every
             # running sequence needs at least one token of a step's budget.
             raise ValueError(
-                f"scheduler.max_num_batched_tokens ({policy.batched_tokens_limit}) must be "
+                f"scheduler.max_num_batched_tokens ({policy.max_num_batched_tokens}) must be "
                 f">= scheduler.max_num_seqs ({policy.max_num_seqs}), as vLLM requires"
             )
         if self.speculative is not None and not isinstance(policy, ContinuousSettings):

@@ -16,6 +16,11 @@ between the versions modelled here follows it:
   public sources, the same for every V1 version here (no public source
   measures them version by version); ``engine.cpu`` overrides them.
 
+0.22 to 0.24 (0.24: the vLLM the shipped kernel tables were timed with,
+``*-vllm-0.24.0-*``) are modelled with 0.21's defaults: no public source read
+for servesim says either default, or the V1 engine's CPU work, changed after
+0.21, so the two flags keep their 0.21 values (an assumption, not a finding).
+
 Unchanged across these versions, so not in the table: the batch limits
 vLLM picks from the device's memory (``sim.engine.policies.vllm_defaults``:
 vLLM PR #17073, in 0.9, and #17885 for A100s) and prefix caching on by default
@@ -60,9 +65,11 @@ def _version(minor: int) -> VllmVersion:
     )
 
 
-# From 0.10 (V1 the only engine for the models servesim runs) to the newest modelled.
-VERSIONS: dict[str, VllmVersion] = {v.name: v for v in map(_version, range(10, 22))}
-NEWEST = "0.21"
+# From 0.10 (V1 the only engine for the models servesim runs) to the newest modelled:
+# 0.24, the version the shipped kernel tables were timed with (0.22-0.24 keep 0.21's
+# defaults, an assumption: see the module docstring).
+VERSIONS: dict[str, VllmVersion] = {v.name: v for v in map(_version, range(10, 25))}
+NEWEST = "0.24"
 
 # major.minor, an optional patch, then an optional pre-, post- or dev-release or local tag.
 _NUMBER = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:(?:rc|a|b|\.dev|\.post|\+)\S*)?")

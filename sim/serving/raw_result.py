@@ -86,6 +86,8 @@ class RawResult:
     step log's weights do not cover (tokens after a break in a request's run).
     ``accelerator``: the name of the speed path that simulated the run, where
     one says so (the results are the same either way); None: the reference.
+    ``num_sent``: the requests the workload sent (``Simulation.run`` sets it), for
+    the check that each is recorded (``sim.metrics.invariants``); None: not known.
     """
 
     records: RequestTable | pd.DataFrame
@@ -96,6 +98,7 @@ class RawResult:
     rejections: dict[int, str]
     num_replicas: int = 1
     accelerator: str | None = None
+    num_sent: int | None = None
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:

@@ -24,6 +24,15 @@ process) catches up at once. ``run_until(time_s)`` does everything due by
 the clock's time and sleeps until that deadline (or a submission), and a test
 calls it with times of its own choosing.
 
+**Falling behind.** When the thread commits a step later than its predicted
+end by more than ``LAG_WARN_S`` (a client that reads slowly holding the GIL,
+a host CPU shared with a load generator), the tokens reach clients late and a
+benchmark measures the host, not the predicted GPU. The lag (wall-clock time
+at the commit minus the step's predicted end) is the latest step's, exported
+by ``load()`` (``servesim:simulation_lag_seconds`` in ``/metrics``); the log
+says so once per episode: one warning when the lag first passes
+``LAG_WARN_S``, none again until a step is back within it.
+
 **Arrivals and lengths.** A request arrives when ``submit`` is called (after
 the server parsed and tokenized it: its prompt length is the server's token
 count); its output length is ``max_tokens``; its class for a priority policy is
@@ -59,12 +68,13 @@ behind its router (``sim.serving.routed``).
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.engine.request import Request
 from sim.engine.scheduler import StepPlan
@@ -80,6 +90,11 @@ _LETTER_IDS = tuple(_FIRST_BYTE_ID + b for b in b"abcdefghijklmnopqrstuvwxyz")
 # lists grow a row a step or a request. They are dropped, while nothing is live,
 # after this many steps (nothing reads them back: policies only append to the log).
 _LOG_STEPS = 1 << 16
+# A step committed this late (s, wall clock past its predicted end) starts an
+# episode of falling behind (module doc). Sleep jitter is well under a
+# millisecond; 50 ms is a token delivered a visible fraction of a TPOT late.
+LAG_WARN_S = 0.05
+LOG = logging.getLogger("servesim.serve")
 
 
 def token_ids(first_index: int, num_tokens: int) -> tuple[int, ...]:
@@ -127,7 +142,7 @@ class SimulatedEngine:
         self.max_model_len_tokens = config.core.max_model_len_tokens
         # The simulator's own factory, in its reference (step-by-step) mode.
         self.core = replica_core(config.core, skip_ahead=False)
-        self.pipelined = self.core.pipelined
+        self.async_scheduling = self.core.async_scheduling
         # Prefix caching: prompts are keyed by their blocks' token ids, so that
         # clients whose prompts share a prefix hit the simulated cache.
         core_config = config.core
@@ -159,6 +174,8 @@ class SimulatedEngine:
         self._wake_at_s: float | None = None  # an idle policy's wake-up time
         self._visible_until_s: float | None = None  # async scheduling (module doc)
         self._steps_since_logs = 0
+        self._lag_s = 0.0  # the latest committed step's lag (s; module doc)
+        self._behind = False  # in an episode of lag over LAG_WARN_S (warned once)
         self._thread = threading.Thread(target=self._loop, name="servesim-simulated", daemon=True)
 
     # -- OnlineBackend -------------------------------------------------------
@@ -217,7 +234,7 @@ class SimulatedEngine:
 
     def load(self) -> EngineLoad:
         """Running and waiting counts (those on the way in too) and KV usage."""
-        return load_of(self.core, len(self._pending))
+        return replace(load_of(self.core, len(self._pending)), simulation_lag_s=self._lag_s)
 
     # -- the executor ---------------------------------------------------------
     def run_until(self, time_s: float) -> float:
@@ -233,9 +250,11 @@ class SimulatedEngine:
                 if step.end_s > time_s:
                     return step.end_s
                 self._step = None
+                if time_s < math.inf:  # inf: a test running everything, no wall clock
+                    self._note_lag(time_s - step.end_s)
                 self._commit(step)
                 self._plan_at_s = step.end_s
-                self._visible_until_s = step.start_s if self.pipelined else None
+                self._visible_until_s = step.start_s if self.async_scheduling else None
             now = self._plan_at_s
             if now is None:  # idle: until a request is ready, or the policy's wake-up
                 due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
@@ -251,7 +270,7 @@ class SimulatedEngine:
             self._end_aborted(now)
             self._admit_ready(now)
             plan = core.schedule(now, self._visible_until_s)
-            deferred = self.pipelined and core.num_deferred_at_plan > 0
+            deferred = self.async_scheduling and core.num_deferred_at_plan > 0
             self._visible_until_s = None
             if plan.is_empty:
                 if deferred:  # vLLM plans again once step N's output is in
@@ -266,6 +285,19 @@ class SimulatedEngine:
             end_s = now + (self.cost.step_s(plan.shape()) + plan.extra_s)
             self._step = _Step(plan, now, end_s)
             self._plan_at_s = None
+
+    def _note_lag(self, lag_s: float) -> None:
+        """Keep the committed step's lag; warn once when an episode of lag starts."""
+        self._lag_s = max(lag_s, 0.0)
+        behind = lag_s > LAG_WARN_S
+        if behind and not self._behind:
+            LOG.warning(
+                "servesim serve --simulate: the engine is %.3f s behind real time (a client or "
+                "the host CPU is the bottleneck): tokens come later than the predicted GPU "
+                "would send them (servesim:simulation_lag_seconds in /metrics)",
+                lag_s,
+            )
+        self._behind = behind
 
     def _idle_wake_s(self) -> float:
         return math.inf if self._wake_at_s is None else self._wake_at_s
@@ -322,6 +354,14 @@ class SimulatedEngine:
         before = [(request, request.num_generated_tokens) for request, _ in plan.scheduled]
         self.core.commit(plan, step.start_s, [step.end_s])
         self._steps_since_logs += 1
+        # vLLM's tokens of this step (Emitted.num_step_tokens): each request's whole
+        # prompt when the step gave its first token, plus the tokens it generated.
+        num_step_tokens: int | None = sum(
+            request.num_generated_tokens
+            - generated
+            + (request.num_prompt_tokens if generated == 0 < request.num_generated_tokens else 0)
+            for request, generated in before
+        )
         for request, generated in before:
             num_new = request.num_generated_tokens - generated
             live = self._live.get(request.request_id)
@@ -333,22 +373,35 @@ class SimulatedEngine:
                 continue
             ids = token_ids(generated, num_new)
             if request.finish_s is not None:
-                self._finish(live, ids, "length")
+                self._finish(live, ids, "length", num_step_tokens)
             else:
-                self._send(live, ids, None)
+                self._send(live, ids, None, num_step_tokens)
+            num_step_tokens = None  # on the step's first event sent only
 
-    def _finish(self, live: _Live, ids: tuple[int, ...], reason: FinishReason) -> None:
+    def _finish(
+        self,
+        live: _Live,
+        ids: tuple[int, ...],
+        reason: FinishReason,
+        num_step_tokens: int | None = None,
+    ) -> None:
         self._live.pop(live.request.request_id, None)
-        self._send(live, ids, reason)
+        self._send(live, ids, reason, num_step_tokens)
 
-    def _send(self, live: _Live, ids: tuple[int, ...], reason: FinishReason | None) -> None:
+    def _send(
+        self,
+        live: _Live,
+        ids: tuple[int, ...],
+        reason: FinishReason | None,
+        num_step_tokens: int | None = None,
+    ) -> None:
         """Hand one output to a request's sink; a sink that fails ends its request
         (its client is gone), never the loop that serves the others."""
         request = live.request
         try:
             timing = timing_of(request) if ids else None
             n, generated = request.num_prompt_tokens, request.num_generated_tokens
-            live.sink(Emitted(ids, reason, n, generated, timing))
+            live.sink(Emitted(ids, reason, n, generated, timing, num_step_tokens))
         except Exception:
             if reason is None:
                 self._abort(live)

@@ -60,9 +60,9 @@ class Replica:
         # replica then sleeps until that time.
         self.pull: Callable[[float], float] | None = None
         # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
-        self.pipelined = core.pipelined
+        self.async_scheduling = core.async_scheduling
         # Steps a run goes on past the step during which a request arrives.
-        self._lag = 2 if self.pipelined else 1
+        self._lag = 2 if self.async_scheduling else 1
         self.process = env.process(self._run())
 
     def submit(self, request: Request) -> None:
@@ -78,7 +78,7 @@ class Replica:
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env, core, cost = self.env, self.core, self.cost
-        pipelined, lag = self.pipelined, self._lag
+        async_scheduling, lag = self.async_scheduling, self._lag
         run_ends = self._run_ends
         # Async scheduling: the start of the step just committed; the next plan
         # was (in vLLM) made then. None: nothing ran since the replica woke.
@@ -99,7 +99,7 @@ class Replica:
                 next_pull_s = pull(now)
             started = True
             plan = core.schedule(now, visible_until)
-            deferred = pipelined and core.num_deferred_at_plan > 0
+            deferred = async_scheduling and core.num_deferred_at_plan > 0
             visible_until = None
             if plan.is_empty:
                 if deferred:  # vLLM plans again once step N's output is in
@@ -120,7 +120,7 @@ class Replica:
                 yield env.timeout(end - now)
                 core.commit(plan, now, [end])
                 last_end = end
-                visible_until = now if pipelined else None
+                visible_until = now if async_scheduling else None
                 continue
             # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
             # as step-by-step execution, so both modes agree exactly.
@@ -157,7 +157,7 @@ class Replica:
             self._interruptible = False
             core.commit(plan, now, ends)
             last_end = ends[-1]
-            if pipelined:
+            if async_scheduling:
                 visible_until = ends[-2] if len(ends) > 1 else now
 
     def _sleep(

@@ -133,10 +133,16 @@ class RoutedEngines:
             self.engines[index].abort(local)
 
     def load(self) -> EngineLoad:
-        """The replicas' running and waiting requests summed, their KV usage averaged."""
+        """The replicas' running and waiting requests summed, their KV usage averaged,
+        the first one's KV configuration (the replicas share it), the largest lag."""
         loads = [engine.load() for engine in self.engines]
+        lags = [x.simulation_lag_s for x in loads if x.simulation_lag_s is not None]
         return EngineLoad(
             num_running=sum(x.num_running for x in loads),
             num_waiting=sum(x.num_waiting for x in loads),
             kv_cache_usage=sum(x.kv_cache_usage for x in loads) / len(loads),
+            block_size_tokens=loads[0].block_size_tokens,
+            num_gpu_blocks=loads[0].num_gpu_blocks,
+            enable_prefix_caching=loads[0].enable_prefix_caching,
+            simulation_lag_s=max(lags) if lags else None,
         )

@@ -77,11 +77,14 @@ class Simulation:
         compiled: bool | None = None,
         progress: bool = False,
     ) -> None:
-        """``fast=False`` never offers a run to the speed paths (``sim.fast``): every
-        open-loop request is handed over at an event of its own, the reference
-        they are tested against. ``workers`` and ``compiled`` are the speed
-        paths' settings (``sim.fast.open_loop.run``; the result is the same
-        whatever they are):
+        """``fast=False`` never offers a run to the open-loop speed paths
+        (``sim.fast.open_loop``): every open-loop request is handed over at an
+        event of its own. The replica's engine core is still the decode cohort
+        (``sim.fast.cohort``) while ``engine.skip_ahead`` is on; the reference
+        the speed paths are tested against is ``fast=False`` with
+        ``engine.skip_ahead: false`` (docs/architecture.md, the path of one
+        request). ``workers`` and ``compiled`` are the speed paths' settings
+        (``sim.fast.open_loop.run``; the result is the same whatever they are):
 
         ``workers``: processes to simulate a round-robin pool's replicas in.
         None: as many as pay, up to one per usable CPU; 1: this process only
@@ -275,7 +278,9 @@ class Simulation:
                 self._simulate(work, bar)
         finally:
             bar.close()
-        return self._result() if raw is None else raw
+        result = self._result() if raw is None else raw
+        result.num_sent = total
+        return result
 
     def _simulate(
         self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None

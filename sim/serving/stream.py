@@ -65,7 +65,11 @@ class Emitted:
     ``token_ids`` may be empty on the last event of a request that ends without a
     new token (an abort, a request refused at admission). ``timing``: the
     request's time in the engine as of this event (``timing_of``), on events
-    with tokens from engines that keep it.
+    with tokens from engines that keep it. ``num_step_tokens``: on the first
+    event an engine sends for a step (None on the others, and from engines that
+    do not count them), the step's tokens as vLLM's ``IterationStats`` counts
+    them for ``vllm:iteration_tokens_total``: the whole prompt of each request
+    whose first token the step produced, plus every token the step generated.
     """
 
     token_ids: tuple[int, ...]
@@ -73,6 +77,7 @@ class Emitted:
     num_prompt_tokens: int
     num_generated_tokens: int
     timing: RequestTiming | None = None
+    num_step_tokens: int | None = None
 
 
 Sink = Callable[[Emitted], None]
@@ -81,11 +86,21 @@ Sink = Callable[[Emitted], None]
 
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
-    """The engine's state as Prometheus gauges report it (vLLM's names in ``/metrics``)."""
+    """The engine's state as Prometheus gauges report it (vLLM's names in ``/metrics``).
+
+    The KV pool's configuration (``vllm:cache_config_info``'s labels) and, for a
+    simulated engine, how far its clock is behind the wall clock: None where an
+    engine does not say (then ``/metrics`` leaves that series out)."""
 
     num_running: int
     num_waiting: int
     kv_cache_usage: float  # fraction of KV blocks in use, 0..1
+    block_size_tokens: int | None = None
+    num_gpu_blocks: int | None = None
+    enable_prefix_caching: bool | None = None
+    # The latest committed step's lag: wall-clock time when the engine committed it
+    # minus its predicted end (s; 0 when on time; sim.serving.realtime).
+    simulation_lag_s: float | None = None
 
 
 def load_of(core: EngineCore, num_pending: int = 0) -> EngineLoad:
@@ -97,6 +112,9 @@ def load_of(core: EngineCore, num_pending: int = 0) -> EngineLoad:
         num_running=len(core.running),
         num_waiting=len(core.waiting) + num_pending,
         kv_cache_usage=(kv.num_blocks - kv.num_free_blocks) / kv.num_blocks,
+        block_size_tokens=kv.block_size_tokens,
+        num_gpu_blocks=kv.num_blocks,
+        enable_prefix_caching=kv.caches_prefixes,
     )
 
 

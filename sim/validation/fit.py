@@ -139,7 +139,9 @@ class FitRun:
             if params.cpu == ZERO_CPU:  # only the way in fitted, on a whole-step base
                 return self.base
             raise ValueError(f"{self.name}: the base times whole steps; no engine CPU to fit")
-        return EngineCpuCost(self.base, EngineCpu(params.cpu, self.engine_cpu.overlapped, "fit"))
+        return EngineCpuCost(
+            self.base, EngineCpu(params.cpu, self.engine_cpu.async_scheduling, "fit")
+        )
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,10 @@ LIGHT = EngineCpuConfig(per_step_s=4e-4, per_seq_s=1.3e-5, per_token_s=1e-7, non
 HEAVY = EngineCpuConfig(per_step_s=3e-3, per_seq_s=2e-3, per_token_s=3e-6, non_overlapped_s=7e-4)
 COSTS: list[CostModel] = [
     *ROOFLINES,
-    EngineCpuCost(ROOFLINES[0], EngineCpu(HEAVY, overlapped=True, source="test")),
-    EngineCpuCost(ROOFLINES[1], EngineCpu(LIGHT, overlapped=False, source="test")),
-    EngineCpuCost(ROOFLINES[0], EngineCpu(LIGHT, overlapped=True, source="test")),
-    EngineCpuCost(ROOFLINES[1], EngineCpu(HEAVY, overlapped=False, source="test")),
+    EngineCpuCost(ROOFLINES[0], EngineCpu(HEAVY, async_scheduling=True, source="test")),
+    EngineCpuCost(ROOFLINES[1], EngineCpu(LIGHT, async_scheduling=False, source="test")),
+    EngineCpuCost(ROOFLINES[0], EngineCpu(LIGHT, async_scheduling=True, source="test")),
+    EngineCpuCost(ROOFLINES[1], EngineCpu(HEAVY, async_scheduling=False, source="test")),
 ]
 
 KERNEL_COSTS = kernel_costs(LIGHT, HEAVY)

@@ -47,6 +47,10 @@ class OrcaConfig(BaseModel):
     def build(self) -> Orca:
         return Orca(self)
 
+    def step_seq_bound(self) -> int:
+        """Most sequences one step holds (``max_num_seqs``)."""
+        return self.max_num_seqs
+
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
         return min(self.max_num_seqs * max_model_len_tokens, 1 << 16)

@@ -49,6 +49,10 @@ class PrefillFirstConfig(BaseModel):
     def build(self) -> PrefillFirst:
         return PrefillFirst(self)
 
+    def step_seq_bound(self) -> int:
+        """Most sequences one step holds (``max_num_seqs``)."""
+        return self.max_num_seqs
+
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
         return max(self.max_num_batched_tokens, max_model_len_tokens)

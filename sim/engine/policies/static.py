@@ -29,6 +29,10 @@ class BatchSettings(BaseModel):
         default=0.0, ge=0.0, description="longest the oldest request waits for a full batch"
     )
 
+    def step_seq_bound(self) -> int:
+        """Most sequences one step holds (``max_batch_size``)."""
+        return self.max_batch_size
+
     def step_token_bound(self, max_model_len_tokens: int) -> int:
         """Most tokens one step can compute (sizes the activation reserve)."""
         return min(self.max_batch_size * max_model_len_tokens, 1 << 16)

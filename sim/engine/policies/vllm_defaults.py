@@ -11,8 +11,9 @@ scheduler limits through ``batch_defaults`` once the hardware is known.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from sim.engine.scheduler import FALLBACK_LIMITS, BatchLimits
 
 UsageContext = Literal["openai_api_server", "llm_class"]
 
@@ -22,17 +23,12 @@ _LARGE_GPU_MEMORY_BYTES = 70 * 2**30
 
 # (max_num_batched_tokens, max_num_seqs) per usage context.
 _LARGE_GPU = {"llm_class": (16384, 1024), "openai_api_server": (8192, 1024)}
-_OTHER_GPU = {"llm_class": (8192, 256), "openai_api_server": (2048, 256)}
+_OTHER_GPU = {
+    "llm_class": (8192, 256),
+    "openai_api_server": (FALLBACK_LIMITS.max_num_batched_tokens, FALLBACK_LIMITS.max_num_seqs),
+}
 # CPUs: per unit of world size (tensor x pipeline parallel).
 _CPU_PER_WORKER = {"llm_class": (4096, 256), "openai_api_server": (2048, 128)}
-
-
-@dataclass(frozen=True)
-class BatchLimits:
-    """The scheduler's two batch limits after defaults are filled in."""
-
-    max_num_batched_tokens: int
-    max_num_seqs: int
 
 
 def device_class(hardware_name: str, memory_bytes: float) -> Literal["large_gpu", "gpu", "cpu"]:

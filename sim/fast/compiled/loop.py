@@ -46,14 +46,15 @@ FLUSH = 1  # an output buffer is nearly full: empty them and call again
 UNSUPPORTED = 2  # something only the Python path plays (see the module)
 
 # Settings (``settings`` array, int64), by index.
-MAX_NUM_SEQS, MAX_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
-NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC = 5, 6, 7, 8
+MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
+NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC_SCHEDULING = 5, 6, 7, 8
 NUM_SETTINGS = 9
 # Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
-# the engine's CPU work (sim.cost.engine_cpu; all 0 and OVERLAPPED 1 for a bare
+# the engine's CPU work (sim.cost.engine_cpu; all 0 and CPU_ASYNC_SCHEDULING 1 for a bare
 # roofline, whose prices that leaves unchanged to the bit: 0 + max(gpu, 0) = gpu).
 S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
-CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S, CPU_NON_OVERLAPPED_S, OVERLAPPED = 4, 5, 6, 7, 8
+CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
+CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
 NUM_COSTS = 9
 # The GPU's price: the roofline's constants, or kernel tables (``layout[KIND]``).
 ROOFLINE, KERNELS = 0, 1
@@ -430,7 +431,7 @@ def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
 
 def with_cpu(cost: FloatArray, gpu: float, cpu: float) -> float:
     """A step of ``gpu`` seconds on the GPU and ``cpu`` of CPU work (``EngineCpuCost``)."""
-    if cost[OVERLAPPED] != 0.0:
+    if cost[CPU_ASYNC_SCHEDULING] != 0.0:
         return cost[CPU_NON_OVERLAPPED_S] + (gpu if gpu > cpu else cpu)
     return cost[CPU_NON_OVERLAPPED_S] + cpu + gpu
 
@@ -579,7 +580,7 @@ def decode_ends(
         low0, w0 = cell(tables, a0, n0, seqs)
     num_layers = layout[NUM_LAYERS]
     cpu = cpu_s(cost, num_seqs, num_seqs)
-    overlapped = cost[OVERLAPPED] != 0.0
+    async_scheduling = cost[CPU_ASYNC_SCHEDULING] != 0.0
     serial_s = cost[CPU_NON_OVERLAPPED_S]
     fixed_s = serial_s + cpu  # EngineCpuCost._durations' serial sum
     end = first_end_s
@@ -611,7 +612,7 @@ def decode_ends(
             compute = dense_s + pair_s * context
             memory = weight_s + kv_s * (context + num_seqs)
             gpu = compute if compute > memory else memory
-        if overlapped:
+        if async_scheduling:
             end += serial_s + (gpu if gpu > cpu else cpu)
         else:
             end += fixed_s + gpu
@@ -638,7 +639,7 @@ def commit(
     sched_new: IntArray,
     num_sched: int,
     held: IntArray,
-    pipelined: bool,
+    async_scheduling: bool,
     state: IntArray,
     ends: FloatArray,
     at: int,
@@ -691,7 +692,7 @@ def commit(
     for j in range(num_finished):  # EngineCore.finish, in running order
         r = sched_r[j]
         finish_s[r] = end_last
-        if pipelined:  # its slot and blocks count for the plan already under way
+        if async_scheduling:  # its slot and blocks count for the plan already under way
             held[state[NUM_HELD]] = r
             state[NUM_HELD] += 1
         else:
@@ -765,12 +766,13 @@ def run(
     of its latest. Logs go to the buffers from the
     counts in ``state``; ``done_order`` lists requests as they finish.
     """
-    max_num_seqs, max_batched = settings[MAX_NUM_SEQS], settings[MAX_BATCHED_TOKENS]
+    max_num_seqs = settings[MAX_NUM_SEQS]
+    max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
     cap, chunked, bs = settings[TOKEN_CAP], settings[CHUNKED], settings[BLOCK_SIZE]
     num_blocks, caches_prefixes = settings[NUM_BLOCKS], settings[CACHES_PREFIXES]
     max_run = settings[MAX_RUN_STEPS]
-    pipelined = settings[ASYNC] != 0
-    lag = 2 if pipelined else 1  # steps a run goes on past the one an arrival lands in
+    async_scheduling = settings[ASYNC_SCHEDULING] != 0
+    lag = 2 if async_scheduling else 1  # steps a run goes on past the one an arrival lands in
     while True:
         if (
             state[NUM_ENDS] + max_run + 1 > ends.shape[0]
@@ -795,7 +797,7 @@ def run(
             state[VISIBLE] = 0
         num_held = state[NUM_HELD]
         # -- Continuous.schedule: the running loop (no preemption here) --------------
-        budget = max_batched
+        budget = max_num_batched_tokens
         num_sched = 0
         num_running = state[NUM_RUNNING]
         free = state[NUM_FREE]
@@ -858,7 +860,7 @@ def run(
         state[WAIT_HEAD] = head
         state[NUM_RUNNING] = num_running
         # Hidden arrivals, and held slots if anyone waits: the plan cannot promise a run.
-        deferred = pipelined and (visible < taken or (num_held > 0 and head < visible))
+        deferred = async_scheduling and (visible < taken or (num_held > 0 and head < visible))
         free_at_plan = free  # what the policy saw (held blocks still out)
         for i in range(num_held):  # freed once the plan under way is made
             free += blocks[held[i]]
@@ -895,7 +897,9 @@ def run(
                 bs, free_at_plan, comp, blocks, sched_r, sched_new, num_sched, min_left
             )
             interruptible = (
-                blocked == _EMPTY and num_sched < max_num_seqs and num_sched < max_batched
+                blocked == _EMPTY
+                and num_sched < max_num_seqs
+                and num_sched < max_num_batched_tokens
             )
         at = state[NUM_ENDS]
         if num_steps == 1:
@@ -934,7 +938,7 @@ def run(
             sched_new,
             num_sched,
             held,
-            pipelined,
+            async_scheduling,
             state,
             ends,
             at,
@@ -948,7 +952,7 @@ def run(
         if status != DONE:
             return status
         clock[LAST_END] = last_end_s
-        if pipelined:  # the next plan was made (in vLLM) when the last step began
+        if async_scheduling:  # the next plan was made (in vLLM) when the last step began
             clock[VISIBLE_UNTIL] = ends[at + num_ends - 2] if num_ends > 1 else now
             state[VISIBLE] = 1
         if state[NUM_RUNNING] != num_running:  # EngineCore.remove_finished, in order

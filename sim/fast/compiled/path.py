@@ -134,14 +134,14 @@ def cost_arrays(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> CostArr
         kernel = kernels.kernel_cost_of(cost)
         assert kernel is not None  # why_not said so
         tables, layout = kernels.arrays(kernel, max_num_seqs, max_tokens)
-    constants[loop.OVERLAPPED] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
+    constants[loop.CPU_ASYNC_SCHEDULING] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
     if isinstance(cost, EngineCpuCost):
         cpu = cost.cpu.config
         constants[loop.CPU_PER_STEP_S] = cpu.per_step_s
         constants[loop.CPU_PER_SEQ_S] = cpu.per_seq_s
         constants[loop.CPU_PER_TOKEN_S] = cpu.per_token_s
         constants[loop.CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
-        constants[loop.OVERLAPPED] = float(cost.overlapped)
+        constants[loop.CPU_ASYNC_SCHEDULING] = float(cost.async_scheduling)
     return constants, tables, layout
 
 
@@ -268,14 +268,14 @@ class LoopArrays:
         inf = np.array([np.inf])  # "nothing more to come", as the feed's
         settings = np.zeros(loop.NUM_SETTINGS, dtype=np.int64)
         settings[loop.MAX_NUM_SEQS] = policy.max_num_seqs
-        settings[loop.MAX_BATCHED_TOKENS] = policy.max_num_batched_tokens
+        settings[loop.MAX_NUM_BATCHED_TOKENS] = policy.max_num_batched_tokens
         settings[loop.TOKEN_CAP] = policy.max_tokens_per_request or 0  # 0: no cap
         settings[loop.CHUNKED] = policy.chunked_prefill
         settings[loop.BLOCK_SIZE] = kv.block_size_tokens
         settings[loop.NUM_BLOCKS] = kv.num_blocks
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
-        settings[loop.ASYNC] = policy.async_scheduling
+        settings[loop.ASYNC_SCHEDULING] = policy.async_scheduling
         constants, tables, layout = priced
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks

@@ -1,0 +1,190 @@
+"""What must hold after every run, whatever the input: checked on the run's own records.
+
+``check_run`` runs once per simulation, where its result is assembled
+(``sim.api.result.build_result``: single runs, sweeps, capacity searches and
+replays all pass there). A broken invariant is a simulator bug, never a figure
+to print: it raises ``InvariantError``, which names the invariant and the first
+request or sample that breaks it.
+
+- ``accounting``: every request sent is recorded exactly once, as completed,
+  rejected or unfinished (never both rejected and finished).
+- ``ttft_within_e2e``: a completed request's first token comes after its
+  arrival and no later than its last one (0 <= TTFT <= E2E).
+- ``tokens_out``: a completed request generated exactly the tokens it asked
+  for; no request generated more.
+- ``kv_pool``: no sample of a replica's KV blocks in use exceeds the pool the
+  configuration gave it (``num_kv_blocks``), nor falls below 0. The series is
+  sampled at every plan (decode steps a plan lets follow it are not sampled:
+  the scheduler's own bound covers them); reading it costs nothing per step.
+- ``littles_law``: on each replica, the time-average number of requests in
+  the engine (the queue samples' ``num_waiting + num_running``, each held
+  until the next sample) equals throughput x mean time in the engine (the
+  records' ``ready_s`` to ``engine_finish_s``), within the sampling error: a
+  sample is stale by at most the gap to the next one, so each entry or exit
+  moves the time-integral by at most the length of the gap it falls in.
+  Not checked for a disaggregated run, whose records join two replicas' times
+  (a request in KV transfer is in neither queue).
+
+The cost is a few numpy passes over the records and the series (O(n log m)
+for n requests and m samples), against a simulation's per-plan work:
+``benchmarks/sim_speed.py`` measures the run with it (issue 39: within 5 %).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask
+from sim.errors import InvariantError
+
+if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
+    import pandas as pd
+
+FloatArray = npt.NDArray[np.float64]
+
+INVARIANTS = ("accounting", "ttft_within_e2e", "tokens_out", "kv_pool", "littles_law")
+"""Every invariant ``check_run`` checks, by the name its error gives."""
+
+# Float slack of the Little's-law comparison, relative to the areas summed (s):
+# sums of n time spans in float64 are exact to ~n * 1e-16 of their magnitude.
+_AREA_RTOL = 1e-9
+
+
+def check_run(
+    records: RequestTable | pd.DataFrame,
+    series: dict[str, npt.NDArray[Any]],
+    num_sent: int | None,
+    num_kv_blocks: int,
+) -> None:
+    """Raise ``InvariantError`` for the first invariant the run breaks.
+
+    ``records``: the run's per-request table (client times, ``engine_*`` times);
+    ``series``: every replica's queue samples (``SERIES_COLUMNS`` and
+    ``replica``); ``num_sent``: the requests the workload sent (None: not known);
+    ``num_kv_blocks``: the KV pool of each replica, as configured.
+    """
+    _check_accounting(records, num_sent)
+    done = completed_mask(records)
+    _check_ttft_within_e2e(records, done)
+    _check_tokens_out(records, done)
+    _check_kv_pool(series, num_kv_blocks)
+    if isinstance(records, RequestTable) and "engine_finish_s" in records:
+        _check_littles_law(records, series)
+
+
+def _first(mask: npt.NDArray[np.bool_]) -> int:
+    """Index of the first True of ``mask``."""
+    return int(np.argmax(mask))
+
+
+def _check_accounting(records: RequestTable | pd.DataFrame, num_sent: int | None) -> None:
+    ids = np.sort(np.asarray(records["request_id"]))
+    if num_sent is not None and len(ids) != num_sent:
+        raise InvariantError(
+            "accounting", f"{num_sent} requests sent but {len(ids)} recorded (each exactly once)"
+        )
+    repeated = ids[1:] == ids[:-1]
+    if repeated.any():
+        raise InvariantError("accounting", f"request {ids[_first(repeated)]} recorded twice")
+    both = rejected_mask(records) & np.isfinite(floats(records["finish_s"]))
+    if both.any():
+        request = np.asarray(records["request_id"])[_first(both)]
+        raise InvariantError("accounting", f"request {request} both rejected and finished")
+
+
+def _check_ttft_within_e2e(
+    records: RequestTable | pd.DataFrame, done: npt.NDArray[np.bool_]
+) -> None:
+    # Times compared directly: t - arrival is monotone in t, so TTFT <= E2E exactly
+    # when first_token_s <= finish_s (NaN compares False: a missing time breaks it).
+    arrival = floats(records["arrival_s"])[done]
+    first = floats(records["first_token_s"])[done]
+    finish = floats(records["finish_s"])[done]
+    broken = ~((arrival <= first) & (first <= finish))
+    if broken.any():
+        at = _first(broken)
+        request = np.asarray(records["request_id"])[done][at]
+        raise InvariantError(
+            "ttft_within_e2e",
+            f"request {request}: TTFT {(first[at] - arrival[at]) * 1e3:.6g} ms, "
+            f"E2E {(finish[at] - arrival[at]) * 1e3:.6g} ms (need 0 <= TTFT <= E2E)",
+        )
+
+
+def _check_tokens_out(records: RequestTable | pd.DataFrame, done: npt.NDArray[np.bool_]) -> None:
+    asked = np.asarray(records["num_output_tokens"])
+    generated = np.asarray(records["num_generated_tokens"])
+    broken = (done & (generated != asked)) | (generated > asked)
+    if broken.any():
+        at = _first(broken)
+        state = "completed" if done[at] else "unfinished or rejected"
+        raise InvariantError(
+            "tokens_out",
+            f"request {np.asarray(records['request_id'])[at]} ({state}) generated "
+            f"{generated[at]} tokens of the {asked[at]} it asked for",
+        )
+
+
+def _check_kv_pool(series: dict[str, npt.NDArray[Any]], num_kv_blocks: int) -> None:
+    used = np.asarray(series["num_kv_blocks_used"])
+    broken = (used > num_kv_blocks) | (used < 0)
+    if broken.any():
+        at = _first(broken)
+        raise InvariantError(
+            "kv_pool",
+            f"replica {series['replica'][at]} had {used[at]} KV blocks in use at "
+            f"{series['time_s'][at]:.9g} s, of a pool of {num_kv_blocks}",
+        )
+
+
+def _check_littles_law(records: RequestTable, series: dict[str, npt.NDArray[Any]]) -> None:
+    accepted = ~rejected_mask(records)
+    enter_all = floats(records["ready_s"])[accepted]
+    leave_all = floats(records["engine_finish_s"])[accepted]
+    owner = np.asarray(records["replica"])[accepted]
+    sample_owner = np.asarray(series["replica"])
+    time_all = floats(series["time_s"])
+    count_all = np.asarray(series["num_waiting"], np.float64) + series["num_running"]
+    series_area = records_area = tolerance = slack = 0.0
+    start_s, end_s = np.inf, -np.inf
+    num_in = 0
+    for replica in sorted(set(owner.tolist())):  # (np.unique imports numpy.ma: ~30 ms)
+        mine = owner == replica
+        enter, leave = enter_all[mine], leave_all[mine]
+        samples = sample_owner == replica
+        times, counts = time_all[samples], count_all[samples]
+        # The replica's window: its first entry or sample to its last exit or sample;
+        # no one is in before the first sample, a request unfinished at the end is
+        # in until the window closes, and the last sample holds until then.
+        first_s = float(min(enter.min(), times[0] if len(times) else np.inf))
+        last_s = float(np.nanmax([np.nanmax(leave), times[-1] if len(times) else -np.inf]))
+        leave = np.where(np.isnan(leave), last_s, leave)
+        bounds = np.concatenate(([first_s], times, [last_s]))
+        gaps = np.diff(bounds)  # gap 0: before the first sample (count 0)
+        # A product and a sum, not ``@``: BLAS's threads cost ms on a busy machine.
+        area = float((counts * gaps[1:]).sum())
+        series_area += area
+        spans = leave - enter
+        records_area += float(spans.sum())
+        # Each entry and exit: at most the gap it falls in (a sample at its start counts
+        # it or not; the next sample does).
+        for events in (enter, leave):
+            tolerance += float(gaps[np.searchsorted(times, events, side="right")].sum())
+        slack += _AREA_RTOL * (float(np.abs(spans).sum()) + area)
+        start_s, end_s = min(start_s, first_s), max(end_s, last_s)
+        num_in += len(enter)
+    if num_in == 0 or not end_s > start_s:
+        return
+    if abs(series_area - records_area) > tolerance + slack:
+        window_s = end_s - start_s
+        throughput_per_s, mean_s = num_in / window_s, records_area / num_in
+        raise InvariantError(
+            "littles_law",
+            f"time-average number in the engine {series_area / window_s:.6g} (queue samples) "
+            f"!= throughput {throughput_per_s:.6g}/s x mean time in it {mean_s:.6g} s = "
+            f"{records_area / window_s:.6g} (records), beyond the sampling error "
+            f"{tolerance / window_s:.3g}",
+        )
