@@ -201,8 +201,10 @@ def run(args: argparse.Namespace) -> int:
 
     spec = model_preset(args.model)
     dtype = checked_dtype(args)
-    if args.temperature < 0:
-        raise ConfigError(f"--temperature must be >= 0, got {args.temperature}")
+    if not 0 <= args.temperature < float("inf"):  # NaN too
+        raise ConfigError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.seed < 0:  # numpy's generators take none (a ValueError traceback otherwise)
+        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
     if args.kernels:
         return _run_kernels(args, spec, dtype)
     out = args.out or Path("calibration/artifacts") / f"{args.device}-{spec.name}-{dtype}.json"

@@ -73,7 +73,10 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
     try:
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     except ValidationError as error:
-        raise ConfigError(f"sampling: {error.errors()[0]['msg']}") from None
+        problem = error.errors()[0]
+        option = "--" + str(problem["loc"][0]).replace("_", "-")  # top_k: --top-k
+        value = getattr(args, str(problem["loc"][0]))
+        raise ConfigError(f"{option} {value}: {problem['msg']}") from None
     checked_dtype(args)
     started = time.perf_counter()
     measurement = measure(

@@ -7,6 +7,7 @@ handler runs, so ``servesim --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import warnings
 from pathlib import Path
@@ -75,8 +76,9 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
     if args.gpu_price_per_hour is not None and not args.gpu_price_per_hour > 0:
         raise ConfigError("--gpu-price-per-hour must be > 0")
-    if args.target_rate is not None and not args.target_rate > 0:
-        raise ConfigError("--target-rate must be > 0 (requests per second)")
+    # A fleet is sized for a finite rate: .inf would ask for infinitely many replicas.
+    if args.target_rate is not None and not 0 < args.target_rate < math.inf:
+        raise ConfigError("--target-rate must be a finite number > 0 (requests per second)")
     scenario = load_scenario(
         args.scenario, _size_overrides(args.scenario, args.set or [], args.num_requests)
     )
@@ -114,7 +116,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore")
         model_error = model_error_for(cost_model_for(scenario, base_dir))
     print(format_points(result))
-    print(format_capacity(result, label, fleet, per_replica, price, model_error))
+    given = args.gpu_price_per_hour is not None
+    print(format_capacity(result, label, fleet, per_replica, price, model_error, price_given=given))
     path = write_json(to_json(result, fleet, label, model_error), out)
     print(f"{result.num_sims} simulations in {elapsed_s:.1f} s; wrote {path}")
     return 0

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 SWEEP_SIZE = 10
 """Benchmarks in a ``--profile sweep`` by default, as GuideLLM's ``--rate`` for a sweep."""
 
+MAX_SWEEP_SIZE = 1_000
+"""Most benchmarks a ``--profile sweep`` may ask for: each is a whole run, one after
+another, in its own OUT/phase-N; a thousand rates already split the range between
+the synchronous and throughput rates into 0.1 % steps. ``--sweep-size 99999999``
+ran for hours with nothing written."""
+
 DEFAULT_MAX_CONCURRENCY = 256
 """Requests in flight at most when the workload sets no bound (a client's sanity cap)."""
 
@@ -38,7 +44,7 @@ def add_profile_arguments(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--sweep-size",
-        type=positive_int,
+        type=sweep_size,
         metavar="N",
         help=f"--profile sweep: benchmarks in all ({SWEEP_SIZE}, as GuideLLM)",
     )
@@ -88,6 +94,18 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit 0 although some requests failed (the folder records them either way)",
     )
+
+
+def sweep_size(text: str) -> int:
+    """argparse type: a ``--profile sweep``'s benchmarks, 2 to ``MAX_SWEEP_SIZE``
+    (synchronous and throughput, then the rates between)."""
+    value = positive_int(text)
+    if not 2 <= value <= MAX_SWEEP_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"expected 2 to {MAX_SWEEP_SIZE:,} benchmarks (synchronous, throughput and the "
+            f"rates between), got {text!r}"
+        )
+    return value
 
 
 def positive_int(text: str) -> int:

@@ -243,6 +243,9 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -
             raise ConfigError(
                 f"{option} {path}: is the run's folder (--out {out}) or holds it; give a file name"
             )
+        if Path(path).resolve() == Path(args.scenario).resolve():
+            # Writing there would replace the scenario with the run's result.
+            raise ConfigError(f"{option} {path}: is the scenario being run; give another file")
         check_out_file(path, option)
     if args.save_trace is not None:
         check_trace_path(args.save_trace)

@@ -1007,7 +1007,8 @@ def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:
     its ``max_position_embeddings`` as its context limit. ConfigError naming the
     preset, the file or the field otherwise.
     """
-    if name in MODEL_PRESETS or not _looks_like_path(name, base_dir):
+    # An empty name is no path: anchored, it named the scenario's own folder.
+    if name in MODEL_PRESETS or not name.strip() or not _looks_like_path(name, base_dir):
         try:
             return model_preset(name)
         except ConfigError as error:
@@ -1029,6 +1030,12 @@ def _resolve_model_field(value: Any, info: ValidationInfo) -> Any:
             raise ConfigError(f"preset must be a name or a config.json path, not {preset!r}")
         overrides = {k: v for k, v in value.items() if k != "preset"}
         return {**resolve_model(preset, base_dir).model_dump(), **overrides}
+    if not isinstance(value, dict | ModelSpec):
+        # Else pydantic's "Input should be a valid dictionary" names none of the forms.
+        raise ConfigError(
+            f"expected a preset name, a config.json path or a mapping (an inline spec), "
+            f"not {value!r}"
+        )
     return value
 
 

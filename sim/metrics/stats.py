@@ -254,15 +254,27 @@ def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) 
     out = []
     for metric, n in counts.items():
         for p in percentiles:
-            beyond = n * (1.0 - p / 100.0)
+            # The tail is on the nearer side: p1 rests on the samples below it as
+            # p99 on those above (and p0 is the minimum as p100 the maximum).
+            beyond = n * min(p, 100.0 - p) / 100.0
             key = f"p{p:g}_{metric}_ms"
             if n == 0 or beyond >= MIN_TAIL_SAMPLES:
                 continue
             if beyond < 1.0:
-                out.append(f"{key} from {n} sample(s) {_between_largest(n, p)}")
+                out.append(f"{key} from {n} sample(s) {_beyond_extreme(n, p)}")
             else:
                 out.append(f"{key} rests on {n} samples, about {beyond:.0f} beyond it: noisy")
     return out
+
+
+def _beyond_extreme(n: int, p: float) -> str:
+    """``_between_largest`` for a high ``p``; for a low one its mirror image (the linear
+    method is symmetric: rank ``(n - 1) p / 100`` from the bottom is rank
+    ``(n - 1) (100 - p) / 100`` from the top), between the two smallest."""
+    if p >= 50.0:
+        return _between_largest(n, p)
+    text = _between_largest(n, 100.0 - p)
+    return text.replace("largest", "smallest").replace("maximum", "minimum")
 
 
 def _between_largest(n: int, p: float) -> str:

@@ -64,8 +64,10 @@ def fleet_for(
     lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
     # One seed gives no confidence interval, so no fleet "at the interval's low end".
     lower_rate = capacity_rate_per_s(search, lower_point) if has_interval(search) else None
-    num_replicas = math.ceil(target_rate_per_s / rate - 1e-9)
-    at_lower = math.ceil(target_rate_per_s / lower_rate - 1e-9) if lower_rate else None
+    # The 1e-9 forgives float noise just above a whole number of replicas; a
+    # positive target still needs one replica however small it is.
+    num_replicas = max(1, math.ceil(target_rate_per_s / rate - 1e-9))
+    at_lower = max(1, math.ceil(target_rate_per_s / lower_rate - 1e-9)) if lower_rate else None
     num_gpus = num_replicas * gpus_per_replica
     usd_hour = usd_mtok = None
     if gpu_price_per_hour is not None:
@@ -153,9 +155,12 @@ def format_capacity(
     gpus_per_replica: int,
     price: float | None,
     model_error: ModelError | None = None,
+    *,
+    price_given: bool = False,
 ) -> str:
     """The human-readable report; ``model_error``: the cost source's validated error,
-    printed beside the interval (a caveat where it has none)."""
+    printed beside the interval (a caveat where it has none); ``price_given``: the user
+    set ``price`` (``--gpu-price-per-hour``), so it is not the table's approximation."""
     knob, unit = search.knob, search.knob.unit
     row = "{:<24}{}".format
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
@@ -207,8 +212,8 @@ def format_capacity(
         lines.append(row("", balancer))
         lines.append(row("GPUs:", f"{fleet.num_gpus} ({fleet.num_replicas} x {gpus_per_replica})"))
     if price is not None:
-        approximate = f"${price:.2f}/GPU-hour (approximate; set --gpu-price-per-hour)"
-        lines.append(row("GPU price:", approximate))
+        source = "as given" if price_given else "approximate; set --gpu-price-per-hour"
+        lines.append(row("GPU price:", f"${price:.2f}/GPU-hour ({source})"))
         if fleet is not None and fleet.usd_per_hour is not None:
             mtok = fleet.usd_per_million_output_tokens
             per_token = f", ${mtok:.3f} per million output tokens" if mtok else ""

@@ -184,14 +184,14 @@ class FixedThinkTime(_Config):
     """A think time of exactly ``value_s`` seconds (0 allowed: no pause)."""
 
     kind: Literal["fixed"] = "fixed"
-    value_s: float = Field(ge=0)
+    value_s: float = Field(ge=0, allow_inf_nan=False)  # .inf: no user ever returns
 
 
 class ExponentialThinkTime(_Config):
     """Exponential think time with mean ``mean_s`` seconds."""
 
     kind: Literal["exponential"] = "exponential"
-    mean_s: float = Field(gt=0)
+    mean_s: float = Field(gt=0, allow_inf_nan=False)
 
 
 ThinkTimeConfig = Annotated[FixedThinkTime | ExponentialThinkTime, Field(discriminator="kind")]

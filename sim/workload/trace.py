@@ -94,6 +94,9 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
                     raise ConfigError(
                         f"{path}: missing column {column!r} (header has: {', '.join(names)})"
                     )
+                if names.count(column) > 1:
+                    # Which of the two holds the data is a guess: refuse rather than pick.
+                    raise ConfigError(f"{path}: column {column!r} appears twice in the header")
                 indices.append(names.index(column))
             values: list[list[str]] = [[] for _ in columns]
             line_numbers: list[int] = []
@@ -120,6 +123,11 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
     return CsvColumns(path, dict(zip(columns, values, strict=True)), line_numbers)
 
 
+TOO_MANY_TOKENS = 2.0**53
+"""A token count this large or larger is refused: float64 holds whole numbers
+exactly only below it, and int64 overflows not far above."""
+
+
 def parse_token_counts(data: CsvColumns, column: str) -> IntArray:
     """Whole, positive token counts of one column, as int64."""
     cells = data.values[column]
@@ -132,7 +140,7 @@ def parse_token_counts(data: CsvColumns, column: str) -> IntArray:
         counts = None
     if counts is not None:
         good = np.isfinite(counts) & (counts >= 1) & (counts == np.floor(counts))
-        if bool(good.all()) and float(counts.max()) < 2.0**53:
+        if bool(good.all()) and float(counts.max()) < TOO_MANY_TOKENS:
             return counts.astype(np.int64)
     for cell, line in zip(cells, data.line_numbers, strict=True):
         _check_token_count(cell, data.path, line, column)
@@ -151,7 +159,7 @@ def _check_token_count(cell: str, path: Path, line: int, column: str) -> None:
         raise ConfigError(f"{where} is not a whole number of tokens")
     if value < 1:
         raise ConfigError(f"{where} must be a positive token count")
-    if value >= 2.0**53:
+    if value >= TOO_MANY_TOKENS:
         raise ConfigError(f"{where} is too large")
 
 

@@ -14,6 +14,7 @@ import yaml
 from sim.errors import ConfigError
 from sim.validation.runs import ImportedRun
 from sim.workload.json_lines import at_line, inner_suffix, read_text
+from sim.workload.trace import TOO_MANY_TOKENS
 
 
 def load_document(path: Path) -> Any:
@@ -45,10 +46,12 @@ def number(value: Any, where: str, field: str, *, text: bool = True) -> float:
 
 
 def count(value: Any, where: str, field: str) -> int:
-    """``value`` as a whole token count >= 0."""
+    """``value`` as a whole count >= 0 (tokens, clients), below ``TOO_MANY_TOKENS``."""
     result = number(value, where, field)
     if result < 0 or result != math.floor(result):
         raise ConfigError(f"{where}: {field} must be a whole number >= 0, got {value!r}")
+    if result >= TOO_MANY_TOKENS:
+        raise ConfigError(f"{where}: {field} must be below 2**53, got {value!r}")
     return int(result)
 
 
