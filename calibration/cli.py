@@ -26,7 +26,7 @@ from sim.cost.calibrated import (
 )
 from sim.errors import ConfigError
 from sim.hardware.specs import MODEL_PRESETS, ModelSpec, model_preset
-from sim.metrics.out_path import check_out_file
+from sim.metrics.out_path import check_out_file, out_argument
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
 DTYPES: tuple[DtypeName, ...] = ("fp32", "bf16", "fp16")
@@ -106,7 +106,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=lambda text: Path(out_argument(text)),
         help="default: calibration/artifacts/<device>-<model>-<dtype>.json; with --from-run: "
         "runs/fitted-<model>-<hardware>.json (--fit-kind engine-cpu: runs/engine-cpu-...)",
     )

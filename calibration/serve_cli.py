@@ -24,6 +24,7 @@ from calibration.cli import (
 )
 from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint, refuse_endpoint_options
 from sim.errors import ConfigError
+from sim.metrics.out_path import out_argument
 
 if TYPE_CHECKING:
     from calibration.reference_engine import OnlineEngine
@@ -40,7 +41,7 @@ def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     _scenario_arguments(parser)
-    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--out", type=out_argument, required=True, help="output folder")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=1.0)

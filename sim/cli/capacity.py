@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+from sim.metrics.out_path import out_argument
 
 MAX_LOADS = 20
 """Default bound on a capacity search: this many loads, each under every seed."""
@@ -164,6 +165,8 @@ def add_parsers(subparsers: Subparsers) -> None:
         "--max-sims", type=int, help=f"simulations at most (default {MAX_LOADS} x seeds)"
     )
     p.add_argument("--jobs", type=int, help="processes for the seeds of a load (default: CPUs)")
-    p.add_argument("--out", help="folder for capacity.json (default: runs/<scenario name>)")
+    p.add_argument(
+        "--out", type=out_argument, help="folder for capacity.json (default: runs/<scenario name>)"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_capacity)

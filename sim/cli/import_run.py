@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.cli.endpoint import positive_int
+from sim.metrics.out_path import out_argument
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -84,7 +85,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     )
     command.add_argument("source", help="the run's file or folder")
     command.add_argument("--format", choices=FORMATS, default="auto", help="(default: auto)")
-    command.add_argument("--out", required=True, help="output folder")
+    command.add_argument("--out", type=out_argument, required=True, help="output folder")
     command.add_argument(
         "--benchmark",
         type=_benchmarks,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
+from sim.metrics.out_path import out_argument
 
 if TYPE_CHECKING:
     from sim.planning.plan import Outcome, PlanResult
@@ -204,6 +205,8 @@ def add_parsers(subparsers: Subparsers) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")
     add_executor_arguments(p)  # the sweep's executors
-    p.add_argument("--out", help="output folder (default: runs/<scenario name>-plan)")
+    p.add_argument(
+        "--out", type=out_argument, help="output folder (default: runs/<scenario name>-plan)"
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(handler=_cmd_plan)

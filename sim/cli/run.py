@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+from sim.metrics.out_path import out_argument
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -298,7 +299,9 @@ def add_parsers(subparsers: Subparsers) -> None:
     """Register ``run``."""
     run = subparsers.add_parser("run", help="simulate a scenario and report latency metrics")
     run.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
-    run.add_argument("--out", help="output folder (default: runs/<scenario name>)")
+    run.add_argument(
+        "--out", type=out_argument, help="output folder (default: runs/<scenario name>)"
+    )
     run.add_argument(
         "--set",
         action="append",

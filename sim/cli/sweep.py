@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sim.metrics.out_path import out_argument
+
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -63,7 +65,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     """Register ``sweep``."""
     p = subparsers.add_parser("sweep", help="run a grid or list of scenario variants in parallel")
     p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/sweep_chat.yaml")
-    p.add_argument("--out", help="output folder (default: runs/<sweep name>)")
+    p.add_argument("--out", type=out_argument, help="output folder (default: runs/<sweep name>)")
     add_executor_arguments(p)
     p.add_argument("--jobs", type=int, help="local worker processes (default: CPU count)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

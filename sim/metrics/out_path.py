@@ -21,6 +21,7 @@ removed and the folder holds what it held before.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -33,6 +34,15 @@ from sim.errors import ConfigError
 
 MAX_LISTED = 4
 """Existing files named in the overwrite note; the rest are counted."""
+
+
+def out_argument(text: str) -> str:
+    """argparse ``type`` of every ``--out``: an empty path names no place (``Path("")``
+    is the current folder, and ``args.out or default`` would silently take the
+    default), so it is refused when the line is parsed."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path names no folder or file")
+    return text
 
 
 def _nearest_existing(path: Path) -> Path:
