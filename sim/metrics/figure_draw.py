@@ -30,6 +30,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from sim.metrics.figure_data import (
     LATENCY_CDF_PNG,
@@ -62,6 +63,10 @@ _CAPTION: dict[str, Any] = {"fontsize": 8.5, "color": "dimgray", "ha": "center",
 _SLO_COLOR = "tab:red"
 _MARK_PERCENTILES = (50, 99)
 _NOTE: dict[str, Any] = {"fontsize": 8, "color": "dimgray"}
+_SERIES_COLOR = "tab:blue"
+# Windows of the queue panel's mean line (~1 s each at 2,000 chat requests): a queue
+# that changes more often than this is drawn as that mean over a light band.
+QUEUE_WINDOWS = 200
 _CDF_PANELS = (  # title and x label of each CDF panel, left to right
     ("Time to first token (TTFT)", "TTFT (ms)"),
     ("Time per output token (TPOT, excl. 1st token)", "TPOT (ms)"),
@@ -300,30 +305,104 @@ def draw_latency_cdfs(data: CdfData, path: str | Path, caption: str = "") -> Pat
     return save_png(fig, path)
 
 
+def window_means(
+    time_s: FloatArray, values: FloatArray, num_windows: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """A series held until its next sample (a step function) over ``num_windows`` equal
+    windows from the first sample to the last: each window's start (s), time-weighted
+    mean and maximum. The integral of a step function is piecewise linear between
+    samples, so ``np.interp`` of its running sum at the window edges is exact."""
+    if time_s.size < 2 or time_s[-1] <= time_s[0]:
+        return time_s, values, values
+    area = np.r_[0.0, np.cumsum(values[:-1] * np.diff(time_s))]  # integral up to each sample
+    edges = np.linspace(time_s[0], time_s[-1], num_windows + 1)
+    means = np.diff(np.interp(edges, time_s, area)) / np.diff(edges)
+    # A window holds the sample in effect at its start and those that start inside it.
+    first = np.searchsorted(time_s, edges[:-1], side="right") - 1
+    stop = np.maximum(np.searchsorted(time_s, edges[1:], side="left"), first + 1)
+    bounds = np.column_stack([first, stop]).ravel()
+    highs = np.maximum.reduceat(np.r_[values, 0.0], bounds)[::2]
+    return edges[:-1], means, highs
+
+
 def draw_timeseries(data: TimeseriesData, path: str | Path, caption: str = "") -> Path:
     """Queue length, running batch size and KV-cache usage (%), stacked on one time
-    axis, values held until the next sample, ``caption`` under the title; written to
-    ``path``, which is returned."""
+    axis, values held until the next sample (step plots), ``caption`` under the title;
+    written to ``path``, which is returned.
+
+    A queue that flips between 0 and 1 thousands of times reads as a barcode: when it
+    changes more often than ``QUEUE_WINDOWS`` times, its instants are a light band and
+    a line is its time-weighted mean per window. The KV panel's y axis ends at 1.1 x the
+    peak used (the pool, 100 %, said in its title), not at 100 %, which flattened it.
+    """
     time_s = data.time_s
     built = _prebuilt.pop("timeseries", None)
     fig, axes = built if built is not None else _timeseries_figure()
-    for ax, values in zip(axes, data.series, strict=True):
+    for index, (ax, values) in enumerate(zip(axes, data.series, strict=True)):
         if values is None or time_s.size == 0:
             _no_data(ax, "no samples")
             continue
-        t, low, mean, high = envelope(time_s, values)
-        if t.size < time_s.size:  # binned: a light min-max band behind the bin means
-            ax.fill_between(t, low, high, step="post", color="tab:blue", alpha=0.25, lw=0)
-            ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color="tab:blue")
-            note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
-            ax.set_title(note, loc="right", y=TITLE_Y, **_NOTE)
+        if index == 0 and int(np.count_nonzero(np.diff(values))) > QUEUE_WINDOWS:
+            _queue_panel(ax, time_s, values)
         else:
-            ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color="tab:blue")
-        ax.set_ylim(bottom=0)
-    axes[-1].set_ylim(0, 100)
+            _step_panel(ax, time_s, values)
+        if index < len(axes) - 1:  # counts: whole-number ticks
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(0, max(1.0, float(np.max(values))) * 1.1)
+    kv = data.series[-1]
+    if kv is not None and kv.size:
+        peak = float(np.max(kv))
+        axes[-1].set_ylim(0, min(100.0, max(peak, 1.0) * 1.1))
+        axes[-1].set_title(
+            f"peak {peak:.1f} % of the pool (100 % = all KV blocks); y axis to 1.1 x the peak",
+            loc="right",
+            y=TITLE_Y,
+            **_NOTE,
+        )
+    else:
+        axes[-1].set_ylim(0, 100)
     axes[-1].set_xlabel("Simulated time (s)")
     title_figure(fig, "Scheduler state over time", caption)
     return save_png(fig, path)
+
+
+def _step_panel(ax: Axes, time_s: FloatArray, values: FloatArray) -> None:
+    """A series as a step plot; binned to ``MAX_POINTS`` with its min-max band when longer."""
+    t, low, mean, high = envelope(time_s, values)
+    if t.size < time_s.size:  # binned: a light min-max band behind the bin means
+        ax.fill_between(t, low, high, step="post", color=_SERIES_COLOR, alpha=0.25, lw=0)
+        ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color=_SERIES_COLOR)
+        note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
+        ax.set_title(note, loc="right", y=TITLE_Y, **_NOTE)
+    else:
+        ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color=_SERIES_COLOR)
+
+
+def _queue_panel(ax: Axes, time_s: FloatArray, values: FloatArray) -> None:
+    """A fast-changing queue per window: its maximum as a light band, its time-weighted
+    mean as a step line."""
+    start_s, mean, high = window_means(time_s, values, QUEUE_WINDOWS)
+    window_s = (time_s[-1] - time_s[0]) / QUEUE_WINDOWS
+    t = np.r_[start_s, time_s[-1]]
+    ax.fill_between(
+        t,
+        0,
+        np.r_[high, high[-1:]],
+        step="post",
+        color=_SERIES_COLOR,
+        alpha=0.2,
+        lw=0,
+        label=f"max in each {window_s:.3g} s window",
+    )
+    ax.plot(
+        t,
+        np.r_[mean, mean[-1:]],
+        drawstyle="steps-post",
+        lw=1.4,
+        color=_SERIES_COLOR,
+        label=f"time-weighted mean over each {window_s:.3g} s window",
+    )
+    ax.legend(loc="upper right", fontsize=8)
 
 
 def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
