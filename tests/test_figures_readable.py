@@ -7,13 +7,16 @@ waterfall phase at least a few pixels wide, one colour per source in validate's 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection, PolyCollection
+from matplotlib.colors import to_rgba
 
 from sim.metrics import figure_draw
-from sim.metrics.figure_data import TimeseriesData
+from sim.metrics.figure_data import PHASE_COLORS, PhaseBars, TimeseriesData, WaterfallData
 
 
 def _timeseries_axes(data: TimeseriesData, tmp_path: Path) -> list[Axes]:
@@ -39,7 +42,7 @@ def test_a_flipping_queue_is_drawn_as_its_windowed_mean(tmp_path: Path) -> None:
     axes = _timeseries_axes(_flipping_queue(4000), tmp_path)
     mean_line = axes[0].get_lines()[0]
     y = np.asarray(mean_line.get_ydata(), dtype=float)
-    assert len(y) <= figure_draw.QUEUE_WINDOWS + 1
+    assert len(y) <= 1000  # a line of means, not the 4,000 flips
     assert np.all(np.abs(y - 0.5) <= 0.06)
     assert axes[0].get_legend() is not None
     # Held until the next sample: every line of the counts is a step line.
@@ -64,3 +67,70 @@ def test_the_kv_axis_fits_the_used_range_not_the_pool(tmp_path: Path) -> None:
     # Peak 10 % of the pool: the axis ends at 1.1 x 10 = 11 %, not at 100 %.
     assert bottom == 0 and top == 11.0
     assert "peak 10.0 %" in axes[-1].get_title(loc="right")
+
+
+# What a reader sees as a bar: the waterfall draws MIN_PHASE_PX (3 px), a hair less
+# after its axis stretches by what the widening added.
+MIN_VISIBLE_PX = 2.0
+
+
+def _one_request_waterfall() -> WaterfallData:
+    # TTFT of 10 ms (1 + 2 + 7 ms of way in, waiting, prefill) next to ~10 s of
+    # decode: on a ~1,000 px axis a pixel is ~11 ms, so each was under a pixel.
+    phases = (
+        ("way_in", 0.0, 0.001),
+        ("waiting", 0.001, 0.003),
+        ("prefill", 0.003, 0.010),
+        ("decode", 0.010, 10.0),
+    )
+    bars = tuple(
+        PhaseBars(phase, np.array([0.0]), np.array([start_s]), np.array([end_s]))
+        for phase, start_s, end_s in phases
+    )
+    present = tuple(phase for phase, _, _ in phases)
+    return WaterfallData((0,), bars, np.array([0.010]), present)
+
+
+def _waterfall_axes(tmp_path: Path) -> Axes:
+    fig, ax = figure_draw._waterfall_figure(1)
+    figure_draw._prebuilt_waterfalls[1] = (fig, ax)  # the draw takes this one
+    figure_draw.draw_waterfall_figure(_one_request_waterfall(), tmp_path / "waterfall.png")
+    return ax
+
+
+def _bars_px(ax: Axes) -> dict[str, tuple[float, float]]:
+    """Each phase's bar, left and right edge in pixels, by its face colour's phase."""
+    by_color = {PHASE_COLORS[p]: p for p in PHASE_COLORS}
+    bars = {}
+    for collection in ax.collections:
+        if not isinstance(collection, PolyCollection):
+            continue
+        rgba = collection.get_facecolor()[0]
+        phase = next(p for c, p in by_color.items() if np.allclose(to_rgba(c), rgba))
+        path = collection.get_paths()[0]
+        x_px = ax.transData.transform(path.vertices)[:, 0]
+        bars[phase] = (float(x_px.min()), float(x_px.max()))
+    return bars
+
+
+def test_every_waterfall_phase_is_a_few_pixels_wide(tmp_path: Path) -> None:
+    ax = _waterfall_axes(tmp_path)
+    bars = _bars_px(ax)
+    assert set(bars) == {"way_in", "waiting", "prefill", "decode"}
+    for phase, (left, right) in bars.items():
+        assert right - left >= MIN_VISIBLE_PX, phase
+    # In order, none covering the next.
+    order = [bars[p] for p in ("way_in", "waiting", "prefill", "decode")]
+    for (_, right), (left, _) in itertools.pairwise(order):
+        assert left >= right - 1e-6
+    assert "px wide" in ax.get_xlabel()
+
+
+def test_the_first_token_tick_moves_with_its_phases(tmp_path: Path) -> None:
+    ax = _waterfall_axes(tmp_path)
+    # The first token comes as prefill ends: the tick sits at the prefill's drawn end.
+    ticks = [
+        c for c in ax.collections if isinstance(c, PathCollection) and np.size(c.get_offsets())
+    ]
+    (tick_x,) = ax.transData.transform(np.asarray(ticks[0].get_offsets()))[:, 0]
+    assert abs(tick_x - _bars_px(ax)["prefill"][1]) < 0.5

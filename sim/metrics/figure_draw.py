@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,9 @@ _CDF_PANELS = (  # title and x label of each CDF panel, left to right
     ("Time to first token (TTFT)", "TTFT (ms)"),
     ("Time per output token (TPOT, excl. 1st token)", "TPOT (ms)"),
 )
+# The waterfall's narrowest phase, in pixels: TTFT's waiting and prefill (ms) next to
+# decode (s) were thinner than a pixel.
+MIN_PHASE_PX = 3.0
 # Major ticks ``prebuild`` makes per axis: more than these figures draw.
 PREBUILT_TICKS = 12
 # Figures made up to their data by ``prebuild``, by kind: a draw takes (pops) its own.
@@ -425,12 +428,64 @@ def draw_waterfall_figure(data: WaterfallData, path: str | Path, caption: str = 
     return save_png(fig, path)
 
 
+def widen_phases(data: WaterfallData, floor_s: float) -> tuple[WaterfallData, bool]:
+    """``data`` with each phase of positive length at least ``floor_s`` wide: a row's
+    phases in time order, one shorter than ``floor_s`` is widened to it and the rest of
+    its row (phases and first-token tick) shifted right by what it gained, so the
+    phases stay in order and none covers another. Also whether any was widened."""
+    spans = [
+        (int(row), float(start), float(end), index, k)
+        for index, bars in enumerate(data.bars)
+        for k, (row, start, end) in enumerate(zip(bars.rows, bars.start_s, bars.end_s, strict=True))
+    ]
+    spans.sort(key=lambda span: (span[0], span[1], span[2]))
+    starts = [bars.start_s.copy() for bars in data.bars]
+    ends = [bars.end_s.copy() for bars in data.bars]
+    firsts = data.first_token_s.copy()
+    widened = False
+    shift_s = 0.0  # what the row's earlier phases gained
+    for position, (row, start, end, index, k) in enumerate(spans):
+        if position == 0 or spans[position - 1][0] != row:
+            shift_s = 0.0
+        starts[index][k] = start + shift_s
+        gain_s = max(0.0, floor_s - (end - start)) if end > start else 0.0
+        widened = widened or gain_s > 0
+        shift_s += gain_s
+        ends[index][k] = end + shift_s
+        if 0 <= row < firsts.size and end <= data.first_token_s[row]:
+            # The tick comes after this phase: it moves with it.
+            firsts[row] = data.first_token_s[row] + shift_s
+    bars = tuple(
+        replace(old, start_s=start, end_s=end)
+        for old, start, end in zip(data.bars, starts, ends, strict=True)
+    )
+    return replace(data, bars=bars, first_token_s=firsts), widened
+
+
+def _phase_floor_s(ax: Axes, data: WaterfallData) -> float:
+    """``MIN_PHASE_PX`` in seconds on ``ax``: its width in pixels over the time it
+    spans, the bars' extent and matplotlib's margins on either side."""
+    if not data.bars:
+        return 0.0
+    low_s = min(float(bars.start_s.min(initial=np.inf)) for bars in data.bars)
+    high_s = max(float(bars.end_s.max(initial=-np.inf)) for bars in data.bars)
+    if not np.isfinite(low_s) or not np.isfinite(high_s) or high_s <= low_s:
+        return 0.0
+    width_px = ax.bbox.width  # display units: pixels at the figure's dpi
+    return MIN_PHASE_PX * (high_s - low_s) * (1 + 2 * ax.get_xmargin()) / width_px
+
+
 def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
-    """The waterfall of ``data`` on ``ax``."""
+    """The waterfall of ``data`` on ``ax``, each phase at least ``MIN_PHASE_PX`` wide
+    (``widen_phases``; the x label says so): TTFT's waiting and prefill, a few ms
+    next to seconds of decode, were thinner than a pixel."""
     ids = data.ids
     if not ids:
         ax.text(0.5, 0.5, "no requests", ha="center", va="center", transform=ax.transAxes)
-    for bars in data.bars:
+    # Twice: widening stretches the time axis, which narrows a pixel's seconds a little.
+    shown_data, widened = widen_phases(data, _phase_floor_s(ax, data))
+    shown_data, widened = widen_phases(data, _phase_floor_s(ax, shown_data))
+    for bars in shown_data.bars:
         # One collection of rectangles per phase, not one per request and phase:
         # adding a collection costs ~1 ms, drawing a rectangle next to nothing.
         row = bars.rows
@@ -443,7 +498,7 @@ def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
         rectangles = np.stack([np.column_stack(corner) for corner in corners], axis=1)
         ax.add_collection(PolyCollection(list(rectangles), color=PHASE_COLORS.get(bars.phase)))
     ax.autoscale_view()  # matplotlib < 3.11 does not rescale for a collection by itself
-    firsts = data.first_token_s
+    firsts = shown_data.first_token_s
     shown = np.isfinite(firsts)
     rows = np.arange(len(ids))[shown]
     ax.scatter(firsts[shown], rows, marker="|", s=120, color="black", zorder=3)
@@ -453,7 +508,13 @@ def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
     ax.set_yticks(range(len(ids)), [str(i) for i in ids], fontsize=7)
     if ids:
         ax.set_ylim(len(ids) - 0.5, -0.5)  # request 0 on top
-    ax.set_xlabel("Simulated time (s)")
+    xlabel = "Simulated time (s)"
+    if widened:
+        xlabel += (
+            f"; phases shorter than {MIN_PHASE_PX:g} px drawn {MIN_PHASE_PX:g} px wide,"
+            " the rest of their row shifted right"
+        )
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("request id")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"Life of the first {len(ids)} requests, phase by phase", loc="left", y=TITLE_Y)
