@@ -10,13 +10,20 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
+import pytest
 from matplotlib.axes import Axes
 from matplotlib.collections import PathCollection, PolyCollection
 from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from sim.metrics import figure_draw
 from sim.metrics.figure_data import PHASE_COLORS, PhaseBars, TimeseriesData, WaterfallData
+from sim.validation.predict import Latencies
+from sim.validation.report import plot_cdfs
 
 
 def _timeseries_axes(data: TimeseriesData, tmp_path: Path) -> list[Axes]:
@@ -134,3 +141,38 @@ def test_the_first_token_tick_moves_with_its_phases(tmp_path: Path) -> None:
     ]
     (tick_x,) = ax.transData.transform(np.asarray(ticks[0].get_offsets()))[:, 0]
     assert abs(tick_x - _bars_px(ax)["prefill"][1]) < 0.5
+
+
+def _validation_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Figure:
+    figures: list[Figure] = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({k: rng.uniform(0.01, 0.2, 50) for k in ("ttft_s", "tpot_s", "e2el_s")})
+    # A measured run without token times has no ITL gaps: its ITL panel holds the
+    # predictions only, which took the first colour of the cycle, the measured one's.
+    runs = {"measured": Latencies(frame, np.empty(0))}
+    runs["predicted: micro"] = Latencies(frame * 1.1, rng.uniform(0.01, 0.02, 200))
+    runs["predicted: micro x drift"] = Latencies(frame * 1.2, rng.uniform(0.01, 0.02, 200))
+    plot_cdfs(runs, tmp_path / "cdf.png", "t")
+    return figures[0]
+
+
+def test_validate_cdfs_give_each_source_one_colour_in_every_panel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fig = _validation_figure(tmp_path, monkeypatch)
+    color_of: dict[str, tuple[float, ...]] = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            rgba = to_rgba(line.get_color())
+            assert color_of.setdefault(str(line.get_label()), rgba) == rgba, line.get_label()
+    assert len(color_of) == 3 and len(set(color_of.values())) == 3
+    # The one legend names every source, in the colour of its lines.
+    (legend,) = fig.legends
+    legend_colors = {
+        text.get_text(): to_rgba(handle.get_color())
+        for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)
+        if isinstance(handle, Line2D)
+    }
+    assert legend_colors == color_of
+    plt.close(fig)
