@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from sim.metrics.figure_data import (
     LATENCY_CDF_PNG,
@@ -62,10 +63,17 @@ _CAPTION: dict[str, Any] = {"fontsize": 8.5, "color": "dimgray", "ha": "center",
 _SLO_COLOR = "tab:red"
 _MARK_PERCENTILES = (50, 99)
 _NOTE: dict[str, Any] = {"fontsize": 8, "color": "dimgray"}
+_SERIES_COLOR = "tab:blue"
+# Windows of the queue panel's mean line (~1 s each at 2,000 chat requests): a queue
+# that changes more often than this is drawn as that mean over a light band.
+QUEUE_WINDOWS = 200
 _CDF_PANELS = (  # title and x label of each CDF panel, left to right
     ("Time to first token (TTFT)", "TTFT (ms)"),
     ("Time per output token (TPOT, excl. 1st token)", "TPOT (ms)"),
 )
+# The waterfall's narrowest phase, in pixels: TTFT's waiting and prefill (ms) next to
+# decode (s) were thinner than a pixel.
+MIN_PHASE_PX = 3.0
 # Major ticks ``prebuild`` makes per axis: more than these figures draw.
 PREBUILT_TICKS = 12
 # Figures made up to their data by ``prebuild``, by kind: a draw takes (pops) its own.
@@ -300,30 +308,104 @@ def draw_latency_cdfs(data: CdfData, path: str | Path, caption: str = "") -> Pat
     return save_png(fig, path)
 
 
+def window_means(
+    time_s: FloatArray, values: FloatArray, num_windows: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """A series held until its next sample (a step function) over ``num_windows`` equal
+    windows from the first sample to the last: each window's start (s), time-weighted
+    mean and maximum. The integral of a step function is piecewise linear between
+    samples, so ``np.interp`` of its running sum at the window edges is exact."""
+    if time_s.size < 2 or time_s[-1] <= time_s[0]:
+        return time_s, values, values
+    area = np.r_[0.0, np.cumsum(values[:-1] * np.diff(time_s))]  # integral up to each sample
+    edges = np.linspace(time_s[0], time_s[-1], num_windows + 1)
+    means = np.diff(np.interp(edges, time_s, area)) / np.diff(edges)
+    # A window holds the sample in effect at its start and those that start inside it.
+    first = np.searchsorted(time_s, edges[:-1], side="right") - 1
+    stop = np.maximum(np.searchsorted(time_s, edges[1:], side="left"), first + 1)
+    bounds = np.column_stack([first, stop]).ravel()
+    highs = np.maximum.reduceat(np.r_[values, 0.0], bounds)[::2]
+    return edges[:-1], means, highs
+
+
 def draw_timeseries(data: TimeseriesData, path: str | Path, caption: str = "") -> Path:
     """Queue length, running batch size and KV-cache usage (%), stacked on one time
-    axis, values held until the next sample, ``caption`` under the title; written to
-    ``path``, which is returned."""
+    axis, values held until the next sample (step plots), ``caption`` under the title;
+    written to ``path``, which is returned.
+
+    A queue that flips between 0 and 1 thousands of times reads as a barcode: when it
+    changes more often than ``QUEUE_WINDOWS`` times, its instants are a light band and
+    a line is its time-weighted mean per window. The KV panel's y axis ends at 1.1 x the
+    peak used (the pool, 100 %, said in its title), not at 100 %, which flattened it.
+    """
     time_s = data.time_s
     built = _prebuilt.pop("timeseries", None)
     fig, axes = built if built is not None else _timeseries_figure()
-    for ax, values in zip(axes, data.series, strict=True):
+    for index, (ax, values) in enumerate(zip(axes, data.series, strict=True)):
         if values is None or time_s.size == 0:
             _no_data(ax, "no samples")
             continue
-        t, low, mean, high = envelope(time_s, values)
-        if t.size < time_s.size:  # binned: a light min-max band behind the bin means
-            ax.fill_between(t, low, high, step="post", color="tab:blue", alpha=0.25, lw=0)
-            ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color="tab:blue")
-            note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
-            ax.set_title(note, loc="right", y=TITLE_Y, **_NOTE)
+        if index == 0 and int(np.count_nonzero(np.diff(values))) > QUEUE_WINDOWS:
+            _queue_panel(ax, time_s, values)
         else:
-            ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color="tab:blue")
-        ax.set_ylim(bottom=0)
-    axes[-1].set_ylim(0, 100)
+            _step_panel(ax, time_s, values)
+        if index < len(axes) - 1:  # counts: whole-number ticks
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylim(0, max(1.0, float(np.max(values))) * 1.1)
+    kv = data.series[-1]
+    if kv is not None and kv.size:
+        peak = float(np.max(kv))
+        axes[-1].set_ylim(0, min(100.0, max(peak, 1.0) * 1.1))
+        axes[-1].set_title(
+            f"peak {peak:.1f} % of the pool (100 % = all KV blocks); y axis to 1.1 x the peak",
+            loc="right",
+            y=TITLE_Y,
+            **_NOTE,
+        )
+    else:
+        axes[-1].set_ylim(0, 100)
     axes[-1].set_xlabel("Simulated time (s)")
     title_figure(fig, "Scheduler state over time", caption)
     return save_png(fig, path)
+
+
+def _step_panel(ax: Axes, time_s: FloatArray, values: FloatArray) -> None:
+    """A series as a step plot; binned to ``MAX_POINTS`` with its min-max band when longer."""
+    t, low, mean, high = envelope(time_s, values)
+    if t.size < time_s.size:  # binned: a light min-max band behind the bin means
+        ax.fill_between(t, low, high, step="post", color=_SERIES_COLOR, alpha=0.25, lw=0)
+        ax.plot(t, mean, drawstyle="steps-post", lw=0.9, color=_SERIES_COLOR)
+        note = f"~{time_s.size // t.size:,} samples per bin: line = mean, band = min to max"
+        ax.set_title(note, loc="right", y=TITLE_Y, **_NOTE)
+    else:
+        ax.plot(t, mean, drawstyle="steps-post", lw=1.0, color=_SERIES_COLOR)
+
+
+def _queue_panel(ax: Axes, time_s: FloatArray, values: FloatArray) -> None:
+    """A fast-changing queue per window: its maximum as a light band, its time-weighted
+    mean as a step line."""
+    start_s, mean, high = window_means(time_s, values, QUEUE_WINDOWS)
+    window_s = (time_s[-1] - time_s[0]) / QUEUE_WINDOWS
+    t = np.r_[start_s, time_s[-1]]
+    ax.fill_between(
+        t,
+        0,
+        np.r_[high, high[-1:]],
+        step="post",
+        color=_SERIES_COLOR,
+        alpha=0.2,
+        lw=0,
+        label=f"max in each {window_s:.3g} s window",
+    )
+    ax.plot(
+        t,
+        np.r_[mean, mean[-1:]],
+        drawstyle="steps-post",
+        lw=1.4,
+        color=_SERIES_COLOR,
+        label=f"time-weighted mean over each {window_s:.3g} s window",
+    )
+    ax.legend(loc="upper right", fontsize=8)
 
 
 def _waterfall_figure(num_rows: int) -> tuple[Figure, Axes]:
@@ -346,12 +428,64 @@ def draw_waterfall_figure(data: WaterfallData, path: str | Path, caption: str = 
     return save_png(fig, path)
 
 
+def widen_phases(data: WaterfallData, floor_s: float) -> tuple[WaterfallData, bool]:
+    """``data`` with each phase of positive length at least ``floor_s`` wide: a row's
+    phases in time order, one shorter than ``floor_s`` is widened to it and the rest of
+    its row (phases and first-token tick) shifted right by what it gained, so the
+    phases stay in order and none covers another. Also whether any was widened."""
+    spans = [
+        (int(row), float(start), float(end), index, k)
+        for index, bars in enumerate(data.bars)
+        for k, (row, start, end) in enumerate(zip(bars.rows, bars.start_s, bars.end_s, strict=True))
+    ]
+    spans.sort(key=lambda span: (span[0], span[1], span[2]))
+    starts = [bars.start_s.copy() for bars in data.bars]
+    ends = [bars.end_s.copy() for bars in data.bars]
+    firsts = data.first_token_s.copy()
+    widened = False
+    shift_s = 0.0  # what the row's earlier phases gained
+    for position, (row, start, end, index, k) in enumerate(spans):
+        if position == 0 or spans[position - 1][0] != row:
+            shift_s = 0.0
+        starts[index][k] = start + shift_s
+        gain_s = max(0.0, floor_s - (end - start)) if end > start else 0.0
+        widened = widened or gain_s > 0
+        shift_s += gain_s
+        ends[index][k] = end + shift_s
+        if 0 <= row < firsts.size and end <= data.first_token_s[row]:
+            # The tick comes after this phase: it moves with it.
+            firsts[row] = data.first_token_s[row] + shift_s
+    bars = tuple(
+        replace(old, start_s=start, end_s=end)
+        for old, start, end in zip(data.bars, starts, ends, strict=True)
+    )
+    return replace(data, bars=bars, first_token_s=firsts), widened
+
+
+def _phase_floor_s(ax: Axes, data: WaterfallData) -> float:
+    """``MIN_PHASE_PX`` in seconds on ``ax``: its width in pixels over the time it
+    spans, the bars' extent and matplotlib's margins on either side."""
+    if not data.bars:
+        return 0.0
+    low_s = min(float(bars.start_s.min(initial=np.inf)) for bars in data.bars)
+    high_s = max(float(bars.end_s.max(initial=-np.inf)) for bars in data.bars)
+    if not np.isfinite(low_s) or not np.isfinite(high_s) or high_s <= low_s:
+        return 0.0
+    width_px = ax.bbox.width  # display units: pixels at the figure's dpi
+    return MIN_PHASE_PX * (high_s - low_s) * (1 + 2 * ax.get_xmargin()) / width_px
+
+
 def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
-    """The waterfall of ``data`` on ``ax``."""
+    """The waterfall of ``data`` on ``ax``, each phase at least ``MIN_PHASE_PX`` wide
+    (``widen_phases``; the x label says so): TTFT's waiting and prefill, a few ms
+    next to seconds of decode, were thinner than a pixel."""
     ids = data.ids
     if not ids:
         ax.text(0.5, 0.5, "no requests", ha="center", va="center", transform=ax.transAxes)
-    for bars in data.bars:
+    # Twice: widening stretches the time axis, which narrows a pixel's seconds a little.
+    shown_data, widened = widen_phases(data, _phase_floor_s(ax, data))
+    shown_data, widened = widen_phases(data, _phase_floor_s(ax, shown_data))
+    for bars in shown_data.bars:
         # One collection of rectangles per phase, not one per request and phase:
         # adding a collection costs ~1 ms, drawing a rectangle next to nothing.
         row = bars.rows
@@ -364,7 +498,7 @@ def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
         rectangles = np.stack([np.column_stack(corner) for corner in corners], axis=1)
         ax.add_collection(PolyCollection(list(rectangles), color=PHASE_COLORS.get(bars.phase)))
     ax.autoscale_view()  # matplotlib < 3.11 does not rescale for a collection by itself
-    firsts = data.first_token_s
+    firsts = shown_data.first_token_s
     shown = np.isfinite(firsts)
     rows = np.arange(len(ids))[shown]
     ax.scatter(firsts[shown], rows, marker="|", s=120, color="black", zorder=3)
@@ -374,7 +508,13 @@ def draw_waterfall_axes(ax: Axes, data: WaterfallData) -> None:
     ax.set_yticks(range(len(ids)), [str(i) for i in ids], fontsize=7)
     if ids:
         ax.set_ylim(len(ids) - 0.5, -0.5)  # request 0 on top
-    ax.set_xlabel("Simulated time (s)")
+    xlabel = "Simulated time (s)"
+    if widened:
+        xlabel += (
+            f"; phases shorter than {MIN_PHASE_PX:g} px drawn {MIN_PHASE_PX:g} px wide,"
+            " the rest of their row shifted right"
+        )
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("request id")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title(f"Life of the first {len(ids)} requests, phase by phase", loc="left", y=TITLE_Y)

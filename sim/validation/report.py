@@ -18,6 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.typing import LineStyleType
 
 from sim.metrics.figure_data import wrap_caption
 from sim.validation.predict import METRICS, STATS, Latencies
@@ -92,29 +94,71 @@ def render_markdown(
     return "\n".join(parts)
 
 
+# Colours of the CDF overlay's sources: a measured run in black (its repeat grey), each
+# prediction its own colour, in the order given; the same in every panel, even one where
+# a source has no samples (a measured run without token times has no ITL).
+_MEASURED_COLORS = ("black", "dimgray")
+_PREDICTED_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown")
+
+
+def source_colors(labels: list[str]) -> dict[str, str]:
+    """Each source's colour in ``plot_cdfs``: measured runs (labels starting with
+    "measured") from ``_MEASURED_COLORS``, the others from ``_PREDICTED_COLORS``."""
+    colors: dict[str, str] = {}
+    num_measured = num_predicted = 0
+    for label in labels:
+        if label.startswith("measured"):
+            colors[label] = _MEASURED_COLORS[num_measured % len(_MEASURED_COLORS)]
+            num_measured += 1
+        else:
+            colors[label] = _PREDICTED_COLORS[num_predicted % len(_PREDICTED_COLORS)]
+            num_predicted += 1
+    return colors
+
+
 def plot_cdfs(
     runs: Mapping[str, Latencies], path: str | Path, title: str = "", caption: str = ""
 ) -> Path:
-    """Overlay the CDFs of every run (label -> latencies), one panel per metric;
-    ``caption`` (``sim.metrics.figure_data.caption_line``: scenario, model, GPU,
+    """Overlay the CDFs of every run (label -> latencies), one panel per metric, one
+    colour and line style per run in every panel (``source_colors``) and one legend for
+    all; ``caption`` (``sim.metrics.figure_data.caption_line``: scenario, model, GPU,
     cost model) under the title, so a prediction from a guess cannot pass for one
     from measured kernels."""
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
-    styles = ["-", "--", ":", "-."]
+    styles: list[LineStyleType] = ["-", "--", ":", "-."]
+    colors = source_colors(list(runs))
+    handles = [
+        Line2D([], [], color=colors[label], linestyle=styles[i % len(styles)], label=label)
+        for i, label in enumerate(runs)
+    ]
     for ax, metric in zip(axes, METRICS, strict=True):
+        missing = []
         for i, (label, lat) in enumerate(runs.items()):
             v = np.sort(lat.values(metric)) * 1e3
             if v.size == 0:
+                missing.append(label)
                 continue
             y = np.arange(1, v.size + 1) / v.size
-            ax.step(v, y, where="post", linestyle=styles[i % len(styles)], label=label)
+            style = styles[i % len(styles)]
+            ax.step(v, y, where="post", linestyle=style, color=colors[label], label=label)
+        if missing:
+            ax.text(
+                0.98,
+                0.04,
+                "no samples: " + ", ".join(missing),
+                transform=ax.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=7,
+                color="dimgray",
+            )
         ax.set_xlabel(f"{_NAMES[metric]} (ms)")
         ax.set_ylim(0, 1.01)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("CDF")
-    # One legend below the panels: inside a panel it covered the TTFT curves.
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=max(1, len(labels)))
+    # One legend below the panels, every source in it: inside a panel it covered the
+    # TTFT curves, and taken from one panel it missed a source absent there.
+    fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=max(1, len(handles)))
     heading = "\n".join(t for t in (title, wrap_caption(caption, 16.0) if caption else "") if t)
     if heading:
         fig.suptitle(heading, fontsize=10)
