@@ -305,6 +305,49 @@ LOAD_NOISE_MS = 5.0  # absolute: a few decode steps of a small model
 def test_a_higher_load_never_lowers_p99_ttft_beyond_noise(
     doc: dict[str, Any], arrival: tuple[str, float], factor: float
 ) -> None:
+    _check_higher_load(doc, arrival, factor)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the fuzzer (a random draw, issue 39), not yet explained: 4 requests of "
+    "1 prompt token and 68 output tokens, decodes priced ~0 s, block size 1, swap "
+    "preemption; at 1.5x the rate (128 -> 192 req/s) p99 TTFT falls from 66.2 to 54.5 ms",
+)
+def test_found_four_tiny_requests_get_a_lower_p99_ttft_at_a_higher_rate() -> None:
+    doc = {
+        "name": "fuzz",
+        "seed": 0,
+        "model": "llama-3-8b",
+        "hardware": "h100",
+        "cost": {
+            "kind": "linear",
+            "per_prefill_token_s": 0.0008549852431700076,
+            "per_decode_seq_s": 3.3332993256150227e-112,
+            "step_overhead_s": 0,
+        },
+        "scheduler": {"kind": "continuous", "chunked_prefill": False, "preemption": "swap"},
+        "engine": {
+            "block_size_tokens": 1,
+            "skip_ahead": False,
+            "enable_prefix_caching": False,
+            "async_scheduling": None,
+            "max_model_len_tokens": 1024,
+        },
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 4,
+            "arrival": {"kind": "poisson", "rate_per_s": 1e-05},
+            "prompt_tokens": {"kind": "fixed", "tokens": 1},
+            "output_tokens": {"kind": "fixed", "tokens": 68},
+            "priority": {"kind": "classes", "weights": [0.3, 0.7]},
+        },
+        "slo": {"ttft_ms": 500, "tpot_ms": 50},
+    }
+    _check_higher_load(doc, ("poisson", 128.0), 1.5)
+
+
+def _check_higher_load(doc: dict[str, Any], arrival: tuple[str, float], factor: float) -> None:
     # vllm bench's spacing puts arrival k at S_k (N / rate) / S_N: the same seed and a
     # higher rate send the same requests, each gap shrunk by the same factor.
     kind, rate = arrival
