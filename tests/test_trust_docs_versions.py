@@ -10,12 +10,11 @@ default (the newest modelled) must not be older than the newest tables.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
+from test_engine_cpu import scenario  # a roofline scenario with these engine settings
 
 from sim.cost.kernels.artifact import shipped_kernel_artifacts
-from sim.scenario import Scenario, scenario_from_dict
 from sim.scenario.vllm_versions import NEWEST, VERSIONS, version_problem, vllm_version
 
 # The vLLM release in a shipped table's file name, e.g. "0.24.0".
@@ -30,20 +29,6 @@ def _table_versions() -> set[str]:
 def _minor(name: str) -> tuple[int, int]:
     major, minor = name.split(".")[:2]
     return int(major), int(minor)
-
-
-def scenario(**engine: Any) -> Scenario:
-    tokens = {"kind": "uniform", "min_tokens": 10, "max_tokens": 100}
-    workload = {
-        "kind": "synthetic",
-        "num_requests": 5,
-        "arrival": {"kind": "poisson", "rate_per_s": 1},
-        "prompt_tokens": tokens,
-        "output_tokens": tokens,
-    }
-    return scenario_from_dict(
-        {"cost": {"kind": "roofline"}, "engine": engine, "workload": workload}
-    )
 
 
 def test_the_shipped_tables_name_a_vllm() -> None:
