@@ -50,9 +50,15 @@ def _run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int
     from sim.metrics.vllm_result import parse_metric_percentiles, parse_percentile_metrics
     from sim.scenario import load_scenario
 
-    metrics = parse_percentile_metrics(args.percentile_metrics) if args.percentile_metrics else None
+    metrics = (
+        parse_percentile_metrics(args.percentile_metrics)
+        if args.percentile_metrics is not None
+        else None
+    )
     percentiles = (
-        parse_metric_percentiles(args.metric_percentiles) if args.metric_percentiles else None
+        parse_metric_percentiles(args.metric_percentiles)
+        if args.metric_percentiles is not None
+        else None
     )
     scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
     out = Path(args.out) if args.out else Path("runs") / scenario.name
