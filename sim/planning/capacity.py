@@ -356,6 +356,7 @@ class Searcher:
         for index, record in execute(tasks, "local", self.jobs):
             records[index] = record
         _check_run_length(records, self.result.targets)
+        _check_served_length(records)
         point = judge(load, records, self.result.targets)
         self.result.points.append(point)
         self.result.num_sims += len(tasks)
@@ -509,6 +510,26 @@ def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -
                 f"--slo {target.name}: runs of {num} requests cannot estimate a "
                 f"{target.stat} (no sample would lie beyond it); use --num-requests "
                 f">= {needed} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
+            )
+
+
+def _check_served_length(records: Sequence[Record]) -> None:
+    """Refuse runs too short to measure a served ratio (:mod:`sim.planning.served`):
+    it counts completions per arrival over the k arrivals after the median one, about
+    half the run, so it moves in steps of 1 / k, and one request at the window's edge
+    (the last arrival finishing after the window closes, or the median one finishing
+    inside it) moves it by a step. Below 1 / (1 - SERVED_MIN_RATIO) = 20 arrivals a
+    step is wider than the check's 5 % margin: under a light load a run of 2k
+    requests reads (k - 1) / k, unserved, and one of 2k + 1 reads 1, so the verdict
+    is set by the run's parity, not the server (a 2-row trace got "0 req/s")."""
+    num = min((_num_requests(r) for r in records), default=0)
+    if any(r.get("served_ratio") is not None for r in records):
+        needed = 2 * math.ceil(1.0 / (1.0 - SERVED_MIN_RATIO) - 1e-9)
+        if num < needed:
+            raise ConfigError(
+                f"runs of {num} requests cannot tell whether the load is served (the "
+                f"second half of the arrivals, whose completions it counts, needs "
+                f"{needed // 2}); use --num-requests >= {needed} (a trace: more rows)"
             )
 
 
