@@ -106,18 +106,30 @@ def check_run_size(
     if memory is not None and needed > memory:
         if num is not None and requests_bytes >= replicas_bytes:
             fits = max(0, (memory - BASE_BYTES - replicas_bytes) // BYTES_PER_REQUEST)
+            # Advice that can be followed: "at most 0 requests" is not a run.
+            advice = (
+                f"lower workload.{field} to fit at most {fits:,} requests, or run "
+                "several seeds of fewer requests"
+                if fits > 0
+                else f"the {num_replicas:,} replicas alone leave no room for requests: "
+                "lower cluster.num_replicas as well"
+            )
             raise ConfigError(
                 f"workload: {num:,} requests need about {needed / 1e9:,.1f} GB of memory "
                 f"(~{BYTES_PER_REQUEST / 1e3:g} KB each), more than the {memory / 1e9:.1f} GB "
-                f"available; lower workload.{field} to fit at most {fits:,} requests, or run "
-                "several seeds of fewer requests"
+                f"available; {advice}"
             )
         fits = max(0, (memory - BASE_BYTES - requests_bytes + BYTES_PER_REPLICA) // replica_bytes)
         smaller = " (or engine.num_kv_blocks), or set engine.enable_prefix_caching: false"
+        advice = (
+            f"lower cluster.num_replicas to at most {fits:,}"
+            if fits > 0
+            else f"even one replica does not fit beside the requests: lower workload.{field}"
+        )
         raise ConfigError(
             f"cluster: {num_replicas:,} replicas need about {needed / 1e9:,.1f} GB of memory "
-            f"({each}), more than the {memory / 1e9:.1f} GB available; lower "
-            f"cluster.num_replicas to at most {fits:,}{smaller if cached else ''}"
+            f"({each}), more than the {memory / 1e9:.1f} GB available; "
+            f"{advice}{smaller if cached else ''}"
         )
     requests_s = 0.0 if num is None else num * SECONDS_PER_REQUEST
     replica_s = SECONDS_PER_REPLICA + cached * SECONDS_PER_CACHED_BLOCK
