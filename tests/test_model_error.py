@@ -185,10 +185,12 @@ def test_plan_headroom_defaults_to_the_model_error(
     stdout, doc = _plan(tmp_path, [], capsys)
     entry = model_error_table().sources["kernels_one_gpu"]
     headroom_pct = max(entry.ttft_p50_error_pct, entry.tpot_p50_error_pct)
-    assert doc["headroom"]["pct"] == pytest.approx(headroom_pct)
-    assert doc["headroom"]["source"] == "model error"
-    # The fleet is sized for the target rate plus the headroom.
-    assert doc["target_rate_per_s"] == pytest.approx(10 * (1 + headroom_pct / 100))
+    assert doc["headroom"]["pct"] is None
+    assert doc["headroom"]["source"] == "each configuration's model error"
+    # The fleet is sized for the target rate plus its cost source's error.
+    assert doc["target_rate_per_s"] == 10
+    assert doc["best"]["sized_rate_per_s"] == pytest.approx(10 * (1 + headroom_pct / 100))
+    assert f"sized for {10 * (1 + headroom_pct / 100):.4g}" in stdout
     assert doc["model_error"]["kind"] == "kernels_one_gpu"
     assert "model error: ±" in stdout and "kernel tables, one GPU" in stdout
 
@@ -196,7 +198,7 @@ def test_plan_headroom_defaults_to_the_model_error(
 def test_an_explicit_headroom_wins(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _, doc = _plan(tmp_path, ["--headroom", "5"], capsys)
     assert doc["headroom"]["pct"] == 5 and doc["headroom"]["source"] == "--headroom"
-    assert doc["target_rate_per_s"] == pytest.approx(10.5)
+    assert doc["best"]["sized_rate_per_s"] == pytest.approx(10.5)
 
 
 def test_a_negative_headroom_is_one_line_error(
@@ -237,8 +239,29 @@ def test_a_roofline_plan_has_no_headroom_and_says_why(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     stdout, doc = _plan(tmp_path, ["--set", "cost.kind=roofline"], capsys)
-    assert doc["headroom"]["pct"] == 0 and doc["target_rate_per_s"] == pytest.approx(10)
+    assert doc["best"]["sized_rate_per_s"] == pytest.approx(10)  # no error, no headroom
     assert doc["best"]["model_error"]["kind"] is None
     assert any("no validated error (uncalibrated roofline)" in c for c in doc["caveats"])
     assert "caveat: model error: no validated error (uncalibrated roofline)" in stdout
     assert "none validated" in stdout
+
+
+def test_each_configuration_is_sized_for_its_own_model_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The H100 is priced from kernel tables (a validated error), the A10G on the
+    # roofline (none): one plan-wide headroom would size one of them wrongly.
+    global PLAN_SPACE
+    saved = PLAN_SPACE
+    PLAN_SPACE = {**saved, "gpus": ["h100", "a10g"], "prune": False}
+    try:
+        _, doc = _plan(tmp_path, [], capsys)
+    finally:
+        PLAN_SPACE = saved
+    sized = {c["gpu"]: c for c in doc["configurations"]}
+    entry = model_error_table().sources["kernels_one_gpu"]
+    headroom = max(entry.ttft_p50_error_pct, entry.tpot_p50_error_pct) / 100
+    assert sized["h100"]["model_error"]["kind"] == "kernels_one_gpu"
+    assert sized["h100"]["sized_rate_per_s"] == pytest.approx(10 * (1 + headroom))
+    assert sized["a10g"]["model_error"]["kind"] is None
+    assert sized["a10g"]["sized_rate_per_s"] == pytest.approx(10)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,12 +24,9 @@ if TYPE_CHECKING:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sim.api.build import cost_model_for
-    from sim.cost.config import RooflineCostConfig
-    from sim.cost.model_error import ModelError, model_error_for
     from sim.metrics.out_path import check_out_dir
     from sim.metrics.slo_targets import parse_targets
-    from sim.planning.plan import plan
+    from sim.planning.plan import check_headroom, plan
     from sim.planning.plan_file import load_plan_config
     from sim.planning.plan_plots import plan_caption, plot_plan
     from sim.planning.plan_report import (
@@ -50,8 +46,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
     if args.target_rate is None or not args.target_rate > 0:
         raise ConfigError("--target-rate must be > 0 (requests per second)")
-    if args.headroom is not None and not 0 <= args.headroom < 1000:
-        raise ConfigError(f"--headroom must be a percentage in [0, 1000), got {args.headroom:g}")
+    check_headroom(args.headroom)  # before any work
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.executor == "ray" and args.workers is not None:
@@ -64,19 +59,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise ConfigError(f"--num-requests must be >= 1, got {args.num_requests}")
         config = config.model_copy(update={"num_requests": args.num_requests})
     scenario = load_scenario(args.scenario, args.set or [])
-    # The validated error of the cost source the plan prices with (the scenario's,
-    # or the roofline the plan file forces), and the headroom it defaults to.
-    priced = scenario
-    if config.cost_model == "roofline":
-        priced = scenario.model_copy(update={"cost": RooflineCostConfig()})
-    with warnings.catch_warnings():  # the search says a cost model's warnings, once
-        warnings.simplefilter("ignore")
-        try:
-            model_error = model_error_for(cost_model_for(priced, Path(args.scenario).parent))
-        except ConfigError as error:  # the candidates may still build theirs: not fatal
-            model_error = ModelError(None, None, f"the scenario's own cost model: {error}")
-    headroom_pct = args.headroom if args.headroom is not None else 100 * model_error.headroom
-    sized_rate = args.target_rate * (1 + headroom_pct / 100)
     out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-plan"
     check_out_dir(out)  # before the search: a bad --out would lose it
     bar = tqdm(total=0, desc="plan", unit="config", disable=args.quiet, file=sys.stderr)
@@ -97,26 +79,27 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             Path(args.scenario).parent,
             config,
             targets,
-            sized_rate,
+            args.target_rate,
             prices,
             args.workers,
             on_done,
             on_total,
             args.executor,
             args.address,
+            args.headroom,  # None: each configuration's own model error
         )
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
     roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
     doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
-    doc["model_error"] = model_error.to_json()
+    best_error = result.best.model_error if result.best is not None else None
+    doc["model_error"] = best_error.to_json() if best_error is not None else None
     doc["headroom"] = {
-        "pct": headroom_pct,
-        "source": "--headroom" if args.headroom is not None else "model error",
+        "pct": args.headroom,  # null: each configuration's own, in its sized_rate_per_s
+        "source": "--headroom" if args.headroom is not None else "each configuration's model error",
         "target_rate_per_s_asked": args.target_rate,
-        "target_rate_per_s_sized": sized_rate,
     }
-    if model_error.validated is None:
-        doc.setdefault("caveats", []).append(f"model error: {model_error.text}")
+    if best_error is not None and best_error.validated is None:
+        doc.setdefault("caveats", []).append(f"model error: {best_error.text}")
     source_doc = read_yaml(Path(args.scenario), "scenario") or {}
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
@@ -126,14 +109,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         paths.append(figure)
     print(format_table(result))
     print(format_best(result))
-    why = "--headroom" if args.headroom is not None else "the model error; --headroom to change"
-    print(f"model error: {model_error.text}")
-    print(
-        f"headroom: {headroom_pct:.1f} % ({why}): sized for {args.target_rate:g} x "
-        f"{1 + headroom_pct / 100:.3f} = {sized_rate:.4g} req/s"
-    )
-    if model_error.validated is None:
-        print(f"caveat: model error: {model_error.text}")
+    if args.headroom is not None:
+        print(f"headroom: {args.headroom:.1f} % (--headroom) on every configuration")
+    else:
+        print(
+            "headroom: each configuration sized for the target plus its own model error "
+            "(the table's column; --headroom to set one)"
+        )
+    if best_error is not None and best_error.validated is None:
+        print(f"caveat: model error: {best_error.text}")
     if result.warnings:  # once in all, not once per simulation
         count = len(result.warnings)
         more = f" (and {count - 1} more, listed in plan.json)" if count > 1 else ""

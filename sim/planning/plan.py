@@ -142,6 +142,9 @@ class Outcome:
     cost_model: str = ""
     cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
     model_error: ModelError | None = None  # the cost source's validated error (None: not built)
+    # The rate its fleet is sized for: the target plus the headroom (the plan's
+    # --headroom, else this configuration's own model error; None: not priced).
+    sized_rate_per_s: float | None = None
     price_per_gpu_hour: float | None = None
     bound_rate_per_s: float | None = None
     bound_usd_per_hour: float | None = None
@@ -285,6 +288,9 @@ class _Space:
     hardware: dict[str, HardwareSpec]
     lengths: LengthStats
     num_requests: int
+    # Added to the target before sizing a fleet (0.15: 15 %); None: each
+    # configuration's own validated model error (its cost source may differ).
+    headroom: float | None = 0.0
     costs: dict[tuple[str, int], tuple[CostModel, str, str]] = field(default_factory=dict)
     warnings: dict[str, None] = field(default_factory=dict)  # distinct, in order met
 
@@ -517,6 +523,7 @@ def _task(
     candidate: Candidate,
     start: float,
     price: float,
+    sized_rate_per_s: float,
     bound_rate_per_s: float | None = None,
 ) -> Task:
     slo = {t.name: t.limit_ms for t in space.targets}
@@ -528,7 +535,7 @@ def _task(
         "seeds": space.config.seeds,
         "rel_width": space.config.rel_width,
         "max_sims": space.config.max_loads * space.config.seeds,
-        "target_rate_per_s": space.target_rate_per_s,
+        "target_rate_per_s": sized_rate_per_s,
         "num_gpus": candidate.num_gpus,
         "price": price,
         "bound_rate_per_s": bound_rate_per_s,
@@ -659,9 +666,11 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.cost_model, outcome.cost_model_detail = label, choice
     outcome.model_error = model_error_for(cost)
+    headroom = outcome.model_error.headroom if space.headroom is None else space.headroom
+    outcome.sized_rate_per_s = space.target_rate_per_s * (1 + headroom)
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
-        bound.rate_per_s, space.target_rate_per_s, candidate.num_gpus, price
+        bound.rate_per_s, outcome.sized_rate_per_s, candidate.num_gpus, price
     )
     if bound.infeasible:
         outcome.status, outcome.reason = "skipped", f"infeasible at any load: {bound.infeasible}"
@@ -727,15 +736,19 @@ def _run(
             outcome.status = "running"
             started.append(outcome)
             price = outcome.price_per_gpu_hour or 0.0
+            sized_rate_per_s = outcome.sized_rate_per_s or space.target_rate_per_s
             task = _task(
-                space, outcome.candidate, _start_load(outcome), price, outcome.bound_rate_per_s
+                space,
+                outcome.candidate,
+                _start_load(outcome),
+                price,
+                sized_rate_per_s,
+                outcome.bound_rate_per_s,
             )
             if space.config.prune and best is not None and best.usd_per_hour and price > 0:
                 # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
                 gpus = outcome.candidate.num_gpus
-                task["stop_below_rate_per_s"] = (
-                    space.target_rate_per_s * gpus * price / best.usd_per_hour
-                )
+                task["stop_below_rate_per_s"] = sized_rate_per_s * gpus * price / best.usd_per_hour
             outcome.scenario_doc = task["scenario"]
             yield task
 
@@ -747,9 +760,8 @@ def _run(
         if abandoned is not None:
             outcome.status = "skipped"
             price = outcome.price_per_gpu_hour or 0.0
-            usd = fleet_usd_per_hour(
-                abandoned, space.target_rate_per_s, outcome.candidate.num_gpus, price
-            )
+            sized_rate_per_s = outcome.sized_rate_per_s or space.target_rate_per_s
+            usd = fleet_usd_per_hour(abandoned, sized_rate_per_s, outcome.candidate.num_gpus, price)
             outcome.reason = (
                 f"cannot beat the cheapest: its SLOs fail (95% interval) at {abandoned:.3g} "
                 f"req/s per unit, where its fleet would already cost ${usd:.2f}/h or more "
@@ -823,6 +835,12 @@ def _announce(
                 on_done(outcome, result)
 
 
+def check_headroom(headroom_pct: float | None) -> None:
+    """Refuse a headroom that is not a percentage in [0, 1000)."""
+    if headroom_pct is not None and not 0 <= headroom_pct < 1000:
+        raise ConfigError(f"--headroom must be a percentage in [0, 1000), got {headroom_pct:g}")
+
+
 def plan(
     scenario: Scenario,
     base_dir: Path,
@@ -835,14 +853,21 @@ def plan(
     on_total: Callable[[int], None] | None = None,
     executor: str = "local",
     address: str | None = None,
+    headroom_pct: float | None = 0.0,
 ) -> PlanResult:
     """Search the plan's space (module docstring); ``on_done`` sees each outcome as it
-    is decided, ``on_total`` the number of candidates once known (coarse, then refined)."""
+    is decided, ``on_total`` the number of candidates once known (coarse, then refined).
+
+    Each fleet is sized for ``target_rate_per_s`` plus ``headroom_pct`` percent; None
+    sizes each configuration for its own cost source's validated model error
+    (``sim.cost.model_error``: a GPU priced by kernel tables and one on the roofline
+    carry different errors)."""
     started = time.perf_counter()
     if not targets:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
     if not target_rate_per_s > 0:
         raise ConfigError("--target-rate must be > 0 (requests per second)")
+    check_headroom(headroom_pct)
     if scenario.workload.kind != "synthetic":
         raise ConfigError(
             f"plan: workload.kind {scenario.workload.kind!r}: the planner scales a synthetic "
@@ -913,6 +938,7 @@ def plan(
         hardware,
         length_stats(sized, base_dir, config.seeds),
         num_requests,
+        None if headroom_pct is None else headroom_pct / 100,
     )
     result = PlanResult(
         target_rate_per_s,

@@ -141,8 +141,15 @@ def format_best(result: PlanResult) -> str:
     record = best.record or {}
     units = record.get("num_units")
     per_unit = "replica" if best.candidate.split is None else "prefill/decode unit"
+    sized = best.sized_rate_per_s or result.target_rate_per_s
+    headroom_pct = 100 * (sized / result.target_rate_per_s - 1)
+    sized_for = (
+        f" (sized for {sized:.4g}: +{headroom_pct:.1f} % headroom)"
+        if sized > result.target_rate_per_s
+        else ""
+    )
     return (
-        f"cheapest for {result.target_rate_per_s:g} req/s within {slo}: {units} x "
+        f"cheapest for {result.target_rate_per_s:g} req/s{sized_for} within {slo}: {units} x "
         f"{best.candidate.label} ({per_unit}s of {best.candidate.num_gpus} GPU"
         f"{'s' if best.candidate.num_gpus > 1 else ''}): {record.get('num_gpus_total')} GPUs, "
         f"${record.get('usd_per_hour'):.2f}/hour, "
@@ -192,6 +199,7 @@ def outcome_doc(outcome: Outcome) -> dict[str, Any]:
         "cost_model": outcome.cost_model or None,
         "cost_model_choice": outcome.cost_model_detail or None,
         "model_error": outcome.model_error.to_json() if outcome.model_error else None,
+        "sized_rate_per_s": outcome.sized_rate_per_s,
         "gpu_price_per_hour": outcome.price_per_gpu_hour,
         "optimistic_rate_per_s": outcome.bound_rate_per_s,
         "optimistic_usd_per_hour": outcome.bound_usd_per_hour,
