@@ -3,12 +3,14 @@ work, the rejection sampler; and what the parts do to a run's speed-up."""
 
 from __future__ import annotations
 
+import json
 from itertools import pairwise
 from typing import Any
 
 import pytest
 
 from sim import api
+from sim.cli import main
 from sim.cost.base import StepShape
 from sim.cost.roofline import RooflineCost
 from sim.cost.speculative import (
@@ -202,3 +204,28 @@ def test_a_bad_method_is_one_line_naming_the_field() -> None:
     with pytest.raises(ConfigError, match=r"speculative\.method") as error:
         scenario_from_dict(doc)
     assert "\n" not in str(error.value)
+
+
+# -- cost-breakdown ----------------------------------------------------------------------------
+
+
+def test_cost_breakdown_shows_the_verification_and_each_part(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # 8 decodes at 1,024 tokens under scenarios/speculative.yaml (k = 4, a
+    # Llama-3.2-1B draft): the verification is 8 chunks of 5 tokens, then 4 draft
+    # passes' CPU at 0.15 ms and 8 x 5 x 128,256 logits x 12 B of sampling.
+    argv = ["cost-breakdown", "scenarios/speculative.yaml", "--step", "8d", "--json"]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    parts = result["speculative_ms"]
+    assert parts["proposer CPU"] == pytest.approx(4 * 0.15)
+    assert parts["rejection sampler"] == pytest.approx(8 * 5 * 128_256 * 12 / BANDWIDTH * 1e3)
+    (draft,) = (name for name in parts if name.startswith("proposer GPU"))
+    assert "llama-3.2-1b" in draft and parts[draft] > 0
+    assert "speculative(k=4" in result["cost_model"]
+    # The roofline's split is the verification's: its memory time reads the 8B
+    # weights once (16.06 GB at 2.68 TB/s, 6.0 ms) and the 8 contexts' KV.
+    verify_ms = max(result["roofline_ms"].values()) + result["other_ms"]
+    assert result["roofline_ms"]["memory"] == pytest.approx(6.0, rel=0.1)
+    assert result["step_ms"] == pytest.approx(verify_ms + sum(parts.values()))
