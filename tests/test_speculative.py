@@ -14,9 +14,9 @@ from sim import api
 from sim.cost.base import StepShape
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
+from sim.cost.speculative import Proposer, SpeculativeCost
 from sim.engine.speculative import (
     SpeculativeConfig,
-    SpeculativeCost,
     expected_tokens_per_step,
     phase,
     speculative_cost,
@@ -73,8 +73,11 @@ LINEAR = LinearCost(
 )
 
 
+FRACTION = Proposer(None, cost_fraction=0.1)  # one draft step is a tenth of a target step
+
+
 def test_verification_is_a_chunk_of_k_plus_one_tokens() -> None:
-    cost = SpeculativeCost(LINEAR, 3, draft_cost_fraction=0.1)
+    cost = SpeculativeCost(LINEAR, 3, FRACTION)
     # Two decoding sequences with 10 and 20 cached tokens (contexts 11 and 21).
     shape = StepShape(num_decode_seqs=2, num_decode_context_tokens=32)
     assert cost.verify_shape(shape) == StepShape.build(prefill_chunks=[(4, 10), (4, 20)])
@@ -83,7 +86,7 @@ def test_verification_is_a_chunk_of_k_plus_one_tokens() -> None:
 
 
 def test_step_cost_adds_the_draft() -> None:
-    cost = SpeculativeCost(LINEAR, 3, draft_cost_fraction=0.1)
+    cost = SpeculativeCost(LINEAR, 3, FRACTION)
     shape = StepShape(num_decode_seqs=2, num_decode_context_tokens=32)
     plain = LINEAR.step_s(shape)
     assert cost.draft_s(2, 32) == pytest.approx(0.1 * 3 * plain)
@@ -100,28 +103,30 @@ def test_step_cost_adds_the_draft() -> None:
     )
 
 
-def test_draft_model_runs_k_decode_steps_on_the_roofline() -> None:
+def test_draft_model_runs_a_verified_chunk_then_k_minus_1_decode_steps_on_the_roofline() -> None:
     h100 = hardware_preset("h100")
     target = RooflineCost(model_preset("llama-3-8b"), h100)
     draft = RooflineCost(model_preset("smollm2-135m"), h100)
-    cost = SpeculativeCost(target, 4, draft=draft)
-    assert cost.draft_s(8, 800) == pytest.approx(float(draft.decode_steps_s(8, 800, 4).sum()))
+    cost = SpeculativeCost(target, 4, Proposer("draft_model", draft))
     shape = StepShape(num_decode_seqs=8, num_decode_context_tokens=800)
+    # vLLM's proposer: a pass over the 5 verified tokens of each sequence, then 3
+    # one-token passes whose contexts start 4 tokens further on.
+    first = draft.step_s(cost.verify_shape(shape))
+    rest = float(draft.decode_steps_s(8, 800 + 4 * 8, 3).sum())
+    assert cost.draft_s(8, 800) == pytest.approx(first + rest)
     # Small decode batches are memory-bound: verifying 5 tokens costs about one decode step.
     verify = target.step_s(cost.verify_shape(shape))
     assert verify == pytest.approx(target.step_s(shape), rel=0.05)
     assert "speculative(k=4" in cost.label and "smollm2" in cost.label
-    with pytest.raises(ValueError, match="exactly one"):
-        SpeculativeCost(target, 4)
 
 
 def test_scenario_draft_pays_no_engine_overhead_per_draft_step() -> None:
     h100 = hardware_preset("h100")
     target = RooflineCost(model_preset("llama-3-8b"), h100)
     config = SpeculativeConfig.model_validate(SPEC)
-    cost = speculative_cost(config, target, h100)
-    bare = RooflineCost(model_preset("smollm2-135m"), h100)
-    assert cost.draft_s(4, 400) == pytest.approx(float(bare.decode_steps_s(4, 400, 4).sum()))
+    cost = speculative_cost(config, target, model_preset("llama-3-8b"), h100)
+    bare = SpeculativeCost(target, 4, Proposer("draft_model", RooflineCost(SMOLLM2, h100)))
+    assert cost.draft_s(4, 400) == pytest.approx(bare.draft_s(4, 400))
     # A 135M draft's step on an H100 is a fraction of a millisecond of GPU work.
     assert cost.draft_s(4, 400) < 4 * 1e-3
 
@@ -151,6 +156,7 @@ def doc(
     return scenario
 
 
+SMOLLM2 = model_preset("smollm2-135m")
 SPEC = {"num_draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": "smollm2-135m"}
 
 

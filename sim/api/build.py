@@ -185,7 +185,9 @@ def engine_for(scenario: Scenario, base_dir: Path | None = None) -> ReplicaConfi
         skip_ahead=scenario.engine.skip_ahead,
     )
     if scenario.speculative is not None:
-        engine = with_speculation(engine, scenario.speculative, scenario.hardware)
+        engine = with_speculation(
+            engine, scenario.speculative, scenario.hardware, model_for(scenario)
+        )
     return engine
 
 

@@ -15,7 +15,10 @@ rows derived from another head layout's, bytes over bandwidth, a formula over
 the link); the rest of the step (the engine's CPU work it does not hide) is one more
 row. Cost models without a per-op breakdown print the step's total (the
 roofline also its compute and memory times), and the engine's CPU work as
-that row where they price the GPU's work only.
+that row where they price the GPU's work only. Under speculative decoding
+(``speculative:``) the ops are the verification's (each decode a chunk of
+``k + 1`` tokens), then the proposer's GPU and CPU work and the rejection
+sampler (``sim.cost.speculative``).
 
 A step the scenario's engine never runs (more sequences than its policy holds,
 more tokens than a step computes, a sequence past ``engine.max_model_len_tokens``,
@@ -135,11 +138,24 @@ def describe_step(shape: StepShape) -> str:
 
 
 def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
-    """The step's total and, where the cost model has one, its per-op split (ms)."""
+    """The step's total and, where the cost model has one, its per-op split (ms); under
+    speculative decoding the verification's split and the other parts of the step."""
     from sim.cost.engine_cpu import EngineCpuCost
     from sim.cost.kernels.cost import KernelCost
     from sim.cost.roofline import RooflineCost
+    from sim.cost.speculative import SpeculativeCost
 
+    if isinstance(cost, SpeculativeCost) and shape.num_decode_seqs:
+        parts = cost.parts_s(shape)
+        verify = breakdown(cost.target, cost.verify_shape(shape))  # the verification's ops
+        verify["cost_model"] = cost.label
+        verify["step_ms"] = parts.total_s * 1e3
+        verify["speculative_ms"] = {
+            f"proposer GPU ({cost.proposer.label})": parts.propose_gpu_s * 1e3,
+            "proposer CPU": parts.propose_cpu_s * 1e3,
+            "rejection sampler": parts.rejection_s * 1e3,
+        }
+        return verify
     step_ms = cost.step_s(shape) * 1e3
     out: dict[str, Any] = {"cost_model": cost.label, "step_ms": step_ms}
     # The GPU's ops come from the GPU model inside the engine's CPU work (sim.cost.engine_cpu).
@@ -203,6 +219,8 @@ def format_breakdown(result: dict[str, Any]) -> str:
         lines.append(row("GPU step", result["gpu_ms"]))
     if "other_ms" in result:
         lines.append(row("rest of step (engine CPU)", result["other_ms"]))
+    for name, ms in result.get("speculative_ms", {}).items():
+        lines.append(row(name, ms))
     lines.append(row("step", step_ms))
     if result["note"]:
         lines.append(f"note: {result['note']}")
@@ -219,6 +237,11 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
     if problem is not None:  # refused: no price for a step the engine never runs
         raise ConfigError(problem)
     cost = cost_model_for(scenario, Path(args.scenario).parent)
+    if scenario.speculative is not None:  # every decode verifies k + 1 tokens, and more
+        from sim.api.build import model_for
+        from sim.engine.speculative import speculative_cost
+
+        cost = speculative_cost(scenario.speculative, cost, model_for(scenario), scenario.hardware)
     result = {
         "scenario": scenario.name,
         "step": args.step,

@@ -4,7 +4,8 @@
 prices a skip-ahead run's decode steps (``run_ends_for``); ``config`` the
 scenario's ``cost:`` block, what ``kind: auto`` picks, and the factory; the
 models are ``linear``, ``roofline``, ``calibrated``, ``fitted`` and
-``kernels/``; ``provenance`` reads and stamps the artifact files they share.
+``kernels/``; ``speculative`` prices a speculative decoding step from its
+parts around any of them; ``provenance`` reads and stamps the artifact files they share.
 
 Import each name from the module that defines it.
 

@@ -1,13 +1,25 @@
-"""Speculative decoding: a draft model proposes k tokens, the target verifies them at once.
+"""Speculative decoding: a proposer drafts k tokens, the target verifies them at once.
 
-Per decode step of a request, the draft model runs ``k`` cheap decode steps and
-the target model checks the ``k + 1`` positions (the last sampled token and the
-``k`` drafts) in one forward pass. With each draft token accepted independently
-with probability ``α`` (the standard model of Leviathan et al., 2023), the
-tokens emitted per step (accepted drafts plus the target's own next token) are
-on average::
+Per decode step of a request, the proposer (a draft model, an EAGLE head, or
+n-gram lookup in the request's own tokens: ``SpeculativeConfig.method``, as
+vLLM's ``speculative_config.method``) drafts ``k`` tokens and the target
+checks the ``k + 1`` positions (the last sampled token and the ``k`` drafts)
+in one forward pass. What a step costs, part by part, is
+``sim.cost.speculative``'s.
 
-    E(k, α) = (1 − α^(k+1)) / (1 − α)        (= k + 1 when α = 1)
+Acceptance. Each draft token is accepted independently with probability
+``α`` (``acceptance_rate``: the standard model of Leviathan et al., 2023),
+and a step keeps the drafts up to the first rejected one plus one token of
+the target's own (the correction, or the bonus token when all ``k`` are
+accepted). The ``i``-th draft is kept with probability ``α^i``, so the
+tokens a step emits are on average::
+
+    E(k, α) = 1 + α + α² + … + α^k = (1 − α^(k+1)) / (1 − α)   (= k + 1 when α = 1)
+
+(vLLM reports it as the mean acceptance length; the acceptance rate it
+reports, accepted over proposed drafts, is ``(E − 1) / k``.) With ``α = 0`` a
+step emits one token, as plain decoding, at the cost of the proposer and of
+a ``k + 1``-token verification.
 
 Which tokens a step emits is deterministic, not drawn: request ``r`` has a
 fixed phase ``φ_r`` (the fractional part of ``r`` times the golden ratio, so
@@ -16,16 +28,8 @@ requests are not in lockstep) and emits, at its ``s``-th speculative step,
 ``ceil(E)``), capped by the tokens it still has to emit. Over any ``n`` steps a
 request emits ``n E`` tokens to within one, runs are reproducible without a
 random stream, and the mean is exactly ``E``; the spread of a real acceptance
-process is not modelled.
-
-Cost of a step (``SpeculativeCost``): the target's forward pass with each
-decoding sequence verifying ``k + 1`` tokens after its context (priced as a
-prefill chunk of ``k + 1`` tokens: ``k + 1`` times the FLOPs, the weights read
-once), plus the draft's ``k`` decode steps of the same sequences, priced by the
-roofline of ``draft_model`` on the scenario's hardware (without the per-step
-engine overhead, which the step pays once), or as ``draft_cost_fraction`` of
-the target's own decode step (overhead included). Draft tokens are
-always ``k`` (a real engine does not know where a request ends).
+process is not modelled. Draft tokens are always ``k`` (a real engine does
+not know where a request ends).
 
 Token times: the tokens of one step are all emitted at its end (gaps of 0
 between them). ``ITL`` counts one gap per step and request, as
@@ -37,8 +41,9 @@ Simplifications, stated: the plan runs one step per event (no skip-ahead, as
 per-request token counts vary between steps); draft tokens do not count against
 ``max_num_batched_tokens``; the KV cache holds accepted tokens only (the
 verification's lookahead slots are transient). A ``draft_model``'s weights and
-KV layers do shrink the target's KV pool (``sim.hardware.kv_capacity``); a
-``draft_cost_fraction`` names no model, so none is counted.
+KV layers do shrink the target's KV pool (``sim.hardware.kv_capacity``); an
+EAGLE head's (one layer, under a tenth of the target's weights and KV) and a
+``draft_cost_fraction`` (it names no model) are not counted.
 """
 
 from __future__ import annotations
@@ -48,11 +53,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
-from sim.cost.roofline import RooflineCost
+from sim.cost.base import CostModel
+from sim.cost.speculative import ProposerKind, SpeculativeCost, speculative_step_cost
 from sim.engine.scheduler import CoreView, Scheduler, StepPlan
 from sim.engine.step_runs import StepTable
-from sim.hardware.specs import HardwareSpec, ModelRef
+from sim.hardware.specs import HardwareSpec, ModelRef, ModelSpec
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -63,23 +68,43 @@ GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0,
 class SpeculativeConfig(BaseModel):
     """``speculative:`` in a scenario: k draft tokens per step accepted at rate α.
 
-    Give exactly one of ``draft_model`` (a model preset or inline spec, priced
-    by the roofline on the scenario's hardware) and ``draft_cost_fraction``
-    (one draft decode step costs this fraction of the target's).
+    ``method`` names the proposer as vLLM's ``speculative_config.method`` does:
+    ``draft_model`` (give ``draft_model``: a model preset or inline spec),
+    ``eagle`` or ``eagle3`` (a head derived from the scenario's model), or
+    ``ngram`` (prompt lookup, CPU only); each priced from its parts
+    (``sim.cost.speculative``). Without ``method``, give exactly one of
+    ``draft_model`` (then the method is ``draft_model``) and
+    ``draft_cost_fraction`` (one draft decode step costs this fraction of the
+    target's: a formula of the scenario's own, not parts).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_draft_tokens: int = Field(ge=1, le=64, description="k: draft tokens per step")
     acceptance_rate: float = Field(ge=0, le=1, description="α: each draft token's acceptance")
+    method: ProposerKind | None = None
     draft_model: ModelRef | None = None
     draft_cost_fraction: float | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="after")
     def _one_draft_cost(self) -> SpeculativeConfig:
-        if (self.draft_model is None) == (self.draft_cost_fraction is None):
-            raise ValueError("give exactly one of draft_model and draft_cost_fraction")
+        if self.method is None or self.method == "draft_model":
+            if self.method == "draft_model" and self.draft_model is None:
+                raise ValueError("method draft_model needs a draft_model")
+            if (self.draft_model is None) == (self.draft_cost_fraction is None):
+                raise ValueError("give exactly one of draft_model and draft_cost_fraction")
+        elif self.draft_model is not None or self.draft_cost_fraction is not None:
+            raise ValueError(
+                f"method {self.method} takes neither draft_model nor draft_cost_fraction"
+            )
         return self
+
+    @property
+    def proposer(self) -> ProposerKind | None:
+        """The proposer priced from its parts; None: ``draft_cost_fraction``'s formula."""
+        if self.method is None and self.draft_model is not None:
+            return "draft_model"
+        return self.method
 
     @property
     def expected_tokens_per_step(self) -> float:
@@ -104,120 +129,20 @@ def tokens_at_step(phase_: float, step: int, expected: float) -> int:
     return math.floor(phase_ + (step + 1) * expected) - math.floor(phase_ + step * expected)
 
 
-class SpeculativeCost:
-    """A cost model's steps with every decoding sequence verifying k + 1 tokens, plus the draft."""
-
-    def __init__(
-        self,
-        target: CostModel,
-        num_draft_tokens: int,
-        draft: CostModel | None = None,
-        draft_cost_fraction: float | None = None,
-    ) -> None:
-        if (draft is None) == (draft_cost_fraction is None):
-            raise ValueError("give exactly one of draft and draft_cost_fraction")
-        self.target = target
-        self.num_draft_tokens = num_draft_tokens
-        self.draft = draft
-        self.draft_cost_fraction = draft_cost_fraction
-
-    @property
-    def label(self) -> str:
-        draft = (
-            self.draft.label if self.draft is not None else f"{self.draft_cost_fraction}x target"
-        )
-        return f"{self.target.label} + speculative(k={self.num_draft_tokens}, draft {draft})"
-
-    def draft_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> float:
-        """Seconds of the draft's k decode steps for ``num_seqs`` sequences (the
-        longest and shortest context as in ``StepShape``)."""
-        k = self.num_draft_tokens
-        if self.draft is not None:
-            steps = self.draft.decode_steps_s(
-                num_seqs,
-                context_tokens,
-                k,
-                max_context_tokens=max_context_tokens,
-                min_context_tokens=min_context_tokens,
-            )
-            return float(steps.sum())
-        assert self.draft_cost_fraction is not None
-        one = self.target.step_s(
-            StepShape(
-                num_decode_seqs=num_seqs,
-                num_decode_context_tokens=context_tokens,
-                max_decode_context_tokens=max_context_tokens,
-                min_decode_context_tokens=min_context_tokens,
-            )
-        )
-        return self.draft_cost_fraction * k * one
-
-    def verify_shape(self, shape: StepShape) -> StepShape:
-        """``shape`` with each decode sequence turned into a chunk of k + 1 tokens.
-
-        A sequence of context ``p + 1`` (``p`` cached) verifies ``c = k + 1``
-        tokens: ``c p + c (c + 1) / 2`` attention pairs, ``p + c`` KV tokens read.
-        """
-        n = shape.num_decode_seqs
-        cached = shape.num_decode_context_tokens - n  # sum of p
-        c = self.num_draft_tokens + 1
-        return StepShape(
-            num_prefill_seqs=shape.num_prefill_seqs + n,
-            num_prefill_tokens=shape.num_prefill_tokens + c * n,
-            prefill_attention_pairs=shape.prefill_attention_pairs
-            + c * cached
-            + n * c * (c + 1) // 2,
-            prefill_kv_read_tokens=shape.prefill_kv_read_tokens + cached + c * n,
-        )
-
-    def step_s(self, shape: StepShape) -> float:
-        n = shape.num_decode_seqs
-        if n == 0:
-            return self.target.step_s(shape)
-        return self.target.step_s(self.verify_shape(shape)) + self.draft_s(
-            n,
-            shape.num_decode_context_tokens,
-            max_context_tokens=shape.max_decode_context_tokens,
-            min_context_tokens=shape.min_decode_context_tokens,
-        )
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        # Speculative plans run one step per event, so this is rarely called.
-        return decode_steps_by_loop(
-            self,
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
-
-
 def speculative_cost(
-    config: SpeculativeConfig, target: CostModel, hardware: HardwareSpec
+    config: SpeculativeConfig, target: CostModel, model: ModelSpec, hardware: HardwareSpec
 ) -> SpeculativeCost:
-    """The target's cost model with the verification and draft cost of ``config``."""
-    draft = None
-    if config.draft_model is not None:
-        # The engine's CPU work (scheduling, sampling) is paid once per step, with
-        # the target's pass; the draft's steps add only their GPU roofline.
-        draft = RooflineCost(config.draft_model, hardware)
-    return SpeculativeCost(target, config.num_draft_tokens, draft, config.draft_cost_fraction)
+    """The target's cost model (``model`` on ``hardware``) with ``config``'s
+    speculative step priced from its parts (``sim.cost.speculative``)."""
+    return speculative_step_cost(
+        target,
+        model,
+        hardware,
+        config.num_draft_tokens,
+        config.proposer,
+        draft_model=config.draft_model,
+        draft_cost_fraction=config.draft_cost_fraction,
+    )
 
 
 class SpeculativeScheduler:

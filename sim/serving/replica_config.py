@@ -19,7 +19,7 @@ from sim.cost.base import CostModel
 from sim.engine.core_config import CoreConfig
 from sim.engine.scheduler import Scheduler
 from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, speculative_cost
-from sim.hardware.specs import HardwareSpec
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 class FrontendConfig(BaseModel):
@@ -87,9 +87,14 @@ class ReplicaConfig:
 
 
 def with_speculation(
-    config: ReplicaConfig, speculative: SpeculativeConfig, hardware: HardwareSpec
+    config: ReplicaConfig,
+    speculative: SpeculativeConfig,
+    hardware: HardwareSpec,
+    model: ModelSpec,
 ) -> ReplicaConfig:
-    """``config`` with its cost model and policies made speculative."""
+    """``config`` with its cost model and policies made speculative (``model``: the
+    target's spec on ``hardware``, from which an EAGLE head and the rejection
+    sampler's vocabulary are priced)."""
     make_inner = config.core.make_policy
 
     def make_policy() -> Scheduler:
@@ -97,6 +102,6 @@ def with_speculation(
 
     return replace(
         config,
-        cost=speculative_cost(speculative, config.cost, hardware),
+        cost=speculative_cost(speculative, config.cost, model, hardware),
         core=replace(config.core, make_policy=make_policy),
     )

@@ -51,7 +51,7 @@ from sim.engine.kv_cache import PrefixCachingPool
 from sim.engine.policies import Scheduler
 from sim.engine.scheduler import CoreView, EngineCore, StepPlan
 from sim.engine.speculative import SpeculativeConfig
-from sim.hardware.specs import hardware_preset
+from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.replica_config import ReplicaConfig, with_speculation
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
@@ -162,7 +162,9 @@ def simulate(
         skip_ahead=skip_ahead,
     )
     if speculative is not None:
-        engine = with_speculation(engine, speculative, hardware_preset("h100"))
+        engine = with_speculation(
+            engine, speculative, hardware_preset("h100"), model_preset("llama-3-8b")
+        )
     make_inner = engine.core.make_policy
     checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching))
     engine = replace(engine, core=checked)

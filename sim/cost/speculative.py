@@ -1,0 +1,352 @@
+"""A speculative decoding step priced from its parts, as vLLM v1 runs it.
+
+Every step in which sequences decode speculatively (``k`` draft tokens each,
+``sim.engine.speculative`` says how many are accepted) costs, in order on one
+GPU and its engine process::
+
+    step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s          [s]
+
+- ``verify_s``: the target's forward pass with each decoding sequence turned
+  into a chunk of ``k + 1`` tokens after its context (the last sampled token
+  and the ``k`` drafts; ``SpeculativeCost.verify_shape``), priced by the
+  target's own cost model as any prefill chunk of that shape (the roofline,
+  kernel tables; with the engine's CPU work the cost factory added to it).
+  vLLM: ``GPUModelRunner.execute_model`` runs the drafts as extra scheduled
+  tokens of the request (``scheduled_spec_decode_tokens``).
+- ``propose_gpu_s``: the proposer's forward passes, priced by the roofline
+  of the proposer's model on the scenario's GPU (``RooflineCost``: the same
+  cost model as any small model's step). vLLM's ``EagleProposer.propose``
+  (which the draft-model method shares) runs ``k`` passes: the first over
+  every position the target just verified (``k + 1`` tokens a sequence: the
+  drafter's batch is padded to the verified tokens, vLLM's default since
+  ``disable_padded_drafter_batch`` exists), then ``k − 1`` one-token decode
+  passes. The proposer's model (``ProposerModel``) is
+
+  - ``draft_model``: a small model of the same vocabulary, as given;
+  - ``eagle`` / ``eagle3``: the EAGLE head, one decoder layer of the target's
+    width (``eagle_head``) and an LM head over the target's vocabulary
+    (EAGLE-1, whose LM head is the target's) or over a draft vocabulary of
+    32,000 tokens (EAGLE-3: ``draft_vocab_size`` of the published heads, e.g.
+    ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``); its input fusion of three hidden
+    states (``3 × hidden × hidden`` weights, EAGLE-3) is not priced;
+  - ``ngram``: no GPU work at all (prompt lookup on the CPU).
+
+- ``propose_cpu_s``: the proposer's CPU work. A model proposer prepares the
+  inputs of each pass and launches it (``PROPOSER_CPU_S_PER_PASS`` a pass);
+  n-gram matching scans each sequence's tokens for its last n-gram
+  (``NgramCpu``: a cost per sequence plus one per context token; vLLM's
+  ``NgramProposer``, a numba loop over each request's token ids).
+- ``rejection_s``: the rejection sampler on the GPU (vLLM's
+  ``RejectionSampler``): the target's probabilities over the vocabulary at
+  the ``k + 1`` positions of every sequence, computed from the logits (a read
+  and a write of ``4`` bytes a logit, fp32) and read again to sample the
+  recovered token: ``3 × 4 B × num_seqs × (k + 1) × vocab`` over the GPU's
+  effective memory bandwidth (memory-bound: a few FLOPs a byte).
+
+Each part is a separate figure (``SpeculativeCost.parts_s``) so that a
+breakdown can show where a step's time goes. A step with no decoding
+sequence (all prefill) runs no speculation and costs what the target says.
+
+Simplifications, stated: the proposer runs on one GPU at its model's own
+size (vLLM shards a draft or an EAGLE head by the target's tensor-parallel
+size; at the small sizes these models have the difference is launch-bound,
+not priced); the proposer pays no engine overhead of its own beyond
+``PROPOSER_CPU_S_PER_PASS``; the rejection sampler's work is priced whatever
+the sampling temperature (greedy skips the softmax).
+
+``draft_cost_fraction`` (a scenario's own figure: one draft decode step is
+that fraction of the target's decode step, engine overhead included, ``k``
+of them a step) prices the proposer by formula instead of from its parts;
+it names no model and prices no rejection sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
+from sim.cost.roofline import RooflineCost
+from sim.hardware.specs import HardwareSpec, ModelSpec
+
+ProposerKind = Literal["draft_model", "eagle", "eagle3", "ngram"]
+
+# EAGLE-3's heads predict over a reduced draft vocabulary: 32,000 tokens in the
+# published Llama-3.1-8B / 3.3-70B heads (config.json "draft_vocab_size").
+EAGLE3_DRAFT_VOCAB_TOKENS = 32_000
+
+# CPU time to prepare and launch one forward pass of a model proposer (input
+# positions and slot mappings, attention metadata, a CUDA-graph replay), in s.
+# ESTIMATE, checked against SpecDecode-Bench's fit of vLLM 0.10's EAGLE proposer
+# for Llama-3.1-8B on an H100 (github.com/SpecDecode-Bench/simulator, predictor.py:
+# 2.14 ms per step of k = 3 passes at batch 1): the roofline of the head's three
+# passes is about 1.6 ms of it (docs/speculative.md), leaving ~0.15 ms a pass.
+PROPOSER_CPU_S_PER_PASS = 1.5e-4
+
+# Rejection sampler: bytes moved per logit (fp32 probabilities written from the
+# logits, read back by the rejection and recovery kernels: 3 passes of 4 B).
+REJECTION_BYTES_PER_LOGIT = 12.0
+
+
+@dataclass(frozen=True)
+class NgramCpu:
+    """CPU time of n-gram (prompt-lookup) proposing, in s: per sequence (the Python
+    loop's per-request work: slicing its token ids, the call into numba) and per
+    context token scanned for the last n-gram (a KMP-style pass, a few ns a token).
+
+    ESTIMATES: at batch 1 and a 600-token context they give ~20 µs, 0.3 % of an
+    H100 verification step of Llama-3.1-8B; SpecDecode-Bench's simulator
+    (predictor.py, ``ngram_draft_percentage``) charges 0.59 %."""
+
+    per_seq_s: float = 2e-5
+    per_context_token_s: float = 2e-9
+
+    def cpu_s(self, num_seqs: int, context_tokens: int) -> float:
+        return self.per_seq_s * num_seqs + self.per_context_token_s * context_tokens
+
+
+NGRAM_CPU = NgramCpu()
+
+
+def eagle_head(target: ModelSpec, kind: Literal["eagle", "eagle3"]) -> ModelSpec:
+    """The EAGLE head of ``target`` as a one-layer model the roofline can price.
+
+    One decoder layer of the target's width and attention layout (the published
+    EAGLE and EAGLE-3 heads; a mixture-of-experts target gets a dense layer of
+    its expert width), its LM head over the target's vocabulary (EAGLE) or a
+    32,000-token draft vocabulary (EAGLE-3). ``tied_embeddings``: the embedding
+    table is the target's (rows looked up, not read whole), so the weights read
+    a pass are the layer's and the LM head's."""
+    vocab = target.vocab_size
+    if kind == "eagle3":
+        vocab = min(vocab, EAGLE3_DRAFT_VOCAB_TOKENS)
+    intermediate = (
+        target.moe.expert_intermediate_size if target.moe is not None else target.intermediate_size
+    )
+    return target.model_copy(
+        update={
+            "name": f"{kind}-head({target.name})",
+            "num_layers": 1,
+            "intermediate_size": intermediate,
+            "vocab_size": vocab,
+            "tied_embeddings": True,
+            "moe": None,
+            "num_learned_positions": 0,
+            "sliding_window_tokens": None,
+            "num_sliding_window_layers": 0,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Proposer:
+    """What proposes the ``k`` draft tokens and how it is priced (module docstring).
+
+    ``model``: the draft model's or EAGLE head's GPU cost (None for n-gram);
+    ``cost_fraction``: a scenario's own formula instead of parts (then ``kind``
+    is None and nothing else is priced)."""
+
+    kind: ProposerKind | None
+    model: CostModel | None = None
+    cpu_s_per_pass: float = PROPOSER_CPU_S_PER_PASS
+    ngram: NgramCpu = NGRAM_CPU
+    cost_fraction: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.cost_fraction is not None:
+            return f"draft {self.cost_fraction}x target"
+        if self.model is not None:
+            return f"{self.kind} {self.model.label}"
+        return f"{self.kind} (CPU)"
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """One speculative step's time by part, in s (module docstring)."""
+
+    verify_s: float
+    propose_gpu_s: float
+    propose_cpu_s: float
+    rejection_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.verify_s + self.propose_gpu_s + self.propose_cpu_s + self.rejection_s
+
+
+class SpeculativeCost:
+    """A cost model's steps with every decoding sequence verifying k + 1 tokens,
+    plus the proposer and the rejection sampler (module docstring)."""
+
+    def __init__(
+        self,
+        target: CostModel,
+        num_draft_tokens: int,
+        proposer: Proposer,
+        *,
+        vocab_size: int = 0,
+        rejection_s_per_logit: float = 0.0,
+    ) -> None:
+        self.target = target
+        self.num_draft_tokens = num_draft_tokens
+        self.proposer = proposer
+        # The proposer's GPU cost, for what walks the cost models it wraps.
+        self.draft = proposer.model
+        self.vocab_size = vocab_size
+        self.rejection_s_per_logit = rejection_s_per_logit
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.target.label} + speculative(k={self.num_draft_tokens}, {self.proposer.label})"
+        )
+
+    def verify_shape(self, shape: StepShape) -> StepShape:
+        """``shape`` with each decode sequence turned into a chunk of k + 1 tokens.
+
+        A sequence of context ``p + 1`` (``p`` cached) verifies ``c = k + 1``
+        tokens: ``c p + c (c + 1) / 2`` attention pairs, ``p + c`` KV tokens read.
+        """
+        n = shape.num_decode_seqs
+        cached = shape.num_decode_context_tokens - n  # sum of p
+        c = self.num_draft_tokens + 1
+        return StepShape(
+            num_prefill_seqs=shape.num_prefill_seqs + n,
+            num_prefill_tokens=shape.num_prefill_tokens + c * n,
+            prefill_attention_pairs=shape.prefill_attention_pairs
+            + c * cached
+            + n * c * (c + 1) // 2,
+            prefill_kv_read_tokens=shape.prefill_kv_read_tokens + cached + c * n,
+        )
+
+    def draft_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> float:
+        """Seconds of the proposer's GPU passes for ``num_seqs`` decoding sequences
+        whose contexts sum to ``context_tokens`` (longest and shortest as in
+        ``StepShape``): a pass over the k + 1 verified tokens of each, then k − 1
+        one-token passes; or a scenario's ``draft_cost_fraction`` of k target steps."""
+        k = self.num_draft_tokens
+        decode = StepShape(
+            num_decode_seqs=num_seqs,
+            num_decode_context_tokens=context_tokens,
+            max_decode_context_tokens=max_context_tokens,
+            min_decode_context_tokens=min_context_tokens,
+        )
+        fraction = self.proposer.cost_fraction
+        if fraction is not None:
+            return fraction * k * self.target.step_s(decode)
+        model = self.proposer.model
+        if model is None or num_seqs == 0:
+            return 0.0
+        first = model.step_s(self.verify_shape(decode))
+        if k == 1:
+            return first
+        # The next passes decode one token a sequence after the k + 1 verified
+        # ones (at most; the rejected are overwritten): contexts k further on.
+        rest = model.decode_steps_s(
+            num_seqs,
+            context_tokens + k * num_seqs,
+            k - 1,
+            max_context_tokens=max_context_tokens + k if max_context_tokens else 0,
+            min_context_tokens=min_context_tokens + k if min_context_tokens else 0,
+        )
+        return first + float(rest.sum())
+
+    def parts_s(self, shape: StepShape) -> StepParts:
+        """The step's time by part (all in the target's alone with no decode)."""
+        n = shape.num_decode_seqs
+        if n == 0:
+            return StepParts(self.target.step_s(shape), 0.0, 0.0, 0.0)
+        context = shape.num_decode_context_tokens
+        proposer = self.proposer
+        if proposer.cost_fraction is not None:
+            cpu_s = 0.0
+            rejection_s = 0.0
+        else:
+            if proposer.model is not None:
+                cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
+            else:
+                cpu_s = proposer.ngram.cpu_s(n, context)
+            logits = n * (self.num_draft_tokens + 1) * self.vocab_size
+            rejection_s = self.rejection_s_per_logit * logits
+        return StepParts(
+            verify_s=self.target.step_s(self.verify_shape(shape)),
+            propose_gpu_s=self.draft_s(
+                n,
+                context,
+                max_context_tokens=shape.max_decode_context_tokens,
+                min_context_tokens=shape.min_decode_context_tokens,
+            ),
+            propose_cpu_s=cpu_s,
+            rejection_s=rejection_s,
+        )
+
+    def step_s(self, shape: StepShape) -> float:
+        return self.parts_s(shape).total_s
+
+    def decode_steps_s(
+        self,
+        num_seqs: int,
+        context_tokens: int,
+        num_steps: int,
+        *,
+        max_context_tokens: int = 0,
+        min_context_tokens: int = 0,
+    ) -> FloatArray:
+        # Speculative plans run one step per event, so this is rarely called.
+        return decode_steps_by_loop(
+            self,
+            num_seqs,
+            context_tokens,
+            num_steps,
+            max_context_tokens=max_context_tokens,
+            min_context_tokens=min_context_tokens,
+        )
+
+
+def rejection_s_per_logit(hardware: HardwareSpec) -> float:
+    """Seconds the rejection sampler spends a logit on ``hardware`` (memory-bound)."""
+    bandwidth = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
+    return REJECTION_BYTES_PER_LOGIT / bandwidth
+
+
+def speculative_step_cost(
+    target: CostModel,
+    target_model: ModelSpec,
+    hardware: HardwareSpec,
+    num_draft_tokens: int,
+    kind: ProposerKind | None,
+    draft_model: ModelSpec | None = None,
+    draft_cost_fraction: float | None = None,
+) -> SpeculativeCost:
+    """``target``'s cost model made speculative: ``kind``'s proposer (its model priced
+    by the roofline on ``hardware``: ``draft_model`` as given, an EAGLE head derived
+    from ``target_model``), the rejection sampler over ``target_model``'s vocabulary;
+    or, with ``kind`` None, ``draft_cost_fraction``'s formula."""
+    if kind is None:
+        if draft_cost_fraction is None:
+            raise ValueError("a proposer kind or a draft_cost_fraction is needed")
+        return SpeculativeCost(
+            target, num_draft_tokens, Proposer(None, cost_fraction=draft_cost_fraction)
+        )
+    model: CostModel | None = None
+    if kind == "draft_model":
+        if draft_model is None:
+            raise ValueError("the draft_model proposer needs a draft model")
+        model = RooflineCost(draft_model, hardware)
+    elif kind in ("eagle", "eagle3"):
+        model = RooflineCost(eagle_head(target_model, kind), hardware)
+    return SpeculativeCost(
+        target,
+        num_draft_tokens,
+        Proposer(kind, model),
+        vocab_size=target_model.vocab_size,
+        rejection_s_per_logit=rejection_s_per_logit(hardware),
+    )
