@@ -10,14 +10,15 @@ experts over all of them and reduce-scatters the results::
                 + reduce_scatter(G * T * hidden * 2 B)  combine
 
 Collectives come from the NCCL table (``collective``) when the artifact has
-it, else a ring over the link. Assumed, not modelled: the peers step in
-lockstep with this replica's ``T`` tokens (vLLM pads every rank's batch to
-the largest: exact for the rank with the largest batch); see
+it, else from NCCL's cost model over the link (``sim.cost.collectives``).
+Assumed, not modelled: the peers step in lockstep with this replica's ``T``
+tokens (vLLM pads every rank's batch to the largest: exact for the rank with the largest batch); see
 ``docs/kernels.md``, "Expert parallelism".
 """
 
 from __future__ import annotations
 
+from sim.cost.collectives import CollectiveKind, collective_s
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import collective_grid, moe_grid
@@ -65,26 +66,29 @@ class ExpertParallelMoE:
 
     @property
     def collectives_measured(self) -> bool:
-        """Whether the NCCL table timed both collectives (else a ring over the link)."""
+        """Whether the NCCL table timed both collectives (else NCCL's model over the link)."""
         return self._all_gather is not None and self._reduce is not None
 
     def group_tokens(self, num_tokens: float) -> float:
         """Tokens the MoE kernel sees: this rank's ``T`` times the group's DP ranks."""
         return num_tokens * self._group_ranks
 
-    def collective_s(self, grid: Grid | None, message_bytes: float) -> float:
+    def collective_s(self, kind: CollectiveKind, grid: Grid | None, message_bytes: float) -> float:
         """One all-gather or reduce-scatter of ``message_bytes`` (the whole buffer)."""
         if grid is not None:
             return grid(message_bytes)
-        g, link = self.ep, self._link
-        per_byte = 1.0 / (link.bandwidth_bytes_per_s * link.efficiency)
-        return (g - 1) / g * message_bytes * per_byte + (g - 1) * link.latency_s
+        return collective_s(kind, message_bytes, self.ep, self._link)
 
-    def __call__(self, num_tokens: float) -> float:
+    def terms(self, num_tokens: float) -> list[tuple[str, float]]:
+        """The layer's three parts (seconds): dispatch, local experts, combine."""
         tokens = self.group_tokens(num_tokens)
         message = tokens * self._hidden * ACTIVATION_BYTES
-        return (
-            self.collective_s(self._all_gather, message)
-            + self._moe(tokens)
-            + self.collective_s(self._reduce, message)
-        )
+        return [
+            ("moe_all_gather", self.collective_s("all_gather", self._all_gather, message)),
+            ("moe", self._moe(tokens)),
+            ("moe_reduce_scatter", self.collective_s("reduce_scatter", self._reduce, message)),
+        ]
+
+    def __call__(self, num_tokens: float) -> float:
+        (_, dispatch), (_, experts), (_, combine) = self.terms(num_tokens)
+        return dispatch + experts + combine
