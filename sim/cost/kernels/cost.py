@@ -176,12 +176,15 @@ class KernelCost:
         self._moe: Grid | ExpertParallelMoE | None = None
         self._lm_ops: list[Grid] = []
         if a.has("layer_ops"):
-            if self.ep > 1:
+            if self.ep > 1 and not a.has("moe_layer"):
                 raise ConfigError(
                     f"cost.expert_parallel_size {self.ep}: kernel artifact ({a.label}) is a "
-                    "per-layer profile; expert parallelism needs aiconfigurator's moe table"
+                    "per-layer profile without MoE rows (moe.csv)"
                 )
-            self._profile = ProfileDense(a, arch)
+            # Under expert parallelism the MoE term is the group's (ExpertParallelMoE).
+            self._profile = ProfileDense(a, arch, with_moe=self.ep == 1)
+            if self.ep > 1:
+                self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
         else:
             self._gemm = gemm_grid(a)
             if self.ep > 1:
@@ -206,6 +209,8 @@ class KernelCost:
         total = 0.0
         if self._profile is not None:
             total += self._profile.layer_s(t)
+            if self._moe is not None:  # expert parallel: the group's MoE
+                total += self._moe(t)
         else:
             assert self._gemm is not None
             for n, k in self.shapes.gemms.values():
@@ -428,6 +433,8 @@ class KernelCost:
         if self._profile is not None:
             layer += self._profile.layer_terms(t)
             step += self._profile.step_terms(t)
+            if isinstance(self._moe, ExpertParallelMoE):
+                layer += self._moe.terms(t)
         else:
             layer += [(name, self.gemm_s(t, n, k)) for name, (n, k) in self.shapes.gemms.items()]
             if isinstance(self._moe, ExpertParallelMoE):  # its collectives apart

@@ -88,7 +88,7 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     moe = kernel._moe
     if isinstance(moe, ExpertParallelMoE):  # the group's tokens, and their collectives
         group_tokens = moe.group_tokens(max_tokens)
-        reach.append((moe._moe, (group_tokens,)))
+        reach.append((moe._moe, moe.experts_point(group_tokens)))
         message_bytes = group_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
         collectives = (moe._all_gather, moe._reduce)
         reach += [(grid, (message_bytes,)) for grid in collectives if grid is not None]
