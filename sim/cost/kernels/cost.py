@@ -54,6 +54,12 @@ from sim.hardware.specs import HardwareSpec, ModelArchitecture
 class KernelCost:
     """Step time from measured kernel tables (see the module docstring)."""
 
+    # ``breakdown_s``'s ops that are collectives between GPUs (the step's communication).
+    COLLECTIVE_OPS = (
+        "allreduce", "embedding_allreduce", "moe_all_gather", "moe_reduce_scatter",
+        "pipeline_transfer",
+    )  # fmt: skip
+
     def __init__(
         self,
         arch: ModelArchitecture,
