@@ -146,11 +146,11 @@ def test_build_kernels_passes_the_field_on() -> None:
         )
 
 
-def test_a_profile_cannot_price_expert_parallelism() -> None:
+def test_a_profile_without_moe_rows_cannot_price_expert_parallelism() -> None:
     arch = load_architecture("llama-3.1-8b").model_copy(
         update={"moe": MoeSpec(num_experts=8, top_k=2, expert_intermediate_size=1024)}
     )
-    with pytest.raises(ConfigError, match=r"per-layer profile; expert parallelism needs"):
+    with pytest.raises(ConfigError, match=r"per-layer profile without MoE rows \(moe.csv\)"):
         KernelCost(arch, PROFILE, expert_parallel_size=2)
 
 

@@ -207,7 +207,9 @@ def format_breakdown(result: dict[str, Any]) -> str:
         lines.append(row("rest of step (engine CPU)", result["other_ms"]))
     lines.append(row("step", step_ms))
     if "communication_ms" in result:  # the collectives' rows above, together
-        lines.append(row("of which collectives", result["communication_ms"]))
+        ms = result["communication_ms"]
+        share = 100.0 * ms / step_ms if step_ms > 0 else 0.0
+        lines.append(f"communication: {ms:.3f} ms in collectives ({share:.1f} % of the step)")
     if result["note"]:
         lines.append(f"note: {result['note']}")
     return "\n".join(lines)
