@@ -65,7 +65,12 @@ class LinkSpec(BaseModel):
 # 6.6 + 2 x 0.6 = 7.8 us over NVLink and 6.6 + 2 x 1.0 = 8.6 us over PCIe (LL),
 # 15.0 us on 8 H100s over NVLink, where aiconfigurator-core 0.12's NCCL table
 # (sim/cost/kernels/artifacts/h100_sxm-vllm-0.24.0-qwen3-32b, all_reduce, 512 B,
-# measured under CUDA graphs) has 5 us on 2 and 16 us on 8.
+# measured under CUDA graphs) has 5 us on 2 and 16 us on 8. Through host memory
+# (no peer-to-peer) NCCL is slower than its PCI figures: nccl-tests' alltoall_perf
+# of 8 B on two RTX 4090s with P2P disabled took 11.9 us
+# (https://github.com/tinygrad/open-gpu-kernel-modules/issues/17), where the model
+# gives 6.6 + 1.0 = 7.6 us; pcie5-via-host keeps NCCL's figures all the same (a
+# figure from another server and card would be a guess for these).
 _LINKS = [
     # Bandwidths: public ballpark figures. NVLink 5 (B200): 18 links x 50 GB/s per
     # direction; NVLink 4 (H100 SXM): 18 links x 25 GB/s per direction;
