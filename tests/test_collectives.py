@@ -219,3 +219,29 @@ def test_a_profile_without_moe_rows_is_refused_under_expert_parallelism() -> Non
     bare = KernelArtifact(artifact.provenance, tables)
     with pytest.raises(ConfigError, match=r"expert_parallel_size 2: .*moe\.csv"):
         KernelCost(cost.gpu.arch, bare, expert_parallel_size=2, link=PCIE)  # type: ignore[attr-defined]
+
+
+def test_the_compiled_loop_prices_an_expert_parallel_profile_to_the_bit() -> None:
+    # The speed path's tables for the DP 2 x EP 2 profile scenario are the reference's
+    # own prices: its steps cost what KernelCost.step_s says, bit for bit.
+    import numpy as np
+
+    from sim.cost.kernels.cost import KernelCost
+    from sim.fast.compiled import kernels, loop, path
+
+    kernel = cost_model_for(load_scenario(EP_PROFILE), PUBLIC).gpu  # type: ignore[attr-defined]
+    assert isinstance(kernel, KernelCost)
+    assert kernels.why_not(kernel, 64, 2048) is None
+    constants, tables, layout = path.cost_arrays(kernel, 64, 2048)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        chunks = [(int(rng.integers(1, 300)), int(rng.integers(0, 9000)))
+                  for _ in range(rng.integers(0, 4))]  # fmt: skip
+        shape = StepShape.build(chunks, rng.integers(2, 9000, rng.integers(0, 30)).tolist())
+        price_s = loop.step_s(
+            constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
+            shape.num_decode_seqs, shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
+        )  # fmt: skip
+        assert float(price_s).hex() == kernel.step_s(shape).hex()
