@@ -153,6 +153,13 @@ RUNS = (
         "scenarios/public/rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml",
         {"ttft": {"p50": 20.0}, "tpot": _within(10.0, 10.0)},
     ),
+    PublicRun(
+        "rtxpro6000-qwen3-30b-a3b-dp2-ep2-profile",
+        "RTXPRO6000/Qwen3-30B-A3B-Instruct-2507",
+        # LLMServingSim's profile, its MoE layers from moe.csv; collectives over the link
+        "scenarios/public/rtxpro6000_qwen3_30b_a3b_dp2_ep2_profile.yaml",
+        {"ttft": {"p50": 10.0}, "tpot": _within(2.0, 10.0)},
+    ),
 )
 
 

@@ -15,11 +15,12 @@ model leaves out (a collective's latency, a launch, CPU work); a constant
 ratio at a proportional one.
 
 Then the sensitivity of the TP 2 and EP 2 rows to the per-hop latency of the
-link (what a ring all-reduce or all-gather pays per hop besides its bytes):
-the measured 2.1 us of ``pcie5-via-host`` (aiconfigurator-core's NCCL table
-on its own server) against 20 us, LLMServingSim's configuration of the
-servers these runs ran on (``config.json``: ``link_latency`` 20000 ns). A
-study, not a fit: no scenario takes the 20 us (docs/validation.md).
+link (what a ring all-reduce or all-gather pays per hop besides its bytes and
+NCCL's base latency, ``sim.cost.collectives``): ``pcie5-via-host``'s 5.7 us,
+NCCL's own figure for a Simple-protocol hop over PCI, against 20 us,
+LLMServingSim's configuration of the servers these runs ran on
+(``config.json``: ``link_latency`` 20000 ns). A study, not a fit: no
+scenario takes the 20 us (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {interval} | {row['num_requests']:.0f} | {row['measured_ms']:.1f} "
                 f"| {row['predicted_ms']:.1f} | {row['ratio']:.3f} | {row['gap_ms']:+.2f} |"
             )
-    print("\nPer-hop link latency, p50 errors (the scenarios' measured 2.1 us against 20 us):")
+    print("\nPer-hop link latency, p50 errors (the scenarios' 5.7 us, NCCL's, against 20 us):")
     for name in ("rtxpro6000-qwen3-32b-tp2-profile",):
         if args.run and name not in args.run:
             continue

@@ -328,14 +328,18 @@ def test_tensor_parallel_adds_two_allreduces_per_layer_from_the_table() -> None:
     assert cost.dense_layer_s(128) == pytest.approx(expected, rel=1e-12)
 
 
-def test_without_an_allreduce_table_a_ring_over_the_link_is_used() -> None:
+def test_without_an_allreduce_table_nccls_model_over_the_link_is_used() -> None:
     tables = {k: v for k, v in AIC.tables.items() if k != "allreduce"}
     bare = KernelArtifact(AIC.provenance, tables)
     link = link_preset("pcie4")
     cost = KernelCost(ON_GRID, bare, tensor_parallel_size=2, link=link)
     bytes_ = 1000.0
-    # Ring: 2 (tp - 1) steps, each moving bytes / tp.
-    expected = 2 / 2 * bytes_ / (link.bandwidth_bytes_per_s * link.efficiency) + 2 * link.latency_s
+    # 1 kB on 2 GPUs over PCIe: NCCL's ring with its LL protocol, base 6.6 us plus
+    # 2 (tp - 1) hops of 1.0 us, at half the bus bandwidth (LL's flags), each byte
+    # moved 2 (tp - 1) / tp = 1 time (Simple: 8.4 + 2 x 5.7 us; a tree: 6.8 + 2 x
+    # 1.0 us at a quarter of LL's rate: both slower).
+    bus = link.bandwidth_bytes_per_s * link.efficiency
+    expected = (6.6 + 2 * 1.0) * 1e-6 + bytes_ / (0.5 * bus)
     assert cost.allreduce_s(1000) == pytest.approx(expected, rel=1e-12)
     assert aic_cost().allreduce_s(1000) == 0.0
 
@@ -345,7 +349,11 @@ def test_pipeline_stages_add_one_transfer_per_boundary() -> None:
     one = aic_cost(link=link)
     three = aic_cost(pipeline_parallel_size=3, link=link)
     shape = StepShape.build(prefill_chunks=[(128, 0)])
-    hop = 128 * 4096 * 2 / (link.bandwidth_bytes_per_s * link.efficiency) + link.latency_s
+    # One send/recv of 128 tokens x 4096 x 2 B = 1 MiB per boundary over NVLink 4:
+    # NCCL's LL, base 6.6 us + one 0.6 us hop, at its 141 GB/s ceiling (half the
+    # 360 GB/s bus is more), 14.6 us, against Simple's 8.4 + 3.4 us + 1 MiB at 360
+    # GB/s, 14.7 us, and LL128's 14 + 1.9 us + 1 MiB at 0.92 x 360 GB/s.
+    hop = (6.6 + 0.6) * 1e-6 + 128 * 4096 * 2 / 141e9
     assert three.step_s(shape) - one.step_s(shape) == pytest.approx(2 * hop, rel=1e-9)
     with pytest.raises(ConfigError, match="pipeline_parallel_size 4 > 3 layers"):
         aic_cost(pipeline_parallel_size=4)

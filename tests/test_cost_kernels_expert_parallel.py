@@ -146,11 +146,11 @@ def test_build_kernels_passes_the_field_on() -> None:
         )
 
 
-def test_a_profile_cannot_price_expert_parallelism() -> None:
+def test_a_profile_without_moe_rows_cannot_price_expert_parallelism() -> None:
     arch = load_architecture("llama-3.1-8b").model_copy(
         update={"moe": MoeSpec(num_experts=8, top_k=2, expert_intermediate_size=1024)}
     )
-    with pytest.raises(ConfigError, match=r"per-layer profile; expert parallelism needs"):
+    with pytest.raises(ConfigError, match=r"per-layer profile without MoE rows \(moe.csv\)"):
         KernelCost(arch, PROFILE, expert_parallel_size=2)
 
 
@@ -198,11 +198,17 @@ def test_ep_moe_layer_is_the_hand_sum_of_table_rows() -> None:
     assert cost.dense_layer_s(32) == pytest.approx(expected, rel=1e-12)
 
 
-def test_ep_collectives_fall_back_to_a_ring_over_the_link() -> None:
+def test_ep_collectives_fall_back_to_nccls_model_over_the_link() -> None:
     link = link_preset("pcie5")
     cost = KernelCost(MOE, without(AIC, "collective"), expert_parallel_size=2, link=link)
     message = 64 * HIDDEN * 2
-    ring = 1 / 2 * message / (link.bandwidth_bytes_per_s * link.efficiency) + link.latency_s
+    # An all-gather (and a reduce-scatter) on 2 GPUs: one ring hop, each GPU moving
+    # half the buffer; NCCL's LL (6.6 + 1.0 us, half the bus rate) or Simple
+    # (8.4 + 5.7 us, the whole bus rate) over PCIe, whichever is faster.
+    bus = link.bandwidth_bytes_per_s * link.efficiency
+    ll = (6.6 + 1.0) * 1e-6 + message / 2 / (0.5 * bus)
+    simple = (8.4 + 5.7) * 1e-6 + message / 2 / bus
+    ring = min(ll, simple)
     expected = gemms_s(cost, 32.0) + moe_row(2, 64) + 2 * ring + MEMORY.layer_s(32.0)
     assert cost.dense_layer_s(32) == pytest.approx(expected, rel=1e-12)
 

@@ -30,6 +30,7 @@ PUBLIC_SCENARIOS = {
     "rtxpro6000-qwen3-32b-tp2": "rtxpro6000_qwen3_32b_tp2.yaml",
     "rtxpro6000-qwen3-32b-tp2-profile": "rtxpro6000_qwen3_32b_tp2_profile.yaml",
     "rtxpro6000-qwen3-30b-a3b-dp2-ep2": "rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml",
+    "rtxpro6000-qwen3-30b-a3b-dp2-ep2-profile": "rtxpro6000_qwen3_30b_a3b_dp2_ep2_profile.yaml",
 }
 
 # A small scenario; "auto" prices Llama-3.1-8B on an H100 from kernel tables.

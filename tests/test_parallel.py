@@ -268,15 +268,15 @@ def test_an_unknown_gpu_link_is_refused_not_ignored() -> None:
 
 
 def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
-    """``pcie5-via-host`` stands for what aiconfigurator-core measured, not a datasheet:
-    a ring all-reduce over it is within 15 % of the shipped NCCL table on two RTX PRO
-    6000 Server cards for every message of 1 MB and more (large messages are what a
-    prefill step all-reduces; small ones are latency-bound and priced from the table
-    wherever one ships)."""
+    """``pcie5-via-host``'s bandwidth stands for what aiconfigurator-core measured, not a
+    datasheet: an all-reduce as NCCL's model prices it over that link is within 10 %
+    of the shipped table on two RTX PRO 6000 Server cards for every message of 4 MB
+    and more, where bandwidth decides (smaller ones pay NCCL's own latencies,
+    ``sim.cost.collectives``; the table, timed under CUDA graphs, is faster there)."""
     import gzip
     import json
 
-    from sim.cost.roofline import ring_allreduce_s
+    from sim.cost.collectives import collective_s
     from sim.hardware.parallel import link_preset
 
     artifacts = SCENARIOS.parent / "sim" / "cost" / "kernels" / "artifacts"
@@ -288,11 +288,9 @@ def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
         for n, m, t in zip(
             table["num_gpus"], table["message_bytes"], table["latency_s"], strict=True
         )
-        if n == 2 and m >= 1 << 20
+        if n == 2 and m >= 4 << 20
     ]
     assert len(rows) >= 8
     for message_bytes, measured_s in rows:
-        priced_s = ring_allreduce_s(
-            message_bytes, 2, link.bandwidth_bytes_per_s * link.efficiency, link.latency_s
-        )
-        assert abs(priced_s / measured_s - 1) < 0.15, (message_bytes, priced_s, measured_s)
+        priced_s = collective_s("all_reduce", message_bytes, 2, link)
+        assert abs(priced_s / measured_s - 1) < 0.10, (message_bytes, priced_s, measured_s)

@@ -165,6 +165,8 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
         out["ops_ms"] = ops_ms
         # Where each op's time comes from: measured rows, derived ones, bytes / bandwidth.
         out["op_sources"] = {name: gpu.op_source(name) for name in ops_ms}
+        # The step's communication: its collectives together (0 on one GPU).
+        out["communication_ms"] = sum(ops_ms.get(name, 0.0) for name in gpu.COLLECTIVE_OPS)
         # What the step takes beyond the kernels: the engine's CPU work it does not hide.
         out["other_ms"] = step_ms - sum(ops_ms.values())
         out["note"] = None
@@ -222,6 +224,10 @@ def format_breakdown(result: dict[str, Any]) -> str:
     for name, ms in result.get("speculative_ms", {}).items():
         lines.append(row(name, ms))
     lines.append(row("step", step_ms))
+    if "communication_ms" in result:  # the collectives' rows above, together
+        ms = result["communication_ms"]
+        share = 100.0 * ms / step_ms if step_ms > 0 else 0.0
+        lines.append(f"communication: {ms:.3f} ms in collectives ({share:.1f} % of the step)")
     if result["note"]:
         lines.append(f"note: {result['note']}")
     return "\n".join(lines)

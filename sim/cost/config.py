@@ -346,6 +346,7 @@ def _build(
     linear coefficients are taken to price the whole replica as given;
     calibrated artifacts, measured on one device, are refused.
     """
+    layout = parallelism  # the link too: an expert-parallel group spans GPUs at tp 1
     if parallelism is not None and parallelism.is_single_device:
         parallelism = None
     if isinstance(config, FittedCostConfig):
@@ -368,7 +369,10 @@ def _build(
             )
         return build_calibrated(config, model, hardware, base_dir)
     if isinstance(config, KernelsCostConfig):
-        return build_kernels(config, model, hardware, parallelism, base_dir)
+        expert_parallel = config.expert_parallel_size > 1
+        return build_kernels(
+            config, model, hardware, layout if expert_parallel else parallelism, base_dir
+        )
     if isinstance(config, LinearCostConfig):
         return LinearCost(**config.model_dump(exclude={"kind"}))
     if isinstance(config, RooflineCostConfig):

@@ -37,22 +37,20 @@ and pipeline parallelism.
 Tensor parallel over ``tp`` GPUs: each GPU does 1/tp of the FLOPs and reads
 1/tp of the weight bytes and of the KV bytes (KV heads replicated past
 ``tp = num_kv_heads``), and every layer ends its attention and its MLP with an
-all-reduce of the activations, costed as a ring all-reduce::
+all-reduce of the activations, priced as NCCL runs it over the link
+(``sim.cost.collectives``: its base latency, hops and the protocol it picks)::
 
-    message_bytes = tokens * hidden * activation_bytes                      [B]
-    allreduce_s   = 2 (tp - 1) / tp * message_bytes / (link_bw * link_eff)   [s]
-                  + 2 (tp - 1) * link_latency_s                             [s]
-    comm_s        = 2 * layers * allreduce_s                                [s]
+    message_bytes = tokens / m * hidden * activation_bytes                  [B]
+    comm_s        = 2 * layers * all_reduce(message_bytes, tp, link)         [s]
 
 Pipeline parallel over ``pp`` stages of ``layers / pp`` layers. A step's batch
 goes through the stages as ``m`` micro-batches (GPipe schedule; ``m`` is
 ``num_micro_batches`` capped by the step's sequences). With ``C``, ``W``, ``K``
 the compute, weight-read and KV-read times of the whole model on one tp group,
-and ``comm_s = A_bytes + A_latency`` split into its bandwidth and latency parts::
+and ``comm_s`` one micro-batch's all-reduces::
 
-    stage_s = (max(C / m, W + K / m) + A_bytes / m + A_latency) / pp   one micro-batch
-    p2p_s   = tokens / m * hidden * activation_bytes / (link_bw * link_eff)
-              + link_latency_s                                      one stage-to-stage hop
+    stage_s = (max(C / m, W + K / m) + comm_s) / pp                   one micro-batch
+    p2p_s   = send_recv(tokens / m * hidden * activation_bytes, link)  one stage-to-stage hop
     step_s  = (m + pp - 1) * stage_s + (pp - 1) * p2p_s
 
 With ``m = 1`` this is the one-group roofline plus the all-reduces plus
@@ -74,6 +72,7 @@ from itertools import repeat
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.collectives import collective_s
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import activation_dtype_bytes
 from sim.hardware.parallel import ParallelismConfig, kv_heads_per_gpu, layout_problem
@@ -209,27 +208,16 @@ class RooflineCost:
         return f"{type(self).__name__}({self.label!r})"
 
 
-def ring_allreduce_s(
-    message_bytes: float, num_gpus: int, bandwidth_bytes_per_s: float, latency_s: float
-) -> float:
-    """Time of one ring all-reduce of ``message_bytes`` over ``num_gpus`` GPUs."""
-    if num_gpus <= 1:
-        return 0.0
-    steps = 2 * (num_gpus - 1)  # reduce-scatter then all-gather, each num_gpus - 1 hops
-    return steps / num_gpus * message_bytes / bandwidth_bytes_per_s + steps * latency_s
-
-
 class ParallelRooflineCost(RooflineCost):
     """Roofline step time of a tensor/pipeline-parallel replica (see module): the
     per-GPU constants of ``RooflineCost`` plus all-reduces and pipeline stages."""
 
     __slots__ = (
-        "_allreduce_latency_s",
-        "_allreduce_s_per_token",
+        "_activation_bytes_per_token",
+        "_fixed_cache",
         "_max_micro_batches",
+        "_num_allreduces",
         "_p2p_hops",
-        "_p2p_latency_s",
-        "_p2p_s_per_token",
         "_pp",
         "parallelism",
     )
@@ -245,20 +233,12 @@ class ParallelRooflineCost(RooflineCost):
             raise ConfigError(problem)
         self.parallelism = parallelism
         super().__init__(model, hardware)
-        tp = parallelism.tensor_parallel_size
-        link = parallelism.link
-        link_bytes_per_s = link.bandwidth_bytes_per_s * link.efficiency
-        activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
-        num_allreduces = 2 * model.num_layers  # attention output and MLP output
-        self._allreduce_s_per_token = num_allreduces * ring_allreduce_s(
-            activation_bytes_per_token, tp, link_bytes_per_s, 0.0
-        )
-        self._allreduce_latency_s = num_allreduces * ring_allreduce_s(0.0, tp, 1.0, link.latency_s)
+        self._activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
+        self._num_allreduces = 2 * model.num_layers  # attention output and MLP output
         self._pp = parallelism.pipeline_parallel_size
         self._max_micro_batches = parallelism.num_micro_batches
         self._p2p_hops = self._pp - 1
-        self._p2p_s_per_token = activation_bytes_per_token / link_bytes_per_s
-        self._p2p_latency_s = link.latency_s
+        self._fixed_cache: dict[tuple[int, int], tuple[float, float, float]] = {}
 
     @property
     def tensor_parallel_size(self) -> int:  # type: ignore[override]
@@ -275,10 +255,18 @@ class ParallelRooflineCost(RooflineCost):
 
     def _fixed_s(self, tokens: int, m: int) -> tuple[float, float, float]:
         """(slots, per-micro-batch all-reduce, pipeline transfers) for a step."""
+        cached = self._fixed_cache.get((tokens, m))
+        if cached is not None:
+            return cached
         slots = (m + self._pp - 1) / self._pp
-        comm = self._allreduce_s_per_token * tokens / m + self._allreduce_latency_s
-        p2p = self._p2p_hops * (self._p2p_s_per_token * tokens / m + self._p2p_latency_s)
-        return slots, comm, p2p
+        link, tp = self.parallelism.link, self.parallelism.tensor_parallel_size
+        message_bytes = tokens / m * self._activation_bytes_per_token
+        comm = self._num_allreduces * collective_s("all_reduce", message_bytes, tp, link)
+        p2p = 0.0
+        if self._p2p_hops:
+            p2p = self._p2p_hops * collective_s("send_recv", message_bytes, 2, link)
+        self._fixed_cache[(tokens, m)] = out = (slots, comm, p2p)
+        return out
 
     def step_s(self, shape: StepShape) -> float:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs

@@ -25,6 +25,7 @@ from itertools import islice, repeat
 import numpy as np
 
 from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.collectives import collective_s
 from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import (
     ACTIVATION_BYTES,
@@ -52,6 +53,12 @@ from sim.hardware.specs import HardwareSpec, ModelArchitecture
 
 class KernelCost:
     """Step time from measured kernel tables (see the module docstring)."""
+
+    # ``breakdown_s``'s ops that are collectives between GPUs (the step's communication).
+    COLLECTIVE_OPS = (
+        "allreduce", "embedding_allreduce", "moe_all_gather", "moe_reduce_scatter",
+        "pipeline_transfer",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -134,13 +141,12 @@ class KernelCost:
         self._skew: SkewFit | None = (
             SkewFit(artifact) if skew and self._mixed and artifact.has("attention_skew") else None
         )
-        # The table's all-reduce when it timed this group size, else a ring over the link.
+        # The table's all-reduce when it timed this group size, else NCCL's model over
+        # the link (sim.cost.collectives).
         measured = artifact.has("allreduce") and self.tp in set(
             artifact.tables["allreduce"]["num_gpus"]
         )
         self._allreduce = allreduce_grid(artifact, self.tp) if self.tp > 1 and measured else None
-        link_bytes_per_s = self.link.bandwidth_bytes_per_s * self.link.efficiency
-        self._link_s_per_byte = 1.0 / link_bytes_per_s
         self._dense_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
         # Ablations that change this model's prices, named in its label.
@@ -176,12 +182,15 @@ class KernelCost:
         self._moe: Grid | ExpertParallelMoE | None = None
         self._lm_ops: list[Grid] = []
         if a.has("layer_ops"):
-            if self.ep > 1:
+            if self.ep > 1 and not a.has("moe_layer"):
                 raise ConfigError(
                     f"cost.expert_parallel_size {self.ep}: kernel artifact ({a.label}) is a "
-                    "per-layer profile; expert parallelism needs aiconfigurator's moe table"
+                    "per-layer profile without MoE rows (moe.csv)"
                 )
-            self._profile = ProfileDense(a, arch)
+            # Under expert parallelism the MoE term is the group's (ExpertParallelMoE).
+            self._profile = ProfileDense(a, arch, with_moe=self.ep == 1)
+            if self.ep > 1:
+                self._moe = ExpertParallelMoE(a, arch, self.ep, self.tp, self.link)
         else:
             self._gemm = gemm_grid(a)
             if self.ep > 1:
@@ -206,6 +215,8 @@ class KernelCost:
         total = 0.0
         if self._profile is not None:
             total += self._profile.layer_s(t)
+            if self._moe is not None:  # expert parallel: the group's MoE
+                total += self._moe(t)
         else:
             assert self._gemm is not None
             for n, k in self.shapes.gemms.values():
@@ -230,15 +241,22 @@ class KernelCost:
     def allreduce_s(self, message_bytes: int) -> float:
         """One all-reduce across the tp group (0 on one GPU).
 
-        From the table when it has this group size, else a ring all-reduce
-        over the link: ``2 (tp-1)/tp * bytes / bandwidth + 2 (tp-1) * latency``.
+        From the table when it has this group size, else as NCCL runs it over
+        the link (``sim.cost.collectives``: ring or tree, LL, LL128 or Simple).
         """
         if self.tp == 1 or message_bytes == 0:
             return 0.0
         if self._allreduce is not None:
             return self._allreduce(float(message_bytes))
-        steps = 2 * (self.tp - 1)
-        return steps / self.tp * message_bytes * self._link_s_per_byte + steps * self.link.latency_s
+        return collective_s("all_reduce", message_bytes, self.tp, self.link)
+
+    def pipeline_transfer_s(self, num_tokens: int) -> float:
+        """The hidden states of ``num_tokens`` tokens sent from each stage to the next:
+        ``pp - 1`` send/recv hops over the link (0 without pipeline stages)."""
+        if self.pp == 1:
+            return 0.0
+        hop_bytes = num_tokens * self.arch.hidden_size * ACTIVATION_BYTES
+        return (self.pp - 1) * collective_s("send_recv", hop_bytes, 2, self.link)
 
     def per_step_s(self, num_tokens: int, num_seqs: int) -> float:
         """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers.
@@ -264,8 +282,7 @@ class KernelCost:
                 n, k = self.shapes.lm_head
                 total += self.gemm_s(float(num_seqs), n, k)
         if self.pp > 1:
-            hop_bytes = num_tokens * self.arch.hidden_size * ACTIVATION_BYTES
-            total += (self.pp - 1) * (hop_bytes * self._link_s_per_byte + self.link.latency_s)
+            total += self.pipeline_transfer_s(num_tokens)
         self._lm_cache[key] = total
         return total
 
@@ -422,9 +439,13 @@ class KernelCost:
         if self._profile is not None:
             layer += self._profile.layer_terms(t)
             step += self._profile.step_terms(t)
+            if isinstance(self._moe, ExpertParallelMoE):
+                layer += self._moe.terms(t)
         else:
             layer += [(name, self.gemm_s(t, n, k)) for name, (n, k) in self.shapes.gemms.items()]
-            if self._moe is not None:
+            if isinstance(self._moe, ExpertParallelMoE):  # its collectives apart
+                layer += self._moe.terms(t)
+            elif self._moe is not None:
                 layer.append(("moe", self._moe(t)))
             if self._memory is not None:
                 layer += self._memory.layer_terms(t)
@@ -461,9 +482,7 @@ class KernelCost:
             n, k = self.shapes.lm_head
             step.append(("lm_head", self.gemm_s(float(seqs), n, k)))
         if self.pp > 1:
-            hop_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
-            hop_s = hop_bytes * self._link_s_per_byte + self.link.latency_s
-            step.append(("pipeline_transfer", (self.pp - 1) * hop_s))
+            step.append(("pipeline_transfer", self.pipeline_transfer_s(tokens)))
         out: dict[str, float] = {}
         for name, seconds in [(n, num_layers * s) for n, s in layer] + step:
             out[name] = out.get(name, 0.0) + seconds
@@ -473,9 +492,9 @@ class KernelCost:
         """What ``breakdown_s``'s op ``name`` is priced from, in a word: ``measured`` (a
         table's rows), ``derived`` (another head layout's rows, ``derived``),
         ``bandwidth`` (its bytes at the GPU's datasheet rate, ``memory_ops``) or
-        ``link`` (a ring over the link: no table timed this group or hop), ``measured+link``
-        (expert-parallel MoE: its experts from the table, its collectives over the link);
-        ``none`` for an all-reduce on one GPU (0 s)."""
+        ``link`` (a collective as NCCL's model prices it over the link: no table timed
+        this group or hop, ``sim.cost.collectives``); ``none`` for an all-reduce on one
+        GPU (0 s)."""
         if name == "decode_attention" and self.derived:
             return "derived"
         if self._memory is not None and (
@@ -484,8 +503,9 @@ class KernelCost:
             return "bandwidth"
         if name in ("allreduce", "embedding_allreduce"):
             return "none" if self.tp == 1 else ("link" if self._allreduce is None else "measured")
-        if name == "moe" and isinstance(self._moe, ExpertParallelMoE):
-            return "measured" if self._moe.collectives_measured else "measured+link"
+        if name in ("moe_all_gather", "moe_reduce_scatter"):
+            assert isinstance(self._moe, ExpertParallelMoE)  # (breakdown_s's rows)
+            return "measured" if self._moe.collectives_measured else "link"
         return "link" if name == "pipeline_transfer" else "measured"
 
     # -- CostModel ---------------------------------------------------------------

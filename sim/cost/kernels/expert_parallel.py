@@ -9,18 +9,29 @@ experts over all of them and reduce-scatters the results::
                 + moe[ep_size = ep](G * T)            local experts over the group's tokens
                 + reduce_scatter(G * T * hidden * 2 B)  combine
 
+The local experts come from aiconfigurator's fused-MoE rows at ``ep_size``
+(``moe``) or, from a per-layer profile (``moe_layer``: one GPU holding every
+expert, timed by tokens and distinct experts activated), at this GPU's share
+of the group's work: a profiled row of ``x`` tokens runs ``x k`` (token,
+expert) pairs, and this GPU runs ``G T k / ep`` of the group's, so the row is
+read at ``x = G T / ep`` tokens and at the distinct local experts those pairs
+reach, ``expected_active_experts(G T) / ep`` (uniform routing;
+``ops.expected_active_experts``).
+
 Collectives come from the NCCL table (``collective``) when the artifact has
-it, else a ring over the link. Assumed, not modelled: the peers step in
-lockstep with this replica's ``T`` tokens (vLLM pads every rank's batch to
-the largest: exact for the rank with the largest batch); see
+it, else from NCCL's cost model over the link (``sim.cost.collectives``).
+Assumed, not modelled: the peers step in lockstep with this replica's ``T``
+tokens (vLLM pads every rank's batch to the largest: exact for the rank with the largest batch); see
 ``docs/kernels.md``, "Expert parallelism".
 """
 
 from __future__ import annotations
 
+from sim.cost.collectives import CollectiveKind, collective_s
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
-from sim.cost.kernels.tables import collective_grid, moe_grid
+from sim.cost.kernels.ops import expected_active_experts
+from sim.cost.kernels.tables import collective_grid, moe_grid, moe_layer_grid
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec
 from sim.hardware.specs import ModelArchitecture
@@ -48,7 +59,10 @@ def check_expert_parallel(arch: ModelArchitecture, ep: int, tp: int) -> None:
 class ExpertParallelMoE:
     """One MoE layer's time (seconds) on one GPU of an expert-parallel group, by local tokens."""
 
-    __slots__ = ("_all_gather", "_group_ranks", "_hidden", "_link", "_moe", "_reduce", "ep")
+    __slots__ = (
+        "_all_gather", "_experts", "_group_ranks", "_hidden", "_link", "_moe", "_reduce",
+        "_top_k", "ep", "profiled",
+    )  # fmt: skip
 
     def __init__(
         self, artifact: KernelArtifact, arch: ModelArchitecture, ep: int, tp: int, link: LinkSpec
@@ -59,32 +73,50 @@ class ExpertParallelMoE:
         self._group_ranks = ep // tp
         self._hidden = arch.hidden_size
         self._link = link
-        self._moe: Grid = moe_grid(artifact, arch.moe, arch.hidden_size, 1, ep)
+        # A per-layer profile's MoE rows where the artifact has them, else aiconfigurator's.
+        self.profiled = artifact.has("moe_layer")
+        if self.profiled:
+            self._moe: Grid = moe_layer_grid(artifact)
+        else:
+            self._moe = moe_grid(artifact, arch.moe, arch.hidden_size, 1, ep)
+        self._experts, self._top_k = arch.moe.num_experts, arch.moe.top_k
         self._all_gather = collective_grid(artifact, "all_gather", ep)
         self._reduce = collective_grid(artifact, "reduce_scatter", ep)
 
     @property
     def collectives_measured(self) -> bool:
-        """Whether the NCCL table timed both collectives (else a ring over the link)."""
+        """Whether the NCCL table timed both collectives (else NCCL's model over the link)."""
         return self._all_gather is not None and self._reduce is not None
 
     def group_tokens(self, num_tokens: float) -> float:
         """Tokens the MoE kernel sees: this rank's ``T`` times the group's DP ranks."""
         return num_tokens * self._group_ranks
 
-    def collective_s(self, grid: Grid | None, message_bytes: float) -> float:
+    def experts_point(self, group_tokens: float) -> tuple[float, ...]:
+        """Where the experts' table is read for the group's tokens (module docstring):
+        the group's tokens (aiconfigurator's rows), or this GPU's share of the
+        profiled work and the distinct local experts it reaches (a profile's)."""
+        if not self.profiled:
+            return (group_tokens,)
+        active = expected_active_experts(group_tokens, self._experts, self._top_k)
+        return (group_tokens / self.ep, active / self.ep)
+
+    def collective_s(self, kind: CollectiveKind, grid: Grid | None, message_bytes: float) -> float:
         """One all-gather or reduce-scatter of ``message_bytes`` (the whole buffer)."""
         if grid is not None:
             return grid(message_bytes)
-        g, link = self.ep, self._link
-        per_byte = 1.0 / (link.bandwidth_bytes_per_s * link.efficiency)
-        return (g - 1) / g * message_bytes * per_byte + (g - 1) * link.latency_s
+        return collective_s(kind, message_bytes, self.ep, self._link)
 
-    def __call__(self, num_tokens: float) -> float:
+    def terms(self, num_tokens: float) -> list[tuple[str, float]]:
+        """The layer's three parts (seconds): dispatch, local experts, combine."""
         tokens = self.group_tokens(num_tokens)
         message = tokens * self._hidden * ACTIVATION_BYTES
-        return (
-            self.collective_s(self._all_gather, message)
-            + self._moe(tokens)
-            + self.collective_s(self._reduce, message)
-        )
+        return [
+            ("moe_all_gather", self.collective_s("all_gather", self._all_gather, message)),
+            ("moe", self._moe(*self.experts_point(tokens))),
+            ("moe_reduce_scatter", self.collective_s("reduce_scatter", self._reduce, message)),
+        ]
+
+    def __call__(self, num_tokens: float) -> float:
+        (_, dispatch), (_, experts), (_, combine) = self.terms(num_tokens)
+        return dispatch + experts + combine

@@ -118,7 +118,11 @@ class ProfileDense:
 
     __slots__ = ("_layer_ops", "_moe", "_moe_shape", "_step_names", "_step_ops", "op_names")
 
-    def __init__(self, artifact: KernelArtifact, arch: ModelArchitecture) -> None:
+    def __init__(
+        self, artifact: KernelArtifact, arch: ModelArchitecture, with_moe: bool = True
+    ) -> None:
+        """``with_moe=False`` leaves an MoE model's experts out (expert parallelism
+        prices them per GPU of its group: ``expert_parallel``)."""
         required = REQUIRED_OPS + (() if arch.moe is not None else MLP_OPS[arch.mlp])
         for op in required:
             op_grid(artifact, "layer_ops", op)  # ConfigError naming the missing op
@@ -132,7 +136,7 @@ class ProfileDense:
         self._step_ops = [op_grid(artifact, "layer_ops", op) for op in self._step_names]
         self._moe: Grid | None = None
         self._moe_shape = (1, 1)
-        if arch.moe is not None:
+        if arch.moe is not None and with_moe:
             self._moe = moe_layer_grid(artifact)
             self._moe_shape = (arch.moe.num_experts, arch.moe.top_k)
 

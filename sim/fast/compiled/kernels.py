@@ -88,7 +88,7 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
     moe = kernel._moe
     if isinstance(moe, ExpertParallelMoE):  # the group's tokens, and their collectives
         group_tokens = moe.group_tokens(max_tokens)
-        reach.append((moe._moe, (group_tokens,)))
+        reach.append((moe._moe, moe.experts_point(group_tokens)))
         message_bytes = group_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
         collectives = (moe._all_gather, moe._reduce)
         reach += [(grid, (message_bytes,)) for grid in collectives if grid is not None]
@@ -119,7 +119,6 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
     # A step has no more sequences than tokens.
     layout[loop.NUM_T] = num_t = max_tokens + 1
     layout[loop.NUM_S] = num_s = min(max_num_seqs, max_tokens) + 1
-    hidden = kernel.arch.hidden_size
     memory = kernel._memory
     parts: list[list[float]] = []
 
@@ -156,9 +155,7 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         put(loop.LM_HEAD, [0.0, *gemm_s(kernel, seqs, n, k).tolist()])
     layout[loop.HAS_PIPELINE] = kernel.pp > 1
     if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
-        hop_bytes = np.arange(num_t, dtype=np.int64) * hidden * ACTIVATION_BYTES
-        hop_s = hop_bytes * kernel._link_s_per_byte + kernel.link.latency_s
-        put(loop.PIPELINE, ((kernel.pp - 1) * hop_s).tolist())
+        put(loop.PIPELINE, [kernel.pipeline_transfer_s(t) for t in range(num_t)])
     for at, grid in (
         (loop.PREFILL_GRID, kernel._prefill_attn),
         (loop.DECODE_GRID, kernel._decode_attn),
