@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     # The compiled loop loads (~4 s from numba's cache, ~50 s the first time ever)
     # while the page opens, not on its first move.
     lab.pool.submit(run_doc, lab.base_doc, base_dir)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the way to stop it
         asyncio.run(serve(app, args.host, args.port))
-    except KeyboardInterrupt:
-        pass
     print("servesim lab: stopped", flush=True)
     return 0
 

@@ -43,7 +43,8 @@ def _layout(title: str, **axes: Any) -> dict[str, Any]:
 
 
 def _line(x_ms: float, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A vertical SLO line at ``x_ms`` and its label."""
+    """A vertical SLO line at ``x_ms`` and its label, on a log axis (where plotly places
+    a shape at the value, an annotation at its log10)."""
     shape = {
         "type": "line",
         "xref": "x",
@@ -55,7 +56,7 @@ def _line(x_ms: float, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
         "line": {"color": "#d62728", "dash": "dash"},
     }
     note = {
-        "x": x_ms,
+        "x": math.log10(x_ms),
         "y": 1,
         "xref": "x",
         "yref": "paper",
@@ -126,7 +127,7 @@ def timeseries_figure(data: TimeseriesData) -> Figure:
         xaxis={"title": {"text": "time (s)"}},
         yaxis={"title": {"text": "requests"}, "domain": [0.55, 1], "rangemode": "tozero"},
         yaxis2={"title": {"text": "KV use (%)"}, "domain": [0, 0.42], "range": [0, 105]},
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "y": -0.28},
     )
     return {"data": traces, "layout": layout}
 
@@ -153,7 +154,7 @@ def waterfall_figure(data: WaterfallData | None) -> Figure:
                     "base": bars.start_s.tolist(),
                     "marker": {"color": colour},
                     "width": 0.8,
-                    "hovertemplate": f"{bars.phase}: %{{x:.4f}} s from %{{base:.3f}} s<extra></extra>",
+                    "hovertemplate": f"{bars.phase}: %{{x:.4f}} s<extra></extra>",
                 }
             )
             thin = width_s < THIN_SPAN_SHARE * span_s
@@ -194,10 +195,11 @@ def waterfall_figure(data: WaterfallData | None) -> Figure:
         yaxis={
             "title": {"text": "request"},
             "autorange": "reversed",
-            "tickvals": list(range(len(ids))),
-            "ticktext": [str(i) for i in ids],
+            # A request id every fifth row: forty labels overlap.
+            "tickvals": list(range(0, len(ids), 5)),
+            "ticktext": [str(i) for i in ids[::5]],
         },
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "y": -0.28},
     )
     return {"data": traces, "layout": layout}
 
@@ -210,7 +212,7 @@ def knee_figure(
     traces: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
-    title = "Load–latency knee"
+    title = "Load–latency knee: TTFT against offered load"
     if knee is not None:
         for name, values, dash in (
             ("p50 TTFT", knee.p50_ttft_ms, "dot"),
@@ -229,7 +231,9 @@ def knee_figure(
             )
         capacity = knee.capacity_rate_per_s
         if capacity is not None:
-            label = f"capacity {'≥ ' if knee.capacity_beyond else '≈ '}{capacity:.3g} req/s"
+            bound = "≥ " if knee.capacity_beyond else "≈ "
+            label = f"capacity {bound}{capacity:.3g} req/s ({', '.join(knee.targets) or 'served'})"
+            at = math.log10(capacity)  # a log axis: an annotation sits at the value's log10
             shapes.append(
                 {
                     "type": "line",
@@ -244,19 +248,29 @@ def knee_figure(
             )
             notes.append(
                 {
-                    "x": capacity,
+                    "x": at,
                     "y": 0.02,
                     "xref": "x",
                     "yref": "paper",
                     "text": f" {label}",
                     "showarrow": False,
-                    "xanchor": "left",
+                    "xanchor": "right",
                     "font": {"color": "#2ca02c"},
                 }
             )
-            title += f" · {label} under {', '.join(knee.targets) or 'the served check'}"
         else:
-            title += " · no rate of the grid meets the SLOs"
+            notes.append(
+                {
+                    "x": 0.02,
+                    "y": 0.98,
+                    "xref": "paper",
+                    "yref": "paper",
+                    "showarrow": False,
+                    "text": "no rate of the grid meets the SLOs",
+                    "xanchor": "left",
+                    "font": {"color": "#d62728"},
+                }
+            )
     traces.append(
         {
             "x": [rate_per_s, rate_per_s],
@@ -285,7 +299,7 @@ def knee_figure(
         yaxis={"title": {"text": "TTFT (ms)"}, "type": "log"},
         shapes=shapes,
         annotations=notes,
-        legend={"orientation": "h", "y": -0.2},
+        legend={"orientation": "h", "y": -0.28},
     )
     return {"data": traces, "layout": layout}
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from sim import api
 from sim.lab.controls import RATE_KEY, SOURCE, scenario_for
-from sim.metrics.slo_targets import SloTarget
+from sim.metrics.slo_targets import Metric, SloTarget
 from sim.planning.capacity import LoadPoint, crossing, judge
 from sim.planning.served import SERVED_MIN_RATIO, served_ratio_of
 from sim.planning.sweep_exec import run_point
@@ -71,7 +71,11 @@ def slo_targets(scenario: Scenario) -> tuple[SloTarget, ...]:
     slo = scenario.slo
     if slo is None:
         return ()
-    pairs = (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2el", slo.e2el_ms))
+    pairs: tuple[tuple[Metric, float | None], ...] = (
+        ("ttft", slo.ttft_ms),
+        ("tpot", slo.tpot_ms),
+        ("e2el", slo.e2el_ms),
+    )
     return tuple(SloTarget(metric, "p99", limit) for metric, limit in pairs if limit is not None)
 
 

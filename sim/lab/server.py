@@ -29,7 +29,7 @@ from sim.errors import ConfigError
 from sim.lab.controls import doc_for, scenario_for, scenario_yaml, values_of
 from sim.lab.figures import cdf_figure, knee_figure, timeseries_figure, waterfall_figure
 from sim.lab.lessons import LESSON_BY_NAME, LESSONS
-from sim.lab.runs import KneeCache, Knee, knee, regime, run_doc
+from sim.lab.runs import Knee, KneeCache, knee, regime, run_doc
 from sim.metrics.report import all_rejected_error, prepare_figures
 
 PAGE = Path(__file__).parent / "page"
