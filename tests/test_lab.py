@@ -5,6 +5,7 @@ superseded runs, the lessons' claims (the page itself: ``tests/test_lab_browser.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 import subprocess
@@ -186,7 +187,7 @@ def test_the_knee_grid_stays_put_as_the_rate_moves() -> None:
     assert [r for r in a if r >= b[0]] == [r for r in b if r <= a[-1]]
     assert len([r for r in b if r <= a[-1]]) >= len(b) - 1  # at most one new run
     assert a[0] <= 10 / 4 and a[-1] >= 10 * 2
-    assert all(math.isclose(y / x, math.sqrt(2)) for x, y in zip(a, a[1:], strict=False))
+    assert all(math.isclose(y / x, math.sqrt(2)) for x, y in itertools.pairwise(a))
 
 
 def test_the_knee_saturates_where_a_single_server_s_rate_is() -> None:
