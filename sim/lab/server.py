@@ -6,7 +6,8 @@ comes from here: ``page/`` (this package's HTML, CSS and glue script) and
 the page works with the network off and asks no other host for anything.
 
 Runs go to one worker thread, one at a time; each request carries the page's
-request id and the newest id wins: a run that has not started when a newer one
+request id and the run asked for last wins (one page at a time: two would
+supersede each other's runs): a run that has not started when a newer one
 arrives is answered ``superseded`` without running, and the knee's runs stop
 between two rates (``sim.lab.runs.knee``). So a slider dragged across ten values
 costs the run under way and the last one, not ten.
@@ -213,7 +214,8 @@ def _validated(request_id: int, doc: dict[str, Any]) -> dict[str, Any] | None:
 
 async def _run(request: web.Request) -> web.Response:
     lab, request_id, _, doc = await _doc(request)
-    lab.latest = max(lab.latest, request_id)
+    # The last run asked for wins (not the highest id: a reloaded page counts from 1).
+    lab.latest = request_id
     refused = _validated(request_id, doc)  # at once, even while a run is under way
     if refused is not None:
         return web.json_response(refused)
