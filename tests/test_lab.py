@@ -251,6 +251,26 @@ def test_a_run_that_has_not_started_when_a_newer_one_comes_is_skipped() -> None:
     assert answers[2] == {"id": 3, "ran": 3}
 
 
+def test_a_reloaded_page_counting_from_one_again_is_answered() -> None:
+    pytest.importorskip("plotly")
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from sim.lab.server import make_app
+
+    values = {"workload.num_requests": 500}
+
+    async def go() -> list[dict[str, object]]:
+        async with TestClient(TestServer(make_app())) as client:
+            answers = []
+            for request_id in (50, 1):  # the old page's last run, then the new page's first
+                response = await client.post("/api/run", json={"id": request_id, "values": values})
+                answers.append(await response.json())
+            return answers
+
+    old, new = asyncio.run(go())
+    assert "summary" in old and "summary" in new
+
+
 def test_the_page_loads_nothing_from_another_host() -> None:
     page = ROOT / "sim" / "lab" / "page"
     for path in page.iterdir():
