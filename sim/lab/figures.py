@@ -35,7 +35,7 @@ MAX_SERIES_POINTS = 1500  # a time series' samples sent to the page (a bin's pea
 # A waterfall span narrower than this share of the plotted time also gets a marker, a
 # few pixels wide at any zoom (a 5 ms prefill in a 200 s run is 0.003 % of the axis).
 THIN_SPAN_SHARE = 0.005
-_MARGIN = {"l": 60, "r": 20, "t": 40, "b": 45}
+_MARGIN = {"l": 60, "r": 20, "t": 56, "b": 45}
 
 
 def _layout(title: str, **axes: Any) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def timeseries_figure(data: TimeseriesData) -> Figure:
         )
     layout = _layout(
         "Queue and KV cache over time",
-        xaxis={"title": {"text": "time (s)"}},
+        xaxis={"title": {"text": "time (s)"}, "anchor": "y2"},  # under the lower panel
         yaxis={"title": {"text": "requests"}, "domain": [0.55, 1], "rangemode": "tozero"},
         yaxis2={"title": {"text": "KV use (%)"}, "domain": [0, 0.42], "range": [0, 105]},
         legend={"orientation": "h", "y": -0.28},
@@ -232,7 +232,8 @@ def knee_figure(
         capacity = knee.capacity_rate_per_s
         if capacity is not None:
             bound = "≥ " if knee.capacity_beyond else "≈ "
-            label = f"capacity {bound}{capacity:.3g} req/s ({', '.join(knee.targets) or 'served'})"
+            label = f"capacity {bound}{capacity:.3g} req/s"
+            title += f"<br><sub>{label} under {', '.join(knee.targets) or 'the served check'}</sub>"
             at = math.log10(capacity)  # a log axis: an annotation sits at the value's log10
             shapes.append(
                 {
@@ -249,12 +250,13 @@ def knee_figure(
             notes.append(
                 {
                     "x": at,
-                    "y": 0.02,
+                    "y": 0.98,
                     "xref": "x",
                     "yref": "paper",
                     "text": f" {label}",
                     "showarrow": False,
-                    "xanchor": "right",
+                    "xanchor": "left",
+                    "yanchor": "top",
                     "font": {"color": "#2ca02c"},
                 }
             )
@@ -293,9 +295,13 @@ def knee_figure(
                 "line": {"color": "#d62728", "dash": "dash"},
             }
         )
+    # The grid and this run, a little wider (a log axis's range is in log10); else
+    # plotly's autorange reaches for the capacity's label and squeezes the curve.
+    shown = [rate_per_s, *(knee.rates_per_s if knee is not None else ())]
+    x_range = [math.log10(min(shown) / 1.25), math.log10(max(shown) * 1.25)]
     layout = _layout(
         title,
-        xaxis={"title": {"text": "offered load (req/s)"}, "type": "log"},
+        xaxis={"title": {"text": "offered load (req/s)"}, "type": "log", "range": x_range},
         yaxis={"title": {"text": "TTFT (ms)"}, "type": "log"},
         shapes=shapes,
         annotations=notes,
