@@ -39,7 +39,8 @@ def _post(url: str, body: dict[str, object]) -> dict[str, object]:
         url, json.dumps(body).encode(), {"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(request, timeout=600) as answer:
-        return json.loads(answer.read())  # type: ignore[no-any-return]
+        found: dict[str, object] = json.loads(answer.read())
+        return found
 
 
 def _start() -> tuple[subprocess.Popen[str], str]:
@@ -102,7 +103,7 @@ def browser_moves(url: str, count: int) -> None:
         import math
 
         for rate in _moves(RATE_KEY, count):
-            position = round(1000 * math.log(float(rate) / low) / math.log(high / low))
+            position = round(1000 * math.log(float(str(rate)) / low) / math.log(high / low))
             started = time.perf_counter()
             page.fill("#c-workload-arrival-rate_per_s", str(position))
             page.wait_for_function("window.lab.drawnRun === window.lab.lastId", polling=5)

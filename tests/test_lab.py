@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,6 +21,7 @@ import pytest
 from sim.lab.controls import CONTROLS, DEFAULT_DOC, RATE_KEY, doc_for, scenario_for, values_of
 from sim.lab.runs import KneeCache, knee, knee_rates, regime, run_doc
 from sim.scenario import load_scenario
+from sim.workload.arrivals import GammaArrival
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +53,8 @@ def test_each_control_writes_the_scenario_key_it_is_named_by() -> None:
         )
     )
     arrival = scenario.workload.arrival  # type: ignore[union-attr]
-    assert (arrival.kind, arrival.rate_per_s, arrival.burstiness) == ("gamma", 17.5, 0.25)
+    assert isinstance(arrival, GammaArrival)
+    assert (arrival.rate_per_s, arrival.burstiness) == (17.5, 0.25)
     policy = scenario.scheduler
     assert (policy.max_num_seqs, policy.max_num_batched_tokens) == (64, 8192)  # type: ignore[union-attr]
     assert policy.chunked_prefill is False  # type: ignore[union-attr]
@@ -100,15 +103,15 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _post(app: object, path: str, body: dict[str, object]) -> dict[str, object]:
+def _post(app: Any, path: str, body: dict[str, object]) -> dict[str, object]:
     """POST ``body`` to ``app`` (an aiohttp application) on a test server."""
     from aiohttp.test_utils import TestClient, TestServer
 
     async def go() -> dict[str, object]:
-        async with TestClient(TestServer(app)) as client:  # type: ignore[arg-type]
+        async with TestClient(TestServer(app)) as client:
             response = await client.post(path, json=body)
             assert response.status == 200, await response.text()
-            return await response.json()  # type: ignore[no-any-return]
+            return await response.json()
 
     return asyncio.run(go())
 
