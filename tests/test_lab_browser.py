@@ -22,9 +22,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+import sim
+
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
+# The tree whose ``sim`` this test imports: the server it starts runs that one.
+ROOT = Path(sim.__file__).resolve().parent.parent
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 RATE_SLIDER = "#c-workload-arrival-rate_per_s"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
