@@ -92,6 +92,14 @@ def test_values_read_back_what_the_controls_wrote() -> None:
     assert values_of(doc_for(values)) == values
 
 
+def test_a_preset_with_overrides_keeps_them_while_its_name_is_unchanged() -> None:
+    base = doc_for({}, {**DEFAULT_DOC, "hardware": {"preset": "h100", "memory_bytes": 64e9}})
+    kept = doc_for(values_of(base), base)
+    assert kept["hardware"] == {"preset": "h100", "memory_bytes": 64e9}
+    assert scenario_for(kept).hardware.memory_bytes == 64e9
+    assert doc_for({**values_of(base), "hardware": "h200"}, base)["hardware"] == "h200"
+
+
 def test_an_unknown_key_is_refused() -> None:
     with pytest.raises(ValueError, match="no control"):
         doc_for({"workload.arrival.rate": 3})
@@ -295,6 +303,17 @@ def test_a_bad_starting_scenario_is_one_line_and_status_2(tmp_path: Path) -> Non
     assert printed.returncode == 2
     assert printed.stderr.count("\n") == 1 and printed.stderr.startswith(
         "servesim: error: bad.yaml"
+    )
+
+
+def test_a_workload_without_an_arrival_rate_is_refused_at_start(tmp_path: Path) -> None:
+    pytest.importorskip("plotly")
+    (tmp_path / "closed.yaml").write_text((ROOT / "scenarios" / "closed_loop.yaml").read_text())
+    printed = _cli("lab", "closed.yaml", "--port", "0", cwd=tmp_path)
+    assert printed.returncode == 2
+    assert printed.stderr == (
+        "servesim: error: closed.yaml: workload.kind: servesim lab drives a synthetic "
+        "workload's arrival rate, not a closed_loop one\n"
     )
 
 

@@ -37,9 +37,15 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     lab = app[LAB]
     try:
-        scenario_for(lab.base_doc)
+        scenario = scenario_for(lab.base_doc)
     except ConfigError as error:
         raise ConfigError(str(error).replace(SOURCE, str(args.scenario), 1)) from None
+    if scenario.workload.kind != "synthetic":
+        # The page's load is an arrival rate; a trace or closed loop has none.
+        raise ConfigError(
+            f"{args.scenario}: workload.kind: servesim lab drives a synthetic workload's "
+            f"arrival rate, not a {scenario.workload.kind} one"
+        )
     # The compiled loop loads (~4 s from numba's cache, ~50 s the first time ever)
     # while the page opens, not on its first move.
     lab.pool.submit(run_doc, lab.base_doc, base_dir)

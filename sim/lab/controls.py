@@ -299,6 +299,8 @@ def doc_for(values: dict[str, Any], base: dict[str, Any] | None = None) -> dict[
             raise ValueError(f"no control writes {key!r}")
         if key.startswith("workload.") and key.endswith(("median_tokens", ".sigma")):
             _lognormal(doc, key.rsplit(".", 2)[1])
+        if key in ("model", "hardware") and _name(doc.get(key)) == value:
+            continue  # unchanged: keep a preset's overrides ({preset: h100, ...})
         if value is None or value == "":
             _drop(doc, key)
         else:
