@@ -16,6 +16,10 @@ still says which module knows about which). The rules:
 - policies see the core through ``CoreView``, never ``EngineCore``; the scheduler
   (``EngineCore`` and continuous batching, ``sim.engine.scheduler``) imports no
   feature (speculative decoding) and no other policy;
+- ``sim.lab`` (``servesim lab``'s page) is a face on top: nothing imports it (the
+  command line registers its command by name), and it reaches the simulator only
+  through the public faces (``sim.api``, ``sim.scenario``, ``sim.planning``,
+  ``sim.metrics``), never ``engine``, ``serving``, ``fast`` or ``cost``;
 - ``sim.openai`` (``servesim serve``'s HTTP face) sees an engine only through
   ``sim.serving.stream``, and imports no other layer but ``sim.scenario`` and
   ``sim.errors``;
@@ -40,6 +44,7 @@ FACES = (
     "sim.api.result",
     "sim.cli",
     "sim.cli.figures",
+    "sim.lab",
     "sim.openai",
     "sim.scenario",
     "sim.scenario.overrides",
@@ -232,6 +237,19 @@ def test_the_reference_reaches_the_speed_paths_through_one_door() -> None:
         "sim.fast.cohort",
         "sim.fast.open_loop",
     }
+
+
+def test_the_lab_is_a_face_on_top_that_calls_only_public_entry_points() -> None:
+    assert list(_layer("sim.lab"))
+    assert _violations("sim.lab", ("sim.engine", "sim.serving", "sim.fast", "sim.cost")) == []
+    importers = [
+        f"{name} imports {target}"
+        for name in MODULES
+        if not _in(name, "sim.lab")
+        for target in internal_imports(name)
+        if _in(target, "sim.lab")
+    ]
+    assert importers == []
 
 
 def test_only_calibration_imports_torch() -> None:

@@ -92,6 +92,16 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
             ),
         ),
     ),
+    (
+        "sim.lab.command",
+        (
+            (
+                "lab",
+                "a queueing lab in the browser: move the load and the engine's limits, "
+                "watch the plots",
+            ),
+        ),
+    ),
     (_FORWARDED_MODULE, tuple((name, help_text) for name, (help_text, _) in FORWARDED.items())),
 )
 

@@ -374,7 +374,7 @@ class Searcher:
         res.lower = max(passes) if passes else None
 
 
-def _crossing(low: LoadPoint, high: LoadPoint) -> float:
+def crossing(low: LoadPoint, high: LoadPoint) -> float:
     """Load where the worst mean ratio crosses 1, linear between two loads."""
     if not math.isfinite(high.ratio) or high.ratio <= low.ratio:
         return low.load
@@ -680,8 +680,8 @@ def _estimate(searcher: Searcher, a: float | None, b: float | None) -> None:
     if b is None:
         res.estimate = a  # a lower bound only: no load broke the SLOs
     else:
-        crossing = _crossing(known[a], known[b])
+        load = crossing(known[a], known[b])
         if res.knob.integer:
-            crossing = float(min(max(math.floor(crossing), a), b - 1))
-        res.estimate = crossing
+            load = float(min(max(math.floor(load), a), b - 1))
+        res.estimate = load
     res.at_estimate = known.get(res.estimate) or searcher.evaluate(res.estimate)

@@ -1,0 +1,73 @@
+"""``servesim lab``: the queueing lab, a local page that reruns the simulator on each move."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ConfigError
+
+HELP = "a queueing lab in the browser: move the load and the engine's limits, watch the plots"
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    try:
+        from sim.lab.server import make_app, serve
+    except ImportError as error:  # aiohttp missing
+        raise ConfigError(
+            f"servesim lab needs aiohttp and plotly ({error}): pip install -e '.[lab]'"
+        ) from None
+    from sim.lab.controls import SOURCE, scenario_for
+    from sim.lab.runs import run_doc
+    from sim.scenario.strict_yaml import read_yaml
+
+    base_doc = None
+    base_dir = Path.cwd()
+    if args.scenario is not None:
+        path = Path(args.scenario)
+        base_doc = read_yaml(path, "scenario")
+        if not isinstance(base_doc, dict):
+            raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
+        base_dir = path.parent
+    app = make_app(base_doc, base_dir)
+    from sim.lab.server import LAB
+
+    lab = app[LAB]
+    try:
+        scenario = scenario_for(lab.base_doc)
+    except ConfigError as error:
+        raise ConfigError(str(error).replace(SOURCE, str(args.scenario), 1)) from None
+    if scenario.workload.kind != "synthetic":
+        # The page's load is an arrival rate; a trace or closed loop has none.
+        raise ConfigError(
+            f"{args.scenario}: workload.kind: servesim lab drives a synthetic workload's "
+            f"arrival rate, not a {scenario.workload.kind} one"
+        )
+    # The compiled loop loads (~4 s from numba's cache, ~50 s the first time ever)
+    # while the page opens, not on its first move.
+    lab.pool.submit(run_doc, lab.base_doc, base_dir)
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: the way to stop it
+        asyncio.run(serve(app, args.host, args.port))
+    print("servesim lab: stopped", flush=True)
+    return 0
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Register ``lab``."""
+    from sim.cli.serve import _port
+
+    parser = subparsers.add_parser("lab", help=HELP)
+    parser.add_argument(
+        "scenario",
+        nargs="?",
+        default=None,
+        help="the scenario the page starts from (default: scenarios/chat.yaml's chat)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=_port, default=8765, help="(default 8765; 0 = any free port)"
+    )
+    parser.set_defaults(handler=_cmd_lab)

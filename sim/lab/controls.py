@@ -1,0 +1,339 @@
+"""The lab's controls: each one a key of the scenario file, validated as a scenario is.
+
+A control is named by the dotted key it writes (``workload.arrival.rate_per_s``,
+``scheduler.max_num_batched_tokens``, ...), the same key ``servesim run --set``
+takes: the page holds a scenario document, each move writes one key into it, and
+``scenario_for`` validates it with ``sim.scenario.scenario_from_dict`` under the
+name ``lab.yaml``, so an impossible combination reads exactly as ``servesim run
+lab.yaml`` would print it. ``scenario_yaml`` is that document as a file ("copy as
+scenario"). A few keys shape a section rather than set a value: Poisson arrivals
+have no ``burstiness``, no shared prefix means no ``prefix_groups``, one replica
+no ``cluster`` section, and an empty ``engine.num_kv_blocks`` the estimated pool.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from sim.hardware.specs import HARDWARE_PRESETS, MODEL_PRESETS
+from sim.scenario import Scenario, scenario_from_dict, set_dotted
+
+SOURCE = "lab.yaml"
+"""What the page's scenario is called in its errors and its "copy as scenario" file."""
+
+# scenarios/chat.yaml (tests/test_lab.py checks they validate to the same scenario):
+# the installed package has no scenarios/ folder to read it from.
+DEFAULT_DOC: dict[str, Any] = {
+    "name": "chat",
+    "description": "Interactive chat on Llama-3-8B / H100, Poisson arrivals.",
+    "seed": 0,
+    "model": "llama-3-8b",
+    "hardware": "h100",
+    "cost": {"kind": "auto"},
+    "scheduler": {
+        "kind": "continuous",
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 2048,
+        "chunked_prefill": True,
+    },
+    "engine": {
+        "block_size_tokens": 16,
+        "gpu_memory_utilization": 0.9,
+        "max_model_len_tokens": 8192,
+    },
+    "workload": {
+        "kind": "synthetic",
+        "num_requests": 2000,
+        "arrival": {"kind": "poisson", "rate_per_s": 10},
+        "prompt_tokens": {
+            "kind": "lognormal",
+            "median_tokens": 600,
+            "sigma": 0.9,
+            "min_tokens": 16,
+            "max_tokens": 6000,
+        },
+        "output_tokens": {
+            "kind": "lognormal",
+            "median_tokens": 180,
+            "sigma": 0.7,
+            "min_tokens": 4,
+            "max_tokens": 2000,
+        },
+    },
+    "slo": {"ttft_ms": 500, "tpot_ms": 50},
+}
+
+RATE_KEY = "workload.arrival.rate_per_s"
+_PREFIX = "workload.prefix_groups"
+
+
+def _router_kinds() -> tuple[str, ...]:
+    """``cluster.router``'s choices, read from the scenario schema (their one home)."""
+    annotation = Scenario.model_fields["cluster"].annotation
+    cluster = next(a for a in typing.get_args(annotation) if a is not type(None))
+    return typing.get_args(cluster.model_fields["router"].annotation)
+
+
+@dataclass(frozen=True)
+class Control:
+    """One control of the page: the scenario key it writes, and how the page shows it.
+
+    ``low``/``high``/``step`` bound a slider or number box (``log``: a slider moving
+    in ratios, for a rate); ``choices`` a menu; ``empty`` the value an empty number
+    box stands for (None: the key is left out of the document)."""
+
+    key: str
+    label: str
+    kind: Literal["slider", "number", "select", "checkbox"]
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    group: str = ""
+    optional: bool = False  # an empty box leaves the key out
+    default: Any = None  # the value when the document leaves the key out
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def spec(self) -> dict[str, Any]:
+        """The control as the page's script reads it (JSON)."""
+        return {
+            "key": self.key,
+            "label": self.label,
+            "kind": self.kind,
+            "low": self.low,
+            "high": self.high,
+            "step": self.step,
+            "log": self.log,
+            "choices": list(self.choices),
+            "group": self.group,
+            "optional": self.optional,
+            "note": self.note,
+        }
+
+
+CONTROLS: tuple[Control, ...] = (
+    Control(RATE_KEY, "arrival rate (req/s)", "slider", 0.25, 200, 0.25, log=True, group="load"),
+    Control(
+        "workload.arrival.kind", "arrivals", "select", choices=("poisson", "gamma"), group="load"
+    ),
+    Control(
+        "workload.arrival.burstiness",
+        "burstiness (gamma shape; CV = 1/√shape)",
+        "slider",
+        0.1,
+        4,
+        0.05,
+        log=True,
+        group="load",
+        default=1.0,
+        note="gamma only",
+    ),
+    Control(
+        "workload.num_requests", "requests", "select", choices=(500, 1000, 2000, 5000), group="load"
+    ),
+    Control(
+        "workload.prompt_tokens.median_tokens",
+        "prompt median (tokens)",
+        "slider",
+        16,
+        8000,
+        1,
+        log=True,
+        group="lengths (lognormal)",
+    ),
+    Control(
+        "workload.prompt_tokens.sigma",
+        "prompt sigma",
+        "slider",
+        0,
+        2,
+        0.05,
+        group="lengths (lognormal)",
+    ),
+    Control(
+        "workload.output_tokens.median_tokens",
+        "output median (tokens)",
+        "slider",
+        4,
+        2000,
+        1,
+        log=True,
+        group="lengths (lognormal)",
+    ),
+    Control(
+        "workload.output_tokens.sigma",
+        "output sigma",
+        "slider",
+        0,
+        2,
+        0.05,
+        group="lengths (lognormal)",
+    ),
+    Control(
+        f"{_PREFIX}.shared_prefix_tokens",
+        "shared prefix (tokens, 0: none)",
+        "number",
+        0,
+        8000,
+        16,
+        group="lengths (lognormal)",
+        default=0,
+        note="prefix-cache hits: one of num_groups shared system prompts before each prompt",
+    ),
+    Control(
+        f"{_PREFIX}.num_groups",
+        "prefix groups",
+        "number",
+        1,
+        1000,
+        1,
+        group="lengths (lognormal)",
+        default=8,
+    ),
+    Control(
+        "scheduler.max_num_seqs", "max_num_seqs", "slider", 1, 1024, 1, log=True, group="engine"
+    ),
+    Control(
+        "scheduler.max_num_batched_tokens",
+        "max_num_batched_tokens (chunk size)",
+        "slider",
+        16,
+        16384,
+        16,
+        log=True,
+        group="engine",
+    ),
+    Control("scheduler.chunked_prefill", "chunked prefill", "checkbox", group="engine"),
+    Control(
+        "engine.enable_prefix_caching", "prefix caching", "checkbox", group="engine", default=True
+    ),
+    Control(
+        "engine.num_kv_blocks",
+        "KV blocks (empty: as vLLM sizes it)",
+        "number",
+        1,
+        10**6,
+        1,
+        group="engine",
+        optional=True,
+    ),
+    Control("model", "model", "select", choices=tuple(MODEL_PRESETS), group="hardware"),
+    Control("hardware", "GPU", "select", choices=tuple(HARDWARE_PRESETS), group="hardware"),
+    Control(
+        "parallelism.tensor_parallel_size",
+        "tensor parallel",
+        "select",
+        choices=(1, 2, 4, 8),
+        group="hardware",
+        default=1,
+    ),
+    Control("cluster.num_replicas", "replicas", "number", 1, 64, 1, group="hardware", default=1),
+    Control(
+        "cluster.router",
+        "router",
+        "select",
+        choices=_router_kinds(),
+        group="hardware",
+        default="round_robin",
+    ),
+    Control("slo.ttft_ms", "TTFT SLO (ms)", "number", 1, 10**6, 1, group="SLO", optional=True),
+    Control("slo.tpot_ms", "TPOT SLO (ms)", "number", 1, 10**6, 1, group="SLO", optional=True),
+)
+CONTROL_KEYS = frozenset(c.key for c in CONTROLS)
+
+
+def _get(doc: dict[str, Any], dotted: str) -> Any:
+    """``doc[a][b][c]`` for ``"a.b.c"``, None where a section or the key is missing."""
+    node: Any = doc
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _drop(doc: dict[str, Any], dotted: str) -> None:
+    """Remove ``a.b.c`` from ``doc``, and ``a.b`` too when that leaves it empty."""
+    *path, last = dotted.split(".")
+    parents = [doc]
+    for key in path:
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return
+        parents.append(child)
+    parents[-1].pop(last, None)
+    for key, parent in zip(reversed(path), reversed(parents[:-1]), strict=True):
+        if parent.get(key) == {}:
+            parent.pop(key)
+
+
+def _name(value: Any) -> Any:
+    """A preset's name for a ``model``/``hardware`` entry (a name or ``{preset: ...}``)."""
+    return value.get("preset", value.get("name")) if isinstance(value, dict) else value
+
+
+def values_of(doc: dict[str, Any]) -> dict[str, Any]:
+    """Each control's value in ``doc``, its default where ``doc`` leaves it out."""
+    values = {}
+    for control in CONTROLS:
+        value = _get(doc, control.key)
+        if control.key in ("model", "hardware"):
+            value = _name(value)
+        values[control.key] = control.default if value is None else value
+    return values
+
+
+def doc_for(values: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` (the page's starting scenario) with each control's value written at
+    its key; unknown keys are an error, as an unknown ``--set`` key is."""
+    doc = copy.deepcopy(DEFAULT_DOC if base is None else base)
+    for key, value in values.items():
+        if key not in CONTROL_KEYS:
+            raise ValueError(f"no control writes {key!r}")
+        if key.startswith("workload.") and key.endswith(("median_tokens", ".sigma")):
+            _lognormal(doc, key.rsplit(".", 2)[1])
+        if key in ("model", "hardware") and _name(doc.get(key)) == value:
+            continue  # unchanged: keep a preset's overrides ({preset: h100, ...})
+        if value is None or value == "":
+            _drop(doc, key)
+        else:
+            set_dotted(doc, key, value, SOURCE)
+    if _get(doc, "workload.arrival.kind") != "gamma":
+        _drop(doc, "workload.arrival.burstiness")
+    if not _get(doc, f"{_PREFIX}.shared_prefix_tokens"):
+        _drop(doc, f"{_PREFIX}.shared_prefix_tokens")
+        _drop(doc, f"{_PREFIX}.num_groups")
+    if (_get(doc, "cluster.num_replicas") or 1) == 1 and not _get(doc, "cluster.disaggregation"):
+        doc.pop("cluster", None)  # one replica: no router to choose
+    if _get(doc, "parallelism.tensor_parallel_size") == 1:
+        _drop(doc, "parallelism.tensor_parallel_size")
+    return doc
+
+
+def _lognormal(doc: dict[str, Any], which: str) -> None:
+    """Make ``workload.<which>`` a lognormal length (the controls' median and sigma),
+    keeping its bounds; another kind's own fields go."""
+    lengths = doc.setdefault("workload", {}).setdefault(which, {})
+    if lengths.get("kind") == "lognormal":
+        return
+    kept = {k: lengths[k] for k in ("min_tokens", "max_tokens") if k in lengths}
+    lengths.clear()
+    lengths.update({"kind": "lognormal", "median_tokens": 100, "sigma": 0.0, **kept})
+
+
+def scenario_for(doc: dict[str, Any]) -> Scenario:
+    """``doc`` validated as ``servesim run lab.yaml`` validates that file."""
+    return scenario_from_dict(copy.deepcopy(doc), SOURCE)
+
+
+def scenario_yaml(doc: dict[str, Any]) -> str:
+    """``doc`` as a scenario file: ``servesim run`` on it reproduces the page's run."""
+    header = "# servesim lab: run with  servesim run lab.yaml\n"
+    return header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
