@@ -1,6 +1,6 @@
 """The CPU time of vLLM's own v1 scheduler per step, by running sequences.
 
-    <vllm venv>/bin/python benchmarks/vllm_scheduler_cpu.py [--batches 1,16,64,128,256]
+    <vllm venv>/bin/python benchmarks/vllm_scheduler_cpu.py [--batches 1,16,64,128,192,256]
 
 Runs in a vLLM venv (``benchmarks/vllm_oracle_venv.sh VERSION``) and imports
 nothing from ``sim``: it builds vLLM's ``Scheduler`` as
@@ -9,7 +9,8 @@ large enough that nothing is preempted, chunked prefill on, prefix caching
 off), admits ``n`` requests, lets every one finish its prefill, then times
 ``schedule()`` + ``update_from_output()`` (the engine core's two scheduler
 calls per step) over steps where all ``n`` sequences decode, with fabricated
-model outputs. Prints per batch the median µs per step, then the OLS line
+model outputs. The clock is the thread's CPU time (``time.thread_time``): on a
+shared machine wall time also counts other processes' turns on the core. Prints per batch the median µs per step, then the OLS line
 ``median = intercept + slope * n`` with the slope's standard error: the
 slope is ``EngineCpuConfig.scheduler_per_seq_s`` (``sim.cost.engine_cpu``)
 measured on this CPU, the intercept part of ``per_step_s``. JSON with
@@ -27,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import vllm_oracle_driver as driver  # noqa: E402
+import vllm_oracle_driver as driver
 
 
 def spec_for(num_seqs: int) -> dict[str, object]:
@@ -58,13 +59,13 @@ def step_us(num_seqs: int, num_steps: int, num_warm_steps: int) -> list[float]:
         scheduler.add_request(driver.make_request(request, hasher))
     out_us = []
     for step in range(num_warm_steps + num_steps):
-        start = time.perf_counter()
+        start = time.thread_time()
         out = scheduler.schedule()
-        middle = time.perf_counter()
+        middle = time.thread_time()
         output = driver.fabricate(scheduler, out)  # not the engine's work: not timed
-        resumed = time.perf_counter()
+        resumed = time.thread_time()
         scheduler.update_from_output(out, output)
-        end = time.perf_counter()
+        end = time.thread_time()
         if step >= num_warm_steps:
             if len(out.num_scheduled_tokens) != num_seqs or out.total_num_scheduled_tokens != (
                 num_seqs
@@ -88,7 +89,7 @@ def ols(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", default="1,16,64,128,256")
+    parser.add_argument("--batches", default="1,16,64,128,192,256")
     parser.add_argument("--steps", type=int, default=200, help="timed steps per batch")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
