@@ -156,6 +156,23 @@ def identification_problems(
     return jacobian_problems(free, jac)
 
 
+def gauss_newton_errors(at: FloatArray, jac: FloatArray) -> list[float | None]:
+    """The standard errors (in the Jacobian's units) of a least-squares fit with residuals
+    ``at`` and Jacobian ``jac`` there: ``sqrt(diag(s2 * inv(J'J)))``, ``s2 = SSR / (m - p)``;
+    None each where they are not defined (``m <= p``, a singular ``J'J``, a non-finite
+    value). For residuals linear in the parameters these are OLS's standard errors."""
+    m, p = jac.shape
+    dof = m - p
+    if dof <= 0 or not (np.all(np.isfinite(jac)) and np.all(np.isfinite(at))):
+        return [None] * p
+    gram = jac.T @ jac
+    if np.linalg.matrix_rank(gram) < p:
+        return [None] * p
+    s2 = float(at @ at) / dof
+    diagonal = np.diag(np.linalg.inv(gram)) * s2
+    return [math.sqrt(v) if v >= 0 else None for v in diagonal.tolist()]
+
+
 def intervals(
     runs: Sequence[FitRun],
     targets: Sequence[Target],
@@ -169,22 +186,13 @@ def intervals(
     start = fit_start(runs, free)
     x = start_vector(fitted, free)
     at, jac = jacobian(runs, targets, free, start, x)
-    m, p = jac.shape
-    dof = m - p
-    errors: list[float | None] = [None] * p
-    if dof > 0 and np.all(np.isfinite(jac)) and np.all(np.isfinite(at)):
-        gram = jac.T @ jac
-        if np.linalg.matrix_rank(gram) == p:
-            s2 = float(at @ at) / dof
-            diagonal = np.diag(np.linalg.inv(gram)) * s2
-            errors = [
-                math.sqrt(v) * CPU_UNITS_S[name] if v >= 0 else None
-                for name, v in zip(free, diagonal.tolist(), strict=True)
-            ]
+    dof = jac.shape[0] - jac.shape[1]
+    errors = gauss_newton_errors(at, jac)
     quantile = float(student_t.ppf(0.5 + CONFIDENCE / 2.0, dof)) if dof > 0 else math.inf
     out = []
-    for name, value, error in zip(free, x.tolist(), errors, strict=True):
+    for name, value, error_units in zip(free, x.tolist(), errors, strict=True):
         value_s = value * CPU_UNITS_S[name]
+        error = None if error_units is None else error_units * CPU_UNITS_S[name]
         out.append(
             CoefficientInterval(
                 name=name,
