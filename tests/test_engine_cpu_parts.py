@@ -9,13 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fit_engine_cpu import START, scenario_dict, synthetic_run
+import yaml
+from test_fit_engine_cpu import START, roofline_scenario, scenario_dict, synthetic_run
 
+from sim import api
+from sim.cli import main
 from sim.cost.base import StepShape
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.fitted_cpu import EngineCpuFitValues, load_engine_cpu_artifact
 from sim.errors import ConfigError
-from sim.scenario import scenario_from_dict
+from sim.scenario import Scenario, scenario_from_dict
 from sim.scenario.vllm_versions import V1_CPU_ESTIMATE
 from sim.validation.fit import Target, fit_engine_cpu
 from sim.validation.identify import (
@@ -25,6 +28,7 @@ from sim.validation.identify import (
     intervals,
     jacobian_problems,
 )
+from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 ROOT = Path(__file__).resolve().parent.parent
 V1_ARTIFACT = ROOT / "docs/validation/blackbox/engine-cpu/rtx4090-llama-3.1-8b.json"
@@ -188,3 +192,63 @@ def test_a_fits_interval_holds_the_truth_and_narrows_with_more_runs() -> None:
         assert row.low_s is not None and row.high_s is not None and row.std_error_s is not None
         assert row.low_s <= 1.5e-3 <= row.high_s
     assert (narrow.degrees_of_freedom, wide.degrees_of_freedom) == (11, 5)  # 6 m per run - 1
+
+
+def measured_folder(tmp_path: Path, truth: EngineCpuConfig) -> tuple[Path, Path]:
+    """A synchronous roofline scenario and a 'measured' run of it with CPU work ``truth``."""
+    data = roofline_scenario(tmp_path)
+    data["frontend"] = {"way_in_s_per_request": 0.0, "tokenize_s_per_token": 0.0}
+    data["workload"]["arrival"]["rate_per_s"] = 40
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    measured = api.run(
+        Scenario.model_validate({**data, "engine": {**data["engine"], "cpu": truth.model_dump()}})
+    )
+    columns = measured.requests[list(REQUEST_COLUMNS)]
+    ImportedRun(columns, {"format": "test", "model": "tiny"}).write(tmp_path / "run")
+    return tmp_path / "s.yaml", tmp_path / "run"
+
+
+def test_calibrate_refuses_a_free_set_the_run_cannot_identify_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario, run = measured_folder(tmp_path, START)
+    argv = ["calibrate", "--model", "tiny", "--from-run", str(run), "--scenario", str(scenario),
+            "--fit-kind", "engine-cpu", "--free", "scheduler_per_seq_s,sampling_per_seq_s",
+            "--max-evals", "5", "--out", str(tmp_path / "cpu.json")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "scheduler_per_seq_s and sampling_per_seq_s" in err
+    assert not (tmp_path / "cpu.json").exists()
+
+
+def test_calibrate_drops_what_the_default_set_cannot_identify_and_reports_intervals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    truth = START.model_copy(update={"per_step_s": 2e-3})
+    scenario, run = measured_folder(tmp_path, truth)
+    out = tmp_path / "cpu.json"
+    argv = ["calibrate", "--model", "tiny", "--from-run", str(run), "--scenario", str(scenario),
+            "--fit-kind", "engine-cpu", "--no-cross-validation", "--max-evals", "25",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    # Synchronous: per_step_s and non_overlapped_s are both added to every step.
+    assert "not fitted: per_step_s and non_overlapped_s" in printed
+    assert "95 % interval" in printed
+    written = load_engine_cpu_artifact(out)
+    assert written.fit.free_parameters == ["per_step_s", "sampling_per_seq_s"]
+    assert [c.name for c in written.coefficients] == ["per_step_s", "sampling_per_seq_s"]
+    assert written.held_source is not None and "estimate" in written.held_source
+    assert written.interval_method is not None and "Gauss-Newton" in written.interval_method
+    step, rest = written.coefficients
+    for row in (step, rest):
+        assert row.std_error_s is not None and row.std_error_s > 0
+        assert row.low_s is not None and row.high_s is not None
+        assert row.low_s <= row.value_s <= row.high_s
+    # The truth has no per-sequence work besides the scheduler's: its interval holds 0.
+    assert rest.low_s == 0.0
+    # The constant per step stands for the truth's 2 ms plus the 0.1 ms non-overlapped
+    # term (both added to every step of a synchronous engine); at the 16-sequence cap the
+    # fitted CPU work of a step is that 2.1 ms within 10 % (the two trade off nearly
+    # one for one at a batch that hardly changes).
+    assert step.value_s + 16 * rest.value_s == pytest.approx(2.1e-3, rel=0.1)
