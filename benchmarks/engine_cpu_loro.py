@@ -9,13 +9,19 @@ kernel tables as the GPU-only base: the engine's CPU work is the same vLLM
 on (two) hosts of the same kind, so its coefficients should carry from one
 model to another where the GPU's part is priced by each run's own tables.
 
-1. Which of the default free set (``sim.cli.fit.DEFAULT_CPU_FREE``) the four
-   runs identify (``sim.validation.identify``, at the vLLM 0.19 estimate); the
-   rest stay at the estimate.
-2. Per fold: ``fit_engine_cpu`` on three runs, then the held-out run's
-   p50/p90/p99 TTFT and TPOT errors with the estimate (base) and with the
-   fold's coefficients.
-3. The fit on all four, each coefficient with its interval.
+The fit replays one engine (``sim.validation.predict``), so the DP 2 run, two
+engines in lockstep behind a router, is never fitted to: it is only
+predicted, through its own scenario (``api.run`` with ``engine.cpu`` set, as
+``benchmarks/public_runs.py`` runs it). So:
+
+1. Which of the default free set (``sim.cli.fit.DEFAULT_CPU_FREE``) the three
+   one-engine runs identify (``sim.validation.identify``, at the vLLM 0.19
+   estimate); the rest stay at the estimate.
+2. Per one-engine run: ``fit_engine_cpu`` on the other two, then the held-out
+   run's p50/p90/p99 TTFT and TPOT errors with the estimate (base) and with
+   the fold's coefficients.
+3. The fit on all three one-engine runs, each coefficient with its interval,
+   predicting the fourth run, the DP 2 one (fit on three, predict the fourth).
 
 Writes ``loro.json`` and ``loro.md`` under ``--out``. Minutes on 2 cores
 (``--max-evals`` simulations of three runs per fold).
@@ -33,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from sim import api  # noqa: E402
 from sim.api import cost_model_for  # noqa: E402
 from sim.cli.fit import DEFAULT_CPU_FREE  # noqa: E402
 from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
@@ -43,11 +50,15 @@ from sim.validation.fit import (  # noqa: E402
     Target,
     engine_cpu_start,
     fit_engine_cpu,
+    log_errors,
+    percent,
     target_rows,
 )
 from sim.validation.fit_runs import load_measured_run  # noqa: E402
+from sim.validation.predict import per_request_latencies  # noqa: E402
 
 EXAMPLES = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
+# The three one-engine runs the fit replays, then the DP 2 run it only predicts.
 RUNS = (
     ("rtx4090-llama-3.1-8b", "RTX4090/Llama-3.1-8B", "rtx4090_llama31_8b.yaml"),
     ("rtxpro6000-llama-3.1-8b", "RTXPRO6000/Llama-3.1-8B", "rtxpro6000_llama31_8b.yaml"),
@@ -84,6 +95,28 @@ def cells(errors: dict[str, float | None]) -> str:
     return " / ".join("n/a" if e is None else f"{e:+.1f} %" for e in errors.values())
 
 
+def cluster_rows(run: FitRun, cpu: dict[str, float], base: dict[str, float]) -> list[Any]:
+    """The DP run's errors with the estimate and with ``cpu``, through its own scenario."""
+    path = ROOT / "scenarios" / "public" / RUNS[-1][2]
+
+    def errors(values: dict[str, float]) -> dict[str, dict[str, float]]:
+        text = ", ".join(f"{name}: {value!r}" for name, value in values.items())
+        result = api.run(path, [f"engine.cpu={{{text}}}"])
+        return log_errors(per_request_latencies(result.requests), run.measured, None)
+
+    old, new = errors(base), errors(cpu)
+    return [
+        {
+            "run": run.name,
+            "requests": "all",
+            "metric": label,
+            "base_err_pct": {s: percent(v) for s, v in old[metric].items()},
+            "fitted_err_pct": {s: percent(v) for s, v in new[metric].items()},
+        }
+        for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -91,7 +124,7 @@ def main() -> int:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    runs = [fit_run(*spec) for spec in RUNS]
+    *runs, cluster = [fit_run(*spec) for spec in RUNS]
     everything = [Target(i) for i in range(len(runs))]
     problems = identify.identification_problems(runs, everything, DEFAULT_CPU_FREE)
     free = identify.identified(DEFAULT_CPU_FREE, problems)
@@ -100,14 +133,11 @@ def main() -> int:
     print(f"free: {', '.join(free)} ({time.monotonic() - started:.0f} s)", flush=True)
     base = engine_cpu_start(runs)
     folds: list[dict[str, Any]] = []
-    for k, run in enumerate(runs):
-        train = [Target(i) for i in range(len(runs)) if i != k]
-        outcome = fit_engine_cpu(runs, train, free, args.max_evals)
-        rows = target_rows(runs, [Target(k)], outcome.params, base)
-        fitted = outcome.params.cpu.model_dump()
-        folds.append({"held_out": run.name, "coefficients": fitted, "rows": rows})
+
+    def report(held_out: str, fitted: dict[str, float], rows: list[Any], on: str) -> None:
+        folds.append({"held_out": held_out, "fitted_on": on, "coefficients": fitted, "rows": rows})
         print(
-            f"leave out {run.name}: {coefficients_text(fitted, free)} "
+            f"leave out {held_out} (fitted on {on}): {coefficients_text(fitted, free)} "
             f"({time.monotonic() - started:.0f} s)",
             flush=True,
         )
@@ -117,15 +147,25 @@ def main() -> int:
                 f"fitted {cells(row['fitted_err_pct'])}",
                 flush=True,
             )
+
+    for k, run in enumerate(runs):
+        train = [Target(i) for i in range(len(runs)) if i != k]
+        outcome = fit_engine_cpu(runs, train, free, args.max_evals)
+        rows = target_rows(runs, [Target(k)], outcome.params, base)
+        on = ", ".join(runs[t.run].name for t in train)
+        report(run.name, outcome.params.cpu.model_dump(), rows, on)
     final = fit_engine_cpu(runs, everything, free, args.max_evals)
+    fitted = final.params.cpu.model_dump()
+    rows = cluster_rows(cluster, fitted, base.cpu.model_dump())
+    report(cluster.name, fitted, rows, ", ".join(run.name for run in runs))
     spans = identify.intervals(runs, everything, free, final.params)
     result = {
         "free": list(free),
         "not_identified": [why for _, why in problems],
         "start": base.cpu.model_dump(),
         "folds": folds,
-        "all_runs": {
-            "coefficients": final.params.cpu.model_dump(),
+        "three_runs": {
+            "coefficients": fitted,
             "intervals": [s.model_dump() for s in spans],
             "interval_method": identify.INTERVAL_METHOD,
         },
@@ -133,22 +173,23 @@ def main() -> int:
     }
     (args.out / "loro.json").write_text(json.dumps(result, indent=1) + "\n")
     lines = [
-        "| held-out run | fitted on the other three | metric | base p50 / p90 / p99 "
+        "| held-out run | fitted on | coefficients | metric | base p50 / p90 / p99 "
         "| fitted p50 / p90 / p99 |",
-        "|---|---|---|---|---|",
+        "|---|---|---|---|---|---|",
     ]
     for fold in folds:
         for i, row in enumerate(fold["rows"]):
             head = (
-                f"{fold['held_out']} | {coefficients_text(fold['coefficients'], free)}"
+                f"{fold['held_out']} | {fold['fitted_on']} | "
+                f"{coefficients_text(fold['coefficients'], free)}"
                 if i == 0
-                else " | "
+                else " | | "
             )
             lines.append(
                 f"| {head} | {row['metric']} | {cells(row['base_err_pct'])} | "
                 f"{cells(row['fitted_err_pct'])} |"
             )
-    lines += ["", "All four runs (" + identify.INTERVAL_METHOD + "):", ""]
+    lines += ["", "The three one-engine runs (" + identify.INTERVAL_METHOD + "):", ""]
     lines += ["| coefficient | value | std error | 95 % interval |", "|---|---|---|---|"]
     for s in spans:
         error = "n/a" if s.std_error_s is None else f"{s.std_error_s * 1e6:.1f} us"

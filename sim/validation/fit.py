@@ -31,7 +31,9 @@ parameters are the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig``
 (``CPU_PARAMETERS``) around the GPU-only base, its kernel prices kept as they
 are, and the way in per request (``WAY_IN``) where the runs' arrivals are the
 clients' send times (``FitRun.arrivals_include_way_in``); a coefficient the
-runs cannot inform is refused, not fitted to noise. The search starts from
+runs cannot inform is refused, not fitted to noise (``structural_problem``:
+terms the price only sums; ``sim.validation.identify``: what the runs'
+latencies do not move, and each fitted coefficient's interval). The search starts from
 the vLLM version's estimates (``engine_cpu_start``), in units of
 ``CPU_UNITS_S``, box-bounded at 0, with a weak pull back to the start
 (``CPU_PRIOR_WEIGHT``). Its folds (``phase_folds``): several runs, leave one
