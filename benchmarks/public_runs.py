@@ -85,7 +85,10 @@ class Cause:
 CAUSES = (
     Cause(
         "CPU work overlapped",
-        ("engine.cpu={per_step_s: 0, per_seq_s: 0, per_token_s: 0, non_overlapped_s: 0.002}",),
+        (
+            "engine.cpu={per_step_s: 0, scheduler_per_seq_s: 0, sampling_per_seq_s: 0, "
+            "per_token_s: 0, non_overlapped_s: 0.002}",
+        ),
     ),
     Cause("mixed attention", ("cost.mixed_attention=false",)),
     Cause("memory-bound ops", ("cost.memory_ops=false",)),

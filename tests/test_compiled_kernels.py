@@ -39,8 +39,20 @@ from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
-LIGHT = EngineCpuConfig(per_step_s=4e-4, per_seq_s=1.3e-5, per_token_s=1e-7, non_overlapped_s=1e-4)
-HEAVY = EngineCpuConfig(per_step_s=3e-3, per_seq_s=2e-3, per_token_s=3e-6, non_overlapped_s=7e-4)
+LIGHT = EngineCpuConfig(
+    per_step_s=4e-4,
+    scheduler_per_seq_s=1.3e-5,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-7,
+    non_overlapped_s=1e-4,
+)
+HEAVY = EngineCpuConfig(
+    per_step_s=3e-3,
+    scheduler_per_seq_s=2e-3,
+    sampling_per_seq_s=0.0,
+    per_token_s=3e-6,
+    non_overlapped_s=7e-4,
+)
 COSTS = kernel_costs(LIGHT, HEAVY)  # kernel_gpus(), then some inside the CPU work
 NUM_GPUS = len(kernel_gpus())
 MAX_NUM_SEQS, MAX_TOKENS = 64, 2048

@@ -39,7 +39,13 @@ from sim.workload.generate import RequestArrays
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 # The engine's CPU work around a cost model the loop cannot play (why_not).
 CPU = EngineCpu(
-    EngineCpuConfig(per_step_s=4e-4, per_seq_s=1e-5, per_token_s=1e-7, non_overlapped_s=1e-4),
+    EngineCpuConfig(
+        per_step_s=4e-4,
+        scheduler_per_seq_s=1e-5,
+        sampling_per_seq_s=0.0,
+        per_token_s=1e-7,
+        non_overlapped_s=1e-4,
+    ),
     async_scheduling=True,
     source="test",
 )

@@ -51,7 +51,11 @@ def linear() -> CostModel:
 
 def engine_cpu(base: CostModel, overlapped: bool, per_seq_s: float = 1.3e-5) -> CostModel:
     config = EngineCpuConfig(
-        per_step_s=4e-4, per_seq_s=per_seq_s, per_token_s=1e-7, non_overlapped_s=1e-4
+        per_step_s=4e-4,
+        scheduler_per_seq_s=per_seq_s,
+        sampling_per_seq_s=0.0,
+        per_token_s=1e-7,
+        non_overlapped_s=1e-4,
     )
     return EngineCpuCost(base, EngineCpu(config, overlapped, "test"))
 

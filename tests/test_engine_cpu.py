@@ -28,7 +28,13 @@ from sim.validation.llmservingsim import read_llmservingsim
 
 LLAMA, H100 = model_preset("llama-3-8b"), hardware_preset("h100")
 TINY, CPU = model_preset("tiny"), hardware_preset("cpu-2core")
-CPU_WORK = EngineCpuConfig(per_step_s=1e-3, per_seq_s=1e-4, per_token_s=1e-6, non_overlapped_s=2e-4)
+CPU_WORK = EngineCpuConfig(
+    per_step_s=1e-3,
+    scheduler_per_seq_s=1e-4,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-6,
+    non_overlapped_s=2e-4,
+)
 # A GPU model with round numbers: 10 ms a step plus 0.1 ms a decode sequence.
 GPU = LinearCost(step_overhead_s=1e-2, per_decode_seq_s=1e-4, per_prefill_token_s=1e-5)
 EXAMPLES = Path(__file__).parent.parent / "validation/public/llmservingsim/bench/examples"
@@ -55,7 +61,13 @@ def test_overlapped_cpu_work_hides_behind_a_longer_gpu_step() -> None:
 
 
 def test_overlapped_cpu_work_longer_than_the_gpu_step_sets_it() -> None:
-    slow = EngineCpuConfig(per_step_s=0.0, per_seq_s=5e-3, per_token_s=0.0, non_overlapped_s=0.0)
+    slow = EngineCpuConfig(
+        per_step_s=0.0,
+        scheduler_per_seq_s=5e-3,
+        sampling_per_seq_s=0.0,
+        per_token_s=0.0,
+        non_overlapped_s=0.0,
+    )
     shape = StepShape.build(decode_context_tokens=[50] * 9)
     assert wrapped(True, slow).step_s(shape) == pytest.approx(9 * 5e-3, rel=1e-12)
     # ... and never shorter than either side, nor longer than their sum.
@@ -68,7 +80,9 @@ def test_an_empty_step_costs_nothing() -> None:
 
 
 @pytest.mark.parametrize("overlapped", [True, False])
-@pytest.mark.parametrize("config", [CPU_WORK, CPU_WORK.model_copy(update={"per_seq_s": 2e-3})])
+@pytest.mark.parametrize(
+    "config", [CPU_WORK, CPU_WORK.model_copy(update={"scheduler_per_seq_s": 2e-3})]
+)
 def test_decode_runs_give_step_s_bits(overlapped: bool, config: EngineCpuConfig) -> None:
     roofline = EngineCpuCost(RooflineCost(LLAMA, H100), EngineCpu(config, overlapped, "test"))
     for num_seqs, context, steps in ((1, 7, 5), (13, 4000, 40), (256, 100_000, 30)):
@@ -93,7 +107,7 @@ def test_the_label_says_where_the_cpu_work_comes_from_and_the_mode() -> None:
     "bad",
     [
         {"per_step_s": -1e-3},
-        {"per_seq_s": float("inf")},
+        {"scheduler_per_seq_s": float("inf")},
         {"non_overlapped_s": "x"},
         {"per_request_s": 1e-3},
     ],

@@ -49,7 +49,13 @@ LINEAR = {
     "per_decode_seq_s": 1e-3,
     "per_context_token_s": 1e-7,
 }
-START = EngineCpuConfig(per_step_s=4e-4, per_seq_s=1.3e-5, per_token_s=1e-7, non_overlapped_s=1e-4)
+START = EngineCpuConfig(
+    per_step_s=4e-4,
+    scheduler_per_seq_s=1.3e-5,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-7,
+    non_overlapped_s=1e-4,
+)
 
 
 def scenario_dict(rate_per_s: float, seed: int = 0, **engine: Any) -> dict[str, Any]:
@@ -98,16 +104,18 @@ def synthetic_run(
 
 
 def test_recovers_per_step_and_per_sequence_cpu_work_from_two_loads() -> None:
-    truth = START.model_copy(update={"per_step_s": 2e-3, "per_seq_s": 2e-4})
+    # The scheduler's part held at START's; the rest per sequence brings the sum to 200 us.
+    truth = START.model_copy(update={"per_step_s": 2e-3, "sampling_per_seq_s": 1.87e-4})
     runs = [synthetic_run(5.0, truth), synthetic_run(40.0, truth, seed=1)]
     start = score(runs, [Target(0), Target(1)], EngineCpuFitValues(START, 0.0))
     assert objective_value(start) > 1e-3  # the estimate is visibly wrong
-    outcome = fit_engine_cpu(runs, [Target(0), Target(1)], ("per_step_s", "per_seq_s"), 60)
+    outcome = fit_engine_cpu(runs, [Target(0), Target(1)], ("per_step_s", "sampling_per_seq_s"), 60)
     assert outcome.value < 0.01 * outcome.base_value
     got = outcome.params
     assert isinstance(got, EngineCpuFitValues)
     assert got.cpu.per_step_s == pytest.approx(2e-3, rel=0.15)
     assert got.cpu.per_seq_s == pytest.approx(2e-4, rel=0.15)
+    assert got.cpu.scheduler_per_seq_s == START.scheduler_per_seq_s
     # What was not free stays at the start; the way in was not fitted.
     assert got.cpu.per_token_s == START.per_token_s
     assert got.cpu.non_overlapped_s == START.non_overlapped_s
@@ -223,7 +231,13 @@ def artifact(cpu: EngineCpuConfig, way_in_s: float | None) -> EngineCpuArtifact:
     )
 
 
-FITTED = EngineCpuConfig(per_step_s=3e-3, per_seq_s=2e-4, per_token_s=1e-6, non_overlapped_s=5e-4)
+FITTED = EngineCpuConfig(
+    per_step_s=3e-3,
+    scheduler_per_seq_s=2e-4,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-6,
+    non_overlapped_s=5e-4,
+)
 
 
 def test_artifact_round_trips(tmp_path: Path) -> None:

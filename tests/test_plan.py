@@ -45,7 +45,13 @@ SCALING_DOC: dict[str, Any] = {
     "cost": {"kind": "roofline"},
     "engine": {
         "max_model_len_tokens": 2048,
-        "cpu": {"per_step_s": 0, "per_seq_s": 0, "per_token_s": 0, "non_overlapped_s": 0},
+        "cpu": {
+            "per_step_s": 0,
+            "scheduler_per_seq_s": 0,
+            "sampling_per_seq_s": 0,
+            "per_token_s": 0,
+            "non_overlapped_s": 0,
+        },
     },
     "frontend": {
         "way_in_s_per_request": 0,

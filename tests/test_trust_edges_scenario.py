@@ -16,7 +16,13 @@ from sim.cost.fitted_cpu import EngineCpuArtifact, EngineCpuProvenance, save_eng
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
 
-CPU = EngineCpuConfig(per_step_s=3e-3, per_seq_s=2e-4, per_token_s=1e-6, non_overlapped_s=5e-4)
+CPU = EngineCpuConfig(
+    per_step_s=3e-3,
+    scheduler_per_seq_s=2e-4,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-6,
+    non_overlapped_s=5e-4,
+)
 
 
 def scenario(**top: Any) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from sim.hardware.specs import ModelSpec, hardware_preset, model_from_ref
 from sim.metrics.out_path import check_out_file
 from sim.scenario import Scenario, load_scenario
 from sim.scenario.strict_yaml import DuplicateKeyError, parse_yaml
+from sim.validation import identify
 from sim.validation.fit import (
     DEFAULT_MAX_EVALUATIONS,
     ENGINE_CPU_PARAMETERS,
@@ -72,7 +73,9 @@ from sim.validation.fit_runs import (
 from sim.validation.runs import ImportedRun
 
 FIT_MODES = ("multipliers", "engine-cpu")
-DEFAULT_CPU_FREE = ("per_step_s", "per_seq_s", "non_overlapped_s")
+# The scheduler's part per sequence stays at its measured value: a run prices only the sum
+# of the two per-sequence parts (sim.validation.fit.structural_problem).
+DEFAULT_CPU_FREE = ("per_step_s", "sampling_per_seq_s", "non_overlapped_s")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -197,7 +200,8 @@ def fit_runs(
 
 
 def free_parameters(args: argparse.Namespace, runs: Sequence[FitRun]) -> tuple[str, ...]:
-    """``--free``, or the mode's default for these runs; ConfigError when it mixes modes."""
+    """``--free``, or the mode's default for these runs; ConfigError when it mixes modes.
+    An engine-CPU set is then checked for what the runs identify (``identified_free``)."""
     choices = ENGINE_CPU_PARAMETERS if args.fit_kind == "engine-cpu" else PARAMETERS
     if args.free is not None:
         free = tuple(name.strip() for name in args.free.split(",") if name.strip())
@@ -220,16 +224,65 @@ def free_parameters(args: argparse.Namespace, runs: Sequence[FitRun]) -> tuple[s
     return (*DEFAULT_CPU_FREE, *way_in)
 
 
+def identified_free(
+    args: argparse.Namespace, runs: Sequence[FitRun], free: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The engine-CPU ``free`` set the runs identify (``sim.validation.identify``): a set
+    given with ``--free`` must be, else ConfigError naming the term and why; the default
+    set loses what is not, each said in one line."""
+    everything = [Target(i) for i in range(len(runs))]
+    problems = identify.identification_problems(runs, everything, free)
+    if not problems:
+        return free
+    if args.free is not None:
+        raise ConfigError(f"--free {args.free}: {problems[0][1]}")
+    kept = identify.identified(free, problems)
+    for _, why in problems:
+        print(f"not fitted: {why}")
+    if not kept:
+        raise ConfigError("--fit-kind engine-cpu: the runs identify none of " + ", ".join(free))
+    return kept
+
+
+def coefficient_table(
+    intervals: Sequence[Any], held: dict[str, float], held_source: str
+) -> list[str]:
+    """Markdown: every CPU coefficient, fitted with its interval, or held with its source."""
+    lines = [
+        "| coefficient | value | std error | 95 % interval | source |",
+        "|---|---|---|---|---|",
+    ]
+    for row in intervals:
+        error = "n/a" if row.std_error_s is None else f"{row.std_error_s * 1e6:.2f} us"
+        span = (
+            "n/a"
+            if row.low_s is None or row.high_s is None
+            else f"{row.low_s * 1e6:.2f} .. {row.high_s * 1e6:.2f} us"
+        )
+        lines.append(
+            f"| {row.name} | {row.value_s * 1e6:.2f} us | {error} | {span} | "
+            f"fitted ({row.degrees_of_freedom} degrees of freedom) |"
+        )
+    for name, value in held.items():
+        lines.append(f"| {name} | {value * 1e6:.2f} us | — | — | held: {held_source} |")
+    return lines
+
+
 def calibrate_from_runs(args: argparse.Namespace) -> int:
     """The whole command (module docstring); ConfigError on bad input. Returns 0."""
     if args.max_evals < 2:
         raise ConfigError(f"--max-evals must be at least 2, got {args.max_evals}")
     runs, imported, scenario, base_dir = fit_runs(args.from_run, args)
     free = free_parameters(args, runs)
+    cpu_mode = args.fit_kind == "engine-cpu"
+    if cpu_mode:
+        try:
+            free = identified_free(args, runs, free)
+        except ValueError as error:  # a fit of none
+            raise ConfigError(f"--from-run: {error}") from None
     if args.max_evals < len(free) + 1:
         raise ConfigError(f"--max-evals must be at least {len(free) + 1}, got {args.max_evals}")
     model, hardware = runs[0].scenario.model.name, runs[0].scenario.hardware.name
-    cpu_mode = args.fit_kind == "engine-cpu"
     stem = "engine-cpu" if cpu_mode else "fitted"
     out = Path(args.out or Path("runs") / f"{stem}-{model}-{hardware}.json")
     check_out_file(out)  # before the fit: a bad --out would lose minutes of it
@@ -278,8 +331,22 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
         optimiser=OPTIMISER,
     )
     rebased = rebase_paths(base_cost, base_dir, out.parent)
+    table: list[str] = []
     if isinstance(outcome.params, EngineCpuFitValues):
         first = runs[0]
+        intervals = identify.intervals(runs, everything, free, outcome.params)
+        held_source = first.engine_cpu.source if first.engine_cpu is not None else "none"
+        held = {
+            name: value
+            for name, value in outcome.params.cpu.model_dump().items()
+            if name not in free and first.engine_cpu is not None
+        }
+        table = [
+            "Coefficients (" + identify.INTERVAL_METHOD + "):",
+            "",
+            *coefficient_table(intervals, held, held_source),
+            "",
+        ]
         save_engine_cpu_artifact(
             EngineCpuArtifact(
                 provenance=EngineCpuProvenance(
@@ -294,6 +361,9 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
                 if WAY_IN in free
                 else None,
                 fit=summary,
+                coefficients=intervals,
+                interval_method=identify.INTERVAL_METHOD,
+                held_source=held_source,
                 errors=errors,
             ),
             out,
@@ -317,6 +387,8 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
         )
         use = f"cost: {{kind: fitted, artifact: {out}}}"
     print(render(errors))
+    if table:
+        print("\n".join(table))
     print(
         f"objective {outcome.base_value:.4g} (base) -> {outcome.value:.4g} (fitted) in "
         f"{outcome.num_evaluations} simulations; wrote {out}; use it with {use}"

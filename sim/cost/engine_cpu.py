@@ -1,12 +1,27 @@
 """The engine's CPU work per step, and how it hides behind the GPU's or adds to it.
 
 Besides the forward pass the GPU runs, every vLLM engine step costs the CPU
-time: the scheduler's pass over the queues and the KV pool, the preparation of
-the step's inputs (token ids, positions, block tables, slot mappings), the
-sampling set-up, and the processing of the step's outputs. ``EngineCpuConfig``
-prices it from a step's counts::
+time, in parts (``EngineCpuConfig``, each coefficient with its source in
+docs/vllm-fidelity.md, "The engine's CPU work"):
 
-    cpu_s = per_step_s + per_seq_s * scheduled sequences + per_token_s * tokens   [s]
+- the scheduler: vLLM's ``Scheduler.schedule()`` and ``update_from_output()``
+  walk every running sequence (``scheduler_per_seq_s``; measured on a CPU with
+  vLLM's own scheduler, ``benchmarks/vllm_scheduler_cpu.py``);
+- the rest of a sequence's work in the engine core: its sampling set-up
+  (sampling metadata, logits processors), block-table row and output
+  processing (``sampling_per_seq_s``). Detokenization is not here: vLLM v1 runs
+  it in the API server process, priced by ``FrontendConfig.detokenize_s_per_token``;
+- input preparation per token computed (token ids, positions, slot mappings:
+  ``per_token_s``);
+- a constant per step (``per_step_s``: the engine loop, the launch set-up).
+
+A step of ``S`` scheduled sequences and ``T`` tokens costs::
+
+    cpu_s = per_step_s + per_seq_s * S + per_token_s * T                         [s]
+    per_seq_s = scheduler_per_seq_s + sampling_per_seq_s                          [s]
+
+(the two per-sequence parts multiply the same count, so no run tells them
+apart: a fit holds one, the measured scheduler's, and fits the other).
 
 Under async scheduling (vLLM's ``--async-scheduling``, on by default from
 0.14) the engine plans step N+1 and prepares its inputs while the GPU runs
@@ -32,10 +47,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel, Durations, FloatArray, StepShape, no_decode_run
 
@@ -50,17 +65,40 @@ class EngineCpuConfig(BaseModel):
     per_step_s: Seconds = Field(
         description="CPU time of every step, whatever its size (scheduler pass, launch set-up)"
     )
-    per_seq_s: Seconds = Field(
-        description="CPU time per scheduled sequence (its queue entry, block table, sampling row)"
+    scheduler_per_seq_s: Seconds = Field(
+        description=("vLLM's scheduler (schedule() + update_from_output()) per running sequence")
+    )
+    sampling_per_seq_s: Seconds = Field(
+        description=(
+            "the rest of a scheduled sequence's engine-core work: sampling set-up, its block"
+            " table row, output processing (detokenization is the frontend's)"
+        )
     )
     per_token_s: Seconds = Field(
-        description="CPU time per token computed in the step (input ids, positions, slot mapping)"
+        description="input preparation per token computed (input ids, positions, slot mapping)"
     )
     non_overlapped_s: Seconds = Field(
         description=(
             "CPU time no mode hides: waiting for the step's sampled tokens and applying them"
         )
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_whole_per_seq(cls, data: Any) -> Any:
+        """The one coefficient per sequence of older scenarios, refused with its two parts."""
+        if isinstance(data, dict) and "per_seq_s" in data:
+            raise ValueError(
+                "per_seq_s is now two parts, scheduler_per_seq_s (vLLM's scheduler, measured)"
+                " and sampling_per_seq_s (the rest); scheduler_per_seq_s: <per_seq_s>,"
+                " sampling_per_seq_s: 0 prices the same"
+            )
+        return data
+
+    @property
+    def per_seq_s(self) -> float:
+        """The CPU time per scheduled sequence, the price's one per-sequence term (s)."""
+        return self.scheduler_per_seq_s + self.sampling_per_seq_s
 
     def cpu_s(self, num_seqs: int, num_tokens: int) -> float:
         """The overlappable CPU time of a step of ``num_seqs`` sequences and ``num_tokens``
@@ -109,7 +147,7 @@ class EngineCpuCost:
         self.cpu = cpu
         config = cpu.config
         self._per_step_s = config.per_step_s
-        self._per_seq_s = config.per_seq_s
+        self._per_seq_s = config.per_seq_s  # the two parts' sum, added once
         self._per_token_s = config.per_token_s
         self._non_overlapped_s = config.non_overlapped_s
         self._async_scheduling = cpu.async_scheduling

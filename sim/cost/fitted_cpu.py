@@ -7,7 +7,15 @@ GPU-only base cost model (kernel tables, the roofline: their prices are kept
 as they are, not scaled), and the way in per request
 (``FrontendConfig.way_in_s_per_request``) where the runs' arrival times are
 the clients' send times. ``EngineCpuFitValues`` holds the result;
-``EngineCpuArtifact`` stores it, versioned, with its provenance and errors.
+``EngineCpuArtifact`` stores it, versioned, with its provenance, errors and
+each fitted coefficient's interval (``CoefficientInterval``,
+``sim.validation.identify``).
+
+Format 2 splits the coefficient per sequence in two (``scheduler_per_seq_s``,
+``sampling_per_seq_s``: ``sim.cost.engine_cpu``). A format-1 artifact still
+loads with its price kept: its ``per_seq_s``, the whole per-sequence work
+fitted as one, becomes ``scheduler_per_seq_s`` with ``sampling_per_seq_s`` 0
+(``x + 0.0`` is ``x``), and it has no intervals.
 
 A scenario names the artifact with ``engine: {cpu_artifact: PATH}`` (relative
 to the scenario's folder, like any artifact): its ``engine.cpu`` becomes the
@@ -50,7 +58,7 @@ class EngineCpuFitValues:
 
 
 FORMAT_NAME: Literal["servesim-fitted-engine-cpu"] = "servesim-fitted-engine-cpu"
-FORMAT_VERSION: Literal[1] = 1
+FORMAT_VERSION: Literal[2] = 2
 KIND = "fitted engine-CPU artifact"
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -63,13 +71,27 @@ class EngineCpuProvenance(FittedProvenance):
     async_scheduling: bool  # whether the replays overlapped CPU and GPU work
 
 
+class CoefficientInterval(BaseModel):
+    """One fitted coefficient, in seconds, with its standard error and 95 % interval
+    (None: not defined at the fit; ``sim.validation.identify`` says how they are taken)."""
+
+    model_config = _FROZEN
+
+    name: str
+    value_s: float = Field(ge=0, allow_inf_nan=False)
+    std_error_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    low_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    high_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    degrees_of_freedom: int
+
+
 class EngineCpuArtifact(BaseModel):
     """Everything one engine-CPU fit produced (module docstring)."""
 
     model_config = _FROZEN
 
     format: Literal["servesim-fitted-engine-cpu"] = FORMAT_NAME
-    format_version: Literal[1] = FORMAT_VERSION
+    format_version: Literal[2] = FORMAT_VERSION
     provenance: EngineCpuProvenance
     base_cost: dict[str, Any]  # the GPU-only cost: block the coefficients sit on
     base_cost_label: str
@@ -78,6 +100,11 @@ class EngineCpuArtifact(BaseModel):
     # None: the runs' arrivals were the engine's queue times; no way in was fitted.
     way_in_s_per_request: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     fit: FitSummary
+    # The fitted coefficients' intervals (empty: a format-1 artifact, which had none).
+    coefficients: list[CoefficientInterval] = Field(default_factory=list)
+    interval_method: str | None = None
+    # Where the coefficients not fitted come from (the run's engine.cpu label).
+    held_source: str | None = None
     errors: dict[str, Any] = Field(default_factory=dict)  # a report for people
 
 
@@ -90,7 +117,7 @@ def load_engine_cpu_artifact(path: str | Path, base_dir: Path | None = None) -> 
     """Read and validate an artifact (a relative ``path`` from ``base_dir``); ConfigError
     naming the file and the field when it is missing, not one, or of another format."""
     where = anchored(path, base_dir)
-    data = read_artifact(where, KIND)
+    data = from_format_1(read_artifact(where, KIND))
     check_format(
         data,
         where,
@@ -100,3 +127,15 @@ def load_engine_cpu_artifact(path: str | Path, base_dir: Path | None = None) -> 
         "re-run servesim calibrate --from-run --fit-kind engine-cpu",
     )
     return validated(EngineCpuArtifact, data, where)
+
+
+def from_format_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A format-1 artifact as format 2, its price kept (module docstring); any other
+    document as it is."""
+    if data.get("format") != FORMAT_NAME or data.get("format_version") != 1:
+        return data
+    cpu = data.get("cpu")
+    if isinstance(cpu, dict) and "per_seq_s" in cpu:
+        parts = {k: v for k, v in cpu.items() if k != "per_seq_s"}
+        cpu = {**parts, "scheduler_per_seq_s": cpu["per_seq_s"], "sampling_per_seq_s": 0.0}
+    return {**data, "format_version": FORMAT_VERSION, "cpu": cpu}

@@ -31,7 +31,9 @@ parameters are the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig``
 (``CPU_PARAMETERS``) around the GPU-only base, its kernel prices kept as they
 are, and the way in per request (``WAY_IN``) where the runs' arrivals are the
 clients' send times (``FitRun.arrivals_include_way_in``); a coefficient the
-runs cannot inform is refused, not fitted to noise. The search starts from
+runs cannot inform is refused, not fitted to noise (``structural_problem``:
+terms the price only sums; ``sim.validation.identify``: what the runs'
+latencies do not move, and each fitted coefficient's interval). The search starts from
 the vLLM version's estimates (``engine_cpu_start``), in units of
 ``CPU_UNITS_S``, box-bounded at 0, with a weak pull back to the start
 (``CPU_PRIOR_WEIGHT``). Its folds (``phase_folds``): several runs, leave one
@@ -67,13 +69,20 @@ from sim.validation.predict import per_request_latencies, predict
 # The free parameters of sim.cost.fitted.FitParameters, in the order fits report them.
 PARAMETERS = ("step_overhead_s", "prefill_multiplier", "decode_multiplier")
 # --fit engine-cpu: sim.cost.engine_cpu.EngineCpuConfig's coefficients and the way in.
-CPU_PARAMETERS = ("per_step_s", "per_seq_s", "per_token_s", "non_overlapped_s")
+CPU_PARAMETERS = (
+    "per_step_s",
+    "scheduler_per_seq_s",
+    "sampling_per_seq_s",
+    "per_token_s",
+    "non_overlapped_s",
+)
 WAY_IN = "way_in_s_per_request"
 ENGINE_CPU_PARAMETERS = (*CPU_PARAMETERS, WAY_IN)
 # One unit of the search per coefficient (s): the first simplex moves each by one unit.
 CPU_UNITS_S = {
     "per_step_s": 1e-3,
-    "per_seq_s": 1e-5,
+    "scheduler_per_seq_s": 1e-5,
+    "sampling_per_seq_s": 1e-5,
     "per_token_s": 1e-6,
     "non_overlapped_s": 1e-3,
     WAY_IN: 1e-2,
@@ -95,7 +104,13 @@ START_SCALES = tuple(float(2.0 ** (k / 2)) for k in range(-6, 7))
 
 
 # The CPU coefficients of a whole-step base, where only the way in can be fitted.
-ZERO_CPU = EngineCpuConfig(per_step_s=0.0, per_seq_s=0.0, per_token_s=0.0, non_overlapped_s=0.0)
+ZERO_CPU = EngineCpuConfig(
+    per_step_s=0.0,
+    scheduler_per_seq_s=0.0,
+    sampling_per_seq_s=0.0,
+    per_token_s=0.0,
+    non_overlapped_s=0.0,
+)
 Adjustment = FitParameters | EngineCpuFitValues
 
 
@@ -390,6 +405,27 @@ def is_engine_cpu_fit(free: Sequence[str]) -> bool:
     )
 
 
+def structural_problem(
+    runs: Sequence[FitRun], free: Sequence[str]
+) -> tuple[tuple[str, str], str] | None:
+    """Which two of the ``free`` coefficients can never be told apart in these runs,
+    whatever their latencies (the price takes only their sum), and why in one line; or
+    None. ``sim.validation.identify`` checks what the runs' latencies themselves inform."""
+    if "scheduler_per_seq_s" in free and "sampling_per_seq_s" in free:
+        return ("sampling_per_seq_s", "scheduler_per_seq_s"), (
+            "scheduler_per_seq_s and sampling_per_seq_s are not identified together: both "
+            "multiply a step's sequences, so a run prices only their sum; fit "
+            "sampling_per_seq_s with the scheduler's held at its measured value"
+        )
+    synchronous = all(run.engine_cpu is None or not run.engine_cpu.async_scheduling for run in runs)
+    if synchronous and "per_step_s" in free and "non_overlapped_s" in free:
+        return ("per_step_s", "non_overlapped_s"), (
+            "per_step_s and non_overlapped_s are not identified together: every run is "
+            "synchronous, where both are added to every step; fit one"
+        )
+    return None
+
+
 def engine_cpu_start(runs: Sequence[FitRun]) -> EngineCpuFitValues:
     """Where an engine-CPU fit starts, and what it leaves fixed: the first run's CPU
     estimate (its vLLM version's, or its scenario's ``engine.cpu``; none on a whole-step
@@ -397,6 +433,20 @@ def engine_cpu_start(runs: Sequence[FitRun]) -> EngineCpuFitValues:
     first = runs[0]
     cpu = first.engine_cpu.config if first.engine_cpu is not None else ZERO_CPU
     return EngineCpuFitValues(cpu, first.scenario.frontend.way_in_s_per_request)
+
+
+def fit_start(runs: Sequence[FitRun], free: Sequence[str]) -> EngineCpuFitValues:
+    """``engine_cpu_start``, with the way in at 0 when it is free and the runs set none."""
+    start = engine_cpu_start(runs)
+    if WAY_IN in free:
+        return EngineCpuFitValues(start.cpu, start.way_in_s_per_request or 0.0)
+    return start
+
+
+def start_vector(start: EngineCpuFitValues, free: Sequence[str]) -> FloatArray:
+    """``start``'s ``free`` values in units of ``CPU_UNITS_S`` (the search's coordinates)."""
+    fixed = {"way_in": start.way_in_s_per_request, **start.cpu.model_dump()}
+    return np.array([fixed["way_in" if n == WAY_IN else n] / CPU_UNITS_S[n] for n in free])
 
 
 def engine_cpu_values(
@@ -435,11 +485,11 @@ def fit_engine_cpu(
                 f"{run.name}: its arrivals are the engine's queue times, after the way in; "
                 f"{WAY_IN} cannot be fitted from it"
             )
-    start = engine_cpu_start(runs)
-    if WAY_IN in free:
-        start = EngineCpuFitValues(start.cpu, start.way_in_s_per_request or 0.0)
-    fixed = {"way_in": start.way_in_s_per_request, **start.cpu.model_dump()}
-    x0 = np.array([fixed["way_in" if n == WAY_IN else n] / CPU_UNITS_S[n] for n in free])
+    problem = structural_problem(runs, free)
+    if problem is not None:
+        raise ValueError(problem[1])
+    start = fit_start(runs, free)
+    x0 = start_vector(start, free)
 
     def penalised(x: FloatArray) -> float:
         prior = CPU_PRIOR_WEIGHT * float(np.sum((x - x0) ** 2))

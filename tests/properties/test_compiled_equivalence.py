@@ -43,8 +43,20 @@ HAS_NUMBA = importlib.util.find_spec("numba") is not None
 ROOFLINES = [RooflineCost(model_preset("llama-3-8b"), hardware_preset(n)) for n in ("h100", "l4")]
 # The engine's CPU work around them: overlapped and serial, shorter than the GPU
 # step (a few µs a sequence) and longer (ms a sequence, so max() picks either side).
-LIGHT = EngineCpuConfig(per_step_s=4e-4, per_seq_s=1.3e-5, per_token_s=1e-7, non_overlapped_s=1e-4)
-HEAVY = EngineCpuConfig(per_step_s=3e-3, per_seq_s=2e-3, per_token_s=3e-6, non_overlapped_s=7e-4)
+LIGHT = EngineCpuConfig(
+    per_step_s=4e-4,
+    scheduler_per_seq_s=1.3e-5,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-7,
+    non_overlapped_s=1e-4,
+)
+HEAVY = EngineCpuConfig(
+    per_step_s=3e-3,
+    scheduler_per_seq_s=2e-3,
+    sampling_per_seq_s=0.0,
+    per_token_s=3e-6,
+    non_overlapped_s=7e-4,
+)
 COSTS: list[CostModel] = [
     *ROOFLINES,
     EngineCpuCost(ROOFLINES[0], EngineCpu(HEAVY, async_scheduling=True, source="test")),
