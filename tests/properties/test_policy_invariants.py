@@ -46,7 +46,7 @@ from sim.engine.policies import (
     Scheduler,
     ShortestPromptFirstConfig,
 )
-from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, StepPlan
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, EngineCore, SchedulerOutput
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
 from sim.serving.simulation import OpenLoop, RawResult, Simulation
 from sim.workload.generate import RequestArrays
@@ -130,7 +130,7 @@ class PolicyChecks:
         self.num_calls = 0
         self.num_admitted = 0
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool
         self.num_calls += 1
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
