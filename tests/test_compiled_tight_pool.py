@@ -18,11 +18,11 @@ import pytest
 from compiled_runs import assert_identical, simulate
 
 from sim.cost.roofline import RooflineCost
-from sim.fast import decode_runs
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
+from sim.fast import decode_runs
 from sim.fast.compiled import loop
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig

@@ -93,7 +93,7 @@ def test_prefix_cache_stats_count_the_readmission_after_preemption() -> None:
     core.add(b, 0.0)
     now = 0.0
     while core.num_done < 2:
-        plan = step(core, now)
+        step(core, now)
         now += 1
         assert now < 100, "the run does not end"
     assert b.num_preemptions == 1 and a.num_preemptions == 0
