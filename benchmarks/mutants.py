@@ -225,7 +225,7 @@ MUTANTS = (
         "may-run-budget",
         "sim/fast/decode_runs.py",
         "if budget == 0 or not policy.chunked_prefill:",
-        "if not policy.chunked_prefill:",
+        "if budget == 0:",
         ("tests/test_budget_block_no_run.py",),
         "a decode run follows a step whose admission the token budget blocked",
     ),

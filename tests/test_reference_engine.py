@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,12 @@ class RecordingPolicy:
         self.batches = batches
         # The replica reads the mode from its policy (async scheduling or not).
         self.async_scheduling = getattr(inner, "async_scheduling", False)
+
+    def padding_contexts(self, core: object) -> Sequence[int]:
+        return self.inner.padding_contexts(core)  # type: ignore[attr-defined]
+
+    def wake_at_s(self, core: object) -> float | None:
+        return self.inner.wake_at_s(core)  # type: ignore[attr-defined]
 
     def schedule(self, core: object, now_s: float) -> SchedulerOutput:
         plan = self.inner.schedule(core, now_s)  # type: ignore[attr-defined]

@@ -738,16 +738,14 @@ class Continuous:
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> str:
-        """Admit waiting requests FCFS; return what stopped admission.
-
-        One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
-        """
+    ) -> None:
+        """Admit waiting requests FCFS until the queue drains or its head does not
+        fit: the sequence limit, the token budget or the KV pool."""
         kv, waiting, running = core.kv, core.waiting, core.running
         max_running = self.max_num_seqs - core.num_held_seqs  # held: async scheduling
         while waiting:
             if len(running) >= max_running:
-                return "seqs"
+                return
             request = waiting[0]
             # Prefix caching: the cached head of the prompt is not computed again.
             num_cached = kv.num_cached_tokens(request)
@@ -756,11 +754,11 @@ class Continuous:
             if cap is not None and wanted > cap:
                 wanted = cap
             if budget == 0 or (wanted > budget and not self.chunked_prefill):
-                return "budget"
+                return
             num_new = min(wanted, budget)
             target = request.num_computed_tokens + num_cached + num_new
             if not kv.can_allocate(request, target):
-                return "kv"
+                return
             waiting.popleft()
             kv.allocate(request, target)
             if kv.caches_prefixes and not request.num_computed_tokens:
@@ -780,4 +778,3 @@ class Continuous:
             budget -= num_new
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
-        return "empty"

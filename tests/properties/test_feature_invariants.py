@@ -16,6 +16,7 @@ prefixes, only recompute preemption changes (it re-reads its own cached blocks).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import cast
 
@@ -119,6 +120,12 @@ class Checked:
         self.inner, self.setup, self.caching = inner, setup, caching
         self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
+
+    def padding_contexts(self, core: CoreView) -> Sequence[int]:
+        return self.inner.padding_contexts(core)
+
+    def wake_at_s(self, core: CoreView) -> float | None:
+        return self.inner.wake_at_s(core)
 
     def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool

@@ -12,7 +12,7 @@ step log, token times), in both executor modes, which must agree.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -164,6 +164,12 @@ class CheckedPolicy:
         self.setup = setup
         self.num_calls = 0
         self.async_scheduling = async_scheduling  # read by the replica
+
+    def padding_contexts(self, core: CoreView) -> Sequence[int]:
+        return self.inner.padding_contexts(core)
+
+    def wake_at_s(self, core: CoreView) -> float | None:
+        return self.inner.wake_at_s(core)
 
     def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool

@@ -13,7 +13,7 @@ never overdrawn and swapped requests keep their computed tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -129,6 +129,12 @@ class PolicyChecks:
         self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
         self.num_admitted = 0
+
+    def padding_contexts(self, core: CoreView) -> Sequence[int]:
+        return self.inner.padding_contexts(core)
+
+    def wake_at_s(self, core: CoreView) -> float | None:
+        return self.inner.wake_at_s(core)
 
     def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool

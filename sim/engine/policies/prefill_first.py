@@ -98,19 +98,20 @@ class PrefillFirst(Continuous):
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> str:
-        """Admit whole prompts FCFS; return ``empty``, ``seqs``, ``budget`` or ``kv``."""
+    ) -> None:
+        """Admit whole prompts FCFS while they fit the sequence limit, the budget and
+        the KV pool."""
         kv, waiting, running = core.kv, core.waiting, core.running
         while waiting:
             if len(running) >= self.max_num_seqs:
-                return "seqs"
+                return
             request = waiting[0]
             wanted = request.num_wanted_tokens  # the prompt, or prompt + output to recompute
             if wanted > budget and scheduled:
-                return "budget"
+                return
             target = request.num_computed_tokens + wanted
             if not kv.can_allocate(request, target):
-                return "kv"
+                return
             waiting.popleft()
             kv.allocate(request, target)
             running.append(request)
@@ -118,4 +119,3 @@ class PrefillFirst(Continuous):
             budget -= wanted
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
-        return "empty"
