@@ -15,9 +15,11 @@ import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 import sim.engine.scheduler as scheduler
 from sim.engine.kv_cache import BlockPool
-from sim.engine.policies import ContinuousConfig, StaticConfig
+from sim.engine.policies import ContinuousConfig, PriorityConfig, StaticConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
 from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler
@@ -319,3 +321,28 @@ def test_a_prefill_step_is_not_followed_by_a_run_of_static_batching() -> None:
     run = plan_run(core, core.schedule(1.0))
     # Request 0 has 3 - 1 = 2 tokens left: this step and one more.
     assert run is not None and run.num_steps == 2 and not run.interruptible
+
+
+@pytest.mark.parametrize("kind", ["continuous", "priority"])
+def test_a_head_the_kv_pool_blocks_interrupts_a_run_only_where_it_can_be_overtaken(
+    kind: str,
+) -> None:
+    # Four blocks of 16 tokens. Two 8-token prompts hold one block each; their
+    # decodes fit in it up to token 16. A 40-token prompt then needs 3 blocks of
+    # the 2 free: blocked by the pool. Continuous batching serves the queue in
+    # order, so that block only tightens while the batch decodes; priority
+    # scheduling reorders the queue, so an arrival may overtake the head and fit.
+    config = PriorityConfig if kind == "priority" else ContinuousConfig
+    policy = config(max_num_seqs=8, max_num_batched_tokens=64).build()
+    core = EngineCore(policy, BlockPool(4, 16), 4096)
+    for i, num_output in enumerate([6, 10]):
+        core.add(Request(i, 0.0, 8, num_output), 0.0)
+    core.update(core.schedule(0.0), 1.0)
+    core.add(Request(2, 1.0, 40, 2), 1.0)
+    output = core.schedule(1.0)
+    assert len(output.scheduled) == 2 and len(core.waiting) == 1
+    run = plan_run(core, output)
+    # Request 0 has 6 - 1 = 5 tokens to go (this step and 4 more), all within its
+    # block (8 + 5 = 13 tokens).
+    assert run is not None and run.num_steps == 5
+    assert run.interruptible == (kind == "priority")

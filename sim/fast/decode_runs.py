@@ -11,10 +11,12 @@ step and what shape they have; the executor prices them in one go and
 The result is the reference's to the bit: ``plan_run`` declines (``None``: one
 step, ``EngineCore.update``) whenever it cannot be sure, which costs speed only.
 
-It knows two policies: vLLM's continuous batching (``Continuous`` itself, not a
-subclass, whose admission rules differ) and static / dynamic batching, whose
-batches run to completion (static's finished members still cost a padded slot:
-``Static.padding_contexts``).
+It knows the shipped policies by their exact classes (a new subclass may admit
+by other rules, so it runs step by step until it is added here): vLLM's
+continuous batching and the ones that reorder its queue (``priority``,
+``shortest_prompt_first``, ``least_attained_service``), Orca's, vLLM v0's
+prefill-first, and static / dynamic batching, whose batches run to completion
+(static's finished members still cost a padded slot: ``Static.padding_contexts``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ from dataclasses import dataclass
 
 from sim.cost.base import StepShape
 from sim.engine.kv_cache import BlockPool
+from sim.engine.policies.dynamic import Dynamic
+from sim.engine.policies.least_attained_service import LeastAttainedService
+from sim.engine.policies.orca import Orca
+from sim.engine.policies.prefill_first import PrefillFirst
+from sim.engine.policies.priority import Priority
+from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst
 from sim.engine.policies.static import Static
 from sim.engine.request import Request
 from sim.engine.scheduler import Continuous, EngineCore, SchedulerOutput
@@ -47,30 +55,55 @@ def plan_run(core: EngineCore, output: SchedulerOutput) -> DecodeRun | None:
     """The decode steps that may follow ``output``'s step, just scheduled; None: one step."""
     if output.preempted or output.scheduled_spec_decode_tokens or not output.scheduled:
         return None
-    policy = core.policy
-    if type(policy) is Continuous:
-        return _continuous_run(core, policy, output.scheduled)
-    if isinstance(policy, Static):
-        return _batch_run(core, output.scheduled)
+    policy, scheduled = core.policy, output.scheduled
+    kind = type(policy)
+    if isinstance(policy, Static) and kind in (Static, Dynamic):
+        return _batch_run(core, scheduled)
+    if not isinstance(policy, Continuous):
+        return None
+    if kind is Continuous or kind in ORDERED:
+        return _continuous_run(core, policy, scheduled, overtaken=kind is not Continuous)
+    if kind is Orca:  # no token budget: admission stops at a slot or the KV pool only
+        return _continuous_run(core, policy, scheduled, overtaken=False, budget_blocks=False)
+    if kind is PrefillFirst:
+        if not all(num_new == 1 and r.num_generated_tokens for r, num_new in scheduled):
+            return None  # a prefill step: the next one decodes the whole batch
+        # A decode step: admission failed before it, at the sequence limit or the KV
+        # pool (never the budget: nothing was scheduled ahead of the head).
+        return _continuous_run(core, policy, scheduled, overtaken=False, budget_blocks=False)
     return None
 
 
+# The continuous policies that reorder the queue before each step: a head blocked
+# by the KV pool may be overtaken by an arrival that fits, so arrivals interrupt.
+ORDERED = (Priority, ShortestPromptFirst, LeastAttainedService)
+
+
 def _continuous_run(
-    core: EngineCore, policy: Continuous, scheduled: list[tuple[Request, int]]
+    core: EngineCore,
+    policy: Continuous,
+    scheduled: list[tuple[Request, int]],
+    overtaken: bool,
+    budget_blocks: bool = True,
 ) -> DecodeRun | None:
-    """A run of vLLM's policy: every running request is scheduled and emits a token
-    after this step, and admission cannot succeed before the first one finishes:
-    the queue is empty, or what blocks its head (the sequence limit, the KV pool)
-    only tightens while decoding. A budget block may lift once this step's
-    prefill is done, so no run then."""
+    """A run of continuous batching: every running request is scheduled and emits a
+    token after this step, and admission cannot succeed before the first one
+    finishes: the queue is empty, or what blocks its head (the sequence limit,
+    the KV pool) only tightens while decoding. A budget block may lift once this
+    step's prefill is done, so no run then (``budget_blocks``: the policy's
+    admission can stop at the budget). ``overtaken``: an arrival may go ahead of
+    a head the KV pool blocks, so arrivals interrupt the run then too."""
     running, waiting = core.running, core.waiting
     num_seqs = len(scheduled)
     if num_seqs != len(running):
         return None  # the budget ran out before some running request
+    blocked_by_kv = False
     if waiting and num_seqs < policy.max_num_seqs:
-        budget = policy.max_num_batched_tokens - sum(num_new for _, num_new in scheduled)
-        if budget == 0 or not policy.chunked_prefill:
-            return None  # (without chunking the head may have been too long for the budget)
+        if budget_blocks:
+            budget = policy.max_num_batched_tokens - sum(num_new for _, num_new in scheduled)
+            if budget == 0 or not policy.chunked_prefill:
+                return None  # (without chunking the head may have been too long for the budget)
+        blocked_by_kv = True
     fewest_left = MAX_RUN_STEPS
     context = longest = shortest = 0
     for request, num_new in scheduled:
@@ -93,7 +126,9 @@ def _continuous_run(
     if num_steps == 1:
         return None
     interruptible = (
-        not waiting and num_seqs < policy.max_num_seqs and num_seqs < policy.max_num_batched_tokens
+        (not waiting or (overtaken and blocked_by_kv))
+        and num_seqs < policy.max_num_seqs
+        and num_seqs < policy.max_num_batched_tokens
     )
     return DecodeRun(
         num_steps, interruptible, StepShape(0, 0, 0, 0, num_seqs, context, longest, shortest)
