@@ -16,7 +16,6 @@ prefixes, only recompute preemption changes (it re-reads its own cached blocks).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import cast
 
@@ -118,14 +117,11 @@ class Checked:
 
     def __init__(self, inner: Scheduler, setup: Setup, caching: bool) -> None:
         self.inner, self.setup, self.caching = inner, setup, caching
-        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
-
-    def padding_contexts(self, core: CoreView) -> Sequence[int]:
-        return self.inner.padding_contexts(core)
-
-    def wake_at_s(self, core: CoreView) -> float | None:
-        return self.inner.wake_at_s(core)
+        # Checks the policy's own calls, the policy itself staying the core's: the
+        # speed paths know a policy by its class (sim.fast.decode_runs).
+        self.inner_schedule = inner.schedule
+        inner.schedule = self.schedule  # type: ignore[method-assign]
 
     def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool
@@ -133,7 +129,7 @@ class Checked:
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
         check = check_prefix_pool if self.caching else check_pool
         check(core)
-        plan = self.inner.schedule(core, now_s)
+        plan = self.inner_schedule(core, now_s)
         check(core)
         check_plan(plan, core, self.setup)
         kept = plan.scheduled_spec_decode_tokens
@@ -172,7 +168,7 @@ def simulate(
     if speculative is not None:
         engine = with_speculation(engine, speculative, hardware_preset("h100"))
     make_inner = engine.core.make_policy
-    checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching))
+    checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching).inner)
     engine = replace(engine, core=checked)
     simulation = Simulation(engine)
     raw = simulation.run(cast(OpenLoop, arrays))
