@@ -183,11 +183,11 @@ MUTANTS = (
     ),
     Mutant(
         "scheduler-tight-pool",
-        "sim/engine/scheduler.py",
-        "if num_seqs * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:",
-        "if num_seqs * (num_steps // block_size) <= free or missing(num_steps) <= free:",
+        "sim/fast/decode_runs.py",
+        "if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:",
+        "if len(scheduled) * (num_steps // block_size) <= free or missing(num_steps) <= free:",
         ("tests/test_compiled_tight_pool.py",),
-        "the reference scheduler's cheap pool bound loses its + 1",
+        "the decode runs' cheap pool bound loses its + 1",
     ),
     Mutant(
         "decode-ends-tie",
@@ -223,19 +223,11 @@ MUTANTS = (
     ),
     Mutant(
         "may-run-budget",
-        "sim/engine/scheduler.py",
-        'plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"',
-        'plan, kv, may_run=stable, interruptible=blocked_by == "empty"',
+        "sim/fast/decode_runs.py",
+        "if budget == 0 or not policy.chunked_prefill:",
+        "if budget == 0:",
         ("tests/test_budget_block_no_run.py",),
         "a decode run follows a step whose admission the token budget blocked",
-    ),
-    Mutant(
-        "may-run-budget-cohort",
-        "sim/fast/cohort.py",
-        'plan, may_run=blocked_by != "budget", interruptible=blocked_by == "empty", step=step',
-        'plan, may_run=True, interruptible=blocked_by == "empty", step=step',
-        ("tests/test_budget_block_no_run.py",),
-        "the decode cohort's plan ignores a budget block",
     ),
     Mutant(
         "may-run-budget-compiled",

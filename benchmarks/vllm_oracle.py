@@ -220,7 +220,7 @@ def run_ours(spec: TraceSpec, requests: list[dict[str, Any]]) -> list[dict[str, 
             "preempted": preempted_in_order(running_before, running_after, _ids(core.waiting)),
         }
         finished_ids.clear()
-        core.commit(plan, now_s, [now_s + 1.0])
+        core.update(plan, now_s + 1.0)
         record["finished"] = sorted(finished_ids)
         log.append(record)
         if core.async_scheduling:

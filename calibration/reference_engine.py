@@ -21,7 +21,7 @@ scenario's request list in wall-clock time. Once per step::
     empty plan -> sleep until the next arrival (async: plan again if work was deferred)
     else       -> StepExecutor.run(plan)         # one forward_step, real sampling
                   detokenize the emitted tokens
-                  core.commit(plan, start, [end])
+                  core.update(plan, end)
 
 Times are seconds since the run started (``time.perf_counter``); a step runs
 from the moment it is scheduled to the moment its sampled ids are on the
@@ -70,7 +70,7 @@ from sim.cost.base import SHAPE_FIELDS
 from sim.engine.kv_cache import prefix_describer
 from sim.engine.records import reason_column
 from sim.engine.request import Request
-from sim.engine.scheduler import EngineCore, StepPlan
+from sim.engine.scheduler import EngineCore, SchedulerOutput
 from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.scenario import Scenario
 from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
@@ -134,7 +134,9 @@ class StepExecutor:
             )
         return slot
 
-    def inputs(self, plan: StepPlan) -> tuple[list[PrefillChunk], list[DecodeItem], list[int]]:
+    def inputs(
+        self, plan: SchedulerOutput
+    ) -> tuple[list[PrefillChunk], list[DecodeItem], list[int]]:
         """The model's inputs for ``plan``, and the ids of the requests that sample, in order."""
         prefill: list[PrefillChunk] = []
         decode: list[DecodeItem] = []
@@ -155,7 +157,7 @@ class StepExecutor:
                     prefill_ids.append(request.request_id)
         return prefill, decode, prefill_ids + decode_ids
 
-    def run(self, plan: StepPlan) -> dict[int, int]:
+    def run(self, plan: SchedulerOutput) -> dict[int, int]:
         """Run ``plan``'s step on the model; the sampled token of each request that samples."""
         prefill, decode, sampling_ids = self.inputs(plan)
         params = self.sampling
@@ -271,11 +273,11 @@ class WallClockEngine:
         if not self.core.add(request, self._now()):
             self.executor.forget(index)
 
-    def _step(self, plan: StepPlan, start_s: float) -> None:
+    def _step(self, plan: SchedulerOutput, start_s: float) -> None:
         core, executor = self.core, self.executor
         executor.sync_slots(core.running)
         before = {r.request_id: r.num_generated_tokens for r, _ in plan.scheduled}
-        shape = plan.shape()  # before commit: a shape walks the pre-step counters
+        shape = core.step_shape(plan)  # before update: a shape walks the pre-step counters
         cpu_start = time.thread_time()
         forward_start = self._now()
         sampled = executor.run(plan)
@@ -287,7 +289,7 @@ class WallClockEngine:
         forward_cpu = time.thread_time() - cpu_start
         for request_id, token in sampled.items():
             self.outputs[request_id].append(self.tokenizer.decode([token]))
-        core.commit(plan, start_s, [end])
+        core.update(plan, end)  # started at start_s, when scheduled
         for request, _ in plan.scheduled:
             rid = request.request_id
             if request.num_generated_tokens > before[rid]:
@@ -500,12 +502,12 @@ class OnlineEngine:
             if request.request_id in self._live:
                 self._end_early(request)
 
-    def _step(self, plan: StepPlan, start_s: float) -> None:
+    def _step(self, plan: SchedulerOutput, start_s: float) -> None:
         core, executor = self.core, self.executor
         executor.sync_slots(core.running)
         before = {r.request_id: r.num_generated_tokens for r, _ in plan.scheduled}
         sampled = executor.run(plan)
-        core.commit(plan, start_s, [self._now()])
+        core.update(plan, self._now())  # started at start_s, when scheduled
         for request, _ in plan.scheduled:
             rid = request.request_id
             if request.num_generated_tokens == before[rid]:

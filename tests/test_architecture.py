@@ -24,8 +24,9 @@ still says which module knows about which). The rules:
   ``sim.serving.stream``, and imports no other layer but ``sim.scenario`` and
   ``sim.errors``;
 - the reference modules (``sim.engine``, ``sim.serving``) never import the speed
-  paths (``sim.fast``), but through one door, ``sim.serving.simulation``: the
-  replicas' cores (``replica_core``) and an open loop's run (``Simulation.run``).
+  paths (``sim.fast``), but through two doors: an open loop's run
+  (``sim.serving.simulation``'s ``Simulation.run``) and the replica's decode runs
+  (``sim.serving.replica``).
 """
 
 from __future__ import annotations
@@ -232,10 +233,14 @@ def test_the_scheduler_imports_no_feature_and_no_other_policy() -> None:
 def test_the_reference_reaches_the_speed_paths_through_one_door() -> None:
     assert _violations("sim.engine", ("sim.fast",)) == []
     doors = [m for m in _layer("sim.serving") if any(_in(t, "sim.fast") for t in imports_of(m))]
-    assert doors == ["sim.serving.simulation"]
+    # The replica's skip-ahead runs (sim.fast.decode_runs) until the choice of
+    # executor moves above sim.serving (issue 40 item 3).
+    assert sorted(doors) == ["sim.serving.replica", "sim.serving.simulation"]
     assert {t for t in imports_of("sim.serving.simulation") if _in(t, "sim.fast")} == {
-        "sim.fast.cohort",
         "sim.fast.open_loop",
+    }
+    assert {t for t in imports_of("sim.serving.replica") if _in(t, "sim.fast")} == {
+        "sim.fast.decode_runs",
     }
 
 

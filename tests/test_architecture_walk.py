@@ -202,9 +202,9 @@ def test_the_walk_starts_at_the_arrivals_and_ends_at_the_metrics(walk: list[Entr
 
 def test_the_checks_catch_a_walk_that_lies(walk: list[Entry], trace: Trace) -> None:
     # A function that does not exist, and one that exists but is off the plain
-    # path (the decode cohort's commit), are both reported as not entered.
+    # path (the skip-ahead's run commit), are both reported as not entered.
     invented = ("sim/cost/run_ends.py", "run_ends")
-    off_path = ("sim/fast/cohort.py", "CohortCore.commit")
+    off_path = ("sim/fast/decode_runs.py", "commit_run")
     lying = [*walk[:3], invented, off_path, *walk[3:]]
     assert not_entered(lying, trace) == [invented, off_path]
     # Any two neighbours swapped: the order check bites all along the walk,

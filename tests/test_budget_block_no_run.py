@@ -51,7 +51,7 @@ def test_a_prompt_blocked_by_the_budget_starts_when_the_prefill_before_it_ends(
 
 @pytest.mark.parametrize("skip_ahead", [True, False])
 def test_the_same_beside_a_steady_decoder(skip_ahead: bool) -> None:
-    # r0 decodes alone (a steady decoder: the decode cohort holds it with skip-ahead).
+    # r0 decodes alone (a steady decoder: a decode run may follow with skip-ahead).
     # r1 (8 tokens) and r2 (10) arrive at 0.05: the next plan decodes r0 and prefills
     # r1, and r2 does not fit the 16 - 1 - 8 = 7 left. That step costs OVH + DEC + 8 PRE;
     # after it, r0 and r1 decode and r2 fits the 14 left.

@@ -18,11 +18,11 @@ import pytest
 from compiled_runs import assert_identical, simulate
 
 from sim.cost.roofline import RooflineCost
-from sim.engine import scheduler
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import BlockPool
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
+from sim.fast import decode_runs
 from sim.fast.compiled import loop
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
@@ -63,7 +63,7 @@ def test_the_cheap_bound_is_not_taken_when_the_pool_lies_just_under_it() -> None
         pool.allocate(r, 16)
         r.num_computed_tokens = 15
     assert pool.num_free_blocks == 5
-    assert scheduler.steps_within_pool(pool, [(r, 1) for r in requests], 40) == 32
+    assert decode_runs.steps_within_pool(pool, [(r, 1) for r in requests], 40) == 32
 
 
 @pytest.mark.parametrize(

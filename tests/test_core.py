@@ -326,8 +326,8 @@ def drive(core: EngineCore, cost: LinearCost) -> None:
     while core.running or core.waiting:
         plan = core.schedule(now)
         assert not plan.is_empty
-        end = now + cost.step_s(plan.shape())
-        core.commit(plan, now, [end])
+        end = now + cost.step_s(core.step_shape(plan))
+        core.update(plan, end)
         now = end
 
 
@@ -351,7 +351,7 @@ def test_flush_records_unfinished_requests_with_nan_times() -> None:
     core.add(Request(1, 0.0, 10, 5), 0.0)
     plan = core.schedule(0.0)
     assert core.kv.num_blocks - core.kv.num_free_blocks == 2
-    core.commit(plan, 0.0, [0.5])
+    core.update(plan, 0.5)
     core.flush_unfinished()
     assert core.kv.num_free_blocks == 8
     records = core.records.frame()
@@ -401,7 +401,7 @@ def test_requests_finished_outside_a_commit_leave_running_once_removed() -> None
         assert core.add(request, 0.0)
     plan = core.schedule(0.0)
     assert len(plan.scheduled) == 6 and len(core.running) == 6
-    core.commit(plan, 0.0, [0.5])
+    core.update(plan, 0.5)
     late = Request(9, 0.6, 20, 5)
     core.add(late, 0.6)  # waiting, never scheduled
     for request in (requests[4], requests[1], late):

@@ -18,7 +18,6 @@ from sim.engine.policies import LeastAttainedServiceConfig, PolicyConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import CoreView
 from sim.engine.step_runs import StepLog
-from sim.fast.cohort import Cohort
 from sim.scenario import load_scenario, scenario_from_dict
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -34,7 +33,6 @@ class StandInCore:
         self.steps = StepLog()
         self.kv = BlockPool(num_blocks=100, block_size_tokens=16)
         self.num_held_seqs = 0
-        self.cohort: Cohort | None = None  # no decode cohort: every request visited
         self.last_end_s = 0.0
 
     def preempt(self, request: Request) -> None:

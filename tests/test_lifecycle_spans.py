@@ -13,7 +13,7 @@ import pytest
 from sim.engine.kv_cache import BlockPool
 from sim.engine.lifecycle import ActivityRecorder
 from sim.engine.request import Request
-from sim.engine.scheduler import ContinuousConfig, EngineCore, StepPlan
+from sim.engine.scheduler import ContinuousConfig, EngineCore, SchedulerOutput
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
 from sim.metrics.trace import replica_events, request_events, trace_document, write_trace
 
@@ -77,7 +77,7 @@ def test_recorder_logs_a_chunk_then_the_decode_run_it_starts() -> None:
     recorder.attach([engine])
     first, other = Request(0, 0.0, 10, 5), Request(5, 0.0, 10, 5)  # id 5 is not tracked
     first.num_computed_tokens = 6  # 4 prompt tokens left: this chunk ends the prefill
-    plan = StepPlan(scheduled=[(first, 4), (other, 10)])
+    plan = SchedulerOutput(scheduled=[(first, 4), (other, 10)])
     recorder.on_commit(engine, plan, 1.0, [1.5, 1.6, 1.7])
     frame = recorder.frame()
     assert frame[["kind", "start_s", "end_s", "num_tokens"]].values.tolist() == [
@@ -93,7 +93,7 @@ def test_recorder_logs_a_decode_run_as_one_row() -> None:
     recorder.attach([engine])
     request = Request(0, 0.0, 10, 50)
     request.num_generated_tokens, request.num_computed_tokens = 3, 12  # decoding
-    recorder.on_commit(engine, StepPlan(scheduled=[(request, 1)]), 2.0, [2.1, 2.2, 2.3, 2.4])
+    recorder.on_commit(engine, SchedulerOutput(scheduled=[(request, 1)]), 2.0, [2.1, 2.2, 2.3, 2.4])
     row = recorder.frame().iloc[0]
     assert (row["kind"], row["start_s"], row["end_s"], row["num_tokens"]) == ("decode", 2.0, 2.4, 4)
 
@@ -104,7 +104,7 @@ def test_recorder_keeps_preemption_counts_and_replica() -> None:
     recorder.attach([engine])
     request = Request(0, 0.0, 10, 50)
     request.num_preemptions, request.num_swaps = 2, 1
-    recorder.on_commit(engine, StepPlan(scheduled=[(request, 10)]), 0.0, [0.1])
+    recorder.on_commit(engine, SchedulerOutput(scheduled=[(request, 10)]), 0.0, [0.1])
     row = recorder.frame().iloc[0]
     assert (row["replica"], row["num_preemptions"], row["num_swaps"]) == (3, 2, 1)
 
@@ -115,10 +115,10 @@ def test_recorder_detaches_after_its_last_request_finished_and_skips_rejected_on
     recorder.attach([engine])
     engine.rejections[1] = "too long"  # request 1 will never be scheduled
     request = Request(0, 0.0, 10, 1)
-    recorder.on_commit(engine, StepPlan(scheduled=[(request, 10)]), 0.0, [0.1])
+    recorder.on_commit(engine, SchedulerOutput(scheduled=[(request, 10)]), 0.0, [0.1])
     assert recorder.attached
     request.finish_s = 0.1  # what the core's commit did
-    recorder.on_commit(engine, StepPlan(), 0.1, [0.2])
+    recorder.on_commit(engine, SchedulerOutput(), 0.1, [0.2])
     assert not recorder.attached and engine.recorder is None
 
 
@@ -128,7 +128,7 @@ def test_recorder_stays_while_a_tracked_request_runs() -> None:
     recorder.attach([engine])
     request = Request(0, 0.0, 10, 5)
     for step in range(3):
-        recorder.on_commit(engine, StepPlan(scheduled=[(request, 1)]), step, [step + 1.0])
+        recorder.on_commit(engine, SchedulerOutput(scheduled=[(request, 1)]), step, [step + 1.0])
     assert recorder.attached and engine.recorder is recorder
 
 

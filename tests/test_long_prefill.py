@@ -20,7 +20,7 @@ def core_with(config: ContinuousConfig, *prompts: int) -> EngineCore:
 
 def step(core: EngineCore, now_s: float) -> list[int]:
     plan = core.schedule(now_s)
-    core.commit(plan, now_s, [now_s + 1.0])
+    core.update(plan, now_s + 1.0)
     return [num_new for _, num_new in plan.scheduled]
 
 

@@ -16,7 +16,7 @@ import pytest
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_cache_summary
 from sim.engine.policies import ContinuousConfig
 from sim.engine.request import Request
-from sim.engine.scheduler import EngineCore, StepPlan
+from sim.engine.scheduler import EngineCore, SchedulerOutput
 
 
 def grouped(request_id: int, prompt: int, output: int = 4) -> Request:
@@ -27,14 +27,14 @@ def grouped(request_id: int, prompt: int, output: int = 4) -> Request:
     return request
 
 
-def batch(plan: StepPlan) -> list[tuple[int, int]]:
+def batch(plan: SchedulerOutput) -> list[tuple[int, int]]:
     return [(r.request_id, n) for r, n in plan.scheduled]
 
 
-def step(core: EngineCore, now_s: float) -> StepPlan:
-    """Plan and commit one plan (every step it allows), one second per step."""
+def step(core: EngineCore, now_s: float) -> SchedulerOutput:
+    """Schedule one step and update the core with its end, one second later."""
     plan = core.schedule(now_s)
-    core.commit(plan, now_s, [now_s + 1.0 + j for j in range(plan.num_steps)])
+    core.update(plan, now_s + 1.0)
     return plan
 
 
@@ -59,7 +59,7 @@ def test_allocate_slots_caches_a_block_filled_without_a_new_allocation(
     core.add(a, 0.0)
     plan = core.schedule(0.0)
     assert batch(plan) == [(0, 20)]
-    core.commit(plan, 0.0, [1.0])
+    core.update(plan, 1.0)
     core.add(b, 0.5)
     plan = core.schedule(1.0)
     hit = 32 if pool is PrefixCachingPool else 0
@@ -93,8 +93,8 @@ def test_prefix_cache_stats_count_the_readmission_after_preemption() -> None:
     core.add(b, 0.0)
     now = 0.0
     while core.num_done < 2:
-        plan = step(core, now)
-        now += max(1, plan.num_steps)
+        step(core, now)
+        now += 1
         assert now < 100, "the run does not end"
     assert b.num_preemptions == 1 and a.num_preemptions == 0
     assert (a.num_prefix_lookups, a.num_prefix_query_tokens, a.num_prefix_hit_tokens) == (1, 6, 0)

@@ -10,7 +10,7 @@ from sim.engine.scheduler import EngineCore
 
 def step(core: EngineCore, now_s: float) -> list[tuple[int, int]]:
     plan = core.schedule(now_s)
-    core.commit(plan, now_s, [now_s + 1.0])
+    core.update(plan, now_s + 1.0)
     return [(r.request_id, n) for r, n in plan.scheduled]
 
 

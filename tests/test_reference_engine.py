@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 from calibration.measure import Measurement, measure
 from sim.api import engine_for
 from sim.cost.base import StepShape
-from sim.engine.scheduler import StepPlan
+from sim.engine.scheduler import SchedulerOutput
 from sim.errors import ConfigError
 from sim.openai.tokenizer import ByteTokenizer, prompt_text
 from sim.scenario import Scenario, scenario_from_dict
@@ -225,7 +226,13 @@ class RecordingPolicy:
         # The replica reads the mode from its policy (async scheduling or not).
         self.async_scheduling = getattr(inner, "async_scheduling", False)
 
-    def schedule(self, core: object, now_s: float) -> StepPlan:
+    def padding_contexts(self, core: object) -> Sequence[int]:
+        return self.inner.padding_contexts(core)  # type: ignore[attr-defined]
+
+    def wake_at_s(self, core: object) -> float | None:
+        return self.inner.wake_at_s(core)  # type: ignore[attr-defined]
+
+    def schedule(self, core: object, now_s: float) -> SchedulerOutput:
         plan = self.inner.schedule(core, now_s)  # type: ignore[attr-defined]
         if not plan.is_empty:
             self.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))

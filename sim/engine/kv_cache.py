@@ -34,8 +34,9 @@ hit takes the first copy (``get_cached_block``). The queue moves unkeyed blocks
 in bulk (``sim.engine.kv_blocks.FreeQueue``), and reference counts are kept for keyed
 blocks only: only those can be shared, so an unkeyed block has one holder or none.
 
-Skip-ahead. ``EngineCore._commit_run`` allocates inline (decrements
-``num_free_blocks``, increments ``request.num_blocks``). The pool realises that
+Growth by counts. A run of decode steps committed in one pass (the replica's
+skip-ahead) allocates inline (decrements ``num_free_blocks``, increments
+``request.num_blocks``). The pool realises that
 lazily (``_settle``): before it next reads or changes the queue it pops the
 blocks owed from the head (evicting them, exactly what eager allocation would
 have popped, since the queue changes only through the pool) into a pool of
@@ -297,7 +298,7 @@ class PrefixCachingPool(BlockPool):
 
     def try_grow(self, request: Request, num_tokens: int) -> bool:
         """As the plain pool's: counts only, the block ids realised lazily (as
-        ``EngineCore._commit_run``'s inline allocation, see the module's docstring).
+        a decode run's inline allocation, see the module's docstring).
         A request with shareable blocks still to fill allocates at once instead,
         so that the blocks this step fills are cached in it (``allocate``)."""
         if not request.num_blocks or request.request_id in self._filling:

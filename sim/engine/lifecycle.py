@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from sim.engine.columns import Columns
 from sim.engine.request import Request
-from sim.engine.scheduler import EngineCore, StepPlan
+from sim.engine.scheduler import EngineCore, SchedulerOutput
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -72,14 +72,15 @@ class ActivityRecorder:
         self._cores = []
 
     def on_commit(
-        self, core: EngineCore, plan: StepPlan, start_s: float, ends_s: list[float]
+        self, core: EngineCore, output: SchedulerOutput, start_s: float, ends_s: list[float]
     ) -> None:
-        """Log the tracked requests of ``plan`` (called before the core applies it)."""
+        """Log the tracked requests of ``output``, run for ``len(ends_s)`` steps (called
+        before the core applies them)."""
         self._close_finished(core)
         limit = self.num_requests
         append = self.activity.append
         seen = []
-        for request, num_new in plan.scheduled:
+        for request, num_new in output.scheduled:
             if request.request_id >= limit:
                 continue
             seen.append(request)

@@ -1,26 +1,27 @@
 """The engine's scheduler, told as one step runs: vLLM v1's ``scheduler.py``.
 
 Read top to bottom: continuous batching's settings (``ContinuousSettings``,
-vLLM's flag names) and the plan a step runs (``StepPlan``); the interface
-between the core and its policy (``CoreView``, ``Scheduler``); ``EngineCore``,
-the queues and KV pool of one replica (``add``, ``schedule``, then ``commit``
-of the steps' output: token counters, finishes, preemptions, the logs); and
-``Continuous``, vLLM v1's policy: running requests first, then waiting ones,
-within the sequence limit, the token budget and the KV pool, preempting the
-newest running request when the pool runs short; then the step's shape and
-how many plain decode steps may follow it (skip-ahead).
+vLLM's flag names) and what one step computes (``SchedulerOutput``, vLLM's
+class of that name, and its cost-relevant shape); the interface between the
+core and its policy (``CoreView``, ``Scheduler``); ``EngineCore``, the queues
+and KV pool of one replica (``add``, ``schedule``, then ``update`` with the
+step's end: token counters, finishes, the logs); and ``Continuous``, vLLM v1's
+policy: running requests first, then waiting ones, within the sequence limit,
+the token budget and the KV pool, preempting the newest running request when
+the pool runs short.
 
-One scheduler, two executors: the SimPy replica (``sim.serving.replica``) and
-the real PyTorch engine (``calibration/``) both call ``schedule`` for a plan,
-run it (in simulated or wall-clock time), then ``commit`` it, so the two cannot
-drift apart. Other policies (``sim.engine.policies``) plug in through
-``Scheduler``; those of the continuous family subclass ``Continuous``.
+One scheduler, several executors: the SimPy replica (``sim.serving.replica``),
+the real PyTorch engine (``calibration/``) and the speed paths
+call ``schedule`` for a step, run it (in simulated or wall-clock time), then
+``update`` the core with its end, so they cannot drift apart. Other policies
+(``sim.engine.policies``) plug in through ``Scheduler``; those of the
+continuous family subclass ``Continuous``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -33,11 +34,6 @@ from sim.engine.kv_cache import BlockPool, SwapSpace
 from sim.engine.records import RECORD_COLUMNS, SERIES_COLUMNS
 from sim.engine.request import Request
 from sim.engine.step_runs import StepLog
-
-# A skip-ahead run is capped so that one SimPy timeout never covers more than
-# this many steps' worth of numpy arrays (memory, not correctness).
-MAX_RUN_STEPS = 4096
-
 
 # -- settings ------------------------------------------------------------------------
 
@@ -136,111 +132,77 @@ class ContinuousConfig(ContinuousSettings):
         return Continuous(self, swap, async_scheduling)
 
 
-# -- the plan of a step ---------------------------------------------------------
-
-
-class StepCommitter(Protocol):
-    """A feature that commits its own plans' steps instead of the token-counter rule.
-
-    Speculative decoding plugs in here (``sim.engine.speculative``, which the
-    core does not import): its plans name it as ``committer`` and
-    ``EngineCore.commit`` hands the step over.
-    """
-
-    def commit_step(self, core: EngineCore, plan: StepPlan, start_s: float, end_s: float) -> None:
-        """Apply one step of ``plan`` that ran from ``start_s`` to ``end_s`` (seconds)."""
-        ...
+# -- the output of a step -------------------------------------------------------
 
 
 @dataclass(slots=True)
-class StepPlan:
-    """Which requests advance by how many tokens in the next step.
+class SchedulerOutput:
+    """What the next step computes: vLLM v1's ``SchedulerOutput``
+    (``vllm/v1/core/sched/output.py``), the fields the simulator needs.
 
-    ``num_steps`` > 1 promises that, unless new work arrives, this step may be
-    followed by ``num_steps - 1`` plain decode steps of the same requests
-    (after this step each has sampled a token, none finishes before the last
-    step, and the KV blocks suffice): the simulator then skips ahead in one
-    event. A real engine runs one step and asks again. ``interruptible`` says
-    whether a request arriving during those steps could change the plan; if
-    not, arrivals need not wake the executor. An empty plan with ``wake_at_s``
-    asks to be called again at that time even if nothing arrives (e.g. a static
-    batch's maximum wait).
-    ``padding_seqs`` and ``padding_context_tokens`` are decode slots that cost
-    compute but emit nothing (static batching keeps finished requests as padding),
-    the longest and shortest of their contexts ``padding_max_context_tokens`` and
-    ``padding_min_context_tokens``. A policy that sets ``num_steps`` > 1 also sets
-    ``run_num_seqs``, ``run_context_tokens`` and ``run_max_context_tokens`` /
-    ``run_min_context_tokens``, the shape of the decode steps that follow.
+    ``scheduled``: the requests the step advances and how many tokens each
+    computes, in batch order (vLLM's ``num_scheduled_tokens``).
+    ``scheduled_spec_decode_tokens``: speculative decoding only
+    (``sim.engine.speculative``): the draft tokens each speculative decode keeps,
+    beyond its one scheduled token. The simulator draws acceptance when it
+    schedules, so it schedules (and gives KV blocks to) only the accepted drafts:
+    vLLM's field less what its sampler rejects. Absent: plain decoding.
+    ``preempted``: the requests this step's planning preempted (vLLM's
+    ``preempted_req_ids``), in preemption order.
+    ``extra_s``: seconds the step takes beyond the cost model's compute time,
+    e.g. copying swapped KV blocks between CPU and GPU memory (``sim.engine.kv_cache``).
     """
 
     scheduled: list[tuple[Request, int]] = field(default_factory=list)
-    num_steps: int = 1
-    interruptible: bool = True
-    wake_at_s: float | None = None
-    padding_seqs: int = 0
-    padding_context_tokens: int = 0
-    padding_max_context_tokens: int = 0
-    padding_min_context_tokens: int = 0
-    # The decode steps after the first (set whenever num_steps > 1): how many
-    # slots decode (padding included), their summed context in step 2, and the
-    # longest and shortest context then (each grows by one a step after that).
-    run_num_seqs: int = 0
-    run_context_tokens: int = 0
-    run_max_context_tokens: int = 0
-    run_min_context_tokens: int = 0
-    # A policy that already walked the scheduled requests may fill in the
-    # shape, so the executor need not walk them again.
-    known_shape: StepShape | None = None
-    # Seconds the first step takes beyond the cost model's compute time, e.g.
-    # copying swapped KV blocks between CPU and GPU memory (see sim.engine.kv_cache).
+    scheduled_spec_decode_tokens: dict[Request, int] = field(default_factory=dict)
+    preempted: list[Request] = field(default_factory=list)
     extra_s: float = 0.0
-    # Speculative decoding (sim.engine.speculative) only: tokens each scheduled request
-    # emits in this step, aligned with ``scheduled`` (a decode may emit several;
-    # a prefill chunk that does not end its prompt emits 0). None: the token-
-    # counter rule applies (one token when a request catches up).
-    num_emitted: list[int] | None = None
-    # Who commits this plan's step when the token-counter rule does not apply
-    # (set together with num_emitted); None: EngineCore's own bookkeeping.
-    committer: StepCommitter | None = None
 
     @property
     def is_empty(self) -> bool:
         return not self.scheduled
 
-    def shape(self) -> StepShape:
-        """The cost-relevant shape of the first step of this plan."""
-        if self.known_shape is not None:
-            return self.known_shape
-        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
-        num_decode_seqs = self.padding_seqs
-        context = self.padding_context_tokens
-        longest = self.padding_max_context_tokens
-        shortest = self.padding_min_context_tokens if num_decode_seqs else 0
-        for request, num_new in self.scheduled:
-            cached = request.num_computed_tokens
-            if num_new == 1 and request.num_generated_tokens > 0:
-                this = cached + 1
-                if not num_decode_seqs or this < shortest:
-                    shortest = this
-                if this > longest:
-                    longest = this
-                num_decode_seqs += 1
-                context += this
-            else:
-                num_prefill_seqs += 1
-                num_prefill_tokens += num_new
-                pairs += num_new * cached + num_new * (num_new + 1) // 2
-                kv_read += num_new + cached
-        return StepShape(
-            num_prefill_seqs=num_prefill_seqs,
-            num_prefill_tokens=num_prefill_tokens,
-            prefill_attention_pairs=pairs,
-            prefill_kv_read_tokens=kv_read,
-            num_decode_seqs=num_decode_seqs,
-            num_decode_context_tokens=context,
-            max_decode_context_tokens=longest,
-            min_decode_context_tokens=shortest,
-        )
+
+NO_PADDING: tuple[int, ...] = ()  # a policy whose steps compute no discarded slot
+
+
+def scheduled_shape(
+    scheduled: list[tuple[Request, int]], padding_contexts: Sequence[int] = NO_PADDING
+) -> StepShape:
+    """The cost-relevant shape of a step that computes ``scheduled`` (before it
+    runs: each request's counters are the step's inputs), plus decode slots
+    that compute a discarded token at the contexts ``padding_contexts``
+    (static batching's finished members)."""
+    num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
+    num_decode_seqs = len(padding_contexts)
+    context = sum(padding_contexts)
+    longest = max(padding_contexts, default=0)
+    shortest = min(padding_contexts, default=0)
+    for request, num_new in scheduled:
+        cached = request.num_computed_tokens
+        if num_new == 1 and request.num_generated_tokens > 0:
+            this = cached + 1
+            if not num_decode_seqs or this < shortest:
+                shortest = this
+            if this > longest:
+                longest = this
+            num_decode_seqs += 1
+            context += this
+        else:
+            num_prefill_seqs += 1
+            num_prefill_tokens += num_new
+            pairs += num_new * cached + num_new * (num_new + 1) // 2
+            kv_read += num_new + cached
+    return StepShape(
+        num_prefill_seqs=num_prefill_seqs,
+        num_prefill_tokens=num_prefill_tokens,
+        prefill_attention_pairs=pairs,
+        prefill_kv_read_tokens=kv_read,
+        num_decode_seqs=num_decode_seqs,
+        num_decode_context_tokens=context,
+        max_decode_context_tokens=longest,
+        min_decode_context_tokens=shortest,
+    )
 
 
 # -- the policy interface -------------------------------------------------------
@@ -251,8 +213,7 @@ class CoreView(Protocol):
 
     waiting: deque[Request]  # queued, front first
     running: list[Request]  # admitted, in admission order
-    num_steps: int  # steps committed so far
-    steps: StepLog
+    num_steps: int  # steps updated so far
 
     @property
     def num_held_seqs(self) -> int:
@@ -270,14 +231,6 @@ class CoreView(Protocol):
         """Swap preemption: free its GPU blocks, keep its computed tokens, requeue it."""
         ...
 
-    def break_run(self, request: Request, time_s: float) -> None:
-        """Record a token at ``time_s`` that does not follow its predecessor by one step."""
-        ...
-
-    def finish(self, request: Request, time_s: float) -> None:
-        """``request`` emitted its last token at ``time_s``: free it and record it."""
-        ...
-
 
 class Scheduler(Protocol):
     """A scheduling policy.
@@ -285,7 +238,7 @@ class Scheduler(Protocol):
     ``schedule`` reads the core's ``waiting`` and ``running`` queues and KV
     pool, moves requests between them (admission, preemption via
     ``core.preempt``), reserves the KV blocks of the next step, and returns
-    the plan. It must not advance token counters: ``EngineCore.commit`` does
+    its output. It must not advance token counters: ``EngineCore.update`` does
     that after the executor has run the step. The same object serves the
     simulator and the real engine, so it may not look at any clock but
     ``now_s``.
@@ -297,8 +250,19 @@ class Scheduler(Protocol):
         async scheduling); the core reads it once (``EngineCore.async_scheduling``)."""
         ...
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
-        """Plan the next step at time ``now_s`` (seconds)."""
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
+        """The next step at time ``now_s`` (seconds)."""
+        ...
+
+    def padding_contexts(self, core: CoreView) -> Sequence[int]:
+        """Contexts (tokens) of the slots the next step computes besides its scheduled
+        requests, each a discarded token: a real cost of the policy (static
+        batching's finished members), priced and logged as decode slots."""
+        ...
+
+    def wake_at_s(self, core: CoreView) -> float | None:
+        """After an empty output: when to schedule again even if nothing arrives
+        (a static batch's longest wait), or None."""
         ...
 
 
@@ -306,8 +270,8 @@ class Scheduler(Protocol):
 
 NAN = float("nan")
 # RECORD_COLUMNS by dtype, in row order (``_done`` fills each group with one call).
-_RECORD_TIMES = ("arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s")
-_RECORD_COUNTS = (
+RECORD_TIMES = ("arrival_s", "ready_s", "first_scheduled_s", "first_token_s", "finish_s")
+RECORD_COUNTS = (
     "request_id",
     "num_prompt_tokens",
     "num_output_tokens",
@@ -323,11 +287,14 @@ _RECORD_COUNTS = (
 
 
 class CommitRecorder(Protocol):
-    """Opt-in observer of every commit (``sim.engine.lifecycle``: ``servesim run --trace``)."""
+    """Opt-in observer of every update (``sim.engine.lifecycle``: ``servesim run --trace``)."""
 
     def on_commit(
-        self, core: EngineCore, plan: StepPlan, start_s: float, ends_s: list[float]
-    ) -> None: ...
+        self, core: EngineCore, output: SchedulerOutput, start_s: float, ends_s: list[float]
+    ) -> None:
+        """``output``'s step ran from ``start_s``, and ``len(ends_s) - 1`` plain decode
+        steps of the same requests after it (a speed path's run), ending at ``ends_s``."""
+        ...
 
 
 def _ready_after(request: Request, time_s: float) -> bool:
@@ -376,7 +343,8 @@ class EngineCore:
         self.extra_itl_s: list[float] = []
         self.extra_itl_from_s: list[float] = []
         self.recorder: CommitRecorder | None = None  # None: normal runs pay one test per commit
-        self.last_end_s = 0.0  # end of the last step committed, s
+        self.last_end_s = 0.0  # end of the last step updated, s
+        self.scheduled_at_s = 0.0  # when the step being run was scheduled: its start, s
 
     # -- intake ------------------------------------------------------------
     def rejection_reason(self, request: Request) -> str | None:
@@ -409,22 +377,23 @@ class EngineCore:
         """Finished requests whose slot the plan being made still counts (async scheduling)."""
         return len(self.held)
 
-    def schedule(self, now_s: float, visible_until_s: float | None = None) -> StepPlan:
-        """Ask the policy for the next step, and sample the queue state.
+    def schedule(self, now_s: float, visible_until_s: float | None = None) -> SchedulerOutput:
+        """Ask the policy for the next step, which starts at ``now_s``, and sample
+        the queue state.
 
         ``visible_until_s`` (async scheduling): requests that became ready after
-        it stay in the queue but out of the policy's sight for this plan.
+        it stay in the queue but out of the policy's sight for this step.
         """
         hidden: list[Request] = []
         if visible_until_s is not None:
             waiting = self.waiting  # later arrivals are at the back, in ready order
             while waiting and _ready_after(waiting[-1], visible_until_s):
                 hidden.append(waiting.pop())
-        plan = self._plan(now_s)
+        output = self.policy.schedule(self, now_s)
+        self.scheduled_at_s = now_s
         # Held requests matter to the next plan only through the seats and blocks
         # they free: to someone still waiting. With nobody waiting, the plans that
-        # follow are the same whether they are freed now or a step later, so a
-        # run of decode steps may follow (half the events of a finish).
+        # follow are the same whether they are freed now or a step later.
         self.num_deferred_at_plan = len(hidden) + (len(self.held) if self.waiting else 0)
         if hidden:
             self.waiting.extend(reversed(hidden))
@@ -437,60 +406,47 @@ class EngineCore:
         self._series_counts(
             (len(self.waiting), len(self.running), kv.num_blocks - kv.num_free_blocks)
         )
-        return plan
+        return output
 
-    def _plan(self, now_s: float) -> StepPlan:
-        """The policy's plan for the next step, seeing this core."""
-        return self.policy.schedule(self, now_s)
+    def padding_contexts(self) -> Sequence[int]:
+        """The contexts of the discarded slots the next step computes (the policy's)."""
+        return self.policy.padding_contexts(self)
 
-    # -- commit: the step's output ------------------------------------------
-    def commit(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        """Apply ``len(ends_s)`` steps of ``plan``, the j-th ending at ``ends_s[j]``.
+    def step_shape(self, output: SchedulerOutput) -> StepShape:
+        """What ``output``'s step computes, as a cost model prices it (before ``update``)."""
+        return scheduled_shape(output.scheduled, self.policy.padding_contexts(self))
 
-        The first step is the plan's own; any further ones are the decode
-        steps the plan allowed to follow it.
-        """
+    def wake_at_s(self) -> float | None:
+        """After an empty output: the policy's wake-up time (s), or None."""
+        return self.policy.wake_at_s(self)
+
+    # -- update: the step's output ------------------------------------------
+    def update(self, output: SchedulerOutput, end_s: float) -> None:
+        """The step of ``output`` ran from its scheduling to ``end_s`` (s): advance the
+        computed tokens, then sample a token for each request that caught up (and
+        its kept draft tokens, with speculative decoding), finishing those that are
+        done; log the step."""
+        start_s = self.scheduled_at_s
         if self.recorder is not None:
-            self.recorder.on_commit(self, plan, start_s, ends_s)
-        if plan.committer is not None:  # a feature's own step (speculative decoding)
-            plan.committer.commit_step(self, plan, start_s, ends_s[0])
-        elif len(ends_s) == 1:
-            self._commit_one(plan, start_s, ends_s[0])
-        else:
-            self._commit_run(plan, start_s, ends_s)
-        self.last_end_s = ends_s[-1]
-        if self._finished_in_step:
-            self.remove_finished()
-
-    def _commit_one(self, plan: StepPlan, start_s: float, end_s: float) -> None:
-        num_prefill, num_decode, num_itl, num_fresh = self._advance_one(plan.scheduled, end_s)
-        num_outputs = num_itl + num_fresh
-        self.steps.add_step(
-            start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl, num_outputs
-        )
-        self.num_steps += 1
-
-    def _advance_one(
-        self, scheduled: list[tuple[Request, int]], end_s: float
-    ) -> tuple[int, int, int, int]:
-        """Advance ``scheduled`` by one step ending at ``end_s``: computed tokens, then a
-        sampled token for each that caught up (finishing those that are done).
-        Returns the step's prefill tokens, decodes, tokens continuing an unbroken
-        run, and other tokens (first ones, or after a break)."""
+            self.recorder.on_commit(self, output, start_s, [end_s])
         step = self.num_steps
         previous = step - 1
+        spec = output.scheduled_spec_decode_tokens
+        num_padding = len(self.policy.padding_contexts(self))  # counted before any finishes
         num_itl = num_decode = num_prefill = num_fresh = 0
-        for request, num_new in scheduled:
+        for request, num_new in output.scheduled:
             generated = request.num_generated_tokens
             if num_new == 1 and generated > 0:
                 num_decode += 1
             else:
                 num_prefill += num_new
-            computed = request.num_computed_tokens + num_new
+            accepted = spec.get(request, 0) if spec else 0
+            computed = request.num_computed_tokens + num_new + accepted
             request.num_computed_tokens = computed
-            if computed == request.num_prompt_tokens + generated:
+            if computed == request.num_prompt_tokens + generated + accepted:
                 if (
-                    request.last_token_step == previous
+                    not accepted
+                    and request.last_token_step == previous
                     and generated + 1 < request.num_output_tokens
                 ):
                     # Inline _emit for the common case (hot path): a decode
@@ -500,70 +456,16 @@ class EngineCore:
                     request.last_token_s = end_s
                     num_itl += 1
                 else:
-                    continuing = self._emit(request, step, end_s)
+                    continuing = self._emit(request, step, end_s, 1 + accepted)
                     num_itl += continuing
                     num_fresh += 1 - continuing  # a first token, or one after a break
-        return num_prefill, num_decode, num_itl, num_fresh
-
-    def _commit_run(self, plan: StepPlan, start_s: float, ends_s: list[float]) -> None:
-        """The plan's step, then k - 1 decode steps of the same batch, in one pass.
-
-        O(batch), not O(tokens): every scheduled request emits a token in each
-        step (the plan guarantees it) and none finishes before the last.
-        """
-        finished, num_prefill, num_decode, num_itl = self._advance_run(plan.scheduled, ends_s)
-        # Free only once every request's blocks are counted, as step by step, where
-        # the last step's blocks are all reserved before any request finishes (the
-        # peak decides which cached prefix blocks get evicted).
-        end_first, end_last = ends_s[0], ends_s[-1]
-        for request in finished:
-            self.finish(request, end_last)
-        steps = self.steps
-        num_seqs = len(plan.scheduled)  # each emits a token in every step of the run
-        steps.add_step(
-            start_s, end_first, num_prefill, num_decode + plan.padding_seqs, num_itl, num_seqs
+        self.steps.add_step(
+            start_s, end_s, num_prefill, num_decode + num_padding, num_itl, num_itl + num_fresh
         )
-        steps.add_decode_run(end_first, ends_s[1:], plan.run_num_seqs, num_seqs)
-        self.num_steps += len(ends_s)
-
-    def _advance_run(
-        self, scheduled: list[tuple[Request, int]], ends_s: list[float]
-    ) -> tuple[list[Request], int, int, int]:
-        """Advance ``scheduled`` by ``len(ends_s)`` steps, growing their blocks by
-        count. Returns the requests done after the last (not yet finished), and the
-        first step's prefill tokens, decodes and tokens continuing an unbroken run."""
-        num_steps = len(ends_s)
-        first = self.num_steps
-        last = first + num_steps - 1
-        end_first, end_last = ends_s[0], ends_s[-1]
-        num_itl = num_decode = num_prefill = 0
-        kv = self.kv
-        block_size = kv.block_size_tokens
-        finished: list[Request] = []
-        for request, num_new in scheduled:
-            generated = request.num_generated_tokens
-            if num_new == 1 and generated > 0:
-                num_decode += 1
-            else:
-                num_prefill += num_new
-            if request.last_token_step == first - 1:
-                num_itl += 1
-            else:
-                self.break_run(request, end_first)
-                if request.first_token_s is None:
-                    request.first_token_s = end_first
-            computed = request.num_computed_tokens + num_new + num_steps - 1
-            request.num_computed_tokens = computed
-            request.num_generated_tokens = generated + num_steps
-            request.last_token_step = last
-            request.last_token_s = end_last
-            short = -(-computed // block_size) - request.num_blocks
-            if short > 0:  # inline kv.allocate: the policy checked the pool suffices
-                kv.num_free_blocks -= short
-                request.num_blocks += short
-            if generated + num_steps == request.num_output_tokens:
-                finished.append(request)
-        return finished, num_prefill, num_decode, num_itl
+        self.num_steps = step + 1
+        self.last_end_s = end_s
+        if self._finished_in_step:
+            self.remove_finished()
 
     def break_run(self, request: Request, time_s: float) -> None:
         """A token that does not follow its predecessor by one step."""
@@ -574,14 +476,15 @@ class EngineCore:
                 (time_s, request.num_generated_tokens)
             )
 
-    def _emit(self, request: Request, step: int, time_s: float) -> int:
-        """Sample one output token; return 1 if it continues an unbroken run."""
+    def _emit(self, request: Request, step: int, time_s: float, num_tokens: int) -> int:
+        """Sample ``num_tokens`` output tokens at once; return 1 if they continue an
+        unbroken run (one inter-token gap: they reach the client together)."""
         continuing = request.last_token_step == step - 1
         if not continuing:
             self.break_run(request, time_s)
         if request.first_token_s is None:
             request.first_token_s = time_s
-        request.num_generated_tokens += 1
+        request.num_generated_tokens += num_tokens
         request.last_token_step = step
         request.last_token_s = time_s
         if request.num_generated_tokens == request.num_output_tokens:
@@ -679,8 +582,8 @@ class EngineCore:
     def _new_records(self) -> None:
         """An empty record table, and direct references to its groups (a row per request)."""
         self.records = Columns(RECORD_COLUMNS)
-        self._record_times = self.records.group("f8", _RECORD_TIMES).extend
-        self._record_counts = self.records.group("i8", _RECORD_COUNTS).extend
+        self._record_times = self.records.group("f8", RECORD_TIMES).extend
+        self._record_counts = self.records.group("i8", RECORD_COUNTS).extend
         self._record_replica = self.records.group("i4", ("replica",)).append
 
     def take_records(self) -> dict[str, npt.NDArray[Any]]:
@@ -737,14 +640,30 @@ class Continuous:
         # preempts by recompute.
         self.swap = swap
         self._extra_s = 0.0  # swap copy time of the step being planned, s
+        self._preempted: list[Request] = []  # victims of the step being planned
         # vLLM's async scheduling: the executor (sim.serving.replica) plans each
         # step while the previous one runs.
         self.async_scheduling = async_scheduling
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+    def padding_contexts(self, core: CoreView) -> Sequence[int]:
+        """None: every slot of a step is a scheduled request."""
+        return NO_PADDING
+
+    def wake_at_s(self, core: CoreView) -> float | None:
+        """None: an idle engine waits for an arrival."""
+        return None
+
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         """The next step: the running requests (preempting when the pool runs
         short), then, if nobody was preempted, the waiting ones (``_admit``)."""
         self._extra_s = 0.0
+        self._preempted = []
+        output = self._schedule(core, now_s)
+        output.extra_s = self._extra_s
+        output.preempted = self._preempted
+        return output
+
+    def _schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         kv = core.kv
         running = core.running
         budget = self.max_num_batched_tokens
@@ -785,27 +704,18 @@ class Continuous:
             scheduled.append((request, num_new))
             budget -= num_new
             i += 1
-        plan = StepPlan(scheduled)
         if preempted:
-            extra_s = self._extra_s
             if not scheduled:
                 # The request being placed was itself the victim and nothing ran
                 # before it (priority victims need not be the last): vLLM's step
                 # is empty and it schedules again at once, with the pool freed.
-                plan = self.schedule(core, now_s)
-            plan.extra_s += extra_s
-            return plan
-        stable = len(scheduled) == len(running)
-        blocked_by = self._admit(core, scheduled, budget, now_s)
-        # A run of decode steps may follow this step only if admission cannot
-        # succeed during it: the queue is empty, or what blocked admission (the
-        # sequence limit, the KV pool) can only tighten while decoding. A budget
-        # block may lift once this step's prefill is done.
-        self._finish_plan(
-            plan, kv, may_run=stable and blocked_by != "budget", interruptible=blocked_by == "empty"
-        )
-        plan.extra_s = self._extra_s
-        return plan
+                extra_s, self._extra_s = self._extra_s, 0.0
+                output = self._schedule(core, now_s)
+                self._extra_s += extra_s  # (summed in this order: the seconds to the bit)
+                return output
+            return SchedulerOutput(scheduled)
+        self._admit(core, scheduled, budget, now_s)
+        return SchedulerOutput(scheduled)
 
     def _victim_index(self, running: list[Request]) -> int:
         """Which running request to preempt when the pool runs out: the newest (vLLM FCFS)."""
@@ -813,6 +723,7 @@ class Continuous:
 
     def _preempt(self, core: CoreView, victim: Request) -> None:
         """Preempt by swap if configured and the swap space has room, else by recompute."""
+        self._preempted.append(victim)
         if self.swap is not None:
             seconds = self.swap.swap_out(victim, core.kv.blocks_for(victim.num_computed_tokens))
             if seconds is not None:
@@ -827,16 +738,14 @@ class Continuous:
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> str:
-        """Admit waiting requests FCFS; return what stopped admission.
-
-        One of ``empty`` (queue drained), ``seqs``, ``budget`` or ``kv``.
-        """
+    ) -> None:
+        """Admit waiting requests FCFS until the queue drains or its head does not
+        fit: the sequence limit, the token budget or the KV pool."""
         kv, waiting, running = core.kv, core.waiting, core.running
         max_running = self.max_num_seqs - core.num_held_seqs  # held: async scheduling
         while waiting:
             if len(running) >= max_running:
-                return "seqs"
+                return
             request = waiting[0]
             # Prefix caching: the cached head of the prompt is not computed again.
             num_cached = kv.num_cached_tokens(request)
@@ -845,11 +754,11 @@ class Continuous:
             if cap is not None and wanted > cap:
                 wanted = cap
             if budget == 0 or (wanted > budget and not self.chunked_prefill):
-                return "budget"
+                return
             num_new = min(wanted, budget)
             target = request.num_computed_tokens + num_cached + num_new
             if not kv.can_allocate(request, target):
-                return "kv"
+                return
             waiting.popleft()
             kv.allocate(request, target)
             if kv.caches_prefixes and not request.num_computed_tokens:
@@ -869,131 +778,3 @@ class Continuous:
             budget -= num_new
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
-        return "empty"
-
-    def _finish_plan(
-        self, plan: StepPlan, kv: BlockPool, may_run: bool, interruptible: bool
-    ) -> None:
-        """Fill in the step's shape, and let decode steps follow if they can.
-
-        After this step each scheduled request that has computed all its known
-        tokens samples one more; if all do and none has finished, the next
-        steps are plain decodes of the same batch until the first finishes.
-        """
-        scheduled = plan.scheduled
-        plan.known_shape, all_emit, min_left, run = self._tally(scheduled)
-        num_seqs = len(scheduled)
-        if not (may_run and all_emit and num_seqs and min_left >= 1):
-            return
-        plan.run_num_seqs = num_seqs
-        plan.run_context_tokens, plan.run_max_context_tokens, plan.run_min_context_tokens = run
-        plan.num_steps = 1 + steps_within_pool(kv, scheduled, min_left)
-        plan.interruptible = (
-            interruptible
-            and num_seqs < self.max_num_seqs
-            and num_seqs < self.max_num_batched_tokens
-        )
-
-    def _tally(
-        self,
-        scheduled: list[tuple[Request, int]],
-        num_other_decodes: int = 0,
-        other_context_tokens: int = 0,
-        other_max_context_tokens: int = 0,
-        other_min_context_tokens: int = 0,
-    ) -> tuple[StepShape, bool, int, tuple[int, int, int]]:
-        """One pass over the batch (this runs once per event): the step's shape;
-        whether every request samples a token after it; the fewest tokens any has
-        left after that one (at most ``MAX_RUN_STEPS``); and the summed, longest
-        and shortest context of ``scheduled`` in a decode step after this one.
-        The shape counts ``num_other_decodes`` sequences decoding beside
-        ``scheduled`` but not listed, of summed context ``other_context_tokens``
-        (longest and shortest: ``other_max_context_tokens`` /
-        ``other_min_context_tokens``)."""
-        num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
-        num_decode_seqs = decode_context = 0
-        longest = other_max_context_tokens
-        shortest = other_min_context_tokens if num_other_decodes else 0
-        min_left = MAX_RUN_STEPS
-        run_context = run_longest = run_shortest = 0
-        all_emit = True
-        for r, num_new in scheduled:
-            cached = r.num_computed_tokens
-            generated = r.num_generated_tokens
-            computed = cached + num_new
-            if num_new == 1 and generated > 0:
-                if not (num_decode_seqs or num_other_decodes) or computed < shortest:
-                    shortest = computed
-                if computed > longest:
-                    longest = computed
-                num_decode_seqs += 1
-                decode_context += computed
-            else:
-                num_prefill_seqs += 1
-                num_prefill_tokens += num_new
-                pairs += num_new * cached + num_new * (num_new + 1) // 2
-                kv_read += computed
-            if computed != r.num_prompt_tokens + generated:
-                all_emit = False  # still prefilling after this step
-            else:
-                left = r.num_output_tokens - generated - 1
-                if left < min_left:
-                    min_left = left
-                # Read only when every request emits (all_emit): then all count here.
-                after = computed + 1
-                run_context += after
-                if after > run_longest:
-                    run_longest = after
-                if not run_shortest or after < run_shortest:
-                    run_shortest = after
-        shape = StepShape(
-            num_prefill_seqs,
-            num_prefill_tokens,
-            pairs,
-            kv_read,
-            num_decode_seqs + num_other_decodes,
-            decode_context + other_context_tokens,
-            longest,
-            shortest,
-        )
-        return shape, all_emit, min_left, (run_context, run_longest, run_shortest)
-
-
-def steps_within_pool(
-    kv: BlockPool,
-    scheduled: list[tuple[Request, int]],
-    num_steps: int,
-    num_other_seqs: int = 0,
-    other_missing: Callable[[int], int] | None = None,
-) -> int:
-    """Largest k ≤ ``num_steps`` such that k decode steps after this one fit in the pool.
-
-    This step's blocks are reserved; each later step adds one token per request,
-    and per each of ``num_other_seqs`` sequences decoding beside ``scheduled``
-    that are not listed (they lack ``other_missing(k)`` blocks for k more tokens).
-    """
-    block_size = kv.block_size_tokens
-
-    def missing(k: int) -> int:
-        # Blocks short of holding computed + new + k tokens (ceil division inline: hot path).
-        total = 0
-        for r, num_new in scheduled:
-            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
-            if short > 0:
-                total += short
-        return total if other_missing is None else total + other_missing(k)
-
-    free = kv.num_free_blocks
-    # Cheap bound first (the common case): k more tokens need at most
-    # k // block_size + 1 new blocks per request.
-    num_seqs = len(scheduled) + num_other_seqs
-    if num_seqs * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
-        return num_steps
-    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if missing(mid) <= free:
-            low = mid
-        else:
-            high = mid
-    return low

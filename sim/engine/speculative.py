@@ -49,13 +49,14 @@ EAGLE head's (one layer, under a tenth of the target's weights and KV) and a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel
 from sim.cost.speculative import ProposerKind, SpeculativeCost, speculative_step_cost
-from sim.engine.scheduler import CoreView, Scheduler, StepPlan
+from sim.engine.scheduler import CoreView, Scheduler, SchedulerOutput
 from sim.engine.step_runs import StepTable
 from sim.hardware.specs import HardwareSpec, ModelRef, ModelSpec
 
@@ -162,19 +163,22 @@ class SpeculativeScheduler:
         self.expected = config.expected_tokens_per_step
         self._num_steps: dict[int, int] = {}  # request_id -> speculative steps so far
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
-        plan = self.inner.schedule(core, now_s)
-        plan.num_steps = 1
-        if plan.is_empty:
-            return plan
+    def padding_contexts(self, core: CoreView) -> Sequence[int]:
+        return self.inner.padding_contexts(core)
+
+    def wake_at_s(self, core: CoreView) -> float | None:
+        return self.inner.wake_at_s(core)
+
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
+        output = self.inner.schedule(core, now_s)
+        if output.is_empty:
+            return output
         kv = core.kv
         capacity_per_block = kv.block_size_tokens
-        emitted = []
-        for request, num_new in plan.scheduled:
+        kept = output.scheduled_spec_decode_tokens
+        for request, _ in output.scheduled:
             if not request.is_decoding:
-                done = request.num_computed_tokens + num_new == request.num_tokens
-                emitted.append(1 if done else 0)
-                continue
+                continue  # a prefill chunk: the plain token-counter rule
             step = self._num_steps.get(request.request_id, 0)
             wanted = tokens_at_step(phase(request.request_id), step, self.expected)
             left = request.num_output_tokens - request.num_generated_tokens
@@ -189,44 +193,9 @@ class SpeculativeScheduler:
                 self._num_steps.pop(request.request_id, None)
             else:
                 self._num_steps[request.request_id] = step + 1
-            emitted.append(count)
-        plan.num_emitted = emitted
-        plan.committer = self
-        return plan
-
-    def commit_step(self, core: CoreView, plan: StepPlan, start_s: float, end_s: float) -> None:
-        """Apply one step of a speculative plan (``EngineCore.commit`` delegates here)."""
-        assert plan.num_emitted is not None
-        step = core.num_steps
-        previous = step - 1
-        num_itl = num_prefill = num_decode = num_outputs = 0
-        for (request, num_new), count in zip(plan.scheduled, plan.num_emitted, strict=True):
-            generated = request.num_generated_tokens
-            if request.is_decoding:
-                num_decode += 1
-                request.num_computed_tokens += count
-            else:
-                num_prefill += num_new
-                request.num_computed_tokens += num_new
-            if count == 0:
-                continue
-            num_outputs += 1
-            continuing = request.last_token_step == previous
-            if continuing:
-                num_itl += 1  # one gap per request and step: its tokens arrive together
-            else:
-                core.break_run(request, end_s)
-            if request.first_token_s is None:
-                request.first_token_s = end_s
-            request.num_generated_tokens = generated + count
-            request.last_token_step = step
-            request.last_token_s = end_s
-            if generated + count == request.num_output_tokens:
-                core.finish(request, end_s)
-        core.steps.add_step(
-            start_s, end_s, num_prefill, num_decode + plan.padding_seqs, num_itl, num_outputs
-        )
-        core.num_steps = step + 1
+            if count > 1:  # the drafts kept beyond the one scheduled token
+                kept[request] = count - 1
+        return output
 
 
 def speculative_summary(

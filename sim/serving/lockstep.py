@@ -61,14 +61,16 @@ class LockstepGroup:
             busy = [(core, plan) for core, plan in zip(self.cores, plans, strict=True)
                     if not plan.is_empty]  # fmt: skip
             if not busy:
-                wakes = [p.wake_at_s for p in plans if p.wake_at_s is not None]
+                wakes = [w for w in (core.wake_at_s() for core in self.cores) if w is not None]
                 yield from self._wait(min(wakes) if wakes else None)
                 continue
             # The joint step: the longest of the ranks' own steps.
-            end = now + max(self.cost.step_s(plan.shape()) + plan.extra_s for _, plan in busy)
+            end = now + max(
+                self.cost.step_s(core.step_shape(plan)) + plan.extra_s for core, plan in busy
+            )
             yield env.timeout(end - now)
             for core, plan in busy:
-                core.commit(plan, now, [end])
+                core.update(plan, end)
 
     def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
         """Sleep until a request arrives at any rank or the earliest policy wake-up."""

@@ -77,7 +77,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.engine.request import Request
-from sim.engine.scheduler import StepPlan
+from sim.engine.scheduler import SchedulerOutput
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import replica_core
 from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
@@ -125,7 +125,7 @@ class _Live:
 class _Step:
     """The step in flight: its plan, its start and its predicted end (engine s)."""
 
-    plan: StepPlan
+    plan: SchedulerOutput
     start_s: float
     end_s: float
 
@@ -278,11 +278,11 @@ class SimulatedEngine:
                     continue
                 self._plan_at_s = None
                 self._idle_since_s = now
-                self._wake_at_s = plan.wake_at_s
+                self._wake_at_s = core.wake_at_s()
                 self._drop_logs_if_idle()
                 continue
             # As Replica._run's step: the same float operations, so the same ends.
-            end_s = now + (self.cost.step_s(plan.shape()) + plan.extra_s)
+            end_s = now + (self.cost.step_s(core.step_shape(plan)) + plan.extra_s)
             self._step = _Step(plan, now, end_s)
             self._plan_at_s = None
 
@@ -352,7 +352,7 @@ class SimulatedEngine:
         """Commit ``step`` at its predicted end; hand each request its new tokens."""
         plan = step.plan
         before = [(request, request.num_generated_tokens) for request, _ in plan.scheduled]
-        self.core.commit(plan, step.start_s, [step.end_s])
+        self.core.update(plan, step.end_s)  # it started at step.start_s, when scheduled
         self._steps_since_logs += 1
         # vLLM's tokens of this step (Emitted.num_step_tokens): each request's whole
         # prompt when the step gave its first token, plus the tokens it generated.

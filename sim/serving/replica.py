@@ -1,9 +1,9 @@
 """The simulator's executor: a SimPy process that runs an engine core's plans.
 
-Each plan becomes one timeout of the cost model's predicted duration. A plan
-that promises ``num_steps`` identical decode steps becomes one timeout for all
-of them (skip-ahead); if a request arrives meanwhile and the plan says it
-could change the batch, the process is interrupted, finishes the step in
+Each scheduled step becomes one timeout of the cost model's predicted duration.
+When plain decode steps of the same batch follow it (``sim.fast.decode_runs``),
+they become one timeout for all of them (skip-ahead); if a request arrives
+meanwhile and it could change the batch, the process is interrupted, finishes the step in
 progress, commits the steps done and plans again. So events grow with
 requests, not tokens. ``skip_ahead=False`` runs every step as its own event
 (the reference the skip-ahead mode is tested against). When the next arrival
@@ -35,6 +35,7 @@ import simpy
 from sim.cost.base import CostModel, run_ends_for
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
+from sim.fast.decode_runs import commit_run, plan_run
 
 
 class Replica:
@@ -98,48 +99,50 @@ class Replica:
             if pull is not None and started and next_pull_s <= now:
                 next_pull_s = pull(now)
             started = True
-            plan = core.schedule(now, visible_until)
+            output = core.schedule(now, visible_until)
             deferred = async_scheduling and core.num_deferred_at_plan > 0
             visible_until = None
-            if plan.is_empty:
+            if output.is_empty:
                 if deferred:  # vLLM plans again once step N's output is in
                     continue
                 if pull is None:
-                    yield from self._wait(plan.wake_at_s)
+                    yield from self._wait(core.wake_at_s())
                     last_end = None
                     continue
-                woke_s = yield from self._sleep(next_pull_s, plan.wake_at_s)
+                woke_s = yield from self._sleep(next_pull_s, core.wake_at_s())
                 if woke_s is None:
                     return  # nothing more can come
                 last_end = woke_s
                 continue
-            if plan.num_steps == 1 or not self.skip_ahead or deferred:
-                # Deferred work (a hidden arrival, a held slot) may change the
-                # next plan, so a run would promise too much: one step.
-                end = now + (cost.step_s(plan.shape()) + plan.extra_s)  # as in a run below
+            # Deferred work (a hidden arrival, a held slot) may change the next
+            # plan, so a run would promise too much: one step.
+            run = plan_run(core, output) if self.skip_ahead and not deferred else None
+            if run is None:
+                end = now + (cost.step_s(core.step_shape(output)) + output.extra_s)  # as below
                 yield env.timeout(end - now)
-                core.commit(plan, now, [end])
+                core.update(output, end)
                 last_end = end
                 visible_until = now if async_scheduling else None
                 continue
             # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
             # as step-by-step execution, so both modes agree exactly.
-            first_s = cost.step_s(plan.shape()) + plan.extra_s  # extra: e.g. a swap copy
+            first_s = cost.step_s(core.step_shape(output)) + output.extra_s  # e.g. a swap copy
             next_s = float("inf")
-            if plan.interruptible and self.horizon is not None:
+            if run.interruptible and self.horizon is not None:
                 # Stop at the end of the step running when the next request
                 # arrives (the step after it with async scheduling: that one
                 # was planned), instead of being interrupted.
                 next_s = self.horizon()
             else:
-                self._interruptible = plan.interruptible
+                self._interruptible = run.interruptible
+            shape = run.shape  # of the decode steps after the first
             ends = run_ends(
                 now + first_s,
-                plan.run_num_seqs,
-                plan.run_context_tokens,
-                plan.run_max_context_tokens,
-                plan.run_min_context_tokens,
-                plan.num_steps - 1,
+                shape.num_decode_seqs,
+                shape.num_decode_context_tokens,
+                shape.max_decode_context_tokens,
+                shape.min_decode_context_tokens,
+                run.num_steps - 1,
                 next_s,
                 lag,
             )
@@ -155,7 +158,10 @@ class Replica:
                 if ends[-1] > env.now:
                     yield env.timeout(ends[-1] - env.now)
             self._interruptible = False
-            core.commit(plan, now, ends)
+            if len(ends) == 1:
+                core.update(output, ends[0])
+            else:
+                commit_run(core, output, now, ends)
             last_end = ends[-1]
             if async_scheduling:
                 visible_until = ends[-2] if len(ends) > 1 else now

@@ -29,7 +29,6 @@ from sim.engine.core_config import CoreConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
 from sim.fast import open_loop as speed_paths
-from sim.fast.cohort import faster_core
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.lockstep import LockstepMember
@@ -53,15 +52,9 @@ def replica_core(
     on_done: Callable[[Request], None] | None = None,
     skip_ahead: bool = True,
 ) -> EngineCore:
-    """The engine core a replica drives. In skip-ahead mode ``sim.fast`` may offer
-    a faster one that gives the same results (the door to the speed paths, with
-    ``Simulation.run``'s); step by step, the reference mode, always the reference
-    core. The layouts (``sim.serving.cluster``) build their cores with it too."""
+    """The engine core a replica drives (the reference's, whether or not its replica
+    skips ahead). The layouts (``sim.serving.cluster``) build their cores with it too."""
     policy, kv = config.make_policy(), config.new_block_pool()
-    if skip_ahead:
-        core = faster_core(policy, kv, config.max_model_len_tokens, replica, on_done)
-        if core is not None:
-            return core
     return EngineCore(policy, kv, config.max_model_len_tokens, replica, on_done)
 
 
@@ -79,8 +72,8 @@ class Simulation:
     ) -> None:
         """``fast=False`` never offers a run to the open-loop speed paths
         (``sim.fast.open_loop``): every open-loop request is handed over at an
-        event of its own. The replica's engine core is still the decode cohort
-        (``sim.fast.cohort``) while ``engine.skip_ahead`` is on; the reference
+        event of its own. The replica still runs decode steps in runs
+        (``sim.fast.decode_runs``) while ``engine.skip_ahead`` is on; the reference
         the speed paths are tested against is ``fast=False`` with
         ``engine.skip_ahead: false`` (docs/architecture.md, the path of one
         request). ``workers`` and ``compiled`` are the speed paths' settings

@@ -49,7 +49,7 @@ from test_invariants import (
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import PrefixCachingPool
 from sim.engine.policies import Scheduler
-from sim.engine.scheduler import CoreView, EngineCore, StepPlan
+from sim.engine.scheduler import CoreView, EngineCore, SchedulerOutput
 from sim.engine.speculative import SpeculativeConfig
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.serving.replica_config import ReplicaConfig, with_speculation
@@ -117,28 +117,32 @@ class Checked:
 
     def __init__(self, inner: Scheduler, setup: Setup, caching: bool) -> None:
         self.inner, self.setup, self.caching = inner, setup, caching
-        self.async_scheduling = inner.async_scheduling  # the core reads it from its policy
         self.num_calls = 0
+        # Checks the policy's own calls, the policy itself staying the core's: the
+        # speed paths know a policy by its class (sim.fast.decode_runs).
+        self.inner_schedule = inner.schedule
+        inner.schedule = self.schedule  # type: ignore[method-assign]
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         assert isinstance(core, EngineCore)  # the checks read the real core's pool
         self.num_calls += 1
         assert self.num_calls < MAX_SCHEDULE_CALLS, "livelock: the engine never drains"
         check = check_prefix_pool if self.caching else check_pool
         check(core)
-        plan = self.inner.schedule(core, now_s)
+        plan = self.inner_schedule(core, now_s)
         check(core)
         check_plan(plan, core, self.setup)
-        if plan.num_emitted is not None:
-            assert plan.num_steps == 1
-            for (request, _), count in zip(plan.scheduled, plan.num_emitted, strict=True):
+        kept = plan.scheduled_spec_decode_tokens
+        # Only decodes keep drafts, at least one each (a dict entry says so).
+        assert all(request.is_decoding and n >= 1 for request, n in kept.items())
+        for request, _ in plan.scheduled:
+            if request.is_decoding:
+                count = 1 + kept.get(request, 0)  # tokens it emits in this step
                 # The KV cache holds every accepted token; no request overshoots.
                 assert count <= request.num_output_tokens - request.num_generated_tokens
-                if request.is_decoding:
-                    assert count >= 1
-                    assert request.num_blocks * core.kv.block_size_tokens >= (
-                        request.num_computed_tokens + count
-                    )
+                assert request.num_blocks * core.kv.block_size_tokens >= (
+                    request.num_computed_tokens + count
+                )
         return plan
 
 
@@ -166,7 +170,7 @@ def simulate(
             engine, speculative, hardware_preset("h100"), model_preset("llama-3-8b")
         )
     make_inner = engine.core.make_policy
-    checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching))
+    checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching).inner)
     engine = replace(engine, core=checked)
     simulation = Simulation(engine)
     raw = simulation.run(cast(OpenLoop, arrays))

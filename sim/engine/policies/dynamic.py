@@ -10,7 +10,7 @@ TF-Serving "dynamic batcher" applied to generation).
 The one difference from ``static``: a member that has produced its last token
 leaves the batch at once. Static batching keeps its slot as padding until the
 longest member is done, computing a discarded token at a growing context every
-step (``StepPlan.padding_seqs``); here the decode steps shrink to the members
+step (``Static.padding_contexts``); here the decode steps shrink to the members
 still generating, so each step is cheaper and the longest member finishes
 sooner. Its KV blocks are freed when it finishes under both policies, but the
 freed blocks (and slot) stay unused until the whole batch is done, because

@@ -79,24 +79,19 @@ class Orca(Continuous):
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> str:
-        """Admit FCFS while a slot and the full-length reservation are free.
-
-        Returns ``empty``, ``seqs`` or ``kv``: both limits only tighten until
-        a running request finishes, so a blocked head stays blocked until then.
-        """
+    ) -> None:
+        """Admit FCFS while a slot and the full-length reservation are free."""
         kv, waiting, running = core.kv, core.waiting, core.running
         while waiting:
             if len(running) >= self.max_num_seqs:
-                return "seqs"
+                return
             request = waiting[0]
             reserve = request.max_num_tokens
             if not kv.can_allocate(request, reserve):
-                return "kv"
+                return
             waiting.popleft()
             kv.allocate(request, reserve)
             running.append(request)
             scheduled.append((request, request.num_wanted_tokens))
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
-        return "empty"

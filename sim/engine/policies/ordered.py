@@ -7,10 +7,6 @@ token budget, preemption, admission from the head of ``core.waiting``),
 tail is the preemption victim. Sorting is stable, so requests that compare
 equal keep their order: first-come first-served, with requests preempted
 earlier (requeued at the front) ahead.
-
-Skip-ahead: in ``continuous`` a head blocked by the KV pool stays blocked
-while the batch decodes, since arrivals queue behind it. Here an arrival can
-overtake the head and may fit, so such a run is interruptible by arrivals.
 """
 
 from __future__ import annotations
@@ -19,31 +15,19 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, CoreView, StepPlan
+from sim.engine.scheduler import Continuous, CoreView, SchedulerOutput
 
 
 class OrderedContinuous(Continuous):
     """Continuous batching that calls ``reorder`` before planning each step."""
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         self.reorder(core)
         return super().schedule(core, now_s)
 
     def reorder(self, core: CoreView) -> None:
         """Sort ``core.waiting`` (and ``core.running`` if the policy wants) in place."""
         raise NotImplementedError
-
-    def _admit(
-        self,
-        core: CoreView,
-        scheduled: list[tuple[Request, int]],
-        budget: int,
-        now_s: float,
-    ) -> str:
-        blocked_by = super()._admit(core, scheduled, budget, now_s)
-        # A KV-blocked head can be overtaken by a smaller or more urgent
-        # arrival: let arrivals interrupt a run, as for an empty queue.
-        return "empty" if blocked_by == "kv" else blocked_by
 
 
 def sort_waiting(core: CoreView, key: Callable[[Request], Any], reverse: bool = False) -> None:

@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, StepPlan
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, SchedulerOutput
 
 
 class PrefillFirstConfig(BaseModel):
@@ -70,19 +70,14 @@ class PrefillFirst(Continuous):
             )
         )
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
-        self._extra_s = 0.0
+    def _schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         kv = core.kv
         scheduled: list[tuple[Request, int]] = []
-        blocked_by = self._admit(core, scheduled, self.max_num_batched_tokens, now_s)
+        self._admit(core, scheduled, self.max_num_batched_tokens, now_s)
         if scheduled:
-            # A prefill step: the next step decodes the whole batch, not just these.
-            plan = StepPlan(scheduled)
-            self._finish_plan(plan, kv, may_run=False, interruptible=False)
-            return plan
+            return SchedulerOutput(scheduled)  # a prefill step
         running = core.running
         block_size = kv.block_size_tokens
-        preempted = False
         i = 0
         while i < len(running):
             request = running[i]
@@ -90,20 +85,12 @@ class PrefillFirst(Continuous):
             if target > request.num_blocks * block_size:
                 while not kv.can_allocate(request, target):
                     self._preempt(core, running.pop())
-                    preempted = True
                     if i >= len(running):
                         break  # the request itself was preempted (never the only one)
                 else:
                     kv.allocate(request, target)
             i += 1
-        plan = StepPlan([(r, 1) for r in running])
-        # Admission failed before this step: an empty queue may be joined by an
-        # arrival (interruptible); a head blocked by the sequence limit or the KV
-        # pool stays blocked while decoding, which only tightens both. After a
-        # preemption the victim may fit again at once, so no run then.
-        self._finish_plan(plan, kv, may_run=not preempted, interruptible=blocked_by == "empty")
-        plan.extra_s = self._extra_s
-        return plan
+        return SchedulerOutput([(r, 1) for r in running])
 
     def _admit(
         self,
@@ -111,19 +98,20 @@ class PrefillFirst(Continuous):
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> str:
-        """Admit whole prompts FCFS; return ``empty``, ``seqs``, ``budget`` or ``kv``."""
+    ) -> None:
+        """Admit whole prompts FCFS while they fit the sequence limit, the budget and
+        the KV pool."""
         kv, waiting, running = core.kv, core.waiting, core.running
         while waiting:
             if len(running) >= self.max_num_seqs:
-                return "seqs"
+                return
             request = waiting[0]
             wanted = request.num_wanted_tokens  # the prompt, or prompt + output to recompute
             if wanted > budget and scheduled:
-                return "budget"
+                return
             target = request.num_computed_tokens + wanted
             if not kv.can_allocate(request, target):
-                return "kv"
+                return
             waiting.popleft()
             kv.allocate(request, target)
             running.append(request)
@@ -131,4 +119,3 @@ class PrefillFirst(Continuous):
             budget -= wanted
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
-        return "empty"

@@ -124,13 +124,12 @@ class Priority(OrderedContinuous):
         scheduled: list[tuple[Request, int]],
         budget: int,
         now_s: float,
-    ) -> str:
+    ) -> None:
         first = len(scheduled)
-        blocked_by = super()._admit(core, scheduled, budget, now_s)
+        super()._admit(core, scheduled, budget, now_s)
         if self.mode == "weighted":
             for request, _ in scheduled[first:]:
                 self._key.pop(request.request_id, None)
                 start = self._start.pop(request.request_id, self._virtual)
                 if start > self._virtual:
                     self._virtual = start
-        return blocked_by

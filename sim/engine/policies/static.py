@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.request import Request
-from sim.engine.scheduler import MAX_RUN_STEPS, CoreView, StepPlan
+from sim.engine.scheduler import CoreView, SchedulerOutput
 
 
 class BatchSettings(BaseModel):
@@ -59,20 +59,32 @@ class Static:
         self.max_wait_s = config.max_wait_s
         self._members: list[Request] = []  # the batch's, when finished ones pad it
 
-    def schedule(self, core: CoreView, now_s: float) -> StepPlan:
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         if not core.running:
             self._members = []
-            plan = self._form_batch(core, now_s)
-            if plan is not None:
-                return plan
-            if core.waiting:
-                oldest = core.waiting[0].ready_s
-                assert oldest is not None
-                return StepPlan(wake_at_s=oldest + self.max_wait_s)
-            return StepPlan()
-        return self._continue_batch(core)
+            output = self._form_batch(core, now_s)
+            return SchedulerOutput() if output is None else output
+        # The batch decodes on: every member still running computes one token.
+        return SchedulerOutput([(r, 1) for r in core.running])
 
-    def _form_batch(self, core: CoreView, now_s: float) -> StepPlan | None:
+    def wake_at_s(self, core: CoreView) -> float | None:
+        """No batch running: when the oldest waiting request has waited ``max_wait_s``."""
+        if core.running or not core.waiting:
+            return None
+        oldest = core.waiting[0].ready_s
+        assert oldest is not None
+        return oldest + self.max_wait_s
+
+    def padding_contexts(self, core: CoreView) -> list[int]:
+        """The contexts of the finished members' slots in the next step: each computes
+        one more discarded token every step since its request finished."""
+        return [
+            r.max_num_tokens + core.num_steps - (r.last_token_step or 0)
+            for r in self._members
+            if r.finish_s is not None
+        ]
+
+    def _form_batch(self, core: CoreView, now_s: float) -> SchedulerOutput | None:
         waiting, kv = core.waiting, core.kv
         oldest = waiting[0].ready_s if waiting else None
         full = len(waiting) >= self.max_batch_size
@@ -92,31 +104,4 @@ class Static:
             scheduled.append((request, request.num_wanted_tokens))
         if self.pads_finished:
             self._members = [r for r, _ in scheduled]
-        return StepPlan(scheduled, interruptible=False)
-
-    def _continue_batch(self, core: CoreView) -> StepPlan:
-        scheduled = [(r, 1) for r in core.running]
-        padding = [r for r in self._members if r.finish_s is not None]
-        num_steps = min(r.num_output_tokens - r.num_generated_tokens for r in core.running)
-        # A padded slot computes one more discarded token each step since it finished.
-        padded = [r.max_num_tokens + core.num_steps - (r.last_token_step or 0) for r in padding]
-        padding_context = sum(padded)
-        # This step's contexts, every slot's (each computes one token).
-        contexts = padded + [r.num_computed_tokens + 1 for r in core.running]
-        num_slots = len(scheduled) + len(padding)
-        return StepPlan(
-            scheduled,
-            num_steps=min(num_steps, MAX_RUN_STEPS),
-            interruptible=False,
-            padding_seqs=len(padding),
-            padding_context_tokens=padding_context,
-            padding_max_context_tokens=max(padded, default=0),
-            padding_min_context_tokens=min(padded, default=0),
-            run_num_seqs=num_slots,
-            # Step 2's context: this step's, plus one token per slot.
-            run_context_tokens=padding_context
-            + sum(r.num_computed_tokens + 1 for r in core.running)
-            + num_slots,
-            run_max_context_tokens=max(contexts) + 1,
-            run_min_context_tokens=min(contexts) + 1,
-        )
+        return SchedulerOutput(scheduled)

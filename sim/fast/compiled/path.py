@@ -34,15 +34,10 @@ from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
-from sim.engine.scheduler import (
-    _RECORD_COUNTS,
-    _RECORD_TIMES,
-    MAX_RUN_STEPS,
-    Continuous,
-    EngineCore,
-)
+from sim.engine.scheduler import RECORD_COUNTS, RECORD_TIMES, Continuous, EngineCore
 from sim.engine.step_runs import SEGMENT_COUNTS
 from sim.fast.compiled import kernels, loop
+from sim.fast.decode_runs import MAX_RUN_STEPS
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
 from sim.serving.submission import OpenLoop, concurrency_limit
@@ -361,7 +356,7 @@ class LoopArrays:
             "num_prefix_hit_tokens": lambda: 0,
         }
         records = core.records
-        for dtype, names, columns in (("f8", _RECORD_TIMES, times), ("i8", _RECORD_COUNTS, counts)):
+        for dtype, names, columns in (("f8", RECORD_TIMES, times), ("i8", RECORD_COUNTS, counts)):
             rows = _new_rows(records.group(dtype, names), len(done), len(names), dtype)
             for k, name in enumerate(names):
                 rows[:, k] = columns[name]()

@@ -1,0 +1,242 @@
+"""Runs of decode steps: many identical steps as one event (the replica's skip-ahead).
+
+After a step in which every scheduled request catches up with its tokens, the
+steps that follow are often plain decodes of the same batch: each request
+computes one token and samples the next, until the first one finishes, the KV
+pool runs short, or admission could change the batch. ``plan_run`` works out
+from the scheduler's public state (its queues, its policy's settings, the
+requests' counters and the KV pool's free blocks) how many such steps follow a
+step and what shape they have; the executor prices them in one go and
+``commit_run`` applies them in one pass, O(batch) rather than O(batch x steps).
+The result is the reference's to the bit: ``plan_run`` declines (``None``: one
+step, ``EngineCore.update``) whenever it cannot be sure, which costs speed only.
+
+It knows the shipped policies by their exact classes (a new subclass may admit
+by other rules, so it runs step by step until it is added here): vLLM's
+continuous batching and the ones that reorder its queue (``priority``,
+``shortest_prompt_first``, ``least_attained_service``), Orca's, vLLM v0's
+prefill-first, and static / dynamic batching, whose batches run to completion
+(static's finished members still cost a padded slot: ``Static.padding_contexts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.cost.base import StepShape
+from sim.engine.kv_cache import BlockPool
+from sim.engine.policies.dynamic import Dynamic
+from sim.engine.policies.least_attained_service import LeastAttainedService
+from sim.engine.policies.orca import Orca
+from sim.engine.policies.prefill_first import PrefillFirst
+from sim.engine.policies.priority import Priority
+from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst
+from sim.engine.policies.static import Static
+from sim.engine.request import Request
+from sim.engine.scheduler import Continuous, EngineCore, SchedulerOutput
+
+# A run is capped so that one SimPy timeout never covers more than this many
+# steps' worth of numpy arrays (memory, not correctness).
+MAX_RUN_STEPS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeRun:
+    """``num_steps`` steps (> 1): the scheduled one, then plain decode steps whose
+    second has the decode-only ``shape`` (each later one: every context one token
+    longer). ``interruptible``: an arrival during the run could change the batch."""
+
+    num_steps: int
+    interruptible: bool
+    shape: StepShape
+
+
+def plan_run(core: EngineCore, output: SchedulerOutput) -> DecodeRun | None:
+    """The decode steps that may follow ``output``'s step, just scheduled; None: one step."""
+    if output.preempted or output.scheduled_spec_decode_tokens or not output.scheduled:
+        return None
+    policy, scheduled = core.policy, output.scheduled
+    kind = type(policy)
+    if isinstance(policy, Static) and kind in (Static, Dynamic):
+        return _batch_run(core, scheduled)
+    if not isinstance(policy, Continuous):
+        return None
+    if kind is Continuous or kind in ORDERED:
+        return _continuous_run(core, policy, scheduled, overtaken=kind is not Continuous)
+    if kind is Orca:  # no token budget: admission stops at a slot or the KV pool only
+        return _continuous_run(core, policy, scheduled, overtaken=False, budget_blocks=False)
+    if kind is PrefillFirst:
+        if not all(num_new == 1 and r.num_generated_tokens for r, num_new in scheduled):
+            return None  # a prefill step: the next one decodes the whole batch
+        # A decode step: admission failed before it, at the sequence limit or the KV
+        # pool (never the budget: nothing was scheduled ahead of the head).
+        return _continuous_run(core, policy, scheduled, overtaken=False, budget_blocks=False)
+    return None
+
+
+# The continuous policies that reorder the queue before each step: a head blocked
+# by the KV pool may be overtaken by an arrival that fits, so arrivals interrupt.
+ORDERED = (Priority, ShortestPromptFirst, LeastAttainedService)
+
+
+def _continuous_run(
+    core: EngineCore,
+    policy: Continuous,
+    scheduled: list[tuple[Request, int]],
+    overtaken: bool,
+    budget_blocks: bool = True,
+) -> DecodeRun | None:
+    """A run of continuous batching: every running request is scheduled and emits a
+    token after this step, and admission cannot succeed before the first one
+    finishes: the queue is empty, or what blocks its head (the sequence limit,
+    the KV pool) only tightens while decoding. A budget block may lift once this
+    step's prefill is done, so no run then (``budget_blocks``: the policy's
+    admission can stop at the budget). ``overtaken``: an arrival may go ahead of
+    a head the KV pool blocks, so arrivals interrupt the run then too."""
+    running, waiting = core.running, core.waiting
+    num_seqs = len(scheduled)
+    if num_seqs != len(running):
+        return None  # the budget ran out before some running request
+    blocked_by_kv = False
+    if waiting and num_seqs < policy.max_num_seqs:
+        if budget_blocks:
+            budget = policy.max_num_batched_tokens - sum(num_new for _, num_new in scheduled)
+            if budget == 0 or not policy.chunked_prefill:
+                return None  # (without chunking the head may have been too long for the budget)
+        blocked_by_kv = True
+    fewest_left = MAX_RUN_STEPS
+    context = longest = shortest = 0
+    for request, num_new in scheduled:
+        computed = request.num_computed_tokens + num_new
+        generated = request.num_generated_tokens
+        if computed != request.num_prompt_tokens + generated:
+            return None  # still prefilling after this step
+        left = request.num_output_tokens - generated - 1  # tokens after this step's
+        if left < fewest_left:
+            fewest_left = left
+        after = computed + 1  # its context in the next step
+        context += after
+        if after > longest:
+            longest = after
+        if not shortest or after < shortest:
+            shortest = after
+    if fewest_left < 1:
+        return None
+    num_steps = 1 + steps_within_pool(core.kv, scheduled, fewest_left)
+    if num_steps == 1:
+        return None
+    interruptible = (
+        (not waiting or (overtaken and blocked_by_kv))
+        and num_seqs < policy.max_num_seqs
+        and num_seqs < policy.max_num_batched_tokens
+    )
+    return DecodeRun(
+        num_steps, interruptible, StepShape(0, 0, 0, 0, num_seqs, context, longest, shortest)
+    )
+
+
+def _batch_run(core: EngineCore, scheduled: list[tuple[Request, int]]) -> DecodeRun | None:
+    """A running static (or dynamic) batch decodes until its first member finishes;
+    nothing joins it, so arrivals cannot interrupt. Its KV blocks were reserved in
+    full when it formed."""
+    if not scheduled[0][0].num_generated_tokens:
+        return None  # the batch's prefill step
+    running = core.running
+    num_steps = min(
+        min(r.num_output_tokens - r.num_generated_tokens for r in running), MAX_RUN_STEPS
+    )
+    if num_steps < 2:
+        return None
+    padded = list(core.padding_contexts())
+    # This step's contexts, every slot's (each computes one token); one more in the next.
+    contexts = padded + [r.num_computed_tokens + 1 for r in running]
+    num_slots = len(scheduled) + len(padded)
+    context = sum(padded) + sum(r.num_computed_tokens + 1 for r in running) + num_slots
+    shape = StepShape(0, 0, 0, 0, num_slots, context, max(contexts) + 1, min(contexts) + 1)
+    return DecodeRun(num_steps, False, shape)
+
+
+def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
+    """Largest k <= ``num_steps`` such that k decode steps after this one fit in the pool.
+
+    This step's blocks are reserved; each later step adds one token per request.
+    """
+    block_size = kv.block_size_tokens
+
+    def missing(k: int) -> int:
+        # Blocks short of holding computed + new + k tokens (ceil division inline: hot path).
+        total = 0
+        for r, num_new in scheduled:
+            short = -(-(r.num_computed_tokens + num_new + k) // block_size) - r.num_blocks
+            if short > 0:
+                total += short
+        return total
+
+    free = kv.num_free_blocks
+    # Cheap bound first (the common case): k more tokens need at most
+    # k // block_size + 1 new blocks per request.
+    if len(scheduled) * (num_steps // block_size + 1) <= free or missing(num_steps) <= free:
+        return num_steps
+    low, high = 0, num_steps  # missing(low) == 0 <= free < missing(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if missing(mid) <= free:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def commit_run(
+    core: EngineCore, output: SchedulerOutput, start_s: float, ends_s: list[float]
+) -> None:
+    """``output``'s step, then ``len(ends_s) - 1`` decode steps of the same batch (a
+    run ``plan_run`` allowed), the j-th ending at ``ends_s[j]``, in one pass:
+    every scheduled request emits a token in each step and none finishes before
+    the last. What ``EngineCore.update`` step by step would leave, to the bit."""
+    if core.recorder is not None:
+        core.recorder.on_commit(core, output, start_s, ends_s)
+    num_padding = len(core.padding_contexts())  # counted before any finishes
+    num_steps = len(ends_s)
+    first = core.num_steps
+    last = first + num_steps - 1
+    end_first, end_last = ends_s[0], ends_s[-1]
+    num_itl = num_decode = num_prefill = 0
+    kv = core.kv
+    block_size = kv.block_size_tokens
+    finished: list[Request] = []
+    for request, num_new in output.scheduled:
+        generated = request.num_generated_tokens
+        if num_new == 1 and generated > 0:
+            num_decode += 1
+        else:
+            num_prefill += num_new
+        if request.last_token_step == first - 1:
+            num_itl += 1
+        else:
+            core.break_run(request, end_first)
+            if request.first_token_s is None:
+                request.first_token_s = end_first
+        computed = request.num_computed_tokens + num_new + num_steps - 1
+        request.num_computed_tokens = computed
+        request.num_generated_tokens = generated + num_steps
+        request.last_token_step = last
+        request.last_token_s = end_last
+        short = -(-computed // block_size) - request.num_blocks
+        if short > 0:  # grown by count: plan_run checked the pool suffices (BlockPool)
+            kv.num_free_blocks -= short
+            request.num_blocks += short
+        if generated + num_steps == request.num_output_tokens:
+            finished.append(request)
+    # Free only once every request's blocks are counted, as step by step, where
+    # the last step's blocks are all reserved before any request finishes (the
+    # peak decides which cached prefix blocks get evicted).
+    for request in finished:
+        core.finish(request, end_last)
+    num_seqs = len(output.scheduled)  # each emits a token in every step of the run
+    steps = core.steps
+    steps.add_step(start_s, end_first, num_prefill, num_decode + num_padding, num_itl, num_seqs)
+    steps.add_decode_run(end_first, ends_s[1:], num_seqs + num_padding, num_seqs)
+    core.num_steps = last + 1
+    core.last_end_s = end_last
+    core.remove_finished()
