@@ -143,7 +143,13 @@ def closed_loop(batch: int, speculative: dict[str, Any] | None) -> dict[str, Any
         "hardware": "h100",
         "cost": {"kind": "roofline"},
         "engine": {
-            "cpu": {"per_step_s": 0, "per_seq_s": 0, "per_token_s": 0, "non_overlapped_s": 0}
+            "cpu": {
+                "per_step_s": 0,
+                "scheduler_per_seq_s": 0,
+                "sampling_per_seq_s": 0,
+                "per_token_s": 0,
+                "non_overlapped_s": 0,
+            }
         },
         "scheduler": {"kind": "continuous", "max_num_seqs": 256},
         "workload": {
