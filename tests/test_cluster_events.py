@@ -90,8 +90,8 @@ def test_round_robin_turns_before_a_replica() -> None:
 
 def test_lookahead_reads_the_coming_submissions() -> None:
     work = RequestArrays(np.array([0.5, 1.0, 2.0]), np.array([10, 10, 10]), np.array([5, 5, 5]))
-    # Events (fast=False): with feeds, round-robin replicas take their own turns.
-    simulation = Simulation(make_engine(), cluster(2, "round_robin"), fast=False)
+    # Events (the reference Simulation): with feeds, round-robin replicas take their own turns.
+    simulation = Simulation(make_engine(), cluster(2, "round_robin"))
     seen: list[tuple[float, list[float]]] = []
     submit = simulation._submit
 

@@ -30,7 +30,7 @@ from pool_state import queue_blocks
 from test_feature_invariants import grouped_workloads
 from test_invariants import SETTINGS, Setup, assert_same_runs, continuous_setups, workloads
 
-import sim.serving.simulation as simulation_module
+import sim.fast.open_loop as fast_module
 from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import PrefixCachingPool, SwapSpace
@@ -38,8 +38,9 @@ from sim.engine.policies import ContinuousConfig, Scheduler, StaticConfig
 from sim.engine.policies.orca import OrcaConfig
 from sim.engine.scheduler import StepPlan
 from sim.fast.cohort import Cohort, CohortCore, CohortPlan
+from sim.fast.open_loop import FastSimulation
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
-from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.serving.simulation import OpenLoop, RawResult
 from sim.workload.generate import RequestArrays
 
 
@@ -99,8 +100,8 @@ def run(
     """One run; with ``cohort=False`` the replica gets no cohort."""
     with monkeypatch.context() as patch:
         if not cohort:
-            patch.setattr(simulation_module, "faster_core", lambda *args: None)
-        simulation = Simulation(engine)
+            patch.setattr(fast_module, "faster_core", lambda *args: None)
+        simulation = FastSimulation(engine)
     core = simulation.core
     assert isinstance(core, CohortCore) == (cohort and engine.skip_ahead)
     member_steps = 0
@@ -270,7 +271,7 @@ def test_cohort_is_only_for_plain_continuous_batching() -> None:
             cost=LinearCost(step_overhead_s=1e-3, per_decode_seq_s=1e-3),
             skip_ahead=skip_ahead,
         )
-        core = Simulation(engine).core
+        core = FastSimulation(engine).core
         return core.cohort if isinstance(core, CohortCore) else None
 
     plain = ContinuousConfig().build
