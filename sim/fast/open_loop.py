@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from sim.cost.tabulate import PlayedCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
@@ -151,7 +152,7 @@ def run(
 
         cost = replica_config.cost
         if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-            assert isinstance(cost, path.PlayedCost)
+            assert isinstance(cost, PlayedCost)
             if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
                 raw = result()  # the cores hold the run's logs
                 raw.accelerator = "compiled loop"

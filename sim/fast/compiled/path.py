@@ -2,7 +2,7 @@
 
 A single replica (or a fresh round-robin pool) serving an open loop, with
 plain continuous batching, a roofline cost or kernel tables
-(``sim.fast.compiled.kernels``; either with or without the engine's CPU
+(priced through ``sim.cost.tabulate``; either with or without the engine's CPU
 work, ``sim.cost.engine_cpu``), skip-ahead and no shared
 prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
 plays such a run in ``sim.fast.compiled.loop.run`` (numba, if installed)
@@ -30,25 +30,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.cost.engine_cpu import EngineCpuCost
-from sim.cost.kernels.cost import KernelCost
-from sim.cost.roofline import RooflineCost
+from sim.cost import tabulate
+from sim.cost.tabulate import PlayedCost, PriceArrays
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
-from sim.engine.scheduler import (
-    _RECORD_COUNTS,
-    _RECORD_TIMES,
-    MAX_RUN_STEPS,
-    Continuous,
-    EngineCore,
-)
+from sim.engine.scheduler import MAX_RUN_STEPS, RECORD_COLUMNS, Continuous, EngineCore
 from sim.engine.step_runs import SEGMENT_COUNTS
-from sim.fast.compiled import kernels, loop
+from sim.fast.compiled import loop
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
 from sim.serving.submission import OpenLoop, concurrency_limit
-
-# The cost models the loop plays (why_not says which of them).
-PlayedCost = RooflineCost | KernelCost | EngineCpuCost
 
 
 @functools.cache
@@ -76,8 +66,8 @@ def why_not(
     policy = core.policy
     if type(policy) is not Continuous or policy.swap is not None:
         return "not plain continuous batching"
-    kernel = kernels.kernel_cost_of(cost)
-    if roofline_of(cost) is None and kernel is None:
+    kernel = tabulate.kernel_cost_of(cost)
+    if tabulate.roofline_of(cost) is None and kernel is None:
         return "not a roofline or kernel-table cost"
     if not skip_ahead or any(core.recorder is not None for core in cores):
         return "step by step, or recorded"
@@ -92,57 +82,16 @@ def why_not(
     if core.kv.blocks_for(longest - 1) > core.kv.num_blocks:
         return "some requests rejected"
     if kernel is not None:
-        max_tokens = kernels.max_step_tokens(
+        max_tokens = tabulate.max_step_tokens(
             policy.max_num_batched_tokens, policy.max_num_seqs, longest
         )
-        return kernels.why_not(kernel, policy.max_num_seqs, max_tokens)
+        return tabulate.why_not(kernel, policy.max_num_seqs, max_tokens)
     return None
 
 
 def longest_tokens(work: OpenLoop) -> int:
     """The longest request's tokens, prompt and output."""
     return int((work.num_prompt_tokens + work.num_output_tokens).max())
-
-
-def roofline_of(cost: object) -> RooflineCost | None:
-    """The roofline that prices ``cost``'s GPU work when the loop can play ``cost``:
-    a roofline (a relabelled one too, if it prices steps as the roofline), bare or
-    inside exactly an ``EngineCpuCost``; else None."""
-    gpu = cost.gpu if type(cost) is EngineCpuCost else cost
-    if (
-        isinstance(gpu, RooflineCost)
-        and type(gpu).step_s is RooflineCost.step_s
-        and type(gpu).decode_durations_s is RooflineCost.decode_durations_s
-    ):
-        return gpu
-    return None
-
-
-def cost_arrays(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> CostArrays:
-    """The loop's ``cost``, ``tables`` and ``layout`` arrays for ``cost`` (``loop``'s
-    indices), for steps of up to ``max_num_seqs`` sequences and ``max_tokens`` tokens."""
-    constants = np.zeros(loop.NUM_COSTS)
-    roofline = roofline_of(cost)
-    if roofline is not None:
-        constants[loop.S_PER_DENSE_TOKEN] = roofline._s_per_dense_token
-        constants[loop.S_PER_PAIR] = roofline._s_per_attention_pair
-        constants[loop.WEIGHT_S] = roofline._weight_s
-        constants[loop.S_PER_KV_TOKEN] = roofline._s_per_kv_token
-        tables, layout = np.zeros(0), np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
-        layout[loop.KIND] = loop.ROOFLINE
-    else:
-        kernel = kernels.kernel_cost_of(cost)
-        assert kernel is not None  # why_not said so
-        tables, layout = kernels.arrays(kernel, max_num_seqs, max_tokens)
-    constants[loop.CPU_ASYNC_SCHEDULING] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
-    if isinstance(cost, EngineCpuCost):
-        cpu = cost.cpu.config
-        constants[loop.CPU_PER_STEP_S] = cpu.per_step_s
-        constants[loop.CPU_PER_SEQ_S] = cpu.per_seq_s
-        constants[loop.CPU_PER_TOKEN_S] = cpu.per_token_s
-        constants[loop.CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
-        constants[loop.CPU_ASYNC_SCHEDULING] = float(cost.async_scheduling)
-    return constants, tables, layout
 
 
 def run_compiled(
@@ -159,10 +108,10 @@ def run_compiled(
     shares = Submissions.dealt(work, frontend, len(cores))
     policy = cores[0].policy  # (a pool's cores are alike)
     assert isinstance(policy, Continuous)
-    max_tokens = kernels.max_step_tokens(
+    max_tokens = tabulate.max_step_tokens(
         policy.max_num_batched_tokens, policy.max_num_seqs, longest_tokens(work)
     )
-    priced = cost_arrays(cost, policy.max_num_seqs, max_tokens)
+    priced = tabulate.tabulate(cost, policy.max_num_seqs, max_tokens)
     for core, mine in zip(cores, shares, strict=True):
         if not _run_one(core, priced, work, mine, run, tick):
             for other in cores:  # (the ones before: run, and now dropped)
@@ -175,7 +124,7 @@ def run_compiled(
 
 def _run_one(
     core: EngineCore,
-    priced: CostArrays,
+    priced: PriceArrays,
     work: OpenLoop,
     mine: Submissions,
     run: Callable[..., int],
@@ -206,8 +155,6 @@ def _run_one(
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 CountArray = npt.NDArray[np.int32]
-# The loop's cost, tables and layout arrays (read only: a pool's cores share them).
-CostArrays = tuple[FloatArray, FloatArray, IntArray]
 
 # Step ends a call may log before it returns to have its buffers emptied (8 MB;
 # a million base requests log ~14 million steps, so the progress bar moves).
@@ -254,7 +201,7 @@ class LoopArrays:
     def build(
         cls,
         core: EngineCore,
-        priced: CostArrays,
+        priced: PriceArrays,
         work: OpenLoop,
         mine: Submissions,
     ) -> LoopArrays:
@@ -361,7 +308,8 @@ class LoopArrays:
             "num_prefix_hit_tokens": lambda: 0,
         }
         records = core.records
-        for dtype, names, columns in (("f8", _RECORD_TIMES, times), ("i8", _RECORD_COUNTS, counts)):
+        for dtype, columns in (("f8", times), ("i8", counts)):
+            names = tuple(name for name, kind in RECORD_COLUMNS.items() if kind == dtype)
             rows = _new_rows(records.group(dtype, names), len(done), len(names), dtype)
             for k, name in enumerate(names):
                 rows[:, k] = columns[name]()
