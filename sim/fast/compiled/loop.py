@@ -97,6 +97,19 @@ UNSUPPORTED = 2  # something only the Python path plays (see the module)
 MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
 NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC_SCHEDULING = 5, 6, 7, 8
 NUM_SETTINGS = 9
+# Per-request times (``times``, float64, a row each, a column per request in
+# submission order and one more: inf in CLOCK_S and READY_S, "nothing more to come").
+CLOCK_S, READY_S, FIRST_SCHEDULED_S, FIRST_TOKEN_S, FINISH_S = 0, 1, 2, 3, 4
+NUM_TIMES = 5
+# Per-request counts (``counts``, int64, a row each): tokens of the prompt, of the
+# output, computed and generated; KV blocks held; prefix lookups; the latest step.
+PROMPT, OUTPUT, COMP, GEN, BLOCKS, LOOKUPS, LAST_STEP = 0, 1, 2, 3, 4, 5, 6
+NUM_COUNTS = 7
+# The batch's lists (``slots``, int64, a row each): running requests, a plan's
+# scheduled ones and their new tokens, and (async scheduling) finished requests
+# whose blocks are freed once the plan under way is made.
+RUNNING, SCHED_R, SCHED_NEW, HELD = 0, 1, 2, 3
+NUM_SLOTS = 4
 # Scalar state (``state`` array, int64), by index.
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
@@ -109,6 +122,7 @@ NUM_CLOCKS = 2
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+CountArray = npt.NDArray[np.int32]
 
 
 def step_s(
@@ -738,42 +752,38 @@ _EMPTY, _SEQS, _BUDGET, _KV = 0, 1, 2, 3
 
 def run(
     settings: IntArray,
-    cost: FloatArray,
-    tables: FloatArray,
-    layout: IntArray,
-    clock_s: FloatArray,
-    ready_s: FloatArray,
-    prompt: IntArray,
-    output: IntArray,
-    comp: IntArray,
-    gen: IntArray,
-    blocks: IntArray,
-    lookups: IntArray,
-    last_step: IntArray,
-    first_scheduled_s: FloatArray,
-    first_token_s: FloatArray,
-    finish_s: FloatArray,
-    running: IntArray,
-    sched_r: IntArray,
-    sched_new: IntArray,
-    held: IntArray,
+    prices: tuple[FloatArray, FloatArray, IntArray],
+    times: FloatArray,
+    counts: IntArray,
+    slots: IntArray,
     state: IntArray,
     clock: FloatArray,
-    ends: FloatArray,
-    segment_start_s: FloatArray,
-    segment_counts: npt.NDArray[np.int32],
-    series_time_s: FloatArray,
-    series_counts: npt.NDArray[np.int32],
-    done_order: IntArray,
+    logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray],
 ) -> int:
     """Plan and commit until every request is done (``DONE``), an output buffer is
     nearly full (``FLUSH``) or the Python path is needed (``UNSUPPORTED``).
 
-    Requests are indexed in submission order (``clock_s``, ``ready_s``: the feed's
-    times, inf last). Once a request has a first token, ``last_step`` is the step
-    of its latest. Logs go to the buffers from the
-    counts in ``state``; ``done_order`` lists requests as they finish.
+    ``prices``: ``sim.cost.tabulate.tabulate``'s arrays. Requests are indexed in
+    submission order, a column each of ``times`` and ``counts`` (their rows
+    above; ``CLOCK_S``, ``READY_S``: the feed's times, inf last). Once a request
+    has a first token, ``LAST_STEP`` is the step of its latest. ``slots``' rows
+    are the batch's lists. Logs go to the buffers of ``logs`` (step ends, segment
+    starts and counts, queue sample times and counts, the requests in the order
+    they finish) from the counts in ``state``.
     """
+    cost, tables, layout = prices
+    clock_s, ready_s = times[CLOCK_S], times[READY_S]
+    first_scheduled_s, first_token_s = times[FIRST_SCHEDULED_S], times[FIRST_TOKEN_S]
+    finish_s = times[FINISH_S]
+    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
+    blocks, lookups, last_step = counts[BLOCKS], counts[LOOKUPS], counts[LAST_STEP]
+    running, sched_r, sched_new, held = (
+        slots[RUNNING],
+        slots[SCHED_R],
+        slots[SCHED_NEW],
+        slots[HELD],
+    )
+    ends, segment_start_s, segment_counts, series_time_s, series_counts, done_order = logs
     max_num_seqs = settings[MAX_NUM_SEQS]
     max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
     cap, chunked, bs = settings[TOKEN_CAP], settings[CHUNKED], settings[BLOCK_SIZE]

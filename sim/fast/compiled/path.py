@@ -169,33 +169,21 @@ class LoopArrays:
     """Everything the loop reads and writes (see ``sim.fast.compiled.loop.run``)."""
 
     settings: IntArray
-    cost: FloatArray
-    tables: FloatArray
-    layout: IntArray
-    clock_s: FloatArray
-    ready_s: FloatArray
-    prompt: IntArray
-    output: IntArray
-    comp: IntArray
-    gen: IntArray
-    blocks: IntArray
-    lookups: IntArray
-    last_step: IntArray
-    first_scheduled_s: FloatArray
-    first_token_s: FloatArray
-    finish_s: FloatArray
-    running: IntArray
-    sched_r: IntArray
-    sched_new: IntArray
-    held: IntArray
+    prices: PriceArrays
+    times: FloatArray
+    counts: IntArray
+    slots: IntArray
     state: IntArray
     clock: FloatArray
-    ends: FloatArray
-    segment_start_s: FloatArray
-    segment_counts: CountArray
-    series_time_s: FloatArray
-    series_counts: CountArray
-    done_order: IntArray
+    logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray]
+
+    @property
+    def clock_s(self) -> FloatArray:
+        return self.times[loop.CLOCK_S]
+
+    @property
+    def done_order(self) -> IntArray:
+        return self.logs[5]
 
     @classmethod
     def build(
@@ -206,13 +194,12 @@ class LoopArrays:
         mine: Submissions,
     ) -> LoopArrays:
         """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh),
-        priced by ``priced`` (``cost_arrays``)."""
+        priced by ``priced`` (``sim.cost.tabulate.tabulate``)."""
         policy = core.policy
         assert isinstance(policy, Continuous)
         kv = core.kv
         order = mine.order
         n = len(order)
-        inf = np.array([np.inf])  # "nothing more to come", as the feed's
         settings = np.zeros(loop.NUM_SETTINGS, dtype=np.int64)
         settings[loop.MAX_NUM_SEQS] = policy.max_num_seqs
         settings[loop.MAX_NUM_BATCHED_TOKENS] = policy.max_num_batched_tokens
@@ -223,36 +210,27 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC_SCHEDULING] = policy.async_scheduling
-        constants, tables, layout = priced
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
-        slots = policy.max_num_seqs + 1  # running, scheduled and held never exceed the limit
-
-        def counts() -> IntArray:
-            return np.zeros(n, dtype=np.int64)
-
-        def times() -> FloatArray:
-            return np.full(n, np.nan)
-
-        def slot_array() -> IntArray:
-            return np.zeros(slots, dtype=np.int64)
-
-        return cls(
-            settings, constants, tables, layout, np.concatenate([mine.clock_s, inf]),
-            np.concatenate([mine.ready_s, inf]),
-            np.ascontiguousarray(work.num_prompt_tokens[order], dtype=np.int64),
-            np.ascontiguousarray(work.num_output_tokens[order], dtype=np.int64),
-            counts(), counts(), counts(), counts(), counts(),
-            times(), times(), times(),
-            slot_array(), slot_array(), slot_array(), slot_array(),
-            state, np.zeros(loop.NUM_CLOCKS),
+        # One column per request, and one more: inf in the feed's times ("nothing
+        # more to come", as the feed's).
+        times = np.full((loop.NUM_TIMES, n + 1), np.nan)
+        times[loop.CLOCK_S, :n], times[loop.READY_S, :n] = mine.clock_s, mine.ready_s
+        times[loop.CLOCK_S, n] = times[loop.READY_S, n] = np.inf
+        counts = np.zeros((loop.NUM_COUNTS, n), dtype=np.int64)
+        counts[loop.PROMPT] = work.num_prompt_tokens[order]
+        counts[loop.OUTPUT] = work.num_output_tokens[order]
+        # Running, scheduled and held requests never exceed the limit.
+        slots = np.zeros((loop.NUM_SLOTS, policy.max_num_seqs + 1), dtype=np.int64)
+        logs = (
             np.empty(CHUNK_STEPS + MAX_RUN_STEPS + 1),
             np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(SEGMENT_COUNTS)), dtype=np.int32),
             np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(_SERIES_COUNTS)), dtype=np.int32),
             np.empty(n, dtype=np.int64),
         )  # fmt: skip
+        return cls(settings, priced, times, counts, slots, state, np.zeros(loop.NUM_CLOCKS), logs)
 
-    def args(self) -> tuple[npt.NDArray[np.generic], ...]:
+    def args(self) -> tuple[Any, ...]:
         """The loop's arguments, in its order (the arrays themselves: it writes to them)."""
         return tuple(getattr(self, field.name) for field in fields(self))
 
@@ -267,11 +245,12 @@ class LoopArrays:
             state[loop.NUM_ENDS], state[loop.NUM_SEGMENTS], state[loop.NUM_PLANS]
         )  # fmt: skip
         steps, series = core.steps, core.series
-        _append(steps.ends, self.ends[:num_ends])
-        _append(steps.segments.group("f8", ("start_s",)), self.segment_start_s[:num_segments])
-        _append(steps.segments.group("i4", SEGMENT_COUNTS), self.segment_counts[:num_segments])
-        _append(series.group("f8", ("time_s",)), self.series_time_s[:num_plans])
-        _append(series.group("i4", _SERIES_COUNTS), self.series_counts[:num_plans])
+        ends, segment_start_s, segment_counts, series_time_s, series_counts, _ = self.logs
+        _append(steps.ends, ends[:num_ends])
+        _append(steps.segments.group("f8", ("start_s",)), segment_start_s[:num_segments])
+        _append(steps.segments.group("i4", SEGMENT_COUNTS), segment_counts[:num_segments])
+        _append(series.group("f8", ("time_s",)), series_time_s[:num_plans])
+        _append(series.group("i4", _SERIES_COUNTS), series_counts[:num_plans])
         state[loop.NUM_ENDS] = state[loop.NUM_SEGMENTS] = state[loop.NUM_PLANS] = 0
 
     def write_records(self, core: EngineCore, work: OpenLoop, order: npt.NDArray[np.intp]) -> None:
@@ -289,22 +268,24 @@ class LoopArrays:
         times: dict[str, Callable[[], npt.NDArray[Any]]] = {
             "arrival_s": lambda: arrival_s[ids],
             "ready_s": lambda: self.clock_s[done],  # a request taken from the feed is ready then
-            "first_scheduled_s": lambda: self.first_scheduled_s[done],
-            "first_token_s": lambda: self.first_token_s[done],
-            "finish_s": lambda: self.finish_s[done],
+            "first_scheduled_s": lambda: self.times[loop.FIRST_SCHEDULED_S][done],
+            "first_token_s": lambda: self.times[loop.FIRST_TOKEN_S][done],
+            "finish_s": lambda: self.times[loop.FINISH_S][done],
         }
         counts: dict[str, Callable[[], npt.NDArray[Any] | int]] = {
             "request_id": lambda: ids,
-            "num_prompt_tokens": lambda: self.prompt[done],
-            "num_output_tokens": lambda: self.output[done],
-            "num_generated_tokens": lambda: self.output[done],
+            "num_prompt_tokens": lambda: self.counts[loop.PROMPT][done],
+            "num_output_tokens": lambda: self.counts[loop.OUTPUT][done],
+            "num_generated_tokens": lambda: self.counts[loop.OUTPUT][done],
             "num_preemptions": lambda: 0,
             "num_swaps": lambda: 0,
             "priority": lambda: 0 if priority is None else np.asarray(priority)[ids],
             "num_cached_tokens": lambda: 0,
-            "num_prefix_lookups": lambda: self.lookups[done],
+            "num_prefix_lookups": lambda: self.counts[loop.LOOKUPS][done],
             # Looked up once, fresh: the prompt is the query.
-            "num_prefix_query_tokens": lambda: self.lookups[done] * self.prompt[done],
+            "num_prefix_query_tokens": lambda: (
+                self.counts[loop.LOOKUPS][done] * self.counts[loop.PROMPT][done]
+            ),
             "num_prefix_hit_tokens": lambda: 0,
         }
         records = core.records
