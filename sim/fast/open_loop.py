@@ -42,7 +42,7 @@ from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.simulation import Simulation, replica_core
+from sim.serving.simulation import Simulation
 from sim.serving.submission import ClosedLoop, OpenLoop, concurrency_limit
 
 # Below this many requests one run does not pay for the compiled loop's start-up
@@ -59,14 +59,15 @@ def fast_core(
     on_done: Callable[[Request], None] | None = None,
     skip_ahead: bool = True,
 ) -> EngineCore:
-    """``replica_core``'s equal: in skip-ahead mode the decode cohort where it plays
-    the policy (``faster_core``), else the reference core."""
+    """``sim.serving.simulation.replica_core``'s equal (a ``CoreFactory``): in
+    skip-ahead mode the decode cohort where it plays the policy (``faster_core``),
+    else the reference core."""
+    policy, kv = config.make_policy(), config.new_block_pool()
     if skip_ahead:
-        policy, kv = config.make_policy(), config.new_block_pool()
         core = faster_core(policy, kv, config.max_model_len_tokens, replica, on_done)
         if core is not None:
             return core
-    return replica_core(config, replica, on_done, skip_ahead)
+    return EngineCore(policy, kv, config.max_model_len_tokens, replica, on_done)
 
 
 class FastSimulation(Simulation):

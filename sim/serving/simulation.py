@@ -15,10 +15,9 @@ can bind) runs as a closed loop does, each send waiting for a slot
 (``_limited_open_loop``).
 
 This is the reference executor: one SimPy event per submission, every core an
-``EngineCore``. The speed paths (``sim.fast.open_loop.FastSimulation``) build on
-it from above and give the same result to the bit; the face that builds a run
-(``sim.api.build.simulation_for``) chooses between the two, once. Nothing here
-knows of them.
+``EngineCore``. The speed paths build on it from above and give the same result
+to the bit; the face that builds a run (``sim.api.build.simulation_for``)
+chooses between the two, once. Nothing here knows of them.
 """
 
 from __future__ import annotations
