@@ -15,10 +15,11 @@ from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.fast.compiled import path
+from sim.fast.open_loop import FastSimulation
 from sim.hardware.specs import load_architecture
 from sim.serving.cluster import Cluster
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.simulation import OpenLoop, RawResult, Simulation
+from sim.serving.simulation import OpenLoop, RawResult
 from sim.workload.generate import RequestArrays
 
 
@@ -102,7 +103,7 @@ def simulate(
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SERVESIM_COMPILED", mode)
         played = record_plays(patch)
-        simulation = Simulation(engine, cluster, workers=workers)
+        simulation = FastSimulation(engine, cluster, workers=workers)
         orders: list[list[int]] = []
         for core in simulation.cores:
             order: list[int] = []

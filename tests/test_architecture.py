@@ -23,10 +23,9 @@ still says which module knows about which). The rules:
 - ``sim.openai`` (``servesim serve``'s HTTP face) sees an engine only through
   ``sim.serving.stream``, and imports no other layer but ``sim.scenario`` and
   ``sim.errors``;
-- the reference modules (``sim.engine``, ``sim.serving``) never import the speed
-  paths (``sim.fast``), but through two doors: an open loop's run
-  (``sim.serving.simulation``'s ``Simulation.run``) and the replica's decode runs
-  (``sim.serving.replica``).
+- the reference modules (``sim.engine``, ``sim.serving``, ``sim.cost``,
+  ``sim.hardware``) never import the speed paths (``sim.fast``); the one door to
+  them is above, in the face that builds a run (``sim.api.build.simulation_for``).
 """
 
 from __future__ import annotations
@@ -230,18 +229,21 @@ def test_the_scheduler_imports_no_feature_and_no_other_policy() -> None:
     assert not {m for m in imported if _in(m, "sim.engine.speculative", "sim.engine.policies")}
 
 
-def test_the_reference_reaches_the_speed_paths_through_one_door() -> None:
-    assert _violations("sim.engine", ("sim.fast",)) == []
-    doors = [m for m in _layer("sim.serving") if any(_in(t, "sim.fast") for t in imports_of(m))]
-    # The replica's skip-ahead runs (sim.fast.decode_runs) until the choice of
-    # executor moves above sim.serving (issue 40 item 3).
-    assert sorted(doors) == ["sim.serving.replica", "sim.serving.simulation"]
-    assert {t for t in imports_of("sim.serving.simulation") if _in(t, "sim.fast")} == {
-        "sim.fast.open_loop",
+@pytest.mark.parametrize("layer", ["sim.engine", "sim.serving", "sim.cost", "sim.hardware"])
+def test_the_reference_never_imports_the_speed_paths(layer: str) -> None:
+    assert _violations(layer, ("sim.fast",)) == []
+
+
+def test_the_speed_paths_are_chosen_in_one_place_above_the_reference() -> None:
+    # Besides sim.fast itself: the run's builder, and the CLI's figures (which
+    # ask sim.fast.forks whether worker processes can fork, to say so).
+    doors = {
+        name
+        for name in MODULES
+        if not _in(name, "sim.fast") and any(_in(t, "sim.fast") for t in imports_of(name))
     }
-    assert {t for t in imports_of("sim.serving.replica") if _in(t, "sim.fast")} == {
-        "sim.fast.decode_runs",
-    }
+    assert doors == {"sim.api.build", "sim.cli.figures"}
+    assert {t for t in imports_of("sim.api.build") if _in(t, "sim.fast")} == {"sim.fast.open_loop"}
 
 
 def test_the_lab_is_a_face_on_top_that_calls_only_public_entry_points() -> None:

@@ -3,7 +3,7 @@
 The page's "The path of one request" lists, as a numbered list of
 ``file:function`` entries, the functions one request's life passes through
 on the plain path. Here a small plain run (``scenarios/chat.yaml``, a few
-requests, ``Simulation(fast=False)`` with ``engine.skip_ahead: false``: no
+requests, the reference ``Simulation`` with ``engine.skip_ahead: false``: no
 speed path at all) is driven as ``sim.api.run`` drives it, under a
 ``sys.setprofile`` hook that records every function entered in ``sim/``.
 The page may name only functions that were entered, in the order the first
@@ -114,7 +114,7 @@ def plain_run_trace(num_requests: int = 3) -> Trace:
     sys.setprofile(trace.hook)
     try:
         work = generate_open_loop(scenario.workload, rng, base)
-        raw = Simulation(engine, fast=False).run(work)
+        raw = Simulation(engine).run(work)
         build_result(scenario, engine, raw)
     finally:
         sys.setprofile(previous)

@@ -21,11 +21,13 @@ from test_cluster import ROUTERS, cluster, make_engine, random_work
 from sim import api
 from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
+from sim.fast.decode_runs import RunningReplica
 from sim.scenario import load_scenario
 from sim.serving.cluster import build_layout
 from sim.serving.disagg import Disaggregated
+from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, RouterKind
-from sim.serving.simulation import OpenLoop, Simulation, replica_core
+from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
 REPLICAS = "scenarios/replicas.yaml"
@@ -90,8 +92,8 @@ def test_round_robin_turns_before_a_replica() -> None:
 
 def test_lookahead_reads_the_coming_submissions() -> None:
     work = RequestArrays(np.array([0.5, 1.0, 2.0]), np.array([10, 10, 10]), np.array([5, 5, 5]))
-    # Events (fast=False): with feeds, round-robin replicas take their own turns.
-    simulation = Simulation(make_engine(), cluster(2, "round_robin"), fast=False)
+    # Events (the reference Simulation): with feeds, round-robin replicas take their own turns.
+    simulation = Simulation(make_engine(), cluster(2, "round_robin"))
     seen: list[tuple[float, list[float]]] = []
     submit = simulation._submit
 
@@ -130,7 +132,10 @@ def test_round_robin_replicas_end_their_runs_at_their_own_arrivals(
     routers decide at the arrival, so a busy replica is interrupted by its own."""
     interrupts = count_interrupts(monkeypatch)
     work = random_work(3, num=300, rate_per_s=60.0)
-    simulation = Simulation(make_engine(max_num_seqs=8), cluster(4, router))
+    # Replicas that run decode steps in runs (the reference steps one by one).
+    simulation = Simulation(
+        make_engine(max_num_seqs=8), cluster(4, router), new_replica=RunningReplica
+    )
     simulation.run(cast(OpenLoop, work))
     horizons = [replica.horizon for replica in simulation.layout.replicas]  # type: ignore[union-attr]
     if router == "round_robin":
@@ -162,7 +167,7 @@ def test_disaggregated_prefill_replicas_are_interrupted_not_told() -> None:
         engine_for(scenario),
         layout_cluster,
         lambda request: None,
-        replica_core,
+        Replica,
     )
     assert isinstance(layout, Disaggregated)
     layout.set_horizon(lambda: 1.0, lambda k: 1.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim.cost import tabulate
 from sim.cost.base import ends_until_cut
 from sim.fast.compiled import loop
 
@@ -18,17 +19,17 @@ STEP_S = 0.5  # the engine's non-overlapped CPU 0.25 + memory 0.25 (weights only
 
 
 def cost_array() -> np.ndarray:
-    cost = np.zeros(loop.NUM_COSTS)
-    cost[loop.CPU_NON_OVERLAPPED_S] = 0.25
-    cost[loop.CPU_ASYNC_SCHEDULING] = 1.0  # no other CPU work: 0.25 + max(0.25, 0)
-    cost[loop.WEIGHT_S] = 0.25
+    cost = np.zeros(tabulate.NUM_COSTS)
+    cost[tabulate.CPU_NON_OVERLAPPED_S] = 0.25
+    cost[tabulate.CPU_ASYNC_SCHEDULING] = 1.0  # no other CPU work: 0.25 + max(0.25, 0)
+    cost[tabulate.WEIGHT_S] = 0.25
     return cost  # no per-token terms: every step costs exactly STEP_S
 
 
 def compiled_ends(first_end_s: float, steps: int, stop_s: float, num_after: int) -> list[float]:
     out = np.full(steps + 8, np.nan)
     # The roofline's price: no kernel tables (layout[KIND] == ROOFLINE).
-    tables, layout = np.zeros(0), np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
+    tables, layout = np.zeros(0), np.zeros(tabulate.LAYOUT_SIZE, dtype=np.int64)
     # 4 sequences of 100 context tokens each (mean, longest, shortest).
     count = loop.decode_ends(
         cost_array(),

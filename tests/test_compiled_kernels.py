@@ -1,4 +1,4 @@
-"""Kernel tables in the compiled loop (``sim.fast.compiled.kernels``, ``loop``'s pricing).
+"""Kernel tables in the compiled loop (``sim.cost.tabulate``, ``loop``'s pricing).
 
 Whole runs are compared with the Python path in
 ``tests/properties/test_compiled_equivalence.py`` and ``tests/test_compiled_path.py``;
@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a fixture)
 
+from sim.cost import tabulate as kernels
 from sim.cost.base import CostModel, StepShape, run_ends_for
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
@@ -31,7 +32,7 @@ from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
-from sim.fast.compiled import kernels, loop, path
+from sim.fast.compiled import loop, path
 from sim.hardware.specs import load_architecture
 from sim.serving.cluster import Cluster, ClusterConfig
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig
@@ -59,8 +60,8 @@ MAX_NUM_SEQS, MAX_TOKENS = 64, 2048
 
 
 def arrays(cost: CostModel) -> tuple[Any, Any, Any]:
-    assert isinstance(cost, path.PlayedCost)
-    return path.cost_arrays(cost, MAX_NUM_SEQS, MAX_TOKENS)
+    assert isinstance(cost, kernels.PlayedCost)
+    return kernels.tabulate(cost, MAX_NUM_SEQS, MAX_TOKENS)
 
 
 ARRAYS = [arrays(cost) for cost in COSTS]
@@ -143,7 +144,7 @@ def test_a_decode_run_ends_when_the_kernel_cost_says_to_the_bit(
 def test_every_tabulated_term_is_the_kernel_cost_s_own(k: int) -> None:
     kernel = kernel_gpus()[k]
     _, tables, layout = ARRAYS[k]
-    dense = tables[layout[loop.DENSE] :][: layout[loop.NUM_T]]
+    dense = tables[layout[kernels.DENSE] :][: layout[kernels.NUM_T]]
     assert len(dense) == MAX_TOKENS + 1
     assert dense[1:].tolist() == [kernel.dense_layer_s(t) for t in range(1, MAX_TOKENS + 1)]
     for seqs in range(MAX_NUM_SEQS + 1):
@@ -166,7 +167,7 @@ def test_a_grid_lookup_is_the_grid_s_to_the_bit(
     kernel = kernel_gpus()[k]
     grid: Grid = kernel._prefill_attn if which == "prefill" else kernel._decode_attn
     _, tables, layout = ARRAYS[k]
-    at = loop.PREFILL_GRID if which == "prefill" else loop.DECODE_GRID
+    at = kernels.PREFILL_GRID if which == "prefill" else kernels.DECODE_GRID
     got = piece("grid_point", compiled)(tables, layout, at, x0, x1)
     if x0 > grid.axes[0][-1] or x1 > grid.axes[1][-1]:
         assert math.isnan(got)  # the Python path extrapolates (and warns): handed over

@@ -1,7 +1,7 @@
 """The feed (``sim.fast.feed``): replicas pull open-loop requests when they plan.
 
 What it replaces is a SimPy process that sleeps until each request's
-submission time and hands it over (``Simulation(fast=False)``), so the two are
+submission time and hands it over (the reference ``Simulation``), so the two are
 compared run for run, to the bit.
 """
 
@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
+from sim.fast.decode_runs import RunningReplica
 from sim.fast.feed import Feed, feedable, pool_feeds, submission_clock_s, take_feeds
+from sim.fast.open_loop import FastSimulation
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving import submission as submission_module
 from sim.serving.pool import Pool
@@ -161,7 +163,10 @@ def simulate(sc: Scenario, feed: bool, work: RequestArrays | None = None) -> Raw
     if work is None:
         assert isinstance(sc.workload, SyntheticWorkload)
         work = generate_open_loop(sc.workload, rng)
-    simulation = Simulation(engine_for(sc), cluster_for(sc, rng), fast=feed)
+    if feed:
+        simulation: Simulation = FastSimulation(engine_for(sc), cluster_for(sc, rng))
+    else:  # the same replicas (decode runs as one event), handed each request at an event
+        simulation = Simulation(engine_for(sc), cluster_for(sc, rng), new_replica=RunningReplica)
     result = simulation.run(work)
     layout = simulation.layout
     replicas = [simulation.replica] if layout is None else layout.front_replicas
@@ -266,7 +271,7 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
 def test_the_event_path_of_a_single_replica_ends_runs_at_arrivals_not_by_interrupts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # fast=False keeps the reference path as it was: the open loop submits at
+    # The reference executor keeps the path as it was: the open loop submits at
     # events, and the replica, knowing the next arrival, is never interrupted.
     interrupts = [0]
     interrupt = simpy.Process.interrupt

@@ -105,10 +105,10 @@ def test_the_capped_path_with_a_loose_cap_agrees_with_the_open_loop() -> None:
     sc = scenario(open_loop())
     work = generate_open_loop(sc.workload, np.random.default_rng(sc.seed))  # type: ignore[arg-type]
     engine = api.engine_for(sc)
-    plain = Simulation(engine, fast=False).run(work).requests
-    simulation = Simulation(engine, fast=False)
-    simulation._simulate(work, Progress(len(work), False, lambda: 0), limit=len(work))
-    capped = simulation._result().requests
+    plain = Simulation(engine).run(work).requests
+    simulation = Simulation(engine)
+    raw = simulation.simulate(work, Progress(len(work), False, lambda: 0), limit=len(work))
+    capped = raw.requests
     for column in ("arrival_s", "first_token_s", "finish_s"):
         np.testing.assert_allclose(capped[column], plain[column], rtol=0, atol=1e-9)
 
@@ -207,7 +207,7 @@ def test_listed_closed_loop_replays_the_given_requests_in_order() -> None:
     outputs = np.array([10, 20, 30, 40], dtype=np.int64)
     loop = ListedClosedLoop(1, prompts, outputs)
     sc = scenario(open_loop())
-    requests = Simulation(api.engine_for(sc), fast=False).run(loop).requests
+    requests = Simulation(api.engine_for(sc)).run(loop).requests
     requests = requests.sort_values("request_id")
     np.testing.assert_array_equal(requests["num_prompt_tokens"], prompts)
     assert np.all(

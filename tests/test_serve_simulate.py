@@ -113,7 +113,7 @@ def offline_frame(
         np.asarray(prompts, dtype=np.int64),
         np.asarray(outputs, dtype=np.int64),
     )
-    return Simulation(config, fast=False).run(work).requests.sort_values("request_id")
+    return Simulation(config).run(work).requests.sort_values("request_id")
 
 
 def offline(
@@ -383,7 +383,7 @@ def test_routed_replicas_serve_every_token_when_the_simulated_cluster_predicts(
         np.asarray(outputs, dtype=np.int64),
     )
     cluster = cluster_for(scenario, np.random.default_rng(seed))
-    frame = Simulation(config, cluster, fast=False).run(work).requests.sort_values("request_id")
+    frame = Simulation(config, cluster).run(work).requests.sort_values("request_id")
     finish_s = frame["engine_finish_s"].to_numpy()
     counts = frame["replica"].value_counts()
     assert len(counts) == 3  # every replica served some

@@ -79,7 +79,7 @@ def offline_frame(
         np.asarray(outputs, dtype=np.int64),
         priority=None if priorities is None else np.asarray(priorities, dtype=np.int64),
     )
-    return Simulation(config, fast=False).run(work).requests.sort_values("request_id")
+    return Simulation(config).run(work).requests.sort_values("request_id")
 
 
 def prioritised_workload(seed: int) -> tuple[list[float], list[int], list[int], list[int]]:
@@ -166,7 +166,7 @@ def test_routed_replicas_hand_each_replica_its_requests_priority() -> None:
         priority=np.asarray(priorities, dtype=np.int64),
     )
     cluster = cluster_for(scenario, np.random.default_rng(scenario.seed))
-    frame = Simulation(config, cluster, fast=False).run(work).requests.sort_values("request_id")
+    frame = Simulation(config, cluster).run(work).requests.sort_values("request_id")
     for i, record in enumerate(records):
         timing = record.events[-1].timing
         assert timing is not None and record.events[-1].finish_reason == "length"
@@ -179,7 +179,7 @@ def test_routed_replicas_hand_each_replica_its_requests_priority() -> None:
     # The priorities changed the schedule (else the test would hold without them).
     fcfs_work = RequestArrays(work.arrival_s, work.num_prompt_tokens, work.num_output_tokens)
     cluster = cluster_for(scenario, np.random.default_rng(scenario.seed))
-    fcfs = Simulation(config, cluster, fast=False).run(fcfs_work).requests
+    fcfs = Simulation(config, cluster).run(fcfs_work).requests
     fcfs_first_s = fcfs.sort_values("request_id")["engine_first_token_s"].to_numpy()
     assert not np.allclose(fcfs_first_s, frame["engine_first_token_s"].to_numpy())
 

@@ -26,6 +26,7 @@ from sim import api
 from sim.api.build import cluster_for, engine_for
 from sim.fast import open_loop as open_loop_module
 from sim.fast import workers as workers_module
+from sim.fast.open_loop import FastSimulation
 from sim.fast.workers import WorkerError, default_num_workers, shares
 from sim.scenario import Scenario
 from sim.serving import progress as progress_module
@@ -60,7 +61,7 @@ def simulate(sc: Scenario, workers: int) -> tuple[RawResult, Simulation]:
     rng = np.random.default_rng(sc.seed)
     assert isinstance(sc.workload, SyntheticWorkload)
     work = generate_open_loop(sc.workload, rng)
-    simulation = Simulation(engine_for(sc), cluster_for(sc, rng), workers=workers)
+    simulation = FastSimulation(engine_for(sc), cluster_for(sc, rng), workers=workers)
     return simulation.run(work), simulation
 
 
@@ -173,7 +174,7 @@ def test_api_run_takes_workers_and_gives_the_same_result() -> None:
 def test_workers_must_be_positive() -> None:
     sc = scenario(2)
     with pytest.raises(ValueError, match="workers: expected a positive count, got 0"):
-        Simulation(engine_for(sc), cluster_for(sc, np.random.default_rng(0)), workers=0)
+        FastSimulation(engine_for(sc), cluster_for(sc, np.random.default_rng(0)), workers=0)
 
 
 def plant(monkeypatch: pytest.MonkeyPatch, in_workers: bool, action: Callable[[], None]) -> None:
@@ -226,7 +227,7 @@ def test_the_bar_counts_the_workers_requests_and_ends_full(
     rng = np.random.default_rng(sc.seed)
     assert isinstance(sc.workload, SyntheticWorkload)
     work = generate_open_loop(sc.workload, rng)
-    Simulation(engine_for(sc), cluster_for(sc, rng), workers=2).run(work, progress=True)
+    FastSimulation(engine_for(sc), cluster_for(sc, rng), workers=2).run(work, progress=True)
     assert "300/300" in capsys.readouterr().err
 
 

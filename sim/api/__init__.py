@@ -29,6 +29,7 @@ from sim.api.build import (
     model_for,
     policy_factory,
     reference_engine_problem,
+    simulation_for,
 )
 from sim.api.overrides import Overrides, load_with, overridden
 from sim.api.result import (
@@ -42,7 +43,7 @@ from sim.cost.base import CostModel
 from sim.engine.lifecycle import ActivityRecorder
 from sim.errors import ConfigError
 from sim.scenario import Scenario
-from sim.serving.simulation import ClosedLoop, OpenLoop, Simulation
+from sim.serving.simulation import ClosedLoop, OpenLoop
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 from sim.workload.size import check_run_size
 
@@ -62,6 +63,7 @@ __all__ = [
     "reference_engine_problem",
     "replay",
     "run",
+    "simulation_for",
     "summary_header",
 ]
 
@@ -77,6 +79,7 @@ def run(
     source: str = "<scenario>",
     workers: int | None = None,
     compiled: bool | None = None,
+    fast: bool = True,
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
 
@@ -101,6 +104,7 @@ def run(
     with numba installed) takes it: None from 20,000 requests (below that
     numba's start-up, ~0.4 s once a process, is not worth it for one run),
     True at any size (a sweep's points), False never; the result is the same.
+    ``fast=False``: the reference executor, with no speed path (``simulation_for``).
     """
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
@@ -130,7 +134,9 @@ def run(
     else:
         work = generate_open_loop(scenario.workload, rng, base)
     cluster = cluster_for(scenario, rng)
-    simulation = Simulation(engine, cluster, workers=workers, compiled=compiled, progress=progress)
+    simulation = simulation_for(
+        engine, cluster, fast=fast, workers=workers, compiled=compiled, progress=progress
+    )
     recorder = None
     if trace_requests is not None:
         recorder = ActivityRecorder(trace_requests)
@@ -147,11 +153,13 @@ def replay(
     work: OpenLoop | ClosedLoop,
     cost: CostModel | None = None,
     base_dir: Path | None = None,
+    fast: bool = True,
 ) -> Result:
     """Simulate exactly the requests of ``work`` (an open loop, or a closed loop
     over given requests) on one replica of the scenario's engine;
-    ``cost`` replaces the scenario's cost model (validation compares several)."""
+    ``cost`` replaces the scenario's cost model (validation compares several);
+    ``fast=False``: the reference executor (``simulation_for``)."""
     engine = engine_for(scenario, base_dir)
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)
-    return build_result(scenario, engine, Simulation(engine).run(work))
+    return build_result(scenario, engine, simulation_for(engine, fast=fast).run(work))

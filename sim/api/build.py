@@ -2,7 +2,9 @@
 
 Part of the ``sim.api`` face (re-exported there: ``api.engine_for`` and the
 rest); the simulator's replicas and the reference engine of ``servesim
-measure`` both take their engine core from ``core_config_for``.
+measure`` both take their engine core from ``core_config_for``. The run's
+executor, the reference or the fast one, is chosen here (``simulation_for``)
+and nowhere else.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler
 from sim.engine.scheduler import ContinuousSettings
 from sim.errors import ConfigError
+from sim.fast.open_loop import FastSimulation
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.hardware.quantization import QuantizationConfig, quantize
 from sim.hardware.specs import ModelSpec
 from sim.scenario import Scenario
 from sim.serving.cluster import Cluster
 from sim.serving.replica_config import ReplicaConfig, with_speculation
+from sim.serving.simulation import Simulation
 
 
 def model_for(scenario: Scenario) -> ModelSpec:
@@ -197,3 +201,21 @@ def cluster_for(scenario: Scenario, rng: np.random.Generator) -> Cluster | None:
     if scenario.cluster is None:
         return None
     return Cluster(scenario.cluster, rng.spawn(1)[0], model_for(scenario).kv_bytes_per_token)
+
+
+def simulation_for(
+    engine: ReplicaConfig,
+    cluster: Cluster | None = None,
+    *,
+    fast: bool = True,
+    workers: int | None = None,
+    compiled: bool | None = None,
+    progress: bool = False,
+) -> Simulation:
+    """The executor of one run: the fast one (``sim.fast.open_loop.FastSimulation``,
+    with ``workers`` and ``compiled``), or the reference (``Simulation``) when
+    ``fast`` is False or the engine runs step by step (``engine.skip_ahead: false``).
+    Both give the same result to the bit; the choice is made here, once."""
+    if fast and engine.skip_ahead:
+        return FastSimulation(engine, cluster, workers, compiled, progress)
+    return Simulation(engine, cluster, progress)

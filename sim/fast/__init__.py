@@ -1,9 +1,12 @@
 """Speed paths: accelerators that run a stretch of work exactly as the reference would.
 
-The reference modules (``sim.engine``, ``sim.serving``) never import these but
-at two doors: ``sim.serving.simulation`` offers an open loop's whole run to
-``open_loop.run`` (the compiled loop, worker processes, feeds), and
-``sim.serving.replica`` runs plain decode steps in runs (``decode_runs``).
-An accelerator either takes the work on, giving byte-identical results (tests
-compare both paths bit for bit), or declines (``None``) and the reference runs.
+The reference modules (``sim.engine``, ``sim.serving``, ``sim.cost``,
+``sim.hardware``) never import these. ``open_loop.FastSimulation`` is the fast
+executor: the reference ``Simulation`` with each replica's engine core asked of
+``cohort.faster_core`` (the decode cohort) and an open loop's whole run offered
+to ``open_loop.run`` (the compiled loop, worker processes, feeds). The face that
+builds a run (``sim.api.build.simulation_for``) chooses it or the reference,
+once. An accelerator either takes the work on, giving byte-identical results
+(tests compare both paths bit for bit), or declines (``None``) and the reference
+runs. Prices reach the compiled loop through ``sim.cost.tabulate`` only.
 """

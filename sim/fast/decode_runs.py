@@ -11,6 +11,15 @@ step and what shape they have; the executor prices them in one go and
 The result is the reference's to the bit: ``plan_run`` declines (``None``: one
 step, ``EngineCore.update``) whenever it cannot be sure, which costs speed only.
 
+``RunningReplica`` is the executor that does so: the reference ``Replica``
+(``sim.serving.replica``) with its one step replaced by a run where
+``plan_run`` allows one. If a request arrives meanwhile and could change the
+batch, the process is interrupted, finishes the step in progress, commits the
+steps done and plans again; when the next arrival is known in advance
+(``horizon``: an open loop), a run ends at the step it arrives in instead. So
+events grow with requests, not tokens; with async scheduling a run stops one
+step after the step during which a request arrives.
+
 It knows the shipped policies by their exact classes (a new subclass may admit
 by other rules, so it runs step by step until it is added here): vLLM's
 continuous batching and the ones that reorder its queue (``priority``,
@@ -21,9 +30,14 @@ prefill-first, and static / dynamic batching, whose batches run to completion
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
-from sim.cost.base import StepShape
+import simpy
+
+from sim.cost.base import CostModel, StepShape, run_ends_for
 from sim.engine.kv_cache import BlockPool
 from sim.engine.policies.dynamic import Dynamic
 from sim.engine.policies.least_attained_service import LeastAttainedService
@@ -34,6 +48,7 @@ from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst
 from sim.engine.policies.static import Static
 from sim.engine.request import Request
 from sim.engine.scheduler import Continuous, EngineCore, SchedulerOutput
+from sim.serving.replica import Replica
 
 # A run is capped so that one SimPy timeout never covers more than this many
 # steps' worth of numpy arrays (memory, not correctness).
@@ -259,3 +274,76 @@ def commit_run(
     core.num_steps = last + 1
     core.last_end_s = end_last
     core.remove_finished()
+
+
+class RunningReplica(Replica):
+    """The reference ``Replica``, with plain decode steps run as one timeout
+    (module docstring): the same steps, times and updates, to the bit."""
+
+    def __init__(self, env: simpy.Environment, core: EngineCore, cost: CostModel) -> None:
+        self._run_ends = run_ends_for(cost)  # a run's step end times (sim.cost.base)
+        self._interruptible = False  # an arrival during the run under way may change it
+        # Steps a run goes on past the step during which a request arrives.
+        self._lag = 2 if core.async_scheduling else 1
+        super().__init__(env, core, cost)
+
+    def submit(self, request: Request) -> None:
+        """Hand over a tokenized request; wake the replica if it is idle, or cut
+        short a run the request could change."""
+        busy = not self.is_idle
+        super().submit(request)
+        if busy and self._interruptible and request.rejection_reason is None:
+            self._interruptible = False
+            self.process.interrupt()
+
+    def run_step(
+        self, output: SchedulerOutput, now: float
+    ) -> Generator[simpy.Event, Any, tuple[float, float | None]]:
+        core, cost, env = self.core, self.cost, self.env
+        # Deferred work (a hidden arrival, a held slot) may change the next plan,
+        # so a run would promise too much: one step.
+        deferred = self.async_scheduling and core.num_deferred_at_plan > 0
+        run = None if deferred else plan_run(core, output)
+        if run is None:
+            return (yield from super().run_step(output, now))
+        # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
+        # as step-by-step execution, so both modes agree exactly.
+        first_s = cost.step_s(core.step_shape(output)) + output.extra_s  # e.g. a swap copy
+        next_s = float("inf")
+        if run.interruptible and self.horizon is not None:
+            # Stop at the end of the step running when the next request arrives
+            # (the step after it with async scheduling: that one was planned),
+            # instead of being interrupted.
+            next_s = self.horizon()
+        else:
+            self._interruptible = run.interruptible
+        shape, lag = run.shape, self._lag  # shape: of the decode steps after the first
+        ends = self._run_ends(
+            now + first_s,
+            shape.num_decode_seqs,
+            shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens,
+            shape.min_decode_context_tokens,
+            run.num_steps - 1,
+            next_s,
+            lag,
+        )
+        try:
+            yield env.timeout(ends[-1] - now)
+        except simpy.Interrupt:
+            # Steps whose end has passed are done; the one running finishes (and,
+            # with async scheduling, the one already planned after it). A step
+            # ending exactly now counts as running, as in step-by-step mode, where
+            # the newcomer would join the step starting now.
+            num_done = bisect_left(ends, env.now)
+            ends = ends[: min(num_done + lag, len(ends))]
+            if ends[-1] > env.now:
+                yield env.timeout(ends[-1] - env.now)
+        self._interruptible = False
+        if len(ends) == 1:
+            core.update(output, ends[0])
+        else:
+            commit_run(core, output, now, ends)
+        if not self.async_scheduling:
+            return ends[-1], None
+        return ends[-1], (ends[-2] if len(ends) > 1 else now)

@@ -1,7 +1,11 @@
-"""The door to the speed paths: an open loop simulated faster, to the bit, or declined.
+"""The fast executor: a run simulated faster, to the bit, or declined.
 
-``Simulation.run`` hands every open-loop run of one replica or one pool to
-``run`` before simulating it itself. ``run`` answers the run's ``RawResult``,
+``FastSimulation`` is the reference executor (``sim.serving.simulation.Simulation``)
+with the speed paths in front: its replicas run plain decode steps in runs
+(``sim.fast.decode_runs.RunningReplica``), and every open-loop run of one
+replica or one pool is handed to ``run`` before the reference simulates it.
+The face that builds a run (``sim.api.build.simulation_for``) chooses it or the
+reference, once. ``run`` answers the run's ``RawResult``,
 the same to the bit as the reference (``Simulation._open_loop``: one SimPy
 event per submission) would give, or None, the cores untouched, when none of
 its paths plays that run. It tries, in order:
@@ -23,16 +27,20 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from sim.cost.tabulate import PlayedCost
 from sim.errors import ConfigError
+from sim.fast.decode_runs import RunningReplica
 from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
 from sim.fast.forks import forking_supported
 from sim.fast.workers import default_num_workers, run_in_workers
+from sim.serving.cluster import Cluster
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.submission import OpenLoop, concurrency_limit
+from sim.serving.simulation import Simulation
+from sim.serving.submission import ClosedLoop, OpenLoop, concurrency_limit
 
 # Below this many requests one run does not pay for the compiled loop's start-up
 # (numba's import and a cached compilation's load, ~0.4 s once a process); a
@@ -40,6 +48,54 @@ from sim.serving.submission import OpenLoop, concurrency_limit
 # SERVESIM_COMPILED=never|always|python overrides (tests, benchmarks).
 MIN_REQUESTS = 20_000
 MODES = ("auto", "always", "never", "python")
+
+
+class FastSimulation(Simulation):
+    """The reference executor with the speed paths in front (the module's docstring);
+    its result is the reference's to the bit, whatever ``workers`` and ``compiled``.
+
+    ``workers``: processes to simulate a round-robin pool's replicas in.
+    None: as many as pay, up to one per usable CPU; 1: this process only
+    (and on other systems than Linux, whatever is asked). When workers ran,
+    this process's cores hold only its own share of the run.
+
+    ``compiled``: whether a run the compiled loop can play takes it: None by
+    its size, True at any size, False never.
+    """
+
+    def __init__(
+        self,
+        replica_config: ReplicaConfig,
+        cluster: Cluster | None = None,
+        workers: int | None = None,
+        compiled: bool | None = None,
+        progress: bool = False,
+    ) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers: expected a positive count, got {workers}")
+        self.workers = workers
+        self.compiled = compiled
+        super().__init__(replica_config, cluster, progress, RunningReplica)
+
+    def simulate(
+        self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None
+    ) -> RawResult:
+        """An open loop's run by the speed paths (``run``), or the reference's."""
+        if limit is None and not isinstance(work, ClosedLoop):
+            replicas = self.replica if self.layout is None else self.layout
+            raw = run(
+                work,
+                self.replica_config,
+                replicas,
+                self.drive,
+                self.result,
+                bar,
+                self.compiled,
+                self.workers,
+            )
+            if raw is not None:
+                return raw
+        return super().simulate(work, bar, limit)
 
 
 def run(
@@ -77,7 +133,7 @@ def run(
 
         cost = replica_config.cost
         if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-            assert isinstance(cost, path.PlayedCost)
+            assert isinstance(cost, PlayedCost)
             if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
                 raw = result()  # the cores hold the run's logs
                 raw.accelerator = "compiled loop"

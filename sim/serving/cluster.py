@@ -34,7 +34,7 @@ from sim.engine.step_runs import StepTable
 from sim.engine.tokens import token_times_s
 from sim.errors import ConfigError
 from sim.serving.disagg import Disaggregated, DisaggregationConfig
-from sim.serving.pool import CoreFactory, Pool
+from sim.serving.pool import Pool, ReplicaFactory
 from sim.serving.router import RouterKind, make_router
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def build_layout(
     replica_config: ReplicaConfig,
     cluster: Cluster,
     on_done: Callable[[Request], None],
-    new_core: CoreFactory,
+    new_replica: ReplicaFactory,
 ) -> Pool | Disaggregated:
     """The replicas of ``cluster``: one routed pool, or prefill and decode pools."""
     config = cluster.config
@@ -125,10 +125,12 @@ def build_layout(
     if split is None:
         router = make_router(config.router, cluster.rng)
         numbers = range(config.num_replicas)
-        return Pool(env, replica_config, new_core, numbers, router, on_done, slots, config.lockstep)
+        return Pool(
+            env, replica_config, new_replica, numbers, router, on_done, slots, config.lockstep
+        )
     routers = (make_router(config.router, cluster.rng), make_router(config.router, cluster.rng))
     return Disaggregated(
-        env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, new_core, slots
+        env, replica_config, split, cluster.kv_bytes_per_token, routers, on_done, new_replica, slots
     )
 
 

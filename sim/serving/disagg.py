@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.columns import Columns
 from sim.engine.request import Request
-from sim.serving.pool import CoreFactory, Pool
+from sim.serving.pool import Pool, ReplicaFactory
 from sim.serving.router import Router
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class Disaggregated:
         kv_bytes_per_token: float,
         routers: tuple[Router, Router],
         on_done: Callable[[Request], None],
-        new_core: CoreFactory,
+        new_replica: ReplicaFactory,
         central_slots: int | None = None,
     ) -> None:
         self.env = env
@@ -80,7 +80,7 @@ class Disaggregated:
         num_prefill = config.num_prefill_replicas
         num_replicas = num_prefill + config.num_decode_replicas
         prefill_numbers, decode_numbers = range(num_prefill), range(num_prefill, num_replicas)
-        common = (env, replica_config, new_core)
+        common = (env, replica_config, new_replica)
         self.prefill = Pool(*common, prefill_numbers, routers[0], self._prefilled, central_slots)
         self.decode = Pool(*common, decode_numbers, routers[1], self._decoded, central_slots)
         self.cores = self.prefill.cores + self.decode.cores

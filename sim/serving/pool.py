@@ -29,14 +29,15 @@ from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, Router
 
 if TYPE_CHECKING:
-    from sim.engine.core_config import CoreConfig
+    from sim.cost.base import CostModel
     from sim.engine.scheduler import EngineCore
     from sim.serving.replica_config import ReplicaConfig
 
 
-# Builds a replica's engine core: (config, replica, on_done, skip_ahead) -> core
-# (``sim.serving.simulation.replica_core``).
-CoreFactory = Callable[["CoreConfig", int, Callable[[Request], None], bool], "EngineCore"]
+# Builds the executor that drives one replica's engine core: (env, core, cost) ->
+# replica. The reference's is ``Replica`` itself, one event per step; the fast
+# executor (``sim.api.build.simulation_for`` chooses) gives its own subclass.
+ReplicaFactory = Callable[[simpy.Environment, "EngineCore", "CostModel"], Replica]
 
 
 class Pool:
@@ -46,7 +47,7 @@ class Pool:
         self,
         env: simpy.Environment,
         replica_config: ReplicaConfig,
-        new_core: CoreFactory,
+        new_replica: ReplicaFactory,
         numbers: range,
         router: Router,
         on_done: Callable[[Request], None],
@@ -59,16 +60,12 @@ class Pool:
         self.on_done = on_done
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
-        skip_ahead = replica_config.skip_ahead and not lockstep  # lockstep: no Replica
-        self.cores = [new_core(replica_config.core, i, self._done, skip_ahead) for i in numbers]
+        self.cores = [replica_config.core.new_core(i, self._done) for i in numbers]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
             self.replicas = LockstepGroup(env, self.cores, replica_config.cost).members
         else:
-            self.replicas = [
-                Replica(env, core, replica_config.cost, replica_config.skip_ahead)
-                for core in self.cores
-            ]
+            self.replicas = [new_replica(env, core, replica_config.cost) for core in self.cores]
         self.front_replicas = self.replicas  # the replicas arrivals reach
         self.loads = [ReplicaLoad() for _ in numbers]
 

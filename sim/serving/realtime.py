@@ -79,7 +79,6 @@ from dataclasses import dataclass, replace
 from sim.engine.request import Request
 from sim.engine.scheduler import SchedulerOutput
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.simulation import replica_core
 from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
 
 # The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
@@ -141,7 +140,7 @@ class SimulatedEngine:
         self.cost = config.cost
         self.max_model_len_tokens = config.core.max_model_len_tokens
         # The simulator's own factory, in its reference (step-by-step) mode.
-        self.core = replica_core(config.core, skip_ahead=False)
+        self.core = config.core.new_core()
         self.async_scheduling = self.core.async_scheduling
         # Prefix caching: prompts are keyed by their blocks' token ids, so that
         # clients whose prompts share a prefix hit the simulated cache.

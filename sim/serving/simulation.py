@@ -12,9 +12,12 @@ to a single replica.
 
 An open loop capped at ``max_concurrency`` requests in flight (when the cap
 can bind) runs as a closed loop does, each send waiting for a slot
-(``_limited_open_loop``). Otherwise an open loop is first offered to the speed
-paths (``sim.fast.open_loop.run``, the one door to them), which simulate it as
-this module would, to the bit, or decline; then this module simulates it itself.
+(``_limited_open_loop``).
+
+This is the reference executor: one SimPy event per submission, every core an
+``EngineCore``. The speed paths build on it from above and give the same result
+to the bit; the face that builds a run (``sim.api.build.simulation_for``)
+chooses between the two, once. Nothing here knows of them.
 """
 
 from __future__ import annotations
@@ -25,14 +28,13 @@ from typing import Any
 import numpy as np
 import simpy
 
-from sim.engine.core_config import CoreConfig
+from sim.cost.base import CostModel
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore
-from sim.fast import open_loop as speed_paths
 from sim.serving.cluster import Cluster, build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.lockstep import LockstepMember
-from sim.serving.pool import Pool
+from sim.serving.pool import Pool, ReplicaFactory
 from sim.serving.progress import Progress
 from sim.serving.raw_result import CoreOutput, RawResult, raw_result
 from sim.serving.replica import Replica
@@ -46,18 +48,6 @@ from sim.serving.submission import (
 )
 
 
-def replica_core(
-    config: CoreConfig,
-    replica: int = 0,
-    on_done: Callable[[Request], None] | None = None,
-    skip_ahead: bool = True,
-) -> EngineCore:
-    """The engine core a replica drives (the reference's, whether or not its replica
-    skips ahead). The layouts (``sim.serving.cluster``) build their cores with it too."""
-    policy, kv = config.make_policy(), config.new_block_pool()
-    return EngineCore(policy, kv, config.max_model_len_tokens, replica, on_done)
-
-
 class Simulation:
     """One workload fed to one replica, or to a cluster; ``run`` returns a ``RawResult``."""
 
@@ -65,37 +55,19 @@ class Simulation:
         self,
         replica_config: ReplicaConfig,
         cluster: Cluster | None = None,
-        fast: bool = True,
-        workers: int | None = None,
-        compiled: bool | None = None,
         progress: bool = False,
+        new_replica: ReplicaFactory = Replica,
     ) -> None:
-        """``fast=False`` never offers a run to the open-loop speed paths
-        (``sim.fast.open_loop``): every open-loop request is handed over at an
-        event of its own. The replica still runs decode steps in runs
-        (``sim.fast.decode_runs``) while ``engine.skip_ahead`` is on; the reference
-        the speed paths are tested against is ``fast=False`` with
-        ``engine.skip_ahead: false`` (docs/architecture.md, the path of one
-        request). ``workers`` and ``compiled`` are the speed paths' settings
-        (``sim.fast.open_loop.run``; the result is the same whatever they are):
-
-        ``workers``: processes to simulate a round-robin pool's replicas in.
-        None: as many as pay, up to one per usable CPU; 1: this process only
-        (and on other systems than Linux, whatever is asked). When workers ran,
-        this process's cores hold only its own share of the run.
-
-        ``compiled``: whether a run the compiled loop can play takes it: None by
-        its size, True at any size, False never.
+        """Every open-loop request is handed over at an event of its own; with
+        ``engine.skip_ahead: false`` every step is one too (docs/architecture.md,
+        the path of one request).
 
         ``progress``: a bar over building a cluster's replicas, once that takes a
         while (thousands of prefix caches: minutes; ``sim.workload.size``).
+        ``new_replica`` builds the executor of each replica's engine core (by
+        default the reference ``Replica``, a step per event).
         """
-        if workers is not None and workers < 1:
-            raise ValueError(f"workers: expected a positive count, got {workers}")
         self.replica_config = replica_config
-        self.fast = fast
-        self.workers = workers
-        self.compiled = compiled
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
         # A capped open loop: free slots, and the sender's wait for one (or None).
@@ -107,11 +79,9 @@ class Simulation:
         self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
-            self.core = replica_core(
-                replica_config.core, on_done=self._on_done, skip_ahead=replica_config.skip_ahead
-            )
-            self.replica: Replica | LockstepMember = Replica(
-                self.env, self.core, replica_config.cost, replica_config.skip_ahead
+            self.core = replica_config.core.new_core(0, self._on_done)
+            self.replica: Replica | LockstepMember = new_replica(
+                self.env, self.core, replica_config.cost
             )
             self.cores = [self.core]
             self._submit: Callable[[Request], None] = self.replica.submit
@@ -119,17 +89,17 @@ class Simulation:
             built = [0]
             bar = Progress(cluster.config.total_replicas, progress, lambda: built[0], "replica")
 
-            def counted_core(
-                config: CoreConfig, replica: int, on_done: Callable[[Request], None], skip: bool
-            ) -> EngineCore:
-                core = replica_core(config, replica, on_done, skip)
+            def counted_replica(
+                env: simpy.Environment, core: EngineCore, cost: CostModel
+            ) -> Replica:
+                replica = new_replica(env, core, cost)
                 built[0] += 1
                 bar.tick()
-                return core
+                return replica
 
             try:
                 self.layout = build_layout(
-                    self.env, replica_config, cluster, self._on_done, counted_core
+                    self.env, replica_config, cluster, self._on_done, counted_replica
                 )
             finally:
                 bar.close()
@@ -253,34 +223,19 @@ class Simulation:
         """Simulate until every request has finished or been rejected."""
         total = work.num_requests if isinstance(work, ClosedLoop) else len(work.arrival_s)
         bar = Progress(total, progress, lambda: self.num_done)
-        raw: RawResult | None = None
         try:
-            if self.fast and not isinstance(work, ClosedLoop):
-                replicas = self.replica if self.layout is None else self.layout
-                raw = speed_paths.run(
-                    work,
-                    self.replica_config,
-                    replicas,
-                    self._drive,
-                    self._result,
-                    bar,
-                    self.compiled,
-                    self.workers,
-                )
-            if raw is None:
-                self._simulate(work, bar)
+            result = self.simulate(work, bar)
         finally:
             bar.close()
-        result = self._result() if raw is None else raw
         result.num_sent = total
         return result
 
-    def _simulate(
+    def simulate(
         self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None
-    ) -> None:
+    ) -> RawResult:
         """Run ``work`` to its end in this process, one SimPy event per submission
         (``limit``: an open loop's cap on requests in flight, by default its own
-        when it can bind)."""
+        when it can bind), and return its result (``bar`` ticks meanwhile)."""
         if isinstance(work, ClosedLoop):
             ids = [0]
             for _ in range(work.num_users):
@@ -298,7 +253,8 @@ class Simulation:
             else:
                 self.layout.set_horizon(self._horizon, self._lookahead)
             self.env.process(self._open_loop(work))
-        self._drive(bar.tick)
+        self.drive(bar.tick)
+        return self.result()
 
     def _horizon(self) -> float:
         return self._next_ready_s
@@ -308,7 +264,7 @@ class Simulation:
         ready_s = self._ready_s
         return ready_s[min(self._next_index + num_after, len(ready_s) - 1)]
 
-    def _drive(self, tick: Callable[[], None]) -> None:
+    def drive(self, tick: Callable[[], None]) -> None:
         """Run the environment to its end, calling ``tick`` every 4,096 events."""
         step = self.env.step
         try:
@@ -319,7 +275,7 @@ class Simulation:
         except simpy.core.EmptySchedule:
             pass
 
-    def _result(self) -> RawResult:
+    def result(self) -> RawResult:
         """The run's result, from every core's outputs (the run is over)."""
         if self.layout is not None:
             self.layout.flush()

@@ -9,7 +9,7 @@ must be the same to the last bit. Settings reach both ways out of the loop
 (a KV pool too small: preemption; a token budget that starves a decoder: a
 broken run of tokens), so some examples fall back to the Python path, which
 must then give its own result unchanged. The same under kernel tables
-(aiconfigurator's route, ``sim.fast.compiled.kernels``): dense and MoE, with and
+(aiconfigurator's route, ``sim.cost.tabulate``): dense and MoE, with and
 without the memory-bound ops, under tensor and pipeline parallelism, bare and
 inside the engine's CPU work.
 """

@@ -4,7 +4,7 @@ One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
 ``Continuous`` do for one replica taking an open loop's requests from a feed
 (alone, or its turns behind a round-robin router), under a roofline cost or
 kernel tables (``sim.cost.kernels.cost.KernelCost``, its grids and per-token
-tables exported by ``sim.fast.compiled.kernels``; with the engine's CPU work of
+tables, all priced by ``sim.cost.tabulate.tabulate``; with the engine's CPU work of
 ``sim.cost.engine_cpu`` or without), with
 a KV pool whose requests share no prefix (so only counts matter): the same plans at the same
 times, the same step ends summed in the same order, the same records, step
@@ -41,6 +41,54 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
+    ALLREDUCE,
+    AXIS0,
+    AXIS1,
+    CPU_ASYNC_SCHEDULING,
+    CPU_NON_OVERLAPPED_S,
+    CPU_PER_SEQ_S,
+    CPU_PER_STEP_S,
+    CPU_PER_TOKEN_S,
+    DECODE_GRID,
+    DECODE_HISTORY,
+    DENSE,
+    EMBED_NORM,
+    HAS_MEMORY,
+    HAS_MIXED,
+    HAS_MIXED_FACTOR,
+    HAS_PIPELINE,
+    HAS_SKEW,
+    KERNELS,
+    KIND,
+    LEN0,
+    LEN1,
+    LM_HEAD,
+    LM_SAMPLER,
+    MIXED_GRID,
+    MIXED_STRIDES,
+    MIXED_VALUES,
+    NUM_LAYERS,
+    NUM_LM_OPS,
+    NUM_SKEW_CHUNKS,
+    PIPELINE,
+    PREFILL_GRID,
+    PROFILE_ATTENTION,
+    PROFILE_STEP,
+    S_PER_DENSE_TOKEN,
+    S_PER_KV_TOKEN,
+    S_PER_PAIR,
+    SAMPLER,
+    SKEW_ALPHAS,
+    SKEW_CHUNKS,
+    SKEW_EDGES,
+    SKEW_STRIDES,
+    STRIDE0,
+    STRIDE1,
+    VALUES,
+    WEIGHT_S,
+)
+
 DONE = 0  # every request finished
 FLUSH = 1  # an output buffer is nearly full: empty them and call again
 UNSUPPORTED = 2  # something only the Python path plays (see the module)
@@ -49,46 +97,19 @@ UNSUPPORTED = 2  # something only the Python path plays (see the module)
 MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
 NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC_SCHEDULING = 5, 6, 7, 8
 NUM_SETTINGS = 9
-# Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
-# the engine's CPU work (sim.cost.engine_cpu; all 0 and CPU_ASYNC_SCHEDULING 1 for a bare
-# roofline, whose prices that leaves unchanged to the bit: 0 + max(gpu, 0) = gpu).
-S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
-CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
-CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
-NUM_COSTS = 9
-# The GPU's price: the roofline's constants, or kernel tables (``layout[KIND]``).
-ROOFLINE, KERNELS = 0, 1
-# Kernel tables (``layout`` array, int64, by index; ``tables``, float64, the values
-# at the offsets ``layout`` gives). Per-token tables, indexed by a step's tokens T
-# (0 to layout[NUM_T] - 1): KernelCost.dense_layer_s(T); the memory-bound per-step
-# ops of T tokens, (0.0 + embedding) + final norm; the embedding's all-reduce; the
-# pipeline stages' transfers. Per-sequence tables, indexed by a step's sequences S:
-# the sampler's memory-bound op; the LM head's GEMM. Then two 2-D grids (prefill
-# attention by batch and length, decode attention by batch and KV length), each
-# GRID_SIZE ints: offsets and lengths of both axes, offset of the values, strides.
-KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
-DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
-AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
-GRID_SIZE = 7
-PREFILL_GRID = 12
-DECODE_GRID = PREFILL_GRID + GRID_SIZE
-# A per-layer profile (LLMServingSim's route): a per-token table of its once-per-step
-# ops (0.0 without one); the LM head and sampler as per-sequence tables
-# (NUM_LM_OPS 2; 0: the LM head's GEMM alone, at LM_HEAD); the tokens of a decode's
-# context outside its KV axis; attention as equal prefill chunks each looked up
-# (PROFILE_ATTENTION); the 4-D mixed-attention grid (HAS_MIXED; MIXED_GRID: four
-# (offset, length) axes, the values' offset, four strides); the skew fit (HAS_SKEW:
-# its prefill chunks, the four bucket axes as (offset, length), then its alphas
-# on that lattice, 0 where it has none, and their five strides). FA2 tables without
-# a mixed lattice: the decodes' factor in the varlen kernel (HAS_MIXED_FACTOR,
-# sim.cost.kernels.mixed_factor), a 4-D grid in MIXED_GRID's place.
-PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
-HAS_MIXED, MIXED_GRID = 31, 32
-MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
-HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
-SKEW_ALPHAS, SKEW_STRIDES = 56, 57
-HAS_MIXED_FACTOR = 62
-LAYOUT_SIZE = 63
+# Per-request times (``times``, float64, a row each, a column per request in
+# submission order and one more: inf in CLOCK_S and READY_S, "nothing more to come").
+CLOCK_S, READY_S, FIRST_SCHEDULED_S, FIRST_TOKEN_S, FINISH_S = 0, 1, 2, 3, 4
+NUM_TIMES = 5
+# Per-request counts (``counts``, int64, a row each): tokens of the prompt, of the
+# output, computed and generated; KV blocks held; prefix lookups; the latest step.
+PROMPT, OUTPUT, COMP, GEN, BLOCKS, LOOKUPS, LAST_STEP = 0, 1, 2, 3, 4, 5, 6
+NUM_COUNTS = 7
+# The batch's lists (``slots``, int64, a row each): running requests, a plan's
+# scheduled ones and their new tokens, and (async scheduling) finished requests
+# whose blocks are freed once the plan under way is made.
+RUNNING, SCHED_R, SCHED_NEW, HELD = 0, 1, 2, 3
+NUM_SLOTS = 4
 # Scalar state (``state`` array, int64), by index.
 NUM_TAKEN, WAIT_HEAD, NUM_RUNNING, NUM_STEPS, NUM_FREE, STARTED, NUM_DONE = 0, 1, 2, 3, 4, 5, 6
 NUM_ENDS, NUM_SEGMENTS, NUM_PLANS, NUM_HELD, VISIBLE = 7, 8, 9, 10, 11
@@ -101,6 +122,7 @@ NUM_CLOCKS = 2
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+CountArray = npt.NDArray[np.int32]
 
 
 def step_s(
@@ -730,42 +752,38 @@ _EMPTY, _SEQS, _BUDGET, _KV = 0, 1, 2, 3
 
 def run(
     settings: IntArray,
-    cost: FloatArray,
-    tables: FloatArray,
-    layout: IntArray,
-    clock_s: FloatArray,
-    ready_s: FloatArray,
-    prompt: IntArray,
-    output: IntArray,
-    comp: IntArray,
-    gen: IntArray,
-    blocks: IntArray,
-    lookups: IntArray,
-    last_step: IntArray,
-    first_scheduled_s: FloatArray,
-    first_token_s: FloatArray,
-    finish_s: FloatArray,
-    running: IntArray,
-    sched_r: IntArray,
-    sched_new: IntArray,
-    held: IntArray,
+    prices: tuple[FloatArray, FloatArray, IntArray],
+    times: FloatArray,
+    counts: IntArray,
+    slots: IntArray,
     state: IntArray,
     clock: FloatArray,
-    ends: FloatArray,
-    segment_start_s: FloatArray,
-    segment_counts: npt.NDArray[np.int32],
-    series_time_s: FloatArray,
-    series_counts: npt.NDArray[np.int32],
-    done_order: IntArray,
+    logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray],
 ) -> int:
     """Plan and commit until every request is done (``DONE``), an output buffer is
     nearly full (``FLUSH``) or the Python path is needed (``UNSUPPORTED``).
 
-    Requests are indexed in submission order (``clock_s``, ``ready_s``: the feed's
-    times, inf last). Once a request has a first token, ``last_step`` is the step
-    of its latest. Logs go to the buffers from the
-    counts in ``state``; ``done_order`` lists requests as they finish.
+    ``prices``: ``sim.cost.tabulate.tabulate``'s arrays. Requests are indexed in
+    submission order, a column each of ``times`` and ``counts`` (their rows
+    above; ``CLOCK_S``, ``READY_S``: the feed's times, inf last). Once a request
+    has a first token, ``LAST_STEP`` is the step of its latest. ``slots``' rows
+    are the batch's lists. Logs go to the buffers of ``logs`` (step ends, segment
+    starts and counts, queue sample times and counts, the requests in the order
+    they finish) from the counts in ``state``.
     """
+    cost, tables, layout = prices
+    clock_s, ready_s = times[CLOCK_S], times[READY_S]
+    first_scheduled_s, first_token_s = times[FIRST_SCHEDULED_S], times[FIRST_TOKEN_S]
+    finish_s = times[FINISH_S]
+    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
+    blocks, lookups, last_step = counts[BLOCKS], counts[LOOKUPS], counts[LAST_STEP]
+    running, sched_r, sched_new, held = (
+        slots[RUNNING],
+        slots[SCHED_R],
+        slots[SCHED_NEW],
+        slots[HELD],
+    )
+    ends, segment_start_s, segment_counts, series_time_s, series_counts, done_order = logs
     max_num_seqs = settings[MAX_NUM_SEQS]
     max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
     cap, chunked, bs = settings[TOKEN_CAP], settings[CHUNKED], settings[BLOCK_SIZE]

@@ -2,7 +2,7 @@
 
 A single replica (or a fresh round-robin pool) serving an open loop, with
 plain continuous batching, a roofline cost or kernel tables
-(``sim.fast.compiled.kernels``; either with or without the engine's CPU
+(priced through ``sim.cost.tabulate``; either with or without the engine's CPU
 work, ``sim.cost.engine_cpu``), skip-ahead and no shared
 prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
 plays such a run in ``sim.fast.compiled.loop.run`` (numba, if installed)
@@ -30,20 +30,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.cost.engine_cpu import EngineCpuCost
-from sim.cost.kernels.cost import KernelCost
-from sim.cost.roofline import RooflineCost
+from sim.cost import tabulate
+from sim.cost.tabulate import PlayedCost, PriceArrays
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
 from sim.engine.scheduler import RECORD_COUNTS, RECORD_TIMES, Continuous, EngineCore
 from sim.engine.step_runs import SEGMENT_COUNTS
-from sim.fast.compiled import kernels, loop
+from sim.fast.compiled import loop
 from sim.fast.decode_runs import MAX_RUN_STEPS
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
 from sim.serving.submission import OpenLoop, concurrency_limit
-
-# The cost models the loop plays (why_not says which of them).
-PlayedCost = RooflineCost | KernelCost | EngineCpuCost
 
 
 @functools.cache
@@ -71,8 +67,8 @@ def why_not(
     policy = core.policy
     if type(policy) is not Continuous or policy.swap is not None:
         return "not plain continuous batching"
-    kernel = kernels.kernel_cost_of(cost)
-    if roofline_of(cost) is None and kernel is None:
+    kernel = tabulate.kernel_cost_of(cost)
+    if tabulate.roofline_of(cost) is None and kernel is None:
         return "not a roofline or kernel-table cost"
     if not skip_ahead or any(core.recorder is not None for core in cores):
         return "step by step, or recorded"
@@ -87,57 +83,16 @@ def why_not(
     if core.kv.blocks_for(longest - 1) > core.kv.num_blocks:
         return "some requests rejected"
     if kernel is not None:
-        max_tokens = kernels.max_step_tokens(
+        max_tokens = tabulate.max_step_tokens(
             policy.max_num_batched_tokens, policy.max_num_seqs, longest
         )
-        return kernels.why_not(kernel, policy.max_num_seqs, max_tokens)
+        return tabulate.why_not(kernel, policy.max_num_seqs, max_tokens)
     return None
 
 
 def longest_tokens(work: OpenLoop) -> int:
     """The longest request's tokens, prompt and output."""
     return int((work.num_prompt_tokens + work.num_output_tokens).max())
-
-
-def roofline_of(cost: object) -> RooflineCost | None:
-    """The roofline that prices ``cost``'s GPU work when the loop can play ``cost``:
-    a roofline (a relabelled one too, if it prices steps as the roofline), bare or
-    inside exactly an ``EngineCpuCost``; else None."""
-    gpu = cost.gpu if type(cost) is EngineCpuCost else cost
-    if (
-        isinstance(gpu, RooflineCost)
-        and type(gpu).step_s is RooflineCost.step_s
-        and type(gpu).decode_durations_s is RooflineCost.decode_durations_s
-    ):
-        return gpu
-    return None
-
-
-def cost_arrays(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> CostArrays:
-    """The loop's ``cost``, ``tables`` and ``layout`` arrays for ``cost`` (``loop``'s
-    indices), for steps of up to ``max_num_seqs`` sequences and ``max_tokens`` tokens."""
-    constants = np.zeros(loop.NUM_COSTS)
-    roofline = roofline_of(cost)
-    if roofline is not None:
-        constants[loop.S_PER_DENSE_TOKEN] = roofline._s_per_dense_token
-        constants[loop.S_PER_PAIR] = roofline._s_per_attention_pair
-        constants[loop.WEIGHT_S] = roofline._weight_s
-        constants[loop.S_PER_KV_TOKEN] = roofline._s_per_kv_token
-        tables, layout = np.zeros(0), np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
-        layout[loop.KIND] = loop.ROOFLINE
-    else:
-        kernel = kernels.kernel_cost_of(cost)
-        assert kernel is not None  # why_not said so
-        tables, layout = kernels.arrays(kernel, max_num_seqs, max_tokens)
-    constants[loop.CPU_ASYNC_SCHEDULING] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
-    if isinstance(cost, EngineCpuCost):
-        cpu = cost.cpu.config
-        constants[loop.CPU_PER_STEP_S] = cpu.per_step_s
-        constants[loop.CPU_PER_SEQ_S] = cpu.per_seq_s
-        constants[loop.CPU_PER_TOKEN_S] = cpu.per_token_s
-        constants[loop.CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
-        constants[loop.CPU_ASYNC_SCHEDULING] = float(cost.async_scheduling)
-    return constants, tables, layout
 
 
 def run_compiled(
@@ -154,10 +109,10 @@ def run_compiled(
     shares = Submissions.dealt(work, frontend, len(cores))
     policy = cores[0].policy  # (a pool's cores are alike)
     assert isinstance(policy, Continuous)
-    max_tokens = kernels.max_step_tokens(
+    max_tokens = tabulate.max_step_tokens(
         policy.max_num_batched_tokens, policy.max_num_seqs, longest_tokens(work)
     )
-    priced = cost_arrays(cost, policy.max_num_seqs, max_tokens)
+    priced = tabulate.tabulate(cost, policy.max_num_seqs, max_tokens)
     for core, mine in zip(cores, shares, strict=True):
         if not _run_one(core, priced, work, mine, run, tick):
             for other in cores:  # (the ones before: run, and now dropped)
@@ -170,7 +125,7 @@ def run_compiled(
 
 def _run_one(
     core: EngineCore,
-    priced: CostArrays,
+    priced: PriceArrays,
     work: OpenLoop,
     mine: Submissions,
     run: Callable[..., int],
@@ -201,8 +156,6 @@ def _run_one(
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 CountArray = npt.NDArray[np.int32]
-# The loop's cost, tables and layout arrays (read only: a pool's cores share them).
-CostArrays = tuple[FloatArray, FloatArray, IntArray]
 
 # Step ends a call may log before it returns to have its buffers emptied (8 MB;
 # a million base requests log ~14 million steps, so the progress bar moves).
@@ -217,50 +170,37 @@ class LoopArrays:
     """Everything the loop reads and writes (see ``sim.fast.compiled.loop.run``)."""
 
     settings: IntArray
-    cost: FloatArray
-    tables: FloatArray
-    layout: IntArray
-    clock_s: FloatArray
-    ready_s: FloatArray
-    prompt: IntArray
-    output: IntArray
-    comp: IntArray
-    gen: IntArray
-    blocks: IntArray
-    lookups: IntArray
-    last_step: IntArray
-    first_scheduled_s: FloatArray
-    first_token_s: FloatArray
-    finish_s: FloatArray
-    running: IntArray
-    sched_r: IntArray
-    sched_new: IntArray
-    held: IntArray
+    prices: PriceArrays
+    times: FloatArray
+    counts: IntArray
+    slots: IntArray
     state: IntArray
     clock: FloatArray
-    ends: FloatArray
-    segment_start_s: FloatArray
-    segment_counts: CountArray
-    series_time_s: FloatArray
-    series_counts: CountArray
-    done_order: IntArray
+    logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray]
+
+    @property
+    def clock_s(self) -> FloatArray:
+        return self.times[loop.CLOCK_S]
+
+    @property
+    def done_order(self) -> IntArray:
+        return self.logs[5]
 
     @classmethod
     def build(
         cls,
         core: EngineCore,
-        priced: CostArrays,
+        priced: PriceArrays,
         work: OpenLoop,
         mine: Submissions,
     ) -> LoopArrays:
         """The arrays of a run of the submissions ``mine`` of ``work`` on ``core`` (fresh),
-        priced by ``priced`` (``cost_arrays``)."""
+        priced by ``priced`` (``sim.cost.tabulate.tabulate``)."""
         policy = core.policy
         assert isinstance(policy, Continuous)
         kv = core.kv
         order = mine.order
         n = len(order)
-        inf = np.array([np.inf])  # "nothing more to come", as the feed's
         settings = np.zeros(loop.NUM_SETTINGS, dtype=np.int64)
         settings[loop.MAX_NUM_SEQS] = policy.max_num_seqs
         settings[loop.MAX_NUM_BATCHED_TOKENS] = policy.max_num_batched_tokens
@@ -271,36 +211,27 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC_SCHEDULING] = policy.async_scheduling
-        constants, tables, layout = priced
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
-        slots = policy.max_num_seqs + 1  # running, scheduled and held never exceed the limit
-
-        def counts() -> IntArray:
-            return np.zeros(n, dtype=np.int64)
-
-        def times() -> FloatArray:
-            return np.full(n, np.nan)
-
-        def slot_array() -> IntArray:
-            return np.zeros(slots, dtype=np.int64)
-
-        return cls(
-            settings, constants, tables, layout, np.concatenate([mine.clock_s, inf]),
-            np.concatenate([mine.ready_s, inf]),
-            np.ascontiguousarray(work.num_prompt_tokens[order], dtype=np.int64),
-            np.ascontiguousarray(work.num_output_tokens[order], dtype=np.int64),
-            counts(), counts(), counts(), counts(), counts(),
-            times(), times(), times(),
-            slot_array(), slot_array(), slot_array(), slot_array(),
-            state, np.zeros(loop.NUM_CLOCKS),
+        # One column per request, and one more: inf in the feed's times ("nothing
+        # more to come", as the feed's).
+        times = np.full((loop.NUM_TIMES, n + 1), np.nan)
+        times[loop.CLOCK_S, :n], times[loop.READY_S, :n] = mine.clock_s, mine.ready_s
+        times[loop.CLOCK_S, n] = times[loop.READY_S, n] = np.inf
+        counts = np.zeros((loop.NUM_COUNTS, n), dtype=np.int64)
+        counts[loop.PROMPT] = work.num_prompt_tokens[order]
+        counts[loop.OUTPUT] = work.num_output_tokens[order]
+        # Running, scheduled and held requests never exceed the limit.
+        slots = np.zeros((loop.NUM_SLOTS, policy.max_num_seqs + 1), dtype=np.int64)
+        logs = (
             np.empty(CHUNK_STEPS + MAX_RUN_STEPS + 1),
             np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(SEGMENT_COUNTS)), dtype=np.int32),
             np.empty(CHUNK_ROWS), np.empty((CHUNK_ROWS, len(_SERIES_COUNTS)), dtype=np.int32),
             np.empty(n, dtype=np.int64),
         )  # fmt: skip
+        return cls(settings, priced, times, counts, slots, state, np.zeros(loop.NUM_CLOCKS), logs)
 
-    def args(self) -> tuple[npt.NDArray[np.generic], ...]:
+    def args(self) -> tuple[Any, ...]:
         """The loop's arguments, in its order (the arrays themselves: it writes to them)."""
         return tuple(getattr(self, field.name) for field in fields(self))
 
@@ -315,11 +246,12 @@ class LoopArrays:
             state[loop.NUM_ENDS], state[loop.NUM_SEGMENTS], state[loop.NUM_PLANS]
         )  # fmt: skip
         steps, series = core.steps, core.series
-        _append(steps.ends, self.ends[:num_ends])
-        _append(steps.segments.group("f8", ("start_s",)), self.segment_start_s[:num_segments])
-        _append(steps.segments.group("i4", SEGMENT_COUNTS), self.segment_counts[:num_segments])
-        _append(series.group("f8", ("time_s",)), self.series_time_s[:num_plans])
-        _append(series.group("i4", _SERIES_COUNTS), self.series_counts[:num_plans])
+        ends, segment_start_s, segment_counts, series_time_s, series_counts, _ = self.logs
+        _append(steps.ends, ends[:num_ends])
+        _append(steps.segments.group("f8", ("start_s",)), segment_start_s[:num_segments])
+        _append(steps.segments.group("i4", SEGMENT_COUNTS), segment_counts[:num_segments])
+        _append(series.group("f8", ("time_s",)), series_time_s[:num_plans])
+        _append(series.group("i4", _SERIES_COUNTS), series_counts[:num_plans])
         state[loop.NUM_ENDS] = state[loop.NUM_SEGMENTS] = state[loop.NUM_PLANS] = 0
 
     def write_records(self, core: EngineCore, work: OpenLoop, order: npt.NDArray[np.intp]) -> None:
@@ -337,22 +269,24 @@ class LoopArrays:
         times: dict[str, Callable[[], npt.NDArray[Any]]] = {
             "arrival_s": lambda: arrival_s[ids],
             "ready_s": lambda: self.clock_s[done],  # a request taken from the feed is ready then
-            "first_scheduled_s": lambda: self.first_scheduled_s[done],
-            "first_token_s": lambda: self.first_token_s[done],
-            "finish_s": lambda: self.finish_s[done],
+            "first_scheduled_s": lambda: self.times[loop.FIRST_SCHEDULED_S][done],
+            "first_token_s": lambda: self.times[loop.FIRST_TOKEN_S][done],
+            "finish_s": lambda: self.times[loop.FINISH_S][done],
         }
         counts: dict[str, Callable[[], npt.NDArray[Any] | int]] = {
             "request_id": lambda: ids,
-            "num_prompt_tokens": lambda: self.prompt[done],
-            "num_output_tokens": lambda: self.output[done],
-            "num_generated_tokens": lambda: self.output[done],
+            "num_prompt_tokens": lambda: self.counts[loop.PROMPT][done],
+            "num_output_tokens": lambda: self.counts[loop.OUTPUT][done],
+            "num_generated_tokens": lambda: self.counts[loop.OUTPUT][done],
             "num_preemptions": lambda: 0,
             "num_swaps": lambda: 0,
             "priority": lambda: 0 if priority is None else np.asarray(priority)[ids],
             "num_cached_tokens": lambda: 0,
-            "num_prefix_lookups": lambda: self.lookups[done],
+            "num_prefix_lookups": lambda: self.counts[loop.LOOKUPS][done],
             # Looked up once, fresh: the prompt is the query.
-            "num_prefix_query_tokens": lambda: self.lookups[done] * self.prompt[done],
+            "num_prefix_query_tokens": lambda: (
+                self.counts[loop.LOOKUPS][done] * self.counts[loop.PROMPT][done]
+            ),
             "num_prefix_hit_tokens": lambda: 0,
         }
         records = core.records

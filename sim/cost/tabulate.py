@@ -1,4 +1,13 @@
-"""Kernel tables as the compiled loop's arrays (``sim.fast.compiled.loop``'s layout).
+"""Step prices as arrays: what a compiled loop reads instead of a cost model's insides.
+
+``tabulate(cost, max_num_seqs, max_tokens)`` is the one public way the speed
+paths (``sim.fast.compiled``) get a cost model's prices: three arrays, the
+``cost`` constants (a roofline's four, the engine CPU's five), the kernel
+``tables`` and their ``layout`` (the slot indices below), for every step of up
+to ``max_num_seqs`` sequences and ``max_tokens`` tokens. A cost model it does
+not tabulate (``roofline_of`` and ``kernel_cost_of`` say None) is priced by its
+own ``step_s`` on the Python path. It lives in ``sim.cost`` because it reads
+the models' parts; nothing outside ``sim.cost`` does.
 
 ``KernelCost.step_s`` (``sim.cost.kernels.cost``) adds terms of three kinds: some
 depend on the step's tokens T alone (the dense layer, the once-per-step ops, the
@@ -8,10 +17,10 @@ embedding's all-reduce, the pipeline's transfers), some on its sequences S alone
 skew fit. The first two kinds are tabulated here for every T and S a run can
 schedule, each value computed by ``KernelCost``'s own methods or their
 operations elementwise (so its bits); the grids go over as the lists their
-unrolled lookup reads (``Grid.point_lists``), which ``loop.grid_point`` and
-``loop.grid_point_4d`` read with ``_point_2d``'s and ``_point_4d``'s operations;
-the skew fit as its alphas on the lattice of its bucket edges (0 where it has
-none). The loop adds the terms in ``step_s``'s order.
+unrolled lookup reads (``Grid.point_lists``), which ``sim.fast.compiled.loop``'s
+``grid_point`` and ``grid_point_4d`` read with ``_point_2d``'s and ``_point_4d``'s
+operations; the skew fit as its alphas on the lattice of its bucket edges (0
+where it has none). The loop adds the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
 memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
@@ -36,10 +45,97 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import expected_active_experts
-from sim.fast.compiled import loop
+from sim.cost.roofline import RooflineCost
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+# Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
+# the engine's CPU work (sim.cost.engine_cpu; all 0 and CPU_ASYNC_SCHEDULING 1 for a bare
+# roofline, whose prices that leaves unchanged to the bit: 0 + max(gpu, 0) = gpu).
+S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
+CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
+CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
+NUM_COSTS = 9
+# The GPU's price: the roofline's constants, or kernel tables (``layout[KIND]``).
+ROOFLINE, KERNELS = 0, 1
+# Kernel tables (``layout`` array, int64, by index; ``tables``, float64, the values
+# at the offsets ``layout`` gives). Per-token tables, indexed by a step's tokens T
+# (0 to layout[NUM_T] - 1): KernelCost.dense_layer_s(T); the memory-bound per-step
+# ops of T tokens, (0.0 + embedding) + final norm; the embedding's all-reduce; the
+# pipeline stages' transfers. Per-sequence tables, indexed by a step's sequences S:
+# the sampler's memory-bound op; the LM head's GEMM. Then two 2-D grids (prefill
+# attention by batch and length, decode attention by batch and KV length), each
+# GRID_SIZE ints: offsets and lengths of both axes, offset of the values, strides.
+KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
+DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
+AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
+GRID_SIZE = 7
+PREFILL_GRID = 12
+DECODE_GRID = PREFILL_GRID + GRID_SIZE
+# A per-layer profile (LLMServingSim's route): a per-token table of its once-per-step
+# ops (0.0 without one); the LM head and sampler as per-sequence tables
+# (NUM_LM_OPS 2; 0: the LM head's GEMM alone, at LM_HEAD); the tokens of a decode's
+# context outside its KV axis; attention as equal prefill chunks each looked up
+# (PROFILE_ATTENTION); the 4-D mixed-attention grid (HAS_MIXED; MIXED_GRID: four
+# (offset, length) axes, the values' offset, four strides); the skew fit (HAS_SKEW:
+# its prefill chunks, the four bucket axes as (offset, length), then its alphas
+# on that lattice, 0 where it has none, and their five strides). FA2 tables without
+# a mixed lattice: the decodes' factor in the varlen kernel (HAS_MIXED_FACTOR,
+# sim.cost.kernels.mixed_factor), a 4-D grid in MIXED_GRID's place.
+PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
+HAS_MIXED, MIXED_GRID = 31, 32
+MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
+HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
+SKEW_ALPHAS, SKEW_STRIDES = 56, 57
+HAS_MIXED_FACTOR = 62
+LAYOUT_SIZE = 63
+
+# The cost models tabulated (``roofline_of``, ``kernel_cost_of``).
+PlayedCost = RooflineCost | KernelCost | EngineCpuCost
+# (``cost`` constants, kernel ``tables``, ``layout``): the arrays a compiled loop reads.
+PriceArrays = tuple[FloatArray, FloatArray, IntArray]
+
+
+def roofline_of(cost: object) -> RooflineCost | None:
+    """The roofline that prices ``cost``'s GPU work when the loop can play ``cost``:
+    a roofline (a relabelled one too, if it prices steps as the roofline), bare or
+    inside exactly an ``EngineCpuCost``; else None."""
+    gpu = cost.gpu if type(cost) is EngineCpuCost else cost
+    if (
+        isinstance(gpu, RooflineCost)
+        and type(gpu).step_s is RooflineCost.step_s
+        and type(gpu).decode_durations_s is RooflineCost.decode_durations_s
+    ):
+        return gpu
+    return None
+
+
+def tabulate(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> PriceArrays:
+    """The loop's ``cost``, ``tables`` and ``layout`` arrays for ``cost`` (``loop``'s
+    indices), for steps of up to ``max_num_seqs`` sequences and ``max_tokens`` tokens."""
+    constants = np.zeros(NUM_COSTS)
+    roofline = roofline_of(cost)
+    if roofline is not None:
+        constants[S_PER_DENSE_TOKEN] = roofline._s_per_dense_token
+        constants[S_PER_PAIR] = roofline._s_per_attention_pair
+        constants[WEIGHT_S] = roofline._weight_s
+        constants[S_PER_KV_TOKEN] = roofline._s_per_kv_token
+        tables, layout = np.zeros(0), np.zeros(LAYOUT_SIZE, dtype=np.int64)
+        layout[KIND] = ROOFLINE
+    else:
+        kernel = kernel_cost_of(cost)
+        assert kernel is not None  # why_not said so
+        tables, layout = arrays(kernel, max_num_seqs, max_tokens)
+    constants[CPU_ASYNC_SCHEDULING] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
+    if isinstance(cost, EngineCpuCost):
+        cpu = cost.cpu.config
+        constants[CPU_PER_STEP_S] = cpu.per_step_s
+        constants[CPU_PER_SEQ_S] = cpu.per_seq_s
+        constants[CPU_PER_TOKEN_S] = cpu.per_token_s
+        constants[CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
+        constants[CPU_ASYNC_SCHEDULING] = float(cost.async_scheduling)
+    return constants, tables, layout
 
 
 def kernel_cost_of(cost: object) -> KernelCost | None:
@@ -113,12 +209,12 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
 def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[FloatArray, IntArray]:
     """``loop.run``'s ``tables`` and ``layout`` for steps of up to ``max_num_seqs``
     sequences and ``max_tokens`` tokens (``why_not`` said the loop plays them)."""
-    layout = np.zeros(loop.LAYOUT_SIZE, dtype=np.int64)
-    layout[loop.KIND] = loop.KERNELS
-    layout[loop.NUM_LAYERS] = kernel.arch.num_layers
+    layout = np.zeros(LAYOUT_SIZE, dtype=np.int64)
+    layout[KIND] = KERNELS
+    layout[NUM_LAYERS] = kernel.arch.num_layers
     # A step has no more sequences than tokens.
-    layout[loop.NUM_T] = num_t = max_tokens + 1
-    layout[loop.NUM_S] = num_s = min(max_num_seqs, max_tokens) + 1
+    layout[NUM_T] = num_t = max_tokens + 1
+    layout[NUM_S] = num_s = min(max_num_seqs, max_tokens) + 1
     memory = kernel._memory
     parts: list[list[float]] = []
 
@@ -129,82 +225,82 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
     tokens = np.arange(1, num_t, dtype=np.float64)
     profile = kernel._profile
     if profile is None:
-        put(loop.DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
-        put(loop.PROFILE_STEP, [0.0] * num_t)
+        put(DENSE, [0.0, *dense_layer_s(kernel, tokens).tolist()])
+        put(PROFILE_STEP, [0.0] * num_t)
     else:  # (its own methods: a profile's ops are few 1-D lookups)
-        put(loop.DENSE, [0.0] + [kernel.dense_layer_s(t) for t in range(1, num_t)])
-        put(loop.PROFILE_STEP, [0.0] + [profile.step_s(float(t)) for t in range(1, num_t)])
-    layout[loop.HAS_MEMORY] = memory is not None
+        put(DENSE, [0.0] + [kernel.dense_layer_s(t) for t in range(1, num_t)])
+        put(PROFILE_STEP, [0.0] + [profile.step_s(float(t)) for t in range(1, num_t)])
+    layout[HAS_MEMORY] = memory is not None
     with_sampler = not kernel._lm_ops
     if memory is not None:  # MemoryOps.step_s's terms: embedding, final norm, sampler
         # (MemoryOps' arithmetic, elementwise over the token counts.)
         terms = memory.step_terms(tokens, 1.0, with_sampler)  # type: ignore[arg-type]
         embedding, final_norm = np.asarray(terms[0][1]), np.asarray(terms[1][1])
-        put(loop.EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
+        put(EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
         sampler = [memory.step_terms(1.0, float(s), with_sampler)[2][1] for s in range(num_s)]
-        put(loop.SAMPLER, sampler)
-        put(loop.ALLREDUCE, allreduce_s(kernel, num_t))
+        put(SAMPLER, sampler)
+        put(ALLREDUCE, allreduce_s(kernel, num_t))
     if kernel._lm_ops:  # per_sequence tables: LM head, then sampler
-        layout[loop.NUM_LM_OPS] = len(kernel._lm_ops)
+        layout[NUM_LM_OPS] = len(kernel._lm_ops)
         lm_head, lm_sampler = kernel._lm_ops
-        put(loop.LM_HEAD, [0.0] + [lm_head(float(s)) for s in range(1, num_s)])
-        put(loop.LM_SAMPLER, [0.0] + [lm_sampler(float(s)) for s in range(1, num_s)])
+        put(LM_HEAD, [0.0] + [lm_head(float(s)) for s in range(1, num_s)])
+        put(LM_SAMPLER, [0.0] + [lm_sampler(float(s)) for s in range(1, num_s)])
     else:
         n, k = kernel.shapes.lm_head
         seqs = np.arange(1, num_s, dtype=np.float64)
-        put(loop.LM_HEAD, [0.0, *gemm_s(kernel, seqs, n, k).tolist()])
-    layout[loop.HAS_PIPELINE] = kernel.pp > 1
+        put(LM_HEAD, [0.0, *gemm_s(kernel, seqs, n, k).tolist()])
+    layout[HAS_PIPELINE] = kernel.pp > 1
     if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
-        put(loop.PIPELINE, [kernel.pipeline_transfer_s(t) for t in range(num_t)])
+        put(PIPELINE, [kernel.pipeline_transfer_s(t) for t in range(num_t)])
     for at, grid in (
-        (loop.PREFILL_GRID, kernel._prefill_attn),
-        (loop.DECODE_GRID, kernel._decode_attn),
+        (PREFILL_GRID, kernel._prefill_attn),
+        (DECODE_GRID, kernel._decode_attn),
     ):
         lists = grid.point_lists
         assert lists is not None and len(lists[0]) == 2  # why_not said so
         (axis0, axis1), flat, strides = lists
-        put(at + loop.AXIS0, axis0)
-        layout[at + loop.LEN0] = len(axis0)
-        put(at + loop.AXIS1, axis1)
-        layout[at + loop.LEN1] = len(axis1)
-        put(at + loop.VALUES, flat)
-        layout[at + loop.STRIDE0], layout[at + loop.STRIDE1] = strides
-    layout[loop.DECODE_HISTORY] = kernel._decode_history
-    layout[loop.PROFILE_ATTENTION] = kernel._mixed
+        put(at + AXIS0, axis0)
+        layout[at + LEN0] = len(axis0)
+        put(at + AXIS1, axis1)
+        layout[at + LEN1] = len(axis1)
+        put(at + VALUES, flat)
+        layout[at + STRIDE0], layout[at + STRIDE1] = strides
+    layout[DECODE_HISTORY] = kernel._decode_history
+    layout[PROFILE_ATTENTION] = kernel._mixed
     mixed = kernel._mixed_attn
     factor = kernel._mixed_factor
     if factor is not None:  # FA2 tables: the decodes' factor in MIXED_GRID's place
         assert mixed is None  # (KernelCost: a factor only where no lattice)
         mixed = factor.grid
-        layout[loop.HAS_MIXED_FACTOR] = 1
+        layout[HAS_MIXED_FACTOR] = 1
     if mixed is not None:  # the 4-D lattice: axes, values, strides
         lists = mixed.point_lists
         assert lists is not None and len(lists[0]) == 4  # why_not said so
         axes, flat, strides = lists
-        layout[loop.HAS_MIXED] = factor is None
+        layout[HAS_MIXED] = factor is None
         for d, axis in enumerate(axes):
-            put(loop.MIXED_GRID + 2 * d, axis)
-            layout[loop.MIXED_GRID + 2 * d + 1] = len(axis)
-        put(loop.MIXED_GRID + loop.MIXED_VALUES, flat)
+            put(MIXED_GRID + 2 * d, axis)
+            layout[MIXED_GRID + 2 * d + 1] = len(axis)
+        put(MIXED_GRID + MIXED_VALUES, flat)
         for d, stride in enumerate(strides):
-            layout[loop.MIXED_GRID + loop.MIXED_STRIDES + d] = stride
+            layout[MIXED_GRID + MIXED_STRIDES + d] = stride
     skew = kernel._skew
     if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
-        layout[loop.HAS_SKEW] = 1
+        layout[HAS_SKEW] = 1
         chunks = sorted({key[0] for key in skew.alphas})
-        put(loop.SKEW_CHUNKS, chunks)
-        layout[loop.NUM_SKEW_CHUNKS] = len(chunks)
+        put(SKEW_CHUNKS, chunks)
+        layout[NUM_SKEW_CHUNKS] = len(chunks)
         for d, edges in enumerate(skew.edges):
-            put(loop.SKEW_EDGES + 2 * d, edges)
-            layout[loop.SKEW_EDGES + 2 * d + 1] = len(edges)
+            put(SKEW_EDGES + 2 * d, edges)
+            layout[SKEW_EDGES + 2 * d + 1] = len(edges)
         alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
         for key, alpha in skew.alphas.items():
             place = [chunks.index(key[0])]
             place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
             alphas[tuple(place)] = alpha
-        put(loop.SKEW_ALPHAS, alphas.ravel().tolist())
+        put(SKEW_ALPHAS, alphas.ravel().tolist())
         for d, stride in enumerate(alphas.strides):
-            layout[loop.SKEW_STRIDES + d] = stride // alphas.itemsize
+            layout[SKEW_STRIDES + d] = stride // alphas.itemsize
     tables = np.array([x for part in parts for x in part], dtype=np.float64)
     return tables, layout
 
