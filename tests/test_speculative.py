@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from decode_runs import run_prices
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -92,7 +93,7 @@ def test_step_cost_adds_the_draft() -> None:
     )
     prefill_only = StepShape.build(prefill_chunks=[(50, 0)])
     assert cost.step_s(prefill_only) == LINEAR.step_s(prefill_only)
-    assert cost.decode_steps_s(2, 32, 3).tolist() == pytest.approx(
+    assert run_prices(cost, 2, 32, 3).tolist() == pytest.approx(
         [
             cost.step_s(StepShape(num_decode_seqs=2, num_decode_context_tokens=32 + 2 * j))
             for j in range(3)
@@ -105,7 +106,7 @@ def test_draft_model_runs_k_decode_steps_on_the_roofline() -> None:
     target = RooflineCost(model_preset("llama-3-8b"), h100)
     draft = RooflineCost(model_preset("smollm2-135m"), h100)
     cost = SpeculativeCost(target, 4, draft=draft)
-    assert cost.draft_s(8, 800) == pytest.approx(float(draft.decode_steps_s(8, 800, 4).sum()))
+    assert cost.draft_s(8, 800) == pytest.approx(float(run_prices(draft, 8, 800, 4).sum()))
     shape = StepShape(num_decode_seqs=8, num_decode_context_tokens=800)
     # Small decode batches are memory-bound: verifying 5 tokens costs about one decode step.
     verify = target.step_s(cost.verify_shape(shape))
@@ -121,7 +122,7 @@ def test_scenario_draft_pays_no_engine_overhead_per_draft_step() -> None:
     config = SpeculativeConfig.model_validate(SPEC)
     cost = speculative_cost(config, target, h100)
     bare = RooflineCost(model_preset("smollm2-135m"), h100)
-    assert cost.draft_s(4, 400) == pytest.approx(float(bare.decode_steps_s(4, 400, 4).sum()))
+    assert cost.draft_s(4, 400) == pytest.approx(float(run_prices(bare, 4, 400, 4).sum()))
     # A 135M draft's step on an H100 is a fraction of a millisecond of GPU work.
     assert cost.draft_s(4, 400) < 4 * 1e-3
 

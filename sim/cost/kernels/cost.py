@@ -19,12 +19,7 @@ off with ``mixed_attention=False``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from itertools import islice, repeat
-
-import numpy as np
-
-from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.base import StepShape
 from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import (
     ACTIVATION_BYTES,
@@ -396,8 +391,7 @@ class KernelCost:
         self, mean_s: float, num_seqs: int, kv: float, max_context_tokens: int,
         min_context_tokens: int,
     ) -> float:  # fmt: skip
-        """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term:
-        the same operations for a step and for a run's steps."""
+        """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term."""
         kv_max = max_context_tokens - self._decode_history
         kv_min = min_context_tokens - self._decode_history
         alpha = self.skew_alpha(0.0, 0.0, num_seqs, kv, kv_max, kv_min)
@@ -511,66 +505,6 @@ class KernelCost:
         layer = self.dense_layer_s(tokens) + self.attention_s(shape)
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
-        if self._skew is not None:  # a bucket lookup a step: priced one at a time
-            spread = (max_context_tokens, min_context_tokens)
-            steps = self._durations(num_seqs, context_tokens, *spread)
-            return np.fromiter(islice(steps, num_steps), np.float64, num_steps)
-        # Only decode attention's KV length changes from step to step.
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        history = contexts - self._decode_history * num_seqs
-        attention = self._decode_attn.many(float(num_seqs), history / num_seqs)
-        layer = self.dense_layer_s(num_seqs) + 0.0 + attention
-        out: FloatArray = self.arch.num_layers * layer + self.per_step_s(num_seqs, num_seqs)
-        return out
-
-    def decode_durations_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> Iterator[float]:
-        """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.base``: none past a run's cut, and an open-loop run
-        usually stops at the next arrival, long before)."""
-        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
-            return repeat(0.0)  # steps of no sequence take no time
-        return self._durations(num_seqs, context_tokens, max_context_tokens, min_context_tokens)
-
-    def _durations(
-        self, num_seqs: int, context_tokens: int, max_context_tokens: int,
-        min_context_tokens: int,
-    ) -> Iterator[float]:  # fmt: skip
-        dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
-        per_step_s = self.per_step_s(num_seqs, num_seqs)
-        num_layers, attention = self.arch.num_layers, self._decode_attn
-        history = context_tokens - self._decode_history * num_seqs
-        skewed = self._skewed_decode_s if self._skew is not None else None
-        j = 0
-        while True:  # step_s's operations, in its order
-            kv = (history + j * num_seqs) / num_seqs
-            decode_s = attention(seqs, kv)
-            if skewed is not None:  # every context one longer a step: so are both ends
-                decode_s = skewed(
-                    decode_s, num_seqs, kv, max_context_tokens + j, min_context_tokens + j
-                )
-            layer = dense_s + 0.0 + decode_s
-            yield num_layers * layer + per_step_s
-            j += 1
 
     def __repr__(self) -> str:
         return f"KernelCost({self.label!r})"
