@@ -1,24 +1,133 @@
-"""A GPU is one table of data: ``sim/hardware/gpus.toml`` holds one
+"""A kernel-table step price is one list of terms; a GPU is one table of data.
+
+``KernelCost.terms`` lists the step's terms, each with its kind and source: the
+price, the per-op breakdown and the sources come from that list, and the
+ablations are a set of disabled terms. ``sim/hardware/gpus.toml`` holds one
 table per GPU, from which the hardware presets, the kernel-table names, the
 aiconfigurator names and the prices all come.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 
-from sim.cost.kernels.memory_ops import hardware_for_gpu
+from sim.cost.base import StepShape
+from sim.cost.kernels.artifact import load_cached
+from sim.cost.kernels.config import resolve_kernel_artifact
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.memory_ops import LAYER_OPS, STEP_OPS, hardware_for_gpu
 from sim.errors import ConfigError
 from sim.hardware.specs import (
     AICONFIGURATOR_GPUS,
     GPUS_FILE,
     HARDWARE_PRESETS,
     SOURCE_GPU_NAMES,
+    load_architecture,
     load_gpu_presets,
 )
 from sim.planning.pricing import GPU_PRICE_PER_HOUR
+
+LLAMA = load_architecture("llama-3.1-8b")
+SHAPES = [
+    StepShape.build([(512, 0)], None),
+    StepShape.build(None, [700, 1200, 90, 4000]),
+    StepShape.build([(300, 2000), (64, 0)], [1500] * 40),
+]
+
+
+def artifact(name: str):  # type: ignore[no-untyped-def]
+    return load_cached(resolve_kernel_artifact(name, None))
+
+
+H100 = "h100_sxm-vllm-0.24.0-llama-3.1-8b"
+PROFILE = "rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1"
+
+
+def costs() -> list[KernelCost]:
+    h100, profile = artifact(H100), artifact(PROFILE)
+    return [
+        KernelCost(LLAMA, h100),
+        KernelCost(LLAMA, h100, tensor_parallel_size=2, pipeline_parallel_size=2),
+        KernelCost(LLAMA, h100, disabled_terms=frozenset({"memory_ops"})),
+        KernelCost(LLAMA, profile),
+        KernelCost(LLAMA, profile, disabled_terms=frozenset({"mixed_attention", "skew"})),
+    ]
+
+
+def by_hand(cost: KernelCost, shape: StepShape) -> float:
+    """The step's price summed from the terms as the module says: num_layers times
+    (the per-layer terms, the attention last), plus the once-a-step terms."""
+    tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+    seqs = shape.num_prefill_seqs + shape.num_decode_seqs
+    dense = 0.0
+    for t in cost.terms:
+        if t.scope == "layer":
+            dense += t.price(tokens)
+    (attention,) = [t.price(shape) for t in cost.terms if t.scope == "attention"]
+    step = 0.0
+    for t in cost.terms:
+        if t.scope == "step":
+            step += t.price(tokens, seqs)
+    return cost.arch.num_layers * (dense + attention) + step
+
+
+def test_the_step_price_is_the_sum_of_the_listed_terms() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # past a table's edge: warned about elsewhere
+        for cost in costs():
+            for shape in SHAPES:
+                assert cost.step_s(shape) == by_hand(cost, shape)  # the same sum, to the bit
+
+
+def test_every_breakdown_row_is_a_listed_terms_with_its_source() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for cost in costs():
+            listed = {row: src for t in cost.terms for row, src in t.sources.items()}
+            for shape in SHAPES:
+                rows = cost.breakdown_s(shape)
+                assert set(rows) <= set(listed)
+                assert all(cost.op_source(row) == listed[row] for row in rows)
+                assert sum(rows.values()) == pytest.approx(cost.step_s(shape), rel=1e-12)
+
+
+def test_the_list_names_each_kind_of_term_and_its_source() -> None:
+    tp2_pp2 = costs()[1]
+    kinds = {t.kind for t in tp2_pp2.terms}
+    assert {"gemm", "attention", "memory", "communication"} <= kinds
+    sources = {row: src for t in tp2_pp2.terms for row, src in t.sources.items()}
+    # No table timed a two-GPU all-reduce on this artifact's rows, nor a stage hop:
+    # both are a ring over the link; the norms are bytes over the datasheet bandwidth.
+    assert sources["pipeline_transfer"] == "link"
+    assert sources["allreduce"] in ("link", "measured")
+    assert {sources[op] for op in LAYER_OPS + STEP_OPS} == {"bandwidth"}
+    one_gpu = costs()[0]
+    assert {row: src for t in one_gpu.terms for row, src in t.sources.items()}[
+        "allreduce"
+    ] == "none"
+
+
+def test_an_ablation_is_a_disabled_term_of_the_list() -> None:
+    h100 = artifact(H100)
+    full, without = (
+        KernelCost(LLAMA, h100),
+        KernelCost(LLAMA, h100, disabled_terms=frozenset({"memory_ops"})),
+    )
+    assert [t.kind for t in full.terms].count("memory") == 2  # per layer and once a step
+    assert "memory" not in {t.kind for t in without.terms}
+    assert "[no memory-bound ops]" in without.label
+    # What the memory-bound ops add to a step is exactly the two memory terms.
+    shape = SHAPES[2]
+    tokens, seqs = shape.num_tokens, shape.num_prefill_seqs + shape.num_decode_seqs
+    (layer, step) = [t for t in full.terms if t.kind == "memory"]
+    extra = full.arch.num_layers * layer.price(tokens) + step.price(tokens, seqs)
+    assert full.step_s(shape) - without.step_s(shape) == pytest.approx(extra, rel=1e-9)
+    with pytest.raises(ConfigError, match="no term 'sampler' to disable"):
+        KernelCost(LLAMA, h100, disabled_terms=frozenset({"sampler"}))
+
 
 # -- a GPU is data --------------------------------------------------------------
 
