@@ -287,6 +287,15 @@ class KernelCost:
             n, k = self.shapes.lm_head
             lm_head = partial(_per_seq_s, partial(self._gemm_at, n, k))
             terms.append(term("lm_head", "gemm", "step", "measured", lm_head))
+        if self.pp > 1:
+
+            def pipeline_transfer_s(tokens: int, seqs: int) -> float:  # pp - 1 hops
+                hop_bytes = tokens * activation_bytes
+                return (self.pp - 1) * (hop_bytes * self._link_s_per_byte + self.link.latency_s)
+
+            terms.append(
+                term("pipeline_transfer", "communication", "step", "link", pipeline_transfer_s)
+            )
         return tuple(terms)
 
     def _gemm_at(self, n: int, k: int, tokens: float) -> float:
