@@ -19,8 +19,7 @@ step past the cut is never priced.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -28,8 +27,7 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True, slots=True)
-class StepShape:
+class StepShape(NamedTuple):
     """Sufficient statistics of one forward pass over a mixed batch.
 
     Prefill part: ``num_prefill_seqs`` chunks with ``num_prefill_tokens`` new
@@ -44,6 +42,10 @@ class StepShape:
     decodes), the spread a kernel cost's skew term reads. Every shape the
     simulator builds fills them in; a shape built by hand without them (0)
     has its max below its mean and is priced as an even batch.
+
+    A named tuple, not a frozen dataclass: one is built for every step priced,
+    and a tuple is built in one call where a frozen dataclass sets each field
+    through ``object.__setattr__`` (several times slower, ``docs/dev/speed.md``).
     """
 
     num_prefill_seqs: int = 0
@@ -90,7 +92,7 @@ class StepShape:
 
 
 # StepShape's fields in order: the shape columns of step logs and tables.
-SHAPE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepShape))
+SHAPE_FIELDS: tuple[str, ...] = StepShape._fields
 
 
 @runtime_checkable
@@ -123,17 +125,14 @@ def decode_run_s(
     caller takes what it needs.
     """
     step_s = cost.step_s
-    j = 0
+    new = tuple.__new__  # StepShape(...) without its Python-level __new__: one a step
+    context, longest, shortest = context_tokens, max_context_tokens, min_context_tokens
     while True:
-        yield step_s(
-            StepShape(
-                num_decode_seqs=num_seqs,
-                num_decode_context_tokens=context_tokens + j * num_seqs,
-                max_decode_context_tokens=max_context_tokens + j,
-                min_decode_context_tokens=min_context_tokens + j,
-            )
-        )
-        j += 1
+        # No prefill; the decodes' count, summed, longest and shortest context.
+        yield step_s(new(StepShape, (0, 0, 0, 0, num_seqs, context, longest, shortest)))
+        context += num_seqs
+        longest += 1
+        shortest += 1
 
 
 # (first_end_s, num_seqs, context_tokens, max_context_tokens, min_context_tokens,
