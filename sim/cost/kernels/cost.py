@@ -548,12 +548,31 @@ class KernelCost:
         return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail}){ablated}"
 
     def step_s(self, shape: StepShape) -> float:
-        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        """``num_layers x (layer terms + attention) + step terms`` (``terms``). Runs
+        once a step priced: the two sums' caches are read here, and a decode-only
+        step's attention is its decode part (``attention_s`` adds 0.0 to it)."""
+        num_decodes = shape.num_decode_seqs
+        prefill_tokens = shape.num_prefill_tokens
+        tokens = prefill_tokens + num_decodes
         if tokens == 0:
             return 0.0
-        layer = self.dense_layer_s(tokens) + self.attention_s(shape)
-        seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
+        dense = self._dense_cache.get(tokens)
+        if dense is None:
+            dense = self.dense_layer_s(tokens)
+        if prefill_tokens:
+            attention = self.attention_s(shape)
+        else:
+            attention = self.decode_attention_s(
+                num_decodes,
+                shape.num_decode_context_tokens,
+                shape.max_decode_context_tokens,
+                shape.min_decode_context_tokens,
+            )
+        seqs = shape.num_prefill_seqs + num_decodes
+        step = self._lm_cache.get(tokens * 1_000_003 + seqs)
+        if step is None:
+            step = self.per_step_s(tokens, seqs)
+        return self.arch.num_layers * (dense + attention) + step
 
     def __repr__(self) -> str:
         return f"KernelCost({self.label!r})"
