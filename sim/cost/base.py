@@ -45,7 +45,7 @@ class StepShape(NamedTuple):
 
     A named tuple, not a frozen dataclass: one is built for every step priced,
     and a tuple is built in one call where a frozen dataclass sets each field
-    through ``object.__setattr__`` (several times slower, ``docs/dev/speed.md``).
+    through ``object.__setattr__`` (about three times slower).
     """
 
     num_prefill_seqs: int = 0

@@ -304,7 +304,7 @@ class CalibratedCost:
         self._floor_s = fit.floor_s
 
     def _base_s(self, num_tokens: int, prefill_seqs: int, pairs: int, kv_read: int) -> float:
-        """Every term but the decode context (shared by both entry points)."""
+        """Every term but the decode context."""
         t = self._intercept_s + self._per_token_s * num_tokens
         t += tokens_curve_s(self._knots, self._knot_s, num_tokens)
         t += self._per_prefill_seq_s * prefill_seqs
