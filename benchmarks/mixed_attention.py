@@ -92,23 +92,6 @@ class Recorder:
         self.steps.append((shape, price))
         return price
 
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        return self.inner.decode_steps_s(
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
-
 
 def busy_time_shares() -> dict[str, float]:
     """Mixed steps' share of busy time on the 4090 run, and the sum's shortfall."""

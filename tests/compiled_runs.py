@@ -44,14 +44,14 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
     llama = load_architecture("llama-3.1-8b")
     return (
         KernelCost(llama, h100),
-        KernelCost(llama, h100, memory_ops=False),
+        KernelCost(llama, h100, disabled_terms=frozenset({"memory_ops"})),
         KernelCost(llama, h100, tensor_parallel_size=2),
         KernelCost(llama, h100, pipeline_parallel_size=2),
         KernelCost(load_architecture("qwen3-30b-a3b"), moe),
         KernelCost(llama, fa2),
         KernelCost(llama, profile),
-        KernelCost(llama, profile, skew=False),
-        KernelCost(llama, profile, mixed_attention=False),
+        KernelCost(llama, profile, disabled_terms=frozenset({"skew"})),
+        KernelCost(llama, profile, disabled_terms=frozenset({"mixed_attention"})),
         KernelCost(llama, rtx4090),
         KernelCost(load_architecture("qwen3-30b-a3b"), moe, expert_parallel_size=2),
     )

@@ -49,4 +49,6 @@ def skewed_profile() -> KernelArtifact:
 
 def skewed_kernel_cost(skew: bool = True) -> KernelCost:
     """Llama-3.1-8B priced by the skewed test profile (``skew``: apply the fit)."""
-    return KernelCost(LLAMA, skewed_profile(), skew=skew)
+    return KernelCost(
+        LLAMA, skewed_profile(), disabled_terms=frozenset() if skew else frozenset({"skew"})
+    )

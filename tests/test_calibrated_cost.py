@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.base import CostModel, StepShape
 from sim.cost.calibrated import (
     SCHEMA_VERSION,
     CalibratedCost,
@@ -180,20 +181,15 @@ def test_decode_steps_equal_step_by_step(
         per_decode_context_token_s=slopes,
     )
     cost = CalibratedCost(fit)
-    vectorised = cost.decode_steps_s(num_seqs, context, num_steps)
-    looped = decode_steps_by_loop(cost, num_seqs, context, num_steps)
+    vectorised = run_prices(cost, num_seqs, context, num_steps)
+    looped = by_loop(cost, num_seqs, context, num_steps)
     assert vectorised.shape == (num_steps,)
     np.testing.assert_allclose(vectorised, looped, rtol=1e-12, atol=0)
 
 
-def test_decode_steps_rejects_negative_arguments() -> None:
-    with pytest.raises(ValueError):
-        CalibratedCost(_fit()).decode_steps_s(-1, 10, 3)
-
-
 def test_decode_context_cost_is_non_decreasing() -> None:
     cost = CalibratedCost(_fit())
-    steps = cost.decode_steps_s(8, 100, 2000)
+    steps = run_prices(cost, 8, 100, 2000)
     assert np.all(np.diff(steps) >= 0)
 
 

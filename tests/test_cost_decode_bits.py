@@ -1,24 +1,24 @@
-"""Every cost model's ``decode_steps_s`` gives ``step_s``'s bits, step for step.
+"""Every cost model's decode runs give ``step_s``'s bits, step for step.
 
-Skip-ahead prices a run of decode steps with ``decode_steps_s`` (or a
-``decode_durations_s`` built on the same operations) where step-by-step execution
-calls ``step_s`` once a step; a run is the same either way only if the two
-agree to the bit, wrappers (overhead fits, scaling) included.
+Skip-ahead prices a run of decode steps with ``decode_run_s`` where step-by-step
+execution calls ``step_s`` once a step on shapes it builds; a run is the same
+either way only if the run's shapes are the ones step by step builds (every
+context one longer a step), wrappers (overhead fits, scaling) included.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from itertools import islice
 from pathlib import Path
 
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from skew_costs import skewed_kernel_cost
 
-from sim.cost.base import CostModel, decode_steps_by_loop
+from sim.cost.base import CostModel
 from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.config import shipped_artifacts
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
@@ -92,8 +92,8 @@ def test_decode_steps_give_step_s_bits(
     context = max(context, num_seqs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # past a kernel table: warned about elsewhere
-        fast = cost.decode_steps_s(num_seqs, context, num_steps)
-        slow = decode_steps_by_loop(cost, num_seqs, context, num_steps)
+        fast = run_prices(cost, num_seqs, context, num_steps)
+        slow = by_loop(cost, num_seqs, context, num_steps)
     assert fast.tolist() == slow.tolist()
 
 
@@ -112,9 +112,6 @@ def test_decode_steps_of_an_uneven_batch_give_step_s_bits(
     args = (len(contexts), sum(contexts), num_steps)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fast = cost.decode_steps_s(*args, **spread)
-        slow = decode_steps_by_loop(cost, *args, **spread)
-        lazy = getattr(cost, "decode_durations_s", None)
-        if lazy is not None:
-            assert list(islice(lazy(*args, **spread), num_steps)) == slow.tolist()
+        fast = run_prices(cost, *args, **spread)
+        slow = by_loop(cost, *args, **spread)
     assert fast.tolist() == slow.tolist()

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.base import CostModel, StepShape
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
@@ -228,14 +229,9 @@ def test_decode_steps_equal_step_by_step(
     context = max(context, num_seqs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # extrapolation past the tables is warned about elsewhere
-        fast = cost.decode_steps_s(num_seqs, context, num_steps)
-        slow = decode_steps_by_loop(cost, num_seqs, context, num_steps)
+        fast = run_prices(cost, num_seqs, context, num_steps)
+        slow = by_loop(cost, num_seqs, context, num_steps)
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=0)
-
-
-def test_decode_steps_reject_negative_arguments() -> None:
-    with pytest.raises(ValueError, match="negative"):
-        aic_cost().decode_steps_s(-1, 0, 3)
 
 
 def largest_dip_s(table: pd.DataFrame, along: str, by: str | list[str]) -> float:

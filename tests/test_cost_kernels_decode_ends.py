@@ -1,9 +1,8 @@
 """Pricing a run's decode steps one at a time up to the cut (``ends_until_cut``,
-``KernelCost.decode_durations_s``): no step priced past the cut, and a whole
+``sim.cost.base.decode_run_s``): no step priced past the cut, and a whole
 kernel-table run the same with skip-ahead as step by step.
 
-``tests/test_run_ends.py`` holds ``KernelCost.decode_durations_s`` to the generic
-path and to a loop of ``step_s``, bit for bit.
+``tests/test_run_ends.py`` holds a run to a loop of ``step_s``, bit for bit.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from decode_runs import run_prices
 from pydantic import ValidationError
 
 from sim import api
@@ -247,7 +248,7 @@ def test_ep_changes_only_the_moe_term() -> None:
 
 def test_ep_decode_runs_match_step_by_step() -> None:
     cost = KernelCost(MOE, AIC, expert_parallel_size=2)
-    run = cost.decode_steps_s(16, 16 * 700, 5)
+    run = run_prices(cost, 16, 16 * 700, 5)
     for i, value in enumerate(run):
         shape = StepShape.build(decode_context_tokens=[700 + i] * 16)
         assert value == pytest.approx(cost.step_s(shape), rel=1e-12)

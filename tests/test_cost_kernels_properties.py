@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from decode_runs import run_prices
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -137,7 +138,7 @@ def test_decode_runs_are_nondecreasing_up_to_table_noise(
     num_seqs: int, context: int, num_steps: int
 ) -> None:
     cost = KernelCost(LLAMA, AIC)
-    steps = quiet(cost.decode_steps_s, num_seqs, max(context, num_seqs), num_steps)
+    steps = quiet(run_prices, cost, num_seqs, max(context, num_seqs), num_steps)
     assert steps.shape == (num_steps,)
     if num_seqs == 0:
         assert not steps.any()

@@ -168,7 +168,9 @@ def test_a_skewed_decode_step_moves_a_quarter_of_the_way_to_the_longest(tmp_path
     expected_s = (18.3993 + 0.25 * (55.5817 - 18.3993)) * 1e-6  # 27.6949 us
     assert cost.attention_s(shape) == pytest.approx(expected_s, rel=1e-12)
     # The whole step: the even batch's, plus 32 layers of the skew term.
-    even = KernelCost(LLAMA, profile_with_fit(tmp_path / "b", HAND_FIT), skew=False)
+    even = KernelCost(
+        LLAMA, profile_with_fit(tmp_path / "b", HAND_FIT), disabled_terms=frozenset({"skew"})
+    )
     extra_s = 32 * 0.25 * (55.5817 - 18.3993) * 1e-6
     assert cost.step_s(shape) == pytest.approx(even.step_s(shape) + extra_s, rel=1e-12)
 
@@ -192,7 +194,9 @@ def test_no_correction_without_a_spread_a_fit_or_the_switch(tmp_path: Path) -> N
     bare = StepShape(num_decode_seqs=8, num_decode_context_tokens=8 * 129)
     assert cost.attention_s(bare) == at_mean
     # A bucket with no fit: a 16-token chunk beside the decodes (the fit has pc 0, 128).
-    off = KernelCost(LLAMA, profile_with_fit(tmp_path / "b", HAND_FIT), skew=False)
+    off = KernelCost(
+        LLAMA, profile_with_fit(tmp_path / "b", HAND_FIT), disabled_terms=frozenset({"skew"})
+    )
     chunk = StepShape.build(prefill_chunks=[(16, 0)], decode_context_tokens=SKEWED)
     assert cost.attention_s(chunk) == off.attention_s(chunk)
     # One decode has no spread.

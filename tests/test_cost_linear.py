@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.base import CostModel, StepShape
 from sim.cost.config import CostConfig, LinearCostConfig, build_cost_model
 from sim.cost.linear import LinearCost
 from sim.errors import ConfigError
@@ -78,7 +78,7 @@ def test_each_coefficient_prices_its_own_count() -> None:
 
 def test_kv_read_tokens_are_free() -> None:
     shape = StepShape(1, 10, 55, 10, 0, 0)
-    assert FULL.step_s(shape) == FULL.step_s(dataclasses.replace(shape, prefill_kv_read_tokens=99))
+    assert FULL.step_s(shape) == FULL.step_s(shape._replace(prefill_kv_read_tokens=99))
 
 
 def test_empty_step_is_free_even_with_overhead() -> None:
@@ -89,7 +89,7 @@ def test_fixed_service_time() -> None:
     cost = LinearCost(step_overhead_s=0.01)
     durations = {cost.step_s(StepShape.build([(c, 0)], [5] * d)) for c in (1, 9) for d in (0, 3)}
     assert durations == {0.01}
-    assert np.all(cost.decode_steps_s(4, 40, 10) == 0.01)
+    assert np.all(run_prices(cost, 4, 40, 10) == 0.01)
 
 
 @given(shape=shapes, cost=linear_costs)
@@ -100,13 +100,13 @@ def test_non_empty_steps_take_positive_time(shape: StepShape, cost: LinearCost) 
 @given(
     cost=linear_costs,
     shape=shapes,
-    field=st.sampled_from([f.name for f in dataclasses.fields(StepShape)]),
+    field=st.sampled_from(list(StepShape._fields)),
     extra=st.integers(1, 10**6),
 )
 def test_monotone_in_every_count(
     cost: LinearCost, shape: StepShape, field: str, extra: int
 ) -> None:
-    bigger = dataclasses.replace(shape, **{field: getattr(shape, field) + extra})
+    bigger = shape._replace(**{field: getattr(shape, field) + extra})
     assert cost.step_s(bigger) >= cost.step_s(shape)
 
 
@@ -120,26 +120,20 @@ def test_decode_steps_equal_a_loop_of_step_s(
     cost: LinearCost, num_seqs: int, context: int, num_steps: int
 ) -> None:
     context = max(context, num_seqs)  # each sequence has at least its own token
-    fast = cost.decode_steps_s(num_seqs, context, num_steps)
+    fast = run_prices(cost, num_seqs, context, num_steps)
     assert fast.shape == (num_steps,)
     assert fast.dtype == np.float64
     np.testing.assert_allclose(
         fast,
-        decode_steps_by_loop(cost, num_seqs, context, num_steps),
+        by_loop(cost, num_seqs, context, num_steps),
         rtol=1e-12,
         atol=0,
     )
 
 
 def test_decode_steps_grow_with_context() -> None:
-    steps = FULL.decode_steps_s(8, 800, 5)
+    steps = run_prices(FULL, 8, 800, 5)
     np.testing.assert_allclose(np.diff(steps), 8 * FULL.per_context_token_s)
-
-
-def test_decode_steps_reject_negative_arguments() -> None:
-    for args in ((-1, 0, 1), (1, -1, 1), (1, 1, -1)):
-        with pytest.raises(ValueError, match="negative"):
-            FULL.decode_steps_s(*args)
 
 
 @pytest.mark.parametrize("name", COEFFICIENTS)

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
-from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.base import CostModel, StepShape
 from sim.cost.config import CostConfig, RooflineCostConfig, build_cost_model
 from sim.cost.roofline import RooflineCost
 from sim.hardware.specs import (
@@ -133,13 +133,13 @@ def test_non_empty_steps_take_at_least_overhead_plus_weights(
 @given(
     cost=presets,
     shape=shapes,
-    field=st.sampled_from([f.name for f in dataclasses.fields(StepShape)]),
+    field=st.sampled_from(list(StepShape._fields)),
     extra=st.integers(1, 10**7),
 )
 def test_monotone_in_every_count(
     cost: RooflineCost, shape: StepShape, field: str, extra: int
 ) -> None:
-    bigger = dataclasses.replace(shape, **{field: getattr(shape, field) + extra})
+    bigger = shape._replace(**{field: getattr(shape, field) + extra})
     assert cost.step_s(bigger) >= cost.step_s(shape)
     assert cost.compute_s(bigger) >= cost.compute_s(shape)
     assert cost.memory_s(bigger) >= cost.memory_s(shape)
@@ -155,12 +155,12 @@ def test_decode_steps_equal_a_loop_of_step_s(
     cost: RooflineCost, num_seqs: int, context: int, num_steps: int
 ) -> None:
     context = max(context, num_seqs)
-    fast = cost.decode_steps_s(num_seqs, context, num_steps)
+    fast = run_prices(cost, num_seqs, context, num_steps)
     assert fast.shape == (num_steps,)
     assert fast.dtype == np.float64
     np.testing.assert_allclose(
         fast,
-        decode_steps_by_loop(cost, num_seqs, context, num_steps),
+        by_loop(cost, num_seqs, context, num_steps),
         rtol=1e-12,
         atol=0,
     )
@@ -169,19 +169,14 @@ def test_decode_steps_equal_a_loop_of_step_s(
 def test_decode_steps_cross_from_memory_to_compute_bound_consistently() -> None:
     # 1024 seqs starting short and growing long: whichever bound applies, the
     # vectorised path must agree with the loop step by step.
-    steps = COST.decode_steps_s(1024, 1024 * 16, 2000)
-    np.testing.assert_allclose(
-        steps, decode_steps_by_loop(COST, 1024, 1024 * 16, 2000), rtol=1e-12, atol=0
-    )
+    steps = run_prices(COST, 1024, 1024 * 16, 2000)
+    np.testing.assert_allclose(steps, by_loop(COST, 1024, 1024 * 16, 2000), rtol=1e-12, atol=0)
     assert np.all(np.diff(steps) >= 0)
 
 
 def test_decode_steps_edge_cases() -> None:
-    assert COST.decode_steps_s(4, 40, 0).shape == (0,)
-    assert np.all(COST.decode_steps_s(0, 0, 5) == 0.0)
-    for args in ((-1, 0, 1), (1, -1, 1), (1, 1, -1)):
-        with pytest.raises(ValueError, match="negative"):
-            COST.decode_steps_s(*args)
+    assert run_prices(COST, 4, 40, 0).shape == (0,)
+    assert np.all(run_prices(COST, 0, 0, 5) == 0.0)
 
 
 @pytest.mark.parametrize("model_name", ["llama-3-8b", "qwen2.5-7b", "smollm2-135m", "tiny"])

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from decode_runs import by_loop, run_prices
 from pydantic import ValidationError
 
 from sim.api.build import cost_model_for
-from sim.cost.base import StepShape, decode_steps_by_loop
+from sim.cost.base import StepShape
 from sim.cost.config import (
     CalibratedCostConfig,
     LinearCostConfig,
@@ -86,15 +87,12 @@ def test_an_empty_step_costs_nothing() -> None:
 def test_decode_runs_give_step_s_bits(overlapped: bool, config: EngineCpuConfig) -> None:
     roofline = EngineCpuCost(RooflineCost(LLAMA, H100), EngineCpu(config, overlapped, "test"))
     for num_seqs, context, steps in ((1, 7, 5), (13, 4000, 40), (256, 100_000, 30)):
-        slow = decode_steps_by_loop(roofline, num_seqs, context, steps).tolist()
-        assert roofline.decode_steps_s(num_seqs, context, steps).tolist() == slow
-        lazy = roofline.decode_durations_s(num_seqs, context, steps)
-        assert [next(lazy) for _ in range(steps)] == slow
-        # A GPU model without lazy durations: priced all at once, the same bits.
+        slow = by_loop(roofline, num_seqs, context, steps).tolist()
+        assert run_prices(roofline, num_seqs, context, steps).tolist() == slow
         linear = EngineCpuCost(GPU, EngineCpu(config, overlapped, "test"))
-        slow = decode_steps_by_loop(linear, num_seqs, context, steps).tolist()
-        assert list(linear.decode_durations_s(num_seqs, context, steps))[:steps] == slow
-    assert roofline.decode_steps_s(0, 0, 3).tolist() == [0.0] * 3
+        slow = by_loop(linear, num_seqs, context, steps).tolist()
+        assert run_prices(linear, num_seqs, context, steps).tolist() == slow
+    assert run_prices(roofline, 0, 0, 3).tolist() == [0.0] * 3
 
 
 def test_the_label_says_where_the_cpu_work_comes_from_and_the_mode() -> None:

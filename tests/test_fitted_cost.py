@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.cost.base import StepShape, decode_steps_by_loop
+from sim.cost.base import StepShape
 from sim.cost.config import FittedCostConfig, RooflineCostConfig, build_cost_model
 from sim.cost.fitted import (
     FitParameters,
@@ -83,8 +84,8 @@ def test_decode_runs_equal_steps_one_by_one(
 ) -> None:
     fitted = FittedCost(BASE, FitParameters(overhead_s, 1.7, multiplier))
     np.testing.assert_allclose(
-        fitted.decode_steps_s(num_seqs, context, num_steps),
-        decode_steps_by_loop(fitted, num_seqs, context, num_steps),
+        run_prices(fitted, num_seqs, context, num_steps),
+        by_loop(fitted, num_seqs, context, num_steps),
         rtol=1e-12,
     )
 

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from decode_runs import by_loop, run_prices
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.base import CostModel, StepShape, decode_steps_by_loop
+from sim.cost.base import CostModel, StepShape
 from sim.cost.collectives import collective_s
 from sim.cost.config import (
     AutoCostConfig,
@@ -122,16 +123,14 @@ def test_decode_steps_equal_a_loop_of_step_s(
     tp: int, pp: int, mb: int, link: str, num_seqs: int, context: int, num_steps: int
 ) -> None:
     model = cost(tp, pp, mb if pp > 1 else 1, link)
-    fast = model.decode_steps_s(num_seqs, context, num_steps)
-    assert np.array_equal(fast, decode_steps_by_loop(model, num_seqs, context, num_steps))
+    fast = run_prices(model, num_seqs, context, num_steps)
+    assert np.array_equal(fast, by_loop(model, num_seqs, context, num_steps))
     fast[:] = -1.0  # a new array each call
-    assert not np.any(model.decode_steps_s(num_seqs, context, num_steps) < 0)
+    assert not np.any(run_prices(model, num_seqs, context, num_steps) < 0)
 
 
-def test_decode_steps_reject_negative_arguments() -> None:
-    with pytest.raises(ValueError, match="negative"):
-        cost(4).decode_steps_s(-1, 0, 3)
-    assert cost(4).decode_steps_s(0, 0, 3).tolist() == [0.0, 0.0, 0.0]
+def test_a_run_of_no_sequence_costs_nothing() -> None:
+    assert run_prices(cost(4), 0, 0, 3).tolist() == [0.0, 0.0, 0.0]
     assert cost(4).step_s(StepShape()) == 0.0
 
 

@@ -205,17 +205,6 @@ class ReplayCost:
         self.index += 1
         return max(end - self.clock(), 1e-12)
 
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> np.ndarray:
-        raise AssertionError("replay runs step by step")
-
 
 class RecordingPolicy:
     """Wraps a policy unchanged, writing down each non-empty plan's batch."""

@@ -1,10 +1,8 @@
 """run_ends_for: a run's step end times, cut at the next arrival, to the bit.
 
-The roofline's and the kernel tables' ``decode_durations_s`` price only the steps
-they keep; each must give exactly what the generic path gives (every duration
-priced by ``decode_steps_s``, summed in order, then cut), and that must match
-a loop of ``step_s`` summed one step at a time, as step-by-step execution sums
-them.
+A run prices only the steps it keeps (``decode_run_s``, cut by
+``ends_until_cut``), and its ends must match a loop of ``step_s`` summed one
+step at a time, as step-by-step execution sums them.
 """
 
 from __future__ import annotations
@@ -14,12 +12,11 @@ from bisect import bisect_left
 from pathlib import Path
 
 import numpy as np
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from skew_costs import skewed_kernel_cost
 
-from sim.cost.base import CostModel, FloatArray, StepShape, run_ends_for
+from sim.cost.base import CostModel, StepShape, run_ends_for
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
@@ -59,37 +56,6 @@ def run_ends_s(
         stop_s,
         num_after,
     )
-
-
-class Generic:
-    """A cost model without its ``decode_durations_s``: run_ends_s's generic path."""
-
-    def __init__(self, base: CostModel) -> None:
-        self.base = base
-
-    @property
-    def label(self) -> str:
-        return "generic"
-
-    def step_s(self, shape: StepShape) -> float:
-        return self.base.step_s(shape)
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        return self.base.decode_steps_s(
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
 
 
 def stepwise(
@@ -149,7 +115,7 @@ costs = st.one_of(
     num_after=st.integers(1, 3),
     spread=st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
 )
-def test_the_fast_paths_equal_the_generic_one_and_a_step_loop(
+def test_a_run_equals_a_step_loop(
     cost: CostModel,
     first_end_s: float,
     num_seqs: int,
@@ -168,7 +134,6 @@ def test_the_fast_paths_equal_the_generic_one_and_a_step_loop(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # past a kernel table: tested in test_cost_kernels_grid
         fast = run_ends_s(cost, *args, longest, shortest)
-        assert fast == run_ends_s(Generic(cost), *args, longest, shortest)  # exact: same floats
         assert fast == stepwise(cost, *args, longest, shortest)
 
 
@@ -196,18 +161,9 @@ def test_the_cut_never_runs_past_the_steps_promised() -> None:
 def test_steps_of_no_sequence_take_no_time() -> None:
     assert run_ends_s(COST, 2.5, 0, 0, 4) == [2.5] * 5
     assert run_ends_s(COST, 2.5, 0, 0, 4, 2.0, 2) == [2.5, 2.5]
-    assert run_ends_s(Generic(COST), 2.5, 0, 0, 4, 2.0, 2) == [2.5, 2.5]
 
 
-def test_negative_arguments_are_refused() -> None:
-    with pytest.raises(ValueError, match="negative"):
-        run_ends_s(COST, 0.0, -1, 0, 3)
-    with pytest.raises(ValueError, match="negative"):
-        run_ends_s(Generic(COST), 0.0, 1, 0, -3)
-
-
-def test_long_runs_use_numpy_in_the_generic_path_and_still_agree() -> None:
-    # Past SMALL_RUN_STEPS the generic path prices with numpy arrays.
+def test_long_runs_agree_with_a_step_loop() -> None:
     ends = run_ends_s(COST, 0.0, 64, 64 * 900, 500)
-    assert ends == run_ends_s(Generic(COST), 0.0, 64, 64 * 900, 500)
+    assert ends == stepwise(COST, 0.0, 64, 64 * 900, 500, float("inf"), 1)
     assert np.all(np.diff(ends) > 0)

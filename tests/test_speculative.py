@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from decode_runs import run_prices
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -95,7 +96,7 @@ def test_step_cost_adds_the_draft() -> None:
     )
     prefill_only = StepShape.build(prefill_chunks=[(50, 0)])
     assert cost.step_s(prefill_only) == LINEAR.step_s(prefill_only)
-    assert cost.decode_steps_s(2, 32, 3).tolist() == pytest.approx(
+    assert run_prices(cost, 2, 32, 3).tolist() == pytest.approx(
         [
             cost.step_s(StepShape(num_decode_seqs=2, num_decode_context_tokens=32 + 2 * j))
             for j in range(3)
@@ -112,7 +113,7 @@ def test_draft_model_runs_a_verified_chunk_then_k_minus_1_decode_steps_on_the_ro
     # vLLM's proposer: a pass over the 5 verified tokens of each sequence, then 3
     # one-token passes whose contexts start 4 tokens further on.
     first = draft.step_s(cost.verify_shape(shape))
-    rest = float(draft.decode_steps_s(8, 800 + 4 * 8, 3).sum())
+    rest = float(run_prices(draft, 8, 800 + 4 * 8, 3).sum())
     assert cost.draft_s(8, 800) == pytest.approx(first + rest)
     # Small decode batches are memory-bound: verifying 5 tokens costs about one decode step.
     verify = target.step_s(cost.verify_shape(shape))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from decode_runs import run_prices
 
 from calibration.compare_measured import latencies_of, load_measured, validate, write_validation
 from calibration.fit import fit_engine_overhead
@@ -101,7 +102,7 @@ def test_requests_as_work_needs_a_whole_run() -> None:
 def test_engine_overhead_cost_is_consistent_between_entry_points() -> None:
     base = LinearCost(step_overhead_s=0.002, per_decode_seq_s=0.001, per_context_token_s=1e-6)
     cost = EngineOverheadCost(base, 1.1, 0.0005, 0.0002)
-    steps = cost.decode_steps_s(4, 400, 3)
+    steps = run_prices(cost, 4, 400, 3)
     for j in range(3):
         shape = StepShape(num_decode_seqs=4, num_decode_context_tokens=400 + 4 * j)
         assert steps[j] == pytest.approx(cost.step_s(shape))
@@ -110,7 +111,7 @@ def test_engine_overhead_cost_is_consistent_between_entry_points() -> None:
     with pytest.raises(ValueError):
         EngineOverheadCost(base, 0.0, 0.0, 0.0)
     scaled = ScaledCost(base, 1.5)
-    assert scaled.decode_steps_s(2, 10, 2)[0] == pytest.approx(
+    assert run_prices(scaled, 2, 10, 2)[0] == pytest.approx(
         1.5 * base.step_s(StepShape(num_decode_seqs=2, num_decode_context_tokens=10))
     )
 

@@ -2,31 +2,24 @@
 
 A step's cost depends only on aggregate counts, never on which requests are in
 it, so a shape is a handful of integers: this keeps a cost evaluation to a few
-microseconds and lets the simulator price many identical decode steps at once.
+microseconds. A cost model is one method, ``step_s(shape)``; everything else
+prices through it.
 
 The end times of a skip-ahead run (``run_ends_for``): the replica
 (``sim.serving.replica``) turns a plan promising ``num_steps``
 steps into one SimPy timeout, and needs each step's end time: the first
-step's, then ``end[j] = end[j - 1] + d[j]`` with the cost model's decode-step
-durations ``d`` (the run's first decode step given by its sequences and their
-summed, longest and shortest context; each context grows by one a step),
-summed in the same order as step-by-step execution so both modes agree to
-the bit. An open-loop run stops early, ``num_after`` steps
-after the first that ends at or after the next arrival (``stop_s``).
-
-``ends_until_cut`` is the one loop that sums and cuts, whatever the cost
-model. The durations come lazily from the model's ``decode_durations_s``
-when it has one (the roofline, kernel tables: a step past the cut is never
-priced, and an open-loop run usually stops long before its first finish),
-else from its ``decode_steps_s``, all priced at once.
+step's, then ``end[j] = end[j - 1] + d[j]`` with ``d[j]`` the ``step_s`` of the
+run's ``j``-th decode step (``decode_run_s``: its sequences' contexts each one
+longer a step), summed in the same order as step-by-step execution so both
+modes agree to the bit. An open-loop run stops early, ``num_after`` steps
+after the first that ends at or after the next arrival (``stop_s``), and a
+step past the cut is never priced.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, fields
-from functools import partial
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -34,8 +27,7 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 
 
-@dataclass(frozen=True, slots=True)
-class StepShape:
+class StepShape(NamedTuple):
     """Sufficient statistics of one forward pass over a mixed batch.
 
     Prefill part: ``num_prefill_seqs`` chunks with ``num_prefill_tokens`` new
@@ -50,6 +42,10 @@ class StepShape:
     decodes), the spread a kernel cost's skew term reads. Every shape the
     simulator builds fills them in; a shape built by hand without them (0)
     has its max below its mean and is priced as an even batch.
+
+    A named tuple, not a frozen dataclass: one is built for every step priced,
+    and a tuple is built in one call where a frozen dataclass sets each field
+    through ``object.__setattr__`` (about three times slower).
     """
 
     num_prefill_seqs: int = 0
@@ -96,7 +92,7 @@ class StepShape:
 
 
 # StepShape's fields in order: the shape columns of step logs and tables.
-SHAPE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(StepShape))
+SHAPE_FIELDS: tuple[str, ...] = StepShape._fields
 
 
 @runtime_checkable
@@ -112,70 +108,36 @@ class CostModel(Protocol):
         """Wall time of one step of this shape, in seconds (> 0 unless empty)."""
         ...
 
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        """Durations of ``num_steps`` consecutive decode-only steps.
 
-        Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
-        ``context_tokens + j * num_seqs``, the longest ``max_context_tokens +
-        j`` and the shortest ``min_context_tokens + j`` (every context grows by
-        one a step; 0, as in ``StepShape``: not given, an even batch). Must
-        equal ``step_s`` called step by step, bit for bit; cost models
-        vectorise it with numpy. Returns a new array, which the caller may
-        modify in place.
-        """
-        ...
-
-
-def no_decode_run(num_seqs: int, context_tokens: int, num_steps: int) -> FloatArray | None:
-    """Shared argument handling of ``decode_steps_s``.
-
-    Raises on a negative argument; returns the zero durations of a run with no
-    sequence, or None when the cost model has real steps to price.
-    """
-    if num_seqs < 0 or context_tokens < 0 or num_steps < 0:
-        raise ValueError(
-            f"negative decode_steps_s argument: {num_seqs=}, {context_tokens=}, {num_steps=}"
-        )
-    return np.zeros(num_steps, dtype=np.float64) if num_seqs == 0 else None
-
-
-def decode_steps_by_loop(
-    model: CostModel,
+def decode_run_s(
+    cost: CostModel,
     num_seqs: int,
     context_tokens: int,
-    num_steps: int,
-    *,
     max_context_tokens: int = 0,
     min_context_tokens: int = 0,
-) -> FloatArray:
-    """Reference implementation of ``decode_steps_s`` by calling ``step_s``."""
-    out = np.empty(num_steps, dtype=np.float64)
-    for j in range(num_steps):
-        out[j] = model.step_s(
-            StepShape(
-                num_decode_seqs=num_seqs,
-                num_decode_context_tokens=context_tokens + j * num_seqs,
-                max_decode_context_tokens=max_context_tokens + j,
-                min_decode_context_tokens=min_context_tokens + j,
-            )
-        )
-    return out
+) -> Iterator[float]:
+    """``cost.step_s`` of consecutive decode-only steps, each priced when taken.
+
+    Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
+    ``context_tokens + j * num_seqs``, the longest ``max_context_tokens + j``
+    and the shortest ``min_context_tokens + j`` (every context grows by one a
+    step; 0, as in ``StepShape``: not given, an even batch). Endless: the
+    caller takes what it needs.
+    """
+    step_s = cost.step_s
+    new = tuple.__new__  # StepShape(...) without its Python-level __new__: one a step
+    context, longest, shortest = context_tokens, max_context_tokens, min_context_tokens
+    while True:
+        # No prefill; the decodes' count, summed, longest and shortest context.
+        yield step_s(new(StepShape, (0, 0, 0, 0, num_seqs, context, longest, shortest)))
+        context += num_seqs
+        longest += 1
+        shortest += 1
 
 
 # (first_end_s, num_seqs, context_tokens, max_context_tokens, min_context_tokens,
 #  num_decode_steps, stop_s, num_after) -> ends
 RunEnds = Callable[[float, int, int, int, int, int, float, int], list[float]]
-# (num_seqs, context_tokens, num_decode_steps, *, max_context_tokens=, min_context_tokens=)
-# -> decode-step durations (s), in order
-Durations = Callable[..., Iterable[float]]
 
 
 def ends_until_cut(
@@ -208,10 +170,7 @@ def ends_until_cut(
 
 
 def run_ends_for(cost: CostModel) -> RunEnds:
-    """End times (s) of ``cost``'s skip-ahead runs (module docstring). The durations'
-    source is looked up once, here: an executor prices a run per plan."""
-    lazy: Durations | None = getattr(cost, "decode_durations_s", None)
-    durations: Durations = lazy or partial(_all_priced, cost)
+    """End times (s) of ``cost``'s skip-ahead runs (module docstring)."""
 
     def run_ends(
         first_end_s: float,
@@ -223,33 +182,7 @@ def run_ends_for(cost: CostModel) -> RunEnds:
         stop_s: float,
         num_after: int,
     ) -> list[float]:
-        steps = durations(
-            num_seqs,
-            context_tokens,
-            num_decode_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
+        steps = decode_run_s(cost, num_seqs, context_tokens, max_context_tokens, min_context_tokens)
         return ends_until_cut(steps, first_end_s, num_decode_steps, stop_s, num_after)
 
     return run_ends
-
-
-def _all_priced(
-    cost: CostModel,
-    num_seqs: int,
-    context_tokens: int,
-    num_steps: int,
-    *,
-    max_context_tokens: int = 0,
-    min_context_tokens: int = 0,
-) -> Iterator[float]:
-    """Every decode step priced at once by ``decode_steps_s`` (the generic source)."""
-    steps = cost.decode_steps_s(
-        num_seqs,
-        context_tokens,
-        num_steps,
-        max_context_tokens=max_context_tokens,
-        min_context_tokens=min_context_tokens,
-    )
-    return iter(steps.tolist())

@@ -49,7 +49,7 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.cost.base import SHAPE_FIELDS, FloatArray, StepShape, no_decode_run
+from sim.cost.base import SHAPE_FIELDS, StepShape
 from sim.cost.provenance import read_artifact, validated, write_artifact
 from sim.errors import ConfigError
 from sim.hardware.specs import HardwareSpec, ModelSpec
@@ -304,7 +304,7 @@ class CalibratedCost:
         self._floor_s = fit.floor_s
 
     def _base_s(self, num_tokens: int, prefill_seqs: int, pairs: int, kv_read: int) -> float:
-        """Every term but the decode context (shared by both entry points)."""
+        """Every term but the decode context."""
         t = self._intercept_s + self._per_token_s * num_tokens
         t += tokens_curve_s(self._knots, self._knot_s, num_tokens)
         t += self._per_prefill_seq_s * prefill_seqs
@@ -335,25 +335,6 @@ class CalibratedCost:
             beyond = context - hinge
             t += slope * (beyond if beyond > 0.0 else 0.0)
         return max(self._floor_s, t)
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
-        # Same operations in the same order as step_s, so results match exactly.
-        base = self._base_s(num_seqs, 0, 0, 0) + self._decode_batch_s(num_seqs)
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        out: FloatArray = np.full(num_steps, base)
-        for hinge, slope in zip(self._hinges, self._per_context_s, strict=True):
-            out += slope * np.maximum(contexts - hinge, 0.0)
-        return np.maximum(out, self._floor_s)
 
     def __repr__(self) -> str:
         return f"CalibratedCost({self.label!r})"

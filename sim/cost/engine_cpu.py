@@ -44,15 +44,12 @@ config is a plain value a fit can write to and read from an artifact.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Annotated, Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from sim.cost.base import CostModel, Durations, FloatArray, StepShape, no_decode_run
+from sim.cost.base import CostModel, StepShape
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
@@ -125,14 +122,12 @@ class EngineCpu:
 class EngineCpuCost:
     """A GPU-only cost model plus the engine's CPU work (the module's rule).
 
-    ``step_s``, ``decode_steps_s`` and ``decode_durations_s`` do the same float
-    operations in the same order, so skip-ahead runs equal step-by-step ones to
-    the bit (``sim.fast.compiled.loop.step_s`` mirrors them too).
+    ``sim.fast.compiled.loop.step_s`` mirrors ``step_s``'s float operations in
+    their order, so a compiled run equals the Python path's to the bit.
     """
 
     __slots__ = (
         "_async_scheduling",
-        "_gpu_durations_s",
         "_gpu_step_s",
         "_non_overlapped_s",
         "_per_seq_s",
@@ -153,7 +148,6 @@ class EngineCpuCost:
         self._async_scheduling = cpu.async_scheduling
         # Looked up once: step_s runs millions of times a run.
         self._gpu_step_s = gpu.step_s
-        self._gpu_durations_s: Durations | None = getattr(gpu, "decode_durations_s", None)
 
     @property
     def async_scheduling(self) -> bool:
@@ -182,69 +176,6 @@ class EngineCpuCost:
             # A conditional expression, not max(): the compiled loop's operations.
             return self._non_overlapped_s + (gpu if gpu > cpu else cpu)
         return self._non_overlapped_s + cpu + gpu
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
-        gpu = self.gpu.decode_steps_s(
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
-        cpu = self._cpu_s(num_seqs, num_seqs)
-        out: FloatArray
-        if self._async_scheduling:
-            out = self._non_overlapped_s + np.maximum(gpu, cpu)
-        else:
-            out = (self._non_overlapped_s + cpu) + gpu
-        return out
-
-    def decode_durations_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> Iterator[float]:
-        """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.base``: none past a run's cut), from the GPU model's own lazy
-        durations when it has them."""
-        if not (num_seqs > 0 and context_tokens >= 0 and num_steps >= 0):  # the usual run: no call
-            no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
-            return repeat(0.0)  # steps of no sequence take no time
-        lazy = self._gpu_durations_s
-        spread = {
-            "max_context_tokens": max_context_tokens,
-            "min_context_tokens": min_context_tokens,
-        }
-        gpu: Iterable[float] = (
-            lazy(num_seqs, context_tokens, num_steps, **spread)
-            if lazy is not None
-            else self.gpu.decode_steps_s(num_seqs, context_tokens, num_steps, **spread).tolist()
-        )
-        return self._durations(gpu, self._cpu_s(num_seqs, num_seqs))
-
-    def _durations(self, gpu_s: Iterable[float], cpu: float) -> Iterator[float]:
-        serial_s = self._non_overlapped_s
-        if self._async_scheduling:
-            for gpu in gpu_s:  # step_s's operations, in its order
-                yield serial_s + (gpu if gpu > cpu else cpu)
-        else:
-            fixed_s = serial_s + cpu
-            for gpu in gpu_s:
-                yield fixed_s + gpu
 
     def __repr__(self) -> str:
         return f"EngineCpuCost({self.label!r})"

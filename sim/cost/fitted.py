@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.base import CostModel, FloatArray, StepShape, no_decode_run
+from sim.cost.base import CostModel, StepShape
 from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
 
 
@@ -116,30 +116,6 @@ class FittedCost:
         w = prefill_share(self.base, shape)
         multiplier = p.prefill_multiplier * w + p.decode_multiplier * (1.0 - w)
         return p.step_overhead_s + self.base.step_s(shape) * multiplier
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        none = no_decode_run(num_seqs, context_tokens, num_steps)
-        if none is not None:
-            return none
-        # Decode-only steps: w = 0, so only the decode multiplier applies.
-        out = self.base.decode_steps_s(
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
-        out *= self.params.decode_multiplier
-        out += self.params.step_overhead_s
-        return out
 
 
 FORMAT_NAME: Literal["servesim-fitted-cost"] = "servesim-fitted-cost"
@@ -276,30 +252,6 @@ class EngineOverheadCost:
         num_seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         return self.scale * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs
 
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        out = self.base.decode_steps_s(
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
-        if num_seqs == 0:
-            return out
-        # step_s's operations in its order, so skip-ahead gives step-by-step's bits.
-        out *= self.scale
-        out += self.per_step_s
-        out += self.per_seq_s * num_seqs
-        return out
-
 
 class ScaledCost:
     """``base`` times a constant factor (e.g. a deliberately wrong model, in tests)."""
@@ -315,22 +267,3 @@ class ScaledCost:
 
     def step_s(self, shape: StepShape) -> float:
         return self.factor * self.base.step_s(shape)
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        out = self.base.decode_steps_s(
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
-        out *= self.factor
-        return out

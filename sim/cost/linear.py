@@ -14,9 +14,7 @@ need.
 
 from __future__ import annotations
 
-import numpy as np
-
-from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.base import StepShape
 from sim.errors import ConfigError
 
 
@@ -99,24 +97,6 @@ class LinearCost:
             + self.per_decode_seq_s * shape.num_decode_seqs
             + self.per_context_token_s * shape.num_decode_context_tokens
         )
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        # Same association order as step_s, whose prefill terms add exact zeros
-        # here, so both agree to the last bit, not just to rounding.
-        fixed = self.step_overhead_s + self.per_decode_seq_s * num_seqs
-        out: FloatArray = fixed + self.per_context_token_s * contexts
-        return out
 
     def __repr__(self) -> str:
         terms = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)

@@ -66,20 +66,12 @@ weights, so they slow memory-bound decode, as they do on real hardware.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from itertools import repeat
-
-import numpy as np
-
-from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.base import StepShape
 from sim.cost.collectives import collective_s
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import activation_dtype_bytes
 from sim.hardware.parallel import ParallelismConfig, kv_heads_per_gpu, layout_problem
 from sim.hardware.specs import HardwareSpec, ModelSpec
-
-# Below this many steps, decode_steps_s prices in Python rather than numpy.
-SMALL_RUN_STEPS = 24
 
 
 class RooflineCost:
@@ -150,59 +142,6 @@ class RooflineCost:
         )
         # A conditional expression is several times cheaper than calling max().
         return compute if compute > memory else memory
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        durations = self.decode_durations_s(num_seqs, context_tokens, num_steps)
-        if num_seqs == 0 or num_steps <= SMALL_RUN_STEPS:
-            # numpy's per-call overhead dominates below ~30 elements.
-            return np.fromiter(durations, np.float64, num_steps)
-        # Integer-valued float64 arrays are exact below 2**53, and the operations
-        # mirror step_s one for one, so the results match it bit for bit.
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        return self._decode_array(num_seqs, contexts)
-
-    def _decode_array(self, num_seqs: int, contexts: FloatArray) -> FloatArray:
-        compute = self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts
-        memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs)
-        out: FloatArray = np.maximum(compute, memory)
-        return out
-
-    def decode_durations_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> Iterator[float]:
-        """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.base``: none past a run's cut). The roofline reads only the
-        summed context, not its spread."""
-        if num_seqs > 0 and context_tokens >= 0 and num_steps >= 0:  # the usual run: no call
-            return self._durations(num_seqs, context_tokens)
-        no_decode_run(num_seqs, context_tokens, num_steps)  # raises on a negative argument
-        return repeat(0.0)  # steps of no sequence take no time
-
-    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
-        dense_s = self._s_per_dense_token * num_seqs
-        pair_s, weight_s = self._s_per_attention_pair, self._weight_s
-        kv_s = self._s_per_kv_token
-        context = context_tokens
-        while True:
-            # The operations of step_s, in its order.
-            compute = dense_s + pair_s * context
-            memory = weight_s + kv_s * (context + num_seqs)
-            yield compute if compute > memory else memory
-            context += num_seqs
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.label!r})"
@@ -284,24 +223,3 @@ class ParallelRooflineCost(RooflineCost):
             + self._s_per_kv_token * (shape.prefill_kv_read_tokens + context + tokens) / m
         )
         return slots * ((compute if compute > memory else memory) + comm) + p2p
-
-    def _decode_array(self, num_seqs: int, contexts: FloatArray) -> FloatArray:
-        # Both paths mirror step_s operation for operation, so the same bits.
-        m = self._micro_batches(num_seqs)
-        slots, comm, p2p = self._fixed_s(num_seqs, m)
-        compute = (self._s_per_dense_token * num_seqs + self._s_per_attention_pair * contexts) / m
-        memory = self._weight_s + self._s_per_kv_token * (contexts + num_seqs) / m
-        out: FloatArray = slots * (np.maximum(compute, memory) + comm) + p2p
-        return out
-
-    def _durations(self, num_seqs: int, context_tokens: int) -> Iterator[float]:
-        m = self._micro_batches(num_seqs)
-        slots, comm, p2p = self._fixed_s(num_seqs, m)
-        dense_s = self._s_per_dense_token * num_seqs
-        pair_s, weight_s, kv_s = self._s_per_attention_pair, self._weight_s, self._s_per_kv_token
-        context = context_tokens
-        while True:
-            compute = (dense_s + pair_s * context) / m
-            memory = weight_s + kv_s * (context + num_seqs) / m
-            yield slots * ((compute if compute > memory else memory) + comm) + p2p
-            context += num_seqs

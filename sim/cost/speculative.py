@@ -65,7 +65,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sim.cost.base import CostModel, FloatArray, StepShape, decode_steps_by_loop
+import numpy as np
+
+from sim.cost.base import CostModel, StepShape, decode_run_s
 from sim.cost.roofline import RooflineCost
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
@@ -250,14 +252,15 @@ class SpeculativeCost:
             return first
         # The next passes decode one token a sequence after the k + 1 verified
         # ones (at most; the rejected are overwritten): contexts k further on.
-        rest = model.decode_steps_s(
+        rest = decode_run_s(
+            model,
             num_seqs,
             context_tokens + k * num_seqs,
-            k - 1,
-            max_context_tokens=max_context_tokens + k if max_context_tokens else 0,
-            min_context_tokens=min_context_tokens + k if min_context_tokens else 0,
+            max_context_tokens + k if max_context_tokens else 0,
+            min_context_tokens + k if min_context_tokens else 0,
         )
-        return first + float(rest.sum())
+        # numpy's sum (pairwise past 8 terms): the passes' seconds as ever summed.
+        return first + float(np.fromiter(rest, np.float64, k - 1).sum())
 
     def parts_s(self, shape: StepShape) -> StepParts:
         """The step's time by part (all in the target's alone with no decode)."""
@@ -290,25 +293,6 @@ class SpeculativeCost:
 
     def step_s(self, shape: StepShape) -> float:
         return self.parts_s(shape).total_s
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        # Speculative plans run one step per event, so this is rarely called.
-        return decode_steps_by_loop(
-            self,
-            num_seqs,
-            context_tokens,
-            num_steps,
-            max_context_tokens=max_context_tokens,
-            min_context_tokens=min_context_tokens,
-        )
 
 
 def rejection_s_per_logit(hardware: HardwareSpec) -> float:

@@ -102,11 +102,7 @@ def roofline_of(cost: object) -> RooflineCost | None:
     a roofline (a relabelled one too, if it prices steps as the roofline), bare or
     inside exactly an ``EngineCpuCost``; else None."""
     gpu = cost.gpu if type(cost) is EngineCpuCost else cost
-    if (
-        isinstance(gpu, RooflineCost)
-        and type(gpu).step_s is RooflineCost.step_s
-        and type(gpu).decode_durations_s is RooflineCost.decode_durations_s
-    ):
+    if isinstance(gpu, RooflineCost) and type(gpu).step_s is RooflineCost.step_s:
         return gpu
     return None
 

@@ -22,8 +22,10 @@ Read top to bottom:
   ``from_hf_config``: which ``config.json`` fields are read, per model type).
 - ``HardwareSpec``: one accelerator. Presets give datasheet figures, cited per
   entry; their efficiencies and overheads are the roofline's guesses (kernel
-  tables do not use them). ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES``
-  find kernel tables measured on a preset's card.
+  tables do not use them). The presets are data, ``gpus.toml`` (one table a
+  card: its datasheet, link, the names kernel tables give it, its price);
+  ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES`` find kernel tables measured
+  on a preset's card.
 - In a scenario, ``model:`` and ``hardware:`` accept a preset name, an inline
   spec (a mapping with every field), or a preset with overrides (``{preset:
   llama-3-8b, kv_dtype_bytes: 1}``); ``model:`` also a Hugging Face
@@ -34,6 +36,7 @@ Read top to bottom:
 from __future__ import annotations
 
 import json
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -810,131 +813,66 @@ class HardwareSpec(BaseModel):
     gpu_link: str | None = None
 
 
-_GB = 1e9
-_T = 1e12
 _GIB = 2**30
 _MIB = 2**20
-# CUDA's total is nvidia-smi's minus what the driver keeps: on an H100 80GB,
-# 81559 MiB (nvidia-smi) against 79.22 GiB (CUDA), 0.43 GiB; on an RTX 4090,
-# 24564 MiB against 23.52 GiB, 0.47 GiB. Where only nvidia-smi's figure is
-# known, CUDA's is taken as that minus 0.43 GiB (an estimate).
+# What the driver keeps of nvidia-smi's total where CUDA's is not known (gpus.toml).
 _DRIVER_RESERVED_BYTES = 0.43 * _GIB
+GPUS_FILE = Path(__file__).with_name("gpus.toml")
 
 
-def _gpu(
-    name: str,
-    peak_flops_per_s: float,
-    memory_bandwidth_bytes_per_s: float,
-    memory_bytes: float,
-    cuda_memory_bytes: float | None = None,
-) -> HardwareSpec:
-    """A datasheet GPU with the default efficiencies and step overhead, and its
-    servers' GPU-to-GPU link (``_GPU_LINKS``)."""
-    return HardwareSpec(
-        name=name,
-        peak_flops_per_s=peak_flops_per_s,
-        memory_bandwidth_bytes_per_s=memory_bandwidth_bytes_per_s,
-        memory_bytes=memory_bytes,
-        cuda_memory_bytes=cuda_memory_bytes,
-        gpu_link=_GPU_LINKS[name],
-    )
+class GpuPreset(BaseModel):
+    """One table of ``gpus.toml``: a hardware preset and what else is known of the card
+    (the names kernel tables give it, its price); the file's header says each field."""
+
+    model_config = _FROZEN
+
+    spec: HardwareSpec
+    aiconfigurator_gpu: str | None = None
+    kernel_table_gpus: frozenset[str] = frozenset()
+    price_per_hour_usd: PositiveFloat | None = None
+
+    @property
+    def table_gpus(self) -> frozenset[str]:
+        """Every name a kernel artifact's ``provenance.gpu`` may give this card."""
+        aiconfigurator = self.aiconfigurator_gpu
+        own = frozenset() if aiconfigurator is None else frozenset({aiconfigurator})
+        return own | self.kernel_table_gpus
 
 
-# The link between the GPUs of one server, from the datasheets: NVLink 5 on
-# B200, NVLink 4 on H100/H200 SXM, NVLink 3 on A100 SXM; the PCIe cards have
-# none (an H100 PCIe's optional NVLink bridge pairs two cards only): Gen5 on
-# H100 PCIe, Gen4 on L4, L40S, A10G and RTX 4090; the RTX PRO 6000 (Server
-# Edition) Gen5 with no peer-to-peer, so through host memory, as measured
-# (``sim.hardware.parallel``, "pcie5-via-host").
-_GPU_LINKS: Mapping[str, str] = MappingProxyType(
-    {
-        "h100": "nvlink4",
-        "h100-sxm": "nvlink4",
-        "h200": "nvlink4",
-        "b200": "nvlink5",
-        "a100-80gb": "nvlink3",
-        "a100-40gb": "nvlink3",
-        "h100-pcie": "pcie5",
-        "rtx-pro-6000": "pcie5-via-host",
-        "l4": "pcie4",
-        "l40s": "pcie4",
-        "a10g": "pcie4",
-        "rtx-4090": "pcie4",
-    }
-)
+def _gpu_preset(name: str, table: Mapping[str, Any], path: Path) -> GpuPreset:
+    """A ``gpus.toml`` table as a preset; CUDA's memory from whichever figure it gives."""
+    fields = dict(table)
+    cuda_memory_bytes = fields.pop("cuda_memory_bytes", None)
+    if "cuda_memory_gib" in fields:
+        cuda_memory_bytes = fields.pop("cuda_memory_gib") * _GIB
+    if "nvidia_smi_memory_mib" in fields:
+        cuda_memory_bytes = fields.pop("nvidia_smi_memory_mib") * _MIB - _DRIVER_RESERVED_BYTES
+    card = {key: fields.pop(key) for key in tuple(GpuPreset.model_fields) if key in fields}
+    link = fields.pop("link", None)
+    spec = {"name": name, "cuda_memory_bytes": cuda_memory_bytes, "gpu_link": link}
+    try:
+        return GpuPreset(spec=HardwareSpec(**spec, **fields), **card)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        where = ".".join(str(part) for part in problem["loc"])
+        raise ConfigError(f"{path} [{name}] {where}: {problem['msg']}") from None
 
 
-# Datasheet numbers: dense bf16 tensor-core FLOP/s (without sparsity), HBM/GDDR
-# bandwidth, and memory in decimal GB as marketed, then CUDA's total memory where
-# known. Overheads are guesses of a vLLM-like engine's per-step CPU work, to be
-# replaced by calibration.
-_HARDWARE = [
-    # CUDA total 79.22 GiB: vLLM's "total_gpu_memory 79.22GiB" on an H100
-    # (vllm-project/vllm PR #10511).
-    _gpu("h100", 989e12, 3.35e12, 80 * _GB, 79.22 * _GIB),
-    # nvidia-smi: 143771 MiB.
-    _gpu("h200", 989e12, 4.8e12, 141 * _GB, 143771 * _MIB - _DRIVER_RESERVED_BYTES),
-    # nvidia-smi (A100-SXM4-80GB): 81920 MiB.
-    _gpu("a100-80gb", 312e12, 2.039e12, 80 * _GB, 81920 * _MIB - _DRIVER_RESERVED_BYTES),
-    _gpu("l4", 121e12, 300e9, 24 * _GB),
-    # The 2-core dev machine: peak and bandwidth are measured (fp32 matmul, large
-    # copies), so bandwidth needs no further discount; small eager-mode matmuls
-    # reach well under the big-matmul rate, hence the compute discount.
-    HardwareSpec(
-        name="cpu-2core",
-        peak_flops_per_s=88e9,
-        memory_bandwidth_bytes_per_s=8e9,
-        memory_bytes=24 * _GB,
-        compute_efficiency=0.6,
-        memory_efficiency=1.0,
-    ),
-    # NVIDIA Ada whitepaper: 165.2 TFLOPS bf16 (fp32 accumulate), 1008 GB/s GDDR6X, 24 GB.
-    # CUDA total 25250627584 B: LLMServingSim's vLLM 0.19 run (shared/data/llmservingsim,
-    # bench/examples/RTX4090/Llama-3.1-8B/vllm/meta.json, device_total_memory_bytes).
-    _gpu("rtx-4090", 165.2 * _T, 1008e9, 24 * _GB, 25250627584),
-    # RTX PRO 6000 Blackwell Server Edition datasheet: 4 PFLOPS fp4 with sparsity,
-    # i.e. ~500 TFLOPS dense bf16 (fp4 / 8); 1.79 TB/s GDDR7; 96 GB. nvidia-smi: 97887 MiB.
-    _gpu("rtx-pro-6000", 500 * _T, 1792e9, 96 * _GB, 97887 * _MIB - _DRIVER_RESERVED_BYTES),
-    # L40S datasheet: 362 TFLOPS bf16 dense (733 sparse), 864 GB/s, 48 GB.
-    _gpu("l40s", 362 * _T, 864e9, 48 * _GB),
-    # AWS G5 (A10G): ~70 TFLOPS bf16 dense, 600 GB/s, 24 GB (AWS figures; NVIDIA
-    # publishes none for this cloud-only part).
-    _gpu("a10g", 70 * _T, 600e9, 24 * _GB),
-    # A100 datasheet: 312 TFLOPS bf16 dense; 40 GB HBM2 at 1555 GB/s.
-    _gpu("a100-40gb", 312 * _T, 1555e9, 40 * _GB),
-    # H100 datasheet, SXM: 989 TFLOPS bf16 dense, 3.35 TB/s, 80 GB (same as "h100").
-    _gpu("h100-sxm", 989 * _T, 3.35e12, 80 * _GB, 79.22 * _GIB),
-    # H100 datasheet, PCIe: 756 TFLOPS bf16 dense, 2.0 TB/s, 80 GB.
-    _gpu("h100-pcie", 756 * _T, 2.0e12, 80 * _GB),
-    # HGX B200 datasheet, per GPU: 2.25 PFLOPS bf16 dense (4.5 sparse), 8 TB/s, 180 GB.
-    # nvidia-smi: 183359 MiB.
-    _gpu("b200", 2250 * _T, 8e12, 180 * _GB, 183359 * _MIB - _DRIVER_RESERVED_BYTES),
-]
+def load_gpu_presets(path: Path = GPUS_FILE) -> Mapping[str, GpuPreset]:
+    """``gpus.toml``'s presets by name, in the file's order."""
+    with path.open("rb") as f:
+        tables = tomllib.load(f)
+    return MappingProxyType({name: _gpu_preset(name, t, path) for name, t in tables.items()})
 
 
+GPU_PRESETS = load_gpu_presets()
 # servesim hardware preset -> the GPU's name in aiconfigurator-core's database.
 AICONFIGURATOR_GPUS: Mapping[str, str] = MappingProxyType(
-    {
-        "rtx-pro-6000": "rtx_pro_6000_server",
-        "l40s": "l40s",
-        "l4": "l4",
-        "a100-80gb": "a100_sxm",
-        "a100-40gb": "a100_sxm",
-        "h100": "h100_sxm",
-        "h100-sxm": "h100_sxm",
-        "h100-pcie": "h100_pcie",
-        "h200": "h200_sxm",
-        "b200": "b200_sxm",
-    }
+    {name: gpu.aiconfigurator_gpu for name, gpu in GPU_PRESETS.items() if gpu.aiconfigurator_gpu}
 )
-
 # servesim hardware preset -> names a kernel artifact's provenance.gpu may use.
 SOURCE_GPU_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
-    {
-        **{hw: frozenset({gpu}) for hw, gpu in AICONFIGURATOR_GPUS.items()},
-        "rtx-4090": frozenset({"RTX4090"}),
-        "rtx-pro-6000": frozenset({"rtx_pro_6000_server", "RTXPRO6000"}),
-    }
+    {name: gpu.table_gpus for name, gpu in GPU_PRESETS.items() if gpu.table_gpus}
 )
 
 
@@ -948,7 +886,9 @@ _ALIASED = [
 MODEL_PRESETS: Mapping[str, ModelSpec] = MappingProxyType(
     {m.name: m for m in [*_ALIASED, *_MODELS, *_FROM_CONFIGS.values()]}
 )
-HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType({h.name: h for h in _HARDWARE})
+HARDWARE_PRESETS: Mapping[str, HardwareSpec] = MappingProxyType(
+    {name: gpu.spec for name, gpu in GPU_PRESETS.items()}
+)
 
 _Spec = TypeVar("_Spec", bound=BaseModel)
 

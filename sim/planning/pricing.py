@@ -1,7 +1,8 @@
 """Approximate GPU prices, for turning capacity into money.
 
 ``GPU_PRICE_PER_HOUR`` holds rough public on-demand list prices in US dollars
-per GPU-hour (mid-2025, specialist GPU clouds such as Lambda or RunPod; the
+per GPU-hour (each preset's ``price_per_hour_usd`` in ``sim/hardware/gpus.toml``;
+mid-2025, specialist GPU clouds such as Lambda or RunPod; the
 large clouds list 2-4x more, reserved and spot capacity much less). They are
 only a default to make reports readable: pass your own price with
 ``--gpu-price-per-hour`` (or ``gpu_price_per_hour:`` in a sweep file, or
@@ -16,24 +17,14 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from sim.errors import ConfigError
+from sim.hardware.specs import GPU_PRESETS
 
+# Each hardware preset's price, from its entry in sim/hardware/gpus.toml.
 GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
     {
-        # Approximate on-demand list prices, mid-2025, one GPU (RunPod and Lambda
-        # pricing pages; hourly VM prices where the GPU only comes in a VM).
-        "h100": 3.00,  # H100 80GB SXM
-        "h100-sxm": 3.00,  # the same GPU under its explicit name
-        "h100-pcie": 2.40,  # H100 80GB PCIe
-        "h200": 3.80,  # H200 141GB SXM
-        "b200": 6.00,  # B200 180GB SXM
-        "a100-80gb": 1.80,  # A100 80GB SXM
-        "a100-40gb": 1.30,  # A100 40GB SXM
-        "l40s": 0.90,  # L40S 48GB
-        "l4": 0.80,  # L4 24GB (a small cloud VM with one L4)
-        "a10g": 1.00,  # A10G 24GB (AWS g5.xlarge, on-demand)
-        "rtx-4090": 0.70,  # RTX 4090 24GB (secure-cloud pods)
-        "rtx-pro-6000": 1.80,  # RTX PRO 6000 Blackwell 96GB
-        "cpu-2core": 0.10,  # a 2-vCPU VM, for the calibration machine
+        name: gpu.price_per_hour_usd
+        for name, gpu in GPU_PRESETS.items()
+        if gpu.price_per_hour_usd is not None
     }
 )
 PRICES_AS_OF = "mid-2025"

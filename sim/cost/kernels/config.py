@@ -88,6 +88,17 @@ class KernelsCostConfig(BaseModel):
     skew: bool = True
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
+    @property
+    def disabled_terms(self) -> frozenset[str]:
+        """The ablations above that are off, as the kernel cost's term list takes them
+        (``sim.cost.kernels.terms.ABLATIONS``)."""
+        switches = (
+            ("mixed_attention", self.mixed_attention),
+            ("memory_ops", self.memory_ops),
+            ("skew", self.skew),
+        )
+        return frozenset(name for name, on in switches if not on)
+
     @model_validator(mode="after")
     def _artifact_with_path(self) -> KernelsCostConfig:
         if self.source == "path" and self.artifact is None:
@@ -178,10 +189,8 @@ def build_kernels(
         pipeline_parallel_size=p.pipeline_parallel_size,
         link=p.link,
         expert_parallel_size=config.expert_parallel_size,
-        mixed_attention=config.mixed_attention,
-        memory_ops=config.memory_ops,
         hardware=hardware,
-        skew=config.skew,
+        disabled_terms=config.disabled_terms,
     )
 
 

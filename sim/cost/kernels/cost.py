@@ -11,20 +11,20 @@ work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
 ``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
 expert-parallel group (``expert_parallel``). A profile with a skew fit
 (``attention_skew``) moves decode attention from the time at the batch's mean
-KV towards the time at its longest (``skew_alpha``; off with ``skew=False``).
-Tables of FA2's pure kernels price a mixed step's decodes with the factor a
-profile measured in the varlen kernel, carried to this GPU (``mixed_factor``;
-off with ``mixed_attention=False``).
+KV towards the time at its longest (``skew_alpha``). Tables of FA2's pure
+kernels price a mixed step's decodes with the factor a profile measured in the
+varlen kernel, carried to this GPU (``mixed_factor``). The step's terms, each
+with its source, are listed once (``terms``, built by ``_build_terms``): the
+price, the per-op breakdown and the label's sources and ablations all read
+that list (``sim.cost.kernels.terms``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from itertools import islice, repeat
+from collections.abc import Callable
+from functools import partial
 
-import numpy as np
-
-from sim.cost.base import FloatArray, StepShape, no_decode_run
+from sim.cost.base import StepShape
 from sim.cost.collectives import collective_s
 from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import (
@@ -46,6 +46,7 @@ from sim.cost.kernels.tables import (
     moe_grid,
     op_grid,
 )
+from sim.cost.kernels.terms import ABLATIONS, Kind, Source, Term, term
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
 from sim.hardware.specs import HardwareSpec, ModelArchitecture
@@ -69,19 +70,19 @@ class KernelCost:
         link: LinkSpec | None = None,
         expert_parallel_size: int = 1,
         hardware: HardwareSpec | None = None,
-        mixed_attention: bool = True,
-        memory_ops: bool = True,
-        skew: bool = True,
+        disabled_terms: frozenset[str] = frozenset(),
     ) -> None:
         """``hardware`` gives the bandwidth of the memory-bound ops (``memory_ops``);
         default: the hardware preset of the GPU the artifact was measured on.
 
-        ``mixed_attention=False`` prices a mixed step's attention as pure prefill plus
-        pure decode even where the tables have the one varlen kernel (or, for FA2
-        tables without it, the factor ``mixed_factor`` carries from a profile), and
-        ``memory_ops=False`` leaves the memory-bound ops out: what these tables
-        priced before those fixes (ablations, ``benchmarks/public_runs.py``).
-        ``skew=False`` does not apply the artifact's skew fit (an ablation)."""
+        ``disabled_terms``: parts of the term list switched off (``terms.ABLATIONS``:
+        what these tables priced before those fixes, ``benchmarks/public_runs.py``)."""
+        unknown = sorted(disabled_terms - set(ABLATIONS))
+        if unknown:
+            known = ", ".join(ABLATIONS)
+            raise ConfigError(f"cost: no term {unknown[0]!r} to disable; known: {known}")
+        mixed_attention = "mixed_attention" not in disabled_terms
+        skew = "skew" not in disabled_terms
         self.arch, self.artifact = arch, artifact
         self.tp, self.pp = tensor_parallel_size, pipeline_parallel_size
         self.ep = expert_parallel_size
@@ -104,7 +105,7 @@ class KernelCost:
                 f"kernel artifact ({artifact.label}) was profiled at tensor parallel "
                 f"{provenance.tensor_parallel_size}, the layout asks for {self.tp}"
             )
-        self._build_dense(hardware, memory_ops)
+        self._build_dense(hardware, "memory_ops" not in disabled_terms)
         # Attention: a per-model profile's varlen lattice (one kernel per step, its
         # KV lengths counting cached tokens before this step's), else the pure tables.
         self._mixed = artifact.has("mixed_attention")
@@ -149,13 +150,20 @@ class KernelCost:
         self._allreduce = allreduce_grid(artifact, self.tp) if self.tp > 1 and measured else None
         self._dense_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
+        self.terms: tuple[Term, ...] = self._build_terms()
+        self._layer_prices = [t.price for t in self.terms if t.scope == "layer"]
+        self._step_prices = [t.price for t in self.terms if t.scope == "step"]
+        # Each breakdown row's source (a row two terms share: the later's, which prices it).
+        self._sources = {row: src for t in self.terms for row, src in t.sources.items()}
         # Ablations that change this model's prices, named in its label.
-        off = (
-            ("attention as two kernels", (self._mixed or transfers) and not mixed_attention),
-            ("no memory-bound ops", self._profile is None and not memory_ops),
-            ("no skew fit", self._mixed and artifact.has("attention_skew") and not skew),
+        applies = {
+            "mixed_attention": self._mixed or transfers,
+            "memory_ops": self._profile is None,
+            "skew": self._mixed and artifact.has("attention_skew"),
+        }
+        self.ablations = tuple(
+            ABLATIONS[n] for n in ABLATIONS if n in disabled_terms and applies[n]
         )
-        self.ablations = tuple(name for name, applies in off if applies)
 
     def _gpu(self, hardware: HardwareSpec | None) -> HardwareSpec:
         """``hardware``, else the preset of the GPU the tables were measured on: its
@@ -206,26 +214,127 @@ class KernelCost:
 
     # -- operator times (seconds) --------------------------------------------
 
+    def _build_terms(self) -> tuple[Term, ...]:
+        """The step's terms in pricing order (``terms``): the layer's dense ops and
+        all-reduces, its attention, then the once-a-step ops."""
+        arch, tp = self.arch, self.tp
+        activation_bytes = arch.hidden_size * ACTIVATION_BYTES  # one token's, for collectives
+        allreduce: Source = "link" if self._allreduce is None else "measured"
+        allreduce = "none" if tp == 1 else allreduce
+        terms: list[Term] = []
+        profile, memory = self._profile, self._memory
+        moe = self._moe
+        if profile is not None:
+            names = [name for name, _ in profile.layer_terms(1.0)]
+            terms.append(
+                Term(
+                    "layer_ops", "profile", "layer", dict.fromkeys(names, "measured"),
+                    lambda tokens: profile.layer_s(float(tokens)),
+                    lambda tokens: profile.layer_terms(float(tokens)),
+                )
+            )  # fmt: skip
+            if moe is not None:  # expert parallel: the group's MoE, from the profile's moe.csv
+                terms.append(self._moe_term(moe))
+        else:
+            for name, (n, k) in self.shapes.gemms.items():
+                terms.append(term(name, "gemm", "layer", "measured", partial(self._gemm_at, n, k)))
+            if moe is not None:
+                terms.append(self._moe_term(moe))
+            if memory is not None:
+                terms.append(
+                    Term(
+                        "memory_ops", "memory", "layer", dict.fromkeys(LAYER_OPS, "bandwidth"),
+                        lambda tokens: memory.layer_s(float(tokens)),
+                        lambda tokens: memory.layer_terms(float(tokens)),
+                    )
+                )  # fmt: skip
+
+        def layer_allreduce_s(tokens: int) -> float:  # attention's output and the MLP's
+            return 2.0 * self.allreduce_s(tokens * activation_bytes)
+
+        terms.append(term("allreduce", "communication", "layer", allreduce, layer_allreduce_s))
+        decode: Source = "derived" if self.derived else "measured"
+        attention: dict[str, Source] = dict.fromkeys(
+            ("mixed_attention", "prefill_attention"), "measured"
+        )
+        terms.append(
+            Term(
+                "attention", "attention", "attention", {**attention, "decode_attention": decode},
+                self.attention_s, self._attention_rows,
+            )
+        )  # fmt: skip
+        if profile is not None:
+            names = [name for name, _ in profile.step_terms(1.0)]
+            terms.append(
+                Term(
+                    "step_ops", "profile", "step", dict.fromkeys(names, "measured"),
+                    lambda tokens, seqs: profile.step_s(float(tokens)),
+                    lambda tokens, seqs: profile.step_terms(float(tokens)),
+                )
+            )  # fmt: skip
+        lm_ops = self._lm_ops
+        if memory is not None:
+            step_ops = STEP_OPS if not lm_ops else tuple(n for n in STEP_OPS if n != "sampler")
+            terms.append(
+                Term(
+                    "step_memory_ops", "memory", "step", dict.fromkeys(step_ops, "bandwidth"),
+                    lambda tokens, seqs: memory.step_s(float(tokens), float(seqs), not lm_ops),
+                    lambda tokens, seqs: memory.step_terms(float(tokens), float(seqs), not lm_ops),
+                )
+            )  # fmt: skip
+
+            def embedding_allreduce_s(tokens: int, seqs: int) -> float:  # vocab-parallel
+                return self.allreduce_s(tokens * activation_bytes)
+
+            name = "embedding_allreduce"
+            terms.append(term(name, "communication", "step", allreduce, embedding_allreduce_s))
+        if lm_ops:
+            for name, grid in zip(("lm_head", "sampler"), lm_ops, strict=True):
+                kind: Kind = "gemm" if name == "lm_head" else "sampler"
+                terms.append(term(name, kind, "step", "measured", partial(_per_seq_s, grid)))
+        else:
+            n, k = self.shapes.lm_head
+            lm_head = partial(_per_seq_s, partial(self._gemm_at, n, k))
+            terms.append(term("lm_head", "gemm", "step", "measured", lm_head))
+        if self.pp > 1:
+
+            def pipeline_transfer_s(tokens: int, seqs: int) -> float:  # pp - 1 hops
+                return self.pipeline_transfer_s(tokens)
+
+            terms.append(
+                term("pipeline_transfer", "communication", "step", "link", pipeline_transfer_s)
+            )
+        return tuple(terms)
+
+    def _moe_term(self, moe: Grid | ExpertParallelMoE) -> Term:
+        """The MoE layer's term: one table row, or under expert parallelism the
+        group's dispatch, local experts and combine, each its own breakdown row."""
+        if not isinstance(moe, ExpertParallelMoE):
+            return term("moe", "moe", "layer", "measured", lambda tokens: moe(float(tokens)))
+        collectives: Source = "measured" if moe.collectives_measured else "link"
+        sources: dict[str, Source] = {
+            "moe_all_gather": collectives,
+            "moe": "measured",
+            "moe_reduce_scatter": collectives,
+        }
+        return Term(
+            "moe", "moe", "layer", sources,
+            lambda tokens: moe(float(tokens)),
+            lambda tokens: moe.terms(float(tokens)),
+        )  # fmt: skip
+
+    def _gemm_at(self, n: int, k: int, tokens: float) -> float:
+        return self.gemm_s(float(tokens), n, k)
+
     def dense_layer_s(self, num_tokens: int) -> float:
-        """One layer's non-attention work (GEMMs or MoE, plus all-reduces) for T tokens."""
+        """One layer's non-attention work (GEMMs or MoE, plus all-reduces) for T tokens:
+        the ``layer`` terms, summed in order."""
         cached = self._dense_cache.get(num_tokens)
         if cached is not None:
             return cached
-        t = float(num_tokens)
         total = 0.0
-        if self._profile is not None:
-            total += self._profile.layer_s(t)
-            if self._moe is not None:  # expert parallel: the group's MoE
-                total += self._moe(t)
-        else:
-            assert self._gemm is not None
-            for n, k in self.shapes.gemms.values():
-                total += self.gemm_s(t, n, k)
-            if self._moe is not None:
-                total += self._moe(t)
-            if self._memory is not None:
-                total += self._memory.layer_s(t)
-        total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
+        for price in self._layer_prices:
+            total += price(num_tokens)
         self._dense_cache[num_tokens] = total
         return total
 
@@ -259,7 +368,8 @@ class KernelCost:
         return (self.pp - 1) * collective_s("send_recv", hop_bytes, 2, self.link)
 
     def per_step_s(self, num_tokens: int, num_seqs: int) -> float:
-        """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers.
+        """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers
+        (the ``step`` terms, summed in order).
 
         A profile times embedding and final norm; otherwise they (and the
         sampler, without a ``per_sequence`` table) are priced from bandwidth,
@@ -269,20 +379,9 @@ class KernelCost:
         cached = self._lm_cache.get(key)
         if cached is not None:
             return cached
-        total = 0.0 if self._profile is None else self._profile.step_s(float(num_tokens))
-        if self._memory is not None:
-            total += self._memory.step_s(float(num_tokens), float(num_seqs), not self._lm_ops)
-            total += self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
-        if num_seqs:
-            if self._lm_ops:
-                for grid in self._lm_ops:
-                    total += grid(float(num_seqs))
-            else:
-                assert self._gemm is not None
-                n, k = self.shapes.lm_head
-                total += self.gemm_s(float(num_seqs), n, k)
-        if self.pp > 1:
-            total += self.pipeline_transfer_s(num_tokens)
+        total = 0.0
+        for price in self._step_prices:
+            total += price(num_tokens, num_seqs)
         self._lm_cache[key] = total
         return total
 
@@ -413,8 +512,7 @@ class KernelCost:
         self, mean_s: float, num_seqs: int, kv: float, max_context_tokens: int,
         min_context_tokens: int,
     ) -> float:  # fmt: skip
-        """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term:
-        the same operations for a step and for a run's steps."""
+        """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term."""
         kv_max = max_context_tokens - self._decode_history
         kv_min = min_context_tokens - self._decode_history
         alpha = self.skew_alpha(0.0, 0.0, num_seqs, kv, kv_max, kv_min)
@@ -424,89 +522,46 @@ class KernelCost:
 
     # -- per-op breakdown ----------------------------------------------------------
 
+    def _attention_rows(self, shape: StepShape) -> list[tuple[str, float]]:
+        """``attention_s`` by phase: one varlen kernel, or prefill and decode apart
+        (the decodes times ``mixed_decode_factor``, 1.0 without one)."""
+        if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
+            return [("mixed_attention", self.mixed_attention_s(shape))]
+        decode = self.decode_attention_s(
+            shape.num_decode_seqs,
+            shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens,
+            shape.min_decode_context_tokens,
+        )
+        decode = decode * self.mixed_decode_factor(shape)
+        prefill = self.prefill_attention_s(shape)
+        return [("prefill_attention", prefill), ("decode_attention", decode)]
+
     def breakdown_s(self, shape: StepShape) -> dict[str, float]:
-        """Each op's seconds in the step ``shape`` (all layers together): the
-        layer's ops (a profile's in name order), attention, collectives, then
-        the once-per-step ops. They add up to ``step_s`` (to rounding): the same
+        """Each op's seconds in the step ``shape`` (all layers together): the rows of
+        ``terms`` in order. They add up to ``step_s`` (to rounding): the same
         functions price them."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return {}
-        t, num_layers = float(tokens), self.arch.num_layers
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        layer: list[tuple[str, float]] = []
-        step: list[tuple[str, float]] = []
-        if self._profile is not None:
-            layer += self._profile.layer_terms(t)
-            step += self._profile.step_terms(t)
-            if isinstance(self._moe, ExpertParallelMoE):
-                layer += self._moe.terms(t)
-        else:
-            layer += [(name, self.gemm_s(t, n, k)) for name, (n, k) in self.shapes.gemms.items()]
-            if isinstance(self._moe, ExpertParallelMoE):  # its collectives apart
-                layer += self._moe.terms(t)
-            elif self._moe is not None:
-                layer.append(("moe", self._moe(t)))
-            if self._memory is not None:
-                layer += self._memory.layer_terms(t)
-                memory_step = dict(self._memory.step_terms(t, float(seqs), not self._lm_ops))
-                step += [("embedding", memory_step["embedding"])]
-                message_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
-                step += [("embedding_allreduce", self.allreduce_s(message_bytes))]
-                step += [(name, memory_step[name]) for name in ("final_norm", "sampler")]
-        layer.append(
-            (
-                "allreduce",
-                2.0 * self.allreduce_s(tokens * self.arch.hidden_size * ACTIVATION_BYTES),
-            )
-        )
-        if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
-            # One varlen kernel over prefill chunks and decodes (attention_s).
-            layer.append(("mixed_attention", self.mixed_attention_s(shape)))
-        else:
-            decode = self.decode_attention_s(
-                shape.num_decode_seqs,
-                shape.num_decode_context_tokens,
-                shape.max_decode_context_tokens,
-                shape.min_decode_context_tokens,
-            )
-            decode = decode * self.mixed_decode_factor(shape)  # attention_s's product (x1.0: none)
-            layer += [("prefill_attention", self.prefill_attention_s(shape))]
-            layer += [("decode_attention", decode)]
-        if seqs and self._lm_ops:
-            step += [
-                (name, grid(float(seqs)))
-                for name, grid in zip(("lm_head", "sampler"), self._lm_ops, strict=True)
-            ]
-        elif seqs:
-            n, k = self.shapes.lm_head
-            step.append(("lm_head", self.gemm_s(float(seqs), n, k)))
-        if self.pp > 1:
-            step.append(("pipeline_transfer", self.pipeline_transfer_s(tokens)))
         out: dict[str, float] = {}
-        for name, seconds in [(n, num_layers * s) for n, s in layer] + step:
-            out[name] = out.get(name, 0.0) + seconds
+        for t in self.terms:
+            if t.scope == "step":
+                rows = t.breakdown(tokens, seqs)
+            else:
+                rows = [
+                    (name, self.arch.num_layers * seconds)
+                    for name, seconds in t.breakdown(shape if t.scope == "attention" else tokens)
+                ]
+            for name, seconds in rows:
+                out[name] = out.get(name, 0.0) + seconds
         return out
 
     def op_source(self, name: str) -> str:
-        """What ``breakdown_s``'s op ``name`` is priced from, in a word: ``measured`` (a
-        table's rows), ``derived`` (another head layout's rows, ``derived``),
-        ``bandwidth`` (its bytes at the GPU's datasheet rate, ``memory_ops``) or
-        ``link`` (a collective as NCCL's model prices it over the link: no table timed
-        this group or hop, ``sim.cost.collectives``); ``none`` for an all-reduce on one
-        GPU (0 s)."""
-        if name == "decode_attention" and self.derived:
-            return "derived"
-        if self._memory is not None and (
-            name in LAYER_OPS or (name in STEP_OPS and (name != "sampler" or not self._lm_ops))
-        ):
-            return "bandwidth"
-        if name in ("allreduce", "embedding_allreduce"):
-            return "none" if self.tp == 1 else ("link" if self._allreduce is None else "measured")
-        if name in ("moe_all_gather", "moe_reduce_scatter"):
-            assert isinstance(self._moe, ExpertParallelMoE)  # (breakdown_s's rows)
-            return "measured" if self._moe.collectives_measured else "link"
-        return "link" if name == "pipeline_transfer" else "measured"
+        """What ``breakdown_s``'s row ``name`` is priced from, in a word (its term's
+        source, ``sim.cost.kernels.terms``)."""
+        return self._sources.get(name, "measured")
 
     # -- CostModel ---------------------------------------------------------------
 
@@ -525,72 +580,36 @@ class KernelCost:
         return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail}){ablated}"
 
     def step_s(self, shape: StepShape) -> float:
-        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        """``num_layers x (layer terms + attention) + step terms`` (``terms``). Runs
+        once a step priced: the two sums' caches are read here, and a decode-only
+        step's attention is its decode part (``attention_s`` adds 0.0 to it)."""
+        num_decodes = shape.num_decode_seqs
+        prefill_tokens = shape.num_prefill_tokens
+        tokens = prefill_tokens + num_decodes
         if tokens == 0:
             return 0.0
-        layer = self.dense_layer_s(tokens) + self.attention_s(shape)
-        seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        return self.arch.num_layers * layer + self.per_step_s(tokens, seqs)
-
-    def decode_steps_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> FloatArray:
-        if (zeros := no_decode_run(num_seqs, context_tokens, num_steps)) is not None:
-            return zeros
-        if self._skew is not None:  # a bucket lookup a step: priced one at a time
-            spread = (max_context_tokens, min_context_tokens)
-            steps = self._durations(num_seqs, context_tokens, *spread)
-            return np.fromiter(islice(steps, num_steps), np.float64, num_steps)
-        # Only decode attention's KV length changes from step to step.
-        contexts = context_tokens + np.arange(num_steps, dtype=np.float64) * num_seqs
-        history = contexts - self._decode_history * num_seqs
-        attention = self._decode_attn.many(float(num_seqs), history / num_seqs)
-        layer = self.dense_layer_s(num_seqs) + 0.0 + attention
-        out: FloatArray = self.arch.num_layers * layer + self.per_step_s(num_seqs, num_seqs)
-        return out
-
-    def decode_durations_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        num_steps: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> Iterator[float]:
-        """``decode_steps_s``'s durations one at a time, each priced when taken
-        (``sim.cost.base``: none past a run's cut, and an open-loop run
-        usually stops at the next arrival, long before)."""
-        if no_decode_run(num_seqs, context_tokens, num_steps) is not None:
-            return repeat(0.0)  # steps of no sequence take no time
-        return self._durations(num_seqs, context_tokens, max_context_tokens, min_context_tokens)
-
-    def _durations(
-        self, num_seqs: int, context_tokens: int, max_context_tokens: int,
-        min_context_tokens: int,
-    ) -> Iterator[float]:  # fmt: skip
-        dense_s, seqs = self.dense_layer_s(num_seqs), float(num_seqs)
-        per_step_s = self.per_step_s(num_seqs, num_seqs)
-        num_layers, attention = self.arch.num_layers, self._decode_attn
-        history = context_tokens - self._decode_history * num_seqs
-        skewed = self._skewed_decode_s if self._skew is not None else None
-        j = 0
-        while True:  # step_s's operations, in its order
-            kv = (history + j * num_seqs) / num_seqs
-            decode_s = attention(seqs, kv)
-            if skewed is not None:  # every context one longer a step: so are both ends
-                decode_s = skewed(
-                    decode_s, num_seqs, kv, max_context_tokens + j, min_context_tokens + j
-                )
-            layer = dense_s + 0.0 + decode_s
-            yield num_layers * layer + per_step_s
-            j += 1
+        dense = self._dense_cache.get(tokens)
+        if dense is None:
+            dense = self.dense_layer_s(tokens)
+        if prefill_tokens:
+            attention = self.attention_s(shape)
+        else:
+            attention = self.decode_attention_s(
+                num_decodes,
+                shape.num_decode_context_tokens,
+                shape.max_decode_context_tokens,
+                shape.min_decode_context_tokens,
+            )
+        seqs = shape.num_prefill_seqs + num_decodes
+        step = self._lm_cache.get(tokens * 1_000_003 + seqs)
+        if step is None:
+            step = self.per_step_s(tokens, seqs)
+        return self.arch.num_layers * (dense + attention) + step
 
     def __repr__(self) -> str:
         return f"KernelCost({self.label!r})"
+
+
+def _per_seq_s(price: Callable[[float], float], tokens: int, seqs: int) -> float:
+    """A once-a-step op run once per sequence that gets logits (0 s with none)."""
+    return price(float(seqs)) if seqs else 0.0
