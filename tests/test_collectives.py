@@ -226,13 +226,14 @@ def test_the_compiled_loop_prices_an_expert_parallel_profile_to_the_bit() -> Non
     # own prices: its steps cost what KernelCost.step_s says, bit for bit.
     import numpy as np
 
+    from sim.cost import tabulate
     from sim.cost.kernels.cost import KernelCost
-    from sim.fast.compiled import kernels, loop, path
+    from sim.fast.compiled import loop
 
     kernel = cost_model_for(load_scenario(EP_PROFILE), PUBLIC).gpu  # type: ignore[attr-defined]
     assert isinstance(kernel, KernelCost)
-    assert kernels.why_not(kernel, 64, 2048) is None
-    constants, tables, layout = path.cost_arrays(kernel, 64, 2048)
+    assert tabulate.why_not(kernel, 64, 2048) is None
+    constants, tables, layout = tabulate.tabulate(kernel, 64, 2048)
     rng = np.random.default_rng(0)
     for _ in range(100):
         chunks = [(int(rng.integers(1, 300)), int(rng.integers(0, 9000)))

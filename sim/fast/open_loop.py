@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from sim.cost.tabulate import PlayedCost
 from sim.errors import ConfigError
 from sim.fast.decode_runs import RunningReplica
 from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
@@ -129,6 +128,7 @@ def run(
     frontend = replica_config.frontend
     loop = choose_loop(len(work.arrival_s), compiled)
     if loop is not None:
+        from sim.cost.tabulate import PlayedCost  # the kernel tables' code: only here
         from sim.fast.compiled import path
 
         cost = replica_config.cost
