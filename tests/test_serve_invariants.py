@@ -33,19 +33,19 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
-from sim.api import engine_for  # noqa: E402
-from sim.cli.serve import _engine, app_for  # noqa: E402
-from sim.engine.request import Request  # noqa: E402
-from sim.engine.scheduler import EngineCore  # noqa: E402
-from sim.errors import InvariantError  # noqa: E402
-from sim.metrics.invariants import INVARIANTS, LiveChecks  # noqa: E402
-from sim.scenario import load_scenario  # noqa: E402
-from sim.serving.realtime import SimulatedEngine  # noqa: E402
-from sim.serving.routed import RoutedEngines  # noqa: E402
-from sim.serving.stream import Emitted, OnlineBackend  # noqa: E402
+from sim.api import engine_for
+from sim.cli.serve import _engine, app_for
+from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
+from sim.errors import InvariantError
+from sim.metrics.invariants import INVARIANTS, LiveChecks
+from sim.scenario import load_scenario
+from sim.serving.realtime import SimulatedEngine
+from sim.serving.routed import RoutedEngines
+from sim.serving.stream import Emitted, OnlineBackend
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 LLAMA70B = SCENARIOS / "llama70b_tp.yaml"  # 4 H100s, roofline: steps of ~15 ms

@@ -118,6 +118,7 @@ class LiveChecks:
         self._records: Columns | None = None
         self._series: Columns | None = None
         self._num_records = self._num_samples = 0  # rows checked row by row
+        self._num_done = 0  # the core's count of records written, at the last call
         self._stretch_records = self._stretch_samples = 0  # first rows since the core was empty
 
     def __call__(self, core: EngineCore) -> None:
@@ -129,8 +130,9 @@ class LiveChecks:
         num_kv_blocks = core.kv.num_blocks
         series = _live_series(core, self._num_samples)
         self._num_samples += len(series["time_s"])
-        records = _live_records(core, self._num_records)
-        if len(records):
+        if core.num_done != self._num_done:  # records written since the last call
+            self._num_done = core.num_done
+            records = _live_records(core, self._num_records)
             self._num_records += len(records)
             _check_rows(records, series, None, num_kv_blocks)
         else:  # most steps finish nobody: only their sample is new
