@@ -34,6 +34,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
 from aiohttp.test_utils import TestClient, TestServer
+from benchmark_module import load_benchmark
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.api import engine_for
@@ -252,6 +253,17 @@ def test_an_unchecked_engine_lets_the_same_plant_through(monkeypatch: pytest.Mon
     engine.run_until(float("inf"))
     assert record.reasons[-1] == "length"
     assert sum(len(e.token_ids) for e in record.events) == 6
+
+
+def test_the_checks_change_nothing_the_engine_does() -> None:
+    """They only read: the same workload takes the same steps, of the same predicted
+    length, with and without them (``benchmarks/live_invariants.py``'s drive)."""
+    bench = load_benchmark("live_invariants")
+    config = engine_for(load_scenario(LLAMA70B, []))
+    work = bench.workload(60, 12.0, seed=1)
+    _, num_steps, busy_s = bench.drive(config, work, None)
+    _, num_checked_steps, checked_busy_s = bench.drive(config, work, LiveChecks())
+    assert num_steps > 60 and (num_checked_steps, checked_busy_s) == (num_steps, busy_s)
 
 
 def test_the_checks_follow_the_engine_when_it_drops_its_logs(
