@@ -55,6 +55,7 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
 def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """``--simulate``: the scenario's replica in wall-clock time, its cost model named on stderr."""
     from sim.api import engine_for
+    from sim.metrics.invariants import LiveChecks
     from sim.serving.realtime import SimulatedEngine
 
     torch_flags = [
@@ -97,8 +98,9 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
         file=sys.stderr,
         flush=True,
     )
+    # Each replica keeps the run invariants as it serves (an offline run: once it ends).
     if cluster is None:
-        return SimulatedEngine(config)
+        return SimulatedEngine(config, check=LiveChecks())
     from sim.api.build import cluster_for
     from sim.serving.routed import RoutedEngines
     from sim.serving.router import make_router
@@ -106,7 +108,7 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     # The router's draws (power_of_two) from the scenario seed, as a run's.
     layout = cluster_for(scenario, np.random.default_rng(scenario.seed))
     assert layout is not None
-    engines = [SimulatedEngine(config) for _ in range(cluster.num_replicas)]
+    engines = [SimulatedEngine(config, check=LiveChecks()) for _ in range(cluster.num_replicas)]
     router = make_router(cluster.router, layout.rng)
     return RoutedEngines(engines, router, config.core.block_size_tokens)
 
@@ -134,17 +136,22 @@ def cost_source(cost: CostModel) -> str:
     return "the scenario's cost model"
 
 
-def app_for(engine: OnlineBackend, scenario: Scenario) -> web.Application:
+def app_for(engine: OnlineBackend, scenario: Scenario, simulate: bool = False) -> web.Application:
     """The HTTP server around ``engine``: the scenario's model name, its vocabulary for
-    the byte tokenizer (prompts of token ids outside it are refused), and whether its
+    the byte tokenizer (prompts of token ids outside it are refused), whether its
     policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
-    request's ``priority`` other than 0 is refused)."""
+    request's ``priority`` other than 0 is refused), and with ``simulate`` the
+    invariants the simulated engine checks (``/metrics`` counts each broken one)."""
+    from sim.metrics.invariants import INVARIANTS
     from sim.openai.server import make_app
     from sim.openai.tokenizer import ByteTokenizer
 
     tokenizer = ByteTokenizer(scenario.model.vocab_size)
     priority = scenario.scheduler.kind == "priority"
-    return make_app(engine, scenario.model.name, tokenizer, priority_scheduling=priority)
+    checked = INVARIANTS if simulate else ()
+    return make_app(
+        engine, scenario.model.name, tokenizer, priority_scheduling=priority, invariants=checked
+    )
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -162,7 +169,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     engine.start()
     try:
         model = scenario.model.name
-        asyncio.run(serve(app_for(engine, scenario), args.host, args.port, model))
+        app = app_for(engine, scenario, args.simulate)
+        asyncio.run(serve(app, args.host, args.port, model))
     except KeyboardInterrupt:
         pass
     finally:

@@ -2,14 +2,16 @@
 
 ``check_run`` runs once per simulation, where its result is assembled
 (``sim.api.result.build_result``: single runs, sweeps, capacity searches and
-replays all pass there). A broken invariant is a simulator bug, never a figure
-to print: it raises ``InvariantError``, which names the invariant and the first
-request or sample that breaks it.
+replays all pass there); ``LiveChecks`` runs the same checks on a live engine
+as it serves (``servesim serve --simulate``). A broken invariant is a simulator
+bug, never a figure to print: it raises ``InvariantError``, which names the
+invariant and the first request or sample that breaks it.
 
 - ``accounting``: every request sent is recorded exactly once, as completed,
   rejected or unfinished (never both rejected and finished).
 - ``ttft_within_e2e``: a completed request's first token comes after its
-  arrival and no later than its last one (0 <= TTFT <= E2E).
+  arrival and no later than its last one (0 <= TTFT <= E2E); one that ended
+  with none (an online client's abort) has no TTFT.
 - ``tokens_out``: a completed request generated exactly the tokens it asked
   for; no request generated more.
 - ``kv_pool``: no sample of a replica's KV blocks in use exceeds the pool the
@@ -43,6 +45,9 @@ from sim.errors import InvariantError
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
+    from sim.engine.columns import Columns
+    from sim.engine.scheduler import EngineCore
+
 FloatArray = npt.NDArray[np.float64]
 
 INVARIANTS = ("accounting", "ttft_within_e2e", "tokens_out", "kv_pool", "littles_law")
@@ -66,13 +71,102 @@ def check_run(
     ``replica``); ``num_sent``: the requests the workload sent (None: not known);
     ``num_kv_blocks``: the KV pool of each replica, as configured.
     """
+    _check_rows(records, series, num_sent, num_kv_blocks)
+    if isinstance(records, RequestTable) and "engine_finish_s" in records:
+        _check_littles_law(records, series)
+
+
+def _check_rows(
+    records: RequestTable | pd.DataFrame,
+    series: dict[str, npt.NDArray[Any]],
+    num_sent: int | None,
+    num_kv_blocks: int,
+) -> None:
+    """The invariants that hold row by row (and accounting's count): every one but
+    Little's law, which needs whole lifetimes."""
     _check_accounting(records, num_sent)
     done = completed_mask(records)
     _check_ttft_within_e2e(records, done)
     _check_tokens_out(records, done)
     _check_kv_pool(series, num_kv_blocks)
-    if isinstance(records, RequestTable) and "engine_finish_s" in records:
-        _check_littles_law(records, series)
+
+
+class LiveChecks:
+    """``check_run``'s invariants on a live engine core, as it serves.
+
+    ``servesim serve --simulate`` passes one per replica to its engine
+    (``sim.serving.realtime.SimulatedEngine``'s ``check``), which calls it with
+    its core after each commit, before the step's tokens go out, and at each
+    empty plan. A server has no end to check at, so the same rules run on what
+    is new since the last call: the records written (accounting, without a
+    count sent; ttft_within_e2e; tokens_out) and the queue samples taken
+    (kv_pool), so a request that breaks one never gets its last token. Each
+    time the core is empty (nothing waiting, running or held: every request it
+    took in is recorded), ``check_run`` runs on the whole stretch since it was
+    last empty, Little's law included; the number sent stays unknown there too
+    (requests on their way in are not the core's yet). A broken invariant
+    raises ``InvariantError`` on the engine's thread, which stops the engine.
+
+    Cost: per call, a copy of the new rows (a step's finishes and its plan's
+    sample) and the row checks on them; per stretch, ``check_run``'s few passes
+    over it, made while the engine is idle (``benchmarks/live_invariants.py``).
+    """
+
+    def __init__(self) -> None:
+        # The core's logs the cursors count rows of: an engine that drops its logs
+        # (``EngineCore.new_logs``, when idle) starts new ones, counted from 0.
+        self._records: Columns | None = None
+        self._series: Columns | None = None
+        self._num_records = self._num_samples = 0  # rows checked row by row
+        self._num_done = 0  # the core's count of records written, at the last call
+        self._stretch_records = self._stretch_samples = 0  # first rows since the core was empty
+
+    def __call__(self, core: EngineCore) -> None:
+        """Check ``core``'s rows since the last call, and its stretch if it is empty."""
+        if core.records is not self._records:
+            self._records, self._num_records, self._stretch_records = core.records, 0, 0
+        if core.series is not self._series:
+            self._series, self._num_samples, self._stretch_samples = core.series, 0, 0
+        num_kv_blocks = core.kv.num_blocks
+        series = _live_series(core, self._num_samples)
+        self._num_samples += len(series["time_s"])
+        if core.num_done != self._num_done:  # records written since the last call
+            self._num_done = core.num_done
+            records = _live_records(core, self._num_records)
+            self._num_records += len(records)
+            _check_rows(records, series, None, num_kv_blocks)
+        else:  # most steps finish nobody: only their sample is new
+            _check_kv_pool(series, num_kv_blocks)
+        if core.running or core.waiting or core.held:
+            return
+        check_run(
+            _live_records(core, self._stretch_records),
+            _live_series(core, self._stretch_samples),
+            None,
+            num_kv_blocks,
+        )
+        self._stretch_records, self._stretch_samples = self._num_records, self._num_samples
+
+
+def _rows(columns: Columns, start: int) -> dict[str, npt.NDArray[Any]]:
+    """``columns``' rows from ``start`` on, copied: a view would pin the engine's
+    arrays, which could then no longer grow."""
+    return {name: column[start:].copy() for name, column in columns.views().items()}
+
+
+def _live_records(core: EngineCore, start: int) -> RequestTable:
+    """``core``'s records from row ``start`` on, as a run's table: a live engine's
+    client times are its engine times (``engine_finish_s``: its ``finish_s``)."""
+    columns = _rows(core.records, start)
+    columns["engine_finish_s"] = columns["finish_s"]
+    return RequestTable(columns, core.rejections)
+
+
+def _live_series(core: EngineCore, start: int) -> dict[str, npt.NDArray[Any]]:
+    """``core``'s queue samples from row ``start`` on, with their replica."""
+    series = _rows(core.series, start)
+    series["replica"] = np.full(len(series["time_s"]), core.replica, np.int32)
+    return series
 
 
 def _first(mask: npt.NDArray[np.bool_]) -> int:
@@ -98,6 +192,10 @@ def _check_accounting(records: RequestTable | pd.DataFrame, num_sent: int | None
 def _check_ttft_within_e2e(
     records: RequestTable | pd.DataFrame, done: npt.NDArray[np.bool_]
 ) -> None:
+    # A request that ended with no token has no TTFT: an online engine records a
+    # request whose client left early as asking for what it produced (0 tokens if
+    # it left before its first); any other that asked for tokens is tokens_out's.
+    done = done & (np.asarray(records["num_generated_tokens"]) > 0)
     # Times compared directly: t - arrival is monotone in t, so TTFT <= E2E exactly
     # when first_token_s <= finish_s (NaN compares False: a missing time breaks it).
     arrival = floats(records["arrival_s"])[done]

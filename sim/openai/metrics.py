@@ -12,6 +12,10 @@ with the request's finish). The gauges are read from the engine
 (``OnlineBackend.load``) at each scrape, ``vllm:cache_config_info`` among
 them, and ``servesim:simulation_lag_seconds`` (servesim's own: how far a
 simulated engine is behind the wall clock, ``sim.serving.realtime``).
+``servesim:invariant_violations_total`` (servesim's own, by ``invariant``)
+counts the run invariants a simulated engine broke (``sim.metrics.invariants``:
+a simulator bug, which stops the engine), from the engine's ``error`` at each
+scrape.
 ``vllm:iteration_tokens_total`` is observed per engine step, on the engine's
 thread, from the step's first event (``Emitted.num_step_tokens``).
 
@@ -33,6 +37,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from sim.errors import InvariantError
 from sim.serving.stream import EngineLoad, FinishReason, RequestTiming
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -69,9 +74,15 @@ def one_two_five_buckets(max_value: int) -> tuple[int, ...]:
 class ServerMetrics:
     """One server's counters, gauges and histograms (vLLM's v1 names)."""
 
-    def __init__(self, model_name: str, max_model_len_tokens: int = 50_000) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        max_model_len_tokens: int = 50_000,
+        invariants: tuple[str, ...] = (),
+    ) -> None:
         """``max_model_len_tokens`` sets the per-request token histograms' buckets
-        (vLLM's ``build_1_2_5_buckets(max_model_len)``)."""
+        (vLLM's ``build_1_2_5_buckets(max_model_len)``); ``invariants``: those the
+        engine checks, each a series from 0 (as vLLM lists every finish reason)."""
         token_buckets = one_two_five_buckets(max_model_len_tokens)
         # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
         # switch is prometheus_client's, for the whole process, as vLLM sets it.
@@ -181,6 +192,15 @@ class ServerMetrics:
             LABELS, registry=r,
         )  # fmt: skip
 
+        self._violations = Counter(
+            "servesim:invariant_violations",
+            "Run invariants the simulated engine broke (a simulator bug: the engine stops).",
+            (*LABELS, "invariant"), registry=r,
+        )  # fmt: skip
+        for name in invariants:
+            self._violations.labels(**self._labels, invariant=name)
+        self._counted_error: BaseException | None = None  # the engine error counted
+
     def first_token(self, ttft_s: float, num_prompt_tokens: int) -> None:
         """A request's first token: its prompt is computed (vLLM counts prompt tokens then)."""
         self._ttft.labels(**self._labels).observe(ttft_s)
@@ -232,8 +252,13 @@ class ServerMetrics:
         self._prefix_queries.labels(**labels).inc(timing.num_prefix_query_tokens)
         self._prefix_hits.labels(**labels).inc(timing.num_prefix_hit_tokens)
 
-    def render(self, load: EngineLoad) -> bytes:
-        """The text exposition format, the gauges read from ``load`` now."""
+    def render(self, load: EngineLoad, error: BaseException | None = None) -> bytes:
+        """The text exposition format, the gauges read from ``load`` now; ``error``:
+        what stopped the engine (``OnlineBackend.error``), counted once if it is a
+        broken invariant."""
+        if isinstance(error, InvariantError) and error is not self._counted_error:
+            self._counted_error = error
+            self._violations.labels(**self._labels, invariant=error.name).inc()
         self._running.labels(**self._labels).set(load.num_running)
         self._waiting.labels(**self._labels).set(load.num_waiting)
         self._kv.labels(**self._labels).set(load.kv_cache_usage)

@@ -508,7 +508,8 @@ async def _whole(
             transport = request.transport
             if transport is None or transport.is_closing():  # the client gave up waiting
                 raise ConnectionResetError("the client disconnected")  # _generate aborts
-    _check_engine(generation.engine)  # it died under the request: its choices were aborted
+    if any(c.finish_reason == "abort" for c in generation.choices):
+        _check_engine(generation.engine)  # it died under the request: its choices were aborted
     if chat:
         chat_choices = [
             p.ChatChoice(
@@ -568,7 +569,8 @@ async def models(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
-    """``GET /health`` (and ``/ping``): 200 while the engine loop runs, else 503."""
+    """``GET /health`` (and ``/ping``): 200 while the engine loop runs, else 503 (vLLM's
+    answer once its engine core is dead, ``EngineDeadError``: a broken invariant too)."""
     error = request.app[ENGINE].error
     if error is not None:
         return web.Response(status=503, text=f"engine stopped: {error}")
@@ -582,7 +584,8 @@ async def version(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     """``GET /metrics``: Prometheus text format, vLLM's metric names."""
-    body = request.app[METRICS].render(request.app[ENGINE].load())
+    engine = request.app[ENGINE]
+    body = request.app[METRICS].render(engine.load(), engine.error)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
@@ -591,15 +594,17 @@ def make_app(
     model: str,
     tokenizer: ByteTokenizer | None = None,
     priority_scheduling: bool = False,
+    invariants: tuple[str, ...] = (),
 ) -> web.Application:
     """The aiohttp application around a started ``engine``; ``priority_scheduling``:
-    whether its policy reads requests' ``priority`` (else one other than 0 is a 400)."""
+    whether its policy reads requests' ``priority`` (else one other than 0 is a 400);
+    ``invariants``: those the engine checks as it runs, each a ``/metrics`` series."""
     app = web.Application(middlewares=[_errors])
     app[ENGINE] = engine
     app[MODEL] = model
     app[TOKENIZER] = tokenizer or ByteTokenizer()
     app[MAILBOX] = Mailbox()
-    app[METRICS] = ServerMetrics(model, engine.max_model_len_tokens)
+    app[METRICS] = ServerMetrics(model, engine.max_model_len_tokens, invariants)
     app[PRIORITY_SCHEDULING] = priority_scheduling
 
     async def bind(app: web.Application) -> None:

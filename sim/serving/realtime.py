@@ -33,6 +33,11 @@ by ``load()`` (``servesim:simulation_lag_seconds`` in ``/metrics``); the log
 says so once per episode: one warning when the lag first passes
 ``LAG_WARN_S``, none again until a step is back within it.
 
+**Invariants.** ``servesim serve`` passes a ``check`` (``sim.metrics.invariants.
+LiveChecks``) that the loop calls with its core after each commit, before the
+step's tokens go out, and at each empty plan: a broken invariant stops the
+engine (``error``), its requests end by abort, and the log says it once.
+
 **Arrivals and lengths.** A request arrives when ``submit`` is called (after
 the server parsed and tokenized it: its prompt length is the server's token
 count); its output length is ``max_tokens``; its class for a priority policy is
@@ -77,7 +82,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sim.engine.request import Request
-from sim.engine.scheduler import SchedulerOutput
+from sim.engine.scheduler import EngineCore, SchedulerOutput
+from sim.errors import InvariantError
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
 
@@ -133,10 +139,17 @@ class SimulatedEngine:
     """A replica's engine core, priced by its cost model, in wall-clock time (module doc)."""
 
     def __init__(
-        self, config: ReplicaConfig, clock: Callable[[], float] = time.perf_counter
+        self,
+        config: ReplicaConfig,
+        clock: Callable[[], float] = time.perf_counter,
+        check: Callable[[EngineCore], None] | None = None,
     ) -> None:
-        """``clock``: seconds, monotonic (a test passes its own and calls ``run_until``)."""
+        """``clock``: seconds, monotonic (a test passes its own and calls ``run_until``).
+        ``check``: called with the core after each commit, before the step's tokens
+        go out, and at each empty plan; what it raises stops the engine (the face
+        passes ``sim.metrics.invariants.LiveChecks``, a layer above this one)."""
         self.config = config
+        self._check = check
         self.cost = config.cost
         self.max_model_len_tokens = config.core.max_model_len_tokens
         # The simulator's own factory, in its reference (step-by-step) mode.
@@ -278,6 +291,8 @@ class SimulatedEngine:
                 self._plan_at_s = None
                 self._idle_since_s = now
                 self._wake_at_s = core.wake_at_s()
+                if self._check is not None:  # before the logs it reads may be dropped
+                    self._check(core)
                 self._drop_logs_if_idle()
                 continue
             # As Replica._run's step: the same float operations, so the same ends.
@@ -352,6 +367,8 @@ class SimulatedEngine:
         plan = step.plan
         before = [(request, request.num_generated_tokens) for request, _ in plan.scheduled]
         self.core.update(plan, step.end_s)  # it started at step.start_s, when scheduled
+        if self._check is not None:
+            self._check(self.core)
         self._steps_since_logs += 1
         # vLLM's tokens of this step (Emitted.num_step_tokens): each request's whole
         # prompt when the step gave its first token, plus the tokens it generated.
@@ -427,5 +444,12 @@ class SimulatedEngine:
                     self._wake.wait(None if math.isinf(wait_s) else wait_s)
         except BaseException as error:  # a crashed engine must not leave clients waiting
             self.error = error
+            # Once, as vLLM's engine core reports its death: a broken invariant in its
+            # one line, any other error with the traceback that says where.
+            LOG.error(
+                "servesim serve --simulate: the engine stopped: %s",
+                error,
+                exc_info=not isinstance(error, InvariantError),
+            )
             for live in list(self._live.values()):
                 self._finish(live, (), "abort")
