@@ -56,8 +56,8 @@ class KernelCost:
 
     # ``breakdown_s``'s ops that are collectives between GPUs (the step's communication).
     COLLECTIVE_OPS = (
-        "allreduce", "embedding_allreduce", "moe_all_gather", "moe_reduce_scatter",
-        "pipeline_transfer",
+        "allreduce", "embedding_allreduce", "logits_all_gather", "moe_all_gather",
+        "moe_reduce_scatter", "pipeline_transfer",
     )  # fmt: skip
 
     def __init__(
@@ -250,6 +250,21 @@ class KernelCost:
             return self._allreduce(float(message_bytes))
         return collective_s("all_reduce", message_bytes, self.tp, self.link)
 
+    def logits_all_gather_s(self, num_seqs: int) -> float:
+        """The LM head's logits gathered across the tp group (0 on one GPU).
+
+        vLLM's LM head is vocab-parallel: each GPU computes its ``vocab / tp`` columns
+        of the logits of every scheduled sequence, and ``LogitsProcessor._gather_logits``
+        all-gathers them (``use_all_gather`` is true on CUDA; vLLM 0.19,
+        ``model_executor/layers/logits_processor.py``) before sampling: a buffer of
+        ``num_seqs x padded vocab x 2 B`` (bf16). No table times it: NCCL over the link.
+        """
+        if self.tp == 1 or num_seqs == 0:
+            return 0.0
+        vocab_per_gpu, _ = self.shapes.lm_head
+        message_bytes = num_seqs * vocab_per_gpu * self.tp * ACTIVATION_BYTES
+        return collective_s("all_gather", message_bytes, self.tp, self.link)
+
     def pipeline_transfer_s(self, num_tokens: int) -> float:
         """The hidden states of ``num_tokens`` tokens sent from each stage to the next:
         ``pp - 1`` send/recv hops over the link (0 without pipeline stages)."""
@@ -262,8 +277,10 @@ class KernelCost:
         """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers.
 
         A profile times embedding and final norm; otherwise they (and the
-        sampler, without a ``per_sequence`` table) are priced from bandwidth,
-        with the vocab-parallel embedding's all-reduce under tensor parallelism.
+        sampler, without a ``per_sequence`` table) are priced from bandwidth.
+        Under tensor parallelism, on every route (a profile times one GPU's
+        shard, without them): the vocab-parallel embedding's all-reduce
+        (``VocabParallelEmbedding.forward``) and the logits' all-gather.
         """
         key = num_tokens * 1_000_003 + num_seqs
         cached = self._lm_cache.get(key)
@@ -272,7 +289,8 @@ class KernelCost:
         total = 0.0 if self._profile is None else self._profile.step_s(float(num_tokens))
         if self._memory is not None:
             total += self._memory.step_s(float(num_tokens), float(num_seqs), not self._lm_ops)
-            total += self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
+        total += self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)
+        total += self.logits_all_gather_s(num_seqs)
         if num_seqs:
             if self._lm_ops:
                 for grid in self._lm_ops:
@@ -451,9 +469,11 @@ class KernelCost:
                 layer += self._memory.layer_terms(t)
                 memory_step = dict(self._memory.step_terms(t, float(seqs), not self._lm_ops))
                 step += [("embedding", memory_step["embedding"])]
-                message_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
-                step += [("embedding_allreduce", self.allreduce_s(message_bytes))]
                 step += [(name, memory_step[name]) for name in ("final_norm", "sampler")]
+        if self.tp > 1:
+            message_bytes = tokens * self.arch.hidden_size * ACTIVATION_BYTES
+            step += [("embedding_allreduce", self.allreduce_s(message_bytes))]
+            step += [("logits_all_gather", self.logits_all_gather_s(seqs))]
         layer.append(
             (
                 "allreduce",
@@ -503,6 +523,8 @@ class KernelCost:
             return "bandwidth"
         if name in ("allreduce", "embedding_allreduce"):
             return "none" if self.tp == 1 else ("link" if self._allreduce is None else "measured")
+        if name == "logits_all_gather":
+            return "link"
         if name in ("moe_all_gather", "moe_reduce_scatter"):
             assert isinstance(self._moe, ExpertParallelMoE)  # (breakdown_s's rows)
             return "measured" if self._moe.collectives_measured else "link"
