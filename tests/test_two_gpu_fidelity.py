@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from sim import api
 from sim.api.build import cost_model_for
 from sim.cli import main
 from sim.cost.base import StepShape
-from sim.scenario import load_scenario
+from sim.scenario import load_scenario, scenario_from_dict
 
 PUBLIC = Path(__file__).parents[1] / "scenarios" / "public"
 TP2_PROFILE = PUBLIC / "rtxpro6000_qwen3_32b_tp2_profile.yaml"
@@ -70,3 +72,44 @@ def test_one_gpu_has_neither(capsys: pytest.CaptureFixture[str]) -> None:
     result = _breakdown(capsys, ONE_GPU_PROFILE, "64d")
     assert "embedding_allreduce" not in result["ops_ms"]
     assert "logits_all_gather" not in result["ops_ms"]
+
+
+# -- DP 2 x EP 2: lockstep ranks plan ahead (vLLM 0.19 keeps async scheduling with
+# data parallelism and agrees each step's padding over Gloo on the CPU:
+# config/vllm.py, disable_nccl_for_dp_synchronization; v1/worker/dp_utils.py).
+EP_PROFILE = PUBLIC / "rtxpro6000_qwen3_30b_a3b_dp2_ep2_profile.yaml"
+
+
+def _lockstep_steps(tmp_path: Path, rows: str) -> Any:
+    doc = yaml.safe_load(EP_PROFILE.read_text())
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,prompt_tokens,output_tokens\n" + rows)
+    doc["workload"]["path"] = str(trace)
+    return api.run(scenario_from_dict(doc, "lockstep.yaml")).steps
+
+
+def test_a_lockstep_step_hides_the_engine_cpu_behind_the_gpu(tmp_path: Path) -> None:
+    # One request of 3,000 prompt tokens: the first joint step is rank 0's 2,048-token
+    # prefill chunk alone. Async scheduling prices it non_overlapped + max(gpu, cpu)
+    # (sim.cost.engine_cpu), not non_overlapped + cpu + gpu.
+    steps = _lockstep_steps(tmp_path, "0.0,3000,20\n")
+    first = steps.sort_values("start_s").iloc[0]
+    cost = cost_model_for(load_scenario(EP_PROFILE), PUBLIC)
+    shape = StepShape.build([(2048, 0)])
+    gpu_s = cost.gpu.step_s(shape)  # type: ignore[attr-defined]
+    config = load_scenario(EP_PROFILE).engine_cpu.config
+    cpu_s = config.cpu_s(1, 2048)
+    expected_s = config.non_overlapped_s + max(gpu_s, cpu_s)
+    assert first["end_s"] - first["start_s"] == pytest.approx(expected_s, rel=1e-9)
+    assert expected_s < config.non_overlapped_s + gpu_s + cpu_s
+
+
+def test_a_request_arriving_mid_step_joins_the_step_after_next(tmp_path: Path) -> None:
+    # Request 1 arrives 1 ms into joint step 0 (a ~2,048-token prefill: far longer);
+    # the plan of step 1 was made when step 0 started, so it runs first in step 2,
+    # as with a single replica under async scheduling (synchronously: step 1).
+    steps = _lockstep_steps(tmp_path, "0.0,3000,20\n0.001,100,5\n")
+    starts = sorted(set(steps["start_s"]))
+    later_rank = steps[steps["replica"] == 1]
+    assert len(later_rank) > 0
+    assert later_rank["start_s"].min() == starts[2]
