@@ -80,19 +80,19 @@ def test_one_gpu_has_neither(capsys: pytest.CaptureFixture[str]) -> None:
 EP_PROFILE = PUBLIC / "rtxpro6000_qwen3_30b_a3b_dp2_ep2_profile.yaml"
 
 
-def _lockstep_steps(tmp_path: Path, rows: str) -> Any:
+def _lockstep_run(tmp_path: Path, rows: str) -> Any:
     doc = yaml.safe_load(EP_PROFILE.read_text())
     trace = tmp_path / "trace.csv"
     trace.write_text("timestamp,prompt_tokens,output_tokens\n" + rows)
     doc["workload"]["path"] = str(trace)
-    return api.run(scenario_from_dict(doc, "lockstep.yaml")).steps
+    return api.run(scenario_from_dict(doc, "lockstep.yaml"))
 
 
 def test_a_lockstep_step_hides_the_engine_cpu_behind_the_gpu(tmp_path: Path) -> None:
     # One request of 3,000 prompt tokens: the first joint step is rank 0's 2,048-token
     # prefill chunk alone. Async scheduling prices it non_overlapped + max(gpu, cpu)
     # (sim.cost.engine_cpu), not non_overlapped + cpu + gpu.
-    steps = _lockstep_steps(tmp_path, "0.0,3000,20\n")
+    steps = _lockstep_run(tmp_path, "0.0,3000,20\n").steps
     first = steps.sort_values("start_s").iloc[0]
     cost = cost_model_for(load_scenario(EP_PROFILE), PUBLIC)
     shape = StepShape.build([(2048, 0)])
@@ -104,12 +104,25 @@ def test_a_lockstep_step_hides_the_engine_cpu_behind_the_gpu(tmp_path: Path) -> 
     assert expected_s < config.non_overlapped_s + gpu_s + cpu_s
 
 
-def test_a_request_arriving_mid_step_joins_the_step_after_next(tmp_path: Path) -> None:
-    # Request 1 arrives 1 ms into joint step 0 (a ~2,048-token prefill: far longer);
-    # the plan of step 1 was made when step 0 started, so it runs first in step 2,
-    # as with a single replica under async scheduling (synchronously: step 1).
-    steps = _lockstep_steps(tmp_path, "0.0,3000,20\n0.001,100,5\n")
-    starts = sorted(set(steps["start_s"]))
-    later_rank = steps[steps["replica"] == 1]
-    assert len(later_rank) > 0
-    assert later_rank["start_s"].min() == starts[2]
+def _first_step_start_s(result: Any, request_id: int) -> float:
+    row = result.requests.set_index("request_id").loc[request_id]
+    return float(row["ready_s"] + row["queue_s"])
+
+
+def test_a_busy_rank_s_newcomer_joins_the_step_after_next(tmp_path: Path) -> None:
+    # Requests 0 and 1 (3,000-token prompts) start both ranks at 0; request 2 arrives
+    # 1 ms into joint step 0 (a 2,048-token prefill chunk: far longer) at a busy rank,
+    # whose plan of step 1 was made when step 0 started: it runs first in step 2, as
+    # with a single replica under async scheduling (synchronously: step 1).
+    result = _lockstep_run(tmp_path, "0.0,3000,20\n0.0,3000,20\n0.001,100,5\n")
+    starts = sorted(set(result.steps["start_s"]))
+    assert _first_step_start_s(result, 2) == starts[2]
+
+
+def test_an_idle_rank_s_newcomer_joins_the_next_step(tmp_path: Path) -> None:
+    # Request 1 arrives 1 ms into step 0 at the idle rank, which runs its dummy batch
+    # synchronously and plans after it (DPEngineCoreProc.run_busy_loop): step 1.
+    result = _lockstep_run(tmp_path, "0.0,3000,20\n0.001,100,5\n")
+    starts = sorted(set(result.steps["start_s"]))
+    assert set(result.requests["replica"]) == {0, 1}
+    assert _first_step_start_s(result, 1) == starts[1]
