@@ -20,11 +20,9 @@ SCENARIO = (
 )
 
 
-def run(lockstep: bool, trace: Path | None = None, synchronous: bool = False) -> pd.DataFrame:
+def run(lockstep: bool, trace: Path | None = None) -> pd.DataFrame:
     doc = yaml.safe_load(SCENARIO.read_text())
     doc["cluster"]["lockstep"] = lockstep
-    if synchronous:  # as lockstep ranks are planned: the engine's CPU work adds to each step
-        doc["engine"]["async_scheduling"] = False
     doc["workload"]["path"] = str(trace or SCENARIO.parent / doc["workload"]["path"])
     return api.run(scenario_from_dict(doc, "lockstep.yaml")).steps
 
@@ -68,7 +66,7 @@ def test_lockstep_without_a_peer_is_the_rank_alone(tmp_path: Path) -> None:
     # so the busy rank runs as it would alone, step for step.
     trace = tmp_path / "one.csv"
     trace.write_text("timestamp,prompt_tokens,output_tokens\n0.0,3000,20\n")
-    free = run(lockstep=False, trace=trace, synchronous=True)
+    free = run(lockstep=False, trace=trace)
     together = run(lockstep=True, trace=trace)
     assert set(together["replica"]) == {0}
     assert len(free) == len(together) > 1
@@ -77,13 +75,13 @@ def test_lockstep_without_a_peer_is_the_rank_alone(tmp_path: Path) -> None:
     )
 
 
-def test_lockstep_ranks_are_recorded_as_planned_synchronously() -> None:
-    # The group plans every rank after the joint step ends: async scheduling is off,
-    # and engine_settings must say so.
+def test_lockstep_ranks_plan_ahead_as_replicas_do() -> None:
+    # vLLM 0.19 keeps async scheduling with data parallelism (its DP padding is
+    # agreed over Gloo then): lockstep or not, the run plans one step ahead.
     root = Path(__file__).resolve().parent.parent
     path = root / "scenarios" / "public" / "rtxpro6000_qwen3_30b_a3b_dp2_ep2.yaml"
     scenario = load_scenario(path)
     assert scenario.cluster is not None and scenario.cluster.lockstep
-    assert scenario.async_scheduling is False
+    assert scenario.async_scheduling is True
     free = load_scenario(path, ["cluster.lockstep=false"])
     assert free.async_scheduling is True

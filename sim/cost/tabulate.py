@@ -89,7 +89,10 @@ MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
 HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
 SKEW_ALPHAS, SKEW_STRIDES = 56, 57
 HAS_MIXED_FACTOR = 62
-LAYOUT_SIZE = 63
+# Under tensor parallelism, on every route: the logits' all-gather before sampling,
+# a per-sequence table (KernelCost.logits_all_gather_s; 0 on one GPU).
+LOGITS = 63
+LAYOUT_SIZE = 64
 
 # The cost models tabulated (``roofline_of``, ``kernel_cost_of``).
 PlayedCost = RooflineCost | KernelCost | EngineCpuCost
@@ -235,7 +238,10 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         put(EMBED_NORM, [0.0, *((0.0 + embedding) + final_norm).tolist()])
         sampler = [memory.step_terms(1.0, float(s), with_sampler)[2][1] for s in range(num_s)]
         put(SAMPLER, sampler)
-        put(ALLREDUCE, allreduce_s(kernel, num_t))
+    # The embedding's all-reduce and the logits' all-gather (KernelCost.per_step_s's
+    # tensor-parallel terms, on every route; 0 on one GPU).
+    put(ALLREDUCE, allreduce_s(kernel, num_t))
+    put(LOGITS, [kernel.logits_all_gather_s(s) for s in range(num_s)])
     if kernel._lm_ops:  # per_sequence tables: LM head, then sampler
         layout[NUM_LM_OPS] = len(kernel._lm_ops)
         lm_head, lm_sampler = kernel._lm_ops

@@ -414,8 +414,8 @@ class Scenario(BaseModel):
         those, and so for draft-model speculation, which servesim's speculative
         model stands for). Only the
         continuous-batching family (vLLM v1's scheduler) plans ahead; the other
-        policies model other systems and run synchronously, and so do
-        data-parallel ranks in lockstep (``sim.serving.lockstep``).
+        policies model other systems and run synchronously. Data-parallel ranks
+        in lockstep (``sim.serving.lockstep``) plan ahead as single replicas do.
         """
         wanted = self.engine.async_scheduling
         if wanted is None:
@@ -424,13 +424,12 @@ class Scenario(BaseModel):
                 and self.parallelism.pipeline_parallel_size == 1
                 and self.speculative is None
             )
-        # Lockstep ranks (cluster.lockstep) are planned together, step by step.
-        lockstep = self.cluster is not None and self.cluster.lockstep
+        # Lockstep ranks (cluster.lockstep) plan ahead too: vLLM 0.19 keeps async
+        # scheduling with data parallelism and, for it, agrees each step's padding
+        # over Gloo on the CPU instead of NCCL (config/vllm.py,
+        # disable_nccl_for_dp_synchronization; v1/worker/dp_utils.py), so no GPU sync.
         return (
-            wanted
-            and isinstance(self.scheduler, ContinuousSettings)
-            and self.speculative is None
-            and not lockstep
+            wanted and isinstance(self.scheduler, ContinuousSettings) and self.speculative is None
         )
 
     @property

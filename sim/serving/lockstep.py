@@ -7,7 +7,12 @@ dummy batch. Here one SimPy process drives all the group's engine cores:
 each step it asks every core for its plan, runs the non-empty ones for
 ``max`` of their prices (an idle rank's dummy batch is not priced: the busy
 ranks' MoE term already counts the padded group tokens) and commits one
-step of each. No skip-ahead: one event per joint step.
+step of each. No skip-ahead: one event per joint step. Under async scheduling
+(vLLM 0.19 keeps it with data parallelism, agreeing each step's padding over
+Gloo on the CPU) a rank busy in step N plans step N+1 while step N runs, so
+that plan sees only the requests that arrived before step N started, as a
+replica's does; a rank idle in step N (its dummy batch runs synchronously)
+plans step N+1 after it, seeing every request.
 """
 
 from __future__ import annotations
@@ -55,15 +60,30 @@ class LockstepGroup:
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
+        # Async scheduling: the start of the joint step just committed, when vLLM
+        # made the next plans of the ranks busy in it. None: nothing ran since the
+        # group woke. An idle rank runs its dummy batch synchronously
+        # (DPEngineCoreProc.run_busy_loop), so it plans a newcomer for the next step.
+        visible_until: float | None = None
+        planned_ahead: list[EngineCore] = []
         while True:
             now = env.now
-            plans = [core.schedule(now) for core in self.cores]
+            plans = [
+                core.schedule(now, visible_until if core in planned_ahead else None)
+                for core in self.cores
+            ]
             busy = [(core, plan) for core, plan in zip(self.cores, plans, strict=True)
                     if not plan.is_empty]  # fmt: skip
+            deferred = any(core.num_deferred_at_plan > 0 for core in planned_ahead)
+            visible_until, planned_ahead = None, []
             if not busy:
+                if deferred:  # vLLM plans again once step N's output is in (as a replica)
+                    continue
                 wakes = [w for w in (core.wake_at_s() for core in self.cores) if w is not None]
                 yield from self._wait(min(wakes) if wakes else None)
                 continue
+            planned_ahead = [core for core, _ in busy if core.async_scheduling]
+            visible_until = now
             # The joint step: the longest of the ranks' own steps.
             end = now + max(
                 self.cost.step_s(core.step_shape(plan)) + plan.extra_s for core, plan in busy

@@ -57,8 +57,8 @@ class KernelCost:
 
     # ``breakdown_s``'s ops that are collectives between GPUs (the step's communication).
     COLLECTIVE_OPS = (
-        "allreduce", "embedding_allreduce", "moe_all_gather", "moe_reduce_scatter",
-        "pipeline_transfer",
+        "allreduce", "embedding_allreduce", "logits_all_gather", "moe_all_gather",
+        "moe_reduce_scatter", "pipeline_transfer",
     )  # fmt: skip
 
     def __init__(
@@ -283,11 +283,18 @@ class KernelCost:
                 )
             )  # fmt: skip
 
+        if tp > 1:  # two collectives a step that a one-GPU table or profile never timed
+
             def embedding_allreduce_s(tokens: int, seqs: int) -> float:  # vocab-parallel
                 return self.allreduce_s(tokens * activation_bytes)
 
+            def logits_all_gather_s(tokens: int, seqs: int) -> float:  # before sampling
+                return self.logits_all_gather_s(seqs)
+
             name = "embedding_allreduce"
             terms.append(term(name, "communication", "step", allreduce, embedding_allreduce_s))
+            name = "logits_all_gather"
+            terms.append(term(name, "communication", "step", "link", logits_all_gather_s))
         if lm_ops:
             for name, grid in zip(("lm_head", "sampler"), lm_ops, strict=True):
                 kind: Kind = "gemm" if name == "lm_head" else "sampler"
@@ -359,6 +366,21 @@ class KernelCost:
             return self._allreduce(float(message_bytes))
         return collective_s("all_reduce", message_bytes, self.tp, self.link)
 
+    def logits_all_gather_s(self, num_seqs: int) -> float:
+        """The LM head's logits gathered across the tp group (0 on one GPU).
+
+        vLLM's LM head is vocab-parallel: each GPU computes its ``vocab / tp`` columns
+        of the logits of every scheduled sequence, and ``LogitsProcessor._gather_logits``
+        all-gathers them (``use_all_gather`` is true on CUDA; vLLM 0.19,
+        ``model_executor/layers/logits_processor.py``) before sampling: a buffer of
+        ``num_seqs x padded vocab x 2 B`` (bf16). No table times it: NCCL over the link.
+        """
+        if self.tp == 1 or num_seqs == 0:
+            return 0.0
+        vocab_per_gpu, _ = self.shapes.lm_head
+        message_bytes = num_seqs * vocab_per_gpu * self.tp * ACTIVATION_BYTES
+        return collective_s("all_gather", message_bytes, self.tp, self.link)
+
     def pipeline_transfer_s(self, num_tokens: int) -> float:
         """The hidden states of ``num_tokens`` tokens sent from each stage to the next:
         ``pp - 1`` send/recv hops over the link (0 without pipeline stages)."""
@@ -372,8 +394,10 @@ class KernelCost:
         (the ``step`` terms, summed in order).
 
         A profile times embedding and final norm; otherwise they (and the
-        sampler, without a ``per_sequence`` table) are priced from bandwidth,
-        with the vocab-parallel embedding's all-reduce under tensor parallelism.
+        sampler, without a ``per_sequence`` table) are priced from bandwidth.
+        Under tensor parallelism, on every route (a profile times one GPU's
+        shard, without them): the vocab-parallel embedding's all-reduce
+        (``VocabParallelEmbedding.forward``) and the logits' all-gather.
         """
         key = num_tokens * 1_000_003 + num_seqs
         cached = self._lm_cache.get(key)

@@ -65,6 +65,7 @@ from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
     LEN1,
     LM_HEAD,
     LM_SAMPLER,
+    LOGITS,
     MIXED_GRID,
     MIXED_STRIDES,
     MIXED_VALUES,
@@ -212,7 +213,9 @@ def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: i
     if layout[HAS_MEMORY]:
         # (0.0 + embedding) + final norm, then + the sampler: MemoryOps.step_s's sum.
         total += tables[layout[EMBED_NORM] + tokens] + tables[layout[SAMPLER] + seqs]
-        total += tables[layout[ALLREDUCE] + tokens]
+    # Tensor parallelism's embedding all-reduce and logits all-gather (0.0 on one GPU).
+    total += tables[layout[ALLREDUCE] + tokens]
+    total += tables[layout[LOGITS] + seqs]
     if seqs:
         total += tables[layout[LM_HEAD] + seqs]
         if layout[NUM_LM_OPS] == 2:
