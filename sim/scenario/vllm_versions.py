@@ -12,6 +12,14 @@ between the versions modelled here follows it:
 - ``engine.estimate_cudagraph_memory``: vLLM subtracts an estimate of the CUDA
   graphs' memory from the KV budget from 0.21 on
   (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``), not before.
+- ``scheduler.scheduler_reserve_full_isl``: from 0.19.0 vLLM admits a waiting
+  request only if the KV pool's free blocks hold its whole sequence after its
+  prefix-cache hits, not just its first chunk (vLLM PR #37307,
+  ``SchedulerConfig.scheduler_reserve_full_isl``, default True); 0.18.1 and
+  before check the chunk alone. Read from the installed releases' sources:
+  absent from 0.17.1, 0.18.0 and 0.18.1, True in 0.19.0, 0.20.2, 0.21.0,
+  0.22.1, 0.23.0 and 0.24.0 (0.21 moved it into ``allocate_slots``, the same
+  check); vLLM's own scheduler agrees step by step (docs/vllm-fidelity.md).
 - the engine's CPU work per step (``sim.cost.engine_cpu``): ESTIMATES from
   public sources, the same for every V1 version here (no public source
   measures them version by version); ``engine.cpu`` overrides them.
@@ -53,6 +61,7 @@ class VllmVersion:
     name: str  # "major.minor"
     async_scheduling: bool  # --async-scheduling's default (before the exclusions)
     estimate_cudagraph_memory: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS's default
+    scheduler_reserve_full_isl: bool  # SchedulerConfig.scheduler_reserve_full_isl's default
     cpu: EngineCpuConfig  # the engine's CPU work per step (an estimate)
 
 
@@ -61,6 +70,7 @@ def _version(minor: int) -> VllmVersion:
         name=f"0.{minor}",
         async_scheduling=minor >= 14,
         estimate_cudagraph_memory=minor >= 21,
+        scheduler_reserve_full_isl=minor >= 19,
         cpu=V1_CPU_ESTIMATE,
     )
 

@@ -276,6 +276,7 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC_SCHEDULING] = policy.async_scheduling
+        settings[loop.RESERVE_FULL_SEQUENCE] = policy.reserve_full_sequence
         constants, tables, layout = priced
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
