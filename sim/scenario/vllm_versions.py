@@ -16,7 +16,7 @@ between the versions modelled here follows it:
   request only if the KV pool's free blocks hold its whole sequence after its
   prefix-cache hits, not just its first chunk (vLLM PR #37307,
   ``SchedulerConfig.scheduler_reserve_full_isl``, default True); 0.18.1 and
-  before check the chunk alone. Read from the installed releases' sources:
+  before check the chunk alone. Read from each release's wheel (vLLM's source):
   absent from 0.17.1, 0.18.0 and 0.18.1, True in 0.19.0, 0.20.2, 0.21.0,
   0.22.1, 0.23.0 and 0.24.0 (0.21 moved it into ``allocate_slots``, the same
   check); vLLM's own scheduler agrees step by step (docs/vllm-fidelity.md).
@@ -26,8 +26,9 @@ between the versions modelled here follows it:
 
 0.22 to 0.24 (0.24: the vLLM the shipped kernel tables were timed with,
 ``*-vllm-0.24.0-*``) are modelled with 0.21's defaults: no public source read
-for servesim says either default, or the V1 engine's CPU work, changed after
-0.21, so the two flags keep their 0.21 values (an assumption, not a finding).
+for servesim says async scheduling's or the CUDA-graph estimate's default, or
+the V1 engine's CPU work, changed after 0.21, so those keep their 0.21 values
+(an assumption, not a finding); the admission check was read in each.
 
 Unchanged across these versions, so not in the table: the batch limits
 vLLM picks from the device's memory (``sim.engine.policies.vllm_defaults``:
