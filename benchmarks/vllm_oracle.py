@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 from sim.engine.core_config import CoreConfig  # noqa: E402
 from sim.engine.request import Request  # noqa: E402
 from sim.engine.scheduler import ContinuousConfig  # noqa: E402
+from sim.scenario.vllm_versions import NEWEST, version_problem, vllm_version  # noqa: E402
 
 DRIVER = Path(__file__).resolve().parent / "vllm_oracle_driver.py"
 DEFAULT_VENV = Path("/work/venvs/vllm-0.11.0")
@@ -145,16 +146,20 @@ def preempted_in_order(
     return front[::-1]
 
 
-def run_ours(spec: TraceSpec, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run_ours(
+    spec: TraceSpec, requests: list[dict[str, Any]], reserve_full_isl: bool = False
+) -> list[dict[str, Any]]:
     """Run ``requests`` through servesim's reference scheduler; one record a step.
 
     The loop is the SimPy replica's (``sim.serving.replica.Replica._run``) with
     every step lasting 1 s: plan, run, commit; with async scheduling the next
     plan sees only requests ready by the start of the step just committed.
+    ``reserve_full_isl``: vLLM >= 0.19's full-sequence admission check.
     """
     policy = ContinuousConfig(
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
+        scheduler_reserve_full_isl=reserve_full_isl,
     )
     config = CoreConfig(
         make_policy=lambda: policy.build(async_scheduling=spec.async_scheduling),
@@ -226,6 +231,22 @@ def run_ours(spec: TraceSpec, requests: list[dict[str, Any]]) -> list[dict[str, 
         if core.async_scheduling:
             visible_until_s = now_s
         now_s += 1.0
+
+
+def installed_version(python: Path) -> str:
+    """The vLLM release installed beside ``python`` (read without importing vLLM)."""
+    done = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def modelled_as(release: str) -> str:
+    """The ``engine.vllm_version`` servesim runs ``release`` as: its own, else the newest."""
+    return release if version_problem(release) is None else NEWEST
 
 
 # -- the comparison -------------------------------------------------------------
@@ -309,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: no vLLM venv at {args.venv} (benchmarks/vllm_oracle_venv.sh VERSION)")
         return 0
     names = args.trace or list(TRACES)
+    release = installed_version(python)
+    as_version = modelled_as(release)
+    # The version-aware defaults the scheduler reads itself (async scheduling is
+    # each trace's own setting here): those of the release vLLM runs.
+    reserve_full_isl = vllm_version(as_version).scheduler_reserve_full_isl
     rows: list[tuple[str, Comparison]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
@@ -318,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             spec = TRACES[name]
             requests = trace_requests(spec)
-            ours = run_ours(spec, requests)
+            ours = run_ours(spec, requests, reserve_full_isl)
             trace_path = folder / f"{name}.trace.json"
             trace_path.write_text(
                 json.dumps(
@@ -345,7 +371,10 @@ def main(argv: list[str] | None = None) -> int:
             version = lines[-1]
             settings.append(f"{name}: {next(x for x in lines if x.startswith('vllm '))}")
             rows.append((name, compare(ours, read_jsonl(out_path))))
-    print(f"servesim reference scheduler vs {version}")
+    print(
+        f"servesim reference scheduler (engine.vllm_version {as_version}:"
+        f" scheduler_reserve_full_isl={reserve_full_isl}) vs {version}"
+    )
     print(table(rows))
     print("\n".join(settings))  # vLLM's resolved settings, trace by trace
     return 0

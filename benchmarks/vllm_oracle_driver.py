@@ -92,6 +92,10 @@ def build(spec: dict[str, Any]) -> tuple[Scheduler, Any]:
             max_model_len=max_len,
             dtype="float16",
             seed=0,
+            # 0.10's V0 output processor asks the platform whether it may run
+            # async, which the GPU-less UnspecifiedPlatform cannot say (it
+            # raises); the v1 scheduler never uses it.
+            use_async_output_proc=False,
         )
     )
     cache_config = CacheConfig(
@@ -136,6 +140,7 @@ def build(spec: dict[str, Any]) -> tuple[Scheduler, Any]:
                         num_kv_heads=4,
                         head_size=64,
                         dtype=torch.float16,
+                        use_mla=False,  # a required field in 0.10
                     )
                 ),
             )

@@ -12,8 +12,8 @@ venv="$root/vllm-$version"
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --upgrade pip
 case "$version" in
-  0.11.*)
-    # Resolves as is (pulls the CUDA torch build; the scheduler only needs it importable).
+  0.10.*|0.11.*)
+    # Resolve as is (pull the CUDA torch 2.8 build; the scheduler only needs it importable).
     "$venv/bin/pip" install "vllm==$version"
     ;;
   *)

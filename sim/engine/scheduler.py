@@ -76,6 +76,14 @@ class ContinuousSettings(BaseModel):
         ge=1,
         description="vLLM v1 supports only 1 (no limit on concurrent partial prefills)",
     )
+    scheduler_reserve_full_isl: bool | None = Field(
+        default=None,
+        description=(
+            "admit a waiting request only if the KV pool holds its whole sequence, not"
+            " just its first chunk (vLLM >= 0.19's default); None: the vllm_version's"
+            " default (a policy built without a scenario: the chunk alone)"
+        ),
+    )
     preemption: Literal["recompute", "swap"] = Field(
         default="recompute",
         description=(
@@ -636,6 +644,7 @@ class Continuous:
         self.chunked_prefill = config.chunked_prefill
         # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
         self.max_tokens_per_request = config.long_prefill_token_threshold or None
+        self.reserve_full_sequence = bool(config.scheduler_reserve_full_isl)
         # Preemption by swap (``preemption: swap``): the CPU swap space; None
         # preempts by recompute.
         self.swap = swap
@@ -757,7 +766,12 @@ class Continuous:
                 return
             num_new = min(wanted, budget)
             target = request.num_computed_tokens + num_cached + num_new
-            if not kv.can_allocate(request, target):
+            # vLLM >= 0.19 (scheduler_reserve_full_isl): the pool must hold the whole
+            # sequence (prompt, and output so far for a preemption victim) after its
+            # prefix-cache hits, not just this chunk; which also covers the chunk.
+            if not kv.can_allocate(
+                request, request.num_tokens if self.reserve_full_sequence else target
+            ):
                 return
             waiting.popleft()
             kv.allocate(request, target)

@@ -280,35 +280,38 @@ class Scenario(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _fill_batch_limits(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
-        """Fill ``None`` scheduler limits with vLLM's defaults for this hardware.
+    def _fill_scheduler_defaults(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        """Fill ``None`` scheduler settings with vLLM's defaults: the batch limits for
+        this hardware, the full-sequence admission check for ``engine.vllm_version``.
 
         A wrap validator returns the filled scenario as a new value (a frozen model is
         never written after construction); so build scenarios with ``model_validate``
         (``scenario_from_dict``), as pydantic keeps ``__init__``'s own instance."""
         scenario = handler(data)
         policy = scenario.scheduler
-        if not isinstance(policy, ContinuousSettings) or (
-            policy.max_num_seqs is not None and policy.max_num_batched_tokens is not None
-        ):
+        if not isinstance(policy, ContinuousSettings):
             return scenario
-        limits = batch_defaults(
-            scenario.hardware.name,
-            scenario.hardware.memory_bytes,
-            scenario.parallelism.num_gpus,
-            scenario.engine.usage_context,
-            scenario.engine.max_model_len_tokens,
-            policy.chunked_prefill,
-            policy.max_num_batched_tokens,
-            policy.max_num_seqs,
-        )
-        filled = policy.model_copy(
-            update={
-                "max_num_seqs": limits.max_num_seqs,
-                "max_num_batched_tokens": limits.max_num_batched_tokens,
-            }
-        )
-        return scenario._filled(scheduler=filled)
+        update: dict[str, Any] = {}
+        if policy.scheduler_reserve_full_isl is None:
+            update["scheduler_reserve_full_isl"] = (
+                scenario.engine.version.scheduler_reserve_full_isl
+            )
+        if policy.max_num_seqs is None or policy.max_num_batched_tokens is None:
+            limits = batch_defaults(
+                scenario.hardware.name,
+                scenario.hardware.memory_bytes,
+                scenario.parallelism.num_gpus,
+                scenario.engine.usage_context,
+                scenario.engine.max_model_len_tokens,
+                policy.chunked_prefill,
+                policy.max_num_batched_tokens,
+                policy.max_num_seqs,
+            )
+            update["max_num_seqs"] = limits.max_num_seqs
+            update["max_num_batched_tokens"] = limits.max_num_batched_tokens
+        if not update:
+            return scenario
+        return scenario._filled(scheduler=policy.model_copy(update=update))
 
     @model_validator(mode="wrap")
     @classmethod
@@ -316,7 +319,7 @@ class Scenario(BaseModel):
         cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
     ) -> Self:
         """``engine.cpu_artifact``'s coefficients into ``engine.cpu`` (and its fitted way in
-        into ``frontend``), as a new value (see ``_fill_batch_limits``); a different value
+        into ``frontend``), as a new value (see ``_fill_scheduler_defaults``); a different value
         the scenario also sets is refused (the same one is a scenario validated again
         after this filled it in)."""
         scenario = handler(data)

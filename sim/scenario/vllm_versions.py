@@ -12,14 +12,23 @@ between the versions modelled here follows it:
 - ``engine.estimate_cudagraph_memory``: vLLM subtracts an estimate of the CUDA
   graphs' memory from the KV budget from 0.21 on
   (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``), not before.
+- ``scheduler.scheduler_reserve_full_isl``: from 0.19.0 vLLM admits a waiting
+  request only if the KV pool's free blocks hold its whole sequence after its
+  prefix-cache hits, not just its first chunk (vLLM PR #37307,
+  ``SchedulerConfig.scheduler_reserve_full_isl``, default True); 0.18.1 and
+  before check the chunk alone. Read from each release's wheel (vLLM's source):
+  absent from 0.17.1, 0.18.0 and 0.18.1, True in 0.19.0, 0.20.2, 0.21.0,
+  0.22.1, 0.23.0 and 0.24.0 (0.21 moved it into ``allocate_slots``, the same
+  check); vLLM's own scheduler agrees step by step (docs/vllm-fidelity.md).
 - the engine's CPU work per step (``sim.cost.engine_cpu``): ESTIMATES from
   public sources, the same for every V1 version here (no public source
   measures them version by version); ``engine.cpu`` overrides them.
 
 0.22 to 0.24 (0.24: the vLLM the shipped kernel tables were timed with,
 ``*-vllm-0.24.0-*``) are modelled with 0.21's defaults: no public source read
-for servesim says either default, or the V1 engine's CPU work, changed after
-0.21, so the two flags keep their 0.21 values (an assumption, not a finding).
+for servesim says async scheduling's or the CUDA-graph estimate's default, or
+the V1 engine's CPU work, changed after 0.21, so those keep their 0.21 values
+(an assumption, not a finding); the admission check was read in each.
 
 Unchanged across these versions, so not in the table: the batch limits
 vLLM picks from the device's memory (``sim.engine.policies.vllm_defaults``:
@@ -60,6 +69,7 @@ class VllmVersion:
     name: str  # "major.minor"
     async_scheduling: bool  # --async-scheduling's default (before the exclusions)
     estimate_cudagraph_memory: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS's default
+    scheduler_reserve_full_isl: bool  # SchedulerConfig.scheduler_reserve_full_isl's default
     cpu: EngineCpuConfig  # the engine's CPU work per step (an estimate)
 
 
@@ -68,6 +78,7 @@ def _version(minor: int) -> VllmVersion:
         name=f"0.{minor}",
         async_scheduling=minor >= 14,
         estimate_cudagraph_memory=minor >= 21,
+        scheduler_reserve_full_isl=minor >= 19,
         cpu=V1_CPU_ESTIMATE,
     )
 

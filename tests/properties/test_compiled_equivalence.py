@@ -80,6 +80,7 @@ def engines(draw: st.DrawFn, costs: list[CostModel] = COSTS) -> ReplicaConfig:
         max_num_batched_tokens=draw(st.integers(low, max(low, 512))),
         chunked_prefill=chunked,
         long_prefill_token_threshold=draw(st.sampled_from([0, 0, 3, 17])),
+        scheduler_reserve_full_isl=draw(st.booleans()),
     )
     make_policy: Callable[[], Scheduler] = config.build
     if draw(st.booleans()):

@@ -97,7 +97,8 @@ UNSUPPORTED = 2  # something only the Python path plays (see the module)
 # Settings (``settings`` array, int64), by index.
 MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS, TOKEN_CAP, CHUNKED, BLOCK_SIZE = 0, 1, 2, 3, 4
 NUM_BLOCKS, CACHES_PREFIXES, MAX_RUN_STEPS, ASYNC_SCHEDULING = 5, 6, 7, 8
-NUM_SETTINGS = 9
+RESERVE_FULL_SEQUENCE = 9
+NUM_SETTINGS = 10
 # Per-request times (``times``, float64, a row each, a column per request in
 # submission order and one more: inf in CLOCK_S and READY_S, "nothing more to come").
 CLOCK_S, READY_S, FIRST_SCHEDULED_S, FIRST_TOKEN_S, FINISH_S = 0, 1, 2, 3, 4
@@ -793,6 +794,7 @@ def run(
     num_blocks, caches_prefixes = settings[NUM_BLOCKS], settings[CACHES_PREFIXES]
     max_run = settings[MAX_RUN_STEPS]
     async_scheduling = settings[ASYNC_SCHEDULING] != 0
+    reserve_full_sequence = settings[RESERVE_FULL_SEQUENCE] != 0
     lag = 2 if async_scheduling else 1  # steps a run goes on past the one an arrival lands in
     while True:
         if (
@@ -862,7 +864,9 @@ def run(
             missing = -(-(comp[r] + num_new) // bs) - blocks[r]
             if missing < 0:
                 missing = 0
-            if missing > free:
+            # vLLM >= 0.19: the whole sequence must fit, which covers the chunk.
+            short = -(-(prompt[r] + gen[r]) // bs) - blocks[r] if reserve_full_sequence else missing
+            if short > free:
                 blocked = _KV
                 break
             head += 1

@@ -211,6 +211,7 @@ class LoopArrays:
         settings[loop.CACHES_PREFIXES] = kv.caches_prefixes
         settings[loop.MAX_RUN_STEPS] = MAX_RUN_STEPS
         settings[loop.ASYNC_SCHEDULING] = policy.async_scheduling
+        settings[loop.RESERVE_FULL_SEQUENCE] = policy.reserve_full_sequence
         state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
         state[loop.NUM_FREE] = kv.num_free_blocks
         # One column per request, and one more: inf in the feed's times ("nothing
