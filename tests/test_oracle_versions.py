@@ -106,7 +106,7 @@ def step(engine: EngineCore, now_s: float) -> list[tuple[int, int]]:
     plan = engine.schedule(now_s)
     scheduled = [(r.request_id, n) for r, n in plan.scheduled]
     if not plan.is_empty:
-        engine.commit(plan, now_s, [now_s + 1.0])
+        engine.update(plan, now_s + 1.0)
     return scheduled
 
 
