@@ -211,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(out)  # before the timing: a bad --out would lose it
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    # command_line: set only where a caller forwards its own line (main, below).
     command = getattr(args, "command_line", None) or shlex.join(
         [Path(sys.argv[0]).name, *sys.argv[1:]]
     )

@@ -76,7 +76,7 @@ def measure_tables(
     import torch
 
     device = torch.device(device_name)
-    dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])
+    dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])  # torch.float32 etc., by name
     grid = KERNEL_GRIDS[grid_name]
     linear = torch.nn.functional.linear
 

@@ -76,7 +76,7 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
     except ValidationError as error:
         problem = error.errors()[0]
         option = "--" + str(problem["loc"][0]).replace("_", "-")  # top_k: --top-k
-        value = getattr(args, str(problem["loc"][0]))
+        value = getattr(args, str(problem["loc"][0]))  # the option the error names
         raise ConfigError(f"{option} {value}: {problem['msg']}") from None
     checked_dtype(args)
     started = time.perf_counter()

@@ -42,14 +42,17 @@ def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> lis
 
     workload = load_scenario(path, sets).workload
     if num_requests is None:
-        own = getattr(workload, "num_requests", None)
-        if workload.kind != "synthetic" or own is None or own >= MIN_STEADY_REQUESTS:
+        if (
+            workload.kind != "synthetic"
+            or workload.num_requests is None
+            or workload.num_requests >= MIN_STEADY_REQUESTS
+        ):
             return sets
         num_requests = MIN_STEADY_REQUESTS
     if workload.kind == "trace":
         return [*sets, f"workload.max_requests={num_requests}"]
     extra = [f"workload.num_requests={num_requests}"]
-    if getattr(workload, "duration_s", None) is not None:
+    if workload.kind == "synthetic" and workload.duration_s is not None:
         extra.append("workload.duration_s=null")
     return [*sets, *extra]
 

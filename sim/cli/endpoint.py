@@ -122,9 +122,15 @@ def positive_int(text: str) -> int:
 def refuse_endpoint_options(args: argparse.Namespace) -> None:
     """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
     (the in-process measure would not apply it)."""
-    for flag in ("max_concurrency", "profile", "streams", "rate", "sweep_size"):
-        if getattr(args, flag, None) is not None:
-            name = "--" + flag.replace("_", "-")
+    given = (
+        ("--max-concurrency", args.max_concurrency),
+        ("--profile", args.profile),
+        ("--streams", args.streams),
+        ("--rate", args.rate),
+        ("--sweep-size", args.sweep_size),
+    )  # add_endpoint_arguments's options
+    for name, value in given:
+        if value is not None:
             raise ConfigError(f"{name} applies with --endpoint (a live server) only")
 
 
@@ -231,7 +237,7 @@ def _measure(args: argparse.Namespace, scenario: Scenario, out: Path) -> dict[st
         generate_open_loop,
     )
 
-    if getattr(scenario.workload, "prefix_groups", None) is not None:
+    if scenario.workload.kind != "trace" and scenario.workload.prefix_groups is not None:
         raise ConfigError(
             "workload.prefix_groups: --endpoint sends prompts that share no prefix "
             "(sim.validation.endpoint_prompts); measure without prefix groups"

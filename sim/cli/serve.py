@@ -57,12 +57,14 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     from sim.api import engine_for
     from sim.serving.realtime import SimulatedEngine
 
+    # The options as given: a sim-only install has no torch options (_torch_arguments).
+    options = vars(args)
     torch_flags = [
         flag
         for flag, given in (
-            ("--device", getattr(args, "device", "cpu") != "cpu"),
-            ("--dtype", getattr(args, "dtype", None) is not None),
-            ("--threads", getattr(args, "threads", 1) != 1),
+            ("--device", options.get("device", "cpu") != "cpu"),
+            ("--dtype", options.get("dtype") is not None),
+            ("--threads", options.get("threads", 1) != 1),
         )
         if given
     ]

@@ -210,6 +210,7 @@ def ends_until_cut(
 def run_ends_for(cost: CostModel) -> RunEnds:
     """End times (s) of ``cost``'s skip-ahead runs (module docstring). The durations'
     source is looked up once, here: an executor prices a run per plan."""
+    # Optional: only some cost models price decode runs in bulk (run_ends_for's docstring).
     lazy: Durations | None = getattr(cost, "decode_durations_s", None)
     durations: Durations = lazy or partial(_all_priced, cost)
 

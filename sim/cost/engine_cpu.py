@@ -115,6 +115,7 @@ class EngineCpuCost:
         self._async_scheduling = cpu.async_scheduling
         # Looked up once: step_s runs millions of times a run.
         self._gpu_step_s = gpu.step_s
+        # Optional: only some cost models price decode runs in bulk (sim.cost.base).
         self._gpu_durations_s: Durations | None = getattr(gpu, "decode_durations_s", None)
 
     @property

@@ -157,7 +157,7 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
     workload = scenario.workload
     if workload.kind == "closed_loop":
         return LoadKnob("users", "workload.num_users", float(workload.num_users))
-    limit = getattr(workload, "max_concurrency", None)
+    limit = workload.max_concurrency
     if limit is not None:
         return _concurrency_knob(workload, limit)
     if workload.kind == "synthetic":

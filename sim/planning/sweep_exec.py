@@ -111,8 +111,9 @@ def run_point(task: Task) -> Record:
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
     finishes = np.asarray(records["finish_s"], dtype=float)
     record["served_ratio"] = served_ratio_of(scenario.workload, arrivals, finishes)
-    arrival = getattr(scenario.workload, "arrival", None)
-    record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
+    workload = scenario.workload
+    arrival = None if workload.kind == "closed_loop" else workload.arrival
+    record["arrival_kind"] = workload.kind if arrival is None else arrival.kind
     record.update(_queue_stats(result))
     return record
 

@@ -113,7 +113,7 @@ def architecture_for(
     if name in HF_CONFIGS:
         preset = load_architecture(name)
         dense = preset.to_model_spec()
-        if all(getattr(dense, f) == getattr(model, f) for f in _SHAPE_FIELDS):
+        if all(getattr(dense, f) == getattr(model, f) for f in _SHAPE_FIELDS):  # by field name
             return preset
     return from_model_spec(model)
 

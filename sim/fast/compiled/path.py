@@ -33,7 +33,7 @@ import numpy.typing as npt
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
-from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.scheduler import (
     _RECORD_COUNTS,
     _RECORD_TIMES,
@@ -45,7 +45,7 @@ from sim.engine.step_runs import SEGMENT_COUNTS
 from sim.fast.compiled import kernels, loop
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
-from sim.serving.submission import OpenLoop, concurrency_limit
+from sim.serving.submission import OpenLoop, concurrency_limit, prefix_describer
 
 # The cost models the loop plays (why_not says which of them).
 PlayedCost = RooflineCost | KernelCost | EngineCpuCost
@@ -307,6 +307,7 @@ class LoopArrays:
 
     def args(self) -> tuple[npt.NDArray[np.generic], ...]:
         """The loop's arguments, in its order (the arrays themselves: it writes to them)."""
+        # Every field in order, the arrays themselves (astuple would copy them).
         return tuple(getattr(self, field.name) for field in fields(self))
 
     @property
@@ -337,7 +338,7 @@ class LoopArrays:
         """
         done = self.done_order
         ids = order[done]
-        priority = getattr(work, "priority", None)
+        priority = work.priority
         arrival_s = np.asarray(work.arrival_s, dtype=np.float64)
         times: dict[str, Callable[[], npt.NDArray[Any]]] = {
             "arrival_s": lambda: arrival_s[ids],
