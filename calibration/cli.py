@@ -159,14 +159,14 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
     """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
     from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
     from sim.cost.kernels.artifact import save_artifact
-    from sim.hardware.specs import HF_CONFIGS, from_model_spec, load_architecture
+    from sim.hardware.specs import HF_CONFIGS, load_architecture
 
     grid = args.grid
     if grid == "default":
         grid = "gpu" if args.device == "cuda" else "small"
     if grid not in KERNEL_GRIDS:
         raise ConfigError(f"--grid {grid}: kernel grids are {', '.join(KERNEL_GRIDS)}")
-    arch = load_architecture(args.model) if args.model in HF_CONFIGS else from_model_spec(spec)
+    arch = load_architecture(args.model) if args.model in HF_CONFIGS else spec
     name = f"{args.device}-{spec.name}-{dtype}-kernels.json.gz"
     out = args.out or Path("calibration/artifacts") / name
     check_out_file(out)  # before the timing: a bad --out would lose it

@@ -35,7 +35,7 @@ import pandas as pd
 
 from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.specs import ModelArchitecture
+from sim.hardware.specs import ModelSpec
 
 TOOL_VERSION = "1"
 # The CLI's dtype names -> torch's, which the artifact's provenance records.
@@ -66,7 +66,7 @@ KERNEL_GRIDS = {
 
 
 def measure_tables(
-    arch: ModelArchitecture,
+    arch: ModelSpec,
     device_name: str = "cpu",
     dtype_name: str = "bf16",
     grid_name: str = "gpu",

@@ -53,3 +53,26 @@ def test_each_getattr_says_why() -> None:
         if not any("#" in text for text in near):
             unexplained.append(f"{path.relative_to(ROOT)}:{line}")
     assert not unexplained, unexplained
+
+
+def _classes_declaring(field: str) -> list[str]:
+    """Classes (``path:Name``) whose body declares ``field: ...`` (a model's field)."""
+    return [
+        f"{path.relative_to(ROOT)}:{node.name}"
+        for path, tree in _trees()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(
+            isinstance(item, ast.AnnAssign)
+            and isinstance(item.target, ast.Name)
+            and item.target.id == field
+            for item in node.body
+        )
+    ]
+
+
+def test_one_model_description_class() -> None:
+    """A transformer's shape is described once: ``ModelSpec`` (memory sizing, the
+    roofline and the kernel tables read it; ModelArchitecture repeated its fields)."""
+    for field in ("num_layers", "num_attention_heads", "intermediate_size"):
+        assert _classes_declaring(field) == ["sim/hardware/specs.py:ModelSpec"], field

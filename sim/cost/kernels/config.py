@@ -42,16 +42,15 @@ from sim.hardware.specs import (
     MODEL_SPEC_ALIASES,
     SOURCE_GPU_NAMES,
     HardwareSpec,
-    ModelArchitecture,
     ModelSpec,
-    from_model_spec,
     load_architecture,
 )
 
 if TYPE_CHECKING:
     from sim.cost.kernels.cost import KernelCost
 
-_SHAPE_FIELDS = (
+# The fields a scenario's model must share with a preset's config.json to be priced as it.
+_SHAPE_FIELDS = {
     "num_layers",
     "hidden_size",
     "num_attention_heads",
@@ -60,7 +59,7 @@ _SHAPE_FIELDS = (
     "intermediate_size",
     "vocab_size",
     "mlp",
-)
+}
 
 
 class KernelsCostConfig(BaseModel):
@@ -99,7 +98,7 @@ class KernelsCostConfig(BaseModel):
 
 def architecture_for(
     model: ModelSpec, override: str | None = None, base_dir: Path | None = None
-) -> ModelArchitecture:
+) -> ModelSpec:
     """The architecture a scenario's model stands for (see the module docstring).
 
     A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
@@ -112,10 +111,9 @@ def architecture_for(
     name = MODEL_SPEC_ALIASES.get(model.name, model.name)
     if name in HF_CONFIGS:
         preset = load_architecture(name)
-        dense = preset.to_model_spec()
-        if all(getattr(dense, f) == getattr(model, f) for f in _SHAPE_FIELDS):  # by field name
+        if preset.model_dump(include=_SHAPE_FIELDS) == model.model_dump(include=_SHAPE_FIELDS):
             return preset
-    return from_model_spec(model)
+    return model
 
 
 def kernel_artifact_for(

@@ -47,7 +47,7 @@ from sim.cost.kernels.tables import (
 )
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
-from sim.hardware.specs import HardwareSpec, ModelArchitecture
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 class KernelCost:
@@ -55,7 +55,7 @@ class KernelCost:
 
     def __init__(
         self,
-        arch: ModelArchitecture,
+        arch: ModelSpec,
         artifact: KernelArtifact,
         tensor_parallel_size: int = 1,
         pipeline_parallel_size: int = 1,
