@@ -57,6 +57,7 @@ def nnls(a: Matrix, b: npt.NDArray[np.float64]) -> Matrix:
     Scale columns to comparable norms before calling. RuntimeError if it fails to
     converge (scipy's own error, or its non-finite answer).
     """
+    # Imported here: scipy (~0.2 s) loads only for the optimiser that uses it.
     from scipy.optimize import nnls as lawson_hanson
 
     x, _ = lawson_hanson(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))

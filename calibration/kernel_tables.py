@@ -73,6 +73,8 @@ def measure_tables(
     progress: Callable[[str], None] | None = None,
 ) -> KernelArtifact:
     """Time ``arch``'s operators on ``device_name`` and return them as an artifact."""
+    # Imported here: torch is optional (the calibrate extra): the simulator and --help run without
+    # it.
     import torch
 
     device = torch.device(device_name)

@@ -137,6 +137,8 @@ class Result:
                 int(records["replica"][at]),
                 None,
             )
+        # Imported here: pandas loads with the first frame, after a run's summary is out
+        # (docs/dev/speed.md).
         import pandas as pd
 
         row = records.loc[records["request_id"] == request_id]

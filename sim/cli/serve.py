@@ -24,7 +24,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.api import engine_for
+from sim.api.build import cluster_for
+from sim.cost.calibrated import CalibratedCost
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.fitted import FittedCost
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.linear import LinearCost
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
+from sim.openai.tokenizer import ByteTokenizer
+from sim.scenario import load_scenario
+from sim.serving.realtime import SimulatedEngine
+from sim.serving.routed import RoutedEngines
+from sim.serving.router import make_router
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -54,8 +67,6 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
 
 def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """``--simulate``: the scenario's replica in wall-clock time, its cost model named on stderr."""
-    from sim.api import engine_for
-    from sim.serving.realtime import SimulatedEngine
 
     # The options as given: a sim-only install has no torch options (_torch_arguments).
     options = vars(args)
@@ -101,9 +112,6 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     )
     if cluster is None:
         return SimulatedEngine(config)
-    from sim.api.build import cluster_for
-    from sim.serving.routed import RoutedEngines
-    from sim.serving.router import make_router
 
     # The router's draws (power_of_two) from the scenario seed, as a run's.
     layout = cluster_for(scenario, np.random.default_rng(scenario.seed))
@@ -115,13 +123,6 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
 
 def cost_source(cost: CostModel) -> str:
     """What a cost model's step times rest on, in a few words (measured or a guess)."""
-    from sim.cost.calibrated import CalibratedCost
-    from sim.cost.engine_cpu import EngineCpuCost
-    from sim.cost.fitted import FittedCost
-    from sim.cost.kernels.cost import KernelCost
-    from sim.cost.linear import LinearCost
-    from sim.cost.roofline import RooflineCost
-
     gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
     if isinstance(gpu, KernelCost):  # rows derived from another head layout's: said
         return "measured kernel tables" + (", partly derived" if gpu.derived else "")
@@ -142,7 +143,6 @@ def app_for(engine: OnlineBackend, scenario: Scenario) -> web.Application:
     policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
     request's ``priority`` other than 0 is refused)."""
     from sim.openai.server import make_app
-    from sim.openai.tokenizer import ByteTokenizer
 
     tokenizer = ByteTokenizer(scenario.model.vocab_size)
     priority = scenario.scheduler.kind == "priority"
@@ -157,7 +157,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             f"servesim serve needs aiohttp and prometheus-client ({error}): "
             "pip install -e '.[http]'"
         ) from None
-    from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
     engine = _engine(args, scenario)

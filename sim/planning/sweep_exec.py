@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from sim import api
 from sim.errors import ConfigError
 from sim.planning.served import load_set_by_clients, served_ratio_of
+from sim.scenario import scenario_from_dict
 
 Task = dict[str, Any]
 Record = dict[str, Any]
@@ -95,9 +97,6 @@ def _queue_stats(result: Any) -> Record:
 
 def run_point(task: Task) -> Record:
     """Simulate one validated scenario dict; a flat record of scalars."""
-    from sim import api
-    from sim.scenario import scenario_from_dict
-
     scenario = scenario_from_dict(task["scenario"], "<sweep point>")
     # A process runs many points: the compiled loop's start-up (~0.4 s, once) pays.
     result = api.run(scenario, base_dir=task["base_dir"], compiled=True)
@@ -165,6 +164,7 @@ def run_local(
 
 def _import_ray() -> Any:
     try:
+        # Imported here: ray is an optional extra (--executor ray).
         import ray
     except ImportError:
         raise ConfigError(

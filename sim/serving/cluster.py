@@ -189,6 +189,8 @@ def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
     Each replica's samples hold until its next one (0 before its first).
     A frame with one replica (or no ``replica`` column) is returned as is.
     """
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
     import pandas as pd
 
     if "replica" not in series.columns or series["replica"].nunique() <= 1:

@@ -33,6 +33,7 @@ from sim.cost.kernels.artifact import (
     shipped_kernel_artifacts,
     shipped_name,
 )
+from sim.cost.kernels.cost import KernelCost  # the tables' code: only when built
 from sim.cost.provenance import anchored
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
@@ -140,8 +141,6 @@ def build_kernels(
     base_dir: Path | None = None,
 ) -> KernelCost:
     """The ``KernelCost`` a ``kind: kernels`` block describes."""
-    from sim.cost.kernels.cost import KernelCost  # the tables' code: only when built
-
     artifact = kernel_artifact_for(config, hardware, base_dir)
     dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
     wanted = (DTYPE_BYTES.get(dtype), DTYPE_BYTES.get(kv_dtype))
