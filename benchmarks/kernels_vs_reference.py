@@ -26,8 +26,7 @@ from sim.cost.kernels.artifact import load_kernel_artifact  # noqa: E402
 from sim.cost.kernels.cost import KernelCost  # noqa: E402
 from sim.hardware.specs import (  # noqa: E402
     HF_CONFIGS,
-    ModelArchitecture,
-    from_model_spec,
+    ModelSpec,
     load_architecture,
     model_preset,
 )
@@ -70,11 +69,11 @@ def render(table: list[tuple[str, float, float]], ours: str, reference: str) -> 
     return f"ours: `{ours}`\n\nreference: `{reference}`\n\n" + "\n".join(lines) + "\n"
 
 
-def architecture(name: str) -> ModelArchitecture:
+def architecture(name: str) -> ModelSpec:
     """A Hugging Face preset or config.json, else a servesim model preset (e.g. tiny)."""
     if name in HF_CONFIGS or Path(name).exists():
         return load_architecture(name)
-    return from_model_spec(model_preset(name))
+    return model_preset(name)
 
 
 def main() -> int:

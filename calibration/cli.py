@@ -9,6 +9,7 @@ standalone (``python -m calibration.cli``). Bad input raises ``ConfigError``.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -18,14 +19,20 @@ from typing import Any, Literal
 
 import numpy as np
 
+from calibration.fit import fit_samples, split_held_out
+from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
+from sim.cli.fit import add_arguments as add_from_run_arguments
+from sim.cli.fit import calibrate_from_runs
 from sim.cost.calibrated import (
     SCHEMA_VERSION,
     CalibrationArtifact,
     ModelInfo,
     save_artifact,
 )
+from sim.cost.kernels.artifact import save_artifact as save_kernel_artifact
+from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError
-from sim.hardware.specs import MODEL_PRESETS, ModelSpec, model_preset
+from sim.hardware.specs import HF_CONFIGS, MODEL_PRESETS, ModelSpec, load_architecture, model_preset
 from sim.metrics.out_path import check_out_file, out_argument
 
 DtypeName = Literal["fp32", "bf16", "fp16"]
@@ -78,6 +85,8 @@ def refuse_torch_options(args: argparse.Namespace, why: str) -> None:
 
 def checked_dtype(args: argparse.Namespace) -> DtypeName:
     """``--device`` and ``--threads`` checked (imports torch); ``--dtype`` or the device's."""
+    # Imported here: torch is optional (the calibrate extra): the simulator and --help run without
+    # it.
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -119,7 +128,6 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
             "kernel-table artifact for cost kind 'kernels' (grids: small, gpu)"
         ),
     )
-    from sim.cli.fit import add_arguments as add_from_run_arguments
 
     add_from_run_arguments(parser)
 
@@ -141,7 +149,6 @@ def _kv_budget_tokens(model: Any) -> int:
 
     The rest is room for activations, attention scratch and the decode gather.
     """
-    import os
 
     import torch
 
@@ -157,23 +164,19 @@ def _kv_budget_tokens(model: Any) -> int:
 
 def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
     """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
-    from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
-    from sim.cost.kernels.artifact import save_artifact
-    from sim.hardware.specs import HF_CONFIGS, from_model_spec, load_architecture
-
     grid = args.grid
     if grid == "default":
         grid = "gpu" if args.device == "cuda" else "small"
     if grid not in KERNEL_GRIDS:
         raise ConfigError(f"--grid {grid}: kernel grids are {', '.join(KERNEL_GRIDS)}")
-    arch = load_architecture(args.model) if args.model in HF_CONFIGS else from_model_spec(spec)
+    arch = load_architecture(args.model) if args.model in HF_CONFIGS else spec
     name = f"{args.device}-{spec.name}-{dtype}-kernels.json.gz"
     out = args.out or Path("calibration/artifacts") / name
     check_out_file(out)  # before the timing: a bad --out would lose it
     print(f"timing the operators of {arch.name} ({dtype}) on {args.device}: grid {grid}")
     started = time.perf_counter()
     artifact = measure_tables(arch, args.device, dtype, grid, progress=lambda s: print(f"  {s}"))
-    path = save_artifact(artifact, Path(out))
+    path = save_kernel_artifact(artifact, Path(out))
     print(
         f"wrote {path} in {time.perf_counter() - started:.0f} s; use it with "
         f"cost: {{kind: kernels, source: path, artifact: {path}}}"
@@ -187,17 +190,14 @@ def run(args: argparse.Namespace) -> int:
         if args.kernels:
             raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
         refuse_torch_options(args, "--from-run fits measured runs")
-        from sim.cli.fit import calibrate_from_runs
 
         return calibrate_from_runs(args)
     try:
         import torch
     except ImportError:
         raise torch_missing("calibrate") from None
-    from calibration.fit import fit_samples, split_held_out
     from calibration.model import TORCH_DTYPES, LlamaModel
     from calibration.profile import build_grid, hardware_info, profile_grid, software_info
-    from sim.cost.provenance import git_revision, utc_now
 
     spec = model_preset(args.model)
     dtype = checked_dtype(args)
@@ -211,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(out)  # before the timing: a bad --out would lose it
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    # command_line: set only where a caller forwards its own line (main, below).
     command = getattr(args, "command_line", None) or shlex.join(
         [Path(sys.argv[0]).name, *sys.argv[1:]]
     )

@@ -30,6 +30,7 @@ from sim.metrics.figure_data import caption_line, cost_model_tag
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
+from sim.validation.importers import PHASES_FILE, detect_format, import_run
 from sim.validation.match import RunFacts, check_run, imported_engine_settings
 from sim.validation.predict import (
     Latencies,
@@ -98,7 +99,6 @@ def load_measured(
         if not measured.summary.get("model") and assume_model:
             measured.summary["model"] = assume_model
         return measured
-    from sim.validation.importers import PHASES_FILE, detect_format, import_run
 
     try:
         fmt = detect_format(folder)  # ConfigError, too, when there is no such path

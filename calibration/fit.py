@@ -49,14 +49,6 @@ from sim.cost.fitted import EngineOverheadCost
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
 
-# Per-feature columns of the design matrix, in order (coefficients named *_s).
-_TERMS = (
-    "num_prefill_seqs",
-    "prefill_attention_pairs",
-    "prefill_kv_read_tokens",
-    "num_decode_seqs",
-)
-
 
 def nnls(a: Matrix, b: npt.NDArray[np.float64]) -> Matrix:
     """argmin ||a x - b||_2 subject to x >= 0: scipy's Lawson-Hanson
@@ -65,6 +57,7 @@ def nnls(a: Matrix, b: npt.NDArray[np.float64]) -> Matrix:
     Scale columns to comparable norms before calling. RuntimeError if it fails to
     converge (scipy's own error, or its non-finite answer).
     """
+    # Imported here: scipy (~0.2 s) loads only for the optimiser that uses it.
     from scipy.optimize import nnls as lawson_hanson
 
     x, _ = lawson_hanson(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
@@ -157,7 +150,18 @@ def fit_coefficients(
     """
     if not samples:
         raise ValueError("no samples to fit")
-    terms = np.array([[getattr(s, name) for name in _TERMS] for s in samples], dtype=np.float64)
+    terms = np.array(
+        [
+            [
+                s.num_prefill_seqs,
+                s.prefill_attention_pairs,
+                s.prefill_kv_read_tokens,
+                s.num_decode_seqs,
+            ]
+            for s in samples
+        ],
+        dtype=np.float64,
+    )  # the design matrix's per-feature columns, in order (coefficients named *_s)
     tokens = np.array([s.num_prefill_tokens + s.num_decode_seqs for s in samples], float)
     contexts = np.array([s.num_decode_context_tokens for s in samples], float)
     batch = terms[:, 3]

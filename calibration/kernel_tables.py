@@ -35,7 +35,7 @@ import pandas as pd
 
 from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.specs import ModelArchitecture
+from sim.hardware.specs import ModelSpec
 
 TOOL_VERSION = "1"
 # The CLI's dtype names -> torch's, which the artifact's provenance records.
@@ -66,17 +66,19 @@ KERNEL_GRIDS = {
 
 
 def measure_tables(
-    arch: ModelArchitecture,
+    arch: ModelSpec,
     device_name: str = "cpu",
     dtype_name: str = "bf16",
     grid_name: str = "gpu",
     progress: Callable[[str], None] | None = None,
 ) -> KernelArtifact:
     """Time ``arch``'s operators on ``device_name`` and return them as an artifact."""
+    # Imported here: torch is optional (the calibrate extra): the simulator and --help run without
+    # it.
     import torch
 
     device = torch.device(device_name)
-    dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])
+    dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])  # torch.float32 etc., by name
     grid = KERNEL_GRIDS[grid_name]
     linear = torch.nn.functional.linear
 

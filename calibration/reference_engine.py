@@ -67,13 +67,13 @@ from calibration.model import DecodeItem, LlamaModel, PrefillChunk
 from calibration.sampling import SamplingParams, sample
 from sim.api import core_config_for
 from sim.cost.base import SHAPE_FIELDS
-from sim.engine.kv_cache import prefix_describer
 from sim.engine.records import reason_column
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, SchedulerOutput
 from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.scenario import Scenario
 from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
+from sim.serving.submission import prefix_describer
 from sim.workload.generate import RequestArrays
 
 
@@ -297,7 +297,7 @@ class WallClockEngine:
             if request.finish_s is not None:
                 executor.forget(rid)
         times = (start_s, forward_start, end, self._now(), forward_cpu)
-        self.step_rows.append((*times, *(getattr(shape, name) for name in SHAPE_FIELDS)))
+        self.step_rows.append((*times, *shape))  # SHAPE_FIELDS, in order
         self.batches.append(" ".join(f"{r.request_id}:{n}" for r, n in plan.scheduled))
 
     def run(self, progress: bool = True, max_duration_s: float | None = None) -> MeasuredRun:

@@ -16,15 +16,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from calibration.cli import (
     add_torch_arguments,
     checked_dtype,
     refuse_torch_options,
     torch_missing,
 )
-from sim.cli.endpoint import add_endpoint_arguments, measure_endpoint, refuse_endpoint_options
+from sim.api import reference_engine_problem
+from sim.cli.endpoint import measure_endpoint
+from sim.cli.endpoint_options import add_endpoint_arguments, refuse_endpoint_options
 from sim.errors import ConfigError
-from sim.metrics.out_path import out_argument
+from sim.metrics.out_path import check_out_dir, out_argument
+from sim.metrics.report import format_summary_table
+from sim.scenario import load_scenario
 
 if TYPE_CHECKING:
     from calibration.reference_engine import OnlineEngine
@@ -60,15 +66,13 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
         refuse_torch_options(args, "--endpoint measures a live server, on its own device")
         return measure_endpoint(args, out)
     refuse_endpoint_options(args)  # --profile, --max-concurrency, ...: --endpoint only
-    from pydantic import ValidationError
 
     try:
+        # Imported here: these modules import torch (the calibrate extra) at their top.
         from calibration.measure import measure
     except ImportError:
         raise torch_missing("measure") from None
     from calibration.sampling import SamplingParams
-    from sim.metrics.report import format_summary_table
-    from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
     try:
@@ -76,7 +80,7 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
     except ValidationError as error:
         problem = error.errors()[0]
         option = "--" + str(problem["loc"][0]).replace("_", "-")  # top_k: --top-k
-        value = getattr(args, str(problem["loc"][0]))
+        value = getattr(args, str(problem["loc"][0]))  # the option the error names
         raise ConfigError(f"{option} {value}: {problem['msg']}") from None
     checked_dtype(args)
     started = time.perf_counter()
@@ -103,8 +107,6 @@ def _measure(args: argparse.Namespace, out: Path) -> Path:
 
 def _check_arguments(args: argparse.Namespace) -> None:
     """Options that would waste a measurement: checked before it starts."""
-    from sim.metrics.out_path import check_out_dir
-
     if args.max_duration_s is not None and not args.max_duration_s > 0:
         raise ConfigError(f"--max-duration-s must be > 0 seconds, got {args.max_duration_s:g}")
     check_out_dir(Path(args.out))
@@ -117,8 +119,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    # Imported here: matplotlib and pandas (~1 s) load only for validate, not measure.
     from calibration.compare_measured import load_measured, validate, write_validation
-    from sim.scenario import load_scenario
 
     _check_arguments(args)
     out = Path(args.out)
@@ -162,7 +164,6 @@ def reference_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineEngi
             f"servesim serve needs PyTorch for the reference engine ({error}): "
             "pip install -e '.[calibrate,http]'"
         ) from None
-    from sim.api import reference_engine_problem
 
     problem = reference_engine_problem(scenario)
     if problem is None and scenario.cluster is not None:

@@ -15,9 +15,9 @@ from sim.cost.kernels.artifact import load_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.memory_ops import MemoryOps
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.specs import TINY_MODEL, from_model_spec, hardware_preset
+from sim.hardware.specs import TINY_MODEL, hardware_preset
 
-ARCH = from_model_spec(TINY_MODEL)
+ARCH = TINY_MODEL
 
 
 @pytest.fixture(scope="module")

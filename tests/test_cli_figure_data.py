@@ -29,8 +29,8 @@ from test_plots import requests_frame, timeseries_frame
 
 import sim.cli as cli
 import sim.cli.figures as cli_figures
+import sim.cli.simulate
 import sim.metrics.plots as plots
-import sim.scenario
 from sim import api
 from sim.api.result import Result
 from sim.cli.figures import FigureError, FigureWorker
@@ -42,6 +42,7 @@ from sim.metrics.lifecycle import PHASES
 from sim.metrics.plots import cdf_data, timeseries_data, waterfall_data
 from sim.metrics.report import FigureJob, draw_figures, prepare_figures
 from sim.metrics.stats import Slo
+from sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_FIGURES = ["latency_cdf.png", "timeseries.png", "waterfall.png"]
@@ -232,18 +233,18 @@ def test_the_figure_process_forks_before_the_scenario_is_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     events: list[str] = []
-    start, load = FigureWorker.start, sim.scenario.load_scenario
+    start, load = FigureWorker.start, sim.cli.simulate.load_scenario
 
     def spying_start() -> FigureWorker | None:
         events.append("fork")
         return start()
 
-    def spying_load(*args: Any, **kwargs: Any) -> sim.scenario.Scenario:
+    def spying_load(*args: Any, **kwargs: Any) -> Scenario:
         events.append("load")
         return load(*args, **kwargs)
 
     monkeypatch.setattr(FigureWorker, "start", spying_start)
-    monkeypatch.setattr(sim.scenario, "load_scenario", spying_load)
+    monkeypatch.setattr(sim.cli.simulate, "load_scenario", spying_load)  # where run loads it
     out = tmp_path / "out"
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", "yes"]
     assert cli.main(line) == 0

@@ -25,6 +25,7 @@ from small_scenario import write_scenario
 
 import sim.cli as cli
 import sim.cli.figures as cli_figures
+import sim.cli.run as cli_run
 import sim.metrics.figure_draw as figure_draw
 from sim import api
 from sim.api.result import Result
@@ -353,7 +354,7 @@ def test_the_figure_process_choice(
         started.append(True)
         return start()
 
-    monkeypatch.setattr(cli_figures, "spare_core", lambda: spare)
+    monkeypatch.setattr(cli_run, "spare_core", lambda: spare)  # where run looks it up
     monkeypatch.setattr(FigureWorker, "start", spying_start)
     out = tmp_path / "out"
     line = ["run", str(_scenario(tmp_path)), "--out", str(out), "-q", "--figure-process", choice]

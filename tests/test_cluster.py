@@ -335,6 +335,9 @@ class FixedUsers:
     def next_think_s(self) -> float:
         return float(self.rng.exponential(0.05))
 
+    def next_prefix(self) -> tuple[int, int] | None:
+        return None  # no prefix groups
+
 
 @pytest.mark.parametrize("router", ["least_outstanding_requests", "central_queue"])
 def test_closed_loop_over_replicas_skip_ahead_equals_step_by_step(router: RouterKind) -> None:

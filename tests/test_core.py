@@ -233,6 +233,9 @@ class ScriptedUsers:
     def next_think_s(self) -> float:
         return self._thinks_s.pop(0) if self._thinks_s else 100.0
 
+    def next_prefix(self) -> tuple[int, int] | None:
+        return None  # no prefix groups
+
 
 def run_closed(skip_ahead: bool) -> RawResult:
     engine = ReplicaConfig(

@@ -27,7 +27,7 @@ from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
-from sim.hardware.specs import ModelArchitecture, hardware_preset
+from sim.hardware.specs import ModelSpec, hardware_preset
 
 GPU = "tiny_gpu"
 VERSION = "1.0.0"
@@ -36,7 +36,7 @@ MS = 1e-3  # seconds per millisecond, written out here on purpose (not the loade
 # hidden 64, 4 heads of 16 (2 KV heads), MLP 128: at tp 2 each GPU has 2 heads, 1 KV
 # head, QKV 64 -> (2 + 2 x 1) x 16 = 64, O 32 -> 64, gate+up 64 -> 2 x 64 = 128,
 # down 64 -> 64, LM head 64 -> 256 / 2 = 128.
-TINY = ModelArchitecture(
+TINY = ModelSpec(
     name="tiny",
     num_layers=2,
     hidden_size=64,
@@ -45,7 +45,7 @@ TINY = ModelArchitecture(
     head_dim=16,
     intermediate_size=128,
     vocab_size=256,
-    max_position_embeddings=4096,
+    max_context_tokens=4096,
 )
 
 # GEMM latencies (ms) by (m, n, k): distinct per shape, so a wrong shape shows.

@@ -13,11 +13,9 @@ from sim.hardware.specs import (
     HF_CONFIGS,
     MODEL_PRESETS,
     MODEL_SPEC_ALIASES,
-    ModelArchitecture,
+    ModelSpec,
     from_hf_config,
-    from_model_spec,
     load_architecture,
-    model_preset,
 )
 
 # Published parameter counts (billions), as each model card states them.
@@ -39,7 +37,7 @@ def test_required_presets_exist() -> None:
 def test_presets_match_published_parameter_counts(name: str) -> None:
     arch = load_architecture(name)
     assert arch.name == name
-    params_b = arch.to_model_spec().num_params / 1e9
+    params_b = arch.num_params / 1e9
     # Qwen3's per-head q/k norms (a few thousand weights a layer) are not modelled.
     assert params_b == pytest.approx(PUBLISHED_PARAMS_B[name], rel=0.02)
 
@@ -53,7 +51,7 @@ def test_llama_preset_fields() -> None:
         8,
     )
     assert (arch.head_dim, arch.intermediate_size, arch.vocab_size) == (128, 14336, 128256)
-    assert arch.max_position_embeddings == 131072 and not arch.tied_embeddings
+    assert arch.max_context_tokens == 131072 and not arch.tied_embeddings
     assert arch.moe is None and arch.q_width == 4096 and arch.kv_width == 1024
 
 
@@ -74,28 +72,36 @@ def test_moe_presets_read_expert_fields() -> None:
     assert mixtral.moe.expert_intermediate_size == 14336
 
 
-def test_moe_to_model_spec_keeps_weights_and_kv_bytes() -> None:
-    qwen = load_architecture("qwen3-30b-a3b")
-    spec = qwen.to_model_spec()
+def test_moe_config_keeps_weights_and_kv_bytes() -> None:
+    # The dense MLP of the experts' parameter count: experts x expert width (+ shared).
+    spec = load_architecture("qwen3-30b-a3b")
     assert spec.intermediate_size == 128 * 768
     assert spec.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2
-    shared = qwen.model_copy(
-        update={"moe": qwen.moe.model_copy(update={"shared_expert_intermediate_size": 512})}  # type: ignore[union-attr]
+    shared = from_hf_config(
+        {**HF_CONFIGS["qwen3-30b-a3b"], "shared_expert_intermediate_size": 512}, "shared"
     )
-    assert shared.to_model_spec().intermediate_size == 128 * 768 + 512
+    assert shared.intermediate_size == 128 * 768 + 512
 
 
-def test_dense_round_trip_through_model_spec_is_identity() -> None:
-    for name in ("llama-3-8b", "llama-3-70b", "qwen2.5-7b", "smollm2-135m"):
-        spec = model_preset(name)
-        assert from_model_spec(spec).to_model_spec() == spec
+def test_a_config_preset_is_the_model_its_config_describes() -> None:
+    # One class: the kernel cost model and memory sizing read the same ModelSpec; as a
+    # preset its context limit is the presets' table's (None here).
+    for name in HF_CONFIGS:
+        spec = load_architecture(name)
+        assert MODEL_PRESETS[name] == spec.model_copy(update={"max_context_tokens": None})
 
 
 def test_model_spec_aliases_point_at_presets_of_the_same_shape() -> None:
     for spec_name, arch_name in MODEL_SPEC_ALIASES.items():
         spec = MODEL_PRESETS[spec_name]
-        dense = load_architecture(arch_name).to_model_spec(spec.weight_dtype_bytes)
-        assert dense.model_copy(update={"name": spec.name}) == spec
+        dense = load_architecture(arch_name).model_copy(
+            update={
+                "name": spec.name,
+                "weight_dtype_bytes": spec.weight_dtype_bytes,
+                "max_context_tokens": None,
+            }
+        )
+        assert dense == spec
         assert load_architecture(spec_name).name == arch_name
 
 
@@ -190,6 +196,6 @@ def test_architecture_is_frozen_and_strict() -> None:
     with pytest.raises(ValidationError):
         arch.num_layers = 3
     with pytest.raises(ValidationError):
-        ModelArchitecture(**{**arch.model_dump(), "extra": 1})
+        ModelSpec(**{**arch.model_dump(), "extra": 1})
     with pytest.raises(ValidationError):
-        ModelArchitecture(**{**arch.model_dump(), "num_layers": 0})
+        ModelSpec(**{**arch.model_dump(), "num_layers": 0})

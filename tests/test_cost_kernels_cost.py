@@ -21,7 +21,7 @@ from sim.cost.kernels.ops import layer_shapes, prefill_chunk
 from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
 from sim.hardware.parallel import link_preset
-from sim.hardware.specs import ModelArchitecture, MoeSpec, load_architecture
+from sim.hardware.specs import ModelSpec, MoeSpec, load_architecture
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
@@ -29,7 +29,7 @@ PROFILE = profile_artifact(DATA / "profile" / "bf16" / "tp1")
 
 # Every GEMM of this model lies on the committed table's grid: QKV 4096 -> 6144,
 # O 4096 -> 4096, gate+up 4096 -> 12288, down 6144 -> 4096, LM head 4096 -> 65536.
-ON_GRID = ModelArchitecture(
+ON_GRID = ModelSpec(
     name="on-grid",
     num_layers=3,
     hidden_size=4096,
@@ -38,7 +38,7 @@ ON_GRID = ModelArchitecture(
     head_dim=128,
     intermediate_size=6144,
     vocab_size=65536,
-    max_position_embeddings=8192,
+    max_context_tokens=8192,
 )
 LLAMA = load_architecture("llama-3.1-8b")
 
@@ -79,7 +79,7 @@ def mem_op(num_bytes: float) -> float:
     return num_bytes / BYTES_PER_S + 3e-6
 
 
-def memory_layer_s(arch: ModelArchitecture, tokens: int, tp: int = 1, gated: bool = True) -> float:
+def memory_layer_s(arch: ModelSpec, tokens: int, tp: int = 1, gated: bool = True) -> float:
     """Two add + RMSNorm, SiLU·mul (dense MLP only), rotary on q and k, KV write."""
     h, hd = arch.hidden_size, arch.head_dim
     heads, kv = arch.num_attention_heads // tp, max(arch.num_kv_heads // tp, 1)
@@ -90,14 +90,14 @@ def memory_layer_s(arch: ModelArchitecture, tokens: int, tp: int = 1, gated: boo
     return total
 
 
-def memory_step_s(arch: ModelArchitecture, tokens: int, seqs: int) -> float:
+def memory_step_s(arch: ModelSpec, tokens: int, seqs: int) -> float:
     """Embedding (read + write a row), final add + RMSNorm, sampler (10 B per logit + 25 µs)."""
     h = arch.hidden_size
     sampler = 25e-6 + seqs * arch.vocab_size * 10 / BYTES_PER_S
     return mem_op(tokens * 2 * h * 2) + mem_op(tokens * 4 * h * 2) + sampler
 
 
-def aic_cost(arch: ModelArchitecture = ON_GRID, **kwargs: object) -> KernelCost:
+def aic_cost(arch: ModelSpec = ON_GRID, **kwargs: object) -> KernelCost:
     return KernelCost(arch, AIC, **kwargs)  # type: ignore[arg-type]
 
 
@@ -359,7 +359,7 @@ def test_pipeline_stages_add_one_transfer_per_boundary() -> None:
 
 
 def test_moe_layer_uses_the_fused_moe_row_plus_router_and_attention_gemms() -> None:
-    arch = ModelArchitecture(
+    arch = ModelSpec(
         **{**ON_GRID.model_dump(), "hidden_size": 2048, "num_attention_heads": 32,
            "head_dim": 128, "num_kv_heads": 8, "name": "moe-test",
            "moe": MoeSpec(num_experts=128, top_k=8, expert_intermediate_size=768)}

@@ -24,7 +24,7 @@ from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, link_preset
 from sim.hardware.specs import (
-    ModelArchitecture,
+    ModelSpec,
     MoeSpec,
     hardware_preset,
     load_architecture,
@@ -42,7 +42,7 @@ TP_SCENARIO = PUBLIC / "rtxpro6000_qwen3_32b_tp2.yaml"
 HIDDEN = 2048
 # An MoE model whose expert shape is in the committed table (Qwen3-30B-A3B's
 # experts) and whose attention / router GEMMs lie on the committed GEMM grid.
-MOE = ModelArchitecture(
+MOE = ModelSpec(
     name="moe-test",
     num_layers=3,
     hidden_size=HIDDEN,
@@ -51,7 +51,7 @@ MOE = ModelArchitecture(
     head_dim=128,
     intermediate_size=6144,
     vocab_size=65536,
-    max_position_embeddings=8192,
+    max_context_tokens=8192,
     moe=MoeSpec(num_experts=128, top_k=8, expert_intermediate_size=768),
 )
 DENSE = MOE.model_copy(update={"name": "dense-test", "moe": None})
@@ -119,7 +119,7 @@ def test_scenario_errors_name_the_field() -> None:
     ],
 )
 def test_expert_parallel_size_must_fit_the_model(
-    arch: ModelArchitecture, ep: int, tp: int, message: str
+    arch: ModelSpec, ep: int, tp: int, message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         check_expert_parallel(arch, ep, tp)

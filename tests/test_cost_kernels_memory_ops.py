@@ -27,7 +27,7 @@ from sim.cost.kernels.memory_ops import (
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
 from sim.errors import ConfigError
 from sim.hardware.parallel import link_preset
-from sim.hardware.specs import ModelArchitecture, MoeSpec, hardware_preset, load_architecture
+from sim.hardware.specs import ModelSpec, MoeSpec, hardware_preset, load_architecture
 
 DATA = Path(__file__).parent / "data" / "kernels"
 AIC = from_aiconfigurator("rtx_pro_6000_server", data_dir=DATA / "aic" / "systems" / "data")
@@ -136,9 +136,9 @@ def test_a_profile_times_the_memory_bound_ops_itself() -> None:
 # -- the breakdown --------------------------------------------------------------------
 
 # Qwen3-30B-A3B's experts with attention and router GEMMs on the committed grid.
-MOE_ARCH = ModelArchitecture(
+MOE_ARCH = ModelSpec(
     name="moe-test", num_layers=2, hidden_size=2048, num_attention_heads=32, num_kv_heads=8,
-    head_dim=128, intermediate_size=6144, vocab_size=65536, max_position_embeddings=8192,
+    head_dim=128, intermediate_size=6144, vocab_size=65536, max_context_tokens=8192,
     moe=MoeSpec(num_experts=128, top_k=8, expert_intermediate_size=768),
 )  # fmt: skip
 COSTS = {

@@ -28,11 +28,12 @@ from pool_state import (
 )
 
 from sim import api
-from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.request import Request
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
 from sim.serving.simulation import OpenLoop, Simulation
+from sim.serving.submission import prefix_describer
 from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 

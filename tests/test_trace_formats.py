@@ -357,7 +357,7 @@ def test_window_properties(times: list[float], rate: float, offset: float) -> No
 
 
 def test_request_arrays_carry_hash_ids_to_the_requests() -> None:
-    from sim.engine.kv_cache import prefix_describer
+    from sim.serving.submission import prefix_describer
 
     arrays = RequestArrays(
         np.array([0.0, 1.0]),

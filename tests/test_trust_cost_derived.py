@@ -42,7 +42,6 @@ from sim.errors import ConfigError
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     ModelSpec,
-    from_model_spec,
     hardware_preset,
     model_preset,
 )
@@ -161,7 +160,7 @@ def mha_cost() -> KernelCost:
     gen = tables["generation_attention"]
     tables["generation_attention"] = gen.assign(num_heads=8)
     artifact = KernelArtifact(shipped.provenance, tables)
-    return KernelCost(from_model_spec(MHA_SPEC), artifact, hardware=hardware_preset("h100"))
+    return KernelCost(MHA_SPEC, artifact, hardware=hardware_preset("h100"))
 
 
 def test_the_label_and_the_op_s_source_say_derived() -> None:
@@ -172,7 +171,7 @@ def test_the_label_and_the_op_s_source_say_derived() -> None:
     assert cost.op_source("qkv_proj") == "measured" and cost.op_source("add_norm") == "bandwidth"
     # Its decodes: the 8/8 rows (the shipped 32/8 rows) at 4x the batch.
     shipped = KernelCost(
-        from_model_spec(model_preset("llama-3-8b").model_copy(update={"name": "llama-3.1-8b"})),
+        model_preset("llama-3-8b").model_copy(update={"name": "llama-3.1-8b"}),
         load_cached(resolve_kernel_artifact(SHIPPED, None)),
         hardware=hardware_preset("h100"),
     )
@@ -319,10 +318,10 @@ def test_llama_2_on_the_h100_is_priced_by_derived_tables_and_says_so(
     auto, why = kernel_auto_choice(LLAMA2_7B, h100)
     assert auto is not None and explicit.derived[0] in why
     # A slice exported for it keeps the rows the derivation reads, and prices the same.
-    out = export_slice("h100_sxm", from_model_spec(LLAMA2_7B), tmp_path / "l2.json")
+    out = export_slice("h100_sxm", LLAMA2_7B, tmp_path / "l2.json")
     sliced = load_cached(out)
     assert "decode attention of 32/32 heads derived from 8/8" in sliced.provenance.notes
-    from_slice = KernelCost(from_model_spec(LLAMA2_7B), sliced, hardware=h100)
+    from_slice = KernelCost(LLAMA2_7B, sliced, hardware=h100)
     shape = StepShape.build([(512, 1024)], [1500] * 40)
     assert from_slice.step_s(shape) == explicit.step_s(shape)
     # The run's summary and printout.

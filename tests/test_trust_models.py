@@ -152,4 +152,4 @@ def test_llama_style_types_read_mistrals_shapes(model_type: str) -> None:
     for field in shapes:
         assert getattr(as_other, field) == getattr(reference, field)
     # 32 layers x 8 KV heads x 128 x K and V x 2 bytes = 128 KiB per token.
-    assert as_other.to_model_spec().kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
+    assert as_other.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2

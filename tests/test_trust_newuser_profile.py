@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
-from sim.cli.endpoint import MAX_SWEEP_SIZE, SWEEP_SIZE
+from sim.cli.endpoint_options import MAX_SWEEP_SIZE, SWEEP_SIZE
 
 CHAT = str(Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml")
 

@@ -137,6 +137,8 @@ class Result:
                 int(records["replica"][at]),
                 None,
             )
+        # Imported here: pandas loads with the first frame, after a run's summary is out
+        # (docs/dev/speed.md).
         import pandas as pd
 
         row = records.loc[records["request_id"] == request_id]
@@ -263,8 +265,9 @@ def engine_settings(scenario: Scenario, engine: CoreConfig) -> dict[str, Any]:
     a measured run records them too, from its ``CoreConfig``)."""
     policy = scenario.scheduler
     settings: dict[str, Any] = {"scheduler": policy.kind}
+    given = policy.model_dump()  # the policy's own fields: each kind has some of these
     for name in ("max_num_seqs", "max_num_batched_tokens", "max_batch_size", "chunked_prefill"):
-        value = getattr(policy, name, None)
+        value = given.get(name)
         if value is not None:
             settings[name] = value
     settings.update(
@@ -355,7 +358,7 @@ def bench_settings(
         "request_rate": rate,
         "burstiness": burstiness,
         # An open loop's client-side limit on requests in flight (None: none).
-        "max_concurrency": getattr(workload, "max_concurrency", None),
+        "max_concurrency": None if workload.kind == "closed_loop" else workload.max_concurrency,
     }
 
 

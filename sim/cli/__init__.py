@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if line and line[0] in FORWARDED:
             module, function = FORWARDED[line[0]][1].split(".")
             forwarded = importlib.import_module(f"sim.cost.kernels.{module}")
+            # A plugin lookup: the function FORWARDED names in that module.
             return int(getattr(forwarded, function)(line[1:]))
         args = parser.parse_args(line)
         status = int(args.handler(args))

@@ -13,8 +13,23 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tqdm import tqdm
+
+from sim.api.build import cost_model_for
+from sim.cost.model_error import model_error_for
 from sim.errors import ConfigError
-from sim.metrics.out_path import out_argument
+from sim.metrics.out_path import check_out_dir, out_argument
+from sim.metrics.slo_targets import parse_targets
+from sim.planning.capacity import MIN_STEADY_REQUESTS, Searcher, search, upper_bound_rate_per_s
+from sim.planning.capacity_report import (
+    fleet_for,
+    format_capacity,
+    format_points,
+    to_json,
+    write_json,
+)
+from sim.planning.pricing import gpu_price_per_hour
+from sim.scenario import load_scenario
 
 MAX_LOADS = 20
 """Default bound on a capacity search: this many loads, each under every seed."""
@@ -37,41 +52,25 @@ def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> lis
     """
     if num_requests is not None and num_requests < 1:
         raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
-    from sim.planning.capacity import MIN_STEADY_REQUESTS
-    from sim.scenario import load_scenario
 
     workload = load_scenario(path, sets).workload
     if num_requests is None:
-        own = getattr(workload, "num_requests", None)
-        if workload.kind != "synthetic" or own is None or own >= MIN_STEADY_REQUESTS:
+        if (
+            workload.kind != "synthetic"
+            or workload.num_requests is None
+            or workload.num_requests >= MIN_STEADY_REQUESTS
+        ):
             return sets
         num_requests = MIN_STEADY_REQUESTS
     if workload.kind == "trace":
         return [*sets, f"workload.max_requests={num_requests}"]
     extra = [f"workload.num_requests={num_requests}"]
-    if getattr(workload, "duration_s", None) is not None:
+    if workload.kind == "synthetic" and workload.duration_s is not None:
         extra.append("workload.duration_s=null")
     return [*sets, *extra]
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from sim.api.build import cost_model_for
-    from sim.cost.model_error import model_error_for
-    from sim.metrics.out_path import check_out_dir
-    from sim.metrics.slo_targets import parse_targets
-    from sim.planning.capacity import Searcher, search, upper_bound_rate_per_s
-    from sim.planning.capacity_report import (
-        fleet_for,
-        format_capacity,
-        format_points,
-        to_json,
-        write_json,
-    )
-    from sim.planning.pricing import gpu_price_per_hour
-    from sim.scenario import load_scenario
-
     targets = parse_targets(args.slo or [])
     if not targets:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")

@@ -33,7 +33,15 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim.api.build import cost_model_for, kv_blocks_for, step_limits
+from sim.cost.base import StepShape
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.roofline import RooflineCost
+from sim.cost.speculative import SpeculativeCost
+from sim.engine.scheduler import ContinuousSettings
 from sim.errors import ConfigError
+from sim.scenario import load_scenario
 
 if TYPE_CHECKING:
     from sim.cost.base import CostModel, StepShape
@@ -49,8 +57,6 @@ _TERM = re.compile(r"(?:(?P<count>\d+)x)?(?P<tokens>\d+)(?P<kind>[pd])(?:@(?P<at
 
 def parse_step(spec: str) -> StepShape:
     """The ``StepShape`` a ``--step`` spec describes (grammar: the module docstring)."""
-    from sim.cost.base import StepShape
-
     return StepShape.build(*_sequences(spec))
 
 
@@ -84,9 +90,6 @@ def step_problem(spec: str, scenario: Scenario) -> str | None:
     sequences than its policy holds, more tokens than a step computes, a sequence
     longer than ``engine.max_model_len_tokens``, or more KV than its cache holds.
     Such a step would be priced all the same (a kernel table extrapolates)."""
-    from sim.api.build import kv_blocks_for, step_limits
-    from sim.engine.scheduler import ContinuousSettings
-
     chunks, contexts = _sequences(spec)
     policy, engine = scenario.scheduler, scenario.engine
     max_seqs, step_token_bound = step_limits(scenario)
@@ -140,11 +143,6 @@ def describe_step(shape: StepShape) -> str:
 def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
     """The step's total and, where the cost model has one, its per-op split (ms); under
     speculative decoding the verification's split and the other parts of the step."""
-    from sim.cost.engine_cpu import EngineCpuCost
-    from sim.cost.kernels.cost import KernelCost
-    from sim.cost.roofline import RooflineCost
-    from sim.cost.speculative import SpeculativeCost
-
     if isinstance(cost, SpeculativeCost) and shape.num_decode_seqs:
         parts = cost.parts_s(shape)
         verify = breakdown(cost.target, cost.verify_shape(shape))  # the verification's ops
@@ -234,9 +232,6 @@ def format_breakdown(result: dict[str, Any]) -> str:
 
 
 def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
-    from sim.api.build import cost_model_for
-    from sim.scenario import load_scenario
-
     shape = parse_step(args.step)  # before the scenario: a bad spec is the cheaper error
     scenario = load_scenario(args.scenario, args.set or ())
     problem = step_problem(args.step, scenario)

@@ -1,6 +1,6 @@
-"""The ``--endpoint`` options of ``servesim measure`` (and ``validate``), and their handler.
+"""The handler of ``servesim measure --endpoint`` (its options: ``sim.cli.endpoint_options``).
 
-``calibration.serve_cli`` adds these options to its parser and hands a run
+``calibration.serve_cli`` adds the options to its parser and hands a run
 with ``--endpoint`` over to ``measure_endpoint`` before it imports torch:
 measuring a live server needs only ``aiohttp`` (``pip install -e '.[http]'``).
 """
@@ -8,124 +8,29 @@ measuring a live server needs only ``aiohttp`` (``pip install -e '.[http]'``).
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+
+from sim.cli.endpoint_options import DEFAULT_MAX_CONCURRENCY, SWEEP_SIZE
 from sim.errors import ConfigError
+from sim.metrics.report import format_summary_table
+from sim.scenario import load_scenario
+from sim.workload.generate import (
+    ClosedLoopSource,
+    ClosedLoopWorkload,
+    RequestArrays,
+    WorkloadConfig,
+    generate_open_loop,
+)
+from sim.workload.profiles import sweep_rates_per_s, with_profile
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
-
-SWEEP_SIZE = 10
-"""Benchmarks in a ``--profile sweep`` by default, as GuideLLM's ``--rate`` for a sweep."""
-
-MAX_SWEEP_SIZE = 1_000
-"""Most benchmarks a ``--profile sweep`` may ask for: each is a whole run, one after
-another, in its own OUT/phase-N; a thousand rates already split the range between
-the synchronous and throughput rates into 0.1 % steps. ``--sweep-size 99999999``
-ran for hours with nothing written."""
-
-DEFAULT_MAX_CONCURRENCY = 256
-"""Requests in flight at most when the workload sets no bound (a client's sanity cap)."""
-
-
-def add_profile_arguments(group: argparse._ArgumentGroup) -> None:
-    """GuideLLM's load profiles as options: ``--profile``, ``--sweep-size``,
-    ``--streams``, ``--rate`` (``measure --endpoint`` and ``servesim run`` alike;
-    ``driven_scenario`` applies them)."""
-    group.add_argument(
-        "--profile",
-        choices=("synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"),
-        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
-        "name instead of its workload's arrivals; sweep: synchronous, throughput, then "
-        "--sweep-size - 2 constant rates between their rates, OUT/phase-N each "
-        "(docs/benchmark-tools.md)",
-    )
-    group.add_argument(
-        "--sweep-size",
-        type=sweep_size,
-        metavar="N",
-        help=f"--profile sweep: benchmarks in all ({SWEEP_SIZE}, as GuideLLM)",
-    )
-    group.add_argument(
-        "--streams",
-        type=positive_int,
-        metavar="N",
-        help="--profile concurrent: requests in flight",
-    )
-    group.add_argument(
-        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
-    )
-
-
-def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--endpoint URL`` and the options that only apply with it."""
-    group = parser.add_argument_group("measuring a live OpenAI-compatible server")
-    group.add_argument(
-        "--endpoint",
-        metavar="URL",
-        help="send the requests to this server instead of the in-process engine, e.g. "
-        "http://localhost:8000 (or .../v1/completions, .../v1/chat/completions)",
-    )
-    group.add_argument("--model", help="model name to ask for (default: the first /v1/models)")
-    group.add_argument(
-        "--api", choices=("completions", "chat"), help="default: from the URL, else completions"
-    )
-    group.add_argument(
-        "--max-concurrency",
-        type=positive_int,
-        metavar="N",
-        help="open loop: requests in flight at most, a later arrival waiting for a slot "
-        "(sets workload.max_concurrency; default: the workload's, else 256)",
-    )
-    add_profile_arguments(group)
-    group.add_argument(
-        "--timeout-s", type=float, default=300.0, help="per request, send to last chunk (300)"
-    )
-    group.add_argument(
-        "--retries", type=int, default=0, help="retries of a request that could not connect (0)"
-    )
-    group.add_argument(
-        "--no-ignore-eos", action="store_true", help="do not send ignore_eos (vLLM's extension)"
-    )
-    group.add_argument(
-        "--allow-failures",
-        action="store_true",
-        help="exit 0 although some requests failed (the folder records them either way)",
-    )
-
-
-def sweep_size(text: str) -> int:
-    """argparse type: a ``--profile sweep``'s benchmarks, 2 to ``MAX_SWEEP_SIZE``
-    (synchronous and throughput, then the rates between)."""
-    value = positive_int(text)
-    if not 2 <= value <= MAX_SWEEP_SIZE:
-        raise argparse.ArgumentTypeError(
-            f"expected 2 to {MAX_SWEEP_SIZE:,} benchmarks (synchronous, throughput and the "
-            f"rates between), got {text!r}"
-        )
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type: a whole number >= 1 (a count of requests, streams, prefix tokens)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
-def refuse_endpoint_options(args: argparse.Namespace) -> None:
-    """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
-    (the in-process measure would not apply it)."""
-    for flag in ("max_concurrency", "profile", "streams", "rate", "sweep_size"):
-        if getattr(args, flag, None) is not None:
-            name = "--" + flag.replace("_", "-")
-            raise ConfigError(f"{name} applies with --endpoint (a live server) only")
 
 
 def driven_scenario(
@@ -134,11 +39,6 @@ def driven_scenario(
     """``scenario`` with ``profile`` (and ``--streams``, ``rate``) and
     ``--max-concurrency`` applied to its workload; ConfigError naming the flag.
     ``servesim run --profile`` drives a simulated run the same way."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from sim.workload.generate import ClosedLoopWorkload, WorkloadConfig
-    from sim.workload.profiles import with_profile
-
     workload = scenario.workload
     if profile is None:
         for flag, value in (("--streams", args.streams), ("--rate", rate)):
@@ -171,7 +71,6 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
         import aiohttp  # noqa: F401
     except ImportError:
         raise ConfigError("--endpoint needs aiohttp: pip install -e '.[http]'") from None
-    from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
     if args.profile == "sweep":
@@ -186,10 +85,6 @@ def _measure_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> P
     """GuideLLM's sweep on the server: synchronous, throughput, then ``--sweep-size - 2``
     constant rates evenly between their measured request rates (the last the
     throughput's), each in ``out/phase-N``; ``out/phases.json`` lists them."""
-    import json
-
-    from sim.workload.profiles import sweep_rates_per_s
-
     if args.streams is not None or args.rate is not None:
         raise ConfigError("--streams and --rate do not apply to --profile sweep")
     sweep_size = SWEEP_SIZE if args.sweep_size is None else args.sweep_size
@@ -220,18 +115,10 @@ def _measure_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> P
 
 def _measure(args: argparse.Namespace, scenario: Scenario, out: Path) -> dict[str, Any]:
     """Measure ``scenario`` on ``args.endpoint``, write ``out``, print; its summary."""
-    import numpy as np
 
-    from sim.metrics.report import format_summary_table
     from sim.validation.endpoint import EndpointOptions, Streams, endpoint_run, run_endpoint
-    from sim.workload.generate import (
-        ClosedLoopSource,
-        ClosedLoopWorkload,
-        RequestArrays,
-        generate_open_loop,
-    )
 
-    if getattr(scenario.workload, "prefix_groups", None) is not None:
+    if scenario.workload.kind != "trace" and scenario.workload.prefix_groups is not None:
         raise ConfigError(
             "workload.prefix_groups: --endpoint sends prompts that share no prefix "
             "(sim.validation.endpoint_prompts); measure without prefix groups"

@@ -93,6 +93,7 @@ def error_reply(error: Exception) -> Reply:
 
 def draw_reply(figures: Figures, names: Sequence[str] | None = None) -> Reply:
     """Draw ``figures`` (those of ``names``); the reply: their paths, or the error."""
+    # Imported here: matplotlib (~0.5 s) loads only when figures are drawn.
     from sim.metrics.figure_draw import draw_prepared
 
     try:

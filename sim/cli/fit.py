@@ -308,6 +308,7 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     common: dict[str, Any] = {
         "tool_version": sim.__version__,
         "created_utc": utc_now(),
+        # command_line: set only where a caller forwards its own line (calibration.cli).
         "command": getattr(args, "command_line", None) or shlex.join(["servesim", *sys.argv[1:]]),
         "git_revision": git_revision(),
         "model": model,

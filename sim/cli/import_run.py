@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.cli.endpoint import positive_int
-from sim.metrics.out_path import out_argument
+from sim.cli.endpoint_options import positive_int
+from sim.metrics.out_path import check_out_dir, out_argument
+from sim.validation.importers import import_phases, write_phases
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -40,9 +41,6 @@ def _load_words(load: dict[str, object] | None) -> str:
 
 
 def _cmd_import_run(args: argparse.Namespace) -> int:
-    from sim.metrics.out_path import check_out_dir
-    from sim.validation.importers import import_phases, write_phases
-
     out = Path(args.out)
     check_out_dir(out)  # before reading: a folder that cannot be written is one line
     runs = import_phases(args.source, args.format, args.benchmark, args.prefix_tokens)

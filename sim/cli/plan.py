@@ -11,9 +11,26 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tqdm import tqdm
+
 from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
-from sim.metrics.out_path import out_argument
+from sim.metrics.out_path import check_out_dir, out_argument
+from sim.metrics.slo_targets import parse_targets
+from sim.planning.plan import check_headroom, plan
+from sim.planning.plan_file import load_plan_config
+from sim.planning.plan_plots import plan_caption, plot_plan
+from sim.planning.plan_report import (
+    best_scenario,
+    format_best,
+    format_table,
+    to_json,
+    write_outputs,
+)
+from sim.planning.pricing import parse_gpu_prices
+from sim.planning.sweep_exec import check_executor
+from sim.scenario import apply_overrides, load_scenario
+from sim.scenario.strict_yaml import read_yaml
 
 if TYPE_CHECKING:
     from sim.planning.plan import Outcome, PlanResult
@@ -22,25 +39,6 @@ if TYPE_CHECKING:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from sim.metrics.out_path import check_out_dir
-    from sim.metrics.slo_targets import parse_targets
-    from sim.planning.plan import check_headroom, plan
-    from sim.planning.plan_file import load_plan_config
-    from sim.planning.plan_plots import plan_caption, plot_plan
-    from sim.planning.plan_report import (
-        best_scenario,
-        format_best,
-        format_table,
-        to_json,
-        write_outputs,
-    )
-    from sim.planning.pricing import parse_gpu_prices
-    from sim.planning.sweep_exec import check_executor
-    from sim.scenario import apply_overrides, load_scenario
-    from sim.scenario.strict_yaml import read_yaml
-
     targets = parse_targets(args.slo or [])
     if not targets:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")

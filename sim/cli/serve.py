@@ -24,7 +24,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.api import engine_for
+from sim.api.build import cluster_for
+from sim.cost.calibrated import CalibratedCost
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.fitted import FittedCost
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.linear import LinearCost
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
+from sim.metrics.invariants import LiveChecks
+from sim.openai.tokenizer import ByteTokenizer
+from sim.scenario import load_scenario
+from sim.serving.realtime import SimulatedEngine
+from sim.serving.routed import RoutedEngines
+from sim.serving.router import make_router
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -54,16 +68,15 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
 
 def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """``--simulate``: the scenario's replica in wall-clock time, its cost model named on stderr."""
-    from sim.api import engine_for
-    from sim.metrics.invariants import LiveChecks
-    from sim.serving.realtime import SimulatedEngine
 
+    # The options as given: a sim-only install has no torch options (_torch_arguments).
+    options = vars(args)
     torch_flags = [
         flag
         for flag, given in (
-            ("--device", getattr(args, "device", "cpu") != "cpu"),
-            ("--dtype", getattr(args, "dtype", None) is not None),
-            ("--threads", getattr(args, "threads", 1) != 1),
+            ("--device", options.get("device", "cpu") != "cpu"),
+            ("--dtype", options.get("dtype") is not None),
+            ("--threads", options.get("threads", 1) != 1),
         )
         if given
     ]
@@ -101,9 +114,6 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     # Each replica keeps the run invariants as it serves (an offline run: once it ends).
     if cluster is None:
         return SimulatedEngine(config, check=LiveChecks())
-    from sim.api.build import cluster_for
-    from sim.serving.routed import RoutedEngines
-    from sim.serving.router import make_router
 
     # The router's draws (power_of_two) from the scenario seed, as a run's.
     layout = cluster_for(scenario, np.random.default_rng(scenario.seed))
@@ -115,13 +125,6 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
 
 def cost_source(cost: CostModel) -> str:
     """What a cost model's step times rest on, in a few words (measured or a guess)."""
-    from sim.cost.calibrated import CalibratedCost
-    from sim.cost.engine_cpu import EngineCpuCost
-    from sim.cost.fitted import FittedCost
-    from sim.cost.kernels.cost import KernelCost
-    from sim.cost.linear import LinearCost
-    from sim.cost.roofline import RooflineCost
-
     gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
     if isinstance(gpu, KernelCost):  # rows derived from another head layout's: said
         return "measured kernel tables" + (", partly derived" if gpu.derived else "")
@@ -144,7 +147,6 @@ def app_for(engine: OnlineBackend, scenario: Scenario, simulate: bool = False) -
     invariants the simulated engine checks (``/metrics`` counts each broken one)."""
     from sim.metrics.invariants import INVARIANTS
     from sim.openai.server import make_app
-    from sim.openai.tokenizer import ByteTokenizer
 
     tokenizer = ByteTokenizer(scenario.model.vocab_size)
     priority = scenario.scheduler.kind == "priority"
@@ -162,7 +164,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             f"servesim serve needs aiohttp and prometheus-client ({error}): "
             "pip install -e '.[http]'"
         ) from None
-    from sim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.set or ())
     engine = _engine(args, scenario)

@@ -12,19 +12,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.metrics.out_path import out_argument
+from sim.metrics.out_path import check_out_dir, out_argument
+from sim.planning.sweep import load_sweep, run_sweep, write_table
+from sim.planning.sweep_exec import check_executor
+from sim.planning.sweep_plots import plot_sweep
+from sim.planning.sweep_report import format_report, per_point
 
 if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from sim.metrics.out_path import check_out_dir
-    from sim.planning.sweep import load_sweep, run_sweep, write_table
-    from sim.planning.sweep_exec import check_executor
-    from sim.planning.sweep_plots import plot_sweep
-    from sim.planning.sweep_report import format_report, per_point
-
     plan = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("runs") / plan.name
     check_executor(args.executor, args.jobs, args.address)  # before the banner and the work

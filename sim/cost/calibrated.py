@@ -129,7 +129,7 @@ class CalibrationSample(BaseModel):
         q25, q50, q75 = np.percentile(times_s, [25, 50, 75])
         return cls(
             section=section,
-            **{name: getattr(shape, name) for name in SHAPE_FIELDS},
+            **shape._asdict(),
             times_s=list(times_s),
             median_s=float(q50),
             iqr_s=float(q75 - q25),
@@ -138,7 +138,7 @@ class CalibrationSample(BaseModel):
     @property
     def shape(self) -> StepShape:
         """The StepShape this sample timed."""
-        return StepShape(**{name: getattr(self, name) for name in SHAPE_FIELDS})
+        return StepShape(**self.model_dump(include=set(SHAPE_FIELDS)))
 
 
 class FitCoefficients(BaseModel):

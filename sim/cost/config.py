@@ -201,9 +201,11 @@ _WRAPPED = ("gpu", "base", "target", "draft")
 def _derived(cost: object) -> list[str]:
     """What of ``cost``'s kernel tables, and of the models it wraps, is derived rather
     than measured (``KernelCost.derived``)."""
+    # A cost model is any CostModel; only KernelCost has derived tables, only the
+    # wrappers _WRAPPED names wrap another (duck-typed across sim.cost's classes).
     found = list(getattr(cost, "derived", ()))
     for name in _WRAPPED:
-        inner = getattr(cost, name, None)
+        inner = getattr(cost, name, None)  # the wrapped model, if cost wraps one
         if inner is not None:
             found += _derived(inner)
     return found

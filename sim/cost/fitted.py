@@ -56,8 +56,11 @@ class FitParameters:
         # Negative values would let a step take no time, or less than none.
         if not self.step_overhead_s >= 0.0:
             raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
-        for name in ("prefill_multiplier", "decode_multiplier"):
-            value = getattr(self, name)
+        multipliers = {
+            "prefill_multiplier": self.prefill_multiplier,
+            "decode_multiplier": self.decode_multiplier,
+        }
+        for name, value in multipliers.items():
             if not value > 0.0:
                 raise ValueError(f"{name} must be > 0, got {value}")
 

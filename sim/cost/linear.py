@@ -99,5 +99,11 @@ class LinearCost:
         )
 
     def __repr__(self) -> str:
-        terms = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__slots__)
-        return f"LinearCost({terms})"
+        return (
+            f"LinearCost(per_attention_pair_s={self.per_attention_pair_s!r}, "
+            f"per_context_token_s={self.per_context_token_s!r}, "
+            f"per_decode_seq_s={self.per_decode_seq_s!r}, "
+            f"per_prefill_seq_s={self.per_prefill_seq_s!r}, "
+            f"per_prefill_token_s={self.per_prefill_token_s!r}, "
+            f"step_overhead_s={self.step_overhead_s!r})"
+        )

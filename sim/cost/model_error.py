@@ -137,7 +137,7 @@ def _priced_by(cost: object) -> object:
     """The model that decides ``cost``'s kind: ``cost`` without its wrappers."""
     if isinstance(cost, FittedCost):
         return cost
-    for name in _WRAPPED:
+    for name in _WRAPPED:  # a wrapper's inner model, by attribute (sim.cost.config)
         inner = getattr(cost, name, None)
         if inner is not None:
             return _priced_by(inner)

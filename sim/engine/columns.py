@@ -13,6 +13,7 @@ column (``group``); ``views`` and ``frame`` split the groups into columns.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,6 +67,15 @@ class Columns:
 
     def frame(self) -> pd.DataFrame:
         """All rows as a DataFrame (columns in declared order)."""
-        import pandas as pd
+        return frame_of(self.views())
 
-        return pd.DataFrame(self.views(), copy=False)
+
+def frame_of(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
+    """``columns`` as a DataFrame sharing their memory: the one place numpy columns
+    become a frame. pandas loads here, on the first frame asked for (~0.3 s, after
+    a run's summary is out: docs/dev/speed.md)."""
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
+    import pandas as pd
+
+    return pd.DataFrame(columns, copy=False)

@@ -71,7 +71,7 @@ preempted by recompute instead (vLLM v0 would abort the request).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -538,35 +538,6 @@ class SwapSpace:
 
 
 # -- requests' prefixes and the cache's counters ----------------------------------------
-
-
-def prefix_describer(work: object) -> Callable[[Request], None] | None:
-    """A function filling in a request's prefix fields from an open-loop workload.
-
-    ``work`` may carry ``prefix_group`` with ``num_shared_prefix_tokens``
-    (arrays indexed by request id) and/or ``block_hash_ids`` (a sequence of
-    tuples, each id standing for ``block_hash_tokens`` tokens); returns
-    ``None`` when it carries neither (the fast path).
-    """
-    groups = getattr(work, "prefix_group", None)
-    shared = getattr(work, "num_shared_prefix_tokens", None)
-    hash_ids = getattr(work, "block_hash_ids", None)
-    hash_tokens = getattr(work, "block_hash_tokens", None)
-    if groups is None and hash_ids is None:
-        return None
-    group_list: list[int] | None = None if groups is None else groups.tolist()
-    shared_list: list[int] | None = None if shared is None else shared.tolist()
-
-    def describe(request: Request) -> None:
-        i = request.request_id
-        if group_list is not None and shared_list is not None:
-            request.prefix_group = group_list[i]
-            request.num_shared_prefix_tokens = shared_list[i]
-        if hash_ids is not None:
-            request.block_hash_ids = hash_ids[i]
-            request.block_hash_tokens = hash_tokens
-
-    return describe
 
 
 def prefix_cache_summary(requests: pd.DataFrame | RequestTable) -> dict[str, float | int]:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from sim.engine.columns import frame_of
+
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
@@ -103,9 +105,7 @@ class RequestTable:
 
     def frame(self) -> pd.DataFrame:
         """The table as a DataFrame (the columns share memory with it)."""
-        import pandas as pd
-
-        frame = pd.DataFrame(self._columns, copy=False)
+        frame = frame_of(self._columns)
         reasons = reason_column(frame["request_id"], self.rejections)
         frame.insert(len(RECORD_COLUMNS), "rejection_reason", reasons)
         return frame

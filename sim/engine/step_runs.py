@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.columns import Columns
+from sim.engine.columns import Columns, frame_of
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -259,9 +259,7 @@ class StepRuns:
     def frame(self, with_replica: bool = False) -> pd.DataFrame:
         """One row per step: ``STEP_COLUMNS``, then ``replica`` if asked, then
         ``delivered_s`` when known."""
-        import pandas as pd
-
-        return pd.DataFrame(self.frame_columns(with_replica), copy=False)
+        return frame_of(self.frame_columns(with_replica))
 
 
 @dataclass(frozen=True)
@@ -297,6 +295,4 @@ class StepTable:
 
     def frame(self) -> pd.DataFrame:
         """One row per step, replica after replica, with ``replica`` (and ``delivered_s``)."""
-        import pandas as pd
-
-        return pd.DataFrame(self.columns(), copy=False)
+        return frame_of(self.columns())

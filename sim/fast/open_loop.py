@@ -128,6 +128,8 @@ def run(
     frontend = replica_config.frontend
     loop = choose_loop(len(work.arrival_s), compiled)
     if loop is not None:
+        # Imported here: the compiled loop's modules (numba) load only for a run that takes that
+        # path (tests/test_cli_startup.py).
         from sim.cost.tabulate import PlayedCost  # the kernel tables' code: only here
         from sim.fast.compiled import path
 

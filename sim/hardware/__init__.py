@@ -1,7 +1,7 @@
 """Hardware and models: what runs, and on what.
 
-- ``specs``: model shapes (``ModelSpec``, ``ModelArchitecture`` from Hugging
-  Face configs), GPUs (``HardwareSpec``), their presets, context-length
+- ``specs``: model shapes (``ModelSpec``, also read from Hugging Face
+  configs), GPUs (``HardwareSpec``), their presets, context-length
   limits, and how a scenario names them;
 - ``kv_capacity``: the memory terms vLLM subtracts and the KV blocks left;
 - ``quantization``: the ``quantization:`` section (bytes, never FLOP/s);

@@ -16,10 +16,10 @@ Read top to bottom:
   (Llama-3-8B: 8192 tokens; Llama-3.1-8B, the same shapes: 131072), so the
   limit is the longest release with those shapes; an inline model with
   another name has no known limit and is not checked.
-- ``ModelArchitecture``: the shapes of every GEMM and attention call, as the
-  kernel cost model needs them, mixture-of-experts included
-  (``load_architecture``: a preset name or a ``config.json`` path;
-  ``from_hf_config``: which ``config.json`` fields are read, per model type).
+- ``load_architecture``: the ``ModelSpec`` of a preset name or a ``config.json``
+  path, as the kernel cost model reads it (every GEMM and attention call,
+  mixture-of-experts included); ``from_hf_config``: which ``config.json``
+  fields are read, per model type.
 - ``HardwareSpec``: one accelerator. Presets give datasheet figures, cited per
   entry; their efficiencies and overheads are the roofline's guesses (kernel
   tables do not use them). The presets are data, ``gpus.toml`` (one table a
@@ -176,6 +176,16 @@ class ModelSpec(BaseModel):
             attention += hidden  # o_proj's bias
             mlp += mlp_bias
         return attention + mlp + 2 * self.norm_params
+
+    @property
+    def q_width(self) -> int:
+        """Output width of the query projection (heads x head_dim)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Output width of the key (or value) projection."""
+        return self.num_kv_heads * self.head_dim
 
     @property
     def norm_params(self) -> int:
@@ -406,85 +416,32 @@ def context_problem(
     )
 
 
-class ModelArchitecture(BaseModel):
-    """Decoder-only transformer shapes (from ``config.json``); fields as ``ModelSpec``'s."""
-
-    model_config = _FROZEN
-
-    name: str = Field(min_length=1)
-    num_layers: PositiveInt
-    hidden_size: PositiveInt
-    num_attention_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
-    intermediate_size: PositiveInt  # dense MLP width (unused by MoE layers)
-    vocab_size: PositiveInt
-    max_position_embeddings: PositiveInt
-    tied_embeddings: bool = False
-    attention_qkv_bias: bool = False
-    mlp: MlpKind = "gated"
-    mlp_activation: str = Field(default="silu", min_length=1)
-    linear_bias: bool = False
-    norm: NormKind = "rms"
-    num_learned_positions: int = Field(default=0, ge=0)
-    sliding_window_tokens: PositiveInt | None = None
-    num_sliding_window_layers: int = Field(default=0, ge=0)
-    moe: MoeSpec | None = None
-
-    @model_validator(mode="after")
-    def _check_sliding_window(self) -> ModelArchitecture:
-        check_sliding_window(
-            self.sliding_window_tokens, self.num_sliding_window_layers, self.num_layers
+def _from_config(
+    *,
+    intermediate_size: int,
+    max_position_embeddings: int,
+    moe: MoeSpec | None = None,
+    **shapes: Any,
+) -> ModelSpec:
+    """The ``ModelSpec`` a ``config.json`` describes: bf16 weights and KV (the
+    ``quantization:`` section changes them), ``max_position_embeddings`` as its
+    context limit. An MoE model keeps ``moe`` (what the kernel cost model reads)
+    and gets a dense MLP of width ``experts x expert width + shared width``, which
+    has the same parameter count (memory sizing is right; roofline FLOPs count
+    every expert); the config's own dense width is used by no MoE layer."""
+    if moe is not None:
+        intermediate_size = moe.num_experts * moe.expert_intermediate_size + (
+            moe.shared_expert_intermediate_size or 0
         )
-        return self
-
-    @property
-    def q_width(self) -> int:
-        """Output width of the query projection (heads x head_dim)."""
-        return self.num_attention_heads * self.head_dim
-
-    @property
-    def kv_width(self) -> int:
-        """Output width of the key (or value) projection."""
-        return self.num_kv_heads * self.head_dim
-
-    def to_model_spec(
-        self,
-        weight_dtype_bytes: float = 2.0,
-        kv_dtype_bytes: float = 2.0,
-        max_context_tokens: int | None = None,
-    ) -> ModelSpec:
-        """The ``ModelSpec`` with the same KV bytes and weight bytes.
-
-        An MoE model keeps ``moe`` and gets a dense MLP of width ``experts x
-        expert width + shared width``, which has the same parameter count
-        (memory sizing is right; roofline FLOPs count every expert).
-        """
-        width = self.intermediate_size
-        if self.moe is not None:
-            width = self.moe.num_experts * self.moe.expert_intermediate_size + (
-                self.moe.shared_expert_intermediate_size or 0
-            )
-        shapes = self.model_dump(exclude={"max_position_embeddings", "moe"})
-        return ModelSpec(
-            **{**shapes, "intermediate_size": width},
-            weight_dtype_bytes=weight_dtype_bytes,
-            kv_dtype_bytes=kv_dtype_bytes,
-            max_context_tokens=max_context_tokens,
-            moe=self.moe,
-        )
-
-
-def from_model_spec(spec: ModelSpec, max_position_embeddings: int = 131072) -> ModelArchitecture:
-    """The architecture of a ``ModelSpec`` (context: its own limit, else the given one)."""
-    shapes = spec.model_dump(
-        exclude={"weight_dtype_bytes", "kv_dtype_bytes", "max_context_tokens", "moe"}
-    )
-    return ModelArchitecture(
+    spec = ModelSpec(
         **shapes,
-        max_position_embeddings=spec.max_context_tokens or max_position_embeddings,
-        moe=spec.moe,
+        intermediate_size=intermediate_size,
+        max_context_tokens=max_position_embeddings,
+        moe=moe,
     )
+    # Every field set, defaults included, as a preset written in full: a scenario's
+    # own-fields dump (sim.api.overrides) writes them all.
+    return ModelSpec(**dict(spec))
 
 
 def _field(config: dict[str, Any], where: str, *names: str) -> int:
@@ -562,7 +519,7 @@ def _sliding_window(config: dict[str, Any], where: str, num_layers: int) -> dict
     }
 
 
-def _gpt2(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
+def _gpt2(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """GPT-2 (``model_type: gpt2``): its own field names, Conv1D layers with biases,
     LayerNorms, a GELU MLP ``n_inner`` wide (null: 4 x ``n_embd``), learned
     positions, multi-head attention, the LM head tied to the token embedding."""
@@ -570,7 +527,7 @@ def _gpt2(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
     heads = _field(config, where, "n_head", "num_attention_heads")
     positions = _field(config, where, "n_positions", "max_position_embeddings")
     inner = _field(config, where, "n_inner") if config.get("n_inner") is not None else 4 * hidden
-    return ModelArchitecture(
+    return _from_config(
         name=name,
         num_layers=_field(config, where, "n_layer", "num_hidden_layers"),
         hidden_size=hidden,
@@ -593,7 +550,7 @@ def _gpt2(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
 OPT_POSITION_OFFSET = 2
 
 
-def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
+def _opt(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """OPT (``model_type: opt``): pre-LayerNorm layers with biases, an MLP of
     ``ffn_dim`` (ReLU), learned positions, multi-head attention, tied LM head."""
     hidden = _field(config, where, "hidden_size")
@@ -609,7 +566,7 @@ def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
     if not _flag(config, where, "do_layer_norm_before", True):
         raise ConfigError(f"{where}: do_layer_norm_before false (post-norm OPT) is not modelled")
     positions = _field(config, where, "max_position_embeddings")
-    return ModelArchitecture(
+    return _from_config(
         name=name,
         num_layers=_field(config, where, "num_hidden_layers"),
         hidden_size=hidden,
@@ -633,7 +590,7 @@ def _opt(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
 _TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text"})
 
 
-def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitecture:
+def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """Llama, Mistral, Mixtral, Qwen2/3 (and MoE), Gemma: RMSNorm, rotary positions, a
     gated MLP (``hidden_act``, SiLU by default), GQA or MHA, optional window."""
     hidden = _field(config, where, "hidden_size")
@@ -657,7 +614,7 @@ def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelArchitec
             ),
             shared_expert_intermediate_size=config.get("shared_expert_intermediate_size") or None,
         )
-    return ModelArchitecture(
+    return _from_config(
         name=name,
         num_layers=layers,
         hidden_size=hidden,
@@ -721,9 +678,7 @@ def _model_type(config: dict[str, Any], where: str) -> str:
     )
 
 
-def from_hf_config(
-    config: dict[str, Any], name: str, where: str = "config.json"
-) -> ModelArchitecture:
+def from_hf_config(config: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
     """Architecture from a Hugging Face ``config.json`` mapping.
 
     Only the ``model_type`` values in ``SUPPORTED_MODEL_TYPES`` are read, each
@@ -754,7 +709,7 @@ def from_hf_config(
         raise ConfigError(f"{where}: {problem['msg']}") from None
 
 
-def read_hf_config(path: Path) -> ModelArchitecture:
+def read_hf_config(path: Path) -> ModelSpec:
     """The architecture in a ``config.json`` file (or a folder holding one).
 
     Named after the folder when the file is ``config.json``, else after the
@@ -774,7 +729,7 @@ def read_hf_config(path: Path) -> ModelArchitecture:
     return from_hf_config(config, stem.lower(), str(path))
 
 
-def load_architecture(name_or_path: str | Path) -> ModelArchitecture:
+def load_architecture(name_or_path: str | Path) -> ModelSpec:
     """A preset (``llama-3.1-8b``) or a ``config.json`` path; ConfigError otherwise."""
     key = MODEL_SPEC_ALIASES.get(str(name_or_path), str(name_or_path))
     if key in HF_CONFIGS:
@@ -879,7 +834,11 @@ SOURCE_GPU_NAMES: Mapping[str, frozenset[str]] = MappingProxyType(
 # Hugging Face configs written in the repo (HF_CONFIGS above) are model
 # presets too, as the dense ModelSpec with their weight and KV bytes, and so
 # are their aliases (llama-3-8b is llama-3.1-8b's shapes under another name).
-_FROM_CONFIGS = {name: load_architecture(name).to_model_spec() for name in HF_CONFIGS}
+# Their context limit is the presets' table's (MAX_CONTEXT_TOKENS, by name), as any preset's.
+_FROM_CONFIGS = {
+    name: load_architecture(name).model_copy(update={"max_context_tokens": None})
+    for name in HF_CONFIGS
+}
 _ALIASED = [
     _FROM_CONFIGS[to].model_copy(update={"name": a}) for a, to in MODEL_SPEC_ALIASES.items()
 ]
@@ -953,8 +912,7 @@ def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:
             return model_preset(name)
         except ConfigError as error:
             raise ConfigError(f"{error}; or a config.json path") from None
-    arch = read_hf_config(_anchored(name, base_dir))
-    return arch.to_model_spec(max_context_tokens=arch.max_position_embeddings)
+    return read_hf_config(_anchored(name, base_dir))
 
 
 def _resolve_model_field(value: Any, info: ValidationInfo) -> Any:

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable, completed_mask, floats
+from sim.metrics import figure_draw
 from sim.metrics.figure_data import (
     CdfData,
     FloatArray,
@@ -125,8 +126,6 @@ def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> Flo
 
 def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
     """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` gives first tokens."""
-    from sim.metrics import figure_draw
-
     figure_draw.draw_waterfall_axes(ax, waterfall_data(spans, requests))
 
 

@@ -145,6 +145,8 @@ def ttft_parts_summary(requests: pd.DataFrame | RequestTable) -> Summary:
 
 def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
     """Copy of ``requests`` with the columns of ``latency_columns`` added."""
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
     import pandas as pd
 
     latencies = pd.DataFrame(latency_columns(requests), index=requests.index)

@@ -246,8 +246,10 @@ class ServerMetrics:
     def engine_timing(self, timing: RequestTiming) -> None:
         """A finished request's time in the engine, preemptions and prefix lookups."""
         labels = self._labels
-        for phase, histogram in self._phases.items():  # RequestTiming's <phase>_s
-            histogram.labels(**labels).observe(getattr(timing, f"{phase}_s"))
+        # In the order of self._phases: queue, prefill, decode, inference.
+        phases_s = (timing.queue_s, timing.prefill_s, timing.decode_s, timing.inference_s)
+        for histogram, phase_s in zip(self._phases.values(), phases_s, strict=True):
+            histogram.labels(**labels).observe(phase_s)
         self._preemptions.labels(**labels).inc(timing.num_preemptions)
         self._prefix_queries.labels(**labels).inc(timing.num_prefix_query_tokens)
         self._prefix_hits.labels(**labels).inc(timing.num_prefix_hit_tokens)

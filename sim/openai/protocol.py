@@ -172,7 +172,8 @@ class CompletionRequest(_Sampling):
         refused = super().unsupported()
         # logprobs: 0 still asks for the sampled token's log-probability.
         given = ("logprobs", "suffix", "prompt_logprobs")
-        refused += [name for name in given if getattr(self, name) is not None]
+        values = self.model_dump(include=set(given))
+        refused += [name for name in given if values[name] is not None]
         if self.echo:
             refused.append("echo")
         if self.best_of not in (None, self.n):

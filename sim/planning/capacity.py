@@ -60,6 +60,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from sim.api.build import cost_model_for, kv_blocks_for
 from sim.errors import ConfigError
 
 # A percentile q rests on about n (1 - q) samples beyond it: fewer than one measures
@@ -67,10 +68,12 @@ from sim.errors import ConfigError
 # than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
+from sim.planning.plan_bound import Limits, length_stats, optimistic_rate_per_s
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.workload.arrivals import MAX_CLOCK_S
+from sim.workload.generate import generate_open_loop
 
 Status = Literal["pass", "fail", "unclear"]
 
@@ -157,7 +160,7 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
     workload = scenario.workload
     if workload.kind == "closed_loop":
         return LoadKnob("users", "workload.num_users", float(workload.num_users))
-    limit = getattr(workload, "max_concurrency", None)
+    limit = workload.max_concurrency
     if limit is not None:
         return _concurrency_knob(workload, limit)
     if workload.kind == "synthetic":
@@ -166,7 +169,6 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
             least = CLOCK_ROOM * workload.num_requests / MAX_CLOCK_S
         rate = workload.arrival.rate_per_s
         return LoadKnob("rate", "workload.arrival.rate_per_s", rate, min_load=least)
-    from sim.workload.generate import generate_open_loop
 
     if workload.arrival is not None:  # a length list (sharegpt): its own arrival process
         return LoadKnob("rate", "workload.arrival.rate_per_s", workload.arrival.rate_per_s)
@@ -463,9 +465,6 @@ def upper_bound_rate_per_s(
     tokens cheaper than it prices).
     None elsewhere, and where a lone request already breaks an SLO (the bound
     then speaks of the SLOs, not the rate)."""
-    from sim.api.build import cost_model_for, kv_blocks_for
-    from sim.planning.plan_bound import Limits, length_stats, optimistic_rate_per_s
-
     policy = scenario.scheduler
     if (
         scenario.workload.kind != "synthetic"

@@ -873,7 +873,7 @@ def plan(
             f"plan: workload.kind {scenario.workload.kind!r}: the planner scales a synthetic "
             "workload's arrival rate; use a synthetic workload (workload.kind: synthetic)"
         )
-    if getattr(scenario.workload, "max_concurrency", None) is not None:
+    if scenario.workload.max_concurrency is not None:
         raise ConfigError(
             f"plan: workload.max_concurrency {scenario.workload.max_concurrency}: the planner "
             "sizes a fleet for a target rate by scaling the arrival rate, but under a cap the "

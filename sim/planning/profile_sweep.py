@@ -62,7 +62,9 @@ def profile_sweep(
     if sweep_size < 2:
         raise ConfigError(f"sweep_size must be >= 2, got {sweep_size}")
     try:
-        cap = {"max_concurrency": getattr(scenario.workload, "max_concurrency", None)}
+        workload = scenario.workload
+        limit = None if workload.kind == "closed_loop" else workload.max_concurrency
+        cap = {"max_concurrency": limit}
         phases = [SweepPhase(load, run(_driven(scenario, load))) for load in _first_two(cap)]
     except ValueError as error:  # a trace, or no num_requests
         raise ConfigError(f"sweep: {error}") from None

@@ -33,9 +33,9 @@ load is the number of clients, and its rate what they send
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
+
+from sim.workload.generate import WorkloadConfig
 
 SERVED_MIN_RATIO = 0.95
 """A load is served when its mean served ratio is at least this.
@@ -67,17 +67,19 @@ def served_ratio(arrival_s: np.ndarray, finish_s: np.ndarray) -> float:
     return num_finished / num_arrived
 
 
-def load_set_by_clients(workload: Any, num_requests: int) -> bool:
+def load_set_by_clients(workload: WorkloadConfig, num_requests: int) -> bool:
     """Whether the run's sends wait on the server's answers (module docstring): a
     closed loop, or an open loop whose ``max_concurrency`` is below its number of
     requests (``sim.serving.submission.concurrency_limit``'s rule for a binding cap)."""
     if workload.kind == "closed_loop":
         return True
-    limit = getattr(workload, "max_concurrency", None)
+    limit = workload.max_concurrency
     return limit is not None and limit < num_requests
 
 
-def served_ratio_of(workload: Any, arrival_s: np.ndarray, finish_s: np.ndarray) -> float | None:
+def served_ratio_of(
+    workload: WorkloadConfig, arrival_s: np.ndarray, finish_s: np.ndarray
+) -> float | None:
     """A run's served ratio, or None where its clients set its load (module docstring)."""
     if load_set_by_clients(workload, np.asarray(arrival_s).size):
         return None

@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from sim import api
 from sim.errors import ConfigError
 from sim.planning.served import load_set_by_clients, served_ratio_of
+from sim.scenario import scenario_from_dict
 
 Task = dict[str, Any]
 Record = dict[str, Any]
@@ -95,9 +97,6 @@ def _queue_stats(result: Any) -> Record:
 
 def run_point(task: Task) -> Record:
     """Simulate one validated scenario dict; a flat record of scalars."""
-    from sim import api
-    from sim.scenario import scenario_from_dict
-
     scenario = scenario_from_dict(task["scenario"], "<sweep point>")
     # A process runs many points: the compiled loop's start-up (~0.4 s, once) pays.
     result = api.run(scenario, base_dir=task["base_dir"], compiled=True)
@@ -111,8 +110,9 @@ def run_point(task: Task) -> Record:
     record["offered_rate_per_s"] = offered_rate_per_s(scenario, arrivals)
     finishes = np.asarray(records["finish_s"], dtype=float)
     record["served_ratio"] = served_ratio_of(scenario.workload, arrivals, finishes)
-    arrival = getattr(scenario.workload, "arrival", None)
-    record["arrival_kind"] = getattr(arrival, "kind", scenario.workload.kind)
+    workload = scenario.workload
+    arrival = None if workload.kind == "closed_loop" else workload.arrival
+    record["arrival_kind"] = workload.kind if arrival is None else arrival.kind
     record.update(_queue_stats(result))
     return record
 
@@ -164,6 +164,7 @@ def run_local(
 
 def _import_ray() -> Any:
     try:
+        # Imported here: ray is an optional extra (--executor ray).
         import ray
     except ImportError:
         raise ConfigError(

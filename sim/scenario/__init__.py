@@ -37,6 +37,7 @@ from sim.hardware.quantization import QuantizationConfig
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     HardwareRef,
+    HardwareSpec,
     ModelRef,
     context_problem,
     hardware_preset,
@@ -212,7 +213,11 @@ def _gpu_link(hardware: Any) -> str | None:
         spec = _RESOLVE_HARDWARE(hardware)
     except ConfigError:
         return None
-    link = spec.get("gpu_link") if isinstance(spec, dict) else getattr(spec, "gpu_link", None)
+    link = None
+    if isinstance(spec, HardwareSpec):
+        link = spec.gpu_link
+    elif isinstance(spec, dict):
+        link = spec.get("gpu_link")
     return link if isinstance(link, str) and link in LINK_PRESETS else None
 
 

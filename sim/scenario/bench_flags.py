@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from sim.errors import ConfigError
@@ -55,7 +55,7 @@ class BenchFlags:
     @property
     def given(self) -> bool:
         """Whether any flag was given."""
-        return any(getattr(self, f.name) not in (None, ()) for f in fields(self))
+        return any(value not in (None, ()) for value in astuple(self))
 
 
 # flag -> the workload kinds it applies to.

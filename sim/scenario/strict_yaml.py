@@ -80,7 +80,8 @@ def read_yaml(path: str | Path, what: str) -> Any:
             f"(first at line {error.first_line}); each key may appear once"
         ) from None
     except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
+        marked = error if isinstance(error, yaml.MarkedYAMLError) else None
+        mark = None if marked is None else marked.problem_mark
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
+        problem = (None if marked is None else marked.problem) or "invalid YAML"
         raise ConfigError(f"{path}:{where} {problem}") from None

@@ -28,8 +28,10 @@ import numpy.typing as npt
 import simpy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.engine.policies.static import Static
 from sim.engine.records import RequestTable, completed_mask
 from sim.engine.request import Request
+from sim.engine.scheduler import Continuous, Scheduler
 from sim.engine.step_runs import StepTable
 from sim.engine.tokens import token_times_s
 from sim.errors import ConfigError
@@ -97,12 +99,12 @@ class Cluster:
     kv_bytes_per_token: float = 0.0  # the model's: sizes KV transfers
 
 
-def batch_limit(policy: object) -> int:
+def batch_limit(policy: Scheduler) -> int:
     """Requests one replica runs at once under ``policy`` (for central-queue slots)."""
-    for name in ("max_num_seqs", "max_batch_size"):
-        value = getattr(policy, name, None)
-        if isinstance(value, int):
-            return value
+    if isinstance(policy, Continuous):
+        return policy.max_num_seqs
+    if isinstance(policy, Static):  # and Dynamic, its subclass
+        return policy.max_batch_size
     raise ConfigError(
         "cluster.central_queue_slots: must be set for a scheduler without "
         "max_num_seqs or max_batch_size"
@@ -189,6 +191,8 @@ def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
     Each replica's samples hold until its next one (0 before its first).
     A frame with one replica (or no ``replica`` column) is returned as is.
     """
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
     import pandas as pd
 
     if "replica" not in series.columns or series["replica"].nunique() <= 1:

@@ -164,6 +164,8 @@ def merge_records(
     ``stranded_outputs`` gives the true output length of those left on the
     prefill side.
     """
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
     import pandas as pd
 
     pre = prefill.set_index("request_id")

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tqdm import tqdm
+
 BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
 
 
@@ -35,8 +37,6 @@ class Progress:
         if bar is not None:
             bar.update(self.done() - bar.n)
         elif time.monotonic() >= self._show_at_s:
-            from tqdm import tqdm
-
             self._bar = tqdm(total=self.total, unit=self.unit, initial=self.done())
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.engine.columns import frame_of
 from sim.engine.records import RequestTable, reason_column
 from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns, StepTable
@@ -109,9 +110,7 @@ class RawResult:
     @functools.cached_property
     def timeseries(self) -> pd.DataFrame:
         """Each replica's queue state at every plan, replicas one after another."""
-        import pandas as pd
-
-        return pd.DataFrame(self.series, copy=False)
+        return frame_of(self.series)
 
     @functools.cached_property
     def steps(self) -> pd.DataFrame:
@@ -146,6 +145,8 @@ def raw_result(
         columns = {name: values[order] for name, values in records.items()}
         requests = RequestTable(columns, rejections)
     else:
+        # Imported here: pandas loads with the first frame, after a run's summary is out
+        # (docs/dev/speed.md).
         import pandas as pd
 
         frame = disaggregated(pd.DataFrame(records, copy=False))

@@ -155,7 +155,6 @@ class Simulation:
         # no-queue time for one output (docs/vllm-fidelity.md).
         frontend = self.replica_config.frontend
         detokenize_s = frontend.output_step_s + frontend.detokenize_s_per_token
-        next_prefix = getattr(work, "next_prefix", None)  # optional prefix groups
         while ids[0] < work.num_requests:
             yield env.timeout(work.next_think_s())
             if ids[0] >= work.num_requests:
@@ -164,10 +163,9 @@ class Simulation:
             ids[0] += 1
             num_prompt, num_output = work.next_lengths()
             request = Request(request_id, env.now, num_prompt, num_output)
-            if next_prefix is not None:
-                prefix = next_prefix()
-                if prefix is not None:
-                    request.prefix_group, request.num_shared_prefix_tokens = prefix
+            prefix = work.next_prefix()
+            if prefix is not None:
+                request.prefix_group, request.num_shared_prefix_tokens = prefix
             done = env.event()
             self._waiters[request_id] = done
             self._send(request)

@@ -13,13 +13,12 @@ closed loop is users who think, send a request, and wait for its answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.kv_cache import prefix_describer
 from sim.engine.request import Request
 from sim.serving.replica_config import FrontendConfig
 
@@ -35,27 +34,71 @@ class OpenLoop(Protocol):
     @property
     def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
+    # Optional, None where absent: request i's prefix group and the prompt tokens
+    # it shares with its group; its prompt blocks' hash ids, each id standing for
+    # block_hash_tokens tokens (None: the engine's block); its priority (lower: more
+    # urgent); the cap on requests in flight.
+    @property
+    def prefix_group(self) -> npt.NDArray[np.int64] | None: ...
+    @property
+    def num_shared_prefix_tokens(self) -> npt.NDArray[np.int64] | None: ...
+    @property
+    def block_hash_ids(self) -> tuple[tuple[int, ...], ...] | None: ...
+    @property
+    def block_hash_tokens(self) -> int | None: ...
+    @property
+    def priority(self) -> npt.NDArray[np.int64] | None: ...
+    @property
+    def max_concurrency(self) -> int | None: ...
+
 
 def concurrency_limit(work: OpenLoop) -> int | None:
     """The open loop's cap on requests in flight (its optional ``max_concurrency``)
     when it can bind, i.e. is below the number of requests; else None: a cap that
     never binds is the plain open loop, to the bit."""
-    limit: int | None = getattr(work, "max_concurrency", None)
+    limit = work.max_concurrency
     return limit if limit is not None and limit < len(work.arrival_s) else None
 
 
 @runtime_checkable
 class ClosedLoop(Protocol):
-    """Users who think, send a request, and wait for its answer. A closed loop
-    may also have ``next_prefix() -> (prefix_group, num_shared_prefix_tokens) |
-    None``, called once per request after ``next_lengths``."""
+    """Users who think, send a request, and wait for its answer."""
 
     num_users: int
     num_requests: int
 
     def next_lengths(self) -> tuple[int, int]: ...
 
+    def next_prefix(self) -> tuple[int, int] | None:
+        """(prefix_group, num_shared_prefix_tokens) of the request whose lengths
+        ``next_lengths`` just drew; None: it shares no prefix."""
+
     def next_think_s(self) -> float: ...
+
+
+def prefix_describer(work: OpenLoop) -> Callable[[Request], None] | None:
+    """A function filling in a request's prefix fields from an open-loop workload.
+
+    Returns ``None`` when ``work`` has neither prefix groups nor block hash ids
+    (the fast path).
+    """
+    groups, shared = work.prefix_group, work.num_shared_prefix_tokens
+    hash_ids, hash_tokens = work.block_hash_ids, work.block_hash_tokens
+    if groups is None and hash_ids is None:
+        return None
+    group_list: list[int] | None = None if groups is None else groups.tolist()
+    shared_list: list[int] | None = None if shared is None else shared.tolist()
+
+    def describe(request: Request) -> None:
+        i = request.request_id
+        if group_list is not None and shared_list is not None:
+            request.prefix_group = group_list[i]
+            request.num_shared_prefix_tokens = shared_list[i]
+        if hash_ids is not None:
+            request.block_hash_ids = hash_ids[i]
+            request.block_hash_tokens = hash_tokens
+
+    return describe
 
 
 def submission_order(
@@ -72,7 +115,7 @@ def requests_in_order(work: OpenLoop, order: npt.NDArray[np.intp]) -> Iterator[R
     """The workload's requests, built one at a time in submission ``order``
     (read a chunk at a time: Python lists of a million rows cost ~150 MB)."""
     describe = prefix_describer(work)  # None unless requests share prefixes
-    priority = getattr(work, "priority", None)  # optional per-request priorities
+    priority = work.priority
     for start in range(0, len(order), _CHUNK):
         chunk = order[start : start + _CHUNK]
         rows = zip(

@@ -89,9 +89,8 @@ from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import sample_notes, summarize, text_dtype, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
-from sim.validation.predict import token_gaps_s
+from sim.validation.predict import load_of, token_gaps_s
 from sim.workload.generate import RequestArrays
-from sim.workload.profiles import load_of
 
 Api = Literal["completions", "chat"]
 CLOSED = "stream closed before [DONE]"

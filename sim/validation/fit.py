@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -370,7 +370,8 @@ def fit(
 
     def penalised(x: FloatArray) -> float:
         params = params_from_vector(x, free, scale_s)
-        logs = [float(np.log(getattr(params, name))) for name in multipliers]
+        values = asdict(params)
+        logs = [float(np.log(values[name])) for name in multipliers]
         prior = PRIOR_WEIGHT * sum(v * v for v in logs)
         return objective_value(score(runs, targets, params)) + prior
 
@@ -542,7 +543,7 @@ def params_json(params: Adjustment) -> dict[str, float | None]:
     """The parameters by name (an engine-CPU fit's way in None when not fitted)."""
     if isinstance(params, EngineCpuFitValues):
         return {**params.cpu.model_dump(), WAY_IN: params.way_in_s_per_request}
-    return {name: float(getattr(params, name)) for name in PARAMETERS}
+    return {name: float(value) for name, value in asdict(params).items()}  # PARAMETERS
 
 
 def target_rows(

@@ -16,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
+from sim.validation.formats import guidellm, measure_dir, otlp, vllm_bench
+from sim.validation.formats.common import load_document, with_shared_prefix
+from sim.validation.formats.guidellm import read_guidellm_phases
+from sim.validation.llmservingsim import read_llmservingsim
 from sim.validation.runs import ImportedRun, load_run
 from sim.workload.json_lines import read_text
 
@@ -27,8 +31,6 @@ _SNIFF_BYTES = 1 << 16  # a JSON lines file is told by its first line
 
 def _document(path: Path) -> Any:
     """The parsed JSON/YAML document, or its first JSON line, or None."""
-    from sim.validation.formats.common import load_document
-
     try:
         return load_document(path)
     except ConfigError:
@@ -42,8 +44,6 @@ def _document(path: Path) -> Any:
 
 def detect_format(source: Path) -> str:
     """The format of ``source`` from its content; ConfigError listing the formats if none fits."""
-    from sim.validation.formats import guidellm, measure_dir, otlp, vllm_bench
-
     if source.is_dir():
         phases = source / PHASES_FILE
         if phases.is_file():
@@ -75,10 +75,6 @@ def reader(
 ) -> Callable[[Path], ImportedRun]:
     """The reader of format ``name`` (``benchmark``: which one of a GuideLLM report;
     ``prefix_tokens``: a shared prompt prefix declared, where the report names none)."""
-    from sim.validation.formats import guidellm, measure_dir, otlp, vllm_bench
-    from sim.validation.formats.common import with_shared_prefix
-    from sim.validation.llmservingsim import read_llmservingsim
-
     if name == "guidellm":
         return lambda path: guidellm.read_guidellm(path, benchmark, prefix_tokens)
     readers: dict[str, Callable[[Path], ImportedRun]] = {
@@ -143,8 +139,6 @@ def import_phases(
 ) -> list[ImportedRun]:
     """Every benchmark of a GuideLLM report as its own run (or those in
     ``benchmarks``); any other format as one run."""
-    from sim.validation.formats.guidellm import read_guidellm_phases
-
     path = Path(source)
     name = _format_of(path, fmt, benchmarks)
     if name == "guidellm":

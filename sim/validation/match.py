@@ -200,7 +200,10 @@ def _requests(scenario: Scenario, run: RunFacts, base_dir: Path | None) -> list[
     else:
         work = generate_open_loop(workload, np.random.default_rng(scenario.seed), base_dir)
         expected = len(work)
-        lengths = {column: np.asarray(getattr(work, column)) for _, column in _LENGTHS}
+        lengths = {
+            "num_prompt_tokens": np.asarray(work.num_prompt_tokens),
+            "num_output_tokens": np.asarray(work.num_output_tokens),
+        }
     rows = run.requests.sort_values("request_id") if len(run.requests) else run.requests
     listed, failed = len(rows), run.num_failed_unlisted
     if listed > expected or (not run.partial and expected not in (listed, listed + failed)):

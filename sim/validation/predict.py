@@ -36,7 +36,7 @@ from sim.cost.base import CostModel
 from sim.metrics.itl import step_itl_gaps_s
 from sim.metrics.stats import completed_mask, with_request_metrics
 from sim.scenario import Scenario
-from sim.workload.generate import RequestArrays
+from sim.workload.generate import RequestArrays, WorkloadConfig
 from sim.workload.listed_loop import ListedClosedLoop
 
 FloatArray = npt.NDArray[np.float64]
@@ -90,6 +90,30 @@ def requests_as_work(requests: pd.DataFrame) -> RequestArrays:
 SCHEDULE_COLUMNS = ("scheduled_s", "scheduled_arrival_s")
 """Where a measured table keeps when its tool meant to send each request (GuideLLM
 import, ``servesim measure --endpoint``), seconds."""
+
+
+def load_of(workload: WorkloadConfig) -> dict[str, Any] | None:
+    """The load a run of ``workload`` was driven by, as a replay needs it
+    (``summary.json`` / ``run.json`` ``load``, read back by ``replay_work``):
+    a closed loop without think time is ``synchronous`` or ``concurrent``; every
+    request at once is ``throughput`` (capped or not); another open loop with
+    ``max_concurrency`` is its schedule under the cap; anything else None
+    (replayed at its send times)."""
+    if workload.kind == "closed_loop":
+        think = workload.think_time_s
+        if think.kind != "fixed" or think.value_s != 0:
+            return None
+        streams = int(workload.num_users)
+        return (
+            {"profile": "synchronous"}
+            if streams == 1
+            else {"profile": "concurrent", "streams": streams}
+        )
+    limit = workload.max_concurrency
+    cap = {} if limit is None else {"max_concurrency": int(limit)}
+    if workload.kind == "synthetic" and workload.arrival.rate_per_s == float("inf"):
+        return {"profile": "throughput"} | cap
+    return cap or None
 
 
 def replay_work(

@@ -118,29 +118,3 @@ def with_profile(workload: dict[str, Any], profile: str, **settings: Any) -> dic
     kept = {k: v for k, v in workload.items() if k not in _DRIVE_KEYS and v is not None}
     chosen = {k: v for k, v in settings.items() if v is not None}
     return {"profile": profile} | chosen | kept
-
-
-def load_of(workload: Any) -> dict[str, Any] | None:
-    """The load a run of ``workload`` was driven by, as a replay needs it
-    (``summary.json`` / ``run.json`` ``load``, ``sim.validation.predict.replay_work``):
-    a closed loop without think time is ``synchronous`` or ``concurrent``; every
-    request at once is ``throughput`` (capped or not); another open loop with
-    ``max_concurrency`` is its schedule under the cap; anything else None
-    (replayed at its send times)."""
-    kind = getattr(workload, "kind", None)
-    if kind == "closed_loop":
-        think = workload.think_time_s
-        if getattr(think, "kind", None) != "fixed" or think.value_s != 0:
-            return None
-        streams = int(workload.num_users)
-        return (
-            {"profile": "synchronous"}
-            if streams == 1
-            else {"profile": "concurrent", "streams": streams}
-        )
-    limit = getattr(workload, "max_concurrency", None)
-    cap = {} if limit is None else {"max_concurrency": int(limit)}
-    arrival = getattr(workload, "arrival", None)
-    if kind == "synthetic" and arrival is not None and arrival.rate_per_s == float("inf"):
-        return {"profile": "throughput"} | cap
-    return cap or None

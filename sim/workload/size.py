@@ -27,9 +27,12 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
+
+if TYPE_CHECKING:  # sim.workload.generate imports this package's modules
+    from sim.workload.generate import WorkloadConfig
 
 BYTES_PER_REQUEST = 3_000  # measured ~2.7 KB (module docstring), rounded up
 BASE_BYTES = 200_000_000  # interpreter, libraries, the first chunk of results, one replica
@@ -41,17 +44,15 @@ SECONDS_PER_REPLICA = 2e-3  # measured 1.4-1.8 ms
 SECONDS_PER_CACHED_BLOCK = 5e-7  # building a prefix-caching pool, measured 2.5-4.5e-7 s
 
 
-def expected_num_requests(workload: Any) -> int | None:
+def expected_num_requests(workload: WorkloadConfig) -> int | None:
     """Requests the workload will generate (``None``: a trace of unknown length)."""
-    count = getattr(workload, "num_requests", None)
-    if count is not None:
-        return int(count)
     if workload.kind == "trace":
-        return getattr(workload, "max_requests", None)
-    duration_s = getattr(workload, "duration_s", None)
-    rate_per_s = getattr(getattr(workload, "arrival", None), "rate_per_s", None)
-    if duration_s is not None and rate_per_s is not None:
-        return math.ceil(duration_s * rate_per_s)
+        return workload.max_requests
+    if workload.num_requests is not None:
+        return int(workload.num_requests)
+    # A synthetic workload given by its duration (a closed loop has num_requests).
+    if workload.duration_s is not None:
+        return math.ceil(workload.duration_s * workload.arrival.rate_per_s)
     return None
 
 
@@ -71,7 +72,7 @@ def available_bytes() -> int | None:
 
 
 def check_run_size(
-    workload: Any,
+    workload: WorkloadConfig,
     memory_bytes: int | None = None,
     *,
     num_replicas: int = 1,
@@ -94,8 +95,10 @@ def check_run_size(
     )
     memory = available_bytes() if memory_bytes is None else memory_bytes
     needed = BASE_BYTES + requests_bytes + replicas_bytes
-    field = "num_requests" if getattr(workload, "num_requests", None) is not None else None
-    field = field or ("max_requests" if workload.kind == "trace" else "duration_s")
+    if workload.kind == "trace":
+        field = "max_requests"
+    else:
+        field = "num_requests" if workload.num_requests is not None else "duration_s"
     # What each replica costs, said as it was estimated.
     each = f"~{replica_bytes / 1e6:.2g} MB each" + (
         f": prefix caching keeps ~{BYTES_PER_CACHED_BLOCK} B for each of their "

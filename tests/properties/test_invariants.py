@@ -547,6 +547,9 @@ class ScriptedUsers:
         self._next_think += 1
         return self._thinks_s[(self._next_think - 1) % len(self._thinks_s)]
 
+    def next_prefix(self) -> tuple[int, int] | None:
+        return None  # no prefix groups
+
 
 @settings(SETTINGS, max_examples=40)
 @given(

@@ -147,6 +147,8 @@ def _attention_kernels(ctx: pd.DataFrame, gen: pd.DataFrame) -> tuple[str, str] 
 
 def _table(rows: pd.DataFrame, columns: dict[str, str]) -> pd.DataFrame:
     """``rows``' integer columns by our name (ours -> the database's), then ``latency_s``."""
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
     import pandas as pd
 
     out = {ours: rows[theirs].astype(int) for ours, theirs in columns.items()}

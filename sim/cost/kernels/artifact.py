@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.provenance import (
@@ -132,7 +133,8 @@ class KernelArtifact:
 
 def check_table(name: str, table: pd.DataFrame, where: str) -> None:
     """ConfigError unless ``table`` is a known table with its exact columns."""
-    import numpy as np
+    # Imported here: pandas loads with the first frame, after a run's summary is out
+    # (docs/dev/speed.md).
     import pandas as pd
 
     if name not in TABLE_COLUMNS:

@@ -33,6 +33,7 @@ from sim.cost.kernels.artifact import (
     shipped_kernel_artifacts,
     shipped_name,
 )
+from sim.cost.kernels.cost import KernelCost  # the tables' code: only when built
 from sim.cost.provenance import anchored
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
@@ -42,16 +43,15 @@ from sim.hardware.specs import (
     MODEL_SPEC_ALIASES,
     SOURCE_GPU_NAMES,
     HardwareSpec,
-    ModelArchitecture,
     ModelSpec,
-    from_model_spec,
     load_architecture,
 )
 
 if TYPE_CHECKING:
     from sim.cost.kernels.cost import KernelCost
 
-_SHAPE_FIELDS = (
+# The fields a scenario's model must share with a preset's config.json to be priced as it.
+_SHAPE_FIELDS = {
     "num_layers",
     "hidden_size",
     "num_attention_heads",
@@ -60,7 +60,7 @@ _SHAPE_FIELDS = (
     "intermediate_size",
     "vocab_size",
     "mlp",
-)
+}
 
 
 class KernelsCostConfig(BaseModel):
@@ -110,7 +110,7 @@ class KernelsCostConfig(BaseModel):
 
 def architecture_for(
     model: ModelSpec, override: str | None = None, base_dir: Path | None = None
-) -> ModelArchitecture:
+) -> ModelSpec:
     """The architecture a scenario's model stands for (see the module docstring).
 
     A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
@@ -123,10 +123,9 @@ def architecture_for(
     name = MODEL_SPEC_ALIASES.get(model.name, model.name)
     if name in HF_CONFIGS:
         preset = load_architecture(name)
-        dense = preset.to_model_spec()
-        if all(getattr(dense, f) == getattr(model, f) for f in _SHAPE_FIELDS):
+        if preset.model_dump(include=_SHAPE_FIELDS) == model.model_dump(include=_SHAPE_FIELDS):
             return preset
-    return from_model_spec(model)
+    return model
 
 
 def kernel_artifact_for(
@@ -153,8 +152,6 @@ def build_kernels(
     base_dir: Path | None = None,
 ) -> KernelCost:
     """The ``KernelCost`` a ``kind: kernels`` block describes."""
-    from sim.cost.kernels.cost import KernelCost  # the tables' code: only when built
-
     artifact = kernel_artifact_for(config, hardware, base_dir)
     dtype, kv_dtype = artifact.provenance.dtype, artifact.provenance.kv_dtype
     wanted = (DTYPE_BYTES.get(dtype), DTYPE_BYTES.get(kv_dtype))

@@ -49,7 +49,7 @@ from sim.cost.kernels.tables import (
 from sim.cost.kernels.terms import ABLATIONS, Kind, Source, Term, term
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
-from sim.hardware.specs import HardwareSpec, ModelArchitecture
+from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 class KernelCost:
@@ -63,7 +63,7 @@ class KernelCost:
 
     def __init__(
         self,
-        arch: ModelArchitecture,
+        arch: ModelSpec,
         artifact: KernelArtifact,
         tensor_parallel_size: int = 1,
         pipeline_parallel_size: int = 1,

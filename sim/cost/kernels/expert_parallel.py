@@ -34,12 +34,12 @@ from sim.cost.kernels.ops import expected_active_experts
 from sim.cost.kernels.tables import collective_grid, moe_grid, moe_layer_grid
 from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec
-from sim.hardware.specs import ModelArchitecture
+from sim.hardware.specs import ModelSpec
 
 ACTIVATION_BYTES = 2  # bf16 hidden states on the wire
 
 
-def check_expert_parallel(arch: ModelArchitecture, ep: int, tp: int) -> None:
+def check_expert_parallel(arch: ModelSpec, ep: int, tp: int) -> None:
     """ConfigError naming ``expert_parallel_size`` when ``ep`` does not fit ``arch`` at ``tp``."""
     if ep == 1:
         return
@@ -65,7 +65,7 @@ class ExpertParallelMoE:
     )  # fmt: skip
 
     def __init__(
-        self, artifact: KernelArtifact, arch: ModelArchitecture, ep: int, tp: int, link: LinkSpec
+        self, artifact: KernelArtifact, arch: ModelSpec, ep: int, tp: int, link: LinkSpec
     ) -> None:
         check_expert_parallel(arch, ep, tp)
         assert arch.moe is not None  # checked above (ep > 1 needs experts)

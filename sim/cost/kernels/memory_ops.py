@@ -42,7 +42,7 @@ from sim.hardware.specs import (
     HARDWARE_PRESETS,
     SOURCE_GPU_NAMES,
     HardwareSpec,
-    ModelArchitecture,
+    ModelSpec,
 )
 
 # aiconfigurator-core 0.12.0's constant per memory-bound kernel
@@ -108,7 +108,7 @@ class MemoryOps:
 
     @staticmethod
     def build(
-        arch: ModelArchitecture,
+        arch: ModelSpec,
         shapes: LayerShapes,
         hardware: HardwareSpec,
         activation_dtype_bytes: float = 2.0,
@@ -129,7 +129,7 @@ class MemoryOps:
     @staticmethod
     def for_artifact(
         artifact: KernelArtifact,
-        arch: ModelArchitecture,
+        arch: ModelSpec,
         shapes: LayerShapes,
         hardware: HardwareSpec,
     ) -> MemoryOps:

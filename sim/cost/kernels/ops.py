@@ -26,7 +26,7 @@ from types import MappingProxyType
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import moe_layer_grid, op_grid
-from sim.hardware.specs import MlpKind, ModelArchitecture
+from sim.hardware.specs import MlpKind, ModelSpec
 
 # A dense MLP's two GEMMs, in order, by the architecture's MLP kind.
 MLP_OPS: Mapping[MlpKind, tuple[str, str]] = MappingProxyType(
@@ -52,7 +52,7 @@ def _split(width: int, tp: int, what: str) -> int:
     return width // tp
 
 
-def layer_shapes(arch: ModelArchitecture, tp: int = 1) -> LayerShapes:
+def layer_shapes(arch: ModelSpec, tp: int = 1) -> LayerShapes:
     """The GEMM and attention shapes of ``arch`` on each of ``tp`` GPUs.
 
     MoE layers list only the router here (``router``: n = experts); the
@@ -118,9 +118,7 @@ class ProfileDense:
 
     __slots__ = ("_layer_ops", "_moe", "_moe_shape", "_step_names", "_step_ops", "op_names")
 
-    def __init__(
-        self, artifact: KernelArtifact, arch: ModelArchitecture, with_moe: bool = True
-    ) -> None:
+    def __init__(self, artifact: KernelArtifact, arch: ModelSpec, with_moe: bool = True) -> None:
         """``with_moe=False`` leaves an MoE model's experts out (expert parallelism
         prices them per GPU of its group: ``expert_parallel``)."""
         required = REQUIRED_OPS + (() if arch.moe is not None else MLP_OPS[arch.mlp])

@@ -23,7 +23,7 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.ops import layer_shapes
 from sim.cost.kernels.tables import derived_decode_source
 from sim.errors import ConfigError
-from sim.hardware.specs import ModelArchitecture, load_architecture
+from sim.hardware.specs import ModelSpec, load_architecture
 
 
 def _neighbours(axis: np.ndarray, value: int) -> set[int]:
@@ -37,7 +37,7 @@ def _neighbours(axis: np.ndarray, value: int) -> set[int]:
 
 def slice_artifact(
     full: KernelArtifact,
-    arch: ModelArchitecture,
+    arch: ModelSpec,
     tensor_parallel_sizes: Iterable[int] = (1,),
     expert_parallel_sizes: Iterable[int] = (1,),
 ) -> KernelArtifact:
@@ -116,7 +116,7 @@ _ATTENTION = {"context_attention": "prefill attention", "generation_attention": 
 
 def check_covers(
     sliced: KernelArtifact,
-    arch: ModelArchitecture,
+    arch: ModelSpec,
     tensor_parallel_sizes: Iterable[int] = (1,),
     expert_parallel_sizes: Iterable[int] = (1,),
 ) -> None:
@@ -155,7 +155,7 @@ def check_covers(
 
 def export_slice(
     gpu: str,
-    model: str | ModelArchitecture,
+    model: str | ModelSpec,
     out_path: Path | str,
     framework: str = "vllm",
     version: str | None = None,
@@ -167,7 +167,7 @@ def export_slice(
 
     ``model`` is an architecture, a preset name or a ``config.json`` path.
     """
-    arch = model if isinstance(model, ModelArchitecture) else load_architecture(model)
+    arch = model if isinstance(model, ModelSpec) else load_architecture(model)
     full = from_aiconfigurator(gpu, framework, version, data_dir)
     sliced = slice_artifact(full, arch, tensor_parallel_sizes, expert_parallel_sizes)
     check_covers(sliced, arch, tensor_parallel_sizes, expert_parallel_sizes)  # before writing

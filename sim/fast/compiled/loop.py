@@ -995,6 +995,7 @@ def compile_run() -> Any:
     (~5 s). Its pieces are compiled in place first: ``run`` and
     ``steps_within_pool`` call them through the module's globals, which numba
     reads when it compiles a caller."""
+    # Imported here: numba compiles on first use (seconds): only a run on the compiled path pays.
     import numba
 
     jit = numba.njit(cache=True, nogil=True)

@@ -32,14 +32,14 @@ import numpy.typing as npt
 
 from sim.cost import tabulate
 from sim.cost.tabulate import PlayedCost, PriceArrays
-from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_describer
+from sim.engine.kv_cache import BlockPool, PrefixCachingPool
 from sim.engine.scheduler import RECORD_COUNTS, RECORD_TIMES, Continuous, EngineCore
 from sim.engine.step_runs import SEGMENT_COUNTS
 from sim.fast.compiled import loop
 from sim.fast.decode_runs import MAX_RUN_STEPS
 from sim.fast.feed import Submissions
 from sim.serving.replica_config import FrontendConfig
-from sim.serving.submission import OpenLoop, concurrency_limit
+from sim.serving.submission import OpenLoop, concurrency_limit, prefix_describer
 
 
 @functools.cache
@@ -234,6 +234,7 @@ class LoopArrays:
 
     def args(self) -> tuple[Any, ...]:
         """The loop's arguments, in its order (the arrays themselves: it writes to them)."""
+        # Every field in order, the arrays themselves (astuple would copy them).
         return tuple(getattr(self, field.name) for field in fields(self))
 
     @property
@@ -265,7 +266,7 @@ class LoopArrays:
         """
         done = self.done_order
         ids = order[done]
-        priority = getattr(work, "priority", None)
+        priority = work.priority
         arrival_s = np.asarray(work.arrival_s, dtype=np.float64)
         times: dict[str, Callable[[], npt.NDArray[Any]]] = {
             "arrival_s": lambda: arrival_s[ids],

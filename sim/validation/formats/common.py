@@ -25,7 +25,7 @@ def load_document(path: Path) -> Any:
         try:
             return yaml.safe_load(text)
         except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
+            mark = error.problem_mark if isinstance(error, yaml.MarkedYAMLError) else None
             here = at_line(path, mark.line + 1) if mark is not None else str(path)
             raise ConfigError(f"{here}: not YAML ({type(error).__name__})") from None
     try:

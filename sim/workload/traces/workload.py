@@ -82,9 +82,10 @@ class TraceWorkload(BaseModel):
             "burstgpt": ("model", "log_type"),
             "sharegpt": ("arrival",),
         }
+        values = self.model_dump()
         for fmt, fields in only.items():
             for field in fields:
-                if self.format != fmt and getattr(self, field) is not None:
+                if self.format != fmt and values[field] is not None:
                     raise ValueError(f"{field} applies only to format '{fmt}'")
         if self.hash_block_tokens is not None and self.format not in ("csv", "mooncake"):
             raise ValueError("hash_block_tokens applies only to formats 'csv' and 'mooncake'")

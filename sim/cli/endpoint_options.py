@@ -1,0 +1,128 @@
+"""The options of a load profile and of ``--endpoint`` (``servesim run``, ``measure``
+and ``validate``), and their checks: the parser's part of ``sim.cli.endpoint``.
+
+Light by design: ``servesim run`` builds its parser with these before its figure
+process forks (``sim.cli.run``), so nothing here imports numpy or the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from sim.errors import ConfigError
+
+SWEEP_SIZE = 10
+"""Benchmarks in a ``--profile sweep`` by default, as GuideLLM's ``--rate`` for a sweep."""
+
+MAX_SWEEP_SIZE = 1_000
+"""Most benchmarks a ``--profile sweep`` may ask for: each is a whole run, one after
+another, in its own OUT/phase-N; a thousand rates already split the range between
+the synchronous and throughput rates into 0.1 % steps. ``--sweep-size 99999999``
+ran for hours with nothing written."""
+
+DEFAULT_MAX_CONCURRENCY = 256
+"""Requests in flight at most when the workload sets no bound (a client's sanity cap)."""
+
+
+def add_profile_arguments(group: argparse._ArgumentGroup) -> None:
+    """GuideLLM's load profiles as options: ``--profile``, ``--sweep-size``,
+    ``--streams``, ``--rate`` (``measure --endpoint`` and ``servesim run`` alike;
+    ``driven_scenario`` applies them)."""
+    group.add_argument(
+        "--profile",
+        choices=("synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"),
+        help="drive the scenario's requests (lengths, count) as GuideLLM's profile of that "
+        "name instead of its workload's arrivals; sweep: synchronous, throughput, then "
+        "--sweep-size - 2 constant rates between their rates, OUT/phase-N each "
+        "(docs/benchmark-tools.md)",
+    )
+    group.add_argument(
+        "--sweep-size",
+        type=sweep_size,
+        metavar="N",
+        help=f"--profile sweep: benchmarks in all ({SWEEP_SIZE}, as GuideLLM)",
+    )
+    group.add_argument(
+        "--streams",
+        type=positive_int,
+        metavar="N",
+        help="--profile concurrent: requests in flight",
+    )
+    group.add_argument(
+        "--rate", type=float, metavar="R", help="--profile constant|poisson: requests per second"
+    )
+
+
+def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--endpoint URL`` and the options that only apply with it."""
+    group = parser.add_argument_group("measuring a live OpenAI-compatible server")
+    group.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="send the requests to this server instead of the in-process engine, e.g. "
+        "http://localhost:8000 (or .../v1/completions, .../v1/chat/completions)",
+    )
+    group.add_argument("--model", help="model name to ask for (default: the first /v1/models)")
+    group.add_argument(
+        "--api", choices=("completions", "chat"), help="default: from the URL, else completions"
+    )
+    group.add_argument(
+        "--max-concurrency",
+        type=positive_int,
+        metavar="N",
+        help="open loop: requests in flight at most, a later arrival waiting for a slot "
+        "(sets workload.max_concurrency; default: the workload's, else 256)",
+    )
+    add_profile_arguments(group)
+    group.add_argument(
+        "--timeout-s", type=float, default=300.0, help="per request, send to last chunk (300)"
+    )
+    group.add_argument(
+        "--retries", type=int, default=0, help="retries of a request that could not connect (0)"
+    )
+    group.add_argument(
+        "--no-ignore-eos", action="store_true", help="do not send ignore_eos (vLLM's extension)"
+    )
+    group.add_argument(
+        "--allow-failures",
+        action="store_true",
+        help="exit 0 although some requests failed (the folder records them either way)",
+    )
+
+
+def sweep_size(text: str) -> int:
+    """argparse type: a ``--profile sweep``'s benchmarks, 2 to ``MAX_SWEEP_SIZE``
+    (synchronous and throughput, then the rates between)."""
+    value = positive_int(text)
+    if not 2 <= value <= MAX_SWEEP_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"expected 2 to {MAX_SWEEP_SIZE:,} benchmarks (synchronous, throughput and the "
+            f"rates between), got {text!r}"
+        )
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (a count of requests, streams, prefix tokens)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def refuse_endpoint_options(args: argparse.Namespace) -> None:
+    """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
+    (the in-process measure would not apply it)."""
+    given = (
+        ("--max-concurrency", args.max_concurrency),
+        ("--profile", args.profile),
+        ("--streams", args.streams),
+        ("--rate", args.rate),
+        ("--sweep-size", args.sweep_size),
+    )  # add_endpoint_arguments's options
+    for name, value in given:
+        if value is not None:
+            raise ConfigError(f"{name} applies with --endpoint (a live server) only")

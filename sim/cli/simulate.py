@@ -1,0 +1,278 @@
+"""What ``servesim run`` does once its figure process has forked (``sim.cli.run``):
+simulate the scenario, print its summary, write its tables, trace and figures.
+
+A module of its own so that ``sim.cli.run`` imports it only after the fork: the
+figure process must not start with the simulator, numpy and pydantic loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sim import api
+from sim.api.build import model_for
+from sim.cli.endpoint import driven_scenario
+from sim.cli.endpoint_options import SWEEP_SIZE
+from sim.cli.figures import FigureError, FigureWorker
+from sim.cost.config import auto_choice
+from sim.errors import ConfigError
+from sim.metrics.out_path import check_out_dir, check_out_file, staged, unstaged
+from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
+from sim.metrics.request_trace import check_trace_path, write_request_trace
+from sim.metrics.vllm_result import (
+    PERCENTILE_METRICS,
+    parse_metric_percentiles,
+    parse_percentile_metrics,
+    restate_percentiles,
+    result_document,
+    write_result,
+)
+from sim.planning.profile_sweep import profile_sweep
+from sim.scenario import BenchFlags, load_scenario
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sim.api import Result
+    from sim.cli.figures import FigureWorker
+    from sim.scenario import BenchFlags, Scenario
+
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+
+
+def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
+    """Check the scenario and --out, simulate, print the summary, write the files
+    (the figures by ``worker`` when given)."""
+    metrics = (
+        parse_percentile_metrics(args.percentile_metrics)
+        if args.percentile_metrics is not None
+        else None
+    )
+    percentiles = (
+        parse_metric_percentiles(args.metric_percentiles)
+        if args.metric_percentiles is not None
+        else None
+    )
+    scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
+    out = Path(args.out) if args.out else Path("runs") / scenario.name
+    check_out_dir(out)  # before the work: a bad --out would lose it
+    if args.profile == "sweep":
+        return _run_sweep(args, scenario, out)
+    scenario = _profiled(args, scenario)
+    _check_save_files(args, scenario, out)
+    started = time.perf_counter()
+    traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
+    result = api.run(
+        scenario,  # loaded once, above; relative paths in it from its folder, as api.run would
+        base_dir=Path(args.scenario).parent,
+        progress=not args.quiet,
+        trace_requests=traced,
+        source=str(Path(args.scenario)),
+    )
+    elapsed_s = time.perf_counter() - started
+    nothing = all_rejected_error(result.raw.records)
+    if nothing is not None and not args.allow_all_rejected:
+        raise ConfigError(nothing)
+    rejected = rejection_warning(result.raw.records)  # before any frame is built
+    if rejected is not None:
+        print(f"servesim: warning: {rejected}", file=sys.stderr)
+    caveat = result.summary.get("model_caveat")
+    if caveat is not None:
+        print(f"servesim: warning: {caveat}", file=sys.stderr)
+    if percentiles is not None:  # summary.json's too
+        raw = result.raw
+        result.summary = restate_percentiles(
+            result.summary, raw.records, raw.step_table, raw.extra_itl_s, percentiles
+        )
+    print(format_summary_table(result.summary, metrics))
+    auto = result.scenario.cost.kind == "auto"
+    why = f" (cost: auto: {_auto_choice(result.scenario)})" if auto else ""
+    # Flushed before the files are written (plots take longest): the user reads
+    # the summary while they are drawn, even when stdout is a pipe.
+    print(f"cost model: {result.summary['cost_model']}{why}", flush=True)
+    if worker is None:
+        paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
+    else:
+        failed: FigureError | None = None
+        with staged(out) as stage:  # the figures too: all files or none
+            # Drawn there while the tables are written here.
+            worker.submit(result.figure_job(stage))
+            paths = result.write(stage, write_steps=args.write_steps, trace=args.trace, plots=False)
+            try:
+                paths += worker.finish()
+            except FigureError as error:
+                # A bug in the figures, not in the run: its complete tables still land.
+                failed = error
+        paths = unstaged(paths, stage, out)
+        if failed is not None:
+            raise failed
+    accelerator = f" ({result.raw.accelerator})" if result.raw.accelerator else ""
+    print(
+        f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s{accelerator};"
+        f" wrote {len(paths)} files to {out}/"
+    )
+    for written in _write_save_files(args, result, metrics, percentiles):
+        print(f"wrote {written}")
+    return 0
+
+
+def _profiled(args: argparse.Namespace, scenario: Scenario) -> Scenario:
+    """``scenario`` driven by ``--profile`` (GuideLLM's load profiles, as ``measure
+    --endpoint`` drives a server): the workload's lengths and count, the profile's
+    arrivals; ConfigError naming a flag that does not go with it."""
+    if args.sweep_size is not None:
+        raise ConfigError("--sweep-size applies only with --profile sweep")
+    if args.profile is not None:
+        arrivals = (("--request-rate", args.request_rate), ("--burstiness", args.burstiness))
+        for flag, value in arrivals:
+            if value is not None:
+                raise ConfigError(
+                    f"{flag} sets the arrivals, which --profile {args.profile} sets: give one"
+                )
+    return driven_scenario(scenario, args, args.profile, args.rate)
+
+
+def _run_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> int:
+    """GuideLLM's sweep, simulated (``sim.planning.profile_sweep``): synchronous,
+    throughput, then ``--sweep-size - 2`` constant rates evenly between their request
+    rates, each run written to ``out/phase-N``, listed in ``out/phases.json``, and
+    a table of the phases printed, as GuideLLM prints its benchmarks."""
+    for flag, value in (
+        ("--streams", args.streams),
+        ("--rate", args.rate),
+        ("--request-rate", args.request_rate),
+        ("--burstiness", args.burstiness),
+        ("--save-result", args.save_result),
+        ("--save-detailed", args.save_detailed),
+        ("--save-trace", args.save_trace),
+    ):
+        if value is not None:
+            raise ConfigError(f"{flag} does not apply to --profile sweep (several runs)")
+    sweep_size = SWEEP_SIZE if args.sweep_size is None else args.sweep_size
+    base_dir = Path(args.scenario).parent
+    started = time.perf_counter()
+    phases = profile_sweep(
+        scenario,
+        sweep_size,
+        "constant",
+        run=lambda driven: api.run(driven, base_dir=base_dir, progress=not args.quiet),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, object]] = []
+    header = (
+        f"{'phase':<8} {'profile':<12} {'rate/s':>8} {'done/s':>8} "
+        f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9}  (ms)"
+    )
+    lines = [header]
+    for index, phase in enumerate(phases):
+        folder = f"phase-{index}"
+        phase.result.write(out / folder)
+        s = phase.result.summary
+        rate = phase.load.get("rate_per_s")
+        rows.append({"folder": folder, "load": phase.load, "request_throughput": phase.rate_per_s})
+
+        def ms(key: str, s: dict[str, object] = s) -> str:
+            value = s.get(key)
+            return f"{float(value):9.1f}" if isinstance(value, int | float) else f"{'-':>9}"
+
+        lines.append(
+            f"{folder:<8} {phase.load['profile']:<12} "
+            f"{('-' if rate is None else f'{float(rate):.3g}'):>8} {phase.rate_per_s:8.3g} "
+            f"{ms('median_ttft_ms')} {ms('p99_ttft_ms')} {ms('median_tpot_ms')} {ms('p99_tpot_ms')}"
+        )
+    listing = {"source": f"servesim run {args.scenario} --profile sweep", "phases": rows}
+    (out / "phases.json").write_text(json.dumps(listing, indent=2) + "\n")
+    print("\n".join(lines))
+    # Each phase's own caveats (too few samples beyond a percentile, ...), as a single
+    # run's printout gives them: a table row must not look surer than its run.
+    for index, phase in enumerate(phases):
+        for text in phase.result.summary.get("caveats") or []:
+            print(f"CAVEAT: phase-{index}: {text}")
+    print(f"cost model: {phases[0].result.summary['cost_model']}")
+    print(
+        f"sweep: {len(phases)} phases simulated in {time.perf_counter() - started:.2f} s; "
+        f"wrote {out}/phase-N/ and {out}/phases.json"
+    )
+    return 0
+
+
+def _bench_flags(args: argparse.Namespace) -> BenchFlags:
+    """``vllm bench serve``'s workload flags given on the line (``sim.scenario.bench_flags``)."""
+    return BenchFlags(
+        request_rate_per_s=args.request_rate,
+        burstiness=args.burstiness,
+        num_prompts=args.num_prompts,
+        random_input_len_tokens=args.random_input_len,
+        random_output_len_tokens=args.random_output_len,
+        random_range_ratio=args.random_range_ratio,
+        max_concurrency=args.max_concurrency,
+        goodput_ms=tuple(args.goodput or ()),
+    )
+
+
+def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -> None:
+    """Refuse a ``--save-*`` file that cannot be written, before the run (``out``: the
+    run's folder, which may not exist yet but will be a folder by then)."""
+    named = [
+        (option, path)
+        for option, path in (
+            ("--save-result", args.save_result),
+            ("--save-detailed", args.save_detailed),
+            ("--save-trace", args.save_trace),
+        )
+        if path is not None
+    ]
+    folders = (out.resolve(), *out.resolve().parents)
+    for option, path in named:
+        if Path(path).resolve() in folders:
+            raise ConfigError(
+                f"{option} {path}: is the run's folder (--out {out}) or holds it; give a file name"
+            )
+        if Path(path).resolve() == Path(args.scenario).resolve():
+            # Writing there would replace the scenario with the run's result.
+            raise ConfigError(f"{option} {path}: is the scenario being run; give another file")
+        check_out_file(path, option)
+    if args.save_trace is not None:
+        check_trace_path(args.save_trace)
+    paths = [Path(path).absolute() for _, path in named]
+    if len(set(paths)) < len(paths):
+        raise ConfigError(f"{' and '.join(o for o, _ in named)}: give each its own file")
+    if args.save_detailed is not None and scenario.speculative is not None:
+        raise ConfigError(
+            "--save-detailed: per-chunk times (itls) are not available with speculative "
+            "decoding (several tokens a step); --save-result writes the rest"
+        )
+
+
+def _write_save_files(
+    args: argparse.Namespace,
+    result: Result,
+    metrics: Sequence[str] | None,
+    percentiles: Sequence[float] | None,
+) -> list[Path]:
+    """Write the ``--save-result``, ``--save-detailed`` and ``--save-trace`` files."""
+    written = []
+    for path, detailed in ((args.save_result, False), (args.save_detailed, True)):
+        if path is not None:
+            document = result_document(
+                result.summary,
+                result.raw.records,
+                result.token_times_s,
+                metrics=metrics or PERCENTILE_METRICS,
+                percentiles=percentiles or (90, 99),
+                detailed=detailed,
+            )
+            written.append(write_result(path, document))
+    if args.save_trace is not None:
+        written.append(write_request_trace(args.save_trace, result.raw.records))
+    return written
+
+
+def _auto_choice(scenario: Scenario) -> str:
+    """What ``cost: auto`` priced the run from, or why not kernel tables (one line)."""
+    return auto_choice(model_for(scenario), scenario.hardware, scenario.parallelism)
