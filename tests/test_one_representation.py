@@ -29,8 +29,9 @@ HEAVY = {"torch", "matplotlib", "numba", "aiohttp", "scipy", "plotly", "pyarrow"
 # Modules of ours whose loading is itself the cost: the compiled loop (numba); the
 # simulator as servesim run loads it, after its figure process forks (sim.cli.run);
 # and the one sim.cli imports at start-up (sim.cli.figures: nothing heavy before a
-# command runs, tests/test_cli_startup.py).
-LAZY_OWN = {"sim.fast.compiled", "sim.cli.simulate"}
+# command runs, tests/test_cli_startup.py); the kernel tables' code, which a
+# scenario's validation never needs (tests/test_cost_imports.py).
+LAZY_OWN = {"sim.fast.compiled", "sim.cli.simulate", "sim.cost.kernels.cost"}
 START_UP = {"sim/cli/figures.py"}
 
 

@@ -137,19 +137,16 @@ class Result:
                 int(records["replica"][at]),
                 None,
             )
-        # Imported here: pandas loads with the first frame, after a run's summary is out
-        # (docs/dev/speed.md).
-        import pandas as pd
-
         row = records.loc[records["request_id"] == request_id]
         if row.empty:
             raise KeyError(f"no request {request_id}")
-        prefill = row["prefill_replica"].iloc[0] if "prefill_replica" in row else None
+        # (the nullable column's own isna: missing, NaN or NA, with no pandas import here)
+        no_prefill = "prefill_replica" not in row or bool(row["prefill_replica"].isna().iloc[0])
         return (
             float(row["engine_first_token_s"].iloc[0]),
             int(row["num_generated_tokens"].iloc[0]),
             int(row["replica"].iloc[0]),
-            None if prefill is None or pd.isna(prefill) else int(prefill),
+            None if no_prefill else int(row["prefill_replica"].iloc[0]),
         )
 
     @functools.cached_property

@@ -33,13 +33,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.api.build import cost_model_for, kv_blocks_for, step_limits
+from sim.api.build import cost_model_for, kv_blocks_for, model_for, step_limits
 from sim.cost.base import StepShape
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
 from sim.cost.speculative import SpeculativeCost
 from sim.engine.scheduler import ContinuousSettings
+from sim.engine.speculative import speculative_cost
 from sim.errors import ConfigError
 from sim.scenario import load_scenario
 
@@ -239,9 +240,6 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
         raise ConfigError(problem)
     cost = cost_model_for(scenario, Path(args.scenario).parent)
     if scenario.speculative is not None:  # every decode verifies k + 1 tokens, and more
-        from sim.api.build import model_for
-        from sim.engine.speculative import speculative_cost
-
         cost = speculative_cost(scenario.speculative, cost, model_for(scenario), scenario.hardware)
     result = {
         "scenario": scenario.name,

@@ -33,7 +33,7 @@ from sim.cost.kernels.cost import KernelCost
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
-from sim.metrics.invariants import LiveChecks
+from sim.metrics.invariants import INVARIANTS, LiveChecks
 from sim.openai.tokenizer import ByteTokenizer
 from sim.scenario import load_scenario
 from sim.serving.realtime import SimulatedEngine
@@ -145,8 +145,7 @@ def app_for(engine: OnlineBackend, scenario: Scenario, simulate: bool = False) -
     policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
     request's ``priority`` other than 0 is refused), and with ``simulate`` the
     invariants the simulated engine checks (``/metrics`` counts each broken one)."""
-    from sim.metrics.invariants import INVARIANTS
-    from sim.openai.server import make_app
+    from sim.openai.server import make_app  # aiohttp: the http extra (_cmd_serve says so)
 
     tokenizer = ByteTokenizer(scenario.model.vocab_size)
     priority = scenario.scheduler.kind == "priority"

@@ -124,10 +124,7 @@ def reason_column(request_ids: pd.Series, rejections: Mapping[int, str]) -> pd.S
     """``rejection_reason`` for the requests ``request_ids``: each one's reason, missing
     where it was accepted, in ``text_dtype`` whatever the rows hold (with no rejection at
     all it is still a text column, not a float one of NaN)."""
-    import pandas as pd
-
-    if not rejections:
-        return pd.Series(index=request_ids.index, dtype=text_dtype(), name="rejection_reason")
+    # With no rejection the map is all missing, cast to text all the same.
     return request_ids.map(rejections).astype(text_dtype()).rename("rejection_reason")
 
 

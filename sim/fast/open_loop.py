@@ -130,12 +130,11 @@ def run(
     if loop is not None:
         # Imported here: the compiled loop's modules (numba) load only for a run that takes that
         # path (tests/test_cli_startup.py).
-        from sim.cost.tabulate import PlayedCost  # the kernel tables' code: only here
         from sim.fast.compiled import path
 
         cost = replica_config.cost
         if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-            assert isinstance(cost, PlayedCost)
+            assert isinstance(cost, path.PlayedCost)
             if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
                 raw = result()  # the cores hold the run's logs
                 raw.accelerator = "compiled loop"

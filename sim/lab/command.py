@@ -8,21 +8,22 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from sim.cli.serve import _port
 from sim.errors import ConfigError
+from sim.lab.controls import SOURCE, scenario_for
+from sim.lab.runs import run_doc
+from sim.scenario.strict_yaml import read_yaml
 
 HELP = "a queueing lab in the browser: move the load and the engine's limits, watch the plots"
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    try:
-        from sim.lab.server import make_app, serve
+    try:  # aiohttp: an optional extra (.[lab])
+        from sim.lab.server import LAB, make_app, serve
     except ImportError as error:  # aiohttp missing
         raise ConfigError(
             f"servesim lab needs aiohttp and plotly ({error}): pip install -e '.[lab]'"
         ) from None
-    from sim.lab.controls import SOURCE, scenario_for
-    from sim.lab.runs import run_doc
-    from sim.scenario.strict_yaml import read_yaml
 
     base_doc = None
     base_dir = Path.cwd()
@@ -33,8 +34,6 @@ def _cmd_lab(args: argparse.Namespace) -> int:
             raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
         base_dir = path.parent
     app = make_app(base_doc, base_dir)
-    from sim.lab.server import LAB
-
     lab = app[LAB]
     try:
         scenario = scenario_for(lab.base_doc)
@@ -57,8 +56,6 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 def add_parsers(subparsers: Any) -> None:
     """Register ``lab``."""
-    from sim.cli.serve import _port
-
     parser = subparsers.add_parser("lab", help=HELP)
     parser.add_argument(
         "scenario",

@@ -50,11 +50,11 @@ class Lesson:
         }
 
 
-def _with(doc: dict[str, Any], **keys: Any) -> dict[str, Any]:
-    """``doc`` with dotted keys (``__`` for ``.``) set."""
+def _with(doc: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with ``keys`` (dotted scenario keys, as ``--set`` takes them) set."""
     changed = copy.deepcopy(doc)
     for key, value in keys.items():
-        set_dotted(changed, key.replace("__", "."), value, SOURCE)
+        set_dotted(changed, key, value, SOURCE)
     return changed
 
 
@@ -63,8 +63,8 @@ def _summary(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> dict[str,
 
 
 def _hockey_stick(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
-    low = _summary(_with(doc, **{RATE_KEY.replace(".", "__"): 2}), cache, base_dir)
-    high = _summary(_with(doc, **{RATE_KEY.replace(".", "__"): 30}), cache, base_dir)
+    low = _summary(_with(doc, {RATE_KEY: 2}), cache, base_dir)
+    high = _summary(_with(doc, {RATE_KEY: 30}), cache, base_dir)
     ratio = high["p99_ttft_ms"] / low["p99_ttft_ms"]
     detail = (
         f"p99 TTFT {low['p99_ttft_ms']:.0f} ms at 2 req/s, {high['p99_ttft_ms']:.0f} ms at "
@@ -76,7 +76,10 @@ def _hockey_stick(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tupl
 def _chunking(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
     on = _summary(doc, cache, base_dir)
     off = _summary(
-        _with(doc, scheduler__chunked_prefill=False, scheduler__max_num_batched_tokens=8192),
+        _with(
+            doc,
+            {"scheduler.chunked_prefill": False, "scheduler.max_num_batched_tokens": 8192},
+        ),
         cache,
         base_dir,
     )
@@ -94,7 +97,7 @@ ROOMY_KV_BLOCKS = 35_000  # notebook 04: a cache that never fills (68 GiB of Lla
 
 def _kv_pressure(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
     tight = _summary(doc, cache, base_dir)
-    roomy = _summary(_with(doc, engine__num_kv_blocks=ROOMY_KV_BLOCKS), cache, base_dir)
+    roomy = _summary(_with(doc, {"engine.num_kv_blocks": ROOMY_KV_BLOCKS}), cache, base_dir)
     ratio = tight["median_ttft_ms"] / roomy["median_ttft_ms"]
     detail = (
         f"{tight['num_preemptions']} preemptions with {tight['num_kv_blocks']} blocks, "
@@ -124,7 +127,7 @@ def _bursts(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool
 def _capacity(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
     found = {}
     for median in (200, 1600):
-        short = _with(doc, workload__prompt_tokens__median_tokens=median)
+        short = _with(doc, {"workload.prompt_tokens.median_tokens": median})
         result = knee(short, cache, base_dir)
         assert result is not None  # never superseded here
         found[median] = result.capacity_rate_per_s

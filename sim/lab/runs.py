@@ -223,6 +223,8 @@ def regime(result: api.Result, found: Knee | None) -> Regime:
     if found is not None and found.saturation_rate_per_s is not None:
         rho, bound = rate / found.saturation_rate_per_s, found.saturation_beyond
     policy = scenario.scheduler
+    # Continuous batching's limits; a static or dynamic batch has neither (the lab, a
+    # face, names no engine class to tell them apart: tests/test_architecture.py).
     budget = getattr(policy, "max_num_batched_tokens", None)
     max_seqs = getattr(policy, "max_num_seqs", None)
     steps = result.steps

@@ -27,7 +27,7 @@ from aiohttp import web
 from sim.api import Result
 from sim.cli import one_line
 from sim.errors import ConfigError
-from sim.lab.controls import doc_for, scenario_for, scenario_yaml, values_of
+from sim.lab.controls import CONTROLS, doc_for, scenario_for, scenario_yaml, values_of
 from sim.lab.figures import cdf_figure, knee_figure, timeseries_figure, waterfall_figure
 from sim.lab.lessons import LESSON_BY_NAME, LESSONS
 from sim.lab.runs import Knee, KneeCache, knee, regime, run_doc
@@ -179,8 +179,6 @@ async def _notebook(request: web.Request) -> web.StreamResponse:
 
 async def _setup(request: web.Request) -> web.Response:
     lab = request.app[LAB]
-    from sim.lab.controls import CONTROLS
-
     return web.json_response(
         {
             "controls": [control.spec() for control in CONTROLS],

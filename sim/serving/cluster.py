@@ -28,6 +28,7 @@ import numpy.typing as npt
 import simpy
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.engine.columns import frame_of
 from sim.engine.policies.static import Static
 from sim.engine.records import RequestTable, completed_mask
 from sim.engine.request import Request
@@ -191,20 +192,16 @@ def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
     Each replica's samples hold until its next one (0 before its first).
     A frame with one replica (or no ``replica`` column) is returned as is.
     """
-    # Imported here: pandas loads with the first frame, after a run's summary is out
-    # (docs/dev/speed.md).
-    import pandas as pd
-
     if "replica" not in series.columns or series["replica"].nunique() <= 1:
         return series
     columns = [c for c in ("num_waiting", "num_running", "kv_cache_usage") if c in series]
     wide = series.pivot_table(index="time_s", columns="replica", values=columns, aggfunc="last")
     wide = wide.sort_index().ffill().fillna(0.0)
-    out = pd.DataFrame({"time_s": wide.index.to_numpy()})
+    out = {"time_s": wide.index.to_numpy()}
     for column in columns:
         part = wide[column].to_numpy()
         out[column] = part.mean(axis=1) if column == "kv_cache_usage" else part.sum(axis=1)
-    return out
+    return frame_of(out)
 
 
 def request_token_times_s(

@@ -145,11 +145,7 @@ def raw_result(
         columns = {name: values[order] for name, values in records.items()}
         requests = RequestTable(columns, rejections)
     else:
-        # Imported here: pandas loads with the first frame, after a run's summary is out
-        # (docs/dev/speed.md).
-        import pandas as pd
-
-        frame = disaggregated(pd.DataFrame(records, copy=False))
+        frame = disaggregated(frame_of(records))
         columns = frame = frame.sort_values("request_id", ignore_index=True)
         frame["rejection_reason"] = reason_column(frame["request_id"], rejections)
         requests = frame

@@ -33,7 +33,6 @@ from sim.cost.kernels.artifact import (
     shipped_kernel_artifacts,
     shipped_name,
 )
-from sim.cost.kernels.cost import KernelCost  # the tables' code: only when built
 from sim.cost.provenance import anchored
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
@@ -179,6 +178,10 @@ def build_kernels(
         )
     arch = architecture_for(model, config.architecture, base_dir)
     p = parallelism or ParallelismConfig()
+    # The tables' code loads only where a kernel cost model is built (a scenario's
+    # validation reads this module: tests/test_cost_imports.py).
+    from sim.cost.kernels.cost import KernelCost
+
     return KernelCost(
         arch,
         artifact,
