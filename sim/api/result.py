@@ -158,6 +158,7 @@ class Result:
         """Phase spans of the first ``num_requests`` requests (``sim.metrics.lifecycle``):
         exact prefill chunks and preemption gaps when the run was traced (and
         ``num_requests`` is within what it traced), else rebuilt from the records."""
+        # Imported here: pandas loads with the first frame (docs/dev/speed.md).
         import pandas as pd
 
         return pd.DataFrame(self._span_rows(num_requests), columns=SPAN_COLUMNS)
