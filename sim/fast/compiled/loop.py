@@ -10,8 +10,7 @@ a KV pool whose requests share no prefix (so only counts matter): the same plans
 times, the same step ends summed in the same order, the same records, step
 log and queue samples, to the bit (``tests/properties/test_compiled_equivalence.py``
 compares them with the Python path on random workloads). It walks the whole running batch
-at every plan (the Python path's reference loop, not its decode cohort: that
-is the Python path's way of not paying for it, and here it costs nothing).
+at every plan, as the Python path does (here it costs nothing).
 
 Everything it cannot play stops it, and the Python path runs the whole
 workload instead: a KV pool too small for the running batch (preemption), a
