@@ -20,7 +20,7 @@ def test_ci_exports_ci_before_the_tests() -> None:
 def test_ci_runs_the_main_job_before_installing_torch() -> None:
     main_job = CI_SCRIPT.index("servesim run scenarios/chat.yaml")
     assert main_job < CI_SCRIPT.index("pip install -q torch")
-    assert main_job < CI_SCRIPT.index("'.[dev,calibrate,ray,http,gpu-data]'")
+    assert main_job < CI_SCRIPT.index("'.[dev,calibrate,ray,http,gpu-data,lab]'")
 
 
 def test_the_main_job_runs_without_torch(tmp_path: Path) -> None:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from cli_errors import one_line_error
 
+from sim.cli import capacity as capacity_cli
 from sim.errors import ConfigError
 from sim.metrics.slo_targets import parse_targets
-from sim.planning import capacity
 from sim.planning.capacity import Searcher, search, upper_bound_rate_per_s
 from sim.planning.capacity_report import capacity_rate_per_s
 from sim.scenario import scenario_from_dict
@@ -57,7 +57,8 @@ def test_the_cli_refuses_an_answer_above_the_bound_in_one_line(
 ) -> None:
     path = tmp_path / "bounded.yaml"
     path.write_text(yaml.safe_dump(open_loop_doc()))
-    monkeypatch.setattr(capacity, "upper_bound_rate_per_s", lambda *_: 0.5)
+    # Where the command looks it up (imported there at its top).
+    monkeypatch.setattr(capacity_cli, "upper_bound_rate_per_s", lambda *_: 0.5)
     argv = ["capacity", str(path), "--slo", "ttft_mean_ms=1000", "--seeds", "1"]
     argv += ["--num-requests", "300", "--max-sims", "6", "-q", "--out", str(tmp_path / "o")]
     message = one_line_error(capsys, argv)
