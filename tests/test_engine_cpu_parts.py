@@ -31,7 +31,8 @@ from sim.validation.identify import (
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 ROOT = Path(__file__).resolve().parent.parent
-V1_ARTIFACT = ROOT / "docs/validation/blackbox/engine-cpu/rtx4090-llama-3.1-8b.json"
+# A format-1 artifact as it was shipped (the RTX 4090 one, before its refit in format 2).
+V1_ARTIFACT = ROOT / "tests/data/engine_cpu/format-1-rtx4090-llama-3.1-8b.json"
 PARTS = EngineCpuConfig(
     per_step_s=1e-3,
     scheduler_per_seq_s=8e-6,
