@@ -9,10 +9,10 @@ model, the thread sleeps until the step's predicted end, commits it and hands
 each request its new tokens. So any client (a benchmark, a gateway, an
 autoscaler) sees the predicted GPU's TTFT and TPOT under its own load.
 
-**The loop mirrors ``Replica._run`` step by step** (``skip_ahead=False``, the
-reference mode; a real-time engine must emit every token at its time, so
-there is no skip-ahead): plan at ``now``, end = ``now + step_s(shape) +
-extra_s``, commit at that end, plan the next step at that same end. With
+**The loop mirrors the reference ``Replica``'s** (one step per event; a
+real-time engine must emit every token at its time, so there is no
+skip-ahead): plan at ``now``, end = ``now + step_s(shape) + extra_s``, update
+the core at that end, plan the next step at that same end. With
 async scheduling the plan made after step N sees only requests ready by
 step N's start (``visible_until_s``), as the simulator's. Engine times are
 the simulator's virtual times, seconds since the engine was built: the next
@@ -295,7 +295,7 @@ class SimulatedEngine:
                     self._check(core)
                 self._drop_logs_if_idle()
                 continue
-            # As Replica._run's step: the same float operations, so the same ends.
+            # As Replica.run_step: the same float operations, so the same ends.
             end_s = now + (self.cost.step_s(core.step_shape(plan)) + plan.extra_s)
             self._step = _Step(plan, now, end_s)
             self._plan_at_s = None
