@@ -116,11 +116,12 @@ def _continuous_run(
     if waiting and num_seqs < policy.max_num_seqs:
         if budget_blocks:
             budget = policy.max_num_batched_tokens - sum(num_new for _, num_new in scheduled)
+            # Without chunking, a reordering policy's head is its own pick: unknown here.
             if budget == 0 or (
                 not policy.chunked_prefill
-                and not _fits_whole(policy, waiting[0], budget, kind_is_fcfs=not overtaken)
+                and (overtaken or not _fits_whole(policy, waiting[0], budget))
             ):
-                return None  # the budget stopped the head: it may lift next step
+                return None  # the budget may have stopped the head: it may lift next step
         blocked_by_kv = True
     fewest_left = MAX_RUN_STEPS
     context = longest = shortest = 0
@@ -153,15 +154,13 @@ def _continuous_run(
     )
 
 
-def _fits_whole(policy: Continuous, head: Request, budget: int, kind_is_fcfs: bool) -> bool:
+def _fits_whole(policy: Continuous, head: Request, budget: int) -> bool:
     """Whether, without chunking, the queue's head was not stopped by the budget: the
     tokens it would compute (its prompt and any recomputed output, cut at the
     long-prefill threshold) fit in what this step left. Prefix-cache hits only
     lower that count, so a fit is sure; a miss may be the cache's to decide, and
-    the run is declined. Only for first-come-first-served order, whose head is
-    the queue's front (a reordering policy picks its own)."""
-    if not kind_is_fcfs:
-        return False
+    the run is declined. (First-come-first-served order: the head is the queue's
+    front.)"""
     wanted = head.num_prompt_tokens + head.num_generated_tokens - head.num_computed_tokens
     cap = policy.max_tokens_per_request
     if cap is not None and wanted > cap:
