@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from public_runs import EXAMPLES, RUNS, latencies_s  # noqa: E402
+from public_runs import EXAMPLES, RUNS, latencies_s, predicted_latencies_s  # noqa: E402
 
 from sim import api  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
@@ -75,7 +75,7 @@ def p50_errors(name: str, overrides: list[str]) -> str:
     """TTFT and TPOT p50 errors of a run replayed with ``overrides``."""
     run = next(r for r in RUNS if r.name == name)
     measured = latencies_s(read_llmservingsim(EXAMPLES / run.folder).requests)
-    predicted = latencies_s(api.run(ROOT / run.scenario, overrides).requests)
+    predicted = predicted_latencies_s(api.run(ROOT / run.scenario, overrides))
     errors = [
         100.0 * (np.median(predicted[k]) / np.median(measured[k]) - 1.0) for k in ("ttft", "tpot")
     ]
