@@ -136,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
             )
         full = full_decode_steps_ms(EXAMPLES / run.folder, result.steps)
         if full is not None and result.raw.num_replicas == 1:
-            print(f"full batch, decodes only: measured {full[0]:.1f} ms a step, "
-                  f"predicted {full[1]:.1f} ms ({100 * (full[1] / full[0] - 1):+.1f} %)")  # fmt: skip
+            measured_ms, predicted_ms = full
+            print(
+                f"full batch, decodes only: measured {measured_ms:.1f} ms a step, predicted "
+                f"{predicted_ms:.1f} ms ({100 * (predicted_ms / measured_ms - 1):+.1f} %)"
+            )
     print("\nPer-hop link latency, p50 errors (the scenarios' 5.7 us, NCCL's, against 20 us):")
     for name in ("rtxpro6000-qwen3-32b-tp2-profile",):
         if args.run and name not in args.run:
