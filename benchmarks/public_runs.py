@@ -7,8 +7,9 @@ by vLLM 0.19 on an RTX 4090 or RTX PRO 6000) has a scenario in
 ``scenarios/public/`` that replays exactly its requests (``trace.csv``
 written by ``servesim import-run``) with the run's engine settings, and a
 kernel-table cost model: nothing is fitted to the runs. For TTFT, TPOT and
-E2EL (no per-token times are published, so no ITL) the script compares the
-predicted and measured p50/p90/p99 and writes
+E2EL (no per-token times are published, so no ITL; TTFT and E2EL counted from
+the engine's intake on both sides, as vLLM's ``queued_ts``: ``engine_intake_s``)
+the script compares the predicted and measured p50/p90/p99 and writes
 
 - ``results.json``: a list of ``{run, metric, p50_err_pct, p90_err_pct,
   p99_err_pct}`` (signed, (predicted − measured) / measured × 100), with the
@@ -189,12 +190,51 @@ def latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
     return {metric: latencies.values(metric) for metric in METRICS}
 
 
+def engine_intake_s(requests: pd.DataFrame, steps: pd.DataFrame, lockstep: bool) -> np.ndarray:
+    """When a replay's engine took each request in, as vLLM stamps ``queued_ts``.
+
+    vLLM's engine core drains its input queue at the top of each turn of its busy
+    loop, right before it schedules (``EngineCoreProc.run_busy_loop`` ->
+    ``_process_input_queue`` -> ``Scheduler.add_request``, event ``QUEUED``): while
+    busy once a step, as the step before the one it plans starts (the one before
+    has returned its output); while idle at once. The runs' arrivals are those
+    stamps, and their TTFT and E2EL count from them. A replayed request reaches
+    the engine at its stamp, but the simulated loop turns at its own step starts:
+    it is taken in at the first one at or after it (the plan made then is the
+    first that sees it, ``EngineCore.schedule``'s ``visible_until_s``), or at once
+    by an idle engine. ``lockstep``: the replicas turn together, an idle rank with
+    its dummy batch (``cluster.lockstep``), so any rank's step start is each one's.
+    """
+    ready = requests["ready_s"].to_numpy(dtype=np.float64)
+    replicas = requests["replica"].to_numpy()
+    intake = ready.copy()
+    for replica in [None] if lockstep else np.unique(replicas):
+        mine = np.ones(ready.size, bool) if replica is None else replicas == replica
+        own = steps if replica is None else steps[steps["replica"] == replica]
+        starts = np.unique(own["start_s"].to_numpy(dtype=np.float64))
+        if starts.size == 0:
+            continue
+        at = np.searchsorted(starts, ready[mine], side="left")
+        found = at < starts.size
+        intake[mine] = np.where(found, starts[np.minimum(at, starts.size - 1)], ready[mine])
+    return intake
+
+
+def predicted_latencies_s(result: api.Result) -> dict[str, np.ndarray]:
+    """``latencies_s`` of a replay, TTFT and E2EL counted from its engine's intake
+    (``engine_intake_s``) as the measured runs count theirs from ``queued_ts``."""
+    requests, cluster = result.requests, result.scenario.cluster
+    lockstep = cluster is not None and cluster.lockstep
+    intake = engine_intake_s(requests, result.steps, lockstep)
+    return latencies_s(requests.assign(arrival_s=intake))
+
+
 def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows of results.json for one run, and the latencies for its plot."""
     folder = EXAMPLES / run.folder
     measured = latencies_s(read_llmservingsim(folder).requests)
     result = api.run(ROOT / run.scenario)
-    predicted = latencies_s(result.requests)
+    predicted = predicted_latencies_s(result)
     published = published_errors(folder)
     rows = []
     for metric in METRICS:
@@ -218,7 +258,7 @@ def sensitivity(run: PublicRun, measured: dict[str, np.ndarray]) -> dict[str, An
     out: dict[str, Any] = {"run": run.name}
     for scale in SCALES:
         result = api.run(ROOT / run.scenario, wrap_cost=partial(ScaledCost, factor=scale))
-        predicted = latencies_s(result.requests)
+        predicted = predicted_latencies_s(result)
         out[f"x{scale:g}"] = {
             metric: round(
                 100.0 * (np.median(predicted[metric]) / np.median(measured[metric]) - 1.0), 2
@@ -232,7 +272,7 @@ def causes(run: PublicRun, measured: dict[str, np.ndarray]) -> dict[str, Any]:
     """p50/p90/p99 errors of TTFT and TPOT with no fix, and with each fix alone."""
 
     def errors(overrides: list[str]) -> dict[str, dict[str, float]]:
-        predicted = latencies_s(api.run(ROOT / run.scenario, overrides).requests)
+        predicted = predicted_latencies_s(api.run(ROOT / run.scenario, overrides))
         return {
             metric: {
                 stat: round(

@@ -14,6 +14,13 @@ bins (steps of any size off by the same time) points at a per-step cost the
 model leaves out (a collective's latency, a launch, CPU work); a constant
 ratio at a proportional one.
 
+Then, for the runs whose engine stayed full for a stretch (every running
+sequence decoding, no prompt tokens: ``timeseries.csv``, one row a second from
+vLLM's stat logger), the mean step there measured (seconds over steps, the
+steps a tick being its generated tokens over the sequences running) and
+predicted (the replay's decode-only steps at that batch over the same stretch
+of its run): a direct check of a step's price with no queue in between.
+
 Then the sensitivity of the TP 2 and EP 2 rows to the per-hop latency of the
 link (what a ring all-reduce or all-gather pays per hop besides its bytes and
 NCCL's base latency, ``sim.cost.collectives``): ``pcie5-via-host``'s 5.7 us,
@@ -37,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from public_runs import EXAMPLES, RUNS, latencies_s  # noqa: E402
+from public_runs import EXAMPLES, RUNS, latencies_s, predicted_latencies_s  # noqa: E402
 
 from sim import api  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
@@ -71,11 +78,36 @@ def tpot_by_arrival(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataF
     return table
 
 
+def full_decode_steps_ms(run_folder: Path, steps: pd.DataFrame) -> tuple[float, float] | None:
+    """Mean step (ms) measured and predicted while every running sequence decodes
+    and the batch is full: the longest run of stat-logger ticks with no prompt
+    tokens at the largest running count; None if there is none of 5 s."""
+    ticks = pd.read_csv(run_folder / "vllm" / "timeseries.csv")
+    full = (ticks["prompt_throughput"] == 0) & (ticks["running"] == ticks["running"].max())
+    runs = (full != full.shift()).cumsum()[full]
+    if runs.empty:
+        return None
+    longest = ticks[full][runs == runs.value_counts().idxmax()]
+    if len(longest) < 5:
+        return None
+    num_seqs = int(longest["running"].iloc[0])
+    measured_ms = 1e3 * num_seqs * len(longest) / longest["gen_throughput"].sum()
+    # The same stretch of the replay: its ticks count from its first step.
+    start = steps["start_s"].min()
+    t = steps["start_s"] - start
+    window = (t >= longest["t"].min() - 1.0) & (t < longest["t"].max())
+    decode = (steps["num_prefill_tokens"] == 0) & (steps["num_decode_seqs"] == num_seqs)
+    chosen = steps[window & decode]
+    if chosen.empty:
+        return None
+    return measured_ms, 1e3 * float((chosen["end_s"] - chosen["start_s"]).mean())
+
+
 def p50_errors(name: str, overrides: list[str]) -> str:
     """TTFT and TPOT p50 errors of a run replayed with ``overrides``."""
     run = next(r for r in RUNS if r.name == name)
     measured = latencies_s(read_llmservingsim(EXAMPLES / run.folder).requests)
-    predicted = latencies_s(api.run(ROOT / run.scenario, overrides).requests)
+    predicted = predicted_latencies_s(api.run(ROOT / run.scenario, overrides))
     errors = [
         100.0 * (np.median(predicted[k]) / np.median(measured[k]) - 1.0) for k in ("ttft", "tpot")
     ]
@@ -91,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.run and run.name not in args.run:
             continue
         measured = read_llmservingsim(EXAMPLES / run.folder).requests
-        predicted = api.run(ROOT / run.scenario).requests
+        result = api.run(ROOT / run.scenario)
+        predicted = result.requests
         table = tpot_by_arrival(measured, predicted)
         print(f"\n{run.name} ({run.scenario}): TPOT by arrival time")
         print("| arrived (s) | requests | measured ms | predicted ms | ratio | gap ms |")
@@ -100,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {interval} | {row['num_requests']:.0f} | {row['measured_ms']:.1f} "
                 f"| {row['predicted_ms']:.1f} | {row['ratio']:.3f} | {row['gap_ms']:+.2f} |"
+            )
+        full = full_decode_steps_ms(EXAMPLES / run.folder, result.steps)
+        if full is not None and result.raw.num_replicas == 1:
+            measured_ms, predicted_ms = full
+            print(
+                f"full batch, decodes only: measured {measured_ms:.1f} ms a step, predicted "
+                f"{predicted_ms:.1f} ms ({100 * (predicted_ms / measured_ms - 1):+.1f} %)"
             )
     print("\nPer-hop link latency, p50 errors (the scenarios' 5.7 us, NCCL's, against 20 us):")
     for name in ("rtxpro6000-qwen3-32b-tp2-profile",):

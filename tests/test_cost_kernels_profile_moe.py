@@ -84,9 +84,10 @@ def test_moe_profile_layer_is_every_listed_op_plus_the_moe_layer(moe_profile: Pa
     cost = KernelCost(QWEN_MOE, profile_artifact(moe_profile))
     dense = ProfileDense(cost.artifact, QWEN_MOE)
     assert set(dense.op_names) == set(LAYER_OPS)
-    # At one token, 8 experts are active: a grid point of the MoE table.
+    # At one token, 8 experts are active: a grid point of the MoE table. A row
+    # is one call: a layer runs two layer norms and two head norms (q and k).
     expected_us = sum(
-        (2 if op == "layernorm" else 1) * op_time_us(op, 1) for op in LAYER_OPS
+        (2 if op in ("layernorm", "qk_norm") else 1) * op_time_us(op, 1) for op in LAYER_OPS
     ) + moe_time_us(1, 8)
     assert cost.dense_layer_s(1) == pytest.approx(expected_us * 1e-6, rel=1e-12)
     steps_us = sum(op_time_us(op, 64) for op in STEP_OPS) + 2 * 100.0 + 2 * 64

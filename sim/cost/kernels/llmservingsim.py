@@ -15,7 +15,9 @@ with vLLM's own kernels, one decoder layer at a time::
 ``import_profile`` takes a ``tp<N>`` folder (or the ``<dtype>`` folder above
 it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention``,
 ``per_sequence``, (MoE models) ``moe_layer`` and (when the profile has a skew
-fit) ``attention_skew``, converting microseconds to seconds. ``main`` is the
+fit) ``attention_skew``, converting microseconds to seconds; at tp > 1 the
+per-head ``qk_norm``, which the profiler copies from tp 1, as the shard runs it
+(``_per_head_norm_at_tp``). ``main`` is the
 body of ``servesim import-profile DIR --out FILE``.
 
 The skew fit (uneven decode KV lengths in one batch): LLMServingSim prices
@@ -39,6 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -136,6 +139,30 @@ def _tp_dir(src_dir: Path) -> Path:
     raise ConfigError(f"{src_dir}: not a profile folder (no dense.csv nor tp1/dense.csv)")
 
 
+def _per_head_norm_at_tp(layer_ops: pd.DataFrame, tp: int) -> pd.DataFrame:
+    """``qk_norm``'s rows as the tp-``tp`` shard runs it.
+
+    LLMServingSim times its ``tp_stable`` ops once, at tp 1, and copies their rows
+    into every ``tp<N>`` folder (``profiler/models/qwen3.yaml``: the norms and the
+    sampler; the Qwen3-32B tp2 rows equal its tp1 rows). That holds for the
+    layer norms (over the hidden size) but not for ``qk_norm``, a norm per
+    attention head: at tp ``N`` each GPU norms ``1 / N`` of the heads, the rows of
+    ``tokens / N`` tokens at tp 1. Checked on the RTX PRO 6000 profiles: Qwen3-32B's
+    tp-1 row at 1,024 tokens (64 + 8 heads) is 22.5 us and Qwen3-30B-A3B's at 2,048
+    (32 + 4 heads, the 32B's tp-2 shard) 22.7 us. Below the smallest timed count
+    the row's first time stands (a launch).
+    """
+    rows = layer_ops["op"] == "qk_norm"
+    if not rows.any():
+        return layer_ops
+    norm = layer_ops[rows].sort_values("num_tokens")
+    tokens = norm["num_tokens"].to_numpy(dtype=float)
+    at_tp = np.interp(tokens / tp, tokens, norm["latency_s"].to_numpy(dtype=float))
+    out = layer_ops.copy()
+    out.loc[norm.index, "latency_s"] = at_tp
+    return out
+
+
 def profile_artifact(src_dir: Path) -> KernelArtifact:
     """The tables of an LLMServingSim profile folder, as a kernel artifact."""
     tp_dir = _tp_dir(src_dir)
@@ -148,6 +175,8 @@ def profile_artifact(src_dir: Path) -> KernelArtifact:
     layer_ops = _read_csv(
         tp_dir / "dense.csv", {"layer": "op", "tokens": "num_tokens", "time_us": "latency_s"}
     )
+    if tp > 1:
+        layer_ops = _per_head_norm_at_tp(layer_ops, tp)
     mixed = _read_csv(
         tp_dir / "attention.csv",
         {

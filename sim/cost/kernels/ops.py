@@ -11,10 +11,12 @@ are fused into the GEMMs and cost nothing apart.
 
 ``ProfileDense`` is the dense part of a layer from a per-layer profile
 (``layer_ops``, ``moe_layer`` tables) instead: the sum of every op the
-profile lists (the two RMSNorms of a layer are one ``layernorm`` op timed
-once, hence counted twice), except the once-per-step ``embedding`` and
-``final_layernorm``; an MoE layer is read at the expected number of distinct
-experts its tokens activate under balanced routing.
+profile lists (vLLM's layerwise profile sums modules of one repr into one
+row per call: a layer's two RMSNorms are one ``layernorm`` row, Qwen3's
+``q_norm`` and ``k_norm`` one ``qk_norm`` row, each hence counted twice),
+except the once-per-step ``embedding`` and ``final_layernorm``; an MoE
+layer is read at the expected number of distinct experts its tokens
+activate under balanced routing.
 """
 
 from __future__ import annotations
@@ -101,8 +103,8 @@ def prefill_chunk(num_seqs: int, num_tokens: int, kv_read_tokens: int) -> tuple[
     return chunk, max(kv_read_tokens / num_seqs - chunk, 0.0)
 
 
-# Ops a layer runs more than once per profiled row.
-PROFILE_OP_COUNTS = {"layernorm": 2}
+# Ops a layer runs more than once per profiled row (module docstring).
+PROFILE_OP_COUNTS = {"layernorm": 2, "qk_norm": 2}
 PROFILE_STEP_OPS = ("embedding", "final_layernorm")
 # Ops a profile must have: attention projections, and the MLP of a dense model.
 REQUIRED_OPS = ("qkv_proj", "o_proj")
