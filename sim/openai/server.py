@@ -31,7 +31,7 @@ from sim.openai import protocol as p
 from sim.openai.detokenize import IncrementalDetokenizer
 from sim.openai.metrics import CONTENT_TYPE, ServerMetrics
 from sim.openai.tokenizer import ByteTokenizer
-from sim.serving.stream import Emitted, FinishReason, OnlineBackend, RequestTiming
+from sim.serving.stream import Emitted, FinishReason, OnlineBackend, RequestTiming, Submission
 
 LOG = logging.getLogger("servesim.serve")
 
@@ -250,9 +250,8 @@ class Generation:
                     mailbox.put(self.events, (index, event))
 
                 try:
-                    request_id = self.engine.submit(
-                        ids, limit, ignore_eos, sink, self.arrival_s, priority
-                    )
+                    submission = Submission(ids, limit, ignore_eos, sink, self.arrival_s, priority)
+                    request_id = self.engine.submit(submission)
                 except BaseException:
                     self.abort("its submission failed")  # the choices submitted before
                     raise
