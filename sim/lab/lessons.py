@@ -58,13 +58,9 @@ def _with(doc: dict[str, Any], keys: dict[str, Any]) -> dict[str, Any]:
     return changed
 
 
-def _summary(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> dict[str, Any]:
-    return cache.record(doc, base_dir)
-
-
 def _hockey_stick(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
-    low = _summary(_with(doc, {RATE_KEY: 2}), cache, base_dir)
-    high = _summary(_with(doc, {RATE_KEY: 30}), cache, base_dir)
+    low = cache.record(_with(doc, {RATE_KEY: 2}), base_dir)
+    high = cache.record(_with(doc, {RATE_KEY: 30}), base_dir)
     ratio = high["p99_ttft_ms"] / low["p99_ttft_ms"]
     detail = (
         f"p99 TTFT {low['p99_ttft_ms']:.0f} ms at 2 req/s, {high['p99_ttft_ms']:.0f} ms at "
@@ -74,15 +70,9 @@ def _hockey_stick(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tupl
 
 
 def _chunking(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
-    on = _summary(doc, cache, base_dir)
-    off = _summary(
-        _with(
-            doc,
-            {"scheduler.chunked_prefill": False, "scheduler.max_num_batched_tokens": 8192},
-        ),
-        cache,
-        base_dir,
-    )
+    on = cache.record(doc, base_dir)
+    unchunked = {"scheduler.chunked_prefill": False, "scheduler.max_num_batched_tokens": 8192}
+    off = cache.record(_with(doc, unchunked), base_dir)
     ratio = on["p99_itl_ms"] / off["p99_itl_ms"]
     detail = (
         f"p99 ITL {on['p99_itl_ms']:.1f} ms chunked, {off['p99_itl_ms']:.1f} ms unchunked "
@@ -96,8 +86,8 @@ ROOMY_KV_BLOCKS = 35_000  # notebook 04: a cache that never fills (68 GiB of Lla
 
 
 def _kv_pressure(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
-    tight = _summary(doc, cache, base_dir)
-    roomy = _summary(_with(doc, {"engine.num_kv_blocks": ROOMY_KV_BLOCKS}), cache, base_dir)
+    tight = cache.record(doc, base_dir)
+    roomy = cache.record(_with(doc, {"engine.num_kv_blocks": ROOMY_KV_BLOCKS}), base_dir)
     ratio = tight["median_ttft_ms"] / roomy["median_ttft_ms"]
     detail = (
         f"{tight['num_preemptions']} preemptions with {tight['num_kv_blocks']} blocks, "
@@ -109,13 +99,9 @@ def _kv_pressure(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple
 
 
 def _bursts(doc: dict[str, Any], cache: KneeCache, base_dir: Path) -> tuple[bool, str]:
-    bursty = _summary(doc, cache, base_dir)
-    poisson = copy.deepcopy(doc)
-    poisson["workload"]["arrival"] = {
-        "kind": "poisson",
-        "rate_per_s": doc["workload"]["arrival"]["rate_per_s"],
-    }
-    plain = _summary(poisson, cache, base_dir)
+    bursty = cache.record(doc, base_dir)
+    poisson = {"kind": "poisson", "rate_per_s": doc["workload"]["arrival"]["rate_per_s"]}
+    plain = cache.record(_with(doc, {"workload.arrival": poisson}), base_dir)
     ratio = bursty["p99_ttft_ms"] / plain["p99_ttft_ms"]
     detail = (
         f"p99 TTFT {bursty['p99_ttft_ms']:.0f} ms bursty, {plain['p99_ttft_ms']:.0f} ms "
