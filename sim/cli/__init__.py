@@ -127,14 +127,18 @@ def add_set_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_slo_argument(parser: argparse.ArgumentParser) -> None:
-    """``--slo NAME=MS`` (``sim.metrics.slo_targets.parse_targets`` reads them)."""
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--slo NAME=MS`` (``sim.metrics.slo_targets.parse_targets`` reads them) and
+    ``--target-rate R``: what a capacity search or a plan sizes a fleet for."""
     parser.add_argument(
         "--slo",
         action="append",
         metavar="NAME=MS",
         help="SLO target <metric>_<stat>_ms=<limit>, metric ttft|tpot|itl|e2el, "
         "stat mean|median|p90|p99, e.g. ttft_p99_ms=500 (repeatable)",
+    )
+    parser.add_argument(
+        "--target-rate", type=float, metavar="R", help="traffic to size the fleet for (req/s)"
     )
 
 

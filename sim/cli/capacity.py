@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from sim.api.build import cost_model_for
-from sim.cli import HELP, Subparsers, add_set_argument, add_slo_argument, out_folder
+from sim.cli import HELP, Subparsers, add_set_argument, add_target_arguments, out_folder
 from sim.cost.model_error import model_error_for
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
@@ -78,7 +78,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         args.scenario, _size_overrides(args.scenario, args.set or [], args.num_requests)
     )
     out = out_folder(args.out, scenario.name)
-    jobs = args.jobs if args.jobs is not None else None
+    jobs = args.jobs
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     max_num_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
@@ -121,11 +121,8 @@ def add_parsers(subparsers: Subparsers) -> None:
     """Register ``capacity``."""
     p = subparsers.add_parser("capacity", help=HELP["capacity"])
     p.add_argument("scenario", help="scenario YAML file")
-    add_slo_argument(p)
+    add_target_arguments(p)
     p.add_argument("--seeds", type=int, default=3, help="seeds per load (default 3)")
-    p.add_argument(
-        "--target-rate", type=float, metavar="R", help="traffic to size a fleet for (req/s)"
-    )
     p.add_argument(
         "--gpu-price-per-hour",
         type=float,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from sim.cli import HELP, Subparsers, add_set_argument, add_slo_argument, out_folder
+from sim.cli import HELP, Subparsers, add_set_argument, add_target_arguments, out_folder
 from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
@@ -142,10 +142,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     """Register ``plan``."""
     p = subparsers.add_parser("plan", help=HELP["plan"])
     p.add_argument("scenario", help="scenario YAML file (its model and workload)")
-    add_slo_argument(p)
-    p.add_argument(
-        "--target-rate", type=float, metavar="R", help="traffic to size the fleet for (req/s)"
-    )
+    add_target_arguments(p)
     p.add_argument(
         "--headroom",
         type=float,
