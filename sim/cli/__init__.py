@@ -142,6 +142,17 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_listen_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
+    """``--host`` and ``--port``: where an HTTP face (``serve``, ``lab``) listens."""
+    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
+    parser.add_argument(
+        "--port",
+        type=port_number,
+        default=default_port,
+        help=f"(default {default_port}; 0 = any free port)",
+    )
+
+
 def port_number(text: str) -> int:
     """argparse type: a TCP port, 0 to 65535 (0: any free one), refused in one line."""
     try:

@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli import HELP, Subparsers, add_set_argument, port_number
+from sim.cli import HELP, Subparsers, add_listen_arguments, add_set_argument
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.fitted import FittedCost
@@ -196,8 +196,5 @@ def add_parsers(subparsers: Subparsers) -> None:
         "each step taking the time the cost model predicts (no model, no torch)",
     )
     _torch_arguments(parser)
-    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=port_number, default=8000, help="(default 8000; 0 = any free port)"
-    )
+    add_listen_arguments(parser, 8000)
     parser.set_defaults(handler=_cmd_serve)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from sim.cli import HELP, Subparsers, port_number
+from sim.cli import HELP, Subparsers, add_listen_arguments
 from sim.errors import ConfigError
 from sim.lab.controls import SOURCE, scenario_for
 from sim.lab.runs import run_doc
@@ -57,8 +57,5 @@ def add_parsers(subparsers: Subparsers) -> None:
         default=None,
         help="the scenario the page starts from (default: scenarios/chat.yaml's chat)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=port_number, default=8765, help="(default 8765; 0 = any free port)"
-    )
+    add_listen_arguments(parser, 8765)
     parser.set_defaults(handler=_cmd_lab)

@@ -414,23 +414,12 @@ async def _stream(
     chat: bool,
     options: p.StreamOptions | None,
 ) -> web.StreamResponse:
+    """A stream's chunks: roles (chat), one per engine event, usage if asked, [DONE]."""
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)  # ConnectionResetError if the client left: _generate's
-    await _send_events(response, request.app[MODEL], generation, rid, chat, options)
-    return response
-
-
-async def _send_events(
-    response: web.StreamResponse,
-    model: str,
-    generation: Generation,
-    rid: str,
-    chat: bool,
-    options: p.StreamOptions | None,
-) -> None:
-    """A stream's chunks: roles (chat), one per engine event, usage if asked, [DONE]."""
+    model = request.app[MODEL]
     options = options or p.StreamOptions()
     created = p.now_s()
 
@@ -454,11 +443,12 @@ async def _send_events(
             error = p.error_body(500, f"the engine stopped: {generation.engine.error}")
             await response.write(_sse(error) + b"data: [DONE]\n\n")
             await response.write_eof()
-            return
+            return response
     if options.include_usage:
         await response.write(chunk([], generation.usage()))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
+    return response
 
 
 async def _whole(
