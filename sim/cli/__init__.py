@@ -2,9 +2,11 @@
 
 One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``, ``plan``,
 ``import_run``, ``cost_breakdown``, ``serve``; ``calibrate``, ``measure`` and ``validate`` live in
-``calibration``, which may import torch), each with ``add_parsers(subparsers)``.
-Every user error (a bad scenario, trace, option or artifact) is printed as one
-line on stderr and exits with status 2; there is no traceback.
+``calibration``, which may import torch), each with ``add_parsers(subparsers)``;
+the options several of them share (``--set``, ``--slo``, ``--host``/``--port``,
+``--out``'s default) are declared here once. Every user error (a bad scenario,
+trace, option or artifact) is printed as one line on stderr and exits with
+status 2; there is no traceback.
 """
 
 from __future__ import annotations
