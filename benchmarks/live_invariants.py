@@ -41,7 +41,7 @@ from sim.metrics.invariants import LiveChecks  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
 from sim.serving.realtime import SimulatedEngine  # noqa: E402
 from sim.serving.replica_config import ReplicaConfig  # noqa: E402
-from sim.serving.stream import Emitted  # noqa: E402
+from sim.serving.stream import Emitted, Submission  # noqa: E402
 
 SCENARIO = ROOT / "scenarios" / "llama70b_tp.yaml"  # 4 H100s, roofline: steps of ~15 ms
 
@@ -97,7 +97,7 @@ def drive(
     for i, arrival_s in enumerate(arrivals):
         engine.run_until(arrival_s)
         clock.now_s = arrival_s
-        engine.submit(prompt(i, prompts[i]), outputs[i], True, ignore)
+        engine.submit(Submission(prompt(i, prompts[i]), outputs[i], True, ignore))
     engine.run_until(float("inf"))
     loop_s = time.perf_counter() - start
     steps = engine.core.steps.frame()
@@ -159,7 +159,7 @@ def lags(
     origin = time.perf_counter()
     for i, arrival_s in enumerate(arrivals):
         time.sleep(max(0.0, arrival_s - (time.perf_counter() - origin)))
-        engine.submit(prompt(i, prompts[i]), outputs[i], True, sink)
+        engine.submit(Submission(prompt(i, prompts[i]), outputs[i], True, sink))
     for _ in arrivals:
         done.acquire(timeout=60)
     engine.stop()

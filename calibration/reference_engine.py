@@ -72,7 +72,15 @@ from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, SchedulerOutput
 from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
 from sim.scenario import Scenario
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
+from sim.serving.stream import (
+    Emitted,
+    EngineLoad,
+    FinishReason,
+    Sink,
+    Submission,
+    end_early,
+    load_of,
+)
 from sim.serving.submission import prefix_describer
 from sim.workload.generate import RequestArrays
 
@@ -428,26 +436,17 @@ class OnlineEngine:
         self._wake.set()
         self._thread.join(timeout=10)
 
-    def submit(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int,
-        ignore_eos: bool,
-        sink: Sink,
-        received_s: float | None = None,
-        priority: int = 0,
-    ) -> int:
-        """Queue a tokenized request; its tokens go to ``sink``. Returns its id.
-        ``received_s`` (``time.perf_counter``): when the server received it, its
-        arrival (``OnlineBackend.submit``); None: now. ``priority``: its class, for a
-        priority policy."""
+    def submit(self, submission: Submission) -> int:
+        """Queue a tokenized request (``OnlineBackend.submit``); returns its id."""
         with self._id_lock:
             request_id = self._next_id
             self._next_id += 1
         now_s = self._now()
+        received_s = submission.received_s
         arrival_s = now_s if received_s is None else min(now_s, received_s - self._origin)
-        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens, priority)
-        self._inbox.put((request, list(prompt_ids), _Live(request, sink, ignore_eos)))
+        request = submission.request(request_id, arrival_s)
+        live = _Live(request, submission.sink, submission.ignore_eos)
+        self._inbox.put((request, list(submission.prompt_ids), live))
         self._wake.set()
         return request_id
 
@@ -475,13 +474,7 @@ class OnlineEngine:
 
     def _end_early(self, request: Request) -> None:
         """Finish ``request`` before ``max_tokens`` (EOS or abort); free its blocks."""
-        core = self.core
-        if request in core.waiting:
-            core.waiting.remove(request)
-        request.num_output_tokens = request.num_generated_tokens  # what it produced
-        if request.finish_s is None:
-            core.finish(request, self._now())
-            core.remove_finished()
+        end_early(self.core, request, self._now())
         self.executor.forget(request.request_id)
         self._live.pop(request.request_id, None)
 
@@ -495,9 +488,7 @@ class OnlineEngine:
         (its client is gone), never the engine loop that serves the others."""
         request = live.request
         try:
-            timing = timing_of(request) if token_ids else None
-            n, generated = request.num_prompt_tokens, request.num_generated_tokens
-            live.sink(Emitted(token_ids, reason, n, generated, timing))
+            live.sink(Emitted.of(request, token_ids, reason))
         except Exception:
             if request.request_id in self._live:
                 self._end_early(request)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 
 from sim.openai.tokenizer import NUM_SPECIAL
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, RequestTiming, Sink
+from sim.serving.stream import Emitted, EngineLoad, FinishReason, RequestTiming, Sink, Submission
 
 
 def scripted_timing(num_prompt_tokens: int, event: int) -> RequestTiming:
@@ -60,19 +60,12 @@ class ScriptedBackend:
     def load(self) -> EngineLoad:
         return self.engine_load
 
-    def submit(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int,
-        ignore_eos: bool,
-        sink: Sink,
-        received_s: float | None = None,
-        priority: int = 0,
-    ) -> int:
+    def submit(self, submission: Submission) -> int:
         request_id = len(self.submitted)
-        self.received_s.append(received_s)
-        self.priorities.append(priority)
-        self.submitted.append((list(prompt_ids), max_tokens, ignore_eos))
+        prompt_ids, max_tokens, sink = submission.prompt_ids, submission.max_tokens, submission.sink
+        self.received_s.append(submission.received_s)
+        self.priorities.append(submission.priority)
+        self.submitted.append((list(prompt_ids), max_tokens, submission.ignore_eos))
         n = len(prompt_ids)
         if self.trickle:
             threading.Thread(target=self._trickle, args=(request_id, n, sink), daemon=True).start()

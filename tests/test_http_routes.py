@@ -29,7 +29,7 @@ from scripted_backend import ScriptedBackend
 
 from sim.openai.server import Event, Mailbox, make_app
 from sim.openai.tokenizer import ByteTokenizer
-from sim.serving.stream import Emitted
+from sim.serving.stream import Emitted, Submission
 
 MODEL = "tiny"
 TOKENIZER = ByteTokenizer()
@@ -524,17 +524,9 @@ def test_a_stopped_engine_is_a_500_before_and_during_a_request() -> None:
     assert error["message"] == "the engine stopped: boom" and engine.submitted == []
 
     class DiesMidway(ScriptedBackend):
-        def submit(
-            self,
-            prompt_ids: list[int],
-            max_tokens: int,
-            ignore_eos: bool,
-            sink: Any,
-            received_s: float | None = None,
-            priority: int = 0,
-        ) -> int:
+        def submit(self, submission: Submission) -> int:
             self.error = RuntimeError("boom")  # as OnlineEngine's loop: error set, then aborts
-            sink(Emitted((), "abort", len(prompt_ids), 0))
+            submission.sink(Emitted((), "abort", len(submission.prompt_ids), 0))
             return 0
 
     status, raw = post(DiesMidway(), "/v1/completions", {"prompt": "a", "max_tokens": 2})

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from calibration.reference_engine import EOS_ID, OnlineEngine  # noqa: E402
 from sim.openai.server import make_app  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
-from sim.serving.stream import Emitted  # noqa: E402
+from sim.serving.stream import Emitted, Submission  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "validate_tiny_cpu.yaml"
 
@@ -177,7 +177,7 @@ def collect(
         if event.finish_reason is not None:
             done.set()
 
-    request_id = engine.submit(prompt, max_tokens, ignore_eos, sink)
+    request_id = engine.submit(Submission(prompt, max_tokens, ignore_eos, sink))
     return request_id, got, done
 
 
@@ -255,7 +255,7 @@ def test_a_failing_sink_ends_its_request_not_the_engine(engine: OnlineEngine) ->
     def broken(event: Emitted) -> None:
         raise RuntimeError("Event loop is closed")  # as a sink whose server loop is gone
 
-    engine.submit([7] * 10, 50, True, broken)
+    engine.submit(Submission([7] * 10, 50, True, broken))
     _, got, done = collect(engine, [8] * 10, 3, ignore_eos=True)
     assert done.wait(30)  # the engine kept serving the other request
     assert [e.finish_reason for e in got] == [None, None, "length"]

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 from calibration.reference_engine import OnlineEngine  # noqa: E402
 from sim.openai.server import make_app  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
-from sim.serving.stream import Emitted  # noqa: E402
+from sim.serving.stream import Emitted, Submission  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "validate_tiny_cpu.yaml"
 WAIT_S = 30.0  # a bound for the engine thread, never reached when it works
@@ -81,7 +81,7 @@ def all_free(engine: OnlineEngine) -> bool:
 
 def test_ids_count_up_and_every_event_counts_its_tokens(small_pool: OnlineEngine) -> None:
     sinks = [Collector(), Collector()]
-    ids = [small_pool.submit([5] * 8, 3, True, sink) for sink in sinks]
+    ids = [small_pool.submit(Submission([5] * 8, 3, True, sink)) for sink in sinks]
     assert ids == [0, 1]
     for sink in sinks:
         assert sink.finished.wait(WAIT_S)
@@ -94,13 +94,13 @@ def test_ids_count_up_and_every_event_counts_its_tokens(small_pool: OnlineEngine
 
 def test_a_request_that_can_never_fit_is_finished_at_once(small_pool: OnlineEngine) -> None:
     sink = Collector()
-    small_pool.submit([6] * 100, 5, True, sink)  # 100 prompt tokens > 64 in the pool
+    small_pool.submit(Submission([6] * 100, 5, True, sink))  # 100 prompt tokens > 64 in the pool
     assert sink.finished.wait(WAIT_S)
     (event,) = sink.events
     assert (event.token_ids, event.finish_reason, event.num_generated_tokens) == ((), "abort", 0)
     assert all_free(small_pool) and small_pool.error is None
     after = Collector()  # the engine goes on serving
-    small_pool.submit([6] * 10, 2, True, after)
+    small_pool.submit(Submission([6] * 10, 2, True, after))
     assert after.finished.wait(WAIT_S) and after.events[-1].finish_reason == "length"
 
 
@@ -126,8 +126,8 @@ def test_aborting_a_request_that_still_waits_takes_it_off_the_queue(
 ) -> None:
     engine = one_at_a_time
     running, waiting = Collector(), Collector()
-    first = engine.submit([7] * 10, 500, True, running)
-    second = engine.submit([7] * 10, 5, True, waiting)
+    first = engine.submit(Submission([7] * 10, 500, True, running))
+    second = engine.submit(Submission([7] * 10, 5, True, waiting))
     until(lambda: running.events, "the first request never produced a token")
     assert [r.request_id for r in engine.core.waiting] == [second]  # one sequence at a time
     load = engine.load()  # the gauges of /metrics
@@ -146,12 +146,12 @@ def test_aborting_a_request_that_still_waits_takes_it_off_the_queue(
 
 def test_aborting_an_unknown_or_finished_request_is_harmless(small_pool: OnlineEngine) -> None:
     sink = Collector()
-    rid = small_pool.submit([8] * 4, 1, True, sink)
+    rid = small_pool.submit(Submission([8] * 4, 1, True, sink))
     assert sink.finished.wait(WAIT_S)
     small_pool.abort(rid)  # already finished
     small_pool.abort(12345)  # never existed
     again = Collector()
-    small_pool.submit([8] * 4, 2, True, again)
+    small_pool.submit(Submission([8] * 4, 2, True, again))
     assert again.finished.wait(WAIT_S) and small_pool.error is None
 
 
@@ -169,7 +169,7 @@ def test_a_failing_loop_ends_every_live_request_and_health_says_so(
 
         monkeypatch.setattr(engine.core, "schedule", failing)
         sink = Collector()
-        engine.submit([9] * 6, 4, True, sink)
+        engine.submit(Submission([9] * 6, 4, True, sink))
         assert sink.finished.wait(WAIT_S)
         assert [(e.token_ids, e.finish_reason) for e in sink.events] == [((), "abort")]
         until(lambda: engine.error is not None, "the loop's error was not kept")
@@ -202,7 +202,7 @@ def test_submissions_from_many_threads_get_distinct_ids_and_all_finish(
     lock = threading.Lock()
 
     def submit(sink: Collector) -> None:
-        rid = small_pool.submit([3] * 6, 2, True, sink)
+        rid = small_pool.submit(Submission([3] * 6, 2, True, sink))
         with lock:
             ids.append(rid)
 

@@ -35,7 +35,7 @@ from sim.serving.realtime import LAG_WARN_S, SimulatedEngine
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.routed import RoutedEngines
 from sim.serving.router import make_router
-from sim.serving.stream import Emitted, EngineLoad
+from sim.serving.stream import Emitted, EngineLoad, Submission
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 
@@ -171,7 +171,7 @@ def test_each_step_counts_its_finished_prompts_and_generated_tokens_once() -> No
     events: list[Emitted] = []
     prompts, outputs = (9, 9), (3, 5)
     for i, (num_prompt, num_output) in enumerate(zip(prompts, outputs, strict=True)):
-        engine.submit([3 + i] * num_prompt, num_output, True, events.append)
+        engine.submit(Submission([3 + i] * num_prompt, num_output, True, events.append))
     assert engine.run_until(float("inf")) == float("inf")
     steps = [e.num_step_tokens for e in events if e.num_step_tokens is not None]
     # The first step: both prompts and both first tokens (hand count: 9 + 9 + 2).
@@ -221,7 +221,7 @@ def test_a_late_engine_warns_once_per_episode_and_reports_its_lag(
 
     with caplog.at_level(logging.WARNING, logger="servesim.serve"):
         # On time: the engine is run exactly at each thing's due time.
-        engine.submit([65] * 20, 4, True, sink)
+        engine.submit(Submission([65] * 20, 4, True, sink))
         due_s = engine.run_until(0.0)
         while due_s != float("inf"):
             due_s = engine.run_until(due_s)
@@ -230,7 +230,7 @@ def test_a_late_engine_warns_once_per_episode_and_reports_its_lag(
         # Episode 1: the host stalls a whole second; every step of the request is
         # committed late, and the log says so once.
         clock.now_s = ends_s[-1]
-        engine.submit([66] * 20, 6, True, sink)
+        engine.submit(Submission([66] * 20, 6, True, sink))
         late_s = clock.now_s + 1.0
         engine.run_until(late_s)
         assert len(lag_warnings(caplog)) == 1
@@ -241,14 +241,14 @@ def test_a_late_engine_warns_once_per_episode_and_reports_its_lag(
 
         # Caught up (a request served on time), then episode 2: a second warning.
         clock.now_s = late_s
-        engine.submit([67] * 20, 3, True, sink)
+        engine.submit(Submission([67] * 20, 3, True, sink))
         due_s = engine.run_until(late_s)
         while due_s != float("inf"):
             due_s = engine.run_until(due_s)
         assert engine.load().simulation_lag_s == 0.0
         assert len(lag_warnings(caplog)) == 1
         clock.now_s = ends_s[-1]
-        engine.submit([68] * 20, 3, True, sink)
+        engine.submit(Submission([68] * 20, 3, True, sink))
         engine.run_until(clock.now_s + 1.0)
     first, _ = lag_warnings(caplog)  # two episodes, two lines
     assert "\n" not in first and "servesim:simulation_lag_seconds" in first
@@ -275,7 +275,7 @@ def test_routed_replicas_report_their_kv_configuration_and_the_largest_lag() -> 
     config = config_of("engine.enable_prefix_caching=true")
     engines = [SimulatedEngine(config, clock) for _ in range(2)]
     routed = RoutedEngines(engines, make_router("round_robin", np.random.default_rng(0)), 16)
-    routed.submit([65] * 20, 3, True, lambda event: None)
+    routed.submit(Submission([65] * 20, 3, True, lambda event: None))
     ready_s = min(engine.run_until(0.0) for engine in engines)  # the other: idle, inf
     late_s = ready_s + 2.0  # its replica's steps, all committed over a second late
     for engine in engines:

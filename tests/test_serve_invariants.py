@@ -46,7 +46,7 @@ from sim.metrics.invariants import INVARIANTS, LiveChecks
 from sim.scenario import load_scenario
 from sim.serving.realtime import SimulatedEngine
 from sim.serving.routed import RoutedEngines
-from sim.serving.stream import Emitted, OnlineBackend
+from sim.serving.stream import Emitted, OnlineBackend, Submission
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
 LLAMA70B = SCENARIOS / "llama70b_tp.yaml"  # 4 H100s, roofline: steps of ~15 ms
@@ -206,7 +206,7 @@ def test_a_live_run_with_aborts_and_refusals_keeps_every_invariant(
         num_prompt = limit if i == 60 else int(rng.integers(16, 900))  # 60: refused
         common = [65] * 64 if "prefix" in str(sets) else []  # shared first blocks
         tokens = common + prompt(i, num_prompt)[: num_prompt - len(common)]
-        ids[i] = engine.submit(tokens, int(rng.integers(1, 120)), True, records[i])
+        ids[i] = engine.submit(Submission(tokens, int(rng.integers(1, 120)), True, records[i]))
     assert engine.run_until(float("inf")) == float("inf")
     assert engine.error is None
     assert records[60].reasons == ["abort"]
@@ -224,9 +224,9 @@ def test_a_planted_violation_stops_the_engine_naming_it(
     engine, clock = checked_engine("engine.async_scheduling=false")
     PLANTS[invariant](engine.core, monkeypatch)
     shown, other = Record(), Record()
-    engine.submit(prompt(0, 100), 5, True, shown)
+    engine.submit(Submission(prompt(0, 100), 5, True, shown))
     clock.now_s = 0.001
-    engine.submit(prompt(1, 100), 40, True, other)
+    engine.submit(Submission(prompt(1, 100), 40, True, other))
     with pytest.raises(InvariantError) as caught:
         engine.run_until(float("inf"))
     assert caught.value.name == invariant
@@ -249,7 +249,7 @@ def test_an_unchecked_engine_lets_the_same_plant_through(monkeypatch: pytest.Mon
     engine = SimulatedEngine(config, Clock())
     one_token_too_many(engine.core, monkeypatch)
     record = Record()
-    engine.submit(prompt(0, 100), 5, True, record)
+    engine.submit(Submission(prompt(0, 100), 5, True, record))
     engine.run_until(float("inf"))
     assert record.reasons[-1] == "length"
     assert sum(len(e.token_ids) for e in record.events) == 6
@@ -276,17 +276,17 @@ def test_the_checks_follow_the_engine_when_it_drops_its_logs(
     monkeypatch.setattr(realtime, "_LOG_STEPS", 5)
     engine, clock = checked_engine()
     first = Record()
-    engine.submit(prompt(0, 50), 20, True, first)
+    engine.submit(Submission(prompt(0, 50), 20, True, first))
     engine.run_until(float("inf"))
     logs = engine.core.records
     clock.now_s = 5.0
     second = Record()
-    engine.submit(prompt(1, 50), 20, True, second)
+    engine.submit(Submission(prompt(1, 50), 20, True, second))
     engine.run_until(float("inf"))  # the first stretch dropped: no false alarm
     assert engine.core.records is not logs and second.reasons[-1] == "length"
     one_token_too_many(engine.core, monkeypatch)
     clock.now_s = 10.0
-    engine.submit(prompt(2, 50), 20, True, Record())
+    engine.submit(Submission(prompt(2, 50), 20, True, Record()))
     with pytest.raises(InvariantError, match="invariant tokens_out broken"):
         engine.run_until(float("inf"))
 

@@ -34,7 +34,7 @@ from sim.serving.replica_config import ReplicaConfig
 from sim.serving.routed import RoutedEngines
 from sim.serving.router import make_router
 from sim.serving.simulation import Simulation
-from sim.serving.stream import Emitted, Sink
+from sim.serving.stream import Emitted, Sink, Submission
 from sim.workload.generate import ClosedLoopWorkload, RequestArrays, generate_open_loop
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -91,7 +91,9 @@ def drive(
     for i, arrival_s in enumerate(arrivals_s):
         engine.run_until(arrival_s)  # everything due before the arrival
         clock.now_s = arrival_s
-        engine.submit(unique_prompt(i, prompts[i]), outputs[i], True, sink_for(engine, records[i]))
+        engine.submit(
+            Submission(unique_prompt(i, prompts[i]), outputs[i], True, sink_for(engine, records[i]))
+        )
     assert engine.run_until(float("inf")) == float("inf")
     return engine, records
 
@@ -202,10 +204,10 @@ def test_shared_prompt_prefixes_hit_the_simulated_prefix_cache() -> None:
     engine = SimulatedEngine(config, clock)
     records = [Record(), Record()]
     prompt = list(range(3, 3 + 256))
-    engine.submit(prompt, 4, True, sink_for(engine, records[0]))
+    engine.submit(Submission(prompt, 4, True, sink_for(engine, records[0])))
     engine.run_until(float("inf"))
     clock.now_s = 5.0
-    engine.submit(prompt[:200] + [7] * 56, 4, True, sink_for(engine, records[1]))
+    engine.submit(Submission(prompt[:200] + [7] * 56, 4, True, sink_for(engine, records[1])))
     engine.run_until(float("inf"))
     cached = engine.core.records.frame().sort_values("request_id")["num_cached_tokens"].tolist()
     assert cached == [0, 192]  # 12 full blocks of 16 shared
@@ -227,8 +229,8 @@ def test_an_aborted_request_gets_nothing_more_and_frees_its_blocks() -> None:
     clock = Clock()
     engine = SimulatedEngine(config, clock)
     kept, gone = Record(), Record()
-    engine.submit([65] * 100, 50, True, sink_for(engine, kept))
-    gone_id = engine.submit([65] * 100, 50, True, sink_for(engine, gone))
+    engine.submit(Submission([65] * 100, 50, True, sink_for(engine, kept)))
+    gone_id = engine.submit(Submission([65] * 100, 50, True, sink_for(engine, gone)))
     engine.run_until(0.3)
     assert gone.events and not gone.finished.is_set()
     num_before = len(gone.events)
@@ -245,7 +247,7 @@ def test_an_aborted_request_gets_nothing_more_and_frees_its_blocks() -> None:
 def test_aborted_on_its_way_in_never_reaches_the_core() -> None:
     engine = SimulatedEngine(config_of(), Clock())
     record = Record()
-    request_id = engine.submit([65] * 10, 5, True, sink_for(engine, record))
+    request_id = engine.submit(Submission([65] * 10, 5, True, sink_for(engine, record)))
     engine.abort(request_id)
     engine.run_until(float("inf"))
     assert record.events == [] and engine.core.num_done == 0
@@ -260,8 +262,8 @@ def test_a_failing_sink_ends_its_request_only() -> None:
         calls.append(event)
         raise ConnectionResetError("client gone")
 
-    engine.submit([65] * 100, 40, True, broken)
-    engine.submit([65] * 100, 40, True, sink_for(engine, kept))
+    engine.submit(Submission([65] * 100, 40, True, broken))
+    engine.submit(Submission([65] * 100, 40, True, sink_for(engine, kept)))
     engine.run_until(float("inf"))
     assert len(calls) <= 2  # the first token, and at most the step in flight
     assert sum(len(e.token_ids) for e in kept.events) == 40
@@ -271,7 +273,7 @@ def test_a_failing_sink_ends_its_request_only() -> None:
 def test_load_counts_waiting_running_and_blocks() -> None:
     engine = SimulatedEngine(config_of("scheduler.max_num_seqs=1"), Clock())
     for _ in range(3):
-        engine.submit([65] * 64, 8, True, lambda _: None)
+        engine.submit(Submission([65] * 64, 8, True, lambda _: None))
     engine.run_until(0.02)  # past the way in: one admitted, two waiting
     load = engine.load()
     assert (load.num_running, load.num_waiting) == (1, 2)
@@ -285,7 +287,7 @@ def test_the_thread_serves_requests_on_the_wall_clock() -> None:
     engine.start()
     try:
         for i, record in enumerate(records):
-            engine.submit([65] * (20 + i), 3 + i, False, sink_for(engine, record))
+            engine.submit(Submission([65] * (20 + i), 3 + i, False, sink_for(engine, record)))
         for record in records:
             assert record.finished.wait(WAIT_S)
     finally:
@@ -372,7 +374,9 @@ def test_routed_replicas_serve_every_token_when_the_simulated_cluster_predicts(
         for engine in engines:
             engine.run_until(arrival_s)
         clock.now_s = arrival_s
-        routed.submit(unique_prompt(i, prompts[i]), outputs[i], True, records[i].events.append)
+        routed.submit(
+            Submission(unique_prompt(i, prompts[i]), outputs[i], True, records[i].events.append)
+        )
     for engine in engines:
         assert engine.run_until(float("inf")) == float("inf")
     assert [load.num_requests for load in routed.loads] == [0, 0, 0]
@@ -410,8 +414,8 @@ def test_routed_abort_takes_the_request_off_its_replica_and_prefix_groups_stick(
     routed = RoutedEngines(engines, make_router("prefix_affinity", np.random.default_rng(0)), 16)
     kept, gone = Record(), Record()
     shared = [70] * 32  # two full blocks: one prefix group
-    routed.submit([*shared, 1, 2], 30, True, kept.events.append)
-    gone_id = routed.submit([*shared, 3], 30, True, gone.events.append)
+    routed.submit(Submission([*shared, 1, 2], 30, True, kept.events.append))
+    gone_id = routed.submit(Submission([*shared, 3], 30, True, gone.events.append))
     assert [load.num_requests for load in routed.loads] in ([2, 0], [0, 2])
     for engine in engines:
         engine.run_until(0.2)
@@ -440,7 +444,7 @@ def test_the_cli_serves_a_cluster_as_routed_replicas(capsys: pytest.CaptureFixtu
     backend.start()
     try:
         for record in records:
-            backend.submit([65] * 20, 3, False, record.events.append)
+            backend.submit(Submission([65] * 20, 3, False, record.events.append))
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline and not all(
             r.events and r.events[-1].finish_reason for r in records
@@ -505,7 +509,7 @@ def test_a_request_waiting_on_an_idle_engine_can_be_aborted() -> None:
     )
     engine = SimulatedEngine(config, Clock())
     record = Record()
-    request_id = engine.submit([65] * 32, 4, True, sink_for(engine, record))
+    request_id = engine.submit(Submission([65] * 32, 4, True, sink_for(engine, record)))
     assert engine.run_until(1.0) > 1.0  # admitted, waiting for a batch
     assert len(engine.core.waiting) == 1
     engine.abort(request_id)
@@ -541,7 +545,9 @@ def test_the_way_in_runs_from_the_servers_receipt() -> None:
         record = Record()
         clock.now_s = 1.0
         received_s = None if early_s is None else perf_at_build_s + 1.0 - early_s
-        engine.submit(unique_prompt(0, 100), 2, True, sink_for(engine, record), received_s)
+        engine.submit(
+            Submission(unique_prompt(0, 100), 2, True, sink_for(engine, record), received_s)
+        )
         assert engine.run_until(float("inf")) == float("inf")
         first_token_s.append(record.times_s[0])
     plain, early, future = first_token_s

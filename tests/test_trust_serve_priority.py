@@ -34,6 +34,7 @@ from sim.serving.replica_config import ReplicaConfig
 from sim.serving.routed import RoutedEngines
 from sim.serving.router import make_router
 from sim.serving.simulation import Simulation
+from sim.serving.stream import Submission
 from sim.workload.generate import RequestArrays
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -60,7 +61,9 @@ def drive_online(
         engine.run_until(arrival_s)
         clock.now_s = arrival_s
         sink = sink_for(engine, records[i])
-        engine.submit(unique_prompt(i, prompts[i]), outputs[i], True, sink, None, priorities[i])
+        engine.submit(
+            Submission(unique_prompt(i, prompts[i]), outputs[i], True, sink, None, priorities[i])
+        )
     assert engine.run_until(float("inf")) == float("inf")
     assert engine.core.kv.num_free_blocks == engine.core.kv.num_blocks
     return records
@@ -156,7 +159,9 @@ def test_routed_replicas_hand_each_replica_its_requests_priority() -> None:
             engine.run_until(arrival_s)
         clock.now_s = arrival_s
         sink = records[i].events.append
-        routed.submit(unique_prompt(i, prompts[i]), outputs[i], True, sink, None, priorities[i])
+        routed.submit(
+            Submission(unique_prompt(i, prompts[i]), outputs[i], True, sink, None, priorities[i])
+        )
     for engine in engines:
         assert engine.run_until(float("inf")) == float("inf")
     work = RequestArrays(

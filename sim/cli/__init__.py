@@ -2,9 +2,11 @@
 
 One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``, ``plan``,
 ``import_run``, ``cost_breakdown``, ``serve``; ``calibrate``, ``measure`` and ``validate`` live in
-``calibration``, which may import torch), each with ``add_parsers(subparsers)``.
-Every user error (a bad scenario, trace, option or artifact) is printed as one
-line on stderr and exits with status 2; there is no traceback.
+``calibration``, which may import torch), each with ``add_parsers(subparsers)``;
+the options several of them share (``--set``, ``--slo``, ``--host``/``--port``,
+``--out``'s default) are declared here once. Every user error (a bad scenario,
+trace, option or artifact) is printed as one line on stderr and exits with
+status 2; there is no traceback.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ import os
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TypeAlias
 
 from sim.cli.figures import FigureError
 from sim.errors import ConfigError, InvariantError
+from sim.metrics.out_path import check_out_dir
 
 # Subcommands whose own parser lives in sim.cost.kernels: name -> (help, module.function
 # there that parses and runs the rest of the line). main() hands the line over
@@ -106,6 +111,68 @@ COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
+HELP = {name: help_text for _, names in COMMANDS for name, help_text in names}
+"""Each subcommand's one-line help, as --help lists it and its own parser says it."""
+
+# What each module's add_parsers registers its subcommands on (a string: argparse's
+# class is generic to type checkers only).
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE``: a scenario field overridden (``sim.scenario.apply_overrides``)."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a scenario field, e.g. --set workload.arrival.rate_per_s=8 (repeatable)",
+    )
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--slo NAME=MS`` (``sim.metrics.slo_targets.parse_targets`` reads them) and
+    ``--target-rate R``: what a capacity search or a plan sizes a fleet for."""
+    parser.add_argument(
+        "--slo",
+        action="append",
+        metavar="NAME=MS",
+        help="SLO target <metric>_<stat>_ms=<limit>, metric ttft|tpot|itl|e2el, "
+        "stat mean|median|p90|p99, e.g. ttft_p99_ms=500 (repeatable)",
+    )
+    parser.add_argument(
+        "--target-rate", type=float, metavar="R", help="traffic to size the fleet for (req/s)"
+    )
+
+
+def add_listen_arguments(parser: argparse.ArgumentParser, default_port: int) -> None:
+    """``--host`` and ``--port``: where an HTTP face (``serve``, ``lab``) listens."""
+    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
+    parser.add_argument(
+        "--port",
+        type=port_number,
+        default=default_port,
+        help=f"(default {default_port}; 0 = any free port)",
+    )
+
+
+def port_number(text: str) -> int:
+    """argparse type: a TCP port, 0 to 65535 (0: any free one), refused in one line."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), got {port}")
+    return port
+
+
+def out_folder(out: str | None, name: str) -> Path:
+    """``--out``, else ``runs/<name>``: checked before the work (a bad --out would lose it)."""
+    folder = Path(out) if out else Path("runs") / name
+    check_out_dir(folder)
+    return folder
+
+
 def _has_calibration() -> bool:
     """Whether the ``calibration`` package is importable (it is not in a sim-only install)."""
     return importlib.util.find_spec("calibration") is not None
@@ -141,6 +208,11 @@ def one_line(message: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
+def error_line(error: Exception) -> str:
+    """The one line a user gets for ``error`` (stderr, the lab's page)."""
+    return f"servesim: error: {one_line(str(error))}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Users get one line, not a source dump.
     warnings.formatwarning = lambda message, *_, **__: f"servesim: warning: {message}\n"
@@ -163,10 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except ConfigError as error:
-        print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 2
     except (FigureError, InvariantError) as error:  # a bug, not a user error: status 1
-        print(f"servesim: error: {one_line(str(error))}", file=sys.stderr)
+        print(error_line(error), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("servesim: interrupted", file=sys.stderr)

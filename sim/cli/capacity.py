@@ -1,8 +1,4 @@
-"""``servesim capacity``: the highest load that meets SLOs, and the fleet for a target rate.
-
-Only argparse is imported at start-up; the simulator is imported when the
-handler runs, so ``servesim --help`` stays fast.
-"""
+"""``servesim capacity``: the highest load that meets SLOs, and the fleet for a target rate."""
 
 from __future__ import annotations
 
@@ -16,9 +12,10 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from sim.api.build import cost_model_for
+from sim.cli import HELP, Subparsers, add_set_argument, add_target_arguments, out_folder
 from sim.cost.model_error import model_error_for
 from sim.errors import ConfigError
-from sim.metrics.out_path import check_out_dir, out_argument
+from sim.metrics.out_path import out_argument
 from sim.metrics.slo_targets import parse_targets
 from sim.planning.capacity import MIN_STEADY_REQUESTS, Searcher, search, upper_bound_rate_per_s
 from sim.planning.capacity_report import (
@@ -36,8 +33,6 @@ MAX_LOADS = 20
 
 if TYPE_CHECKING:
     from sim.planning.capacity import CapacitySearch, LoadPoint
-
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
@@ -82,9 +77,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     scenario = load_scenario(
         args.scenario, _size_overrides(args.scenario, args.set or [], args.num_requests)
     )
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
-    check_out_dir(out)  # before the search: a bad --out would lose it
-    jobs = args.jobs if args.jobs is not None else None
+    out = out_folder(args.out, scenario.name)
+    jobs = args.jobs
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     max_num_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
@@ -125,28 +119,17 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``capacity``."""
-    p = subparsers.add_parser(
-        "capacity", help="highest load meeting SLOs, replicas and cost for a target rate"
-    )
+    p = subparsers.add_parser("capacity", help=HELP["capacity"])
     p.add_argument("scenario", help="scenario YAML file")
-    p.add_argument(
-        "--slo",
-        action="append",
-        metavar="NAME=MS",
-        help="SLO target <metric>_<stat>_ms=<limit>, metric ttft|tpot|itl|e2el, "
-        "stat mean|median|p90|p99, e.g. ttft_p99_ms=500 (repeatable)",
-    )
+    add_target_arguments(p)
     p.add_argument("--seeds", type=int, default=3, help="seeds per load (default 3)")
-    p.add_argument(
-        "--target-rate", type=float, metavar="R", help="traffic to size a fleet for (req/s)"
-    )
     p.add_argument(
         "--gpu-price-per-hour",
         type=float,
         metavar="USD",
         help="price of one GPU-hour (default: approximate list price of the hardware)",
     )
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
+    add_set_argument(p)
     p.add_argument(
         "--num-requests",
         type=int,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.api.build import cost_model_for, kv_blocks_for, model_for, step_limits
+from sim.cli import HELP, Subparsers, add_set_argument
 from sim.cost.base import StepShape
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
@@ -47,8 +48,6 @@ from sim.scenario import load_scenario
 if TYPE_CHECKING:
     from sim.cost.base import CostModel, StepShape
     from sim.scenario import Scenario
-
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 # A decode term without "@KV": each sequence has this many tokens of context.
 DEFAULT_DECODE_CONTEXT_TOKENS = 1024
@@ -253,9 +252,7 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
 
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``cost-breakdown``."""
-    p = subparsers.add_parser(
-        "cost-breakdown", help="where one step's time goes, op by op, under a scenario's cost model"
-    )
+    p = subparsers.add_parser("cost-breakdown", help=HELP["cost-breakdown"])
     p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
     p.add_argument(
         "--step",
@@ -264,11 +261,6 @@ def add_parsers(subparsers: Subparsers) -> None:
         f"Nd@KV: N decodes of KV context tokens each, default {DEFAULT_DECODE_CONTEXT_TOKENS}); "
         "e.g. 512p+60d",
     )
-    p.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="override a scenario field, e.g. --set engine.max_num_seqs=64 (repeatable)",
-    )
+    add_set_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=_cmd_cost_breakdown)

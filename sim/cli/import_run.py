@@ -1,22 +1,15 @@
-"""``servesim import-run``: a measured run from another tool into servesim's table.
-
-Only argparse is imported at start-up; pandas and the readers load when the
-command runs, so ``servesim --help`` stays fast.
-"""
+"""``servesim import-run``: a measured run from another tool into servesim's table."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from sim.cli import HELP, Subparsers
 from sim.cli.endpoint_options import positive_int
 from sim.metrics.out_path import check_out_dir, out_argument
 from sim.validation.importers import import_phases, write_phases
-
-if TYPE_CHECKING:
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 FORMATS = ("auto", "vllm-bench", "guidellm", "otlp", "llmservingsim", "measure", "imported")
 
@@ -73,7 +66,7 @@ def add_parsers(subparsers: Subparsers) -> None:
     """Register ``import-run``."""
     command = subparsers.add_parser(
         "import-run",
-        help="convert a measured run (vllm bench serve, GuideLLM, vLLM OTLP spans, ...)",
+        help=HELP["import-run"],
         description=(
             "Convert a measured run into servesim's per-request table (requests.parquet), "
             "a replayable trace (trace.csv) and its recorded settings and load (run.json). "

@@ -1,8 +1,4 @@
-"""``servesim plan``: the cheapest deployment meeting SLOs at a target rate, searched.
-
-Only argparse is imported at start-up; the simulator is imported when the
-handler runs, so ``servesim --help`` stays fast.
-"""
+"""``servesim plan``: the cheapest deployment meeting SLOs at a target rate, searched."""
 
 from __future__ import annotations
 
@@ -13,9 +9,10 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from sim.cli import HELP, Subparsers, add_set_argument, add_target_arguments, out_folder
 from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
-from sim.metrics.out_path import check_out_dir, out_argument
+from sim.metrics.out_path import out_argument
 from sim.metrics.slo_targets import parse_targets
 from sim.planning.plan import check_headroom, plan
 from sim.planning.plan_file import load_plan_config
@@ -29,13 +26,10 @@ from sim.planning.plan_report import (
 )
 from sim.planning.pricing import parse_gpu_prices
 from sim.planning.sweep_exec import check_executor
-from sim.scenario import apply_overrides, load_scenario
-from sim.scenario.strict_yaml import read_yaml
+from sim.scenario import apply_overrides, load_scenario, read_scenario
 
 if TYPE_CHECKING:
     from sim.planning.plan import Outcome, PlanResult
-
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -57,8 +51,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             raise ConfigError(f"--num-requests must be >= 1, got {args.num_requests}")
         config = config.model_copy(update={"num_requests": args.num_requests})
     scenario = load_scenario(args.scenario, args.set or [])
-    out = Path(args.out) if args.out else Path("runs") / f"{scenario.name}-plan"
-    check_out_dir(out)  # before the search: a bad --out would lose it
+    out = out_folder(args.out, f"{scenario.name}-plan")
     bar = tqdm(total=0, desc="plan", unit="config", disable=args.quiet, file=sys.stderr)
 
     def on_total(total: int) -> None:
@@ -98,7 +91,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     }
     if best_error is not None and best_error.validated is None:
         doc.setdefault("caveats", []).append(f"model error: {best_error.text}")
-    source_doc = read_yaml(Path(args.scenario), "scenario") or {}
+    source_doc = read_scenario(Path(args.scenario))
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
     paths = write_outputs(result, doc, best, out)
@@ -147,19 +140,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``plan``."""
-    p = subparsers.add_parser(
-        "plan", help="cheapest GPU, TP, replicas and batch limits meeting SLOs at a target rate"
-    )
+    p = subparsers.add_parser("plan", help=HELP["plan"])
     p.add_argument("scenario", help="scenario YAML file (its model and workload)")
-    p.add_argument(
-        "--slo",
-        action="append",
-        metavar="NAME=MS",
-        help="SLO target <metric>_<stat>_ms=<limit>, e.g. ttft_p99_ms=500 (repeatable)",
-    )
-    p.add_argument(
-        "--target-rate", type=float, metavar="R", help="traffic to size the fleet for (req/s)"
-    )
+    add_target_arguments(p)
     p.add_argument(
         "--headroom",
         type=float,
@@ -184,7 +167,7 @@ def add_parsers(subparsers: Subparsers) -> None:
         "num_requests, else the fewest the SLO percentiles need; longer where the served "
         "check needs it)",
     )
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario field")
+    add_set_argument(p)
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")
     add_executor_arguments(p)  # the sweep's executors
     p.add_argument(

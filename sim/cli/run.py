@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
+from sim.cli import HELP, Subparsers, add_set_argument
 from sim.cli.endpoint_options import add_profile_arguments
 from sim.cli.figures import FigureWorker, spare_core
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
-
-if TYPE_CHECKING:
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -36,17 +33,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``run``."""
-    run = subparsers.add_parser("run", help="simulate a scenario and report latency metrics")
+    run = subparsers.add_parser("run", help=HELP["run"])
     run.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
     run.add_argument(
         "--out", type=out_argument, help="output folder (default: runs/<scenario name>)"
     )
-    run.add_argument(
-        "--set",
-        action="append",
-        metavar="KEY=VALUE",
-        help="override a scenario field, e.g. --set workload.arrival.rate_per_s=8 (repeatable)",
-    )
+    add_set_argument(run)
     run.add_argument("--write-steps", action="store_true", help="also write the step log")
     run.add_argument(
         "--trace",
@@ -75,15 +67,11 @@ def add_parsers(subparsers: Subparsers) -> None:
         "yes, no, or auto (default): when a core is free",
     )
     _add_bench_arguments(run)
-    _add_profile_arguments(run)
-    run.set_defaults(handler=_cmd_run)
-
-
-def _add_profile_arguments(run: argparse.ArgumentParser) -> None:
-    """GuideLLM's load profiles (docs/benchmark-tools.md), as ``measure --endpoint`` has them."""
+    # GuideLLM's load profiles (docs/benchmark-tools.md), as measure --endpoint has them.
     add_profile_arguments(
         run.add_argument_group("GuideLLM's load profiles (drive the scenario's requests)")
     )
+    run.set_defaults(handler=_cmd_run)
 
 
 def _add_bench_arguments(run: argparse.ArgumentParser) -> None:

@@ -20,12 +20,13 @@ import asyncio
 import importlib.util
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
+from sim.cli import HELP, Subparsers, add_listen_arguments, add_set_argument
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.fitted import FittedCost
@@ -46,11 +47,6 @@ if TYPE_CHECKING:
     from sim.cost.base import CostModel
     from sim.scenario import Scenario
     from sim.serving.stream import OnlineBackend
-
-HELP = (
-    "serve a scenario's model as an OpenAI-compatible server: on the reference engine, "
-    "or its predicted GPU (--simulate)"
-)
 
 
 def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
@@ -179,17 +175,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
-    """A TCP port, 0 to 65535 (0: any free one), refused by argparse in one line."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535 (0: any free one), got {port}")
-    return port
-
-
 def _torch_arguments(parser: argparse.ArgumentParser) -> None:
     """The reference engine's ``--device``, ``--dtype``, ``--threads`` (calibration's own)."""
     if importlib.util.find_spec("calibration") is None:
@@ -199,13 +184,11 @@ def _torch_arguments(parser: argparse.ArgumentParser) -> None:
     add_torch_arguments(parser)
 
 
-def add_parsers(subparsers: Any) -> None:
+def add_parsers(subparsers: Subparsers) -> None:
     """Register ``serve``."""
-    parser = subparsers.add_parser("serve", help=HELP)
+    parser = subparsers.add_parser("serve", help=HELP["serve"])
     parser.add_argument("scenario", help="scenario YAML, e.g. scenarios/validate_tiny_cpu.yaml")
-    parser.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="override a scenario field"
-    )
+    add_set_argument(parser)
     parser.add_argument(
         "--simulate",
         action="store_true",
@@ -213,8 +196,5 @@ def add_parsers(subparsers: Any) -> None:
         "each step taking the time the cost model predicts (no model, no torch)",
     )
     _torch_arguments(parser)
-    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=_port, default=8000, help="(default 8000; 0 = any free port)"
-    )
+    add_listen_arguments(parser, 8000)
     parser.set_defaults(handler=_cmd_serve)

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 
 from sim import api
 from sim.api.build import model_for
+from sim.cli import out_folder
 from sim.cli.endpoint import driven_scenario
 from sim.cli.endpoint_options import SWEEP_SIZE
 from sim.cli.figures import FigureError, FigureWorker
 from sim.cost.config import auto_choice
 from sim.errors import ConfigError
-from sim.metrics.out_path import check_out_dir, check_out_file, staged, unstaged
+from sim.metrics.out_path import check_out_file, staged, unstaged
 from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
 from sim.metrics.request_trace import check_trace_path, write_request_trace
 from sim.metrics.vllm_result import (
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
     from sim.cli.figures import FigureWorker
     from sim.scenario import BenchFlags, Scenario
 
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
-
 
 def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
     """Check the scenario and --out, simulate, print the summary, write the files
@@ -59,8 +58,7 @@ def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
         else None
     )
     scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
-    out = Path(args.out) if args.out else Path("runs") / scenario.name
-    check_out_dir(out)  # before the work: a bad --out would lose it
+    out = out_folder(args.out, scenario.name)
     if args.profile == "sweep":
         return _run_sweep(args, scenario, out)
     scenario = _profiled(args, scenario)
@@ -90,8 +88,9 @@ def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
             result.summary, raw.records, raw.step_table, raw.extra_itl_s, percentiles
         )
     print(format_summary_table(result.summary, metrics))
-    auto = result.scenario.cost.kind == "auto"
-    why = f" (cost: auto: {_auto_choice(result.scenario)})" if auto else ""
+    why, ran = "", result.scenario
+    if ran.cost.kind == "auto":  # what it priced the run from, or why not kernel tables
+        why = f" (cost: auto: {auto_choice(model_for(ran), ran.hardware, ran.parallelism)})"
     # Flushed before the files are written (plots take longest): the user reads
     # the summary while they are drawn, even when stdout is a pipe.
     print(f"cost model: {result.summary['cost_model']}{why}", flush=True)
@@ -271,8 +270,3 @@ def _write_save_files(
     if args.save_trace is not None:
         written.append(write_request_trace(args.save_trace, result.raw.records))
     return written
-
-
-def _auto_choice(scenario: Scenario) -> str:
-    """What ``cost: auto`` priced the run from, or why not kernel tables (one line)."""
-    return auto_choice(model_for(scenario), scenario.hardware, scenario.parallelism)

@@ -1,32 +1,23 @@
-"""``servesim sweep``: run a grid or list of scenario variants, in parallel, with a cache.
-
-Only argparse is imported at start-up; the simulator, pandas and matplotlib
-are imported when the handler runs, so ``servesim --help`` stays fast.
-"""
+"""``servesim sweep``: run a grid or list of scenario variants, in parallel, with a cache."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from sim.metrics.out_path import check_out_dir, out_argument
+from sim.cli import HELP, Subparsers, out_folder
+from sim.metrics.out_path import out_argument
 from sim.planning.sweep import load_sweep, run_sweep, write_table
 from sim.planning.sweep_exec import check_executor
 from sim.planning.sweep_plots import plot_sweep
 from sim.planning.sweep_report import format_report, per_point
 
-if TYPE_CHECKING:
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
-
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     plan = load_sweep(args.sweep)
-    out = Path(args.out) if args.out else Path("runs") / plan.name
     check_executor(args.executor, args.jobs, args.address)  # before the banner and the work
-    check_out_dir(out)  # an earlier sweep's cache here is reused
+    out = out_folder(args.out, plan.name)  # an earlier sweep's cache there is reused
     num_runs = sum(len(p.seeds) for p in plan.points)
     print(
         f"sweep {plan.name}: {len(plan.points)} points x seeds = {num_runs} runs -> {out}/",
@@ -61,7 +52,7 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``sweep``."""
-    p = subparsers.add_parser("sweep", help="run a grid or list of scenario variants in parallel")
+    p = subparsers.add_parser("sweep", help=HELP["sweep"])
     p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/sweep_chat.yaml")
     p.add_argument("--out", type=out_argument, help="output folder (default: runs/<sweep name>)")
     add_executor_arguments(p)

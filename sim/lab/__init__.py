@@ -7,7 +7,8 @@ but reaches the simulator only through its public entry points (``sim.api``,
 line registers ``sim.lab.command`` by name). ``controls``: the page's controls as
 scenario keys; ``runs``: one run and the load-latency knee; ``figures``: plotly
 figure JSON from ``sim.metrics.figure_data``; ``lessons``: the notebooks'
-presets and their claims; ``server``: the aiohttp page server; ``command``:
+presets and their claims; ``server``: the aiohttp page server (on its port
+through ``sim.openai.listen``, as ``servesim serve``); ``command``:
 ``servesim lab``. The page is offline: plotly's own ``plotly.min.js``, served
 from the installed package (the ``[lab]`` extra), and ``page/``.
 """

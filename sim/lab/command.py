@@ -6,15 +6,12 @@ import argparse
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any
 
-from sim.cli.serve import _port
+from sim.cli import HELP, Subparsers, add_listen_arguments
 from sim.errors import ConfigError
 from sim.lab.controls import SOURCE, scenario_for
 from sim.lab.runs import run_doc
-from sim.scenario.strict_yaml import read_yaml
-
-HELP = "a queueing lab in the browser: move the load and the engine's limits, watch the plots"
+from sim.scenario import read_scenario
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
@@ -28,11 +25,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     base_doc = None
     base_dir = Path.cwd()
     if args.scenario is not None:
-        path = Path(args.scenario)
-        base_doc = read_yaml(path, "scenario")
-        if not isinstance(base_doc, dict):
-            raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
-        base_dir = path.parent
+        base_doc = read_scenario(Path(args.scenario))
+        base_dir = Path(args.scenario).parent
     app = make_app(base_doc, base_dir)
     lab = app[LAB]
     try:
@@ -54,17 +48,14 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(subparsers: Any) -> None:
+def add_parsers(subparsers: Subparsers) -> None:
     """Register ``lab``."""
-    parser = subparsers.add_parser("lab", help=HELP)
+    parser = subparsers.add_parser("lab", help=HELP["lab"])
     parser.add_argument(
         "scenario",
         nargs="?",
         default=None,
         help="the scenario the page starts from (default: scenarios/chat.yaml's chat)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="(default 127.0.0.1)")
-    parser.add_argument(
-        "--port", type=_port, default=8765, help="(default 8765; 0 = any free port)"
-    )
+    add_listen_arguments(parser, 8765)
     parser.set_defaults(handler=_cmd_lab)

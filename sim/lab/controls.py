@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import typing
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
 import yaml
@@ -72,6 +72,11 @@ RATE_KEY = "workload.arrival.rate_per_s"
 _PREFIX = "workload.prefix_groups"
 
 
+def _group(name: str, *controls: Control) -> tuple[Control, ...]:
+    """``controls`` under the page's heading ``name``."""
+    return tuple(replace(control, group=name) for control in controls)
+
+
 def _router_kinds() -> tuple[str, ...]:
     """``cluster.router``'s choices, read from the scenario schema (their one home)."""
     annotation = Scenario.model_fields["cluster"].annotation
@@ -99,152 +104,111 @@ class Control:
     optional: bool = False  # an empty box leaves the key out
     default: Any = None  # the value when the document leaves the key out
     note: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def spec(self) -> dict[str, Any]:
-        """The control as the page's script reads it (JSON)."""
-        return {
-            "key": self.key,
-            "label": self.label,
-            "kind": self.kind,
-            "low": self.low,
-            "high": self.high,
-            "step": self.step,
-            "log": self.log,
-            "choices": list(self.choices),
-            "group": self.group,
-            "optional": self.optional,
-            "note": self.note,
-        }
+        """The control as the page's script reads it (JSON): its fields but ``default``."""
+        spec = asdict(self)
+        del spec["default"]
+        return spec
 
 
 CONTROLS: tuple[Control, ...] = (
-    Control(RATE_KEY, "arrival rate (req/s)", "slider", 0.25, 200, 0.25, log=True, group="load"),
-    Control(
-        "workload.arrival.kind", "arrivals", "select", choices=("poisson", "gamma"), group="load"
+    *_group(
+        "load",
+        Control(RATE_KEY, "arrival rate (req/s)", "slider", 0.25, 200, 0.25, log=True),
+        Control("workload.arrival.kind", "arrivals", "select", choices=("poisson", "gamma")),
+        Control(
+            "workload.arrival.burstiness",
+            "burstiness (gamma shape; CV = 1/√shape)",
+            "slider",
+            0.1,
+            4,
+            0.05,
+            log=True,
+            default=1.0,
+            note="gamma only",
+        ),
+        Control("workload.num_requests", "requests", "select", choices=(500, 1000, 2000, 5000)),
     ),
-    Control(
-        "workload.arrival.burstiness",
-        "burstiness (gamma shape; CV = 1/√shape)",
-        "slider",
-        0.1,
-        4,
-        0.05,
-        log=True,
-        group="load",
-        default=1.0,
-        note="gamma only",
+    *_group(
+        "lengths (lognormal)",
+        Control(
+            "workload.prompt_tokens.median_tokens",
+            "prompt median (tokens)",
+            "slider",
+            16,
+            8000,
+            1,
+            log=True,
+        ),
+        Control("workload.prompt_tokens.sigma", "prompt sigma", "slider", 0, 2, 0.05),
+        Control(
+            "workload.output_tokens.median_tokens",
+            "output median (tokens)",
+            "slider",
+            4,
+            2000,
+            1,
+            log=True,
+        ),
+        Control("workload.output_tokens.sigma", "output sigma", "slider", 0, 2, 0.05),
+        Control(
+            f"{_PREFIX}.shared_prefix_tokens",
+            "shared prefix (tokens, 0: none)",
+            "number",
+            0,
+            8000,
+            16,
+            default=0,
+            note="prefix-cache hits: one of num_groups shared system prompts before each prompt",
+        ),
+        Control(f"{_PREFIX}.num_groups", "prefix groups", "number", 1, 1000, 1, default=8),
     ),
-    Control(
-        "workload.num_requests", "requests", "select", choices=(500, 1000, 2000, 5000), group="load"
+    *_group(
+        "engine",
+        Control("scheduler.max_num_seqs", "max_num_seqs", "slider", 1, 1024, 1, log=True),
+        Control(
+            "scheduler.max_num_batched_tokens",
+            "max_num_batched_tokens (chunk size)",
+            "slider",
+            16,
+            16384,
+            16,
+            log=True,
+        ),
+        Control("scheduler.chunked_prefill", "chunked prefill", "checkbox"),
+        Control("engine.enable_prefix_caching", "prefix caching", "checkbox", default=True),
+        Control(
+            "engine.num_kv_blocks",
+            "KV blocks (empty: as vLLM sizes it)",
+            "number",
+            1,
+            10**6,
+            1,
+            optional=True,
+        ),
     ),
-    Control(
-        "workload.prompt_tokens.median_tokens",
-        "prompt median (tokens)",
-        "slider",
-        16,
-        8000,
-        1,
-        log=True,
-        group="lengths (lognormal)",
+    *_group(
+        "hardware",
+        Control("model", "model", "select", choices=tuple(MODEL_PRESETS)),
+        Control("hardware", "GPU", "select", choices=tuple(HARDWARE_PRESETS)),
+        Control(
+            "parallelism.tensor_parallel_size",
+            "tensor parallel",
+            "select",
+            choices=(1, 2, 4, 8),
+            default=1,
+        ),
+        Control("cluster.num_replicas", "replicas", "number", 1, 64, 1, default=1),
+        Control(
+            "cluster.router", "router", "select", choices=_router_kinds(), default="round_robin"
+        ),
     ),
-    Control(
-        "workload.prompt_tokens.sigma",
-        "prompt sigma",
-        "slider",
-        0,
-        2,
-        0.05,
-        group="lengths (lognormal)",
+    *_group(
+        "SLO",
+        Control("slo.ttft_ms", "TTFT SLO (ms)", "number", 1, 10**6, 1, optional=True),
+        Control("slo.tpot_ms", "TPOT SLO (ms)", "number", 1, 10**6, 1, optional=True),
     ),
-    Control(
-        "workload.output_tokens.median_tokens",
-        "output median (tokens)",
-        "slider",
-        4,
-        2000,
-        1,
-        log=True,
-        group="lengths (lognormal)",
-    ),
-    Control(
-        "workload.output_tokens.sigma",
-        "output sigma",
-        "slider",
-        0,
-        2,
-        0.05,
-        group="lengths (lognormal)",
-    ),
-    Control(
-        f"{_PREFIX}.shared_prefix_tokens",
-        "shared prefix (tokens, 0: none)",
-        "number",
-        0,
-        8000,
-        16,
-        group="lengths (lognormal)",
-        default=0,
-        note="prefix-cache hits: one of num_groups shared system prompts before each prompt",
-    ),
-    Control(
-        f"{_PREFIX}.num_groups",
-        "prefix groups",
-        "number",
-        1,
-        1000,
-        1,
-        group="lengths (lognormal)",
-        default=8,
-    ),
-    Control(
-        "scheduler.max_num_seqs", "max_num_seqs", "slider", 1, 1024, 1, log=True, group="engine"
-    ),
-    Control(
-        "scheduler.max_num_batched_tokens",
-        "max_num_batched_tokens (chunk size)",
-        "slider",
-        16,
-        16384,
-        16,
-        log=True,
-        group="engine",
-    ),
-    Control("scheduler.chunked_prefill", "chunked prefill", "checkbox", group="engine"),
-    Control(
-        "engine.enable_prefix_caching", "prefix caching", "checkbox", group="engine", default=True
-    ),
-    Control(
-        "engine.num_kv_blocks",
-        "KV blocks (empty: as vLLM sizes it)",
-        "number",
-        1,
-        10**6,
-        1,
-        group="engine",
-        optional=True,
-    ),
-    Control("model", "model", "select", choices=tuple(MODEL_PRESETS), group="hardware"),
-    Control("hardware", "GPU", "select", choices=tuple(HARDWARE_PRESETS), group="hardware"),
-    Control(
-        "parallelism.tensor_parallel_size",
-        "tensor parallel",
-        "select",
-        choices=(1, 2, 4, 8),
-        group="hardware",
-        default=1,
-    ),
-    Control("cluster.num_replicas", "replicas", "number", 1, 64, 1, group="hardware", default=1),
-    Control(
-        "cluster.router",
-        "router",
-        "select",
-        choices=_router_kinds(),
-        group="hardware",
-        default="round_robin",
-    ),
-    Control("slo.ttft_ms", "TTFT SLO (ms)", "number", 1, 10**6, 1, group="SLO", optional=True),
-    Control("slo.tpot_ms", "TPOT SLO (ms)", "number", 1, 10**6, 1, group="SLO", optional=True),
 )
 CONTROL_KEYS = frozenset(c.key for c in CONTROLS)
 

@@ -36,37 +36,42 @@ MAX_SERIES_POINTS = 1500  # a time series' samples sent to the page (a bin's pea
 # few pixels wide at any zoom (a 5 ms prefill in a 200 s run is 0.003 % of the axis).
 THIN_SPAN_SHARE = 0.005
 _MARGIN = {"l": 60, "r": 20, "t": 56, "b": 45}
+_RED, _GREEN = _TAB["tab:red"], _TAB["tab:green"]  # an SLO; the capacity under the SLOs
 
 
 def _layout(title: str, **axes: Any) -> dict[str, Any]:
     return {"title": {"text": title, "font": {"size": 14}}, "margin": _MARGIN, **axes}
 
 
-def _line(x_ms: float, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A vertical SLO line at ``x_ms`` and its label, on a log axis (where plotly places
-    a shape at the value, an annotation at its log10)."""
-    shape = {
+def _rule(at: float, colour: str, axis: str = "x") -> dict[str, Any]:
+    """A dashed line across the plot at ``at`` on ``axis`` ("x": upright, "y": level)."""
+    across = "y" if axis == "x" else "x"
+    return {
         "type": "line",
-        "xref": "x",
-        "yref": "paper",
-        "x0": x_ms,
-        "x1": x_ms,
-        "y0": 0,
-        "y1": 1,
-        "line": {"color": "#d62728", "dash": "dash"},
+        "xref": "x" if axis == "x" else "paper",
+        "yref": "paper" if axis == "x" else "y",
+        f"{axis}0": at,
+        f"{axis}1": at,
+        f"{across}0": 0,
+        f"{across}1": 1,
+        "line": {"color": colour, "dash": "dash"},
     }
-    note = {
-        "x": math.log10(x_ms),
-        "y": 1,
+
+
+def _label(x: float, text: str, colour: str, y: float = 1) -> dict[str, Any]:
+    """``text`` beside an upright line at ``x`` on a log axis (plotly places a shape at
+    the value, an annotation at its log10)."""
+    return {
+        "x": math.log10(x),
+        "y": y,
         "xref": "x",
         "yref": "paper",
-        "text": label,
+        "text": text,
         "showarrow": False,
         "xanchor": "left",
         "yanchor": "top",
-        "font": {"color": "#d62728"},
+        "font": {"color": colour},
     }
-    return shape, note
 
 
 def cdf_figure(data: CdfData, metric: str) -> Figure:
@@ -81,8 +86,8 @@ def cdf_figure(data: CdfData, metric: str) -> Figure:
         showlegend=False,
     )
     if slo is not None:
-        shape, note = _line(slo, f" SLO {slo:g} ms")
-        layout["shapes"], layout["annotations"] = [shape], [note]
+        layout["shapes"] = [_rule(slo, _RED)]
+        layout["annotations"] = [_label(slo, f" SLO {slo:g} ms", _RED)]
     trace = {"x": values.tolist(), "y": fraction.tolist(), "mode": "lines", "name": metric}
     return {"data": [trace], "layout": layout}
 
@@ -221,7 +226,7 @@ def knee_figure(
             traces.append(
                 {
                     "x": list(knee.rates_per_s),
-                    "y": [_finite(v) for v in values],
+                    "y": [finite(v) for v in values],
                     "name": name,
                     "mode": "lines+markers",
                     "line": {"dash": dash},
@@ -234,32 +239,8 @@ def knee_figure(
             bound = "≥ " if knee.capacity_beyond else "≈ "
             label = f"capacity {bound}{capacity:.3g} req/s"
             title += f"<br><sub>{label} under {', '.join(knee.targets) or 'the served check'}</sub>"
-            at = math.log10(capacity)  # a log axis: an annotation sits at the value's log10
-            shapes.append(
-                {
-                    "type": "line",
-                    "xref": "x",
-                    "yref": "paper",
-                    "x0": capacity,
-                    "x1": capacity,
-                    "y0": 0,
-                    "y1": 1,
-                    "line": {"color": "#2ca02c", "dash": "dash"},
-                }
-            )
-            notes.append(
-                {
-                    "x": at,
-                    "y": 0.98,
-                    "xref": "x",
-                    "yref": "paper",
-                    "text": f" {label}",
-                    "showarrow": False,
-                    "xanchor": "left",
-                    "yanchor": "top",
-                    "font": {"color": "#2ca02c"},
-                }
-            )
+            shapes.append(_rule(capacity, _GREEN))
+            notes.append(_label(capacity, f" {label}", _GREEN, 0.98))
         else:
             notes.append(
                 {
@@ -270,31 +251,20 @@ def knee_figure(
                     "showarrow": False,
                     "text": "no rate of the grid meets the SLOs",
                     "xanchor": "left",
-                    "font": {"color": "#d62728"},
+                    "font": {"color": _RED},
                 }
             )
     traces.append(
         {
             "x": [rate_per_s, rate_per_s],
-            "y": [_finite(p50_ms), _finite(p99_ms)],
+            "y": [finite(p50_ms), finite(p99_ms)],
             "name": "this run",
             "mode": "markers",
-            "marker": {"size": 13, "color": "#d62728", "symbol": "diamond"},
+            "marker": {"size": 13, "color": _RED, "symbol": "diamond"},
         }
     )
     if ttft_slo_ms is not None:
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "paper",
-                "yref": "y",
-                "x0": 0,
-                "x1": 1,
-                "y0": ttft_slo_ms,
-                "y1": ttft_slo_ms,
-                "line": {"color": "#d62728", "dash": "dash"},
-            }
-        )
+        shapes.append(_rule(ttft_slo_ms, _RED, "y"))
     # The grid and this run, a little wider (a log axis's range is in log10); else
     # plotly's autorange reaches for the capacity's label and squeezes the curve.
     shown = [rate_per_s, *(knee.rates_per_s if knee is not None else ())]
@@ -310,6 +280,7 @@ def knee_figure(
     return {"data": traces, "layout": layout}
 
 
-def _finite(value: float) -> float | None:
-    """A number JSON can carry: None (a gap in the line) for NaN or infinity."""
-    return float(value) if math.isfinite(value) else None
+def finite(value: Any) -> Any:
+    """A value JSON can carry: None (a gap in a line, a missing statistic) for a NaN or
+    infinite float."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value

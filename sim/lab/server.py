@@ -25,13 +25,14 @@ from typing import Any
 from aiohttp import web
 
 from sim.api import Result
-from sim.cli import one_line
+from sim.cli import error_line
 from sim.errors import ConfigError
 from sim.lab.controls import CONTROLS, doc_for, scenario_for, scenario_yaml, values_of
-from sim.lab.figures import cdf_figure, knee_figure, timeseries_figure, waterfall_figure
+from sim.lab.figures import cdf_figure, finite, knee_figure, timeseries_figure, waterfall_figure
 from sim.lab.lessons import LESSON_BY_NAME, LESSONS
 from sim.lab.runs import Knee, KneeCache, knee, regime, run_doc
 from sim.metrics.report import all_rejected_error, prepare_figures
+from sim.openai import listen
 
 PAGE = Path(__file__).parent / "page"
 _PAGE_FILES = {
@@ -68,11 +69,6 @@ def plotly_script() -> Path:
     return path
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN: a missing statistic is null."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
 class Lab:
     """The page's state on the server: its starting document, the newest request id,
     the worker thread, the knee's cache and the newest run (for its caption)."""
@@ -97,7 +93,7 @@ class Lab:
             try:
                 return {"id": request_id, **job(request_id, *args)}
             except ConfigError as error:
-                return {"id": request_id, "error": f"servesim: error: {one_line(str(error))}"}
+                return {"id": request_id, "error": error_line(error)}
 
         return await asyncio.get_running_loop().run_in_executor(self.pool, run)
 
@@ -109,7 +105,7 @@ class Lab:
             raise ConfigError(nothing)  # as servesim run refuses it
         self.results = {request_id: result}
         figures = prepare_figures(result.figure_job(self.base_dir))
-        summary = {key: _finite(result.summary.get(key)) for key in SHOWN_KEYS}
+        summary = {key: finite(result.summary.get(key)) for key in SHOWN_KEYS}
         return {
             "summary": summary,
             "figures": {
@@ -144,7 +140,7 @@ class Lab:
         return {
             "knee": figure,
             "caption": state.caption(),
-            "rho": _finite(state.rho),
+            "rho": finite(state.rho),
             "capacity_rate_per_s": found.capacity_rate_per_s,
             "binds": state.binds,
         }
@@ -206,7 +202,7 @@ def _validated(request_id: int, doc: dict[str, Any]) -> dict[str, Any] | None:
     try:
         scenario_for(doc)
     except ConfigError as error:
-        return {"id": request_id, "error": f"servesim: error: {one_line(str(error))}"}
+        return {"id": request_id, "error": error_line(error)}
     return None
 
 
@@ -257,11 +253,9 @@ def make_app(
 
 
 async def serve(app: web.Application, host: str, port: int) -> None:
-    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until cancelled."""
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until cancelled;
+    a port that cannot be had is one line (``listen``)."""
+    runner = await listen(app, host, port)
     bound = runner.addresses[0][1] if runner.addresses else port
     print(f"servesim lab: http://{host}:{bound}/ (Ctrl-C stops)", flush=True)
     try:

@@ -27,6 +27,8 @@ share counts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -87,48 +89,49 @@ class ServerMetrics:
         # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
         # switch is prometheus_client's, for the whole process, as vLLM sets it.
         disable_created_metrics()
-        self.registry = CollectorRegistry()
+        self.registry = r = CollectorRegistry()
         self._labels = {"model_name": model_name, "engine": "0"}
-        r = self.registry
-        self._running = Gauge(
-            "vllm:num_requests_running", "Requests in the engine's running batch.", LABELS,
-            registry=r,
-        )  # fmt: skip
-        self._waiting = Gauge(
-            "vllm:num_requests_waiting", "Requests waiting to be scheduled.", LABELS, registry=r
+
+        def gauge(name: str, text: str) -> Gauge:
+            return Gauge(name, text, LABELS, registry=r)
+
+        def counter(name: str, text: str, labels: tuple[str, ...] = LABELS) -> Counter:
+            return Counter(name, text, labels, registry=r)
+
+        def histogram(name: str, text: str, buckets: Sequence[float]) -> Histogram:
+            return Histogram(name, text, LABELS, buckets=buckets, registry=r)
+
+        self._running = gauge(
+            "vllm:num_requests_running", "Requests in the engine's running batch."
         )
-        self._kv = Gauge(
-            "vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1).", LABELS,
-            registry=r,
-        )  # fmt: skip
-        self._prompt = Counter("vllm:prompt_tokens", "Prompt tokens computed.", LABELS, registry=r)
-        self._generation = Counter(
-            "vllm:generation_tokens", "Generated tokens streamed to clients.", LABELS, registry=r
+        self._waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.")
+        self._kv = gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (0 to 1).")
+        self._prompt = counter("vllm:prompt_tokens", "Prompt tokens computed.")
+        self._generation = counter(
+            "vllm:generation_tokens", "Generated tokens streamed to clients."
         )
-        self._success = Counter(
-            "vllm:request_success", "Finished requests, by finish reason.",
-            (*LABELS, "finished_reason"), registry=r,
-        )  # fmt: skip
-        self._ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "Time to first token (s).", LABELS,
-            buckets=TTFT_BUCKETS_S, registry=r,
-        )  # fmt: skip
-        self._itl = Histogram(
-            "vllm:inter_token_latency_seconds", "Gaps between a request's token events (s).",
-            LABELS, buckets=ITL_BUCKETS_S, registry=r,
-        )  # fmt: skip
-        self._e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "Arrival to last token (s).", LABELS,
-            buckets=E2E_BUCKETS_S, registry=r,
-        )  # fmt: skip
-        self._prompt_hist = Histogram(
-            "vllm:request_prompt_tokens", "Prompt tokens per request.", LABELS,
-            buckets=token_buckets, registry=r,
-        )  # fmt: skip
-        self._generation_hist = Histogram(
-            "vllm:request_generation_tokens", "Generated tokens per request.", LABELS,
-            buckets=token_buckets, registry=r,
-        )  # fmt: skip
+        self._success = counter(
+            "vllm:request_success",
+            "Finished requests, by finish reason.",
+            (*LABELS, "finished_reason"),
+        )
+        self._ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Time to first token (s).", TTFT_BUCKETS_S
+        )
+        self._itl = histogram(
+            "vllm:inter_token_latency_seconds",
+            "Gaps between a request's token events (s).",
+            ITL_BUCKETS_S,
+        )
+        self._e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Arrival to last token (s).", E2E_BUCKETS_S
+        )
+        self._prompt_hist = histogram(
+            "vllm:request_prompt_tokens", "Prompt tokens per request.", token_buckets
+        )
+        self._generation_hist = histogram(
+            "vllm:request_generation_tokens", "Generated tokens per request.", token_buckets
+        )
         # The engine's phases of a finished request (vLLM's request-latency buckets).
         phases = (
             ("queue", "Time in the engine's waiting queue: handed to it to first scheduled"),
@@ -137,66 +140,49 @@ class ServerMetrics:
             ("inference", "First scheduled to last token"),
         )
         self._phases = {
-            phase: Histogram(
-                f"vllm:request_{phase}_time_seconds",
-                f"{what} (s).",
-                LABELS,
-                buckets=E2E_BUCKETS_S,
-                registry=r,
-            )
+            phase: histogram(f"vllm:request_{phase}_time_seconds", f"{what} (s).", E2E_BUCKETS_S)
             for phase, what in phases
         }
-        self._preemptions = Counter(
-            "vllm:num_preemptions", "Preemptions of finished requests.", LABELS, registry=r
+        self._preemptions = counter("vllm:num_preemptions", "Preemptions of finished requests.")
+        self._prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache."
         )
-        self._prefix_queries = Counter(
-            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
-            LABELS, registry=r,
-        )  # fmt: skip
-        self._prefix_hits = Counter(
-            "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache.", LABELS,
-            registry=r,
-        )  # fmt: skip
+        self._prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache."
+        )
         # vLLM: decode time / (generated - 1) of each finished request, 0 for one with
         # a single token or none (FinishedRequestStats.mean_time_per_output_token),
         # observed for every finished request, aborted ones too; the ITL buckets.
-        self._tpot = Histogram(
+        self._tpot = histogram(
             "vllm:request_time_per_output_token_seconds",
-            "Mean time per output token of a finished request (s).", LABELS,
-            buckets=ITL_BUCKETS_S, registry=r,
-        )  # fmt: skip
-        self._iteration_tokens = Histogram(
-            "vllm:iteration_tokens_total", "Tokens per engine step.", LABELS,
-            buckets=ITERATION_TOKEN_BUCKETS, registry=r,
-        )  # fmt: skip
+            "Mean time per output token of a finished request (s).",
+            ITL_BUCKETS_S,
+        )
+        self._iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Tokens per engine step.", ITERATION_TOKEN_BUCKETS
+        )
         # vLLM observes n once per client request (when its last choice finishes) and
         # max_tokens once per finished choice (each of the n is an engine request).
-        self._n = Histogram(
-            "vllm:request_params_n", "The n request parameter.", LABELS, buckets=N_BUCKETS,
-            registry=r,
-        )  # fmt: skip
-        self._max_tokens = Histogram(
-            "vllm:request_params_max_tokens", "The max_tokens request parameter.", LABELS,
-            buckets=token_buckets, registry=r,
-        )  # fmt: skip
+        self._n = histogram("vllm:request_params_n", "The n request parameter.", N_BUCKETS)
+        self._max_tokens = histogram(
+            "vllm:request_params_max_tokens", "The max_tokens request parameter.", token_buckets
+        )
         # vLLM's is a Gauge set to 1 with CacheConfig's fields as labels (str() of
         # each) and ``engine``, no ``model_name``; servesim knows three of them.
         self._cache_info = Gauge(
             "vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
             ("block_size", "num_gpu_blocks", "enable_prefix_caching", "engine"), registry=r,
         )  # fmt: skip
-        self._lag = Gauge(
+        self._lag = gauge(
             "servesim:simulation_lag_seconds",
             "How far the simulated engine's latest step was committed past its predicted "
             "end (s): a client or the host CPU is the bottleneck when it grows.",
-            LABELS, registry=r,
-        )  # fmt: skip
-
-        self._violations = Counter(
+        )
+        self._violations = counter(
             "servesim:invariant_violations",
             "Run invariants the simulated engine broke (a simulator bug: the engine stops).",
-            (*LABELS, "invariant"), registry=r,
-        )  # fmt: skip
+            (*LABELS, "invariant"),
+        )
         for name in invariants:
             self._violations.labels(**self._labels, invariant=name)
         self._counted_error: BaseException | None = None  # the engine error counted

@@ -91,7 +91,7 @@ Stop = str | list[str] | None
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class _Sampling(_Request):
+class Sampling(_Request):
     """What both APIs share: lengths, stop strings, streaming and the ignored sampling fields."""
 
     model: str | None = None
@@ -147,7 +147,7 @@ class _Sampling(_Request):
         return refused
 
 
-class CompletionRequest(_Sampling):
+class CompletionRequest(Sampling):
     """``POST /v1/completions``."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
@@ -220,7 +220,12 @@ class Message(BaseModel):
         return "\n".join(texts)
 
 
-class ChatCompletionRequest(_Sampling):
+def chat_prompt(messages: list[Message]) -> str:
+    """servesim's chat template: the messages' texts joined by newlines."""
+    return "\n".join(m.text(i) for i, m in enumerate(messages))
+
+
+class ChatCompletionRequest(Sampling):
     """``POST /v1/chat/completions``."""
 
     messages: list[Message] = Field(min_length=1)
@@ -231,10 +236,6 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # ignored, as vLLM does
-
-    def prompt_text(self) -> str:
-        """servesim's chat template: the messages' texts joined by newlines."""
-        return "\n".join(m.text(i) for i, m in enumerate(self.messages))
 
     def wanted_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -266,12 +267,6 @@ class DetokenizeRequest(_Request):
 
     model: str | None = None
     tokens: list[Annotated[int, Field(ge=0)]]
-
-
-KNOWN_FIELDS = {
-    cls: set(cls.model_fields)
-    for cls in (CompletionRequest, ChatCompletionRequest, TokenizeRequest, DetokenizeRequest)
-}
 
 
 RequestT = TypeVar("RequestT", bound=_Request)
@@ -337,6 +332,16 @@ class UsageInfo(BaseModel):
     completion_tokens: int = 0
     total_tokens: int
 
+    @classmethod
+    def of(cls, num_prompt_tokens: int, num_completion_tokens: int) -> UsageInfo:
+        """The usage of a prompt and its completion (``total_tokens``: their sum)."""
+        total = num_prompt_tokens + num_completion_tokens
+        return cls(
+            prompt_tokens=num_prompt_tokens,
+            completion_tokens=num_completion_tokens,
+            total_tokens=total,
+        )
+
 
 class CompletionChoice(BaseModel):
     index: int
@@ -346,11 +351,17 @@ class CompletionChoice(BaseModel):
     stop_reason: str | int | None = None
 
 
-class CompletionResponse(BaseModel):
+class _Answer(BaseModel):
+    """What every answer starts with, in OpenAI's order (``object``: each answer's own)."""
+
     id: str
-    object: Literal["text_completion"] = "text_completion"
+    object: str
     created: int = Field(default_factory=now_s)
     model: str
+
+
+class CompletionResponse(_Answer):
+    object: Literal["text_completion"] = "text_completion"
     choices: list[CompletionChoice]
     usage: UsageInfo | None = None
 
@@ -368,11 +379,8 @@ class ChatChoice(BaseModel):
     stop_reason: str | int | None = None
 
 
-class ChatCompletionResponse(BaseModel):
-    id: str
+class ChatCompletionResponse(_Answer):
     object: Literal["chat.completion"] = "chat.completion"
-    created: int = Field(default_factory=now_s)
-    model: str
     choices: list[ChatChoice]
     usage: UsageInfo
 
@@ -398,11 +406,8 @@ class ChatStreamChoice(BaseModel):
     stop_reason: str | int | None = None
 
 
-class ChatCompletionChunk(BaseModel):
-    id: str
+class ChatCompletionChunk(_Answer):
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int = Field(default_factory=now_s)
-    model: str
     choices: list[ChatStreamChoice]
     usage: UsageInfo | None = None
 

@@ -26,12 +26,12 @@ from aiohttp import web
 from pydantic import BaseModel
 
 import sim
-from sim.errors import ConfigError
+from sim.openai import listen
 from sim.openai import protocol as p
 from sim.openai.detokenize import IncrementalDetokenizer
 from sim.openai.metrics import CONTENT_TYPE, ServerMetrics
 from sim.openai.tokenizer import ByteTokenizer
-from sim.serving.stream import Emitted, FinishReason, OnlineBackend, RequestTiming
+from sim.serving.stream import Emitted, FinishReason, OnlineBackend, RequestTiming, Submission
 
 LOG = logging.getLogger("servesim.serve")
 
@@ -135,7 +135,7 @@ def _check_model(request: web.Request, asked: str | None) -> None:
         raise p.RequestError(f"The model `{asked}` does not exist.", "model", status=404)
 
 
-def _check_supported(request: p.CompletionRequest | p.ChatCompletionRequest) -> None:
+def _check_supported(request: p.Sampling) -> None:
     refused = request.unsupported()
     if refused:
         raise p.RequestError(f"{', '.join(refused)}: not supported by servesim serve", refused[0])
@@ -208,12 +208,7 @@ class Choice:
     pieces: list[str] = field(default_factory=list)
 
     def usage(self) -> p.UsageInfo:
-        n = self.num_prompt_tokens
-        return p.UsageInfo(
-            prompt_tokens=n,
-            completion_tokens=self.num_generated_tokens,
-            total_tokens=n + self.num_generated_tokens,
-        )
+        return p.UsageInfo.of(self.num_prompt_tokens, self.num_generated_tokens)
 
 
 class Generation:
@@ -250,9 +245,8 @@ class Generation:
                     mailbox.put(self.events, (index, event))
 
                 try:
-                    request_id = self.engine.submit(
-                        ids, limit, ignore_eos, sink, self.arrival_s, priority
-                    )
+                    submission = Submission(ids, limit, ignore_eos, sink, self.arrival_s, priority)
+                    request_id = self.engine.submit(submission)
                 except BaseException:
                     self.abort("its submission failed")  # the choices submitted before
                     raise
@@ -265,8 +259,7 @@ class Generation:
 
     def usage(self) -> p.UsageInfo:
         generated = sum(c.num_generated_tokens for c in self.choices)
-        n = self.num_prompt_tokens
-        return p.UsageInfo(prompt_tokens=n, completion_tokens=generated, total_tokens=n + generated)
+        return p.UsageInfo.of(self.num_prompt_tokens, generated)
 
     async def next(self) -> tuple[Choice, str] | None:
         """The next event as (choice, new text); None for one of a finished choice."""
@@ -342,40 +335,27 @@ def _sse(model: BaseModel) -> bytes:
     return b"data: " + model.model_dump_json().encode() + b"\n\n"
 
 
-def _completion_chunk(
-    rid: str, model: str, created: int, choice: Choice, text: str
-) -> p.CompletionResponse:
-    return p.CompletionResponse(
-        id=rid,
-        created=created,
-        model=model,
-        choices=[
-            p.CompletionChoice(
-                index=choice.index,
-                text=text,
-                finish_reason=choice.finish_reason,
-                stop_reason=choice.stop_reason,
-            )
-        ],
-    )
+def _choice(chat: bool, stream: bool, choice: Choice, text: str, role: bool = False) -> Any:
+    """One choice of an answer: a completion's text, a chat message, or (streamed) a chat
+    delta, with the choice's end so far; ``role``: a stream's first chunk of a chat choice."""
+    end: dict[str, Any] = {"finish_reason": choice.finish_reason, "stop_reason": choice.stop_reason}
+    if not chat:
+        return p.CompletionChoice(index=choice.index, text=text, **end)
+    if not stream:
+        return p.ChatChoice(index=choice.index, message=p.ChatMessage(content=text), **end)
+    delta = p.DeltaMessage(role="assistant" if role else None, content=text)
+    return p.ChatStreamChoice(index=choice.index, delta=delta, **end)
 
 
-def _chat_chunk(
-    rid: str, model: str, created: int, index: int, delta: p.DeltaMessage, choice: Choice | None
-) -> p.ChatCompletionChunk:
-    return p.ChatCompletionChunk(
-        id=rid,
-        created=created,
-        model=model,
-        choices=[
-            p.ChatStreamChoice(
-                index=index,
-                delta=delta,
-                finish_reason=choice.finish_reason if choice else None,
-                stop_reason=choice.stop_reason if choice else None,
-            )
-        ],
-    )
+def _answer(
+    chat: bool, stream: bool, rid: str, model: str, choices: list[Any], **fields: Any
+) -> p.CompletionResponse | p.ChatCompletionResponse | p.ChatCompletionChunk:
+    """The answer (or a stream's chunk) around ``choices``; ``fields``: ``created``, ``usage``."""
+    if not chat:
+        return p.CompletionResponse(id=rid, model=model, choices=choices, **fields)
+    if not stream:
+        return p.ChatCompletionResponse(id=rid, model=model, choices=choices, **fields)
+    return p.ChatCompletionChunk(id=rid, model=model, choices=choices, **fields)
 
 
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -383,17 +363,14 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     app = request.app
     engine, model, tokenizer = app[ENGINE], app[MODEL], app[TOKENIZER]
     body = await _body(request)
-    req: p.CompletionRequest | p.ChatCompletionRequest
-    if chat:
-        req = p.parse(p.ChatCompletionRequest, body)
-        _check_model(request, req.model)
-        _check_supported(req)
-        prompts = [tokenizer.encode(req.prompt_text())]
+    req = p.parse(p.ChatCompletionRequest if chat else p.CompletionRequest, body)
+    _check_model(request, req.model)
+    _check_supported(req)
+    if isinstance(req, p.ChatCompletionRequest):
+        prompts = [tokenizer.encode(p.chat_prompt(req.messages))]
         asked, default = req.wanted_tokens(), engine.max_model_len_tokens  # vLLM's default
     else:
-        req = p.parse(p.CompletionRequest, body)
-        _check_model(request, req.model)
-        _check_supported(req)
+        assert isinstance(req, p.CompletionRequest)
         prompts = [tokenizer.encode(x) if isinstance(x, str) else x for x in req.prompts()]
         for ids in prompts:
             _check_token_ids(ids, tokenizer.vocab_size)
@@ -437,62 +414,41 @@ async def _stream(
     chat: bool,
     options: p.StreamOptions | None,
 ) -> web.StreamResponse:
+    """A stream's chunks: roles (chat), one per engine event, usage if asked, [DONE]."""
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
     await response.prepare(request)  # ConnectionResetError if the client left: _generate's
-    await _send_events(response, request.app[MODEL], generation, rid, chat, options)
-    return response
-
-
-async def _send_events(
-    response: web.StreamResponse,
-    model: str,
-    generation: Generation,
-    rid: str,
-    chat: bool,
-    options: p.StreamOptions | None,
-) -> None:
-    """A stream's chunks: roles (chat), one per engine event, usage if asked, [DONE]."""
+    model = request.app[MODEL]
     options = options or p.StreamOptions()
     created = p.now_s()
-    if chat:
+
+    def chunk(choices: list[Any], usage: p.UsageInfo | None) -> bytes:
+        return _sse(_answer(chat, True, rid, model, choices, created=created, usage=usage))
+
+    each_usage = options.continuous_usage_stats
+    if chat:  # each choice's role first (vLLM's usage there: the prompt, no completion yet)
         for choice in generation.choices:
-            role = p.DeltaMessage(role="assistant", content="")
-            first = _chat_chunk(rid, model, created, choice.index, role, None)
-            if options.continuous_usage_stats:  # vLLM's: the prompt, no completion yet
-                first.usage = choice.usage()
-            await response.write(_sse(first))
+            role = _choice(chat, True, choice, "", role=True)
+            await response.write(chunk([role], choice.usage() if each_usage else None))
     while not generation.done:
         step = await generation.next()
         if step is None:
             continue
         choice, text = step
-        chunk: p.CompletionResponse | p.ChatCompletionChunk
-        if chat:
-            delta = p.DeltaMessage(content=text)
-            chunk = _chat_chunk(rid, model, created, choice.index, delta, choice)
-        else:
-            chunk = _completion_chunk(rid, model, created, choice, text)
-        if options.continuous_usage_stats:
-            chunk.usage = choice.usage()
-        await response.write(_sse(chunk))
+        usage = choice.usage() if each_usage else None
+        await response.write(chunk([_choice(chat, True, choice, text)], usage))
         if choice.finish_reason == "abort" and generation.engine.error is not None:
             # The engine died under the stream: an error event, as vLLM sends one.
             error = p.error_body(500, f"the engine stopped: {generation.engine.error}")
             await response.write(_sse(error) + b"data: [DONE]\n\n")
             await response.write_eof()
-            return
+            return response
     if options.include_usage:
-        usage: p.CompletionResponse | p.ChatCompletionChunk
-        if chat:
-            usage = p.ChatCompletionChunk(id=rid, created=created, model=model, choices=[])
-        else:
-            usage = p.CompletionResponse(id=rid, created=created, model=model, choices=[])
-        usage.usage = generation.usage()
-        await response.write(_sse(usage))
+        await response.write(chunk([], generation.usage()))
     await response.write(b"data: [DONE]\n\n")
     await response.write_eof()
+    return response
 
 
 async def _whole(
@@ -510,33 +466,8 @@ async def _whole(
                 raise ConnectionResetError("the client disconnected")  # _generate aborts
     if any(c.finish_reason == "abort" for c in generation.choices):
         _check_engine(generation.engine)  # it died under the request: its choices were aborted
-    if chat:
-        chat_choices = [
-            p.ChatChoice(
-                index=c.index,
-                message=p.ChatMessage(content="".join(c.pieces)),
-                finish_reason=c.finish_reason,
-                stop_reason=c.stop_reason,
-            )
-            for c in generation.choices
-        ]
-        return _json(
-            p.ChatCompletionResponse(
-                id=rid, model=model, choices=chat_choices, usage=generation.usage()
-            )
-        )
-    choices = [
-        p.CompletionChoice(
-            index=c.index,
-            text="".join(c.pieces),
-            finish_reason=c.finish_reason,
-            stop_reason=c.stop_reason,
-        )
-        for c in generation.choices
-    ]
-    return _json(
-        p.CompletionResponse(id=rid, model=model, choices=choices, usage=generation.usage())
-    )
+    choices = [_choice(chat, False, c, "".join(c.pieces)) for c in generation.choices]
+    return _json(_answer(chat, False, rid, model, choices, usage=generation.usage()))
 
 
 async def tokenize(request: web.Request) -> web.Response:
@@ -545,10 +476,7 @@ async def tokenize(request: web.Request) -> web.Response:
     _check_model(request, req.model)
     if (req.prompt is None) == (req.messages is None):
         raise p.RequestError("give either 'prompt' or 'messages'", "prompt")
-    if req.messages is not None:
-        text = "\n".join(m.text(i) for i, m in enumerate(req.messages))
-    else:
-        text = req.prompt or ""
+    text = p.chat_prompt(req.messages) if req.messages is not None else req.prompt or ""
     ids = request.app[TOKENIZER].encode(text)
     max_len = request.app[ENGINE].max_model_len_tokens
     return _json(p.TokenizeResponse(count=len(ids), max_model_len=max_len, tokens=ids))
@@ -643,17 +571,7 @@ async def serve(app: web.Application, host: str, port: int, model: str) -> None:
     or Ctrl-C; then open requests get ``SHUTDOWN_TIMEOUT_S`` to finish, the server
     says so, and a further Ctrl-C (or SIGTERM) cuts the wait: the requests still open
     are then aborted as ``asyncio.run`` cancels their handlers."""
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-    except OSError as error:
-        await runner.cleanup()
-        raise ConfigError(f"--port {port}: cannot listen on {host} ({error.strerror})") from None
-    except BaseException:
-        await runner.cleanup()
-        raise
+    runner = await listen(app, host, port, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     bound_host, bound_port = runner.addresses[0][:2]
     print(
         f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",

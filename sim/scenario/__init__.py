@@ -59,11 +59,18 @@ __all__ = [
     "Scenario",
     "apply_overrides",
     "load_scenario",
+    "read_scenario",
     "scenario_from_dict",
     "set_dotted",
 ]
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
+
+
+def _refuse(problem: str | None) -> None:
+    """A check's one-line ``problem``, if any, as the ValueError pydantic reports."""
+    if problem is not None:
+        raise ValueError(problem)
 
 
 class EngineConfig(BaseModel):
@@ -183,17 +190,13 @@ class EngineConfig(BaseModel):
     @field_validator("block_size_tokens")
     @classmethod
     def _vllm_block_size(cls, block_size_tokens: int) -> int:
-        problem = block_size_problem(block_size_tokens)
-        if problem is not None:
-            raise ValueError(problem)
+        _refuse(block_size_problem(block_size_tokens))
         return block_size_tokens
 
     @field_validator("vllm_version")
     @classmethod
     def _known_version(cls, name: str) -> str:
-        problem = version_problem(name)
-        if problem is not None:
-            raise ValueError(problem)
+        _refuse(version_problem(name))
         return name
 
     @property
@@ -360,11 +363,11 @@ class Scenario(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Scenario:
         """Checks across sections; the first problem found is the error."""
-        problem = context_problem(
-            self.model.name, self.engine.max_model_len_tokens, self.model.max_context_tokens
+        _refuse(
+            context_problem(
+                self.model.name, self.engine.max_model_len_tokens, self.model.max_context_tokens
+            )
         )
-        if problem is not None:
-            raise ValueError(problem)
         policy = self.scheduler
         if (
             isinstance(policy, ContinuousSettings)
@@ -408,9 +411,7 @@ class Scenario(BaseModel):
                 f"parallelism.link: {link}, but {self.hardware.name} GPUs have no NVLink "
                 f"(their link: {own})"
             )
-        problem = layout_problem(self.model, self.parallelism)
-        if problem is not None:
-            raise ValueError(problem)
+        _refuse(layout_problem(self.model, self.parallelism))
         return self
 
     @property
@@ -474,17 +475,24 @@ def scenario_from_dict(
         raise ConfigError(f"{source}: {error}") from None
 
 
+def read_scenario(path: Path) -> dict[str, Any]:
+    """A scenario file's raw document (empty: no fields), not yet validated; ConfigError
+    naming the file when it is not a mapping."""
+    doc = read_yaml(path, "scenario")
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
+    return doc
+
+
 def load_scenario(
     path: str | Path, overrides: Sequence[str] = (), bench_flags: BenchFlags | None = None
 ) -> Scenario:
     """Read, override and validate a scenario file; ``bench_flags``: ``vllm bench
     serve``'s workload flags, written after the overrides (``sim.scenario.bench_flags``)."""
     path = Path(path)
-    doc = read_yaml(path, "scenario")
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
+    doc = read_scenario(path)
     apply_overrides(doc, overrides, str(path))
     if bench_flags is not None:
         apply_bench_flags(doc, bench_flags, overrides, str(path))

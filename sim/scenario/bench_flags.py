@@ -6,23 +6,17 @@
 vLLM's meaning. Each one only writes scenario keys into the raw document,
 after the ``--set`` overrides and before validation (``set_dotted``), so a
 flag is exactly the ``--set`` it stands for and is checked like the file.
-Flag: key for a synthetic workload / a closed loop / a trace (under ``workload.``):
-
-- ``--request-rate R``: ``arrival.rate_per_s`` / error / error;
-- ``--burstiness B``: ``arrival`` gamma of shape B, its rate kept / error / error;
-- ``--num-prompts N``: ``num_requests`` / ``num_requests`` / ``max_requests``;
-- ``--random-input-len L``: ``prompt_tokens`` / ``prompt_tokens`` / error;
-- ``--random-output-len L``: ``output_tokens`` / ``output_tokens`` / error;
-- ``--max-concurrency N``: ``max_concurrency`` / error / ``max_concurrency``;
-- ``--goodput ttft:500 ...``: the top-level ``slo`` section, for every kind.
+The key each flag writes for a synthetic workload, a closed loop and a trace
+(or why it is an error) is ``_assignments`` with ``_KINDS`` here, tabled in
+docs/benchmark-tools.md; ``--goodput`` writes the top-level ``slo`` section.
 
 vLLM's random dataset draws lengths uniformly from the integers
 ``floor(L (1 - r)) .. ceil(L (1 + r))`` (``r``: ``--random-range-ratio``, 0 by
 default: every length is L; an output length is at least 1). ``--num-prompts``
-on a ``duration_s`` workload replaces the duration. ``--goodput`` states every SLO of goodput, as in
-vLLM: the scenario's ``slo`` section is replaced, not merged. A flag on a
-kind it does not apply to (or on a workload given by ``profile:``), or naming
-a key a ``--set`` also names, is a one-line error.
+on a ``duration_s`` workload replaces the duration. ``--goodput`` states every
+SLO of goodput, as in vLLM: the scenario's ``slo`` section is replaced, not merged.
+A flag on a kind it does not apply to (or on a workload given by ``profile:``),
+or naming a key a ``--set`` also names, is a one-line error.
 """
 
 from __future__ import annotations

@@ -85,7 +85,15 @@ from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, SchedulerOutput
 from sim.errors import InvariantError
 from sim.serving.replica_config import ReplicaConfig
-from sim.serving.stream import Emitted, EngineLoad, FinishReason, Sink, load_of, timing_of
+from sim.serving.stream import (
+    Emitted,
+    EngineLoad,
+    FinishReason,
+    Sink,
+    Submission,
+    end_early,
+    load_of,
+)
 
 # The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
 # one): byte + 3; 0, 1, 2 are padding, BOS and EOS, never emitted here.
@@ -206,36 +214,26 @@ class SimulatedEngine:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
-    def submit(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int,
-        ignore_eos: bool,
-        sink: Sink,
-        received_s: float | None = None,
-        priority: int = 0,
-    ) -> int:
-        """Queue a tokenized request of class ``priority``; ``max_tokens`` tokens go
-        to ``sink``. ``ignore_eos`` is moot: a simulated model never samples EOS.
-
-        It arrives at ``received_s`` (``time.perf_counter``'s clock: when the
-        server took it), or now when None: the modelled way in then runs from
-        the moment the server received it, so the server's real parsing and
-        tokenization are part of it rather than on top (module doc)."""
+    def submit(self, submission: Submission) -> int:
+        """Queue a tokenized request; ``max_tokens`` tokens go to its sink (``ignore_eos``
+        is moot: a simulated model never samples EOS). It arrives at its ``received_s``:
+        the modelled way in then runs from the moment the server received it, so the
+        server's real parsing and tokenization are part of it rather than on top
+        (module doc)."""
         with self._id_lock:
             request_id = self._next_id
             self._next_id += 1
         now_s = self.now_s()
-        arrival_s = now_s
+        arrival_s, received_s = now_s, submission.received_s
         if received_s is not None:
             # On the engine's clock; never later than now (a test clock need not
             # run with perf_counter: then the offset below is meaningless, but the
             # tests that drive one submit without received_s).
             arrival_s = min(now_s, received_s + self._perf_to_clock_s - self._origin_s)
-        request = Request(request_id, arrival_s, len(prompt_ids), max_tokens, priority)
+        request = submission.request(request_id, arrival_s)
         if self._block_size_tokens is not None:
-            request.block_hash_ids = block_hashes(prompt_ids, self._block_size_tokens)
-        self._inbox.put(_Live(request, sink))
+            request.block_hash_ids = block_hashes(submission.prompt_ids, self._block_size_tokens)
+        self._inbox.put(_Live(request, submission.sink))
         self._wake.set()
         return request_id
 
@@ -349,17 +347,11 @@ class SimulatedEngine:
 
     def _end_aborted(self, now_s: float) -> None:
         """End the requests whose client went away (between steps: none is in flight)."""
-        core = self.core
         for live in self._to_end:
             request = live.request
             if self._live.pop(request.request_id, None) is None or request.ready_s is None:
                 continue  # still on its way in: dropped from the heap when due
-            if request in core.waiting:
-                core.waiting.remove(request)
-            request.num_output_tokens = request.num_generated_tokens  # what it produced
-            if request.finish_s is None:
-                core.finish(request, now_s)
-                core.remove_finished()
+            end_early(self.core, request, now_s)
         self._to_end.clear()
 
     def _commit(self, step: _Step) -> None:
@@ -413,11 +405,8 @@ class SimulatedEngine:
     ) -> None:
         """Hand one output to a request's sink; a sink that fails ends its request
         (its client is gone), never the loop that serves the others."""
-        request = live.request
         try:
-            timing = timing_of(request) if ids else None
-            n, generated = request.num_prompt_tokens, request.num_generated_tokens
-            live.sink(Emitted(ids, reason, n, generated, timing, num_step_tokens))
+            live.sink(Emitted.of(live.request, ids, reason, num_step_tokens))
         except Exception:
             if reason is None:
                 self._abort(live)

@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
-from sim.engine.request import Request
 from sim.serving.realtime import SimulatedEngine, block_hashes
 from sim.serving.router import ReplicaLoad, Router
-from sim.serving.stream import Emitted, EngineLoad, Sink
+from sim.serving.stream import Emitted, EngineLoad, Sink, Submission
 
 
 class RoutedEngines:
@@ -67,23 +67,16 @@ class RoutedEngines:
         for engine in self.engines:
             engine.stop()
 
-    def submit(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int,
-        ignore_eos: bool,
-        sink: Sink,
-        received_s: float | None = None,
-        priority: int = 0,
-    ) -> int:
+    def submit(self, submission: Submission) -> int:
         """Route the request, count it in its replica's load, submit it there."""
-        num_tokens = len(prompt_ids) + max_tokens
+        prompt_ids = submission.prompt_ids
+        num_tokens = len(prompt_ids) + submission.max_tokens
         with self._lock:
             request_id = self._next_id
             self._next_id += 1
             # What the router reads of a request: its lengths and prefix group.
             head = block_hashes(prompt_ids[: self._block_size_tokens], self._block_size_tokens)
-            seen = Request(request_id, 0.0, len(prompt_ids), max_tokens, priority)
+            seen = submission.request(request_id, 0.0)
             seen.prefix_group = head[0] if head else None
             index = self.router.choose(seen, self.loads)
             load = self.loads[index]
@@ -91,14 +84,8 @@ class RoutedEngines:
             load.num_tokens += num_tokens
             # Registered before the engine can emit (it may finish at once).
             self._routes[request_id] = (index, None, num_tokens)
-            local = self.engines[index].submit(
-                prompt_ids,
-                max_tokens,
-                ignore_eos,
-                self._sink(request_id, sink),
-                received_s,
-                priority,
-            )
+            relayed = replace(submission, sink=self._sink(request_id, submission.sink))
+            local = self.engines[index].submit(relayed)
             if request_id in self._routes:  # still routed (not refused at once)
                 self._routes[request_id] = (index, local, num_tokens)
         return request_id

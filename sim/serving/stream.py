@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from sim.engine.request import Request
+
 if TYPE_CHECKING:
-    from sim.engine.request import Request
     from sim.engine.scheduler import EngineCore
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -79,9 +80,50 @@ class Emitted:
     timing: RequestTiming | None = None
     num_step_tokens: int | None = None
 
+    @classmethod
+    def of(
+        cls,
+        request: Request,
+        token_ids: tuple[int, ...],
+        finish_reason: FinishReason | None,
+        num_step_tokens: int | None = None,
+    ) -> Emitted:
+        """``request``'s event now: its new ``token_ids`` (with its timing, where it has
+        any), its end and its counts so far."""
+        timing = timing_of(request) if token_ids else None
+        n, generated = request.num_prompt_tokens, request.num_generated_tokens
+        return cls(token_ids, finish_reason, n, generated, timing, num_step_tokens)
+
 
 Sink = Callable[[Emitted], None]
 """Called on the engine's thread; must not block. A sink that raises ends its request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A tokenized request as the server hands it to an engine (``OnlineBackend.submit``);
+    its tokens go to ``sink``, at most ``max_tokens`` of them.
+
+    ``received_s``: when the server received it, on ``time.perf_counter``'s clock
+    (None: now). The request arrives then, so that the server's own parsing and
+    tokenization before ``submit`` count in its latency, as vLLM's arrival time,
+    set when its API server takes a request, counts them.
+
+    ``priority``: the request's class (``Request.priority``; lower is more urgent,
+    vLLM's ``priority`` field), read by a priority policy, as the offline
+    simulator's requests carry the workload's.
+    """
+
+    prompt_ids: list[int]
+    max_tokens: int
+    ignore_eos: bool
+    sink: Sink
+    received_s: float | None = None
+    priority: int = 0
+
+    def request(self, request_id: int, arrival_s: float) -> Request:
+        """The engine's ``Request`` of this submission, arriving at ``arrival_s``."""
+        return Request(request_id, arrival_s, len(self.prompt_ids), self.max_tokens, self.priority)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +160,17 @@ def load_of(core: EngineCore, num_pending: int = 0) -> EngineLoad:
     )
 
 
+def end_early(core: EngineCore, request: Request, now_s: float) -> None:
+    """Finish ``request`` before its ``max_tokens`` (its client went away, or it sampled
+    EOS): out of the waiting queue, its output what it produced, its blocks freed."""
+    if request in core.waiting:
+        core.waiting.remove(request)
+    request.num_output_tokens = request.num_generated_tokens
+    if request.finish_s is None:
+        core.finish(request, now_s)
+        core.remove_finished()
+
+
 class OnlineBackend(Protocol):
     """An engine the HTTP server can stream from: the module's two, and several
     simulated replicas behind a router (``sim.serving.routed``)."""
@@ -134,26 +187,8 @@ class OnlineBackend(Protocol):
     def stop(self) -> None:
         """End the loop; running requests get no more tokens."""
 
-    def submit(
-        self,
-        prompt_ids: list[int],
-        max_tokens: int,
-        ignore_eos: bool,
-        sink: Sink,
-        received_s: float | None = None,
-        priority: int = 0,
-    ) -> int:
-        """Queue a tokenized request; its tokens go to ``sink``. Returns its id.
-
-        ``received_s``: when the server received it, on ``time.perf_counter``'s
-        clock (None: now). The request arrives then, so that the server's own
-        parsing and tokenization before ``submit`` count in its latency, as
-        vLLM's arrival time, set when its API server takes a request, counts them.
-
-        ``priority``: the request's class (``Request.priority``; lower is more
-        urgent, vLLM's ``priority`` field), read by a priority policy, as the
-        offline simulator's requests carry the workload's.
-        """
+    def submit(self, submission: Submission) -> int:
+        """Queue a tokenized request (``Submission``). Returns its id."""
 
     def abort(self, request_id: int) -> None:
         """Stop generating for ``request_id`` (its client went away)."""
