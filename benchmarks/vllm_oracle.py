@@ -340,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     # The version-aware defaults the scheduler reads itself (async scheduling is
     # each trace's own setting here): those of the release vLLM runs.
     defaults = vllm_version(as_version)
-    reserve_full_isl = defaults.scheduler_reserve_full_isl
     rows: list[tuple[str, Comparison]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
@@ -350,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             spec = TRACES[name]
             requests = trace_requests(spec)
-            ours = run_ours(spec, requests, reserve_full_isl, defaults.free_unhashed_first)
+            ours = run_ours(
+                spec,
+                requests,
+                defaults.scheduler_reserve_full_isl,
+                defaults.free_unhashed_first,
+            )
             trace_path = folder / f"{name}.trace.json"
             trace_path.write_text(
                 json.dumps(
@@ -379,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((name, compare(ours, read_jsonl(out_path))))
     print(
         f"servesim reference scheduler (engine.vllm_version {as_version}:"
-        f" scheduler_reserve_full_isl={reserve_full_isl},"
+        f" scheduler_reserve_full_isl={defaults.scheduler_reserve_full_isl},"
         f" free_unhashed_first={defaults.free_unhashed_first}) vs {version}"
     )
     print(table(rows))
