@@ -21,9 +21,10 @@ Nothing can tell the difference: only the request itself can hit its own keys,
 and only after freeing (a request holding blocks looks nothing up); a finished
 request never comes back; and a key never moves a block in the free queue, so
 eviction order is the same (vLLM 0.24's order, which does depend on a block's
-hash, is told from the request's computed tokens, not from servesim's keys). It saves two dict operations per block of every
-request (the simulator prices 100k requests in seconds). ``num_evictions``
-counts the keys dropped that could still have been hit.
+hash, is told from the request's computed tokens, not from servesim's keys). It
+saves two dict operations per block of every request (the simulator prices 100k
+requests in seconds). ``num_evictions`` counts the keys dropped that could still
+have been hit.
 
 Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
 cached or not, wait in one queue. ``free`` appends a request's blocks that no
@@ -369,25 +370,20 @@ class PrefixCachingPool(BlockPool):
                 self.num_free_blocks += len(unhashed)
         # Tail first, so the request's deepest blocks are evicted first (vLLM's free):
         # the unkeyed tail (held by this request alone) in one slice, then the keyed.
-        if not num_keyed:  # the common case: the list is ours now, reversed in place
-            blocks.reverse()
-            queue.extend(blocks)
-            self.num_free_blocks += len(blocks)
-            request.num_blocks = 0
-            if self._filling:
-                self._filling.pop(rid, None)
-            return
-        tail = blocks[num_keyed:]
+        # (None keyed, the common case: the list is ours now, reversed in place.)
+        tail = blocks[num_keyed:] if num_keyed else blocks
         tail.reverse()
         queue.extend(tail)
         released = len(tail)
-        refs = self._refs
-        for block in reversed(blocks[:num_keyed]):
-            refs[block] -= 1
-            if refs[block] == 0:
-                queue.append_keyed(block)
-                released += 1
-        self._filling.pop(rid, None)
+        if num_keyed:
+            refs = self._refs
+            for block in reversed(blocks[:num_keyed]):
+                refs[block] -= 1
+                if refs[block] == 0:
+                    queue.append_keyed(block)
+                    released += 1
+        if self._filling:
+            self._filling.pop(rid, None)
         self.num_free_blocks += released
         request.num_blocks = 0
 
