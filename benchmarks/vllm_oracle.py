@@ -147,14 +147,18 @@ def preempted_in_order(
 
 
 def run_ours(
-    spec: TraceSpec, requests: list[dict[str, Any]], reserve_full_isl: bool = False
+    spec: TraceSpec,
+    requests: list[dict[str, Any]],
+    reserve_full_isl: bool = False,
+    free_unhashed_first: bool = False,
 ) -> list[dict[str, Any]]:
     """Run ``requests`` through servesim's reference scheduler; one record a step.
 
     The loop is the SimPy replica's (``sim.serving.replica.Replica._run``) with
     every step lasting 1 s: plan, run, commit; with async scheduling the next
     plan sees only requests ready by the start of the step just committed.
-    ``reserve_full_isl``: vLLM >= 0.19's full-sequence admission check.
+    ``reserve_full_isl``: vLLM >= 0.19's full-sequence admission check;
+    ``free_unhashed_first``: vLLM >= 0.24's free-queue order.
     """
     policy = ContinuousConfig(
         max_num_seqs=spec.max_num_seqs,
@@ -167,6 +171,7 @@ def run_ours(
         block_size_tokens=spec.block_size_tokens,
         max_model_len_tokens=spec.max_model_len_tokens,
         enable_prefix_caching=spec.enable_prefix_caching,
+        free_unhashed_first=free_unhashed_first,
     )
     finished_ids: list[int] = []  # of the step being committed
     core = config.new_core(on_done=lambda r: finished_ids.append(r.request_id))
@@ -334,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     as_version = modelled_as(release)
     # The version-aware defaults the scheduler reads itself (async scheduling is
     # each trace's own setting here): those of the release vLLM runs.
-    reserve_full_isl = vllm_version(as_version).scheduler_reserve_full_isl
+    defaults = vllm_version(as_version)
     rows: list[tuple[str, Comparison]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)
@@ -344,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             spec = TRACES[name]
             requests = trace_requests(spec)
-            ours = run_ours(spec, requests, reserve_full_isl)
+            ours = run_ours(
+                spec,
+                requests,
+                defaults.scheduler_reserve_full_isl,
+                defaults.free_unhashed_first,
+            )
             trace_path = folder / f"{name}.trace.json"
             trace_path.write_text(
                 json.dumps(
@@ -373,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((name, compare(ours, read_jsonl(out_path))))
     print(
         f"servesim reference scheduler (engine.vllm_version {as_version}:"
-        f" scheduler_reserve_full_isl={reserve_full_isl}) vs {version}"
+        f" scheduler_reserve_full_isl={defaults.scheduler_reserve_full_isl},"
+        f" free_unhashed_first={defaults.free_unhashed_first}) vs {version}"
     )
     print(table(rows))
     print("\n".join(settings))  # vLLM's resolved settings, trace by trace

@@ -16,10 +16,12 @@ from sim.engine.request import Request
 
 
 def queue_blocks(queue: FreeQueue) -> list[int]:
-    """The queue's blocks, head first (stale entries left by hits skipped)."""
+    """The queue's blocks, head first: those put at the head (``extend_head``), then
+    the entries (stale ones left by hits skipped)."""
     marks, keyed_at, start = set(queue._marks), queue._keyed_at, queue._base + queue._head
     entries = enumerate(queue._entries[queue._head :], start)
-    return [b for at, b in entries if at not in marks or keyed_at.get(b) == at]
+    front = queue._front[::-1]
+    return front + [b for at, b in entries if at not in marks or keyed_at.get(b) == at]
 
 
 def free_queue(pool: Any) -> list[int]:

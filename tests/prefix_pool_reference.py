@@ -18,7 +18,11 @@ The rules, from the docs of ``sim.engine.kv_cache`` and ``sim.engine.kv_blocks``
   ``block_hash_ids``; past it by the request's own key ``request_id << 32 | j``.
 * Free blocks wait in one queue; allocation takes from the head (dropping the
   taken block's key: an eviction), a finished or preempted request's blocks go to
-  the tail deepest first, and a hit on a free cached block takes it out.
+  the tail deepest first, and a hit on a free cached block takes it out. As vLLM
+  0.24 does (``free_unhashed_first``), the blocks vLLM has not hashed go to the head
+  instead, deepest first: vLLM hashes a block once it is full of computed tokens
+  (and any keyed block), so those are the unkeyed blocks past
+  ``num_computed_tokens // block_size``.
 * A lookup (a request holding nothing and having computed nothing) finds the
   longest run of cached keys from block 0, at most ``num_tokens - 1`` tokens in
   whole blocks. Shareable blocks are keyed in the step that fills them; own keys
@@ -73,9 +77,12 @@ class ReferencePrefixPool:
 
     caches_prefixes = True
 
-    def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
+    def __init__(
+        self, num_blocks: int, block_size_tokens: int, free_unhashed_first: bool = False
+    ) -> None:
         if num_blocks < 1 or block_size_tokens < 1:
             raise ValueError("a KV pool needs at least one block of at least one token")
+        self.free_unhashed_first = free_unhashed_first
         self.num_blocks = num_blocks
         self.block_size_tokens = block_size_tokens
         self.num_free_blocks = num_blocks  # the engine also changes it (growth by counts)
@@ -264,11 +271,21 @@ class ReferencePrefixPool:
         computed = min(request.num_computed_tokens, request.num_tokens)
         self._key_blocks(request, computed, own=unfinished)
         released = 0
-        for block in reversed(self._blocks.pop(rid)):
+        to_head = []  # deepest first
+        blocks = self._blocks.pop(rid)
+        for j in reversed(range(len(blocks))):
+            block = blocks[j]
             self._refs[block] -= 1
             if self._refs[block] == 0:
-                self._queue[block] = None
+                hashed = self._key_of[block] is not None or j < computed // self.block_size_tokens
+                if self.free_unhashed_first and not hashed:
+                    to_head.append(block)
+                else:
+                    self._queue[block] = None
                 released += 1
+        for block in reversed(to_head):  # the deepest ends at the very head
+            self._queue[block] = None
+            self._queue.move_to_end(block, last=False)
         self._num_hashed.pop(rid, None)
         self._filling.pop(rid, None)
         self.num_free_blocks += released

@@ -177,6 +177,7 @@ def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> Co
         block_size_tokens=engine.block_size_tokens,
         max_model_len_tokens=engine.max_model_len_tokens,
         enable_prefix_caching=engine.enable_prefix_caching,
+        free_unhashed_first=engine.version.free_unhashed_first,
     )
 
 

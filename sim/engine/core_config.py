@@ -27,12 +27,16 @@ class CoreConfig:
     block_size_tokens: int
     max_model_len_tokens: int
     enable_prefix_caching: bool = False
+    free_unhashed_first: bool = False  # vLLM >= 0.24's free-queue order (PrefixCachingPool)
 
     def new_block_pool(self) -> BlockPool:
         """An empty KV pool: vLLM v1's prefix-caching pool when enabled (a
         scenario's default), else the plain counting pool."""
-        pool = PrefixCachingPool if self.enable_prefix_caching else BlockPool
-        return pool(self.num_kv_blocks, self.block_size_tokens)
+        if not self.enable_prefix_caching:
+            return BlockPool(self.num_kv_blocks, self.block_size_tokens)
+        return PrefixCachingPool(
+            self.num_kv_blocks, self.block_size_tokens, self.free_unhashed_first
+        )
 
     def new_core(
         self, replica: int = 0, on_done: Callable[[Request], None] | None = None

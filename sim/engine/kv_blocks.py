@@ -18,8 +18,9 @@ servesim requests carry no token ids; a block's key stands for that chain:
 Tuples and ints never compare equal, so the kinds cannot collide.
 
 **The free-block queue** (``FreeQueue``). vLLM's ``FreeKVCacheBlockQueue`` is
-a doubly linked list: freed blocks go to the tail, allocation pops from the
-head, and a cache hit on a free block takes it out of the middle. Most blocks
+a doubly linked list: freed blocks go to the tail (from vLLM 0.24 those without
+a hash to the head), allocation pops from the head, and a cache hit on a free
+block takes it out of the middle. Most blocks
 can never be hit (a finished request's own blocks carry no key,
 ``sim.engine.kv_cache``), so this queue keeps them in
 one Python list read from a moving head: pushing or popping a request's 40
@@ -29,7 +30,8 @@ is recorded, and one taken out leaves a stale entry that pops skip (a keyed
 position its block no longer records). A pop slices the plain entries between
 keyed positions and steps only over those (``_marks``): a pool under pressure,
 whose queue always holds some keyed blocks, still pops a request's blocks in a
-slice or two.
+slice or two. Blocks put at the head (``extend_head``: never keyed) wait in a
+list of their own (``_front``), popped before the others.
 """
 
 from __future__ import annotations
@@ -112,7 +114,7 @@ _TRIM_ENTRIES = 4096
 class FreeQueue:
     """Free block ids in eviction order, head first; keyed blocks removable from the middle."""
 
-    __slots__ = ("_base", "_entries", "_head", "_keyed_at", "_marks", "size")
+    __slots__ = ("_base", "_entries", "_front", "_head", "_keyed_at", "_marks", "size")
 
     def __init__(self, blocks: Iterable[int]) -> None:
         self._entries: list[int] = list(blocks)
@@ -123,13 +125,20 @@ class FreeQueue:
         # yet popped: still keyed (``_keyed_at`` points there), or stale (a hit took
         # the block out); every other entry pops as it is.
         self._marks: deque[int] = deque()
-        # Blocks in the queue (entries past the head, less stale ones), kept as they
+        self._front: list[int] = []  # unkeyed blocks put at the head, the next to pop last
+        # Blocks in the queue (the front, entries past the head, less stale ones), kept as they
         # change: the pool reads it on every allocation and free.
         self.size = len(self._entries)
 
     def extend(self, blocks: list[int]) -> None:
         """Append unkeyed blocks at the tail, in the order given."""
         self._entries += blocks
+        self.size += len(blocks)
+
+    def extend_head(self, blocks: list[int]) -> None:
+        """Put unkeyed blocks at the head, the first given popped first (vLLM 0.24's
+        ``prepend_n``)."""
+        self._front += reversed(blocks)
         self.size += len(blocks)
 
     def append_keyed(self, block: int) -> None:
@@ -147,6 +156,21 @@ class FreeQueue:
 
     def pop(self, count: int) -> tuple[list[int], list[int]]:
         """Take ``count`` blocks from the head: (all of them, the keyed ones among them)."""
+        front = self._front
+        if not front:
+            return self._pop_entries(count)
+        take = min(count, len(front))
+        keep = len(front) - take
+        popped = front[keep:][::-1]
+        del front[keep:]
+        self.size -= take
+        if take == count:
+            return popped, []
+        rest, keyed = self._pop_entries(count - take)
+        return popped + rest, keyed
+
+    def _pop_entries(self, count: int) -> tuple[list[int], list[int]]:
+        """``pop`` from the entries (nothing at the head's front)."""
         entries, head, marks = self._entries, self._head, self._marks
         keyed: list[int] = []
         base = self._base

@@ -20,14 +20,19 @@ request frees its blocks unfinished (preempted), and never if it finished.
 Nothing can tell the difference: only the request itself can hit its own keys,
 and only after freeing (a request holding blocks looks nothing up); a finished
 request never comes back; and a key never moves a block in the free queue, so
-eviction order is the same. It saves two dict operations per block of every
-request (the simulator prices 100k requests in seconds). ``num_evictions``
-counts the keys dropped that could still have been hit.
+eviction order is the same (vLLM 0.24's order, which does depend on a block's
+hash, is told from the request's computed tokens, not from servesim's keys). It
+saves two dict operations per block of every request (the simulator prices 100k
+requests in seconds). ``num_evictions`` counts the keys dropped that could still
+have been hit.
 
 Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
 cached or not, wait in one queue. ``free`` appends a request's blocks that no
 other request references, tail first (``reversed``), so its deepest blocks are
-evicted first; allocation pops from the head and evicts the popped block's key;
+evicted first; from vLLM 0.24 (``free_unhashed_first``) those vLLM has not hashed (past
+the request's computed tokens' whole blocks: its last, partly filled one) go to the
+head instead, deepest first, to be evicted before any other. Allocation pops from
+the head and evicts the popped block's key;
 a hit on a free cached block takes it out of the queue (``touch``). Blocks are
 not de-duplicated: a block computed twice concurrently is cached twice, and a
 hit takes the first copy (``get_cached_block``). The queue moves unkeyed blocks
@@ -179,12 +184,18 @@ class PrefixCachingPool(BlockPool):
         "_num_hashed",
         "_queue",
         "_refs",
+        "free_unhashed_first",
         "num_evictions",
     )
     caches_prefixes = True
 
-    def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
+    def __init__(
+        self, num_blocks: int, block_size_tokens: int, free_unhashed_first: bool = False
+    ) -> None:
         super().__init__(num_blocks, block_size_tokens)
+        # vLLM >= 0.24's free_blocks: a freed request's blocks without a hash to the
+        # queue's head (sim.scenario.vllm_versions); before, all to the tail.
+        self.free_unhashed_first = free_unhashed_first
         # Keyed block id -> requests referencing it. Only keyed blocks can be
         # shared (by a hit), so an unkeyed block has one holder or none, and its
         # entry here is not kept up to date (pops and frees stay bulk operations).
@@ -341,33 +352,38 @@ class PrefixCachingPool(BlockPool):
         # Own keys matter only to a request that may come back (preempted, not finished);
         # a finished plain request has nothing to cache (no shareable prefix).
         unfinished = request.num_generated_tokens < request.num_output_tokens
+        num_computed = min(request.num_computed_tokens, request.num_tokens)
         if unfinished or request.prefix_group is not None or request.block_hash_ids is not None:
-            num_computed = min(request.num_computed_tokens, request.num_tokens)
             self._register(request, num_computed, unfinished)
         del self._blocks[rid]
         num_keyed = self._num_hashed.pop(rid, 0)  # the leading blocks are the keyed ones
+        queue = self._queue
+        if self.free_unhashed_first:
+            # vLLM hashed every block its computed tokens fill (servesim keys a finished
+            # request's own blocks never): the rest, unkeyed, go to the head, deepest first.
+            num_hashed = max(num_keyed, num_computed // self.block_size_tokens)
+            if num_hashed < len(blocks):
+                unhashed = blocks[num_hashed:]
+                del blocks[num_hashed:]
+                unhashed.reverse()
+                queue.extend_head(unhashed)
+                self.num_free_blocks += len(unhashed)
         # Tail first, so the request's deepest blocks are evicted first (vLLM's free):
         # the unkeyed tail (held by this request alone) in one slice, then the keyed.
-        queue = self._queue
-        if not num_keyed:  # the common case: the list is ours now, reversed in place
-            blocks.reverse()
-            queue.extend(blocks)
-            self.num_free_blocks += len(blocks)
-            request.num_blocks = 0
-            if self._filling:
-                self._filling.pop(rid, None)
-            return
-        tail = blocks[num_keyed:]
+        # (None keyed, the common case: the list is ours now, reversed in place.)
+        tail = blocks[num_keyed:] if num_keyed else blocks
         tail.reverse()
         queue.extend(tail)
         released = len(tail)
-        refs = self._refs
-        for block in reversed(blocks[:num_keyed]):
-            refs[block] -= 1
-            if refs[block] == 0:
-                queue.append_keyed(block)
-                released += 1
-        self._filling.pop(rid, None)
+        if num_keyed:
+            refs = self._refs
+            for block in reversed(blocks[:num_keyed]):
+                refs[block] -= 1
+                if refs[block] == 0:
+                    queue.append_keyed(block)
+                    released += 1
+        if self._filling:
+            self._filling.pop(rid, None)
         self.num_free_blocks += released
         request.num_blocks = 0
 

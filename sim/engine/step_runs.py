@@ -33,28 +33,14 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
+COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
 # One row per step once expanded (the dtypes of ``frame()``).
-STEP_COLUMNS = {
-    "start_s": "f8",
-    "end_s": "f8",
-    "num_prefill_tokens": "i4",
-    "num_decode_seqs": "i4",
-    "num_itl_tokens": "i4",
-    "num_outputs": "i4",
-}
+STEP_COLUMNS = {"start_s": "f8", "end_s": "f8", **dict.fromkeys(COUNT_COLUMNS, "i4")}
 # One row per segment: its first step's start, its number of steps, and the
 # counts every one of its steps has.
-SEGMENT_COLUMNS = {
-    "start_s": "f8",
-    "num_steps": "i4",
-    "num_prefill_tokens": "i4",
-    "num_decode_seqs": "i4",
-    "num_itl_tokens": "i4",
-    "num_outputs": "i4",
-}
+SEGMENT_COUNTS = ("num_steps", *COUNT_COLUMNS)  # the segments' i4 group, in row order
+SEGMENT_COLUMNS = {"start_s": "f8", **dict.fromkeys(SEGMENT_COUNTS, "i4")}
 _SLICE_STEPS = 1 << 20  # steps per slice when delivery times are worked out (~40 MB)
-COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
-SEGMENT_COUNTS = ("num_steps", *COUNT_COLUMNS)  # SEGMENT_COLUMNS' i4 group, in row order
 
 
 class StepLog:

@@ -20,6 +20,13 @@ between the versions modelled here follows it:
   absent from 0.17.1, 0.18.0 and 0.18.1, True in 0.19.0, 0.20.2, 0.21.0,
   0.22.1, 0.23.0 and 0.24.0 (0.21 moved it into ``allocate_slots``, the same
   check); vLLM's own scheduler agrees step by step (docs/vllm-fidelity.md).
+- the free-queue order (``PrefixCachingPool``'s ``free_unhashed_first``): from
+  0.24.0 ``BlockPool.free_blocks`` puts a freed request's blocks without a hash
+  (its last, partly filled one) at the head of the free queue, to be evicted
+  first, and its cached blocks at the tail; 0.23.0 and before append them all
+  to the tail, deepest first. Read in each release's ``vllm/v1/core/block_pool.py``
+  (append in 0.10.2, 0.11.0, 0.19.0 to 0.23.0; prepend in 0.24.0); vLLM's own
+  scheduler agrees step by step (docs/vllm-fidelity.md).
 - the engine's CPU work per step (``sim.cost.engine_cpu``): ESTIMATES from
   public sources, the same for every V1 version here (no public source
   measures them version by version); ``engine.cpu`` overrides them.
@@ -28,7 +35,8 @@ between the versions modelled here follows it:
 ``*-vllm-0.24.0-*``) are modelled with 0.21's defaults: no public source read
 for servesim says async scheduling's or the CUDA-graph estimate's default, or
 the V1 engine's CPU work, changed after 0.21, so those keep their 0.21 values
-(an assumption, not a finding); the admission check was read in each.
+(an assumption, not a finding); the admission check and the free-queue order
+were read in each.
 
 Unchanged across these versions, so not in the table: the batch limits
 vLLM picks from the device's memory (``sim.engine.policies.vllm_defaults``:
@@ -70,6 +78,7 @@ class VllmVersion:
     async_scheduling: bool  # --async-scheduling's default (before the exclusions)
     estimate_cudagraph_memory: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS's default
     scheduler_reserve_full_isl: bool  # SchedulerConfig.scheduler_reserve_full_isl's default
+    free_unhashed_first: bool  # BlockPool.free_blocks: blocks without a hash to the head
     cpu: EngineCpuConfig  # the engine's CPU work per step (an estimate)
 
 
@@ -79,6 +88,7 @@ def _version(minor: int) -> VllmVersion:
         async_scheduling=minor >= 14,
         estimate_cudagraph_memory=minor >= 21,
         scheduler_reserve_full_isl=minor >= 19,
+        free_unhashed_first=minor >= 24,
         cpu=V1_CPU_ESTIMATE,
     )
 

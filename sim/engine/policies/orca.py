@@ -22,15 +22,13 @@ overtaking).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sim.engine.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, ContinuousConfig
-
-if TYPE_CHECKING:
-    from sim.engine.scheduler import CoreView
+from sim.engine.scheduler import Continuous
 
 # No token budget: one step prefills every admitted prompt whole.
 UNLIMITED_TOKENS = 1 << 40
@@ -56,8 +54,10 @@ class OrcaConfig(BaseModel):
         return min(self.max_num_seqs * max_model_len_tokens, 1 << 16)
 
 
-class Orca(Continuous):
-    """Continuous batching's step loop with admission that reserves the maximum length.
+class Orca(PrefillFirst):
+    """Prefill-first's admission (whole prompts, first-come first-served) reserving
+    the maximum length, in continuous batching's step: the admitted prompts
+    prefill beside the running requests' decodes.
 
     Since a running request's blocks already cover every token it will compute,
     the running loop never allocates and never preempts, and skip-ahead runs
@@ -66,32 +66,12 @@ class Orca(Continuous):
 
     def __init__(self, config: OrcaConfig) -> None:
         super().__init__(
-            ContinuousConfig(
-                max_num_seqs=config.max_num_seqs,
-                max_num_batched_tokens=UNLIMITED_TOKENS,
-                chunked_prefill=False,
+            PrefillFirstConfig(
+                max_num_seqs=config.max_num_seqs, max_num_batched_tokens=UNLIMITED_TOKENS
             )
         )
 
-    def _admit(
-        self,
-        core: CoreView,
-        scheduled: list[tuple[Request, int]],
-        budget: int,
-        now_s: float,
-    ) -> None:
-        """Admit FCFS while a slot and the full-length reservation are free."""
-        kv, waiting, running = core.kv, core.waiting, core.running
-        while waiting:
-            if len(running) >= self.max_num_seqs:
-                return
-            request = waiting[0]
-            reserve = request.max_num_tokens
-            if not kv.can_allocate(request, reserve):
-                return
-            waiting.popleft()
-            kv.allocate(request, reserve)
-            running.append(request)
-            scheduled.append((request, request.num_wanted_tokens))
-            if request.first_scheduled_s is None:
-                request.first_scheduled_s = now_s
+    _schedule = Continuous._schedule  # decodes, then admission in the same step
+
+    def _reserve_tokens(self, request: Request) -> int:
+        return request.max_num_tokens

@@ -109,7 +109,7 @@ class PrefillFirst(Continuous):
             wanted = request.num_wanted_tokens  # the prompt, or prompt + output to recompute
             if wanted > budget and scheduled:
                 return
-            target = request.num_computed_tokens + wanted
+            target = self._reserve_tokens(request)
             if not kv.can_allocate(request, target):
                 return
             waiting.popleft()
@@ -119,3 +119,7 @@ class PrefillFirst(Continuous):
             budget -= wanted
             if request.first_scheduled_s is None:
                 request.first_scheduled_s = now_s
+
+    def _reserve_tokens(self, request: Request) -> int:
+        """The tokens an admitted request's KV blocks hold: those it computes now."""
+        return request.num_computed_tokens + request.num_wanted_tokens

@@ -38,7 +38,7 @@ from pydantic import Field, field_validator
 from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies.ordered import OrderedContinuous, sort_waiting
 from sim.engine.request import Request
-from sim.engine.scheduler import ContinuousSettings, CoreView
+from sim.engine.scheduler import ContinuousSettings, CoreView, SchedulerOutput
 
 _URGENCY = attrgetter("priority", "arrival_s")  # smallest first; the victim is the largest
 
@@ -118,18 +118,14 @@ class Priority(OrderedContinuous):
                 best, best_key = j, key
         return best
 
-    def _admit(
-        self,
-        core: CoreView,
-        scheduled: list[tuple[Request, int]],
-        budget: int,
-        now_s: float,
-    ) -> None:
-        first = len(scheduled)
-        super()._admit(core, scheduled, budget, now_s)
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
+        output = super().schedule(core, now_s)
         if self.mode == "weighted":
-            for request, _ in scheduled[first:]:
-                self._key.pop(request.request_id, None)
-                start = self._start.pop(request.request_id, self._virtual)
-                if start > self._virtual:
-                    self._virtual = start
+            # The requests admitted in this step are the scheduled ones with a start tag.
+            for request, _ in output.scheduled:
+                start = self._start.pop(request.request_id, None)
+                if start is not None:
+                    del self._key[request.request_id]
+                    if start > self._virtual:
+                        self._virtual = start
+        return output

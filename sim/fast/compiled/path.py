@@ -11,6 +11,9 @@ path's to the bit; the result is then built from the cores as after any run.
 ``why_not`` says why a run is not of that kind; ``run_compiled`` answers
 ``False``, the cores as they were, when one meets what only the Python path
 plays (a preemption, a broken run of tokens); the caller then simulates as usual.
+A prefix-caching pool without shared prefixes keys no block unless a request is
+preempted, so no free-queue order (vLLM 0.24's, ``PrefixCachingPool``, or before)
+changes what the loop plays: it counts blocks only.
 
 ``LoopArrays``'s fields are the loop's arguments, in order (``args``), built
 from a workload and a core and read back into it. Requests are indexed in
