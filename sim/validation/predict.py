@@ -34,7 +34,7 @@ import pandas as pd
 from sim.api import Result, replay
 from sim.cost.base import CostModel
 from sim.metrics.itl import step_itl_gaps_s
-from sim.metrics.stats import completed_mask, with_request_metrics
+from sim.metrics.stats import RequestTable, completed_mask, latency_columns
 from sim.scenario import Scenario
 from sim.workload.generate import RequestArrays, WorkloadConfig
 from sim.workload.listed_loop import ListedClosedLoop
@@ -185,13 +185,14 @@ class Latencies:
         return v[np.isfinite(v)]
 
 
-def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
+def per_request_latencies(requests: RequestTable) -> pd.DataFrame:
     """``ttft_s``, ``tpot_s``, ``e2el_s`` of the completed requests, indexed by request id."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        table = with_request_metrics(requests)
-    done = table[completed_mask(table)]
-    return done.set_index("request_id")[["ttft_s", "tpot_s", "e2el_s"]]
+        columns = latency_columns(requests)
+    done = completed_mask(requests)
+    index = pd.Index(requests["request_id"][done], name="request_id")
+    return pd.DataFrame({name: columns[name][done] for name in _PAIRED.values()}, index=index)
 
 
 def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:
@@ -203,14 +204,14 @@ def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:
 
 def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
     """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
-    return Latencies(per_request_latencies(requests), token_gaps_s(tokens))
+    return Latencies(per_request_latencies(RequestTable.from_frame(requests)), token_gaps_s(tokens))
 
 
 def simulated_latencies(result: Result) -> Latencies:
     """Latencies of a simulated run; ITL gaps expanded from the step log's weights."""
     durations, weights = step_itl_gaps_s(result.raw.step_table)
     gaps = np.concatenate([np.repeat(durations, weights.astype(np.int64)), result.raw.extra_itl_s])
-    return Latencies(per_request_latencies(result.raw.requests), gaps)
+    return Latencies(per_request_latencies(result.raw.records), gaps)
 
 
 def ks_distance(a: FloatArray, b: FloatArray) -> float | None:
