@@ -102,7 +102,7 @@ def cluster_rows(run: FitRun, cpu: dict[str, float], base: dict[str, float]) -> 
     def errors(values: dict[str, float]) -> dict[str, dict[str, float]]:
         text = ", ".join(f"{name}: {value!r}" for name, value in values.items())
         result = api.run(path, [f"engine.cpu={{{text}}}"])
-        return log_errors(per_request_latencies(result.raw.records), run.measured, None)
+        return log_errors(per_request_latencies(result.requests), run.measured, None)
 
     old, new = errors(base), errors(cpu)
     return [

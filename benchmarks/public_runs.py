@@ -54,7 +54,6 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 from sim.cost.fitted import ScaledCost  # noqa: E402
-from sim.engine.records import RequestTable  # noqa: E402
 from sim.metrics.figure_data import figure_caption, wrap_caption  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
 from sim.validation.predict import Latencies, per_request_latencies  # noqa: E402
@@ -186,7 +185,7 @@ def published_errors(folder: Path) -> dict[str, dict[str, float]]:
 def latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
     """TTFT, TPOT and E2EL of the completed requests, in seconds (finite values)."""
     # No per-token times in these runs: ITL is not compared.
-    latencies = Latencies(per_request_latencies(RequestTable.from_frame(requests)), np.empty(0))
+    latencies = Latencies(per_request_latencies(requests), np.empty(0))
     return {metric: latencies.values(metric) for metric in METRICS}
 
 

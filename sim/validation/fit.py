@@ -62,7 +62,6 @@ from sim.cost.base import CostModel
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.fitted import FitParameters, FittedCost
 from sim.cost.fitted_cpu import EngineCpuFitValues
-from sim.metrics.stats import RequestTable
 from sim.scenario import Scenario
 from sim.validation.optimize import FloatArray, nelder_mead
 from sim.validation.predict import per_request_latencies, predict
@@ -136,7 +135,7 @@ class FitRun:
     @property
     def measured(self) -> pd.DataFrame:
         """Measured ``ttft_s``, ``tpot_s`` of completed requests, by request id."""
-        return per_request_latencies(RequestTable.from_frame(self.requests))
+        return per_request_latencies(self.requests)
 
     def simulate(self, params: Adjustment) -> pd.DataFrame:
         """Predicted per-request latencies with ``params`` on the base cost."""
@@ -145,7 +144,7 @@ class FitRun:
             frontend = scenario.frontend.model_copy(update={WAY_IN: params.way_in_s_per_request})
             scenario = scenario.model_copy(update={"frontend": frontend})
         result = predict(scenario, self.requests, cost, self.base_dir, self.load)
-        return per_request_latencies(result.raw.records)
+        return per_request_latencies(result.raw.requests)
 
     def adjusted_cost(self, params: Adjustment) -> CostModel:
         """The base with ``params``: multipliers, or the fitted engine CPU work around it."""

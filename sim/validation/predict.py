@@ -185,13 +185,14 @@ class Latencies:
         return v[np.isfinite(v)]
 
 
-def per_request_latencies(requests: RequestTable) -> pd.DataFrame:
+def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     """``ttft_s``, ``tpot_s``, ``e2el_s`` of the completed requests, indexed by request id."""
+    table = RequestTable.from_frame(requests)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        columns = latency_columns(requests)
-    done = completed_mask(requests)
-    index = pd.Index(requests["request_id"][done], name="request_id")
+        columns = latency_columns(table)
+    done = completed_mask(table)
+    index = pd.Index(table["request_id"][done], name="request_id")
     return pd.DataFrame({name: columns[name][done] for name in _PAIRED.values()}, index=index)
 
 
@@ -204,14 +205,14 @@ def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:
 
 def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
     """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
-    return Latencies(per_request_latencies(RequestTable.from_frame(requests)), token_gaps_s(tokens))
+    return Latencies(per_request_latencies(requests), token_gaps_s(tokens))
 
 
 def simulated_latencies(result: Result) -> Latencies:
     """Latencies of a simulated run; ITL gaps expanded from the step log's weights."""
     durations, weights = step_itl_gaps_s(result.raw.step_table)
     gaps = np.concatenate([np.repeat(durations, weights.astype(np.int64)), result.raw.extra_itl_s])
-    return Latencies(per_request_latencies(result.raw.records), gaps)
+    return Latencies(per_request_latencies(result.raw.requests), gaps)
 
 
 def ks_distance(a: FloatArray, b: FloatArray) -> float | None:
