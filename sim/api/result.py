@@ -377,5 +377,5 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
     if scenario.cluster is not None:
         summary.update(cluster_summary(records, scenario.cluster))
     if scenario.speculative is not None:
-        summary.update(speculative_summary(scenario.speculative, raw.requests, raw.step_table))
+        summary.update(speculative_summary(scenario.speculative, records, raw.step_table))
     return Result(scenario, summary, raw)
