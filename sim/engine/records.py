@@ -143,15 +143,9 @@ class RequestTable:
         self._columns[name] = values
 
     def find(self, request_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], BoolArray]:
-        """The row of each of ``request_ids`` and whether it is in the table (a
-        binary search: rows are in id order). A missing id's row is some valid
-        row, not its own: read only where found."""
-        known = self._columns["request_id"]
-        wanted = np.asarray(request_ids)
-        rows = np.minimum(np.searchsorted(known, wanted), max(self._num_rows - 1, 0))
-        if not self._num_rows:
-            return rows, np.zeros(wanted.shape, dtype=bool)
-        return rows, known[rows] == wanted
+        """The row of each of ``request_ids`` and whether it is in the table
+        (``rows_of``: rows are in id order)."""
+        return rows_of(self._columns["request_id"], np.asarray(request_ids))
 
     @property
     def rejected(self) -> BoolArray:
@@ -167,6 +161,19 @@ class RequestTable:
         reasons = reason_column(frame["request_id"], self.rejections)
         frame.insert(self._reason_at, "rejection_reason", reasons)
         return frame
+
+
+def rows_of(
+    ids: npt.NDArray[Any], wanted: npt.NDArray[Any], order: npt.NDArray[np.intp] | None = None
+) -> tuple[npt.NDArray[np.intp], BoolArray]:
+    """The row of ``ids`` (unique, sorted, or in sorted order at ``order``) holding each
+    of ``wanted``, and whether one does (a binary search). A missing id's row is some
+    valid row, not its own (0 in no row at all): read only where found."""
+    at = np.minimum(np.searchsorted(ids, wanted, sorter=order), max(len(ids) - 1, 0))
+    if not len(ids):
+        return at, np.zeros(np.shape(wanted), dtype=bool)
+    rows = at if order is None else order[at]
+    return rows, ids[rows] == wanted
 
 
 def text_dtype() -> Any:

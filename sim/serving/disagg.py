@@ -31,7 +31,7 @@ import simpy
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.columns import Columns
-from sim.engine.records import RequestTable
+from sim.engine.records import RequestTable, rows_of
 from sim.engine.request import Request
 from sim.serving.pool import Pool, ReplicaFactory
 from sim.serving.router import Router
@@ -167,8 +167,9 @@ def merge_records(
     record; ``stranded_outputs`` gives the true output length of those left on
     the prefill side.
     """
-    rows, both = _rows_of(prefill["request_id"], decode["request_id"])
-    alone = ~_rows_of(decode["request_id"], prefill["request_id"])[1]  # prefill side only
+    pre_ids, dec_ids = prefill["request_id"], decode["request_id"]  # unique, in no order
+    rows, both = rows_of(pre_ids, dec_ids, np.argsort(pre_ids))
+    alone = ~rows_of(dec_ids, pre_ids, np.argsort(dec_ids))[1]  # prefill side only
     joined: Records = {}
     for name, values in decode.items():
         head = values.copy()
@@ -178,30 +179,20 @@ def merge_records(
             head[both] += prefill[name][rows[both]]  # lookups on either side count
         joined[name] = np.concatenate([head, prefill[name][alone]])
     stranded = stranded_outputs or {}
-    ids, num_outputs = prefill["request_id"][alone], prefill["num_output_tokens"][alone]
-    outputs = [stranded.get(i, n) for i, n in zip(ids.tolist(), num_outputs.tolist(), strict=True)]
-    joined["num_output_tokens"][len(decode["request_id"]) :] = outputs
+    ids, num_outputs = pre_ids[alone].tolist(), prefill["num_output_tokens"][alone].tolist()
+    outputs = [stranded.get(i, n) for i, n in zip(ids, num_outputs, strict=True)]
+    joined["num_output_tokens"][len(dec_ids) :] = outputs
     missing = np.full(int(alone.sum()), np.nan)
     joined["decode_ready_s"] = np.concatenate([decode["ready_s"], missing])
     joined["decode_first_scheduled_s"] = np.concatenate([decode["first_scheduled_s"], missing])
     prefill_replica = _gathered(prefill["replica"], rows, both)
     joined["prefill_replica"] = np.concatenate([prefill_replica, prefill["replica"][alone]])
-    rows, sent = _rows_of(transfers["request_id"], joined["request_id"])
+    sent_ids = transfers["request_id"]
+    rows, sent = rows_of(sent_ids, joined["request_id"], np.argsort(sent_ids))
     for name in ("kv_transfer_start_s", "kv_transfer_s"):
         joined[name] = _gathered(transfers[name], rows, sent)
     order = np.argsort(joined["request_id"], kind="stable")
     return {name: values[order] for name, values in joined.items()}
-
-
-def _rows_of(
-    ids: npt.NDArray[Any], wanted: npt.NDArray[Any]
-) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
-    """The row of ``ids`` (unique) holding each of ``wanted``, and whether one does
-    (where not, the row is any)."""
-    order = np.argsort(ids, kind="stable")
-    at = np.minimum(np.searchsorted(ids, wanted, sorter=order), max(len(ids) - 1, 0))
-    rows = order[at] if len(ids) else np.zeros(len(wanted), dtype=np.intp)
-    return rows, (ids[rows] == wanted) if len(ids) else np.zeros(len(wanted), dtype=bool)
 
 
 def _gathered(
