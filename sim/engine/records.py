@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+Records = dict[str, npt.NDArray[Any]]  # columns by name, one row per request
 
 # The engine core's columns (``EngineCore.series``: one row per plan; ``records``:
 # one row per request), as numpy dtypes.
@@ -82,7 +83,7 @@ class RequestTable:
 
     def __init__(
         self,
-        columns: dict[str, npt.NDArray[Any]],
+        columns: Records,
         rejections: Mapping[int, str],
         nullable: Mapping[str, str] | None = None,
     ) -> None:
@@ -95,12 +96,13 @@ class RequestTable:
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> RequestTable:
         """A per-request frame made outside a run (a measured or stored run's, a
-        test's) as a table: every column as numpy (a nullable integer one as
-        float64, NaN where missing; text as objects, None where missing) and
-        ``rejection_reason``'s values as the rejections. It must have
-        ``REQUEST_COLUMNS`` and ``rejection_reason``; an empty frame may lack them."""
+        test's) as a table, rows in its order (id order, as a run's or a measured
+        run's): every column as numpy (a nullable integer one as float64, NaN where
+        missing; text as objects, None where missing) and ``rejection_reason``'s
+        values as the rejections. It must have ``REQUEST_COLUMNS`` and
+        ``rejection_reason``; an empty frame may lack them."""
         frame = require_columns(frame, [*REQUEST_COLUMNS, "rejection_reason"], "requests")
-        columns: dict[str, npt.NDArray[Any]] = {}
+        columns: Records = {}
         nullable: dict[str, str] = {}
         for name, values in frame.drop(columns="rejection_reason").items():
             kind = values.dtype.kind  # pandas' nullable dtypes have numpy's kinds too

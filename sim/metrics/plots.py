@@ -1,10 +1,10 @@
 """A run's figures from its tables: latency CDFs, the scheduler's time series, the waterfall.
 
 ``cdf_data``, ``timeseries_data`` and ``waterfall_data`` cut the arrays a figure
-draws (``sim.metrics.figure_data``) out of a run's tables, DataFrames or the
-run's columns (``RequestTable``, the series' arrays, span rows: then no pandas
-either, so that ``servesim run`` hands its figures to the figure process
-before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
+draws (``sim.metrics.figure_data``) out of a run's tables: its ``RequestTable``
+and the series and spans as frames or as the run's arrays and span rows (then
+no pandas at all, so that ``servesim run`` hands its figures to the figure
+process before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
 imported on first draw: importing this module stays cheap); ``draw_waterfall``
 does both on a notebook's axes, and ``caption_figure`` gives a notebook's figure
 the caption every figure of servesim carries (``figure_data.figure_caption``).

@@ -120,10 +120,11 @@ def summary_to_json(summary: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True)
 class FigureJob:
-    """What a run's figures are drawn from, and the folder they go to: frames, or a
-    run's columns and span rows (``Result.figure_job``: no pandas needed to cut them
-    into ``Figures`` for ``sim.cli.figures``' process). ``waterfall`` is (phase
-    spans, request records); without it there is no waterfall.png.
+    """What a run's figures are drawn from, and the folder they go to: its request
+    table, and its series and spans as frames or as its columns and span rows
+    (``Result.figure_job``: no pandas needed to cut them into ``Figures`` for
+    ``sim.cli.figures``' process). ``waterfall`` is (phase spans, request records);
+    without it there is no waterfall.png.
     """
 
     out_dir: Path
@@ -176,8 +177,8 @@ def write_outputs(
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
     stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both. The
-    figures (SLO lines of ``slo``; no waterfall) need frames: columns need
-    ``plots=False`` (their figures come from ``Result.figure_job``).
+    figures (SLO lines of ``slo``; no waterfall) are drawn from frames (a measured
+    run's): columns need ``plots=False`` (their figures come from ``Result.figure_job``).
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:

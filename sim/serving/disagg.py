@@ -31,7 +31,7 @@ import simpy
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.columns import Columns
-from sim.engine.records import RequestTable, rows_of
+from sim.engine.records import Records, RequestTable, rows_of
 from sim.engine.request import Request
 from sim.serving.pool import Pool, ReplicaFactory
 from sim.serving.router import Router
@@ -39,7 +39,6 @@ from sim.serving.router import Router
 if TYPE_CHECKING:
     from sim.serving.replica_config import ReplicaConfig
 
-Records = dict[str, npt.NDArray[Any]]  # columns by name, one row per request
 TRANSFER_COLUMNS = {"request_id": "i8", "kv_transfer_start_s": "f8", "kv_transfer_s": "f8"}
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.columns import frame_of
-from sim.engine.records import RequestTable
+from sim.engine.records import Records, RequestTable
 from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns, StepTable
 from sim.serving.frontend import Delivery, deliver
@@ -25,8 +25,6 @@ from sim.serving.replica_config import FrontendConfig
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
-
-Records = dict[str, npt.NDArray[Any]]  # columns by name, one row per request
 
 
 @dataclass(frozen=True)
@@ -42,7 +40,7 @@ class CoreOutput:
     """
 
     replica: int
-    records: dict[str, npt.NDArray[Any]]
+    records: Records
     rejections: dict[int, str]
     later_runs: dict[int, list[tuple[float, int]]]
     runs: StepRuns
