@@ -28,6 +28,7 @@ from pydantic import TypeAdapter
 
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibratedCost, FitCoefficients
+from sim.engine.records import RequestTable
 from sim.metrics.stats import Slo, summarize
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.generate import (
@@ -159,17 +160,20 @@ def summary_row(num_requests: int, num_steps: int, goal_s: float) -> Row:
     arrival = np.sort(rng.uniform(0, 600, num_requests))
     generated = rng.integers(1, 300, num_requests)
     ttft = rng.exponential(0.2, num_requests) + 0.01
-    requests = pd.DataFrame(
+    rejected = np.flatnonzero(rng.random(num_requests) < 0.01)
+    requests = RequestTable(
         {
+            "request_id": np.arange(num_requests),
             "arrival_s": arrival,
             "ready_s": arrival,
             "first_scheduled_s": arrival + ttft / 2,
             "first_token_s": arrival + ttft,
             "finish_s": arrival + ttft + 0.02 * generated,
             "num_prompt_tokens": rng.integers(1, 2000, num_requests),
+            "num_output_tokens": generated,
             "num_generated_tokens": generated,
-            "rejection_reason": np.where(rng.random(num_requests) < 0.01, "kv", ""),
-        }
+        },
+        {int(i): "kv" for i in rejected},
     )
     start = np.cumsum(rng.uniform(0.01, 0.03, num_steps))
     steps = pd.DataFrame(

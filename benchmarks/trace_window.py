@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     before_mb, started = peak_mb(), time.perf_counter()
     spans = result.spans(args.traced)
     metadata = {"scenario": result.scenario.name, "num_traced_requests": args.traced}
-    expanded = trace_document(spans, raw.requests, raw.steps, raw.timeseries, metadata)
+    expanded = trace_document(spans, raw.records, raw.steps, raw.timeseries, metadata)
     expanded_s, expanded_mb = time.perf_counter() - started, peak_mb() - before_mb
 
     print(f"compact log:  {compact_s:6.2f} s, peak +{compact_mb:6.0f} MB")

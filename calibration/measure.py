@@ -34,6 +34,7 @@ from calibration.profile import GridPoint, cpu_model, time_step
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
+from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
@@ -176,11 +177,10 @@ def measure(
     run = engine.run(progress=progress, max_duration_s=max_duration_s)
     if probe:
         probes["after"] = run_probe(model)
-    summary: dict[str, Any] = dict(
-        summarize(run.requests, run.core_steps, run.extra_itl_s, scenario.slo)
-    )
+    table = RequestTable.from_frame(run.requests)
+    summary: dict[str, Any] = dict(summarize(table, run.core_steps, run.extra_itl_s, scenario.slo))
     summary |= latency_stats_ms("itl", token_gaps_s(run.tokens))
-    summary |= sample_notes(run.requests)
+    summary |= sample_notes(table)
     steps = run.steps
     forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None

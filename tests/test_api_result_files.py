@@ -134,7 +134,7 @@ def test_draw_figures_draws_only_the_named_ones(result: Result, tmp_path: Path) 
 
 
 def test_without_a_waterfall_there_is_no_waterfall_png(result: Result, tmp_path: Path) -> None:
-    job = FigureJob(tmp_path, result.requests, result.timeseries)
+    job = FigureJob(tmp_path, result.raw.records, result.timeseries)
     assert prepare_figures(job).names() == ["latency_cdf.png", "timeseries.png"]
     assert [
         p.name for p in draw_prepared(prepare_figures(job), ["waterfall.png", "timeseries.png"])

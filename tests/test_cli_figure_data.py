@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from child_processes import no_children_left
 from small_scenario import write_scenario
-from test_plots import requests_frame, timeseries_frame
+from test_plots import requests_frame, requests_table, timeseries_frame
 
 import sim.cli as cli
 import sim.cli.figures as cli_figures
@@ -34,6 +34,7 @@ import sim.metrics.plots as plots
 from sim import api
 from sim.api.result import Result
 from sim.cli.figures import FigureError, FigureWorker
+from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics import figure_draw
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, Figures
@@ -104,7 +105,7 @@ def test_timeseries_arrays_draw_the_dataframe_figure(case: str, tmp_path: Path) 
 def test_cdf_arrays_draw_the_dataframe_figure(
     n: int, rejected_every: int, slo: Slo | None, tmp_path: Path
 ) -> None:
-    requests = requests_frame(n, rejected_every=rejected_every)
+    requests = requests_table(n, rejected_every=rejected_every)
     direct = figure_draw.draw_latency_cdfs(
         cdf_data(requests, slo), tmp_path / "direct.png"
     ).read_bytes()
@@ -117,7 +118,7 @@ def test_cdf_arrays_draw_the_dataframe_figure(
 def test_waterfall_arrays_draw_the_dataframe_figure(
     num_requests: int, result: Result, tmp_path: Path
 ) -> None:
-    spans, requests = result.spans(max(num_requests, 1)), result.raw.requests
+    spans, requests = result.spans(max(num_requests, 1)), result.raw.records
     if num_requests == 0:
         spans = spans.iloc[:0]
     direct = figure_draw.draw_waterfall_figure(
@@ -133,7 +134,7 @@ def test_waterfall_arrays_draw_the_dataframe_figure(
 def test_cdf_data_holds_the_completed_requests_latencies_in_ms() -> None:
     requests = requests_frame(60, rejected_every=4)
     requests.loc[5, "num_generated_tokens"] = 1  # no TPOT for a one-token answer
-    data = plots.cdf_data(requests, Slo(ttft_ms=120, tpot_ms=25))
+    data = plots.cdf_data(RequestTable.from_frame(requests), Slo(ttft_ms=120, tpot_ms=25))
     done = requests[requests["rejection_reason"] == ""]
     ttft_ms = (done["first_token_s"] - done["arrival_s"]).to_numpy() * 1000
     np.testing.assert_allclose(data.ttft_ms, ttft_ms, rtol=1e-12)
@@ -165,7 +166,7 @@ def test_timeseries_data_sorts_scales_and_sums_replicas() -> None:
 
 def test_waterfall_data_puts_each_span_on_its_request_row(result: Result) -> None:
     spans, requests = result.spans(12), result.raw.requests
-    data = plots.waterfall_data(spans, requests)
+    data = plots.waterfall_data(spans, result.raw.records)
     assert list(data.ids) == sorted(spans["request_id"].unique()) == list(range(12))
     assert [p for p in data.present] == [p for p in PHASES if p in set(spans["phase"])]
     for bars in data.bars:
@@ -187,16 +188,15 @@ def test_a_prepared_job_draws_what_draw_figures_draws(result: Result, tmp_path: 
     assert [p.name for p in arrays] == [p.name for p in direct] == ALL_FIGURES
     for a, b in zip(direct, arrays, strict=True):
         assert a.read_bytes() == b.read_bytes()
-    no_waterfall = prepare_figures(FigureJob(tmp_path, result.requests, result.timeseries))
+    no_waterfall = prepare_figures(FigureJob(tmp_path, result.raw.records, result.timeseries))
     assert no_waterfall.waterfall is None and no_waterfall.names() == ALL_FIGURES[:2]
 
 
 def test_the_prepared_figures_are_small_next_to_the_job(result: Result, tmp_path: Path) -> None:
     job = result.figure_job(tmp_path)  # the run's columns, which pickle compactly
     assert len(pickle.dumps(prepare_figures(job))) < len(pickle.dumps(job))
-    frames = FigureJob(
-        tmp_path, result.requests, result.timeseries, None, (result.spans(), result.raw.requests)
-    )
+    table = RequestTable.from_frame(result.requests)  # with its latency columns
+    frames = FigureJob(tmp_path, table, result.timeseries, None, (result.spans(), table))
     assert len(pickle.dumps(prepare_figures(job))) < len(pickle.dumps(frames)) / 2
 
 
@@ -337,7 +337,7 @@ def test_a_run_whose_figures_cannot_be_prepared_fails_after_its_tables(
 
 
 def test_figures_names_follow_the_waterfall() -> None:
-    empty = plots.cdf_data(pd.DataFrame())
+    empty = plots.cdf_data(RequestTable.from_frame(pd.DataFrame()))
     series = plots.timeseries_data(pd.DataFrame())
     assert empty.num_done == 0 and empty.ttft_ms.size == 0 and empty.ttft_slo_ms is None
     assert series.time_s.size == 0 and series.series == (None, None, None)
@@ -345,7 +345,7 @@ def test_figures_names_follow_the_waterfall() -> None:
     assert figures.names() == ALL_FIGURES[:2]
     data = plots.waterfall_data(
         pd.DataFrame(columns=["request_id", "phase"]),
-        pd.DataFrame({"request_id": [0], "first_token_s": [1.0]}),
+        RequestTable({"request_id": np.array([0]), "first_token_s": np.array([1.0])}, {}),
     )
     assert Figures(Path("x"), empty, series, data).names() == ALL_FIGURES
     assert data.ids == () and data.present == () and np.asarray(data.first_token_s).size == 0
@@ -356,7 +356,7 @@ def test_figures_names_follow_the_waterfall() -> None:
 
 def _figures(result: Result, out: Path, num_rows: int) -> Figures:
     figures = prepare_figures(result.figure_job(out))
-    waterfall = plots.waterfall_data(result.spans(num_rows), result.raw.requests)
+    waterfall = plots.waterfall_data(result.spans(num_rows), result.raw.records)
     return Figures(out, figures.cdf, figures.timeseries, waterfall)
 
 

@@ -77,7 +77,7 @@ def test_the_worker_draws_every_figure_and_names_them(result: Result, tmp_path: 
 
 
 def test_a_job_without_a_waterfall_draws_two_figures(result: Result, tmp_path: Path) -> None:
-    job = FigureJob(tmp_path, result.requests, result.timeseries, result.scenario.slo)
+    job = FigureJob(tmp_path, result.raw.records, result.timeseries, result.scenario.slo)
     with FigureWorker.start() as worker:  # type: ignore[union-attr]
         worker.submit(job)
         assert [p.name for p in worker.finish()] == ["latency_cdf.png", "timeseries.png"]
@@ -217,10 +217,10 @@ def test_draw_reply_turns_errors_into_replies(result: Result, tmp_path: Path) ->
     assert cli_figures.draw_reply(figures, ["timeseries.png"]) == {
         "paths": [str(tmp_path / "timeseries.png")]
     }
-    broken = prepare_figures(FigureJob(tmp_path, result.requests, pd.DataFrame({"x": [1.0]})))
+    broken = prepare_figures(FigureJob(tmp_path, result.raw.records, pd.DataFrame({"x": [1.0]})))
     reply = cli_figures.draw_reply(broken, ["latency_cdf.png", "timeseries.png"])
     assert reply == {"paths": [str(tmp_path / "latency_cdf.png"), str(tmp_path / "timeseries.png")]}
-    gone = prepare_figures(FigureJob(tmp_path / "missing", result.requests, result.timeseries))
+    gone = prepare_figures(FigureJob(tmp_path / "missing", result.raw.records, result.timeseries))
     assert "FileNotFoundError" in cli_figures.draw_reply(gone)["error"]
 
 

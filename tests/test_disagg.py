@@ -234,7 +234,13 @@ def test_merge_records_keeps_requests_seen_by_one_pool() -> None:
     transfers = pd.DataFrame(
         {"request_id": [0], "kv_transfer_start_s": [2.0], "kv_transfer_s": [1.0]}
     )
-    merged = merge_records(prefill, decode, transfers, {1: 4}).set_index("request_id").sort_index()
+    prefill, decode, transfers = (
+        {name: frame[name].to_numpy() for name in frame.columns}
+        for frame in (prefill, decode, transfers)
+    )
+    joined = merge_records(prefill, decode, transfers, {1: 4})
+    assert joined["request_id"].tolist() == [0, 1, 2]  # in id order
+    merged = pd.DataFrame(joined).set_index("request_id")
     assert merged.loc[0, "ready_s"] == 1.0 and merged.loc[0, "decode_ready_s"] == 3.0
     assert merged.loc[0, "first_scheduled_s"] == 1.5 and merged.loc[0, "finish_s"] == 9.0
     assert merged.loc[1, "num_output_tokens"] == 4 and merged.loc[1, "prefill_replica"] == 0

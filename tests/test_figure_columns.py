@@ -78,12 +78,13 @@ def test_the_run_keeps_columns_until_a_frame_is_asked_for(result: Result) -> Non
 
 def test_figures_from_columns_are_those_from_frames(result: Result, tmp_path: Path) -> None:
     from_columns = prepare_figures(result.figure_job(tmp_path))
+    framed = RequestTable.from_frame(result.requests)  # the frames, read back at their edge
     frames = FigureJob(
         tmp_path,
-        result.requests,
+        framed,
         result.timeseries,
         result.scenario.slo,
-        (result.spans(), result.raw.requests),
+        (result.spans(), framed),
         figure_caption(result.summary),
     )
     from_frames = prepare_figures(frames)
@@ -94,7 +95,8 @@ def test_span_rows_from_columns_are_the_spans_frame(result: Result) -> None:
     raw = result.raw
     num = NUM_WATERFALL_REQUESTS
     rows = reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num)
-    assert rows == reconstructed_spans(raw.requests, raw.steps, raw.later_runs, num)
+    framed = RequestTable.from_frame(raw.requests)
+    assert rows == reconstructed_spans(framed, raw.steps, raw.later_runs, num)
     assert rows == list(result.spans(num).itertuples(index=False, name=None))
     assert len(rows) > 0
 

@@ -12,6 +12,7 @@ import pytest
 
 from sim.engine.kv_cache import BlockPool
 from sim.engine.lifecycle import ActivityRecorder
+from sim.engine.records import RequestTable
 from sim.engine.request import Request
 from sim.engine.scheduler import ContinuousConfig, EngineCore, SchedulerOutput
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
@@ -38,6 +39,7 @@ def request_row(request_id: int = 0, **fields: Any) -> dict[str, Any]:
         "num_preemptions": 0,
         "num_swaps": 0,
         "replica": 0,
+        "rejection_reason": None,
     }
     row.update(fields)
     return row
@@ -145,7 +147,7 @@ def test_recorded_spans_chunks_wait_and_merged_decode_runs() -> None:
             activity_row("decode", 0.7, 1.0, num_tokens=1),  # back to back: merged
         ]
     )
-    spans = spans_frame(recorded_spans(requests, activity, 10))
+    spans = spans_frame(recorded_spans(RequestTable.from_frame(requests), activity, 10))
     assert phases(spans) == [
         ("way_in", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
@@ -169,7 +171,12 @@ def test_recorded_spans_label_the_gap_after_a_preemption(num_swaps: int, label: 
             activity_row("decode", 0.9, 1.0, num_preemptions=1, num_swaps=num_swaps),
         ]
     )
-    names = [p for p, _, _ in phases(spans_frame(recorded_spans(requests, activity, 10)))]
+    names = [
+        p
+        for p, _, _ in phases(
+            spans_frame(recorded_spans(RequestTable.from_frame(requests), activity, 10))
+        )
+    ]
     assert names == ["way_in", "waiting", "prefill", "decode", label, "prefill", "decode"]
 
 
@@ -181,16 +188,18 @@ def test_recorded_spans_mark_a_move_to_another_replica_as_kv_transfer() -> None:
             activity_row("decode", 0.6, 1.0, num_tokens=3, replica=1),
         ]
     )
-    spans = spans_frame(recorded_spans(requests, activity, 10))
+    spans = spans_frame(recorded_spans(RequestTable.from_frame(requests), activity, 10))
     assert phases(spans)[3:] == [("kv_transfer", 0.5, 0.6), ("decode", 0.6, 1.0)]
     assert spans["replica"].tolist()[2:] == [0, 1, 1]
 
 
 def test_recorded_spans_keep_only_the_first_requests() -> None:
     rows = [request_row(i, arrival_s=float(i), ready_s=i + 0.1) for i in (4, 2, 0, 1, 3)]
-    requests = pd.DataFrame(rows)
+    requests = pd.DataFrame(rows).sort_values("request_id")  # a table is in id order
     spans = spans_frame(
-        recorded_spans(requests, pd.DataFrame([activity_row("decode", 0.5, 1.0)]), 3)
+        recorded_spans(
+            RequestTable.from_frame(requests), pd.DataFrame([activity_row("decode", 0.5, 1.0)]), 3
+        )
     )
     assert sorted(set(spans["request_id"])) == [0, 1, 2]
 
@@ -206,7 +215,9 @@ def test_reconstructed_spans_of_a_plain_request() -> None:
             )
         ]
     )
-    spans = spans_frame(reconstructed_spans(requests, pd.DataFrame({"end_s": []}), {}, 5))
+    spans = spans_frame(
+        reconstructed_spans(RequestTable.from_frame(requests), pd.DataFrame({"end_s": []}), {}, 5)
+    )
     assert phases(spans) == [
         ("way_in", 0.0, 0.1),
         ("waiting", 0.1, 0.2),
@@ -227,7 +238,9 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
         }
     )
     requests = pd.DataFrame([request_row(num_preemptions=1)])
-    spans = spans_frame(reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5))
+    spans = spans_frame(
+        reconstructed_spans(RequestTable.from_frame(requests), steps, {0: [(0.9, 2)]}, 5)
+    )
     assert phases(spans)[2:] == [
         ("prefill", 0.2, 0.5),
         ("decode", 0.5, 0.6),
@@ -239,7 +252,9 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
 def test_reconstructed_spans_fall_back_to_one_decode_span_when_tokens_cannot_be_placed() -> None:
     requests = pd.DataFrame([request_row(num_preemptions=1)])
     steps = pd.DataFrame({"start_s": [0.0], "end_s": [0.05], "replica": [0]})
-    spans = spans_frame(reconstructed_spans(requests, steps, {0: [(0.9, 2)]}, 5))
+    spans = spans_frame(
+        reconstructed_spans(RequestTable.from_frame(requests), steps, {0: [(0.9, 2)]}, 5)
+    )
     assert phases(spans)[-1] == ("decode", 0.5, 1.0)
 
 
@@ -248,8 +263,8 @@ def test_reconstructed_spans_fall_back_to_one_decode_span_when_tokens_cannot_be_
 
 def test_request_events_in_microseconds_with_a_parent_and_a_ttft_instant() -> None:
     spans = spans_frame([(7, 0, "way_in", 1.0, 1.25, 0), (7, 0, "decode", 1.25, 2.0, 5)])
-    requests = pd.DataFrame([request_row(7, arrival_s=1.0, first_token_s=1.5, finish_s=2.0)])
-    events = request_events(spans, requests)
+    row = request_row(7, arrival_s=1.0, first_token_s=1.5, finish_s=2.0)
+    events = request_events(spans, RequestTable.from_frame(pd.DataFrame([row])))
     spans_out = [e for e in events if e["ph"] == "X"]
     assert [(e["name"], e["ts"], e["dur"], e["tid"]) for e in spans_out] == [
         ("request 7", 1e6, 1e6, 7),
@@ -264,7 +279,7 @@ def test_request_events_in_microseconds_with_a_parent_and_a_ttft_instant() -> No
 
 def test_request_without_a_first_token_has_no_instant() -> None:
     spans = spans_frame([(0, 0, "way_in", 0.0, 0.5, 0)])
-    requests = pd.DataFrame([request_row(first_token_s=NAN, finish_s=NAN)])
+    requests = RequestTable.from_frame(pd.DataFrame([request_row(first_token_s=NAN, finish_s=NAN)]))
     assert not [e for e in request_events(spans, requests) if e["ph"] == "i"]
 
 
@@ -303,7 +318,7 @@ def test_replica_events_keep_the_window_cap_and_sample_kv_at_each_step() -> None
 
 def test_trace_document_round_trips_as_strict_json(tmp_path: Path) -> None:
     spans = spans_frame([(0, 0, "way_in", 0.0, 0.1, 0)])
-    requests = pd.DataFrame([request_row()])
+    requests = RequestTable.from_frame(pd.DataFrame([request_row()]))
     steps = pd.DataFrame(
         {"start_s": [0.0], "end_s": [0.1], "num_prefill_tokens": [1], "num_decode_seqs": [0]}
     )

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from sim.engine.records import completed_mask, rejected_mask
+from sim.engine.records import RequestTable, completed_mask
 from sim.errors import ConfigError
 from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import latency_stats_ms, percentile_label, weighted_quantiles
@@ -58,6 +58,11 @@ def frame(*reqs: Req) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def summarize_frame(reqs: pd.DataFrame, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """``summarize`` of a frame, read as the table it holds (at its edge, as a measured run's)."""
+    return summarize(RequestTable.from_frame(reqs), *args, **kwargs)
 
 
 def steps_frame(durations_s: list[float], itl_tokens: list[int]) -> pd.DataFrame:
@@ -125,14 +130,15 @@ def test_missing_columns_are_named() -> None:
     ],
 )
 def test_rejection_is_a_non_empty_reason(reasons: Any, expected: list[bool]) -> None:
-    reqs = pd.DataFrame({"rejection_reason": reasons})
-    assert rejected_mask(reqs).tolist() == expected
+    reqs = frame(*[Req() for _ in expected])
+    reqs["rejection_reason"] = reasons
+    assert RequestTable.from_frame(reqs).rejected.tolist() == expected
 
 
 def test_completed_means_finished_and_not_rejected() -> None:
     reqs = frame(Req(), Req(rejection_reason="kv"), Req())
     reqs.loc[2, "finish_s"] = NAN  # still running when the simulation stopped
-    assert completed_mask(reqs).tolist() == [True, False, False]
+    assert completed_mask(RequestTable.from_frame(reqs)).tolist() == [True, False, False]
 
 
 # --- weighted quantiles ----------------------------------------------------------------
@@ -280,7 +286,7 @@ def test_percentiles_outside_0_100_are_a_config_error(percentiles: tuple[float, 
     with pytest.raises(ConfigError, match="percentiles"):
         latency_stats_ms("ttft", [1.0], percentiles=percentiles)
     with pytest.raises(ConfigError, match="percentiles"):
-        summarize(frame(Req()), NO_STEPS, NO_EXTRA, percentiles=percentiles)
+        summarize_frame(frame(Req()), NO_STEPS, NO_EXTRA, percentiles=percentiles)
 
 
 # --- inter-token latency -----------------------------------------------------------------
@@ -380,7 +386,7 @@ def three_requests() -> pd.DataFrame:
 
 
 def test_summary_has_exactly_the_vllm_keys() -> None:
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA, percentiles=(90, 99, 99.9))
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA, percentiles=(90, 99, 99.9))
     latency_keys = {
         f"{stat}_{metric}_ms"
         for metric in ("ttft", "tpot", "itl", "e2el")
@@ -390,7 +396,7 @@ def test_summary_has_exactly_the_vllm_keys() -> None:
 
 
 def test_summary_of_three_known_requests() -> None:
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA)
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA)
     assert summary["completed"] == 3
     assert summary["num_rejected"] == 0
     assert summary["total_input_tokens"] == 60
@@ -405,7 +411,7 @@ def test_summary_of_three_known_requests() -> None:
 
 
 def test_duration_runs_from_first_arrival_to_last_finish() -> None:
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA)
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA)
     assert summary["duration"] == pytest.approx(5.0)  # 0.0 -> 2.0 + 3.0
     assert summary["request_throughput"] == pytest.approx(3 / 5)
     assert summary["output_throughput"] == pytest.approx(33 / 5)
@@ -420,8 +426,9 @@ def test_rejected_requests_count_only_in_num_rejected() -> None:
         ],
         ignore_index=True,
     )
-    summary = summarize(reqs, NO_STEPS, NO_EXTRA)
-    base = summarize(three_requests(), NO_STEPS, NO_EXTRA)
+    reqs["request_id"] = range(len(reqs))  # one id a request: rejections are by id
+    summary = summarize_frame(reqs, NO_STEPS, NO_EXTRA)
+    base = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA)
     assert summary["num_rejected"] == 1
     assert summary["completed"] == 3
     assert summary["total_input_tokens"] == base["total_input_tokens"]
@@ -434,7 +441,7 @@ def test_rejected_requests_count_only_in_num_rejected() -> None:
 def test_a_rejected_row_with_times_is_still_excluded() -> None:
     reqs = three_requests()
     reqs.loc[0, "rejection_reason"] = "preempted too often"  # finish_s stays finite
-    summary = summarize(reqs, NO_STEPS, NO_EXTRA)
+    summary = summarize_frame(reqs, NO_STEPS, NO_EXTRA)
     assert summary["completed"] == 2
     assert summary["num_rejected"] == 1
     assert summary["mean_ttft_ms"] == pytest.approx(400.0)
@@ -443,7 +450,7 @@ def test_a_rejected_row_with_times_is_still_excluded() -> None:
 def test_unfinished_requests_are_neither_completed_nor_rejected() -> None:
     reqs = three_requests()
     reqs.loc[2, "finish_s"] = NAN
-    summary = summarize(reqs, NO_STEPS, NO_EXTRA)
+    summary = summarize_frame(reqs, NO_STEPS, NO_EXTRA)
     assert summary["completed"] == 2
     assert summary["num_rejected"] == 0
     assert summary["total_output_tokens"] == 32
@@ -451,31 +458,31 @@ def test_unfinished_requests_are_neither_completed_nor_rejected() -> None:
 
 
 def test_goodput_counts_requests_meeting_all_slos_per_second() -> None:
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA, Slo(ttft_ms=250, tpot_ms=100))
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA, Slo(ttft_ms=250, tpot_ms=100))
     assert summary["request_goodput"] == pytest.approx(2 / 5)
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA, Slo(e2el_ms=2500))
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA, Slo(e2el_ms=2500))
     assert summary["request_goodput"] == pytest.approx(2 / 5)
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA, Slo(ttft_ms=1))
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA, Slo(ttft_ms=1))
     assert summary["request_goodput"] == 0.0
 
 
 @pytest.mark.parametrize("slo", [None, Slo()])
 def test_goodput_is_none_without_an_slo(slo: Slo | None) -> None:
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA, slo)
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA, slo)
     assert "request_goodput" in summary and summary["request_goodput"] is None
 
 
 def test_summary_includes_the_itl_distribution() -> None:
     steps = steps_frame([0.01, 0.02, 0.03], [2, 2, 2])
-    summary = summarize(three_requests(), steps, [0.5])
-    assert summary == summarize(three_requests(), steps, [0.5])
+    summary = summarize_frame(three_requests(), steps, [0.5])
+    assert summary == summarize_frame(three_requests(), steps, [0.5])
     expected = itl_distribution(steps, [0.5])
     assert all(summary[k] == expected[k] for k in expected)
     assert summary["mean_itl_ms"] == pytest.approx(1000 * (0.12 + 0.5) / 7)
 
 
 def test_summary_counts_are_python_ints() -> None:
-    summary = summarize(three_requests(), NO_STEPS, NO_EXTRA)
+    summary = summarize_frame(three_requests(), NO_STEPS, NO_EXTRA)
     for key in ("completed", "num_rejected", "total_input_tokens", "total_output_tokens"):
         assert type(summary[key]) is int, key
     assert all(type(v) in (int, float) or v is None for v in summary.values())
@@ -493,14 +500,14 @@ def _assert_empty_summary(summary: dict[str, Any], num_rejected: int) -> None:
 
 @pytest.mark.parametrize("reqs", [frame(), pd.DataFrame(), three_requests().iloc[:0]])
 def test_summary_of_an_empty_run(reqs: pd.DataFrame) -> None:
-    summary = summarize(reqs, NO_STEPS, NO_EXTRA, Slo(ttft_ms=100))
+    summary = summarize_frame(reqs, NO_STEPS, NO_EXTRA, Slo(ttft_ms=100))
     _assert_empty_summary(summary, num_rejected=0)
     assert summary["mean_itl_ms"] is None
 
 
 def test_summary_of_an_all_rejected_run() -> None:
     reqs = frame(Req(rejection_reason="kv"), Req(rejection_reason="kv"))
-    summary = summarize(reqs, pd.DataFrame(), NO_EXTRA, Slo(ttft_ms=100))
+    summary = summarize_frame(reqs, pd.DataFrame(), NO_EXTRA, Slo(ttft_ms=100))
     _assert_empty_summary(summary, num_rejected=2)
 
 
@@ -513,12 +520,14 @@ def test_summary_is_vectorised_for_large_runs() -> None:
     ttft = rng.exponential(0.2, n) + 0.01
     reqs = pd.DataFrame(
         {
+            "request_id": np.arange(n),
             "arrival_s": arrival,
             "ready_s": arrival,
             "first_scheduled_s": arrival + ttft / 2,
             "first_token_s": arrival + ttft,
             "finish_s": arrival + ttft + 0.02 * gen,
             "num_prompt_tokens": rng.integers(1, 2000, n),
+            "num_output_tokens": gen,
             "num_generated_tokens": gen,
             "rejection_reason": np.where(rng.random(n) < 0.01, "kv", ""),
         }
@@ -528,7 +537,7 @@ def test_summary_is_vectorised_for_large_runs() -> None:
         {"start_s": start, "end_s": start + 0.02, "num_itl_tokens": rng.integers(0, 64, m)}
     )
     # Its speed (a per-row loop takes minutes here): benchmarks/hot_paths.py.
-    summary = summarize(reqs, steps, rng.uniform(0, 1, 1000), Slo(ttft_ms=300))
+    summary = summarize_frame(reqs, steps, rng.uniform(0, 1, 1000), Slo(ttft_ms=300))
     assert summary["completed"] == int((reqs["rejection_reason"] == "").sum())
 
 

@@ -22,6 +22,7 @@ from matplotlib.text import Annotation, Text
 from matplotlib.transforms import Bbox
 from test_plots import requests_frame, timeseries_frame
 
+from sim.engine.records import RequestTable
 from sim.metrics import figure_draw, plots
 from sim.metrics.figure_draw import Margins, agg_figure
 from sim.metrics.stats import Slo
@@ -153,7 +154,8 @@ def test_latency_cdfs_fit_with_long_latencies(
     requests["first_token_s"] += 3600.0
     requests["finish_s"] += 3600.0
     figure_draw.draw_latency_cdfs(
-        plots.cdf_data(requests, Slo(ttft_ms=500, tpot_ms=50)), tmp_path / "cdf.png"
+        plots.cdf_data(RequestTable.from_frame(requests), Slo(ttft_ms=500, tpot_ms=50)),
+        tmp_path / "cdf.png",
     )
     (fig,) = made
     _assert_inside(fig)
@@ -190,7 +192,7 @@ def test_the_waterfall_fits_its_legend_and_long_ids(
             "end_s": np.repeat(ids - first_id, 2) + np.tile([0.5, 3.0], len(ids)),
         }
     )
-    requests = pd.DataFrame({"request_id": ids, "first_token_s": ids - first_id + 0.5})
+    requests = RequestTable({"request_id": ids, "first_token_s": ids - first_id + 0.5}, {})
     figure_draw.draw_waterfall_figure(plots.waterfall_data(spans, requests), tmp_path / "wf.png")
     (fig,) = made
     _assert_inside(fig)
@@ -211,7 +213,8 @@ def test_the_waterfall_draws_one_rectangle_per_span(tmp_path: Path) -> None:
             "end_s": [1.0, 4.0, 2.5, 3.0],
         }
     )
-    requests = pd.DataFrame({"request_id": [0, 1, 2], "first_token_s": [1.0, 0.7, 2.2]})
+    first_token_s = np.array([1.0, 0.7, 2.2])
+    requests = RequestTable({"request_id": np.arange(3), "first_token_s": first_token_s}, {})
     fig = agg_figure(8, 4, Margins())
     ax = fig.add_subplot()
     plots.draw_waterfall(ax, spans, requests)

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.axes import Axes
 
+from sim.engine.records import RequestTable
 from sim.metrics import figure_draw
 from sim.metrics.figure_draw import DPI, MAX_POINTS, cdf_points, envelope
 from sim.metrics.plots import cdf_data, timeseries_data
@@ -35,16 +36,23 @@ def requests_frame(n: int, seed: int = 0, rejected_every: int = 0) -> pd.DataFra
         finish[::rejected_every] = math.nan
     return pd.DataFrame(
         {
+            "request_id": np.arange(n),
             "arrival_s": arrival,
             "ready_s": arrival,
             "first_scheduled_s": arrival + ttft / 2,
             "first_token_s": arrival + ttft,
             "finish_s": finish,
             "num_prompt_tokens": 100,
+            "num_output_tokens": gen,
             "num_generated_tokens": gen,
             "rejection_reason": reasons,
         }
     )
+
+
+def requests_table(n: int, seed: int = 0, rejected_every: int = 0) -> RequestTable:
+    """``requests_frame`` as the table the metrics read."""
+    return RequestTable.from_frame(requests_frame(n, seed, rejected_every))
 
 
 def timeseries_frame(n: int, seed: int = 0) -> pd.DataFrame:
@@ -135,13 +143,13 @@ def test_envelope_keeps_spikes_and_bounds_the_mean(n: int, max_points: int, spik
 
 
 def test_latency_cdfs_png(tmp_path: Path) -> None:
-    out = figure_draw.draw_latency_cdfs(cdf_data(requests_frame(2000)), tmp_path / "cdf.png")
+    out = figure_draw.draw_latency_cdfs(cdf_data(requests_table(2000)), tmp_path / "cdf.png")
     assert out == tmp_path / "cdf.png"
     assert_png(out, 12, 4.8)
 
 
 def test_latency_cdfs_with_slo_lines_differ_from_without(tmp_path: Path) -> None:
-    reqs = requests_frame(500, rejected_every=7)
+    reqs = requests_table(500, rejected_every=7)
     plain = figure_draw.draw_latency_cdfs(cdf_data(reqs), tmp_path / "plain.png")
     with_slo = figure_draw.draw_latency_cdfs(
         cdf_data(reqs, Slo(ttft_ms=150, tpot_ms=21)), tmp_path / "slo.png"
@@ -153,25 +161,26 @@ def test_latency_cdfs_with_slo_lines_differ_from_without(tmp_path: Path) -> None
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_latency_cdfs_of_tiny_runs(tmp_path: Path, n: int) -> None:
     out = figure_draw.draw_latency_cdfs(
-        cdf_data(requests_frame(n), Slo(ttft_ms=100)), tmp_path / "tiny.png"
+        cdf_data(requests_table(n), Slo(ttft_ms=100)), tmp_path / "tiny.png"
     )
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_latency_cdfs_of_an_all_rejected_run(tmp_path: Path) -> None:
     out = figure_draw.draw_latency_cdfs(
-        cdf_data(requests_frame(10, rejected_every=1)), tmp_path / "rej.png"
+        cdf_data(requests_table(10, rejected_every=1)), tmp_path / "rej.png"
     )
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_latency_cdfs_of_a_frame_without_columns(tmp_path: Path) -> None:
-    out = figure_draw.draw_latency_cdfs(cdf_data(pd.DataFrame()), tmp_path / "none.png")
+    no_columns = RequestTable.from_frame(pd.DataFrame())
+    out = figure_draw.draw_latency_cdfs(cdf_data(no_columns), tmp_path / "none.png")
     assert out.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_latency_cdfs_accept_a_string_path(tmp_path: Path) -> None:
-    out = figure_draw.draw_latency_cdfs(cdf_data(requests_frame(20)), str(tmp_path / "s.png"))
+    out = figure_draw.draw_latency_cdfs(cdf_data(requests_table(20)), str(tmp_path / "s.png"))
     assert isinstance(out, Path) and out.exists()
 
 
@@ -196,7 +205,7 @@ def test_a_million_requests_plot_reduced_lines(
     """Unreduced lines of a million points take minutes to draw: every line is cut
     to MAX_POINTS (+1 for the CDF's first step) first."""
     sizes = _drawn_sizes(monkeypatch)
-    figure_draw.draw_latency_cdfs(cdf_data(requests_frame(1_000_000)), tmp_path / "big.png")
+    figure_draw.draw_latency_cdfs(cdf_data(requests_table(1_000_000)), tmp_path / "big.png")
     assert sizes and max(sizes) <= MAX_POINTS + 1
     assert_png(tmp_path / "big.png", 12, 4.8)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from test_plots import requests_frame, timeseries_frame
+from test_plots import requests_table, timeseries_frame
 
 from sim.metrics import figure_draw, plots
 from sim.metrics.figure_draw import PNG_COMPRESS_LEVEL, TITLE_Y, Margins, agg_figure, save_png
@@ -68,7 +68,7 @@ def _drawn_figure(tmp_path: Path, which: str) -> object:
         patch.setattr(figure_draw, "save_png", keep)
         if which == "cdf":
             figure_draw.draw_latency_cdfs(
-                plots.cdf_data(requests_frame(300), Slo(ttft_ms=300)), tmp_path / "cdf.png"
+                plots.cdf_data(requests_table(300), Slo(ttft_ms=300)), tmp_path / "cdf.png"
             )
         else:
             figure_draw.draw_timeseries(

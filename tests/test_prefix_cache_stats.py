@@ -10,13 +10,15 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool, prefix_cache_summary
 from sim.engine.policies import ContinuousConfig
+from sim.engine.records import RequestTable
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, SchedulerOutput
+
+COUNTS = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
 
 
 def grouped(request_id: int, prompt: int, output: int = 4) -> Request:
@@ -100,7 +102,7 @@ def test_prefix_cache_stats_count_the_readmission_after_preemption() -> None:
     assert (a.num_prefix_lookups, a.num_prefix_query_tokens, a.num_prefix_hit_tokens) == (1, 6, 0)
     assert (b.num_prefix_lookups, b.num_prefix_query_tokens, b.num_prefix_hit_tokens) == (2, 15, 4)
     assert a.num_cached_tokens == b.num_cached_tokens == 0
-    summary = prefix_cache_summary(core.records.frame().assign(rejection_reason=None))
+    summary = prefix_cache_summary(RequestTable(core.records.views(), {}))
     assert summary == {
         "prefix_cache_requests": 3,
         "prefix_cache_query_tokens": 21,
@@ -115,26 +117,29 @@ def test_a_plain_pool_looks_nothing_up() -> None:
     core.add(request, 0.0)
     while core.num_done < 1:
         step(core, float(core.num_steps))
-    summary = prefix_cache_summary(core.records.frame())
+    summary = prefix_cache_summary(RequestTable(core.records.views(), {}))
     assert summary["prefix_cache_requests"] == 0
     assert summary["prefix_cache_hit_rate"] == 0.0
 
 
 def test_summary_sums_every_request_and_admission() -> None:
-    frame = pd.DataFrame(
+    table = RequestTable(
         {
-            "num_prefix_lookups": [1, 2, 1],
-            "num_prefix_query_tokens": [100, 130, 50],
-            "num_prefix_hit_tokens": [0, 64, 32],
-            "finish_s": [1.0, 2.0, float("nan")],  # unfinished requests looked up too
-        }
+            "request_id": np.arange(3),
+            "num_prefix_lookups": np.array([1, 2, 1]),
+            "num_prefix_query_tokens": np.array([100, 130, 50]),
+            "num_prefix_hit_tokens": np.array([0, 64, 32]),
+            "finish_s": np.array([1.0, 2.0, float("nan")]),  # unfinished requests looked up too
+        },
+        {},
     )
-    assert prefix_cache_summary(frame) == {
+    assert prefix_cache_summary(table) == {
         "prefix_cache_requests": 4,
         "prefix_cache_query_tokens": 280,
         "prefix_cache_hit_tokens": 96,
         "prefix_cache_hit_rate": pytest.approx(96 / 280),
     }
-    empty = prefix_cache_summary(pd.DataFrame())
+    no_rows = {name: np.zeros(0, np.int64) for name in COUNTS}
+    empty = prefix_cache_summary(RequestTable({"request_id": np.zeros(0, np.int64), **no_rows}, {}))
     assert empty["prefix_cache_requests"] == 0 and empty["prefix_cache_hit_rate"] == 0.0
     assert np.isfinite(empty["prefix_cache_hit_rate"])

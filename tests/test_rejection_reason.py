@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sim import api
-from sim.engine.records import reason_column, rejected_mask, text_dtype
+from sim.engine.records import reason_column, text_dtype
 from sim.validation.runs import request_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def test_a_run_s_frame_and_files_hold_the_reasons_as_text(
     overrides: list[str], tmp_path: Path
 ) -> None:
     result = api.run(CHAT, overrides, workers=1)
-    rejected = rejected_mask(result.raw.records)
+    rejected = result.raw.records.rejected
     assert rejected.sum() == result.summary["num_rejected"]
     _check_text(result.requests["rejection_reason"], rejected)
     # Written from the run's columns (no frame): read back as the frame has it.
@@ -47,8 +47,8 @@ def test_a_run_s_frame_and_files_hold_the_reasons_as_text(
 def test_a_disaggregated_run_s_frame_holds_text() -> None:
     overrides = ["workload.num_requests=30", "engine.max_model_len_tokens=1200"]
     result = api.run(ROOT / "scenarios" / "disaggregated.yaml", overrides, workers=1)
-    assert isinstance(result.raw.records, pd.DataFrame)  # the frame path, not the columns
-    _check_text(result.requests["rejection_reason"], rejected_mask(result.raw.records))
+    assert "prefill_replica" in result.raw.records  # the joined records
+    _check_text(result.requests["rejection_reason"], result.raw.records.rejected)
 
 
 def test_reason_column_maps_ids_and_stays_text_without_reasons() -> None:

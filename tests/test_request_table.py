@@ -1,9 +1,11 @@
-"""A run's per-request columns (``RequestTable``) answer as its frame does.
+"""A run's per-request columns (``RequestTable``) and its frame hold the same table.
 
 The summary of a run is computed from the columns, before (and without) any
 frame: each summary function must give, to the bit, what it gives on the
-frame the table builds. Random tables (hypothesis) cover rejections,
-unfinished requests, single-token outputs, priorities and replicas.
+table read back from the frame the table builds (``RequestTable.from_frame``,
+how a frame made elsewhere reaches the metrics). Random tables (hypothesis)
+cover rejections, unfinished requests, single-token outputs, priorities and
+replicas.
 """
 
 from __future__ import annotations
@@ -28,8 +30,6 @@ from sim.engine.records import (
     RequestTable,
     completed_mask,
     floats,
-    rejected_mask,
-    require_columns,
     text_dtype,
 )
 from sim.engine.step_runs import StepTable
@@ -77,10 +77,11 @@ def table(seed: int, num_rows: int, share_rejected: float, num_priorities: int) 
         "num_prefix_query_tokens": rng.integers(0, 5000, num_rows),
         "num_prefix_hit_tokens": rng.integers(0, 500, num_rows),
     }
-    columns["engine_first_token_s"] = first - 0.001
-    columns["engine_finish_s"] = finish - 0.001
     reasons = {int(i): f"reason {int(i) % 3}" for i in ids[rejected]}
-    return RequestTable(columns, reasons)
+    requests = RequestTable(columns, reasons)
+    requests["engine_first_token_s"] = first - 0.001  # added after, as a run's client times
+    requests["engine_finish_s"] = finish - 0.001
+    return requests
 
 
 tables = st.builds(
@@ -99,7 +100,7 @@ def no_steps() -> StepTable:
 @settings(max_examples=40, deadline=None)
 @given(tables)
 def test_a_table_summarises_as_its_frame(requests: RequestTable) -> None:
-    frame = requests.frame()
+    frame = RequestTable.from_frame(requests.frame())
     slo = Slo(ttft_ms=300, tpot_ms=40)
     assert summarize(requests, no_steps(), [], slo) == summarize(frame, no_steps(), [], slo)
     assert prefix_cache_summary(requests) == prefix_cache_summary(frame)
@@ -112,8 +113,8 @@ def test_a_table_summarises_as_its_frame(requests: RequestTable) -> None:
 @settings(max_examples=40, deadline=None)
 @given(tables)
 def test_masks_and_latencies_are_those_of_the_frame(requests: RequestTable) -> None:
-    frame = requests.frame()
-    assert rejected_mask(requests).tolist() == rejected_mask(frame).tolist()
+    frame = RequestTable.from_frame(requests.frame())
+    assert requests.rejected.tolist() == frame.rejected.tolist()
     assert completed_mask(requests).tolist() == completed_mask(frame).tolist()
     from_frame = latency_columns(frame)
     for name, values in latency_columns(requests).items():
@@ -144,8 +145,8 @@ def test_membership_and_missing_columns() -> None:
     requests = table(0, 5, 0.2, 1)
     assert "rejection_reason" in requests and "arrival_s" in requests
     assert "nonsense" not in requests
-    with pytest.raises(ValueError, match=r"requests frame lacks columns \['nonsense'\]"):
-        require_columns(requests, ["arrival_s", "nonsense"], "requests")
+    with pytest.raises(ValueError, match=r"requests frame lacks columns \['arrival_s'\]"):
+        RequestTable.from_frame(requests.frame().drop(columns="arrival_s"))
 
 
 def test_an_empty_reason_is_not_a_rejection() -> None:
@@ -153,8 +154,9 @@ def test_an_empty_reason_is_not_a_rejection() -> None:
     first = int(requests["request_id"][0])
     second = int(requests["request_id"][1])
     requests.rejections = {first: "", second: "too long"}
-    assert rejected_mask(requests).tolist() == [False, True, False, False]
-    assert rejected_mask(requests.frame()).tolist() == [False, True, False, False]
+    assert requests.rejected.tolist() == [False, True, False, False]
+    framed = RequestTable.from_frame(requests.frame())
+    assert framed.rejected.tolist() == [False, True, False, False]
 
 
 def test_numbers_pass_through_floats_without_pandas_and_others_are_coerced() -> None:
@@ -216,9 +218,9 @@ def test_token_times_from_the_columns_are_those_from_the_frame(overrides: list[s
     framed = api.Result(
         result.scenario,
         result.summary,
-        dataclasses.replace(result.raw, records=result.raw.requests),
+        dataclasses.replace(result.raw, records=RequestTable.from_frame(result.raw.requests)),
     )
-    assert not isinstance(framed.raw.records, RequestTable)
+    assert framed.raw.records is not result.raw.records
     ids = result.raw.records["request_id"].tolist()
     for request_id in ids[::7]:
         ours = result.token_times_s(request_id)

@@ -131,7 +131,7 @@ def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
     recorded = result.spans(40)
     raw = result.raw  # reconstructed from the records alone:
     other = pd.DataFrame(
-        reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 40), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, raw.steps, raw.later_runs, 40), columns=SPAN_COLUMNS
     )
     for frame in (recorded, other):
         bounds = frame.groupby("request_id").agg(start=("start_s", "min"), end=("end_s", "max"))
@@ -167,7 +167,7 @@ def test_preempted_requests_show_a_preemption_gap() -> None:
     # Rebuilt from the records alone, the gap (preemption and recompute) is there too.
     raw = result.raw
     rebuilt = pd.DataFrame(
-        reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
     )
     for request_id in preempted.tolist():
         mine = rebuilt[rebuilt.request_id == request_id]
@@ -244,10 +244,10 @@ def test_spans_from_the_compact_log_are_those_from_the_expanded_one(
     result = api.run(scenario_from_dict(document, "test_request_trace"))
     raw = result.raw
     compact = pd.DataFrame(
-        reconstructed_spans(raw.requests, raw.step_table, raw.later_runs, 30), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, raw.step_table, raw.later_runs, 30), columns=SPAN_COLUMNS
     )
     expanded = pd.DataFrame(
-        reconstructed_spans(raw.requests, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
     )
     pd.testing.assert_frame_equal(compact, expanded, check_exact=True)
     pd.testing.assert_frame_equal(result.spans(30), compact, check_exact=True)

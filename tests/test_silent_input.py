@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 import pytest
 
 from sim.cli import main
+from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.hardware.specs import MAX_CONTEXT_TOKENS, context_problem
 from sim.metrics.report import rejection_warning
@@ -16,8 +17,9 @@ from sim.scenario import load_scenario
 CHAT = str(Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml")
 
 
-def frame(reasons: list[str | None]) -> pd.DataFrame:
-    return pd.DataFrame({"request_id": range(len(reasons)), "rejection_reason": reasons})
+def frame(reasons: list[str | None]) -> RequestTable:
+    rejections = {i: reason for i, reason in enumerate(reasons) if reason is not None}
+    return RequestTable({"request_id": np.arange(len(reasons))}, rejections)
 
 
 def test_most_rejected_gives_the_count_and_the_first_reason() -> None:

@@ -17,6 +17,7 @@ from frontend_frames import add_delivery, frame_delivery
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.engine.records import RequestTable
 from sim.engine.speculative import SpeculativeConfig, speculative_summary
 from sim.engine.step_runs import StepLog, StepTable
 from sim.metrics import itl
@@ -132,7 +133,9 @@ def test_delivery_looks_elsewhere_only_when_its_replica_lacks_the_time() -> None
 
 def test_speculative_summary_counts_decode_slots_without_expanding() -> None:
     table = build([[(0.01, [0.01] * 4, 10, 3, 2, 0.0)] * 2])
-    requests = pd.DataFrame({"num_generated_tokens": [20, 11, 0]})
+    requests = RequestTable(
+        {"request_id": np.arange(3), "num_generated_tokens": np.array([20, 11, 0])}, {}
+    )
     config = SpeculativeConfig(num_draft_tokens=3, acceptance_rate=0.7, draft_cost_fraction=0.1)
     slots = int(table.frame()["num_decode_seqs"].sum())  # expanded, one row per step
     summary = speculative_summary(config, requests, table)

@@ -105,7 +105,7 @@ def test_the_trace_of_the_compact_log_equals_that_of_the_frames(
     assert "steps" not in vars(raw) and "timeseries" not in vars(raw)  # nothing expanded
     spans = result.spans(40)
     metadata = {"scenario": result.scenario.name, "num_traced_requests": 40}
-    assert trace_document(spans, raw.requests, raw.steps, raw.timeseries, metadata) == compact
+    assert trace_document(spans, raw.records, raw.steps, raw.timeseries, metadata) == compact
     assert any(event.get("cat") == "step" for event in compact["traceEvents"])
 
 

@@ -126,7 +126,7 @@ def test_arrows_from_reconstructed_spans_agree() -> None:
 def test_arrows_only_to_steps_the_file_holds() -> None:
     result, _ = traced(varied_prompts(), num_traced=40)
     raw = result.raw
-    document = trace_document(result.spans(40), raw.requests, raw.step_table, raw.series, None, 5)
+    document = trace_document(result.spans(40), raw.records, raw.step_table, raw.series, None, 5)
     starts, finishes = flows(document)
     steps = slices(document, "step")
     assert sum(len(v) for v in steps.values()) == 5

@@ -145,7 +145,7 @@ def test_a_measured_table_without_engine_times_has_no_way_out() -> None:
     frame = run(doc(num_requests=3)).raw.requests.drop(
         columns=["engine_first_token_s", "engine_finish_s"]
     )
-    parts = latency_columns(frame)
+    parts = latency_columns(RequestTable.from_frame(frame))
     np.testing.assert_array_equal(parts["way_out_s"], np.zeros(3))
     np.testing.assert_allclose(sum(parts[p] for p in PARTS), parts["ttft_s"], rtol=1e-12)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.image
+import numpy as np
 import pandas as pd
 import pytest
 
 from sim import api
+from sim.engine.records import RequestTable
 from sim.metrics import figure_draw
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, PHASE_COLORS
 from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS
@@ -66,7 +68,7 @@ def test_spans_of_an_untraced_run_cover_each_request_from_arrival_to_finish() ->
 
 def test_empty_and_unfinished_inputs_still_draw(tmp_path: Path) -> None:
     empty = pd.DataFrame(columns=SPAN_COLUMNS)
-    requests = pd.DataFrame({"request_id": [], "first_token_s": []})
+    requests = RequestTable({"request_id": np.zeros(0, np.int64), "first_token_s": np.zeros(0)}, {})
     assert (
         figure_draw.draw_waterfall_figure(
             waterfall_data(empty, requests), tmp_path / "a.png"
@@ -74,7 +76,7 @@ def test_empty_and_unfinished_inputs_still_draw(tmp_path: Path) -> None:
         == PNG_MAGIC
     )
     spans = pd.DataFrame([[0, 0, "way_in", 0.0, 0.5, 0]], columns=SPAN_COLUMNS)
-    requests = pd.DataFrame({"request_id": [0], "first_token_s": [float("nan")]})
+    requests = RequestTable({"request_id": np.array([0]), "first_token_s": np.array([np.nan])}, {})
     assert figure_draw.draw_waterfall_figure(
         waterfall_data(spans, requests), tmp_path / "b.png"
     ).exists()

@@ -123,30 +123,19 @@ class Result:
         return self._delivery.client_s(engine_s, np.full(engine_s.shape, replica))
 
     def _token_source(self, request_id: int) -> tuple[float, int, int, int | None]:
-        """(engine first-token time, tokens, replica, prefill replica) of one request:
-        from the run's columns, or its frame (a disaggregated run: a prefill replica)."""
+        """(engine first-token time, tokens, replica, prefill replica: None but in a
+        disaggregated run) of one request."""
         records = self.raw.records
-        if isinstance(records, RequestTable):
-            rows, found = records.find(request_id)
-            if not found:
-                raise KeyError(f"no request {request_id}")
-            at = int(rows)
-            return (
-                float(records["engine_first_token_s"][at]),
-                int(records["num_generated_tokens"][at]),
-                int(records["replica"][at]),
-                None,
-            )
-        row = records.loc[records["request_id"] == request_id]
-        if row.empty:
+        rows, found = records.find(request_id)
+        if not found:
             raise KeyError(f"no request {request_id}")
-        # (the nullable column's own isna: missing, NaN or NA, with no pandas import here)
-        no_prefill = "prefill_replica" not in row or bool(row["prefill_replica"].isna().iloc[0])
+        at = int(rows)
+        prefill = records["prefill_replica"][at] if "prefill_replica" in records else np.nan
         return (
-            float(row["engine_first_token_s"].iloc[0]),
-            int(row["num_generated_tokens"].iloc[0]),
-            int(row["replica"].iloc[0]),
-            None if no_prefill else int(row["prefill_replica"].iloc[0]),
+            float(records["engine_first_token_s"][at]),
+            int(records["num_generated_tokens"][at]),
+            int(records["replica"][at]),
+            None if np.isnan(prefill) else int(prefill),
         )
 
     @functools.cached_property
@@ -167,7 +156,7 @@ class Result:
         raw = self.raw
         traced = self.num_traced_requests
         if self.activity is not None and traced is not None and num_requests <= traced:
-            return recorded_spans(raw.requests, self.activity, num_requests)
+            return recorded_spans(raw.records, self.activity, num_requests)
         # The run's columns and compact log: no frame is built, no step expanded.
         return reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num_requests)
 
@@ -180,7 +169,7 @@ class Result:
         # traced requests' window are worked out (a long run has millions).
         raw = self.raw
         spans = self.spans(count)
-        return trace_document(spans, raw.requests, raw.step_table, raw.series, metadata)
+        return trace_document(spans, raw.records, raw.step_table, raw.series, metadata)
 
     def write(
         self,
@@ -196,8 +185,9 @@ class Result:
         when every file is complete.
 
         ``plots=False``: no figure (a caller drawing them apart, from ``figure_job``).
-        The tables are written from the run's columns, without pandas, unless the
-        records are a frame already (a disaggregated run).
+        The tables are written from the run's columns, without pandas, but for a
+        table with nullable integers (a disaggregated run's ``prefill_replica``):
+        through pandas, whose file stores them as such.
         """
         raw = self.raw
         records = raw.records
@@ -205,7 +195,7 @@ class Result:
         with staged(out) as stage:  # all files or none (an interrupted write removes them)
             written = write_outputs(
                 stage,
-                request_columns(records) if isinstance(records, RequestTable) else self.requests,
+                self.requests if records.nullable else request_columns(records),
                 # Expanded to one row per step only when written (tens of millions of rows).
                 raw.step_table.columns() if write_steps else {},
                 raw.series,
@@ -301,7 +291,7 @@ def summary_header(scenario: Scenario, engine: CoreConfig, cost_model: str) -> d
     }
 
 
-def _policy_summary(requests: pd.DataFrame | RequestTable) -> dict[str, Any]:
+def _policy_summary(requests: RequestTable) -> dict[str, Any]:
     """Swaps, and mean / p99 TTFT per priority class when there are several."""
     if "num_swaps" not in requests or "priority" not in requests:
         return {}
@@ -387,5 +377,5 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
     if scenario.cluster is not None:
         summary.update(cluster_summary(records, scenario.cluster))
     if scenario.speculative is not None:
-        summary.update(speculative_summary(scenario.speculative, raw.requests, raw.step_table))
+        summary.update(speculative_summary(scenario.speculative, records, raw.step_table))
     return Result(scenario, summary, raw)

@@ -83,7 +83,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.kv_blocks import OWN_SHIFT, BlockKeys, FreeQueue, Key, own_key_base
-from sim.engine.records import RequestTable, require_columns
+from sim.engine.records import RequestTable
 from sim.engine.request import Request
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -556,14 +556,13 @@ class SwapSpace:
 # -- requests' prefixes and the cache's counters ----------------------------------------
 
 
-def prefix_cache_summary(requests: pd.DataFrame | RequestTable) -> dict[str, float | int]:
+def prefix_cache_summary(requests: RequestTable) -> dict[str, float | int]:
     """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups (one per
     admission that looks the cache up, re-admissions after preemption included), the
     tokens looked up and the tokens found, over every request; the hit rate is found
     over looked-up tokens (0 when prefix caching is off: nothing is looked up)."""
     columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
-    table = require_columns(requests, columns, "requests")
-    lookups, queries, hits = (_count(table[c]) for c in columns)
+    lookups, queries, hits = (_count(requests[c]) for c in columns)
     return {
         "prefix_cache_requests": lookups,
         "prefix_cache_query_tokens": queries,

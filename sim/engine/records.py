@@ -9,7 +9,7 @@ prefix-cache hit rates) and by the metrics, so it lives here, below both.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+Records = dict[str, npt.NDArray[Any]]  # columns by name, one row per request
 
 # The engine core's columns (``EngineCore.series``: one row per plan; ``records``:
 # one row per request), as numpy dtypes.
@@ -51,27 +52,78 @@ RECORD_COLUMNS = {
 }
 
 
+# The columns every per-request table holds besides ``rejection_reason``, whoever made
+# it (a run, a measured run: ``sim.validation.runs`` checks a stored one has them).
+REQUEST_COLUMNS = (
+    "request_id",
+    "arrival_s",
+    "ready_s",
+    "first_scheduled_s",
+    "first_token_s",
+    "finish_s",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_generated_tokens",
+)
+
+
 class RequestTable:
     """A run's per-request table as numpy columns, one row per request, in
     ``request_id`` order, and why each rejected one was turned away.
 
-    What a run's summary reads, without pandas (~0.3 s to import: ``servesim
-    run`` prints its summary first). It answers the few questions the metrics
-    ask of a frame (``table[name]``, ``name in table``, ``table.columns``,
-    ``len(table)``: rows); ``frame()`` builds the DataFrame, with a
-    ``rejection_reason`` text column (``reason_column``) after the record columns.
+    What every metric reads, without pandas (~0.3 s to import: ``servesim run``
+    prints its summary first). It answers what the metrics ask of a frame
+    (``table[name]``, ``name in table``, ``table.columns``, ``len(table)``: rows)
+    and takes new columns (``table[name] = values``); ``frame()`` builds the
+    DataFrame, with a ``rejection_reason`` text column (``reason_column``) after
+    the columns it was made with. ``nullable``: columns held as float64, NaN
+    where missing, that ``frame()`` gives a pandas nullable integer dtype (by name).
+    A frame made elsewhere becomes a table once, at its edge (``from_frame``).
     """
 
-    def __init__(self, columns: dict[str, npt.NDArray[Any]], rejections: Mapping[int, str]) -> None:
+    def __init__(
+        self,
+        columns: Records,
+        rejections: Mapping[int, str],
+        nullable: Mapping[str, str] | None = None,
+    ) -> None:
         self._columns = columns
         self.rejections = rejections
+        self.nullable: dict[str, Any] = dict(nullable or {})  # name: pandas dtype
         self._num_rows = len(columns["request_id"])
+        self._reason_at = len(columns)  # rejection_reason's place in the frame
+
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> RequestTable:
+        """A per-request frame made outside a run (a measured or stored run's, a
+        test's) as a table, rows in its order (id order, as a run's or a measured
+        run's): every column as numpy (a nullable integer one as float64, NaN where
+        missing; text as objects, None where missing) and ``rejection_reason``'s
+        values as the rejections. It must have ``REQUEST_COLUMNS`` and
+        ``rejection_reason``; an empty frame may lack them."""
+        frame = require_columns(frame, [*REQUEST_COLUMNS, "rejection_reason"], "requests")
+        columns: Records = {}
+        nullable: dict[str, str] = {}
+        for name, values in frame.drop(columns="rejection_reason").items():
+            kind = values.dtype.kind  # pandas' nullable dtypes have numpy's kinds too
+            if isinstance(values.dtype, np.dtype) and kind in "biuf":
+                columns[str(name)] = values.to_numpy()
+            elif kind in "biuf":  # nullable: NaN where missing
+                columns[str(name)] = values.to_numpy(dtype=np.float64, na_value=np.nan)
+                if kind in "iu":
+                    nullable[str(name)] = str(values.dtype)
+            else:
+                columns[str(name)] = values.astype(object).where(values.notna(), None).to_numpy()
+        reasons = frame["rejection_reason"]
+        ids = frame["request_id"][reasons.notna()].tolist()
+        rejections = dict(zip(ids, map(str, reasons.dropna().tolist()), strict=True))
+        return cls(columns, rejections, nullable)
 
     @property
     def columns(self) -> list[str]:
         """Column names, as the frame has them."""
         names = list(self._columns)
-        names.insert(len(RECORD_COLUMNS), "rejection_reason")
+        names.insert(self._reason_at, "rejection_reason")
         return names
 
     def __len__(self) -> int:
@@ -86,16 +138,16 @@ class RequestTable:
             return np.array([reasons.get(i) for i in self._columns["request_id"].tolist()], object)
         return self._columns[name]
 
+    def __setitem__(self, name: str, values: npt.NDArray[Any]) -> None:
+        """Add or replace a column, one value per row."""
+        if len(values) != self._num_rows:
+            raise ValueError(f"column {name!r}: {len(values)} values for {self._num_rows} rows")
+        self._columns[name] = values
+
     def find(self, request_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], BoolArray]:
-        """The row of each of ``request_ids`` and whether it is in the table (a
-        binary search: rows are in id order). A missing id's row is some valid
-        row, not its own: read only where found."""
-        known = self._columns["request_id"]
-        wanted = np.asarray(request_ids)
-        rows = np.minimum(np.searchsorted(known, wanted), max(self._num_rows - 1, 0))
-        if not self._num_rows:
-            return rows, np.zeros(wanted.shape, dtype=bool)
-        return rows, known[rows] == wanted
+        """The row of each of ``request_ids`` and whether it is in the table
+        (``rows_of``: rows are in id order)."""
+        return rows_of(self._columns["request_id"], np.asarray(request_ids))
 
     @property
     def rejected(self) -> BoolArray:
@@ -104,11 +156,26 @@ class RequestTable:
         return np.isin(self._columns["request_id"], np.array(ids, dtype=np.int64))
 
     def frame(self) -> pd.DataFrame:
-        """The table as a DataFrame (the columns share memory with it)."""
+        """The table as a DataFrame (the columns share memory with it, but nullable ones)."""
         frame = frame_of(self._columns)
+        for name, dtype in self.nullable.items():
+            frame[name] = frame[name].astype(dtype)
         reasons = reason_column(frame["request_id"], self.rejections)
-        frame.insert(len(RECORD_COLUMNS), "rejection_reason", reasons)
+        frame.insert(self._reason_at, "rejection_reason", reasons)
         return frame
+
+
+def rows_of(
+    ids: npt.NDArray[Any], wanted: npt.NDArray[Any], order: npt.NDArray[np.intp] | None = None
+) -> tuple[npt.NDArray[np.intp], BoolArray]:
+    """The row of ``ids`` (unique, sorted, or in sorted order at ``order``) holding each
+    of ``wanted``, and whether one does (a binary search). A missing id's row is some
+    valid row, not its own (0 in no row at all): read only where found."""
+    at = np.minimum(np.searchsorted(ids, wanted, sorter=order), max(len(ids) - 1, 0))
+    if not len(ids):
+        return at, np.zeros(np.shape(wanted), dtype=bool)
+    rows = at if order is None else order[at]
+    return rows, ids[rows] == wanted
 
 
 def text_dtype() -> Any:
@@ -128,21 +195,10 @@ def reason_column(request_ids: pd.Series, rejections: Mapping[int, str]) -> pd.S
     return request_ids.map(rejections).astype(text_dtype()).rename("rejection_reason")
 
 
-@overload
-def require_columns(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame: ...
-@overload
-def require_columns(frame: RequestTable, columns: Sequence[str], what: str) -> RequestTable: ...
-@overload
-def require_columns(
-    frame: pd.DataFrame | RequestTable, columns: Sequence[str], what: str
-) -> pd.DataFrame | RequestTable: ...
-def require_columns(
-    frame: pd.DataFrame | RequestTable, columns: Sequence[str], what: str
-) -> pd.DataFrame | RequestTable:
+def require_columns(frame: pd.DataFrame, columns: Sequence[str], what: str) -> pd.DataFrame:
     """``frame``, checked to have ``columns``; an empty frame may lack them all."""
     missing = [c for c in columns if c not in frame.columns]
-    if missing and len(frame) == 0 and not isinstance(frame, RequestTable):
-        # e.g. pd.DataFrame([]) from a run without requests
+    if missing and len(frame) == 0:  # e.g. pd.DataFrame([]) from a run without requests
         return frame.reindex(columns=[*frame.columns, *missing])
     if missing:
         raise ValueError(f"{what} frame lacks columns {missing}")
@@ -158,16 +214,6 @@ def floats(series: pd.Series | npt.NDArray[Any]) -> FloatArray:
     return np.asarray(pd.to_numeric(series, errors="coerce"), dtype=np.float64)
 
 
-def rejected_mask(requests: pd.DataFrame | RequestTable) -> BoolArray:
-    """True where ``rejection_reason`` is a non-empty string (not None/NA/"")."""
-    if isinstance(requests, RequestTable):
-        return requests.rejected
-    requests = require_columns(requests, ["rejection_reason"], "requests")
-    reasons = requests["rejection_reason"].astype("string").fillna("")
-    return np.asarray(reasons.ne("").to_numpy(dtype=bool, na_value=False))
-
-
-def completed_mask(requests: pd.DataFrame | RequestTable) -> BoolArray:
+def completed_mask(requests: RequestTable) -> BoolArray:
     """True for requests that finished and were not rejected."""
-    requests = require_columns(requests, ["finish_s", "rejection_reason"], "requests")
-    return np.isfinite(floats(requests["finish_s"])) & ~rejected_mask(requests)
+    return np.isfinite(floats(requests["finish_s"])) & ~requests.rejected

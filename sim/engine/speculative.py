@@ -50,18 +50,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel
 from sim.cost.speculative import ProposerKind, SpeculativeCost, speculative_step_cost
+from sim.engine.records import RequestTable
 from sim.engine.scheduler import CoreView, Scheduler, SchedulerOutput
 from sim.engine.step_runs import StepTable
 from sim.hardware.specs import HardwareSpec, ModelRef, ModelSpec
-
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
 
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0, 1)
 
@@ -199,14 +196,14 @@ class SpeculativeScheduler:
 
 
 def speculative_summary(
-    config: SpeculativeConfig, requests: pd.DataFrame, steps: StepTable
+    config: SpeculativeConfig, requests: RequestTable, steps: StepTable
 ) -> dict[str, float | int | None]:
     """summary.json keys: k, α, the expected and the simulated tokens per decode step.
 
     Simulated: tokens emitted by decode steps (all but each request's first)
     over the decode slots the step log counts.
     """
-    generated = requests["num_generated_tokens"].to_numpy()
+    generated = requests["num_generated_tokens"]
     decode_tokens = int(generated.sum() - (generated > 0).sum())
     slots = steps.total("num_decode_seqs")
     return {

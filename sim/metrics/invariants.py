@@ -39,12 +39,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask
+from sim.engine.records import RequestTable, completed_mask, floats
 from sim.errors import InvariantError
 
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
-
+if TYPE_CHECKING:
     from sim.engine.columns import Columns
     from sim.engine.scheduler import EngineCore
 
@@ -59,7 +57,7 @@ _AREA_RTOL = 1e-9
 
 
 def check_run(
-    records: RequestTable | pd.DataFrame,
+    records: RequestTable,
     series: dict[str, npt.NDArray[Any]],
     num_sent: int | None,
     num_kv_blocks: int,
@@ -72,12 +70,13 @@ def check_run(
     ``num_kv_blocks``: the KV pool of each replica, as configured.
     """
     _check_rows(records, series, num_sent, num_kv_blocks)
-    if isinstance(records, RequestTable) and "engine_finish_s" in records:
+    # (a disaggregated run's records join two replicas' times: module docstring)
+    if "engine_finish_s" in records and "prefill_replica" not in records:
         _check_littles_law(records, series)
 
 
 def _check_rows(
-    records: RequestTable | pd.DataFrame,
+    records: RequestTable,
     series: dict[str, npt.NDArray[Any]],
     num_sent: int | None,
     num_kv_blocks: int,
@@ -174,7 +173,7 @@ def _first(mask: npt.NDArray[np.bool_]) -> int:
     return int(np.argmax(mask))
 
 
-def _check_accounting(records: RequestTable | pd.DataFrame, num_sent: int | None) -> None:
+def _check_accounting(records: RequestTable, num_sent: int | None) -> None:
     ids = np.sort(np.asarray(records["request_id"]))
     if num_sent is not None and len(ids) != num_sent:
         raise InvariantError(
@@ -183,15 +182,13 @@ def _check_accounting(records: RequestTable | pd.DataFrame, num_sent: int | None
     repeated = ids[1:] == ids[:-1]
     if repeated.any():
         raise InvariantError("accounting", f"request {ids[_first(repeated)]} recorded twice")
-    both = rejected_mask(records) & np.isfinite(floats(records["finish_s"]))
+    both = records.rejected & np.isfinite(floats(records["finish_s"]))
     if both.any():
         request = np.asarray(records["request_id"])[_first(both)]
         raise InvariantError("accounting", f"request {request} both rejected and finished")
 
 
-def _check_ttft_within_e2e(
-    records: RequestTable | pd.DataFrame, done: npt.NDArray[np.bool_]
-) -> None:
+def _check_ttft_within_e2e(records: RequestTable, done: npt.NDArray[np.bool_]) -> None:
     # A request that ended with no token has no TTFT: an online engine records a
     # request whose client left early as asking for what it produced (0 tokens if
     # it left before its first); any other that asked for tokens is tokens_out's.
@@ -212,7 +209,7 @@ def _check_ttft_within_e2e(
         )
 
 
-def _check_tokens_out(records: RequestTable | pd.DataFrame, done: npt.NDArray[np.bool_]) -> None:
+def _check_tokens_out(records: RequestTable, done: npt.NDArray[np.bool_]) -> None:
     asked = np.asarray(records["num_output_tokens"])
     generated = np.asarray(records["num_generated_tokens"])
     broken = (done & (generated != asked)) | (generated > asked)
@@ -239,7 +236,7 @@ def _check_kv_pool(series: dict[str, npt.NDArray[Any]], num_kv_blocks: int) -> N
 
 
 def _check_littles_law(records: RequestTable, series: dict[str, npt.NDArray[Any]]) -> None:
-    accepted = ~rejected_mask(records)
+    accepted = ~records.rejected
     enter_all = floats(records["ready_s"])[accepted]
     leave_all = floats(records["engine_finish_s"])[accepted]
     owner = np.asarray(records["replica"])[accepted]

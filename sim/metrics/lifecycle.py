@@ -101,19 +101,17 @@ def records(frame: pd.DataFrame) -> list[Row]:
     return cast(list[Row], frame.to_dict("records"))
 
 
-def _first_rows(requests: pd.DataFrame | RequestTable, num_requests: int) -> list[Row]:
-    """The ``num_requests`` smallest request ids (open-loop ids follow arrival order)."""
-    if isinstance(requests, RequestTable):  # in id order already; no frame needed
-        head = min(num_requests, len(requests))
-        names = [name for name in requests.columns if name != "rejection_reason"]
-        columns = [requests[name][:head].tolist() for name in names]
-        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-    ordered = requests.sort_values("request_id", kind="stable")
-    return records(ordered.head(num_requests))
+def _first_rows(requests: RequestTable, num_requests: int) -> list[Row]:
+    """The ``num_requests`` smallest request ids (open-loop ids follow arrival order):
+    the table is in id order."""
+    head = min(num_requests, len(requests))
+    names = [name for name in requests.columns if name != "rejection_reason"]
+    columns = [requests[name][:head].tolist() for name in names]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def recorded_spans(
-    requests: pd.DataFrame, activity: pd.DataFrame, num_requests: int
+    requests: RequestTable, activity: pd.DataFrame, num_requests: int
 ) -> list[SpanRow]:
     """Phase spans from an ``ActivityRecorder`` log (one row per chunk or decode run)."""
     by_request: dict[int, pd.DataFrame] = {}
@@ -159,7 +157,7 @@ def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
 
 
 def reconstructed_spans(
-    requests: pd.DataFrame | RequestTable,
+    requests: RequestTable,
     steps: pd.DataFrame | StepTable,
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,

@@ -1,10 +1,10 @@
 """A run's figures from its tables: latency CDFs, the scheduler's time series, the waterfall.
 
 ``cdf_data``, ``timeseries_data`` and ``waterfall_data`` cut the arrays a figure
-draws (``sim.metrics.figure_data``) out of a run's tables, DataFrames or the
-run's columns (``RequestTable``, the series' arrays, span rows: then no pandas
-either, so that ``servesim run`` hands its figures to the figure process
-before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
+draws (``sim.metrics.figure_data``) out of a run's tables: its ``RequestTable``
+and the series and spans as frames or as the run's arrays and span rows (then
+no pandas at all, so that ``servesim run`` hands its figures to the figure
+process before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
 imported on first draw: importing this module stays cheap); ``draw_waterfall``
 does both on a notebook's axes, and ``caption_figure`` gives a notebook's figure
 the caption every figure of servesim carries (``figure_data.figure_caption``).
@@ -43,7 +43,7 @@ _WATERFALL_COLUMNS = ["request_id", "phase", "start_s", "end_s"]
 TIMESERIES_COLUMNS = (("num_waiting", 1.0), ("num_running", 1.0), ("kv_cache_usage", 100.0))
 
 
-def cdf_data(requests: pd.DataFrame | RequestTable, slo: Slo | None = None) -> CdfData:
+def cdf_data(requests: RequestTable, slo: Slo | None = None) -> CdfData:
     """TTFT and TPOT (ms) of completed requests; TPOT over requests with at least
     two output tokens, as in the summary; the TTFT/TPOT SLOs of ``slo``."""
     done = completed_mask(requests)
@@ -85,7 +85,7 @@ def timeseries_data(timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]) -
 
 
 def waterfall_data(
-    spans: pd.DataFrame | Sequence[SpanRow], requests: pd.DataFrame | RequestTable
+    spans: pd.DataFrame | Sequence[SpanRow], requests: RequestTable
 ) -> WaterfallData:
     """The bars of each request of ``spans`` (``sim.metrics.lifecycle``: a frame or its
     rows), in rows by request id, and each one's first token time from ``requests``."""
@@ -114,18 +114,17 @@ def waterfall_data(
     return WaterfallData(tuple(ids), tuple(bars), firsts, tuple(present))
 
 
-def _first_token_s(requests: pd.DataFrame | RequestTable, ids: list[int]) -> FloatArray:
+def _first_token_s(requests: RequestTable, ids: list[int]) -> FloatArray:
     """``first_token_s`` of each of ``ids`` (NaN for an id not in ``requests``)."""
-    if not isinstance(requests, RequestTable):
-        return requests.set_index("request_id").reindex(ids)["first_token_s"].to_numpy(float)
     rows, found = requests.find(np.array(ids, dtype=np.int64))
     out = np.full(len(ids), np.nan)
     out[found] = requests["first_token_s"][rows[found]]
     return out
 
 
-def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: pd.DataFrame) -> None:
-    """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` gives first tokens."""
+def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: RequestTable) -> None:
+    """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` (a run's
+    ``raw.records``) gives first tokens."""
     figure_draw.draw_waterfall_axes(ax, waterfall_data(spans, requests))
 
 

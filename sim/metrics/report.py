@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.records import RequestTable, rejected_mask
+from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.figure_data import Figures, figure_caption
 from sim.metrics.stats import TEXT_COLUMNS, TTFT_PARTS, Slo
@@ -120,17 +120,18 @@ def summary_to_json(summary: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True)
 class FigureJob:
-    """What a run's figures are drawn from, and the folder they go to: frames, or a
-    run's columns and span rows (``Result.figure_job``: no pandas needed to cut them
-    into ``Figures`` for ``sim.cli.figures``' process). ``waterfall`` is (phase
-    spans, request records); without it there is no waterfall.png.
+    """What a run's figures are drawn from, and the folder they go to: its request
+    table, and its series and spans as frames or as its columns and span rows
+    (``Result.figure_job``: no pandas needed to cut them into ``Figures`` for
+    ``sim.cli.figures``' process). ``waterfall`` is (phase spans, request records);
+    without it there is no waterfall.png.
     """
 
     out_dir: Path
-    requests: pd.DataFrame | RequestTable
+    requests: RequestTable
     timeseries: pd.DataFrame | Mapping[str, npt.NDArray[Any]]
     slo: Slo | None = None
-    waterfall: tuple[pd.DataFrame | Sequence[SpanRow], pd.DataFrame | RequestTable] | None = None
+    waterfall: tuple[pd.DataFrame | Sequence[SpanRow], RequestTable] | None = None
     caption: str = ""  # ``figure_data.figure_caption``: what ran, under each figure's title
 
 
@@ -176,8 +177,8 @@ def write_outputs(
 
     ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
     stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both. The
-    figures (SLO lines of ``slo``; no waterfall) need frames: columns need
-    ``plots=False`` (their figures come from ``Result.figure_job``).
+    figures (SLO lines of ``slo``; no waterfall) are drawn from frames (a measured
+    run's): columns need ``plots=False`` (their figures come from ``Result.figure_job``).
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
@@ -194,7 +195,8 @@ def write_outputs(
     if plots:
         if isinstance(requests, Mapping) or isinstance(timeseries, Mapping):
             raise TypeError("write_outputs: figures are drawn from frames (plots=False)")
-        job = FigureJob(out, requests, timeseries, slo, caption=figure_caption(summary))
+        table = RequestTable.from_frame(requests)  # a measured run's frame
+        job = FigureJob(out, table, timeseries, slo, caption=figure_caption(summary))
         written += draw_figures(job)
     return written
 
@@ -321,19 +323,17 @@ def _ttft_parts_lines(summary: Mapping[str, object]) -> list[str]:
 MOST_REJECTED_SHARE = 0.5  # warn when at least this share of the requests was rejected
 
 
-def _rejections(requests: pd.DataFrame | RequestTable) -> tuple[int, str] | None:
+def _rejections(requests: RequestTable) -> tuple[int, str] | None:
     """How many requests were rejected at intake and the first one's reason; None
     when none was (or the table records no rejections)."""
-    if len(requests) == 0 or "rejection_reason" not in requests:
-        return None
-    rejected = rejected_mask(requests)
+    rejected = requests.rejected
     num_rejected = int(rejected.sum())
     if num_rejected == 0:
         return None
     return num_rejected, str(np.asarray(requests["rejection_reason"])[rejected][0])
 
 
-def all_rejected_error(requests: pd.DataFrame | RequestTable) -> str | None:
+def all_rejected_error(requests: RequestTable) -> str | None:
     """The error of a run whose every request was rejected (its summary measures
     nothing), naming the count and the first reason; None otherwise."""
     found = _rejections(requests)
@@ -345,7 +345,7 @@ def all_rejected_error(requests: pd.DataFrame | RequestTable) -> str | None:
     )
 
 
-def rejection_warning(requests: pd.DataFrame | RequestTable) -> str | None:
+def rejection_warning(requests: RequestTable) -> str | None:
     """A one-line warning with the count and the first reason, when most were rejected.
 
     A request is rejected at intake when it can never be served (prompt plus

@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.engine.records import RequestTable, floats
 from sim.errors import ConfigError
 from sim.metrics.table_files import write_csv
-
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
 
 TRACE_SUFFIXES = (".jsonl", ".csv")
 """What ``--save-trace`` writes, by the file's suffix: GuideLLM's format, servesim's."""
@@ -45,7 +41,7 @@ def check_trace_path(path: str | Path, option: str = "--save-trace") -> Path:
     return target
 
 
-def write_request_trace(path: str | Path, requests: pd.DataFrame | RequestTable) -> Path:
+def write_request_trace(path: str | Path, requests: RequestTable) -> Path:
     """Write ``requests`` (arrival, prompt and requested output tokens) as a trace
     in the format ``path``'s suffix names (module docstring)."""
     target = check_trace_path(path)

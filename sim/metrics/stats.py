@@ -41,8 +41,10 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask, require_columns
-from sim.engine.records import text_dtype as text_dtype  # for sim.validation's frames
+# (REQUEST_COLUMNS, RequestTable and text_dtype also for sim.validation's frames)
+from sim.engine.records import REQUEST_COLUMNS as REQUEST_COLUMNS
+from sim.engine.records import RequestTable, completed_mask, floats
+from sim.engine.records import text_dtype as text_dtype
 from sim.engine.step_runs import StepTable
 from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import FloatArray, Summary, check_percentiles, latency_stats_ms
@@ -52,16 +54,6 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 
 BoolArray = npt.NDArray[np.bool_]
 
-REQUEST_COLUMNS = (
-    "arrival_s",
-    "ready_s",
-    "first_scheduled_s",
-    "first_token_s",
-    "finish_s",
-    "num_prompt_tokens",
-    "num_generated_tokens",
-    "rejection_reason",
-)
 # Columns of text a request table holds: stored as text even when no row holds any
 # (a frame holds them in pandas' text dtype: ``sim.engine.records.text_dtype``).
 TEXT_COLUMNS = ("rejection_reason",)
@@ -91,7 +83,7 @@ TTFT_PARTS = (
 )
 
 
-def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArray]:
+def latency_columns(requests: RequestTable) -> dict[str, FloatArray]:
     """``ttft_s``, ``tpot_s``, ``e2el_s`` and TTFT's parts per request, as arrays.
 
     The parts (``TTFT_PARTS``, module docstring) telescope: ``way_in_s +
@@ -99,7 +91,6 @@ def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArr
     is NaN when an event it needs never happened, and ``tpot_s`` is NaN for
     requests with fewer than two generated tokens.
     """
-    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     arrival = floats(requests["arrival_s"])
     first_token = floats(requests["first_token_s"])
     ttft = first_token - arrival
@@ -126,12 +117,11 @@ def latency_columns(requests: pd.DataFrame | RequestTable) -> dict[str, FloatArr
     }
 
 
-def ttft_parts_summary(requests: pd.DataFrame | RequestTable) -> Summary:
+def ttft_parts_summary(requests: RequestTable) -> Summary:
     """``mean_`` and ``median_ttft_<part>_ms`` of TTFT's parts over completed requests.
 
     The means add up to the mean TTFT (to rounding); medians need not.
     """
-    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     done = completed_mask(requests)
     columns = latency_columns(requests)
     summary: Summary = {}
@@ -144,13 +134,10 @@ def ttft_parts_summary(requests: pd.DataFrame | RequestTable) -> Summary:
 
 
 def with_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
-    """Copy of ``requests`` with the columns of ``latency_columns`` added."""
-    # Imported here: pandas loads with the first frame, after a run's summary is out
-    # (docs/dev/speed.md).
-    import pandas as pd
-
-    latencies = pd.DataFrame(latency_columns(requests), index=requests.index)
-    return requests.assign(**{str(c): latencies[c] for c in latencies.columns})
+    """Copy of ``requests`` (a frame handed out: a result's, a measured run's) with
+    the columns of ``latency_columns`` added."""
+    latencies = latency_columns(RequestTable.from_frame(requests))
+    return requests.assign(**latencies)
 
 
 def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
@@ -179,7 +166,7 @@ def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> Boo
 
 
 def summarize(
-    requests: pd.DataFrame | RequestTable,
+    requests: RequestTable,
     steps: pd.DataFrame | StepTable,
     extra_itl_s: npt.ArrayLike,
     slo: Slo | None = None,
@@ -192,7 +179,6 @@ def summarize(
     ``request_goodput`` is ``None`` without an SLO (or with an empty one).
     """
     check_percentiles(percentiles)
-    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     # First, while nothing else is held: its (gap, weight) pairs may fill GBs.
     itl = itl_distribution(steps, extra_itl_s, percentiles)
     done = completed_mask(requests)
@@ -214,7 +200,7 @@ def summarize(
     summary: Summary = {
         "duration": duration,
         "completed": num_completed,
-        "num_rejected": int(rejected_mask(requests).sum()),
+        "num_rejected": int(requests.rejected.sum()),
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": per_s(num_completed),
@@ -229,13 +215,10 @@ def summarize(
     return summary
 
 
-def sample_notes(
-    requests: pd.DataFrame | RequestTable, percentiles: Sequence[float] = (90, 99)
-) -> dict[str, Any]:
+def sample_notes(requests: RequestTable, percentiles: Sequence[float] = (90, 99)) -> dict[str, Any]:
     """How many samples ``summarize``'s per-request statistics rest on
     (``num_<metric>_samples``) and the ``caveats`` that follow: summary.json's
     keys beside vLLM's, which the printout shows under the result block."""
-    requests = require_columns(requests, REQUEST_COLUMNS, "requests")
     done = completed_mask(requests)
     columns = latency_columns(requests)
     counts = {m: int(np.isfinite(columns[f"{m}_s"][done]).sum()) for m in ("ttft", "tpot", "e2el")}

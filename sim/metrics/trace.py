@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 import numpy as np
 import numpy.typing as npt
 
+from sim.engine.records import RequestTable
 from sim.engine.step_runs import StepTable
 from sim.metrics.lifecycle import records
 
@@ -78,6 +79,14 @@ def _meta(kind: str, pid: int, tid: int, **args: object) -> Event:
 
 
 _STEP_FIELDS = ("start_s", "end_s", "num_prefill_tokens", "num_decode_seqs")
+# What a request's track shows of its record.
+_REQUEST_FIELDS = (
+    "arrival_s",
+    "first_token_s",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "num_preemptions",
+)
 
 
 def _replica_of(table: Table) -> npt.NDArray[np.int64]:
@@ -113,15 +122,15 @@ def _steps_in(
     return out
 
 
-def request_events(spans: pd.DataFrame, requests: pd.DataFrame) -> list[Event]:
+def request_events(spans: pd.DataFrame, requests: RequestTable) -> list[Event]:
     """The "requests" process: per request a parent span, its phases and a TTFT instant."""
     events: list[Event] = [_meta("process_name", REQUESTS_PID, 0, name="requests")]
-    # Only the traced requests' rows: a long run has millions.
-    traced = requests[requests["request_id"].isin(spans["request_id"].unique())]
-    rows = {int(row["request_id"]): row for row in records(traced)}
     for request_id, group in spans.groupby("request_id", sort=True):
         tid = int(cast(int, request_id))
-        row = rows[tid]
+        at, found = requests.find(tid)  # only the traced requests' rows: a run has millions
+        if not found:
+            raise KeyError(f"no request {tid}")
+        row = {name: requests[name][int(at)] for name in _REQUEST_FIELDS}
         start, end = float(group["start_s"].min()), float(group["end_s"].max())
         events.append(_meta("thread_name", REQUESTS_PID, tid, name=f"request {tid}"))
         events.append(_meta("thread_sort_index", REQUESTS_PID, tid, sort_index=tid))
@@ -284,7 +293,7 @@ def flow_events(
 
 def trace_document(
     spans: pd.DataFrame,
-    requests: pd.DataFrame,
+    requests: RequestTable,
     steps: pd.DataFrame | StepTable,
     timeseries: Table,
     metadata: dict[str, object] | None = None,

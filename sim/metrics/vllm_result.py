@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.records import RequestTable, completed_mask, floats, rejected_mask
+from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.itl import itl_distribution
@@ -99,7 +99,7 @@ def parse_metric_percentiles(text: str) -> tuple[float, ...]:
 
 def restate_percentiles(
     summary: Mapping[str, Any],
-    requests: pd.DataFrame | RequestTable,
+    requests: RequestTable,
     steps: pd.DataFrame | StepTable,
     extra_itl_s: npt.ArrayLike,
     percentiles: Sequence[float],
@@ -165,7 +165,7 @@ def stream_peaks(
 
 def result_document(
     summary: Mapping[str, Any],
-    requests: pd.DataFrame | RequestTable,
+    requests: RequestTable,
     token_times_s: Callable[[int], FloatArray],
     *,
     metrics: Sequence[str] = PERCENTILE_METRICS,
@@ -180,7 +180,7 @@ def result_document(
     arrival_s = floats(requests["arrival_s"])
     order = np.lexsort((np.asarray(requests["request_id"]), arrival_s))
     done = completed_mask(requests)
-    rejected = rejected_mask(requests)
+    rejected = requests.rejected
     reasons = np.asarray(requests["rejection_reason"], dtype=object)
     ids = np.asarray(requests["request_id"])
     first_token_s = floats(requests["first_token_s"])

@@ -143,7 +143,7 @@ def _imbalance(counts: list[int]) -> float | None:
     return max(counts) / mean if mean > 0 else None
 
 
-def cluster_summary(requests: pd.DataFrame | RequestTable, config: ClusterConfig) -> dict[str, Any]:
+def cluster_summary(requests: RequestTable, config: ClusterConfig) -> dict[str, Any]:
     """Summary keys of a cluster run: replicas, router, completed per replica, imbalance.
 
     ``replica_completed[i]`` counts completed requests that replica ``i``
@@ -161,8 +161,7 @@ def cluster_summary(requests: pd.DataFrame | RequestTable, config: ClusterConfig
         summary |= {"replica_completed": counts, "replica_imbalance": _imbalance(counts)}
         return summary
     num_prefill = split.num_prefill_replicas
-    assert not isinstance(requests, RequestTable)  # disaggregated runs keep a frame
-    prefill = requests["prefill_replica"].to_numpy(dtype=np.float64, na_value=np.nan)[done]
+    prefill = requests["prefill_replica"][done]
     prefill_counts = np.bincount(
         prefill[np.isfinite(prefill)].astype(np.int64), minlength=num_prefill
     )[:num_prefill].tolist()
@@ -170,7 +169,7 @@ def cluster_summary(requests: pd.DataFrame | RequestTable, config: ClusterConfig
         num_prefill:
     ].tolist()
     imbalances = [x for x in (_imbalance(prefill_counts), _imbalance(decode_counts)) if x]
-    transfer_s = requests["kv_transfer_s"].to_numpy(dtype=np.float64)
+    transfer_s = requests["kv_transfer_s"]
     transfer_s = transfer_s[np.isfinite(transfer_s)]
     summary |= {
         "replica_completed": prefill_counts + decode_counts,

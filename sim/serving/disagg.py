@@ -21,22 +21,22 @@ with one output token are done after prefill and never move.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import simpy
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.columns import Columns
+from sim.engine.records import Records, RequestTable, rows_of
 from sim.engine.request import Request
 from sim.serving.pool import Pool, ReplicaFactory
 from sim.serving.router import Router
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from sim.serving.replica_config import ReplicaConfig
 
 TRANSFER_COLUMNS = {"request_id": "i8", "kv_transfer_start_s": "f8", "kv_transfer_s": "f8"}
@@ -135,57 +135,69 @@ class Disaggregated:
         self.prefill.flush()
         self.decode.flush()
 
-    def requests_frame(self, records: pd.DataFrame) -> pd.DataFrame:
-        """One row per request from the records of both pools (see ``merge_records``)."""
-        num_prefill = self.config.num_prefill_replicas
-        is_prefill = records["replica"].to_numpy() < num_prefill
+    def requests_table(self, records: Records, rejections: Mapping[int, str]) -> RequestTable:
+        """One row per request from the records of both pools (``merge_records``)."""
+        is_prefill = records["replica"] < self.config.num_prefill_replicas
         outputs = {rid: r.num_output_tokens for rid, r in self._pending.items()}
-        return merge_records(
-            records[is_prefill], records[~is_prefill], self.transfers.frame(), outputs
-        )
+        prefill = {name: values[is_prefill] for name, values in records.items()}
+        decode = {name: values[~is_prefill] for name, values in records.items()}
+        columns = merge_records(prefill, decode, self.transfers.views(), outputs)
+        # A request's prefill replica is missing where it never reached one (rejected).
+        return RequestTable(columns, rejections, nullable={"prefill_replica": "Int32"})
 
 
 def merge_records(
-    prefill: pd.DataFrame,
-    decode: pd.DataFrame,
-    transfers: pd.DataFrame,
-    stranded_outputs: dict[int, int] | None = None,
-) -> pd.DataFrame:
-    """Join each request's prefill record (a one-token copy) and decode record.
+    prefill: Records,
+    decode: Records,
+    transfers: Records,
+    stranded_outputs: Mapping[int, int] | None = None,
+) -> Records:
+    """Join each request's prefill record (a one-token copy) and decode record, in
+    request id order.
 
     The decode record is the request's (finish, tokens, decode ``replica``);
     ``ready_s`` and ``first_scheduled_s`` come from the prefill record, so the
     queue time is the prefill queue (preemptions on both sides are already
     summed: the decode side starts from the prefill count). New columns:
-    ``prefill_replica``, ``decode_ready_s`` (when the KV cache landed),
-    ``decode_first_scheduled_s``, ``kv_transfer_start_s`` and ``kv_transfer_s``.
-    A request seen by one pool only (one output token, rejected, or left
-    unfinished on the prefill side) keeps that record;
-    ``stranded_outputs`` gives the true output length of those left on the
-    prefill side.
+    ``decode_ready_s`` (when the KV cache landed), ``decode_first_scheduled_s``,
+    ``prefill_replica`` (float, NaN: none), ``kv_transfer_start_s`` and
+    ``kv_transfer_s`` (NaN: no transfer). A request seen by one pool only (one
+    output token, rejected, or left unfinished on the prefill side) keeps that
+    record; ``stranded_outputs`` gives the true output length of those left on
+    the prefill side.
     """
-    # Imported here: pandas loads with the first frame, after a run's summary is out
-    # (docs/dev/speed.md).
-    import pandas as pd
+    pre_ids, dec_ids = prefill["request_id"], decode["request_id"]  # unique, in no order
+    rows, both = rows_of(pre_ids, dec_ids, np.argsort(pre_ids))
+    alone = ~rows_of(dec_ids, pre_ids, np.argsort(dec_ids))[1]  # prefill side only
+    joined: Records = {}
+    for name, values in decode.items():
+        head = values.copy()
+        if name in ("ready_s", "first_scheduled_s", "num_cached_tokens"):  # prefill side's
+            head[both] = prefill[name][rows[both]]
+        elif name in ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens"):
+            head[both] += prefill[name][rows[both]]  # lookups on either side count
+        joined[name] = np.concatenate([head, prefill[name][alone]])
+    stranded = stranded_outputs or {}
+    ids, num_outputs = pre_ids[alone].tolist(), prefill["num_output_tokens"][alone].tolist()
+    outputs = [stranded.get(i, n) for i, n in zip(ids, num_outputs, strict=True)]
+    joined["num_output_tokens"][len(dec_ids) :] = outputs
+    missing = np.full(int(alone.sum()), np.nan)
+    joined["decode_ready_s"] = np.concatenate([decode["ready_s"], missing])
+    joined["decode_first_scheduled_s"] = np.concatenate([decode["first_scheduled_s"], missing])
+    prefill_replica = _gathered(prefill["replica"], rows, both)
+    joined["prefill_replica"] = np.concatenate([prefill_replica, prefill["replica"][alone]])
+    sent_ids = transfers["request_id"]
+    rows, sent = rows_of(sent_ids, joined["request_id"], np.argsort(sent_ids))
+    for name in ("kv_transfer_start_s", "kv_transfer_s"):
+        joined[name] = _gathered(transfers[name], rows, sent)
+    order = np.argsort(joined["request_id"], kind="stable")
+    return {name: values[order] for name, values in joined.items()}
 
-    pre = prefill.set_index("request_id")
-    dec = decode.set_index("request_id").copy()
-    both = dec.index.intersection(pre.index)
-    dec["decode_ready_s"] = dec["ready_s"]
-    dec["decode_first_scheduled_s"] = dec["first_scheduled_s"]
-    dec["prefill_replica"] = pre["replica"].reindex(dec.index).astype("Int32")
-    for column in ("ready_s", "first_scheduled_s", "num_cached_tokens"):
-        if column in pre.columns and column in dec.columns:  # (prefix-cache hits: prefill side)
-            dec.loc[both, column] = pre.loc[both, column]
-    for column in ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens"):
-        if column in pre.columns and column in dec.columns:  # lookups on either side count
-            dec.loc[both, column] += pre.loc[both, column]
-    alone = pre.loc[pre.index.difference(dec.index)].copy()
-    alone["decode_ready_s"] = np.nan
-    alone["decode_first_scheduled_s"] = np.nan
-    alone["prefill_replica"] = alone["replica"].astype("Int32")
-    for request_id, num_output in (stranded_outputs or {}).items():
-        if request_id in alone.index:
-            alone.loc[request_id, "num_output_tokens"] = num_output
-    merged = pd.concat([dec, alone]).reset_index()
-    return merged.merge(transfers, on="request_id", how="left")
+
+def _gathered(
+    values: npt.NDArray[Any], rows: npt.NDArray[np.intp], found: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """``values`` at ``rows`` as floats, NaN where not ``found``."""
+    out = np.full(len(rows), np.nan)
+    out[found] = values[rows[found]]
+    return out

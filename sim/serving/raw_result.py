@@ -9,7 +9,7 @@ core, its requests or its KV blocks.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.columns import frame_of
-from sim.engine.records import RequestTable, reason_column
+from sim.engine.records import Records, RequestTable
 from sim.engine.scheduler import EngineCore
 from sim.engine.step_runs import StepRuns, StepTable
 from sim.serving.frontend import Delivery, deliver
@@ -40,7 +40,7 @@ class CoreOutput:
     """
 
     replica: int
-    records: dict[str, npt.NDArray[Any]]
+    records: Records
     rejections: dict[int, str]
     later_runs: dict[int, list[tuple[float, int]]]
     runs: StepRuns
@@ -75,9 +75,9 @@ class CoreOutput:
 class RawResult:
     """What a run produced, before metrics: see ``sim.results``.
 
-    ``records`` is the per-request table (``requests`` as a frame): columns
-    until a frame is asked for, except after a disaggregated run, whose
-    prefill and decode records are joined by pandas. Its ``first_token_s``
+    ``records`` is the per-request table (``requests`` as a frame, built when
+    asked for); a disaggregated run's joins each request's prefill and decode
+    records (``Disaggregated.requests_table``). Its ``first_token_s``
     and ``finish_s`` are client times (after the frontend);
     ``engine_first_token_s`` and ``engine_finish_s`` the ends of the engine
     steps that produced those tokens. ``step_table`` is the step log with each
@@ -91,7 +91,7 @@ class RawResult:
     the check that each is recorded (``sim.metrics.invariants``); None: not known.
     """
 
-    records: RequestTable | pd.DataFrame
+    records: RequestTable
     step_table: StepTable
     series: dict[str, npt.NDArray[Any]]
     extra_itl_s: npt.NDArray[np.float64]
@@ -104,8 +104,7 @@ class RawResult:
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
         """One row per request (built on first use)."""
-        records = self.records
-        return records.frame() if isinstance(records, RequestTable) else records
+        return self.records.frame()
 
     @functools.cached_property
     def timeseries(self) -> pd.DataFrame:
@@ -122,12 +121,12 @@ class RawResult:
 def raw_result(
     outputs: Sequence[CoreOutput],
     frontend: FrontendConfig,
-    disaggregated: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+    disaggregated: Callable[[Records, Mapping[int, str]], RequestTable] | None = None,
 ) -> RawResult:
     """Every replica's records, step log and series, concatenated (with ``replica``),
     and token times through the frontend: the run as the client sees it.
 
-    ``disaggregated``: a disaggregated layout's ``requests_frame``, which joins
+    ``disaggregated``: a disaggregated layout's ``requests_table``, which joins
     each request's prefill and decode records into one row.
     """
     records = _concat([output.records for output in outputs])
@@ -136,30 +135,25 @@ def raw_result(
     for output in outputs:
         rejections.update(output.rejections)
         later_runs.update(output.later_runs)
-    requests: RequestTable | pd.DataFrame
-    columns: Any  # the table's columns, or the disaggregated frame: read and set by name
     if disaggregated is None:
-        # In request id order (ids are unique: any sort gives this order). The
-        # table holds ``columns`` itself: the client times set below land in it.
+        # In request id order (ids are unique: any sort gives this order).
         order = np.argsort(records["request_id"], kind="stable")
-        columns = {name: values[order] for name, values in records.items()}
-        requests = RequestTable(columns, rejections)
+        requests = RequestTable(
+            {name: values[order] for name, values in records.items()}, rejections
+        )
     else:
-        frame = disaggregated(frame_of(records))
-        columns = frame = frame.sort_values("request_id", ignore_index=True)
-        frame["rejection_reason"] = reason_column(frame["request_id"], rejections)
-        requests = frame
+        requests = disaggregated(records, rejections)
     steps = StepTable(tuple(output.runs for output in outputs))
     steps = deliver(steps, frontend.output_step_s, frontend.detokenize_s_per_token)
     delivery = Delivery.of(steps)
-    first_on = np.asarray(columns["replica"])
-    if "prefill_replica" in columns:  # disaggregated: first token from there
-        prefill = columns["prefill_replica"].to_numpy(dtype=np.float64)
+    first_on = requests["replica"]
+    if "prefill_replica" in requests:  # disaggregated: first token from there
+        prefill = requests["prefill_replica"]
         first_on = np.where(np.isnan(prefill), first_on, np.nan_to_num(prefill)).astype(int)
-    columns["engine_first_token_s"] = columns["first_token_s"]
-    columns["engine_finish_s"] = columns["finish_s"]
-    columns["first_token_s"] = delivery.client_s(columns["first_token_s"], first_on)
-    columns["finish_s"] = delivery.client_s(columns["finish_s"], columns["replica"])
+    requests["engine_first_token_s"] = requests["first_token_s"]
+    requests["engine_finish_s"] = requests["finish_s"]
+    requests["first_token_s"] = delivery.client_s(requests["first_token_s"], first_on)
+    requests["finish_s"] = delivery.client_s(requests["finish_s"], requests["replica"])
     gaps = []
     for output in outputs:
         gap, start = output.extra_itl_s, output.extra_itl_from_s
@@ -177,7 +171,7 @@ def raw_result(
     )
 
 
-def _concat(tables: list[dict[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:
+def _concat(tables: list[Records]) -> Records:
     """Tables of the same columns, one after another (one: itself)."""
     if len(tables) == 1:
         return dict(tables[0])

@@ -280,6 +280,6 @@ class Simulation:
         for core in self.cores:
             core.flush_unfinished()
         layout = self.layout
-        disaggregated = layout.requests_frame if isinstance(layout, Disaggregated) else None
+        disaggregated = layout.requests_table if isinstance(layout, Disaggregated) else None
         outputs = [CoreOutput.of(core) for core in self.cores]
         return raw_result(outputs, self.replica_config.frontend, disaggregated)

@@ -86,7 +86,13 @@ from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
 from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.report import summary_to_json, write_outputs
-from sim.metrics.stats import sample_notes, summarize, text_dtype, with_request_metrics
+from sim.metrics.stats import (
+    RequestTable,
+    sample_notes,
+    summarize,
+    text_dtype,
+    with_request_metrics,
+)
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.predict import load_of, token_gaps_s
@@ -645,8 +651,9 @@ def endpoint_run(
     requests = request_frame(state, work)
     tokens = token_frame(state)
     steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
-    summary: dict[str, Any] = dict(summarize(requests, steps, np.empty(0), scenario.slo))
-    summary |= sample_notes(requests)
+    measured = RequestTable.from_frame(requests)
+    summary: dict[str, Any] = dict(summarize(measured, steps, np.empty(0), scenario.slo))
+    summary |= sample_notes(measured)
     summary |= latency_stats_ms("itl", token_gaps_s(tokens))
     target = parse_endpoint(opts.url, opts.api)
     num_failed = int(requests["error"].notna().sum())

@@ -34,7 +34,7 @@ import pandas as pd
 from sim.api import Result, replay
 from sim.cost.base import CostModel
 from sim.metrics.itl import step_itl_gaps_s
-from sim.metrics.stats import completed_mask, with_request_metrics
+from sim.metrics.stats import RequestTable, completed_mask, latency_columns
 from sim.scenario import Scenario
 from sim.workload.generate import RequestArrays, WorkloadConfig
 from sim.workload.listed_loop import ListedClosedLoop
@@ -187,11 +187,13 @@ class Latencies:
 
 def per_request_latencies(requests: pd.DataFrame) -> pd.DataFrame:
     """``ttft_s``, ``tpot_s``, ``e2el_s`` of the completed requests, indexed by request id."""
+    table = RequestTable.from_frame(requests)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        table = with_request_metrics(requests)
-    done = table[completed_mask(table)]
-    return done.set_index("request_id")[["ttft_s", "tpot_s", "e2el_s"]]
+        columns = latency_columns(table)
+    done = completed_mask(table)
+    index = pd.Index(table["request_id"][done], name="request_id")
+    return pd.DataFrame({name: columns[name][done] for name in _PAIRED.values()}, index=index)
 
 
 def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:

@@ -37,19 +37,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
-from sim.metrics.stats import text_dtype
-
-REQUEST_COLUMNS = (
-    "request_id",
-    "arrival_s",
-    "ready_s",
-    "first_scheduled_s",
-    "first_token_s",
-    "finish_s",
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_generated_tokens",
-)
+from sim.metrics.stats import REQUEST_COLUMNS, text_dtype
 
 
 @dataclass(frozen=True)
