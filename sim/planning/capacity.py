@@ -68,7 +68,7 @@ from sim.errors import ConfigError
 # than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
-from sim.planning.plan_bound import Limits, length_stats, optimistic_rate_per_s
+from sim.planning.plan_bound import QUANTILES, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
@@ -488,27 +488,32 @@ def upper_bound_rate_per_s(
 
 def _quantile(target: SloTarget) -> float | None:
     """The quantile a target's statistic is (``p99``: 0.99), None for a mean."""
-    return {"median": 0.5, "p90": 0.9, "p99": 0.99}.get(target.stat)
+    return QUANTILES.get(target.stat)
 
 
-def _num_requests(record: Record) -> int:
-    """Requests a run was offered: completed or rejected."""
-    return int(record.get("completed") or 0) + int(record.get("num_rejected") or 0)
+def tail_requests(q: float, beyond: float = MIN_TAIL_SAMPLES) -> int:
+    """Requests per run that put ``beyond`` samples past quantile ``q``."""
+    return math.ceil(beyond / (1.0 - q) - 1e-9)
+
+
+def _fewest_requests(records: Sequence[Record]) -> int:
+    """Requests the shortest of these runs was offered: completed or rejected."""
+    offered = (int(r.get("completed") or 0) + int(r.get("num_rejected") or 0) for r in records)
+    return min(offered, default=0)
 
 
 def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -> None:
     """Refuse runs too short for a percentile target: with fewer than 1 / (1 - q)
     requests no sample lies beyond a p-q statistic (the linear method puts it between
     the run's two largest), so it measures no tail."""
-    num = min((_num_requests(r) for r in records), default=0)
+    num = _fewest_requests(records)
     for target in targets:
         q = _quantile(target)
-        if q is not None and num < math.ceil(1.0 / (1.0 - q) - 1e-9):
-            needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
+        if q is not None and num < tail_requests(q, 1.0):
             raise ConfigError(
                 f"--slo {target.name}: runs of {num} requests cannot estimate a "
                 f"{target.stat} (no sample would lie beyond it); use --num-requests "
-                f">= {needed} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
+                f">= {tail_requests(q)} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
             )
 
 
@@ -521,9 +526,9 @@ def _check_served_length(records: Sequence[Record]) -> None:
     step is wider than the check's 5 % margin: under a light load a run of 2k
     requests reads (k - 1) / k, unserved, and one of 2k + 1 reads 1, so the verdict
     is set by the run's parity, not the server (a 2-row trace got "0 req/s")."""
-    num = min((_num_requests(r) for r in records), default=0)
+    num = _fewest_requests(records)
     if any(r.get("served_ratio") is not None for r in records):
-        needed = 2 * math.ceil(1.0 / (1.0 - SERVED_MIN_RATIO) - 1e-9)
+        needed = 2 * tail_requests(SERVED_MIN_RATIO, 1.0)
         if num < needed:
             raise ConfigError(
                 f"runs of {num} requests cannot tell whether the load is served (the "
@@ -536,44 +541,38 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
     """Reasons the estimate may be off (module docstring), for the report and JSON."""
     out = []
     point = res.at_estimate
-    if point is not None:
-        num = min((_num_requests(r) for r in point.records), default=0)
-        for target in res.targets:
-            q = _quantile(target)
-            if q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
-                needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
-                out.append(
-                    f"{target.name} rests on runs of {num} requests, about "
-                    f"{num * (1.0 - q):.0f} beyond the {target.stat} per run: noisy; "
-                    f"--num-requests >= {needed} gives {MIN_TAIL_SAMPLES}"
-                )
-    if point is not None and res.knob.kind == "rate":  # clients build no backlog
-        num = min((_num_requests(r) for r in point.records), default=0)
-        if 0 < num < MIN_STEADY_REQUESTS:
+    num = _fewest_requests(point.records) if point is not None else 0
+    for target in res.targets:
+        q = _quantile(target)
+        if point is not None and q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
             out.append(
-                f"runs of {num} requests end before a server near saturation builds its "
-                "steady backlog, so tail latencies read low and capacity high (chat.yaml: "
-                "9% higher from 1,000 requests per run than from 10,000); "
-                f"--num-requests >= {MIN_STEADY_REQUESTS} removes most of that"
+                f"{target.name} rests on runs of {num} requests, about "
+                f"{num * (1.0 - q):.0f} beyond the {target.stat} per run: noisy; "
+                f"--num-requests >= {tail_requests(q)} gives {MIN_TAIL_SAMPLES}"
             )
+    if point is not None and res.knob.kind == "rate" and 0 < num < MIN_STEADY_REQUESTS:
+        out.append(  # a rate's runs only: clients build no backlog
+            f"runs of {num} requests end before a server near saturation builds its "
+            "steady backlog, so tail latencies read low and capacity high (chat.yaml: "
+            "9% higher from 1,000 requests per run than from 10,000); "
+            f"--num-requests >= {MIN_STEADY_REQUESTS} removes most of that"
+        )
     if point is not None and res.knob.kind == "concurrency":
         # Every client sends its first request at 0 (as vllm bench serve and GuideLLM
         # start): a burst of C requests queued at once, whose TTFTs may be the tail.
-        num = min((_num_requests(r) for r in point.records), default=0)
         clients = int(point.load)
         for target in res.targets:
             q = _quantile(target)
             if q is not None and clients > num * (1.0 - q):
-                needed = math.ceil(2 * clients / (1.0 - q) - 1e-9)
                 out.append(
                     f"{target.name}: the {clients} clients' first requests are sent at once, "
                     f"more than the {num * (1.0 - q):.0f} requests beyond the {target.stat} "
                     f"of runs of {num}: that start-up burst may set it; --num-requests >= "
-                    f"{needed} measures the clients' steady state"
+                    f"{tail_requests(q, 2 * clients)} measures the clients' steady state"
                 )
     if failed is not None and failed.binding == SERVED:
         served_needed = served_num_requests_needed(failed)
-        num = min((_num_requests(r) for r in failed.records), default=0)
+        num = _fewest_requests(failed.records)
         if served_needed is not None and num >= 2 and served_needed > num:
             margin = 1.0 - SERVED_MIN_RATIO
             # needed = 2 k sqrt(2 L) / margin and the noise is sqrt(2 L) / (num / 2).
