@@ -85,10 +85,10 @@ import sim
 from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
 from sim.metrics.quantiles import latency_stats_ms
-from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import sample_notes, summarize, text_dtype, with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
+from sim.validation.formats.measure_dir import write_measure_folder
 from sim.validation.predict import load_of, token_gaps_s
 from sim.workload.generate import RequestArrays
 
@@ -621,20 +621,23 @@ class EndpointRun:
     def write(self, out_dir: str | Path) -> list[Path]:
         """requests.parquet, summary.json, timeseries.csv, plots, steps, tokens, run.json."""
         out = Path(out_dir)
-        steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
-        paths = write_outputs(
-            out, self.requests, steps, self.timeseries, self.summary, slo=self.scenario.slo
+        steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})  # none seen from outside
+        paths = write_measure_folder(
+            out,
+            self.requests,
+            steps,
+            self.timeseries,
+            self.summary,
+            self.scenario.slo,
+            steps,
+            self.tokens,
+            self.samples,
         )
-        for name, frame in (("steps", steps), ("tokens", self.tokens)):
-            paths.append(out / f"{name}.parquet")
-            frame.to_parquet(paths[-1], index=False)
         keys = ("mode", "status", "partial", "message", "endpoint", "api", "model", "completed")
         meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in keys}
         meta["num_failed"] = self.summary["num_failed"]
         paths.append(out / "run.json")
         paths[-1].write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        paths.append(out / "sample_outputs.json")
-        paths[-1].write_text(summary_to_json(self.samples) + "\n", encoding="utf-8")
         return paths
 
 

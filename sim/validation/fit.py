@@ -298,9 +298,14 @@ def score(
     return out
 
 
+def flat_errors(errors: Sequence[dict[str, dict[str, float]]]) -> FloatArray:
+    """``score``'s log errors as one array, by target, metric and quantile."""
+    return np.array([v for e in errors for by_stat in e.values() for v in by_stat.values()])
+
+
 def objective_value(errors: Sequence[dict[str, dict[str, float]]]) -> float:
     """Mean squared log error; a missing quantile (nothing completed) counts as inf."""
-    values = np.array([v for e in errors for by_stat in e.values() for v in by_stat.values()])
+    values = flat_errors(errors)
     if values.size == 0 or not np.all(np.isfinite(values)):
         return float("inf")
     return float(np.mean(values**2))
@@ -317,6 +322,15 @@ class FitOutcome(Generic[P]):
     value: float
     base_value: float
     num_evaluations: int
+
+
+def _outcome(
+    runs: Sequence[FitRun], targets: Sequence[Target], params: P, base: Adjustment, num: int
+) -> FitOutcome[P]:
+    """``params`` as a fit's answer: the objective there and at ``base``, after ``num``
+    simulations."""
+    value, base_value = (objective_value(score(runs, targets, at)) for at in (params, base))
+    return FitOutcome(params, value, base_value, num)
 
 
 def overhead_scale_s(runs: Sequence[FitRun], targets: Sequence[Target]) -> float:
@@ -387,12 +401,8 @@ def fit(
         penalised, start, np.full(n, 0.1), lower, upper, max_evaluations=max_evaluations
     )
     params = params_from_vector(found.x, free, scale_s)
-    return FitOutcome(
-        params,
-        objective_value(score(runs, targets, params)),
-        objective_value(score(runs, targets, FitParameters())),
-        num_start_evaluations + found.num_evaluations,
-    )
+    num = num_start_evaluations + found.num_evaluations
+    return _outcome(runs, targets, params, FitParameters(), num)
 
 
 def is_engine_cpu_fit(free: Sequence[str]) -> bool:
@@ -506,12 +516,7 @@ def fit_engine_cpu(
         max_evaluations=max_evaluations,
     )
     params = engine_cpu_values(found.x, free, start)
-    return FitOutcome(
-        params,
-        objective_value(score(runs, targets, params)),
-        objective_value(score(runs, targets, start)),
-        found.num_evaluations,
-    )
+    return _outcome(runs, targets, params, start, found.num_evaluations)
 
 
 def fit_free(
