@@ -1,49 +1,34 @@
 """The configuration search: the cheapest deployment that meets the SLOs at a target rate.
 
-A *candidate* is one deployment unit: a GPU, a tensor-parallel degree, batch
-limits (``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and,
-optionally, a disaggregated ``P:D`` unit of prefill and decode replicas. For
-each, the capacity search (:mod:`sim.planning.capacity`, intervals included)
-finds the highest load it serves within the SLOs; the fleet for the target
-rate is ``ceil(R / capacity)`` units, priced per GPU-hour
-(:mod:`sim.planning.pricing`). Candidates are ranked by the fleet's dollars
-per hour.
+A *candidate* (``Candidate``) is one deployment unit: a GPU, a tensor-parallel degree,
+batch limits and, optionally, a disaggregated ``P:D`` unit of prefill and decode
+replicas. For each, the capacity search (:mod:`sim.planning.capacity`, intervals
+included) finds the highest load it serves within the SLOs; the fleet for the target
+rate is ``ceil(R / capacity)`` units, priced per GPU-hour (:mod:`sim.planning.pricing`),
+and candidates rank by the fleet's dollars per hour, ties by more capacity per GPU
+(``PlanResult.ranked``). What keeps it from brute force (docs/capacity.md tells why):
 
-What keeps it from brute force:
+1. refusals before any run: heads that do not split, weights that do not fit, a KV
+   pool that cannot hold one ``max_model_len`` request (``_prepare``);
+2. an optimistic bound per candidate from its own cost model
+   (:mod:`sim.planning.plan_bound`): a rate its search cannot exceed, and SLOs a lone
+   request already breaks (infeasible, skipped without a run);
+3. best first, branch and bound (``_run``): candidates run by their optimistic fleet
+   cost; one that cannot beat the cheapest found so far is skipped, saying why
+   (``_cannot_beat``, which keeps the ranking's tie order). The local executor draws
+   the next candidate only when one finishes (:mod:`sim.planning.sweep_exec`), so
+   every decision uses everything finished before it;
+4. batch limits coarse, then refined: one representative per (GPU, TP, split) group
+   first (``representatives``), the group's other coarse limits only where it came
+   within ``REFINE_MARGIN`` of the cheapest (a heuristic, said in the skip), then the
+   geometric halfway values around each good group's best (``refined_candidates``);
+   ``prune: false`` searches the whole grid;
+5. runs sized for what decided: the fewest requests the SLO percentiles need
+   (``run_length``), searched again on longer runs where the served check bound a
+   capacity on runs too short to measure it (``_search_candidate``, ``MAX_SEARCHES``).
 
-1. **Refusals before any run.** A layout whose heads do not split, whose
-   weights do not fit, or whose KV pool cannot hold one ``max_model_len``
-   request is refused, with the reason (:func:`sim.api.build.kv_blocks_for`).
-2. **An optimistic bound per candidate** (:mod:`sim.planning.plan_bound`),
-   from the candidate's own cost model: a request rate its capacity search
-   cannot exceed, and SLOs a lone request already breaks (infeasible at any
-   load, skipped without a run).
-3. **Best first, branch and bound.** Candidates run in order of their
-   optimistic fleet cost (``ceil(R / bound)`` units); one whose optimistic
-   cost cannot beat (is at least) the cheapest fleet found so far is skipped
-   and reported as skipped with the reason. With the executor drawing the
-   next candidate only when one finishes (:mod:`sim.planning.sweep_exec`),
-   every decision uses everything finished before it.
-4. **Batch limits coarse, then refined.** The plan file's levels are the
-   coarse grid. Each (GPU, TP, split) group first searches one
-   representative (:func:`representatives`); its other coarse limits run only
-   where that came within ``REFINE_MARGIN`` of the cheapest (a heuristic:
-   batch limits move a fleet's cost by tens of percent, not by multiples; the
-   skip says so). Then, around the best limits of each group within the
-   margin, the geometric halfway values are tried, one dimension at a time,
-   under the same pruning. ``prune: false`` searches the whole grid.
-5. **Runs sized for what decided.** Runs start at the fewest requests the SLO
-   percentiles need (``run_length``; a plan file's ``num_requests`` or
-   ``--num-requests``); where the served check bound a capacity on runs too
-   short to measure the served ratio (:func:`served_num_requests_needed`),
-   the candidate is searched again on runs that can (``MAX_SEARCHES``), so
-   an unclear check is simulated more instead of taken for overload.
-
-Ranking: the cheapest fleet first, ties by more capacity per GPU; a skip
-(``_cannot_beat``) keeps that order, so no tie is decided by search order.
-
-The answer does not include the network between replicas and clients, the
-load balancer's imbalance, autoscaling, or failures (docs/capacity.md).
+The answer leaves out the network, the balancer's imbalance, autoscaling and
+failures (docs/capacity.md).
 """
 
 from __future__ import annotations
