@@ -124,14 +124,6 @@ def load_measured(
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
 
-def latencies_of(run: MeasureFolder) -> Latencies:
-    """The measured latencies of ``run``; no ITL gaps without its tokens' times."""
-    tokens = run.tokens
-    if tokens is None:
-        tokens = pd.DataFrame({"request_id": [], "token_index": [], "time_s": []})
-    return measured_latencies(run.requests, tokens)
-
-
 @dataclass
 class Validation:
     """Comparisons (prediction name -> metrics), the noise floor and the report's facts."""
@@ -176,7 +168,7 @@ def validate(
             said = RunFacts.from_summary(run.requests, run.summary)
             check_run(scenario, said, base_dir, f"--measured {run.path}")
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
-    meas = latencies_of(measured)
+    meas = measured_latencies(measured.requests, measured.tokens)
     latencies = {"measured": meas}
     predictions: dict[str, CostModel] = {"microbenchmarks": base_cost}
     if overhead_from is not None:
@@ -201,7 +193,7 @@ def validate(
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
     noise = None
     if second is not None:
-        latencies["measured (run 2)"] = latencies_of(second)
+        latencies["measured (run 2)"] = measured_latencies(second.requests, second.tokens)
         noise = compare(meas, latencies["measured (run 2)"])
     s = measured.summary
     facts: dict[str, object] = {

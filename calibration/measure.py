@@ -37,9 +37,9 @@ from sim.api import core_config_for, summary_header
 from sim.engine.records import RequestTable
 from sim.errors import ConfigError
 from sim.metrics.quantiles import latency_stats_ms
-from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import sample_notes, summarize, with_request_metrics
 from sim.scenario import Scenario
+from sim.validation.formats.measure_dir import write_measure_folder
 from sim.validation.predict import token_gaps_s, with_request_spec
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
@@ -57,23 +57,18 @@ class Measurement:
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """requests.parquet, summary.json, timeseries.csv, plots, steps and tokens."""
-        out = Path(out_dir)
-        paths = write_outputs(
-            out,
+        run, sample = self.run, {str(k): v[:200] for k, v in list(self.run.outputs.items())[:5]}
+        return write_measure_folder(
+            Path(out_dir),
             self.requests,
-            self.run.core_steps,
-            self.run.timeseries,
+            run.core_steps,
+            run.timeseries,
             self.summary,
-            slo=self.scenario.slo,
+            self.scenario.slo,
+            run.steps,
+            run.tokens,
+            sample,
         )
-        for name, frame in (("steps", self.run.steps), ("tokens", self.run.tokens)):
-            path = out / f"{name}.parquet"
-            frame.to_parquet(path, index=False)
-            paths.append(path)
-        sample = {str(k): v[:200] for k, v in list(self.run.outputs.items())[:5]}
-        path = out / "sample_outputs.json"
-        path.write_text(summary_to_json(sample) + "\n", encoding="utf-8")
-        return [*paths, path]
 
 
 def _check_fits(scenario: Scenario, device: torch.device, dtype: torch.dtype) -> None:

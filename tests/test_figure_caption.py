@@ -104,13 +104,13 @@ def test_sweep_figures_carry_the_caption(tmp_path: Path, monkeypatch: pytest.Mon
     import sim.planning.sweep_plots as sweep_plots
 
     drawn: list[Figure] = []
-    save = sweep_plots._save
+    save = sweep_plots.save_figure
 
     def keep(fig: Figure, path: Path) -> Path:
         drawn.append(fig)
         return save(fig, path)
 
-    monkeypatch.setattr(sweep_plots, "_save", keep)
+    monkeypatch.setattr(sweep_plots, "save_figure", keep)
     table = pd.DataFrame(
         {
             "config": ["a", "a"],

@@ -104,13 +104,13 @@ def test_latency_vs_load_says_its_axis_is_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     figures: list[Figure] = []
-    save = sweep_plots._save
+    save = sweep_plots.save_figure
 
     def keep(fig: Figure, path: Path) -> Path:
         figures.append(fig)
         return save(fig, path)
 
-    monkeypatch.setattr(sweep_plots, "_save", keep)
+    monkeypatch.setattr(sweep_plots, "save_figure", keep)
     plan = load_sweep(write_sweep(tmp_path))
     table = run_sweep(plan, tmp_path / "out", jobs=1).table
     points = per_point(table, plan.targets, plan.override_keys)

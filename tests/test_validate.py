@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from decode_runs import run_prices
 
-from calibration.compare_measured import latencies_of, load_measured, validate, write_validation
+from calibration.compare_measured import load_measured, validate, write_validation
 from calibration.fit import fit_engine_overhead
 from sim import api
 from sim.cli import main as cli_main
@@ -29,6 +29,7 @@ from sim.validation.predict import (
     Latencies,
     compare,
     ks_distance,
+    measured_latencies,
     paired_error,
     predict,
     requests_as_work,
@@ -373,7 +374,8 @@ def _validation_attempt(
 
     def p50_errors(model: CostModel) -> tuple[float, float]:
         c = compare(
-            latencies_of(measured), simulated_latencies(predict(scenario, measured.requests, model))
+            measured_latencies(measured.requests, measured.tokens),
+            simulated_latencies(predict(scenario, measured.requests, model)),
         )
         return c["ttft"]["error_pct"]["p50"], c["tpot"]["error_pct"]["p50"]
 

@@ -23,16 +23,8 @@ WHEELS="${WHEELS:-.whl}"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 
-if ! "$PY" -c "import pydantic" 2>/dev/null; then
-  if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --upgrade --target /tmp/site "$WHEELS"/*.whl
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
-  else
-    echo "pydantic is missing and no wheels in $WHEELS: run calibration/gpu/fetch_wheels.sh" >&2
-    exit 3
-  fi
-fi
+source calibration/gpu/wheels.sh
+if ! "$PY" -c "import pydantic" 2>/dev/null; then install_wheels "pydantic is missing"; fi
 "$PY" - <<'PYEOF'
 import platform, torch
 print("python", platform.python_version(), "torch", torch.__version__,

@@ -41,16 +41,8 @@ mods = ["torch", "numpy", "pandas", "pyarrow", "matplotlib", "simpy", "tqdm", "p
 print(" ".join(m for m in mods if importlib.util.find_spec(m) is None))
 PYEOF
 )
-if [ -n "$missing" ]; then
-  if compgen -G "$WHEELS/*.whl" >/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --upgrade --target /tmp/site "$WHEELS"/*.whl
-    export PYTHONPATH="$PYTHONPATH:/tmp/site"
-  else
-    echo "missing Python modules: $missing (and no wheels in $WHEELS)" >&2
-    exit 3
-  fi
-fi
+source calibration/gpu/wheels.sh
+if [ -n "$missing" ]; then install_wheels "missing Python modules: $missing"; fi
 if [ "$DEVICE" = cuda ]; then nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true; fi
 
 start=$(date +%s)

@@ -1,52 +1,25 @@
 """Capacity search: the highest load that is served and at which every SLO target holds.
 
-docs/capacity.md tells the method and why (served: :mod:`sim.planning.served`;
-why means and t intervals rather than a vote over seeds). The load knob is
-``arrival.rate_per_s`` (synthetic), ``time_scale`` (trace; the rate is the
-trace's own rate over ``time_scale``), ``num_users`` (closed loop, an
-integer) or, under a ``max_concurrency`` cap, the cap itself: the number of
-clients, each sending as soon as its last answer is in (the rate is then the
-clients' measured send rate, Little's ``clients / mean E2E``; a cap with a
-finite arrival rate has two knobs and is refused). Each load runs under the
-same ``num_seeds`` seeds (common random numbers); a target holds *on average*
-when the mean over seeds of its statistic is within the limit, and a 95%
-Student-t interval of that mean classifies the load ``pass``, ``fail`` or
-``unclear``. A trace replay draws nothing at random: one seed, and its
-interval only reflects the resolution.
+docs/capacity.md tells the method and why: the load knobs (``load_knob``), the
+served check (:mod:`sim.planning.served`), the verdicts, what bound an answer and
+the caveats. Each load runs under the same seeds (common random numbers; a trace
+replay, which draws nothing at random, under one); a 95% Student-t interval of the
+mean over seeds of each target's statistic classifies the load ``pass``, ``fail``
+or ``unclear`` (``judge``). ``search`` runs in three phases, bounded by
+``max_num_sims`` simulations in all:
 
-``search`` runs in three phases, bounded by ``max_num_sims`` simulations in all:
+1. bracket: double (or halve) the load until the mean holds at ``a`` and fails at ``b``;
+2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``; the estimate is
+   where the worst mean statistic / limit ratio crosses 1 (``crossing``). Phases 1-2
+   visit the same dyadic grid of loads whatever the limits, so capacity is monotone
+   in the SLO;
+3. interval: probe outwards for a ``pass`` and a ``fail`` load, then bisect the gaps
+   next to them (``_tighten``): assuming statistics grow with load, the capacity lies
+   between the highest ``pass`` below the lowest ``fail`` and that ``fail``, each end
+   at ~95% confidence.
 
-1. bracket: double (or halve) the scenario's load until the mean holds at
-   ``a`` and fails at ``b``;
-2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``; the
-   estimate interpolates where the worst mean statistic / limit ratio crosses
-   1 between ``a`` and ``b``. Phases 1-2 visit the same dyadic grid of loads
-   whatever the limits, so capacity is monotone in the SLO;
-3. interval: probe outwards for a ``pass`` and a ``fail`` load, then bisect
-   the gaps next to them until the interval is within ``rel_width`` or those
-   gaps are (as narrow as the noise allows). Assuming statistics grow with
-   load, the true capacity lies between the highest ``pass`` below the lowest
-   ``fail`` and that ``fail``, each end at ~95% confidence.
-
-A last evaluation at the estimate gives goodput and latencies at capacity.
-The answer is checked against the configuration's own upper bound when one
-is known (``Searcher(bound_rate_per_s=...)``; :mod:`sim.planning.plan_bound`,
-which ``upper_bound_rate_per_s`` computes for a scenario): a capacity above it
-is a contradiction, refused with an error naming the bound, never printed.
-
-What the answer rests on is part of it (``binding``, ``caveats``): which
-constraint failed at the bracket's upper end (an SLO target, or the served
-check), and any reason to distrust it. A run too short for its percentile
-targets (fewer than one request beyond the percentile: no tail measured) is
-refused; a p99 resting on few samples, or a served check that failed at runs
-too short to measure the served ratio within its margin, is a caveat. The
-served ratio's noise: over its window (the second half's ``n / 2``
-arrivals) it is ``1 - (N(end) - N(mid)) / (n / 2)``, and the number in system
-``N`` of a stable server fluctuates about its mean ``L = rate x mean E2E``
-(Little) with a variance of about ``L`` (as in an M/G/inf queue), so the
-ratio's standard deviation is about ``sqrt(2 L) / (n / 2)``. Seeds share
-their random numbers across loads (common random numbers), so that noise
-does not average out along the search: it shifts every load alike.
+A last evaluation at the estimate gives goodput and latencies at capacity. An answer
+above the configuration's own upper bound (``check_bound``) is refused, never printed.
 """
 
 from __future__ import annotations
@@ -68,7 +41,7 @@ from sim.errors import ConfigError
 # than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
-from sim.planning.plan_bound import Limits, length_stats, optimistic_rate_per_s
+from sim.planning.plan_bound import QUANTILES, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
@@ -83,7 +56,7 @@ MAX_DOUBLINGS = 20
 # of the last arrival (Poisson: sqrt(n) / rate; bursty gamma arrivals more).
 CLOCK_ROOM = 4.0
 # The served check's margin (1 - SERVED_MIN_RATIO) should hold this many standard
-# deviations of a run's served ratio (module docstring), or a failing served
+# deviations of a run's served ratio (``served_num_requests_needed``), or a failing served
 # check may be the run's noise rather than overload.
 SERVED_MARGIN_SDS = 3.0
 SERVED = "served ratio"  # the served check's name where constraints are named
@@ -434,8 +407,9 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
 
 
 def check_bound(res: CapacitySearch, bound_rate_per_s: float | None) -> None:
-    """Refuse an answer above the configuration's own upper bound (module docstring):
-    the estimate, and the interval's low end (a load that passed), in req/s."""
+    """Refuse an answer above the configuration's own upper bound (``bound_rate_per_s``,
+    :mod:`sim.planning.plan_bound`: a contradiction, never printed): the estimate, and
+    the interval's low end (a load that passed), in req/s."""
     if bound_rate_per_s is None:
         return
     known = {p.load: p for p in res.points}
@@ -488,27 +462,32 @@ def upper_bound_rate_per_s(
 
 def _quantile(target: SloTarget) -> float | None:
     """The quantile a target's statistic is (``p99``: 0.99), None for a mean."""
-    return {"median": 0.5, "p90": 0.9, "p99": 0.99}.get(target.stat)
+    return QUANTILES.get(target.stat)
 
 
-def _num_requests(record: Record) -> int:
-    """Requests a run was offered: completed or rejected."""
-    return int(record.get("completed") or 0) + int(record.get("num_rejected") or 0)
+def tail_requests(q: float, beyond: float = MIN_TAIL_SAMPLES) -> int:
+    """Requests per run that put ``beyond`` samples past quantile ``q``."""
+    return math.ceil(beyond / (1.0 - q) - 1e-9)
+
+
+def _fewest_requests(records: Sequence[Record]) -> int:
+    """Requests the shortest of these runs was offered: completed or rejected."""
+    offered = (int(r.get("completed") or 0) + int(r.get("num_rejected") or 0) for r in records)
+    return min(offered, default=0)
 
 
 def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -> None:
     """Refuse runs too short for a percentile target: with fewer than 1 / (1 - q)
     requests no sample lies beyond a p-q statistic (the linear method puts it between
     the run's two largest), so it measures no tail."""
-    num = min((_num_requests(r) for r in records), default=0)
+    num = _fewest_requests(records)
     for target in targets:
         q = _quantile(target)
-        if q is not None and num < math.ceil(1.0 / (1.0 - q) - 1e-9):
-            needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
+        if q is not None and num < tail_requests(q, 1.0):
             raise ConfigError(
                 f"--slo {target.name}: runs of {num} requests cannot estimate a "
                 f"{target.stat} (no sample would lie beyond it); use --num-requests "
-                f">= {needed} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
+                f">= {tail_requests(q)} ({MIN_TAIL_SAMPLES} samples beyond the percentile)"
             )
 
 
@@ -521,9 +500,9 @@ def _check_served_length(records: Sequence[Record]) -> None:
     step is wider than the check's 5 % margin: under a light load a run of 2k
     requests reads (k - 1) / k, unserved, and one of 2k + 1 reads 1, so the verdict
     is set by the run's parity, not the server (a 2-row trace got "0 req/s")."""
-    num = min((_num_requests(r) for r in records), default=0)
+    num = _fewest_requests(records)
     if any(r.get("served_ratio") is not None for r in records):
-        needed = 2 * math.ceil(1.0 / (1.0 - SERVED_MIN_RATIO) - 1e-9)
+        needed = 2 * tail_requests(SERVED_MIN_RATIO, 1.0)
         if num < needed:
             raise ConfigError(
                 f"runs of {num} requests cannot tell whether the load is served (the "
@@ -533,47 +512,41 @@ def _check_served_length(records: Sequence[Record]) -> None:
 
 
 def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
-    """Reasons the estimate may be off (module docstring), for the report and JSON."""
+    """Reasons the estimate may be off (docs/capacity.md), for the report and JSON."""
     out = []
     point = res.at_estimate
-    if point is not None:
-        num = min((_num_requests(r) for r in point.records), default=0)
-        for target in res.targets:
-            q = _quantile(target)
-            if q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
-                needed = math.ceil(MIN_TAIL_SAMPLES / (1.0 - q) - 1e-9)
-                out.append(
-                    f"{target.name} rests on runs of {num} requests, about "
-                    f"{num * (1.0 - q):.0f} beyond the {target.stat} per run: noisy; "
-                    f"--num-requests >= {needed} gives {MIN_TAIL_SAMPLES}"
-                )
-    if point is not None and res.knob.kind == "rate":  # clients build no backlog
-        num = min((_num_requests(r) for r in point.records), default=0)
-        if 0 < num < MIN_STEADY_REQUESTS:
+    num = _fewest_requests(point.records) if point is not None else 0
+    for target in res.targets:
+        q = _quantile(target)
+        if point is not None and q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
             out.append(
-                f"runs of {num} requests end before a server near saturation builds its "
-                "steady backlog, so tail latencies read low and capacity high (chat.yaml: "
-                "9% higher from 1,000 requests per run than from 10,000); "
-                f"--num-requests >= {MIN_STEADY_REQUESTS} removes most of that"
+                f"{target.name} rests on runs of {num} requests, about "
+                f"{num * (1.0 - q):.0f} beyond the {target.stat} per run: noisy; "
+                f"--num-requests >= {tail_requests(q)} gives {MIN_TAIL_SAMPLES}"
             )
+    if point is not None and res.knob.kind == "rate" and 0 < num < MIN_STEADY_REQUESTS:
+        out.append(  # a rate's runs only: clients build no backlog
+            f"runs of {num} requests end before a server near saturation builds its "
+            "steady backlog, so tail latencies read low and capacity high (chat.yaml: "
+            "9% higher from 1,000 requests per run than from 10,000); "
+            f"--num-requests >= {MIN_STEADY_REQUESTS} removes most of that"
+        )
     if point is not None and res.knob.kind == "concurrency":
         # Every client sends its first request at 0 (as vllm bench serve and GuideLLM
         # start): a burst of C requests queued at once, whose TTFTs may be the tail.
-        num = min((_num_requests(r) for r in point.records), default=0)
         clients = int(point.load)
         for target in res.targets:
             q = _quantile(target)
             if q is not None and clients > num * (1.0 - q):
-                needed = math.ceil(2 * clients / (1.0 - q) - 1e-9)
                 out.append(
                     f"{target.name}: the {clients} clients' first requests are sent at once, "
                     f"more than the {num * (1.0 - q):.0f} requests beyond the {target.stat} "
                     f"of runs of {num}: that start-up burst may set it; --num-requests >= "
-                    f"{needed} measures the clients' steady state"
+                    f"{tail_requests(q, 2 * clients)} measures the clients' steady state"
                 )
     if failed is not None and failed.binding == SERVED:
         served_needed = served_num_requests_needed(failed)
-        num = min((_num_requests(r) for r in failed.records), default=0)
+        num = _fewest_requests(failed.records)
         if served_needed is not None and num >= 2 and served_needed > num:
             margin = 1.0 - SERVED_MIN_RATIO
             # needed = 2 k sqrt(2 L) / margin and the noise is sqrt(2 L) / (num / 2).
@@ -590,8 +563,15 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
 
 def served_num_requests_needed(point: LoadPoint) -> int | None:
     """Requests per run that measure ``point``'s served ratio to within its margin
-    (``SERVED_MARGIN_SDS`` standard deviations of the noise, module docstring);
-    None when its runs lack the rate or latency to tell."""
+    (``SERVED_MARGIN_SDS`` standard deviations of its noise); None when its runs lack
+    the rate or latency to tell.
+
+    Over its window (the second half's ``n / 2`` arrivals) the ratio is
+    ``1 - (N(end) - N(mid)) / (n / 2)``; a stable server's number in system ``N``
+    fluctuates about ``L = rate x mean E2E`` (Little) with a variance of about ``L``
+    (as in an M/G/inf queue), so the ratio's standard deviation is about
+    ``sqrt(2 L) / (n / 2)``. Seeds share their random numbers across loads, so that
+    noise does not average out along the search: it shifts every load alike."""
     rate, e2el_ms = point.mean_of("offered_rate_per_s"), point.mean_of("mean_e2el_ms")
     if rate is None or e2el_ms is None:
         return None

@@ -36,6 +36,13 @@ class Fleet:
     usd_per_million_output_tokens: float | None
 
 
+def units_for(target_rate_per_s: float, rate_per_s: float) -> int:
+    """Replicas (or units) of ``rate_per_s`` each that serve ``target_rate_per_s``: the
+    1e-9 forgives float noise just above a whole number, and a positive target still
+    needs one however small it is."""
+    return max(1, math.ceil(target_rate_per_s / rate_per_s - 1e-9))
+
+
 def output_tokens_per_request(point: LoadPoint | None) -> float | None:
     """Mean generated tokens per completed request at ``point``."""
     if point is None:
@@ -64,10 +71,8 @@ def fleet_for(
     lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
     # One seed gives no confidence interval, so no fleet "at the interval's low end".
     lower_rate = capacity_rate_per_s(search, lower_point) if has_interval(search) else None
-    # The 1e-9 forgives float noise just above a whole number of replicas; a
-    # positive target still needs one replica however small it is.
-    num_replicas = max(1, math.ceil(target_rate_per_s / rate - 1e-9))
-    at_lower = max(1, math.ceil(target_rate_per_s / lower_rate - 1e-9)) if lower_rate else None
+    num_replicas = units_for(target_rate_per_s, rate)
+    at_lower = units_for(target_rate_per_s, lower_rate) if lower_rate else None
     num_gpus = num_replicas * gpus_per_replica
     usd_hour = usd_mtok = None
     if gpu_price_per_hour is not None:
@@ -284,10 +289,10 @@ def to_json(
     }
 
 
-def write_json(doc: dict[str, Any], out_dir: str | Path) -> Path:
-    """``capacity.json`` in ``out_dir``."""
+def write_json(doc: dict[str, Any], out_dir: str | Path, name: str = "capacity.json") -> Path:
+    """``doc`` as ``name`` in ``out_dir`` (made if need be): ``capacity.json``, ``plan.json``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "capacity.json"
+    path = out / name
     path.write_text(json.dumps(doc, indent=2) + "\n")
     return path

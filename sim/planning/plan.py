@@ -1,49 +1,34 @@
 """The configuration search: the cheapest deployment that meets the SLOs at a target rate.
 
-A *candidate* is one deployment unit: a GPU, a tensor-parallel degree, batch
-limits (``max_num_seqs``, ``max_num_batched_tokens``, chunked prefill) and,
-optionally, a disaggregated ``P:D`` unit of prefill and decode replicas. For
-each, the capacity search (:mod:`sim.planning.capacity`, intervals included)
-finds the highest load it serves within the SLOs; the fleet for the target
-rate is ``ceil(R / capacity)`` units, priced per GPU-hour
-(:mod:`sim.planning.pricing`). Candidates are ranked by the fleet's dollars
-per hour.
+A *candidate* (``Candidate``) is one deployment unit: a GPU, a tensor-parallel degree,
+batch limits and, optionally, a disaggregated ``P:D`` unit of prefill and decode
+replicas. For each, the capacity search (:mod:`sim.planning.capacity`, intervals
+included) finds the highest load it serves within the SLOs; the fleet for the target
+rate is ``ceil(R / capacity)`` units, priced per GPU-hour (:mod:`sim.planning.pricing`),
+and candidates rank by the fleet's dollars per hour, ties by more capacity per GPU
+(``PlanResult.ranked``). What keeps it from brute force (docs/capacity.md tells why):
 
-What keeps it from brute force:
+1. refusals before any run: heads that do not split, weights that do not fit, a KV
+   pool that cannot hold one ``max_model_len`` request (``_prepare``);
+2. an optimistic bound per candidate from its own cost model
+   (:mod:`sim.planning.plan_bound`): a rate its search cannot exceed, and SLOs a lone
+   request already breaks (infeasible, skipped without a run);
+3. best first, branch and bound (``_run``): candidates run by their optimistic fleet
+   cost; one that cannot beat the cheapest found so far is skipped, saying why
+   (``_cannot_beat``, which keeps the ranking's tie order). The local executor draws
+   the next candidate only when one finishes (:mod:`sim.planning.sweep_exec`), so
+   every decision uses everything finished before it;
+4. batch limits coarse, then refined: one representative per (GPU, TP, split) group
+   first (``representatives``), the group's other coarse limits only where it came
+   within ``REFINE_MARGIN`` of the cheapest (a heuristic, said in the skip), then the
+   geometric halfway values around each good group's best (``refined_candidates``);
+   ``prune: false`` searches the whole grid;
+5. runs sized for what decided: the fewest requests the SLO percentiles need
+   (``run_length``), searched again on longer runs where the served check bound a
+   capacity on runs too short to measure it (``_search_candidate``, ``MAX_SEARCHES``).
 
-1. **Refusals before any run.** A layout whose heads do not split, whose
-   weights do not fit, or whose KV pool cannot hold one ``max_model_len``
-   request is refused, with the reason (:func:`sim.api.build.kv_blocks_for`).
-2. **An optimistic bound per candidate** (:mod:`sim.planning.plan_bound`),
-   from the candidate's own cost model: a request rate its capacity search
-   cannot exceed, and SLOs a lone request already breaks (infeasible at any
-   load, skipped without a run).
-3. **Best first, branch and bound.** Candidates run in order of their
-   optimistic fleet cost (``ceil(R / bound)`` units); one whose optimistic
-   cost cannot beat (is at least) the cheapest fleet found so far is skipped
-   and reported as skipped with the reason. With the executor drawing the
-   next candidate only when one finishes (:mod:`sim.planning.sweep_exec`),
-   every decision uses everything finished before it.
-4. **Batch limits coarse, then refined.** The plan file's levels are the
-   coarse grid. Each (GPU, TP, split) group first searches one
-   representative (:func:`representatives`); its other coarse limits run only
-   where that came within ``REFINE_MARGIN`` of the cheapest (a heuristic:
-   batch limits move a fleet's cost by tens of percent, not by multiples; the
-   skip says so). Then, around the best limits of each group within the
-   margin, the geometric halfway values are tried, one dimension at a time,
-   under the same pruning. ``prune: false`` searches the whole grid.
-5. **Runs sized for what decided.** Runs start at the fewest requests the SLO
-   percentiles need (``run_length``; a plan file's ``num_requests`` or
-   ``--num-requests``); where the served check bound a capacity on runs too
-   short to measure the served ratio (:func:`served_num_requests_needed`),
-   the candidate is searched again on runs that can (``MAX_SEARCHES``), so
-   an unclear check is simulated more instead of taken for overload.
-
-Ranking: the cheapest fleet first, ties by more capacity per GPU; a skip
-(``_cannot_beat``) keeps that order, so no tie is decided by search order.
-
-The answer does not include the network between replicas and clients, the
-load balancer's imbalance, autoscaling, or failures (docs/capacity.md).
+The answer leaves out the network, the balancer's imbalance, autoscaling and
+failures (docs/capacity.md).
 """
 
 from __future__ import annotations
@@ -52,7 +37,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,7 +51,6 @@ from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
-from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.capacity import (
     SERVED,
     CapacitySearch,
@@ -74,9 +58,21 @@ from sim.planning.capacity import (
     Searcher,
     search,
     served_num_requests_needed,
+    tail_requests,
 )
-from sim.planning.capacity_report import fleet_for, has_interval, output_tokens_per_request
-from sim.planning.plan_bound import LengthStats, Limits, length_stats, optimistic_rate_per_s
+from sim.planning.capacity_report import (
+    fleet_for,
+    has_interval,
+    output_tokens_per_request,
+    units_for,
+)
+from sim.planning.plan_bound import (
+    QUANTILES,
+    LengthStats,
+    Limits,
+    length_stats,
+    optimistic_rate_per_s,
+)
 from sim.planning.plan_file import PlanConfig
 from sim.planning.pricing import gpu_price_per_hour
 from sim.planning.sweep_exec import Record, Task, default_jobs, execute
@@ -118,6 +114,20 @@ class Candidate:
     def group(self) -> tuple[str, int, tuple[int, int] | None]:
         """The (GPU, TP, split) group whose batch limits are refined together."""
         return self.gpu, self.tensor_parallel_size, self.split
+
+    @property
+    def scheduler_fields(self) -> dict[str, Any]:
+        """The batch limits it sets in a scenario's ``scheduler``."""
+        return {
+            "max_num_seqs": self.max_num_seqs,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "chunked_prefill": self.chunked_prefill,
+        }
+
+    def parallelism(self, given: dict[str, Any] | None) -> dict[str, Any]:
+        """A scenario's ``parallelism`` at its TP degree (``link`` dropped: the GPU's own)."""
+        kept = {k: v for k, v in (given or {}).items() if k != "link"}
+        return {**kept, "tensor_parallel_size": self.tensor_parallel_size}
 
     @property
     def label(self) -> str:
@@ -216,12 +226,7 @@ class PlanResult:
 
 def run_length(targets: Sequence[SloTarget]) -> int:
     """Requests per run: enough for ``MIN_TAIL_SAMPLES`` beyond every percentile target."""
-    quantiles = {"median": 0.5, "p90": 0.9, "p99": 0.99}
-    needed = [
-        math.ceil(MIN_TAIL_SAMPLES / (1.0 - quantiles[t.stat]) - 1e-9)
-        for t in targets
-        if t.stat in quantiles
-    ]
+    needed = [tail_requests(QUANTILES[t.stat]) for t in targets if t.stat in QUANTILES]
     return max([MIN_PLAN_REQUESTS, *needed])
 
 
@@ -300,14 +305,8 @@ class _Space:
         spec = self.hardware[candidate.gpu]
         preset = HARDWARE_PRESETS.get(spec.name)
         doc["hardware"] = spec.name if preset == spec else spec.model_dump(mode="json")
-        parallelism = {k: v for k, v in doc.get("parallelism", {}).items() if k != "link"}
-        doc["parallelism"] = {**parallelism, "tensor_parallel_size": candidate.tensor_parallel_size}
-        doc["scheduler"] = {
-            **doc["scheduler"],
-            "max_num_seqs": candidate.max_num_seqs,
-            "max_num_batched_tokens": candidate.max_num_batched_tokens,
-            "chunked_prefill": candidate.chunked_prefill,
-        }
+        doc["parallelism"] = candidate.parallelism(doc.get("parallelism"))
+        doc["scheduler"] = {**doc["scheduler"], **candidate.scheduler_fields}
         if self.roofline and doc["cost"].get("kind") != "roofline":
             doc["cost"] = {"kind": "roofline"}  # the scenario's own roofline block is kept
         if candidate.split is not None:
@@ -372,7 +371,7 @@ def fleet_usd_per_hour(
     """Dollars per hour of ``ceil(target / rate)`` units of ``gpus`` GPUs."""
     if not rate_per_s > 0:
         return math.inf
-    return math.ceil(target_rate_per_s / rate_per_s - 1e-9) * gpus * price
+    return units_for(target_rate_per_s, rate_per_s) * gpus * price
 
 
 def search_candidate(task: Task) -> Record:
@@ -518,27 +517,21 @@ def _start_load(outcome: Outcome) -> float:
     return _nice(0.5 * bound) if bound > 0 else 1.0
 
 
-def _task(
-    space: _Space,
-    candidate: Candidate,
-    start: float,
-    price: float,
-    sized_rate_per_s: float,
-    bound_rate_per_s: float | None = None,
-) -> Task:
-    slo = {t.name: t.limit_ms for t in space.targets}
+def _task(space: _Space, outcome: Outcome) -> Task:
+    """A pending candidate's search, as ``search_candidate`` reads it."""
+    candidate = outcome.candidate
     return {
-        "scenario": space.doc_for(candidate, start),
+        "scenario": space.doc_for(candidate, _start_load(outcome)),
         "label": f"plan: {candidate.label}",
         "base_dir": str(space.base_dir),
-        "slo": slo,
+        "slo": {t.name: t.limit_ms for t in space.targets},
         "seeds": space.config.seeds,
         "rel_width": space.config.rel_width,
         "max_sims": space.config.max_loads * space.config.seeds,
-        "target_rate_per_s": sized_rate_per_s,
+        "target_rate_per_s": outcome.sized_rate_per_s or space.target_rate_per_s,
         "num_gpus": candidate.num_gpus,
-        "price": price,
-        "bound_rate_per_s": bound_rate_per_s,
+        "price": outcome.price_per_gpu_hour or 0.0,
+        "bound_rate_per_s": outcome.bound_rate_per_s,
     }
 
 
@@ -594,24 +587,12 @@ def refined_candidates(space: _Space, result: PlanResult) -> list[Candidate]:
         assert outcome.usd_per_hour is not None
         if outcome.usd_per_hour > (1 + REFINE_MARGIN) * best.usd_per_hour:
             continue
-        c = outcome.candidate
-        seqs = [c.max_num_seqs, *_halfway(space.config.max_num_seqs, c.max_num_seqs)]
-        tokens = _halfway(space.config.max_num_batched_tokens, c.max_num_batched_tokens)
+        c, levels = outcome.candidate, space.config
         options = [
-            Candidate(
-                c.gpu,
-                c.tensor_parallel_size,
-                s,
-                c.max_num_batched_tokens,
-                c.chunked_prefill,
-                c.split,
-            )
-            for s in seqs[1:]
+            replace(c, max_num_seqs=s) for s in _halfway(levels.max_num_seqs, c.max_num_seqs)
         ]
-        options += [
-            Candidate(c.gpu, c.tensor_parallel_size, c.max_num_seqs, t, c.chunked_prefill, c.split)
-            for t in tokens
-        ]
+        tokens = _halfway(levels.max_num_batched_tokens, c.max_num_batched_tokens)
+        options += [replace(c, max_num_batched_tokens=t) for t in tokens]
         for option in options:
             if option in tried or option.max_num_batched_tokens < option.max_num_seqs:
                 continue
@@ -720,7 +701,7 @@ def _run(
         (o for o in outcomes if o.status == "pending"),
         key=lambda o: (o.bound_usd_per_hour or math.inf, -(o.bound_rate_per_s or 0.0)),
     )
-    started: list[Outcome] = []
+    started: list[tuple[Outcome, Task]] = []
 
     def tasks() -> Iterator[Task]:
         for outcome in pending:
@@ -734,17 +715,9 @@ def _run(
                         on_done(outcome, result)
                     continue
             outcome.status = "running"
-            started.append(outcome)
-            price = outcome.price_per_gpu_hour or 0.0
-            sized_rate_per_s = outcome.sized_rate_per_s or space.target_rate_per_s
-            task = _task(
-                space,
-                outcome.candidate,
-                _start_load(outcome),
-                price,
-                sized_rate_per_s,
-                outcome.bound_rate_per_s,
-            )
+            task = _task(space, outcome)
+            started.append((outcome, task))
+            price, sized_rate_per_s = task["price"], task["target_rate_per_s"]
             if space.config.prune and best is not None and best.usd_per_hour and price > 0:
                 # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
                 gpus = outcome.candidate.num_gpus
@@ -754,14 +727,13 @@ def _run(
 
     jobs = workers if executor == "local" else None
     for index, record in execute(tasks(), executor, jobs, address, function=search_candidate):
-        outcome = started[index]
+        outcome, task = started[index]
         outcome.status, outcome.record = "searched", record
         abandoned = record.get("abandoned_at_rate_per_s")
         if abandoned is not None:
             outcome.status = "skipped"
-            price = outcome.price_per_gpu_hour or 0.0
-            sized_rate_per_s = outcome.sized_rate_per_s or space.target_rate_per_s
-            usd = fleet_usd_per_hour(abandoned, sized_rate_per_s, outcome.candidate.num_gpus, price)
+            sized_rate_per_s, price = task["target_rate_per_s"], task["price"]
+            usd = fleet_usd_per_hour(abandoned, sized_rate_per_s, task["num_gpus"], price)
             outcome.reason = (
                 f"cannot beat the cheapest: its SLOs fail (95% interval) at {abandoned:.3g} "
                 f"req/s per unit, where its fleet would already cost ${usd:.2f}/h or more "

@@ -42,7 +42,8 @@ from sim.workload.generate import generate_open_loop
 
 OPTIMISM = 1.1
 """Slack on the mean-value rate bound (module docstring)."""
-_QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
+QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
+"""The quantile each percentile statistic of an SLO target is (a mean has none)."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,9 @@ class LengthStats:
 
 def _at(values: np.ndarray) -> dict[str, float]:
     if values.size == 0:
-        return dict.fromkeys(("mean", *_QUANTILES), 0.0)
+        return dict.fromkeys(("mean", *QUANTILES), 0.0)
     out = {"mean": float(values.mean())}
-    out |= {stat: float(np.quantile(values, q)) for stat, q in _QUANTILES.items()}
+    out |= {stat: float(np.quantile(values, q)) for stat, q in QUANTILES.items()}
     return out
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from sim.metrics.figure_data import caption_line, wrap_caption
+from sim.metrics.figure_data import caption_line
 from sim.planning.plan import PlanResult
+from sim.planning.sweep_plots import save_figure, top_caption
 from sim.planning.sweep_report import pareto_mask
 
-DPI = 120
 FIGURE_NAME = "cost_vs_capacity.png"
 
 
@@ -87,15 +86,11 @@ def plot_plan(result: PlanResult, out_dir: Path, caption: str = "") -> Path | No
         f"fleet, {no_capacity} missing the SLOs even at low load, {skipped} skipped or refused",
         fontsize=9,
     )
-    if caption:
-        fig.suptitle(wrap_caption(caption, fig.get_figwidth()), fontsize=8.5, color="dimgray")
+    top_caption(fig, caption)
     ax.set_xlabel("capacity per GPU (req/s within the SLOs)")
     ax.set_ylabel("fleet cost ($/hour, log scale)")
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    FigureCanvasAgg(fig)
-    path = out_dir / FIGURE_NAME
-    fig.savefig(path, dpi=DPI)
-    return path
+    return save_figure(fig, out_dir / FIGURE_NAME)

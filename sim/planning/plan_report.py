@@ -12,15 +12,16 @@ capacity a perfect balancer was assumed to give.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from sim.hardware.specs import MODEL_PRESETS
+from sim.metrics.report import jsonable
+from sim.planning.capacity_report import write_json
 from sim.planning.plan import Outcome, PlanResult
 from sim.planning.pricing import PRICES_AS_OF
 
@@ -170,17 +171,6 @@ def _binding(record: dict[str, Any]) -> str:
     return f"capacity bound by {binding} ({runs})"
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: non-finite floats as null, containers walked."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def outcome_doc(outcome: Outcome) -> dict[str, Any]:
     """One configuration in ``plan.json``."""
     c = outcome.candidate
@@ -213,30 +203,29 @@ def to_json(
     """Everything the plan did, for ``plan.json``."""
     best = result.best
     counts = Counter(o.status for o in result.outcomes)
-    return _clean(
-        {
-            "scenario": scenario_label,
-            "plan_file": plan_file,
-            "cost_model_choice": cost_model,
-            "slo": {t.name: t.limit_ms for t in result.targets},
-            "target_rate_per_s": result.target_rate_per_s,
-            "requests_per_run": result.num_requests,
-            "seeds_per_load": result.seeds,
-            "workers": result.workers,
-            "executor": result.executor,
-            "num_configurations": len(result.outcomes),
-            "num_searched": counts.get("searched", 0),
-            "num_skipped": counts.get("skipped", 0),
-            "num_refused": counts.get("refused", 0),
-            "num_simulations": result.num_simulations,
-            "wall_s": result.wall_s,
-            "prices_as_of": PRICES_AS_OF,
-            "warnings": list(result.warnings),
-            "best": outcome_doc(best) if best is not None else None,
-            "ranked": [outcome_doc(o) for o in result.ranked()],
-            "configurations": [outcome_doc(o) for o in result.outcomes],
-        }
-    )
+    doc = {
+        "scenario": scenario_label,
+        "plan_file": plan_file,
+        "cost_model_choice": cost_model,
+        "slo": {t.name: t.limit_ms for t in result.targets},
+        "target_rate_per_s": result.target_rate_per_s,
+        "requests_per_run": result.num_requests,
+        "seeds_per_load": result.seeds,
+        "workers": result.workers,
+        "executor": result.executor,
+        "num_configurations": len(result.outcomes),
+        "num_searched": counts.get("searched", 0),
+        "num_skipped": counts.get("skipped", 0),
+        "num_refused": counts.get("refused", 0),
+        "num_simulations": result.num_simulations,
+        "wall_s": result.wall_s,
+        "prices_as_of": PRICES_AS_OF,
+        "warnings": list(result.warnings),
+        "best": outcome_doc(best) if best is not None else None,
+        "ranked": [outcome_doc(o) for o in result.ranked()],
+        "configurations": [outcome_doc(o) for o in result.outcomes],
+    }
+    return cast(dict[str, Any], jsonable(doc))  # non-finite floats as null
 
 
 def _anchored(value: Any, base_dir: Path) -> Any:
@@ -286,15 +275,9 @@ def best_scenario(
         + f": {units} x {c.label}"
     )
     doc["hardware"] = searched["hardware"]
-    parallelism = {k: v for k, v in (doc.get("parallelism") or {}).items() if k != "link"}
-    doc["parallelism"] = {**parallelism, "tensor_parallel_size": c.tensor_parallel_size}
-    doc["scheduler"] = {
-        "kind": "continuous",  # the only kind a plan searches
-        **(doc.get("scheduler") or {}),
-        "max_num_seqs": c.max_num_seqs,
-        "max_num_batched_tokens": c.max_num_batched_tokens,
-        "chunked_prefill": c.chunked_prefill,
-    }
+    doc["parallelism"] = c.parallelism(doc.get("parallelism"))
+    # continuous: the only kind a plan searches
+    doc["scheduler"] = {"kind": "continuous", **(doc.get("scheduler") or {}), **c.scheduler_fields}
     if searched["cost"].get("kind") != (doc.get("cost") or {}).get("kind", "auto"):
         doc["cost"] = searched["cost"]
     if searched.get("slo") is not None:
@@ -318,9 +301,7 @@ def write_outputs(
     result: PlanResult, doc: dict[str, Any], best: dict[str, Any] | None, out_dir: Path
 ) -> list[Path]:
     """``plan.json`` and, when there is a best configuration, ``best.yaml``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "plan.json"]
-    paths[0].write_text(json.dumps(doc, indent=2) + "\n")
+    paths = [write_json(doc, out_dir, "plan.json")]
     if best is not None:
         path = out_dir / "best.yaml"
         header = f"# {best['description']}\n# Replay: servesim run {path}\n"

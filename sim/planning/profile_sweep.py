@@ -65,7 +65,8 @@ def profile_sweep(
         workload = scenario.workload
         limit = None if workload.kind == "closed_loop" else workload.max_concurrency
         cap = {"max_concurrency": limit}
-        phases = [SweepPhase(load, run(_driven(scenario, load))) for load in _first_two(cap)]
+        first_two = [{"profile": "synchronous"}, {"profile": "throughput"} | _set(cap)]
+        phases = [SweepPhase(load, run(_driven(scenario, load))) for load in first_two]
     except ValueError as error:  # a trace, or no num_requests
         raise ConfigError(f"sweep: {error}") from None
     synchronous, throughput = (phase.rate_per_s for phase in phases)
@@ -79,7 +80,3 @@ def profile_sweep(
 
 def _set(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if v is not None}
-
-
-def _first_two(cap: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"profile": "synchronous"}, {"profile": "throughput"} | _set(cap)]

@@ -58,7 +58,7 @@ def sweep_caption(table: pd.DataFrame) -> str:
     )
 
 
-def _caption(fig: Figure, caption: str) -> None:
+def top_caption(fig: Figure, caption: str) -> None:
     """``caption`` at the top of ``fig`` (``tight_layout`` then leaves room for it)."""
     if caption:
         fig.suptitle(wrap_caption(caption, fig.get_figwidth()), fontsize=8.5, color="dimgray")
@@ -125,7 +125,8 @@ def _plain_log_ticks(ax: Axes, axis: str) -> None:
     target.set_minor_formatter(FuncFormatter(label))
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
+    """``fig`` on an Agg canvas, written to ``path`` at ``DPI``."""
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=DPI)
     return path
@@ -171,9 +172,9 @@ def plot_latency_vs_load(
     axes[0].legend(fontsize=7)
     if analytic:
         axes[-1].legend(fontsize=7)
-    _caption(fig, caption)
+    top_caption(fig, caption)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_throughput_vs_latency(
@@ -215,9 +216,9 @@ def plot_throughput_vs_latency(
     ax.set_ylabel("request throughput (req/s)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7)
-    _caption(fig, caption)
+    top_caption(fig, caption)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_sweep(

@@ -1,65 +1,32 @@
 """``servesim measure --endpoint URL``: a scenario's requests timed on a live server, as a folder.
 
-The scenario's open-loop requests (the very arrival times and lengths
-``servesim run`` simulates) are sent to any OpenAI-compatible server at
-their arrival times, each as one streamed ``/v1/completions`` (or
-``/v1/chat/completions``) request. Before the clock starts:
+docs/validation.md ("Measuring a live server") tells the client step by step. The
+scenario's open-loop requests are sent to an OpenAI-compatible server at their
+arrival times, each one streamed ``/v1/completions`` (or ``/v1/chat/completions``)
+request, at most ``max_concurrency`` in flight (a request over the bound waits at
+the client: its ``arrival_s`` is its send time, as vllm bench times it, and
+``scheduled_arrival_s`` keeps the plan); a closed loop (``Streams``) runs
+``num_users`` streams instead. Before the clock starts: ``GET /v1/models``
+(``_models``), prompts of the scenario's token counts
+(``sim.validation.endpoint_prompts``), and a 1-token probe for ``ignore_eos``
+(``_extra_fields``). A request is not retried unless ``retries`` says so, and then
+only when the connection could not be made; Ctrl-C or ``max_duration_s`` stop the
+run and keep what completed. This module imports no torch.
 
-1. ``GET /v1/models``: the server answers (else one-line error) and names the
-   model when ``--model`` is not given;
-2. prompts of the scenario's token counts (``sim.validation.endpoint_prompts``:
-   exact through ``POST /tokenize`` when the server has it);
-3. one 1-token request with ``ignore_eos``: if the server refuses the field,
-   the run goes without it (and says so in ``summary.json``).
+**One request** (``stream_request``): times are ``time.perf_counter()`` seconds,
+``sent_s`` just before the request is written and ``chunk_s`` at every chunk that
+carries generated text (a chat stream's role-only first chunk is no token), so TTFT
+is ``chunk_s[0] - sent_s`` and each later chunk one ITL sample, whatever number of
+tokens it merged. Token counts come from the ``usage`` chunk, else the number of
+content chunks. Failures are kept, never raised (``Outcome.error``).
 
-Requests in flight are bounded by ``max_concurrency`` (a request over the
-bound waits at the client; its ``arrival_s`` is when it was sent, as vllm
-bench times it, and ``scheduled_arrival_s`` keeps the plan), as the simulator
-bounds a workload's ``max_concurrency``. A closed loop (``Streams``: the
-``synchronous`` and ``concurrent`` profiles, or any ``closed_loop`` workload)
-runs ``num_users`` streams instead, each sending its next request a think
-time after its last one's answer, request ``i`` being the ``i``-th sent (as in
-the simulator); its ``scheduled_arrival_s`` is its send time. Each request has
-a total timeout and is not retried unless ``retries`` says so (and then only
-when the connection could not be made). Ctrl-C or ``max_duration_s`` stop the
-run; what completed is kept, and the run is marked partial. This module
-imports no torch.
-
-**One request** (``stream_request``): a body with ``"stream": true``, its
-server-sent events read (``data: {...}`` lines, ended by ``data: [DONE]``).
-Times are ``time.perf_counter()`` seconds:
-
-- ``sent_s``: just before the request is written (vllm's ``st``);
-- ``chunk_s``: the arrival of every chunk that carries generated text
-  (``choices[0].text``, or ``choices[0].delta.content`` for chat). A chat
-  stream's first chunk carries only ``role`` and no text: it is not a token,
-  so TTFT is the first chunk *with content* (vllm bench's chat client counts
-  that role chunk; its completions client does not see one);
-- TTFT = ``chunk_s[0] - sent_s``; one ITL sample per later chunk (the gap to
-  the previous one), whatever number of tokens the chunk merged; E2E = the
-  last content chunk - ``sent_s``.
-
-Token counts come from the ``usage`` chunk when the server sends one
-(``stream_options.include_usage``); otherwise the generated count is the
-number of content chunks (a lower bound when a server merges tokens).
-Failures are kept, never raised: an HTTP status other than 200, a stream
-that closes before ``[DONE]``, a timeout or a refused connection give an
-``Outcome`` with ``error`` set (and whatever chunks had arrived).
-
-**The folder** (``endpoint_run``): ``requests.parquet`` has the simulator's
-columns (times in seconds from the first scheduled arrival) plus what only a
-client sees: ``scheduled_arrival_s``, ``num_chunks``, ``prompt_tokens_exact``,
-``http_status`` and ``error``. A request that failed (HTTP error, stream
-closed early, timeout) or was still in flight when the run stopped has no
-``finish_s`` (NaN) and its ``error`` says why; it is not counted as
-completed. The client cannot see the server's queue: ``first_scheduled_s`` is
-NaN. ``tokens.parquet`` has one row per content chunk of each completed
-request (``token_index`` = the chunk's index: ITL is per chunk, as in vllm
-bench), ``steps.parquet`` is empty (no step log from outside the server),
-``timeseries.csv`` counts requests in flight (``num_running``) and held back
-by the concurrency bound (``num_waiting``). ``summary.json`` is marked
-``"mode": "measured"`` with the endpoint, model, failures and whether the run
-is ``partial``; ``run.json`` says the same in a few fields.
+**The folder** (``endpoint_run``, ``write_measure_folder``): the simulator's request
+columns (from the first scheduled arrival; ``first_scheduled_s`` NaN: the client
+cannot see the server's queue) plus what only a client sees
+(``scheduled_arrival_s``, ``num_chunks``, ``prompt_tokens_exact``, ``http_status``,
+``error``; a failed or unfinished request has no ``finish_s``), one row per content
+chunk in ``tokens.parquet``, an empty ``steps.parquet``, ``timeseries.csv`` (in
+flight, held back), ``summary.json`` (``"mode": "measured"``) and ``run.json``.
 """
 
 from __future__ import annotations
@@ -85,7 +52,6 @@ import sim
 from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
 from sim.metrics.quantiles import latency_stats_ms
-from sim.metrics.report import summary_to_json, write_outputs
 from sim.metrics.stats import (
     RequestTable,
     sample_notes,
@@ -95,6 +61,7 @@ from sim.metrics.stats import (
 )
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
+from sim.validation.formats.measure_dir import write_measure_folder
 from sim.validation.predict import load_of, token_gaps_s
 from sim.workload.generate import RequestArrays
 
@@ -627,20 +594,23 @@ class EndpointRun:
     def write(self, out_dir: str | Path) -> list[Path]:
         """requests.parquet, summary.json, timeseries.csv, plots, steps, tokens, run.json."""
         out = Path(out_dir)
-        steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
-        paths = write_outputs(
-            out, self.requests, steps, self.timeseries, self.summary, slo=self.scenario.slo
+        steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})  # none seen from outside
+        paths = write_measure_folder(
+            out,
+            self.requests,
+            steps,
+            self.timeseries,
+            self.summary,
+            self.scenario.slo,
+            steps,
+            self.tokens,
+            self.samples,
         )
-        for name, frame in (("steps", steps), ("tokens", self.tokens)):
-            paths.append(out / f"{name}.parquet")
-            frame.to_parquet(paths[-1], index=False)
         keys = ("mode", "status", "partial", "message", "endpoint", "api", "model", "completed")
         meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in keys}
         meta["num_failed"] = self.summary["num_failed"]
         paths.append(out / "run.json")
         paths[-1].write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        paths.append(out / "sample_outputs.json")
-        paths[-1].write_text(summary_to_json(self.samples) + "\n", encoding="utf-8")
         return paths
 
 

@@ -1,50 +1,26 @@
 """Black-box calibration: fit a cost model's free parameters to measured runs.
 
-Each evaluation replays every training run's exact requests
-(``sim.validation.predict.predict``, i.e. ``sim.api.replay``) with the base
-cost model wrapped in ``FittedCost`` (``sim.cost.fitted``) and scores the
-replay against the measurement::
+docs/validation.md ("Black-box calibration", "The engine's CPU work and the way
+in") tells what is fitted and why. Each evaluation replays every training run's
+exact requests (``sim.validation.predict.predict``) with the base cost adjusted
+(``FitRun.adjusted_cost``) and scores the replay::
 
     objective = mean over (run, metric in {TTFT, TPOT}, q in {p50, p90, p99}) of
                 log(predicted_q / measured_q) ** 2
 
-over the requests a target scores (all of a run, or half of it). Log errors
-weigh a 10 % miss the same on TTFT (seconds) and TPOT (milliseconds);
-percentiles rather than per-request pairs make one request served out of
-order cost nothing. A weak pull of ``PRIOR_WEIGHT * log(multiplier) ** 2``
-keeps a multiplier at 1 when the runs do not inform it (no prefill in the
-steps, say) without moving it when they do.
-
-The search (``fit``): every free multiplier set to one common scale, the best
-of a coarse log grid (``starting_point``), then a box-bounded Nelder-Mead
-from there.
-
-Cross-validation (``cv_folds``): with several runs, leave one out (fit on the
-others, score the one left out); with one run, fit on the requests that
-arrived in its first half and score the second half. The replay always
-serves the whole run (arrivals and lengths are the workload to predict, an
-input); only the scored latencies are split, so the second half's latencies
-are never seen by the fit.
-
-The engine-CPU mode (``fit_engine_cpu``, ``--fit-kind engine-cpu``): the free
-parameters are the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig``
-(``CPU_PARAMETERS``) around the GPU-only base, its kernel prices kept as they
-are, and the way in per request (``WAY_IN``) where the runs' arrivals are the
-clients' send times (``FitRun.arrivals_include_way_in``); a coefficient the
-runs cannot inform is refused, not fitted to noise (``structural_problem``:
-terms the price only sums; ``sim.validation.identify``: what the runs'
-latencies do not move, and each fitted coefficient's interval). The search starts from
-the vLLM version's estimates (``engine_cpu_start``), in units of
-``CPU_UNITS_S``, box-bounded at 0, with a weak pull back to the start
-(``CPU_PRIOR_WEIGHT``). Its folds (``phase_folds``): several runs, leave one
-out; one run, leave one phase out, the phases split at the median number of
-requests in flight when each request arrived (``phase_split``: the
-low-load requests, at or below it, and the saturated ones above it).
-
-The report: ``cross_validate`` fits each fold on its training targets and
-scores the held-out ones with the base model and the fold's parameters; the
-final fit (on every run) is scored the same way, in sample. Errors are signed
-percentages, ``(predicted - measured) / measured * 100``, of p50/p90/p99 TTFT and TPOT.
+over the requests a target scores, plus a weak pull towards the start
+(``PRIOR_WEIGHT``, ``CPU_PRIOR_WEIGHT``) for what the runs do not inform. ``fit``
+(the multipliers of ``sim.cost.fitted``) starts from the best common multiplier of
+a coarse log grid (``starting_point``); ``fit_engine_cpu`` (the coefficients of
+``sim.cost.engine_cpu.EngineCpuConfig`` and the way in, ``--fit-kind engine-cpu``)
+from the vLLM version's estimates (``engine_cpu_start``), refusing what the runs
+cannot tell apart (``structural_problem``; ``sim.validation.identify``); both then
+run a box-bounded Nelder-Mead (``sim.validation.optimize``). The folds
+(``cv_folds``, ``phase_folds``) fit on some targets and score the others: leave one
+run out, or with one run its first half against its second (multipliers) or its
+low-load phase against its saturated one (engine CPU, ``phase_split``); the replay
+always serves the whole run, only the scored latencies are split. Errors are signed
+percentages, ``(predicted - measured) / measured * 100``.
 """
 
 from __future__ import annotations
@@ -298,9 +274,14 @@ def score(
     return out
 
 
+def flat_errors(errors: Sequence[dict[str, dict[str, float]]]) -> FloatArray:
+    """``score``'s log errors as one array, by target, metric and quantile."""
+    return np.array([v for e in errors for by_stat in e.values() for v in by_stat.values()])
+
+
 def objective_value(errors: Sequence[dict[str, dict[str, float]]]) -> float:
     """Mean squared log error; a missing quantile (nothing completed) counts as inf."""
-    values = np.array([v for e in errors for by_stat in e.values() for v in by_stat.values()])
+    values = flat_errors(errors)
     if values.size == 0 or not np.all(np.isfinite(values)):
         return float("inf")
     return float(np.mean(values**2))
@@ -317,6 +298,15 @@ class FitOutcome(Generic[P]):
     value: float
     base_value: float
     num_evaluations: int
+
+
+def _outcome(
+    runs: Sequence[FitRun], targets: Sequence[Target], params: P, base: Adjustment, num: int
+) -> FitOutcome[P]:
+    """``params`` as a fit's answer: the objective there and at ``base``, after ``num``
+    simulations."""
+    value, base_value = (objective_value(score(runs, targets, at)) for at in (params, base))
+    return FitOutcome(params, value, base_value, num)
 
 
 def overhead_scale_s(runs: Sequence[FitRun], targets: Sequence[Target]) -> float:
@@ -387,12 +377,8 @@ def fit(
         penalised, start, np.full(n, 0.1), lower, upper, max_evaluations=max_evaluations
     )
     params = params_from_vector(found.x, free, scale_s)
-    return FitOutcome(
-        params,
-        objective_value(score(runs, targets, params)),
-        objective_value(score(runs, targets, FitParameters())),
-        num_start_evaluations + found.num_evaluations,
-    )
+    num = num_start_evaluations + found.num_evaluations
+    return _outcome(runs, targets, params, FitParameters(), num)
 
 
 def is_engine_cpu_fit(free: Sequence[str]) -> bool:
@@ -506,12 +492,7 @@ def fit_engine_cpu(
         max_evaluations=max_evaluations,
     )
     params = engine_cpu_values(found.x, free, start)
-    return FitOutcome(
-        params,
-        objective_value(score(runs, targets, params)),
-        objective_value(score(runs, targets, start)),
-        found.num_evaluations,
-    )
+    return _outcome(runs, targets, params, start, found.num_evaluations)
 
 
 def fit_free(

@@ -42,6 +42,7 @@ from sim.validation.fit import (
     Target,
     engine_cpu_values,
     fit_start,
+    flat_errors,
     score,
     start_vector,
     structural_problem,
@@ -67,8 +68,7 @@ def residuals(
     runs: Sequence[FitRun], targets: Sequence[Target], values: EngineCpuFitValues
 ) -> FloatArray:
     """The log errors a fit scores, one per (target, metric, quantile)."""
-    errors = score(runs, targets, values)
-    return np.array([v for e in errors for by_stat in e.values() for v in by_stat.values()])
+    return flat_errors(score(runs, targets, values))
 
 
 def jacobian(

@@ -1,22 +1,13 @@
 """Reader for the vLLM runs LLMServingSim publishes (``bench/examples/<GPU>/<model>/vllm``).
 
-What the source records: ``requests.jsonl``, one JSON object a line with
-``request_id``, ``input_toks``, ``output_toks``, ``arrival_time`` (client wall
-clock, epoch seconds), and the engine's ``queued_ts``, ``scheduled_ts``,
-``first_token_ts``, ``last_token_ts`` (one monotonic clock); ``meta.json``,
-the engine arguments, and in newer runs the KV cache size and the resolved
-vLLM configuration.
-
-What servesim takes, and what it reconstructs:
-
-- arrival = ``queued_ts``: the moment the engine queued the request, after
-  the frontend's tokenization. ``arrival_time`` is on another clock (its
-  offset to ``queued_ts`` varies by 0.1–0.4 s across a run), so it is kept
-  only to order requests. LLMServingSim's own summaries measure TTFT and
-  end-to-end latency from ``queued_ts`` too, so errors are comparable;
-- first token and finish: ``first_token_ts`` and ``last_token_ts``; every
-  request finished, with ``output_toks`` tokens;
-- no per-token times: ITL cannot be computed, only TTFT, TPOT and E2EL.
+``requests.jsonl`` (one request a line: token counts, the client's
+``arrival_time`` and the engine's ``queued_ts``, ``scheduled_ts``,
+``first_token_ts``, ``last_token_ts`` on one monotonic clock) and ``meta.json``
+(the engine arguments; in newer runs the KV cache size and the resolved vLLM
+configuration). Arrival = ``queued_ts``, after tokenization: ``arrival_time`` is
+on another clock (its offset varies by 0.1-0.4 s across a run), and
+LLMServingSim's own summaries measure from ``queued_ts`` too. No per-token times:
+no ITL (docs/validation.md, "Importing measured runs").
 """
 
 from __future__ import annotations

@@ -203,9 +203,11 @@ def token_gaps_s(tokens: pd.DataFrame) -> FloatArray:
     return np.diff(ordered["time_s"].to_numpy(dtype=np.float64))[ids[1:] == ids[:-1]]
 
 
-def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame) -> Latencies:
-    """Latencies of a measured run; ITL from the real gaps between a request's tokens."""
-    return Latencies(per_request_latencies(requests), token_gaps_s(tokens))
+def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame | None) -> Latencies:
+    """Latencies of a measured run; ITL from the real gaps between a request's tokens
+    (none where the run kept no token times)."""
+    gaps = np.empty(0, dtype=np.float64) if tokens is None else token_gaps_s(tokens)
+    return Latencies(per_request_latencies(requests), gaps)
 
 
 def simulated_latencies(result: Result) -> Latencies:

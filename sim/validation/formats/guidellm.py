@@ -1,60 +1,20 @@
 """Reader for GuideLLM benchmark reports (``guidellm run ... --output-path X.json``).
 
-GuideLLM's command is ``guidellm run`` (``guidellm benchmark run`` before
-0.6; older still ``guidellm benchmark``); ``--outputs`` / ``--output-path``
-(0.8: ``--output kind=json,path=X.json``) names the report, JSON or YAML,
-possibly gzipped afterwards (``.json.gz``; GuideLLM 0.8.1 writes none itself).
-A 0.8 report keeps its run's configuration under ``config.spec`` (``backend``,
-``data``), which ``report_prefix`` searches like the older layouts.
-
-What the source records: ``benchmarks``, a list (one per strategy or rate
-of a sweep, a ``--rate`` list or a ``concurrent`` list of streams); each holds
-``requests`` with ``successful``, ``incomplete`` and ``errored`` lists and its
-``config.strategy`` (``type_``: ``synchronous``, ``concurrent`` with
-``streams``, ``throughput``, ``constant`` / ``poisson`` with ``rate``, each
-with an optional ``max_concurrency``). A request carries ``prompt_tokens``
-and ``output_tokens`` and its times, Unix epoch seconds on the client, in one
-of two layouts:
-
-- GuideLLM 0.4 and later: ``info.timings`` with ``targeted_start`` (when
-  the scheduler meant to send it), ``request_start`` (sent),
-  ``first_token_iteration``, ``last_token_iteration`` (first and last
-  streamed chunk), ``token_iterations`` (how many chunks), ``request_end``;
-  token counts also under ``input_metrics`` / ``output_metrics``
-  ``.total_tokens``;
-- GuideLLM 0.2–0.3: ``start_time``, ``first_token_time``,
-  ``last_token_time``, ``end_time`` on the request and
-  ``scheduler_info.targeted_start_time``.
-
-The model: ``benchmarks[i].config.backend.model`` (report ``metadata.version``
-2, GuideLLM 0.5 and later), else ``args.model`` / ``config.model`` (older).
-
-What servesim takes, and what it reconstructs:
-
-- arrival = ``request_start`` / ``start_time`` (sent to the server; the
-  scheduler's targeted start, which lags when the client falls behind, is
-  not the server's arrival); first token and finish = the first and last
-  token times (finish falls back to the request end when a request streamed
-  one chunk);
-- the load (``run.json`` ``load``): the benchmark's strategy as a servesim
-  profile (``sim.workload.profiles``), so ``validate`` replays a synchronous
-  or concurrent benchmark as the closed loop it was, not at its measured
-  send times (``sim.validation.predict``);
-- a shared prompt prefix the report declares (the synthetic data's
-  ``prefix_tokens`` / ``prefix_buckets``, with ``prefix_count`` groups) as
-  the table's prefix columns (``common.with_shared_prefix``); GuideLLM picks
-  each request's prefix at random, so with several groups request ``i`` is
-  put in group ``i % prefix_count``;
-- not recorded: per-chunk times (only the first, last and a count), so ITL
-  cannot be measured, only TTFT, TPOT and E2EL; engine queue and schedule
-  times (``first_scheduled_s`` NaN);
-- only ``successful`` requests are kept; ``incomplete`` and ``errored`` are
-  counted in ``run.json``. ``read_guidellm`` reads one benchmark (the only
-  one, or ``benchmark``); ``read_guidellm_phases`` every one (or those chosen).
-
-GuideLLM's metric names differ from vLLM's: its ``time_per_output_token``
-(TPOT) is E2E latency over output tokens, TTFT included; its per-request
-``inter_token_latency`` is vLLM's TPOT (docs/validation.md).
+What a report records and what servesim takes from it: docs/validation.md,
+"Importing measured runs" (the ``guidellm`` row, and "GuideLLM: commands, phases,
+loads, prefixes"). A report, JSON or YAML (gzipped or not), holds ``benchmarks``,
+one per strategy or rate; a request's times are Unix epoch seconds on the client,
+under ``info.timings`` (GuideLLM 0.4 and later) or as ``start_time``,
+``first_token_time``, ``last_token_time``, ``end_time`` (0.2–0.3) (``_times``).
+Arrival is the send time, not the scheduler's targeted start, which is kept as
+``scheduled_s``: the schedule a capped rate replays. The benchmark's strategy is
+the run's load (``strategy_load``); a shared prompt prefix the report declares
+goes into the prefix columns (``report_prefix``; GuideLLM picks each request's
+prefix at random, so request ``i`` joins group ``i % prefix_count``). No per-chunk
+times (no ITL) and no engine queue times; only ``successful`` requests are kept,
+the others counted. ``read_guidellm`` reads one benchmark, ``read_guidellm_phases``
+every one (or those chosen). GuideLLM's ``time_per_output_token`` is E2E over output
+tokens, TTFT included; its per-request ``inter_token_latency`` is vLLM's TPOT.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ An imported run (``servesim import-run --out DIR``: ``run.json`` and
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.metrics.report import summary_to_json, write_outputs
+from sim.metrics.stats import Slo
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 FORMAT = "measure"
@@ -71,6 +74,28 @@ def read_measure_folder(path: str | Path) -> MeasureFolder:
     if missing:
         raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
     return MeasureFolder(folder, summary, requests, tokens, steps)
+
+
+def write_measure_folder(
+    out: Path,
+    requests: pd.DataFrame,
+    core_steps: pd.DataFrame,
+    timeseries: pd.DataFrame,
+    summary: dict[str, Any],
+    slo: Slo | None,
+    steps: pd.DataFrame,
+    tokens: pd.DataFrame,
+    samples: Mapping[str, str],
+) -> list[Path]:
+    """A measure folder: the files a simulated run writes, ``steps.parquet`` (the
+    engine's step log), ``tokens.parquet`` and a few outputs (``sample_outputs.json``)."""
+    paths = write_outputs(out, requests, core_steps, timeseries, summary, slo=slo)
+    for name, frame in (("steps", steps), ("tokens", tokens)):
+        paths.append(out / f"{name}.parquet")
+        frame.to_parquet(paths[-1], index=False)
+    paths.append(out / "sample_outputs.json")
+    paths[-1].write_text(summary_to_json(samples) + "\n", encoding="utf-8")
+    return paths
 
 
 def read_measure(path: str | Path) -> ImportedRun:

@@ -1,30 +1,14 @@
 """Reader for vLLM's OpenTelemetry request spans exported as OTLP JSON.
 
-vLLM started with ``--otlp-traces-endpoint`` sends one span per finished
-request (name ``llm_request``); an OpenTelemetry collector's file exporter
-writes them as OTLP JSON: ``resourceSpans`` → ``scopeSpans`` → ``spans``,
-one export request per line (JSONL) or one document.
-
-What the source records, per span: ``startTimeUnixNano`` (the request's
-arrival at the engine frontend, wall clock), ``endTimeUnixNano`` (when the
-span was closed), and attributes ``gen_ai.usage.prompt_tokens``,
-``gen_ai.usage.completion_tokens``, ``gen_ai.latency.time_to_first_token``
-(arrival to first token), ``gen_ai.latency.e2e`` (arrival to the last
-output), ``gen_ai.latency.time_in_queue`` (engine queue to first schedule),
-``gen_ai.latency.time_in_model_prefill`` (first schedule to first token),
-``gen_ai.latency.time_in_model_decode`` (first to last token), all in
-seconds; ``gen_ai.request.id``, ``gen_ai.response.model``.
-
-What servesim takes, and what it reconstructs:
-
-- arrival = span start; first token = arrival + TTFT; finish = arrival +
-  e2e (or, without e2e, first token + decode time);
-- first scheduled = first token − prefill time, and ready (queued at the
-  engine) = first scheduled − queue time: the engine's durations placed on
-  the span's clock, NaN / the arrival when a span lacks them;
-- not recorded: per-token times, so ITL cannot be measured; failed or
-  aborted requests (no span). Spans without a TTFT attribute (other
-  services' spans) are skipped.
+vLLM started with ``--otlp-traces-endpoint`` sends one span per finished request;
+an OpenTelemetry collector's file exporter writes them as OTLP JSON
+(``resourceSpans`` -> ``scopeSpans`` -> ``spans``, one document or one export
+request per line). What a span records and what servesim reconstructs:
+docs/validation.md, "Importing measured runs" (the ``otlp`` row): arrival = span
+start, first token = arrival + TTFT, finish = arrival + e2e (or first token +
+decode), first scheduled = first token - prefill time, ready = first scheduled -
+queue time (NaN, or the arrival, where a span lacks them). No per-token times (no
+ITL); spans without a TTFT attribute (other services') are skipped.
 """
 
 from __future__ import annotations

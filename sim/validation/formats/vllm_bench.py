@@ -1,41 +1,17 @@
 """Reader for ``vllm bench serve --save-result --save-detailed`` result JSON.
 
-What the source records (one JSON object; per-request lists in send order):
-``input_lens`` (prompt tokens), ``output_lens`` (output tokens: the server's
-usage count, or the generated text re-tokenized; 0 for a failed request),
-``ttfts`` (seconds from sending to the first chunk), ``itls`` (per request,
-the gaps in seconds between consecutive streamed chunks; a chunk may carry
-several tokens), ``latencies`` (sending to the end of the stream),
-``start_times`` (when each request was sent, ``time.perf_counter()`` of the
-client: one clock, arbitrary origin), ``queue_times`` (time held by the
-client's ``--max-concurrency`` semaphore before sending), ``errors``
-(empty string when the request succeeded), ``generated_texts``, and the
-run's settings: ``model_id``, ``request_rate``, ``burstiness``,
-``max_concurrency``, ``date``, ``num_prompts``...
-
-What servesim takes, and what it reconstructs:
-
-- arrival = ``start_times`` (when the server was sent the request); a
-  request held by the client's concurrency limit arrives when it was sent,
-  as the server saw it (``queue_times``: their mean and maximum in
-  ``run.json``, and the schedule below);
-- without ``start_times`` (older vLLM versions do not save them) arrivals
-  are reconstructed only for ``request_rate: inf`` without
-  ``max_concurrency``: every request was sent at once, so every arrival is
-  0. At a finite rate the gaps were drawn at random and are lost: refused;
-- first token = arrival + ``ttfts``; finish = arrival + ``latencies`` (or,
-  when absent, first token + the sum of ``itls``); per-chunk times =
-  first token + the running sum of ``itls`` (``tokens.parquet``, ITL as
-  ``vllm bench serve`` computes it);
-- the load (``run.json`` ``load``): with ``max_concurrency``, the client's
-  cap, and the schedule it held requests back from (``scheduled_s`` = send
-  time − ``queue_times``), so ``validate`` replays the cap
-  (``sim.validation.predict.replay_work``); at ``request_rate: inf`` the
-  ``throughput`` profile (every request at once, capped);
-- not recorded: when the engine queued or scheduled a request (``ready_s``
-  is the arrival, ``first_scheduled_s`` NaN), so TTFT includes the HTTP and
-  tokenization time; failed requests are dropped and counted in ``run.json``
-  (their requested output length is not saved, so they cannot be replayed).
+What the source records and what servesim reconstructs: docs/validation.md,
+"Importing measured runs" (the ``vllm-bench`` row). Per-request lists are in send
+order; ``start_times`` are the client's ``time.perf_counter()`` (one clock,
+arbitrary origin) and ``itls`` the gaps between streamed chunks (a chunk may carry
+several tokens). Arrival = ``start_times``; first token = arrival + ``ttfts``;
+finish = arrival + ``latencies`` (without them, first token + the sum of ``itls``);
+chunk times = first token + the running sum of ``itls`` (``tokens.parquet``).
+Without ``start_times`` (older vLLM) only a run sent all at once (``request_rate``
+inf, no ``max_concurrency``) is reconstructed. With ``max_concurrency`` the load is
+the client's cap and the schedule it held requests back from (``scheduled_s`` =
+send time - ``queue_times``). Failed requests are dropped and counted in
+``run.json`` (their requested length is not saved).
 """
 
 from __future__ import annotations
@@ -93,10 +69,9 @@ def _send_times_s(
             number(v, f"{path}: start_times[{i}]", "start time")
             for i, v in enumerate(columns["start_times"])
         ]
-    rate = document.get("request_rate")
-    unbounded = rate == "inf" or (isinstance(rate, float) and math.isinf(rate))
-    if unbounded and document.get("max_concurrency") is None:
+    if _sent_at_once(document) and document.get("max_concurrency") is None:
         return [0.0] * len(columns["input_lens"])  # all sent at once
+    rate = document.get("request_rate")
     raise ConfigError(
         f"{path}: no start_times, and arrivals at request_rate {rate!r} "
         f"(max_concurrency {document.get('max_concurrency')!r}) were random and are not saved: "
@@ -194,10 +169,14 @@ def _load(document: dict[str, Any], source: Path) -> dict[str, Any] | None:
     cap = count(limit, str(source), "max_concurrency")
     if cap < 1:
         raise ConfigError(f"{source}: max_concurrency must be >= 1, got {limit!r}")
+    at_once: dict[str, Any] = {"profile": "throughput"} if _sent_at_once(document) else {}
+    return at_once | {"max_concurrency": cap}
+
+
+def _sent_at_once(document: dict[str, Any]) -> bool:
+    """Whether the run's ``request_rate`` is infinite (``"inf"`` in the JSON): every
+    request sent at once."""
     rate = document.get("request_rate")
-    unbounded = isinstance(rate, str | int | float) and str(rate).lower() in ("inf", "infinity")
-    if isinstance(rate, float) and math.isinf(rate):
-        unbounded = True
-    return (
-        {"profile": "throughput", "max_concurrency": cap} if unbounded else {"max_concurrency": cap}
-    )
+    if isinstance(rate, float):
+        return math.isinf(rate)
+    return isinstance(rate, str) and rate.lower() in ("inf", "infinity")
