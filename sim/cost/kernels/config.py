@@ -116,8 +116,8 @@ def architecture_for(
     A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
     """
     if override is not None:
-        preset = override in HF_CONFIGS or override in MODEL_SPEC_ALIASES
-        return load_architecture(override if preset else anchored(override, base_dir))
+        named = override in HF_CONFIGS or override in MODEL_SPEC_ALIASES
+        return load_architecture(override if named else anchored(override, base_dir))
     name = MODEL_SPEC_ALIASES.get(model.name, model.name)
     if name in HF_CONFIGS:
         preset = load_architecture(name)

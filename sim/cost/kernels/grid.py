@@ -126,7 +126,7 @@ def _point_4d(
 
 
 def corners_4d(
-    values: Sequence[float], o: int, s0: int, s1: int, s2: int, s3: int,
+    values: Sequence[float] | FloatArray, o: int, s0: int, s1: int, s2: int, s3: int,
     w0: float, w1: float, w2: float, w3: float,
 ) -> float:  # fmt: skip
     """The sum over the 16 corners of a 4-axis cell from ``values[o]`` (upper-corner
