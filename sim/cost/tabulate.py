@@ -44,6 +44,7 @@ from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.grid import corners_4d as corners_4d  # the loop's 4-D corner sum
 from sim.cost.kernels.ops import expected_active_experts
 from sim.cost.roofline import RooflineCost
 

@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from sim.cost.kernels.grid import corners_4d
 from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
     ALLREDUCE,
     AXIS0,
@@ -88,6 +87,7 @@ from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
     STRIDE1,
     VALUES,
     WEIGHT_S,
+    corners_4d,
 )
 
 DONE = 0  # every request finished
