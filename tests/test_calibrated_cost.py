@@ -26,7 +26,6 @@ from sim.cost.calibrated import (
     HardwareInfo,
     ModelInfo,
     SoftwareInfo,
-    artifact_label,
     load_artifact,
     load_calibrated_cost,
     save_artifact,
@@ -310,7 +309,7 @@ def test_scaling_to_the_same_hardware_changes_nothing_but_the_label() -> None:
     with pytest.warns(UserWarning, match="extrapolated"):
         scaled = scale_to_hardware(artifact, hw, hw)
     assert scaled.extrapolation is not None
-    assert "extrapolated" in artifact_label(scaled)
+    assert "extrapolated" in CalibratedCost.from_artifact(scaled).label
     before, after = CalibratedCost(artifact.fit), CalibratedCost(scaled.fit)
     for shape in (s.shape for s in artifact.samples):
         assert after.step_s(shape) == pytest.approx(before.step_s(shape), rel=1e-9)

@@ -17,7 +17,6 @@ from sim.cost.config import (
     AutoCostConfig,
     CostConfig,
     auto_choice,
-    build_auto,
     build_cost_model,
 )
 from sim.cost.engine_cpu import EngineCpuCost
@@ -315,12 +314,12 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
     candidates = auto_candidates(LLAMA, PRO)
     assert candidates[0] == KernelsCostConfig(gpu="rtx_pro_6000_server")
     assert candidates[1].source == "path"
-    cost = build_auto(LLAMA, PRO)
+    cost = build_cost_model(AutoCostConfig(), LLAMA, PRO)
     assert isinstance(cost, KernelCost) and "sliced" not in cost.artifact.provenance.notes
     _, why = kernel_auto_choice(LLAMA, PRO)
     assert why.startswith("priced from rtx_pro_6000_server kernel tables in the installed ")
     # A GPU the (test) database lacks: the next candidate, the shipped H100 slice.
-    h100 = build_auto(LLAMA, hardware_preset("h100"))
+    h100 = build_cost_model(AutoCostConfig(), LLAMA, hardware_preset("h100"))
     assert isinstance(h100, KernelCost) and "sliced" in h100.artifact.provenance.notes
     assert "h100_sxm-vllm-0.24.0-llama-3.1-8b" in auto_choice(LLAMA, hardware_preset("h100"))
     # A GPU with neither: the first candidate's refusal is the reason.

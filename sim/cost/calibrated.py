@@ -1,11 +1,10 @@
 """Calibrated cost model: step times fitted to measurements of a real model.
 
 The artifact is one JSON file per (device, model, dtype), written by
-``servesim calibrate``: where and how it was measured (hardware, software,
-git revision, date, exact command), the model's spec, every raw timing sample,
-the fitted coefficients and the fit's error on held-out grid points. Loading
-checks ``schema_version`` first, then the full schema; any problem is a
-one-line ``ConfigError`` naming the file and the field.
+``servesim calibrate``: where and how it was measured, the model's spec, every
+raw timing sample, the fitted coefficients and the fit's error on held-out
+grid points. Loading checks ``schema_version`` first, then the full schema;
+any problem is a one-line ``ConfigError`` naming the file and the field.
 
 The curve is, for a step of shape ``s`` with
 ``T = s.num_prefill_tokens + s.num_decode_seqs`` tokens::
@@ -21,20 +20,17 @@ The curve is, for a step of shape ``s`` with
                        * max(0, num_decode_context_tokens - h_k))
 
 ``tokens_curve`` is piecewise linear through ``(token_knots, token_knot_s)``
-(the first segment extended below the first knot, floored at 0; above the
-last knot the last slope if rising, else flat); it
-carries the dense layers, whose cost is not smooth in the number of tokens
-on a CPU (matmul kernels change with the row count). ``batch_curve``, the
-same through ``(decode_batch_knots, decode_batch_knot_s)``, is the extra cost
-of a decode batch of that size (LM head rows, sampling, the KV gather), a
-per-batch-size table where the measured cost is not smooth in batch size. The hinges (``h_0 = 0``)
-make the decode context cost convex: on a CPU the per-token cost of attention
-rises once the KV a step gathers outgrows the caches. A ``linear`` fit has no
-knots and the one hinge at 0. Evaluation is a few float operations plus one
-bisection.
+(the first segment extended below the first knot, floored at 0; above the last
+knot the last slope if rising, else flat): the dense layers, whose cost on a
+CPU is not smooth in the number of tokens. ``batch_curve``, the same through
+``(decode_batch_knots, decode_batch_knot_s)``, is a decode batch's extra cost
+by its size (LM head rows, sampling, the KV gather). The hinges (``h_0 = 0``)
+make the decode context cost convex: on a CPU attention's cost per token rises
+once the KV a step gathers outgrows the caches. A ``linear`` fit has no knots
+and the one hinge at 0.
 
-This module is torch-free: the simulator imports it without the calibration
-extras. ``scale_to_hardware`` extrapolates an artifact to other hardware.
+Torch-free: the simulator imports it without the calibration extras.
+``scale_to_hardware`` extrapolates an artifact to other hardware.
 """
 
 from __future__ import annotations
@@ -303,33 +299,33 @@ class CalibratedCost:
         self._per_context_s = list(fit.per_decode_context_token_s)
         self._floor_s = fit.floor_s
 
-    def _base_s(self, num_tokens: int, prefill_seqs: int, pairs: int, kv_read: int) -> float:
-        """Every term but the decode context."""
-        t = self._intercept_s + self._per_token_s * num_tokens
-        t += tokens_curve_s(self._knots, self._knot_s, num_tokens)
-        t += self._per_prefill_seq_s * prefill_seqs
-        t += self._per_pair_s * pairs
-        t += self._per_kv_read_s * kv_read
-        return t
-
-    def _decode_batch_s(self, num_seqs: int) -> float:
-        """Per-sequence term plus the batch curve (0 without decode sequences)."""
-        if num_seqs == 0:
-            return 0.0
-        curve = tokens_curve_s(self._batch_knots, self._batch_knot_s, num_seqs)
-        return self._per_decode_seq_s * num_seqs + curve
+    @classmethod
+    def from_artifact(cls, artifact: CalibrationArtifact, file_name: str = "") -> CalibratedCost:
+        """The cost model of ``artifact``, labelled ``calibrated:<model>-<dtype>@<device>``
+        (marked when extrapolated to other hardware) and `` [file_name]`` if given."""
+        model = f"{artifact.model.spec.name}-{artifact.model.dtype}"
+        if artifact.extrapolation is not None:
+            label = f"calibrated:{model}@{artifact.extrapolation.to_hardware} (extrapolated)"
+        else:
+            label = f"calibrated:{model}@{artifact.hardware.device_name}"
+        label += f" [{file_name}]" if file_name else ""
+        # Where the samples were timed; None once scaled to other hardware.
+        timed_on = artifact.hardware if artifact.extrapolation is None else None
+        return cls(artifact.fit, label=label, timed_on=timed_on)
 
     def step_s(self, shape: StepShape) -> float:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        t = self._base_s(
-            tokens,
-            shape.num_prefill_seqs,
-            shape.prefill_attention_pairs,
-            shape.prefill_kv_read_tokens,
-        )
-        t += self._decode_batch_s(shape.num_decode_seqs)
+        t = self._intercept_s + self._per_token_s * tokens
+        t += tokens_curve_s(self._knots, self._knot_s, tokens)
+        t += self._per_prefill_seq_s * shape.num_prefill_seqs
+        t += self._per_pair_s * shape.prefill_attention_pairs
+        t += self._per_kv_read_s * shape.prefill_kv_read_tokens
+        num_seqs = shape.num_decode_seqs
+        if num_seqs:  # the per-sequence term and the batch curve
+            curve = tokens_curve_s(self._batch_knots, self._batch_knot_s, num_seqs)
+            t += self._per_decode_seq_s * num_seqs + curve
         context = float(shape.num_decode_context_tokens)
         for hinge, slope in zip(self._hinges, self._per_context_s, strict=True):
             beyond = context - hinge
@@ -341,31 +337,14 @@ class CalibratedCost:
 
 
 def load_calibrated_cost(path: str | Path) -> CalibratedCost:
-    """The cost model of the artifact at ``path``, labelled with its model, dtype and device
-    (ConfigError if it is bad)."""
-    artifact = load_artifact(path)
-    return CalibratedCost(artifact.fit, label=artifact_label(artifact), timed_on=timed_on(artifact))
-
-
-def timed_on(artifact: CalibrationArtifact) -> HardwareInfo | None:
-    """The machine ``artifact``'s samples were timed on; None once scaled to other hardware."""
-    return artifact.hardware if artifact.extrapolation is None else None
-
-
-def artifact_label(artifact: CalibrationArtifact) -> str:
-    """``calibrated:<model>-<dtype>@<device>``, marked when extrapolated."""
-    model = f"{artifact.model.spec.name}-{artifact.model.dtype}"
-    if artifact.extrapolation is not None:
-        return f"calibrated:{model}@{artifact.extrapolation.to_hardware} (extrapolated)"
-    return f"calibrated:{model}@{artifact.hardware.device_name}"
+    """The cost model of the artifact at ``path`` (ConfigError if it is bad)."""
+    return CalibratedCost.from_artifact(load_artifact(path))
 
 
 def _roofline_s(model: ModelSpec, hw: HardwareSpec, num_tokens: float) -> float:
     """Dense-layer time of a step of ``num_tokens``: max(FLOPs, weight bytes)."""
-    compute = (
-        num_tokens * model.dense_flops_per_token / (hw.peak_flops_per_s * hw.compute_efficiency)
-    )
-    memory = model.weight_bytes / (hw.memory_bandwidth_bytes_per_s * hw.memory_efficiency)
+    compute = num_tokens * model.dense_flops_per_token / hw.effective_flops_per_s
+    memory = model.weight_bytes / hw.effective_bytes_per_s
     return max(compute, memory)
 
 
@@ -394,12 +373,8 @@ def scale_to_hardware(
     )
     model = artifact.model.spec
     fit = artifact.fit
-    compute_ratio = (from_hw.peak_flops_per_s * from_hw.compute_efficiency) / (
-        to_hw.peak_flops_per_s * to_hw.compute_efficiency
-    )
-    memory_ratio = (from_hw.memory_bandwidth_bytes_per_s * from_hw.memory_efficiency) / (
-        to_hw.memory_bandwidth_bytes_per_s * to_hw.memory_efficiency
-    )
+    compute_ratio = from_hw.effective_flops_per_s / to_hw.effective_flops_per_s
+    memory_ratio = from_hw.effective_bytes_per_s / to_hw.effective_bytes_per_s
 
     def dense_ratio(num_tokens: float) -> float:
         return _roofline_s(model, to_hw, num_tokens) / _roofline_s(model, from_hw, num_tokens)

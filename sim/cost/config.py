@@ -39,10 +39,8 @@ from sim.cost.base import CostModel
 from sim.cost.calibrated import (
     CalibratedCost,
     CalibrationArtifact,
-    artifact_label,
     load_artifact,
     scale_to_hardware,
-    timed_on,
 )
 from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
 from sim.cost.fitted import FittedCost, load_fitted_artifact
@@ -53,16 +51,13 @@ from sim.cost.kernels.config import (
     kernel_auto_choice,
 )
 from sim.cost.linear import LinearCost, zero_step_problem
-from sim.cost.provenance import anchored, validation_problem
+from sim.cost.provenance import validation_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
-from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset
+from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, anchored, hardware_preset
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
-
-# GPU name fragments (as torch reports them) -> hardware preset.
-_GPU_PRESETS = (("H200", "h200"), ("H100", "h100"), ("A100", "a100-80gb"), ("L4", "l4"))
 
 
 class CalibratedCostConfig(BaseModel):
@@ -114,9 +109,10 @@ def artifact_hardware(artifact: CalibrationArtifact) -> str | None:
     """The hardware preset an artifact was measured on, when one matches."""
     if artifact.hardware.device == "cpu":
         return "cpu-2core"
-    for fragment, preset in _GPU_PRESETS:
-        if fragment in artifact.hardware.device_name:
-            return preset
+    device_name = artifact.hardware.device_name  # as torch reports it
+    for name, gpu in GPU_PRESETS.items():
+        if gpu.device_name_contains is not None and gpu.device_name_contains in device_name:
+            return name
     return None
 
 
@@ -144,8 +140,7 @@ def build_calibrated(
                 UserWarning,
                 stacklevel=2,
             )
-    label = f"{artifact_label(artifact)} [{path.name}]"
-    return CalibratedCost(artifact.fit, label=label, timed_on=timed_on(artifact))
+    return CalibratedCost.from_artifact(artifact, path.name)
 
 
 @lru_cache(maxsize=32)
@@ -156,10 +151,6 @@ def _load_shipped(path: Path, mtime_ns: int) -> CalibrationArtifact | None:
         return load_artifact(path)
     except ConfigError:
         return None
-
-
-def build_auto(model: ModelSpec, hardware: HardwareSpec) -> CostModel:
-    return _auto(model, hardware, None)[0]
 
 
 def _auto(
@@ -178,8 +169,7 @@ def _auto(
         if artifact is None:
             continue
         if artifact.model.spec == model and artifact_hardware(artifact) == hardware.name:
-            label = f"{artifact_label(artifact)} [{path.name}]"
-            cost = CalibratedCost(artifact.fit, label=label, timed_on=timed_on(artifact))
+            cost = CalibratedCost.from_artifact(artifact, path.name)
             return cost, f"{why}; calibrated {path.name}"
     return RooflineCost(model, hardware), f"{why}; the roofline"
 
@@ -193,21 +183,23 @@ def auto_choice(
     return _auto(model, hardware, parallelism)[1]
 
 
-# Attributes by which a cost model wraps another: the engine's CPU work (gpu), a fit
-# (base), speculative decoding (target, draft).
+# Attributes by which a cost model wraps another, the one it stands for first: the
+# engine's CPU work (gpu), a fit (base), speculative decoding (target, then draft).
 _WRAPPED = ("gpu", "base", "target", "draft")
+
+
+def wrapped_models(cost: object) -> list[CostModel]:
+    """The models ``cost`` wraps (none for a bare model), the one it stands for first."""
+    # Duck-typed across sim.cost's wrapper classes by the attributes _WRAPPED names.
+    return [inner for name in _WRAPPED if (inner := getattr(cost, name, None)) is not None]
 
 
 def _derived(cost: object) -> list[str]:
     """What of ``cost``'s kernel tables, and of the models it wraps, is derived rather
     than measured (``KernelCost.derived``)."""
-    # A cost model is any CostModel; only KernelCost has derived tables, only the
-    # wrappers _WRAPPED names wrap another (duck-typed across sim.cost's classes).
-    found = list(getattr(cost, "derived", ()))
-    for name in _WRAPPED:
-        inner = getattr(cost, name, None)  # the wrapped model, if cost wraps one
-        if inner is not None:
-            found += _derived(inner)
+    found = list(getattr(cost, "derived", ()))  # duck-typed: only KernelCost has it
+    for inner in wrapped_models(cost):
+        found += _derived(inner)
     return found
 
 

@@ -1,45 +1,27 @@
 """The engine's CPU work per step, and how it hides behind the GPU's or adds to it.
 
-Besides the forward pass the GPU runs, every vLLM engine step costs the CPU
-time, in parts (``EngineCpuConfig``, each coefficient with its source in
-docs/vllm-fidelity.md, "The engine's CPU work"):
-
-- the scheduler: vLLM's ``Scheduler.schedule()`` and ``update_from_output()``
-  walk every running sequence (``scheduler_per_seq_s``; measured on a CPU with
-  vLLM's own scheduler, ``benchmarks/vllm_scheduler_cpu.py``);
-- the rest of a sequence's work in the engine core: its sampling set-up
-  (sampling metadata, logits processors), block-table row and output
-  processing (``sampling_per_seq_s``). Detokenization is not here: vLLM v1 runs
-  it in the API server process, priced by ``FrontendConfig.detokenize_s_per_token``;
-- input preparation per token computed (token ids, positions, slot mappings:
-  ``per_token_s``);
-- a constant per step (``per_step_s``: the engine loop, the launch set-up).
-
-A step of ``S`` scheduled sequences and ``T`` tokens costs::
+Besides the GPU's forward pass, every vLLM engine step costs CPU time: the
+scheduler's walk over the running sequences (``scheduler_per_seq_s``), the
+rest of each scheduled sequence's engine-core work (``sampling_per_seq_s``;
+detokenization is the frontend's), input preparation per token
+(``per_token_s``) and a constant per step (``per_step_s``). A step of ``S``
+scheduled sequences and ``T`` tokens costs::
 
     cpu_s = per_step_s + per_seq_s * S + per_token_s * T                         [s]
     per_seq_s = scheduler_per_seq_s + sampling_per_seq_s                          [s]
-
-(the two per-sequence parts multiply the same count, so no run tells them
-apart: a fit holds one, the measured scheduler's, and fits the other).
-
-Under async scheduling (vLLM's ``--async-scheduling``, on by default from
-0.14) the engine plans step N+1 and prepares its inputs while the GPU runs
-step N, so the CPU work hides behind the GPU step unless it is the longer of
-the two; what cannot overlap (``non_overlapped_s``: the wait for the step's
-sampled tokens and the update that the next launch needs) is paid in full::
-
     async:  step_s = non_overlapped_s + max(gpu_s, cpu_s)                       [s]
     sync:   step_s = non_overlapped_s + cpu_s + gpu_s                           [s]
 
-``EngineCpuCost`` is that rule around a cost model that prices GPU work only
-(the roofline, kernel tables); ``sim.cost.config.build_cost_model`` is the one
-place that wraps one. Cost models that time whole steps (calibrated artifacts
-from the reference engine, fitted models, linear coefficients) already hold the
-engine's CPU work and are not wrapped. The coefficients of each vLLM version
-are estimates from public sources (``sim.scenario.vllm_versions``,
-docs/vllm-fidelity.md); a scenario may set its own (``engine.cpu``), and the
-config is a plain value a fit can write to and read from an artifact.
+(no run tells the two per-sequence parts apart: a fit holds the measured
+scheduler's and fits the other). Under async scheduling (vLLM's
+``--async-scheduling``) the CPU work of step N+1 overlaps the GPU's step N;
+``non_overlapped_s`` (the wait for the step's sampled tokens and the update
+the next launch needs) is paid in full in either mode.
+
+``EngineCpuCost`` is that rule around a cost model that prices GPU work only;
+``sim.cost.config.build_cost_model`` is the one place that wraps one. The
+coefficients, which models are not wrapped (they time whole steps) and each
+default's source: docs/vllm-fidelity.md, "The engine's CPU work".
 """
 
 from __future__ import annotations
@@ -158,15 +140,12 @@ class EngineCpuCost:
         mode = "overlapped" if self.cpu.async_scheduling else "serial"
         return f"{self.gpu.label} + engine CPU ({self.cpu.source}; {mode})"
 
-    def _cpu_s(self, num_seqs: int, num_tokens: int) -> float:
-        return self._per_step_s + self._per_seq_s * num_seqs + self._per_token_s * num_tokens
-
     def step_s(self, shape: StepShape) -> float:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
         gpu = self._gpu_step_s(shape)
-        # _cpu_s inlined (the same operations): a call costs more than the sum.
+        # EngineCpuConfig.cpu_s inlined (its operations): a call costs more than the sum.
         cpu = (
             self._per_step_s
             + self._per_seq_s * (shape.num_prefill_seqs + shape.num_decode_seqs)

@@ -35,13 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.fitted import FitSummary, FittedProvenance
-from sim.cost.provenance import (
-    anchored,
-    check_format,
-    read_artifact,
-    validated,
-    write_artifact,
-)
+from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
+from sim.hardware.specs import anchored
 
 
 @dataclass(frozen=True, slots=True)

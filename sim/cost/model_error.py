@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost
+from sim.cost.config import wrapped_models
 from sim.cost.fitted import FittedCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.linear import LinearCost
@@ -36,11 +37,6 @@ FORMAT = "servesim-model-error"
 FORMAT_VERSION = 1
 
 ValidatedKind = Literal["kernels_one_gpu", "kernels_several_gpus", "profile", "cpu_calibration"]
-
-# Wrappers that add to another model's time (engine CPU work, a validation
-# study's scale) or stand in for it (speculative decoding's target): the
-# wrapped model decides the kind. A fit to the user's runs is its own kind.
-_WRAPPED = ("gpu", "base", "target")
 
 # Why a cost source has no validated error, by the type that priced the run.
 _UNVALIDATED = (
@@ -134,14 +130,13 @@ class ModelError:
 
 
 def _priced_by(cost: object) -> object:
-    """The model that decides ``cost``'s kind: ``cost`` without its wrappers."""
+    """The model that decides ``cost``'s kind: ``cost`` without its wrappers (engine CPU
+    work, a validation study's scale, speculative decoding's target); a fit to the
+    user's runs is its own kind."""
     if isinstance(cost, FittedCost):
         return cost
-    for name in _WRAPPED:  # a wrapper's inner model, by attribute (sim.cost.config)
-        inner = getattr(cost, name, None)
-        if inner is not None:
-            return _priced_by(inner)
-    return cost
+    inner = wrapped_models(cost)
+    return _priced_by(inner[0]) if inner else cost
 
 
 def _kind(cost: object) -> ValidatedKind | None:

@@ -159,12 +159,6 @@ def check_format(
         )
 
 
-def anchored(path: str | Path, base_dir: Path | None) -> Path:
-    """``path``; a relative one anchored at ``base_dir`` (the scenario file's folder) if given."""
-    path = Path(path)
-    return path if path.is_absolute() or base_dir is None else base_dir / path
-
-
 def validation_problem(error: ValidationError, prefix: str = "") -> str:
     """The first problem as ``field 'a.b' is missing`` / ``is invalid: why`` (one line).
 

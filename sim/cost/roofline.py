@@ -21,15 +21,10 @@ are memory-bound (about weight bytes / effective bandwidth per step); long
 prefills are compute-bound.
 Activations are ignored: they stay on chip or are small next to weights and KV.
 
-The model's MLP kind sets its GEMMs (``ModelSpec.num_params_per_layer``):
-``dense_flops_per_token`` is 2 FLOPs per weight of every layer (q, k, v, o;
-a gated MLP's gate, up and down, ``3 x hidden x intermediate``; a non-gated
-MLP's fc1 and fc2, ``2 x hidden x intermediate``; biases and norms) plus the
-LM head's ``2 x hidden x vocab``; ``weight_bytes`` counts every parameter
-once, so a tied LM head (GPT-2, OPT) is the embedding table, read once.
-A sliding window (``sliding_window_tokens``) is not applied: attention
-FLOPs and KV reads are those of full attention, an over-estimate past the
-window (a step's shape keeps only sums of context lengths, not each one).
+``ModelSpec.dense_flops_per_token`` and ``weight_bytes`` say what the model's
+layers, MLP kind and LM head count. A sliding window is not applied: attention
+FLOPs and KV reads are full attention's, an over-estimate past the window (a
+step's shape keeps only sums of context lengths).
 
 ``ParallelRooflineCost``: the same for a replica split over GPUs by tensor
 and pipeline parallelism.
@@ -100,8 +95,8 @@ class RooflineCost:
         # step_s is a handful of float operations. One GPU of a tp group does 1/tp
         # of the FLOPs and weight reads (x / 1 is exact: tp = 1 is the plain roofline).
         tp = self.tensor_parallel_size
-        flops_per_s = hardware.peak_flops_per_s * hardware.compute_efficiency
-        bytes_per_s = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
+        flops_per_s = hardware.effective_flops_per_s
+        bytes_per_s = hardware.effective_bytes_per_s
         kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
         self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
         self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
@@ -189,9 +184,6 @@ class ParallelRooflineCost(RooflineCost):
         where = f"{self.hardware.name}x{p.num_gpus}({p.layout})"
         return f"roofline:{self.model.name}@{where} (uncalibrated)"
 
-    def _micro_batches(self, num_seqs: int) -> int:
-        return max(1, min(self._max_micro_batches, num_seqs))
-
     def _fixed_s(self, tokens: int, m: int) -> tuple[float, float, float]:
         """(slots, per-micro-batch all-reduce, pipeline transfers) for a step."""
         cached = self._fixed_cache.get((tokens, m))
@@ -211,7 +203,7 @@ class ParallelRooflineCost(RooflineCost):
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        m = self._micro_batches(shape.num_prefill_seqs + shape.num_decode_seqs)
+        m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
         slots, comm, p2p = self._fixed_s(tokens, m)
         context = shape.num_decode_context_tokens
         compute = (

@@ -1,63 +1,28 @@
 """A speculative decoding step priced from its parts, as vLLM v1 runs it.
 
 Every step in which sequences decode speculatively (``k`` draft tokens each,
-``sim.engine.speculative`` says how many are accepted) costs, in order on one
-GPU and its engine process::
+``sim.engine.speculative`` says how many are accepted) costs, in order::
 
     step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s          [s]
 
-- ``verify_s``: the target's forward pass with each decoding sequence turned
-  into a chunk of ``k + 1`` tokens after its context (the last sampled token
-  and the ``k`` drafts; ``SpeculativeCost.verify_shape``), priced by the
-  target's own cost model as any prefill chunk of that shape (the roofline,
-  kernel tables; with the engine's CPU work the cost factory added to it).
-  vLLM: ``GPUModelRunner.execute_model`` runs the drafts as extra scheduled
-  tokens of the request (``scheduled_spec_decode_tokens``).
-- ``propose_gpu_s``: the proposer's forward passes, priced by the roofline
-  of the proposer's model on the scenario's GPU (``RooflineCost``: the same
-  cost model as any small model's step). vLLM's ``EagleProposer.propose``
-  (which the draft-model method shares) runs ``k`` passes: the first over
-  every position the target just verified (``k + 1`` tokens a sequence: the
-  drafter's batch is padded to the verified tokens, vLLM's default since
-  ``disable_padded_drafter_batch`` exists), then ``k − 1`` one-token decode
-  passes. The proposer's model (``ProposerModel``) is
+- ``verify_s``: the target's forward pass with each decoding sequence a chunk
+  of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``),
+  priced by the target's own cost model;
+- ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over the
+  ``k + 1`` verified tokens of each sequence, then ``k - 1`` one-token
+  passes (vLLM's ``EagleProposer.propose``), of its model: a ``draft_model``
+  as given, an EAGLE head (``eagle_head``), or none (``ngram``);
+- ``propose_cpu_s``: ``PROPOSER_CPU_S_PER_PASS`` a pass of a model proposer;
+  n-gram matching per sequence and per context token (``NgramCpu``);
+- ``rejection_s``: the rejection sampler, ``3 x 4 B x num_seqs x (k + 1) x
+  vocab`` over the effective memory bandwidth.
 
-  - ``draft_model``: a small model of the same vocabulary, as given;
-  - ``eagle`` / ``eagle3``: the EAGLE head, one decoder layer of the target's
-    width (``eagle_head``) and an LM head over the target's vocabulary
-    (EAGLE-1, whose LM head is the target's) or over a draft vocabulary of
-    32,000 tokens (EAGLE-3: ``draft_vocab_size`` of the published heads, e.g.
-    ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``); its input fusion of three hidden
-    states (``3 × hidden × hidden`` weights, EAGLE-3) is not priced;
-  - ``ngram``: no GPU work at all (prompt lookup on the CPU).
-
-- ``propose_cpu_s``: the proposer's CPU work. A model proposer prepares the
-  inputs of each pass and launches it (``PROPOSER_CPU_S_PER_PASS`` a pass);
-  n-gram matching scans each sequence's tokens for its last n-gram
-  (``NgramCpu``: a cost per sequence plus one per context token; vLLM's
-  ``NgramProposer``, a numba loop over each request's token ids).
-- ``rejection_s``: the rejection sampler on the GPU (vLLM's
-  ``RejectionSampler``): the target's probabilities over the vocabulary at
-  the ``k + 1`` positions of every sequence, computed from the logits (a read
-  and a write of ``4`` bytes a logit, fp32) and read again to sample the
-  recovered token: ``3 × 4 B × num_seqs × (k + 1) × vocab`` over the GPU's
-  effective memory bandwidth (memory-bound: a few FLOPs a byte).
-
-Each part is a separate figure (``SpeculativeCost.parts_s``) so that a
-breakdown can show where a step's time goes. A step with no decoding
-sequence (all prefill) runs no speculation and costs what the target says.
-
-Simplifications, stated: the proposer runs on one GPU at its model's own
-size (vLLM shards a draft or an EAGLE head by the target's tensor-parallel
-size; at the small sizes these models have the difference is launch-bound,
-not priced); the proposer pays no engine overhead of its own beyond
-``PROPOSER_CPU_S_PER_PASS``; the rejection sampler's work is priced whatever
-the sampling temperature (greedy skips the softmax).
-
-``draft_cost_fraction`` (a scenario's own figure: one draft decode step is
-that fraction of the target's decode step, engine overhead included, ``k``
-of them a step) prices the proposer by formula instead of from its parts;
-it names no model and prices no rejection sampler.
+A step with no decoding sequence costs what the target says. Each part's
+source, and the simplifications (the proposer on one GPU at its own size, the
+sampler's work whatever the temperature): ``docs/speculative.md``, "The parts
+of a step". ``draft_cost_fraction`` (a scenario's own figure: one draft
+decode step is that fraction of the target's) prices the proposer by formula
+instead, and no rejection sampler.
 """
 
 from __future__ import annotations
@@ -297,8 +262,7 @@ class SpeculativeCost:
 
 def rejection_s_per_logit(hardware: HardwareSpec) -> float:
     """Seconds the rejection sampler spends a logit on ``hardware`` (memory-bound)."""
-    bandwidth = hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency
-    return REJECTION_BYTES_PER_LOGIT / bandwidth
+    return REJECTION_BYTES_PER_LOGIT / hardware.effective_bytes_per_s
 
 
 def speculative_step_cost(

@@ -18,8 +18,8 @@ skew fit. The first two kinds are tabulated here for every T and S a run can
 schedule, each value computed by ``KernelCost``'s own methods or their
 operations elementwise (so its bits); the grids go over as the lists their
 unrolled lookup reads (``Grid.point_lists``), which ``sim.fast.compiled.loop``'s
-``grid_point`` and ``grid_point_4d`` read with ``_point_2d``'s and ``_point_4d``'s
-operations; the skew fit as its alphas on the lattice of its bucket edges (0
+``grid_point`` reads with ``_point_2d``'s operations and ``grid_point_4d`` with
+``_point_4d``'s own ``corners_4d``; the skew fit as its alphas on the lattice of its bucket edges (0
 where it has none). The loop adds the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
@@ -44,6 +44,7 @@ from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.grid import corners_4d as corners_4d  # the loop's 4-D corner sum
 from sim.cost.kernels.ops import expected_active_experts
 from sim.cost.roofline import RooflineCost
 
@@ -254,19 +255,21 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
     layout[HAS_PIPELINE] = kernel.pp > 1
     if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
         put(PIPELINE, [kernel.pipeline_transfer_s(t) for t in range(num_t)])
-    for at, grid in (
-        (PREFILL_GRID, kernel._prefill_attn),
-        (DECODE_GRID, kernel._decode_attn),
-    ):
+
+    def put_grid(at: int, grid: Grid) -> None:
+        """``grid`` at ``layout[at:]``: each axis's offset and length, then the values'
+        offset and each axis's stride (``GRID_SIZE``'s order; ``MIXED_GRID``'s for 4)."""
         lists = grid.point_lists
-        assert lists is not None and len(lists[0]) == 2  # why_not said so
-        (axis0, axis1), flat, strides = lists
-        put(at + AXIS0, axis0)
-        layout[at + LEN0] = len(axis0)
-        put(at + AXIS1, axis1)
-        layout[at + LEN1] = len(axis1)
-        put(at + VALUES, flat)
-        layout[at + STRIDE0], layout[at + STRIDE1] = strides
+        assert lists is not None  # why_not said so
+        axes, flat, strides = lists
+        for d, axis in enumerate(axes):
+            put(at + 2 * d, axis)
+            layout[at + 2 * d + 1] = len(axis)
+        put(at + 2 * len(axes), flat)
+        layout[at + 2 * len(axes) + 1 : at + 3 * len(axes) + 1] = strides
+
+    put_grid(PREFILL_GRID, kernel._prefill_attn)
+    put_grid(DECODE_GRID, kernel._decode_attn)
     layout[DECODE_HISTORY] = kernel._decode_history
     layout[PROFILE_ATTENTION] = kernel._mixed
     mixed = kernel._mixed_attn
@@ -276,16 +279,8 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
         mixed = factor.grid
         layout[HAS_MIXED_FACTOR] = 1
     if mixed is not None:  # the 4-D lattice: axes, values, strides
-        lists = mixed.point_lists
-        assert lists is not None and len(lists[0]) == 4  # why_not said so
-        axes, flat, strides = lists
         layout[HAS_MIXED] = factor is None
-        for d, axis in enumerate(axes):
-            put(MIXED_GRID + 2 * d, axis)
-            layout[MIXED_GRID + 2 * d + 1] = len(axis)
-        put(MIXED_GRID + MIXED_VALUES, flat)
-        for d, stride in enumerate(strides):
-            layout[MIXED_GRID + MIXED_STRIDES + d] = stride
+        put_grid(MIXED_GRID, mixed)
     skew = kernel._skew
     if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
         layout[HAS_SKEW] = 1

@@ -1,11 +1,12 @@
 """Hardware and models: what runs, and on what.
 
 - ``specs``: model shapes (``ModelSpec``, also read from Hugging Face
-  configs), GPUs (``HardwareSpec``), their presets, context-length
-  limits, and how a scenario names them;
+  configs), GPUs (``HardwareSpec``), their presets (data: ``models.toml``,
+  ``gpus.toml``), context-length limits, and how a scenario names them;
 - ``kv_capacity``: the memory terms vLLM subtracts and the KV blocks left;
 - ``quantization``: the ``quantization:`` section (bytes, never FLOP/s);
-- ``parallel``: multi-GPU layouts (``parallelism:``), links, KV per GPU.
+- ``parallel``: multi-GPU layouts (``parallelism:``), links (``links.toml``),
+  KV per GPU.
 
 Descriptions only: what a step costs on them is ``sim.cost``.
 

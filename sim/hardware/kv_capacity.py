@@ -8,41 +8,19 @@ vLLM (``Worker.determine_available_memory``, ``kv_cache_utils.get_num_blocks``):
     num_blocks = available // page_size // num_layers
     page_size  = 2 (K and V) x block_size x kv_heads x head_dim x kv dtype bytes
 
-All per GPU; with tensor parallelism each GPU holds 1/tp of the KV heads (at
-least one: past ``tp = num_kv_heads`` they are replicated), with pipeline
-parallelism the GPU of the largest stage (``ceil(layers / pp)`` layers) bounds
-the pool.
+All per GPU: tensor parallelism splits the KV heads (replicated past ``tp =
+num_kv_heads``), and the GPU of the largest pipeline stage (``ceil(layers /
+pp)`` layers) bounds the pool. A speculative draft model's weights count
+among ``weights`` and its layers share the pool block for block with the
+target's (``page_size`` sums both; vLLM's ``get_kv_cache_config``). A block
+count vLLM logged (``engine.num_kv_blocks``) is used as given, with the checks
+vLLM makes whatever the count (``check_budget``). A sliding window is not
+modelled: a request holds its whole context.
 
-A speculative draft model (``speculative.draft_model``) is loaded by the same
-worker before the profile run, so its weights are among ``weights``; its
-attention layers get KV blocks from the same pool, block for block with the
-target's, so ``page_size`` sums the draft's layers with the target's (vLLM v1
-sizes one pool for every attention layer, ``get_kv_cache_config``). The draft
-is split like the target (tensor parallel), all its layers on the GPU that
-bounds the pool (vLLM puts it on the last pipeline stage; counting it against
-the largest is the conservative side). Its share of the profile run's
-activations and CUDA graphs is not added (the target's dominate).
-
-When a scenario gives the block count vLLM logged (``engine.num_kv_blocks``),
-that count is used, with the checks vLLM makes whatever the count: the
-weights fit, and one request of ``max_model_len`` fits in the blocks
-(``check_budget``); the memory estimates themselves are not held against a
-logged count.
-
-``engine.block_size_tokens`` must be one of vLLM's block sizes
-(``VLLM_BLOCK_SIZES_TOKENS``).
-
-Weights are ``ModelSpec.weight_bytes``: every parameter once, a tied LM head
-(GPT-2, OPT) counted with the embedding it shares. A sliding window
-(Mistral-7B-v0.1's 4096 tokens) is not modelled: vLLM frees a request's blocks
-that fall out of the window and checks ``max_model_len`` against a window's
-worth of blocks; here blocks are sized as above and a request holds its whole
-context, so a windowed model's capacity in long contexts is under-estimated.
-
-vLLM measures the terms at start-up; servesim cannot run the model, so total
-memory, weights and block bytes are computed and the rest are estimates, one
-function each, each constant with where it comes from (the table of terms:
-``docs/vllm-fidelity.md``, "KV capacity as vLLM computes it").
+servesim cannot run the model: total memory, weights and block bytes are
+computed, the rest are estimates, one function each, each constant with its
+source (the table of terms: ``docs/vllm-fidelity.md``, "KV capacity as vLLM
+computes it").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 
 A replica then occupies ``tensor_parallel_size * pipeline_parallel_size`` GPUs
 of the scenario's ``hardware``. This module holds the configuration, the link
-presets, and how the model splits over the GPUs::
+presets (data, ``links.toml``), and how the model splits over the GPUs::
 
     weights_per_gpu   = model.weight_bytes / num_gpus                           [B]
     kv_per_token_gpu  = 2 * ceil(layers / pp) * kv_heads_per_gpu * head_dim
@@ -26,7 +26,9 @@ The KV budget per GPU is in ``sim.hardware.kv_capacity``; the step-time model in
 from __future__ import annotations
 
 import math
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal
 
@@ -57,47 +59,10 @@ class LinkSpec(BaseModel):
     fabric: Literal["nvlink", "pcie"] = "pcie"
 
 
-# Per-hop latencies (``latency_s``) are NCCL's own: its ``hwLatencies`` for a ring
-# step in the Simple protocol, 3.4 us over NVLink and 5.7 us over PCI (NCCL's
-# src/graph/tuning.cc, https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc
-# at commit 5067397c: NVIDIA's figures for its kernels, the ones its tuner picks
-# algorithms by). With NCCL's base latency a small all-reduce on 2 GPUs then takes
-# 6.6 + 2 x 0.6 = 7.8 us over NVLink and 6.6 + 2 x 1.0 = 8.6 us over PCIe (LL),
-# 15.0 us on 8 H100s over NVLink, where aiconfigurator-core 0.12's NCCL table
-# (sim/cost/kernels/artifacts/h100_sxm-vllm-0.24.0-qwen3-32b, all_reduce, 512 B,
-# measured under CUDA graphs) has 5 us on 2 and 16 us on 8. Through host memory
-# (no peer-to-peer) NCCL is slower than its PCI figures: nccl-tests' alltoall_perf
-# of 8 B on two RTX 4090s with P2P disabled took 11.9 us
-# (https://github.com/tinygrad/open-gpu-kernel-modules/issues/17), where the model
-# gives 6.6 + 1.0 = 7.6 us; pcie5-via-host keeps NCCL's figures all the same (a
-# figure from another server and card would be a guess for these).
-_LINKS = [
-    # Bandwidths: public ballpark figures. NVLink 5 (B200): 18 links x 50 GB/s per
-    # direction; NVLink 4 (H100 SXM): 18 links x 25 GB/s per direction;
-    # NVLink 3 (A100 SXM): 12 links x 25 GB/s. PCIe x16: ~32 GB/s (Gen4) and ~64 GB/s
-    # (Gen5) per direction.
-    LinkSpec(name="nvlink5", bandwidth_bytes_per_s=900e9, latency_s=3.4e-6, fabric="nvlink"),
-    LinkSpec(name="nvlink4", bandwidth_bytes_per_s=450e9, latency_s=3.4e-6, fabric="nvlink"),
-    LinkSpec(name="nvlink3", bandwidth_bytes_per_s=300e9, latency_s=3.4e-6, fabric="nvlink"),
-    LinkSpec(name="pcie5", bandwidth_bytes_per_s=64e9, latency_s=5.7e-6, fabric="pcie"),
-    LinkSpec(name="pcie4", bandwidth_bytes_per_s=32e9, latency_s=5.7e-6, fabric="pcie"),
-    # PCIe Gen5 cards with no peer-to-peer path (the RTX PRO 6000 Server
-    # Edition in its servers): NCCL stages each all-reduce through host memory.
-    # Its bandwidth is measured, not a datasheet figure: aiconfigurator-core 0.12's
-    # all-reduce table (vLLM's, backend vllm_graph) for two such cards gives 19.7 GB/s
-    # of algorithm bandwidth at 512 MB (a ring over two GPUs moves each byte once, so
-    # this is the link's own rate); efficiency 1: the rate is what was achieved, not
-    # a peak to derate. LLMServingSim's configuration of the same servers assumes
-    # 16 GB/s. Its hop: NCCL's PCI figure, as the other PCIe links.
-    LinkSpec(
-        name="pcie5-via-host",
-        bandwidth_bytes_per_s=19.7e9,
-        latency_s=5.7e-6,
-        efficiency=1.0,
-        fabric="pcie",
-    ),
-]
-
+LINKS_FILE = Path(__file__).with_name("links.toml")
+with LINKS_FILE.open("rb") as _file:
+    # The link presets are data, each figure with its source in the file.
+    _LINKS = [LinkSpec(name=name, **fields) for name, fields in tomllib.load(_file).items()]
 LINK_PRESETS: Mapping[str, LinkSpec] = MappingProxyType({link.name: link for link in _LINKS})
 
 

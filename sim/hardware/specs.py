@@ -4,13 +4,9 @@ Read top to bottom:
 
 - ``ModelSpec``: the shape of a decoder-only transformer (Llama-style by
   default; GPT-2 / OPT style with a non-gated MLP, LayerNorms, biases and
-  learned positions), what memory sizing and the roofline need. The ``tiny``
-  preset is also what ``calibration/`` builds as a real PyTorch model, so its
-  shape lives here and nowhere else.
+  learned positions), what memory sizing and the roofline need.
 - ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
-  presets (no download at run time), copied from each model's published
-  ``config.json`` (as also shipped in aiconfigurator-core 0.12.0
-  ``model_configs/``).
+  presets, and the other model presets: data, ``models.toml``.
 - ``context_problem``: vLLM refuses a ``max_model_len`` beyond the model's
   ``max_position_embeddings``. One shape can have several releases
   (Llama-3-8B: 8192 tokens; Llama-3.1-8B, the same shapes: 131072), so the
@@ -266,127 +262,19 @@ def check_sliding_window(
         )
 
 
-# Shape of the CPU calibration model (~12.9M params, fp32). calibration/ builds
-# the real PyTorch model from exactly this spec, so change it only here.
-TINY_MODEL = ModelSpec(
-    name="tiny",
-    num_layers=6,
-    hidden_size=256,
-    num_attention_heads=8,
-    num_kv_heads=4,
-    intermediate_size=768,
-    vocab_size=32000,
-    weight_dtype_bytes=4.0,
-    kv_dtype_bytes=4.0,
-    tied_embeddings=True,
-)
-
-_MODELS = [
-    # Shapes from each model's published config.json (more below, from HF_CONFIGS).
-    ModelSpec(
-        name="qwen2.5-7b",
-        num_layers=28,
-        hidden_size=3584,
-        num_attention_heads=28,
-        num_kv_heads=4,
-        intermediate_size=18944,
-        vocab_size=152064,
-        attention_qkv_bias=True,
-    ),
-    ModelSpec(
-        name="smollm2-135m",
-        num_layers=30,
-        hidden_size=576,
-        num_attention_heads=9,
-        num_kv_heads=3,
-        intermediate_size=1536,
-        vocab_size=49152,
-        tied_embeddings=True,
-    ),
-    TINY_MODEL,
-]
-
-
-def _hf(
-    layers: int, hidden: int, heads: int, kv_heads: int, mlp: int, **more: Any
-) -> dict[str, Any]:
-    """A ``config.json``'s layer fields (``num_hidden_layers``, ``hidden_size``,
-    ``num_attention_heads``, ``num_key_value_heads``, ``intermediate_size``), untied
-    embeddings, then ``more`` under their own names."""
-    return {
-        "num_hidden_layers": layers,
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads,
-        "intermediate_size": mlp,
-        "tie_word_embeddings": False,
-        **more,
-    }
-
-
-_LLAMA_31 = {
-    "model_type": "llama",
-    "rope_theta": 500000.0,
-    "max_position_embeddings": 131072,
-    "vocab_size": 128256,
-}
-_QWEN3 = {
-    "model_type": "qwen3",
-    "max_position_embeddings": 40960,
-    "vocab_size": 151936,
-    "head_dim": 128,
-}
-
-_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama-3.1-8b": _hf(32, 4096, 32, 8, 14336, **_LLAMA_31),  # meta-llama/Llama-3.1-8B
-    "llama-3.1-70b": _hf(80, 8192, 64, 8, 28672, **_LLAMA_31),  # meta-llama/Llama-3.1-70B
-    "qwen3-8b": _hf(36, 4096, 32, 8, 12288, **_QWEN3),  # Qwen/Qwen3-8B
-    "qwen3-32b": _hf(64, 5120, 64, 8, 25600, **_QWEN3),  # Qwen/Qwen3-32B
-    # Qwen/Qwen3-30B-A3B: every layer is MoE (decoder_sparse_step 1, no mlp_only_layers).
-    "qwen3-30b-a3b": _hf(
-        48,
-        2048,
-        32,
-        4,
-        6144,
-        **{**_QWEN3, "model_type": "qwen3_moe"},
-        moe_intermediate_size=768,
-        num_experts=128,
-        num_experts_per_tok=8,
-    ),
-    # mistralai/Mixtral-8x7B-v0.1: experts are intermediate_size wide.
-    "mixtral-8x7b": _hf(
-        32,
-        4096,
-        32,
-        8,
-        14336,
-        model_type="mixtral",
-        num_local_experts=8,
-        num_experts_per_tok=2,
-        vocab_size=32000,
-        max_position_embeddings=32768,
-    ),
-}
-
+MODELS_FILE = Path(__file__).with_name("models.toml")
+with MODELS_FILE.open("rb") as _file:
+    _MODEL_DATA = tomllib.load(_file)
+# Written out field by field (models.toml's specs); more below, from HF_CONFIGS.
+_MODELS = [ModelSpec(name=name, **fields) for name, fields in _MODEL_DATA["specs"].items()]
+# The CPU calibration model, which calibration/ builds as a real PyTorch model.
+TINY_MODEL = next(model for model in _MODELS if model.name == "tiny")
 # servesim ModelSpec presets with the same layer shapes as an architecture preset.
-MODEL_SPEC_ALIASES: Mapping[str, str] = MappingProxyType(
-    {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
-)
-
+MODEL_SPEC_ALIASES: Mapping[str, str] = MappingProxyType(_MODEL_DATA["aliases"])
 HF_CONFIGS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {name: MappingProxyType(config) for name, config in _CONFIGS.items()}
+    {name: MappingProxyType(config) for name, config in _MODEL_DATA["configs"].items()}
 )
-
-
-_LONGER_RELEASES = {
-    # Qwen3-30B-A3B-Instruct-2507 has the base model's shapes and 262144 positions.
-    "qwen3-30b-a3b": 262144,
-    # HuggingFaceTB/SmolLM2-135M config.json.
-    "smollm2-135m": 8192,
-    # Qwen/Qwen2.5-7B-Instruct config.json (32768 native; 131072 with YaRN scaling).
-    "qwen2.5-7b": 131072,
-}
+_LONGER_RELEASES: dict[str, int] = _MODEL_DATA["longer_releases"]
 
 
 def _known() -> dict[str, int]:
@@ -767,6 +655,16 @@ class HardwareSpec(BaseModel):
     # refused for a GPU without one. None: not known (a CPU, a custom part).
     gpu_link: str | None = None
 
+    @property
+    def effective_flops_per_s(self) -> float:
+        """The FLOP/s a real engine reaches: datasheet peak x compute efficiency."""
+        return self.peak_flops_per_s * self.compute_efficiency
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        """The bandwidth a real engine reaches: datasheet x memory efficiency."""
+        return self.memory_bandwidth_bytes_per_s * self.memory_efficiency
+
 
 _GIB = 2**30
 _MIB = 2**20
@@ -784,6 +682,8 @@ class GpuPreset(BaseModel):
     spec: HardwareSpec
     aiconfigurator_gpu: str | None = None
     kernel_table_gpus: frozenset[str] = frozenset()
+    no_kernel_tables: str | None = None
+    device_name_contains: str | None = None
     price_per_hour_usd: PositiveFloat | None = None
 
     @property
@@ -889,11 +789,13 @@ def _looks_like_path(name: str, base_dir: Path | None) -> bool:
     """A ``model:`` string naming a file or folder rather than a preset."""
     if name.endswith(".json") or "/" in name or "\\" in name:
         return True
-    return _anchored(name, base_dir).is_dir()
+    return anchored(name, base_dir).is_dir()
 
 
-def _anchored(name: str, base_dir: Path | None) -> Path:
-    path = Path(name).expanduser()
+def anchored(path: str | Path, base_dir: Path | None) -> Path:
+    """``path`` (``~`` expanded); a relative one anchored at ``base_dir`` (the scenario
+    file's folder) if given: how a scenario names any file (a model, an artifact)."""
+    path = Path(path).expanduser()
     return path if path.is_absolute() or base_dir is None else base_dir / path
 
 
@@ -912,7 +814,7 @@ def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:
             return model_preset(name)
         except ConfigError as error:
             raise ConfigError(f"{error}; or a config.json path") from None
-    return read_hf_config(_anchored(name, base_dir))
+    return read_hf_config(anchored(name, base_dir))
 
 
 def _resolve_model_field(value: Any, info: ValidationInfo) -> Any:

@@ -24,14 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.cost.provenance import (
-    anchored,
-    check_format,
-    read_artifact,
-    read_artifact_head,
-    validated,
-)
+from sim.cost.provenance import check_format, read_artifact, read_artifact_head, validated
 from sim.errors import ConfigError
+from sim.hardware.specs import anchored
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd

@@ -5,12 +5,12 @@ The fields, and the order in which ``kind: auto`` tries kernel tables, are in
 else the preset of the same shapes as the scenario's model (``llama-3-8b`` is
 Llama-3.1-8B), else the scenario's dense ``ModelSpec`` itself.
 
-``kernel_auto`` is ``kind: auto``'s kernel-table step: the first candidate
-that covers the model's shapes (bf16 weights and KV, its head layout, its
-tensor-parallel size) builds; any ``ConfigError`` while building one just
-moves on. No candidate: None, and ``auto`` goes on to calibrated artifacts
-and the roofline exactly as it did before. ``kernel_auto_choice`` also says
-in one line which tables it priced from, or why none (the first refusal).
+``kernel_auto_choice`` is ``kind: auto``'s kernel-table step: the first
+candidate that covers the model's shapes (bf16 weights and KV, its head
+layout, its tensor-parallel size) builds; any ``ConfigError`` while building
+one just moves on. No candidate: None, and ``auto`` goes on to calibrated
+artifacts and the roofline. It also says in one line which tables it priced
+from, or why none (the first refusal).
 """
 
 from __future__ import annotations
@@ -33,16 +33,17 @@ from sim.cost.kernels.artifact import (
     shipped_kernel_artifacts,
     shipped_name,
 )
-from sim.cost.provenance import anchored
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
     AICONFIGURATOR_GPUS,
+    GPU_PRESETS,
     HF_CONFIGS,
     MODEL_SPEC_ALIASES,
     SOURCE_GPU_NAMES,
     HardwareSpec,
     ModelSpec,
+    anchored,
     load_architecture,
 )
 
@@ -115,10 +116,8 @@ def architecture_for(
     A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
     """
     if override is not None:
-        if override in HF_CONFIGS or override in MODEL_SPEC_ALIASES or base_dir is None:
-            return load_architecture(override)
-        path = Path(override)
-        return load_architecture(path if path.is_absolute() else base_dir / path)
+        named = override in HF_CONFIGS or override in MODEL_SPEC_ALIASES
+        return load_architecture(override if named else anchored(override, base_dir))
     name = MODEL_SPEC_ALIASES.get(model.name, model.name)
     if name in HF_CONFIGS:
         preset = load_architecture(name)
@@ -194,12 +193,6 @@ def build_kernels(
     )
 
 
-# Hardware presets the tables of their source GPU name do not price: the
-# a100_sxm tables were measured on an A100-SXM4-80GB (2.04 TB/s), the 40 GB
-# part streams 1.56 TB/s, so its memory-bound steps would come out short.
-_OTHER_PART = {"a100-40gb": "a100_sxm tables were measured on the 80 GB part (2.04 TB/s, not 1.56)"}
-
-
 def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCostConfig]:
     """Kernel configurations that might cover ``model`` on ``hardware``, best first."""
     return _candidates(model, hardware)[0]
@@ -215,8 +208,9 @@ def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsC
     gpu_names = SOURCE_GPU_NAMES.get(hardware.name)
     if gpu_names is None:
         return [], f"no kernel tables name hardware {hardware.name}"
-    if hardware.name in _OTHER_PART:
-        return [], f"no kernel tables for {hardware.name}: {_OTHER_PART[hardware.name]}"
+    preset = GPU_PRESETS.get(hardware.name)
+    if preset is not None and preset.no_kernel_tables is not None:  # (gpus.toml)
+        return [], f"no kernel tables for {hardware.name}: {preset.no_kernel_tables}"
     if model.weight_dtype_bytes != 2 or model.kv_dtype_bytes != 2:
         return [], (
             f"kernel tables are bf16; model {model.name} has {model.weight_dtype_bytes:g}-byte "
@@ -285,10 +279,3 @@ def kernel_auto_choice(
     if problems:  # the first is the best candidate's reason
         return None, f"{NOT_COVERED}: {problems[0]}"
     return None, why
-
-
-def kernel_auto(
-    model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
-) -> KernelCost | None:
-    """``kernel_auto_choice``'s cost model."""
-    return kernel_auto_choice(model, hardware, parallelism)[0]

@@ -462,22 +462,12 @@ class KernelCost:
         )
 
     def mixed_attention_s(self, shape: StepShape) -> float:
-        """One layer's varlen attention over prefill chunks and decodes, from the profile.
-
-        The profile times one prefill chunk of ``c`` new tokens after ``p``
-        cached, beside ``n`` decodes after ``kv`` cached each, in one kernel
-        (``tables.mixed_attention_grids``). A step is looked up at its own
-        decode count and mean decode KV (``kv = context / n - 1``: the
-        profile's KV excludes the token being computed) and at one of its
-        ``b`` equal prefill chunks (``ops.prefill_chunk``); each further chunk
-        adds its pure-prefill time ``pre(c, p)``:
-        ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``. Why not one chunk of all
-        ``b`` chunks' tokens (what LLMServingSim looks up): the kernel tiles
-        each sequence's queries separately, so ``b`` chunks of ``c`` do about
-        ``b c^2 / 2`` causal query-key pairs, not ``(b c)^2 / 2``, and the
-        decodes' extra cost in a mixed batch (their one-query rows padded to a
-        tile) barely depends on the chunk (``docs/kernels.md``).
-        """
+        """One layer's varlen attention over prefill chunks and decodes, from the profile:
+        ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``, looked up at the step's decode
+        count, mean decode KV (``kv = context / n - 1``: the profile's KV excludes the
+        token being computed) and one of its ``b`` equal prefill chunks of ``c`` after
+        ``p`` (``ops.prefill_chunk``). Why not one chunk of all ``b`` chunks' tokens:
+        ``docs/kernels.md``, "The attention term"."""
         assert self._mixed_attn is not None
         b, n = shape.num_prefill_seqs, shape.num_decode_seqs
         chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)

@@ -9,15 +9,14 @@ along ``fill_axis`` (``Grid.from_points``), or by ``interpolate_holes`` and
 ``extrapolate_holes`` (linear between and past timed points) for a table
 builder that knows its lattice. Why linear and not log-space: ``docs/kernels.md``.
 
-One point fast (``point_function``): unrolled twins of ``Grid.__call__`` for
-1, 2, 3 and 4 axes (4: the mixed-attention lattice). A kernel-table run
-prices tens of thousands of steps, each a handful of grid lookups, one
-point at a time; ``Grid.__call__``'s general loop over 2^axes corners costs
-~5x the arithmetic (4 axes: ~50x). These closures do the same
-operations in the same order (corner weights multiplied axis by axis from
-1.0, corners summed from 0.0 in ``Grid.__call__``'s order, the scale past the
-grid applied last), so they give the same bits;
-``tests/test_cost_kernels_grid_point.py`` holds them to it. Grids with a
+One point fast (``point_function``): unrolled twins of ``Grid.__call__`` for 2
+and 4 axes (4: the mixed-attention lattice; 1 and 3 axes padded to them). A
+kernel-table run prices tens of thousands of steps, each a handful of grid
+lookups, one point at a time; the general loop over 2^axes corners costs ~5x
+the arithmetic (4 axes: ~50x). The twins do the same operations in the same
+order (corner weights multiplied axis by axis from 1.0, corners summed from 0.0
+in ``Grid._lookup``'s order, the scale past the grid applied last), so they give
+the same bits (``tests/test_cost_kernels_grid_point.py``). Grids with a
 one-point axis keep the general loop.
 """
 
@@ -50,44 +49,31 @@ def cell(axis: list[float], x: float) -> tuple[int, float]:
 def point_function(
     axes: Sequence[list[float]], flat: list[float], strides: Sequence[int], warn: Warn
 ) -> Point | None:
-    """The unrolled lookup for this grid, or None (5+ axes, or an axis of one point)."""
-    if any(len(axis) < 2 for axis in axes):
+    """The unrolled lookup for this grid, or None (5+ axes, or an axis of one point).
+
+    A 1- or 3-axis grid takes the 2- or 4-axis lookup with one more axis, of two
+    points at stride 0, read at its first point (weight 1 below, 0 above): its
+    terms are ``x * 1.0`` and ``+ 0.0 * v``, so the same bits as its own loop.
+    """
+    if any(len(axis) < 2 for axis in axes) or len(axes) > 4:
         return None
-    if len(axes) == 1:
-        return _point_1d(axes[0], flat, strides[0], warn)
-    if len(axes) == 2:
-        return _point_2d(axes[0], axes[1], flat, strides, warn)
-    if len(axes) == 3:
-        return _point_3d(axes, flat, strides, warn)
-    if len(axes) == 4:
-        return _point_4d(axes, flat, strides, warn)
-    return None
+    if len(axes) <= 2:
+        padded = [*axes, *[_PAD] * (2 - len(axes))]
+        return _point_2d(padded[0], padded[1], flat, [*strides, 0], warn)
+    return _point_4d([*axes, *[_PAD] * (4 - len(axes))], flat, [*strides, 0], warn)
 
 
-def _point_1d(axis: list[float], flat: list[float], stride: int, warn: Warn) -> Point:
-    last = axis[-1]
-
-    def point(x: float) -> float:
-        scale = 1.0
-        if x > last:
-            scale = scale * x / last
-            warn(0, x)
-        low, w = cell(axis, x)
-        o = low * stride
-        result = 0.0 + (1.0 - w) * flat[o]
-        result = result + w * flat[o + stride]
-        return result * scale
-
-    return point
+# The padding axis: read at 0.0 (``x`` defaults to it), never past its last point.
+_PAD = [0.0, 1.0]
 
 
 def _point_2d(
     ax0: list[float], ax1: list[float], flat: list[float], strides: Sequence[int], warn: Warn
 ) -> Point:
     last0, last1 = ax0[-1], ax1[-1]
-    s0, s1 = strides
+    s0, s1 = strides[0], strides[1]
 
-    def point(x0: float, x1: float) -> float:
+    def point(x0: float, x1: float = 0.0) -> float:
         scale = 1.0
         if x0 > last0:
             scale = scale * x0 / last0
@@ -108,51 +94,14 @@ def _point_2d(
     return point
 
 
-def _point_3d(
-    axes: Sequence[list[float]], flat: list[float], strides: Sequence[int], warn: Warn
-) -> Point:
-    ax0, ax1, ax2 = axes
-    last0, last1, last2 = ax0[-1], ax1[-1], ax2[-1]
-    s0, s1, s2 = strides
-
-    def point(x0: float, x1: float, x2: float) -> float:
-        scale = 1.0
-        if x0 > last0:
-            scale = scale * x0 / last0
-            warn(0, x0)
-        low0, w0 = cell(ax0, x0)
-        if x1 > last1:
-            scale = scale * x1 / last1
-            warn(1, x1)
-        low1, w1 = cell(ax1, x1)
-        if x2 > last2:
-            scale = scale * x2 / last2
-            warn(2, x2)
-        low2, w2 = cell(ax2, x2)
-        a0, a1, a2 = 1.0 - w0, 1.0 - w1, 1.0 - w2
-        o = low0 * s0 + low1 * s1 + low2 * s2
-        # Corner c takes axis d's upper point where bit d of c is set.
-        result = 0.0 + a0 * a1 * a2 * flat[o]
-        result = result + w0 * a1 * a2 * flat[o + s0]
-        result = result + a0 * w1 * a2 * flat[o + s1]
-        result = result + w0 * w1 * a2 * flat[o + s0 + s1]
-        result = result + a0 * a1 * w2 * flat[o + s2]
-        result = result + w0 * a1 * w2 * flat[o + s0 + s2]
-        result = result + a0 * w1 * w2 * flat[o + s1 + s2]
-        result = result + w0 * w1 * w2 * flat[o + s0 + s1 + s2]
-        return result * scale
-
-    return point
-
-
 def _point_4d(
     axes: Sequence[list[float]], flat: list[float], strides: Sequence[int], warn: Warn
 ) -> Point:
     ax0, ax1, ax2, ax3 = axes
     last0, last1, last2, last3 = ax0[-1], ax1[-1], ax2[-1], ax3[-1]
-    s0, s1, s2, s3 = strides
+    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]
 
-    def point(x0: float, x1: float, x2: float, x3: float) -> float:
+    def point(x0: float, x1: float, x2: float, x3: float = 0.0) -> float:
         scale = 1.0
         if x0 > last0:
             scale = scale * x0 / last0
@@ -170,34 +119,45 @@ def _point_4d(
             scale = scale * x3 / last3
             warn(3, x3)
         low3, w3 = cell(ax3, x3)
-        a0, a1, a2, a3 = 1.0 - w0, 1.0 - w1, 1.0 - w2, 1.0 - w3
         o = low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
-        # Corner weights are ((u0 * u1) * u2) * u3 (Grid._lookup's product order);
-        # sharing the partial products changes no bit.
-        b00, b10, b01, b11 = a0 * a1, w0 * a1, a0 * w1, w0 * w1
-        c0, c1, c2, c3 = b00 * a2, b10 * a2, b01 * a2, b11 * a2
-        c4, c5, c6, c7 = b00 * w2, b10 * w2, b01 * w2, b11 * w2
-        o1, o2, o3 = o + s0, o + s1, o + s0 + s1
-        o4, o5, o6, o7 = o + s2, o1 + s2, o2 + s2, o3 + s2
-        result = 0.0 + c0 * a3 * flat[o]
-        result = result + c1 * a3 * flat[o1]
-        result = result + c2 * a3 * flat[o2]
-        result = result + c3 * a3 * flat[o3]
-        result = result + c4 * a3 * flat[o4]
-        result = result + c5 * a3 * flat[o5]
-        result = result + c6 * a3 * flat[o6]
-        result = result + c7 * a3 * flat[o7]
-        result = result + c0 * w3 * flat[o + s3]
-        result = result + c1 * w3 * flat[o1 + s3]
-        result = result + c2 * w3 * flat[o2 + s3]
-        result = result + c3 * w3 * flat[o3 + s3]
-        result = result + c4 * w3 * flat[o4 + s3]
-        result = result + c5 * w3 * flat[o5 + s3]
-        result = result + c6 * w3 * flat[o6 + s3]
-        result = result + c7 * w3 * flat[o7 + s3]
-        return result * scale
+        return corners_4d(flat, o, s0, s1, s2, s3, w0, w1, w2, w3) * scale
 
     return point
+
+
+def corners_4d(
+    values: Sequence[float] | FloatArray, o: int, s0: int, s1: int, s2: int, s3: int,
+    w0: float, w1: float, w2: float, w3: float,
+) -> float:  # fmt: skip
+    """The sum over the 16 corners of a 4-axis cell from ``values[o]`` (upper-corner
+    weights ``w``, strides ``s``), as ``Grid._lookup`` adds them. Plain arithmetic on
+    a list or an array: the compiled loop runs this same function under numba
+    (``sim.fast.compiled.loop.grid_point_4d``)."""
+    a0, a1, a2, a3 = 1.0 - w0, 1.0 - w1, 1.0 - w2, 1.0 - w3
+    # Corner weights are ((u0 * u1) * u2) * u3 (Grid._lookup's product order);
+    # sharing the partial products changes no bit.
+    b00, b10, b01, b11 = a0 * a1, w0 * a1, a0 * w1, w0 * w1
+    c0, c1, c2, c3 = b00 * a2, b10 * a2, b01 * a2, b11 * a2
+    c4, c5, c6, c7 = b00 * w2, b10 * w2, b01 * w2, b11 * w2
+    o1, o2, o3 = o + s0, o + s1, o + s0 + s1
+    o4, o5, o6, o7 = o + s2, o1 + s2, o2 + s2, o3 + s2
+    result = 0.0 + c0 * a3 * values[o]
+    result = result + c1 * a3 * values[o1]
+    result = result + c2 * a3 * values[o2]
+    result = result + c3 * a3 * values[o3]
+    result = result + c4 * a3 * values[o4]
+    result = result + c5 * a3 * values[o5]
+    result = result + c6 * a3 * values[o6]
+    result = result + c7 * a3 * values[o7]
+    result = result + c0 * w3 * values[o + s3]
+    result = result + c1 * w3 * values[o1 + s3]
+    result = result + c2 * w3 * values[o2 + s3]
+    result = result + c3 * w3 * values[o3 + s3]
+    result = result + c4 * w3 * values[o4 + s3]
+    result = result + c5 * w3 * values[o5 + s3]
+    result = result + c6 * w3 * values[o6 + s3]
+    result = result + c7 * w3 * values[o7 + s3]
+    return result
 
 
 class Grid:
@@ -353,6 +313,16 @@ class Grid:
             )
 
 
+def _each_line(values: FloatArray, axis: int, fill: Callable[[FloatArray], None]) -> FloatArray:
+    """A copy of ``values`` with ``fill`` applied in place to each line along ``axis``."""
+    moved = np.moveaxis(values.copy(), axis, -1)
+    lines = moved.reshape(-1, moved.shape[-1])
+    for line in lines:
+        fill(line)
+    filled: FloatArray = np.moveaxis(lines.reshape(moved.shape), -1, axis)
+    return filled
+
+
 def fill_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatArray:
     """Fill NaN entries by proportional extrapolation along ``axis``.
 
@@ -361,12 +331,11 @@ def fill_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatA
     missing takes the next measured point's value (no smaller measurement).
     A line with no measurement stays NaN.
     """
-    moved = np.moveaxis(values.copy(), axis, -1)
-    lines = moved.reshape(-1, moved.shape[-1])
-    for line in lines:
+
+    def fill(line: FloatArray) -> None:
         measured = np.flatnonzero(np.isfinite(line))
         if len(measured) == 0:
-            continue  # nothing to extrapolate from along this axis
+            return  # nothing to extrapolate from along this axis
         for j in np.flatnonzero(~np.isfinite(line)):
             before = measured[measured < j]
             if len(before):
@@ -374,24 +343,23 @@ def fill_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatA
                 line[j] = line[j0] * axis_values[j] / axis_values[j0]
             else:
                 line[j] = line[measured[0]]
-    filled: FloatArray = np.moveaxis(lines.reshape(moved.shape), -1, axis)
-    return filled
+
+    return _each_line(values, axis, fill)
 
 
 def interpolate_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatArray:
     """Fill NaN entries that lie between two measured points of their line along ``axis``,
     linearly in the coordinate (the grid's own rule between points); others stay NaN."""
-    moved = np.moveaxis(values.copy(), axis, -1)
-    lines = moved.reshape(-1, moved.shape[-1])
-    for line in lines:
+
+    def fill(line: FloatArray) -> None:
         measured = np.flatnonzero(np.isfinite(line))
         if len(measured) < 2 or len(measured) == len(line):
-            continue
+            return
         inside = np.arange(measured[0], measured[-1] + 1)
         holes = inside[~np.isfinite(line[inside])]
         line[holes] = np.interp(axis_values[holes], axis_values[measured], line[measured])
-    filled: FloatArray = np.moveaxis(lines.reshape(moved.shape), -1, axis)
-    return filled
+
+    return _each_line(values, axis, fill)
 
 
 def extrapolate_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatArray:
@@ -399,16 +367,15 @@ def extrapolate_holes(values: FloatArray, axis_values: FloatArray, axis: int) ->
     line through its last two measured points (time is affine in a size), never below
     the last value; a line with one measured point extrapolates proportionally
     (``fill_holes``)."""
-    moved = np.moveaxis(values.copy(), axis, -1)
-    lines = moved.reshape(-1, moved.shape[-1])
-    for line in lines:
+
+    def fill(line: FloatArray) -> None:
         measured = np.flatnonzero(np.isfinite(line))
         if len(measured) < 2:
-            continue
+            return
         j1, j0 = measured[-1], measured[-2]
         slope = (line[j1] - line[j0]) / (axis_values[j1] - axis_values[j0])
         for j in range(j1 + 1, len(line)):
             if not np.isfinite(line[j]):
                 line[j] = line[j1] + max(slope, 0.0) * (axis_values[j] - axis_values[j1])
-    filled: FloatArray = np.moveaxis(lines.reshape(moved.shape), -1, axis)
-    return fill_holes(filled, axis_values, axis)
+
+    return fill_holes(_each_line(values, axis, fill), axis_values, axis)

@@ -2,34 +2,15 @@
 
 GEMM and attention tables leave out the kernels that only stream tensors
 through memory: per layer the two fused residual add + RMSNorm, the MLP's
-activation (SiLU·mul), rotary embedding and the KV-cache write; per step the
-embedding lookup, the final norm and (when no table times it) the sampler.
-As aiconfigurator does for these ops, each one's time is
+activation, rotary embedding and the KV-cache write; per step the embedding
+lookup, the final norm and (when no table times it) the sampler. As
+aiconfigurator prices them, each is
 
     op_s = bytes moved / (memory bandwidth x efficiency) + MEMORY_OP_LATENCY_S
 
-with the GPU's datasheet bandwidth and the efficiency of its
-``HardwareSpec`` (0.8 by default, aiconfigurator's
-``mem_bw_empirical_scaling_factor`` for every GPU it models but one) and a
-constant per kernel (aiconfigurator's ``mem_empirical_constant_latency``,
-3 µs). Bytes per token, on one GPU (``h`` the hidden size, widths per GPU
-under tensor parallelism, ``a`` activation bytes, ``c`` KV-cache bytes):
-
-- add + RMSNorm: reads the input and the residual, writes both: ``4 h a``;
-- activation: a gated MLP (SiLU·mul) reads gate and up and writes their
-  product: ``3 i a``; a plain one (GELU, ReLU) reads and writes ``i``: ``2 i a``
-  (``i`` the MLP width per GPU; an MoE's experts run theirs inside the fused
-  MoE kernel, timed by its table: only a shared expert's is added);
-- rotary embedding: reads and writes q and k in place: ``2 (q + k) a``;
-- KV-cache write: reads k and v, writes them into the cache: ``2 k (a + c)``;
-- embedding: gathers a row of the table, writes it: ``2 h a``;
-- final norm: as add + RMSNorm;
-- sampler: per sequence the full-vocabulary logits are cast to fp32 and
-  read once more to sample: ``SAMPLER_BYTES_PER_LOGIT`` per vocabulary entry,
-  plus ``SAMPLER_FIXED_S`` (an estimate; see the constants).
-
-These are estimates from bandwidth, not measurements; ``docs/kernels.md``
-compares them with the per-layer profiles, which time the same ops.
+with the ``HardwareSpec``'s datasheet bandwidth and efficiency. The bytes each
+op moves per token, and how these estimates compare with the per-layer
+profiles that time the same ops: ``docs/kernels.md``, "Memory-bound ops".
 """
 
 from __future__ import annotations
@@ -38,6 +19,7 @@ from dataclasses import dataclass
 
 from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
 from sim.cost.kernels.ops import LayerShapes
+from sim.cost.kernels.terms import total_s
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     SOURCE_GPU_NAMES,
@@ -116,7 +98,7 @@ class MemoryOps:
     ) -> MemoryOps:
         """``arch``'s ops at the per-GPU ``shapes``, on ``hardware``'s effective bandwidth."""
         return MemoryOps(
-            bytes_per_s=hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency,
+            bytes_per_s=hardware.effective_bytes_per_s,
             hidden_size=arch.hidden_size,
             qk_width=(shapes.num_heads + shapes.num_kv_heads) * shapes.head_dim,
             kv_width=shapes.num_kv_heads * shapes.head_dim,
@@ -165,10 +147,7 @@ class MemoryOps:
 
     def layer_s(self, num_tokens: float) -> float:
         """Sum of ``layer_terms``."""
-        total = 0.0
-        for _, seconds in self.layer_terms(num_tokens):
-            total += seconds
-        return total
+        return total_s(self.layer_terms(num_tokens))
 
     def step_terms(
         self, num_tokens: float, num_seqs: float, with_sampler: bool
@@ -186,7 +165,4 @@ class MemoryOps:
 
     def step_s(self, num_tokens: float, num_seqs: float, with_sampler: bool) -> float:
         """Sum of ``step_terms``."""
-        total = 0.0
-        for _, seconds in self.step_terms(num_tokens, num_seqs, with_sampler):
-            total += seconds
-        return total
+        return total_s(self.step_terms(num_tokens, num_seqs, with_sampler))

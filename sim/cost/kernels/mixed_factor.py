@@ -1,38 +1,21 @@
 """A mixed step's decodes in FlashAttention-2's varlen kernel, for pure-kernel tables.
 
-vLLM runs one FlashAttention varlen kernel over a chunked-prefill batch. Beside a
-prefill chunk, FA2 runs each decode's one-query row through the prefill path: a
-tile of many query rows for one valid row, and no split of the KV sequence across
-thread blocks as the pure decode kernel has. So the decodes of a mixed step cost
-more than the pure decode kernel over the same decodes. aiconfigurator's tables
-time the pure kernels only (context and generation attention), and their sum
-misses that; LLMServingSim's per-layer profiles time the mixed kernel itself.
-
-``MixedDecodeFactor`` carries the measured slowdown from a profile to tables
-without mixed rows::
+Beside a prefill chunk, FA2's one varlen kernel runs each decode's one-query
+row through the prefill path, so a mixed step's decodes cost more than the
+pure decode kernel that aiconfigurator's tables time. ``MixedDecodeFactor``
+carries the slowdown a profile measured (``REFERENCE``, the RTX 4090's) to
+tables whose attention is FA2 (``applies_to``), scaled by the GPUs' machine
+balance (datasheet FLOP/s per byte/s)::
 
     factor_ref(c, p, n, kv) = (mixed(c, p, n, kv) - pre(c, p)) / dec(n, kv)       [1]
     factor = 1 + (factor_ref - 1) * balance_ref / balance                      [1]
     attention = prefill_attention + factor * decode_attention                  [s]
 
-on the profile's lattice (one prefill chunk of ``c`` new tokens after ``p``
-cached, ``n`` decodes after ``kv`` cached each). Why the balance: the extra is
-tile compute (tensor-core time) over the pure kernel's KV reads (memory time),
-so it moves with the GPU's machine balance, datasheet dense FLOP/s per byte/s
-of memory bandwidth (``HardwareSpec``). The two profiled GPUs bear it out: at
-the lattice's points with at least 8 decodes, the RTX PRO 6000's own extra is
-a median 0.62x the RTX 4090's (interquartile 0.45-0.75), and the balance
-ratio is 0.59 (164 against 279 FLOP/B; ``benchmarks/mixed_attention.py``).
-``factor_ref`` is floored at 0 (a few decodes beside a long chunk hide in its
-tail: the difference is noise around 0), and a lookup is clamped to the
-lattice's last point on each axis: a ratio, unlike a latency, does not grow
-with the coordinate past it.
-
-The source is the RTX 4090 profile (``REFERENCE``: FA2 on Ada, vLLM 0.19), and
-it applies to tables whose attention is FA2 (``applies_to``): the RTX PRO 6000
-and L40S slices. A transfer across GPUs is an estimate, and the cost model's
-label says so. FA3 (Hopper) and FlashInfer / TRT-LLM (Blackwell datacenter)
-kernels are other kernels, not measured mixed anywhere here, and keep the sum.
+on the profile's lattice (one chunk of ``c`` new tokens after ``p`` cached,
+``n`` decodes after ``kv`` cached each); ``factor_ref`` is floored at 0 and a
+lookup clamped to the lattice (a ratio does not grow past it). Why the
+balance, how well it transfers, and which kernels keep the sum:
+``docs/kernels.md``, "The attention term". An estimate, and the label says so.
 """
 
 from __future__ import annotations

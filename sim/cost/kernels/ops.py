@@ -28,6 +28,8 @@ from types import MappingProxyType
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import moe_layer_grid, op_grid
+from sim.cost.kernels.terms import total_s
+from sim.hardware.parallel import kv_heads_per_gpu
 from sim.hardware.specs import MlpKind, ModelSpec
 
 # A dense MLP's two GEMMs, in order, by the architecture's MLP kind.
@@ -62,7 +64,7 @@ def layer_shapes(arch: ModelSpec, tp: int = 1) -> LayerShapes:
     expert's gate+up and down GEMMs when the model has one.
     """
     hidden = arch.hidden_size
-    kv_heads = max(arch.num_kv_heads // tp, 1)
+    kv_heads = kv_heads_per_gpu(arch, tp)
     heads = _split(arch.num_attention_heads, tp, "num_attention_heads")
     qkv_n = (heads + 2 * kv_heads) * arch.head_dim
     gemms = {
@@ -142,13 +144,7 @@ class ProfileDense:
 
     def layer_s(self, num_tokens: float) -> float:
         """One layer's profiled ops (MoE included) for ``num_tokens`` tokens."""
-        total = 0.0
-        for grid, count in self._layer_ops:
-            total += count * grid(num_tokens)
-        if self._moe is not None:
-            experts, top_k = self._moe_shape
-            total += self._moe(num_tokens, expected_active_experts(num_tokens, experts, top_k))
-        return total
+        return total_s(self.layer_terms(num_tokens))
 
     def layer_terms(self, num_tokens: float) -> list[tuple[str, float]]:
         """``layer_s``'s terms by op name (the MoE as ``moe``), for a per-op breakdown."""
@@ -172,7 +168,4 @@ class ProfileDense:
 
     def step_s(self, num_tokens: float) -> float:
         """Once-per-step ops (embedding, final norm) for ``num_tokens`` tokens."""
-        total = 0.0
-        for grid in self._step_ops:
-            total += grid(num_tokens)
-        return total
+        return total_s(self.step_terms(num_tokens))

@@ -68,18 +68,11 @@ def derived_decode_source(
 ) -> tuple[int, int] | None:
     """``(num_heads, num_kv_heads)`` of the generation-attention rows that price a
     multi-head layout the tables do not time, or None (timed, not multi-head, or no
-    source; ``head_dim`` must match).
-
-    Why this is sound: decode attention is memory-bound, its time set by the KV bytes
-    it reads, ``batch x kv_heads x kv_tokens x head_dim``, and the kernel's work is
-    one block per sequence and KV head: ``b`` sequences of 32 heads are the blocks of
-    ``4 b`` sequences of 8. aiconfigurator's H100, H200 and A100 tables time
-    multi-head attention up to 8 heads (Llama-2-7B has 32); their 8-head rows read
-    from the 1-, 2- and 4-head rows at 8x, 4x and 2x the batch are within 2 % at the
-    median and 17 % at worst (KV 1k-128k tokens). So: the multi-head rows nearest in
-    KV heads (the larger on a tie), else the grouped rows of the target's query heads
-    with the most KV heads, read at the batch that streams the target's KV bytes
-    (``num_kv_heads / source KV heads`` times the batch).
+    source; ``head_dim`` must match): the multi-head rows nearest in KV heads (the
+    larger on a tie), else the grouped rows of the target's query heads with the most
+    KV heads, read at the batch that streams the target's KV bytes (``num_kv_heads /
+    source KV heads`` times the batch). Why that is sound (decode attention is
+    memory-bound) and how close it comes: ``docs/kernels.md``.
     """
     if num_heads != num_kv_heads:
         return None
@@ -139,16 +132,10 @@ def attention_grids(
 
 def dram_floored(decode: Grid, kv_bytes_per_token: float, bandwidth_bytes_per_s: float) -> Grid:
     """A generation-attention grid (batch x KV length) with every point at least the
-    time its KV takes to stream from DRAM at the datasheet rate.
-
-    Why: a benchmark that times one decode-attention kernel again and again keeps
-    a KV cache that fits the GPU's L2 resident between runs, and aiconfigurator's
-    tables show it: on the RTX PRO 6000 (128 MB L2) rows of 67-134 MB of KV reach
-    2.7 TB/s against 1.79 TB/s of GDDR7, on the L40S (96 MB) 17-67 MB reach 2.2
-    TB/s against 0.86. In a forward pass each layer reads its own KV after GEMMs
-    that stream hundreds of MB of weights, so it comes from DRAM. Only points
-    faster than the datasheet change (none on the H100, H200, B200 and A100
-    tables); ``kv_bytes_per_token`` is K and V of one token in one layer on one GPU.
+    time its KV takes to stream from DRAM at the datasheet rate: the tables time a KV
+    cache the GPU's L2 keeps resident, which a forward pass reads from DRAM
+    (``docs/kernels.md``, "Decode attention's DRAM floor"). ``kv_bytes_per_token``
+    is K and V of one token in one layer on one GPU.
     """
     batch, kv = np.meshgrid(decode.axes[0], decode.axes[1], indexing="ij")
     floor_s = batch * kv * kv_bytes_per_token / bandwidth_bytes_per_s

@@ -4,28 +4,13 @@
 ``KernelCost._build_terms``), and everything that reads a price reads that list:
 ``step_s`` sums the terms in list order (``num_layers`` times the per-layer ones,
 then the once-a-step ones), ``breakdown_s`` lists their rows, ``op_source`` and
-the label read their sources. A term is one of:
-
-- ``gemm``: one GEMM of the layer (``qkv_proj``, ``o_proj``, ...) or the LM head;
-- ``sampler``: the sampler, where a table times it;
-- ``moe``: the fused MoE kernel (an expert-parallel group's collectives with it);
-- ``attention``: the layer's attention, by phase (prefill, decode, or one varlen
-  kernel over both);
-- ``memory``: the memory-bound ops the tables leave out (norms, activation,
-  rotary, KV-cache write, embedding, final norm, sampler), from bytes and bandwidth;
-- ``profile``: a per-layer profile's own ops;
-- ``communication``: all-reduces across the tensor-parallel group and pipeline
-  stage transfers (a collective is added here as one more term).
-
-The engine's CPU work is ``sim.cost.engine_cpu``'s, around the GPU's price.
-A source is ``measured`` (a table's rows), ``derived`` (another head layout's
-rows), ``bandwidth`` (bytes at the GPU's datasheet rate), ``link`` (a ring over
-the link: no table timed this group or hop), ``measured+link`` (expert-parallel
-MoE: experts from the table, collectives over the link) or ``none`` (an
-all-reduce on one GPU, 0 s).
-
-Parts of the list a scenario can switch off (ablations, ``ABLATIONS``) are the
-configuration of the list (``KernelCost(disabled_terms=...)``), named in the label.
+the label read their sources. Each term has a ``Kind`` (what it prices) and each
+of its rows a ``Source`` (``measured``: a table's rows; ``derived``: another head
+layout's rows; ``bandwidth``: bytes at the GPU's datasheet rate; ``link``: a
+collective over the link; ``measured+link``; ``none``: 0 s on one GPU). Parts of
+the list a scenario can switch off (``ABLATIONS``) are its configuration
+(``KernelCost(disabled_terms=...)``), named in the label. Adding a term:
+``docs/dev/adding-a-cost-term.md``.
 """
 
 from __future__ import annotations
@@ -77,6 +62,14 @@ class Term:
         if self.rows is None:
             return ((self.name, self.price(*counts)),)
         return self.rows(*counts)
+
+
+def total_s(rows: Iterable[tuple[str, float]]) -> float:
+    """The rows' seconds added in order from 0.0: a term's price is the sum of its rows."""
+    total = 0.0
+    for _, seconds in rows:
+        total += seconds
+    return total
 
 
 def term(

@@ -87,6 +87,7 @@ from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
     STRIDE1,
     VALUES,
     WEIGHT_S,
+    corners_4d,
 )
 
 DONE = 0  # every request finished
@@ -229,7 +230,8 @@ def grid_point_4d(
     tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float, x2: float, x3: float
 ) -> float:
     """``sim.cost.kernels.grid._point_4d`` of the grid at ``layout[g:]`` (``MIXED_GRID``'s
-    layout), the same operations in their order; NaN past an axis's last point."""
+    layout): its cells and its very corner sum (``corners_4d``); NaN past an axis's
+    last point."""
     xs = (x0, x1, x2, x3)
     for d in range(4):
         if xs[d] > tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]:
@@ -240,30 +242,8 @@ def grid_point_4d(
     low3, w3 = cell(tables, layout[g + 6], layout[g + 7], x3)
     s = g + MIXED_STRIDES
     s0, s1, s2, s3 = layout[s], layout[s + 1], layout[s + 2], layout[s + 3]
-    a0, a1, a2, a3 = 1.0 - w0, 1.0 - w1, 1.0 - w2, 1.0 - w3
     o = layout[g + MIXED_VALUES] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
-    b00, b10, b01, b11 = a0 * a1, w0 * a1, a0 * w1, w0 * w1
-    c0, c1, c2, c3 = b00 * a2, b10 * a2, b01 * a2, b11 * a2
-    c4, c5, c6, c7 = b00 * w2, b10 * w2, b01 * w2, b11 * w2
-    o1, o2, o3 = o + s0, o + s1, o + s0 + s1
-    o4, o5, o6, o7 = o + s2, o1 + s2, o2 + s2, o3 + s2
-    result = 0.0 + c0 * a3 * tables[o]
-    result = result + c1 * a3 * tables[o1]
-    result = result + c2 * a3 * tables[o2]
-    result = result + c3 * a3 * tables[o3]
-    result = result + c4 * a3 * tables[o4]
-    result = result + c5 * a3 * tables[o5]
-    result = result + c6 * a3 * tables[o6]
-    result = result + c7 * a3 * tables[o7]
-    result = result + c0 * w3 * tables[o + s3]
-    result = result + c1 * w3 * tables[o1 + s3]
-    result = result + c2 * w3 * tables[o2 + s3]
-    result = result + c3 * w3 * tables[o3 + s3]
-    result = result + c4 * w3 * tables[o4 + s3]
-    result = result + c5 * w3 * tables[o5 + s3]
-    result = result + c6 * w3 * tables[o6 + s3]
-    result = result + c7 * w3 * tables[o7 + s3]
-    return result * 1.0
+    return corners_4d(tables, o, s0, s1, s2, s3, w0, w1, w2, w3) * 1.0
 
 
 def skew_alpha(
@@ -448,7 +428,7 @@ def clamped(tables: FloatArray, layout: IntArray, g: int, d: int, x: float) -> f
 
 
 def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
-    """``EngineCpuCost._cpu_s``: the step's overlappable CPU work."""
+    """``EngineCpuConfig.cpu_s``: the step's overlappable CPU work."""
     return (
         cost[CPU_PER_STEP_S] + cost[CPU_PER_SEQ_S] * num_seqs + cost[CPU_PER_TOKEN_S] * num_tokens
     )
@@ -1004,6 +984,7 @@ def compile_run() -> Any:
         "corners",
         "grid_point",
         "kernel_per_step_s",
+        "corners_4d",
         "grid_point_4d",
         "skew_alpha",
         "blend_s",
