@@ -37,7 +37,7 @@ from typing import Any
 
 import simpy
 
-from sim.cost.base import CostModel, StepShape, run_ends_for
+from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
 from sim.engine.kv_cache import BlockPool
 from sim.engine.policies.dynamic import Dynamic
 from sim.engine.policies.least_attained_service import LeastAttainedService
@@ -280,7 +280,6 @@ class RunningReplica(Replica):
     (module docstring): the same steps, times and updates, to the bit."""
 
     def __init__(self, env: simpy.Environment, core: EngineCore, cost: CostModel) -> None:
-        self._run_ends = run_ends_for(cost)  # a run's step end times (sim.cost.base)
         self._interruptible = False  # an arrival during the run under way may change it
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if core.async_scheduling else 1
@@ -317,16 +316,14 @@ class RunningReplica(Replica):
         else:
             self._interruptible = run.interruptible
         shape, lag = run.shape, self._lag  # shape: of the decode steps after the first
-        ends = self._run_ends(
-            now + first_s,
+        durations_s = decode_run_s(
+            cost,
             shape.num_decode_seqs,
             shape.num_decode_context_tokens,
             shape.max_decode_context_tokens,
             shape.min_decode_context_tokens,
-            run.num_steps - 1,
-            next_s,
-            lag,
         )
+        ends = ends_until_cut(durations_s, now + first_s, run.num_steps - 1, next_s, lag)
         try:
             yield env.timeout(ends[-1] - now)
         except simpy.Interrupt:
