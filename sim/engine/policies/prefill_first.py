@@ -25,13 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.engine.request import Request
-from sim.engine.scheduler import (
-    Continuous,
-    ContinuousConfig,
-    CoreView,
-    Scheduled,
-    SchedulerOutput,
-)
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, Scheduled, SchedulerOutput
 
 
 class PrefillFirstConfig(BaseModel):
