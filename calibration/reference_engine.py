@@ -51,7 +51,6 @@ its request's sink as one ``Emitted``, on the engine thread; the last carries
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Iterable
@@ -76,6 +75,7 @@ from sim.serving.stream import (
     Emitted,
     EngineLoad,
     FinishReason,
+    Mailbox,
     Sink,
     Submission,
     end_early,
@@ -411,13 +411,9 @@ class OnlineEngine:
         )
         # The same core the simulator's replicas and `servesim measure` build.
         self.core = core_config_for(scenario, reference_engine=True).new_core()
-        self._inbox: queue.SimpleQueue[tuple[Request, list[int], _Live]] = queue.SimpleQueue()
-        self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._wake = threading.Event()
+        self._mail: Mailbox[tuple[Request, list[int], _Live]] = Mailbox()
         self._stop = threading.Event()
         self._live: dict[int, _Live] = {}
-        self._next_id = 0
-        self._id_lock = threading.Lock()
         self._origin = time.perf_counter()
         self._thread = threading.Thread(target=self._loop, name="servesim-engine", daemon=True)
         self.error: BaseException | None = None  # what stopped the loop, if anything
@@ -433,41 +429,37 @@ class OnlineEngine:
     def stop(self) -> None:
         """End the loop (requests still running get no more tokens)."""
         self._stop.set()
-        self._wake.set()
+        self._mail.wake.set()
         self._thread.join(timeout=10)
 
     def submit(self, submission: Submission) -> int:
         """Queue a tokenized request (``OnlineBackend.submit``); returns its id."""
-        with self._id_lock:
-            request_id = self._next_id
-            self._next_id += 1
+        request_id = self._mail.new_id()
         now_s = self._now()
         received_s = submission.received_s
         arrival_s = now_s if received_s is None else min(now_s, received_s - self._origin)
         request = submission.request(request_id, arrival_s)
         live = _Live(request, submission.sink, submission.ignore_eos)
-        self._inbox.put((request, list(submission.prompt_ids), live))
-        self._wake.set()
+        self._mail.post((request, list(submission.prompt_ids), live))
         return request_id
 
     def abort(self, request_id: int) -> None:
         """Stop generating for ``request_id`` (its client went away, or a stop string)."""
-        self._aborted.put(request_id)
-        self._wake.set()
+        self._mail.abort(request_id)
 
     def load(self) -> EngineLoad:
         """Running and waiting counts and KV usage now (``sim.serving.stream.load_of``)."""
         return load_of(self.core)
 
     def _intake(self) -> None:
-        while not self._inbox.empty():
-            request, ids, live = self._inbox.get()
+        while not self._mail.inbox.empty():
+            request, ids, live = self._mail.inbox.get()
             self.executor.add(request.request_id, ids)
             self._live[request.request_id] = live
             if not self.core.add(request, self._now()):
                 self._finish(request.request_id, (), "abort")
-        while not self._aborted.empty():
-            request_id = self._aborted.get()
+        while not self._mail.aborted.empty():
+            request_id = self._mail.aborted.get()
             gone = self._live.get(request_id)
             if gone is not None:
                 self._end_early(gone.request)
@@ -519,14 +511,14 @@ class OnlineEngine:
         torch.set_num_threads(self.threads)
         try:
             while not self._stop.is_set():
-                self._wake.clear()
+                self._mail.wake.clear()
                 self._intake()
                 start = self._now()
                 plan = self.core.schedule(start)
                 if plan.is_empty:
                     # Idle: sleep until a submission (with work queued that cannot
                     # be scheduled yet, look again shortly).
-                    self._wake.wait(0.01 if self._live else None)
+                    self._mail.wake.wait(0.01 if self._live else None)
                     continue
                 self._step(plan, start)
         except BaseException as error:  # a crashed engine must not leave clients waiting

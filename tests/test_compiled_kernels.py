@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a fixture)
 
 from sim.cost import tabulate as kernels
-from sim.cost.base import CostModel, StepShape, run_ends_for
+from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
@@ -134,9 +134,8 @@ def test_a_decode_run_ends_when_the_kernel_cost_says_to_the_bit(
         constants, tables, layout, out, 0, first_end_s, num_seqs, context, longest, shortest,
         num_steps, stop_s, num_after,
     )  # fmt: skip
-    expected = run_ends_for(COSTS[k])(
-        first_end_s, num_seqs, context, longest, shortest, num_steps, stop_s, num_after
-    )
+    durations_s = decode_run_s(COSTS[k], num_seqs, context, longest, shortest)
+    expected = ends_until_cut(durations_s, first_end_s, num_steps, stop_s, num_after)
     assert [x.hex() for x in out[:num_ends].tolist()] == [x.hex() for x in expected]
 
 

@@ -1,4 +1,5 @@
-"""run_ends_for: a run's step end times, cut at the next arrival, to the bit.
+"""A run's step end times (``ends_until_cut`` of ``decode_run_s``, as the skip-ahead
+replica takes them), cut at the next arrival, to the bit.
 
 A run prices only the steps it keeps (``decode_run_s``, cut by
 ``ends_until_cut``), and its ends must match a loop of ``step_s`` summed one
@@ -16,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from skew_costs import skewed_kernel_cost
 
-from sim.cost.base import CostModel, StepShape, run_ends_for
+from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
@@ -43,19 +44,12 @@ def run_ends_s(
     max_context_tokens: int = 0,
     min_context_tokens: int = 0,
 ) -> list[float]:
-    """The end times the replica gets from ``run_ends_for(cost)`` (the run's
-    longest and shortest context: 0, an even batch, unless given)."""
-    ends = run_ends_for(cost)
-    return ends(
-        first_end_s,
-        num_seqs,
-        context_tokens,
-        max_context_tokens,
-        min_context_tokens,
-        num_decode_steps,
-        stop_s,
-        num_after,
+    """The end times the replica (``sim.fast.decode_runs``) gets from ``cost`` (the
+    run's longest and shortest context: 0, an even batch, unless given)."""
+    durations_s = decode_run_s(
+        cost, num_seqs, context_tokens, max_context_tokens, min_context_tokens
     )
+    return ends_until_cut(durations_s, first_end_s, num_decode_steps, stop_s, num_after)
 
 
 def stepwise(

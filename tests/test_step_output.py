@@ -267,7 +267,7 @@ def test_a_run_is_committed_as_its_steps_one_by_one_would_be() -> None:
     run = plan_run(by_run, output)
     assert run is not None
     ends = [2.0 + j for j in range(run.num_steps)]
-    commit_run(by_run, output, 1.0, ends)
+    commit_run(by_run, output, by_run.step_shape(output), 1.0, ends)
     now = 1.0
     for end in ends:
         by_step.update(by_step.schedule(now), end)

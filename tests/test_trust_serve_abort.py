@@ -148,7 +148,7 @@ def test_a_client_that_hangs_up_has_its_request_aborted_counted_and_logged_once(
     while time.monotonic() < deadline and caplog.text.count(ABORTED) < num_clients:
         time.sleep(0.05)
     wait_until_settled(engine)
-    num_taken = engine._next_id  # requests the engine was handed (each got an id)
+    num_taken = engine._mail.num_ids  # requests the engine was handed (each got an id)
     assert num_taken == num_clients
     assert settled(engine), engine.load()  # nothing running or waiting, no KV block held
     assert aborts_counted(served.base_url) == num_taken  # each one aborted, none finished
@@ -173,5 +173,5 @@ def test_a_client_that_hangs_up_mid_body_is_one_log_line(
         "its whole request"
     )
     no_traceback(caplog.records)
-    assert engine._next_id == 0 and settled(engine)  # nothing reached the engine
+    assert engine._mail.num_ids == 0 and settled(engine)  # nothing reached the engine
     assert aborts_counted(served.base_url) == 0

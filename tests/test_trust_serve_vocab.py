@@ -80,11 +80,11 @@ def test_an_id_outside_the_vocabulary_is_a_400_naming_it_and_the_size(
 
 def test_ids_inside_the_vocabulary_are_served(engine: SimulatedEngine) -> None:
     # The first and last ids and one past the byte range: all the model's.
-    before = engine._next_id
+    before = engine._mail.num_ids
     ((status, body),) = post_all(engine, [{"prompt": [0, 300, LLAMA_3_VOCAB - 1], "max_tokens": 2}])
     assert status == 200, body
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-    assert engine._next_id == before + 1
+    assert engine._mail.num_ids == before + 1
 
 
 def test_a_vocabulary_smaller_than_the_bytes_is_refused_in_one_line() -> None:

@@ -1,7 +1,7 @@
 """Cost models: pure functions from a step's shape to seconds.
 
 ``base`` holds ``StepShape``, the ``CostModel`` protocol and the one loop that
-prices a skip-ahead run's decode steps (``run_ends_for``); ``config`` the
+prices a skip-ahead run's decode steps (``decode_run_s``); ``config`` the
 scenario's ``cost:`` block, what ``kind: auto`` picks, and the factory; the
 models are ``linear``, ``roofline``, ``calibrated``, ``fitted`` and
 ``kernels/``; ``speculative`` prices a speculative decoding step from its

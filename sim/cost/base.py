@@ -5,9 +5,9 @@ it, so a shape is a handful of integers: this keeps a cost evaluation to a few
 microseconds. A cost model is one method, ``step_s(shape)``; everything else
 prices through it.
 
-The end times of a skip-ahead run (``run_ends_for``): the replica
-(``sim.serving.replica``) turns a plan promising ``num_steps``
-steps into one SimPy timeout, and needs each step's end time: the first
+The end times of a skip-ahead run (``ends_until_cut`` of ``decode_run_s``): the
+replica (``sim.fast.decode_runs``) turns a plan promising ``num_steps`` steps
+into one SimPy timeout, and needs each step's end time: the first
 step's, then ``end[j] = end[j - 1] + d[j]`` with ``d[j]`` the ``step_s`` of the
 run's ``j``-th decode step (``decode_run_s``: its sequences' contexts each one
 longer a step), summed in the same order as step-by-step execution so both
@@ -18,7 +18,7 @@ step past the cut is never priced.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -135,11 +135,6 @@ def decode_run_s(
         shortest += 1
 
 
-# (first_end_s, num_seqs, context_tokens, max_context_tokens, min_context_tokens,
-#  num_decode_steps, stop_s, num_after) -> ends
-RunEnds = Callable[[float, int, int, int, int, int, float, int], list[float]]
-
-
 def ends_until_cut(
     durations_s: Iterable[float],
     first_end_s: float,
@@ -167,22 +162,3 @@ def ends_until_cut(
         if left <= 0:
             break
     return ends
-
-
-def run_ends_for(cost: CostModel) -> RunEnds:
-    """End times (s) of ``cost``'s skip-ahead runs (module docstring)."""
-
-    def run_ends(
-        first_end_s: float,
-        num_seqs: int,
-        context_tokens: int,
-        max_context_tokens: int,
-        min_context_tokens: int,
-        num_decode_steps: int,
-        stop_s: float,
-        num_after: int,
-    ) -> list[float]:
-        steps = decode_run_s(cost, num_seqs, context_tokens, max_context_tokens, min_context_tokens)
-        return ends_until_cut(steps, first_end_s, num_decode_steps, stop_s, num_after)
-
-    return run_ends

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -142,6 +142,10 @@ class ContinuousConfig(ContinuousSettings):
 
 # -- the output of a step -------------------------------------------------------
 
+# A step's requests, each with the tokens it computes this step (vLLM's
+# num_scheduled_tokens), in scheduling order.
+Scheduled: TypeAlias = list[tuple[Request, int]]
+
 
 @dataclass(slots=True)
 class SchedulerOutput:
@@ -161,7 +165,7 @@ class SchedulerOutput:
     e.g. copying swapped KV blocks between CPU and GPU memory (``sim.engine.kv_cache``).
     """
 
-    scheduled: list[tuple[Request, int]] = field(default_factory=list)
+    scheduled: Scheduled = field(default_factory=list)
     scheduled_spec_decode_tokens: dict[Request, int] = field(default_factory=dict)
     preempted: list[Request] = field(default_factory=list)
     extra_s: float = 0.0
@@ -175,7 +179,7 @@ NO_PADDING: tuple[int, ...] = ()  # a policy whose steps compute no discarded sl
 
 
 def scheduled_shape(
-    scheduled: list[tuple[Request, int]], padding_contexts: Sequence[int] = NO_PADDING
+    scheduled: Scheduled, padding_contexts: Sequence[int] = NO_PADDING
 ) -> StepShape:
     """The cost-relevant shape of a step that computes ``scheduled`` (before it
     runs: each request's counters are the step's inputs), plus decode slots
@@ -741,13 +745,7 @@ class Continuous:
                 return
         core.preempt(victim)
 
-    def _admit(
-        self,
-        core: CoreView,
-        scheduled: list[tuple[Request, int]],
-        budget: int,
-        now_s: float,
-    ) -> None:
+    def _admit(self, core: CoreView, scheduled: Scheduled, budget: int, now_s: float) -> None:
         """Admit waiting requests FCFS until the queue drains or its head does not
         fit: the sequence limit, the token budget or the KV pool."""
         kv, waiting, running = core.kv, core.waiting, core.running

@@ -37,7 +37,7 @@ from typing import Any
 
 import simpy
 
-from sim.cost.base import CostModel, StepShape, run_ends_for
+from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
 from sim.engine.kv_cache import BlockPool
 from sim.engine.policies.dynamic import Dynamic
 from sim.engine.policies.least_attained_service import LeastAttainedService
@@ -47,7 +47,7 @@ from sim.engine.policies.priority import Priority
 from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst
 from sim.engine.policies.static import Static
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, EngineCore, SchedulerOutput
+from sim.engine.scheduler import Continuous, EngineCore, Scheduled, SchedulerOutput
 from sim.serving.replica import Replica
 
 # A run is capped so that one SimPy timeout never covers more than this many
@@ -97,7 +97,7 @@ ORDERED = (Priority, ShortestPromptFirst, LeastAttainedService)
 def _continuous_run(
     core: EngineCore,
     policy: Continuous,
-    scheduled: list[tuple[Request, int]],
+    scheduled: Scheduled,
     overtaken: bool,
     budget_blocks: bool = True,
 ) -> DecodeRun | None:
@@ -168,7 +168,7 @@ def _fits_whole(policy: Continuous, head: Request, budget: int) -> bool:
     return wanted <= budget
 
 
-def _batch_run(core: EngineCore, scheduled: list[tuple[Request, int]]) -> DecodeRun | None:
+def _batch_run(core: EngineCore, scheduled: Scheduled) -> DecodeRun | None:
     """A running static (or dynamic) batch decodes until its first member finishes;
     nothing joins it, so arrivals cannot interrupt. Its KV blocks were reserved in
     full when it formed."""
@@ -189,7 +189,7 @@ def _batch_run(core: EngineCore, scheduled: list[tuple[Request, int]]) -> Decode
     return DecodeRun(num_steps, False, shape)
 
 
-def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_steps: int) -> int:
+def steps_within_pool(kv: BlockPool, scheduled: Scheduled, num_steps: int) -> int:
     """Largest k <= ``num_steps`` such that k decode steps after this one fit in the pool.
 
     This step's blocks are reserved; each later step adds one token per request.
@@ -221,12 +221,17 @@ def steps_within_pool(kv: BlockPool, scheduled: list[tuple[Request, int]], num_s
 
 
 def commit_run(
-    core: EngineCore, output: SchedulerOutput, start_s: float, ends_s: list[float]
+    core: EngineCore,
+    output: SchedulerOutput,
+    first_shape: StepShape,
+    start_s: float,
+    ends_s: list[float],
 ) -> None:
-    """``output``'s step, then ``len(ends_s) - 1`` decode steps of the same batch (a
-    run ``plan_run`` allowed), the j-th ending at ``ends_s[j]``, in one pass:
-    every scheduled request emits a token in each step and none finishes before
-    the last. What ``EngineCore.update`` step by step would leave, to the bit."""
+    """``output``'s step (of shape ``first_shape``: ``core.step_shape(output)``), then
+    ``len(ends_s) - 1`` decode steps of the same batch (a run ``plan_run``
+    allowed), the j-th ending at ``ends_s[j]``, in one pass: every scheduled
+    request emits a token in each step and none finishes before the last. What
+    ``EngineCore.update`` step by step would leave, to the bit."""
     if core.recorder is not None:
         core.recorder.on_commit(core, output, start_s, ends_s)
     num_padding = len(core.padding_contexts())  # counted before any finishes
@@ -234,16 +239,12 @@ def commit_run(
     first = core.num_steps
     last = first + num_steps - 1
     end_first, end_last = ends_s[0], ends_s[-1]
-    num_itl = num_decode = num_prefill = 0
+    num_itl = 0
     kv = core.kv
     block_size = kv.block_size_tokens
     finished: list[Request] = []
     for request, num_new in output.scheduled:
         generated = request.num_generated_tokens
-        if num_new == 1 and generated > 0:
-            num_decode += 1
-        else:
-            num_prefill += num_new
         if request.last_token_step == first - 1:
             num_itl += 1
         else:
@@ -268,7 +269,16 @@ def commit_run(
         core.finish(request, end_last)
     num_seqs = len(output.scheduled)  # each emits a token in every step of the run
     steps = core.steps
-    steps.add_step(start_s, end_first, num_prefill, num_decode + num_padding, num_itl, num_seqs)
+    # The first step's prefill tokens and decode slots (padding included), as
+    # scheduled_shape tallies them.
+    steps.add_step(
+        start_s,
+        end_first,
+        first_shape.num_prefill_tokens,
+        first_shape.num_decode_seqs,
+        num_itl,
+        num_seqs,
+    )
     steps.add_decode_run(end_first, ends_s[1:], num_seqs + num_padding, num_seqs)
     core.num_steps = last + 1
     core.last_end_s = end_last
@@ -280,7 +290,6 @@ class RunningReplica(Replica):
     (module docstring): the same steps, times and updates, to the bit."""
 
     def __init__(self, env: simpy.Environment, core: EngineCore, cost: CostModel) -> None:
-        self._run_ends = run_ends_for(cost)  # a run's step end times (sim.cost.base)
         self._interruptible = False  # an arrival during the run under way may change it
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if core.async_scheduling else 1
@@ -307,7 +316,8 @@ class RunningReplica(Replica):
             return (yield from super().run_step(output, now))
         # ends[j] = ((now + d0) + d1) + ... + dj, summed in the same order
         # as step-by-step execution, so both modes agree exactly.
-        first_s = cost.step_s(core.step_shape(output)) + output.extra_s  # e.g. a swap copy
+        first_shape = core.step_shape(output)
+        first_s = cost.step_s(first_shape) + output.extra_s  # e.g. a swap copy
         next_s = float("inf")
         if run.interruptible and self.horizon is not None:
             # Stop at the end of the step running when the next request arrives
@@ -317,16 +327,14 @@ class RunningReplica(Replica):
         else:
             self._interruptible = run.interruptible
         shape, lag = run.shape, self._lag  # shape: of the decode steps after the first
-        ends = self._run_ends(
-            now + first_s,
+        durations_s = decode_run_s(
+            cost,
             shape.num_decode_seqs,
             shape.num_decode_context_tokens,
             shape.max_decode_context_tokens,
             shape.min_decode_context_tokens,
-            run.num_steps - 1,
-            next_s,
-            lag,
         )
+        ends = ends_until_cut(durations_s, now + first_s, run.num_steps - 1, next_s, lag)
         try:
             yield env.timeout(ends[-1] - now)
         except simpy.Interrupt:
@@ -342,7 +350,7 @@ class RunningReplica(Replica):
         if len(ends) == 1:
             core.update(output, ends[0])
         else:
-            commit_run(core, output, now, ends)
+            commit_run(core, output, first_shape, now, ends)
         if not self.async_scheduling:
             return ends[-1], None
         return ends[-1], (ends[-2] if len(ends) > 1 else now)

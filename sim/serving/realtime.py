@@ -75,7 +75,6 @@ from __future__ import annotations
 import heapq
 import logging
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -89,6 +88,7 @@ from sim.serving.stream import (
     Emitted,
     EngineLoad,
     FinishReason,
+    Mailbox,
     Sink,
     Submission,
     end_early,
@@ -176,12 +176,8 @@ class SimulatedEngine:
         # times (perf_counter) to the engine's clock (0 for the default clock).
         self._perf_to_clock_s = clock() - time.perf_counter()
         # Filled by other threads, drained by the engine thread.
-        self._inbox: queue.SimpleQueue[_Live] = queue.SimpleQueue()
-        self._aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
-        self._wake = threading.Event()
+        self._mail: Mailbox[_Live] = Mailbox()
         self._stop = threading.Event()
-        self._id_lock = threading.Lock()
-        self._next_id = 0
         # Engine-thread state. Requests still on their way in, by ready time.
         self._pending: list[tuple[float, int, _Live]] = []
         self._live: dict[int, _Live] = {}
@@ -210,7 +206,7 @@ class SimulatedEngine:
     def stop(self) -> None:
         """End the loop; running requests get no more tokens."""
         self._stop.set()
-        self._wake.set()
+        self._mail.wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
 
@@ -220,9 +216,7 @@ class SimulatedEngine:
         the modelled way in then runs from the moment the server received it, so the
         server's real parsing and tokenization are part of it rather than on top
         (module doc)."""
-        with self._id_lock:
-            request_id = self._next_id
-            self._next_id += 1
+        request_id = self._mail.new_id()
         now_s = self.now_s()
         arrival_s, received_s = now_s, submission.received_s
         if received_s is not None:
@@ -233,14 +227,12 @@ class SimulatedEngine:
         request = submission.request(request_id, arrival_s)
         if self._block_size_tokens is not None:
             request.block_hash_ids = block_hashes(submission.prompt_ids, self._block_size_tokens)
-        self._inbox.put(_Live(request, submission.sink))
-        self._wake.set()
+        self._mail.post(_Live(request, submission.sink))
         return request_id
 
     def abort(self, request_id: int) -> None:
         """Stop generating for ``request_id`` (its client went away); no event follows."""
-        self._aborted.put(request_id)
-        self._wake.set()
+        self._mail.abort(request_id)
 
     def load(self) -> EngineLoad:
         """Running and waiting counts (those on the way in too) and KV usage."""
@@ -317,14 +309,14 @@ class SimulatedEngine:
     def _intake(self) -> None:
         """Move submissions to the way in (ready at arrival + way in), note aborts."""
         way_in = self.config.frontend.way_in_one_s
-        while not self._inbox.empty():
-            live = self._inbox.get()
+        while not self._mail.inbox.empty():
+            live = self._mail.inbox.get()
             request = live.request
             self._live[request.request_id] = live
             ready_s = request.arrival_s + way_in(request.num_prompt_tokens)
             heapq.heappush(self._pending, (ready_s, request.request_id, live))
-        while not self._aborted.empty():
-            gone = self._live.get(self._aborted.get())
+        while not self._mail.aborted.empty():
+            gone = self._live.get(self._mail.aborted.get())
             if gone is not None and not gone.aborted:
                 self._abort(gone)
 
@@ -424,13 +416,13 @@ class SimulatedEngine:
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
-                self._wake.clear()
+                self._mail.wake.clear()
                 due_s = self.run_until(self.now_s())
                 # Sleep until the next deadline; a submission or abort wakes it early
                 # (it is taken in at once, acted on when due).
                 wait_s = due_s - self.now_s()
                 if wait_s > 0:
-                    self._wake.wait(None if math.isinf(wait_s) else wait_s)
+                    self._mail.wake.wait(None if math.isinf(wait_s) else wait_s)
         except BaseException as error:  # a crashed engine must not leave clients waiting
             self.error = error
             # Once, as vLLM's engine core reports its death: a broken invariant in its

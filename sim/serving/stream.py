@@ -10,9 +10,11 @@ detokenization (text in, text out), so engines deal in token ids only.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 from sim.engine.request import Request
 
@@ -169,6 +171,38 @@ def end_early(core: EngineCore, request: Request, now_s: float) -> None:
     if request.finish_s is None:
         core.finish(request, now_s)
         core.remove_finished()
+
+
+Item = TypeVar("Item")
+
+
+class Mailbox(Generic[Item]):
+    """What other threads hand an engine's thread: submissions (``inbox``) and aborted
+    request ids (``aborted``), each waking it (``wake``); and the requests' ids."""
+
+    def __init__(self) -> None:
+        self.inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
+        self.aborted: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.wake = threading.Event()
+        self.num_ids = 0  # ids handed out (the next id)
+        self._id_lock = threading.Lock()
+
+    def new_id(self) -> int:
+        """The next request id (from any thread)."""
+        with self._id_lock:
+            request_id = self.num_ids
+            self.num_ids += 1
+        return request_id
+
+    def post(self, item: Item) -> None:
+        """Queue a submission for the engine's thread and wake it."""
+        self.inbox.put(item)
+        self.wake.set()
+
+    def abort(self, request_id: int) -> None:
+        """Queue ``request_id``'s abort for the engine's thread and wake it."""
+        self.aborted.put(request_id)
+        self.wake.set()
 
 
 class OnlineBackend(Protocol):

@@ -224,15 +224,21 @@ class KernelCost:
         terms: list[Term] = []
         profile, memory = self._profile, self._memory
         moe = self._moe
+
+        def grouped(
+            name: str, kind: Kind, rows: dict[str, Source], ops: ProfileDense | MemoryOps
+        ) -> Term:
+            """A per-layer term of several ops, ``ops``' ``layer_terms`` its ``rows``."""
+            layer_s, layer_terms = ops.layer_s, ops.layer_terms
+            return Term(
+                name, kind, "layer", rows,
+                lambda tokens: layer_s(float(tokens)),
+                lambda tokens: layer_terms(float(tokens)),
+            )  # fmt: skip
+
         if profile is not None:
             names = [name for name, _ in profile.layer_terms(1.0)]
-            terms.append(
-                Term(
-                    "layer_ops", "profile", "layer", dict.fromkeys(names, "measured"),
-                    lambda tokens: profile.layer_s(float(tokens)),
-                    lambda tokens: profile.layer_terms(float(tokens)),
-                )
-            )  # fmt: skip
+            terms.append(grouped("layer_ops", "profile", dict.fromkeys(names, "measured"), profile))
             if moe is not None:  # expert parallel: the group's MoE, from the profile's moe.csv
                 terms.append(self._moe_term(moe))
         else:
@@ -241,13 +247,8 @@ class KernelCost:
             if moe is not None:
                 terms.append(self._moe_term(moe))
             if memory is not None:
-                terms.append(
-                    Term(
-                        "memory_ops", "memory", "layer", dict.fromkeys(LAYER_OPS, "bandwidth"),
-                        lambda tokens: memory.layer_s(float(tokens)),
-                        lambda tokens: memory.layer_terms(float(tokens)),
-                    )
-                )  # fmt: skip
+                rows: dict[str, Source] = dict.fromkeys(LAYER_OPS, "bandwidth")
+                terms.append(grouped("memory_ops", "memory", rows, memory))
 
         def layer_allreduce_s(tokens: int) -> float:  # attention's output and the MLP's
             return 2.0 * self.allreduce_s(tokens * activation_bytes)

@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, SchedulerOutput
+from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, Scheduled, SchedulerOutput
 
 
 class PrefillFirstConfig(BaseModel):
@@ -72,7 +72,7 @@ class PrefillFirst(Continuous):
 
     def _schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
         kv = core.kv
-        scheduled: list[tuple[Request, int]] = []
+        scheduled: Scheduled = []
         self._admit(core, scheduled, self.max_num_batched_tokens, now_s)
         if scheduled:
             return SchedulerOutput(scheduled)  # a prefill step
@@ -92,13 +92,7 @@ class PrefillFirst(Continuous):
             i += 1
         return SchedulerOutput([(r, 1) for r in running])
 
-    def _admit(
-        self,
-        core: CoreView,
-        scheduled: list[tuple[Request, int]],
-        budget: int,
-        now_s: float,
-    ) -> None:
+    def _admit(self, core: CoreView, scheduled: Scheduled, budget: int, now_s: float) -> None:
         """Admit whole prompts FCFS while they fit the sequence limit, the budget and
         the KV pool."""
         kv, waiting, running = core.kv, core.waiting, core.running

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.engine.request import Request
-from sim.engine.scheduler import CoreView, SchedulerOutput
+from sim.engine.scheduler import CoreView, Scheduled, SchedulerOutput
 
 
 class BatchSettings(BaseModel):
@@ -92,7 +92,7 @@ class Static:
         due = oldest is not None and now_s >= oldest + self.max_wait_s - 1e-12
         if oldest is None or not (full or due):
             return None
-        scheduled: list[tuple[Request, int]] = []
+        scheduled: Scheduled = []
         while waiting and len(scheduled) < self.max_batch_size:
             request = waiting[0]
             if not kv.can_allocate(request, request.max_num_tokens):

@@ -559,8 +559,9 @@ def decode_ends(
     stop_s: float,
     num_after: int,
 ) -> int:
-    """``sim.cost.base.run_ends_for`` of an ``EngineCpuCost`` around a ``RooflineCost``
-    or a ``KernelCost`` (or of the bare GPU model: ``cost``'s CPU terms 0), written
+    """``sim.cost.base.ends_until_cut`` of ``decode_run_s`` of an ``EngineCpuCost``
+    around a ``RooflineCost`` or a ``KernelCost`` (or of the bare GPU model:
+    ``cost``'s CPU terms 0), written
     into ``out`` from ``at``; returns how many ends (the first step's included). An
     end is NaN, and the last, where a kernel table would be read past its last point."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
