@@ -35,6 +35,8 @@ do so where numba is missing).
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -969,6 +971,29 @@ def run(
                     kept += 1
 
 
+def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
+    """Drop ``module``'s numba cache if ``sources`` changed since it was written.
+
+    numba keys a cached function by its own file's timestamp only, but ``run``
+    freezes ``sim.cost.tabulate``'s layout constants and calls ``corners_4d``
+    (``sim/cost/kernels/grid.py``): an edit there alone would leave a stale,
+    silently wrong loop in ``__pycache__``. A digest of those files beside the
+    cache tells. Where the folder is not writable (an installed package, whose
+    files change only on reinstall) nothing is kept."""
+    digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
+    cache = module.parent / "__pycache__"
+    stamp = cache / f"{module.stem}.sources.sha256"
+    try:
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        for stale in cache.glob(f"{module.stem}.*.nb[ic]"):
+            stale.unlink(missing_ok=True)
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:  # read-only install: numba then caches in its user folder
+        return
+
+
 def compile_run() -> Any:
     """``run`` compiled by numba, cached on disk beside this file (or in numba's
     user cache), so that only the first run on a machine pays the compilation
@@ -978,6 +1003,9 @@ def compile_run() -> Any:
     # Imported here: numba compiles on first use (seconds): only a run on the compiled path pays.
     import numba
 
+    here = Path(__file__).resolve()
+    cost = here.parents[2] / "cost"
+    drop_stale_cache(here, (cost / "tabulate.py", cost / "kernels" / "grid.py"))
     jit = numba.njit(cache=True, nogil=True)
     for name in (
         "_missing",
