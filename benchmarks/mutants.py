@@ -512,8 +512,8 @@ MUTANTS = (
     Mutant(
         "plan-stop-below-doubled",
         "sim/planning/plan.py",
-        "space.target_rate_per_s * gpus * price / best.usd_per_hour",
-        "2.0 * space.target_rate_per_s * gpus * price / best.usd_per_hour",
+        'task["stop_below_rate_per_s"] = sized_rate_per_s * gpus * price / best.usd_per_hour',
+        'task["stop_below_rate_per_s"] = 2.0 * sized_rate_per_s * gpus * price / best.usd_per_hour',
         PLAN_TESTS,
         "a candidate's search is abandoned at twice the rate where its fleet would lose",
     ),
