@@ -105,9 +105,10 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     """The whole command (module docstring); ConfigError on bad input. Returns 0."""
     if args.max_evals < 2:
         raise ConfigError(f"--max-evals must be at least 2, got {args.max_evals}")
-    runs, imported, scenario, base_dir = replay_runs(
+    replays = replay_runs(
         args.from_run, model_option(args.model), args.hardware, args.scenario, args.fit_kind
     )
+    runs = replays.runs
     free = free_parameters(args.fit_kind, args.free, runs)
     cpu_mode = args.fit_kind == "engine-cpu"
     if cpu_mode:
@@ -127,16 +128,7 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     # command_line: set only where a caller forwards its own line (calibration.cli).
     command = getattr(args, "command_line", None) or shlex.join(["servesim", *sys.argv[1:]])
     errors, table, outcome, use = fit_and_save(
-        runs,
-        imported,
-        args.from_run,
-        scenario,
-        base_dir,
-        free,
-        args.max_evals,
-        not args.no_cross_validation,
-        out,
-        command,
+        replays, free, args.max_evals, not args.no_cross_validation, out, command
     )
     print(render(errors))
     if table:

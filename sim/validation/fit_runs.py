@@ -1,4 +1,4 @@
-"""Measured runs for black-box calibration: read any format, check it, build its replay scenario.
+"""Measured runs for black-box calibration: read any format, check it, replay it, fit it.
 
 ``--from-run`` accepts, per path:
 
@@ -11,13 +11,15 @@ A run that records its model (or device) must match ``--model`` (``--hardware``)
 a fit to another model's latencies is refused, naming both. A run that
 records its engine settings (``run.json``'s ``engine``) is replayed with them
 on a scenario built here; a ``measure`` folder records no scheduler limits,
-so it needs ``--scenario`` (the scenario it measured).
+so it needs ``--scenario`` (the scenario it measured). ``replay_runs`` does
+all of that for ``--from-run``; ``fit_and_save`` fits them and writes the artifact.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -191,13 +193,24 @@ def scenario_for_run(
         raise ConfigError(f"--from-run {source}: {problem}") from None
 
 
+@dataclass(frozen=True)
+class Replays:
+    """Measured runs ready to fit: each replay, its provenance, and the base cost as the
+    scenario gave it (paths relative to ``base_dir``)."""
+
+    runs: list[FitRun]
+    infos: list[FittedRunInfo]
+    base_cost: dict[str, Any]
+    base_dir: Path
+
+
 def replay_runs(
     sources: Sequence[str],
     model: ModelSpec,
     hardware_name: str | None,
     scenario_path: str | None,
     fit_kind: str,
-) -> tuple[list[FitRun], list[ImportedRun], Scenario | None, Path]:
+) -> Replays:
     """Every run read, checked and ready to replay: with ``scenario_path``'s engine settings
     and cost model, else each run's recorded settings on cost kind auto."""
     if not sources:
@@ -224,7 +237,7 @@ def replay_runs(
             f"--scenario {scenario_path}: model {scenario.model.name} on "
             f"{scenario.hardware.name}, not --model {model.name} on --hardware {hardware.name}"
         )
-    runs, imported = [], []
+    runs, infos = [], []
     for source in sources:
         run = load_measured_run(source)
         check_run(run, source, model, hardware)
@@ -249,16 +262,20 @@ def replay_runs(
                 load=run.meta.get("load"),  # replayed under the run's own load profile
             )
         )
-        imported.append(run)
-    return runs, imported, scenario, base_dir
+        infos.append(
+            FittedRunInfo(
+                source=source,
+                format=str(run.meta.get("format", "imported")),
+                num_requests=len(run.requests),
+                sha256=run_digest(run.requests),
+            )
+        )
+    base_cost = scenario.cost.model_dump(mode="json") if scenario else {"kind": "auto"}
+    return Replays(runs, infos, base_cost, base_dir)
 
 
 def fit_and_save(
-    runs: Sequence[FitRun],
-    imported: Sequence[ImportedRun],
-    sources: Sequence[str],
-    scenario: Scenario | None,
-    base_dir: Path,
+    replays: Replays,
     free: tuple[str, ...],
     max_evaluations: int,
     cross_validation: bool,
@@ -268,10 +285,10 @@ def fit_and_save(
     dict[str, Any], list[str], FitOutcome[FitParameters] | FitOutcome[EngineCpuFitValues], str
 ]:
     """Cross-validate (where asked), fit ``free`` on all runs and save the artifact at
-    ``out`` (``sim.cost.fitted``, or ``sim.cost.fitted_cpu`` for an engine-CPU set), its
-    base cost's paths rebased from ``base_dir``. Returns the errors (``render`` prints
-    them), the coefficient table (engine CPU; else empty), the fit and the scenario line
-    that uses the artifact."""
+    ``out`` (``sim.cost.fitted``, or ``sim.cost.fitted_cpu`` for an engine-CPU set).
+    Returns the errors (``render`` prints them), the coefficient table (engine CPU; else
+    empty), the fit and the scenario line that uses the artifact."""
+    runs = replays.runs
     errors: dict[str, Any] = {"objective": OBJECTIVE}
     everything = [Target(i) for i in range(len(runs))]
     try:
@@ -284,7 +301,6 @@ def fit_and_save(
         "parameters": params_json(outcome.params),
         "rows": target_rows(runs, everything, outcome.params, base_of(runs, free)),
     }
-    base_cost = scenario.cost.model_dump(mode="json") if scenario else {"kind": "auto"}
     first = runs[0]
     common: dict[str, Any] = {
         "tool_version": sim.__version__,
@@ -293,15 +309,7 @@ def fit_and_save(
         "git_revision": git_revision(),
         "model": first.scenario.model.name,
         "hardware": first.scenario.hardware.name,
-        "runs": [
-            FittedRunInfo(
-                source=source,
-                format=str(run.meta.get("format", "imported")),
-                num_requests=len(run.requests),
-                sha256=run_digest(run.requests),
-            )
-            for source, run in zip(sources, imported, strict=True)
-        ],
+        "runs": replays.infos,
     }
     summary = FitSummary(
         free_parameters=list(free),
@@ -311,7 +319,7 @@ def fit_and_save(
         num_evaluations=outcome.num_evaluations,
         optimiser=OPTIMISER,
     )
-    rebased = rebase_paths(base_cost, base_dir, out.parent)
+    rebased = rebase_paths(replays.base_cost, replays.base_dir, out.parent)
     if not isinstance(outcome.params, EngineCpuFitValues):
         save_fitted_artifact(
             FittedCostArtifact(
