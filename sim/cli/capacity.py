@@ -17,7 +17,13 @@ from sim.cost.model_error import model_error_for
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import Searcher, run_length_overrides, search, upper_bound_rate_per_s
+from sim.planning.capacity import (
+    Searcher,
+    require_targets,
+    run_length_overrides,
+    search,
+    upper_bound_rate_per_s,
+)
 from sim.planning.capacity_report import (
     fleet_for,
     format_capacity,
@@ -37,8 +43,7 @@ if TYPE_CHECKING:
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
     targets = parse_targets(args.slo or [])
-    if not targets:
-        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+    require_targets(targets)  # before any work
     if args.gpu_price_per_hour is not None and not args.gpu_price_per_hour > 0:
         raise ConfigError("--gpu-price-per-hour must be > 0")
     # A fleet is sized for a finite rate: .inf would ask for infinitely many replicas.

@@ -75,6 +75,12 @@ req/s from runs of 1,000 requests, 25.5 from 10,000 and 25.1 from 20,000
 (benchmarks/capacity_length_bias.py)."""
 
 
+def require_targets(targets: Sequence[SloTarget]) -> None:
+    """Refuse a search for no SLO: every load would meet it."""
+    if not targets:
+        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+
+
 def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
     """``--num-requests`` as the override its workload kind needs.
 
@@ -329,8 +335,7 @@ class Searcher:
         on_point: Callable[[LoadPoint, CapacitySearch], None] | None = None,
         bound_rate_per_s: float | None = None,
     ) -> None:
-        if not targets:
-            raise ConfigError("--slo: give at least one SLO target, e.g. ttft_p99_ms=500")
+        require_targets(targets)
         if num_seeds < 1:
             raise ConfigError(f"--seeds must be >= 1, got {num_seeds}")
         doc = scenario.model_dump(mode="json")

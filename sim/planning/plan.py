@@ -56,6 +56,7 @@ from sim.planning.capacity import (
     CapacitySearch,
     LoadPoint,
     Searcher,
+    require_targets,
     search,
     served_num_requests_needed,
     tail_requests,
@@ -814,8 +815,7 @@ def check_asks(
 ) -> None:
     """Refuse a plan asked for no SLO, a rate not > 0 (None: not given), or a headroom
     that is not a percentage in [0, 1000); a face calls it before any work."""
-    if not targets:
-        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+    require_targets(targets)
     if target_rate_per_s is None or not target_rate_per_s > 0:
         raise ConfigError("--target-rate must be > 0 (requests per second)")
     if headroom_pct is not None and not 0 <= headroom_pct < 1000:
