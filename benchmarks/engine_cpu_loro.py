@@ -14,7 +14,7 @@ engines in lockstep behind a router, is never fitted to: it is only
 predicted, through its own scenario (``api.run`` with ``engine.cpu`` set, as
 ``benchmarks/public_runs.py`` runs it). So:
 
-1. Which of the default free set (``sim.cli.fit.DEFAULT_CPU_FREE``) the three
+1. Which of the default free set (``sim.validation.fit.DEFAULT_CPU_FREE``) the three
    one-engine runs identify (``sim.validation.identify``, at the vLLM 0.19
    estimate); the rest stay at the estimate.
 2. Per one-engine run: ``fit_engine_cpu`` on the other two, then the held-out
@@ -41,11 +41,11 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 from sim.api import cost_model_for  # noqa: E402
-from sim.cli.fit import DEFAULT_CPU_FREE  # noqa: E402
 from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
 from sim.validation import identify  # noqa: E402
 from sim.validation.fit import (  # noqa: E402
+    DEFAULT_CPU_FREE,
     FitRun,
     Target,
     engine_cpu_start,

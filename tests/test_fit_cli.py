@@ -182,8 +182,8 @@ def test_a_scenario_of_another_model_is_refused(
 
 def test_no_runs_is_refused() -> None:
     args = argparse.Namespace(from_run=[], model="tiny", hardware="cpu-2core", scenario=None,
-                              free="decode_multiplier", max_evals=10, out=None,
-                              no_cross_validation=True)  # fmt: skip
+                              fit_kind="multipliers", free="decode_multiplier", max_evals=10,
+                              out=None, no_cross_validation=True)  # fmt: skip
     with pytest.raises(ConfigError, match="--from-run: no runs given"):
         calibrate_from_runs(args)
 
@@ -281,8 +281,8 @@ def test_an_out_that_cannot_be_written_is_refused_before_the_fit(
     def no_fit(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the fit ran before --out was checked")
 
-    monkeypatch.setattr("sim.cli.fit.fit_free", no_fit)
-    monkeypatch.setattr("sim.cli.fit.cross_validate", no_fit)
+    monkeypatch.setattr("sim.validation.fit_runs.fit_free", no_fit)
+    monkeypatch.setattr("sim.validation.fit_runs.cross_validate", no_fit)
     argv = calibrate("--from-run", str(run), "--scenario", str(scenario),
                      "--out", str(blocker / "fit.json"))  # fmt: skip
     err = one_line_error(argv, capsys)

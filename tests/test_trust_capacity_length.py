@@ -16,9 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-from sim.cli.capacity import _size_overrides
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import MIN_STEADY_REQUESTS, CapacitySearch, LoadKnob, caveats, judge
+from sim.planning.capacity import (
+    MIN_STEADY_REQUESTS,
+    CapacitySearch,
+    LoadKnob,
+    caveats,
+    judge,
+    run_length_overrides,
+)
 from sim.scenario import load_scenario
 
 CHAT = str(Path(__file__).resolve().parent.parent / "scenarios" / "chat.yaml")
@@ -30,11 +36,12 @@ def _requests(path: str, sets: list[str]) -> Any:
 
 def test_the_default_run_is_long_enough_to_reach_steady_state() -> None:
     assert _requests(CHAT, []) < MIN_STEADY_REQUESTS  # chat.yaml's own 2,000 ...
-    assert _requests(CHAT, _size_overrides(CHAT, [], None)) >= MIN_STEADY_REQUESTS  # ... raised
+    raised = run_length_overrides(CHAT, [], None)  # ... raised
+    assert _requests(CHAT, raised) >= MIN_STEADY_REQUESTS
     # An explicit --num-requests is the user's choice, and a longer scenario stays as it is.
-    assert _requests(CHAT, _size_overrides(CHAT, [], 1000)) == 1000
+    assert _requests(CHAT, run_length_overrides(CHAT, [], 1000)) == 1000
     longer = ["workload.num_requests=20000"]
-    assert _requests(CHAT, _size_overrides(CHAT, longer, None)) == 20000
+    assert _requests(CHAT, run_length_overrides(CHAT, longer, None)) == 20000
 
 
 def test_a_closed_loop_keeps_its_own_length(tmp_path: Path) -> None:
@@ -49,7 +56,7 @@ def test_a_closed_loop_keeps_its_own_length(tmp_path: Path) -> None:
     }
     path = tmp_path / "closed.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert _size_overrides(str(path), [], None) == []
+    assert run_length_overrides(str(path), [], None) == []
 
 
 def _record(completed: int) -> dict[str, Any]:

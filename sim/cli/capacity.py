@@ -17,7 +17,13 @@ from sim.cost.model_error import model_error_for
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import MIN_STEADY_REQUESTS, Searcher, search, upper_bound_rate_per_s
+from sim.planning.capacity import (
+    Searcher,
+    require_targets,
+    run_length_overrides,
+    search,
+    upper_bound_rate_per_s,
+)
 from sim.planning.capacity_report import (
     fleet_for,
     format_capacity,
@@ -35,47 +41,16 @@ if TYPE_CHECKING:
     from sim.planning.capacity import CapacitySearch, LoadPoint
 
 
-def _size_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
-    """``--num-requests`` as the override its workload kind needs.
-
-    By default a run of the scenario's own length, but at least
-    ``MIN_STEADY_REQUESTS`` for a synthetic workload sized by a request count:
-    shorter runs read an open loop's capacity high
-    (``sim.planning.capacity.MIN_STEADY_REQUESTS``) and measure fewer clients
-    under a cap (``MAX_CLIENTS_SHARE``). A trace is as long as it is, and
-    closed-loop users build no backlog.
-    """
-    if num_requests is not None and num_requests < 1:
-        raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
-
-    workload = load_scenario(path, sets).workload
-    if num_requests is None:
-        if (
-            workload.kind != "synthetic"
-            or workload.num_requests is None
-            or workload.num_requests >= MIN_STEADY_REQUESTS
-        ):
-            return sets
-        num_requests = MIN_STEADY_REQUESTS
-    if workload.kind == "trace":
-        return [*sets, f"workload.max_requests={num_requests}"]
-    extra = [f"workload.num_requests={num_requests}"]
-    if workload.kind == "synthetic" and workload.duration_s is not None:
-        extra.append("workload.duration_s=null")
-    return [*sets, *extra]
-
-
 def _cmd_capacity(args: argparse.Namespace) -> int:
     targets = parse_targets(args.slo or [])
-    if not targets:
-        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+    require_targets(targets)  # before any work
     if args.gpu_price_per_hour is not None and not args.gpu_price_per_hour > 0:
         raise ConfigError("--gpu-price-per-hour must be > 0")
     # A fleet is sized for a finite rate: .inf would ask for infinitely many replicas.
     if args.target_rate is not None and not 0 < args.target_rate < math.inf:
         raise ConfigError("--target-rate must be a finite number > 0 (requests per second)")
     scenario = load_scenario(
-        args.scenario, _size_overrides(args.scenario, args.set or [], args.num_requests)
+        args.scenario, run_length_overrides(args.scenario, args.set or [], args.num_requests)
     )
     out = out_folder(args.out, scenario.name)
     jobs = args.jobs

@@ -14,7 +14,7 @@ from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.plan import check_headroom, plan
+from sim.planning.plan import check_asks, plan
 from sim.planning.plan_file import load_plan_config
 from sim.planning.plan_plots import plan_caption, plot_plan
 from sim.planning.plan_report import (
@@ -34,11 +34,7 @@ if TYPE_CHECKING:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     targets = parse_targets(args.slo or [])
-    if not targets:
-        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
-    if args.target_rate is None or not args.target_rate > 0:
-        raise ConfigError("--target-rate must be > 0 (requests per second)")
-    check_headroom(args.headroom)  # before any work
+    check_asks(targets, args.target_rate, args.headroom)  # before any work
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.executor == "ray" and args.workers is not None:
@@ -82,15 +78,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
     roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
     doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
-    best_error = result.best.model_error if result.best is not None else None
-    doc["model_error"] = best_error.to_json() if best_error is not None else None
-    doc["headroom"] = {
-        "pct": args.headroom,  # null: each configuration's own, in its sized_rate_per_s
-        "source": "--headroom" if args.headroom is not None else "each configuration's model error",
-        "target_rate_per_s_asked": args.target_rate,
-    }
-    if best_error is not None and best_error.validated is None:
-        doc.setdefault("caveats", []).append(f"model error: {best_error.text}")
     source_doc = read_scenario(Path(args.scenario))
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
@@ -107,8 +94,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             "headroom: each configuration sized for the target plus its own model error "
             "(the table's column; --headroom to set one)"
         )
-    if best_error is not None and best_error.validated is None:
-        print(f"caveat: model error: {best_error.text}")
+    for caveat in doc.get("caveats", []):
+        print(f"caveat: {caveat}")
     if result.warnings:  # once in all, not once per simulation
         count = len(result.warnings)
         more = f" (and {count - 1} more, listed in plan.json)" if count > 1 else ""

@@ -44,7 +44,7 @@ from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.plan_bound import QUANTILES, Limits, length_stats, optimistic_rate_per_s
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
-from sim.scenario import Scenario, scenario_from_dict, set_dotted
+from sim.scenario import Scenario, load_scenario, scenario_from_dict, set_dotted
 from sim.workload.arrivals import MAX_CLOCK_S
 from sim.workload.generate import generate_open_loop
 
@@ -73,6 +73,40 @@ its steady backlog, so its tail latencies read low and its capacity high:
 scenarios/chat.yaml (ttft_p99_ms=500, tpot_p99_ms=50, 3 seeds) answers 27.9
 req/s from runs of 1,000 requests, 25.5 from 10,000 and 25.1 from 20,000
 (benchmarks/capacity_length_bias.py)."""
+
+
+def require_targets(targets: Sequence[SloTarget]) -> None:
+    """Refuse a search for no SLO: every load would meet it."""
+    if not targets:
+        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
+
+
+def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
+    """``--num-requests`` as the override its workload kind needs.
+
+    By default a run of the scenario's own length, but at least
+    ``MIN_STEADY_REQUESTS`` for a synthetic workload sized by a request count:
+    shorter runs read an open loop's capacity high and measure fewer clients
+    under a cap (``MAX_CLIENTS_SHARE``). A trace is as long as it is, and
+    closed-loop users build no backlog.
+    """
+    if num_requests is not None and num_requests < 1:
+        raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
+    workload = load_scenario(path, sets).workload
+    if num_requests is None:
+        if (
+            workload.kind != "synthetic"
+            or workload.num_requests is None
+            or workload.num_requests >= MIN_STEADY_REQUESTS
+        ):
+            return sets
+        num_requests = MIN_STEADY_REQUESTS
+    if workload.kind == "trace":
+        return [*sets, f"workload.max_requests={num_requests}"]
+    extra = [f"workload.num_requests={num_requests}"]
+    if workload.kind == "synthetic" and workload.duration_s is not None:
+        extra.append("workload.duration_s=null")
+    return [*sets, *extra]
 
 
 def t95(dof: int) -> float:
@@ -301,8 +335,7 @@ class Searcher:
         on_point: Callable[[LoadPoint, CapacitySearch], None] | None = None,
         bound_rate_per_s: float | None = None,
     ) -> None:
-        if not targets:
-            raise ConfigError("--slo: give at least one SLO target, e.g. ttft_p99_ms=500")
+        require_targets(targets)
         if num_seeds < 1:
             raise ConfigError(f"--seeds must be >= 1, got {num_seeds}")
         doc = scenario.model_dump(mode="json")

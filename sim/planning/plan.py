@@ -56,6 +56,7 @@ from sim.planning.capacity import (
     CapacitySearch,
     LoadPoint,
     Searcher,
+    require_targets,
     search,
     served_num_requests_needed,
     tail_requests,
@@ -179,6 +180,8 @@ class PlanResult:
     wall_s: float = 0.0
     workers: int = 1
     executor: str = "local"  # or "ray" (sim.planning.sweep_exec)
+    # --headroom in percent; None: each configuration sized for its own model error.
+    headroom_pct: float | None = 0.0
     # The scenario's own workload: best.yaml replays it at the target rate.
     workload_doc: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
@@ -807,8 +810,14 @@ def _announce(
                 on_done(outcome, result)
 
 
-def check_headroom(headroom_pct: float | None) -> None:
-    """Refuse a headroom that is not a percentage in [0, 1000)."""
+def check_asks(
+    targets: Sequence[SloTarget], target_rate_per_s: float | None, headroom_pct: float | None
+) -> None:
+    """Refuse a plan asked for no SLO, a rate not > 0 (None: not given), or a headroom
+    that is not a percentage in [0, 1000); a face calls it before any work."""
+    require_targets(targets)
+    if target_rate_per_s is None or not target_rate_per_s > 0:
+        raise ConfigError("--target-rate must be > 0 (requests per second)")
     if headroom_pct is not None and not 0 <= headroom_pct < 1000:
         raise ConfigError(f"--headroom must be a percentage in [0, 1000), got {headroom_pct:g}")
 
@@ -835,11 +844,7 @@ def plan(
     (``sim.cost.model_error``: a GPU priced by kernel tables and one on the roofline
     carry different errors)."""
     started = time.perf_counter()
-    if not targets:
-        raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
-    if not target_rate_per_s > 0:
-        raise ConfigError("--target-rate must be > 0 (requests per second)")
-    check_headroom(headroom_pct)
+    check_asks(targets, target_rate_per_s, headroom_pct)
     if scenario.workload.kind != "synthetic":
         raise ConfigError(
             f"plan: workload.kind {scenario.workload.kind!r}: the planner scales a synthetic "
@@ -919,6 +924,7 @@ def plan(
         seeds=config.seeds,
         workers=workers or default_jobs(),
         executor=executor,
+        headroom_pct=headroom_pct,
         workload_doc=scenario.model_dump(mode="json")["workload"],
     )
     coarse = [_prepare(space, c) for c in coarse_candidates(space)]

@@ -202,6 +202,7 @@ def to_json(
 ) -> dict[str, Any]:
     """Everything the plan did, for ``plan.json``."""
     best = result.best
+    error = best.model_error if best is not None else None  # the best one's cost source's
     counts = Counter(o.status for o in result.outcomes)
     doc = {
         "scenario": scenario_label,
@@ -224,7 +225,17 @@ def to_json(
         "best": outcome_doc(best) if best is not None else None,
         "ranked": [outcome_doc(o) for o in result.ranked()],
         "configurations": [outcome_doc(o) for o in result.outcomes],
+        "model_error": error.to_json() if error is not None else None,
+        "headroom": {
+            "pct": result.headroom_pct,  # null: each configuration's own, in its sized_rate_per_s
+            "source": "--headroom"
+            if result.headroom_pct is not None
+            else "each configuration's model error",
+            "target_rate_per_s_asked": result.target_rate_per_s,
+        },
     }
+    if error is not None and error.validated is None:
+        doc["caveats"] = [f"model error: {error.text}"]
     return cast(dict[str, Any], jsonable(doc))  # non-finite floats as null
 
 

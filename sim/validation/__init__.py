@@ -6,9 +6,10 @@ and compares latency distributions; ``report`` renders the comparison
 (``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders).
 ``endpoint`` measures a live OpenAI-compatible server over HTTP (aiohttp, no
 torch) into a ``servesim measure`` folder. Black-box calibration (``servesim
-calibrate --from-run``): ``fit_runs`` reads and checks measured runs, ``fit``
-fits a ``FittedCost``'s parameters by replaying them (``optimize``:
-Nelder-Mead) and cross-validates (``sim.cli.fit`` writes the artifact).
+calibrate --from-run``): ``fit_runs`` reads and checks measured runs and
+writes the artifact, ``fit`` fits a ``FittedCost``'s parameters by replaying
+them (``optimize``: Nelder-Mead) and cross-validates, ``identify`` picks the
+free parameters the runs inform (``sim.cli.fit`` parses and prints).
 
 May import: ``sim.api``, ``sim.scenario``, ``sim.metrics``, ``sim.workload``,
 ``sim.cost``, ``sim.errors``. Runs go through ``sim.api``: validation never

@@ -54,6 +54,10 @@ CPU_PARAMETERS = (
 )
 WAY_IN = "way_in_s_per_request"
 ENGINE_CPU_PARAMETERS = (*CPU_PARAMETERS, WAY_IN)
+# The scheduler's part per sequence stays at its measured value: a run prices only the sum
+# of the two per-sequence parts (structural_problem).
+DEFAULT_CPU_FREE = ("per_step_s", "sampling_per_seq_s", "non_overlapped_s")
+FIT_MODES = ("multipliers", "engine-cpu")  # --fit-kind: PARAMETERS or ENGINE_CPU_PARAMETERS
 # One unit of the search per coefficient (s): the first simplex moves each by one unit.
 CPU_UNITS_S = {
     "per_step_s": 1e-3,

@@ -1,4 +1,4 @@
-"""Measured runs for black-box calibration: read any format, check it, build its replay scenario.
+"""Measured runs for black-box calibration: read any format, check it, replay it, fit it.
 
 ``--from-run`` accepts, per path:
 
@@ -11,12 +11,15 @@ A run that records its model (or device) must match ``--model`` (``--hardware``)
 a fit to another model's latencies is refused, naming both. A run that
 records its engine settings (``run.json``'s ``engine``) is replayed with them
 on a scenario built here; a ``measure`` folder records no scheduler limits,
-so it needs ``--scenario`` (the scenario it measured).
+so it needs ``--scenario`` (the scenario it measured). ``replay_runs`` does
+all of that for ``--from-run``; ``fit_and_save`` fits them and writes the artifact.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +27,45 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
+import sim
+from sim.api import cost_model_for
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.fitted import (
+    FitParameters,
+    FitSummary,
+    FittedCostArtifact,
+    FittedParameterValues,
+    FittedProvenance,
+    FittedRunInfo,
+    rebase_paths,
+    save_fitted_artifact,
+)
+from sim.cost.fitted_cpu import (
+    EngineCpuArtifact,
+    EngineCpuFitValues,
+    EngineCpuProvenance,
+    save_engine_cpu_artifact,
+)
 from sim.cost.kernels.artifact import model_matches
+from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError
-from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec
+from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec, hardware_preset
 from sim.metrics.stats import text_dtype
-from sim.scenario import Scenario
+from sim.scenario import Scenario, load_scenario
+from sim.validation import identify
+from sim.validation.fit import (
+    OBJECTIVE,
+    OPTIMISER,
+    WAY_IN,
+    FitOutcome,
+    FitRun,
+    Target,
+    base_of,
+    cross_validate,
+    fit_free,
+    params_json,
+    target_rows,
+)
 from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
 from sim.validation.importers import import_run
 from sim.validation.match import hardware_matches, imported_engine_settings
@@ -154,3 +191,182 @@ def scenario_for_run(
         where = ".".join(str(p) for p in first["loc"])
         problem = f"recorded settings, {where}: {first['msg']}"
         raise ConfigError(f"--from-run {source}: {problem}") from None
+
+
+@dataclass(frozen=True)
+class Replays:
+    """Measured runs ready to fit: each replay, its provenance, and the base cost as the
+    scenario gave it (paths relative to ``base_dir``)."""
+
+    runs: list[FitRun]
+    infos: list[FittedRunInfo]
+    base_cost: dict[str, Any]
+    base_dir: Path
+
+
+def replay_runs(
+    sources: Sequence[str],
+    model: ModelSpec,
+    hardware_name: str | None,
+    scenario_path: str | None,
+    fit_kind: str,
+) -> Replays:
+    """Every run read, checked and ready to replay: with ``scenario_path``'s engine settings
+    and cost model, else each run's recorded settings on cost kind auto."""
+    if not sources:
+        raise ConfigError("--from-run: no runs given")
+    scenario: Scenario | None = None
+    base_dir = Path.cwd()
+    if scenario_path is not None:
+        scenario, base_dir = load_scenario(scenario_path), Path(scenario_path).parent
+        # A fitted cost is a fine base for the way in alone (engine-cpu on a whole-step
+        # cost), never for another set of multipliers on top.
+        if scenario.cost.kind == "fitted" and fit_kind == "multipliers":
+            raise ConfigError(
+                f"{scenario_path}: cost is already fitted; give the scenario of its base"
+            )
+    hardware_name = hardware_name or (scenario.hardware.name if scenario is not None else None)
+    if hardware_name is None:
+        raise ConfigError("--from-run needs --hardware (or --scenario, which names it)")
+    hardware = hardware_preset(hardware_name)
+    if scenario is not None and (scenario.model.name, scenario.hardware.name) != (
+        model.name,
+        hardware.name,
+    ):
+        raise ConfigError(
+            f"--scenario {scenario_path}: model {scenario.model.name} on "
+            f"{scenario.hardware.name}, not --model {model.name} on --hardware {hardware.name}"
+        )
+    runs, infos = [], []
+    for source in sources:
+        run = load_measured_run(source)
+        check_run(run, source, model, hardware)
+        replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
+        try:
+            # GPU-only: the fitted overhead or CPU coefficients stand for the engine's
+            # CPU work, as build_cost_model rebuilds a fitted artifact's base.
+            base = cost_model_for(replay, base_dir, engine_cpu=False)
+            with_cpu = cost_model_for(replay, base_dir)
+        except ConfigError as error:
+            raise ConfigError(f"cost: {error}") from None
+        cpu = with_cpu.cpu if isinstance(with_cpu, EngineCpuCost) else None
+        runs.append(
+            FitRun(
+                Path(source).name,
+                replay,
+                run.requests,
+                base,
+                base_dir,
+                engine_cpu=cpu,
+                arrivals_include_way_in=arrivals_include_way_in(run),
+                load=run.meta.get("load"),  # replayed under the run's own load profile
+            )
+        )
+        infos.append(
+            FittedRunInfo(
+                source=source,
+                format=str(run.meta.get("format", "imported")),
+                num_requests=len(run.requests),
+                sha256=run_digest(run.requests),
+            )
+        )
+    base_cost = scenario.cost.model_dump(mode="json") if scenario else {"kind": "auto"}
+    return Replays(runs, infos, base_cost, base_dir)
+
+
+def fit_and_save(
+    replays: Replays,
+    free: tuple[str, ...],
+    max_evaluations: int,
+    cross_validation: bool,
+    out: Path,
+    command: str,
+) -> tuple[
+    dict[str, Any], list[str], FitOutcome[FitParameters] | FitOutcome[EngineCpuFitValues], str
+]:
+    """Cross-validate (where asked), fit ``free`` on all runs and save the artifact at
+    ``out`` (``sim.cost.fitted``, or ``sim.cost.fitted_cpu`` for an engine-CPU set).
+    Returns the errors (``render`` prints them), the coefficient table (engine CPU; else
+    empty), the fit and the scenario line that uses the artifact."""
+    runs = replays.runs
+    errors: dict[str, Any] = {"objective": OBJECTIVE}
+    everything = [Target(i) for i in range(len(runs))]
+    try:
+        if cross_validation:
+            errors["cross_validation"] = cross_validate(runs, free, max_evaluations)
+        outcome = fit_free(runs, everything, free, max_evaluations)
+    except ValueError as error:  # what the runs cannot inform, or cannot split
+        raise ConfigError(f"--from-run: {error}") from None
+    errors["in_sample"] = {
+        "parameters": params_json(outcome.params),
+        "rows": target_rows(runs, everything, outcome.params, base_of(runs, free)),
+    }
+    first = runs[0]
+    common: dict[str, Any] = {
+        "tool_version": sim.__version__,
+        "created_utc": utc_now(),
+        "command": command,
+        "git_revision": git_revision(),
+        "model": first.scenario.model.name,
+        "hardware": first.scenario.hardware.name,
+        "runs": replays.infos,
+    }
+    summary = FitSummary(
+        free_parameters=list(free),
+        objective=OBJECTIVE,
+        objective_value=outcome.value,
+        base_objective_value=outcome.base_value,
+        num_evaluations=outcome.num_evaluations,
+        optimiser=OPTIMISER,
+    )
+    rebased = rebase_paths(replays.base_cost, replays.base_dir, out.parent)
+    if not isinstance(outcome.params, EngineCpuFitValues):
+        save_fitted_artifact(
+            FittedCostArtifact(
+                provenance=FittedProvenance(**common),
+                base_cost=rebased,
+                base_cost_label=first.base.label,
+                parameters=FittedParameterValues(
+                    step_overhead_s=outcome.params.step_overhead_s,
+                    prefill_multiplier=outcome.params.prefill_multiplier,
+                    decode_multiplier=outcome.params.decode_multiplier,
+                ),
+                fit=summary,
+                errors=errors,
+            ),
+            out,
+        )
+        return errors, [], outcome, f"cost: {{kind: fitted, artifact: {out}}}"
+    intervals = identify.intervals(runs, everything, free, outcome.params)
+    held_source = first.engine_cpu.source if first.engine_cpu is not None else "none"
+    held = {
+        name: value
+        for name, value in outcome.params.cpu.model_dump().items()
+        if name not in free and first.engine_cpu is not None
+    }
+    table = [
+        "Coefficients (" + identify.INTERVAL_METHOD + "):",
+        "",
+        *identify.coefficient_table(intervals, held, held_source),
+        "",
+    ]
+    save_engine_cpu_artifact(
+        EngineCpuArtifact(
+            provenance=EngineCpuProvenance(
+                **common,
+                vllm_version=first.scenario.engine.vllm_version,
+                async_scheduling=first.scenario.async_scheduling,
+            ),
+            base_cost=rebased,
+            base_cost_label=first.base.label,
+            cpu=None if all(run.engine_cpu is None for run in runs) else outcome.params.cpu,
+            way_in_s_per_request=outcome.params.way_in_s_per_request if WAY_IN in free else None,
+            fit=summary,
+            coefficients=intervals,
+            interval_method=identify.INTERVAL_METHOD,
+            held_source=held_source,
+            errors=errors,
+        ),
+        out,
+    )
+    return errors, table, outcome, f"engine: {{cpu_artifact: {out}}}"

@@ -30,13 +30,17 @@ sampling guarantee.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from sim.cost.fitted_cpu import CoefficientInterval, EngineCpuFitValues
+from sim.errors import ConfigError
 from sim.validation.fit import (
     CPU_UNITS_S,
+    DEFAULT_CPU_FREE,
+    ENGINE_CPU_PARAMETERS,
+    PARAMETERS,
     WAY_IN,
     FitRun,
     Target,
@@ -217,3 +221,82 @@ def identified(free: Sequence[str], problems: Sequence[Problem]) -> tuple[str, .
         else:
             dropped.update(names[1:])
     return tuple(name for name in free if name not in dropped)
+
+
+def free_parameters(
+    fit_kind: str, free_given: str | None, runs: Sequence[FitRun]
+) -> tuple[str, ...]:
+    """``--free`` (``free_given``), or the mode's default for these runs; ConfigError when
+    it mixes modes. An engine-CPU set is then checked for what the runs identify
+    (``identified_free``)."""
+    choices = ENGINE_CPU_PARAMETERS if fit_kind == "engine-cpu" else PARAMETERS
+    if free_given is not None:
+        free = tuple(name.strip() for name in free_given.split(",") if name.strip())
+        if not free or any(name not in choices for name in free):
+            raise ConfigError(
+                f"--free {free_given!r} with --fit-kind {fit_kind}: "
+                f"choose from {', '.join(choices)}"
+            )
+        return free
+    if fit_kind == "multipliers":
+        return PARAMETERS
+    way_in = (WAY_IN,) if all(run.arrivals_include_way_in for run in runs) else ()
+    if all(run.engine_cpu is None for run in runs):
+        if not way_in:
+            raise ConfigError(
+                f"--fit-kind engine-cpu: {runs[0].base.label} times whole steps (no engine CPU "
+                "to fit) and the runs' arrivals are the engine's queue times (no way in)"
+            )
+        return way_in
+    return (*DEFAULT_CPU_FREE, *way_in)
+
+
+def identified_free(
+    runs: Sequence[FitRun],
+    free: tuple[str, ...],
+    free_given: str | None,
+    note: Callable[[str], None],
+) -> tuple[str, ...]:
+    """The engine-CPU ``free`` set the runs identify: a set given with ``--free``
+    (``free_given``) must be, else ConfigError naming the term and why; the default set
+    loses what is not, each said to ``note`` in one line. Every refusal reads
+    ``--from-run: ...`` (a ConfigError is a ValueError, as a fit of none raises)."""
+    everything = [Target(i) for i in range(len(runs))]
+    try:
+        problems = identification_problems(runs, everything, free)
+        if not problems:
+            return free
+        if free_given is not None:
+            raise ConfigError(f"--free {free_given}: {problems[0][1]}")
+        kept = identified(free, problems)
+        for _, why in problems:
+            note(f"not fitted: {why}")
+        if not kept:
+            raise ConfigError("--fit-kind engine-cpu: the runs identify none of " + ", ".join(free))
+    except ValueError as error:
+        raise ConfigError(f"--from-run: {error}") from None
+    return kept
+
+
+def coefficient_table(
+    rows: Sequence[CoefficientInterval], held: dict[str, float], held_source: str
+) -> list[str]:
+    """Markdown: every CPU coefficient, fitted with its interval, or held with its source."""
+    lines = [
+        "| coefficient | value | std error | 95 % interval | source |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        error = "n/a" if row.std_error_s is None else f"{row.std_error_s * 1e6:.2f} us"
+        span = (
+            "n/a"
+            if row.low_s is None or row.high_s is None
+            else f"{row.low_s * 1e6:.2f} .. {row.high_s * 1e6:.2f} us"
+        )
+        lines.append(
+            f"| {row.name} | {row.value_s * 1e6:.2f} us | {error} | {span} | "
+            f"fitted ({row.degrees_of_freedom} degrees of freedom) |"
+        )
+    for name, value in held.items():
+        lines.append(f"| {name} | {value * 1e6:.2f} us | — | — | held: {held_source} |")
+    return lines
