@@ -30,7 +30,8 @@ Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
 cached or not, wait in one queue. ``free`` appends a request's blocks that no
 other request references, tail first (``reversed``), so its deepest blocks are
 evicted first; from vLLM 0.24 (``free_unhashed_first``) those vLLM has not hashed (past
-the request's computed tokens' whole blocks: its last, partly filled one) go to the
+the request's computed tokens' whole blocks: its last, partly filled one; under async
+scheduling a decode's in-flight token is not counted, ``EngineCore.preempt``) go to the
 head instead, deepest first, to be evicted before any other. Allocation pops from
 the head and evicts the popped block's key;
 a hit on a free cached block takes it out of the queue (``touch``). Blocks are
