@@ -30,7 +30,8 @@ Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
 cached or not, wait in one queue. ``free`` appends a request's blocks that no
 other request references, tail first (``reversed``), so its deepest blocks are
 evicted first; from vLLM 0.24 (``free_unhashed_first``) those vLLM has not hashed (past
-the request's computed tokens' whole blocks: its last, partly filled one) go to the
+the request's computed tokens' whole blocks: its last, partly filled one; under async
+scheduling a decode's in-flight token is not counted, ``EngineCore.preempt``) go to the
 head instead, deepest first, to be evicted before any other. Allocation pops from
 the head and evicts the popped block's key;
 a hit on a free cached block takes it out of the queue (``touch``). Blocks are
@@ -160,8 +161,10 @@ class BlockPool:
             )
         return missing
 
-    def free(self, request: Request) -> None:
-        """Return all of ``request``'s blocks to the pool."""
+    def free(self, request: Request, num_unhashed_tokens: int = 0) -> None:
+        """Return all of ``request``'s blocks to the pool. ``num_unhashed_tokens``: its
+        last computed tokens whose ids vLLM did not know when it last hashed its blocks
+        (async scheduling, ``EngineCore.preempt``); only prefix caching reads it."""
         self.num_free_blocks += request.num_blocks
         request.num_blocks = 0
 
@@ -335,7 +338,7 @@ class PrefixCachingPool(BlockPool):
         if not self._still_filling(request):
             del self._filling[rid]
 
-    def free(self, request: Request) -> None:
+    def free(self, request: Request, num_unhashed_tokens: int = 0) -> None:
         owed = self._queue.size - self.num_free_blocks
         if owed > 0:  # _settle, inlined (hot path)
             self._loose += self._pop(owed)
@@ -352,16 +355,19 @@ class PrefixCachingPool(BlockPool):
         # Own keys matter only to a request that may come back (preempted, not finished);
         # a finished plain request has nothing to cache (no shareable prefix).
         unfinished = request.num_generated_tokens < request.num_output_tokens
-        num_computed = min(request.num_computed_tokens, request.num_tokens)
+        # The tokens vLLM hashed: the computed ones, less those it had no ids for.
+        num_hashed_tokens = (
+            min(request.num_computed_tokens, request.num_tokens) - num_unhashed_tokens
+        )
         if unfinished or request.prefix_group is not None or request.block_hash_ids is not None:
-            self._register(request, num_computed, unfinished)
+            self._register(request, num_hashed_tokens, unfinished)
         del self._blocks[rid]
         num_keyed = self._num_hashed.pop(rid, 0)  # the leading blocks are the keyed ones
         queue = self._queue
         if self.free_unhashed_first:
-            # vLLM hashed every block its computed tokens fill (servesim keys a finished
+            # vLLM hashed every block those tokens fill (servesim keys a finished
             # request's own blocks never): the rest, unkeyed, go to the head, deepest first.
-            num_hashed = max(num_keyed, num_computed // self.block_size_tokens)
+            num_hashed = max(num_keyed, num_hashed_tokens // self.block_size_tokens)
             if num_hashed < len(blocks):
                 unhashed = blocks[num_hashed:]
                 del blocks[num_hashed:]

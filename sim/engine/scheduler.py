@@ -565,7 +565,7 @@ class EngineCore:
     # -- preemption --------------------------------------------------------
     def preempt(self, request: Request) -> None:
         """Recompute preemption: drop the KV cache, requeue at the front."""
-        self.kv.free(request)
+        self.kv.free(request, self._num_unhashed_tokens(request))
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         self.waiting.appendleft(request)
@@ -573,10 +573,33 @@ class EngineCore:
     def swap_out(self, request: Request) -> None:
         """Swap preemption: free the GPU blocks but keep the computed tokens
         (their KV now lives in CPU memory, see ``sim.engine.kv_cache``); requeue at the front."""
-        self.kv.free(request)
+        self.kv.free(request, self._num_unhashed_tokens(request))
         request.num_preemptions += 1
         request.num_swaps += 1
         self.waiting.appendleft(request)
+
+    def _num_unhashed_tokens(self, request: Request) -> int:
+        """Of ``request``'s computed tokens, those vLLM has no block hash for when it
+        preempts it in the plan being made: under async scheduling, the token the
+        step in flight (servesim's last step) computed, if the step before sampled it.
+
+        vLLM (0.24, as every release with async scheduling) caches a request's full
+        blocks in ``KVCacheManager.allocate_slots`` up to ``min(num_computed_tokens +
+        num_new_tokens, request.num_tokens)``, the token ids it knows, and in
+        ``AsyncScheduler._update_request_with_output`` up to ``num_computed_tokens -
+        num_output_placeholders``; a preemption comes before the victim's own
+        ``allocate_slots``. So with ``c`` tokens computed after the step in flight, a
+        request that sampled in that step and the one before (a decode: its input
+        token was a placeholder when the step was planned) has ``c - 1`` tokens
+        hashed, one that did not sample in the step before (a prefill's last chunk:
+        prompt ids are known) or in the step in flight (a chunk) all ``c``."""
+        if not self.async_scheduling or request.last_token_step != self.num_steps - 1:
+            return 0
+        # Its last run of tokens (sim.engine.tokens) began at its first token, or at
+        # the token after the last break; two or more: it sampled in the step before.
+        runs = self.later_runs.get(request.request_id)
+        num_before_run = runs[-1][1] if runs else 0
+        return int(request.num_generated_tokens - num_before_run >= 2)
 
     # -- logs --------------------------------------------------------------
     def new_logs(self) -> None:
