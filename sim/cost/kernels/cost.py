@@ -487,19 +487,30 @@ class KernelCost:
         return one + (b - 1) * self._prefill_attn(chunk, cached)
 
     def prefill_attention_s(self, shape: StepShape) -> float:
-        """One layer's attention over the step's prefill chunks, without its decodes."""
+        """One layer's attention over the step's prefill chunks, without its decodes.
+
+        Never below the decode attention of its chunks' sequences at their cached
+        contexts (``p + 1`` for a chunk after ``p`` cached tokens: the decode the chunk
+        extends), as a floor: the chunk reads that KV and more, with more queries.
+        It binds for short chunks after long contexts (a speculative verification of
+        ``k + 1`` tokens), where scaling a whole prompt's time by attention pairs
+        leaves out the KV read that bounds them."""
         b = shape.num_prefill_seqs
         if b == 0 or shape.num_prefill_tokens == 0:
             return 0.0
         chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
         if self._mixed:
-            return b * self._prefill_attn(chunk, cached)
-        total = chunk + cached
-        full = self._prefill_attn(float(b), total)
-        pairs_full = b * total * (total + 1.0) / 2.0
-        scaled = full * shape.prefill_attention_pairs / pairs_full
-        floor = self._prefill_attn(float(b), chunk)
-        return scaled if scaled > floor else floor
+            chunks_s = b * self._prefill_attn(chunk, cached)
+        else:
+            total = chunk + cached
+            full = self._prefill_attn(float(b), total)
+            pairs_full = b * total * (total + 1.0) / 2.0
+            scaled = full * shape.prefill_attention_pairs / pairs_full
+            floor = self._prefill_attn(float(b), chunk)
+            chunks_s = scaled if scaled > floor else floor
+        cached_contexts = shape.prefill_kv_read_tokens - shape.num_prefill_tokens + b
+        decode_s = self.decode_attention_s(b, cached_contexts)
+        return chunks_s if chunks_s > decode_s else decode_s
 
     def decode_attention_s(
         self,
