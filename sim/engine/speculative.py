@@ -31,6 +31,15 @@ random stream, and the mean is exactly ``E``; the spread of a real acceptance
 process is not modelled. Draft tokens are always ``k`` (a real engine does
 not know where a request ends).
 
+n-gram misses. vLLM's n-gram proposer drafts nothing for a sequence whose last
+n-gram has no earlier match. With ``match_probability`` ``q < 1`` each decoding
+sequence's step finds a match with probability ``q``, drawn from the
+generator the run gives its policy (same seed, same draws); a miss emits one
+token, is listed in ``SchedulerOutput.undrafted`` (its step's shape holds it
+as a one-token chunk, not a decode the cost turns into a ``k + 1``-token
+verification) and does not advance the request's schedule above, so ``E``
+applies to matched steps only and a step emits ``1 − q + q E`` on average.
+
 Token times: the tokens of one step are all emitted at its end (gaps of 0
 between them). ``ITL`` counts one gap per step and request, as
 ``vllm bench serve`` does with streamed chunks that carry several tokens, so
