@@ -116,7 +116,7 @@ def run(
         scenario = overridden(scenario, overrides, source, base)
     rng = np.random.default_rng(scenario.seed)
     try:
-        engine = engine_for(scenario, base)
+        engine = engine_for(scenario, base, rng)
     except ConfigError as error:  # e.g. a bad artifact, or the model does not fit
         raise ConfigError(f"{source}: {error}") from None
     if wrap_cost is not None:

@@ -181,8 +181,12 @@ def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> Co
     )
 
 
-def engine_for(scenario: Scenario, base_dir: Path | None = None) -> ReplicaConfig:
-    """Everything a replica needs, built from the scenario (its core: ``core_config_for``)."""
+def engine_for(
+    scenario: Scenario, base_dir: Path | None = None, rng: np.random.Generator | None = None
+) -> ReplicaConfig:
+    """Everything a replica needs, built from the scenario (its core: ``core_config_for``);
+    speculative proposers draw from generators spawned from ``rng`` (given: the run's;
+    otherwise the scenario seed's)."""
     engine = ReplicaConfig(
         core_config_for(scenario),
         cost_model_for(scenario, base_dir),
@@ -191,7 +195,11 @@ def engine_for(scenario: Scenario, base_dir: Path | None = None) -> ReplicaConfi
     )
     if scenario.speculative is not None:
         engine = with_speculation(
-            engine, scenario.speculative, scenario.hardware, model_for(scenario)
+            engine,
+            scenario.speculative,
+            scenario.hardware,
+            model_for(scenario),
+            np.random.default_rng(scenario.seed) if rng is None else rng,
         )
     return engine
 

@@ -6,8 +6,9 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
     step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s          [s]
 
 - ``verify_s``: the target's forward pass with each decoding sequence a chunk
-  of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``),
-  priced by the target's own cost model;
+  of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``; an
+  n-gram miss comes as a one-token chunk, ``sim.engine.speculative``), priced
+  by the target's own cost model;
 - ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over the
   ``k + 1`` verified tokens of each sequence, then ``k - 1`` one-token
   passes (vLLM's ``EagleProposer.propose``), of its model: a ``draft_model``

@@ -159,6 +159,11 @@ class SchedulerOutput:
     beyond its one scheduled token. The simulator draws acceptance when it
     schedules, so it schedules (and gives KV blocks to) only the accepted drafts:
     vLLM's field less what its sampler rejects. Absent: plain decoding.
+    ``undrafted``: speculative decoding only: the decoding requests the proposer
+    drafted nothing for (an n-gram proposer that found no match), which verify
+    their one token in the step's forward pass (in its shape a one-token chunk
+    beside the others' verifications, not a decode a speculative cost turns into
+    a ``k + 1``-token verification).
     ``preempted``: the requests this step's planning preempted (vLLM's
     ``preempted_req_ids``), in preemption order.
     ``extra_s``: seconds the step takes beyond the cost model's compute time,
@@ -167,6 +172,7 @@ class SchedulerOutput:
 
     scheduled: Scheduled = field(default_factory=list)
     scheduled_spec_decode_tokens: dict[Request, int] = field(default_factory=dict)
+    undrafted: set[Request] = field(default_factory=set)
     preempted: list[Request] = field(default_factory=list)
     extra_s: float = 0.0
 
@@ -179,12 +185,15 @@ NO_PADDING: tuple[int, ...] = ()  # a policy whose steps compute no discarded sl
 
 
 def scheduled_shape(
-    scheduled: Scheduled, padding_contexts: Sequence[int] = NO_PADDING
+    scheduled: Scheduled,
+    padding_contexts: Sequence[int] = NO_PADDING,
+    undrafted: set[Request] | frozenset[Request] = frozenset(),
 ) -> StepShape:
     """The cost-relevant shape of a step that computes ``scheduled`` (before it
     runs: each request's counters are the step's inputs), plus decode slots
     that compute a discarded token at the contexts ``padding_contexts``
-    (static batching's finished members)."""
+    (static batching's finished members); ``undrafted`` decodes are one-token
+    chunks (``SchedulerOutput``)."""
     num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
     num_decode_seqs = len(padding_contexts)
     context = sum(padding_contexts)
@@ -192,7 +201,7 @@ def scheduled_shape(
     shortest = min(padding_contexts, default=0)
     for request, num_new in scheduled:
         cached = request.num_computed_tokens
-        if num_new == 1 and request.num_generated_tokens > 0:
+        if num_new == 1 and request.num_generated_tokens > 0 and request not in undrafted:
             this = cached + 1
             if not num_decode_seqs or this < shortest:
                 shortest = this
@@ -426,7 +435,9 @@ class EngineCore:
 
     def step_shape(self, output: SchedulerOutput) -> StepShape:
         """What ``output``'s step computes, as a cost model prices it (before ``update``)."""
-        return scheduled_shape(output.scheduled, self.policy.padding_contexts(self))
+        return scheduled_shape(
+            output.scheduled, self.policy.padding_contexts(self), output.undrafted
+        )
 
     def wake_at_s(self) -> float | None:
         """After an empty output: the policy's wake-up time (s), or None."""

@@ -31,6 +31,15 @@ random stream, and the mean is exactly ``E``; the spread of a real acceptance
 process is not modelled. Draft tokens are always ``k`` (a real engine does
 not know where a request ends).
 
+n-gram misses. vLLM's n-gram proposer drafts nothing for a sequence whose last
+n-gram has no earlier match. With ``match_probability`` ``q < 1`` each decoding
+sequence's step finds a match with probability ``q``, drawn from the
+generator the run gives its policy (same seed, same draws); a miss emits one
+token, is listed in ``SchedulerOutput.undrafted`` (its step's shape holds it
+as a one-token chunk, not a decode the cost turns into a ``k + 1``-token
+verification) and does not advance the request's schedule above, so ``E``
+applies to matched steps only and a step emits ``1 − q + q E`` on average.
+
 Token times: the tokens of one step are all emitted at its end (gaps of 0
 between them). ``ITL`` counts one gap per step and request, as
 ``vllm bench serve`` does with streamed chunks that carry several tokens, so
@@ -51,6 +60,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.cost.base import CostModel
@@ -83,9 +93,18 @@ class SpeculativeConfig(BaseModel):
     method: ProposerKind | None = None
     draft_model: ModelRef | None = None
     draft_cost_fraction: float | None = Field(default=None, gt=0, le=1)
+    # n-gram only: the probability that a decoding sequence's last n-gram has an
+    # earlier match, so the proposer drafts k tokens; otherwise it drafts none and
+    # the sequence verifies its one token (vLLM's NgramProposer). Default 1.0:
+    # every step matches (the upper bound). A workload's figure comes from its
+    # traces: docs/speculative.md has SpecDecode-Bench's, 0.33 (ShareGPT) and
+    # 0.88 (InstructCoder) for Llama-3.1-8B.
+    match_probability: float = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _one_draft_cost(self) -> SpeculativeConfig:
+        if "match_probability" in self.model_fields_set and self.method != "ngram":
+            raise ValueError("match_probability is the ngram method's (set method: ngram)")
         if self.method is None or self.method == "draft_model":
             if self.method == "draft_model" and self.draft_model is None:
                 raise ValueError("method draft_model needs a draft_model")
@@ -106,7 +125,10 @@ class SpeculativeConfig(BaseModel):
 
     @property
     def expected_tokens_per_step(self) -> float:
-        return expected_tokens_per_step(self.num_draft_tokens, self.acceptance_rate)
+        """Mean tokens a decode step emits: ``E(k, α)`` when the proposer drafts,
+        one when it finds no match (probability ``1 − match_probability``)."""
+        drafted = expected_tokens_per_step(self.num_draft_tokens, self.acceptance_rate)
+        return 1.0 + self.match_probability * (drafted - 1.0)
 
 
 def expected_tokens_per_step(num_draft_tokens: int, acceptance_rate: float) -> float:
@@ -155,9 +177,14 @@ class SpeculativeScheduler:
     # vLLM turns async scheduling off with speculative decoding: planned step by step.
     async_scheduling = False
 
-    def __init__(self, inner: Scheduler, config: SpeculativeConfig) -> None:
+    def __init__(
+        self, inner: Scheduler, config: SpeculativeConfig, rng: np.random.Generator
+    ) -> None:
         self.inner = inner
-        self.expected = config.expected_tokens_per_step
+        # tokens a step emits when the proposer drafts (matched steps only)
+        self.expected = expected_tokens_per_step(config.num_draft_tokens, config.acceptance_rate)
+        self.match_probability = config.match_probability
+        self.rng = rng  # the n-gram proposer's match draws (none at probability 1)
         self._num_steps: dict[int, int] = {}  # request_id -> speculative steps so far
 
     def padding_contexts(self, core: CoreView) -> Sequence[int]:
@@ -173,9 +200,13 @@ class SpeculativeScheduler:
         kv = core.kv
         capacity_per_block = kv.block_size_tokens
         kept = output.scheduled_spec_decode_tokens
+        matching = self.match_probability < 1.0
         for request, _ in output.scheduled:
             if not request.is_decoding:
                 continue  # a prefill chunk: the plain token-counter rule
+            if matching and self.rng.random() >= self.match_probability:
+                output.undrafted.add(request)  # no match: nothing drafted, one token
+                continue
             step = self._num_steps.get(request.request_id, 0)
             wanted = tokens_at_step(phase(request.request_id), step, self.expected)
             left = request.num_output_tokens - request.num_generated_tokens

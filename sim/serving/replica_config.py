@@ -91,14 +91,16 @@ def with_speculation(
     speculative: SpeculativeConfig,
     hardware: HardwareSpec,
     model: ModelSpec,
+    rng: np.random.Generator,
 ) -> ReplicaConfig:
     """``config`` with its cost model and policies made speculative (``model``: the
     target's spec on ``hardware``, from which an EAGLE head and the rejection
-    sampler's vocabulary are priced)."""
+    sampler's vocabulary are priced; each policy's proposer draws from a generator
+    spawned from ``rng``)."""
     make_inner = config.core.make_policy
 
     def make_policy() -> Scheduler:
-        return SpeculativeScheduler(make_inner(), speculative)
+        return SpeculativeScheduler(make_inner(), speculative, rng.spawn(1)[0])
 
     return replace(
         config,

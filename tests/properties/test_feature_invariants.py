@@ -167,7 +167,11 @@ def simulate(
     )
     if speculative is not None:
         engine = with_speculation(
-            engine, speculative, hardware_preset("h100"), model_preset("llama-3-8b")
+            engine,
+            speculative,
+            hardware_preset("h100"),
+            model_preset("llama-3-8b"),
+            np.random.default_rng(0),
         )
     make_inner = engine.core.make_policy
     checked = replace(engine.core, make_policy=lambda: Checked(make_inner(), setup, caching).inner)

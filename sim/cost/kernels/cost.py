@@ -488,19 +488,35 @@ class KernelCost:
         return one + (b - 1) * self._prefill_attn(chunk, cached)
 
     def prefill_attention_s(self, shape: StepShape) -> float:
-        """One layer's attention over the step's prefill chunks, without its decodes."""
+        """One layer's attention over the step's prefill chunks, without its decodes.
+
+        Chunks no longer than their cached context (in the step's sums: the
+        KV-read-bound regime of a speculative verification of ``k + 1`` tokens, or
+        a prefix-cache hit's last tokens) are never priced below the decode
+        attention of their sequences at their cached contexts (``p + 1`` after ``p``
+        cached: the decode the chunk extends), as a floor: such a chunk reads that
+        KV and more, with more queries, where scaling a whole prompt's time by
+        attention pairs leaves the KV read out. Longer chunks are compute-bound and
+        extend no decode (the decode table's time at a small KV is its kernel's
+        fixed cost, not a bound on another kernel): no floor."""
         b = shape.num_prefill_seqs
         if b == 0 or shape.num_prefill_tokens == 0:
             return 0.0
         chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
         if self._mixed:
-            return b * self._prefill_attn(chunk, cached)
-        total = chunk + cached
-        full = self._prefill_attn(float(b), total)
-        pairs_full = b * total * (total + 1.0) / 2.0
-        scaled = full * shape.prefill_attention_pairs / pairs_full
-        floor = self._prefill_attn(float(b), chunk)
-        return scaled if scaled > floor else floor
+            chunks_s = b * self._prefill_attn(chunk, cached)
+        else:
+            total = chunk + cached
+            full = self._prefill_attn(float(b), total)
+            pairs_full = b * total * (total + 1.0) / 2.0
+            scaled = full * shape.prefill_attention_pairs / pairs_full
+            floor = self._prefill_attn(float(b), chunk)
+            chunks_s = scaled if scaled > floor else floor
+        num_cached = shape.prefill_kv_read_tokens - shape.num_prefill_tokens
+        if num_cached < shape.num_prefill_tokens:
+            return chunks_s
+        decode_s = self.decode_attention_s(b, num_cached + b)
+        return chunks_s if chunks_s > decode_s else decode_s
 
     def decode_attention_s(
         self,
