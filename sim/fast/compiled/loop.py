@@ -368,18 +368,32 @@ def prefill_attention_s(
     tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, pairs: int,
     kv_read: int,
 ) -> float:  # fmt: skip
-    """``KernelCost.prefill_attention_s`` (a prefill in the step); NaN past a grid."""
+    """``KernelCost.prefill_attention_s`` (a prefill in the step, with its decode
+    floor for chunks no longer than their cached context); NaN past a grid."""
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
     if layout[PROFILE_ATTENTION]:
-        return prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
-    total = chunk + cached
-    full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
-    pairs_full = prefill_seqs * total * (total + 1.0) / 2.0
-    scaled = full * pairs / pairs_full
-    floor = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), chunk)
-    if full != full or floor != floor:
+        chunks_s = prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
+    else:
+        total = chunk + cached
+        full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
+        pairs_full = prefill_seqs * total * (total + 1.0) / 2.0
+        scaled = full * pairs / pairs_full
+        floor = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), chunk)
+        if full != full or floor != floor:
+            return np.nan
+        chunks_s = scaled if scaled > floor else floor
+    num_cached = kv_read - prefill_tokens
+    if num_cached < prefill_tokens:
+        return chunks_s
+    # ``KernelCost.decode_attention_s(b, num_cached + b)``: no longest or shortest
+    # context given (0), as there.
+    kv = (num_cached + prefill_seqs - layout[DECODE_HISTORY] * prefill_seqs) / prefill_seqs
+    decode_s = grid_point(tables, layout, DECODE_GRID, float(prefill_seqs), kv)
+    if layout[HAS_SKEW] and decode_s == decode_s:
+        decode_s = skewed_decode_s(tables, layout, decode_s, prefill_seqs, kv, 0, 0)
+    if decode_s != decode_s:
         return np.nan
-    return scaled if scaled > floor else floor
+    return chunks_s if chunks_s > decode_s else decode_s
 
 
 def mixed_attention_s(
