@@ -311,6 +311,18 @@ def skewed_decode_s(
     return blend_s(mean_s, max_s, alpha)
 
 
+def decode_attention_s(
+    tables: FloatArray, layout: IntArray, num_seqs: int, context: int, max_context: int,
+    min_context: int,
+) -> float:  # fmt: skip
+    """``KernelCost.decode_attention_s`` (``num_seqs`` > 0); NaN past a grid."""
+    kv = (context - layout[DECODE_HISTORY] * num_seqs) / num_seqs
+    mean_s = grid_point(tables, layout, DECODE_GRID, float(num_seqs), kv)
+    if layout[HAS_SKEW] and mean_s == mean_s:
+        return skewed_decode_s(tables, layout, mean_s, num_seqs, kv, max_context, min_context)
+    return mean_s
+
+
 def prefill_chunk(prefill_seqs: int, prefill_tokens: int, kv_read: int) -> tuple[float, float]:
     """``sim.cost.kernels.ops.prefill_chunk``."""
     chunk = prefill_tokens / prefill_seqs
@@ -347,13 +359,9 @@ def kernel_gpu_s(
             )
         decode = 0.0
         if decode_seqs != 0:
-            history = context - layout[DECODE_HISTORY] * decode_seqs
-            kv = history / decode_seqs
-            decode = grid_point(tables, layout, DECODE_GRID, float(decode_seqs), kv)
-            if layout[HAS_SKEW] and decode == decode:
-                decode = skewed_decode_s(
-                    tables, layout, decode, decode_seqs, kv, max_context, min_context
-                )
+            decode = decode_attention_s(
+                tables, layout, decode_seqs, context, max_context, min_context
+            )
             if layout[HAS_MIXED_FACTOR] and prefill_tokens != 0:
                 decode = decode * mixed_decode_factor(
                     tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context
@@ -385,12 +393,8 @@ def prefill_attention_s(
     num_cached = kv_read - prefill_tokens
     if num_cached < prefill_tokens:
         return chunks_s
-    # ``KernelCost.decode_attention_s(b, num_cached + b)``: no longest or shortest
-    # context given (0), as there.
-    kv = (num_cached + prefill_seqs - layout[DECODE_HISTORY] * prefill_seqs) / prefill_seqs
-    decode_s = grid_point(tables, layout, DECODE_GRID, float(prefill_seqs), kv)
-    if layout[HAS_SKEW] and decode_s == decode_s:
-        decode_s = skewed_decode_s(tables, layout, decode_s, prefill_seqs, kv, 0, 0)
+    # As ``KernelCost``: no longest or shortest context given (0).
+    decode_s = decode_attention_s(tables, layout, prefill_seqs, num_cached + prefill_seqs, 0, 0)
     if decode_s != decode_s:
         return np.nan
     return chunks_s if chunks_s > decode_s else decode_s
@@ -1032,6 +1036,7 @@ def compile_run() -> Any:
         "skew_alpha",
         "blend_s",
         "skewed_decode_s",
+        "decode_attention_s",
         "prefill_chunk",
         "prefill_attention_s",
         "mixed_attention_s",
