@@ -14,18 +14,15 @@ version (``sim.scenario.vllm_versions``, ``PrefixCachingPool``'s
 
 from __future__ import annotations
 
-from typing import cast
-
 import numpy as np
 import pytest
 from compiled_runs import assert_identical, simulate
 from hypothesis import given
 from hypothesis import strategies as st
 from pool_state import free_queue, num_evictable_blocks, queue_blocks
-from prefix_pool_reference import ReferencePrefixPool
 from scenario_docs import small_doc
-from test_prefix_cache_properties import Driver, act
-from test_prefix_cache_reference import SETTINGS, ListQueue, actions, specs, state
+from test_prefix_cache_properties import act
+from test_prefix_cache_reference import SETTINGS, ListQueue, actions, specs, state, twins
 
 from sim.api.build import core_config_for
 from sim.cost.roofline import RooflineCost
@@ -211,26 +208,6 @@ def test_the_free_queue_with_a_head_pops_what_a_plain_list_would(
 # -- the pool against the per-block reference, under 0.24's order ----------------------
 
 
-def twins_0_24(
-    specs: list[tuple[int, int, int | None, int]], num_blocks: int, block_size: int
-) -> tuple[Driver, Driver]:
-    """As ``test_prefix_cache_reference.twins``, both pools freeing as vLLM 0.24."""
-    fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
-    drivers = []
-    for pool in (
-        PrefixCachingPool(num_blocks, block_size, free_unhashed_first=True),
-        ReferencePrefixPool(num_blocks, block_size, free_unhashed_first=True),
-    ):
-        waiting = []
-        for i, (prompt, output, group, shared) in enumerate(fits):
-            request = Request(i, 0.0, prompt, output)
-            if group is not None:
-                request.prefix_group, request.num_shared_prefix_tokens = group, shared
-            waiting.append(request)
-        drivers.append(Driver(cast(BlockPool, pool), waiting))
-    return drivers[0], drivers[1]
-
-
 @SETTINGS
 @given(
     specs=specs,
@@ -244,7 +221,7 @@ def test_the_bulk_pool_frees_as_the_per_block_reference_under_0_24(
     num_blocks: int,
     block_size: int,
 ) -> None:
-    fast, slow = twins_0_24(specs, num_blocks, block_size)
+    fast, slow = twins(specs, num_blocks, block_size, free_unhashed_first=True)
     for action in plan:
         act(fast, action)
         act(slow, action)

@@ -55,13 +55,18 @@ def twin(
 
 
 def twins(
-    specs: list[tuple[int, int, int | None, int]], num_blocks: int, block_size: int
+    specs: list[tuple[int, int, int | None, int]],
+    num_blocks: int,
+    block_size: int,
+    *,
+    free_unhashed_first: bool = False,
 ) -> tuple[Driver, Driver]:
     """The pool under test and the reference, each driving the requests of ``specs``
-    that fit in ``num_blocks`` blocks."""
+    that fit in ``num_blocks`` blocks (``free_unhashed_first``: both free as vLLM 0.24)."""
     fits = [s for s in specs if -(-(s[0] + s[1]) // block_size) <= num_blocks]
-    fast = twin(PrefixCachingPool(num_blocks, block_size), fits)
-    return fast, twin(ReferencePrefixPool(num_blocks, block_size), fits)
+    fast = twin(PrefixCachingPool(num_blocks, block_size, free_unhashed_first), fits)
+    slow = ReferencePrefixPool(num_blocks, block_size, free_unhashed_first=free_unhashed_first)
+    return fast, twin(slow, fits)
 
 
 def state(driver: Driver) -> tuple[object, ...]:
