@@ -57,6 +57,24 @@ def kernel_gpus() -> tuple[KernelCost, ...]:
     )
 
 
+# The engine's CPU work around a GPU step, for the bit-for-bit checks: shorter than
+# the step (a few µs a sequence) and longer (ms a sequence, so max() picks either side).
+LIGHT = EngineCpuConfig(
+    per_step_s=4e-4,
+    scheduler_per_seq_s=1.3e-5,
+    sampling_per_seq_s=0.0,
+    per_token_s=1e-7,
+    non_overlapped_s=1e-4,
+)
+HEAVY = EngineCpuConfig(
+    per_step_s=3e-3,
+    scheduler_per_seq_s=2e-3,
+    sampling_per_seq_s=0.0,
+    per_token_s=3e-6,
+    non_overlapped_s=7e-4,
+)
+
+
 def kernel_costs(light: EngineCpuConfig, heavy: EngineCpuConfig) -> list[CostModel]:
     """``kernel_gpus``, bare and inside the engine's CPU work (``light`` and ``heavy``
     coefficients, overlapped and serial)."""

@@ -18,14 +18,13 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from compiled_runs import assert_identical, kernel_costs, kernel_gpus, simulate
+from compiled_runs import HEAVY, LIGHT, assert_identical, kernel_costs, kernel_gpus, simulate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a fixture)
 
 from sim.cost import tabulate as kernels
 from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
-from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.grid import Grid
@@ -40,20 +39,6 @@ from sim.serving.simulation import OpenLoop, Simulation
 from sim.workload.generate import RequestArrays
 
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
-LIGHT = EngineCpuConfig(
-    per_step_s=4e-4,
-    scheduler_per_seq_s=1.3e-5,
-    sampling_per_seq_s=0.0,
-    per_token_s=1e-7,
-    non_overlapped_s=1e-4,
-)
-HEAVY = EngineCpuConfig(
-    per_step_s=3e-3,
-    scheduler_per_seq_s=2e-3,
-    sampling_per_seq_s=0.0,
-    per_token_s=3e-6,
-    non_overlapped_s=7e-4,
-)
 COSTS = kernel_costs(LIGHT, HEAVY)  # kernel_gpus(), then some inside the CPU work
 NUM_GPUS = len(kernel_gpus())
 MAX_NUM_SEQS, MAX_TOKENS = 64, 2048

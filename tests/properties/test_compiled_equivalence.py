@@ -22,13 +22,13 @@ from functools import partial
 from typing import cast
 
 import pytest
-from compiled_runs import assert_identical, kernel_costs, simulate
+from compiled_runs import HEAVY, LIGHT, assert_identical, kernel_costs, simulate
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from test_invariants import SETTINGS, workloads
 
 from sim.cost.base import CostModel
-from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
+from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
 from sim.cost.roofline import RooflineCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, Scheduler
@@ -41,22 +41,6 @@ from sim.workload.generate import RequestArrays
 HAS_NUMBA = importlib.util.find_spec("numba") is not None
 # Step times from well under the arrival gaps (~0.1 s) to well over them.
 ROOFLINES = [RooflineCost(model_preset("llama-3-8b"), hardware_preset(n)) for n in ("h100", "l4")]
-# The engine's CPU work around them: overlapped and serial, shorter than the GPU
-# step (a few µs a sequence) and longer (ms a sequence, so max() picks either side).
-LIGHT = EngineCpuConfig(
-    per_step_s=4e-4,
-    scheduler_per_seq_s=1.3e-5,
-    sampling_per_seq_s=0.0,
-    per_token_s=1e-7,
-    non_overlapped_s=1e-4,
-)
-HEAVY = EngineCpuConfig(
-    per_step_s=3e-3,
-    scheduler_per_seq_s=2e-3,
-    sampling_per_seq_s=0.0,
-    per_token_s=3e-6,
-    non_overlapped_s=7e-4,
-)
 COSTS: list[CostModel] = [
     *ROOFLINES,
     EngineCpuCost(ROOFLINES[0], EngineCpu(HEAVY, async_scheduling=True, source="test")),
