@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.cost.base import CostModel
+from sim.cost.base import CostModel, StepShape
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
@@ -149,3 +149,29 @@ def assert_identical(a: RawResult, b: RawResult) -> None:
     assert a.later_runs == b.later_runs
     assert a.rejections == b.rejections
     np.testing.assert_array_equal(a.extra_itl_s, b.extra_itl_s)
+
+
+def assert_loop_prices_as(
+    kernel: KernelCost,
+    prices: tuple[Any, Any, Any],
+    rng: np.random.Generator,
+    num_shapes: int,
+) -> None:
+    """The compiled loop's ``step_s`` on ``prices`` (``tabulate``'s arrays of
+    ``kernel``) equals ``kernel.step_s`` to the bit on ``num_shapes`` random shapes:
+    up to 3 prefill chunks of 1-299 tokens after 0-8,999 cached, up to 29 decodes
+    of 2-8,999 tokens of context."""
+    from sim.fast.compiled import loop  # numba-compiled on first use
+
+    constants, tables, layout = prices
+    for _ in range(num_shapes):
+        chunks = [(int(rng.integers(1, 300)), int(rng.integers(0, 9000)))
+                  for _ in range(rng.integers(0, 4))]  # fmt: skip
+        shape = StepShape.build(chunks, rng.integers(2, 9000, rng.integers(0, 30)).tolist())
+        price_s = loop.step_s(
+            constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
+            shape.num_decode_seqs, shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
+        )  # fmt: skip
+        assert float(price_s).hex() == kernel.step_s(shape).hex()

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from compiled_runs import assert_loop_prices_as
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -231,21 +232,10 @@ def test_the_compiled_loop_prices_an_expert_parallel_profile_to_the_bit() -> Non
 
     from sim.cost import tabulate
     from sim.cost.kernels.cost import KernelCost
-    from sim.fast.compiled import loop
 
     kernel = cost_model_for(load_scenario(EP_PROFILE), PUBLIC).gpu  # type: ignore[attr-defined]
     assert isinstance(kernel, KernelCost)
     assert tabulate.why_not(kernel, 64, 2048) is None
-    constants, tables, layout = tabulate.tabulate(kernel, 64, 2048)
-    rng = np.random.default_rng(0)
-    for _ in range(100):
-        chunks = [(int(rng.integers(1, 300)), int(rng.integers(0, 9000)))
-                  for _ in range(rng.integers(0, 4))]  # fmt: skip
-        shape = StepShape.build(chunks, rng.integers(2, 9000, rng.integers(0, 30)).tolist())
-        price_s = loop.step_s(
-            constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
-            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
-            shape.num_decode_seqs, shape.num_decode_context_tokens,
-            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
-        )  # fmt: skip
-        assert float(price_s).hex() == kernel.step_s(shape).hex()
+    assert_loop_prices_as(
+        kernel, tabulate.tabulate(kernel, 64, 2048), np.random.default_rng(0), 100
+    )

@@ -18,7 +18,15 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-from compiled_runs import HEAVY, LIGHT, assert_identical, kernel_costs, kernel_gpus, simulate
+from compiled_runs import (
+    HEAVY,
+    LIGHT,
+    assert_identical,
+    assert_loop_prices_as,
+    kernel_costs,
+    kernel_gpus,
+    simulate,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a fixture)
@@ -231,19 +239,8 @@ def test_a_run_past_an_attention_grid_s_edge_goes_to_the_python_path() -> None:
 def test_an_moe_profile_is_played_to_the_bit(moe_profile: Path) -> None:  # noqa: F811
     kernel = KernelCost(QWEN_MOE, profile_artifact(moe_profile))
     assert kernels.why_not(kernel, MAX_NUM_SEQS, MAX_TOKENS) is None
-    constants, tables, layout = arrays(kernel)
     rng = np.random.default_rng(0)
-    for _ in range(200):
-        chunks = [(int(rng.integers(1, 300)), int(rng.integers(0, 9000)))
-                  for _ in range(rng.integers(0, 4))]  # fmt: skip
-        shape = StepShape.build(chunks, rng.integers(2, 9000, rng.integers(0, 30)).tolist())
-        price_s = loop.step_s(
-            constants, tables, layout, shape.num_prefill_seqs, shape.num_prefill_tokens,
-            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
-            shape.num_decode_seqs, shape.num_decode_context_tokens,
-            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
-        )  # fmt: skip
-        assert float(price_s).hex() == kernel.step_s(shape).hex()
+    assert_loop_prices_as(kernel, arrays(kernel), rng, 200)
     work = RequestArrays(
         np.cumsum(rng.exponential(1 / 30.0, 200)),
         rng.integers(20, 900, 200),
