@@ -43,21 +43,24 @@ def _post(url: str, body: dict[str, object]) -> dict[str, object]:
         return found
 
 
-def _start() -> tuple[subprocess.Popen[str], str]:
+def start_lab(root: Path) -> tuple[subprocess.Popen[str], str]:
+    """``servesim lab --port 0`` of the tree at ``root``, started as a user would, and
+    the URL it printed (also ``tests/test_lab_browser.py``'s server). RuntimeError,
+    with what it printed, when its first line holds no URL."""
     process = subprocess.Popen(
         [sys.executable, "-m", "sim.cli", "lab", "--port", "0"],
-        cwd=ROOT,
+        cwd=root,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert process.stdout is not None
     line = process.stdout.readline()
     match = re.search(r"http://\S+/", line)
     if match is None:
         process.kill()
-        raise SystemExit(f"servesim lab did not start: {line}{process.stdout.read()}")
+        raise RuntimeError(f"servesim lab did not print its URL: {line}{process.stdout.read()}")
     return process, match.group(0)
 
 
@@ -123,7 +126,7 @@ def main() -> int:
     parser.add_argument("--moves", type=int, default=8)
     parser.add_argument("--browser", action="store_true", help="also time moves in chromium")
     args = parser.parse_args()
-    process, url = _start()
+    process, url = start_lab(ROOT)
     try:
         setup = json.loads(urllib.request.urlopen(url + "api/setup").read())
         values = setup["values"]

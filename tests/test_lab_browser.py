@@ -12,15 +12,13 @@ work offline). Skipped, saying why, only where chromium or playwright is missing
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from benchmark_module import load_benchmark
 
 import sim
 
@@ -43,22 +41,9 @@ def _chromium() -> str | None:
 @pytest.fixture(scope="module")
 def lab_url() -> Iterator[str]:
     pytest.importorskip("plotly", reason="servesim lab needs the [lab] extra (plotly)")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "sim.cli", "lab", "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = re.search(r"http://\S+/", line)
-    if match is None:
-        process.kill()
-        pytest.fail(f"servesim lab did not print its URL: {line!r}")
+    process, url = load_benchmark("lab_speed").start_lab(ROOT)
     try:
-        yield match.group(0)
+        yield url
     finally:
         process.terminate()
         process.wait(10)
