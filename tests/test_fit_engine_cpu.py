@@ -15,13 +15,12 @@ from sim import api
 from sim.cli import main
 from sim.cost.base import StepShape
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
-from sim.cost.fitted import FitSummary, FittedRunInfo
+from sim.cost.fitted import FitSummary, FittedRunInfo, save_fitted_artifact
 from sim.cost.fitted_cpu import (
     EngineCpuArtifact,
     EngineCpuFitValues,
     EngineCpuProvenance,
     load_engine_cpu_artifact,
-    save_engine_cpu_artifact,
 )
 from sim.errors import ConfigError
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
@@ -242,7 +241,7 @@ FITTED = EngineCpuConfig(
 
 def test_artifact_round_trips(tmp_path: Path) -> None:
     written = artifact(FITTED, 0.02)
-    save_engine_cpu_artifact(written, tmp_path / "a" / "cpu.json")
+    save_fitted_artifact(written, tmp_path / "a" / "cpu.json")
     assert load_engine_cpu_artifact("a/cpu.json", tmp_path) == written
     assert load_engine_cpu_artifact(tmp_path / "a" / "cpu.json").way_in_s_per_request == 0.02
 
@@ -276,7 +275,7 @@ def roofline_scenario(tmp_path: Path, **engine: Any) -> dict[str, Any]:
 def test_a_scenario_naming_the_artifact_prices_steps_with_its_coefficients(
     tmp_path: Path,
 ) -> None:
-    save_engine_cpu_artifact(artifact(FITTED, 0.02), tmp_path / "fits" / "cpu.json")
+    save_fitted_artifact(artifact(FITTED, 0.02), tmp_path / "fits" / "cpu.json")
     data = roofline_scenario(tmp_path, cpu_artifact="fits/cpu.json")
     s = scenario_from_dict(data, "s.yaml", tmp_path)
     assert s.engine.cpu == FITTED and s.frontend.way_in_s_per_request == 0.02
@@ -299,7 +298,7 @@ def test_a_scenario_naming_the_artifact_prices_steps_with_its_coefficients(
 
 def test_a_way_in_only_artifact_suits_a_whole_step_cost(tmp_path: Path) -> None:
     # Fitted on a base that times whole steps: no CPU coefficients, only the way in.
-    save_engine_cpu_artifact(artifact(FITTED, 0.02).model_copy(update={"cpu": None}),
+    save_fitted_artifact(artifact(FITTED, 0.02).model_copy(update={"cpu": None}),
                              tmp_path / "cpu.json")  # fmt: skip
     data = scenario_dict(10.0, cpu_artifact="cpu.json")  # linear: whole steps
     del data["frontend"]
@@ -309,7 +308,7 @@ def test_a_way_in_only_artifact_suits_a_whole_step_cost(tmp_path: Path) -> None:
 
 
 def test_an_artifact_without_a_way_in_keeps_the_scenarios(tmp_path: Path) -> None:
-    save_engine_cpu_artifact(artifact(FITTED, None), tmp_path / "cpu.json")
+    save_fitted_artifact(artifact(FITTED, None), tmp_path / "cpu.json")
     data = roofline_scenario(tmp_path, cpu_artifact="cpu.json")
     data["frontend"] = {"way_in_s_per_request": 0.05}
     assert scenario_from_dict(data, "s", tmp_path).frontend.way_in_s_per_request == 0.05
@@ -326,7 +325,7 @@ def test_an_artifact_without_a_way_in_keeps_the_scenarios(tmp_path: Path) -> Non
 def test_a_conflict_or_a_missing_artifact_is_one_line(
     tmp_path: Path, engine: dict[str, Any], frontend: dict[str, Any], expected: str
 ) -> None:
-    save_engine_cpu_artifact(artifact(FITTED, 0.02), tmp_path / "cpu.json")
+    save_fitted_artifact(artifact(FITTED, 0.02), tmp_path / "cpu.json")
     data = roofline_scenario(tmp_path, **{"cpu_artifact": "cpu.json", **engine})
     data["frontend"] = frontend
     with pytest.raises(ConfigError) as error:

@@ -11,8 +11,8 @@ import yaml
 from cli_errors import one_line_error, run_error
 
 from sim.cost.engine_cpu import EngineCpuConfig
-from sim.cost.fitted import FitSummary, FittedRunInfo
-from sim.cost.fitted_cpu import EngineCpuArtifact, EngineCpuProvenance, save_engine_cpu_artifact
+from sim.cost.fitted import FitSummary, FittedRunInfo, save_fitted_artifact
+from sim.cost.fitted_cpu import EngineCpuArtifact, EngineCpuProvenance
 from sim.errors import ConfigError
 from sim.scenario import scenario_from_dict
 
@@ -68,7 +68,7 @@ def cpu_artifact(folder: Path, model: str, hardware: str) -> Path:
             optimiser="nm",
         ),
     )
-    return save_engine_cpu_artifact(artifact, folder / f"cpu-{model}-{hardware}.json")
+    return save_fitted_artifact(artifact, folder / f"cpu-{model}-{hardware}.json")
 
 
 def test_an_engine_cpu_artifact_of_the_scenarios_model_and_gpu_is_applied(tmp_path: Path) -> None:

@@ -179,22 +179,32 @@ class FitSummary(BaseModel):
     optimiser: str
 
 
-class FittedCostArtifact(BaseModel):
-    """Everything one black-box calibration fitted (module docstring)."""
+class FitArtifact(BaseModel):
+    """What every ``servesim calibrate --from-run`` fit stores, whatever it fitted: its
+    format, its provenance, the base cost model it sits on, how the optimiser got there
+    and its errors (a report for people). ``FittedCostArtifact`` and
+    ``sim.cost.fitted_cpu.EngineCpuArtifact`` add what they fitted."""
 
     model_config = _FROZEN
 
-    format: Literal["servesim-fitted-cost"] = FORMAT_NAME
-    format_version: Literal[1] = FORMAT_VERSION
+    format: str  # each artifact's own name and version, a Literal
+    format_version: int
     provenance: FittedProvenance
     base_cost: dict[str, Any]
     base_cost_label: str
-    parameters: FittedParameterValues
     fit: FitSummary
     errors: dict[str, Any] = Field(default_factory=dict)
 
 
-def save_fitted_artifact(artifact: FittedCostArtifact, path: str | Path) -> Path:
+class FittedCostArtifact(FitArtifact):
+    """Everything one black-box calibration fitted (module docstring)."""
+
+    format: Literal["servesim-fitted-cost"] = FORMAT_NAME
+    format_version: Literal[1] = FORMAT_VERSION
+    parameters: FittedParameterValues
+
+
+def save_fitted_artifact(artifact: FitArtifact, path: str | Path) -> Path:
     """Write ``artifact`` as indented JSON (creating folders); returns the path."""
     return write_artifact(artifact.model_dump(mode="json"), path)
 

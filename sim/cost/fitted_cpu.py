@@ -34,8 +34,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.cost.engine_cpu import EngineCpuConfig
-from sim.cost.fitted import FitSummary, FittedProvenance
-from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
+from sim.cost.fitted import FitArtifact, FittedProvenance
+from sim.cost.provenance import check_format, read_artifact, validated
 from sim.hardware.specs import anchored
 
 
@@ -80,32 +80,22 @@ class CoefficientInterval(BaseModel):
     degrees_of_freedom: int
 
 
-class EngineCpuArtifact(BaseModel):
-    """Everything one engine-CPU fit produced (module docstring)."""
-
-    model_config = _FROZEN
+class EngineCpuArtifact(FitArtifact):
+    """Everything one engine-CPU fit produced (module docstring); its ``base_cost`` is
+    the GPU-only cost the coefficients sit on. Saved by ``sim.cost.fitted.save_fitted_artifact``."""
 
     format: Literal["servesim-fitted-engine-cpu"] = FORMAT_NAME
     format_version: Literal[2] = FORMAT_VERSION
     provenance: EngineCpuProvenance
-    base_cost: dict[str, Any]  # the GPU-only cost: block the coefficients sit on
-    base_cost_label: str
     # None: the base times whole steps (a calibrated or fitted cost), no CPU work fitted.
     cpu: EngineCpuConfig | None = None
     # None: the runs' arrivals were the engine's queue times; no way in was fitted.
     way_in_s_per_request: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    fit: FitSummary
     # The fitted coefficients' intervals (empty: a format-1 artifact, which had none).
     coefficients: list[CoefficientInterval] = Field(default_factory=list)
     interval_method: str | None = None
     # Where the coefficients not fitted come from (the run's engine.cpu label).
     held_source: str | None = None
-    errors: dict[str, Any] = Field(default_factory=dict)  # a report for people
-
-
-def save_engine_cpu_artifact(artifact: EngineCpuArtifact, path: str | Path) -> Path:
-    """Write ``artifact`` as indented JSON (creating folders); returns the path."""
-    return write_artifact(artifact.model_dump(mode="json"), path)
 
 
 def load_engine_cpu_artifact(path: str | Path, base_dir: Path | None = None) -> EngineCpuArtifact:

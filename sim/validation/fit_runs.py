@@ -44,7 +44,6 @@ from sim.cost.fitted_cpu import (
     EngineCpuArtifact,
     EngineCpuFitValues,
     EngineCpuProvenance,
-    save_engine_cpu_artifact,
 )
 from sim.cost.kernels.artifact import model_matches
 from sim.cost.provenance import git_revision, utc_now
@@ -350,7 +349,7 @@ def fit_and_save(
         *identify.coefficient_table(intervals, held, held_source),
         "",
     ]
-    save_engine_cpu_artifact(
+    save_fitted_artifact(
         EngineCpuArtifact(
             provenance=EngineCpuProvenance(
                 **common,
