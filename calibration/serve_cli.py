@@ -25,6 +25,7 @@ from calibration.cli import (
     torch_missing,
 )
 from sim.api import reference_engine_problem
+from sim.cli import add_scenario_arguments
 from sim.cli.endpoint import measure_endpoint
 from sim.cli.endpoint_options import add_endpoint_arguments, refuse_endpoint_options
 from sim.errors import ConfigError
@@ -38,10 +39,7 @@ if TYPE_CHECKING:
 
 
 def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help="scenario YAML, e.g. scenarios/validate_tiny_cpu.yaml")
-    parser.add_argument(
-        "--set", action="append", metavar="KEY=VALUE", help="override a scenario field"
-    )
+    add_scenario_arguments(parser, "scenario YAML file, e.g. scenarios/validate_tiny_cpu.yaml")
     add_torch_arguments(parser)
 
 

@@ -119,8 +119,12 @@ HELP = {name: help_text for _, names in COMMANDS for name, help_text in names}
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def add_set_argument(parser: argparse.ArgumentParser) -> None:
-    """``--set KEY=VALUE``: a scenario field overridden (``sim.scenario.apply_overrides``)."""
+def add_scenario_arguments(
+    parser: argparse.ArgumentParser, help_text: str = "scenario YAML file, e.g. scenarios/chat.yaml"
+) -> None:
+    """The scenario file a command reads, and ``--set KEY=VALUE``: a field of it
+    overridden (``sim.scenario.apply_overrides``)."""
+    parser.add_argument("scenario", help=help_text)
     parser.add_argument(
         "--set",
         action="append",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tqdm import tqdm
 
 from sim.api.build import cost_model_for
-from sim.cli import HELP, Subparsers, add_set_argument, add_target_arguments, out_folder
+from sim.cli import HELP, Subparsers, add_scenario_arguments, add_target_arguments, out_folder
 from sim.cost.model_error import model_error_for
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
@@ -95,7 +95,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``capacity``."""
     p = subparsers.add_parser("capacity", help=HELP["capacity"])
-    p.add_argument("scenario", help="scenario YAML file")
+    add_scenario_arguments(p)
     add_target_arguments(p)
     p.add_argument("--seeds", type=int, default=3, help="seeds per load (default 3)")
     p.add_argument(
@@ -104,7 +104,6 @@ def add_parsers(subparsers: Subparsers) -> None:
         metavar="USD",
         help="price of one GPU-hour (default: approximate list price of the hardware)",
     )
-    add_set_argument(p)
     p.add_argument(
         "--num-requests",
         type=int,

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.api.build import cost_model_for, kv_blocks_for, model_for, step_limits
-from sim.cli import HELP, Subparsers, add_set_argument
+from sim.cli import HELP, Subparsers, add_scenario_arguments
 from sim.cost.base import StepShape
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
@@ -253,7 +253,7 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``cost-breakdown``."""
     p = subparsers.add_parser("cost-breakdown", help=HELP["cost-breakdown"])
-    p.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
+    add_scenario_arguments(p)
     p.add_argument(
         "--step",
         required=True,
@@ -261,6 +261,5 @@ def add_parsers(subparsers: Subparsers) -> None:
         f"Nd@KV: N decodes of KV context tokens each, default {DEFAULT_DECODE_CONTEXT_TOKENS}); "
         "e.g. 512p+60d",
     )
-    add_set_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=_cmd_cost_breakdown)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from sim.cli import HELP, Subparsers, add_set_argument, add_target_arguments, out_folder
+from sim.cli import HELP, Subparsers, add_scenario_arguments, add_target_arguments, out_folder
 from sim.cli.sweep import add_executor_arguments
 from sim.errors import ConfigError
 from sim.metrics.out_path import out_argument
@@ -128,7 +128,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``plan``."""
     p = subparsers.add_parser("plan", help=HELP["plan"])
-    p.add_argument("scenario", help="scenario YAML file (its model and workload)")
+    add_scenario_arguments(p, "scenario YAML file (its model and workload)")
     add_target_arguments(p)
     p.add_argument(
         "--headroom",
@@ -154,7 +154,6 @@ def add_parsers(subparsers: Subparsers) -> None:
         "num_requests, else the fewest the SLO percentiles need; longer where the served "
         "check needs it)",
     )
-    add_set_argument(p)
     p.add_argument("--workers", type=int, help="processes searching configurations (default: CPUs)")
     add_executor_arguments(p)  # the sweep's executors
     p.add_argument(

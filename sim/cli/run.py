@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli import HELP, Subparsers, add_set_argument
+from sim.cli import HELP, Subparsers, add_scenario_arguments
 from sim.cli.endpoint_options import add_profile_arguments
 from sim.cli.figures import FigureWorker, spare_core
 from sim.errors import ConfigError
@@ -34,11 +34,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``run``."""
     run = subparsers.add_parser("run", help=HELP["run"])
-    run.add_argument("scenario", help="scenario YAML file, e.g. scenarios/chat.yaml")
+    add_scenario_arguments(run)
     run.add_argument(
         "--out", type=out_argument, help="output folder (default: runs/<scenario name>)"
     )
-    add_set_argument(run)
     run.add_argument("--write-steps", action="store_true", help="also write the step log")
     run.add_argument(
         "--trace",

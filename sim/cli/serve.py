@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli import HELP, Subparsers, add_listen_arguments, add_set_argument
+from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.fitted import FittedCost
@@ -187,8 +187,7 @@ def _torch_arguments(parser: argparse.ArgumentParser) -> None:
 def add_parsers(subparsers: Subparsers) -> None:
     """Register ``serve``."""
     parser = subparsers.add_parser("serve", help=HELP["serve"])
-    parser.add_argument("scenario", help="scenario YAML, e.g. scenarios/validate_tiny_cpu.yaml")
-    add_set_argument(parser)
+    add_scenario_arguments(parser, "scenario YAML file, e.g. scenarios/validate_tiny_cpu.yaml")
     parser.add_argument(
         "--simulate",
         action="store_true",
