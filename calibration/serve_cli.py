@@ -38,13 +38,9 @@ if TYPE_CHECKING:
     from sim.scenario import Scenario
 
 
-def _scenario_arguments(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser) -> None:
     add_scenario_arguments(parser, "scenario YAML file, e.g. scenarios/validate_tiny_cpu.yaml")
     add_torch_arguments(parser)
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    _scenario_arguments(parser)
     parser.add_argument("--out", type=out_argument, required=True, help="output folder")
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None)
