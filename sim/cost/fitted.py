@@ -180,9 +180,7 @@ class FitSummary(BaseModel):
 
 
 class FitArtifact(BaseModel):
-    """What every ``servesim calibrate --from-run`` fit stores, whatever it fitted: its
-    format, its provenance, the base cost model it sits on, how the optimiser got there
-    and its errors (a report for people). ``FittedCostArtifact`` and
+    """What every ``calibrate --from-run`` artifact stores; ``FittedCostArtifact`` and
     ``sim.cost.fitted_cpu.EngineCpuArtifact`` add what they fitted."""
 
     model_config = _FROZEN
