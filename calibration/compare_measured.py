@@ -31,6 +31,7 @@ from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
 from sim.validation.importers import PHASES_FILE, detect_format, import_run
+from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.match import RunFacts, check_run, imported_engine_settings
 from sim.validation.predict import (
     Latencies,
@@ -120,6 +121,7 @@ def load_measured(
         "num_failed": run.meta.get("num_failed", 0),
         "engine_settings": imported_engine_settings(engine),
         "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
+        "latency_from": run.meta.get("latency_from"),  # ENGINE_INTAKE: vLLM's queued_ts
     }
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
@@ -186,9 +188,10 @@ def validate(
         # The machine's speed around this run (probe microbenchmarks, not the run).
         predictions["microbenchmarks x machine drift"] = ScaledCost(base_cost, drift["both"])
     comparisons = {}
+    from_intake = measured.summary.get("latency_from") == ENGINE_INTAKE
     for name, model in predictions.items():
         result = predict(scenario, measured.requests, model, base_dir, measured.summary.get("load"))
-        lat = simulated_latencies(result)
+        lat = simulated_latencies(result, from_intake)
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
     noise = None
