@@ -3,15 +3,12 @@
 vLLM's engine core drains its input queue at the top of each turn of its busy
 loop, right before it schedules (vLLM 0.19 ``EngineCoreProc.run_busy_loop`` ->
 ``_process_input_queue`` -> ``Scheduler.add_request``, event ``QUEUED``, which
-stamps ``queued_ts``): while busy once a step, as the step before the one it
-plans starts (the one before has returned its output); while idle at once. A
-run whose arrivals are those stamps (LLMServingSim's, ``ENGINE_INTAKE``) counts
-its TTFT and E2EL from them. A replay puts each request at its engine at the
-stamp, but the simulated loop turns at its own step starts: the request is
-taken in at the first one at or after it reaches the engine (the plan made
-then is the first that sees it, ``EngineCore.schedule``'s ``visible_until_s``),
-or at once by an idle engine. Counted from the stamp instead, a replay's TTFT
-carries half a step on average that the measurement does not.
+stamps ``queued_ts``): once a step while busy, at once while idle. A run whose
+arrivals are those stamps (LLMServingSim's: ``ENGINE_INTAKE``) counts TTFT and
+E2EL from them. A replay puts the request at its engine at the stamp, mid-step;
+the simulated loop takes it in at the next step start (the first plan that sees
+it, ``EngineCore.schedule``'s ``visible_until_s``), so counted from the stamp its
+TTFT would carry half a step on average that the measurement does not.
 """
 
 from __future__ import annotations
@@ -27,11 +24,10 @@ engine's intake stamps, so its replay counts from the simulated intake too."""
 
 
 def engine_intake_s(requests: pd.DataFrame, steps: pd.DataFrame, lockstep: bool) -> np.ndarray:
-    """When a replay's engine took each request (``ready_s``: at the engine) in, in
-    seconds: the first step start of its ``replica`` at or after it, or its
-    ``ready_s`` where no step starts later (an idle engine takes it at once).
-    ``lockstep``: the replicas turn together, an idle rank with its dummy batch
-    (``cluster.lockstep``), so any rank's step start is each one's."""
+    """When a replay's engine took each request in (s): the first step start of its
+    ``replica`` at or after its ``ready_s``, else ``ready_s`` (an idle engine takes
+    it at once). ``lockstep``: the ranks turn together, an idle one with its dummy
+    batch (``cluster.lockstep``), so any rank's step start is each one's."""
     ready = requests["ready_s"].to_numpy(dtype=np.float64)
     replicas = requests["replica"].to_numpy()
     intake = ready.copy()
