@@ -249,14 +249,14 @@ def calibration_cpu_caveat(cost: CostModel, summary: dict[str, Any]) -> str | No
 def replica_caveat(scenario: Scenario) -> str | None:
     """A line when ``scenario`` has several replicas, else None: ``predict`` replays a
     run on one replica of its engine (``sim.api.replay``), so the whole run's load
-    lands on one and its queueing (TTFT, E2EL) is not the cluster's."""
+    lands on one: its queue and batches are not the cluster's."""
     cluster = scenario.cluster
     if cluster is None or cluster.total_replicas == 1:
         return None
     return (
         f"the scenario has {cluster.total_replicas} replicas, but the run is replayed on "
-        "one (sim.api.replay): its whole load on one engine, so TTFT and E2EL are not "
-        "the cluster's; TPOT and ITL still price its steps"
+        "one (sim.api.replay): its whole load on one engine, so the queue (TTFT, E2EL) "
+        "and, through larger batches, TPOT and ITL are not the cluster's"
     )
 
 
