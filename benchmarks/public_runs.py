@@ -8,7 +8,7 @@ by vLLM 0.19 on an RTX 4090 or RTX PRO 6000) has a scenario in
 written by ``servesim import-run``) with the run's engine settings, and a
 kernel-table cost model: nothing is fitted to the runs. For TTFT, TPOT and
 E2EL (no per-token times are published, so no ITL; TTFT and E2EL counted from
-the engine's intake on both sides, as vLLM's ``queued_ts``: ``engine_intake_s``)
+the engine's intake on both sides, as vLLM's ``queued_ts``: ``sim.validation.intake``)
 the script compares the predicted and measured p50/p90/p99 and writes
 
 - ``results.json``: a list of ``{run, metric, p50_err_pct, p90_err_pct,
@@ -56,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 from sim import api  # noqa: E402
 from sim.cost.fitted import ScaledCost  # noqa: E402
 from sim.metrics.figure_data import figure_caption, wrap_caption  # noqa: E402
+from sim.validation.intake import counted_from_intake  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
 from sim.validation.predict import Latencies, per_request_latencies  # noqa: E402
 
@@ -190,43 +191,10 @@ def latencies_s(requests: pd.DataFrame) -> dict[str, np.ndarray]:
     return {metric: latencies.values(metric) for metric in METRICS}
 
 
-def engine_intake_s(requests: pd.DataFrame, steps: pd.DataFrame, lockstep: bool) -> np.ndarray:
-    """When a replay's engine took each request in, as vLLM stamps ``queued_ts``.
-
-    vLLM's engine core drains its input queue at the top of each turn of its busy
-    loop, right before it schedules (``EngineCoreProc.run_busy_loop`` ->
-    ``_process_input_queue`` -> ``Scheduler.add_request``, event ``QUEUED``): while
-    busy once a step, as the step before the one it plans starts (the one before
-    has returned its output); while idle at once. The runs' arrivals are those
-    stamps, and their TTFT and E2EL count from them. A replayed request reaches
-    the engine at its stamp, but the simulated loop turns at its own step starts:
-    it is taken in at the first one at or after it (the plan made then is the
-    first that sees it, ``EngineCore.schedule``'s ``visible_until_s``), or at once
-    by an idle engine. ``lockstep``: the replicas turn together, an idle rank with
-    its dummy batch (``cluster.lockstep``), so any rank's step start is each one's.
-    """
-    ready = requests["ready_s"].to_numpy(dtype=np.float64)
-    replicas = requests["replica"].to_numpy()
-    intake = ready.copy()
-    for replica in [None] if lockstep else np.unique(replicas):
-        mine = np.ones(ready.size, bool) if replica is None else replicas == replica
-        own = steps if replica is None else steps[steps["replica"] == replica]
-        starts = np.unique(own["start_s"].to_numpy(dtype=np.float64))
-        if starts.size == 0:
-            continue
-        at = np.searchsorted(starts, ready[mine], side="left")
-        found = at < starts.size
-        intake[mine] = np.where(found, starts[np.minimum(at, starts.size - 1)], ready[mine])
-    return intake
-
-
 def predicted_latencies_s(result: api.Result) -> dict[str, np.ndarray]:
     """``latencies_s`` of a replay, TTFT and E2EL counted from its engine's intake
-    (``engine_intake_s``) as the measured runs count theirs from ``queued_ts``."""
-    requests, cluster = result.requests, result.scenario.cluster
-    lockstep = cluster is not None and cluster.lockstep
-    intake = engine_intake_s(requests, result.steps, lockstep)
-    return latencies_s(requests.assign(arrival_s=intake))
+    as the measured runs count theirs from ``queued_ts`` (``sim.validation.intake``)."""
+    return latencies_s(counted_from_intake(result))
 
 
 def compare_run(run: PublicRun) -> tuple[list[dict[str, Any]], dict[str, Any]]:

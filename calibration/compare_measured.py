@@ -31,6 +31,7 @@ from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
 from sim.validation.importers import PHASES_FILE, detect_format, import_run
+from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.match import RunFacts, check_run, imported_engine_settings
 from sim.validation.predict import (
     Latencies,
@@ -120,6 +121,7 @@ def load_measured(
         "num_failed": run.meta.get("num_failed", 0),
         "engine_settings": imported_engine_settings(engine),
         "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
+        "latency_from": run.meta.get("latency_from"),  # ENGINE_INTAKE: vLLM's queued_ts
     }
     return MeasureFolder(folder, summary, run.requests, run.tokens, pd.DataFrame())
 
@@ -186,9 +188,10 @@ def validate(
         # The machine's speed around this run (probe microbenchmarks, not the run).
         predictions["microbenchmarks x machine drift"] = ScaledCost(base_cost, drift["both"])
     comparisons = {}
+    from_intake = measured.summary.get("latency_from") == ENGINE_INTAKE
     for name, model in predictions.items():
         result = predict(scenario, measured.requests, model, base_dir, measured.summary.get("load"))
-        lat = simulated_latencies(result)
+        lat = simulated_latencies(result, from_intake)
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
     noise = None
@@ -215,7 +218,9 @@ def validate(
         scenario.hardware.name,
         cost_model_tag(base_cost.label),
     )
-    caveats = [c for c in [calibration_cpu_caveat(base_cost, s)] if c is not None]
+    caveats = [
+        c for c in [calibration_cpu_caveat(base_cost, s), replica_caveat(scenario)] if c is not None
+    ]
     return Validation(comparisons, noise, facts, latencies, caption, caveats)
 
 
@@ -238,6 +243,20 @@ def calibration_cpu_caveat(cost: CostModel, summary: dict[str, Any]) -> str | No
         f"the cost model ({cost.label}) was timed on CPU {cost.timed_on.cpu_model!r}, the run "
         f"measured on {run_cpu!r}: expect step-time errors from the machine alone; calibrate "
         "on the measuring machine (servesim calibrate --device cpu) to predict it"
+    )
+
+
+def replica_caveat(scenario: Scenario) -> str | None:
+    """A line when ``scenario`` has several replicas, else None: ``predict`` replays a
+    run on one replica of its engine (``sim.api.replay``), so the whole run's load
+    lands on one: its queue and batches are not the cluster's."""
+    cluster = scenario.cluster
+    if cluster is None or cluster.total_replicas == 1:
+        return None
+    return (
+        f"the scenario has {cluster.total_replicas} replicas, but the run is replayed on "
+        "one (sim.api.replay): its whole load on one engine, so the queue (TTFT, E2EL) "
+        "and, through larger batches, TPOT and ITL are not the cluster's"
     )
 
 

@@ -22,6 +22,7 @@ from benchmark_module import load_benchmark
 
 from sim import api
 from sim.scenario import scenario_from_dict
+from sim.validation.intake import engine_intake_s
 
 BENCH = load_benchmark("public_runs")
 STEP_S = 0.05  # every step's price (linear cost: the overhead alone)
@@ -32,10 +33,10 @@ def test_the_engine_takes_a_request_in_at_the_first_step_start_after_it_arrives(
     requests = pd.DataFrame({"replica": [0, 0, 0, 1, 0], "ready_s": [0.0, 0.02, 0.05, 0.06, 0.06]})
     # Idle engine: taken in at once (0.0); arriving during a step: at the next
     # start (0.02 -> 0.05); at a start: then (0.05); each replica its own loop.
-    alone = BENCH.engine_intake_s(requests, steps, lockstep=False)
+    alone = engine_intake_s(requests, steps, lockstep=False)
     np.testing.assert_array_equal(alone, [0.0, 0.05, 0.05, 0.07, 0.10])
     # Ranks in lockstep turn together: any rank's step start is the group's.
-    together = BENCH.engine_intake_s(requests, steps, lockstep=True)
+    together = engine_intake_s(requests, steps, lockstep=True)
     np.testing.assert_array_equal(together, [0.0, 0.05, 0.05, 0.07, 0.07])
 
 
@@ -78,7 +79,7 @@ def test_intake_lies_between_arrival_and_first_scheduled_step_on_the_dp_run() ->
     run = next(r for r in BENCH.RUNS if r.name == "rtxpro6000-qwen3-30b-a3b-dp2-ep2-profile")
     result = api.run(BENCH.ROOT / run.scenario)
     requests = result.requests
-    intake = BENCH.engine_intake_s(requests, result.steps, lockstep=True)
+    intake = engine_intake_s(requests, result.steps, lockstep=True)
     ready = requests["ready_s"].to_numpy()
     first_scheduled = requests["first_scheduled_s"].to_numpy()
     assert (intake >= ready).all()

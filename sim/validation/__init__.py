@@ -1,7 +1,8 @@
 """Validation: predict measured runs and report the errors.
 
 ``predict`` replays a measured run's exact requests through the simulator
-and compares latency distributions; ``report`` renders the comparison
+and compares latency distributions (``intake``: counted from the engine's
+intake where the run's arrivals are vLLM's ``queued_ts``); ``report`` renders the comparison
 (markdown, CDF plots); ``importers`` reads runs measured by other tools
 (``formats/``: vllm bench serve, GuideLLM, vLLM OTLP spans, servesim folders).
 ``endpoint`` measures a live OpenAI-compatible server over HTTP (aiohttp, no

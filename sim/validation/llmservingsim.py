@@ -21,6 +21,7 @@ import numpy as np
 
 from sim.errors import ConfigError
 from sim.validation.formats.common import number
+from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.runs import ImportedRun, request_table
 from sim.workload.json_lines import json_objects
 
@@ -107,6 +108,7 @@ def read_llmservingsim(path: str | Path) -> ImportedRun:
         "source": str(folder),
         "num_requests": len(requests),
         "arrival": "queued_ts (engine clock, after tokenization)",
+        "latency_from": ENGINE_INTAKE,  # queued_ts: a replay counts from its own intake
         "started_at": meta.get("started_at"),
         "engine": engine,
     }

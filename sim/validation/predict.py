@@ -36,6 +36,7 @@ from sim.cost.base import CostModel
 from sim.metrics.itl import step_itl_gaps_s
 from sim.metrics.stats import RequestTable, completed_mask, latency_columns
 from sim.scenario import Scenario
+from sim.validation.intake import counted_from_intake
 from sim.workload.generate import RequestArrays, WorkloadConfig
 from sim.workload.listed_loop import ListedClosedLoop
 
@@ -210,11 +211,14 @@ def measured_latencies(requests: pd.DataFrame, tokens: pd.DataFrame | None) -> L
     return Latencies(per_request_latencies(requests), gaps)
 
 
-def simulated_latencies(result: Result) -> Latencies:
-    """Latencies of a simulated run; ITL gaps expanded from the step log's weights."""
+def simulated_latencies(result: Result, from_intake: bool = False) -> Latencies:
+    """Latencies of a simulated run; ITL gaps expanded from the step log's weights.
+    ``from_intake``: TTFT and E2EL counted from the engine's intake, as a run whose
+    arrivals are vLLM's ``queued_ts`` counts them (``sim.validation.intake``)."""
     durations, weights = step_itl_gaps_s(result.raw.step_table)
     gaps = np.concatenate([np.repeat(durations, weights.astype(np.int64)), result.raw.extra_itl_s])
-    return Latencies(per_request_latencies(result.raw.requests), gaps)
+    requests = counted_from_intake(result) if from_intake else result.raw.requests
+    return Latencies(per_request_latencies(requests), gaps)
 
 
 def ks_distance(a: FloatArray, b: FloatArray) -> float | None:
