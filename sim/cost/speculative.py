@@ -14,11 +14,13 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   passes (vLLM's ``EagleProposer.propose``), of its model: a ``draft_model``
   as given, an EAGLE head (``eagle_head``), or none (``ngram``);
 - ``propose_cpu_s``: ``PROPOSER_CPU_S_PER_PASS`` a pass of a model proposer;
-  n-gram matching per sequence and per context token (``NgramCpu``);
+  n-gram matching per step, per sequence and per context token (``NgramCpu``),
+  over every sequence of the step, matched or not, decoding or prefilling;
 - ``rejection_s``: the rejection sampler, ``3 x 4 B x num_seqs x (k + 1) x
   vocab`` over the effective memory bandwidth.
 
-A step with no decoding sequence costs what the target says. Each part's
+A step with no decoding sequence costs what the target says, plus an n-gram
+proposer's CPU work. Each part's
 source, and the simplifications (the proposer on one GPU at its own size, the
 sampler's work whatever the temperature): ``docs/speculative.md``, "The parts
 of a step". ``draft_cost_fraction`` (a scenario's own figure: one draft
@@ -58,19 +60,29 @@ REJECTION_BYTES_PER_LOGIT = 12.0
 
 @dataclass(frozen=True)
 class NgramCpu:
-    """CPU time of n-gram (prompt-lookup) proposing, in s: per sequence (the Python
-    loop's per-request work: slicing its token ids, the call into numba) and per
-    context token scanned for the last n-gram (a KMP-style pass, a few ns a token).
+    """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call
+    (the batch's Python loop, numba's dispatch), per sequence that sampled a token
+    (matched or not: ``NgramProposer.propose`` looks every one up) and per context
+    token (its numba kernel scans each whole context, KMP over the reversed tokens,
+    as long whether it finds a match or not).
 
-    ESTIMATES: at batch 1 and a 600-token context they give ~20 µs, 0.3 % of an
-    H100 verification step of Llama-3.1-8B; SpecDecode-Bench's simulator
-    (predictor.py, ``ngram_draft_percentage``) charges 0.59 %."""
+    MEASURED on this project's CPU (a shared Intel Xeon, one numba thread as vLLM
+    runs it) from vLLM 0.19.0's own ``vllm/v1/spec_decode/ngram_proposer.py``
+    under its pinned numba 0.61.2: ``benchmarks/ngram_proposer_cpu.py``, 15 cells
+    of batch 1-256 and contexts 256-4,096 tokens of no-match tokens, fitted with
+    every cell within 21 % (docs/validation/ngram-proposer-cpu/vllm-0.19.0.json,
+    docs/speculative.md). A faster host CPU runs it faster."""
 
-    per_seq_s: float = 2e-5
-    per_context_token_s: float = 2e-9
+    per_step_s: float = 12.2e-6
+    per_seq_s: float = 1.70e-6
+    per_context_token_s: float = 1.05e-9
 
     def cpu_s(self, num_seqs: int, context_tokens: int) -> float:
-        return self.per_seq_s * num_seqs + self.per_context_token_s * context_tokens
+        if num_seqs == 0:
+            return 0.0
+        return (
+            self.per_step_s + self.per_seq_s * num_seqs + self.per_context_token_s * context_tokens
+        )
 
 
 NGRAM_CPU = NgramCpu()
@@ -229,20 +241,26 @@ class SpeculativeCost:
         return first + float(np.fromiter(rest, np.float64, k - 1).sum())
 
     def parts_s(self, shape: StepShape) -> StepParts:
-        """The step's time by part (all in the target's alone with no decode)."""
+        """The step's time by part (with no decode: the target's, and an n-gram
+        proposer's CPU work)."""
         n = shape.num_decode_seqs
-        if n == 0:
-            return StepParts(self.target.step_s(shape), 0.0, 0.0, 0.0)
         context = shape.num_decode_context_tokens
         proposer = self.proposer
+        cpu_s = 0.0
+        if proposer.kind == "ngram":
+            # Every sequence of the step, drafting or not: an undrafted decode and a
+            # prompt's last chunk are its one-token and longer chunks, whose KV read
+            # is their context (a chunk that samples nothing is priced all the same).
+            cpu_s = proposer.ngram.cpu_s(
+                shape.num_prefill_seqs + n, shape.prefill_kv_read_tokens + context
+            )
+        if n == 0:
+            return StepParts(self.target.step_s(shape), 0.0, cpu_s, 0.0)
         if proposer.cost_fraction is not None:
-            cpu_s = 0.0
             rejection_s = 0.0
         else:
             if proposer.model is not None:
                 cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
-            else:
-                cpu_s = proposer.ngram.cpu_s(n, context)
             logits = n * (self.num_draft_tokens + 1) * self.vocab_size
             rejection_s = self.rejection_s_per_logit * logits
         return StepParts(
