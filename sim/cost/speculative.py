@@ -3,7 +3,7 @@
 Every step in which sequences decode speculatively (``k`` draft tokens each,
 ``sim.engine.speculative`` says how many are accepted) costs, in order::
 
-    step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s          [s]
+    step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s + bookkeeping_s   [s]
 
 - ``verify_s``: the target's forward pass with each decoding sequence a chunk
   of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``; an
@@ -17,7 +17,11 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   n-gram matching per step, per sequence and per context token (``NgramCpu``),
   over every sequence of the step, matched or not, decoding or prefilling;
 - ``rejection_s``: the rejection sampler, ``3 x 4 B x num_seqs x (k + 1) x
-  vocab`` over the effective memory bandwidth.
+  vocab`` over the effective memory bandwidth;
+- ``bookkeeping_s``: vLLM's scheduler's extra CPU work a drafting sequence
+  (``SCHEDULER_DRAFT_S_PER_SEQ``: scheduling its drafts, rolling back the
+  rejected ones, taking the next), beyond the plain per-sequence work the
+  target's engine-CPU model prices.
 
 A step with no decoding sequence costs what the target says, plus an n-gram
 proposer's CPU work. Each part's
@@ -25,7 +29,7 @@ source, and the simplifications (the proposer on one GPU at its own size, the
 sampler's work whatever the temperature): ``docs/speculative.md``, "The parts
 of a step". ``draft_cost_fraction`` (a scenario's own figure: one draft
 decode step is that fraction of the target's) prices the proposer by formula
-instead, and no rejection sampler.
+instead, and no rejection sampler or bookkeeping.
 """
 
 from __future__ import annotations
@@ -52,6 +56,14 @@ EAGLE3_DRAFT_VOCAB_TOKENS = 32_000
 # 2.14 ms per step of k = 3 passes at batch 1): the roofline of the head's three
 # passes is about 1.6 ms of it (docs/speculative.md), leaving ~0.15 ms a pass.
 PROPOSER_CPU_S_PER_PASS = 1.5e-4
+
+# vLLM's scheduler's extra CPU time a drafting sequence and step, in s: its
+# schedule() + update_from_output() + update_draft_token_ids() with k = 3 drafts
+# and 2.26 tokens a step accepted, less the plain schedule() + update_from_output(),
+# per running sequence (OLS slope over batches 1-128: 2.92 +- 0.33 us). MEASURED
+# on this project's CPU from vLLM 0.19.0's own Scheduler:
+# benchmarks/vllm_spec_scheduler_cpu.py, docs/validation/vllm-spec-scheduler-cpu/.
+SCHEDULER_DRAFT_S_PER_SEQ = 2.9e-6
 
 # Rejection sampler: bytes moved per logit (fp32 probabilities written from the
 # logits, read back by the rejection and recovery kernels: 3 passes of 4 B).
@@ -149,10 +161,17 @@ class StepParts:
     propose_gpu_s: float
     propose_cpu_s: float
     rejection_s: float
+    bookkeeping_s: float
 
     @property
     def total_s(self) -> float:
-        return self.verify_s + self.propose_gpu_s + self.propose_cpu_s + self.rejection_s
+        return (
+            self.verify_s
+            + self.propose_gpu_s
+            + self.propose_cpu_s
+            + self.rejection_s
+            + self.bookkeeping_s
+        )
 
 
 class SpeculativeCost:
@@ -255,14 +274,15 @@ class SpeculativeCost:
                 shape.num_prefill_seqs + n, shape.prefill_kv_read_tokens + context
             )
         if n == 0:
-            return StepParts(self.target.step_s(shape), 0.0, cpu_s, 0.0)
+            return StepParts(self.target.step_s(shape), 0.0, cpu_s, 0.0, 0.0)
         if proposer.cost_fraction is not None:
-            rejection_s = 0.0
+            rejection_s = bookkeeping_s = 0.0
         else:
             if proposer.model is not None:
                 cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
             logits = n * (self.num_draft_tokens + 1) * self.vocab_size
             rejection_s = self.rejection_s_per_logit * logits
+            bookkeeping_s = SCHEDULER_DRAFT_S_PER_SEQ * n
         return StepParts(
             verify_s=self.target.step_s(self.verify_shape(shape)),
             propose_gpu_s=self.draft_s(
@@ -273,6 +293,7 @@ class SpeculativeCost:
             ),
             propose_cpu_s=cpu_s,
             rejection_s=rejection_s,
+            bookkeeping_s=bookkeeping_s,
         )
 
     def step_s(self, shape: StepShape) -> float:
