@@ -1,4 +1,5 @@
-"""The CPU time of vLLM's own v1 scheduler per step under speculative decoding, by batch.
+"""The CPU time of vLLM's own v1 scheduler and output parsing per step under speculative
+decoding, by batch.
 
     <vllm venv>/bin/python benchmarks/vllm_spec_scheduler_cpu.py [--batches 1,16,32,64,128]
 
@@ -12,13 +13,19 @@ SpecDecode-Bench). Times the engine core's three scheduler calls per step
 under speculation, ``schedule()`` (the drafts scheduled as
 ``scheduled_spec_decode_tokens``), ``update_from_output()`` (several tokens a
 request, the rejected drafts rolled back) and ``update_draft_token_ids()``
-(the next drafts handed over), beside the plain two over the same batch
-(k = 0). The speculative setting is made on the built scheduler
+(the next drafts handed over), and the GPU model runner's CPU side of the
+rejection sampler's output, ``RejectionSampler.parse_output`` (a
+``[batch, k + 1]`` tensor of kept tokens and placeholders into lists, a
+request at a time), beside the plain two scheduler calls and the plain
+runner's ``tolist()`` of its ``[batch, 1]`` sampled tokens over the same batch
+(k = 0). The GPU-to-host copies before them are not timed (no GPU here). The
+speculative setting is made on the built scheduler
 (``num_spec_tokens``, ``num_lookahead_tokens``, ``use_eagle``: what its
 constructor reads from a ``SpeculativeConfig``, which needs a draft model's
 config to build). Prints the median µs per step of each and the OLS slope of
-the difference per running sequence: the scheduler's speculative bookkeeping
-per sequence on this CPU. Thread CPU time, as the plain script.
+the difference per running sequence: the engine's speculative bookkeeping
+per sequence on this CPU that runs without a GPU. Thread CPU time, as the
+plain script.
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import torch
 import vllm_oracle_driver as driver
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
 from vllm_scheduler_cpu import ols, spec_for
 
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0
@@ -99,13 +108,26 @@ def step_us(
             req_ids = list(out.num_scheduled_tokens)
             scheduler.update_draft_token_ids(DraftTokenIds(req_ids, [drafts] * len(req_ids)))
         end = time.thread_time()
+        # The sampler's output as the runner gets it (built untimed), then parsed (timed).
+        width = num_draft_tokens + 1
+        rows = [
+            tokens + [PLACEHOLDER_TOKEN_ID] * (width - len(tokens))
+            for tokens in output.sampled_token_ids
+        ]
+        sampled = torch.tensor(rows, dtype=torch.int32)
+        parse_start = time.thread_time()
+        if num_draft_tokens:
+            RejectionSampler.parse_output(sampled, 32_000)
+        else:
+            sampled.tolist()
+        parse_end = time.thread_time()
         if step >= num_warm_steps:
             spec = out.scheduled_spec_decode_tokens
             if len(out.num_scheduled_tokens) != num_seqs or (
                 num_draft_tokens and len(spec) != num_seqs
             ):
                 raise RuntimeError(f"step {step}: not all {num_seqs} sequences decoding")
-            out_us.append(((middle - start) + (end - resumed)) * 1e6)
+            out_us.append(((middle - start) + (end - resumed) + (parse_end - parse_start)) * 1e6)
     return out_us
 
 

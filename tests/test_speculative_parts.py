@@ -14,9 +14,9 @@ from sim.cli import main
 from sim.cost.base import StepShape
 from sim.cost.roofline import RooflineCost
 from sim.cost.speculative import (
+    DRAFT_BOOKKEEPING_S_PER_SEQ,
     NGRAM_CPU,
     PROPOSER_CPU_S_PER_PASS,
-    SCHEDULER_DRAFT_S_PER_SEQ,
     eagle_head,
     speculative_step_cost,
 )
@@ -95,8 +95,8 @@ def test_a_model_proposer_runs_k_passes_with_their_cpu_work() -> None:
     assert parts.propose_gpu_s == pytest.approx(3 * head_read_s, rel=0.01)
     assert parts.propose_cpu_s == pytest.approx(3 * PROPOSER_CPU_S_PER_PASS)
     assert PROPOSER_CPU_S_PER_PASS == 1.5e-4
-    # vLLM's scheduler's draft bookkeeping, one sequence's (measured).
-    assert parts.bookkeeping_s == SCHEDULER_DRAFT_S_PER_SEQ
+    # vLLM's draft bookkeeping, one sequence's (measured).
+    assert parts.bookkeeping_s == DRAFT_BOOKKEEPING_S_PER_SEQ
     assert parts.total_s == pytest.approx(
         parts.verify_s
         + parts.propose_gpu_s
@@ -185,10 +185,12 @@ def test_speedup_tends_to_one_minus_the_overhead_as_acceptance_tends_to_zero() -
     # α = 0: a step emits one token, as plain decoding, and costs the verification
     # (memory-bound at batch 1: the plain step) plus the proposer and the sampler.
     # n-gram: one sequence's lookup over ~200 context tokens of CPU (NgramCpu), 4 x
-    # 128,256 x 12 B of sampling, the scheduler's draft bookkeeping; the plain step
+    # 128,256 x 12 B of sampling, the engine's draft bookkeeping; the plain step
     # reads 16.06 GB of weights at 2.68 TB/s (6.0 ms).
     plain_s = LLAMA.weight_bytes / BANDWIDTH
-    overhead_s = NGRAM_CPU.cpu_s(1, 200) + 4 * 128_256 * 12 / BANDWIDTH + SCHEDULER_DRAFT_S_PER_SEQ
+    overhead_s = (
+        NGRAM_CPU.cpu_s(1, 200) + 4 * 128_256 * 12 / BANDWIDTH + DRAFT_BOOKKEEPING_S_PER_SEQ
+    )
     ngram = speedup(1, {"method": "ngram", "num_draft_tokens": 3, "acceptance_rate": 0.0})
     assert ngram < 0.999
     assert ngram == pytest.approx(plain_s / (plain_s + overhead_s), abs=2e-4)

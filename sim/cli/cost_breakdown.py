@@ -18,7 +18,7 @@ roofline also its compute and memory times), and the engine's CPU work as
 that row where they price the GPU's work only. Under speculative decoding
 (``speculative:``) the ops are the verification's (each decode a chunk of
 ``k + 1`` tokens), then the proposer's GPU and CPU work, the rejection
-sampler and the scheduler's draft bookkeeping (``sim.cost.speculative``). An
+sampler and the engine's draft bookkeeping (``sim.cost.speculative``). An
 n-gram proposer with a ``match_probability`` q below 1 drafts for each decode
 with probability q (otherwise the decode verifies its one token, as the
 engine runs it): every figure is then its expectation over the binomial
@@ -218,7 +218,7 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
             f"proposer GPU ({cost.proposer.label})": parts.propose_gpu_s * 1e3,
             "proposer CPU": parts.propose_cpu_s * 1e3,
             "rejection sampler": parts.rejection_s * 1e3,
-            "scheduler draft bookkeeping": parts.bookkeeping_s * 1e3,
+            "draft bookkeeping (CPU)": parts.bookkeeping_s * 1e3,
         }
         return verify
     step_ms = cost.step_s(shape) * 1e3

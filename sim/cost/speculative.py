@@ -18,9 +18,10 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   over every sequence of the step, matched or not, decoding or prefilling;
 - ``rejection_s``: the rejection sampler, ``3 x 4 B x num_seqs x (k + 1) x
   vocab`` over the effective memory bandwidth;
-- ``bookkeeping_s``: vLLM's scheduler's extra CPU work a drafting sequence
-  (``SCHEDULER_DRAFT_S_PER_SEQ``: scheduling its drafts, rolling back the
-  rejected ones, taking the next), beyond the plain per-sequence work the
+- ``bookkeeping_s``: vLLM's extra engine CPU work a drafting sequence
+  (``DRAFT_BOOKKEEPING_S_PER_SEQ``: the scheduler scheduling its drafts,
+  rolling back the rejected ones and taking the next; the runner parsing the
+  rejection sampler's output), beyond the plain per-sequence work the
   target's engine-CPU model prices.
 
 A step with no decoding sequence costs what the target says, plus an n-gram
@@ -57,13 +58,14 @@ EAGLE3_DRAFT_VOCAB_TOKENS = 32_000
 # passes is about 1.6 ms of it (docs/speculative.md), leaving ~0.15 ms a pass.
 PROPOSER_CPU_S_PER_PASS = 1.5e-4
 
-# vLLM's scheduler's extra CPU time a drafting sequence and step, in s: its
-# schedule() + update_from_output() + update_draft_token_ids() with k = 3 drafts
-# and 2.26 tokens a step accepted, less the plain schedule() + update_from_output(),
-# per running sequence (OLS slope over batches 1-128: 2.92 +- 0.33 us). MEASURED
-# on this project's CPU from vLLM 0.19.0's own Scheduler:
-# benchmarks/vllm_spec_scheduler_cpu.py, docs/validation/vllm-spec-scheduler-cpu/.
-SCHEDULER_DRAFT_S_PER_SEQ = 2.9e-6
+# vLLM's extra engine CPU time a drafting sequence and step, in s: the scheduler's
+# schedule() + update_from_output() + update_draft_token_ids() and the runner's
+# RejectionSampler.parse_output with k = 3 drafts and 2.26 tokens a step accepted,
+# less the plain schedule() + update_from_output() + tolist(), per running sequence
+# (OLS slope over batches 1-128: 3.47 +- 0.09 us). MEASURED on this project's CPU
+# from vLLM 0.19.0's own code: benchmarks/vllm_spec_scheduler_cpu.py,
+# docs/validation/vllm-spec-scheduler-cpu/vllm-0.19.0.json.
+DRAFT_BOOKKEEPING_S_PER_SEQ = 3.5e-6
 
 # Rejection sampler: bytes moved per logit (fp32 probabilities written from the
 # logits, read back by the rejection and recovery kernels: 3 passes of 4 B).
@@ -282,7 +284,7 @@ class SpeculativeCost:
                 cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
             logits = n * (self.num_draft_tokens + 1) * self.vocab_size
             rejection_s = self.rejection_s_per_logit * logits
-            bookkeeping_s = SCHEDULER_DRAFT_S_PER_SEQ * n
+            bookkeeping_s = DRAFT_BOOKKEEPING_S_PER_SEQ * n
         return StepParts(
             verify_s=self.target.step_s(self.verify_shape(shape)),
             propose_gpu_s=self.draft_s(
