@@ -323,7 +323,7 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
         "step_words": describe_step(shape),
         **expected_breakdown(cost, args.step, match_probability),
     }
-    if match_probability < 1.0:
+    if match_probability < 1.0 and shape.num_decode_seqs:  # an expectation was taken
         result["match_probability"] = match_probability
     print(json.dumps(result, indent=2) if args.json else format_breakdown(result))
     return 0
