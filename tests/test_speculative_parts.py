@@ -14,6 +14,7 @@ from sim.cli import main
 from sim.cost.base import StepShape
 from sim.cost.roofline import RooflineCost
 from sim.cost.speculative import (
+    DRAFT_BOOKKEEPING_S_PER_SEQ,
     NGRAM_CPU,
     PROPOSER_CPU_S_PER_PASS,
     eagle_head,
@@ -70,9 +71,11 @@ def test_ngram_proposes_on_the_cpu_only() -> None:
     cost = speculative_step_cost(TARGET, LLAMA, H100, 3, "ngram")
     parts = cost.parts_s(StepShape(num_decode_seqs=4, num_decode_context_tokens=2_000))
     assert parts.propose_gpu_s == 0.0
-    # 20 µs a sequence plus 2 ns a context token (NgramCpu's estimates).
-    assert NGRAM_CPU.per_seq_s == 2e-5 and NGRAM_CPU.per_context_token_s == 2e-9
-    assert parts.propose_cpu_s == pytest.approx(4 * 2e-5 + 2_000 * 2e-9)
+    # A call, 4 sequences and 2,000 context tokens (NgramCpu's measured line).
+    ngram = NGRAM_CPU
+    assert parts.propose_cpu_s == pytest.approx(
+        ngram.per_step_s + 4 * ngram.per_seq_s + 2_000 * ngram.per_context_token_s
+    )
 
 
 def test_rejection_sampler_moves_three_fp32_passes_over_the_logits() -> None:
@@ -92,8 +95,14 @@ def test_a_model_proposer_runs_k_passes_with_their_cpu_work() -> None:
     assert parts.propose_gpu_s == pytest.approx(3 * head_read_s, rel=0.01)
     assert parts.propose_cpu_s == pytest.approx(3 * PROPOSER_CPU_S_PER_PASS)
     assert PROPOSER_CPU_S_PER_PASS == 1.5e-4
+    # vLLM's draft bookkeeping, one sequence's (measured).
+    assert parts.bookkeeping_s == DRAFT_BOOKKEEPING_S_PER_SEQ
     assert parts.total_s == pytest.approx(
-        parts.verify_s + parts.propose_gpu_s + parts.propose_cpu_s + parts.rejection_s
+        parts.verify_s
+        + parts.propose_gpu_s
+        + parts.propose_cpu_s
+        + parts.rejection_s
+        + parts.bookkeeping_s
     )
     # A prefill-only step speculates nothing.
     prefill = StepShape.build(prefill_chunks=[(300, 0)])
@@ -175,10 +184,13 @@ def speedup(batch: int, speculative: dict[str, Any]) -> float:
 def test_speedup_tends_to_one_minus_the_overhead_as_acceptance_tends_to_zero() -> None:
     # α = 0: a step emits one token, as plain decoding, and costs the verification
     # (memory-bound at batch 1: the plain step) plus the proposer and the sampler.
-    # n-gram: 20 µs + 2 ns x ~200 context tokens of CPU, 4 x 128,256 x 12 B of
-    # sampling; the plain step reads 16.06 GB of weights at 2.68 TB/s (6.0 ms).
+    # n-gram: one sequence's lookup over ~200 context tokens of CPU (NgramCpu), 4 x
+    # 128,256 x 12 B of sampling, the engine's draft bookkeeping; the plain step
+    # reads 16.06 GB of weights at 2.68 TB/s (6.0 ms).
     plain_s = LLAMA.weight_bytes / BANDWIDTH
-    overhead_s = 2e-5 + 2e-9 * 200 + 4 * 128_256 * 12 / BANDWIDTH
+    overhead_s = (
+        NGRAM_CPU.cpu_s(1, 200) + 4 * 128_256 * 12 / BANDWIDTH + DRAFT_BOOKKEEPING_S_PER_SEQ
+    )
     ngram = speedup(1, {"method": "ngram", "num_draft_tokens": 3, "acceptance_rate": 0.0})
     assert ngram < 0.999
     assert ngram == pytest.approx(plain_s / (plain_s + overhead_s), abs=2e-4)

@@ -17,8 +17,12 @@ row. Cost models without a per-op breakdown print the step's total (the
 roofline also its compute and memory times), and the engine's CPU work as
 that row where they price the GPU's work only. Under speculative decoding
 (``speculative:``) the ops are the verification's (each decode a chunk of
-``k + 1`` tokens), then the proposer's GPU and CPU work and the rejection
-sampler (``sim.cost.speculative``).
+``k + 1`` tokens), then the proposer's GPU and CPU work, the rejection
+sampler and the engine's draft bookkeeping (``sim.cost.speculative``). An
+n-gram proposer with a ``match_probability`` q below 1 drafts for each decode
+with probability q (otherwise the decode verifies its one token, as the
+engine runs it): every figure is then its expectation over the binomial
+number of decodes that draft (``expected_breakdown``).
 
 A step the scenario's engine never runs (more sequences than its policy holds,
 more tokens than a step computes, a sequence past ``engine.max_model_len_tokens``,
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,10 +145,71 @@ def describe_step(shape: StepShape) -> str:
     return "; ".join(parts)
 
 
+# Numbers of drafting decodes less likely than this are left out of an expectation
+# (with n decodes at most n x 1e-12 of the probability, far below a figure's digits).
+_NEGLIGIBLE_PROBABILITY = 1e-12
+
+
+def expected_breakdown(cost: CostModel, spec: str, match_probability: float) -> dict[str, Any]:
+    """``breakdown`` of the step ``spec`` in expectation when each of its ``n`` decodes
+    drafts with probability ``q = match_probability`` (an n-gram proposer's match,
+    ``SpeculativeConfig``) and otherwise verifies its one token (a one-token chunk,
+    ``SchedulerOutput.undrafted``): the mean of the breakdowns with ``m`` drafting
+    decodes, ``m ~ binomial(n, q)``. For each ``m`` the ``n - m`` misses are spread
+    evenly over the decodes sorted by context (any ``m`` of them, where their contexts
+    are alike). Text fields are the most likely ``m``'s."""
+    chunks, contexts = _sequences(spec)
+    n = len(contexts)
+    if match_probability == 1.0 or n == 0 or not isinstance(cost, SpeculativeCost):
+        return breakdown(cost, StepShape.build(chunks, contexts))
+    ordered = sorted(contexts)
+    weighted = []
+    for m in range(n + 1):
+        weight = _binomial_pmf(n, m, match_probability)
+        if weight < _NEGLIGIBLE_PROBABILITY:
+            continue
+        misses = {int((j + 0.5) * n / (n - m)) for j in range(n - m)}
+        shape = StepShape.build(
+            chunks + [(1, ordered[i] - 1) for i in sorted(misses)],
+            [context for i, context in enumerate(ordered) if i not in misses],
+        )
+        weighted.append((weight, breakdown(cost, shape)))
+    return _mean(weighted)
+
+
+def _binomial_pmf(n: int, m: int, q: float) -> float:
+    """P(m successes in n draws of probability q), in log space (n may be 1,000+)."""
+    if q == 0.0:
+        return 1.0 if m == 0 else 0.0
+    log_ways = math.lgamma(n + 1) - math.lgamma(m + 1) - math.lgamma(n - m + 1)
+    return math.exp(log_ways + m * math.log(q) + (n - m) * math.log1p(-q))
+
+
+def _mean(weighted: list[tuple[float, dict[str, Any]]]) -> dict[str, Any]:
+    """The weighted mean of ``breakdown`` results, key by key (a number absent from
+    one counts as 0; text is the heaviest result's that has it)."""
+    total = sum(weight for weight, _ in weighted)
+    heaviest_first = sorted(weighted, key=lambda pair: -pair[0])
+    out: dict[str, Any] = {}
+    for _, result in weighted:
+        for key in result:
+            if key in out:
+                continue
+            values = [(weight, r[key]) for weight, r in heaviest_first if key in r]
+            first = values[0][1]
+            if isinstance(first, dict):
+                out[key] = _mean(values)
+            elif isinstance(first, float | int) and not isinstance(first, bool):
+                out[key] = sum(weight * value for weight, value in values) / total
+            else:
+                out[key] = first
+    return out
+
+
 def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
     """The step's total and, where the cost model has one, its per-op split (ms); under
     speculative decoding the verification's split and the other parts of the step."""
-    if isinstance(cost, SpeculativeCost) and shape.num_decode_seqs:
+    if isinstance(cost, SpeculativeCost):
         parts = cost.parts_s(shape)
         verify = breakdown(cost.target, cost.verify_shape(shape))  # the verification's ops
         verify["cost_model"] = cost.label
@@ -152,6 +218,7 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
             f"proposer GPU ({cost.proposer.label})": parts.propose_gpu_s * 1e3,
             "proposer CPU": parts.propose_cpu_s * 1e3,
             "rejection sampler": parts.rejection_s * 1e3,
+            "draft bookkeeping (CPU)": parts.bookkeeping_s * 1e3,
         }
         return verify
     step_ms = cost.step_s(shape) * 1e3
@@ -226,6 +293,12 @@ def format_breakdown(result: dict[str, Any]) -> str:
         ms = result["communication_ms"]
         share = 100.0 * ms / step_ms if step_ms > 0 else 0.0
         lines.append(f"communication: {ms:.3f} ms in collectives ({share:.1f} % of the step)")
+    if result.get("match_probability", 1.0) < 1.0:
+        lines.append(
+            f"expected figures: each decode drafts with probability "
+            f"{result['match_probability']:g} (speculative.match_probability), "
+            "else verifies its one token"
+        )
     if result["note"]:
         lines.append(f"note: {result['note']}")
     return "\n".join(lines)
@@ -240,12 +313,18 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
     cost = cost_model_for(scenario, Path(args.scenario).parent)
     if scenario.speculative is not None:  # every decode verifies k + 1 tokens, and more
         cost = speculative_cost(scenario.speculative, cost, model_for(scenario), scenario.hardware)
+    # An n-gram proposer's misses: the figures are expectations over them.
+    match_probability = (
+        1.0 if scenario.speculative is None else scenario.speculative.match_probability
+    )
     result = {
         "scenario": scenario.name,
         "step": args.step,
         "step_words": describe_step(shape),
-        **breakdown(cost, shape),
+        **expected_breakdown(cost, args.step, match_probability),
     }
+    if match_probability < 1.0 and shape.num_decode_seqs:  # an expectation was taken
+        result["match_probability"] = match_probability
     print(json.dumps(result, indent=2) if args.json else format_breakdown(result))
     return 0
 

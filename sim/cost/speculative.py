@@ -3,7 +3,7 @@
 Every step in which sequences decode speculatively (``k`` draft tokens each,
 ``sim.engine.speculative`` says how many are accepted) costs, in order::
 
-    step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s          [s]
+    step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s + bookkeeping_s   [s]
 
 - ``verify_s``: the target's forward pass with each decoding sequence a chunk
   of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``; an
@@ -14,16 +14,22 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   passes (vLLM's ``EagleProposer.propose``), of its model: a ``draft_model``
   as given, an EAGLE head (``eagle_head``), or none (``ngram``);
 - ``propose_cpu_s``: ``PROPOSER_CPU_S_PER_PASS`` a pass of a model proposer;
-  n-gram matching per sequence and per context token (``NgramCpu``);
+  n-gram matching per step, per sequence and per context token (``NgramCpu``),
+  over every sequence of the step, matched or not, decoding or prefilling;
 - ``rejection_s``: the rejection sampler, ``3 x 4 B x num_seqs x (k + 1) x
-  vocab`` over the effective memory bandwidth.
+  vocab`` over the effective memory bandwidth;
+- ``bookkeeping_s``: vLLM's extra engine CPU work a drafting sequence
+  (``DRAFT_BOOKKEEPING_S_PER_SEQ``: the scheduler scheduling its drafts,
+  rolling back the rejected ones and taking the next; the runner parsing the
+  rejection sampler's output), beyond the plain per-sequence work the
+  target's engine-CPU model prices.
 
-A step with no decoding sequence costs what the target says. Each part's
-source, and the simplifications (the proposer on one GPU at its own size, the
-sampler's work whatever the temperature): ``docs/speculative.md``, "The parts
-of a step". ``draft_cost_fraction`` (a scenario's own figure: one draft
+A step with no decoding sequence costs what the target says, plus an n-gram
+proposer's CPU work. Each part's source, and the simplifications (the
+proposer on one GPU at its own size, the sampler's work whatever the
+temperature): ``docs/speculative.md``, "The parts of a step". ``draft_cost_fraction`` (a scenario's own figure: one draft
 decode step is that fraction of the target's) prices the proposer by formula
-instead, and no rejection sampler.
+instead, and no rejection sampler or bookkeeping.
 """
 
 from __future__ import annotations
@@ -51,6 +57,15 @@ EAGLE3_DRAFT_VOCAB_TOKENS = 32_000
 # passes is about 1.6 ms of it (docs/speculative.md), leaving ~0.15 ms a pass.
 PROPOSER_CPU_S_PER_PASS = 1.5e-4
 
+# vLLM's extra engine CPU time a drafting sequence and step, in s: the scheduler's
+# schedule() + update_from_output() + update_draft_token_ids() and the runner's
+# RejectionSampler.parse_output with k = 3 drafts and 2.26 tokens a step accepted,
+# less the plain schedule() + update_from_output() + tolist(), per running sequence
+# (OLS slope over batches 1-128: 3.47 +- 0.09 us). MEASURED on this project's CPU
+# from vLLM 0.19.0's own code: benchmarks/vllm_spec_scheduler_cpu.py,
+# docs/validation/vllm-spec-scheduler-cpu/vllm-0.19.0.json.
+DRAFT_BOOKKEEPING_S_PER_SEQ = 3.5e-6
+
 # Rejection sampler: bytes moved per logit (fp32 probabilities written from the
 # logits, read back by the rejection and recovery kernels: 3 passes of 4 B).
 REJECTION_BYTES_PER_LOGIT = 12.0
@@ -58,19 +73,29 @@ REJECTION_BYTES_PER_LOGIT = 12.0
 
 @dataclass(frozen=True)
 class NgramCpu:
-    """CPU time of n-gram (prompt-lookup) proposing, in s: per sequence (the Python
-    loop's per-request work: slicing its token ids, the call into numba) and per
-    context token scanned for the last n-gram (a KMP-style pass, a few ns a token).
+    """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call
+    (the batch's Python loop, numba's dispatch), per sequence that sampled a token
+    (matched or not: ``NgramProposer.propose`` looks every one up) and per context
+    token (its numba kernel scans each whole context, KMP over the reversed tokens,
+    as long whether it finds a match or not).
 
-    ESTIMATES: at batch 1 and a 600-token context they give ~20 µs, 0.3 % of an
-    H100 verification step of Llama-3.1-8B; SpecDecode-Bench's simulator
-    (predictor.py, ``ngram_draft_percentage``) charges 0.59 %."""
+    MEASURED on this project's CPU (a shared Intel Xeon, one numba thread as vLLM
+    runs it) from vLLM 0.19.0's own ``vllm/v1/spec_decode/ngram_proposer.py``
+    under its pinned numba 0.61.2: ``benchmarks/ngram_proposer_cpu.py``, 15 cells
+    of batch 1-256 and contexts 256-4,096 tokens of no-match tokens, fitted with
+    every cell within 21 % (docs/validation/ngram-proposer-cpu/vllm-0.19.0.json,
+    docs/speculative.md). A faster host CPU runs it faster."""
 
-    per_seq_s: float = 2e-5
-    per_context_token_s: float = 2e-9
+    per_step_s: float = 12.2e-6
+    per_seq_s: float = 1.70e-6
+    per_context_token_s: float = 1.05e-9
 
     def cpu_s(self, num_seqs: int, context_tokens: int) -> float:
-        return self.per_seq_s * num_seqs + self.per_context_token_s * context_tokens
+        if num_seqs == 0:
+            return 0.0
+        return (
+            self.per_step_s + self.per_seq_s * num_seqs + self.per_context_token_s * context_tokens
+        )
 
 
 NGRAM_CPU = NgramCpu()
@@ -137,10 +162,17 @@ class StepParts:
     propose_gpu_s: float
     propose_cpu_s: float
     rejection_s: float
+    bookkeeping_s: float
 
     @property
     def total_s(self) -> float:
-        return self.verify_s + self.propose_gpu_s + self.propose_cpu_s + self.rejection_s
+        return (
+            self.verify_s
+            + self.propose_gpu_s
+            + self.propose_cpu_s
+            + self.rejection_s
+            + self.bookkeeping_s
+        )
 
 
 class SpeculativeCost:
@@ -229,22 +261,29 @@ class SpeculativeCost:
         return first + float(np.fromiter(rest, np.float64, k - 1).sum())
 
     def parts_s(self, shape: StepShape) -> StepParts:
-        """The step's time by part (all in the target's alone with no decode)."""
+        """The step's time by part (with no decode: the target's, and an n-gram
+        proposer's CPU work)."""
         n = shape.num_decode_seqs
-        if n == 0:
-            return StepParts(self.target.step_s(shape), 0.0, 0.0, 0.0)
         context = shape.num_decode_context_tokens
         proposer = self.proposer
+        cpu_s = 0.0
+        if proposer.kind == "ngram":
+            # Every sequence of the step, drafting or not: an undrafted decode and a
+            # prompt's last chunk are its one-token and longer chunks, whose KV read
+            # is their context (a chunk that samples nothing is priced all the same).
+            cpu_s = proposer.ngram.cpu_s(
+                shape.num_prefill_seqs + n, shape.prefill_kv_read_tokens + context
+            )
+        if n == 0:
+            return StepParts(self.target.step_s(shape), 0.0, cpu_s, 0.0, 0.0)
         if proposer.cost_fraction is not None:
-            cpu_s = 0.0
-            rejection_s = 0.0
+            rejection_s = bookkeeping_s = 0.0
         else:
             if proposer.model is not None:
                 cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
-            else:
-                cpu_s = proposer.ngram.cpu_s(n, context)
             logits = n * (self.num_draft_tokens + 1) * self.vocab_size
             rejection_s = self.rejection_s_per_logit * logits
+            bookkeeping_s = DRAFT_BOOKKEEPING_S_PER_SEQ * n
         return StepParts(
             verify_s=self.target.step_s(self.verify_shape(shape)),
             propose_gpu_s=self.draft_s(
@@ -255,6 +294,7 @@ class SpeculativeCost:
             ),
             propose_cpu_s=cpu_s,
             rejection_s=rejection_s,
+            bookkeeping_s=bookkeeping_s,
         )
 
     def step_s(self, shape: StepShape) -> float:
