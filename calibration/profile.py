@@ -37,6 +37,7 @@ import sim
 from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
+from sim.workload.size import available_bytes
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,14 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory ``device`` can still give: CUDA's free bytes, or the host's ``MemAvailable``
+    (unknown: 2**62, so that nothing is refused for want of a figure)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_bytes() or 1 << 62
 
 
 def _run(args: list[str]) -> str | None:
