@@ -18,7 +18,6 @@ with the cost model (``calibration.compare_measured.speed_ratio``).
 from __future__ import annotations
 
 import platform
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -191,9 +190,7 @@ def measure(
         forward_cpu_share=None if cuda else cpu_share,
         load_average_after=_load_average(),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        requests = with_request_metrics(with_request_spec(run.requests, work))
+    requests = with_request_metrics(with_request_spec(run.requests, work))
     if probes:
         # Median seconds per probe shape; calibration.compare_measured.speed_ratio reads them.
         summary["probe_s"] = probes
