@@ -157,8 +157,7 @@ class ModelSpec(BaseModel):
     def num_params_per_layer(self) -> int:
         """Attention (q, k, v, o and their biases) + MLP + 2 norms."""
         hidden, inter = self.hidden_size, self.intermediate_size
-        q_width = self.num_attention_heads * self.head_dim
-        kv_width = self.num_kv_heads * self.head_dim
+        q_width, kv_width = self.q_width, self.kv_width
         attention = 2 * hidden * q_width + 2 * hidden * kv_width
         if self.linear_bias or self.attention_qkv_bias:
             attention += q_width + 2 * kv_width
