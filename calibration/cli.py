@@ -150,10 +150,10 @@ def _kv_budget_tokens(model: Any, free_bytes: int) -> int:
     """
     import torch
 
-    spec = model.spec
-    element = torch.finfo(model.dtype).bits // 8
-    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * element
-    return int(0.6 * free_bytes // per_token)
+    # ModelSpec's KV bytes per token, at the dtype the model runs in.
+    element_bytes = torch.finfo(model.dtype).bits // 8
+    spec = model.spec.model_copy(update={"kv_dtype_bytes": element_bytes})
+    return int(0.6 * free_bytes // spec.kv_bytes_per_token)
 
 
 def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
