@@ -21,7 +21,6 @@ The artifact also records the machine and software the timings were made on
 from __future__ import annotations
 
 import platform
-import subprocess
 import time
 import warnings
 from collections.abc import Iterable
@@ -37,6 +36,7 @@ import sim
 from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
+from sim.cost.provenance import command_output
 from sim.workload.size import available_bytes
 
 
@@ -297,21 +297,14 @@ def free_memory_bytes(device: torch.device) -> int:
     return available_bytes() or 1 << 62
 
 
-def _run(args: list[str]) -> str | None:
-    """Stdout of a short command, or None if it is missing or fails."""
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
-
-
 def hardware_info(device: torch.device) -> HardwareInfo:
     """Device name and count, driver/CUDA versions on GPU, CPU model and threads."""
     cpu = cpu_model()
     threads = torch.get_num_threads()
     if device.type == "cuda":
-        driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        driver = command_output(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        )
         return HardwareInfo(
             device="cuda",
             device_name=torch.cuda.get_device_name(device),
