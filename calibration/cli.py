@@ -9,7 +9,6 @@ standalone (``python -m calibration.cli``). Bad input raises ``ConfigError``.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
@@ -144,22 +143,17 @@ def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _kv_budget_tokens(model: Any) -> int:
-    """KV tokens that fit in 60 % of the free device memory (after weights).
+def _kv_budget_tokens(model: Any, free_bytes: int) -> int:
+    """KV tokens that fit in 60 % of ``free_bytes``, the device's free memory (after weights).
 
     The rest is room for activations, attention scratch and the decode gather.
     """
-
     import torch
 
-    if model.device_.type == "cuda":
-        free_bytes, _ = torch.cuda.mem_get_info(model.device_)
-    else:
-        free_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    spec = model.spec
-    element = torch.finfo(model.dtype).bits // 8
-    per_token = 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * element
-    return int(0.6 * free_bytes // per_token)
+    # ModelSpec's KV bytes per token, at the dtype the model runs in.
+    element_bytes = torch.finfo(model.dtype).bits // 8
+    spec = model.spec.model_copy(update={"kv_dtype_bytes": element_bytes})
+    return int(0.6 * free_bytes // spec.kv_bytes_per_token)
 
 
 def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
@@ -197,7 +191,13 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise torch_missing("calibrate") from None
     from calibration.model import TORCH_DTYPES, LlamaModel
-    from calibration.profile import build_grid, hardware_info, profile_grid, software_info
+    from calibration.profile import (
+        build_grid,
+        free_memory_bytes,
+        hardware_info,
+        profile_grid,
+        software_info,
+    )
 
     spec = model_preset(args.model)
     dtype = checked_dtype(args)
@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
         grid,
         rng,
         temperature=args.temperature,
-        max_kv_tokens=_kv_budget_tokens(model),
+        max_kv_tokens=_kv_budget_tokens(model, free_memory_bytes(device)),
         progress=not args.no_progress,
     )
     total_s = time.perf_counter() - start

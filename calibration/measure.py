@@ -18,7 +18,6 @@ with the cost model (``calibration.compare_measured.speed_ratio``).
 from __future__ import annotations
 
 import platform
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,7 +29,7 @@ import torch
 import sim
 from calibration.compare_measured import PROBE_POINTS
 from calibration.model import TORCH_DTYPES, LlamaModel
-from calibration.profile import GridPoint, cpu_model, time_step
+from calibration.profile import GridPoint, cpu_model, free_memory_bytes, time_step
 from calibration.reference_engine import MeasuredRun, StepExecutor, WallClockEngine
 from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
@@ -75,8 +74,7 @@ def _check_fits(scenario: Scenario, device: torch.device, dtype: torch.dtype) ->
     """A one-line ConfigError if the model's weights cannot fit on ``device``."""
     spec = scenario.model
     need = spec.num_params * torch.finfo(dtype).bits // 8
-    cuda = device.type == "cuda"
-    free = torch.cuda.mem_get_info(device)[0] if cuda else _mem_available_bytes()
+    free = free_memory_bytes(device)
     if need > 0.8 * free:
         raise ConfigError(
             f"model {spec.name!r}: {need / 1e9:.1f} GB of weights do not fit in "
@@ -91,16 +89,6 @@ def _load_average() -> float | None:
         return float(Path("/proc/loadavg").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _mem_available_bytes() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62  # unknown: do not refuse
 
 
 def run_probe(model: LlamaModel, num_repeats: int = 5) -> dict[str, float]:
@@ -202,9 +190,7 @@ def measure(
         forward_cpu_share=None if cuda else cpu_share,
         load_average_after=_load_average(),
     )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        requests = with_request_metrics(with_request_spec(run.requests, work))
+    requests = with_request_metrics(with_request_spec(run.requests, work))
     if probes:
         # Median seconds per probe shape; calibration.compare_measured.speed_ratio reads them.
         summary["probe_s"] = probes

@@ -21,7 +21,6 @@ The artifact also records the machine and software the timings were made on
 from __future__ import annotations
 
 import platform
-import subprocess
 import time
 import warnings
 from collections.abc import Iterable
@@ -37,6 +36,8 @@ import sim
 from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
+from sim.cost.provenance import command_output
+from sim.workload.size import available_bytes
 
 
 @dataclass(frozen=True)
@@ -288,13 +289,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _run(args: list[str]) -> str | None:
-    """Stdout of a short command, or None if it is missing or fails."""
-    try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=20, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory ``device`` can still give: CUDA's free bytes, or the host's ``MemAvailable``
+    (unknown: 2**62, so that nothing is refused for want of a figure)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_bytes() or 1 << 62
 
 
 def hardware_info(device: torch.device) -> HardwareInfo:
@@ -302,7 +302,9 @@ def hardware_info(device: torch.device) -> HardwareInfo:
     cpu = cpu_model()
     threads = torch.get_num_threads()
     if device.type == "cuda":
-        driver = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        driver = command_output(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
+        )
         return HardwareInfo(
             device="cuda",
             device_name=torch.cuda.get_device_name(device),

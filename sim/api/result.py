@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,9 +95,7 @@ class Result:
     def requests(self) -> pd.DataFrame:
         """One row per request: its record, client times and ``latency_columns``
         (built on first use: the summary needs no frame)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return with_request_metrics(self.raw.requests)
+        return with_request_metrics(self.raw.requests)
 
     @property
     def timeseries(self) -> pd.DataFrame:

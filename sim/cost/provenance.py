@@ -180,12 +180,11 @@ def validated(model: type[Model], data: Any, path: Path, prefix: str = "") -> Mo
         raise ConfigError(f"{path}: {validation_problem(error, prefix)}") from None
 
 
-def _git(root: Path, *args: str) -> str | None:
-    """Stdout of ``git -C root ARGS``, or None if git is missing or fails."""
+def command_output(args: list[str]) -> str | None:
+    """Stdout of a short command (``git``, ``nvidia-smi``), stripped; None if the command
+    is missing, fails, takes over 20 s or prints nothing."""
     try:
-        done = subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, timeout=20
-        )
+        done = subprocess.run(args, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
     return (done.stdout.strip() or None) if done.returncode == 0 else None
@@ -196,11 +195,11 @@ def git_revision(root: Path | None = None) -> str | None:
 
     None outside a git checkout (an installed package) or without git.
     """
-    where = root if root is not None else Path(__file__).resolve().parents[2]
-    head = _git(where, "rev-parse", "HEAD")
+    git = ["git", "-C", str(root if root is not None else Path(__file__).resolve().parents[2])]
+    head = command_output([*git, "rev-parse", "HEAD"])
     if head is None:
         return None
-    dirty = _git(where, "status", "--porcelain", "--untracked-files=no")
+    dirty = command_output([*git, "status", "--porcelain", "--untracked-files=no"])
     return f"{head}+dirty" if dirty else head
 
 

@@ -148,11 +148,6 @@ def block_size_problem(block_size_tokens: int) -> str | None:
     return f"engine.block_size_tokens {block_size_tokens} is not one of vLLM's: {allowed}"
 
 
-def blocks_for_one_request(max_model_len_tokens: int, block_size_tokens: int) -> int:
-    """KV blocks one request of ``max_model_len_tokens`` tokens needs (vLLM checks it fits)."""
-    return math.ceil(max_model_len_tokens / block_size_tokens)
-
-
 SOURCE_SCENARIO = "engine.num_kv_blocks"
 """``engine_settings.num_kv_blocks_source`` when the scenario gave the count (vLLM's log)."""
 SOURCE_ESTIMATE = "memory_profile_estimate"
@@ -281,7 +276,7 @@ def check_budget(
             f"the weights of model {model.name} ({_gib(budget.weights_bytes)} per GPU){draft}"
             f" exceed {share}; use more GPUs (parallelism) or smaller weights (quantization)"
         )
-    needed = blocks_for_one_request(max_model_len_tokens, budget.block_size_tokens)
+    needed = math.ceil(max_model_len_tokens / budget.block_size_tokens)  # one whole request
     if num_kv_blocks_given is not None:
         if num_kv_blocks_given < needed:
             raise ConfigError(

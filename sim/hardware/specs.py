@@ -148,17 +148,24 @@ class ModelSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_sliding_window(self) -> ModelSpec:
-        check_sliding_window(
-            self.sliding_window_tokens, self.num_sliding_window_layers, self.num_layers
-        )
+        window, num_window_layers = self.sliding_window_tokens, self.num_sliding_window_layers
+        if (window is None) != (num_window_layers == 0):
+            raise ValueError(
+                "sliding_window_tokens and num_sliding_window_layers come together "
+                f"(got {window} and {num_window_layers})"
+            )
+        if num_window_layers > self.num_layers:
+            raise ValueError(
+                f"num_sliding_window_layers {num_window_layers} exceeds "
+                f"num_layers {self.num_layers}"
+            )
         return self
 
     @property
     def num_params_per_layer(self) -> int:
         """Attention (q, k, v, o and their biases) + MLP + 2 norms."""
         hidden, inter = self.hidden_size, self.intermediate_size
-        q_width = self.num_attention_heads * self.head_dim
-        kv_width = self.num_kv_heads * self.head_dim
+        q_width, kv_width = self.q_width, self.kv_width
         attention = 2 * hidden * q_width + 2 * hidden * kv_width
         if self.linear_bias or self.attention_qkv_bias:
             attention += q_width + 2 * kv_width
@@ -245,21 +252,6 @@ def model_caveat(model: ModelSpec) -> str | None:
         f"({model.num_sliding_window_layers} of {model.num_layers} layers) is not modelled: "
         "KV use and attention are priced as full attention, an over-estimate past the window"
     )
-
-
-def check_sliding_window(
-    window_tokens: int | None, num_window_layers: int, num_layers: int
-) -> None:
-    """ValueError unless a window and its layers come together, within the model."""
-    if (window_tokens is None) != (num_window_layers == 0):
-        raise ValueError(
-            "sliding_window_tokens and num_sliding_window_layers come together "
-            f"(got {window_tokens} and {num_window_layers})"
-        )
-    if num_window_layers > num_layers:
-        raise ValueError(
-            f"num_sliding_window_layers {num_window_layers} exceeds num_layers {num_layers}"
-        )
 
 
 MODELS_FILE = Path(__file__).with_name("models.toml")

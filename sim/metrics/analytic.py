@@ -53,14 +53,6 @@ def mg1_wait_s(
     return arrival_rate_per_s * second_moment_service_s2 / (2.0 * (1.0 - rho))
 
 
-def mg1_sojourn_s(
-    arrival_rate_per_s: float, mean_service_s: float, second_moment_service_s2: float
-) -> float:
-    """Mean time in system of M/G/1: queue wait plus mean service."""
-    wait = mg1_wait_s(arrival_rate_per_s, mean_service_s, second_moment_service_s2)
-    return wait + mean_service_s
-
-
 def mm1_wait_s(arrival_rate_per_s: float, service_s: float) -> float:
     """Mean time in queue of M/M/1 with mean service ``service_s``: rho S / (1 - rho)."""
     return mg1_wait_s(arrival_rate_per_s, service_s, 2.0 * service_s**2)

@@ -115,7 +115,10 @@ def staged(out: Path) -> Iterator[Path]:
     complete = False
     try:
         yield stage
-        files = sorted((p for p in stage.rglob("*") if p.is_file()), key=_move_order)
+        files = sorted(
+            (p for p in stage.rglob("*") if p.is_file()),
+            key=lambda p: (p.name == LAST_MOVED, str(p)),
+        )
         for path in files:
             target = out / path.relative_to(stage)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -129,10 +132,6 @@ def staged(out: Path) -> Iterator[Path]:
                     folder.rmdir()
                 except OSError:  # holds something after all (or is gone): keep the rest
                     break
-
-
-def _move_order(path: Path) -> tuple[bool, str]:
-    return path.name == LAST_MOVED, str(path)
 
 
 def unstaged(paths: list[Path], stage: Path, out: Path) -> list[Path]:

@@ -33,7 +33,6 @@ weights by treating an integer weight ``k`` as ``k`` repeated values.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -93,11 +92,7 @@ def latency_columns(requests: RequestTable) -> dict[str, FloatArray]:
     """
     arrival = floats(requests["arrival_s"])
     first_token = floats(requests["first_token_s"])
-    ttft = first_token - arrival
-    e2el = floats(requests["finish_s"]) - arrival
     num_generated = floats(requests["num_generated_tokens"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot = np.where(num_generated >= 2, (e2el - ttft) / (num_generated - 1), np.nan)
     ready = floats(requests["ready_s"])
     first_scheduled = floats(requests["first_scheduled_s"])
     # Without engine times (a measured run) the client's are taken as the engine's.
@@ -106,15 +101,19 @@ def latency_columns(requests: RequestTable) -> dict[str, FloatArray]:
         if "engine_first_token_s" in requests
         else first_token
     )
-    return {
-        "ttft_s": ttft,
-        "tpot_s": tpot,
-        "e2el_s": e2el,
-        "way_in_s": ready - arrival,
-        "queue_s": first_scheduled - ready,
-        "prefill_s": engine_first_token - first_scheduled,
-        "way_out_s": first_token - engine_first_token,
-    }
+    # NaN where undefined, quietly: unfinished or failed requests (inf - inf, 0 / 0).
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ttft = first_token - arrival
+        e2el = floats(requests["finish_s"]) - arrival
+        return {
+            "ttft_s": ttft,
+            "tpot_s": np.where(num_generated >= 2, (e2el - ttft) / (num_generated - 1), np.nan),
+            "e2el_s": e2el,
+            "way_in_s": ready - arrival,
+            "queue_s": first_scheduled - ready,
+            "prefill_s": engine_first_token - first_scheduled,
+            "way_out_s": first_token - engine_first_token,
+        }
 
 
 def ttft_parts_summary(requests: RequestTable) -> Summary:
@@ -144,11 +143,7 @@ def request_columns(table: RequestTable) -> dict[str, npt.NDArray[Any]]:
     """``with_request_metrics(table.frame())``'s columns, without pandas (what
     ``servesim run`` writes to ``requests.parquet``)."""
     # rejection_reason: objects, the reason or None (a text column, written as text).
-    columns = {name: table[name] for name in table.columns}
-    with warnings.catch_warnings():  # NaN where undefined, as ``Result.requests``
-        warnings.simplefilter("ignore", RuntimeWarning)
-        columns.update(latency_columns(table))
-    return columns
+    return {name: table[name] for name in table.columns} | latency_columns(table)
 
 
 def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> BoolArray:

@@ -1,26 +1,13 @@
 """A run as a Chrome / Perfetto trace-event file (``trace.json``, ``servesim run --trace``).
 
-Opens in https://ui.perfetto.dev and chrome://tracing. Layout:
-
-- process 1, "requests": one track (thread) per traced request, holding a
-  ``request N`` span from arrival to the last streamed token, and inside it
-  the request's phase spans (``sim.metrics.lifecycle``) one after another,
-  plus an instant event at its first streamed token (TTFT); the ``way_in``
-  span (HTTP, tokenization, IPC) carries the prompt's token count, the
-  tokens it tokenized;
-- process 2 + r, "replica r": one track of engine steps (named ``prefill``,
-  ``decode`` or ``mixed``, with the batch composition as arguments) and two
-  counters, the queue (waiting and running requests) and the KV blocks in use;
-- flow events (arrows, ``"ph": "s"`` on the request's prefill span, ``"f"``
-  with ``"bp": "e"`` on the step, one id per arrow) from each request's prefill
-  to the engine steps that ran it: its first scheduled step and the step that
-  made its first token (one arrow when one step did both). At most
-  ``FLOWS_PER_REQUEST`` arrows a traced request, to steps the file holds.
-
-Times are microseconds of simulated time (the format's unit), rounded to the
-nanosecond. Only the traced requests are written, and only the steps and
-counter samples within their time window (at most ``max_steps`` steps), so
-the file stays small however long the run.
+docs/traces.md, "trace.json: one run from the inside", gives the layout: process
+``REQUESTS_PID`` holds one track per traced request (its span, its phase spans from
+``sim.metrics.lifecycle``, an instant at its first token), process
+``FIRST_REPLICA_PID + r`` replica ``r``'s engine steps and counters, and flow arrows
+run from each request's prefill to its first scheduled step and its first token's
+step (at most ``FLOWS_PER_REQUEST``, to steps the file holds). Times are microseconds
+of simulated time, rounded to the nanosecond; only the traced requests, and the steps
+and counter samples within their window (at most ``max_steps`` steps), are written.
 """
 
 from __future__ import annotations

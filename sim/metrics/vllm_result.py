@@ -1,33 +1,14 @@
 """``vllm bench serve``'s result JSON from a run (``--save-result``, ``--save-detailed``).
 
-The document has vLLM's keys, in its order (``vllm/benchmarks/serve.py``):
-the run's settings (``date``, ``backend``, ``label``, ``model_id``,
-``tokenizer_id``, ``num_prompts``, ``request_rate``, ``burstiness``,
-``max_concurrency``), its totals (``duration``, ``completed``, ``failed``,
-tokens, throughputs, ``request_goodput``), with ``detailed`` the per-request
-lists in send order (``input_lens``, ``output_lens``, ``ttfts``, ``itls``,
-``start_times``, ``generated_texts``, ``errors``; ``latencies`` always, as
-vLLM keeps it), the peaks (``max_output_tokens_per_s``,
-``max_concurrent_requests``, ``rtfx``), then ``mean_/median_/std_/p<P>_<metric>_ms``
-of the metrics chosen (``--percentile-metrics``) at the percentiles chosen
-(``--metric-percentiles``). Times in the lists are seconds, as vLLM's.
-
-What a simulated run fills in, and how:
-
-- a request is sent at its arrival (``start_times``, the simulation's clock
-  from 0) and streams chunks at its tokens' client times; tokens that reach
-  the client together (the frontend lagging) are one chunk, so ``itls``
-  holds one gap per chunk after the first, as vLLM measures;
-- a request rejected at intake (vLLM: an HTTP error) or unfinished when the
-  simulation ended is failed: ``errors`` says why, its ``output_lens``,
-  ``ttfts`` and ``latencies`` are 0 and ``itls`` empty, as vLLM writes a failure;
-- ``generated_texts`` are empty strings (servesim has no text), ``backend``
-  is ``servesim``, ``label`` the scenario's name, ``tokenizer_id`` the model's;
-  the client queue of ``--max-concurrency`` (vLLM's ``queue_times``) is not
-  written;
-- a statistic without a sample is null (vLLM writes 0).
-
-``servesim import-run`` reads the file back (``sim.validation.formats.vllm_bench``).
+vLLM's keys in its order (``vllm/benchmarks/serve.py``): the run's settings, its
+totals, with ``detailed`` the per-request lists in send order (seconds, as vLLM's;
+``latencies`` always), the peaks, then the statistics of the metrics and
+percentiles chosen. What a simulated run writes for each key, and what it leaves
+out: docs/benchmark-tools.md, "The result JSON and summary.json". A request is
+sent at its arrival; tokens reaching the client together are one chunk (one
+``itls`` gap); a rejected or unfinished request is failed, as vLLM writes one; a
+statistic without a sample is null (vLLM writes 0). ``servesim import-run`` reads
+the file back (``sim.validation.formats.vllm_bench``).
 """
 
 from __future__ import annotations

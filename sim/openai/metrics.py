@@ -1,28 +1,14 @@
 """``GET /metrics``: the server's Prometheus metrics, under vLLM's names and labels.
 
-Load generators (aiperf, GuideLLM's server checks) and dashboards built for
-vLLM read these names; servesim measures them at the HTTP server: TTFT from
-the request's arrival at the handler to its first token's event on the event
-loop, inter-token latency between a request's token events, end-to-end
-latency to its last one. The engine's phases of a request (queue, prefill,
-decode, inference), its preemptions and prefix-cache lookups come from the
-engine's clock and counters (``RequestTiming``), observed when the request
-finishes (vLLM counts preemptions and lookups as they happen; here they land
-with the request's finish). The gauges are read from the engine
-(``OnlineBackend.load``) at each scrape, ``vllm:cache_config_info`` among
-them, and ``servesim:simulation_lag_seconds`` (servesim's own: how far a
-simulated engine is behind the wall clock, ``sim.serving.realtime``).
-``servesim:invariant_violations_total`` (servesim's own, by ``invariant``)
-counts the run invariants a simulated engine broke (``sim.metrics.invariants``:
-a simulator bug, which stops the engine), from the engine's ``error`` at each
-scrape.
-``vllm:iteration_tokens_total`` is observed per engine step, on the engine's
-thread, from the step's first event (``Emitted.num_step_tokens``).
-
-The names, types, labels and buckets are vLLM's v1 ones
-(``vllm/v1/metrics/loggers.py``, ``PrometheusStatLogger``, as of vLLM 0.11-0.12).
-Each app has its own registry, so two servers in one process (the tests) do not
-share counts.
+The names, types, labels and buckets are vLLM's v1 ones (``vllm/v1/metrics/loggers.py``,
+``PrometheusStatLogger``, as of vLLM 0.11-0.12), so that load generators and
+dashboards built for vLLM read them; docs/validation.md (``servesim serve``) says
+what each measures. Latencies are measured at the HTTP server (the handler to each
+token's event on the event loop); a request's engine phases, preemptions and
+prefix-cache lookups come from the engine's clock (``RequestTiming``) when it
+finishes; the gauges are read from the engine (``OnlineBackend.load``, its
+``error`` for ``servesim:invariant_violations_total``) at each scrape. Each app has
+its own registry, so two servers in one process (the tests) do not share counts.
 """
 
 from __future__ import annotations

@@ -1,32 +1,13 @@
 """``servesim measure --endpoint URL``: a scenario's requests timed on a live server, as a folder.
 
-docs/validation.md ("Measuring a live server") tells the client step by step. The
-scenario's open-loop requests are sent to an OpenAI-compatible server at their
-arrival times, each one streamed ``/v1/completions`` (or ``/v1/chat/completions``)
-request, at most ``max_concurrency`` in flight (a request over the bound waits at
-the client: its ``arrival_s`` is its send time, as vllm bench times it, and
-``scheduled_arrival_s`` keeps the plan); a closed loop (``Streams``) runs
-``num_users`` streams instead. Before the clock starts: ``GET /v1/models``
-(``_models``), prompts of the scenario's token counts
-(``sim.validation.endpoint_prompts``), and a 1-token probe for ``ignore_eos``
-(``_extra_fields``). A request is not retried unless ``retries`` says so, and then
-only when the connection could not be made; Ctrl-C or ``max_duration_s`` stop the
-run and keep what completed. This module imports no torch.
-
-**One request** (``stream_request``): times are ``time.perf_counter()`` seconds,
-``sent_s`` just before the request is written and ``chunk_s`` at every chunk that
-carries generated text (a chat stream's role-only first chunk is no token), so TTFT
-is ``chunk_s[0] - sent_s`` and each later chunk one ITL sample, whatever number of
-tokens it merged. Token counts come from the ``usage`` chunk, else the number of
-content chunks. Failures are kept, never raised (``Outcome.error``).
-
-**The folder** (``endpoint_run``, ``write_measure_folder``): the simulator's request
-columns (from the first scheduled arrival; ``first_scheduled_s`` NaN: the client
-cannot see the server's queue) plus what only a client sees
-(``scheduled_arrival_s``, ``num_chunks``, ``prompt_tokens_exact``, ``http_status``,
-``error``; a failed or unfinished request has no ``finish_s``), one row per content
-chunk in ``tokens.parquet``, an empty ``steps.parquet``, ``timeseries.csv`` (in
-flight, held back), ``summary.json`` (``"mode": "measured"``) and ``run.json``.
+docs/validation.md, "Measuring a live server", tells the client step by step: what
+it asks before the clock starts (``_models``, ``sim.validation.endpoint_prompts``,
+``_extra_fields``), how one request is sent and timed (``stream_request``: times
+are ``time.perf_counter()`` seconds, TTFT to the first chunk with generated text,
+one ITL sample per later chunk; failures are kept in ``Outcome.error``, never
+raised), and the folder it writes (``endpoint_run``, ``write_measure_folder``).
+An open loop sends at the arrival times, at most ``max_concurrency`` in flight; a
+closed loop (``Streams``) runs ``num_users`` streams. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -35,7 +16,6 @@ import asyncio
 import json
 import platform
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -657,7 +637,5 @@ def endpoint_run(
     )
     done = [(i, o) for i, o in enumerate(state.outcomes) if o is not None and o.ok][:5]
     samples = {str(i): o.text[:200] for i, o in done}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # NaN latencies of failed requests
-        table = with_request_metrics(requests)
+    table = with_request_metrics(requests)  # NaN latencies for failed requests
     return EndpointRun(scenario, table, tokens, timeseries_frame(requests, state), summary, samples)

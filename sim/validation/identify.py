@@ -1,30 +1,17 @@
 """What measured runs tell of the engine's CPU coefficients: identification and intervals.
 
-An engine-CPU fit (``sim.validation.fit.fit_engine_cpu``) scores replays by
-the log errors of p50/p90/p99 TTFT and TPOT, ``m`` numbers over its targets.
-Its sensitivity to a coefficient is the change of those numbers when the
-coefficient moves: ``jacobian`` takes it by finite differences of one search
-unit (``CPU_UNITS_S``: 1 ms per step, 10 µs per sequence, 1 µs per token,
-1 ms non-overlapped, 10 ms way in), central where the box allows, forward at
-its bound at 0; ``2p`` replays of every run for ``p`` coefficients.
-
-**Identification** (``identification_problems``), at the fit's start: a
-coefficient whose column is zero moves no scored latency (CPU work that hides
-behind the GPU step in every step, under async scheduling), and coefficients
-whose columns are (nearly) proportional move them alike, so that the runs
-inform only a combination: the smallest singular value of the column-scaled
-Jacobian under ``MIN_SINGULAR_RATIO`` times the largest names the terms of
-its singular vector. Each problem is one line naming the terms and why; a fit
-asked for them is refused. What never can be told apart, whatever the runs
-(terms the price only sums), is ``sim.validation.fit.structural_problem``.
-
-**Intervals** (``intervals``), at the fit: Gauss-Newton (linearised
-least-squares) standard errors, ``cov = s2 * inv(J'J)`` with
-``s2 = SSR / (m - p)`` from the residuals there, and a 95 % Student-t
-interval on ``m - p`` degrees of freedom, its low end kept at 0 (the box).
-The residuals are quantile errors of a replay, not independent draws: read
-the interval as the scale of what the scored latencies pin down, not as a
-sampling guarantee.
+An engine-CPU fit (``sim.validation.fit.fit_engine_cpu``) scores replays by the log
+errors of p50/p90/p99 TTFT and TPOT, ``m`` numbers over its targets; ``jacobian``
+takes their change per coefficient by finite differences of one search unit
+(``CPU_UNITS_S``), central where the box allows, forward at its bound at 0: ``2p``
+replays of every run for ``p`` coefficients. ``identification_problems`` (at the
+fit's start) names a coefficient whose column is zero, or coefficients whose
+column-scaled Jacobian has a singular value under ``MIN_SINGULAR_RATIO`` times the
+largest (they move the scored latencies alike); ``intervals`` (at the fit) are
+Gauss-Newton standard errors, ``cov = s2 * inv(J'J)``, ``s2 = SSR / (m - p)``, with
+a 95 % Student-t interval, its low end kept at 0. docs/validation.md,
+"Identification" and "Intervals", says how to read them; what no runs can tell
+apart (terms the price only sums) is ``sim.validation.fit.structural_problem``.
 """
 
 from __future__ import annotations

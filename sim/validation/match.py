@@ -1,38 +1,16 @@
 """Does a measured run belong to a scenario? Everything that differs, for ``validate`` to refuse.
 
-``validate`` replays the measured requests with the scenario's engine and
-cost model, so a run of another model or another workload would be
-"predicted" without complaint (a tiny-model CPU run against a Llama-3-8B /
-H100 scenario once reported +6.3 %). One check for every run, whether
-``servesim measure`` wrote it (in-process or ``--endpoint``) or another tool
-did (``servesim import-run``); what a run does not record is not compared:
-
-- the model: names are compared after dropping the organisation
-  (``meta-llama/``), a ``meta-`` prefix, case, and the simulator's aliases
-  (``llama-3-8b`` has Llama-3.1-8B's shapes); a run's model may add a suffix
-  (``-Instruct``, ``-2507``) to the scenario's;
-- the hardware: a ``servesim measure`` run names the scenario's preset, which
-  must be the same; another tool names the device in its own words
-  (``NVIDIA GeForce RTX 4090``), which must contain the preset's GPU
-  (``rtx-4090``; a ``cpu-*`` preset is any ``cpu`` device);
-- the engine settings a run records (``engine_settings``: all of them for a
-  ``servesim measure`` run; for an imported run, those its tool logged, e.g.
-  vLLM's max_num_seqs, max_num_batched_tokens and KV block count, mapped by
-  ``imported_engine_settings``) against those the prediction would run
-  (``sim.api.engine_settings``);
-- the number of requests: a ``measure`` run lists every scenario request,
-  failed ones included; an imported run may list only the completed and
-  count the failed apart. A run stopped early (status other than
-  ``complete``) may hold fewer requests than the scenario, never more;
-- the prompt and output lengths: request by request for a ``measure`` run
-  (its request ``i`` is the scenario's request ``i``, so a partial run is
-  checked too), as sorted values for an imported run of as many requests
-  (arrival jitter may reorder requests; its ids are the tool's own).
-
-A run that names no model or no device cannot be checked against the
-scenario, so it is refused too, unless the user vouches for it
-(``validate --assume-model`` / ``--assume-device``: what the run would have
-said). ``check_run`` raises one one-line ConfigError listing every difference.
+``validate`` replays the measured requests with the scenario's engine and cost
+model, so a run of another model or workload would be "predicted" without complaint
+(a tiny-model CPU run against a Llama-3-8B / H100 scenario once reported +6.3 %).
+One check for every run, measured here or imported, of what it records: the model
+(``same_model``), the hardware (``hardware_matches``), the engine settings
+(``imported_engine_settings`` against ``sim.api.engine_settings``), the number of
+requests and their lengths (request by request for a ``measure`` run, as sorted
+values for an imported one); docs/validation.md, "A run must belong to the
+scenario", gives the rules. A run that names no model or device is refused unless
+the user vouches for it (``validate --assume-model`` / ``--assume-device``).
+``check_run`` raises one one-line ConfigError listing every difference.
 """
 
 from __future__ import annotations

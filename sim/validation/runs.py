@@ -1,29 +1,14 @@
 """Measured runs from other tools, as one table: what ``servesim import-run`` writes.
 
-An imported run is a folder with
-
-- ``requests.parquet``: one row per request, with the columns the simulator
-  writes (``request_id`` 0..n-1 in arrival order, ``arrival_s`` from the
-  first arrival, ``ready_s``, ``first_scheduled_s``, ``first_token_s``, ``finish_s``,
-  ``num_prompt_tokens``, ``num_output_tokens``, ``num_generated_tokens``, an
-  empty ``rejection_reason``), times in seconds;
-- ``trace.csv``: the same requests as a workload trace (``timestamp``,
-  ``prompt_tokens``, ``output_tokens``), so a scenario replays exactly them
-  with ``workload: {kind: trace, format: csv, path: .../trace.csv}``; with a
-  shared prompt prefix declared (``--prefix-tokens``, a report's), also
-  ``hash_ids``: each request's prefix group, one hash id standing for the
-  prefix's N tokens, replayed with ``hash_ids_column: hash_ids,
-  hash_block_tokens: N`` (``replay_workload``);
-- ``run.json``: the source format, where it came from, and the engine
-  settings the run recorded (model, parallelism, batch limits, KV blocks);
-- ``tokens.parquet``, where the source keeps per-chunk times (``vllm bench
-  serve --save-detailed``, ``servesim measure``): one row per streamed chunk
-  (``request_id``, ``token_index`` = the chunk's position in the stream,
-  ``time_s``), so ITL is measured as ``vllm bench serve`` measures it.
-
-Each format's reader says what its source records and what is
-reconstructed. Readers raise ``ConfigError`` naming the file and the line or
-field at fault.
+An imported run is a folder of ``requests.parquet`` (the simulator's request
+columns, ``request_id`` 0..n-1 in arrival order, seconds from the first arrival),
+``trace.csv`` (the same requests as a replayable trace, with a ``hash_ids``
+column for a declared shared prefix: ``replay_workload``), ``run.json`` (the
+format, the source and the engine settings the run recorded) and, where the source
+keeps per-chunk times, ``tokens.parquet`` (``request_id``, ``token_index``,
+``time_s``); docs/validation.md, "Importing measured runs". Each format's reader
+says what its source records and what is reconstructed, and raises ``ConfigError``
+naming the file and the line or field at fault.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,3 +77,13 @@ def json_objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         if not isinstance(value, dict):
             raise ConfigError(f"{here}: expected a JSON object")
         yield here, value
+
+
+def whole_number(value: Any, where: str, field: str, minimum: int) -> int:
+    """A JSON value as a whole number >= ``minimum`` (a token count, an id), or a one-line
+    ConfigError naming ``where`` and ``field``."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{where}: {field} must be a number, got {value!r}")
+    if value != math.floor(value) or value < minimum:
+        raise ConfigError(f"{where}: {field} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)

@@ -1,40 +1,21 @@
 """Load profiles as the benchmark tools define them: ``workload: {profile: ...}``.
 
 A convenience that expands, before validation, into the ``synthetic`` and
-``closed_loop`` workloads (so every layer below sees only those two):
-
-* ``synchronous``: one request at a time, the next sent as the last one's
-  answer is in (GuideLLM ``--profile synchronous``): a closed loop of one user
-  who does not think;
-* ``concurrent``: ``streams`` requests in flight, each stream sending its next
-  as its last is answered (GuideLLM ``concurrent``, ``--rate N`` streams): a
-  closed loop of ``streams`` users who do not think;
-* ``throughput``: every request at once (GuideLLM ``throughput``, ``vllm bench
-  serve`` at the default ``--request-rate inf``), at most ``max_concurrency``
-  in flight;
-* ``constant`` / ``poisson``: ``rate_per_s`` requests per second, evenly spaced
-  or exponentially spaced from the start (a renewal process, as GuideLLM draws
-  it, not ``vllm bench serve``'s rescaled sums), at most ``max_concurrency``
-  in flight if given.
-
-GuideLLM's ``sweep`` (synchronous, throughput, then ``sweep_size - 2`` rates
-evenly between the two measured rates) is several runs whose rates depend on
-the first two: :func:`sweep_rates_per_s` gives those rates, and
-``sim.planning.profile_sweep`` runs a scenario's requests through the whole
-sweep; a scenario's workload names one run, so ``profile: sweep`` there is
-refused with a pointer.
+``closed_loop`` workloads, so every layer below sees only those two; the README's
+"Load profiles" table gives each profile's GuideLLM / vLLM counterpart and what it
+expands into (``synchronous`` and ``concurrent``: closed loops without think time;
+``throughput``: every request at once; ``constant`` / ``poisson``: renewal arrivals
+from the start, as GuideLLM draws them, not ``vllm bench serve``'s rescaled sums).
+GuideLLM's ``sweep`` is several runs whose rates depend on the first two:
+:func:`sweep_rates_per_s` gives those rates and ``sim.planning.profile_sweep`` runs
+them; ``profile: sweep`` in a scenario's workload is refused with that pointer.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-
-PROFILES = ("synchronous", "concurrent", "throughput", "constant", "poisson")
-"""The profiles a scenario's workload may name (``sweep`` is several runs)."""
-
-Profile = Literal["synchronous", "concurrent", "throughput", "constant", "poisson"]
 
 # Keys a profile takes besides the lengths and extent every workload takes.
 _OWN_KEYS: dict[str, tuple[str, ...]] = {
@@ -44,6 +25,8 @@ _OWN_KEYS: dict[str, tuple[str, ...]] = {
     "constant": ("rate_per_s", "max_concurrency"),
     "poisson": ("rate_per_s", "max_concurrency"),
 }
+PROFILES = tuple(_OWN_KEYS)
+"""The profiles a scenario's workload may name (``sweep`` is several runs)."""
 _PROFILE_KEYS = ("profile", "streams", "rate_per_s", "max_concurrency")
 _NO_THINK = {"kind": "fixed", "value_s": 0.0}
 

@@ -19,24 +19,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.workload.json_lines import json_objects
+from sim.workload.json_lines import json_objects, whole_number
 from sim.workload.trace import TraceRequests
 
 MOONCAKE_BLOCK_TOKENS = 512
 FIELDS = ("timestamp", "input_length", "output_length")
-
-
-def _whole(value: Any, where: str, field: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{where}: {field} must be a number, got {value!r}")
-    if value != math.floor(value) or value < minimum:
-        raise ConfigError(f"{where}: {field} must be a whole number >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> TraceRequests:
@@ -49,13 +40,13 @@ def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) ->
         for field in FIELDS:
             if field not in row:
                 raise ConfigError(f"{where}: missing field {field}")
-        times.append(_whole(row["timestamp"], where, "timestamp", 0) / 1e3)
-        prompts.append(_whole(row["input_length"], where, "input_length", 1))
-        outputs.append(_whole(row["output_length"], where, "output_length", 1))
+        times.append(whole_number(row["timestamp"], where, "timestamp", 0) / 1e3)
+        prompts.append(whole_number(row["input_length"], where, "input_length", 1))
+        outputs.append(whole_number(row["output_length"], where, "output_length", 1))
         ids = row.get("hash_ids", [])
         if not isinstance(ids, list):
             raise ConfigError(f"{where}: hash_ids must be a list of integers")
-        hash_ids.append(tuple(_whole(i, where, "hash_ids", 0) for i in ids))
+        hash_ids.append(tuple(whole_number(i, where, "hash_ids", 0) for i in ids))
         if len(ids) > math.ceil(prompts[-1] / hash_block_tokens):
             raise ConfigError(
                 f"{where}: {len(ids)} hash_ids for {prompts[-1]} prompt tokens "

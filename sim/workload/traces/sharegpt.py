@@ -13,14 +13,13 @@ gives an arrival process.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.workload.json_lines import json_lines, read_text
+from sim.workload.json_lines import json_lines, read_text, whole_number
 from sim.workload.trace import IntArray
 
 PROMPT_KEYS = ("prompt_tokens", "input_len", "prompt_len", "input_length")
@@ -56,11 +55,8 @@ def read_sharegpt(path: Path) -> tuple[IntArray, IntArray]:
             pair = (entry[0], entry[1])
         else:
             raise ConfigError(f"{where}: expected an object or a [prompt, output] pair")
-        for value, name, into in ((pair[0], "prompt", prompts), (pair[1], "output", outputs)):
-            ok = isinstance(value, int | float) and not isinstance(value, bool)
-            if not ok or not math.isfinite(value) or value < 1 or value != math.floor(value):
-                raise ConfigError(f"{where}: {name} length must be a whole number >= 1")
-            into.append(int(value))
+        prompts.append(whole_number(pair[0], where, "prompt length", 1))
+        outputs.append(whole_number(pair[1], where, "output length", 1))
     if not prompts:
         raise ConfigError(f"{path}: no requests")
     return np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)

@@ -1,20 +1,13 @@
 """``workload: {kind: trace, format: ...}``: a trace file replayed as requests.
 
-Formats: ``azure`` (the Azure LLM inference traces 2023 and 2024, code and
-conversation: ``TIMESTAMP,ContextTokens,GeneratedTokens``), ``csv`` (any CSV,
-columns named by ``*_column``; optionally per-request prefix hash ids in
-``hash_ids_column``), ``burstgpt``, ``mooncake`` (with prefix hash ids) and
-``sharegpt`` (length lists without times: ``arrival`` gives the process).
-A relative ``path`` is resolved against the scenario's folder.
-
-Every timed format takes the same window (``select``), in this order: sort
-rows by timestamp (stable, so ties keep file order); keep those whose time
-since the first row lies in ``[start_offset_s, start_offset_s + duration_s)``
-(trace seconds, before scaling); shift so the first kept request arrives at
-0; keep the first ``max_requests``; then rescale time, either by
-``time_scale`` (0.5 replays twice as fast) or to a mean rate of
-``rate_per_s`` requests per second (``(n - 1) / span`` after rescaling: the
-same gaps, stretched or squeezed).
+Formats ``azure``, ``csv`` (columns named by ``*_column``, optional prefix hash ids),
+``burstgpt``, ``mooncake`` and ``sharegpt`` (lengths without times: ``arrival``
+gives the process); docs/traces.md tables each one's columns. A relative ``path``
+is resolved against the scenario's folder. Every timed format takes the same window
+(``select``): sort by timestamp (stable), keep the rows in ``[start_offset_s,
+start_offset_s + duration_s)`` after the first, shift the first kept to 0, keep
+``max_requests``, then rescale by ``time_scale`` or to a mean rate of ``rate_per_s``
+(``(n - 1) / span``: the same gaps, stretched or squeezed).
 """
 
 from __future__ import annotations
