@@ -123,6 +123,11 @@ def _continuous_run(
             ):
                 return None  # the budget may have stopped the head: it may lift next step
         blocked_by_kv = True
+    # The newest admission is the one a cut chunk leaves prefilling: look at it
+    # before walking the batch.
+    request, num_new = scheduled[-1]
+    if request.num_computed_tokens + num_new != request.num_tokens:
+        return None  # still prefilling after this step
     fewest_left = MAX_RUN_STEPS
     context = longest = shortest = 0
     for request, num_new in scheduled:
@@ -131,6 +136,8 @@ def _continuous_run(
         if computed != request.num_prompt_tokens + generated:
             return None  # still prefilling after this step
         left = request.num_output_tokens - generated - 1  # tokens after this step's
+        if left < 1:
+            return None  # it finishes in this step: the batch changes after it
         if left < fewest_left:
             fewest_left = left
         after = computed + 1  # its context in the next step
@@ -139,8 +146,6 @@ def _continuous_run(
             longest = after
         if not shortest or after < shortest:
             shortest = after
-    if fewest_left < 1:
-        return None
     num_steps = 1 + steps_within_pool(core.kv, scheduled, fewest_left)
     if num_steps == 1:
         return None
