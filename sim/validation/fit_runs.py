@@ -166,7 +166,7 @@ def scenario_for_run(
     if (engine.get("data_parallel_size") or 1) > 1:
         raise ConfigError(
             f"--from-run {source}: data_parallel_size {engine['data_parallel_size']}; "
-            "the fit replays one engine (one replica)"
+            "the recorded settings make one replica: pass --scenario, the cluster it measured"
         )
     data: dict[str, Any] = {
         "name": f"fit-{Path(source).name}",
