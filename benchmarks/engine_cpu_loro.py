@@ -9,10 +9,11 @@ kernel tables as the GPU-only base: the engine's CPU work is the same vLLM
 on (two) hosts of the same kind, so its coefficients should carry from one
 model to another where the GPU's part is priced by each run's own tables.
 
-The fit replays one engine (``sim.validation.predict``), so the DP 2 run, two
-engines in lockstep behind a router, is never fitted to: it is only
-predicted, through its own scenario (``api.run`` with ``engine.cpu`` set, as
-``benchmarks/public_runs.py`` runs it). So:
+Each run is built as ``calibrate --from-run --scenario`` builds it
+(``sim.validation.fit_runs.replay_runs``): TTFT counted from the engine's intake,
+as vLLM counts it from ``queued_ts`` (``sim.validation.intake``), and the DP 2 run
+replayed on its scenario's two engines in lockstep behind its router. That run
+is never fitted to, only predicted. So:
 
 1. Which of the default free set (``sim.validation.fit.DEFAULT_CPU_FREE``) the three
    one-engine runs identify (``sim.validation.identify``, at the vLLM 0.19
@@ -30,6 +31,7 @@ Writes ``loro.json`` and ``loro.md`` under ``--out``. Minutes on 2 cores
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -39,9 +41,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim import api  # noqa: E402
-from sim.api import cost_model_for  # noqa: E402
-from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
 from sim.validation import identify  # noqa: E402
 from sim.validation.fit import (  # noqa: E402
@@ -50,12 +49,9 @@ from sim.validation.fit import (  # noqa: E402
     Target,
     engine_cpu_start,
     fit_engine_cpu,
-    log_errors,
-    percent,
     target_rows,
 )
-from sim.validation.fit_runs import load_measured_run  # noqa: E402
-from sim.validation.predict import per_request_latencies  # noqa: E402
+from sim.validation.fit_runs import replay_runs  # noqa: E402
 
 EXAMPLES = ROOT / "validation" / "public" / "llmservingsim" / "bench" / "examples"
 # The three one-engine runs the fit replays, then the DP 2 run it only predicts.
@@ -72,19 +68,13 @@ RUNS = (
 
 
 def fit_run(name: str, folder: str, scenario_file: str) -> FitRun:
-    """One public run ready to replay, as ``servesim calibrate --from-run`` builds it."""
+    """One public run ready to replay, as ``servesim calibrate --from-run --scenario``
+    builds it (``replay_runs``: the GPU-only base, the engine CPU, the run's marks)."""
     path = ROOT / "scenarios" / "public" / scenario_file
-    scenario, base_dir = load_scenario(path), path.parent
-    measured = load_measured_run(EXAMPLES / folder)
-    with_cpu = cost_model_for(scenario, base_dir)
-    return FitRun(
-        name,
-        scenario,
-        measured.requests,
-        cost_model_for(scenario, base_dir, engine_cpu=False),
-        base_dir,
-        engine_cpu=with_cpu.cpu if isinstance(with_cpu, EngineCpuCost) else None,
-    )
+    model = load_scenario(path).model
+    source = str(EXAMPLES / folder)
+    (run,) = replay_runs([source], model, None, str(path), "engine-cpu").runs
+    return dataclasses.replace(run, name=name)
 
 
 def coefficients_text(values: dict[str, float], free: tuple[str, ...]) -> str:
@@ -93,28 +83,6 @@ def coefficients_text(values: dict[str, float], free: tuple[str, ...]) -> str:
 
 def cells(errors: dict[str, float | None]) -> str:
     return " / ".join("n/a" if e is None else f"{e:+.1f} %" for e in errors.values())
-
-
-def cluster_rows(run: FitRun, cpu: dict[str, float], base: dict[str, float]) -> list[Any]:
-    """The DP run's errors with the estimate and with ``cpu``, through its own scenario."""
-    path = ROOT / "scenarios" / "public" / RUNS[-1][2]
-
-    def errors(values: dict[str, float]) -> dict[str, dict[str, float]]:
-        text = ", ".join(f"{name}: {value!r}" for name, value in values.items())
-        result = api.run(path, [f"engine.cpu={{{text}}}"])
-        return log_errors(per_request_latencies(result.requests), run.measured, None)
-
-    old, new = errors(base), errors(cpu)
-    return [
-        {
-            "run": run.name,
-            "requests": "all",
-            "metric": label,
-            "base_err_pct": {s: percent(v) for s, v in old[metric].items()},
-            "fitted_err_pct": {s: percent(v) for s, v in new[metric].items()},
-        }
-        for metric, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"))
-    ]
 
 
 def main() -> int:
@@ -156,7 +124,7 @@ def main() -> int:
         report(run.name, outcome.params.cpu.model_dump(), rows, on)
     final = fit_engine_cpu(runs, everything, free, args.max_evals)
     fitted = final.params.cpu.model_dump()
-    rows = cluster_rows(cluster, fitted, base.cpu.model_dump())
+    rows = target_rows([cluster], [Target(0)], final.params, base)
     report(cluster.name, fitted, rows, ", ".join(run.name for run in runs))
     spans = identify.intervals(runs, everything, free, final.params)
     result = {

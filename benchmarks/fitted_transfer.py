@@ -19,11 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sim.api import cost_model_for  # noqa: E402
 from sim.cost.fitted import load_fitted_artifact  # noqa: E402
 from sim.scenario import load_scenario  # noqa: E402
-from sim.validation.fit import FitRun, Target, render_rows, target_rows  # noqa: E402  # noqa: E402
-from sim.validation.fit_runs import load_measured_run  # noqa: E402
+from sim.validation.fit import Target, render_rows, target_rows  # noqa: E402
+from sim.validation.fit_runs import replay_runs  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,14 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     artifact = load_fitted_artifact(args.artifact)
     scenario = load_scenario(args.scenario)
-    # GPU-only, as the fit's base: the fitted overhead stands for the engine's CPU work.
-    base = cost_model_for(scenario, args.scenario.parent, engine_cpu=False)
-    run = FitRun(
-        Path(args.run).name, scenario, load_measured_run(args.run).requests, base,
-        args.scenario.parent,
-    )  # fmt: skip
+    # Run B as calibrate --from-run --scenario replays it (its load, its intake mark),
+    # on the fit's GPU-only base: the fitted overhead stands for the engine's CPU work.
+    (run,) = replay_runs([args.run], scenario.model, None, str(args.scenario), "multipliers").runs
     rows = target_rows([run], [Target(0)], artifact.parameters.to_params())
-    print(f"{args.run} with the parameters of {args.artifact.name} on {base.label}:\n")
+    print(f"{args.run} with the parameters of {args.artifact.name} on {run.base.label}:\n")
     print("\n".join(render_rows(rows)))
     return 0
 

@@ -218,9 +218,8 @@ def validate(
         scenario.hardware.name,
         cost_model_tag(base_cost.label),
     )
-    caveats = [
-        c for c in [calibration_cpu_caveat(base_cost, s), replica_caveat(scenario)] if c is not None
-    ]
+    cpu_caveat = calibration_cpu_caveat(base_cost, s)
+    caveats = [] if cpu_caveat is None else [cpu_caveat]
     return Validation(comparisons, noise, facts, latencies, caption, caveats)
 
 
@@ -243,20 +242,6 @@ def calibration_cpu_caveat(cost: CostModel, summary: dict[str, Any]) -> str | No
         f"the cost model ({cost.label}) was timed on CPU {cost.timed_on.cpu_model!r}, the run "
         f"measured on {run_cpu!r}: expect step-time errors from the machine alone; calibrate "
         "on the measuring machine (servesim calibrate --device cpu) to predict it"
-    )
-
-
-def replica_caveat(scenario: Scenario) -> str | None:
-    """A line when ``scenario`` has several replicas, else None: ``predict`` replays a
-    run on one replica of its engine (``sim.api.replay``), so the whole run's load
-    lands on one: its queue and batches are not the cluster's."""
-    cluster = scenario.cluster
-    if cluster is None or cluster.total_replicas == 1:
-        return None
-    return (
-        f"the scenario has {cluster.total_replicas} replicas, but the run is replayed on "
-        "one (sim.api.replay): its whole load on one engine, so the queue (TTFT, E2EL) "
-        "and, through larger batches, TPOT and ITL are not the cluster's"
     )
 
 

@@ -101,13 +101,3 @@ def test_an_imported_llmservingsim_folder_keeps_counting_from_the_intake(
     assert ttft["error_pct"]["p50"] == pytest.approx(0.0, abs=1e-9)
     capsys.readouterr()
 
-
-def test_validate_says_a_cluster_scenario_is_replayed_on_one_replica(tmp_path: Path) -> None:
-    run = _run_folder(tmp_path / "vllm")
-    import_run(run).write(tmp_path / "imported")
-    two = _scenario(tmp_path / "imported" / "trace.csv") | {"cluster": {"num_replicas": 2}}
-    measured = load_measured(run, assume_device="h100")
-    caveats = validate(scenario_from_dict(two, "two.yaml"), measured).caveats
-    assert any("2 replicas" in line and "replayed on one" in line for line in caveats)
-    one = scenario_from_dict(_scenario(tmp_path / "imported" / "trace.csv"), "one.yaml")
-    assert validate(one, measured).caveats == []

@@ -156,10 +156,14 @@ def replay(
     fast: bool = True,
 ) -> Result:
     """Simulate exactly the requests of ``work`` (an open loop, or a closed loop
-    over given requests) on one replica of the scenario's engine;
-    ``cost`` replaces the scenario's cost model (validation compares several);
-    ``fast=False``: the reference executor (``simulation_for``)."""
-    engine = engine_for(scenario, base_dir)
+    over given requests) on the scenario's engine and cluster, built as ``run``
+    builds them (``engine_for``, ``cluster_for``: its replicas, router and lockstep,
+    drawing from the scenario seed's generator); ``cost`` replaces the scenario's
+    cost model (validation compares several); ``fast=False``: the reference
+    executor (``simulation_for``)."""
+    rng = np.random.default_rng(scenario.seed)
+    engine = engine_for(scenario, base_dir, rng)
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)
-    return build_result(scenario, engine, simulation_for(engine, fast=fast).run(work))
+    simulation = simulation_for(engine, cluster_for(scenario, rng), fast=fast)
+    return build_result(scenario, engine, simulation.run(work))

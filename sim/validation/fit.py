@@ -40,7 +40,7 @@ from sim.cost.fitted import FitParameters, FittedCost
 from sim.cost.fitted_cpu import EngineCpuFitValues
 from sim.scenario import Scenario
 from sim.validation.optimize import FloatArray, nelder_mead
-from sim.validation.predict import per_request_latencies, predict
+from sim.validation.predict import per_request_latencies, predict, simulated_latencies
 
 # The free parameters of sim.cost.fitted.FitParameters, in the order fits report them.
 PARAMETERS = ("step_overhead_s", "prefill_multiplier", "decode_multiplier")
@@ -111,6 +111,9 @@ class FitRun:
     # The load that drove the run (run.json's ``load``): its replay drives it too
     # (``sim.validation.predict.replay_work``); None: at the measured send times.
     load: Mapping[str, Any] | None = None
+    # Whether the run's latencies count from the engine's intake (run.json's
+    # ``latency_from: engine_intake``, vLLM's ``queued_ts``): the replay's count from its own.
+    from_intake: bool = False
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -124,7 +127,7 @@ class FitRun:
             frontend = scenario.frontend.model_copy(update={WAY_IN: params.way_in_s_per_request})
             scenario = scenario.model_copy(update={"frontend": frontend})
         result = predict(scenario, self.requests, cost, self.base_dir, self.load)
-        return per_request_latencies(result.raw.requests)
+        return simulated_latencies(result, self.from_intake).per_request
 
     def adjusted_cost(self, params: Adjustment) -> CostModel:
         """The base with ``params``: multipliers, or the fitted engine CPU work around it."""

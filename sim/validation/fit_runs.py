@@ -67,6 +67,7 @@ from sim.validation.fit import (
 )
 from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
 from sim.validation.importers import import_run
+from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.match import hardware_matches, imported_engine_settings
 from sim.validation.runs import ImportedRun, load_run
 
@@ -165,7 +166,7 @@ def scenario_for_run(
     if (engine.get("data_parallel_size") or 1) > 1:
         raise ConfigError(
             f"--from-run {source}: data_parallel_size {engine['data_parallel_size']}; "
-            "the fit replays one engine (one replica)"
+            "the recorded settings make one replica: pass --scenario, the cluster it measured"
         )
     data: dict[str, Any] = {
         "name": f"fit-{Path(source).name}",
@@ -259,6 +260,7 @@ def replay_runs(
                 engine_cpu=cpu,
                 arrivals_include_way_in=arrivals_include_way_in(run),
                 load=run.meta.get("load"),  # replayed under the run's own load profile
+                from_intake=run.meta.get("latency_from") == ENGINE_INTAKE,
             )
         )
         infos.append(

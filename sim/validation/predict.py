@@ -2,7 +2,7 @@
 
 ``predict`` simulates exactly the request set a measured run served (same
 arrival times, prompt and output lengths, priorities and shared-prefix groups,
-same scheduler and KV pool) with a given cost model, under the load the run's
+same scheduler, KV pool and replicas) with a given cost model, under the load the run's
 tool drove (``replay_work``: a synchronous or concurrent run as the closed loop
 it was, a throughput run all at once, a capped rate at its schedule with its
 cap; else at the measured send times). ``compare`` puts a
