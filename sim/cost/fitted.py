@@ -18,17 +18,17 @@ calibration". A relative path inside ``base_cost`` (an artifact file) is
 relative to the artifact's own folder. ``errors`` is a report for people;
 nothing reads it back.
 
-``EngineOverheadCost``: a cost model plus the per-step work of a real engine
+``ScaledCost``: a cost model plus the per-step work of a real engine
 loop around the forward pass, which microbenchmarks of ``forward_step`` alone
 miss (scheduling, batch building, detokenizing, commit: a few percent of a
 decode step for a small model on a CPU; the forward pass may also run a little
 slower or faster inside the loop than in a tight benchmark, caches)::
 
-    step_s = scale * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
+    step_s = factor * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
 
 fitted (``calibration.fit.fit_engine_overhead``) on the step log of a
-*different* measured run than the one predicted. ``ScaledCost`` multiplies a
-base model's steps by one factor.
+*different* measured run than the one predicted; with ``per_step_s`` and
+``per_seq_s`` 0, one factor on a base model's steps.
 """
 
 from __future__ import annotations
@@ -234,47 +234,36 @@ def rebase_paths(base_cost: dict[str, Any], old_dir: Path, new_dir: Path) -> dic
     return out
 
 
-class EngineOverheadCost:
-    """``base`` scaled, plus a fixed and a per-sequence cost per step."""
+class ScaledCost:
+    """``base`` scaled by ``factor``, plus a fixed and a per-sequence cost per step (the
+    module's engine overhead, fitted on ``source``; without one, a plain scale: e.g. a
+    deliberately wrong model in tests, or a what-if in a validation study)."""
 
     def __init__(
         self,
         base: CostModel,
-        scale: float,
-        per_step_s: float,
-        per_seq_s: float,
-        source: str = "engine step log",
+        factor: float,
+        per_step_s: float = 0.0,
+        per_seq_s: float = 0.0,
+        source: str | None = None,
     ) -> None:
-        if scale <= 0 or per_step_s < 0 or per_seq_s < 0:
-            raise ValueError(f"bad overhead coefficients {scale=}, {per_step_s=}, {per_seq_s=}")
-        self.base, self.scale, self.source = base, scale, source
+        if factor <= 0 or per_step_s < 0 or per_seq_s < 0:
+            raise ValueError(f"bad coefficients {factor=}, {per_step_s=}, {per_seq_s=}")
+        self.base, self.factor, self.source = base, factor, source
         self.per_step_s, self.per_seq_s = per_step_s, per_seq_s
 
     @property
     def label(self) -> str:
+        if self.source is None:
+            return f"{self.base.label} x{self.factor:g}"
         return (
-            f"{self.base.label} x{self.scale:.3f} + {1e3 * self.per_step_s:.3f} ms/step"
+            f"{self.base.label} x{self.factor:.3f} + {1e3 * self.per_step_s:.3f} ms/step"
             f" + {1e3 * self.per_seq_s:.3f} ms/seq (fit on {self.source})"
         )
 
     def step_s(self, shape: StepShape) -> float:
         if shape.is_empty:
             return 0.0
+        # A plain scale adds 0.0 twice, which leaves factor * base exactly as it is.
         num_seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        return self.scale * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs
-
-
-class ScaledCost:
-    """``base`` times a constant factor (e.g. a deliberately wrong model, in tests)."""
-
-    def __init__(self, base: CostModel, factor: float) -> None:
-        if factor <= 0:
-            raise ValueError(f"factor must be positive, got {factor}")
-        self.base, self.factor = base, factor
-
-    @property
-    def label(self) -> str:
-        return f"{self.base.label} x{self.factor:g}"
-
-    def step_s(self, shape: StepShape) -> float:
-        return self.factor * self.base.step_s(shape)
+        return self.factor * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs
