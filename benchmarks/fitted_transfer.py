@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.run).name, scenario, load_measured_run(args.run).requests, base,
         args.scenario.parent,
     )  # fmt: skip
-    rows = target_rows([run], [Target(0)], artifact.parameters.to_params())
+    rows = target_rows([run], [Target(0)], artifact.parameters)
     print(f"{args.run} with the parameters of {args.artifact.name} on {base.label}:\n")
     print("\n".join(render_rows(rows)))
     return 0

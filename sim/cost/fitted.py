@@ -34,35 +34,24 @@ fitted (``calibration.fit.fit_engine_overhead``) on the step log of a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from sim.cost.base import CostModel, StepShape
 from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
 
 
-@dataclass(frozen=True, slots=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class FitParameters:
-    """The free parameters: an added per-step time and two multipliers of the base."""
+    """The free parameters: an added per-step time and two multipliers of the base. The
+    artifact stores them as they are; the bounds keep a step from taking no time, or less."""
 
-    step_overhead_s: float = 0.0
-    prefill_multiplier: float = 1.0
-    decode_multiplier: float = 1.0
-
-    def __post_init__(self) -> None:
-        # Negative values would let a step take no time, or less than none.
-        if not self.step_overhead_s >= 0.0:
-            raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
-        multipliers = {
-            "prefill_multiplier": self.prefill_multiplier,
-            "decode_multiplier": self.decode_multiplier,
-        }
-        for name, value in multipliers.items():
-            if not value > 0.0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+    step_overhead_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    prefill_multiplier: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    decode_multiplier: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
 def prefill_part(shape: StepShape) -> StepShape:
@@ -153,19 +142,6 @@ class FittedProvenance(BaseModel):
     runs: list[FittedRunInfo] = Field(min_length=1)
 
 
-class FittedParameterValues(BaseModel):
-    """``FitParameters`` as stored (same fields, same bounds)."""
-
-    model_config = _FROZEN
-
-    step_overhead_s: float = Field(ge=0, allow_inf_nan=False)
-    prefill_multiplier: float = Field(gt=0, allow_inf_nan=False)
-    decode_multiplier: float = Field(gt=0, allow_inf_nan=False)
-
-    def to_params(self) -> FitParameters:
-        return FitParameters(**self.model_dump())
-
-
 class FitSummary(BaseModel):
     """How the optimiser got there."""
 
@@ -199,7 +175,7 @@ class FittedCostArtifact(FitArtifact):
 
     format: Literal["servesim-fitted-cost"] = FORMAT_NAME
     format_version: Literal[1] = FORMAT_VERSION
-    parameters: FittedParameterValues
+    parameters: FitParameters
 
 
 def save_fitted_artifact(artifact: FitArtifact, path: str | Path) -> Path:
