@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     # Run B as calibrate --from-run --scenario replays it (its load, its intake mark),
     # on the fit's GPU-only base: the fitted overhead stands for the engine's CPU work.
     (run,) = replay_runs([args.run], scenario.model, None, str(args.scenario), "multipliers").runs
-    rows = target_rows([run], [Target(0)], artifact.parameters.to_params())
+    rows = target_rows([run], [Target(0)], artifact.parameters)
     print(f"{args.run} with the parameters of {args.artifact.name} on {run.base.label}:\n")
     print("\n".join(render_rows(rows)))
     return 0

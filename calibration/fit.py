@@ -18,7 +18,7 @@ Rows are weighted by 1/measured time, so the fit minimises relative error
 non-negative: a step can never get cheaper by adding work. Held-out points
 are chosen deterministically (``split_held_out``) and never seen by the fit.
 
-``fit_engine_overhead`` fits ``sim.cost.fitted.EngineOverheadCost`` to a
+``fit_engine_overhead`` fits ``sim.cost.fitted.ScaledCost`` to a
 measured run's step log (``steps.parquet``): each step is a sample, its busy
 time ``done_s - start_s`` from scheduling to the end of its bookkeeping,
 weighted as above. Fit it on one run and predict *another*: a fit on the run
@@ -44,7 +44,7 @@ from sim.cost.calibrated import (
     FitError,
     ape,
 )
-from sim.cost.fitted import EngineOverheadCost
+from sim.cost.fitted import ScaledCost
 
 FitKind = Literal["linear", "piecewise"]
 Matrix = npt.NDArray[np.float64]
@@ -266,7 +266,7 @@ def fit_samples(
 
 def fit_engine_overhead(
     steps: pd.DataFrame, base: CostModel, source: str = "engine step log"
-) -> EngineOverheadCost:
+) -> ScaledCost:
     """Fit ``scale * base + per_step_s + per_seq_s * seqs`` to the busy time of each step."""
     if steps.empty:
         raise ValueError("no steps to fit")
@@ -284,4 +284,4 @@ def fit_engine_overhead(
     norms[norms == 0] = 1.0
     coef = nnls(design / norms, np.ones_like(busy)) / norms
     scale = float(coef[0]) if coef[0] > 0 else 1.0
-    return EngineOverheadCost(base, scale, float(coef[1]), float(coef[2]), source=source)
+    return ScaledCost(base, scale, float(coef[1]), float(coef[2]), source=source)

@@ -24,7 +24,6 @@ import torch; ``measure_tables`` does.
 
 from __future__ import annotations
 
-import datetime as dt
 import statistics
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ import pandas as pd
 
 from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
 from sim.cost.kernels.ops import layer_shapes
+from sim.cost.provenance import utc_now
 from sim.hardware.specs import ModelSpec
 
 TOOL_VERSION = "1"
@@ -151,7 +151,7 @@ def measure_tables(
         framework_version=torch.__version__,
         dtype=TORCH_DTYPE_NAMES[dtype_name],
         kv_dtype=TORCH_DTYPE_NAMES[dtype_name],
-        date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        date=utc_now(),
         tool="calibration.kernel_tables",
         tool_version=TOOL_VERSION,
         model=arch.name,

@@ -22,7 +22,7 @@ from sim.cost.base import CostModel
 from sim.cost.calibrated import load_calibrated_cost
 from sim.cost.config import shipped_artifacts
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
-from sim.cost.fitted import EngineOverheadCost, FitParameters, FittedCost, ScaledCost
+from sim.cost.fitted import FitParameters, FittedCost, ScaledCost
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
@@ -68,9 +68,9 @@ COSTS: dict[str, Callable[[], CostModel]] = {
     "kernels-profile-skew": skewed_kernel_cost,
     "engine-cpu-overlapped-on-kernels-profile-skew": lambda: engine_cpu(skewed_kernel_cost(), True),
     "linear": linear,
-    "overhead-fit-on-roofline": lambda: EngineOverheadCost(roofline(), 1.13, 1.7e-3, 3.1e-5),
-    "overhead-fit-on-kernels": lambda: EngineOverheadCost(kernels(), 0.97, 2.3e-3, 1.1e-5),
-    "overhead-fit-on-linear": lambda: EngineOverheadCost(linear(), 1.1, 5e-4, 2e-4),
+    "overhead-fit-on-roofline": lambda: ScaledCost(roofline(), 1.13, 1.7e-3, 3.1e-5, source="log"),
+    "overhead-fit-on-kernels": lambda: ScaledCost(kernels(), 0.97, 2.3e-3, 1.1e-5, source="log"),
+    "overhead-fit-on-linear": lambda: ScaledCost(linear(), 1.1, 5e-4, 2e-4, source="log"),
     "scaled-kernels": lambda: ScaledCost(kernels(), 1.37),
     "fitted-on-kernels": lambda: FittedCost(kernels(), FitParameters(1.9e-3, 1.21, 0.93)),
     "fitted-on-roofline": lambda: FittedCost(roofline(), FitParameters(4e-4, 0.8, 1.17)),

@@ -83,7 +83,7 @@ def test_fits_writes_an_artifact_a_scenario_loads(
     printed = capsys.readouterr().out
     assert "first half -> second half" in printed and "In sample" in printed
     artifact = load_fitted_artifact(out)
-    params = artifact.parameters.to_params()
+    params = artifact.parameters
     assert params.prefill_multiplier == pytest.approx(1.3, rel=0.1)
     assert params.decode_multiplier == pytest.approx(0.8, rel=0.1)
     assert artifact.fit.objective_value < artifact.fit.base_objective_value

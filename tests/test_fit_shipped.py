@@ -36,7 +36,7 @@ def test_the_rtx4090_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost
     plain = load_scenario(ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml")
     scenario = plain.model_copy(update={"cost": FittedCostConfig(artifact=str(path))})
     cost = cost_model_for(scenario, ROOT / "scenarios" / "public")
-    assert isinstance(cost, FittedCost) and cost.params == artifact.parameters.to_params()
+    assert isinstance(cost, FittedCost) and cost.params == artifact.parameters
     # The base the fit adjusted: GPU-only (its fitted overhead stands for the CPU work).
     base = cost_model_for(plain, ROOT / "scenarios" / "public", engine_cpu=False)
     fit_run = FitRun("r", plain, run.requests, base, ROOT / "scenarios" / "public")

@@ -21,7 +21,6 @@ from sim.cost.fitted import (
     FitSummary,
     FittedCost,
     FittedCostArtifact,
-    FittedParameterValues,
     FittedProvenance,
     FittedRunInfo,
     decode_part,
@@ -122,11 +121,7 @@ def artifact(base_cost: dict[str, Any], params: FitParameters) -> FittedCostArti
         ),
         base_cost=base_cost,
         base_cost_label="linear",
-        parameters=FittedParameterValues(
-            step_overhead_s=params.step_overhead_s,
-            prefill_multiplier=params.prefill_multiplier,
-            decode_multiplier=params.decode_multiplier,
-        ),
+        parameters=params,
         fit=FitSummary(
             free_parameters=["decode_multiplier"],
             objective="test",

@@ -21,7 +21,7 @@ from sim import api
 from sim.cli import main as cli_main
 from sim.cost.base import CostModel, StepShape
 from sim.cost.calibrated import CalibratedCost, load_calibrated_cost
-from sim.cost.fitted import EngineOverheadCost, ScaledCost
+from sim.cost.fitted import ScaledCost
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario, load_scenario
@@ -102,7 +102,7 @@ def test_requests_as_work_needs_a_whole_run() -> None:
 # -- the overhead cost and its fit --------------------------------------------------
 def test_engine_overhead_cost_is_consistent_between_entry_points() -> None:
     base = LinearCost(step_overhead_s=0.002, per_decode_seq_s=0.001, per_context_token_s=1e-6)
-    cost = EngineOverheadCost(base, 1.1, 0.0005, 0.0002)
+    cost = ScaledCost(base, 1.1, 0.0005, 0.0002, source="engine step log")
     steps = run_prices(cost, 4, 400, 3)
     for j in range(3):
         shape = StepShape(num_decode_seqs=4, num_decode_context_tokens=400 + 4 * j)
@@ -110,7 +110,7 @@ def test_engine_overhead_cost_is_consistent_between_entry_points() -> None:
     assert cost.step_s(StepShape()) == 0.0
     assert "ms/step" in cost.label
     with pytest.raises(ValueError):
-        EngineOverheadCost(base, 0.0, 0.0, 0.0)
+        ScaledCost(base, 0.0, 0.0, 0.0)
     scaled = ScaledCost(base, 1.5)
     assert run_prices(scaled, 2, 10, 2)[0] == pytest.approx(
         1.5 * base.step_s(StepShape(num_decode_seqs=2, num_decode_context_tokens=10))
@@ -148,7 +148,7 @@ def test_fit_recovers_known_overhead() -> None:
         )
         t += busy
     fit = fit_engine_overhead(pd.DataFrame(rows), base)
-    assert fit.scale == pytest.approx(1.2, rel=1e-3)
+    assert fit.factor == pytest.approx(1.2, rel=1e-3)
     assert fit.per_step_s == pytest.approx(0.0007, rel=1e-2)
     assert fit.per_seq_s == pytest.approx(0.0001, rel=1e-2)
 

@@ -3,17 +3,9 @@
 A step's cost depends only on aggregate counts, never on which requests are in
 it, so a shape is a handful of integers: this keeps a cost evaluation to a few
 microseconds. A cost model is one method, ``step_s(shape)``; everything else
-prices through it.
-
-The end times of a skip-ahead run (``ends_until_cut`` of ``decode_run_s``): the
-replica (``sim.fast.decode_runs``) turns a plan promising ``num_steps`` steps
-into one SimPy timeout, and needs each step's end time: the first
-step's, then ``end[j] = end[j - 1] + d[j]`` with ``d[j]`` the ``step_s`` of the
-run's ``j``-th decode step (``decode_run_s``: its sequences' contexts each one
-longer a step), summed in the same order as step-by-step execution so both
-modes agree to the bit. An open-loop run stops early, ``num_after`` steps
-after the first that ends at or after the next arrival (``stop_s``), and a
-step past the cut is never priced.
+prices through it, a skip-ahead run's decode steps too (``decode_run_s``), with
+their end times (``ends_until_cut``) summed in step-by-step execution's order
+so that both modes agree to the bit.
 """
 
 from __future__ import annotations
@@ -145,7 +137,9 @@ def ends_until_cut(
     """End times (s) of a run's first step and of up to ``num_decode_steps`` decode
     steps after it, lasting ``durations_s`` in order; cut ``num_after`` steps after
     the first to end at or after ``stop_s`` (``num_after`` >= 1: that step itself
-    is the first kept). Takes no duration past the cut from ``durations_s``."""
+    is the first kept). Takes no duration past the cut from ``durations_s``, so a step
+    past it is never priced. ``sim.fast.decode_runs`` waits them out as one SimPy timeout.
+    """
     # Decode steps still to sum: all, unless one ends at or after stop_s.
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, num_after - 1)
     end = first_end_s

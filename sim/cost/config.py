@@ -351,7 +351,7 @@ def _build(
         except ValidationError as error:
             raise ConfigError(f"{path}: {validation_problem(error, 'base_cost')}") from None
         base = build_cost_model(base_config, model, hardware, path.parent, parallelism)
-        return FittedCost(base, artifact.parameters.to_params(), source=path.name)
+        return FittedCost(base, artifact.parameters, source=path.name)
     if isinstance(config, AutoCostConfig):
         return _auto(model, hardware, parallelism)[0]
     if isinstance(config, CalibratedCostConfig):

@@ -18,51 +18,40 @@ calibration". A relative path inside ``base_cost`` (an artifact file) is
 relative to the artifact's own folder. ``errors`` is a report for people;
 nothing reads it back.
 
-``EngineOverheadCost``: a cost model plus the per-step work of a real engine
+``ScaledCost``: a cost model plus the per-step work of a real engine
 loop around the forward pass, which microbenchmarks of ``forward_step`` alone
 miss (scheduling, batch building, detokenizing, commit: a few percent of a
 decode step for a small model on a CPU; the forward pass may also run a little
 slower or faster inside the loop than in a tight benchmark, caches)::
 
-    step_s = scale * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
+    step_s = factor * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
 
 fitted (``calibration.fit.fit_engine_overhead``) on the step log of a
-*different* measured run than the one predicted. ``ScaledCost`` multiplies a
-base model's steps by one factor.
+*different* measured run than the one predicted; with ``per_step_s`` and
+``per_seq_s`` 0, one factor on a base model's steps.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from sim.cost.base import CostModel, StepShape
 from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
 
 
-@dataclass(frozen=True, slots=True)
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class FitParameters:
-    """The free parameters: an added per-step time and two multipliers of the base."""
+    """The free parameters: an added per-step time and two multipliers of the base. The
+    artifact stores them as they are; the bounds keep a step from taking no time, or less."""
 
-    step_overhead_s: float = 0.0
-    prefill_multiplier: float = 1.0
-    decode_multiplier: float = 1.0
-
-    def __post_init__(self) -> None:
-        # Negative values would let a step take no time, or less than none.
-        if not self.step_overhead_s >= 0.0:
-            raise ValueError(f"step_overhead_s must be >= 0, got {self.step_overhead_s}")
-        multipliers = {
-            "prefill_multiplier": self.prefill_multiplier,
-            "decode_multiplier": self.decode_multiplier,
-        }
-        for name, value in multipliers.items():
-            if not value > 0.0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+    step_overhead_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    prefill_multiplier: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    decode_multiplier: float = Field(default=1.0, gt=0, allow_inf_nan=False)
 
 
 def prefill_part(shape: StepShape) -> StepShape:
@@ -153,19 +142,6 @@ class FittedProvenance(BaseModel):
     runs: list[FittedRunInfo] = Field(min_length=1)
 
 
-class FittedParameterValues(BaseModel):
-    """``FitParameters`` as stored (same fields, same bounds)."""
-
-    model_config = _FROZEN
-
-    step_overhead_s: float = Field(ge=0, allow_inf_nan=False)
-    prefill_multiplier: float = Field(gt=0, allow_inf_nan=False)
-    decode_multiplier: float = Field(gt=0, allow_inf_nan=False)
-
-    def to_params(self) -> FitParameters:
-        return FitParameters(**self.model_dump())
-
-
 class FitSummary(BaseModel):
     """How the optimiser got there."""
 
@@ -199,7 +175,7 @@ class FittedCostArtifact(FitArtifact):
 
     format: Literal["servesim-fitted-cost"] = FORMAT_NAME
     format_version: Literal[1] = FORMAT_VERSION
-    parameters: FittedParameterValues
+    parameters: FitParameters
 
 
 def save_fitted_artifact(artifact: FitArtifact, path: str | Path) -> Path:
@@ -234,47 +210,36 @@ def rebase_paths(base_cost: dict[str, Any], old_dir: Path, new_dir: Path) -> dic
     return out
 
 
-class EngineOverheadCost:
-    """``base`` scaled, plus a fixed and a per-sequence cost per step."""
+class ScaledCost:
+    """``base`` scaled by ``factor``, plus a fixed and a per-sequence cost per step (the
+    module's engine overhead, fitted on ``source``; without one, a plain scale: e.g. a
+    deliberately wrong model in tests, or a what-if in a validation study)."""
 
     def __init__(
         self,
         base: CostModel,
-        scale: float,
-        per_step_s: float,
-        per_seq_s: float,
-        source: str = "engine step log",
+        factor: float,
+        per_step_s: float = 0.0,
+        per_seq_s: float = 0.0,
+        source: str | None = None,
     ) -> None:
-        if scale <= 0 or per_step_s < 0 or per_seq_s < 0:
-            raise ValueError(f"bad overhead coefficients {scale=}, {per_step_s=}, {per_seq_s=}")
-        self.base, self.scale, self.source = base, scale, source
+        if factor <= 0 or per_step_s < 0 or per_seq_s < 0:
+            raise ValueError(f"bad coefficients {factor=}, {per_step_s=}, {per_seq_s=}")
+        self.base, self.factor, self.source = base, factor, source
         self.per_step_s, self.per_seq_s = per_step_s, per_seq_s
 
     @property
     def label(self) -> str:
+        if self.source is None:
+            return f"{self.base.label} x{self.factor:g}"
         return (
-            f"{self.base.label} x{self.scale:.3f} + {1e3 * self.per_step_s:.3f} ms/step"
+            f"{self.base.label} x{self.factor:.3f} + {1e3 * self.per_step_s:.3f} ms/step"
             f" + {1e3 * self.per_seq_s:.3f} ms/seq (fit on {self.source})"
         )
 
     def step_s(self, shape: StepShape) -> float:
         if shape.is_empty:
             return 0.0
+        # A plain scale adds 0.0 twice, which leaves factor * base exactly as it is.
         num_seqs = shape.num_prefill_seqs + shape.num_decode_seqs
-        return self.scale * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs
-
-
-class ScaledCost:
-    """``base`` times a constant factor (e.g. a deliberately wrong model, in tests)."""
-
-    def __init__(self, base: CostModel, factor: float) -> None:
-        if factor <= 0:
-            raise ValueError(f"factor must be positive, got {factor}")
-        self.base, self.factor = base, factor
-
-    @property
-    def label(self) -> str:
-        return f"{self.base.label} x{self.factor:g}"
-
-    def step_s(self, shape: StepShape) -> float:
-        return self.factor * self.base.step_s(shape)
+        return self.factor * self.base.step_s(shape) + self.per_step_s + self.per_seq_s * num_seqs

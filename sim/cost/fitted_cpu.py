@@ -1,28 +1,14 @@
 """The engine's CPU work and the server's way in, fitted to measured runs: the artifact.
 
 ``servesim calibrate --from-run ... --fit-kind engine-cpu`` (``sim.validation.fit``)
-fits the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig`` (per step,
-per scheduled sequence, per token, and the part no mode overlaps) on top of a
-GPU-only base cost model (kernel tables, the roofline: their prices are kept
-as they are, not scaled), and the way in per request
-(``FrontendConfig.way_in_s_per_request``) where the runs' arrival times are
-the clients' send times. ``EngineCpuFitValues`` holds the result;
-``EngineCpuArtifact`` stores it, versioned, with its provenance, errors and
-each fitted coefficient's interval (``CoefficientInterval``,
-``sim.validation.identify``).
-
-Format 2 splits the coefficient per sequence in two (``scheduler_per_seq_s``,
-``sampling_per_seq_s``: ``sim.cost.engine_cpu``). A format-1 artifact still
-loads with its price kept: its ``per_seq_s``, the whole per-sequence work
-fitted as one, becomes ``scheduler_per_seq_s`` with ``sampling_per_seq_s`` 0
-(``x + 0.0`` is ``x``), and it has no intervals.
-
-A scenario names the artifact with ``engine: {cpu_artifact: PATH}`` (relative
-to the scenario's folder, like any artifact): its ``engine.cpu`` becomes the
-fitted coefficients (when the base priced GPU work only; a base that times
-whole steps has none to fit, and only the way in is) and, when the fit
-identified it, its ``frontend.way_in_s_per_request`` the fitted way in
-(``sim.scenario``).
+fits the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig`` on top of a
+GPU-only base cost, and the way in per request where the runs' arrivals are
+the clients' send times. ``EngineCpuFitValues`` is one candidate of that fit;
+``EngineCpuArtifact`` stores the result, versioned, with its provenance,
+errors and each coefficient's interval (``CoefficientInterval``). A scenario
+names it with ``engine: {cpu_artifact: PATH}`` (``sim.scenario``). What is
+fitted, what is refused, and how a format-1 artifact loads (``from_format_1``,
+its price kept): docs/validation.md, "The engine's CPU work and the way in".
 """
 
 from __future__ import annotations
@@ -115,8 +101,9 @@ def load_engine_cpu_artifact(path: str | Path, base_dir: Path | None = None) -> 
 
 
 def from_format_1(data: dict[str, Any]) -> dict[str, Any]:
-    """A format-1 artifact as format 2, its price kept (module docstring); any other
-    document as it is."""
+    """A format-1 artifact as format 2, its price kept: its one ``per_seq_s`` becomes
+    ``scheduler_per_seq_s`` with ``sampling_per_seq_s`` 0 (``x + 0.0`` is ``x``), and it
+    has no intervals. Any other document as it is."""
     if data.get("format") != FORMAT_NAME or data.get("format_version") != 1:
         return data
     cpu = data.get("cpu")

@@ -14,6 +14,8 @@ need.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from sim.cost.base import StepShape
 from sim.errors import ConfigError
 
@@ -40,47 +42,26 @@ def zero_step_problem(
     return None
 
 
+@dataclass(slots=True, eq=False)  # eq=False: compared and hashed by identity, as any cost model
 class LinearCost:
     """Step time as a non-negative linear function of the step's counts (see module)."""
 
-    __slots__ = (
-        "per_attention_pair_s",
-        "per_context_token_s",
-        "per_decode_seq_s",
-        "per_prefill_seq_s",
-        "per_prefill_token_s",
-        "step_overhead_s",
-    )
+    step_overhead_s: float = 0.0
+    per_prefill_seq_s: float = 0.0
+    per_prefill_token_s: float = 0.0
+    per_attention_pair_s: float = 0.0
+    per_decode_seq_s: float = 0.0
+    per_context_token_s: float = 0.0
 
-    def __init__(
-        self,
-        step_overhead_s: float = 0.0,
-        per_prefill_seq_s: float = 0.0,
-        per_prefill_token_s: float = 0.0,
-        per_attention_pair_s: float = 0.0,
-        per_decode_seq_s: float = 0.0,
-        per_context_token_s: float = 0.0,
-    ) -> None:
-        coefficients = {
-            "step_overhead_s": step_overhead_s,
-            "per_prefill_seq_s": per_prefill_seq_s,
-            "per_prefill_token_s": per_prefill_token_s,
-            "per_attention_pair_s": per_attention_pair_s,
-            "per_decode_seq_s": per_decode_seq_s,
-            "per_context_token_s": per_context_token_s,
-        }
+    def __post_init__(self) -> None:
+        coefficients = asdict(self)
         for field, value in coefficients.items():
             if not value >= 0 or value == float("inf"):  # also rejects NaN
                 raise ConfigError(f"cost.{field} must be a finite number >= 0, got {value}")
+            setattr(self, field, float(value))  # an int given prices in floats all the same
         problem = zero_step_problem(**coefficients)
         if problem is not None:
             raise ConfigError(f"cost: {problem}")
-        self.step_overhead_s = float(step_overhead_s)
-        self.per_prefill_seq_s = float(per_prefill_seq_s)
-        self.per_prefill_token_s = float(per_prefill_token_s)
-        self.per_attention_pair_s = float(per_attention_pair_s)
-        self.per_decode_seq_s = float(per_decode_seq_s)
-        self.per_context_token_s = float(per_context_token_s)
 
     @property
     def label(self) -> str:
@@ -96,14 +77,4 @@ class LinearCost:
             + self.per_attention_pair_s * shape.prefill_attention_pairs
             + self.per_decode_seq_s * shape.num_decode_seqs
             + self.per_context_token_s * shape.num_decode_context_tokens
-        )
-
-    def __repr__(self) -> str:
-        return (
-            f"LinearCost(per_attention_pair_s={self.per_attention_pair_s!r}, "
-            f"per_context_token_s={self.per_context_token_s!r}, "
-            f"per_decode_seq_s={self.per_decode_seq_s!r}, "
-            f"per_prefill_seq_s={self.per_prefill_seq_s!r}, "
-            f"per_prefill_token_s={self.per_prefill_token_s!r}, "
-            f"step_overhead_s={self.step_overhead_s!r})"
         )

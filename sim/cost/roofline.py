@@ -86,15 +86,15 @@ class RooflineCost:
         "model",
     )
 
-    tensor_parallel_size = 1  # GPUs splitting each layer (ParallelRooflineCost: the layout's)
-
-    def __init__(self, model: ModelSpec, hardware: HardwareSpec) -> None:
+    def __init__(
+        self, model: ModelSpec, hardware: HardwareSpec, tensor_parallel_size: int = 1
+    ) -> None:
         self.model = model
         self.hardware = hardware
         # Everything is folded into seconds-per-count constants once, so that
         # step_s is a handful of float operations. One GPU of a tp group does 1/tp
         # of the FLOPs and weight reads (x / 1 is exact: tp = 1 is the plain roofline).
-        tp = self.tensor_parallel_size
+        tp = tensor_parallel_size
         flops_per_s = hardware.effective_flops_per_s
         bytes_per_s = hardware.effective_bytes_per_s
         kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
@@ -166,17 +166,13 @@ class ParallelRooflineCost(RooflineCost):
         if problem is not None:
             raise ConfigError(problem)
         self.parallelism = parallelism
-        super().__init__(model, hardware)
+        super().__init__(model, hardware, parallelism.tensor_parallel_size)
         self._activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
         self._num_allreduces = 2 * model.num_layers  # attention output and MLP output
         self._pp = parallelism.pipeline_parallel_size
         self._max_micro_batches = parallelism.num_micro_batches
         self._p2p_hops = self._pp - 1
         self._fixed_cache: dict[tuple[int, int], tuple[float, float, float]] = {}
-
-    @property
-    def tensor_parallel_size(self) -> int:  # type: ignore[override]
-        return self.parallelism.tensor_parallel_size
 
     @property
     def label(self) -> str:
