@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.scenario import Scenario, apply_overrides, read_scenario, scenario_from_dict, set_dotted
+from sim.scenario import Scenario, apply_overrides, read_yaml, scenario_from_dict, set_dotted
 
 Overrides = Sequence[str] | Mapping[str, Any]
 WHAT = "overrides"  # names a mapping's keys in error messages (strings are ``--set``'s)
@@ -61,7 +61,7 @@ def apply(doc: dict[str, Any], overrides: Overrides, source: str) -> None:
 
 def load_with(path: Path, overrides: Overrides) -> Scenario:
     """Read ``path``, apply ``overrides``, validate (``sim.scenario.load_scenario``'s steps)."""
-    doc = read_scenario(path)
+    doc = read_yaml(path, "scenario")
     apply(doc, overrides, str(path))
     return scenario_from_dict(doc, str(path), path.parent)
 

@@ -99,11 +99,7 @@ def load_plan_config(path: str | Path | None) -> PlanConfig:
     """The plan file's search space (the defaults when ``path`` is None)."""
     if path is None:
         return PlanConfig()
-    doc = read_yaml(Path(path), "plan")
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of plan fields at the top level")
+    doc = read_yaml(path, "plan")
     try:
         return PlanConfig.model_validate(doc)
     except ValidationError as error:

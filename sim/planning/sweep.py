@@ -192,8 +192,6 @@ def load_sweep(path: str | Path) -> SweepPlan:
     """Read a sweep file and validate it and every point's scenario."""
     path = Path(path)
     doc = read_yaml(path, "sweep")
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of sweep fields at the top level")
     try:
         config = SweepConfig.model_validate(doc)
     except ValidationError as error:
@@ -201,11 +199,9 @@ def load_sweep(path: str | Path) -> SweepPlan:
     targets = targets_from_mapping(config.slo, f"{path}: slo")
     scenario_path = (path.parent / config.scenario).resolve()
     try:
-        base_doc = read_yaml(scenario_path, "scenario") or {}
+        base_doc = read_yaml(scenario_path, "scenario")
     except ConfigError as error:
         raise ConfigError(f"{path}: scenario: {error}") from None
-    if not isinstance(base_doc, dict):
-        raise ConfigError(f"{scenario_path}: expected a mapping of scenario fields")
     points = []
     for index, overrides in enumerate(config.override_sets()):
         label = ", ".join(f"{k}={v}" for k, v in overrides.items())

@@ -59,7 +59,7 @@ __all__ = [
     "Scenario",
     "apply_overrides",
     "load_scenario",
-    "read_scenario",
+    "read_yaml",
     "scenario_from_dict",
     "set_dotted",
 ]
@@ -475,24 +475,13 @@ def scenario_from_dict(
         raise ConfigError(f"{source}: {error}") from None
 
 
-def read_scenario(path: Path) -> dict[str, Any]:
-    """A scenario file's raw document (empty: no fields), not yet validated; ConfigError
-    naming the file when it is not a mapping."""
-    doc = read_yaml(path, "scenario")
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
-    return doc
-
-
 def load_scenario(
     path: str | Path, overrides: Sequence[str] = (), bench_flags: BenchFlags | None = None
 ) -> Scenario:
     """Read, override and validate a scenario file; ``bench_flags``: ``vllm bench
     serve``'s workload flags, written after the overrides (``sim.scenario.bench_flags``)."""
     path = Path(path)
-    doc = read_scenario(path)
+    doc = read_yaml(path, "scenario")
     apply_overrides(doc, overrides, str(path))
     if bench_flags is not None:
         apply_bench_flags(doc, bench_flags, overrides, str(path))
