@@ -1,34 +1,15 @@
 """The configuration search: the cheapest deployment that meets the SLOs at a target rate.
 
-A *candidate* (``Candidate``) is one deployment unit: a GPU, a tensor-parallel degree,
-batch limits and, optionally, a disaggregated ``P:D`` unit of prefill and decode
-replicas. For each, the capacity search (:mod:`sim.planning.capacity`, intervals
-included) finds the highest load it serves within the SLOs; the fleet for the target
-rate is ``ceil(R / capacity)`` units, priced per GPU-hour (:mod:`sim.planning.pricing`),
-and candidates rank by the fleet's dollars per hour, ties by more capacity per GPU
-(``PlanResult.ranked``). What keeps it from brute force (docs/capacity.md tells why):
-
-1. refusals before any run: heads that do not split, weights that do not fit, a KV
-   pool that cannot hold one ``max_model_len`` request (``_prepare``);
-2. an optimistic bound per candidate from its own cost model
-   (:mod:`sim.planning.plan_bound`): a rate its search cannot exceed, and SLOs a lone
-   request already breaks (infeasible, skipped without a run);
-3. best first, branch and bound (``_run``): candidates run by their optimistic fleet
-   cost; one that cannot beat the cheapest found so far is skipped, saying why
-   (``_cannot_beat``, which keeps the ranking's tie order). The local executor draws
-   the next candidate only when one finishes (:mod:`sim.planning.sweep_exec`), so
-   every decision uses everything finished before it;
-4. batch limits coarse, then refined: one representative per (GPU, TP, split) group
-   first (``representatives``), the group's other coarse limits only where it came
-   within ``REFINE_MARGIN`` of the cheapest (a heuristic, said in the skip), then the
-   geometric halfway values around each good group's best (``refined_candidates``);
-   ``prune: false`` searches the whole grid;
-5. runs sized for what decided: the fewest requests the SLO percentiles need
-   (``run_length``), searched again on longer runs where the served check bound a
-   capacity on runs too short to measure it (``_search_candidate``, ``MAX_SEARCHES``).
-
-The answer leaves out the network, the balancer's imbalance, autoscaling and
-failures (docs/capacity.md).
+A ``Candidate`` is one deployment unit: a GPU, a tensor-parallel degree, batch limits
+and, optionally, a disaggregated ``P:D`` unit. Its capacity search
+(:mod:`sim.planning.capacity`) sizes a fleet of ``ceil(R / capacity)`` units, priced per
+GPU-hour; ``PlanResult.ranked`` orders the fleets. docs/capacity.md ("How it avoids
+brute force") tells how the search is kept small: refusals before any run
+(``_prepare``), an optimistic bound per candidate (:mod:`sim.planning.plan_bound`),
+best first with branch and bound (``_run``, ``_cannot_beat``), batch limits coarse then
+refined (``representatives``, ``_defer_far_groups``, ``refined_candidates``) and runs
+sized for what decided (``run_length``, ``_search_candidate``). The answer leaves out
+the network, the balancer's imbalance, autoscaling and failures.
 """
 
 from __future__ import annotations
