@@ -163,8 +163,6 @@ class PlanResult:
     executor: str = "local"  # or "ray" (sim.planning.sweep_exec)
     # --headroom in percent; None: each configuration sized for its own model error.
     headroom_pct: float | None = 0.0
-    # The scenario's own workload: best.yaml replays it at the target rate.
-    workload_doc: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
 
     def collect_warnings(self, extra: Sequence[str]) -> None:
@@ -906,7 +904,6 @@ def plan(
         workers=workers or default_jobs(),
         executor=executor,
         headroom_pct=headroom_pct,
-        workload_doc=scenario.model_dump(mode="json")["workload"],
     )
     coarse = [_prepare(space, c) for c in coarse_candidates(space)]
     result.outcomes.extend(coarse)
