@@ -493,11 +493,6 @@ def upper_bound_rate_per_s(
     return None if bound.infeasible else bound.rate_per_s
 
 
-def _quantile(target: SloTarget) -> float | None:
-    """The quantile a target's statistic is (``p99``: 0.99), None for a mean."""
-    return QUANTILES.get(target.stat)
-
-
 def tail_requests(q: float, beyond: float = MIN_TAIL_SAMPLES) -> int:
     """Requests per run that put ``beyond`` samples past quantile ``q``."""
     return math.ceil(beyond / (1.0 - q) - 1e-9)
@@ -515,7 +510,7 @@ def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -
     the run's two largest), so it measures no tail."""
     num = _fewest_requests(records)
     for target in targets:
-        q = _quantile(target)
+        q = QUANTILES.get(target.stat)  # None: a mean
         if q is not None and num < tail_requests(q, 1.0):
             raise ConfigError(
                 f"--slo {target.name}: runs of {num} requests cannot estimate a "
@@ -550,7 +545,7 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
     point = res.at_estimate
     num = _fewest_requests(point.records) if point is not None else 0
     for target in res.targets:
-        q = _quantile(target)
+        q = QUANTILES.get(target.stat)  # None: a mean
         if point is not None and q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
             out.append(
                 f"{target.name} rests on runs of {num} requests, about "
@@ -569,7 +564,7 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
         # start): a burst of C requests queued at once, whose TTFTs may be the tail.
         clients = int(point.load)
         for target in res.targets:
-            q = _quantile(target)
+            q = QUANTILES.get(target.stat)  # None: a mean
             if q is not None and clients > num * (1.0 - q):
                 out.append(
                     f"{target.name}: the {clients} clients' first requests are sent at once, "

@@ -492,18 +492,14 @@ def _search_candidate(task: Task) -> Record:
     return record
 
 
-def _start_load(outcome: Outcome) -> float:
-    """Where a candidate's search starts: half its optimistic bound, so that a
-    candidate's answer is the same whatever ran before it (or on how many workers)."""
-    bound = outcome.bound_rate_per_s or 0.0
-    return _nice(0.5 * bound) if bound > 0 else 1.0
-
-
 def _task(space: _Space, outcome: Outcome) -> Task:
     """A pending candidate's search, as ``search_candidate`` reads it."""
     candidate = outcome.candidate
+    # It starts at half its optimistic bound: its answer is the same whatever ran
+    # before it (or on how many workers).
+    start_rate_per_s = _nice(0.5 * (outcome.bound_rate_per_s or 0.0))
     return {
-        "scenario": space.doc_for(candidate, _start_load(outcome)),
+        "scenario": space.doc_for(candidate, start_rate_per_s),
         "label": f"plan: {candidate.label}",
         "base_dir": str(space.base_dir),
         "slo": {t.name: t.limit_ms for t in space.targets},
