@@ -29,7 +29,6 @@ from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
 from sim.cost.model_error import ModelError, model_error_for
 from sim.errors import ConfigError
-from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
 from sim.planning.capacity import (
@@ -580,8 +579,9 @@ def refined_candidates(space: _Space, result: PlanResult) -> list[Candidate]:
 
 
 def _prepare(space: _Space, candidate: Candidate) -> Outcome:
-    """Refusal (does not split, does not fit) or the candidate's bound."""
-    hardware = space.hardware[candidate.gpu]
+    """Refusal or the candidate's bound. Validating its scenario refuses heads that do not
+    split (``layout_problem``); sizing its KV pool (``kv_blocks_for``) refuses weights that
+    do not fit and a pool that holds no ``max_model_len`` request, as vLLM would."""
     price = space.prices[candidate.gpu]
     outcome = Outcome(candidate, "refused", price_per_gpu_hour=price)
     try:
@@ -589,29 +589,12 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     except ConfigError as error:
         outcome.reason = str(error).removeprefix(f"plan: {candidate.label}: ")
         return outcome
-    problem = layout_problem(
-        scenario.model,
-        ParallelismConfig(
-            tensor_parallel_size=candidate.tensor_parallel_size,  # type: ignore[arg-type]
-        ),
-    )
-    if problem is not None:
-        outcome.reason = problem
-        return outcome
     try:
         blocks = kv_blocks_for(scenario)
     except ConfigError as error:
         outcome.reason = str(error).removeprefix("model, hardware: ")
         return outcome
     kv_tokens = blocks * scenario.engine.block_size_tokens
-    max_len = scenario.engine.max_model_len_tokens
-    if kv_tokens < max_len:
-        outcome.reason = (
-            f"weights fit but the KV pool holds {kv_tokens} tokens on {hardware.name} "
-            f"tp{candidate.tensor_parallel_size}, less than one max_model_len request "
-            f"({max_len} tokens)"
-        )
-        return outcome
     cost, label, choice = space.cost(candidate, scenario)
     limits = Limits(
         candidate.max_num_seqs,
