@@ -1,22 +1,10 @@
 """``vllm bench serve``'s workload flags as shortcuts for scenario keys.
 
-``servesim run`` accepts ``--request-rate``, ``--burstiness``,
-``--num-prompts``, ``--random-input-len`` / ``--random-output-len`` /
-``--random-range-ratio``, ``--max-concurrency`` and ``--goodput`` with
-vLLM's meaning. Each one only writes scenario keys into the raw document,
-after the ``--set`` overrides and before validation (``set_dotted``), so a
-flag is exactly the ``--set`` it stands for and is checked like the file.
-The key each flag writes for a synthetic workload, a closed loop and a trace
-(or why it is an error) is ``_assignments`` with ``_KINDS`` here, tabled in
-docs/benchmark-tools.md; ``--goodput`` writes the top-level ``slo`` section.
-
-vLLM's random dataset draws lengths uniformly from the integers
-``floor(L (1 - r)) .. ceil(L (1 + r))`` (``r``: ``--random-range-ratio``, 0 by
-default: every length is L; an output length is at least 1). ``--num-prompts``
-on a ``duration_s`` workload replaces the duration. ``--goodput`` states every
-SLO of goodput, as in vLLM: the scenario's ``slo`` section is replaced, not merged.
-A flag on a kind it does not apply to (or on a workload given by ``profile:``),
-or naming a key a ``--set`` also names, is a one-line error.
+Each flag only writes scenario keys into the raw document, after the ``--set``
+overrides and before validation (``set_dotted``), so a flag is exactly the ``--set``
+it stands for and is checked like the file. Which key each writes for each workload
+kind, or why it is an error (``_assignments`` with ``_KINDS``), and vLLM's meaning of
+each are tabled in docs/benchmark-tools.md.
 """
 
 from __future__ import annotations
