@@ -177,7 +177,7 @@ class EngineConfig(BaseModel):
 
     @field_validator("vllm_version", mode="before")
     @classmethod
-    def _a_string(cls, name: Any) -> Any:
+    def _known_version(cls, name: Any) -> Any:
         if isinstance(name, int | float) and not isinstance(name, bool):
             # An unquoted YAML number (--set engine.vllm_version=0.19): fine when it
             # names a known version, but 0.20 reads as 0.2, so say to quote it.
@@ -185,6 +185,8 @@ class EngineConfig(BaseModel):
             if problem is not None:
                 raise ValueError(f"{problem}; quote it (YAML reads 0.20 as the number 0.2)")
             return str(name)
+        if isinstance(name, str):
+            _refuse(version_problem(name))
         return name
 
     @field_validator("block_size_tokens")
@@ -192,12 +194,6 @@ class EngineConfig(BaseModel):
     def _vllm_block_size(cls, block_size_tokens: int) -> int:
         _refuse(block_size_problem(block_size_tokens))
         return block_size_tokens
-
-    @field_validator("vllm_version")
-    @classmethod
-    def _known_version(cls, name: str) -> str:
-        _refuse(version_problem(name))
-        return name
 
     @property
     def version(self) -> VllmVersion:
