@@ -1,5 +1,7 @@
-"""The search space of ``servesim plan``: a plan file's fields (``PlanConfig``) and their
-defaults, which apply without one; docs/capacity.md ("The plan file") tells each.
+"""The search space of ``servesim plan``: the plan file's fields and their defaults.
+
+``PlanConfig``'s defaults apply without a plan file (``--plan FILE``); docs/capacity.md
+("The plan file") tells each field.
 """
 
 from __future__ import annotations
