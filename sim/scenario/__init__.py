@@ -8,7 +8,6 @@ raw document before validation, so they are checked exactly like the file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -46,7 +45,7 @@ from sim.hardware.specs import (
 )
 from sim.metrics.stats import Slo
 from sim.scenario.bench_flags import BenchFlags, apply_bench_flags
-from sim.scenario.overrides import apply_overrides, format_error, set_dotted
+from sim.scenario.overrides import Overrides, apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml
 from sim.scenario.vllm_versions import NEWEST, VllmVersion, version_problem, vllm_version
 from sim.serving.cluster import ClusterConfig
@@ -56,9 +55,11 @@ from sim.workload.generate import WorkloadConfig
 __all__ = [
     "BenchFlags",
     "EngineConfig",
+    "Overrides",
     "Scenario",
     "apply_overrides",
     "load_scenario",
+    "overridden",
     "read_yaml",
     "scenario_from_dict",
     "set_dotted",
@@ -472,13 +473,25 @@ def scenario_from_dict(
 
 
 def load_scenario(
-    path: str | Path, overrides: Sequence[str] = (), bench_flags: BenchFlags | None = None
+    path: str | Path, overrides: Overrides | None = (), bench_flags: BenchFlags | None = None
 ) -> Scenario:
-    """Read, override and validate a scenario file; ``bench_flags``: ``vllm bench
-    serve``'s workload flags, written after the overrides (``sim.scenario.bench_flags``)."""
+    """Read, override (``sim.scenario.overrides``) and validate a scenario file;
+    ``bench_flags``: ``vllm bench serve``'s workload flags, written after the overrides
+    (``sim.scenario.bench_flags``)."""
     path = Path(path)
     doc = read_yaml(path, "scenario")
     apply_overrides(doc, overrides, str(path))
     if bench_flags is not None:
         apply_bench_flags(doc, bench_flags, overrides, str(path))
     return scenario_from_dict(doc, str(path), path.parent)
+
+
+def overridden(
+    scenario: Scenario, overrides: Overrides | None, source: str, base_dir: Path
+) -> Scenario:
+    """``scenario`` with ``overrides`` applied: its fields as set, overridden, validated again."""
+    if not overrides:
+        return scenario
+    doc = scenario.model_dump(exclude_unset=True)
+    apply_overrides(doc, overrides, source)
+    return scenario_from_dict(doc, source, base_dir)

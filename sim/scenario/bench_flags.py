@@ -10,12 +10,12 @@ each are tabled in docs/benchmark-tools.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.scenario.overrides import set_dotted
+from sim.scenario.overrides import Overrides, dotted_items, set_dotted
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 """vLLM's goodput SLO names (``--goodput NAME:MS``)."""
@@ -170,7 +170,7 @@ def _overlaps(key: str, other: str) -> bool:
 
 
 def apply_bench_flags(
-    doc: dict[str, Any], flags: BenchFlags, overrides: Sequence[str], source: str
+    doc: dict[str, Any], flags: BenchFlags, overrides: Overrides | None, source: str
 ) -> None:
     """Write ``flags``' scenario keys into ``doc`` (after the ``--set`` ``overrides``
     were applied to it); a key one of ``overrides`` also names is an error."""
@@ -185,7 +185,11 @@ def apply_bench_flags(
     assignments = _assignments(flags, kind)
     # --num-prompts counts a synthetic workload's requests instead of its duration.
     removed = ["workload.duration_s"] if "workload.num_requests" in assignments else []
-    set_keys = [item.partition("=")[0].strip() for item in overrides]
+    set_keys = (
+        [key for key, _ in dotted_items(overrides)]
+        if isinstance(overrides, Mapping)
+        else [item.partition("=")[0].strip() for item in overrides or ()]
+    )
     for key in [*assignments, *removed]:
         for other in set_keys:
             if _overlaps(key, other):
