@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 from sim.api.build import cost_model_for  # noqa: E402
-from sim.api.overrides import load_with  # noqa: E402
 from sim.cost.base import CostModel, FloatArray, StepShape  # noqa: E402
 from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
 from sim.cost.kernels.artifact import (  # noqa: E402
@@ -56,6 +55,7 @@ from sim.cost.kernels.mixed_factor import (  # noqa: E402
     transferred_factor,
 )
 from sim.hardware.specs import hardware_preset  # noqa: E402
+from sim.scenario import load_scenario  # noqa: E402
 
 PROFILES = ("rtx4090-vllm-0.19.0-llama-3.1-8b-tp1", "rtxpro6000-vllm-0.19.0-llama-3.1-8b-tp1")
 RUN = ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml"
@@ -177,8 +177,8 @@ def run_mixed_attention_s() -> dict[str, float]:
     api.run(PRO_PROFILE_RUN, wrap_cost=wrap)
     shapes = [s for s, _ in recorders[0].steps if s.num_prefill_tokens and s.num_decode_seqs]
     profile = recorders[0].inner
-    tables = cost_model_for(load_with(PRO_RUN, []), engine_cpu=False)
-    two = cost_model_for(load_with(PRO_RUN, ["cost.mixed_attention=false"]), engine_cpu=False)
+    tables = cost_model_for(load_scenario(PRO_RUN, []), engine_cpu=False)
+    two = cost_model_for(load_scenario(PRO_RUN, ["cost.mixed_attention=false"]), engine_cpu=False)
     if isinstance(profile, EngineCpuCost):
         profile = profile.gpu
     out = {"num_steps": float(len(shapes))}

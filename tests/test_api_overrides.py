@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from sim import api
-from sim.api.overrides import dotted_items, load_with, overridden
 from sim.errors import ConfigError
-from sim.scenario import load_scenario
+from sim.scenario import load_scenario, overridden
+from sim.scenario.overrides import dotted_items
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = ROOT / "scenarios" / "chat.yaml"
@@ -46,13 +46,13 @@ STRINGS = [
 )
 def test_a_mapping_is_the_same_scenario_as_the_strings(mapping: dict[str, Any]) -> None:
     expected = load_scenario(CHAT, STRINGS)
-    assert load_with(CHAT, mapping) == expected
+    assert load_scenario(CHAT, mapping) == expected
     assert expected != load_scenario(CHAT)  # the overrides changed something
 
 
 def test_a_nested_section_is_merged_not_replaced() -> None:
     base = load_scenario(CHAT)
-    changed = load_with(CHAT, {"engine": {"block_size_tokens": 32}})
+    changed = load_scenario(CHAT, {"engine": {"block_size_tokens": 32}})
     assert changed.engine.block_size_tokens == 32
     # The file's other engine keys are kept.
     assert changed.engine.model_copy(update={"block_size_tokens": 16}) == base.engine.model_copy(
@@ -62,7 +62,7 @@ def test_a_nested_section_is_merged_not_replaced() -> None:
 
 def test_values_are_taken_as_given_not_parsed_as_yaml() -> None:
     # --set parses "yes" as YAML (a boolean); a mapping's value is the string itself.
-    assert load_with(CHAT, {"description": "yes"}).description == "yes"
+    assert load_scenario(CHAT, {"description": "yes"}).description == "yes"
 
 
 def test_a_scenario_object_takes_the_overrides_too() -> None:
@@ -74,7 +74,9 @@ def test_a_scenario_object_takes_the_overrides_too() -> None:
     assert overridden(scenario, strings, "chat", CHAT.parent) == expected
     assert overridden(scenario, {}, "chat", CHAT.parent) is scenario
     none: Any = None  # an untyped caller's "no overrides"
-    assert load_with(CHAT, none) == load_with(CHAT, []) == load_with(CHAT, {}) == scenario
+    assert (
+        load_scenario(CHAT, none) == load_scenario(CHAT, []) == load_scenario(CHAT, {}) == scenario
+    )
 
 
 def test_run_takes_a_mapping_for_a_path_and_an_object() -> None:
@@ -105,7 +107,7 @@ def test_run_takes_a_mapping_for_a_path_and_an_object() -> None:
 )
 def test_bad_overrides_are_one_line_naming_the_key(overrides: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as caught:
-        load_with(CHAT, overrides)
+        load_scenario(CHAT, overrides)
     assert "\n" not in str(caught.value)
 
 

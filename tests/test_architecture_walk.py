@@ -27,9 +27,9 @@ import pytest
 
 import sim
 from sim.api.build import engine_for
-from sim.api.overrides import load_with
 from sim.api.result import build_result
 from sim.engine.request import Request
+from sim.scenario import load_scenario
 from sim.serving.simulation import Simulation
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
@@ -102,7 +102,7 @@ def _sim_path(filename: str) -> str | None:
 def plain_run_trace(num_requests: int = 3) -> Trace:
     """The trace of a plain run, from the workload's draw to the run's summary."""
     base = ROOT / "scenarios"
-    scenario = load_with(
+    scenario = load_scenario(
         base / "chat.yaml",
         [f"workload.num_requests={num_requests}", "engine.skip_ahead=false"],
     )

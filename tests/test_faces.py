@@ -10,7 +10,6 @@ import pytest
 
 import sim.api as api
 import sim.api.build as api_engine
-import sim.api.overrides as api_overrides
 import sim.api.result as api_result
 import sim.scenario as scenario
 import sim.scenario.overrides as scenario_overrides
@@ -46,8 +45,8 @@ def test_every_public_scenario_name_is_in_sim_scenario(name: str) -> None:
             ),
         ),
         (api, api_result, ("DEFAULT_TRACE_REQUESTS", "Result", "build_result", "engine_settings")),
-        (api, api_overrides, ("Overrides",)),
-        (scenario, scenario_overrides, ("apply_overrides", "set_dotted")),
+        (api, scenario_overrides, ("Overrides",)),
+        (scenario, scenario_overrides, ("Overrides", "apply_overrides", "set_dotted")),
     ],
 )
 def test_the_faces_re_export_the_very_objects(

@@ -5,8 +5,8 @@
     >>> result.summary["p99_ttft_ms"], result.requests.head()  # doctest: +SKIP
 
 The CLI is a thin layer over ``run`` and ``Result.write``. Building the engine
-lives in ``sim.api.build``, the result in ``sim.api.result`` and overrides in
-``sim.api.overrides``; their public names are re-exported here, so
+lives in ``sim.api.build`` and the result in ``sim.api.result`` (overrides in
+``sim.scenario.overrides``); their public names are re-exported here, so
 ``sim.api.engine_for`` and the rest keep working. ``__all__`` lists the public
 names; everything else here (``np``, ``Path``) is this module's own business.
 """
@@ -31,7 +31,6 @@ from sim.api.build import (
     reference_engine_problem,
     simulation_for,
 )
-from sim.api.overrides import Overrides, load_with, overridden
 from sim.api.result import (
     DEFAULT_TRACE_REQUESTS,
     Result,
@@ -42,7 +41,7 @@ from sim.api.result import (
 from sim.cost.base import CostModel
 from sim.engine.lifecycle import ActivityRecorder
 from sim.errors import ConfigError
-from sim.scenario import Scenario
+from sim.scenario import Overrides, Scenario, load_scenario, overridden
 from sim.serving.simulation import ClosedLoop, OpenLoop
 from sim.workload.generate import ClosedLoopSource, ClosedLoopWorkload, generate_open_loop
 from sim.workload.size import check_run_size
@@ -86,7 +85,7 @@ def run(
     ``overrides`` change the scenario before it is validated: ``servesim --set``'s
     ``"dotted.key=value"`` strings, or a mapping of dotted keys or nested sections
     to values (``{"workload.num_requests": 500, "engine": {"block_size_tokens": 32}}``;
-    ``sim.api.overrides``); a scenario object is validated again with them.
+    ``sim.scenario.overrides``); a scenario object is validated again with them.
 
     ``trace_requests=N`` records what each of the first N requests did in each
     step (``Result.activity``, for ``Result.trace`` and ``trace.json``); it costs
@@ -108,7 +107,7 @@ def run(
     """
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
-        scenario = load_with(path, overrides)
+        scenario = load_scenario(path, overrides)
         source = str(path)
         base = Path(base_dir) if base_dir is not None else path.parent
     else:

@@ -40,7 +40,7 @@ from sim.metrics.trace import trace_document, write_trace
 from sim.scenario import Scenario
 from sim.serving.cluster import cluster_summary, request_token_times_s
 from sim.serving.frontend import Delivery
-from sim.serving.replica_config import FrontendConfig, ReplicaConfig
+from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import RawResult
 from sim.workload.arrivals import ArrivalConfig, ConstantArrival, GammaArrival
 from sim.workload.generate import SyntheticWorkload, TraceWorkload, WorkloadConfig
@@ -308,13 +308,6 @@ def _policy_summary(requests: RequestTable) -> dict[str, Any]:
     return out
 
 
-def frontend_summary(frontend: FrontendConfig) -> dict[str, Any]:
-    """summary.json ``frontend``: the server's way in and out as they ran, and
-    which of its values are the default estimates (docs/vllm-fidelity.md)
-    rather than the scenario's."""
-    return {**frontend.model_dump(), "estimated": frontend.estimated_fields()}
-
-
 def bench_settings(
     workload: WorkloadConfig, num_requests: int, num_completed: int
 ) -> dict[str, Any]:
@@ -351,7 +344,7 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
     """A ``Result`` from a finished simulation: its summary (from the run's
     columns: no frame is built until asked for), once the run has kept every
     invariant (``sim.metrics.invariants``; a broken one raises ``InvariantError``)."""
-    records = raw.records
+    records, frontend = raw.records, engine.frontend
     check_run(records, raw.series, raw.num_sent, engine.core.num_kv_blocks)
     summary: dict[str, Any] = dict(
         summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
@@ -365,7 +358,8 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         **_layout_summary(scenario),
         **prefix_cache_summary(records),
         **ttft_parts_summary(records),
-        frontend=frontend_summary(engine.frontend),
+        # The way in and out as they ran, and which values are the default estimates.
+        frontend={**frontend.model_dump(), "estimated": frontend.estimated_fields()},
         servesim_version=sim.__version__,
         mode="simulated",
         **notes,

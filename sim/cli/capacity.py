@@ -32,6 +32,7 @@ from sim.planning.capacity_report import (
     write_json,
 )
 from sim.planning.pricing import gpu_price_per_hour
+from sim.planning.sweep_exec import check_executor
 from sim.scenario import load_scenario
 
 MAX_LOADS = 20
@@ -53,9 +54,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         args.scenario, run_length_overrides(args.scenario, args.set or [], args.num_requests)
     )
     out = out_folder(args.out, scenario.name)
-    jobs = args.jobs
-    if jobs is not None and jobs < 1:
-        raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    check_executor("local", args.jobs, None)  # --jobs, before any work
     max_num_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
     bar = tqdm(total=max_num_sims, desc="capacity", unit="sim", disable=args.quiet)
 
@@ -66,7 +65,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     base_dir = Path(args.scenario).parent
     bound = upper_bound_rate_per_s(scenario, base_dir, targets, args.seeds)
-    searcher = Searcher(scenario, targets, base_dir, args.seeds, jobs, on_point, bound)
+    searcher = Searcher(scenario, targets, base_dir, args.seeds, args.jobs, on_point, bound)
     with bar:
         result = search(searcher, args.rel_width, max_num_sims)
         # The budget is an upper bound; a search that stops early ends its bar full.

@@ -26,7 +26,7 @@ from sim.planning.plan_report import (
 )
 from sim.planning.pricing import parse_gpu_prices
 from sim.planning.sweep_exec import check_executor
-from sim.scenario import apply_overrides, load_scenario, read_scenario
+from sim.scenario import apply_overrides, load_scenario, read_yaml
 
 if TYPE_CHECKING:
     from sim.planning.plan import Outcome, PlanResult
@@ -78,7 +78,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     label = f"{scenario.name} ({scenario.model.name}, {Path(args.scenario).name})"
     roofline = config.cost_model == "roofline" or scenario.cost.kind == "roofline"
     doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
-    source_doc = read_scenario(Path(args.scenario))
+    source_doc = read_yaml(args.scenario, "scenario")
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
     paths = write_outputs(result, doc, best, out)

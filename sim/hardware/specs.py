@@ -320,7 +320,7 @@ def _from_config(
         moe=moe,
     )
     # Every field set, defaults included, as a preset written in full: a scenario's
-    # own-fields dump (sim.api.overrides) writes them all.
+    # own-fields dump (sim.scenario.overridden) writes them all.
     return ModelSpec(**dict(spec))
 
 

@@ -11,7 +11,7 @@ from sim.cli import HELP, Subparsers, add_listen_arguments
 from sim.errors import ConfigError
 from sim.lab.controls import SOURCE, scenario_for
 from sim.lab.runs import run_doc
-from sim.scenario import read_scenario
+from sim.scenario import read_yaml
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
@@ -25,7 +25,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     base_doc = None
     base_dir = Path.cwd()
     if args.scenario is not None:
-        base_doc = read_scenario(Path(args.scenario))
+        base_doc = read_yaml(args.scenario, "scenario")
         base_dir = Path(args.scenario).parent
     app = make_app(base_doc, base_dir)
     lab = app[LAB]

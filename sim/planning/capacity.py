@@ -1,25 +1,13 @@
 """Capacity search: the highest load that is served and at which every SLO target holds.
 
-docs/capacity.md tells the method and why: the load knobs (``load_knob``), the
-served check (:mod:`sim.planning.served`), the verdicts, what bound an answer and
-the caveats. Each load runs under the same seeds (common random numbers; a trace
-replay, which draws nothing at random, under one); a 95% Student-t interval of the
-mean over seeds of each target's statistic classifies the load ``pass``, ``fail``
-or ``unclear`` (``judge``). ``search`` runs in three phases, bounded by
-``max_num_sims`` simulations in all:
-
-1. bracket: double (or halve) the load until the mean holds at ``a`` and fails at ``b``;
-2. bisect ``[a, b]`` on the mean until ``b - a <= rel_width * b``; the estimate is
-   where the worst mean statistic / limit ratio crosses 1 (``crossing``). Phases 1-2
-   visit the same dyadic grid of loads whatever the limits, so capacity is monotone
-   in the SLO;
-3. interval: probe outwards for a ``pass`` and a ``fail`` load, then bisect the gaps
-   next to them (``_tighten``): assuming statistics grow with load, the capacity lies
-   between the highest ``pass`` below the lowest ``fail`` and that ``fail``, each end
-   at ~95% confidence.
-
-A last evaluation at the estimate gives goodput and latencies at capacity. An answer
-above the configuration's own upper bound (``check_bound``) is refused, never printed.
+docs/capacity.md tells the method and why ("How the search decides", "Served, not only
+within SLO", "What bound the answer"): the load knob (``load_knob``); each load run
+under the same seeds and judged ``pass``, ``fail`` or ``unclear`` from a 95% Student-t
+interval of each statistic's mean (``judge``); then, within ``max_num_sims``
+simulations, a bracket (``_bracket``), a bisection on the mean to an estimate where the
+worst mean / limit ratio crosses 1 (``crossing``), an interval probed and bisected
+outwards (``_tighten``) and a last evaluation at the estimate (``_estimate``). An
+answer above the configuration's own upper bound (``check_bound``) is refused.
 """
 
 from __future__ import annotations
@@ -493,11 +481,6 @@ def upper_bound_rate_per_s(
     return None if bound.infeasible else bound.rate_per_s
 
 
-def _quantile(target: SloTarget) -> float | None:
-    """The quantile a target's statistic is (``p99``: 0.99), None for a mean."""
-    return QUANTILES.get(target.stat)
-
-
 def tail_requests(q: float, beyond: float = MIN_TAIL_SAMPLES) -> int:
     """Requests per run that put ``beyond`` samples past quantile ``q``."""
     return math.ceil(beyond / (1.0 - q) - 1e-9)
@@ -515,7 +498,7 @@ def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -
     the run's two largest), so it measures no tail."""
     num = _fewest_requests(records)
     for target in targets:
-        q = _quantile(target)
+        q = QUANTILES.get(target.stat)  # None: a mean
         if q is not None and num < tail_requests(q, 1.0):
             raise ConfigError(
                 f"--slo {target.name}: runs of {num} requests cannot estimate a "
@@ -550,7 +533,7 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
     point = res.at_estimate
     num = _fewest_requests(point.records) if point is not None else 0
     for target in res.targets:
-        q = _quantile(target)
+        q = QUANTILES.get(target.stat)  # None: a mean
         if point is not None and q is not None and num * (1.0 - q) < MIN_TAIL_SAMPLES:
             out.append(
                 f"{target.name} rests on runs of {num} requests, about "
@@ -569,7 +552,7 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
         # start): a burst of C requests queued at once, whose TTFTs may be the tail.
         clients = int(point.load)
         for target in res.targets:
-            q = _quantile(target)
+            q = QUANTILES.get(target.stat)  # None: a mean
             if q is not None and clients > num * (1.0 - q):
                 out.append(
                     f"{target.name}: the {clients} clients' first requests are sent at once, "

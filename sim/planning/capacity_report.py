@@ -224,7 +224,6 @@ def format_capacity(
             per_token = f", ${mtok:.3f} per million output tokens" if mtok else ""
             lines.append(row("cost:", f"${fleet.usd_per_hour:.2f}/hour" + per_token))
         tokens = output_tokens_per_request(point)
-        rate = capacity_rate_per_s(search, point)
         if tokens and rate:
             one = usd_per_million_tokens(price * gpus_per_replica, rate * tokens)
             lines.append(row("at full load:", f"${one:.3f} per million output tokens"))

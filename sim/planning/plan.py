@@ -1,34 +1,15 @@
 """The configuration search: the cheapest deployment that meets the SLOs at a target rate.
 
-A *candidate* (``Candidate``) is one deployment unit: a GPU, a tensor-parallel degree,
-batch limits and, optionally, a disaggregated ``P:D`` unit of prefill and decode
-replicas. For each, the capacity search (:mod:`sim.planning.capacity`, intervals
-included) finds the highest load it serves within the SLOs; the fleet for the target
-rate is ``ceil(R / capacity)`` units, priced per GPU-hour (:mod:`sim.planning.pricing`),
-and candidates rank by the fleet's dollars per hour, ties by more capacity per GPU
-(``PlanResult.ranked``). What keeps it from brute force (docs/capacity.md tells why):
-
-1. refusals before any run: heads that do not split, weights that do not fit, a KV
-   pool that cannot hold one ``max_model_len`` request (``_prepare``);
-2. an optimistic bound per candidate from its own cost model
-   (:mod:`sim.planning.plan_bound`): a rate its search cannot exceed, and SLOs a lone
-   request already breaks (infeasible, skipped without a run);
-3. best first, branch and bound (``_run``): candidates run by their optimistic fleet
-   cost; one that cannot beat the cheapest found so far is skipped, saying why
-   (``_cannot_beat``, which keeps the ranking's tie order). The local executor draws
-   the next candidate only when one finishes (:mod:`sim.planning.sweep_exec`), so
-   every decision uses everything finished before it;
-4. batch limits coarse, then refined: one representative per (GPU, TP, split) group
-   first (``representatives``), the group's other coarse limits only where it came
-   within ``REFINE_MARGIN`` of the cheapest (a heuristic, said in the skip), then the
-   geometric halfway values around each good group's best (``refined_candidates``);
-   ``prune: false`` searches the whole grid;
-5. runs sized for what decided: the fewest requests the SLO percentiles need
-   (``run_length``), searched again on longer runs where the served check bound a
-   capacity on runs too short to measure it (``_search_candidate``, ``MAX_SEARCHES``).
-
-The answer leaves out the network, the balancer's imbalance, autoscaling and
-failures (docs/capacity.md).
+A ``Candidate`` is one deployment unit: a GPU, a tensor-parallel degree, batch limits
+and, optionally, a disaggregated ``P:D`` unit. Its capacity search
+(:mod:`sim.planning.capacity`) sizes a fleet of ``ceil(R / capacity)`` units, priced per
+GPU-hour; ``PlanResult.ranked`` orders the fleets. docs/capacity.md ("How it avoids
+brute force") tells how the search is kept small: refusals before any run
+(``_prepare``), an optimistic bound per candidate (:mod:`sim.planning.plan_bound`),
+best first with branch and bound (``_run``, ``_cannot_beat``), batch limits coarse then
+refined (``representatives``, ``_defer_far_groups``, ``refined_candidates``) and runs
+sized for what decided (``run_length``, ``_search_candidate``). The answer leaves out
+the network, the balancer's imbalance, autoscaling and failures.
 """
 
 from __future__ import annotations
@@ -48,7 +29,6 @@ from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
 from sim.cost.model_error import ModelError, model_error_for
 from sim.errors import ConfigError
-from sim.hardware.parallel import ParallelismConfig, layout_problem
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
 from sim.planning.capacity import (
@@ -182,8 +162,6 @@ class PlanResult:
     executor: str = "local"  # or "ray" (sim.planning.sweep_exec)
     # --headroom in percent; None: each configuration sized for its own model error.
     headroom_pct: float | None = 0.0
-    # The scenario's own workload: best.yaml replays it at the target rate.
-    workload_doc: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
 
     def collect_warnings(self, extra: Sequence[str]) -> None:
@@ -513,18 +491,14 @@ def _search_candidate(task: Task) -> Record:
     return record
 
 
-def _start_load(outcome: Outcome) -> float:
-    """Where a candidate's search starts: half its optimistic bound, so that a
-    candidate's answer is the same whatever ran before it (or on how many workers)."""
-    bound = outcome.bound_rate_per_s or 0.0
-    return _nice(0.5 * bound) if bound > 0 else 1.0
-
-
 def _task(space: _Space, outcome: Outcome) -> Task:
     """A pending candidate's search, as ``search_candidate`` reads it."""
     candidate = outcome.candidate
+    # It starts at half its optimistic bound: its answer is the same whatever ran
+    # before it (or on how many workers).
+    start_rate_per_s = _nice(0.5 * (outcome.bound_rate_per_s or 0.0))
     return {
-        "scenario": space.doc_for(candidate, _start_load(outcome)),
+        "scenario": space.doc_for(candidate, start_rate_per_s),
         "label": f"plan: {candidate.label}",
         "base_dir": str(space.base_dir),
         "slo": {t.name: t.limit_ms for t in space.targets},
@@ -605,8 +579,9 @@ def refined_candidates(space: _Space, result: PlanResult) -> list[Candidate]:
 
 
 def _prepare(space: _Space, candidate: Candidate) -> Outcome:
-    """Refusal (does not split, does not fit) or the candidate's bound."""
-    hardware = space.hardware[candidate.gpu]
+    """Refusal or the candidate's bound. Validating its scenario refuses heads that do not
+    split (``layout_problem``); sizing its KV pool (``kv_blocks_for``) refuses weights that
+    do not fit and a pool that holds no ``max_model_len`` request, as vLLM would."""
     price = space.prices[candidate.gpu]
     outcome = Outcome(candidate, "refused", price_per_gpu_hour=price)
     try:
@@ -614,29 +589,12 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     except ConfigError as error:
         outcome.reason = str(error).removeprefix(f"plan: {candidate.label}: ")
         return outcome
-    problem = layout_problem(
-        scenario.model,
-        ParallelismConfig(
-            tensor_parallel_size=candidate.tensor_parallel_size,  # type: ignore[arg-type]
-        ),
-    )
-    if problem is not None:
-        outcome.reason = problem
-        return outcome
     try:
         blocks = kv_blocks_for(scenario)
     except ConfigError as error:
         outcome.reason = str(error).removeprefix("model, hardware: ")
         return outcome
     kv_tokens = blocks * scenario.engine.block_size_tokens
-    max_len = scenario.engine.max_model_len_tokens
-    if kv_tokens < max_len:
-        outcome.reason = (
-            f"weights fit but the KV pool holds {kv_tokens} tokens on {hardware.name} "
-            f"tp{candidate.tensor_parallel_size}, less than one max_model_len request "
-            f"({max_len} tokens)"
-        )
-        return outcome
     cost, label, choice = space.cost(candidate, scenario)
     limits = Limits(
         candidate.max_num_seqs,
@@ -925,7 +883,6 @@ def plan(
         workers=workers or default_jobs(),
         executor=executor,
         headroom_pct=headroom_pct,
-        workload_doc=scenario.model_dump(mode="json")["workload"],
     )
     coarse = [_prepare(space, c) for c in coarse_candidates(space)]
     result.outcomes.extend(coarse)

@@ -1,29 +1,18 @@
 """A deployment's optimistic capacity, and SLOs no load can meet, from its cost model alone.
 
-``servesim plan`` prunes with these before simulating (:mod:`sim.planning.plan`).
-Both are priced by the configuration's own cost model (``CostModel.step_s``),
-engine CPU work included, on the workload's request lengths drawn under every
-seed the searches run:
-
-- **The rate bound.** No request's tokens are cheaper than the cheapest token
-  the engine computes: a full prefill step of ``max_num_batched_tokens``
-  tokens, or a full decode batch of ``B = min(max_num_seqs, KV tokens / mean
-  prompt)`` sequences. And decodes cannot outrun ``B / decode_step_s(B)``
-  tokens a second (a step's cost grows with its batch). Over the mean prompt
-  and output lengths that caps the request rate; divided by the served check's
-  0.95 (a served load may be that far past the throughput) and times
-  ``OPTIMISM`` (slack: a mean-value estimate prices mean lengths, not the mix),
-  it bounds the capacity search's answer. A disaggregated ``P:D`` unit caps
-  prefill on its ``P`` replicas and decode on its ``D``.
-- **Infeasible at any load.** A request alone on the engine is the fastest it
-  can be served: its prefill steps (in chunks of the step budget) before the
-  first token, one batch-1 decode step per later token. The SLO's statistic
-  over such lone requests (the prompt at the statistic's quantile, the smallest
-  over the seeds) beyond the limit means no load meets it. For end-to-end
-  latency the larger of the prefill and decode parts is taken, since a
-  quantile of a sum is not the sum of quantiles; for ITL, the cheapest decode
-  step of all (the shortest prompt). Exact for costs convex in length (the
-  roofline, kernel tables: linear plus quadratic attention).
+``servesim plan`` prunes with these before simulating (:mod:`sim.planning.plan`;
+docs/capacity.md, "How it avoids brute force", step 2, tells both). Both are priced by
+the configuration's own cost model (``CostModel.step_s``), engine CPU work included, on
+the workload's request lengths drawn under every seed the searches run. The rate bound
+(``optimistic_rate_per_s``) is divided by the served check's 0.95 and multiplied by
+``OPTIMISM`` (slack: a mean-value estimate prices mean lengths, not the mix); a
+disaggregated ``P:D`` unit caps prefill on its ``P`` replicas and decode on its ``D``.
+A configuration meets an SLO at no load when the SLO's statistic over lone requests
+(``lone_request_ms``: the prompt at the statistic's quantile, the smallest over the
+seeds) is past its limit; for end-to-end latency the larger of the prefill and decode
+parts is taken (a quantile of a sum is not the sum of quantiles), for ITL the cheapest
+decode step of all. Exact for costs convex in length (the roofline, kernel tables:
+linear plus quadratic attention).
 """
 
 from __future__ import annotations

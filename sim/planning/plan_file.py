@@ -1,23 +1,7 @@
 """The search space of ``servesim plan``: the plan file's fields and their defaults.
 
-A plan file (YAML, ``--plan FILE``) narrows or widens the search; without one
-the defaults below apply (docs/capacity.md, "servesim plan")::
-
-    gpus: [h100, l40s, {name: my-asic, peak_flops_per_s: 5e14, ...}]  # default: every preset
-    tensor_parallel_sizes: [1, 2, 4, 8]   # kept where the model's heads split and it fits
-    max_num_seqs: [64, 256]               # the coarse levels; refined around the best
-    max_num_batched_tokens: [2048, 8192]
-    chunked_prefill: [true, false]        # off only where a prompt fits one step's budget
-    refine: true                          # one round of halfway values around each good group
-    cost_model: auto                      # or roofline (every GPU, fast, a guess)
-    disaggregation: {ratios: ["1:1", "1:2"]}   # optional prefill:decode units
-    seeds: 3                              # per load: 2 or more give a confidence interval
-    num_requests: null                    # per run to start; null: the fewest the SLO
-                                          # percentiles need; longer where the served check needs
-    rel_width: 0.1                        # capacity search precision
-    max_loads: 10                         # loads per capacity search, each under every seed
-    prune: true                           # false: every configuration searched (exhaustive)
-    gpu_price_per_hour: {h100: 2.5}       # USD per GPU-hour; --gpu-price overrides
+``PlanConfig``'s defaults apply without a plan file (``--plan FILE``); docs/capacity.md
+("The plan file") tells each field.
 """
 
 from __future__ import annotations
@@ -99,11 +83,7 @@ def load_plan_config(path: str | Path | None) -> PlanConfig:
     """The plan file's search space (the defaults when ``path`` is None)."""
     if path is None:
         return PlanConfig()
-    doc = read_yaml(Path(path), "plan")
-    if doc is None:
-        doc = {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of plan fields at the top level")
+    doc = read_yaml(path, "plan")
     try:
         return PlanConfig.model_validate(doc)
     except ValidationError as error:

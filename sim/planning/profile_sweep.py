@@ -64,8 +64,8 @@ def profile_sweep(
     try:
         workload = scenario.workload
         limit = None if workload.kind == "closed_loop" else workload.max_concurrency
-        cap = {"max_concurrency": limit}
-        first_two = [{"profile": "synchronous"}, {"profile": "throughput"} | _set(cap)]
+        cap: dict[str, Any] = {} if limit is None else {"max_concurrency": limit}
+        first_two = [{"profile": "synchronous"}, {"profile": "throughput"} | cap]
         phases = [SweepPhase(load, run(_driven(scenario, load))) for load in first_two]
     except ValueError as error:  # a trace, or no num_requests
         raise ConfigError(f"sweep: {error}") from None
@@ -73,10 +73,6 @@ def profile_sweep(
     if not throughput > synchronous:
         return phases  # nothing between the two (GuideLLM stops too)
     for rate in sweep_rates_per_s(synchronous, throughput, sweep_size):
-        load = {"profile": strategy, "rate_per_s": rate} | _set(cap)
+        load = {"profile": strategy, "rate_per_s": rate} | cap
         phases.append(SweepPhase(load, run(_driven(scenario, load))))
     return phases
-
-
-def _set(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if v is not None}

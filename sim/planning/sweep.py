@@ -1,32 +1,12 @@
 """Sweeps: one base scenario, many override sets, one tidy table of results.
 
-A sweep file (YAML) names a base scenario and the points to run::
-
-    scenario: chat.yaml                # relative to the sweep file
-    overrides: {workload.num_requests: 500}   # applied to every point
-    grid:                              # Cartesian product, in file order
-      workload.arrival.rate_per_s: [4, 8, 16]
-      scheduler.chunked_prefill: [true, false]
-    points: [{...}, {...}]             # explicit override sets (with a grid: x grid)
-    seeds: 2                           # a count (scenario seed, +1, ...) or a list
-    slo: {ttft_p99_ms: 500, tpot_p99_ms: 50}
-    gpu_price_per_hour: 3.0            # optional, else sim.planning.pricing's table;
-                                       # or per GPU: {h100: 3.0, my-asic: 1.2}
-
-Every point's scenario is validated before anything runs, so a mistyped key
-fails at once with one line naming the sweep file, the point and the key.
-Each (point, seed) is cached in ``OUT/cache/<hash>.json``, the hash covering
-the validated scenario (seed included), the folder relative paths resolve
-against, and the servesim version: a re-run computes only what changed.
-
-The tidy table of a sweep (``build_table``): one row per (point, seed).
-Columns: ``point``, every override key (dotted, as in the sweep file; lists
-and mappings as JSON), ``seed``, ``config`` (a short label of the varied
-settings other than the load), ``config_hash``, ``hardware``, every scalar of
-the run summary (vllm bench serve's keys), ``offered_rate_per_s``, the
-batch-size-1 service moments, and cost: ``num_gpus``, ``gpu_price_per_hour``,
-``gpu_hours_per_1k_requests``, ``usd_per_1k_requests``,
-``usd_per_million_output_tokens``, plus ``slo_met`` (all targets, this run).
+docs/capacity.md ("servesim sweep") gives the sweep file's fields and the table's
+columns (``build_table``: one row per point and seed). Every point's scenario is
+validated before anything runs, so a mistyped key fails at once with one line naming
+the sweep file, the point and the key. Each (point, seed) is cached in
+``OUT/cache/<hash>.json`` (``config_hash``: the validated scenario, seed included, the
+folder relative paths resolve against, and the servesim version): a re-run computes
+only what changed.
 """
 
 from __future__ import annotations
@@ -192,8 +172,6 @@ def load_sweep(path: str | Path) -> SweepPlan:
     """Read a sweep file and validate it and every point's scenario."""
     path = Path(path)
     doc = read_yaml(path, "sweep")
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of sweep fields at the top level")
     try:
         config = SweepConfig.model_validate(doc)
     except ValidationError as error:
@@ -201,11 +179,9 @@ def load_sweep(path: str | Path) -> SweepPlan:
     targets = targets_from_mapping(config.slo, f"{path}: slo")
     scenario_path = (path.parent / config.scenario).resolve()
     try:
-        base_doc = read_yaml(scenario_path, "scenario") or {}
+        base_doc = read_yaml(scenario_path, "scenario")
     except ConfigError as error:
         raise ConfigError(f"{path}: scenario: {error}") from None
-    if not isinstance(base_doc, dict):
-        raise ConfigError(f"{scenario_path}: expected a mapping of scenario fields")
     points = []
     for index, overrides in enumerate(config.override_sets()):
         label = ", ".join(f"{k}={v}" for k, v in overrides.items())

@@ -6,21 +6,13 @@ travels to other processes or Ray workers unchanged. ``run_point`` turns it
 into a flat record (the run summary plus a few derived fields); the same
 function runs under every executor, so their results are identical.
 
-Executors yield ``(index, record)`` pairs as tasks finish, in any order:
-
-- ``local``: a ``concurrent.futures.ProcessPoolExecutor`` with ``jobs``
-  workers; ``jobs=1`` runs in this process (no start-up cost).
-- ``ray``: ``ray.remote`` over ``run_point`` on a running cluster
-  (``address``) or on a local Ray instance, every task submitted at once. Ray
-  is an optional extra; the package must be importable on the workers (same
-  venv, or a runtime_env).
-
-Both take any picklable top-level ``function`` from a task to a record
-(default ``run_point``; the planner passes a whole configuration's capacity
-search). ``local`` reads ``tasks`` lazily: at most ``jobs`` run at once, and
-the next task is drawn only when one finishes and its record has been handed
-over, so a caller whose task iterator consults the records seen so far (the
-planner's pruning) decides each next task on everything finished before it.
+Executors (``run_local``: processes; ``run_ray``: a Ray cluster, an optional extra whose
+workers must import this package) yield ``(index, record)`` pairs as tasks finish, in
+any order, of any picklable top-level ``function`` from a task to a record (default
+``run_point``; the planner passes a whole configuration's capacity search). ``local``
+draws the next task only when one has finished and its record has been handed over, so
+a caller whose task iterator consults the records seen so far (the planner's pruning)
+decides each next task on everything finished before it.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ raw document before validation, so they are checked exactly like the file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Self
 
@@ -46,7 +45,7 @@ from sim.hardware.specs import (
 )
 from sim.metrics.stats import Slo
 from sim.scenario.bench_flags import BenchFlags, apply_bench_flags
-from sim.scenario.overrides import apply_overrides, format_error, set_dotted
+from sim.scenario.overrides import Overrides, apply_overrides, format_error, set_dotted
 from sim.scenario.strict_yaml import read_yaml
 from sim.scenario.vllm_versions import NEWEST, VllmVersion, version_problem, vllm_version
 from sim.serving.cluster import ClusterConfig
@@ -56,10 +55,12 @@ from sim.workload.generate import WorkloadConfig
 __all__ = [
     "BenchFlags",
     "EngineConfig",
+    "Overrides",
     "Scenario",
     "apply_overrides",
     "load_scenario",
-    "read_scenario",
+    "overridden",
+    "read_yaml",
     "scenario_from_dict",
     "set_dotted",
 ]
@@ -177,7 +178,7 @@ class EngineConfig(BaseModel):
 
     @field_validator("vllm_version", mode="before")
     @classmethod
-    def _a_string(cls, name: Any) -> Any:
+    def _known_version(cls, name: Any) -> Any:
         if isinstance(name, int | float) and not isinstance(name, bool):
             # An unquoted YAML number (--set engine.vllm_version=0.19): fine when it
             # names a known version, but 0.20 reads as 0.2, so say to quote it.
@@ -185,6 +186,8 @@ class EngineConfig(BaseModel):
             if problem is not None:
                 raise ValueError(f"{problem}; quote it (YAML reads 0.20 as the number 0.2)")
             return str(name)
+        if isinstance(name, str):
+            _refuse(version_problem(name))
         return name
 
     @field_validator("block_size_tokens")
@@ -192,12 +195,6 @@ class EngineConfig(BaseModel):
     def _vllm_block_size(cls, block_size_tokens: int) -> int:
         _refuse(block_size_problem(block_size_tokens))
         return block_size_tokens
-
-    @field_validator("vllm_version")
-    @classmethod
-    def _known_version(cls, name: str) -> str:
-        _refuse(version_problem(name))
-        return name
 
     @property
     def version(self) -> VllmVersion:
@@ -475,25 +472,26 @@ def scenario_from_dict(
         raise ConfigError(f"{source}: {error}") from None
 
 
-def read_scenario(path: Path) -> dict[str, Any]:
-    """A scenario file's raw document (empty: no fields), not yet validated; ConfigError
-    naming the file when it is not a mapping."""
-    doc = read_yaml(path, "scenario")
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping of scenario fields at the top level")
-    return doc
-
-
 def load_scenario(
-    path: str | Path, overrides: Sequence[str] = (), bench_flags: BenchFlags | None = None
+    path: str | Path, overrides: Overrides | None = (), bench_flags: BenchFlags | None = None
 ) -> Scenario:
-    """Read, override and validate a scenario file; ``bench_flags``: ``vllm bench
-    serve``'s workload flags, written after the overrides (``sim.scenario.bench_flags``)."""
+    """Read, override (``sim.scenario.overrides``) and validate a scenario file;
+    ``bench_flags``: ``vllm bench serve``'s workload flags, written after the overrides
+    (``sim.scenario.bench_flags``)."""
     path = Path(path)
-    doc = read_scenario(path)
+    doc = read_yaml(path, "scenario")
     apply_overrides(doc, overrides, str(path))
     if bench_flags is not None:
         apply_bench_flags(doc, bench_flags, overrides, str(path))
     return scenario_from_dict(doc, str(path), path.parent)
+
+
+def overridden(
+    scenario: Scenario, overrides: Overrides | None, source: str, base_dir: Path
+) -> Scenario:
+    """``scenario`` with ``overrides`` applied: its fields as set, overridden, validated again."""
+    if not overrides:
+        return scenario
+    doc = scenario.model_dump(exclude_unset=True)
+    apply_overrides(doc, overrides, source)
+    return scenario_from_dict(doc, source, base_dir)

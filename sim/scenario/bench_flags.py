@@ -1,33 +1,21 @@
 """``vllm bench serve``'s workload flags as shortcuts for scenario keys.
 
-``servesim run`` accepts ``--request-rate``, ``--burstiness``,
-``--num-prompts``, ``--random-input-len`` / ``--random-output-len`` /
-``--random-range-ratio``, ``--max-concurrency`` and ``--goodput`` with
-vLLM's meaning. Each one only writes scenario keys into the raw document,
-after the ``--set`` overrides and before validation (``set_dotted``), so a
-flag is exactly the ``--set`` it stands for and is checked like the file.
-The key each flag writes for a synthetic workload, a closed loop and a trace
-(or why it is an error) is ``_assignments`` with ``_KINDS`` here, tabled in
-docs/benchmark-tools.md; ``--goodput`` writes the top-level ``slo`` section.
-
-vLLM's random dataset draws lengths uniformly from the integers
-``floor(L (1 - r)) .. ceil(L (1 + r))`` (``r``: ``--random-range-ratio``, 0 by
-default: every length is L; an output length is at least 1). ``--num-prompts``
-on a ``duration_s`` workload replaces the duration. ``--goodput`` states every
-SLO of goodput, as in vLLM: the scenario's ``slo`` section is replaced, not merged.
-A flag on a kind it does not apply to (or on a workload given by ``profile:``),
-or naming a key a ``--set`` also names, is a one-line error.
+Each flag only writes scenario keys into the raw document, after the ``--set``
+overrides and before validation (``set_dotted``), so a flag is exactly the ``--set``
+it stands for and is checked like the file. Which key each writes for each workload
+kind, or why it is an error (``_assignments`` with ``_KINDS``), and vLLM's meaning of
+each are tabled in docs/benchmark-tools.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.scenario.overrides import set_dotted
+from sim.scenario.overrides import Overrides, dotted_items, set_dotted
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 """vLLM's goodput SLO names (``--goodput NAME:MS``)."""
@@ -182,7 +170,7 @@ def _overlaps(key: str, other: str) -> bool:
 
 
 def apply_bench_flags(
-    doc: dict[str, Any], flags: BenchFlags, overrides: Sequence[str], source: str
+    doc: dict[str, Any], flags: BenchFlags, overrides: Overrides | None, source: str
 ) -> None:
     """Write ``flags``' scenario keys into ``doc`` (after the ``--set`` ``overrides``
     were applied to it); a key one of ``overrides`` also names is an error."""
@@ -197,7 +185,11 @@ def apply_bench_flags(
     assignments = _assignments(flags, kind)
     # --num-prompts counts a synthetic workload's requests instead of its duration.
     removed = ["workload.duration_s"] if "workload.num_requests" in assignments else []
-    set_keys = [item.partition("=")[0].strip() for item in overrides]
+    set_keys = (
+        [key for key, _ in dotted_items(overrides)]
+        if isinstance(overrides, Mapping)
+        else [item.partition("=")[0].strip() for item in overrides or ()]
+    )
     for key in [*assignments, *removed]:
         for other in set_keys:
             if _overlaps(key, other):

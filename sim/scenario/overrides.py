@@ -1,14 +1,20 @@
-"""``--set`` overrides and validation messages for scenario files.
+"""Overrides and validation messages for scenario files.
 
-Part of the ``sim.scenario`` face (``set_dotted`` and ``apply_overrides`` are
-re-exported there). Overrides are applied to the raw document before
-validation, so they are checked exactly like the file.
+Part of the ``sim.scenario`` face (``Overrides``, ``set_dotted`` and ``apply_overrides``
+are re-exported there, and ``Overrides`` by ``sim.api``). Overrides are ``servesim
+--set``'s ``"dotted.key=value"`` strings (values parsed as YAML) or, from ``api.run``, a
+mapping of dotted keys, nested sections or both: ``{"engine.block_size_tokens": 32}`` and
+``{"engine": {"block_size_tokens": 32}}`` are one override. A nested mapping is merged
+key by key into its section, the file's other keys kept; to replace a section whole,
+pass the string form (``"workload.arrival={kind: gamma, ...}"``). Either way they go
+into the raw document before validation, so they are checked exactly as the file is: a
+bad key or value is one ``ConfigError`` naming the file and the key.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -16,6 +22,9 @@ from pydantic import ValidationError
 
 from sim.errors import ConfigError
 from sim.scenario.strict_yaml import DuplicateKeyError, parse_yaml
+
+Overrides = Sequence[str] | Mapping[str, Any]
+WHAT = "overrides"  # names a mapping's keys in error messages (strings are ``--set``'s)
 
 
 def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
@@ -34,8 +43,36 @@ def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> Non
     node[keys[-1]] = copy.deepcopy(value)
 
 
-def apply_overrides(doc: dict[str, Any], overrides: Sequence[str], source: str) -> None:
-    """Apply ``key.sub=value`` strings (values parsed as YAML) in place."""
+def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """``overrides`` as (dotted key, value) pairs, nested mappings flattened, in order."""
+    items: list[tuple[str, Any]] = []
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key.strip():
+            raise ConfigError(f"{WHAT}: key {prefix}{key!r} is not a dotted key (a non-empty str)")
+        dotted = f"{prefix}{key.strip()}"
+        if isinstance(value, Mapping):  # merged key by key (an empty one sets nothing)
+            items += dotted_items(value, f"{dotted}.")
+        else:
+            items.append((dotted, value))
+    return items
+
+
+def apply_overrides(doc: dict[str, Any], overrides: Overrides | None, source: str) -> None:
+    """Apply ``overrides`` (strings or a mapping; None or empty: none) in place."""
+    if not overrides:
+        return
+    if isinstance(overrides, Mapping):
+        for key, value in dotted_items(overrides):
+            set_dotted(doc, key, value, f"{source}: {WHAT}")
+        return
+    if isinstance(overrides, str | bytes):  # a lone string would be read letter by letter
+        raise ConfigError(
+            f"{source}: {WHAT}: expected a list of 'key=value' strings or a mapping, "
+            f"got the string {overrides!r}"
+        )
+    odd = [item for item in overrides if not isinstance(item, str)]
+    if odd:
+        raise ConfigError(f"{source}: {WHAT}: expected 'key=value' strings, got {odd[0]!r}")
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():

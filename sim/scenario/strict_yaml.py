@@ -55,8 +55,9 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)
 
 
-def read_yaml(path: str | Path, what: str) -> Any:
-    """The document in ``path``, or a one-line ``ConfigError`` naming file and line."""
+def read_yaml(path: str | Path, what: str) -> dict[str, Any]:
+    """The mapping of ``what`` fields in ``path`` (an empty file: none), or a one-line
+    ``ConfigError`` naming file and line."""
     path = Path(path)
     try:
         size_bytes = path.stat().st_size
@@ -73,7 +74,7 @@ def read_yaml(path: str | Path, what: str) -> Any:
             f"{path}: not a text {what} file (byte {error.start} is not UTF-8)"
         ) from None
     try:
-        return parse_yaml(text)
+        doc = parse_yaml(text)
     except DuplicateKeyError as error:
         raise ConfigError(
             f"{path}: line {error.line}: duplicate key {error.key!r} "
@@ -85,3 +86,8 @@ def read_yaml(path: str | Path, what: str) -> Any:
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark else ""
         problem = (None if marked is None else marked.problem) or "invalid YAML"
         raise ConfigError(f"{path}:{where} {problem}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping of {what} fields at the top level")
+    return doc

@@ -1,47 +1,15 @@
 """The vLLM versions servesim models: the defaults each one changed, and its CPU estimate.
 
 A scenario names the version it stands for (``engine.vllm_version``, default
-``NEWEST``); every scenario field left unset whose vLLM default changed
-between the versions modelled here follows it:
-
-- ``engine.async_scheduling``: on by default from 0.14.0 (release notes:
-  "Async scheduling is now enabled by default", vLLM PR #27614), off before
-  (an opt-in ``--async-scheduling`` since PR #19970, 0.10). Pipeline
-  parallelism and draft-model speculation keep it off in every version
-  servesim models (``Scenario.async_scheduling``).
-- ``engine.estimate_cudagraph_memory``: vLLM subtracts an estimate of the CUDA
-  graphs' memory from the KV budget from 0.21 on
-  (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``), not before.
-- ``scheduler.scheduler_reserve_full_isl``: from 0.19.0 vLLM admits a waiting
-  request only if the KV pool's free blocks hold its whole sequence after its
-  prefix-cache hits, not just its first chunk (vLLM PR #37307,
-  ``SchedulerConfig.scheduler_reserve_full_isl``, default True); 0.18.1 and
-  before check the chunk alone. Read from each release's wheel (vLLM's source):
-  absent from 0.17.1, 0.18.0 and 0.18.1, True in 0.19.0, 0.20.2, 0.21.0,
-  0.22.1, 0.23.0 and 0.24.0 (0.21 moved it into ``allocate_slots``, the same
-  check); vLLM's own scheduler agrees step by step (docs/vllm-fidelity.md).
-- the free-queue order (``PrefixCachingPool``'s ``free_unhashed_first``): from
-  0.24.0 ``BlockPool.free_blocks`` puts a freed request's blocks without a hash
-  (its last, partly filled one) at the head of the free queue, to be evicted
-  first, and its cached blocks at the tail; 0.23.0 and before append them all
-  to the tail, deepest first. Read in each release's ``vllm/v1/core/block_pool.py``
-  (append in 0.10.2, 0.11.0, 0.19.0 to 0.23.0; prepend in 0.24.0); vLLM's own
-  scheduler agrees step by step (docs/vllm-fidelity.md).
-- the engine's CPU work per step (``sim.cost.engine_cpu``): ESTIMATES from
-  public sources, the same for every V1 version here (no public source
-  measures them version by version); ``engine.cpu`` overrides them.
-
-0.22 to 0.24 (0.24: the vLLM the shipped kernel tables were timed with,
-``*-vllm-0.24.0-*``) are modelled with 0.21's defaults: no public source read
-for servesim says async scheduling's or the CUDA-graph estimate's default, or
-the V1 engine's CPU work, changed after 0.21, so those keep their 0.21 values
-(an assumption, not a finding); the admission check and the free-queue order
-were read in each.
-
-Unchanged across these versions, so not in the table: the batch limits
-vLLM picks from the device's memory (``sim.engine.policies.vllm_defaults``:
-vLLM PR #17073, in 0.9, and #17885 for A100s) and prefix caching on by default
-(V1's default since 0.8). Sources and figures: docs/vllm-fidelity.md.
+``NEWEST``); every field left unset whose vLLM default changed between the versions
+modelled here follows it (``VllmVersion``'s fields: async scheduling from 0.14, the
+CUDA-graph memory estimate from 0.21, the whole-sequence admission check from 0.19, the
+free queue's unhashed-first order from 0.24), and so does the engine's CPU estimate,
+the same for every V1 version (``engine.cpu`` overrides it). 0.22 to 0.24 keep 0.21's
+async-scheduling and CUDA-graph defaults, an assumption (no source read says they
+changed); the admission check and the free-queue order were read in each release.
+docs/vllm-fidelity.md gives each default's source and what does not change with the
+version.
 """
 
 from __future__ import annotations
