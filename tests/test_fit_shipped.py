@@ -13,6 +13,7 @@ from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario
 from sim.validation.fit import FitRun, Target, target_rows
 from sim.validation.fit_runs import check_run, load_measured_run, run_digest
+from sim.validation.intake import ENGINE_INTAKE
 
 ROOT = Path(__file__).resolve().parent.parent
 BLACKBOX = ROOT / "docs" / "validation" / "blackbox"
@@ -39,7 +40,11 @@ def test_the_rtx4090_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost
     assert isinstance(cost, FittedCost) and cost.params == artifact.parameters.to_params()
     # The base the fit adjusted: GPU-only (its fitted overhead stands for the CPU work).
     base = cost_model_for(plain, ROOT / "scenarios" / "public", engine_cpu=False)
-    fit_run = FitRun("r", plain, run.requests, base, ROOT / "scenarios" / "public")
+    # LLMServingSim's queued_ts: counted from the replay's intake, as calibrate counted.
+    assert run.meta.get("latency_from") == ENGINE_INTAKE
+    fit_run = FitRun(
+        "r", plain, run.requests, base, ROOT / "scenarios" / "public", from_intake=True
+    )
     rows = target_rows([fit_run], [Target(0)], cost.params)
     recorded = artifact.errors["in_sample"]["rows"]
     for now, then in zip(rows, recorded, strict=True):
