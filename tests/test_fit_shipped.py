@@ -28,13 +28,23 @@ def test_committed_artifacts_load_and_improve_on_their_base(path: Path) -> None:
     assert len(artifact.errors["in_sample"]["rows"]) == 2 * len(artifact.provenance.runs)
 
 
-def test_the_rtx4090_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost() -> None:
-    path = BLACKBOX / "rtx4090-llama-3.1-8b.json"
+# Each public artifact and the scenario its command names (docs/validation.md).
+PUBLIC = {
+    "rtx4090-llama-3.1-8b": "rtx4090_llama31_8b.yaml",
+    "rtxpro6000-llama-3.1-8b": "rtxpro6000_llama31_8b.yaml",
+    "rtxpro6000-qwen3-32b-tp2": "rtxpro6000_qwen3_32b_tp2.yaml",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_a_public_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost(name: str) -> None:
+    path = BLACKBOX / f"{name}.json"
     artifact = load_fitted_artifact(path)
     (info,) = artifact.provenance.runs
     run = load_measured_run(ROOT / info.source)
     assert run_digest(run.requests) == info.sha256  # the very data it was fitted to
-    plain = load_scenario(ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml")
+    plain = load_scenario(ROOT / "scenarios" / "public" / PUBLIC[name])
+    assert f"--scenario scenarios/public/{PUBLIC[name]}" in artifact.provenance.command
     scenario = plain.model_copy(update={"cost": FittedCostConfig(artifact=str(path))})
     cost = cost_model_for(scenario, ROOT / "scenarios" / "public")
     assert isinstance(cost, FittedCost) and cost.params == artifact.parameters.to_params()
