@@ -39,6 +39,7 @@ from sim.validation.fit import (
     target_rows,
 )
 from sim.validation.fit_runs import MEASURE_FORMAT, load_measured_run, run_digest
+from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 
 LINEAR = {
@@ -402,7 +403,11 @@ def test_the_rtx4090_engine_cpu_artifact_reproduces_its_recorded_errors() -> Non
     cost = api.cost_model_for(named, folder)
     assert isinstance(cost, EngineCpuCost) and cost.cpu.config == written.cpu
     gpu = api.cost_model_for(plain, folder, engine_cpu=False)
-    fit_run = FitRun("r", plain, run.requests, gpu, folder, engine_cpu=plain.engine_cpu)
+    # LLMServingSim's queued_ts: counted from the replay's intake, as calibrate counted.
+    assert run.meta.get("latency_from") == ENGINE_INTAKE
+    fit_run = FitRun(
+        "r", plain, run.requests, gpu, folder, engine_cpu=plain.engine_cpu, from_intake=True
+    )
     assert written.cpu is not None
     rows = target_rows(
         [fit_run], [Target(0)], EngineCpuFitValues(written.cpu), engine_cpu_start([fit_run])

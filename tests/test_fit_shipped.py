@@ -13,6 +13,7 @@ from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import load_scenario
 from sim.validation.fit import FitRun, Target, target_rows
 from sim.validation.fit_runs import check_run, load_measured_run, run_digest
+from sim.validation.intake import ENGINE_INTAKE
 
 ROOT = Path(__file__).resolve().parent.parent
 BLACKBOX = ROOT / "docs" / "validation" / "blackbox"
@@ -27,19 +28,33 @@ def test_committed_artifacts_load_and_improve_on_their_base(path: Path) -> None:
     assert len(artifact.errors["in_sample"]["rows"]) == 2 * len(artifact.provenance.runs)
 
 
-def test_the_rtx4090_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost() -> None:
-    path = BLACKBOX / "rtx4090-llama-3.1-8b.json"
+# Each public artifact and the scenario its command names (docs/validation.md).
+PUBLIC = {
+    "rtx4090-llama-3.1-8b": "rtx4090_llama31_8b.yaml",
+    "rtxpro6000-llama-3.1-8b": "rtxpro6000_llama31_8b.yaml",
+    "rtxpro6000-qwen3-32b-tp2": "rtxpro6000_qwen3_32b_tp2.yaml",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_a_public_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost(name: str) -> None:
+    path = BLACKBOX / f"{name}.json"
     artifact = load_fitted_artifact(path)
     (info,) = artifact.provenance.runs
     run = load_measured_run(ROOT / info.source)
     assert run_digest(run.requests) == info.sha256  # the very data it was fitted to
-    plain = load_scenario(ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml")
+    plain = load_scenario(ROOT / "scenarios" / "public" / PUBLIC[name])
+    assert f"--scenario scenarios/public/{PUBLIC[name]}" in artifact.provenance.command
     scenario = plain.model_copy(update={"cost": FittedCostConfig(artifact=str(path))})
     cost = cost_model_for(scenario, ROOT / "scenarios" / "public")
     assert isinstance(cost, FittedCost) and cost.params == artifact.parameters
     # The base the fit adjusted: GPU-only (its fitted overhead stands for the CPU work).
     base = cost_model_for(plain, ROOT / "scenarios" / "public", engine_cpu=False)
-    fit_run = FitRun("r", plain, run.requests, base, ROOT / "scenarios" / "public")
+    # LLMServingSim's queued_ts: counted from the replay's intake, as calibrate counted.
+    assert run.meta.get("latency_from") == ENGINE_INTAKE
+    fit_run = FitRun(
+        "r", plain, run.requests, base, ROOT / "scenarios" / "public", from_intake=True
+    )
     rows = target_rows([fit_run], [Target(0)], cost.params)
     recorded = artifact.errors["in_sample"]["rows"]
     for now, then in zip(rows, recorded, strict=True):

@@ -67,7 +67,12 @@ from sim.validation.fit import (
 from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
 from sim.validation.importers import import_run
 from sim.validation.intake import ENGINE_INTAKE
-from sim.validation.match import hardware_matches, imported_engine_settings
+from sim.validation.match import (
+    LAYOUT_SETTINGS,
+    check_settings,
+    hardware_matches,
+    imported_engine_settings,
+)
 from sim.validation.runs import ImportedRun, load_run
 
 MEASURE_FORMAT = "servesim-measure"
@@ -145,7 +150,15 @@ def _limits(engine: dict[str, Any]) -> dict[str, Any]:
     for key in ("max_num_seqs", "max_num_batched_tokens"):
         if key in settings:
             scheduler[key] = settings.pop(key)
-    return {"scheduler": scheduler, "engine": settings}
+    layout = {key: settings.pop(key) for key in LAYOUT_SETTINGS if key in settings}
+    # One replica (scenario_for_run refuses data parallelism); the cost kind auto
+    # prices no expert parallelism.
+    parallelism = {
+        key: layout[key]
+        for key in ("tensor_parallel_size", "pipeline_parallel_size")
+        if key in layout
+    }
+    return {"scheduler": scheduler, "engine": settings, "parallelism": parallelism}
 
 
 def scenario_for_run(
@@ -172,7 +185,6 @@ def scenario_for_run(
         "model": model.model_dump(),
         "hardware": hardware.model_dump(),
         "cost": cost,
-        "parallelism": {"tensor_parallel_size": engine.get("tensor_parallel_size") or 1},
         # Arrivals are the engine's queue times: the way in already done.
         "frontend": {
             "way_in_s_per_request": 0.0,
@@ -240,6 +252,10 @@ def replay_runs(
     for source in sources:
         run = load_measured_run(source)
         check_run(run, source, model, hardware)
+        engine = run.meta.get("engine")
+        if scenario is not None and isinstance(engine, dict):
+            # As validate checks it: the scenario must run the run's settings and layout.
+            check_settings(scenario, imported_engine_settings(engine), f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
         try:
             # GPU-only: the fitted overhead or CPU coefficients stand for the engine's

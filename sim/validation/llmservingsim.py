@@ -58,9 +58,10 @@ def _engine_settings(meta: dict[str, Any]) -> dict[str, Any]:
     return {
         "model": meta.get("model") or kwargs.get("model"),
         "vllm_version": meta.get("vllm_version"),
-        "tensor_parallel_size": kwargs.get("tensor_parallel_size", 1),
-        "data_parallel_size": kwargs.get("data_parallel_size", 1),
-        "enable_expert_parallel": kwargs.get("enable_expert_parallel", False),
+        # Unrecorded is not 1: validate compares a recorded layout with the scenario's.
+        "tensor_parallel_size": kwargs.get("tensor_parallel_size"),
+        "data_parallel_size": kwargs.get("data_parallel_size"),
+        "enable_expert_parallel": kwargs.get("enable_expert_parallel"),
         "max_num_seqs": kwargs.get("max_num_seqs"),
         "max_num_batched_tokens": kwargs.get("max_num_batched_tokens"),
         "max_model_len": kwargs.get("max_model_len"),

@@ -5,7 +5,8 @@ model, so a run of another model or workload would be "predicted" without compla
 (a tiny-model CPU run against a Llama-3-8B / H100 scenario once reported +6.3 %).
 One check for every run, measured here or imported, of what it records: the model
 (``same_model``), the hardware (``hardware_matches``), the engine settings
-(``imported_engine_settings`` against ``sim.api.engine_settings``), the number of
+and parallel layout (``imported_engine_settings`` against ``sim.api.engine_settings``
+and the scenario's replicas and parallelism), the number of
 requests and their lengths (request by request for a ``measure`` run, as sorted
 values for an imported one); docs/validation.md, "A run must belong to the
 scenario", gives the rules. A run that names no model or device is refused unless
@@ -122,24 +123,69 @@ _IMPORTED_SETTINGS = (
 )
 
 
+# An imported run's parallel layout (vLLM's engine arguments, same names) and the
+# scenario field each must equal: a DP rank is a replica; vLLM's enable_expert_parallel
+# spreads the experts over dp x tp GPUs, which the kernel cost's expert_parallel_size
+# states (a cost without the field is not checked). fit_runs keeps them out of ``engine``.
+LAYOUT_SETTINGS = {
+    "tensor_parallel_size": "parallelism.tensor_parallel_size",
+    "pipeline_parallel_size": "parallelism.pipeline_parallel_size",
+    "data_parallel_size": "cluster.num_replicas",
+    "expert_parallel_size": "cost.expert_parallel_size",
+}
+
+
 def imported_engine_settings(engine: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an imported run recorded (unrecorded ones left out), in the
     names ``engine_mismatches`` compares."""
-    return {
+    settings = {
         ours: engine[theirs]
         for theirs, ours in _IMPORTED_SETTINGS
         if engine.get(theirs) is not None
     }
+    settings.update(
+        (key, engine[key])
+        for key in LAYOUT_SETTINGS
+        if key != "expert_parallel_size" and engine.get(key) is not None
+    )
+    if engine.get("enable_expert_parallel") is not None:
+        ranks = (engine.get("data_parallel_size") or 1) * (engine.get("tensor_parallel_size") or 1)
+        settings["expert_parallel_size"] = ranks if engine["enable_expert_parallel"] else 1
+    return settings
+
+
+def _layout(scenario: Scenario) -> dict[str, int]:
+    """The scenario's parallel layout in ``LAYOUT_SETTINGS``' names."""
+    cluster = scenario.cluster
+    layout = {
+        "tensor_parallel_size": scenario.parallelism.tensor_parallel_size,
+        "pipeline_parallel_size": scenario.parallelism.pipeline_parallel_size,
+        "data_parallel_size": cluster.total_replicas if cluster is not None else 1,
+    }
+    expert = getattr(scenario.cost, "expert_parallel_size", None)
+    return layout if expert is None else {**layout, "expert_parallel_size": expert}
 
 
 def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[str]:
-    """Recorded engine settings that differ from those the prediction would run."""
+    """Recorded engine settings and parallel layout that differ from those the
+    prediction would run."""
     expected = engine_settings(scenario, core_config_for(scenario))
-    return [
+    found = [
         f"{key} {recorded[key]!r} measured, {value!r} in the scenario"
         for key, value in expected.items()
         if key in recorded and recorded[key] != value
     ]
+    return found + [
+        f"{key} {recorded[key]} measured, {LAYOUT_SETTINGS[key]} {value} in the scenario"
+        for key, value in _layout(scenario).items()
+        if key in recorded and recorded[key] != value
+    ]
+
+
+def check_settings(scenario: Scenario, recorded: Mapping[str, Any], where: str) -> None:
+    """``check_run``'s refusal for the recorded settings alone (calibrate --from-run
+    --scenario: a fit's scenario may run another workload than the run's)."""
+    _refuse(scenario, engine_mismatches(scenario, recorded), where)
 
 
 def _by_request(rows: pd.DataFrame, work_lengths: dict[str, np.ndarray]) -> list[str]:
@@ -217,7 +263,10 @@ def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) 
 
 def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: str) -> None:
     """A one-line ConfigError listing every difference, if there is one."""
-    found = mismatches(scenario, run, base_dir)
+    _refuse(scenario, mismatches(scenario, run, base_dir), where)
+
+
+def _refuse(scenario: Scenario, found: list[str], where: str) -> None:
     if found:
         raise ConfigError(
             f"{where} is not a run of scenario {scenario.name}: "
