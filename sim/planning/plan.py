@@ -71,6 +71,7 @@ from sim.planning.plan_bound import (
     QUANTILES,
     LengthStats,
     Limits,
+    bound_holds,
     length_stats,
     optimistic_rate_per_s,
 )
@@ -644,22 +645,23 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
         candidate.chunked_prefill,
         candidate.split,
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
-    space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.cost_model, outcome.cost_model_detail = label, choice
     outcome.model_error = model_error_for(cost)
     headroom = outcome.model_error.headroom if space.headroom is None else space.headroom
     outcome.sized_rate_per_s = space.target_rate_per_s * (1 + headroom)
+    outcome.status = "pending"
+    if not bound_holds(scenario):  # searched without a bound: none prunes or caps it
+        return outcome
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
+    space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
         bound.rate_per_s, outcome.sized_rate_per_s, candidate.num_gpus, price
     )
     if bound.infeasible:
         outcome.status, outcome.reason = "skipped", f"infeasible at any load: {bound.infeasible}"
-    else:
-        outcome.status = "pending"
     return outcome
 
 
