@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sim.api.build import cost_model_for
+from sim.errors import ConfigError
 from sim.metrics.slo_targets import SloTarget
 from sim.planning.plan import plan
 from sim.planning.plan_bound import decode_s
@@ -58,3 +61,26 @@ def test_plan_searches_a_speculative_candidate_its_plain_bound_calls_infeasible(
     (outcome,) = result.outcomes
     assert outcome.status == "searched", outcome.reason
     assert result.best is outcome
+
+
+def test_plan_refuses_one_deployments_kv_pool() -> None:
+    # engine.num_kv_blocks is used verbatim (vLLM's logged count for one GPU and TP
+    # degree); a TP2 candidate holds twice the KV memory per replica, another GPU
+    # another amount, so the same count for every candidate prices the wrong pool.
+    scenario = load_scenario(
+        SCENARIOS / "chat.yaml", ["engine.num_kv_blocks=4000", "workload.num_requests=100"]
+    )
+    config = PlanConfig.model_validate(
+        {
+            "gpus": ["h100"],
+            "tensor_parallel_sizes": [1, 2],
+            "max_num_seqs": [64],
+            "max_num_batched_tokens": [2048],
+            "chunked_prefill": [True],
+            "refine": False,
+            "seeds": 1,
+            "max_loads": 2,
+        }
+    )
+    with pytest.raises(ConfigError, match=r"^plan: engine.num_kv_blocks 4000 "):
+        plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)

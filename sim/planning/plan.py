@@ -869,6 +869,13 @@ def plan(
             "plan: the scenario has a cluster: block; the planner sizes the fleet and the "
             "prefill/decode split itself (plan file: disaggregation), so remove it"
         )
+    if scenario.engine.num_kv_blocks is not None:
+        # One deployment's logged pool: another GPU or TP degree holds another.
+        raise ConfigError(
+            f"plan: engine.num_kv_blocks {scenario.engine.num_kv_blocks} is one deployment's "
+            "KV pool; the planner sizes each GPU's and TP degree's as vLLM's memory profile "
+            "does, so remove engine.num_kv_blocks"
+        )
     if scenario.parallelism.pipeline_parallel_size > 1:
         raise ConfigError(
             f"plan: parallelism.pipeline_parallel_size "
