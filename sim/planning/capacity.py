@@ -364,7 +364,9 @@ class Searcher:
             doc = copy.deepcopy(self.doc)
             doc["seed"] = seed
             set_dotted(doc, knob.key, knob.value(load), "capacity")
-            scenario_from_dict(doc, f"capacity search at {knob.key}={knob.value(load)}")
+            scenario_from_dict(
+                doc, f"capacity search at {knob.key}={knob.value(load)}", self.base_dir
+            )
             tasks.append({"scenario": doc, "base_dir": str(self.base_dir)})
         records: list[Record] = [{}] * len(tasks)
         for index, record in execute(tasks, "local", self.jobs):
