@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from sim import api
+from sim.lab.runs import run_doc
 from sim.metrics.slo_targets import SloTarget
 from sim.planning.capacity import Searcher
 from sim.planning.sweep_exec import run_point
@@ -61,3 +62,9 @@ def test_a_sweep_point_is_the_run_of_its_scenario(scenario_file: Path) -> None:
     expected = api.run(scenario_file).summary["median_ttft_ms"]
     task = {"scenario": scenario.model_dump(mode="json"), "base_dir": str(scenario_file.parent)}
     assert run_point(task)["median_ttft_ms"] == pytest.approx(expected)
+
+
+def test_the_labs_run_is_the_run_of_its_scenario(scenario_file: Path) -> None:
+    expected = api.run(scenario_file).summary["median_ttft_ms"]
+    doc = yaml.safe_load(scenario_file.read_text())
+    assert run_doc(doc, scenario_file.parent).summary["median_ttft_ms"] == pytest.approx(expected)

@@ -30,7 +30,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     app = make_app(base_doc, base_dir)
     lab = app[LAB]
     try:
-        scenario = scenario_for(lab.base_doc)
+        scenario = scenario_for(lab.base_doc, base_dir)
     except ConfigError as error:
         raise ConfigError(str(error).replace(SOURCE, str(args.scenario), 1)) from None
     if scenario.workload.kind != "synthetic":
