@@ -84,3 +84,26 @@ def test_plan_refuses_one_deployments_kv_pool() -> None:
     )
     with pytest.raises(ConfigError, match=r"^plan: engine.num_kv_blocks 4000 "):
         plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)
+
+
+def test_plan_refuses_a_link_it_would_replace_by_each_gpus_own() -> None:
+    # H100s over PCIe (no NVLink): a TP2 all-reduce priced over NVLink4 instead would
+    # be several times cheaper; the planner gives each candidate its GPU's own link.
+    scenario = load_scenario(
+        SCENARIOS / "chat.yaml",
+        ["parallelism.link=pcie5-via-host", "workload.num_requests=100"],
+    )
+    config = PlanConfig.model_validate(
+        {
+            "gpus": ["h100"],
+            "tensor_parallel_sizes": [2],
+            "max_num_seqs": [64],
+            "max_num_batched_tokens": [2048],
+            "chunked_prefill": [True],
+            "refine": False,
+            "seeds": 1,
+            "max_loads": 2,
+        }
+    )
+    with pytest.raises(ConfigError, match=r"^plan: parallelism.link pcie5-via-host: "):
+        plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)

@@ -869,6 +869,14 @@ def plan(
             "plan: the scenario has a cluster: block; the planner sizes the fleet and the "
             "prefill/decode split itself (plan file: disaggregation), so remove it"
         )
+    link, own = scenario.parallelism.link.name, scenario.hardware.gpu_link
+    if "link" in scenario.parallelism.model_fields_set and link != own:
+        # Candidate.parallelism drops it: each GPU's collectives go over its own link.
+        raise ConfigError(
+            f"plan: parallelism.link {link}: the planner prices each GPU's tensor "
+            "parallelism over that GPU's own link (gpu_link); remove parallelism.link, or "
+            "list the GPUs in the plan file with their gpu_link"
+        )
     if scenario.engine.num_kv_blocks is not None:
         # One deployment's logged pool: another GPU or TP degree holds another.
         raise ConfigError(
