@@ -160,11 +160,6 @@ def reference_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineEngi
         ) from None
 
     problem = reference_engine_problem(scenario)
-    if problem is None and scenario.cluster is not None:
-        problem = (
-            "cluster: the reference engine serves one replica (one model in this process); "
-            "remove the cluster section, or serve it with --simulate"
-        )
     if problem is None and scenario.async_scheduling:
         # The online engine plans each step after the previous one (no visible_until).
         problem = (

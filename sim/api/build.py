@@ -140,6 +140,12 @@ def reference_engine_problem(scenario: Scenario) -> str | None:
     """Why the PyTorch reference engine (``servesim measure``) cannot run ``scenario``
     as the simulator would, as one line naming the scenario key and the value to set;
     ``None`` when it can."""
+    if scenario.cluster is not None:
+        return (
+            "cluster: the reference engine runs one replica (one model in this process); "
+            "remove the cluster section (a cluster: servesim serve --simulate, or measure "
+            "its servers with --endpoint)"
+        )
     if scenario.engine.enable_prefix_caching:
         # Its KV cache is one contiguous slot per request: no block is shared or reused.
         return (

@@ -73,7 +73,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         bar.refresh()
     elapsed_s = time.perf_counter() - started
     price = gpu_price_per_hour(scenario.hardware.name, args.gpu_price_per_hour)
-    per_replica = scenario.parallelism.num_gpus
+    per_replica = scenario.num_gpus  # one unit: the scenario's replicas, all of them
     fleet = fleet_for(result, args.target_rate, per_replica, price) if args.target_rate else None
     label = f"{scenario.name} ({scenario.model.name} on {scenario.hardware.name}, " + (
         f"{scenario.scheduler.kind})"

@@ -103,7 +103,9 @@ class SpeculativeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_draft_cost(self) -> SpeculativeConfig:
-        if "match_probability" in self.model_fields_set and self.method != "ngram":
+        # 1.0 (every step drafts) is what the other proposers mean, and what a dumped
+        # scenario writes back: capacity, plan and sweep validate their points from one.
+        if self.match_probability != 1.0 and self.method != "ngram":
             raise ValueError("match_probability is the ngram method's (set method: ngram)")
         if self.method is None or self.method == "draft_model":
             if self.method == "draft_model" and self.draft_model is None:

@@ -30,7 +30,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     app = make_app(base_doc, base_dir)
     lab = app[LAB]
     try:
-        scenario = scenario_for(lab.base_doc)
+        scenario = scenario_for(lab.base_doc, base_dir)
     except ConfigError as error:
         raise ConfigError(str(error).replace(SOURCE, str(args.scenario), 1)) from None
     if scenario.workload.kind != "synthetic":
@@ -38,6 +38,14 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.scenario}: workload.kind: servesim lab drives a synthetic workload's "
             f"arrival rate, not a {scenario.workload.kind} one"
+        )
+    if scenario.workload.max_concurrency is not None:
+        # Under a cap the clients set the load: every rate of the knee would pass
+        # (no served check applies) and its capacity read as the grid's top rate.
+        raise ConfigError(
+            f"{args.scenario}: workload.max_concurrency {scenario.workload.max_concurrency}: "
+            "servesim lab drives the arrival rate, but under a cap the load is the number "
+            "of clients (servesim capacity searches over them); remove workload.max_concurrency"
         )
     # The compiled loop loads (~4 s from numba's cache, ~50 s the first time ever)
     # while the page opens, not on its first move.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import typing
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
@@ -292,9 +293,10 @@ def _lognormal(doc: dict[str, Any], which: str) -> None:
     lengths.update({"kind": "lognormal", "median_tokens": 100, "sigma": 0.0, **kept})
 
 
-def scenario_for(doc: dict[str, Any]) -> Scenario:
-    """``doc`` validated as ``servesim run lab.yaml`` validates that file."""
-    return scenario_from_dict(copy.deepcopy(doc), SOURCE)
+def scenario_for(doc: dict[str, Any], base_dir: Path | None = None) -> Scenario:
+    """``doc`` validated as ``servesim run lab.yaml`` validates that file, its relative
+    paths (``engine.cpu_artifact``) from ``base_dir``, the starting scenario's folder."""
+    return scenario_from_dict(copy.deepcopy(doc), SOURCE, base_dir)
 
 
 def scenario_yaml(doc: dict[str, Any]) -> str:

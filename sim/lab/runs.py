@@ -50,7 +50,7 @@ BINDING_SHARE = 0.2  # a limit reached in at least this share of engine time bin
 
 def run_doc(doc: dict[str, Any], base_dir: Path | None = None) -> api.Result:
     """Simulate the page's document; ``ConfigError`` names ``lab.yaml`` as the CLI would."""
-    scenario = scenario_for(doc)
+    scenario = scenario_for(doc, base_dir)
     return api.run(
         scenario, base_dir=base_dir or Path.cwd(), source=SOURCE, compiled=True, workers=1
     )
@@ -142,7 +142,7 @@ def knee(
 ) -> Knee | None:
     """The knee of ``doc`` (validated already) around its rate; None if ``superseded()``
     turns true between two runs (the page moved on)."""
-    scenario = scenario_for(doc)
+    scenario = scenario_for(doc, base_dir)
     rate = float(scenario.workload.arrival.rate_per_s)  # type: ignore[union-attr]
     targets = slo_targets(scenario)
     records = []

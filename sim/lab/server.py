@@ -197,10 +197,10 @@ async def _doc(request: web.Request) -> tuple[Lab, int, dict[str, Any], dict[str
     return lab, body["id"], body, doc
 
 
-def _validated(request_id: int, doc: dict[str, Any]) -> dict[str, Any] | None:
+def _validated(lab: Lab, request_id: int, doc: dict[str, Any]) -> dict[str, Any] | None:
     """The CLI's one-line error for a document that does not validate, else None."""
     try:
-        scenario_for(doc)
+        scenario_for(doc, lab.base_dir)
     except ConfigError as error:
         return {"id": request_id, "error": error_line(error)}
     return None
@@ -210,7 +210,7 @@ async def _run(request: web.Request) -> web.Response:
     lab, request_id, _, doc = await _doc(request)
     # The last run asked for wins (not the highest id: a reloaded page counts from 1).
     lab.latest = request_id
-    refused = _validated(request_id, doc)  # at once, even while a run is under way
+    refused = _validated(lab, request_id, doc)  # at once, even while a run is under way
     if refused is not None:
         return web.json_response(refused)
     return web.json_response(await lab.work(request_id, lab.run, doc))

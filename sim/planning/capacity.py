@@ -29,7 +29,13 @@ from sim.errors import ConfigError
 # than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
-from sim.planning.plan_bound import QUANTILES, Limits, length_stats, optimistic_rate_per_s
+from sim.planning.plan_bound import (
+    QUANTILES,
+    Limits,
+    bound_holds,
+    length_stats,
+    optimistic_rate_per_s,
+)
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
 from sim.scenario import Scenario, load_scenario, scenario_from_dict, set_dotted
@@ -346,7 +352,9 @@ class Searcher:
             doc = copy.deepcopy(self.doc)
             doc["seed"] = seed
             set_dotted(doc, knob.key, knob.value(load), "capacity")
-            scenario_from_dict(doc, f"capacity search at {knob.key}={knob.value(load)}")
+            scenario_from_dict(
+                doc, f"capacity search at {knob.key}={knob.value(load)}", self.base_dir
+            )
             tasks.append({"scenario": doc, "base_dir": str(self.base_dir)})
         records: list[Record] = [{}] * len(tasks)
         for index, record in execute(tasks, "local", self.jobs):
@@ -454,20 +462,14 @@ def upper_bound_rate_per_s(
     scenario: Scenario, base_dir: Path, targets: Sequence[SloTarget], num_seeds: int
 ) -> float | None:
     """The scenario's optimistic capacity from its own cost model (plan's bound,
-    :mod:`sim.planning.plan_bound`), where that bound holds: a synthetic workload
-    on one continuous-batching replica without pipeline parallelism, shared
-    prompt prefixes under a prefix cache, or speculative decoding (those make
-    tokens cheaper than it prices).
-    None elsewhere, and where a lone request already breaks an SLO (the bound
-    then speaks of the SLOs, not the rate)."""
+    :mod:`sim.planning.plan_bound`), where that bound holds (``bound_holds``) on one
+    replica (it prices no cluster). None elsewhere, and where a lone request already
+    breaks an SLO (the bound then speaks of the SLOs, not the rate)."""
     policy = scenario.scheduler
     if (
-        scenario.workload.kind != "synthetic"
-        or policy.kind != "continuous"
+        not bound_holds(scenario)
+        or policy.kind != "continuous"  # bound_holds says so; this narrows the type
         or scenario.cluster is not None
-        or scenario.parallelism.pipeline_parallel_size > 1
-        or (scenario.engine.enable_prefix_caching and scenario.workload.prefix_groups is not None)
-        or scenario.speculative is not None
         or policy.max_num_seqs is None  # filled in by validation; None: not continuous
         or policy.max_num_batched_tokens is None
     ):

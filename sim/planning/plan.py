@@ -51,6 +51,7 @@ from sim.planning.plan_bound import (
     QUANTILES,
     LengthStats,
     Limits,
+    bound_holds,
     length_stats,
     optimistic_rate_per_s,
 )
@@ -602,22 +603,23 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
         candidate.chunked_prefill,
         candidate.split,
     )
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
-    space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.cost_model, outcome.cost_model_detail = label, choice
     outcome.model_error = model_error_for(cost)
     headroom = outcome.model_error.headroom if space.headroom is None else space.headroom
     outcome.sized_rate_per_s = space.target_rate_per_s * (1 + headroom)
+    outcome.status = "pending"
+    if not bound_holds(scenario):  # searched without a bound: none prunes or caps it
+        return outcome
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bound = optimistic_rate_per_s(cost, limits, kv_tokens, space.lengths, space.targets)
+    space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
         bound.rate_per_s, outcome.sized_rate_per_s, candidate.num_gpus, price
     )
     if bound.infeasible:
         outcome.status, outcome.reason = "skipped", f"infeasible at any load: {bound.infeasible}"
-    else:
-        outcome.status = "pending"
     return outcome
 
 
@@ -824,6 +826,21 @@ def plan(
         raise ConfigError(
             "plan: the scenario has a cluster: block; the planner sizes the fleet and the "
             "prefill/decode split itself (plan file: disaggregation), so remove it"
+        )
+    link, own = scenario.parallelism.link.name, scenario.hardware.gpu_link
+    if "link" in scenario.parallelism.model_fields_set and link != own:
+        # Candidate.parallelism drops it: each GPU's collectives go over its own link.
+        raise ConfigError(
+            f"plan: parallelism.link {link}: the planner prices each GPU's tensor "
+            "parallelism over that GPU's own link (gpu_link); remove parallelism.link, or "
+            "list the GPUs in the plan file with their gpu_link"
+        )
+    if scenario.engine.num_kv_blocks is not None:
+        # One deployment's logged pool: another GPU or TP degree holds another.
+        raise ConfigError(
+            f"plan: engine.num_kv_blocks {scenario.engine.num_kv_blocks} is one deployment's "
+            "KV pool; the planner sizes each GPU's and TP degree's as vLLM's memory profile "
+            "does, so remove engine.num_kv_blocks"
         )
     if scenario.parallelism.pipeline_parallel_size > 1:
         raise ConfigError(

@@ -120,6 +120,20 @@ class Limits:
     split: tuple[int, int] | None = None  # (prefill, decode) replicas; None: aggregated
 
 
+def bound_holds(scenario: Scenario) -> bool:
+    """Whether these bounds hold for ``scenario``'s replicas: a synthetic workload on
+    continuous batching without pipeline parallelism. Shared prompt prefixes under a
+    prefix cache and speculative decoding make tokens cheaper than the cost model's
+    plain steps price them, so there the bounds would refuse loads that are met."""
+    return not (
+        scenario.workload.kind != "synthetic"
+        or scenario.scheduler.kind != "continuous"
+        or scenario.parallelism.pipeline_parallel_size > 1
+        or (scenario.engine.enable_prefix_caching and scenario.workload.prefix_groups is not None)
+        or scenario.speculative is not None
+    )
+
+
 def optimistic_rate_per_s(
     cost: CostModel,
     limits: Limits,

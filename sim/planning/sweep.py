@@ -292,7 +292,7 @@ def build_table(plan: SweepPlan, results: list[tuple[Job, Record]]) -> pd.DataFr
     for job, record in results:
         scenario = job.point.scenario
         price = gpu_price_per_hour(scenario.hardware.name, plan.config.gpu_price_per_hour)
-        num_gpus = scenario.parallelism.num_gpus
+        num_gpus = scenario.num_gpus
         row: dict[str, Any] = {"point": job.point.index}
         row.update({key: _cell(job.point.overrides.get(key)) for key in keys})
         row |= {"seed": job.seed, "config": config_label(plan, job.point.overrides)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,8 @@ def _queue_stats(result: Any) -> Record:
 
 def run_point(task: Task) -> Record:
     """Simulate one validated scenario dict; a flat record of scalars."""
-    scenario = scenario_from_dict(task["scenario"], "<sweep point>")
+    # Relative paths read at validation (engine.cpu_artifact) from the scenario's folder.
+    scenario = scenario_from_dict(task["scenario"], "<sweep point>", Path(task["base_dir"]))
     # A process runs many points: the compiled loop's start-up (~0.4 s, once) pays.
     result = api.run(scenario, base_dir=task["base_dir"], compiled=True)
     record: Record = {

@@ -412,6 +412,13 @@ class Scenario(BaseModel):
         return self
 
     @property
+    def num_gpus(self) -> int:
+        """GPUs the whole deployment holds: each replica's (``parallelism``) times its
+        replicas (``cluster``, prefill and decode pools included); what a fleet is priced by."""
+        replicas = 1 if self.cluster is None else self.cluster.total_replicas
+        return self.parallelism.num_gpus * replicas
+
+    @property
     def async_scheduling(self) -> bool:
         """Whether steps are planned one ahead (vLLM's async scheduling) in this run.
 

@@ -71,6 +71,13 @@ class ClusterConfig(BaseModel):
     @model_validator(mode="after")
     def _check_replicas(self) -> ClusterConfig:
         split = self.disaggregation
+        if self.central_queue_slots is not None and self.router != "central_queue":
+            # Only a central queue holds requests back from a replica; another router
+            # sends each at once, so the figure would change nothing, silently.
+            raise ValueError(
+                f"central_queue_slots is router central_queue's, not {self.router}'s "
+                "(set router: central_queue, or remove central_queue_slots)"
+            )
         if split is not None and self.lockstep:
             raise ValueError("lockstep is for one pool of data-parallel ranks, not disaggregation")
         if split is not None and "num_replicas" in self.model_fields_set:
