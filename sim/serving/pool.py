@@ -80,8 +80,7 @@ class Pool:
         arrival goes to the replica the router picks when it comes, so each
         replica is interrupted by its own arrivals instead (no horizon): ending
         every replica's runs at every arrival would make the cost of a run grow
-        with the number of replicas. (A fresh round-robin pool, whose picks are
-        known in advance, is fed instead: ``sim.fast.feed``.)
+        with the number of replicas.
         """
         if len(self.replicas) == 1:
             self.replicas[0].horizon = horizon
