@@ -259,7 +259,8 @@ class SimulatedEngine:
                 self._visible_until_s = step.start_s if self.async_scheduling else None
             now = self._plan_at_s
             if now is None:  # idle: until a request is ready, or the policy's wake-up
-                due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
+                wake_s = math.inf if self._wake_at_s is None else self._wake_at_s
+                due = min(self._pending[0][0] if self._pending else math.inf, wake_s)
                 if due > time_s or due == math.inf:
                     if self._to_end:  # a waiting request's client left while idle
                         at_s = time_s if time_s < math.inf else self._idle_since_s
@@ -302,9 +303,6 @@ class SimulatedEngine:
                 lag_s,
             )
         self._behind = behind
-
-    def _idle_wake_s(self) -> float:
-        return math.inf if self._wake_at_s is None else self._wake_at_s
 
     def _intake(self) -> None:
         """Move submissions to the way in (ready at arrival + way in), note aborts."""
