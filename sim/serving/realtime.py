@@ -333,7 +333,7 @@ class SimulatedEngine:
                 self._live.pop(live.request.request_id, None)
                 continue
             if not self.core.add(live.request, ready_s):  # can never fit the KV pool
-                self._finish(live, (), "abort")
+                self._send(live, (), "abort")
 
     def _end_aborted(self, now_s: float) -> None:
         """End the requests whose client went away (between steps: none is in flight)."""
@@ -370,21 +370,9 @@ class SimulatedEngine:
                     self._live.pop(request.request_id)
                 continue
             ids = token_ids(generated, num_new)
-            if request.finish_s is not None:
-                self._finish(live, ids, "length", num_step_tokens)
-            else:
-                self._send(live, ids, None, num_step_tokens)
+            reason: FinishReason | None = "length" if request.finish_s is not None else None
+            self._send(live, ids, reason, num_step_tokens)
             num_step_tokens = None  # on the step's first event sent only
-
-    def _finish(
-        self,
-        live: _Live,
-        ids: tuple[int, ...],
-        reason: FinishReason,
-        num_step_tokens: int | None = None,
-    ) -> None:
-        self._live.pop(live.request.request_id, None)
-        self._send(live, ids, reason, num_step_tokens)
 
     def _send(
         self,
@@ -393,8 +381,11 @@ class SimulatedEngine:
         reason: FinishReason | None,
         num_step_tokens: int | None = None,
     ) -> None:
-        """Hand one output to a request's sink; a sink that fails ends its request
-        (its client is gone), never the loop that serves the others."""
+        """Hand one output to a request's sink (its last, with ``reason``: the request
+        leaves); a sink that fails ends its request (its client is gone), never the
+        loop that serves the others."""
+        if reason is not None:
+            self._live.pop(live.request.request_id, None)
         try:
             live.sink(Emitted.of(live.request, ids, reason, num_step_tokens))
         except Exception:
@@ -431,4 +422,4 @@ class SimulatedEngine:
                 exc_info=not isinstance(error, InvariantError),
             )
             for live in list(self._live.values()):
-                self._finish(live, (), "abort")
+                self._send(live, (), "abort")
