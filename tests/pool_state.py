@@ -93,3 +93,9 @@ def num_loose_blocks(pool: Any) -> int:
     """Blocks allocated inline and not yet listed under a request."""
     pool._settle()
     return len(pool._loose)
+
+
+def grows_by_count(pool: Any, request: Request) -> bool:
+    """Whether ``try_grow`` grows ``request`` by counts alone (no shareable block
+    still to key), as a decode run's inline allocation does."""
+    return request.num_blocks != 0 and request.request_id not in pool._filling

@@ -244,10 +244,6 @@ class ReferencePrefixPool:
         self.allocate(request, num_tokens)
         return True
 
-    def grows_by_count(self, request: Request) -> bool:
-        """Whether the engine may grow ``request`` by counts (no shareable block to key)."""
-        return request.num_blocks != 0 and request.request_id not in self._filling
-
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Key the shareable blocks ``num_tokens`` tokens fill, in the step that fills them."""
         rid = request.request_id

@@ -1,7 +1,8 @@
 """A replica behind a router pays only for its own arrivals (flat cost in cluster size).
 
 With several replicas, an arrival interrupts the one replica it is routed to;
-the others run on (``Pool.set_horizon``). So replica 0 of a round-robin pair
+the others run on (``Pool.set_horizon``); a fresh round-robin pool's replicas
+each take their own requests from a feed (``sim.fast.feed``). So replica 0 of a round-robin pair
 makes exactly the plans (the sampled series: one row per plan) that one
 replica serving only its requests makes, and a run of vLLM's defaults (async
 scheduling, prefix caching) over many replicas is the same with skip-ahead
@@ -10,6 +11,7 @@ as step by step, bit for bit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
@@ -21,10 +23,11 @@ from test_cluster import ROUTERS, cluster, make_engine, random_work
 from sim import api
 from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
-from sim.fast.decode_runs import RunningReplica
+from sim.fast.open_loop import FastSimulation
 from sim.scenario import load_scenario
 from sim.serving.cluster import build_layout
 from sim.serving.disagg import Disaggregated
+from sim.serving.pool import Pool
 from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, RouterKind
 from sim.serving.simulation import OpenLoop, Simulation
@@ -90,26 +93,30 @@ def test_round_robin_turns_before_a_replica() -> None:
     assert [router.num_turns_before(i, 3) for i in range(3)] == [0, 1, 2]  # a full turn
 
 
-def test_lookahead_reads_the_coming_submissions() -> None:
+def test_round_robin_replicas_read_their_own_next_submission() -> None:
     work = RequestArrays(np.array([0.5, 1.0, 2.0]), np.array([10, 10, 10]), np.array([5, 5, 5]))
-    # Events (the reference Simulation): with feeds, round-robin replicas take their own turns.
-    simulation = Simulation(make_engine(), cluster(2, "round_robin"))
-    seen: list[tuple[float, list[float]]] = []
-    submit = simulation._submit
+    # The path users take (``api.run``): a fresh round-robin pair is fed, each
+    # replica's horizon its own next submission; requests go 0, 1, 0.
+    simulation = FastSimulation(make_engine(), cluster(2, "round_robin"), 1, False)
+    layout = simulation.layout
+    assert isinstance(layout, Pool)
+    replicas = layout.replicas
+    seen: list[tuple[float, int, float]] = []
+    for index, core in enumerate(layout.cores):
 
-    def spy(request: Request) -> None:
-        # Before the submission of request i: the next one is i + 1.
-        seen.append((simulation.env.now, [simulation._lookahead(k) for k in range(3)]))
-        submit(request)
+        def spy(
+            request: Request, now_s: float, index: int = index, add: Callable = core.add
+        ) -> bool:
+            # On taking a request, the replica's horizon reads its next one.
+            horizon = replicas[index].horizon
+            assert horizon is not None
+            seen.append((now_s, index, horizon()))
+            return bool(add(request, now_s))
 
-    simulation._submit = spy
+        core.add = spy  # type: ignore[method-assign]
     simulation.run(cast(OpenLoop, work))
     inf = float("inf")
-    assert seen == [
-        (0.5, [1.0, 2.0, inf]),
-        (1.0, [2.0, inf, inf]),
-        (2.0, [inf, inf, inf]),
-    ]
+    assert seen == [(0.5, 0, 2.0), (1.0, 1, inf), (2.0, 0, inf)]
 
 
 def count_interrupts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -132,10 +139,8 @@ def test_round_robin_replicas_end_their_runs_at_their_own_arrivals(
     routers decide at the arrival, so a busy replica is interrupted by its own."""
     interrupts = count_interrupts(monkeypatch)
     work = random_work(3, num=300, rate_per_s=60.0)
-    # Replicas that run decode steps in runs (the reference steps one by one).
-    simulation = Simulation(
-        make_engine(max_num_seqs=8), cluster(4, router), new_replica=RunningReplica
-    )
+    # The fast executor (the reference steps one by one), in this process.
+    simulation = FastSimulation(make_engine(max_num_seqs=8), cluster(4, router), 1, False)
     simulation.run(cast(OpenLoop, work))
     horizons = [replica.horizon for replica in simulation.layout.replicas]  # type: ignore[union-attr]
     if router == "round_robin":
@@ -170,7 +175,7 @@ def test_disaggregated_prefill_replicas_are_interrupted_not_told() -> None:
         Replica,
     )
     assert isinstance(layout, Disaggregated)
-    layout.set_horizon(lambda: 1.0, lambda k: 1.0)
+    layout.set_horizon(lambda: 1.0)
     assert all(replica.horizon is None for replica in layout.prefill.replicas)
 
 

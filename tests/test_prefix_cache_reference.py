@@ -22,6 +22,7 @@ from pool_state import (
     block_key,
     block_ref_count,
     free_queue,
+    grows_by_count,
     held_keys,
     num_cached_blocks,
     num_evictable_blocks,
@@ -146,7 +147,7 @@ def test_bulk_pool_matches_the_reference_when_looked_at_seldom(
         if kind == "step" and inline and fast.running:
             # As the engine: inline (by count) only a request the pool lets grow so; one
             # still filling shareable blocks allocates through the pool (try_grow).
-            inline = fast.pool.grows_by_count(fast.running[index % len(fast.running)])
+            inline = grows_by_count(fast.pool, fast.running[index % len(fast.running)])
         act(fast, (kind, index, chunk, inline))
         act(slow, (kind, index, chunk, inline))
         if looks[i % len(looks)]:

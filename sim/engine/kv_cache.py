@@ -141,11 +141,6 @@ class BlockPool:
             request.num_blocks += short
         return True
 
-    def grows_by_count(self, request: Request) -> bool:
-        """Whether ``try_grow`` grows ``request`` by counts alone, and
-        ``cache_full_blocks`` does nothing for it (a request advanced in aggregate must)."""
-        return True
-
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the blocks ``num_tokens`` tokens fill, when a step fills one without a
         new allocation (vLLM's ``allocate_slots`` caches at once): nothing to cache here
@@ -321,9 +316,6 @@ class PrefixCachingPool(BlockPool):
             self.allocate(request, num_tokens)
             return True
         return super().try_grow(request, num_tokens)
-
-    def grows_by_count(self, request: Request) -> bool:
-        return request.num_blocks != 0 and request.request_id not in self._filling
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills

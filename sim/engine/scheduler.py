@@ -318,10 +318,6 @@ class CommitRecorder(Protocol):
         ...
 
 
-def _ready_after(request: Request, time_s: float) -> bool:
-    return request.ready_s is not None and request.ready_s > time_s
-
-
 class EngineCore:
     """Waiting and running requests, the KV pool, and the logs of one replica."""
 
@@ -408,7 +404,9 @@ class EngineCore:
         hidden: list[Request] = []
         if visible_until_s is not None:
             waiting = self.waiting  # later arrivals are at the back, in ready order
-            while waiting and _ready_after(waiting[-1], visible_until_s):
+            while (
+                waiting and (ready := waiting[-1].ready_s) is not None and ready > visible_until_s
+            ):
                 hidden.append(waiting.pop())
         output = self.policy.schedule(self, now_s)
         self.scheduled_at_s = now_s

@@ -3,9 +3,9 @@
 ``FastSimulation`` is the reference executor (``sim.serving.simulation.Simulation``)
 with the speed paths in front: its replicas run plain decode steps in runs
 (``sim.fast.decode_runs.RunningReplica``), and every open-loop run of one
-replica or one pool is handed to ``run`` before the reference simulates it.
+replica or one pool is handed to ``run_fast`` before the reference simulates it.
 The face that builds a run (``sim.api.build.simulation_for``) chooses it or the
-reference, once. ``run`` answers the run's ``RawResult``,
+reference, once. ``run_fast`` answers the run's ``RawResult``,
 the same to the bit as the reference (``Simulation._open_loop``: one SimPy
 event per submission) would give, or None, the cores untouched, when none of
 its paths plays that run. It tries, in order:
@@ -79,82 +79,57 @@ class FastSimulation(Simulation):
     def simulate(
         self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None
     ) -> RawResult:
-        """An open loop's run by the speed paths (``run``), or the reference's."""
+        """An open loop's run by the speed paths (``run_fast``), or the reference's."""
         if limit is None and not isinstance(work, ClosedLoop):
-            replicas = self.replica if self.layout is None else self.layout
-            raw = run(
-                work,
-                self.replica_config,
-                replicas,
-                self.drive,
-                self.result,
-                bar,
-                self.compiled,
-                self.workers,
-            )
+            raw = self.run_fast(work, bar)
             if raw is not None:
                 return raw
         return super().simulate(work, bar, limit)
 
+    def run_fast(self, work: OpenLoop, progress: Progress) -> RawResult | None:
+        """Simulate ``work`` faster than the reference, or decline (None, the cores
+        untouched): one replica, or a fresh round-robin ``Pool`` (``feedable``);
+        ``progress`` ticks meanwhile."""
+        if concurrency_limit(work) is not None:
+            return None  # sends wait for answers: not known in advance
+        replicas = self.replica if self.layout is None else self.layout
+        if isinstance(replicas, Replica):
+            cores = [replicas.core]
+        elif isinstance(replicas, Pool) and feedable(replicas):
+            cores = replicas.cores
+        else:
+            return None
+        replica_config = self.replica_config
+        frontend = replica_config.frontend
+        loop = choose_loop(len(work.arrival_s), self.compiled)
+        if loop is not None:
+            # Imported here: the compiled loop's modules (numba) load only for a run that
+            # takes that path (tests/test_cli_startup.py).
+            from sim.fast.compiled import path
 
-def run(
-    work: OpenLoop,
-    replica_config: ReplicaConfig,
-    replicas: object,
-    drive: Callable[[Callable[[], None]], None],
-    result: Callable[[], RawResult],
-    progress: Progress,
-    compiled: bool | None = None,
-    workers: int | None = None,
-) -> RawResult | None:
-    """Simulate ``work`` on ``replicas`` (a ``Replica``, or a ``Pool``; anything else
-    is declined) faster than the reference, or decline (None).
-
-    ``drive(tick)`` runs the SimPy environment to its end, calling ``tick`` now
-    and then; ``result()`` builds the run's result from the cores in this
-    process once the run is over (``Simulation._result``); ``compiled``:
-    whether a run the compiled loop can play takes it (``choose_loop``);
-    ``workers``: processes for a round-robin pool (None: as many as pay;
-    ``sim.fast.workers``).
-    """
-    if concurrency_limit(work) is not None:
-        return None  # sends wait for answers: not known in advance
-    if isinstance(replicas, Replica):
-        cores = [replicas.core]
-    elif isinstance(replicas, Pool) and feedable(replicas):
-        cores = replicas.cores
-    else:
-        return None
-    frontend = replica_config.frontend
-    loop = choose_loop(len(work.arrival_s), compiled)
-    if loop is not None:
-        # Imported here: the compiled loop's modules (numba) load only for a run that takes that
-        # path (tests/test_cli_startup.py).
-        from sim.fast.compiled import path
-
-        cost = replica_config.cost
-        if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-            assert isinstance(cost, path.PlayedCost)
-            if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
-                raw = result()  # the cores hold the run's logs
-                raw.accelerator = "compiled loop"
-                return raw
-    if isinstance(replicas, Replica):
-        # One replica takes its requests when it plans, and ends its runs at the next one.
-        (feed,) = Feed.split(work, frontend, [replicas.core.add])
-        replicas.core.on_done = None  # nobody waits for an answer in an open loop
-        feed_replica(replicas, feed)
-    else:
-        # Round robin: each replica takes its own turns, so they may be
-        # simulated in several processes at once.
-        feeds = pool_feeds(replicas, work, frontend)
-        num_workers = _num_workers(replicas, len(work.arrival_s), workers)
-        if num_workers > 1:
-            outputs = run_in_workers(replicas, feeds, num_workers, drive, progress)
-            return raw_result(outputs, frontend)
-        take_feeds(replicas, feeds)
-    drive(progress.tick)
-    return result()
+            cost = replica_config.cost
+            if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
+                assert isinstance(cost, path.PlayedCost)
+                if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
+                    raw = self.result()  # the cores hold the run's logs
+                    raw.accelerator = "compiled loop"
+                    return raw
+        if isinstance(replicas, Replica):
+            # One replica takes its requests when it plans, and ends its runs at the next one.
+            (feed,) = Feed.split(work, frontend, [replicas.core.add])
+            replicas.core.on_done = None  # nobody waits for an answer in an open loop
+            feed_replica(replicas, feed)
+        else:
+            # Round robin: each replica takes its own turns, so they may be
+            # simulated in several processes at once.
+            feeds = pool_feeds(replicas, work, frontend)
+            num_workers = _num_workers(replicas, len(work.arrival_s), self.workers)
+            if num_workers > 1:
+                outputs = run_in_workers(replicas, feeds, num_workers, self.drive, progress)
+                return raw_result(outputs, frontend)
+            take_feeds(replicas, feeds)
+        self.drive(progress.tick)
+        return self.result()
 
 
 def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:

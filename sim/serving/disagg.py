@@ -90,12 +90,8 @@ class Disaggregated:
         self._pending: dict[int, Request] = {}
         self.transfers = Columns(TRANSFER_COLUMNS)
 
-    def set_horizon(
-        self, horizon: Callable[[], float] | None, lookahead: Callable[[int], float] | None = None
-    ) -> None:
-        """Only prefill replicas see arrivals; decode replicas are interrupted by transfers.
-        Not every submission reaches the prefill pool (``submit``), so ``lookahead``,
-        which counts submissions, is not passed on."""
+    def set_horizon(self, horizon: Callable[[], float] | None) -> None:
+        """Only prefill replicas see arrivals; decode replicas are interrupted by transfers."""
         self.prefill.set_horizon(horizon)
 
     def submit(self, request: Request) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING
 
 import simpy
@@ -26,7 +25,7 @@ import simpy
 from sim.engine.request import Request
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
-from sim.serving.router import ReplicaLoad, RoundRobin, Router
+from sim.serving.router import ReplicaLoad, Router
 
 if TYPE_CHECKING:
     from sim.cost.base import CostModel
@@ -74,41 +73,17 @@ class Pool:
         """Requests finished or rejected by this pool's engine cores."""
         return sum(core.num_done for core in self.cores)
 
-    def set_horizon(
-        self,
-        horizon: Callable[[], float] | None,
-        lookahead: Callable[[int], float] | None = None,
-    ) -> None:
-        """The earliest time any new request can reach this pool (see ``Replica.horizon``);
-        ``lookahead(k)``, when every request submitted comes through it: the time
-        the k-th submission after the next one comes (0: the next).
+    def set_horizon(self, horizon: Callable[[], float] | None) -> None:
+        """The earliest time any new request can reach this pool (see ``Replica.horizon``).
 
         A pool of one replica ends its runs at the next arrival. With several, an
         arrival goes to the replica the router picks when it comes, so each
-        replica is interrupted by its own arrivals instead: ending every
-        replica's runs at every arrival would make the cost of a run grow with
-        the number of replicas. A round-robin router's picks are known in
-        advance, so then each replica ends its runs at its own next arrival,
-        and saves the interruption (two events per arrival).
+        replica is interrupted by its own arrivals instead (no horizon): ending
+        every replica's runs at every arrival would make the cost of a run grow
+        with the number of replicas.
         """
-        router = self.router
-        own = [replica for replica in self.replicas if isinstance(replica, Replica)]
-        num_replicas = len(self.replicas)
-        if num_replicas == 1:
+        if len(self.replicas) == 1:
             self.replicas[0].horizon = horizon
-        elif (
-            lookahead is not None
-            and isinstance(router, RoundRobin)
-            and self.queue is None
-            and len(own) == num_replicas  # not lockstep ranks
-        ):
-            for index, replica in enumerate(own):
-                replica.horizon = partial(
-                    _own_next_arrival_s, router, index, num_replicas, lookahead
-                )
-        else:
-            for member in self.replicas:
-                member.horizon = None
 
     def count_sent(self, index: int, request: Request) -> None:
         """Add ``request`` to replica ``index``'s load (``_done`` takes it off)."""
@@ -164,10 +139,3 @@ class Pool:
                 request.replica = core.replica
             core.waiting.extend(self.queue)
             self.queue.clear()
-
-
-def _own_next_arrival_s(
-    router: RoundRobin, index: int, num_replicas: int, lookahead: Callable[[int], float]
-) -> float:
-    """When the next request routed round-robin to replica ``index`` comes, s."""
-    return lookahead(router.num_turns_before(index, num_replicas))

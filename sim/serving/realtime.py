@@ -259,7 +259,8 @@ class SimulatedEngine:
                 self._visible_until_s = step.start_s if self.async_scheduling else None
             now = self._plan_at_s
             if now is None:  # idle: until a request is ready, or the policy's wake-up
-                due = min(self._pending[0][0] if self._pending else math.inf, self._idle_wake_s())
+                wake_s = math.inf if self._wake_at_s is None else self._wake_at_s
+                due = min(self._pending[0][0] if self._pending else math.inf, wake_s)
                 if due > time_s or due == math.inf:
                     if self._to_end:  # a waiting request's client left while idle
                         at_s = time_s if time_s < math.inf else self._idle_since_s
@@ -303,9 +304,6 @@ class SimulatedEngine:
             )
         self._behind = behind
 
-    def _idle_wake_s(self) -> float:
-        return math.inf if self._wake_at_s is None else self._wake_at_s
-
     def _intake(self) -> None:
         """Move submissions to the way in (ready at arrival + way in), note aborts."""
         way_in = self.config.frontend.way_in_one_s
@@ -335,7 +333,7 @@ class SimulatedEngine:
                 self._live.pop(live.request.request_id, None)
                 continue
             if not self.core.add(live.request, ready_s):  # can never fit the KV pool
-                self._finish(live, (), "abort")
+                self._send(live, (), "abort")
 
     def _end_aborted(self, now_s: float) -> None:
         """End the requests whose client went away (between steps: none is in flight)."""
@@ -372,21 +370,9 @@ class SimulatedEngine:
                     self._live.pop(request.request_id)
                 continue
             ids = token_ids(generated, num_new)
-            if request.finish_s is not None:
-                self._finish(live, ids, "length", num_step_tokens)
-            else:
-                self._send(live, ids, None, num_step_tokens)
+            reason: FinishReason | None = "length" if request.finish_s is not None else None
+            self._send(live, ids, reason, num_step_tokens)
             num_step_tokens = None  # on the step's first event sent only
-
-    def _finish(
-        self,
-        live: _Live,
-        ids: tuple[int, ...],
-        reason: FinishReason,
-        num_step_tokens: int | None = None,
-    ) -> None:
-        self._live.pop(live.request.request_id, None)
-        self._send(live, ids, reason, num_step_tokens)
 
     def _send(
         self,
@@ -395,8 +381,11 @@ class SimulatedEngine:
         reason: FinishReason | None,
         num_step_tokens: int | None = None,
     ) -> None:
-        """Hand one output to a request's sink; a sink that fails ends its request
-        (its client is gone), never the loop that serves the others."""
+        """Hand one output to a request's sink (its last, with ``reason``: the request
+        leaves); a sink that fails ends its request (its client is gone), never the
+        loop that serves the others."""
+        if reason is not None:
+            self._live.pop(live.request.request_id, None)
         try:
             live.sink(Emitted.of(live.request, ids, reason, num_step_tokens))
         except Exception:
@@ -433,4 +422,4 @@ class SimulatedEngine:
                 exc_info=not isinstance(error, InvariantError),
             )
             for live in list(self._live.values()):
-                self._finish(live, (), "abort")
+                self._send(live, (), "abort")

@@ -74,9 +74,6 @@ class Simulation:
         self._free_slots = 0
         self._slot_freed: simpy.Event | None = None
         self._next_ready_s = 0.0
-        # Open loop: every submission's time (inf last) and the index of the next.
-        self._ready_s: list[float] = [float("inf")]
-        self._next_index = 0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
             self.core = replica_config.core.new_core(0, self._on_done)
@@ -139,13 +136,11 @@ class Simulation:
         ready, order = submission_order(work, self.replica_config.frontend)
         ready_s = ready.tolist()
         ready_s.append(float("inf"))
-        self._ready_s = ready_s
         submit = self._submit
         for i, request in enumerate(requests_in_order(work, order)):
             if ready_s[i] > env.now:
                 yield env.timeout(ready_s[i] - env.now)
             self._next_ready_s = ready_s[i + 1]
-            self._next_index = i + 1
             submit(request)
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
@@ -249,18 +244,13 @@ class Simulation:
             if self.layout is None:
                 self.replica.horizon = self._horizon
             else:
-                self.layout.set_horizon(self._horizon, self._lookahead)
+                self.layout.set_horizon(self._horizon)
             self.env.process(self._open_loop(work))
         self.drive(bar.tick)
         return self.result()
 
     def _horizon(self) -> float:
         return self._next_ready_s
-
-    def _lookahead(self, num_after: int) -> float:
-        """When the submission ``num_after`` places after the next one comes, s."""
-        ready_s = self._ready_s
-        return ready_s[min(self._next_index + num_after, len(ready_s) - 1)]
 
     def drive(self, tick: Callable[[], None]) -> None:
         """Run the environment to its end, calling ``tick`` every 4,096 events."""
