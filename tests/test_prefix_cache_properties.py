@@ -2,7 +2,7 @@
 
 A small driver plays the continuous policy and the core against a pool: admit
 the head of the queue (taking its cache hit), compute chunks and decodes
-(allocating through the pool, or inline as ``EngineCore._commit_run`` does),
+(allocating through the pool, or inline as ``sim.fast.decode_runs.commit_run`` does),
 preempt by recompute, finish. After every action: blocks are conserved (each
 block is held by requests or in the free queue, never both; the free queue is
 the free count; reference counts match holders), and a hit is whole blocks and
@@ -70,7 +70,7 @@ class Driver:
         if short > 0:
             if not self.pool.can_allocate(request, target):
                 return
-            if inline:  # as EngineCore._commit_run: counts only
+            if inline:  # as sim.fast.decode_runs.commit_run: counts only
                 self.pool.num_free_blocks -= short
                 request.num_blocks += short
             else:
