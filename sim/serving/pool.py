@@ -11,7 +11,9 @@ Central queue: requests wait in one FCFS queue; a replica holds at most
 from the queue whenever one of its own finishes. With ``max_num_seqs: 1`` and
 one slot, c replicas and exponential service times this is the M/M/c queue.
 A pulled request keeps the time it entered the central queue as ``ready_s``,
-so ``first_scheduled_s - ready_s`` is its whole wait.
+so ``first_scheduled_s - ready_s`` is its whole wait; ``pulled_s`` (a records
+column of a central-queue run only) is when it reached its replica, where its
+engine's queue samples start counting it (NaN: still queued at the end).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
+from sim.engine.records import RequestTable
 from sim.engine.request import Request
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
@@ -60,6 +64,7 @@ class Pool:
         self.on_done = on_done
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
+        self.pulled_s: dict[int, float] = {}  # central queue: request id -> reached its replica, s
         self.cores = [replica_config.core.new_core(i, self._done) for i in numbers]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
@@ -136,6 +141,8 @@ class Pool:
 
     def _send(self, index: int, request: Request, keep_ready: bool = False) -> None:
         self.count_sent(index, request)
+        if self.queue is not None:
+            self.pulled_s[request.request_id] = self.env.now
         ready_s = request.ready_s
         self.replicas[index].submit(request)  # sets ready_s: now
         if keep_ready:
@@ -152,6 +159,14 @@ class Pool:
             while queue and load.num_requests < self.central_slots:
                 self._send(index, queue.popleft(), keep_ready=True)
         self.on_done(request)
+
+    def add_pulled(self, records: RequestTable) -> None:
+        """Give a central-queue run's ``records`` their ``pulled_s`` column (module
+        docstring); a routed run's ``ready_s`` already is when they reached a replica."""
+        if self.queue is not None:
+            pulled = self.pulled_s
+            ids = records["request_id"].tolist()
+            records["pulled_s"] = np.array([pulled.get(i, np.nan) for i in ids], np.float64)
 
     def flush(self) -> None:
         """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.
