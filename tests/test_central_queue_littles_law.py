@@ -16,7 +16,6 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
-import simpy
 
 from sim import api
 from sim.cost.linear import LinearCost
@@ -81,7 +80,9 @@ def _observed_run() -> tuple[RawResult, float]:
         skip_ahead=False,  # every step an event: the cores' lists are current between them
     )
     rng = np.random.default_rng(5)
-    arrival_s = arrival_times_s(PoissonArrival(rate_per_s=RATE_PER_S), rng, num_requests=NUM_REQUESTS)
+    arrival_s = arrival_times_s(
+        PoissonArrival(rate_per_s=RATE_PER_S), rng, num_requests=NUM_REQUESTS
+    )
     work = RequestArrays(
         arrival_s, rng.integers(1, 600, NUM_REQUESTS), rng.integers(1, 60, NUM_REQUESTS)
     )
