@@ -145,7 +145,13 @@ def test_the_check_passes_the_run_and_catches_broken_accounting(
     wrong = RequestTable({**columns, "pulled_s": records["ready_s"]}, dict(records.rejections))
     with pytest.raises(InvariantError, match="littles_law"):
         check_run(wrong, raw.series, None, 10_000)
-    # Mutant 2: every engine sample misses one running request while the queue stands.
+    # Mutant 2: a request finished in an engine though no replica ever pulled it.
+    never = records["pulled_s"].copy()
+    never[0] = np.nan
+    wrong = RequestTable({**columns, "pulled_s": never}, dict(records.rejections))
+    with pytest.raises(InvariantError, match="finished, never pulled"):
+        check_run(wrong, raw.series, None, 10_000)
+    # Mutant 3: every engine sample misses one running request while the queue stands.
     series = dict(raw.series)
     series["num_running"] = np.maximum(series["num_running"] - 1, 0)
     with pytest.raises(InvariantError, match="littles_law"):
