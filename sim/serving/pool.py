@@ -18,6 +18,7 @@ engine's queue samples start counting it (NaN: still queued at the end).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable
 from functools import partial
@@ -64,7 +65,9 @@ class Pool:
         self.on_done = on_done
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
-        self.pulled_s: dict[int, float] = {}  # central queue: request id -> reached its replica, s
+        # Central queue: each request sent to a replica and when (s), as 16 bytes a
+        # request (a dict takes ~100: a capacity search sends millions).
+        self._pulled_ids, self._pulled_s = array("q"), array("d")
         self.cores = [replica_config.core.new_core(i, self._done) for i in numbers]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
@@ -142,7 +145,8 @@ class Pool:
     def _send(self, index: int, request: Request, keep_ready: bool = False) -> None:
         self.count_sent(index, request)
         if self.queue is not None:
-            self.pulled_s[request.request_id] = self.env.now
+            self._pulled_ids.append(request.request_id)
+            self._pulled_s.append(self.env.now)
         ready_s = request.ready_s
         self.replicas[index].submit(request)  # sets ready_s: now
         if keep_ready:
@@ -164,9 +168,10 @@ class Pool:
         """Give a central-queue run's ``records`` their ``pulled_s`` column (module
         docstring); a routed run's ``ready_s`` already is when they reached a replica."""
         if self.queue is not None:
-            pulled = self.pulled_s
-            ids = records["request_id"].tolist()
-            records["pulled_s"] = np.array([pulled.get(i, np.nan) for i in ids], np.float64)
+            column = np.full(len(records), np.nan)
+            rows, found = records.find(np.frombuffer(self._pulled_ids, np.int64))
+            column[rows[found]] = np.frombuffer(self._pulled_s, np.float64)[found]
+            records["pulled_s"] = column
 
     def flush(self) -> None:
         """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.
