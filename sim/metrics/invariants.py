@@ -24,6 +24,9 @@ invariant and the first request or sample that breaks it.
   records' ``ready_s`` to ``engine_finish_s``), within the sampling error: a
   sample is stale by at most the gap to the next one, so each entry or exit
   moves the time-integral by at most the length of the gap it falls in.
+  A central-queue run's ``ready_s`` is when a request joined the central
+  queue, where no engine counts it: its time in the engine starts at
+  ``pulled_s``, when its replica took it (NaN, never: not in an engine).
   Not checked for a disaggregated run, whose records join two replicas' times
   (a request in KV transfer is in neither queue).
 
@@ -237,7 +240,16 @@ def _check_kv_pool(series: dict[str, npt.NDArray[Any]], num_kv_blocks: int) -> N
 
 def _check_littles_law(records: RequestTable, series: dict[str, npt.NDArray[Any]]) -> None:
     accepted = ~records.rejected
-    enter_all = floats(records["ready_s"])[accepted]
+    if "pulled_s" in records:  # a central-queue run (module docstring)
+        enter_all = floats(records["pulled_s"])
+        still_queued = accepted & np.isnan(enter_all)
+        if np.isfinite(floats(records["engine_finish_s"])[still_queued]).any():
+            request = np.asarray(records["request_id"])[_first(still_queued)]
+            raise InvariantError("littles_law", f"request {request} finished, never pulled")
+        accepted &= ~still_queued
+    else:
+        enter_all = floats(records["ready_s"])
+    enter_all = enter_all[accepted]
     leave_all = floats(records["engine_finish_s"])[accepted]
     owner = np.asarray(records["replica"])[accepted]
     sample_owner = np.asarray(series["replica"])

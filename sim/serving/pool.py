@@ -11,17 +11,22 @@ Central queue: requests wait in one FCFS queue; a replica holds at most
 from the queue whenever one of its own finishes. With ``max_num_seqs: 1`` and
 one slot, c replicas and exponential service times this is the M/M/c queue.
 A pulled request keeps the time it entered the central queue as ``ready_s``,
-so ``first_scheduled_s - ready_s`` is its whole wait.
+so ``first_scheduled_s - ready_s`` is its whole wait; ``pulled_s`` (a records
+column of a central-queue run only) is when it reached its replica, where its
+engine's queue samples start counting it (NaN: still queued at the end).
 """
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
+from sim.engine.records import RequestTable
 from sim.engine.request import Request
 from sim.serving.lockstep import LockstepGroup, LockstepMember
 from sim.serving.replica import Replica
@@ -59,6 +64,9 @@ class Pool:
         self.on_done = on_done
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
+        # Central queue: each request sent to a replica and when (s), as 16 bytes a
+        # request (a dict takes ~100: a capacity search sends millions).
+        self._pulled_ids, self._pulled_s = array("q"), array("d")
         self.cores = [replica_config.core.new_core(i, self._done) for i in numbers]
         self.replicas: list[Replica] | list[LockstepMember]
         if lockstep:  # data-parallel ranks of an MoE model: one process steps them all
@@ -111,6 +119,9 @@ class Pool:
 
     def _send(self, index: int, request: Request, keep_ready: bool = False) -> None:
         self.count_sent(index, request)
+        if self.queue is not None:
+            self._pulled_ids.append(request.request_id)
+            self._pulled_s.append(self.env.now)
         ready_s = request.ready_s
         self.replicas[index].submit(request)  # sets ready_s: now
         if keep_ready:
@@ -127,6 +138,15 @@ class Pool:
             while queue and load.num_requests < self.central_slots:
                 self._send(index, queue.popleft(), keep_ready=True)
         self.on_done(request)
+
+    def add_pulled(self, records: RequestTable) -> None:
+        """Give a central-queue run's ``records`` their ``pulled_s`` column (module
+        docstring); a routed run's ``ready_s`` already is when they reached a replica."""
+        if self.queue is not None:
+            column = np.full(len(records), np.nan)
+            rows, found = records.find(np.frombuffer(self._pulled_ids, np.int64))
+            column[rows[found]] = np.frombuffer(self._pulled_s, np.float64)[found]
+            records["pulled_s"] = column
 
     def flush(self) -> None:
         """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.

@@ -272,4 +272,7 @@ class Simulation:
         layout = self.layout
         disaggregated = layout.requests_table if isinstance(layout, Disaggregated) else None
         outputs = [CoreOutput.of(core) for core in self.cores]
-        return raw_result(outputs, self.replica_config.frontend, disaggregated)
+        result = raw_result(outputs, self.replica_config.frontend, disaggregated)
+        if isinstance(layout, Pool):
+            layout.add_pulled(result.records)
+        return result
