@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from sim.api import core_config_for, engine_settings
+from sim.cost.kernels.config import KernelsCostConfig
 from sim.errors import ConfigError
 from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec
 from sim.scenario import Scenario
@@ -162,8 +163,9 @@ def _layout(scenario: Scenario) -> dict[str, int]:
         "pipeline_parallel_size": scenario.parallelism.pipeline_parallel_size,
         "data_parallel_size": cluster.total_replicas if cluster is not None else 1,
     }
-    expert = getattr(scenario.cost, "expert_parallel_size", None)
-    return layout if expert is None else {**layout, "expert_parallel_size": expert}
+    if not isinstance(scenario.cost, KernelsCostConfig):  # only kernel tables split experts
+        return layout
+    return {**layout, "expert_parallel_size": scenario.cost.expert_parallel_size}
 
 
 def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[str]:
