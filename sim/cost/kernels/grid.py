@@ -30,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.cost.base import FloatArray
+from sim.cost.kernels.price import corners_4d
 
 # warn(axis_index, x): x is past the last point of that axis.
 Warn = Callable[[int, float], None]
@@ -125,41 +126,6 @@ def _point_4d(
     return point
 
 
-def corners_4d(
-    values: Sequence[float] | FloatArray, o: int, s0: int, s1: int, s2: int, s3: int,
-    w0: float, w1: float, w2: float, w3: float,
-) -> float:  # fmt: skip
-    """The sum over the 16 corners of a 4-axis cell from ``values[o]`` (upper-corner
-    weights ``w``, strides ``s``), as ``Grid._lookup`` adds them. Plain arithmetic on
-    a list or an array: the compiled loop runs this same function under numba
-    (``sim.fast.compiled.loop.grid_point_4d``)."""
-    a0, a1, a2, a3 = 1.0 - w0, 1.0 - w1, 1.0 - w2, 1.0 - w3
-    # Corner weights are ((u0 * u1) * u2) * u3 (Grid._lookup's product order);
-    # sharing the partial products changes no bit.
-    b00, b10, b01, b11 = a0 * a1, w0 * a1, a0 * w1, w0 * w1
-    c0, c1, c2, c3 = b00 * a2, b10 * a2, b01 * a2, b11 * a2
-    c4, c5, c6, c7 = b00 * w2, b10 * w2, b01 * w2, b11 * w2
-    o1, o2, o3 = o + s0, o + s1, o + s0 + s1
-    o4, o5, o6, o7 = o + s2, o1 + s2, o2 + s2, o3 + s2
-    result = 0.0 + c0 * a3 * values[o]
-    result = result + c1 * a3 * values[o1]
-    result = result + c2 * a3 * values[o2]
-    result = result + c3 * a3 * values[o3]
-    result = result + c4 * a3 * values[o4]
-    result = result + c5 * a3 * values[o5]
-    result = result + c6 * a3 * values[o6]
-    result = result + c7 * a3 * values[o7]
-    result = result + c0 * w3 * values[o + s3]
-    result = result + c1 * w3 * values[o1 + s3]
-    result = result + c2 * w3 * values[o2 + s3]
-    result = result + c3 * w3 * values[o3 + s3]
-    result = result + c4 * w3 * values[o4 + s3]
-    result = result + c5 * w3 * values[o5 + s3]
-    result = result + c6 * w3 * values[o6 + s3]
-    result = result + c7 * w3 * values[o7 + s3]
-    return result
-
-
 class Grid:
     """Latencies (seconds) on a rectangular grid, interpolated multilinearly."""
 
@@ -200,7 +166,7 @@ class Grid:
         self._flat: list[float] = self.values.ravel().tolist()
         self._strides = [int(s) // self.values.itemsize for s in self.values.strides]
         self._point: Point | None = point_function(
-            self._axes_list, self._flat, self._strides, self._warn_point
+            self._axes_list, self._flat, self._strides, self.warn_past
         )
 
     @staticmethod
@@ -296,9 +262,10 @@ class Grid:
         out: FloatArray = result * scale
         return out
 
-    def _warn_point(self, axis_index: int, x: float) -> None:
-        # From a point_function closure, two frames deeper than from __call__: the warning
-        # names the same line of the caller.
+    def warn_past(self, axis_index: int, x: float) -> None:
+        """Warn (once per axis) that a lookup at ``x`` is past axis ``axis_index``'s last
+        point: from a point_function closure, or for ``KernelCost``'s flat lookups."""
+        # From a closure, two frames deeper than from __call__: the same caller's line.
         self._warn_above(axis_index, True, np.asarray([x]), stacklevel=6)
 
     def _warn_above(self, axis_index: int, above: bool, x: FloatArray, stacklevel: int = 4) -> None:
