@@ -120,10 +120,10 @@ def cell(tables: Tables, at: int, n: int, x: float) -> tuple[int, float]:
     return low, (clipped - tables[at + low]) / (tables[at + low + 1] - tables[at + low])
 
 
-def past(tables: Tables, layout: Layout, g: int, d: int, x: float) -> float:
-    """The factor of a lookup at ``x`` past axis ``d``'s last point of the grid at
-    ``layout[g:]``, noted for the caller's warning; NaN where the caller does not
-    extrapolate."""
+def past(tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float) -> float:
+    """``scale`` times the factor of a lookup at ``x`` past axis ``d``'s last point of
+    the grid at ``layout[g:]`` (``Grid``'s operations), noted for the caller's
+    warning; NaN where the caller does not extrapolate."""
     if not layout[EXTRAPOLATES]:
         return NAN
     k = layout[NUM_PAST]
@@ -132,7 +132,7 @@ def past(tables: Tables, layout: Layout, g: int, d: int, x: float) -> float:
         layout[PAST + 2 * k + 1] = d
         tables[layout[PAST_X] + k] = x
         layout[NUM_PAST] = k + 1
-    return x / tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
+    return scale * x / tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
 
 
 def corners(
@@ -153,11 +153,11 @@ def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float) -> 
     scale = 1.0
     a0, n0 = layout[g + AXIS0], layout[g + LEN0]
     if x0 > tables[a0 + n0 - 1]:
-        scale = scale * past(tables, layout, g, 0, x0)
+        scale = past(tables, layout, g, 0, x0, scale)
     low0, w0 = cell(tables, a0, n0, x0)
     a1, n1 = layout[g + AXIS1], layout[g + LEN1]
     if x1 > tables[a1 + n1 - 1]:
-        scale = scale * past(tables, layout, g, 1, x1)
+        scale = past(tables, layout, g, 1, x1, scale)
     low1, w1 = cell(tables, a1, n1, x1)
     return corners(tables, layout, g, low0, w0, low1, w1) * scale
 
@@ -202,19 +202,19 @@ def grid_point_4d(
     scale = 1.0
     a, n = layout[g], layout[g + 1]
     if x0 > tables[a + n - 1]:
-        scale = scale * past(tables, layout, g, 0, x0)
+        scale = past(tables, layout, g, 0, x0, scale)
     low0, w0 = cell(tables, a, n, x0)
     a, n = layout[g + 2], layout[g + 3]
     if x1 > tables[a + n - 1]:
-        scale = scale * past(tables, layout, g, 1, x1)
+        scale = past(tables, layout, g, 1, x1, scale)
     low1, w1 = cell(tables, a, n, x1)
     a, n = layout[g + 4], layout[g + 5]
     if x2 > tables[a + n - 1]:
-        scale = scale * past(tables, layout, g, 2, x2)
+        scale = past(tables, layout, g, 2, x2, scale)
     low2, w2 = cell(tables, a, n, x2)
     a, n = layout[g + 6], layout[g + 7]
     if x3 > tables[a + n - 1]:
-        scale = scale * past(tables, layout, g, 3, x3)
+        scale = past(tables, layout, g, 3, x3, scale)
     low3, w3 = cell(tables, a, n, x3)
     s = g + MIXED_STRIDES
     s0, s1, s2, s3 = layout[s], layout[s + 1], layout[s + 2], layout[s + 3]

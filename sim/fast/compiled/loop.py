@@ -134,24 +134,27 @@ def step_s(
     max_context: int,
     min_context: int,
 ) -> float:
-    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` (or ``KernelCost.step_s``:
-    ``kernel_gpu_s``) of a step shape, the same operations in their order; NaN
-    where a kernel table would be read past its last point."""
+    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` or ``KernelCost.step_s``
+    of a step shape, the same operations in their order; NaN where a kernel table
+    would be read past its last point."""
     tokens = prefill_tokens + decode_seqs
     if tokens == 0:
         return 0.0
-    if layout[KIND] == KERNELS:
-        gpu = kernel_gpu_s(
+    seqs = prefill_seqs + decode_seqs
+    if layout[KIND] == KERNELS:  # num_layers x (dense + attention) + the step's terms
+        attention = attention_s(
             tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, context,
             max_context, min_context,
         )  # fmt: skip
-        if gpu != gpu:
-            return gpu
+        if attention != attention:
+            return attention
+        layer = tables[layout[DENSE] + tokens] + attention
+        gpu = layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
     else:
         compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
         memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
         gpu = compute if compute > memory else memory
-    cpu = cpu_s(cost, prefill_seqs + decode_seqs, tokens)
+    cpu = cpu_s(cost, seqs, tokens)
     return with_cpu(cost, gpu, cpu)
 
 
@@ -174,29 +177,6 @@ def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: i
     if layout[HAS_PIPELINE]:
         total += tables[layout[PIPELINE] + tokens]
     return total
-
-
-def kernel_gpu_s(
-    tables: FloatArray,
-    layout: IntArray,
-    prefill_seqs: int,
-    prefill_tokens: int,
-    pairs: int,
-    kv_read: int,
-    decode_seqs: int,
-    context: int,
-    max_context: int,
-    min_context: int,
-) -> float:
-    """``KernelCost.step_s`` of a step shape (tokens > 0); NaN past a grid."""
-    tokens = prefill_tokens + decode_seqs
-    attention = attention_s(
-        tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, context,
-        max_context, min_context,
-    )  # fmt: skip
-    layer = tables[layout[DENSE] + tokens] + attention
-    seqs = prefill_seqs + decode_seqs
-    return layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
 
 
 def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
@@ -798,7 +778,6 @@ def compile_run() -> Any:
     for name in (
         "_missing",
         "kernel_per_step_s",
-        "kernel_gpu_s",
         "cpu_s",
         "with_cpu",
         "step_s",
