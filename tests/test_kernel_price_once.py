@@ -63,9 +63,7 @@ def _flat(grid: Grid, extrapolates: bool) -> tuple[list[float], list[int], int]:
     layout = [0] * price.LAYOUT_SIZE
     layout[price.EXTRAPOLATES] = int(extrapolates)
     g = price.DECODE_GRID if len(grid.axes) == 2 else price.MIXED_GRID
-    strides = [s // grid.values.itemsize for s in grid.values.strides]
-    axes = [axis.tolist() for axis in grid.axes]
-    price.put_grid(tables, layout, g, axes, grid.values.ravel().tolist(), strides)
+    grid.put(tables, layout, g)
     return tables, layout, g
 
 

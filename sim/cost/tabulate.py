@@ -16,11 +16,10 @@ embedding's all-reduce, the pipeline's transfers), some on its sequences S alone
 (2-D prefill and decode planes, a profile's 4-D mixed lattice) and a profile's
 skew fit. The first two kinds are tabulated here for every T and S a run can
 schedule, each value computed by ``KernelCost``'s own methods or their
-operations elementwise (so its bits); the grids go over as the lists their
-unrolled lookup reads (``Grid.point_lists``), which ``sim.fast.compiled.loop``'s
-``grid_point`` reads with ``_point_2d``'s operations and ``grid_point_4d`` with
-``_point_4d``'s own ``corners_4d``; the skew fit as its alphas on the lattice of its bucket edges (0
-where it has none). The loop adds the terms in ``step_s``'s order.
+operations elementwise (so its bits), after ``KernelCost.price_tables`` (its
+grids and skew fit laid out flat), which the loop reads with the functions
+``KernelCost`` prices attention with (``sim.cost.kernels.price``). The loop adds
+the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
 memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
@@ -181,7 +180,7 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
         message_bytes = max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
         reach.append((kernel._allreduce, (message_bytes,)))
     grids += [grid for grid, _ in reach]
-    if any(grid is not None and grid.point_lists is None for grid in grids):
+    if any(grid is not None and min(map(len, grid.axes)) < 2 for grid in grids):
         return "a kernel table with one point on an axis"
     for grid, coords in reach:
         for axis, x in zip(grid.axes, coords, strict=True):

@@ -35,7 +35,7 @@ from sim.cost.kernels.expert_parallel import (
     ExpertParallelMoE,
     check_expert_parallel,
 )
-from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.grid import Grid, warn_notes
 from sim.cost.kernels.memory_ops import LAYER_OPS, STEP_OPS, MemoryOps, hardware_for_gpu
 from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transferred_factor
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
@@ -433,10 +433,7 @@ class KernelCost:
         if mixed is not None:
             grids[price.MIXED_GRID] = mixed
         for g, grid in grids.items():
-            values = grid.values
-            strides = [s // values.itemsize for s in values.strides]
-            axes = [axis.tolist() for axis in grid.axes]
-            price.put_grid(tables, layout, g, axes, values.ravel().tolist(), strides)
+            grid.put(tables, layout, g)
         self._grids_at = grids  # (whose warning a note past a grid's edge gives)
         skew = self._skew
         if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
@@ -459,61 +456,46 @@ class KernelCost:
                 layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
         return tables, layout
 
-    def _warn_past(self) -> None:
-        """Each lookup past a grid's last point the last call noted (``price.past``),
-        warned by its grid (once per grid and axis); the notes cleared."""
-        layout, tables = self.price_layout, self.price_tables
-        for k in range(layout[price.NUM_PAST]):
-            g, d = layout[price.PAST + 2 * k], layout[price.PAST + 2 * k + 1]
-            self._grids_at[g].warn_past(d, tables[layout[price.PAST_X] + k])
-        layout[price.NUM_PAST] = 0
+    def _priced(self, price_s: Callable[..., float], *counts: int) -> float:
+        """``price_s`` (a ``price`` function) of the step's ``counts`` on this model's
+        tables, warning of each lookup past a grid's last point (``warn_notes``)."""
+        seconds = price_s(self.price_tables, self.price_layout, *counts)
+        if self.price_layout[price.NUM_PAST]:
+            warn_notes(self.price_tables, self.price_layout, self._grids_at)
+        return seconds
 
     def attention_s(self, shape: StepShape) -> float:
         """One layer's attention for the step (``price.attention_s``)."""
-        seconds = price.attention_s(
-            self.price_tables, self.price_layout, shape.num_prefill_seqs,
-            shape.num_prefill_tokens, shape.prefill_attention_pairs,
-            shape.prefill_kv_read_tokens, shape.num_decode_seqs,
+        return self._priced(
+            price.attention_s, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, shape.num_decode_seqs,
             shape.num_decode_context_tokens, shape.max_decode_context_tokens,
             shape.min_decode_context_tokens,
         )  # fmt: skip
-        if self.price_layout[price.NUM_PAST]:
-            self._warn_past()
-        return seconds
 
     def mixed_decode_factor(self, shape: StepShape) -> float:
         """``price.mixed_decode_factor`` of the step (1.0 without a factor)."""
-        return price.mixed_decode_factor(
-            self.price_tables, self.price_layout, shape.num_prefill_seqs,
-            shape.num_prefill_tokens, shape.prefill_kv_read_tokens, shape.num_decode_seqs,
-            shape.num_decode_context_tokens,
+        return self._priced(
+            price.mixed_decode_factor, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_kv_read_tokens, shape.num_decode_seqs, shape.num_decode_context_tokens,
         )  # fmt: skip
 
     def mixed_attention_s(self, shape: StepShape) -> float:
         """``price.mixed_attention_s``: the profile's one varlen kernel for the step."""
         assert self._mixed_attn is not None
-        seconds = price.mixed_attention_s(
-            self.price_tables, self.price_layout, shape.num_prefill_seqs,
-            shape.num_prefill_tokens, shape.prefill_kv_read_tokens, shape.num_decode_seqs,
-            shape.num_decode_context_tokens, shape.max_decode_context_tokens,
-            shape.min_decode_context_tokens,
+        return self._priced(
+            price.mixed_attention_s, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_kv_read_tokens, shape.num_decode_seqs, shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
         )  # fmt: skip
-        if self.price_layout[price.NUM_PAST]:
-            self._warn_past()
-        return seconds
 
     def prefill_attention_s(self, shape: StepShape) -> float:
-        """One layer's attention over the step's prefill chunks, without its decodes,
-        floored for chunks no longer than their cached context
-        (``price.prefill_attention_s``)."""
-        seconds = price.prefill_attention_s(
-            self.price_tables, self.price_layout, shape.num_prefill_seqs,
-            shape.num_prefill_tokens, shape.prefill_attention_pairs,
-            shape.prefill_kv_read_tokens,
+        """One layer's attention over the step's prefill chunks, without its decodes
+        (``price.prefill_attention_s``: floored for chunks no longer than their cache)."""
+        return self._priced(
+            price.prefill_attention_s, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
         )  # fmt: skip
-        if self.price_layout[price.NUM_PAST]:
-            self._warn_past()
-        return seconds
 
     def decode_attention_s(
         self,
@@ -522,15 +504,12 @@ class KernelCost:
         max_context_tokens: int = 0,
         min_context_tokens: int = 0,
     ) -> float:
-        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all
+        """One layer's attention for ``num_seqs`` decodes of ``context_tokens`` in all
         (``price.decode_attention_s``)."""
-        seconds = price.decode_attention_s(
-            self.price_tables, self.price_layout, num_seqs, context_tokens,
-            max_context_tokens, min_context_tokens,
+        return self._priced(
+            price.decode_attention_s, num_seqs, context_tokens, max_context_tokens,
+            min_context_tokens,
         )  # fmt: skip
-        if self.price_layout[price.NUM_PAST]:
-            self._warn_past()
-        return seconds
 
     # -- per-op breakdown ----------------------------------------------------------
 
@@ -594,7 +573,7 @@ class KernelCost:
     def step_s(self, shape: StepShape) -> float:
         """``num_layers x (layer terms + attention) + step terms`` (``terms``). Runs
         once a step priced: the two sums' caches are read here, and a decode-only
-        step's attention is its decode part (``attention_s`` adds 0.0 to it)."""
+        step's attention is its decode part (``price.attention_s`` adds 0.0 to it)."""
         num_decodes = shape.num_decode_seqs
         prefill_tokens = shape.num_prefill_tokens
         tokens = prefill_tokens + num_decodes
@@ -603,14 +582,17 @@ class KernelCost:
         dense = self._dense_cache.get(tokens)
         if dense is None:
             dense = self.dense_layer_s(tokens)
+        context = shape.num_decode_context_tokens
+        longest, shortest = shape.max_decode_context_tokens, shape.min_decode_context_tokens
         if prefill_tokens:
-            attention = self.attention_s(shape)
+            attention = self._priced(
+                price.attention_s, shape.num_prefill_seqs, prefill_tokens,
+                shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, num_decodes,
+                context, longest, shortest,
+            )  # fmt: skip
         else:
-            attention = self.decode_attention_s(
-                num_decodes,
-                shape.num_decode_context_tokens,
-                shape.max_decode_context_tokens,
-                shape.min_decode_context_tokens,
+            attention = self._priced(
+                price.decode_attention_s, num_decodes, context, longest, shortest
             )
         seqs = shape.num_prefill_seqs + num_decodes
         step = self._lm_cache.get(tokens * 1_000_003 + seqs)

@@ -148,7 +148,7 @@ def corners(
     return result + w0 * w1 * tables[o + s0 + s1]
 
 
-def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float) -> float:
+def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float = 0.0) -> float:
     """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``."""
     scale = 1.0
     a0, n0 = layout[g + AXIS0], layout[g + LEN0]
@@ -196,7 +196,7 @@ def corners_4d(
 
 
 def grid_point_4d(
-    tables: Tables, layout: Layout, g: int, x0: float, x1: float, x2: float, x3: float
+    tables: Tables, layout: Layout, g: int, x0: float, x1: float, x2: float, x3: float = 0.0
 ) -> float:
     """The 4-D grid at ``layout[g:]`` (``MIXED_GRID``'s layout) at one point."""
     scale = 1.0
