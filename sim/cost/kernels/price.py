@@ -148,17 +148,23 @@ def corners(
     return result + w0 * w1 * tables[o + s0 + s1]
 
 
+def axis_cell(
+    tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float
+) -> tuple[int, float, float]:
+    """``x``'s cell on axis ``d`` of the grid at ``layout[g:]`` (its (offset, length)
+    at ``layout[g + 2 * d:]``, in 2-D and 4-D grids alike), and ``scale`` times the
+    factor past the axis's last point (``past``)."""
+    at, n = layout[g + 2 * d], layout[g + 2 * d + 1]
+    if x > tables[at + n - 1]:
+        scale = past(tables, layout, g, d, x, scale)
+    low, w = cell(tables, at, n, x)
+    return low, w, scale
+
+
 def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float = 0.0) -> float:
     """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``."""
-    scale = 1.0
-    a0, n0 = layout[g + AXIS0], layout[g + LEN0]
-    if x0 > tables[a0 + n0 - 1]:
-        scale = past(tables, layout, g, 0, x0, scale)
-    low0, w0 = cell(tables, a0, n0, x0)
-    a1, n1 = layout[g + AXIS1], layout[g + LEN1]
-    if x1 > tables[a1 + n1 - 1]:
-        scale = past(tables, layout, g, 1, x1, scale)
-    low1, w1 = cell(tables, a1, n1, x1)
+    low0, w0, scale = axis_cell(tables, layout, g, 0, x0, 1.0)
+    low1, w1, scale = axis_cell(tables, layout, g, 1, x1, scale)
     return corners(tables, layout, g, low0, w0, low1, w1) * scale
 
 
@@ -199,23 +205,10 @@ def grid_point_4d(
     tables: Tables, layout: Layout, g: int, x0: float, x1: float, x2: float, x3: float = 0.0
 ) -> float:
     """The 4-D grid at ``layout[g:]`` (``MIXED_GRID``'s layout) at one point."""
-    scale = 1.0
-    a, n = layout[g], layout[g + 1]
-    if x0 > tables[a + n - 1]:
-        scale = past(tables, layout, g, 0, x0, scale)
-    low0, w0 = cell(tables, a, n, x0)
-    a, n = layout[g + 2], layout[g + 3]
-    if x1 > tables[a + n - 1]:
-        scale = past(tables, layout, g, 1, x1, scale)
-    low1, w1 = cell(tables, a, n, x1)
-    a, n = layout[g + 4], layout[g + 5]
-    if x2 > tables[a + n - 1]:
-        scale = past(tables, layout, g, 2, x2, scale)
-    low2, w2 = cell(tables, a, n, x2)
-    a, n = layout[g + 6], layout[g + 7]
-    if x3 > tables[a + n - 1]:
-        scale = past(tables, layout, g, 3, x3, scale)
-    low3, w3 = cell(tables, a, n, x3)
+    low0, w0, scale = axis_cell(tables, layout, g, 0, x0, 1.0)
+    low1, w1, scale = axis_cell(tables, layout, g, 1, x1, scale)
+    low2, w2, scale = axis_cell(tables, layout, g, 2, x2, scale)
+    low3, w3, scale = axis_cell(tables, layout, g, 3, x3, scale)
     s = g + MIXED_STRIDES
     s0, s1, s2, s3 = layout[s], layout[s + 1], layout[s + 2], layout[s + 3]
     o = layout[g + MIXED_VALUES] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
