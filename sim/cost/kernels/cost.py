@@ -582,21 +582,18 @@ class KernelCost:
         dense = self._dense_cache.get(tokens)
         if dense is None:
             dense = self.dense_layer_s(tokens)
-        tables, layout = self.price_tables, self.price_layout
         context = shape.num_decode_context_tokens
         longest, shortest = shape.max_decode_context_tokens, shape.min_decode_context_tokens
         if prefill_tokens:
-            attention = price.attention_s(
-                tables, layout, shape.num_prefill_seqs, prefill_tokens,
+            attention = self._priced(
+                price.attention_s, shape.num_prefill_seqs, prefill_tokens,
                 shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, num_decodes,
                 context, longest, shortest,
             )  # fmt: skip
         else:
-            attention = price.decode_attention_s(
-                tables, layout, num_decodes, context, longest, shortest
+            attention = self._priced(
+                price.decode_attention_s, num_decodes, context, longest, shortest
             )
-        if layout[price.NUM_PAST]:  # (``_priced``'s check, here without its call)
-            warn_notes(tables, layout, self._grids_at)
         seqs = shape.num_prefill_seqs + num_decodes
         step = self._lm_cache.get(tokens * 1_000_003 + seqs)
         if step is None:

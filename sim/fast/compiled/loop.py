@@ -46,12 +46,19 @@ import numpy.typing as npt
 from sim.cost.kernels import price
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
     ALLREDUCE,
+    AXIS0,
+    AXIS1,
+    DECODE_GRID,
+    DECODE_HISTORY,
     DENSE,
     EMBED_NORM,
     HAS_MEMORY,
     HAS_PIPELINE,
+    HAS_SKEW,
     KERNELS,
     KIND,
+    LEN0,
+    LEN1,
     LM_HEAD,
     LM_SAMPLER,
     LOGITS,
@@ -61,7 +68,9 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
     PROFILE_STEP,
     SAMPLER,
     attention_s,
-    decode_attention_s,
+    cell,
+    corners,
+    skewed_decode_s,
 )
 from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
     CPU_ASYNC_SCHEDULING,
@@ -313,9 +322,20 @@ def decode_ends(
     dense_s = cost[S_PER_DENSE_TOKEN] * num_seqs
     pair_s, weight_s, kv_s = cost[S_PER_PAIR], cost[WEIGHT_S], cost[S_PER_KV_TOKEN]
     per_step_s = 0.0
-    if kernels:  # KernelCost.step_s's terms that a decode run keeps
+    # Decode attention's cell: the batch's, once; the KV length's, walked forward
+    # from the last step's (it grows a step), the same cell as ``cell``'s search.
+    g = DECODE_GRID
+    a0, n0, a1, n1 = layout[g + AXIS0], layout[g + LEN0], layout[g + AXIS1], layout[g + LEN1]
+    seqs = float(num_seqs)
+    low0, w0, low1 = 0, 0.0, 0
+    history = num_seqs * layout[DECODE_HISTORY]  # (KernelCost._durations')
+    skewed = layout[HAS_SKEW] != 0
+    past = False  # the batch past the grid's last point
+    if kernels:  # KernelCost._durations' constants
         dense_s = tables[layout[DENSE] + num_seqs]
         per_step_s = kernel_per_step_s(tables, layout, num_seqs, num_seqs)
+        past = seqs > tables[a0 + n0 - 1]
+        low0, w0 = cell(tables, a0, n0, seqs)
     num_layers = layout[NUM_LAYERS]
     cpu = cpu_s(cost, num_seqs, num_seqs)
     async_scheduling = cost[CPU_ASYNC_SCHEDULING] != 0.0
@@ -326,14 +346,25 @@ def decode_ends(
     count = 1
     context = context_tokens
     while left > 0:
-        if kernels:  # every context one longer a step: so are both ends
-            j = count - 1
-            decode_s = decode_attention_s(
-                tables, layout, num_seqs, context, max_context_tokens + j, min_context_tokens + j
-            )
-            if decode_s != decode_s:
+        if kernels:
+            kv = (context - history) / num_seqs
+            if past or kv > tables[a1 + n1 - 1]:
                 out[at + count] = np.nan  # past the grid: the Python path extrapolates
                 return count + 1
+            clipped = tables[a1] if kv < tables[a1] else kv
+            while low1 < n1 - 2 and tables[a1 + low1 + 1] <= clipped:
+                low1 += 1
+            w1 = (clipped - tables[a1 + low1]) / (tables[a1 + low1 + 1] - tables[a1 + low1])
+            decode_s = corners(tables, layout, g, low0, w0, low1, w1)
+            if skewed:  # every context one longer a step: so are both ends
+                j = count - 1
+                decode_s = skewed_decode_s(
+                    tables, layout, decode_s, num_seqs, kv, max_context_tokens + j,
+                    min_context_tokens + j,
+                )  # fmt: skip
+                if decode_s != decode_s:
+                    out[at + count] = np.nan  # past the grid: the Python path extrapolates
+                    return count + 1
             gpu = num_layers * (dense_s + 0.0 + decode_s) + per_step_s
         else:
             compute = dense_s + pair_s * context
@@ -715,7 +746,7 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
 
 # ``price``'s functions the loop reaches, compiled as they are written there.
 PRICE = (
-    "cell", "past", "axis_cell", "grid_point", "corners_4d", "grid_point_4d", "clamped",
+    "cell", "past", "axis_cell", "corners", "grid_point", "corners_4d", "grid_point_4d", "clamped",
     "skew_alpha", "blend_s", "skewed_decode_s", "decode_attention_s", "prefill_chunk",
     "prefill_attention_s", "mixed_attention_s", "mixed_decode_factor", "attention_s",
 )  # fmt: skip
