@@ -39,6 +39,7 @@ from sim.cost.kernels.grid import Grid, warn_notes
 from sim.cost.kernels.memory_ops import LAYER_OPS, STEP_OPS, MemoryOps, hardware_for_gpu
 from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transferred_factor
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
+from sim.cost.kernels.price import NUM_PAST, attention_s, decode_attention_s
 from sim.cost.kernels.tables import (
     SkewFit,
     allreduce_grid,
@@ -582,18 +583,19 @@ class KernelCost:
         dense = self._dense_cache.get(tokens)
         if dense is None:
             dense = self.dense_layer_s(tokens)
+        tables, layout = self.price_tables, self.price_layout
         context = shape.num_decode_context_tokens
         longest, shortest = shape.max_decode_context_tokens, shape.min_decode_context_tokens
         if prefill_tokens:
-            attention = self._priced(
-                price.attention_s, shape.num_prefill_seqs, prefill_tokens,
+            attention = attention_s(
+                tables, layout, shape.num_prefill_seqs, prefill_tokens,
                 shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, num_decodes,
                 context, longest, shortest,
             )  # fmt: skip
         else:
-            attention = self._priced(
-                price.decode_attention_s, num_decodes, context, longest, shortest
-            )
+            attention = decode_attention_s(tables, layout, num_decodes, context, longest, shortest)
+        if layout[NUM_PAST]:  # (``_priced``'s check, without its call: this runs each step)
+            warn_notes(tables, layout, self._grids_at)
         seqs = shape.num_prefill_seqs + num_decodes
         step = self._lm_cache.get(tokens * 1_000_003 + seqs)
         if step is None:

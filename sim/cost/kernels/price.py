@@ -112,12 +112,12 @@ def cell(tables: Tables, at: int, n: int, x: float) -> tuple[int, float]:
     and the upper corner's weight (an axis of one point: 0, weight 0)."""
     if n == 1:
         return 0, 0.0
-    first, last = tables[at], tables[at + n - 1]
+    top = at + n - 2  # the last cell's lower corner
+    first, last = tables[at], tables[top + 1]
     clipped = last if x > last else (first if x < first else x)
-    top = n - 2
-    low = bisect_right(tables, clipped, at, at + n) - at - 1
-    low = 0 if low < 0 else (top if low > top else low)
-    return low, (clipped - tables[at + low]) / (tables[at + low + 1] - tables[at + low])
+    low = bisect_right(tables, clipped, at, top + 2) - 1
+    low = at if low < at else (top if low > top else low)
+    return low - at, (clipped - tables[low]) / (tables[low + 1] - tables[low])
 
 
 def past(tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float) -> float:
@@ -139,9 +139,9 @@ def corners(
     tables: Tables, layout: Layout, g: int, low0: int, w0: float, low1: int, w1: float
 ) -> float:
     """The sum over the four corners of a 2-D cell of the grid at ``layout[g:]``."""
-    s0, s1 = layout[g + STRIDE0], layout[g + STRIDE1]
+    s0, s1 = layout[g + 5], layout[g + 6]  # STRIDE0, STRIDE1 (as numbers: grid_point)
     b0, b1 = 1.0 - w0, 1.0 - w1
-    o = layout[g + VALUES] + low0 * s0 + low1 * s1
+    o = layout[g + 4] + low0 * s0 + low1 * s1  # VALUES
     result = 0.0 + b0 * b1 * tables[o]
     result = result + w0 * b1 * tables[o + s0]
     result = result + b0 * w1 * tables[o + s1]
@@ -162,9 +162,17 @@ def axis_cell(
 
 
 def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float = 0.0) -> float:
-    """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``."""
-    low0, w0, scale = axis_cell(tables, layout, g, 0, x0, 1.0)
-    low1, w1, scale = axis_cell(tables, layout, g, 1, x1, scale)
+    """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``. (``axis_cell``
+    written out, the axes' slots as numbers: the Python path runs this once or more
+    a step, and a global's lookup costs as much as the arithmetic.)"""
+    a0, n0, a1, n1 = layout[g], layout[g + 1], layout[g + 2], layout[g + 3]  # AXIS0..LEN1
+    scale = 1.0
+    if x0 > tables[a0 + n0 - 1]:
+        scale = past(tables, layout, g, 0, x0, scale)
+    if x1 > tables[a1 + n1 - 1]:
+        scale = past(tables, layout, g, 1, x1, scale)
+    low0, w0 = cell(tables, a0, n0, x0)
+    low1, w1 = cell(tables, a1, n1, x1)
     return corners(tables, layout, g, low0, w0, low1, w1) * scale
 
 
