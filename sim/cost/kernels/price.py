@@ -148,23 +148,10 @@ def corners(
     return result + w0 * w1 * tables[o + s0 + s1]
 
 
-def axis_cell(
-    tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float
-) -> tuple[int, float, float]:
-    """``x``'s cell on axis ``d`` of the grid at ``layout[g:]`` (its (offset, length)
-    at ``layout[g + 2 * d:]``, in 2-D and 4-D grids alike), and ``scale`` times the
-    factor past the axis's last point (``past``)."""
-    at, n = layout[g + 2 * d], layout[g + 2 * d + 1]
-    if x > tables[at + n - 1]:
-        scale = past(tables, layout, g, d, x, scale)
-    low, w = cell(tables, at, n, x)
-    return low, w, scale
-
-
 def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float = 0.0) -> float:
-    """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``. (``axis_cell``
-    written out, the axes' slots as numbers: the Python path runs this once or more
-    a step, and a global's lookup costs as much as the arithmetic.)"""
+    """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``, scaled past
+    an axis's last point (``past``). The slots as numbers, not names: the Python path
+    runs this once or more a step, and a global's lookup costs as much as the sum."""
     a0, n0, a1, n1 = layout[g], layout[g + 1], layout[g + 2], layout[g + 3]  # AXIS0..LEN1
     scale = 1.0
     if x0 > tables[a0 + n0 - 1]:
@@ -212,21 +199,26 @@ def corners_4d(
 def grid_point_4d(
     tables: Tables, layout: Layout, g: int, x0: float, x1: float, x2: float, x3: float = 0.0
 ) -> float:
-    """The 4-D grid at ``layout[g:]`` (``MIXED_GRID``'s layout) at one point."""
-    low0, w0, scale = axis_cell(tables, layout, g, 0, x0, 1.0)
-    low1, w1, scale = axis_cell(tables, layout, g, 1, x1, scale)
-    low2, w2, scale = axis_cell(tables, layout, g, 2, x2, scale)
-    low3, w3, scale = axis_cell(tables, layout, g, 3, x3, scale)
-    s = g + MIXED_STRIDES
-    s0, s1, s2, s3 = layout[s], layout[s + 1], layout[s + 2], layout[s + 3]
-    o = layout[g + MIXED_VALUES] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
+    """The 4-D grid at ``layout[g:]`` (``MIXED_GRID``'s layout) at one point (its axes
+    read at numeric slots, as ``grid_point``'s)."""
+    a0, n0, a1, n1 = layout[g], layout[g + 1], layout[g + 2], layout[g + 3]
+    a2, n2, a3, n3 = layout[g + 4], layout[g + 5], layout[g + 6], layout[g + 7]
+    scale = 1.0
+    if x0 > tables[a0 + n0 - 1]:
+        scale = past(tables, layout, g, 0, x0, scale)
+    if x1 > tables[a1 + n1 - 1]:
+        scale = past(tables, layout, g, 1, x1, scale)
+    if x2 > tables[a2 + n2 - 1]:
+        scale = past(tables, layout, g, 2, x2, scale)
+    if x3 > tables[a3 + n3 - 1]:
+        scale = past(tables, layout, g, 3, x3, scale)
+    low0, w0 = cell(tables, a0, n0, x0)
+    low1, w1 = cell(tables, a1, n1, x1)
+    low2, w2 = cell(tables, a2, n2, x2)
+    low3, w3 = cell(tables, a3, n3, x3)
+    s0, s1, s2, s3 = layout[g + 9], layout[g + 10], layout[g + 11], layout[g + 12]
+    o = layout[g + 8] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3  # MIXED_VALUES
     return corners_4d(tables, o, s0, s1, s2, s3, w0, w1, w2, w3) * scale
-
-
-def clamped(tables: Tables, layout: Layout, g: int, d: int, x: float) -> float:
-    """``x``, or the last point of axis ``d`` of the 4-D grid at ``layout[g:]`` past it."""
-    last = tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
-    return x if x < last else last
 
 
 def skew_alpha(
@@ -383,13 +375,17 @@ def mixed_decode_factor(
     if not layout[HAS_MIXED_FACTOR] or prefill_tokens == 0 or decode_seqs == 0:
         return 1.0
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
-    n = decode_seqs
-    kv = (context - n) / n
-    g = MIXED_GRID
+    n = float(decode_seqs)
+    kv = (context - decode_seqs) / decode_seqs
+    g = MIXED_GRID  # each coordinate clamped to its axis's last point
+    c_last = tables[layout[g] + layout[g + 1] - 1]
+    p_last = tables[layout[g + 2] + layout[g + 3] - 1]
+    n_last = tables[layout[g + 4] + layout[g + 5] - 1]
+    kv_last = tables[layout[g + 6] + layout[g + 7] - 1]
     return grid_point_4d(
-        tables, layout, g,
-        clamped(tables, layout, g, 0, chunk), clamped(tables, layout, g, 1, cached),
-        clamped(tables, layout, g, 2, float(n)), clamped(tables, layout, g, 3, kv),
+        tables, layout, g, chunk if chunk < c_last else c_last,
+        cached if cached < p_last else p_last, n if n < n_last else n_last,
+        kv if kv < kv_last else kv_last,
     )  # fmt: skip
 
 

@@ -746,7 +746,7 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
 
 # ``price``'s functions the loop reaches, compiled as they are written there.
 PRICE = (
-    "cell", "past", "axis_cell", "corners", "grid_point", "corners_4d", "grid_point_4d", "clamped",
+    "cell", "past", "corners", "grid_point", "corners_4d", "grid_point_4d",
     "skew_alpha", "blend_s", "skewed_decode_s", "decode_attention_s", "prefill_chunk",
     "prefill_attention_s", "mixed_attention_s", "mixed_decode_factor", "attention_s",
 )  # fmt: skip
