@@ -313,7 +313,6 @@ MUTANTS = (
         "kv = context / n",
         MIXED_TESTS,
         "the mixed lattice's decode KV counts the token being computed (the profile's excludes it)",
-        nth=0,  # (mixed_attention_s's; mixed_decode_factor's is the second)
     ),
     Mutant(
         "mixed-extra-chunks",
