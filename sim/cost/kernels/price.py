@@ -15,8 +15,9 @@ Python (C, fast on a list) and ``search_right`` / ``search_left`` under numba
 A 2-D grid at ``layout[g:]`` is ``GRID_SIZE`` ints: each axis's offset and length
 in ``tables``, the values' offset, each axis's stride (0 for an axis of one
 point); a 4-D one (``MIXED_GRID``) four (offset, length) axes, the values'
-offset, four strides. A lookup interpolates as ``sim.cost.kernels.grid.Grid``
-does, the same operations in their order. Past an axis's last point the
+offset, four strides. A lookup interpolates as ``sim.cost.kernels.grid.Grid``'s
+general loop does, the same operations in their order (``Grid`` looks one point
+up with ``grid_point`` / ``grid_point_4d`` too). Past an axis's last point the
 Python path (``layout[EXTRAPOLATES]``) scales proportionally as ``Grid`` does and
 notes the lookup (``PAST``: grid, axis, and the coordinate in ``tables``) for
 ``KernelCost`` to warn about; the loop gets NaN and hands the run over.
@@ -65,7 +66,7 @@ ROOFLINE, KERNELS = 0, 1
 # Past a grid's last point: 1 extrapolate and note it (KernelCost), 0 NaN (the loop).
 # The notes: how many, then (grid, axis) pairs, the coordinates at tables[PAST_X:].
 EXTRAPOLATES, NUM_PAST, PAST_X, PAST = 64, 65, 66, 67
-MAX_PAST = 16  # notes kept per call (a step looks up at most 8 grids)
+MAX_PAST = 16  # notes kept per call (a step's lookups pass at most 10 axes)
 LAYOUT_SIZE = PAST + 2 * MAX_PAST
 
 NAN = float("nan")  # (a module constant: numba freezes it)
