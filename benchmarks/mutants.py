@@ -308,17 +308,17 @@ MUTANTS = (
     # lattice, DRAM floor, memory-bound ops, engine CPU, way in, /metrics, plan pruning).
     Mutant(
         "mixed-kv-counts-current",
-        "sim/cost/kernels/cost.py",
-        "kv = (shape.num_decode_context_tokens - n) / n",
-        "kv = shape.num_decode_context_tokens / n",
+        "sim/cost/kernels/price.py",
+        "kv = (context - n) / n",
+        "kv = context / n",
         MIXED_TESTS,
         "the mixed lattice's decode KV counts the token being computed (the profile's excludes it)",
     ),
     Mutant(
         "mixed-extra-chunks",
-        "sim/cost/kernels/cost.py",
-        "return one + (b - 1) * self._prefill_attn(chunk, cached)",
-        "return one + b * self._prefill_attn(chunk, cached)",
+        "sim/cost/kernels/price.py",
+        "return one + (prefill_seqs - 1) * grid_point(tables, layout, PREFILL_GRID, chunk, cached)",
+        "return one + prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)",
         MIXED_TESTS,
         "a mixed step of b chunks adds b pure-prefill chunks beside the lattice's one (b - 1)",
     ),

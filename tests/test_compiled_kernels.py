@@ -33,6 +33,7 @@ from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a
 
 from sim.cost import tabulate as kernels
 from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
+from sim.cost.kernels import price
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.grid import Grid
@@ -80,7 +81,7 @@ def piece(name: str, compiled: bool) -> Any:
         if not HAS_NUMBA or path.compiled() is None:
             pytest.skip("numba is not installed")
         return getattr(loop, name)  # (compile_run put numba's in the module)
-    function = getattr(loop, name)
+    function = getattr(loop, name, None) or getattr(price, name)
     return getattr(function, "py_func", function)
 
 
@@ -159,7 +160,7 @@ def test_a_grid_lookup_is_the_grid_s_to_the_bit(
     kernel = kernel_gpus()[k]
     grid: Grid = kernel._prefill_attn if which == "prefill" else kernel._decode_attn
     _, tables, layout = ARRAYS[k]
-    at = kernels.PREFILL_GRID if which == "prefill" else kernels.DECODE_GRID
+    at = price.PREFILL_GRID if which == "prefill" else price.DECODE_GRID
     got = piece("grid_point", compiled)(tables, layout, at, x0, x1)
     if x0 > grid.axes[0][-1] or x1 > grid.axes[1][-1]:
         assert math.isnan(got)  # the Python path extrapolates (and warns): handed over

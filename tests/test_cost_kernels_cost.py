@@ -17,7 +17,8 @@ from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
-from sim.cost.kernels.ops import layer_shapes, prefill_chunk
+from sim.cost.kernels.ops import layer_shapes
+from sim.cost.kernels.price import prefill_chunk
 from sim.cost.kernels.slice import slice_artifact
 from sim.errors import ConfigError
 from sim.hardware.parallel import link_preset

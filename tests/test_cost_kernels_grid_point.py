@@ -1,4 +1,4 @@
-"""The unrolled grid lookups (``sim.cost.kernels.grid``) against ``Grid``'s general loop.
+"""The one-point grid lookups (``sim.cost.kernels.price``) against ``Grid``'s general loop.
 
 They must give the same bits at every point (inside, below, past the grid),
 warn as the loop does (once per axis, naming the caller's line), and stand
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.cost.kernels.grid import Grid, point_function
+from sim.cost.kernels.grid import Grid
 
 SETTINGS = settings(max_examples=300, deadline=None)
 
@@ -117,15 +117,16 @@ def test_past_the_grid_warns_once_per_axis_naming_the_callers_line(unrolled: boo
     assert all("lookup(grid, " in source[w.lineno - 1] for w in caught)
 
 
-def test_grids_with_a_one_point_axis_or_five_axes_keep_the_general_loop() -> None:
+def test_a_one_point_axis_takes_the_lookup_and_five_axes_the_general_loop() -> None:
     one_point = Grid("p", ("m", "n"), ([1.0], [1.0, 2.0]), [[3.0, 5.0]])
-    assert one_point._point is None
-    assert one_point(0.5, 1.5) == 4.0
+    assert one_point._point is not None  # (price.cell: weight 0 along it)
+    assert one_point(0.5, 1.5) == 4.0 == general(one_point)(0.5, 1.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert one_point(2.0, 1.5) == 8.0 == general(one_point)(2.0, 1.5)  # twice m's point
     five = Grid("f", "abcde", [[1.0, 2.0]] * 5, np.ones((2, 2, 2, 2, 2)))
     assert five._point is None
     assert five(1.5, 1.5, 1.5, 1.5, 1.5) == 1.0
-    strides = [16, 8, 4, 2, 1]
-    assert point_function([[1.0, 2.0]] * 5, [1.0] * 32, strides, lambda i, x: None) is None
 
 
 def test_the_four_axis_lookup_is_multilinear() -> None:

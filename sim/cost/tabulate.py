@@ -16,11 +16,10 @@ embedding's all-reduce, the pipeline's transfers), some on its sequences S alone
 (2-D prefill and decode planes, a profile's 4-D mixed lattice) and a profile's
 skew fit. The first two kinds are tabulated here for every T and S a run can
 schedule, each value computed by ``KernelCost``'s own methods or their
-operations elementwise (so its bits); the grids go over as the lists their
-unrolled lookup reads (``Grid.point_lists``), which ``sim.fast.compiled.loop``'s
-``grid_point`` reads with ``_point_2d``'s operations and ``grid_point_4d`` with
-``_point_4d``'s own ``corners_4d``; the skew fit as its alphas on the lattice of its bucket edges (0
-where it has none). The loop adds the terms in ``step_s``'s order.
+operations elementwise (so its bits), after ``KernelCost.price_tables`` (its
+grids and skew fit laid out flat), which the loop reads with the functions
+``KernelCost`` prices attention with (``sim.cost.kernels.price``). The loop adds
+the terms in ``step_s``'s order.
 
 Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
 memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
@@ -44,8 +43,28 @@ from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
-from sim.cost.kernels.grid import corners_4d as corners_4d  # the loop's 4-D corner sum
 from sim.cost.kernels.ops import expected_active_experts
+from sim.cost.kernels.price import (
+    ALLREDUCE,
+    DENSE,
+    EMBED_NORM,
+    EXTRAPOLATES,
+    HAS_MEMORY,
+    HAS_PIPELINE,
+    KIND,
+    LAYOUT_SIZE,
+    LM_HEAD,
+    LM_SAMPLER,
+    LOGITS,
+    NUM_LAYERS,
+    NUM_LM_OPS,
+    NUM_S,
+    NUM_T,
+    PIPELINE,
+    PROFILE_STEP,
+    ROOFLINE,
+    SAMPLER,
+)
 from sim.cost.roofline import RooflineCost
 
 FloatArray = npt.NDArray[np.float64]
@@ -58,42 +77,9 @@ S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
 CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
 CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
 NUM_COSTS = 9
-# The GPU's price: the roofline's constants, or kernel tables (``layout[KIND]``).
-ROOFLINE, KERNELS = 0, 1
-# Kernel tables (``layout`` array, int64, by index; ``tables``, float64, the values
-# at the offsets ``layout`` gives). Per-token tables, indexed by a step's tokens T
-# (0 to layout[NUM_T] - 1): KernelCost.dense_layer_s(T); the memory-bound per-step
-# ops of T tokens, (0.0 + embedding) + final norm; the embedding's all-reduce; the
-# pipeline stages' transfers. Per-sequence tables, indexed by a step's sequences S:
-# the sampler's memory-bound op; the LM head's GEMM. Then two 2-D grids (prefill
-# attention by batch and length, decode attention by batch and KV length), each
-# GRID_SIZE ints: offsets and lengths of both axes, offset of the values, strides.
-KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
-DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
-AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
-GRID_SIZE = 7
-PREFILL_GRID = 12
-DECODE_GRID = PREFILL_GRID + GRID_SIZE
-# A per-layer profile (LLMServingSim's route): a per-token table of its once-per-step
-# ops (0.0 without one); the LM head and sampler as per-sequence tables
-# (NUM_LM_OPS 2; 0: the LM head's GEMM alone, at LM_HEAD); the tokens of a decode's
-# context outside its KV axis; attention as equal prefill chunks each looked up
-# (PROFILE_ATTENTION); the 4-D mixed-attention grid (HAS_MIXED; MIXED_GRID: four
-# (offset, length) axes, the values' offset, four strides); the skew fit (HAS_SKEW:
-# its prefill chunks, the four bucket axes as (offset, length), then its alphas
-# on that lattice, 0 where it has none, and their five strides). FA2 tables without
-# a mixed lattice: the decodes' factor in the varlen kernel (HAS_MIXED_FACTOR,
-# sim.cost.kernels.mixed_factor), a 4-D grid in MIXED_GRID's place.
-PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
-HAS_MIXED, MIXED_GRID = 31, 32
-MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
-HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
-SKEW_ALPHAS, SKEW_STRIDES = 56, 57
-HAS_MIXED_FACTOR = 62
-# Under tensor parallelism, on every route: the logits' all-gather before sampling,
-# a per-sequence table (KernelCost.logits_all_gather_s; 0 on one GPU).
-LOGITS = 63
-LAYOUT_SIZE = 64
+# The kernel tables' ``layout`` (its slots, and the functions that read it, in
+# ``sim.cost.kernels.price``): KernelCost's attention grids and skew fit, then the
+# per-token and per-sequence tables below.
 
 # The cost models tabulated (``roofline_of``, ``kernel_cost_of``).
 PlayedCost = RooflineCost | KernelCost | EngineCpuCost
@@ -194,7 +180,7 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
         message_bytes = max_tokens * kernel.arch.hidden_size * ACTIVATION_BYTES
         reach.append((kernel._allreduce, (message_bytes,)))
     grids += [grid for grid, _ in reach]
-    if any(grid is not None and grid.point_lists is None for grid in grids):
+    if any(grid is not None and min(map(len, grid.axes)) < 2 for grid in grids):
         return "a kernel table with one point on an axis"
     for grid, coords in reach:
         for axis, x in zip(grid.axes, coords, strict=True):
@@ -209,14 +195,16 @@ def why_not(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> str | Non
 def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[FloatArray, IntArray]:
     """``loop.run``'s ``tables`` and ``layout`` for steps of up to ``max_num_seqs``
     sequences and ``max_tokens`` tokens (``why_not`` said the loop plays them)."""
-    layout = np.zeros(LAYOUT_SIZE, dtype=np.int64)
-    layout[KIND] = KERNELS
+    # KernelCost's attention grids and skew fit first (their offsets hold), read
+    # by the same functions (``price``), which here give NaN past a grid's edge.
+    layout = np.array(kernel.price_layout, dtype=np.int64)
+    layout[EXTRAPOLATES] = 0
     layout[NUM_LAYERS] = kernel.arch.num_layers
     # A step has no more sequences than tokens.
     layout[NUM_T] = num_t = max_tokens + 1
     layout[NUM_S] = num_s = min(max_num_seqs, max_tokens) + 1
     memory = kernel._memory
-    parts: list[list[float]] = []
+    parts: list[list[float]] = [kernel.price_tables]
 
     def put(index: int, values: list[float]) -> None:
         layout[index] = sum(len(part) for part in parts)
@@ -256,48 +244,6 @@ def arrays(kernel: KernelCost, max_num_seqs: int, max_tokens: int) -> tuple[Floa
     if kernel.pp > 1:  # KernelCost.per_step_s's stage transfers
         put(PIPELINE, [kernel.pipeline_transfer_s(t) for t in range(num_t)])
 
-    def put_grid(at: int, grid: Grid) -> None:
-        """``grid`` at ``layout[at:]``: each axis's offset and length, then the values'
-        offset and each axis's stride (``GRID_SIZE``'s order; ``MIXED_GRID``'s for 4)."""
-        lists = grid.point_lists
-        assert lists is not None  # why_not said so
-        axes, flat, strides = lists
-        for d, axis in enumerate(axes):
-            put(at + 2 * d, axis)
-            layout[at + 2 * d + 1] = len(axis)
-        put(at + 2 * len(axes), flat)
-        layout[at + 2 * len(axes) + 1 : at + 3 * len(axes) + 1] = strides
-
-    put_grid(PREFILL_GRID, kernel._prefill_attn)
-    put_grid(DECODE_GRID, kernel._decode_attn)
-    layout[DECODE_HISTORY] = kernel._decode_history
-    layout[PROFILE_ATTENTION] = kernel._mixed
-    mixed = kernel._mixed_attn
-    factor = kernel._mixed_factor
-    if factor is not None:  # FA2 tables: the decodes' factor in MIXED_GRID's place
-        assert mixed is None  # (KernelCost: a factor only where no lattice)
-        mixed = factor.grid
-        layout[HAS_MIXED_FACTOR] = 1
-    if mixed is not None:  # the 4-D lattice: axes, values, strides
-        layout[HAS_MIXED] = factor is None
-        put_grid(MIXED_GRID, mixed)
-    skew = kernel._skew
-    if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
-        layout[HAS_SKEW] = 1
-        chunks = sorted({key[0] for key in skew.alphas})
-        put(SKEW_CHUNKS, chunks)
-        layout[NUM_SKEW_CHUNKS] = len(chunks)
-        for d, edges in enumerate(skew.edges):
-            put(SKEW_EDGES + 2 * d, edges)
-            layout[SKEW_EDGES + 2 * d + 1] = len(edges)
-        alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
-        for key, alpha in skew.alphas.items():
-            place = [chunks.index(key[0])]
-            place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
-            alphas[tuple(place)] = alpha
-        put(SKEW_ALPHAS, alphas.ravel().tolist())
-        for d, stride in enumerate(alphas.strides):
-            layout[SKEW_STRIDES + d] = stride // alphas.itemsize
     tables = np.array([x for part in parts for x in part], dtype=np.float64)
     return tables, layout
 

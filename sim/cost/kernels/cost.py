@@ -24,18 +24,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+import numpy as np
+
 from sim.cost.base import StepShape
 from sim.cost.collectives import collective_s
+from sim.cost.kernels import price
 from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, model_matches
 from sim.cost.kernels.expert_parallel import (
     ACTIVATION_BYTES,
     ExpertParallelMoE,
     check_expert_parallel,
 )
-from sim.cost.kernels.grid import Grid
+from sim.cost.kernels.grid import Grid, warn_notes
 from sim.cost.kernels.memory_ops import LAYER_OPS, STEP_OPS, MemoryOps, hardware_for_gpu
 from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transferred_factor
-from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes, prefill_chunk
+from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
+from sim.cost.kernels.price import NUM_PAST, attention_s, decode_attention_s
 from sim.cost.kernels.tables import (
     SkewFit,
     allreduce_grid,
@@ -142,6 +146,9 @@ class KernelCost:
         self._skew: SkewFit | None = (
             SkewFit(artifact) if skew and self._mixed and artifact.has("attention_skew") else None
         )
+        # The attention grids and skew fit laid out flat (``price``): what
+        # ``attention_s`` reads, and the head of the compiled loop's tables.
+        self.price_tables, self.price_layout = self._price_tables()
         # The table's all-reduce when it timed this group size, else NCCL's model over
         # the link (sim.cost.collectives).
         measured = artifact.has("allreduce") and self.tp in set(
@@ -341,8 +348,8 @@ class KernelCost:
         if cached is not None:
             return cached
         total = 0.0
-        for price in self._layer_prices:
-            total += price(num_tokens)
+        for layer_s in self._layer_prices:
+            total += layer_s(num_tokens)
         self._dense_cache[num_tokens] = total
         return total
 
@@ -405,118 +412,91 @@ class KernelCost:
         if cached is not None:
             return cached
         total = 0.0
-        for price in self._step_prices:
-            total += price(num_tokens, num_seqs)
+        for step_s in self._step_prices:
+            total += step_s(num_tokens, num_seqs)
         self._lm_cache[key] = total
         return total
 
-    def attention_s(self, shape: StepShape) -> float:
-        """One layer's attention for the step.
+    def _price_tables(self) -> tuple[list[float], list[int]]:
+        """The attention grids and the skew fit as ``price``'s flat ``tables`` and
+        ``layout`` (extrapolating past a grid, with room for the notes of that)."""
+        tables: list[float] = [0.0] * price.MAX_PAST  # the notes' coordinates
+        layout = [0] * price.LAYOUT_SIZE
+        layout[price.KIND], layout[price.EXTRAPOLATES] = price.KERNELS, 1
+        grids = {price.PREFILL_GRID: self._prefill_attn, price.DECODE_GRID: self._decode_attn}
+        layout[price.DECODE_HISTORY] = self._decode_history
+        layout[price.PROFILE_ATTENTION] = self._mixed
+        factor = self._mixed_factor
+        # FA2 tables: the decodes' factor in the lattice's place (a factor only where none).
+        mixed = self._mixed_attn if factor is None else factor.grid
+        layout[price.HAS_MIXED] = self._mixed_attn is not None
+        layout[price.HAS_MIXED_FACTOR] = factor is not None
+        if mixed is not None:
+            grids[price.MIXED_GRID] = mixed
+        for g, grid in grids.items():
+            grid.put(tables, layout, g)
+        self._grids_at = grids  # (whose warning a note past a grid's edge gives)
+        skew = self._skew
+        if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
+            layout[price.HAS_SKEW] = 1
+            chunks = sorted({key[0] for key in skew.alphas})
+            layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
+            tables.extend(chunks)
+            for d, edges in enumerate(skew.edges):
+                layout[price.SKEW_EDGES + 2 * d] = len(tables)
+                layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
+                tables.extend(edges)
+            alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
+            for key, alpha in skew.alphas.items():
+                place = [chunks.index(key[0])]
+                place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
+                alphas[tuple(place)] = alpha
+            layout[price.SKEW_ALPHAS] = len(tables)
+            tables.extend(alphas.ravel().tolist())
+            for d, stride in enumerate(alphas.strides):
+                layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
+        return tables, layout
 
-        With a mixed-batch profile, a step with both prefill and decodes is one
-        varlen kernel (``mixed_attention_s``); otherwise the pure parts add, the
-        decodes of a mixed step on FA2 tables slowed by ``mixed_decode_factor``.
-        """
-        if self._mixed_attn is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
-            return self.mixed_attention_s(shape)
-        decode = self.decode_attention_s(
-            shape.num_decode_seqs,
-            shape.num_decode_context_tokens,
-            shape.max_decode_context_tokens,
+    def _priced(self, price_s: Callable[..., float], *counts: int) -> float:
+        """``price_s`` (a ``price`` function) of the step's ``counts`` on this model's
+        tables, warning of each lookup past a grid's last point (``warn_notes``)."""
+        seconds = price_s(self.price_tables, self.price_layout, *counts)
+        if self.price_layout[price.NUM_PAST]:
+            warn_notes(self.price_tables, self.price_layout, self._grids_at)
+        return seconds
+
+    def attention_s(self, shape: StepShape) -> float:
+        """One layer's attention for the step (``price.attention_s``)."""
+        return self._priced(
+            price.attention_s, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, shape.num_decode_seqs,
+            shape.num_decode_context_tokens, shape.max_decode_context_tokens,
             shape.min_decode_context_tokens,
-        )
-        if self._mixed_factor is not None and shape.num_prefill_tokens and shape.num_decode_seqs:
-            decode = decode * self.mixed_decode_factor(shape)
-        return self.prefill_attention_s(shape) + decode
+        )  # fmt: skip
 
     def mixed_decode_factor(self, shape: StepShape) -> float:
-        """How much longer a mixed step's decodes take in FA2's varlen kernel than in
-        the pure decode kernel (``mixed_factor``; 1.0 without a factor), looked up at
-        the step's mean chunk and cached prefill, its decode count and mean KV
-        (cached tokens, the profile's axis)."""
-        factor = self._mixed_factor
-        if factor is None or not (shape.num_prefill_tokens and shape.num_decode_seqs):
-            return 1.0
-        b, n = shape.num_prefill_seqs, shape.num_decode_seqs
-        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
-        return factor(chunk, cached, float(n), (shape.num_decode_context_tokens - n) / n)
-
-    def skew_alpha(
-        self,
-        prefill_chunk_tokens: float,
-        kv_prefill_tokens: float,
-        num_decode_seqs: int,
-        kv_mean_tokens: float,
-        kv_max_tokens: int,
-        kv_min_tokens: int,
-    ) -> float:
-        """The skew fit's alpha for ``num_decode_seqs`` decodes of mean, longest and
-        shortest KV ``kv_*_tokens`` (the profile's axis: cached tokens) beside a
-        prefill chunk (0: none) after ``kv_prefill_tokens``; 0 with no fit, one
-        decode, or no decode longer than the mean (as LLMServingSim)."""
-        skew = self._skew
-        if skew is None or num_decode_seqs < 2 or kv_max_tokens <= kv_mean_tokens:
-            return 0.0
-        rate = (kv_mean_tokens - kv_min_tokens) / (kv_max_tokens - kv_min_tokens)
-        return skew.alpha(
-            prefill_chunk_tokens, num_decode_seqs, rate, float(kv_max_tokens), kv_prefill_tokens
-        )
+        """``price.mixed_decode_factor`` of the step (1.0 without a factor)."""
+        return self._priced(
+            price.mixed_decode_factor, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_kv_read_tokens, shape.num_decode_seqs, shape.num_decode_context_tokens,
+        )  # fmt: skip
 
     def mixed_attention_s(self, shape: StepShape) -> float:
-        """One layer's varlen attention over prefill chunks and decodes, from the profile:
-        ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``, looked up at the step's decode
-        count, mean decode KV (``kv = context / n - 1``: the profile's KV excludes the
-        token being computed) and one of its ``b`` equal prefill chunks of ``c`` after
-        ``p`` (``ops.prefill_chunk``). Why not one chunk of all ``b`` chunks' tokens:
-        ``docs/kernels.md``, "The attention term"."""
+        """``price.mixed_attention_s``: the profile's one varlen kernel for the step."""
         assert self._mixed_attn is not None
-        b, n = shape.num_prefill_seqs, shape.num_decode_seqs
-        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
-        kv = (shape.num_decode_context_tokens - n) / n
-        one = self._mixed_attn(chunk, cached, float(n), kv)
-        if self._skew is not None:  # uneven decodes: towards the longest (skew_alpha)
-            kv_max = shape.max_decode_context_tokens - 1
-            alpha = self.skew_alpha(
-                chunk, cached, n, kv, kv_max, shape.min_decode_context_tokens - 1
-            )
-            if alpha != 0.0:
-                one = SkewFit.blend_s(
-                    one, self._mixed_attn(chunk, cached, float(n), float(kv_max)), alpha
-                )
-        if b == 1:
-            return one
-        return one + (b - 1) * self._prefill_attn(chunk, cached)
+        return self._priced(
+            price.mixed_attention_s, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_kv_read_tokens, shape.num_decode_seqs, shape.num_decode_context_tokens,
+            shape.max_decode_context_tokens, shape.min_decode_context_tokens,
+        )  # fmt: skip
 
     def prefill_attention_s(self, shape: StepShape) -> float:
-        """One layer's attention over the step's prefill chunks, without its decodes.
-
-        Chunks no longer than their cached context (in the step's sums: the
-        KV-read-bound regime of a speculative verification of ``k + 1`` tokens, or
-        a prefix-cache hit's last tokens) are never priced below the decode
-        attention of their sequences at their cached contexts (``p + 1`` after ``p``
-        cached: the decode the chunk extends), as a floor: such a chunk reads that
-        KV and more, with more queries, where scaling a whole prompt's time by
-        attention pairs leaves the KV read out. Longer chunks are compute-bound and
-        extend no decode (the decode table's time at a small KV is its kernel's
-        fixed cost, not a bound on another kernel): no floor."""
-        b = shape.num_prefill_seqs
-        if b == 0 or shape.num_prefill_tokens == 0:
-            return 0.0
-        chunk, cached = prefill_chunk(b, shape.num_prefill_tokens, shape.prefill_kv_read_tokens)
-        if self._mixed:
-            chunks_s = b * self._prefill_attn(chunk, cached)
-        else:
-            total = chunk + cached
-            full = self._prefill_attn(float(b), total)
-            pairs_full = b * total * (total + 1.0) / 2.0
-            scaled = full * shape.prefill_attention_pairs / pairs_full
-            floor = self._prefill_attn(float(b), chunk)
-            chunks_s = scaled if scaled > floor else floor
-        num_cached = shape.prefill_kv_read_tokens - shape.num_prefill_tokens
-        if num_cached < shape.num_prefill_tokens:
-            return chunks_s
-        decode_s = self.decode_attention_s(b, num_cached + b)
-        return chunks_s if chunks_s > decode_s else decode_s
+        """One layer's attention over the step's prefill chunks, without its decodes
+        (``price.prefill_attention_s``: floored for chunks no longer than their cache)."""
+        return self._priced(
+            price.prefill_attention_s, shape.num_prefill_seqs, shape.num_prefill_tokens,
+            shape.prefill_attention_pairs, shape.prefill_kv_read_tokens,
+        )  # fmt: skip
 
     def decode_attention_s(
         self,
@@ -525,31 +505,12 @@ class KernelCost:
         max_context_tokens: int = 0,
         min_context_tokens: int = 0,
     ) -> float:
-        """One layer's attention for ``num_seqs`` decodes with ``context_tokens`` in all,
-        the longest and shortest ``max_context_tokens`` / ``min_context_tokens`` (as in
-        ``StepShape``), without a prefill (a profile's KV axis excludes the token
-        being computed). Looked up at the mean KV, moved towards the longest's time
-        by the skew fit's alpha when the profile has one."""
-        if num_seqs == 0:
-            return 0.0
-        history = context_tokens - self._decode_history * num_seqs
-        kv = history / num_seqs
-        mean_s = self._decode_attn(float(num_seqs), kv)
-        if self._skew is None:
-            return mean_s
-        return self._skewed_decode_s(mean_s, num_seqs, kv, max_context_tokens, min_context_tokens)
-
-    def _skewed_decode_s(
-        self, mean_s: float, num_seqs: int, kv: float, max_context_tokens: int,
-        min_context_tokens: int,
-    ) -> float:  # fmt: skip
-        """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term."""
-        kv_max = max_context_tokens - self._decode_history
-        kv_min = min_context_tokens - self._decode_history
-        alpha = self.skew_alpha(0.0, 0.0, num_seqs, kv, kv_max, kv_min)
-        if alpha == 0.0:
-            return mean_s
-        return SkewFit.blend_s(mean_s, self._decode_attn(float(num_seqs), float(kv_max)), alpha)
+        """One layer's attention for ``num_seqs`` decodes of ``context_tokens`` in all
+        (``price.decode_attention_s``)."""
+        return self._priced(
+            price.decode_attention_s, num_seqs, context_tokens, max_context_tokens,
+            min_context_tokens,
+        )  # fmt: skip
 
     # -- per-op breakdown ----------------------------------------------------------
 
@@ -613,7 +574,7 @@ class KernelCost:
     def step_s(self, shape: StepShape) -> float:
         """``num_layers x (layer terms + attention) + step terms`` (``terms``). Runs
         once a step priced: the two sums' caches are read here, and a decode-only
-        step's attention is its decode part (``attention_s`` adds 0.0 to it)."""
+        step's attention is its decode part (``price.attention_s`` adds 0.0 to it)."""
         num_decodes = shape.num_decode_seqs
         prefill_tokens = shape.num_prefill_tokens
         tokens = prefill_tokens + num_decodes
@@ -622,15 +583,19 @@ class KernelCost:
         dense = self._dense_cache.get(tokens)
         if dense is None:
             dense = self.dense_layer_s(tokens)
+        tables, layout = self.price_tables, self.price_layout
+        context = shape.num_decode_context_tokens
+        longest, shortest = shape.max_decode_context_tokens, shape.min_decode_context_tokens
         if prefill_tokens:
-            attention = self.attention_s(shape)
+            attention = attention_s(
+                tables, layout, shape.num_prefill_seqs, prefill_tokens,
+                shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, num_decodes,
+                context, longest, shortest,
+            )  # fmt: skip
         else:
-            attention = self.decode_attention_s(
-                num_decodes,
-                shape.num_decode_context_tokens,
-                shape.max_decode_context_tokens,
-                shape.min_decode_context_tokens,
-            )
+            attention = decode_attention_s(tables, layout, num_decodes, context, longest, shortest)
+        if layout[NUM_PAST]:  # (``_priced``'s check, without its call: this runs each step)
+            warn_notes(tables, layout, self._grids_at)
         seqs = shape.num_prefill_seqs + num_decodes
         step = self._lm_cache.get(tokens * 1_000_003 + seqs)
         if step is None:

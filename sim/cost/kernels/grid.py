@@ -9,165 +9,55 @@ along ``fill_axis`` (``Grid.from_points``), or by ``interpolate_holes`` and
 ``extrapolate_holes`` (linear between and past timed points) for a table
 builder that knows its lattice. Why linear and not log-space: ``docs/kernels.md``.
 
-One point fast (``point_function``): unrolled twins of ``Grid.__call__`` for 2
-and 4 axes (4: the mixed-attention lattice; 1 and 3 axes padded to them). A
+One point fast: a grid of 1 to 4 axes is looked up by ``price.grid_point`` or
+``price.grid_point_4d`` over plain lists (1 and 3 axes padded to 2 and 4), the
+functions that price attention in ``KernelCost`` and in the compiled loop. A
 kernel-table run prices tens of thousands of steps, each a handful of grid
 lookups, one point at a time; the general loop over 2^axes corners costs ~5x
-the arithmetic (4 axes: ~50x). The twins do the same operations in the same
-order (corner weights multiplied axis by axis from 1.0, corners summed from 0.0
-in ``Grid._lookup``'s order, the scale past the grid applied last), so they give
-the same bits (``tests/test_cost_kernels_grid_point.py``). Grids with a
-one-point axis keep the general loop.
+the arithmetic (4 axes: ~50x). They do the same operations in the same order
+(corner weights multiplied axis by axis from 1.0, corners summed from 0.0 in
+``Grid._lookup``'s order, the scale past the grid applied last), so they give
+the same bits (``tests/test_cost_kernels_grid_point.py``).
 """
 
 from __future__ import annotations
 
 import warnings
-from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
 
 from sim.cost.base import FloatArray
+from sim.cost.kernels.price import (
+    DECODE_GRID,
+    EXTRAPOLATES,
+    LAYOUT_SIZE,
+    MAX_PAST,
+    MIXED_GRID,
+    NUM_PAST,
+    PAST,
+    PAST_X,
+    grid_point,
+    grid_point_4d,
+    put_grid,
+)
 
-# warn(axis_index, x): x is past the last point of that axis.
-Warn = Callable[[int, float], None]
 Point = Callable[..., float]
 
 
-def cell(axis: list[float], x: float) -> tuple[int, float]:
-    """``x``'s cell on ``axis`` (clipped to it): lower corner and the upper corner's weight."""
-    first, last = axis[0], axis[-1]
-    clipped = last if x > last else (first if x < first else x)
-    top = len(axis) - 2
-    low = bisect_right(axis, clipped) - 1
-    low = 0 if low < 0 else (top if low > top else low)
-    return low, (clipped - axis[low]) / (axis[low + 1] - axis[low])
-
-
-def point_function(
-    axes: Sequence[list[float]], flat: list[float], strides: Sequence[int], warn: Warn
-) -> Point | None:
-    """The unrolled lookup for this grid, or None (5+ axes, or an axis of one point).
-
-    A 1- or 3-axis grid takes the 2- or 4-axis lookup with one more axis, of two
-    points at stride 0, read at its first point (weight 1 below, 0 above): its
-    terms are ``x * 1.0`` and ``+ 0.0 * v``, so the same bits as its own loop.
-    """
-    if any(len(axis) < 2 for axis in axes) or len(axes) > 4:
-        return None
-    if len(axes) <= 2:
-        padded = [*axes, *[_PAD] * (2 - len(axes))]
-        return _point_2d(padded[0], padded[1], flat, [*strides, 0], warn)
-    return _point_4d([*axes, *[_PAD] * (4 - len(axes))], flat, [*strides, 0], warn)
-
-
-# The padding axis: read at 0.0 (``x`` defaults to it), never past its last point.
+# The padding axis of a 1- or 3-axis grid in the 2- or 4-axis lookup: read at 0.0
+# (its coordinate's default, weight 0 above), never past its last point, stride 0.
 _PAD = [0.0, 1.0]
-
-
-def _point_2d(
-    ax0: list[float], ax1: list[float], flat: list[float], strides: Sequence[int], warn: Warn
-) -> Point:
-    last0, last1 = ax0[-1], ax1[-1]
-    s0, s1 = strides[0], strides[1]
-
-    def point(x0: float, x1: float = 0.0) -> float:
-        scale = 1.0
-        if x0 > last0:
-            scale = scale * x0 / last0
-            warn(0, x0)
-        low0, w0 = cell(ax0, x0)
-        if x1 > last1:
-            scale = scale * x1 / last1
-            warn(1, x1)
-        low1, w1 = cell(ax1, x1)
-        a0, a1 = 1.0 - w0, 1.0 - w1
-        o = low0 * s0 + low1 * s1
-        result = 0.0 + a0 * a1 * flat[o]
-        result = result + w0 * a1 * flat[o + s0]
-        result = result + a0 * w1 * flat[o + s1]
-        result = result + w0 * w1 * flat[o + s0 + s1]
-        return result * scale
-
-    return point
-
-
-def _point_4d(
-    axes: Sequence[list[float]], flat: list[float], strides: Sequence[int], warn: Warn
-) -> Point:
-    ax0, ax1, ax2, ax3 = axes
-    last0, last1, last2, last3 = ax0[-1], ax1[-1], ax2[-1], ax3[-1]
-    s0, s1, s2, s3 = strides[0], strides[1], strides[2], strides[3]
-
-    def point(x0: float, x1: float, x2: float, x3: float = 0.0) -> float:
-        scale = 1.0
-        if x0 > last0:
-            scale = scale * x0 / last0
-            warn(0, x0)
-        low0, w0 = cell(ax0, x0)
-        if x1 > last1:
-            scale = scale * x1 / last1
-            warn(1, x1)
-        low1, w1 = cell(ax1, x1)
-        if x2 > last2:
-            scale = scale * x2 / last2
-            warn(2, x2)
-        low2, w2 = cell(ax2, x2)
-        if x3 > last3:
-            scale = scale * x3 / last3
-            warn(3, x3)
-        low3, w3 = cell(ax3, x3)
-        o = low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
-        return corners_4d(flat, o, s0, s1, s2, s3, w0, w1, w2, w3) * scale
-
-    return point
-
-
-def corners_4d(
-    values: Sequence[float] | FloatArray, o: int, s0: int, s1: int, s2: int, s3: int,
-    w0: float, w1: float, w2: float, w3: float,
-) -> float:  # fmt: skip
-    """The sum over the 16 corners of a 4-axis cell from ``values[o]`` (upper-corner
-    weights ``w``, strides ``s``), as ``Grid._lookup`` adds them. Plain arithmetic on
-    a list or an array: the compiled loop runs this same function under numba
-    (``sim.fast.compiled.loop.grid_point_4d``)."""
-    a0, a1, a2, a3 = 1.0 - w0, 1.0 - w1, 1.0 - w2, 1.0 - w3
-    # Corner weights are ((u0 * u1) * u2) * u3 (Grid._lookup's product order);
-    # sharing the partial products changes no bit.
-    b00, b10, b01, b11 = a0 * a1, w0 * a1, a0 * w1, w0 * w1
-    c0, c1, c2, c3 = b00 * a2, b10 * a2, b01 * a2, b11 * a2
-    c4, c5, c6, c7 = b00 * w2, b10 * w2, b01 * w2, b11 * w2
-    o1, o2, o3 = o + s0, o + s1, o + s0 + s1
-    o4, o5, o6, o7 = o + s2, o1 + s2, o2 + s2, o3 + s2
-    result = 0.0 + c0 * a3 * values[o]
-    result = result + c1 * a3 * values[o1]
-    result = result + c2 * a3 * values[o2]
-    result = result + c3 * a3 * values[o3]
-    result = result + c4 * a3 * values[o4]
-    result = result + c5 * a3 * values[o5]
-    result = result + c6 * a3 * values[o6]
-    result = result + c7 * a3 * values[o7]
-    result = result + c0 * w3 * values[o + s3]
-    result = result + c1 * w3 * values[o1 + s3]
-    result = result + c2 * w3 * values[o2 + s3]
-    result = result + c3 * w3 * values[o3 + s3]
-    result = result + c4 * w3 * values[o4 + s3]
-    result = result + c5 * w3 * values[o5 + s3]
-    result = result + c6 * w3 * values[o6 + s3]
-    result = result + c7 * w3 * values[o7 + s3]
-    return result
 
 
 class Grid:
     """Latencies (seconds) on a rectangular grid, interpolated multilinearly."""
 
     __slots__ = (
-        "_axes_list",
-        "_flat",
+        "_notes",
         "_point",
-        "_strides",
         "_warned",
         "axes",
         "axis_names",
@@ -194,14 +84,27 @@ class Grid:
         if np.any(~np.isfinite(self.values)):
             raise ValueError(f"{name}: grid has holes; fill them first (fill_holes)")
         self._warned: set[str] = set()
-        # Plain-Python copies for the scalar path (numpy's per-call overhead
-        # is ~10x the arithmetic for a single point).
-        self._axes_list = [a.tolist() for a in self.axes]
-        self._flat: list[float] = self.values.ravel().tolist()
-        self._strides = [int(s) // self.values.itemsize for s in self.values.strides]
-        self._point: Point | None = point_function(
-            self._axes_list, self._flat, self._strides, self._warn_point
-        )
+        # One point: ``price``'s lookup over plain lists (numpy's per-call overhead is
+        # ~10x the arithmetic for a single point); 5+ axes take the general loop.
+        self._point: Point | None = None
+        if len(self.axes) <= 4:
+            g = DECODE_GRID if len(self.axes) <= 2 else MIXED_GRID
+            tables: list[float] = [0.0] * MAX_PAST  # the notes' coordinates
+            layout = [0] * LAYOUT_SIZE
+            layout[EXTRAPOLATES] = 1
+            self.put(tables, layout, g)
+            self._notes = (tables, layout)
+            lookup = grid_point if len(self.axes) <= 2 else grid_point_4d
+            self._point = partial(lookup, tables, layout, g)
+
+    def put(self, tables: list[float], layout: list[int], g: int) -> None:
+        """This grid appended to ``tables`` and described at ``layout[g:]`` for
+        ``price``'s 2-axis lookup (``g``: a 2-D slot) or 4-axis one (a 4-D slot),
+        a 1- or 3-axis grid padded with an axis of two points at stride 0."""
+        num_padded = (2 if len(self.axes) <= 2 else 4) - len(self.axes)
+        strides = [int(s) // self.values.itemsize for s in self.values.strides]
+        axes = [axis.tolist() for axis in self.axes] + [_PAD] * num_padded
+        put_grid(tables, layout, g, axes, self.values.ravel().tolist(), strides + [0] * num_padded)
 
     @staticmethod
     def from_points(
@@ -232,22 +135,17 @@ class Grid:
         return Grid(name, axis_names, axes, values)
 
     def __call__(self, *coords: float) -> float:
-        """Interpolated latency in seconds at one point: ``many``'s operations (so its bits),
-        unrolled when ``point_function`` has a twin for this grid."""
+        """Interpolated latency in seconds at one point: ``many``'s operations (so its
+        bits), by ``price``'s lookup for a grid of 1 to 4 axes."""
         if self._point is not None and len(coords) == len(self.axes):
-            return self._point(*coords)
-        # stacklevel 5: a warning names the caller's line, as from a point_function twin.
+            seconds = self._point(*coords)
+            tables, layout = self._notes
+            if layout[NUM_PAST]:
+                warn_notes(tables, layout, {layout[PAST]: self})
+            return seconds
+        # stacklevel 5: a warning names the caller's line, as from the lookup above.
         point = [np.asarray([x], dtype=np.float64) for x in coords]
         return float(self._lookup(point, stacklevel=5)[0])
-
-    @property
-    def point_lists(self) -> tuple[list[list[float]], list[float], list[int]] | None:
-        """What the unrolled lookup reads (axes, values in row-major order, strides
-        in values), for a twin elsewhere that must give its bits; None where this
-        grid keeps the general loop (``point_function``)."""
-        if self._point is None:
-            return None
-        return self._axes_list, self._flat, self._strides
 
     def many(self, *coords: npt.ArrayLike) -> FloatArray:
         """Interpolated latencies at many points (coordinates broadcast together)."""
@@ -296,9 +194,10 @@ class Grid:
         out: FloatArray = result * scale
         return out
 
-    def _warn_point(self, axis_index: int, x: float) -> None:
-        # From a point_function closure, two frames deeper than from __call__: the warning
-        # names the same line of the caller.
+    def warn_past(self, axis_index: int, x: float) -> None:
+        """Warn (once per axis) that a lookup at ``x`` is past axis ``axis_index``'s last
+        point (``price.past`` noted it: ``warn_notes``)."""
+        # Two frames deeper than _lookup's warning: the same caller's line.
         self._warn_above(axis_index, True, np.asarray([x]), stacklevel=6)
 
     def _warn_above(self, axis_index: int, above: bool, x: FloatArray, stacklevel: int = 4) -> None:
@@ -311,6 +210,16 @@ class Grid:
                 UserWarning,
                 stacklevel=stacklevel,
             )
+
+
+def warn_notes(tables: list[float], layout: list[int], grids: Mapping[int, Grid]) -> None:
+    """Each lookup past a grid's last point that ``price.past`` noted in ``tables`` and
+    ``layout``, warned by its grid (``grids``, by slot: once per grid and axis); the
+    notes cleared."""
+    for k in range(layout[NUM_PAST]):
+        g, axis_index = layout[PAST + 2 * k], layout[PAST + 2 * k + 1]
+        grids[g].warn_past(axis_index, tables[layout[PAST_X] + k])
+    layout[NUM_PAST] = 0
 
 
 def _each_line(values: FloatArray, axis: int, fill: Callable[[FloatArray], None]) -> FloatArray:

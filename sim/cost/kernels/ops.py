@@ -94,17 +94,6 @@ def layer_shapes(arch: ModelSpec, tp: int = 1) -> LayerShapes:
     )
 
 
-def prefill_chunk(num_seqs: int, num_tokens: int, kv_read_tokens: int) -> tuple[float, float]:
-    """(chunk, cached) tokens of one of ``num_seqs`` equal chunks.
-
-    A step shape keeps only sums, so its prefill is priced as ``num_seqs``
-    equal chunks of ``num_tokens / num_seqs`` new tokens after
-    ``kv_read_tokens / num_seqs - chunk`` cached ones.
-    """
-    chunk = num_tokens / num_seqs
-    return chunk, max(kv_read_tokens / num_seqs - chunk, 0.0)
-
-
 # Ops a layer runs more than once per profiled row (module docstring).
 PROFILE_OP_COUNTS = {"layernorm": 2, "qk_norm": 2}
 PROFILE_STEP_OPS = ("embedding", "final_layernorm")

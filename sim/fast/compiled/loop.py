@@ -36,28 +36,23 @@ do so where numba is missing).
 from __future__ import annotations
 
 import hashlib
+import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
+from sim.cost.kernels import price
+from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
     ALLREDUCE,
     AXIS0,
     AXIS1,
-    CPU_ASYNC_SCHEDULING,
-    CPU_NON_OVERLAPPED_S,
-    CPU_PER_SEQ_S,
-    CPU_PER_STEP_S,
-    CPU_PER_TOKEN_S,
     DECODE_GRID,
     DECODE_HISTORY,
     DENSE,
     EMBED_NORM,
     HAS_MEMORY,
-    HAS_MIXED,
-    HAS_MIXED_FACTOR,
     HAS_PIPELINE,
     HAS_SKEW,
     KERNELS,
@@ -67,29 +62,26 @@ from sim.cost.tabulate import (  # the price arrays' layout (``tabulate``)
     LM_HEAD,
     LM_SAMPLER,
     LOGITS,
-    MIXED_GRID,
-    MIXED_STRIDES,
-    MIXED_VALUES,
     NUM_LAYERS,
     NUM_LM_OPS,
-    NUM_SKEW_CHUNKS,
     PIPELINE,
-    PREFILL_GRID,
-    PROFILE_ATTENTION,
     PROFILE_STEP,
+    SAMPLER,
+    attention_s,
+    cell,
+    corners,
+    skewed_decode_s,
+)
+from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
+    CPU_ASYNC_SCHEDULING,
+    CPU_NON_OVERLAPPED_S,
+    CPU_PER_SEQ_S,
+    CPU_PER_STEP_S,
+    CPU_PER_TOKEN_S,
     S_PER_DENSE_TOKEN,
     S_PER_KV_TOKEN,
     S_PER_PAIR,
-    SAMPLER,
-    SKEW_ALPHAS,
-    SKEW_CHUNKS,
-    SKEW_EDGES,
-    SKEW_STRIDES,
-    STRIDE0,
-    STRIDE1,
-    VALUES,
     WEIGHT_S,
-    corners_4d,
 )
 
 DONE = 0  # every request finished
@@ -142,72 +134,31 @@ def step_s(
     max_context: int,
     min_context: int,
 ) -> float:
-    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` (or ``KernelCost.step_s``:
-    ``kernel_gpu_s``) of a step shape, the same operations in their order; NaN
-    where a kernel table would be read past its last point."""
+    """``EngineCpuCost.step_s`` around ``RooflineCost.step_s`` or ``KernelCost.step_s``
+    of a step shape, the same operations in their order; NaN where a kernel table
+    would be read past its last point."""
     tokens = prefill_tokens + decode_seqs
     if tokens == 0:
         return 0.0
-    if layout[KIND] == KERNELS:
-        gpu = kernel_gpu_s(
+    seqs = prefill_seqs + decode_seqs
+    if layout[KIND] == KERNELS:  # num_layers x (dense + attention) + the step's terms
+        attention = attention_s(
             tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, context,
             max_context, min_context,
         )  # fmt: skip
-        if gpu != gpu:
-            return gpu
+        if attention != attention:
+            return attention
+        layer = tables[layout[DENSE] + tokens] + attention
+        gpu = layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
     else:
         compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
         memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
         gpu = compute if compute > memory else memory
-    cpu = cpu_s(cost, prefill_seqs + decode_seqs, tokens)
+    cpu = cpu_s(cost, seqs, tokens)
     return with_cpu(cost, gpu, cpu)
 
 
-# -- kernel tables (sim.cost.kernels.cost.KernelCost) --------------------------------
-
-
-def grid_point(tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float) -> float:
-    """``Grid.__call__`` of a 2-D grid (``sim.cost.kernels.grid._point_2d`` and ``cell``,
-    the same operations in their order) described at ``layout[g:]``; NaN past an
-    axis's last point (the Python path would extrapolate and warn there)."""
-    a0, n0 = layout[g + AXIS0], layout[g + LEN0]
-    a1, n1 = layout[g + AXIS1], layout[g + LEN1]
-    if x0 > tables[a0 + n0 - 1] or x1 > tables[a1 + n1 - 1]:
-        return np.nan
-    low0, w0 = cell(tables, a0, n0, x0)
-    low1, w1 = cell(tables, a1, n1, x1)
-    return corners(tables, layout, g, low0, w0, low1, w1)
-
-
-def corners(
-    tables: FloatArray, layout: IntArray, g: int, low0: int, w0: float, low1: int, w1: float
-) -> float:
-    """``_point_2d``'s sum over the cell's four corners (inside the grid: scale 1)."""
-    s0, s1 = layout[g + STRIDE0], layout[g + STRIDE1]
-    b0, b1 = 1.0 - w0, 1.0 - w1
-    o = layout[g + VALUES] + low0 * s0 + low1 * s1
-    result = 0.0 + b0 * b1 * tables[o]
-    result = result + w0 * b1 * tables[o + s0]
-    result = result + b0 * w1 * tables[o + s1]
-    result = result + w0 * w1 * tables[o + s0 + s1]
-    return result * 1.0  # (the scale past the grid: 1 inside it)
-
-
-def cell(tables: FloatArray, at: int, n: int, x: float) -> tuple[int, float]:
-    """``sim.cost.kernels.grid.cell`` on the axis ``tables[at:at + n]``."""
-    first, last = tables[at], tables[at + n - 1]
-    clipped = last if x > last else (first if x < first else x)
-    lo, hi = 0, n  # bisect_right
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if clipped < tables[at + mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    low = lo - 1
-    top = n - 2
-    low = 0 if low < 0 else (top if low > top else low)
-    return low, (clipped - tables[at + low]) / (tables[at + low + 1] - tables[at + low])
+# -- kernel tables (sim.cost.kernels.cost.KernelCost: attention in ``price``) -----------
 
 
 def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: int) -> float:
@@ -226,225 +177,6 @@ def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: i
     if layout[HAS_PIPELINE]:
         total += tables[layout[PIPELINE] + tokens]
     return total
-
-
-def grid_point_4d(
-    tables: FloatArray, layout: IntArray, g: int, x0: float, x1: float, x2: float, x3: float
-) -> float:
-    """``sim.cost.kernels.grid._point_4d`` of the grid at ``layout[g:]`` (``MIXED_GRID``'s
-    layout): its cells and its very corner sum (``corners_4d``); NaN past an axis's
-    last point."""
-    xs = (x0, x1, x2, x3)
-    for d in range(4):
-        if xs[d] > tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]:
-            return np.nan
-    low0, w0 = cell(tables, layout[g], layout[g + 1], x0)
-    low1, w1 = cell(tables, layout[g + 2], layout[g + 3], x1)
-    low2, w2 = cell(tables, layout[g + 4], layout[g + 5], x2)
-    low3, w3 = cell(tables, layout[g + 6], layout[g + 7], x3)
-    s = g + MIXED_STRIDES
-    s0, s1, s2, s3 = layout[s], layout[s + 1], layout[s + 2], layout[s + 3]
-    o = layout[g + MIXED_VALUES] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
-    return corners_4d(tables, o, s0, s1, s2, s3, w0, w1, w2, w3) * 1.0
-
-
-def skew_alpha(
-    tables: FloatArray,
-    layout: IntArray,
-    chunk: float,
-    kv_prefill: float,
-    num_decode_seqs: int,
-    kv_mean: float,
-    kv_max: int,
-    kv_min: int,
-) -> float:
-    """``KernelCost.skew_alpha`` and ``SkewFit.alpha``: the fitted alpha of the batch's
-    bucket, 0 with no fit, no bucket, one decode or none longer than the mean."""
-    if not layout[HAS_SKEW] or num_decode_seqs < 2 or kv_max <= kv_mean:
-        return 0.0
-    rate = (kv_mean - kv_min) / (kv_max - kv_min)
-    # SkewFit.alpha: the prefill chunk exactly, the rest by bucket (bisect_left).
-    chunks, num_chunks = layout[SKEW_CHUNKS], layout[NUM_SKEW_CHUNKS]
-    at = -1
-    for i in range(num_chunks):
-        if tables[chunks + i] == chunk:
-            at = i
-    if at < 0:
-        return 0.0
-    if rate < 0.0:  # min(max(rate, 0.0), 1.0)
-        rate = 0.0
-    if rate > 1.0:
-        rate = 1.0
-    values = (float(num_decode_seqs), rate, float(kv_max), kv_prefill)
-    o = layout[SKEW_ALPHAS] + at * layout[SKEW_STRIDES]
-    for d in range(4):
-        edges, n = layout[SKEW_EDGES + 2 * d], layout[SKEW_EDGES + 2 * d + 1]
-        lo, hi = 0, n
-        while lo < hi:  # bisect_left
-            mid = (lo + hi) // 2
-            if tables[edges + mid] < values[d]:
-                lo = mid + 1
-            else:
-                hi = mid
-        o += (lo if lo < n - 1 else n - 1) * layout[SKEW_STRIDES + 1 + d]
-    return tables[o]
-
-
-def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
-    """``SkewFit.blend_s``."""
-    return mean_s + alpha * (max_s - mean_s) if max_s > mean_s else mean_s
-
-
-def skewed_decode_s(
-    tables: FloatArray, layout: IntArray, mean_s: float, num_seqs: int, kv: float,
-    max_context: int, min_context: int,
-) -> float:  # fmt: skip
-    """``KernelCost._skewed_decode_s``."""
-    history = layout[DECODE_HISTORY]
-    kv_max = max_context - history
-    alpha = skew_alpha(tables, layout, 0.0, 0.0, num_seqs, kv, kv_max, min_context - history)
-    if alpha == 0.0:
-        return mean_s
-    max_s = grid_point(tables, layout, DECODE_GRID, float(num_seqs), float(kv_max))
-    if max_s != max_s:
-        return max_s
-    return blend_s(mean_s, max_s, alpha)
-
-
-def decode_attention_s(
-    tables: FloatArray, layout: IntArray, num_seqs: int, context: int, max_context: int,
-    min_context: int,
-) -> float:  # fmt: skip
-    """``KernelCost.decode_attention_s`` (``num_seqs`` > 0); NaN past a grid."""
-    kv = (context - layout[DECODE_HISTORY] * num_seqs) / num_seqs
-    mean_s = grid_point(tables, layout, DECODE_GRID, float(num_seqs), kv)
-    if layout[HAS_SKEW] and mean_s == mean_s:
-        return skewed_decode_s(tables, layout, mean_s, num_seqs, kv, max_context, min_context)
-    return mean_s
-
-
-def prefill_chunk(prefill_seqs: int, prefill_tokens: int, kv_read: int) -> tuple[float, float]:
-    """``sim.cost.kernels.ops.prefill_chunk``."""
-    chunk = prefill_tokens / prefill_seqs
-    cached = kv_read / prefill_seqs - chunk
-    if cached < 0.0:  # max(cached, 0.0)
-        cached = 0.0
-    return chunk, cached
-
-
-def kernel_gpu_s(
-    tables: FloatArray,
-    layout: IntArray,
-    prefill_seqs: int,
-    prefill_tokens: int,
-    pairs: int,
-    kv_read: int,
-    decode_seqs: int,
-    context: int,
-    max_context: int,
-    min_context: int,
-) -> float:
-    """``KernelCost.step_s`` of a step shape (tokens > 0; ``attention_s``)."""
-    tokens = prefill_tokens + decode_seqs
-    if layout[HAS_MIXED] and prefill_tokens != 0 and decode_seqs != 0:
-        attention = mixed_attention_s(
-            tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context,
-            max_context, min_context,
-        )  # fmt: skip
-    else:
-        prefill = 0.0
-        if prefill_seqs != 0 and prefill_tokens != 0:
-            prefill = prefill_attention_s(
-                tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read
-            )
-        decode = 0.0
-        if decode_seqs != 0:
-            decode = decode_attention_s(
-                tables, layout, decode_seqs, context, max_context, min_context
-            )
-            if layout[HAS_MIXED_FACTOR] and prefill_tokens != 0:
-                decode = decode * mixed_decode_factor(
-                    tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context
-                )
-        attention = prefill + decode
-    layer = tables[layout[DENSE] + tokens] + attention
-    seqs = prefill_seqs + decode_seqs
-    return layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
-
-
-def prefill_attention_s(
-    tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, pairs: int,
-    kv_read: int,
-) -> float:  # fmt: skip
-    """``KernelCost.prefill_attention_s`` (a prefill in the step, with its decode
-    floor for chunks no longer than their cached context); NaN past a grid."""
-    chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
-    if layout[PROFILE_ATTENTION]:
-        chunks_s = prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
-    else:
-        total = chunk + cached
-        full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
-        pairs_full = prefill_seqs * total * (total + 1.0) / 2.0
-        scaled = full * pairs / pairs_full
-        floor = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), chunk)
-        if full != full or floor != floor:
-            return np.nan
-        chunks_s = scaled if scaled > floor else floor
-    num_cached = kv_read - prefill_tokens
-    if num_cached < prefill_tokens:
-        return chunks_s
-    # As ``KernelCost``: no longest or shortest context given (0).
-    decode_s = decode_attention_s(tables, layout, prefill_seqs, num_cached + prefill_seqs, 0, 0)
-    if decode_s != decode_s:
-        return np.nan
-    return chunks_s if chunks_s > decode_s else decode_s
-
-
-def mixed_attention_s(
-    tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, kv_read: int,
-    decode_seqs: int, context: int, max_context: int, min_context: int,
-) -> float:  # fmt: skip
-    """``KernelCost.mixed_attention_s``; NaN past a grid."""
-    chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
-    n = decode_seqs
-    kv = (context - n) / n
-    one = grid_point_4d(tables, layout, MIXED_GRID, chunk, cached, float(n), kv)
-    if layout[HAS_SKEW]:
-        kv_max = max_context - 1
-        alpha = skew_alpha(tables, layout, chunk, cached, n, kv, kv_max, min_context - 1)
-        if alpha != 0.0:
-            max_s = grid_point_4d(
-                tables, layout, MIXED_GRID, chunk, cached, float(n), float(kv_max)
-            )
-            if max_s != max_s:
-                return max_s
-            one = blend_s(one, max_s, alpha)
-    if prefill_seqs == 1:
-        return one
-    return one + (prefill_seqs - 1) * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
-
-
-def mixed_decode_factor(
-    tables: FloatArray, layout: IntArray, prefill_seqs: int, prefill_tokens: int, kv_read: int,
-    decode_seqs: int, context: int,
-) -> float:  # fmt: skip
-    """``KernelCost.mixed_decode_factor`` (``MixedDecodeFactor``: each coordinate
-    clamped to its axis's last point, so never NaN)."""
-    chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
-    n = decode_seqs
-    kv = (context - n) / n
-    g = MIXED_GRID
-    return grid_point_4d(
-        tables, layout, g,
-        clamped(tables, layout, g, 0, chunk), clamped(tables, layout, g, 1, cached),
-        clamped(tables, layout, g, 2, float(n)), clamped(tables, layout, g, 3, kv),
-    )  # fmt: skip
-
-
-def clamped(tables: FloatArray, layout: IntArray, g: int, d: int, x: float) -> float:
-    """``x``, or the last point of axis ``d`` of the 4-D grid at ``layout[g:]`` past it."""
-    last = tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
-    return x if x < last else last
 
 
 def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
@@ -993,10 +725,10 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
     """Drop ``module``'s numba cache if ``sources`` changed since it was written.
 
     numba keys a cached function by its own file's timestamp only, but ``run``
-    freezes ``sim.cost.tabulate``'s layout constants and calls ``corners_4d``
-    (``sim/cost/kernels/grid.py``): an edit there alone would leave a stale,
-    silently wrong loop in ``__pycache__``. A digest of those files beside the
-    cache tells. Where the folder is not writable (an installed package, whose
+    freezes ``sim.cost.tabulate``'s layout constants and calls ``price``'s
+    functions (``sim/cost/kernels/price.py``): an edit there alone would leave a
+    stale, silently wrong loop in ``__pycache__``. A digest of those files beside
+    the cache tells. Where the folder is not writable (an installed package, whose
     files change only on reinstall) nothing is kept."""
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     cache = module.parent / "__pycache__"
@@ -1012,37 +744,40 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
         return
 
 
+# ``price``'s functions the loop reaches, compiled as they are written there.
+PRICE = (
+    "cell", "past", "corners", "grid_point", "corners_4d", "grid_point_4d",
+    "skew_alpha", "blend_s", "skewed_decode_s", "decode_attention_s", "prefill_chunk",
+    "prefill_attention_s", "mixed_attention_s", "mixed_decode_factor", "attention_s",
+)  # fmt: skip
+
+
 def compile_run() -> Any:
     """``run`` compiled by numba, cached on disk beside this file (or in numba's
     user cache), so that only the first run on a machine pays the compilation
     (~5 s). Its pieces are compiled in place first: ``run`` and
     ``steps_within_pool`` call them through the module's globals, which numba
-    reads when it compiles a caller."""
+    reads when it compiles a caller. ``price``'s functions are compiled from their
+    own code over a copy of that module's globals in which each name is its
+    compiled twin (``bisect_right`` / ``bisect_left``: ``search_right`` /
+    ``search_left``), so that KernelCost keeps calling the plain ones."""
     # Imported here: numba compiles on first use (seconds): only a run on the compiled path pays.
     import numba
 
     here = Path(__file__).resolve()
     cost = here.parents[2] / "cost"
-    drop_stale_cache(here, (cost / "tabulate.py", cost / "kernels" / "grid.py"))
+    drop_stale_cache(here, (cost / "tabulate.py", cost / "kernels" / "price.py"))
     jit = numba.njit(cache=True, nogil=True)
+    namespace = dict(vars(price))
+    namespace["bisect_right"] = jit(price.search_right)
+    namespace["bisect_left"] = jit(price.search_left)
+    for name in PRICE:
+        function = namespace[name]
+        twin = types.FunctionType(function.__code__, namespace, name, function.__defaults__)
+        namespace[name] = globals()[name] = jit(twin)
     for name in (
         "_missing",
-        "cell",
-        "corners",
-        "grid_point",
         "kernel_per_step_s",
-        "corners_4d",
-        "grid_point_4d",
-        "skew_alpha",
-        "blend_s",
-        "skewed_decode_s",
-        "decode_attention_s",
-        "prefill_chunk",
-        "prefill_attention_s",
-        "mixed_attention_s",
-        "clamped",
-        "mixed_decode_factor",
-        "kernel_gpu_s",
         "cpu_s",
         "with_cpu",
         "step_s",
