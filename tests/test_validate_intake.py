@@ -100,4 +100,3 @@ def test_an_imported_llmservingsim_folder_keeps_counting_from_the_intake(
     (ttft,) = [p["ttft"] for p in first.values()]
     assert ttft["error_pct"]["p50"] == pytest.approx(0.0, abs=1e-9)
     capsys.readouterr()
-

@@ -27,8 +27,9 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
 A step with no decoding sequence costs what the target says, plus an n-gram
 proposer's CPU work. Each part's source, and the simplifications (the
 proposer on one GPU at its own size, the sampler's work whatever the
-temperature): ``docs/speculative.md``, "The parts of a step". ``draft_cost_fraction`` (a scenario's own figure: one draft
-decode step is that fraction of the target's) prices the proposer by formula
+temperature): ``docs/speculative.md``, "The parts of a step".
+``draft_cost_fraction`` (a scenario's own figure: one draft decode step is that
+fraction of the target's) prices the proposer by formula
 instead, and no rejection sampler or bookkeeping.
 """
 
