@@ -15,7 +15,9 @@ and only the test files named for each run (``pytest -x``, with a timeout), so
 a whole check takes minutes, not the suite's time per mutant. First the named
 test files run once on the unmutated copy: a failure there makes every verdict
 meaningless, so the check stops (exit 2). A mutant whose line is no longer in
-its file is reported ``stale`` (the code moved on: update the mutant).
+its file (or whose file is gone) is ``stale``: the code moved on and the mutant
+tests nothing. Each stale one is named on stderr before the run and after it,
+and fails the check (exit 1), as ``--list`` does (update the mutant).
 
 Hypothesis runs derandomized (the same examples every time) and without
 shrinking a failing example (the copy's ``tests/conftest.py`` gets a profile for
@@ -24,7 +26,7 @@ that): a kill is a kill however small its example.
 Verdicts: ``killed`` (a test failed), ``survived`` (all passed: a gap in the
 tests, or a mutant that changes nothing observable), ``timeout``, ``stale``.
 The score is killed / (killed + survived + timeout). Exit status 1 when any
-mutant survived or timed out, 0 when all applied ones were killed.
+mutant survived, timed out or was stale, 0 when every one applied and was killed.
 """
 
 from __future__ import annotations
@@ -160,8 +162,8 @@ MUTANTS = (
     Mutant(
         "kernels-one-allreduce",
         "sim/cost/kernels/cost.py",
-        "total += 2.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)",
-        "total += 1.0 * self.allreduce_s(num_tokens * self.arch.hidden_size * ACTIVATION_BYTES)",
+        "return 2.0 * self.allreduce_s(tokens * activation_bytes)",
+        "return 1.0 * self.allreduce_s(tokens * activation_bytes)",
         ("tests/test_cost_kernels_aic_units.py",),
         "one all-reduce per layer instead of two (after attention and after the MLP)",
     ),
@@ -224,9 +226,9 @@ MUTANTS = (
     Mutant(
         "may-run-budget",
         "sim/fast/decode_runs.py",
-        "if budget == 0 or not policy.chunked_prefill:",
-        "if budget == 0:",
-        ("tests/test_budget_block_no_run.py",),
+        "not policy.chunked_prefill",  # `if budget == 0 or (...)` then blocks at 0 only
+        "False",
+        ("tests/test_budget_block_no_run.py", "tests/test_mutant_may_run_budget.py"),
         "a decode run follows a step whose admission the token budget blocked",
     ),
     Mutant(
@@ -274,8 +276,8 @@ MUTANTS = (
     Mutant(
         "prefix-free-order",
         "sim/engine/kv_cache.py",
-        "blocks.reverse()",
-        "blocks.sort()",
+        "tail.reverse()",
+        "tail.sort()",
         ("tests/test_prefix_cache_reference.py",),
         "a freed request's blocks are queued head first (vLLM frees the tail first)",
     ),
@@ -398,7 +400,7 @@ MUTANTS = (
     Mutant(
         "memops-no-efficiency",
         "sim/cost/kernels/memory_ops.py",
-        "bytes_per_s=hardware.memory_bandwidth_bytes_per_s * hardware.memory_efficiency,",
+        "bytes_per_s=hardware.effective_bytes_per_s,",
         "bytes_per_s=hardware.memory_bandwidth_bytes_per_s,",
         ("tests/test_cost_kernels_memory_ops.py",),
         "memory-bound ops at the datasheet bandwidth (no efficiency)",
@@ -436,12 +438,12 @@ MUTANTS = (
         "an overlapped step takes the shorter of GPU and CPU work, not the longer",
     ),
     Mutant(
-        "engine-cpu-run-no-tokens",
+        "engine-cpu-decode-no-tokens",
         "sim/cost/engine_cpu.py",
-        "cpu = self._cpu_s(num_seqs, num_seqs)",
-        "cpu = self._cpu_s(num_seqs, 0)",
+        "+ self._per_token_s * tokens",
+        "+ self._per_token_s * shape.num_prefill_tokens",
         ("tests/test_engine_cpu.py",),
-        "a decode run's CPU work leaves out its tokens (one per sequence)",
+        "a step's per-token CPU work leaves out its decode tokens (one per sequence)",
     ),
     Mutant(
         "engine-cpu-serial-no-fixed",
@@ -486,8 +488,8 @@ MUTANTS = (
     Mutant(
         "metrics-phase-ttft-buckets",
         "sim/openai/metrics.py",
-        "buckets=E2E_BUCKETS_S,",
-        "buckets=TTFT_BUCKETS_S,",
+        'phase: histogram(f"vllm:request_{phase}_time_seconds", f"{what} (s).", E2E_BUCKETS_S)',
+        'phase: histogram(f"vllm:request_{phase}_time_seconds", f"{what} (s).", TTFT_BUCKETS_S)',
         METRICS_TESTS,
         "the engine-phase histograms take the TTFT buckets (vLLM's are the request-latency ones)",
     ),
@@ -567,6 +569,22 @@ def mutate(text: str, mutant: Mutant) -> str | None:
     return "".join(lines)
 
 
+def is_stale(mutant: Mutant, root: Path | None = None) -> bool:
+    """Whether the mutant's line (or its file) is gone from the tree at ``root``
+    (the checkout's by default)."""
+    target = (ROOT if root is None else root) / mutant.path
+    return not target.is_file() or mutate(target.read_text(), mutant) is None
+
+
+def report_stale(mutants: list[Mutant]) -> list[Mutant]:
+    """The stale ones among ``mutants``, each named on stderr."""
+    stale = [m for m in mutants if is_stale(m)]
+    for m in stale:
+        print(f"STALE mutant {m.name}: its line is not in {m.path} (update the mutant)",
+              file=sys.stderr)  # fmt: skip
+    return stale
+
+
 def copy_tree(dest: Path) -> None:
     """The tree's files as git sees them (tracked, and untracked but not ignored) into
     ``dest``; outside a git checkout, everything but ``IGNORED``."""
@@ -605,6 +623,7 @@ def _pytest(tree: Path, tests: tuple[str, ...], timeout_s: float) -> tuple[str, 
 
 
 def run(mutants: list[Mutant], timeout_s: float) -> int:
+    report_stale(mutants)  # told up front too: the run takes minutes
     with tempfile.TemporaryDirectory(prefix="servesim-mutants-") as tmp:
         tree = Path(tmp) / "tree"
         copy_tree(tree)
@@ -621,8 +640,7 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
         counts = {"killed": 0, "survived": 0, "timeout": 0, "stale": 0}
         for mutant in mutants:
             target = tree / mutant.path
-            original = target.read_text()
-            mutated = mutate(original, mutant)
+            mutated = None if is_stale(mutant, tree) else mutate(target.read_text(), mutant)
             caught_by = ""
             if mutated is None:
                 status, seconds = "stale", 0.0
@@ -641,6 +659,8 @@ def run(mutants: list[Mutant], timeout_s: float) -> int:
     score = counts["killed"] / applied if applied else 0.0
     summary = ", ".join(f"{n} {k}" for k, n in counts.items())
     print(f"score: {counts['killed']}/{applied} killed ({score:.0%}); {summary}")
+    if report_stale(mutants):
+        return 1
     return 0 if applied == counts["killed"] else 1
 
 
@@ -660,10 +680,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [known[name] for name in args.only] if args.only else list(MUTANTS)
     if args.list:
         for m in chosen:
-            stale = mutate((ROOT / m.path).read_text(), m) is None
-            mark = "  (stale: its line is not in the file)" if stale else ""
+            mark = "  (stale: its line is not in the file)" if is_stale(m) else ""
             print(f"{m.name:26s} {m.path}{mark}  [{' '.join(m.tests)}]\n{'':26s} {m.why}")
-        return 0
+        return 1 if report_stale(chosen) else 0
     return run(chosen, args.timeout)
 
 
