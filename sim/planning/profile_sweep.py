@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sim import api
 from sim.api.result import Result
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.scenario import Scenario
 from sim.workload.generate import WorkloadConfig
 from sim.workload.profiles import sweep_rates_per_s, with_profile
@@ -42,11 +42,14 @@ class SweepPhase:
 
 def _driven(scenario: Scenario, load: dict[str, Any]) -> Scenario:
     settings = {k: v for k, v in load.items() if k != "profile"}
-    mapping = with_profile(scenario.workload.model_dump(), load["profile"], **settings)
+    where = f"sweep, {load['profile']}"
     try:
+        mapping = with_profile(scenario.workload.model_dump(), load["profile"], **settings)
         workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
     except ValidationError as error:
-        raise ConfigError(f"sweep, {load['profile']}: {error.errors()[0]['msg']}") from None
+        raise ConfigError(format_error(where, error, mapping, "workload")) from None
+    except ValueError as error:  # a profile refused (with_profile)
+        raise ConfigError(f"{where}: {error}") from None
     return scenario.model_copy(update={"workload": workload})
 
 
