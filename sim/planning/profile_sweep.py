@@ -42,14 +42,12 @@ class SweepPhase:
 
 def _driven(scenario: Scenario, load: dict[str, Any]) -> Scenario:
     settings = {k: v for k, v in load.items() if k != "profile"}
-    where = f"sweep, {load['profile']}"
+    mapping = with_profile(scenario.workload.model_dump(), load["profile"], **settings)
     try:
-        mapping = with_profile(scenario.workload.model_dump(), load["profile"], **settings)
         workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
     except ValidationError as error:
+        where = f"sweep, {load['profile']}"
         raise ConfigError(format_error(where, error, mapping, "workload")) from None
-    except ValueError as error:  # a profile refused (with_profile)
-        raise ConfigError(f"{where}: {error}") from None
     return scenario.model_copy(update={"workload": workload})
 
 
