@@ -292,7 +292,8 @@ def test_missing_nested_field_is_named(tmp_path: Path) -> None:
 def test_wrong_field_is_named(tmp_path: Path) -> None:
     data = _artifact().model_dump(mode="json")
     data["samples"][1]["median_s"] = "fast"
-    assert ": samples.1.median_s: Input should be a valid number" in _one_line_error(_write(tmp_path, data))
+    message = _one_line_error(_write(tmp_path, data))
+    assert ": samples.1.median_s: Input should be a valid number" in message
 
 
 def test_unknown_field_is_named(tmp_path: Path) -> None:

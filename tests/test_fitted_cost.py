@@ -206,7 +206,7 @@ def one_line(error: pytest.ExceptionInfo[ConfigError]) -> str:
         ("{not json", "not valid JSON at line 1"),
         ('{"format": "servesim-kernels"}', "not a fitted cost artifact"),
         ('{"format": "servesim-fitted-cost", "format_version": 9}', "format_version 9"),
-        ('{"format": "servesim-fitted-cost", "format_version": 1}', "bad.json: provenance: Field required"),
+        ('{"format": "servesim-fitted-cost", "format_version": 1}', ": provenance: Field required"),
     ],
 )
 def test_bad_artifacts_give_one_line(tmp_path: Path, content: str, expected: str) -> None:
