@@ -186,7 +186,7 @@ def test_a_relative_base_artifact_is_found_from_the_fitted_artifacts_folder(
 def test_a_fitted_base_is_refused(tmp_path: Path) -> None:
     nested = {"kind": "fitted", "artifact": "other.json"}
     path = save_fitted_artifact(artifact(nested, FitParameters()), tmp_path / "f.json")
-    with pytest.raises(ConfigError, match=r"f\.json: field 'base_cost"):
+    with pytest.raises(ConfigError, match=r"f\.json: base_cost\.kind: "):
         build_cost_model(
             FittedCostConfig(artifact=str(path)),
             model_preset("tiny"),
@@ -206,7 +206,7 @@ def one_line(error: pytest.ExceptionInfo[ConfigError]) -> str:
         ("{not json", "not valid JSON at line 1"),
         ('{"format": "servesim-kernels"}', "not a fitted cost artifact"),
         ('{"format": "servesim-fitted-cost", "format_version": 9}', "format_version 9"),
-        ('{"format": "servesim-fitted-cost", "format_version": 1}', "field 'provenance' is miss"),
+        ('{"format": "servesim-fitted-cost", "format_version": 1}', ": provenance: Field required"),
     ],
 )
 def test_bad_artifacts_give_one_line(tmp_path: Path, content: str, expected: str) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 
 from sim.cli.endpoint_options import DEFAULT_MAX_CONCURRENCY, SWEEP_SIZE
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.metrics.report import format_summary_table
 from sim.scenario import load_scenario
 from sim.workload.generate import (
@@ -45,15 +45,17 @@ def driven_scenario(
             if value is not None:
                 raise ConfigError(f"{flag} applies only with --profile")
     else:
+        settings = {"streams": args.streams, "rate_per_s": rate}
         try:
-            settings = {"streams": args.streams, "rate_per_s": rate}
             mapping = with_profile(workload.model_dump(), profile, **settings)
+        except ValueError as error:
+            raise ConfigError(f"--profile {profile}: {error}") from None
+        try:
             workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
-        except ValueError as error:  # pydantic's ValidationError is one
-            first = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
-            # pydantic words a validator's ValueError "Value error, ...": the reason alone.
-            reason = str(first).removeprefix("Value error, ")
-            raise ConfigError(f"--profile {profile}: {reason}") from None
+        except ValidationError as error:
+            raise ConfigError(
+                format_error(f"--profile {profile}", error, mapping, "workload")
+            ) from None
     if args.max_concurrency is not None:
         if isinstance(workload, ClosedLoopWorkload):
             raise ConfigError(

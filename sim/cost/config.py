@@ -51,9 +51,8 @@ from sim.cost.kernels.config import (
     kernel_auto_choice,
 )
 from sim.cost.linear import LinearCost, zero_step_problem
-from sim.cost.provenance import validation_problem
 from sim.cost.roofline import ParallelRooflineCost, RooflineCost
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, anchored, hardware_preset
 
@@ -349,7 +348,9 @@ def _build(
         try:  # the base model's cost: block, stored in the artifact
             base_config = _BASE_ADAPTER.validate_python(artifact.base_cost)
         except ValidationError as error:
-            raise ConfigError(f"{path}: {validation_problem(error, 'base_cost')}") from None
+            raise ConfigError(
+                format_error(str(path), error, artifact.base_cost, "base_cost")
+            ) from None
         base = build_cost_model(base_config, model, hardware, path.parent, parallelism)
         return FittedCost(base, artifact.parameters, source=path.name)
     if isinstance(config, AutoCostConfig):

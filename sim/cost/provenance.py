@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -159,25 +159,12 @@ def check_format(
         )
 
 
-def validation_problem(error: ValidationError, prefix: str = "") -> str:
-    """The first problem as ``field 'a.b' is missing`` / ``is invalid: why`` (one line).
-
-    ``prefix`` is the path of the validated block inside the file (``provenance``).
-    """
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in (*((prefix,) if prefix else ()), *first["loc"]))
-    problem = "is missing" if first["type"] == "missing" else f"is invalid: {first['msg']}"
-    count = error.error_count()
-    more = f" (and {count - 1} more problem(s))" if count > 1 else ""
-    return " ".join(f"field '{where or '<root>'}' {problem}{more}".split())
-
-
 def validated(model: type[Model], data: Any, path: Path, prefix: str = "") -> Model:
     """``model`` validated from ``data``; ConfigError naming ``path`` and the field if bad."""
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(f"{path}: {validation_problem(error, prefix)}") from None
+        raise ConfigError(format_error(str(path), error, data, prefix)) from None
 
 
 def command_output(args: list[str]) -> str | None:

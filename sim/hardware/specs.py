@@ -49,7 +49,7 @@ from pydantic import (
     model_validator,
 )
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)
 
@@ -700,9 +700,7 @@ def _gpu_preset(name: str, table: Mapping[str, Any], path: Path) -> GpuPreset:
     try:
         return GpuPreset(spec=HardwareSpec(**spec, **fields), **card)
     except ValidationError as error:
-        problem = error.errors()[0]
-        where = ".".join(str(part) for part in problem["loc"])
-        raise ConfigError(f"{path} [{name}] {where}: {problem['msg']}") from None
+        raise ConfigError(format_error(f"{path} [{name}]", error, table)) from None
 
 
 def load_gpu_presets(path: Path = GPUS_FILE) -> Mapping[str, GpuPreset]:
@@ -849,10 +847,7 @@ def model_from_ref(value: Any, base_dir: Path | None = None, where: str = "model
     try:
         return _MODEL_REF.validate_python(value, context={"base_dir": base_dir})
     except ValidationError as error:
-        problem = error.errors()[0]
-        field = ".".join(str(part) for part in problem["loc"])
-        message = str(problem["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{where}{'.' + field if field else ''}: {message}") from None
+        raise ConfigError(format_error("", error, value, where)) from None
 
 
 _MODEL_REF: TypeAdapter[ModelSpec] = TypeAdapter(ModelRef)

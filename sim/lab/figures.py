@@ -17,6 +17,7 @@ import numpy as np
 from sim.lab.runs import Knee
 from sim.metrics.figure_data import PHASE_COLORS, CdfData, TimeseriesData, WaterfallData
 from sim.metrics.plots import TIMESERIES_COLUMNS
+from sim.metrics.report import jsonable
 
 Figure = dict[str, Any]
 
@@ -226,7 +227,7 @@ def knee_figure(
             traces.append(
                 {
                     "x": list(knee.rates_per_s),
-                    "y": [finite(v) for v in values],
+                    "y": jsonable(values),
                     "name": name,
                     "mode": "lines+markers",
                     "line": {"dash": dash},
@@ -257,7 +258,7 @@ def knee_figure(
     traces.append(
         {
             "x": [rate_per_s, rate_per_s],
-            "y": [finite(p50_ms), finite(p99_ms)],
+            "y": jsonable([p50_ms, p99_ms]),  # NaN or inf: null, no point drawn
             "name": "this run",
             "mode": "markers",
             "marker": {"size": 13, "color": _RED, "symbol": "diamond"},
@@ -278,9 +279,3 @@ def knee_figure(
         legend={"orientation": "h", "y": -0.28},
     )
     return {"data": traces, "layout": layout}
-
-
-def finite(value: Any) -> Any:
-    """A value JSON can carry: None (a gap in a line, a missing statistic) for a NaN or
-    infinite float."""
-    return None if isinstance(value, float) and not math.isfinite(value) else value

@@ -28,10 +28,10 @@ from sim.api import Result
 from sim.cli import error_line
 from sim.errors import ConfigError
 from sim.lab.controls import CONTROLS, doc_for, scenario_for, scenario_yaml, values_of
-from sim.lab.figures import cdf_figure, finite, knee_figure, timeseries_figure, waterfall_figure
+from sim.lab.figures import cdf_figure, knee_figure, timeseries_figure, waterfall_figure
 from sim.lab.lessons import LESSON_BY_NAME, LESSONS
 from sim.lab.runs import Knee, KneeCache, knee, regime, run_doc
-from sim.metrics.report import all_rejected_error, prepare_figures
+from sim.metrics.report import all_rejected_error, jsonable, prepare_figures
 from sim.openai import listen
 
 PAGE = Path(__file__).parent / "page"
@@ -105,7 +105,7 @@ class Lab:
             raise ConfigError(nothing)  # as servesim run refuses it
         self.results = {request_id: result}
         figures = prepare_figures(result.figure_job(self.base_dir))
-        summary = {key: finite(result.summary.get(key)) for key in SHOWN_KEYS}
+        summary = {key: jsonable(result.summary.get(key)) for key in SHOWN_KEYS}
         return {
             "summary": summary,
             "figures": {
@@ -140,7 +140,7 @@ class Lab:
         return {
             "knee": figure,
             "caption": state.caption(),
-            "rho": finite(state.rho),
+            "rho": jsonable(state.rho),
             "capacity_rate_per_s": found.capacity_rate_per_s,
             "binds": state.binds,
         }

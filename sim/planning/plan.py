@@ -28,7 +28,7 @@ from sim.api.build import cost_model_for, kv_blocks_for
 from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
 from sim.cost.model_error import ModelError, model_error_for
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
 from sim.metrics.slo_targets import SloTarget, per_request_slo, targets_from_mapping
 from sim.planning.capacity import (
@@ -241,9 +241,7 @@ def resolve_gpus(config: PlanConfig) -> list[HardwareSpec]:
             try:
                 out.append(HardwareSpec.model_validate(doc))
             except ValidationError as error:
-                err = error.errors()[0]
-                where = ".".join(str(part) for part in err["loc"])
-                raise ConfigError(f"plan: gpus[{index}].{where}: {err['msg']}") from None
+                raise ConfigError(format_error("plan", error, doc, f"gpus[{index}]")) from None
     names = [g.name for g in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"plan: gpus: a GPU is listed twice ({', '.join(names)})")

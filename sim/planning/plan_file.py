@@ -11,8 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
 
-from sim.errors import ConfigError
-from sim.scenario.overrides import format_error
+from sim.errors import ConfigError, format_error
 from sim.scenario.strict_yaml import read_yaml
 
 _FROZEN = ConfigDict(extra="forbid", frozen=True)

@@ -21,7 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from sim import api
 from sim.api.result import Result
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.scenario import Scenario
 from sim.workload.generate import WorkloadConfig
 from sim.workload.profiles import sweep_rates_per_s, with_profile
@@ -46,7 +46,8 @@ def _driven(scenario: Scenario, load: dict[str, Any]) -> Scenario:
     try:
         workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
     except ValidationError as error:
-        raise ConfigError(f"sweep, {load['profile']}: {error.errors()[0]['msg']}") from None
+        where = f"sweep, {load['profile']}"
+        raise ConfigError(format_error(where, error, mapping, "workload")) from None
     return scenario.model_copy(update={"workload": workload})
 
 

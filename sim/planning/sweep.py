@@ -33,12 +33,11 @@ from pydantic import (
 from tqdm import tqdm
 
 import sim
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
 from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
-from sim.scenario.overrides import format_error
 from sim.scenario.strict_yaml import read_yaml
 
 MAX_SWEEP_RUNS = 100_000

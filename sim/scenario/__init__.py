@@ -29,7 +29,7 @@ from sim.engine.policies import ContinuousConfig, PolicyConfig
 from sim.engine.policies.vllm_defaults import batch_defaults
 from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import SpeculativeConfig
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.hardware.kv_capacity import block_size_problem
 from sim.hardware.parallel import LINK_PRESETS, ParallelismConfig, layout_problem, link_preset
 from sim.hardware.quantization import QuantizationConfig
@@ -45,7 +45,7 @@ from sim.hardware.specs import (
 )
 from sim.metrics.stats import Slo
 from sim.scenario.bench_flags import BenchFlags, apply_bench_flags
-from sim.scenario.overrides import Overrides, apply_overrides, format_error, set_dotted
+from sim.scenario.overrides import Overrides, apply_overrides, set_dotted
 from sim.scenario.strict_yaml import read_yaml
 from sim.scenario.vllm_versions import NEWEST, VllmVersion, version_problem, vllm_version
 from sim.serving.cluster import ClusterConfig

@@ -46,7 +46,7 @@ from sim.cost.fitted_cpu import (
 )
 from sim.cost.kernels.artifact import model_matches
 from sim.cost.provenance import git_revision, utc_now
-from sim.errors import ConfigError
+from sim.errors import ConfigError, format_error
 from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec, hardware_preset
 from sim.metrics.stats import text_dtype
 from sim.scenario import Scenario, load_scenario
@@ -198,10 +198,8 @@ def scenario_for_run(
     try:
         return Scenario.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        problem = f"recorded settings, {where}: {first['msg']}"
-        raise ConfigError(f"--from-run {source}: {problem}") from None
+        source_settings = f"--from-run {source}: recorded settings"
+        raise ConfigError(format_error(source_settings, error, data)) from None
 
 
 @dataclass(frozen=True)

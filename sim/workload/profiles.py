@@ -92,12 +92,13 @@ def with_profile(workload: dict[str, Any], profile: str, **settings: Any) -> dic
     """``workload`` (a ``synthetic`` or ``closed_loop`` workload as a mapping) driven
     by ``profile`` instead: the same lengths, count and prefix groups, with the
     profile's ``settings`` (``streams``, ``rate_per_s``, ``max_concurrency``; None
-    ones left out); a mapping for ``WorkloadConfig`` to validate. ValueError for a
-    workload whose requests are not drawn (a trace) or not counted."""
+    ones left out), expanded (``expand_profile``): a mapping for ``WorkloadConfig`` to
+    validate, whose paths are those of its errors. ValueError for a workload whose
+    requests are not drawn (a trace) or not counted, or a profile refused."""
     if workload.get("kind") == "trace":
         raise ValueError("a trace keeps its own arrivals: a profile applies to drawn workloads")
     if workload.get("num_requests") is None:
         raise ValueError("a profile needs workload.num_requests (not duration_s)")
     kept = {k: v for k, v in workload.items() if k not in _DRIVE_KEYS and v is not None}
     chosen = {k: v for k, v in settings.items() if v is not None}
-    return {"profile": profile} | chosen | kept
+    return expand_profile({"profile": profile} | chosen | kept)
