@@ -13,21 +13,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import TypeAdapter, ValidationError
 
 from sim.cli.endpoint_options import DEFAULT_MAX_CONCURRENCY, SWEEP_SIZE
 from sim.errors import ConfigError
 from sim.metrics.report import format_summary_table
-from sim.planning.profile_sweep import profile_sweep, write_phases
+from sim.planning.profile_sweep import driven, profile_sweep, write_phases
 from sim.scenario import load_scenario
 from sim.workload.generate import (
     ClosedLoopSource,
     ClosedLoopWorkload,
     RequestArrays,
-    WorkloadConfig,
     generate_open_loop,
 )
-from sim.workload.profiles import with_profile
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
@@ -39,21 +36,14 @@ def driven_scenario(
     """``scenario`` with ``profile`` (and ``--streams``, ``rate``) and
     ``--max-concurrency`` applied to its workload; ConfigError naming the flag.
     ``servesim run --profile`` drives a simulated run the same way."""
-    workload = scenario.workload
     if profile is None:
         for flag, value in (("--streams", args.streams), ("--rate", rate)):
             if value is not None:
                 raise ConfigError(f"{flag} applies only with --profile")
     else:
-        try:
-            settings = {"streams": args.streams, "rate_per_s": rate}
-            mapping = with_profile(workload.model_dump(), profile, **settings)
-            workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
-        except ValueError as error:  # pydantic's ValidationError is one
-            first = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
-            # pydantic words a validator's ValueError "Value error, ...": the reason alone.
-            reason = str(first).removeprefix("Value error, ")
-            raise ConfigError(f"--profile {profile}: {reason}") from None
+        load = {"profile": profile, "streams": args.streams, "rate_per_s": rate}
+        scenario = driven(scenario, load, f"--profile {profile}")
+    workload = scenario.workload
     if args.max_concurrency is not None:
         if isinstance(workload, ClosedLoopWorkload):
             raise ConfigError(

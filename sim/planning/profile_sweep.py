@@ -30,14 +30,12 @@ from sim.workload.generate import WorkloadConfig
 from sim.workload.profiles import sweep_rates_per_s, with_profile
 
 RunPhase = Callable[[str, dict[str, Any], Scenario], Mapping[str, Any]]
-"""Runs one phase (its folder name ``phase-N``, its load, its scenario) and returns
-its summary: a simulation (``servesim run``) or a measurement (``measure --endpoint``)."""
+"""Runs one phase (its folder ``phase-N``, load and scenario); returns its summary."""
 
 
 @dataclass(frozen=True)
 class SweepPhase:
-    """One benchmark of a sweep: its folder, its load (a profile with its settings)
-    and its run's summary."""
+    """One benchmark of a sweep: its folder, load (a profile and its settings), summary."""
 
     folder: str
     load: dict[str, Any]
@@ -49,16 +47,17 @@ class SweepPhase:
         return float(self.summary.get("request_throughput") or 0.0)
 
 
-def _driven(scenario: Scenario, load: dict[str, Any]) -> Scenario:
+def driven(scenario: Scenario, load: Mapping[str, Any], where: str) -> Scenario:
+    """``scenario`` with its workload driven by ``load`` (a profile and its settings,
+    None ones left out: ``with_profile``); ConfigError ``"{where}: reason"``."""
     settings = {k: v for k, v in load.items() if k != "profile"}
     try:
         mapping = with_profile(scenario.workload.model_dump(), load["profile"], **settings)
-    except ValueError as error:  # a trace, or no num_requests
-        raise ConfigError(f"sweep: {error}") from None
-    try:
         workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
-    except ValidationError as error:
-        raise ConfigError(f"sweep, {load['profile']}: {error.errors()[0]['msg']}") from None
+    except ValueError as error:  # pydantic's ValidationError is one
+        first = error.errors()[0]["msg"] if isinstance(error, ValidationError) else error
+        # pydantic words a validator's ValueError "Value error, ...": the reason alone.
+        raise ConfigError(f"{where}: {str(first).removeprefix('Value error, ')}") from None
     return scenario.model_copy(update={"workload": workload})
 
 
@@ -85,7 +84,7 @@ def profile_sweep(
 
     def phase(load: dict[str, Any]) -> float:
         folder = f"phase-{len(phases)}"
-        phases.append(SweepPhase(folder, load, run(folder, load, _driven(scenario, load))))
+        phases.append(SweepPhase(folder, load, run(folder, load, driven(scenario, load, "sweep"))))
         return phases[-1].rate_per_s
 
     synchronous = phase({"profile": "synchronous"})

@@ -35,13 +35,7 @@ from sim.api import Result, replay
 from sim.cost.base import CostModel
 from sim.metrics.itl import STEP_COLUMNS, step_itl_gaps_s
 from sim.metrics.quantiles import Summary, latency_stats_ms
-from sim.metrics.stats import (
-    RequestTable,
-    completed_mask,
-    latency_columns,
-    sample_notes,
-    summarize,
-)
+from sim.metrics.stats import RequestTable, completed_mask, latency_columns, sample_notes, summarize
 from sim.scenario import Scenario, Slo
 from sim.validation.intake import counted_from_intake
 from sim.workload.generate import RequestArrays, WorkloadConfig
