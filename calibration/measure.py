@@ -35,11 +35,10 @@ from calibration.sampling import SamplingParams
 from sim.api import core_config_for, summary_header
 from sim.engine.records import RequestTable
 from sim.errors import ConfigError
-from sim.metrics.quantiles import latency_stats_ms
-from sim.metrics.stats import sample_notes, summarize, with_request_metrics
+from sim.metrics.stats import with_request_metrics
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import write_measure_folder
-from sim.validation.predict import token_gaps_s, with_request_spec
+from sim.validation.predict import measured_summary, with_request_spec
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
@@ -161,9 +160,7 @@ def measure(
     if probe:
         probes["after"] = run_probe(model)
     table = RequestTable.from_frame(run.requests)
-    summary: dict[str, Any] = dict(summarize(table, run.core_steps, run.extra_itl_s, scenario.slo))
-    summary |= latency_stats_ms("itl", token_gaps_s(run.tokens))
-    summary |= sample_notes(table)
+    summary: dict[str, Any] = dict(measured_summary(table, run.tokens, scenario.slo))
     steps = run.steps
     forward_wall = float((steps["end_s"] - steps["forward_start_s"]).sum())
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None

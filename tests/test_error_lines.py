@@ -16,7 +16,7 @@ from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_from_ref, model_preset
 from sim.planning.plan import resolve_gpus
 from sim.planning.plan_file import PlanConfig
-from sim.planning.profile_sweep import _driven
+from sim.planning.profile_sweep import driven
 from sim.scenario import load_scenario
 from sim.validation.fit_runs import scenario_for_run
 from sim.validation.runs import ImportedRun
@@ -79,7 +79,7 @@ def test_a_profiles_workload_names_the_field_under_workload() -> None:
     # pydantic's, not the user's.
     scenario = load_scenario(SCENARIO, COUNT)
     with pytest.raises(ConfigError) as error:
-        _driven(scenario, {"profile": "concurrent", "streams": 0})
+        driven(scenario, {"profile": "concurrent", "streams": 0}, "sweep, concurrent")
     assert one_line(error).startswith("sweep, concurrent: workload.num_users: ")
 
 

@@ -350,7 +350,7 @@ def test_plan_cli_an_slo_no_configuration_meets(
 def test_disaggregated_units_are_searched_and_priced_per_gpu() -> None:
     result = _plan(["h100"], {"h100": 3.0}, 100.0, prune=False, disaggregation={"ratios": ["1:1"]})
     split = next(o for o in result.outcomes if o.candidate.split == (1, 1))
-    assert split.status == "searched" and split.candidate.num_gpus == 2
+    assert split.status == "searched" and split.num_gpus == 2
     record = split.record or {}
     if record.get("usd_per_hour") is not None:  # a fleet of 2-GPU units
         assert record["usd_per_hour"] == pytest.approx(record["num_units"] * 2 * 3.0)

@@ -8,26 +8,23 @@ measuring a live server needs only ``aiohttp`` (``pip install -e '.[http]'``).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import TypeAdapter, ValidationError
 
 from sim.cli.endpoint_options import DEFAULT_MAX_CONCURRENCY, SWEEP_SIZE
-from sim.errors import ConfigError, format_error
+from sim.errors import ConfigError
 from sim.metrics.report import format_summary_table
+from sim.planning.profile_sweep import driven, profile_sweep, write_phases
 from sim.scenario import load_scenario
 from sim.workload.generate import (
     ClosedLoopSource,
     ClosedLoopWorkload,
     RequestArrays,
-    WorkloadConfig,
     generate_open_loop,
 )
-from sim.workload.profiles import sweep_rates_per_s, with_profile
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
@@ -39,23 +36,14 @@ def driven_scenario(
     """``scenario`` with ``profile`` (and ``--streams``, ``rate``) and
     ``--max-concurrency`` applied to its workload; ConfigError naming the flag.
     ``servesim run --profile`` drives a simulated run the same way."""
-    workload = scenario.workload
     if profile is None:
         for flag, value in (("--streams", args.streams), ("--rate", rate)):
             if value is not None:
                 raise ConfigError(f"{flag} applies only with --profile")
     else:
-        settings = {"streams": args.streams, "rate_per_s": rate}
-        try:
-            mapping = with_profile(workload.model_dump(), profile, **settings)
-        except ValueError as error:
-            raise ConfigError(f"--profile {profile}: {error}") from None
-        try:
-            workload = TypeAdapter(WorkloadConfig).validate_python(mapping)
-        except ValidationError as error:
-            raise ConfigError(
-                format_error(f"--profile {profile}", error, mapping, "workload")
-            ) from None
+        load = {"profile": profile, "streams": args.streams, "rate_per_s": rate}
+        scenario = driven(scenario, load, f"--profile {profile}")
+    workload = scenario.workload
     if args.max_concurrency is not None:
         if isinstance(workload, ClosedLoopWorkload):
             raise ConfigError(
@@ -84,34 +72,25 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
 
 
 def _measure_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> Path:
-    """GuideLLM's sweep on the server: synchronous, throughput, then ``--sweep-size - 2``
-    constant rates evenly between their measured request rates (the last the
-    throughput's), each in ``out/phase-N``; ``out/phases.json`` lists them."""
+    """GuideLLM's sweep on the server (``sim.planning.profile_sweep``, as ``run
+    --profile sweep`` simulates it): synchronous, throughput, then ``--sweep-size - 2``
+    constant rates evenly between their measured request rates, the later phases
+    under ``--max-concurrency``; each in ``out/phase-N``, listed in ``out/phases.json``."""
     if args.streams is not None or args.rate is not None:
         raise ConfigError("--streams and --rate do not apply to --profile sweep")
     sweep_size = SWEEP_SIZE if args.sweep_size is None else args.sweep_size
-    if sweep_size < 2:
-        raise ConfigError(f"--sweep-size must be >= 2, got {sweep_size}")
-    rows: list[dict[str, object]] = []
+    # --max-concurrency is the workload's cap, which the sweep gives all but its
+    # synchronous phase (one request at a time already), as GuideLLM does.
+    capped = driven_scenario(scenario, args, None, None)
 
-    def phase(profile: str, rate: float | None) -> float:
-        folder = f"phase-{len(rows)}"
-        print(f"sweep {folder}: {profile}" + ("" if rate is None else f" at {rate:.3g}/s"))
-        summary = _measure(args, driven_scenario(scenario, args, profile, rate), out / folder)
-        done_per_s = float(summary.get("request_throughput") or 0.0)
-        load = {"profile": profile} | ({} if rate is None else {"rate_per_s": rate})
-        rows.append({"folder": folder, "load": summary.get("load") or load,
-                     "request_throughput": done_per_s})  # fmt: skip
-        return done_per_s
+    def measure(folder: str, load: dict[str, Any], driven: Scenario) -> dict[str, Any]:
+        rate = load.get("rate_per_s")
+        print(f"sweep {folder}: {load['profile']}" + ("" if rate is None else f" at {rate:.3g}/s"))
+        return _measure(args, driven, out / folder)
 
-    synchronous = phase("synchronous", None)
-    throughput = phase("throughput", None)
-    if throughput > synchronous:  # else nothing lies between (GuideLLM stops too)
-        for rate in sweep_rates_per_s(synchronous, throughput, sweep_size):
-            phase("constant", rate)
-    listing = {"source": f"servesim measure --endpoint {args.endpoint}", "phases": rows}
-    (out / "phases.json").write_text(json.dumps(listing, indent=2) + "\n")
-    print(f"sweep: {len(rows)} phases in {out}/phase-N/ (validate --measured {out}/phase-N)")
+    phases = profile_sweep(capped, sweep_size, "constant", run=measure)
+    write_phases(out, f"servesim measure --endpoint {args.endpoint}", phases)
+    print(f"sweep: {len(phases)} phases in {out}/phase-N/ (validate --measured {out}/phase-N)")
     return out
 
 

@@ -8,7 +8,6 @@ figure process must not start with the simulator, numpy and pydantic loaded.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,11 +32,11 @@ from sim.metrics.vllm_result import (
     result_document,
     write_result,
 )
-from sim.planning.profile_sweep import profile_sweep
+from sim.planning.profile_sweep import profile_sweep, write_phases
 from sim.scenario import BenchFlags, load_scenario
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from sim.api import Result
     from sim.cli.figures import FigureWorker
@@ -155,44 +154,39 @@ def _run_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> int:
     sweep_size = SWEEP_SIZE if args.sweep_size is None else args.sweep_size
     base_dir = Path(args.scenario).parent
     started = time.perf_counter()
-    phases = profile_sweep(
-        scenario,
-        sweep_size,
-        "constant",
-        run=lambda driven: api.run(driven, base_dir=base_dir, progress=not args.quiet),
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, object]] = []
+
+    def simulate(folder: str, load: dict[str, object], driven: Scenario) -> dict[str, object]:
+        result = api.run(driven, base_dir=base_dir, progress=not args.quiet)
+        result.write(out / folder)
+        return result.summary
+
+    phases = profile_sweep(scenario, sweep_size, "constant", run=simulate)
     header = (
         f"{'phase':<8} {'profile':<12} {'rate/s':>8} {'done/s':>8} "
         f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'TPOT p99':>9}  (ms)"
     )
     lines = [header]
-    for index, phase in enumerate(phases):
-        folder = f"phase-{index}"
-        phase.result.write(out / folder)
-        s = phase.result.summary
+    for phase in phases:
+        s = phase.summary
         rate = phase.load.get("rate_per_s")
-        rows.append({"folder": folder, "load": phase.load, "request_throughput": phase.rate_per_s})
 
-        def ms(key: str, s: dict[str, object] = s) -> str:
+        def ms(key: str, s: Mapping[str, object] = s) -> str:
             value = s.get(key)
             return f"{float(value):9.1f}" if isinstance(value, int | float) else f"{'-':>9}"
 
         lines.append(
-            f"{folder:<8} {phase.load['profile']:<12} "
+            f"{phase.folder:<8} {phase.load['profile']:<12} "
             f"{('-' if rate is None else f'{float(rate):.3g}'):>8} {phase.rate_per_s:8.3g} "
             f"{ms('median_ttft_ms')} {ms('p99_ttft_ms')} {ms('median_tpot_ms')} {ms('p99_tpot_ms')}"
         )
-    listing = {"source": f"servesim run {args.scenario} --profile sweep", "phases": rows}
-    (out / "phases.json").write_text(json.dumps(listing, indent=2) + "\n")
+    write_phases(out, f"servesim run {args.scenario} --profile sweep", phases)
     print("\n".join(lines))
     # Each phase's own caveats (too few samples beyond a percentile, ...), as a single
     # run's printout gives them: a table row must not look surer than its run.
-    for index, phase in enumerate(phases):
-        for text in phase.result.summary.get("caveats") or []:
-            print(f"CAVEAT: phase-{index}: {text}")
-    print(f"cost model: {phases[0].result.summary['cost_model']}")
+    for phase in phases:
+        for text in phase.summary.get("caveats") or []:
+            print(f"CAVEAT: {phase.folder}: {text}")
+    print(f"cost model: {phases[0].summary['cost_model']}")
     print(
         f"sweep: {len(phases)} phases simulated in {time.perf_counter() - started:.2f} s; "
         f"wrote {out}/phase-N/ and {out}/phases.json"

@@ -14,9 +14,10 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from sim.cost.model_error import ModelError
+from sim.metrics.report import jsonable
 from sim.metrics.slo_targets import per_request_slo
 from sim.planning.capacity import CapacitySearch, LoadPoint, capacity_rate_per_s
 from sim.planning.pricing import SECONDS_PER_HOUR
@@ -246,17 +247,14 @@ def to_json(
 ) -> dict[str, Any]:
     """Everything the search did, for ``capacity.json`` (non-finite numbers as null)."""
 
-    def clean(value: float) -> float | None:
-        return value if math.isfinite(value) else None
-
     def point_doc(p: LoadPoint) -> dict[str, Any]:
         return {
             "load": p.load,
             "status": p.status,
-            "worst_ratio_to_limit": clean(p.ratio),
-            "mean": {k: clean(v) for k, v in p.means.items()},
+            "worst_ratio_to_limit": p.ratio,
+            "mean": p.means,
             "ci95_half_width": {
-                k: clean(v) if len(p.records) >= 2 else None for k, v in p.half_widths.items()
+                k: v if len(p.records) >= 2 else None for k, v in p.half_widths.items()
             },
             "request_throughput": p.mean_of("request_throughput"),
             "request_goodput": p.mean_of("request_goodput"),
@@ -264,7 +262,7 @@ def to_json(
             "binding": p.binding or None,
         }
 
-    return {
+    doc = {
         "scenario": scenario_label,
         "cost_models": cost_models(search),
         "load_key": search.knob.key,
@@ -286,12 +284,14 @@ def to_json(
         "points": [point_doc(p) for p in sorted(search.points, key=lambda p: p.load)],
         "fleet": asdict(fleet) if fleet is not None else None,
     }
+    return cast(dict[str, Any], jsonable(doc))  # strict JSON: NaN and inf as null
 
 
 def write_json(doc: dict[str, Any], out_dir: str | Path, name: str = "capacity.json") -> Path:
-    """``doc`` as ``name`` in ``out_dir`` (made if need be): ``capacity.json``, ``plan.json``."""
+    """``doc`` as ``name`` in ``out_dir`` (made if need be): ``capacity.json``, ``plan.json``;
+    ValueError for a NaN or infinity, which strict JSON has no spelling for."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / name
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
     return path

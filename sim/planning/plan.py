@@ -87,12 +87,6 @@ class Candidate:
     split: tuple[int, int] | None = None  # (prefill, decode) replicas; None: aggregated
 
     @property
-    def num_gpus(self) -> int:
-        """GPUs one unit occupies."""
-        replicas = 1 if self.split is None else self.split[0] + self.split[1]
-        return replicas * self.tensor_parallel_size
-
-    @property
     def group(self) -> tuple[str, int, tuple[int, int] | None]:
         """The (GPU, TP, split) group whose batch limits are refined together."""
         return self.gpu, self.tensor_parallel_size, self.split
@@ -142,6 +136,8 @@ class Outcome:
     bound_usd_per_hour: float | None = None
     record: Record | None = None
     scenario_doc: dict[str, Any] | None = None  # one unit's scenario, as searched
+    # GPUs one unit occupies (its scenario's ``num_gpus``); None: its scenario is refused.
+    num_gpus: int | None = None
 
     @property
     def usd_per_hour(self) -> float | None:
@@ -505,7 +501,7 @@ def _task(space: _Space, outcome: Outcome) -> Task:
         "rel_width": space.config.rel_width,
         "max_sims": space.config.max_loads * space.config.seeds,
         "target_rate_per_s": outcome.sized_rate_per_s or space.target_rate_per_s,
-        "num_gpus": candidate.num_gpus,
+        "num_gpus": outcome.num_gpus,
         "price": outcome.price_per_gpu_hour or 0.0,
         "bound_rate_per_s": outcome.bound_rate_per_s,
     }
@@ -588,6 +584,7 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     except ConfigError as error:
         outcome.reason = str(error).removeprefix(f"plan: {candidate.label}: ")
         return outcome
+    outcome.num_gpus = scenario.num_gpus
     try:
         blocks = kv_blocks_for(scenario)
     except ConfigError as error:
@@ -614,7 +611,7 @@ def _prepare(space: _Space, candidate: Candidate) -> Outcome:
     space.warnings.update(dict.fromkeys(str(w.message) for w in caught))
     outcome.bound_rate_per_s = bound.rate_per_s
     outcome.bound_usd_per_hour = fleet_usd_per_hour(
-        bound.rate_per_s, outcome.sized_rate_per_s, candidate.num_gpus, price
+        bound.rate_per_s, outcome.sized_rate_per_s, scenario.num_gpus, price
     )
     if bound.infeasible:
         outcome.status, outcome.reason = "skipped", f"infeasible at any load: {bound.infeasible}"
@@ -626,7 +623,7 @@ def _cannot_beat(outcome: Outcome, best: Outcome) -> str | None:
     a cheaper fleet, or as cheap with more capacity per GPU), or None when it might."""
     bound_usd, bound_rate = outcome.bound_usd_per_hour, outcome.bound_rate_per_s or 0.0
     best_usd = best.usd_per_hour
-    assert bound_usd is not None and best_usd is not None
+    assert bound_usd is not None and best_usd is not None and outcome.num_gpus is not None
     beaten = (
         f"cannot beat ${best_usd:.2f}/h ({best.candidate.label}): even at its optimistic "
         f"bound of {bound_rate:.3g} req/s per unit the fleet costs ${bound_usd:.2f}/h"
@@ -635,7 +632,7 @@ def _cannot_beat(outcome: Outcome, best: Outcome) -> str | None:
         return beaten
     # As cheap: the tie goes to more capacity per GPU, which the bound caps too.
     best_per_gpu = float((best.record or {})["capacity_per_gpu"])
-    bound_per_gpu = bound_rate / outcome.candidate.num_gpus
+    bound_per_gpu = bound_rate / outcome.num_gpus
     if bound_usd >= best_usd * (1 - 1e-9) and bound_per_gpu <= best_per_gpu:
         return (
             f"{beaten}, a tie, at most {bound_per_gpu:.3g} req/s per GPU to its {best_per_gpu:.3g}"
@@ -681,7 +678,7 @@ def _run(
             price, sized_rate_per_s = task["price"], task["target_rate_per_s"]
             if space.config.prune and best is not None and best.usd_per_hour and price > 0:
                 # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
-                gpus = outcome.candidate.num_gpus
+                gpus = outcome.num_gpus
                 task["stop_below_rate_per_s"] = sized_rate_per_s * gpus * price / best.usd_per_hour
             outcome.scenario_doc = task["scenario"]
             yield task

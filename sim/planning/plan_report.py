@@ -151,8 +151,8 @@ def format_best(result: PlanResult) -> str:
     )
     return (
         f"cheapest for {result.target_rate_per_s:g} req/s{sized_for} within {slo}: {units} x "
-        f"{best.candidate.label} ({per_unit}s of {best.candidate.num_gpus} GPU"
-        f"{'s' if best.candidate.num_gpus > 1 else ''}): {record.get('num_gpus_total')} GPUs, "
+        f"{best.candidate.label} ({per_unit}s of {best.num_gpus} GPU"
+        f"{'s' if best.num_gpus != 1 else ''}): {record.get('num_gpus_total')} GPUs, "
         f"${record.get('usd_per_hour'):.2f}/hour, "
         f"${_num(record.get('usd_per_million_output_tokens'), '.3f')} per million output "
         f"tokens ({best.cost_model}; prices approximate, {PRICES_AS_OF}); "
@@ -183,7 +183,7 @@ def outcome_doc(outcome: Outcome) -> dict[str, Any]:
         "disaggregation": None
         if c.split is None
         else {"prefill": c.split[0], "decode": c.split[1]},
-        "gpus_per_unit": c.num_gpus,
+        "gpus_per_unit": outcome.num_gpus,
         "status": outcome.status,
         "reason": outcome.reason or None,
         "cost_model": outcome.cost_model or None,

@@ -31,18 +31,15 @@ from tqdm import tqdm
 import sim
 from sim.errors import ConfigError
 from sim.metrics.itl import STEP_COLUMNS
-from sim.metrics.quantiles import latency_stats_ms
 from sim.metrics.stats import (
     RequestTable,
-    sample_notes,
-    summarize,
     text_dtype,
     with_request_metrics,
 )
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.formats.measure_dir import write_measure_folder
-from sim.validation.predict import load_of, token_gaps_s
+from sim.validation.predict import load_of, measured_summary
 from sim.workload.generate import RequestArrays
 
 Api = Literal["completions", "chat"]
@@ -600,11 +597,8 @@ def endpoint_run(
     """Tables and the ``vllm bench serve`` summary of a finished (or stopped) run."""
     requests = request_frame(state, work)
     tokens = token_frame(state)
-    steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})
     measured = RequestTable.from_frame(requests)
-    summary: dict[str, Any] = dict(summarize(measured, steps, np.empty(0), scenario.slo))
-    summary |= sample_notes(measured)
-    summary |= latency_stats_ms("itl", token_gaps_s(tokens))
+    summary: dict[str, Any] = dict(measured_summary(measured, tokens, scenario.slo))
     target = parse_endpoint(opts.url, opts.api)
     num_failed = int(requests["error"].notna().sum())
     wall_s = (state.end_s or 0.0) - (state.origin_s or 0.0) if state.origin_s else 0.0
