@@ -5,9 +5,10 @@ naming the file, field or line) and a run that broke an invariant
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # the CLI imports this module at start-up; pydantic loads later, where used
+    from pydantic import ValidationError
 
 
 class ConfigError(ValueError):
