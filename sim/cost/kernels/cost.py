@@ -149,6 +149,7 @@ class KernelCost:
         # The attention grids and skew fit laid out flat (``price``): what
         # ``attention_s`` reads, and the head of the compiled loop's tables.
         self.price_tables, self.price_layout = self._price_tables()
+        self.price_grids = price.grids_of(self.price_layout)
         # The table's all-reduce when it timed this group size, else NCCL's model over
         # the link (sim.cost.collectives).
         measured = artifact.has("allreduce") and self.tp in set(
@@ -460,7 +461,7 @@ class KernelCost:
     def _priced(self, price_s: Callable[..., float], *counts: int) -> float:
         """``price_s`` (a ``price`` function) of the step's ``counts`` on this model's
         tables, warning of each lookup past a grid's last point (``warn_notes``)."""
-        seconds = price_s(self.price_tables, self.price_layout, *counts)
+        seconds = price_s(self.price_tables, self.price_layout, self.price_grids, *counts)
         if self.price_layout[price.NUM_PAST]:
             warn_notes(self.price_tables, self.price_layout, self._grids_at)
         return seconds
@@ -583,17 +584,19 @@ class KernelCost:
         dense = self._dense_cache.get(tokens)
         if dense is None:
             dense = self.dense_layer_s(tokens)
-        tables, layout = self.price_tables, self.price_layout
+        tables, layout, grids = self.price_tables, self.price_layout, self.price_grids
         context = shape.num_decode_context_tokens
         longest, shortest = shape.max_decode_context_tokens, shape.min_decode_context_tokens
         if prefill_tokens:
             attention = attention_s(
-                tables, layout, shape.num_prefill_seqs, prefill_tokens,
+                tables, layout, grids, shape.num_prefill_seqs, prefill_tokens,
                 shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, num_decodes,
                 context, longest, shortest,
             )  # fmt: skip
         else:
-            attention = decode_attention_s(tables, layout, num_decodes, context, longest, shortest)
+            attention = decode_attention_s(
+                tables, layout, grids, num_decodes, context, longest, shortest
+            )
         if layout[NUM_PAST]:  # (``_priced``'s check, without its call: this runs each step)
             warn_notes(tables, layout, self._grids_at)
         seqs = shape.num_prefill_seqs + num_decodes
