@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import numpy as np
-
 from sim.cost.base import StepShape
 from sim.cost.collectives import collective_s
 from sim.cost.kernels import price
@@ -437,25 +435,8 @@ class KernelCost:
         for g, grid in grids.items():
             grid.put(tables, layout, g)
         self._grids_at = grids  # (whose warning a note past a grid's edge gives)
-        skew = self._skew
-        if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
-            layout[price.HAS_SKEW] = 1
-            chunks = sorted({key[0] for key in skew.alphas})
-            layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
-            tables.extend(chunks)
-            for d, edges in enumerate(skew.edges):
-                layout[price.SKEW_EDGES + 2 * d] = len(tables)
-                layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
-                tables.extend(edges)
-            alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
-            for key, alpha in skew.alphas.items():
-                place = [chunks.index(key[0])]
-                place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
-                alphas[tuple(place)] = alpha
-            layout[price.SKEW_ALPHAS] = len(tables)
-            tables.extend(alphas.ravel().tolist())
-            for d, stride in enumerate(alphas.strides):
-                layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
+        if self._skew is not None:
+            self._skew.put(tables, layout)
         return tables, layout
 
     def _priced(self, price_s: Callable[..., float], *counts: int) -> float:

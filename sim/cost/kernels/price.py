@@ -261,7 +261,16 @@ def skew_alpha(
     if not layout[HAS_SKEW] or num_decode_seqs < 2 or kv_max <= kv_mean:
         return 0.0
     rate = (kv_mean - kv_min) / (kv_max - kv_min)
-    # SkewFit.alpha: the prefill chunk exactly, the rest by bucket (bisect_left).
+    return bucket_alpha(tables, layout, chunk, kv_prefill, num_decode_seqs, rate, kv_max)
+
+
+def bucket_alpha(
+    tables: Tables, layout: Layout, chunk: float, kv_prefill: float, num_decode_seqs: int,
+    rate: float, kv_max: float,
+) -> float:  # fmt: skip
+    """``SkewFit.alpha``: the fit's alpha of the bucket of (the prefill chunk exactly;
+    the decode count, skew ``rate`` clipped to [0, 1], longest KV and cached prefill
+    each by ``bisect_left``, past the last edge in the last bucket), 0 where none."""
     chunks, num_chunks = layout[SKEW_CHUNKS], layout[NUM_SKEW_CHUNKS]
     at = -1
     for i in range(num_chunks):
@@ -400,17 +409,22 @@ def mixed_decode_factor(
     if not layout[HAS_MIXED_FACTOR] or prefill_tokens == 0 or decode_seqs == 0:
         return 1.0
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
-    n = float(decode_seqs)
     kv = (context - decode_seqs) / decode_seqs
-    grid = grids[2]  # each coordinate clamped to its axis's last point
-    c_last = tables[grid[1] + grid[2] - 1]
-    p_last = tables[grid[3] + grid[4] - 1]
-    n_last = tables[grid[5] + grid[6] - 1]
-    kv_last = tables[grid[7] + grid[8] - 1]
+    return clamped_point_4d(tables, layout, grids[2], chunk, cached, float(decode_seqs), kv)
+
+
+def clamped_point_4d(
+    tables: Tables, layout: Layout, grid: Grid4, x0: float, x1: float, x2: float, x3: float
+) -> float:
+    """The 4-D ``grid`` at one point, each coordinate clamped to its axis's last point
+    (a ratio does not grow past the lattice): ``MixedDecodeFactor``'s lookup."""
+    last0 = tables[grid[1] + grid[2] - 1]
+    last1 = tables[grid[3] + grid[4] - 1]
+    last2 = tables[grid[5] + grid[6] - 1]
+    last3 = tables[grid[7] + grid[8] - 1]
     return grid_point_4d(
-        tables, layout, grid, chunk if chunk < c_last else c_last,
-        cached if cached < p_last else p_last, n if n < n_last else n_last,
-        kv if kv < kv_last else kv_last,
+        tables, layout, grid, x0 if x0 < last0 else last0, x1 if x1 < last1 else last1,
+        x2 if x2 < last2 else last2, x3 if x3 < last3 else last3,
     )  # fmt: skip
 
 
