@@ -6,11 +6,12 @@ construction: ``KernelCost.price_tables``); the compiled loop
 (``sim.fast.compiled.loop``) compiles the very same functions with numba and
 calls them on the arrays ``sim.cost.tabulate`` lays out (those lists, then the
 per-token and per-sequence tables). So the two paths agree to the bit because
-there is one copy of the arithmetic. Plain functions of ``tables`` (floats) and
-``layout`` (ints: the slot indices below), numbers and tuples, which numba
-compiles; ``bisect_right`` and ``bisect_left`` are the standard library's in
-Python (C, fast on a list) and ``search_right`` / ``search_left`` under numba
-(``sim.fast.compiled.loop.compile_run`` swaps them in).
+there is one copy of the arithmetic. Plain functions of ``tables`` (floats),
+``layout`` (ints: the slot indices below), ``grids`` (``grids_of``: each grid's
+slots read out of ``layout`` once, a model's or a step's, not at each lookup),
+numbers and tuples, which numba compiles; ``bisect_right`` and ``bisect_left``
+are the standard library's in Python (C, fast on a list) and ``search_right`` /
+``search_left`` under numba (``sim.fast.compiled.loop.compile_run`` swaps them in).
 
 A 2-D grid at ``layout[g:]`` is ``GRID_SIZE`` ints: each axis's offset and length
 in ``tables``, the values' offset, each axis's stride (0 for an axis of one
@@ -38,7 +39,6 @@ from typing import Any
 # attention by batch and KV length), each GRID_SIZE ints (the module docstring).
 KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
 DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
-AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
 GRID_SIZE = 7
 PREFILL_GRID = 12
 DECODE_GRID = PREFILL_GRID + GRID_SIZE
@@ -54,7 +54,6 @@ DECODE_GRID = PREFILL_GRID + GRID_SIZE
 # sim.cost.kernels.mixed_factor), a 4-D grid in MIXED_GRID's place.
 PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
 HAS_MIXED, MIXED_GRID = 31, 32
-MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
 HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
 SKEW_ALPHAS, SKEW_STRIDES = 56, 57
 HAS_MIXED_FACTOR = 62
@@ -141,9 +140,9 @@ def past(tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float)
 
 
 def grid_2d(layout: Layout, g: int) -> Grid2:
-    """The 2-D grid at ``layout[g:]`` as ``(g, AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0,
-    STRIDE1)``: read once (a run's or a model's) where each lookup read them from
-    ``layout`` again (~40 % of a lookup on the Python path)."""
+    """The 2-D grid at ``layout[g:]`` as ``g`` then its ``GRID_SIZE`` slots (the module
+    docstring), read once: a tuple's unpacking costs the Python path's lookup less
+    than reading each slot from ``layout`` at ``g + k``."""
     return (g, layout[g], layout[g + 1], layout[g + 2], layout[g + 3], layout[g + 4],
             layout[g + 5], layout[g + 6])  # fmt: skip
 
@@ -165,8 +164,8 @@ def grids_of(layout: Layout) -> tuple[Grid2, Grid2, Grid4]:
 def corners(
     tables: Tables, o: int, s0: int, s1: int, low0: int, w0: float, low1: int, w1: float
 ) -> float:
-    """The sum over the four corners of a 2-D cell from ``tables[o]`` (strides ``s``:
-    a grid's VALUES, STRIDE0 and STRIDE1)."""
+    """The sum over the four corners of a 2-D cell of a grid whose values start at
+    ``tables[o]``, with strides ``s0`` and ``s1``."""
     b0, b1 = 1.0 - w0, 1.0 - w1
     o = o + low0 * s0 + low1 * s1
     result = 0.0 + b0 * b1 * tables[o]
@@ -294,16 +293,17 @@ def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
 
 
 def skewed_decode_s(
-    tables: Tables, layout: Layout, grids: Grids, mean_s: float, num_seqs: int, kv: float,
+    tables: Tables, layout: Layout, decode: Grid2, mean_s: float, num_seqs: int, kv: float,
     max_context: int, min_context: int,
 ) -> float:  # fmt: skip
-    """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term."""
+    """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term
+    (``decode``: the decode grid, ``grids[1]``)."""
     history = layout[DECODE_HISTORY]
     kv_max = max_context - history
     alpha = skew_alpha(tables, layout, 0.0, 0.0, num_seqs, kv, kv_max, min_context - history)
     if alpha == 0.0:
         return mean_s
-    max_s = grid_point(tables, layout, grids[1], float(num_seqs), float(kv_max))
+    max_s = grid_point(tables, layout, decode, float(num_seqs), float(kv_max))
     if max_s != max_s:
         return max_s
     return blend_s(mean_s, max_s, alpha)
@@ -324,7 +324,7 @@ def decode_attention_s(
     mean_s = grid_point(tables, layout, grids[1], float(num_seqs), kv)
     if layout[HAS_SKEW] and mean_s == mean_s:
         return skewed_decode_s(
-            tables, layout, grids, mean_s, num_seqs, kv, max_context, min_context
+            tables, layout, grids[1], mean_s, num_seqs, kv, max_context, min_context
         )
     return mean_s
 

@@ -46,6 +46,7 @@ import numpy.typing as npt
 from sim.cost.kernels import price
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
     ALLREDUCE,
+    DECODE_GRID,
     DECODE_HISTORY,
     DENSE,
     EMBED_NORM,
@@ -65,6 +66,7 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
     attention_s,
     cell,
     corners,
+    grid_2d,
     grids_of,
     skewed_decode_s,
 )
@@ -320,8 +322,8 @@ def decode_ends(
     per_step_s = 0.0
     # Decode attention's cell: the batch's, once; the KV length's, walked forward
     # from the last step's (it grows a step), the same cell as ``cell``'s search.
-    grids = grids_of(layout)
-    _, a0, n0, a1, n1, values, s0, s1 = grids[1]  # the decode grid
+    decode = grid_2d(layout, DECODE_GRID)
+    _, a0, n0, a1, n1, values, s0, s1 = decode
     seqs = float(num_seqs)
     low0, w0, low1 = 0, 0.0, 0
     history = num_seqs * layout[DECODE_HISTORY]  # (KernelCost._durations')
@@ -355,7 +357,7 @@ def decode_ends(
             if skewed:  # every context one longer a step: so are both ends
                 j = count - 1
                 decode_s = skewed_decode_s(
-                    tables, layout, grids, decode_s, num_seqs, kv, max_context_tokens + j,
+                    tables, layout, decode, decode_s, num_seqs, kv, max_context_tokens + j,
                     min_context_tokens + j,
                 )  # fmt: skip
                 if decode_s != decode_s:
