@@ -161,7 +161,8 @@ def test_a_grid_lookup_is_the_grid_s_to_the_bit(
     grid: Grid = kernel._prefill_attn if which == "prefill" else kernel._decode_attn
     _, tables, layout = ARRAYS[k]
     at = price.PREFILL_GRID if which == "prefill" else price.DECODE_GRID
-    got = piece("grid_point", compiled)(tables, layout, at, x0, x1)
+    grid_slots = piece("grid_2d", compiled)(layout, at)
+    got = piece("grid_point", compiled)(tables, layout, grid_slots, x0, x1)
     if x0 > grid.axes[0][-1] or x1 > grid.axes[1][-1]:
         assert math.isnan(got)  # the Python path extrapolates (and warns): handed over
     else:

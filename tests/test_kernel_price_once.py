@@ -96,9 +96,10 @@ def test_a_flat_lookup_is_the_grid_s_to_the_bit(case: tuple[Grid, list[float]]) 
         expected = grid(*point)
     passed = [d for d, x in enumerate(point) if x > grid.axes[d][-1]]
     lookup = price.grid_point if len(point) == 2 else price.grid_point_4d
+    slots = price.grid_2d if len(point) == 2 else price.grid_4d
     for extrapolates in (True, False):
         tables, layout, g = _flat(grid, extrapolates)
-        got = lookup(tables, layout, g, *point)
+        got = lookup(tables, layout, slots(layout, g), *point)
         if extrapolates or not passed:
             assert got.hex() == expected.hex()
         else:

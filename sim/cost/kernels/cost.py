@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-import numpy as np
-
 from sim.cost.base import StepShape
 from sim.cost.collectives import collective_s
 from sim.cost.kernels import price
@@ -149,6 +147,7 @@ class KernelCost:
         # The attention grids and skew fit laid out flat (``price``): what
         # ``attention_s`` reads, and the head of the compiled loop's tables.
         self.price_tables, self.price_layout = self._price_tables()
+        self.price_grids = price.grids_of(self.price_layout)
         # The table's all-reduce when it timed this group size, else NCCL's model over
         # the link (sim.cost.collectives).
         measured = artifact.has("allreduce") and self.tp in set(
@@ -436,31 +435,14 @@ class KernelCost:
         for g, grid in grids.items():
             grid.put(tables, layout, g)
         self._grids_at = grids  # (whose warning a note past a grid's edge gives)
-        skew = self._skew
-        if skew is not None:  # SkewFit's alphas on its lattice (0: no fit there)
-            layout[price.HAS_SKEW] = 1
-            chunks = sorted({key[0] for key in skew.alphas})
-            layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
-            tables.extend(chunks)
-            for d, edges in enumerate(skew.edges):
-                layout[price.SKEW_EDGES + 2 * d] = len(tables)
-                layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
-                tables.extend(edges)
-            alphas = np.zeros((len(chunks), *(len(edges) for edges in skew.edges)))
-            for key, alpha in skew.alphas.items():
-                place = [chunks.index(key[0])]
-                place += [edges.index(v) for edges, v in zip(skew.edges, key[1:], strict=True)]
-                alphas[tuple(place)] = alpha
-            layout[price.SKEW_ALPHAS] = len(tables)
-            tables.extend(alphas.ravel().tolist())
-            for d, stride in enumerate(alphas.strides):
-                layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
+        if self._skew is not None:
+            self._skew.put(tables, layout)
         return tables, layout
 
     def _priced(self, price_s: Callable[..., float], *counts: int) -> float:
         """``price_s`` (a ``price`` function) of the step's ``counts`` on this model's
         tables, warning of each lookup past a grid's last point (``warn_notes``)."""
-        seconds = price_s(self.price_tables, self.price_layout, *counts)
+        seconds = price_s(self.price_tables, self.price_layout, self.price_grids, *counts)
         if self.price_layout[price.NUM_PAST]:
             warn_notes(self.price_tables, self.price_layout, self._grids_at)
         return seconds
@@ -583,17 +565,19 @@ class KernelCost:
         dense = self._dense_cache.get(tokens)
         if dense is None:
             dense = self.dense_layer_s(tokens)
-        tables, layout = self.price_tables, self.price_layout
+        tables, layout, grids = self.price_tables, self.price_layout, self.price_grids
         context = shape.num_decode_context_tokens
         longest, shortest = shape.max_decode_context_tokens, shape.min_decode_context_tokens
         if prefill_tokens:
             attention = attention_s(
-                tables, layout, shape.num_prefill_seqs, prefill_tokens,
+                tables, layout, grids, shape.num_prefill_seqs, prefill_tokens,
                 shape.prefill_attention_pairs, shape.prefill_kv_read_tokens, num_decodes,
                 context, longest, shortest,
             )  # fmt: skip
         else:
-            attention = decode_attention_s(tables, layout, num_decodes, context, longest, shortest)
+            attention = decode_attention_s(
+                tables, layout, grids, num_decodes, context, longest, shortest
+            )
         if layout[NUM_PAST]:  # (``_priced``'s check, without its call: this runs each step)
             warn_notes(tables, layout, self._grids_at)
         seqs = shape.num_prefill_seqs + num_decodes

@@ -39,6 +39,8 @@ from sim.cost.kernels.price import (
     NUM_PAST,
     PAST,
     PAST_X,
+    grid_2d,
+    grid_4d,
     grid_point,
     grid_point_4d,
     put_grid,
@@ -94,8 +96,10 @@ class Grid:
             layout[EXTRAPOLATES] = 1
             self.put(tables, layout, g)
             self._notes = (tables, layout)
-            lookup = grid_point if len(self.axes) <= 2 else grid_point_4d
-            self._point = partial(lookup, tables, layout, g)
+            if len(self.axes) <= 2:
+                self._point = partial(grid_point, tables, layout, grid_2d(layout, g))
+            else:
+                self._point = partial(grid_point_4d, tables, layout, grid_4d(layout, g))
 
     def put(self, tables: list[float], layout: list[int], g: int) -> None:
         """This grid appended to ``tables`` and described at ``layout[g:]`` for

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from sim.cost.kernels import price
 from sim.cost.kernels.artifact import KernelArtifact, load_cached, resolve_kernel_artifact
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.tables import MIXED_AXES, mixed_attention_grids
@@ -43,12 +44,17 @@ def applies_to(artifact: KernelArtifact) -> bool:
 class MixedDecodeFactor:
     """The decodes' slowdown in a mixed FA2 kernel (the module docstring), by lookup."""
 
-    __slots__ = ("_grid", "_last", "label", "source")
+    __slots__ = ("_flat", "_grid", "_layout", "_slots", "label", "source")
 
     def __init__(self, source: str, grid: Grid, label: str) -> None:
         self.source = source
         self._grid = grid
-        self._last = [float(axis[-1]) for axis in grid.axes]
+        # ``price``'s layout of the grid, for ``price.clamped_point_4d`` (the lookup
+        # a kernel cost and the compiled loop make: ``price.mixed_decode_factor``).
+        self._flat: list[float] = []
+        self._layout = [0] * price.LAYOUT_SIZE
+        grid.put(self._flat, self._layout, price.MIXED_GRID)
+        self._slots = price.grid_4d(self._layout, price.MIXED_GRID)
         self.label = label
 
     @property
@@ -58,13 +64,10 @@ class MixedDecodeFactor:
 
     def __call__(self, chunk: float, cached: float, num_decode_seqs: float, kv: float) -> float:
         """The factor at one prefill chunk of ``chunk`` new tokens after ``cached``,
-        beside ``num_decode_seqs`` decodes of mean KV ``kv`` (cached tokens)."""
-        c_last, p_last, n_last, kv_last = self._last
-        return self._grid(
-            chunk if chunk < c_last else c_last,
-            cached if cached < p_last else p_last,
-            num_decode_seqs if num_decode_seqs < n_last else n_last,
-            kv if kv < kv_last else kv_last,
+        beside ``num_decode_seqs`` decodes of mean KV ``kv`` (cached tokens), each
+        clamped to its axis's last point."""
+        return price.clamped_point_4d(
+            self._flat, self._layout, self._slots, chunk, cached, num_decode_seqs, kv
         )
 
 

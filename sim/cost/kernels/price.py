@@ -6,11 +6,12 @@ construction: ``KernelCost.price_tables``); the compiled loop
 (``sim.fast.compiled.loop``) compiles the very same functions with numba and
 calls them on the arrays ``sim.cost.tabulate`` lays out (those lists, then the
 per-token and per-sequence tables). So the two paths agree to the bit because
-there is one copy of the arithmetic. Plain functions of ``tables`` (floats) and
-``layout`` (ints: the slot indices below), numbers and tuples, which numba
-compiles; ``bisect_right`` and ``bisect_left`` are the standard library's in
-Python (C, fast on a list) and ``search_right`` / ``search_left`` under numba
-(``sim.fast.compiled.loop.compile_run`` swaps them in).
+there is one copy of the arithmetic. Plain functions of ``tables`` (floats),
+``layout`` (ints: the slot indices below), ``grids`` (``grids_of``: each grid's
+slots read out of ``layout`` once, a model's or a step's, not at each lookup),
+numbers and tuples, which numba compiles; ``bisect_right`` and ``bisect_left``
+are the standard library's in Python (C, fast on a list) and ``search_right`` /
+``search_left`` under numba (``sim.fast.compiled.loop.compile_run`` swaps them in).
 
 A 2-D grid at ``layout[g:]`` is ``GRID_SIZE`` ints: each axis's offset and length
 in ``tables``, the values' offset, each axis's stride (0 for an axis of one
@@ -38,7 +39,6 @@ from typing import Any
 # attention by batch and KV length), each GRID_SIZE ints (the module docstring).
 KIND, NUM_LAYERS, HAS_MEMORY, HAS_PIPELINE, NUM_T, NUM_S = 0, 1, 2, 3, 4, 5
 DENSE, EMBED_NORM, ALLREDUCE, PIPELINE, SAMPLER, LM_HEAD = 6, 7, 8, 9, 10, 11
-AXIS0, LEN0, AXIS1, LEN1, VALUES, STRIDE0, STRIDE1 = 0, 1, 2, 3, 4, 5, 6
 GRID_SIZE = 7
 PREFILL_GRID = 12
 DECODE_GRID = PREFILL_GRID + GRID_SIZE
@@ -54,7 +54,6 @@ DECODE_GRID = PREFILL_GRID + GRID_SIZE
 # sim.cost.kernels.mixed_factor), a 4-D grid in MIXED_GRID's place.
 PROFILE_STEP, NUM_LM_OPS, LM_SAMPLER, DECODE_HISTORY, PROFILE_ATTENTION = 26, 27, 28, 29, 30
 HAS_MIXED, MIXED_GRID = 31, 32
-MIXED_VALUES, MIXED_STRIDES = 8, 9  # within MIXED_GRID
 HAS_SKEW, SKEW_CHUNKS, NUM_SKEW_CHUNKS, SKEW_EDGES = 45, 46, 47, 48
 SKEW_ALPHAS, SKEW_STRIDES = 56, 57
 HAS_MIXED_FACTOR = 62
@@ -73,6 +72,10 @@ NAN = float("nan")  # (a module constant: numba freezes it)
 # ``tables``: a list (KernelCost) or a float64 array (the loop); ``layout`` likewise.
 Tables = Any
 Layout = Any
+# A grid's slots read out of ``layout`` once, ``g`` first (``grid_2d``, ``grid_4d``).
+Grid2 = tuple[int, int, int, int, int, int, int, int]
+Grid4 = tuple[int, int, int, int, int, int, int, int, int, int, int, int, int, int]
+Grids = tuple[Grid2, Grid2, Grid4]
 
 
 def search_right(values: Sequence[float], x: float, lo: int, hi: int) -> int:
@@ -136,24 +139,45 @@ def past(tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float)
     return scale * x / tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
 
 
+def grid_2d(layout: Layout, g: int) -> Grid2:
+    """The 2-D grid at ``layout[g:]`` as ``g`` then its ``GRID_SIZE`` slots (the module
+    docstring), read once: a tuple's unpacking costs the Python path's lookup less
+    than reading each slot from ``layout`` at ``g + k``."""
+    return (g, layout[g], layout[g + 1], layout[g + 2], layout[g + 3], layout[g + 4],
+            layout[g + 5], layout[g + 6])  # fmt: skip
+
+
+def grid_4d(layout: Layout, g: int) -> Grid4:
+    """The 4-D grid at ``layout[g:]`` (``MIXED_GRID``'s layout) as ``g`` then its 13
+    slots, as ``grid_2d``."""
+    return (g, layout[g], layout[g + 1], layout[g + 2], layout[g + 3], layout[g + 4],
+            layout[g + 5], layout[g + 6], layout[g + 7], layout[g + 8], layout[g + 9],
+            layout[g + 10], layout[g + 11], layout[g + 12])  # fmt: skip
+
+
+def grids_of(layout: Layout) -> tuple[Grid2, Grid2, Grid4]:
+    """The prefill, decode and mixed grids (``grid_2d``, ``grid_4d``): the ``grids``
+    every price below takes beside ``tables`` and ``layout``."""
+    return grid_2d(layout, PREFILL_GRID), grid_2d(layout, DECODE_GRID), grid_4d(layout, MIXED_GRID)
+
+
 def corners(
-    tables: Tables, layout: Layout, g: int, low0: int, w0: float, low1: int, w1: float
+    tables: Tables, o: int, s0: int, s1: int, low0: int, w0: float, low1: int, w1: float
 ) -> float:
-    """The sum over the four corners of a 2-D cell of the grid at ``layout[g:]``."""
-    s0, s1 = layout[g + 5], layout[g + 6]  # STRIDE0, STRIDE1 (as numbers: grid_point)
+    """The sum over the four corners of a 2-D cell of a grid whose values start at
+    ``tables[o]``, with strides ``s0`` and ``s1``."""
     b0, b1 = 1.0 - w0, 1.0 - w1
-    o = layout[g + 4] + low0 * s0 + low1 * s1  # VALUES
+    o = o + low0 * s0 + low1 * s1
     result = 0.0 + b0 * b1 * tables[o]
     result = result + w0 * b1 * tables[o + s0]
     result = result + b0 * w1 * tables[o + s1]
     return result + w0 * w1 * tables[o + s0 + s1]
 
 
-def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float = 0.0) -> float:
-    """The 2-D grid at ``layout[g:]`` at (``x0``, ``x1``): ``Grid.__call__``, scaled past
-    an axis's last point (``past``). The slots as numbers, not names: the Python path
-    runs this once or more a step, and a global's lookup costs as much as the sum."""
-    a0, n0, a1, n1 = layout[g], layout[g + 1], layout[g + 2], layout[g + 3]  # AXIS0..LEN1
+def grid_point(tables: Tables, layout: Layout, grid: Grid2, x0: float, x1: float = 0.0) -> float:
+    """The 2-D ``grid`` (``grid_2d``) at (``x0``, ``x1``): ``Grid.__call__``, scaled past
+    an axis's last point (``past``)."""
+    g, a0, n0, a1, n1, o, s0, s1 = grid
     scale = 1.0
     if x0 > tables[a0 + n0 - 1]:
         scale = past(tables, layout, g, 0, x0, scale)
@@ -161,7 +185,7 @@ def grid_point(tables: Tables, layout: Layout, g: int, x0: float, x1: float = 0.
         scale = past(tables, layout, g, 1, x1, scale)
     low0, w0 = cell(tables, a0, n0, x0)
     low1, w1 = cell(tables, a1, n1, x1)
-    return corners(tables, layout, g, low0, w0, low1, w1) * scale
+    return corners(tables, o, s0, s1, low0, w0, low1, w1) * scale
 
 
 def corners_4d(
@@ -198,12 +222,10 @@ def corners_4d(
 
 
 def grid_point_4d(
-    tables: Tables, layout: Layout, g: int, x0: float, x1: float, x2: float, x3: float = 0.0
+    tables: Tables, layout: Layout, grid: Grid4, x0: float, x1: float, x2: float, x3: float = 0.0
 ) -> float:
-    """The 4-D grid at ``layout[g:]`` (``MIXED_GRID``'s layout) at one point (its axes
-    read at numeric slots, as ``grid_point``'s)."""
-    a0, n0, a1, n1 = layout[g], layout[g + 1], layout[g + 2], layout[g + 3]
-    a2, n2, a3, n3 = layout[g + 4], layout[g + 5], layout[g + 6], layout[g + 7]
+    """The 4-D ``grid`` (``grid_4d``) at one point, as ``grid_point``."""
+    g, a0, n0, a1, n1, a2, n2, a3, n3, o, s0, s1, s2, s3 = grid
     scale = 1.0
     if x0 > tables[a0 + n0 - 1]:
         scale = past(tables, layout, g, 0, x0, scale)
@@ -217,8 +239,7 @@ def grid_point_4d(
     low1, w1 = cell(tables, a1, n1, x1)
     low2, w2 = cell(tables, a2, n2, x2)
     low3, w3 = cell(tables, a3, n3, x3)
-    s0, s1, s2, s3 = layout[g + 9], layout[g + 10], layout[g + 11], layout[g + 12]
-    o = layout[g + 8] + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3  # MIXED_VALUES
+    o = o + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
     return corners_4d(tables, o, s0, s1, s2, s3, w0, w1, w2, w3) * scale
 
 
@@ -239,7 +260,16 @@ def skew_alpha(
     if not layout[HAS_SKEW] or num_decode_seqs < 2 or kv_max <= kv_mean:
         return 0.0
     rate = (kv_mean - kv_min) / (kv_max - kv_min)
-    # SkewFit.alpha: the prefill chunk exactly, the rest by bucket (bisect_left).
+    return bucket_alpha(tables, layout, chunk, kv_prefill, num_decode_seqs, rate, kv_max)
+
+
+def bucket_alpha(
+    tables: Tables, layout: Layout, chunk: float, kv_prefill: float, num_decode_seqs: int,
+    rate: float, kv_max: float,
+) -> float:  # fmt: skip
+    """``SkewFit.alpha``: the fit's alpha of the bucket of (the prefill chunk exactly;
+    the decode count, skew ``rate`` clipped to [0, 1], longest KV and cached prefill
+    each by ``bisect_left``, past the last edge in the last bucket), 0 where none."""
     chunks, num_chunks = layout[SKEW_CHUNKS], layout[NUM_SKEW_CHUNKS]
     at = -1
     for i in range(num_chunks):
@@ -263,23 +293,24 @@ def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
 
 
 def skewed_decode_s(
-    tables: Tables, layout: Layout, mean_s: float, num_seqs: int, kv: float,
+    tables: Tables, layout: Layout, decode: Grid2, mean_s: float, num_seqs: int, kv: float,
     max_context: int, min_context: int,
 ) -> float:  # fmt: skip
-    """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term."""
+    """Pure decode attention ``mean_s`` (at mean KV ``kv``) with the skew term
+    (``decode``: the decode grid, ``grids[1]``)."""
     history = layout[DECODE_HISTORY]
     kv_max = max_context - history
     alpha = skew_alpha(tables, layout, 0.0, 0.0, num_seqs, kv, kv_max, min_context - history)
     if alpha == 0.0:
         return mean_s
-    max_s = grid_point(tables, layout, DECODE_GRID, float(num_seqs), float(kv_max))
+    max_s = grid_point(tables, layout, decode, float(num_seqs), float(kv_max))
     if max_s != max_s:
         return max_s
     return blend_s(mean_s, max_s, alpha)
 
 
 def decode_attention_s(
-    tables: Tables, layout: Layout, num_seqs: int, context: int, max_context: int,
+    tables: Tables, layout: Layout, grids: Grids, num_seqs: int, context: int, max_context: int,
     min_context: int,
 ) -> float:  # fmt: skip
     """One layer's attention for ``num_seqs`` decodes with ``context`` tokens in all,
@@ -290,15 +321,17 @@ def decode_attention_s(
     if num_seqs == 0:
         return 0.0
     kv = (context - layout[DECODE_HISTORY] * num_seqs) / num_seqs
-    mean_s = grid_point(tables, layout, DECODE_GRID, float(num_seqs), kv)
+    mean_s = grid_point(tables, layout, grids[1], float(num_seqs), kv)
     if layout[HAS_SKEW] and mean_s == mean_s:
-        return skewed_decode_s(tables, layout, mean_s, num_seqs, kv, max_context, min_context)
+        return skewed_decode_s(
+            tables, layout, grids[1], mean_s, num_seqs, kv, max_context, min_context
+        )
     return mean_s
 
 
 def prefill_attention_s(
-    tables: Tables, layout: Layout, prefill_seqs: int, prefill_tokens: int, pairs: int,
-    kv_read: int,
+    tables: Tables, layout: Layout, grids: Grids, prefill_seqs: int, prefill_tokens: int,
+    pairs: int, kv_read: int,
 ) -> float:  # fmt: skip
     """One layer's attention over the step's prefill chunks, without its decodes.
 
@@ -315,13 +348,13 @@ def prefill_attention_s(
         return 0.0
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
     if layout[PROFILE_ATTENTION]:
-        chunks_s = prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
+        chunks_s = prefill_seqs * grid_point(tables, layout, grids[0], chunk, cached)
     else:
         total = chunk + cached
-        full = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), total)
+        full = grid_point(tables, layout, grids[0], float(prefill_seqs), total)
         pairs_full = prefill_seqs * total * (total + 1.0) / 2.0
         scaled = full * pairs / pairs_full
-        floor = grid_point(tables, layout, PREFILL_GRID, float(prefill_seqs), chunk)
+        floor = grid_point(tables, layout, grids[0], float(prefill_seqs), chunk)
         if full != full or floor != floor:
             return NAN
         chunks_s = scaled if scaled > floor else floor
@@ -329,15 +362,17 @@ def prefill_attention_s(
     if num_cached < prefill_tokens:
         return chunks_s
     # No longest or shortest context given (0): the chunks' own decodes at their mean.
-    decode_s = decode_attention_s(tables, layout, prefill_seqs, num_cached + prefill_seqs, 0, 0)
+    decode_s = decode_attention_s(
+        tables, layout, grids, prefill_seqs, num_cached + prefill_seqs, 0, 0
+    )
     if decode_s != decode_s:
         return decode_s
     return chunks_s if chunks_s > decode_s else decode_s
 
 
 def mixed_attention_s(
-    tables: Tables, layout: Layout, prefill_seqs: int, prefill_tokens: int, kv_read: int,
-    decode_seqs: int, context: int, max_context: int, min_context: int,
+    tables: Tables, layout: Layout, grids: Grids, prefill_seqs: int, prefill_tokens: int,
+    kv_read: int, decode_seqs: int, context: int, max_context: int, min_context: int,
 ) -> float:  # fmt: skip
     """One layer's varlen attention over prefill chunks and decodes, from the profile:
     ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``, looked up at the step's decode
@@ -348,25 +383,23 @@ def mixed_attention_s(
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
     n = decode_seqs
     kv = (context - n) / n
-    one = grid_point_4d(tables, layout, MIXED_GRID, chunk, cached, float(n), kv)
+    one = grid_point_4d(tables, layout, grids[2], chunk, cached, float(n), kv)
     if layout[HAS_SKEW]:  # uneven decodes: towards the longest (skew_alpha)
         kv_max = max_context - 1
         alpha = skew_alpha(tables, layout, chunk, cached, n, kv, kv_max, min_context - 1)
         if alpha != 0.0:
-            max_s = grid_point_4d(
-                tables, layout, MIXED_GRID, chunk, cached, float(n), float(kv_max)
-            )
+            max_s = grid_point_4d(tables, layout, grids[2], chunk, cached, float(n), float(kv_max))
             if max_s != max_s:
                 return max_s
             one = blend_s(one, max_s, alpha)
     if prefill_seqs == 1:
         return one
-    return one + (prefill_seqs - 1) * grid_point(tables, layout, PREFILL_GRID, chunk, cached)
+    return one + (prefill_seqs - 1) * grid_point(tables, layout, grids[0], chunk, cached)
 
 
 def mixed_decode_factor(
-    tables: Tables, layout: Layout, prefill_seqs: int, prefill_tokens: int, kv_read: int,
-    decode_seqs: int, context: int,
+    tables: Tables, layout: Layout, grids: Grids, prefill_seqs: int, prefill_tokens: int,
+    kv_read: int, decode_seqs: int, context: int,
 ) -> float:  # fmt: skip
     """How much longer a mixed step's decodes take in FA2's varlen kernel than in
     the pure decode kernel (``mixed_factor``: each coordinate clamped to its axis's
@@ -376,23 +409,29 @@ def mixed_decode_factor(
     if not layout[HAS_MIXED_FACTOR] or prefill_tokens == 0 or decode_seqs == 0:
         return 1.0
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
-    n = float(decode_seqs)
     kv = (context - decode_seqs) / decode_seqs
-    g = MIXED_GRID  # each coordinate clamped to its axis's last point
-    c_last = tables[layout[g] + layout[g + 1] - 1]
-    p_last = tables[layout[g + 2] + layout[g + 3] - 1]
-    n_last = tables[layout[g + 4] + layout[g + 5] - 1]
-    kv_last = tables[layout[g + 6] + layout[g + 7] - 1]
+    return clamped_point_4d(tables, layout, grids[2], chunk, cached, float(decode_seqs), kv)
+
+
+def clamped_point_4d(
+    tables: Tables, layout: Layout, grid: Grid4, x0: float, x1: float, x2: float, x3: float
+) -> float:
+    """The 4-D ``grid`` at one point, each coordinate clamped to its axis's last point
+    (a ratio does not grow past the lattice): ``MixedDecodeFactor``'s lookup."""
+    last0 = tables[grid[1] + grid[2] - 1]
+    last1 = tables[grid[3] + grid[4] - 1]
+    last2 = tables[grid[5] + grid[6] - 1]
+    last3 = tables[grid[7] + grid[8] - 1]
     return grid_point_4d(
-        tables, layout, g, chunk if chunk < c_last else c_last,
-        cached if cached < p_last else p_last, n if n < n_last else n_last,
-        kv if kv < kv_last else kv_last,
+        tables, layout, grid, x0 if x0 < last0 else last0, x1 if x1 < last1 else last1,
+        x2 if x2 < last2 else last2, x3 if x3 < last3 else last3,
     )  # fmt: skip
 
 
 def attention_s(
-    tables: Tables, layout: Layout, prefill_seqs: int, prefill_tokens: int, pairs: int,
-    kv_read: int, decode_seqs: int, context: int, max_context: int, min_context: int,
+    tables: Tables, layout: Layout, grids: Grids, prefill_seqs: int, prefill_tokens: int,
+    pairs: int, kv_read: int, decode_seqs: int, context: int, max_context: int,
+    min_context: int,
 ) -> float:  # fmt: skip
     """One layer's attention for the step (``decode_seqs`` or ``prefill_tokens`` > 0).
 
@@ -402,16 +441,19 @@ def attention_s(
     """
     if layout[HAS_MIXED] and prefill_tokens != 0 and decode_seqs != 0:
         return mixed_attention_s(
-            tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context,
+            tables, layout, grids, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context,
             max_context, min_context,
         )  # fmt: skip
-    decode = decode_attention_s(tables, layout, decode_seqs, context, max_context, min_context)
+    decode = decode_attention_s(
+        tables, layout, grids, decode_seqs, context, max_context, min_context
+    )
     if layout[HAS_MIXED_FACTOR] and prefill_tokens != 0 and decode_seqs != 0:
         decode = decode * mixed_decode_factor(
-            tables, layout, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context
+            tables, layout, grids, prefill_seqs, prefill_tokens, kv_read, decode_seqs, context
         )
     return (
-        prefill_attention_s(tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read) + decode
+        prefill_attention_s(tables, layout, grids, prefill_seqs, prefill_tokens, pairs, kv_read)
+        + decode
     )
 
 

@@ -8,12 +8,12 @@ artifact does not cover raises ``ConfigError`` naming the table and shape.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from sim.cost.base import FloatArray
+from sim.cost.kernels import price
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes
 from sim.errors import ConfigError
@@ -253,6 +253,31 @@ class SkewFit:
             tuple(float(v) for v in key): float(alpha)
             for key, alpha in zip(keys, rows["alpha"], strict=True)
         }
+        self._flat: list[float] = []  # (``alpha``'s own copy of the lattice, as ``put`` lays it)
+        self._layout = [0] * price.LAYOUT_SIZE
+        self.put(self._flat, self._layout)
+
+    def put(self, tables: list[float], layout: list[int]) -> None:
+        """The fit appended to ``tables`` and described in ``layout``'s skew slots
+        (``price``): its prefill chunks, the four bucket axes' edges, then its
+        alphas on that lattice (0 where it has none) and their five strides."""
+        layout[price.HAS_SKEW] = 1
+        chunks = sorted({key[0] for key in self.alphas})
+        layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
+        tables.extend(chunks)
+        for d, edges in enumerate(self.edges):
+            layout[price.SKEW_EDGES + 2 * d] = len(tables)
+            layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
+            tables.extend(edges)
+        alphas = np.zeros((len(chunks), *(len(edges) for edges in self.edges)))
+        for key, alpha in self.alphas.items():
+            place = [chunks.index(key[0])]
+            place += [edges.index(v) for edges, v in zip(self.edges, key[1:], strict=True)]
+            alphas[tuple(place)] = alpha
+        layout[price.SKEW_ALPHAS] = len(tables)
+        tables.extend(alphas.ravel().tolist())
+        for d, stride in enumerate(alphas.strides):
+            layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
 
     def alpha(
         self,
@@ -262,19 +287,14 @@ class SkewFit:
         max_kv_decode_tokens: float,
         kv_prefill_tokens: float,
     ) -> float:
-        """The fitted alpha of this batch's bucket, 0 where the fit has none."""
-        values = (float(num_decode_seqs), min(max(skew_rate, 0.0), 1.0),
-                  max_kv_decode_tokens, kv_prefill_tokens)  # fmt: skip
-        key = [float(prefill_chunk_tokens)]
-        for edges, value in zip(self.edges, values, strict=True):
-            index = bisect_left(edges, value)
-            key.append(edges[min(index, len(edges) - 1)])
-        return self.alphas.get(tuple(key), 0.0)
+        """The fitted alpha of this batch's bucket, 0 where the fit has none
+        (``price.bucket_alpha``)."""
+        return price.bucket_alpha(
+            self._flat, self._layout, float(prefill_chunk_tokens), kv_prefill_tokens,
+            num_decode_seqs, skew_rate, max_kv_decode_tokens,
+        )  # fmt: skip
 
-    @staticmethod
-    def blend_s(mean_s: float, max_s: float, alpha: float) -> float:
-        """``mean_s + alpha * (max_s - mean_s)``; ``mean_s`` where the max is no slower."""
-        return mean_s + alpha * (max_s - mean_s) if max_s > mean_s else mean_s
+    blend_s = staticmethod(price.blend_s)
 
 
 def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:

@@ -46,8 +46,6 @@ import numpy.typing as npt
 from sim.cost.kernels import price
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
     ALLREDUCE,
-    AXIS0,
-    AXIS1,
     DECODE_GRID,
     DECODE_HISTORY,
     DENSE,
@@ -57,8 +55,6 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
     HAS_SKEW,
     KERNELS,
     KIND,
-    LEN0,
-    LEN1,
     LM_HEAD,
     LM_SAMPLER,
     LOGITS,
@@ -70,6 +66,8 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
     attention_s,
     cell,
     corners,
+    grid_2d,
+    grids_of,
     skewed_decode_s,
 )
 from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
@@ -143,8 +141,8 @@ def step_s(
     seqs = prefill_seqs + decode_seqs
     if layout[KIND] == KERNELS:  # num_layers x (dense + attention) + the step's terms
         attention = attention_s(
-            tables, layout, prefill_seqs, prefill_tokens, pairs, kv_read, decode_seqs, context,
-            max_context, min_context,
+            tables, layout, grids_of(layout), prefill_seqs, prefill_tokens, pairs, kv_read,
+            decode_seqs, context, max_context, min_context,
         )  # fmt: skip
         if attention != attention:
             return attention
@@ -324,8 +322,8 @@ def decode_ends(
     per_step_s = 0.0
     # Decode attention's cell: the batch's, once; the KV length's, walked forward
     # from the last step's (it grows a step), the same cell as ``cell``'s search.
-    g = DECODE_GRID
-    a0, n0, a1, n1 = layout[g + AXIS0], layout[g + LEN0], layout[g + AXIS1], layout[g + LEN1]
+    decode = grid_2d(layout, DECODE_GRID)
+    _, a0, n0, a1, n1, values, s0, s1 = decode
     seqs = float(num_seqs)
     low0, w0, low1 = 0, 0.0, 0
     history = num_seqs * layout[DECODE_HISTORY]  # (KernelCost._durations')
@@ -355,11 +353,11 @@ def decode_ends(
             while low1 < n1 - 2 and tables[a1 + low1 + 1] <= clipped:
                 low1 += 1
             w1 = (clipped - tables[a1 + low1]) / (tables[a1 + low1 + 1] - tables[a1 + low1])
-            decode_s = corners(tables, layout, g, low0, w0, low1, w1)
+            decode_s = corners(tables, values, s0, s1, low0, w0, low1, w1)
             if skewed:  # every context one longer a step: so are both ends
                 j = count - 1
                 decode_s = skewed_decode_s(
-                    tables, layout, decode_s, num_seqs, kv, max_context_tokens + j,
+                    tables, layout, decode, decode_s, num_seqs, kv, max_context_tokens + j,
                     min_context_tokens + j,
                 )  # fmt: skip
                 if decode_s != decode_s:
@@ -746,9 +744,10 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
 
 # ``price``'s functions the loop reaches, compiled as they are written there.
 PRICE = (
-    "cell", "past", "corners", "grid_point", "corners_4d", "grid_point_4d",
-    "skew_alpha", "blend_s", "skewed_decode_s", "decode_attention_s", "prefill_chunk",
-    "prefill_attention_s", "mixed_attention_s", "mixed_decode_factor", "attention_s",
+    "cell", "past", "grid_2d", "grid_4d", "grids_of", "corners", "grid_point", "corners_4d",
+    "grid_point_4d", "bucket_alpha", "skew_alpha", "blend_s", "skewed_decode_s",
+    "decode_attention_s", "prefill_chunk", "prefill_attention_s", "mixed_attention_s",
+    "clamped_point_4d", "mixed_decode_factor", "attention_s",
 )  # fmt: skip
 
 
