@@ -319,8 +319,8 @@ MUTANTS = (
     Mutant(
         "mixed-extra-chunks",
         "sim/cost/kernels/price.py",
-        "return one + (prefill_seqs - 1) * grid_point(tables, layout, PREFILL_GRID, chunk, cached)",
-        "return one + prefill_seqs * grid_point(tables, layout, PREFILL_GRID, chunk, cached)",
+        "return one + (prefill_seqs - 1) * grid_point(tables, layout, grids[0], chunk, cached)",
+        "return one + prefill_seqs * grid_point(tables, layout, grids[0], chunk, cached)",
         MIXED_TESTS,
         "a mixed step of b chunks adds b pure-prefill chunks beside the lattice's one (b - 1)",
     ),
@@ -342,9 +342,9 @@ MUTANTS = (
     ),
     Mutant(
         "mixed-factor-no-clamp",
-        "sim/cost/kernels/mixed_factor.py",
-        "num_decode_seqs if num_decode_seqs < n_last else n_last,",
-        "num_decode_seqs,",
+        "sim/cost/kernels/price.py",
+        "x2 if x2 < last2 else last2, x3 if x3 < last3 else last3,",
+        "x2, x3 if x3 < last3 else last3,",
         MIXED_TESTS,
         "the mixed-decode factor extrapolated past the lattice's last decode count",
     ),
