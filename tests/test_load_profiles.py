@@ -236,7 +236,7 @@ def test_profile_sweep_refuses_a_trace_in_one_line() -> None:
     from sim.planning.profile_sweep import profile_sweep
 
     trace = {"kind": "trace", "format": "csv", "path": "x.csv"}
-    with pytest.raises(ConfigError, match="^sweep, synchronous: a trace keeps its own arrivals"):
+    with pytest.raises(ConfigError, match=r"^sweep, synchronous: a trace keeps its own arrivals"):
         profile_sweep(scenario(trace))
 
 
