@@ -228,7 +228,7 @@ MUTANTS = (
         "sim/fast/decode_runs.py",
         "not policy.chunked_prefill",  # `if budget == 0 or (...)` then blocks at 0 only
         "False",
-        ("tests/test_budget_block_no_run.py", "tests/test_mutant_may_run_budget.py"),
+        ("tests/test_budget_block_no_run.py",),
         "a decode run follows a step whose admission the token budget blocked",
     ),
     Mutant(
