@@ -46,15 +46,16 @@ def _pydantic_label(item: Any) -> bool:
     return item in _TYPE_NAMES or "[" in item or "-" in item or item[:1].isupper()
 
 
-def field_path(doc: Any, loc: tuple[Any, ...]) -> str:
-    """The dotted path as written in the file: without union tags like ``synthetic``
-    or pydantic's names of union members like ``int`` or ``function-after[...]``.
+def field_path(doc: Any, loc: tuple[Any, ...]) -> list[Any]:
+    """The location's keys and indices as written in the file (or request body):
+    without union tags like ``synthetic`` or pydantic's names of union members
+    like ``int`` or ``function-after[...]``.
 
     pydantic puts the ``kind`` of a tagged union and the type it tried of an
     untagged one into the error location; a user (and ``--set``) knows only the
     keys they wrote. A key the document holds is always the user's.
     """
-    parts: list[str] = []
+    parts: list[Any] = []
     node = doc
     for item in loc:
         held = isinstance(node, dict) and item in node
@@ -62,19 +63,20 @@ def field_path(doc: Any, loc: tuple[Any, ...]) -> str:
             continue  # a union tag
         if not held and _pydantic_label(item):
             continue
-        parts.append(str(item))
+        parts.append(item)
         if isinstance(node, dict):
             node = node.get(item)
         elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
             node = node[item]
         else:
             node = None
-    return ".".join(parts)
+    return parts
 
 
 def _problem(err: Any, doc: Any, prefix: str) -> str:
     """One pydantic error as ``path: what is wrong``, by the names the user wrote."""
-    path = ".".join(part for part in (prefix, field_path(doc, tuple(err["loc"]))) if part)
+    where = ".".join(str(part) for part in field_path(doc, tuple(err["loc"])))
+    path = ".".join(part for part in (prefix, where) if part)
     msg = str(err["msg"]).removeprefix("Value error, ")
     ctx = err.get("ctx") or {}
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):

@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from sim.errors import field_path
 from sim.serving.stream import FinishReason
 
 ERROR_TYPES = {
@@ -288,11 +289,11 @@ def parse(cls: type[RequestT], body: Any) -> RequestT:
     try:
         return cls.model_validate(body)
     except ValidationError as error:
-        message, param = _one_line(error)
+        message, param = _one_line(error, body)
         raise RequestError(message, param) from None
 
 
-def _one_line(error: ValidationError) -> tuple[str, str | None]:
+def _one_line(error: ValidationError, body: dict[str, Any]) -> tuple[str, str | None]:
     """The first problem, as ``field.path: what is wrong``, and the top field's name.
 
     A field of several types gets one error per type tried; when all are wrong
@@ -302,7 +303,7 @@ def _one_line(error: ValidationError) -> tuple[str, str | None]:
     errors = error.errors()
     specific = [e for e in errors if not e["type"].endswith(("_type", "_parsing"))]
     first = (specific or errors)[0]
-    path = [part for part in first["loc"] if not _is_type_tag(part)]
+    path = field_path(body, tuple(first["loc"]))
     where = ".".join(str(part) for part in path) or "body"
     param = str(path[0]) if path else None
     names = [part for part in path if isinstance(part, str)]
@@ -310,13 +311,6 @@ def _one_line(error: ValidationError) -> tuple[str, str | None]:
     if not specific and tried_types and names and names[-1] in UNION_SHAPES:
         return f"{where}: expected {UNION_SHAPES[names[-1]]}", param
     return f"{where}: {first['msg'].removeprefix('Value error, ')}", param
-
-
-def _is_type_tag(part: Any) -> bool:
-    # pydantic names the union member it tried ("str", "list[int]", "function-after[...]"):
-    # not a field (fields are lower-case identifiers).
-    builtin = {"str", "int", "float", "bool", "list", "dict", "none"}
-    return isinstance(part, str) and (not part.isidentifier() or part in builtin)
 
 
 def unknown_fields(request: _Request) -> list[str]:
