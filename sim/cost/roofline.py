@@ -156,23 +156,19 @@ class RooflineCost:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        if self.parallelism is not None:
-            return self._parallel_step_s(shape, tokens)
         context = shape.num_decode_context_tokens
-        compute = self._s_per_dense_token * tokens + self._s_per_attention_pair * (
-            shape.prefill_attention_pairs + context
-        )
-        memory = self._weight_s + self._s_per_kv_token * (
-            shape.prefill_kv_read_tokens + context + tokens
-        )
-        # A conditional expression is several times cheaper than calling max().
-        return compute if compute > memory else memory
-
-    def _parallel_step_s(self, shape: StepShape, tokens: int) -> float:
-        """``step_s`` of a parallel replica's step of ``tokens`` tokens (the module's)."""
+        if self.parallelism is None:
+            compute = self._s_per_dense_token * tokens + self._s_per_attention_pair * (
+                shape.prefill_attention_pairs + context
+            )
+            memory = self._weight_s + self._s_per_kv_token * (
+                shape.prefill_kv_read_tokens + context + tokens
+            )
+            # A conditional expression is several times cheaper than calling max().
+            return compute if compute > memory else memory
+        # A parallel replica (the module's): m micro-batches through the stages.
         m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
         slots, comm, p2p = self._fixed_s(tokens, m)
-        context = shape.num_decode_context_tokens
         compute = (
             self._s_per_dense_token * tokens
             + self._s_per_attention_pair * (shape.prefill_attention_pairs + context)
