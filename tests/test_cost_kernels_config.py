@@ -36,7 +36,7 @@ from sim.cost.kernels.config import (
     kernel_auto_choice,
 )
 from sim.cost.kernels.cost import KernelCost
-from sim.cost.roofline import ParallelRooflineCost, RooflineCost
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import ParallelismConfig, link_preset
 from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset, model_preset
@@ -337,12 +337,10 @@ def test_auto_with_parallelism_uses_tables_when_they_cover_the_layout() -> None:
     assert isinstance(cost, KernelCost) and cost.tp == 2
     # The shipped slice has no tp4 head layout, the profile is tp1: roofline.
     tp4 = ParallelismConfig(tensor_parallel_size=4)
-    assert isinstance(
-        build_cost_model(AutoCostConfig(), LLAMA, PRO, parallelism=tp4), ParallelRooflineCost
-    )
-    assert isinstance(
-        build_cost_model(AutoCostConfig(), LLAMA, RTX4090, parallelism=tp2), ParallelRooflineCost
-    )
+    on_pro = build_cost_model(AutoCostConfig(), LLAMA, PRO, parallelism=tp4)
+    assert isinstance(on_pro, RooflineCost) and on_pro.parallelism == tp4
+    on_4090 = build_cost_model(AutoCostConfig(), LLAMA, RTX4090, parallelism=tp2)
+    assert isinstance(on_4090, RooflineCost) and on_4090.parallelism == tp2
 
 
 def test_kind_kernels_with_parallelism_builds_the_layout() -> None:

@@ -8,10 +8,7 @@ from typing import Any
 import pytest
 
 from sim import api
-from sim.cost.roofline import (
-    ParallelRooflineCost,
-    RooflineCost,
-)
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.kv_capacity import KvSizing, vllm_num_kv_blocks
 from sim.hardware.parallel import (
@@ -83,7 +80,7 @@ def test_layout_problems_name_the_field() -> None:
     assert problem is not None and problem.startswith("parallelism.pipeline_parallel_size")
     assert layout_problem(LLAMA_70B, layout(8, 2)) is None
     with pytest.raises(ConfigError, match="attention heads"):
-        ParallelRooflineCost(qwen, H100, layout(8))
+        RooflineCost(qwen, H100, layout(8))
 
 
 # --- KV capacity ----------------------------------------------------------------

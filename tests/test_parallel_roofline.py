@@ -20,7 +20,7 @@ from sim.cost.config import (
     RooflineCostConfig,
     build_cost_model,
 )
-from sim.cost.roofline import ParallelRooflineCost, RooflineCost
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError
 from sim.hardware.parallel import LINK_PRESETS, LinkSpec, ParallelismConfig
 from sim.hardware.specs import hardware_preset, model_preset
@@ -45,8 +45,8 @@ def layout(tp: int = 1, pp: int = 1, mb: int = 1, link: Any = "nvlink4") -> Para
 
 def cost(
     tp: int = 1, pp: int = 1, mb: int = 1, link: Any = "nvlink4", model: Any = LLAMA_70B
-) -> ParallelRooflineCost:
-    return ParallelRooflineCost(model, H100, layout(tp, pp, mb, link))
+) -> RooflineCost:
+    return RooflineCost(model, H100, layout(tp, pp, mb, link))
 
 
 def decode(num_seqs: int = 64, context_per_seq: int = 1000) -> StepShape:

@@ -51,7 +51,7 @@ from sim.cost.kernels.config import (
     kernel_auto_choice,
 )
 from sim.cost.linear import LinearCost, zero_step_problem
-from sim.cost.roofline import ParallelRooflineCost, RooflineCost
+from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError, format_error
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, anchored, hardware_preset
@@ -162,7 +162,7 @@ def _auto(
     if kernels is not None:
         return kernels, why
     if parallelism is not None:
-        return ParallelRooflineCost(model, hardware, parallelism), f"{why}; the roofline"
+        return RooflineCost(model, hardware, parallelism), f"{why}; the roofline"
     for path in shipped_artifacts():
         artifact = _load_shipped(path, path.stat().st_mtime_ns)
         if artifact is None:
@@ -335,7 +335,7 @@ def _build(
     ``base_dir`` anchors a relative artifact path (the scenario file's folder).
     A replica laid out over several GPUs (``parallelism``): kernels (and auto,
     when kernel tables cover the layout) become a ``KernelCost`` for the
-    layout; roofline (and auto otherwise) become ``ParallelRooflineCost``;
+    layout; roofline (and auto otherwise) a ``RooflineCost`` of the layout;
     linear coefficients are taken to price the whole replica as given;
     calibrated artifacts, measured on one device, are refused.
     """
@@ -377,7 +377,5 @@ def _build(
             if value is not None
         }
         tuned = hardware.model_copy(update=overrides)
-        if parallelism is None:
-            return RooflineCost(model, tuned)
-        return ParallelRooflineCost(model, tuned, parallelism)
+        return RooflineCost(model, tuned, parallelism)
     raise TypeError(f"unknown cost config {type(config).__name__}")  # pragma: no cover

@@ -26,8 +26,8 @@ layers, MLP kind and LM head count. A sliding window is not applied: attention
 FLOPs and KV reads are full attention's, an over-estimate past the window (a
 step's shape keeps only sums of context lengths).
 
-``ParallelRooflineCost``: the same for a replica split over GPUs by tensor
-and pipeline parallelism.
+Given a ``ParallelismConfig``, ``RooflineCost`` prices a replica split over GPUs
+by tensor and pipeline parallelism.
 
 Tensor parallel over ``tp`` GPUs: each GPU does 1/tp of the FLOPs and reads
 1/tp of the weight bytes and of the KV bytes (KV heads replicated past
@@ -70,7 +70,9 @@ from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 class RooflineCost:
-    """Step time from model and hardware specs by the roofline formula (see module).
+    """Step time from model and hardware specs by the roofline formula (see module),
+    on one GPU, or (``parallelism``) per GPU of a tensor/pipeline-parallel replica
+    plus its all-reduces and pipeline stages.
 
     Always a guess: its label says "(uncalibrated)", whether a scenario asked
     for it or ``kind: auto`` fell back to it, so that no report passes it off
@@ -78,23 +80,45 @@ class RooflineCost:
     """
 
     __slots__ = (
+        "_activation_bytes_per_token",
+        "_fixed_cache",
+        "_max_micro_batches",
+        "_num_allreduces",
+        "_p2p_hops",
+        "_pp",
         "_s_per_attention_pair",
         "_s_per_dense_token",
         "_s_per_kv_token",
         "_weight_s",
         "hardware",
         "model",
+        "parallelism",
     )
 
     def __init__(
-        self, model: ModelSpec, hardware: HardwareSpec, tensor_parallel_size: int = 1
+        self,
+        model: ModelSpec,
+        hardware: HardwareSpec,
+        parallelism: ParallelismConfig | None = None,
     ) -> None:
         self.model = model
         self.hardware = hardware
+        self.parallelism = parallelism
+        tp = 1
+        if parallelism is not None:
+            problem = layout_problem(model, parallelism)
+            if problem is not None:
+                raise ConfigError(problem)
+            tp = parallelism.tensor_parallel_size
+            self._activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
+            self._num_allreduces = 2 * model.num_layers  # attention output and MLP output
+            self._pp = parallelism.pipeline_parallel_size
+            self._max_micro_batches = parallelism.num_micro_batches
+            self._p2p_hops = self._pp - 1
+            self._fixed_cache: dict[tuple[int, int], tuple[float, float, float]] = {}
         # Everything is folded into seconds-per-count constants once, so that
         # step_s is a handful of float operations. One GPU of a tp group does 1/tp
         # of the FLOPs and weight reads (x / 1 is exact: tp = 1 is the plain roofline).
-        tp = tensor_parallel_size
         flops_per_s = hardware.effective_flops_per_s
         bytes_per_s = hardware.effective_bytes_per_s
         kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
@@ -105,16 +129,20 @@ class RooflineCost:
 
     @property
     def label(self) -> str:
-        return f"roofline:{self.model.name}@{self.hardware.name} (uncalibrated)"
+        p = self.parallelism
+        where = (
+            self.hardware.name if p is None else f"{self.hardware.name}x{p.num_gpus}({p.layout})"
+        )
+        return f"roofline:{self.model.name}@{where} (uncalibrated)"
 
     def compute_s(self, shape: StepShape) -> float:
-        """Seconds the step's FLOPs take at effective peak."""
+        """Seconds the step's FLOPs take at effective peak (a GPU's)."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         pairs = shape.prefill_attention_pairs + shape.num_decode_context_tokens
         return self._s_per_dense_token * tokens + self._s_per_attention_pair * pairs
 
     def memory_s(self, shape: StepShape) -> float:
-        """Seconds the step's weight and KV traffic take at effective bandwidth."""
+        """Seconds the step's weight and KV traffic take at effective bandwidth (a GPU's)."""
         kv_tokens = (
             shape.prefill_kv_read_tokens
             + shape.num_decode_context_tokens
@@ -129,62 +157,34 @@ class RooflineCost:
         if tokens == 0:
             return 0.0
         context = shape.num_decode_context_tokens
-        compute = self._s_per_dense_token * tokens + self._s_per_attention_pair * (
-            shape.prefill_attention_pairs + context
+        if self.parallelism is None:
+            compute = self._s_per_dense_token * tokens + self._s_per_attention_pair * (
+                shape.prefill_attention_pairs + context
+            )
+            memory = self._weight_s + self._s_per_kv_token * (
+                shape.prefill_kv_read_tokens + context + tokens
+            )
+            # A conditional expression is several times cheaper than calling max().
+            return compute if compute > memory else memory
+        # A parallel replica (the module's): m micro-batches through the stages.
+        m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
+        slots, comm, p2p = self._fixed_s(tokens, m)
+        compute = (
+            self._s_per_dense_token * tokens
+            + self._s_per_attention_pair * (shape.prefill_attention_pairs + context)
+        ) / m
+        memory = (
+            self._weight_s
+            + self._s_per_kv_token * (shape.prefill_kv_read_tokens + context + tokens) / m
         )
-        memory = self._weight_s + self._s_per_kv_token * (
-            shape.prefill_kv_read_tokens + context + tokens
-        )
-        # A conditional expression is several times cheaper than calling max().
-        return compute if compute > memory else memory
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.label!r})"
-
-
-class ParallelRooflineCost(RooflineCost):
-    """Roofline step time of a tensor/pipeline-parallel replica (see module): the
-    per-GPU constants of ``RooflineCost`` plus all-reduces and pipeline stages."""
-
-    __slots__ = (
-        "_activation_bytes_per_token",
-        "_fixed_cache",
-        "_max_micro_batches",
-        "_num_allreduces",
-        "_p2p_hops",
-        "_pp",
-        "parallelism",
-    )
-
-    def __init__(
-        self,
-        model: ModelSpec,
-        hardware: HardwareSpec,
-        parallelism: ParallelismConfig,
-    ) -> None:
-        problem = layout_problem(model, parallelism)
-        if problem is not None:
-            raise ConfigError(problem)
-        self.parallelism = parallelism
-        super().__init__(model, hardware, parallelism.tensor_parallel_size)
-        self._activation_bytes_per_token = model.hidden_size * activation_dtype_bytes(model)
-        self._num_allreduces = 2 * model.num_layers  # attention output and MLP output
-        self._pp = parallelism.pipeline_parallel_size
-        self._max_micro_batches = parallelism.num_micro_batches
-        self._p2p_hops = self._pp - 1
-        self._fixed_cache: dict[tuple[int, int], tuple[float, float, float]] = {}
-
-    @property
-    def label(self) -> str:
-        p = self.parallelism
-        where = f"{self.hardware.name}x{p.num_gpus}({p.layout})"
-        return f"roofline:{self.model.name}@{where} (uncalibrated)"
+        return slots * ((compute if compute > memory else memory) + comm) + p2p
 
     def _fixed_s(self, tokens: int, m: int) -> tuple[float, float, float]:
-        """(slots, per-micro-batch all-reduce, pipeline transfers) for a step."""
+        """(slots, per-micro-batch all-reduce, pipeline transfers) for a parallel step."""
         cached = self._fixed_cache.get((tokens, m))
         if cached is not None:
             return cached
+        assert self.parallelism is not None  # (only a parallel replica's step_s calls it)
         slots = (m + self._pp - 1) / self._pp
         link, tp = self.parallelism.link, self.parallelism.tensor_parallel_size
         message_bytes = tokens / m * self._activation_bytes_per_token
@@ -195,19 +195,5 @@ class ParallelRooflineCost(RooflineCost):
         self._fixed_cache[(tokens, m)] = out = (slots, comm, p2p)
         return out
 
-    def step_s(self, shape: StepShape) -> float:
-        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
-        if tokens == 0:
-            return 0.0
-        m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
-        slots, comm, p2p = self._fixed_s(tokens, m)
-        context = shape.num_decode_context_tokens
-        compute = (
-            self._s_per_dense_token * tokens
-            + self._s_per_attention_pair * (shape.prefill_attention_pairs + context)
-        ) / m
-        memory = (
-            self._weight_s
-            + self._s_per_kv_token * (shape.prefill_kv_read_tokens + context + tokens) / m
-        )
-        return slots * ((compute if compute > memory else memory) + comm) + p2p
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.label!r})"

@@ -89,10 +89,15 @@ PriceArrays = tuple[FloatArray, FloatArray, IntArray]
 
 def roofline_of(cost: object) -> RooflineCost | None:
     """The roofline that prices ``cost``'s GPU work when the loop can play ``cost``:
-    a roofline (a relabelled one too, if it prices steps as the roofline), bare or
-    inside exactly an ``EngineCpuCost``; else None."""
+    a one-GPU roofline (a relabelled one too, if it prices steps as the roofline),
+    bare or inside exactly an ``EngineCpuCost``; else None. A parallel replica's
+    roofline adds all-reduces and pipeline stages the loop's constants do not hold."""
     gpu = cost.gpu if type(cost) is EngineCpuCost else cost
-    if isinstance(gpu, RooflineCost) and type(gpu).step_s is RooflineCost.step_s:
+    if (
+        isinstance(gpu, RooflineCost)
+        and type(gpu).step_s is RooflineCost.step_s
+        and gpu.parallelism is None
+    ):
         return gpu
     return None
 
