@@ -11,54 +11,19 @@ import json
 from pathlib import Path
 
 import pytest
+from intake_runs import STEP_S, run_folder, scenario_doc
 
 from sim.cost.fitted import FitParameters
 from sim.hardware.specs import model_preset
 from sim.validation.fit_runs import replay_runs
 
-STEP_S = 0.05  # every step's price (linear cost: the overhead alone)
-STAMP_B_S = 0.07  # request B's stamp, during the replay's second step (0.05-0.10 s)
-
-
-def _llmservingsim_run(folder: Path) -> Path:
-    """Two requests as vLLM would have served them on the scenario's engine, each
-    TTFT counted from its stamp (its intake): A one step, B two."""
-    folder.mkdir()
-    rows = [
-        {"input_toks": 100, "output_toks": 10, "queued_ts": 0.0, "scheduled_ts": 0.0,
-         "first_token_ts": STEP_S, "last_token_ts": 10 * STEP_S},
-        {"input_toks": 100, "output_toks": 5, "queued_ts": STAMP_B_S,
-         "scheduled_ts": 3 * STEP_S, "first_token_ts": STAMP_B_S + 2 * STEP_S,
-         "last_token_ts": STAMP_B_S + 6 * STEP_S},
-    ]  # fmt: skip
-    (folder / "requests.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    (folder / "meta.json").write_text(json.dumps({"model": "llama-3-8b"}))
-    return folder
-
 
 def test_a_fit_replay_of_an_llmservingsim_run_counts_from_the_engine_intake(
     tmp_path: Path,
 ) -> None:
-    run = _llmservingsim_run(tmp_path / "vllm")
-    zero = {"way_in_s_per_request": 0, "tokenize_s_per_token": 0,
-            "detokenize_s_per_token": 0, "output_step_s": 0}  # fmt: skip
+    run = run_folder(tmp_path / "vllm")
     scenario = tmp_path / "intake.yaml"
-    scenario.write_text(
-        json.dumps(
-            {
-                "name": "intake",
-                "seed": 0,
-                "model": "llama-3-8b",
-                "hardware": "h100",
-                "cost": {"kind": "linear", "step_overhead_s": STEP_S},
-                "scheduler": {"kind": "continuous", "max_num_seqs": 8,
-                              "max_num_batched_tokens": 2048},
-                "engine": {"vllm_version": "0.19.0"},  # async scheduling
-                "frontend": zero,
-                "workload": {"kind": "trace", "format": "csv", "path": "trace.csv"},
-            }
-        )
-    )  # fmt: skip
+    scenario.write_text(json.dumps(scenario_doc("trace.csv")))
     (fit_run,) = replay_runs(
         [str(run)], model_preset("llama-3-8b"), None, str(scenario), "multipliers"
     ).runs

@@ -14,57 +14,18 @@ import json
 from pathlib import Path
 
 import pytest
+from intake_runs import STEP_S, run_folder, scenario_doc
 
 from calibration.compare_measured import load_measured, validate
 from sim.cli import main
 from sim.scenario import scenario_from_dict
 from sim.validation.importers import import_run
 
-STEP_S = 0.05  # every step's price (linear cost: the overhead alone)
-# Request B's stamp, during the replay's second step (0.05-0.10 s): the engine
-# takes it in at the next step start, 0.10 s.
-STAMP_B_S = 0.07
-
-
-def _run_folder(folder: Path) -> Path:
-    """An LLMServingSim vLLM run of two requests, as vLLM would have served them on
-    the replay's engine (each TTFT counted from its intake: A one step, B two)."""
-    folder.mkdir()
-    rows = [
-        # A: taken in at once by the idle engine, prefilled in step 1 (0-0.05 s).
-        {"input_toks": 100, "output_toks": 10, "queued_ts": 0.0, "scheduled_ts": 0.0,
-         "first_token_ts": STEP_S, "last_token_ts": 10 * STEP_S},
-        # B: stamped at 0.07 s; two steps from its intake to its first token.
-        {"input_toks": 100, "output_toks": 5, "queued_ts": STAMP_B_S,
-         "scheduled_ts": 3 * STEP_S, "first_token_ts": STAMP_B_S + 2 * STEP_S,
-         "last_token_ts": STAMP_B_S + 6 * STEP_S},
-    ]  # fmt: skip
-    text = "".join(json.dumps(row) + "\n" for row in rows)
-    (folder / "requests.jsonl").write_text(text)
-    (folder / "meta.json").write_text(json.dumps({"model": "llama-3-8b"}))
-    return folder
-
-
-def _scenario(trace: Path) -> dict[str, object]:
-    zero = {"way_in_s_per_request": 0, "tokenize_s_per_token": 0,
-            "detokenize_s_per_token": 0, "output_step_s": 0}  # fmt: skip
-    return {
-        "name": "intake",
-        "seed": 0,
-        "model": "llama-3-8b",
-        "hardware": "h100",
-        "cost": {"kind": "linear", "step_overhead_s": STEP_S},
-        "scheduler": {"kind": "continuous", "max_num_seqs": 8, "max_num_batched_tokens": 2048},
-        "engine": {"vllm_version": "0.19.0"},  # async scheduling, as the public runs
-        "frontend": zero,
-        "workload": {"kind": "trace", "format": "csv", "path": str(trace)},
-    }
-
 
 def test_validate_counts_an_llmservingsim_replay_from_the_engine_intake(tmp_path: Path) -> None:
-    run = _run_folder(tmp_path / "vllm")
+    run = run_folder(tmp_path / "vllm")
     import_run(run).write(tmp_path / "imported")
-    scenario = scenario_from_dict(_scenario(tmp_path / "imported" / "trace.csv"), "intake.yaml")
+    scenario = scenario_from_dict(scenario_doc(tmp_path / "imported" / "trace.csv"), "intake.yaml")
     measured = load_measured(run, assume_device="h100")
     validation = validate(scenario, measured)
     predicted = validation.latencies["predicted: microbenchmarks"].per_request
@@ -87,10 +48,10 @@ def test_validate_counts_an_llmservingsim_replay_from_the_engine_intake(tmp_path
 def test_an_imported_llmservingsim_folder_keeps_counting_from_the_intake(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run = _run_folder(tmp_path / "vllm")
+    run = run_folder(tmp_path / "vllm")
     import_run(run).write(tmp_path / "imported")
     scenario = tmp_path / "intake.yaml"
-    scenario.write_text(json.dumps(_scenario(tmp_path / "imported" / "trace.csv")))
+    scenario.write_text(json.dumps(scenario_doc(tmp_path / "imported" / "trace.csv")))
     args = ["validate", str(scenario), "--assume-device", "h100", "--out"]
     assert main([*args, str(tmp_path / "v1"), "--measured", str(run)]) == 0
     assert main([*args, str(tmp_path / "v2"), "--measured", str(tmp_path / "imported")]) == 0
