@@ -10,6 +10,8 @@ tokens, so the unhashed blocks are those past ``num_computed_tokens //
 block_size``: a request's last, partly filled block. servesim follows the
 version (``sim.scenario.vllm_versions``, ``PrefixCachingPool``'s
 ``free_unhashed_first``); the figures below are worked out by hand in the comments.
+The bulk pool against the per-block reference, in both orders, is
+``tests/test_prefix_cache_reference.py``'s property.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pool_state import free_queue, num_evictable_blocks, queue_blocks
 from scenario_docs import small_doc
-from test_prefix_cache_properties import act
-from test_prefix_cache_reference import SETTINGS, ListQueue, actions, specs, state, twins
+from test_prefix_cache_reference import SETTINGS, ListQueue
 
 from sim.api.build import core_config_for
 from sim.cost.roofline import RooflineCost
@@ -203,29 +204,6 @@ def test_the_free_queue_with_a_head_pops_what_a_plain_list_would(
             next_block += n
             assert queue_blocks(queue) == [b for b, _ in reference.items]
             assert queue.size == len(reference.items)
-
-
-# -- the pool against the per-block reference, under 0.24's order ----------------------
-
-
-@SETTINGS
-@given(
-    specs=specs,
-    plan=actions,
-    num_blocks=st.integers(4, 40),
-    block_size=st.sampled_from([1, 2, 4]),
-)
-def test_the_bulk_pool_frees_as_the_per_block_reference_under_0_24(
-    specs: list[tuple[int, int, int | None, int]],
-    plan: list[tuple[str, int, int, bool]],
-    num_blocks: int,
-    block_size: int,
-) -> None:
-    fast, slow = twins(specs, num_blocks, block_size, free_unhashed_first=True)
-    for action in plan:
-        act(fast, action)
-        act(slow, action)
-        assert state(fast) == state(slow)
 
 
 # -- the compiled loop ----------------------------------------------------------------

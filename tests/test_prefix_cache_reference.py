@@ -104,6 +104,9 @@ action = st.tuples(
 actions = st.lists(action, max_size=120)
 
 
+# Both free-queue orders: to the tail (vLLM 0.10.2 to 0.23) and 0.24's unhashed
+# blocks to the head (tests/test_free_queue_order.py).
+@pytest.mark.parametrize("free_unhashed_first", [False, True])
 @SETTINGS
 @given(
     specs=specs,
@@ -112,12 +115,13 @@ actions = st.lists(action, max_size=120)
     block_size=st.sampled_from([1, 2, 4]),
 )
 def test_bulk_pool_matches_the_per_block_reference(
+    free_unhashed_first: bool,
     specs: list[tuple[int, int, int | None, int]],
     plan: list[tuple[str, int, int, bool]],
     num_blocks: int,
     block_size: int,
 ) -> None:
-    fast, slow = twins(specs, num_blocks, block_size)
+    fast, slow = twins(specs, num_blocks, block_size, free_unhashed_first=free_unhashed_first)
     for action in plan:
         act(fast, action)
         act(slow, action)
