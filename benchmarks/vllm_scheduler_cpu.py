@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -46,9 +47,8 @@ def spec_for(num_seqs: int) -> dict[str, object]:
     }
 
 
-def step_us(num_seqs: int, num_steps: int, num_warm_steps: int) -> list[float]:
-    """Microseconds of each timed step with ``num_seqs`` sequences decoding."""
-    scheduler, hasher = driver.build(spec_for(num_seqs))
+def add_decoding_requests(scheduler: Any, hasher: Any, num_seqs: int) -> None:
+    """``num_seqs`` requests of a 32-token prompt that never finish while timed."""
     for rid in range(num_seqs):
         request = {
             "request_id": rid,
@@ -59,6 +59,12 @@ def step_us(num_seqs: int, num_steps: int, num_warm_steps: int) -> list[float]:
             "arrival_s": 0.0,
         }
         scheduler.add_request(driver.make_request(request, hasher))
+
+
+def step_us(num_seqs: int, num_steps: int, num_warm_steps: int) -> list[float]:
+    """Microseconds of each timed step with ``num_seqs`` sequences decoding."""
+    scheduler, hasher = driver.build(spec_for(num_seqs))
+    add_decoding_requests(scheduler, hasher, num_seqs)
     out_us = []
     for step in range(num_warm_steps + num_steps):
         start = time.thread_time()

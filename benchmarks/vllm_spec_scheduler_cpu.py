@@ -45,7 +45,7 @@ import torch
 import vllm_oracle_driver as driver
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
-from vllm_scheduler_cpu import ols, spec_for
+from vllm_scheduler_cpu import add_decoding_requests, ols, spec_for
 
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0
 
@@ -85,16 +85,7 @@ def step_us(
         scheduler.num_spec_tokens = num_draft_tokens
         scheduler.num_lookahead_tokens = num_draft_tokens
         scheduler.use_eagle = True
-    for rid in range(num_seqs):
-        request = {
-            "request_id": rid,
-            "num_shared_prefix_tokens": 0,
-            "prefix_group": None,
-            "num_prompt_tokens": 32,
-            "num_output_tokens": 900,  # never finishes while timed
-            "arrival_s": 0.0,
-        }
-        scheduler.add_request(driver.make_request(request, hasher))
+    add_decoding_requests(scheduler, hasher, num_seqs)
     drafts = [7] * num_draft_tokens
     out_us = []
     for step in range(num_warm_steps + num_steps):
