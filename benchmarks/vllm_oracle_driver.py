@@ -206,6 +206,11 @@ def fabricate(scheduler: Scheduler, out: Any) -> Any:
         request = scheduler.requests[rid]
         emits = request.num_computed_tokens >= request.num_tokens
         sampled.append([20_000_000 + int(rid)] if emits else [])
+    return runner_output(req_ids, sampled)
+
+
+def runner_output(req_ids: list[str], sampled: list[list[int]]) -> Any:
+    """vLLM's ``ModelRunnerOutput`` of the tokens ``sampled`` for each of ``req_ids``."""
     return ModelRunnerOutput(
         **_kwargs(
             ModelRunnerOutput,

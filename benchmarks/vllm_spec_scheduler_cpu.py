@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import vllm_oracle_driver as driver
-from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.outputs import DraftTokenIds
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID, RejectionSampler
 from vllm_scheduler_cpu import add_decoding_requests, ols, spec_for
 
@@ -63,17 +63,7 @@ def fabricate(scheduler: Any, out: Any, step: int, expected: float) -> Any:
         phase = (int(rid) * GOLDEN_FRACTION) % 1.0
         emitted = math.floor(phase + (step + 1) * expected) - math.floor(phase + step * expected)
         sampled.append([20_000_000 + int(rid)] * min(emitted, drafts + 1))
-    return ModelRunnerOutput(
-        **driver._kwargs(
-            ModelRunnerOutput,
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-        )
-    )
+    return driver.runner_output(req_ids, sampled)
 
 
 def step_us(

@@ -28,6 +28,22 @@ NGRAM = [
 LIMIT_MS = 5.0
 
 
+def _one_h100_config(tensor_parallel_sizes: list[int], **search: int) -> PlanConfig:
+    """A plan over H100s at one batch setting, no refinement, one seed."""
+    return PlanConfig.model_validate(
+        {
+            "gpus": ["h100"],
+            "tensor_parallel_sizes": tensor_parallel_sizes,
+            "max_num_seqs": [64],
+            "max_num_batched_tokens": [2048],
+            "chunked_prefill": [True],
+            "refine": False,
+            "seeds": 1,
+            **search,
+        }
+    )
+
+
 def test_plan_searches_a_speculative_candidate_its_plain_bound_calls_infeasible() -> None:
     # n-gram drafts (CPU only) of k=4 accepted at 0.7: a decode step verifies 5 tokens
     # (memory-bound: about a plain step's time) and emits E = (1 - 0.7^5) / 0.3 = 2.77,
@@ -37,19 +53,7 @@ def test_plan_searches_a_speculative_candidate_its_plain_bound_calls_infeasible(
     scenario = load_scenario(SCENARIOS / "speculative.yaml", NGRAM)
     plain_step_ms = 1e3 * decode_s(cost_model_for(scenario, SCENARIOS), 1, 100)
     assert plain_step_ms > LIMIT_MS > plain_step_ms / 2.77 * 1.2
-    config = PlanConfig.model_validate(
-        {
-            "gpus": ["h100"],
-            "tensor_parallel_sizes": [1],
-            "max_num_seqs": [64],
-            "max_num_batched_tokens": [2048],
-            "chunked_prefill": [True],
-            "refine": False,
-            "seeds": 1,
-            "num_requests": 100,
-            "max_loads": 3,
-        }
-    )
+    config = _one_h100_config([1], num_requests=100, max_loads=3)
     result = plan(
         scenario,
         SCENARIOS,
@@ -70,18 +74,7 @@ def test_plan_refuses_one_deployments_kv_pool() -> None:
     scenario = load_scenario(
         SCENARIOS / "chat.yaml", ["engine.num_kv_blocks=4000", "workload.num_requests=100"]
     )
-    config = PlanConfig.model_validate(
-        {
-            "gpus": ["h100"],
-            "tensor_parallel_sizes": [1, 2],
-            "max_num_seqs": [64],
-            "max_num_batched_tokens": [2048],
-            "chunked_prefill": [True],
-            "refine": False,
-            "seeds": 1,
-            "max_loads": 2,
-        }
-    )
+    config = _one_h100_config([1, 2], max_loads=2)
     with pytest.raises(ConfigError, match=r"^plan: engine.num_kv_blocks 4000 "):
         plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)
 
@@ -93,17 +86,6 @@ def test_plan_refuses_a_link_it_would_replace_by_each_gpus_own() -> None:
         SCENARIOS / "chat.yaml",
         ["parallelism.link=pcie5-via-host", "workload.num_requests=100"],
     )
-    config = PlanConfig.model_validate(
-        {
-            "gpus": ["h100"],
-            "tensor_parallel_sizes": [2],
-            "max_num_seqs": [64],
-            "max_num_batched_tokens": [2048],
-            "chunked_prefill": [True],
-            "refine": False,
-            "seeds": 1,
-            "max_loads": 2,
-        }
-    )
+    config = _one_h100_config([2], max_loads=2)
     with pytest.raises(ConfigError, match=r"^plan: parallelism.link pcie5-via-host: "):
         plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)
