@@ -34,7 +34,9 @@ def _digest(path: Path) -> str:
 def _run(scenario: Path, out: Path) -> dict[str, str]:
     is_sweep = scenario.stem.startswith("sweep")  # sweep files are named so
     command = "sweep" if is_sweep else "run"
-    args = [SERVESIM, command, str(scenario), "--out", str(out)]
+    # Relative to the tree, so two checkouts of the same code give the same
+    # bytes and one baseline serves every worktree.
+    args = [SERVESIM, command, str(scenario.relative_to(ROOT)), "--out", str(out)]
     args += ["--jobs", "1"] if is_sweep else ["--quiet"]
     done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
