@@ -29,9 +29,11 @@ same workload, while two calls on one generator give different ones.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -261,15 +263,20 @@ def generate_open_loop(
     return replace(arrays, priority=config.priority.sample(priority_rng, len(arrays)))
 
 
+def _one_by_one(draw: Callable[[int], npt.NDArray[Any]]) -> Iterator[Any]:
+    """``draw(CLOSED_LOOP_BLOCK)``'s values one at a time, as Python scalars: one numpy
+    call per block, a generator step per value."""
+    while True:
+        yield from draw(CLOSED_LOOP_BLOCK).tolist()
+
+
 class ClosedLoopSource:
     """Lengths and think times for a closed-loop run, drawn lazily in blocks.
 
-    Draws come :data:`CLOSED_LOOP_BLOCK` at a time from numpy and are handed
-    out from Python lists, so each call costs a list index, not a numpy call.
-    The ``i``-th call of :meth:`next_lengths` returns the same pair for a
-    given seed whatever the think times or the order of calls. With prefix
-    groups, the ``i``-th prompt includes the group's shared prefix and the
-    ``i``-th call of :meth:`next_prefix` names that group.
+    Each stream has its own generator (module docstring), so the ``i``-th call of
+    :meth:`next_lengths` returns the same pair for a given seed whatever the think
+    times or the order of calls. With prefix groups, the ``i``-th prompt includes
+    the group's shared prefix and the ``i``-th call of :meth:`next_prefix` names it.
     """
 
     def __init__(
@@ -284,57 +291,37 @@ class ClosedLoopSource:
         mean_think_s = think.value_s if isinstance(think, FixedThinkTime) else think.mean_s
         rounds = -(-config.num_requests // config.num_users)
         check_clock(rounds * mean_think_s, "workload.think_time_s")
-        self.config = config
         self.num_users = config.num_users
         self.num_requests = config.num_requests
-        self._prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
-        self._output_sampler = make_length_sampler(config.output_tokens, base_dir)
-        self._think_rng, self._prompt_rng, self._output_rng = rng.spawn(3)
+        prompt_sampler = make_length_sampler(config.prompt_tokens, base_dir)
+        output_sampler = make_length_sampler(config.output_tokens, base_dir)
+        think_rng, prompt_rng, output_rng = rng.spawn(3)
+        self._prompts = _one_by_one(partial(prompt_sampler.sample, prompt_rng))
+        self._outputs = _one_by_one(partial(output_sampler.sample, output_rng))
+        self._thinks = _one_by_one(partial(sample_think_times_s, think, think_rng))
         groups = config.prefix_groups
-        # A fourth stream, spawned only with groups: the others draw as without.
-        self._group_rng = rng.spawn(1)[0] if groups is not None else None
-        self._shared_tokens = 0 if groups is None else groups.shared_prefix_tokens
-        self._prompts: list[int] = []
-        self._outputs: list[int] = []
-        self._groups: list[int] = []
-        self._thinks: list[float] = []
-        self._next_length = 0
-        self._next_group = 0
-        self._next_think = 0
+        self._groups: Iterator[int] | None = None
+        self._shared_tokens = 0
+        if groups is not None:
+            # A fourth stream, spawned only with groups: the others draw as without.
+            (group_rng,) = rng.spawn(1)
+            num_groups = groups.num_groups
+            self._groups = _one_by_one(
+                lambda size: group_rng.integers(0, num_groups, size=size, dtype=np.int64)
+            )
+            self._shared_tokens = groups.shared_prefix_tokens
 
     def next_lengths(self) -> tuple[int, int]:
         """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
-        i = self._next_length
-        if i == len(self._prompts):
-            block = CLOSED_LOOP_BLOCK
-            self._prompts = self._prompt_sampler.sample(self._prompt_rng, block).tolist()
-            self._outputs = self._output_sampler.sample(self._output_rng, block).tolist()
-            i = 0
-        self._next_length = i + 1
-        return self._prompts[i] + self._shared_tokens, self._outputs[i]
+        return next(self._prompts) + self._shared_tokens, next(self._outputs)
 
     def next_prefix(self) -> tuple[int, int] | None:
         """``(prefix_group, num_shared_prefix_tokens)`` of the next request, or None
         without prefix groups (call it once per request, next to :meth:`next_lengths`)."""
-        groups = self.config.prefix_groups
-        if groups is None or self._group_rng is None:
+        if self._groups is None:
             return None
-        i = self._next_group
-        if i == len(self._groups):
-            self._groups = self._group_rng.integers(
-                0, groups.num_groups, size=CLOSED_LOOP_BLOCK, dtype=np.int64
-            ).tolist()
-            i = 0
-        self._next_group = i + 1
-        return self._groups[i], groups.shared_prefix_tokens
+        return next(self._groups), self._shared_tokens
 
     def next_think_s(self) -> float:
         """The next think time in seconds (>= 0)."""
-        i = self._next_think
-        if i == len(self._thinks):
-            self._thinks = sample_think_times_s(
-                self.config.think_time_s, self._think_rng, CLOSED_LOOP_BLOCK
-            ).tolist()
-            i = 0
-        self._next_think = i + 1
-        return self._thinks[i]
+        return next(self._thinks)
