@@ -217,21 +217,17 @@ class Generation:
     def __init__(
         self,
         request: web.Request,
+        req: p.Sampling,
         prompts: list[list[int]],
-        n: int,
         max_tokens: list[int],
-        stop: tuple[str, ...],
-        include_stop: bool,
-        ignore_eos: bool,
         received_s: float,
-        priority: int,
     ) -> None:
         app = request.app
         self.engine, self.metrics = app[ENGINE], app[METRICS]
         self.arrival_s = received_s  # time.perf_counter() when the handler took it
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.num_prompt_tokens = sum(len(ids) for ids in prompts)
-        self.n = n
+        self.n = n = req.n
         tokenizer, mailbox, metrics = app[TOKENIZER], app[MAILBOX], app[METRICS]
         self.choices: list[Choice] = []
         # vLLM's order: choice i * n + k is the k-th generation of prompt i.
@@ -245,12 +241,16 @@ class Generation:
                     mailbox.put(self.events, (index, event))
 
                 try:
-                    submission = Submission(ids, limit, ignore_eos, sink, self.arrival_s, priority)
+                    submission = Submission(
+                        ids, limit, req.ignore_eos, sink, self.arrival_s, req.priority
+                    )
                     request_id = self.engine.submit(submission)
                 except BaseException:
                     self.abort("its submission failed")  # the choices submitted before
                     raise
-                detokenizer = IncrementalDetokenizer(tokenizer, stop, include_stop)
+                detokenizer = IncrementalDetokenizer(
+                    tokenizer, req.stop_strings(), req.include_stop_str_in_output
+                )
                 self.choices.append(Choice(index, len(ids), detokenizer, request_id, limit))
 
     @property
@@ -378,17 +378,7 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
     limits = [_max_tokens(asked, default, len(ids), engine.max_model_len_tokens) for ids in prompts]
     _check_priority(request, req.priority)
     _check_engine(engine)  # a stopped engine would never answer
-    generation = Generation(
-        request,
-        prompts,
-        req.n,
-        limits,
-        req.stop_strings(),
-        req.include_stop_str_in_output,
-        req.ignore_eos,
-        received_s,
-        req.priority,
-    )
+    generation = Generation(request, req, prompts, limits, received_s)
     first = generation.choices[0].request_id
     rid = f"chatcmpl-{first}" if chat else f"cmpl-{first}"
     try:
