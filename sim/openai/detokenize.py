@@ -1,19 +1,15 @@
 """Token ids to text as they stream: whole UTF-8 characters only, and stop strings.
 
-An engine step hands the server a request's new token ids; with a byte
-tokenizer a character of two to four bytes may span steps. Decoding each
-step's ids on their own turns every split character into U+FFFD; this keeps
-the bytes of an unfinished character until its last byte arrives (invalid
-bytes still become U+FFFD at once, and an unfinished character at the end of
-the request too).
+With a byte tokenizer a character of two to four bytes may span engine steps:
+the bytes of an unfinished character are kept until its last byte arrives
+(invalid bytes still become U+FFFD at once).
 
-Stop strings are checked as vLLM's detokenizer checks them: on the text so
-far, from where a stop string ending in the new text could start. A match
-ends the request: the text is cut before the stop string (vLLM's default), or
-after it with ``include_stop_str_in_output``. While streaming without it, the
-last ``len(longest stop string) - 1`` characters are held back, since they
-could be the start of a stop string the next token completes; they go out
-with the last chunk.
+Stop strings are checked as vLLM's detokenizer checks them: on the text so far,
+from where a stop string ending in the new text could start. A match ends the
+request, the text cut before the stop string (or after it with
+``include_stop_str_in_output``). While streaming without it, the last
+``len(longest stop string) - 1`` characters are held back: they could start a
+stop string the next token completes.
 """
 
 from __future__ import annotations

@@ -1,14 +1,12 @@
 """``GET /metrics``: the server's Prometheus metrics, under vLLM's names and labels.
 
 The names, types, labels and buckets are vLLM's v1 ones (``vllm/v1/metrics/loggers.py``,
-``PrometheusStatLogger``, as of vLLM 0.11-0.12), so that load generators and
-dashboards built for vLLM read them; docs/validation.md (``servesim serve``) says
-what each measures. Latencies are measured at the HTTP server (the handler to each
-token's event on the event loop); a request's engine phases, preemptions and
-prefix-cache lookups come from the engine's clock (``RequestTiming``) when it
-finishes; the gauges are read from the engine (``OnlineBackend.load``, its
-``error`` for ``servesim:invariant_violations_total``) at each scrape. Each app has
-its own registry, so two servers in one process (the tests) do not share counts.
+``PrometheusStatLogger``, vLLM 0.11-0.12), so that tools built for vLLM read them;
+docs/validation.md (``servesim serve``) says what each measures. Latencies are
+measured at the HTTP server; a request's engine phases, preemptions and prefix-cache
+lookups come from the engine's clock (``RequestTiming``) when it finishes; the gauges
+are read from the engine at each scrape. Each app has its own registry, so two
+servers in one process (the tests) do not share counts.
 """
 
 from __future__ import annotations
@@ -36,19 +34,15 @@ ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                  1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
 E2E_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
                  40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
-# vllm:iteration_tokens_total's buckets: vLLM's fixed list in loggers.py (its
-# older code built them from the CUDA-graph capture sizes; the fixed list is the one
-# current vLLM uses).
+# vllm:iteration_tokens_total's buckets: vLLM's fixed list in loggers.py.
 ITERATION_TOKEN_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 N_BUCKETS = (1, 2, 5, 10, 20)  # vllm:request_params_n's, vLLM's list
 LABELS = ("model_name", "engine")
 
 
 def one_two_five_buckets(max_value: int) -> tuple[int, ...]:
-    """1, 2, 5, 10, 20, 50, ... up to ``max_value``: vLLM's ``build_1_2_5_buckets``,
-    from which it builds its per-request token histograms' buckets (``max_model_len``):
-    ``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` and
-    ``vllm:request_params_max_tokens``."""
+    """1, 2, 5, 10, 20, 50, ... up to ``max_value``: vLLM's ``build_1_2_5_buckets``, the
+    per-request token histograms' buckets (of ``max_model_len``)."""
     buckets: list[int] = []
     scale = 1
     while True:
@@ -68,9 +62,8 @@ class ServerMetrics:
         max_model_len_tokens: int = 50_000,
         invariants: tuple[str, ...] = (),
     ) -> None:
-        """``max_model_len_tokens`` sets the per-request token histograms' buckets
-        (vLLM's ``build_1_2_5_buckets(max_model_len)``); ``invariants``: those the
-        engine checks, each a series from 0 (as vLLM lists every finish reason)."""
+        """``max_model_len_tokens`` sets the per-request token histograms' buckets;
+        ``invariants``: those the engine checks, each a series from 0."""
         token_buckets = one_two_five_buckets(max_model_len_tokens)
         # No ``*_created`` series (a timestamp per counter), as vLLM's page has none; the
         # switch is prometheus_client's, for the whole process, as vLLM sets it.
@@ -136,9 +129,8 @@ class ServerMetrics:
         self._prefix_hits = counter(
             "vllm:prefix_cache_hits", "Prompt tokens found in the prefix cache."
         )
-        # vLLM: decode time / (generated - 1) of each finished request, 0 for one with
-        # a single token or none (FinishedRequestStats.mean_time_per_output_token),
-        # observed for every finished request, aborted ones too; the ITL buckets.
+        # vLLM's FinishedRequestStats.mean_time_per_output_token: decode time /
+        # (generated - 1), 0 with fewer than 2 tokens; aborted requests too.
         self._tpot = histogram(
             "vllm:request_time_per_output_token_seconds",
             "Mean time per output token of a finished request (s).",

@@ -1,12 +1,9 @@
 """``servesim serve``'s HTTP server: vLLM's OpenAI routes over any online engine.
 
-The server owns the text: it tokenizes prompts (``sim.openai.tokenizer``),
-hands token ids to the engine (``sim.serving.stream.OnlineBackend``: the
-reference engine or the simulated one) and turns the ids each step emits back
-into text incrementally (``sim.openai.detokenize``), with stop strings. The
-requests and answers are ``sim.openai.protocol``'s pydantic models; the
-metrics ``sim.openai.metrics``'. The routes and what each answers:
-docs/validation.md, "``servesim serve``".
+The server owns the text: it tokenizes prompts, hands token ids to the engine
+(``sim.serving.stream.OnlineBackend``) and turns the ids each step emits back into
+text, with stop strings. The routes and what each answers: docs/validation.md,
+"``servesim serve``".
 """
 
 from __future__ import annotations
@@ -107,9 +104,8 @@ async def _errors(
             raise
         return _error(error.status, error.reason)
     except ConnectionResetError:
-        # The client hung up before its request was read whole (mid-body): its right,
-        # not a server error, and nothing reached the engine. One line, no traceback
-        # (re-raised, aiohttp would log one); the answer is never sent.
+        # The client hung up mid-body: its right, not a server error (re-raised, aiohttp
+        # would log a traceback), and nothing reached the engine. The 499 is never sent.
         LOG.warning(
             "servesim serve: %s %s: the client disconnected before sending its whole request",
             request.method,
@@ -292,8 +288,8 @@ class Generation:
         return choice, delta.text
 
     def _finished(self, choice: Choice, now_s: float) -> None:
-        """``/metrics`` of a finished choice (``now_s``: perf_counter), and of its
-        prompt's request once its n choices are all finished (vLLM's parent request)."""
+        """``/metrics`` of a finished choice, and of its prompt's request once its n
+        choices are all finished (vLLM's parent request)."""
         assert choice.finish_reason is not None
         timing = choice.timing  # up to its last token (a stop string's too)
         self.metrics.finished(
@@ -311,9 +307,8 @@ class Generation:
             self.metrics.request_finished(self.n)
 
     def abort(self, why: str) -> None:
-        """End every unfinished choice as vLLM aborts a request: the engine stops it and
-        frees its KV blocks, ``/metrics`` counts it (``finished_reason="abort"``), and
-        the log says so in one line."""
+        """End every unfinished choice as vLLM aborts a request: the engine frees it,
+        ``/metrics`` counts it (``finished_reason="abort"``), the log says so in one line."""
         now = time.perf_counter()
         aborted = [c for c in self.choices if c.finish_reason is None]
         for choice in aborted:
@@ -351,11 +346,9 @@ def _answer(
     chat: bool, stream: bool, rid: str, model: str, choices: list[Any], **fields: Any
 ) -> p.CompletionResponse | p.ChatCompletionResponse | p.ChatCompletionChunk:
     """The answer (or a stream's chunk) around ``choices``; ``fields``: ``created``, ``usage``."""
-    if not chat:
-        return p.CompletionResponse(id=rid, model=model, choices=choices, **fields)
-    if not stream:
-        return p.ChatCompletionResponse(id=rid, model=model, choices=choices, **fields)
-    return p.ChatCompletionChunk(id=rid, model=model, choices=choices, **fields)
+    chat_answer = p.ChatCompletionChunk if stream else p.ChatCompletionResponse
+    kind = chat_answer if chat else p.CompletionResponse
+    return kind(id=rid, model=model, choices=choices, **fields)
 
 
 async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -386,12 +379,10 @@ async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
             return await _stream(request, generation, rid, chat, req.stream_options)
         return await _whole(request, generation, rid, model, chat)
     except ConnectionResetError:
-        # The client hung up: before the headers went out, mid-stream (aiohttp:
-        # "Cannot write to closing transport") or while waiting for a whole answer.
-        # Its right, not a server error: abort its requests and end the handler
-        # quietly (re-raised, aiohttp would log a traceback).
+        # The client hung up (before the headers, mid-stream or waiting for a whole
+        # answer): abort its requests and end quietly, as ``_errors`` does.
         generation.abort("the client disconnected")
-        return web.Response(status=499)  # never sent: nobody is listening
+        return web.Response(status=499)
     except asyncio.CancelledError:
         generation.abort("the server is stopping")
         raise
@@ -514,9 +505,8 @@ def make_app(
     priority_scheduling: bool = False,
     invariants: tuple[str, ...] = (),
 ) -> web.Application:
-    """The aiohttp application around a started ``engine``; ``priority_scheduling``:
-    whether its policy reads requests' ``priority`` (else one other than 0 is a 400);
-    ``invariants``: those the engine checks as it runs, each a ``/metrics`` series."""
+    """The aiohttp application around a started ``engine``; ``invariants``: those the
+    engine checks as it runs, each a ``/metrics`` series."""
     app = web.Application(middlewares=[_errors])
     app[ENGINE] = engine
     app[MODEL] = model
@@ -557,19 +547,17 @@ def stopping_line(app: web.Application) -> str:
 
 
 async def serve(app: web.Application, host: str, port: int, model: str) -> None:
-    """Serve ``app`` on ``host:port`` (0: any free port), printing its URL, until SIGTERM
-    or Ctrl-C; then open requests get ``SHUTDOWN_TIMEOUT_S`` to finish, the server
-    says so, and a further Ctrl-C (or SIGTERM) cuts the wait: the requests still open
-    are then aborted as ``asyncio.run`` cancels their handlers."""
+    """Serve ``app`` on ``host:port`` (0: any free port) until SIGTERM or Ctrl-C; then open
+    requests get ``SHUTDOWN_TIMEOUT_S`` to finish, unless a second signal cuts the wait
+    (``asyncio.run`` then cancels their handlers, which abort them)."""
     runner = await listen(app, host, port, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     bound_host, bound_port = runner.addresses[0][:2]
     print(
         f"servesim serve: {model} on http://{bound_host}:{bound_port} (Ctrl-C stops)",
         flush=True,
     )
-    # Both signals handled here rather than by asyncio.run's Ctrl-C (which cancels this
-    # task, and raises KeyboardInterrupt on a second one wherever the loop is: a second
-    # Ctrl-C while this task is in its finally would be lost in it).
+    # Both signals handled here: asyncio.run's own Ctrl-C handling would lose a second
+    # Ctrl-C that comes while this task is in its finally.
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -1,16 +1,11 @@
 """A byte-level tokenizer, and deterministic prompt text of a given token count.
 
 No real tokenizer ships offline for the random-weight calibration models, so
-``servesim serve`` and the reference engine tokenize with bytes: UTF-8 bytes
-``b`` become ids ``b + NUM_SPECIAL``. That costs real CPU time per token (the
-point: tokenization and detokenization are part of what a measured run
-measures), and a prompt of ``n`` ASCII characters is exactly ``n`` tokens.
-The model's vocabulary is larger than 256 + specials, so ids it samples
-outside the byte range are folded into printable ASCII when detokenizing
-(one character each: a random model's output streams one character per
-token, as a client timing chunks expects; only the rare ids inside the byte
-range above 127 make multi-byte or invalid UTF-8). The text is meaningless,
-the work is real.
+``servesim serve`` and the reference engine tokenize with bytes: UTF-8 byte ``b``
+is id ``b + NUM_SPECIAL``. That costs real CPU time per token (part of what a
+measured run measures), and ``n`` ASCII characters are exactly ``n`` tokens. Ids
+past the bytes are folded into printable ASCII when detokenizing, so a random
+model streams one character per token. The text is meaningless, the work is real.
 """
 
 from __future__ import annotations
@@ -40,9 +35,8 @@ _WORDS = tuple(
 class ByteTokenizer:
     """UTF-8 bytes as token ids; decoding folds unknown ids into bytes.
 
-    ``vocab_size``: the served model's vocabulary, ids ``0 .. vocab_size - 1``
-    (the scenario's ``model.vocab_size``); a prompt of token ids outside it is
-    refused, as vLLM refuses one. By default the byte ids alone.
+    ``vocab_size``: the served model's (``model.vocab_size``; default: the byte ids
+    alone); a prompt of token ids outside it is refused, as vLLM refuses one.
     """
 
     num_special = NUM_SPECIAL
