@@ -32,15 +32,10 @@ MAX_GENERATED_REQUESTS = 100_000_000
 
 MAX_CLOCK_S = 2.0**32
 """The latest time a run's clock may reach, s (~136 years): below it float64 times are
-at most 2**-21 s (0.48 us) apart. Every simulated time is absolute (from the run's
-start), so a step of a few ms that starts at 1e12 s is rounded to 1.2e-4 s and a
-latency loses its digits: at 1e-12 req/s TPOT came out 5.86 ms instead of 6.10,
-at 1e-15 every latency 0 (issue 39). Moving the origin to the first arrival would
-only move the problem to the second one, so a run that reaches this horizon is
-refused instead. Below it latencies keep the 0.01 ms they are printed to: 50
-requests alone in the system at a rate putting the last at 5e9 s (spacing 9.5e-7
-s, beyond this limit) got mean TTFT and E2E within 5e-5 and 2.4e-4 ms of the same
-requests at 1e-3 req/s. The limit leaves room for a capacity search's lowest
+at most 2**-21 s (0.48 us) apart, so latencies keep the 0.01 ms they are printed to.
+Every simulated time is absolute, so far beyond it a step of a few ms is rounded away
+(at 1e-15 req/s every latency came out 0); moving the origin would only move the
+problem to the next arrival. The limit leaves room for a capacity search's lowest
 probe (its start rate / 2**20) of 2,000 requests at 1 req/s (2e9 s)."""
 
 

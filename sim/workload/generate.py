@@ -16,14 +16,12 @@ these before validation. An open loop's ``max_concurrency`` caps the requests
 in flight as ``vllm bench serve --max-concurrency`` does (docs/vllm-fidelity.md,
 "Arrivals").
 
-Random streams: the generator passed in is split with ``rng.spawn(3)`` into
-independent children, one per stream (synthetic: arrivals, prompt lengths,
-output lengths; closed loop: think times, prompt lengths, output lengths),
-plus a fourth (prefix groups) spawned only when it is used.
-So changing the arrival rate, or one length distribution, leaves the other
-streams' draws unchanged: request ``i`` keeps its lengths. ``spawn`` advances
-the parent's spawn counter, so a fresh generator from the same seed gives the
-same workload, while two calls on one generator give different ones.
+Random streams: the generator passed in is split with ``rng.spawn(3)`` into one
+child per stream (synthetic: arrivals, prompt lengths, output lengths; closed loop:
+think times, prompt lengths, output lengths), and further children (prefix groups,
+priorities) are spawned only when used. So changing the arrival rate, or one length
+distribution, leaves the other streams' draws unchanged: request ``i`` keeps its
+lengths.
 """
 
 from __future__ import annotations
@@ -111,8 +109,6 @@ class SyntheticWorkload(_Config):
     num_requests: int | None = Field(default=None, gt=0)
     duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     prefix_groups: PrefixGroupsConfig | None = None
-    # Optional priority classes, drawn from their own spawned stream (the
-    # other streams draw exactly as without them).
     priority: PriorityClassesConfig | None = None
     # At most this many requests in flight (sent, not yet answered); a later
     # arrival waits client-side for a slot (vllm bench serve --max-concurrency).
@@ -155,12 +151,11 @@ WorkloadConfig = Annotated[
 class RequestArrays:
     """An open-loop workload: request ``i`` arrives at ``arrival_s[i]`` seconds.
 
-    The arrays are read-only, of one length, and ``arrival_s`` never
-    decreases; every token count is at least 1. Optionally (prefix caching)
-    request ``i`` belongs to group ``prefix_group[i]`` whose requests share
-    their first ``num_shared_prefix_tokens[i]`` prompt tokens, or (a trace's
-    prefix hash ids) request ``i``'s prompt blocks of ``block_hash_tokens``
-    tokens have ids ``block_hash_ids[i]``.
+    The arrays are read-only, of one length, ``arrival_s`` non-decreasing, token
+    counts at least 1. Optionally request ``i`` shares its first
+    ``num_shared_prefix_tokens[i]`` prompt tokens with group ``prefix_group[i]``, or
+    (a trace's hash ids) its prompt blocks of ``block_hash_tokens`` have ids
+    ``block_hash_ids[i]``.
     """
 
     arrival_s: FloatArray
@@ -208,11 +203,8 @@ class RequestArrays:
 def generate_open_loop(
     config: OpenLoopWorkload, rng: np.random.Generator, base_dir: Path | str | None = None
 ) -> RequestArrays:
-    """All requests of a ``synthetic`` or ``trace`` workload.
-
-    ``base_dir`` (the scenario file's folder) anchors relative paths. Raises
-    :class:`sim.errors.ConfigError` for an unreadable or malformed file.
-    """
+    """All requests of a ``synthetic`` or ``trace`` workload; ``base_dir`` (the scenario
+    file's folder) anchors relative paths."""
     if isinstance(config, TraceWorkload):
         rows = trace_requests(config, rng, base_dir)
         if len(rows.arrival_s):

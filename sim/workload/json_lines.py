@@ -1,16 +1,10 @@
 """Reading JSON lines files: one loop, one error format, for every reader that takes them.
 
-Traces (Mooncake, ShareGPT-style length lists) and measured runs (vLLM's
-per-request logs, OTLP exports written a request per line) are JSON lines:
-one JSON value a line, blank lines skipped. Every complaint names the file
-and the line as ``path, line N: ...`` (lines counted from 1, blank ones
-included, as an editor shows them), the format the CSV trace readers use.
-
-A gzipped file (``.json.gz``, ``.jsonl.gz``: told by gzip's magic bytes, not
-its name) is read as the text it holds.
-
-Lives in ``sim.workload`` (it imports only ``sim.errors``) so that both the
-trace readers and ``sim.validation``'s importers may use it.
+Traces (Mooncake, ShareGPT-style lists) and measured runs (vLLM's per-request logs,
+OTLP exports) are JSON lines: one JSON value a line, blank lines skipped. Every
+complaint names ``path, line N`` (from 1, blank lines counted, as an editor shows
+them), as the CSV trace readers do. A gzipped file (told by its magic bytes) is read
+as the text it holds. It lives here so that ``sim.validation`` may use it too.
 """
 
 from __future__ import annotations

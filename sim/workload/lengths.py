@@ -1,12 +1,9 @@
 """Samplers of token counts (prompt and output lengths) and of think times.
 
-Configs are pydantic models tagged by ``kind``. A length config becomes a
-sampler through :func:`make_length_sampler`, which does any file reading once
-(the ``empirical`` kind); the sampler's ``sample(rng, size)`` then returns an
-int64 array of ``size`` draws, each at least 1, using only the generator it
-is given. Continuous draws are rounded to the nearest integer and then
-clipped to ``[min_tokens, max_tokens]``; an unset ``max_tokens`` means no
-upper bound.
+A length config becomes a sampler through :func:`make_length_sampler`, which reads
+any file once (``empirical``); ``sample(rng, size)`` then returns ``size`` int64
+draws, each at least 1. Continuous draws are rounded to the nearest integer, then
+clipped to ``[min_tokens, max_tokens]`` (no ``max_tokens``: no upper bound).
 """
 
 from __future__ import annotations
@@ -97,12 +94,8 @@ class ExponentialLength(_Bounded):
 
 
 class EmpiricalLength(_Config):
-    """Draws with replacement from column ``column`` of the CSV at ``path``.
-
-    A relative ``path`` is resolved against the ``base_dir`` given to
-    :func:`make_length_sampler` (the scenario file's folder). Every value in
-    the column must be a positive whole number.
-    """
+    """Draws with replacement from column ``column`` of the CSV at ``path`` (relative:
+    to the scenario file's folder); every value must be a positive whole number."""
 
     kind: Literal["empirical"] = "empirical"
     path: str = Field(min_length=1)
@@ -165,11 +158,8 @@ def resolve_path(path: str, base_dir: Path | str | None) -> Path:
 
 
 def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None) -> LengthSampler:
-    """A sampler for ``config``; reads the CSV now for the ``empirical`` kind.
-
-    Raises :class:`sim.errors.ConfigError` if that CSV is missing, lacks the
-    column, has no rows, or holds a value that is not a positive whole number.
-    """
+    """A sampler for ``config``; reads the CSV now for the ``empirical`` kind (a
+    ``ConfigError`` names what is wrong with it)."""
     if isinstance(config, EmpiricalLength):
         path = resolve_path(config.path, base_dir)
         data = read_csv_columns(path, [config.column])

@@ -1,11 +1,10 @@
 """A closed loop over given requests: a measured run replayed at its own concurrency.
 
-GuideLLM's ``synchronous`` and ``concurrent`` runs send each request when an
-earlier one is answered, so their send times are the server's pace, not a
-schedule: replayed open-loop at the measured times, a synchronous run's 40
-requests overlap (37 of 40 on a faster simulated server). This source replays
-them as they were made: ``num_users`` streams that do not think, sending the
-given requests in their order (request ``i`` gets the ``i``-th lengths and prefix).
+GuideLLM's ``synchronous`` and ``concurrent`` runs send each request when an earlier
+one is answered: their send times are the server's pace, not a schedule (replayed
+open-loop, 37 of a synchronous run's 40 requests overlapped on a faster simulated
+server). This replays them as made: ``num_users`` streams without think time, request
+``i`` with the ``i``-th lengths and prefix.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """CSV trace files read strictly: named columns, token counts and timestamps.
 
 The Azure LLM inference traces (``TIMESTAMP,ContextTokens,GeneratedTokens``,
-timestamps such as ``2023-11-16 18:15:46.6805900``) and generic CSVs whose
-three column names are configured (``sim.workload.traces.workload``); the
-empirical length sampler (:mod:`sim.workload.lengths`) reads a column too. A
-timestamp is either a number of seconds or an ISO 8601 date-time; the first
-data row decides which, and every row must agree.
-
-Every problem with the file (missing file or column, a malformed row) raises
-:class:`sim.errors.ConfigError` whose one-line message names the file and,
-for a row, its line number (1-based, the header being line 1).
+timestamps such as ``2023-11-16 18:15:46.6805900``), generic CSVs whose three
+column names are configured, and the empirical length sampler's column. A timestamp
+is a number of seconds or an ISO 8601 date-time; the first data row decides which.
+Every problem raises a ``ConfigError`` naming the file and, for a row, its line
+(1-based, the header being line 1).
 """
 
 from __future__ import annotations
@@ -76,11 +72,8 @@ def _show(value: str) -> str:
 
 
 def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
-    """Read the named columns of a CSV file with a header line.
-
-    Blank lines are skipped. A data row too short to hold a wanted column, or
-    with an empty cell there, is an error naming its line.
-    """
+    """The named columns of a CSV file with a header line (blank lines skipped; a
+    missing or empty cell is an error naming its line)."""
     try:
         with path.open("r", newline="", encoding="utf-8-sig") as handle:
             reader = csv.reader(handle)
@@ -171,11 +164,8 @@ _ISO_RE = re.compile(
 
 
 def _iso_to_ns(cell: str) -> int | None:
-    """Nanoseconds since 0001-01-01 (UTC if an offset is given), or None.
-
-    Python ints keep the full 100 ns resolution of the Azure timestamps; a
-    float of seconds since the epoch would only resolve about 0.2 us.
-    """
+    """Nanoseconds since 0001-01-01 (UTC if an offset is given), or None: ints keep the
+    Azure timestamps' 100 ns (a float of epoch seconds resolves about 0.2 us)."""
     match = _ISO_RE.fullmatch(cell)
     if match is None:
         return None
@@ -205,11 +195,8 @@ def _is_number(cell: str) -> bool:
 
 
 def parse_timestamps_s(data: CsvColumns, column: str) -> FloatArray:
-    """Timestamps of one column in seconds, relative to the earliest one.
-
-    Numbers are taken as seconds; otherwise every cell must be an ISO 8601
-    date-time (naive ones are assumed to share one time zone).
-    """
+    """Timestamps of one column in seconds from the earliest one: numbers of seconds, or
+    ISO 8601 date-times (naive ones assumed to share one time zone)."""
     cells = data.values[column]
     if not cells:
         return np.zeros(0, dtype=np.float64)
