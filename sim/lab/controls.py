@@ -1,14 +1,11 @@
 """The lab's controls: each one a key of the scenario file, validated as a scenario is.
 
-A control is named by the dotted key it writes (``workload.arrival.rate_per_s``,
-``scheduler.max_num_batched_tokens``, ...), the same key ``servesim run --set``
-takes: the page holds a scenario document, each move writes one key into it, and
-``scenario_for`` validates it with ``sim.scenario.scenario_from_dict`` under the
-name ``lab.yaml``, so an impossible combination reads exactly as ``servesim run
-lab.yaml`` would print it. ``scenario_yaml`` is that document as a file ("copy as
-scenario"). A few keys shape a section rather than set a value: Poisson arrivals
-have no ``burstiness``, no shared prefix means no ``prefix_groups``, one replica
-no ``cluster`` section, and an empty ``engine.num_kv_blocks`` the estimated pool.
+A control is named by the dotted key it writes, the key ``servesim run --set`` takes:
+the page holds a scenario document, each move writes one key into it, and
+``scenario_for`` validates it under the name ``lab.yaml``, so an impossible
+combination reads exactly as ``servesim run lab.yaml`` would print it. A few keys
+shape a section rather than set a value: Poisson arrivals have no ``burstiness``, no
+shared prefix means no ``prefix_groups``, one replica no ``cluster`` section.
 """
 
 from __future__ import annotations

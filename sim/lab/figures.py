@@ -1,10 +1,7 @@
 """The page's plots as plotly figure JSON, from the arrays ``servesim run``'s PNGs use.
 
-Each figure is built from ``sim.metrics.figure_data`` (``Figures``: what
-``latency_cdf.png``, ``timeseries.png`` and ``waterfall.png`` draw), so the page and
-the PNG files share one data path; plotly.js draws them in the page (plain dicts,
-no ``plotly`` import: the Python package only ships the script). The knee is the
-lab's own (``sim.lab.runs.Knee``).
+Each figure is built from ``sim.metrics.figure_data`` (what the PNGs draw), so the
+page and the PNG files share one data path; plotly.js draws the plain dicts.
 """
 
 from __future__ import annotations
@@ -211,50 +208,49 @@ def waterfall_figure(data: WaterfallData | None) -> Figure:
 
 
 def knee_figure(
-    knee: Knee | None, rate_per_s: float, p50_ms: float, p99_ms: float, ttft_slo_ms: float | None
+    knee: Knee, rate_per_s: float, p50_ms: float, p99_ms: float, ttft_slo_ms: float | None
 ) -> Figure:
     """p50 and p99 TTFT against the offered rate, the current run marked, the SLO and
-    the capacity under the SLOs drawn (``None`` knee: the current point alone)."""
+    the capacity under the SLOs drawn."""
     traces: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
     title = "Load–latency knee: TTFT against offered load"
-    if knee is not None:
-        for name, values, dash in (
-            ("p50 TTFT", knee.p50_ttft_ms, "dot"),
-            ("p99 TTFT", knee.p99_ttft_ms, "solid"),
-        ):
-            traces.append(
-                {
-                    "x": list(knee.rates_per_s),
-                    "y": jsonable(values),
-                    "name": name,
-                    "mode": "lines+markers",
-                    "line": {"dash": dash},
-                    "text": list(knee.status),
-                    "hovertemplate": "%{x:.3g} req/s: %{y:.4g} ms (%{text})",
-                }
-            )
-        capacity = knee.capacity_rate_per_s
-        if capacity is not None:
-            bound = "≥ " if knee.capacity_beyond else "≈ "
-            label = f"capacity {bound}{capacity:.3g} req/s"
-            title += f"<br><sub>{label} under {', '.join(knee.targets) or 'the served check'}</sub>"
-            shapes.append(_rule(capacity, _GREEN))
-            notes.append(_label(capacity, f" {label}", _GREEN, 0.98))
-        else:
-            notes.append(
-                {
-                    "x": 0.02,
-                    "y": 0.98,
-                    "xref": "paper",
-                    "yref": "paper",
-                    "showarrow": False,
-                    "text": "no rate of the grid meets the SLOs",
-                    "xanchor": "left",
-                    "font": {"color": _RED},
-                }
-            )
+    for name, values, dash in (
+        ("p50 TTFT", knee.p50_ttft_ms, "dot"),
+        ("p99 TTFT", knee.p99_ttft_ms, "solid"),
+    ):
+        traces.append(
+            {
+                "x": list(knee.rates_per_s),
+                "y": jsonable(values),
+                "name": name,
+                "mode": "lines+markers",
+                "line": {"dash": dash},
+                "text": list(knee.status),
+                "hovertemplate": "%{x:.3g} req/s: %{y:.4g} ms (%{text})",
+            }
+        )
+    capacity = knee.capacity_rate_per_s
+    if capacity is not None:
+        bound = "≥ " if knee.capacity_beyond else "≈ "
+        label = f"capacity {bound}{capacity:.3g} req/s"
+        title += f"<br><sub>{label} under {', '.join(knee.targets) or 'the served check'}</sub>"
+        shapes.append(_rule(capacity, _GREEN))
+        notes.append(_label(capacity, f" {label}", _GREEN, 0.98))
+    else:
+        notes.append(
+            {
+                "x": 0.02,
+                "y": 0.98,
+                "xref": "paper",
+                "yref": "paper",
+                "showarrow": False,
+                "text": "no rate of the grid meets the SLOs",
+                "xanchor": "left",
+                "font": {"color": _RED},
+            }
+        )
     traces.append(
         {
             "x": [rate_per_s, rate_per_s],
@@ -268,7 +264,7 @@ def knee_figure(
         shapes.append(_rule(ttft_slo_ms, _RED, "y"))
     # The grid and this run, a little wider (a log axis's range is in log10); else
     # plotly's autorange reaches for the capacity's label and squeezes the curve.
-    shown = [rate_per_s, *(knee.rates_per_s if knee is not None else ())]
+    shown = [rate_per_s, *knee.rates_per_s]
     x_range = [math.log10(min(shown) / 1.25), math.log10(max(shown) * 1.25)]
     layout = _layout(
         title,

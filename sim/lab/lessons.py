@@ -1,11 +1,9 @@
 """One click per lesson: presets that reproduce each notebook's asserted claim.
 
-A lesson sets the page's controls (``values``, on top of the default chat
-scenario) and states the claim its notebook asserts; ``check`` runs what the
-claim compares (the same document at another rate, with chunking off, a roomy
-cache, Poisson arrivals, longer prompts) and says, with the numbers, whether it
-holds on the page's current document. The notebooks run the same comparisons on
-their own scenarios; the thresholds here are theirs.
+A lesson sets the page's controls (on top of the default chat scenario) and states
+the claim its notebook asserts; ``check`` runs what the claim compares on the page's
+current document and says, with the numbers, whether it holds. The thresholds are
+the notebooks'.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """The lab's runs: the page's scenario, the load-latency knee around it, and its regime.
 
-``run_doc`` simulates the page's document as ``servesim run lab.yaml`` would (the
-same validation, ``sim.api.run``; the compiled loop, which gives the same result to
-the bit, at any size). The knee runs the same document at a few rates on a fixed
-grid (``knee_rates``: half-octave steps, so that moving the rate slider reuses
-every point but the new ones, ``KneeCache``), each through the sweeps' point
-function (``sim.planning.sweep_exec.run_point``), and judges each rate as a
-capacity search does (``sim.planning.capacity.judge``: p99 TTFT and TPOT against
-the scenario's SLOs, and the served check); the capacity under the SLOs and the
-load the server saturates at are planning's ``crossing`` between the highest
-passing rate and the lowest failing one above it. One seed per rate: the
-search's several seeds and intervals are ``servesim capacity``'s job.
-
-``regime`` is the caption: utilisation ρ (the offered rate over the knee's
-saturation rate; above 1 when the run itself is not served) and what binds, from
-the run's own steps and samples: the token budget, the sequence limit, the KV
-cache, or none of them (the step time itself: compute).
+``run_doc`` simulates the page's document as ``servesim run lab.yaml`` would. The
+knee runs it at the rates of a fixed grid (``knee_rates``: half-octave steps, so a
+moved rate slider reuses every point but the new ones, ``KneeCache``) and judges
+each rate as a capacity search does (``sim.planning.capacity.judge``), one seed per
+rate: the capacity under the SLOs and the saturation load are planning's
+``crossing`` between the highest passing rate and the lowest failing one above it.
+``regime`` is the caption: utilisation ρ and what binds (the token budget, the
+sequence limit, the KV cache, or none: compute), from the run's own steps and samples.
 """
 
 from __future__ import annotations
@@ -87,7 +79,7 @@ class KneeCache:
         self._records: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
     def record(self, doc: dict[str, Any], base_dir: Path) -> dict[str, Any]:
-        """The summary record of ``doc`` (``run_point``), run once."""
+        """The summary record of ``doc`` (the sweeps' ``run_point``), run once."""
         key = json.dumps(doc, sort_keys=True)
         found = self._records.get(key)
         if found is None:
@@ -174,7 +166,6 @@ def knee(
 class Regime:
     """Where the run sits and what limits it, every figure from the run (and its knee)."""
 
-    rate_per_s: float
     rho: float | None  # offered rate / saturation rate; None: the knee found no saturation
     rho_is_bound: bool  # rho is an upper bound (the server kept up at every rate)
     served_ratio: float | None
@@ -247,4 +238,4 @@ def regime(result: api.Result, found: Knee | None) -> Regime:
         binds = max(shares, key=lambda name: shares[name])
     else:
         binds = "compute (no limit reached: the step time itself)"
-    return Regime(rate, rho, bound, ratio, budget_share, seqs_share, kv_peak, preemptions, binds)
+    return Regime(rho, bound, ratio, budget_share, seqs_share, kv_peak, preemptions, binds)

@@ -1,16 +1,10 @@
 """The lab's page server: the page, plotly's script, and the runs behind each move.
 
-aiohttp, as ``servesim serve`` (``sim.openai.server``); everything the page loads
-comes from here: ``page/`` (this package's HTML, CSS and glue script) and
-``plotly.min.js`` from the installed ``plotly`` package (the ``[lab]`` extra), so
-the page works with the network off and asks no other host for anything.
-
-Runs go to one worker thread, one at a time; each request carries the page's
-request id and the run asked for last wins (one page at a time: two would
-supersede each other's runs): a run that has not started when a newer one
-arrives is answered ``superseded`` without running, and the knee's runs stop
-between two rates (``sim.lab.runs.knee``). So a slider dragged across ten values
-costs the run under way and the last one, not ten.
+Runs go to one worker thread, one at a time, and the run asked for last wins (one
+page at a time: two would supersede each other's runs): a run that has not started
+when a newer one arrives is answered ``superseded`` without running, and the knee's
+runs stop between two rates. So a slider dragged across ten values costs the run
+under way and the last one, not ten.
 """
 
 from __future__ import annotations
@@ -136,14 +130,7 @@ class Lab:
             float(summary.get("p99_ttft_ms") or math.nan),
             scenario.slo.ttft_ms if scenario.slo is not None else None,
         )
-        state = regime(result, found)
-        return {
-            "knee": figure,
-            "caption": state.caption(),
-            "rho": jsonable(state.rho),
-            "capacity_rate_per_s": found.capacity_rate_per_s,
-            "binds": state.binds,
-        }
+        return {"knee": figure, "caption": regime(result, found).caption()}
 
     def lesson(self, request_id: int, name: str, doc: dict[str, Any]) -> dict[str, Any]:
         lesson = LESSON_BY_NAME[name]
@@ -197,22 +184,14 @@ async def _doc(request: web.Request) -> tuple[Lab, int, dict[str, Any], dict[str
     return lab, body["id"], body, doc
 
 
-def _validated(lab: Lab, request_id: int, doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The CLI's one-line error for a document that does not validate, else None."""
-    try:
-        scenario_for(doc, lab.base_dir)
-    except ConfigError as error:
-        return {"id": request_id, "error": error_line(error)}
-    return None
-
-
 async def _run(request: web.Request) -> web.Response:
     lab, request_id, _, doc = await _doc(request)
     # The last run asked for wins (not the highest id: a reloaded page counts from 1).
     lab.latest = request_id
-    refused = _validated(lab, request_id, doc)  # at once, even while a run is under way
-    if refused is not None:
-        return web.json_response(refused)
+    try:  # the CLI's one line, at once, even while a run is under way
+        scenario_for(doc, lab.base_dir)
+    except ConfigError as error:
+        return web.json_response({"id": request_id, "error": error_line(error)})
     return web.json_response(await lab.work(request_id, lab.run, doc))
 
 

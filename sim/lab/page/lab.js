@@ -152,7 +152,6 @@ async function run(lessonName) {
     draw("knee", knee.knee);
     $("caption").textContent = knee.caption;
     lab.kneeRate = lab.values["workload.arrival.rate_per_s"];
-    lab.rho = knee.rho;
     lab.drawnKnee = id;
     $("status").textContent = "";
     if (lessonName) {
