@@ -174,25 +174,22 @@ class RequestArrays:
         n = self.arrival_s.shape
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ValueError("RequestArrays: max_concurrency must be >= 1")
-        if self.num_prompt_tokens.shape != n or self.num_output_tokens.shape != n or len(n) != 1:
-            raise ValueError("RequestArrays: arrays must be 1-D and of one length")
-        if self.arrival_s.dtype != np.float64 or self.num_prompt_tokens.dtype != np.int64:
-            raise ValueError("RequestArrays: arrival_s must be float64, token counts int64")
-        if self.num_output_tokens.dtype != np.int64:
-            raise ValueError("RequestArrays: token counts must be int64")
-        for array in (self.arrival_s, self.num_prompt_tokens, self.num_output_tokens):
-            array.setflags(write=False)
+        if len(n) != 1 or self.arrival_s.dtype != np.float64:
+            raise ValueError("RequestArrays: arrival_s must be 1-D float64")
         if (self.prefix_group is None) != (self.num_shared_prefix_tokens is None):
             raise ValueError("RequestArrays: give both prefix arrays or neither")
-        for prefix_array in (self.prefix_group, self.num_shared_prefix_tokens):
-            if prefix_array is not None:
-                if prefix_array.shape != n or prefix_array.dtype != np.int64:
-                    raise ValueError("RequestArrays: prefix arrays must be int64 of one length")
-                prefix_array.setflags(write=False)
-        if self.priority is not None:
-            if self.priority.shape != n or self.priority.dtype != np.int64:
-                raise ValueError("RequestArrays: priority must be int64 of one length")
-            self.priority.setflags(write=False)
+        self.arrival_s.setflags(write=False)
+        for array in (
+            self.num_prompt_tokens,
+            self.num_output_tokens,
+            self.prefix_group,
+            self.num_shared_prefix_tokens,
+            self.priority,
+        ):
+            if array is not None:
+                if array.shape != n or array.dtype != np.int64:
+                    raise ValueError("RequestArrays: every other array int64, of one length")
+                array.setflags(write=False)
         if self.block_hash_ids is not None and len(self.block_hash_ids) != n[0]:
             raise ValueError("RequestArrays: block_hash_ids must have one entry per request")
 
