@@ -105,21 +105,20 @@ def timeseries_figure(data: TimeseriesData) -> Figure:
         column: series for (column, _), series in zip(TIMESERIES_COLUMNS, data.series, strict=True)
     }
     traces = []
-    for column, axis, colour in (
-        ("num_waiting", "y", "#ff7f0e"),
-        ("num_running", "y", "#1f77b4"),
-        ("kv_cache_usage", "y2", "#2ca02c"),
+    for column, name, axis, colour in (
+        ("num_waiting", "waiting", "y", _TAB["tab:orange"]),
+        ("num_running", "running", "y", _TAB["tab:blue"]),
+        ("kv_cache_usage", "KV use %", "y2", _TAB["tab:green"]),
     ):
         values = by_column.get(column)
         if values is None:
             continue
         time_s, shown = _thinned(data.time_s, values)
-        name = {"num_waiting": "waiting", "num_running": "running", "kv_cache_usage": "KV use %"}
         traces.append(
             {
                 "x": time_s.tolist(),
                 "y": shown.tolist(),
-                "name": name[column],
+                "name": name,
                 "yaxis": axis,
                 "mode": "lines",
                 "line": {"shape": "hv", "color": colour, "width": 1.2},

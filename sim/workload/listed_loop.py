@@ -34,30 +34,20 @@ class ListedClosedLoop:
             raise ValueError("ListedClosedLoop: give both prefix arrays or neither")
         self.num_users = num_users
         self.num_requests = len(num_prompt_tokens)
-        self._lengths = list(
-            zip(num_prompt_tokens.tolist(), num_output_tokens.tolist(), strict=True)
-        )
-        self._prefixes: list[tuple[int, int]] | None = None
+        self._lengths = zip(num_prompt_tokens.tolist(), num_output_tokens.tolist(), strict=True)
+        self._prefixes = None
         if prefix_group is not None and num_shared_prefix_tokens is not None:
-            self._prefixes = list(
-                zip(prefix_group.tolist(), num_shared_prefix_tokens.tolist(), strict=True)
+            self._prefixes = zip(
+                prefix_group.tolist(), num_shared_prefix_tokens.tolist(), strict=True
             )
-        self._next_length = 0
-        self._next_prefix = 0
 
     def next_lengths(self) -> tuple[int, int]:
         """``(num_prompt_tokens, num_output_tokens)`` of the next request."""
-        i = self._next_length
-        self._next_length = i + 1
-        return self._lengths[i]
+        return next(self._lengths)
 
     def next_prefix(self) -> tuple[int, int] | None:
         """``(prefix_group, num_shared_prefix_tokens)`` of the next request, or None."""
-        if self._prefixes is None:
-            return None
-        i = self._next_prefix
-        self._next_prefix = i + 1
-        return self._prefixes[i]
+        return None if self._prefixes is None else next(self._prefixes)
 
     def next_think_s(self) -> float:
         """No think time: a stream sends its next request as the last is answered."""
