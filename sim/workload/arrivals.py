@@ -20,12 +20,10 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from sim.errors import ConfigError
-
-FloatArray = npt.NDArray[np.float64]
+from sim.workload.trace import FloatArray
 
 MAX_GENERATED_REQUESTS = 100_000_000
 """Refuse a ``duration_s`` that would need more arrivals than this (memory)."""

@@ -46,11 +46,8 @@ from sim.workload.lengths import (
     sample_think_times_s,
 )
 from sim.workload.profiles import expand_profile
-from sim.workload.trace import HashIds
+from sim.workload.trace import FloatArray, HashIds, IntArray
 from sim.workload.traces.workload import TraceWorkload, trace_requests
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 CLOSED_LOOP_BLOCK = 4096
 """Draws pre-made per numpy call by :class:`ClosedLoopSource`."""

@@ -13,14 +13,10 @@ from pathlib import Path
 from typing import Annotated, Literal, Protocol
 
 import numpy as np
-import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.errors import ConfigError
-from sim.workload.trace import parse_token_counts, read_csv_columns
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
+from sim.workload.trace import FloatArray, IntArray, parse_token_counts, read_csv_columns
 
 # Upper clip for continuous draws when no max_tokens is set: keeps a heavy
 # lognormal tail (or an overflow to inf) castable to int64 exactly.

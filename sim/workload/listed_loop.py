@@ -9,10 +9,7 @@ server). This replays them as made: ``num_users`` streams without think time, re
 
 from __future__ import annotations
 
-import numpy as np
-import numpy.typing as npt
-
-IntArray = npt.NDArray[np.int64]
+from sim.workload.trace import IntArray
 
 
 class ListedClosedLoop:
