@@ -1,12 +1,8 @@
 """``servesim serve``'s face: vLLM's OpenAI-compatible HTTP server over an online engine.
 
 A face, like ``sim.cli``: it may import ``sim.serving.stream`` (the engine
-interface), ``sim.scenario`` and ``sim.errors``, and no torch. Modules:
-``server`` (the aiohttp routes), ``protocol`` (the pydantic requests and
-answers, vLLM's error body), ``tokenizer`` (the byte tokenizer),
-``detokenize`` (token ids to text as they stream, stop strings), ``metrics``
-(``/metrics`` in Prometheus format, vLLM's names). ``listen`` puts an aiohttp
-application on a port, for this server and for ``servesim lab``'s page.
+interface), ``sim.scenario`` and ``sim.errors``, and no torch. ``listen`` puts an
+aiohttp application on a port, for this server and for ``servesim lab``'s page.
 """
 
 from __future__ import annotations
