@@ -21,7 +21,7 @@ child per stream (synthetic: arrivals, prompt lengths, output lengths; closed lo
 think times, prompt lengths, output lengths), and further children (prefix groups,
 priorities) are spawned only when used. So changing the arrival rate, or one length
 distribution, leaves the other streams' draws unchanged: request ``i`` keeps its
-lengths.
+lengths. (``spawn`` advances the parent: two calls on one generator differ.)
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class RequestArrays:
         ):
             if array is not None:
                 if array.shape != n or array.dtype != np.int64:
-                    raise ValueError("RequestArrays: every other array int64, of one length")
+                    raise ValueError("RequestArrays: integer arrays: int64, one length")
                 array.setflags(write=False)
         if self.block_hash_ids is not None and len(self.block_hash_ids) != n[0]:
             raise ValueError("RequestArrays: block_hash_ids must have one entry per request")
