@@ -37,7 +37,9 @@ problem to the next arrival. The limit leaves room for a capacity search's lowes
 probe (its start rate / 2**20) of 2,000 requests at 1 req/s (2e9 s)."""
 
 
-class _Config(BaseModel):
+class FrozenConfig(BaseModel):
+    """A workload configuration section: validated at the edge, unknown keys refused."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
@@ -47,7 +49,7 @@ Spacing = Literal["vllm_bench", "renewal"]
 """How ``num_requests`` arrivals are placed: rescaled as ``vllm bench serve`` does, or not."""
 
 
-class PoissonArrival(_Config):
+class PoissonArrival(FrozenConfig):
     """Poisson process: independent exponential gaps with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"] = "poisson"
@@ -55,7 +57,7 @@ class PoissonArrival(_Config):
     spacing: Spacing = "vllm_bench"
 
 
-class GammaArrival(_Config):
+class GammaArrival(FrozenConfig):
     """Gamma gaps with mean ``1 / rate_per_s`` and shape ``burstiness`` (``.inf``: constant)."""
 
     kind: Literal["gamma"] = "gamma"
@@ -64,7 +66,7 @@ class GammaArrival(_Config):
     spacing: Spacing = "vllm_bench"
 
 
-class ConstantArrival(_Config):
+class ConstantArrival(FrozenConfig):
     """Evenly spaced arrivals, ``rate_per_s`` per second (burstiness ``.inf``)."""
 
     kind: Literal["constant"] = "constant"

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Annotated, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from sim.errors import ConfigError
+from sim.workload.arrivals import FrozenConfig
 from sim.workload.trace import FloatArray, IntArray, parse_token_counts, read_csv_columns
 
 # Upper clip for continuous draws when no max_tokens is set: keeps a heavy
@@ -23,11 +24,7 @@ from sim.workload.trace import FloatArray, IntArray, parse_token_counts, read_cs
 _CAP_TOKENS = 2.0**53
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Bounded(_Config):
+class _Bounded(FrozenConfig):
     """Shared ``min_tokens``/``max_tokens`` fields and their check."""
 
     min_tokens: int = Field(default=1, ge=1)
@@ -40,14 +37,14 @@ class _Bounded(_Config):
         return self
 
 
-class FixedLength(_Config):
+class FixedLength(FrozenConfig):
     """Always ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
     tokens: int = Field(ge=1)
 
 
-class UniformLength(_Config):
+class UniformLength(FrozenConfig):
     """Uniform over the integers ``min_tokens..max_tokens`` inclusive."""
 
     kind: Literal["uniform"] = "uniform"
@@ -89,7 +86,7 @@ class ExponentialLength(_Bounded):
     mean_tokens: float = Field(gt=0)
 
 
-class EmpiricalLength(_Config):
+class EmpiricalLength(FrozenConfig):
     """Draws with replacement from column ``column`` of the CSV at ``path`` (relative:
     to the scenario file's folder); every value must be a positive whole number."""
 
@@ -166,14 +163,14 @@ def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None
     return _ParametricSampler(config)
 
 
-class FixedThinkTime(_Config):
+class FixedThinkTime(FrozenConfig):
     """A think time of exactly ``value_s`` seconds (0 allowed: no pause)."""
 
     kind: Literal["fixed"] = "fixed"
     value_s: float = Field(ge=0, allow_inf_nan=False)  # .inf: no user ever returns
 
 
-class ExponentialThinkTime(_Config):
+class ExponentialThinkTime(FrozenConfig):
     """Exponential think time with mean ``mean_s`` seconds."""
 
     kind: Literal["exponential"] = "exponential"
