@@ -89,12 +89,9 @@ _DRIVE_KEYS = ("kind", "arrival", "duration_s", "num_users", "think_time_s", "ma
 
 
 def with_profile(workload: dict[str, Any], profile: str, **settings: Any) -> dict[str, Any]:
-    """``workload`` (a ``synthetic`` or ``closed_loop`` workload as a mapping) driven
-    by ``profile`` instead: the same lengths, count and prefix groups, with the
-    profile's ``settings`` (``streams``, ``rate_per_s``, ``max_concurrency``; None
-    ones left out), expanded (``expand_profile``): a mapping for ``WorkloadConfig`` to
-    validate, whose paths are those of its errors. ValueError for a workload whose
-    requests are not drawn (a trace) or not counted, or a profile refused."""
+    """``workload`` (a drawn workload as a mapping) driven by ``profile`` instead: the
+    same lengths, count and prefix groups, the profile's ``settings`` (None ones left
+    out), expanded; ValueError for a trace, a workload not counted, or a profile refused."""
     if workload.get("kind") == "trace":
         raise ValueError("a trace keeps its own arrivals: a profile applies to drawn workloads")
     if workload.get("num_requests") is None:
