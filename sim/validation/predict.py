@@ -1,22 +1,12 @@
 """Predicting a measured run, and comparing latency distributions (torch-free).
 
 ``predict`` simulates exactly the request set a measured run served (same
-arrival times, prompt and output lengths, priorities and shared-prefix groups,
-same scheduler, KV pool and replicas) with a given cost model, under the load the run's
-tool drove (``replay_work``: a synchronous or concurrent run as the closed loop
-it was, a throughput run all at once, a capped rate at its schedule with its
-cap; else at the measured send times). ``compare`` puts a
-measured and a predicted run side by side for TTFT, TPOT, ITL and E2E latency:
-
-- mean, p50, p90, p99 of each, and the predicted value's error in percent
-  of the measured one;
-- the paired per-request error ``|pred - meas| / meas`` (median and p90),
-  over requests completed in both runs (not for ITL, which is per token);
-- the Kolmogorov–Smirnov distance: the largest gap between the two CDFs.
-
-The same comparison between two measured runs of one scenario is the noise
-floor: how far a prediction could be expected to land from a measurement if
-it were perfect.
+arrivals, lengths, priorities and shared-prefix groups, same scheduler, KV pool
+and replicas) with a given cost model, under the load the run's tool drove
+(``replay_work``). ``compare`` puts a measured and a predicted run side by side
+for TTFT, TPOT, ITL and E2E latency. The same comparison between two measured
+runs of one scenario is the noise floor: how far a perfect prediction could be
+expected to land from a measurement.
 """
 
 from __future__ import annotations
@@ -274,7 +264,9 @@ def paired_error(a: pd.DataFrame, b: pd.DataFrame, column: str) -> dict[str, flo
 
 
 def compare(measured: Latencies, predicted: Latencies) -> dict[str, dict[str, Any]]:
-    """Per metric: measured and predicted stats, % errors, paired error and KS."""
+    """Per metric: measured and predicted mean/p50/p90/p99 (ms) with the predicted's %
+    error, the paired per-request error (``paired_error``; not for ITL, which is per
+    token) and the KS distance."""
     out: dict[str, dict[str, Any]] = {}
     for metric in METRICS:
         m, p = measured.values(metric), predicted.values(metric)
