@@ -1,17 +1,9 @@
 """Reader for ``vllm bench serve --save-result --save-detailed`` result JSON.
 
 What the source records and what servesim reconstructs: docs/validation.md,
-"Importing measured runs" (the ``vllm-bench`` row). Per-request lists are in send
-order; ``start_times`` are the client's ``time.perf_counter()`` (one clock,
-arbitrary origin) and ``itls`` the gaps between streamed chunks (a chunk may carry
-several tokens). Arrival = ``start_times``; first token = arrival + ``ttfts``;
-finish = arrival + ``latencies`` (without them, first token + the sum of ``itls``);
-chunk times = first token + the running sum of ``itls`` (``tokens.parquet``).
-Without ``start_times`` (older vLLM) only a run sent all at once (``request_rate``
-inf, no ``max_concurrency``) is reconstructed. With ``max_concurrency`` the load is
-the client's cap and the schedule it held requests back from (``scheduled_s`` =
-send time - ``queue_times``). Failed requests are dropped and counted in
-``run.json`` (their requested length is not saved).
+"Importing measured runs" (the ``vllm-bench`` row). ``start_times`` are the
+client's ``time.perf_counter()`` (one clock, arbitrary origin) and ``itls`` the gaps
+between streamed chunks (a chunk may carry several tokens).
 """
 
 from __future__ import annotations
