@@ -85,12 +85,8 @@ import, ``servesim measure --endpoint``), seconds."""
 
 
 def load_of(workload: WorkloadConfig) -> dict[str, Any] | None:
-    """The load a run of ``workload`` was driven by, as a replay needs it
-    (``summary.json`` / ``run.json`` ``load``, read back by ``replay_work``):
-    a closed loop without think time is ``synchronous`` or ``concurrent``; every
-    request at once is ``throughput`` (capped or not); another open loop with
-    ``max_concurrency`` is its schedule under the cap; anything else None
-    (replayed at its send times)."""
+    """The load a run of ``workload`` was driven by (``summary.json`` ``load``, read back
+    by ``replay_work``); None where the send times tell it all."""
     if workload.kind == "closed_loop":
         think = workload.think_time_s
         if think.kind != "fixed" or think.value_s != 0:
@@ -111,18 +107,11 @@ def load_of(workload: WorkloadConfig) -> dict[str, Any] | None:
 def replay_work(
     requests: pd.DataFrame, load: Mapping[str, Any] | None = None
 ) -> RequestArrays | ListedClosedLoop:
-    """The measured requests as the load that drove them (``load``: ``run.json``'s,
-    a profile of ``sim.workload.profiles`` as an importer recorded it; None: the
-    open loop at the measured send times, ``requests_as_work``).
-
-    ``synchronous`` / ``concurrent``: streams that send request ``i`` (in send
-    order) as an earlier one is answered, so the replay keeps the run's
-    concurrency whatever the simulated server's pace; ``throughput``: every
-    request at 0, at most ``max_concurrency`` in flight; any other load with
-    ``max_concurrency``: the tool's schedule (``SCHEDULE_COLUMNS``: GuideLLM's
-    targeted starts, ``servesim measure``'s plan) under the cap, or the send
-    times where the run keeps no schedule; without a cap, the send times.
-    """
+    """The measured requests as the load that drove them (``load``: ``run.json``'s, a
+    profile of ``sim.workload.profiles``; None: the open loop at the measured send times),
+    as docs/validation.md's load -> replay table tells ("GuideLLM: commands, phases,
+    loads, prefixes"): a closed loop keeps the run's concurrency whatever the simulated
+    server's pace."""
     work = requests_as_work(requests)
     profile = None if load is None else load.get("profile")
     limit = None if load is None else load.get("max_concurrency")
