@@ -159,7 +159,8 @@ def half_split(requests: pd.DataFrame) -> tuple[tuple[int, ...], tuple[int, ...]
 
 
 def cv_folds(runs: Sequence[FitRun]) -> list[Fold]:
-    """Leave-one-run-out with 2+ runs; first half -> second half with one (module docstring)."""
+    """Leave-one-run-out with 2+ runs; first half -> second half with one (the replay
+    serves the whole run; only the scored latencies are split)."""
     if not runs:
         raise ValueError("no runs to split")
     if len(runs) == 1:
@@ -552,7 +553,8 @@ def target_rows(
 def cross_validate(
     runs: Sequence[FitRun], free: Sequence[str], max_evaluations: int
 ) -> list[dict[str, Any]]:
-    """Every fold: its fitted parameters and the held-out rows (module docstring)."""
+    """Every fold (``phase_folds`` for engine CPU, else ``cv_folds``): its fitted
+    parameters and the held-out rows."""
     out = []
     cpu = is_engine_cpu_fit(free)
     base = base_of(runs, free)
