@@ -150,11 +150,8 @@ def _kv_budget_tokens(model: Any, free_bytes: int) -> int:
 
     The rest is room for activations, attention scratch and the decode gather.
     """
-    import torch
-
-    # ModelSpec's KV bytes per token, at the dtype the model runs in.
-    element_bytes = torch.finfo(model.dtype).bits // 8
-    spec = model.spec.model_copy(update={"kv_dtype_bytes": element_bytes})
+    # ModelSpec's KV bytes per token, at the dtype the model runs in (its weights').
+    spec = model.spec.model_copy(update={"kv_dtype_bytes": model.embed.element_size()})
     return int(0.6 * free_bytes // spec.kv_bytes_per_token)
 
 
