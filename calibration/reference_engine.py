@@ -33,7 +33,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 import torch
 from tqdm import tqdm
@@ -188,7 +187,6 @@ class MeasuredRun:
     steps: pd.DataFrame
     tokens: pd.DataFrame
     timeseries: pd.DataFrame
-    extra_itl_s: npt.NDArray[np.float64]
     status: str  # "complete", "interrupted", "out of memory", "time limit"
     message: str
     wall_s: float
@@ -352,7 +350,6 @@ class WallClockEngine:
             steps=steps,
             tokens=tokens,
             timeseries=series,
-            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
             status=status,
             message=message,
             wall_s=wall_s,
