@@ -129,6 +129,8 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     add_from_run_arguments(parser)
+    # The command an artifact records: main (below) sets its own line; else sys.argv.
+    parser.set_defaults(command_line=None)
 
 
 def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
@@ -148,11 +150,8 @@ def _kv_budget_tokens(model: Any, free_bytes: int) -> int:
 
     The rest is room for activations, attention scratch and the decode gather.
     """
-    import torch
-
-    # ModelSpec's KV bytes per token, at the dtype the model runs in.
-    element_bytes = torch.finfo(model.dtype).bits // 8
-    spec = model.spec.model_copy(update={"kv_dtype_bytes": element_bytes})
+    # ModelSpec's KV bytes per token, at the dtype the model runs in (its weights').
+    spec = model.spec.model_copy(update={"kv_dtype_bytes": model.embed.element_size()})
     return int(0.6 * free_bytes // spec.kv_bytes_per_token)
 
 
@@ -211,10 +210,7 @@ def run(args: argparse.Namespace) -> int:
     check_out_file(out)  # before the timing: a bad --out would lose it
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    # command_line: set only where a caller forwards its own line (main, below).
-    command = getattr(args, "command_line", None) or shlex.join(
-        [Path(sys.argv[0]).name, *sys.argv[1:]]
-    )
+    command = args.command_line or shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
     rng = np.random.default_rng(args.seed)
     model = LlamaModel(spec, dtype=TORCH_DTYPES[dtype], device=device, seed=args.seed)

@@ -1,13 +1,10 @@
 """``servesim validate``: predict measured runs with the simulator and report the error.
 
-Given one measured run (a ``servesim measure`` folder), simulate exactly its
-request set with the scenario's cost model (from calibration
-microbenchmarks, never from the run being predicted) and compare
-(``sim.validation.predict.compare``). Beside it, as docs/validation.md ("How
-it works") describes: a second run of the same scenario (the noise floor), an
-engine-overhead fit on *another* run (``overhead_from``), and, when the run
-carries probe times, the machine's drift (``speed_ratio``) with a prediction
-scaled by it. Writes ``report.md``, ``validation.json`` and ``cdf.png``.
+The headline prediction prices the run with the scenario's cost model (from
+calibration microbenchmarks, never from the run being predicted); docs/validation.md
+("How it works") tells the others beside it: the noise floor (a second run), an
+engine-overhead fit on *another* run (``overhead_from``) and the machine's drift
+(``speed_ratio``). Writes ``report.md``, ``validation.json`` and ``cdf.png``.
 Importing this module does not import torch.
 """
 

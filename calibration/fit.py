@@ -6,25 +6,16 @@ decode sequences and decode context tokens. Two kinds of fit:
 
 - ``linear``: intercept + per-token slope + one coefficient per feature;
 - ``piecewise``: the intercept and per-token slope replaced by a
-  piecewise-linear curve in ``T`` whose knots sit at token counts present in
-  the training data (all of them up to ``dense_below`` tokens, then spaced by
-  at least ``knot_ratio``). On a CPU the dense layers' cost is not smooth in
+  piecewise-linear curve in ``T`` with knots at token counts of the training
+  data (``choose_knots``). On a CPU the dense layers' cost is not smooth in
   the row count (batch 3 can be slower than batch 4), so small ``T`` needs
-  its own table; a hat-function basis keeps the whole fit linear in its
-  unknowns and therefore one NNLS problem.
+  its own table; a hat-function basis keeps the whole fit one NNLS problem.
 
 Rows are weighted by 1/measured time, so the fit minimises relative error
-(what the reported absolute percentage errors measure). Every coefficient is
+(what the reported percentage errors measure). Every coefficient is
 non-negative: a step can never get cheaper by adding work. Held-out points
-are chosen deterministically (``split_held_out``) and never seen by the fit.
-
-``fit_engine_overhead`` fits ``sim.cost.fitted.ScaledCost`` to a
-measured run's step log (``steps.parquet``): each step is a sample, its busy
-time ``done_s - start_s`` from scheduling to the end of its bookkeeping,
-weighted as above. Fit it on one run and predict *another*: a fit on the run
-being predicted is not a validation.
-
-NNLS is scipy's Lawson-Hanson (``nnls``, imported lazily).
+(``split_held_out``) are never seen by the fit. ``fit_engine_overhead`` fits a
+measured run's step log: fit it on one run and predict *another*.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """``servesim calibrate --kernels``: time a model's operators here, as a kernel-table artifact.
 
-The other sources of kernel tables (aiconfigurator-core, LLMServingSim
-profiles) were measured on someone else's GPU. When a GPU is at hand, this
-times the operators ``KernelCost`` composes, at the model's own shapes, with
-PyTorch on that device, and writes them in the same artifact format
-(``sim.cost.kernels.artifact``), so one cost model serves all three sources:
-
-- ``gemm``: ``torch.nn.functional.linear`` for every distinct (n, k) of the
-  model's dense layers and LM head (the full cross product of its n and k
-  values, so the grid is rectangular), at each token count of the grid;
-- ``context_attention``: causal ``scaled_dot_product_attention`` of
-  ``batch`` prompts of ``isl`` tokens (grouped-query heads expanded);
-- ``generation_attention``: one query token per sequence against ``kv``
-  cached tokens, ``batch`` sequences;
-- ``per_sequence``: the LM head and the sampler (softmax and one
-  multinomial draw over the vocabulary) by sequences.
-
-Times are medians over ``repeats`` runs after a warm-up, synchronised on CUDA.
-Eager PyTorch attention is not vLLM's FlashAttention: the provenance says so,
-and the artifact prices what this machine runs. Importing this module does not
+The other sources of kernel tables (aiconfigurator-core, LLMServingSim profiles)
+were measured on someone else's GPU. This times the operators ``KernelCost``
+composes, at the model's own shapes, with PyTorch on this device, and writes them
+in the same artifact format (``sim.cost.kernels.artifact``): GEMMs over the full
+cross product of the model's (n, k) so the grid is rectangular, causal context
+attention, one-token generation attention, and per sequence the LM head and the
+sampler. Times are medians over ``repeats`` runs after a warm-up, synchronised on
+CUDA. Eager PyTorch attention is not vLLM's FlashAttention: the provenance says
+so, and the artifact prices what this machine runs. Importing this module does not
 import torch; ``measure_tables`` does.
 """
 

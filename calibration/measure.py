@@ -120,12 +120,8 @@ def measure(
     max_duration_s: float | None = None,
     probe: bool = True,
 ) -> Measurement:
-    """Serve ``scenario``'s requests on the real model; summarise what was measured.
-
-    With ``probe``, three fixed step shapes are timed just before and just
-    after the run (``run_probe``) and kept in the summary, so that
-    ``servesim validate`` can tell the machine's drift from the cost model's error.
-    """
+    """Serve ``scenario``'s requests on the real model; summarise what was measured
+    (with ``probe``: the module docstring's probe, before and after the run)."""
     if isinstance(scenario.workload, ClosedLoopWorkload):
         raise ConfigError("workload: servesim measure replays open-loop workloads only")
     if scenario.workload.max_concurrency is not None:

@@ -4,28 +4,14 @@ RMSNorm, rotary embeddings, grouped-query attention, SwiGLU MLP and an LM head,
 built from a ``sim.hardware.specs.ModelSpec`` and random-initialised from a seed
 (weights are never zeros: timings on zeros can be optimistic).
 
-``LlamaModel.forward_step`` is what a continuous-batching engine calls once
-per step. Its tokens are *packed*: every prefill chunk's new tokens, then one
-token per decoding sequence, in one ``[num_tokens, hidden]`` tensor, so the
-dense layers run once over the whole step whatever its mix. Attention reads
-the KV cache (``KVCache``, below): a prefill chunk attends to its
-slot's cached prefix plus itself (causal), each decoding sequence attends to a
-view of its own slot (work proportional to its context, as paged attention).
-The step also pays what an engine pays around the forward pass: building
-index tensors, writing the KV cache, the LM head on the last position of
-each sequence, sampling, copying the sampled ids to the host, and advancing
-the cache lengths.
-
-The KV cache (``KVCache``) is preallocated: one contiguous slot per sequence,
-every layer. Layout per layer is ``[num_slots, num_kv_heads, max_len_tokens,
-head_dim]`` so that a prefill chunk reads its slot's prefix as a view (no
-copy) and a decode batch gathers its slots with one ``index_select``. The
-cache lives in one flat buffer per K and V; ``reshape`` re-views it as another
-``(num_slots, max_len_tokens)`` pair without reallocating, which lets a
-profiler sweep batch sizes and context lengths inside one memory budget.
-Per-slot lengths (tokens already cached) are a host-side numpy array: the
-engine knows them without a device round trip, and positions of new tokens
-follow from them.
+``LlamaModel.forward_step`` is what a continuous-batching engine calls once per step.
+Its tokens are *packed* (every prefill chunk's new tokens, then one per decoding
+sequence, in one ``[num_tokens, hidden]`` tensor), so the dense layers run once over
+the whole step whatever its mix. A prefill chunk attends to its slot's cached prefix
+plus itself (causal); each decoding sequence attends to a view of its own slot (work
+proportional to its context, as paged attention). The step also pays what an engine
+pays around the forward pass: index tensors, KV writes, the LM head on each
+sequence's last position, sampling, and the sampled ids copied to the host.
 """
 
 from __future__ import annotations
@@ -81,8 +67,12 @@ class StepOutput:
 class KVCache:
     """K and V tensors for every layer, sliced into fixed-size sequence slots.
 
-    ``lengths[slot]`` counts tokens already written for that slot; advancing
-    it is the caller's job once a step has finished.
+    Preallocated, per layer ``[num_slots, num_kv_heads, max_len_tokens, head_dim]``:
+    a prefill chunk reads its slot's prefix as a view (no copy). One flat buffer per
+    K and V, so ``reshape`` re-views it as another ``(num_slots, max_len_tokens)``
+    pair without reallocating (a profiler sweeps shapes in one memory budget).
+    ``lengths[slot]`` (host-side numpy: no device round trip) counts the tokens
+    already written; advancing it is the caller's job once a step has finished.
     """
 
     def __init__(

@@ -13,9 +13,6 @@ writes, sampling, ids copied to the host), under ``torch.inference_mode``,
 with ``torch.cuda.synchronize`` on both sides on CUDA. The KV cache contents
 are random (never zeros); only lengths are set before each run, so a decode
 point at context ``L`` costs what a real sequence of that length costs.
-
-The artifact also records the machine and software the timings were made on
-(``hardware_info``, ``software_info``).
 """
 
 from __future__ import annotations

@@ -1,52 +1,28 @@
 """The reference engine: the simulator's scheduler driving a real model, in wall-clock time.
 
-**The executor** (``StepExecutor``) runs a step plan as one ``forward_step``.
-One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the
-scenario's policy decide every step (unchanged); the executor runs the
-decision on the calibration model. The KV cache has one slot per running
-request (taken when it is first scheduled, given back when it finishes or is
-preempted). A scheduled request whose cache holds every token but the last
-sampled one *decodes* that token (``DecodeItem``); any other runs a *prefill
-chunk* of its next ``num_new`` tokens: prompt tokens, and after a recompute
-preemption the tokens already generated too (the chunk samples if it reaches
-the end). Sampled ids are appended to each request's token list, so a
-recomputed request continues from exactly the tokens it emitted.
+One scheduler, two executors: ``sim.engine.scheduler.EngineCore`` and the scenario's
+policy decide every step, unchanged; ``StepExecutor`` runs the decision on the
+calibration model as one ``forward_step``. The KV cache has one slot per running
+request (taken when first scheduled, given back on finish or preemption). A scheduled
+request whose cache holds every token but the last sampled one *decodes* it; any other
+runs a *prefill chunk* of its next tokens (after a recompute preemption, the tokens
+already generated too), so a recomputed request continues from exactly the tokens it
+emitted.
 
-**Replay** (``WallClockEngine``, behind ``servesim measure``) serves a
-scenario's request list in wall-clock time. Once per step::
+``WallClockEngine`` (``servesim measure``) replays a scenario's request list: each
+step injects the requests that have arrived (tokenized, then ``EngineCore.add``),
+plans, runs the plan and commits it. Times are seconds since the run started
+(``time.perf_counter``); a step runs from when it is scheduled until its sampled ids
+are on the host (after a CUDA synchronisation), so consecutive steps tile the busy
+time as the simulator's step durations do. Ctrl-C, out of memory or
+``max_duration_s`` stop the run early, keeping what was measured (``status``).
+Async scheduling plans step N+1 as vLLM's ``AsyncScheduler`` would while step N ran
+(seeing only requests ready when N started, ``visible_until``), so the run and its
+prediction make the same decisions; only the scheduler's CPU time is not hidden.
 
-    inject every request whose arrival time has passed (tokenize its prompt,
-        then EngineCore.add at the time tokenization ended)
-    plan = core.schedule(now, visible_until)     # the scenario's policy, unchanged
-    empty plan -> sleep until the next arrival (async: plan again if work was deferred)
-    else       -> StepExecutor.run(plan)         # one forward_step, real sampling
-                  detokenize the emitted tokens
-                  core.update(plan, end)
-
-Times are seconds since the run started (``time.perf_counter``); a step runs
-from the moment it is scheduled to the moment its sampled ids are on the
-host (after a CUDA synchronisation on GPU), so consecutive steps tile the
-time the engine is busy and the simulator's step durations mean the same.
-Every emitted token's time is kept (the measured side). Ctrl-C, an
-out-of-memory error or ``max_duration_s`` stop the run early; what was
-measured so far is kept and ``status`` says why it ended.
-
-Async scheduling (when the policy asks for it): the real engine still runs
-steps one after the other, but plans step N+1 as vLLM's ``AsyncScheduler``
-would have while step N ran: the core sees only requests ready when step N
-started (``visible_until``), and requests finishing in step N keep their
-slot and blocks for that plan (``EngineCore.async_scheduling``). So the measured run
-and its prediction make the same decisions; only the scheduler's CPU time is
-not hidden behind the step.
-
-**Online** (``OnlineEngine``, behind ``servesim serve``, docs/validation.md)
-learns of each request when it arrives: it is a ``sim.serving.stream.OnlineBackend``
-(token ids in, token ids out; the HTTP server in ``sim.openai`` tokenizes and
-detokenizes). A thread owns the ``EngineCore`` and the ``StepExecutor`` and
-loops: add the requests submitted since the last step, schedule, run and
-commit the plan (or wait for a submission), and hand each emitted token to
-its request's sink as one ``Emitted``, on the engine thread; the last carries
-``finish_reason``.
+``OnlineEngine`` (``servesim serve``, docs/validation.md) is a
+``sim.serving.stream.OnlineBackend``: a thread owns the core and the executor, and
+hands each emitted token to its request's sink as one ``Emitted``.
 """
 
 from __future__ import annotations
@@ -57,7 +33,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 import torch
 from tqdm import tqdm
@@ -212,7 +187,6 @@ class MeasuredRun:
     steps: pd.DataFrame
     tokens: pd.DataFrame
     timeseries: pd.DataFrame
-    extra_itl_s: npt.NDArray[np.float64]
     status: str  # "complete", "interrupted", "out of memory", "time limit"
     message: str
     wall_s: float
@@ -376,7 +350,6 @@ class WallClockEngine:
             steps=steps,
             tokens=tokens,
             timeseries=series,
-            extra_itl_s=np.asarray(core.extra_itl_s, dtype=np.float64),
             status=status,
             message=message,
             wall_s=wall_s,

@@ -1,22 +1,12 @@
 """Prompts of a given token count for a server whose tokenizer servesim does not have.
 
-Every request gets its own text of random common English words (from the
-seeded generator), so that no two prompts share a prefix: a server with
-prefix caching must not serve them from its cache.
-
-- **With a tokenize endpoint** (vLLM's ``POST /tokenize``, which servesim
-  serve also has): the server counts the tokens of a prefix of the text (as
-  a prompt, or as a chat message with the chat template applied), and the
-  prefix length in characters is searched until the count is the target (a
-  first guess from the measured scale, then secants through the bracketing
-  prefixes' counts, bisecting when they creep from one side; a BPE count can
-  jump by two at a character, then the largest prefix under the target is
-  used and its true count kept).
-- **Without one**: ``n`` words from ``ONE_TOKEN_WORDS``, each a single token
-  (with its leading space) in the GPT-2, Llama-3, Mistral and Qwen BPE
-  vocabularies; the count is then approximate: it leaves out the special
-  tokens (BOS, the chat template) a server adds. The server's ``usage``
-  (prompt tokens), when it streams one, is what the measured table records.
+docs/validation.md ("Measuring a live server", step 2) tells how: one text of random
+common words per request, so that no two prompts share a prefix (a server's prefix
+cache must not serve them); exact by the server's ``POST /tokenize``
+(``exact_prompt``: secants through the bracketing prefixes' counts, bisecting when
+they creep from one side), else ``n`` one-token words (``ONE_TOKEN_WORDS``, each one
+token with its leading space in the GPT-2, Llama-3, Mistral and Qwen BPE
+vocabularies; approximate: the special tokens a server adds are left out).
 """
 
 from __future__ import annotations

@@ -1,26 +1,16 @@
 """Black-box calibration: fit a cost model's free parameters to measured runs.
 
 docs/validation.md ("Black-box calibration", "The engine's CPU work and the way
-in") tells what is fitted and why. Each evaluation replays every training run's
-exact requests (``sim.validation.predict.predict``) with the base cost adjusted
-(``FitRun.adjusted_cost``) and scores the replay::
+in") tells what is fitted, the objective, the optimiser and the folds. Each
+evaluation replays every training run's exact requests with the base cost
+adjusted (``FitRun.adjusted_cost``) and scores it::
 
     objective = mean over (run, metric in {TTFT, TPOT}, q in {p50, p90, p99}) of
                 log(predicted_q / measured_q) ** 2
 
-over the requests a target scores, plus a weak pull towards the start
-(``PRIOR_WEIGHT``, ``CPU_PRIOR_WEIGHT``) for what the runs do not inform. ``fit``
-(the multipliers of ``sim.cost.fitted``) starts from the best common multiplier of
-a coarse log grid (``starting_point``); ``fit_engine_cpu`` (the coefficients of
-``sim.cost.engine_cpu.EngineCpuConfig`` and the way in, ``--fit-kind engine-cpu``)
-from the vLLM version's estimates (``engine_cpu_start``), refusing what the runs
-cannot tell apart (``structural_problem``; ``sim.validation.identify``); both then
-run a box-bounded Nelder-Mead (``sim.validation.optimize``). The folds
-(``cv_folds``, ``phase_folds``) fit on some targets and score the others: leave one
-run out, or with one run its first half against its second (multipliers) or its
-low-load phase against its saturated one (engine CPU, ``phase_split``); the replay
-always serves the whole run, only the scored latencies are split. Errors are signed
-percentages, ``(predicted - measured) / measured * 100``.
+plus a weak pull towards the start (``PRIOR_WEIGHT``, ``CPU_PRIOR_WEIGHT``) for what
+the runs do not inform. Errors are signed percentages,
+``(predicted - measured) / measured * 100``.
 """
 
 from __future__ import annotations
@@ -169,7 +159,8 @@ def half_split(requests: pd.DataFrame) -> tuple[tuple[int, ...], tuple[int, ...]
 
 
 def cv_folds(runs: Sequence[FitRun]) -> list[Fold]:
-    """Leave-one-run-out with 2+ runs; first half -> second half with one (module docstring)."""
+    """Leave-one-run-out with 2+ runs; first half -> second half with one (the replay
+    serves the whole run; only the scored latencies are split)."""
     if not runs:
         raise ValueError("no runs to split")
     if len(runs) == 1:
@@ -562,7 +553,8 @@ def target_rows(
 def cross_validate(
     runs: Sequence[FitRun], free: Sequence[str], max_evaluations: int
 ) -> list[dict[str, Any]]:
-    """Every fold: its fitted parameters and the held-out rows (module docstring)."""
+    """Every fold (``phase_folds`` for engine CPU, else ``cv_folds``): its fitted
+    parameters and the held-out rows."""
     out = []
     cpu = is_engine_cpu_fit(free)
     base = base_of(runs, free)

@@ -1,17 +1,11 @@
 """What measured runs tell of the engine's CPU coefficients: identification and intervals.
 
-An engine-CPU fit (``sim.validation.fit.fit_engine_cpu``) scores replays by the log
-errors of p50/p90/p99 TTFT and TPOT, ``m`` numbers over its targets; ``jacobian``
-takes their change per coefficient by finite differences of one search unit
-(``CPU_UNITS_S``), central where the box allows, forward at its bound at 0: ``2p``
-replays of every run for ``p`` coefficients. ``identification_problems`` (at the
-fit's start) names a coefficient whose column is zero, or coefficients whose
-column-scaled Jacobian has a singular value under ``MIN_SINGULAR_RATIO`` times the
-largest (they move the scored latencies alike); ``intervals`` (at the fit) are
-Gauss-Newton standard errors, ``cov = s2 * inv(J'J)``, ``s2 = SSR / (m - p)``, with
-a 95 % Student-t interval, its low end kept at 0. docs/validation.md,
-"Identification" and "Intervals", says how to read them; what no runs can tell
-apart (terms the price only sums) is ``sim.validation.fit.structural_problem``.
+docs/validation.md ("Identification", "Intervals") gives the rules and how to read
+them. ``jacobian`` takes the scored log errors' change per coefficient by finite
+differences of one search unit (``CPU_UNITS_S``), central where the box allows,
+forward at its bound at 0: ``2p`` replays of every run for ``p`` coefficients. What
+no runs can tell apart (terms the price only sums) is
+``sim.validation.fit.structural_problem``.
 """
 
 from __future__ import annotations

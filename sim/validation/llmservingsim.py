@@ -1,13 +1,10 @@
 """Reader for the vLLM runs LLMServingSim publishes (``bench/examples/<GPU>/<model>/vllm``).
 
-``requests.jsonl`` (one request a line: token counts, the client's
-``arrival_time`` and the engine's ``queued_ts``, ``scheduled_ts``,
-``first_token_ts``, ``last_token_ts`` on one monotonic clock) and ``meta.json``
-(the engine arguments; in newer runs the KV cache size and the resolved vLLM
-configuration). Arrival = ``queued_ts``, after tokenization: ``arrival_time`` is
-on another clock (its offset varies by 0.1-0.4 s across a run), and
-LLMServingSim's own summaries measure from ``queued_ts`` too. No per-token times:
-no ITL (docs/validation.md, "Importing measured runs").
+``requests.jsonl`` (one request a line: token counts and the engine's timestamps on
+one monotonic clock) and ``meta.json`` (the engine arguments; in newer runs the KV
+cache size and the resolved vLLM configuration). Arrival = ``queued_ts``: the
+client's ``arrival_time`` is on another clock (its offset varies by 0.1-0.4 s across
+a run); docs/validation.md, "Importing measured runs".
 """
 
 from __future__ import annotations

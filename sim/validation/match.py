@@ -1,17 +1,11 @@
 """Does a measured run belong to a scenario? Everything that differs, for ``validate`` to refuse.
 
-``validate`` replays the measured requests with the scenario's engine and cost
-model, so a run of another model or workload would be "predicted" without complaint
-(a tiny-model CPU run against a Llama-3-8B / H100 scenario once reported +6.3 %).
-One check for every run, measured here or imported, of what it records: the model
-(``same_model``), the hardware (``hardware_matches``), the engine settings
-and parallel layout (``imported_engine_settings`` against ``sim.api.engine_settings``
-and the scenario's replicas and parallelism), the number of
-requests and their lengths (request by request for a ``measure`` run, as sorted
-values for an imported one); docs/validation.md, "A run must belong to the
-scenario", gives the rules. A run that names no model or device is refused unless
-the user vouches for it (``validate --assume-model`` / ``--assume-device``).
-``check_run`` raises one one-line ConfigError listing every difference.
+``validate`` replays the measured requests with the scenario's engine and cost model,
+so a run of another model or workload would be "predicted" without complaint (a
+tiny-model CPU run against a Llama-3-8B / H100 scenario once reported +6.3 %). One
+check for every run, measured here or imported, of what it records; docs/validation.md,
+"A run must belong to the scenario", gives the rules. ``check_run`` raises one
+one-line ConfigError listing every difference.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """The black-box fit's minimiser: scipy's Nelder–Mead, box-bounded, from a stepped simplex.
 
-The black-box fit (``sim.validation.fit``) minimises an objective that is a
-whole simulation per evaluation: no gradients, small jumps where a batch's
-composition changes, a handful of parameters. Nelder–Mead needs only
-function values, is deterministic from its starting simplex, and converges
-in tens of evaluations for three parameters.
-
-The search is ``scipy.optimize.minimize(method="Nelder-Mead")`` (imported
-here, when a fit runs: ``servesim``'s start-up does not load scipy). What
-this module adds is what both fits share: the first simplex (``start`` and
-one vertex per coordinate, ``step`` away, stepped the other way where the
-step would land on a bound), the evaluation budget, and non-finite values
-counted as worse than any finite one. scipy keeps the bounds by projection:
-every point is clipped into the box before it is evaluated, so the
-objective is never asked outside it. It stops when the simplex's values
-spread less than ``f_tol`` and its vertices less than ``x_tol`` (both
-absolute), or after ``max_evaluations``.
+The fit's objective (``sim.validation.fit``) is a whole simulation per evaluation: no
+gradients, small jumps where a batch's composition changes, a handful of parameters.
+Nelder–Mead needs only function values, is deterministic from its starting simplex,
+and converges in tens of evaluations for three parameters. This module adds what both
+fits share: the first simplex (``first_simplex``), the evaluation budget, and
+non-finite values counted as worse than any finite one. scipy keeps the bounds by
+projection (every point is clipped into the box before it is evaluated) and stops when
+the simplex's values spread less than ``f_tol`` and its vertices less than ``x_tol``
+(both absolute), or after ``max_evaluations``.
 """
 
 from __future__ import annotations

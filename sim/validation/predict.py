@@ -1,22 +1,12 @@
 """Predicting a measured run, and comparing latency distributions (torch-free).
 
 ``predict`` simulates exactly the request set a measured run served (same
-arrival times, prompt and output lengths, priorities and shared-prefix groups,
-same scheduler, KV pool and replicas) with a given cost model, under the load the run's
-tool drove (``replay_work``: a synchronous or concurrent run as the closed loop
-it was, a throughput run all at once, a capped rate at its schedule with its
-cap; else at the measured send times). ``compare`` puts a
-measured and a predicted run side by side for TTFT, TPOT, ITL and E2E latency:
-
-- mean, p50, p90, p99 of each, and the predicted value's error in percent
-  of the measured one;
-- the paired per-request error ``|pred - meas| / meas`` (median and p90),
-  over requests completed in both runs (not for ITL, which is per token);
-- the Kolmogorov–Smirnov distance: the largest gap between the two CDFs.
-
-The same comparison between two measured runs of one scenario is the noise
-floor: how far a prediction could be expected to land from a measurement if
-it were perfect.
+arrivals, lengths, priorities and shared-prefix groups, same scheduler, KV pool
+and replicas) with a given cost model, under the load the run's tool drove
+(``replay_work``). ``compare`` puts a measured and a predicted run side by side
+for TTFT, TPOT, ITL and E2E latency. The same comparison between two measured
+runs of one scenario is the noise floor: how far a perfect prediction could be
+expected to land from a measurement.
 """
 
 from __future__ import annotations
@@ -95,12 +85,8 @@ import, ``servesim measure --endpoint``), seconds."""
 
 
 def load_of(workload: WorkloadConfig) -> dict[str, Any] | None:
-    """The load a run of ``workload`` was driven by, as a replay needs it
-    (``summary.json`` / ``run.json`` ``load``, read back by ``replay_work``):
-    a closed loop without think time is ``synchronous`` or ``concurrent``; every
-    request at once is ``throughput`` (capped or not); another open loop with
-    ``max_concurrency`` is its schedule under the cap; anything else None
-    (replayed at its send times)."""
+    """The load a run of ``workload`` was driven by (``summary.json`` ``load``, read back
+    by ``replay_work``); None where the send times tell it all."""
     if workload.kind == "closed_loop":
         think = workload.think_time_s
         if think.kind != "fixed" or think.value_s != 0:
@@ -121,18 +107,11 @@ def load_of(workload: WorkloadConfig) -> dict[str, Any] | None:
 def replay_work(
     requests: pd.DataFrame, load: Mapping[str, Any] | None = None
 ) -> RequestArrays | ListedClosedLoop:
-    """The measured requests as the load that drove them (``load``: ``run.json``'s,
-    a profile of ``sim.workload.profiles`` as an importer recorded it; None: the
-    open loop at the measured send times, ``requests_as_work``).
-
-    ``synchronous`` / ``concurrent``: streams that send request ``i`` (in send
-    order) as an earlier one is answered, so the replay keeps the run's
-    concurrency whatever the simulated server's pace; ``throughput``: every
-    request at 0, at most ``max_concurrency`` in flight; any other load with
-    ``max_concurrency``: the tool's schedule (``SCHEDULE_COLUMNS``: GuideLLM's
-    targeted starts, ``servesim measure``'s plan) under the cap, or the send
-    times where the run keeps no schedule; without a cap, the send times.
-    """
+    """The measured requests as the load that drove them (``load``: ``run.json``'s, a
+    profile of ``sim.workload.profiles``; None: the open loop at the measured send times),
+    as docs/validation.md's load -> replay table tells ("GuideLLM: commands, phases,
+    loads, prefixes"): a closed loop keeps the run's concurrency whatever the simulated
+    server's pace."""
     work = requests_as_work(requests)
     profile = None if load is None else load.get("profile")
     limit = None if load is None else load.get("max_concurrency")
@@ -274,7 +253,9 @@ def paired_error(a: pd.DataFrame, b: pd.DataFrame, column: str) -> dict[str, flo
 
 
 def compare(measured: Latencies, predicted: Latencies) -> dict[str, dict[str, Any]]:
-    """Per metric: measured and predicted stats, % errors, paired error and KS."""
+    """Per metric: measured and predicted mean/p50/p90/p99 (ms) with the predicted's %
+    error, the paired per-request error (``paired_error``; not for ITL, which is per
+    token) and the KS distance."""
     out: dict[str, dict[str, Any]] = {}
     for metric in METRICS:
         m, p = measured.values(metric), predicted.values(metric)

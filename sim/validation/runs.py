@@ -6,9 +6,8 @@ columns, ``request_id`` 0..n-1 in arrival order, seconds from the first arrival)
 column for a declared shared prefix: ``replay_workload``), ``run.json`` (the
 format, the source and the engine settings the run recorded) and, where the source
 keeps per-chunk times, ``tokens.parquet`` (``request_id``, ``token_index``,
-``time_s``); docs/validation.md, "Importing measured runs". Each format's reader
-says what its source records and what is reconstructed, and raises ``ConfigError``
-naming the file and the line or field at fault.
+``time_s``); docs/validation.md, "Importing measured runs". A format's reader
+raises ``ConfigError`` naming the file and the line or field at fault.
 """
 
 from __future__ import annotations

@@ -2,19 +2,9 @@
 
 What a report records and what servesim takes from it: docs/validation.md,
 "Importing measured runs" (the ``guidellm`` row, and "GuideLLM: commands, phases,
-loads, prefixes"). A report, JSON or YAML (gzipped or not), holds ``benchmarks``,
-one per strategy or rate; a request's times are Unix epoch seconds on the client,
-under ``info.timings`` (GuideLLM 0.4 and later) or as ``start_time``,
-``first_token_time``, ``last_token_time``, ``end_time`` (0.2–0.3) (``_times``).
-Arrival is the send time, not the scheduler's targeted start, which is kept as
-``scheduled_s``: the schedule a capped rate replays. The benchmark's strategy is
-the run's load (``strategy_load``); a shared prompt prefix the report declares
-goes into the prefix columns (``report_prefix``; GuideLLM picks each request's
-prefix at random, so request ``i`` joins group ``i % prefix_count``). No per-chunk
-times (no ITL) and no engine queue times; only ``successful`` requests are kept,
-the others counted. ``read_guidellm`` reads one benchmark, ``read_guidellm_phases``
-every one (or those chosen). GuideLLM's ``time_per_output_token`` is E2E over output
-tokens, TTFT included; its per-request ``inter_token_latency`` is vLLM's TPOT.
+loads, prefixes"). A request's times are Unix epoch seconds on the client (``_times``
+reads both layouts); the scheduler's targeted start is kept as ``scheduled_s``, the
+schedule a capped rate replays.
 """
 
 from __future__ import annotations

@@ -4,11 +4,7 @@ vLLM started with ``--otlp-traces-endpoint`` sends one span per finished request
 an OpenTelemetry collector's file exporter writes them as OTLP JSON
 (``resourceSpans`` -> ``scopeSpans`` -> ``spans``, one document or one export
 request per line). What a span records and what servesim reconstructs:
-docs/validation.md, "Importing measured runs" (the ``otlp`` row): arrival = span
-start, first token = arrival + TTFT, finish = arrival + e2e (or first token +
-decode), first scheduled = first token - prefill time, ready = first scheduled -
-queue time (NaN, or the arrival, where a span lacks them). No per-token times (no
-ITL); spans without a TTFT attribute (other services') are skipped.
+docs/validation.md, "Importing measured runs" (the ``otlp`` row).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Reader for ``vllm bench serve --save-result --save-detailed`` result JSON.
 
 What the source records and what servesim reconstructs: docs/validation.md,
-"Importing measured runs" (the ``vllm-bench`` row). Per-request lists are in send
-order; ``start_times`` are the client's ``time.perf_counter()`` (one clock,
-arbitrary origin) and ``itls`` the gaps between streamed chunks (a chunk may carry
-several tokens). Arrival = ``start_times``; first token = arrival + ``ttfts``;
-finish = arrival + ``latencies`` (without them, first token + the sum of ``itls``);
-chunk times = first token + the running sum of ``itls`` (``tokens.parquet``).
-Without ``start_times`` (older vLLM) only a run sent all at once (``request_rate``
-inf, no ``max_concurrency``) is reconstructed. With ``max_concurrency`` the load is
-the client's cap and the schedule it held requests back from (``scheduled_s`` =
-send time - ``queue_times``). Failed requests are dropped and counted in
-``run.json`` (their requested length is not saved).
+"Importing measured runs" (the ``vllm-bench`` row). ``start_times`` are the
+client's ``time.perf_counter()`` (one clock, arbitrary origin) and ``itls`` the gaps
+between streamed chunks (a chunk may carry several tokens).
 """
 
 from __future__ import annotations
@@ -79,16 +71,6 @@ def _send_times_s(
     )
 
 
-def _queue_summary(queue_times: list[Any] | None, path: Path) -> dict[str, float] | None:
-    """Mean and max of the time requests waited for the client's concurrency limit."""
-    if not queue_times:
-        return None
-    values = [
-        number(v, f"{path}: queue_times[{i}]", "queue time") for i, v in enumerate(queue_times)
-    ]
-    return {"mean": sum(values) / len(values), "max": max(values)}
-
-
 def _request(
     columns: dict[str, list[Any]], i: int, sent_s: float, where: str
 ) -> tuple[list[float], npt.NDArray[np.float64]]:
@@ -120,7 +102,10 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
     errors = columns.get("errors", [""] * len(sent_s))
     rows: list[list[float]] = []
     held_s: list[float] = []  # time each kept request waited for the client's cap
-    queue_times = columns.get("queue_times")
+    queue_s = [  # time each request waited for the client's concurrency limit
+        number(v, f"{source}: queue_times[{i}]", "queue time")
+        for i, v in enumerate(columns.get("queue_times") or [])
+    ]
     chunk_request: list[int] = []
     chunk_time_s: list[float] = []
     failed: list[str] = []
@@ -130,8 +115,8 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
             failed.append(str(errors[i] or "no output tokens"))
             continue
         row, chunk_s = _request(columns, i, sent, where)
-        if queue_times is not None:
-            held_s.append(number(queue_times[i], where, "queue_times"))
+        if queue_s:
+            held_s.append(queue_s[i])
         chunk_request.extend([len(rows)] * len(chunk_s))
         chunk_time_s.extend(chunk_s.tolist())
         rows.append(row)
@@ -153,7 +138,9 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
         "arrival": "start_times (client send time)"
         if "start_times" in columns
         else "0 for every request (request_rate inf: all sent at once)",
-        "client_queue_s": _queue_summary(columns.get("queue_times"), source),
+        "client_queue_s": {"mean": sum(queue_s) / len(queue_s), "max": max(queue_s)}
+        if queue_s
+        else None,
         "engine": {"model": document.get("model_id")},
         "settings": {k: document.get(k) for k in SETTINGS if k in document},
         "load": _load(document, source),
