@@ -308,9 +308,7 @@ def best_scenario(
     return doc
 
 
-def write_outputs(
-    result: PlanResult, doc: dict[str, Any], best: dict[str, Any] | None, out_dir: Path
-) -> list[Path]:
+def write_outputs(doc: dict[str, Any], best: dict[str, Any] | None, out_dir: Path) -> list[Path]:
     """``plan.json`` and, when there is a best configuration, ``best.yaml``."""
     paths = [write_json(doc, out_dir, "plan.json")]
     if best is not None:
