@@ -15,16 +15,8 @@ from dataclasses import dataclass
 
 from sim.cost.engine_cpu import EngineCpuConfig
 
-# vLLM V1's CPU work per step, by part (docs/vllm-fidelity.md, "The engine's CPU
-# work", gives each source): ~0.4 ms of engine loop per step whatever its size
-# (published: a profile of vLLM 0.27's engine loop, 541 µs a step, 22 % of it a
-# stub executor); the scheduler ~13 µs per running sequence (published, the same
-# profile: 12.7 µs; measured here with vLLM's own scheduler on a 2-core VM,
-# benchmarks/vllm_scheduler_cpu.py: the same order, CPU-dependent); the rest of a
-# sequence's engine-core work 0 (unmeasured, no public figure: a fit sets it);
-# ~0.1 µs per token of input preparation (a guess: numpy fills of ids, positions
-# and slot mappings); ~0.1 ms that async scheduling cannot hide (a guess: the gap
-# between one step's CUDA-graph replay and the next's launch).
+# vLLM V1's CPU work per step, by part: docs/vllm-fidelity.md ("The engine's CPU
+# work") gives each figure's source (two published, two guesses, one left to a fit).
 V1_CPU_ESTIMATE = EngineCpuConfig(
     per_step_s=4e-4,
     scheduler_per_seq_s=1.3e-5,
