@@ -891,13 +891,11 @@ def plan(
     result.outcomes.extend(coarse)
     _announce(coarse, result, on_total, on_done)
     if all(o.status == "refused" for o in coarse):
-        reasons = dict.fromkeys(
-            f"{o.candidate.gpu} tp{o.candidate.tensor_parallel_size}: {o.reason}" for o in coarse
-        )
-        first = next(iter(reasons))
+        first = coarse[0]
         raise ConfigError(
-            f"plan: {scenario.model.name} fits no configuration of the plan "
-            f"({len(coarse)} refused; e.g. {first})"
+            f"plan: {scenario.model.name} fits no configuration of the plan ({len(coarse)} "
+            f"refused; e.g. {first.candidate.gpu} tp{first.candidate.tensor_parallel_size}: "
+            f"{first.reason})"
         )
     # Stage 1: one representative per group; stage 2: the group's other coarse
     # limits where the representative came near the cheapest (module docstring).
