@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.base import CostModel
-from sim.cost.config import build_cost_model, cost_caveats
+from sim.cost.config import build_cost_model
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler
@@ -77,13 +77,6 @@ def step_limits(scenario: Scenario) -> tuple[int, int]:
     ``step_token_bound`` (continuous batching: ``max_num_batched_tokens``)."""
     policy = scenario.scheduler
     return policy.step_seq_bound(), policy.step_token_bound(scenario.engine.max_model_len_tokens)
-
-
-def cost_caveats_for(scenario: Scenario, cost: CostModel) -> list[str]:
-    """A run of ``scenario`` priced by ``cost``: its caveats (``sim.cost.config.cost_caveats``)."""
-    return cost_caveats(
-        scenario.cost, cost, model_for(scenario), scenario.hardware, scenario.parallelism
-    )
 
 
 def cost_model_for(

@@ -12,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 import sim
-from sim.api.build import cost_caveats_for, model_for
+from sim.api.build import model_for
+from sim.cost.config import cost_caveats
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
@@ -330,7 +331,9 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
     notes = sample_notes(records)
-    notes["caveats"] += cost_caveats_for(scenario, engine.cost)  # after the samples'
+    notes["caveats"] += cost_caveats(  # after the samples'
+        scenario.cost, engine.cost, model_for(scenario), scenario.hardware, scenario.parallelism
+    )
     summary.update(
         **summary_header(scenario, engine.core, engine.cost.label),
         num_preemptions=int(np.asarray(records["num_preemptions"]).sum()),
