@@ -82,9 +82,8 @@ class EngineConfig(BaseModel):
     vllm_version: str = Field(
         default=NEWEST,
         description=(
-            f"the vLLM version the scenario stands for ('0.19', '0.19.0'; default {NEWEST},"
-            " the newest servesim models): async scheduling's and the CUDA-graph memory"
-            " estimate's defaults and the engine's CPU estimate follow it"
+            f"the vLLM version the scenario stands for ('0.19', '0.19.0'; default {NEWEST}):"
+            " the fields left unset and the engine's CPU estimate follow its defaults"
         ),
     )
     cpu: EngineCpuConfig | None = Field(
@@ -136,8 +135,7 @@ class EngineConfig(BaseModel):
         default=True,
         description=(
             "cache every full KV block (prompt and output) for reuse by shared prefixes and"
-            " preempted requests, evicted in vLLM's free-queue order; on by default as in"
-            " vLLM v1 (sim.engine.kv_cache)"
+            " preempted requests, evicted in vLLM v1's free-queue order (sim.engine.kv_cache)"
         ),
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV
@@ -153,9 +151,8 @@ class EngineConfig(BaseModel):
     async_scheduling: bool | None = Field(
         default=None,
         description=(
-            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: the "
-            "vllm_version's default (on from 0.14), off with pipeline parallelism or "
-            "speculative decoding"
+            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: vLLM's"
+            " default (Scenario.async_scheduling)"
         ),
     )
 
