@@ -280,12 +280,13 @@ def _scenario(model: ModelSpec, hardware: str) -> Any:
 
 
 def test_the_summary_and_its_printout_carry_the_cost_caveat(test_database: None) -> None:
-    from sim.api.build import cost_caveats_for
+    from sim.cost.config import cost_caveats
 
     scenario = _scenario(MHA_8B, "rtx-pro-6000")
     result = api.run(scenario)
     caveats = result.summary["caveats"]
-    expected = cost_caveats_for(scenario, api.cost_model_for(scenario))
+    cost, model = api.cost_model_for(scenario), api.model_for(scenario)
+    expected = cost_caveats(scenario.cost, cost, model, scenario.hardware, scenario.parallelism)
     assert len(expected) == 1 and expected[0] in caveats
     assert "roofline" in result.summary["cost_model"]
     assert f"CAVEAT: {expected[0]}" in format_summary_table(result.summary)

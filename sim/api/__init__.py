@@ -4,11 +4,8 @@
     >>> result = api.run("scenarios/chat.yaml")          # doctest: +SKIP
     >>> result.summary["p99_ttft_ms"], result.requests.head()  # doctest: +SKIP
 
-The CLI is a thin layer over ``run`` and ``Result.write``. Building the engine
-lives in ``sim.api.build`` and the result in ``sim.api.result`` (overrides in
-``sim.scenario.overrides``); their public names are re-exported here, so
-``sim.api.engine_for`` and the rest keep working. ``__all__`` lists the public
-names; everything else here (``np``, ``Path``) is this module's own business.
+The CLI is a thin layer over ``run`` and ``Result.write``. ``__all__`` lists the
+public names, those of ``sim.api.build`` (the engine) and ``sim.api.result`` included.
 """
 
 from __future__ import annotations
@@ -82,28 +79,15 @@ def run(
 ) -> Result:
     """Simulate a scenario (object or YAML path) and summarise it.
 
-    ``overrides`` change the scenario before it is validated: ``servesim --set``'s
-    ``"dotted.key=value"`` strings, or a mapping of dotted keys or nested sections
-    to values (``{"workload.num_requests": 500, "engine": {"block_size_tokens": 32}}``;
-    ``sim.scenario.overrides``); a scenario object is validated again with them.
-
-    ``trace_requests=N`` records what each of the first N requests did in each
-    step (``Result.activity``, for ``Result.trace`` and ``trace.json``); it costs
-    nothing once those N requests have finished.
-
-    ``base_dir`` anchors relative paths in the scenario (trace files,
-    artifacts); it defaults to the scenario file's folder, else the cwd.
-    ``wrap_cost`` replaces the scenario's cost model by a function of it
-    (what-if studies: every step 5 % slower, say). ``source`` names a scenario
-    object in error messages (the file it was loaded from, say); a path names itself.
-    ``workers``: processes to simulate a round-robin cluster's replicas in (the
-    result is the same whatever the number); None: as many as pay, up to one per
-    usable CPU (Linux); 1: this process only (``sim.fast.workers``).
-    ``compiled``: whether a run the compiled loop can play (``sim.fast.compiled``,
-    with numba installed) takes it: None from 20,000 requests (below that
-    numba's start-up, ~0.4 s once a process, is not worth it for one run),
-    True at any size (a sweep's points), False never; the result is the same.
-    ``fast=False``: the reference executor, with no speed path (``simulation_for``).
+    ``overrides`` change the scenario before it is validated (``sim.scenario.overrides``:
+    ``--set`` strings or a mapping); a scenario object is validated again with them.
+    ``trace_requests=N`` records each step of the first N requests (``Result.activity``,
+    for ``trace.json``). ``base_dir`` anchors the scenario's relative paths (default:
+    its file's folder, else the cwd). ``wrap_cost`` replaces the cost model by a
+    function of it (what-if studies). ``source`` names a scenario object in errors.
+    ``workers`` (``sim.fast.workers``), ``compiled`` (``sim.fast.compiled``; None: from
+    20,000 requests, where numba's ~0.4 s start-up pays) and ``fast`` (False: the
+    reference executor) choose how it runs, never what it gives (``simulation_for``).
     """
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
@@ -154,12 +138,9 @@ def replay(
     base_dir: Path | None = None,
     fast: bool = True,
 ) -> Result:
-    """Simulate exactly the requests of ``work`` (an open loop, or a closed loop
-    over given requests) on the scenario's engine and cluster, built as ``run``
-    builds them (``engine_for``, ``cluster_for``: its replicas, router and lockstep,
-    drawing from the scenario seed's generator); ``cost`` replaces the scenario's
-    cost model (validation compares several); ``fast=False``: the reference
-    executor (``simulation_for``)."""
+    """Simulate exactly the requests of ``work`` on the scenario's engine and cluster,
+    built as ``run`` builds them; ``cost`` replaces the scenario's cost model (validation
+    compares several); ``fast=False``: the reference executor."""
     rng = np.random.default_rng(scenario.seed)
     engine = engine_for(scenario, base_dir, rng)
     if cost is not None:

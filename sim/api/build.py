@@ -1,10 +1,8 @@
 """Building a scenario's engine: model, KV pool size, cost model, policy and replicas.
 
-Part of the ``sim.api`` face (re-exported there: ``api.engine_for`` and the
-rest); the simulator's replicas and the reference engine of ``servesim
-measure`` both take their engine core from ``core_config_for``. The run's
-executor, the reference or the fast one, is chosen here (``simulation_for``)
-and nowhere else.
+The simulator's replicas and ``servesim measure``'s reference engine both take their
+engine core from ``core_config_for``; the run's executor is chosen here
+(``simulation_for``) and nowhere else.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.cost.base import CostModel
-from sim.cost.config import build_cost_model, cost_caveats
+from sim.cost.config import build_cost_model
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import SwapSpace
 from sim.engine.policies import Scheduler
@@ -37,13 +35,9 @@ def model_for(scenario: Scenario) -> ModelSpec:
 
 
 def draft_model_for(scenario: Scenario) -> ModelSpec | None:
-    """The speculative draft model whose weights and KV share the GPUs, or None.
-
-    Its KV cache is in the engine's one KV dtype (``quantization.kv_cache``, as
-    vLLM's ``kv_cache_dtype`` covers every attention layer); its weights keep
-    their own dtype. A ``draft_cost_fraction`` names no model (n-gram drafts
-    have no weights), so there is none to count.
-    """
+    """The speculative draft model whose weights and KV share the GPUs, or None (a
+    ``draft_cost_fraction`` names none); its KV in the engine's one KV dtype (vLLM's
+    ``kv_cache_dtype`` covers every attention layer), its weights in their own."""
     speculative = scenario.speculative
     if speculative is None or speculative.draft_model is None:
         return None
@@ -85,13 +79,6 @@ def step_limits(scenario: Scenario) -> tuple[int, int]:
     return policy.step_seq_bound(), policy.step_token_bound(scenario.engine.max_model_len_tokens)
 
 
-def cost_caveats_for(scenario: Scenario, cost: CostModel) -> list[str]:
-    """A run of ``scenario`` priced by ``cost``: its caveats (``sim.cost.config.cost_caveats``)."""
-    return cost_caveats(
-        scenario.cost, cost, model_for(scenario), scenario.hardware, scenario.parallelism
-    )
-
-
 def cost_model_for(
     scenario: Scenario, base_dir: Path | None = None, *, engine_cpu: bool = True
 ) -> CostModel:
@@ -109,12 +96,9 @@ def cost_model_for(
 
 
 def policy_factory(scenario: Scenario) -> Callable[[], Scheduler]:
-    """Builds the scenario's policy; with ``preemption: swap``, each with its swap space;
-    with async scheduling, each planning one step ahead.
-
-    Swap bytes are per GPU: each holds 1/num_gpus of the KV cache and copies it
-    over its own host link, in parallel with the others.
-    """
+    """Builds the scenario's policy, each with its swap space (``preemption: swap``;
+    per GPU, as each copies its 1/num_gpus of the KV over its own host link) and async
+    scheduling."""
     config = scenario.scheduler
     if not isinstance(config, ContinuousSettings):
         return config.build  # the other policies have neither feature
@@ -167,11 +151,9 @@ def reference_engine_problem(scenario: Scenario) -> str | None:
 
 
 def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> CoreConfig:
-    """The engine core ``scenario`` runs: policy (swap space, async scheduling), KV pool
-    (plain or prefix-caching, its size) and length limit; the one place both the
-    simulator's replicas (``engine_for``) and ``servesim measure``'s reference engine
-    (``reference_engine=True``: a one-line ``ConfigError`` for what it cannot run,
-    ``reference_engine_problem``) get them from."""
+    """The engine core ``scenario`` runs: policy, KV pool and length limit
+    (``reference_engine=True``: a ``ConfigError`` for what ``servesim measure``'s
+    reference engine cannot run, ``reference_engine_problem``)."""
     if reference_engine:
         problem = reference_engine_problem(scenario)
         if problem is not None:
@@ -227,10 +209,9 @@ def simulation_for(
     compiled: bool | None = None,
     progress: bool = False,
 ) -> Simulation:
-    """The executor of one run: the fast one (``sim.fast.open_loop.FastSimulation``,
-    with ``workers`` and ``compiled``), or the reference (``Simulation``) when
-    ``fast`` is False or the engine runs step by step (``engine.skip_ahead: false``).
-    Both give the same result to the bit; the choice is made here, once."""
+    """The executor of one run: the fast one (``sim.fast.open_loop.FastSimulation``), or
+    the reference (``Simulation``) when ``fast`` is False or the engine runs step by step
+    (``engine.skip_ahead: false``); both give the same result to the bit."""
     if fast and engine.skip_ahead:
         return FastSimulation(engine, cluster, workers, compiled, progress)
     return Simulation(engine, cluster, progress)

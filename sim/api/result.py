@@ -1,8 +1,4 @@
-"""A finished run (``Result``) and its summary.json keys.
-
-Part of the ``sim.api`` face (re-exported there: ``api.Result``,
-``api.engine_settings``, ``api.summary_header``, ``api.DEFAULT_TRACE_REQUESTS``).
-"""
+"""A finished run (``Result``) and its summary.json keys."""
 
 from __future__ import annotations
 
@@ -16,7 +12,8 @@ import numpy as np
 import numpy.typing as npt
 
 import sim
-from sim.api.build import cost_caveats_for, model_for
+from sim.api.build import model_for
+from sim.cost.config import cost_caveats
 from sim.engine.core_config import CoreConfig
 from sim.engine.kv_cache import prefix_cache_summary
 from sim.engine.records import RequestTable, completed_mask, floats
@@ -53,13 +50,9 @@ DEFAULT_TRACE_REQUESTS = 100  # requests in trace.json unless told: a few MB at 
 
 @dataclass(repr=False)
 class Result:
-    """A finished run: per-request table, summary, time series and step log.
-
-    ``activity`` is the per-step log of the first ``num_traced_requests``
-    requests when the run was traced (``run(..., trace_requests=N)``), else None.
-    Its repr is three lines: what ran, what became of the requests, the key
-    latencies (``summary`` holds the rest).
-    """
+    """A finished run: per-request table, summary, time series and step log;
+    ``activity``: the per-step log of the first ``num_traced_requests`` requests of a
+    traced run (``run(..., trace_requests=N)``), else None."""
 
     scenario: Scenario
     summary: dict[str, Any]
@@ -176,16 +169,10 @@ class Result:
         *,
         plots: bool = True,
     ) -> list[Path]:
-        """Write tables, summary.json and plots into ``out_dir``; ``trace.json`` if ``trace``.
-
-        All or nothing (``sim.metrics.out_path.staged``): written apart, moved in
-        when every file is complete.
-
-        ``plots=False``: no figure (a caller drawing them apart, from ``figure_job``).
-        The tables are written from the run's columns, without pandas, but for a
-        table with nullable integers (a disaggregated run's ``prefill_replica``):
-        through pandas, whose file stores them as such.
-        """
+        """Write tables, summary.json and plots (``plots=False``: none, a caller draws
+        ``figure_job``) into ``out_dir``, all or none; ``trace.json`` if ``trace``. The
+        tables go without pandas but for nullable integers (a disaggregated run's
+        ``prefill_replica``), which pandas' file stores as such."""
         raw = self.raw
         records = raw.records
         out = Path(out_dir)
@@ -207,12 +194,9 @@ class Result:
         return unstaged(written, stage, out)
 
     def figure_job(self, out_dir: str | Path) -> FigureJob:
-        """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``).
-
-        From the run's columns, without pandas (unless the run was traced), so that
-        ``servesim run`` hands the figures over before it imports pandas to write
-        the tables.
-        """
+        """What ``write`` draws into ``out_dir``, as data to draw elsewhere (``draw_figures``),
+        built without pandas (unless the run was traced): ``servesim run`` hands the
+        figures over before it imports pandas."""
         raw = self.raw
         waterfall = (self._span_rows(NUM_WATERFALL_REQUESTS), raw.records)
         caption = figure_caption(self.summary)  # scenario, model, GPU, cost model
@@ -311,11 +295,8 @@ def _policy_summary(requests: RequestTable) -> dict[str, Any]:
 def bench_settings(
     workload: WorkloadConfig, num_requests: int, num_completed: int
 ) -> dict[str, Any]:
-    """summary.json's traffic keys of ``vllm bench serve``'s result JSON: ``num_prompts``,
-    ``failed`` (rejected or unfinished), ``request_rate`` and ``burstiness`` of an
-    arrival process (None for a closed loop or a trace's own times; gamma's shape,
-    1 for Poisson, inf for constant gaps; summary.json spells inf ``"inf"``, as
-    vLLM) and ``max_concurrency``."""
+    """summary.json's traffic keys of ``vllm bench serve``'s result JSON; ``burstiness``
+    is gamma's shape (1: Poisson, inf: constant gaps; None without an arrival process)."""
     arrival: ArrivalConfig | None = None
     rate: float | None = None
     if isinstance(workload, SyntheticWorkload):
@@ -350,7 +331,9 @@ def build_result(scenario: Scenario, engine: ReplicaConfig, raw: RawResult) -> R
         summarize(records, raw.step_table, raw.extra_itl_s, scenario.slo)
     )
     notes = sample_notes(records)
-    notes["caveats"] += cost_caveats_for(scenario, engine.cost)  # after the samples'
+    notes["caveats"] += cost_caveats(  # after the samples'
+        scenario.cost, engine.cost, model_for(scenario), scenario.hardware, scenario.parallelism
+    )
     summary.update(
         **summary_header(scenario, engine.core, engine.cost.label),
         num_preemptions=int(np.asarray(records["num_preemptions"]).sum()),

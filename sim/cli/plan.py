@@ -81,7 +81,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     source_doc = read_yaml(args.scenario, "scenario")
     apply_overrides(source_doc, args.set or [], args.scenario)
     best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
-    paths = write_outputs(result, doc, best, out)
+    paths = write_outputs(doc, best, out)
     figure = plot_plan(result, out, plan_caption(result, scenario.name, scenario.model.name))
     if figure is not None:
         paths.append(figure)

@@ -23,10 +23,6 @@ import numpy as np
 
 from sim.api.build import cost_model_for, kv_blocks_for
 from sim.errors import ConfigError
-
-# A percentile q rests on about n (1 - q) samples beyond it: fewer than one measures
-# no tail (the linear method puts it between the two largest samples; refused), fewer
-# than MIN_TAIL_SAMPLES is a caveat, as in a run's summary.
 from sim.metrics.slo_targets import SloTarget, metric_value, per_request_slo
 from sim.metrics.stats import MIN_TAIL_SAMPLES
 from sim.planning.plan_bound import (
@@ -49,24 +45,19 @@ MAX_DOUBLINGS = 20
 # this many times below the clock's limit (MAX_CLOCK_S), room for the random spread
 # of the last arrival (Poisson: sqrt(n) / rate; bursty gamma arrivals more).
 CLOCK_ROOM = 4.0
-# The served check's margin (1 - SERVED_MIN_RATIO) should hold this many standard
-# deviations of a run's served ratio (``served_num_requests_needed``), or a failing served
-# check may be the run's noise rather than overload.
+# The served check's margin (1 - SERVED_MIN_RATIO) holds this many standard deviations
+# of a run's served ratio, or a failing check may be noise (docs/capacity.md).
 SERVED_MARGIN_SDS = 3.0
 SERVED = "served ratio"  # the served check's name where constraints are named
 MAX_CLIENTS_SHARE = 0.025
 """Clients at most this share of a run's requests (``LoadKnob.max_load``). The last
 C requests of a capped run drain at a falling concurrency, lighter than the C
-clients the answer claims; their shorter E2E (and TTFT) pulls the run's means
-off the busy clients' by about half of C / n: 5 % at C / n = 9 %, measured,
-and within Little's 2 % at this share."""
+clients the answer claims, pulling the run's means off by about half of C / n
+(5 % at C / n = 9 %, measured; within Little's 2 % at this share)."""
 MIN_STEADY_REQUESTS = 10_000
-"""Requests per run below which a capacity carries a caveat (``--num-requests``'
-default is at least this). A run ends before a server near saturation has built
-its steady backlog, so its tail latencies read low and its capacity high:
-scenarios/chat.yaml (ttft_p99_ms=500, tpot_p99_ms=50, 3 seeds) answers 27.9
-req/s from runs of 1,000 requests, 25.5 from 10,000 and 25.1 from 20,000
-(benchmarks/capacity_length_bias.py)."""
+"""Requests per run below which a capacity carries a caveat: a shorter run ends before
+a server near saturation builds its backlog, so it reads capacity high (docs/capacity.md,
+"How long a run")."""
 
 
 def require_targets(targets: Sequence[SloTarget]) -> None:
@@ -76,14 +67,9 @@ def require_targets(targets: Sequence[SloTarget]) -> None:
 
 
 def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
-    """``--num-requests`` as the override its workload kind needs.
-
-    By default a run of the scenario's own length, but at least
-    ``MIN_STEADY_REQUESTS`` for a synthetic workload sized by a request count:
-    shorter runs read an open loop's capacity high and measure fewer clients
-    under a cap (``MAX_CLIENTS_SHARE``). A trace is as long as it is, and
-    closed-loop users build no backlog.
-    """
+    """``--num-requests`` as the override its workload kind needs; by default the
+    scenario's own length, at least ``MIN_STEADY_REQUESTS`` for a synthetic workload
+    sized by a request count (a trace is as long as it is; closed loops build no backlog)."""
     if num_requests is not None and num_requests < 1:
         raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
     workload = load_scenario(path, sets).workload
@@ -208,12 +194,9 @@ def _concurrency_knob(workload: Any, limit: int) -> LoadKnob:
 
 
 def capacity_rate_per_s(search: CapacitySearch, point: LoadPoint | None) -> float | None:
-    """Requests per second one replica serves at ``point``'s load.
-
-    Open loop: the offered rate itself. Closed loop: the measured throughput.
-    Under a cap: the clients' measured send rate while all are busy
-    (:func:`sim.planning.sweep_exec.offered_rate_per_s`).
-    """
+    """Requests per second one replica serves at ``point``'s load: the offered rate
+    (open loop), the measured throughput (closed loop) or the clients' send rate while
+    all are busy (under a cap: ``sim.planning.sweep_exec.offered_rate_per_s``)."""
     if point is None:
         return None
     if search.knob.kind == "users":
@@ -250,14 +233,9 @@ def _verdict(mean: float, half: float, limit: float) -> Status:
 
 
 def judge(load: float, records: list[Record], targets: Sequence[SloTarget]) -> LoadPoint:
-    """Classify one load from its runs (see module docstring).
-
-    A load passes only if every target holds and, where its runs have a served
-    ratio, the server keeps up with it: the mean served ratio
-    (:mod:`sim.planning.served`) is at least ``SERVED_MIN_RATIO``. Runs whose
-    clients set the load (a closed loop, a binding cap) have none: they cannot
-    be overloaded, as every client waits for its answers.
-    """
+    """Classify one load from its runs: it passes when every target holds and, where
+    its runs have a served ratio (:mod:`sim.planning.served`), the mean one is at least
+    ``SERVED_MIN_RATIO``."""
     means: dict[str, float] = {}
     halves: dict[str, float] = {}
     verdicts: list[Status] = []
@@ -511,13 +489,9 @@ def _check_run_length(records: Sequence[Record], targets: Sequence[SloTarget]) -
 
 def _check_served_length(records: Sequence[Record]) -> None:
     """Refuse runs too short to measure a served ratio (:mod:`sim.planning.served`):
-    it counts completions per arrival over the k arrivals after the median one, about
-    half the run, so it moves in steps of 1 / k, and one request at the window's edge
-    (the last arrival finishing after the window closes, or the median one finishing
-    inside it) moves it by a step. Below 1 / (1 - SERVED_MIN_RATIO) = 20 arrivals a
-    step is wider than the check's 5 % margin: under a light load a run of 2k
-    requests reads (k - 1) / k, unserved, and one of 2k + 1 reads 1, so the verdict
-    is set by the run's parity, not the server (a 2-row trace got "0 req/s")."""
+    over its window of k arrivals (half the run) it moves in steps of 1 / k, and below
+    1 / (1 - SERVED_MIN_RATIO) = 20 arrivals one request at the window's edge moves it
+    past the check's margin, so the run's parity, not the server, sets the verdict."""
     num = _fewest_requests(records)
     if any(r.get("served_ratio") is not None for r in records):
         needed = 2 * tail_requests(SERVED_MIN_RATIO, 1.0)
@@ -581,15 +555,9 @@ def caveats(res: CapacitySearch, failed: LoadPoint | None) -> list[str]:
 
 def served_num_requests_needed(point: LoadPoint) -> int | None:
     """Requests per run that measure ``point``'s served ratio to within its margin
-    (``SERVED_MARGIN_SDS`` standard deviations of its noise); None when its runs lack
-    the rate or latency to tell.
-
-    Over its window (the second half's ``n / 2`` arrivals) the ratio is
-    ``1 - (N(end) - N(mid)) / (n / 2)``; a stable server's number in system ``N``
-    fluctuates about ``L = rate x mean E2E`` (Little) with a variance of about ``L``
-    (as in an M/G/inf queue), so the ratio's standard deviation is about
-    ``sqrt(2 L) / (n / 2)``. Seeds share their random numbers across loads, so that
-    noise does not average out along the search: it shifts every load alike."""
+    (``SERVED_MARGIN_SDS`` sds of its noise, about ``sqrt(2 L) / (n / 2)`` with ``L``
+    the mean number in system: docs/capacity.md); None when its runs lack the rate or
+    latency to tell."""
     rate, e2el_ms = point.mean_of("offered_rate_per_s"), point.mean_of("mean_e2el_ms")
     if rate is None or e2el_ms is None:
         return None

@@ -1,11 +1,7 @@
 """What a capacity search means for a fleet, as text and as ``capacity.json``.
 
-Fleet sizing for a target rate R is an estimate: ``ceil(R / capacity)``
-replicas assumes a perfect load balancer that splits R evenly, each replica
-then seeing the load the search validated. Routing is not simulated in this
-estimate; a ``cluster:`` block in a scenario simulates replicas behind a
-router (scenarios/replicas.yaml). GPUs = replicas x GPUs per replica (the
-tensor-parallel degree).
+A fleet for a target rate R is ``ceil(R / capacity)`` replicas behind a perfect load
+balancer, not simulated (docs/capacity.md, "Reading the numbers").
 """
 
 from __future__ import annotations
@@ -93,12 +89,8 @@ def fleet_for(
 
 
 def has_interval(search: CapacitySearch) -> bool:
-    """Whether the search has a confidence interval: it needs two seeds or more.
-
-    With one seed (``--seeds 1``, or a trace replay, which draws nothing at
-    random) every load's statistic is a single number with no spread, so the
-    pass/fail bracket only reflects where the search stopped bisecting.
-    """
+    """Whether the search has a confidence interval: two seeds or more (with one, or a
+    trace replay, the bracket is only where the search stopped bisecting)."""
     return len(search.seeds) >= 2
 
 
@@ -138,9 +130,7 @@ def _interval_text(search: CapacitySearch, low: float, high: float) -> str:
 
 
 def cost_models(search: CapacitySearch) -> list[str]:
-    """The cost models that priced the search's simulations (one, unless a load
-    knob changes the hardware), in the order first met: which model a capacity
-    rests on, and whether it is measured or a guess ("(uncalibrated)")."""
+    """The cost models that priced the search's simulations, in the order first met."""
     names = (r.get("cost_model") for p in search.points for r in p.records)
     return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 

@@ -159,14 +159,7 @@ class PlanResult:
     executor: str = "local"  # or "ray" (sim.planning.sweep_exec)
     # --headroom in percent; None: each configuration sized for its own model error.
     headroom_pct: float | None = 0.0
-    warnings: list[str] = field(default_factory=list)  # distinct, from bounds and searches
-
-    def collect_warnings(self, extra: Sequence[str]) -> None:
-        """Every distinct warning met, in order: the bounds' then the searches'."""
-        found = [*extra]
-        for outcome in self.outcomes:
-            found += (outcome.record or {}).get("warnings", [])
-        self.warnings = list(dict.fromkeys(found))
+    warnings: list[str] = field(default_factory=list)  # distinct: the bounds', the searches'
 
     @property
     def searched(self) -> list[Outcome]:
@@ -269,9 +262,7 @@ class _Space:
     hardware: dict[str, HardwareSpec]
     lengths: LengthStats
     num_requests: int
-    # Added to the target before sizing a fleet (0.15: 15 %); None: each
-    # configuration's own validated model error (its cost source may differ).
-    headroom: float | None = 0.0
+    headroom: float | None = 0.0  # plan()'s headroom_pct as a fraction
     costs: dict[tuple[str, int], tuple[CostModel, str, str]] = field(default_factory=dict)
     warnings: dict[str, None] = field(default_factory=dict)  # distinct, in order met
 
@@ -900,13 +891,11 @@ def plan(
     result.outcomes.extend(coarse)
     _announce(coarse, result, on_total, on_done)
     if all(o.status == "refused" for o in coarse):
-        reasons = dict.fromkeys(
-            f"{o.candidate.gpu} tp{o.candidate.tensor_parallel_size}: {o.reason}" for o in coarse
-        )
-        first = next(iter(reasons))
+        first = coarse[0]
         raise ConfigError(
-            f"plan: {scenario.model.name} fits no configuration of the plan "
-            f"({len(coarse)} refused; e.g. {first})"
+            f"plan: {scenario.model.name} fits no configuration of the plan ({len(coarse)} "
+            f"refused; e.g. {first.candidate.gpu} tp{first.candidate.tensor_parallel_size}: "
+            f"{first.reason})"
         )
     # Stage 1: one representative per group; stage 2: the group's other coarse
     # limits where the representative came near the cheapest (module docstring).
@@ -921,6 +910,7 @@ def plan(
             result.outcomes.extend(refined)
             _announce(refined, result, on_total, on_done)
             _run(space, refined, result, workers, on_done, executor, address)
-    result.collect_warnings(list(space.warnings))
+    searches = [w for o in result.outcomes for w in (o.record or {}).get("warnings", [])]
+    result.warnings = list(dict.fromkeys([*space.warnings, *searches]))
     result.wall_s = time.perf_counter() - started
     return result

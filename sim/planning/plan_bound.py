@@ -1,18 +1,13 @@
 """A deployment's optimistic capacity, and SLOs no load can meet, from its cost model alone.
 
-``servesim plan`` prunes with these before simulating (:mod:`sim.planning.plan`;
-docs/capacity.md, "How it avoids brute force", step 2, tells both). Both are priced by
-the configuration's own cost model (``CostModel.step_s``), engine CPU work included, on
-the workload's request lengths drawn under every seed the searches run. The rate bound
-(``optimistic_rate_per_s``) is divided by the served check's 0.95 and multiplied by
-``OPTIMISM`` (slack: a mean-value estimate prices mean lengths, not the mix); a
-disaggregated ``P:D`` unit caps prefill on its ``P`` replicas and decode on its ``D``.
-A configuration meets an SLO at no load when the SLO's statistic over lone requests
-(``lone_request_ms``: the prompt at the statistic's quantile, the smallest over the
-seeds) is past its limit; for end-to-end latency the larger of the prefill and decode
-parts is taken (a quantile of a sum is not the sum of quantiles), for ITL the cheapest
-decode step of all. Exact for costs convex in length (the roofline, kernel tables:
-linear plus quadratic attention).
+``servesim plan`` prunes with these before simulating (docs/capacity.md, "How it avoids
+brute force", step 2). Both are priced by the configuration's own ``CostModel.step_s``
+on the workload's lengths under every seed the searches run. A disaggregated ``P:D``
+unit caps prefill on its ``P`` replicas and decode on its ``D``. A lone request's
+statistic takes the prompt at the statistic's quantile (the smallest over the seeds);
+for end-to-end latency the larger of the prefill and decode parts (a quantile of a sum
+is not the sum of quantiles). Exact for costs convex in length (the roofline, kernel
+tables: linear plus quadratic attention).
 """
 
 from __future__ import annotations
@@ -30,19 +25,16 @@ from sim.scenario import Scenario
 from sim.workload.generate import generate_open_loop
 
 OPTIMISM = 1.1
-"""Slack on the mean-value rate bound (module docstring)."""
+"""Slack on the rate bound: a mean-value estimate prices mean lengths, not the mix."""
 QUANTILES = {"median": 0.5, "p90": 0.9, "p99": 0.99}
 """The quantile each percentile statistic of an SLO target is (a mean has none)."""
 
 
 @dataclass(frozen=True)
 class LengthStats:
-    """The workload's request lengths as the bounds read them, in tokens.
-
-    Means are over every seed's requests; a statistic's lengths (``*_at``, by
-    stat: mean, median, p90, p99) are the smallest over the seeds, so that a
-    bound built on them holds for each seed's run.
-    """
+    """The workload's request lengths as the bounds read them, in tokens: means over
+    every seed's requests; a statistic's (``*_at``: mean, median, p90, p99) the smallest
+    over the seeds, so that a bound built on them holds for each seed's run."""
 
     mean_prompt_tokens: float
     mean_output_tokens: float

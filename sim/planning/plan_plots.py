@@ -1,13 +1,8 @@
 """The plan's figure: fleet cost against capacity per GPU, the Pareto front marked.
 
-One point per configuration with a fleet: x is its capacity per GPU (req/s),
-y the fleet's dollars per hour at the target rate (log scale: fleets differ by
-multiples). Filled points kept every SLO's mean over seeds within its limit at
-the target's share per unit; hollow ones did not there (the search's estimate
-is noisy near capacity, so a fleet sized on it may sit just past a limit).
-The Pareto front (no other point has both more capacity per GPU and a cheaper
-fleet) is joined; the cheapest is starred. Drawn on an Agg canvas with matplotlib's object API, as
-:mod:`sim.planning.sweep_plots`.
+Fleet dollars per hour on a log scale (fleets differ by multiples). Hollow points had
+an SLO's mean past its limit at the target's share per unit (the search's estimate is
+noisy near capacity, so a fleet sized on it may sit just past a limit).
 """
 
 from __future__ import annotations
@@ -61,9 +56,7 @@ def plot_plan(result: PlanResult, out_dir: Path, caption: str = "") -> Path | No
         ax.scatter(x[mine & met], y[mine & met], s=30, color=color, label=gpu)
         if np.any(mine & ~met):
             ax.scatter(x[mine & ~met], y[mine & ~met], s=30, facecolors="none", edgecolors=color)
-    # Pareto: more capacity per GPU and a cheaper fleet (pareto_mask: more of the
-    # first, less of the second).
-    front = pareto_mask(x, y)
+    front = pareto_mask(x, y)  # more capacity per GPU, a cheaper fleet
     order = np.argsort(x[front])
     ax.plot(x[front][order], y[front][order], "k-", lw=1, drawstyle="steps-pre")
     ax.scatter(x[front], y[front], s=90, facecolors="none", edgecolors="k", label="Pareto front")

@@ -1,12 +1,8 @@
 """What a plan means for a planner: the ranked table, ``plan.json`` and ``best.yaml``.
 
-The table ranks every configuration with a fleet by its dollars per hour at
-the target rate (ties: more capacity per GPU first); skipped and refused
-configurations follow with their reasons. ``best.yaml`` is the top
-configuration as a scenario of the whole fleet (``cluster.num_replicas``
-units, or the prefill and decode pools of as many disaggregated units) at the
-target rate, which ``servesim run`` replays: the check that routing keeps the
-capacity a perfect balancer was assumed to give.
+``best.yaml`` is the top configuration as a scenario of the whole fleet at the target
+rate, which ``servesim run`` replays: the check that routing keeps the capacity a
+perfect balancer was assumed to give.
 """
 
 from __future__ import annotations
@@ -267,12 +263,9 @@ def _anchor_paths(doc: dict[str, Any], base_dir: Path) -> None:
 def best_scenario(
     result: PlanResult, name: str, source_doc: dict[str, Any], base_dir: Path
 ) -> dict[str, Any] | None:
-    """The top configuration's fleet at the target rate, as a scenario document.
-
-    Written over the scenario as the user wrote it (``source_doc``, overrides
-    applied), so best.yaml reads like their file: the GPU, tensor-parallel size,
-    batch limits, cost model, SLOs, arrival rate and cluster are what change.
-    """
+    """The top configuration's fleet at the target rate, as a scenario document written
+    over the user's own (``source_doc``, overrides applied), so best.yaml reads like
+    their file."""
     best = result.best
     if best is None or best.scenario_doc is None or best.record is None:
         return None
@@ -308,9 +301,7 @@ def best_scenario(
     return doc
 
 
-def write_outputs(
-    result: PlanResult, doc: dict[str, Any], best: dict[str, Any] | None, out_dir: Path
-) -> list[Path]:
+def write_outputs(doc: dict[str, Any], best: dict[str, Any] | None, out_dir: Path) -> list[Path]:
     """``plan.json`` and, when there is a best configuration, ``best.yaml``."""
     paths = [write_json(doc, out_dir, "plan.json")]
     if best is not None:

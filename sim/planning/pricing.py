@@ -1,13 +1,10 @@
 """Approximate GPU prices, for turning capacity into money.
 
-``GPU_PRICE_PER_HOUR`` holds rough public on-demand list prices in US dollars
-per GPU-hour (each preset's ``price_per_hour_usd`` in ``sim/hardware/gpus.toml``;
-mid-2025, specialist GPU clouds such as Lambda or RunPod; the
-large clouds list 2-4x more, reserved and spot capacity much less). They are
-only a default to make reports readable: pass your own price with
-``--gpu-price-per-hour`` (or ``gpu_price_per_hour:`` in a sweep file, or
-``--gpu-price NAME=USD`` per GPU to ``servesim plan``). Every hardware
-preset has a price (tests/test_plan.py checks it).
+``GPU_PRICE_PER_HOUR``: each preset's ``price_per_hour_usd`` in
+``sim/hardware/gpus.toml``, rough on-demand list prices in US dollars per GPU-hour
+(docs/capacity.md, "Reading the numbers"); only a default for readable reports, which
+``--gpu-price-per-hour``, a sweep file's ``gpu_price_per_hour`` or ``--gpu-price
+NAME=USD`` replace.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from types import MappingProxyType
 from sim.errors import ConfigError
 from sim.hardware.specs import GPU_PRESETS
 
-# Each hardware preset's price, from its entry in sim/hardware/gpus.toml.
 GPU_PRICE_PER_HOUR: Mapping[str, float] = MappingProxyType(
     {
         name: gpu.price_per_hour_usd
@@ -46,10 +42,8 @@ def gpu_price_per_hour(
 
 
 def usd_per_unit(rate_per_s: float | None, num_gpus: int, price_per_gpu_hour: float) -> float:
-    """Dollars per request (or token) served at ``rate_per_s`` on ``num_gpus`` GPUs.
-
-    GPU-hours per unit = 1 / (rate * 3600) per GPU; ``inf`` for a zero rate.
-    """
+    """Dollars per request (or token) served at ``rate_per_s`` on ``num_gpus`` GPUs
+    (``inf`` for a zero rate)."""
     if rate_per_s is None or not rate_per_s > 0 or not math.isfinite(rate_per_s):
         return math.inf
     return num_gpus * price_per_gpu_hour / (rate_per_s * SECONDS_PER_HOUR)

@@ -1,16 +1,11 @@
 """GuideLLM's ``sweep`` profile: synchronous, throughput, then rates between.
 
-GuideLLM's sweep runs a ``synchronous`` benchmark and a ``throughput`` one, takes
-their measured request rates (completed requests per second), and then runs
-``sweep_size - 2`` rate benchmarks (``constant`` or ``poisson``) at rates evenly
-spaced from the synchronous rate (excluded) to the throughput rate (included)
-(``sim.workload.profiles.sweep_rates_per_s``). A scenario's workload names one
-run, so the sweep is this function over a scenario: the scenario's request
-lengths, count and prefix groups, each phase under its own profile, the
-throughput and rate phases under the workload's ``max_concurrency`` if it has
-one, every phase from the scenario's seed. ``servesim run --profile sweep``
-simulates the phases and ``measure --endpoint --profile sweep`` measures them on a
-server, each through this one function.
+A ``synchronous`` and a ``throughput`` benchmark, then ``sweep_size - 2`` rate ones
+evenly spaced between their measured request rates
+(``sim.workload.profiles.sweep_rates_per_s``), each a phase of one scenario: its
+lengths, count, prefix groups and seed, the throughput and rate phases under its
+``max_concurrency`` if any. ``servesim run --profile sweep`` simulates the phases and
+``measure --endpoint --profile sweep`` measures them, both through ``profile_sweep``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Sweeps: one base scenario, many override sets, one tidy table of results.
 
 docs/capacity.md ("servesim sweep") gives the sweep file's fields and the table's
-columns (``build_table``: one row per point and seed). Every point's scenario is
-validated before anything runs, so a mistyped key fails at once with one line naming
-the sweep file, the point and the key. Each (point, seed) is cached in
-``OUT/cache/<hash>.json`` (``config_hash``: the validated scenario, seed included, the
-folder relative paths resolve against, and the servesim version): a re-run computes
-only what changed.
+columns. Every point's scenario is validated before anything runs; each (point, seed)
+is cached in ``OUT/cache/<hash>.json`` (``config_hash``), so a re-run computes only
+what changed.
 """
 
 from __future__ import annotations
@@ -101,11 +98,8 @@ class SweepConfig(BaseModel):
         return self
 
     def override_sets(self) -> list[dict[str, Any]]:
-        """One dict of overrides per point, in file order (grid: last key fastest).
-
-        With both a grid and points, every point is crossed with every grid
-        combination (points outermost).
-        """
+        """One dict of overrides per point, in file order (grid: last key fastest; with
+        points too, every point crossed with every grid combination, points outermost)."""
         grid = self.grid or {}
         keys = list(grid)
         combos = [dict(zip(keys, v, strict=True)) for v in itertools.product(*grid.values())]

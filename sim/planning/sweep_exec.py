@@ -1,18 +1,12 @@
 """Run many independent simulations: the point function and its executors.
 
-A *task* is a plain dict ``{"scenario": <validated scenario dict>,
-"base_dir": <folder for relative paths>}`` so that it pickles cheaply and
-travels to other processes or Ray workers unchanged. ``run_point`` turns it
-into a flat record (the run summary plus a few derived fields); the same
-function runs under every executor, so their results are identical.
-
-Executors (``run_local``: processes; ``run_ray``: a Ray cluster, an optional extra whose
-workers must import this package) yield ``(index, record)`` pairs as tasks finish, in
-any order, of any picklable top-level ``function`` from a task to a record (default
-``run_point``; the planner passes a whole configuration's capacity search). ``local``
-draws the next task only when one has finished and its record has been handed over, so
-a caller whose task iterator consults the records seen so far (the planner's pruning)
-decides each next task on everything finished before it.
+A *task* is a plain dict (``{"scenario": <validated scenario dict>, "base_dir": ...}``
+for ``run_point``) so that it pickles cheaply to other processes or Ray workers; a
+point function (default ``run_point``; the planner's is a whole capacity search) turns
+it into a flat record, the same under every executor. Executors yield ``(index,
+record)`` as tasks finish; ``local`` draws the next task only once a finished one has
+been handed over, so a task iterator that reads the records seen so far (the planner's
+pruning) decides each next task on everything finished before it.
 """
 
 from __future__ import annotations
@@ -41,16 +35,11 @@ def batch_size_one(scenario: Any) -> bool:
 
 
 def offered_rate_per_s(scenario: Any, arrival_s: np.ndarray) -> float | None:
-    """Requests per second the workload offers: nominal if synthetic, else measured.
-
-    ``None`` for closed-loop workloads, whose load depends on the server. Under
-    a binding ``max_concurrency`` the clients set the load (``sim.planning.served``)
-    and ``arrival_s`` are send times: the rate is measured over the sends, those
-    after the first instant per second up to the last one. With every slot busy
-    each such send follows an answer, so this is the clients' throughput while
-    all of them are busy (Little: ``max_concurrency / mean E2E``), free of the
-    drain after the last send that ``request_throughput`` counts.
-    """
+    """Requests per second the workload offers: nominal if synthetic, measured from a
+    trace, None for a closed loop. Under a binding ``max_concurrency`` ``arrival_s`` are
+    send times: the sends after the first instant, each following an answer, per second
+    up to the last one are the clients' throughput while all are busy (Little:
+    ``max_concurrency / mean E2E``), free of the drain ``request_throughput`` counts."""
     workload = scenario.workload
     if workload.kind != "closed_loop" and load_set_by_clients(workload, arrival_s.size):
         sent_s = arrival_s[np.isfinite(arrival_s)]
@@ -66,12 +55,9 @@ def offered_rate_per_s(scenario: Any, arrival_s: np.ndarray) -> float | None:
 
 
 def _queue_stats(result: Any) -> Record:
-    """Service-time moments of a batch-size-1 run, for the M/G/1 cross-check.
-
-    With one request at a time, a request's engine time runs from its first
-    scheduled step to its last token (before detokenization), and its TTFT is
-    queueing plus a load-independent part (way in, prefill, way out).
-    """
+    """Service-time moments of a batch-size-1 run, for the M/G/1 cross-check: a
+    request's service runs from its first scheduled step to its last token, and its TTFT
+    less its queueing is load-independent (way in, prefill, way out)."""
     empty: Record = dict.fromkeys(("service_mean_s", "service_m2_s2", "ttft_excl_queue_mean_s"))
     if not batch_size_one(result.scenario):
         return empty
@@ -122,11 +108,8 @@ def default_jobs() -> int:
 def run_local(
     tasks: Iterable[Task], jobs: int | None = None, function: PointFunction | None = None
 ) -> Iterator[tuple[int, Record]]:
-    """Run tasks in worker processes (``jobs=1``, or a single task: in this process).
-
-    At most ``jobs`` tasks are in flight; the next is drawn from ``tasks`` only
-    after a finished one has been yielded (module docstring).
-    """
+    """Run tasks in at most ``jobs`` worker processes (``jobs=1``, or a single task: in
+    this process), drawing the next only after a finished one was yielded."""
     run = run_point if function is None else function
     jobs = default_jobs() if jobs is None else jobs
     if isinstance(tasks, Sequence) and len(tasks) <= 1:

@@ -1,12 +1,9 @@
 """Figures of a sweep (docs/capacity.md): latency against load, throughput against p99 TTFT.
 
-``latency_vs_load.png`` is the hockey stick; for batch-size-1 configurations
-under Poisson arrivals a third panel sets the simulated mean TTFT against the
-M/G/1 (Pollaczek–Khinchine) prediction built from the service times the
-simulation measured: the same queue in textbook form (:mod:`sim.metrics.analytic`).
-Drawn on an Agg canvas with matplotlib's object API (no pyplot state). Each figure
-carries ``sweep_caption``: the scenario, model, GPU and cost model of its runs
-(``sim.metrics.figure_data.figure_caption``; the values a sweep varies are listed).
+``latency_vs_load.png`` is the hockey stick; for batch-size-1 configurations under
+Poisson arrivals a third panel sets the simulated mean TTFT against the M/G/1
+prediction from the service times the simulation measured (:mod:`sim.metrics.analytic`).
+Drawn on an Agg canvas (no pyplot state), each figure under ``sweep_caption``.
 """
 
 from __future__ import annotations
@@ -79,12 +76,9 @@ def load_axis(points: pd.DataFrame, load_key: str | None) -> tuple[str, str]:
 def mg1_curve(
     rows: pd.DataFrame, max_rate_per_s: float, num: int = 200
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Mean TTFT (ms) predicted by M/G/1 for one batch-size-1 configuration.
-
-    Uses rows (one per run) of that configuration: service-time moments and
-    the load-independent part of TTFT, averaged over runs weighted by their
-    completed requests. ``None`` if the configuration is not such a queue.
-    """
+    """Mean TTFT (ms) predicted by M/G/1 for one batch-size-1 configuration, from its
+    runs' service-time moments and load-independent TTFT, weighted by completed
+    requests; ``None`` if the configuration is not such a queue."""
     needed = ["service_mean_s", "service_m2_s2", "ttft_excl_queue_mean_s", "completed"]
     if any(c not in rows for c in needed) or rows[needed].isna().any().any():
         return None

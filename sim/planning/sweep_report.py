@@ -49,10 +49,8 @@ def per_point(
 
 
 def pareto_mask(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:
-    """True for points no other point beats on both axes (more throughput, less latency).
-
-    Points with a missing value are never on the front.
-    """
+    """True for points no other point beats on both axes (more throughput, less latency);
+    never a point with a missing value."""
     thr = np.asarray(throughput, dtype=float)
     lat = np.asarray(latency, dtype=float)
     ok = np.isfinite(thr) & np.isfinite(lat)
@@ -65,14 +63,10 @@ def pareto_mask(throughput: np.ndarray, latency: np.ndarray) -> np.ndarray:
 
 
 def cheapest(points: pd.DataFrame) -> tuple[pd.Series | None, str, str]:
-    """The cheapest point meeting the SLOs (every point if none are set), the
-    column it was ranked by, and why there is none when prices forbid a ranking.
-
-    Ranked by dollars per 1k requests when every candidate has a GPU price.
-    Without a price for some, GPU-hours per 1k requests rank them only when
-    they all run on one kind of GPU: an hour of one GPU is not an hour of
-    another, so a comparison across GPUs is refused, naming those without a price.
-    """
+    """The cheapest point meeting the SLOs (every point if none are set), the column it
+    was ranked by (dollars per 1k requests; GPU-hours where a price is missing, only on
+    one kind of GPU: an hour of one GPU is not an hour of another), and why there is
+    none when prices forbid a ranking."""
     if points.empty:
         return None, "", ""
     candidates = points if points["slo_met"].isna().all() else points[points["slo_met"] == True]  # noqa: E712

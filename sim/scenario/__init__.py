@@ -75,22 +75,15 @@ def _refuse(problem: str | None) -> None:
 
 
 class EngineConfig(BaseModel):
-    """KV cache and request limits of each replica (vLLM's cache/model flags).
-
-    ``vllm_version`` is the vLLM the scenario stands for: the defaults of the
-    fields left unset that changed between versions follow it
-    (``sim.scenario.vllm_versions``), and so does the engine's CPU work per step
-    unless ``cpu`` sets it.
-    """
+    """KV cache and request limits of each replica (vLLM's cache/model flags)."""
 
     model_config = _FROZEN
 
     vllm_version: str = Field(
         default=NEWEST,
         description=(
-            f"the vLLM version the scenario stands for ('0.19', '0.19.0'; default {NEWEST},"
-            " the newest servesim models): async scheduling's and the CUDA-graph memory"
-            " estimate's defaults and the engine's CPU estimate follow it"
+            f"the vLLM version the scenario stands for ('0.19', '0.19.0'; default {NEWEST}):"
+            " the fields left unset and the engine's CPU estimate follow its defaults"
         ),
     )
     cpu: EngineCpuConfig | None = Field(
@@ -142,8 +135,7 @@ class EngineConfig(BaseModel):
         default=True,
         description=(
             "cache every full KV block (prompt and output) for reuse by shared prefixes and"
-            " preempted requests, evicted in vLLM's free-queue order; on by default as in"
-            " vLLM v1 (sim.engine.kv_cache)"
+            " preempted requests, evicted in vLLM v1's free-queue order (sim.engine.kv_cache)"
         ),
     )
     # Preemption by swap (scheduler.preemption: swap): CPU memory for swapped KV
@@ -159,9 +151,8 @@ class EngineConfig(BaseModel):
     async_scheduling: bool | None = Field(
         default=None,
         description=(
-            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: the "
-            "vllm_version's default (on from 0.14), off with pipeline parallelism or "
-            "speculative decoding"
+            "plan step N+1 while step N runs (vLLM's --async-scheduling); None: vLLM's"
+            " default (Scenario.async_scheduling)"
         ),
     )
 
@@ -287,11 +278,8 @@ class Scenario(BaseModel):
     @classmethod
     def _fill_scheduler_defaults(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """Fill ``None`` scheduler settings with vLLM's defaults: the batch limits for
-        this hardware, the full-sequence admission check for ``engine.vllm_version``.
-
-        A wrap validator returns the filled scenario as a new value (a frozen model is
-        never written after construction); so build scenarios with ``model_validate``
-        (``scenario_from_dict``), as pydantic keeps ``__init__``'s own instance."""
+        this hardware, the full-sequence admission check for ``engine.vllm_version``
+        (a new value: docs/dev/house-rules.md)."""
         scenario = handler(data)
         policy = scenario.scheduler
         if not isinstance(policy, ContinuousSettings):
@@ -324,9 +312,8 @@ class Scenario(BaseModel):
         cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
     ) -> Self:
         """``engine.cpu_artifact``'s coefficients into ``engine.cpu`` (and its fitted way in
-        into ``frontend``), as a new value (see ``_fill_scheduler_defaults``); a different value
-        the scenario also sets is refused (the same one is a scenario validated again
-        after this filled it in)."""
+        into ``frontend``); a different value the scenario also sets is refused (the same
+        one is a scenario validated again after this filled it in)."""
         scenario = handler(data)
         name = scenario.engine.cpu_artifact
         if name is None:
@@ -420,16 +407,10 @@ class Scenario(BaseModel):
 
     @property
     def async_scheduling(self) -> bool:
-        """Whether steps are planned one ahead (vLLM's async scheduling) in this run.
-
-        As vLLM's default: on from vLLM 0.14 (``engine.vllm_version``), except
-        with pipeline parallelism or speculative decoding (vLLM turns it off for
-        those, and so for draft-model speculation, which servesim's speculative
-        model stands for). Only the
-        continuous-batching family (vLLM v1's scheduler) plans ahead; the other
-        policies model other systems and run synchronously. Data-parallel ranks
-        in lockstep (``sim.serving.lockstep``) plan ahead as single replicas do.
-        """
+        """Whether steps are planned one ahead (vLLM's async scheduling) in this run: by
+        default from vLLM 0.14, but not with pipeline parallelism or (draft-model)
+        speculative decoding, as vLLM; only continuous batching (vLLM v1's scheduler)
+        plans ahead, the other policies model other systems."""
         wanted = self.engine.async_scheduling
         if wanted is None:
             wanted = (
@@ -437,10 +418,8 @@ class Scenario(BaseModel):
                 and self.parallelism.pipeline_parallel_size == 1
                 and self.speculative is None
             )
-        # Lockstep ranks (cluster.lockstep) plan ahead too: vLLM 0.19 keeps async
-        # scheduling with data parallelism and, for it, agrees each step's padding
-        # over Gloo on the CPU instead of NCCL (config/vllm.py,
-        # disable_nccl_for_dp_synchronization; v1/worker/dp_utils.py), so no GPU sync.
+        # Lockstep data-parallel ranks plan ahead too: vLLM 0.19 agrees each step's
+        # padding over Gloo on the CPU, not NCCL (disable_nccl_for_dp_synchronization).
         return (
             wanted and isinstance(self.scheduler, ContinuousSettings) and self.speculative is None
         )
@@ -464,11 +443,7 @@ def scenario_from_dict(
     doc: Any, source: str = "<scenario>", base_dir: Path | None = None
 ) -> Scenario:
     """Validate a parsed document; ConfigError names ``source`` and the field.
-
-    ``base_dir``: the folder relative paths resolved at validation time (a
-    ``model:`` config.json) start from, the scenario file's; None: the
-    working directory.
-    """
+    ``base_dir``: where relative paths read at validation start (None: the cwd)."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{source}: expected a mapping of scenario fields at the top level")
     try:

@@ -1,14 +1,10 @@
-"""Overrides for scenario files.
+"""Overrides for scenario files, written into the raw document before validation.
 
-Part of the ``sim.scenario`` face (``Overrides``, ``set_dotted`` and ``apply_overrides``
-are re-exported there, and ``Overrides`` by ``sim.api``). Overrides are ``servesim
---set``'s ``"dotted.key=value"`` strings (values parsed as YAML) or, from ``api.run``, a
-mapping of dotted keys, nested sections or both: ``{"engine.block_size_tokens": 32}`` and
-``{"engine": {"block_size_tokens": 32}}`` are one override. A nested mapping is merged
-key by key into its section, the file's other keys kept; to replace a section whole,
-pass the string form (``"workload.arrival={kind: gamma, ...}"``). Either way they go
-into the raw document before validation, so they are checked exactly as the file is: a
-bad key or value is one ``ConfigError`` naming the file and the key.
+``servesim --set``'s ``"dotted.key=value"`` strings (values parsed as YAML) or, from
+``api.run``, a mapping of dotted keys, nested sections or both
+(``{"engine.block_size_tokens": 32}`` is ``{"engine": {"block_size_tokens": 32}}``). A
+nested mapping is merged key by key into its section; the string form replaces a
+section whole (``"workload.arrival={kind: gamma, ...}"``).
 """
 
 from __future__ import annotations

@@ -2,14 +2,10 @@
 
 A scenario names the version it stands for (``engine.vllm_version``, default
 ``NEWEST``); every field left unset whose vLLM default changed between the versions
-modelled here follows it (``VllmVersion``'s fields: async scheduling from 0.14, the
-CUDA-graph memory estimate from 0.21, the whole-sequence admission check from 0.19, the
-free queue's unhashed-first order from 0.24), and so does the engine's CPU estimate,
-the same for every V1 version (``engine.cpu`` overrides it). 0.22 to 0.24 keep 0.21's
-async-scheduling and CUDA-graph defaults, an assumption (no source read says they
-changed); the admission check and the free-queue order were read in each release.
-docs/vllm-fidelity.md gives each default's source and what does not change with the
-version.
+modelled here follows it (``VllmVersion``'s fields), and so does the engine's CPU
+estimate (``engine.cpu`` overrides it). 0.22 to 0.24 keep 0.21's async-scheduling and
+CUDA-graph defaults, an assumption (no source read says they changed).
+docs/vllm-fidelity.md gives each default's source.
 """
 
 from __future__ import annotations
@@ -19,16 +15,8 @@ from dataclasses import dataclass
 
 from sim.cost.engine_cpu import EngineCpuConfig
 
-# vLLM V1's CPU work per step, by part (docs/vllm-fidelity.md, "The engine's CPU
-# work", gives each source): ~0.4 ms of engine loop per step whatever its size
-# (published: a profile of vLLM 0.27's engine loop, 541 µs a step, 22 % of it a
-# stub executor); the scheduler ~13 µs per running sequence (published, the same
-# profile: 12.7 µs; measured here with vLLM's own scheduler on a 2-core VM,
-# benchmarks/vllm_scheduler_cpu.py: the same order, CPU-dependent); the rest of a
-# sequence's engine-core work 0 (unmeasured, no public figure: a fit sets it);
-# ~0.1 µs per token of input preparation (a guess: numpy fills of ids, positions
-# and slot mappings); ~0.1 ms that async scheduling cannot hide (a guess: the gap
-# between one step's CUDA-graph replay and the next's launch).
+# vLLM V1's CPU work per step, by part: docs/vllm-fidelity.md ("The engine's CPU
+# work") gives each figure's source (two published, two guesses, one left to a fit).
 V1_CPU_ESTIMATE = EngineCpuConfig(
     per_step_s=4e-4,
     scheduler_per_seq_s=1.3e-5,
@@ -61,9 +49,8 @@ def _version(minor: int) -> VllmVersion:
     )
 
 
-# From 0.10 (V1 the only engine for the models servesim runs) to the newest modelled:
-# 0.24, the version the shipped kernel tables were timed with (0.22-0.24 keep 0.21's
-# defaults, an assumption: see the module docstring).
+# From 0.10 (V1 the only engine for the models servesim runs) to 0.24, the version the
+# shipped kernel tables were timed with.
 VERSIONS: dict[str, VllmVersion] = {v.name: v for v in map(_version, range(10, 25))}
 NEWEST = "0.24"
 
