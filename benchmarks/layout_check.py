@@ -6,13 +6,15 @@
 Each plain scenario in ``scenarios/`` is run with ``servesim run`` (sweep
 files with ``servesim sweep``, on the local executor); the SHA-256 of each
 ``summary.json``, ``requests.parquet`` (and a sweep's ``results.csv``) is
-recorded. ``--compare`` exits 1 listing every file whose bytes changed.
+recorded (a sweep's ``config_hash`` column left out: it holds the
+sweep's absolute folder). ``--compare`` exits 1 listing every file whose bytes changed.
 A scenario that fails records its last error line, so a failure is compared too.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import subprocess
@@ -28,7 +30,16 @@ SERVESIM = str(_BESIDE) if _BESIDE.exists() else "servesim"
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    if path.name != "results.csv":
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    # A sweep's config_hash is its cache key, and it hashes the sweep's absolute
+    # base_dir (relative paths in the scenario resolve there), so it differs between
+    # two checkouts of the same code; every other column is hashed.
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    column = rows[0].index("config_hash") if "config_hash" in rows[0] else None
+    kept = [[cell for i, cell in enumerate(row) if i != column] for row in rows]
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()
 
 
 def _run(scenario: Path, out: Path) -> dict[str, str]:
