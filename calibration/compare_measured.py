@@ -162,10 +162,11 @@ def validate(
     A run of another model, hardware, engine settings or request set than
     the scenario's is refused, listing what differs (``sim.validation.match``).
     """
+    unrecorded: list[str] = []  # what a run could not say of itself, one caveat each
     for run in (measured, second):
         if run is not None:
             said = RunFacts.from_summary(run.requests, run.summary)
-            check_run(scenario, said, base_dir, f"--measured {run.path}")
+            unrecorded += check_run(scenario, said, base_dir, f"--measured {run.path}")
     base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
     meas = measured_latencies(measured.requests, measured.tokens)
     latencies = {"measured": meas}
@@ -216,7 +217,7 @@ def validate(
         cost_model_tag(base_cost.label),
     )
     cpu_caveat = calibration_cpu_caveat(base_cost, s)
-    caveats = [] if cpu_caveat is None else [cpu_caveat]
+    caveats = unrecorded + ([] if cpu_caveat is None else [cpu_caveat])
     return Validation(comparisons, noise, facts, latencies, caption, caveats)
 
 

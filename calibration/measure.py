@@ -43,6 +43,16 @@ from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
 Device = Literal["cpu", "cuda"]
 
+REFERENCE_LAYOUT = {
+    "tensor_parallel_size": 1,
+    "pipeline_parallel_size": 1,
+    "data_parallel_size": 1,
+    "expert_parallel_size": 1,
+}
+"""The reference engine's parallel layout, in ``sim.validation.match.LAYOUT_SETTINGS``'
+names: one process, the whole model on one device (no tensor, pipeline, data or
+expert parallelism)."""
+
 
 @dataclass
 class Measurement:
@@ -162,8 +172,12 @@ def measure(
     cpu_share = float(steps["forward_cpu_s"].sum()) / forward_wall if forward_wall > 0 else None
     cuda = device == "cuda"
     device_name = torch.cuda.get_device_name(torch_device) if cuda else cpu_model()
+    header = summary_header(scenario, core_config, "measured")
+    # What the layout check reads (sim.validation.match): this process ran the whole
+    # model, one replica on one device, whatever the scenario's parallelism says.
+    header["engine_settings"] |= REFERENCE_LAYOUT
     summary.update(
-        **summary_header(scenario, core_config, "measured"),
+        **header,
         num_preemptions=int(run.requests["num_preemptions"].sum()),
         servesim_version=sim.__version__,
         mode="measured",

@@ -165,6 +165,13 @@ def test_the_folder_reads_back(tmp_path: Path) -> None:
         "api": "completions",
         "completed": 1,
         "endpoint": "http://h:9/v1/completions",
+        # Told nothing of the server (--server-setting): its layout is unknown.
+        "engine_settings": {
+            "data_parallel_size": "unknown",
+            "expert_parallel_size": "unknown",
+            "pipeline_parallel_size": "unknown",
+            "tensor_parallel_size": "unknown",
+        },
         "format": "servesim-endpoint",
         "message": "stopped at the 2.5 s limit; 2 failed",
         "mode": "measured",

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import calibration.measure as measure_module
-from calibration.measure import measure
+from calibration.measure import REFERENCE_LAYOUT, measure
 from sim.api import (
     core_config_for,
     engine_for,
@@ -31,7 +31,7 @@ from sim.engine.scheduler import EngineCore
 from sim.errors import ConfigError
 from sim.scenario import Scenario, load_scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
-from sim.validation.match import engine_mismatches
+from sim.validation.match import LAYOUT_SETTINGS, engine_mismatches
 from sim.validation.predict import predict, requests_as_work, with_request_spec
 from sim.workload.generate import generate_open_loop
 
@@ -287,9 +287,12 @@ def test_a_measured_run_records_its_requests_priorities_and_prefixes() -> None:
     assert requests["priority"].tolist() == work.priority.tolist()  # type: ignore[union-attr]
     assert requests["prefix_group"].tolist() == work.prefix_group.tolist()  # type: ignore[union-attr]
     assert set(requests["priority"]) <= {3, 5}
-    assert measured.summary["engine_settings"] == engine_settings(
-        scenario, core_config_for(scenario)
-    )
+    # The settings that ran, and the reference engine's layout: one process, TP 1.
+    assert measured.summary["engine_settings"] == {
+        **engine_settings(scenario, core_config_for(scenario)),
+        **REFERENCE_LAYOUT,
+    }
+    assert dict.fromkeys(LAYOUT_SETTINGS, 1) == REFERENCE_LAYOUT
 
 
 # -- validate checks the measured run's settings ---------------------------------------

@@ -4,6 +4,11 @@
 kernel cost's ``expert_parallel_size``. A DP 2 run replayed on one replica gets half
 the engines it had: its "errors" say nothing about the simulator. ``validate`` and
 ``calibrate --from-run --scenario`` refuse it in one line (``sim.validation.match``).
+
+A ``servesim measure`` folder records its layout too: the reference engine's (one
+process, TP 1), or what ``measure --endpoint --server-setting`` was told of the server,
+each field not told ``unknown``; an unknown field (or a folder older than the record)
+is a one-line caveat naming the folder and the field.
 """
 
 from __future__ import annotations
@@ -13,15 +18,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_endpoint_folder import SCENARIO as TINY
+from test_endpoint_folder import WORK, stopped_run
 
 from calibration.compare_measured import load_measured
 from sim.cli import main
+from sim.cli.endpoint_options import server_setting
 from sim.errors import ConfigError
 from sim.hardware.specs import model_preset
 from sim.scenario import load_scenario
-from sim.validation.fit_runs import replay_runs
+from sim.validation.endpoint import EndpointOptions, endpoint_run
+from sim.validation.fit_runs import load_measured_run, replay_runs
 from sim.validation.importers import import_run
-from sim.validation.match import engine_mismatches
+from sim.validation.match import (
+    LAYOUT_SETTINGS,
+    UNKNOWN,
+    RunFacts,
+    check_run,
+    engine_mismatches,
+    told_settings,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "validation/public/llmservingsim/bench/examples"
@@ -42,8 +58,11 @@ def _run_folder(folder: Path, **engine_kwargs: Any) -> Path:
     return folder
 
 
-def _scenario(tmp_path: Path, run: Path, num_replicas: int = 1) -> Path:
-    """A scenario of ``run``'s requests on ``num_replicas`` one-GPU replicas."""
+def _scenario(
+    tmp_path: Path, run: Path, num_replicas: int = 1, tensor_parallel_size: int = 1
+) -> Path:
+    """A scenario of ``run``'s requests on ``num_replicas`` replicas of
+    ``tensor_parallel_size`` GPUs."""
     import_run(run).write(tmp_path / f"imported-{run.name}")
     doc: dict[str, Any] = {
         "name": "layout",
@@ -60,7 +79,9 @@ def _scenario(tmp_path: Path, run: Path, num_replicas: int = 1) -> Path:
     }
     if num_replicas > 1:
         doc["cluster"] = {"num_replicas": num_replicas}
-    path = tmp_path / f"layout-{num_replicas}.yaml"
+    if tensor_parallel_size > 1:
+        doc["parallelism"] = {"tensor_parallel_size": tensor_parallel_size}
+    path = tmp_path / f"layout-{num_replicas}-tp{tensor_parallel_size}.yaml"
     path.write_text(json.dumps(doc))
     return path
 
@@ -116,3 +137,120 @@ def test_the_public_dp2_ep2_run_matches_its_scenario_and_no_other_expert_layout(
     assert engine_mismatches(scenario, no_experts) == [
         "expert_parallel_size 1 measured, cost.expert_parallel_size 2 in the scenario"
     ]
+
+
+def _measure_folder(tmp_path: Path, settings: dict[str, Any] | None) -> tuple[Path, Path]:
+    """A ``servesim measure`` folder of ``_run_folder``'s two requests on an H100 whose
+    summary records ``settings`` as its engine settings (``None``: a folder written
+    before measure recorded any), and its scenario file (one replica, TP 1)."""
+    run = _run_folder(tmp_path / "vllm")
+    folder = tmp_path / "measured"
+    folder.mkdir()
+    load_measured_run(run).requests.to_parquet(folder / "requests.parquet")
+    summary: dict[str, Any] = {"mode": "measured", "model": "llama-3-8b", "hardware": "h100"}
+    if settings is not None:
+        summary["engine_settings"] = settings
+    (folder / "summary.json").write_text(json.dumps(summary))
+    return folder, _scenario(tmp_path, run)
+
+
+REFERENCE = dict.fromkeys(LAYOUT_SETTINGS, 1)  # calibration.measure.REFERENCE_LAYOUT
+
+
+def _calibrate(folder: Path, scenario: Path) -> list[str]:
+    """calibrate --from-run ``folder`` --scenario ``scenario``'s replays' caveats."""
+    return replay_runs(
+        [str(folder)], model_preset("llama-3-8b"), None, str(scenario), "multipliers"
+    ).caveats
+
+
+def test_calibrate_refuses_a_measure_folder_of_another_layout_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """Seen failing on main: calibrate read no setting of a measure folder at all."""
+    folder, one = _measure_folder(tmp_path, REFERENCE)
+    assert _calibrate(folder, one) == []  # its own layout: no refusal, no caveat
+    two = _scenario(tmp_path, tmp_path / "vllm", tensor_parallel_size=2)
+    with pytest.raises(ConfigError) as refused:
+        _calibrate(folder, two)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"--from-run {folder}")
+    assert "tensor_parallel_size 1 measured, parallelism.tensor_parallel_size 2" in message
+
+
+def test_validate_refuses_a_measure_folder_of_another_layout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder, _ = _measure_folder(tmp_path, REFERENCE)
+    two = _scenario(tmp_path, tmp_path / "vllm", num_replicas=2)
+    assert _validate(two, folder, tmp_path / "v") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "data_parallel_size 1 measured, cluster.num_replicas 2 in the scenario" in line
+
+
+def test_an_old_measure_folder_loads_with_a_caveat_naming_it_and_the_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Seen failing on main: a folder without the record was taken as the scenario's
+    layout, silently."""
+    folder, one = _measure_folder(tmp_path, None)
+    (caveat,) = _calibrate(folder, one)
+    assert "\n" not in caveat and caveat.startswith(f"--from-run {folder}:")
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        assert key in caveat
+    assert "parallelism.tensor_parallel_size 1" in caveat and "cluster.num_replicas 1" in caveat
+    assert _validate(one, folder, tmp_path / "v") == 0
+    warnings = [
+        line for line in capsys.readouterr().err.splitlines() if "servesim: warning:" in line
+    ]
+    (warning,) = [line for line in warnings if "does not record" in line]
+    assert f"--measured {folder}: the run does not record its tensor_parallel_size" in warning
+    report = json.loads((tmp_path / "v" / "validation.json").read_text())
+    assert any(c.startswith(f"--measured {folder}:") for c in report["caveats"])
+
+
+def test_a_partly_recorded_layout_names_only_the_unknown_fields(tmp_path: Path) -> None:
+    told = {**REFERENCE, "data_parallel_size": UNKNOWN}
+    folder, one = _measure_folder(tmp_path, told)
+    (caveat,) = _calibrate(folder, one)
+    assert "data_parallel_size" in caveat and "cluster.num_replicas 1" in caveat
+    assert "tensor_parallel_size" not in caveat and "pipeline_parallel_size" not in caveat
+
+
+def test_an_endpoint_run_records_what_it_was_told_and_the_rest_unknown(tmp_path: Path) -> None:
+    opts = EndpointOptions(url="http://h:9/v1", server_settings={"tensor_parallel_size": 2})
+    run = endpoint_run(load_scenario(TINY), WORK, stopped_run(), opts)
+    recorded = run.summary["engine_settings"]
+    assert recorded["tensor_parallel_size"] == 2
+    assert recorded["data_parallel_size"] == recorded["pipeline_parallel_size"] == UNKNOWN
+    run.write(tmp_path / "m")
+    # calibrate reads an endpoint folder by its run.json: the same record is there.
+    assert load_measured_run(tmp_path / "m").meta["engine_settings"] == recorded
+    facts = RunFacts.from_summary(run.requests, run.summary)
+    one = load_scenario(TINY, ["workload.duration_s=5"])
+    with pytest.raises(ConfigError, match="tensor_parallel_size 2 measured, parallelism"):
+        check_run(one, facts, TINY.parent, "--measured m")
+    two = load_scenario(TINY, ["parallelism.tensor_parallel_size=2"])
+    assert engine_mismatches(two, recorded) == []
+
+
+def test_told_settings_in_vllm_names() -> None:
+    assert server_setting("tensor-parallel-size=2") == ("tensor_parallel_size", 2)
+    assert server_setting("enable_expert_parallel=True") == ("enable_expert_parallel", True)
+    assert server_setting("vllm_version=0.19") == ("vllm_version", "0.19")
+    told = told_settings({"data_parallel_size": 2, "tensor_parallel_size": 1,
+                          "enable_expert_parallel": True, "max_num_seqs": 64})  # fmt: skip
+    assert told["expert_parallel_size"] == 2 and told["max_num_seqs"] == 64
+    assert told["pipeline_parallel_size"] == UNKNOWN
+    # Experts spread over dp x tp GPUs, dp not told: how many is not known either.
+    assert told_settings({"enable_expert_parallel": True})["expert_parallel_size"] == UNKNOWN
+    with pytest.raises(ConfigError, match="--server-setting gpu_memory_utilization: not a"):
+        told_settings({"gpu_memory_utilization": 0.9})
+
+
+def test_server_setting_applies_with_endpoint_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["measure", str(TINY), "--server-setting", "tensor_parallel_size=2"]
+    assert main([*argv, "--out", str(tmp_path / "m")]) == 2
+    assert "--server-setting applies with --endpoint" in capsys.readouterr().err

@@ -90,7 +90,7 @@ def test_step_cost_adds_the_draft() -> None:
     cost = SpeculativeCost(LINEAR, 3, FRACTION)
     shape = StepShape(num_decode_seqs=2, num_decode_context_tokens=32)
     plain = LINEAR.step_s(shape)
-    assert cost.draft_s(2, 32) == pytest.approx(0.1 * 3 * plain)
+    assert cost.draft_s(shape) == pytest.approx(0.1 * 3 * plain)
     assert cost.step_s(shape) == pytest.approx(
         LINEAR.step_s(cost.verify_shape(shape)) + 0.3 * plain
     )
@@ -114,11 +114,14 @@ def test_draft_model_runs_a_verified_chunk_then_k_minus_1_decode_steps_on_the_ro
     # one-token passes whose contexts start 4 tokens further on.
     first = draft.step_s(cost.verify_shape(shape))
     rest = float(run_prices(draft, 8, 800 + 4 * 8, 3).sum())
-    assert cost.draft_s(8, 800) == pytest.approx(first + rest)
+    assert cost.draft_s(shape) == pytest.approx(first + rest)
     # Small decode batches are memory-bound: verifying 5 tokens costs about one decode step.
     verify = target.step_s(cost.verify_shape(shape))
     assert verify == pytest.approx(target.step_s(shape), rel=0.05)
     assert "speculative(k=4" in cost.label and "smollm2" in cost.label
+
+
+DECODE_4 = StepShape(num_decode_seqs=4, num_decode_context_tokens=400)
 
 
 def test_scenario_draft_pays_no_engine_overhead_per_draft_step() -> None:
@@ -127,9 +130,9 @@ def test_scenario_draft_pays_no_engine_overhead_per_draft_step() -> None:
     config = SpeculativeConfig.model_validate(SPEC)
     cost = speculative_cost(config, target, model_preset("llama-3-8b"), h100)
     bare = SpeculativeCost(target, 4, Proposer("draft_model", RooflineCost(SMOLLM2, h100)))
-    assert cost.draft_s(4, 400) == pytest.approx(bare.draft_s(4, 400))
+    assert cost.draft_s(DECODE_4) == pytest.approx(bare.draft_s(DECODE_4))
     # A 135M draft's step on an H100 is a fraction of a millisecond of GPU work.
-    assert cost.draft_s(4, 400) < 4 * 1e-3
+    assert cost.draft_s(DECODE_4) < 4 * 1e-3
 
 
 # -- configuration ---------------------------------------------------------------------------

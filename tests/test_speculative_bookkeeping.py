@@ -42,7 +42,7 @@ def test_an_eagle_step_pays_the_draft_bookkeeping_per_sequence(num_seqs: int) ->
     shape = StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=context)
     others_s = (
         TARGET.step_s(cost.verify_shape(shape))
-        + cost.draft_s(num_seqs, context)
+        + cost.draft_s(shape)
         + 3 * PROPOSER_CPU_S_PER_PASS
         + 12 * num_seqs * 4 * 128_256 / BANDWIDTH
     )

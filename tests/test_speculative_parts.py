@@ -104,9 +104,17 @@ def test_a_model_proposer_runs_k_passes_with_their_cpu_work() -> None:
         + parts.rejection_s
         + parts.bookkeeping_s
     )
-    # A prefill-only step speculates nothing.
+    # A prefill-only step verifies nothing but runs the proposer after it, as vLLM
+    # does (tests/test_speculative_prefill_propose.py): the target's step, the head's
+    # passes over the prompt and their CPU work; no rejection sampler, no bookkeeping.
     prefill = StepShape.build(prefill_chunks=[(300, 0)])
-    assert cost.step_s(prefill) == TARGET.step_s(prefill)
+    alone = cost.parts_s(prefill)
+    assert alone.verify_s == TARGET.step_s(prefill)
+    assert alone.propose_gpu_s > 0 and alone.rejection_s == alone.bookkeeping_s == 0.0
+    assert alone.propose_cpu_s == pytest.approx(3 * PROPOSER_CPU_S_PER_PASS)
+    assert cost.step_s(prefill) == pytest.approx(
+        TARGET.step_s(prefill) + alone.propose_gpu_s + alone.propose_cpu_s
+    )
 
 
 def test_eagle3_head_is_cheaper_than_eagle_by_its_smaller_lm_head() -> None:

@@ -25,6 +25,7 @@ from sim.cost.calibrated import CalibratedCost, load_artifact
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
 from sim.scenario import load_scenario
+from sim.validation.match import LAYOUT_SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "validate_tiny_cpu.yaml"
@@ -85,7 +86,10 @@ def _fake_measured_dir(tmp_path: Path, device_name: str) -> Path:
     out = tmp_path / "measured"
     out.mkdir()
     result.requests.to_parquet(out / "requests.parquet")
+    # As measure writes it: the settings that ran and the reference engine's layout.
+    settings = {**result.summary["engine_settings"], **dict.fromkeys(LAYOUT_SETTINGS, 1)}
     summary = {**result.summary, "mode": "measured", "device": "cpu", "device_name": device_name}
+    summary["engine_settings"] = settings
     (out / "summary.json").write_text(summary_to_json(summary))
     return out
 

@@ -25,6 +25,7 @@ from sim.cost.fitted import ScaledCost
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario, load_scenario
+from sim.validation.match import LAYOUT_SETTINGS
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -169,7 +170,10 @@ def _fake_measured_dir(tmp_path: Path, overrides: list[str]) -> Path:
         out / "tokens.parquet"
     )
     result.steps.assign(done_s=result.steps["end_s"]).to_parquet(out / "steps.parquet")
-    (out / "summary.json").write_text(summary_to_json({**result.summary, "mode": "measured"}))
+    # As measure writes it: the settings that ran and the reference engine's layout.
+    settings = {**result.summary["engine_settings"], **dict.fromkeys(LAYOUT_SETTINGS, 1)}
+    summary = {**result.summary, "mode": "measured", "engine_settings": settings}
+    (out / "summary.json").write_text(summary_to_json(summary))
     return out
 
 

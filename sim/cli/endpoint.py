@@ -130,6 +130,7 @@ def _measure(args: argparse.Namespace, scenario: Scenario, out: Path) -> dict[st
         ignore_eos=not args.no_ignore_eos,
         max_duration_s=args.max_duration_s,
         progress=not args.quiet,
+        server_settings=dict(args.server_setting or ()),
     )
     started = time.perf_counter()
     state = run_endpoint(work, opts, seed=scenario.seed, streams=streams)

@@ -84,6 +84,17 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-ignore-eos", action="store_true", help="do not send ignore_eos (vLLM's extension)"
     )
     group.add_argument(
+        "--server-setting",
+        type=server_setting,
+        action="append",
+        metavar="NAME=VALUE",
+        help="what the server runs, in vLLM's engine-argument names, recorded for validate "
+        "and calibrate to check against the scenario (repeat it): tensor_parallel_size=2, "
+        "pipeline_parallel_size, data_parallel_size, enable_expert_parallel=true, "
+        "max_num_seqs, max_num_batched_tokens, ...; a parallel size not given is recorded "
+        "unknown",
+    )
+    group.add_argument(
         "--allow-failures",
         action="store_true",
         help="exit 0 although some requests failed (the folder records them either way)",
@@ -113,6 +124,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def server_setting(text: str) -> tuple[str, int | bool | str]:
+    """argparse type: ``NAME=VALUE`` (dashes in NAME read as underscores), VALUE a whole
+    number, true or false, else text (``vllm_version=0.19``)."""
+    name, equals, value = text.partition("=")
+    name = name.strip().removeprefix("--").replace("-", "_")
+    if not equals or not name or not value.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    value = value.strip()
+    if value.lower() in ("true", "false"):
+        return name, value.lower() == "true"
+    try:
+        return name, int(value)
+    except ValueError:
+        return name, value
+
+
 def refuse_endpoint_options(args: argparse.Namespace) -> None:
     """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
     (the in-process measure would not apply it)."""
@@ -122,6 +149,8 @@ def refuse_endpoint_options(args: argparse.Namespace) -> None:
         ("--streams", args.streams),
         ("--rate", args.rate),
         ("--sweep-size", args.sweep_size),
+        # The in-process engine records its own (one process, TP 1).
+        ("--server-setting", args.server_setting),
     )  # add_endpoint_arguments's options
     for name, value in given:
         if value is not None:

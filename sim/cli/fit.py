@@ -108,6 +108,8 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     replays = replay_runs(
         args.from_run, model_option(args.model), args.hardware, args.scenario, args.fit_kind
     )
+    for caveat in replays.caveats:
+        print(f"servesim: warning: {caveat}", file=sys.stderr)
     runs = replays.runs
     free = free_parameters(args.fit_kind, args.free, runs)
     cpu_mode = args.fit_kind == "engine-cpu"

@@ -9,10 +9,12 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``; an
   n-gram miss comes as a one-token chunk, ``sim.engine.speculative``), priced
   by the target's own cost model;
-- ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over the
-  ``k + 1`` verified tokens of each sequence, then ``k - 1`` one-token
-  passes (vLLM's ``EagleProposer.propose``), of its model: a ``draft_model``
-  as given, an EAGLE head (``eagle_head``), or none (``ngram``);
+- ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over
+  every token the step computed (the ``k + 1`` verified tokens of each decoding
+  sequence and every prefill chunk), then ``k - 1`` one-token passes of every
+  sequence of the step (vLLM's ``SpecDecodeBaseProposer.propose``, shared by
+  EAGLE and the draft model), of its model: a ``draft_model`` as given, an EAGLE
+  head (``eagle_head``), or none (``ngram``);
 - ``propose_cpu_s``: ``PROPOSER_CPU_S_PER_PASS`` a pass of a model proposer;
   n-gram matching per step, per sequence and per context token (``NgramCpu``),
   over every sequence of the step, matched or not, decoding or prefilling;
@@ -24,8 +26,16 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   rejection sampler's output), beyond the plain per-sequence work the
   target's engine-CPU model prices.
 
-A step with no decoding sequence costs what the target says, plus an n-gram
-proposer's CPU work. Each part's source, and the simplifications (the
+vLLM 0.19 runs a model proposer after every step, a prefill-only one too
+(``vllm/v1/worker/gpu_model_runner.py`` ``sample_tokens``, lines 4203-4224 of the
+0.19.0 wheel: ``propose_draft_token_ids`` whenever the step fits the drafter's
+length, whatever it scheduled): the first pass over the prompt's tokens fills
+the proposer's KV cache and drafts the first ``k`` tokens of a request whose
+prefill completes, which its first decode step verifies; a chunk that does not
+finish its prompt is run all the same, its drafts discarded. So a step with no
+decoding sequence costs what the target says plus, for a model proposer, its
+passes and their CPU work (no rejection sampler: nothing was drafted for it);
+with an n-gram proposer, its CPU work. Each part's source, and the simplifications (the
 proposer on one GPU at its own size, the sampler's work whatever the
 temperature): ``docs/speculative.md``, "The parts of a step".
 ``draft_cost_fraction`` (a scenario's own figure: one draft decode step is that
@@ -221,49 +231,44 @@ class SpeculativeCost:
             prefill_kv_read_tokens=shape.prefill_kv_read_tokens + cached + c * n,
         )
 
-    def draft_s(
-        self,
-        num_seqs: int,
-        context_tokens: int,
-        *,
-        max_context_tokens: int = 0,
-        min_context_tokens: int = 0,
-    ) -> float:
-        """Seconds of the proposer's GPU passes for ``num_seqs`` decoding sequences
-        whose contexts sum to ``context_tokens`` (longest and shortest as in
-        ``StepShape``): a pass over the k + 1 verified tokens of each, then k − 1
-        one-token passes; or a scenario's ``draft_cost_fraction`` of k target steps."""
+    def draft_s(self, shape: StepShape) -> float:
+        """Seconds of the proposer's GPU passes after a step of ``shape``, as vLLM's
+        ``SpecDecodeBaseProposer.propose`` runs them: a pass over every token the step
+        computed (each decoding sequence's k + 1 verified tokens, each prefill chunk
+        after its cached tokens), then k − 1 one-token passes of every sequence;
+        or a scenario's ``draft_cost_fraction`` of k target steps of its decodes."""
         k = self.num_draft_tokens
-        decode = StepShape(
-            num_decode_seqs=num_seqs,
-            num_decode_context_tokens=context_tokens,
-            max_decode_context_tokens=max_context_tokens,
-            min_decode_context_tokens=min_context_tokens,
-        )
+        n = shape.num_decode_seqs
         fraction = self.proposer.cost_fraction
         if fraction is not None:
+            if n == 0:
+                return 0.0  # the formula drafts for decodes only
+            decode = StepShape(0, 0, 0, 0, *shape[4:])  # the decodes alone
             return fraction * k * self.target.step_s(decode)
         model = self.proposer.model
-        if model is None or num_seqs == 0:
+        if model is None or shape.is_empty:
             return 0.0
-        first = model.step_s(self.verify_shape(decode))
+        first = model.step_s(self.verify_shape(shape))
         if k == 1:
             return first
-        # The next passes decode one token a sequence after the k + 1 verified
-        # ones (at most; the rejected are overwritten): contexts k further on.
+        # The next passes decode one token a sequence after the first pass's
+        # (at most; the rejected are overwritten): a decoding sequence's context
+        # k further on, a prefill chunk's its cached and new tokens. The longest
+        # and shortest are known for the decodes alone (a chunk's is not kept).
+        alone = shape.num_prefill_seqs == 0
         rest = decode_run_s(
             model,
-            num_seqs,
-            context_tokens + k * num_seqs,
-            max_context_tokens + k if max_context_tokens else 0,
-            min_context_tokens + k if min_context_tokens else 0,
+            n + shape.num_prefill_seqs,
+            shape.num_decode_context_tokens + k * n + shape.prefill_kv_read_tokens,
+            shape.max_decode_context_tokens + k if alone and shape.max_decode_context_tokens else 0,
+            shape.min_decode_context_tokens + k if alone and shape.min_decode_context_tokens else 0,
         )
         # numpy's sum (pairwise past 8 terms): the passes' seconds as ever summed.
         return first + float(np.fromiter(rest, np.float64, k - 1).sum())
 
     def parts_s(self, shape: StepShape) -> StepParts:
-        """The step's time by part (with no decode: the target's, and an n-gram
-        proposer's CPU work)."""
+        """The step's time by part (with no decode: the target's, a model proposer's
+        passes after it and their CPU work, or an n-gram proposer's CPU work)."""
         n = shape.num_decode_seqs
         context = shape.num_decode_context_tokens
         proposer = self.proposer
@@ -275,24 +280,21 @@ class SpeculativeCost:
             cpu_s = proposer.ngram.cpu_s(
                 shape.num_prefill_seqs + n, shape.prefill_kv_read_tokens + context
             )
+        if proposer.model is not None and not shape.is_empty:
+            cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
         if n == 0:
-            return StepParts(self.target.step_s(shape), 0.0, cpu_s, 0.0, 0.0)
+            # Nothing to verify: the target's step, then the proposer's passes over
+            # its prompts' tokens (the drafts their first decode step verifies).
+            return StepParts(self.target.step_s(shape), self.draft_s(shape), cpu_s, 0.0, 0.0)
         if proposer.cost_fraction is not None:
             rejection_s = bookkeeping_s = 0.0
         else:
-            if proposer.model is not None:
-                cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
             logits = n * (self.num_draft_tokens + 1) * self.vocab_size
             rejection_s = self.rejection_s_per_logit * logits
             bookkeeping_s = DRAFT_BOOKKEEPING_S_PER_SEQ * n
         return StepParts(
             verify_s=self.target.step_s(self.verify_shape(shape)),
-            propose_gpu_s=self.draft_s(
-                n,
-                context,
-                max_context_tokens=shape.max_decode_context_tokens,
-                min_context_tokens=shape.min_decode_context_tokens,
-            ),
+            propose_gpu_s=self.draft_s(shape),
             propose_cpu_s=cpu_s,
             rejection_s=rejection_s,
             bookkeeping_s=bookkeeping_s,

@@ -5,7 +5,9 @@ n-gram lookup in the request's own tokens: ``SpeculativeConfig.method``, as
 vLLM's ``speculative_config.method``) drafts ``k`` tokens and the target
 checks the ``k + 1`` positions (the last sampled token and the ``k`` drafts)
 in one forward pass. What a step costs, part by part, is
-``sim.cost.speculative``'s.
+``sim.cost.speculative``'s (a model proposer runs after every step, so the
+drafts a request's first decode step verifies were proposed, and priced, after
+the step that finished its prompt).
 
 Acceptance. Each draft token is accepted independently with probability
 ``α`` (``acceptance_rate``: the standard model of Leviathan et al., 2023),

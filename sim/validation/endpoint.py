@@ -17,7 +17,7 @@ import json
 import platform
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -39,6 +39,7 @@ from sim.metrics.stats import (
 from sim.scenario import Scenario
 from sim.validation.endpoint_prompts import Prompt, TokenCounter, build_prompts
 from sim.validation.formats.measure_dir import write_measure_folder
+from sim.validation.match import told_settings
 from sim.validation.predict import load_of, measured_summary
 from sim.workload.generate import RequestArrays
 
@@ -205,6 +206,9 @@ class EndpointOptions:
     ignore_eos: bool = True
     max_duration_s: float | None = None
     progress: bool = True
+    # What the user told of the server (--server-setting, vLLM's engine-argument names):
+    # summary.json's engine_settings, its layout UNKNOWN where not told.
+    server_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -440,6 +444,7 @@ def run_endpoint(
     if opts.timeout_s <= 0 or opts.retries < 0:
         raise ConfigError("--timeout-s must be > 0 and --retries >= 0")
     parse_endpoint(opts.url, opts.api)  # malformed URL: fail before anything starts
+    told_settings(opts.server_settings)  # a --server-setting no check reads: the same
     state = RunState(len(work.arrival_s), message=f"sent {len(work.arrival_s)} requests")
     try:
         asyncio.run(_main(work, opts, state, seed, streams))
@@ -584,7 +589,9 @@ class EndpointRun:
             self.samples,
         )
         keys = ("mode", "status", "partial", "message", "endpoint", "api", "model", "completed")
-        meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in keys}
+        # What the user told of the server (--server-setting): calibrate checks it.
+        meta_keys = (*keys, "engine_settings")
+        meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in meta_keys}
         meta["num_failed"] = self.summary["num_failed"]
         paths.append(out / "run.json")
         paths[-1].write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -619,6 +626,7 @@ def endpoint_run(
         model=state.model,
         device="http",
         device_name=f"{state.model} at {target.base}",
+        engine_settings=told_settings(opts.server_settings),
         num_failed=num_failed,
         failures=failure_counts(requests),
         prompt_tokens=state.prompt_tokens,

@@ -72,6 +72,7 @@ from sim.validation.match import (
     check_settings,
     hardware_matches,
     imported_engine_settings,
+    measured_settings,
 )
 from sim.validation.runs import ImportedRun, load_run
 
@@ -211,6 +212,7 @@ class Replays:
     infos: list[FittedRunInfo]
     base_cost: dict[str, Any]
     base_dir: Path
+    caveats: list[str]  # what a run does not record of the scenario's (one line each)
 
 
 def replay_runs(
@@ -246,14 +248,20 @@ def replay_runs(
             f"--scenario {scenario_path}: model {scenario.model.name} on "
             f"{scenario.hardware.name}, not --model {model.name} on --hardware {hardware.name}"
         )
-    runs, infos = [], []
+    runs, infos, caveats = [], [], []
     for source in sources:
         run = load_measured_run(source)
         check_run(run, source, model, hardware)
         engine = run.meta.get("engine")
-        if scenario is not None and isinstance(engine, dict):
-            # As validate checks it: the scenario must run the run's settings and layout.
-            check_settings(scenario, imported_engine_settings(engine), f"--from-run {source}")
+        # As validate checks it: the scenario must run the run's settings and layout
+        # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
+        recorded = (
+            imported_engine_settings(engine)
+            if isinstance(engine, dict)
+            else measured_settings(run.meta)
+        )
+        if scenario is not None and recorded is not None:
+            caveats += check_settings(scenario, recorded, f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
         try:
             # GPU-only: the fitted overhead or CPU coefficients stand for the engine's
@@ -285,7 +293,7 @@ def replay_runs(
             )
         )
     base_cost = scenario.cost.model_dump(mode="json") if scenario else {"kind": "auto"}
-    return Replays(runs, infos, base_cost, base_dir)
+    return Replays(runs, infos, base_cost, base_dir, caveats)
 
 
 def fit_and_save(

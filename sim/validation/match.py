@@ -5,7 +5,9 @@ so a run of another model or workload would be "predicted" without complaint (a
 tiny-model CPU run against a Llama-3-8B / H100 scenario once reported +6.3 %). One
 check for every run, measured here or imported, of what it records; docs/validation.md,
 "A run must belong to the scenario", gives the rules. ``check_run`` raises one
-one-line ConfigError listing every difference.
+one-line ConfigError listing every difference, and returns the caveats of what the run
+could not say: a ``measure`` run's layout field that is ``UNKNOWN`` (a ``measure
+--endpoint`` run not told it, a folder older than the record).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ class RunFacts:
         # and so does a measure --endpoint run, which cannot see the server's device
         # (only what validate --assume-device says of it).
         own = summary.get("mode") in ("measured", "simulated")
-        settings = summary.get("engine_settings")
+        settings = measured_settings(summary)
         model = summary.get("model")
         hardware = str(summary["hardware"]) if own and summary.get("hardware") else None
         # A measure --endpoint run's device_name describes the server it asked.
@@ -130,6 +132,43 @@ LAYOUT_SETTINGS = {
 }
 
 
+UNKNOWN = "unknown"
+"""A layout field's value in a ``measure`` folder's ``engine_settings`` when the run could
+not see it: ``measure --endpoint`` not told it (``--server-setting``), or a folder
+written before measure recorded its layout. Compared with nothing; a caveat names it."""
+
+
+def measured_settings(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A run summary's ``engine_settings``; a ``measure`` run's (``mode: measured``) with
+    each layout field it does not record ``UNKNOWN`` (an imported run's unrecorded
+    fields are left out: compared with nothing, as its importer says)."""
+    settings = summary.get("engine_settings")
+    if summary.get("mode") != "measured":
+        return settings if isinstance(settings, Mapping) else None
+    recorded = settings if isinstance(settings, Mapping) else {}
+    return {**dict.fromkeys(LAYOUT_SETTINGS, UNKNOWN), **recorded}
+
+
+def told_settings(told: Mapping[str, Any]) -> dict[str, Any]:
+    """What the user told ``measure --endpoint`` of the server (``--server-setting``, in
+    vLLM's engine-argument names), in the names ``engine_mismatches`` compares; a
+    layout field not told is ``UNKNOWN``. ConfigError for a name no check reads."""
+    known = {theirs for theirs, _ in _IMPORTED_SETTINGS} | set(LAYOUT_SETTINGS)
+    known.add("enable_expert_parallel")
+    known.discard("expert_parallel_size")  # vLLM's argument is enable_expert_parallel
+    for name in told:
+        if name not in known:
+            raise ConfigError(
+                f"--server-setting {name}: not a setting validate checks (one of "
+                f"{', '.join(sorted(known))})"
+            )
+    settings = {**dict.fromkeys(LAYOUT_SETTINGS, UNKNOWN), **imported_engine_settings(told)}
+    ranks = ("data_parallel_size", "tensor_parallel_size")
+    if told.get("enable_expert_parallel") and any(told.get(key) is None for key in ranks):
+        settings["expert_parallel_size"] = UNKNOWN  # experts over dp x tp GPUs: not told
+    return settings
+
+
 def imported_engine_settings(engine: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an imported run recorded (unrecorded ones left out), in the
     names ``engine_mismatches`` compares."""
@@ -169,19 +208,35 @@ def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[s
     found = [
         f"{key} {recorded[key]!r} measured, {value!r} in the scenario"
         for key, value in expected.items()
-        if key in recorded and recorded[key] != value
+        if recorded.get(key, UNKNOWN) not in (UNKNOWN, value)
     ]
     return found + [
         f"{key} {recorded[key]} measured, {LAYOUT_SETTINGS[key]} {value} in the scenario"
         for key, value in _layout(scenario).items()
-        if key in recorded and recorded[key] != value
+        if recorded.get(key, UNKNOWN) not in (UNKNOWN, value)
     ]
 
 
-def check_settings(scenario: Scenario, recorded: Mapping[str, Any], where: str) -> None:
+def unknown_layout(scenario: Scenario, recorded: Mapping[str, Any] | None, where: str) -> list[str]:
+    """The caveat (one line naming ``where`` and the fields) when the run's layout is
+    ``UNKNOWN`` in a field the scenario's layout has; empty when it is all recorded."""
+    layout = _layout(scenario)
+    unknown = [key for key in layout if recorded is not None and recorded.get(key) == UNKNOWN]
+    if not unknown:
+        return []
+    assumed = ", ".join(f"{LAYOUT_SETTINGS[key]} {layout[key]}" for key in unknown)
+    return [
+        f"{where}: the run does not record its {', '.join(unknown)}; the errors assume the "
+        f"scenario's ({assumed}) (measure records its layout now; with --endpoint, say the "
+        "server's: --server-setting NAME=VALUE)"
+    ]
+
+
+def check_settings(scenario: Scenario, recorded: Mapping[str, Any], where: str) -> list[str]:
     """``check_run``'s refusal for the recorded settings alone (calibrate --from-run
-    --scenario: a fit's scenario may run another workload than the run's)."""
+    --scenario: a fit's scenario may run another workload than the run's); its caveats."""
     _refuse(scenario, engine_mismatches(scenario, recorded), where)
+    return unknown_layout(scenario, recorded, where)
 
 
 def _by_request(rows: pd.DataFrame, work_lengths: dict[str, np.ndarray]) -> list[str]:
@@ -257,9 +312,11 @@ def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) 
     return found + _requests(scenario, run, base_dir)
 
 
-def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: str) -> None:
-    """A one-line ConfigError listing every difference, if there is one."""
+def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: str) -> list[str]:
+    """A one-line ConfigError listing every difference, if there is one; else the
+    caveats of what the run does not record (``unknown_layout``)."""
     _refuse(scenario, mismatches(scenario, run, base_dir), where)
+    return unknown_layout(scenario, run.engine_settings, where)
 
 
 def _refuse(scenario: Scenario, found: list[str], where: str) -> None:
