@@ -33,7 +33,7 @@ STEP_COLUMNS = {"start_s": "f8", "end_s": "f8", **dict.fromkeys(COUNT_COLUMNS, "
 # One row per segment: its first step's start, its number of steps, and its counts.
 SEGMENT_COUNTS = ("num_steps", *COUNT_COLUMNS)  # the segments' i4 group, in row order
 SEGMENT_COLUMNS = {"start_s": "f8", **dict.fromkeys(SEGMENT_COUNTS, "i4")}
-_SLICE_STEPS = 1 << 20  # steps per slice when delivery times are worked out (~40 MB)
+SLICE_STEPS = 1 << 20  # steps per slice when delivery times are worked out (~40 MB)
 
 
 class StepLog:
@@ -108,8 +108,8 @@ class Delivered:
     ) -> FloatArray:
         """Delivery times of consecutive steps from ``first_step`` (NaN: no output)."""
         out = np.full(end_s.shape, np.nan)
-        for start in range(0, end_s.size, _SLICE_STEPS):  # (temporaries of a slice only)
-            part = slice(start, start + _SLICE_STEPS)
+        for start in range(0, end_s.size, SLICE_STEPS):  # (temporaries of a slice only)
+            part = slice(start, start + SLICE_STEPS)
             outputs = num_outputs[part]
             has = outputs > 0
             # The frontend's own formula, to the bit (sim.serving.frontend).
