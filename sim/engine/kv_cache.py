@@ -38,10 +38,8 @@ the space is full the victim is preempted by recompute instead.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from sim.engine.kv_blocks import OWN_SHIFT, BlockKeys, FreeQueue, Key, own_key_base
 from sim.engine.records import RequestTable
@@ -485,15 +483,11 @@ def prefix_cache_summary(requests: RequestTable) -> dict[str, float | int]:
     """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups, tokens
     looked up and found, and the hit rate over looked-up tokens (0 if none)."""
     columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
-    lookups, queries, hits = (_count(requests[c]) for c in columns)
+    # A table from a frame holds nullable counts as floats, NaN where missing.
+    lookups, queries, hits = (int(np.nansum(requests[c])) for c in columns)
     return {
         "prefix_cache_requests": lookups,
         "prefix_cache_query_tokens": queries,
         "prefix_cache_hit_tokens": hits,
         "prefix_cache_hit_rate": hits / queries if queries else 0.0,
     }
-
-
-def _count(values: npt.NDArray[Any]) -> int:
-    """The sum of a count column (integers summed as integers); NaN counts 0."""
-    return int(values.sum()) if values.dtype.kind in "iub" else int(np.nansum(values))
