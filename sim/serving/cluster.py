@@ -2,17 +2,7 @@
 
 The ``cluster:`` section of a scenario. Each replica has its own engine core,
 KV pool and step log; results concatenate them with a ``replica`` column.
-
-    cluster:
-      num_replicas: 4
-      lockstep: false                      # true: DP ranks of an MoE model (see lockstep.py)
-      router: least_outstanding_requests   # or round_robin, least_outstanding_tokens,
-                                           # power_of_two, prefix_affinity, central_queue
-      disaggregation:                      # optional: prefill and decode pools instead
-        num_prefill_replicas: 1
-        num_decode_replicas: 3
-        kv_transfer_bandwidth_bytes_per_s: 5.0e+10
-        kv_transfer_latency_s: 1.0e-4
+Examples: ``scenarios/replicas.yaml``, ``scenarios/disaggregated.yaml``.
 """
 
 from __future__ import annotations
