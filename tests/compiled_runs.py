@@ -147,7 +147,7 @@ def assert_identical(a: RawResult, b: RawResult) -> None:
     pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
     assert a.later_runs == b.later_runs
-    assert a.rejections == b.rejections
+    assert a.records.rejections == b.records.rejections
     np.testing.assert_array_equal(a.extra_itl_s, b.extra_itl_s)
 
 

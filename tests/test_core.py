@@ -284,7 +284,7 @@ def test_rejects_prompt_plus_output_beyond_max_model_len() -> None:
     raw = simulate(work([0.0, 0.0], [60, 60], [5, 4]), max_model_len_tokens=64)
     reason = value(raw, 0, "rejection_reason")
     assert isinstance(reason, str) and "max_model_len" in reason and "65" in reason
-    assert raw.rejections == {0: reason}
+    assert raw.records.rejections == {0: reason}
     assert math.isnan(value(raw, 0, "finish_s"))
     assert math.isnan(value(raw, 0, "first_scheduled_s"))
     assert value(raw, 0, "num_generated_tokens") == 0

@@ -225,8 +225,8 @@ def test_token_times_from_the_columns_are_those_from_the_frame(overrides: list[s
     for request_id in ids[::7]:
         ours = result.token_times_s(request_id)
         np.testing.assert_array_equal(ours, framed.token_times_s(request_id))
-    if result.raw.rejections:  # a rejected request streams no token
-        rejected = next(iter(result.raw.rejections))
+    if result.raw.records.rejections:  # a rejected request streams no token
+        rejected = next(iter(result.raw.records.rejections))
         assert result.token_times_s(rejected).size == framed.token_times_s(rejected).size == 0
     for missing in (max(ids) + 1, -1):
         with pytest.raises(KeyError, match=f"no request {missing}"):

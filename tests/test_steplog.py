@@ -204,6 +204,6 @@ def test_delivery_times_by_slices_equal_those_in_one_go(monkeypatch: pytest.Monk
     outputs = rng.integers(0, 4, 50).astype(np.int32)
     rule = Delivered(1e-3, 3e-4, np.array([4, 31]), np.array([1.0, 2.0]))
     whole = rule.times_s(ends, outputs)
-    monkeypatch.setattr(step_runs, "_SLICE_STEPS", 7)
+    monkeypatch.setattr(step_runs, "SLICE_STEPS", 7)
     assert rule.times_s(ends, outputs).tobytes() == whole.tobytes()
     assert np.isnan(whole[outputs == 0]).all() and whole[31] == 2.0

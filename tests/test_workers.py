@@ -71,7 +71,7 @@ def same_runs(a: RawResult, b: RawResult) -> None:
     pd.testing.assert_frame_equal(a.timeseries, b.timeseries, check_exact=True)
     assert a.extra_itl_s.tobytes() == b.extra_itl_s.tobytes()
     assert a.later_runs == b.later_runs
-    assert a.rejections == b.rejections
+    assert a.records.rejections == b.records.rejections
     assert a.num_replicas == b.num_replicas
 
 

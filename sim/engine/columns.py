@@ -1,13 +1,9 @@
-"""Append-only numeric columns, stored compactly in ``array.array``.
+"""Append-only numeric columns, stored compactly in ``array.array`` (4–8 bytes an
+entry, not a list's ~32, and numpy arrays without a copy).
 
-A simulation of a million requests logs tens of millions of steps; Python
-lists of floats would cost ~32 bytes an entry, these cost 4–8, append in
-tens of nanoseconds, and turn into numpy arrays without a copy.
-
-Columns of one dtype share one array, row by row (a *group*: for columns
-``a: f8, b: i4, c: i4`` the ``i4`` group holds ``b0 c0 b1 c1 ...``), so a hot
-caller adds a row with one ``extend`` per dtype instead of one ``append`` per
-column (``group``); ``views`` and ``frame`` split the groups into columns.
+Columns of one dtype share one array, row by row (a *group*: ``b: i4, c: i4``
+hold ``b0 c0 b1 c1 ...``), so a hot caller adds a row with one ``extend`` per
+dtype (``group``); ``views`` splits the groups into columns.
 """
 
 from __future__ import annotations
@@ -38,13 +34,11 @@ class Columns:
                 self._groups[dtype] = array(TYPECODES[dtype])
                 self._names[dtype] = []
             self._names[dtype].append(name)
-        # Appending each value to its group in declared order keeps the groups'
-        # rows interleaved as declared.
         self._appenders = [self._groups[dtype].append for dtype in dtypes.values()]
 
     def group(self, dtype: str, names: tuple[str, ...]) -> array[Any]:
-        """The array holding the ``dtype`` columns, rows side by side; ``names``
-        must be those columns in order (a caller extending it states its layout)."""
+        """The array holding the ``dtype`` columns, rows side by side; ``names``: those
+        columns in order (the caller states the layout it extends)."""
         if tuple(self._names.get(dtype, ())) != names:
             raise ValueError(f"{dtype} columns are {self._names.get(dtype)}, not {list(names)}")
         return self._groups[dtype]
@@ -55,9 +49,8 @@ class Columns:
             append(value)
 
     def views(self) -> dict[str, npt.NDArray[Any]]:
-        """Each column as a numpy array sharing memory with the groups (no copy;
-        strided where a group holds several columns). While a view lives, the
-        groups cannot grow: take views when done appending."""
+        """Each column as a numpy array sharing memory with the groups (the groups
+        cannot grow while a view lives)."""
         out: dict[str, npt.NDArray[Any]] = {}
         for dtype, names in self._names.items():
             rows = np.frombuffer(self._groups[dtype], dtype=dtype).reshape(-1, len(names))
@@ -72,8 +65,7 @@ class Columns:
 
 def frame_of(columns: Mapping[str, npt.NDArray[Any]]) -> pd.DataFrame:
     """``columns`` as a DataFrame sharing their memory: the one place numpy columns
-    become a frame. pandas loads here, on the first frame asked for (~0.3 s, after
-    a run's summary is out: docs/dev/speed.md)."""
+    become a frame."""
     # Imported here: pandas loads with the first frame, after a run's summary is out
     # (docs/dev/speed.md).
     import pandas as pd

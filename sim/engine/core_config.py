@@ -1,11 +1,8 @@
 """What one engine core is built from: its policy, its KV pool and its length limit.
 
-Both executors build their cores from a ``CoreConfig``: the simulator's
-replicas (through ``sim.serving.replica_config.ReplicaConfig``, which carries
-one) and the PyTorch reference engine of ``servesim measure``.
-``sim.api.build.core_config_for`` makes the config from a scenario, once for
-both, so a measured run and its prediction cannot run different policies,
-pools or limits.
+Both executors build their cores from one ``CoreConfig``
+(``sim.api.build.core_config_for``), so a measured run and its prediction
+cannot run different policies, pools or limits.
 """
 
 from __future__ import annotations
@@ -30,8 +27,7 @@ class CoreConfig:
     free_unhashed_first: bool = False  # vLLM >= 0.24's free-queue order (PrefixCachingPool)
 
     def new_block_pool(self) -> BlockPool:
-        """An empty KV pool: vLLM v1's prefix-caching pool when enabled (a
-        scenario's default), else the plain counting pool."""
+        """An empty KV pool: the prefix-caching pool when enabled, else the plain one."""
         if not self.enable_prefix_caching:
             return BlockPool(self.num_kv_blocks, self.block_size_tokens)
         return PrefixCachingPool(

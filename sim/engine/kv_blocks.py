@@ -1,37 +1,21 @@
 """The prefix cache's blocks: what identifies one (its key), and the free-block queue.
 
-**Keys.** vLLM v1 hashes every full block of a request's tokens (prompt and output)
-chained on its parent block's hash (``hash_block_tokens``), so two requests
-share block ``j`` only if all their tokens up to the end of block ``j`` agree.
-servesim requests carry no token ids; a block's key stands for that chain:
+**Keys.** vLLM v1 hashes every full block chained on its parent's hash, so two
+requests share block ``j`` only if all their tokens up to its end agree.
+servesim requests carry no token ids; a key stands for that chain: inside the
+shareable prefix ``("group", g, j)`` for prefix group ``g``, or ``("trace", h)``
+with ``h`` a chain hash of the trace's ``block_hash_ids`` (``("trace", h, j)``
+when a trace id covers ``block_hash_tokens`` other than the block size: ``h``
+of the id holding block ``j``'s last token); elsewhere the request's own int key
+``request_id << 32 | j``, which only it can hit again. Tuples and ints never
+compare equal.
 
-* inside the declared shareable prefix, ``("group", g, j)`` for a request of
-  prefix group ``g`` (its first ``num_shared_prefix_tokens`` tokens are the
-  group's), or ``("trace", h)`` with ``h`` a chain hash of the Mooncake-style
-  ``block_hash_ids`` (equal ids after equal predecessors, equal blocks). A
-  trace whose ids each stand for ``block_hash_tokens`` tokens (Mooncake: 512)
-  other than the engine's block size keys engine block ``j`` by the chain up
-  to the trace block holding its last token, and ``j``: ``("trace", h, j)``;
-* elsewhere the request's own key, the int ``request_id << 32 | j``, which only
-  the request itself can hit again (after a recompute preemption).
-
-Tuples and ints never compare equal, so the kinds cannot collide.
-
-**The free-block queue** (``FreeQueue``). vLLM's ``FreeKVCacheBlockQueue`` is
-a doubly linked list: freed blocks go to the tail (from vLLM 0.24 those without
-a hash to the head), allocation pops from the head, and a cache hit on a free
-block takes it out of the middle. Most blocks
-can never be hit (a finished request's own blocks carry no key,
-``sim.engine.kv_cache``), so this queue keeps them in
-one Python list read from a moving head: pushing or popping a request's 40
-blocks is one list slice (C speed), not 40 Python steps. Only *keyed* free
-blocks, the ones a hit can take out, are tracked one by one: their position
-is recorded, and one taken out leaves a stale entry that pops skip (a keyed
-position its block no longer records). A pop slices the plain entries between
-keyed positions and steps only over those (``_marks``): a pool under pressure,
-whose queue always holds some keyed blocks, still pops a request's blocks in a
-slice or two. Blocks put at the head (``extend_head``: never keyed) wait in a
-list of their own (``_front``), popped before the others.
+**The free-block queue** (``FreeQueue``), vLLM's ``FreeKVCacheBlockQueue``:
+most blocks can never be hit, so they sit in one list read from a moving head
+(a request's blocks pushed or popped in one slice). Only keyed blocks, which a
+hit can take out of the middle, are tracked one by one (``_marks``); one taken
+out leaves a stale entry that pops skip. Blocks put at the head
+(``extend_head``, never keyed) wait in ``_front``, popped first.
 """
 
 from __future__ import annotations
@@ -121,13 +105,11 @@ class FreeQueue:
         self._head = 0  # index in _entries of the queue's head
         self._base = 0  # absolute position of _entries[0] (grows when trimmed)
         self._keyed_at: dict[int, int] = {}  # keyed free block -> its absolute position
-        # Absolute positions, in queue order, of the entries appended keyed and not
-        # yet popped: still keyed (``_keyed_at`` points there), or stale (a hit took
-        # the block out); every other entry pops as it is.
+        # Absolute positions, in queue order, of keyed entries not yet popped (stale
+        # where ``_keyed_at`` no longer points there).
         self._marks: deque[int] = deque()
         self._front: list[int] = []  # unkeyed blocks put at the head, the next to pop last
-        # Blocks in the queue (the front, entries past the head, less stale ones), kept as they
-        # change: the pool reads it on every allocation and free.
+        # Blocks in the queue, kept as they change (read on every allocation and free).
         self.size = len(self._entries)
 
     def extend(self, blocks: list[int]) -> None:
@@ -136,8 +118,7 @@ class FreeQueue:
         self.size += len(blocks)
 
     def extend_head(self, blocks: list[int]) -> None:
-        """Put unkeyed blocks at the head, the first given popped first (vLLM 0.24's
-        ``prepend_n``)."""
+        """Put unkeyed blocks at the head, the first given popped first."""
         self._front += reversed(blocks)
         self.size += len(blocks)
 

@@ -1,103 +1,56 @@
 """The paged KV cache: the plain counting pool, vLLM v1's prefix-caching pool, swap space.
 
-**The plain pool** (``BlockPool``). Only counts matter for timing and
-admission, so the pool tracks how many blocks each request holds rather than
-which ones (the nano-vllm interface: ``can_allocate / allocate / can_append /
-free``). Prefix sharing, which needs block identities, replaces this class
-without touching the policies.
+**The plain pool** (``BlockPool``) counts the blocks each request holds, not
+which ones: only counts matter for timing and admission.
 
-**Prefix caching** (``PrefixCachingPool``), as vLLM v1 does it: every full
-block keyed (the key stands for vLLM's chained block hash, ``sim.engine.kv_blocks``),
-one free-block queue.
+**Prefix caching** (``PrefixCachingPool``), as vLLM v1: every full block keyed
+(a key stands for vLLM's chained block hash, ``sim.engine.kv_blocks``), one
+free-block queue. A shareable-prefix block gets its key in the step that fills
+it (``cache_full_blocks``; policies that do not call it leave it to the next
+lookup, ``_catch_up``); a block with the request's own key only when the request
+frees it unfinished (preempted). Nothing can tell the difference (only the
+request can hit its own keys, and only after freeing; a key never moves a
+block in the queue), and it saves two dict operations per block.
 
-When a block gets its key. vLLM caches a block once it is full, at the
-scheduling step that fills it (``cache_full_blocks``), output blocks included.
-Here a block of the shareable prefix gets its key then (when allocated for the
-step that fills it, or when that step fills a block already held: the continuous
-policy calls ``cache_full_blocks``; other policies leave it to the next lookup,
-``_catch_up``); a block with the request's own key gets it when the
-request frees its blocks unfinished (preempted), and never if it finished.
-Nothing can tell the difference: only the request itself can hit its own keys,
-and only after freeing (a request holding blocks looks nothing up); a finished
-request never comes back; and a key never moves a block in the free queue, so
-eviction order is the same (vLLM 0.24's order, which does depend on a block's
-hash, is told from the request's computed tokens, not from servesim's keys). It
-saves two dict operations per block of every request (the simulator prices 100k
-requests in seconds). ``num_evictions`` counts the keys dropped that could still
-have been hit.
+Eviction (vLLM's ``FreeKVCacheBlockQueue``): ``free`` appends a request's
+unreferenced blocks tail first, so its deepest are evicted first; from vLLM
+0.24 (``free_unhashed_first``) those vLLM has not hashed go to the head
+instead. Allocation pops from the head, evicting the popped block's key; a hit
+on a free block takes it out of the queue. Blocks are not de-duplicated.
+Reference counts are kept for keyed blocks only (an unkeyed block has one
+holder or none).
 
-Eviction (vLLM's ``FreeKVCacheBlockQueue``). Blocks have ids; free blocks,
-cached or not, wait in one queue. ``free`` appends a request's blocks that no
-other request references, tail first (``reversed``), so its deepest blocks are
-evicted first; from vLLM 0.24 (``free_unhashed_first``) those vLLM has not hashed (past
-the request's computed tokens' whole blocks: its last, partly filled one; under async
-scheduling a decode's in-flight token is not counted, ``EngineCore.preempt``) go to the
-head instead, deepest first, to be evicted before any other. Allocation pops from
-the head and evicts the popped block's key;
-a hit on a free cached block takes it out of the queue (``touch``). Blocks are
-not de-duplicated: a block computed twice concurrently is cached twice, and a
-hit takes the first copy (``get_cached_block``). The queue moves unkeyed blocks
-in bulk (``sim.engine.kv_blocks.FreeQueue``), and reference counts are kept for keyed
-blocks only: only those can be shared, so an unkeyed block has one holder or none.
+Growth by counts: a skip-ahead decode run allocates inline (counts only); the
+pool pops the owed blocks from the head before it next reads or changes the
+queue (``_settle``), exactly what eager allocation would have popped, and a
+request takes them when next touched (``_realise``). Admission:
+``num_cached_tokens`` is the longest cached prefix of a request holding
+nothing, in whole blocks and at most ``num_tokens - 1`` tokens (vLLM's
+``get_computed_blocks``). A plain request (no shareable prefix, no hit) is told
+apart with one dict lookup (``_cold``) and takes a short path.
 
-Growth by counts. A run of decode steps committed in one pass (the replica's
-skip-ahead) allocates inline (decrements ``num_free_blocks``, increments
-``request.num_blocks``). The pool realises that
-lazily (``_settle``): before it next reads or changes the queue it pops the
-blocks owed from the head (evicting them, exactly what eager allocation would
-have popped, since the queue changes only through the pool) into a pool of
-anonymous used blocks, which a request takes when it is next touched.
-
-Admission (continuous family): ``num_cached_tokens`` is the longest cached
-prefix of a request holding no blocks and no computed tokens (fresh, or
-preempted by recompute), in whole blocks and at most ``num_tokens - 1`` tokens
-(vLLM's ``get_computed_blocks`` leaves one token to compute); ``can_allocate`` /
-``allocate`` on such a request reference those blocks, charging the free ones
-to the free count (vLLM's ``get_num_blocks_to_allocate``).
-
-The plain request (no shareable prefix, no hit: every request of a workload
-without shared prefixes, unless it was preempted) takes a short path: it is
-told apart with one dict lookup (``_cold``), gets fresh blocks in the same
-queue pop that settles the inline allocations, and is freed in one slice; the
-lookups and key bookkeeping (the pool's index methods) do nothing for it.
-
-**Swap space** (``SwapSpace``). Preemption by swap (vLLM's
-``preemption_mode=swap``) copies a victim's KV blocks to CPU memory instead of
-dropping them: the request keeps its ``num_computed_tokens`` and, when
-readmitted, copies them back instead of recomputing its prompt and output.
-Each copy takes
-
-    seconds = num_blocks * bytes_per_block / bandwidth_bytes_per_s
-
-over the host link (PCIe), and is added to the step that does it (the engine
-waits for the copy before it can reuse or read the blocks). Only the blocks
-holding computed tokens move. When the swap space is full the victim is
-preempted by recompute instead (vLLM v0 would abort the request).
+**Swap space** (``SwapSpace``): preemption by swap copies a victim's computed
+KV blocks to CPU memory, ``num_blocks * bytes_per_block /
+bandwidth_bytes_per_s`` seconds each way, added to the step that copies; when
+the space is full the victim is preempted by recompute instead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from sim.engine.kv_blocks import OWN_SHIFT, BlockKeys, FreeQueue, Key, own_key_base
 from sim.engine.records import RequestTable
 from sim.engine.request import Request
-
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
 
 
 class BlockPool:
     """``num_blocks`` blocks of ``block_size_tokens`` tokens each."""
 
     __slots__ = ("block_size_tokens", "num_blocks", "num_free_blocks")
-    # Whether admissions look prefixes up (vLLM's enable_prefix_caching): the
-    # prefix-caching pool says yes, and only then are lookups counted.
-    caches_prefixes = False
+    caches_prefixes = False  # whether admissions look prefixes up (and count lookups)
 
     def __init__(self, num_blocks: int, block_size_tokens: int) -> None:
         if num_blocks < 1 or block_size_tokens < 1:
@@ -111,8 +64,7 @@ class BlockPool:
         return -(-num_tokens // self.block_size_tokens)
 
     def num_cached_tokens(self, request: Request) -> int:
-        """Tokens of ``request`` already cached (not to compute): none without prefix
-        caching (``sim.engine.kv_cache.PrefixCachingPool`` overrides this)."""
+        """Tokens of ``request`` already cached: none without prefix caching."""
         return 0
 
     def num_missing_blocks(self, request: Request, num_tokens: int) -> int:
@@ -130,9 +82,8 @@ class BlockPool:
         request.num_blocks += missing
 
     def try_grow(self, request: Request, num_tokens: int) -> bool:
-        """Grow a running request's blocks to hold ``num_tokens`` tokens if the pool
-        has them; ``False`` (nothing changed) if not. The hot path of a decode
-        crossing into a new block: counts only, no lookup."""
+        """Grow a running request's blocks to hold ``num_tokens`` tokens; ``False``
+        (nothing changed) if the pool lacks them. The decode hot path: counts only."""
         short = -(-num_tokens // self.block_size_tokens) - request.num_blocks
         if short > self.num_free_blocks:
             return False
@@ -142,9 +93,7 @@ class BlockPool:
         return True
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
-        """Cache the blocks ``num_tokens`` tokens fill, when a step fills one without a
-        new allocation (vLLM's ``allocate_slots`` caches at once): nothing to cache here
-        (``sim.engine.kv_cache.PrefixCachingPool`` overrides this)."""
+        """Cache the blocks ``num_tokens`` tokens fill: nothing to cache here."""
 
     def _missing_or_raise(self, request: Request, num_tokens: int) -> int:
         """``num_missing_blocks``; a RuntimeError if the pool cannot supply them."""
@@ -157,9 +106,8 @@ class BlockPool:
         return missing
 
     def free(self, request: Request, num_unhashed_tokens: int = 0) -> None:
-        """Return all of ``request``'s blocks to the pool. ``num_unhashed_tokens``: its
-        last computed tokens whose ids vLLM did not know when it last hashed its blocks
-        (async scheduling, ``EngineCore.preempt``); only prefix caching reads it."""
+        """Return all of ``request``'s blocks. ``num_unhashed_tokens``: its last computed
+        tokens vLLM has not hashed (``EngineCore._num_unhashed_tokens``)."""
         self.num_free_blocks += request.num_blocks
         request.num_blocks = 0
 
@@ -191,12 +139,9 @@ class PrefixCachingPool(BlockPool):
         self, num_blocks: int, block_size_tokens: int, free_unhashed_first: bool = False
     ) -> None:
         super().__init__(num_blocks, block_size_tokens)
-        # vLLM >= 0.24's free_blocks: a freed request's blocks without a hash to the
-        # queue's head (sim.scenario.vllm_versions); before, all to the tail.
+        # vLLM >= 0.24: a freed request's unhashed blocks go to the queue's head.
         self.free_unhashed_first = free_unhashed_first
-        # Keyed block id -> requests referencing it. Only keyed blocks can be
-        # shared (by a hit), so an unkeyed block has one holder or none, and its
-        # entry here is not kept up to date (pops and frees stay bulk operations).
+        # Keyed block id -> requests referencing it (stale for unkeyed blocks).
         self._refs = [0] * num_blocks
         self._key_of: list[Key | None] = [None] * num_blocks  # block id -> key if cached
         self._cached: dict[Key, int] = {}  # key -> first cached block holding it
@@ -207,17 +152,15 @@ class PrefixCachingPool(BlockPool):
         self._filling: dict[int, Request] = {}  # holders of shareable blocks not yet full
         self._keys = BlockKeys(block_size_tokens)
         self._hit_memo: tuple[int, int, list[int]] | None = None  # (id, tokens, hit blocks)
-        self.num_evictions = 0
+        self.num_evictions = 0  # keys dropped that could still have been hit
         # Free blocks in eviction order, head first (vLLM's free block queue).
         self._queue = FreeQueue(range(num_blocks))
         self._loose: list[int] = []  # blocks allocated inline, not yet given to a request
 
     def _cold(self, request: Request) -> bool:
         """Whether ``request``, holding no blocks, is plain and surely hits nothing: no
-        shareable prefix, and either computed tokens (no lookup then) or its own first
-        block not cached (a hit is a chain from block 0; own keys exist only after
-        freeing blocks unfinished) and no other request's blocks waiting to be cached
-        (``_catch_up``)."""
+        shareable prefix, and either computed tokens or its own first block uncached
+        and no blocks waiting to be cached (``_catch_up``)."""
         return (
             request.prefix_group is None
             and request.block_hash_ids is None
@@ -254,8 +197,7 @@ class PrefixCachingPool(BlockPool):
         if request.num_blocks or not self._cold(request):
             self._allocate_keyed(request, num_tokens)
             return
-        # Plain and no hit: fresh blocks, popped together with those allocated inline
-        # since the last settle (``_settle``), which come first; nothing to cache.
+        # Plain and no hit: fresh blocks, popped with those owed (``_settle``), first.
         need = -(-num_tokens // self.block_size_tokens)
         if need > self.num_free_blocks:
             self._missing_or_raise(request, num_tokens)
@@ -306,10 +248,8 @@ class PrefixCachingPool(BlockPool):
             self._filling[rid] = request
 
     def try_grow(self, request: Request, num_tokens: int) -> bool:
-        """As the plain pool's: counts only, the block ids realised lazily (as
-        a decode run's inline allocation, see the module's docstring).
-        A request with shareable blocks still to fill allocates at once instead,
-        so that the blocks this step fills are cached in it (``allocate``)."""
+        """As the plain pool's, but a request with shareable blocks still to fill
+        allocates at once, so the blocks this step fills are cached in it."""
         if not request.num_blocks or request.request_id in self._filling:
             if not self.can_allocate(request, num_tokens):
                 return False
@@ -319,8 +259,7 @@ class PrefixCachingPool(BlockPool):
 
     def cache_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Cache the shareable blocks ``num_tokens`` tokens fill, in the step that fills
-        them, as vLLM's ``allocate_slots`` does for every scheduled request: a request
-        admitted later in the same step hits them. (Own-key blocks wait, see above.)"""
+        them (vLLM's ``allocate_slots``): a request admitted later in it hits them."""
         rid = request.request_id
         if rid not in self._filling:
             return
@@ -344,8 +283,7 @@ class PrefixCachingPool(BlockPool):
             loose = self._loose
             blocks += loose[-owed:]
             del loose[-owed:]
-        # Own keys matter only to a request that may come back (preempted, not finished);
-        # a finished plain request has nothing to cache (no shareable prefix).
+        # Own keys matter only to a request that may come back (preempted).
         unfinished = request.num_generated_tokens < request.num_output_tokens
         # The tokens vLLM hashed: the computed ones, less those it had no ids for.
         num_hashed_tokens = (
@@ -357,8 +295,7 @@ class PrefixCachingPool(BlockPool):
         num_keyed = self._num_hashed.pop(rid, 0)  # the leading blocks are the keyed ones
         queue = self._queue
         if self.free_unhashed_first:
-            # vLLM hashed every block those tokens fill (servesim keys a finished
-            # request's own blocks never): the rest, unkeyed, go to the head, deepest first.
+            # Blocks past those vLLM hashed go to the head, deepest first.
             num_hashed = max(num_keyed, num_hashed_tokens // self.block_size_tokens)
             if num_hashed < len(blocks):
                 unhashed = blocks[num_hashed:]
@@ -366,9 +303,7 @@ class PrefixCachingPool(BlockPool):
                 unhashed.reverse()
                 queue.extend_head(unhashed)
                 self.num_free_blocks += len(unhashed)
-        # Tail first, so the request's deepest blocks are evicted first (vLLM's free):
-        # the unkeyed tail (held by this request alone) in one slice, then the keyed.
-        # (None keyed, the common case: the list is ours now, reversed in place.)
+        # Tail first (vLLM's free): the unkeyed tail in one slice, then the keyed.
         tail = blocks[num_keyed:] if num_keyed else blocks
         tail.reverse()
         queue.extend(tail)
@@ -410,12 +345,8 @@ class PrefixCachingPool(BlockPool):
 
     # -- the index: hits, caching full blocks, evicting keys -------------------------
     def _hits(self, request: Request) -> list[int]:
-        """Block ids of the longest cached prefix of a request holding nothing and
-        not ``_cold`` (its callers answer cold requests, the common case, first).
-
-        At most ``num_tokens - 1`` tokens, in whole blocks: vLLM computes at
-        least the last token (its logits give the next one).
-        """
+        """Block ids of the longest cached prefix of a request holding nothing, at most
+        ``num_tokens - 1`` tokens (vLLM computes at least the last one)."""
         if request.num_blocks or request.num_computed_tokens:
             return []
         self._settle()
@@ -445,9 +376,8 @@ class PrefixCachingPool(BlockPool):
         return hits
 
     def _register(self, request: Request, num_tokens: int, own: bool) -> None:
-        """Cache ``request``'s blocks that ``num_tokens`` tokens fill (vLLM's cache_blocks);
-        past its shareable prefix only if ``own`` (see the pool's docstring). Its
-        leading cached blocks are counted in ``_num_hashed`` (absent: none)."""
+        """Cache ``request``'s blocks that ``num_tokens`` tokens fill (vLLM's
+        cache_blocks); past its shareable prefix only if ``own``."""
         rid = request.request_id
         start = self._num_hashed.get(rid, 0)
         num_full = num_tokens // self.block_size_tokens
@@ -478,9 +408,7 @@ class PrefixCachingPool(BlockPool):
         return self._num_hashed.get(request.request_id, 0) < self._keys.num_shareable(request)
 
     def _catch_up(self) -> None:
-        """Cache the shareable blocks that requests have filled since they last
-        allocated (a step that fills a block without needing a new one does not
-        call the pool), before anyone looks the cache up."""
+        """Cache the shareable blocks filled since their requests last allocated."""
         done = []
         for rid, request in self._filling.items():
             self._register(request, min(request.num_computed_tokens, request.num_tokens), False)
@@ -531,11 +459,8 @@ class SwapSpace:
         return num_blocks * self.bytes_per_block / self.bandwidth_bytes_per_s
 
     def swap_out(self, request: Request, num_blocks: int) -> float | None:
-        """Hold ``request``'s ``num_blocks`` KV blocks in CPU memory; ``None`` if they do not fit.
-
-        Returns the copy time in seconds. The caller frees the GPU blocks and
-        requeues the request (``CoreView.swap_out``) when this succeeds.
-        """
+        """Hold ``request``'s ``num_blocks`` blocks in CPU memory: the copy time (s), or
+        ``None`` if they do not fit."""
         if num_blocks > self.num_free_blocks:
             return None
         self.num_free_blocks -= num_blocks
@@ -551,26 +476,18 @@ class SwapSpace:
         return self.transfer_s(num_blocks)
 
 
-# -- requests' prefixes and the cache's counters ----------------------------------------
+# -- the cache's counters ---------------------------------------------------------------
 
 
 def prefix_cache_summary(requests: RequestTable) -> dict[str, float | int]:
-    """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups (one per
-    admission that looks the cache up, re-admissions after preemption included), the
-    tokens looked up and the tokens found, over every request; the hit rate is found
-    over looked-up tokens (0 when prefix caching is off: nothing is looked up)."""
+    """summary.json keys, as vLLM's PrefixCacheStats counts them: lookups, tokens
+    looked up and found, and the hit rate over looked-up tokens (0 if none)."""
     columns = ("num_prefix_lookups", "num_prefix_query_tokens", "num_prefix_hit_tokens")
-    lookups, queries, hits = (_count(requests[c]) for c in columns)
+    # A table from a frame holds nullable counts as floats, NaN where missing.
+    lookups, queries, hits = (int(np.nansum(requests[c])) for c in columns)
     return {
         "prefix_cache_requests": lookups,
         "prefix_cache_query_tokens": queries,
         "prefix_cache_hit_tokens": hits,
         "prefix_cache_hit_rate": hits / queries if queries else 0.0,
     }
-
-
-def _count(values: pd.Series | npt.NDArray[Any]) -> int:
-    """The sum of a count column (integers summed as integers); NaN counts 0."""
-    if isinstance(values, np.ndarray):  # a RequestTable's column
-        return int(values.sum()) if values.dtype.kind in "iub" else int(np.nansum(values))
-    return int(values.fillna(0).sum())

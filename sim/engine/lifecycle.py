@@ -1,14 +1,10 @@
 """An opt-in recorder of what each of the first N requests did in each step.
 
 ``servesim run --trace`` attaches one ``ActivityRecorder`` to every engine core
-of a run (``EngineCore.recorder``, ``None`` by default, so normal runs pay one
-attribute test per commit). For requests with ``request_id < num_requests`` it
-logs every prefill chunk (with its token count) and every run of decode steps,
-with the request's preemption and swap counts at that moment, so the trace
-writer (``sim.metrics.trace``) can draw each chunk and tell a preemption gap
-from a plain wait. Once every tracked request has finished (or was rejected)
-it detaches itself, so a million-request run only pays while its first N
-requests are alive.
+(``EngineCore.recorder``). It logs every prefill chunk and run of decode steps
+of the tracked requests, with their preemption and swap counts then (so
+``sim.metrics.trace`` tells a preemption gap from a wait), and detaches once
+they have all finished.
 """
 
 from __future__ import annotations
@@ -38,10 +34,7 @@ ACTIVITY_COLUMNS = {
 
 
 class ActivityRecorder:
-    """Per-step activity of the requests with ``request_id < num_requests``.
-
-    ``attach`` it to the cores of a run before it starts; read ``frame()`` after.
-    """
+    """Per-step activity of the requests with ``request_id < num_requests``."""
 
     def __init__(self, num_requests: int) -> None:
         if num_requests < 0:
@@ -54,7 +47,6 @@ class ActivityRecorder:
 
     @property
     def attached(self) -> bool:
-        """Whether the recorder still listens to its cores."""
         return bool(self._cores)
 
     def attach(self, cores: Sequence[EngineCore]) -> None:
@@ -66,7 +58,7 @@ class ActivityRecorder:
             self._cores = []
 
     def detach(self) -> None:
-        """Stop listening: the cores go back to their recorder-free path."""
+
         for core in self._cores:
             core.recorder = None
         self._cores = []
@@ -74,8 +66,7 @@ class ActivityRecorder:
     def on_commit(
         self, core: EngineCore, output: SchedulerOutput, start_s: float, ends_s: list[float]
     ) -> None:
-        """Log the tracked requests of ``output``, run for ``len(ends_s)`` steps (called
-        before the core applies them)."""
+        """Log the tracked requests of ``output``, run for ``len(ends_s)`` steps."""
         self._close_finished(core)
         limit = self.num_requests
         append = self.activity.append

@@ -1,10 +1,5 @@
-"""The per-request record table: which requests completed, which were rejected.
-
-Every executor ends with one row per request (``EngineCore``'s records plus a
-``rejection_reason`` column). Deciding which rows count as completed is
-engine knowledge, needed both by the serving layer (per-replica summaries,
-prefix-cache hit rates) and by the metrics, so it lives here, below both.
-"""
+"""The per-request record table: one row per request, which completed, which were
+rejected (engine knowledge the serving layer and the metrics both need)."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 Records = dict[str, npt.NDArray[Any]]  # columns by name, one row per request
 
-# The engine core's columns (``EngineCore.series``: one row per plan; ``records``:
-# one row per request), as numpy dtypes.
+# ``EngineCore.series`` (a row per plan) and ``records`` (a row per request) dtypes.
 SERIES_COLUMNS = {
     "time_s": "f8",
     "num_waiting": "i4",
@@ -52,8 +46,8 @@ RECORD_COLUMNS = {
 }
 
 
-# The columns every per-request table holds besides ``rejection_reason``, whoever made
-# it (a run, a measured run: ``sim.validation.runs`` checks a stored one has them).
+# The columns every per-request table holds besides ``rejection_reason`` (a run's, a
+# measured run's).
 REQUEST_COLUMNS = (
     "request_id",
     "arrival_s",
@@ -68,17 +62,14 @@ REQUEST_COLUMNS = (
 
 
 class RequestTable:
-    """A run's per-request table as numpy columns, one row per request, in
-    ``request_id`` order, and why each rejected one was turned away.
+    """A run's per-request table as numpy columns, in ``request_id`` order, and why
+    each rejected request was turned away.
 
-    What every metric reads, without pandas (~0.3 s to import: ``servesim run``
-    prints its summary first). It answers what the metrics ask of a frame
-    (``table[name]``, ``name in table``, ``table.columns``, ``len(table)``: rows)
-    and takes new columns (``table[name] = values``); ``frame()`` builds the
-    DataFrame, with a ``rejection_reason`` text column (``reason_column``) after
-    the columns it was made with. ``nullable``: columns held as float64, NaN
-    where missing, that ``frame()`` gives a pandas nullable integer dtype (by name).
-    A frame made elsewhere becomes a table once, at its edge (``from_frame``).
+    What every metric reads, without pandas (~0.3 s to import); it answers what
+    they ask of a frame (``table[name]``, ``in``, ``columns``, ``len``).
+    ``frame()`` builds the DataFrame; ``nullable``: float64 columns (NaN where
+    missing) it gives a pandas nullable integer dtype. A frame made elsewhere
+    becomes a table once, at its edge (``from_frame``).
     """
 
     def __init__(
@@ -95,12 +86,9 @@ class RequestTable:
 
     @classmethod
     def from_frame(cls, frame: pd.DataFrame) -> RequestTable:
-        """A per-request frame made outside a run (a measured or stored run's, a
-        test's) as a table, rows in its order (id order, as a run's or a measured
-        run's): every column as numpy (a nullable integer one as float64, NaN where
-        missing; text as objects, None where missing) and ``rejection_reason``'s
-        values as the rejections. It must have ``REQUEST_COLUMNS`` and
-        ``rejection_reason``; an empty frame may lack them."""
+        """A per-request frame made outside a run as a table, rows in its order (id
+        order): nullable integers as float64 (NaN where missing), text as objects,
+        ``rejection_reason`` as the rejections."""
         frame = require_columns(frame, [*REQUEST_COLUMNS, "rejection_reason"], "requests")
         columns: Records = {}
         nullable: dict[str, str] = {}
@@ -121,7 +109,6 @@ class RequestTable:
 
     @property
     def columns(self) -> list[str]:
-        """Column names, as the frame has them."""
         names = list(self._columns)
         names.insert(self._reason_at, "rejection_reason")
         return names
@@ -139,14 +126,12 @@ class RequestTable:
         return self._columns[name]
 
     def __setitem__(self, name: str, values: npt.NDArray[Any]) -> None:
-        """Add or replace a column, one value per row."""
         if len(values) != self._num_rows:
             raise ValueError(f"column {name!r}: {len(values)} values for {self._num_rows} rows")
         self._columns[name] = values
 
     def find(self, request_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.intp], BoolArray]:
-        """The row of each of ``request_ids`` and whether it is in the table
-        (``rows_of``: rows are in id order)."""
+        """The row of each of ``request_ids`` and whether it is in the table."""
         return rows_of(self._columns["request_id"], np.asarray(request_ids))
 
     @property
@@ -168,9 +153,8 @@ class RequestTable:
 def rows_of(
     ids: npt.NDArray[Any], wanted: npt.NDArray[Any], order: npt.NDArray[np.intp] | None = None
 ) -> tuple[npt.NDArray[np.intp], BoolArray]:
-    """The row of ``ids`` (unique, sorted, or in sorted order at ``order``) holding each
-    of ``wanted``, and whether one does (a binary search). A missing id's row is some
-    valid row, not its own (0 in no row at all): read only where found."""
+    """The row of ``ids`` (unique, sorted, or sorted at ``order``) holding each of
+    ``wanted``, and whether one does; a missing id's row is meaningless."""
     at = np.minimum(np.searchsorted(ids, wanted, sorter=order), max(len(ids) - 1, 0))
     if not len(ids):
         return at, np.zeros(np.shape(wanted), dtype=bool)
@@ -188,10 +172,8 @@ def text_dtype() -> Any:
 
 
 def reason_column(request_ids: pd.Series, rejections: Mapping[int, str]) -> pd.Series:
-    """``rejection_reason`` for the requests ``request_ids``: each one's reason, missing
-    where it was accepted, in ``text_dtype`` whatever the rows hold (with no rejection at
-    all it is still a text column, not a float one of NaN)."""
-    # With no rejection the map is all missing, cast to text all the same.
+    """``rejection_reason`` for ``request_ids``: missing where accepted, in
+    ``text_dtype`` even with no rejection at all."""
     return request_ids.map(rejections).astype(text_dtype()).rename("rejection_reason")
 
 

@@ -1,10 +1,8 @@
 """A request: what the user asked for, and how far the engine has got with it.
 
-Token-counter model, as in vLLM v1: a request holds ``num_tokens`` = prompt
-plus generated tokens, of which ``num_computed_tokens`` are in the KV cache.
-A step advances ``num_computed_tokens``; when it catches up with
-``num_tokens`` the step samples one more token. Prefill, chunked prefill,
-decode and recompute after preemption are all just this rule.
+Token counters, as vLLM v1: a step advances ``num_computed_tokens``; when it
+catches up with ``num_tokens`` (prompt plus generated) the step samples one
+more token. Prefill, chunks, decode and recompute are all this rule.
 """
 
 from __future__ import annotations
@@ -14,13 +12,8 @@ from dataclasses import dataclass
 
 @dataclass(slots=True, eq=False)
 class Request:
-    """One request's spec (first five fields, never mutated) and live state.
-
-    Times are simulated seconds. ``None`` means the event has not happened.
-    Token times are not stored one by one: the engine core logs every step's
-    end time, and the token times of a request follow from its first token's
-    step and the (rare) breaks caused by preemption (see ``sim.engine.tokens``).
-    """
+    """One request's spec (first five fields, never mutated) and live state; times
+    in seconds, ``None`` until the event happens."""
 
     request_id: int
     arrival_s: float
@@ -40,19 +33,16 @@ class Request:
     num_swaps: int = 0  # preemptions by swap to CPU memory (included in num_preemptions)
     rejection_reason: str | None = None
     replica: int = 0
-    # Prefix caching (sim.engine.kv_cache): the shareable head of the prompt, as a
-    # group whose requests share ``num_shared_prefix_tokens`` leading tokens, or
-    # as one hash id per prompt block (Mooncake-style traces) of
-    # ``block_hash_tokens`` tokens (None: the engine's block size). Spec fields.
+    # Prefix caching's spec (sim.engine.kv_blocks): a prefix group sharing
+    # ``num_shared_prefix_tokens``, or one hash id per ``block_hash_tokens`` tokens
+    # (None: the engine's block size).
     prefix_group: int | None = None
     num_shared_prefix_tokens: int = 0
     block_hash_ids: tuple[int, ...] | None = None
     block_hash_tokens: int | None = None
     # Prompt tokens found in the prefix cache at first admission (not computed).
     num_cached_tokens: int = 0
-    # vLLM's PrefixCacheStats, summed over every admission that looked the cache up
-    # (the first and each one after a recompute preemption): lookups, the tokens
-    # looked up (the request's tokens then) and the tokens found.
+    # vLLM's PrefixCacheStats over every admission that looked the cache up.
     num_prefix_lookups: int = 0
     num_prefix_query_tokens: int = 0
     num_prefix_hit_tokens: int = 0

@@ -1,21 +1,11 @@
 """The engine's scheduler, told as one step runs: vLLM v1's ``scheduler.py``.
 
-Read top to bottom: continuous batching's settings (``ContinuousSettings``,
-vLLM's flag names) and what one step computes (``SchedulerOutput``, vLLM's
-class of that name, and its cost-relevant shape); the interface between the
-core and its policy (``CoreView``, ``Scheduler``); ``EngineCore``, the queues
-and KV pool of one replica (``add``, ``schedule``, then ``update`` with the
-step's end: token counters, finishes, the logs); and ``Continuous``, vLLM v1's
-policy: running requests first, then waiting ones, within the sequence limit,
-the token budget and the KV pool, preempting the newest running request when
-the pool runs short.
-
-One scheduler, several executors: the SimPy replica (``sim.serving.replica``),
-the real PyTorch engine (``calibration/``) and the speed paths
-call ``schedule`` for a step, run it (in simulated or wall-clock time), then
-``update`` the core with its end, so they cannot drift apart. Other policies
-(``sim.engine.policies``) plug in through ``Scheduler``; those of the
-continuous family subclass ``Continuous``.
+Top to bottom: the settings (``ContinuousSettings``, vLLM's flag names), one
+step's ``SchedulerOutput`` and shape, the core/policy interface (``CoreView``,
+``Scheduler``), ``EngineCore`` (``add``, ``schedule``, ``update``) and
+``Continuous``, vLLM v1's policy. Every executor (``sim.serving.replica``,
+``calibration/``, the speed paths) calls ``schedule``, runs the step, then
+``update``s the core with its end, so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -46,10 +36,8 @@ class BatchLimits:
     max_num_seqs: int
 
 
-# Limits of a policy built without a scenario (no hardware to look up): vLLM's
-# defaults for a GPU under 70 GiB serving the OpenAI API, the one place they are
-# written (sim.engine.policies.vllm_defaults's table takes them from here). A
-# scenario fills in its hardware's defaults instead.
+# Limits of a policy built without a scenario: vLLM's defaults for a GPU under 70 GiB
+# serving the OpenAI API (sim.engine.policies.vllm_defaults's table takes them from here).
 FALLBACK_LIMITS = BatchLimits(max_num_batched_tokens=2048, max_num_seqs=256)
 
 
@@ -94,8 +82,7 @@ class ContinuousSettings(BaseModel):
 
     @property
     def limits(self) -> BatchLimits:
-        """``max_num_batched_tokens`` and ``max_num_seqs``, each the fallback's where the
-        scenario has not filled it in (a policy built without one)."""
+        """The two limits, each ``FALLBACK_LIMITS``'s where no scenario filled it in."""
         tokens, seqs = self.max_num_batched_tokens, self.max_num_seqs
         return BatchLimits(
             max_num_batched_tokens=FALLBACK_LIMITS.max_num_batched_tokens
@@ -113,17 +100,13 @@ class ContinuousSettings(BaseModel):
         return self.limits.max_num_batched_tokens
 
     def build(self, swap: SwapSpace | None = None, async_scheduling: bool = False) -> Continuous:
-        """The policy these settings describe, with its swap space (``preemption:
-        swap``; None preempts by recompute) and whether its executor plans each
-        step while the previous one runs (vLLM's async scheduling)."""
+        """The policy, with its swap space (None: recompute) and async scheduling."""
         raise NotImplementedError  # each policy of the family builds its own
 
     @field_validator("max_num_partial_prefills")
     @classmethod
     def _v1_has_no_concurrent_partial_prefill(cls, value: int) -> int:
-        # vLLM v1 rejects any other value (EngineArgs._check_feature_supported:
-        # "Concurrent Partial Prefill is not supported"); its V1 scheduler never
-        # reads the field.
+        # vLLM v1 rejects any other value (EngineArgs._check_feature_supported).
         if value != 1:
             raise ValueError(
                 f"must be 1: vLLM v1 does not support concurrent partial prefill (got {value})"
@@ -149,25 +132,17 @@ Scheduled: TypeAlias = list[tuple[Request, int]]
 
 @dataclass(slots=True)
 class SchedulerOutput:
-    """What the next step computes: vLLM v1's ``SchedulerOutput``
-    (``vllm/v1/core/sched/output.py``), the fields the simulator needs.
+    """What the next step computes: vLLM v1's ``SchedulerOutput``, the fields the
+    simulator needs.
 
-    ``scheduled``: the requests the step advances and how many tokens each
-    computes, in batch order (vLLM's ``num_scheduled_tokens``).
-    ``scheduled_spec_decode_tokens``: speculative decoding only
-    (``sim.engine.speculative``): the draft tokens each speculative decode keeps,
-    beyond its one scheduled token. The simulator draws acceptance when it
-    schedules, so it schedules (and gives KV blocks to) only the accepted drafts:
-    vLLM's field less what its sampler rejects. Absent: plain decoding.
-    ``undrafted``: speculative decoding only: the decoding requests the proposer
-    drafted nothing for (an n-gram proposer that found no match), which verify
-    their one token in the step's forward pass (in its shape a one-token chunk
-    beside the others' verifications, not a decode a speculative cost turns into
-    a ``k + 1``-token verification).
-    ``preempted``: the requests this step's planning preempted (vLLM's
-    ``preempted_req_ids``), in preemption order.
-    ``extra_s``: seconds the step takes beyond the cost model's compute time,
-    e.g. copying swapped KV blocks between CPU and GPU memory (``sim.engine.kv_cache``).
+    ``scheduled``: the requests and the tokens each computes, in batch order
+    (``num_scheduled_tokens``). ``scheduled_spec_decode_tokens``: the drafts each
+    speculative decode keeps beyond its one token (acceptance is drawn at
+    scheduling, so only kept drafts are scheduled). ``undrafted``: decodes the
+    n-gram proposer drafted nothing for, shaped as one-token chunks
+    (``sim.engine.speculative``). ``preempted``: in preemption order
+    (``preempted_req_ids``). ``extra_s``: seconds beyond the cost model's, e.g. a
+    swap copy (``sim.engine.kv_cache``).
     """
 
     scheduled: Scheduled = field(default_factory=list)
@@ -189,11 +164,8 @@ def scheduled_shape(
     padding_contexts: Sequence[int] = NO_PADDING,
     undrafted: set[Request] | frozenset[Request] = frozenset(),
 ) -> StepShape:
-    """The cost-relevant shape of a step that computes ``scheduled`` (before it
-    runs: each request's counters are the step's inputs), plus decode slots
-    that compute a discarded token at the contexts ``padding_contexts``
-    (static batching's finished members); ``undrafted`` decodes are one-token
-    chunks (``SchedulerOutput``)."""
+    """The cost-relevant shape of a step computing ``scheduled`` (read before it runs),
+    plus discarded decode slots at ``padding_contexts`` (static batching's)."""
     num_prefill_seqs = num_prefill_tokens = pairs = kv_read = 0
     num_decode_seqs = len(padding_contexts)
     context = sum(padding_contexts)
@@ -237,54 +209,35 @@ class CoreView(Protocol):
     num_steps: int  # steps updated so far
 
     @property
-    def num_held_seqs(self) -> int:
-        """Finished requests still holding a slot for this plan (async scheduling)."""
-        ...
+    def num_held_seqs(self) -> int: ...
 
     @property
     def kv(self) -> BlockPool: ...
 
-    def preempt(self, request: Request) -> None:
-        """Recompute preemption: drop ``request``'s KV cache, requeue it at the front."""
-        ...
+    def preempt(self, request: Request) -> None: ...
 
-    def swap_out(self, request: Request) -> None:
-        """Swap preemption: free its GPU blocks, keep its computed tokens, requeue it."""
-        ...
+    def swap_out(self, request: Request) -> None: ...
 
 
 class Scheduler(Protocol):
     """A scheduling policy.
 
-    ``schedule`` reads the core's ``waiting`` and ``running`` queues and KV
-    pool, moves requests between them (admission, preemption via
-    ``core.preempt``), reserves the KV blocks of the next step, and returns
-    its output. It must not advance token counters: ``EngineCore.update`` does
-    that after the executor has run the step. The same object serves the
-    simulator and the real engine, so it may not look at any clock but
-    ``now_s``.
+    ``schedule`` moves requests between the core's queues (admission, preemption),
+    reserves the next step's KV blocks and returns its output; it never advances
+    token counters (``EngineCore.update`` does) and reads no clock but ``now_s``.
+    ``padding_contexts``: contexts of discarded slots the next step computes
+    (static batching's finished members). ``wake_at_s``: after an empty output,
+    when to schedule again even if nothing arrives, or None.
     """
 
     @property
-    def async_scheduling(self) -> bool:
-        """Whether the executor plans each step while the previous one runs (vLLM's
-        async scheduling); the core reads it once (``EngineCore.async_scheduling``)."""
-        ...
+    def async_scheduling(self) -> bool: ...
 
-    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
-        """The next step at time ``now_s`` (seconds)."""
-        ...
+    def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput: ...
 
-    def padding_contexts(self, core: CoreView) -> Sequence[int]:
-        """Contexts (tokens) of the slots the next step computes besides its scheduled
-        requests, each a discarded token: a real cost of the policy (static
-        batching's finished members), priced and logged as decode slots."""
-        ...
+    def padding_contexts(self, core: CoreView) -> Sequence[int]: ...
 
-    def wake_at_s(self, core: CoreView) -> float | None:
-        """After an empty output: when to schedule again even if nothing arrives
-        (a static batch's longest wait), or None."""
-        ...
+    def wake_at_s(self, core: CoreView) -> float | None: ...
 
 
 # -- the engine core ----------------------------------------------------------------
@@ -313,9 +266,8 @@ class CommitRecorder(Protocol):
     def on_commit(
         self, core: EngineCore, output: SchedulerOutput, start_s: float, ends_s: list[float]
     ) -> None:
-        """``output``'s step ran from ``start_s``, and ``len(ends_s) - 1`` plain decode
-        steps of the same requests after it (a speed path's run), ending at ``ends_s``."""
-        ...
+        """``output``'s step ran from ``start_s``, then ``len(ends_s) - 1`` plain decode
+        steps of the same requests (a speed path's run), ending at ``ends_s``."""
 
 
 class EngineCore:
@@ -341,22 +293,16 @@ class EngineCore:
         self._finished_in_step: list[Request] = []  # to take out of `running` at commit
         self.new_logs()
         self.rejections: dict[int, str] = {}
-        # Async scheduling (vLLM's AsyncScheduler), as the policy asks: the plan
-        # of step N+1 is made while step N runs, so it cannot see requests that
-        # arrived after step N started, and requests finishing in step N still
-        # hold their slot and KV blocks while it is made. The executor plans
-        # after committing step N and passes the start of step N as
-        # ``schedule``'s ``visible_until_s``; finished requests' blocks are
-        # freed once that plan is made (``held``).
+        # Async scheduling (vLLM's AsyncScheduler): step N+1 is planned while step N
+        # runs, blind to arrivals after step N's start (``visible_until_s``), with
+        # step N's finished requests still holding slots and blocks (``held``).
         self.async_scheduling = policy.async_scheduling
         self.held: list[Request] = []
         self.num_deferred_at_plan = 0  # hidden arrivals (+ held, if any waited) at the last plan
         # Runs of tokens after the first, for requests whose tokens were
         # interrupted (preemption): request_id -> [(first token time, tokens before)].
         self.later_runs: dict[int, list[tuple[float, int]]] = {}
-        # Gaps between tokens that do not follow their predecessor by one step,
-        # and when each gap began (engine time of the token before it, s): the
-        # frontend model maps both ends to client times.
+        # Gaps between tokens not one step apart, and when each began (s).
         self.extra_itl_s: list[float] = []
         self.extra_itl_from_s: list[float] = []
         self.recorder: CommitRecorder | None = None  # None: normal runs pay one test per commit
@@ -395,12 +341,8 @@ class EngineCore:
         return len(self.held)
 
     def schedule(self, now_s: float, visible_until_s: float | None = None) -> SchedulerOutput:
-        """Ask the policy for the next step, which starts at ``now_s``, and sample
-        the queue state.
-
-        ``visible_until_s`` (async scheduling): requests that became ready after
-        it stay in the queue but out of the policy's sight for this step.
-        """
+        """The policy's next step, starting at ``now_s``; samples the queues. Requests
+        ready after ``visible_until_s`` (async scheduling) stay hidden from it."""
         hidden: list[Request] = []
         if visible_until_s is not None:
             waiting = self.waiting  # later arrivals are at the back, in ready order
@@ -410,9 +352,7 @@ class EngineCore:
                 hidden.append(waiting.pop())
         output = self.policy.schedule(self, now_s)
         self.scheduled_at_s = now_s
-        # Held requests matter to the next plan only through the seats and blocks
-        # they free: to someone still waiting. With nobody waiting, the plans that
-        # follow are the same whether they are freed now or a step later.
+        # Held requests matter only to someone still waiting (their seats and blocks).
         self.num_deferred_at_plan = len(hidden) + (len(self.held) if self.waiting else 0)
         if hidden:
             self.waiting.extend(reversed(hidden))
@@ -443,10 +383,9 @@ class EngineCore:
 
     # -- update: the step's output ------------------------------------------
     def update(self, output: SchedulerOutput, end_s: float) -> None:
-        """The step of ``output`` ran from its scheduling to ``end_s`` (s): advance the
-        computed tokens, then sample a token for each request that caught up (and
-        its kept draft tokens, with speculative decoding), finishing those that are
-        done; log the step."""
+        """``output``'s step ran from its scheduling to ``end_s`` (s): advance the
+        counters, emit a token (plus kept drafts) for each request that caught up,
+        finish those done, log the step."""
         start_s = self.scheduled_at_s
         if self.recorder is not None:
             self.recorder.on_commit(self, output, start_s, [end_s])
@@ -470,8 +409,7 @@ class EngineCore:
                     and request.last_token_step == previous
                     and generated + 1 < request.num_output_tokens
                 ):
-                    # Inline _emit for the common case (hot path): a decode
-                    # token right after the previous one, not the last.
+                    # _emit inlined (hot path): a decode right after the last, not final.
                     request.num_generated_tokens = generated + 1
                     request.last_token_step = step
                     request.last_token_s = end_s
@@ -498,8 +436,7 @@ class EngineCore:
             )
 
     def _emit(self, request: Request, step: int, time_s: float, num_tokens: int) -> int:
-        """Sample ``num_tokens`` output tokens at once; return 1 if they continue an
-        unbroken run (one inter-token gap: they reach the client together)."""
+        """Emit ``num_tokens`` tokens at once; 1 if they continue an unbroken run."""
         continuing = request.last_token_step == step - 1
         if not continuing:
             self.break_run(request, time_s)
@@ -514,7 +451,7 @@ class EngineCore:
 
     # -- finishes ----------------------------------------------------------
     def finish(self, request: Request, time_s: float) -> None:
-        """``request`` emitted its last token at ``time_s``: free its blocks, record it."""
+        """``request``'s last token at ``time_s``: free its blocks, record it."""
         request.finish_s = time_s
         self._finished_in_step.append(request)
         if self.async_scheduling:
@@ -524,8 +461,7 @@ class EngineCore:
         self._done(request)
 
     def remove_finished(self) -> None:
-        """Take the requests finished since the last call out of ``running`` (commit
-        calls it; an executor that finishes a request itself, e.g. on EOS, too)."""
+        """Take the requests finished since the last call out of ``running``."""
         finished = self._finished_in_step
         if len(finished) <= 4:  # the usual case: remove in C, no rebuild
             running = self.running
@@ -580,8 +516,7 @@ class EngineCore:
         self.waiting.appendleft(request)
 
     def swap_out(self, request: Request) -> None:
-        """Swap preemption: free the GPU blocks but keep the computed tokens
-        (their KV now lives in CPU memory, see ``sim.engine.kv_cache``); requeue at the front."""
+        """Swap preemption: free the GPU blocks, keep the computed tokens, requeue."""
         self.kv.free(request, self._num_unhashed_tokens(request))
         request.num_preemptions += 1
         request.num_swaps += 1
@@ -589,19 +524,9 @@ class EngineCore:
 
     def _num_unhashed_tokens(self, request: Request) -> int:
         """Of ``request``'s computed tokens, those vLLM has no block hash for when it
-        preempts it in the plan being made: under async scheduling, the token the
-        step in flight (servesim's last step) computed, if the step before sampled it.
-
-        vLLM (0.24, as every release with async scheduling) caches a request's full
-        blocks in ``KVCacheManager.allocate_slots`` up to ``min(num_computed_tokens +
-        num_new_tokens, request.num_tokens)``, the token ids it knows, and in
-        ``AsyncScheduler._update_request_with_output`` up to ``num_computed_tokens -
-        num_output_placeholders``; a preemption comes before the victim's own
-        ``allocate_slots``. So with ``c`` tokens computed after the step in flight, a
-        request that sampled in that step and the one before (a decode: its input
-        token was a placeholder when the step was planned) has ``c - 1`` tokens
-        hashed, one that did not sample in the step before (a prefill's last chunk:
-        prompt ids are known) or in the step in flight (a chunk) all ``c``."""
+        preempts it: under async scheduling, the in-flight step's token if the step
+        before sampled too (its input was a placeholder when planned; vLLM hashes up
+        to ``num_computed_tokens - num_output_placeholders``)."""
         if not self.async_scheduling or request.last_token_step != self.num_steps - 1:
             return 0
         # Its last run of tokens (sim.engine.tokens) began at its first token, or at
@@ -612,8 +537,7 @@ class EngineCore:
 
     # -- logs --------------------------------------------------------------
     def new_logs(self) -> None:
-        """An empty step log, queue series and record table (an accelerator that
-        gives up part way clears what it wrote)."""
+        """An empty step log, queue series and record table."""
         self.steps = StepLog()
         self.series = Columns(SERIES_COLUMNS)
         # Direct references: sampling the state runs once per plan.
@@ -631,10 +555,8 @@ class EngineCore:
         self._record_replica = self.records.group("i4", ("replica",)).append
 
     def take_records(self) -> dict[str, npt.NDArray[Any]]:
-        """The records' columns (``records.views()``), handed over: the core keeps
-        an empty table, so the views hold the only reference to the rows, and a
-        result that copies them (in request order) frees the original (~130
-        bytes a request) instead of holding both while the core lives."""
+        """The records' columns, handed over: the core keeps an empty table, so a
+        result that copies them frees the original (~130 bytes a request)."""
         views = self.records.views()
         self._new_records()
         return views
@@ -657,15 +579,10 @@ class EngineCore:
 class Continuous:
     """Continuous batching in the style of vLLM v1.
 
-    Each step: running requests first (decodes and unfinished prefill chunks), in
-    the order they were admitted, each taking what it wants of the token budget;
-    when the KV pool cannot hold a running request's next tokens, the newest
-    running request is preempted (by recompute, or by swap when configured) until
-    it can. Then, if nothing was preempted, waiting requests are admitted
-    first-come first-served while the sequence limit, the token budget and the KV
-    pool allow. With chunked prefill a prompt may be cut to fit the remaining
-    budget; without it a prompt is scheduled whole or waits. The policy holds no
-    state between steps besides its settings.
+    Each step: running requests first, in admission order, each taking what it
+    wants of the token budget, preempting the newest running request while the KV
+    pool is short; then, if nothing was preempted, waiting requests FCFS within
+    the sequence limit, the budget and the pool (cut to fit with chunked prefill).
     """
 
     def __init__(
@@ -681,26 +598,18 @@ class Continuous:
         # vLLM's long_prefill_token_threshold: 0 is off, so never caps.
         self.max_tokens_per_request = config.long_prefill_token_threshold or None
         self.reserve_full_sequence = bool(config.scheduler_reserve_full_isl)
-        # Preemption by swap (``preemption: swap``): the CPU swap space; None
-        # preempts by recompute.
-        self.swap = swap
+        self.swap = swap  # None: preempt by recompute
         self._extra_s = 0.0  # swap copy time of the step being planned, s
         self._preempted: list[Request] = []  # victims of the step being planned
-        # vLLM's async scheduling: the executor (sim.serving.replica) plans each
-        # step while the previous one runs.
         self.async_scheduling = async_scheduling
 
     def padding_contexts(self, core: CoreView) -> Sequence[int]:
-        """None: every slot of a step is a scheduled request."""
         return NO_PADDING
 
     def wake_at_s(self, core: CoreView) -> float | None:
-        """None: an idle engine waits for an arrival."""
         return None
 
     def schedule(self, core: CoreView, now_s: float) -> SchedulerOutput:
-        """The next step: the running requests (preempting when the pool runs
-        short), then, if nobody was preempted, the waiting ones (``_admit``)."""
         self._extra_s = 0.0
         self._preempted = []
         output = self._schedule(core, now_s)
@@ -751,9 +660,8 @@ class Continuous:
             i += 1
         if preempted:
             if not scheduled:
-                # The request being placed was itself the victim and nothing ran
-                # before it (priority victims need not be the last): vLLM's step
-                # is empty and it schedules again at once, with the pool freed.
+                # The request placed was its own victim with nothing before it:
+                # vLLM's step is empty and it schedules again at once.
                 extra_s, self._extra_s = self._extra_s, 0.0
                 output = self._schedule(core, now_s)
                 self._extra_s += extra_s  # (summed in this order: the seconds to the bit)
@@ -778,8 +686,7 @@ class Continuous:
         core.preempt(victim)
 
     def _admit(self, core: CoreView, scheduled: Scheduled, budget: int, now_s: float) -> None:
-        """Admit waiting requests FCFS until the queue drains or its head does not
-        fit: the sequence limit, the token budget or the KV pool."""
+        """Admit waiting requests FCFS until one does not fit."""
         kv, waiting, running = core.kv, core.waiting, core.running
         max_running = self.max_num_seqs - core.num_held_seqs  # held: async scheduling
         while waiting:
@@ -797,8 +704,7 @@ class Continuous:
             num_new = min(wanted, budget)
             target = request.num_computed_tokens + num_cached + num_new
             # vLLM >= 0.19 (scheduler_reserve_full_isl): the pool must hold the whole
-            # sequence (prompt, and output so far for a preemption victim) after its
-            # prefix-cache hits, not just this chunk; which also covers the chunk.
+            # sequence, not just this chunk.
             if not kv.can_allocate(
                 request, request.num_tokens if self.reserve_full_sequence else target
             ):
@@ -806,8 +712,7 @@ class Continuous:
             waiting.popleft()
             kv.allocate(request, target)
             if kv.caches_prefixes and not request.num_computed_tokens:
-                # vLLM's PrefixCacheStats: a lookup on every admission that makes one
-                # (get_computed_blocks: fresh, or back from a recompute preemption).
+                # vLLM's PrefixCacheStats: a lookup per admission that makes one.
                 request.num_prefix_lookups += 1
                 request.num_prefix_query_tokens += request.num_tokens
                 request.num_prefix_hit_tokens += num_cached

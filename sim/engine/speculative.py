@@ -1,60 +1,31 @@
 """Speculative decoding: a proposer drafts k tokens, the target verifies them at once.
 
-Per decode step of a request, the proposer (a draft model, an EAGLE head, or
-n-gram lookup in the request's own tokens: ``SpeculativeConfig.method``, as
-vLLM's ``speculative_config.method``) drafts ``k`` tokens and the target
-checks the ``k + 1`` positions (the last sampled token and the ``k`` drafts)
-in one forward pass. What a step costs, part by part, is
-``sim.cost.speculative``'s (a model proposer runs after every step, so the
-drafts a request's first decode step verifies were proposed, and priced, after
-the step that finished its prompt).
-
-Acceptance. Each draft token is accepted independently with probability
-``α`` (``acceptance_rate``: the standard model of Leviathan et al., 2023),
-and a step keeps the drafts up to the first rejected one plus one token of
-the target's own (the correction, or the bonus token when all ``k`` are
-accepted). The ``i``-th draft is kept with probability ``α^i``, so the
-tokens a step emits are on average::
+Per decode step the proposer (``SpeculativeConfig.method``, as vLLM's) drafts
+``k`` tokens and the target checks the ``k + 1`` positions in one forward pass,
+priced by ``sim.cost.speculative`` (a model proposer runs after every step, so the
+drafts a request's first decode step verifies were proposed, and priced, after the
+step that finished its prompt). Each draft is accepted independently with
+probability ``α`` (Leviathan et al., 2023); a step keeps the drafts up to the
+first rejected one plus one token of the target's own, on average::
 
     E(k, α) = 1 + α + α² + … + α^k = (1 − α^(k+1)) / (1 − α)   (= k + 1 when α = 1)
 
-(vLLM reports it as the mean acceptance length; the acceptance rate it
-reports, accepted over proposed drafts, is ``(E − 1) / k``.) With ``α = 0`` a
-step emits one token, as plain decoding, at the cost of the proposer and of
-a ``k + 1``-token verification.
+Which tokens a step emits is deterministic: request ``r`` has a phase ``φ_r``
+(golden-ratio sequence) and emits ``floor(φ_r + (s + 1) E) − floor(φ_r + s E)``
+tokens at its ``s``-th speculative step, capped by what it has left: ``n E``
+over ``n`` steps to within one, without a random stream.
 
-Which tokens a step emits is deterministic, not drawn: request ``r`` has a
-fixed phase ``φ_r`` (the fractional part of ``r`` times the golden ratio, so
-requests are not in lockstep) and emits, at its ``s``-th speculative step,
-``floor(φ_r + (s + 1) E) − floor(φ_r + s E)`` tokens (between ``floor(E)`` and
-``ceil(E)``), capped by the tokens it still has to emit. Over any ``n`` steps a
-request emits ``n E`` tokens to within one, runs are reproducible without a
-random stream, and the mean is exactly ``E``; the spread of a real acceptance
-process is not modelled. Draft tokens are always ``k`` (a real engine does
-not know where a request ends).
+n-gram misses: with ``match_probability`` ``q < 1`` a decoding sequence's step
+finds a match with probability ``q`` (drawn from the policy's generator); a
+miss emits one token as a one-token chunk (``SchedulerOutput.undrafted``) and
+does not advance the schedule, so a step emits ``1 − q + q E`` on average.
 
-n-gram misses. vLLM's n-gram proposer drafts nothing for a sequence whose last
-n-gram has no earlier match. With ``match_probability`` ``q < 1`` each decoding
-sequence's step finds a match with probability ``q``, drawn from the
-generator the run gives its policy (same seed, same draws); a miss emits one
-token, is listed in ``SchedulerOutput.undrafted`` (its step's shape holds it
-as a one-token chunk, not a decode the cost turns into a ``k + 1``-token
-verification) and does not advance the request's schedule above, so ``E``
-applies to matched steps only and a step emits ``1 − q + q E`` on average.
-
-Token times: the tokens of one step are all emitted at its end (gaps of 0
-between them). ``ITL`` counts one gap per step and request, as
-``vllm bench serve`` does with streamed chunks that carry several tokens, so
-under speculation mean ITL exceeds TPOT. ``Result.token_times_s`` assumes one
-token per step and is not available under speculation.
-
-Simplifications, stated: the plan runs one step per event (no skip-ahead, as
-per-request token counts vary between steps); draft tokens do not count against
-``max_num_batched_tokens``; the KV cache holds accepted tokens only (the
-verification's lookahead slots are transient). A ``draft_model``'s weights and
-KV layers do shrink the target's KV pool (``sim.hardware.kv_capacity``); an
-EAGLE head's (one layer, under a tenth of the target's weights and KV) and a
-``draft_cost_fraction`` (it names no model) are not counted.
+A step's tokens are all emitted at its end, so ITL (one gap per step, as
+``vllm bench serve`` counts chunks) exceeds TPOT. Simplifications: one step per
+event (no skip-ahead); drafts do not count against ``max_num_batched_tokens``;
+the KV cache holds accepted tokens only; an EAGLE head's and a
+``draft_cost_fraction``'s memory are not taken from the KV pool (a
+``draft_model``'s is, ``sim.hardware.kv_capacity``).
 """
 
 from __future__ import annotations
@@ -78,14 +49,10 @@ GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0,
 class SpeculativeConfig(BaseModel):
     """``speculative:`` in a scenario: k draft tokens per step accepted at rate α.
 
-    ``method`` names the proposer as vLLM's ``speculative_config.method`` does:
-    ``draft_model`` (give ``draft_model``: a model preset or inline spec),
-    ``eagle`` or ``eagle3`` (a head derived from the scenario's model), or
-    ``ngram`` (prompt lookup, CPU only); each priced from its parts
-    (``sim.cost.speculative``). Without ``method``, give exactly one of
-    ``draft_model`` (then the method is ``draft_model``) and
-    ``draft_cost_fraction`` (one draft decode step costs this fraction of the
-    target's: a formula of the scenario's own, not parts).
+    ``method``: vLLM's ``draft_model`` (give ``draft_model``), ``eagle``,
+    ``eagle3`` or ``ngram``, each priced from its parts. Without it, give exactly
+    one of ``draft_model`` and ``draft_cost_fraction`` (a draft decode step's cost
+    as a fraction of the target's).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -95,18 +62,12 @@ class SpeculativeConfig(BaseModel):
     method: ProposerKind | None = None
     draft_model: ModelRef | None = None
     draft_cost_fraction: float | None = Field(default=None, gt=0, le=1)
-    # n-gram only: the probability that a decoding sequence's last n-gram has an
-    # earlier match, so the proposer drafts k tokens; otherwise it drafts none and
-    # the sequence verifies its one token (vLLM's NgramProposer). Default 1.0:
-    # every step matches (the upper bound). A workload's figure comes from its
-    # traces: docs/speculative.md has SpecDecode-Bench's, 0.33 (ShareGPT) and
-    # 0.88 (InstructCoder) for Llama-3.1-8B.
+    # n-gram only: the probability that a step's last n-gram has an earlier match
+    # (1.0: the upper bound; docs/speculative.md has measured figures).
     match_probability: float = Field(default=1.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _one_draft_cost(self) -> SpeculativeConfig:
-        # 1.0 (every step drafts) is what the other proposers mean, and what a dumped
-        # scenario writes back: capacity, plan and sweep validate their points from one.
         if self.match_probability != 1.0 and self.method != "ngram":
             raise ValueError("match_probability is the ngram method's (set method: ngram)")
         if self.method is None or self.method == "draft_model":
@@ -129,8 +90,7 @@ class SpeculativeConfig(BaseModel):
 
     @property
     def expected_tokens_per_step(self) -> float:
-        """Mean tokens a decode step emits: ``E(k, α)`` when the proposer drafts,
-        one when it finds no match (probability ``1 − match_probability``)."""
+        """Mean tokens a decode step emits: ``1 − q + q E(k, α)``."""
         drafted = expected_tokens_per_step(self.num_draft_tokens, self.acceptance_rate)
         return 1.0 + self.match_probability * (drafted - 1.0)
 
@@ -156,8 +116,7 @@ def tokens_at_step(phase_: float, step: int, expected: float) -> int:
 def speculative_cost(
     config: SpeculativeConfig, target: CostModel, model: ModelSpec, hardware: HardwareSpec
 ) -> SpeculativeCost:
-    """The target's cost model (``model`` on ``hardware``) with ``config``'s
-    speculative step priced from its parts (``sim.cost.speculative``)."""
+    """The target's cost model with ``config``'s speculative step priced."""
     return speculative_step_cost(
         target,
         model,
@@ -170,13 +129,8 @@ def speculative_cost(
 
 
 class SpeculativeScheduler:
-    """Wraps any scheduler: its plan, run one step at a time, with speculative decodes.
-
-    For each request the inner plan decodes, the number of tokens it emits
-    comes from the deterministic schedule (module docstring), capped by the
-    tokens it has left and by the KV blocks it holds or can get without
-    preempting anyone (never below the one token plain decoding gives).
-    """
+    """Wraps any scheduler: its plan, with each decode's tokens from the schedule
+    (module doc), capped by the KV blocks it can get without preempting anyone."""
 
     # vLLM turns async scheduling off with speculative decoding: planned step by step.
     async_scheduling = False
@@ -233,11 +187,8 @@ class SpeculativeScheduler:
 def speculative_summary(
     config: SpeculativeConfig, requests: RequestTable, steps: StepTable
 ) -> dict[str, float | int | None]:
-    """summary.json keys: k, α, the expected and the simulated tokens per decode step.
-
-    Simulated: tokens emitted by decode steps (all but each request's first)
-    over the decode slots the step log counts.
-    """
+    """summary.json keys: k, α, the expected and the simulated tokens per decode step
+    (tokens after each request's first over the step log's decode slots)."""
     generated = requests["num_generated_tokens"]
     decode_tokens = int(generated.sum() - (generated > 0).sum())
     slots = steps.total("num_decode_seqs")

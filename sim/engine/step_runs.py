@@ -1,17 +1,12 @@
 """The step log: every engine step's times and token counts, stored by runs.
 
-Every token time and inter-token gap is derived from it (``sim.engine.tokens``), so
-nothing is stored per token. Only each step's end time is stored per step (8
-bytes). Everything else is stored once per *segment*: one ``add_step``, or one
-skip-ahead run of k decode steps of one shape (``add_decode_run``), whose
-steps each start where the one before ended. A million base requests log ~14
-million steps in ~4 million segments: ~230 MB instead of ~460 MB of rows.
-
-A finished log is read as numpy arrays: one replica's (``StepRuns``) or a run's
-(``StepTable``). Consumers work on that compact form; ``frame()`` expands it to
-one row per step (``STEP_COLUMNS``), the form ``steps.parquet`` and
-``Result.steps`` show, only when asked: it is the costly form (44 bytes a
-step with ``replica`` and ``delivered_s``, ~630 MB for a million requests).
+Every token time is derived from it (``sim.engine.tokens``), nothing is stored
+per token. Each step's end time is stored per step (8 bytes), the rest once per
+*segment*: one ``add_step``, or a skip-ahead run of k decode steps of one shape
+(``add_decode_run``), each starting where the one before ended (a million
+requests: ~230 MB instead of ~460 MB of rows). It is read as numpy arrays
+(``StepRuns``, ``StepTable``); ``frame()`` expands it to one row per step
+(``STEP_COLUMNS``) only when asked (44 bytes a step).
 """
 
 from __future__ import annotations
@@ -34,30 +29,24 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
-# One row per step once expanded (the dtypes of ``frame()``).
 STEP_COLUMNS = {"start_s": "f8", "end_s": "f8", **dict.fromkeys(COUNT_COLUMNS, "i4")}
-# One row per segment: its first step's start, its number of steps, and the
-# counts every one of its steps has.
+# One row per segment: its first step's start, its number of steps, and its counts.
 SEGMENT_COUNTS = ("num_steps", *COUNT_COLUMNS)  # the segments' i4 group, in row order
 SEGMENT_COLUMNS = {"start_s": "f8", **dict.fromkeys(SEGMENT_COUNTS, "i4")}
-_SLICE_STEPS = 1 << 20  # steps per slice when delivery times are worked out (~40 MB)
+SLICE_STEPS = 1 << 20  # steps per slice when delivery times are worked out (~40 MB)
 
 
 class StepLog:
     """``start_s``, ``end_s`` and token counts of each step, in order.
 
-    ``num_itl_tokens`` counts the tokens emitted in the step by requests that
-    also emitted one in the step before: each such token is one inter-token
-    gap equal to the step's duration (a decoding request never sees the
-    engine idle). ``num_outputs`` counts the requests that got output in the
-    step (a token, or several with speculation): the frontend's work for the
-    step (``sim.serving.frontend``).
+    ``num_itl_tokens``: tokens emitted by requests that also emitted in the step
+    before, each an inter-token gap of the step's duration. ``num_outputs``:
+    requests that got output in the step (the frontend's work).
     """
 
     def __init__(self) -> None:
         self._ends = array("d")
         self.segments = Columns(SEGMENT_COLUMNS)
-        # One call per dtype and segment: this runs once per event.
         self._start = self.segments.group("f8", ("start_s",)).append
         self._counts = self.segments.group("i4", SEGMENT_COUNTS).extend
 
@@ -70,7 +59,6 @@ class StepLog:
         num_itl_tokens: int,
         num_outputs: int,
     ) -> None:
-        """Log one step."""
         self._ends.append(end_s)
         self._start(start_s)
         self._counts((1, num_prefill_tokens, num_decode_seqs, num_itl_tokens, num_outputs))
@@ -82,11 +70,8 @@ class StepLog:
         num_decode_seqs: int,
         num_itl_tokens: int,
     ) -> None:
-        """Log k decode-only steps back to back; the first starts at ``start_s``.
-
-        Every request of the run continues its tokens in each of them, so it
-        is both an inter-token gap and an output. One segment, whatever k.
-        """
+        """Log k decode-only steps back to back from ``start_s``, as one segment (each
+        request's token in each is both an inter-token gap and an output)."""
         if not ends_s:
             return
         self._ends.extend(ends_s)
@@ -95,8 +80,7 @@ class StepLog:
 
     @property
     def ends(self) -> array[float]:
-        """Each step's end time (s): the log's own array, for a writer that logs steps
-        elsewhere and adds their segments to ``segments``."""
+        """Each step's end time (s): the log's own array."""
         return self._ends
 
     def runs(self, replica: int = 0) -> StepRuns:
@@ -110,13 +94,9 @@ class StepLog:
 
 @dataclass(frozen=True)
 class Delivered:
-    """When each step's outputs reached the client (``sim.serving.frontend``): a rule
-    and its exceptions, not a time per step.
-
-    A step the frontend finds idle is delivered at its end plus
-    ``step_s + per_output_s * num_outputs``; only the steps of stretches where
-    it lagged are listed (``lagged_steps``, in order) with their times.
-    """
+    """When each step's outputs reached the client (``sim.serving.frontend``): at its
+    end plus ``step_s + per_output_s * num_outputs``, but the steps where the
+    frontend lagged, listed with their times (``lagged_steps``, in order)."""
 
     step_s: float
     per_output_s: float
@@ -128,8 +108,8 @@ class Delivered:
     ) -> FloatArray:
         """Delivery times of consecutive steps from ``first_step`` (NaN: no output)."""
         out = np.full(end_s.shape, np.nan)
-        for start in range(0, end_s.size, _SLICE_STEPS):  # (temporaries of a slice only)
-            part = slice(start, start + _SLICE_STEPS)
+        for start in range(0, end_s.size, SLICE_STEPS):  # (temporaries of a slice only)
+            part = slice(start, start + SLICE_STEPS)
             outputs = num_outputs[part]
             has = outputs > 0
             # The frontend's own formula, to the bit (sim.serving.frontend).
@@ -143,11 +123,8 @@ class Delivered:
 
 @dataclass(frozen=True)
 class StepRuns:
-    """One replica's steps: ``end_s`` per step, the rest per segment.
-
-    ``delivery``, when set, says when each step's outputs reached the client
-    (``delivered_s`` of ``frame()``).
-    """
+    """One replica's steps: ``end_s`` per step, the rest per segment; ``delivery``,
+    when set, gives ``frame()``'s ``delivered_s``."""
 
     end_s: FloatArray
     segments: dict[str, npt.NDArray[Any]]
@@ -164,7 +141,6 @@ class StepRuns:
         return int(self.end_s.size)
 
     def with_delivery(self, delivery: Delivered) -> StepRuns:
-        """The same steps with their client delivery times."""
         return dataclasses.replace(self, delivery=delivery)
 
     def column(self, name: str) -> npt.NDArray[Any]:
@@ -197,13 +173,9 @@ class StepRuns:
         return int(np.dot(counts, self.segments["num_steps"].astype(np.int64)))
 
     def overlapping(self, start_s: float, end_s: float) -> IntArray:
-        """Indices, in order, of the steps with ``end > start_s`` and ``start < end_s``.
-
-        Expands no column: a replica runs one step at a time, so a step starts
-        no earlier than the one before it ended, and only steps whose
-        predecessor ended before ``end_s`` can start before it; their starts
-        alone are worked out (``rows``).
-        """
+        """Indices, in order, of the steps with ``end > start_s`` and ``start < end_s``,
+        expanding no column (only steps whose predecessor ended before ``end_s`` can
+        start before it: their starts alone are worked out)."""
         ends = self.end_s
         previous_ends = np.empty_like(ends)
         previous_ends[:1] = -np.inf
@@ -243,8 +215,7 @@ class StepRuns:
         return columns
 
     def frame(self, with_replica: bool = False) -> pd.DataFrame:
-        """One row per step: ``STEP_COLUMNS``, then ``replica`` if asked, then
-        ``delivered_s`` when known."""
+        """One row per step: ``STEP_COLUMNS``, ``replica`` if asked, ``delivered_s``."""
         return frame_of(self.frame_columns(with_replica))
 
 
@@ -259,7 +230,6 @@ class StepTable:
         return sum(part.num_steps for part in self.parts)
 
     def part(self, replica: int) -> StepRuns:
-        """The steps of one replica."""
         for part in self.parts:
             if part.replica == replica:
                 return part

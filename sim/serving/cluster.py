@@ -1,20 +1,8 @@
 """Several replicas behind a router, or disaggregated prefill and decode pools.
 
-The ``cluster:`` section of a scenario. Without it (or with ``num_replicas:
-1``) a run is the single replica it always was. Each replica has its own
-engine core, KV pool and step log; results concatenate them, with a
-``replica`` column in the request table, the step log and the time series.
-
-    cluster:
-      num_replicas: 4
-      lockstep: false                      # true: DP ranks of an MoE model (see lockstep.py)
-      router: least_outstanding_requests   # or round_robin, least_outstanding_tokens,
-                                           # power_of_two, prefix_affinity, central_queue
-      disaggregation:                      # optional: prefill and decode pools instead
-        num_prefill_replicas: 1
-        num_decode_replicas: 3
-        kv_transfer_bandwidth_bytes_per_s: 5.0e+10
-        kv_transfer_latency_s: 1.0e-4
+The ``cluster:`` section of a scenario. Each replica has its own engine core,
+KV pool and step log; results concatenate them with a ``replica`` column.
+Examples: ``scenarios/replicas.yaml``, ``scenarios/disaggregated.yaml``.
 """
 
 from __future__ import annotations
@@ -72,8 +60,7 @@ class ClusterConfig(BaseModel):
     def _check_replicas(self) -> ClusterConfig:
         split = self.disaggregation
         if self.central_queue_slots is not None and self.router != "central_queue":
-            # Only a central queue holds requests back from a replica; another router
-            # sends each at once, so the figure would change nothing, silently.
+            # Another router sends each request at once: the figure would change nothing.
             raise ValueError(
                 f"central_queue_slots is router central_queue's, not {self.router}'s "
                 "(set router: central_queue, or remove central_queue_slots)"
@@ -91,7 +78,6 @@ class ClusterConfig(BaseModel):
 
     @property
     def total_replicas(self) -> int:
-        """All replicas, prefill and decode ones included."""
         split = self.disaggregation
         if split is None:
             return self.num_replicas
@@ -151,13 +137,9 @@ def _imbalance(counts: list[int]) -> float | None:
 
 
 def cluster_summary(requests: RequestTable, config: ClusterConfig) -> dict[str, Any]:
-    """Summary keys of a cluster run: replicas, router, completed per replica, imbalance.
-
-    ``replica_completed[i]`` counts completed requests that replica ``i``
-    served; with disaggregation a request counts once at its prefill replica
-    and once at its decode replica (prefill replicas first), and
-    ``replica_imbalance`` is the larger of the two pools' max/mean.
-    """
+    """Summary keys of a cluster run: replicas, router, completed per replica, imbalance
+    (with disaggregation a request counts at both its replicas, prefill ones first,
+    and the imbalance is the larger of the two pools')."""
     done = completed_mask(requests)
     replica = np.asarray(requests["replica"])[done]
     total = config.total_replicas
@@ -193,11 +175,8 @@ def cluster_summary(requests: RequestTable, config: ClusterConfig) -> dict[str, 
 
 
 def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
-    """The time series of several replicas as one: queues summed, KV usage averaged.
-
-    Each replica's samples hold until its next one (0 before its first).
-    A frame with one replica (or no ``replica`` column) is returned as is.
-    """
+    """The time series of several replicas as one: queues summed, KV usage averaged,
+    each replica's samples holding until its next (0 before its first)."""
     if "replica" not in series.columns or series["replica"].nunique() <= 1:
         return series
     columns = [c for c in ("num_waiting", "num_running", "kv_cache_usage") if c in series]
@@ -218,12 +197,8 @@ def request_token_times_s(
     replica: int,
     prefill_replica: int | None = None,
 ) -> FloatArray:
-    """Token times of one request from its replica's steps (``sim.engine.tokens``).
-
-    ``first_token_s`` is the engine time (no detokenization). With
-    disaggregation the first run of tokens (the first token) is on
-    ``prefill_replica`` and the later runs on ``replica``.
-    """
+    """Engine token times of one request from its replica's steps (``sim.engine.tokens``);
+    with disaggregation the first token is on ``prefill_replica``, the rest on ``replica``."""
 
     def ends(index: int) -> FloatArray:
         if isinstance(steps, StepTable):

@@ -1,22 +1,15 @@
 """Disaggregated prefill and decode: two pools, the KV cache moved between them.
 
-A request goes to a prefill replica as a one-output-token copy of itself: the
-prefill replica runs the prompt (chunked, batched, preempted like any other)
-up to the first token, then the request leaves with its KV cache, and the
-prefill replica frees its blocks at once (as if the KV were copied out to a
-staging buffer). The KV cache, ``num_prompt_tokens × kv_bytes_per_token``
-bytes, then moves to a decode replica in
+A request goes to a prefill replica as a one-output-token copy of itself, which
+frees its blocks once it has the first token; its KV cache
+(``num_prompt_tokens × kv_bytes_per_token`` bytes) then moves to a decode
+replica in
 
     kv_transfer_s = kv_transfer_latency_s + bytes / kv_transfer_bandwidth_bytes_per_s
 
-Links are uncontended: each transfer has the whole bandwidth, however many
-run at once (one NIC per GPU pair, say). On arrival the request queues at
-the decode replica with its prompt computed and one token generated; being
-admitted there needs KV blocks for all its tokens, and it decodes from the
-second token on (a preemption there recomputes the prompt on the decode
-replica). TTFT is the first token on the prefill replica; the transfer shows
-in the first inter-token gap, hence in TPOT and end-to-end latency. Requests
-with one output token are done after prefill and never move.
+over an uncontended link, and queues there with its prompt computed and one
+token generated. TTFT is the prefill replica's; the transfer shows in the first
+inter-token gap. One-token requests never move.
 """
 
 from __future__ import annotations
@@ -91,11 +84,11 @@ class Disaggregated:
         self.transfers = Columns(TRANSFER_COLUMNS)
 
     def set_horizon(self, horizon: Callable[[], float] | None) -> None:
-        """Only prefill replicas see arrivals; decode replicas are interrupted by transfers."""
+        """Only prefill replicas see arrivals."""
         self.prefill.set_horizon(horizon)
 
     def submit(self, request: Request) -> None:
-        """A tokenized request: to a prefill replica (or rejected at once if it can never fit)."""
+        """To a prefill replica (or rejected at once if it can never fit)."""
         if self.decode.cores[0].rejection_reason(request) is not None:
             self.decode.submit(request)  # rejected there, and recorded
             return
@@ -132,13 +125,12 @@ class Disaggregated:
         self.decode.flush()
 
     def requests_table(self, records: Records, rejections: Mapping[int, str]) -> RequestTable:
-        """One row per request from the records of both pools (``merge_records``)."""
+
         is_prefill = records["replica"] < self.config.num_prefill_replicas
         outputs = {rid: r.num_output_tokens for rid, r in self._pending.items()}
         prefill = {name: values[is_prefill] for name, values in records.items()}
         decode = {name: values[~is_prefill] for name, values in records.items()}
         columns = merge_records(prefill, decode, self.transfers.views(), outputs)
-        # A request's prefill replica is missing where it never reached one (rejected).
         return RequestTable(columns, rejections, nullable={"prefill_replica": "Int32"})
 
 
@@ -149,18 +141,11 @@ def merge_records(
     stranded_outputs: Mapping[int, int] | None = None,
 ) -> Records:
     """Join each request's prefill record (a one-token copy) and decode record, in
-    request id order.
-
-    The decode record is the request's (finish, tokens, decode ``replica``);
-    ``ready_s`` and ``first_scheduled_s`` come from the prefill record, so the
-    queue time is the prefill queue (preemptions on both sides are already
-    summed: the decode side starts from the prefill count). New columns:
-    ``decode_ready_s`` (when the KV cache landed), ``decode_first_scheduled_s``,
-    ``prefill_replica`` (float, NaN: none), ``kv_transfer_start_s`` and
-    ``kv_transfer_s`` (NaN: no transfer). A request seen by one pool only (one
-    output token, rejected, or left unfinished on the prefill side) keeps that
-    record; ``stranded_outputs`` gives the true output length of those left on
-    the prefill side.
+    request id order: the decode record with the prefill side's ``ready_s`` and
+    ``first_scheduled_s``, plus ``decode_ready_s``, ``decode_first_scheduled_s``,
+    ``prefill_replica``, ``kv_transfer_start_s`` and ``kv_transfer_s`` (NaN:
+    none). A request seen by one pool only keeps that record;
+    ``stranded_outputs``: the true output length of those left on the prefill side.
     """
     pre_ids, dec_ids = prefill["request_id"], decode["request_id"]  # unique, in no order
     rows, both = rows_of(pre_ids, dec_ids, np.argsort(pre_ids))

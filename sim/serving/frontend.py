@@ -1,15 +1,11 @@
 """The frontend: the server process that turns engine outputs into streamed chunks.
 
-vLLM v1's API server process (``AsyncLLM.output_handler``) detokenizes each
-step's outputs and hands each request's new tokens to its streaming response;
-modelled as one server with a queue behind each replica (docs/vllm-fidelity.md,
-"The way out"): a step with ``n`` outputs costs it ``step_s + per_output_s *
-n``, it works through the steps waiting when it looks and delivers their tokens
-together, so a lagging frontend merges a request's tokens from several steps
-into one chunk (one ITL sample). The engine never waits for it, so it changes
-when the client sees tokens, not the schedule. Everything is computed from the
-step log after the run (``delivery_s``), per replica: cost grows with steps, a
-Python loop runs only over steps that arrive while the frontend is still busy.
+vLLM v1's API server (``AsyncLLM.output_handler``), modelled as one server with a
+queue behind each replica (docs/vllm-fidelity.md, "The way out"): a step with
+``n`` outputs costs it ``step_s + per_output_s * n``; it handles the steps
+waiting when it looks as one batch, so a lagging frontend merges a request's
+tokens from several steps into one chunk. The engine never waits for it:
+everything is computed from the step log after the run, per replica.
 """
 
 from __future__ import annotations
@@ -19,12 +15,9 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
-from sim.engine.step_runs import Delivered, StepTable
+from sim.engine.step_runs import SLICE_STEPS, Delivered, StepTable
 
 FloatArray = npt.NDArray[np.float64]
-
-# Steps handled per slice on the frontend's fast path (bounds its temporaries, ~40 MB).
-_SLICE_STEPS = 1 << 20
 
 
 def delivery_s(
@@ -33,16 +26,12 @@ def delivery_s(
     step_s: float,
     per_output_s: float,
 ) -> FloatArray:
-    """When each step's outputs reach the client, in seconds (NaN: no output).
-
-    ``ends_s`` are one replica's step ends in order, ``num_outputs`` the
-    requests with output in each step.
-    """
+    """When each of one replica's steps' outputs reach the client (s; NaN: no output)."""
     ends = np.asarray(ends_s, dtype=np.float64)
-    delivered = np.full(ends.shape, np.nan)
-    if _deliver_unlagged(ends, np.asarray(num_outputs), step_s, per_output_s, delivered):
-        return delivered
     outputs = np.asarray(num_outputs, dtype=np.int64)
+    if _never_lags(ends, outputs, step_s, per_output_s):
+        return Delivered(step_s, per_output_s).times_s(ends, outputs)
+    delivered = np.full(ends.shape, np.nan)
     has_output = outputs > 0
     if not has_output.any():
         return delivered
@@ -52,8 +41,7 @@ def delivery_s(
     # form: done_k = C_k + max_{j<=k}(arrive_j - C_{j-1}), C the cost cumsum.
     total = np.cumsum(cost)
     done = total + np.maximum.accumulate(arrive - (total - cost))
-    # A step that arrives while the frontend is still busy with the one before
-    # it starts a lagging stretch; elsewhere each step is its own batch.
+    # A step arriving while the frontend is busy with the one before starts a lag.
     lagging = np.flatnonzero(arrive[1:] < done[:-1]) + 1
     out = arrive + cost  # a step the frontend finds idle (exact, no cumsum rounding)
     if lagging.size:
@@ -62,24 +50,14 @@ def delivery_s(
     return delivered
 
 
-def _deliver_unlagged(
-    ends: FloatArray,
-    outputs: npt.NDArray[np.integer],
-    step_s: float,
-    per_output_s: float,
-    delivered: FloatArray | None,
+def _never_lags(
+    ends: FloatArray, outputs: npt.NDArray[np.integer], step_s: float, per_output_s: float
 ) -> bool:
-    """Fill ``delivered`` (if given) if the frontend never lags; return whether it never does.
-
-    The usual case (the frontend's work per step is far below a step): each
-    step with output is delivered at its end plus its cost, the same numbers as
-    ``delivery_s``'s general path. Done in slices of ``_SLICE_STEPS`` so that a
-    run of millions of steps needs no temporaries of its length (a lag found
-    part-way returns ``False``; the caller then recomputes everything).
-    """
+    """Whether every step with output finds the frontend idle (the usual case: then
+    each is delivered at its end plus its cost, ``Delivered.times_s``), in slices."""
     previous_done_s = -np.inf
-    for start in range(0, len(ends), _SLICE_STEPS):
-        stop = start + _SLICE_STEPS
+    for start in range(0, len(ends), SLICE_STEPS):
+        stop = start + SLICE_STEPS
         counts = outputs[start:stop]
         has = counts > 0
         arrive = ends[start:stop][has]
@@ -89,8 +67,6 @@ def _deliver_unlagged(
         done += arrive  # arrive + cost: IEEE addition commutes, so the same bits
         if arrive[0] < previous_done_s or bool((arrive[1:] < done[:-1]).any()):
             return False
-        if delivered is not None:
-            delivered[start:stop][has] = done
         previous_done_s = float(done[-1])
     return True
 
@@ -98,12 +74,8 @@ def _deliver_unlagged(
 def _batch_lagging(
     arrive: FloatArray, total: FloatArray, lagging: npt.NDArray[np.intp], out: FloatArray
 ) -> None:
-    """Rewrite ``out`` inside busy periods: all steps waiting when the frontend
-    looks are handled as one batch and delivered together at its end.
-
-    The frontend works without pause through a busy period, so each batch ends
-    at the Lindley time of its last step; only the grouping is new.
-    """
+    """Rewrite ``out`` inside busy periods: the steps waiting when the frontend looks
+    are one batch, delivered together at the Lindley time of its last step."""
     n = len(arrive)
     is_lagging = np.zeros(n, dtype=bool)
     is_lagging[lagging] = True
@@ -131,16 +103,13 @@ def _batch_lagging(
 
 
 def deliver(steps: StepTable, step_s: float, per_output_s: float) -> StepTable:
-    """Every replica's steps with their delivery times (``delivery_s``, replica by replica).
-
-    Stored as the rule for a frontend found idle plus the steps where it lagged
-    (``Delivered``): usually none, so nothing the length of the log is kept.
-    """
+    """Every replica's steps with their delivery times, stored as ``Delivered``'s rule
+    plus the steps where the frontend lagged (usually none)."""
     parts = []
     for part in steps.parts:
         outputs = part.column("num_outputs")
         rule = Delivered(step_s, per_output_s)
-        if not _deliver_unlagged(part.end_s, outputs, step_s, per_output_s, None):
+        if not _never_lags(part.end_s, outputs, step_s, per_output_s):
             exact = delivery_s(part.end_s, outputs, step_s, per_output_s)
             by_rule = rule.times_s(part.end_s, outputs)
             lagged = np.flatnonzero((exact != by_rule) & ~np.isnan(by_rule))
@@ -152,21 +121,19 @@ def deliver(steps: StepTable, step_s: float, per_output_s: float) -> StepTable:
 class Delivery:
     """Maps engine times of token-emitting steps to when the client sees them.
 
-    ``parts``: each replica's number, step ends and their delivery times, in
-    time order (``Delivery.of`` a step log with delivery times). A time is
-    looked up among its replica's step ends first, then among every
-    replica's (with disaggregation the first token comes from a prefill replica).
+    ``parts``: each replica's number, step ends and delivery times, in time order.
+    A time is looked up among its replica's step ends, then among every replica's
+    (with disaggregation the first token comes from a prefill replica).
     """
 
     def __init__(self, parts: Iterable[tuple[int, FloatArray, FloatArray]]) -> None:
-        # Per replica (its steps are in time order), only steps with output: views
-        # of the log's columns unless some step had none.
+        # Per replica, only steps with output (views unless some step had none).
         self._by_replica = {r: _with_output(ends, delivered) for r, ends, delivered in parts}
         self._everywhere: tuple[FloatArray, FloatArray] | None = None
 
     @classmethod
     def of(cls, steps: StepTable) -> Delivery:
-        """The client times of ``steps``, a step log with delivery times (``deliver``)."""
+        """The client times of ``steps``, with delivery times (``deliver``)."""
         parts = []
         for part in steps.parts:
             if part.delivery is None:

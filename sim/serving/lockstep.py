@@ -1,18 +1,12 @@
 """Data-parallel ranks that step together (``cluster.lockstep``): vLLM's DP ranks of an MoE model.
 
-With expert parallelism every MoE layer runs a collective across the DP
-ranks, so no rank can start step ``n + 1`` before all have finished step
-``n``: vLLM pads every rank's batch to the largest and an idle rank runs a
-dummy batch. Here one SimPy process drives all the group's engine cores:
-each step it asks every core for its plan, runs the non-empty ones for
-``max`` of their prices (an idle rank's dummy batch is not priced: the busy
-ranks' MoE term already counts the padded group tokens) and commits one
-step of each. No skip-ahead: one event per joint step. Under async scheduling
-(vLLM 0.19 keeps it with data parallelism, agreeing each step's padding over
-Gloo on the CPU) a rank busy in step N plans step N+1 while step N runs, so
-that plan sees only the requests that arrived before step N started, as a
-replica's does; a rank idle in step N (its dummy batch runs synchronously)
-plans step N+1 after it, seeing every request.
+With expert parallelism every MoE layer runs a collective across the DP ranks,
+so no rank starts step ``n + 1`` before all finish step ``n`` (an idle rank runs
+a dummy batch). One SimPy process asks every core for its plan, runs the
+non-empty ones for the ``max`` of their prices (a dummy batch is not priced: the
+busy ranks' MoE term counts the padded tokens) and commits each. Under async
+scheduling a rank busy in step N plans step N+1 during it, as a replica does;
+an idle rank plans after it, seeing every request.
 """
 
 from __future__ import annotations
@@ -34,11 +28,10 @@ class LockstepMember:
     def __init__(self, group: LockstepGroup, index: int) -> None:
         self.group, self.index = group, index
         self.core = group.cores[index]
-        # Unused (runs are one step each); kept so pools treat all replicas alike.
+        # Unused: kept so pools treat all replicas alike.
         self.horizon: Callable[[], float] | None = None
 
     def submit(self, request: Request) -> None:
-        """Hand over a tokenized request; wake the group if it sleeps."""
         self.group.submit(self.index, request)
 
 
@@ -60,10 +53,9 @@ class LockstepGroup:
 
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env = self.env
-        # Async scheduling: the start of the joint step just committed, when vLLM
-        # made the next plans of the ranks busy in it. None: nothing ran since the
-        # group woke. An idle rank runs its dummy batch synchronously
-        # (DPEngineCoreProc.run_busy_loop), so it plans a newcomer for the next step.
+        # Async scheduling: the start of the joint step just committed, for the
+        # ranks busy in it (an idle rank's dummy batch runs synchronously,
+        # DPEngineCoreProc.run_busy_loop). None: woken.
         visible_until: float | None = None
         planned_ahead: list[EngineCore] = []
         while True:

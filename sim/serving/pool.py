@@ -1,19 +1,13 @@
 """A pool of replicas behind one router, or fed by one central queue.
 
-Each replica has its own engine core, KV pool and step log (``replica`` =
-its global index, so that several pools can share one numbering). The pool
-keeps each replica's load (requests and tokens sent to it and not yet done)
-for the router, updated when a request is sent and when its engine core
-reports it done, so routing never depends on the progress of a skip-ahead run.
+Replicas are numbered globally (pools share one numbering). The pool keeps each
+replica's load (requests and tokens sent, not yet done) for the router, updated
+at send and at done, so routing never depends on a skip-ahead run's progress.
 
-Central queue: requests wait in one FCFS queue; a replica holds at most
-``central_slots`` requests (queued there or running) and pulls the next one
-from the queue whenever one of its own finishes. With ``max_num_seqs: 1`` and
-one slot, c replicas and exponential service times this is the M/M/c queue.
-A pulled request keeps the time it entered the central queue as ``ready_s``,
-so ``first_scheduled_s - ready_s`` is its whole wait; ``pulled_s`` (a records
-column of a central-queue run only) is when it reached its replica, where its
-engine's queue samples start counting it (NaN: still queued at the end).
+Central queue: one FCFS queue; a replica holds at most ``central_slots``
+requests and pulls the next whenever one of its own finishes (one slot, one
+sequence: the M/M/c queue). A pulled request keeps its central ``ready_s``;
+``pulled_s`` (records column) is when it reached its replica (NaN: never).
 """
 
 from __future__ import annotations
@@ -38,9 +32,8 @@ if TYPE_CHECKING:
     from sim.serving.replica_config import ReplicaConfig
 
 
-# Builds the executor that drives one replica's engine core: (env, core, cost) ->
-# replica. The reference's is ``Replica`` itself, one event per step; the fast
-# executor (``sim.api.build.simulation_for`` chooses) gives its own subclass.
+# (env, core, cost) -> the executor of one replica's engine core: ``Replica``, or
+# the fast executor's subclass.
 ReplicaFactory = Callable[[simpy.Environment, "EngineCore", "CostModel"], Replica]
 
 
@@ -64,8 +57,7 @@ class Pool:
         self.on_done = on_done
         self.central_slots = central_slots or 0
         self.queue: deque[Request] | None = deque() if central_slots is not None else None
-        # Central queue: each request sent to a replica and when (s), as 16 bytes a
-        # request (a dict takes ~100: a capacity search sends millions).
+        # Central queue: each request sent and when (s), 16 bytes a request.
         self._pulled_ids, self._pulled_s = array("q"), array("d")
         self.cores = [replica_config.core.new_core(i, self._done) for i in numbers]
         self.replicas: list[Replica] | list[LockstepMember]
@@ -78,18 +70,12 @@ class Pool:
 
     @property
     def num_done(self) -> int:
-        """Requests finished or rejected by this pool's engine cores."""
         return sum(core.num_done for core in self.cores)
 
     def set_horizon(self, horizon: Callable[[], float] | None) -> None:
-        """The earliest time any new request can reach this pool (see ``Replica.horizon``).
-
-        A pool of one replica ends its runs at the next arrival. With several, an
-        arrival goes to the replica the router picks when it comes, so each
-        replica is interrupted by its own arrivals instead (no horizon): ending
-        every replica's runs at every arrival would make the cost of a run grow
-        with the number of replicas.
-        """
+        """The earliest time a new request can reach this pool (``Replica.horizon``):
+        for one replica only; several are interrupted by their own arrivals
+        (a horizon for each would cost every replica a wake-up per arrival)."""
         if len(self.replicas) == 1:
             self.replicas[0].horizon = horizon
 
@@ -140,8 +126,7 @@ class Pool:
         self.on_done(request)
 
     def add_pulled(self, records: RequestTable) -> None:
-        """Give a central-queue run's ``records`` their ``pulled_s`` column (module
-        docstring); a routed run's ``ready_s`` already is when they reached a replica."""
+        """Give a central-queue run's ``records`` their ``pulled_s`` column."""
         if self.queue is not None:
             column = np.full(len(records), np.nan)
             rows, found = records.find(np.frombuffer(self._pulled_ids, np.int64))
@@ -149,10 +134,7 @@ class Pool:
             records["pulled_s"] = column
 
     def flush(self) -> None:
-        """Hand requests still in the central queue to replica 0's core, to be recorded unfinished.
-
-        Call after the run, before ``EngineCore.flush_unfinished``.
-        """
+        """After the run: the central queue to replica 0's core, recorded unfinished."""
         if self.queue:
             core = self.cores[0]
             for request in self.queue:

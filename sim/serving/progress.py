@@ -1,10 +1,4 @@
-"""A run's progress bar: shown only once the run has taken a while.
-
-tqdm is imported when the bar is due, so a small run does not pay for it.
-The run calls ``tick`` now and then (every few thousand SimPy events); the
-bar reads how many requests are done from ``done``, which may count
-requests simulated in other processes.
-"""
+"""A run's progress bar: shown only once the run has taken a while (``BAR_DELAY_S``)."""
 
 from __future__ import annotations
 
@@ -19,8 +13,8 @@ BAR_DELAY_S = 2.0  # wall seconds before a run shows its progress bar
 
 
 class Progress:
-    """A bar of ``total`` requests (or other ``unit``s), updated from ``done()`` at each
-    ``tick``."""
+    """A bar of ``total`` requests (or other ``unit``s), updated from ``done()`` (which
+    may count other processes' requests) at each ``tick``."""
 
     def __init__(
         self, total: int, enabled: bool, done: Callable[[], int], unit: str = "req"
@@ -32,7 +26,6 @@ class Progress:
         self._show_at_s = time.monotonic() + BAR_DELAY_S if enabled else math.inf
 
     def tick(self) -> None:
-        """Bring the bar up to date; open it once the delay has passed."""
         bar = self._bar
         if bar is not None:
             bar.update(self.done() - bar.n)
@@ -40,7 +33,6 @@ class Progress:
             self._bar = tqdm(total=self.total, unit=self.unit, initial=self.done())
 
     def close(self) -> None:
-        """Bring an open bar up to date and close it."""
         bar = self._bar
         if bar is not None:
             bar.update(self.done() - bar.n)

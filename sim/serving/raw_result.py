@@ -1,10 +1,5 @@
-"""A run's raw result: every replica's outputs merged, as the client sees them.
-
-``Simulation`` hands ``raw_result`` one ``CoreOutput`` per replica, in replica
-order: what its engine core left after the run. A replica simulated in another
-process sends its outputs back, pickled: they hold arrays only, never the
-core, its requests or its KV blocks.
-"""
+"""A run's raw result: every replica's outputs (``CoreOutput``, arrays only, so a
+worker process can send them back pickled) merged, as the client sees them."""
 
 from __future__ import annotations
 
@@ -29,15 +24,9 @@ if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
 
 @dataclass(frozen=True)
 class CoreOutput:
-    """One replica's records, step log, sampled queue state and token gaps.
-
-    ``records``: columns, one row per request that reached the core, in the order
-    they left it (``RECORD_COLUMNS``). ``series``: columns, one row per plan
-    (``SERIES_COLUMNS``), then ``kv_cache_usage`` (its share of the core's blocks)
-    and ``replica``. ``extra_itl_s`` / ``extra_itl_from_s``:
-    the gaps before tokens that broke a request's run of steps, and when each
-    began (s, engine times).
-    """
+    """One replica's records (in the order requests left the core), step log, queue
+    series (with ``kv_cache_usage`` and ``replica``) and token gaps
+    (``EngineCore.extra_itl_s``)."""
 
     replica: int
     records: Records
@@ -50,12 +39,7 @@ class CoreOutput:
 
     @classmethod
     def of(cls, core: EngineCore) -> CoreOutput:
-        """``core``'s outputs; call once the run is over (after ``flush_unfinished``).
-
-        The records are taken from the core (``EngineCore.take_records``): it is
-        left with an empty table, and the result's copy in request order is then
-        the only one held.
-        """
+        """``core``'s outputs, once the run is over (after ``flush_unfinished``)."""
         series = core.series.views()
         series["kv_cache_usage"] = series["num_kv_blocks_used"] / core.kv.num_blocks
         series["replica"] = np.full(len(series["time_s"]), core.replica, dtype=np.int32)
@@ -73,22 +57,16 @@ class CoreOutput:
 
 @dataclass
 class RawResult:
-    """What a run produced, before metrics: see ``sim.results``.
+    """What a run produced, before metrics.
 
-    ``records`` is the per-request table (``requests`` as a frame, built when
-    asked for); a disaggregated run's joins each request's prefill and decode
-    records (``Disaggregated.requests_table``). Its ``first_token_s``
-    and ``finish_s`` are client times (after the frontend);
-    ``engine_first_token_s`` and ``engine_finish_s`` the ends of the engine
-    steps that produced those tokens. ``step_table`` is the step log with each
-    step's ``delivered_s``, compact; ``steps`` expands it to one row per step
-    on first use. ``series``: each replica's sampled queue state, as columns
-    (``timeseries`` as a frame). ``extra_itl_s`` holds the client-side gaps the
-    step log's weights do not cover (tokens after a break in a request's run).
-    ``accelerator``: the name of the speed path that simulated the run, where
-    one says so (the results are the same either way); None: the reference.
-    ``num_sent``: the requests the workload sent (``Simulation.run`` sets it), for
-    the check that each is recorded (``sim.metrics.invariants``); None: not known.
+    ``records``: one row per request (a disaggregated run's joined), with client
+    ``first_token_s`` and ``finish_s`` and the engine's as ``engine_*``.
+    ``step_table``: the compact step log with delivery times. ``series``: each
+    replica's queue state. ``extra_itl_s``: client gaps the step log does not
+    cover (after a break in a request's run). ``accelerator``: the speed path
+    that ran it, where one says so. ``num_sent``: the requests the workload sent
+    (None: not known). The frames (``requests``, ``timeseries``, ``steps``) are
+    built on first use.
     """
 
     records: RequestTable
@@ -96,25 +74,20 @@ class RawResult:
     series: dict[str, npt.NDArray[Any]]
     extra_itl_s: npt.NDArray[np.float64]
     later_runs: dict[int, list[tuple[float, int]]]
-    rejections: dict[int, str]
     num_replicas: int = 1
     accelerator: str | None = None
     num_sent: int | None = None
 
     @functools.cached_property
     def requests(self) -> pd.DataFrame:
-        """One row per request (built on first use)."""
         return self.records.frame()
 
     @functools.cached_property
     def timeseries(self) -> pd.DataFrame:
-        """Each replica's queue state at every plan, replicas one after another."""
         return frame_of(self.series)
 
     @functools.cached_property
     def steps(self) -> pd.DataFrame:
-        """The step log, one row per step (``StepTable.frame``: tens of millions of
-        rows for a long run, so built only when asked)."""
         return self.step_table.frame()
 
 
@@ -123,12 +96,8 @@ def raw_result(
     frontend: FrontendConfig,
     disaggregated: Callable[[Records, Mapping[int, str]], RequestTable] | None = None,
 ) -> RawResult:
-    """Every replica's records, step log and series, concatenated (with ``replica``),
-    and token times through the frontend: the run as the client sees it.
-
-    ``disaggregated``: a disaggregated layout's ``requests_table``, which joins
-    each request's prefill and decode records into one row.
-    """
+    """Every replica's records, step log and series, concatenated, with token times
+    through the frontend. ``disaggregated``: the layout's ``requests_table``."""
     records = _concat([output.records for output in outputs])
     rejections: dict[int, str] = {}
     later_runs: dict[int, list[tuple[float, int]]] = {}
@@ -136,7 +105,6 @@ def raw_result(
         rejections.update(output.rejections)
         later_runs.update(output.later_runs)
     if disaggregated is None:
-        # In request id order (ids are unique: any sort gives this order).
         order = np.argsort(records["request_id"], kind="stable")
         requests = RequestTable(
             {name: values[order] for name, values in records.items()}, rejections
@@ -166,7 +134,6 @@ def raw_result(
         series=_concat([output.series for output in outputs]),
         extra_itl_s=np.concatenate(gaps),
         later_runs=later_runs,
-        rejections=rejections,
         num_replicas=len(outputs),
     )
 

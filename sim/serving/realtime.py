@@ -1,72 +1,30 @@
 """``servesim serve --simulate``'s engine: the simulator's replica driven in wall-clock time.
 
-An ``OnlineBackend`` (``sim.serving.stream``) whose engine core is the one
-the simulator's replica runs (the scenario's ``ReplicaConfig``: policy, KV
-pool, length limit, cost model with the engine's CPU work, way in), driven by
-a thread against the wall clock instead of SimPy's. Real requests arrive
-through the HTTP server; each step's plan is priced by the scenario's cost
-model, the thread sleeps until the step's predicted end, commits it and hands
-each request its new tokens. So any client (a benchmark, a gateway, an
-autoscaler) sees the predicted GPU's TTFT and TPOT under its own load.
+An ``OnlineBackend`` (``sim.serving.stream``) whose core is the scenario's
+replica (``ReplicaConfig``), driven by a thread against the wall clock: each
+step is priced by the cost model, the thread sleeps until its predicted end,
+commits it and hands each request its new tokens, so any client sees the
+predicted GPU's TTFT and TPOT under its own load.
 
-**The loop mirrors the reference ``Replica``'s** (one step per event; a
-real-time engine must emit every token at its time, so there is no
-skip-ahead): plan at ``now``, end = ``now + step_s(shape) + extra_s``, update
-the core at that end, plan the next step at that same end. With
-async scheduling the plan made after step N sees only requests ready by
-step N's start (``visible_until_s``), as the simulator's. Engine times are
-the simulator's virtual times, seconds since the engine was built: the next
-step starts at the previous one's *predicted* end, not when the thread woke
-up, so sleep jitter delays a token's delivery but never shifts the
-schedule, and drift cannot accumulate. A thread that falls behind (a stalled
-process) catches up at once. ``run_until(time_s)`` does everything due by
-``time_s`` and returns when the next thing is due; the thread calls it with
-the clock's time and sleeps until that deadline (or a submission), and a test
-calls it with times of its own choosing.
+The loop mirrors the reference ``Replica``'s, one step per event (every token
+must go out at its time). Engine times are seconds since the engine was built;
+the next step starts at the previous one's *predicted* end, so sleep jitter
+delays a delivery but never shifts the schedule. ``run_until(time_s)`` does
+everything due by ``time_s`` and returns when the next thing is due (a test
+calls it with times of its own).
 
-**Falling behind.** When the thread commits a step later than its predicted
-end by more than ``LAG_WARN_S`` (a client that reads slowly holding the GIL,
-a host CPU shared with a load generator), the tokens reach clients late and a
-benchmark measures the host, not the predicted GPU. The lag (wall-clock time
-at the commit minus the step's predicted end) is the latest step's, exported
-by ``load()`` (``servesim:simulation_lag_seconds`` in ``/metrics``); the log
-says so once per episode: one warning when the lag first passes
-``LAG_WARN_S``, none again until a step is back within it.
+A step committed more than ``LAG_WARN_S`` past its predicted end means the host,
+not the predicted GPU, is measured: the latest lag is exported by ``load()``
+(``servesim:simulation_lag_seconds``) and warned once per episode. A ``check``
+(``sim.metrics.invariants.LiveChecks``) runs after each commit and at each
+empty plan; what it raises stops the engine.
 
-**Invariants.** ``servesim serve`` passes a ``check`` (``sim.metrics.invariants.
-LiveChecks``) that the loop calls with its core after each commit, before the
-step's tokens go out, and at each empty plan: a broken invariant stops the
-engine (``error``), its requests end by abort, and the log says it once.
-
-**Arrivals and lengths.** A request arrives when ``submit`` is called (after
-the server parsed and tokenized it: its prompt length is the server's token
-count); its output length is ``max_tokens``; its class for a priority policy is
-the client's ``priority`` (vLLM's field), as the offline simulator's requests
-carry the workload's. A simulated model never samples
-an end-of-sequence token, so ``ignore_eos`` changes nothing: every request
-ends by length (or by ``abort``, or refused at admission).
-
-**The frontend.** The scenario's way in (``FrontendConfig.way_in_one_s``: vLLM's
-API server, IPC to the engine core, tokenization; ~10 ms by default) runs from
-when the server received the request (``received_s``, passed by the server):
-the request becomes ready to schedule that long after its receipt. The
-server's own HTTP parsing and tokenization before ``submit`` (about a
-millisecond, docs/validation.md) thus fall inside the modelled way in instead
-of adding to it; only a receipt that took longer than the modelled way in
-delays a request past it. The way out is *not* added: the server's
-real output path (the engine thread's hand-over, JSON, the socket) stands for
-the modelled one (``output_step_s + detokenize_s_per_token`` per output, ~0.2
-ms), which it matches in kind and roughly in size.
-
-**Prefix caching** (when the scenario enables it): each prompt's full blocks
-are keyed by their token ids (``block_hashes``), so requests whose prompts
-share a prefix hit the simulated cache as they would vLLM's.
-
-**Tokens.** Token ids are deterministic: the ``k``-th generated token of every
-request is the byte tokenizer's id of the letter ``"abc...z"[k % 26]`` (id =
-byte + 3; never a special id), so a stream reads ``abcdef...``.
-
-One replica; a scenario's ``cluster:`` of replicas is several of these engines
+A request arrives at its ``received_s`` (so the server's own parsing and
+tokenization fall inside the modelled way in, not on top); its output length is
+``max_tokens`` (a simulated model never samples EOS); the way out is the
+server's real one, not added. With prefix caching, prompts' full blocks are
+keyed by their token ids (``block_hashes``). The ``k``-th generated token is the
+byte tokenizer's id of ``"abc...z"[k % 26]``. A ``cluster:`` is several of these
 behind its router (``sim.serving.routed``).
 """
 
@@ -95,17 +53,14 @@ from sim.serving.stream import (
     load_of,
 )
 
-# The server's byte tokenizer's ids (sim.openai.tokenizer, a layer above this
-# one): byte + 3; 0, 1, 2 are padding, BOS and EOS, never emitted here.
+# The server's byte tokenizer's ids (sim.openai.tokenizer): byte + 3.
 _FIRST_BYTE_ID = 3
 _LETTER_IDS = tuple(_FIRST_BYTE_ID + b for b in b"abcdefghijklmnopqrstuvwxyz")
-# A server runs for days: the core's step log, queue series, records and gap
-# lists grow a row a step or a request. They are dropped, while nothing is live,
-# after this many steps (nothing reads them back: policies only append to the log).
+# A server runs for days: the core's logs are dropped, while nothing is live, after
+# this many steps (nothing reads them back).
 _LOG_STEPS = 1 << 16
-# A step committed this late (s, wall clock past its predicted end) starts an
-# episode of falling behind (module doc). Sleep jitter is well under a
-# millisecond; 50 ms is a token delivered a visible fraction of a TPOT late.
+# Lag (s past a step's predicted end) that starts an episode of falling behind:
+# sleep jitter is well under a millisecond, 50 ms a visible fraction of a TPOT.
 LAG_WARN_S = 0.05
 LOG = logging.getLogger("servesim.serve")
 
@@ -116,9 +71,8 @@ def token_ids(first_index: int, num_tokens: int) -> tuple[int, ...]:
 
 
 def block_hashes(prompt_ids: list[int], block_size_tokens: int) -> tuple[int, ...]:
-    """One id per full block of the prompt, equal for equal blocks: the core's
-    prefix cache chains them (``sim.engine.kv_blocks``), so block ``j`` is shared
-    only when every token up to its end agrees, as vLLM's block hashes."""
+    """One id per full block of the prompt, equal for equal blocks (the prefix cache
+    chains them, ``sim.engine.kv_blocks``)."""
     size = block_size_tokens
     return tuple(
         hash(tuple(prompt_ids[i : i + size])) for i in range(0, len(prompt_ids) - size + 1, size)
@@ -152,19 +106,13 @@ class SimulatedEngine:
         clock: Callable[[], float] = time.perf_counter,
         check: Callable[[EngineCore], None] | None = None,
     ) -> None:
-        """``clock``: seconds, monotonic (a test passes its own and calls ``run_until``).
-        ``check``: called with the core after each commit, before the step's tokens
-        go out, and at each empty plan; what it raises stops the engine (the face
-        passes ``sim.metrics.invariants.LiveChecks``, a layer above this one)."""
+        """``clock``: seconds, monotonic. ``check``: see the module doc."""
         self.config = config
         self._check = check
         self.cost = config.cost
         self.max_model_len_tokens = config.core.max_model_len_tokens
-        # The simulator's own factory, in its reference (step-by-step) mode.
         self.core = config.core.new_core()
         self.async_scheduling = self.core.async_scheduling
-        # Prefix caching: prompts are keyed by their blocks' token ids, so that
-        # clients whose prompts share a prefix hit the simulated cache.
         core_config = config.core
         self._block_size_tokens = (
             core_config.block_size_tokens if core_config.enable_prefix_caching else None
@@ -172,8 +120,7 @@ class SimulatedEngine:
         self.error: BaseException | None = None
         self._clock = clock
         self._origin_s = clock()
-        # The engine's clock minus perf_counter's: converts the server's receipt
-        # times (perf_counter) to the engine's clock (0 for the default clock).
+        # The engine's clock minus perf_counter's (the server's receipt times).
         self._perf_to_clock_s = clock() - time.perf_counter()
         # Filled by other threads, drained by the engine thread.
         self._mail: Mailbox[_Live] = Mailbox()
@@ -183,8 +130,7 @@ class SimulatedEngine:
         self._live: dict[int, _Live] = {}
         self._to_end: list[_Live] = []  # aborted, to end at the next plan
         self._step: _Step | None = None
-        # When the next plan is made (engine s): the end of the step just
-        # committed; None while idle (then the next ready time or wake-up).
+        # When the next plan is made (engine s); None while idle.
         self._plan_at_s: float | None = None
         self._idle_since_s = 0.0  # when the last empty plan was made (engine s)
         self._wake_at_s: float | None = None  # an idle policy's wake-up time
@@ -211,18 +157,12 @@ class SimulatedEngine:
             self._thread.join(timeout=10)
 
     def submit(self, submission: Submission) -> int:
-        """Queue a tokenized request; ``max_tokens`` tokens go to its sink (``ignore_eos``
-        is moot: a simulated model never samples EOS). It arrives at its ``received_s``:
-        the modelled way in then runs from the moment the server received it, so the
-        server's real parsing and tokenization are part of it rather than on top
-        (module doc)."""
+        """Queue a tokenized request, arriving at its ``received_s`` (module doc)."""
         request_id = self._mail.new_id()
         now_s = self.now_s()
         arrival_s, received_s = now_s, submission.received_s
         if received_s is not None:
-            # On the engine's clock; never later than now (a test clock need not
-            # run with perf_counter: then the offset below is meaningless, but the
-            # tests that drive one submit without received_s).
+            # On the engine's clock; never later than now.
             arrival_s = min(now_s, received_s + self._perf_to_clock_s - self._origin_s)
         request = submission.request(request_id, arrival_s)
         if self._block_size_tokens is not None:
@@ -241,9 +181,8 @@ class SimulatedEngine:
     # -- the executor ---------------------------------------------------------
     def run_until(self, time_s: float) -> float:
         """Do everything due by engine time ``time_s``: take in submissions, commit
-        the step in flight if it has ended (emitting its tokens), plan the next.
-        Returns when the next thing is due (engine s; inf: nothing until a
-        submission). Called on one thread only."""
+        the step in flight if it has ended, plan the next. Returns when the next
+        thing is due (engine s; inf: nothing until a submission)."""
         self._intake()
         core = self.core
         while True:
@@ -324,8 +263,7 @@ class SimulatedEngine:
         self._to_end.append(live)
 
     def _admit_ready(self, now_s: float) -> None:
-        """Hand the core every request ready by ``now_s``, in ready order, each at its
-        ready time (async scheduling hides those ready after the last step's start)."""
+        """Hand the core every request ready by ``now_s``, each at its ready time."""
         pending = self._pending
         while pending and pending[0][0] <= now_s:
             ready_s, _, live = heapq.heappop(pending)
@@ -352,8 +290,7 @@ class SimulatedEngine:
         if self._check is not None:
             self._check(self.core)
         self._steps_since_logs += 1
-        # vLLM's tokens of this step (Emitted.num_step_tokens): each request's whole
-        # prompt when the step gave its first token, plus the tokens it generated.
+        # vLLM's tokens of this step (Emitted.num_step_tokens).
         num_step_tokens: int | None = sum(
             request.num_generated_tokens
             - generated
@@ -381,9 +318,8 @@ class SimulatedEngine:
         reason: FinishReason | None,
         num_step_tokens: int | None = None,
     ) -> None:
-        """Hand one output to a request's sink (its last, with ``reason``: the request
-        leaves); a sink that fails ends its request (its client is gone), never the
-        loop that serves the others."""
+        """Hand one output to a request's sink (its last, with ``reason``); a sink that
+        fails ends its request, never the loop."""
         if reason is not None:
             self._live.pop(live.request.request_id, None)
         try:
@@ -407,15 +343,13 @@ class SimulatedEngine:
             while not self._stop.is_set():
                 self._mail.wake.clear()
                 due_s = self.run_until(self.now_s())
-                # Sleep until the next deadline; a submission or abort wakes it early
-                # (it is taken in at once, acted on when due).
+                # Until the next deadline; a submission or abort wakes it early.
                 wait_s = due_s - self.now_s()
                 if wait_s > 0:
                     self._mail.wake.wait(None if math.isinf(wait_s) else wait_s)
         except BaseException as error:  # a crashed engine must not leave clients waiting
             self.error = error
-            # Once, as vLLM's engine core reports its death: a broken invariant in its
-            # one line, any other error with the traceback that says where.
+            # Once, as vLLM's engine core reports its death (a traceback but for invariants).
             LOG.error(
                 "servesim serve --simulate: the engine stopped: %s",
                 error,

@@ -1,23 +1,12 @@
 """The simulator's executor: a SimPy process that runs an engine core's steps.
 
-Each scheduled step becomes one timeout of the cost model's predicted
-duration, then the core's update at its end: the reference, one event per
-step. A faster executor, chosen above ``sim.serving`` by
-``sim.api.build.simulation_for``, may run plain decode steps of the same batch
-as one timeout instead, to the same bits, by overriding ``run_step`` and
-``submit`` (docs/architecture.md, "Speed paths"). When every request is known in advance
-(an open loop), the replica may pull its requests itself when it plans
-(``pull``), so an arrival costs no event at all, and ``horizon`` tells when the
-next one comes.
-
-Async scheduling (vLLM's ``AsyncScheduler``, ``step_with_batch_queue``): step
-N+1 is planned while step N runs. The replica still plans after committing
-step N, but shows the core only what the scheduler could see at step N's start:
-requests ready later wait one more step, and those finishing in step N keep
-their slot and blocks for that plan (``EngineCore.schedule``'s
-``visible_until_s``, ``EngineCore.held``).
-The scheduler's CPU time then overlaps the GPU step: the cost model prices that
-(``sim.cost.engine_cpu``, docs/vllm-fidelity.md).
+Each step is one timeout of the cost model's price, then the core's update at
+its end: the reference, one event per step (a fast executor overrides
+``run_step`` and ``submit``, docs/architecture.md). With an open loop the
+replica may pull its requests itself when it plans (``pull``, ``horizon``), so
+an arrival costs no event. Async scheduling (vLLM's ``AsyncScheduler``): the
+replica plans after committing step N, showing the core only what it could see
+at step N's start (``EngineCore.schedule``'s ``visible_until_s``).
 """
 
 from __future__ import annotations
@@ -41,21 +30,16 @@ class Replica:
         self.core = core
         self.cost = cost
         self._idle: simpy.Event | None = None
-        # When set, returns the earliest time a new request can be submitted
-        # (open loop: known in advance), s.
+        # When set, the earliest time a new request can be submitted (s).
         self.horizon: Callable[[], float] | None = None
-        # When set, the replica takes its requests itself instead of being handed
-        # each at an event of its own: ``pull(now_s)`` submits every request due by
-        # ``now_s`` and returns when the next one is (inf: none left), s. Idle, the
-        # replica then sleeps until that time.
+        # When set, ``pull(now_s)`` submits every request due by ``now_s`` and returns
+        # when the next one is (s; inf: none left).
         self.pull: Callable[[float], float] | None = None
-        # Async scheduling: asked for by the policy (vLLM's --async-scheduling).
         self.async_scheduling = core.async_scheduling
         self.process = env.process(self._run())
 
     @property
     def is_idle(self) -> bool:
-        """Whether the replica sleeps until work arrives (or the policy's wake-up)."""
         return self._idle is not None
 
     def submit(self, request: Request) -> None:
@@ -68,17 +52,13 @@ class Replica:
     def _run(self) -> Generator[simpy.Event, Any, None]:
         env, core = self.env, self.core
         async_scheduling = self.async_scheduling
-        # Async scheduling: the start of the step just committed; the next plan
-        # was (in vLLM) made then. None: nothing ran since the replica woke.
+        # Async scheduling: the start of the step just committed (None: woken).
         visible_until: float | None = None
-        # The end of the step just committed: the next one starts then. The
-        # clock may be a unit in the last place off it, as SimPy adds delays
-        # (``now + (end - now)`` need not be ``end``), and that would make the
-        # times depend on how steps were grouped into timeouts. None: woken.
+        # The end of the step just committed, where the next starts (not env.now, a
+        # unit in the last place off after SimPy adds delays). None: woken.
         last_end: float | None = None
         pull = self.pull
-        # The first plan (at time 0) comes before the open loop's first submission,
-        # as when a SimPy process submits (it starts after this one).
+        # The first plan (at time 0) comes before the first submission.
         next_pull_s = math.inf if pull is None else pull(-math.inf)
         started = False
         while True:
@@ -105,9 +85,8 @@ class Replica:
     def run_step(
         self, output: SchedulerOutput, now: float
     ) -> Generator[simpy.Event, Any, tuple[float, float | None]]:
-        """Run the step ``output`` plans, starting at ``now``: its price in simulated
-        time, then the core's update at its end. Returns that end and, with async
-        scheduling, what the next plan may see (the step's start; else None)."""
+        """Run ``output``'s step from ``now``; its end and, with async scheduling, its
+        start (what the next plan may see; else None)."""
         end = now + (self.cost.step_s(self.core.step_shape(output)) + output.extra_s)
         yield self.env.timeout(end - now)
         self.core.update(output, end)
@@ -128,10 +107,7 @@ class Replica:
             if env.now + delay_s < next_clock_s:
                 yield env.timeout(delay_s)
                 return env.now
-        # The submission (on a tie too: its timeout would be the older event). The
-        # clock may land a unit in the last place off it (either side: the plans
-        # are made at exact times, SimPy's clock only orders events); the plan is
-        # made at the submission's time.
+        # The submission (on a tie too), planned at its exact time.
         yield env.timeout(max(0.0, next_clock_s - env.now))
         return next_clock_s
 
@@ -144,8 +120,8 @@ class Replica:
 
 
 def idle_event(env: simpy.Environment, wake_at_s: float | None) -> simpy.Event:
-    """The event an idle executor sleeps on: the caller succeeds it when work
-    arrives; it also fires at ``wake_at_s`` (the policy's wake-up time, s)."""
+    """The event an idle executor sleeps on, succeeded when work arrives or at
+    ``wake_at_s`` (s)."""
     idle = env.event()
     if wake_at_s is not None:
         timer = env.timeout(max(0.0, wake_at_s - env.now))

@@ -1,11 +1,6 @@
-"""What one replica is made of, besides its workload: the executor's configuration.
-
-``ReplicaConfig`` bundles the engine core's config (policy, KV pool, length
-limit: ``CoreConfig``), the cost model, the frontend's CPU times and the
-skip-ahead switch. Every replica of a run is built from one ``ReplicaConfig``;
-``sim.api.engine_for`` builds it from a scenario. Features that wrap the cost
-model and the policy together (speculative decoding) return a new one.
-"""
+"""What one replica is made of, besides its workload (``ReplicaConfig``: its
+``CoreConfig``, cost model, frontend and skip-ahead switch, built from a scenario
+by ``sim.api.engine_for``)."""
 
 from __future__ import annotations
 
@@ -23,22 +18,13 @@ from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
 class FrontendConfig(BaseModel):
-    """The server around the engine: a request's way in and its tokens' way out
-    (docs/vllm-fidelity.md, "The frontend").
+    """The server around the engine (docs/vllm-fidelity.md, "The frontend"): the way
+    in, ``way_in_s_per_request + tokenize_s_per_token × prompt tokens`` before a
+    request queues at the engine; the way out (``sim.serving.frontend``),
+    ``output_step_s + detokenize_s_per_token × n`` per step with ``n`` outputs.
 
-    The way in delays a request before it queues at the engine:
-    ``way_in_s_per_request + tokenize_s_per_token × prompt tokens`` (HTTP
-    parsing and request setup in vLLM's API server process, then the IPC to the
-    engine core; tokenizing the prompt). The way out is the output server
-    (``sim.serving.frontend``, the same API server process): it spends
-    ``output_step_s + detokenize_s_per_token × n`` on a step with ``n`` outputs
-    and streams them when done, merging a request's tokens into one chunk when
-    it lags behind the engine.
-
-    Every default is an ESTIMATE from public sources, not a measurement
-    (docs/vllm-fidelity.md gives them; a run's summary lists the fields left at
-    them under ``frontend.estimated``); a scenario's ``frontend:`` sets any of
-    them, and ``calibrate --from-run`` may fit them.
+    Every default is an ESTIMATE from public sources (a run's summary lists the
+    fields left at them under ``frontend.estimated``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -55,7 +41,7 @@ class FrontendConfig(BaseModel):
     output_step_s: float = Field(default=2e-4, ge=0, allow_inf_nan=False)
 
     def way_in_s(self, num_prompt_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """Each request's way in (s): from its arrival to its queueing at the engine."""
+        """Each request's way in (s)."""
         per_token = np.asarray(self.tokenize_s_per_token * num_prompt_tokens, dtype=np.float64)
         return self.way_in_s_per_request + per_token
 
@@ -76,9 +62,8 @@ NO_FRONTEND = FrontendConfig(
 
 @dataclass(frozen=True)
 class ReplicaConfig:
-    """Everything a replica needs besides its workload: how its engine core is
-    built, what a step costs, the frontend, and whether runs of identical decode
-    steps are one event (``skip_ahead``; False: every step its own, the reference)."""
+    """Everything a replica needs besides its workload (``skip_ahead``: whether runs
+    of identical decode steps may be one event; False: the reference)."""
 
     core: CoreConfig
     cost: CostModel
@@ -93,10 +78,8 @@ def with_speculation(
     model: ModelSpec,
     rng: np.random.Generator,
 ) -> ReplicaConfig:
-    """``config`` with its cost model and policies made speculative (``model``: the
-    target's spec on ``hardware``, from which an EAGLE head and the rejection
-    sampler's vocabulary are priced; each policy's proposer draws from a generator
-    spawned from ``rng``)."""
+    """``config`` with its cost model and policies made speculative (each policy's
+    proposer draws from a generator spawned from ``rng``)."""
     make_inner = config.core.make_policy
 
     def make_policy() -> Scheduler:

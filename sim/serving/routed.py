@@ -1,27 +1,12 @@
 """Several online engines behind one server, a request routed to one of them.
 
-``servesim serve --simulate`` on a scenario with ``cluster: {num_replicas: N,
-router: ...}``: N simulated replicas (``sim.serving.realtime.SimulatedEngine``,
-each its own thread on the wall clock), and in front of them the router the
-offline simulator's pool uses (``sim.serving.router``), reading the same loads:
-each replica's requests routed to it and not yet finished, and their prompt plus
-``max_tokens`` tokens. A request is routed when the server submits it and leaves
-its replica's load when its last event is emitted (the engine's finish) or when
-it is aborted, as in ``sim.serving.pool.Pool``. One difference: the server routes
-a request when it takes it (as a gateway in front of replicas does), the offline
-pool when its way in ends (as vLLM's data-parallel frontend does), so a router
-that reads loads may choose otherwise for a request that arrives within a way in
-of a finish. With no way in, a client sees the cluster the offline simulator
-predicts, request for request (``tests/test_serve_simulate.py``).
-
-``prefix_affinity`` groups online requests by content: requests whose prompts
-share their first full KV block go to one replica (the offline simulator groups
-them by the scenario's ``prefix_group``). Not served here, refused in one line
-by the command: ``central_queue`` (a shared queue the replicas pull from),
-``lockstep`` data-parallel ranks and disaggregated prefill and decode pools.
-
-``/metrics`` gauges are the replicas' summed (running, waiting) and their mean KV
-usage, under one ``engine`` label.
+``servesim serve --simulate`` with a ``cluster:``: N ``SimulatedEngine``s, each
+its own thread, behind the offline pool's router reading the same loads. One
+difference: a request is routed when the server takes it (as a gateway does),
+not when its way in ends (as vLLM's data-parallel frontend), so with no way in
+a client sees the cluster the offline simulator predicts, request for request.
+``prefix_affinity`` groups requests by their first full KV block's tokens.
+``central_queue``, ``lockstep`` and disaggregation are not served here.
 """
 
 from __future__ import annotations
@@ -48,15 +33,13 @@ class RoutedEngines:
         self.max_model_len_tokens = self.engines[0].max_model_len_tokens
         self._block_size_tokens = block_size_tokens
         self.loads = [ReplicaLoad() for _ in self.engines]
-        # Server id -> (replica, the replica's own id (None until its submit
-        # returns), tokens counted in its load); dropped when it leaves the replica.
+        # Server id -> (replica, the replica's own id (None until submitted), tokens).
         self._routes: dict[int, tuple[int, int | None, int]] = {}
         self._next_id = 0
         self._lock = threading.Lock()  # the loads and routes: server and engine threads
 
     @property
     def error(self) -> BaseException | None:
-        """What stopped a replica's loop, if anything (the first that stopped)."""
         return next((e.error for e in self.engines if e.error is not None), None)
 
     def start(self) -> None:
@@ -120,8 +103,7 @@ class RoutedEngines:
             self.engines[index].abort(local)
 
     def load(self) -> EngineLoad:
-        """The replicas' running and waiting requests summed, their KV usage averaged,
-        the first one's KV configuration (the replicas share it), the largest lag."""
+        """The replicas' queues summed, KV usage averaged, the largest lag."""
         loads = [engine.load() for engine in self.engines]
         lags = [x.simulation_lag_s for x in loads if x.simulation_lag_s is not None]
         return EngineLoad(

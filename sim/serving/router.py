@@ -1,12 +1,9 @@
 """Routers: which replica of a pool takes the next request.
 
-A router is plain logic: it reads each replica's load (requests and tokens
-routed to it and not yet finished, kept by ``sim.serving.pool.Pool``) and returns a
-replica index. It never looks at an engine's internals, so its choices do not
-depend on how far a skip-ahead run has got: skip-ahead and step-by-step runs
-route identically. ``central_queue`` is not a router but a pool mode (one
-shared FCFS queue); ``make_router`` gives it ``least_outstanding_requests``
-to pick among the replicas that have room.
+A router reads only each replica's load (kept by ``sim.serving.pool.Pool``),
+never an engine's internals, so skip-ahead and step-by-step runs route
+identically. ``central_queue`` is a pool mode; it picks among the replicas
+with room by ``least_outstanding_requests``.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ class ReplicaLoad:
     """What a replica has been sent and not yet finished (or rejected)."""
 
     num_requests: int = 0
-    # Prompt plus output tokens of those requests: the router is told the
-    # output length, as a real one is told ``max_tokens``.
+    # Prompt plus output tokens (a real router is told ``max_tokens``).
     num_tokens: int = 0
 
 
@@ -59,8 +55,7 @@ class RoundRobin:
         return index
 
     def num_turns_before(self, index: int, num_replicas: int) -> int:
-        """How many requests go elsewhere before the next one goes to replica ``index``
-        (known in advance: the choice ignores load)."""
+        """How many requests go elsewhere before the next one goes to replica ``index``."""
         return (index - self._next) % num_replicas
 
 
@@ -79,11 +74,8 @@ class LeastOutstandingTokens:
 
 
 class PowerOfTwo:
-    """Two distinct replicas drawn at random; the one with fewer unfinished requests.
-
-    Ties go to the first drawn. Every draw comes from ``rng``, so a run is
-    reproducible from the scenario seed.
-    """
+    """Two distinct replicas drawn from ``rng``; the one with fewer unfinished requests
+    (ties: the first drawn)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         self.rng = rng
@@ -105,13 +97,8 @@ def mix64(value: int) -> int:
 
 
 class PrefixAffinity:
-    """Requests of one prefix group always go to the same replica (hash of the group id).
-
-    A replica then keeps that group's shared prefix in its cache. Requests
-    without a group (``prefix_group`` ``None``) go to the least
-    loaded replica. Few groups, or one hot group, can load replicas unevenly:
-    the summary's imbalance shows it.
-    """
+    """Requests of one prefix group always go to the same replica (hash of the group
+    id), which keeps its prefix cached; requests without one to the least loaded."""
 
     def __init__(self) -> None:
         self._fallback = LeastOutstandingRequests()

@@ -1,23 +1,12 @@
 """Wire a workload, a policy and a cost model into a SimPy run.
 
-Requests arrive (open loop: at given times; closed loop: users who think,
-send, and wait for the answer), take the server's way in (the API server's
-per-request work, IPC to the engine core, tokenization), then queue at the
-replica. The frontend (``sim.serving.frontend``) turns each step's outputs
-into streamed chunks after the engine; its queue decides when the client sees
-every token.
-With a ``Cluster`` the requests go to a router in front of several replicas,
-or to disaggregated prefill and decode pools (``sim.serving.cluster``); without one,
-to a single replica.
-
-An open loop capped at ``max_concurrency`` requests in flight (when the cap
-can bind) runs as a closed loop does, each send waiting for a slot
-(``_limited_open_loop``).
-
-This is the reference executor: one SimPy event per submission, every core an
-``EngineCore``. The speed paths build on it from above and give the same result
-to the bit; the face that builds a run (``sim.api.build.simulation_for``)
-chooses between the two, once. Nothing here knows of them.
+Requests arrive (an open loop at given times, capped or not by
+``max_concurrency``; a closed loop of users who think, send and wait), take the
+server's way in, then queue at one replica or at a ``Cluster``
+(``sim.serving.cluster``); the frontend (``sim.serving.frontend``) decides after
+the run when the client sees every token. This is the reference executor, one
+SimPy event per submission; the speed paths build on it from above
+(``sim.api.build.simulation_for`` chooses) and nothing here knows of them.
 """
 
 from __future__ import annotations
@@ -58,15 +47,8 @@ class Simulation:
         progress: bool = False,
         new_replica: ReplicaFactory = Replica,
     ) -> None:
-        """Every open-loop request is handed over at an event of its own; with
-        ``engine.skip_ahead: false`` every step is one too (docs/architecture.md,
-        the path of one request).
-
-        ``progress``: a bar over building a cluster's replicas, once that takes a
-        while (thousands of prefix caches: minutes; ``sim.workload.size``).
-        ``new_replica`` builds the executor of each replica's engine core (by
-        default the reference ``Replica``, a step per event).
-        """
+        """``progress``: a bar over building a cluster's replicas (thousands of prefix
+        caches take minutes). ``new_replica``: the executor of each engine core."""
         self.replica_config = replica_config
         self.env = simpy.Environment()
         self._waiters: dict[int, simpy.Event] = {}
@@ -107,7 +89,6 @@ class Simulation:
 
     @property
     def num_done(self) -> int:
-        """Requests finished or rejected so far."""
         if self.layout is None:
             return self.core.num_done
         return self.layout.num_done
@@ -126,12 +107,8 @@ class Simulation:
             self._submit(request)
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
-        """Submit requests in the order their way in ends.
-
-        All arrival times are known, so the way in needs no event of its
-        own, and replicas can read the next submission time from
-        ``_next_ready_s`` instead of being interrupted by it.
-        """
+        """Submit requests in the order their way in ends (known up front: no event
+        for the way in, and replicas read the next one from ``_next_ready_s``)."""
         env = self.env
         ready, order = submission_order(work, self.replica_config.frontend)
         ready_s = ready.tolist()
@@ -145,11 +122,7 @@ class Simulation:
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
         env = self.env
-        # A user sees the answer once the frontend has sent the last token; the
-        # frontend's queue is computed after the run, so users wait its
-        # no-queue time for one output (docs/vllm-fidelity.md).
-        frontend = self.replica_config.frontend
-        detokenize_s = frontend.output_step_s + frontend.detokenize_s_per_token
+        detokenize_s = self._answer_s()
         while ids[0] < work.num_requests:
             yield env.timeout(work.next_think_s())
             if ids[0] >= work.num_requests:
@@ -169,19 +142,11 @@ class Simulation:
                 yield env.timeout(detokenize_s)
 
     def _limited_open_loop(self, work: OpenLoop, limit: int) -> Generator[simpy.Event, Any, None]:
-        """Send requests at their arrival times, at most ``limit`` in flight.
-
-        As ``vllm bench serve --max-concurrency`` (an asyncio semaphore around
-        each request): an arrival that finds every slot taken waits, in arrival
-        order, until an answer is in; it is sent then, and its ``arrival_s``
-        (from which TTFT counts, as the client's clock starts when it sends)
-        becomes that time. An answer is in when the frontend has sent the
-        last token: the engine's finish plus the frontend's no-queue time for
-        one output, as closed-loop users wait (docs/vllm-fidelity.md).
-        """
+        """Send requests at their arrival times, at most ``limit`` in flight, as
+        ``vllm bench serve --max-concurrency``: an arrival finding every slot taken
+        waits for an answer and is sent (its ``arrival_s``) then."""
         env = self.env
-        frontend = self.replica_config.frontend
-        answer_s = frontend.output_step_s + frontend.detokenize_s_per_token
+        answer_s = self._answer_s()
         self._free_slots = limit
 
         def free_slot(_: object) -> None:
@@ -212,6 +177,12 @@ class Simulation:
             self._waiters[request.request_id] = done
             self._send(request)
 
+    def _answer_s(self) -> float:
+        """When a client has its answer after the engine's finish: the frontend's
+        no-queue time for one output (its queue is worked out after the run)."""
+        frontend = self.replica_config.frontend
+        return frontend.output_step_s + frontend.detokenize_s_per_token
+
     def run(self, work: OpenLoop | ClosedLoop, progress: bool = False) -> RawResult:
         """Simulate until every request has finished or been rejected."""
         total = work.num_requests if isinstance(work, ClosedLoop) else len(work.arrival_s)
@@ -226,21 +197,17 @@ class Simulation:
     def simulate(
         self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None
     ) -> RawResult:
-        """Run ``work`` to its end in this process, one SimPy event per submission
-        (``limit``: an open loop's cap on requests in flight, by default its own
-        when it can bind), and return its result (``bar`` ticks meanwhile)."""
+        """Run ``work`` to its end in this process and return its result (``limit``:
+        an open loop's cap on requests in flight, by default its own)."""
         if isinstance(work, ClosedLoop):
             ids = [0]
             for _ in range(work.num_users):
                 self.env.process(self._user(work, ids))
         elif limit is not None or (limit := concurrency_limit(work)) is not None:
-            # Sends wait for answers, so they are not known in advance: replicas
-            # are interrupted by them, as by a closed loop's (no horizon).
+            # Sends wait for answers: replicas are interrupted by them (no horizon).
             self.env.process(self._limited_open_loop(work, limit))
         else:
-            # A single replica or a pool of one ends its runs at the next
-            # arrival; several are interrupted by the arrivals routed to them
-            # (Pool.set_horizon).
+            # Replicas end their runs at the next arrival (Pool.set_horizon).
             if self.layout is None:
                 self.replica.horizon = self._horizon
             else:

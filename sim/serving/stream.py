@@ -1,11 +1,8 @@
 """What an online engine hands the HTTP server: per step, per request, the new tokens.
 
-Two engines stand behind ``servesim serve``: the reference engine
-(``calibration.reference_engine.OnlineEngine``, a real PyTorch model) and the
-simulated one (``servesim serve --simulate``, the scheduler in wall-clock time
-with each step priced by the cost model). The server talks to either through
-``OnlineBackend`` and knows nothing else of them; it owns tokenization and
-detokenization (text in, text out), so engines deal in token ids only.
+The server talks to either engine behind ``servesim serve`` (the PyTorch
+``calibration.reference_engine.OnlineEngine``, or ``--simulate``'s) through
+``OnlineBackend``; it owns (de)tokenization, so engines deal in token ids only.
 """
 
 from __future__ import annotations
@@ -26,11 +23,9 @@ FinishReason = Literal["stop", "length", "abort"]
 
 @dataclass(frozen=True, slots=True)
 class RequestTiming:
-    """A request's time in the engine so far, in seconds of the engine's clock, as
-    vLLM's request stats split it: waiting (handed to the engine core to first
-    scheduled), prefill (first scheduled to first token), decode (first token to
-    its latest); with its preemptions and prefix-cache lookups so far (tokens
-    looked up, tokens found). ``/metrics`` observes the last one a client got."""
+    """A request's time in the engine so far (s), as vLLM's request stats split it:
+    queued (ready to first scheduled), prefill (to first token), decode (to its
+    latest); with its preemptions and prefix-cache tokens looked up and found."""
 
     queue_s: float
     prefill_s: float
@@ -63,16 +58,13 @@ def timing_of(request: Request) -> RequestTiming | None:
 
 @dataclass(frozen=True, slots=True)
 class Emitted:
-    """One engine step's output for one request; ``finish_reason`` set on its last.
+    """One engine step's output for one request; ``finish_reason`` set on its last
+    (whose ``token_ids`` may be empty: an abort, a refusal).
 
-    ``token_ids`` may be empty on the last event of a request that ends without a
-    new token (an abort, a request refused at admission). ``timing``: the
-    request's time in the engine as of this event (``timing_of``), on events
-    with tokens from engines that keep it. ``num_step_tokens``: on the first
-    event an engine sends for a step (None on the others, and from engines that
-    do not count them), the step's tokens as vLLM's ``IterationStats`` counts
-    them for ``vllm:iteration_tokens_total``: the whole prompt of each request
-    whose first token the step produced, plus every token the step generated.
+    ``timing``: as of this event, on events with tokens. ``num_step_tokens``: on a
+    step's first event only, the step's tokens as vLLM's ``IterationStats`` counts
+    them: the whole prompt of each request it gave a first token, plus every token
+    it generated.
     """
 
     token_ids: tuple[int, ...]
@@ -90,8 +82,7 @@ class Emitted:
         finish_reason: FinishReason | None,
         num_step_tokens: int | None = None,
     ) -> Emitted:
-        """``request``'s event now: its new ``token_ids`` (with its timing, where it has
-        any), its end and its counts so far."""
+        """``request``'s event now, with its new ``token_ids``."""
         timing = timing_of(request) if token_ids else None
         n, generated = request.num_prompt_tokens, request.num_generated_tokens
         return cls(token_ids, finish_reason, n, generated, timing, num_step_tokens)
@@ -103,17 +94,11 @@ Sink = Callable[[Emitted], None]
 
 @dataclass(frozen=True, slots=True)
 class Submission:
-    """A tokenized request as the server hands it to an engine (``OnlineBackend.submit``);
-    its tokens go to ``sink``, at most ``max_tokens`` of them.
+    """A tokenized request as the server hands it to an engine; at most
+    ``max_tokens`` tokens go to ``sink``.
 
-    ``received_s``: when the server received it, on ``time.perf_counter``'s clock
-    (None: now). The request arrives then, so that the server's own parsing and
-    tokenization before ``submit`` count in its latency, as vLLM's arrival time,
-    set when its API server takes a request, counts them.
-
-    ``priority``: the request's class (``Request.priority``; lower is more urgent,
-    vLLM's ``priority`` field), read by a priority policy, as the offline
-    simulator's requests carry the workload's.
+    ``received_s``: when the server received it (``time.perf_counter``; None: now),
+    its arrival, as vLLM's. ``priority``: vLLM's field (lower is more urgent).
     """
 
     prompt_ids: list[int]
@@ -130,11 +115,8 @@ class Submission:
 
 @dataclass(frozen=True, slots=True)
 class EngineLoad:
-    """The engine's state as Prometheus gauges report it (vLLM's names in ``/metrics``).
-
-    The KV pool's configuration (``vllm:cache_config_info``'s labels) and, for a
-    simulated engine, how far its clock is behind the wall clock: None where an
-    engine does not say (then ``/metrics`` leaves that series out)."""
+    """The engine's state as ``/metrics``' gauges report it; None: the engine does
+    not say (the series is left out)."""
 
     num_running: int
     num_waiting: int
@@ -142,15 +124,12 @@ class EngineLoad:
     block_size_tokens: int | None = None
     num_gpu_blocks: int | None = None
     enable_prefix_caching: bool | None = None
-    # The latest committed step's lag: wall-clock time when the engine committed it
-    # minus its predicted end (s; 0 when on time; sim.serving.realtime).
     simulation_lag_s: float | None = None
 
 
 def load_of(core: EngineCore, num_pending: int = 0) -> EngineLoad:
-    """``core``'s gauges now, ``num_pending`` more requests waiting outside it (on
-    their way in). Read from any thread: a scrape may see a step half committed,
-    as vLLM's gauges lag a step."""
+    """``core``'s gauges now, with ``num_pending`` requests on their way in (read from
+    any thread: a scrape may see a step half committed)."""
     kv = core.kv
     return EngineLoad(
         num_running=len(core.running),
@@ -177,8 +156,8 @@ Item = TypeVar("Item")
 
 
 class Mailbox(Generic[Item]):
-    """What other threads hand an engine's thread: submissions (``inbox``) and aborted
-    request ids (``aborted``), each waking it (``wake``); and the requests' ids."""
+    """Submissions and aborted ids other threads hand an engine's thread, each waking
+    it; and the requests' ids."""
 
     def __init__(self) -> None:
         self.inbox: queue.SimpleQueue[Item] = queue.SimpleQueue()
@@ -188,44 +167,36 @@ class Mailbox(Generic[Item]):
         self._id_lock = threading.Lock()
 
     def new_id(self) -> int:
-        """The next request id (from any thread)."""
         with self._id_lock:
             request_id = self.num_ids
             self.num_ids += 1
         return request_id
 
     def post(self, item: Item) -> None:
-        """Queue a submission for the engine's thread and wake it."""
         self.inbox.put(item)
         self.wake.set()
 
     def abort(self, request_id: int) -> None:
-        """Queue ``request_id``'s abort for the engine's thread and wake it."""
         self.aborted.put(request_id)
         self.wake.set()
 
 
 class OnlineBackend(Protocol):
-    """An engine the HTTP server can stream from: the module's two, and several
-    simulated replicas behind a router (``sim.serving.routed``)."""
+    """An engine the HTTP server can stream from (also several simulated replicas
+    behind a router, ``sim.serving.routed``): ``error`` is what stopped its loop;
+    ``submit`` returns the request's id; ``load`` is read from any thread."""
 
     max_model_len_tokens: int
 
     @property
-    def error(self) -> BaseException | None:
-        """What stopped the engine's loop, if anything."""
+    def error(self) -> BaseException | None: ...
 
-    def start(self) -> None:
-        """Start the engine's loop (its own thread)."""
+    def start(self) -> None: ...
 
-    def stop(self) -> None:
-        """End the loop; running requests get no more tokens."""
+    def stop(self) -> None: ...
 
-    def submit(self, submission: Submission) -> int:
-        """Queue a tokenized request (``Submission``). Returns its id."""
+    def submit(self, submission: Submission) -> int: ...
 
-    def abort(self, request_id: int) -> None:
-        """Stop generating for ``request_id`` (its client went away)."""
+    def abort(self, request_id: int) -> None: ...
 
-    def load(self) -> EngineLoad:
-        """Running and waiting counts and KV usage now (read from any thread)."""
+    def load(self) -> EngineLoad: ...

@@ -1,14 +1,9 @@
 """How requests reach the serving layer: an open loop or a closed loop, and in what order.
 
-An open loop knows every arrival time and length before the run (synthetic or
-trace); a request is submitted to the replicas once through the server's way
-in (``FrontendConfig.way_in_s``: the API server's per-request work and IPC,
-and tokenization), so its submission time is its arrival plus its way in
-(``submission_order``). An open loop may cap the requests in flight
-(``max_concurrency``, ``vllm bench serve --max-concurrency``): an arrival
-beyond the cap waits client-side, in arrival order, until an earlier request's
-answer is in, and is sent then (``concurrency_limit``). A
-closed loop is users who think, send a request, and wait for its answer.
+An open loop knows every arrival and length up front; a request is submitted at
+its arrival plus its way in (``submission_order``), or, beyond a
+``max_concurrency`` cap, when an earlier answer is in. A closed loop is users
+who think, send a request, and wait for its answer.
 """
 
 from __future__ import annotations
@@ -34,10 +29,8 @@ class OpenLoop(Protocol):
     @property
     def num_output_tokens(self) -> npt.NDArray[np.int64]: ...
 
-    # Optional, None where absent: request i's prefix group and the prompt tokens
-    # it shares with its group; its prompt blocks' hash ids, each id standing for
-    # block_hash_tokens tokens (None: the engine's block); its priority (lower: more
-    # urgent); the cap on requests in flight.
+    # Optional, None where absent (the fields of ``Request`` of those names, and the
+    # cap on requests in flight).
     @property
     def prefix_group(self) -> npt.NDArray[np.int64] | None: ...
     @property
@@ -53,9 +46,8 @@ class OpenLoop(Protocol):
 
 
 def concurrency_limit(work: OpenLoop) -> int | None:
-    """The open loop's cap on requests in flight (its optional ``max_concurrency``)
-    when it can bind, i.e. is below the number of requests; else None: a cap that
-    never binds is the plain open loop, to the bit."""
+    """The open loop's ``max_concurrency`` when it can bind (below its number of
+    requests); else None, the plain open loop."""
     limit = work.max_concurrency
     return limit if limit is not None and limit < len(work.arrival_s) else None
 
@@ -70,18 +62,14 @@ class ClosedLoop(Protocol):
     def next_lengths(self) -> tuple[int, int]: ...
 
     def next_prefix(self) -> tuple[int, int] | None:
-        """(prefix_group, num_shared_prefix_tokens) of the request whose lengths
-        ``next_lengths`` just drew; None: it shares no prefix."""
+        """(prefix_group, num_shared_prefix_tokens) of the request just drawn, or None."""
 
     def next_think_s(self) -> float: ...
 
 
 def prefix_describer(work: OpenLoop) -> Callable[[Request], None] | None:
-    """A function filling in a request's prefix fields from an open-loop workload.
-
-    Returns ``None`` when ``work`` has neither prefix groups nor block hash ids
-    (the fast path).
-    """
+    """A function filling in a request's prefix fields from ``work``; None if it has
+    neither prefix groups nor block hash ids."""
     groups, shared = work.prefix_group, work.num_shared_prefix_tokens
     hash_ids, hash_tokens = work.block_hash_ids, work.block_hash_tokens
     if groups is None and hash_ids is None:
@@ -112,9 +100,9 @@ def submission_order(
 
 
 def requests_in_order(work: OpenLoop, order: npt.NDArray[np.intp]) -> Iterator[Request]:
-    """The workload's requests, built one at a time in submission ``order``
-    (read a chunk at a time: Python lists of a million rows cost ~150 MB)."""
-    describe = prefix_describer(work)  # None unless requests share prefixes
+    """The workload's requests, built one at a time in submission ``order`` (read a
+    chunk at a time: lists of a million rows cost ~150 MB)."""
+    describe = prefix_describer(work)
     priority = work.priority
     for start in range(0, len(order), _CHUNK):
         chunk = order[start : start + _CHUNK]

@@ -288,7 +288,7 @@ def check_run(
     rejected = reasons.notna().to_numpy()
     np.testing.assert_array_equal(rejected, must_reject)
     assert all(isinstance(r, str) and r for r in reasons[rejected])
-    assert raw.rejections == dict(
+    assert raw.records.rejections == dict(
         zip(requests["request_id"][rejected], reasons[rejected], strict=True)
     )
     done = requests[~rejected]

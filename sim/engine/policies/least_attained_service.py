@@ -1,18 +1,12 @@
 """Least-attained-service admission on continuous batching.
 
-The waiting queue is served in increasing *attained service*: the output
-tokens a request has already streamed. A fresh request has attained none; a
-request preempted by recompute keeps its streamed tokens, so it has attained
-some, and waits behind fresh arrivals instead of going first as in vLLM
-(which requeues a preempted request at the front). Ties keep their order:
-first-come first-served, earlier preemptions first.
+The waiting queue is served in increasing *attained service*, the output tokens
+a request has already streamed (stable): a request preempted by recompute waits
+behind fresh arrivals instead of going first as in vLLM.
 
-Why: LAS (also "foreground-background") is the classic way to favour short
-jobs when job sizes are unknown: whoever has been served least is likely to
-be the shortest left. Here it bounds how much one long request, preempted
-again and again, can hold the head of the queue under KV pressure, at the
-price of the preempted requests' own latency. Everything else is the
-continuous policy's (:mod:`sim.engine.scheduler`).
+Why: LAS ("foreground-background") favours short jobs when sizes are unknown;
+here it bounds how long one long request, preempted again and again, can hold
+the head of the queue under KV pressure, at the price of its own latency.
 
 This module is the worked example of ``docs/dev/adding-a-policy.md``.
 """

@@ -1,23 +1,12 @@
 """Orca-style iteration-level batching: maximum-length KV reservation, no paging.
 
-As in Orca (Yu et al., OSDI 2022), the batch is re-formed every iteration:
-running requests decode (or prefill their whole prompt in the step that admits
-them), finished ones leave, and waiting requests join first-come first-served
-while there are fewer than ``max_num_seqs`` running. What differs from paged
-continuous batching (``continuous``) is memory: at admission a request
-reserves KV slots for its maximum length, prompt plus output
-(``Request.max_num_tokens``), because without paging its cache must be one
-contiguous region sized up front. The pool therefore never runs out while a
-request runs, so nothing is ever preempted, but the reservation for tokens not
-yet generated holds memory idle and fewer requests run concurrently for the
-same pool. (The reservation is still counted in blocks of
-``engine.block_size_tokens``, so the comparison with paging isolates the
-up-front reservation; use ``block_size_tokens: 1`` for exact slots.)
-
-There is no token budget and no chunking: an admitted prompt is prefilled in
-one step, beside the running requests' decodes (Orca's selective batching).
-Admission stops at the first waiting request that does not fit (FCFS, no
-overtaking).
+As in Orca (Yu et al., OSDI 2022) the batch is re-formed every iteration, and
+waiting requests join FCFS while fewer than ``max_num_seqs`` run. Unlike paged
+continuous batching, a request reserves KV for its maximum length at admission
+(one contiguous region without paging): nothing is ever preempted, but memory
+sits idle and fewer requests run (still counted in blocks: use
+``block_size_tokens: 1`` for exact slots). No token budget, no chunking: an
+admitted prompt is prefilled whole beside the running decodes.
 """
 
 from __future__ import annotations
@@ -46,23 +35,15 @@ class OrcaConfig(BaseModel):
         return Orca(self)
 
     def step_seq_bound(self) -> int:
-        """Most sequences one step holds (``max_num_seqs``)."""
         return self.max_num_seqs
 
     def step_token_bound(self, max_model_len_tokens: int) -> int:
-        """Most tokens one step can compute (sizes the activation reserve)."""
         return min(self.max_num_seqs * max_model_len_tokens, 1 << 16)
 
 
 class Orca(PrefillFirst):
-    """Prefill-first's admission (whole prompts, first-come first-served) reserving
-    the maximum length, in continuous batching's step: the admitted prompts
-    prefill beside the running requests' decodes.
-
-    Since a running request's blocks already cover every token it will compute,
-    the running loop never allocates and never preempts, and skip-ahead runs
-    are bounded only by the first request to finish.
-    """
+    """Prefill-first's admission reserving the maximum length, in continuous
+    batching's step (the running loop never allocates, so never preempts)."""
 
     def __init__(self, config: OrcaConfig) -> None:
         super().__init__(

@@ -1,12 +1,7 @@
 """Continuous batching with a waiting queue in an order of the policy's choosing.
 
-The base of ``priority`` and ``shortest_prompt_first``: every step, before the
-continuous policy's own mechanics run (decode first, chunked prefill within the
-token budget, preemption, admission from the head of ``core.waiting``),
-``reorder`` sorts the waiting queue, and optionally the running list, whose
-tail is the preemption victim. Sorting is stable, so requests that compare
-equal keep their order: first-come first-served, with requests preempted
-earlier (requeued at the front) ahead.
+The base of the ordered policies: before each step ``reorder`` sorts the waiting
+queue (stably: ties stay first-come first-served, earlier preemptions ahead).
 """
 
 from __future__ import annotations

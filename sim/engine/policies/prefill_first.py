@@ -1,21 +1,11 @@
 """Prefill-first batching in the style of vLLM v0's default scheduler (no mixing).
 
-Each step is one of two kinds, never both:
-
-* a **prefill step**, whenever at least one waiting request can be admitted:
-  waiting requests are admitted first-come first-served while fewer than
-  ``max_num_seqs`` run, their prompts fit the token budget and the KV pool
-  holds them, and the step computes only their whole prompts (no chunking).
-  Running requests do not decode in it, so their next token waits a whole
-  prefill: long prompts show up as inter-token stalls (high p99 TPOT / ITL),
-  the problem chunked prefill (``continuous``) solves;
-* otherwise a **decode step** of every running request, one token each. When
-  the pool cannot hold a request's next token, the newest running request is
-  preempted by recompute (vLLM v0's default) until it can.
-
-The token budget bounds the sum of the prompts in a prefill step; the first
-admitted prompt is always taken whole even if it is longer than the budget
-(vLLM v0 refuses such prompts instead), so no request can wait forever.
+Each step is either a **prefill step**, whenever a waiting request can be
+admitted (whole prompts FCFS within ``max_num_seqs``, the token budget and the
+KV pool; running requests wait, so long prompts show as inter-token stalls), or
+a **decode step** of every running request, preempting the newest by recompute
+while the pool is short. The first prompt of a step is taken whole even beyond
+the budget (vLLM v0 refuses it), so no request waits forever.
 """
 
 from __future__ import annotations
@@ -50,11 +40,9 @@ class PrefillFirstConfig(BaseModel):
         return PrefillFirst(self)
 
     def step_seq_bound(self) -> int:
-        """Most sequences one step holds (``max_num_seqs``)."""
         return self.max_num_seqs
 
     def step_token_bound(self, max_model_len_tokens: int) -> int:
-        """Most tokens one step can compute (sizes the activation reserve)."""
         return max(self.max_num_batched_tokens, max_model_len_tokens)
 
 
@@ -93,8 +81,7 @@ class PrefillFirst(Continuous):
         return SchedulerOutput([(r, 1) for r in running])
 
     def _admit(self, core: CoreView, scheduled: Scheduled, budget: int, now_s: float) -> None:
-        """Admit whole prompts FCFS while they fit the sequence limit, the budget and
-        the KV pool."""
+        """Admit whole prompts FCFS while they fit."""
         kv, waiting, running = core.kv, core.waiting, core.running
         while waiting:
             if len(running) >= self.max_num_seqs:

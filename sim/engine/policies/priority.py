@@ -1,31 +1,20 @@
 """Priority classes on continuous batching: strict (vLLM's ``--scheduling-policy
 priority``), or weighted fair between classes.
 
-Each request carries an integer ``priority`` (``Request.priority``, drawn by
-the workload's ``priority`` option); as in vLLM, a lower value is more urgent.
-Two modes:
+A lower ``Request.priority`` is more urgent, as in vLLM. Two modes:
 
-* ``strict`` (vLLM v1's priority policy): the waiting queue is served in
-  (priority, arrival time) order, so a waiting request is never admitted while
-  a more urgent one waits. The running list stays in admission order (decodes
-  and prefill chunks take the budget in that order, as in vLLM), and under KV
-  pressure the victim of preemption is the running request with the largest
-  (priority, arrival time): the latest arrival of the least urgent class
-  (``Scheduler.schedule``'s ``max(self.running, key=(priority, arrival_time))``),
-  even one already scheduled in this step, whose tokens go back to the budget.
-  A less urgent class can starve under sustained urgent load.
-* ``weighted`` (servesim's own; vLLM has none): weighted fair queueing between
-  classes (start-time fair queueing on admissions): a request entering the
-  queue gets the virtual finish tag ``max(V, last tag of its class) + 1 / weight``,
-  where ``V`` is the start tag of the last admitted request; the queue is served
-  in tag order (ties: the more urgent class, then FCFS). With every class
-  backlogged, class ``c`` gets a share ``weight_c / sum of weights`` of
-  admissions, and an idle class earns no credit. Deterministic: no random
-  draws. The victim is the newest running request, as in continuous batching.
+* ``strict`` (vLLM v1's): the waiting queue is served in (priority, arrival
+  time) order; the running list keeps admission order, and the preemption
+  victim is the running request with the largest (priority, arrival time), even
+  one already scheduled this step (vLLM's ``max(self.running, key=...)``).
+* ``weighted`` (servesim's own): start-time fair queueing on admissions: a
+  request entering the queue gets the finish tag ``max(V, last tag of its
+  class) + 1 / weight`` (``V``: the last admitted request's start tag), served
+  in tag order (ties: the more urgent class, then FCFS), so backlogged classes
+  share admissions by weight. The victim is the newest running request.
 
-Everything else (chunked prefill within the budget, preemption by recompute or
-swap) is the continuous policy's (:mod:`sim.engine.scheduler`). No
-running request is preempted to admit an urgent one (as in vLLM).
+Everything else is the continuous policy's; no running request is preempted to
+admit an urgent one (as in vLLM).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Shortest-prompt-first admission on continuous batching.
 
-The waiting queue is served in increasing prompt length (first-come
-first-served among equal lengths; a request preempted earlier, requeued at the
-front, goes first among its length). Short requests no longer queue behind
-long prompts, which lowers mean TTFT under load, at the price of the long
-prompts' waiting (they can starve under sustained load of short ones). The
-prompt length is known at arrival, unlike the output length, so this is the
-implementable cousin of shortest-job-first. Everything else is the continuous
-policy's (:mod:`sim.engine.scheduler`); running requests keep admission order.
+The waiting queue is served in increasing prompt length (stable), lowering mean
+TTFT under load at the price of long prompts' waits (they can starve): the
+implementable cousin of shortest-job-first, as a prompt's length is known at
+arrival. Everything else is the continuous policy's.
 """
 
 from __future__ import annotations

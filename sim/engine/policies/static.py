@@ -1,12 +1,11 @@
 """Static batching: gather a batch, run it to completion, then gather the next.
 
 A batch starts when ``max_batch_size`` requests wait, or when the oldest has
-waited ``max_wait_s``. Its prompts are prefilled together in one step, then it
-decodes until its longest request is done. Requests that finish early keep
-their slot as padding: the batch keeps computing a (discarded) token for
-them each step, at a growing context, which is exactly the waste continuous
-batching avoids. KV blocks
-for every member's full length are reserved when the batch forms.
+waited ``max_wait_s``, with KV reserved for every member's full length. Its
+prompts prefill together in one step, then it decodes until its longest
+request is done; finished members keep their slot as padding, computing a
+discarded token each step at a growing context (the waste continuous batching
+avoids).
 """
 
 from __future__ import annotations
@@ -30,11 +29,9 @@ class BatchSettings(BaseModel):
     )
 
     def step_seq_bound(self) -> int:
-        """Most sequences one step holds (``max_batch_size``)."""
         return self.max_batch_size
 
     def step_token_bound(self, max_model_len_tokens: int) -> int:
-        """Most tokens one step can compute (sizes the activation reserve)."""
         return min(self.max_batch_size * max_model_len_tokens, 1 << 16)
 
 
@@ -76,8 +73,7 @@ class Static:
         return oldest + self.max_wait_s
 
     def padding_contexts(self, core: CoreView) -> list[int]:
-        """The contexts of the finished members' slots in the next step: each computes
-        one more discarded token every step since its request finished."""
+        """The contexts of the finished members' slots in the next step."""
         return [
             r.max_num_tokens + core.num_steps - (r.last_token_step or 0)
             for r in self._members

@@ -1,12 +1,8 @@
 """vLLM's default batch limits for a GPU, as ``EngineArgs.get_batch_defaults`` picks them.
 
-vLLM does not use one ``max_num_batched_tokens`` / ``max_num_seqs`` for every
-machine: when the user sets neither, it looks up the device (total memory and
-name) and the usage context (``vllm serve`` is the OpenAI API server, ``LLM``
-the offline class), then clamps the pair to the model length
-(``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``). This
-module is that table and that clamp; the scenario resolves its ``None``
-scheduler limits through ``batch_defaults`` once the hardware is known.
+When the user sets neither limit, vLLM picks them by device (memory and name)
+and usage context (``vllm serve`` or the ``LLM`` class), then clamps them to the
+model length; this module is that table and that clamp.
 """
 
 from __future__ import annotations
@@ -51,11 +47,8 @@ def batch_defaults(
     max_num_batched_tokens: int | None,
     max_num_seqs: int | None,
 ) -> BatchLimits:
-    """Fill in whichever of the two limits is ``None`` as vLLM does.
-
-    ``memory_bytes`` is one device's total memory; ``world_size`` the number of
-    devices of one replica (only CPUs scale with it).
-    """
+    """Fill in whichever of the two limits is ``None`` as vLLM does (``memory_bytes``:
+    one device's; ``world_size``: devices of one replica, for CPUs)."""
     kind = device_class(hardware_name, memory_bytes)
     if kind == "cpu":
         tokens, seqs = _CPU_PER_WORKER[usage]
