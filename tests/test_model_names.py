@@ -16,10 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sim.cost.kernels.artifact import load_kernel_artifact, shipped_kernel_artifacts
 from sim.cost.kernels.cost import KernelCost
 from sim.errors import ConfigError
+from sim.hardware.model_names import same_model
+from sim.hardware.quantization import WeightDtype
 from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 from sim.scenario import load_scenario
 from sim.validation.fit_runs import check_run as check_fit_run
@@ -140,3 +144,41 @@ def test_kernel_tables_of_a_variant_price_the_model(named: str) -> None:
     artifact = load_kernel_artifact(_llama_tables())
     artifact.provenance = artifact.provenance.model_copy(update={"model": named})
     KernelCost(load_architecture("llama-3.1-8b"), artifact)
+
+
+# The rule itself, over names built from a preset's: what may trail it, in any order.
+ALIASED = {"llama-3.1-8b", "llama-3-8b"}  # models.toml's [aliases]: the same shapes
+PRESETS = ["llama-3.1-8b", "llama-3-8b", "qwen3-30b-a3b", "qwen3-8b", "tiny"]
+VARIANT_TAILS = st.lists(st.sampled_from(["Instruct", "chat", "it", "hf", "2507", "20240229"]))
+
+
+@given(st.sampled_from(PRESETS), VARIANT_TAILS, st.sampled_from(["", "org/", "meta-llama/"]))
+def test_variant_words_and_dates_keep_the_model(model: str, tail: list[str], org: str) -> None:
+    named = org + "-".join([model.upper(), *tail])
+    assert same_model(model, named) and same_model(named, model)
+
+
+@given(
+    st.sampled_from(PRESETS),
+    VARIANT_TAILS,
+    st.sampled_from(["AWQ", "GPTQ-Int4", "w4a16", "4bit"]),
+    st.sampled_from(["fp8", "int8", "bf16", "fp16"]),
+)
+def test_a_quantization_word_is_the_model_only_at_that_quantization(
+    model: str, tail: list[str], word: str, other: WeightDtype
+) -> None:
+    named = "-".join([model, *tail, word])
+    assert same_model(model, named, "int4")  # each of these words means 4-bit weights
+    assert not same_model(model, named)  # the model's own weights: another price
+    assert not same_model(model, named, other)
+
+
+@given(
+    st.sampled_from(PRESETS),
+    st.sampled_from(PRESETS),
+    st.sampled_from(["longer", "context", "a3b", "1", "v2", "moe", "fp4"]),
+)
+def test_any_other_word_is_another_model(model: str, other: str, word: str) -> None:
+    assert not same_model(model, f"{model}-{word}")
+    assert not same_model(f"{model}-{word}", model)
+    assert same_model(model, other) is (model == other or {model, other} == ALIASED)
