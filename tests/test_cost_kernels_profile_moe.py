@@ -8,11 +8,12 @@ import pandas as pd
 import pytest
 
 from sim.cost.base import StepShape
-from sim.cost.kernels.artifact import load_kernel_artifact, model_matches
+from sim.cost.kernels.artifact import load_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import import_profile, profile_artifact
 from sim.cost.kernels.ops import ProfileDense, expected_active_experts
 from sim.errors import ConfigError
+from sim.hardware.model_names import same_model
 from sim.hardware.specs import load_architecture
 
 QWEN_MOE = load_architecture("qwen3-30b-a3b")
@@ -109,9 +110,9 @@ def test_a_dense_model_needs_its_mlp_ops(moe_profile: Path) -> None:
 
 
 def test_model_names_match_their_fine_tuned_variants() -> None:
-    assert model_matches("Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b")
-    assert model_matches("meta-llama/Llama-3.1-8B", "llama-3.1-8b")
-    assert model_matches(None, "anything")
-    assert not model_matches("Qwen/Qwen3-30B-A3B", "qwen3-30b")  # not a dash-separated suffix
-    assert not model_matches("meta-llama/Llama-3.1-8B", "llama-3.1-70b")
-    assert not model_matches("Qwen/Qwen3-8Bx", "qwen3-8b")
+    assert same_model("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B-Instruct-2507")
+    assert same_model("llama-3.1-8b", "meta-llama/Llama-3.1-8B")
+    assert same_model("anything", None)
+    assert not same_model("qwen3-30b", "Qwen/Qwen3-30B-A3B")  # not a variant word
+    assert not same_model("llama-3.1-70b", "meta-llama/Llama-3.1-8B")
+    assert not same_model("qwen3-8b", "Qwen/Qwen3-8Bx")

@@ -13,6 +13,7 @@ from calibration.compare_measured import load_measured, validate
 from sim import api
 from sim.cli import main
 from sim.errors import ConfigError
+from sim.hardware.model_names import same_model
 from sim.scenario import load_scenario
 from sim.validation.importers import import_run
 
@@ -170,8 +171,6 @@ def test_an_imported_run_has_no_step_log_for_the_overhead_fit(tmp_path: Path) ->
 def test_model_names_match_across_spellings(
     scenario_model: str, measured_model: str, same: bool
 ) -> None:
-    from sim.validation.match import same_model
-
     assert same_model(scenario_model, measured_model) is same
 
 

@@ -44,10 +44,10 @@ from sim.cost.fitted_cpu import (
     EngineCpuFitValues,
     EngineCpuProvenance,
 )
-from sim.cost.kernels.artifact import model_matches
 from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError, format_error
-from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec, ModelSpec, hardware_preset
+from sim.hardware.model_names import same_model
+from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset
 from sim.metrics.stats import text_dtype
 from sim.scenario import Scenario, load_scenario
 from sim.validation import identify
@@ -125,8 +125,7 @@ def recorded_device(run: ImportedRun) -> str | None:
 def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: HardwareSpec) -> None:
     """ConfigError naming what differs when the run is of another model or hardware."""
     name = recorded_model(run)
-    wanted = MODEL_SPEC_ALIASES.get(model.name, model.name)
-    if name is not None and not (model_matches(name, wanted) or model_matches(name, model.name)):
+    if not same_model(model.name, name):
         raise ConfigError(f"--from-run {source}: the run served {name}, not --model {model.name}")
     device = recorded_device(run)
     if device is not None and not hardware_matches(device, hardware):

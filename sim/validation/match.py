@@ -24,7 +24,8 @@ import pandas as pd
 from sim.api import core_config_for, engine_settings
 from sim.cost.kernels.config import KernelsCostConfig
 from sim.errors import ConfigError
-from sim.hardware.specs import MODEL_SPEC_ALIASES, HardwareSpec
+from sim.hardware.model_names import same_model
+from sim.hardware.specs import HardwareSpec
 from sim.scenario import Scenario
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
@@ -70,21 +71,6 @@ class RunFacts:
             partial=summary.get("status") not in (None, "complete"),
             in_scenario_order=own,
         )
-
-
-def _normal(name: str) -> str:
-    short = name.strip().lower().rsplit("/", 1)[-1]
-    short = short.removeprefix("meta-")
-    for alias, preset in MODEL_SPEC_ALIASES.items():
-        if short == alias or short.startswith(alias + "-"):
-            return preset + short[len(alias) :]
-    return short
-
-
-def same_model(scenario_model: str, measured_model: str) -> bool:
-    """True when ``measured_model`` names the scenario's model (or a variant of it)."""
-    a, b = _normal(scenario_model), _normal(measured_model)
-    return b == a or b.startswith(a + "-") or a.startswith(b + "-")
 
 
 def _squash(text: str) -> str:
@@ -298,7 +284,7 @@ def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) 
     found = []
     if not run.model:
         found.append("the run names no model (--assume-model NAME if it served the scenario's)")
-    elif not same_model(scenario.model.name, run.model):
+    elif not same_model(scenario.model.name, run.model, scenario.quantization.weights):
         found.append(f"model {run.model!r} measured, {scenario.model.name!r} in the scenario")
     hardware = scenario.hardware
     if run.hardware is None and not run.device_name:

@@ -185,28 +185,6 @@ def load_kernel_artifact(path: Path) -> KernelArtifact:
     return KernelArtifact(provenance, tables)
 
 
-# Name parts of fine-tuned variants that keep the base model's shapes.
-_VARIANT_WORDS = frozenset({"instruct", "chat", "base", "it", "hf", "thinking"})
-
-
-def model_matches(profile_model: str | None, arch_name: str) -> bool:
-    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``.
-
-    A fine-tuned variant with the same shapes matches its base name
-    (``Qwen/Qwen3-30B-A3B-Instruct-2507`` is ``qwen3-30b-a3b``): the rest of
-    the name may only be variant words or a date.
-    """
-    if profile_model is None:
-        return True
-    name, arch = profile_model.split("/")[-1].lower(), arch_name.lower()
-    if name == arch:
-        return True
-    if not name.startswith(arch + "-"):
-        return False
-    suffix = name[len(arch) + 1 :].split("-")
-    return all(part in _VARIANT_WORDS or part.isdigit() for part in suffix)
-
-
 ARTIFACTS_DIR = Path(__file__).parent / "artifacts"
 SUFFIXES = (".json.gz", ".json")
 

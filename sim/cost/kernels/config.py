@@ -28,12 +28,12 @@ from sim.cost.kernels.artifact import (
     KernelArtifact,
     load_cached,
     load_provenance_cached,
-    model_matches,
     resolve_kernel_artifact,
     shipped_kernel_artifacts,
     shipped_name,
 )
 from sim.errors import ConfigError
+from sim.hardware.model_names import same_model
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import (
     AICONFIGURATOR_GPUS,
@@ -231,7 +231,7 @@ def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsC
             continue  # an unreadable shipped file must not break auto
         if provenance.gpu not in gpu_names:
             continue
-        if model_matches(provenance.model, arch_name):
+        if same_model(arch_name, provenance.model):
             candidates.append(KernelsCostConfig(source="path", artifact=str(path)))
         elif provenance.model is not None:
             other_models.append(provenance.model)

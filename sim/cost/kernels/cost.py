@@ -27,7 +27,7 @@ from functools import partial
 from sim.cost.base import StepShape
 from sim.cost.collectives import collective_s
 from sim.cost.kernels import price
-from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, model_matches
+from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
 from sim.cost.kernels.expert_parallel import (
     ACTIVATION_BYTES,
     ExpertParallelMoE,
@@ -50,6 +50,7 @@ from sim.cost.kernels.tables import (
 )
 from sim.cost.kernels.terms import ABLATIONS, Kind, Source, Term, term
 from sim.errors import ConfigError
+from sim.hardware.model_names import same_model
 from sim.hardware.parallel import LinkSpec, link_preset
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
@@ -97,7 +98,7 @@ class KernelCost:
         except ValueError as error:
             raise ConfigError(f"model {arch.name}: {error}") from None
         provenance = artifact.provenance
-        if not model_matches(provenance.model, arch.name):
+        if not same_model(arch.name, provenance.model):
             raise ConfigError(
                 f"kernel artifact ({artifact.label}) was profiled on {provenance.model}, "
                 f"not {arch.name}"
