@@ -253,9 +253,6 @@ class SkewFit:
             tuple(float(v) for v in key): float(alpha)
             for key, alpha in zip(keys, rows["alpha"], strict=True)
         }
-        self._flat: list[float] = []  # (``alpha``'s own copy of the lattice, as ``put`` lays it)
-        self._layout = [0] * price.LAYOUT_SIZE
-        self.put(self._flat, self._layout)
 
     def put(self, tables: list[float], layout: list[int]) -> None:
         """The fit appended to ``tables`` and described in ``layout``'s skew slots
@@ -278,23 +275,6 @@ class SkewFit:
         tables.extend(alphas.ravel().tolist())
         for d, stride in enumerate(alphas.strides):
             layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
-
-    def alpha(
-        self,
-        prefill_chunk_tokens: float,
-        num_decode_seqs: int,
-        skew_rate: float,
-        max_kv_decode_tokens: float,
-        kv_prefill_tokens: float,
-    ) -> float:
-        """The fitted alpha of this batch's bucket, 0 where the fit has none
-        (``price.bucket_alpha``)."""
-        return price.bucket_alpha(
-            self._flat, self._layout, float(prefill_chunk_tokens), kv_prefill_tokens,
-            num_decode_seqs, skew_rate, max_kv_decode_tokens,
-        )  # fmt: skip
-
-    blend_s = staticmethod(price.blend_s)
 
 
 def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:
