@@ -184,12 +184,8 @@ def first_step(
     cost: FloatArray,
     tables: FloatArray,
     layout: IntArray,
-    prompt: IntArray,
-    output: IntArray,
-    comp: IntArray,
-    gen: IntArray,
-    sched_r: IntArray,
-    sched_new: IntArray,
+    counts: IntArray,
+    slots: IntArray,
     num_sched: int,
     max_run: int,
 ) -> tuple[float, int, int, int, int]:
@@ -197,6 +193,8 @@ def first_step(
     many decode steps of the batch may follow it before the first finish (0 if a
     request is still prefilling after it), and their summed, longest and shortest
     context in the first of them."""
+    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
+    sched_r, sched_new = slots[SCHED_R], slots[SCHED_NEW]
     prefill_seqs = prefill_tokens = pairs = kv_read = decode_seqs = decode_context = 0
     longest = shortest = 0  # of this step's decodes' contexts
     min_left = max_run
@@ -371,31 +369,25 @@ def decode_ends(
 
 
 def commit(
-    prompt: IntArray,
-    output: IntArray,
-    comp: IntArray,
-    gen: IntArray,
-    blocks: IntArray,
-    last_step: IntArray,
-    first_token_s: FloatArray,
-    finish_s: FloatArray,
-    sched_r: IntArray,
-    sched_new: IntArray,
+    counts: IntArray,
+    times: FloatArray,
+    slots: IntArray,
     num_sched: int,
-    held: IntArray,
     async_scheduling: bool,
     state: IntArray,
-    ends: FloatArray,
+    logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray],
     at: int,
     num_ends: int,
     start_s: float,
     bs: int,
-    segment_start_s: FloatArray,
-    segment_counts: npt.NDArray[np.int32],
-    done_order: IntArray,
 ) -> int:
     """``EngineCore.commit`` of the plan's step and the ``num_ends - 1`` decode steps
     after it (``EngineCore._commit_one`` / ``_commit_run``), finishes included."""
+    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
+    blocks, last_step = counts[BLOCKS], counts[LAST_STEP]
+    first_token_s, finish_s = times[FIRST_TOKEN_S], times[FINISH_S]
+    sched_r, sched_new, held = slots[SCHED_R], slots[SCHED_NEW], slots[HELD]
+    ends, segment_start_s, segment_counts, done_order = logs[0], logs[1], logs[2], logs[5]
     first = state[NUM_STEPS]
     end_first = ends[at]
     end_last = ends[at + num_ends - 1]
@@ -492,17 +484,16 @@ def run(
     """
     cost, tables, layout = prices
     clock_s, ready_s = times[CLOCK_S], times[READY_S]
-    first_scheduled_s, first_token_s = times[FIRST_SCHEDULED_S], times[FIRST_TOKEN_S]
-    finish_s = times[FINISH_S]
-    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
-    blocks, lookups, last_step = counts[BLOCKS], counts[LOOKUPS], counts[LAST_STEP]
+    first_scheduled_s, finish_s = times[FIRST_SCHEDULED_S], times[FINISH_S]
+    prompt, comp, gen = counts[PROMPT], counts[COMP], counts[GEN]
+    blocks, lookups = counts[BLOCKS], counts[LOOKUPS]
     running, sched_r, sched_new, held = (
         slots[RUNNING],
         slots[SCHED_R],
         slots[SCHED_NEW],
         slots[HELD],
     )
-    ends, segment_start_s, segment_counts, series_time_s, series_counts, done_order = logs
+    ends, segment_start_s, series_time_s, series_counts = logs[0], logs[1], logs[3], logs[4]
     max_num_seqs = settings[MAX_NUM_SEQS]
     max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
     cap, chunked, bs = settings[TOKEN_CAP], settings[CHUNKED], settings[BLOCK_SIZE]
@@ -625,9 +616,8 @@ def run(
             continue
         # -- Continuous._finish_plan: the step's price, and the run it allows --------
         first_s, min_left, run_context, run_longest, run_shortest = first_step(
-            cost, tables, layout, prompt, output, comp, gen, sched_r, sched_new, num_sched,
-            max_run,
-        )  # fmt: skip
+            cost, tables, layout, counts, slots, num_sched, max_run
+        )
         if first_s != first_s:
             return UNSUPPORTED  # past a kernel table's last point
         num_steps = 1
@@ -666,28 +656,7 @@ def run(
         if last_end_s != last_end_s:
             return UNSUPPORTED  # past a kernel table's last point
         status = commit(
-            prompt,
-            output,
-            comp,
-            gen,
-            blocks,
-            last_step,
-            first_token_s,
-            finish_s,
-            sched_r,
-            sched_new,
-            num_sched,
-            held,
-            async_scheduling,
-            state,
-            ends,
-            at,
-            num_ends,
-            now,
-            bs,
-            segment_start_s,
-            segment_counts,
-            done_order,
+            counts, times, slots, num_sched, async_scheduling, state, logs, at, num_ends, now, bs
         )
         if status != DONE:
             return status
