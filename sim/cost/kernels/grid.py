@@ -125,13 +125,7 @@ class Grid:
         """
         coords = [np.asarray(p, dtype=np.float64) for p in points]
         axes = [np.unique(c) for c in coords]
-        sums = np.zeros(tuple(len(a) for a in axes))
-        counts = np.zeros_like(sums)
-        index = tuple(np.searchsorted(a, c) for a, c in zip(axes, coords, strict=True))
-        np.add.at(sums, index, np.asarray(latency_s, dtype=np.float64))
-        np.add.at(counts, index, 1.0)
-        with np.errstate(invalid="ignore"):
-            values = sums / counts
+        values = mean_on_grid(axes, coords, latency_s)
         # Fill along fill_axis first; lines with no measurement at all are
         # then filled along the other axes in turn.
         for axis in [fill_axis, *(a for a in range(len(axes)) if a != fill_axis)]:
@@ -224,6 +218,21 @@ def warn_notes(tables: list[float], layout: list[int], grids: Mapping[int, Grid]
         g, axis_index = layout[PAST + 2 * k], layout[PAST + 2 * k + 1]
         grids[g].warn_past(axis_index, tables[layout[PAST_X] + k])
     layout[NUM_PAST] = 0
+
+
+def mean_on_grid(
+    axes: Sequence[FloatArray], coords: Sequence[FloatArray], latency_s: npt.ArrayLike
+) -> FloatArray:
+    """The mean latency of the rows at each point of the grid of ``axes`` (each row's
+    coordinates on them), NaN where no row is."""
+    sums = np.zeros(tuple(len(a) for a in axes))
+    counts = np.zeros_like(sums)
+    index = tuple(np.searchsorted(a, c) for a, c in zip(axes, coords, strict=True))
+    np.add.at(sums, index, np.asarray(latency_s, dtype=np.float64))
+    np.add.at(counts, index, 1.0)
+    with np.errstate(invalid="ignore"):
+        means: FloatArray = sums / counts
+    return means
 
 
 def _each_line(values: FloatArray, axis: int, fill: Callable[[FloatArray], None]) -> FloatArray:

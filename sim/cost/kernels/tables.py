@@ -15,7 +15,7 @@ import numpy as np
 from sim.cost.base import FloatArray
 from sim.cost.kernels import price
 from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes
+from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes, mean_on_grid
 from sim.errors import ConfigError
 from sim.hardware.specs import MoeSpec
 
@@ -183,17 +183,9 @@ def mixed_attention_grids(artifact: KernelArtifact) -> MixedAttention:
             f"kernel artifact ({artifact.label}): mixed_attention needs pure prefill "
             "rows (num_decode_seqs 0) and pure decode rows (prefill_chunk_tokens 0)"
         )
-    axes = [np.unique(np.concatenate([[0.0], rows[a].to_numpy(np.float64)])) for a in MIXED_AXES]
-    sums = np.zeros(tuple(len(a) for a in axes))
-    counts = np.zeros_like(sums)
-    index = tuple(
-        np.searchsorted(a, rows[n].to_numpy(np.float64))
-        for a, n in zip(axes, MIXED_AXES, strict=True)
-    )
-    np.add.at(sums, index, rows["latency_s"].to_numpy(np.float64))
-    np.add.at(counts, index, 1.0)
-    with np.errstate(invalid="ignore"):
-        values = sums / counts
+    coords = [rows[a].to_numpy(np.float64) for a in MIXED_AXES]
+    axes = [np.unique(np.concatenate([[0.0], c])) for c in coords]
+    values = mean_on_grid(axes, coords, rows["latency_s"].to_numpy(np.float64))
     values[0, :, 0, :] = np.nan  # the empty batch: no step has it
     prefill = _fill(values[1:, :, 0, 0], axes[0][1:], axes[1])
     decode = _fill(values[0, 0, 1:, 1:], axes[2][1:], axes[3][1:])
