@@ -193,18 +193,16 @@ def build_kernels(
     )
 
 
-def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCostConfig]:
-    """Kernel configurations that might cover ``model`` on ``hardware``, best first."""
-    return _candidates(model, hardware)[0]
-
-
 def _timed(data_dir: Path, gpu: str) -> bool:
     """Whether the database times ``gpu`` (some of its folders are empty placeholders)."""
     return any((data_dir / gpu).glob("gemm/*/*/*.parquet"))
 
 
-def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsCostConfig], str]:
-    """(``auto_candidates``, why there are none: one line, or "" when there are)."""
+def auto_candidates(
+    model: ModelSpec, hardware: HardwareSpec
+) -> tuple[list[KernelsCostConfig], str]:
+    """Kernel configurations that might cover ``model`` on ``hardware``, best first,
+    and why there are none (one line, or "" when there are)."""
     gpu_names = SOURCE_GPU_NAMES.get(hardware.name)
     if gpu_names is None:
         return [], f"no kernel tables name hardware {hardware.name}"
@@ -265,7 +263,7 @@ def kernel_auto_choice(
 ) -> tuple[KernelCost | None, str]:
     """The first candidate that builds (see the module docstring), or None, and
     the choice in one line: the tables it priced from, or why none did."""
-    candidates, why = _candidates(model, hardware)
+    candidates, why = auto_candidates(model, hardware)
     problems = []
     for config in candidates:
         try:

@@ -44,11 +44,10 @@ def applies_to(artifact: KernelArtifact) -> bool:
 class MixedDecodeFactor:
     """The decodes' slowdown in a mixed FA2 kernel (the module docstring), by lookup."""
 
-    __slots__ = ("_flat", "_grid", "_layout", "_slots", "label", "source")
+    __slots__ = ("_flat", "_layout", "_slots", "grid", "label")
 
-    def __init__(self, source: str, grid: Grid, label: str) -> None:
-        self.source = source
-        self._grid = grid
+    def __init__(self, grid: Grid, label: str) -> None:
+        self.grid = grid  # on the profile's lattice (KernelCost lays it out for price)
         # ``price``'s layout of the grid, for ``price.clamped_point_4d`` (the lookup
         # a kernel cost and the compiled loop make: ``price.mixed_decode_factor``).
         self._flat: list[float] = []
@@ -56,11 +55,6 @@ class MixedDecodeFactor:
         grid.put(self._flat, self._layout, price.MIXED_GRID)
         self._slots = price.grid_4d(self._layout, price.MIXED_GRID)
         self.label = label
-
-    @property
-    def grid(self) -> Grid:
-        """The factor on the profile's lattice (for the compiled loop's copy)."""
-        return self._grid
 
     def __call__(self, chunk: float, cached: float, num_decode_seqs: float, kv: float) -> float:
         """The factor at one prefill chunk of ``chunk`` new tokens after ``cached``,
@@ -94,7 +88,7 @@ def factor_from_profile(
     if balance_scale != 1.0:
         label += f", extra x{balance_scale:.2f} (FLOP/B balance; transferred estimate)"
     grid = Grid("mixed decode factor", MIXED_AXES, sub_axes, factor)
-    return MixedDecodeFactor(source, grid, label)
+    return MixedDecodeFactor(grid, label)
 
 
 def transferred_factor(hardware: HardwareSpec) -> MixedDecodeFactor:
