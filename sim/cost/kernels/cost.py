@@ -199,7 +199,12 @@ class KernelCost:
             elif arch.moe is not None:
                 self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
             if memory_ops:
-                self._memory = MemoryOps.for_artifact(a, arch, self.shapes, self._gpu(hardware))
+                # Activations are 16-bit unless the tables were timed in fp32 (fp8
+                # weights still compute in 16 bits); the KV cache has its own dtype.
+                activation = 4.0 if a.provenance.dtype == "float32" else 2.0
+                kv = DTYPE_BYTES.get(a.provenance.kv_dtype, 2.0)
+                gpu = self._gpu(hardware)
+                self._memory = MemoryOps.build(arch, self.shapes, gpu, activation, kv)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:

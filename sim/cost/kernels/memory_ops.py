@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
 from sim.cost.kernels.ops import LayerShapes
 from sim.cost.kernels.terms import total_s
 from sim.hardware.specs import (
@@ -107,21 +106,6 @@ class MemoryOps:
             activation_dtype_bytes=activation_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
         )
-
-    @staticmethod
-    def for_artifact(
-        artifact: KernelArtifact,
-        arch: ModelSpec,
-        shapes: LayerShapes,
-        hardware: HardwareSpec,
-    ) -> MemoryOps:
-        """``build`` at the artifact's dtypes, on ``hardware`` (``KernelCost`` resolves
-        it: the scenario's, else the preset of the GPU the tables were measured on)."""
-        p = artifact.provenance
-        # Activations are 16-bit unless the tables were timed in fp32 (fp8 weights
-        # still compute in 16 bits); the KV cache has its own dtype.
-        activation = 4.0 if p.dtype == "float32" else 2.0
-        return MemoryOps.build(arch, shapes, hardware, activation, DTYPE_BYTES.get(p.kv_dtype, 2.0))
 
     def op_s(self, num_bytes: float) -> float:
         """One memory-bound kernel moving ``num_bytes``."""
