@@ -174,14 +174,6 @@ class LoopArrays:
     clock: FloatArray
     logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray]
 
-    @property
-    def clock_s(self) -> FloatArray:
-        return self.times[loop.CLOCK_S]
-
-    @property
-    def done_order(self) -> IntArray:
-        return self.logs[5]
-
     @classmethod
     def build(
         cls,
@@ -257,13 +249,14 @@ class LoopArrays:
         ``EngineCore._done`` writes them (no preemption, nothing cached or rejected);
         each column worked out as its place is filled, so at most one is held beside
         the table (a million requests' records are 130 MB)."""
-        done = self.done_order
+        done = self.logs[5]  # the requests in the order they finished
         ids = order[done]
         priority = work.priority
         arrival_s = np.asarray(work.arrival_s, dtype=np.float64)
         times: dict[str, Callable[[], npt.NDArray[Any]]] = {
             "arrival_s": lambda: arrival_s[ids],
-            "ready_s": lambda: self.clock_s[done],  # a request taken from the feed is ready then
+            # A request taken from the feed is ready at its clock.
+            "ready_s": lambda: self.times[loop.CLOCK_S][done],
             "first_scheduled_s": lambda: self.times[loop.FIRST_SCHEDULED_S][done],
             "first_token_s": lambda: self.times[loop.FIRST_TOKEN_S][done],
             "finish_s": lambda: self.times[loop.FINISH_S][done],
