@@ -11,11 +11,10 @@ balance (datasheet FLOP/s per byte/s)::
     factor = 1 + (factor_ref - 1) * balance_ref / balance                      [1]
     attention = prefill_attention + factor * decode_attention                  [s]
 
-on the profile's lattice (one chunk of ``c`` new tokens after ``p`` cached,
-``n`` decodes after ``kv`` cached each); ``factor_ref`` is floored at 0 and a
-lookup clamped to the lattice (a ratio does not grow past it). Why the
-balance, how well it transfers, and which kernels keep the sum:
-``docs/kernels.md``, "The attention term". An estimate, and the label says so.
+on the profile's lattice (a chunk of ``c`` new tokens after ``p`` cached, ``n``
+decodes after ``kv`` cached each); ``factor_ref`` floored at 0, a lookup clamped
+to the lattice. Why the balance and how well it transfers: ``docs/kernels.md``,
+"The attention term". An estimate, and the label says so.
 """
 
 from __future__ import annotations
@@ -57,9 +56,7 @@ class MixedDecodeFactor:
         self.label = label
 
     def __call__(self, chunk: float, cached: float, num_decode_seqs: float, kv: float) -> float:
-        """The factor at one prefill chunk of ``chunk`` new tokens after ``cached``,
-        beside ``num_decode_seqs`` decodes of mean KV ``kv`` (cached tokens), each
-        clamped to its axis's last point."""
+        """The factor at one point of the lattice's axes, each clamped to its last."""
         return price.clamped_point_4d(
             self._flat, self._layout, self._slots, chunk, cached, num_decode_seqs, kv
         )
