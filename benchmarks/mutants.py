@@ -415,8 +415,8 @@ MUTANTS = (
     ),
     Mutant(
         "memops-fp32-activations",
-        "sim/cost/kernels/memory_ops.py",
-        'activation = 4.0 if p.dtype == "float32" else 2.0',
+        "sim/cost/kernels/cost.py",
+        'activation = 4.0 if a.provenance.dtype == "float32" else 2.0',
         "activation = 2.0",
         ("tests/test_cost_kernels_memory_ops.py", "tests/test_mut_memory_ops.py"),
         "fp32 tables' memory-bound ops moved as 16-bit activations",
