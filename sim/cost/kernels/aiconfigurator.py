@@ -174,9 +174,7 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
     gemm = gemm[gemm["gemm_dtype"] == "bfloat16"]
     gemm_kernel = next((k for k in GEMM_KERNELS if k in set(gemm["kernel_source"])), "none")
     gemm = gemm[gemm["kernel_source"] == gemm_kernel]
-    tables["gemm"] = pd.DataFrame(
-        {"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"] * _MS}
-    ).reset_index(drop=True)
+    tables["gemm"] = _table(gemm, {"m": "m", "n": "n", "k": "k"})
     kernels["gemm"] = gemm_kernel
     device_name = str(gemm["device"].iloc[0]) if len(gemm) else ""
     context = _op_file(gpu_dir, "attention", framework, version, "context_attention_perf.parquet")
