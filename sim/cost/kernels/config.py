@@ -1,16 +1,10 @@
 """The ``cost: {kind: kernels}`` configuration and the factory building a ``KernelCost``.
 
-The fields, and the order in which ``kind: auto`` tries kernel tables, are in
-``docs/kernels.md``. The model's architecture is ``architecture`` when given,
-else the preset of the same shapes as the scenario's model (``llama-3-8b`` is
-Llama-3.1-8B), else the scenario's dense ``ModelSpec`` itself.
-
-``kernel_auto_choice`` is ``kind: auto``'s kernel-table step: the first
-candidate that covers the model's shapes (bf16 weights and KV, its head
-layout, its tensor-parallel size) builds; any ``ConfigError`` while building
-one just moves on. No candidate: None, and ``auto`` goes on to calibrated
-artifacts and the roofline. It also says in one line which tables it priced
-from, or why none (the first refusal).
+The fields, and the order in which ``kind: auto`` tries kernel tables:
+``docs/kernels.md``. ``kernel_auto_choice`` is ``kind: auto``'s kernel-table step:
+the first candidate that builds for the model's shapes (a ``ConfigError`` moves on
+to the next), or None (``auto`` goes on to calibrated artifacts and the roofline),
+with a line saying which tables it priced from, or why none (the first refusal).
 """
 
 from __future__ import annotations
@@ -111,10 +105,9 @@ class KernelsCostConfig(BaseModel):
 def architecture_for(
     model: ModelSpec, override: str | None = None, base_dir: Path | None = None
 ) -> ModelSpec:
-    """The architecture a scenario's model stands for (see the module docstring).
-
-    A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
-    """
+    """The architecture a scenario's model stands for: ``override`` (a preset, or a
+    path anchored at ``base_dir``), else the preset of the model's shapes
+    (``llama-3-8b`` is Llama-3.1-8B), else the model itself."""
     if override is not None:
         named = override in HF_CONFIGS or override in MODEL_SPEC_ALIASES
         return load_architecture(override if named else anchored(override, base_dir))
@@ -261,8 +254,8 @@ NOT_COVERED = "kernel tables do not cover it"
 def kernel_auto_choice(
     model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
 ) -> tuple[KernelCost | None, str]:
-    """The first candidate that builds (see the module docstring), or None, and
-    the choice in one line: the tables it priced from, or why none did."""
+    """The first candidate that builds, or None, and the choice in one line (the
+    module docstring)."""
     candidates, why = auto_candidates(model, hardware)
     problems = []
     for config in candidates:
