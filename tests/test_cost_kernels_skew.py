@@ -30,7 +30,7 @@ from sim.cost.kernels.artifact import (
 from sim.cost.kernels.config import KernelsCostConfig
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
-from sim.cost.kernels.tables import SkewFit
+from sim.cost.kernels.tables import put_skew_fit
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 
@@ -110,7 +110,7 @@ def test_a_bad_fit_row_is_one_line_naming_the_file(tmp_path: Path, row: str, mes
 def test_alpha_comes_from_the_bucket_each_value_falls_in(tmp_path: Path) -> None:
     tables: list[float] = []
     layout = [0] * price.LAYOUT_SIZE
-    SkewFit(profile_with_fit(tmp_path)).put(tables, layout)
+    put_skew_fit(profile_with_fit(tmp_path), tables, layout)
 
     def alpha(chunk: float, seqs: int, rate: float, kv_max: float, kv_prefill: float) -> float:
         """The fit's alpha of a batch, as the price reads it (``price.bucket_alpha``)."""
@@ -223,7 +223,7 @@ def test_the_config_switch_reaches_the_cost_model() -> None:
     on = build_cost_model(KernelsCostConfig(source="path", artifact=name), llama, pro)
     off = build_cost_model(KernelsCostConfig(source="path", artifact=name, skew=False), llama, pro)
     assert isinstance(on, KernelCost) and isinstance(off, KernelCost)
-    assert on._skew is not None and off._skew is None
+    assert on._skew and not off._skew
     # A decode batch the RTX PRO 6000 fit corrects: dearer with it than without.
     shape = StepShape.build(decode_context_tokens=[3000] + [200] * 31)
     assert on.step_s(shape) > off.step_s(shape)

@@ -29,7 +29,6 @@ from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transfe
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
 from sim.cost.kernels.price import NUM_PAST, attention_s, decode_attention_s
 from sim.cost.kernels.tables import (
-    SkewFit,
     allreduce_grid,
     attention_grids,
     dram_floored,
@@ -37,6 +36,7 @@ from sim.cost.kernels.tables import (
     mixed_attention_grids,
     moe_grid,
     op_grid,
+    put_skew_fit,
 )
 from sim.cost.kernels.terms import ABLATIONS, Kind, Source, Term, term
 from sim.errors import ConfigError
@@ -128,9 +128,7 @@ class KernelCost:
             self._mixed_factor = transferred_factor(self._gpu(hardware))
         # Uneven decode KV lengths: the profile's fitted blend towards the longest
         # (a profile's table, looked up on its lattice's KV axes).
-        self._skew: SkewFit | None = (
-            SkewFit(artifact) if skew and self._mixed and artifact.has("attention_skew") else None
-        )
+        self._skew = skew and self._mixed and artifact.has("attention_skew")
         # The attention grids and skew fit laid out flat (``price``): what
         # ``attention_s`` reads, and the head of the compiled loop's tables.
         self.price_tables, self.price_layout = self._price_tables()
@@ -412,8 +410,8 @@ class KernelCost:
         for g, grid in grids.items():
             grid.put(tables, layout, g)
         self._grids_at = grids  # (whose warning a note past a grid's edge gives)
-        if self._skew is not None:
-            self._skew.put(tables, layout)
+        if self._skew:
+            put_skew_fit(self.artifact, tables, layout)
         return tables, layout
 
     def _priced(self, price_s: Callable[..., float], *counts: int) -> float:

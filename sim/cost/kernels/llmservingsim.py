@@ -17,7 +17,7 @@ it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention``,
 ``per_sequence``, ``moe_layer`` (MoE models) and ``attention_skew``, in seconds;
 ``main`` is the body of ``servesim import-profile DIR --out FILE``.
 
-The skew fit (the rule: ``tables.SkewFit``): each bucket label (``n<=128``,
+The skew fit (the rule: ``docs/kernels.md``): each bucket label (``n<=128``,
 ``sr<=5%``, ``kvB<=4k``, ``kp=0``) becomes its upper edge (``sr>70%``: 1, the
 rate's ceiling). Neither the raw ``skew.csv`` shots nor the pooled
 ``alpha_default`` are imported (a bucket with no fit applies no correction), and

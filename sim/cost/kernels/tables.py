@@ -205,50 +205,40 @@ def _fill(values: FloatArray, *axes: FloatArray) -> FloatArray:
     return values
 
 
-class SkewFit:
-    """A profile's fitted skew weights (``attention_skew``): how far a decode batch of
-    uneven KV lengths moves from the time at its mean KV towards the time at its max.
+# The skew fit's bucket axes, after its prefill chunk (``put_skew_fit``).
+SKEW_AXES = ("max_num_decode_seqs", "max_skew_rate", "max_kv_decode_tokens",
+             "max_kv_prefill_tokens")  # fmt: skip
 
-    LLMServingSim's rule: ``t = t(mean) + alpha * (t(max) - t(mean))``, alpha from the
-    bucket of (prefill chunk, exactly; decode count; skew rate ``(mean - min) / (max -
-    min)``; max KV; cached prefill tokens), each bucket ``(previous edge, edge]`` and a
-    value past the last edge in the last bucket; a bucket with no fit gives 0 (no
-    correction that was not measured). Looked up at the KV lengths the profile's axes
-    count (cached tokens).
-    """
 
-    AXES = ("max_num_decode_seqs", "max_skew_rate", "max_kv_decode_tokens",
-            "max_kv_prefill_tokens")  # fmt: skip
-
-    def __init__(self, artifact: KernelArtifact) -> None:
-        rows = _rows(artifact, "attention_skew", "for the decode skew correction")
-        self.edges = [sorted({float(v) for v in rows[axis]}) for axis in self.AXES]
-        keys = zip(rows["prefill_chunk_tokens"], *(rows[axis] for axis in self.AXES), strict=True)
-        self.alphas = {
-            tuple(float(v) for v in key): float(alpha)
-            for key, alpha in zip(keys, rows["alpha"], strict=True)
-        }
-
-    def put(self, tables: list[float], layout: list[int]) -> None:
-        """The fit appended to ``tables`` and described in ``layout``'s skew slots
-        (``price``: chunks, the four axes' edges, alphas, 0 where none, strides)."""
-        layout[price.HAS_SKEW] = 1
-        chunks = sorted({key[0] for key in self.alphas})
-        layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
-        tables.extend(chunks)
-        for d, edges in enumerate(self.edges):
-            layout[price.SKEW_EDGES + 2 * d] = len(tables)
-            layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
-            tables.extend(edges)
-        alphas = np.zeros((len(chunks), *(len(edges) for edges in self.edges)))
-        for key, alpha in self.alphas.items():
-            place = [chunks.index(key[0])]
-            place += [edges.index(v) for edges, v in zip(self.edges, key[1:], strict=True)]
-            alphas[tuple(place)] = alpha
-        layout[price.SKEW_ALPHAS] = len(tables)
-        tables.extend(alphas.ravel().tolist())
-        for d, stride in enumerate(alphas.strides):
-            layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
+def put_skew_fit(artifact: KernelArtifact, tables: list[float], layout: list[int]) -> None:
+    """A profile's fitted skew weights (``attention_skew``: how far a decode batch of
+    uneven KV lengths moves from the time at its mean KV towards its max's; the rule:
+    ``docs/kernels.md``) appended to ``tables`` and described in ``layout``'s skew
+    slots (``price``: chunks, the four axes' edges, alphas, 0 where none, strides)."""
+    rows = _rows(artifact, "attention_skew", "for the decode skew correction")
+    all_edges = [sorted({float(v) for v in rows[axis]}) for axis in SKEW_AXES]
+    keys = zip(rows["prefill_chunk_tokens"], *(rows[axis] for axis in SKEW_AXES), strict=True)
+    fitted = {
+        tuple(float(v) for v in key): float(alpha)
+        for key, alpha in zip(keys, rows["alpha"], strict=True)
+    }
+    layout[price.HAS_SKEW] = 1
+    chunks = sorted({key[0] for key in fitted})
+    layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
+    tables.extend(chunks)
+    for d, edges in enumerate(all_edges):
+        layout[price.SKEW_EDGES + 2 * d] = len(tables)
+        layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
+        tables.extend(edges)
+    alphas = np.zeros((len(chunks), *(len(edges) for edges in all_edges)))
+    for key, alpha in fitted.items():
+        place = [chunks.index(key[0])]
+        place += [edges.index(v) for edges, v in zip(all_edges, key[1:], strict=True)]
+        alphas[tuple(place)] = alpha
+    layout[price.SKEW_ALPHAS] = len(tables)
+    tables.extend(alphas.ravel().tolist())
+    for d, stride in enumerate(alphas.strides):
+        layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
 
 
 def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:
