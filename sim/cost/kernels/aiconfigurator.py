@@ -248,10 +248,7 @@ def from_aiconfigurator(
     version: str | None = None,
     data_dir: Path | str | None = None,
 ) -> KernelArtifact:
-    """The tables of ``gpu`` for ``framework`` (newest version when None).
-
-    ConfigError, in one line listing what is available, for an unknown GPU,
-    framework or version, or when the package is absent and no ``data_dir``.
-    """
+    """The tables of ``gpu`` for ``framework`` (newest version when None); a one-line
+    ConfigError listing what is available for an unknown GPU, framework or version."""
     gpu_dir, version = resolve(gpu, framework, version, data_dir)
     return _load(gpu_dir, framework, version)

@@ -1,14 +1,10 @@
 """The operator-table artifact: measured kernel latencies with their provenance.
 
 One JSON object (gzip-compressed when the name ends in ``.gz``) stamped
-``servesim-kernels`` version 1, with a ``provenance`` block and columnar
-``tables`` whose latencies are in seconds (``TABLE_COLUMNS``; the format and
-what each row means: ``docs/kernels.md``). A source provides the tables it
-measured and no others.
-
-Shipped artifacts (``sim/cost/kernels/artifacts``): ``load_cached`` reads one
-once per file version, ``load_provenance_cached`` only its provenance (what
-``kind: auto`` needs to pick one, ``sim.cost.kernels.config``).
+``servesim-kernels`` version 1: a ``provenance`` block and columnar ``tables``,
+latencies in seconds (``TABLE_COLUMNS``; what each row means: ``docs/kernels.md``).
+A source provides the tables it measured and no others. ``load_cached`` reads a
+file once per version, ``load_provenance_cached`` only its provenance.
 """
 
 from __future__ import annotations
@@ -190,12 +186,9 @@ _VARIANT_WORDS = frozenset({"instruct", "chat", "base", "it", "hf", "thinking"})
 
 
 def model_matches(profile_model: str | None, arch_name: str) -> bool:
-    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``.
-
-    A fine-tuned variant with the same shapes matches its base name
-    (``Qwen/Qwen3-30B-A3B-Instruct-2507`` is ``qwen3-30b-a3b``): the rest of
-    the name may only be variant words or a date.
-    """
+    """Whether a profile's ``org/Model-Name`` is the architecture called ``arch_name``,
+    or a fine-tuned variant of it (``Qwen/Qwen3-30B-A3B-Instruct-2507`` is
+    ``qwen3-30b-a3b``: the rest of the name only variant words or a date)."""
     if profile_model is None:
         return True
     name, arch = profile_model.split("/")[-1].lower(), arch_name.lower()
