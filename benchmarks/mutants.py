@@ -128,20 +128,12 @@ MUTANTS = (
         "aiconfigurator all-reduce latency left in milliseconds",
     ),
     Mutant(
-        "aic-gemm-ms",
-        "sim/cost/kernels/aiconfigurator.py",
-        '{"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"] * _MS}',
-        '{"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"]}',
-        ("tests/test_cost_kernels_aic_units.py",),
-        "aiconfigurator GEMM latency left in milliseconds",
-    ),
-    Mutant(
         "aic-table-ms",
         "sim/cost/kernels/aiconfigurator.py",
         'return pd.DataFrame({**out, "latency_s": rows["latency"] * _MS}).reset_index(drop=True)',
         'return pd.DataFrame({**out, "latency_s": rows["latency"]}).reset_index(drop=True)',
         ("tests/test_cost_kernels_aic_units.py",),
-        "attention, all-reduce and MoE latencies left in milliseconds",
+        "GEMM, attention, all-reduce and MoE latencies left in milliseconds",
     ),
     Mutant(
         "aic-nccl-ms",
