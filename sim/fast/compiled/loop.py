@@ -487,12 +487,8 @@ def run(
     first_scheduled_s, finish_s = times[FIRST_SCHEDULED_S], times[FINISH_S]
     prompt, comp, gen = counts[PROMPT], counts[COMP], counts[GEN]
     blocks, lookups = counts[BLOCKS], counts[LOOKUPS]
-    running, sched_r, sched_new, held = (
-        slots[RUNNING],
-        slots[SCHED_R],
-        slots[SCHED_NEW],
-        slots[HELD],
-    )
+    running, held = slots[RUNNING], slots[HELD]
+    sched_r, sched_new = slots[SCHED_R], slots[SCHED_NEW]
     ends, segment_start_s, series_time_s, series_counts = logs[0], logs[1], logs[3], logs[4]
     max_num_seqs = settings[MAX_NUM_SEQS]
     max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
