@@ -73,12 +73,10 @@ class KernelsCostConfig(BaseModel):
     # Price the scenario's GPU with tables measured on another (a what-if): refused
     # unless asked for, since the answer is then about the other GPU's kernels.
     allow_other_gpu: bool = False
-    # Ablations (what these tables priced before issue 29's fixes; public_runs.py's
-    # per-cause columns): a mixed step's attention as two kernels, no memory-bound ops.
+    # Ablations (terms.ABLATIONS; public_runs.py's per-cause columns): off, a mixed
+    # step's attention as two kernels, no memory-bound ops, no skew fit.
     mixed_attention: bool = True
     memory_ops: bool = True
-    # Apply a profile's skew fit (uneven decode KV lengths) where it has one; off
-    # for ablations.
     skew: bool = True
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
