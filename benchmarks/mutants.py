@@ -128,20 +128,12 @@ MUTANTS = (
         "aiconfigurator all-reduce latency left in milliseconds",
     ),
     Mutant(
-        "aic-gemm-ms",
-        "sim/cost/kernels/aiconfigurator.py",
-        '{"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"] * _MS}',
-        '{"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"]}',
-        ("tests/test_cost_kernels_aic_units.py",),
-        "aiconfigurator GEMM latency left in milliseconds",
-    ),
-    Mutant(
         "aic-table-ms",
         "sim/cost/kernels/aiconfigurator.py",
         'return pd.DataFrame({**out, "latency_s": rows["latency"] * _MS}).reset_index(drop=True)',
         'return pd.DataFrame({**out, "latency_s": rows["latency"]}).reset_index(drop=True)',
         ("tests/test_cost_kernels_aic_units.py",),
-        "attention, all-reduce and MoE latencies left in milliseconds",
+        "GEMM, attention, all-reduce and MoE latencies left in milliseconds",
     ),
     Mutant(
         "aic-nccl-ms",
@@ -415,8 +407,8 @@ MUTANTS = (
     ),
     Mutant(
         "memops-fp32-activations",
-        "sim/cost/kernels/memory_ops.py",
-        'activation = 4.0 if p.dtype == "float32" else 2.0',
+        "sim/cost/kernels/cost.py",
+        'activation = 4.0 if a.provenance.dtype == "float32" else 2.0',
         "activation = 2.0",
         ("tests/test_cost_kernels_memory_ops.py", "tests/test_mut_memory_ops.py"),
         "fp32 tables' memory-bound ops moved as 16-bit activations",

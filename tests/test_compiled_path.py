@@ -161,22 +161,22 @@ def test_a_token_that_breaks_its_run_stops_the_loop() -> None:
     sufficed), so the loop's check is a safety net: planted here."""
     state = np.zeros(loop.STATE_SIZE, dtype=np.int64)
     state[loop.NUM_STEPS] = 10
-    one = np.ones(1, dtype=np.int64)
-    last_step = np.array([7])  # its last token came three steps ago
-    status = loop.commit(
-        one * 5, one * 9, one * 5, one * 1, one, last_step, np.zeros(1), np.full(1, np.nan),
-        np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
-        np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
-        np.zeros(1, dtype=np.int64),
+    counts = np.zeros((loop.NUM_COUNTS, 1), dtype=np.int64)
+    counts[loop.PROMPT], counts[loop.OUTPUT], counts[loop.COMP], counts[loop.GEN] = 5, 9, 5, 1
+    counts[loop.BLOCKS] = 1
+    counts[loop.LAST_STEP] = 7  # its last token came three steps ago
+    times = np.zeros((loop.NUM_TIMES, 1))
+    times[loop.FINISH_S] = np.nan
+    slots = np.zeros((loop.NUM_SLOTS, 1), dtype=np.int64)
+    slots[loop.SCHED_NEW] = 1
+    logs = (
+        np.ones(4), np.zeros(4), np.zeros((4, 5), dtype=np.int32), np.zeros(4),
+        np.zeros((4, 3), dtype=np.int32), np.zeros(1, dtype=np.int64),
     )  # fmt: skip
+    status = loop.commit(counts, times, slots, 1, False, state, logs, 0, 1, 0.0, 16)
     assert status == loop.UNSUPPORTED
-    last_step[0] = 9  # the step before: the run goes on
-    assert loop.commit(
-        one * 5, one * 9, one * 5, one * 1, one, last_step, np.zeros(1), np.full(1, np.nan),
-        np.zeros(1, dtype=np.int64), one, 1, np.zeros(1, dtype=np.int64), False, state,
-        np.ones(4), 0, 1, 0.0, 16, np.zeros(4), np.zeros((4, 5), dtype=np.int32),
-        np.zeros(1, dtype=np.int64),
-    ) == loop.DONE  # fmt: skip
+    counts[loop.LAST_STEP] = 9  # the step before: the run goes on
+    assert loop.commit(counts, times, slots, 1, False, state, logs, 0, 1, 0.0, 16) == loop.DONE
     assert state[loop.NUM_STEPS] == 11
 
 

@@ -76,10 +76,10 @@ def test_auto_candidates_build_no_tables(monkeypatch: pytest.MonkeyPatch) -> Non
 
     def shipped(hardware: str) -> list[str]:
         """The shipped candidates (the installed database, with gpu-data, comes first)."""
-        found = auto_candidates(llama, hardware_preset(hardware))
+        found, _ = auto_candidates(llama, hardware_preset(hardware))
         return [Path(str(c.artifact)).name for c in found if c.source == "path"]
 
-    assert auto_candidates(llama, hardware_preset("l4")) == []  # not even in the database
+    assert auto_candidates(llama, hardware_preset("l4"))[0] == []  # not even in the database
     assert shipped("h100") == ["h100_sxm-vllm-0.24.0-llama-3.1-8b.json.gz"]
     assert [name.split("-")[0] for name in shipped("rtx-pro-6000")] == [
         "rtx_pro_6000_server",

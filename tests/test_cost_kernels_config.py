@@ -193,7 +193,7 @@ SLICE_MODELS = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 @pytest.mark.parametrize("model", OLD_MODELS)
 def test_auto_picks_a_shipped_slice_only_for_its_gpu_and_model(model: str, hardware: str) -> None:
     spec, hw = model_preset(model), hardware_preset(hardware)
-    candidates = [c.artifact for c in auto_candidates(spec, hw)]
+    candidates = [c.artifact for c in auto_candidates(spec, hw)[0]]
     if hardware in SLICE_GPUS and model in SLICE_MODELS:
         name = f"{SLICE_GPUS[hardware]}-{SLICE_MODELS[model]}"
         assert candidates == [str(resolve_kernel_artifact(name, None))]
@@ -296,7 +296,7 @@ def test_the_h100_database_has_no_decode_attention_for_32_kv_heads() -> None:
 def test_auto_uses_a_shipped_kernel_artifact_for_its_gpu_and_model() -> None:
     pro = build_cost_model(AutoCostConfig(), LLAMA, PRO)
     assert isinstance(pro, KernelCost) and "aiconfigurator" in pro.label  # before the profile
-    assert [c.artifact for c in auto_candidates(LLAMA, PRO)] == [
+    assert [c.artifact for c in auto_candidates(LLAMA, PRO)[0]] == [
         str(resolve_kernel_artifact(PRO_SLICE, None)),
         str(resolve_kernel_artifact(PROFILE_PRO, None)),
     ]
@@ -311,7 +311,7 @@ def test_auto_uses_a_shipped_kernel_artifact_for_its_gpu_and_model() -> None:
 
 def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) -> None:
     install_test_database(monkeypatch)
-    candidates = auto_candidates(LLAMA, PRO)
+    candidates, _ = auto_candidates(LLAMA, PRO)
     assert candidates[0] == KernelsCostConfig(gpu="rtx_pro_6000_server")
     assert candidates[1].source == "path"
     cost = build_cost_model(AutoCostConfig(), LLAMA, PRO)
@@ -324,7 +324,7 @@ def test_auto_prefers_the_installed_database(monkeypatch: pytest.MonkeyPatch) ->
     assert "h100_sxm-vllm-0.24.0-llama-3.1-8b" in auto_choice(LLAMA, hardware_preset("h100"))
     # A GPU with neither: the first candidate's refusal is the reason.
     l40s_only = [KernelsCostConfig(gpu="l40s")]
-    monkeypatch.setattr(kernels_config, "_candidates", lambda m, h: (l40s_only, ""))
+    monkeypatch.setattr(kernels_config, "auto_candidates", lambda m, h: (l40s_only, ""))
     kernel_auto_choice.cache_clear()
     assert auto_choice(LLAMA, hardware_preset("l40s")).startswith(
         "kernel tables do not cover it: aiconfigurator: no GPU 'l40s' with GEMM tables"

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from sim.cost.base import StepShape
 from sim.cost.config import build_cost_model
+from sim.cost.kernels import price
 from sim.cost.kernels.artifact import (
     KernelArtifact,
     load_kernel_artifact,
@@ -29,7 +30,7 @@ from sim.cost.kernels.artifact import (
 from sim.cost.kernels.config import KernelsCostConfig
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
-from sim.cost.kernels.tables import SkewFit
+from sim.cost.kernels.tables import put_skew_fit
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, load_architecture, model_preset
 
@@ -107,26 +108,33 @@ def test_a_bad_fit_row_is_one_line_naming_the_file(tmp_path: Path, row: str, mes
 
 
 def test_alpha_comes_from_the_bucket_each_value_falls_in(tmp_path: Path) -> None:
-    fit = SkewFit(profile_with_fit(tmp_path))
+    tables: list[float] = []
+    layout = [0] * price.LAYOUT_SIZE
+    put_skew_fit(profile_with_fit(tmp_path), tables, layout)
+
+    def alpha(chunk: float, seqs: int, rate: float, kv_max: float, kv_prefill: float) -> float:
+        """The fit's alpha of a batch, as the price reads it (``price.bucket_alpha``)."""
+        return price.bucket_alpha(tables, layout, float(chunk), kv_prefill, seqs, rate, kv_max)
+
     # Buckets are (previous edge, edge]: n = 2 is n<=2, n = 3 is n<=4.
-    assert fit.alpha(0, 2, 0.05, 1024, 0) == 0.5
-    assert fit.alpha(0, 3, 0.10, 2000, 0) == 0.25
-    assert fit.alpha(0, 4, 0.9, 4096, 0) == -0.125
+    assert alpha(0, 2, 0.05, 1024, 0) == 0.5
+    assert alpha(0, 3, 0.10, 2000, 0) == 0.25
+    assert alpha(0, 4, 0.9, 4096, 0) == -0.125
     # Past the last edge: the last bucket (n = 300 in n<=4, KV 9000 in kvB<=4k).
-    assert fit.alpha(0, 300, 0.10, 9000, 0) == 0.25
+    assert alpha(0, 300, 0.10, 9000, 0) == 0.25
     # A rate outside [0, 1] is clipped into it.
-    assert fit.alpha(0, 4, 1.5, 4096, 0) == -0.125
+    assert alpha(0, 4, 1.5, 4096, 0) == -0.125
     # The prefill chunk matches exactly, its cached tokens by bucket.
-    assert fit.alpha(128, 4, 0.10, 4096, 300) == 2.0
-    assert fit.alpha(127, 4, 0.10, 4096, 300) == 0.0
+    assert alpha(128, 4, 0.10, 4096, 300) == 2.0
+    assert alpha(127, 4, 0.10, 4096, 300) == 0.0
     # A bucket with no fit: no correction.
-    assert fit.alpha(0, 2, 0.5, 1024, 0) == 0.0
+    assert alpha(0, 2, 0.5, 1024, 0) == 0.0
 
 
 def test_the_blend_moves_from_the_mean_towards_the_max_by_alpha() -> None:
-    assert SkewFit.blend_s(10.0, 20.0, 0.25) == 12.5
-    assert SkewFit.blend_s(10.0, 20.0, -0.125) == 8.75  # the fit's alpha is not clipped
-    assert SkewFit.blend_s(10.0, 9.0, 0.5) == 10.0  # the max no slower: the mean's time
+    assert price.blend_s(10.0, 20.0, 0.25) == 12.5
+    assert price.blend_s(10.0, 20.0, -0.125) == 8.75  # the fit's alpha is not clipped
+    assert price.blend_s(10.0, 9.0, 0.5) == 10.0  # the max no slower: the mean's time
 
 
 def test_a_fit_the_meta_leaves_disabled_is_not_imported_and_said_so(tmp_path: Path) -> None:
@@ -215,7 +223,7 @@ def test_the_config_switch_reaches_the_cost_model() -> None:
     on = build_cost_model(KernelsCostConfig(source="path", artifact=name), llama, pro)
     off = build_cost_model(KernelsCostConfig(source="path", artifact=name, skew=False), llama, pro)
     assert isinstance(on, KernelCost) and isinstance(off, KernelCost)
-    assert on._skew is not None and off._skew is None
+    assert on._skew and not off._skew
     # A decode batch the RTX PRO 6000 fit corrects: dearer with it than without.
     shape = StepShape.build(decode_context_tokens=[3000] + [200] * 31)
     assert on.step_s(shape) > off.step_s(shape)

@@ -93,7 +93,7 @@ def test_a_gpu_whose_tables_do_not_price_it_says_why_in_gpus_toml(
 ) -> None:
     _with_gpu(monkeypatch, "h100-slow", no_kernel_tables="measured on a faster part")
     slow = hardware_preset("h100").model_copy(update={"name": "h100-slow"})
-    candidates, why = kernels_config._candidates(model_preset("llama-3-8b"), slow)
+    candidates, why = kernels_config.auto_candidates(model_preset("llama-3-8b"), slow)
     assert candidates == []
     assert why == "no kernel tables for h100-slow: measured on a faster part"
 

@@ -2,8 +2,9 @@
 fp32, 2 otherwise (issue 39's mutation check, ``benchmarks/mutants.py``:
 ``memops-fp32-activations``).
 
-``MemoryOps.for_artifact`` reads the widths from the tables' provenance; an fp32
-artifact is made here from a shipped bf16 one by changing only its recorded dtype.
+``KernelCost`` reads the widths from the tables' provenance when it builds its
+memory-bound ops; an fp32 artifact is made here from a shipped bf16 one by changing
+only its recorded dtype.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from sim.cost.kernels.artifact import KernelArtifact, load_cached, resolve_kernel_artifact
-from sim.cost.kernels.memory_ops import MEMORY_OP_LATENCY_S, MemoryOps
-from sim.cost.kernels.ops import layer_shapes
+from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.memory_ops import MEMORY_OP_LATENCY_S
 from sim.hardware.specs import hardware_preset, load_architecture
 
 LLAMA = load_architecture("llama-3.1-8b")  # hidden 4096
@@ -26,7 +27,8 @@ def _artifact(dtype: str) -> KernelArtifact:
 
 @pytest.mark.parametrize(("dtype", "bytes_per_value"), [("bfloat16", 2), ("float32", 4)])
 def test_the_norms_move_the_tables_activation_width(dtype: str, bytes_per_value: int) -> None:
-    ops = MemoryOps.for_artifact(_artifact(dtype), LLAMA, layer_shapes(LLAMA), H100)
+    ops = KernelCost(LLAMA, _artifact(dtype), hardware=H100)._memory
+    assert ops is not None
     assert ops.activation_dtype_bytes == bytes_per_value
     bandwidth = H100.memory_bandwidth_bytes_per_s * H100.memory_efficiency
     # Two fused add + RMSNorm a layer, each reading x and the residual and writing both.

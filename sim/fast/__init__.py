@@ -4,10 +4,8 @@ The reference modules (``sim.engine``, ``sim.serving``, ``sim.cost``,
 ``sim.hardware``) never import these. ``open_loop.FastSimulation`` is the fast
 executor: the reference ``Simulation`` with each replica driven by
 ``decode_runs.RunningReplica`` (plain decode steps of the same batch as one
-timeout) and an open loop's whole run offered to ``run_fast`` (the
-compiled loop, worker processes, feeds). The face that
-builds a run (``sim.api.build.simulation_for``) chooses it or the reference,
-once. An accelerator either takes the work on, giving byte-identical results
-(tests compare both paths bit for bit), or declines (``None``) and the reference
-runs. Prices reach the compiled loop through ``sim.cost.tabulate`` only.
+timeout) and an open loop's whole run offered to ``run_fast`` (the compiled loop,
+worker processes, feeds). The face that builds a run
+(``sim.api.build.simulation_for``) chooses it or the reference, once. An
+accelerator gives the reference's results to the bit (tested) or declines.
 """

@@ -1,31 +1,21 @@
 """Runs of decode steps: many identical steps as one event (the replica's skip-ahead).
 
 After a step in which every scheduled request catches up with its tokens, the
-steps that follow are often plain decodes of the same batch: each request
-computes one token and samples the next, until the first one finishes, the KV
-pool runs short, or admission could change the batch. ``plan_run`` works out
-from the scheduler's public state (its queues, its policy's settings, the
-requests' counters and the KV pool's free blocks) how many such steps follow a
-step and what shape they have; the executor prices them in one go and
-``commit_run`` applies them in one pass, O(batch) rather than O(batch x steps).
-The result is the reference's to the bit: ``plan_run`` declines (``None``: one
-step, ``EngineCore.update``) whenever it cannot be sure, which costs speed only.
+steps that follow are often plain decodes of the same batch, until the first
+request finishes, the KV pool runs short, or admission could change the batch.
+``plan_run`` works out from the scheduler's public state how many such steps
+follow and their shape; the executor prices them in one go and ``commit_run``
+applies them in one pass, O(batch) rather than O(batch x steps). ``plan_run``
+declines (None: one step) whenever it cannot be sure, which costs speed only.
 
-``RunningReplica`` is the executor that does so: the reference ``Replica``
-(``sim.serving.replica``) with its one step replaced by a run where
-``plan_run`` allows one. If a request arrives meanwhile and could change the
-batch, the process is interrupted, finishes the step in progress, commits the
-steps done and plans again; when the next arrival is known in advance
-(``horizon``: an open loop), a run ends at the step it arrives in instead. So
-events grow with requests, not tokens; with async scheduling a run stops one
-step after the step during which a request arrives.
+``RunningReplica`` is the reference ``Replica`` with its step replaced by such a
+run. An arrival that could change the batch interrupts it: the step in progress
+finishes, the steps done are committed and it plans again; when the next arrival
+is known (``horizon``: an open loop) the run ends at the step it lands in (one
+step later with async scheduling). So events grow with requests, not tokens.
 
-It knows the shipped policies by their exact classes (a new subclass may admit
-by other rules, so it runs step by step until it is added here): vLLM's
-continuous batching and the ones that reorder its queue (``priority``,
-``shortest_prompt_first``, ``least_attained_service``), Orca's, vLLM v0's
-prefill-first, and static / dynamic batching, whose batches run to completion
-(static's finished members still cost a padded slot: ``Static.padding_contexts``).
+It knows the shipped policies by their exact classes (a subclass may admit by
+other rules, so it runs step by step until it is added here).
 """
 
 from __future__ import annotations
@@ -102,12 +92,11 @@ def _continuous_run(
     budget_blocks: bool = True,
 ) -> DecodeRun | None:
     """A run of continuous batching: every running request is scheduled and emits a
-    token after this step, and admission cannot succeed before the first one
-    finishes: the queue is empty, or what blocks its head (the sequence limit,
-    the KV pool) only tightens while decoding. A budget block may lift once this
-    step's prefill is done, so no run then (``budget_blocks``: the policy's
-    admission can stop at the budget). ``overtaken``: an arrival may go ahead of
-    a head the KV pool blocks, so arrivals interrupt the run then too."""
+    token after this step, and admission cannot succeed before the first finishes
+    (the queue is empty, or what blocks its head, the sequence limit or the KV pool,
+    only tightens while decoding; a budget block may lift, so no run then:
+    ``budget_blocks``). ``overtaken``: an arrival may go ahead of a head the KV
+    pool blocks, so arrivals interrupt the run then too."""
     running, waiting = core.running, core.waiting
     num_seqs = len(scheduled)
     if num_seqs != len(running):
@@ -160,12 +149,10 @@ def _continuous_run(
 
 
 def _fits_whole(policy: Continuous, head: Request, budget: int) -> bool:
-    """Whether, without chunking, the queue's head was not stopped by the budget: the
-    tokens it would compute (its prompt and any recomputed output, cut at the
-    long-prefill threshold) fit in what this step left. Prefix-cache hits only
-    lower that count, so a fit is sure; a miss may be the cache's to decide, and
-    the run is declined. (First-come-first-served order: the head is the queue's
-    front.)"""
+    """Whether, without chunking, the queue's (FCFS) head was not stopped by the
+    budget: the tokens it would compute (cut at the long-prefill threshold) fit in
+    what this step left. Prefix-cache hits only lower that count, so a fit is sure;
+    a miss may be the cache's to decide, and the run is declined."""
     wanted = head.num_prompt_tokens + head.num_generated_tokens - head.num_computed_tokens
     cap = policy.max_tokens_per_request
     if cap is not None and wanted > cap:
@@ -232,11 +219,10 @@ def commit_run(
     start_s: float,
     ends_s: list[float],
 ) -> None:
-    """``output``'s step (of shape ``first_shape``: ``core.step_shape(output)``), then
-    ``len(ends_s) - 1`` decode steps of the same batch (a run ``plan_run``
-    allowed), the j-th ending at ``ends_s[j]``, in one pass: every scheduled
-    request emits a token in each step and none finishes before the last. What
-    ``EngineCore.update`` step by step would leave, to the bit."""
+    """``output``'s step (of shape ``first_shape``), then ``len(ends_s) - 1`` decode
+    steps of the same batch (a run ``plan_run`` allowed), the j-th ending at
+    ``ends_s[j]``, in one pass: what ``EngineCore.update`` step by step would leave,
+    to the bit."""
     if core.recorder is not None:
         core.recorder.on_commit(core, output, start_s, ends_s)
     num_padding = len(core.padding_contexts())  # counted before any finishes

@@ -1,18 +1,12 @@
 """Open-loop requests pulled by a replica when it plans, not one SimPy event each.
 
-In an open loop every submission time is known before the run: arrival plus
-way in. ``Feed`` holds them in submission order; the replica pulls the
-requests due by each plan's time (``Replica.pull`` is ``Feed.take``) and, when
-idle, sleeps until the next one, so an arrival costs no event of its own
-(issue 16: base requests cause 1.86 SimPy events instead of 2.86). The
-reference is ``Simulation._open_loop``, a process that submits each request at
-a timeout of its own.
-
-The times are those such a process would see, to the bit: woken at clock
-``c``, it submits every request whose time is ``<= c`` at once and otherwise
-sleeps ``ready - c``, landing at ``c + (ready - c)``, which need not be
-``ready``. ``submission_clock_s`` replays that sum, and ``ready_s`` of a taken
-request is its clock.
+In an open loop every submission time (arrival plus way in) is known before the
+run. ``Feed`` holds them in submission order; the replica pulls the requests due
+by each plan's time (``Replica.pull`` is ``Feed.take``) and, when idle, sleeps
+until the next one, so an arrival costs no SimPy event of its own. The reference,
+``Simulation._open_loop``, submits each at a timeout of its own: woken at clock
+``c``, it sleeps ``ready - c``, landing at ``c + (ready - c)``, which need not be
+``ready``; ``submission_clock_s`` replays that sum, to the bit.
 """
 
 from __future__ import annotations
@@ -82,10 +76,9 @@ class Feed:
         requests: Iterator[Request],
         submit: Intake,
     ) -> None:
-        """``ready_s``: when each request is due, sorted (s); ``clock_s``: the clock
-        at its submission (``submission_clock_s`` of the whole workload's times);
-        ``requests``: the requests, built lazily, in that order; ``submit``: what
-        each goes through when taken, with its clock."""
+        """``ready_s``: when each request is due, sorted (s); ``clock_s``: the clock at
+        its submission; ``requests``: built lazily, in that order; ``submit``: what
+        each goes through when taken."""
         # Compact (8 bytes a request), and inf last: "nothing more to come"
         # without a sentinel check per read.
         self._ready_s = _doubles(ready_s)

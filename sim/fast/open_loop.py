@@ -1,14 +1,8 @@
 """The fast executor: a run simulated faster, to the bit, or declined.
 
-``FastSimulation`` is the reference executor (``sim.serving.simulation.Simulation``)
-with the speed paths in front: its replicas run plain decode steps in runs
-(``sim.fast.decode_runs.RunningReplica``), and every open-loop run of one
-replica or one pool is handed to ``run_fast`` before the reference simulates it.
-The face that builds a run (``sim.api.build.simulation_for``) chooses it or the
-reference, once. ``run_fast`` answers the run's ``RawResult``,
-the same to the bit as the reference (``Simulation._open_loop``: one SimPy
-event per submission) would give, or None, the cores untouched, when none of
-its paths plays that run. It tries, in order:
+``FastSimulation`` is the reference ``Simulation`` with the speed paths in front
+(the package docstring); ``run_fast`` answers an open-loop run's ``RawResult``, the
+reference's to the bit, or None, the cores untouched. It tries, in order:
 
 1. the compiled loop (``sim.fast.compiled``): one replica, or a fresh
    round-robin pool, under plain continuous batching and a roofline cost or
@@ -50,16 +44,12 @@ MODES = ("auto", "always", "never", "python")
 
 
 class FastSimulation(Simulation):
-    """The reference executor with the speed paths in front (the module's docstring);
-    its result is the reference's to the bit, whatever ``workers`` and ``compiled``.
+    """The reference executor with the speed paths in front (the module docstring).
 
-    ``workers``: processes to simulate a round-robin pool's replicas in.
-    None: as many as pay, up to one per usable CPU; 1: this process only
-    (and on other systems than Linux, whatever is asked). When workers ran,
-    this process's cores hold only its own share of the run.
-
-    ``compiled``: whether a run the compiled loop can play takes it: None by
-    its size, True at any size, False never.
+    ``workers``: processes for a round-robin pool's replicas (None: as many as pay;
+    1, or not Linux: this one only; after workers ran, this process's cores hold
+    only its share). ``compiled``: whether the compiled loop takes a run it can
+    play (None: by its size, ``choose_loop``).
     """
 
     def __init__(
@@ -87,9 +77,8 @@ class FastSimulation(Simulation):
         return super().simulate(work, bar, limit)
 
     def run_fast(self, work: OpenLoop, progress: Progress) -> RawResult | None:
-        """Simulate ``work`` faster than the reference, or decline (None, the cores
-        untouched): one replica, or a fresh round-robin ``Pool`` (``feedable``);
-        ``progress`` ticks meanwhile."""
+        """Simulate ``work`` faster than the reference (one replica, or a fresh
+        round-robin ``Pool``), or decline: None, the cores untouched."""
         if concurrency_limit(work) is not None:
             return None  # sends wait for answers: not known in advance
         replicas = self.replica if self.layout is None else self.layout
@@ -133,14 +122,10 @@ class FastSimulation(Simulation):
 
 
 def choose_loop(num_requests: int, wanted: bool | None = None) -> Callable[..., int] | None:
-    """The compiled loop's function (compiled by numba; uncompiled with
-    ``SERVESIM_COMPILED=python``), or None (the simulator's own loop).
-
-    ``wanted``: None from ``MIN_REQUESTS`` requests, True at any size, False
-    never; the environment variable ``SERVESIM_COMPILED``, when set to other
-    than ``auto``, decides instead. The loop's modules (~15 ms) and numba are
-    imported only when it is chosen.
-    """
+    """The compiled loop's function (uncompiled with ``SERVESIM_COMPILED=python``),
+    or None. ``wanted``: None from ``MIN_REQUESTS`` requests, True at any size,
+    False never; ``SERVESIM_COMPILED`` other than ``auto`` decides instead. Its
+    modules (~15 ms) and numba are imported only when it is chosen."""
     mode = os.environ.get("SERVESIM_COMPILED", "auto")
     if mode not in MODES:
         raise ConfigError(f"SERVESIM_COMPILED={mode!r}: expected one of {', '.join(MODES)}")

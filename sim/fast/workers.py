@@ -1,17 +1,11 @@
 """Round-robin replicas simulated in several processes at once.
 
-Replicas behind a fresh round-robin router never affect one another: each
-takes its own turns of the arrivals (``sim.fast.feed.pool_feeds``), and the router's
-picks ignore load. So the replicas can be dealt to worker processes, each
-simulating its share and sending back their ``CoreOutput``s; the result is
-the same, to the bit, as one process simulating all of them (tested). The
-workers are forked (Linux only; elsewhere one process runs): they start
-from this process's state, with the workload and the engine already built,
-and import nothing.
-
-Used only where it pays and is safe: several usable CPUs, enough requests
-per worker, a fork start method, and a run in the main process (not inside
-a sweep's worker, which already has a CPU of its own).
+Replicas behind a fresh round-robin router never affect one another (each takes
+its own turns, ``sim.fast.feed.pool_feeds``), so they can be dealt to worker
+processes, each sending back its replicas' ``CoreOutput``s: the same result, to
+the bit (tested). Workers are forked (Linux only) from this process's state, the
+workload and engine built, and import nothing. Used only where it pays: several
+usable CPUs, enough requests per worker, and not inside a sweep's worker.
 """
 
 from __future__ import annotations
@@ -70,12 +64,8 @@ def run_in_workers(
     progress: Progress,
 ) -> list[CoreOutput]:
     """Simulate ``pool``'s replicas, fed by ``feeds``, in ``num_workers`` processes
-    (this one included); return every replica's outputs, in replica order.
-
-    ``drive(tick)`` runs the SimPy environment to its end, calling ``tick``
-    now and then; ``progress`` counts the requests done here and in the other
-    workers.
-    """
+    (this one included): every replica's outputs, in replica order. ``drive(tick)``
+    runs the SimPy environment to its end; ``progress`` counts every worker's done."""
     context = multiprocessing.get_context("fork")
     share = shares(len(pool.replicas), num_workers)
     # Requests done in each other worker, for the bar (shared memory, no lock:

@@ -174,9 +174,7 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
     gemm = gemm[gemm["gemm_dtype"] == "bfloat16"]
     gemm_kernel = next((k for k in GEMM_KERNELS if k in set(gemm["kernel_source"])), "none")
     gemm = gemm[gemm["kernel_source"] == gemm_kernel]
-    tables["gemm"] = pd.DataFrame(
-        {"m": gemm["m"], "n": gemm["n"], "k": gemm["k"], "latency_s": gemm["latency"] * _MS}
-    ).reset_index(drop=True)
+    tables["gemm"] = _table(gemm, {"m": "m", "n": "n", "k": "k"})
     kernels["gemm"] = gemm_kernel
     device_name = str(gemm["device"].iloc[0]) if len(gemm) else ""
     context = _op_file(gpu_dir, "attention", framework, version, "context_attention_perf.parquet")
@@ -250,10 +248,7 @@ def from_aiconfigurator(
     version: str | None = None,
     data_dir: Path | str | None = None,
 ) -> KernelArtifact:
-    """The tables of ``gpu`` for ``framework`` (newest version when None).
-
-    ConfigError, in one line listing what is available, for an unknown GPU,
-    framework or version, or when the package is absent and no ``data_dir``.
-    """
+    """The tables of ``gpu`` for ``framework`` (newest version when None); a one-line
+    ConfigError listing what is available for an unknown GPU, framework or version."""
     gpu_dir, version = resolve(gpu, framework, version, data_dir)
     return _load(gpu_dir, framework, version)

@@ -1,14 +1,10 @@
 """The operator-table artifact: measured kernel latencies with their provenance.
 
 One JSON object (gzip-compressed when the name ends in ``.gz``) stamped
-``servesim-kernels`` version 1, with a ``provenance`` block and columnar
-``tables`` whose latencies are in seconds (``TABLE_COLUMNS``; the format and
-what each row means: ``docs/kernels.md``). A source provides the tables it
-measured and no others.
-
-Shipped artifacts (``sim/cost/kernels/artifacts``): ``load_cached`` reads one
-once per file version, ``load_provenance_cached`` only its provenance (what
-``kind: auto`` needs to pick one, ``sim.cost.kernels.config``).
+``servesim-kernels`` version 1: a ``provenance`` block and columnar ``tables``,
+latencies in seconds (``TABLE_COLUMNS``; what each row means: ``docs/kernels.md``).
+A source provides the tables it measured and no others. ``load_cached`` reads a
+file once per version, ``load_provenance_cached`` only its provenance.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The ``cost: {kind: kernels}`` configuration and the factory building a ``KernelCost``.
 
-The fields, and the order in which ``kind: auto`` tries kernel tables, are in
-``docs/kernels.md``. The model's architecture is ``architecture`` when given,
-else the preset of the same shapes as the scenario's model (``llama-3-8b`` is
-Llama-3.1-8B), else the scenario's dense ``ModelSpec`` itself.
-
-``kernel_auto_choice`` is ``kind: auto``'s kernel-table step: the first
-candidate that covers the model's shapes (bf16 weights and KV, its head
-layout, its tensor-parallel size) builds; any ``ConfigError`` while building
-one just moves on. No candidate: None, and ``auto`` goes on to calibrated
-artifacts and the roofline. It also says in one line which tables it priced
-from, or why none (the first refusal).
+The fields, and the order in which ``kind: auto`` tries kernel tables:
+``docs/kernels.md``. ``kernel_auto_choice`` is ``kind: auto``'s kernel-table step:
+the first candidate that builds for the model's shapes (a ``ConfigError`` moves on
+to the next), or None (``auto`` goes on to calibrated artifacts and the roofline),
+with a line saying which tables it priced from, or why none (the first refusal).
 """
 
 from __future__ import annotations
@@ -79,12 +73,10 @@ class KernelsCostConfig(BaseModel):
     # Price the scenario's GPU with tables measured on another (a what-if): refused
     # unless asked for, since the answer is then about the other GPU's kernels.
     allow_other_gpu: bool = False
-    # Ablations (what these tables priced before issue 29's fixes; public_runs.py's
-    # per-cause columns): a mixed step's attention as two kernels, no memory-bound ops.
+    # Ablations (terms.ABLATIONS; public_runs.py's per-cause columns): off, a mixed
+    # step's attention as two kernels, no memory-bound ops, no skew fit.
     mixed_attention: bool = True
     memory_ops: bool = True
-    # Apply a profile's skew fit (uneven decode KV lengths) where it has one; off
-    # for ablations.
     skew: bool = True
     expert_parallel_size: Annotated[int, Field(ge=1)] = 1
 
@@ -111,10 +103,9 @@ class KernelsCostConfig(BaseModel):
 def architecture_for(
     model: ModelSpec, override: str | None = None, base_dir: Path | None = None
 ) -> ModelSpec:
-    """The architecture a scenario's model stands for (see the module docstring).
-
-    A relative ``override`` path is anchored at ``base_dir`` (the scenario's folder).
-    """
+    """The architecture a scenario's model stands for: ``override`` (a preset, or a
+    path anchored at ``base_dir``), else the preset of the model's shapes
+    (``llama-3-8b`` is Llama-3.1-8B), else the model itself."""
     if override is not None:
         named = override in HF_CONFIGS or override in MODEL_SPEC_ALIASES
         return load_architecture(override if named else anchored(override, base_dir))
@@ -193,18 +184,16 @@ def build_kernels(
     )
 
 
-def auto_candidates(model: ModelSpec, hardware: HardwareSpec) -> list[KernelsCostConfig]:
-    """Kernel configurations that might cover ``model`` on ``hardware``, best first."""
-    return _candidates(model, hardware)[0]
-
-
 def _timed(data_dir: Path, gpu: str) -> bool:
     """Whether the database times ``gpu`` (some of its folders are empty placeholders)."""
     return any((data_dir / gpu).glob("gemm/*/*/*.parquet"))
 
 
-def _candidates(model: ModelSpec, hardware: HardwareSpec) -> tuple[list[KernelsCostConfig], str]:
-    """(``auto_candidates``, why there are none: one line, or "" when there are)."""
+def auto_candidates(
+    model: ModelSpec, hardware: HardwareSpec
+) -> tuple[list[KernelsCostConfig], str]:
+    """Kernel configurations that might cover ``model`` on ``hardware``, best first,
+    and why there are none (one line, or "" when there are)."""
     gpu_names = SOURCE_GPU_NAMES.get(hardware.name)
     if gpu_names is None:
         return [], f"no kernel tables name hardware {hardware.name}"
@@ -263,9 +252,9 @@ NOT_COVERED = "kernel tables do not cover it"
 def kernel_auto_choice(
     model: ModelSpec, hardware: HardwareSpec, parallelism: ParallelismConfig | None = None
 ) -> tuple[KernelCost | None, str]:
-    """The first candidate that builds (see the module docstring), or None, and
-    the choice in one line: the tables it priced from, or why none did."""
-    candidates, why = _candidates(model, hardware)
+    """The first candidate that builds, or None, and the choice in one line (the
+    module docstring)."""
+    candidates, why = auto_candidates(model, hardware)
     problems = []
     for config in candidates:
         try:

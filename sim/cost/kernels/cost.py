@@ -1,22 +1,12 @@
 """``KernelCost``: a step's time as the sum of the kernels vLLM runs for it.
 
-The step formula, how a prefill of equal chunks is priced and what ``pp``
-adds are in ``docs/kernels.md`` ("The step formula"). Dense ops come from a
-per-layer profile (``ops.ProfileDense``) when the artifact has one, else from
-the GEMM table at vLLM's per-GPU shapes (``ops``) plus the memory-bound ops
-the tables leave out (norms, activation, rotary, KV-cache write, embedding,
-final norm; the sampler when no table times it), priced from bytes and the
-GPU's bandwidth (``memory_ops``; a profile times them itself). The GPU's
-work only: the engine's CPU work per step is ``sim.cost.engine_cpu``'s. With
-``expert_parallel_size`` > 1 the MoE term is one GPU's share of an
-expert-parallel group (``expert_parallel``). A profile with a skew fit
-(``attention_skew``) moves decode attention from the time at the batch's mean
-KV towards the time at its longest (``skew_alpha``). Tables of FA2's pure
-kernels price a mixed step's decodes with the factor a profile measured in the
-varlen kernel, carried to this GPU (``mixed_factor``). The step's terms, each
-with its source, are listed once (``terms``, built by ``_build_terms``): the
-price, the per-op breakdown and the label's sources and ablations all read
-that list (``sim.cost.kernels.terms``).
+The step formula, how a prefill of equal chunks is priced and what ``pp`` adds:
+``docs/kernels.md`` ("The step formula"). Dense ops come from a per-layer profile
+(``ops.ProfileDense``), else from the GEMM table at vLLM's per-GPU shapes plus the
+memory-bound ops the tables leave out, priced from bytes (``memory_ops``). The GPU's
+work only: the engine's CPU work is ``sim.cost.engine_cpu``'s. The step's terms,
+each with its source, are listed once (``terms``, built by ``_build_terms``): the
+price, the per-op breakdown and the label all read that list.
 """
 
 from __future__ import annotations
@@ -39,7 +29,6 @@ from sim.cost.kernels.mixed_factor import MixedDecodeFactor, applies_to, transfe
 from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
 from sim.cost.kernels.price import NUM_PAST, attention_s, decode_attention_s
 from sim.cost.kernels.tables import (
-    SkewFit,
     allreduce_grid,
     attention_grids,
     dram_floored,
@@ -47,6 +36,7 @@ from sim.cost.kernels.tables import (
     mixed_attention_grids,
     moe_grid,
     op_grid,
+    put_skew_fit,
 )
 from sim.cost.kernels.terms import ABLATIONS, Kind, Source, Term, term
 from sim.errors import ConfigError
@@ -75,11 +65,8 @@ class KernelCost:
         hardware: HardwareSpec | None = None,
         disabled_terms: frozenset[str] = frozenset(),
     ) -> None:
-        """``hardware`` gives the bandwidth of the memory-bound ops (``memory_ops``);
-        default: the hardware preset of the GPU the artifact was measured on.
-
-        ``disabled_terms``: parts of the term list switched off (``terms.ABLATIONS``:
-        what these tables priced before those fixes, ``benchmarks/public_runs.py``)."""
+        """``hardware``: the GPU's datasheet (``_gpu``); ``disabled_terms``: parts of
+        the term list switched off (``terms.ABLATIONS``)."""
         unknown = sorted(disabled_terms - set(ABLATIONS))
         if unknown:
             known = ", ".join(ABLATIONS)
@@ -142,9 +129,7 @@ class KernelCost:
             self._mixed_factor = transferred_factor(self._gpu(hardware))
         # Uneven decode KV lengths: the profile's fitted blend towards the longest
         # (a profile's table, looked up on its lattice's KV axes).
-        self._skew: SkewFit | None = (
-            SkewFit(artifact) if skew and self._mixed and artifact.has("attention_skew") else None
-        )
+        self._skew = skew and self._mixed and artifact.has("attention_skew")
         # The attention grids and skew fit laid out flat (``price``): what
         # ``attention_s`` reads, and the head of the compiled loop's tables.
         self.price_tables, self.price_layout = self._price_tables()
@@ -173,9 +158,9 @@ class KernelCost:
         )
 
     def _gpu(self, hardware: HardwareSpec | None) -> HardwareSpec:
-        """``hardware``, else the preset of the GPU the tables were measured on: its
-        datasheet bandwidth prices the memory-bound ops and floors decode attention,
-        and its FLOP/B balance carries the mixed-attention factor."""
+        """``hardware``, else the preset of the GPU the tables were measured on (its
+        bandwidth prices memory-bound ops and floors decode attention; its FLOP/B
+        balance carries the mixed-attention factor)."""
         gpu = self.artifact.provenance.gpu
         spec = hardware if hardware is not None else hardware_for_gpu(gpu)
         if spec is None:
@@ -213,7 +198,12 @@ class KernelCost:
             elif arch.moe is not None:
                 self._moe = moe_grid(a, arch.moe, arch.hidden_size, self.tp)
             if memory_ops:
-                self._memory = MemoryOps.for_artifact(a, arch, self.shapes, self._gpu(hardware))
+                # Activations are 16-bit unless the tables were timed in fp32 (fp8
+                # weights still compute in 16 bits); the KV cache has its own dtype.
+                activation = 4.0 if a.provenance.dtype == "float32" else 2.0
+                kv = DTYPE_BYTES.get(a.provenance.kv_dtype, 2.0)
+                gpu = self._gpu(hardware)
+                self._memory = MemoryOps.build(arch, self.shapes, gpu, activation, kv)
         if a.has("per_sequence"):
             self._lm_ops = [op_grid(a, "per_sequence", op) for op in ("lm_head", "sampler")]
         elif self._gemm is None:
@@ -342,8 +332,7 @@ class KernelCost:
         return self.gemm_s(float(tokens), n, k)
 
     def dense_layer_s(self, num_tokens: int) -> float:
-        """One layer's non-attention work (GEMMs or MoE, plus all-reduces) for T tokens:
-        the ``layer`` terms, summed in order."""
+        """One layer's non-attention work for T tokens: the ``layer`` terms, in order."""
         cached = self._dense_cache.get(num_tokens)
         if cached is not None:
             return cached
@@ -363,11 +352,8 @@ class KernelCost:
         return blocks * self._gemm(m, n / blocks, k)
 
     def allreduce_s(self, message_bytes: int) -> float:
-        """One all-reduce across the tp group (0 on one GPU).
-
-        From the table when it has this group size, else as NCCL runs it over
-        the link (``sim.cost.collectives``: ring or tree, LL, LL128 or Simple).
-        """
+        """One all-reduce across the tp group (0 on one GPU): the table's at this
+        group size, else NCCL's model over the link (``sim.cost.collectives``)."""
         if self.tp == 1 or message_bytes == 0:
             return 0.0
         if self._allreduce is not None:
@@ -375,14 +361,10 @@ class KernelCost:
         return collective_s("all_reduce", message_bytes, self.tp, self.link)
 
     def logits_all_gather_s(self, num_seqs: int) -> float:
-        """The LM head's logits gathered across the tp group (0 on one GPU).
-
-        vLLM's LM head is vocab-parallel: each GPU computes its ``vocab / tp`` columns
-        of the logits of every scheduled sequence, and ``LogitsProcessor._gather_logits``
-        all-gathers them (``use_all_gather`` is true on CUDA; vLLM 0.19,
-        ``model_executor/layers/logits_processor.py``) before sampling: a buffer of
-        ``num_seqs x padded vocab x 2 B`` (bf16). No table times it: NCCL over the link.
-        """
+        """The LM head's logits gathered across the tp group (0 on one GPU): the
+        vocab-parallel head's ``vocab / tp`` columns per GPU, all-gathered before
+        sampling (vLLM 0.19 ``LogitsProcessor._gather_logits``), ``num_seqs x padded
+        vocab x 2 B``. No table times it: NCCL over the link."""
         if self.tp == 1 or num_seqs == 0:
             return 0.0
         vocab_per_gpu, _ = self.shapes.lm_head
@@ -398,15 +380,8 @@ class KernelCost:
         return (self.pp - 1) * collective_s("send_recv", hop_bytes, 2, self.link)
 
     def per_step_s(self, num_tokens: int, num_seqs: int) -> float:
-        """Once-per-step ops: embedding, final norm, LM head and sampler, stage transfers
-        (the ``step`` terms, summed in order).
-
-        A profile times embedding and final norm; otherwise they (and the
-        sampler, without a ``per_sequence`` table) are priced from bandwidth.
-        Under tensor parallelism, on every route (a profile times one GPU's
-        shard, without them): the vocab-parallel embedding's all-reduce
-        (``VocabParallelEmbedding.forward``) and the logits' all-gather.
-        """
+        """Once-per-step ops (embedding, final norm, LM head, sampler, tensor
+        parallelism's two collectives, stage transfers): the ``step`` terms, in order."""
         key = num_tokens * 1_000_003 + num_seqs
         cached = self._lm_cache.get(key)
         if cached is not None:
@@ -436,13 +411,13 @@ class KernelCost:
         for g, grid in grids.items():
             grid.put(tables, layout, g)
         self._grids_at = grids  # (whose warning a note past a grid's edge gives)
-        if self._skew is not None:
-            self._skew.put(tables, layout)
+        if self._skew:
+            put_skew_fit(self.artifact, tables, layout)
         return tables, layout
 
     def _priced(self, price_s: Callable[..., float], *counts: int) -> float:
-        """``price_s`` (a ``price`` function) of the step's ``counts`` on this model's
-        tables, warning of each lookup past a grid's last point (``warn_notes``)."""
+        """``price_s`` (a ``price`` function) of ``counts``, warning of each lookup
+        past a grid's last point."""
         seconds = price_s(self.price_tables, self.price_layout, self.price_grids, *counts)
         if self.price_layout[price.NUM_PAST]:
             warn_notes(self.price_tables, self.price_layout, self._grids_at)
@@ -513,9 +488,8 @@ class KernelCost:
         return [("prefill_attention", prefill), ("decode_attention", decode)]
 
     def breakdown_s(self, shape: StepShape) -> dict[str, float]:
-        """Each op's seconds in the step ``shape`` (all layers together): the rows of
-        ``terms`` in order. They add up to ``step_s`` (to rounding): the same
-        functions price them."""
+        """Each op's seconds in the step (all layers): ``terms``' rows in order, adding
+        up to ``step_s`` (to rounding)."""
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return {}
@@ -534,8 +508,7 @@ class KernelCost:
         return out
 
     def op_source(self, name: str) -> str:
-        """What ``breakdown_s``'s row ``name`` is priced from, in a word (its term's
-        source, ``sim.cost.kernels.terms``)."""
+        """What ``breakdown_s``'s row ``name`` is priced from (its term's source)."""
         return self._sources.get(name, "measured")
 
     # -- CostModel ---------------------------------------------------------------
@@ -555,9 +528,9 @@ class KernelCost:
         return f"kernels:{self.arch.name}@{p.gpu}{layout} ({self.artifact.label}{detail}){ablated}"
 
     def step_s(self, shape: StepShape) -> float:
-        """``num_layers x (layer terms + attention) + step terms`` (``terms``). Runs
-        once a step priced: the two sums' caches are read here, and a decode-only
-        step's attention is its decode part (``price.attention_s`` adds 0.0 to it)."""
+        """``num_layers x (layer terms + attention) + step terms``, with the sums'
+        caches read inline (this runs every step; a decode-only step's attention is
+        its decode part, to which ``price.attention_s`` adds 0.0)."""
         num_decodes = shape.num_decode_seqs
         prefill_tokens = shape.num_prefill_tokens
         tokens = prefill_tokens + num_decodes

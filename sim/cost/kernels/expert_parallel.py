@@ -9,20 +9,13 @@ experts over all of them and reduce-scatters the results::
                 + moe[ep_size = ep](G * T)            local experts over the group's tokens
                 + reduce_scatter(G * T * hidden * 2 B)  combine
 
-The local experts come from aiconfigurator's fused-MoE rows at ``ep_size``
-(``moe``) or, from a per-layer profile (``moe_layer``: one GPU holding every
-expert, timed by tokens and distinct experts activated), at this GPU's share
-of the group's work: a profiled row of ``x`` tokens runs ``x k`` (token,
-expert) pairs, and this GPU runs ``G T k / ep`` of the group's, so the row is
-read at ``x = G T / ep`` tokens and at the distinct local experts those pairs
-reach, ``expected_active_experts(G T) / ep`` (uniform routing;
-``ops.expected_active_experts``).
-
-Collectives come from the NCCL table (``collective``) when the artifact has
-it, else from NCCL's cost model over the link (``sim.cost.collectives``).
-Assumed, not modelled: the peers step in lockstep with this replica's ``T``
-tokens (vLLM pads every rank's batch to the largest: exact for the rank with the largest batch); see
-``docs/kernels.md``, "Expert parallelism".
+The local experts come from aiconfigurator's fused-MoE rows at ``ep_size``, or
+from a per-layer profile (one GPU holding every expert) at this GPU's share of
+the group's (token, expert) pairs: ``G T / ep`` tokens and
+``expected_active_experts(G T) / ep`` distinct experts (uniform routing).
+Collectives come from the NCCL table when the artifact has one, else NCCL's
+model over the link. Assumed: the peers step in lockstep with this replica's
+``T`` tokens (vLLM pads every rank's batch to the largest; ``docs/kernels.md``).
 """
 
 from __future__ import annotations
@@ -93,9 +86,7 @@ class ExpertParallelMoE:
         return num_tokens * self._group_ranks
 
     def experts_point(self, group_tokens: float) -> tuple[float, ...]:
-        """Where the experts' table is read for the group's tokens (module docstring):
-        the group's tokens (aiconfigurator's rows), or this GPU's share of the
-        profiled work and the distinct local experts it reaches (a profile's)."""
+        """Where the experts' table is read for the group's tokens (module docstring)."""
         if not self.profiled:
             return (group_tokens,)
         active = expected_active_experts(group_tokens, self._experts, self._top_k)

@@ -2,22 +2,16 @@
 
 A kernel table is a rectangular grid: one sorted axis per input and a latency
 in seconds at every point. Between points the latency is linear in each
-coordinate; below the first point it is the first point's value; past the
-last it grows in proportion to the coordinate, with one warning per grid and
-axis; holes are filled when the grid is built, by the same proportional rule
-along ``fill_axis`` (``Grid.from_points``), or by ``interpolate_holes`` and
-``extrapolate_holes`` (linear between and past timed points) for a table
-builder that knows its lattice. Why linear and not log-space: ``docs/kernels.md``.
+coordinate; below the first point it is the first point's value; past the last
+it grows in proportion to the coordinate, with one warning per grid and axis.
+Holes are filled when the grid is built: by that proportional rule along
+``fill_axis`` (``Grid.from_points``), or linearly between and past timed points
+(``interpolate_holes``, ``extrapolate_holes``). Why linear: ``docs/kernels.md``.
 
 One point fast: a grid of 1 to 4 axes is looked up by ``price.grid_point`` or
-``price.grid_point_4d`` over plain lists (1 and 3 axes padded to 2 and 4), the
-functions that price attention in ``KernelCost`` and in the compiled loop. A
-kernel-table run prices tens of thousands of steps, each a handful of grid
-lookups, one point at a time; the general loop over 2^axes corners costs ~5x
-the arithmetic (4 axes: ~50x). They do the same operations in the same order
-(corner weights multiplied axis by axis from 1.0, corners summed from 0.0 in
-``Grid._lookup``'s order, the scale past the grid applied last), so they give
-the same bits (``tests/test_cost_kernels_grid_point.py``).
+``price.grid_point_4d`` (1 and 3 axes padded to 2 and 4), ~5x (4 axes: ~50x)
+cheaper than the general loop over 2^axes corners, with the same operations in
+the same order, so the same bits (``tests/test_cost_kernels_grid_point.py``).
 """
 
 from __future__ import annotations
@@ -102,9 +96,8 @@ class Grid:
                 self._point = partial(grid_point_4d, tables, layout, grid_4d(layout, g))
 
     def put(self, tables: list[float], layout: list[int], g: int) -> None:
-        """This grid appended to ``tables`` and described at ``layout[g:]`` for
-        ``price``'s 2-axis lookup (``g``: a 2-D slot) or 4-axis one (a 4-D slot),
-        a 1- or 3-axis grid padded with an axis of two points at stride 0."""
+        """This grid appended to ``tables`` and described at ``layout[g:]`` (a 2-D or
+        4-D slot of ``price``), a 1- or 3-axis grid padded with a stride-0 axis."""
         num_padded = (2 if len(self.axes) <= 2 else 4) - len(self.axes)
         strides = [int(s) // self.values.itemsize for s in self.values.strides]
         axes = [axis.tolist() for axis in self.axes] + [_PAD] * num_padded
@@ -118,20 +111,11 @@ class Grid:
         latency_s: npt.ArrayLike,
         fill_axis: int = 0,
     ) -> Grid:
-        """Grid from scattered rows (one array per axis, one latency per row).
-
-        Duplicate points keep their mean; holes are filled along ``fill_axis``
-        (see the module docstring).
-        """
+        """Grid from scattered rows (one array per axis, one latency per row):
+        duplicate points keep their mean; holes are filled along ``fill_axis``."""
         coords = [np.asarray(p, dtype=np.float64) for p in points]
         axes = [np.unique(c) for c in coords]
-        sums = np.zeros(tuple(len(a) for a in axes))
-        counts = np.zeros_like(sums)
-        index = tuple(np.searchsorted(a, c) for a, c in zip(axes, coords, strict=True))
-        np.add.at(sums, index, np.asarray(latency_s, dtype=np.float64))
-        np.add.at(counts, index, 1.0)
-        with np.errstate(invalid="ignore"):
-            values = sums / counts
+        values = mean_on_grid(axes, coords, latency_s)
         # Fill along fill_axis first; lines with no measurement at all are
         # then filled along the other axes in turn.
         for axis in [fill_axis, *(a for a in range(len(axes)) if a != fill_axis)]:
@@ -139,8 +123,7 @@ class Grid:
         return Grid(name, axis_names, axes, values)
 
     def __call__(self, *coords: float) -> float:
-        """Interpolated latency in seconds at one point: ``many``'s operations (so its
-        bits), by ``price``'s lookup for a grid of 1 to 4 axes."""
+        """Interpolated latency in seconds at one point (``many``'s bits)."""
         if self._point is not None and len(coords) == len(self.axes):
             seconds = self._point(*coords)
             tables, layout = self._notes
@@ -199,8 +182,7 @@ class Grid:
         return out
 
     def warn_past(self, axis_index: int, x: float) -> None:
-        """Warn (once per axis) that a lookup at ``x`` is past axis ``axis_index``'s last
-        point (``price.past`` noted it: ``warn_notes``)."""
+        """Warn (once per axis) of a lookup at ``x`` past axis ``axis_index``'s last point."""
         # Two frames deeper than _lookup's warning: the same caller's line.
         self._warn_above(axis_index, True, np.asarray([x]), stacklevel=6)
 
@@ -217,13 +199,27 @@ class Grid:
 
 
 def warn_notes(tables: list[float], layout: list[int], grids: Mapping[int, Grid]) -> None:
-    """Each lookup past a grid's last point that ``price.past`` noted in ``tables`` and
-    ``layout``, warned by its grid (``grids``, by slot: once per grid and axis); the
-    notes cleared."""
+    """Warn of each lookup past a grid's last point that ``price.past`` noted, by its
+    grid (``grids``, by slot); the notes cleared."""
     for k in range(layout[NUM_PAST]):
         g, axis_index = layout[PAST + 2 * k], layout[PAST + 2 * k + 1]
         grids[g].warn_past(axis_index, tables[layout[PAST_X] + k])
     layout[NUM_PAST] = 0
+
+
+def mean_on_grid(
+    axes: Sequence[FloatArray], coords: Sequence[FloatArray], latency_s: npt.ArrayLike
+) -> FloatArray:
+    """The mean latency of the rows at each point of the grid of ``axes`` (each row's
+    coordinates on them), NaN where no row is."""
+    sums = np.zeros(tuple(len(a) for a in axes))
+    counts = np.zeros_like(sums)
+    index = tuple(np.searchsorted(a, c) for a, c in zip(axes, coords, strict=True))
+    np.add.at(sums, index, np.asarray(latency_s, dtype=np.float64))
+    np.add.at(counts, index, 1.0)
+    with np.errstate(invalid="ignore"):
+        means: FloatArray = sums / counts
+    return means
 
 
 def _each_line(values: FloatArray, axis: int, fill: Callable[[FloatArray], None]) -> FloatArray:
@@ -237,13 +233,9 @@ def _each_line(values: FloatArray, axis: int, fill: Callable[[FloatArray], None]
 
 
 def fill_holes(values: FloatArray, axis_values: FloatArray, axis: int) -> FloatArray:
-    """Fill NaN entries by proportional extrapolation along ``axis``.
-
-    A hole at coordinate ``x`` takes the value of the largest measured point
-    ``x0 < x`` on the same line, times ``x / x0``. A line whose first point is
-    missing takes the next measured point's value (no smaller measurement).
-    A line with no measurement stays NaN.
-    """
+    """Fill NaN entries along ``axis``: a hole at ``x`` takes the value at the largest
+    measured ``x0 < x`` on its line times ``x / x0``, or (none smaller) the next
+    measured value; a line with no measurement stays NaN."""
 
     def fill(line: FloatArray) -> None:
         measured = np.flatnonzero(np.isfinite(line))

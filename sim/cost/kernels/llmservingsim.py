@@ -14,23 +14,16 @@ with vLLM's own kernels, one decoder layer at a time::
 
 ``import_profile`` takes a ``tp<N>`` folder (or the ``<dtype>`` folder above
 it, for tp1) and writes its tables as ``layer_ops``, ``mixed_attention``,
-``per_sequence``, (MoE models) ``moe_layer`` and (when the profile has a skew
-fit) ``attention_skew``, converting microseconds to seconds; at tp > 1 the
-per-head ``qk_norm``, which the profiler copies from tp 1, as the shard runs it
-(``_per_head_norm_at_tp``). ``main`` is the
-body of ``servesim import-profile DIR --out FILE``.
+``per_sequence``, ``moe_layer`` (MoE models) and ``attention_skew``, in seconds;
+``main`` is the body of ``servesim import-profile DIR --out FILE``.
 
-The skew fit (uneven decode KV lengths in one batch): LLMServingSim prices
-such a batch as ``t(mean KV) + alpha * (t(max KV) - t(mean KV))``, with
-``alpha`` fitted per bucket of (prefill chunk, decode count, skew rate
-``(mean - min) / (max - min)``, max KV, cached prefill tokens). Its labels
-(``n<=128``, ``sr<=5%``, ``kvB<=4k``, ``kp=0``) become each bucket's upper
-edge (``sr>70%``: 1, the rate's ceiling). The raw ``skew.csv`` shots are not
-imported, nor the fit's pooled ``alpha_default`` (a bucket with no fit
-applies no correction). The fit is imported only where ``meta.yaml`` enables it
-(``skew_fit: {enabled: true}``), as LLMServingSim applies it only then; a
-``skew_fit.csv`` the meta leaves disabled (the RTX 4090 bundle's: the sweep
-was added after its validation) is named in ``provenance.notes`` instead.
+The skew fit (the rule: ``docs/kernels.md``): each bucket label (``n<=128``,
+``sr<=5%``, ``kvB<=4k``, ``kp=0``) becomes its upper edge (``sr>70%``: 1, the
+rate's ceiling). Neither the raw ``skew.csv`` shots nor the pooled
+``alpha_default`` are imported (a bucket with no fit applies no correction), and
+the fit only where ``meta.yaml`` enables it (``skew_fit: {enabled: true}``), as
+LLMServingSim applies it; a disabled one (the RTX 4090 bundle's: the sweep came
+after its validation) is named in ``provenance.notes``.
 """
 
 from __future__ import annotations
@@ -52,8 +45,8 @@ PROFILE_LICENCE = "MIT (LLMServingSim, Copyright (c) 2024 CASYS Lab at KAIST)"
 _US = 1e-6  # seconds per microsecond
 
 
-def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
-    """``path`` with its columns renamed by ``columns`` (ConfigError if absent)."""
+def _read(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+    """The table at ``path``; ConfigError if absent, unreadable or without ``columns``."""
     if not path.is_file():
         raise ConfigError(f"{path}: missing profile table")
     try:
@@ -63,7 +56,12 @@ def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise ConfigError(f"{path}: missing column {missing[0]!r}")
-    table = table[list(columns)].rename(columns=columns)
+    return table
+
+
+def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
+    """``path`` with its columns renamed by ``columns``, latencies in seconds."""
+    table = _read(path, list(columns))[list(columns)].rename(columns=columns)
     table["latency_s"] = pd.to_numeric(table["latency_s"], errors="coerce") * _US
     return table
 
@@ -95,14 +93,7 @@ def _upper_edge(path: Path, column: str, label: str) -> float:
 
 def _skew_fit(path: Path) -> pd.DataFrame:
     """``skew_fit.csv`` as the ``attention_skew`` table (bucket upper edges, alpha)."""
-    try:
-        fit = pd.read_csv(path)
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{path}: cannot read: {error}") from None
-    columns = ["pc", *_SKEW_AXES, "alpha", "n_samples"]
-    missing = [c for c in columns if c not in fit.columns]
-    if missing:
-        raise ConfigError(f"{path}: missing column {missing[0]!r}")
+    fit = _read(path, ["pc", *_SKEW_AXES, "alpha", "n_samples"])
     table = pd.DataFrame({"prefill_chunk_tokens": pd.to_numeric(fit["pc"], errors="coerce")})
     for column, (axis, name) in _SKEW_AXES.items():
         edges = [_upper_edge(path, column, str(label)) for label in fit[column]]
@@ -142,15 +133,12 @@ def _tp_dir(src_dir: Path) -> Path:
 def _per_head_norm_at_tp(layer_ops: pd.DataFrame, tp: int) -> pd.DataFrame:
     """``qk_norm``'s rows as the tp-``tp`` shard runs it.
 
-    LLMServingSim times its ``tp_stable`` ops once, at tp 1, and copies their rows
-    into every ``tp<N>`` folder (``profiler/models/qwen3.yaml``: the norms and the
-    sampler; the Qwen3-32B tp2 rows equal its tp1 rows). That holds for the
-    layer norms (over the hidden size) but not for ``qk_norm``, a norm per
-    attention head: at tp ``N`` each GPU norms ``1 / N`` of the heads, the rows of
-    ``tokens / N`` tokens at tp 1. Checked on the RTX PRO 6000 profiles: Qwen3-32B's
-    tp-1 row at 1,024 tokens (64 + 8 heads) is 22.5 us and Qwen3-30B-A3B's at 2,048
-    (32 + 4 heads, the 32B's tp-2 shard) 22.7 us. Below the smallest timed count
-    the row's first time stands (a launch).
+    LLMServingSim times its ``tp_stable`` ops once, at tp 1, and copies the rows
+    into every ``tp<N>`` folder (``profiler/models/qwen3.yaml``). That holds for
+    the layer norms, not for ``qk_norm``, a norm per head: at tp ``N`` each GPU
+    norms ``1 / N`` of the heads, tp 1's row at ``tokens / N`` (RTX PRO 6000:
+    Qwen3-32B's tp-1 row at 1,024 tokens is 22.5 us, Qwen3-30B-A3B's at 2,048, the
+    32B's tp-2 shard, 22.7 us). Below the smallest timed count the first stands.
     """
     rows = layer_ops["op"] == "qk_norm"
     if not rows.any():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact
 from sim.cost.kernels.ops import LayerShapes
 from sim.cost.kernels.terms import total_s
 from sim.hardware.specs import (
@@ -30,13 +29,11 @@ from sim.hardware.specs import (
 # aiconfigurator-core 0.12.0's constant per memory-bound kernel
 # (systems/<gpu>.yaml mem_empirical_constant_latency: 3 µs on every GPU).
 MEMORY_OP_LATENCY_S = 3e-6
-# The sampler: bf16 logits read (2 B), cast to fp32 and written (4 B), read
-# again to sample (4 B). An estimate, checked against the LLMServingSim
-# profiles' sampler tables (RTX PRO 6000 and RTX 4090, 128 to 256 sequences):
-# 9 to 10 bytes per logit at 0.8 of the datasheet bandwidth.
+# The sampler: bf16 logits read (2 B), cast to fp32 and written (4 B), read again
+# (4 B); the LLMServingSim profiles' sampler tables (RTX PRO 6000, RTX 4090) show 9
+# to 10 B per logit at 0.8 of the datasheet bandwidth, and 25 µs for one sequence
+# (several small kernels). Estimates.
 SAMPLER_BYTES_PER_LOGIT = 10.0
-# The sampler's fixed part (several small kernels): both profiles time 25 µs
-# for one sequence. An estimate.
 SAMPLER_FIXED_S = 25e-6
 
 # Names of the terms, as KernelCost.breakdown_s reports them.
@@ -51,13 +48,8 @@ def activation_bytes_per_token(width: int, gated: bool, dtype_bytes: float) -> f
 
 
 def mlp_activation(shapes: LayerShapes) -> tuple[int, bool] | None:
-    """(width per GPU, gated) of the activation a layer runs outside the fused
-    MoE kernel: the dense MLP's, or an MoE's shared expert's; None for an MoE
-    without a shared expert (its activation is inside the MoE table's kernel).
-
-    A gated MLP's up-projection is ``gate_up_proj`` (or
-    ``shared_gate_up_proj``, width ``2 i``); a plain one's is ``up_proj`` (width ``i``).
-    """
+    """(width per GPU, gated) of the activation a layer runs outside the fused MoE
+    kernel (the dense MLP's or a shared expert's), or None (it is inside the kernel)."""
     gemms = shapes.gemms
     for up, down in (("gate_up_proj", "down_proj"), ("shared_gate_up_proj", "shared_down_proj")):
         if up in gemms:
@@ -107,21 +99,6 @@ class MemoryOps:
             activation_dtype_bytes=activation_dtype_bytes,
             kv_dtype_bytes=kv_dtype_bytes,
         )
-
-    @staticmethod
-    def for_artifact(
-        artifact: KernelArtifact,
-        arch: ModelSpec,
-        shapes: LayerShapes,
-        hardware: HardwareSpec,
-    ) -> MemoryOps:
-        """``build`` at the artifact's dtypes, on ``hardware`` (``KernelCost`` resolves
-        it: the scenario's, else the preset of the GPU the tables were measured on)."""
-        p = artifact.provenance
-        # Activations are 16-bit unless the tables were timed in fp32 (fp8 weights
-        # still compute in 16 bits); the KV cache has its own dtype.
-        activation = 4.0 if p.dtype == "float32" else 2.0
-        return MemoryOps.build(arch, shapes, hardware, activation, DTYPE_BYTES.get(p.kv_dtype, 2.0))
 
     def op_s(self, num_bytes: float) -> float:
         """One memory-bound kernel moving ``num_bytes``."""

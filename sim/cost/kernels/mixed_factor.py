@@ -11,11 +11,10 @@ balance (datasheet FLOP/s per byte/s)::
     factor = 1 + (factor_ref - 1) * balance_ref / balance                      [1]
     attention = prefill_attention + factor * decode_attention                  [s]
 
-on the profile's lattice (one chunk of ``c`` new tokens after ``p`` cached,
-``n`` decodes after ``kv`` cached each); ``factor_ref`` is floored at 0 and a
-lookup clamped to the lattice (a ratio does not grow past it). Why the
-balance, how well it transfers, and which kernels keep the sum:
-``docs/kernels.md``, "The attention term". An estimate, and the label says so.
+on the profile's lattice (a chunk of ``c`` new tokens after ``p`` cached, ``n``
+decodes after ``kv`` cached each); ``factor_ref`` floored at 0, a lookup clamped
+to the lattice. Why the balance and how well it transfers: ``docs/kernels.md``,
+"The attention term". An estimate, and the label says so.
 """
 
 from __future__ import annotations
@@ -44,11 +43,10 @@ def applies_to(artifact: KernelArtifact) -> bool:
 class MixedDecodeFactor:
     """The decodes' slowdown in a mixed FA2 kernel (the module docstring), by lookup."""
 
-    __slots__ = ("_flat", "_grid", "_layout", "_slots", "label", "source")
+    __slots__ = ("_flat", "_layout", "_slots", "grid", "label")
 
-    def __init__(self, source: str, grid: Grid, label: str) -> None:
-        self.source = source
-        self._grid = grid
+    def __init__(self, grid: Grid, label: str) -> None:
+        self.grid = grid  # on the profile's lattice (KernelCost lays it out for price)
         # ``price``'s layout of the grid, for ``price.clamped_point_4d`` (the lookup
         # a kernel cost and the compiled loop make: ``price.mixed_decode_factor``).
         self._flat: list[float] = []
@@ -57,15 +55,8 @@ class MixedDecodeFactor:
         self._slots = price.grid_4d(self._layout, price.MIXED_GRID)
         self.label = label
 
-    @property
-    def grid(self) -> Grid:
-        """The factor on the profile's lattice (for the compiled loop's copy)."""
-        return self._grid
-
     def __call__(self, chunk: float, cached: float, num_decode_seqs: float, kv: float) -> float:
-        """The factor at one prefill chunk of ``chunk`` new tokens after ``cached``,
-        beside ``num_decode_seqs`` decodes of mean KV ``kv`` (cached tokens), each
-        clamped to its axis's last point."""
+        """The factor at one point of the lattice's axes, each clamped to its last."""
         return price.clamped_point_4d(
             self._flat, self._layout, self._slots, chunk, cached, num_decode_seqs, kv
         )
@@ -94,7 +85,7 @@ def factor_from_profile(
     if balance_scale != 1.0:
         label += f", extra x{balance_scale:.2f} (FLOP/B balance; transferred estimate)"
     grid = Grid("mixed decode factor", MIXED_AXES, sub_axes, factor)
-    return MixedDecodeFactor(source, grid, label)
+    return MixedDecodeFactor(grid, label)
 
 
 def transferred_factor(hardware: HardwareSpec) -> MixedDecodeFactor:

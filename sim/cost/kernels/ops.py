@@ -1,21 +1,15 @@
 """The operators one decoder layer runs in vLLM, with their shapes per GPU.
 
-vLLM shards a layer over ``tp`` GPUs Megatron-style (column-parallel QKV and
-gate+up, row-parallel O and down, KV heads replicated past ``tp =
-kv_heads``, a vocab-parallel LM head; ``docs/kernels.md``). A GEMM here is
-``(n, k)``: ``m`` tokens of width ``k`` in, width ``n`` out. A gated MLP
-(Llama) runs gate and up as one merged GEMM (``gate_up_proj``, ``2 x
-intermediate`` wide) then ``down_proj``; a non-gated one (GPT-2, OPT) runs
-``fc1`` (``intermediate`` wide) then ``fc2``, vLLM's names for OPT's. Biases
-are fused into the GEMMs and cost nothing apart.
+vLLM shards a layer over ``tp`` GPUs Megatron-style (``docs/kernels.md``). A GEMM
+here is ``(n, k)``: ``m`` tokens of width ``k`` in, width ``n`` out. A gated MLP
+(Llama) runs ``gate_up_proj`` (``2 x intermediate`` wide) then ``down_proj``; a
+non-gated one (GPT-2, OPT) ``fc1`` then ``fc2``. Biases are fused into the GEMMs.
 
-``ProfileDense`` is the dense part of a layer from a per-layer profile
-(``layer_ops``, ``moe_layer`` tables) instead: the sum of every op the
-profile lists (vLLM's layerwise profile sums modules of one repr into one
-row per call: a layer's two RMSNorms are one ``layernorm`` row, Qwen3's
-``q_norm`` and ``k_norm`` one ``qk_norm`` row, each hence counted twice),
-except the once-per-step ``embedding`` and ``final_layernorm``; an MoE
-layer is read at the expected number of distinct experts its tokens
+``ProfileDense`` is a layer's dense part from a per-layer profile instead: the
+sum of every op it lists (vLLM's layerwise profile sums modules of one repr into
+one row per call: the two RMSNorms are one ``layernorm`` row, Qwen3's ``q_norm``
+and ``k_norm`` one ``qk_norm`` row, each hence counted twice) but the
+once-per-step ones; an MoE layer read at the expected distinct experts its tokens
 activate under balanced routing.
 """
 
@@ -57,12 +51,9 @@ def _split(width: int, tp: int, what: str) -> int:
 
 
 def layer_shapes(arch: ModelSpec, tp: int = 1) -> LayerShapes:
-    """The GEMM and attention shapes of ``arch`` on each of ``tp`` GPUs.
-
-    MoE layers list only the router here (``router``: n = experts); the
-    experts are one fused MoE kernel (``moe`` table), plus the shared
-    expert's gate+up and down GEMMs when the model has one.
-    """
+    """The GEMM and attention shapes of ``arch`` on each of ``tp`` GPUs (an MoE
+    layer's experts are one fused kernel, the ``moe`` table: only its router and
+    shared expert are GEMMs here)."""
     hidden = arch.hidden_size
     kv_heads = kv_heads_per_gpu(arch, tp)
     heads = _split(arch.num_attention_heads, tp, "num_attention_heads")

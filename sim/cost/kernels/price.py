@@ -1,27 +1,20 @@
 """Attention's price from kernel tables laid out flat: written once, run twice.
 
-``KernelCost`` (``sim.cost.kernels.cost``) prices a step's attention by calling
-these functions on plain lists (its grids and skew fit flattened once, at
-construction: ``KernelCost.price_tables``); the compiled loop
-(``sim.fast.compiled.loop``) compiles the very same functions with numba and
-calls them on the arrays ``sim.cost.tabulate`` lays out (those lists, then the
-per-token and per-sequence tables). So the two paths agree to the bit because
-there is one copy of the arithmetic. Plain functions of ``tables`` (floats),
-``layout`` (ints: the slot indices below), ``grids`` (``grids_of``: each grid's
-slots read out of ``layout`` once, a model's or a step's, not at each lookup),
-numbers and tuples, which numba compiles; ``bisect_right`` and ``bisect_left``
-are the standard library's in Python (C, fast on a list) and ``search_right`` /
-``search_left`` under numba (``sim.fast.compiled.loop.compile_run`` swaps them in).
+``KernelCost`` calls these functions on plain lists (its grids and skew fit,
+flattened once: ``KernelCost.price_tables``); the compiled loop compiles the very
+same functions with numba and calls them on ``sim.cost.tabulate``'s arrays. One
+copy of the arithmetic, so the two paths agree to the bit. Arguments: ``tables``
+(floats), ``layout`` (ints: the slots below), ``grids`` (``grids_of``: each grid's
+slots read once), numbers and tuples; ``bisect_*`` are the standard library's in
+Python and ``search_*`` under numba (``compile_run`` swaps them in).
 
 A 2-D grid at ``layout[g:]`` is ``GRID_SIZE`` ints: each axis's offset and length
-in ``tables``, the values' offset, each axis's stride (0 for an axis of one
-point); a 4-D one (``MIXED_GRID``) four (offset, length) axes, the values'
-offset, four strides. A lookup interpolates as ``sim.cost.kernels.grid.Grid``'s
-general loop does, the same operations in their order (``Grid`` looks one point
-up with ``grid_point`` / ``grid_point_4d`` too). Past an axis's last point the
-Python path (``layout[EXTRAPOLATES]``) scales proportionally as ``Grid`` does and
-notes the lookup (``PAST``: grid, axis, and the coordinate in ``tables``) for
-``KernelCost`` to warn about; the loop gets NaN and hands the run over.
+in ``tables``, the values' offset, each axis's stride (0 for an axis of one point);
+a 4-D one (``MIXED_GRID``) likewise with four axes. A lookup does ``Grid``'s
+operations in their order. Past an axis's last point the Python path
+(``layout[EXTRAPOLATES]``) scales proportionally, as ``Grid`` does, and notes the
+lookup (``PAST``) for ``KernelCost`` to warn about; the loop gets NaN and hands
+the run over.
 """
 
 from __future__ import annotations
@@ -253,10 +246,9 @@ def skew_alpha(
     kv_max: int,
     kv_min: int,
 ) -> float:
-    """The skew fit's alpha for ``num_decode_seqs`` decodes of mean, longest and
-    shortest KV (the profile's axis: cached tokens) beside a prefill chunk (0: none)
-    after ``kv_prefill``: ``SkewFit.alpha`` of its bucket; 0 with no fit, no bucket,
-    one decode, or no decode longer than the mean (as LLMServingSim)."""
+    """The skew fit's alpha for decodes of mean, longest and shortest KV (cached
+    tokens) beside a prefill chunk (0: none) after ``kv_prefill``: its bucket's
+    (``bucket_alpha``); 0 with no fit, one decode, or none longer than the mean."""
     if not layout[HAS_SKEW] or num_decode_seqs < 2 or kv_max <= kv_mean:
         return 0.0
     rate = (kv_mean - kv_min) / (kv_max - kv_min)
@@ -267,9 +259,9 @@ def bucket_alpha(
     tables: Tables, layout: Layout, chunk: float, kv_prefill: float, num_decode_seqs: int,
     rate: float, kv_max: float,
 ) -> float:  # fmt: skip
-    """``SkewFit.alpha``: the fit's alpha of the bucket of (the prefill chunk exactly;
-    the decode count, skew ``rate`` clipped to [0, 1], longest KV and cached prefill
-    each by ``bisect_left``, past the last edge in the last bucket), 0 where none."""
+    """The fit's alpha of the bucket of (the prefill chunk exactly; the decode count,
+    skew ``rate`` clipped to [0, 1], longest KV and cached prefill each by
+    ``bisect_left``, past the last edge in the last bucket), 0 where none."""
     chunks, num_chunks = layout[SKEW_CHUNKS], layout[NUM_SKEW_CHUNKS]
     at = -1
     for i in range(num_chunks):
@@ -313,11 +305,9 @@ def decode_attention_s(
     tables: Tables, layout: Layout, grids: Grids, num_seqs: int, context: int, max_context: int,
     min_context: int,
 ) -> float:  # fmt: skip
-    """One layer's attention for ``num_seqs`` decodes with ``context`` tokens in all,
-    the longest and shortest ``max_context`` / ``min_context`` (as in ``StepShape``),
-    without a prefill (a profile's KV axis excludes the token being computed).
-    Looked up at the mean KV, moved towards the longest's time by the skew fit's
-    alpha when the profile has one."""
+    """One layer's attention for ``num_seqs`` decodes of ``context`` tokens in all
+    (longest and shortest as in ``StepShape``): looked up at the mean KV, moved
+    towards the longest's time by the skew fit's alpha where there is one."""
     if num_seqs == 0:
         return 0.0
     kv = (context - layout[DECODE_HISTORY] * num_seqs) / num_seqs
@@ -335,15 +325,11 @@ def prefill_attention_s(
 ) -> float:  # fmt: skip
     """One layer's attention over the step's prefill chunks, without its decodes.
 
-    Chunks no longer than their cached context (in the step's sums: the
-    KV-read-bound regime of a speculative verification of ``k + 1`` tokens, or
-    a prefix-cache hit's last tokens) are never priced below the decode
-    attention of their sequences at their cached contexts (``p + 1`` after ``p``
-    cached: the decode the chunk extends), as a floor: such a chunk reads that
-    KV and more, with more queries, where scaling a whole prompt's time by
-    attention pairs leaves the KV read out. Longer chunks are compute-bound and
-    extend no decode (the decode table's time at a small KV is its kernel's
-    fixed cost, not a bound on another kernel): no floor."""
+    Chunks no longer than their cached context (a speculative verification, a
+    prefix-cache hit's last tokens: KV-read-bound) are floored at the decode
+    attention of their sequences at their cached contexts: such a chunk reads
+    that KV and more, which scaling a whole prompt's time by attention pairs
+    leaves out. Longer chunks are compute-bound: no floor."""
     if prefill_seqs == 0 or prefill_tokens == 0:
         return 0.0
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
@@ -375,11 +361,9 @@ def mixed_attention_s(
     kv_read: int, decode_seqs: int, context: int, max_context: int, min_context: int,
 ) -> float:  # fmt: skip
     """One layer's varlen attention over prefill chunks and decodes, from the profile:
-    ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)``, looked up at the step's decode
-    count, mean decode KV (``kv = context / n - 1``: the profile's KV excludes the
-    token being computed) and one of its ``b`` equal prefill chunks of ``c`` after
-    ``p`` (``prefill_chunk``). Why not one chunk of all ``b`` chunks' tokens:
-    ``docs/kernels.md``, "The attention term"."""
+    ``mixed(c, p, n, kv) + (b - 1) * pre(c, p)`` at the decode count, mean decode KV
+    (``context / n - 1``: the profile's KV excludes the token being computed) and one
+    of ``b`` equal chunks (``prefill_chunk``; why: ``docs/kernels.md``)."""
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)
     n = decode_seqs
     kv = (context - n) / n
@@ -402,10 +386,8 @@ def mixed_decode_factor(
     kv_read: int, decode_seqs: int, context: int,
 ) -> float:  # fmt: skip
     """How much longer a mixed step's decodes take in FA2's varlen kernel than in
-    the pure decode kernel (``mixed_factor``: each coordinate clamped to its axis's
-    last point, so never past it; 1.0 without a factor or without both phases),
-    looked up at the step's mean chunk and cached prefill, its decode count and
-    mean KV (cached tokens, the profile's axis)."""
+    the pure decode kernel (``mixed_factor``; 1.0 without a factor or without both
+    phases), at the step's mean chunk, cached prefill, decode count and mean KV."""
     if not layout[HAS_MIXED_FACTOR] or prefill_tokens == 0 or decode_seqs == 0:
         return 1.0
     chunk, cached = prefill_chunk(prefill_seqs, prefill_tokens, kv_read)

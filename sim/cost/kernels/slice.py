@@ -41,11 +41,8 @@ def slice_artifact(
     tensor_parallel_sizes: Iterable[int] = (1,),
     expert_parallel_sizes: Iterable[int] = (1,),
 ) -> KernelArtifact:
-    """``full`` pruned to the rows ``arch`` uses at the given tensor- and expert-parallel sizes.
-
-    Expert parallelism keeps the MoE rows of whole experts (``tp_size`` 1) at
-    each ``ep_size`` and the NCCL collectives over that many GPUs.
-    """
+    """``full`` pruned to the rows ``arch`` uses at the given tensor- and expert-parallel
+    sizes (for ``ep``: whole experts' MoE rows at ``ep_size``, NCCL over ``ep`` GPUs)."""
     tps = sorted(set(tensor_parallel_sizes))
     eps = sorted(set(expert_parallel_sizes) - {1})
     tables = dict(full.tables)
@@ -76,12 +73,10 @@ def slice_artifact(
                 list(zip(t["num_heads"], t["num_kv_heads"], t["head_dim"], strict=True))
             )
             tables[name] = t[key.isin(keep).to_numpy()].reset_index(drop=True)
-    if "allreduce" in tables:
-        t = tables["allreduce"]
-        tables["allreduce"] = t[t["num_gpus"].isin(tps)].reset_index(drop=True)
-    if "collective" in tables:
-        t = tables["collective"]
-        tables["collective"] = t[t["num_gpus"].isin([*tps, *eps])].reset_index(drop=True)
+    for name, num_gpus in (("allreduce", tps), ("collective", [*tps, *eps])):
+        if name in tables:
+            t = tables[name]
+            tables[name] = t[t["num_gpus"].isin(num_gpus)].reset_index(drop=True)
     if "moe" in tables:
         if arch.moe is None:
             del tables["moe"]

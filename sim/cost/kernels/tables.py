@@ -1,9 +1,7 @@
-"""Operator latency functions built from an artifact's tables, for one model layout.
+"""An artifact's tables as ``Grid``s for one model layout (latency in seconds).
 
-Each function maps a count (tokens, sequences, bytes) to seconds by
-``Grid`` interpolation (see ``sim.cost.kernels.grid`` for the rules). They
-are built once per cost model, filtered to the model's shapes; a shape the
-artifact does not cover raises ``ConfigError`` naming the table and shape.
+Built once per cost model, filtered to the model's shapes; a shape the artifact
+does not cover raises ``ConfigError`` naming the table and shape.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import numpy as np
 from sim.cost.base import FloatArray
 from sim.cost.kernels import price
 from sim.cost.kernels.artifact import KernelArtifact
-from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes
+from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes, mean_on_grid
 from sim.errors import ConfigError
 from sim.hardware.specs import MoeSpec
 
@@ -68,11 +66,9 @@ def derived_decode_source(
 ) -> tuple[int, int] | None:
     """``(num_heads, num_kv_heads)`` of the generation-attention rows that price a
     multi-head layout the tables do not time, or None (timed, not multi-head, or no
-    source; ``head_dim`` must match): the multi-head rows nearest in KV heads (the
-    larger on a tie), else the grouped rows of the target's query heads with the most
-    KV heads, read at the batch that streams the target's KV bytes (``num_kv_heads /
-    source KV heads`` times the batch). Why that is sound (decode attention is
-    memory-bound) and how close it comes: ``docs/kernels.md``.
+    source of this ``head_dim``): the multi-head rows nearest in KV heads (the larger
+    on a tie), else the grouped rows of its query heads with the most KV heads. Why
+    that is sound (decode attention is memory-bound): ``docs/kernels.md``.
     """
     if num_heads != num_kv_heads:
         return None
@@ -93,12 +89,10 @@ def attention_grids(
 ) -> AttentionGrids:
     """Context and generation attention grids for one head layout.
 
-    Holes (large batch x long sequence, not timed) are filled along the batch
-    axis: time is proportional to the batch once the GPU is full. A multi-head
-    layout whose decode rows the tables lack is derived from the rows
-    ``derived_decode_source`` picks, their batch axis divided by the ratio of KV
-    heads (a lookup at batch ``b`` reads the source at ``b * ratio``, the same KV
-    bytes), and said so in ``derived``.
+    Holes (large batch x long sequence) are filled along the batch axis: time is
+    proportional to the batch once the GPU is full. Decode rows the tables lack come
+    from ``derived_decode_source``'s, their batch axis divided by the ratio of KV
+    heads (the same KV bytes), said so in ``derived``.
     """
     heads = {"num_heads": num_heads, "num_kv_heads": num_kv_heads, "head_dim": head_dim}
     ctx = _rows(artifact, "context_attention", "for prefill attention", **heads)
@@ -131,12 +125,9 @@ def attention_grids(
 
 
 def dram_floored(decode: Grid, kv_bytes_per_token: float, bandwidth_bytes_per_s: float) -> Grid:
-    """A generation-attention grid (batch x KV length) with every point at least the
-    time its KV takes to stream from DRAM at the datasheet rate: the tables time a KV
-    cache the GPU's L2 keeps resident, which a forward pass reads from DRAM
-    (``docs/kernels.md``, "Decode attention's DRAM floor"). ``kv_bytes_per_token``
-    is K and V of one token in one layer on one GPU.
-    """
+    """A generation-attention grid with every point at least the time its KV (K and
+    V, ``kv_bytes_per_token`` a token, one layer, one GPU) takes to stream from DRAM:
+    the tables time a KV the L2 keeps resident (``docs/kernels.md``)."""
     batch, kv = np.meshgrid(decode.axes[0], decode.axes[1], indexing="ij")
     floor_s = batch * kv * kv_bytes_per_token / bandwidth_bytes_per_s
     return Grid(decode.name, decode.axis_names, decode.axes, np.maximum(decode.values, floor_s))
@@ -147,14 +138,9 @@ MIXED_AXES = ("prefill_chunk_tokens", "kv_prefill_tokens", "num_decode_seqs", "k
 
 
 class MixedAttention(NamedTuple):
-    """A per-model attention profile as grids (latency in seconds, one layer).
-
-    ``mixed``: one varlen kernel over one prefill chunk of ``prefill_chunk_tokens``
-    new tokens after ``kv_prefill_tokens`` cached ones, and ``num_decode_seqs``
-    decodes each after ``kv_decode_tokens`` cached ones (the profiler's shot, as
-    vLLM's chunked-prefill scheduler batches it). ``prefill`` and ``decode`` are
-    its pure planes (no decode; no prefill), as 2-D grids over their own axes.
-    Each grid's value at a timed point is that row's latency.
+    """A per-model attention profile as grids (seconds, one layer): ``mixed``, one
+    varlen kernel over a prefill chunk and ``num_decode_seqs`` decodes (``MIXED_AXES``,
+    the profiler's shot), and its pure planes ``prefill`` and ``decode`` as 2-D grids.
     """
 
     mixed: Grid | None  # None: the profile timed no mixed batch
@@ -165,15 +151,12 @@ class MixedAttention(NamedTuple):
 def mixed_attention_grids(artifact: KernelArtifact) -> MixedAttention:
     """The ``mixed_attention`` table on the rectangular grid of its four axes.
 
-    The profiler times a near-full lattice, and some profiles interleave two
-    (doubling and x1.5 spacing), so the union grid has holes. They are filled
-    so that a lookup means what the data means: an axis that does not apply
-    (KV lengths of an absent prefill or absent decodes) repeats the value
-    without it; a decode with no cached token (never scheduled) takes the first
-    timed KV length; a step with fewer prefill tokens than the first timed
-    chunk costs that chunk; a hole between timed points is interpolated
-    linearly; past them (e.g. a prefill beside ``max_num_seqs`` decodes, which
-    the profiler cannot run) the line through the last two points continues.
+    Some profiles interleave two lattices, so the union grid has holes, filled so
+    that a lookup means what the data means: an axis that does not apply (KV of an
+    absent phase) repeats the value without it; a decode after 0 cached tokens takes
+    the first timed KV; fewer prefill tokens than the first timed chunk cost that
+    chunk; a hole between timed points is interpolated linearly, past them (a
+    prefill beside ``max_num_seqs`` decodes) extrapolated from the last two.
     """
     rows = _rows(artifact, "mixed_attention", "for attention")
     pure_prefill = (rows["num_decode_seqs"] == 0) & (rows["prefill_chunk_tokens"] > 0)
@@ -183,17 +166,9 @@ def mixed_attention_grids(artifact: KernelArtifact) -> MixedAttention:
             f"kernel artifact ({artifact.label}): mixed_attention needs pure prefill "
             "rows (num_decode_seqs 0) and pure decode rows (prefill_chunk_tokens 0)"
         )
-    axes = [np.unique(np.concatenate([[0.0], rows[a].to_numpy(np.float64)])) for a in MIXED_AXES]
-    sums = np.zeros(tuple(len(a) for a in axes))
-    counts = np.zeros_like(sums)
-    index = tuple(
-        np.searchsorted(a, rows[n].to_numpy(np.float64))
-        for a, n in zip(axes, MIXED_AXES, strict=True)
-    )
-    np.add.at(sums, index, rows["latency_s"].to_numpy(np.float64))
-    np.add.at(counts, index, 1.0)
-    with np.errstate(invalid="ignore"):
-        values = sums / counts
+    coords = [rows[a].to_numpy(np.float64) for a in MIXED_AXES]
+    axes = [np.unique(np.concatenate([[0.0], c])) for c in coords]
+    values = mean_on_grid(axes, coords, rows["latency_s"].to_numpy(np.float64))
     values[0, :, 0, :] = np.nan  # the empty batch: no step has it
     prefill = _fill(values[1:, :, 0, 0], axes[0][1:], axes[1])
     decode = _fill(values[0, 0, 1:, 1:], axes[2][1:], axes[3][1:])
@@ -230,71 +205,40 @@ def _fill(values: FloatArray, *axes: FloatArray) -> FloatArray:
     return values
 
 
-class SkewFit:
-    """A profile's fitted skew weights (``attention_skew``): how far a decode batch of
-    uneven KV lengths moves from the time at its mean KV towards the time at its max.
+# The skew fit's bucket axes, after its prefill chunk (``put_skew_fit``).
+SKEW_AXES = ("max_num_decode_seqs", "max_skew_rate", "max_kv_decode_tokens",
+             "max_kv_prefill_tokens")  # fmt: skip
 
-    LLMServingSim's rule: ``t = t(mean) + alpha * (t(max) - t(mean))``, alpha from the
-    bucket of (prefill chunk, exactly; decode count; skew rate ``(mean - min) / (max -
-    min)``; max KV; cached prefill tokens), each bucket ``(previous edge, edge]`` and a
-    value past the last edge in the last bucket; a bucket with no fit gives 0 (no
-    correction that was not measured). Looked up at the KV lengths the profile's axes
-    count (cached tokens).
-    """
 
-    AXES = ("max_num_decode_seqs", "max_skew_rate", "max_kv_decode_tokens",
-            "max_kv_prefill_tokens")  # fmt: skip
-
-    def __init__(self, artifact: KernelArtifact) -> None:
-        rows = _rows(artifact, "attention_skew", "for the decode skew correction")
-        self.edges = [sorted({float(v) for v in rows[axis]}) for axis in self.AXES]
-        keys = zip(rows["prefill_chunk_tokens"], *(rows[axis] for axis in self.AXES), strict=True)
-        self.alphas = {
-            tuple(float(v) for v in key): float(alpha)
-            for key, alpha in zip(keys, rows["alpha"], strict=True)
-        }
-        self._flat: list[float] = []  # (``alpha``'s own copy of the lattice, as ``put`` lays it)
-        self._layout = [0] * price.LAYOUT_SIZE
-        self.put(self._flat, self._layout)
-
-    def put(self, tables: list[float], layout: list[int]) -> None:
-        """The fit appended to ``tables`` and described in ``layout``'s skew slots
-        (``price``): its prefill chunks, the four bucket axes' edges, then its
-        alphas on that lattice (0 where it has none) and their five strides."""
-        layout[price.HAS_SKEW] = 1
-        chunks = sorted({key[0] for key in self.alphas})
-        layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
-        tables.extend(chunks)
-        for d, edges in enumerate(self.edges):
-            layout[price.SKEW_EDGES + 2 * d] = len(tables)
-            layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
-            tables.extend(edges)
-        alphas = np.zeros((len(chunks), *(len(edges) for edges in self.edges)))
-        for key, alpha in self.alphas.items():
-            place = [chunks.index(key[0])]
-            place += [edges.index(v) for edges, v in zip(self.edges, key[1:], strict=True)]
-            alphas[tuple(place)] = alpha
-        layout[price.SKEW_ALPHAS] = len(tables)
-        tables.extend(alphas.ravel().tolist())
-        for d, stride in enumerate(alphas.strides):
-            layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
-
-    def alpha(
-        self,
-        prefill_chunk_tokens: float,
-        num_decode_seqs: int,
-        skew_rate: float,
-        max_kv_decode_tokens: float,
-        kv_prefill_tokens: float,
-    ) -> float:
-        """The fitted alpha of this batch's bucket, 0 where the fit has none
-        (``price.bucket_alpha``)."""
-        return price.bucket_alpha(
-            self._flat, self._layout, float(prefill_chunk_tokens), kv_prefill_tokens,
-            num_decode_seqs, skew_rate, max_kv_decode_tokens,
-        )  # fmt: skip
-
-    blend_s = staticmethod(price.blend_s)
+def put_skew_fit(artifact: KernelArtifact, tables: list[float], layout: list[int]) -> None:
+    """A profile's fitted skew weights (``attention_skew``: how far a decode batch of
+    uneven KV lengths moves from the time at its mean KV towards its max's; the rule:
+    ``docs/kernels.md``) appended to ``tables`` and described in ``layout``'s skew
+    slots (``price``: chunks, the four axes' edges, alphas, 0 where none, strides)."""
+    rows = _rows(artifact, "attention_skew", "for the decode skew correction")
+    all_edges = [sorted({float(v) for v in rows[axis]}) for axis in SKEW_AXES]
+    keys = zip(rows["prefill_chunk_tokens"], *(rows[axis] for axis in SKEW_AXES), strict=True)
+    fitted = {
+        tuple(float(v) for v in key): float(alpha)
+        for key, alpha in zip(keys, rows["alpha"], strict=True)
+    }
+    layout[price.HAS_SKEW] = 1
+    chunks = sorted({key[0] for key in fitted})
+    layout[price.SKEW_CHUNKS], layout[price.NUM_SKEW_CHUNKS] = len(tables), len(chunks)
+    tables.extend(chunks)
+    for d, edges in enumerate(all_edges):
+        layout[price.SKEW_EDGES + 2 * d] = len(tables)
+        layout[price.SKEW_EDGES + 2 * d + 1] = len(edges)
+        tables.extend(edges)
+    alphas = np.zeros((len(chunks), *(len(edges) for edges in all_edges)))
+    for key, alpha in fitted.items():
+        place = [chunks.index(key[0])]
+        place += [edges.index(v) for edges, v in zip(all_edges, key[1:], strict=True)]
+        alphas[tuple(place)] = alpha
+    layout[price.SKEW_ALPHAS] = len(tables)
+    tables.extend(alphas.ravel().tolist())
+    for d, stride in enumerate(alphas.strides):
+        layout[price.SKEW_STRIDES + d] = stride // alphas.itemsize
 
 
 def op_grid(artifact: KernelArtifact, table: str, op: str) -> Grid:
@@ -320,12 +264,9 @@ def allreduce_grid(artifact: KernelArtifact, num_gpus: int) -> Grid:
 def moe_grid(
     artifact: KernelArtifact, moe: MoeSpec, hidden_size: int, tp: int, ep: int = 1
 ) -> Grid:
-    """Fused MoE layer latency by tokens, each expert split over ``tp`` GPUs.
-
-    With ``ep`` > 1 (and ``tp`` 1: whole experts) a row is one GPU's share: its
-    ``num_experts / ep`` experts over the tokens of the whole expert-parallel
-    group routed to them (``num_tokens`` counts the group's tokens).
-    """
+    """Fused MoE layer latency by tokens, each expert split over ``tp`` GPUs; with
+    ``ep`` > 1 (``tp`` 1) one GPU's ``num_experts / ep`` experts over the group's
+    tokens."""
     match = {"hidden_size": hidden_size, "inter_size": moe.expert_intermediate_size // tp}
     layout = {"topk": moe.top_k, "num_experts": moe.num_experts, "tp_size": tp, "ep_size": ep}
     rows = _rows(artifact, "moe", "for the MoE layers", **match, **layout)

@@ -1,16 +1,13 @@
 """The terms of a kernel-table step price: what each is and where its seconds come from.
 
-``KernelCost`` builds its list of terms once (``KernelCost.terms``, in
-``KernelCost._build_terms``), and everything that reads a price reads that list:
-``step_s`` sums the terms in list order (``num_layers`` times the per-layer ones,
-then the once-a-step ones), ``breakdown_s`` lists their rows, ``op_source`` and
-the label read their sources. Each term has a ``Kind`` (what it prices) and each
-of its rows a ``Source`` (``measured``: a table's rows; ``derived``: another head
-layout's rows; ``bandwidth``: bytes at the GPU's datasheet rate; ``link``: a
-collective over the link; ``measured+link``; ``none``: 0 s on one GPU). Parts of
-the list a scenario can switch off (``ABLATIONS``) are its configuration
-(``KernelCost(disabled_terms=...)``), named in the label. Adding a term:
-``docs/dev/adding-a-cost-term.md``.
+``KernelCost._build_terms`` lists them once; ``step_s`` sums them in list order
+(``num_layers`` times the per-layer ones, then the once-a-step ones),
+``breakdown_s`` lists their rows, ``op_source`` and the label read their sources.
+Each term has a ``Kind`` (what it prices) and each row a ``Source`` (``measured``:
+a table's rows; ``derived``: another head layout's; ``bandwidth``: bytes at the
+datasheet rate; ``link``: a collective over the link; ``none``: 0 s on one GPU).
+``ABLATIONS`` switch parts off (``KernelCost(disabled_terms=...)``), named in the
+label. Adding a term: ``docs/dev/adding-a-cost-term.md``.
 """
 
 from __future__ import annotations
@@ -42,13 +39,9 @@ ABLATIONS: Mapping[str, str] = MappingProxyType(
 
 @dataclass(frozen=True, slots=True)
 class Term:
-    """One term of a step's price.
-
-    ``price`` takes the step's tokens (``layer``), its shape (``attention``) or its
-    tokens and sequences (``step``) and gives seconds (one layer's for a per-layer
-    term). ``rows`` gives the same seconds split into ``sources``' rows, for a term
-    that groups several ops (None: one row, the term's name).
-    """
+    """One term of a step's price: ``price`` of the counts its ``scope`` names, in
+    seconds (one layer's for a per-layer term); ``rows``, the same split into
+    ``sources``' rows for a term of several ops (None: one row, the term's name)."""
 
     name: str
     kind: Kind

@@ -1,35 +1,24 @@
 """The compiled twin of one fed replica's loop (``sim.fast.compiled.path`` runs it).
 
-One function, ``run``, plays what ``Replica._run``, ``EngineCore`` and
-``Continuous`` do for one replica taking an open loop's requests from a feed
-(alone, or its turns behind a round-robin router), under a roofline cost or
-kernel tables (``sim.cost.kernels.cost.KernelCost``, its grids and per-token
-tables, all priced by ``sim.cost.tabulate.tabulate``; with the engine's CPU work of
-``sim.cost.engine_cpu`` or without), with
-a KV pool whose requests share no prefix (so only counts matter): the same plans at the same
-times, the same step ends summed in the same order, the same records, step
-log and queue samples, to the bit (``tests/properties/test_compiled_equivalence.py``
-compares them with the Python path on random workloads). It walks the whole running batch
-at every plan, as the Python path does (here it costs nothing).
+``run`` plays what ``Replica._run``, ``EngineCore`` and ``Continuous`` do for one
+replica taking an open loop's requests from a feed (alone, or its turns behind a
+round-robin router), priced by ``sim.cost.tabulate.tabulate``'s arrays (a roofline
+or kernel tables, with or without the engine's CPU work), with a KV pool whose
+requests share no prefix (so only counts matter). Each piece mirrors a Python
+function of the engine, the same operations in the same order, so its plans,
+step ends, records, step log and queue samples are the Python path's to the bit
+(``tests/properties/test_compiled_equivalence.py``).
 
-Everything it cannot play stops it, and the Python path runs the whole
-workload instead: a KV pool too small for the running batch (preemption), a
-token that does not follow its request's previous one by one step (which
-plain continuous batching only causes by preempting: a safety net), and a
-kernel-table lookup past a grid's last point (where the Python path
-extrapolates and warns; ``kernels.why_not`` keeps runs inside the grids, so
-this too is a safety net). Those answer ``UNSUPPORTED``.
+What it cannot play answers ``UNSUPPORTED`` and the Python path runs the whole
+workload: a KV pool too small for the batch (preemption), a token that does not
+follow its request's previous one by one step, and a kernel-table lookup past a
+grid's last point (``kernels.why_not`` keeps runs inside the grids, so the last
+two are safety nets).
 
-All state lives in the arrays passed in, so a call may stop when an output
-buffer is nearly full (``FLUSH``), and the next call goes on where it left
-off: the caller empties the buffers between calls (and ticks its progress bar).
-
-Its state lives in numpy arrays (numba compiles functions of arrays and
-numbers), named below by index. Its pieces (a roofline step's price, a run's
-ends, its room in the KV pool, the commit of a plan's steps) each mirror a
-Python function of the engine, the same operations in the same order, so that
-its floats are the Python path's to the bit. They are plain Python that numba
-compiles when it is installed; they run uncompiled, slowly, as well (the tests
+All state lives in numpy arrays (numba compiles functions of arrays and numbers),
+named below by index, so a call may stop when an output buffer is nearly full
+(``FLUSH``) and the next goes on where it left off. The functions are plain
+Python that numba compiles when installed; uncompiled they run slowly (the tests
 do so where numba is missing).
 """
 
@@ -195,12 +184,8 @@ def first_step(
     cost: FloatArray,
     tables: FloatArray,
     layout: IntArray,
-    prompt: IntArray,
-    output: IntArray,
-    comp: IntArray,
-    gen: IntArray,
-    sched_r: IntArray,
-    sched_new: IntArray,
+    counts: IntArray,
+    slots: IntArray,
     num_sched: int,
     max_run: int,
 ) -> tuple[float, int, int, int, int]:
@@ -208,6 +193,8 @@ def first_step(
     many decode steps of the batch may follow it before the first finish (0 if a
     request is still prefilling after it), and their summed, longest and shortest
     context in the first of them."""
+    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
+    sched_r, sched_new = slots[SCHED_R], slots[SCHED_NEW]
     prefill_seqs = prefill_tokens = pairs = kv_read = decode_seqs = decode_context = 0
     longest = shortest = 0  # of this step's decodes' contexts
     min_left = max_run
@@ -309,11 +296,10 @@ def decode_ends(
     stop_s: float,
     num_after: int,
 ) -> int:
-    """``sim.cost.base.ends_until_cut`` of ``decode_run_s`` of an ``EngineCpuCost``
-    around a ``RooflineCost`` or a ``KernelCost`` (or of the bare GPU model:
-    ``cost``'s CPU terms 0), written
-    into ``out`` from ``at``; returns how many ends (the first step's included). An
-    end is NaN, and the last, where a kernel table would be read past its last point."""
+    """``sim.cost.base.ends_until_cut`` of ``decode_run_s`` of the priced model (its
+    CPU terms 0 for a bare GPU model), written into ``out`` from ``at``; returns how
+    many ends (the first step's included). An end past a kernel table's last point
+    is NaN, and the last."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
     kernels = layout[KIND] == KERNELS
@@ -383,31 +369,25 @@ def decode_ends(
 
 
 def commit(
-    prompt: IntArray,
-    output: IntArray,
-    comp: IntArray,
-    gen: IntArray,
-    blocks: IntArray,
-    last_step: IntArray,
-    first_token_s: FloatArray,
-    finish_s: FloatArray,
-    sched_r: IntArray,
-    sched_new: IntArray,
+    counts: IntArray,
+    times: FloatArray,
+    slots: IntArray,
     num_sched: int,
-    held: IntArray,
     async_scheduling: bool,
     state: IntArray,
-    ends: FloatArray,
+    logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray],
     at: int,
     num_ends: int,
     start_s: float,
     bs: int,
-    segment_start_s: FloatArray,
-    segment_counts: npt.NDArray[np.int32],
-    done_order: IntArray,
 ) -> int:
     """``EngineCore.commit`` of the plan's step and the ``num_ends - 1`` decode steps
     after it (``EngineCore._commit_one`` / ``_commit_run``), finishes included."""
+    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
+    blocks, last_step = counts[BLOCKS], counts[LAST_STEP]
+    first_token_s, finish_s = times[FIRST_TOKEN_S], times[FINISH_S]
+    sched_r, sched_new, held = slots[SCHED_R], slots[SCHED_NEW], slots[HELD]
+    ends, segment_start_s, segment_counts, done_order = logs[0], logs[1], logs[2], logs[5]
     first = state[NUM_STEPS]
     end_first = ends[at]
     end_last = ends[at + num_ends - 1]
@@ -497,27 +477,19 @@ def run(
     """Plan and commit until every request is done (``DONE``), an output buffer is
     nearly full (``FLUSH``) or the Python path is needed (``UNSUPPORTED``).
 
-    ``prices``: ``sim.cost.tabulate.tabulate``'s arrays. Requests are indexed in
-    submission order, a column each of ``times`` and ``counts`` (their rows
-    above; ``CLOCK_S``, ``READY_S``: the feed's times, inf last). Once a request
-    has a first token, ``LAST_STEP`` is the step of its latest. ``slots``' rows
-    are the batch's lists. Logs go to the buffers of ``logs`` (step ends, segment
-    starts and counts, queue sample times and counts, the requests in the order
-    they finish) from the counts in ``state``.
+    ``prices``: ``sim.cost.tabulate.tabulate``'s arrays; the other arrays' rows and
+    slots are named above (requests in submission order). ``logs``: step ends,
+    segment starts and counts, queue sample times and counts, and the requests in
+    the order they finish, filled from the counts in ``state``.
     """
     cost, tables, layout = prices
     clock_s, ready_s = times[CLOCK_S], times[READY_S]
-    first_scheduled_s, first_token_s = times[FIRST_SCHEDULED_S], times[FIRST_TOKEN_S]
-    finish_s = times[FINISH_S]
-    prompt, output, comp, gen = counts[PROMPT], counts[OUTPUT], counts[COMP], counts[GEN]
-    blocks, lookups, last_step = counts[BLOCKS], counts[LOOKUPS], counts[LAST_STEP]
-    running, sched_r, sched_new, held = (
-        slots[RUNNING],
-        slots[SCHED_R],
-        slots[SCHED_NEW],
-        slots[HELD],
-    )
-    ends, segment_start_s, segment_counts, series_time_s, series_counts, done_order = logs
+    first_scheduled_s, finish_s = times[FIRST_SCHEDULED_S], times[FINISH_S]
+    prompt, comp, gen = counts[PROMPT], counts[COMP], counts[GEN]
+    blocks, lookups = counts[BLOCKS], counts[LOOKUPS]
+    running, held = slots[RUNNING], slots[HELD]
+    sched_r, sched_new = slots[SCHED_R], slots[SCHED_NEW]
+    ends, segment_start_s, series_time_s, series_counts = logs[0], logs[1], logs[3], logs[4]
     max_num_seqs = settings[MAX_NUM_SEQS]
     max_num_batched_tokens = settings[MAX_NUM_BATCHED_TOKENS]
     cap, chunked, bs = settings[TOKEN_CAP], settings[CHUNKED], settings[BLOCK_SIZE]
@@ -640,9 +612,8 @@ def run(
             continue
         # -- Continuous._finish_plan: the step's price, and the run it allows --------
         first_s, min_left, run_context, run_longest, run_shortest = first_step(
-            cost, tables, layout, prompt, output, comp, gen, sched_r, sched_new, num_sched,
-            max_run,
-        )  # fmt: skip
+            cost, tables, layout, counts, slots, num_sched, max_run
+        )
         if first_s != first_s:
             return UNSUPPORTED  # past a kernel table's last point
         num_steps = 1
@@ -681,28 +652,7 @@ def run(
         if last_end_s != last_end_s:
             return UNSUPPORTED  # past a kernel table's last point
         status = commit(
-            prompt,
-            output,
-            comp,
-            gen,
-            blocks,
-            last_step,
-            first_token_s,
-            finish_s,
-            sched_r,
-            sched_new,
-            num_sched,
-            held,
-            async_scheduling,
-            state,
-            ends,
-            at,
-            num_ends,
-            now,
-            bs,
-            segment_start_s,
-            segment_counts,
-            done_order,
+            counts, times, slots, num_sched, async_scheduling, state, logs, at, num_ends, now, bs
         )
         if status != DONE:
             return status
@@ -722,12 +672,11 @@ def run(
 def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
     """Drop ``module``'s numba cache if ``sources`` changed since it was written.
 
-    numba keys a cached function by its own file's timestamp only, but ``run``
-    freezes ``sim.cost.tabulate``'s layout constants and calls ``price``'s
-    functions (``sim/cost/kernels/price.py``): an edit there alone would leave a
-    stale, silently wrong loop in ``__pycache__``. A digest of those files beside
-    the cache tells. Where the folder is not writable (an installed package, whose
-    files change only on reinstall) nothing is kept."""
+    numba keys a cache by its own file's timestamp only, but ``run`` freezes
+    ``tabulate``'s constants and calls ``price``'s functions: an edit there alone
+    would leave a stale, silently wrong loop. A digest of ``sources`` beside the
+    cache tells (nothing is kept where the folder is read-only: an installed
+    package changes only on reinstall)."""
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     cache = module.parent / "__pycache__"
     stamp = cache / f"{module.stem}.sources.sha256"
@@ -752,14 +701,11 @@ PRICE = (
 
 
 def compile_run() -> Any:
-    """``run`` compiled by numba, cached on disk beside this file (or in numba's
-    user cache), so that only the first run on a machine pays the compilation
-    (~5 s). Its pieces are compiled in place first: ``run`` and
-    ``steps_within_pool`` call them through the module's globals, which numba
-    reads when it compiles a caller. ``price``'s functions are compiled from their
-    own code over a copy of that module's globals in which each name is its
-    compiled twin (``bisect_right`` / ``bisect_left``: ``search_right`` /
-    ``search_left``), so that KernelCost keeps calling the plain ones."""
+    """``run`` compiled by numba and cached on disk, so only a machine's first run
+    pays the compilation (~5 s). Its pieces are compiled in place first (numba
+    reads a caller's globals when it compiles it); ``price``'s are compiled from
+    their code over a copy of that module's globals holding the compiled twins
+    (``bisect_*``: ``search_*``), so KernelCost keeps calling the plain ones."""
     # Imported here: numba compiles on first use (seconds): only a run on the compiled path pays.
     import numba
 

@@ -1,24 +1,17 @@
 """When and how one fed replica runs compiled (``sim.fast.compiled.loop``).
 
-A single replica (or a fresh round-robin pool) serving an open loop, with
-plain continuous batching, a roofline cost or kernel tables
-(priced through ``sim.cost.tabulate``; either with or without the engine's CPU
-work, ``sim.cost.engine_cpu``), skip-ahead and no shared
-prefixes, is what most capacity searches and sweeps simulate. ``run_compiled``
-plays such a run in ``sim.fast.compiled.loop.run`` (numba, if installed)
-and fills the engine cores' logs with its results, which are the Python
-path's to the bit; the result is then built from the cores as after any run.
-``why_not`` says why a run is not of that kind; ``run_compiled`` answers
-``False``, the cores as they were, when one meets what only the Python path
-plays (a preemption, a broken run of tokens); the caller then simulates as usual.
-A prefix-caching pool without shared prefixes keys no block unless a request is
-preempted, so no free-queue order (vLLM 0.24's, ``PrefixCachingPool``, or before)
-changes what the loop plays: it counts blocks only.
+A single replica (or a fresh round-robin pool) serving an open loop under plain
+continuous batching, a roofline or kernel-table cost (``sim.cost.tabulate``),
+skip-ahead and no shared prefixes is what most capacity searches and sweeps
+simulate. ``why_not`` says why a run is not of that kind; ``run_compiled`` plays
+one in the loop and fills the cores' logs, the Python path's to the bit, or
+answers False, the cores as they were (a preemption, a broken run of tokens). A
+prefix-caching pool without shared prefixes keys no block unless a request is
+preempted, so no free-queue order changes what the loop plays: it counts blocks.
 
-``LoopArrays``'s fields are the loop's arguments, in order (``args``), built
-from a workload and a core and read back into it. Requests are indexed in
-submission order (the feed's: arrival plus its way in, stable), which
-``order`` maps back to request ids.
+``LoopArrays``'s fields are the loop's arguments, in order, built from a workload
+and a core and read back into it; requests in submission order, which ``order``
+maps back to request ids.
 """
 
 from __future__ import annotations
@@ -181,14 +174,6 @@ class LoopArrays:
     clock: FloatArray
     logs: tuple[FloatArray, FloatArray, CountArray, FloatArray, CountArray, IntArray]
 
-    @property
-    def clock_s(self) -> FloatArray:
-        return self.times[loop.CLOCK_S]
-
-    @property
-    def done_order(self) -> IntArray:
-        return self.logs[5]
-
     @classmethod
     def build(
         cls,
@@ -261,19 +246,17 @@ class LoopArrays:
 
     def write_records(self, core: EngineCore, work: OpenLoop, order: npt.NDArray[np.intp]) -> None:
         """The finished requests' records, in the order they finished, as
-        ``EngineCore._done`` writes them (no preemption, nothing cached or rejected).
-
-        Each column is worked out when its place in the table is filled, so that
-        no more than one is held beside the table (a million requests' records
-        are 130 MB).
-        """
-        done = self.done_order
+        ``EngineCore._done`` writes them (no preemption, nothing cached or rejected);
+        each column worked out as its place is filled, so at most one is held beside
+        the table (a million requests' records are 130 MB)."""
+        done = self.logs[5]  # the requests in the order they finished
         ids = order[done]
         priority = work.priority
         arrival_s = np.asarray(work.arrival_s, dtype=np.float64)
         times: dict[str, Callable[[], npt.NDArray[Any]]] = {
             "arrival_s": lambda: arrival_s[ids],
-            "ready_s": lambda: self.clock_s[done],  # a request taken from the feed is ready then
+            # A request taken from the feed is ready at its clock.
+            "ready_s": lambda: self.times[loop.CLOCK_S][done],
             "first_scheduled_s": lambda: self.times[loop.FIRST_SCHEDULED_S][done],
             "first_token_s": lambda: self.times[loop.FIRST_TOKEN_S][done],
             "finish_s": lambda: self.times[loop.FINISH_S][done],
