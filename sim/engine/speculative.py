@@ -61,8 +61,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.cost.base import CostModel
 from sim.cost.speculative import ProposerKind, SpeculativeCost, speculative_step_cost
 from sim.engine.records import RequestTable
@@ -73,7 +74,7 @@ from sim.hardware.specs import HardwareSpec, ModelRef, ModelSpec
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0, 1)
 
 
-class SpeculativeConfig(BaseModel):
+class SpeculativeConfig(Frozen):
     """``speculative:`` in a scenario: k draft tokens per step accepted at rate α.
 
     ``method`` names the proposer as vLLM's ``speculative_config.method`` does:
@@ -85,8 +86,6 @@ class SpeculativeConfig(BaseModel):
     ``draft_cost_fraction`` (one draft decode step costs this fraction of the
     target's: a formula of the scenario's own, not parts).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_draft_tokens: int = Field(ge=1, le=64, description="k: draft tokens per step")
     acceptance_rate: float = Field(ge=0, le=1, description="α: each draft token's acceptance")

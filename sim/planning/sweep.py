@@ -23,8 +23,6 @@ from typing import Any
 
 import pandas as pd
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PositiveFloat,
     ValidationError,
@@ -33,6 +31,7 @@ from pydantic import (
 from tqdm import tqdm
 
 import sim
+from sim.config import Frozen
 from sim.errors import ConfigError, format_error
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
@@ -55,10 +54,8 @@ LOAD_KEYS = (
 )
 
 
-class SweepConfig(BaseModel):
+class SweepConfig(Frozen):
     """A sweep file: base scenario, grid or points, seeds, SLOs, price."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = Field(default=None, min_length=1)
     description: str = ""

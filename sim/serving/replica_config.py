@@ -13,8 +13,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.cost.base import CostModel
 from sim.engine.core_config import CoreConfig
 from sim.engine.scheduler import Scheduler
@@ -22,7 +23,7 @@ from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, spec
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
-class FrontendConfig(BaseModel):
+class FrontendConfig(Frozen):
     """The server around the engine: a request's way in and its tokens' way out
     (docs/vllm-fidelity.md, "The frontend").
 
@@ -40,8 +41,6 @@ class FrontendConfig(BaseModel):
     them under ``frontend.estimated``); a scenario's ``frontend:`` sets any of
     them, and ``calibrate --from-run`` may fit them.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # ~10 ms: HTTP parsing and the request's validation and setup in the API
     # server (chat template, sampling parameters, the output collector), then

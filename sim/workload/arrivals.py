@@ -21,8 +21,9 @@ from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
@@ -44,17 +45,13 @@ requests at 1e-3 req/s. The limit leaves room for a capacity search's lowest
 probe (its start rate / 2**20) of 2,000 requests at 1 req/s (2e9 s)."""
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 # A rate may be .inf (every request at 0, as vllm bench serve's default), never 0 or NaN.
 RatePerS = Annotated[float, Field(gt=0, allow_inf_nan=True)]
 Spacing = Literal["vllm_bench", "renewal"]
 """How ``num_requests`` arrivals are placed: rescaled as ``vllm bench serve`` does, or not."""
 
 
-class PoissonArrival(_Config):
+class PoissonArrival(Frozen):
     """Poisson process: independent exponential gaps with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"] = "poisson"
@@ -62,7 +59,7 @@ class PoissonArrival(_Config):
     spacing: Spacing = "vllm_bench"
 
 
-class GammaArrival(_Config):
+class GammaArrival(Frozen):
     """Gamma gaps with mean ``1 / rate_per_s`` and shape ``burstiness`` (``.inf``: constant)."""
 
     kind: Literal["gamma"] = "gamma"
@@ -71,7 +68,7 @@ class GammaArrival(_Config):
     spacing: Spacing = "vllm_bench"
 
 
-class ConstantArrival(_Config):
+class ConstantArrival(Frozen):
     """Evenly spaced arrivals, ``rate_per_s`` per second (burstiness ``.inf``)."""
 
     kind: Literal["constant"] = "constant"

@@ -35,8 +35,9 @@ from typing import Annotated, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
+from sim.config import Frozen
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s, check_clock
 from sim.workload.lengths import (
     FixedThinkTime,
@@ -56,11 +57,7 @@ CLOSED_LOOP_BLOCK = 4096
 """Draws pre-made per numpy call by :class:`ClosedLoopSource`."""
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class PrefixGroupsConfig(_Config):
+class PrefixGroupsConfig(Frozen):
     """Shared system prompts: each request picks one of ``num_groups`` groups
     uniformly at random; its prompt is the group's ``shared_prefix_tokens``
     followed by the drawn ``prompt_tokens`` (the user's part)."""
@@ -69,7 +66,7 @@ class PrefixGroupsConfig(_Config):
     shared_prefix_tokens: int = Field(gt=0)
 
 
-class PriorityClassesConfig(_Config):
+class PriorityClassesConfig(Frozen):
     """Per-request priority classes: class ``i`` is drawn with probability
     ``weights[i] / sum(weights)`` and gets priority ``values[i]`` (default ``i``;
     lower is more urgent, as in vLLM, see :mod:`sim.engine.policies.priority`)."""
@@ -95,7 +92,7 @@ class PriorityClassesConfig(_Config):
         return values[rng.choice(len(weights), size=size, p=weights / weights.sum())]
 
 
-class SyntheticWorkload(_Config):
+class SyntheticWorkload(Frozen):
     """Requests from an arrival process with independently drawn lengths.
 
     ``prefix_groups`` (optional) makes requests share prompt prefixes, which
@@ -125,7 +122,7 @@ class SyntheticWorkload(_Config):
         return self
 
 
-class ClosedLoopWorkload(_Config):
+class ClosedLoopWorkload(Frozen):
     """``num_users`` users in a send / wait / think loop, ``num_requests`` requests in all."""
 
     kind: Literal["closed_loop"] = "closed_loop"

@@ -17,8 +17,9 @@ from typing import Annotated, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.errors import ConfigError
 from sim.workload.trace import parse_token_counts, read_csv_columns
 
@@ -30,11 +31,7 @@ FloatArray = npt.NDArray[np.float64]
 _CAP_TOKENS = 2.0**53
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class _Bounded(_Config):
+class _Bounded(Frozen):
     """Shared ``min_tokens``/``max_tokens`` fields and their check."""
 
     min_tokens: int = Field(default=1, ge=1)
@@ -47,14 +44,14 @@ class _Bounded(_Config):
         return self
 
 
-class FixedLength(_Config):
+class FixedLength(Frozen):
     """Always ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
     tokens: int = Field(ge=1)
 
 
-class UniformLength(_Config):
+class UniformLength(Frozen):
     """Uniform over the integers ``min_tokens..max_tokens`` inclusive."""
 
     kind: Literal["uniform"] = "uniform"
@@ -96,7 +93,7 @@ class ExponentialLength(_Bounded):
     mean_tokens: float = Field(gt=0)
 
 
-class EmpiricalLength(_Config):
+class EmpiricalLength(Frozen):
     """Draws with replacement from column ``column`` of the CSV at ``path``.
 
     A relative ``path`` is resolved against the ``base_dir`` given to
@@ -180,14 +177,14 @@ def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None
     return _ParametricSampler(config)
 
 
-class FixedThinkTime(_Config):
+class FixedThinkTime(Frozen):
     """A think time of exactly ``value_s`` seconds (0 allowed: no pause)."""
 
     kind: Literal["fixed"] = "fixed"
     value_s: float = Field(ge=0, allow_inf_nan=False)  # .inf: no user ever returns
 
 
-class ExponentialThinkTime(_Config):
+class ExponentialThinkTime(Frozen):
     """Exponential think time with mean ``mean_s`` seconds."""
 
     kind: Literal["exponential"] = "exponential"

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.errors import ConfigError
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.lengths import resolve_path
@@ -39,10 +40,8 @@ from sim.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake
 from sim.workload.traces.sharegpt import read_sharegpt
 
 
-class TraceWorkload(BaseModel):
+class TraceWorkload(Frozen):
     """Replay of a trace file; the module docstring lists the formats and options."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["trace"] = "trace"
     path: str = Field(min_length=1)
