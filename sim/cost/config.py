@@ -35,7 +35,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.cost.base import CostModel
 from sim.cost.calibrated import (
     CalibratedCost,
@@ -55,7 +55,7 @@ from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError, format_error
 from sim.hardware.parallel import ParallelismConfig
-from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, anchored, hardware_preset
+from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, hardware_preset
 
 
 class CalibratedCostConfig(Frozen):

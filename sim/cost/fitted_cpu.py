@@ -19,11 +19,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.fitted import FitArtifact, FittedProvenance
 from sim.cost.provenance import check_format, read_artifact, validated
-from sim.hardware.specs import anchored
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from pydantic import (
     model_validator,
 )
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError, format_error
 
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -770,13 +770,6 @@ def _looks_like_path(name: str, base_dir: Path | None) -> bool:
     if name.endswith(".json") or "/" in name or "\\" in name:
         return True
     return anchored(name, base_dir).is_dir()
-
-
-def anchored(path: str | Path, base_dir: Path | None) -> Path:
-    """``path`` (``~`` expanded); a relative one anchored at ``base_dir`` (the scenario
-    file's folder) if given: how a scenario names any file (a model, an artifact)."""
-    path = Path(path).expanduser()
-    return path if path.is_absolute() or base_dir is None else base_dir / path
 
 
 def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field, model_validator
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError
 from sim.workload.trace import parse_token_counts, read_csv_columns
 
@@ -153,14 +153,6 @@ class _EmpiricalSampler:
         return self.values[rng.integers(0, self.values.size, size=size)]
 
 
-def resolve_path(path: str, base_dir: Path | str | None) -> Path:
-    """``path`` itself if absolute or if no ``base_dir``; else under ``base_dir``."""
-    resolved = Path(path).expanduser()
-    if resolved.is_absolute() or base_dir is None:
-        return resolved
-    return Path(base_dir) / resolved
-
-
 def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None) -> LengthSampler:
     """A sampler for ``config``; reads the CSV now for the ``empirical`` kind.
 
@@ -168,7 +160,7 @@ def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None
     column, has no rows, or holds a value that is not a positive whole number.
     """
     if isinstance(config, EmpiricalLength):
-        path = resolve_path(config.path, base_dir)
+        path = anchored(config.path, base_dir)
         data = read_csv_columns(path, [config.column])
         values = parse_token_counts(data, config.column)
         if values.size == 0:

@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import Field
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.cost.provenance import check_format, read_artifact, read_artifact_head, validated
 from sim.errors import ConfigError
-from sim.hardware.specs import anchored
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator, installed_data_dir
 from sim.cost.kernels.artifact import (
     DTYPE_BYTES,
@@ -44,7 +44,6 @@ from sim.hardware.specs import (
     SOURCE_GPU_NAMES,
     HardwareSpec,
     ModelSpec,
-    anchored,
     load_architecture,
 )
 

@@ -19,10 +19,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from sim.config import Frozen
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
-from sim.workload.lengths import resolve_path
 from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
@@ -178,7 +177,7 @@ def trace_requests(
     config: TraceWorkload, rng: np.random.Generator, base_dir: Path | str | None = None
 ) -> TraceRequests:
     """The requests a trace workload replays (``rng``: arrivals of a ``sharegpt`` list)."""
-    path = resolve_path(config.path, base_dir)
+    path = anchored(config.path, base_dir)
     if config.format == "sharegpt":
         assert config.arrival is not None
         prompts, outputs = read_sharegpt(path)
