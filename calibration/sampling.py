@@ -12,13 +12,13 @@ draw from the seeded ``torch.Generator``. ``temperature == 0`` is greedy
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from sim.config import Frozen
 
 
-class SamplingParams(BaseModel):
+class SamplingParams(Frozen):
     """How to pick the next token; the defaults are greedy decoding."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     temperature: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     top_k: int | None = Field(default=None, ge=1, description="None: the whole vocabulary")

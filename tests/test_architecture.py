@@ -7,8 +7,9 @@ still says which module knows about which). The rules:
 - no import cycle anywhere;
 - ``sim.engine`` imports neither SimPy nor ``serving``, ``metrics``,
   ``planning``, ``validation`` or the faces;
-- ``sim.hardware`` imports nothing of ``sim`` but itself and ``sim.errors``;
-- ``sim.cost`` imports nothing of ``sim`` but itself, ``sim.hardware`` and ``sim.errors``;
+- ``sim.hardware`` imports nothing of ``sim`` but itself, ``sim.errors`` and ``sim.config``;
+- ``sim.cost`` imports nothing of ``sim`` but itself, ``sim.hardware``, ``sim.errors`` and
+  ``sim.config``;
 - ``sim.workload`` imports neither ``engine`` nor ``serving``;
 - ``sim.serving`` stays below ``metrics``, ``planning``, ``validation`` and the faces;
 - ``planning`` and ``validation`` reach the simulator through ``sim.api``,
@@ -191,22 +192,22 @@ def test_layers_import_only_downwards(layer: str, forbidden: tuple[str, ...]) ->
     assert _violations(layer, forbidden) == []
 
 
-def test_hardware_imports_only_itself_and_errors() -> None:
+def test_hardware_imports_only_itself_errors_and_config() -> None:
     outside = [
         f"{name} imports {target}"
         for name in _layer("sim.hardware")
         for target in internal_imports(name)
-        if not _in(target, "sim.hardware", "sim.errors")
+        if not _in(target, "sim.hardware", "sim.errors", "sim.config")
     ]
     assert outside == []
 
 
-def test_cost_imports_only_itself_hardware_and_errors() -> None:
+def test_cost_imports_only_itself_hardware_errors_and_config() -> None:
     outside = [
         f"{name} imports {target}"
         for name in _layer("sim.cost")
         for target in internal_imports(name)
-        if not _in(target, "sim.cost", "sim.hardware", "sim.errors")
+        if not _in(target, "sim.cost", "sim.hardware", "sim.errors", "sim.config")
     ]
     assert outside == []
 

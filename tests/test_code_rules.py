@@ -21,8 +21,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("sim", "calibration")
-# Bases that declare fields with bare annotations by design.
-_FIELD_BASES = {"BaseModel", "Protocol", "NamedTuple", "TypedDict", "Enum", "IntEnum", "StrEnum"}
+# Bases that declare fields with bare annotations by design (Frozen: sim.config's BaseModel).
+_FIELD_BASES = {
+    "BaseModel",
+    "Frozen",
+    "Protocol",
+    "NamedTuple",
+    "TypedDict",
+    "Enum",
+    "IntEnum",
+    "StrEnum",
+}
 
 
 def _sources() -> Iterator[tuple[str, ast.Module]]:

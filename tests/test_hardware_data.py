@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.config import anchored
 from sim.cost.calibrated import HardwareInfo, load_artifact
 from sim.cost.config import artifact_hardware, resolve_artifact
 from sim.cost.kernels import config as kernels_config
@@ -28,7 +29,6 @@ from sim.hardware.specs import (
     TINY_MODEL,
     GpuPreset,
     ModelSpec,
-    anchored,
     hardware_preset,
     model_preset,
 )

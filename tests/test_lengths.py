@@ -26,7 +26,6 @@ from sim.workload.lengths import (
     ThinkTimeConfig,
     UniformLength,
     make_length_sampler,
-    resolve_path,
     sample_think_times_s,
 )
 
@@ -358,12 +357,6 @@ def test_empirical_empty_column(tmp_path: Path) -> None:
     write(tmp_path / "lens.csv", "n\n")
     with pytest.raises(ConfigError, match=r"no values"):
         make_length_sampler(EmpiricalLength(path="lens.csv", column="n"), tmp_path)
-
-
-def test_resolve_path() -> None:
-    assert resolve_path("a/b.csv", "/base") == Path("/base/a/b.csv")
-    assert resolve_path("/abs/b.csv", "/base") == Path("/abs/b.csv")
-    assert resolve_path("b.csv", None) == Path("b.csv")
 
 
 # --- think times -------------------------------------------------------------------

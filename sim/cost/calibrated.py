@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.cost.base import SHAPE_FIELDS, StepShape
 from sim.cost.provenance import read_artifact, validated, write_artifact
 from sim.errors import ConfigError
@@ -52,16 +53,12 @@ from sim.hardware.specs import HardwareSpec, ModelSpec
 
 SCHEMA_VERSION: Literal[1] = 1
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
-
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
-class HardwareInfo(BaseModel):
+class HardwareInfo(Frozen):
     """The machine a calibration ran on."""
-
-    model_config = _FROZEN
 
     device: Literal["cpu", "cuda"]
     device_name: str  # GPU name, or the CPU model on a CPU run
@@ -72,20 +69,16 @@ class HardwareInfo(BaseModel):
     cuda_version: str | None = None
 
 
-class ModelInfo(BaseModel):
+class ModelInfo(Frozen):
     """The model timed: its architecture, parameter count and compute dtype."""
-
-    model_config = _FROZEN
 
     spec: ModelSpec
     num_params: int = Field(gt=0)
     dtype: Literal["fp32", "bf16", "fp16"]
 
 
-class SoftwareInfo(BaseModel):
+class SoftwareInfo(Frozen):
     """Versions of what did the timing (``torch`` is None only in tests)."""
-
-    model_config = _FROZEN
 
     python: str
     numpy: str
@@ -96,10 +89,8 @@ class SoftwareInfo(BaseModel):
 Section = Literal["prefill", "decode", "mixed"]
 
 
-class CalibrationSample(BaseModel):
+class CalibrationSample(Frozen):
     """One grid point: its step shape, section, and the measured wall times."""
-
-    model_config = _FROZEN
 
     section: Section
     num_prefill_seqs: NonNegativeInt = 0
@@ -137,7 +128,7 @@ class CalibrationSample(BaseModel):
         return StepShape(**self.model_dump(include=set(SHAPE_FIELDS)))
 
 
-class FitCoefficients(BaseModel):
+class FitCoefficients(Frozen):
     """Coefficients of ``sim.cost.calibrated.CalibratedCost`` (seconds per unit).
 
     ``kind`` names how they were fitted: ``linear`` (no knots) or
@@ -145,14 +136,12 @@ class FitCoefficients(BaseModel):
     hinges in the decode context).
     """
 
-    model_config = _FROZEN
-
     kind: Literal["linear", "piecewise"]
-    token_knots: list[Annotated[int, Field(gt=0)]] = []
-    token_knot_s: list[NonNegativeFloat] = []
+    token_knots: list[Annotated[int, Field(gt=0)]] = Field(default=[])
+    token_knot_s: list[NonNegativeFloat] = Field(default=[])
     # Added once when a step has decode sequences: piecewise linear in their number.
-    decode_batch_knots: list[Annotated[int, Field(gt=0)]] = []
-    decode_batch_knot_s: list[NonNegativeFloat] = []
+    decode_batch_knots: list[Annotated[int, Field(gt=0)]] = Field(default=[])
+    decode_batch_knot_s: list[NonNegativeFloat] = Field(default=[])
     intercept_s: NonNegativeFloat = 0.0
     per_token_s: NonNegativeFloat = 0.0
     per_prefill_seq_s: NonNegativeFloat = 0.0
@@ -161,8 +150,8 @@ class FitCoefficients(BaseModel):
     per_decode_seq_s: NonNegativeFloat = 0.0
     # Decode context cost is convex piecewise linear: each hinge h adds its
     # slope (s/token) for the context beyond h tokens; the first hinge is 0.
-    decode_context_hinges: list[NonNegativeInt] = [0]
-    per_decode_context_token_s: list[NonNegativeFloat] = [0.0]
+    decode_context_hinges: list[NonNegativeInt] = Field(default=[0])
+    per_decode_context_token_s: list[NonNegativeFloat] = Field(default=[0.0])
     floor_s: float = Field(gt=0, allow_inf_nan=False)  # no non-empty step is faster
 
     @model_validator(mode="after")
@@ -183,10 +172,8 @@ class FitCoefficients(BaseModel):
         return self
 
 
-class FitError(BaseModel):
+class FitError(Frozen):
     """Absolute percentage error of the fit on training and held-out points."""
-
-    model_config = _FROZEN
 
     num_train: int = Field(ge=1)
     num_held_out: NonNegativeInt
@@ -195,20 +182,16 @@ class FitError(BaseModel):
     held_out_max_ape: NonNegativeFloat | None
 
 
-class Extrapolation(BaseModel):
+class Extrapolation(Frozen):
     """Set when coefficients were scaled from other hardware instead of measured."""
-
-    model_config = _FROZEN
 
     from_hardware: str
     to_hardware: str
     method: str
 
 
-class CalibrationArtifact(BaseModel):
+class CalibrationArtifact(Frozen):
     """Everything one calibration run measured and fitted."""
-
-    model_config = _FROZEN
 
     schema_version: Literal[1]
     created_utc: str  # ISO 8601

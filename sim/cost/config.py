@@ -33,8 +33,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import Field, TypeAdapter, ValidationError, model_validator
 
+from sim.config import Frozen, anchored
 from sim.cost.base import CostModel
 from sim.cost.calibrated import (
     CalibratedCost,
@@ -54,15 +55,11 @@ from sim.cost.linear import LinearCost, zero_step_problem
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError, format_error
 from sim.hardware.parallel import ParallelismConfig
-from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, anchored, hardware_preset
-
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
+from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, hardware_preset
 
 
-class CalibratedCostConfig(BaseModel):
+class CalibratedCostConfig(Frozen):
     """Measured step costs from a calibration artifact."""
-
-    model_config = _FROZEN
 
     kind: Literal["calibrated"] = "calibrated"
     artifact: str
@@ -71,10 +68,8 @@ class CalibratedCostConfig(BaseModel):
     scale_to_scenario_hardware: bool = False
 
 
-class AutoCostConfig(BaseModel):
+class AutoCostConfig(Frozen):
     """A shipped artifact for this model and hardware if any, else the roofline."""
-
-    model_config = _FROZEN
 
     kind: Literal["auto"] = "auto"
 
@@ -225,10 +220,8 @@ def cost_caveats(
 NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class LinearCostConfig(BaseModel):
+class LinearCostConfig(Frozen):
     """Coefficients of ``LinearCost``, all in seconds per unit, all >= 0."""
-
-    model_config = _FROZEN
 
     kind: Literal["linear"] = "linear"
     step_overhead_s: NonNegativeSeconds = 0.0
@@ -246,24 +239,20 @@ class LinearCostConfig(BaseModel):
         return self
 
 
-class RooflineCostConfig(BaseModel):
+class RooflineCostConfig(Frozen):
     """Roofline model; ``None`` fields keep the hardware preset's value."""
-
-    model_config = _FROZEN
 
     kind: Literal["roofline"] = "roofline"
     compute_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
     memory_efficiency: Annotated[float, Field(gt=0, le=1)] | None = None
 
 
-class FittedCostConfig(BaseModel):
+class FittedCostConfig(Frozen):
     """A base model with parameters fitted to measured runs (``servesim calibrate --from-run``).
 
     ``artifact`` is a path (relative to the scenario's folder) to the JSON
     file the fit wrote; it names its own base model.
     """
-
-    model_config = _FROZEN
 
     kind: Literal["fitted"] = "fitted"
     artifact: str = Field(min_length=1)

@@ -29,17 +29,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.cost.base import CostModel, StepShape
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
-class EngineCpuConfig(BaseModel):
+class EngineCpuConfig(Frozen):
     """Coefficients of the engine's CPU work per step, all in seconds, all >= 0."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     per_step_s: Seconds = Field(
         description="CPU time of every step, whatever its size (scheduler pass, launch set-up)"

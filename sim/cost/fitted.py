@@ -37,9 +37,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
+from sim.config import Frozen
 from sim.cost.base import CostModel, StepShape
 from sim.cost.provenance import check_format, read_artifact, validated, write_artifact
 
@@ -113,13 +114,10 @@ class FittedCost:
 FORMAT_NAME: Literal["servesim-fitted-cost"] = "servesim-fitted-cost"
 FORMAT_VERSION: Literal[1] = 1
 KIND = "fitted cost artifact"
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
-class FittedRunInfo(BaseModel):
+class FittedRunInfo(Frozen):
     """One measured run the parameters were fitted to."""
-
-    model_config = _FROZEN
 
     source: str  # the path given on the command line
     format: str  # e.g. "llmservingsim", "servesim-measure"
@@ -127,10 +125,8 @@ class FittedRunInfo(BaseModel):
     sha256: str  # of the per-request table's times and lengths: which data exactly
 
 
-class FittedProvenance(BaseModel):
+class FittedProvenance(Frozen):
     """Who fitted what, when, on which runs."""
-
-    model_config = _FROZEN
 
     tool: str = "servesim calibrate --from-run"
     tool_version: str
@@ -142,10 +138,8 @@ class FittedProvenance(BaseModel):
     runs: list[FittedRunInfo] = Field(min_length=1)
 
 
-class FitSummary(BaseModel):
+class FitSummary(Frozen):
     """How the optimiser got there."""
-
-    model_config = _FROZEN
 
     free_parameters: list[str]
     objective: str
@@ -155,11 +149,9 @@ class FitSummary(BaseModel):
     optimiser: str
 
 
-class FitArtifact(BaseModel):
+class FitArtifact(Frozen):
     """What every ``calibrate --from-run`` artifact stores; ``FittedCostArtifact`` and
     ``sim.cost.fitted_cpu.EngineCpuArtifact`` add what they fitted."""
-
-    model_config = _FROZEN
 
     format: str  # each artifact's own name and version, a Literal
     format_version: int

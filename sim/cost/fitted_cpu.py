@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen, anchored
 from sim.cost.engine_cpu import EngineCpuConfig
 from sim.cost.fitted import FitArtifact, FittedProvenance
 from sim.cost.provenance import check_format, read_artifact, validated
-from sim.hardware.specs import anchored
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +41,6 @@ class EngineCpuFitValues:
 FORMAT_NAME: Literal["servesim-fitted-engine-cpu"] = "servesim-fitted-engine-cpu"
 FORMAT_VERSION: Literal[2] = 2
 KIND = "fitted engine-CPU artifact"
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 class EngineCpuProvenance(FittedProvenance):
@@ -52,11 +51,9 @@ class EngineCpuProvenance(FittedProvenance):
     async_scheduling: bool  # whether the replays overlapped CPU and GPU work
 
 
-class CoefficientInterval(BaseModel):
+class CoefficientInterval(Frozen):
     """One fitted coefficient, in seconds, with its standard error and 95 % interval
     (None: not defined at the fit; ``sim.validation.identify`` says how they are taken)."""
-
-    model_config = _FROZEN
 
     name: str
     value_s: float = Field(ge=0, allow_inf_nan=False)

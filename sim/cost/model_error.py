@@ -21,8 +21,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.cost.base import CostModel
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.config import wrapped_models
@@ -47,10 +48,8 @@ _UNVALIDATED = (
 )
 
 
-class ValidatedError(BaseModel):
+class ValidatedError(Frozen):
     """One cost source's validated error and where it comes from."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: str = Field(min_length=1)  # the cost source, e.g. "kernel tables, one GPU"
     study: str = Field(min_length=1)  # what the runs were, e.g. "public vLLM runs"
@@ -62,10 +61,8 @@ class ValidatedError(BaseModel):
     date: str = Field(min_length=1)  # ISO 8601, when the results were produced
 
 
-class ModelErrorTable(BaseModel):
+class ModelErrorTable(Frozen):
     """``model_error.json``: the validated error per kind of cost source."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     format: Literal["servesim-model-error"]
     format_version: Literal[1]

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from sim.config import Frozen
 from sim.cost.base import StepShape
 from sim.engine.columns import Columns
 from sim.engine.kv_cache import BlockPool, SwapSpace
@@ -41,11 +42,9 @@ class BatchLimits:
 FALLBACK_LIMITS = BatchLimits(max_num_batched_tokens=2048, max_num_seqs=256)
 
 
-class ContinuousSettings(BaseModel):
+class ContinuousSettings(Frozen):
     """Continuous batching's settings (names as vLLM's flags), shared by the
     policies built on it (``priority``, ``shortest_prompt_first``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_num_seqs: int | None = Field(
         default=None, ge=1, description="running requests at most (None: vLLM's default)"

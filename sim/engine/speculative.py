@@ -34,8 +34,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.cost.base import CostModel
 from sim.cost.speculative import ProposerKind, SpeculativeCost, speculative_step_cost
 from sim.engine.records import RequestTable
@@ -46,7 +47,7 @@ from sim.hardware.specs import HardwareSpec, ModelRef, ModelSpec
 GOLDEN_FRACTION = (math.sqrt(5.0) - 1.0) / 2.0  # spreads phases evenly over [0, 1)
 
 
-class SpeculativeConfig(BaseModel):
+class SpeculativeConfig(Frozen):
     """``speculative:`` in a scenario: k draft tokens per step accepted at rate α.
 
     ``method``: vLLM's ``draft_model`` (give ``draft_model``), ``eagle``,
@@ -54,8 +55,6 @@ class SpeculativeConfig(BaseModel):
     one of ``draft_model`` and ``draft_cost_fraction`` (a draft decode step's cost
     as a fraction of the target's).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_draft_tokens: int = Field(ge=1, le=64, description="k: draft tokens per step")
     acceptance_rate: float = Field(ge=0, le=1, description="α: each draft token's acceptance")

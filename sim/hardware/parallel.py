@@ -32,14 +32,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
+from sim.config import Frozen
 from sim.hardware.specs import ModelSpec, lookup_preset, preset_validator
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
 
-
-class LinkSpec(BaseModel):
+class LinkSpec(Frozen):
     """A GPU-to-GPU interconnect as collectives see it (``sim.cost.collectives``).
 
     ``bandwidth_bytes_per_s`` is the nominal rate per direction per GPU;
@@ -49,8 +48,6 @@ class LinkSpec(BaseModel):
     collective adds NCCL's base latency); ``fabric`` NCCL's hardware class,
     which sets those ratios and whether the LL128 protocol runs (NVLink only).
     """
-
-    model_config = _FROZEN
 
     name: str = Field(min_length=1)
     bandwidth_bytes_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -74,10 +71,8 @@ def link_preset(name: str) -> LinkSpec:
 LinkRef = Annotated[LinkSpec, BeforeValidator(preset_validator(LINK_PRESETS, "link"))]
 
 
-class ParallelismConfig(BaseModel):
+class ParallelismConfig(Frozen):
     """Tensor and pipeline parallel layout of one replica (defaults: one GPU)."""
-
-    model_config = _FROZEN
 
     tensor_parallel_size: Literal[1, 2, 4, 8] = 1
     pipeline_parallel_size: int = Field(default=1, ge=1, le=64)

@@ -28,8 +28,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
+from sim.config import Frozen
 from sim.hardware.specs import ModelSpec
 
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
@@ -52,10 +51,8 @@ DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
 _NATIVE_NAMES: Mapping[float, str] = MappingProxyType({4.0: "fp32", 2.0: "bf16", 1.0: "8-bit"})
 
 
-class QuantizationConfig(BaseModel):
+class QuantizationConfig(Frozen):
     """Storage dtypes of weights and KV cache; ``None`` keeps the model spec's."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     weights: WeightDtype | None = None
     kv_cache: KvCacheDtype | None = None

@@ -41,7 +41,6 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
@@ -49,9 +48,8 @@ from pydantic import (
     model_validator,
 )
 
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError, format_error
-
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -66,10 +64,8 @@ MlpKind = Literal["gated", "non_gated"]
 NormKind = Literal["rms", "layer"]
 
 
-class MoeSpec(BaseModel):
+class MoeSpec(Frozen):
     """Mixture-of-experts MLP: ``top_k`` of ``num_experts`` experts per token."""
-
-    model_config = _FROZEN
 
     num_experts: PositiveInt
     top_k: PositiveInt
@@ -78,7 +74,7 @@ class MoeSpec(BaseModel):
     shared_expert_intermediate_size: PositiveInt | None = None
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(Frozen):
     """Shape of a decoder-only transformer; the defaults are Llama's.
 
     ``head_dim`` defaults to ``hidden_size // num_attention_heads``. Dtype
@@ -88,8 +84,6 @@ class ModelSpec(BaseModel):
     width): memory sizing and the roofline read that; the kernel cost model
     reads ``moe``.
     """
-
-    model_config = _FROZEN
 
     name: str = Field(min_length=1)
     num_layers: PositiveInt
@@ -621,7 +615,7 @@ def load_architecture(name_or_path: str | Path) -> ModelSpec:
     return read_hf_config(path)
 
 
-class HardwareSpec(BaseModel):
+class HardwareSpec(Frozen):
     """One accelerator as a cost model sees it.
 
     ``peak_flops_per_s`` is the datasheet dense (non-sparse) rate at the
@@ -629,8 +623,6 @@ class HardwareSpec(BaseModel):
     a real engine reaches. The GPU's work only: the engine's CPU work per step
     is ``sim.cost.engine_cpu``'s.
     """
-
-    model_config = _FROZEN
 
     name: str = Field(min_length=1)
     peak_flops_per_s: PositiveFloat
@@ -665,11 +657,9 @@ _DRIVER_RESERVED_BYTES = 0.43 * _GIB
 GPUS_FILE = Path(__file__).with_name("gpus.toml")
 
 
-class GpuPreset(BaseModel):
+class GpuPreset(Frozen):
     """One table of ``gpus.toml``: a hardware preset and what else is known of the card
     (the names kernel tables give it, its price); the file's header says each field."""
-
-    model_config = _FROZEN
 
     spec: HardwareSpec
     aiconfigurator_gpu: str | None = None
@@ -780,13 +770,6 @@ def _looks_like_path(name: str, base_dir: Path | None) -> bool:
     if name.endswith(".json") or "/" in name or "\\" in name:
         return True
     return anchored(name, base_dir).is_dir()
-
-
-def anchored(path: str | Path, base_dir: Path | None) -> Path:
-    """``path`` (``~`` expanded); a relative one anchored at ``base_dir`` (the scenario
-    file's folder) if given: how a scenario names any file (a model, an artifact)."""
-    path = Path(path).expanduser()
-    return path if path.is_absolute() or base_dir is None else base_dir / path
 
 
 def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:

@@ -38,7 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from sim.config import Frozen
 
 # (REQUEST_COLUMNS, RequestTable and text_dtype also for sim.validation's frames)
 from sim.engine.records import REQUEST_COLUMNS as REQUEST_COLUMNS
@@ -58,10 +60,8 @@ BoolArray = npt.NDArray[np.bool_]
 TEXT_COLUMNS = ("rejection_reason",)
 
 
-class Slo(BaseModel):
+class Slo(Frozen):
     """Per-request service-level objectives in milliseconds; ``None`` = no limit."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_ms: float | None = Field(default=None, gt=0)
     tpot_ms: float | None = Field(default=None, gt=0)

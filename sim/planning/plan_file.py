@@ -9,18 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, field_validator
+from pydantic import Field, PositiveFloat, ValidationError, field_validator
 
+from sim.config import Frozen
 from sim.errors import ConfigError, format_error
 from sim.scenario.strict_yaml import read_yaml
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
 
-
-class DisaggregationSpace(BaseModel):
+class DisaggregationSpace(Frozen):
     """Disaggregated prefill/decode units to try: ``P:D`` replica ratios and the KV link."""
-
-    model_config = _FROZEN
 
     ratios: list[str] = Field(default_factory=lambda: ["1:1", "1:2"], min_length=1)
     kv_transfer_bandwidth_bytes_per_s: PositiveFloat = 50e9  # one 400 Gb/s RDMA NIC per GPU
@@ -40,10 +37,8 @@ class DisaggregationSpace(BaseModel):
         return [(int(r.split(":")[0]), int(r.split(":")[1])) for r in self.ratios]
 
 
-class PlanConfig(BaseModel):
+class PlanConfig(Frozen):
     """A plan file: which configurations ``servesim plan`` searches, and how hard."""
-
-    model_config = _FROZEN
 
     gpus: list[str | dict[str, Any]] | None = Field(default=None, min_length=1)
     tensor_parallel_sizes: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], min_length=1)

@@ -20,8 +20,6 @@ from typing import Any
 
 import pandas as pd
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PositiveFloat,
     ValidationError,
@@ -30,6 +28,7 @@ from pydantic import (
 from tqdm import tqdm
 
 import sim
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError, format_error
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
@@ -52,10 +51,8 @@ LOAD_KEYS = (
 )
 
 
-class SweepConfig(BaseModel):
+class SweepConfig(Frozen):
     """A sweep file: base scenario, grid or points, seeds, SLOs, price."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str | None = Field(default=None, min_length=1)
     description: str = ""
@@ -170,7 +167,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
     except ValidationError as error:
         raise ConfigError(format_error(str(path), error, doc)) from None
     targets = targets_from_mapping(config.slo, f"{path}: slo")
-    scenario_path = (path.parent / config.scenario).resolve()
+    scenario_path = anchored(config.scenario, path.parent).resolve()
     try:
         base_doc = read_yaml(scenario_path, "scenario")
     except ConfigError as error:

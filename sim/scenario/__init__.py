@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ModelWrapValidatorHandler,
     ValidationError,
@@ -22,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from sim.config import Frozen
 from sim.cost.config import AutoCostConfig, CostConfig
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig
 from sim.cost.fitted_cpu import load_engine_cpu_artifact
@@ -65,8 +64,6 @@ __all__ = [
     "set_dotted",
 ]
 
-_FROZEN = ConfigDict(extra="forbid", frozen=True)
-
 
 def _refuse(problem: str | None) -> None:
     """A check's one-line ``problem``, if any, as the ValueError pydantic reports."""
@@ -74,10 +71,8 @@ def _refuse(problem: str | None) -> None:
         raise ValueError(problem)
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(Frozen):
     """KV cache and request limits of each replica (vLLM's cache/model flags)."""
-
-    model_config = _FROZEN
 
     vllm_version: str = Field(
         default=NEWEST,
@@ -212,10 +207,8 @@ def _gpu_link(hardware: Any) -> str | None:
     return link if isinstance(link, str) and link in LINK_PRESETS else None
 
 
-class Scenario(BaseModel):
+class Scenario(Frozen):
     """A complete experiment: workload, model, hardware, cost model, policy, SLOs."""
-
-    model_config = _FROZEN
 
     name: str = Field(
         default="scenario",

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 import simpy
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.engine.columns import frame_of
 from sim.engine.policies.static import Static
 from sim.engine.records import RequestTable, completed_mask
@@ -36,10 +37,8 @@ if TYPE_CHECKING:
 FloatArray = npt.NDArray[np.float64]
 
 
-class ClusterConfig(BaseModel):
+class ClusterConfig(Frozen):
     """How many replicas, how requests are spread over them, and disaggregation."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_replicas: int = Field(default=1, ge=1, description="identical replicas (model servers)")
     router: RouterKind = Field(default="round_robin", description="how a replica is chosen")

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 import simpy
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.engine.columns import Columns
 from sim.engine.records import Records, RequestTable, rows_of
 from sim.engine.request import Request
@@ -35,10 +36,8 @@ if TYPE_CHECKING:
 TRANSFER_COLUMNS = {"request_id": "i8", "kv_transfer_start_s": "f8", "kv_transfer_s": "f8"}
 
 
-class DisaggregationConfig(BaseModel):
+class DisaggregationConfig(Frozen):
     """Separate prefill and decode replicas and the link that carries the KV cache."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_prefill_replicas: int = Field(default=1, ge=1)
     num_decode_replicas: int = Field(default=1, ge=1)

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.cost.base import CostModel
 from sim.engine.core_config import CoreConfig
 from sim.engine.scheduler import Scheduler
@@ -17,7 +18,7 @@ from sim.engine.speculative import SpeculativeConfig, SpeculativeScheduler, spec
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
 
-class FrontendConfig(BaseModel):
+class FrontendConfig(Frozen):
     """The server around the engine (docs/vllm-fidelity.md, "The frontend"): the way
     in, ``way_in_s_per_request + tokenize_s_per_token × prompt tokens`` before a
     request queues at the engine; the way out (``sim.serving.frontend``),
@@ -26,8 +27,6 @@ class FrontendConfig(BaseModel):
     Every default is an ESTIMATE from public sources (a run's summary lists the
     fields left at them under ``frontend.estimated``).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     # ~10 ms: HTTP parsing and the request's validation and setup in the API
     # server (chat template, sampling parameters, the output collector), then

@@ -20,8 +20,9 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.errors import ConfigError
 from sim.workload.trace import FloatArray
 
@@ -37,19 +38,13 @@ problem to the next arrival. The limit leaves room for a capacity search's lowes
 probe (its start rate / 2**20) of 2,000 requests at 1 req/s (2e9 s)."""
 
 
-class FrozenConfig(BaseModel):
-    """A workload configuration section: validated at the edge, unknown keys refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 # A rate may be .inf (every request at 0, as vllm bench serve's default), never 0 or NaN.
 RatePerS = Annotated[float, Field(gt=0, allow_inf_nan=True)]
 Spacing = Literal["vllm_bench", "renewal"]
 """How ``num_requests`` arrivals are placed: rescaled as ``vllm bench serve`` does, or not."""
 
 
-class PoissonArrival(FrozenConfig):
+class PoissonArrival(Frozen):
     """Poisson process: independent exponential gaps with mean ``1 / rate_per_s``."""
 
     kind: Literal["poisson"] = "poisson"
@@ -57,7 +52,7 @@ class PoissonArrival(FrozenConfig):
     spacing: Spacing = "vllm_bench"
 
 
-class GammaArrival(FrozenConfig):
+class GammaArrival(Frozen):
     """Gamma gaps with mean ``1 / rate_per_s`` and shape ``burstiness`` (``.inf``: constant)."""
 
     kind: Literal["gamma"] = "gamma"
@@ -66,7 +61,7 @@ class GammaArrival(FrozenConfig):
     spacing: Spacing = "vllm_bench"
 
 
-class ConstantArrival(FrozenConfig):
+class ConstantArrival(Frozen):
     """Evenly spaced arrivals, ``rate_per_s`` per second (burstiness ``.inf``)."""
 
     kind: Literal["constant"] = "constant"

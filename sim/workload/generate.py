@@ -37,7 +37,8 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BeforeValidator, Field, model_validator
 
-from sim.workload.arrivals import ArrivalConfig, FrozenConfig, arrival_times_s, check_clock
+from sim.config import Frozen
+from sim.workload.arrivals import ArrivalConfig, arrival_times_s, check_clock
 from sim.workload.lengths import (
     FixedThinkTime,
     LengthConfig,
@@ -53,7 +54,7 @@ CLOSED_LOOP_BLOCK = 4096
 """Draws pre-made per numpy call by :class:`ClosedLoopSource`."""
 
 
-class PrefixGroupsConfig(FrozenConfig):
+class PrefixGroupsConfig(Frozen):
     """Shared system prompts: each request picks one of ``num_groups`` groups
     uniformly at random; its prompt is the group's ``shared_prefix_tokens``
     followed by the drawn ``prompt_tokens`` (the user's part)."""
@@ -62,7 +63,7 @@ class PrefixGroupsConfig(FrozenConfig):
     shared_prefix_tokens: int = Field(gt=0)
 
 
-class PriorityClassesConfig(FrozenConfig):
+class PriorityClassesConfig(Frozen):
     """Per-request priority classes: class ``i`` is drawn with probability
     ``weights[i] / sum(weights)`` and gets priority ``values[i]`` (default ``i``;
     lower is more urgent, as in vLLM, see :mod:`sim.engine.policies.priority`)."""
@@ -88,7 +89,7 @@ class PriorityClassesConfig(FrozenConfig):
         return values[rng.choice(len(weights), size=size, p=weights / weights.sum())]
 
 
-class SyntheticWorkload(FrozenConfig):
+class SyntheticWorkload(Frozen):
     """Requests from an arrival process with independently drawn lengths.
 
     ``prefix_groups`` (optional) makes requests share prompt prefixes, which
@@ -116,7 +117,7 @@ class SyntheticWorkload(FrozenConfig):
         return self
 
 
-class ClosedLoopWorkload(FrozenConfig):
+class ClosedLoopWorkload(Frozen):
     """``num_users`` users in a send / wait / think loop, ``num_requests`` requests in all."""
 
     kind: Literal["closed_loop"] = "closed_loop"

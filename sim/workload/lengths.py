@@ -15,8 +15,8 @@ from typing import Annotated, Literal, Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError
-from sim.workload.arrivals import FrozenConfig
 from sim.workload.trace import FloatArray, IntArray, parse_token_counts, read_csv_columns
 
 # Upper clip for continuous draws when no max_tokens is set: keeps a heavy
@@ -24,7 +24,7 @@ from sim.workload.trace import FloatArray, IntArray, parse_token_counts, read_cs
 _CAP_TOKENS = 2.0**53
 
 
-class _Bounded(FrozenConfig):
+class _Bounded(Frozen):
     """Shared ``min_tokens``/``max_tokens`` fields and their check."""
 
     min_tokens: int = Field(default=1, ge=1)
@@ -37,14 +37,14 @@ class _Bounded(FrozenConfig):
         return self
 
 
-class FixedLength(FrozenConfig):
+class FixedLength(Frozen):
     """Always ``tokens`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
     tokens: int = Field(ge=1)
 
 
-class UniformLength(FrozenConfig):
+class UniformLength(Frozen):
     """Uniform over the integers ``min_tokens..max_tokens`` inclusive."""
 
     kind: Literal["uniform"] = "uniform"
@@ -86,7 +86,7 @@ class ExponentialLength(_Bounded):
     mean_tokens: float = Field(gt=0)
 
 
-class EmpiricalLength(FrozenConfig):
+class EmpiricalLength(Frozen):
     """Draws with replacement from column ``column`` of the CSV at ``path`` (relative:
     to the scenario file's folder); every value must be a positive whole number."""
 
@@ -142,19 +142,11 @@ class _EmpiricalSampler:
         return self.values[rng.integers(0, self.values.size, size=size)]
 
 
-def resolve_path(path: str, base_dir: Path | str | None) -> Path:
-    """``path`` itself if absolute or if no ``base_dir``; else under ``base_dir``."""
-    resolved = Path(path).expanduser()
-    if resolved.is_absolute() or base_dir is None:
-        return resolved
-    return Path(base_dir) / resolved
-
-
 def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None) -> LengthSampler:
     """A sampler for ``config``; reads the CSV now for the ``empirical`` kind (a
     ``ConfigError`` names what is wrong with it)."""
     if isinstance(config, EmpiricalLength):
-        path = resolve_path(config.path, base_dir)
+        path = anchored(config.path, base_dir)
         data = read_csv_columns(path, [config.column])
         values = parse_token_counts(data, config.column)
         if values.size == 0:
@@ -163,14 +155,14 @@ def make_length_sampler(config: LengthConfig, base_dir: Path | str | None = None
     return _ParametricSampler(config)
 
 
-class FixedThinkTime(FrozenConfig):
+class FixedThinkTime(Frozen):
     """A think time of exactly ``value_s`` seconds (0 allowed: no pause)."""
 
     kind: Literal["fixed"] = "fixed"
     value_s: float = Field(ge=0, allow_inf_nan=False)  # .inf: no user ever returns
 
 
-class ExponentialThinkTime(FrozenConfig):
+class ExponentialThinkTime(Frozen):
     """Exponential think time with mean ``mean_s`` seconds."""
 
     kind: Literal["exponential"] = "exponential"

@@ -18,11 +18,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen, anchored
 from sim.cost.provenance import check_format, read_artifact, read_artifact_head, validated
 from sim.errors import ConfigError
-from sim.hardware.specs import anchored
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -65,10 +65,8 @@ TABLE_COLUMNS: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )  # fmt: skip
 
 
-class KernelProvenance(BaseModel):
+class KernelProvenance(Frozen):
     """Where the numbers come from, so that a report can cite them."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str = Field(min_length=1)  # e.g. "aiconfigurator-core 0.12.0"
     licence: str = Field(min_length=1)  # e.g. "Apache-2.0"

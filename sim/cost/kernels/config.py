@@ -14,8 +14,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen, anchored
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator, installed_data_dir
 from sim.cost.kernels.artifact import (
     DTYPE_BYTES,
@@ -37,7 +38,6 @@ from sim.hardware.specs import (
     SOURCE_GPU_NAMES,
     HardwareSpec,
     ModelSpec,
-    anchored,
     load_architecture,
 )
 
@@ -57,10 +57,8 @@ _SHAPE_FIELDS = {
 }
 
 
-class KernelsCostConfig(BaseModel):
+class KernelsCostConfig(Frozen):
     """Kernel-table cost model (its fields: ``docs/kernels.md``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["kernels"] = "kernels"
     source: Literal["aiconfigurator", "path"] = "aiconfigurator"

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.engine.policies.prefill_first import PrefillFirst, PrefillFirstConfig
 from sim.engine.request import Request
 from sim.engine.scheduler import Continuous
@@ -23,10 +24,8 @@ from sim.engine.scheduler import Continuous
 UNLIMITED_TOKENS = 1 << 40
 
 
-class OrcaConfig(BaseModel):
+class OrcaConfig(Frozen):
     """Settings of Orca-style batching (iteration-level, maximum-length reservation)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["orca"] = "orca"
     max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")

@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen
 from sim.engine.request import Request
 from sim.engine.scheduler import Continuous, ContinuousConfig, CoreView, Scheduled, SchedulerOutput
 
 
-class PrefillFirstConfig(BaseModel):
+class PrefillFirstConfig(Frozen):
     """Settings of vLLM v0-style prefill-first scheduling (names as vLLM's flags)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["prefill_first"] = "prefill_first"
     max_num_seqs: int = Field(default=256, ge=1, description="running requests at most")

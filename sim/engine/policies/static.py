@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from sim.config import Frozen
 from sim.engine.request import Request
 from sim.engine.scheduler import CoreView, Scheduled, SchedulerOutput
 
 
-class BatchSettings(BaseModel):
+class BatchSettings(Frozen):
     """How a batch forms, shared by static and dynamic batching."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_batch_size: int = Field(default=8, ge=1, description="requests per batch at most")
     max_wait_s: float = Field(

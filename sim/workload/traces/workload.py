@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from sim.config import Frozen, anchored
 from sim.errors import ConfigError
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
-from sim.workload.lengths import resolve_path
 from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
@@ -39,10 +39,8 @@ from sim.workload.traces.mooncake import MOONCAKE_BLOCK_TOKENS, read_mooncake
 from sim.workload.traces.sharegpt import read_sharegpt
 
 
-class TraceWorkload(BaseModel):
+class TraceWorkload(Frozen):
     """Replay of a trace file; the module docstring lists the formats and options."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["trace"] = "trace"
     path: str = Field(min_length=1)
@@ -179,7 +177,7 @@ def trace_requests(
     config: TraceWorkload, rng: np.random.Generator, base_dir: Path | str | None = None
 ) -> TraceRequests:
     """The requests a trace workload replays (``rng``: arrivals of a ``sharegpt`` list)."""
-    path = resolve_path(config.path, base_dir)
+    path = anchored(config.path, base_dir)
     if config.format == "sharegpt":
         assert config.arrival is not None
         prompts, outputs = read_sharegpt(path)

@@ -1,0 +1,22 @@
+"""What every configuration section read from a file shares: ``Frozen``, the base of
+its pydantic model (an unknown key is an error, a built value never changes), and
+``anchored``, how a path the file names is read (against the file's folder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Frozen(BaseModel):
+    """A configuration section: unknown keys refused, immutable once validated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def anchored(path: str | Path, base_dir: Path | str | None) -> Path:
+    """``path`` (``~`` expanded); a relative one anchored at ``base_dir`` (the scenario
+    file's folder) if given: how a scenario names any file (a model, an artifact)."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() or base_dir is None else Path(base_dir) / path
