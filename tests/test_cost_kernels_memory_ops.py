@@ -24,7 +24,7 @@ from sim.cost.kernels.memory_ops import (
     hardware_for_gpu,
     mlp_activation,
 )
-from sim.cost.kernels.ops import LayerShapes, ProfileDense, layer_shapes
+from sim.cost.kernels.ops import ProfileDense, layer_shapes
 from sim.errors import ConfigError
 from sim.hardware.parallel import link_preset
 from sim.hardware.specs import ModelSpec, MoeSpec, hardware_preset, load_architecture
@@ -77,11 +77,9 @@ def test_the_activation_formula_takes_the_mlp_kind() -> None:
     assert activation_bytes_per_token(1000, gated=False, dtype_bytes=2.0) == 4000.0
     dense = layer_shapes(LLAMA, 2)
     assert mlp_activation(dense) == (7168, True)
-    plain = LayerShapes(
-        gemms={"qkv_proj": (6144, 4096), "o_proj": (4096, 4096), "up_proj": (16384, 4096),
-               "down_proj": (4096, 16384)},
-        lm_head=(50272, 4096), num_heads=32, num_kv_heads=32, head_dim=128,
-    )  # fmt: skip
+    # A plain (GPT-2, OPT) MLP as layer_shapes names it: fc1 then fc2.
+    plain = layer_shapes(LLAMA.model_copy(update={"mlp": "non_gated", "intermediate_size": 16384}))
+    assert tuple(plain.gemms)[-2:] == ("fc1", "fc2")
     assert mlp_activation(plain) == (16384, False)
     bw = 1.792e12 * 0.8
     act = dict(MemoryOps.build(LLAMA, plain, PRO_6000).layer_terms(10.0))["activation"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.cost.kernels.ops import LayerShapes
+from sim.cost.kernels.ops import MLP_OPS, LayerShapes
 from sim.cost.kernels.terms import total_s
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
@@ -54,8 +54,9 @@ def mlp_activation(shapes: LayerShapes) -> tuple[int, bool] | None:
     for up, down in (("gate_up_proj", "down_proj"), ("shared_gate_up_proj", "shared_down_proj")):
         if up in gemms:
             return gemms[down][1], True
-    if "up_proj" in gemms:
-        return gemms["up_proj"][0], False
+    up = MLP_OPS["non_gated"][0]  # fc1, as layer_shapes names a plain MLP's first GEMM
+    if up in gemms:
+        return gemms[up][0], False
     return None
 
 
