@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.cost import tabulate
+from sim.cost import engine_cpu, tabulate
 from sim.cost.base import ends_until_cut
 from sim.fast.compiled import loop
 
@@ -19,9 +19,9 @@ STEP_S = 0.5  # the engine's non-overlapped CPU 0.25 + memory 0.25 (weights only
 
 
 def cost_array() -> np.ndarray:
-    cost = np.zeros(tabulate.NUM_COSTS)
-    cost[tabulate.CPU_NON_OVERLAPPED_S] = 0.25
-    cost[tabulate.CPU_ASYNC_SCHEDULING] = 1.0  # no other CPU work: 0.25 + max(0.25, 0)
+    cost = np.zeros(engine_cpu.NUM_COSTS)
+    cost[engine_cpu.CPU_NON_OVERLAPPED_S] = 0.25
+    cost[engine_cpu.CPU_ASYNC_SCHEDULING] = 1.0  # no other CPU work: 0.25 + max(0.25, 0)
     cost[tabulate.WEIGHT_S] = 0.25
     return cost  # no per-token terms: every step costs exactly STEP_S
 

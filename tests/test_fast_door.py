@@ -195,7 +195,14 @@ def test_the_compiled_path_reads_its_prices_through_tabulate_only() -> None:
         for node in ast.walk(ast.parse((ROOT / "sim/fast/compiled" / name).read_text()))
         if isinstance(node, ast.ImportFrom) and node.module is not None
     }
-    # tabulate's tables, and price: the one copy of the attention arithmetic, which
-    # KernelCost runs as Python and the loop compiles (no second implementation).
-    allowed = {"sim.cost", "sim.cost.tabulate", "sim.cost.kernels", "sim.cost.kernels.price"}
+    # tabulate's tables, price (the one copy of the attention arithmetic, which
+    # KernelCost runs as Python and the loop compiles) and engine_cpu's ``with_cpu_s``
+    # likewise (EngineCpuCost's): no second implementation.
+    allowed = {
+        "sim.cost",
+        "sim.cost.tabulate",
+        "sim.cost.kernels",
+        "sim.cost.kernels.price",
+        "sim.cost.engine_cpu",
+    }
     assert {m for m in imported if m.startswith("sim.cost")} == allowed

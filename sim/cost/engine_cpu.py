@@ -36,6 +36,27 @@ from sim.cost.base import CostModel, StepShape
 
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
+# The coefficients' slots in a price array: ``EngineCpuCost``'s list, and the compiled
+# loop's ``cost`` array (``sim.cost.tabulate``: after a roofline's four constants).
+CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
+CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
+NUM_COSTS = 9
+
+
+def with_cpu_s(cost: Any, gpu_s: float, num_seqs: int, num_tokens: int) -> float:
+    """A step of ``gpu_s`` seconds on the GPU, ``num_seqs`` sequences and ``num_tokens``
+    tokens, with the engine's CPU work (the module's rule; all CPU slots 0 and
+    CPU_ASYNC_SCHEDULING 1 leave ``gpu_s`` unchanged to the bit: 0 + max(gpu, 0)).
+    Written once: ``EngineCpuCost`` calls it on a list, the compiled loop compiles it
+    with numba and calls it on its ``cost`` array, so the two agree to the bit."""
+    cpu_s = (
+        cost[CPU_PER_STEP_S] + cost[CPU_PER_SEQ_S] * num_seqs + cost[CPU_PER_TOKEN_S] * num_tokens
+    )
+    if cost[CPU_ASYNC_SCHEDULING] != 0.0:
+        # A conditional expression, not max(): numba compiles it as written.
+        return cost[CPU_NON_OVERLAPPED_S] + (gpu_s if gpu_s > cpu_s else cpu_s)
+    return cost[CPU_NON_OVERLAPPED_S] + cpu_s + gpu_s
+
 
 class EngineCpuConfig(Frozen):
     """Coefficients of the engine's CPU work per step, all in seconds, all >= 0."""
@@ -80,7 +101,7 @@ class EngineCpuConfig(Frozen):
 
     def cpu_s(self, num_seqs: int, num_tokens: int) -> float:
         """The overlappable CPU time of a step of ``num_seqs`` sequences and ``num_tokens``
-        tokens, in seconds (``EngineCpuCost`` computes it with the same operations)."""
+        tokens, in seconds (``with_cpu_s`` computes it with the same operations)."""
         return self.per_step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
 
 
@@ -103,30 +124,22 @@ class EngineCpu:
 class EngineCpuCost:
     """A GPU-only cost model plus the engine's CPU work (the module's rule).
 
-    ``sim.fast.compiled.loop.step_s`` mirrors ``step_s``'s float operations in
-    their order, so a compiled run equals the Python path's to the bit.
+    ``costs``: the coefficients in their slots (``with_cpu_s``, which the compiled
+    loop runs too; ``sim.cost.tabulate`` copies them into its array).
     """
 
-    __slots__ = (
-        "_async_scheduling",
-        "_gpu_step_s",
-        "_non_overlapped_s",
-        "_per_seq_s",
-        "_per_step_s",
-        "_per_token_s",
-        "cpu",
-        "gpu",
-    )
+    __slots__ = ("_gpu_step_s", "costs", "cpu", "gpu")
 
     def __init__(self, gpu: CostModel, cpu: EngineCpu) -> None:
         self.gpu = gpu
         self.cpu = cpu
         config = cpu.config
-        self._per_step_s = config.per_step_s
-        self._per_seq_s = config.per_seq_s  # the two parts' sum, added once
-        self._per_token_s = config.per_token_s
-        self._non_overlapped_s = config.non_overlapped_s
-        self._async_scheduling = cpu.async_scheduling
+        self.costs = [0.0] * NUM_COSTS
+        self.costs[CPU_PER_STEP_S] = config.per_step_s
+        self.costs[CPU_PER_SEQ_S] = config.per_seq_s  # the two parts' sum, added once
+        self.costs[CPU_PER_TOKEN_S] = config.per_token_s
+        self.costs[CPU_NON_OVERLAPPED_S] = config.non_overlapped_s
+        self.costs[CPU_ASYNC_SCHEDULING] = float(cpu.async_scheduling)
         # Looked up once: step_s runs millions of times a run.
         self._gpu_step_s = gpu.step_s
 
@@ -143,17 +156,8 @@ class EngineCpuCost:
         tokens = shape.num_prefill_tokens + shape.num_decode_seqs
         if tokens == 0:
             return 0.0
-        gpu = self._gpu_step_s(shape)
-        # EngineCpuConfig.cpu_s inlined (its operations): a call costs more than the sum.
-        cpu = (
-            self._per_step_s
-            + self._per_seq_s * (shape.num_prefill_seqs + shape.num_decode_seqs)
-            + self._per_token_s * tokens
-        )
-        if self._async_scheduling:
-            # A conditional expression, not max(): the compiled loop's operations.
-            return self._non_overlapped_s + (gpu if gpu > cpu else cpu)
-        return self._non_overlapped_s + cpu + gpu
+        seqs = shape.num_prefill_seqs + shape.num_decode_seqs
+        return with_cpu_s(self.costs, self._gpu_step_s(shape), seqs, tokens)
 
     def __repr__(self) -> str:
         return f"EngineCpuCost({self.label!r})"

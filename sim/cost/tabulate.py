@@ -39,7 +39,12 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.engine_cpu import (
+    CPU_ASYNC_SCHEDULING,
+    CPU_PER_STEP_S,
+    NUM_COSTS,
+    EngineCpuCost,
+)
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
@@ -71,12 +76,9 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 # Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
-# the engine's CPU work (sim.cost.engine_cpu; all 0 and CPU_ASYNC_SCHEDULING 1 for a bare
-# roofline, whose prices that leaves unchanged to the bit: 0 + max(gpu, 0) = gpu).
+# the engine's CPU work (sim.cost.engine_cpu's slots, CPU_PER_STEP_S on; a bare GPU
+# model's leave its prices unchanged to the bit: ``with_cpu_s``).
 S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
-CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
-CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
-NUM_COSTS = 9
 # The kernel tables' ``layout`` (its slots, and the functions that read it, in
 # ``sim.cost.kernels.price``): KernelCost's attention grids and skew fit, then the
 # per-token and per-sequence tables below.
@@ -120,12 +122,7 @@ def tabulate(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> PriceArray
         tables, layout = arrays(kernel, max_num_seqs, max_tokens)
     constants[CPU_ASYNC_SCHEDULING] = 1.0  # the bare GPU model: 0 + max(gpu, 0) is gpu
     if isinstance(cost, EngineCpuCost):
-        cpu = cost.cpu.config
-        constants[CPU_PER_STEP_S] = cpu.per_step_s
-        constants[CPU_PER_SEQ_S] = cpu.per_seq_s
-        constants[CPU_PER_TOKEN_S] = cpu.per_token_s
-        constants[CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
-        constants[CPU_ASYNC_SCHEDULING] = float(cost.async_scheduling)
+        constants[CPU_PER_STEP_S:] = cost.costs[CPU_PER_STEP_S:]
     return constants, tables, layout
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.cost.engine_cpu import with_cpu_s  # the engine's CPU work, written once
 from sim.cost.kernels import price
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
     ALLREDUCE,
@@ -60,11 +61,6 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
     skewed_decode_s,
 )
 from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
-    CPU_ASYNC_SCHEDULING,
-    CPU_NON_OVERLAPPED_S,
-    CPU_PER_SEQ_S,
-    CPU_PER_STEP_S,
-    CPU_PER_TOKEN_S,
     S_PER_DENSE_TOKEN,
     S_PER_KV_TOKEN,
     S_PER_PAIR,
@@ -141,8 +137,7 @@ def step_s(
         compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
         memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
         gpu = compute if compute > memory else memory
-    cpu = cpu_s(cost, seqs, tokens)
-    return with_cpu(cost, gpu, cpu)
+    return with_cpu_s(cost, gpu, seqs, tokens)
 
 
 # -- kernel tables (sim.cost.kernels.cost.KernelCost: attention in ``price``) -----------
@@ -164,20 +159,6 @@ def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: i
     if layout[HAS_PIPELINE]:
         total += tables[layout[PIPELINE] + tokens]
     return total
-
-
-def cpu_s(cost: FloatArray, num_seqs: int, num_tokens: int) -> float:
-    """``EngineCpuConfig.cpu_s``: the step's overlappable CPU work."""
-    return (
-        cost[CPU_PER_STEP_S] + cost[CPU_PER_SEQ_S] * num_seqs + cost[CPU_PER_TOKEN_S] * num_tokens
-    )
-
-
-def with_cpu(cost: FloatArray, gpu: float, cpu: float) -> float:
-    """A step of ``gpu`` seconds on the GPU and ``cpu`` of CPU work (``EngineCpuCost``)."""
-    if cost[CPU_ASYNC_SCHEDULING] != 0.0:
-        return cost[CPU_NON_OVERLAPPED_S] + (gpu if gpu > cpu else cpu)
-    return cost[CPU_NON_OVERLAPPED_S] + cpu + gpu
 
 
 def first_step(
@@ -321,10 +302,6 @@ def decode_ends(
         past = seqs > tables[a0 + n0 - 1]
         low0, w0 = cell(tables, a0, n0, seqs)
     num_layers = layout[NUM_LAYERS]
-    cpu = cpu_s(cost, num_seqs, num_seqs)
-    async_scheduling = cost[CPU_ASYNC_SCHEDULING] != 0.0
-    serial_s = cost[CPU_NON_OVERLAPPED_S]
-    fixed_s = serial_s + cpu  # EngineCpuCost._durations' serial sum
     end = first_end_s
     out[at] = end
     count = 1
@@ -354,10 +331,7 @@ def decode_ends(
             compute = dense_s + pair_s * context
             memory = weight_s + kv_s * (context + num_seqs)
             gpu = compute if compute > memory else memory
-        if async_scheduling:
-            end += serial_s + (gpu if gpu > cpu else cpu)
-        else:
-            end += fixed_s + gpu
+        end += with_cpu_s(cost, gpu, num_seqs, num_seqs)
         out[at + count] = end
         count += 1
         context += num_seqs
@@ -673,10 +647,10 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
     """Drop ``module``'s numba cache if ``sources`` changed since it was written.
 
     numba keys a cache by its own file's timestamp only, but ``run`` freezes
-    ``tabulate``'s constants and calls ``price``'s functions: an edit there alone
-    would leave a stale, silently wrong loop. A digest of ``sources`` beside the
-    cache tells (nothing is kept where the folder is read-only: an installed
-    package changes only on reinstall)."""
+    ``tabulate``'s constants and calls ``price``'s functions and ``engine_cpu``'s
+    ``with_cpu_s``: an edit there alone would leave a stale, silently wrong loop. A
+    digest of ``sources`` beside the cache tells (nothing is kept where the folder is
+    read-only: an installed package changes only on reinstall)."""
     digest = hashlib.sha256(b"".join(path.read_bytes() for path in sources)).hexdigest()
     cache = module.parent / "__pycache__"
     stamp = cache / f"{module.stem}.sources.sha256"
@@ -711,7 +685,9 @@ def compile_run() -> Any:
 
     here = Path(__file__).resolve()
     cost = here.parents[2] / "cost"
-    drop_stale_cache(here, (cost / "tabulate.py", cost / "kernels" / "price.py"))
+    drop_stale_cache(
+        here, (cost / "tabulate.py", cost / "kernels" / "price.py", cost / "engine_cpu.py")
+    )
     jit = numba.njit(cache=True, nogil=True)
     namespace = dict(vars(price))
     namespace["bisect_right"] = jit(price.search_right)
@@ -720,11 +696,10 @@ def compile_run() -> Any:
         function = namespace[name]
         twin = types.FunctionType(function.__code__, namespace, name, function.__defaults__)
         namespace[name] = globals()[name] = jit(twin)
+    globals()["with_cpu_s"] = jit(with_cpu_s)
     for name in (
         "_missing",
         "kernel_per_step_s",
-        "cpu_s",
-        "with_cpu",
         "step_s",
         "first_step",
         "steps_within_pool",
