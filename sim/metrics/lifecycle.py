@@ -1,24 +1,17 @@
 """The life of each request as a sequence of phase spans (the waterfall and the trace).
 
-A request's phases, in order: ``way_in`` (arrival to ready: the server's way
-in, ``FrontendConfig.way_in_s``), ``waiting``
-(queued), ``prefill`` (one span per chunk when the run recorded them),
-``decode``, ``preempted`` or ``swapped`` (out of the batch after a preemption,
-until it is scheduled again), ``kv_transfer`` (disaggregation: from the
-prefill replica to the decode replica), and ``detokenize`` (from the engine
-step that made the last token to the client receiving it: the frontend's
-output processing and detokenization, and its queue when it lags; read from
-the run's ``engine_finish_s`` and ``finish_s``). Engine phases use engine
-times (``engine_first_token_s``, ``engine_finish_s``); a table without them
-(a measured run) is taken as engine times with no frontend. Spans of one
-request abut and never overlap: each starts where the one before ended.
+A request's phases, in order (``PHASES``): ``way_in`` (arrival to ready),
+``waiting``, ``prefill`` (one span per chunk when the run recorded them),
+``decode``, ``preempted`` or ``swapped`` (out of the batch until scheduled
+again), ``kv_transfer`` (disaggregation: prefill replica to decode replica) and
+``detokenize`` (the last token's engine step, ``engine_finish_s``, to the
+client, ``finish_s``). Engine phases use engine times; a table without them (a
+measured run) is taken as engine times with no frontend. A request's spans abut.
 
-Two sources. ``recorded_spans`` uses the per-step activity an
-``ActivityRecorder`` logged (``servesim run --trace``): exact chunks and
-gaps. ``reconstructed_spans`` needs only what every run keeps (the request
-records, the step log and ``later_runs``): prefill is one span from the
-first scheduled step to the first token, and a preemption gap includes the
-recompute that followed it.
+Two sources: ``recorded_spans``, the per-step activity an ``ActivityRecorder``
+logged (``servesim run --trace``: exact chunks and gaps); ``reconstructed_spans``,
+what every run keeps (records, step log, ``later_runs``): prefill is one span to
+the first token, and a preemption gap includes the recompute that followed it.
 """
 
 from __future__ import annotations
