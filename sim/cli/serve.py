@@ -1,16 +1,11 @@
 """``servesim serve``: a scenario's engine behind vLLM's OpenAI-compatible HTTP server.
 
-The server (``sim.openai``, aiohttp) is torch-free; the engine behind it is
-built in one place, ``_engine``: the reference engine
-(``calibration.reference_engine.OnlineEngine``, the scenario's model in
-PyTorch, built by ``calibration.serve_cli.reference_engine``, which alone
-imports torch), or with ``--simulate`` the simulated one
-(``sim.serving.realtime.SimulatedEngine``: the scenario's replica, or its
-cluster's replicas behind its router (``sim.serving.routed``), as the
-simulator runs it, each step taking the time its cost model predicts; no
-torch). It serves until Ctrl-C or SIGTERM; with ``--port 0`` a free port is
-picked, and the first line printed names the URL (with ``--simulate``, what
-prices the steps goes to stderr first).
+The server (``sim.openai``) is torch-free; the engine behind it is chosen in
+one place, ``_engine``: the reference engine (the scenario's model in PyTorch,
+built by ``calibration.serve_cli``, which alone imports torch), or with
+``--simulate`` the scenario's replica (or its cluster's, behind its router), each
+step taking the time its cost model predicts. It serves until Ctrl-C or SIGTERM;
+the first line printed names the URL (``--port 0``: a free port).
 """
 
 from __future__ import annotations

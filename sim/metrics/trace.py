@@ -1,13 +1,9 @@
 """A run as a Chrome / Perfetto trace-event file (``trace.json``, ``servesim run --trace``).
 
-docs/traces.md, "trace.json: one run from the inside", gives the layout: process
-``REQUESTS_PID`` holds one track per traced request (its span, its phase spans from
-``sim.metrics.lifecycle``, an instant at its first token), process
-``FIRST_REPLICA_PID + r`` replica ``r``'s engine steps and counters, and flow arrows
-run from each request's prefill to its first scheduled step and its first token's
-step (at most ``FLOWS_PER_REQUEST``, to steps the file holds). Times are microseconds
-of simulated time, rounded to the nanosecond; only the traced requests, and the steps
-and counter samples within their window (at most ``max_steps`` steps), are written.
+The layout: docs/traces.md, "trace.json: one run from the inside". Times are
+microseconds of simulated time, rounded to the nanosecond; only the traced requests,
+and the steps and counter samples within their window (at most ``max_steps``
+steps), are written.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ MAX_STEPS = 200_000
 # The flow arrows of one request: to its first prefill step and its first token's step.
 FIRST_STEP_FLOW = "first prefill step"
 TOKEN_STEP_FLOW = "first token step"
-FLOWS_PER_REQUEST = 2
 _US_PER_S = 1e6
 
 Event = dict[str, Any]

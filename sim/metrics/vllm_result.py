@@ -1,14 +1,10 @@
 """``vllm bench serve``'s result JSON from a run (``--save-result``, ``--save-detailed``).
 
-vLLM's keys in its order (``vllm/benchmarks/serve.py``): the run's settings, its
-totals, with ``detailed`` the per-request lists in send order (seconds, as vLLM's;
-``latencies`` always), the peaks, then the statistics of the metrics and
-percentiles chosen. What a simulated run writes for each key, and what it leaves
-out: docs/benchmark-tools.md, "The result JSON and summary.json". A request is
-sent at its arrival; tokens reaching the client together are one chunk (one
-``itls`` gap); a rejected or unfinished request is failed, as vLLM writes one; a
-statistic without a sample is null (vLLM writes 0). ``servesim import-run`` reads
-the file back (``sim.validation.formats.vllm_bench``).
+vLLM's keys in its order (``vllm/benchmarks/serve.py``); what a simulated run
+writes for each: docs/benchmark-tools.md, "The result JSON and summary.json". A
+request is sent at its arrival; tokens reaching the client together are one chunk
+(one ``itls`` gap); a rejected or unfinished request is failed; a statistic without
+a sample is null (vLLM writes 0). ``servesim import-run`` reads the file back.
 """
 
 from __future__ import annotations
