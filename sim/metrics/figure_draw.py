@@ -1,18 +1,10 @@
 """Drawing a run's figures from plain arrays (``sim.metrics.figure_data``): numpy and
-matplotlib only, what ``servesim run``'s figure process imports (no pandas;
-``sim.metrics.plots`` cuts the arrays out of a run's tables).
+matplotlib only, what ``servesim run``'s figure process imports (no pandas).
 
-Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot, no
-display, no global figure state), so plotting is safe in headless and threaded
-runs. Large inputs are reduced to at most ``max_points`` points per line before
-drawing: matplotlib's cost grows with points, not with requests. Margins are
-fixed (``agg_figure``) rather than matplotlib's constrained layout, which
-measures every label in an extra pass and doubles the time to draw a figure.
-
-The three figures: the latency CDFs, the scheduler's time series, and the
-waterfall (one row per request, request 0 at the top, time on the x axis; each
-bar cut into its phases and a black tick at the first streamed token, where
-TTFT ends).
+matplotlib's object API on an Agg canvas (no pyplot, no global figure state: safe
+headless and threaded). A line has at most ``MAX_POINTS`` points (matplotlib's cost
+grows with points, not requests); margins are fixed (``agg_figure``), since the
+constrained layout measures every label in an extra pass and doubles a draw.
 """
 
 from __future__ import annotations
@@ -113,11 +105,8 @@ def agg_figure(
     num_cols: int = 1,
     dpi: int = DPI,
 ) -> Figure:
-    """A figure on its own Agg canvas whose subplots leave ``margins`` around them.
-
-    matplotlib's ``wspace`` / ``hspace`` are fractions of the mean axes width /
-    height, so the gaps in inches are converted with the grid's axes sizes.
-    """
+    """A figure on its own Agg canvas whose subplots leave ``margins`` around them (the
+    gaps converted to matplotlib's fractions of the mean axes size)."""
     fig = Figure(figsize=(width_in, height_in), dpi=dpi)
     FigureCanvasAgg(fig)
     inner_w_in = width_in - margins.left_in - margins.right_in
@@ -157,11 +146,8 @@ def warm_up() -> None:
 def cdf_points(
     values: npt.ArrayLike, max_points: int = MAX_POINTS
 ) -> tuple[FloatArray, FloatArray]:
-    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``.
-
-    When there are more than ``max_points`` values, keeps evenly spaced ranks,
-    always including the minimum and maximum, so the curve keeps its tails.
-    """
+    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``, at
+    most ``max_points`` evenly spaced ranks, the minimum and maximum among them."""
     v = np.asarray(values, dtype=np.float64).ravel()
     v = np.sort(v[np.isfinite(v)])
     n = v.size
@@ -174,13 +160,8 @@ def cdf_points(
 def envelope(
     time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Reduce a long series to ``max_points`` bins that keep its peaks.
-
-    Returns each bin's first time and the minimum, mean and maximum of its
-    samples, so a one-sample spike in the queue length still shows in the
-    maximum. A series of at most ``max_points`` samples passes through (min =
-    mean = max = the samples).
-    """
+    """A long series as ``max_points`` bins: each bin's first time and the minimum, mean
+    and maximum of its samples (a one-sample spike still shows); a short one passes."""
     t = np.asarray(time_s, dtype=np.float64).ravel()
     y = np.asarray(values, dtype=np.float64).ravel()
     if t.size <= max_points:
@@ -329,14 +310,10 @@ def window_means(
 
 
 def draw_timeseries(data: TimeseriesData, path: str | Path, caption: str = "") -> Path:
-    """Queue length, running batch size and KV-cache usage (%), stacked on one time
-    axis, values held until the next sample (step plots), ``caption`` under the title;
-    written to ``path``, which is returned.
-
-    A queue that flips between 0 and 1 thousands of times reads as a barcode: when it
-    changes more often than ``QUEUE_WINDOWS`` times, its instants are a light band and
-    a line is its time-weighted mean per window. The KV panel's y axis ends at 1.1 x the
-    peak used (the pool, 100 %, said in its title), not at 100 %, which flattened it.
+    """Queue length, running batch size and KV-cache usage (%) as step plots on one time
+    axis, written to ``path`` (returned). A queue that changes more than ``QUEUE_WINDOWS``
+    times (a barcode otherwise) is its per-window max band and time-weighted mean; the KV
+    axis ends at 1.1 x the peak (100 % flattened it), the pool said in its title.
     """
     time_s = data.time_s
     built = _prebuilt.pop("timeseries", None)
