@@ -131,11 +131,9 @@ def cost_source(cost: CostModel) -> str:
 
 
 def app_for(engine: OnlineBackend, scenario: Scenario, simulate: bool = False) -> web.Application:
-    """The HTTP server around ``engine``: the scenario's model name, its vocabulary for
-    the byte tokenizer (prompts of token ids outside it are refused), whether its
-    policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
-    request's ``priority`` other than 0 is refused), and with ``simulate`` the
-    invariants the simulated engine checks (``/metrics`` counts each broken one)."""
+    """The HTTP server around ``engine``: the scenario's model name and vocabulary,
+    whether its policy schedules by priority (else a ``priority`` other than 0 is
+    refused), and with ``simulate`` the invariants ``/metrics`` counts."""
     from sim.openai.server import make_app  # aiohttp: the http extra (_cmd_serve says so)
 
     tokenizer = ByteTokenizer(scenario.model.vocab_size)

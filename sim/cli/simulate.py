@@ -1,8 +1,6 @@
-"""What ``servesim run`` does once its figure process has forked (``sim.cli.run``):
-simulate the scenario, print its summary, write its tables, trace and figures.
-
-A module of its own so that ``sim.cli.run`` imports it only after the fork: the
-figure process must not start with the simulator, numpy and pydantic loaded.
+"""What ``servesim run`` does once its figure process has forked: simulate the scenario,
+print its summary, write its files (a module of its own, imported only after the
+fork: the figure process must not start with the simulator loaded).
 """
 
 from __future__ import annotations
