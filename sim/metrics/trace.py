@@ -78,7 +78,7 @@ def _replica_of(table: Table) -> npt.NDArray[np.int64]:
     return np.zeros(len(table["time_s" if "time_s" in table else "end_s"]), dtype=np.int64)
 
 
-def _steps_in(
+def steps_in(
     steps: pd.DataFrame | StepTable, window_s: tuple[float, float], max_steps: int
 ) -> dict[int, dict[str, npt.NDArray[Any]]]:
     """Per replica, the first ``max_steps`` steps overlapping ``window_s``, as columns.
@@ -156,23 +156,13 @@ def _step_name(num_prefill_tokens: int, num_decode_seqs: int) -> str:
 
 
 def replica_events(
-    steps: pd.DataFrame | StepTable,
+    windows: dict[int, dict[str, npt.NDArray[Any]]],
     timeseries: Table,
     window_s: tuple[float, float],
     max_steps: int = MAX_STEPS,
 ) -> list[Event]:
-    """One process per replica: its steps within ``window_s`` and its queue / KV counters."""
-    windows = _steps_in(steps, window_s, max_steps)
-    return _replica_events(windows, timeseries, window_s, max_steps)
-
-
-def _replica_events(
-    windows: dict[int, dict[str, npt.NDArray[Any]]],
-    timeseries: Table,
-    window_s: tuple[float, float],
-    max_steps: int,
-) -> list[Event]:
-    """``replica_events`` of the steps ``windows`` holds (``_steps_in``)."""
+    """One process per replica: its steps of ``windows`` (``steps_in``) and its queue / KV
+    counters within ``window_s``."""
     start_s, end_s = window_s
     series_replica = _replica_of(timeseries)
     events: list[Event] = []
@@ -285,8 +275,8 @@ def trace_document(
     events = request_events(spans, requests)
     if len(spans):
         window = (float(spans["start_s"].min()), float(spans["end_s"].max()))
-        windows = _steps_in(steps, window, max_steps)
-        events += _replica_events(windows, timeseries, window, max_steps)
+        windows = steps_in(steps, window, max_steps)
+        events += replica_events(windows, timeseries, window, max_steps)
         events += flow_events(spans, windows)
     return {
         "traceEvents": events,
