@@ -41,13 +41,11 @@ DPI = 120
 # zlib level of the PNGs: 1 instead of Pillow's 6 writes files ~20 % larger
 # (still ~0.1 MB) in a fraction of the time; encoding was a third of drawing.
 PNG_COMPRESS_LEVEL = 1
-# Titles at a fixed height (the axes' top, matplotlib's default place): left to
-# itself, matplotlib measures every tick label of the axes, at each draw, to lift
-# the title clear of any on top, and these figures have none there.
+# Titles at a fixed height: left to itself, matplotlib measures every tick label at
+# each draw to lift the title clear of any on top, and these figures have none there.
 TITLE_Y = 1.0
-# The figure's title and, under it, its caption (``figure_data.figure_caption``: scenario,
-# model, GPU, cost model), from the top edge in inches; ``CAPTION_IN`` more of top margin
-# than the title alone needs (the figures keep their sizes: the axes give it up).
+# The title and, under it, the caption, from the top edge in inches; ``CAPTION_IN``: the
+# caption's share of the top margin (the axes give it up).
 SUPTITLE_TOP_IN = 0.08
 CAPTION_TOP_IN = 0.36
 CAPTION_IN = 0.2

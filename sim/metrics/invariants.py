@@ -169,9 +169,8 @@ def _check_accounting(records: RequestTable, num_sent: int | None) -> None:
 
 
 def _check_ttft_within_e2e(records: RequestTable, done: npt.NDArray[np.bool_]) -> None:
-    # A request that ended with no token has no TTFT: an online engine records a
-    # request whose client left early as asking for what it produced (0 tokens if
-    # it left before its first); any other that asked for tokens is tokens_out's.
+    # No token, no TTFT: an online client that left before its first (tokens_out
+    # judges any other request that asked for tokens).
     done = done & (np.asarray(records["num_generated_tokens"]) > 0)
     # Times compared directly: t - arrival is monotone in t, so TTFT <= E2E exactly
     # when first_token_s <= finish_s (NaN compares False: a missing time breaks it).
