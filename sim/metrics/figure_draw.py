@@ -80,11 +80,8 @@ TIMESERIES_PANELS = (
 
 @dataclass(frozen=True)
 class Margins:
-    """Space around and between a figure's axes, in inches.
-
-    ``left_in`` holds the y tick labels and y label (up to six-digit ticks at
-    10 pt), ``top_in`` the title(s), ``bottom_in`` the x tick labels and x label;
-    ``gap_w_in`` / ``gap_h_in`` separate panels side by side / stacked.
+    """Space around and between a figure's axes, in inches (``left_in``: up to six-digit
+    y ticks at 10 pt; ``gap_w_in`` / ``gap_h_in``: between panels side by side / stacked).
     """
 
     left_in: float = 0.85
@@ -276,9 +273,8 @@ def prebuild() -> None:
 
 
 def draw_latency_cdfs(data: CdfData, path: str | Path, caption: str = "") -> Path:
-    """TTFT and TPOT empirical CDFs side by side, in ms, p50 and p99 marked, with
-    the SLO lines of ``data``, ``caption`` under the title; written to ``path``, which
-    is returned."""
+    """TTFT and TPOT empirical CDFs side by side (ms, p50 and p99 marked, SLO lines),
+    written to ``path`` (returned)."""
     built = _prebuilt.pop("cdf", None)
     fig, (ax_ttft, ax_tpot) = built if built is not None else _cdf_figure()
     _cdf_panel(ax_ttft, data.ttft_ms, _CDF_PANELS[0][1], data.ttft_slo_ms)

@@ -155,12 +155,8 @@ def reconstructed_spans(
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
 ) -> list[SpanRow]:
-    """Phase spans from the request records, the step log and ``later_runs`` only.
-
-    ``steps``: the compact log (searched as it is), or one row per step. Without
-    pandas for a run's columns and compact log (``servesim run``'s waterfall,
-    before pandas is loaded).
-    """
+    """Phase spans from the request records, the step log (compact, or one row per step)
+    and ``later_runs`` only: no pandas for a run's columns and compact log."""
     rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
         track = _Track(row)
@@ -182,12 +178,9 @@ def _token_body(
     runs: list[tuple[float, int]] | None,
     first_token_s: float,
 ) -> None:
-    """Prefill to the first token, then decode runs split by preemption gaps.
-
-    Token times (from the step log) are needed only for requests whose tokens
-    came in several runs; a run that cannot be placed (speculative decoding
-    emits several tokens a step) is drawn as one decode span.
-    """
+    """Prefill to the first token, then decode runs split by preemption gaps (token
+    times only where the tokens came in several runs; runs that cannot be placed, as
+    under speculative decoding, as one decode span)."""
     prefill = _finite(row.get("prefill_replica"))  # None, NaN or NA: on its own replica
     prefill_replica = None if prefill is None else int(prefill)
     count = int(row["num_generated_tokens"])

@@ -158,12 +158,8 @@ def summarize(
     slo: Slo | None = None,
     percentiles: Sequence[float] = (90, 99),
 ) -> Summary:
-    """The ``vllm bench serve`` result dict (scalars only) plus ``num_rejected``.
-
-    ``duration`` is in seconds, throughputs per second, latencies in ms.
-    ``duration`` and throughputs are ``None`` without a completed request;
-    ``request_goodput`` is ``None`` without an SLO (or with an empty one).
-    """
+    """The ``vllm bench serve`` result dict (scalars: ``duration`` s, throughputs per s,
+    latencies ms) plus ``num_rejected``; goodput ``None`` without an SLO."""
     check_percentiles(percentiles)
     # First, while nothing else is held: its (gap, weight) pairs may fill GBs.
     itl = itl_distribution(steps, extra_itl_s, percentiles)
