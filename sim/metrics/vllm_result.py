@@ -23,10 +23,9 @@ import numpy.typing as npt
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
-from sim.metrics.itl import itl_distribution
-from sim.metrics.quantiles import check_percentiles, latency_stats_ms, percentile_label
+from sim.metrics.quantiles import check_percentiles, percentile_label
 from sim.metrics.report import jsonable, vllm_spelling
-from sim.metrics.stats import latency_columns, sample_notes
+from sim.metrics.stats import sample_notes, summarize
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -83,12 +82,7 @@ def restate_percentiles(
 ) -> dict[str, Any]:
     """``summary`` with every metric's ``p<P>_..._ms`` keys at ``percentiles``
     instead (where the first of them stood) and its ``caveats`` for them."""
-    check_percentiles(percentiles)
-    columns = latency_columns(requests)
-    done = completed_mask(requests)
-    fresh = itl_distribution(steps, extra_itl_s, percentiles)
-    for metric in ("ttft", "tpot", "e2el"):
-        fresh |= latency_stats_ms(metric, columns[f"{metric}_s"][done], None, percentiles)
+    fresh = summarize(requests, steps, extra_itl_s, None, percentiles)
     out: dict[str, Any] = {}
     for key, value in summary.items():
         match = _PERCENTILE_KEY.match(key)
@@ -97,9 +91,8 @@ def restate_percentiles(
             continue
         metric = match.group(1)
         for p in percentiles:  # at the first of the metric's old keys; the rest go
-            out.setdefault(
-                f"p{percentile_label(p)}_{metric}_ms", fresh[f"p{percentile_label(p)}_{metric}_ms"]
-            )
+            key = f"p{percentile_label(p)}_{metric}_ms"
+            out.setdefault(key, fresh[key])
     if "caveats" in summary:  # the percentiles' anew; the others (the cost model's) kept
         kept = [c for c in summary["caveats"] if not _PERCENTILE_KEY.match(c.split(" ")[0])]
         out["caveats"] = sample_notes(requests, percentiles)["caveats"] + kept
