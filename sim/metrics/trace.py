@@ -61,14 +61,9 @@ def _meta(kind: str, pid: int, tid: int, **args: object) -> Event:
 
 
 _STEP_FIELDS = ("start_s", "end_s", "num_prefill_tokens", "num_decode_seqs")
-# What a request's track shows of its record.
-_REQUEST_FIELDS = (
-    "arrival_s",
-    "first_token_s",
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_preemptions",
-)
+# What a request's track shows of its record: its span's args, and its times.
+_REQUEST_ARGS = ("num_prompt_tokens", "num_output_tokens", "num_preemptions")
+_REQUEST_FIELDS = ("arrival_s", "first_token_s", *_REQUEST_ARGS)
 
 
 def _replica_of(table: Table) -> npt.NDArray[np.int64]:
@@ -117,11 +112,7 @@ def request_events(spans: pd.DataFrame, requests: RequestTable) -> list[Event]:
         events.append(_meta("thread_name", REQUESTS_PID, tid, name=f"request {tid}"))
         events.append(_meta("thread_sort_index", REQUESTS_PID, tid, sort_index=tid))
         parent = _span(f"request {tid}", "request", start, end, REQUESTS_PID, tid)
-        parent["args"] = {
-            "num_prompt_tokens": int(row["num_prompt_tokens"]),
-            "num_output_tokens": int(row["num_output_tokens"]),
-            "num_preemptions": int(row["num_preemptions"]),
-        }
+        parent["args"] = {name: int(row[name]) for name in _REQUEST_ARGS}
         events.append(parent)
         for span in records(group):
             phase = str(span["phase"])
