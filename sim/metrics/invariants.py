@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from sim.engine.columns import Columns
     from sim.engine.scheduler import EngineCore
 
-FloatArray = npt.NDArray[np.float64]
-
 INVARIANTS = ("accounting", "ttft_within_e2e", "tokens_out", "kv_pool", "littles_law")
 """Every invariant ``check_run`` checks, by the name its error gives."""
 
