@@ -44,16 +44,8 @@ if TYPE_CHECKING:
 def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
     """Check the scenario and --out, simulate, print the summary, write the files
     (the figures by ``worker`` when given)."""
-    metrics = (
-        parse_percentile_metrics(args.percentile_metrics)
-        if args.percentile_metrics is not None
-        else None
-    )
-    percentiles = (
-        parse_metric_percentiles(args.metric_percentiles)
-        if args.metric_percentiles is not None
-        else None
-    )
+    metrics = parse_percentile_metrics(args.percentile_metrics)
+    percentiles = parse_metric_percentiles(args.metric_percentiles)
     scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
     out = out_folder(args.out, scenario.name)
     if args.profile == "sweep":

@@ -46,8 +46,11 @@ UNFINISHED = "unfinished when the simulation ended"
 _PERCENTILE_KEY = re.compile(r"^p\d+(?:\.\d+)?_(ttft|tpot|itl|e2el)_ms$")
 
 
-def parse_percentile_metrics(text: str) -> tuple[str, ...]:
-    """``"ttft,tpot"`` as ``("ttft", "tpot")``; an unknown name is a one-line error."""
+def parse_percentile_metrics(text: str | None) -> tuple[str, ...] | None:
+    """``"ttft,tpot"`` as ``("ttft", "tpot")`` (None: not given); an unknown name is a
+    one-line error."""
+    if text is None:
+        return None
     names = tuple(name.strip() for name in text.split(","))
     unknown = [name for name in names if name not in PERCENTILE_METRICS]
     if unknown or not names:
@@ -58,8 +61,11 @@ def parse_percentile_metrics(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def parse_metric_percentiles(text: str) -> tuple[float, ...]:
-    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)``: each in [0, 100], as numpy's (and vLLM's)."""
+def parse_metric_percentiles(text: str | None) -> tuple[float, ...] | None:
+    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)`` (None: not given): each in [0, 100], as
+    numpy's (and vLLM's)."""
+    if text is None:
+        return None
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
