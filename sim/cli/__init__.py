@@ -172,7 +172,7 @@ def out_folder(out: str | None, name: str) -> Path:
     return folder
 
 
-def _has_calibration() -> bool:
+def has_calibration() -> bool:
     """Whether the ``calibration`` package is importable (it is not in a sim-only install)."""
     return importlib.util.find_spec("calibration") is not None
 
@@ -187,7 +187,7 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module, names in COMMANDS:
-        if module == _CALIBRATE_MODULE and not _has_calibration():
+        if module == _CALIBRATE_MODULE and not has_calibration():
             continue
         if module and (not lazy or any(name == command for name, _ in names)):
             importlib.import_module(module).add_parsers(subparsers)

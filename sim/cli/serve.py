@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,7 @@ import numpy as np
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments
+from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments, has_calibration
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.fitted import FittedCost
@@ -48,7 +47,7 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """The one place the engine behind the server is chosen and built (not started)."""
     if args.simulate:
         return _simulated_engine(args, scenario)
-    if importlib.util.find_spec("calibration") is None:
+    if not has_calibration():
         raise ConfigError(
             "servesim serve: the reference engine is in the calibration package, not installed here"
         )
@@ -170,7 +169,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _torch_arguments(parser: argparse.ArgumentParser) -> None:
     """The reference engine's ``--device``, ``--dtype``, ``--threads`` (calibration's own)."""
-    if importlib.util.find_spec("calibration") is None:
+    if not has_calibration():
         return  # a sim-only install: no reference engine to configure
     from calibration.cli import add_torch_arguments
 

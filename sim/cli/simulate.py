@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from sim.api import Result
-    from sim.cli.figures import FigureWorker
-    from sim.scenario import BenchFlags, Scenario
+    from sim.scenario import Scenario
 
 
 def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
