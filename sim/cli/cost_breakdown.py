@@ -38,7 +38,7 @@ from sim.errors import ConfigError
 from sim.scenario import load_scenario
 
 if TYPE_CHECKING:
-    from sim.cost.base import CostModel, StepShape
+    from sim.cost.base import CostModel
     from sim.scenario import Scenario
 
 # A decode term without "@KV": each sequence has this many tokens of context.
