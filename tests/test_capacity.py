@@ -10,6 +10,7 @@ from statistics import NormalDist
 from typing import Any
 
 import pytest
+import queueing_formulas as formulas
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,6 @@ from hypothesis import strategies as st
 import sim.planning.capacity
 from sim.cli import main
 from sim.errors import ConfigError
-from sim.metrics import analytic
 from sim.metrics.slo_targets import (
     meets,
     metric_value,
@@ -202,7 +202,7 @@ def test_judge_separates_pass_fail_and_unclear() -> None:
 
 def test_search_finds_the_md1_saturation_point(memo: dict[str, Record]) -> None:
     limit_ms = 200.0  # mean TTFT = M/D/1 wait + the 10 ms prefill step
-    truth = analytic.md1_max_rate_per_s(SERVICE_S, limit_ms / 1000 - PREFILL_S)
+    truth = formulas.md1_max_rate_per_s(SERVICE_S, limit_ms / 1000 - PREFILL_S)
     result = capacity(md1_doc(), [f"ttft_mean_ms={limit_ms}"])
     low, high = result.interval
     assert low is not None and high is not None and result.estimate is not None
@@ -460,7 +460,7 @@ def test_goodput_counts_requests_within_the_targets(memo: dict[str, Record]) -> 
 def test_md1_interval_covers_the_truth_across_seed_sets() -> None:
     """The ~95% interval should hold the analytic rate for (nearly) every seed set."""
     limit_ms = 200.0
-    truth = analytic.md1_max_rate_per_s(SERVICE_S, limit_ms / 1000 - PREFILL_S)
+    truth = formulas.md1_max_rate_per_s(SERVICE_S, limit_ms / 1000 - PREFILL_S)
     hits = 0
     for base in range(6):
         result = capacity(md1_doc(1000, seed=100 * base), [f"ttft_mean_ms={limit_ms}"])

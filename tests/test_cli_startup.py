@@ -132,15 +132,15 @@ def test_an_unknown_first_word_gets_only_stubs() -> None:
 def test_without_calibration_the_stub_list_leaves_calibrate_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cli, "_has_calibration", lambda: False)
+    monkeypatch.setattr(cli, "has_calibration", lambda: False)
     names = [name for name, _ in _listed(cli.build_parser(lazy=True))]
     assert "calibrate" not in names
     assert names == [n for n in ALL_COMMANDS if n != "calibrate"]
 
 
 def test_calibration_is_found_in_this_checkout() -> None:
-    assert cli._has_calibration() is (importlib.util.find_spec("calibration") is not None)
-    assert cli._has_calibration()
+    assert cli.has_calibration() is (importlib.util.find_spec("calibration") is not None)
+    assert cli.has_calibration()
 
 
 # --- every help still works -----------------------------------------------------------------

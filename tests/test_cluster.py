@@ -29,13 +29,13 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from queueing_formulas import mm1_wait_s, mmc_wait_s
 
 from sim import api
 from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig, StaticConfig
 from sim.errors import ConfigError
-from sim.metrics.analytic import mm1_wait_s, mmc_wait_s
 from sim.scenario import scenario_from_dict
 from sim.serving.cluster import Cluster, ClusterConfig, total_over_replicas
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig

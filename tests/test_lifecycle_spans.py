@@ -16,7 +16,14 @@ from sim.engine.records import RequestTable
 from sim.engine.request import Request
 from sim.engine.scheduler import ContinuousConfig, EngineCore, SchedulerOutput
 from sim.metrics.lifecycle import SPAN_COLUMNS, SpanRow, reconstructed_spans, recorded_spans
-from sim.metrics.trace import replica_events, request_events, trace_document, write_trace
+from sim.metrics.trace import (
+    MAX_STEPS,
+    replica_events,
+    request_events,
+    steps_in,
+    trace_document,
+    write_trace,
+)
 
 NAN = float("nan")
 
@@ -302,7 +309,7 @@ def test_replica_events_keep_the_window_cap_and_sample_kv_at_each_step() -> None
             "replica": [0, 0, 0, 0],
         }
     )
-    events = replica_events(steps, series, (0.5, 2.5))
+    events = replica_events(steps_in(steps, (0.5, 2.5), MAX_STEPS), series, (0.5, 2.5))
     steps_out = [e for e in events if e["ph"] == "X"]
     assert [e["name"] for e in steps_out] == ["prefill", "mixed", "decode"]
     assert [e["args"]["num_kv_blocks_used"] for e in steps_out] == [10, 20, 30]
@@ -312,7 +319,8 @@ def test_replica_events_keep_the_window_cap_and_sample_kv_at_each_step() -> None
         {"waiting": 2, "running": 2},
         {"waiting": 1, "running": 3},
     ]
-    capped = [e for e in replica_events(steps, series, (0.5, 2.5), max_steps=1) if e["ph"] == "X"]
+    one = replica_events(steps_in(steps, (0.5, 2.5), 1), series, (0.5, 2.5), 1)
+    capped = [e for e in one if e["ph"] == "X"]
     assert len(capped) == 1
 
 

@@ -18,7 +18,7 @@ from test_step_table import build, replica_script
 
 from sim import api
 from sim.engine.step_runs import COUNT_COLUMNS, StepLog, StepRuns
-from sim.metrics.trace import replica_events, trace_document
+from sim.metrics.trace import replica_events, steps_in, trace_document
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 ALL = ("start_s", "end_s", *COUNT_COLUMNS)
@@ -114,7 +114,7 @@ def test_the_step_cap_holds_on_the_compact_log() -> None:
     raw = result.raw
     window = (0.0, float(np.max(raw.step_table.parts[0].end_s)))
     for cap in (1, 7):
-        compact = replica_events(raw.step_table, raw.series, window, max_steps=cap)
-        expanded = replica_events(raw.steps, raw.timeseries, window, max_steps=cap)
+        compact = replica_events(steps_in(raw.step_table, window, cap), raw.series, window, cap)
+        expanded = replica_events(steps_in(raw.steps, window, cap), raw.timeseries, window, cap)
         assert compact == expanded
         assert sum(event["ph"] == "X" for event in compact) == cap

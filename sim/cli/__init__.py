@@ -1,12 +1,9 @@
 """``servesim``: the command line, a thin layer over ``sim.api``.
 
-One module per subcommand (``sim.cli.run``, ``capacity``, ``sweep``, ``plan``,
-``import_run``, ``cost_breakdown``, ``serve``; ``calibrate``, ``measure`` and ``validate`` live in
-``calibration``, which may import torch), each with ``add_parsers(subparsers)``;
-the options several of them share (``--set``, ``--slo``, ``--host``/``--port``,
-``--out``'s default) are declared here once. Every user error (a bad scenario,
-trace, option or artifact) is printed as one line on stderr and exits with
-status 2; there is no traceback.
+One module per subcommand (``COMMANDS``; ``calibrate``, ``measure`` and ``validate``
+in ``calibration``, which may import torch), each with ``add_parsers(subparsers)``;
+the options several share are declared here once. Every user error is one line
+on stderr and exit status 2, no traceback.
 """
 
 from __future__ import annotations
@@ -41,12 +38,10 @@ FORWARDED: dict[str, tuple[str, str]] = {
 _FORWARDED_MODULE = ""  # COMMANDS' entry for FORWARDED: no module, stubs only
 _CALIBRATE_MODULE = "calibration.cli"
 
-# The module of each group of subcommands (its ``add_parsers`` registers them)
-# with their one-line help, in the order --help lists them. Together the modules
-# import numpy, pandas, pydantic and more (about a second): `servesim --help`
-# needs only the names and help (a stub each), `servesim CMD` also the one module
-# of CMD (issue 16: instant help). tests/test_cli_startup.py checks these help
-# lines against the modules' own.
+# The module of each group of subcommands with their one-line help, in --help's
+# order. The modules import numpy, pandas, pydantic and more (about a second):
+# `servesim --help` needs only the names and help, `servesim CMD` the one module
+# of CMD (issue 16: instant help).
 COMMANDS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("sim.cli.run", (("run", "simulate a scenario and report latency metrics"),)),
     (
@@ -177,26 +172,22 @@ def out_folder(out: str | None, name: str) -> Path:
     return folder
 
 
-def _has_calibration() -> bool:
+def has_calibration() -> bool:
     """Whether the ``calibration`` package is importable (it is not in a sim-only install)."""
     return importlib.util.find_spec("calibration") is not None
 
 
 def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
-    """The ``servesim`` parser.
-
-    With ``lazy=True`` only ``command``'s own module is imported (none when
-    ``command`` is None or unknown); every other subcommand is a stub that
-    carries its name and help, enough for ``servesim --help`` and for
-    argparse's choice check.
-    """
+    """The ``servesim`` parser; with ``lazy=True`` only ``command``'s own module is
+    imported, every other subcommand a stub with its name and help (enough for
+    ``--help`` and argparse's choice check)."""
     parser = argparse.ArgumentParser(
         prog="servesim",
         description="Discrete-event simulator of LLM inference serving.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module, names in COMMANDS:
-        if module == _CALIBRATE_MODULE and not _has_calibration():
+        if module == _CALIBRATE_MODULE and not has_calibration():
             continue
         if module and (not lazy or any(name == command for name, _ in names)):
             importlib.import_module(module).add_parsers(subparsers)

@@ -1,32 +1,19 @@
 """``servesim cost-breakdown``: where one step's time goes, op by op, under a scenario's cost model.
 
-The step is written as a short spec (``--step``), terms joined by ``+``:
+The step is a short spec (``--step``), terms joined by ``+``: ``512p`` one
+prefill chunk of 512 new tokens, ``2x256p`` two of 256, ``512p@4096`` a chunk
+after 4096 cached tokens; ``60d`` 60 decodes of ``DEFAULT_DECODE_CONTEXT_TOKENS``
+context each, ``60d@2048`` of 2048.
 
-- ``512p``: one prefill chunk of 512 new tokens; ``2x256p``: two chunks of
-  256; ``512p@4096``: a chunk of 512 new tokens after 4096 cached ones (a
-  prefix-cache hit or the prompt's earlier chunks);
-- ``60d``: 60 decode sequences, each with ``DEFAULT_DECODE_CONTEXT_TOKENS``
-  tokens of context (KV); ``60d@2048``: each with 2048.
-
-So ``512p+60d`` is a mixed step of one 512-token chunk and 60 decodes. The
-kernel cost model lists every op it prices (all layers together) with its
-share of the step and its source (``KernelCost.op_source``: measured rows,
-rows derived from another head layout's, bytes over bandwidth, a formula over
-the link); the rest of the step (the engine's CPU work it does not hide) is one more
-row. Cost models without a per-op breakdown print the step's total (the
-roofline also its compute and memory times), and the engine's CPU work as
-that row where they price the GPU's work only. Under speculative decoding
-(``speculative:``) the ops are the verification's (each decode a chunk of
-``k + 1`` tokens), then the proposer's GPU and CPU work, the rejection
-sampler and the engine's draft bookkeeping (``sim.cost.speculative``). An
-n-gram proposer with a ``match_probability`` q below 1 drafts for each decode
-with probability q (otherwise the decode verifies its one token, as the
-engine runs it): every figure is then its expectation over the binomial
-number of decodes that draft (``expected_breakdown``).
-
-A step the scenario's engine never runs (more sequences than its policy holds,
-more tokens than a step computes, a sequence past ``engine.max_model_len_tokens``,
-more KV than the cache holds) is refused in one line rather than priced.
+The kernel cost model lists every op it prices with its share of the step and
+its source (``KernelCost.op_source``), and the rest of the step (the engine's CPU
+work it does not hide) as one more row; other cost models print the step's
+total (the roofline also its compute and memory times). Under speculative
+decoding the ops are the verification's, then the proposer's and the engine's
+extra work (``sim.cost.speculative``); an n-gram proposer that drafts with
+probability q < 1 gives every figure as its expectation over the binomial
+number of decodes that draft (``expected_breakdown``). A step the scenario's
+engine never runs is refused in one line (``step_problem``), not priced.
 """
 
 from __future__ import annotations
@@ -51,7 +38,7 @@ from sim.errors import ConfigError
 from sim.scenario import load_scenario
 
 if TYPE_CHECKING:
-    from sim.cost.base import CostModel, StepShape
+    from sim.cost.base import CostModel
     from sim.scenario import Scenario
 
 # A decode term without "@KV": each sequence has this many tokens of context.
@@ -92,9 +79,7 @@ def _sequences(spec: str) -> tuple[list[tuple[int, int]], list[int]]:
 
 def step_problem(spec: str, scenario: Scenario) -> str | None:
     """Why the scenario's engine never runs the step ``spec`` (one line), or None: more
-    sequences than its policy holds, more tokens than a step computes, a sequence
-    longer than ``engine.max_model_len_tokens``, or more KV than its cache holds.
-    Such a step would be priced all the same (a kernel table extrapolates)."""
+    sequences, tokens, length or KV than it allows (a kernel table would extrapolate)."""
     chunks, contexts = _sequences(spec)
     policy, engine = scenario.scheduler, scenario.engine
     max_seqs, step_token_bound = step_limits(scenario)
@@ -152,12 +137,10 @@ _NEGLIGIBLE_PROBABILITY = 1e-12
 
 def expected_breakdown(cost: CostModel, spec: str, match_probability: float) -> dict[str, Any]:
     """``breakdown`` of the step ``spec`` in expectation when each of its ``n`` decodes
-    drafts with probability ``q = match_probability`` (an n-gram proposer's match,
-    ``SpeculativeConfig``) and otherwise verifies its one token (a one-token chunk,
-    ``SchedulerOutput.undrafted``): the mean of the breakdowns with ``m`` drafting
-    decodes, ``m ~ binomial(n, q)``. For each ``m`` the ``n - m`` misses are spread
-    evenly over the decodes sorted by context (any ``m`` of them, where their contexts
-    are alike). Text fields are the most likely ``m``'s."""
+    drafts with probability ``match_probability`` and otherwise verifies its one token
+    (a one-token chunk): the mean over ``m ~ binomial(n, q)`` drafting decodes, the
+    ``n - m`` misses spread evenly over the decodes sorted by context. Text fields are
+    the most likely ``m``'s."""
     chunks, contexts = _sequences(spec)
     n = len(contexts)
     if match_probability == 1.0 or n == 0 or not isinstance(cost, SpeculativeCost):

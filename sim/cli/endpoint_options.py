@@ -1,8 +1,6 @@
 """The options of a load profile and of ``--endpoint`` (``servesim run``, ``measure``
-and ``validate``), and their checks: the parser's part of ``sim.cli.endpoint``.
-
-Light by design: ``servesim run`` builds its parser with these before its figure
-process forks (``sim.cli.run``), so nothing here imports numpy or the simulator.
+and ``validate``), and their checks: light, since ``servesim run`` builds its parser
+with them before its figure process forks (no numpy, no simulator here).
 """
 
 from __future__ import annotations
@@ -15,10 +13,8 @@ SWEEP_SIZE = 10
 """Benchmarks in a ``--profile sweep`` by default, as GuideLLM's ``--rate`` for a sweep."""
 
 MAX_SWEEP_SIZE = 1_000
-"""Most benchmarks a ``--profile sweep`` may ask for: each is a whole run, one after
-another, in its own OUT/phase-N; a thousand rates already split the range between
-the synchronous and throughput rates into 0.1 % steps. ``--sweep-size 99999999``
-ran for hours with nothing written."""
+"""Most benchmarks a ``--profile sweep`` may ask for (each a whole run): a thousand
+rates already split the range between synchronous and throughput into 0.1 % steps."""
 
 DEFAULT_MAX_CONCURRENCY = 256
 """Requests in flight at most when the workload sets no bound (a client's sanity cap)."""

@@ -1,28 +1,16 @@
 """``servesim run``'s figures, drawn in a second process (issue 16: instant small runs).
 
-The figures cost more than the simulation of a small run: importing matplotlib
-and drawing three PNGs. ``FigureWorker.start`` forks a process, before this one
-imports the simulator, that imports numpy and matplotlib (never pandas) while
-this one imports pandas and the simulator and simulates; after the summary is
-printed, ``submit`` hands it the figures' arrays (``sim.metrics.plots``,
-pickled through a pipe) and it draws them (one figure in it, one in each of
-its forks) while this process writes the tables; ``finish`` waits for it. On a
-two-core machine the import overlaps the simulation and the drawing takes both
-cores.
+The figures cost more than the simulation of a small run. ``FigureWorker.start``
+forks, before this process imports the simulator, a worker that imports numpy
+and matplotlib (never pandas) while this one simulates; ``submit`` hands it
+the figures' arrays (pickled through a pipe), it draws them (one per process)
+while this one writes the tables, and ``finish`` waits for it. A worker's
+error or death reaches ``finish`` as one line (``FigureError``, or
+``ConfigError`` for a user error); ``close`` never leaves a worker behind.
 
-An error in the worker (or a signal that killed it, out of memory say) reaches
-``finish`` as one line and raises ``FigureError``, or ``ConfigError`` for a
-user error, as drawing in this process would. The command never exits before
-the worker: ``close`` waits for one that was handed a job and ends one that
-never was (it has written nothing).
-
-Only on Linux: elsewhere a fork without exec is unsafe (macOS system libraries)
-or missing (Windows), and ``start`` returns None: draw in this process instead.
-``servesim run`` forks only when ``spare_core`` finds a core free: on a busy
-machine the second process would only add its own costs.
-
-A reply (worker or helper to its parent) is a small JSON object, ``Reply``; a
-process that dies without replying is described by its exit status.
+Linux only (elsewhere a fork without exec is unsafe or missing: ``start``
+returns None and the figures are drawn here), and only when ``spare_core``
+finds a core free. A reply is a small JSON object, ``Reply``.
 """
 
 from __future__ import annotations
@@ -128,11 +116,8 @@ def fork_quietly() -> int:
 
 
 def exit_with(work: Callable[[], Reply | None], reply_fd: int) -> NoReturn:
-    """In a forked child: run ``work``, send its reply, exit (never returns).
-
-    ``os._exit``: the copy of the caller must run none of its code or exit
-    handlers, nor flush its buffers a second time.
-    """
+    """In a forked child: run ``work``, send its reply, ``os._exit`` (the copy of the
+    caller must run none of its exit handlers, nor flush its buffers a second time)."""
     code = 1
     try:
         reply = work()
@@ -153,11 +138,7 @@ def exit_with(work: Callable[[], Reply | None], reply_fd: int) -> NoReturn:
 
 def draw_in_processes(figures: Figures) -> Reply:
     """Draw each figure in a process of its own (this one the first, a fork each other
-    one); one reply, the paths in ``names`` order.
-
-    On two cores (the parent is idle once its tables are written) three figures
-    take about half the time of one process drawing them in turn.
-    """
+    one; on two cores about half the time of drawing them in turn); one reply."""
     names = figures.names()
     helpers: list[tuple[int, int]] = []  # (pid, read end of its reply pipe)
     for name in names[1:]:
@@ -184,12 +165,9 @@ IMPORT_NICENESS = 10
 
 
 def import_matplotlib() -> None:
-    """Import numpy and matplotlib (not pandas), draw a first figure and make the run's
-    figures up to their data, at a low priority (this thread only, on Linux).
-
-    It runs while the parent simulates: on a busy machine the parent's summary
-    comes first. The helpers forked to draw inherit the warm caches (fonts, text layouts).
-    """
+    """Import matplotlib, draw a first figure and make the run's figures up to their
+    data, at a low priority (this thread only, on Linux): it runs while the parent
+    simulates, whose summary comes first; the helpers forked to draw inherit the caches."""
     with contextlib.suppress(OSError):  # not allowed: import at the usual priority
         os.nice(IMPORT_NICENESS)
     try:
@@ -202,10 +180,8 @@ def import_matplotlib() -> None:
 
 
 def serve(job_fd: int) -> Reply | None:
-    """The worker: import matplotlib, wait for the job, draw it; None when there is none.
-
-    The import runs in a thread of its own, so that the drawing keeps the usual priority.
-    """
+    """The worker: import matplotlib (in a thread, so that the drawing keeps the usual
+    priority), wait for the job, draw it; None when there is none."""
     importer = threading.Thread(target=import_matplotlib, daemon=True)
     importer.start()
     job_bytes = read_all(job_fd)
@@ -225,11 +201,8 @@ CPU_PRESSURE = Path("/proc/pressure/cpu")
 
 
 def cpu_pressure_pct(path: Path = CPU_PRESSURE) -> float | None:
-    """Linux's CPU pressure: % of the last 10 s some task waited for a CPU; None if unknown.
-
-    ``path`` holds lines like ``some avg10=1.25 avg60=0.80 avg300=0.40 total=123``
-    (pressure stall information, Linux >= 4.20; absent in some containers).
-    """
+    """Linux's CPU pressure (``some avg10=1.25 avg60=...`` in ``path``, Linux >= 4.20): %
+    of the last 10 s some task waited for a CPU; None if unknown."""
     try:
         lines = path.read_text().splitlines()
     except OSError:
@@ -246,13 +219,9 @@ def cpu_pressure_pct(path: Path = CPU_PRESSURE) -> float | None:
 
 
 def spare_core() -> bool:
-    """Whether a second core is free now to draw the figures on (on a busy machine a
-    second process only adds its own costs: the fork, matplotlib's caches).
-
-    Needs two cores, a 1-minute load average (this process counts one) under
-    the cores less a half and, where Linux reports it, little CPU pressure
-    (the load says how many run, the pressure whether they wait).
-    """
+    """Whether a second core is free now to draw the figures on: two cores, a 1-minute
+    load under the cores less a half and little CPU pressure where Linux reports it
+    (the load says how many run, the pressure whether they wait)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cores = cores or 1
     if cores < 2 or os.getloadavg()[0] >= cores - 0.5:

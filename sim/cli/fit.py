@@ -1,15 +1,10 @@
 """``servesim calibrate --from-run``: fit a cost model to measured runs, torch-free.
 
 ``calibration.cli`` adds these options (``add_arguments``) to its parser and
-hands a ``--from-run`` command line here before it imports torch. This face
-parses and prints; the work is below: ``sim.validation.fit_runs.replay_runs``
-reads every run, refuses runs of another model or hardware and builds each
-run's replay scenario (``--scenario``, else the run's recorded engine
-settings); ``sim.validation.identify`` picks the free parameters; and
-``fit_runs.fit_and_save`` cross-validates, fits on all runs and writes the
-artifact (``sim.cost.fitted``) that ``cost: {kind: fitted, artifact: PATH}``
-loads; with ``--fit-kind engine-cpu`` the engine's CPU coefficients and the
-way in instead (``sim.cost.fitted_cpu``), for ``engine: {cpu_artifact: PATH}``.
+hands a ``--from-run`` line here before it imports torch. This face parses and
+prints; ``sim.validation.fit_runs`` replays the runs, fits and writes the
+artifact (``sim.cost.fitted``, or ``sim.cost.fitted_cpu`` with ``--fit-kind
+engine-cpu``).
 """
 
 from __future__ import annotations

@@ -14,12 +14,8 @@ from sim.metrics.out_path import out_argument
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace_requests is not None and args.trace_requests < 1:
         raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
-    # The figure process forks first, before this one imports numpy, pandas and
-    # the simulator (~0.7 s): it imports numpy and matplotlib (never pandas),
-    # draws a first figure and makes the run's figures up to their data, on the
-    # other core meanwhile, and is ready to draw by the time the summary is
-    # printed (issue 16). Forked later it would still be importing matplotlib
-    # then. A scenario or --out refused below ends it unused.
+    # The figure process forks first, before this one imports the simulator (~0.7 s):
+    # forked later it would still be importing matplotlib when the summary is printed.
     fork = args.figure_process == "yes" or (args.figure_process == "auto" and spare_core())
     worker = FigureWorker.start() if fork else None
     # Imported here, after the fork: the simulator (numpy, pydantic) loads meanwhile.

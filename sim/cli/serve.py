@@ -1,23 +1,17 @@
 """``servesim serve``: a scenario's engine behind vLLM's OpenAI-compatible HTTP server.
 
-The server (``sim.openai``, aiohttp) is torch-free; the engine behind it is
-built in one place, ``_engine``: the reference engine
-(``calibration.reference_engine.OnlineEngine``, the scenario's model in
-PyTorch, built by ``calibration.serve_cli.reference_engine``, which alone
-imports torch), or with ``--simulate`` the simulated one
-(``sim.serving.realtime.SimulatedEngine``: the scenario's replica, or its
-cluster's replicas behind its router (``sim.serving.routed``), as the
-simulator runs it, each step taking the time its cost model predicts; no
-torch). It serves until Ctrl-C or SIGTERM; with ``--port 0`` a free port is
-picked, and the first line printed names the URL (with ``--simulate``, what
-prices the steps goes to stderr first).
+The server (``sim.openai``) is torch-free; the engine behind it is chosen in
+one place, ``_engine``: the reference engine (the scenario's model in PyTorch,
+built by ``calibration.serve_cli``, which alone imports torch), or with
+``--simulate`` the scenario's replica (or its cluster's, behind its router), each
+step taking the time its cost model predicts. It serves until Ctrl-C or SIGTERM;
+the first line printed names the URL (``--port 0``: a free port).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +20,7 @@ import numpy as np
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments
+from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments, has_calibration
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.fitted import FittedCost
@@ -53,7 +47,7 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """The one place the engine behind the server is chosen and built (not started)."""
     if args.simulate:
         return _simulated_engine(args, scenario)
-    if importlib.util.find_spec("calibration") is None:
+    if not has_calibration():
         raise ConfigError(
             "servesim serve: the reference engine is in the calibration package, not installed here"
         )
@@ -136,11 +130,9 @@ def cost_source(cost: CostModel) -> str:
 
 
 def app_for(engine: OnlineBackend, scenario: Scenario, simulate: bool = False) -> web.Application:
-    """The HTTP server around ``engine``: the scenario's model name, its vocabulary for
-    the byte tokenizer (prompts of token ids outside it are refused), whether its
-    policy schedules by priority (vLLM's ``--scheduling-policy priority``; else a
-    request's ``priority`` other than 0 is refused), and with ``simulate`` the
-    invariants the simulated engine checks (``/metrics`` counts each broken one)."""
+    """The HTTP server around ``engine``: the scenario's model name and vocabulary,
+    whether its policy schedules by priority (else a ``priority`` other than 0 is
+    refused), and with ``simulate`` the invariants ``/metrics`` counts."""
     from sim.openai.server import make_app  # aiohttp: the http extra (_cmd_serve says so)
 
     tokenizer = ByteTokenizer(scenario.model.vocab_size)
@@ -177,7 +169,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _torch_arguments(parser: argparse.ArgumentParser) -> None:
     """The reference engine's ``--device``, ``--dtype``, ``--threads`` (calibration's own)."""
-    if importlib.util.find_spec("calibration") is None:
+    if not has_calibration():
         return  # a sim-only install: no reference engine to configure
     from calibration.cli import add_torch_arguments
 

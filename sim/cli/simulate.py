@@ -1,8 +1,6 @@
-"""What ``servesim run`` does once its figure process has forked (``sim.cli.run``):
-simulate the scenario, print its summary, write its tables, trace and figures.
-
-A module of its own so that ``sim.cli.run`` imports it only after the fork: the
-figure process must not start with the simulator, numpy and pydantic loaded.
+"""What ``servesim run`` does once its figure process has forked: simulate the scenario,
+print its summary, write its files (a module of its own, imported only after the
+fork: the figure process must not start with the simulator loaded).
 """
 
 from __future__ import annotations
@@ -39,23 +37,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from sim.api import Result
-    from sim.cli.figures import FigureWorker
-    from sim.scenario import BenchFlags, Scenario
+    from sim.scenario import Scenario
 
 
 def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
     """Check the scenario and --out, simulate, print the summary, write the files
     (the figures by ``worker`` when given)."""
-    metrics = (
-        parse_percentile_metrics(args.percentile_metrics)
-        if args.percentile_metrics is not None
-        else None
-    )
-    percentiles = (
-        parse_metric_percentiles(args.metric_percentiles)
-        if args.metric_percentiles is not None
-        else None
-    )
+    metrics = parse_percentile_metrics(args.percentile_metrics)
+    percentiles = parse_metric_percentiles(args.metric_percentiles)
     scenario = load_scenario(args.scenario, args.set or (), _bench_flags(args))
     out = out_folder(args.out, scenario.name)
     if args.profile == "sweep":

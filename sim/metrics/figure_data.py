@@ -1,15 +1,10 @@
 """What a run's figures are drawn from, as plain arrays: no pandas, no matplotlib.
 
-``sim.metrics.plots`` cuts these out of a run's tables, and
-``sim.metrics.figure_draw`` draws them (matplotlib). Between the two they can
-cross a pipe: ``servesim run``'s figure process (``sim.cli.figures``) forks
-before the simulator imports pandas and never imports it (issue 16: ~0.3 s it
-need not spend), and the pickled data is a few tens of kB instead of the run's
-whole request table.
-
-``figure_caption`` is the line under every figure's title, here and in the
-sweeps and notebooks: the scenario, the model on its GPU, and the cost model as
-a reader must take it (``cost_model_tag``: measured kernel tables or a guess).
+``sim.metrics.plots`` cuts these out of a run's tables and ``sim.metrics.figure_draw``
+draws them; between the two they cross a pipe to ``servesim run``'s figure process
+(``sim.cli.figures``), a few tens of kB instead of the run's request table.
+``figure_caption`` is the line under every figure's title: the scenario, the model
+on its GPU, and the cost model as a reader must take it (measured or a guess).
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Drawing a run's figures from plain arrays (``sim.metrics.figure_data``): numpy and
-matplotlib only, what ``servesim run``'s figure process imports (no pandas;
-``sim.metrics.plots`` cuts the arrays out of a run's tables).
+matplotlib only, what ``servesim run``'s figure process imports (no pandas).
 
-Figures are drawn with matplotlib's object API on an Agg canvas (no pyplot, no
-display, no global figure state), so plotting is safe in headless and threaded
-runs. Large inputs are reduced to at most ``max_points`` points per line before
-drawing: matplotlib's cost grows with points, not with requests. Margins are
-fixed (``agg_figure``) rather than matplotlib's constrained layout, which
-measures every label in an extra pass and doubles the time to draw a figure.
-
-The three figures: the latency CDFs, the scheduler's time series, and the
-waterfall (one row per request, request 0 at the top, time on the x axis; each
-bar cut into its phases and a black tick at the first streamed token, where
-TTFT ends).
+matplotlib's object API on an Agg canvas (no pyplot, no global figure state: safe
+headless and threaded). A line has at most ``MAX_POINTS`` points (matplotlib's cost
+grows with points, not requests); margins are fixed (``agg_figure``), since the
+constrained layout measures every label in an extra pass and doubles a draw.
 """
 
 from __future__ import annotations
@@ -49,13 +41,11 @@ DPI = 120
 # zlib level of the PNGs: 1 instead of Pillow's 6 writes files ~20 % larger
 # (still ~0.1 MB) in a fraction of the time; encoding was a third of drawing.
 PNG_COMPRESS_LEVEL = 1
-# Titles at a fixed height (the axes' top, matplotlib's default place): left to
-# itself, matplotlib measures every tick label of the axes, at each draw, to lift
-# the title clear of any on top, and these figures have none there.
+# Titles at a fixed height: left to itself, matplotlib measures every tick label at
+# each draw to lift the title clear of any on top, and these figures have none there.
 TITLE_Y = 1.0
-# The figure's title and, under it, its caption (``figure_data.figure_caption``: scenario,
-# model, GPU, cost model), from the top edge in inches; ``CAPTION_IN`` more of top margin
-# than the title alone needs (the figures keep their sizes: the axes give it up).
+# The title and, under it, the caption, from the top edge in inches; ``CAPTION_IN``: the
+# caption's share of the top margin (the axes give it up).
 SUPTITLE_TOP_IN = 0.08
 CAPTION_TOP_IN = 0.36
 CAPTION_IN = 0.2
@@ -90,11 +80,8 @@ TIMESERIES_PANELS = (
 
 @dataclass(frozen=True)
 class Margins:
-    """Space around and between a figure's axes, in inches.
-
-    ``left_in`` holds the y tick labels and y label (up to six-digit ticks at
-    10 pt), ``top_in`` the title(s), ``bottom_in`` the x tick labels and x label;
-    ``gap_w_in`` / ``gap_h_in`` separate panels side by side / stacked.
+    """Space around and between a figure's axes, in inches (``left_in``: up to six-digit
+    y ticks at 10 pt; ``gap_w_in`` / ``gap_h_in``: between panels side by side / stacked).
     """
 
     left_in: float = 0.85
@@ -113,11 +100,8 @@ def agg_figure(
     num_cols: int = 1,
     dpi: int = DPI,
 ) -> Figure:
-    """A figure on its own Agg canvas whose subplots leave ``margins`` around them.
-
-    matplotlib's ``wspace`` / ``hspace`` are fractions of the mean axes width /
-    height, so the gaps in inches are converted with the grid's axes sizes.
-    """
+    """A figure on its own Agg canvas whose subplots leave ``margins`` around them (the
+    gaps converted to matplotlib's fractions of the mean axes size)."""
     fig = Figure(figsize=(width_in, height_in), dpi=dpi)
     FigureCanvasAgg(fig)
     inner_w_in = width_in - margins.left_in - margins.right_in
@@ -157,11 +141,8 @@ def warm_up() -> None:
 def cdf_points(
     values: npt.ArrayLike, max_points: int = MAX_POINTS
 ) -> tuple[FloatArray, FloatArray]:
-    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``.
-
-    When there are more than ``max_points`` values, keeps evenly spaced ranks,
-    always including the minimum and maximum, so the curve keeps its tails.
-    """
+    """Empirical CDF of the finite ``values``: sorted values and fractions ``(i+1)/n``, at
+    most ``max_points`` evenly spaced ranks, the minimum and maximum among them."""
     v = np.asarray(values, dtype=np.float64).ravel()
     v = np.sort(v[np.isfinite(v)])
     n = v.size
@@ -174,13 +155,8 @@ def cdf_points(
 def envelope(
     time_s: npt.ArrayLike, values: npt.ArrayLike, max_points: int = MAX_POINTS
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """Reduce a long series to ``max_points`` bins that keep its peaks.
-
-    Returns each bin's first time and the minimum, mean and maximum of its
-    samples, so a one-sample spike in the queue length still shows in the
-    maximum. A series of at most ``max_points`` samples passes through (min =
-    mean = max = the samples).
-    """
+    """A long series as ``max_points`` bins: each bin's first time and the minimum, mean
+    and maximum of its samples (a one-sample spike still shows); a short one passes."""
     t = np.asarray(time_s, dtype=np.float64).ravel()
     y = np.asarray(values, dtype=np.float64).ravel()
     if t.size <= max_points:
@@ -297,9 +273,8 @@ def prebuild() -> None:
 
 
 def draw_latency_cdfs(data: CdfData, path: str | Path, caption: str = "") -> Path:
-    """TTFT and TPOT empirical CDFs side by side, in ms, p50 and p99 marked, with
-    the SLO lines of ``data``, ``caption`` under the title; written to ``path``, which
-    is returned."""
+    """TTFT and TPOT empirical CDFs side by side (ms, p50 and p99 marked, SLO lines),
+    written to ``path`` (returned)."""
     built = _prebuilt.pop("cdf", None)
     fig, (ax_ttft, ax_tpot) = built if built is not None else _cdf_figure()
     _cdf_panel(ax_ttft, data.ttft_ms, _CDF_PANELS[0][1], data.ttft_slo_ms)
@@ -329,14 +304,10 @@ def window_means(
 
 
 def draw_timeseries(data: TimeseriesData, path: str | Path, caption: str = "") -> Path:
-    """Queue length, running batch size and KV-cache usage (%), stacked on one time
-    axis, values held until the next sample (step plots), ``caption`` under the title;
-    written to ``path``, which is returned.
-
-    A queue that flips between 0 and 1 thousands of times reads as a barcode: when it
-    changes more often than ``QUEUE_WINDOWS`` times, its instants are a light band and
-    a line is its time-weighted mean per window. The KV panel's y axis ends at 1.1 x the
-    peak used (the pool, 100 %, said in its title), not at 100 %, which flattened it.
+    """Queue length, running batch size and KV-cache usage (%) as step plots on one time
+    axis, written to ``path`` (returned). A queue that changes more than ``QUEUE_WINDOWS``
+    times (a barcode otherwise) is its per-window max band and time-weighted mean; the KV
+    axis ends at 1.1 x the peak (100 % flattened it), the pool said in its title.
     """
     time_s = data.time_s
     built = _prebuilt.pop("timeseries", None)

@@ -1,38 +1,27 @@
 """What must hold after every run, whatever the input: checked on the run's own records.
 
 ``check_run`` runs once per simulation, where its result is assembled
-(``sim.api.result.build_result``: single runs, sweeps, capacity searches and
-replays all pass there); ``LiveChecks`` runs the same checks on a live engine
-as it serves (``servesim serve --simulate``). A broken invariant is a simulator
-bug, never a figure to print: it raises ``InvariantError``, which names the
-invariant and the first request or sample that breaks it.
+(``sim.api.result.build_result``: every run, sweep, capacity search and replay);
+``LiveChecks`` runs the same checks on a live engine (``servesim serve
+--simulate``). A broken invariant is a simulator bug, never a figure to print:
+``InvariantError`` names it and the first request or sample that breaks it.
 
 - ``accounting``: every request sent is recorded exactly once, as completed,
   rejected or unfinished (never both rejected and finished).
-- ``ttft_within_e2e``: a completed request's first token comes after its
-  arrival and no later than its last one (0 <= TTFT <= E2E); one that ended
-  with none (an online client's abort) has no TTFT.
+- ``ttft_within_e2e``: 0 <= TTFT <= E2E for a completed request with a token.
 - ``tokens_out``: a completed request generated exactly the tokens it asked
   for; no request generated more.
-- ``kv_pool``: no sample of a replica's KV blocks in use exceeds the pool the
-  configuration gave it (``num_kv_blocks``), nor falls below 0. The series is
-  sampled at every plan (decode steps a plan lets follow it are not sampled:
-  the scheduler's own bound covers them); reading it costs nothing per step.
-- ``littles_law``: on each replica, the time-average number of requests in
-  the engine (the queue samples' ``num_waiting + num_running``, each held
-  until the next sample) equals throughput x mean time in the engine (the
-  records' ``ready_s`` to ``engine_finish_s``), within the sampling error: a
-  sample is stale by at most the gap to the next one, so each entry or exit
-  moves the time-integral by at most the length of the gap it falls in.
-  A central-queue run's ``ready_s`` is when a request joined the central
-  queue, where no engine counts it: its time in the engine starts at
-  ``pulled_s``, when its replica took it (NaN, never: not in an engine).
-  Not checked for a disaggregated run, whose records join two replicas' times
-  (a request in KV transfer is in neither queue).
+- ``kv_pool``: no sample of a replica's KV blocks in use exceeds its pool
+  (``num_kv_blocks``) nor falls below 0 (sampled at every plan).
+- ``littles_law``: on each replica, the time-average number in the engine
+  (``num_waiting + num_running``, each sample held until the next) equals
+  throughput x mean time in the engine (``ready_s``, or ``pulled_s`` in a
+  central-queue run, to ``engine_finish_s``), within the sampling error: each
+  entry or exit moves the area by at most the gap it falls in. Not checked for
+  a disaggregated run, whose records join two replicas' times.
 
-The cost is a few numpy passes over the records and the series (O(n log m)
-for n requests and m samples), against a simulation's per-plan work:
-``benchmarks/sim_speed.py`` measures the run with it (issue 39: within 5 %).
+The cost, a few numpy passes (O(n log m) for n requests and m samples), is
+measured by ``benchmarks/sim_speed.py`` (issue 39: within 5 %).
 """
 
 from __future__ import annotations
@@ -49,8 +38,6 @@ if TYPE_CHECKING:
     from sim.engine.columns import Columns
     from sim.engine.scheduler import EngineCore
 
-FloatArray = npt.NDArray[np.float64]
-
 INVARIANTS = ("accounting", "ttft_within_e2e", "tokens_out", "kv_pool", "littles_law")
 """Every invariant ``check_run`` checks, by the name its error gives."""
 
@@ -65,13 +52,9 @@ def check_run(
     num_sent: int | None,
     num_kv_blocks: int,
 ) -> None:
-    """Raise ``InvariantError`` for the first invariant the run breaks.
-
-    ``records``: the run's per-request table (client times, ``engine_*`` times);
-    ``series``: every replica's queue samples (``SERIES_COLUMNS`` and
-    ``replica``); ``num_sent``: the requests the workload sent (None: not known);
-    ``num_kv_blocks``: the KV pool of each replica, as configured.
-    """
+    """Raise ``InvariantError`` for the first invariant the run breaks (``series``:
+    every replica's queue samples; ``num_sent`` None: not known; ``num_kv_blocks``:
+    each replica's pool)."""
     _check_rows(records, series, num_sent, num_kv_blocks)
     # (a disaggregated run's records join two replicas' times: module docstring)
     if "engine_finish_s" in records and "prefill_replica" not in records:
@@ -96,22 +79,14 @@ def _check_rows(
 class LiveChecks:
     """``check_run``'s invariants on a live engine core, as it serves.
 
-    ``servesim serve --simulate`` passes one per replica to its engine
-    (``sim.serving.realtime.SimulatedEngine``'s ``check``), which calls it with
-    its core after each commit, before the step's tokens go out, and at each
-    empty plan. A server has no end to check at, so the same rules run on what
-    is new since the last call: the records written (accounting, without a
-    count sent; ttft_within_e2e; tokens_out) and the queue samples taken
-    (kv_pool), so a request that breaks one never gets its last token. Each
-    time the core is empty (nothing waiting, running or held: every request it
-    took in is recorded), ``check_run`` runs on the whole stretch since it was
-    last empty, Little's law included; the number sent stays unknown there too
-    (requests on their way in are not the core's yet). A broken invariant
-    raises ``InvariantError`` on the engine's thread, which stops the engine.
-
-    Cost: per call, a copy of the new rows (a step's finishes and its plan's
-    sample) and the row checks on them; per stretch, ``check_run``'s few passes
-    over it, made while the engine is idle (``benchmarks/live_invariants.py``).
+    ``SimulatedEngine`` calls it with its core after each commit (before the
+    step's tokens go out) and at each empty plan. A server has no end, so the
+    row checks run on the rows new since the last call (a request that breaks
+    one never gets its last token), and each time the core is empty (every
+    request it took in is recorded) ``check_run`` runs on the stretch since it
+    was last empty, Little's law included, the number sent unknown. An
+    ``InvariantError`` on the engine's thread stops the engine. Cost:
+    ``benchmarks/live_invariants.py``.
     """
 
     def __init__(self) -> None:
@@ -192,9 +167,8 @@ def _check_accounting(records: RequestTable, num_sent: int | None) -> None:
 
 
 def _check_ttft_within_e2e(records: RequestTable, done: npt.NDArray[np.bool_]) -> None:
-    # A request that ended with no token has no TTFT: an online engine records a
-    # request whose client left early as asking for what it produced (0 tokens if
-    # it left before its first); any other that asked for tokens is tokens_out's.
+    # No token, no TTFT: an online client that left before its first (tokens_out
+    # judges any other request that asked for tokens).
     done = done & (np.asarray(records["num_generated_tokens"]) > 0)
     # Times compared directly: t - arrival is monotone in t, so TTFT <= E2E exactly
     # when first_token_s <= finish_s (NaN compares False: a missing time breaks it).

@@ -1,12 +1,9 @@
 """Inter-token latency from the step log: each step's gap, weighted by the tokens that saw it.
 
-A step log may hold tens of millions of steps. The compact log of a run
-(``sim.engine.step_runs.StepTable``) is read a block of segments at a time,
-delivery times included, so the only arrays its length are the (gap,
-weight) pairs themselves; an
-expanded one (a ``DataFrame``, e.g. a measured run's) is read whole. Both give
-the same pairs in the same order (step order, then ``extra_itl_s``), hence
-the same statistics to the bit.
+A run's compact log (``StepTable``, tens of millions of steps) is read a block
+of segments at a time, so the only arrays its length are the (gap, weight)
+pairs; an expanded one (a measured run's frame) is read whole. Both give the
+same pairs in the same order, hence the same statistics to the bit.
 """
 
 from __future__ import annotations
@@ -47,11 +44,9 @@ def step_itl_gaps_s(
 ) -> tuple[FloatArray, FloatArray]:
     """Each step's inter-token gap and how many tokens see it, then ``extra_itl_s`` (weight 1).
 
-    A token that follows its request's token of the step before sees the
-    gap between the two steps' deliveries to the client (``delivered_s``,
-    ``sim.serving.frontend``); when both left in one chunk there is no gap
-    (``vllm bench serve`` records one ITL per chunk). A step log without
-    ``delivered_s`` (the engine's own) uses the step's duration.
+    The gap is between the two steps' deliveries to the client (``delivered_s``;
+    none when both left in one chunk, as ``vllm bench serve`` records one ITL per
+    chunk), or the step's duration in a log without deliveries (the engine's own).
     """
     extra = np.asarray(extra_itl_s, dtype=np.float64).ravel()
     if not isinstance(steps, StepTable):  # a frame, one row per step
@@ -92,12 +87,9 @@ def _frame_gaps_s(steps: pd.DataFrame) -> tuple[FloatArray, FloatArray]:
 
 
 def _blocks(steps: StepTable) -> Iterator[tuple[FloatArray, IntArray, npt.NDArray[np.bool_]]]:
-    """(gap, ``num_itl_tokens``, used) of every step, a block of segments at a time.
-
-    The gaps are those of the expanded log's rows, replica after replica: a
-    replica's first step follows the last step of the one before (its count
-    is zero, so that gap is never used; kept for the same pairs as the frame).
-    """
+    """(gap, ``num_itl_tokens``, used) of every step, a block of segments at a time, as
+    the expanded log's rows (a replica's first gap, from the one before's last step,
+    is never used: its count is zero)."""
     previous_s: float | None = None
     for part in steps.parts:
         step = 0

@@ -1,24 +1,17 @@
 """The life of each request as a sequence of phase spans (the waterfall and the trace).
 
-A request's phases, in order: ``way_in`` (arrival to ready: the server's way
-in, ``FrontendConfig.way_in_s``), ``waiting``
-(queued), ``prefill`` (one span per chunk when the run recorded them),
-``decode``, ``preempted`` or ``swapped`` (out of the batch after a preemption,
-until it is scheduled again), ``kv_transfer`` (disaggregation: from the
-prefill replica to the decode replica), and ``detokenize`` (from the engine
-step that made the last token to the client receiving it: the frontend's
-output processing and detokenization, and its queue when it lags; read from
-the run's ``engine_finish_s`` and ``finish_s``). Engine phases use engine
-times (``engine_first_token_s``, ``engine_finish_s``); a table without them
-(a measured run) is taken as engine times with no frontend. Spans of one
-request abut and never overlap: each starts where the one before ended.
+A request's phases, in order (``PHASES``): ``way_in`` (arrival to ready),
+``waiting``, ``prefill`` (one span per chunk when the run recorded them),
+``decode``, ``preempted`` or ``swapped`` (out of the batch until scheduled
+again), ``kv_transfer`` (disaggregation: prefill replica to decode replica) and
+``detokenize`` (the last token's engine step, ``engine_finish_s``, to the
+client, ``finish_s``). Engine phases use engine times; a table without them (a
+measured run) is taken as engine times with no frontend. A request's spans abut.
 
-Two sources. ``recorded_spans`` uses the per-step activity an
-``ActivityRecorder`` logged (``servesim run --trace``): exact chunks and
-gaps. ``reconstructed_spans`` needs only what every run keeps (the request
-records, the step log and ``later_runs``): prefill is one span from the
-first scheduled step to the first token, and a preemption gap includes the
-recompute that followed it.
+Two sources: ``recorded_spans``, the per-step activity an ``ActivityRecorder``
+logged (``servesim run --trace``: exact chunks and gaps); ``reconstructed_spans``,
+what every run keeps (records, step log, ``later_runs``): prefill is one span to
+the first token, and a preemption gap includes the recompute that followed it.
 """
 
 from __future__ import annotations
@@ -162,12 +155,8 @@ def reconstructed_spans(
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
 ) -> list[SpanRow]:
-    """Phase spans from the request records, the step log and ``later_runs`` only.
-
-    ``steps``: the compact log (searched as it is), or one row per step. Without
-    pandas for a run's columns and compact log (``servesim run``'s waterfall,
-    before pandas is loaded).
-    """
+    """Phase spans from the request records, the step log (compact, or one row per step)
+    and ``later_runs`` only: no pandas for a run's columns and compact log."""
     rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
         track = _Track(row)
@@ -189,12 +178,9 @@ def _token_body(
     runs: list[tuple[float, int]] | None,
     first_token_s: float,
 ) -> None:
-    """Prefill to the first token, then decode runs split by preemption gaps.
-
-    Token times (from the step log) are needed only for requests whose tokens
-    came in several runs; a run that cannot be placed (speculative decoding
-    emits several tokens a step) is drawn as one decode span.
-    """
+    """Prefill to the first token, then decode runs split by preemption gaps (token
+    times only where the tokens came in several runs; runs that cannot be placed, as
+    under speculative decoding, as one decode span)."""
     prefill = _finite(row.get("prefill_replica"))  # None, NaN or NA: on its own replica
     prefill_replica = None if prefill is None else int(prefill)
     count = int(row["num_generated_tokens"])

@@ -1,22 +1,15 @@
-"""Check an ``--out`` location before any work starts.
+"""Check an ``--out`` location before any work starts, and write a run's files all or nothing.
 
-A run, a capacity search or a measurement can take minutes; finding out only
-when writing that ``--out`` is a file, lies under a file, or sits in a folder
-this user cannot write loses all of it. Each command calls
-:func:`check_out_dir` (or :func:`check_out_file` for a single artifact) first:
-a bad location is a one-line ``ConfigError``; a folder that already holds
-files (another run's) is announced on stderr, since the new files replace
-those of the same name and the rest stay beside them.
+A run can take minutes; finding out only when writing that ``--out`` is a file,
+lies under one or cannot be written loses all of it. ``check_out_dir`` (or
+``check_out_file``) refuses a bad location in one line, creating nothing: it
+probes the nearest existing folder with a temporary directory (which also
+catches read-only file systems, where permission bits say nothing to root).
+A folder that already holds files is announced on stderr.
 
-The check creates nothing: it probes the nearest existing folder on the path
-with a temporary directory, which also catches read-only file systems where
-permission bits say nothing (e.g. when running as root).
-
-:func:`staged` makes writing a run's files all or nothing: they are written
-into a hidden folder inside ``--out`` and moved into place only once every one
-is complete (``summary.json`` last), so an interrupted write (Ctrl-C, a full
-disk) leaves no truncated file beside a complete summary: the hidden folder is
-removed and the folder holds what it held before.
+``staged`` writes a run's files into a hidden folder inside ``--out`` and moves
+them into place once every one is complete (``summary.json`` last): an
+interrupted write leaves the folder as it was.
 """
 
 from __future__ import annotations
@@ -65,11 +58,8 @@ def _probe_writable(path: Path, folder: Path, option: str) -> None:
 
 
 def check_out_dir(path: str | Path, option: str = "--out") -> list[str]:
-    """Refuse an output folder that cannot be written; note what it already holds.
-
-    Returns the names of the entries already in the folder (also announced on
-    stderr, in one line) so that callers and tests can tell a fresh folder.
-    """
+    """Refuse an output folder that cannot be written; the names of what it already
+    holds (announced on stderr in one line)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{option} {path}: is a file, not a folder")

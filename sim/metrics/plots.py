@@ -1,13 +1,9 @@
 """A run's figures from its tables: latency CDFs, the scheduler's time series, the waterfall.
 
 ``cdf_data``, ``timeseries_data`` and ``waterfall_data`` cut the arrays a figure
-draws (``sim.metrics.figure_data``) out of a run's tables: its ``RequestTable``
-and the series and spans as frames or as the run's arrays and span rows (then
-no pandas at all, so that ``servesim run`` hands its figures to the figure
-process before it imports pandas); ``sim.metrics.figure_draw`` draws them (matplotlib,
-imported on first draw: importing this module stays cheap); ``draw_waterfall``
-does both on a notebook's axes, and ``caption_figure`` gives a notebook's figure
-the caption every figure of servesim carries (``figure_data.figure_caption``).
+draws (``sim.metrics.figure_data``) out of a run's tables, frames or (without
+pandas, for ``servesim run``'s figure process) its columns and span rows.
+``draw_waterfall`` and ``caption_figure`` serve a notebook's own figures.
 """
 
 from __future__ import annotations

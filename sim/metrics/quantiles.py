@@ -1,12 +1,9 @@
 """Weighted latency statistics, never expanded to one value per token.
 
-A step log weighs each step's gap by the tokens that saw it: a million
-requests give tens of millions of (gap, weight) pairs. Sorting them with an
-index permutation took five arrays of their length; ``weighted_quantiles``
-instead finds the few values it needs by bucketing around sampled values,
-in slices, then sorting only the buckets that hold them. For integer weights
-(ITL token counts; ones for per-request latencies) the result is the same, to
-the bit, as sorting everything: the same elements at the same positions.
+A million requests give tens of millions of (gap, weight) pairs; sorting them
+with an index permutation took five arrays of their length. ``weighted_quantiles``
+finds the few values it needs by a radix select in slices instead, and for
+integer weights gives the same values, to the bit, as sorting everything.
 """
 
 from __future__ import annotations
@@ -30,13 +27,10 @@ def weighted_quantiles(
 ) -> FloatArray:
     """Quantiles ``qs`` (in [0, 1]) of ``values`` where each value counts ``weight`` times.
 
-    For non-negative integer weights the result equals
-    ``np.percentile(np.repeat(values, weights), 100 * qs)`` with numpy's default
-    ``linear`` method: with ``N`` the total weight, quantile ``q`` sits at position
-    ``h = q (N - 1)`` of the sorted expanded list and interpolates linearly between
-    positions ``floor(h)`` and ``floor(h) + 1``. Real weights use the same formula
-    (their sums may round differently from a sort's running sum). Returns NaN
-    for every ``q`` when the total weight is zero. No expansion, no full sort.
+    For integer weights, ``np.percentile(np.repeat(values, weights), 100 * qs)``
+    (numpy's ``linear`` method: position ``h = q (N - 1)`` of the sorted expanded
+    list, ``N`` the total weight, interpolated between ``floor(h)`` and the next);
+    real weights use the same formula. NaN for every ``q`` when the total weight is 0.
     """
     v = np.asarray(values, dtype=np.float64).ravel()
     w = np.asarray(weights).ravel()
@@ -77,14 +71,10 @@ def _values_at_positions(v: FloatArray, w: FloatArray, positions: FloatArray) ->
 
 
 def _values_at(v: FloatArray, w: FloatArray, positions: FloatArray, level: int = 0) -> FloatArray:
-    """The value at each position of the sorted expanded list (no NaN in ``v``).
-
-    Position ``p`` holds the first value, in sorted order, whose running weight
-    exceeds ``p``: the smallest value ``x`` whose pairs with values <= ``x``
-    weigh more than ``p``, whatever the order of ties. A radix select: values
-    are bucketed by the next bits of their order-preserving 64-bit keys, and
-    only the buckets holding a position are searched further (the last bits
-    leave one value per bucket).
+    """The value at each position of the sorted expanded list (no NaN in ``v``): the
+    smallest value whose pairs with values <= it weigh more than the position. A
+    radix select: values are bucketed by the next bits of their order-preserving
+    64-bit keys, and only the buckets holding a position are searched further.
     """
     if v.size <= _DIRECT:
         order = np.argsort(v)
@@ -161,13 +151,9 @@ def latency_stats_ms(
     percentiles: Sequence[float] = (90, 99),
     overwrite: bool = False,
 ) -> Summary:
-    """``mean_/median_/std_/p<P>_<name>_ms`` of (weighted) latencies given in seconds.
-
-    Non-finite values are dropped; all statistics are ``None`` when nothing is left.
-    ``std`` is the population standard deviation (``np.std``'s default, as vllm).
-    ``overwrite`` lets it reuse ``values_s``'s memory (a float64 array the caller
-    no longer needs: tens of millions of step gaps).
-    """
+    """``mean_/median_/std_/p<P>_<name>_ms`` of (weighted) latencies given in seconds,
+    non-finite values dropped (``None`` when nothing is left); ``std`` as ``np.std``
+    (and vllm). ``overwrite``: reuse ``values_s``'s memory (tens of millions of gaps)."""
     check_percentiles(percentiles)
     v = np.asarray(values_s, dtype=np.float64).ravel()
     w = np.ones_like(v) if weights is None else np.asarray(weights, dtype=np.float64).ravel()

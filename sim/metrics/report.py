@@ -1,10 +1,8 @@
 """A run's outputs in a folder, its summary table, and a warning when most were rejected.
 
-Layout of ``out_dir`` (``write_outputs``): ``requests.parquet`` (or ``.csv``),
-``summary.json``, ``timeseries.csv``, ``latency_cdf.png``, ``timeseries.png``,
-``waterfall.png`` (``Result.write``) and, only on request, ``steps.parquet`` (the
-step log can hold tens of millions of rows). The figures can be drawn apart from
-the tables (``FigureJob``; ``prepare_figures`` turns it into arrays).
+``write_outputs``: ``requests.parquet``, ``summary.json``, ``timeseries.csv``, the
+figures and, only on request, ``steps.parquet`` (tens of millions of rows). The
+figures can be drawn apart from the tables (``FigureJob``, ``prepare_figures``).
 """
 
 from __future__ import annotations
@@ -120,11 +118,8 @@ def summary_to_json(summary: Mapping[str, object]) -> str:
 
 @dataclass(frozen=True)
 class FigureJob:
-    """What a run's figures are drawn from, and the folder they go to: its request
-    table, and its series and spans as frames or as its columns and span rows
-    (``Result.figure_job``: no pandas needed to cut them into ``Figures`` for
-    ``sim.cli.figures``' process). ``waterfall`` is (phase spans, request records);
-    without it there is no waterfall.png.
+    """What a run's figures are drawn from (frames, or columns and span rows: no pandas),
+    and the folder they go to; ``waterfall``: (phase spans, request records), or none.
     """
 
     out_dir: Path
@@ -136,9 +131,7 @@ class FigureJob:
 
 
 def draw_figures(job: FigureJob) -> list[Path]:
-    """Draw ``job``'s figures into its folder (which must exist); return their paths:
-    ``latency_cdf.png`` (with the TTFT/TPOT SLO lines of ``job.slo``),
-    ``timeseries.png`` and, when ``job.waterfall`` is given, ``waterfall.png``."""
+    """Draw ``job``'s figures into its folder (which must exist); return their paths."""
     # matplotlib (~0.3 s to import) only now: a caller that prints the summary
     # first shows it before paying for the figures.
     from sim.metrics.figure_draw import draw_prepared
@@ -175,10 +168,9 @@ def write_outputs(
 ) -> list[Path]:
     """Write a run's outputs into ``out_dir`` (created if needed); return the paths.
 
-    ``formats`` picks how ``requests`` (and ``steps`` with ``write_steps=True``) are
-    stored: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both. The
-    figures (SLO lines of ``slo``; no waterfall) are drawn from frames (a measured
-    run's): columns need ``plots=False`` (their figures come from ``Result.figure_job``).
+    ``formats``: ``"parquet"`` (CSV when pyarrow is missing), ``"csv"``, or both. The
+    figures (no waterfall) are drawn from frames (a measured run's): columns need
+    ``plots=False`` (their figures come from ``Result.figure_job``).
     """
     unknown = sorted(set(formats) - set(TABLE_FORMATS))
     if unknown or not formats:
@@ -241,18 +233,10 @@ def _is_set(value: object) -> bool:
 def format_summary_table(
     summary: Mapping[str, object], metrics: Collection[str] | None = None
 ) -> str:
-    """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``).
-
-    Aligned ``label value`` lines; goodput, the concurrency limit and the
-    configured rate only when set (a finite number); one section per latency
-    metric present, or of ``metrics`` (``--percentile-metrics``: some of
-    ``ttft``, ``tpot``, ``itl``, ``e2el``) when given (Mean, Median, then every
-    percentile, ms).
-    Undefined values print as ``n/a``. When the summary records its
-    ``engine_settings``, they head the block in one line; when it has TTFT's
-    parts, they follow the TTFT section, with the frontend values left at
-    their estimates.
-    """
+    """The result block of ``vllm bench serve`` for ``summary`` (from ``summarize``): one
+    section per latency metric present, or of ``metrics`` (``--percentile-metrics``);
+    undefined values as ``n/a``; ``engine_settings`` heading it and TTFT's parts after
+    the TTFT section, where the summary has them."""
     lines = []
     settings = summary.get("engine_settings")
     if isinstance(settings, Mapping):
@@ -346,13 +330,8 @@ def all_rejected_error(requests: RequestTable) -> str | None:
 
 
 def rejection_warning(requests: RequestTable) -> str | None:
-    """A one-line warning with the count and the first reason, when most were rejected.
-
-    A request is rejected at intake when it can never be served (prompt plus
-    output longer than ``max_model_len_tokens``, or more KV blocks than the whole
-    cache). Such a run still "succeeds": without this note, a scenario whose every
-    prompt is too long exits 0 with a report of zero completions and nothing on stderr.
-    """
+    """A one-line warning with the count and the first reason, when most were rejected
+    (as never servable: such a run still "succeeds", with nothing else on stderr)."""
     found = _rejections(requests)
     if found is None or found[0] < MOST_REJECTED_SHARE * len(requests):
         return None

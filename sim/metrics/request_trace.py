@@ -1,18 +1,13 @@
 """A run's requests as a workload trace file: GuideLLM's JSON lines or servesim's CSV.
 
-``servesim run --save-trace FILE`` writes every request of the run (rejected
-ones too: they were sent), in arrival order, with its arrival time in seconds
-from the start, its prompt length and the output length it asked for:
+``servesim run --save-trace FILE`` writes every request sent (rejected ones
+too), in arrival order: its arrival (s, the shortest text that reads back to the
+same float), prompt length and requested output length,
 
-- ``FILE.jsonl``: GuideLLM's trace format (``guidellm run --profile
-  kind=replay --data kind=trace_synthetic,source.kind=json_file,source.path=FILE.jsonl``):
-  one JSON object a line, ``{"timestamp": s, "input_length": n, "output_length": n}``,
-  timestamps in seconds (GuideLLM replays them relative to the first);
-- ``FILE.csv``: servesim's CSV trace (``timestamp,prompt_tokens,output_tokens``,
-  what ``servesim import-run`` writes as ``trace.csv``), replayed by
-  ``workload: {kind: trace, format: csv, path: FILE.csv}``.
-
-Both write times as the shortest text that reads back to the same float.
+- ``FILE.jsonl``: GuideLLM's trace format (``--data kind=trace_synthetic,...``),
+  ``{"timestamp": s, "input_length": n, "output_length": n}`` a line;
+- ``FILE.csv``: servesim's (``timestamp,prompt_tokens,output_tokens``, as
+  ``servesim import-run``'s ``trace.csv``), replayed by ``workload: {kind: trace}``.
 """
 
 from __future__ import annotations
@@ -42,8 +37,7 @@ def check_trace_path(path: str | Path, option: str = "--save-trace") -> Path:
 
 
 def write_request_trace(path: str | Path, requests: RequestTable) -> Path:
-    """Write ``requests`` (arrival, prompt and requested output tokens) as a trace
-    in the format ``path``'s suffix names (module docstring)."""
+    """Write ``requests`` as a trace in the format ``path``'s suffix names."""
     target = check_trace_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)  # as --out: a missing folder is made
     arrival_s = floats(requests["arrival_s"])

@@ -1,10 +1,7 @@
 """SLOs on run statistics, as capacity planning and sweeps state them.
 
-A target names a metric, a statistic of it over a run and a limit in ms:
-``ttft_p99_ms=500`` means "the run's p99 TTFT is at most 500 ms". It reads
-the summary key ``p99_ttft_ms`` (vllm bench serve's spelling). Unlike the
-per-request ``slo:`` of a scenario (which decides goodput), a target judges a
-whole run.
+``ttft_p99_ms=500``: "the run's p99 TTFT (summary key ``p99_ttft_ms``) is at most
+500 ms". Unlike a scenario's per-request ``slo:`` (goodput), a target judges a run.
 """
 
 from __future__ import annotations
@@ -82,12 +79,9 @@ def targets_from_mapping(mapping: Mapping[str, Any], where: str) -> tuple[SloTar
 
 
 def metric_value(summary: Mapping[str, Any], target: SloTarget) -> float:
-    """The statistic ``target`` judges, from a run summary.
-
-    A run with no completed request scores ``inf`` (it fails every target); a
-    missing sample otherwise (e.g. no request with two tokens for TPOT) scores
-    0, since no request can have broken that target.
-    """
+    """The statistic ``target`` judges, from a run summary: ``inf`` without a completed
+    request (it fails every target), 0 for a missing sample otherwise (e.g. no TPOT:
+    no request can have broken that target)."""
     value = summary.get(target.summary_key)
     if value is not None and not (isinstance(value, float) and math.isnan(value)):
         return float(value)
@@ -100,11 +94,8 @@ def meets(summary: Mapping[str, Any], targets: Iterable[SloTarget]) -> bool:
 
 
 def per_request_slo(targets: Iterable[SloTarget]) -> Slo | None:
-    """The per-request SLO used for goodput: each metric's (largest) limit.
-
-    ``ttft_p99_ms=500`` becomes "a good request has TTFT <= 500 ms". ITL has no
-    per-request form and is left out; ``None`` if nothing remains.
-    """
+    """The per-request SLO for goodput: each metric's largest limit (ITL has no
+    per-request form); ``None`` if nothing remains."""
     limits: dict[str, float] = {}
     for target in targets:
         if target.metric == "itl":

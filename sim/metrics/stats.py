@@ -15,20 +15,16 @@ Definitions (all per completed request; times in seconds in frames, reported in 
   for a table without engine times, such as a measured run).
 - TPOT = (E2EL - TTFT) / (``num_generated_tokens`` - 1), only for requests with at
   least two generated tokens (for goodput a 1-token request has TPOT 0, as in vllm).
-- ITL: every gap between consecutive tokens. A step of duration ``d`` contributes
-  ``num_itl_tokens`` gaps of ``d``; each value of ``extra_itl_s`` is one more gap.
-  Statistics are weighted, never expanded to one row per token. Unlike vllm, the
-  step log cannot tell which request a token belongs to, so gaps of requests that
-  were unfinished at the end of the simulation are included too.
+- ITL: every gap between consecutive tokens, weighted (``sim.metrics.itl``). Unlike
+  vllm, gaps of requests unfinished at the end of the simulation count too.
 - duration: from the first arrival (any request, rejected or not) to the last
   finish of a completed request: the simulated counterpart of vllm's benchmark
   wall time, which starts when the first request is sent.
 - goodput: completed requests meeting every given SLO (``<=``), per second.
 
 Undefined values (no completed request, no TPOT sample, no ITL gap, zero
-duration) are ``None``, so that ``summarize`` output serialises to JSON null.
-Percentiles use numpy's default ``linear`` method (the one vllm uses), extended to
-weights by treating an integer weight ``k`` as ``k`` repeated values.
+duration) are ``None`` (JSON null). Percentiles: numpy's ``linear`` method, as vllm's
+(``sim.metrics.quantiles``).
 """
 
 from __future__ import annotations
@@ -83,13 +79,8 @@ TTFT_PARTS = (
 
 
 def latency_columns(requests: RequestTable) -> dict[str, FloatArray]:
-    """``ttft_s``, ``tpot_s``, ``e2el_s`` and TTFT's parts per request, as arrays.
-
-    The parts (``TTFT_PARTS``, module docstring) telescope: ``way_in_s +
-    queue_s + prefill_s + way_out_s`` is ``ttft_s`` to float rounding. A value
-    is NaN when an event it needs never happened, and ``tpot_s`` is NaN for
-    requests with fewer than two generated tokens.
-    """
+    """``ttft_s``, ``tpot_s``, ``e2el_s`` and TTFT's parts (module docstring; they sum
+    to ``ttft_s``) per request; NaN where an event it needs never happened."""
     arrival = floats(requests["arrival_s"])
     first_token = floats(requests["first_token_s"])
     num_generated = floats(requests["num_generated_tokens"])
@@ -167,12 +158,8 @@ def summarize(
     slo: Slo | None = None,
     percentiles: Sequence[float] = (90, 99),
 ) -> Summary:
-    """The ``vllm bench serve`` result dict (scalars only) plus ``num_rejected``.
-
-    ``duration`` is in seconds, throughputs per second, latencies in ms.
-    ``duration`` and throughputs are ``None`` without a completed request;
-    ``request_goodput`` is ``None`` without an SLO (or with an empty one).
-    """
+    """The ``vllm bench serve`` result dict (scalars: ``duration`` s, throughputs per s,
+    latencies ms) plus ``num_rejected``; goodput ``None`` without an SLO."""
     check_percentiles(percentiles)
     # First, while nothing else is held: its (gap, weight) pairs may fill GBs.
     itl = itl_distribution(steps, extra_itl_s, percentiles)
@@ -248,24 +235,14 @@ def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) 
 
 
 def _beyond_extreme(n: int, p: float) -> str:
-    """``_between_largest`` for a high ``p``; for a low one its mirror image (the linear
-    method is symmetric: rank ``(n - 1) p / 100`` from the bottom is rank
-    ``(n - 1) (100 - p) / 100`` from the top), between the two smallest."""
-    if p >= 50.0:
-        return _between_largest(n, p)
-    text = _between_largest(n, 100.0 - p)
-    return text.replace("largest", "smallest").replace("maximum", "minimum")
-
-
-def _between_largest(n: int, p: float) -> str:
     """Where the linear method puts the ``p``-th percentile of ``n`` samples when fewer
-    than one lies beyond it: at rank ``h = (n - 1) p / 100`` (0-based, sorted), which is
-    then above ``n - 2``, so between the two largest samples, ``h - (n - 2)`` of the way
-    to the largest (at it only when ``h = n - 1``: one sample, or p = 100)."""
-    rank = (n - 1) * p / 100.0
+    than one lies beyond it: at rank ``h = (n - 1) p / 100`` from the nearer end (the
+    method is symmetric), which is then beyond ``n - 2``, so between the two most
+    extreme samples, ``h - (n - 2)`` of the way to the extreme (at it when ``h = n - 1``)."""
+    high = p >= 50.0
+    rank = (n - 1) * (p if high else 100.0 - p) / 100.0
     if n == 1 or rank >= n - 1:
-        return "is their maximum, not a percentile"
+        return f"is their {'maximum' if high else 'minimum'}, not a percentile"
+    side = "largest" if high else "smallest"
     share = rank - (n - 2)
-    return (
-        f"lies between their two largest, {share:.0%} of the way to the largest: no tail measured"
-    )
+    return f"lies between their two {side}, {share:.0%} of the way to the {side}: no tail measured"

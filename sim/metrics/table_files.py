@@ -1,23 +1,16 @@
 """A run's tables written from numpy columns, without pandas (issue 16: instant small runs).
 
-``servesim run`` writes ``requests.parquet`` and ``timeseries.csv`` after its
-summary; through pandas that costs ~0.3 s of importing it first, as much as
-the simulation of a small run. These writers give what ``DataFrame.to_parquet``
-and ``DataFrame.to_csv`` (``index=False``) give for the same columns:
+Importing pandas costs ~0.3 s, as much as the simulation of a small run. These
+writers give what ``DataFrame.to_parquet`` and ``DataFrame.to_csv`` (``index=False``)
+give for the same columns (1-D arrays of one length: numbers, booleans, or
+objects holding strings and ``None``):
 
-- Parquet through pyarrow alone (imported here, on first use): the same
-  column types and values, missing floats (NaN) stored as nulls as pandas
-  stores them, text as ``large_string`` (an object column without any text as
-  nulls, as pandas stores an object column, unless ``write_parquet``'s ``text``
-  names it: a frame's text-dtype column), snappy-compressed. The file lacks only pandas' own schema
-  metadata (which records the frame's index; ``pd.read_parquet`` reads the
-  file back to the same frame without it).
-- CSV with pandas' text: floats as numpy prints them (shortest round trip),
-  NaN and missing strings empty, quoting by Python's ``csv`` module (which
-  pandas also uses), ``\\n`` line ends.
-
-Columns are 1-D numpy arrays of one length: numbers or booleans, or objects
-holding strings and ``None``.
+- Parquet through pyarrow alone: the same types and values, NaN as null, text
+  as ``large_string`` (an object column without text as nulls, as pandas, unless
+  ``text`` names it), snappy; only pandas' own schema metadata is missing, which
+  ``pd.read_parquet`` does not need to read back the same frame.
+- CSV with pandas' text: floats' shortest round trip, NaN and missing strings
+  empty, quoting by Python's ``csv`` module (as pandas), ``\\n`` line ends.
 """
 
 from __future__ import annotations
@@ -69,12 +62,8 @@ def _validity(valid: npt.NDArray[np.bool_]) -> tuple[npt.NDArray[np.uint8] | Non
 
 
 def _arrow_array(values: npt.NDArray[Any], name: str, text: bool = False) -> pa.Array:
-    """One column as an Arrow array, built from its buffers; ``text``: an object
-    column stored as text even when it holds none.
-
-    Not ``pa.array``: it imports pandas (to ask whether its argument is a
-    pandas object), the very import this module avoids.
-    """
+    """One column as an Arrow array, built from its buffers (``pa.array`` imports pandas,
+    the very import this module avoids); ``text``: an object column stored as text."""
     # Imported here: pyarrow (an optional extra, ~0.2 s) loads only where a Parquet
     # file is read or written.
     import pyarrow as pa
@@ -120,12 +109,8 @@ def write_parquet(columns: Columns, path: str | Path, text: Collection[str] = ()
 
 
 def _text(values: npt.NDArray[Any], name: str) -> list[str]:
-    """One column as pandas' ``to_csv`` prints it.
-
-    pandas prints numbers with numpy's ``astype(str)``; for float64 that is
-    Python's ``repr`` (the shortest text that reads back to the same float,
-    the same switch to exponents), which is ~1.7x faster than numpy's.
-    """
+    """One column as pandas' ``to_csv`` prints it (float64: Python's ``repr``, the same
+    text as numpy's ``astype(str)``, ~1.7x faster)."""
     kind = values.dtype.kind
     if kind == "O":
         return ["" if text is None else text for text in _strings(values, name)]

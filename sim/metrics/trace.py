@@ -1,13 +1,9 @@
 """A run as a Chrome / Perfetto trace-event file (``trace.json``, ``servesim run --trace``).
 
-docs/traces.md, "trace.json: one run from the inside", gives the layout: process
-``REQUESTS_PID`` holds one track per traced request (its span, its phase spans from
-``sim.metrics.lifecycle``, an instant at its first token), process
-``FIRST_REPLICA_PID + r`` replica ``r``'s engine steps and counters, and flow arrows
-run from each request's prefill to its first scheduled step and its first token's
-step (at most ``FLOWS_PER_REQUEST``, to steps the file holds). Times are microseconds
-of simulated time, rounded to the nanosecond; only the traced requests, and the steps
-and counter samples within their window (at most ``max_steps`` steps), are written.
+The layout: docs/traces.md, "trace.json: one run from the inside". Times are
+microseconds of simulated time, rounded to the nanosecond; only the traced requests,
+and the steps and counter samples within their window (at most ``max_steps``
+steps), are written.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ MAX_STEPS = 200_000
 # The flow arrows of one request: to its first prefill step and its first token's step.
 FIRST_STEP_FLOW = "first prefill step"
 TOKEN_STEP_FLOW = "first token step"
-FLOWS_PER_REQUEST = 2
 _US_PER_S = 1e6
 
 Event = dict[str, Any]
@@ -66,14 +61,9 @@ def _meta(kind: str, pid: int, tid: int, **args: object) -> Event:
 
 
 _STEP_FIELDS = ("start_s", "end_s", "num_prefill_tokens", "num_decode_seqs")
-# What a request's track shows of its record.
-_REQUEST_FIELDS = (
-    "arrival_s",
-    "first_token_s",
-    "num_prompt_tokens",
-    "num_output_tokens",
-    "num_preemptions",
-)
+# What a request's track shows of its record: its span's args, and its times.
+_REQUEST_ARGS = ("num_prompt_tokens", "num_output_tokens", "num_preemptions")
+_REQUEST_FIELDS = ("arrival_s", "first_token_s", *_REQUEST_ARGS)
 
 
 def _replica_of(table: Table) -> npt.NDArray[np.int64]:
@@ -83,7 +73,7 @@ def _replica_of(table: Table) -> npt.NDArray[np.int64]:
     return np.zeros(len(table["time_s" if "time_s" in table else "end_s"]), dtype=np.int64)
 
 
-def _steps_in(
+def steps_in(
     steps: pd.DataFrame | StepTable, window_s: tuple[float, float], max_steps: int
 ) -> dict[int, dict[str, npt.NDArray[Any]]]:
     """Per replica, the first ``max_steps`` steps overlapping ``window_s``, as columns.
@@ -122,11 +112,7 @@ def request_events(spans: pd.DataFrame, requests: RequestTable) -> list[Event]:
         events.append(_meta("thread_name", REQUESTS_PID, tid, name=f"request {tid}"))
         events.append(_meta("thread_sort_index", REQUESTS_PID, tid, sort_index=tid))
         parent = _span(f"request {tid}", "request", start, end, REQUESTS_PID, tid)
-        parent["args"] = {
-            "num_prompt_tokens": int(row["num_prompt_tokens"]),
-            "num_output_tokens": int(row["num_output_tokens"]),
-            "num_preemptions": int(row["num_preemptions"]),
-        }
+        parent["args"] = {name: int(row[name]) for name in _REQUEST_ARGS}
         events.append(parent)
         for span in records(group):
             phase = str(span["phase"])
@@ -161,23 +147,13 @@ def _step_name(num_prefill_tokens: int, num_decode_seqs: int) -> str:
 
 
 def replica_events(
-    steps: pd.DataFrame | StepTable,
+    windows: dict[int, dict[str, npt.NDArray[Any]]],
     timeseries: Table,
     window_s: tuple[float, float],
     max_steps: int = MAX_STEPS,
 ) -> list[Event]:
-    """One process per replica: its steps within ``window_s`` and its queue / KV counters."""
-    windows = _steps_in(steps, window_s, max_steps)
-    return _replica_events(windows, timeseries, window_s, max_steps)
-
-
-def _replica_events(
-    windows: dict[int, dict[str, npt.NDArray[Any]]],
-    timeseries: Table,
-    window_s: tuple[float, float],
-    max_steps: int,
-) -> list[Event]:
-    """``replica_events`` of the steps ``windows`` holds (``_steps_in``)."""
+    """One process per replica: its steps of ``windows`` (``steps_in``) and its queue / KV
+    counters within ``window_s``."""
     start_s, end_s = window_s
     series_replica = _replica_of(timeseries)
     events: list[Event] = []
@@ -290,8 +266,8 @@ def trace_document(
     events = request_events(spans, requests)
     if len(spans):
         window = (float(spans["start_s"].min()), float(spans["end_s"].max()))
-        windows = _steps_in(steps, window, max_steps)
-        events += _replica_events(windows, timeseries, window, max_steps)
+        windows = steps_in(steps, window, max_steps)
+        events += replica_events(windows, timeseries, window, max_steps)
         events += flow_events(spans, windows)
     return {
         "traceEvents": events,

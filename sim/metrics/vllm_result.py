@@ -1,14 +1,10 @@
 """``vllm bench serve``'s result JSON from a run (``--save-result``, ``--save-detailed``).
 
-vLLM's keys in its order (``vllm/benchmarks/serve.py``): the run's settings, its
-totals, with ``detailed`` the per-request lists in send order (seconds, as vLLM's;
-``latencies`` always), the peaks, then the statistics of the metrics and
-percentiles chosen. What a simulated run writes for each key, and what it leaves
-out: docs/benchmark-tools.md, "The result JSON and summary.json". A request is
-sent at its arrival; tokens reaching the client together are one chunk (one
-``itls`` gap); a rejected or unfinished request is failed, as vLLM writes one; a
-statistic without a sample is null (vLLM writes 0). ``servesim import-run`` reads
-the file back (``sim.validation.formats.vllm_bench``).
+vLLM's keys in its order (``vllm/benchmarks/serve.py``); what a simulated run
+writes for each: docs/benchmark-tools.md, "The result JSON and summary.json". A
+request is sent at its arrival; tokens reaching the client together are one chunk
+(one ``itls`` gap); a rejected or unfinished request is failed; a statistic without
+a sample is null (vLLM writes 0). ``servesim import-run`` reads the file back.
 """
 
 from __future__ import annotations
@@ -27,10 +23,9 @@ import numpy.typing as npt
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
-from sim.metrics.itl import itl_distribution
-from sim.metrics.quantiles import check_percentiles, latency_stats_ms, percentile_label
+from sim.metrics.quantiles import check_percentiles, percentile_label
 from sim.metrics.report import jsonable, vllm_spelling
-from sim.metrics.stats import latency_columns, sample_notes
+from sim.metrics.stats import sample_notes, summarize
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -51,8 +46,11 @@ UNFINISHED = "unfinished when the simulation ended"
 _PERCENTILE_KEY = re.compile(r"^p\d+(?:\.\d+)?_(ttft|tpot|itl|e2el)_ms$")
 
 
-def parse_percentile_metrics(text: str) -> tuple[str, ...]:
-    """``"ttft,tpot"`` as ``("ttft", "tpot")``; an unknown name is a one-line error."""
+def parse_percentile_metrics(text: str | None) -> tuple[str, ...] | None:
+    """``"ttft,tpot"`` as ``("ttft", "tpot")`` (None: not given); an unknown name is a
+    one-line error."""
+    if text is None:
+        return None
     names = tuple(name.strip() for name in text.split(","))
     unknown = [name for name in names if name not in PERCENTILE_METRICS]
     if unknown or not names:
@@ -63,8 +61,11 @@ def parse_percentile_metrics(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def parse_metric_percentiles(text: str) -> tuple[float, ...]:
-    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)``: each in [0, 100], as numpy's (and vLLM's)."""
+def parse_metric_percentiles(text: str | None) -> tuple[float, ...] | None:
+    """``"50,90,99"`` as ``(50.0, 90.0, 99.0)`` (None: not given): each in [0, 100], as
+    numpy's (and vLLM's)."""
+    if text is None:
+        return None
     try:
         values = tuple(float(part) for part in text.split(","))
     except ValueError:
@@ -87,12 +88,7 @@ def restate_percentiles(
 ) -> dict[str, Any]:
     """``summary`` with every metric's ``p<P>_..._ms`` keys at ``percentiles``
     instead (where the first of them stood) and its ``caveats`` for them."""
-    check_percentiles(percentiles)
-    columns = latency_columns(requests)
-    done = completed_mask(requests)
-    fresh = itl_distribution(steps, extra_itl_s, percentiles)
-    for metric in ("ttft", "tpot", "e2el"):
-        fresh |= latency_stats_ms(metric, columns[f"{metric}_s"][done], None, percentiles)
+    fresh = summarize(requests, steps, extra_itl_s, None, percentiles)
     out: dict[str, Any] = {}
     for key, value in summary.items():
         match = _PERCENTILE_KEY.match(key)
@@ -101,9 +97,8 @@ def restate_percentiles(
             continue
         metric = match.group(1)
         for p in percentiles:  # at the first of the metric's old keys; the rest go
-            out.setdefault(
-                f"p{percentile_label(p)}_{metric}_ms", fresh[f"p{percentile_label(p)}_{metric}_ms"]
-            )
+            key = f"p{percentile_label(p)}_{metric}_ms"
+            out.setdefault(key, fresh[key])
     if "caveats" in summary:  # the percentiles' anew; the others (the cost model's) kept
         kept = [c for c in summary["caveats"] if not _PERCENTILE_KEY.match(c.split(" ")[0])]
         out["caveats"] = sample_notes(requests, percentiles)["caveats"] + kept
