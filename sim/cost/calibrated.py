@@ -336,11 +336,6 @@ class CalibratedCost:
         return f"CalibratedCost({self.label!r})"
 
 
-def load_calibrated_cost(path: str | Path) -> CalibratedCost:
-    """The cost model of the artifact at ``path`` (ConfigError if it is bad)."""
-    return CalibratedCost.from_artifact(load_artifact(path))
-
-
 def _roofline_s(model: ModelSpec, hw: HardwareSpec, num_tokens: float) -> float:
     """Dense-layer time of a step of ``num_tokens``: max(FLOPs, weight bytes)."""
     compute = num_tokens * model.dense_flops_per_token / hw.effective_flops_per_s
