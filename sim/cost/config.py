@@ -1,28 +1,16 @@
 """The ``cost:`` block of a scenario, the choice ``kind: auto`` makes, and the factory.
 
-``cost:`` is a tagged union on ``kind``:
+``cost:`` is a tagged union on ``kind``: ``linear``, ``roofline``,
+``calibrated`` (a measured curve: ``artifact:`` a shipped name or a path),
+``kernels`` (measured kernel tables, ``sim.cost.kernels``), ``fitted`` (a base
+model fitted to measured runs) and ``auto`` (the default): kernel tables
+covering this model and GPU, else a shipped artifact measured for this model on
+this hardware, else the roofline (labelled uncalibrated, as always).
 
-- ``linear``: explicit coefficients, see ``sim.cost.linear``;
-- ``roofline``: derived from the scenario's model and hardware specs, with
-  optional overrides of the hardware's efficiencies;
-- ``calibrated``: a measured curve from a calibration artifact
-  (``artifact: cpu-tiny-fp32``: a name means
-  ``calibration/artifacts/<name>.json`` as shipped; anything with a ``/`` or
-  ``.json`` is a path, relative to the scenario file);
-- ``kernels``: the sum of vLLM's operators from measured kernel tables,
-  see ``sim.cost.kernels``;
-- ``fitted``: a base model (any of the above) with an overhead and prefill /
-  decode multipliers fitted to measured runs, see ``sim.cost.fitted``;
-- ``auto`` (the default): kernel tables covering this model and GPU
-  (``sim.cost.kernels.config``), else a shipped artifact measured for this
-  model on this hardware, else the roofline (labelled uncalibrated, as
-  always, so that nobody mistakes it for a measurement).
-
-``build_cost_model`` builds one, for one GPU or a replica laid out over several,
-and is the one place that adds the engine's CPU work (``sim.cost.engine_cpu``)
-to a model that prices GPU work only: the roofline and kernel tables (and
-``auto`` when it picks one of them). Calibrated artifacts, fitted models and
-linear coefficients time whole steps, CPU work included, and are not wrapped.
+``build_cost_model`` is the one place that adds the engine's CPU work
+(``sim.cost.engine_cpu``) to a model that prices GPU work only: the roofline and
+kernel tables. Calibrated artifacts, fitted models and linear coefficients time
+whole steps, CPU work included, and are not wrapped.
 """
 
 from __future__ import annotations
@@ -270,25 +258,16 @@ class FittedCostConfig(BaseModel):
 
 
 # The kinds a fitted artifact may wrap (a fitted model is not refitted).
-BaseCostConfig = Annotated[
+_BASE_KINDS = (
     AutoCostConfig
     | CalibratedCostConfig
     | KernelsCostConfig
     | LinearCostConfig
-    | RooflineCostConfig,
-    Field(discriminator="kind"),
-]
-
-# A new kind goes into this union and into build_cost_model.
-CostConfig = Annotated[
-    AutoCostConfig
-    | CalibratedCostConfig
-    | FittedCostConfig
-    | KernelsCostConfig
-    | LinearCostConfig
-    | RooflineCostConfig,
-    Field(discriminator="kind"),
-]
+    | RooflineCostConfig
+)
+BaseCostConfig = Annotated[_BASE_KINDS, Field(discriminator="kind")]
+# A new kind goes into _BASE_KINDS (or here) and into build_cost_model.
+CostConfig = Annotated[_BASE_KINDS | FittedCostConfig, Field(discriminator="kind")]
 
 _BASE_ADAPTER: TypeAdapter[BaseCostConfig] = TypeAdapter(BaseCostConfig)
 
@@ -301,13 +280,9 @@ def build_cost_model(
     parallelism: ParallelismConfig | None = None,
     engine_cpu: EngineCpu | None = None,
 ) -> CostModel:
-    """The cost model ``config`` describes, for ``model`` running on ``hardware``,
-    with the engine's CPU work ``engine_cpu`` added where it prices GPU work only
-    (module docstring; None: the GPU's work alone).
-
-    A scenario's own ``engine.cpu`` (``engine_cpu.given``) with a cost model that
-    times whole steps is refused in one line rather than dropped.
-    """
+    """The cost model ``config`` describes, for ``model`` on ``hardware``, with the
+    engine's CPU work added where it prices GPU work only (module docstring; None:
+    the GPU's alone). A scenario's own ``engine.cpu`` it cannot take is refused."""
     cost = _build(config, model, hardware, base_dir, parallelism)
     if engine_cpu is None:
         return cost
@@ -330,15 +305,8 @@ def _build(
     base_dir: Path | None,
     parallelism: ParallelismConfig | None,
 ) -> CostModel:
-    """``build_cost_model`` without the engine's CPU work.
-
-    ``base_dir`` anchors a relative artifact path (the scenario file's folder).
-    A replica laid out over several GPUs (``parallelism``): kernels (and auto,
-    when kernel tables cover the layout) become a ``KernelCost`` for the
-    layout; roofline (and auto otherwise) a ``RooflineCost`` of the layout;
-    linear coefficients are taken to price the whole replica as given;
-    calibrated artifacts, measured on one device, are refused.
-    """
+    """``build_cost_model`` without the engine's CPU work; ``base_dir`` anchors a
+    relative artifact path. Linear coefficients price a whole replica as given."""
     layout = parallelism  # the link too: an expert-parallel group spans GPUs at tp 1
     if parallelism is not None and parallelism.is_single_device:
         parallelism = None
