@@ -65,10 +65,6 @@ def cuda_total_memory_bytes(hardware: HardwareSpec) -> float:
 
 def requested_memory_bytes(hardware: HardwareSpec, gpu_memory_utilization: float) -> float:
     """``ceil(total x gpu_memory_utilization)``: vLLM's ``requested_memory``."""
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"engine.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
-        )
     return float(math.ceil(cuda_total_memory_bytes(hardware) * gpu_memory_utilization))
 
 
@@ -81,10 +77,6 @@ def forward_activation_bytes(
     model: ModelSpec, max_num_batched_tokens: int, tensor_parallel_size: int = 1
 ) -> float:
     """Peak activations of one forward pass over ``max_num_batched_tokens`` tokens (estimate)."""
-    if max_num_batched_tokens <= 0:
-        raise ConfigError(
-            f"scheduler.max_num_batched_tokens must be > 0, got {max_num_batched_tokens}"
-        )
     width = model.hidden_size + model.intermediate_size / tensor_parallel_size
     return (
         ACTIVATION_TENSORS_PER_TOKEN
@@ -96,8 +88,6 @@ def forward_activation_bytes(
 
 def sampler_activation_bytes(model: ModelSpec, num_requests: int) -> float:
     """Peak of the dummy sampler run over ``num_requests`` rows of logits (estimate)."""
-    if num_requests <= 0:
-        raise ConfigError(f"scheduler.max_num_seqs must be > 0, got {num_requests}")
     return num_requests * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
 
 
