@@ -121,10 +121,6 @@ class EngineCpuCost:
         self._gpu_step_s = gpu.step_s
 
     @property
-    def async_scheduling(self) -> bool:
-        return self.cpu.async_scheduling
-
-    @property
     def label(self) -> str:
         mode = "overlapped" if self.cpu.async_scheduling else "serial"
         return f"{self.gpu.label} + engine CPU ({self.cpu.source}; {mode})"

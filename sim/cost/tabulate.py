@@ -108,7 +108,7 @@ def tabulate(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> PriceArray
         constants[CPU_PER_SEQ_S] = cpu.per_seq_s
         constants[CPU_PER_TOKEN_S] = cpu.per_token_s
         constants[CPU_NON_OVERLAPPED_S] = cpu.non_overlapped_s
-        constants[CPU_ASYNC_SCHEDULING] = float(cost.async_scheduling)
+        constants[CPU_ASYNC_SCHEDULING] = float(cost.cpu.async_scheduling)
     return constants, tables, layout
 
 
