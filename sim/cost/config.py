@@ -38,7 +38,7 @@ from sim.cost.kernels.config import (
     build_kernels,
     kernel_auto_choice,
 )
-from sim.cost.linear import LinearCost, zero_step_problem
+from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError, format_error
 from sim.hardware.parallel import ParallelismConfig
@@ -228,9 +228,18 @@ class LinearCostConfig(BaseModel):
 
     @model_validator(mode="after")
     def _no_zero_steps(self) -> LinearCostConfig:
-        problem = zero_step_problem(**self.model_dump(exclude={"kind"}))
-        if problem is not None:
-            raise ValueError(problem)
+        """A non-empty step taking 0 s would stall simulated time: a prefill-only step has
+        at least one seq, token and pair, a decode-only one a seq and a context token."""
+        if self.step_overhead_s > 0:
+            return self
+        if max(self.per_prefill_seq_s, self.per_prefill_token_s, self.per_attention_pair_s) <= 0:
+            raise ValueError(
+                "prefill-only steps would take 0 s: set step_overhead_s or a prefill coefficient"
+            )
+        if max(self.per_decode_seq_s, self.per_context_token_s) <= 0:
+            raise ValueError(
+                "decode-only steps would take 0 s: set step_overhead_s or a decode coefficient"
+            )
         return self
 
 
