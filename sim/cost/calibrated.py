@@ -138,12 +138,8 @@ class CalibrationSample(BaseModel):
 
 
 class FitCoefficients(BaseModel):
-    """Coefficients of ``sim.cost.calibrated.CalibratedCost`` (seconds per unit).
-
-    ``kind`` names how they were fitted: ``linear`` (no knots) or
-    ``piecewise`` (a piecewise-linear curve in the step's token count, and
-    hinges in the decode context).
-    """
+    """Coefficients of ``CalibratedCost`` (seconds per unit; ``kind``: how they were
+    fitted, the module docstring's ``linear`` fit or with its curves, ``piecewise``)."""
 
     model_config = _FROZEN
 
