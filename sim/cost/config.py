@@ -30,7 +30,7 @@ from sim.cost.calibrated import (
     load_artifact,
     scale_to_hardware,
 )
-from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
+from sim.cost.engine_cpu import EngineCpu, EngineCpuCost, Seconds
 from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.cost.kernels.config import (
     NOT_COVERED,
@@ -210,21 +210,18 @@ def cost_caveats(
     return out
 
 
-NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
 class LinearCostConfig(BaseModel):
     """Coefficients of ``LinearCost``, all in seconds per unit, all >= 0."""
 
     model_config = _FROZEN
 
     kind: Literal["linear"] = "linear"
-    step_overhead_s: NonNegativeSeconds = 0.0
-    per_prefill_seq_s: NonNegativeSeconds = 0.0
-    per_prefill_token_s: NonNegativeSeconds = 0.0
-    per_attention_pair_s: NonNegativeSeconds = 0.0
-    per_decode_seq_s: NonNegativeSeconds = 0.0
-    per_context_token_s: NonNegativeSeconds = 0.0
+    step_overhead_s: Seconds = 0.0
+    per_prefill_seq_s: Seconds = 0.0
+    per_prefill_token_s: Seconds = 0.0
+    per_attention_pair_s: Seconds = 0.0
+    per_decode_seq_s: Seconds = 0.0
+    per_context_token_s: Seconds = 0.0
 
     @model_validator(mode="after")
     def _no_zero_steps(self) -> LinearCostConfig:
