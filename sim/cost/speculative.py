@@ -5,15 +5,32 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
 
     step_s = verify_s + propose_gpu_s + propose_cpu_s + rejection_s + bookkeeping_s   [s]
 
-``verify_s`` is the target's own cost of the step with each decoding sequence a
-chunk of ``k + 1`` tokens (``verify_shape``); the proposer's GPU passes are
-priced on the roofline (a ``draft_model``, an EAGLE head, or none for
-``ngram``). What each part is, its source and the simplifications:
-``docs/speculative.md``, "The parts of a step". A step with no decoding
-sequence costs what the target says, plus an n-gram proposer's CPU work.
+- ``verify_s``: the target's forward pass with each decoding sequence a chunk
+  of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``; an
+  n-gram miss comes as a one-token chunk, ``sim.engine.speculative``), priced
+  by the target's own cost model;
+- ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over the
+  ``k + 1`` verified tokens of each sequence, then ``k - 1`` one-token
+  passes (vLLM's ``EagleProposer.propose``), of its model: a ``draft_model``
+  as given, an EAGLE head (``eagle_head``), or none (``ngram``);
+- ``propose_cpu_s``: ``PROPOSER_CPU_S_PER_PASS`` a pass of a model proposer;
+  n-gram matching per step, per sequence and per context token (``NgramCpu``),
+  over every sequence of the step, matched or not, decoding or prefilling;
+- ``rejection_s``: the rejection sampler, ``3 x 4 B x num_seqs x (k + 1) x
+  vocab`` over the effective memory bandwidth;
+- ``bookkeeping_s``: vLLM's extra engine CPU work a drafting sequence
+  (``DRAFT_BOOKKEEPING_S_PER_SEQ``: the scheduler scheduling its drafts,
+  rolling back the rejected ones and taking the next; the runner parsing the
+  rejection sampler's output), beyond the plain per-sequence work the
+  target's engine-CPU model prices.
+
+A step with no decoding sequence costs what the target says, plus an n-gram
+proposer's CPU work. Each part's source, and the simplifications (the
+proposer on one GPU at its own size, the sampler's work whatever the
+temperature): ``docs/speculative.md``, "The parts of a step".
 ``draft_cost_fraction`` (a scenario's own figure: one draft decode step is that
-fraction of the target's) prices the proposer by formula instead, and no
-rejection sampler or bookkeeping.
+fraction of the target's) prices the proposer by formula
+instead, and no rejection sampler or bookkeeping.
 """
 
 from __future__ import annotations
@@ -29,16 +46,25 @@ from sim.hardware.specs import HardwareSpec, ModelSpec
 
 ProposerKind = Literal["draft_model", "eagle", "eagle3", "ngram"]
 
-# EAGLE-3's heads predict over a reduced draft vocabulary ("draft_vocab_size" of the
-# published Llama-3.1-8B / 3.3-70B heads), in tokens.
+# EAGLE-3's heads predict over a reduced draft vocabulary: 32,000 tokens in the
+# published Llama-3.1-8B / 3.3-70B heads (config.json "draft_vocab_size").
 EAGLE3_DRAFT_VOCAB_TOKENS = 32_000
 
-# CPU time to prepare and launch one forward pass of a model proposer, in s: an
-# ESTIMATE from SpecDecode-Bench's EAGLE fit (docs/speculative.md).
+# CPU time to prepare and launch one forward pass of a model proposer (input
+# positions and slot mappings, attention metadata, a CUDA-graph replay), in s.
+# ESTIMATE, checked against SpecDecode-Bench's fit of vLLM 0.10's EAGLE proposer
+# for Llama-3.1-8B on an H100 (github.com/SpecDecode-Bench/simulator, predictor.py:
+# 2.14 ms per step of k = 3 passes at batch 1): the roofline of the head's three
+# passes is about 1.6 ms of it (docs/speculative.md), leaving ~0.15 ms a pass.
 PROPOSER_CPU_S_PER_PASS = 1.5e-4
 
-# vLLM's extra engine CPU time a drafting sequence and step, in s: MEASURED from
-# vLLM 0.19.0's own code (benchmarks/vllm_spec_scheduler_cpu.py, docs/speculative.md).
+# vLLM's extra engine CPU time a drafting sequence and step, in s: the scheduler's
+# schedule() + update_from_output() + update_draft_token_ids() and the runner's
+# RejectionSampler.parse_output with k = 3 drafts and 2.26 tokens a step accepted,
+# less the plain schedule() + update_from_output() + tolist(), per running sequence
+# (OLS slope over batches 1-128: 3.47 +- 0.09 us). MEASURED on this project's CPU
+# from vLLM 0.19.0's own code: benchmarks/vllm_spec_scheduler_cpu.py,
+# docs/validation/vllm-spec-scheduler-cpu/vllm-0.19.0.json.
 DRAFT_BOOKKEEPING_S_PER_SEQ = 3.5e-6
 
 # Rejection sampler: bytes moved per logit (fp32 probabilities written from the
@@ -48,10 +74,18 @@ REJECTION_BYTES_PER_LOGIT = 12.0
 
 @dataclass(frozen=True)
 class NgramCpu:
-    """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call,
-    per sequence that sampled a token (matched or not) and per context token (its
-    numba kernel scans each whole context). MEASURED on this project's CPU from vLLM
-    0.19.0's own proposer (benchmarks/ngram_proposer_cpu.py, docs/speculative.md)."""
+    """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call
+    (the batch's Python loop, numba's dispatch), per sequence that sampled a token
+    (matched or not: ``NgramProposer.propose`` looks every one up) and per context
+    token (its numba kernel scans each whole context, KMP over the reversed tokens,
+    as long whether it finds a match or not).
+
+    MEASURED on this project's CPU (a shared Intel Xeon, one numba thread as vLLM
+    runs it) from vLLM 0.19.0's own ``vllm/v1/spec_decode/ngram_proposer.py``
+    under its pinned numba 0.61.2: ``benchmarks/ngram_proposer_cpu.py``, 15 cells
+    of batch 1-256 and contexts 256-4,096 tokens of no-match tokens, fitted with
+    every cell within 21 % (docs/validation/ngram-proposer-cpu/vllm-0.19.0.json,
+    docs/speculative.md). A faster host CPU runs it faster."""
 
     per_step_s: float = 12.2e-6
     per_seq_s: float = 1.70e-6
@@ -69,10 +103,14 @@ NGRAM_CPU = NgramCpu()
 
 
 def eagle_head(target: ModelSpec, kind: Literal["eagle", "eagle3"]) -> ModelSpec:
-    """The EAGLE head of ``target`` as a one-layer model the roofline can price: one
-    decoder layer of the target's width (a mixture-of-experts target's expert width),
-    the LM head over the target's vocabulary (EAGLE-3: its draft vocabulary). The
-    embedding table is the target's (``tied_embeddings``: rows looked up, not read)."""
+    """The EAGLE head of ``target`` as a one-layer model the roofline can price.
+
+    One decoder layer of the target's width and attention layout (the published
+    EAGLE and EAGLE-3 heads; a mixture-of-experts target gets a dense layer of
+    its expert width), its LM head over the target's vocabulary (EAGLE) or a
+    32,000-token draft vocabulary (EAGLE-3). ``tied_embeddings``: the embedding
+    table is the target's (rows looked up, not read whole), so the weights read
+    a pass are the layer's and the LM head's."""
     vocab = target.vocab_size
     if kind == "eagle3":
         vocab = min(vocab, EAGLE3_DRAFT_VOCAB_TOKENS)
@@ -104,6 +142,8 @@ class Proposer:
 
     kind: ProposerKind | None
     model: CostModel | None = None
+    cpu_s_per_pass: float = PROPOSER_CPU_S_PER_PASS
+    ngram: NgramCpu = NGRAM_CPU
     cost_fraction: float | None = None
 
     @property
@@ -232,7 +272,7 @@ class SpeculativeCost:
             # Every sequence of the step, drafting or not: an undrafted decode and a
             # prompt's last chunk are its one-token and longer chunks, whose KV read
             # is their context (a chunk that samples nothing is priced all the same).
-            cpu_s = NGRAM_CPU.cpu_s(
+            cpu_s = proposer.ngram.cpu_s(
                 shape.num_prefill_seqs + n, shape.prefill_kv_read_tokens + context
             )
         if n == 0:
@@ -241,7 +281,7 @@ class SpeculativeCost:
             rejection_s = bookkeeping_s = 0.0
         else:
             if proposer.model is not None:
-                cpu_s = PROPOSER_CPU_S_PER_PASS * self.num_draft_tokens
+                cpu_s = proposer.cpu_s_per_pass * self.num_draft_tokens
             logits = n * (self.num_draft_tokens + 1) * self.vocab_size
             rejection_s = self.rejection_s_per_logit * logits
             bookkeeping_s = DRAFT_BOOKKEEPING_S_PER_SEQ * n
