@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from calibration.compare_measured import DRIFT_FACT, load_measured, validate, write_validation  # noqa: E402
 from calibration.measure import Device, measure  # noqa: E402
 from sim import api  # noqa: E402
-from sim.cost.calibrated import load_calibrated_cost  # noqa: E402
+from sim.cost.calibrated import CalibratedCost, load_artifact  # noqa: E402
 from sim.metrics.report import summary_to_json  # noqa: E402
 from sim.scenario import Scenario, load_scenario  # noqa: E402
 from sim.validation.formats.measure_dir import MeasureFolder  # noqa: E402
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "saturation_per_s": {"chunked": sat[True], "unchunked": sat[False]},
         "simulated_saturation_per_s": {"chunked": simulated[True], "unchunked": simulated[False]},
     }
-    base_cost = load_calibrated_cost(artifact)
+    base_cost = CalibratedCost.from_artifact(load_artifact(artifact))
     for chunked in (True, False):
         for load in LOADS:
             name = f"{'chunked' if chunked else 'unchunked'}-{int(load * 100)}pct"

@@ -27,7 +27,6 @@ from sim.cost.calibrated import (
     ModelInfo,
     SoftwareInfo,
     load_artifact,
-    load_calibrated_cost,
     save_artifact,
     scale_to_hardware,
     tokens_curve_s,
@@ -236,10 +235,12 @@ def test_round_trip(tmp_path: Path) -> None:
     path = save_artifact(artifact, tmp_path / "sub" / "a.json")
     loaded = load_artifact(path)
     assert loaded == artifact
-    assert load_calibrated_cost(path).label == "calibrated:tiny-fp32@Some CPU"
-    assert load_calibrated_cost(path).step_s(artifact.samples[0].shape) == CalibratedCost(
-        artifact.fit
-    ).step_s(artifact.samples[0].shape)
+    assert (
+        CalibratedCost.from_artifact(load_artifact(path)).label == "calibrated:tiny-fp32@Some CPU"
+    )
+    assert CalibratedCost.from_artifact(load_artifact(path)).step_s(
+        artifact.samples[0].shape
+    ) == CalibratedCost(artifact.fit).step_s(artifact.samples[0].shape)
 
 
 def _write(tmp_path: Path, data: Any) -> Path:
@@ -346,7 +347,7 @@ def test_shipped_cpu_artifact_loads_and_is_small() -> None:
     assert artifact.model.spec == model_preset("tiny")
     assert artifact.hardware.num_threads == 1
     assert artifact.fit_error.num_held_out > 0
-    cost = load_calibrated_cost(SHIPPED)
+    cost = CalibratedCost.from_artifact(load_artifact(SHIPPED))
     for sample in artifact.samples:
         assert cost.step_s(sample.shape) > 0
 

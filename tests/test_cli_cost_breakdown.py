@@ -94,7 +94,7 @@ def test_the_ops_and_the_overhead_add_up_to_the_scenario_s_step(
     assert sum(ops.values()) + result["other_ms"] == pytest.approx(step_ms, rel=1e-12)
     # The rest is the engine's CPU work the step does not hide: overlapped (async
     # scheduling) and shorter than the GPU's step, only its non-overlapped part.
-    assert isinstance(cost, EngineCpuCost) and cost.async_scheduling
+    assert isinstance(cost, EngineCpuCost) and cost.cpu.async_scheduling
     non_overlapped_ms = cost.cpu.config.non_overlapped_s * 1e3
     assert result["other_ms"] == pytest.approx(non_overlapped_ms, rel=1e-6)
     # Every op takes some time.

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from skew_costs import skewed_kernel_cost
 
 from sim.cost.base import CostModel
-from sim.cost.calibrated import load_calibrated_cost
+from sim.cost.calibrated import CalibratedCost, load_artifact
 from sim.cost.config import shipped_artifacts
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.fitted import FitParameters, FittedCost, ScaledCost
@@ -74,7 +74,7 @@ COSTS: dict[str, Callable[[], CostModel]] = {
     "scaled-kernels": lambda: ScaledCost(kernels(), 1.37),
     "fitted-on-kernels": lambda: FittedCost(kernels(), FitParameters(1.9e-3, 1.21, 0.93)),
     "fitted-on-roofline": lambda: FittedCost(roofline(), FitParameters(4e-4, 0.8, 1.17)),
-    "calibrated": lambda: load_calibrated_cost(shipped_artifacts()[0]),
+    "calibrated": lambda: CalibratedCost.from_artifact(load_artifact(shipped_artifacts()[0])),
     "engine-cpu-overlapped-on-roofline": lambda: engine_cpu(roofline(), True),
     "engine-cpu-serial-on-kernels": lambda: engine_cpu(kernels(), False),
     # CPU longer than the GPU step at large batches: max() takes either side.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 from decode_runs import by_loop, run_prices
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,6 +18,9 @@ from sim.cost.config import CostConfig, LinearCostConfig, build_cost_model
 from sim.cost.linear import LinearCost
 from sim.errors import ConfigError
 from sim.hardware.specs import hardware_preset, model_preset
+from sim.scenario import scenario_from_dict
+
+CHAT = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
 
 COEFFICIENTS = (
     "step_overhead_s",
@@ -136,11 +141,18 @@ def test_decode_steps_grow_with_context() -> None:
     np.testing.assert_allclose(np.diff(steps), 8 * FULL.per_context_token_s)
 
 
+def _chat_costing(coefficients: dict[str, float]) -> None:
+    """scenarios/chat.yaml priced by ``cost: {kind: linear, **coefficients}``, loaded as a
+    user's scenario is (where the coefficients are checked)."""
+    doc = yaml.safe_load(CHAT.read_text())
+    scenario_from_dict({**doc, "cost": {"kind": "linear", **coefficients}})
+
+
 @pytest.mark.parametrize("name", COEFFICIENTS)
 @pytest.mark.parametrize("value", [-1e-9, float("nan"), float("inf")])
 def test_rejects_negative_or_non_finite_coefficients(name: str, value: float) -> None:
     with pytest.raises(ConfigError, match=name):
-        LinearCost(**{"step_overhead_s": 1.0, name: value})
+        _chat_costing({"step_overhead_s": 1.0, name: value})
 
 
 @pytest.mark.parametrize(
@@ -154,7 +166,7 @@ def test_rejects_negative_or_non_finite_coefficients(name: str, value: float) ->
 )
 def test_rejects_zero_duration_steps(coefficients: dict[str, float], which: str) -> None:
     with pytest.raises(ConfigError, match=which):
-        LinearCost(**coefficients)
+        _chat_costing(coefficients)
     with pytest.raises(ValidationError, match=which):
         LinearCostConfig.model_validate(coefficients)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,6 +32,9 @@ from sim.hardware.specs import (
     hardware_preset,
     model_preset,
 )
+from sim.scenario import scenario_from_dict
+
+CHAT = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
 
 # hidden 4, intermediate 8, vocab 10, 1-byte weights (activations still 2 bytes).
 TOY = ModelSpec(
@@ -76,10 +81,16 @@ def test_requested_memory_is_the_ceiling_of_total_times_utilization() -> None:
     assert requested_memory_bytes(BOX, 1.0) == 1000.0
 
 
+def _chat_with(section: str, **fields: object) -> None:
+    """scenarios/chat.yaml with ``fields`` set in ``section``, loaded as a user's would be."""
+    doc = yaml.safe_load(CHAT.read_text())
+    scenario_from_dict({**doc, section: {**doc[section], **fields}})
+
+
 @pytest.mark.parametrize("utilization", [0.0, -0.1, 1.01, float("nan")])
 def test_bad_utilization_names_the_field(utilization: float) -> None:
     with pytest.raises(ConfigError, match=r"engine\.gpu_memory_utilization"):
-        requested_memory_bytes(BOX, utilization)
+        _chat_with("engine", gpu_memory_utilization=utilization)
 
 
 # --- activations -------------------------------------------------------------------
@@ -131,7 +142,7 @@ def test_peak_is_the_larger_of_forward_and_sampler() -> None:
 )
 def test_bad_limits_name_the_field(tokens: int, seqs: int, field: str) -> None:
     with pytest.raises(ConfigError, match=f"scheduler.{field}"):
-        peak_activation_bytes(TOY, tokens, seqs)
+        _chat_with("scheduler", max_num_batched_tokens=tokens, max_num_seqs=seqs)
 
 
 @given(tokens=st.integers(1, 1 << 16), seqs=st.integers(1, 4096))

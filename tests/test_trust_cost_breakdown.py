@@ -89,7 +89,7 @@ def test_the_roofline_shows_the_engine_cpu_work_as_a_row(
     cost = cost_model_for(load_scenario(ROOFLINE), ROOFLINE.parent)
     assert isinstance(cost, EngineCpuCost) and type(cost.gpu) is RooflineCost
     # Overlapped CPU work shorter than the GPU's step: only its non-overlapped part shows.
-    assert cost.async_scheduling
+    assert cost.cpu.async_scheduling
     assert result["other_ms"] == pytest.approx(cost.cpu.config.non_overlapped_s * 1e3, rel=1e-6)
     roofline = result["roofline_ms"]
     gpu_ms = max(roofline["compute"], roofline["memory"])

@@ -20,7 +20,7 @@ from calibration.fit import fit_engine_overhead
 from sim import api
 from sim.cli import main as cli_main
 from sim.cost.base import CostModel, StepShape
-from sim.cost.calibrated import CalibratedCost, load_calibrated_cost
+from sim.cost.calibrated import CalibratedCost, load_artifact
 from sim.cost.fitted import ScaledCost
 from sim.cost.linear import LinearCost
 from sim.metrics.report import summary_to_json
@@ -374,7 +374,7 @@ def _validation_attempt(
             break
     machine = f"(CPU share, load average): calibration {calibrations}, measured runs {runs}"
     scenario = load_scenario(SMOLLM2, overrides)
-    cost = load_calibrated_cost(artifact)
+    cost = CalibratedCost.from_artifact(load_artifact(artifact))
 
     def p50_errors(model: CostModel) -> tuple[float, float]:
         c = compare(

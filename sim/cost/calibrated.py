@@ -129,12 +129,8 @@ class CalibrationSample(Frozen):
 
 
 class FitCoefficients(Frozen):
-    """Coefficients of ``sim.cost.calibrated.CalibratedCost`` (seconds per unit).
-
-    ``kind`` names how they were fitted: ``linear`` (no knots) or
-    ``piecewise`` (a piecewise-linear curve in the step's token count, and
-    hinges in the decode context).
-    """
+    """Coefficients of ``CalibratedCost`` (seconds per unit; ``kind``: how they were
+    fitted, the module docstring's ``linear`` fit or with its curves, ``piecewise``)."""
 
     kind: Literal["linear", "piecewise"]
     token_knots: list[Annotated[int, Field(gt=0)]] = Field(default=[])
@@ -317,11 +313,6 @@ class CalibratedCost:
 
     def __repr__(self) -> str:
         return f"CalibratedCost({self.label!r})"
-
-
-def load_calibrated_cost(path: str | Path) -> CalibratedCost:
-    """The cost model of the artifact at ``path`` (ConfigError if it is bad)."""
-    return CalibratedCost.from_artifact(load_artifact(path))
 
 
 def _roofline_s(model: ModelSpec, hw: HardwareSpec, num_tokens: float) -> float:

@@ -1,28 +1,16 @@
 """The ``cost:`` block of a scenario, the choice ``kind: auto`` makes, and the factory.
 
-``cost:`` is a tagged union on ``kind``:
+``cost:`` is a tagged union on ``kind``: ``linear``, ``roofline``,
+``calibrated`` (a measured curve: ``artifact:`` a shipped name or a path),
+``kernels`` (measured kernel tables, ``sim.cost.kernels``), ``fitted`` (a base
+model fitted to measured runs) and ``auto`` (the default): kernel tables
+covering this model and GPU, else a shipped artifact measured for this model on
+this hardware, else the roofline (labelled uncalibrated, as always).
 
-- ``linear``: explicit coefficients, see ``sim.cost.linear``;
-- ``roofline``: derived from the scenario's model and hardware specs, with
-  optional overrides of the hardware's efficiencies;
-- ``calibrated``: a measured curve from a calibration artifact
-  (``artifact: cpu-tiny-fp32``: a name means
-  ``calibration/artifacts/<name>.json`` as shipped; anything with a ``/`` or
-  ``.json`` is a path, relative to the scenario file);
-- ``kernels``: the sum of vLLM's operators from measured kernel tables,
-  see ``sim.cost.kernels``;
-- ``fitted``: a base model (any of the above) with an overhead and prefill /
-  decode multipliers fitted to measured runs, see ``sim.cost.fitted``;
-- ``auto`` (the default): kernel tables covering this model and GPU
-  (``sim.cost.kernels.config``), else a shipped artifact measured for this
-  model on this hardware, else the roofline (labelled uncalibrated, as
-  always, so that nobody mistakes it for a measurement).
-
-``build_cost_model`` builds one, for one GPU or a replica laid out over several,
-and is the one place that adds the engine's CPU work (``sim.cost.engine_cpu``)
-to a model that prices GPU work only: the roofline and kernel tables (and
-``auto`` when it picks one of them). Calibrated artifacts, fitted models and
-linear coefficients time whole steps, CPU work included, and are not wrapped.
+``build_cost_model`` is the one place that adds the engine's CPU work
+(``sim.cost.engine_cpu``) to a model that prices GPU work only: the roofline and
+kernel tables. Calibrated artifacts, fitted models and linear coefficients time
+whole steps, CPU work included, and are not wrapped.
 """
 
 from __future__ import annotations
@@ -43,7 +31,7 @@ from sim.cost.calibrated import (
     load_artifact,
     scale_to_hardware,
 )
-from sim.cost.engine_cpu import EngineCpu, EngineCpuCost
+from sim.cost.engine_cpu import EngineCpu, EngineCpuCost, Seconds
 from sim.cost.fitted import FittedCost, load_fitted_artifact
 from sim.cost.kernels.config import (
     NOT_COVERED,
@@ -51,7 +39,7 @@ from sim.cost.kernels.config import (
     build_kernels,
     kernel_auto_choice,
 )
-from sim.cost.linear import LinearCost, zero_step_problem
+from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError, format_error
 from sim.hardware.parallel import ParallelismConfig
@@ -217,25 +205,31 @@ def cost_caveats(
     return out
 
 
-NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
 class LinearCostConfig(Frozen):
     """Coefficients of ``LinearCost``, all in seconds per unit, all >= 0."""
 
     kind: Literal["linear"] = "linear"
-    step_overhead_s: NonNegativeSeconds = 0.0
-    per_prefill_seq_s: NonNegativeSeconds = 0.0
-    per_prefill_token_s: NonNegativeSeconds = 0.0
-    per_attention_pair_s: NonNegativeSeconds = 0.0
-    per_decode_seq_s: NonNegativeSeconds = 0.0
-    per_context_token_s: NonNegativeSeconds = 0.0
+    step_overhead_s: Seconds = 0.0
+    per_prefill_seq_s: Seconds = 0.0
+    per_prefill_token_s: Seconds = 0.0
+    per_attention_pair_s: Seconds = 0.0
+    per_decode_seq_s: Seconds = 0.0
+    per_context_token_s: Seconds = 0.0
 
     @model_validator(mode="after")
     def _no_zero_steps(self) -> LinearCostConfig:
-        problem = zero_step_problem(**self.model_dump(exclude={"kind"}))
-        if problem is not None:
-            raise ValueError(problem)
+        """A non-empty step taking 0 s would stall simulated time: a prefill-only step has
+        at least one seq, token and pair, a decode-only one a seq and a context token."""
+        if self.step_overhead_s > 0:
+            return self
+        if max(self.per_prefill_seq_s, self.per_prefill_token_s, self.per_attention_pair_s) <= 0:
+            raise ValueError(
+                "prefill-only steps would take 0 s: set step_overhead_s or a prefill coefficient"
+            )
+        if max(self.per_decode_seq_s, self.per_context_token_s) <= 0:
+            raise ValueError(
+                "decode-only steps would take 0 s: set step_overhead_s or a decode coefficient"
+            )
         return self
 
 
@@ -259,25 +253,16 @@ class FittedCostConfig(Frozen):
 
 
 # The kinds a fitted artifact may wrap (a fitted model is not refitted).
-BaseCostConfig = Annotated[
+_BASE_KINDS = (
     AutoCostConfig
     | CalibratedCostConfig
     | KernelsCostConfig
     | LinearCostConfig
-    | RooflineCostConfig,
-    Field(discriminator="kind"),
-]
-
-# A new kind goes into this union and into build_cost_model.
-CostConfig = Annotated[
-    AutoCostConfig
-    | CalibratedCostConfig
-    | FittedCostConfig
-    | KernelsCostConfig
-    | LinearCostConfig
-    | RooflineCostConfig,
-    Field(discriminator="kind"),
-]
+    | RooflineCostConfig
+)
+BaseCostConfig = Annotated[_BASE_KINDS, Field(discriminator="kind")]
+# A new kind goes into _BASE_KINDS (or here) and into build_cost_model.
+CostConfig = Annotated[_BASE_KINDS | FittedCostConfig, Field(discriminator="kind")]
 
 _BASE_ADAPTER: TypeAdapter[BaseCostConfig] = TypeAdapter(BaseCostConfig)
 
@@ -290,13 +275,9 @@ def build_cost_model(
     parallelism: ParallelismConfig | None = None,
     engine_cpu: EngineCpu | None = None,
 ) -> CostModel:
-    """The cost model ``config`` describes, for ``model`` running on ``hardware``,
-    with the engine's CPU work ``engine_cpu`` added where it prices GPU work only
-    (module docstring; None: the GPU's work alone).
-
-    A scenario's own ``engine.cpu`` (``engine_cpu.given``) with a cost model that
-    times whole steps is refused in one line rather than dropped.
-    """
+    """The cost model ``config`` describes, for ``model`` on ``hardware``, with the
+    engine's CPU work added where it prices GPU work only (module docstring; None:
+    the GPU's alone). A scenario's own ``engine.cpu`` it cannot take is refused."""
     cost = _build(config, model, hardware, base_dir, parallelism)
     if engine_cpu is None:
         return cost
@@ -319,15 +300,8 @@ def _build(
     base_dir: Path | None,
     parallelism: ParallelismConfig | None,
 ) -> CostModel:
-    """``build_cost_model`` without the engine's CPU work.
-
-    ``base_dir`` anchors a relative artifact path (the scenario file's folder).
-    A replica laid out over several GPUs (``parallelism``): kernels (and auto,
-    when kernel tables cover the layout) become a ``KernelCost`` for the
-    layout; roofline (and auto otherwise) a ``RooflineCost`` of the layout;
-    linear coefficients are taken to price the whole replica as given;
-    calibrated artifacts, measured on one device, are refused.
-    """
+    """``build_cost_model`` without the engine's CPU work; ``base_dir`` anchors a
+    relative artifact path. Linear coefficients price a whole replica as given."""
     layout = parallelism  # the link too: an expert-parallel group spans GPUs at tp 1
     if parallelism is not None and parallelism.is_single_device:
         parallelism = None

@@ -1,27 +1,16 @@
 """The engine's CPU work per step, and how it hides behind the GPU's or adds to it.
 
-Besides the GPU's forward pass, every vLLM engine step costs CPU time: the
-scheduler's walk over the running sequences (``scheduler_per_seq_s``), the
-rest of each scheduled sequence's engine-core work (``sampling_per_seq_s``;
-detokenization is the frontend's), input preparation per token
-(``per_token_s``) and a constant per step (``per_step_s``). A step of ``S``
-scheduled sequences and ``T`` tokens costs::
+A step of ``S`` scheduled sequences and ``T`` tokens costs::
 
     cpu_s = per_step_s + per_seq_s * S + per_token_s * T                         [s]
     per_seq_s = scheduler_per_seq_s + sampling_per_seq_s                          [s]
     async:  step_s = non_overlapped_s + max(gpu_s, cpu_s)                       [s]
     sync:   step_s = non_overlapped_s + cpu_s + gpu_s                           [s]
 
-(no run tells the two per-sequence parts apart: a fit holds the measured
-scheduler's and fits the other). Under async scheduling (vLLM's
-``--async-scheduling``) the CPU work of step N+1 overlaps the GPU's step N;
-``non_overlapped_s`` (the wait for the step's sampled tokens and the update
-the next launch needs) is paid in full in either mode.
-
 ``EngineCpuCost`` is that rule around a cost model that prices GPU work only;
-``sim.cost.config.build_cost_model`` is the one place that wraps one. The
-coefficients, which models are not wrapped (they time whole steps) and each
-default's source: docs/vllm-fidelity.md, "The engine's CPU work".
+``sim.cost.config.build_cost_model`` is the one place that wraps one. What each
+term is, which models are not wrapped and each default's source:
+docs/vllm-fidelity.md, "The engine's CPU work".
 """
 
 from __future__ import annotations
@@ -142,10 +131,6 @@ class EngineCpuCost:
         self.costs[CPU_ASYNC_SCHEDULING] = float(cpu.async_scheduling)
         # Looked up once: step_s runs millions of times a run.
         self._gpu_step_s = gpu.step_s
-
-    @property
-    def async_scheduling(self) -> bool:
-        return self.cpu.async_scheduling
 
     @property
     def label(self) -> str:

@@ -11,24 +11,9 @@ cost model (kernel tables, roofline, a calibrated curve)::
 ``w`` is the prefill chunks' share of the step when each part is priced
 alone, so mixed steps keep the base's shape (GEMMs over all tokens together
 are not the sum of the parts); ``(0, 1, 1)`` is the base model exactly. Why
-these three, and the fitted-cost artifact (``FittedCostArtifact``, written by
-``servesim calibrate --from-run``, read by ``cost: {kind: fitted, artifact:
-PATH}``, in the kernel artifacts' layout): docs/validation.md, "Black-box
-calibration". A relative path inside ``base_cost`` (an artifact file) is
-relative to the artifact's own folder. ``errors`` is a report for people;
-nothing reads it back.
-
-``ScaledCost``: a cost model plus the per-step work of a real engine
-loop around the forward pass, which microbenchmarks of ``forward_step`` alone
-miss (scheduling, batch building, detokenizing, commit: a few percent of a
-decode step for a small model on a CPU; the forward pass may also run a little
-slower or faster inside the loop than in a tight benchmark, caches)::
-
-    step_s = factor * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
-
-fitted (``calibration.fit.fit_engine_overhead``) on the step log of a
-*different* measured run than the one predicted; with ``per_step_s`` and
-``per_seq_s`` 0, one factor on a base model's steps.
+these three, and the fitted-cost artifact (``FittedCostArtifact``):
+docs/validation.md, "Black-box calibration". ``ScaledCost`` is the engine
+loop's overhead around a base model (``calibration.fit.fit_engine_overhead``).
 """
 
 from __future__ import annotations
@@ -156,10 +141,10 @@ class FitArtifact(Frozen):
     format: str  # each artifact's own name and version, a Literal
     format_version: int
     provenance: FittedProvenance
-    base_cost: dict[str, Any]
+    base_cost: dict[str, Any]  # its cost: block; a relative path in it is from this file's folder
     base_cost_label: str
     fit: FitSummary
-    errors: dict[str, Any] = Field(default_factory=dict)
+    errors: dict[str, Any] = Field(default_factory=dict)  # a report for people, never read back
 
 
 class FittedCostArtifact(FitArtifact):
@@ -203,9 +188,13 @@ def rebase_paths(base_cost: dict[str, Any], old_dir: Path, new_dir: Path) -> dic
 
 
 class ScaledCost:
-    """``base`` scaled by ``factor``, plus a fixed and a per-sequence cost per step (the
-    module's engine overhead, fitted on ``source``; without one, a plain scale: e.g. a
-    deliberately wrong model in tests, or a what-if in a validation study)."""
+    """``base`` scaled by ``factor``, plus a fixed and a per-sequence cost per step::
+
+        step_s = factor * base.step_s(shape) + per_step_s + per_seq_s * num_seqs
+
+    The per-step work of a real engine loop around the forward pass, which
+    microbenchmarks of ``forward_step`` alone miss, fitted on the step log of
+    another measured run (``source``); without one, a plain scale (a what-if)."""
 
     def __init__(
         self,

@@ -3,12 +3,9 @@
 ``servesim calibrate --from-run ... --fit-kind engine-cpu`` (``sim.validation.fit``)
 fits the coefficients of ``sim.cost.engine_cpu.EngineCpuConfig`` on top of a
 GPU-only base cost, and the way in per request where the runs' arrivals are
-the clients' send times. ``EngineCpuFitValues`` is one candidate of that fit;
-``EngineCpuArtifact`` stores the result, versioned, with its provenance,
-errors and each coefficient's interval (``CoefficientInterval``). A scenario
-names it with ``engine: {cpu_artifact: PATH}`` (``sim.scenario``). What is
-fitted, what is refused, and how a format-1 artifact loads (``from_format_1``,
-its price kept): docs/validation.md, "The engine's CPU work and the way in".
+the clients' send times; a scenario names the artifact with ``engine:
+{cpu_artifact: PATH}``. What is fitted and what is refused: docs/validation.md,
+"The engine's CPU work and the way in".
 """
 
 from __future__ import annotations

@@ -9,37 +9,15 @@
 
 An empty step costs 0 s. With only ``per_decode_seq_s`` (or only the overhead)
 non-zero every step has a fixed service time, which is what M/D/1-style checks
-need.
+need. The coefficients are checked where a scenario gives them
+(``sim.cost.config.LinearCostConfig``).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from sim.cost.base import StepShape
-from sim.errors import ConfigError
-
-
-def zero_step_problem(
-    step_overhead_s: float,
-    per_prefill_seq_s: float,
-    per_prefill_token_s: float,
-    per_attention_pair_s: float,
-    per_decode_seq_s: float,
-    per_context_token_s: float,
-) -> str | None:
-    """Why some non-empty step would take 0 s (stalling simulated time), or None.
-
-    A prefill-only step has at least one seq, token and pair; a decode-only
-    step at least one seq and context token. Each kind needs a positive term.
-    """
-    if step_overhead_s > 0:
-        return None
-    if max(per_prefill_seq_s, per_prefill_token_s, per_attention_pair_s) <= 0:
-        return "prefill-only steps would take 0 s: set step_overhead_s or a prefill coefficient"
-    if max(per_decode_seq_s, per_context_token_s) <= 0:
-        return "decode-only steps would take 0 s: set step_overhead_s or a decode coefficient"
-    return None
 
 
 @dataclass(slots=True, eq=False)  # eq=False: compared and hashed by identity, as any cost model
@@ -52,16 +30,6 @@ class LinearCost:
     per_attention_pair_s: float = 0.0
     per_decode_seq_s: float = 0.0
     per_context_token_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        coefficients = asdict(self)
-        for field, value in coefficients.items():
-            if not value >= 0 or value == float("inf"):  # also rejects NaN
-                raise ConfigError(f"cost.{field} must be a finite number >= 0, got {value}")
-            setattr(self, field, float(value))  # an int given prices in floats all the same
-        problem = zero_step_problem(**coefficients)
-        if problem is not None:
-            raise ConfigError(f"cost: {problem}")
 
     @property
     def label(self) -> str:

@@ -56,25 +56,16 @@ from sim.hardware.specs import HardwareSpec, ModelSpec
 
 ProposerKind = Literal["draft_model", "eagle", "eagle3", "ngram"]
 
-# EAGLE-3's heads predict over a reduced draft vocabulary: 32,000 tokens in the
-# published Llama-3.1-8B / 3.3-70B heads (config.json "draft_vocab_size").
+# EAGLE-3's heads predict over a reduced draft vocabulary ("draft_vocab_size" of the
+# published Llama-3.1-8B / 3.3-70B heads), in tokens.
 EAGLE3_DRAFT_VOCAB_TOKENS = 32_000
 
-# CPU time to prepare and launch one forward pass of a model proposer (input
-# positions and slot mappings, attention metadata, a CUDA-graph replay), in s.
-# ESTIMATE, checked against SpecDecode-Bench's fit of vLLM 0.10's EAGLE proposer
-# for Llama-3.1-8B on an H100 (github.com/SpecDecode-Bench/simulator, predictor.py:
-# 2.14 ms per step of k = 3 passes at batch 1): the roofline of the head's three
-# passes is about 1.6 ms of it (docs/speculative.md), leaving ~0.15 ms a pass.
+# CPU time to prepare and launch one forward pass of a model proposer, in s: an
+# ESTIMATE from SpecDecode-Bench's EAGLE fit (docs/speculative.md).
 PROPOSER_CPU_S_PER_PASS = 1.5e-4
 
-# vLLM's extra engine CPU time a drafting sequence and step, in s: the scheduler's
-# schedule() + update_from_output() + update_draft_token_ids() and the runner's
-# RejectionSampler.parse_output with k = 3 drafts and 2.26 tokens a step accepted,
-# less the plain schedule() + update_from_output() + tolist(), per running sequence
-# (OLS slope over batches 1-128: 3.47 +- 0.09 us). MEASURED on this project's CPU
-# from vLLM 0.19.0's own code: benchmarks/vllm_spec_scheduler_cpu.py,
-# docs/validation/vllm-spec-scheduler-cpu/vllm-0.19.0.json.
+# vLLM's extra engine CPU time a drafting sequence and step, in s: MEASURED from
+# vLLM 0.19.0's own code (benchmarks/vllm_spec_scheduler_cpu.py, docs/speculative.md).
 DRAFT_BOOKKEEPING_S_PER_SEQ = 3.5e-6
 
 # Rejection sampler: bytes moved per logit (fp32 probabilities written from the
@@ -84,18 +75,10 @@ REJECTION_BYTES_PER_LOGIT = 12.0
 
 @dataclass(frozen=True)
 class NgramCpu:
-    """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call
-    (the batch's Python loop, numba's dispatch), per sequence that sampled a token
-    (matched or not: ``NgramProposer.propose`` looks every one up) and per context
-    token (its numba kernel scans each whole context, KMP over the reversed tokens,
-    as long whether it finds a match or not).
-
-    MEASURED on this project's CPU (a shared Intel Xeon, one numba thread as vLLM
-    runs it) from vLLM 0.19.0's own ``vllm/v1/spec_decode/ngram_proposer.py``
-    under its pinned numba 0.61.2: ``benchmarks/ngram_proposer_cpu.py``, 15 cells
-    of batch 1-256 and contexts 256-4,096 tokens of no-match tokens, fitted with
-    every cell within 21 % (docs/validation/ngram-proposer-cpu/vllm-0.19.0.json,
-    docs/speculative.md). A faster host CPU runs it faster."""
+    """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call,
+    per sequence that sampled a token (matched or not) and per context token (its
+    numba kernel scans each whole context). MEASURED on this project's CPU from vLLM
+    0.19.0's own proposer (benchmarks/ngram_proposer_cpu.py, docs/speculative.md)."""
 
     per_step_s: float = 12.2e-6
     per_seq_s: float = 1.70e-6
@@ -113,14 +96,10 @@ NGRAM_CPU = NgramCpu()
 
 
 def eagle_head(target: ModelSpec, kind: Literal["eagle", "eagle3"]) -> ModelSpec:
-    """The EAGLE head of ``target`` as a one-layer model the roofline can price.
-
-    One decoder layer of the target's width and attention layout (the published
-    EAGLE and EAGLE-3 heads; a mixture-of-experts target gets a dense layer of
-    its expert width), its LM head over the target's vocabulary (EAGLE) or a
-    32,000-token draft vocabulary (EAGLE-3). ``tied_embeddings``: the embedding
-    table is the target's (rows looked up, not read whole), so the weights read
-    a pass are the layer's and the LM head's."""
+    """The EAGLE head of ``target`` as a one-layer model the roofline can price: one
+    decoder layer of the target's width (a mixture-of-experts target's expert width),
+    the LM head over the target's vocabulary (EAGLE-3: its draft vocabulary). The
+    embedding table is the target's (``tied_embeddings``: rows looked up, not read)."""
     vocab = target.vocab_size
     if kind == "eagle3":
         vocab = min(vocab, EAGLE3_DRAFT_VOCAB_TOKENS)

@@ -9,27 +9,10 @@ not tabulate (``roofline_of`` and ``kernel_cost_of`` say None) is priced by its
 own ``step_s`` on the Python path. It lives in ``sim.cost`` because it reads
 the models' parts; nothing outside ``sim.cost`` does.
 
-``KernelCost.step_s`` (``sim.cost.kernels.cost``) adds terms of three kinds: some
-depend on the step's tokens T alone (the dense layer, the once-per-step ops, the
-embedding's all-reduce, the pipeline's transfers), some on its sequences S alone
-(the sampler, the LM head), and the attention reads grids at float coordinates
-(2-D prefill and decode planes, a profile's 4-D mixed lattice) and a profile's
-skew fit. The first two kinds are tabulated here for every T and S a run can
-schedule, each value computed by ``KernelCost``'s own methods or their
-operations elementwise (so its bits), after ``KernelCost.price_tables`` (its
-grids and skew fit laid out flat), which the loop reads with the functions
-``KernelCost`` prices attention with (``sim.cost.kernels.price``). The loop adds
-the terms in ``step_s``'s order.
-
-Played: aiconfigurator's route (GEMM, attention, all-reduce and MoE tables, the
-memory-bound ops from bandwidth or left out), dense or MoE, expert parallel
-or not, and LLMServingSim's (a per-layer profile: ``layer_ops``, ``moe_layer``,
-``per_sequence``, the mixed lattice and its skew fit, each ablation of them),
-under any tensor or pipeline parallel layout. ``why_not`` names the rest, which
-the Python path plays: a grid with a one-point axis, and steps
-whose tokens or sequences reach past a per-token or per-sequence table's last
-point (where the Python path extrapolates and warns). A run that reads an
-attention grid past its last point is handed over when it does.
+Which of ``KernelCost``'s terms are tabulated (those of the step's tokens alone
+and of its sequences alone, computed by ``KernelCost``'s own methods or their
+operations elementwise, so its bits) and what ``why_not`` leaves to the Python
+path: ``docs/dev/speed.md``, "Kernel tables in the loop".
 """
 
 from __future__ import annotations

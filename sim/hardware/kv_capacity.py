@@ -8,19 +8,11 @@ vLLM (``Worker.determine_available_memory``, ``kv_cache_utils.get_num_blocks``):
     num_blocks = available // page_size // num_layers
     page_size  = 2 (K and V) x block_size x kv_heads x head_dim x kv dtype bytes
 
-All per GPU: tensor parallelism splits the KV heads (replicated past ``tp =
-num_kv_heads``), and the GPU of the largest pipeline stage (``ceil(layers /
-pp)`` layers) bounds the pool. A speculative draft model's weights count
-among ``weights`` and its layers share the pool block for block with the
-target's (``page_size`` sums both; vLLM's ``get_kv_cache_config``). A block
-count vLLM logged (``engine.num_kv_blocks``) is used as given, with the checks
-vLLM makes whatever the count (``check_budget``). A sliding window is not
-modelled: a request holds its whole context.
-
-servesim cannot run the model: total memory, weights and block bytes are
-computed, the rest are estimates, one function each, each constant with its
-source (the table of terms: ``docs/vllm-fidelity.md``, "KV capacity as vLLM
-computes it").
+All per GPU, for the GPU of the largest pipeline stage; a speculative draft
+model's weights and layers count too. Total memory, weights and block bytes
+are computed, the rest estimated, each constant with its source below (the
+terms and how they were checked: ``docs/vllm-fidelity.md``, "KV capacity as
+vLLM computes it"). A sliding window is not modelled.
 """
 
 from __future__ import annotations
@@ -73,10 +65,6 @@ def cuda_total_memory_bytes(hardware: HardwareSpec) -> float:
 
 def requested_memory_bytes(hardware: HardwareSpec, gpu_memory_utilization: float) -> float:
     """``ceil(total x gpu_memory_utilization)``: vLLM's ``requested_memory``."""
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"engine.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
-        )
     return float(math.ceil(cuda_total_memory_bytes(hardware) * gpu_memory_utilization))
 
 
@@ -89,10 +77,6 @@ def forward_activation_bytes(
     model: ModelSpec, max_num_batched_tokens: int, tensor_parallel_size: int = 1
 ) -> float:
     """Peak activations of one forward pass over ``max_num_batched_tokens`` tokens (estimate)."""
-    if max_num_batched_tokens <= 0:
-        raise ConfigError(
-            f"scheduler.max_num_batched_tokens must be > 0, got {max_num_batched_tokens}"
-        )
     width = model.hidden_size + model.intermediate_size / tensor_parallel_size
     return (
         ACTIVATION_TENSORS_PER_TOKEN
@@ -104,8 +88,6 @@ def forward_activation_bytes(
 
 def sampler_activation_bytes(model: ModelSpec, num_requests: int) -> float:
     """Peak of the dummy sampler run over ``num_requests`` rows of logits (estimate)."""
-    if num_requests <= 0:
-        raise ConfigError(f"scheduler.max_num_seqs must be > 0, got {num_requests}")
     return num_requests * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
 
 
@@ -252,15 +234,9 @@ def check_budget(
     max_model_len_tokens: int,
     num_kv_blocks_given: int | None = None,
 ) -> int:
-    """The pool's blocks, or a one-line ConfigError where vLLM would refuse to start.
-
-    The blocks are ``num_kv_blocks_given`` (``engine.num_kv_blocks``, the count
-    vLLM logged) when given, else ``budget.num_blocks``. Mirrors vLLM's start-up:
-    the weights (a draft's included) must fit the requested memory; a derived
-    count must have memory for a block ("No available memory for the cache
-    blocks", ``_check_enough_kv_cache_memory``); either must hold one request
-    of ``max_model_len_tokens``.
-    """
+    """The pool's blocks (``num_kv_blocks_given``, the count vLLM logged, else
+    ``budget.num_blocks``), or a one-line ConfigError where vLLM's start-up checks
+    (``_check_enough_kv_cache_memory``) would refuse to start."""
     share = (
         f"hardware {hardware.name}'s {_gib(budget.total_bytes)} x engine.gpu_memory_utilization"
         f" = {_gib(budget.requested_bytes)}"

@@ -9,18 +9,11 @@
 
 A replica then occupies ``tensor_parallel_size * pipeline_parallel_size`` GPUs
 of the scenario's ``hardware``. This module holds the configuration, the link
-presets (data, ``links.toml``), and how the model splits over the GPUs::
-
-    weights_per_gpu   = model.weight_bytes / num_gpus                           [B]
-    kv_per_token_gpu  = 2 * ceil(layers / pp) * kv_heads_per_gpu * head_dim
-                          * kv_dtype_bytes                                       [B]
-
-``kv_heads_per_gpu = max(num_kv_heads / tp, 1)``: past ``tp = num_kv_heads``
-the KV heads are replicated (as vLLM does), so capacity stops growing with tp.
-Simplified: norms and embeddings are split evenly like everything else, and
-the largest pipeline stage (``ceil(layers / pp)`` layers) bounds the cache.
-The KV budget per GPU is in ``sim.hardware.kv_capacity``; the step-time model in
-``sim.cost.roofline``.
+presets (data, ``links.toml``), and how the model splits over the GPUs: weights
+evenly (norms and embeddings too), KV heads split until ``tp = num_kv_heads``
+and replicated past it (as vLLM does, so capacity stops growing with tp), and
+the largest pipeline stage (``ceil(layers / pp)`` layers) bounds the cache
+(``sim.hardware.kv_capacity``).
 """
 
 from __future__ import annotations

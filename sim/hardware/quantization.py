@@ -4,13 +4,9 @@ Quantization here changes *bytes*, never FLOP/s: it rewrites the scenario's
 model spec (``weight_dtype_bytes``, ``kv_dtype_bytes``), so the roofline reads
 fewer weight and KV bytes per step and ``num_kv_blocks`` fits more blocks.
 
-Bytes per element (all weights, embeddings and LM head included):
-
-    bf16, fp16   2.0
-    fp8, int8    1.0       per-tensor/per-channel scales are negligible
-    int4         0.5 + 2/128 = 0.515625
-                           one fp16 scale per group of 128 weights (GPTQ/AWQ
-                           style); int4 weights are ~26% of bf16's bytes
+Bytes per element (all weights, embeddings and LM head included) are
+``DTYPE_BYTES``; fp8 and int8's per-tensor or per-channel scales are
+negligible, int4's one fp16 scale per 128 weights is not (GPTQ/AWQ style).
 
 Simplified: matmuls still run at the hardware's bf16 peak (weight-only
 quantization dequantizes into bf16 kernels; fp8 tensor cores would double
@@ -34,7 +30,7 @@ from sim.hardware.specs import ModelSpec
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
 KvCacheDtype = Literal["bf16", "fp16", "fp8", "int8"]
 
-# int4 groups: one fp16 scale (2 bytes) per this many weights.
+# int4 groups: one fp16 scale (2 bytes) per this many weights: 0.515625 B a weight.
 INT4_GROUP_SIZE = 128
 INT4_SCALE_BYTES = 2.0
 

@@ -1,32 +1,13 @@
 """What runs and on what: model and GPU descriptions, their presets, how a config names them.
 
-Read top to bottom:
-
-- ``ModelSpec``: the shape of a decoder-only transformer (Llama-style by
-  default; GPT-2 / OPT style with a non-gated MLP, LayerNorms, biases and
-  learned positions), what memory sizing and the roofline need.
-- ``HF_CONFIGS``: Hugging Face ``config.json`` fields of the architecture
-  presets, and the other model presets: data, ``models.toml``.
-- ``context_problem``: vLLM refuses a ``max_model_len`` beyond the model's
-  ``max_position_embeddings``. One shape can have several releases
-  (Llama-3-8B: 8192 tokens; Llama-3.1-8B, the same shapes: 131072), so the
-  limit is the longest release with those shapes; an inline model with
-  another name has no known limit and is not checked.
-- ``load_architecture``: the ``ModelSpec`` of a preset name or a ``config.json``
-  path, as the kernel cost model reads it (every GEMM and attention call,
-  mixture-of-experts included); ``from_hf_config``: which ``config.json``
-  fields are read, per model type.
-- ``HardwareSpec``: one accelerator. Presets give datasheet figures, cited per
-  entry; their efficiencies and overheads are the roofline's guesses (kernel
-  tables do not use them). The presets are data, ``gpus.toml`` (one table a
-  card: its datasheet, link, the names kernel tables give it, its price);
-  ``AICONFIGURATOR_GPUS`` and ``SOURCE_GPU_NAMES`` find kernel tables measured
-  on a preset's card.
-- In a scenario, ``model:`` and ``hardware:`` accept a preset name, an inline
-  spec (a mapping with every field), or a preset with overrides (``{preset:
-  llama-3-8b, kv_dtype_bytes: 1}``); ``model:`` also a Hugging Face
-  ``config.json`` path (or its folder), relative to the scenario's folder
-  (``resolve_model``); see ``ModelRef`` and ``HardwareRef``.
+``ModelSpec`` is a decoder-only transformer's shape (Llama-style by default;
+GPT-2 / OPT style too), read from a Hugging Face ``config.json`` by
+``from_hf_config``; ``HardwareSpec`` is one accelerator. The presets are data:
+``models.toml`` (specs, ``config.json`` fields, aliases, context limits) and
+``gpus.toml`` (one table a card: its datasheet with links, the names kernel
+tables give it, its price). In a scenario, ``model:`` and ``hardware:`` accept
+a preset name, an inline spec, or ``{preset: NAME, **overrides}``; ``model:``
+also a ``config.json`` path (``ModelRef``, ``HardwareRef``).
 """
 
 from __future__ import annotations
@@ -234,11 +215,8 @@ class ModelSpec(Frozen):
 
 
 def model_caveat(model: ModelSpec) -> str | None:
-    """What of ``model`` servesim does not model, in one line (None: nothing known).
-
-    A sliding window: vLLM frees KV blocks past the window and its attention
-    reads at most the window; servesim keeps and reads whole contexts.
-    """
+    """What of ``model`` servesim does not model, in one line (None: nothing known):
+    a sliding window (vLLM frees KV past it; servesim keeps whole contexts)."""
     if model.sliding_window_tokens is None:
         return None
     return (
@@ -299,10 +277,7 @@ def _from_config(
 ) -> ModelSpec:
     """The ``ModelSpec`` a ``config.json`` describes: bf16 weights and KV (the
     ``quantization:`` section changes them), ``max_position_embeddings`` as its
-    context limit. An MoE model keeps ``moe`` (what the kernel cost model reads)
-    and gets a dense MLP of width ``experts x expert width + shared width``, which
-    has the same parameter count (memory sizing is right; roofline FLOPs count
-    every expert); the config's own dense width is used by no MoE layer."""
+    context limit, an MoE's dense width as ``ModelSpec`` says."""
     if moe is not None:
         intermediate_size = moe.num_experts * moe.expert_intermediate_size + (
             moe.shared_expert_intermediate_size or 0
@@ -553,19 +528,10 @@ def _model_type(config: dict[str, Any], where: str) -> str:
 
 
 def from_hf_config(config: dict[str, Any], name: str, where: str = "config.json") -> ModelSpec:
-    """Architecture from a Hugging Face ``config.json`` mapping.
-
-    Only the ``model_type`` values in ``SUPPORTED_MODEL_TYPES`` are read, each
-    by name; any other (or none) is a ConfigError naming it and the supported
-    list. ``gpt2`` and ``opt`` are read by their own rules (non-gated MLP,
-    LayerNorm, biases, learned positions, tied embeddings); the rest as
-    Llama-style decoders (``_llama_style``). Multimodal configs keep the language
-    model under ``text_config``. Fields Hugging Face defaults
-    (``num_key_value_heads`` = heads: multi-head attention; ``head_dim`` =
-    hidden / heads; ``tie_word_embeddings``) default the same way. A
-    ``quantization_config`` is refused: the scenario's ``quantization:`` section
-    says what the weights are stored in.
-    """
+    """Architecture from a Hugging Face ``config.json`` mapping, by its ``model_type``
+    (``_READERS``; another is a ConfigError). Fields Hugging Face defaults default
+    the same way; multimodal configs keep the language model under ``text_config``;
+    a ``quantization_config`` is refused (the scenario's ``quantization:`` says)."""
     if isinstance(config.get("text_config"), dict):
         config = {**config, **config["text_config"]}
     if config.get("quantization_config") is not None:
@@ -773,14 +739,9 @@ def _looks_like_path(name: str, base_dir: Path | None) -> bool:
 
 
 def resolve_model(name: str, base_dir: Path | None = None) -> ModelSpec:
-    """A model preset, or the model of a ``config.json`` (a file or its folder).
-
-    A relative path is anchored at ``base_dir`` (a scenario's folder; None:
-    the working directory). The model is named after the file (``read_hf_config``),
-    keeps bf16 weights and KV (the ``quantization:`` section changes them) and
-    its ``max_position_embeddings`` as its context limit. ConfigError naming the
-    preset, the file or the field otherwise.
-    """
+    """A model preset, or the model of a ``config.json`` (a file or its folder; a
+    relative path anchored at ``base_dir``, a scenario's folder). ConfigError naming
+    the preset, the file or the field otherwise."""
     # An empty name is no path: anchored, it named the scenario's own folder.
     if name in MODEL_PRESETS or not name.strip() or not _looks_like_path(name, base_dir):
         try:
@@ -822,11 +783,8 @@ HardwareRef = Annotated[
 
 
 def model_from_ref(value: Any, base_dir: Path | None = None, where: str = "model") -> ModelSpec:
-    """Whatever a scenario's ``model:`` accepts, resolved as it resolves it.
-
-    For command lines (``calibrate --from-run --model``); ``where`` names the
-    option in the one-line ConfigError.
-    """
+    """Whatever a scenario's ``model:`` accepts, resolved as it resolves it, for command
+    lines (``calibrate --from-run --model``); ``where`` names the option in errors."""
     try:
         return _MODEL_REF.validate_python(value, context={"base_dir": base_dir})
     except ValidationError as error:
