@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,9 +31,6 @@ from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import check_percentiles, latency_stats_ms, percentile_label
 from sim.metrics.report import jsonable, vllm_spelling
 from sim.metrics.stats import latency_columns, sample_notes
-
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -81,7 +78,7 @@ def parse_metric_percentiles(text: str) -> tuple[float, ...]:
 def restate_percentiles(
     summary: Mapping[str, Any],
     requests: RequestTable,
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     extra_itl_s: npt.ArrayLike,
     percentiles: Sequence[float],
 ) -> dict[str, Any]:
