@@ -29,6 +29,7 @@ from pydantic import TypeAdapter
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibratedCost, FitCoefficients
 from sim.engine.records import RequestTable
+from sim.engine.step_runs import StepTable
 from sim.metrics.stats import Slo, summarize
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.generate import (
@@ -176,9 +177,12 @@ def summary_row(num_requests: int, num_steps: int, goal_s: float) -> Row:
         {int(i): "kv" for i in rejected},
     )
     start = np.cumsum(rng.uniform(0.01, 0.03, num_steps))
-    steps = pd.DataFrame(
-        {"start_s": start, "end_s": start + 0.02, "num_itl_tokens": rng.integers(0, 64, num_steps)}
+    counts = {"num_prefill_tokens": 0, "num_decode_seqs": 0, "num_outputs": 0}
+    itl_tokens = rng.integers(0, 64, num_steps)
+    frame = pd.DataFrame(
+        {"start_s": start, "end_s": start + 0.02, "num_itl_tokens": itl_tokens, **counts}
     )
+    steps = StepTable.from_frame(frame)  # one segment per step: ITL's slowest log
     extra = rng.uniform(0, 1, 1000)
     seconds = timed(lambda: summarize(requests, steps, extra, Slo(ttft_ms=300)))
     return Row(f"summarize {num_requests:,} requests, {num_steps:,} steps", seconds, goal_s)

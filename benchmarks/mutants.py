@@ -248,22 +248,12 @@ MUTANTS = (
         "try_grow rounds the blocks needed down (a partial block is not counted)",
     ),
     Mutant(
-        "itl-gap-filter-frame",
-        "sim/metrics/itl.py",
-        "used = gaps > 0",
-        "used = gaps >= 0",
-        ("tests/test_itl_gaps.py",),
-        "steps delivered in one chunk count a zero ITL gap (one row per step)",
-        nth=0,
-    ),
-    Mutant(
         "itl-gap-filter-table",
         "sim/metrics/itl.py",
         "used = gaps > 0",
         "used = gaps >= 0",
         ("tests/test_step_table.py",),
         "steps delivered in one chunk count a zero ITL gap (the compact step table)",
-        nth=1,
     ),
     Mutant(
         "prefix-free-order",

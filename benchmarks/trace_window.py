@@ -24,6 +24,7 @@ import time
 from sim_speed import scenario
 
 from sim import api
+from sim.engine.step_runs import StepTable
 from sim.metrics.trace import trace_document
 
 
@@ -47,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     before_mb, started = peak_mb(), time.perf_counter()
     spans = result.spans(args.traced)
     metadata = {"scenario": result.scenario.name, "num_traced_requests": args.traced}
-    expanded = trace_document(spans, raw.records, raw.steps, raw.timeseries, metadata)
+    rows = StepTable.from_frame(raw.steps)  # the expanded log, one segment per step
+    expanded = trace_document(spans, raw.records, rows, raw.timeseries, metadata)
     expanded_s, expanded_mb = time.perf_counter() - started, peak_mb() - before_mb
 
     print(f"compact log:  {compact_s:6.2f} s, peak +{compact_mb:6.0f} MB")

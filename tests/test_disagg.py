@@ -107,7 +107,9 @@ def test_hand_computed_disaggregated_trace(skip_ahead: bool) -> None:
     assert r["finish_s"] == 274 / 256
     assert r["replica"] == 1 and r["prefill_replica"] == 0
     assert r["num_generated_tokens"] == 3 and r["num_output_tokens"] == 3
-    times = request_token_times_s(raw.steps, r["first_token_s"], 3, raw.later_runs.get(0), 1, 0)
+    times = request_token_times_s(
+        raw.step_table, r["first_token_s"], 3, raw.later_runs.get(0), 1, 0
+    )
     np.testing.assert_array_equal(times, [1 / 64, 271 / 256, 274 / 256])
     # The transfer is in the first inter-token gap, not in the step log.
     np.testing.assert_array_equal(raw.extra_itl_s, [271 / 256 - 1 / 64])

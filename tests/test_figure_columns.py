@@ -22,6 +22,7 @@ import pytest
 from sim import api
 from sim.api.result import Result
 from sim.engine.records import RequestTable
+from sim.engine.step_runs import StepTable
 from sim.metrics.figure_data import NUM_WATERFALL_REQUESTS, figure_caption
 from sim.metrics.lifecycle import reconstructed_spans
 from sim.metrics.plots import timeseries_data, waterfall_data
@@ -96,7 +97,7 @@ def test_span_rows_from_columns_are_the_spans_frame(result: Result) -> None:
     num = NUM_WATERFALL_REQUESTS
     rows = reconstructed_spans(raw.records, raw.step_table, raw.later_runs, num)
     framed = RequestTable.from_frame(raw.requests)
-    assert rows == reconstructed_spans(framed, raw.steps, raw.later_runs, num)
+    assert rows == reconstructed_spans(framed, StepTable.from_frame(raw.steps), raw.later_runs, num)
     assert rows == list(result.spans(num).itertuples(index=False, name=None))
     assert len(rows) > 0
 

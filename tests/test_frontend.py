@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from frontend_frames import add_delivery, frame_delivery
+from frontend_frames import add_delivery, frame_delivery, step_table
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -156,8 +156,8 @@ def test_without_frontend_cost_the_client_sees_engine_times() -> None:
     assert row["first_token_s"] == row["engine_first_token_s"]
     assert row["finish_s"] == row["engine_finish_s"]
     steps = result.steps
-    gaps, _ = step_itl_gaps_s(steps)
-    durations, _ = step_itl_gaps_s(steps.drop(columns="delivered_s"))
+    gaps, _ = step_itl_gaps_s(step_table(steps))
+    durations, _ = step_itl_gaps_s(step_table(steps.drop(columns="delivered_s")))
     np.testing.assert_allclose(gaps, durations, rtol=1e-12)
     assert result.summary["mean_itl_ms"] == pytest.approx(1.0)
 

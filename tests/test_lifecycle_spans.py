@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from frontend_frames import step_table
 
 from sim.engine.kv_cache import BlockPool
 from sim.engine.lifecycle import ActivityRecorder
@@ -223,7 +224,7 @@ def test_reconstructed_spans_of_a_plain_request() -> None:
         ]
     )
     spans = spans_frame(
-        reconstructed_spans(RequestTable.from_frame(requests), pd.DataFrame({"end_s": []}), {}, 5)
+        reconstructed_spans(RequestTable.from_frame(requests), step_table({"end_s": []}), {}, 5)
     )
     assert phases(spans) == [
         ("way_in", 0.0, 0.1),
@@ -237,7 +238,7 @@ def test_reconstructed_spans_of_a_plain_request() -> None:
 
 def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
     # Steps end every 0.1 s; tokens at 0.5, 0.6 (run 1) and 0.9, 1.0 (run 2, after recompute).
-    steps = pd.DataFrame(
+    steps = step_table(
         {
             "start_s": np.arange(0.0, 1.0, 0.1),
             "end_s": np.arange(0.1, 1.05, 0.1),
@@ -258,7 +259,7 @@ def test_reconstructed_spans_split_decode_at_a_preemption() -> None:
 
 def test_reconstructed_spans_fall_back_to_one_decode_span_when_tokens_cannot_be_placed() -> None:
     requests = pd.DataFrame([request_row(num_preemptions=1)])
-    steps = pd.DataFrame({"start_s": [0.0], "end_s": [0.05], "replica": [0]})
+    steps = step_table({"start_s": [0.0], "end_s": [0.05], "replica": [0]})
     spans = spans_frame(
         reconstructed_spans(RequestTable.from_frame(requests), steps, {0: [(0.9, 2)]}, 5)
     )
@@ -291,7 +292,7 @@ def test_request_without_a_first_token_has_no_instant() -> None:
 
 
 def test_replica_events_keep_the_window_cap_and_sample_kv_at_each_step() -> None:
-    steps = pd.DataFrame(
+    steps = step_table(
         {
             "start_s": [0.0, 1.0, 2.0, 3.0],
             "end_s": [1.0, 2.0, 3.0, 4.0],
@@ -327,7 +328,7 @@ def test_replica_events_keep_the_window_cap_and_sample_kv_at_each_step() -> None
 def test_trace_document_round_trips_as_strict_json(tmp_path: Path) -> None:
     spans = spans_frame([(0, 0, "way_in", 0.0, 0.1, 0)])
     requests = RequestTable.from_frame(pd.DataFrame([request_row()]))
-    steps = pd.DataFrame(
+    steps = step_table(
         {"start_s": [0.0], "end_s": [0.1], "num_prefill_tokens": [1], "num_decode_seqs": [0]}
     )
     series = pd.DataFrame(

@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from frontend_frames import step_table
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sim.engine.records import RequestTable, completed_mask
+from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.itl import itl_distribution
 from sim.metrics.quantiles import latency_stats_ms, percentile_label, weighted_quantiles
@@ -65,9 +67,9 @@ def summarize_frame(reqs: pd.DataFrame, *args: Any, **kwargs: Any) -> dict[str, 
     return summarize(RequestTable.from_frame(reqs), *args, **kwargs)
 
 
-def steps_frame(durations_s: list[float], itl_tokens: list[int]) -> pd.DataFrame:
+def steps_frame(durations_s: list[float], itl_tokens: list[int]) -> StepTable:
     end = np.cumsum(durations_s)
-    return pd.DataFrame(
+    return step_table(
         {
             "start_s": end - np.asarray(durations_s),
             "end_s": end,
@@ -310,7 +312,7 @@ def test_itl_ignores_steps_without_itl_tokens() -> None:
 
 
 def test_itl_uses_step_duration_not_end_time() -> None:
-    steps = pd.DataFrame({"start_s": [100.0], "end_s": [100.04], "num_itl_tokens": [4]})
+    steps = step_table({"start_s": [100.0], "end_s": [100.04], "num_itl_tokens": [4]})
     assert itl_distribution(steps, NO_EXTRA)["mean_itl_ms"] == pytest.approx(40.0)
 
 
@@ -319,15 +321,19 @@ def test_itl_from_extra_gaps_alone() -> None:
     assert stats["mean_itl_ms"] == pytest.approx(200.0)
 
 
-@pytest.mark.parametrize("steps", [NO_STEPS, pd.DataFrame(), steps_frame([0.1, 0.2], [0, 0])])
-def test_itl_of_nothing_is_none(steps: pd.DataFrame) -> None:
+@pytest.mark.parametrize(
+    "steps", [NO_STEPS, step_table(pd.DataFrame()), steps_frame([0.1, 0.2], [0, 0])]
+)
+def test_itl_of_nothing_is_none(steps: StepTable) -> None:
     stats = itl_distribution(steps, NO_EXTRA)
     assert all(v is None for v in stats.values())
 
 
 def test_itl_names_missing_step_columns() -> None:
     with pytest.raises(ValueError, match="num_itl_tokens"):
-        itl_distribution(pd.DataFrame({"start_s": [0.0], "end_s": [1.0]}), NO_EXTRA)
+        itl_distribution(
+            StepTable.from_frame(pd.DataFrame({"start_s": [0.0], "end_s": [1.0]})), NO_EXTRA
+        )
 
 
 # --- SLOs and goodput --------------------------------------------------------------------
@@ -507,7 +513,7 @@ def test_summary_of_an_empty_run(reqs: pd.DataFrame) -> None:
 
 def test_summary_of_an_all_rejected_run() -> None:
     reqs = frame(Req(rejection_reason="kv"), Req(rejection_reason="kv"))
-    summary = summarize_frame(reqs, pd.DataFrame(), NO_EXTRA, Slo(ttft_ms=100))
+    summary = summarize_frame(reqs, step_table(pd.DataFrame()), NO_EXTRA, Slo(ttft_ms=100))
     _assert_empty_summary(summary, num_rejected=2)
 
 
@@ -533,7 +539,7 @@ def test_summary_is_vectorised_for_large_runs() -> None:
         }
     )
     start = np.cumsum(rng.uniform(0.01, 0.03, m))
-    steps = pd.DataFrame(
+    steps = step_table(
         {"start_s": start, "end_s": start + 0.02, "num_itl_tokens": rng.integers(0, 64, m)}
     )
     # Its speed (a per-row loop takes minutes here): benchmarks/hot_paths.py.

@@ -9,6 +9,8 @@
   that brings one with it (the list below), each module saying why once; the
   rest at the top, where the import graph shows it (tests/test_architecture.py).
 - One model description class, ``ModelSpec``.
+- numpy columns inside, a DataFrame built once at the result: no signature takes
+  a frame or a table (``DataFrame | RequestTable``, ``DataFrame | StepTable``).
 """
 
 from __future__ import annotations
@@ -91,6 +93,35 @@ def test_one_model_description_class() -> None:
     roofline and the kernel tables read it; ModelArchitecture repeated its fields)."""
     for field in ("num_layers", "num_attention_heads", "intermediate_size"):
         assert _classes_declaring(field) == ["sim/hardware/specs.py:ModelSpec"], field
+
+
+def _mixed_signatures() -> list[str]:
+    """Parameters and returns (``path:line name``) annotated with a DataFrame or a table."""
+    found = []
+    for path, tree in _trees():
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = function.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            annotations = [(a.arg, a.annotation) for a in every if a is not None]
+            annotations.append(("return", function.returns))
+            for name, annotation in annotations:
+                if annotation is None:
+                    continue
+                names = {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(annotation) if isinstance(n, ast.Attribute)}
+                if "DataFrame" in names and names & {"RequestTable", "StepTable"}:
+                    where = f"{path.relative_to(ROOT)}:{annotation.lineno}"
+                    found.append(f"{where} {function.name}({name})")
+    return found
+
+
+def test_no_signature_takes_a_frame_or_a_table() -> None:
+    """A run's requests and steps are numpy columns (``RequestTable``, ``StepTable``)
+    inside; a frame from outside becomes one at its edge (``from_frame``), so no
+    function reads both (issue 40 item 5)."""
+    assert not _mixed_signatures()
 
 
 def _function_imports() -> list[tuple[Path, ast.Import | ast.ImportFrom]]:

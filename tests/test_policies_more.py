@@ -198,7 +198,7 @@ def test_chunked_prefill_lowers_p99_tpot_against_prefill_first_under_long_prompt
         ("prefill_first", PrefillFirstConfig(max_num_batched_tokens=8192).build),
     ):
         raw = run(arrays, make, cost=cost)
-        summary = summarize(raw.records, raw.steps, raw.extra_itl_s, None)
+        summary = summarize(raw.records, raw.step_table, raw.extra_itl_s, None)
         p99[name] = summary["p99_tpot_ms"]
     assert p99["chunked"] is not None and p99["prefill_first"] is not None
     assert p99["chunked"] < p99["prefill_first"]

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from frontend_frames import step_table
 
 import sim.metrics.report
 from sim.engine.records import RequestTable
+from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.report import format_summary_table, summary_to_json, write_outputs
 from sim.metrics.stats import Slo, summarize
@@ -72,7 +74,7 @@ def run() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, dict[str, Any]]:
     requests, steps, timeseries = run_frames()
     summary = summarize(
         RequestTable.from_frame(requests),
-        steps,
+        step_table(steps),
         np.array([0.3]),
         Slo(ttft_ms=300),
         (50, 90, 99, 99.9),
@@ -171,7 +173,8 @@ def test_rewriting_a_folder_overwrites(tmp_path: Path, run: Any) -> None:
 
 def test_an_empty_run_writes_everything(tmp_path: Path) -> None:
     empty = pd.DataFrame()
-    summary = summarize(RequestTable.from_frame(empty), empty, np.empty(0), Slo(ttft_ms=1))
+    no_steps = StepTable.from_frame(empty)
+    summary = summarize(RequestTable.from_frame(empty), no_steps, np.empty(0), Slo(ttft_ms=1))
     written = write_outputs(tmp_path, empty, empty, empty, summary)
     assert len(written) == 5
     loaded = json.loads((tmp_path / "summary.json").read_text())
@@ -270,14 +273,16 @@ def test_table_sections_list_mean_median_then_percentiles_in_order(run: Any) -> 
 
 def test_table_hides_goodput_without_an_slo(run: Any) -> None:
     requests, steps, _, _ = run
-    table = format_summary_table(summarize(RequestTable.from_frame(requests), steps, np.empty(0)))
+    summary = summarize(RequestTable.from_frame(requests), step_table(steps), np.empty(0))
+    table = format_summary_table(summary)
     assert "goodput" not in table
     assert "Request throughput (req/s):" in table
 
 
 def test_table_of_an_empty_run_says_n_a() -> None:
     empty = pd.DataFrame()
-    table = format_summary_table(summarize(RequestTable.from_frame(empty), empty, np.empty(0)))
+    no_steps = StepTable.from_frame(empty)
+    table = format_summary_table(summarize(RequestTable.from_frame(empty), no_steps, np.empty(0)))
     assert _value(table, "Successful requests:") == "0"
     assert _value(table, "Benchmark duration (s):") == "n/a"
     assert _value(table, "Mean TPOT (ms):") == "n/a"

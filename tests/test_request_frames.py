@@ -20,6 +20,7 @@ import pytest
 
 from sim import api
 from sim.engine.records import RECORD_COLUMNS, REQUEST_COLUMNS, RequestTable, completed_mask
+from sim.engine.step_runs import StepTable
 from sim.metrics.stats import summarize
 from sim.serving.disagg import merge_records
 
@@ -62,7 +63,8 @@ def test_a_frame_from_outside_becomes_numpy_columns_once() -> None:
     # Only a non-empty reason rejects; the summary counts it so and drops it.
     assert table.rejected.tolist() == [False, False, True]
     assert completed_mask(table).tolist() == [True, True, False]
-    summary = summarize(table, pd.DataFrame({"start_s": [], "end_s": [], "num_itl_tokens": []}), [])
+    no_steps = pd.DataFrame({"start_s": [], "end_s": [], "num_itl_tokens": []})
+    summary = summarize(table, StepTable.from_frame(no_steps), [])
     assert summary["completed"] == 2 and summary["num_rejected"] == 1
     # TTFTs 0.5 s and 0.25 s: mean 375 ms; E2ELs 2.5 s and 2.0 s: mean 2250 ms.
     assert summary["mean_ttft_ms"] == pytest.approx(375.0)

@@ -26,6 +26,7 @@ from trace_checks import (
 
 from sim import api
 from sim.engine.lifecycle import ActivityRecorder
+from sim.engine.step_runs import StepTable
 from sim.metrics.lifecycle import PHASES, SPAN_COLUMNS, reconstructed_spans
 from sim.scenario import scenario_from_dict
 from sim.serving.simulation import Simulation
@@ -131,7 +132,7 @@ def test_recorded_and_reconstructed_spans_agree_without_preemption() -> None:
     recorded = result.spans(40)
     raw = result.raw  # reconstructed from the records alone:
     other = pd.DataFrame(
-        reconstructed_spans(raw.records, raw.steps, raw.later_runs, 40), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, raw.step_table, raw.later_runs, 40), columns=SPAN_COLUMNS
     )
     for frame in (recorded, other):
         bounds = frame.groupby("request_id").agg(start=("start_s", "min"), end=("end_s", "max"))
@@ -167,7 +168,7 @@ def test_preempted_requests_show_a_preemption_gap() -> None:
     # Rebuilt from the records alone, the gap (preemption and recompute) is there too.
     raw = result.raw
     rebuilt = pd.DataFrame(
-        reconstructed_spans(raw.records, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, raw.step_table, raw.later_runs, 30), columns=SPAN_COLUMNS
     )
     for request_id in preempted.tolist():
         mine = rebuilt[rebuilt.request_id == request_id]
@@ -246,8 +247,9 @@ def test_spans_from_the_compact_log_are_those_from_the_expanded_one(
     compact = pd.DataFrame(
         reconstructed_spans(raw.records, raw.step_table, raw.later_runs, 30), columns=SPAN_COLUMNS
     )
+    rows = StepTable.from_frame(raw.steps)  # the expanded log, one segment per step
     expanded = pd.DataFrame(
-        reconstructed_spans(raw.records, raw.steps, raw.later_runs, 30), columns=SPAN_COLUMNS
+        reconstructed_spans(raw.records, rows, raw.later_runs, 30), columns=SPAN_COLUMNS
     )
     pd.testing.assert_frame_equal(compact, expanded, check_exact=True)
     pd.testing.assert_frame_equal(result.spans(30), compact, check_exact=True)

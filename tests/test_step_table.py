@@ -3,7 +3,8 @@
 Delivery times (``deliver`` against ``add_delivery``), client-time lookups
 (``Delivery.of``), ITL pairs and statistics (``sim.metrics.itl``), the
 speculative summary and token times, each computed on a random
-several-replica ``StepTable`` and on its ``frame()``: the same numbers, to the bit.
+several-replica ``StepTable`` and on its ``frame()`` (read off its rows, or as
+``StepTable.from_frame``, one segment per step): the same numbers, to the bit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from frontend_frames import add_delivery, frame_delivery
+from frontend_frames import add_delivery, frame_delivery, frame_itl_gaps_s
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,10 +69,13 @@ def test_delivery_and_itl_on_the_table_equal_those_on_its_frame(
     extra = np.array([0.004, 0.25])
     for steps in (table, deliver(table, step_s, per_output_s)):
         frame = steps.frame()
-        got, want = step_itl_gaps_s(steps, extra), step_itl_gaps_s(frame, extra)
+        got, want = step_itl_gaps_s(steps, extra), frame_itl_gaps_s(frame, extra)
         assert got[0].tobytes() == want[0].tobytes()
         assert got[1].tobytes() == want[1].tobytes()
-        assert itl_distribution(steps, extra) == itl_distribution(frame, extra)
+        rows = StepTable.from_frame(frame)
+        assert itl_distribution(steps, extra) == itl_distribution(rows, extra)
+        if len(frame):  # an empty frame is an empty table, whatever its columns
+            pd.testing.assert_frame_equal(rows.frame(), frame, check_exact=True)
     delivered = deliver(table, step_s, per_output_s).frame()
     expected = add_delivery(table.frame(), step_s, per_output_s)
     pd.testing.assert_frame_equal(delivered, expected, check_exact=True)
@@ -152,7 +156,9 @@ def test_token_times_from_the_table_equal_those_from_its_frame() -> None:
         count = 6 if prefill is None else 4
         later = runs if prefill is None else [(float(table.part(1).end_s[0]), 1)]
         a = request_token_times_s(table, first_s, count, later, replica, prefill)
-        b = request_token_times_s(frame, first_s, count, later, replica, prefill)
+        b = request_token_times_s(
+            StepTable.from_frame(frame), first_s, count, later, replica, prefill
+        )
         assert a.tobytes() == b.tobytes() and a.size == count
 
 

@@ -2,7 +2,8 @@
 
 ``StepRuns.overlapping`` and ``StepRuns.rows`` against a filter of ``frame()``
 on random logs; ``trace_document`` on the compact log and series columns
-against the same on their frames, for real runs; ``Result.trace`` leaves the
+against the same on their frames (the steps read back by ``StepTable.from_frame``,
+one segment per step), for real runs; ``Result.trace`` leaves the
 step log compact.
 """
 
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from test_step_table import build, replica_script
 
 from sim import api
-from sim.engine.step_runs import COUNT_COLUMNS, StepLog, StepRuns
+from sim.engine.step_runs import COUNT_COLUMNS, StepLog, StepRuns, StepTable
 from sim.metrics.trace import replica_events, steps_in, trace_document
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
@@ -105,7 +106,8 @@ def test_the_trace_of_the_compact_log_equals_that_of_the_frames(
     assert "steps" not in vars(raw) and "timeseries" not in vars(raw)  # nothing expanded
     spans = result.spans(40)
     metadata = {"scenario": result.scenario.name, "num_traced_requests": 40}
-    assert trace_document(spans, raw.records, raw.steps, raw.timeseries, metadata) == compact
+    rows = StepTable.from_frame(raw.steps)
+    assert trace_document(spans, raw.records, rows, raw.timeseries, metadata) == compact
     assert any(event.get("cat") == "step" for event in compact["traceEvents"])
 
 
@@ -115,6 +117,8 @@ def test_the_step_cap_holds_on_the_compact_log() -> None:
     window = (0.0, float(np.max(raw.step_table.parts[0].end_s)))
     for cap in (1, 7):
         compact = replica_events(steps_in(raw.step_table, window, cap), raw.series, window, cap)
-        expanded = replica_events(steps_in(raw.steps, window, cap), raw.timeseries, window, cap)
+        expanded = replica_events(
+            steps_in(StepTable.from_frame(raw.steps), window, cap), raw.timeseries, window, cap
+        )
         assert compact == expanded
         assert sum(event["ph"] == "X" for event in compact) == cap

@@ -12,6 +12,7 @@ from trace_checks import check_format, check_nesting, doc
 from sim import api
 from sim.cli import main
 from sim.engine.records import RequestTable
+from sim.engine.step_runs import StepTable
 from sim.metrics.lifecycle import SPAN_COLUMNS, reconstructed_spans
 
 
@@ -71,6 +72,6 @@ def test_unfinished_requests_are_drawn_up_to_where_they_got() -> None:
         }
     )
     table = RequestTable.from_frame(requests)
-    rows = reconstructed_spans(table, pd.DataFrame({"end_s": []}), {}, 10)
+    rows = reconstructed_spans(table, StepTable(()), {}, 10)
     spans = pd.DataFrame(rows, columns=SPAN_COLUMNS)
     assert spans[["phase", "start_s", "end_s"]].values.tolist() == [["way_in", 0.0, 0.5]]

@@ -225,6 +225,42 @@ class StepTable:
 
     parts: tuple[StepRuns, ...]
 
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame) -> StepTable:
+        """A step log given as one row per step (``STEP_COLUMNS``, and ``replica`` and
+        ``delivered_s`` where it has them; a replica's rows together), each row its own
+        segment: ``from_frame(table.frame()).frame()`` equals ``table.frame()`` (if
+        it has a step; a frame without rows is a table without parts)."""
+        missing = [name for name in STEP_COLUMNS if name not in frame.columns]
+        if missing and len(frame):
+            raise ValueError(f"steps frame lacks columns {missing}")
+        if not len(frame):
+            return cls(())
+        num_rows = len(frame)
+        replicas = np.zeros(num_rows, dtype=np.int64)
+        if "replica" in frame.columns:
+            replicas = frame["replica"].to_numpy(dtype=np.int64)
+        bounds = [0, *(np.flatnonzero(np.diff(replicas)) + 1).tolist(), num_rows]
+        owners = replicas[bounds[:-1]].tolist()
+        if len(set(owners)) < len(owners):
+            raise ValueError("steps frame: a replica's rows are not together")
+        end_s = frame["end_s"].to_numpy(dtype=np.float64, copy=True)
+        start_s = frame["start_s"].to_numpy(dtype=np.float64, copy=True)
+        counts = {name: frame[name].to_numpy(dtype=np.int32) for name in COUNT_COLUMNS}
+        delivered = None
+        if "delivered_s" in frame.columns:
+            delivered = frame["delivered_s"].to_numpy(dtype=np.float64, copy=True)
+        parts = []
+        for replica, lo, hi in zip(owners, bounds[:-1], bounds[1:], strict=True):
+            segments = {"start_s": start_s[lo:hi], "num_steps": np.ones(hi - lo, dtype=np.int32)}
+            segments |= {name: values[lo:hi] for name, values in counts.items()}
+            delivery = None
+            if delivered is not None:  # every step's time given: each listed as it is
+                every = np.arange(hi - lo, dtype=np.int64)
+                delivery = Delivered(0.0, 0.0, every, delivered[lo:hi])
+            parts.append(StepRuns(end_s[lo:hi], segments, replica, delivery))
+        return cls(tuple(parts))
+
     @property
     def num_steps(self) -> int:
         return sum(part.num_steps for part in self.parts)

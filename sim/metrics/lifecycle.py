@@ -151,12 +151,15 @@ def _recorded_body(track: _Track, log: pd.DataFrame) -> None:
 
 def reconstructed_spans(
     requests: RequestTable,
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     later_runs: dict[int, list[tuple[float, int]]],
     num_requests: int,
 ) -> list[SpanRow]:
-    """Phase spans from the request records, the step log (compact, or one row per step)
-    and ``later_runs`` only: no pandas for a run's columns and compact log."""
+    """Phase spans from the request records, the step log and ``later_runs`` only.
+
+    ``steps``: the compact log, searched as it is. Without pandas for a run's
+    columns and compact log (``servesim run``'s waterfall, before pandas is loaded).
+    """
     rows: list[SpanRow] = []
     for row in _first_rows(requests, num_requests):
         track = _Track(row)
@@ -174,7 +177,7 @@ def reconstructed_spans(
 def _token_body(
     track: _Track,
     row: Row,
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     runs: list[tuple[float, int]] | None,
     first_token_s: float,
 ) -> None:

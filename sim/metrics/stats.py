@@ -153,7 +153,7 @@ def good_mask(derived: pd.DataFrame | Mapping[str, FloatArray], slo: Slo) -> Boo
 
 def summarize(
     requests: RequestTable,
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     extra_itl_s: npt.ArrayLike,
     slo: Slo | None = None,
     percentiles: Sequence[float] = (90, 99),

@@ -74,29 +74,19 @@ def _replica_of(table: Table) -> npt.NDArray[np.int64]:
 
 
 def steps_in(
-    steps: pd.DataFrame | StepTable, window_s: tuple[float, float], max_steps: int
+    steps: StepTable, window_s: tuple[float, float], max_steps: int
 ) -> dict[int, dict[str, npt.NDArray[Any]]]:
     """Per replica, the first ``max_steps`` steps overlapping ``window_s``, as columns.
 
-    A ``StepTable`` (a run's compact log) gives them without expanding the
-    log: a long run has tens of millions of steps, the window a few thousand.
+    Found without expanding the log: a long run has tens of millions of steps,
+    the window a few thousand.
     """
     start_s, end_s = window_s
-    if isinstance(steps, StepTable):
-        return {
-            part.replica: part.rows(part.overlapping(start_s, end_s)[:max_steps], _STEP_FIELDS)
-            for part in steps.parts
-            if part.num_steps  # as a frame's rows would show it
-        }
-    step_replica = _replica_of(steps)
-    out = {}
-    for replica in sorted(set(step_replica.tolist())):
-        mine = step_replica == replica
-        starts = np.asarray(steps["start_s"], dtype=np.float64)[mine]
-        ends = np.asarray(steps["end_s"], dtype=np.float64)[mine]
-        keep = np.flatnonzero((ends > start_s) & (starts < end_s))[:max_steps]
-        out[replica] = {name: np.asarray(steps[name])[mine][keep] for name in _STEP_FIELDS}
-    return out
+    return {
+        part.replica: part.rows(part.overlapping(start_s, end_s)[:max_steps], _STEP_FIELDS)
+        for part in steps.parts
+        if part.num_steps  # as a frame's rows would show it
+    }
 
 
 def request_events(spans: pd.DataFrame, requests: RequestTable) -> list[Event]:
@@ -257,7 +247,7 @@ def flow_events(
 def trace_document(
     spans: pd.DataFrame,
     requests: RequestTable,
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     timeseries: Table,
     metadata: dict[str, object] | None = None,
     max_steps: int = MAX_STEPS,

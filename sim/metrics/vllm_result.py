@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,9 +26,6 @@ from sim.errors import ConfigError
 from sim.metrics.quantiles import check_percentiles, percentile_label
 from sim.metrics.report import jsonable, vllm_spelling
 from sim.metrics.stats import sample_notes, summarize
-
-if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
-    import pandas as pd
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -82,7 +79,7 @@ def parse_metric_percentiles(text: str | None) -> tuple[float, ...] | None:
 def restate_percentiles(
     summary: Mapping[str, Any],
     requests: RequestTable,
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     extra_itl_s: npt.ArrayLike,
     percentiles: Sequence[float],
 ) -> dict[str, Any]:

@@ -189,7 +189,7 @@ def total_over_replicas(series: pd.DataFrame) -> pd.DataFrame:
 
 
 def request_token_times_s(
-    steps: pd.DataFrame | StepTable,
+    steps: StepTable,
     first_token_s: float,
     num_generated_tokens: int,
     later_runs: list[tuple[float, int]] | None,
@@ -200,12 +200,7 @@ def request_token_times_s(
     with disaggregation the first token is on ``prefill_replica``, the rest on ``replica``."""
 
     def ends(index: int) -> FloatArray:
-        if isinstance(steps, StepTable):
-            return steps.part(index).end_s
-        if "replica" not in steps.columns:
-            return np.asarray(steps["end_s"].to_numpy(), dtype=np.float64)
-        mine = steps["replica"].to_numpy() == index
-        return np.asarray(steps["end_s"].to_numpy()[mine], dtype=np.float64)
+        return steps.part(index).end_s
 
     runs = later_runs or []
     if prefill_replica is None or prefill_replica == replica:

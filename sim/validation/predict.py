@@ -23,9 +23,16 @@ import pandas as pd
 
 from sim.api import Result, replay
 from sim.cost.base import CostModel
-from sim.metrics.itl import STEP_COLUMNS, step_itl_gaps_s
+from sim.metrics.itl import step_itl_gaps_s
 from sim.metrics.quantiles import Summary, latency_stats_ms
-from sim.metrics.stats import RequestTable, completed_mask, latency_columns, sample_notes, summarize
+from sim.metrics.stats import (
+    RequestTable,
+    StepTable,
+    completed_mask,
+    latency_columns,
+    sample_notes,
+    summarize,
+)
 from sim.scenario import Scenario, Slo
 from sim.validation.intake import counted_from_intake
 from sim.workload.generate import RequestArrays, WorkloadConfig
@@ -188,8 +195,8 @@ def measured_summary(requests: RequestTable, tokens: pd.DataFrame, slo: Slo | No
     """``summarize``'s result dict and ``sample_notes`` of a measured run (a live server's
     or the reference engine's), ITL from the real gaps between a request's tokens:
     what a client sees, not a step log's gaps."""
-    steps = pd.DataFrame({c: np.empty(0) for c in STEP_COLUMNS})  # ITL comes from ``tokens``
-    summary = summarize(requests, steps, np.empty(0), slo)
+    no_steps = StepTable(())  # ITL comes from ``tokens``
+    summary = summarize(requests, no_steps, np.empty(0), slo)
     summary |= latency_stats_ms("itl", token_gaps_s(tokens))
     return summary | sample_notes(requests)
 
