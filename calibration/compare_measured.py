@@ -22,8 +22,9 @@ from sim.api import cost_model_for
 from sim.cost.base import CostModel, StepShape
 from sim.cost.calibrated import CalibratedCost
 from sim.cost.fitted import ScaledCost
+from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
-from sim.metrics.figure_data import caption_line, cost_model_tag
+from sim.metrics.figure_data import caption_line
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder

@@ -250,6 +250,26 @@ def test_a_run_writes_every_file_before_it_returns(tmp_path: Path) -> None:
     assert json.loads((out / "summary.json").read_text())["completed"] == 20
 
 
+def test_a_run_with_a_figure_process_never_imports_matplotlib_in_the_main_one(
+    tmp_path: Path,
+) -> None:
+    # The figures are cut into arrays here and drawn in the forked process: matplotlib
+    # (~0.3 s) loads there only. A fresh interpreter, so other tests' imports do not count.
+    scenario, out = _small_scenario(tmp_path), tmp_path / "out"
+    code = (
+        "import sim.cli\n"
+        f"code = sim.cli.main(['run', {str(scenario)!r}, '--out', {str(out)!r}, '-q', "
+        "'--figure-process', 'yes'])\n"
+        "assert code == 0, code"
+    )
+    assert "matplotlib" not in _imported_after(code)
+    assert {p.name for p in out.glob("*.png")} == {
+        "latency_cdf.png",
+        "timeseries.png",
+        "waterfall.png",
+    }
+
+
 # --- benchmarks/startup.py's own logic (the timing itself is not tested) --------------------
 
 

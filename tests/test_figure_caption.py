@@ -11,8 +11,9 @@ from matplotlib.figure import Figure
 
 from sim import api
 from sim.cost.fitted import ScaledCost
+from sim.cost.label import cost_model_tag
 from sim.metrics import figure_draw
-from sim.metrics.figure_data import cost_model_tag, figure_caption, wrap_caption
+from sim.metrics.figure_data import figure_caption, wrap_caption
 from sim.metrics.report import prepare_figures
 from sim.planning.sweep_plots import MAX_CAPTION_VALUES, sweep_caption
 from sim.scenario import load_scenario

@@ -26,7 +26,7 @@ from cli_errors import one_line_error
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli.serve import cost_source
+from sim.cost.label import cost_model_tag
 from sim.scenario import load_scenario
 from sim.serving import realtime
 from sim.serving.realtime import SimulatedEngine, block_hashes, token_ids
@@ -464,9 +464,11 @@ def test_the_cli_refuses_the_reference_engines_flags(capsys: pytest.CaptureFixtu
 
 
 def test_the_cost_source_says_measured_or_guessed() -> None:
-    assert cost_source(config_of().cost).startswith("the roofline (a guess")
+    # The serve line and a figure's caption read one function (sim.cost.label).
+    assert cost_model_tag(config_of().cost.label).startswith("roofline (guess")
     chat = engine_for(load_scenario(SCENARIOS / "chat.yaml"))
-    assert cost_source(chat.cost) == "measured kernel tables"
+    assert cost_model_tag(chat.cost.label).startswith("kernel tables (measured: ")
+    assert "derived" not in cost_model_tag(chat.cost.label)
 
 
 def test_measure_endpoint_against_serve_simulate_end_to_end(tmp_path: Path) -> None:

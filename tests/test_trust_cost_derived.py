@@ -36,6 +36,7 @@ from sim.cost.kernels.config import KernelsCostConfig, build_kernels, kernel_aut
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.slice import export_slice
 from sim.cost.kernels.tables import attention_grids
+from sim.cost.label import cost_model_tag
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
 from sim.errors import ConfigError
@@ -340,11 +341,11 @@ def test_llama_2_on_the_h100_is_priced_by_derived_tables_and_says_so(
 
 
 def test_the_plan_and_serve_say_partly_derived() -> None:
-    from sim.cli.serve import cost_source
     from sim.planning.plan import cost_model_label
 
     cost = mha_cost()
-    assert cost_source(cost) == "measured kernel tables, partly derived"
+    # serve's line and the figures' caption: one tag (sim.cost.label), both say it
+    assert cost_model_tag(cost.label).startswith("kernel tables (measured, partly derived: ")
     line = f"priced from h100_sxm kernel tables in the installed database; {cost.derived[0]}"
     assert cost_model_label(line, False) == "measured kernel tables h100_sxm (partly derived)"
     measured = "priced from h100_sxm kernel tables in the installed database (vllm 0.24.0)"

@@ -292,6 +292,17 @@ def test_metric_percentiles_restate_summary_json(tmp_path: Path) -> None:
     assert summary["p50_itl_ms"] == pytest.approx(summary["median_itl_ms"])
 
 
+def test_a_caveat_names_the_key_the_summary_has_at_any_precision(tmp_path: Path) -> None:
+    # 99.99999 has more digits than "%g" keeps (it read "p100"): a caveat must name
+    # the summary's own key, which keeps every digit (vllm's spelling).
+    summary = run_cli(tmp_path, small(tmp_path), "--metric-percentiles", "50,99.99999")
+    percentile_caveats = [c for c in summary["caveats"] if c.startswith("p")]
+    assert percentile_caveats  # 60 samples: p99.99999 rests on none beyond it
+    for caveat in percentile_caveats:
+        assert caveat.split(" ")[0] in summary, caveat
+    assert any(c.startswith("p99.99999_ttft_ms ") for c in percentile_caveats)
+
+
 def test_percentile_metrics_choose_the_printout_and_the_result(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

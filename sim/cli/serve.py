@@ -21,12 +21,7 @@ import numpy as np
 from sim.api import engine_for
 from sim.api.build import cluster_for
 from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments, has_calibration
-from sim.cost.calibrated import CalibratedCost
-from sim.cost.engine_cpu import EngineCpuCost
-from sim.cost.fitted import FittedCost
-from sim.cost.kernels.cost import KernelCost
-from sim.cost.linear import LinearCost
-from sim.cost.roofline import RooflineCost
+from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
 from sim.metrics.invariants import INVARIANTS, LiveChecks
 from sim.openai.tokenizer import ByteTokenizer
@@ -38,7 +33,6 @@ from sim.serving.router import make_router
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from sim.cost.base import CostModel
     from sim.scenario import Scenario
     from sim.serving.stream import OnlineBackend
 
@@ -96,7 +90,7 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     replicas = "" if cluster is None else f", {cluster.num_replicas} replicas ({cluster.router})"
     print(
         f"servesim serve --simulate: {scenario.model.name} on {scenario.hardware.name}"
-        f"{replicas}, steps priced by {cost_source(config.cost)}: {config.cost.label}; "
+        f"{replicas}, steps priced by {cost_model_tag(config.cost.label)}: {config.cost.label}; "
         f"way in {way_in_ms:g} ms a request from its receipt (frontend.way_in_s_per_request)",
         file=sys.stderr,
         flush=True,
@@ -111,22 +105,6 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
     engines = [SimulatedEngine(config, check=LiveChecks()) for _ in range(cluster.num_replicas)]
     router = make_router(cluster.router, layout.rng)
     return RoutedEngines(engines, router, config.core.block_size_tokens)
-
-
-def cost_source(cost: CostModel) -> str:
-    """What a cost model's step times rest on, in a few words (measured or a guess)."""
-    gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
-    if isinstance(gpu, KernelCost):  # rows derived from another head layout's: said
-        return "measured kernel tables" + (", partly derived" if gpu.derived else "")
-    if isinstance(gpu, CalibratedCost):
-        return "a calibration artifact (measured steps)"
-    if isinstance(gpu, FittedCost):
-        return "a model fitted to measured runs"
-    if isinstance(gpu, LinearCost):
-        return "the scenario's linear coefficients"
-    if isinstance(gpu, RooflineCost):
-        return "the roofline (a guess from specs, not a measurement)"
-    return "the scenario's cost model"
 
 
 def app_for(engine: OnlineBackend, scenario: Scenario, simulate: bool = False) -> web.Application:

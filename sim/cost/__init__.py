@@ -5,7 +5,8 @@ prices a skip-ahead run's decode steps (``decode_run_s``); ``config`` the
 scenario's ``cost:`` block, what ``kind: auto`` picks, and the factory; the
 models are ``linear``, ``roofline``, ``calibrated``, ``fitted`` and
 ``kernels/``; ``speculative`` prices a speculative decoding step from its
-parts around any of them; ``provenance`` reads and stamps the artifact files they share.
+parts around any of them; ``provenance`` reads and stamps the artifact files they share;
+``label`` words a model's label as measured or a guess, for every face.
 
 Import each name from the module that defines it.
 

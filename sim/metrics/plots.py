@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from sim.engine.records import RequestTable, completed_mask, floats
-from sim.metrics import figure_draw
 from sim.metrics.figure_data import (
     CdfData,
     FloatArray,
@@ -121,7 +120,11 @@ def _first_token_s(requests: RequestTable, ids: list[int]) -> FloatArray:
 def draw_waterfall(ax: Axes, spans: pd.DataFrame, requests: RequestTable) -> None:
     """The waterfall on ``ax`` (a notebook's own axes, say); ``requests`` (a run's
     ``raw.records``) gives first tokens."""
-    figure_draw.draw_waterfall_axes(ax, waterfall_data(spans, requests))
+    # Imported here: figure_draw brings matplotlib, which servesim run's main process,
+    # cutting the figures' arrays with this module, never loads (its figure process does).
+    from sim.metrics.figure_draw import draw_waterfall_axes
+
+    draw_waterfall_axes(ax, waterfall_data(spans, requests))
 
 
 def caption_figure(fig: Figure, caption: str) -> None:

@@ -137,6 +137,12 @@ def percentile_label(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
+def percentile_key(p: float, metric: str) -> str:
+    """The summary's key of ``metric``'s ``p``-th percentile, ``p99.9_ttft_ms``: every
+    place that names one (the summary, its caveats, vllm's result JSON) spells it here."""
+    return f"p{percentile_label(p)}_{metric}_ms"
+
+
 def check_percentiles(percentiles: Sequence[float]) -> None:
     """Raise ``ConfigError`` for a percentile outside [0, 100]."""
     bad = [p for p in percentiles if not 0 <= p <= 100]
@@ -163,7 +169,7 @@ def latency_stats_ms(
         overwrite = True  # a copy of our own
     total = float(w.sum())
     keys = [f"{s}_{name}_ms" for s in ("mean", "median", "std")]
-    keys += [f"p{percentile_label(p)}_{name}_ms" for p in percentiles]
+    keys += [percentile_key(p, name) for p in percentiles]
     if total <= 0:
         return dict.fromkeys(keys, None)
     mean = float(np.dot(w, v) / total)

@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from sim.engine.records import RequestTable
 from sim.errors import ConfigError
+from sim.metrics import plots
 from sim.metrics.figure_data import Figures, figure_caption
 from sim.metrics.stats import TEXT_COLUMNS, TTFT_PARTS, Slo
 from sim.metrics.table_files import write_csv, write_parquet
@@ -142,13 +143,11 @@ def draw_figures(job: FigureJob) -> list[Path]:
 def prepare_figures(job: FigureJob) -> Figures:
     """``job``'s figures as arrays (``sim.metrics.plots``): what
     ``sim.metrics.figure_draw.draw_prepared`` draws, without pandas, elsewhere."""
-    from sim.metrics.plots import cdf_data, timeseries_data, waterfall_data
-
-    waterfall = waterfall_data(*job.waterfall) if job.waterfall is not None else None
+    waterfall = plots.waterfall_data(*job.waterfall) if job.waterfall is not None else None
     return Figures(
         job.out_dir,
-        cdf_data(job.requests, job.slo),
-        timeseries_data(job.timeseries),
+        plots.cdf_data(job.requests, job.slo),
+        plots.timeseries_data(job.timeseries),
         waterfall,
         job.caption,
     )

@@ -44,7 +44,13 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.records import text_dtype as text_dtype
 from sim.engine.step_runs import StepTable
 from sim.metrics.itl import itl_distribution
-from sim.metrics.quantiles import FloatArray, Summary, check_percentiles, latency_stats_ms
+from sim.metrics.quantiles import (
+    FloatArray,
+    Summary,
+    check_percentiles,
+    latency_stats_ms,
+    percentile_key,
+)
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -224,7 +230,7 @@ def percentile_caveats(counts: Mapping[str, int], percentiles: Sequence[float]) 
             # The tail is on the nearer side: p1 rests on the samples below it as
             # p99 on those above (and p0 is the minimum as p100 the maximum).
             beyond = n * min(p, 100.0 - p) / 100.0
-            key = f"p{p:g}_{metric}_ms"
+            key = percentile_key(p, metric)
             if n == 0 or beyond >= MIN_TAIL_SAMPLES:
                 continue
             if beyond < 1.0:

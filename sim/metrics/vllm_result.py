@@ -23,7 +23,7 @@ import numpy.typing as npt
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
-from sim.metrics.quantiles import check_percentiles, percentile_label
+from sim.metrics.quantiles import check_percentiles, percentile_key
 from sim.metrics.report import jsonable, vllm_spelling
 from sim.metrics.stats import sample_notes, summarize
 
@@ -94,7 +94,7 @@ def restate_percentiles(
             continue
         metric = match.group(1)
         for p in percentiles:  # at the first of the metric's old keys; the rest go
-            key = f"p{percentile_label(p)}_{metric}_ms"
+            key = percentile_key(p, metric)
             out.setdefault(key, fresh[key])
     if "caveats" in summary:  # the percentiles' anew; the others (the cost model's) kept
         kept = [c for c in summary["caveats"] if not _PERCENTILE_KEY.match(c.split(" ")[0])]
@@ -208,7 +208,7 @@ def result_document(
     document["rtfx"] = 0.0  # no audio input
     for metric in metrics:
         keys = [f"{stat}_{metric}_ms" for stat in ("mean", "median", "std")]
-        keys += [f"p{percentile_label(p)}_{metric}_ms" for p in percentiles]
+        keys += [percentile_key(p, metric) for p in percentiles]
         for key in keys:
             document[key] = summary.get(key)
     return document

@@ -17,8 +17,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
+from sim.cost.label import cost_model_tag
 from sim.metrics.analytic import mg1_wait_s
-from sim.metrics.figure_data import caption_line, cost_model_tag, wrap_caption
+from sim.metrics.figure_data import caption_line, wrap_caption
 from sim.metrics.slo_targets import SloTarget
 from sim.planning.sweep_report import LATENCY, THROUGHPUT, cheapest, pareto_mask
 
