@@ -17,7 +17,12 @@ it (``propose_draft_token_ids``: one sampled token a request, the batch's
 own ``VllmConfig`` is replaced by the six fields the constructor reads, and
 ``torch`` (used in a type hint only) by a stub, so any Python with numba runs
 it: vLLM 0.19.0 pins ``numba==0.61.2`` (``python3 -m venv v && v/bin/pip
-install numba==0.61.2 numpy==2.2.6``).
+install numba==0.61.2 numpy==2.2.6``), 0.24.0 ``numba==0.65.0``. The
+releases differ in ``propose``'s signature (0.24 takes the number of
+speculative tokens first, as its model runner passes it each step): the
+script reads the signature from the loaded file and calls it as that
+release's model runner does, with ``k = 3``; the release it reports comes
+from ``vllm/_version.py`` beside the file (an unzipped wheel has it).
 
 Tokens: ``random``, uniform over a 128,256-token vocabulary (Llama 3's), so
 the last n-gram has no earlier match (the no-match cost); ``repetitive``,
@@ -35,8 +40,10 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import platform
+import re
 import statistics
 import sys
 import time
@@ -50,6 +57,22 @@ SOURCE = "vllm/v1/spec_decode/ngram_proposer.py"
 VOCAB_TOKENS = {"random": 128_256, "repetitive": 64}
 MAX_MODEL_LEN_TOKENS = 16_384
 K = 3  # num_speculative_tokens, as SpecDecode-Bench ran
+# propose's parameters before the optional ones, as the model runner passes them
+PROPOSE_ARGS = (
+    "num_speculative_tokens",
+    "sampled_token_ids",
+    "num_tokens_no_spec",
+    "token_ids_cpu",
+)
+
+
+def vllm_release(path: Path) -> str:
+    """The release ``vllm/_version.py`` beside the proposer's file names, or ``unknown``."""
+    version_file = path.parents[2] / "_version.py"  # vllm/v1/spec_decode/x.py -> vllm/
+    found = version_file.is_file() and re.search(
+        r"^__version__ = version = ['\"]([^'\"]+)['\"]", version_file.read_text(), re.M
+    )
+    return found.group(1) if found else "unknown"
 
 
 def load_proposer_module(vllm_root: Path) -> tuple[types.ModuleType, str]:
@@ -82,6 +105,20 @@ def make_proposer(module: types.ModuleType, max_num_seqs: int) -> Any:
     return module.NgramProposer(config)  # its constructor runs the numba compile
 
 
+def propose_parameters(proposer: Any) -> tuple[str, ...]:
+    """The leading parameters of this release's ``propose``, in order: 0.19's
+    ``(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)``, 0.24's with
+    ``num_speculative_tokens`` first."""
+    names = []
+    for name in inspect.signature(proposer.propose).parameters:
+        if name not in PROPOSE_ARGS:
+            break
+        names.append(name)
+    if tuple(names) not in (PROPOSE_ARGS, PROPOSE_ARGS[1:]):
+        raise SystemExit(f"propose{inspect.signature(proposer.propose)}: parameters not known")
+    return tuple(names)
+
+
 def call_us(
     proposer: Any, tokens: str, batch: int, context: int, repeats: int, rng: np.random.Generator
 ) -> float:
@@ -90,10 +127,17 @@ def call_us(
     token_ids[:, :context] = rng.integers(0, VOCAB_TOKENS[tokens], (batch, context))
     num_tokens = np.full(batch, context, dtype=np.int32)
     sampled = [[int(token_ids[i, context - 1])] for i in range(batch)]
+    values = {
+        "num_speculative_tokens": K,
+        "sampled_token_ids": sampled,
+        "num_tokens_no_spec": num_tokens,
+        "token_ids_cpu": token_ids,
+    }
+    args = [values[name] for name in propose_parameters(proposer)]
     samples = []
     for i in range(repeats + 3):  # 3 warm-up calls
         start = time.thread_time()
-        proposer.propose(sampled, num_tokens, token_ids)
+        proposer.propose(*args)
         if i >= 3:
             samples.append((time.thread_time() - start) * 1e6)
     return statistics.median(samples)
@@ -153,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(largest residual {100 * line['max_relative_residual']:.0f} % of a cell)"
     )
     provenance = {
+        "vllm": vllm_release(Path(module.__file__)),
         "source": str(module.__file__),
         "source_sha256": sha256,
         "numba": numba.__version__,
@@ -163,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         "prompt_lookup_max": 5,
         "num_speculative_tokens": K,
     }
-    print(f"source: {provenance['source']} (sha256 {sha256[:12]}), numba {numba.__version__}")
+    print(
+        f"vLLM {provenance['vllm']}: {provenance['source']} (sha256 {sha256[:12]}), "
+        f"numba {numba.__version__}"
+    )
     if args.json:
         Path(args.json).write_text(
             json.dumps({"provenance": provenance, "fit_random": line, "cells": cells}, indent=2)

@@ -11,6 +11,7 @@ expected cost over the binomial number of drafting decodes.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,33 @@ def test_ngram_cpu_is_the_measured_fit_of_vllms_proposer(
     assert NGRAM_CPU.cpu_s(num_seqs, context_tokens) == pytest.approx(
         cpu_s(num_seqs, context_tokens), rel=0.01
     )
+
+
+def test_vllm_024s_proposer_measures_inside_the_019_fits_spread() -> None:
+    # NgramCpu stands for 0.24 because 0.24.0's proposer, run alternately with 0.19.0's
+    # (docs/speculative.md), fits a line inside the band 0.19.0's runs' lines span.
+    runs = json.loads((MEASURED / "interleaved-0.19.0-0.24.0.json").read_text())["rounds"]
+    fits = {
+        release: [run[f"vllm-{release}"]["fit_random"] for run in runs]
+        for release in ("0.19.0", "0.24.0")
+    }
+    assert len(runs) >= 5
+    assert {run["vllm-0.24.0"]["provenance"]["vllm"] for run in runs} == {"0.24.0"}
+    assert {run["vllm-0.19.0"]["provenance"]["vllm"] for run in runs} == {"0.19.0"}
+    terms = ("per_call_s", "per_seq_s", "per_context_token_s")
+    line_024 = {term: statistics.median(fit[term] for fit in fits["0.24.0"]) for term in terms}
+
+    def at(line: dict[str, float], batch: int, context: int) -> float:
+        return (
+            line["per_call_s"]
+            + line["per_seq_s"] * batch
+            + line["per_context_token_s"] * batch * context
+        )
+
+    for batch in (1, 8, 32, 128, 256):
+        for context in (256, 1024, 4096):
+            band = [at(fit, batch, context) for fit in fits["0.19.0"]]
+            assert min(band) <= at(line_024, batch, context) <= max(band), (batch, context)
 
 
 def test_a_step_whose_decodes_all_miss_still_pays_the_lookups() -> None:

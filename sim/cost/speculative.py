@@ -78,7 +78,8 @@ class NgramCpu:
     """CPU time of vLLM's n-gram (prompt-lookup) proposer after a step, in s: per call,
     per sequence that sampled a token (matched or not) and per context token (its
     numba kernel scans each whole context). MEASURED on this project's CPU from vLLM
-    0.19.0's own proposer (benchmarks/ngram_proposer_cpu.py, docs/speculative.md)."""
+    0.19.0's own proposer (benchmarks/ngram_proposer_cpu.py, docs/speculative.md);
+    0.24.0's, run alternately with it, is not told apart, so it holds for both."""
 
     per_step_s: float = 12.2e-6
     per_seq_s: float = 1.70e-6
