@@ -32,6 +32,8 @@ page. Each form is one regular expression below, and only these forms are read:
   "T")``, with or without double backticks around the path, single or double
   quotes, wrapped over lines) is a heading of the page or a paragraph's bold lead-in
   (``**S.**``), whole or up to a colon, comma or parenthesis.
+- ``PAGE_POINTER``: the same on a page, after a link to a page or its
+  ``docs/x.md`` path: ``[x.md](x.md), "S"``, ``(docs/x.md, "S")`` (double quotes).
 
 A failure names each stale reference as ``file:LINE: <reference>``. ``calibration.*``
 names need torch (``calibration/`` imports it); without torch they are skipped, said
@@ -40,6 +42,7 @@ so by the skip.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import glob
@@ -72,6 +75,10 @@ NAME_FILE = re.compile(r"`([A-Za-z_][\w.]*)` \(`((?:sim|calibration)/[\w/]+\.py)
 POINTER = re.compile(
     r"(?:``)?(docs/[\w/.-]+?\.md)(?:``)?(?:'s)?"
     r"(?P<sections>(?:,? *\(? *(?:\"[^\"]+\"|'[^']+'))(?:, *(?:\"[^\"]+\"|'[^']+'))*)?"
+)
+PAGE_POINTER = re.compile(
+    r"(?:\]\((?P<link>[\w/.-]+\.md)\)|`?(?P<path>docs/[\w/.-]+\.md)`?)"
+    r"(?P<sections>,? *\(? *\"[^\"]+\"(?:, *\"[^\"]+\")*)"
 )
 QUOTED = re.compile(r"\"([^\"]+)\"|'([^']+)'")
 FILE_EXTENSIONS = (".png", ".json", ".csv", ".yaml", ".md", ".html", ".txt", ".parquet")
@@ -338,23 +345,25 @@ def _names_section(page: Path, section: str) -> bool:
     )
 
 
+def _joined(lines: list[str]) -> tuple[str, list[int]]:
+    """Lines joined by spaces (so that a quoted title may wrap), and where each starts."""
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    return " ".join(lines), starts
+
+
 def pointer_refs() -> Iterator[tuple[Ref, str, list[str]]]:
     """Every page a docstring or comment of ``sim/`` or ``calibration/`` points to,
-    with the sections it names. Lines are joined first (a comment's ``#`` dropped),
-    so that a section's title may wrap."""
+    with the sections it names (lines joined, a comment's ``#`` dropped)."""
     for package in ("sim", "calibration"):
         for source in sorted((ROOT / package).rglob("*")):
             if source.suffix not in (".py", ".toml") or "__pycache__" in source.parts:
                 continue
-            text = source.read_text(encoding="utf-8")
-            starts = [0]
-            joined = []
-            for line in text.splitlines():
-                joined.append(re.sub(r"^\s*#?\s*", "", line))
-                starts.append(starts[-1] + len(joined[-1]) + 1)
-            flat = "\n".join(joined).replace("\n", " ")
+            lines = source.read_text(encoding="utf-8").splitlines()
+            flat, starts = _joined([re.sub(r"^\s*#?\s*", "", line) for line in lines])
             for match in POINTER.finditer(flat):
-                number = sum(1 for start in starts if start <= match.start())
+                number = bisect.bisect_right(starts, match.start())
                 sections = [a or b for a, b in QUOTED.findall(match.group("sections") or "")]
                 yield Ref(f"{_rel(source)}:{number}", match.group(1)), match.group(1), sections
 
@@ -369,6 +378,30 @@ def test_every_page_a_docstring_points_to_exists_with_its_sections() -> None:
             Ref(ref.where, f'{page}, "{s}"') for s in sections if not _names_section(ROOT / page, s)
         ]
     assert not stale, "stale pointers:\n" + "\n".join(f"{r.where}: {r.text}" for r in stale)
+
+
+def page_pointer_refs() -> Iterator[tuple[Ref, Path, list[str]]]:
+    """Every page a page points to with the sections it names (lines joined, a
+    fenced block's left out)."""
+    for page in PAGES:
+        numbered = {number: line for number, line, fenced in _page_lines(page) if not fenced}
+        lines = [numbered.get(n, "") for n in range(1, max(numbered, default=0) + 1)]
+        flat, starts = _joined(lines)
+        for match in PAGE_POINTER.finditer(flat):
+            link, path = match.group("link"), match.group("path")
+            target = page.parent / link if link else ROOT / path
+            sections = [a or b for a, b in QUOTED.findall(match.group("sections"))]
+            number = bisect.bisect_right(starts, match.start())
+            yield Ref(f"{_rel(page)}:{number}", match.group(0)), target, sections
+
+
+def test_every_section_a_page_points_to_exists() -> None:
+    stale = [
+        ref
+        for ref, target, sections in page_pointer_refs()
+        if target.is_file() and not all(_names_section(target, s) for s in sections)
+    ]  # a missing page is the path test's failure
+    assert not stale, "stale sections:\n" + "\n".join(f"{r.where}: {r.text}" for r in stale)
 
 
 # ---------------------------------------------------------------- the checks can fail
@@ -401,3 +434,9 @@ def test_the_checks_catch_what_is_gone() -> None:
         if page == "docs/capacity.md" and sections
     ]
     assert ("docs/capacity.md", ["Reading the numbers"]) in found
+    wrapped = [
+        ref.where
+        for ref, _, sections in page_pointer_refs()
+        if sections == ["Why not the 12.9M-parameter `tiny` model: cache residency"]
+    ]
+    assert "docs/validation/tiny/results.md:6" in wrapped  # the title on the next line
