@@ -32,6 +32,8 @@ page. Each form is one regular expression below, and only these forms are read:
   "T")``, with or without double backticks around the path, single or double
   quotes, wrapped over lines) is a heading of the page or a paragraph's bold lead-in
   (``**S.**``), whole or up to a colon, comma or parenthesis.
+- ``CODE_PATH``: a repository file that a docstring, comment or string of ``sim/``
+  or ``calibration/`` names (``tests/test_x.py``, ``sim/x.py``, ``docs/x.md``) exists.
 - ``PAGE_POINTER``: the same on a page, after a link to a page or its
   ``docs/x.md`` path: ``[x.md](x.md), "S"``, ``(docs/x.md, "S")`` (double quotes).
 
@@ -75,6 +77,9 @@ NAME_FILE = re.compile(r"`([A-Za-z_][\w.]*)` \(`((?:sim|calibration)/[\w/]+\.py)
 POINTER = re.compile(
     r"(?:``)?(docs/[\w/.-]+?\.md)(?:``)?(?:'s)?"
     r"(?P<sections>(?:,? *\(? *(?:\"[^\"]+\"|'[^']+'))(?:, *(?:\"[^\"]+\"|'[^']+'))*)?"
+)
+CODE_PATH = re.compile(
+    rf"(?<![\w/.])(?:{_FOLDER})/[\w/.-]+\.(?:py|md|yaml|json|toml|csv|sh|ipynb)\b"
 )
 PAGE_POINTER = re.compile(
     r"(?:\]\((?P<link>[\w/.-]+\.md)\)|`?(?P<path>docs/[\w/.-]+\.md)`?)"
@@ -345,6 +350,25 @@ def _names_section(page: Path, section: str) -> bool:
     )
 
 
+def _sources() -> Iterator[Path]:
+    """The Python and TOML files of ``sim/`` and ``calibration/``."""
+    for package in ("sim", "calibration"):
+        for source in sorted((ROOT / package).rglob("*")):
+            if source.suffix in (".py", ".toml") and "__pycache__" not in source.parts:
+                yield source
+
+
+def test_every_file_the_code_names_exists() -> None:
+    stale = [
+        f"{_rel(source)}:{number}: {match.group(0)}"
+        for source in _sources()
+        for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1)
+        for match in CODE_PATH.finditer(line)
+        if not (ROOT / match.group(0)).exists()
+    ]
+    assert not stale, "stale paths in the code:\n" + "\n".join(stale)
+
+
 def _joined(lines: list[str]) -> tuple[str, list[int]]:
     """Lines joined by spaces (so that a quoted title may wrap), and where each starts."""
     starts = [0]
@@ -356,16 +380,13 @@ def _joined(lines: list[str]) -> tuple[str, list[int]]:
 def pointer_refs() -> Iterator[tuple[Ref, str, list[str]]]:
     """Every page a docstring or comment of ``sim/`` or ``calibration/`` points to,
     with the sections it names (lines joined, a comment's ``#`` dropped)."""
-    for package in ("sim", "calibration"):
-        for source in sorted((ROOT / package).rglob("*")):
-            if source.suffix not in (".py", ".toml") or "__pycache__" in source.parts:
-                continue
-            lines = source.read_text(encoding="utf-8").splitlines()
-            flat, starts = _joined([re.sub(r"^\s*#?\s*", "", line) for line in lines])
-            for match in POINTER.finditer(flat):
-                number = bisect.bisect_right(starts, match.start())
-                sections = [a or b for a, b in QUOTED.findall(match.group("sections") or "")]
-                yield Ref(f"{_rel(source)}:{number}", match.group(1)), match.group(1), sections
+    for source in _sources():
+        lines = source.read_text(encoding="utf-8").splitlines()
+        flat, starts = _joined([re.sub(r"^\s*#?\s*", "", line) for line in lines])
+        for match in POINTER.finditer(flat):
+            number = bisect.bisect_right(starts, match.start())
+            sections = [a or b for a, b in QUOTED.findall(match.group("sections") or "")]
+            yield Ref(f"{_rel(source)}:{number}", match.group(1)), match.group(1), sections
 
 
 def test_every_page_a_docstring_points_to_exists_with_its_sections() -> None:
@@ -410,6 +431,10 @@ def test_every_section_a_page_points_to_exists() -> None:
 def test_the_checks_catch_what_is_gone() -> None:
     """Each check fails on a reference that does not resolve (the issue's own example)."""
     assert not _path_exists("sim/cost/run_ends.py")
+    assert [m.group(0) for m in CODE_PATH.finditer("(tests/test_x.py; docs/a.md)")] == [
+        "tests/test_x.py",
+        "docs/a.md",
+    ]
     assert _path_exists("sim/cost/{base,engine_cpu}.py")
     assert not _path_exists("sim/cost/{base,run_ends}.py")
     assert not _path_exists("scenarios/nothing_*.yaml")
