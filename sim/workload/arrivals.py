@@ -7,8 +7,9 @@ Poisson, ``.inf`` constant) and ``constant`` (gaps of exactly ``1 / rate_per_s``
 ``rate_per_s: .inf`` sends every request at 0; it needs ``num_requests``.
 
 ``num_requests`` arrivals follow ``vllm bench serve``'s ``get_request``
-(docs/vllm-fidelity.md, "Arrivals"): running sums of the gaps rescaled so that
-arrival k is ``S_k * (N / R) / S_N`` and the last goes at exactly N / R.
+(docs/vllm-fidelity.md, "Arrivals as ``vllm bench serve`` sends them"): running
+sums of the gaps rescaled so that arrival k is ``S_k * (N / R) / S_N`` and the
+last goes at exactly N / R.
 ``spacing: renewal`` keeps the sums unscaled (a stationary renewal process,
 exactly Poisson for ``poisson``, as queueing theory assumes); ``duration_s``
 (every arrival before it) always draws the renewal process.

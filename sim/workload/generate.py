@@ -14,7 +14,7 @@ Three kinds, tagged by ``kind``:
 ``workload: {profile: ...}`` (:mod:`sim.workload.profiles`) expands into one of
 these before validation. An open loop's ``max_concurrency`` caps the requests
 in flight as ``vllm bench serve --max-concurrency`` does (docs/vllm-fidelity.md,
-"Arrivals").
+"Arrivals as ``vllm bench serve`` sends them").
 
 Random streams: the generator passed in is split with ``rng.spawn(3)`` into one
 child per stream (synthetic: arrivals, prompt lengths, output lengths; closed loop:
