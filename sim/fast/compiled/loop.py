@@ -228,7 +228,7 @@ def steps_within_pool(
     num_sched: int,
     num_steps: int,
 ) -> int:
-    """``sim.engine.scheduler.steps_within_pool`` over the scheduled rows."""
+    """``sim.fast.decode_runs.steps_within_pool`` over the scheduled rows."""
     if num_sched * (num_steps // block_size + 1) <= free:
         return num_steps
     if _missing(block_size, comp, blocks, sched_r, sched_new, num_sched, num_steps) <= free:
