@@ -22,12 +22,16 @@ import yaml
 
 from sim import api
 from sim.cli import main
+from sim.cost.config import auto_choice
+from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
 from sim.hardware.specs import HARDWARE_PRESETS, hardware_preset
 from sim.metrics.slo_targets import parse_targets
 from sim.planning.plan import PlanResult, plan, run_length
 from sim.planning.plan_bound import Limits, length_stats, lone_request_ms
 from sim.planning.plan_file import PlanConfig
+from sim.planning.plan_plots import plan_caption
+from sim.planning.plan_report import format_best, format_table, outcome_doc
 from sim.planning.pricing import GPU_PRICE_PER_HOUR, parse_gpu_prices
 from sim.planning.sweep_exec import execute
 from sim.scenario import load_scenario, scenario_from_dict
@@ -235,7 +239,7 @@ def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
         capsys,
     )
     assert code == 0, err
-    assert "cheapest for 40 req/s" in stdout and "roofline (guess)" in stdout
+    assert "cheapest for 40 req/s" in stdout and "roofline (guess: uncalibrated)" in stdout
     doc = json.loads((out / "plan.json").read_text())
     assert doc["num_configurations"] == 2 and doc["num_simulations"] > 0
     assert doc["wall_s"] > 0 and doc["best"] is not None
@@ -474,3 +478,49 @@ def test_ray_finds_the_local_answer(tmp_path: Path) -> None:
             mine = {k: v for k, v in outcome.record.items() if k != "wall_s"}
             theirs = {k: v for k, v in (records[outcome.candidate] or {}).items() if k != "wall_s"}
             assert mine == theirs
+
+
+def test_a_plan_words_each_cost_source_as_every_face_does() -> None:
+    """plan.json, the table, the verdict and the figure's caption say each GPU's cost
+    source in ``cost_model_tag``'s words (figures, sweeps, serve), read from the cost
+    model's label: on the RTX 4090 the shipped kernel tables, on the H100 PCIe (no
+    tables for this model) the roofline, a guess. auto's reason stays beside it."""
+    doc = {**SCALING_DOC, "cost": {"kind": "auto"}, "hardware": "rtx-4090"}
+    gpus = ["rtx-4090", "h100-pcie"]
+    config = PlanConfig.model_validate(
+        {
+            **SMALL_SPACE,
+            "gpus": gpus,
+            "cost_model": "auto",
+            "seeds": 1,
+            "max_loads": 4,
+            "prune": False,
+        }
+    )
+    scenario = scenario_from_dict(doc)
+    prices = {"rtx-4090": 0.5, "h100-pcie": 2.0}
+    result = plan(scenario, ROOT, config, parse_targets(["tpot_mean_ms=200"]), 5.0, prices, 1)
+    tags = {}
+    for gpu in gpus:
+        on_gpu = scenario_from_dict({**doc, "hardware": gpu})
+        tags[gpu] = cost_model_tag(api.cost_model_for(on_gpu).label)
+        outcome = next(o for o in result.outcomes if o.candidate.gpu == gpu)
+        assert outcome.cost_model == tags[gpu]
+        json_doc = outcome_doc(outcome)
+        assert json_doc["cost_model"] == tags[gpu]
+        assert json_doc["cost_model_choice"] == auto_choice(on_gpu.model, on_gpu.hardware)
+        # The runs' summary.json label (cost_model_run) reads as the same tag.
+        assert outcome.record is not None
+        assert cost_model_tag(outcome.record["cost_model_run"]) == tags[gpu]
+    assert tags["rtx-4090"].startswith("kernel tables (measured: LLMServingSim")
+    assert tags["h100-pcie"] == "roofline (guess: uncalibrated)"
+    assert len(result.ranked()) == 2
+    table = format_table(result).splitlines()
+    for gpu in gpus:
+        row = next(line for line in table if line.split()[1:2] == [gpu])
+        assert f"  {tags[gpu]}  " in row  # the cost model column, then the model error's
+    assert result.best is not None
+    assert f"({tags[result.best.candidate.gpu]}; prices approximate" in format_best(result)
+    caption = plan_caption(result, "scaling", "llama-3-8b")
+    assert f"{tags['rtx-4090']}: rtx-4090" in caption
+    assert f"{tags['h100-pcie']}: h100-pcie" in caption

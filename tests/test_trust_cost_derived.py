@@ -341,14 +341,18 @@ def test_llama_2_on_the_h100_is_priced_by_derived_tables_and_says_so(
 
 
 def test_the_plan_and_serve_say_partly_derived() -> None:
-    from sim.planning.plan import cost_model_label
-
     cost = mha_cost()
-    # serve's line and the figures' caption: one tag (sim.cost.label), both say it
+    # serve's line, the figures' caption and plan's column (test_plan's
+    # test_a_plan_words_each_cost_source_as_every_face_does): one tag (sim.cost.label)
     assert cost_model_tag(cost.label).startswith("kernel tables (measured, partly derived: ")
-    line = f"priced from h100_sxm kernel tables in the installed database; {cost.derived[0]}"
-    assert cost_model_label(line, False) == "measured kernel tables h100_sxm (partly derived)"
-    measured = "priced from h100_sxm kernel tables in the installed database (vllm 0.24.0)"
-    assert cost_model_label(measured, False) == "measured kernel tables h100_sxm"
+    source = cost.artifact.label  # the tables' source, as the label names it
+    derived = f"kernel tables (measured, partly derived: {source}, h100_sxm)"
+    assert cost_model_tag(cost.label) == derived
+    shipped = KernelCost(
+        model_preset("llama-3-8b").model_copy(update={"name": "llama-3.1-8b"}),
+        load_cached(resolve_kernel_artifact(SHIPPED, None)),
+        hardware=hardware_preset("h100"),
+    )  # every row it reads measured
+    assert cost_model_tag(shipped.label) == f"kernel tables (measured: {source}, h100_sxm)"
     # One GPU: no all-reduce runs (0 s), so none is measured.
     assert cost.op_source("allreduce") == "none"

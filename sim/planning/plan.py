@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from sim.api.build import cost_model_for, kv_blocks_for
 from sim.cost.base import CostModel
 from sim.cost.config import auto_choice
+from sim.cost.label import cost_model_tag
 from sim.cost.model_error import ModelError, model_error_for
 from sim.errors import ConfigError, format_error
 from sim.hardware.specs import HARDWARE_PRESETS, HardwareSpec, hardware_preset
@@ -125,7 +126,7 @@ class Outcome:
     # already lost) or refused (does not split or fit); pending and running meanwhile.
     status: Literal["pending", "running", "searched", "skipped", "refused"]
     reason: str = ""
-    cost_model: str = ""
+    cost_model: str = ""  # its cost model's label as every face words it (cost_model_tag)
     cost_model_detail: str = ""  # auto's whole choice line: which tables, or why none
     model_error: ModelError | None = None  # the cost source's validated error (None: not built)
     # The rate its fleet is sized for: the target plus the headroom (the plan's
@@ -237,18 +238,6 @@ def resolve_gpus(config: PlanConfig) -> list[HardwareSpec]:
     return out
 
 
-def cost_model_label(choice: str, forced_roofline: bool) -> str:
-    """ "measured kernel tables <slice>" or "roofline (guess)" from ``auto_choice``'s line
-    (``plan.json`` keeps the whole line)."""
-    if not forced_roofline and choice.startswith("priced from "):
-        label = "measured kernel tables " + choice.removeprefix("priced from ").split(" ", 1)[0]
-        # Rows derived from another head layout's (KernelCost.derived): not all measured.
-        return f"{label} (partly derived)" if " derived from " in choice else label
-    if not forced_roofline and "; calibrated " in choice:
-        return f"calibrated {choice.rsplit('; calibrated ', 1)[1]}"
-    return "roofline (guess)"
-
-
 @dataclass
 class _Space:
     """What every candidate of one plan shares."""
@@ -307,8 +296,10 @@ class _Space:
         )
 
     def cost(self, candidate: Candidate, scenario: Scenario) -> tuple[CostModel, str, str]:
-        """The candidate's cost model, its label and auto's choice line, built once per
-        (GPU, TP); the warnings building it gives (extrapolated tables) are kept once."""
+        """The candidate's cost model, its label as every face words it
+        (``cost_model_tag``: measured or a guess) and auto's choice line (why that
+        source), built once per (GPU, TP); the warnings building it gives (extrapolated
+        tables) are kept once."""
         key = (candidate.gpu, candidate.tensor_parallel_size)
         if key not in self.costs:
             forced = self.roofline
@@ -320,7 +311,7 @@ class _Space:
                 )
                 model = cost_model_for(scenario, self.base_dir)
             self.warnings.update(dict.fromkeys(str(w.message) for w in caught))
-            self.costs[key] = (model, cost_model_label(choice, forced), choice)
+            self.costs[key] = (model, cost_model_tag(model.label), choice)
         return self.costs[key]
 
 

@@ -22,18 +22,22 @@ FIGURE_NAME = "cost_vs_capacity.png"
 
 def plan_caption(result: PlanResult, scenario_name: str, model: str) -> str:
     """The figure's caption line (``caption_line``): scenario, model, the GPUs plotted
-    and how each was priced, so that a roofline guess cannot pass for a measurement."""
+    and what priced each (``Outcome.cost_model``, ``cost_model_tag``'s words), so that a
+    roofline guess cannot pass for a measurement. The sources are parted by " · ", where
+    a long caption wraps."""
     ranked = result.ranked()
     gpus = list(dict.fromkeys(o.candidate.gpu for o in ranked))
-    measured = sorted({o.candidate.gpu for o in ranked if "measured" in o.cost_model})
-    guessed = sorted({o.candidate.gpu for o in ranked if "measured" not in o.cost_model})
-    parts = [f"measured kernel tables: {', '.join(measured)}"] if measured else []
-    parts += [f"roofline (guess): {', '.join(guessed)}"] if guessed else []
+    priced: dict[str, list[str]] = {}  # a cost source's words: the GPUs it priced
+    for outcome in ranked:
+        on = priced.setdefault(outcome.cost_model, [])
+        if outcome.candidate.gpu not in on:
+            on.append(outcome.candidate.gpu)
+    sources = " · ".join(f"{tag}: {', '.join(sorted(on))}" for tag, on in sorted(priced.items()))
     return caption_line(
         f"scenario {scenario_name}",
         model,
         f"{len(gpus)} GPU type{'s' if len(gpus) != 1 else ''}",
-        "; ".join(parts) or "?",
+        sources or "?",
     )
 
 
