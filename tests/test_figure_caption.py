@@ -38,6 +38,16 @@ def test_a_roofline_reads_as_a_guess_and_kernel_tables_as_measured() -> None:
     assert linear.startswith("linear") and "hand" in linear
 
 
+def test_kernel_tables_with_a_transferred_estimate_say_so() -> None:
+    # The L40S has aiconfigurator's tables but no measured mixed-decode factor: the
+    # RTX 4090's is carried over by FLOP/B balance, an estimate the tag must not hide.
+    pytest.importorskip("aiconfigurator_core")
+    label = label_of(CHAT, "hardware=l40s", "cost={kind: kernels}")
+    assert "transferred estimate" in label
+    assert cost_model_tag(label).startswith("kernel tables (measured, partly estimated: ")
+    assert "partly estimated" not in cost_model_tag(label_of(PUBLIC))
+
+
 def test_a_scaled_model_keeps_its_factor_and_its_kind() -> None:
     base = api.cost_model_for(load_scenario(PUBLIC))
     tag = cost_model_tag(ScaledCost(base, factor=1.05).label)

@@ -45,7 +45,13 @@ def cost_model_tag(label: str) -> str:
     elif (kernels := _KERNELS.match(base)) is not None:
         # Rows derived from another head layout's are named in the label's parentheses
         # (KernelCost.label, the phrase of tables.attention_grids): not all measured.
-        how = "measured, partly derived" if " derived from " in base else "measured"
+        # An estimate carried over from another GPU (mixed_factor.transferred_factor's
+        # "transferred estimate") is named too: a reader must not take it as measured.
+        how = ", ".join(
+            ["measured"]
+            + ["partly derived"] * (" derived from " in base)
+            + ["partly estimated"] * ("estimate" in base)
+        )
         tag = f"kernel tables ({how}: {kernels.group('source')}, {kernels.group('gpu')})"
         if base.endswith("]"):  # some operators left out on purpose
             tag += " " + base[base.rindex("[") :].replace("[", "[ablated: ")
