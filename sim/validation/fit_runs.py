@@ -1,9 +1,10 @@
 """Measured runs for black-box calibration: read any format, check it, replay it, fit it.
 
-``--from-run`` accepts, per path:
+``--from-run`` accepts, per path, as ``validate --measured`` does
+(``sim.validation.importers.run_kind`` tells which):
 
-- an imported-run folder (``servesim import-run`` output: ``run.json``);
 - a ``servesim measure`` folder (``summary.json`` marked ``mode: measured``);
+- an imported-run folder (``servesim import-run`` output, or written by hand: ``run.json``);
 - anything ``servesim import-run`` reads (``sim.validation.importers.import_run``,
   format detected from the files), so a new importer works here unchanged.
 
