@@ -28,9 +28,9 @@ from sim.metrics.figure_data import caption_line
 from sim.metrics.report import summary_to_json
 from sim.scenario import Scenario
 from sim.validation.formats.measure_dir import MeasureFolder, read_measure_folder
-from sim.validation.importers import PHASES_FILE, detect_format, import_run
+from sim.validation.importers import import_run, run_kind
 from sim.validation.intake import ENGINE_INTAKE
-from sim.validation.match import RunFacts, check_run, imported_engine_settings
+from sim.validation.match import RunFacts, check_run
 from sim.validation.predict import (
     Latencies,
     compare,
@@ -86,7 +86,8 @@ def load_measured(
     against a scenario (``sim.validation.match``). A run that records them keeps its own.
     """
     folder = Path(path)
-    if (folder / "summary.json").exists():
+    kind = run_kind(folder, "--measured")
+    if kind == "measure":
         try:
             measured = read_measure_folder(folder)
         except ConfigError as error:
@@ -98,26 +99,20 @@ def load_measured(
         if not measured.summary.get("model") and assume_model:
             measured.summary["model"] = assume_model
         return measured
-
-    try:
-        fmt = detect_format(folder)  # ConfigError, too, when there is no such path
-    except ConfigError as error:
-        if (folder / PHASES_FILE).is_file():  # an import of several phases: name them
-            raise ConfigError(f"--measured {error}") from None
-        raise ConfigError(
-            f"--measured {folder}: not a servesim measure folder nor a run in a known "
-            "format (servesim import-run --help)"
-        ) from None
-    run = import_run(folder, fmt)
-    engine = run.meta.get("engine") or {}
-    model = engine.get("model") if isinstance(engine.get("model"), str) else None
+    run = import_run(folder, kind)
+    # What it records of itself, read as calibrate --from-run reads it (the summary's
+    # keys say it again to RunFacts), the assumptions filling what it does not say.
+    said = RunFacts.from_summary(run.requests, run.meta)
     summary = {
-        "format": run.meta["format"],
+        "format": str(run.meta.get("format", "imported")),
         "completed": len(run.requests),
-        "device_name": engine.get("device_name") or assume_device,
-        "model": model or assume_model,
+        "mode": run.meta.get("mode"),
+        "status": run.meta.get("status"),
+        "hardware": said.hardware,
+        "device_name": said.device_name or assume_device,
+        "model": said.model or assume_model,
         "num_failed": run.meta.get("num_failed", 0),
-        "engine_settings": imported_engine_settings(engine),
+        "engine_settings": said.engine_settings,
         "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
         "latency_from": run.meta.get("latency_from"),  # ENGINE_INTAKE: vLLM's queued_ts
     }

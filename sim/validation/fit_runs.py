@@ -1,9 +1,10 @@
 """Measured runs for black-box calibration: read any format, check it, replay it, fit it.
 
-``--from-run`` accepts, per path:
+``--from-run`` accepts, per path, as ``validate --measured`` does
+(``sim.validation.importers.run_kind`` tells which):
 
-- an imported-run folder (``servesim import-run`` output: ``run.json``);
 - a ``servesim measure`` folder (``summary.json`` marked ``mode: measured``);
+- an imported-run folder (``servesim import-run`` output, or written by hand: ``run.json``);
 - anything ``servesim import-run`` reads (``sim.validation.importers.import_run``,
   format detected from the files), so a new importer works here unchanged.
 
@@ -64,17 +65,17 @@ from sim.validation.fit import (
     params_json,
     target_rows,
 )
-from sim.validation.formats.measure_dir import is_measure_folder, read_measure_folder
-from sim.validation.importers import import_run
+from sim.validation.formats.measure_dir import read_measure_folder
+from sim.validation.importers import import_run, run_kind
 from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.match import (
     LAYOUT_SETTINGS,
+    RunFacts,
     check_settings,
     hardware_matches,
     imported_engine_settings,
-    measured_settings,
 )
-from sim.validation.runs import ImportedRun, load_run
+from sim.validation.runs import ImportedRun
 
 MEASURE_FORMAT = "servesim-measure"
 
@@ -82,16 +83,13 @@ MEASURE_FORMAT = "servesim-measure"
 def load_measured_run(path: str | Path) -> ImportedRun:
     """The run at ``path`` in whichever format it is (module docstring)."""
     source = Path(path)
-    if not source.exists():
-        raise ConfigError(f"--from-run {source}: no such file or folder")
-    if (source / "run.json").is_file():
-        run = load_run(source)
-    elif is_measure_folder(source):
-        # Its summary.json as the meta: model, device and device_name where check_run looks.
+    kind = run_kind(source, "--from-run")
+    if kind == "measure":
+        # Its summary.json as the meta: what it records where RunFacts reads it.
         measured = read_measure_folder(source)
         run = ImportedRun(measured.requests, {"format": MEASURE_FORMAT, **measured.summary})
     else:
-        run = import_run(source)
+        run = import_run(source, kind)
     if "rejection_reason" not in run.requests.columns:  # every request was served
         served = pd.Series(index=run.requests.index, dtype=text_dtype())
         requests = run.requests.assign(rejection_reason=served)
@@ -106,31 +104,22 @@ def arrivals_include_way_in(run: ImportedRun) -> bool:
     return run.meta.get("format") == MEASURE_FORMAT
 
 
-def recorded_model(run: ImportedRun) -> str | None:
-    """The model a run says it served, if it says."""
-    engine = run.meta.get("engine") or {}
-    name = engine.get("model") or run.meta.get("model")
-    return str(name) if name else None
-
-
-def recorded_device(run: ImportedRun) -> str | None:
-    """The device a run says it ran on (``cpu`` for a CPU run), if it says."""
-    if run.meta.get("device") == "cpu":
-        return "cpu"
-    engine = run.meta.get("engine") or {}
-    name = engine.get("device_name") or run.meta.get("device_name")
-    return str(name) if name else None
-
-
 def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: HardwareSpec) -> None:
-    """ConfigError naming what differs when the run is of another model or hardware."""
-    name = recorded_model(run)
-    if not same_model(model.name, name):
-        raise ConfigError(f"--from-run {source}: the run served {name}, not --model {model.name}")
-    device = recorded_device(run)
-    if device is not None and not hardware_matches(device, hardware):
+    """ConfigError naming what differs when the run is of another model or hardware
+    (what it records, read as ``validate`` reads it: ``RunFacts``)."""
+    said = RunFacts.from_summary(run.requests, run.meta)
+    if not same_model(model.name, said.model):
         raise ConfigError(
-            f"--from-run {source}: the run ran on {device}, not --hardware {hardware.name}"
+            f"--from-run {source}: the run served {said.model}, not --model {model.name}"
+        )
+    if said.hardware is not None and said.hardware != hardware.name:
+        raise ConfigError(
+            f"--from-run {source}: the run ran on {said.hardware}, not --hardware {hardware.name}"
+        )
+    if said.device_name is not None and not hardware_matches(said.device_name, hardware):
+        raise ConfigError(
+            f"--from-run {source}: the run ran on {said.device_name}, "
+            f"not --hardware {hardware.name}"
         )
     if len(run.requests) == 0:
         raise ConfigError(f"--from-run {source}: no requests")
@@ -251,14 +240,9 @@ def replay_runs(
     for source in sources:
         run = load_measured_run(source)
         check_run(run, source, model, hardware)
-        engine = run.meta.get("engine")
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
-        recorded = (
-            imported_engine_settings(engine)
-            if isinstance(engine, dict)
-            else measured_settings(run.meta)
-        )
+        recorded = RunFacts.from_summary(run.requests, run.meta).engine_settings
         if scenario is not None and recorded is not None:
             caveats += check_settings(scenario, recorded, f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})

@@ -70,6 +70,36 @@ def detect_format(source: Path) -> str:
     )
 
 
+def run_kind(source: Path, flag: str) -> str:
+    """Which kind of measured run ``source`` is, one answer for ``validate --measured`` and
+    ``calibrate --from-run`` (``flag``, which every refusal names): ``measure`` (a
+    ``servesim measure`` folder, its ``summary.json``; an endpoint folder's ``run.json``
+    beside it says less), ``imported`` (a ``run.json``: ``servesim import-run``'s, or
+    written by hand) or the format ``import_run`` detects from the content."""
+    if not source.exists():
+        raise ConfigError(
+            f"{flag} {source}: not a servesim measure folder nor a run in a known format "
+            "(no such file or folder)"
+        )
+    if (source / "summary.json").is_file():
+        if not measure_dir.is_measure_folder(source):
+            raise ConfigError(
+                f"{flag} {source}: not a servesim measure folder (summary.json, mode measured)"
+            )
+        return "measure"
+    if (source / "run.json").is_file():
+        return "imported"
+    try:
+        return detect_format(source)
+    except ConfigError as error:
+        if (source / PHASES_FILE).is_file():  # an import of several phases: name them
+            raise ConfigError(f"{flag} {error}") from None
+        raise ConfigError(
+            f"{flag} {source}: not a servesim measure folder nor a run in a known "
+            "format (servesim import-run --help)"
+        ) from None
+
+
 def reader(
     name: str, benchmark: int | None = None, prefix_tokens: int | None = None
 ) -> Callable[[Path], ImportedRun]:

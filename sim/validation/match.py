@@ -47,22 +47,31 @@ class RunFacts:
 
     @classmethod
     def from_summary(cls, requests: pd.DataFrame, summary: Mapping[str, Any]) -> RunFacts:
-        """From a ``measure`` folder's ``summary.json`` (``mode: measured``) or the
-        summary ``calibration.compare_measured.load_measured`` builds for an imported run."""
+        """What a run records about itself, read one way for ``validate --measured`` and
+        ``calibrate --from-run``: a ``measure`` folder's ``summary.json`` (``mode:
+        measured``), an imported run's ``run.json`` (another tool's model, device and
+        settings under ``engine``; a hand-written or an endpoint folder's at the top
+        level) or the summary ``calibration.compare_measured.load_measured`` builds of one."""
         # servesim's own runs (measured, or simulated: a prediction replayed) name
         # the scenario's hardware preset; other tools' runs a device in their words,
         # and so does a measure --endpoint run, which cannot see the server's device
         # (only what validate --assume-device says of it).
         own = summary.get("mode") in ("measured", "simulated")
         settings = measured_settings(summary)
-        model = summary.get("model")
+        engine = summary.get("engine")
+        engine = engine if isinstance(engine, Mapping) else {}
+        model = engine.get("model") or summary.get("model")
         hardware = str(summary["hardware"]) if own and summary.get("hardware") else None
-        # A measure --endpoint run's device_name describes the server it asked.
-        device = None if summary.get("device") == "http" else summary.get("device_name")
+        if summary.get("device") == "cpu":  # a CPU run: its device_name is the CPU model
+            device = "cpu"
+        elif summary.get("device") == "http":  # measure --endpoint: the server it asked
+            device = None
+        else:
+            device = engine.get("device_name") or summary.get("device_name")
         device = device or summary.get("assumed_device")
         return cls(
             requests=requests,
-            model=str(model) if model else None,
+            model=str(model) if isinstance(model, str) and model else None,
             hardware=hardware,
             device_name=None if hardware else (str(device) if device else None),
             engine_settings=settings if isinstance(settings, Mapping) else None,
@@ -125,10 +134,17 @@ written before measure recorded its layout. Compared with nothing; a caveat name
 
 
 def measured_settings(summary: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """A run summary's ``engine_settings``; a ``measure`` run's (``mode: measured``) with
-    each layout field it does not record ``UNKNOWN`` (an imported run's unrecorded
-    fields are left out: compared with nothing, as its importer says)."""
-    settings = summary.get("engine_settings")
+    """The engine settings a run records: an imported run's ``engine`` (vLLM's names, as
+    ``imported_engine_settings`` renames them), else its ``engine_settings``; a ``measure``
+    run's (``mode: measured``) with each layout field it does not record ``UNKNOWN`` (an
+    imported run's unrecorded fields are left out: compared with nothing, as its
+    importer says)."""
+    engine = summary.get("engine")
+    settings = (
+        imported_engine_settings(engine)
+        if isinstance(engine, Mapping)
+        else summary.get("engine_settings")
+    )
     if summary.get("mode") != "measured":
         return settings if isinstance(settings, Mapping) else None
     recorded = settings if isinstance(settings, Mapping) else {}
