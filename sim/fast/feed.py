@@ -151,13 +151,13 @@ class FedReplica(RunningReplica):
         if feed is None:
             yield from super().run()
             return
-        env, core = self.env, self.core
+        env, core, take = self.env, self.core, feed.take
         async_scheduling = self.async_scheduling
         visible_until: float | None = None  # async scheduling: the last step's start
         now = env.now
         # The first plan (at time 0) comes before the first submission, as the
         # reference's replica process starts before its open loop's: nothing taken.
-        next_s = feed.take(-math.inf)
+        next_s = take(-math.inf)
         while True:
             output = core.schedule(now, visible_until)
             visible_until = None
@@ -170,7 +170,7 @@ class FedReplica(RunningReplica):
                 now = woke_s
             # (else vLLM plans again once step N's output is in, as the reference)
             if next_s <= now:
-                next_s = feed.take(now)
+                next_s = take(now)
 
     def _sleep(
         self, next_clock_s: float, wake_at_s: float | None
