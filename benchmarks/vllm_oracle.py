@@ -154,7 +154,7 @@ def run_ours(
 ) -> list[dict[str, Any]]:
     """Run ``requests`` through servesim's reference scheduler; one record a step.
 
-    The loop is the SimPy replica's (``sim.serving.replica.Replica._run``) with
+    The loop is the SimPy replica's (``sim.serving.replica.Replica.run``) with
     every step lasting 1 s: plan, run, commit; with async scheduling the next
     plan sees only requests ready by the start of the step just committed.
     ``reserve_full_isl``: vLLM >= 0.19's full-sequence admission check;

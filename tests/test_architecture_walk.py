@@ -69,7 +69,7 @@ class Trace:
 
     def hook(self, frame: FrameType, event: str, _: Any) -> None:
         """A ``sys.setprofile`` hook. Its 'call' is also a generator's resumption:
-        ``Replica._run`` is entered each time the replica's SimPy process wakes,
+        ``Replica.run`` is entered each time the replica's SimPy process wakes,
         which is what a walk means by it."""
         code = frame.f_code
         if event != "call":
@@ -132,7 +132,7 @@ def first_out_of_order(walk: Sequence[Entry], trace: Trace) -> Entry | None:
 
     Not the order of first entries, which would be false for any honest walk:
     the replica's SimPy process starts before the open loop submits anything
-    and plans an empty step at time 0, so ``Replica._run`` and
+    and plans an empty step at time 0, so ``Replica.run`` and
     ``EngineCore.schedule`` are first entered before any request exists. The
     order is the first request's instead. Its arrival is the first call that
     is handed it; the walk's entries before the first function that takes a

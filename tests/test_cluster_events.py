@@ -1,12 +1,12 @@
 """A replica behind a router pays only for its own arrivals (flat cost in cluster size).
 
 With several replicas, an arrival interrupts the one replica it is routed to;
-the others run on (``Pool.set_horizon``); a fresh round-robin pool's replicas
-each take their own requests from a feed (``sim.fast.feed``). So replica 0 of a round-robin pair
-makes exactly the plans (the sampled series: one row per plan) that one
-replica serving only its requests makes, and a run of vLLM's defaults (async
-scheduling, prefix caching) over many replicas is the same with skip-ahead
-as step by step, bit for bit.
+the others run on; a fresh round-robin pool's replicas each take their own
+requests from a feed (``sim.fast.feed``) and end their runs at their own next
+one. So replica 0 of a round-robin pair makes exactly the plans (the sampled
+series: one row per plan) that one replica serving only its requests makes,
+and a run of vLLM's defaults (async scheduling, prefix caching) over many
+replicas is the same with skip-ahead as step by step, bit for bit.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from test_cluster import ROUTERS, cluster, make_engine, random_work
 from sim import api
 from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
+from sim.fast.feed import FedReplica
 from sim.fast.open_loop import FastSimulation
 from sim.scenario import load_scenario
-from sim.serving.cluster import build_layout
 from sim.serving.disagg import Disaggregated
 from sim.serving.pool import Pool
-from sim.serving.replica import Replica
 from sim.serving.router import ReplicaLoad, RoundRobin, RouterKind
 from sim.serving.simulation import OpenLoop, Simulation
-from sim.workload.generate import RequestArrays
+from sim.workload.generate import RequestArrays, SyntheticWorkload, generate_open_loop
 
 REPLICAS = "scenarios/replicas.yaml"
 
@@ -108,7 +107,9 @@ def test_round_robin_replicas_read_their_own_next_submission() -> None:
             request: Request, now_s: float, index: int = index, add: Callable = core.add
         ) -> bool:
             # On taking a request, the replica's horizon reads its next one.
-            horizon = replicas[index].horizon
+            replica = replicas[index]
+            assert isinstance(replica, FedReplica)
+            horizon = replica.horizon
             assert horizon is not None
             seen.append((now_s, index, horizon()))
             return bool(add(request, now_s))
@@ -152,7 +153,8 @@ def test_round_robin_replicas_end_their_runs_at_their_own_arrivals(
 
 
 def test_disaggregated_prefill_replicas_are_interrupted_not_told() -> None:
-    """Not every submission reaches the prefill pool, so its replicas get no horizon."""
+    """Not every submission reaches the prefill pool, so its replicas get no feed
+    and no horizon (the fast executor plays disaggregation on the event path)."""
     scenario = load_scenario(
         "scenarios/disaggregated.yaml",
         [
@@ -167,16 +169,15 @@ def test_disaggregated_prefill_replicas_are_interrupted_not_told() -> None:
     assert set(result.requests["replica"]) <= {0, 1, 2, 3}
     layout_cluster = cluster_for(scenario, np.random.default_rng(0))
     assert layout_cluster is not None
-    layout = build_layout(
-        simpy.Environment(),
-        engine_for(scenario),
-        layout_cluster,
-        lambda request: None,
-        Replica,
-    )
+    simulation = FastSimulation(engine_for(scenario), layout_cluster, 1, False)
+    layout = simulation.layout
     assert isinstance(layout, Disaggregated)
-    layout.set_horizon(lambda: 1.0)
-    assert all(replica.horizon is None for replica in layout.prefill.replicas)
+    assert isinstance(scenario.workload, SyntheticWorkload)
+    work = generate_open_loop(scenario.workload, np.random.default_rng(0))
+    simulation.run(cast(OpenLoop, work))
+    prefill = layout.prefill.replicas
+    assert all(isinstance(replica, FedReplica) and replica.feed is None for replica in prefill)
+    assert all(replica.horizon is None for replica in prefill)
 
 
 def test_back_to_back_steps_start_exactly_when_the_last_ended() -> None:

@@ -25,7 +25,7 @@ from sim.cost.linear import LinearCost
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
 from sim.engine.scheduler import EngineCore
-from sim.fast.decode_runs import RunningReplica
+from sim.fast.feed import FedReplica
 from sim.scenario import scenario_from_dict
 from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
@@ -153,7 +153,7 @@ def test_the_reference_executor_steps_one_step_per_event_in_skip_ahead_mode_too(
 def test_the_face_chooses_the_executor_once() -> None:
     fast = api.simulation_for(plain_engine())
     assert type(fast) is not Simulation and isinstance(fast, Simulation)
-    assert type(fast.replica) is RunningReplica  # decode runs as one event
+    assert type(fast.replica) is FedReplica  # decode runs as one event, requests from a feed
     for reference in (
         api.simulation_for(plain_engine(), fast=False),
         api.simulation_for(plain_engine(skip_ahead=False)),

@@ -20,12 +20,11 @@ from hypothesis import strategies as st
 from sim.api.build import cluster_for, engine_for
 from sim.engine.request import Request
 from sim.fast.decode_runs import RunningReplica
-from sim.fast.feed import Feed, feedable, pool_feeds, submission_clock_s, take_feeds
+from sim.fast.feed import FedReplica, Feed, feedable, pool_feeds, submission_clock_s, take_feeds
 from sim.fast.open_loop import FastSimulation
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving import submission as submission_module
 from sim.serving.pool import Pool
-from sim.serving.replica import Replica
 from sim.serving.replica_config import NO_FRONTEND
 from sim.serving.simulation import RawResult, Simulation
 from sim.serving.submission import requests_in_order
@@ -170,7 +169,10 @@ def simulate(sc: Scenario, feed: bool, work: RequestArrays | None = None) -> Raw
     result = simulation.run(work)
     layout = simulation.layout
     replicas = [simulation.replica] if layout is None else layout.front_replicas
-    assert all(isinstance(r, Replica) and (r.pull is not None) == feed for r in replicas)
+    assert all(
+        isinstance(r, RunningReplica) and (isinstance(r, FedReplica) and r.feed is not None) == feed
+        for r in replicas
+    )
     return result
 
 
@@ -229,7 +231,7 @@ def test_a_pool_counts_the_load_of_what_its_replicas_take() -> None:
     sc = scenario(CONTINUOUS, workload, 4)
     rng = np.random.default_rng(sc.seed)
     assert isinstance(sc.workload, SyntheticWorkload)
-    simulation = Simulation(engine_for(sc), cluster_for(sc, rng))
+    simulation = Simulation(engine_for(sc), cluster_for(sc, rng), new_replica=FedReplica)
     layout = simulation.layout
     assert isinstance(layout, Pool) and feedable(layout)
     work = generate_open_loop(sc.workload, rng)
@@ -268,11 +270,13 @@ def test_requests_due_at_time_zero_come_after_the_first_plan_as_with_events() ->
         assert fed.requests["finish_s"].notna().all()
 
 
-def test_the_event_path_of_a_single_replica_ends_runs_at_arrivals_not_by_interrupts(
+def test_a_fed_replica_ends_runs_at_arrivals_the_event_path_by_interrupts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The reference executor keeps the path as it was: the open loop submits at
-    # events, and the replica, knowing the next arrival, is never interrupted.
+    # The fed replica knows the next arrival (its feed's), so it is never
+    # interrupted. The reference executor tells its replicas nothing ahead of time
+    # (no horizon): the open loop submits at events, and an arrival interrupts a
+    # run it could change (the same runs, to the bit: the test above).
     interrupts = [0]
     interrupt = simpy.Process.interrupt
 
@@ -282,5 +286,7 @@ def test_the_event_path_of_a_single_replica_ends_runs_at_arrivals_not_by_interru
 
     monkeypatch.setattr(simpy.Process, "interrupt", counting)
     workload = {"num_requests": 200, "arrival": POISSON, **LENGTHS}
-    simulate(scenario(CONTINUOUS, workload), feed=False)
+    simulate(scenario(CONTINUOUS, workload), feed=True)
     assert interrupts[0] == 0
+    simulate(scenario(CONTINUOUS, workload), feed=False)
+    assert interrupts[0] > 0

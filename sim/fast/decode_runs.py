@@ -11,8 +11,9 @@ declines (None: one step) whenever it cannot be sure, which costs speed only.
 ``RunningReplica`` is the reference ``Replica`` with its step replaced by such a
 run. An arrival that could change the batch interrupts it: the step in progress
 finishes, the steps done are committed and it plans again; when the next arrival
-is known (``horizon``: an open loop) the run ends at the step it lands in (one
-step later with async scheduling). So events grow with requests, not tokens.
+is known (``horizon``: set by a feed, ``sim.fast.feed.FedReplica``) the run ends
+at the step it lands in (one step later with async scheduling). So events grow
+with requests, not tokens.
 
 It knows the shipped policies by their exact classes (a subclass may admit by
 other rules, so it runs step by step until it is added here).
@@ -21,7 +22,7 @@ other rules, so it runs step by step until it is added here).
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,6 +285,9 @@ class RunningReplica(Replica):
         self._interruptible = False  # an arrival during the run under way may change it
         # Steps a run goes on past the step during which a request arrives.
         self._lag = 2 if core.async_scheduling else 1
+        # When set, the earliest time a new request can reach this replica (s): a run
+        # ends at the step it lands in instead of being interrupted (a feed sets it).
+        self.horizon: Callable[[], float] | None = None
         super().__init__(env, core, cost)
 
     def submit(self, request: Request) -> None:

@@ -1,9 +1,9 @@
 """Open-loop requests pulled by a replica when it plans, not one SimPy event each.
 
 In an open loop every submission time (arrival plus way in) is known before the
-run. ``Feed`` holds them in submission order; the replica pulls the requests due
-by each plan's time (``Replica.pull`` is ``Feed.take``) and, when idle, sleeps
-until the next one, so an arrival costs no SimPy event of its own. The reference,
+run. ``Feed`` holds them in submission order; a ``FedReplica`` takes the requests
+due by each plan's time (``Feed.take``) and, when idle, sleeps until the next
+one, so an arrival costs no SimPy event of its own. The reference,
 ``Simulation._open_loop``, submits each at a timeout of its own: woken at clock
 ``c``, it sleeps ``ready - c``, landing at ``c + (ready - c)``, which need not be
 ``ready``; ``submission_clock_s`` replays that sum, to the bit.
@@ -11,17 +11,22 @@ until the next one, so an arrival costs no SimPy event of its own. The reference
 
 from __future__ import annotations
 
+import math
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import simpy
 
+from sim.cost.base import CostModel
 from sim.engine.request import Request
+from sim.engine.scheduler import EngineCore
+from sim.fast.decode_runs import RunningReplica
 from sim.serving.pool import Pool
-from sim.serving.replica import Replica
 from sim.serving.replica_config import FrontendConfig
 from sim.serving.router import RoundRobin
 from sim.serving.submission import OpenLoop, requests_in_order, submission_order
@@ -102,7 +107,7 @@ class Feed:
 
     def next_due_s(self) -> float:
         """When the next request is due (arrival plus its way in, s; inf if none):
-        a replica's ``horizon``."""
+        a fed replica's ``horizon``."""
         return self._ready_s[self._index]
 
     def take(self, now_s: float) -> float:
@@ -124,23 +129,79 @@ def _doubles(values: npt.ArrayLike) -> array[float]:
     return out
 
 
-def feed_replica(replica: Replica, feed: Feed) -> None:
-    """``replica`` pulls its requests from ``feed`` when it plans, and ends its runs
-    at the next one."""
-    replica.pull = feed.take
-    replica.horizon = feed.next_due_s
+class FedReplica(RunningReplica):
+    """A ``RunningReplica`` that, once given a ``feed``, takes its requests from it
+    when it plans, sleeps until the next one when idle, and ends its runs at the
+    next one (``horizon``); until then, the reference's loop, handed requests."""
+
+    def __init__(self, env: simpy.Environment, core: EngineCore, cost: CostModel) -> None:
+        # Set before the run starts (``take_from``); None: handed requests.
+        self.feed: Feed | None = None
+        super().__init__(env, core, cost)
+
+    def take_from(self, feed: Feed) -> None:
+        """Take requests from ``feed`` from the start of the run."""
+        self.feed = feed
+        self.horizon = feed.next_due_s
+
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        """The reference's loop (``Replica.run``), with the feed's requests taken
+        before each plan but the first, and an idle wait that ends at the next."""
+        feed = self.feed
+        if feed is None:
+            yield from super().run()
+            return
+        env, core, take = self.env, self.core, feed.take
+        async_scheduling = self.async_scheduling
+        visible_until: float | None = None  # async scheduling: the last step's start
+        now = env.now
+        # The first plan (at time 0) comes before the first submission, as the
+        # reference's replica process starts before its open loop's: nothing taken.
+        next_s = take(-math.inf)
+        while True:
+            output = core.schedule(now, visible_until)
+            visible_until = None
+            if not output.is_empty:
+                now, visible_until = yield from self.run_step(output, now)
+            elif not (async_scheduling and core.num_deferred_at_plan > 0):
+                woke_s = yield from self._sleep(next_s, core.wake_at_s())
+                if woke_s is None:
+                    return  # nothing more can come
+                now = woke_s
+            # (else vLLM plans again once step N's output is in, as the reference)
+            if next_s <= now:
+                next_s = take(now)
+
+    def _sleep(
+        self, next_clock_s: float, wake_at_s: float | None
+    ) -> Generator[simpy.Event, Any, float | None]:
+        """Sleep until the next submission (``next_clock_s``) or the policy's wake-up
+        time; return the time to plan at, or None if neither will ever come."""
+        env = self.env
+        if wake_at_s is None:
+            if next_clock_s == math.inf:
+                return None
+        else:
+            # As the reference's idle_event timer: the time it would fire at.
+            delay_s = max(0.0, wake_at_s - env.now)
+            if env.now + delay_s < next_clock_s:
+                yield env.timeout(delay_s)
+                return env.now
+        # The submission (on a tie too), planned at its exact time.
+        yield env.timeout(max(0.0, next_clock_s - env.now))
+        return next_clock_s
 
 
 def feedable(pool: Pool) -> bool:
     """Whether each of ``pool``'s replicas can take its requests from a feed of its
     own: a fresh round-robin router (its picks ignore load: the i-th request goes
-    to replica ``i % n``), no central queue, and no lockstep ranks."""
+    to replica ``i % n``), no central queue, and fed replicas (no lockstep ranks)."""
     router = pool.router
     return (
         isinstance(router, RoundRobin)
         and router.num_turns_before(0, len(pool.replicas)) == 0
         and pool.queue is None
-        and all(isinstance(replica, Replica) for replica in pool.replicas)
+        and all(isinstance(replica, FedReplica) for replica in pool.replicas)
     )
 
 
@@ -156,8 +217,8 @@ def take_feeds(pool: Pool, feeds: Sequence[Feed]) -> None:
     if not feedable(pool) or len(feeds) != len(pool.replicas):
         raise ValueError("feeds need a fresh round-robin pool, one feed per replica")
     for replica, feed in zip(pool.replicas, feeds, strict=True):
-        assert isinstance(replica, Replica)
-        feed_replica(replica, feed)
+        assert isinstance(replica, FedReplica)
+        replica.take_from(feed)
 
 
 def _take(pool: Pool, index: int, request: Request, now_s: float) -> None:

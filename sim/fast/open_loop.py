@@ -22,15 +22,13 @@ import os
 from collections.abc import Callable
 
 from sim.errors import ConfigError
-from sim.fast.decode_runs import RunningReplica
-from sim.fast.feed import Feed, feed_replica, feedable, pool_feeds, take_feeds
+from sim.fast.feed import FedReplica, Feed, feedable, pool_feeds, take_feeds
 from sim.fast.forks import forking_supported
 from sim.fast.workers import default_num_workers, run_in_workers
 from sim.serving.cluster import Cluster
 from sim.serving.pool import Pool
 from sim.serving.progress import Progress
 from sim.serving.raw_result import RawResult, raw_result
-from sim.serving.replica import Replica
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import Simulation
 from sim.serving.submission import ClosedLoop, OpenLoop, concurrency_limit
@@ -64,7 +62,7 @@ class FastSimulation(Simulation):
             raise ValueError(f"workers: expected a positive count, got {workers}")
         self.workers = workers
         self.compiled = compiled
-        super().__init__(replica_config, cluster, progress, RunningReplica)
+        super().__init__(replica_config, cluster, progress, FedReplica)
 
     def simulate(
         self, work: OpenLoop | ClosedLoop, bar: Progress, limit: int | None = None
@@ -82,7 +80,7 @@ class FastSimulation(Simulation):
         if concurrency_limit(work) is not None:
             return None  # sends wait for answers: not known in advance
         replicas = self.replica if self.layout is None else self.layout
-        if isinstance(replicas, Replica):
+        if isinstance(replicas, FedReplica):
             cores = [replicas.core]
         elif isinstance(replicas, Pool) and feedable(replicas):
             cores = replicas.cores
@@ -103,11 +101,11 @@ class FastSimulation(Simulation):
                     raw = self.result()  # the cores hold the run's logs
                     raw.accelerator = "compiled loop"
                     return raw
-        if isinstance(replicas, Replica):
+        if isinstance(replicas, FedReplica):
             # One replica takes its requests when it plans, and ends its runs at the next one.
             (feed,) = Feed.split(work, frontend, [replicas.core.add])
             replicas.core.on_done = None  # nobody waits for an answer in an open loop
-            feed_replica(replicas, feed)
+            replicas.take_from(feed)
         else:
             # Round robin: each replica takes its own turns, so they may be
             # simulated in several processes at once.

@@ -82,10 +82,6 @@ class Disaggregated:
         self._pending: dict[int, Request] = {}
         self.transfers = Columns(TRANSFER_COLUMNS)
 
-    def set_horizon(self, horizon: Callable[[], float] | None) -> None:
-        """Only prefill replicas see arrivals."""
-        self.prefill.set_horizon(horizon)
-
     def submit(self, request: Request) -> None:
         """To a prefill replica (or rejected at once if it can never fit)."""
         if self.decode.cores[0].rejection_reason(request) is not None:

@@ -11,7 +11,7 @@ an idle rank plans after it, seeing every request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import simpy
@@ -28,8 +28,6 @@ class LockstepMember:
     def __init__(self, group: LockstepGroup, index: int) -> None:
         self.group, self.index = group, index
         self.core = group.cores[index]
-        # Unused: kept so pools treat all replicas alike.
-        self.horizon: Callable[[], float] | None = None
 
     def submit(self, request: Request) -> None:
         self.group.submit(self.index, request)

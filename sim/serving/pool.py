@@ -72,13 +72,6 @@ class Pool:
     def num_done(self) -> int:
         return sum(core.num_done for core in self.cores)
 
-    def set_horizon(self, horizon: Callable[[], float] | None) -> None:
-        """The earliest time a new request can reach this pool (``Replica.horizon``):
-        for one replica only; several are interrupted by their own arrivals
-        (a horizon for each would cost every replica a wake-up per arrival)."""
-        if len(self.replicas) == 1:
-            self.replicas[0].horizon = horizon
-
     def count_sent(self, index: int, request: Request) -> None:
         """Add ``request`` to replica ``index``'s load (``_done`` takes it off)."""
         load = self.loads[index]

@@ -1,18 +1,16 @@
 """The simulator's executor: a SimPy process that runs an engine core's steps.
 
 Each step is one timeout of the cost model's price, then the core's update at
-its end: the reference, one event per step (a fast executor overrides
-``run_step`` and ``submit``, docs/architecture.md). With an open loop the
-replica may pull its requests itself when it plans (``pull``, ``horizon``), so
-an arrival costs no event. Async scheduling (vLLM's ``AsyncScheduler``): the
-replica plans after committing step N, showing the core only what it could see
-at step N's start (``EngineCore.schedule``'s ``visible_until_s``).
+its end: the reference, one event per step. Requests are handed to it
+(``submit``), which wakes it when idle. Async scheduling (vLLM's
+``AsyncScheduler``): the replica plans after committing step N, showing the
+core only what it could see at step N's start (``EngineCore.schedule``'s
+``visible_until_s``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from typing import Any
 
 import simpy
@@ -30,13 +28,8 @@ class Replica:
         self.core = core
         self.cost = cost
         self._idle: simpy.Event | None = None
-        # When set, the earliest time a new request can be submitted (s).
-        self.horizon: Callable[[], float] | None = None
-        # When set, ``pull(now_s)`` submits every request due by ``now_s`` and returns
-        # when the next one is (s; inf: none left).
-        self.pull: Callable[[float], float] | None = None
         self.async_scheduling = core.async_scheduling
-        self.process = env.process(self._run())
+        self.process = env.process(self.run())
 
     @property
     def is_idle(self) -> bool:
@@ -49,7 +42,10 @@ class Replica:
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
-    def _run(self) -> Generator[simpy.Event, Any, None]:
+    def run(self) -> Generator[simpy.Event, Any, None]:
+        """The executor's loop (its SimPy process): plan, run the step, commit; when
+        there is nothing to run, sleep until a request arrives or the policy's
+        wake-up time."""
         env, core = self.env, self.core
         async_scheduling = self.async_scheduling
         # Async scheduling: the start of the step just committed (None: woken).
@@ -57,28 +53,15 @@ class Replica:
         # The end of the step just committed, where the next starts (not env.now, a
         # unit in the last place off after SimPy adds delays). None: woken.
         last_end: float | None = None
-        pull = self.pull
-        # The first plan (at time 0) comes before the first submission.
-        next_pull_s = math.inf if pull is None else pull(-math.inf)
-        started = False
         while True:
             now = env.now if last_end is None else last_end
-            if pull is not None and started and next_pull_s <= now:
-                next_pull_s = pull(now)
-            started = True
             output = core.schedule(now, visible_until)
             visible_until = None
             if output.is_empty:
                 if async_scheduling and core.num_deferred_at_plan > 0:
                     continue  # vLLM plans again once step N's output is in
-                if pull is None:
-                    yield from self._wait(core.wake_at_s())
-                    last_end = None
-                    continue
-                woke_s = yield from self._sleep(next_pull_s, core.wake_at_s())
-                if woke_s is None:
-                    return  # nothing more can come
-                last_end = woke_s
+                yield from self._wait(core.wake_at_s())
+                last_end = None
                 continue
             last_end, visible_until = yield from self.run_step(output, now)
 
@@ -91,25 +74,6 @@ class Replica:
         yield self.env.timeout(end - now)
         self.core.update(output, end)
         return end, (now if self.async_scheduling else None)
-
-    def _sleep(
-        self, next_clock_s: float, wake_at_s: float | None
-    ) -> Generator[simpy.Event, Any, float | None]:
-        """Sleep until the next pull (``next_clock_s``) or the policy's wake-up time;
-        return the time to plan at, or None if neither will ever come."""
-        env = self.env
-        if wake_at_s is None:
-            if next_clock_s == float("inf"):
-                return None
-        else:
-            # As idle_event's timer: the time it would fire at.
-            delay_s = max(0.0, wake_at_s - env.now)
-            if env.now + delay_s < next_clock_s:
-                yield env.timeout(delay_s)
-                return env.now
-        # The submission (on a tie too), planned at its exact time.
-        yield env.timeout(max(0.0, next_clock_s - env.now))
-        return next_clock_s
 
     def _wait(self, wake_at_s: float | None) -> Generator[simpy.Event, Any, None]:
         """Sleep until a request arrives or the policy's wake-up time."""

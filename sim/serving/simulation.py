@@ -55,7 +55,6 @@ class Simulation:
         # A capped open loop: free slots, and the sender's wait for one (or None).
         self._free_slots = 0
         self._slot_freed: simpy.Event | None = None
-        self._next_ready_s = 0.0
         self.layout: Pool | Disaggregated | None = None
         if cluster is None:
             self.core = replica_config.core.new_core(0, self._on_done)
@@ -108,16 +107,13 @@ class Simulation:
 
     def _open_loop(self, work: OpenLoop) -> Generator[simpy.Event, Any, None]:
         """Submit requests in the order their way in ends (known up front: no event
-        for the way in, and replicas read the next one from ``_next_ready_s``)."""
+        for the way in)."""
         env = self.env
         ready, order = submission_order(work, self.replica_config.frontend)
-        ready_s = ready.tolist()
-        ready_s.append(float("inf"))
         submit = self._submit
-        for i, request in enumerate(requests_in_order(work, order)):
-            if ready_s[i] > env.now:
-                yield env.timeout(ready_s[i] - env.now)
-            self._next_ready_s = ready_s[i + 1]
+        for ready_s, request in zip(ready.tolist(), requests_in_order(work, order), strict=True):
+            if ready_s > env.now:
+                yield env.timeout(ready_s - env.now)
             submit(request)
 
     def _user(self, work: ClosedLoop, ids: list[int]) -> Generator[simpy.Event, Any, None]:
@@ -204,20 +200,12 @@ class Simulation:
             for _ in range(work.num_users):
                 self.env.process(self._user(work, ids))
         elif limit is not None or (limit := concurrency_limit(work)) is not None:
-            # Sends wait for answers: replicas are interrupted by them (no horizon).
+            # Sends wait for answers.
             self.env.process(self._limited_open_loop(work, limit))
         else:
-            # Replicas end their runs at the next arrival (Pool.set_horizon).
-            if self.layout is None:
-                self.replica.horizon = self._horizon
-            else:
-                self.layout.set_horizon(self._horizon)
             self.env.process(self._open_loop(work))
         self.drive(bar.tick)
         return self.result()
-
-    def _horizon(self) -> float:
-        return self._next_ready_s
 
     def drive(self, tick: Callable[[], None]) -> None:
         """Run the environment to its end, calling ``tick`` every 4,096 events."""

@@ -1,6 +1,6 @@
 """The compiled twin of one fed replica's loop (``sim.fast.compiled.path`` runs it).
 
-``run`` plays what ``Replica._run``, ``EngineCore`` and ``Continuous`` do for one
+``run`` plays what ``sim.fast.feed.FedReplica.run``, ``EngineCore`` and ``Continuous`` do for one
 replica taking an open loop's requests from a feed (alone, or its turns behind a
 round-robin router), priced by ``sim.cost.tabulate.tabulate``'s arrays (a roofline
 or kernel tables, with or without the engine's CPU work), with a KV pool whose
@@ -578,7 +578,7 @@ def run(
         if num_sched == 0:
             if deferred:  # vLLM plans again once step N's output is in
                 continue
-            # Replica._sleep until the next submission
+            # FedReplica._sleep until the next submission
             next_clock_s = clock_s[taken]
             if next_clock_s == np.inf:
                 return DONE
