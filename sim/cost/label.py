@@ -2,7 +2,8 @@
 
 A label (``CostModel.label``) is what every report of a run keeps (summary.json's
 ``cost_model``, a sweep's column); ``cost_model_tag`` reads it into the words a reader
-must see, one way for every face: a figure's caption, ``servesim serve``'s first line.
+must see, one way for every face: a figure's caption, ``servesim serve``'s first line,
+``servesim plan``'s cost model column.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ _CALIBRATED = re.compile(
 def cost_model_tag(label: str) -> str:
     """A cost model's label as every face says it: what priced the steps, and whether
     that was measured (kernel tables name their source and GPU, and whether some rows
-    are derived; a calibrated curve its device) or a guess (the uncalibrated roofline)."""
+    are derived or an estimate carried over from another GPU; a calibrated curve its
+    device) or a guess (the uncalibrated roofline)."""
     scaled = _SCALED.search(label)
     suffix = ""
     if scaled is not None:
