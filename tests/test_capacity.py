@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 import sim.planning.capacity
 from sim.cli import main
+from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
 from sim.metrics.slo_targets import (
     meets,
@@ -361,6 +362,9 @@ def test_the_report_and_json_name_the_cost_models_that_priced_it(
     (name,) = cost_models(result)
     assert name == result.points[0].records[0]["cost_model"]
     assert "cost model:".ljust(24) + name in format_capacity(result, "md1", None, 1, None)
+    # ... and in the words every face uses for measured or a guess (sim.cost.label).
+    source = "cost source:".ljust(24) + cost_model_tag(name)
+    assert source in format_capacity(result, "md1", None, 1, None)
     assert to_json(result, None, "md1")["cost_models"] == [name]
     # Two hardware in one search (a knob over GPUs): both, in the order met; none ran: said so.
     mixed = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
@@ -371,6 +375,7 @@ def test_the_report_and_json_name_the_cost_models_that_priced_it(
     assert cost_models(mixed) == ["a", "b"]
     empty = sim.planning.capacity.CapacitySearch(LoadKnob("rate", "k", 1.0), (), (0,))
     assert "cost model:".ljust(24) + "none ran" in format_capacity(empty, "x", None, 1, None)
+    assert "cost source:".ljust(24) + "none ran" in format_capacity(empty, "x", None, 1, None)
 
 
 def test_prices_are_overridable_and_gpus_default_to_one() -> None:

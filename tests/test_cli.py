@@ -105,6 +105,20 @@ def test_run_chat_writes_summary_table_and_plots(tmp_path: Path) -> None:
     assert not (out / "steps.parquet").exists()
 
 
+def test_a_run_prints_whether_its_cost_model_is_measured_or_a_guess(tmp_path: Path) -> None:
+    # The printout says it in the words every face uses (sim.cost.label), not only
+    # the raw label: a roofline's "guess", kernel tables' "measured" and their source.
+    for cost, words in (("{kind: roofline}", "roofline (guess: uncalibrated)"),
+                        ("{kind: auto}", "kernel tables (measured")):  # fmt: skip
+        proc = servesim(
+            "run", "scenarios/chat.yaml", "--out", str(tmp_path / cost[7:11]),
+            "--set", "workload.num_requests=20", "--set", f"cost={cost}",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        (line,) = [s for s in proc.stdout.splitlines() if s.startswith("cost source: ")]
+        assert line.startswith(f"cost source: {words}")
+
+
 def test_write_steps_and_default_out_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

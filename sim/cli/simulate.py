@@ -18,6 +18,7 @@ from sim.cli.endpoint import driven_scenario
 from sim.cli.endpoint_options import SWEEP_SIZE
 from sim.cli.figures import FigureError, FigureWorker
 from sim.cost.config import auto_choice
+from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
 from sim.metrics.out_path import check_out_file, staged, unstaged
 from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
@@ -81,7 +82,8 @@ def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
         why = f" (cost: auto: {auto_choice(model_for(ran), ran.hardware, ran.parallelism)})"
     # Flushed before the files are written (plots take longest): the user reads
     # the summary while they are drawn, even when stdout is a pipe.
-    print(f"cost model: {result.summary['cost_model']}{why}", flush=True)
+    print(f"cost model: {result.summary['cost_model']}{why}")
+    print(f"cost source: {cost_model_tag(result.summary['cost_model'])}", flush=True)
     if worker is None:
         paths = result.write(out, write_steps=args.write_steps, trace=args.trace)
     else:
@@ -176,6 +178,7 @@ def _run_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> int:
         for text in phase.summary.get("caveats") or []:
             print(f"CAVEAT: {phase.folder}: {text}")
     print(f"cost model: {phases[0].summary['cost_model']}")
+    print(f"cost source: {cost_model_tag(phases[0].summary['cost_model'])}")
     print(
         f"sweep: {len(phases)} phases simulated in {time.perf_counter() - started:.2f} s; "
         f"wrote {out}/phase-N/ and {out}/phases.json"

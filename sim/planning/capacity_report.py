@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from sim.cost.label import cost_model_tag
 from sim.cost.model_error import ModelError
 from sim.metrics.report import jsonable
 from sim.metrics.slo_targets import per_request_slo
@@ -161,6 +162,8 @@ def format_capacity(
     row = "{:<24}{}".format
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
     lines.append(row("cost model:", "; ".join(cost_models(search)) or "none ran"))
+    tags = dict.fromkeys(cost_model_tag(name) for name in cost_models(search))
+    lines.append(row("cost source:", "; ".join(tags) or "none ran"))
     lines.append(row("load knob:", knob.key))
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
     lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
