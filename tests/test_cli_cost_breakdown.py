@@ -111,6 +111,7 @@ def test_the_table_lists_every_op_with_its_share(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("step 512p+60d: 1 prefill chunk(s), 512 new tokens")
+    assert lines[2].startswith("cost source: kernel tables (measured")
     for name in (
         "gate_up_proj",
         "add_norm",
@@ -144,7 +145,9 @@ def test_the_roofline_prints_its_total_and_says_it_has_no_per_op_split(
     overhead_ms = result["step_ms"] - max(roofline["compute"], roofline["memory"])
     assert overhead_ms >= 0
     assert main(["cost-breakdown", str(ROOFLINE), "--step", "60d"]) == 0
-    assert "note: the roofline has no per-op breakdown" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "note: the roofline has no per-op breakdown" in out
+    assert "\ncost source: roofline (guess: uncalibrated)\n" in out  # as every face says it
 
 
 def test_a_bad_step_is_one_line_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,7 @@ from sim.cli import HELP, Subparsers, add_scenario_arguments
 from sim.cost.base import StepShape
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
+from sim.cost.label import cost_model_tag
 from sim.cost.roofline import RooflineCost
 from sim.cost.speculative import SpeculativeCost
 from sim.engine.scheduler import ContinuousSettings
@@ -250,6 +251,7 @@ def format_breakdown(result: dict[str, Any]) -> str:
     lines = [
         f"step {result['step']}: {result['step_words']}",
         f"cost model: {result['cost_model']}",
+        f"cost source: {cost_model_tag(result['cost_model'])}",
     ]
 
     sources = result.get("op_sources", {})
