@@ -1,0 +1,119 @@
+"""Bad input to what session 11 added (``--server-setting``, ``--assume-model``, a
+measured run's ``summary.json``) gets one line naming the flag or file, exit 2,
+no traceback; nothing the user gave is silently dropped."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cli_errors import one_line_error
+
+SCENARIO = "scenarios/chat.yaml"
+# Nothing listens on port 9 (discard): a setting refused is refused before any request.
+UNREACHABLE = "http://127.0.0.1:9"
+
+
+def _measure(tmp_path: Path, *settings: str) -> list[str]:
+    argv = ["measure", SCENARIO, "--endpoint", UNREACHABLE, "--out", str(tmp_path / "m")]
+    argv += ["--set", "workload.num_requests=2", "-q"]
+    for setting in settings:
+        argv += ["--server-setting", setting]
+    return argv
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        ("tensor_parallel_size=abc", "a whole number >= 1"),
+        ("tensor_parallel_size=0", "a whole number >= 1"),
+        ("data_parallel_size=-2", "a whole number >= 1"),
+        ("max_num_seqs=true", "a whole number >= 1"),
+        ("enable_expert_parallel=2", "true or false"),
+        ("enable_prefix_caching=yes", "true or false"),
+    ],
+)
+def test_server_setting_of_the_wrong_type_is_refused_before_the_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, setting: str, expected: str
+) -> None:
+    message = one_line_error(capsys, _measure(tmp_path, setting))
+    name = setting.partition("=")[0]
+    assert message.startswith(f"--server-setting {setting}:"), message
+    assert expected in message and name in message, message
+    assert "cannot reach" not in message
+
+
+def test_server_setting_given_twice_with_two_values_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = _measure(tmp_path, "tensor_parallel_size=2", "tensor-parallel-size=4")
+    message = one_line_error(capsys, argv)
+    assert "--server-setting tensor_parallel_size" in message, message
+    assert "2" in message and "4" in message, message
+
+
+def test_server_setting_repeated_with_the_same_value_is_one_setting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The same value twice (dashes or underscores) says one thing: the run goes on,
+    # to the server, which is not there.
+    argv = _measure(tmp_path, "tensor_parallel_size=2", "tensor-parallel-size=2")
+    assert "cannot reach the server" in one_line_error(capsys, argv)
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_assume_model_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    argv = ["validate", SCENARIO, "--out", str(tmp_path / "v"), "--measured", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        from sim.cli import main
+
+        main([*argv, "--assume-model", name])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "Traceback" not in err
+    assert "--assume-model" in err and "model name" in err, err
+
+
+def _measured_folder(tmp_path: Path, summary: str) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "summary.json").write_text(summary, encoding="utf-8")
+    return folder
+
+
+def _validate(tmp_path: Path, folder: Path) -> list[str]:
+    return ["validate", SCENARIO, "--out", str(tmp_path / "v"), "--measured", str(folder)]
+
+
+def test_a_summary_that_is_not_json_is_named_as_such(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = _measured_folder(tmp_path, "{not json")
+    message = one_line_error(capsys, _validate(tmp_path, folder))
+    assert message.startswith(f"--measured {folder}"), message
+    assert "summary.json" in message and "not JSON" in message, message
+
+
+def test_a_summary_of_another_mode_says_its_mode(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = _measured_folder(tmp_path, json.dumps({"mode": "simulated"}))
+    message = one_line_error(capsys, _validate(tmp_path, folder))
+    assert "mode 'simulated'" in message and "measured" in message, message
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file of mode 000")
+def test_an_unreadable_summary_says_it_cannot_be_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = _measured_folder(tmp_path, json.dumps({"mode": "measured"}))
+    (folder / "summary.json").chmod(0)
+    try:
+        message = one_line_error(capsys, _validate(tmp_path, folder))
+    finally:
+        (folder / "summary.json").chmod(0o644)
+    assert "summary.json" in message and "cannot read" in message, message
