@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.cli import main
 from tests.cli_errors import one_line_error
 
 SCENARIO = "scenarios/chat.yaml"
@@ -64,18 +65,17 @@ def test_server_setting_repeated_with_the_same_value_is_one_setting(
     assert "cannot reach the server" in one_line_error(capsys, argv)
 
 
+@pytest.mark.parametrize("flag", ["--assume-model", "--assume-device"])
 @pytest.mark.parametrize("name", ["", "   "])
-def test_an_empty_assume_model_is_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+def test_an_empty_assumed_name_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, flag: str, name: str
 ) -> None:
     argv = ["validate", SCENARIO, "--out", str(tmp_path / "v"), "--measured", str(tmp_path)]
     with pytest.raises(SystemExit) as exit_info:
-        from sim.cli import main
-
-        main([*argv, "--assume-model", name])
+        main([*argv, flag, name])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and "Traceback" not in err
-    assert "--assume-model" in err and "model name" in err, err
+    assert f"argument {flag}: expected a name" in err, err
 
 
 def _measured_folder(tmp_path: Path, summary: str) -> Path:
