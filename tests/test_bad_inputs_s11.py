@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from sim.cli import main
+from sim.errors import ConfigError
+from sim.validation.formats.measure_dir import read_measure_folder
 from tests.cli_errors import one_line_error
 
 SCENARIO = "scenarios/chat.yaml"
@@ -117,3 +119,11 @@ def test_an_unreadable_summary_says_it_cannot_be_read(
     finally:
         (folder / "summary.json").chmod(0o644)
     assert "summary.json" in message and "cannot read" in message, message
+
+
+def test_a_summary_that_cannot_be_read_says_why(tmp_path: Path) -> None:
+    # A folder named summary.json: read_text fails as for a file of mode 000 (which
+    # root reads), through the one reader of measure folders.
+    (tmp_path / "summary.json").mkdir()
+    with pytest.raises(ConfigError, match=r"cannot read summary.json: Is a directory"):
+        read_measure_folder(tmp_path)
