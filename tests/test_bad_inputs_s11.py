@@ -4,14 +4,20 @@ no traceback; nothing the user gave is silently dropped."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sim.cli import main
+from sim.cli.endpoint_options import server_setting
 from sim.errors import ConfigError
+from sim.metrics.vllm_result import parse_metric_percentiles
+from sim.planning.sweep import load_sweep
 from sim.validation.formats.measure_dir import read_measure_folder
 from tests.cli_errors import one_line_error
 
@@ -127,3 +133,46 @@ def test_a_summary_that_cannot_be_read_says_why(tmp_path: Path) -> None:
     (tmp_path / "summary.json").mkdir()
     with pytest.raises(ConfigError, match=r"cannot read summary.json: Is a directory"):
         read_measure_folder(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["foo", "=3", "tensor_parallel_size=", "tensor_parallel_size= "])
+def test_a_server_setting_that_is_not_name_equals_value_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected NAME=VALUE"):
+        server_setting(text)
+
+
+def test_metric_percentiles_take_0_and_100_and_refuse_past_them() -> None:
+    # numpy's (and vLLM's) range, ends included.
+    assert parse_metric_percentiles("0,100") == (0.0, 100.0)
+    for text in ("100.0001", "-0.5", "nan", "inf"):
+        with pytest.raises(ConfigError, match=r"--metric-percentiles .*outside \[0, 100\]"):
+            parse_metric_percentiles(text)
+
+
+def _sweep(tmp_path: Path, scenario: str) -> Path:
+    path = tmp_path / "sweep.yaml"
+    doc = {"name": "s", "scenario": scenario, "grid": {"workload.arrival.rate_per_s": [5]}}
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def test_a_sweep_scenario_that_is_a_folder_names_the_sweep_and_field(tmp_path: Path) -> None:
+    (tmp_path / "folder").mkdir()
+    path = _sweep(tmp_path, "folder")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: scenario: .*folder"):
+        load_sweep(path)
+
+
+def test_a_sweep_scenario_under_home_is_read_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # scenario: ~/... is the user's home, as a scenario's own paths (sim.config.anchored),
+    # not a folder named ~ beside the sweep file.
+    home = tmp_path / "home"
+    home.mkdir()
+    doc = yaml.safe_load(Path(SCENARIO).read_text(encoding="utf-8"))
+    doc["name"] = "the_one_at_home"
+    (home / "chat.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    plan = load_sweep(_sweep(tmp_path, "~/chat.yaml"))
+    assert [point.scenario.name for point in plan.points] == ["the_one_at_home"]
