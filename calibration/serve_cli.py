@@ -193,11 +193,13 @@ def add_parsers(subparsers: Any) -> None:
     )
     validate.add_argument(
         "--assume-device",
+        type=_a_name,
         metavar="NAME",
         help="the device an imported run ran on, when it does not say (e.g. rtx-4090)",
     )
     validate.add_argument(
         "--assume-model",
+        type=_a_name,
         metavar="NAME",
         help="the model an imported run served, when it does not say",
     )
@@ -207,3 +209,11 @@ def add_parsers(subparsers: Any) -> None:
         help="another measured run whose step log fits the engine overhead (second prediction)",
     )
     validate.set_defaults(handler=_cmd_validate)
+
+
+def _a_name(text: str) -> str:
+    """argparse type: a device or model name, not empty (an empty one would be taken
+    as not given, and the run's own name, or none, used instead)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a name, got {text!r}")
+    return text.strip()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from sim.cli.endpoint_options import DEFAULT_MAX_CONCURRENCY, SWEEP_SIZE
+from sim.cli.endpoint_options import DEFAULT_MAX_CONCURRENCY, SWEEP_SIZE, server_settings
 from sim.errors import ConfigError
 from sim.metrics.report import format_summary_table
 from sim.planning.profile_sweep import driven, profile_sweep, write_phases
@@ -130,7 +130,7 @@ def _measure(args: argparse.Namespace, scenario: Scenario, out: Path) -> dict[st
         ignore_eos=not args.no_ignore_eos,
         max_duration_s=args.max_duration_s,
         progress=not args.quiet,
-        server_settings=dict(args.server_setting or ()),
+        server_settings=server_settings(args.server_setting),
     )
     started = time.perf_counter()
     state = run_endpoint(work, opts, seed=scenario.seed, streams=streams)

@@ -136,6 +136,20 @@ def server_setting(text: str) -> tuple[str, int | bool | str]:
         return name, value
 
 
+def server_settings(
+    told: list[tuple[str, int | bool | str]] | None,
+) -> dict[str, int | bool | str]:
+    """The ``--server-setting`` pairs as one mapping; ConfigError for a NAME given twice
+    with two values (which the server runs cannot be both)."""
+    settings: dict[str, int | bool | str] = {}
+    for name, value in told or ():
+        before = settings.get(name, value)
+        if (type(before), before) != (type(value), value):  # true is not 1 here
+            raise ConfigError(f"--server-setting {name}: given twice, {before!r} and {value!r}")
+        settings[name] = value
+    return settings
+
+
 def refuse_endpoint_options(args: argparse.Namespace) -> None:
     """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
     (the in-process measure would not apply it)."""

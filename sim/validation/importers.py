@@ -82,10 +82,9 @@ def run_kind(source: Path, flag: str) -> str:
             "(no such file or folder)"
         )
     if (source / "summary.json").is_file():
-        if not measure_dir.is_measure_folder(source):
-            raise ConfigError(
-                f"{flag} {source}: not a servesim measure folder (summary.json, mode measured)"
-            )
+        problem = measure_dir.not_measure_folder(source)
+        if problem:
+            raise ConfigError(f"{flag} {source}: {problem}")
         return "measure"
     if (source / "run.json").is_file():
         return "imported"

@@ -158,17 +158,38 @@ def told_settings(told: Mapping[str, Any]) -> dict[str, Any]:
     known = {theirs for theirs, _ in _IMPORTED_SETTINGS} | set(LAYOUT_SETTINGS)
     known.add("enable_expert_parallel")
     known.discard("expert_parallel_size")  # vLLM's argument is enable_expert_parallel
-    for name in told:
+    for name, value in told.items():
         if name not in known:
             raise ConfigError(
                 f"--server-setting {name}: not a setting validate checks (one of "
                 f"{', '.join(sorted(known))})"
             )
+        expected = _told_type_error(name, value)
+        if expected:
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise ConfigError(f"--server-setting {name}={shown}: {name} expects {expected}")
     settings = {**dict.fromkeys(LAYOUT_SETTINGS, UNKNOWN), **imported_engine_settings(told)}
     ranks = ("data_parallel_size", "tensor_parallel_size")
     if told.get("enable_expert_parallel") and any(told.get(key) is None for key in ranks):
         settings["expert_parallel_size"] = UNKNOWN  # experts over dp x tp GPUs: not told
     return settings
+
+
+# vLLM's engine arguments told as true/false; vllm_version is text; every other
+# setting told is a count (GPUs, sequences, tokens, blocks), a whole number >= 1.
+_TOLD_SWITCHES = ("enable_prefix_caching", "async_scheduling", "enable_expert_parallel")
+
+
+def _told_type_error(name: str, value: Any) -> str | None:
+    """What ``name`` expects when ``value`` (as ``--server-setting`` read it: a bool, an
+    int or text) is not of its type; ``None`` when it is."""
+    if name == "vllm_version":
+        return None
+    if name in _TOLD_SWITCHES:
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return None
+    return "a whole number >= 1"
 
 
 def imported_engine_settings(engine: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,11 +31,22 @@ FORMAT = "measure"
 
 def is_measure_folder(folder: Path) -> bool:
     """True for a folder with ``summary.json`` marked ``mode: measured``."""
+    return not_measure_folder(folder) is None
+
+
+def not_measure_folder(folder: Path) -> str | None:
+    """Why ``folder`` is not a measure folder, in the words of a refusal that names it
+    (``not a servesim measure folder (...)``); ``None`` when it is one."""
     try:
         summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(summary, dict) and summary.get("mode") == "measured"
+    except OSError as error:
+        return f"not a servesim measure folder (cannot read summary.json: {error.strerror})"
+    except ValueError as error:
+        return f"not a servesim measure folder (summary.json is not JSON: {error})"
+    mode = summary.get("mode") if isinstance(summary, dict) else None
+    if mode == "measured":
+        return None
+    return f"not a servesim measure folder (summary.json has mode {mode!r}, not measured)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,8 +70,9 @@ class MeasureFolder:
 def read_measure_folder(path: str | Path) -> MeasureFolder:
     """The folder at ``path``; ConfigError when it is not a readable measure folder."""
     folder = Path(path)
-    if not is_measure_folder(folder):
-        raise ConfigError(f"{folder}: not a servesim measure folder (summary.json, mode measured)")
+    problem = not_measure_folder(folder)
+    if problem:
+        raise ConfigError(f"{folder}: {problem}")
     summary: dict[str, Any] = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
     try:
         requests = pd.read_parquet(folder / "requests.parquet")
