@@ -161,8 +161,9 @@ def format_capacity(
     knob, unit = search.knob, search.knob.unit
     row = "{:<24}{}".format
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
-    lines.append(row("cost model:", "; ".join(cost_models(search)) or "none ran"))
-    tags = dict.fromkeys(cost_model_tag(name) for name in cost_models(search))
+    names = cost_models(search)
+    lines.append(row("cost model:", "; ".join(names) or "none ran"))
+    tags = dict.fromkeys(cost_model_tag(name) for name in names)  # two labels, one tag: once
     lines.append(row("cost source:", "; ".join(tags) or "none ran"))
     lines.append(row("load knob:", knob.key))
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
