@@ -132,6 +132,18 @@ def past(tables: Tables, layout: Layout, g: int, d: int, x: float, scale: float)
     return scale * x / tables[layout[g + 2 * d] + layout[g + 2 * d + 1] - 1]
 
 
+def axis_cell(
+    tables: Tables, layout: Layout, g: int, d: int, at: int, n: int, x: float, scale: float
+) -> tuple[int, float, float]:
+    """One axis of a lookup in the grid at ``layout[g:]``: ``x``'s ``cell`` on axis ``d``
+    (``tables[at:at + n]``), and ``scale`` times its factor if ``x`` is past the axis's
+    last point (``past``; ``past`` writes only its notes, so the cells read the same)."""
+    if x > tables[at + n - 1]:
+        scale = past(tables, layout, g, d, x, scale)
+    low, w = cell(tables, at, n, x)
+    return low, w, scale
+
+
 def grid_2d(layout: Layout, g: int) -> Grid2:
     """The 2-D grid at ``layout[g:]`` as ``g`` then its ``GRID_SIZE`` slots (the module
     docstring), read once: a tuple's unpacking costs the Python path's lookup less
@@ -171,13 +183,8 @@ def grid_point(tables: Tables, layout: Layout, grid: Grid2, x0: float, x1: float
     """The 2-D ``grid`` (``grid_2d``) at (``x0``, ``x1``): ``Grid.__call__``, scaled past
     an axis's last point (``past``)."""
     g, a0, n0, a1, n1, o, s0, s1 = grid
-    scale = 1.0
-    if x0 > tables[a0 + n0 - 1]:
-        scale = past(tables, layout, g, 0, x0, scale)
-    if x1 > tables[a1 + n1 - 1]:
-        scale = past(tables, layout, g, 1, x1, scale)
-    low0, w0 = cell(tables, a0, n0, x0)
-    low1, w1 = cell(tables, a1, n1, x1)
+    low0, w0, scale = axis_cell(tables, layout, g, 0, a0, n0, x0, 1.0)
+    low1, w1, scale = axis_cell(tables, layout, g, 1, a1, n1, x1, scale)
     return corners(tables, o, s0, s1, low0, w0, low1, w1) * scale
 
 
@@ -219,19 +226,10 @@ def grid_point_4d(
 ) -> float:
     """The 4-D ``grid`` (``grid_4d``) at one point, as ``grid_point``."""
     g, a0, n0, a1, n1, a2, n2, a3, n3, o, s0, s1, s2, s3 = grid
-    scale = 1.0
-    if x0 > tables[a0 + n0 - 1]:
-        scale = past(tables, layout, g, 0, x0, scale)
-    if x1 > tables[a1 + n1 - 1]:
-        scale = past(tables, layout, g, 1, x1, scale)
-    if x2 > tables[a2 + n2 - 1]:
-        scale = past(tables, layout, g, 2, x2, scale)
-    if x3 > tables[a3 + n3 - 1]:
-        scale = past(tables, layout, g, 3, x3, scale)
-    low0, w0 = cell(tables, a0, n0, x0)
-    low1, w1 = cell(tables, a1, n1, x1)
-    low2, w2 = cell(tables, a2, n2, x2)
-    low3, w3 = cell(tables, a3, n3, x3)
+    low0, w0, scale = axis_cell(tables, layout, g, 0, a0, n0, x0, 1.0)
+    low1, w1, scale = axis_cell(tables, layout, g, 1, a1, n1, x1, scale)
+    low2, w2, scale = axis_cell(tables, layout, g, 2, a2, n2, x2, scale)
+    low3, w3, scale = axis_cell(tables, layout, g, 3, a3, n3, x3, scale)
     o = o + low0 * s0 + low1 * s1 + low2 * s2 + low3 * s3
     return corners_4d(tables, o, s0, s1, s2, s3, w0, w1, w2, w3) * scale
 

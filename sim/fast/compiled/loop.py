@@ -667,8 +667,8 @@ def drop_stale_cache(module: Path, sources: tuple[Path, ...]) -> None:
 
 # ``price``'s functions the loop reaches, compiled as they are written there.
 PRICE = (
-    "cell", "past", "grid_2d", "grid_4d", "grids_of", "corners", "grid_point", "corners_4d",
-    "grid_point_4d", "bucket_alpha", "skew_alpha", "blend_s", "skewed_decode_s",
+    "cell", "past", "axis_cell", "grid_2d", "grid_4d", "grids_of", "corners", "grid_point",
+    "corners_4d", "grid_point_4d", "bucket_alpha", "skew_alpha", "blend_s", "skewed_decode_s",
     "decode_attention_s", "prefill_chunk", "prefill_attention_s", "mixed_attention_s",
     "clamped_point_4d", "mixed_decode_factor", "attention_s",
 )  # fmt: skip
