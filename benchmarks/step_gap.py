@@ -21,6 +21,17 @@ steps a tick being its generated tokens over the sequences running) and
 predicted (the replay's decode-only steps at that batch over the same stretch
 of its run): a direct check of a step's price with no queue in between.
 
+Then, for the one-replica runs, every tick with no prompt tokens priced at its own
+batch: the sequences running at the tick's middle (from the requests' own first-
+and last-token times; a request decodes one token a step from its first token to
+its last, so its context then is its prompt plus the steps it has had, at its own
+mean TPOT), their mean step measured (sequences x tick / tokens generated) against
+the cost model's price of a decode step of exactly those contexts, by batch size.
+A cost per step the model leaves out (a message to the workers, a collective's
+latency: as many a step at one sequence as at 128) shows as the same gap in every
+bin; one that grows with the batch (bytes, attention, a rank's compute) grows
+with it.
+
 Then the sensitivity of the TP 2 and EP 2 rows to the per-hop latency of the
 link (what a ring all-reduce or all-gather pays per hop besides its bytes and
 NCCL's base latency, ``sim.cost.collectives``): ``pcie5-via-host``'s 5.7 us,
@@ -47,9 +58,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from public_runs import EXAMPLES, RUNS, latencies_s, predicted_latencies_s  # noqa: E402
 
 from sim import api  # noqa: E402
+from sim.api.build import cost_model_for  # noqa: E402
+from sim.cost.base import CostModel, StepShape  # noqa: E402
+from sim.scenario import load_scenario  # noqa: E402
 from sim.validation.llmservingsim import read_llmservingsim  # noqa: E402
 
 BINS_S = (0.0, 3.0, 6.0, 9.0, 12.0, 16.0, 20.0, 25.0, 30.0)
+# Batch sizes (sequences decoding) of the decode-only ticks' table: one sequence
+# alone, then small to full batches (max_num_seqs 128 in the Qwen3-32B run).
+BATCH_BINS = (0, 1, 16, 48, 96, 127, 1024)
 # LLMServingSim's link latency for these servers, with the measured NCCL rate.
 SLOW_HOPS = "parallelism.link={name: hop-20us, bandwidth_bytes_per_s: 19.7e9, latency_s: 20e-6, efficiency: 1.0}"  # noqa: E501
 
@@ -103,6 +120,54 @@ def full_decode_steps_ms(run_folder: Path, steps: pd.DataFrame) -> tuple[float, 
     return measured_ms, 1e3 * float((chosen["end_s"] - chosen["start_s"]).mean())
 
 
+def decode_ticks(run_folder: Path, requests: pd.DataFrame, cost: CostModel) -> pd.DataFrame:
+    """Each stat-logger tick with no prompt tokens: the sequences running at its
+    middle and their mean step as ``cost`` prices a decode step of their contexts,
+    against the tick's mean step measured (ms): its sequences running, averaged over
+    the tick (so that a tick in which requests finish, or the engine idles, counts
+    its steps right), times its length over the tokens it generated. A tick's ``t``
+    is its end, in seconds from the first request's queue time (``requests``' clock:
+    ``read_llmservingsim``)."""
+    ticks = pd.read_csv(run_folder / "vllm" / "timeseries.csv")
+    tick_s = ticks["t"].diff().fillna(ticks["t"].iloc[0])
+    decoding = (ticks["prompt_throughput"] == 0) & (ticks["gen_throughput"] > 0)
+    tokens = requests["num_output_tokens"] - 1
+    tpot_s = (requests["finish_s"] - requests["first_token_s"]) / tokens.where(tokens > 0)
+    first_s, finish_s = requests["first_token_s"][tpot_s.notna()], requests["finish_s"]
+    rows = []
+    for i in ticks.index[decoding]:
+        end_s = float(ticks.at[i, "t"])
+        start_s, middle_s = end_s - tick_s[i], end_s - tick_s[i] / 2
+        running = (first_s <= middle_s) & (finish_s[first_s.index] > middle_s)
+        running = running[running].index
+        if running.empty:
+            continue
+        busy_s = (np.minimum(finish_s[first_s.index], end_s) - np.maximum(first_s, start_s)).clip(0)
+        steps_so_far = (middle_s - first_s[running]) / tpot_s[running]
+        contexts = requests["num_prompt_tokens"][running] + 1 + steps_so_far.astype(int)
+        shape = StepShape.build(None, [int(c) for c in contexts])
+        rows.append(
+            {
+                "num_seqs": len(running),
+                "measured_ms": 1e3 * float(busy_s.sum()) / ticks.at[i, "gen_throughput"],
+                "predicted_ms": 1e3 * cost.step_s(shape),
+            }
+        )
+    return pd.DataFrame(rows, columns=["num_seqs", "measured_ms", "predicted_ms"])
+
+
+def gap_by_batch(ticks: pd.DataFrame) -> pd.DataFrame:
+    """``decode_ticks``' mean measured and predicted step (ms), their gap and ratio,
+    and the ticks, per ``BATCH_BINS`` bin of sequences running."""
+    binned = ticks.assign(batch=pd.cut(ticks["num_seqs"], BATCH_BINS))
+    grouped = binned.groupby("batch", observed=True)
+    table = grouped[["num_seqs", "measured_ms", "predicted_ms"]].mean()
+    table["gap_ms"] = table["measured_ms"] - table["predicted_ms"]
+    table["ratio"] = table["predicted_ms"] / table["measured_ms"]
+    table["num_ticks"] = grouped.size()
+    return table
+
+
 def p50_errors(name: str, overrides: list[str]) -> str:
     """TTFT and TPOT p50 errors of a run replayed with ``overrides``."""
     run = next(r for r in RUNS if r.name == name)
@@ -141,6 +206,19 @@ def main(argv: list[str] | None = None) -> int:
                 f"full batch, decodes only: measured {measured_ms:.1f} ms a step, predicted "
                 f"{predicted_ms:.1f} ms ({100 * (predicted_ms / measured_ms - 1):+.1f} %)"
             )
+        if result.raw.num_replicas == 1:
+            scenario = load_scenario(ROOT / run.scenario)
+            cost = cost_model_for(scenario, (ROOT / run.scenario).parent)
+            by_batch = gap_by_batch(decode_ticks(EXAMPLES / run.folder, measured, cost))
+            print("decode-only ticks, priced at their own running sequences, by batch:")
+            print("| sequences | ticks | mean | measured ms | predicted ms | ratio | gap ms |")
+            print("|---|---|---|---|---|---|---|")
+            for interval, row in by_batch.iterrows():
+                print(
+                    f"| {interval} | {row['num_ticks']:.0f} | {row['num_seqs']:.1f} "
+                    f"| {row['measured_ms']:.1f} | {row['predicted_ms']:.1f} "
+                    f"| {row['ratio']:.3f} | {row['gap_ms']:+.2f} |"
+                )
     print("\nPer-hop link latency, p50 errors (the scenarios' 5.7 us, NCCL's, against 20 us):")
     for name in ("rtxpro6000-qwen3-32b-tp2-profile",):
         if args.run and name not in args.run:
