@@ -62,7 +62,7 @@ class Result:
 
     def __repr__(self) -> str:
         summary, cluster = self.summary, self.scenario.cluster
-        gpus_per_replica = self.scenario.parallelism.num_gpus
+        per_replica = self.scenario.parallelism.num_gpus  # GPUs
         num_replicas = cluster.total_replicas if cluster is not None else 1
         where = f"{num_replicas} replicas of " if num_replicas > 1 else ""
         num_requests = len(self.raw.records)
@@ -77,7 +77,7 @@ class Result:
             for name in ("ttft", "tpot", "itl", "e2el")
         )
         return (
-            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{gpus_per_replica}x "
+            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{per_replica}x "
             f"{self.scenario.hardware.name}, {num_requests} requests ({counts}) "
             f"in {_short(summary.get('duration'))} s\n"
             f"  cost model: {summary.get('cost_model', 'n/a')}\n"
