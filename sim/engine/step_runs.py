@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.engine.columns import Columns, frame_of
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
 STEP_COLUMNS = {"start_s": "f8", "end_s": "f8", **dict.fromkeys(COUNT_COLUMNS, "i4")}
