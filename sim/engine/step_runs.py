@@ -229,7 +229,10 @@ class StepTable:
         """A step log given as one row per step (``STEP_COLUMNS``, and ``replica`` and
         ``delivered_s`` where it has them; a replica's rows together), each row its own
         segment: ``from_frame(table.frame()).frame()`` equals ``table.frame()`` (if
-        it has a step; a frame without rows is a table without parts)."""
+        it has a step; a frame without rows is a table without parts). A saved
+        ``steps.parquet`` (``Result.write(write_steps=True)``, that frame) read back with
+        pandas comes back here to run ``sim.metrics`` on it again; tests and benchmarks
+        use it as the expanded log the compact one must match."""
         missing = [name for name in STEP_COLUMNS if name not in frame.columns]
         if missing and len(frame):
             raise ValueError(f"steps frame lacks columns {missing}")
