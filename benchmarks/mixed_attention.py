@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim import api  # noqa: E402
 from sim.api.build import cost_model_for  # noqa: E402
-from sim.cost.base import CostModel, FloatArray, StepShape  # noqa: E402
+from sim.config import FloatArray  # noqa: E402
+from sim.cost.base import CostModel, StepShape  # noqa: E402
 from sim.cost.engine_cpu import EngineCpuCost  # noqa: E402
 from sim.cost.kernels.artifact import (  # noqa: E402
     load_cached,

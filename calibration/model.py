@@ -21,14 +21,12 @@ from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
-import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sim.config import IntArray
 from sim.hardware.specs import ModelSpec
-
-IntArray = npt.NDArray[np.int64]
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _INIT_STD = 0.02  # like Llama's initializer_range; keeps activations O(1)

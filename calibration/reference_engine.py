@@ -44,7 +44,7 @@ from sim.cost.base import SHAPE_FIELDS
 from sim.engine.records import reason_column
 from sim.engine.request import Request
 from sim.engine.scheduler import EngineCore, SchedulerOutput
-from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer, prompt_text
+from sim.openai.tokenizer import NUM_SPECIAL, ByteTokenizer
 from sim.scenario import Scenario
 from sim.serving.stream import (
     Emitted,
@@ -57,6 +57,7 @@ from sim.serving.stream import (
     load_of,
 )
 from sim.serving.submission import prefix_describer
+from sim.validation.endpoint_prompts import word_text
 from sim.workload.generate import RequestArrays
 
 
@@ -197,6 +198,15 @@ def _is_oom(error: BaseException) -> bool:
     if isinstance(error, MemoryError | torch.OutOfMemoryError):
         return True
     return isinstance(error, RuntimeError) and "out of memory" in str(error).lower()
+
+
+def prompt_text(num_tokens: int, rng: np.random.Generator) -> str:
+    """ASCII text of exactly ``num_tokens`` characters, so as many byte tokens: random
+    words of the one word list (``word_text``), cut. Every word has 2 characters or
+    more, so ``n // 3 + 2`` words with their spaces are at least ``n + 3`` long."""
+    if num_tokens <= 0:
+        return ""
+    return word_text(num_tokens // 3 + 2, rng)[:num_tokens]
 
 
 class WallClockEngine:

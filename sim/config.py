@@ -1,12 +1,20 @@
 """What every configuration section read from a file shares: ``Frozen``, the base of
 its pydantic model (an unknown key is an error, a built value never changes), and
-``anchored``, how a path the file names is read (against the file's folder)."""
+``anchored``, how a path the file names is read (against the file's folder); and what
+every layer's arrays are typed as, ``FloatArray`` and ``IntArray``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
+
+# Here, the bottom every layer may import (docs/architecture.md), so they are one type
+# each: seconds, tokens and counts as every column and table holds them.
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 class Frozen(BaseModel):

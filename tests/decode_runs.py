@@ -11,7 +11,8 @@ from itertools import islice
 
 import numpy as np
 
-from sim.cost.base import CostModel, FloatArray, StepShape, decode_run_s
+from sim.config import FloatArray
+from sim.cost.base import CostModel, StepShape, decode_run_s
 
 
 def run_prices(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from decode_runs import by_loop, run_prices
 from pydantic import ValidationError
+from test_engine_cpu_parts import cpu_only_s
 
 from sim.api.build import cost_model_for
 from sim.cost.base import StepShape
@@ -117,7 +118,7 @@ def test_the_config_refuses_bad_coefficients(bad: dict[str, Any]) -> None:
 
 def test_the_config_is_a_plain_value_that_round_trips() -> None:
     assert EngineCpuConfig.model_validate_json(CPU_WORK.model_dump_json()) == CPU_WORK
-    assert CPU_WORK.cpu_s(10, 109) == pytest.approx(2.109e-3, rel=1e-12)
+    assert cpu_only_s(CPU_WORK, 10, 109) == pytest.approx(2.109e-3, rel=1e-12)
 
 
 # -- where it is added -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from test_fit_engine_cpu import START, roofline_scenario, scenario_dict, synthet
 from sim import api
 from sim.cli import main
 from sim.cost.base import StepShape
-from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost, with_cpu_s
 from sim.cost.fitted_cpu import EngineCpuFitValues, load_engine_cpu_artifact
 from sim.errors import ConfigError
 from sim.scenario import Scenario, scenario_from_dict
@@ -54,10 +54,19 @@ class FlatGpu:
         return self.gpu_s
 
 
+def cpu_only_s(config: EngineCpuConfig, num_seqs: int, num_tokens: int) -> float:
+    """A step's overlappable CPU time (s) through the one rule (``with_cpu_s``, on the
+    slots ``EngineCpuCost`` fills): serial, no GPU time and no non-overlapped part, so
+    the price is the CPU sum alone (0 + cpu + 0 is cpu to the bit)."""
+    no_wait = config.model_copy(update={"non_overlapped_s": 0.0})
+    cost = EngineCpuCost(FlatGpu(0.0), EngineCpu(no_wait, False, "cpu only"))  # type: ignore[arg-type]
+    return with_cpu_s(cost.costs, 0.0, num_seqs, num_tokens)
+
+
 def test_each_part_adds_its_own_count_to_a_steps_cpu_work() -> None:
     # 6 sequences (2 prefilling 500 tokens in all, 4 decoding): T = 504 tokens.
     # By hand: 1 ms + (8 + 20) us * 6 + 0.3 us * 504 = 1 + 0.168 + 0.1512 = 1.3192 ms.
-    assert PARTS.cpu_s(6, 504) == pytest.approx(1.3192e-3, rel=1e-12)
+    assert cpu_only_s(PARTS, 6, 504) == pytest.approx(1.3192e-3, rel=1e-12)
     shape = StepShape(num_prefill_seqs=2, num_prefill_tokens=500, num_decode_seqs=4)
     serial = EngineCpuCost(FlatGpu(5e-3), EngineCpu(PARTS, False, "parts"))  # type: ignore[arg-type]
     assert serial.step_s(shape) == pytest.approx(0.2e-3 + 1.3192e-3 + 5e-3, rel=1e-12)
@@ -72,8 +81,8 @@ def test_the_two_per_sequence_parts_price_as_their_sum() -> None:
     # Moving work between the scheduler's part and the rest changes no price.
     moved = PARTS.model_copy(update={"scheduler_per_seq_s": 2.8e-5, "sampling_per_seq_s": 0.0})
     for num_seqs, num_tokens in ((1, 1), (64, 64), (256, 2048)):
-        assert moved.cpu_s(num_seqs, num_tokens) == pytest.approx(
-            PARTS.cpu_s(num_seqs, num_tokens), rel=1e-12
+        assert cpu_only_s(moved, num_seqs, num_tokens) == pytest.approx(
+            cpu_only_s(PARTS, num_seqs, num_tokens), rel=1e-12
         )
 
 
@@ -113,7 +122,7 @@ def test_a_format_1_artifact_loads_with_its_price_kept(tmp_path: Path) -> None:
     # The whole per-sequence work, fitted as one, priced the same: x + 0.0 is x.
     assert artifact.cpu.per_seq_s == old["per_seq_s"]
     for num_seqs, num_tokens in ((1, 1), (200, 2048)):
-        assert artifact.cpu.cpu_s(num_seqs, num_tokens) == (
+        assert cpu_only_s(artifact.cpu, num_seqs, num_tokens) == (
             old["per_step_s"] + old["per_seq_s"] * num_seqs + old["per_token_s"] * num_tokens
         )
     assert artifact.coefficients == []  # format 1 had no intervals

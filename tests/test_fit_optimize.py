@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.validation.optimize import FloatArray, first_simplex, nelder_mead
+from sim.config import FloatArray
+from sim.validation.optimize import first_simplex, nelder_mead
 
 
 def rosenbrock(x: FloatArray) -> float:

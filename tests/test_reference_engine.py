@@ -10,13 +10,15 @@ import pandas as pd
 import pytest
 
 from calibration.measure import Measurement, measure
+from calibration.reference_engine import prompt_text
 from sim.api import engine_for
 from sim.cost.base import StepShape
 from sim.engine.scheduler import SchedulerOutput
 from sim.errors import ConfigError
-from sim.openai.tokenizer import ByteTokenizer, prompt_text
+from sim.openai.tokenizer import ByteTokenizer
 from sim.scenario import Scenario, scenario_from_dict
 from sim.serving.simulation import Simulation
+from sim.validation.endpoint_prompts import ONE_TOKEN_WORDS
 from sim.workload.generate import RequestArrays
 
 SPEC = {"num_draft_tokens": 4, "acceptance_rate": 0.7, "draft_model": "smollm2-135m"}
@@ -97,7 +99,9 @@ def test_decode_folds_ids_beyond_the_byte_range_into_printable_ascii() -> None:
 
 
 def test_prompt_text_has_exact_length_and_is_deterministic() -> None:
-    for n in (0, 1, 17, 500):
+    # prompt_text's draw suffices only if no word is shorter than 2 characters.
+    assert min(len(word) for word in ONE_TOKEN_WORDS) >= 2
+    for n in (0, 1, 2, 3, 4, 5, 17, 500):
         text = prompt_text(n, np.random.default_rng(3))
         assert len(ByteTokenizer().encode(text)) == n
     assert prompt_text(50, np.random.default_rng(1)) == prompt_text(50, np.random.default_rng(1))

@@ -1,5 +1,6 @@
-"""A scenario with a ``cluster:`` holds every replica's GPUs: a sweep's cost per
-request and capacity's fleet are priced by all of them, not by one replica's."""
+"""A scenario with a ``cluster:`` holds every replica's GPUs: a run's summary counts
+them all, as a sweep's table does, and a sweep's cost per request and capacity's fleet
+are priced by all of them, not by one replica's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sim import api
 from sim.cli import main
+from sim.hardware.specs import model_preset
 from sim.planning.sweep import load_sweep, run_sweep
 from sim.scenario import load_scenario
 
@@ -30,6 +33,27 @@ def test_a_scenario_counts_every_replicas_gpus() -> None:
         ],
     )
     assert split.num_gpus == 4 * 2
+
+
+def test_a_replicated_runs_summary_counts_every_replicas_gpus() -> None:
+    # 2 replicas of TP2: summary.json's num_gpus is the deployment's 4 GPUs, as the
+    # sweep's table says; one replica's layout stays in its tensor and pipeline sizes.
+    scenario = load_scenario(
+        SCENARIOS / "replicas.yaml",
+        [
+            "parallelism.tensor_parallel_size=2",
+            "cluster.num_replicas=2",
+            "workload.num_requests=20",
+        ],
+    )
+    result = api.run(scenario)
+    summary = result.summary
+    assert summary["num_gpus"] == 2 * 2 == scenario.num_gpus
+    assert (summary["tensor_parallel_size"], summary["pipeline_parallel_size"]) == (2, 1)
+    # Weights split over one replica's 2 GPUs, not over the deployment's 4.
+    weight_bytes = model_preset("llama-3-8b").weight_bytes
+    assert summary["weight_gb_per_gpu"] == pytest.approx(weight_bytes / 2 / 1e9)
+    assert "on 2 replicas of 2x h100" in repr(result)
 
 
 def test_a_sweep_prices_every_replica(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from test_engine_cpu_parts import cpu_only_s
 
 from sim import api
 from sim.api.build import cost_model_for
@@ -98,7 +99,7 @@ def test_a_lockstep_step_hides_the_engine_cpu_behind_the_gpu(tmp_path: Path) -> 
     shape = StepShape.build([(2048, 0)])
     gpu_s = cost.gpu.step_s(shape)  # type: ignore[attr-defined]
     config = load_scenario(EP_PROFILE).engine_cpu.config
-    cpu_s = config.cpu_s(1, 2048)
+    cpu_s = cpu_only_s(config, 1, 2048)
     expected_s = config.non_overlapped_s + max(gpu_s, cpu_s)
     assert first["end_s"] - first["start_s"] == pytest.approx(expected_s, rel=1e-9)
     assert expected_s < config.non_overlapped_s + gpu_s + cpu_s

@@ -62,7 +62,7 @@ class Result:
 
     def __repr__(self) -> str:
         summary, cluster = self.summary, self.scenario.cluster
-        num_gpus = int(summary.get("num_gpus") or 1)
+        per_replica = self.scenario.parallelism.num_gpus  # GPUs
         num_replicas = cluster.total_replicas if cluster is not None else 1
         where = f"{num_replicas} replicas of " if num_replicas > 1 else ""
         num_requests = len(self.raw.records)
@@ -77,7 +77,7 @@ class Result:
             for name in ("ttft", "tpot", "itl", "e2el")
         )
         return (
-            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{num_gpus}x "
+            f"Result {self.scenario.name!r}: {self.scenario.model.name} on {where}{per_replica}x "
             f"{self.scenario.hardware.name}, {num_requests} requests ({counts}) "
             f"in {_short(summary.get('duration'))} s\n"
             f"  cost model: {summary.get('cost_model', 'n/a')}\n"
@@ -219,7 +219,9 @@ def _layout_summary(scenario: Scenario) -> dict[str, Any]:
     return {
         "tensor_parallel_size": layout.tensor_parallel_size,
         "pipeline_parallel_size": layout.pipeline_parallel_size,
-        "num_gpus": layout.num_gpus,
+        # The deployment's GPUs, every replica's (a sweep's table and capacity's fleet
+        # count the same); one replica's are its tensor x pipeline parallel sizes.
+        "num_gpus": scenario.num_gpus,
         "link": layout.link.name if not layout.is_single_device else None,
         "weight_dtype": dtype_name(model.weight_dtype_bytes, quant.weights),
         "kv_cache_dtype": dtype_name(model.kv_dtype_bytes, quant.kv_cache),

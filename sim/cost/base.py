@@ -13,11 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
-
-FloatArray = npt.NDArray[np.float64]
-
 
 class StepShape(NamedTuple):
     """Sufficient statistics of one forward pass over a mixed batch.

@@ -88,11 +88,6 @@ class EngineCpuConfig(Frozen):
         """The CPU time per scheduled sequence, the price's one per-sequence term (s)."""
         return self.scheduler_per_seq_s + self.sampling_per_seq_s
 
-    def cpu_s(self, num_seqs: int, num_tokens: int) -> float:
-        """The overlappable CPU time of a step of ``num_seqs`` sequences and ``num_tokens``
-        tokens, in seconds (``with_cpu_s`` computes it with the same operations)."""
-        return self.per_step_s + self.per_seq_s * num_seqs + self.per_token_s * num_tokens
-
 
 @dataclass(frozen=True)
 class EngineCpu:

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.cost.engine_cpu import (
     CPU_ASYNC_SCHEDULING,
     CPU_PER_STEP_S,
@@ -54,9 +54,6 @@ from sim.cost.kernels.price import (
     SAMPLER,
 )
 from sim.cost.roofline import RooflineCost
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 # Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
 # the engine's CPU work (sim.cost.engine_cpu's slots, CPU_PER_STEP_S on; a bare GPU

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.engine.columns import Columns, frame_of
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 COUNT_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_itl_tokens", "num_outputs")
 STEP_COLUMNS = {"start_s": "f8", "end_s": "f8", **dict.fromkeys(COUNT_COLUMNS, "i4")}
@@ -230,7 +229,10 @@ class StepTable:
         """A step log given as one row per step (``STEP_COLUMNS``, and ``replica`` and
         ``delivered_s`` where it has them; a replica's rows together), each row its own
         segment: ``from_frame(table.frame()).frame()`` equals ``table.frame()`` (if
-        it has a step; a frame without rows is a table without parts)."""
+        it has a step; a frame without rows is a table without parts). A saved
+        ``steps.parquet`` (``Result.write(write_steps=True)``, that frame) read back with
+        pandas comes back here to run ``sim.metrics`` on it again; tests and benchmarks
+        use it as the expanded log the compact one must match."""
         missing = [name for name in STEP_COLUMNS if name not in frame.columns]
         if missing and len(frame):
             raise ValueError(f"steps frame lacks columns {missing}")

@@ -13,12 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import numpy.typing as npt
-
+from sim.config import FloatArray
 from sim.cost.label import cost_model_tag
-
-FloatArray = npt.NDArray[np.float64]
 
 LATENCY_CDF_PNG = "latency_cdf.png"
 TIMESERIES_PNG = "timeseries.png"

@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from sim.config import FloatArray
 from sim.metrics.figure_data import (
     LATENCY_CDF_PNG,
     NUM_WATERFALL_REQUESTS,
@@ -31,7 +32,6 @@ from sim.metrics.figure_data import (
     TIMESERIES_PNG,
     CdfData,
     Figures,
-    FloatArray,
     TimeseriesData,
     WaterfallData,
 )

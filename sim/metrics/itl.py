@@ -13,11 +13,9 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.engine.step_runs import StepTable
 from sim.metrics.quantiles import Summary, latency_stats_ms
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.integer]
 
 STEP_COLUMNS = ("start_s", "end_s", "num_itl_tokens")  # what ITL reads of a step
 _SEGMENTS_PER_BLOCK = 1 << 16  # a block's temporaries: a few MB

@@ -14,15 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray
 from sim.engine.records import RequestTable, completed_mask, floats
-from sim.metrics.figure_data import (
-    CdfData,
-    FloatArray,
-    PhaseBars,
-    TimeseriesData,
-    WaterfallData,
-    wrap_caption,
-)
+from sim.metrics.figure_data import CdfData, PhaseBars, TimeseriesData, WaterfallData, wrap_caption
 from sim.metrics.lifecycle import PHASES, SpanRow
 from sim.metrics.stats import Slo, latency_columns
 from sim.serving.cluster import total_over_replicas

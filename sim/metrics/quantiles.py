@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray
 from sim.errors import ConfigError
 
-FloatArray = npt.NDArray[np.float64]
 Summary = dict[str, float | int | None]
 
 _DIRECT = 1 << 19  # at most this many pairs: sorted outright (faster than the passes below ~500k)

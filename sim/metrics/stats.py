@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import Field
 
-from sim.config import Frozen
+from sim.config import FloatArray, Frozen
 
 # (REQUEST_COLUMNS, RequestTable and text_dtype also for sim.validation's frames)
 from sim.engine.records import REQUEST_COLUMNS as REQUEST_COLUMNS
@@ -44,13 +44,7 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.records import text_dtype as text_dtype
 from sim.engine.step_runs import StepTable
 from sim.metrics.itl import itl_distribution
-from sim.metrics.quantiles import (
-    FloatArray,
-    Summary,
-    check_percentiles,
-    latency_stats_ms,
-    percentile_key,
-)
+from sim.metrics.quantiles import Summary, check_percentiles, latency_stats_ms, percentile_key
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd

@@ -20,14 +20,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray
 from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.quantiles import check_percentiles, percentile_key
 from sim.metrics.report import jsonable, vllm_spelling
 from sim.metrics.stats import sample_notes, summarize
-
-FloatArray = npt.NDArray[np.float64]
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
 """The metrics ``--percentile-metrics`` may name (vLLM's client-queue ones are not simulated)."""

@@ -1,4 +1,4 @@
-"""A byte-level tokenizer, and deterministic prompt text of a given token count.
+"""A byte-level tokenizer.
 
 No real tokenizer ships offline for the random-weight calibration models, so
 ``servesim serve`` and the reference engine tokenize with bytes: UTF-8 byte ``b``
@@ -12,24 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
-
 from sim.errors import ConfigError
 
 NUM_SPECIAL = 3  # 0 = padding, 1 = beginning of sequence, 2 = end of sequence
 _FIRST_FOLDED = NUM_SPECIAL + 256  # ids from here on stand for no byte: folded into ASCII
 _PRINTABLE = 0x7F - 0x20  # the printable ASCII characters, space to tilde
-# Common English words, as text: a literal list would take a line per word.
-_WORDS = tuple(
-    (  # noqa: SIM905
-        "the of and to in is that for it as with was on be by at this are from or an have not "
-        "they which one you were all we her she there would their will when who him been has "
-        "more if no out do so can what up said about other into than its time only could new "
-        "them man some these then two first may any like now my such make over our even most "
-        "me state after also made many did must before back see through way where get much go "
-        "well your know should down work year because come people just"
-    ).split()
-)
 
 
 class ByteTokenizer:
@@ -65,15 +52,3 @@ class ByteTokenizer:
     def decode(self, token_ids: Iterable[int]) -> str:
         """Text of ``token_ids`` (special ids dropped, invalid UTF-8 replaced)."""
         return self.to_bytes(token_ids).decode("utf-8", errors="replace")
-
-
-def prompt_text(num_tokens: int, rng: np.random.Generator) -> str:
-    """ASCII text of exactly ``num_tokens`` characters (bytes), from random words."""
-    if num_tokens <= 0:
-        return ""
-    # Words average ~4 characters plus a space: draw enough, then cut.
-    words = rng.choice(len(_WORDS), size=num_tokens // 3 + 2)
-    text = " ".join(_WORDS[int(i)] for i in words)
-    while len(text) < num_tokens:  # pragma: no cover - the draw above always suffices
-        text += " " + text
-    return text[:num_tokens]

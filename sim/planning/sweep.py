@@ -289,6 +289,8 @@ def build_table(plan: SweepPlan, results: list[tuple[Job, Record]]) -> pd.DataFr
         row |= {"config_hash": job.key, "hardware": scenario.hardware.name}
         row.update(record)
         row["seed"] = job.seed
+        # The summary says the same count; set again so that a record cached before
+        # summary.json counted every replica (one replica's then) reads right.
         row["num_gpus"] = num_gpus
         row["gpu_price_per_hour"] = price
         requests_per_s = record.get("request_throughput")

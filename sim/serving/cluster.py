@@ -12,11 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 import simpy
 from pydantic import Field, model_validator
 
-from sim.config import Frozen
+from sim.config import FloatArray, Frozen
 from sim.engine.columns import frame_of
 from sim.engine.policies.static import Static
 from sim.engine.records import RequestTable, completed_mask
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sim.serving.replica_config import ReplicaConfig
-
-FloatArray = npt.NDArray[np.float64]
 
 
 class ClusterConfig(Frozen):

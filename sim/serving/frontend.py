@@ -15,9 +15,8 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray
 from sim.engine.step_runs import SLICE_STEPS, Delivered, StepTable
-
-FloatArray = npt.NDArray[np.float64]
 
 
 def delivery_s(

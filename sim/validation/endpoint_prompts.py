@@ -25,6 +25,9 @@ _WORDS = (
     "most me after also made many did must before back see way where get much go well "
     "your know should down work year because come people just"
 )
+# The one word list: the reference engine's prompts draw from it too
+# (calibration.reference_engine.prompt_text; its byte tokenizer makes every character a
+# token, so any words would do there, and these are common words).
 ONE_TOKEN_WORDS = tuple(_WORDS.split())
 
 TokenCounter = Callable[[str], Awaitable[int]]

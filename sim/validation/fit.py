@@ -24,12 +24,13 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import pandas as pd
 
+from sim.config import FloatArray
 from sim.cost.base import CostModel
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.fitted import FitParameters, FittedCost
 from sim.cost.fitted_cpu import EngineCpuFitValues
 from sim.scenario import Scenario
-from sim.validation.optimize import FloatArray, nelder_mead
+from sim.validation.optimize import nelder_mead
 from sim.validation.predict import per_request_latencies, predict, simulated_latencies
 
 # The free parameters of sim.cost.fitted.FitParameters, in the order fits report them.

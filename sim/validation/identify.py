@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from sim.config import FloatArray
 from sim.cost.fitted_cpu import CoefficientInterval, EngineCpuFitValues
 from sim.errors import ConfigError
 from sim.validation.fit import (
@@ -32,7 +33,6 @@ from sim.validation.fit import (
     start_vector,
     structural_problem,
 )
-from sim.validation.optimize import FloatArray
 
 # A column-scaled Jacobian whose singular values spread wider than this is taken as
 # rank-deficient: the runs inform only a combination of the coefficients.

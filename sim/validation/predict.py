@@ -22,6 +22,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from sim.api import Result, replay
+from sim.config import FloatArray
 from sim.cost.base import CostModel
 from sim.metrics.itl import step_itl_gaps_s
 from sim.metrics.quantiles import Summary, latency_stats_ms
@@ -38,7 +39,6 @@ from sim.validation.intake import counted_from_intake
 from sim.workload.generate import RequestArrays, WorkloadConfig
 from sim.workload.listed_loop import ListedClosedLoop
 
-FloatArray = npt.NDArray[np.float64]
 METRICS = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "p50", "p90", "p99")
 _PAIRED = {"ttft": "ttft_s", "tpot": "tpot_s", "e2el": "e2el_s"}

@@ -23,9 +23,8 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field
 
-from sim.config import Frozen
+from sim.config import FloatArray, Frozen
 from sim.errors import ConfigError
-from sim.workload.trace import FloatArray
 
 MAX_GENERATED_REQUESTS = 100_000_000
 """Refuse a ``duration_s`` that would need more arrivals than this (memory)."""

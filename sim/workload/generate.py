@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BeforeValidator, Field, model_validator
 
-from sim.config import Frozen
+from sim.config import FloatArray, Frozen, IntArray
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s, check_clock
 from sim.workload.lengths import (
     FixedThinkTime,
@@ -47,7 +47,7 @@ from sim.workload.lengths import (
     sample_think_times_s,
 )
 from sim.workload.profiles import expand_profile
-from sim.workload.trace import FloatArray, HashIds, IntArray
+from sim.workload.trace import HashIds
 from sim.workload.traces.workload import TraceWorkload, trace_requests
 
 CLOSED_LOOP_BLOCK = 4096

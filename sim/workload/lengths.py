@@ -15,9 +15,9 @@ from typing import Annotated, Literal, Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
-from sim.config import Frozen, anchored
+from sim.config import FloatArray, Frozen, IntArray, anchored
 from sim.errors import ConfigError
-from sim.workload.trace import FloatArray, IntArray, parse_token_counts, read_csv_columns
+from sim.workload.trace import parse_token_counts, read_csv_columns
 
 # Upper clip for continuous draws when no max_tokens is set: keeps a heavy
 # lognormal tail (or an overflow to inf) castable to int64 exactly.

@@ -9,7 +9,7 @@ server). This replays them as made: ``num_users`` streams without think time, re
 
 from __future__ import annotations
 
-from sim.workload.trace import IntArray
+from sim.config import IntArray
 
 
 class ListedClosedLoop:

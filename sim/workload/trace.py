@@ -20,12 +20,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.errors import ConfigError
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 HashIds = tuple[tuple[int, ...], ...]
 
 

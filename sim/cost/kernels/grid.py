@@ -23,7 +23,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
-from sim.cost.base import FloatArray
+from sim.config import FloatArray
 from sim.cost.kernels.price import (
     DECODE_GRID,
     EXTRAPOLATES,

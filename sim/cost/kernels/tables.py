@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from sim.cost.base import FloatArray
+from sim.config import FloatArray
 from sim.cost.kernels import price
 from sim.cost.kernels.artifact import KernelArtifact
 from sim.cost.kernels.grid import Grid, extrapolate_holes, interpolate_holes, mean_on_grid

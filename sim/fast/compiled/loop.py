@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.cost.engine_cpu import with_cpu_s  # the engine's CPU work, written once
 from sim.cost.kernels import price
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
@@ -99,8 +100,6 @@ STATE_SIZE = 12
 LAST_END, VISIBLE_UNTIL = 0, 1
 NUM_CLOCKS = 2
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 CountArray = npt.NDArray[np.int32]
 
 

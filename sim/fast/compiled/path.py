@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from sim.config import FloatArray, IntArray
 from sim.cost import tabulate
 from sim.cost.tabulate import PlayedCost, PriceArrays
 from sim.engine.kv_cache import BlockPool, PrefixCachingPool
@@ -149,8 +150,6 @@ def _run_one(
 
 # -- the loop's arrays ------------------------------------------------------------
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 CountArray = npt.NDArray[np.int32]
 
 # Step ends a call may log before it returns to have its buffers emptied (8 MB;

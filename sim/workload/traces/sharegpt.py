@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from sim.config import IntArray
 from sim.errors import ConfigError
 from sim.workload.json_lines import json_lines, read_text, whole_number
-from sim.workload.trace import IntArray
 
 PROMPT_KEYS = ("prompt_tokens", "input_len", "prompt_len", "input_length")
 OUTPUT_KEYS = ("output_tokens", "output_len", "completion_len", "output_length")

@@ -19,15 +19,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from sim.config import Frozen, anchored
+from sim.config import FloatArray, Frozen, IntArray, anchored
 from sim.errors import ConfigError
 from sim.workload.arrivals import ArrivalConfig, arrival_times_s
 from sim.workload.trace import (
     AZURE_COLUMNS,
     CSV_DEFAULT_COLUMNS,
-    FloatArray,
     HashIds,
-    IntArray,
     TraceColumns,
     TraceRequests,
     parse_timestamps_s,
