@@ -92,7 +92,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``capacity``."""
     p = subparsers.add_parser("capacity", help=HELP["capacity"])
     add_scenario_arguments(p)
     add_target_arguments(p)
