@@ -72,7 +72,9 @@ def add_parsers(subparsers: Subparsers) -> None:
         ),
     )
     command.add_argument("source", help="the run's file or folder")
-    command.add_argument("--format", choices=("auto", *FORMATS), default="auto", help="(default: auto)")
+    command.add_argument(
+        "--format", choices=("auto", *FORMATS), default="auto", help="(default: auto)"
+    )
     command.add_argument("--out", type=out_argument, required=True, help="output folder")
     command.add_argument(
         "--benchmark",
