@@ -31,7 +31,7 @@ from sim.planning.plan import PlanResult, plan, run_length
 from sim.planning.plan_bound import Limits, length_stats, lone_request_ms
 from sim.planning.plan_file import PlanConfig
 from sim.planning.plan_plots import plan_caption
-from sim.planning.plan_report import format_best, format_table, outcome_doc
+from sim.planning.plan_report import _anchor_paths, format_best, format_table, outcome_doc
 from sim.planning.pricing import GPU_PRICE_PER_HOUR, parse_gpu_prices
 from sim.planning.sweep_exec import execute
 from sim.scenario import load_scenario, scenario_from_dict
@@ -270,6 +270,25 @@ def test_plan_cli_writes_table_json_figure_and_a_replayable_best(
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "replay" / "summary.json").read_text())
     assert summary["completed"] > 0
+
+
+def test_best_yaml_anchors_a_home_path_as_the_scenario_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A scenario's "~/lengths.csv" is in the user's home (sim.config.anchored), not in a
+    # folder named "~" beside the scenario: best.yaml, written elsewhere, keeps it there.
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    doc: dict[str, Any] = {
+        "workload": {
+            "prompt_tokens": {"kind": "empirical", "path": "~/lengths.csv"},
+            "output_tokens": {"kind": "empirical", "path": "out.csv"},
+        }
+    }
+    _anchor_paths(doc, tmp_path / "scenario")
+    assert doc["workload"]["prompt_tokens"]["path"] == str((home / "lengths.csv").resolve())
+    beside = tmp_path / "scenario" / "out.csv"
+    assert doc["workload"]["output_tokens"]["path"] == str(beside.resolve())
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,8 @@ TARGETS = tuple(parse_targets(["ttft_p99_ms=500"]))
         (TARGETS, None, None, "--target-rate must be > 0"),  # not given
         (TARGETS, 0.0, None, "--target-rate must be > 0"),
         (TARGETS, float("nan"), None, "--target-rate must be > 0"),
+        # No fleet serves an infinite rate: refused, not a traceback from ceil(inf).
+        (TARGETS, float("inf"), None, "--target-rate must be > 0 and finite"),
         (TARGETS, 10.0, -5.0, "--headroom must be a percentage in [0, 1000), got -5"),
         (TARGETS, 10.0, 1000.0, "--headroom must be a percentage in [0, 1000)"),
     ],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import time
 import warnings
 from pathlib import Path
@@ -19,6 +18,7 @@ from sim.metrics.out_path import out_argument
 from sim.metrics.slo_targets import parse_targets
 from sim.planning.capacity import (
     Searcher,
+    check_target_rate,
     require_targets,
     run_length_overrides,
     search,
@@ -47,9 +47,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     require_targets(targets)  # before any work
     if args.gpu_price_per_hour is not None and not args.gpu_price_per_hour > 0:
         raise ConfigError("--gpu-price-per-hour must be > 0")
-    # A fleet is sized for a finite rate: .inf would ask for infinitely many replicas.
-    if args.target_rate is not None and not 0 < args.target_rate < math.inf:
-        raise ConfigError("--target-rate must be a finite number > 0 (requests per second)")
+    if args.target_rate is not None:  # optional here: without it, no fleet
+        check_target_rate(args.target_rate)
     scenario = load_scenario(
         args.scenario, run_length_overrides(args.scenario, args.set or [], args.num_requests)
     )
@@ -92,7 +91,6 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``capacity``."""
     p = subparsers.add_parser("capacity", help=HELP["capacity"])
     add_scenario_arguments(p)
     add_target_arguments(p)

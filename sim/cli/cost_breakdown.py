@@ -315,7 +315,6 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``cost-breakdown``."""
     p = subparsers.add_parser("cost-breakdown", help=HELP["cost-breakdown"])
     add_scenario_arguments(p)
     p.add_argument(

@@ -36,6 +36,8 @@ def driven_scenario(
     """``scenario`` with ``profile`` (and ``--streams``, ``rate``) and
     ``--max-concurrency`` applied to its workload; ConfigError naming the flag.
     ``servesim run --profile`` drives a simulated run the same way."""
+    if args.sweep_size is not None and args.profile != "sweep":
+        raise ConfigError("--sweep-size applies only with --profile sweep")
     if profile is None:
         for flag, value in (("--streams", args.streams), ("--rate", rate)):
             if value is not None:
@@ -65,8 +67,6 @@ def measure_endpoint(args: argparse.Namespace, out: Path) -> Path:
     scenario = load_scenario(args.scenario, args.set or ())
     if args.profile == "sweep":
         return _measure_sweep(args, scenario, out)
-    if args.sweep_size is not None:
-        raise ConfigError("--sweep-size applies only with --profile sweep")
     _measure(args, driven_scenario(scenario, args, args.profile, args.rate), out)
     return out
 

@@ -9,9 +9,7 @@ from pathlib import Path
 from sim.cli import HELP, Subparsers
 from sim.cli.endpoint_options import positive_int
 from sim.metrics.out_path import check_out_dir, out_argument
-from sim.validation.importers import import_phases, write_phases
-
-FORMATS = ("auto", "vllm-bench", "guidellm", "otlp", "llmservingsim", "measure", "imported")
+from sim.validation.importers import FORMATS, import_phases, write_phases
 
 
 def _benchmarks(text: str) -> list[int]:
@@ -63,7 +61,6 @@ def _cmd_import_run(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``import-run``."""
     command = subparsers.add_parser(
         "import-run",
         help=HELP["import-run"],
@@ -75,7 +72,9 @@ def add_parsers(subparsers: Subparsers) -> None:
         ),
     )
     command.add_argument("source", help="the run's file or folder")
-    command.add_argument("--format", choices=FORMATS, default="auto", help="(default: auto)")
+    command.add_argument(
+        "--format", choices=("auto", *FORMATS), default="auto", help="(default: auto)"
+    )
     command.add_argument("--out", type=out_argument, required=True, help="output folder")
     command.add_argument(
         "--benchmark",

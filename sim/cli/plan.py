@@ -126,7 +126,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``plan``."""
     p = subparsers.add_parser("plan", help=HELP["plan"])
     add_scenario_arguments(p, "scenario YAML file (its model and workload)")
     add_target_arguments(p)

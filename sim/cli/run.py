@@ -28,7 +28,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``run``."""
     run = subparsers.add_parser("run", help=HELP["run"])
     add_scenario_arguments(run)
     run.add_argument(

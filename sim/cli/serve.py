@@ -155,7 +155,6 @@ def _torch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``serve``."""
     parser = subparsers.add_parser("serve", help=HELP["serve"])
     add_scenario_arguments(parser, "scenario YAML file, e.g. scenarios/validate_tiny_cpu.yaml")
     parser.add_argument(

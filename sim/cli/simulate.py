@@ -114,8 +114,6 @@ def _profiled(args: argparse.Namespace, scenario: Scenario) -> Scenario:
     """``scenario`` driven by ``--profile`` (GuideLLM's load profiles, as ``measure
     --endpoint`` drives a server): the workload's lengths and count, the profile's
     arrivals; ConfigError naming a flag that does not go with it."""
-    if args.sweep_size is not None:
-        raise ConfigError("--sweep-size applies only with --profile sweep")
     if args.profile is not None:
         arrivals = (("--request-rate", args.request_rate), ("--burstiness", args.burstiness))
         for flag, value in arrivals:

@@ -51,7 +51,6 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(subparsers: Subparsers) -> None:
-    """Register ``sweep``."""
     p = subparsers.add_parser("sweep", help=HELP["sweep"])
     p.add_argument("sweep", help="sweep YAML file, e.g. scenarios/sweep_chat.yaml")
     p.add_argument("--out", type=out_argument, help="output folder (default: runs/<sweep name>)")

@@ -50,7 +50,7 @@ SUPTITLE_TOP_IN = 0.08
 CAPTION_TOP_IN = 0.36
 CAPTION_IN = 0.2
 _CAPTION: dict[str, Any] = {"fontsize": 8.5, "color": "dimgray", "ha": "center", "va": "top"}
-_SLO_COLOR = "tab:red"
+SLO_COLOR = "tab:red"  # an SLO's line, in a run's figures and a sweep's
 _MARK_PERCENTILES = (50, 99)
 _NOTE: dict[str, Any] = {"fontsize": 8, "color": "dimgray"}
 _SERIES_COLOR = "tab:blue"
@@ -215,7 +215,7 @@ def _cdf_panel(ax: Axes, values_ms: FloatArray, xlabel: str, slo_ms: float | Non
     if slo_ms is not None:
         met = float(np.mean(values_ms <= slo_ms))
         ax.axvline(
-            slo_ms, color=_SLO_COLOR, ls="--", lw=1.2, label=f"SLO {slo_ms:g} ms ({met:.1%} met)"
+            slo_ms, color=SLO_COLOR, ls="--", lw=1.2, label=f"SLO {slo_ms:g} ms ({met:.1%} met)"
         )
         ax.legend(loc="lower right", fontsize=9)
     if _use_log_scale(values_ms):

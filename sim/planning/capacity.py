@@ -66,6 +66,13 @@ def require_targets(targets: Sequence[SloTarget]) -> None:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
 
 
+def check_target_rate(target_rate_per_s: float | None) -> None:
+    """Refuse a rate to size a fleet for that is not given (None), not > 0 or not finite
+    (.inf would ask for infinitely many replicas)."""
+    if target_rate_per_s is None or not 0 < target_rate_per_s < math.inf:
+        raise ConfigError("--target-rate must be > 0 and finite (requests per second)")
+
+
 def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
     """``--num-requests`` as the override its workload kind needs; by default the
     scenario's own length, at least ``MIN_STEADY_REQUESTS`` for a synthetic workload

@@ -17,7 +17,7 @@ from sim.cost.model_error import ModelError
 from sim.metrics.report import jsonable
 from sim.metrics.slo_targets import per_request_slo
 from sim.planning.capacity import CapacitySearch, LoadPoint, capacity_rate_per_s
-from sim.planning.pricing import SECONDS_PER_HOUR
+from sim.planning.pricing import usd_per_unit
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,6 @@ def output_tokens_per_request(point: LoadPoint | None) -> float | None:
     return total / done if total is not None and done else None
 
 
-def usd_per_million_tokens(usd_per_hour: float, tokens_per_s: float | None) -> float | None:
-    """Dollars per million tokens produced at ``tokens_per_s`` for ``usd_per_hour``."""
-    if tokens_per_s is None or tokens_per_s <= 0:
-        return None
-    return 1e6 * usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR)
-
-
 def fleet_for(
     search: CapacitySearch,
     target_rate_per_s: float,
@@ -76,7 +69,8 @@ def fleet_for(
     if gpu_price_per_hour is not None:
         usd_hour = num_gpus * gpu_price_per_hour
         tokens = output_tokens_per_request(search.at_estimate)
-        usd_mtok = usd_per_million_tokens(usd_hour, target_rate_per_s * tokens if tokens else None)
+        if tokens:  # the fleet's whole output at the target rate, on its GPUs
+            usd_mtok = 1e6 * usd_per_unit(target_rate_per_s * tokens, num_gpus, gpu_price_per_hour)
     return Fleet(
         target_rate_per_s,
         rate,
@@ -220,7 +214,7 @@ def format_capacity(
             lines.append(row("cost:", f"${fleet.usd_per_hour:.2f}/hour" + per_token))
         tokens = output_tokens_per_request(point)
         if tokens and rate:
-            one = usd_per_million_tokens(price * gpus_per_replica, rate * tokens)
+            one = 1e6 * usd_per_unit(rate * tokens, gpus_per_replica, price)
             lines.append(row("at full load:", f"${one:.3f} per million output tokens"))
     lines.append("=" * 50)
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from sim.planning.capacity import (
     CapacitySearch,
     LoadPoint,
     Searcher,
+    check_target_rate,
     require_targets,
     search,
     served_num_requests_needed,
@@ -750,11 +751,10 @@ def _announce(
 def check_asks(
     targets: Sequence[SloTarget], target_rate_per_s: float | None, headroom_pct: float | None
 ) -> None:
-    """Refuse a plan asked for no SLO, a rate not > 0 (None: not given), or a headroom
-    that is not a percentage in [0, 1000); a face calls it before any work."""
+    """Refuse a plan asked for no SLO, no usable rate (``check_target_rate``), or a
+    headroom that is not a percentage in [0, 1000); a face calls it before any work."""
     require_targets(targets)
-    if target_rate_per_s is None or not target_rate_per_s > 0:
-        raise ConfigError("--target-rate must be > 0 (requests per second)")
+    check_target_rate(target_rate_per_s)
     if headroom_pct is not None and not 0 <= headroom_pct < 1000:
         raise ConfigError(f"--headroom must be a percentage in [0, 1000), got {headroom_pct:g}")
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import yaml
 
+from sim.config import anchored
 from sim.hardware.specs import MODEL_PRESETS
 from sim.metrics.report import jsonable
 from sim.planning.capacity_report import write_json
@@ -235,29 +236,23 @@ def to_json(
     return cast(dict[str, Any], jsonable(doc))  # non-finite floats as null
 
 
-def _anchored(value: Any, base_dir: Path) -> Any:
-    """A relative path as an absolute one under ``base_dir`` (best.yaml lives elsewhere)."""
-    if isinstance(value, str) and not Path(value).is_absolute():
-        return str((base_dir / value).resolve())
-    return value
-
-
 def _anchor_paths(doc: dict[str, Any], base_dir: Path) -> None:
     """Anchor the scenario's relative paths (a model's config.json, length files, an engine
-    CPU artifact given as a file) at its own folder, so that best.yaml runs from ``--out``."""
+    CPU artifact given as a file) at its own folder, as absolute ones (``anchored``), so
+    that best.yaml runs from ``--out``."""
     model = doc.get("model")
-    if isinstance(model, str) and model not in MODEL_PRESETS and (base_dir / model).exists():
-        doc["model"] = _anchored(model, base_dir)
+    if isinstance(model, str) and model not in MODEL_PRESETS and anchored(model, base_dir).exists():
+        doc["model"] = str(anchored(model, base_dir).resolve())
     engine = doc.get("engine")
     if isinstance(engine, dict):
         artifact = engine.get("cpu_artifact")
         if isinstance(artifact, str) and ("/" in artifact or artifact.endswith(".json")):
-            engine["cpu_artifact"] = _anchored(artifact, base_dir)
+            engine["cpu_artifact"] = str(anchored(artifact, base_dir).resolve())
     workload = doc.get("workload", {})
     for key in ("prompt_tokens", "output_tokens"):
         lengths = workload.get(key)
-        if isinstance(lengths, dict) and "path" in lengths:
-            lengths["path"] = _anchored(lengths["path"], base_dir)
+        if isinstance(lengths, dict) and isinstance(lengths.get("path"), str):
+            lengths["path"] = str(anchored(lengths["path"], base_dir).resolve())
 
 
 def best_scenario(

@@ -106,17 +106,16 @@ def default_jobs() -> int:
 
 
 def run_local(
-    tasks: Iterable[Task], jobs: int | None = None, function: PointFunction | None = None
+    tasks: Iterable[Task], jobs: int | None = None, function: PointFunction = run_point
 ) -> Iterator[tuple[int, Record]]:
     """Run tasks in at most ``jobs`` worker processes (``jobs=1``, or a single task: in
     this process), drawing the next only after a finished one was yielded."""
-    run = run_point if function is None else function
     jobs = default_jobs() if jobs is None else jobs
     if isinstance(tasks, Sequence) and len(tasks) <= 1:
         jobs = 1
     if jobs == 1:
         for index, task in enumerate(tasks):
-            yield index, run(task)
+            yield index, function(task)
         return
     if isinstance(tasks, Sequence):
         jobs = min(jobs, len(tasks))
@@ -129,7 +128,7 @@ def run_local(
                 item = next(source, None)
                 if item is None:
                     return
-                running[pool.submit(run, item[1])] = item[0]
+                running[pool.submit(function, item[1])] = item[0]
 
         fill()
         while running:
@@ -153,7 +152,7 @@ def _import_ray() -> Any:
 def run_ray(
     tasks: Iterable[Task],
     address: str | None = None,
-    function: PointFunction | None = None,
+    function: PointFunction = run_point,
 ) -> Iterator[tuple[int, Record]]:
     """Run tasks as Ray tasks, all submitted at once (the cluster schedules them);
     starts (and later stops) Ray if it is not running."""
@@ -162,7 +161,7 @@ def run_ray(
     if started_here:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
     try:
-        remote = ray.remote(run_point if function is None else function)
+        remote = ray.remote(function)
         pending = {remote.remote(task): i for i, task in enumerate(tasks)}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
@@ -190,7 +189,7 @@ def execute(
     executor: str = "local",
     jobs: int | None = None,
     address: str | None = None,
-    function: PointFunction | None = None,
+    function: PointFunction = run_point,
 ) -> Iterator[tuple[int, Record]]:
     """Run ``tasks`` on the chosen executor, yielding ``(index, record)`` as they finish."""
     check_executor(executor, jobs, address)  # fail now, before any work

@@ -20,11 +20,10 @@ from matplotlib.ticker import FuncFormatter
 from sim.cost.label import cost_model_tag
 from sim.metrics.analytic import mg1_wait_s
 from sim.metrics.figure_data import caption_line, wrap_caption
+from sim.metrics.figure_draw import DPI, SLO_COLOR
 from sim.metrics.slo_targets import SloTarget
 from sim.planning.sweep_report import LATENCY, THROUGHPUT, cheapest, pareto_mask
 
-DPI = 120
-_SLO_COLOR = "tab:red"
 # A caption lists up to this many distinct values of a column a sweep varies, else counts them.
 MAX_CAPTION_VALUES = 3
 
@@ -101,7 +100,7 @@ def _slo_line(ax: Axes, targets: tuple[SloTarget, ...], key: str, horizontal: bo
     for target in targets:
         if target.summary_key == key:
             draw = ax.axhline if horizontal else ax.axvline
-            draw(target.limit_ms, color=_SLO_COLOR, ls="--", lw=1, label=f"SLO {target}")
+            draw(target.limit_ms, color=SLO_COLOR, ls="--", lw=1, label=f"SLO {target}")
 
 
 def _plain_log_ticks(ax: Axes, axis: str) -> None:
