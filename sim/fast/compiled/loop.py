@@ -18,8 +18,10 @@ two are safety nets).
 All state lives in numpy arrays (numba compiles functions of arrays and numbers),
 named below by index, so a call may stop when an output buffer is nearly full
 (``FLUSH``) and the next goes on where it left off. The functions are plain
-Python that numba compiles when installed; uncompiled they run slowly (the tests
-do so where numba is missing).
+Python that numba compiles when installed (``compile_run``: compiled twins, the
+module's own stay plain); uncompiled they run slowly (the tests do so where numba
+is missing), but for ``decode_ends``, which the Python path's decode runs call on
+lists (``sim.fast.run_ends``).
 """
 
 from __future__ import annotations
@@ -277,10 +279,11 @@ def decode_ends(
     stop_s: float,
     num_after: int,
 ) -> int:
-    """``sim.cost.base.ends_until_cut`` of ``decode_run_s`` of the priced model (its
-    CPU terms 0 for a bare GPU model), written into ``out`` from ``at``; returns how
-    many ends (the first step's included). An end past a kernel table's last point
-    is NaN, and the last."""
+    """``sim.fast.run_ends.ends_until_cut`` of ``decode_run_s`` of the priced model
+    (its CPU terms 0 for a bare GPU model), written into ``out`` from ``at``; returns
+    how many ends (the first step's included). An end past a kernel table's last
+    point is NaN, and the last. The Python path's decode runs call it too, plain, on
+    lists (``sim.fast.run_ends.RunEnds``)."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
     kernels = layout[KIND] == KERNELS
@@ -674,12 +677,23 @@ PRICE = (
 )  # fmt: skip
 
 
+# The loop's own pieces ``run`` calls, compiled as twins (``compile_run``).
+PIECES = (
+    "_missing", "kernel_per_step_s", "step_s", "first_step", "steps_within_pool",
+    "decode_ends", "commit",
+)  # fmt: skip
+# What ``compile_run`` compiled, by name: every piece's twin, ``price``'s and ``run``.
+COMPILED: dict[str, Any] = {}
+
+
 def compile_run() -> Any:
     """``run`` compiled by numba and cached on disk, so only a machine's first run
-    pays the compilation (~5 s). Its pieces are compiled in place first (numba
-    reads a caller's globals when it compiles it); ``price``'s are compiled from
-    their code over a copy of that module's globals holding the compiled twins
-    (``bisect_*``: ``search_*``), so KernelCost keeps calling the plain ones."""
+    pays the compilation (~5 s). Numba reads a caller's globals when it compiles
+    it, so each function is compiled as a twin, its code over a copy of its
+    module's globals holding the compiled twins (``price``'s: ``bisect_*`` are
+    ``search_*``), all kept in ``COMPILED``. The modules keep their plain functions:
+    ``KernelCost`` calls ``price``'s, the Python path's decode runs call
+    ``decode_ends`` (``sim.fast.run_ends``) on lists."""
     # Imported here: numba compiles on first use (seconds): only a run on the compiled path pays.
     import numba
 
@@ -693,18 +707,16 @@ def compile_run() -> Any:
     namespace["bisect_right"] = jit(price.search_right)
     namespace["bisect_left"] = jit(price.search_left)
     for name in PRICE:
-        function = namespace[name]
-        twin = types.FunctionType(function.__code__, namespace, name, function.__defaults__)
-        namespace[name] = globals()[name] = jit(twin)
-    globals()["with_cpu_s"] = jit(with_cpu_s)
-    for name in (
-        "_missing",
-        "kernel_per_step_s",
-        "step_s",
-        "first_step",
-        "steps_within_pool",
-        "decode_ends",
-        "commit",
-    ):
-        globals()[name] = jit(globals()[name])
-    return jit(run)
+        namespace[name] = COMPILED[name] = jit(_twin(namespace[name], namespace))
+    COMPILED["with_cpu_s"] = jit(with_cpu_s)  # (its globals: engine_cpu's slot numbers)
+    own = {**globals(), **COMPILED}
+    for name in (*PIECES, "run"):
+        own[name] = COMPILED[name] = jit(_twin(own[name], own))
+    return COMPILED["run"]
+
+
+def _twin(function: Any, namespace: dict[str, Any]) -> types.FunctionType:
+    """``function``'s code over ``namespace`` as its globals."""
+    return types.FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__
+    )
