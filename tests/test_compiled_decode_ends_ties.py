@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from sim.cost import engine_cpu, tabulate
-from sim.fast.run_ends import ends_until_cut
 from sim.fast.compiled import loop
+from sim.fast.run_ends import ends_until_cut
 
 STEP_S = 0.5  # the engine's non-overlapped CPU 0.25 + memory 0.25 (weights only): every step
 
