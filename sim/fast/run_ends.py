@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 import numpy as np
-import numpy.typing as npt
 
 from sim.cost import tabulate
 from sim.cost.base import CostModel, StepShape
@@ -46,6 +45,8 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
     PIPELINE,
     PROFILE_STEP,
     SAMPLER,
+    Layout,
+    Tables,
     cell,
     corners,
     grid_2d,
@@ -57,9 +58,6 @@ from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
     S_PER_PAIR,
     WEIGHT_S,
 )
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 # ``tabulate``'s (constants, kernel tables, layout), as lists.
 PriceLists = tuple[list[float], list[float], list[int]]
@@ -188,10 +186,10 @@ def ends_until_cut(
 
 
 def decode_ends(
-    cost: FloatArray,
-    tables: FloatArray,
-    layout: IntArray,
-    out: FloatArray,
+    cost: Tables,
+    tables: Tables,
+    layout: Layout,
+    out: Tables,
     at: int,
     first_end_s: float,
     num_seqs: int,
@@ -202,11 +200,11 @@ def decode_ends(
     stop_s: float,
     num_after: int,
 ) -> int:
-    """``sim.fast.run_ends.ends_until_cut`` of ``decode_run_s`` of the priced model
-    (its CPU terms 0 for a bare GPU model), written into ``out`` from ``at``; returns
-    how many ends (the first step's included). An end past a kernel table's last
-    point is NaN, and the last. The Python path's decode runs call it too, plain, on
-    lists (``sim.fast.run_ends.RunEnds``)."""
+    """``ends_until_cut`` of ``decode_run_s`` of the priced model (its CPU terms 0
+    for a bare GPU model; ``tabulate``'s arrays, or lists), written into ``out``
+    from ``at``; returns how many ends (the first step's included). An end past a
+    kernel table's last point is NaN, and the last. ``RunEnds`` calls it plain, on
+    lists; the compiled loop, compiled, on arrays."""
     cut = num_after - 1  # steps kept after the first to end at or after stop_s
     left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
     kernels = layout[KIND] == KERNELS
@@ -268,7 +266,7 @@ def decode_ends(
     return count
 
 
-def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: int) -> float:
+def kernel_per_step_s(tables: Tables, layout: Layout, tokens: int, seqs: int) -> float:
     """``KernelCost.per_step_s``."""
     total = tables[layout[PROFILE_STEP] + tokens]  # a profile's step_s, else 0.0
     if layout[HAS_MEMORY]:

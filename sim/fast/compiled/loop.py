@@ -591,8 +591,8 @@ def compile_run() -> Any:
     for name in PRICE:
         namespace[name] = COMPILED[name] = jit(_twin(namespace[name], namespace))
     COMPILED["with_cpu_s"] = jit(with_cpu_s)  # (its globals: engine_cpu's slot numbers)
-    for module, names in ((vars(run_ends), RUN_ENDS_PIECES), (globals(), (*PIECES, "run"))):
-        own = {**module, **COMPILED}
+    for names_of, names in ((vars(run_ends), RUN_ENDS_PIECES), (globals(), (*PIECES, "run"))):
+        own = {**names_of, **COMPILED}
         for name in names:
             own[name] = COMPILED[name] = jit(_twin(own[name], own))
     return COMPILED["run"]
