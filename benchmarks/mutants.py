@@ -185,19 +185,21 @@ MUTANTS = (
     ),
     Mutant(
         "decode-ends-tie",
-        "sim/fast/compiled/loop.py",
+        "sim/fast/run_ends.py",
         "if end >= stop_s:",
         "if end > stop_s:",
-        ("tests/test_compiled_decode_ends_ties.py",),
-        "the compiled decode_ends misses a step ending exactly at the arrival",
+        ("tests/test_compiled_decode_ends_ties.py", "tests/test_run_ends.py"),
+        "decode_ends (the compiled loop's, and the Python path's on the table) misses a"
+        " step ending exactly at the arrival",
     ),
     Mutant(
         "decode-ends-first-tie",
-        "sim/fast/compiled/loop.py",
+        "sim/fast/run_ends.py",
         "left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)",
         "left = num_decode_steps if first_end_s <= stop_s else min(num_decode_steps, cut)",
-        ("tests/test_compiled_decode_ends_ties.py",),
-        "the compiled decode_ends ignores a first step ending exactly at the arrival",
+        ("tests/test_compiled_decode_ends_ties.py", "tests/test_run_ends.py"),
+        "decode_ends (the compiled loop's, and the Python path's on the table) ignores a"
+        " first step ending exactly at the arrival",
     ),
     Mutant(
         "capacity-bisect-a",

@@ -3,7 +3,7 @@
 A step ending exactly at ``stop_s`` is the step "running at the arrival" (``>=``):
 the cut keeps it and ``num_after - 1`` more. A first step ending exactly at
 ``stop_s`` cuts at once. Step prices are sums of powers of two, so the ends are
-exact and the ties are real ties. The reference is ``sim.cost.base.ends_until_cut``.
+exact and the ties are real ties. The reference is ``sim.fast.run_ends.ends_until_cut``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from sim.cost import engine_cpu, tabulate
-from sim.cost.base import ends_until_cut
 from sim.fast.compiled import loop
+from sim.fast.run_ends import ends_until_cut
 
 STEP_S = 0.5  # the engine's non-overlapped CPU 0.25 + memory 0.25 (weights only): every step
 

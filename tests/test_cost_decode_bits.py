@@ -1,7 +1,9 @@
 """Every cost model's decode runs give ``step_s``'s bits, step for step.
 
-Skip-ahead prices a run of decode steps with ``decode_run_s`` where step-by-step
-execution calls ``step_s`` once a step on shapes it builds; a run is the same
+Skip-ahead prices a run of decode steps with ``decode_run_s`` (where the public
+table does not cover the run: ``sim.fast.run_ends``; ``tests/test_run_ends.py``
+holds the table's runs to the same loop) where step-by-step execution calls
+``step_s`` once a step on shapes it builds; a run is the same
 either way only if the run's shapes are the ones step by step builds (every
 context one longer a step), wrappers (overhead fits, scaling) included.
 """

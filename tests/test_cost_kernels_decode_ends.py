@@ -1,5 +1,5 @@
 """Pricing a run's decode steps one at a time up to the cut (``ends_until_cut``,
-``sim.cost.base.decode_run_s``): no step priced past the cut, and a whole
+``sim.fast.run_ends.decode_run_s``): no step priced past the cut, and a whole
 kernel-table run the same with skip-ahead as step by step.
 
 ``tests/test_run_ends.py`` holds a run to a loop of ``step_s``, bit for bit.
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim import api
-from sim.cost.base import ends_until_cut
+from sim.fast.run_ends import ends_until_cut
 from sim.scenario import load_scenario
 
 SCENARIO = Path(__file__).parents[1] / "scenarios" / "public" / "rtxpro6000_llama31_8b.yaml"

@@ -35,7 +35,11 @@ def test_the_loop_has_no_copy_of_the_attention_price() -> None:
         assert inspect.isfunction(getattr(price, name)), name
     if HAS_NUMBA and path.compiled() is not None:  # the compiled twins: price's very code
         for name in loop.PRICE:
-            assert getattr(loop, name).py_func.__code__ is getattr(price, name).__code__, name
+            assert loop.COMPILED[name].py_func.__code__ is getattr(price, name).__code__, name
+            plain = getattr(price, name)
+            assert vars(loop).get(name, plain) is plain, name  # what the module holds: plain
+        for name in (*loop.PIECES, *loop.RUN_ENDS_PIECES):  # plain too: the Python path
+            assert inspect.isfunction(getattr(loop, name)), name  # calls decode_ends on lists
 
 
 def test_the_loop_cache_is_dropped_when_price_changes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,9 +1,10 @@
-"""A run's step end times (``ends_until_cut`` of ``decode_run_s``, as the skip-ahead
-replica takes them), cut at the next arrival, to the bit.
+"""A run's step end times (``sim.fast.run_ends.RunEnds``, as the skip-ahead replica
+takes them), cut at the next arrival, to the bit.
 
-A run prices only the steps it keeps (``decode_run_s``, cut by
-``ends_until_cut``), and its ends must match a loop of ``step_s`` summed one
-step at a time, as step-by-step execution sums them.
+A run is priced from the public table of step prices (``sim.cost.tabulate``) where
+it covers the run, else by ``step_s`` for only the steps it keeps (``decode_run_s``,
+cut by ``ends_until_cut``); either way its ends must match a loop of ``step_s``
+summed one step at a time, as step-by-step execution sums them.
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from __future__ import annotations
 import warnings
 from bisect import bisect_left
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from skew_costs import skewed_kernel_cost
 
-from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
+from sim.cost.base import CostModel, StepShape
+from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.kernels.aiconfigurator import from_aiconfigurator
 from sim.cost.kernels.cost import KernelCost
 from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.cost.roofline import RooflineCost
+from sim.fast.run_ends import RunEnds
 from sim.hardware.specs import (
     HARDWARE_PRESETS,
     MODEL_PRESETS,
@@ -29,6 +34,9 @@ from sim.hardware.specs import (
     load_architecture,
     model_preset,
 )
+
+# The most sequences a step holds (the table's reach; a larger batch: ``step_s``).
+MAX_NUM_SEQS = 256
 
 COST = RooflineCost(model_preset("llama-3-8b"), hardware_preset("h100"))
 
@@ -46,10 +54,8 @@ def run_ends_s(
 ) -> list[float]:
     """The end times the replica (``sim.fast.decode_runs``) gets from ``cost`` (the
     run's longest and shortest context: 0, an even batch, unless given)."""
-    durations_s = decode_run_s(
-        cost, num_seqs, context_tokens, max_context_tokens, min_context_tokens
-    )
-    return ends_until_cut(durations_s, first_end_s, num_decode_steps, stop_s, num_after)
+    shape = StepShape(0, 0, 0, 0, num_seqs, context_tokens, max_context_tokens, min_context_tokens)
+    return RunEnds(cost, MAX_NUM_SEQS).ends(first_end_s, shape, num_decode_steps, stop_s, num_after)
 
 
 def stepwise(
@@ -89,14 +95,27 @@ KERNEL_COSTS = [  # the aiconfigurator tables on 1 and 4 GPUs, a per-layer profi
     KernelCost(LLAMA, profile_artifact(DATA / "profile" / "bf16" / "tp1")),
     skewed_kernel_cost(),  # the profile with a skew fit: the batch's spread counts
 ]
-costs = st.one_of(
-    st.builds(
-        RooflineCost,
-        st.sampled_from(sorted(MODEL_PRESETS)).map(model_preset),
-        st.sampled_from(sorted(HARDWARE_PRESETS)).map(hardware_preset),
-    ),
-    st.sampled_from(KERNEL_COSTS),
+ROOFLINES = st.builds(
+    RooflineCost,
+    st.sampled_from(sorted(MODEL_PRESETS)).map(model_preset),
+    st.sampled_from(sorted(HARDWARE_PRESETS)).map(hardware_preset),
 )
+
+
+def with_cpu(gpu: CostModel, overlapped: bool) -> CostModel:
+    """``gpu`` with the engine's CPU work (heavy enough that either side of max() wins)."""
+    config = EngineCpuConfig(
+        per_step_s=4e-4,
+        scheduler_per_seq_s=2e-5,
+        sampling_per_seq_s=1e-6,
+        per_token_s=1e-7,
+        non_overlapped_s=1e-4,
+    )
+    return EngineCpuCost(gpu, EngineCpu(config, overlapped, "test"))
+
+
+gpus = st.one_of(ROOFLINES, st.sampled_from(KERNEL_COSTS))
+costs = st.one_of(gpus, st.builds(with_cpu, gpus, st.booleans()))
 
 
 @given(
@@ -161,3 +180,60 @@ def test_long_runs_agree_with_a_step_loop() -> None:
     ends = run_ends_s(COST, 0.0, 64, 64 * 900, 500)
     assert ends == stepwise(COST, 0.0, 64, 64 * 900, 500, float("inf"), 1)
     assert np.all(np.diff(ends) > 0)
+
+
+def count_step_s(monkeypatch: pytest.MonkeyPatch, *classes: type) -> list[StepShape]:
+    """Every shape ``step_s`` of ``classes`` prices from now on (still priced)."""
+    priced: list[StepShape] = []
+    for cls in classes:
+        step_s = cls.step_s  # type: ignore[attr-defined]
+
+        def counted(self: object, shape: StepShape, step_s: Any = step_s) -> float:
+            priced.append(shape)
+            return float(step_s(self, shape))
+
+        monkeypatch.setattr(cls, "step_s", counted)
+    return priced
+
+
+@pytest.mark.filterwarnings("ignore:kernel table")  # a profile's tables end at 256 sequences
+@pytest.mark.parametrize("overlapped", [None, True, False])  # None: the bare GPU model
+@pytest.mark.parametrize("k", range(-1, len(KERNEL_COSTS)))  # -1: the roofline
+def test_a_run_the_table_covers_is_priced_from_it_step_for_step(
+    monkeypatch: pytest.MonkeyPatch, k: int, overlapped: bool | None
+) -> None:
+    """Inside the table (a roofline; kernel tables for up to MAX_NUM_SEQS sequences
+    and a KV length inside their grids) every step's price is the table's, no
+    ``step_s`` called, and each end is the step loop's; past its reach (more
+    sequences) ``step_s`` prices each step kept, and only those."""
+    gpu = COST if k < 0 else KERNEL_COSTS[k]
+    cost = gpu if overlapped is None else with_cpu(gpu, overlapped)
+    num_seqs, mean = 48, 1500
+    args = (0.25, num_seqs, num_seqs * mean, 60, float("inf"), 1, mean + 700, mean - 900)
+    expected = stepwise(cost, *args)
+    many = (0.25, MAX_NUM_SEQS + 1, (MAX_NUM_SEQS + 1) * mean, 60)
+    stop = (stepwise(cost, *many, float("inf"), 1)[10], 2)  # decode step 10's end, and 1 more
+    expected_many = stepwise(cost, *many, *stop)
+    priced = count_step_s(monkeypatch, RooflineCost, KernelCost, EngineCpuCost)
+    assert run_ends_s(cost, *args) == expected
+    assert priced == []
+    # Past the table's reach: step_s, only for the steps the cut keeps.
+    assert run_ends_s(cost, *many, *stop) == expected_many
+    assert len(expected_many) == 12  # the first step's end, then 11 decode steps'
+    # (EngineCpuCost's: it holds its GPU model's step_s from before the count.)
+    assert len(priced) == 11
+
+
+def test_a_run_past_a_kernel_grid_is_priced_by_step_s_and_warns_as_it() -> None:
+    """A KV length past the decode grid's last point: the table has no price (the
+    loop's NaN), so the run is the reference's, extrapolated, with its one warning."""
+    known = KERNEL_COSTS[0]
+    kv = 2 * int(known._decode_attn.axes[1][-1])
+    args = (0.0, 4, 4 * kv, 20, float("inf"), 1)
+    reference = KernelCost(known.arch, known.artifact)  # fresh: a grid warns once in its life
+    with pytest.warns(UserWarning, match="is past the measured") as warned:
+        expected = stepwise(reference, *args)
+    cost = KernelCost(known.arch, known.artifact)
+    with pytest.warns(UserWarning, match="is past the measured") as got:
+        assert run_ends_s(cost, *args) == expected
+    assert [str(w.message) for w in got] == [str(w.message) for w in warned]

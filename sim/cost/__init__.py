@@ -1,7 +1,8 @@
 """Cost models: pure functions from a step's shape to seconds.
 
-``base`` holds ``StepShape``, the ``CostModel`` protocol and the one loop that
-prices a skip-ahead run's decode steps (``decode_run_s``); ``config`` the
+``base`` holds ``StepShape`` and the ``CostModel`` protocol (``step_s(shape)``,
+the whole interface); ``tabulate`` the public table of step prices over shapes
+the speed paths read; ``config`` the
 scenario's ``cost:`` block, what ``kind: auto`` picks, and the factory; the
 models are ``linear``, ``roofline``, ``calibrated``, ``fitted`` and
 ``kernels/``; ``speculative`` prices a speculative decoding step from its

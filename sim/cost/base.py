@@ -1,16 +1,14 @@
-"""The shape of one engine step, the protocol every cost model follows, and pricing a run.
+"""The shape of one engine step, and the protocol every cost model follows.
 
 A step's cost depends only on aggregate counts, never on which requests are in
 it, so a shape is a handful of integers: this keeps a cost evaluation to a few
 microseconds. A cost model is one method, ``step_s(shape)``; everything else
-prices through it, a skip-ahead run's decode steps too (``decode_run_s``), with
-their end times (``ends_until_cut``) summed in step-by-step execution's order
-so that both modes agree to the bit.
+prices through it (the speed paths' table of prices, ``sim.cost.tabulate``, holds
+``step_s``'s own bits).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from typing import NamedTuple, Protocol, runtime_checkable
 
 
@@ -94,60 +92,3 @@ class CostModel(Protocol):
     def step_s(self, shape: StepShape) -> float:
         """Wall time of one step of this shape, in seconds (> 0 unless empty)."""
         ...
-
-
-def decode_run_s(
-    cost: CostModel,
-    num_seqs: int,
-    context_tokens: int,
-    max_context_tokens: int = 0,
-    min_context_tokens: int = 0,
-) -> Iterator[float]:
-    """``cost.step_s`` of consecutive decode-only steps, each priced when taken.
-
-    Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
-    ``context_tokens + j * num_seqs``, the longest ``max_context_tokens + j``
-    and the shortest ``min_context_tokens + j`` (every context grows by one a
-    step; 0, as in ``StepShape``: not given, an even batch). Endless: the
-    caller takes what it needs.
-    """
-    step_s = cost.step_s
-    new = tuple.__new__  # StepShape(...) without its Python-level __new__: one a step
-    context, longest, shortest = context_tokens, max_context_tokens, min_context_tokens
-    while True:
-        # No prefill; the decodes' count, summed, longest and shortest context.
-        yield step_s(new(StepShape, (0, 0, 0, 0, num_seqs, context, longest, shortest)))
-        context += num_seqs
-        longest += 1
-        shortest += 1
-
-
-def ends_until_cut(
-    durations_s: Iterable[float],
-    first_end_s: float,
-    num_decode_steps: int,
-    stop_s: float,
-    num_after: int,
-) -> list[float]:
-    """End times (s) of a run's first step and of up to ``num_decode_steps`` decode
-    steps after it, lasting ``durations_s`` in order; cut ``num_after`` steps after
-    the first to end at or after ``stop_s`` (``num_after`` >= 1: that step itself
-    is the first kept). Takes no duration past the cut from ``durations_s``, so a step
-    past it is never priced. ``sim.fast.decode_runs`` waits them out as one SimPy timeout.
-    """
-    # Decode steps still to sum: all, unless one ends at or after stop_s.
-    left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, num_after - 1)
-    end = first_end_s
-    ends = [end]
-    if left <= 0:
-        return ends
-    for step_s in durations_s:
-        end += step_s
-        ends.append(end)
-        left -= 1
-        if end >= stop_s:  # the cut: num_after - 1 more steps at most
-            left = min(left, num_after - 1)
-            stop_s = float("inf")
-        if left <= 0:
-            break
-    return ends

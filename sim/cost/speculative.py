@@ -50,7 +50,7 @@ from typing import Literal
 
 import numpy as np
 
-from sim.cost.base import CostModel, StepShape, decode_run_s
+from sim.cost.base import CostModel, StepShape
 from sim.cost.roofline import RooflineCost
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
@@ -236,15 +236,23 @@ class SpeculativeCost:
         # k further on, a prefill chunk's its cached and new tokens. The longest
         # and shortest are known for the decodes alone (a chunk's is not kept).
         alone = shape.num_prefill_seqs == 0
-        rest = decode_run_s(
-            model,
-            n + shape.num_prefill_seqs,
-            shape.num_decode_context_tokens + k * n + shape.prefill_kv_read_tokens,
-            shape.max_decode_context_tokens + k if alone and shape.max_decode_context_tokens else 0,
-            shape.min_decode_context_tokens + k if alone and shape.min_decode_context_tokens else 0,
+        num_seqs = n + shape.num_prefill_seqs
+        context = shape.num_decode_context_tokens + k * n + shape.prefill_kv_read_tokens
+        longest = (
+            shape.max_decode_context_tokens + k if alone and shape.max_decode_context_tokens else 0
         )
+        shortest = (
+            shape.min_decode_context_tokens + k if alone and shape.min_decode_context_tokens else 0
+        )
+        # Pass j (from 0) of the k - 1: every context (and both ends) j tokens longer.
+        rest = [
+            model.step_s(
+                StepShape(0, 0, 0, 0, num_seqs, context + j * num_seqs, longest + j, shortest + j)
+            )
+            for j in range(k - 1)
+        ]
         # numpy's sum (pairwise past 8 terms): the passes' seconds as ever summed.
-        return first + float(np.fromiter(rest, np.float64, k - 1).sum())
+        return first + float(np.array(rest, np.float64).sum())
 
     def parts_s(self, shape: StepShape) -> StepParts:
         """The step's time by part (with no decode: the target's, a model proposer's

@@ -28,7 +28,7 @@ from typing import Any
 
 import simpy
 
-from sim.cost.base import CostModel, StepShape, decode_run_s, ends_until_cut
+from sim.cost.base import CostModel, StepShape
 from sim.engine.kv_cache import BlockPool
 from sim.engine.policies.dynamic import Dynamic
 from sim.engine.policies.least_attained_service import LeastAttainedService
@@ -38,7 +38,8 @@ from sim.engine.policies.priority import Priority
 from sim.engine.policies.shortest_prompt_first import ShortestPromptFirst
 from sim.engine.policies.static import Static
 from sim.engine.request import Request
-from sim.engine.scheduler import Continuous, EngineCore, Scheduled, SchedulerOutput
+from sim.engine.scheduler import Continuous, EngineCore, Scheduled, Scheduler, SchedulerOutput
+from sim.fast.run_ends import RunEnds
 from sim.serving.replica import Replica
 
 # A run is capped so that one SimPy timeout never covers more than this many
@@ -182,6 +183,13 @@ def _batch_run(core: EngineCore, scheduled: Scheduled) -> DecodeRun | None:
     return DecodeRun(num_steps, False, shape)
 
 
+def max_num_seqs(policy: Scheduler) -> int:
+    """The most sequences a step of ``policy``'s runs holds (0: it makes none)."""
+    if isinstance(policy, Static):
+        return policy.max_batch_size  # padding slots included
+    return policy.max_num_seqs if isinstance(policy, Continuous) else 0
+
+
 def steps_within_pool(kv: BlockPool, scheduled: Scheduled, num_steps: int) -> int:
     """Largest k <= ``num_steps`` such that k decode steps after this one fit in the pool.
 
@@ -288,6 +296,7 @@ class RunningReplica(Replica):
         # When set, the earliest time a new request can reach this replica (s): a run
         # ends at the step it lands in instead of being interrupted (a feed sets it).
         self.horizon: Callable[[], float] | None = None
+        self._run_ends = RunEnds(cost, max_num_seqs(core.policy))
         super().__init__(env, core, cost)
 
     def submit(self, request: Request) -> None:
@@ -321,15 +330,8 @@ class RunningReplica(Replica):
             next_s = self.horizon()
         else:
             self._interruptible = run.interruptible
-        shape, lag = run.shape, self._lag  # shape: of the decode steps after the first
-        durations_s = decode_run_s(
-            cost,
-            shape.num_decode_seqs,
-            shape.num_decode_context_tokens,
-            shape.max_decode_context_tokens,
-            shape.min_decode_context_tokens,
-        )
-        ends = ends_until_cut(durations_s, now + first_s, run.num_steps - 1, next_s, lag)
+        lag = self._lag
+        ends = self._run_ends.ends(now + first_s, run.shape, run.num_steps - 1, next_s, lag)
         try:
             yield env.timeout(ends[-1] - now)
         except simpy.Interrupt:

@@ -18,8 +18,11 @@ two are safety nets).
 All state lives in numpy arrays (numba compiles functions of arrays and numbers),
 named below by index, so a call may stop when an output buffer is nearly full
 (``FLUSH``) and the next goes on where it left off. The functions are plain
-Python that numba compiles when installed; uncompiled they run slowly (the tests
-do so where numba is missing).
+Python that numba compiles when installed (``compile_run``: compiled twins, the
+modules' own stay plain); uncompiled they run slowly (the tests do so where numba
+is missing). A run of decode steps' ends (``decode_ends``) and the kernel tables'
+per-step terms are ``sim.fast.run_ends``'s, which the Python path's decode runs
+call on lists.
 """
 
 from __future__ import annotations
@@ -36,30 +39,12 @@ from sim.config import FloatArray, IntArray
 from sim.cost.engine_cpu import with_cpu_s  # the engine's CPU work, written once
 from sim.cost.kernels import price
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
-    ALLREDUCE,
-    DECODE_GRID,
-    DECODE_HISTORY,
     DENSE,
-    EMBED_NORM,
-    HAS_MEMORY,
-    HAS_PIPELINE,
-    HAS_SKEW,
     KERNELS,
     KIND,
-    LM_HEAD,
-    LM_SAMPLER,
-    LOGITS,
     NUM_LAYERS,
-    NUM_LM_OPS,
-    PIPELINE,
-    PROFILE_STEP,
-    SAMPLER,
     attention_s,
-    cell,
-    corners,
-    grid_2d,
     grids_of,
-    skewed_decode_s,
 )
 from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
     S_PER_DENSE_TOKEN,
@@ -67,6 +52,8 @@ from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
     S_PER_PAIR,
     WEIGHT_S,
 )
+from sim.fast import run_ends
+from sim.fast.run_ends import decode_ends, kernel_per_step_s  # shared with the Python path
 
 DONE = 0  # every request finished
 FLUSH = 1  # an output buffer is nearly full: empty them and call again
@@ -137,27 +124,6 @@ def step_s(
         memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
         gpu = compute if compute > memory else memory
     return with_cpu_s(cost, gpu, seqs, tokens)
-
-
-# -- kernel tables (sim.cost.kernels.cost.KernelCost: attention in ``price``) -----------
-
-
-def kernel_per_step_s(tables: FloatArray, layout: IntArray, tokens: int, seqs: int) -> float:
-    """``KernelCost.per_step_s``."""
-    total = tables[layout[PROFILE_STEP] + tokens]  # a profile's step_s, else 0.0
-    if layout[HAS_MEMORY]:
-        # (0.0 + embedding) + final norm, then + the sampler: MemoryOps.step_s's sum.
-        total += tables[layout[EMBED_NORM] + tokens] + tables[layout[SAMPLER] + seqs]
-    # Tensor parallelism's embedding all-reduce and logits all-gather (0.0 on one GPU).
-    total += tables[layout[ALLREDUCE] + tokens]
-    total += tables[layout[LOGITS] + seqs]
-    if seqs:
-        total += tables[layout[LM_HEAD] + seqs]
-        if layout[NUM_LM_OPS] == 2:
-            total += tables[layout[LM_SAMPLER] + seqs]
-    if layout[HAS_PIPELINE]:
-        total += tables[layout[PIPELINE] + tokens]
-    return total
 
 
 def first_step(
@@ -259,86 +225,6 @@ def _missing(
         if short > 0:
             total += short
     return total
-
-
-def decode_ends(
-    cost: FloatArray,
-    tables: FloatArray,
-    layout: IntArray,
-    out: FloatArray,
-    at: int,
-    first_end_s: float,
-    num_seqs: int,
-    context_tokens: int,
-    max_context_tokens: int,
-    min_context_tokens: int,
-    num_decode_steps: int,
-    stop_s: float,
-    num_after: int,
-) -> int:
-    """``sim.cost.base.ends_until_cut`` of ``decode_run_s`` of the priced model (its
-    CPU terms 0 for a bare GPU model), written into ``out`` from ``at``; returns how
-    many ends (the first step's included). An end past a kernel table's last point
-    is NaN, and the last."""
-    cut = num_after - 1  # steps kept after the first to end at or after stop_s
-    left = num_decode_steps if first_end_s < stop_s else min(num_decode_steps, cut)
-    kernels = layout[KIND] == KERNELS
-    dense_s = cost[S_PER_DENSE_TOKEN] * num_seqs
-    pair_s, weight_s, kv_s = cost[S_PER_PAIR], cost[WEIGHT_S], cost[S_PER_KV_TOKEN]
-    per_step_s = 0.0
-    # Decode attention's cell: the batch's, once; the KV length's, walked forward
-    # from the last step's (it grows a step), the same cell as ``cell``'s search.
-    decode = grid_2d(layout, DECODE_GRID)
-    _, a0, n0, a1, n1, values, s0, s1 = decode
-    seqs = float(num_seqs)
-    low0, w0, low1 = 0, 0.0, 0
-    history = num_seqs * layout[DECODE_HISTORY]  # (KernelCost._durations')
-    skewed = layout[HAS_SKEW] != 0
-    past = False  # the batch past the grid's last point
-    if kernels:  # KernelCost._durations' constants
-        dense_s = tables[layout[DENSE] + num_seqs]
-        per_step_s = kernel_per_step_s(tables, layout, num_seqs, num_seqs)
-        past = seqs > tables[a0 + n0 - 1]
-        low0, w0 = cell(tables, a0, n0, seqs)
-    num_layers = layout[NUM_LAYERS]
-    end = first_end_s
-    out[at] = end
-    count = 1
-    context = context_tokens
-    while left > 0:
-        if kernels:
-            kv = (context - history) / num_seqs
-            if past or kv > tables[a1 + n1 - 1]:
-                out[at + count] = np.nan  # past the grid: the Python path extrapolates
-                return count + 1
-            clipped = tables[a1] if kv < tables[a1] else kv
-            while low1 < n1 - 2 and tables[a1 + low1 + 1] <= clipped:
-                low1 += 1
-            w1 = (clipped - tables[a1 + low1]) / (tables[a1 + low1 + 1] - tables[a1 + low1])
-            decode_s = corners(tables, values, s0, s1, low0, w0, low1, w1)
-            if skewed:  # every context one longer a step: so are both ends
-                j = count - 1
-                decode_s = skewed_decode_s(
-                    tables, layout, decode, decode_s, num_seqs, kv, max_context_tokens + j,
-                    min_context_tokens + j,
-                )  # fmt: skip
-                if decode_s != decode_s:
-                    out[at + count] = np.nan  # past the grid: the Python path extrapolates
-                    return count + 1
-            gpu = num_layers * (dense_s + 0.0 + decode_s) + per_step_s
-        else:
-            compute = dense_s + pair_s * context
-            memory = weight_s + kv_s * (context + num_seqs)
-            gpu = compute if compute > memory else memory
-        end += with_cpu_s(cost, gpu, num_seqs, num_seqs)
-        out[at + count] = end
-        count += 1
-        context += num_seqs
-        left -= 1
-        if end >= stop_s:
-            left = min(left, cut)
-            stop_s = np.inf
-    return count
 
 
 def commit(
@@ -673,37 +559,46 @@ PRICE = (
 )  # fmt: skip
 
 
+# The pieces ``run`` calls, compiled as twins (``compile_run``): ``run_ends``'s,
+# shared with the Python path's decode runs, then the loop's own.
+RUN_ENDS_PIECES = ("kernel_per_step_s", "decode_ends")
+PIECES = ("_missing", "step_s", "first_step", "steps_within_pool", "commit")
+# What ``compile_run`` compiled, by name: every piece's twin, ``price``'s and ``run``.
+COMPILED: dict[str, Any] = {}
+
+
 def compile_run() -> Any:
     """``run`` compiled by numba and cached on disk, so only a machine's first run
-    pays the compilation (~5 s). Its pieces are compiled in place first (numba
-    reads a caller's globals when it compiles it); ``price``'s are compiled from
-    their code over a copy of that module's globals holding the compiled twins
-    (``bisect_*``: ``search_*``), so KernelCost keeps calling the plain ones."""
+    pays the compilation (~5 s). Numba reads a caller's globals when it compiles
+    it, so each function is compiled as a twin, its code over a copy of its
+    module's globals holding the compiled twins (``price``'s: ``bisect_*`` are
+    ``search_*``), all kept in ``COMPILED``. The modules keep their plain functions:
+    ``KernelCost`` calls ``price``'s, the Python path's decode runs ``run_ends``'."""
     # Imported here: numba compiles on first use (seconds): only a run on the compiled path pays.
     import numba
 
     here = Path(__file__).resolve()
     cost = here.parents[2] / "cost"
-    drop_stale_cache(
-        here, (cost / "tabulate.py", cost / "kernels" / "price.py", cost / "engine_cpu.py")
-    )
+    shared = here.parents[1] / "run_ends.py"
+    sources = (cost / "tabulate.py", cost / "kernels" / "price.py", cost / "engine_cpu.py", shared)
+    for module in (here, shared):  # (each caches its own functions' twins)
+        drop_stale_cache(module, sources)
     jit = numba.njit(cache=True, nogil=True)
     namespace = dict(vars(price))
     namespace["bisect_right"] = jit(price.search_right)
     namespace["bisect_left"] = jit(price.search_left)
     for name in PRICE:
-        function = namespace[name]
-        twin = types.FunctionType(function.__code__, namespace, name, function.__defaults__)
-        namespace[name] = globals()[name] = jit(twin)
-    globals()["with_cpu_s"] = jit(with_cpu_s)
-    for name in (
-        "_missing",
-        "kernel_per_step_s",
-        "step_s",
-        "first_step",
-        "steps_within_pool",
-        "decode_ends",
-        "commit",
-    ):
-        globals()[name] = jit(globals()[name])
-    return jit(run)
+        namespace[name] = COMPILED[name] = jit(_twin(namespace[name], namespace))
+    COMPILED["with_cpu_s"] = jit(with_cpu_s)  # (its globals: engine_cpu's slot numbers)
+    for names_of, names in ((vars(run_ends), RUN_ENDS_PIECES), (globals(), (*PIECES, "run"))):
+        own = {**names_of, **COMPILED}
+        for name in names:
+            own[name] = COMPILED[name] = jit(_twin(own[name], own))
+    return COMPILED["run"]
+
+
+def _twin(function: Any, namespace: dict[str, Any]) -> types.FunctionType:
+    """``function``'s code over ``namespace`` as its globals."""
+    return types.FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__
+    )
