@@ -55,8 +55,6 @@ def nelder_mead(
     lower: Sequence[float] | FloatArray | None = None,
     upper: Sequence[float] | FloatArray | None = None,
     max_evaluations: int = 200,
-    f_tol: float = 1e-8,
-    x_tol: float = 1e-6,
 ) -> Minimum:
     """Minimise ``objective`` from ``start``; ``step`` sizes the first simplex per coordinate."""
     from scipy.optimize import Bounds, minimize  # ~0.2 s: only when a fit runs
@@ -87,8 +85,8 @@ def nelder_mead(
             "initial_simplex": simplex,
             "maxfev": max_evaluations,
             "maxiter": max_evaluations,  # every iteration evaluates at least once
-            "xatol": x_tol,
-            "fatol": f_tol,
+            "xatol": 1e-6,  # x_tol
+            "fatol": 1e-8,  # f_tol
         },
     )
     # status 0: converged; 1: the budget ran out first.
