@@ -7,8 +7,8 @@ and converges in tens of evaluations for three parameters. This module adds what
 fits share: the first simplex (``first_simplex``), the evaluation budget, and
 non-finite values counted as worse than any finite one. scipy keeps the bounds by
 projection (every point is clipped into the box before it is evaluated) and stops when
-the simplex's values spread less than ``f_tol`` and its vertices less than ``x_tol``
-(both absolute), or after ``max_evaluations``.
+the simplex's values spread less than 1e-8 (``fatol``) and its vertices less than 1e-6
+(``xatol``, both absolute), or after ``max_evaluations``.
 """
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def nelder_mead(
             "initial_simplex": simplex,
             "maxfev": max_evaluations,
             "maxiter": max_evaluations,  # every iteration evaluates at least once
-            "xatol": 1e-6,  # x_tol
-            "fatol": 1e-8,  # f_tol
+            "xatol": 1e-6,
+            "fatol": 1e-8,
         },
     )
     # status 0: converged; 1: the budget ran out first.
