@@ -145,16 +145,6 @@ def add_parsers(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _kv_budget_tokens(model: Any, free_bytes: int) -> int:
-    """KV tokens that fit in 60 % of ``free_bytes``, the device's free memory (after weights).
-
-    The rest is room for activations, attention scratch and the decode gather.
-    """
-    # ModelSpec's KV bytes per token, at the dtype the model runs in (its weights').
-    spec = model.spec.model_copy(update={"kv_dtype_bytes": model.embed.element_size()})
-    return int(0.6 * free_bytes // spec.kv_bytes_per_token)
-
-
 def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) -> int:
     """``--kernels``: the model's operator tables on this device (``calibration.kernel_tables``)."""
     grid = args.grid
@@ -215,6 +205,11 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     model = LlamaModel(spec, dtype=TORCH_DTYPES[dtype], device=device, seed=args.seed)
     grid = build_grid(args.grid)
+    # The grid's KV cache in 60 % of the device's free memory (after the weights), at the
+    # dtype the model runs in: the rest is room for activations, attention scratch and
+    # the decode gather.
+    kv_spec = spec.model_copy(update={"kv_dtype_bytes": model.embed.element_size()})
+    max_kv_tokens = int(0.6 * free_memory_bytes(device) // kv_spec.kv_bytes_per_token)
     print(
         f"calibrating {spec.name} ({dtype}, {spec.num_params / 1e6:.1f}M params) on "
         f"{device} with {args.threads} thread(s): grid {grid.name}, {len(grid.points)} "
@@ -226,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         grid,
         rng,
         temperature=args.temperature,
-        max_kv_tokens=_kv_budget_tokens(model, free_memory_bytes(device)),
+        max_kv_tokens=max_kv_tokens,
         progress=not args.no_progress,
     )
     total_s = time.perf_counter() - start

@@ -20,6 +20,7 @@ measured run's step log: fit it on one run and predict *another*.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -219,9 +220,7 @@ def split_held_out(samples: Sequence[CalibrationSample], every: int = 4) -> list
     Indices ``every // 2, every // 2 + every, ...`` within each section's grid
     order, so the smallest and largest points of a section stay in the fit.
     """
-    sizes: dict[str, int] = {}
-    for s in samples:
-        sizes[s.section] = sizes.get(s.section, 0) + 1
+    sizes = Counter(s.section for s in samples)
     seen: dict[str, int] = {}
     out = []
     for s in samples:

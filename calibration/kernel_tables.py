@@ -28,8 +28,6 @@ from sim.cost.provenance import utc_now
 from sim.hardware.specs import ModelSpec
 
 TOOL_VERSION = "1"
-# The CLI's dtype names -> torch's, which the artifact's provenance records.
-TORCH_DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass(frozen=True)
@@ -67,8 +65,11 @@ def measure_tables(
     # it.
     import torch
 
+    from calibration.model import TORCH_DTYPES
+
     device = torch.device(device_name)
-    dtype = getattr(torch, TORCH_DTYPE_NAMES[dtype_name])  # torch.float32 etc., by name
+    dtype = TORCH_DTYPES[dtype_name]
+    dtype_text = str(dtype).removeprefix("torch.")  # float32 ..., as the provenance records it
     grid = KERNEL_GRIDS[grid_name]
     linear = torch.nn.functional.linear
 
@@ -139,8 +140,8 @@ def measure_tables(
         device_name=gpu,
         framework="torch",
         framework_version=torch.__version__,
-        dtype=TORCH_DTYPE_NAMES[dtype_name],
-        kv_dtype=TORCH_DTYPE_NAMES[dtype_name],
+        dtype=dtype_text,
+        kv_dtype=dtype_text,
         date=utc_now(),
         tool="calibration.kernel_tables",
         tool_version=TOOL_VERSION,

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from calibration.sampling import GREEDY, SamplingParams, sample
 from sim.config import IntArray
 from sim.hardware.specs import ModelSpec
 
@@ -337,16 +338,12 @@ class LlamaModel(nn.Module):
         prefill: Sequence[PrefillChunk] = (),
         decode: Sequence[DecodeItem] = (),
         *,
-        temperature: float = 0.0,
+        sampling: SamplingParams = GREEDY,
         generator: torch.Generator | None = None,
         return_logits: bool = False,
     ) -> StepOutput:
-        """Run one engine step, write its KV, sample, and advance cache lengths.
-
-        ``temperature == 0`` samples greedily (argmax); otherwise softmax of
-        ``logits / temperature`` and one multinomial draw per row from
-        ``generator`` (on the model's device).
-        """
+        """Run one engine step, write its KV, sample (``calibration.sampling.sample``,
+        drawing from ``generator`` on the model's device), and advance cache lengths."""
         if not prefill and not decode:
             return StepOutput([], None)
         spec = self.spec
@@ -379,10 +376,5 @@ class LlamaModel(nn.Module):
             return StepOutput([], None)
         rows_t = torch.tensor(sample_rows, dtype=long, device=dev)
         logits = F.linear(_rms_norm(x[rows_t], self.final_norm), self.lm_head).float()
-        if temperature == 0.0:
-            next_ids = logits.argmax(dim=-1)
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            next_ids = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        out = next_ids.tolist()  # the engine needs the ids on the host (stop checks)
+        out = sample(logits, sampling, generator)  # ids on the host (the engine's stop checks)
         return StepOutput(out, logits if return_logits else None)

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 import sim
 from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk
+from calibration.sampling import SamplingParams
 from sim.cost.base import StepShape
 from sim.cost.calibrated import CalibrationSample, HardwareInfo, Section, SoftwareInfo
 from sim.cost.provenance import command_output
@@ -232,6 +233,7 @@ def profile_grid(
     capacity = max(p.num_slots * p.max_len_tokens for p in points)
     cache = model.new_cache(1, capacity, seed=int(rng.integers(2**31)))
     sampler = torch.Generator(device=model.device_).manual_seed(int(rng.integers(2**31)))
+    sampling = SamplingParams(temperature=temperature)
     vocab = model.spec.vocab_size
     inputs = [
         p.inputs(
@@ -246,9 +248,7 @@ def profile_grid(
         point = points[i]
         if (cache.num_slots, cache.max_len_tokens) != (point.num_slots, point.max_len_tokens):
             cache.reshape(point.num_slots, point.max_len_tokens)
-        return time_step(
-            model, cache, point, *inputs[i], temperature=temperature, generator=sampler
-        )
+        return time_step(model, cache, point, *inputs[i], sampling=sampling, generator=sampler)
 
     total = (grid.num_warmup + grid.num_repeats) * len(points)
     with (

@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from calibration.model import DecodeItem, LlamaModel, PrefillChunk
-from calibration.sampling import SamplingParams, sample
+from calibration.sampling import SamplingParams
 from sim.api import core_config_for
 from sim.cost.base import SHAPE_FIELDS
 from sim.engine.records import reason_column
@@ -144,15 +144,10 @@ class StepExecutor:
     def run(self, plan: SchedulerOutput) -> dict[int, int]:
         """Run ``plan``'s step on the model; the sampled token of each request that samples."""
         prefill, decode, sampling_ids = self.inputs(plan)
-        params = self.sampling
-        if params.is_greedy:
-            out = self.model.forward_step(self.cache, prefill, decode)
-            next_ids = out.next_token_ids
-        else:
-            out = self.model.forward_step(self.cache, prefill, decode, return_logits=True)
-            logits = out.logits if out.logits is not None else torch.empty(0, 0)
-            next_ids = sample(logits, params, self.generator)
-        sampled = dict(zip(sampling_ids, next_ids, strict=True))
+        out = self.model.forward_step(
+            self.cache, prefill, decode, sampling=self.sampling, generator=self.generator
+        )
+        sampled = dict(zip(sampling_ids, out.next_token_ids, strict=True))
         for request_id, token in sampled.items():
             self.token_ids[request_id].append(token)
         return sampled

@@ -29,6 +29,9 @@ class SamplingParams(Frozen):
         return self.temperature == 0.0
 
 
+GREEDY = SamplingParams()
+
+
 def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """``logits / temperature`` with tokens outside top-k / top-p set to ``-inf``.
 

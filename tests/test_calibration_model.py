@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 
 from calibration.model import DecodeItem, KVCache, LlamaModel, PrefillChunk  # noqa: E402
+from calibration.sampling import SamplingParams  # noqa: E402
 from sim.hardware.specs import ModelSpec, model_preset  # noqa: E402
 
 # Small enough to run in milliseconds, GQA (4 query heads per KV head), untied head.
@@ -183,7 +184,7 @@ def test_greedy_is_argmax_and_sampling_follows_its_generator() -> None:
         out = model.forward_step(
             model.new_cache(4, 8),
             [PrefillChunk(i, tokens) for i in range(4)],
-            temperature=1.0,
+            sampling=SamplingParams(temperature=1.0),
             generator=gen,
         )
         draws.append(out.next_token_ids)

@@ -588,11 +588,10 @@ class EndpointRun:
             self.tokens,
             self.samples,
         )
-        keys = ("mode", "status", "partial", "message", "endpoint", "api", "model", "completed")
-        # What the user told of the server (--server-setting): calibrate checks it.
-        meta_keys = (*keys, "engine_settings")
-        meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in meta_keys}
-        meta["num_failed"] = self.summary["num_failed"]
+        keys: tuple[str, ...] = ("mode", "status", "partial", "message", "endpoint", "api")
+        # engine_settings: what the user told of the server (--server-setting), for calibrate.
+        keys += ("model", "completed", "engine_settings", "num_failed")
+        meta = {"format": "servesim-endpoint"} | {k: self.summary.get(k) for k in keys}
         paths.append(out / "run.json")
         paths[-1].write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         return paths

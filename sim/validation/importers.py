@@ -55,7 +55,7 @@ def detect_format(source: Path) -> str:
         for folder in (source, source / "vllm"):
             if (folder / "requests.jsonl").is_file():
                 return "llmservingsim"
-        if measure_dir.is_measure_folder(source):
+        if measure_dir.not_measure_folder(source) is None:
             return "measure"
         if (source / "run.json").is_file() and (source / "requests.parquet").is_file():
             return "imported"  # written by servesim import-run
@@ -140,24 +140,7 @@ def import_run(
     ``prefix_tokens``: every request shares its first N prompt tokens (declared)."""
     path = Path(source)
     name = _format_of(path, fmt, None if benchmark is None else [benchmark])
-    return _prefix_checked(reader(name, benchmark, prefix_tokens)(path), prefix_tokens)
-
-
-def _prefix_checked(run: ImportedRun, prefix_tokens: int | None) -> ImportedRun:
-    """``run``, unless ``--prefix-tokens`` (``prefix_tokens``) is longer than some of its
-    prompts: every prompt began with the shared prefix, so it cannot be."""
-    shared = run.meta.get("shared_prefix") or {}
-    if prefix_tokens is None or shared.get("declared_by") != "--prefix-tokens":
-        return run
-    num_shorter = int(shared.get("num_shorter_prompts", 0))
-    if num_shorter:
-        prompts = run.requests["num_prompt_tokens"]
-        raise ConfigError(
-            f"--prefix-tokens {prefix_tokens}: longer than {num_shorter} of the "
-            f"{len(prompts)} prompts (the shortest has {int(prompts.min())} tokens); every "
-            "prompt begins with the shared prefix, so it is at most the shortest prompt"
-        )
-    return run
+    return reader(name, benchmark, prefix_tokens)(path)
 
 
 def import_phases(
@@ -171,10 +154,8 @@ def import_phases(
     path = Path(source)
     name = _format_of(path, fmt, benchmarks)
     if name == "guidellm":
-        runs = read_guidellm_phases(path, benchmarks, prefix_tokens)
-    else:
-        runs = [reader(name, None, prefix_tokens)(path)]
-    return [_prefix_checked(run, prefix_tokens) for run in runs]
+        return read_guidellm_phases(path, benchmarks, prefix_tokens)
+    return [reader(name, None, prefix_tokens)(path)]
 
 
 PHASES_FILE = "phases.json"

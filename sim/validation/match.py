@@ -57,7 +57,6 @@ class RunFacts:
         # and so does a measure --endpoint run, which cannot see the server's device
         # (only what validate --assume-device says of it).
         own = summary.get("mode") in ("measured", "simulated")
-        settings = measured_settings(summary)
         engine = summary.get("engine")
         engine = engine if isinstance(engine, Mapping) else {}
         model = engine.get("model") or summary.get("model")
@@ -74,7 +73,7 @@ class RunFacts:
             model=str(model) if isinstance(model, str) and model else None,
             hardware=hardware,
             device_name=None if hardware else (str(device) if device else None),
-            engine_settings=settings if isinstance(settings, Mapping) else None,
+            engine_settings=measured_settings(summary),
             # A measure run lists its failed requests; an imported one counts them apart.
             num_failed_unlisted=0 if own else int(summary.get("num_failed") or 0),
             partial=summary.get("status") not in (None, "complete"),

@@ -7,8 +7,8 @@ and converges in tens of evaluations for three parameters. This module adds what
 fits share: the first simplex (``first_simplex``), the evaluation budget, and
 non-finite values counted as worse than any finite one. scipy keeps the bounds by
 projection (every point is clipped into the box before it is evaluated) and stops when
-the simplex's values spread less than ``f_tol`` and its vertices less than ``x_tol``
-(both absolute), or after ``max_evaluations``.
+the simplex's values spread less than 1e-8 (``fatol``) and its vertices less than 1e-6
+(``xatol``, both absolute), or after ``max_evaluations``.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ def nelder_mead(
     lower: Sequence[float] | FloatArray | None = None,
     upper: Sequence[float] | FloatArray | None = None,
     max_evaluations: int = 200,
-    f_tol: float = 1e-8,
-    x_tol: float = 1e-6,
 ) -> Minimum:
     """Minimise ``objective`` from ``start``; ``step`` sizes the first simplex per coordinate."""
     from scipy.optimize import Bounds, minimize  # ~0.2 s: only when a fit runs
@@ -86,8 +84,8 @@ def nelder_mead(
             "initial_simplex": simplex,
             "maxfev": max_evaluations,
             "maxiter": max_evaluations,  # every iteration evaluates at least once
-            "xatol": x_tol,
-            "fatol": f_tol,
+            "xatol": 1e-6,
+            "fatol": 1e-8,
         },
     )
     # status 0: converged; 1: the budget ran out first.

@@ -85,11 +85,19 @@ def with_shared_prefix(run: ImportedRun, tokens: int, groups: int, declared_by: 
     ``prefix_group`` and ``num_shared_prefix_tokens`` columns, which a replay
     reads (``sim.validation.predict.requests_as_work``). The measured prompt
     lengths already include the prefix. ``declared_by`` is recorded in
-    ``run.json`` (the report, or ``--prefix-tokens``)."""
+    ``run.json`` (the report, or ``--prefix-tokens``). ``--prefix-tokens`` longer than
+    some prompt is refused: every prompt began with the shared prefix, so it cannot be."""
     if tokens < 1 or groups < 1:
         raise ConfigError(f"{declared_by}: prefix tokens and groups must be >= 1")
     requests = run.requests
     prompts = requests["num_prompt_tokens"].to_numpy(dtype=np.int64)
+    num_shorter = int(np.count_nonzero(prompts < tokens))
+    if num_shorter and declared_by == "--prefix-tokens":
+        raise ConfigError(
+            f"--prefix-tokens {tokens}: longer than {num_shorter} of the "
+            f"{len(prompts)} prompts (the shortest has {int(prompts.min())} tokens); every "
+            "prompt begins with the shared prefix, so it is at most the shortest prompt"
+        )
     ids = requests["request_id"].to_numpy(dtype=np.int64)
     shared = np.minimum(prompts, tokens)
     table = requests.assign(prefix_group=ids % groups, num_shared_prefix_tokens=shared)
@@ -98,7 +106,7 @@ def with_shared_prefix(run: ImportedRun, tokens: int, groups: int, declared_by: 
             "tokens": tokens,
             "groups": groups,
             "declared_by": declared_by,
-            "num_shorter_prompts": int(np.count_nonzero(prompts < tokens)),
+            "num_shorter_prompts": num_shorter,
         }
     }
     return ImportedRun(table, meta, run.tokens)

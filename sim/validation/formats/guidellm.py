@@ -37,32 +37,23 @@ def looks_like(document: Any) -> bool:
     return isinstance(document, dict) and isinstance(document.get("benchmarks"), list)
 
 
-def _targeted_s(request: dict[str, Any], sent_s: float) -> float:
-    """When the scheduler meant to send the request (epoch seconds; its send time
-    where the report does not say)."""
-    info = request.get("info")
-    timings = info.get("timings") if isinstance(info, dict) else None
-    if isinstance(timings, dict):
-        value = timings.get("targeted_start")
-    else:
-        value = (request.get("scheduler_info") or {}).get("targeted_start_time")
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else sent_s
-
-
-def _times(request: dict[str, Any], where: str) -> tuple[float, float, float]:
-    """Sent, first-token and finish times of one request (epoch seconds)."""
+def _times(request: dict[str, Any], where: str) -> tuple[float, float, float, float]:
+    """Sent, first-token and finish times of one request, and when the scheduler meant
+    to send it (its send time where the report does not say); epoch seconds."""
     info = request.get("info")
     if isinstance(info, dict) and isinstance(info.get("timings"), dict):
         t = info["timings"]
         start = first_present(t, "request_start", "resolve_start")
         first = t.get("first_token_iteration")
         last = first_present(t, "last_token_iteration", "request_end", "resolve_end")
+        targeted = t.get("targeted_start")
         names = ("info.timings.request_start", "info.timings.first_token_iteration")
         last_name = "info.timings.last_token_iteration"
     else:
         start = first_present(request, "request_start_time", "start_time")
         first = request.get("first_token_time")
         last = first_present(request, "last_token_time", "end_time", "request_end_time")
+        targeted = (request.get("scheduler_info") or {}).get("targeted_start_time")
         names = ("start_time", "first_token_time")
         last_name = "last_token_time"
     for value, name in ((start, names[0]), (first, names[1]), (last, last_name)):
@@ -73,7 +64,9 @@ def _times(request: dict[str, Any], where: str) -> tuple[float, float, float]:
     finish_s = number(last, where, last_name)
     if not sent_s <= first_s <= finish_s:
         raise ConfigError(f"{where}: times must not decrease (sent, first token, last token)")
-    return sent_s, first_s, finish_s
+    if not (isinstance(targeted, int | float) and math.isfinite(targeted)):
+        targeted = sent_s
+    return sent_s, first_s, finish_s, float(targeted)
 
 
 def _tokens(request: dict[str, Any], where: str) -> tuple[int, int]:
@@ -149,14 +142,13 @@ def _read_benchmark(
     successful = listing(requests.get("successful"), here, "requests.successful")
     if not successful:
         raise ConfigError(f"{here}: no successful requests")
-    rows: list[tuple[float, float, float, int, int, float]] = []
+    rows: list[tuple[float, float, float, float, int, int]] = []
     for i, raw in enumerate(successful):
         where = f"{here}.requests.successful[{i}]"
         request = mapping(raw, where, "request")
-        times = _times(request, where)
-        rows.append((*times, *_tokens(request, where), _targeted_s(request, times[0])))
+        rows.append((*_times(request, where), *_tokens(request, where)))
     columns = np.asarray(rows, dtype=np.float64).T
-    sent_s, first_s, finish_s, num_prompt, num_output, targeted_s = columns
+    sent_s, first_s, finish_s, targeted_s, num_prompt, num_output = columns
     nan = np.full(sent_s.shape, np.nan)
     table = request_table(sent_s, nan, first_s, finish_s, num_prompt, num_output)
     # The schedule (GuideLLM's targeted starts), from its own first entry, in the

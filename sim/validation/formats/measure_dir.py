@@ -29,11 +29,6 @@ from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
 FORMAT = "measure"
 
 
-def is_measure_folder(folder: Path) -> bool:
-    """True for a folder with ``summary.json`` marked ``mode: measured``."""
-    return not_measure_folder(folder) is None
-
-
 def not_measure_folder(folder: Path) -> str | None:
     """Why ``folder`` is not a measure folder, in the words of a refusal that names it
     (``not a servesim measure folder (...)``); ``None`` when it is one."""
