@@ -121,11 +121,19 @@ MUTANTS = (
         "aic-allreduce-ms",
         "sim/cost/kernels/aiconfigurator.py",
         'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": '
-        '"message_size"})',
+        '"message_bytes"})',
         'tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": '
-        '"message_size"}).assign(latency_s=ar["latency"].to_numpy())',
+        '"message_bytes"}).assign(latency_s=ar["latency"].to_numpy())',
         ("tests/test_cost_kernels_aic_units.py",),
         "aiconfigurator all-reduce latency left in milliseconds",
+    ),
+    Mutant(
+        "aic-allreduce-elements",
+        "sim/cost/kernels/aiconfigurator.py",
+        'ar = ar.assign(message_bytes=ar["message_size"].astype(int) * ALLREDUCE_ELEMENT_BYTES)',
+        'ar = ar.assign(message_bytes=ar["message_size"].astype(int))',
+        ("tests/test_cost_kernels_aic_units.py",),
+        "vLLM all-reduce message size taken as bytes (it counts bf16 elements)",
     ),
     Mutant(
         "aic-table-ms",

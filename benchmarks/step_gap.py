@@ -67,8 +67,8 @@ BINS_S = (0.0, 3.0, 6.0, 9.0, 12.0, 16.0, 20.0, 25.0, 30.0)
 # Batch sizes (sequences decoding) of the decode-only ticks' table: one sequence
 # alone, then small to full batches (max_num_seqs 128 in the Qwen3-32B run).
 BATCH_BINS = (0, 1, 16, 48, 96, 127, 1024)
-# LLMServingSim's link latency for these servers, with the measured NCCL rate.
-SLOW_HOPS = "parallelism.link={name: hop-20us, bandwidth_bytes_per_s: 19.7e9, latency_s: 20e-6, efficiency: 1.0}"  # noqa: E501
+# LLMServingSim's link latency for these servers, with the preset's measured NCCL rate.
+SLOW_HOPS = "parallelism.link={name: hop-20us, bandwidth_bytes_per_s: 39.4e9, latency_s: 20e-6, efficiency: 1.0}"  # noqa: E501
 
 
 def tpot_by_arrival(measured: pd.DataFrame, predicted: pd.DataFrame) -> pd.DataFrame:

@@ -27,7 +27,7 @@ from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
 from sim.scenario import load_scenario
 
-PCIE = link_preset("pcie5-via-host")  # 19.7 GB/s bus, efficiency 1
+PCIE = link_preset("pcie5-via-host")  # 39.4 GB/s bus, efficiency 1
 NVLINK = link_preset("nvlink4")  # 450 GB/s x 0.8 = 360 GB/s bus
 US = 1e-6
 PUBLIC = Path(__file__).parents[1] / "scenarios" / "public"
@@ -46,7 +46,7 @@ def _bus(link: LinkSpec) -> float:
 
 
 def test_a_small_all_reduce_on_two_pcie_gpus_is_nccls_ll_ring() -> None:
-    # 4 kB: LL ring 6.6 + 2 x 1.0 us + 4 kB x 1 / (19.7 GB/s / 2) = 9.02 us; Simple
+    # 4 kB: LL ring 6.6 + 2 x 1.0 us + 4 kB x 1 / (39.4 GB/s / 2) = 8.81 us; Simple
     # 8.4 + 2 x 5.7 us = 19.8 us before its bytes; a tree LL 6.8 + 2 x 1.0 us at a
     # quarter of LL's rate.
     price = collective_price("all_reduce", 4096, 2, PCIE)
@@ -57,7 +57,7 @@ def test_a_small_all_reduce_on_two_pcie_gpus_is_nccls_ll_ring() -> None:
 
 
 def test_a_large_all_reduce_is_the_simple_ring_at_the_link_s_rate() -> None:
-    # 20 MB on 8 GPUs over PCIe: 8.4 + 14 x 5.7 us + 20 MB x 14 / 8 / 19.7 GB/s.
+    # 20 MB on 8 GPUs over PCIe: 8.4 + 14 x 5.7 us + 20 MB x 14 / 8 / 39.4 GB/s.
     message = 20e6
     price = collective_price("all_reduce", message, 8, PCIE)
     assert (price.algorithm, price.protocol) == ("ring", "Simple")
@@ -67,7 +67,7 @@ def test_a_large_all_reduce_is_the_simple_ring_at_the_link_s_rate() -> None:
 
 def test_ll_and_simple_cross_where_their_latency_and_rate_balance() -> None:
     # On 2 PCIe GPUs LL costs 8.6 us + B / (bus / 2), Simple 19.8 us + B / bus:
-    # equal at B = 11.2 us x bus = 220.6 kB.
+    # equal at B = 11.2 us x bus = 441.3 kB.
     crossover = 11.2e-6 * _bus(PCIE)
     assert collective_price("all_reduce", 0.9 * crossover, 2, PCIE).protocol == "LL"
     assert collective_price("all_reduce", 1.1 * crossover, 2, PCIE).protocol == "Simple"
@@ -161,11 +161,11 @@ def _breakdown(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]
 
 def test_cost_breakdown_gives_the_step_s_communication(capsys: pytest.CaptureFixture[str]) -> None:
     # Qwen3-32B TP 2, 100 decodes: 64 layers x 2 all-reduces of 100 x 5120 x 2 B
-    # = 1.024 MB, each the Simple ring: 8.4 + 2 x 5.7 us + 1.024 MB / 19.7 GB/s.
+    # = 1.024 MB, each the Simple ring: 8.4 + 2 x 5.7 us + 1.024 MB / 39.4 GB/s.
     scenario = PUBLIC / "rtxpro6000_qwen3_32b_tp2_profile.yaml"
     result = _breakdown(capsys, str(scenario), "--step", "100d")
     assert result["op_sources"]["allreduce"] == "link"
-    one = (8.4 + 2 * 5.7) * US + 100 * 5120 * 2 / 19.7e9
+    one = (8.4 + 2 * 5.7) * US + 100 * 5120 * 2 / 39.4e9
     assert result["ops_ms"]["allreduce"] == pytest.approx(64 * 2 * one * 1e3, rel=1e-9)
     tp_step_ops = ("embedding_allreduce", "logits_all_gather")  # tests/test_two_gpu_fidelity.py
     assert result["communication_ms"] == pytest.approx(
@@ -177,10 +177,10 @@ def test_an_expert_parallel_group_at_tp_1_uses_the_scenario_s_link(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # DP 2 x EP 2 at tp 1: both ranks' 100 tokens gathered, 200 x 2048 x 2 B =
-    # 819.2 kB each way over pcie5-via-host (Simple: 8.4 + 5.7 us + half at 19.7
+    # 819.2 kB each way over pcie5-via-host (Simple: 8.4 + 5.7 us + half at 39.4
     # GB/s), not over NVLink (the layout has one GPU per replica).
     result = _breakdown(capsys, str(EP_PROFILE), "--step", "100d")
-    one = (8.4 + 5.7) * US + 200 * 2048 * 2 / 2 / 19.7e9
+    one = (8.4 + 5.7) * US + 200 * 2048 * 2 / 2 / 39.4e9
     for name in ("moe_all_gather", "moe_reduce_scatter"):
         assert result["op_sources"][name] == "link"
         assert result["ops_ms"][name] == pytest.approx(48 * one * 1e3, rel=1e-9)

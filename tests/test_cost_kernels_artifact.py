@@ -92,6 +92,13 @@ def good_json() -> dict:
         (lambda d: d["tables"]["gemm"].pop("k"), "table gemm has columns"),
         (lambda d: d["tables"]["gemm"].update(latency_s=[1e-5, -1.0]), "latency_s must be"),
         (lambda d: d["tables"]["gemm"].update(m=[1]), "table gemm"),
+        # aiconfigurator's importer before version 2 stored bf16 element counts as bytes.
+        (
+            lambda d: d["provenance"].update(
+                tool="sim.cost.kernels.aiconfigurator", tool_version="1"
+            ),
+            "all-reduce sizes are bf16 element counts",
+        ),
     ],
 )
 def test_bad_artifacts_raise_one_line_config_errors_naming_the_file(

@@ -287,7 +287,7 @@ def test_ep_scenario_declares_two_dp_ranks_and_ep2() -> None:
 
 def test_tp_scenario_uses_pcie_and_the_tp2_slice() -> None:
     scenario = load_scenario(TP_SCENARIO)
-    # PCIe without peer-to-peer, at NCCL's measured rate (sim.hardware.parallel).
+    # PCIe Gen5 at the all-reduce rate NCCL measured on such servers (links.toml).
     assert scenario.parallelism == ParallelismConfig(
         tensor_parallel_size=2, link=link_preset("pcie5-via-host")
     )

@@ -265,11 +265,13 @@ def test_an_unknown_gpu_link_is_refused_not_ignored() -> None:
 
 
 def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
-    """``pcie5-via-host``'s bandwidth stands for what aiconfigurator-core measured, not a
-    datasheet: an all-reduce as NCCL's model prices it over that link is within 10 %
-    of the shipped table on two RTX PRO 6000 Server cards for every message of 4 MB
-    and more, where bandwidth decides (smaller ones pay NCCL's own latencies,
-    ``sim.cost.collectives``; the table, timed under CUDA graphs, is faster there)."""
+    """``pcie5-via-host``'s bandwidth stands for what aiconfigurator-core measured on two
+    RTX PRO 6000 Server cards, not a datasheet nor a fit to the runs: an all-reduce as
+    NCCL's model prices it over that link is within 10 % of aiconfigurator's NCCL table
+    for every message of 1 MB and more (smaller ones pay NCCL's own latencies,
+    ``sim.cost.collectives``; the table, timed under CUDA graphs, is faster there), and
+    of its vLLM table above 8 MB, where vLLM hands the reduce to NCCL (below, vLLM's
+    custom all-reduce ran on that P2P server: not what NCCL's model prices)."""
     import gzip
     import json
 
@@ -278,16 +280,21 @@ def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
 
     artifacts = SCENARIOS.parent / "sim" / "cost" / "kernels" / "artifacts"
     path = artifacts / "rtx_pro_6000_server-vllm-0.24.0-qwen3-32b.json.gz"
-    table = json.loads(gzip.decompress(path.read_bytes()))["tables"]["allreduce"]
-    link = link_preset("pcie5-via-host")
+    tables = json.loads(gzip.decompress(path.read_bytes()))["tables"]
+    nccl, vllm = tables["collective"], tables["allreduce"]
     rows = [
         (m, t)
-        for n, m, t in zip(
-            table["num_gpus"], table["message_bytes"], table["latency_s"], strict=True
+        for op, n, m, t in zip(
+            nccl["op"], nccl["num_gpus"], nccl["message_bytes"], nccl["latency_s"], strict=True
         )
-        if n == 2 and m >= 4 << 20
+        if op == "all_reduce" and n == 2 and m >= 1 << 20
+    ] + [
+        (m, t)
+        for n, m, t in zip(vllm["num_gpus"], vllm["message_bytes"], vllm["latency_s"], strict=True)
+        if n == 2 and m > 8 << 20
     ]
-    assert len(rows) >= 8
+    link = link_preset("pcie5-via-host")
+    assert len(rows) >= 14
     for message_bytes, measured_s in rows:
         priced_s = collective_s("all_reduce", message_bytes, 2, link)
         assert abs(priced_s / measured_s - 1) < 0.10, (message_bytes, priced_s, measured_s)

@@ -5,7 +5,7 @@ LM head's logits all-gathered (vLLM 0.19: ``VocabParallelEmbedding.forward``,
 included (it times one GPU's shard, without them).
 
 Expected figures by hand from NCCL's constants (src/graph/tuning.cc, as in
-tests/test_collectives.py): over ``pcie5-via-host`` (19.7 GB/s, PCI hops) a Simple
+tests/test_collectives.py): over ``pcie5-via-host`` (39.4 GB/s, PCI hops) a Simple
 ring costs 8.4 us + hops x 5.7 us + bytes over its algorithm bandwidth; an LL ring
 6.6 us + hops x 1.0 us at half the rate.
 """
@@ -30,7 +30,7 @@ PUBLIC = Path(__file__).parents[1] / "scenarios" / "public"
 TP2_PROFILE = PUBLIC / "rtxpro6000_qwen3_32b_tp2_profile.yaml"
 ONE_GPU_PROFILE = PUBLIC / "rtxpro6000_llama31_8b_profile.yaml"
 US = 1e-6
-BUS = 19.7e9  # pcie5-via-host, bytes/s
+BUS = 39.4e9  # pcie5-via-host, bytes/s
 # Qwen3-32B: hidden 5120, vocabulary 151,936 (75,968 columns a GPU at tp 2), bf16.
 HIDDEN, VOCAB_PER_GPU = 5120, 75_968
 
@@ -47,11 +47,11 @@ def test_a_tp2_profile_step_pays_the_embedding_all_reduce_and_the_logits_all_gat
     result = _breakdown(capsys, TP2_PROFILE, "64d")
     # Embedding: 64 tokens x 5120 x 2 B = 655,360 B all-reduced; the Simple ring
     # (2 hops, each byte once over the link: 2 (n - 1) / n = 1) beats LL (half rate):
-    # 8.4 + 2 x 5.7 = 19.8 us + 655,360 / 19.7e9 = 33.27 us -> 53.07 us.
+    # 8.4 + 2 x 5.7 = 19.8 us + 655,360 / 39.4e9 = 16.63 us -> 36.43 us.
     embedding_s = (8.4 + 2 * 5.7) * US + 64 * HIDDEN * 2 / BUS
     # Logits: 64 rows x 151,936 x 2 B = 19,447,808 B gathered; a ring all-gather on 2
-    # GPUs (1 hop) receives the other half: 8.4 + 5.7 = 14.1 us + 9,723,904 / 19.7e9
-    # = 493.6 us -> 507.7 us.
+    # GPUs (1 hop) receives the other half: 8.4 + 5.7 = 14.1 us + 9,723,904 / 39.4e9
+    # = 246.8 us -> 260.9 us.
     logits_s = (8.4 + 5.7) * US + 64 * VOCAB_PER_GPU * 2 * 2 / 2 / BUS
     assert result["ops_ms"]["embedding_allreduce"] == pytest.approx(embedding_s * 1e3, rel=1e-9)
     assert result["ops_ms"]["logits_all_gather"] == pytest.approx(logits_s * 1e3, rel=1e-9)
@@ -60,13 +60,13 @@ def test_a_tp2_profile_step_pays_the_embedding_all_reduce_and_the_logits_all_gat
 
 def test_the_step_time_carries_them() -> None:
     # The step's price (what the simulation runs) is the breakdown's sum, these two
-    # included: at 64 decodes they add 53.07 + 507.7 = 560.8 us (above).
+    # included: at 64 decodes they add 36.43 + 260.9 = 297.3 us (above).
     gpu = cost_model_for(load_scenario(TP2_PROFILE), PUBLIC).gpu  # type: ignore[attr-defined]
     shape = StepShape.build(decode_context_tokens=[1000] * 64)
     split = gpu.breakdown_s(shape)
     assert gpu.step_s(shape) == pytest.approx(sum(split.values()), rel=1e-9)
     added = split["embedding_allreduce"] + split["logits_all_gather"]
-    assert added == pytest.approx(560.8 * US, rel=1e-3)
+    assert added == pytest.approx(297.3 * US, rel=1e-3)
 
 
 def test_one_gpu_has_neither(capsys: pytest.CaptureFixture[str]) -> None:

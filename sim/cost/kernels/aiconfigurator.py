@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sim.cost.kernels.artifact import KernelArtifact, KernelProvenance
+from sim.cost.kernels.artifact import DTYPE_BYTES, KernelArtifact, KernelProvenance
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
@@ -41,9 +41,16 @@ ATTENTION_KERNELS = (
 FRAMEWORKS = ("vllm",)
 # Unquantised linear layers: torch's linear (newer tables) or "vllm_default" (older).
 GEMM_KERNELS = ("torch.nn.functional.linear", "vllm_default")
-ALLREDUCE_BACKEND = "vllm_graph"
+ALLREDUCE_BACKEND, ALLREDUCE_DTYPE = "vllm_graph", "bfloat16"
 MOE_KERNEL_FRAGMENT = "unquantizedfusedmoe"
 NCCL_DTYPE, NCCL_ELEMENT_BYTES = "half", 2
+# Both communication tables' message_size counts elements of their dtype, not bytes:
+# the collector reduces a tensor of message_size elements and logs that count
+# (aiconfigurator's collector/network/collect_all_reduce.py,
+# get_input_shape_and_comm_size; nccl-tests' counts for NCCL). Above vLLM's
+# custom all-reduce limit (8 MB), where vLLM hands the reduce to NCCL, the two
+# tables agree at the same count (docs/kernels.md, "Sources and pitfalls").
+ALLREDUCE_ELEMENT_BYTES = int(DTYPE_BYTES[ALLREDUCE_DTYPE])
 
 
 def installed_data_dir() -> Path | None:
@@ -194,8 +201,9 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
     allreduce = _op_file(gpu_dir, "comm", framework, version, "custom_allreduce_perf.parquet")
     if allreduce is not None:
         ar = pd.read_parquet(allreduce)
-        ar = ar[(ar["backend"] == ALLREDUCE_BACKEND) & (ar["allreduce_dtype"] == "bfloat16")]
-        tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": "message_size"})
+        ar = ar[(ar["backend"] == ALLREDUCE_BACKEND) & (ar["allreduce_dtype"] == ALLREDUCE_DTYPE)]
+        ar = ar.assign(message_bytes=ar["message_size"].astype(int) * ALLREDUCE_ELEMENT_BYTES)
+        tables["allreduce"] = _table(ar, {"num_gpus": "num_gpus", "message_bytes": "message_bytes"})
         kernels["allreduce"] = ALLREDUCE_BACKEND
         notes.append(f"allreduce from {allreduce.parent.name}")
     moe = _op_file(gpu_dir, "moe", framework, version, "moe_perf.parquet")
@@ -235,7 +243,8 @@ def _load(gpu_dir: Path, framework: str, version: str) -> KernelArtifact:
         framework=framework,
         framework_version=version,
         tool="sim.cost.kernels.aiconfigurator",
-        tool_version="1",
+        # 2: all-reduce sizes in bytes (version 1 stored vLLM's bf16 element counts)
+        tool_version="2",
         kernels=kernels,
         notes="; ".join(notes),
     )

@@ -155,9 +155,24 @@ def save_artifact(artifact: KernelArtifact, path: Path) -> Path:
     return path
 
 
+# Tools whose earlier versions wrote wrong tables, and what was wrong: refused, not
+# priced (aiconfigurator's importer before version 2 stored vLLM's all-reduce sizes,
+# bf16 element counts, as bytes: every all-reduce at twice its bytes).
+_STALE_TOOLS = {
+    ("sim.cost.kernels.aiconfigurator", "1"): "its all-reduce sizes are bf16 element "
+    "counts, not bytes; export it again (servesim export-kernels)",
+}
+
+
 def _provenance(data: dict[str, Any], path: Path) -> KernelProvenance:
     check_format(data, path, KIND, FORMAT_NAME, FORMAT_VERSION)
-    return validated(KernelProvenance, data.get("provenance"), path, "provenance")
+    provenance = validated(KernelProvenance, data.get("provenance"), path, "provenance")
+    stale = _STALE_TOOLS.get((provenance.tool, provenance.tool_version))
+    if stale is not None:
+        raise ConfigError(
+            f"{path}: provenance.tool {provenance.tool} version {provenance.tool_version}: {stale}"
+        )
+    return provenance
 
 
 def load_kernel_artifact(path: Path) -> KernelArtifact:
