@@ -34,7 +34,7 @@ with it.
 
 Then the sensitivity of the TP 2 and EP 2 rows to the per-hop latency of the
 link (what a ring all-reduce or all-gather pays per hop besides its bytes and
-NCCL's base latency, ``sim.cost.collectives``): ``pcie5-via-host``'s 5.7 us,
+NCCL's base latency, ``sim.cost.collectives``): ``pcie5-rtxpro6000``'s 5.7 us,
 NCCL's own figure for a Simple-protocol hop over PCI, against 20 us,
 LLMServingSim's configuration of the servers these runs ran on
 (``config.json``: ``link_latency`` 20000 ns). A study, not a fit: no

@@ -27,7 +27,7 @@ from sim.errors import ConfigError
 from sim.hardware.parallel import LinkSpec, link_preset
 from sim.scenario import load_scenario
 
-PCIE = link_preset("pcie5-via-host")  # 39.4 GB/s bus, efficiency 1
+PCIE = link_preset("pcie5-rtxpro6000")  # 39.4 GB/s bus, efficiency 1
 NVLINK = link_preset("nvlink4")  # 450 GB/s x 0.8 = 360 GB/s bus
 US = 1e-6
 PUBLIC = Path(__file__).parents[1] / "scenarios" / "public"
@@ -177,7 +177,7 @@ def test_an_expert_parallel_group_at_tp_1_uses_the_scenario_s_link(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     # DP 2 x EP 2 at tp 1: both ranks' 100 tokens gathered, 200 x 2048 x 2 B =
-    # 819.2 kB each way over pcie5-via-host (Simple: 8.4 + 5.7 us + half at 39.4
+    # 819.2 kB each way over pcie5-rtxpro6000 (Simple: 8.4 + 5.7 us + half at 39.4
     # GB/s), not over NVLink (the layout has one GPU per replica).
     result = _breakdown(capsys, str(EP_PROFILE), "--step", "100d")
     one = (8.4 + 5.7) * US + 200 * 2048 * 2 / 2 / 39.4e9

@@ -289,7 +289,7 @@ def test_tp_scenario_uses_pcie_and_the_tp2_slice() -> None:
     scenario = load_scenario(TP_SCENARIO)
     # PCIe Gen5 at the all-reduce rate NCCL measured on such servers (links.toml).
     assert scenario.parallelism == ParallelismConfig(
-        tensor_parallel_size=2, link=link_preset("pcie5-via-host")
+        tensor_parallel_size=2, link=link_preset("pcie5-rtxpro6000")
     )
     cost = api.cost_model_for(scenario, PUBLIC, engine_cpu=False)  # the tables alone
     assert isinstance(cost, KernelCost) and cost.tp == 2 and cost._allreduce is not None

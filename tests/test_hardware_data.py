@@ -57,7 +57,7 @@ def test_every_link_table_is_a_preset_as_written() -> None:
     for name, fields in LINKS.items():
         assert LINK_PRESETS[name] == LinkSpec(name=name, **fields)
     # The one measured link keeps its rate whole; the others NVLink's or PCIe's default.
-    assert LINK_PRESETS["pcie5-via-host"].efficiency == 1.0
+    assert LINK_PRESETS["pcie5-rtxpro6000"].efficiency == 1.0
     assert LINK_PRESETS["nvlink4"].efficiency == 0.8
 
 

@@ -235,7 +235,7 @@ def _tp2(hardware: Any, **parallelism: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("hardware", "link"),
     [("h100", "nvlink4"), ("b200", "nvlink5"), ("a100-80gb", "nvlink3"),
-     ("rtx-4090", "pcie4"), ("l40s", "pcie4"), ("rtx-pro-6000", "pcie5-via-host"),
+     ("rtx-4090", "pcie4"), ("l40s", "pcie4"), ("rtx-pro-6000", "pcie5-rtxpro6000"),
      ({"preset": "rtx-4090", "memory_bytes": 48e9}, "pcie4")],
 )  # fmt: skip
 def test_the_link_defaults_to_the_gpus_own(hardware: Any, link: str) -> None:
@@ -265,7 +265,7 @@ def test_an_unknown_gpu_link_is_refused_not_ignored() -> None:
 
 
 def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
-    """``pcie5-via-host``'s bandwidth stands for what aiconfigurator-core measured on two
+    """``pcie5-rtxpro6000``'s bandwidth stands for what aiconfigurator-core measured on two
     RTX PRO 6000 Server cards, not a datasheet nor a fit to the runs: an all-reduce as
     NCCL's model prices it over that link is within 10 % of aiconfigurator's NCCL table
     for every message of 1 MB and more (smaller ones pay NCCL's own latencies,
@@ -293,7 +293,7 @@ def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
         for n, m, t in zip(vllm["num_gpus"], vllm["message_bytes"], vllm["latency_s"], strict=True)
         if n == 2 and m > 8 << 20
     ]
-    link = link_preset("pcie5-via-host")
+    link = link_preset("pcie5-rtxpro6000")
     assert len(rows) >= 14
     for message_bytes, measured_s in rows:
         priced_s = collective_s("all_reduce", message_bytes, 2, link)

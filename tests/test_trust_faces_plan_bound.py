@@ -84,8 +84,8 @@ def test_plan_refuses_a_link_it_would_replace_by_each_gpus_own() -> None:
     # be several times cheaper; the planner gives each candidate its GPU's own link.
     scenario = load_scenario(
         SCENARIOS / "chat.yaml",
-        ["parallelism.link=pcie5-via-host", "workload.num_requests=100"],
+        ["parallelism.link=pcie5-rtxpro6000", "workload.num_requests=100"],
     )
     config = _one_h100_config([2], max_loads=2)
-    with pytest.raises(ConfigError, match=r"^plan: parallelism.link pcie5-via-host: "):
+    with pytest.raises(ConfigError, match=r"^plan: parallelism.link pcie5-rtxpro6000: "):
         plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)

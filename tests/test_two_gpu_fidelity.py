@@ -5,7 +5,7 @@ LM head's logits all-gathered (vLLM 0.19: ``VocabParallelEmbedding.forward``,
 included (it times one GPU's shard, without them).
 
 Expected figures by hand from NCCL's constants (src/graph/tuning.cc, as in
-tests/test_collectives.py): over ``pcie5-via-host`` (39.4 GB/s, PCI hops) a Simple
+tests/test_collectives.py): over ``pcie5-rtxpro6000`` (39.4 GB/s, PCI hops) a Simple
 ring costs 8.4 us + hops x 5.7 us + bytes over its algorithm bandwidth; an LL ring
 6.6 us + hops x 1.0 us at half the rate.
 """
@@ -30,7 +30,7 @@ PUBLIC = Path(__file__).parents[1] / "scenarios" / "public"
 TP2_PROFILE = PUBLIC / "rtxpro6000_qwen3_32b_tp2_profile.yaml"
 ONE_GPU_PROFILE = PUBLIC / "rtxpro6000_llama31_8b_profile.yaml"
 US = 1e-6
-BUS = 39.4e9  # pcie5-via-host, bytes/s
+BUS = 39.4e9  # pcie5-rtxpro6000, bytes/s
 # Qwen3-32B: hidden 5120, vocabulary 151,936 (75,968 columns a GPU at tp 2), bf16.
 HIDDEN, VOCAB_PER_GPU = 5120, 75_968
 
