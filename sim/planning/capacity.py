@@ -626,7 +626,9 @@ def _bracket(
 def _tighten(
     searcher: Searcher, max_num_sims: int, rel_width: float, step: float, start: float
 ) -> str:
-    """Phase 3: narrow the pass/fail interval as far as noise and budget allow."""
+    """Phase 3: narrow the pass/fail interval as far as noise and budget allow. Each
+    load it probes lies between two simulated ones or comes from ``knob.below`` /
+    ``knob.above``, so none is under the clock's lowest rate (``LoadKnob.min_load``)."""
     res = searcher.result
     while True:
         lo, hi = res.lower, res.upper
