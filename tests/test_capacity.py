@@ -323,6 +323,26 @@ def test_cli_num_requests_overrides_each_workload_kind(tmp_path: Path) -> None:
     assert run_length_overrides(str(path), [], None) == []
 
 
+def test_an_slo_at_the_unloaded_latency_searches_no_rate_the_clock_refuses(
+    memo: dict[str, Record],
+) -> None:
+    # TTFT is the prompt's prefill, 1e-4 s a token over 10..190 tokens: 10 ms on
+    # average when unloaded. A 1% looser limit holds on average at every low rate but
+    # never with confidence (the seeds' means straddle it), so the search looks ever
+    # lower for a confident pass. Starting at 1e-6 req/s it used to reach rates whose
+    # 200 requests outlast the clock, and stopped with its refusal instead of an answer.
+    doc = md1_doc(num_requests=200, rate_per_s=1e-6)
+    doc["cost"] = {"kind": "linear", "per_prefill_token_s": 1e-4, "per_decode_seq_s": DECODE_S}
+    doc["workload"]["prompt_tokens"] = {"kind": "uniform", "min_tokens": 10, "max_tokens": 190}
+    unloaded_ttft_ms = 1e-4 * (10 + 190) / 2 * 1e3
+    slo = f"ttft_mean_ms={1.01 * unloaded_ttft_ms}"
+    res = capacity(doc, [slo], seeds=3, max_num_sims=90)
+    assert res.knob.min_load is not None
+    assert min(p.load for p in res.points) >= res.knob.min_load
+    assert res.lower is None and res.estimate is not None and res.estimate > 1e-6
+    assert "the lowest rate whose run the simulator's clock can hold" in res.stop_reason
+
+
 # --- fleet and cost --------------------------------------------------------------------------
 
 

@@ -12,26 +12,46 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.metrics.slo_targets import SloTarget
-from sim.planning.capacity import CapacitySearch, LoadKnob, LoadPoint, Searcher, search
+from sim.planning.capacity import (
+    CLOCK_BOUND,
+    CapacitySearch,
+    LoadKnob,
+    LoadPoint,
+    Searcher,
+    Status,
+    search,
+)
 
 TRUE_CAPACITY = 9.8  # req/s
 
 
 class LinearSearcher(Searcher):
-    """``Searcher`` with each load judged from ``load / capacity`` instead of simulated."""
+    """``Searcher`` with each load judged from ``load / capacity`` instead of simulated.
+    ``held``: the verdict where the ratio holds (``unclear``: noise straddles the limit
+    at every load, as under an SLO at the unloaded latency); ``min_load``: the knob's
+    clock limit."""
 
-    def __init__(self, capacity: float, start: float = 1.0, num_seeds: int = 1) -> None:
-        self.capacity = capacity
+    def __init__(
+        self,
+        capacity: float,
+        start: float = 1.0,
+        num_seeds: int = 1,
+        min_load: float | None = None,
+        held: Status = "pass",
+    ) -> None:
+        self.capacity, self.held = capacity, held
         self.doc, self.base_dir, self.jobs, self.on_point = {}, Path.cwd(), 1, None
         target = SloTarget("ttft", "p99", 500.0)
-        knob = LoadKnob("rate", "workload.arrival.rate_per_s", start)
+        knob = LoadKnob("rate", "workload.arrival.rate_per_s", start, min_load=min_load)
         self.result = CapacitySearch(knob, (target,), tuple(range(num_seeds)))
 
     def evaluate(self, load: float) -> LoadPoint:
         ratio = load / self.capacity
-        point = LoadPoint(load, [], {}, {}, "pass" if ratio <= 1.0 else "fail", ratio)
+        point = LoadPoint(load, [], {}, {}, self.held if ratio <= 1.0 else "fail", ratio)
         self.result.points.append(point)
         self.result.num_sims += len(self.result.seeds)
         self._update_bracket()
@@ -68,3 +88,49 @@ def test_cells_of_other_capacities(capacity: float, cell: tuple[float, float]) -
     res = search(LinearSearcher(capacity), rel_width=0.05, max_num_sims=60)
     assert res.cell == cell
     assert res.estimate == pytest.approx(capacity, rel=1e-12)
+
+
+# --- the clock's lowest rate (LoadKnob.min_load) ---------------------------------------------
+
+
+def test_the_tighten_phase_probes_no_rate_below_the_clocks_limit() -> None:
+    # Every held load is unclear, so after bisecting [1, 2] the tighten phase looks for
+    # a confident pass below the lowest load: 0.5, then 0.25, under min_load 0.3. That
+    # run would outlast the clock (a refusal, not an answer, once below min_load / 4);
+    # the search stops at 0.5 and says why.
+    res = search(LinearSearcher(1.5, min_load=0.3, held="unclear"), 0.05, 60)
+    loads = [p.load for p in res.points]
+    assert min(loads) == 0.5
+    assert res.lower is None and res.estimate == pytest.approx(1.5, rel=1e-12)
+    assert f"no load passed with confidence; {CLOCK_BOUND}" in res.stop_reason
+
+
+def test_the_bracket_halves_no_lower_than_the_clocks_limit() -> None:
+    # The SLOs fail at every load: halving from 1 stops at 0.125 (0.0625 < 0.1).
+    res = search(LinearSearcher(1e-9, min_load=0.1), 0.05, 60)
+    assert [p.load for p in res.points] == [1.0, 0.5, 0.25, 0.125]
+    assert res.estimate == 0.0 and res.stop_reason.endswith(CLOCK_BOUND)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    capacity=st.floats(1e-9, 1e3),
+    start=st.floats(1e-3, 1e3),
+    min_share=st.floats(1e-8, 1.0),  # min_load as a share of the start
+    held=st.sampled_from(["pass", "unclear"]),
+    rel_width=st.floats(0.01, 0.5),
+    max_num_sims=st.integers(2, 120),
+)
+def test_no_search_probes_below_the_clocks_limit(
+    capacity: float,
+    start: float,
+    min_share: float,
+    held: Status,
+    rel_width: float,
+    max_num_sims: int,
+) -> None:
+    # Bracket, bisection, tighten and the estimate alike: every load is at least min_load.
+    min_load = min_share * start
+    searcher = LinearSearcher(capacity, start, min_load=min_load, held=held)
+    res = search(searcher, rel_width, max_num_sims)
+    assert min(p.load for p in res.points) >= min_load

@@ -45,6 +45,8 @@ MAX_DOUBLINGS = 20
 # this many times below the clock's limit (MAX_CLOCK_S), room for the random spread
 # of the last arrival (Poisson: sqrt(n) / rate; bursty gamma arrivals more).
 CLOCK_ROOM = 4.0
+# Why a search went no lower (``LoadKnob.clock_bound``), for its stop reason.
+CLOCK_BOUND = "the lowest rate whose run the simulator's clock can hold"
 # The served check's margin (1 - SERVED_MIN_RATIO) holds this many standard deviations
 # of a run's served ratio, or a failing check may be noise (docs/capacity.md).
 SERVED_MARGIN_SDS = 3.0
@@ -147,6 +149,26 @@ class LoadKnob:
             assert self.base_rate_per_s is not None
             return self.base_rate_per_s / load
         return load
+
+    def above(self, x: float, start: float) -> float | None:
+        """The next load up from ``x`` (double, at most ``max_load``); None at the top."""
+        if x >= start * 2**MAX_DOUBLINGS or (self.max_load is not None and x >= self.max_load):
+            return None
+        higher = float(math.floor(2 * x)) if self.integer else 2 * x
+        return higher if self.max_load is None else min(higher, self.max_load)
+
+    def below(self, x: float, start: float) -> float | None:
+        """The next load down from ``x`` (halve, at least 1 for a count); None at the
+        bottom, where a lower run would outlast the clock (``clock_bound``). The one way
+        down for every probe of the search, so none can ask for a run the clock refuses."""
+        lower = float(max(1, math.floor(x / 2))) if self.integer else x / 2
+        if lower >= x or x <= start * 2.0**-MAX_DOUBLINGS or self.clock_bound(x):
+            return None
+        return lower
+
+    def clock_bound(self, x: float) -> bool:
+        """Whether halving ``x`` would go below ``min_load`` (the clock's lowest rate)."""
+        return self.min_load is not None and x / 2 < self.min_load
 
 
 def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
@@ -401,8 +423,8 @@ def search(searcher: Searcher, rel_width: float = 0.05, max_num_sims: int = 60) 
         reasons.append(_tighten(searcher, max_num_sims, rel_width, step, start))
     elif a is None:
         reasons.append(f"the SLOs fail or the load is not served even at {b:g} {knob.unit}")
-        if b is not None and knob.min_load is not None and b / 2 < knob.min_load:
-            reasons.append("the lowest rate whose run the simulator's clock can hold")
+        if b is not None and knob.clock_bound(b):
+            reasons.append(CLOCK_BOUND)
     else:
         reasons.append(f"the SLOs still hold on average at {a:g} {knob.unit}")
         if knob.max_load is not None and a >= knob.max_load:
@@ -589,32 +611,24 @@ def _bracket(
         if a is not None and b is not None:
             break
         if b is None:  # holds so far: go up
-            higher = _above(knob, x, start)
+            higher = knob.above(x, start)
             if higher is None:
                 break
             x = higher
         else:  # fails so far: go down
-            lower = float(max(1, math.floor(x / 2))) if knob.integer else x / 2
-            if lower >= x or x <= start * 2.0**-MAX_DOUBLINGS:
+            lower = knob.below(x, start)
+            if lower is None:
                 break
-            if knob.min_load is not None and lower < knob.min_load:
-                break  # a run that slow would outlast the clock (MAX_CLOCK_S)
             x = lower
     return a, b
-
-
-def _above(knob: LoadKnob, x: float, start: float) -> float | None:
-    """The next load up from ``x`` (double, at most ``knob.max_load``); None at the top."""
-    if x >= start * 2**MAX_DOUBLINGS or (knob.max_load is not None and x >= knob.max_load):
-        return None
-    higher = float(math.floor(2 * x)) if knob.integer else 2 * x
-    return higher if knob.max_load is None else min(higher, knob.max_load)
 
 
 def _tighten(
     searcher: Searcher, max_num_sims: int, rel_width: float, step: float, start: float
 ) -> str:
-    """Phase 3: narrow the pass/fail interval as far as noise and budget allow."""
+    """Phase 3: narrow the pass/fail interval as far as noise and budget allow. Each
+    load it probes lies between two simulated ones or comes from ``knob.below`` /
+    ``knob.above``, so none is under the clock's lowest rate (``LoadKnob.min_load``)."""
     res = searcher.result
     while True:
         lo, hi = res.lower, res.upper
@@ -629,11 +643,13 @@ def _tighten(
                 return "interval noise-limited: more seeds or requests would narrow it"
             x = math.floor((x0 + x1) / 2) if res.knob.integer else (x0 + x1) / 2
         elif lo is None:  # no confident pass yet: probe below
-            x = float(max(1, math.floor(loads[0] / 2))) if res.knob.integer else loads[0] / 2
-            if x >= loads[0] or x <= start * 2.0**-MAX_DOUBLINGS:
-                return "no load passed with confidence"
+            lower = res.knob.below(loads[0], start)
+            if lower is None:
+                clock = f"; {CLOCK_BOUND}" if res.knob.clock_bound(loads[0]) else ""
+                return f"no load passed with confidence{clock}"
+            x = lower
         else:  # no confident fail yet: probe above
-            higher = _above(res.knob, loads[-1], start)
+            higher = res.knob.above(loads[-1], start)
             if higher is None:
                 return "no load failed with confidence"
             x = higher
