@@ -1,0 +1,59 @@
+"""Session 12's audit of the faces: input that was silently dropped or misread now
+gets one line naming the file, line, field or flag (exit 2, no traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.workload.trace import read_csv_columns
+from tests.cli_errors import run_error
+
+AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def _trace_scenario(tmp_path: Path, rows: str) -> Path:
+    (tmp_path / "trace.csv").write_text(AZURE_HEADER + rows)
+    scenario = tmp_path / "trace.yaml"
+    scenario.write_text(
+        "name: trace\ncost: {kind: roofline}\n"
+        "workload: {kind: trace, path: trace.csv, format: azure}\n"
+    )
+    return scenario
+
+
+@pytest.mark.parametrize(
+    ("row", "cells"),
+    [
+        # '1,200' unquoted: the prompt would read 1 token, the output 200, the 44 dropped.
+        ("2023-11-16 18:15:50.99,1,200,44\n", 4),
+    ],
+)
+def test_a_csv_row_with_more_cells_than_the_header_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, row: str, cells: int
+) -> None:
+    scenario = _trace_scenario(tmp_path, "2023-11-16 18:15:46.68,374,44\n" + row)
+    message = run_error(capsys, tmp_path, str(scenario))
+    assert message.startswith(f"{tmp_path / 'trace.csv'}, line 3:"), message
+    assert f"{cells} cells" in message and "3 columns" in message, message
+
+
+def test_a_csv_row_short_of_a_column_not_read_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A cell missing from a row shifts the others left: the trace's last column (not
+    # read) is absent, but which cell went missing is anyone's guess.
+    scenario = _trace_scenario(tmp_path, "2023-11-16 18:15:46.68,374,44\n")
+    csv = tmp_path / "trace.csv"
+    csv.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens,Note\n" + "2023-11-16 18:15:46.68,374,44\n"
+    )
+    message = run_error(capsys, tmp_path, str(scenario))
+    assert message == f"{csv}, line 2: 3 cells, the header has 4 columns", message
+
+
+def test_a_csv_row_with_trailing_empty_cells_is_read(tmp_path: Path) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text("a,b\n1,2,\n3,4,,\n")
+    assert read_csv_columns(csv, ["a", "b"]).values == {"a": ["1", "3"], "b": ["2", "4"]}
