@@ -57,3 +57,11 @@ def test_a_csv_row_with_trailing_empty_cells_is_read(tmp_path: Path) -> None:
     csv = tmp_path / "t.csv"
     csv.write_text("a,b\n1,2,\n3,4,,\n")
     assert read_csv_columns(csv, ["a", "b"]).values == {"a": ["1", "3"], "b": ["2", "4"]}
+
+
+def test_trace_requests_without_trace_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # It only sizes trace.json: without --trace no trace.json is written.
+    message = run_error(capsys, tmp_path, "scenarios/chat.yaml", "--trace-requests", "5")
+    assert message == "--trace-requests applies only with --trace", message
