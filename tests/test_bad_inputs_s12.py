@@ -65,3 +65,26 @@ def test_trace_requests_without_trace_is_refused(
     # It only sizes trace.json: without --trace no trace.json is written.
     message = run_error(capsys, tmp_path, "scenarios/chat.yaml", "--trace-requests", "5")
     assert message == "--trace-requests applies only with --trace", message
+
+
+@pytest.mark.parametrize(
+    ("scenario", "sets", "why"),
+    [
+        ("scenarios/speculative.yaml", [], "speculative decoding"),
+        ("scenarios/policies.yaml", ["scheduler.kind=orca"], "scheduler orca"),
+    ],
+)
+def test_async_scheduling_true_where_no_step_is_planned_ahead_is_refused(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    scenario: str,
+    sets: list[str],
+    why: str,
+) -> None:
+    # Before, the run went on with async_scheduling=False: the setting silently dropped.
+    argv = [scenario, "--set", "engine.async_scheduling=true", "--set", "workload.num_requests=5"]
+    for item in sets:
+        argv += ["--set", item]
+    message = run_error(capsys, tmp_path, *argv)
+    assert message.startswith(f"{scenario}: engine.async_scheduling: true"), message
+    assert why in message, message
