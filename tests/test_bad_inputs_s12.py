@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sim.workload.trace import read_csv_columns
-from tests.cli_errors import run_error
+from tests.cli_errors import one_line_error, run_error
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
@@ -88,3 +89,35 @@ def test_async_scheduling_true_where_no_step_is_planned_ahead_is_refused(
     message = run_error(capsys, tmp_path, *argv)
     assert message.startswith(f"{scenario}: engine.async_scheduling: true"), message
     assert why in message, message
+
+
+def _sweep(tmp_path: Path, **fields: object) -> Path:
+    base = {
+        "name": "base",
+        "cost": {"kind": "roofline"},
+        "workload": {
+            "kind": "synthetic",
+            "num_requests": 5,
+            "arrival": {"kind": "poisson", "rate_per_s": 2.0},
+            "prompt_tokens": {"kind": "fixed", "tokens": 100},
+            "output_tokens": {"kind": "fixed", "tokens": 10},
+        },
+    }
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(base))
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"scenario": "base.yaml", **fields}, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("where", ["grid", "points"])
+def test_a_sweep_point_that_sets_seed_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, where: str
+) -> None:
+    # Before: the runs went, then the report died on a KeyError ('seed' both an
+    # override column and the run's seed column), a traceback.
+    values = {"grid": {"seed": [1, 2]}, "points": [{"seed": 1}, {"seed": 2}]}[where]
+    sweep = _sweep(tmp_path, **{where: values})
+    message = one_line_error(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "o"), "-q"])
+    assert message.startswith(f"{sweep}: {where}"), message
+    assert "seed" in message and "seeds:" in message, message
+    assert not (tmp_path / "o" / "cache").exists()

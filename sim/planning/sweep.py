@@ -92,6 +92,13 @@ class SweepConfig(Frozen):
                 f"{num_runs:,} runs (points x seeds), more than {MAX_SWEEP_RUNS:,}: "
                 "split the sweep or use fewer values or seeds"
             )
+        for where, keys in (("grid", self.grid or {}), *(("points", p) for p in self.points or [])):
+            if "seed" in keys:
+                # Each run's seed is the sweep's (seeds:); the table's seed column is its.
+                raise ValueError(
+                    f"{where}: seed is set by the sweep's seeds: field (a count or a list, "
+                    "e.g. seeds: [1, 2]); vary it there"
+                )
         return self
 
     def override_sets(self) -> list[dict[str, Any]]:
