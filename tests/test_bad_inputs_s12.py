@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sim.planning.sweep import load_sweep
 from sim.workload.trace import read_csv_columns
 from tests.cli_errors import one_line_error, run_error
 
@@ -121,3 +122,30 @@ def test_a_sweep_point_that_sets_seed_is_refused(
     assert message.startswith(f"{sweep}: {where}"), message
     assert "seed" in message and "seeds:" in message, message
     assert not (tmp_path / "o" / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"grid": {"workload.arrival.rate_per_s": [1.0, 2.0]}}, "grid"),
+        ({"points": [{"workload.arrival.rate_per_s": 1.0}]}, "every point"),
+    ],
+)
+def test_a_sweep_override_every_point_replaces_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fields: dict[str, object], where: str
+) -> None:
+    # Before: overrides' rate 3.0 was used by no point, silently.
+    sweep = _sweep(tmp_path, overrides={"workload.arrival.rate_per_s": 3.0}, **fields)
+    message = one_line_error(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "o"), "-q"])
+    assert message.startswith(f"{sweep}: overrides and {where} both set"), message
+    assert "workload.arrival.rate_per_s" in message, message
+
+
+def test_a_sweep_override_some_points_replace_is_their_default(tmp_path: Path) -> None:
+    sweep = _sweep(
+        tmp_path,
+        overrides={"workload.arrival.rate_per_s": 3.0},
+        points=[{"workload.arrival.rate_per_s": 1.0}, {"workload.num_requests": 4}],
+    )
+    rates = [p.scenario.workload.arrival.rate_per_s for p in load_sweep(sweep).points]  # type: ignore[union-attr]
+    assert rates == [1.0, 3.0]

@@ -84,6 +84,13 @@ class SweepConfig(Frozen):
             if both:
                 # override_sets lets the grid's value win: the point's would be lost.
                 raise ValueError(f"points[{index}] and grid both set {both[0]}; set it in one")
+        for key in self.overrides:
+            # A point's value replaces the shared one (its default); one every point
+            # replaces is used by none, silently.
+            if key in (self.grid or {}):
+                raise ValueError(f"overrides and grid both set {key}; set it in one")
+            if self.points and all(key in point for point in self.points):
+                raise ValueError(f"overrides and every point both set {key}; set it in one")
         num_seeds = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
         num_runs = math.prod(len(v) for v in (self.grid or {}).values()) * num_seeds
         num_runs *= len(self.points or [{}])
