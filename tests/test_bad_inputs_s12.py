@@ -149,3 +149,27 @@ def test_a_sweep_override_some_points_replace_is_their_default(tmp_path: Path) -
     )
     rates = [p.scenario.workload.arrival.rate_per_s for p in load_sweep(sweep).points]  # type: ignore[union-attr]
     assert rates == [1.0, 3.0]
+
+
+TINY = "scenarios/validate_tiny_cpu.yaml"
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--model", "m"],
+        ["--api", "chat"],
+        ["--timeout-s", "5"],
+        ["--retries", "2"],
+        ["--no-ignore-eos"],
+        ["--allow-failures"],
+    ],
+)
+def test_an_endpoint_option_without_an_endpoint_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: list[str]
+) -> None:
+    # Before: the in-process engine measured on, the option unused (--model m named
+    # no model, --timeout-s 5 bounded nothing). --threads 0 refuses a run that got past.
+    argv = ["measure", TINY, "--out", str(tmp_path / "m"), "-q", *option, "--threads", "0"]
+    message = one_line_error(capsys, argv)
+    assert message == f"{option[0]} applies with --endpoint (a live server) only", message
