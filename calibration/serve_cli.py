@@ -58,6 +58,19 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _measure(args: argparse.Namespace, out: Path) -> Path:
     if args.endpoint:  # a live server: no torch needed
         refuse_torch_options(args, "--endpoint measures a live server, on its own device")
+        # The client asks the server for greedy tokens (temperature 0, no top-k or
+        # top-p) and probes no step shapes: the in-process engine's options, unused here.
+        for flag, given in (
+            ("--temperature", args.temperature != 0.0),
+            ("--top-k", args.top_k is not None),
+            ("--top-p", args.top_p != 1.0),
+            ("--no-probe", args.no_probe),
+        ):
+            if given:
+                raise ConfigError(
+                    f"{flag} applies to the in-process engine: no model runs in this process "
+                    "(--endpoint measures a live server, which samples greedily); omit it"
+                )
         return measure_endpoint(args, out)
     refuse_endpoint_options(args)  # --profile, --max-concurrency, ...: --endpoint only
 

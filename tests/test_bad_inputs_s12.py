@@ -173,3 +173,18 @@ def test_an_endpoint_option_without_an_endpoint_is_refused(
     argv = ["measure", TINY, "--out", str(tmp_path / "m"), "-q", *option, "--threads", "0"]
     message = one_line_error(capsys, argv)
     assert message == f"{option[0]} applies with --endpoint (a live server) only", message
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--temperature", "0.5"], ["--top-k", "5"], ["--top-p", "0.5"], ["--no-probe"]],
+)
+def test_an_in_process_option_with_an_endpoint_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: list[str]
+) -> None:
+    # Before: the server was sent temperature 0 and no top-k/top-p whatever was given
+    # (and --endpoint runs no probe): the option silently dropped.
+    argv = ["measure", TINY, "--out", str(tmp_path / "m"), "-q", *option, "--endpoint"]
+    message = one_line_error(capsys, [*argv, "http://127.0.0.1:9"])
+    assert message.startswith(f"{option[0]} "), message
+    assert "no model runs in this process" in message, message
