@@ -188,3 +188,48 @@ def test_an_in_process_option_with_an_endpoint_is_refused(
     message = one_line_error(capsys, [*argv, "http://127.0.0.1:9"])
     assert message.startswith(f"{option[0]} "), message
     assert "no model runs in this process" in message, message
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--grid", "small"], ["--fit", "linear"], ["--seed", "3"], ["--temperature", "0"]],
+)
+def test_a_timing_option_with_from_run_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: list[str]
+) -> None:
+    # Before: --from-run fitted the runs with the option unused (no model is timed).
+    argv = ["calibrate", "--model", "llama-3-8b", "--hardware", "h100", *option]
+    message = one_line_error(capsys, [*argv, "--from-run", str(tmp_path / "none")])
+    assert message.startswith(f"{option[0]} {option[1]}: "), message
+    assert "--from-run" in message, message
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--hardware", "h100"],
+        ["--scenario", "scenarios/chat.yaml"],
+        ["--fit-kind", "engine-cpu"],
+        ["--free", "overhead_s"],
+        ["--max-evals", "30"],
+        ["--no-cross-validation"],
+    ],
+)
+def test_a_from_run_option_without_from_run_is_refused(
+    capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    # Before: the model was timed (minutes) with the option unused. --threads 0 stops
+    # a run that got past the check.
+    argv = ["calibrate", "--model", "llama-3-8b", *option, "--threads", "0"]
+    message = one_line_error(capsys, argv)
+    assert message == f"{option[0]} applies with --from-run only", message
+
+
+@pytest.mark.parametrize("option", [["--fit", "linear"], ["--temperature", "0"]])
+def test_an_option_kernels_does_not_read_is_refused(
+    capsys: pytest.CaptureFixture[str], option: list[str]
+) -> None:
+    argv = ["calibrate", "--model", "llama-3-8b", "--kernels", *option, "--threads", "0"]
+    message = one_line_error(capsys, argv)
+    assert message.startswith(f"{option[0]} {option[1]}: "), message
+    assert "--kernels" in message, message
