@@ -233,3 +233,26 @@ def test_an_option_kernels_does_not_read_is_refused(
     message = one_line_error(capsys, argv)
     assert message.startswith(f"{option[0]} {option[1]}: "), message
     assert "--kernels" in message, message
+
+
+MEASURED = "docs/validation/blackbox/cpu-tiny-rate2"
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--endpoint", "http://127.0.0.1:9"], "--endpoint http://127.0.0.1:9: --measured"),
+        (["--device", "cuda"], "--device cuda: no model runs in this process"),
+        (["--temperature", "0.5"], "--temperature applies to the in-process engine"),
+        (["--no-probe"], "--no-probe applies to the in-process engine"),
+        (["--max-duration-s", "3"], "--max-duration-s 3: --measured"),
+        (["--profile", "poisson"], "--profile applies with --endpoint"),
+    ],
+)
+def test_a_measuring_option_with_measured_runs_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, option: list[str], expected: str
+) -> None:
+    # Before: validate read the measured run and never measured: the option unused.
+    argv = ["validate", TINY, "--measured", MEASURED, "--out", str(tmp_path / "v"), "-q"]
+    message = one_line_error(capsys, [*argv, *option])
+    assert message.startswith(expected), message
