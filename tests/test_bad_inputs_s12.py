@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sim.errors import ConfigError
 from sim.planning.sweep import load_sweep
 from sim.workload.trace import read_csv_columns
+from sim.workload.traces.mooncake import read_mooncake
 from tests.cli_errors import one_line_error, run_error
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -256,3 +258,15 @@ def test_a_measuring_option_with_measured_runs_is_refused(
     argv = ["validate", TINY, "--measured", MEASURED, "--out", str(tmp_path / "v"), "-q"]
     message = one_line_error(capsys, [*argv, *option])
     assert message.startswith(expected), message
+
+
+def test_a_mooncake_line_with_an_unknown_field_is_refused(tmp_path: Path) -> None:
+    # 'hash_id' for hash_ids: before, the line replayed with no shared prefix, silently.
+    path = tmp_path / "t.jsonl"
+    good = '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n'
+    path.write_text(good + good.replace("hash_ids", "hash_id"))
+    with pytest.raises(ConfigError) as error:
+        read_mooncake(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}, line 2: unknown field 'hash_id'"), message
+    assert "hash_ids" in message, message
