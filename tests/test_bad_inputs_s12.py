@@ -270,3 +270,20 @@ def test_a_mooncake_line_with_an_unknown_field_is_refused(tmp_path: Path) -> Non
     message = str(error.value)
     assert message.startswith(f"{path}, line 2: unknown field 'hash_id'"), message
     assert "hash_ids" in message, message
+
+
+@pytest.mark.parametrize(
+    ("scenario", "key"),
+    [
+        ("scenarios/chat.yaml", "workload.num_requests"),
+        ("scenarios/azure_trace.yaml", "workload.max_requests"),
+    ],
+)
+def test_capacity_num_requests_and_a_set_of_the_run_length_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, scenario: str, key: str
+) -> None:
+    # Before: --num-requests's override came last and won; the --set's 5000 was dropped.
+    argv = ["capacity", scenario, "--slo", "ttft_p99_ms=500", "--set", f"{key}=5000"]
+    argv += ["--num-requests", "200", "--seeds", "1", "--max-sims", "2", "-q"]
+    message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "c")])
+    assert message == f"--num-requests 200 and --set {key} both set the run's length; give one"
