@@ -287,3 +287,16 @@ def test_capacity_num_requests_and_a_set_of_the_run_length_is_refused(
     argv += ["--num-requests", "200", "--seeds", "1", "--max-sims", "2", "-q"]
     message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "c")])
     assert message == f"--num-requests 200 and --set {key} both set the run's length; give one"
+
+
+@pytest.mark.parametrize("key", ["workload.num_requests", "workload.duration_s"])
+def test_plan_refuses_a_set_of_the_run_length_it_replaces(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str
+) -> None:
+    # Before: plan sized every run itself (the plan file's num_requests or the SLOs'),
+    # the --set silently replaced. --workers 0 stops a plan that got past the check.
+    argv = ["plan", "scenarios/chat.yaml", "--slo", "ttft_p99_ms=500", "--target-rate", "5"]
+    argv += ["--set", f"{key}=500"]
+    message = one_line_error(capsys, [*argv, "--workers", "0", "--out", str(tmp_path / "p")])
+    assert message.startswith(f"--set {key}: plan sizes each run itself"), message
+    assert "--num-requests" in message, message
