@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sim.cli import main
 from sim.errors import ConfigError
 from sim.planning.sweep import load_sweep
 from sim.workload.trace import read_csv_columns
@@ -300,3 +301,20 @@ def test_plan_refuses_a_set_of_the_run_length_it_replaces(
     message = one_line_error(capsys, [*argv, "--workers", "0", "--out", str(tmp_path / "p")])
     assert message.startswith(f"--set {key}: plan sizes each run itself"), message
     assert "--num-requests" in message, message
+
+
+def test_a_set_of_one_key_given_twice_with_two_values_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: the last one won, the first silently dropped (a run of 30 requests).
+    sets = ["--set", "workload.num_requests=20", "--set", "workload.num_requests = 30"]
+    message = run_error(capsys, tmp_path, "scenarios/chat.yaml", *sets)
+    assert message == "--set workload.num_requests: given twice, '20' and '30'; give one"
+
+
+def test_a_set_repeated_with_the_same_value_is_one_setting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    sets = ["--set", "workload.num_requests=5", "--set", "workload.num_requests=5"]
+    argv = ["run", "scenarios/chat.yaml", *sets, "--out", str(tmp_path / "o"), "-q"]
+    assert main([*argv, "--figure-process", "no"]) == 0, capsys.readouterr().err
