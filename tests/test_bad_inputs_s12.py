@@ -318,3 +318,24 @@ def test_a_set_repeated_with_the_same_value_is_one_setting(
     sets = ["--set", "workload.num_requests=5", "--set", "workload.num_requests=5"]
     argv = ["run", "scenarios/chat.yaml", *sets, "--out", str(tmp_path / "o"), "-q"]
     assert main([*argv, "--figure-process", "no"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("section", "field"),
+    [
+        ("{kind: lognormal, median_tokens: .inf, sigma: 0.5, max_tokens: 500}", "median_tokens"),
+        ("{kind: lognormal, median_tokens: 100, sigma: .inf, max_tokens: 500}", "sigma"),
+        ("{kind: normal, mean_tokens: .inf, std_tokens: 1, max_tokens: 500}", "mean_tokens"),
+        ("{kind: normal, mean_tokens: 100, std_tokens: .inf, max_tokens: 500}", "std_tokens"),
+        ("{kind: exponential, mean_tokens: .inf, max_tokens: 500}", "mean_tokens"),
+    ],
+)
+def test_an_infinite_length_parameter_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, section: str, field: str
+) -> None:
+    # Before: every prompt sat at max_tokens (or, sigma .inf, half at each bound) and
+    # the run went on as if the distribution were the one asked for.
+    sets = ["--set", "workload.num_requests=5", "--set", f"workload.prompt_tokens={section}"]
+    message = run_error(capsys, tmp_path, "scenarios/chat.yaml", *sets)
+    assert message.startswith(f"scenarios/chat.yaml: workload.prompt_tokens.{field}:"), message
+    assert "finite" in message, message
