@@ -339,3 +339,14 @@ def test_an_infinite_length_parameter_is_refused(
     message = run_error(capsys, tmp_path, "scenarios/chat.yaml", *sets)
     assert message.startswith(f"scenarios/chat.yaml: workload.prompt_tokens.{field}:"), message
     assert "finite" in message, message
+
+
+def test_an_infinite_kv_transfer_latency_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: the run 'succeeded' with 0 successful requests, numpy warnings and n/a.
+    key = "cluster.disaggregation.kv_transfer_latency_s"
+    sets = ["--set", "workload.num_requests=5", "--set", f"{key}=.inf"]
+    message = run_error(capsys, tmp_path, "scenarios/disaggregated.yaml", *sets)
+    assert message.startswith(f"scenarios/disaggregated.yaml: {key}:"), message
+    assert "finite" in message, message
