@@ -111,8 +111,7 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
                     width -= 1  # trailing empty cells ('a,b,c,') hold nothing to shift
                 if width != len(names):
                     raise ConfigError(
-                        f"{path}, line {line}: {width} cells, the header has"
-                        f" {len(names)} columns"
+                        f"{path}, line {line}: {width} cells, the header has {len(names)} columns"
                     )
                 line_numbers.append(line)
     except FileNotFoundError:
