@@ -350,3 +350,15 @@ def test_an_infinite_kv_transfer_latency_is_refused(
     message = run_error(capsys, tmp_path, "scenarios/disaggregated.yaml", *sets)
     assert message.startswith(f"scenarios/disaggregated.yaml: {key}:"), message
     assert "finite" in message, message
+
+
+def test_an_infinite_static_max_wait_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: a batch short of max_batch_size waited forever: a RuntimeError traceback
+    # (generator raised StopIteration) out of the event loop.
+    scheduler = "scheduler={kind: static, max_batch_size: 64, max_wait_s: .inf}"
+    sets = ["--set", "workload.num_requests=5", "--set", scheduler]
+    message = run_error(capsys, tmp_path, "scenarios/policies.yaml", *sets)
+    assert message.startswith("scenarios/policies.yaml: scheduler."), message
+    assert "max_wait_s" in message and "finite" in message, message
