@@ -11,6 +11,7 @@ import yaml
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.planning.sweep import load_sweep
+from sim.planning.sweep_exec import check_executor
 from sim.workload.trace import read_csv_columns
 from sim.workload.traces.mooncake import read_mooncake
 from tests.cli_errors import one_line_error, run_error
@@ -362,3 +363,10 @@ def test_an_infinite_static_max_wait_is_refused(
     message = run_error(capsys, tmp_path, "scenarios/policies.yaml", *sets)
     assert message.startswith("scenarios/policies.yaml: scheduler."), message
     assert "max_wait_s" in message and "finite" in message, message
+
+
+def test_sweep_jobs_with_the_ray_executor_is_refused() -> None:
+    # Before: Ray placed the tasks itself and --jobs 2 was dropped, silently (plan's
+    # --workers already said so).
+    with pytest.raises(ConfigError, match=r"^--jobs applies to --executor local"):
+        check_executor("ray", 2, None)
