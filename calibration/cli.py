@@ -21,7 +21,7 @@ import numpy as np
 from calibration.fit import fit_samples, split_held_out
 from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
 from sim.cli.fit import add_arguments as add_from_run_arguments
-from sim.cli.fit import calibrate_from_runs
+from sim.cli.fit import calibrate_from_runs, refuse_from_run_options
 from sim.cost.calibrated import (
     SCHEMA_VERSION,
     CalibrationArtifact,
@@ -167,14 +167,40 @@ def _run_kernels(args: argparse.Namespace, spec: ModelSpec, dtype: DtypeName) ->
     return 0
 
 
+def _refuse_unread(args: argparse.Namespace, flags: Sequence[str], mode: str) -> None:
+    """ConfigError naming the first of ``flags`` (timing options) given where ``mode``
+    reads none of them (``mode`` says why): --from-run times no model, --kernels
+    fits no step curve and samples no token."""
+    given = {
+        "--grid": (args.grid, "default"),
+        "--fit": (args.fit, "piecewise"),
+        "--seed": (args.seed, 0),
+        "--temperature": (args.temperature, 1.0),
+    }
+    for flag in flags:
+        value, default = given[flag]
+        if value != default:
+            shown = f"{value:g}" if isinstance(value, float) else value
+            raise ConfigError(f"{flag} {shown}: {mode}; omit it")
+
+
 def run(args: argparse.Namespace) -> int:
     """Calibrate as ``args`` say; raises ConfigError on bad input. Returns 0."""
     if args.from_run is not None:
         if args.kernels:
             raise ConfigError("--from-run fits measured runs; --kernels times operators: pick one")
         refuse_torch_options(args, "--from-run fits measured runs")
-
+        _refuse_unread(
+            args, ("--grid", "--fit", "--seed", "--temperature"), "--from-run times no model"
+        )
         return calibrate_from_runs(args)
+    refuse_from_run_options(args)
+    if args.kernels:
+        _refuse_unread(
+            args,
+            ("--fit", "--seed", "--temperature"),
+            "--kernels times operators and reads no --fit, --seed or --temperature",
+        )
     try:
         import torch
     except ImportError:

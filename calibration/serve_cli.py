@@ -55,9 +55,28 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_endpoint_arguments(parser)
 
 
+def _refuse_sampling_options(args: argparse.Namespace, why: str) -> None:
+    """ConfigError naming the first of the in-process engine's sampling and probe
+    options given where no model runs here (``why`` says what happens instead)."""
+    for flag, given in (
+        ("--temperature", args.temperature != 0.0),
+        ("--top-k", args.top_k is not None),
+        ("--top-p", args.top_p != 1.0),
+        ("--no-probe", args.no_probe),
+    ):
+        if given:
+            raise ConfigError(
+                f"{flag} applies to the in-process engine: no model runs in this process "
+                f"({why}); omit it"
+            )
+
+
 def _measure(args: argparse.Namespace, out: Path) -> Path:
     if args.endpoint:  # a live server: no torch needed
         refuse_torch_options(args, "--endpoint measures a live server, on its own device")
+        # The client asks the server for greedy tokens (temperature 0, no top-k or
+        # top-p) and probes no step shapes.
+        _refuse_sampling_options(args, "--endpoint measures a live server, which samples greedily")
         return measure_endpoint(args, out)
     refuse_endpoint_options(args)  # --profile, --max-concurrency, ...: --endpoint only
 
@@ -121,7 +140,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     measured_dirs = list(args.measured or [])
     if len(measured_dirs) > 2:
         raise ConfigError("--measured: give one or two measured runs")
-    if not measured_dirs:
+    if measured_dirs:
+        # Runs already measured: none of the options of measuring one is read.
+        why = "--measured validates runs already measured"
+        if args.endpoint:
+            raise ConfigError(f"--endpoint {args.endpoint}: {why}; give one of the two")
+        refuse_torch_options(args, why)
+        _refuse_sampling_options(args, why)
+        if args.max_duration_s is not None:
+            raise ConfigError(f"--max-duration-s {args.max_duration_s:g}: {why}; omit it")
+        refuse_endpoint_options(args)
+    else:
         print("no --measured run given: measuring first")
         measured_dirs = [str(_measure(args, out / "measured"))]
     scenario = load_scenario(args.scenario, args.set or ())

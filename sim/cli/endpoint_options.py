@@ -16,6 +16,9 @@ MAX_SWEEP_SIZE = 1_000
 """Most benchmarks a ``--profile sweep`` may ask for (each a whole run): a thousand
 rates already split the range between synchronous and throughput into 0.1 % steps."""
 
+DEFAULT_TIMEOUT_S = 300.0
+"""``--timeout-s``: seconds a request may take, send to last chunk."""
+
 DEFAULT_MAX_CONCURRENCY = 256
 """Requests in flight at most when the workload sets no bound (a client's sanity cap)."""
 
@@ -71,7 +74,10 @@ def add_endpoint_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_profile_arguments(group)
     group.add_argument(
-        "--timeout-s", type=float, default=300.0, help="per request, send to last chunk (300)"
+        "--timeout-s",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"per request, send to last chunk ({DEFAULT_TIMEOUT_S:g})",
     )
     group.add_argument(
         "--retries", type=int, default=0, help="retries of a request that could not connect (0)"
@@ -154,14 +160,20 @@ def refuse_endpoint_options(args: argparse.Namespace) -> None:
     """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
     (the in-process measure would not apply it)."""
     given = (
-        ("--max-concurrency", args.max_concurrency),
-        ("--profile", args.profile),
-        ("--streams", args.streams),
-        ("--rate", args.rate),
-        ("--sweep-size", args.sweep_size),
+        ("--model", args.model is not None),
+        ("--api", args.api is not None),
+        ("--max-concurrency", args.max_concurrency is not None),
+        ("--profile", args.profile is not None),
+        ("--streams", args.streams is not None),
+        ("--rate", args.rate is not None),
+        ("--sweep-size", args.sweep_size is not None),
+        ("--timeout-s", args.timeout_s != DEFAULT_TIMEOUT_S),
+        ("--retries", args.retries != 0),
+        ("--no-ignore-eos", args.no_ignore_eos),
         # The in-process engine records its own (one process, TP 1).
-        ("--server-setting", args.server_setting),
-    )  # add_endpoint_arguments's options
-    for name, value in given:
-        if value is not None:
+        ("--server-setting", args.server_setting is not None),
+        ("--allow-failures", args.allow_failures),
+    )  # add_endpoint_arguments's options, each read by the client only
+    for name, is_given in given:
+        if is_given:
             raise ConfigError(f"{name} applies with --endpoint (a live server) only")

@@ -79,6 +79,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def refuse_from_run_options(args: argparse.Namespace) -> None:
+    """ConfigError naming the first of ``add_arguments``' options given without
+    ``--from-run``: timing a model reads none of them."""
+    given = (
+        ("--hardware", args.hardware is not None),
+        ("--scenario", args.scenario is not None),
+        ("--fit-kind", args.fit_kind != "multipliers"),
+        ("--free", args.free is not None),
+        ("--max-evals", args.max_evals != DEFAULT_MAX_EVALUATIONS),
+        ("--no-cross-validation", args.no_cross_validation),
+    )
+    for flag, is_given in given:
+        if is_given:
+            raise ConfigError(f"{flag} applies with --from-run only")
+
+
 def model_option(value: str) -> ModelSpec:
     """``--model``: what a scenario's ``model:`` accepts, resolved the same way.
 

@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 def _cmd_plan(args: argparse.Namespace) -> int:
     targets = parse_targets(args.slo or [])
     check_asks(targets, args.target_rate, args.headroom)  # before any work
+    for item in args.set or ():
+        key = item.partition("=")[0].strip()
+        if key in ("workload.num_requests", "workload.duration_s"):
+            # sim.planning.plan.plan writes each run's num_requests over the scenario's.
+            raise ConfigError(
+                f"--set {key}: plan sizes each run itself (the SLO percentiles' need, or "
+                "--num-requests / the plan file's num_requests); use --num-requests"
+            )
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if args.executor == "ray" and args.workers is not None:

@@ -14,6 +14,8 @@ from sim.metrics.out_path import out_argument
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.trace_requests is not None and args.trace_requests < 1:
         raise ConfigError(f"--trace-requests: expected a positive count, got {args.trace_requests}")
+    if args.trace_requests is not None and not args.trace:
+        raise ConfigError("--trace-requests applies only with --trace")  # it sizes trace.json
     # The figure process forks first, before this one imports the simulator (~0.7 s):
     # forked later it would still be importing matplotlib when the summary is printed.
     fork = args.figure_process == "yes" or (args.figure_process == "auto" and spare_core())

@@ -81,6 +81,13 @@ def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -
     sized by a request count (a trace is as long as it is; closed loops build no backlog)."""
     if num_requests is not None and num_requests < 1:
         raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
+    for item in sets if num_requests is not None else ():
+        key = item.partition("=")[0].strip()
+        if key in ("workload.num_requests", "workload.max_requests", "workload.duration_s"):
+            # The override below would come last and replace the --set's length.
+            raise ConfigError(
+                f"--num-requests {num_requests} and --set {key} both set the run's length; give one"
+            )
     workload = load_scenario(path, sets).workload
     if num_requests is None:
         if (

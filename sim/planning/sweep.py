@@ -84,6 +84,13 @@ class SweepConfig(Frozen):
             if both:
                 # override_sets lets the grid's value win: the point's would be lost.
                 raise ValueError(f"points[{index}] and grid both set {both[0]}; set it in one")
+        for key in self.overrides:
+            # A point's value replaces the shared one (its default); one every point
+            # replaces is used by none, silently.
+            if key in (self.grid or {}):
+                raise ValueError(f"overrides and grid both set {key}; set it in one")
+            if self.points and all(key in point for point in self.points):
+                raise ValueError(f"overrides and every point both set {key}; set it in one")
         num_seeds = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
         num_runs = math.prod(len(v) for v in (self.grid or {}).values()) * num_seeds
         num_runs *= len(self.points or [{}])
@@ -92,6 +99,13 @@ class SweepConfig(Frozen):
                 f"{num_runs:,} runs (points x seeds), more than {MAX_SWEEP_RUNS:,}: "
                 "split the sweep or use fewer values or seeds"
             )
+        for where, keys in (("grid", self.grid or {}), *(("points", p) for p in self.points or [])):
+            if "seed" in keys:
+                # Each run's seed is the sweep's (seeds:); the table's seed column is its.
+                raise ValueError(
+                    f"{where}: seed is set by the sweep's seeds: field (a count or a list, "
+                    "e.g. seeds: [1, 2]); vary it there"
+                )
         return self
 
     def override_sets(self) -> list[dict[str, Any]]:

@@ -180,6 +180,8 @@ def check_executor(executor: str, jobs: int | None, address: str | None) -> None
         raise ConfigError("--address applies only to --executor ray")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
+    if executor == "ray" and jobs is not None:  # run_ray takes no count
+        raise ConfigError("--jobs applies to --executor local (Ray places the tasks itself)")
     if executor == "ray":
         _import_ray()
 

@@ -372,6 +372,20 @@ class Scenario(Frozen):
             raise ValueError(
                 f"speculative decoding needs a continuous-batching scheduler, not {policy.kind!r}"
             )
+        if self.engine.async_scheduling and not isinstance(policy, ContinuousSettings):
+            # async_scheduling (below) plans ahead only in vLLM v1's scheduler: a true
+            # here would be dropped without a word.
+            raise ValueError(
+                f"engine.async_scheduling: true, but scheduler {policy.kind} plans no step "
+                "ahead (only continuous batching does); remove it"
+            )
+        if self.engine.async_scheduling and self.speculative is not None:
+            # Every speculative method is simulated step by step (docs/speculative.md,
+            # Simplifications; vLLM itself refuses it with draft-model or n-gram drafts).
+            raise ValueError(
+                "engine.async_scheduling: true, but servesim runs speculative decoding with "
+                "async scheduling off (docs/speculative.md); remove it"
+            )
         link, own = self.parallelism.link.name, self.hardware.gpu_link
         if own is not None and own not in LINK_PRESETS:
             try:

@@ -43,7 +43,8 @@ class DisaggregationConfig(Frozen):
     num_decode_replicas: int = Field(default=1, ge=1)
     # 50 GB/s: one 400 Gb/s RDMA NIC per GPU; NVLink within a node is ~10x faster.
     kv_transfer_bandwidth_bytes_per_s: float = Field(default=50e9, gt=0)
-    kv_transfer_latency_s: float = Field(default=1e-4, ge=0)
+    # Finite: an infinite latency delivers no KV cache, and no request would finish.
+    kv_transfer_latency_s: float = Field(default=1e-4, ge=0, allow_inf_nan=False)
 
     def transfer_s(self, num_tokens: int, kv_bytes_per_token: float) -> float:
         """Seconds to move the KV cache of ``num_tokens`` tokens over the link."""

@@ -3,7 +3,8 @@
 A length config becomes a sampler through :func:`make_length_sampler`, which reads
 any file once (``empirical``); ``sample(rng, size)`` then returns ``size`` int64
 draws, each at least 1. Continuous draws are rounded to the nearest integer, then
-clipped to ``[min_tokens, max_tokens]`` (no ``max_tokens``: no upper bound).
+clipped to ``[min_tokens, max_tokens]`` (no ``max_tokens``: no upper bound). Their
+parameters are finite: an infinite one would put every length at a bound.
 """
 
 from __future__ import annotations
@@ -62,16 +63,16 @@ class NormalLength(_Bounded):
     """Normal(mean_tokens, std_tokens), rounded, then clipped to the bounds."""
 
     kind: Literal["normal"] = "normal"
-    mean_tokens: float = Field(gt=0)
-    std_tokens: float = Field(ge=0)
+    mean_tokens: float = Field(gt=0, allow_inf_nan=False)
+    std_tokens: float = Field(ge=0, allow_inf_nan=False)
 
 
 class LognormalLength(_Bounded):
     """``median_tokens * exp(sigma * Z)``, Z standard normal; rounded, clipped."""
 
     kind: Literal["lognormal"] = "lognormal"
-    median_tokens: float = Field(gt=0)
-    sigma: float = Field(ge=0)
+    median_tokens: float = Field(gt=0, allow_inf_nan=False)
+    sigma: float = Field(ge=0, allow_inf_nan=False)
 
 
 class ExponentialLength(_Bounded):
@@ -83,7 +84,7 @@ class ExponentialLength(_Bounded):
     """
 
     kind: Literal["exponential"] = "exponential"
-    mean_tokens: float = Field(gt=0)
+    mean_tokens: float = Field(gt=0, allow_inf_nan=False)
 
 
 class EmpiricalLength(Frozen):

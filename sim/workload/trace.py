@@ -102,6 +102,15 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
                             f"{path}, line {line}: missing value in column {column!r}"
                         )
                     cells.append(cell)
+                # A cell more or less than the header (an unquoted '1,200') shifts the
+                # cells after it into the wrong columns: refuse it rather than read it.
+                width = len(row)
+                while width > len(names) and not row[width - 1].strip():
+                    width -= 1  # trailing empty cells ('a,b,c,') hold nothing to shift
+                if width != len(names):
+                    raise ConfigError(
+                        f"{path}, line {line}: {width} cells, the header has {len(names)} columns"
+                    )
                 line_numbers.append(line)
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None

@@ -23,8 +23,12 @@ class BatchSettings(Frozen):
     """How a batch forms, shared by static and dynamic batching."""
 
     max_batch_size: int = Field(default=8, ge=1, description="requests per batch at most")
+    # Finite: a batch short of max_batch_size would wait forever, the run never ending.
     max_wait_s: float = Field(
-        default=0.0, ge=0.0, description="longest the oldest request waits for a full batch"
+        default=0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="longest the oldest request waits for a full batch",
     )
 
     def step_seq_bound(self) -> int:

@@ -12,7 +12,8 @@ parameter (``hash_block_tokens``), 512 as published.
 The ids reach the prefix cache as each request's ``block_hash_ids``
 (``sim.engine.kv_blocks``): a replay with ``engine.enable_prefix_caching``
 hits exactly the prefixes the trace shares. A line with more ids than its
-prompt has blocks is an error, as is a malformed line (named by number).
+prompt has blocks is an error, as is a malformed line or one with a field of
+another name (a misspelt ``hash_ids`` would share nothing), each named by number.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ def read_mooncake(path: Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) ->
         for field in FIELDS:
             if field not in row:
                 raise ConfigError(f"{where}: missing field {field}")
+        for field in row:
+            if field not in (*FIELDS, "hash_ids"):
+                # A misspelt 'hash_ids' would replay the line sharing no prefix.
+                raise ConfigError(
+                    f"{where}: unknown field {field!r} (a line holds {', '.join(FIELDS)}"
+                    " and hash_ids)"
+                )
         times.append(whole_number(row["timestamp"], where, "timestamp", 0) / 1e3)
         prompts.append(whole_number(row["input_length"], where, "input_length", 1))
         outputs.append(whole_number(row["output_length"], where, "output_length", 1))
