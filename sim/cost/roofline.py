@@ -23,6 +23,9 @@ overlapped by the cost factory. An empty step costs 0 s. Small decode batches
 are memory-bound (about weight bytes / effective bandwidth per step); long
 prefills are compute-bound.
 Activations are ignored: they stay on chip or are small next to weights and KV.
+Nor is the sampler priced (vLLM's, per sequence: about ``10 B x vocab`` moved
+and a fixed launch cost, docs/kernels.md), nor a tensor-parallel replica's
+logits all-gather (per sequence): the kernel tables price both.
 
 ``ModelSpec.dense_flops_per_token`` (``layer_flops_per_token`` plus
 ``lm_head_flops_per_token``) and ``weight_bytes`` say what the model's layers,
