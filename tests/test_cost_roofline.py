@@ -63,9 +63,11 @@ def test_is_a_cost_model_with_a_readable_label() -> None:
 def test_compute_and_memory_by_hand() -> None:
     shape = StepShape.build(prefill_chunks=[(100, 50)], decode_context_tokens=[10, 30])
     tokens = 102
-    flops = LLAMA_8B.dense_flops_per_token * tokens + (
-        4 * 32 * 32 * 128 * ((100 * 50 + 100 * 101 // 2) + 40)
-    )
+    # The layers at every token, the LM head (hidden 4096 x vocab 128256) at one
+    # position a sequence (vLLM's logits_indices): the chunk's last token, each decode.
+    head = 2.0 * 4096 * 128256
+    layers = LLAMA_8B.dense_flops_per_token - head
+    flops = layers * tokens + head * 3 + 4 * 32 * 32 * 128 * ((100 * 50 + 100 * 101 // 2) + 40)
     kv_bytes = 131072 * ((150 + 40) + tokens)
     assert COST.compute_s(shape) == pytest.approx(flops / effective_flops(H100), rel=1e-12)
     assert COST.memory_s(shape) == pytest.approx(
@@ -97,8 +99,9 @@ def test_large_prefill_is_compute_bound() -> None:
         cost = RooflineCost(LLAMA_8B, hw)
         shape = StepShape.build(prefill_chunks=[(8192, 0)])
         assert cost.compute_s(shape) > 2 * cost.memory_s(shape)
-        dense_s = 8192 * LLAMA_8B.dense_flops_per_token / effective_flops(hw)
-        assert cost.step_s(shape) >= dense_s
+        # The layers at 8192 tokens, the LM head at the last one (beside attention).
+        dense_flops = 8191 * LLAMA_8B.layer_flops_per_token + LLAMA_8B.dense_flops_per_token
+        assert cost.step_s(shape) >= dense_flops / effective_flops(hw)
 
 
 def test_decode_turns_compute_bound_at_large_batch() -> None:
@@ -290,3 +293,45 @@ def test_attention_makes_long_prefills_superlinear() -> None:
     short = cost.step_s(StepShape.build(prefill_chunks=[(4096, 0)]))
     long = cost.step_s(StepShape.build(prefill_chunks=[(32768, 0)]))
     assert long > 8 * short
+
+
+def test_the_lm_head_runs_at_one_position_a_sequence() -> None:
+    # vLLM v1 computes logits at logits_indices = query_start_loc[1:] - 1: each
+    # scheduled sequence's last position, a chunk that does not finish its prompt
+    # too. So a chunk's extra tokens pay the layers only, and a second sequence
+    # pays one more LM head (hidden 4096 x vocab 128256). No attention: only dense FLOPs.
+    head_s = 2.0 * 4096 * 128256 / effective_flops(H100)
+    layers_s = (LLAMA_8B.dense_flops_per_token - 2.0 * 4096 * 128256) / effective_flops(H100)
+
+    def chunks(*sizes: int) -> StepShape:
+        return StepShape(num_prefill_seqs=len(sizes), num_prefill_tokens=sum(sizes))
+
+    assert COST.compute_s(chunks(1000)) == pytest.approx(1000 * layers_s + head_s, rel=1e-12)
+    assert COST.compute_s(chunks(500, 500)) == pytest.approx(
+        1000 * layers_s + 2 * head_s, rel=1e-12
+    )
+    # A decode's one token is its logits position: every decode pays the LM head.
+    decodes = StepShape(num_decode_seqs=64)
+    assert COST.compute_s(decodes) == pytest.approx(64 * (layers_s + head_s), rel=1e-12)
+    # The weights, the LM head's included, are read once a step either way.
+    assert COST.memory_s(chunks(1000)) == pytest.approx(
+        (LLAMA_8B.weight_bytes + 1000 * 131072) / effective_bandwidth(H100), rel=1e-12
+    )
+
+
+@given(cost=presets, num_seqs=st.integers(1, 4096), context=st.integers(0, 10**8))
+def test_a_decode_only_step_is_priced_as_every_token_with_its_lm_head(
+    cost: RooflineCost, num_seqs: int, context: int
+) -> None:
+    # A decode-only step has as many logits positions as tokens: the whole dense
+    # FLOPs of each, the formula before the LM head moved to one a sequence, to the bit.
+    shape = StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=context)
+    hw, model = cost.hardware, cost.model
+    compute = (
+        model.dense_flops_per_token / hw.effective_flops_per_s * num_seqs
+        + model.attention_flops_per_pair / hw.effective_flops_per_s * context
+    )
+    memory = model.weight_bytes / hw.effective_bytes_per_s + (
+        model.kv_bytes_per_token / hw.effective_bytes_per_s * (context + num_seqs)
+    )
+    assert cost.step_s(shape) == max(compute, memory)

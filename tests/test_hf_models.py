@@ -148,7 +148,11 @@ def test_the_roofline_prices_a_config_models_flops_and_bytes() -> None:
     pairs = 2048 * 2049 // 2  # one causal prompt of 2048 tokens
     prefill = StepShape(num_prefill_seqs=1, num_prefill_tokens=2048,
                         prefill_attention_pairs=pairs, prefill_kv_read_tokens=2048)  # fmt: skip
-    flops = model.dense_flops_per_token * 2048 + 4 * 12 * 12 * 64 * pairs
+    # The layers at all 2048 tokens, the LM head (hidden 768 x vocab 50272) at the
+    # prompt's last one only (vLLM's logits_indices: one position a request).
+    head = 2.0 * 768 * 50272
+    layers = model.dense_flops_per_token - head
+    flops = layers * 2048 + head + 4 * 12 * 12 * 64 * pairs
     assert cost.compute_s(prefill) == pytest.approx(
         flops / (h100.peak_flops_per_s * h100.compute_efficiency), rel=1e-12
     )

@@ -110,16 +110,17 @@ def test_it_thrashes_less_than_fcfs_under_kv_pressure(num_requests: int) -> None
     # go first, so victims return when memory has freed up. Prefix caching off (with
     # vLLM's default a victim re-reads its own cached blocks and FCFS barely thrashes)
     # and the 2048-token budget (vLLM's default below 70 GiB; with the H100 default of
-    # 8192 prompts finish in a step and neither policy preempts). At 2.5 req/s rather
+    # 8192 prompts finish in a step and neither policy preempts). At 2.6 req/s rather
     # than the file's 2: with the engine's CPU work hidden behind the GPU (async
     # scheduling, sim.cost.engine_cpu) steps are shorter, and at 2 req/s the pool
-    # runs short too rarely for either policy to thrash. Admission by the first
-    # chunk (vLLM <= 0.18): from 0.19 vLLM admits only a request whose whole
-    # prompt fits (scheduler_reserve_full_isl), which stops FCFS's thrashing too.
+    # runs short too rarely for either policy to thrash (2.5 until the roofline priced
+    # the LM head at one position a sequence: prefills ~4 % shorter, the load as much).
+    # Admission by the first chunk (vLLM <= 0.18): from 0.19 vLLM admits only a request
+    # whose whole prompt fits (scheduler_reserve_full_isl), which stops FCFS's thrashing too.
     path = SCENARIOS / "policies.yaml"
     overrides = [
         f"workload.num_requests={num_requests}",
-        "workload.arrival.rate_per_s=2.5",
+        "workload.arrival.rate_per_s=2.6",
         "engine.enable_prefix_caching=false",
         "scheduler.max_num_batched_tokens=2048",
         "scheduler.scheduler_reserve_full_isl=false",

@@ -1,6 +1,6 @@
 """One roofline class for one GPU and for a parallel replica; the loop's table takes only the first.
 
-``tabulate.roofline_of`` hands the compiled loop a roofline's four per-GPU constants,
+``tabulate.roofline_of`` hands the compiled loop a roofline's five per-GPU constants,
 from which the loop prices a step as max(compute, memory). A parallel replica's step
 adds 2 x layers all-reduces per micro-batch and its pipeline stages, which those
 constants do not hold: tabulated as one GPU, a tp-2 decode step would be priced short
@@ -50,7 +50,7 @@ def test_the_one_gpu_price_would_miss_a_parallel_steps_all_reduces() -> None:
     parallel = RooflineCost(LLAMA, H100, TP2)
     num_seqs = 8
     shape = StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=num_seqs * 1000)
-    # What the loop's four constants give: one GPU's share of the FLOPs and bytes.
+    # What the loop's five constants give: one GPU's share of the FLOPs and bytes.
     one_gpu_s = max(parallel.compute_s(shape), parallel.memory_s(shape))
     message_bytes = num_seqs * LLAMA.hidden_size * activation_dtype_bytes(LLAMA)
     all_reduces_s = 2 * LLAMA.num_layers * collective_s("all_reduce", message_bytes, 2, TP2.link)

@@ -75,6 +75,10 @@ def test_small_spec_counts_by_hand() -> None:
     assert spec.weight_bytes == 1352 * 2.0
     assert spec.kv_bytes_per_token == 2 * 2 * 2 * 2 * 2.0
     assert spec.dense_flops_per_token == 2 * 1192 + 2 * 8 * 10
+    # The layers' part and the LM head's (hidden 8 x vocab 10), which the roofline
+    # prices at different counts (every token; one position a sequence).
+    assert spec.layer_flops_per_token == 2 * 1192
+    assert spec.lm_head_flops_per_token == 2 * 8 * 10
     assert spec.attention_flops_per_pair == 4 * 2 * 4 * 2
 
 

@@ -27,7 +27,7 @@ import pytest
 from sim import api
 from sim.cost.base import StepShape
 from sim.cost.roofline import RooflineCost
-from sim.cost.speculative import speculative_step_cost
+from sim.cost.speculative import eagle_head, speculative_step_cost
 from sim.hardware.specs import hardware_preset, model_preset
 from sim.scenario import scenario_from_dict
 
@@ -127,3 +127,22 @@ def test_a_mixed_step_runs_the_proposer_over_its_prefill_and_its_decodes() -> No
     prefill = StepShape.build([(512, 0)])
     assert proposer_s(mixed) > proposer_s(decodes)
     assert proposer_s(mixed) > proposer_s(prefill)
+
+
+def test_the_first_pass_computes_logits_at_one_position_a_request() -> None:
+    """vLLM's first proposer pass runs the head's layer over every token but its LM
+    head at ``token_indices_to_sample`` only (one position a request, eagle.py
+    ``SpecDecodeBaseProposer.propose``). Seen failing when the roofline priced the LM
+    head (hidden 4096 x vocab 128256) at every token: 3.4 times this pass."""
+    cost = speculative_step_cost(RooflineCost(LLAMA, H100), LLAMA, H100, 1, "eagle")
+    head = eagle_head(LLAMA, "eagle")
+    lm_head = 2.0 * 4096 * 128256
+    layers = head.dense_flops_per_token - lm_head
+    # Two prompts' chunks of 2,048 tokens, attention left out: compute-bound.
+    shape = StepShape(num_prefill_seqs=2, num_prefill_tokens=4096, prefill_kv_read_tokens=4096)
+    compute_s = (4096 * layers + 2 * lm_head) / H100.effective_flops_per_s
+    memory_s = (head.weight_bytes + 2 * 4096 * head.kv_bytes_per_token) / (
+        H100.effective_bytes_per_s
+    )
+    assert compute_s > memory_s
+    assert cost.draft_s(shape) == pytest.approx(compute_s, rel=1e-12)

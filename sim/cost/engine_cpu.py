@@ -26,10 +26,10 @@ from sim.cost.base import CostModel, StepShape
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 # The coefficients' slots in a price array: ``EngineCpuCost``'s list, and the compiled
-# loop's ``cost`` array (``sim.cost.tabulate``: after a roofline's four constants).
-CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 4, 5, 6
-CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 7, 8
-NUM_COSTS = 9
+# loop's ``cost`` array (``sim.cost.tabulate``: after a roofline's five constants).
+CPU_PER_STEP_S, CPU_PER_SEQ_S, CPU_PER_TOKEN_S = 5, 6, 7
+CPU_NON_OVERLAPPED_S, CPU_ASYNC_SCHEDULING = 8, 9
+NUM_COSTS = 10
 
 
 def with_cpu_s(cost: Any, gpu_s: float, num_seqs: int, num_tokens: int) -> float:

@@ -3,7 +3,10 @@
 For a step of shape ``s`` on model ``m`` and hardware ``h``::
 
     tokens    = s.num_prefill_tokens + s.num_decode_seqs                      [tokens]
-    flops     = m.dense_flops_per_token * tokens                              [FLOP]
+    seqs      = s.num_prefill_seqs + s.num_decode_seqs   (one logits position each)
+    flops     = m.dense_flops_per_token * seqs                 layers + LM head [FLOP]
+              + m.layer_flops_per_token
+                  * (s.num_prefill_tokens - s.num_prefill_seqs)     layers only [FLOP]
               + 4 * layers * heads * head_dim
                   * (s.prefill_attention_pairs + s.num_decode_context_tokens) [FLOP]
     bytes     = m.weight_bytes                      (every weight read once)  [B]
@@ -20,9 +23,23 @@ overlapped by the cost factory. An empty step costs 0 s. Small decode batches
 are memory-bound (about weight bytes / effective bandwidth per step); long
 prefills are compute-bound.
 Activations are ignored: they stay on chip or are small next to weights and KV.
+Nor is the sampler priced (vLLM's, per sequence: about ``10 B x vocab`` moved
+and a fixed launch cost, docs/kernels.md), nor a tensor-parallel replica's
+logits all-gather (per sequence): the kernel tables price both.
 
-``ModelSpec.dense_flops_per_token`` and ``weight_bytes`` say what the model's
-layers, MLP kind and LM head count. A sliding window is not applied: attention
+``ModelSpec.dense_flops_per_token`` (``layer_flops_per_token`` plus
+``lm_head_flops_per_token``) and ``weight_bytes`` say what the model's layers,
+MLP kind and LM head count. The LM head runs at one position a sequence, not
+at every token, as vLLM v1 runs it: ``vllm/v1/worker/gpu_model_runner.py``
+(0.19.0), ``GPUModelRunner._prepare_inputs`` sets ``logits_indices =
+query_start_loc[1:] - 1``, the last scheduled position of every request, and
+``execute_model`` computes ``compute_logits(hidden_states[logits_indices])``;
+a chunk that does not finish its prompt gets its logits too (vLLM samples and
+discards them). Its weights are still read once a step. A decode-only step
+is priced as ever (a decode's one token is its logits position). With drafts
+scheduled vLLM computes ``k + 1`` positions of a drafting request
+(``_calc_spec_decode_metadata``), where a verification's shape says one
+(docs/speculative.md). A sliding window is not applied: attention
 FLOPs and KV reads are full attention's, an over-estimate past the window (a
 step's shape keeps only sums of context lengths).
 
@@ -89,6 +106,7 @@ class RooflineCost:
         "_s_per_attention_pair",
         "_s_per_dense_token",
         "_s_per_kv_token",
+        "_s_per_layer_token",
         "_weight_s",
         "hardware",
         "model",
@@ -122,7 +140,9 @@ class RooflineCost:
         flops_per_s = hardware.effective_flops_per_s
         bytes_per_s = hardware.effective_bytes_per_s
         kv_share = kv_heads_per_gpu(model, tp) / model.num_kv_heads
+        # A token with logits (its layers and the LM head's), one without (layers only).
         self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
+        self._s_per_layer_token = model.layer_flops_per_token / tp / flops_per_s
         self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
         self._weight_s = model.weight_bytes / tp / bytes_per_s
         self._s_per_kv_token = model.kv_bytes_per_token * kv_share / bytes_per_s
@@ -137,9 +157,13 @@ class RooflineCost:
 
     def compute_s(self, shape: StepShape) -> float:
         """Seconds the step's FLOPs take at effective peak (a GPU's)."""
-        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        seqs = shape.num_prefill_seqs + shape.num_decode_seqs  # one logits position each
         pairs = shape.prefill_attention_pairs + shape.num_decode_context_tokens
-        return self._s_per_dense_token * tokens + self._s_per_attention_pair * pairs
+        return (
+            self._s_per_dense_token * seqs
+            + self._s_per_layer_token * (shape.num_prefill_tokens - shape.num_prefill_seqs)
+            + self._s_per_attention_pair * pairs
+        )
 
     def memory_s(self, shape: StepShape) -> float:
         """Seconds the step's weight and KV traffic take at effective bandwidth (a GPU's)."""
@@ -157,9 +181,15 @@ class RooflineCost:
         if tokens == 0:
             return 0.0
         context = shape.num_decode_context_tokens
+        # The LM head at one position a sequence, the layers at every token.
+        prefill_seqs = shape.num_prefill_seqs
+        seqs = prefill_seqs + shape.num_decode_seqs
+        headless = shape.num_prefill_tokens - prefill_seqs
         if self.parallelism is None:
-            compute = self._s_per_dense_token * tokens + self._s_per_attention_pair * (
-                shape.prefill_attention_pairs + context
+            compute = (
+                self._s_per_dense_token * seqs
+                + self._s_per_layer_token * headless
+                + self._s_per_attention_pair * (shape.prefill_attention_pairs + context)
             )
             memory = self._weight_s + self._s_per_kv_token * (
                 shape.prefill_kv_read_tokens + context + tokens
@@ -167,10 +197,11 @@ class RooflineCost:
             # A conditional expression is several times cheaper than calling max().
             return compute if compute > memory else memory
         # A parallel replica (the module's): m micro-batches through the stages.
-        m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
+        m = max(1, min(self._max_micro_batches, seqs))
         slots, comm, p2p = self._fixed_s(tokens, m)
         compute = (
-            self._s_per_dense_token * tokens
+            self._s_per_dense_token * seqs
+            + self._s_per_layer_token * headless
             + self._s_per_attention_pair * (shape.prefill_attention_pairs + context)
         ) / m
         memory = (

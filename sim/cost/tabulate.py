@@ -2,7 +2,7 @@
 
 ``tabulate(cost, max_num_seqs, max_tokens)`` is the one public way the speed
 paths (``sim.fast.compiled``) get a cost model's prices: three arrays, the
-``cost`` constants (a roofline's four, the engine CPU's five), the kernel
+``cost`` constants (a roofline's five, the engine CPU's five), the kernel
 ``tables`` and their ``layout`` (the slot indices below), for every step of up
 to ``max_num_seqs`` sequences and ``max_tokens`` tokens. A cost model it does
 not tabulate (``roofline_of`` and ``kernel_cost_of`` say None) is priced by its
@@ -58,7 +58,7 @@ from sim.cost.roofline import RooflineCost
 # Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
 # the engine's CPU work (sim.cost.engine_cpu's slots, CPU_PER_STEP_S on; a bare GPU
 # model's leave its prices unchanged to the bit: ``with_cpu_s``).
-S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN = 0, 1, 2, 3
+S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN, S_PER_LAYER_TOKEN = 0, 1, 2, 3, 4
 # The kernel tables' ``layout`` (its slots, and the functions that read it, in
 # ``sim.cost.kernels.price``): KernelCost's attention grids and skew fit, then the
 # per-token and per-sequence tables below.
@@ -94,6 +94,7 @@ def tabulate(cost: PlayedCost, max_num_seqs: int, max_tokens: int) -> PriceArray
         constants[S_PER_PAIR] = roofline._s_per_attention_pair
         constants[WEIGHT_S] = roofline._weight_s
         constants[S_PER_KV_TOKEN] = roofline._s_per_kv_token
+        constants[S_PER_LAYER_TOKEN] = roofline._s_per_layer_token
         tables, layout = np.zeros(0), np.zeros(LAYOUT_SIZE, dtype=np.int64)
         layout[KIND] = ROOFLINE
     else:

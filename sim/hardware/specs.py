@@ -198,15 +198,24 @@ class ModelSpec(Frozen):
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.kv_dtype_bytes
 
     @property
-    def dense_flops_per_token(self) -> float:
-        """Matmul FLOPs per token outside attention scores (2 per multiply-add).
+    def layer_flops_per_token(self) -> float:
+        """Matmul FLOPs per token of the transformer layers (2 per multiply-add): 2 x
+        non-embedding params (so a non-gated MLP's two GEMMs count two, a gated one's
+        three); embedding lookups (token and learned position) are free."""
+        return 2.0 * self.num_non_embedding_params
 
-        Layers contribute 2 x non-embedding params (so a non-gated MLP's two
-        GEMMs count two, a gated one's three); embedding lookups (token and
-        learned position) are free; the LM head is a hidden x vocab matmul
-        whether tied or not.
-        """
-        return 2.0 * self.num_non_embedding_params + 2.0 * self.hidden_size * self.vocab_size
+    @property
+    def lm_head_flops_per_token(self) -> float:
+        """FLOPs of the LM head per token whose logits are computed: a hidden x vocab
+        matmul, whether tied or not (vLLM computes them at one position a request a
+        step, not at every token: ``sim.cost.roofline``)."""
+        return 2.0 * self.hidden_size * self.vocab_size
+
+    @property
+    def dense_flops_per_token(self) -> float:
+        """Matmul FLOPs per token outside attention scores, the LM head's included: a
+        token whose logits are computed (its layers' and its LM head's)."""
+        return self.layer_flops_per_token + self.lm_head_flops_per_token
 
     @property
     def attention_flops_per_pair(self) -> float:

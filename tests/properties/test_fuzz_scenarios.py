@@ -506,11 +506,12 @@ def _interval(result: CapacitySearch | None) -> tuple[float | None, float | None
 @pytest.mark.xfail(
     strict=True,
     reason="capacity (issue 39, found by the fuzzer): with runs of 60 requests the served "
-    "check binds at 12 req/s for 3 replicas but 20 req/s for 2 (interval 11.0-12.0 below "
-    "16.4-20.0); the answer carries a caveat that the served check may be noise",
+    "check binds at 11 req/s for 3 replicas but 20 req/s for 2 (interval 10.0-11.0 below "
+    "18.0-20.0); the answer carries a caveat that the served check may be noise (seed 614: "
+    "623's, found first, no longer shows it since the roofline's LM head runs once a sequence)",
 )
 def test_found_three_replicas_get_less_capacity_than_two_on_short_runs(tmp_path: Path) -> None:
-    base = {**CAPACITY_BASE, "model": "llama-3-8b", "seed": 623}
+    base = {**CAPACITY_BASE, "model": "llama-3-8b", "seed": 614}
     two = _interval(_capacity({**base, "cluster": {"num_replicas": 2}}, tmp_path))
     three = _interval(_capacity({**base, "cluster": {"num_replicas": 3}}, tmp_path))
     assert two[0] is not None and three[1] is not None and three[1] >= two[0], (two, three)

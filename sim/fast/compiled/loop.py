@@ -49,6 +49,7 @@ from sim.cost.kernels.price import (  # the kernel tables' layout, and their pri
 from sim.cost.tabulate import (  # the constants' layout (``tabulate``)
     S_PER_DENSE_TOKEN,
     S_PER_KV_TOKEN,
+    S_PER_LAYER_TOKEN,
     S_PER_PAIR,
     WEIGHT_S,
 )
@@ -120,7 +121,12 @@ def step_s(
         layer = tables[layout[DENSE] + tokens] + attention
         gpu = layout[NUM_LAYERS] * layer + kernel_per_step_s(tables, layout, tokens, seqs)
     else:
-        compute = cost[S_PER_DENSE_TOKEN] * tokens + cost[S_PER_PAIR] * (pairs + context)
+        # RooflineCost.step_s: the LM head at one position a sequence, layers at every token.
+        compute = (
+            cost[S_PER_DENSE_TOKEN] * seqs
+            + cost[S_PER_LAYER_TOKEN] * (prefill_tokens - prefill_seqs)
+            + cost[S_PER_PAIR] * (pairs + context)
+        )
         memory = cost[WEIGHT_S] + cost[S_PER_KV_TOKEN] * (kv_read + context + tokens)
         gpu = compute if compute > memory else memory
     return with_cpu_s(cost, gpu, seqs, tokens)
