@@ -298,3 +298,27 @@ def test_the_rtx_pro_6000_link_matches_nccl_measured_on_those_cards() -> None:
     for message_bytes, measured_s in rows:
         priced_s = collective_s("all_reduce", message_bytes, 2, link)
         assert abs(priced_s / measured_s - 1) < 0.10, (message_bytes, priced_s, measured_s)
+
+
+def test_the_no_p2p_link_is_the_host_staged_hop_it_cites() -> None:
+    """``pcie5-no-p2p`` is the rate its source measured, recomputed as nccl-tests
+    computes it (``sim/hardware/links.toml``): all_reduce_perf on four RTX PRO 6000
+    Server cards, 33,554,432 bytes in 1.66 ms (algorithm bandwidth 20.2 GB/s), i.e.
+    bus bandwidth algbw x 2(n-1)/n = 30.3 GB/s by NCCL's default transport (SHM on
+    the ring's NODE hops), where forcing P2P on every hop gave 39.3 GB/s, the
+    P2P preset's rate. Two GPUs priced over it move a large message at that rate
+    (a ring over two moves each byte once), and slower than over the P2P preset."""
+    from sim.cost.collectives import collective_s
+    from sim.hardware.parallel import link_preset
+
+    message_bytes, num_gpus, time_s = 33_554_432, 4, 1.66e-3  # as the comment gives them
+    bus_bytes_per_s = message_bytes / time_s * 2 * (num_gpus - 1) / num_gpus
+    no_p2p, p2p = link_preset("pcie5-no-p2p"), link_preset("pcie5-rtxpro6000")
+    no_p2p_rate = no_p2p.bandwidth_bytes_per_s * no_p2p.efficiency
+    p2p_rate = p2p.bandwidth_bytes_per_s * p2p.efficiency
+    assert no_p2p_rate == pytest.approx(bus_bytes_per_s, rel=0.005)
+    assert p2p_rate == pytest.approx(39.3e9, rel=0.005)  # the same run with P2P
+    large_bytes = 256 << 20
+    priced_s = collective_s("all_reduce", large_bytes, 2, no_p2p)
+    assert large_bytes / priced_s == pytest.approx(no_p2p_rate, rel=0.01)
+    assert priced_s > collective_s("all_reduce", large_bytes, 2, p2p)
