@@ -370,3 +370,27 @@ def test_sweep_jobs_with_the_ray_executor_is_refused() -> None:
     # --workers already said so).
     with pytest.raises(ConfigError, match=r"^--jobs applies to --executor local"):
         check_executor("ray", 2, None)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "source"),
+    [
+        ("scenarios/mooncake_trace.yaml", "hash_ids"),
+        ("scenarios/prefix_caching.yaml", "workload.prefix_groups"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_save_trace_of_requests_sharing_prefixes_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, scenario: str, source: str, suffix: str
+) -> None:
+    # Before: the trace was written with lengths and times only, and a replay of it
+    # shared no prefix (its prefix cache hit nothing), silently.
+    trace = tmp_path / f"t{suffix}"
+    sets = [
+        "--set",
+        "workload.max_requests=5" if "mooncake" in scenario else "workload.num_requests=5",
+    ]
+    message = run_error(capsys, tmp_path, scenario, *sets, "--save-trace", str(trace))
+    assert message.startswith(f"--save-trace {trace}: the requests share prompt prefixes"), message
+    assert source in message, message
+    assert not trace.exists()
