@@ -10,6 +10,9 @@ import yaml
 
 from sim.cli import main
 from sim.errors import ConfigError
+from sim.metrics.slo_targets import parse_targets
+from sim.planning.capacity import MIN_STEADY_REQUESTS, CapacitySearch, LoadKnob
+from sim.planning.capacity_report import to_json
 from sim.planning.sweep import load_sweep
 from sim.planning.sweep_exec import check_executor
 from sim.workload.trace import read_csv_columns
@@ -394,3 +397,20 @@ def test_save_trace_of_requests_sharing_prefixes_is_refused(
     assert message.startswith(f"--save-trace {trace}: the requests share prompt prefixes"), message
     assert source in message, message
     assert not trace.exists()
+
+
+def test_capacity_says_it_raises_a_short_run_and_records_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: runs of 10,000 requests for the --set's 100, without a word at run time
+    # or in capacity.json. --jobs 0 stops the search after the line is printed.
+    argv = ["capacity", "scenarios/chat.yaml", "--slo", "ttft_p99_ms=500", "-q"]
+    argv += ["--set", "workload.num_requests=100", "--jobs", "0", "--out", str(tmp_path / "c")]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"run length: {MIN_STEADY_REQUESTS} requests a run, raised from"), line
+    assert "the scenario's 100" in line and "--num-requests" in line, line
+    search = CapacitySearch(
+        LoadKnob("rate", "k", 1.0), tuple(parse_targets(["ttft_p99_ms=500"])), (0,)
+    )
+    assert to_json(search, None, "chat", run_length=line)["run_length"] == line
