@@ -414,3 +414,42 @@ def test_capacity_says_it_raises_a_short_run_and_records_it(
         LoadKnob("rate", "k", 1.0), tuple(parse_targets(["ttft_p99_ms=500"])), (0,)
     )
     assert to_json(search, None, "chat", run_length=line)["run_length"] == line
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "workload.arrival.rate_per_s=5",
+        "workload={kind: synthetic, num_requests: 5}",
+        "slo.ttft_ms=100",
+        "frontend.detokenize_s_per_token=0.001",
+        "cluster.num_replicas=2",
+        "seed=3",
+    ],
+)
+def test_cost_breakdown_refuses_a_set_the_step_price_never_reads(
+    capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    # Before: the step was priced as without the --set, which changed nothing, silently.
+    argv = ["cost-breakdown", "scenarios/chat.yaml", "--step", "512p", "--set", key]
+    message = one_line_error(capsys, argv)
+    name = key.partition("=")[0]
+    assert message.startswith(f"--set {name}: "), message
+    assert "one step's price" in message, message
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "parallelism.tensor_parallel_size=2",
+        "engine.block_size_tokens=32",
+        "scheduler.max_num_seqs=128",
+        "hardware=a100-80gb",
+        "name=other",
+    ],
+)
+def test_cost_breakdown_takes_a_set_the_step_price_may_read(
+    capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    argv = ["cost-breakdown", "scenarios/chat.yaml", "--step", "512p", "--set", key]
+    assert main(argv) == 0, capsys.readouterr().err
