@@ -10,6 +10,9 @@ import yaml
 
 from sim.cli import main
 from sim.errors import ConfigError
+from sim.metrics.slo_targets import parse_targets
+from sim.planning.capacity import MIN_STEADY_REQUESTS, CapacitySearch, LoadKnob
+from sim.planning.capacity_report import to_json
 from sim.planning.sweep import load_sweep
 from sim.planning.sweep_exec import check_executor
 from sim.workload.trace import read_csv_columns
@@ -370,3 +373,83 @@ def test_sweep_jobs_with_the_ray_executor_is_refused() -> None:
     # --workers already said so).
     with pytest.raises(ConfigError, match=r"^--jobs applies to --executor local"):
         check_executor("ray", 2, None)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "source"),
+    [
+        ("scenarios/mooncake_trace.yaml", "hash_ids"),
+        ("scenarios/prefix_caching.yaml", "workload.prefix_groups"),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_save_trace_of_requests_sharing_prefixes_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, scenario: str, source: str, suffix: str
+) -> None:
+    # Before: the trace was written with lengths and times only, and a replay of it
+    # shared no prefix (its prefix cache hit nothing), silently.
+    trace = tmp_path / f"t{suffix}"
+    sets = [
+        "--set",
+        "workload.max_requests=5" if "mooncake" in scenario else "workload.num_requests=5",
+    ]
+    message = run_error(capsys, tmp_path, scenario, *sets, "--save-trace", str(trace))
+    assert message.startswith(f"--save-trace {trace}: the requests share prompt prefixes"), message
+    assert source in message, message
+    assert not trace.exists()
+
+
+def test_capacity_says_it_raises_a_short_run_and_records_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: runs of 10,000 requests for the --set's 100, without a word at run time
+    # or in capacity.json. --jobs 0 stops the search after the line is printed.
+    argv = ["capacity", "scenarios/chat.yaml", "--slo", "ttft_p99_ms=500", "-q"]
+    argv += ["--set", "workload.num_requests=100", "--jobs", "0", "--out", str(tmp_path / "c")]
+    assert main(argv) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"run length: {MIN_STEADY_REQUESTS} requests a run, raised from"), line
+    assert "the scenario's 100" in line and "--num-requests" in line, line
+    search = CapacitySearch(
+        LoadKnob("rate", "k", 1.0), tuple(parse_targets(["ttft_p99_ms=500"])), (0,)
+    )
+    assert to_json(search, None, "chat", run_length=line)["run_length"] == line
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "workload.arrival.rate_per_s=5",
+        "workload={kind: synthetic, num_requests: 5}",
+        "slo.ttft_ms=100",
+        "frontend.detokenize_s_per_token=0.001",
+        "cluster.num_replicas=2",
+        "seed=3",
+    ],
+)
+def test_cost_breakdown_refuses_a_set_the_step_price_never_reads(
+    capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    # Before: the step was priced as without the --set, which changed nothing, silently.
+    argv = ["cost-breakdown", "scenarios/chat.yaml", "--step", "512p", "--set", key]
+    message = one_line_error(capsys, argv)
+    name = key.partition("=")[0]
+    assert message.startswith(f"--set {name}: "), message
+    assert "one step's price" in message, message
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "parallelism.tensor_parallel_size=2",
+        "engine.block_size_tokens=32",
+        "scheduler.max_num_seqs=128",
+        "hardware=a100-80gb",
+        "name=other",
+    ],
+)
+def test_cost_breakdown_takes_a_set_the_step_price_may_read(
+    capsys: pytest.CaptureFixture[str], key: str
+) -> None:
+    argv = ["cost-breakdown", "scenarios/chat.yaml", "--step", "512p", "--set", key]
+    assert main(argv) == 0, capsys.readouterr().err

@@ -309,18 +309,18 @@ def test_cli_num_requests_overrides_each_workload_kind(tmp_path: Path) -> None:
     from sim.planning.capacity import run_length_overrides
 
     trace = str(SCENARIOS / "azure_trace.yaml")
-    assert run_length_overrides(trace, [], 50)[-1] == "workload.max_requests=50"
+    assert run_length_overrides(trace, [], 50).sets[-1] == "workload.max_requests=50"
     doc = md1_doc()
     doc["workload"].pop("num_requests")
     doc["workload"]["duration_s"] = 10.0
     path = tmp_path / "d.yaml"
     path.write_text(yaml.safe_dump(doc))
-    extra = run_length_overrides(str(path), [], 50)
+    extra = run_length_overrides(str(path), [], 50).sets
     assert extra == ["workload.num_requests=50", "workload.duration_s=null"]
     load_scenario(path, extra)  # still a valid scenario
     # No --num-requests: a workload sized by its duration keeps it (a count-sized one
     # runs at least MIN_STEADY_REQUESTS: tests/test_trust_capacity_length.py).
-    assert run_length_overrides(str(path), [], None) == []
+    assert run_length_overrides(str(path), [], None).sets == []
 
 
 def test_an_slo_at_the_unloaded_latency_searches_no_rate_the_clock_refuses(

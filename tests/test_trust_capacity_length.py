@@ -36,12 +36,12 @@ def _requests(path: str, sets: list[str]) -> Any:
 
 def test_the_default_run_is_long_enough_to_reach_steady_state() -> None:
     assert _requests(CHAT, []) < MIN_STEADY_REQUESTS  # chat.yaml's own 2,000 ...
-    raised = run_length_overrides(CHAT, [], None)  # ... raised
+    raised = run_length_overrides(CHAT, [], None).sets  # ... raised
     assert _requests(CHAT, raised) >= MIN_STEADY_REQUESTS
     # An explicit --num-requests is the user's choice, and a longer scenario stays as it is.
-    assert _requests(CHAT, run_length_overrides(CHAT, [], 1000)) == 1000
+    assert _requests(CHAT, run_length_overrides(CHAT, [], 1000).sets) == 1000
     longer = ["workload.num_requests=20000"]
-    assert _requests(CHAT, run_length_overrides(CHAT, longer, None)) == 20000
+    assert _requests(CHAT, run_length_overrides(CHAT, longer, None).sets) == 20000
 
 
 def test_a_closed_loop_keeps_its_own_length(tmp_path: Path) -> None:
@@ -56,7 +56,7 @@ def test_a_closed_loop_keeps_its_own_length(tmp_path: Path) -> None:
     }
     path = tmp_path / "closed.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert run_length_overrides(str(path), [], None) == []
+    assert run_length_overrides(str(path), [], None).sets == []
 
 
 def _record(completed: int) -> dict[str, Any]:

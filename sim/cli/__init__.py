@@ -124,7 +124,7 @@ def add_scenario_arguments(
         "--set",
         action="append",
         metavar="KEY=VALUE",
-        help="override a scenario field, e.g. --set workload.arrival.rate_per_s=8 (repeatable)",
+        help="override a scenario field, e.g. --set scheduler.max_num_seqs=128 (repeatable)",
     )
 
 

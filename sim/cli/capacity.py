@@ -49,9 +49,10 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         raise ConfigError("--gpu-price-per-hour must be > 0")
     if args.target_rate is not None:  # optional here: without it, no fleet
         check_target_rate(args.target_rate)
-    scenario = load_scenario(
-        args.scenario, run_length_overrides(args.scenario, args.set or [], args.num_requests)
-    )
+    run_length = run_length_overrides(args.scenario, args.set or [], args.num_requests)
+    scenario = load_scenario(args.scenario, run_length.sets)
+    if run_length.raised is not None:  # said before the runs: they take longer than asked
+        print(run_length.raised)
     out = out_folder(args.out, scenario.name)
     check_executor("local", args.jobs, None)  # --jobs, before any work
     max_num_sims = args.max_sims if args.max_sims is not None else MAX_LOADS * args.seeds
@@ -85,7 +86,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     print(format_points(result))
     given = args.gpu_price_per_hour is not None
     print(format_capacity(result, label, fleet, per_replica, price, model_error, price_given=given))
-    path = write_json(to_json(result, fleet, label, model_error), out)
+    path = write_json(to_json(result, fleet, label, model_error, run_length.raised), out)
     print(f"{result.num_sims} simulations in {elapsed_s:.1f} s; wrote {path}")
     return 0
 

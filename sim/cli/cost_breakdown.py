@@ -13,7 +13,8 @@ decoding the ops are the verification's, then the proposer's and the engine's
 extra work (``sim.cost.speculative``); an n-gram proposer that drafts with
 probability q < 1 gives every figure as its expectation over the binomial
 number of decodes that draft (``expected_breakdown``). A step the scenario's
-engine never runs is refused in one line (``step_problem``), not priced.
+engine never runs is refused in one line (``step_problem``), not priced, as is a
+``--set`` of a key the price never reads (``UNPRICED_KEYS``: the workload, ...).
 """
 
 from __future__ import annotations
@@ -44,6 +45,16 @@ if TYPE_CHECKING:
 
 # A decode term without "@KV": each sequence has this many tokens of context.
 DEFAULT_DECODE_CONTEXT_TOKENS = 1024
+# Scenario keys one step's price never reads (step_problem and the cost model read
+# model, hardware, cost, parallelism, quantization, scheduler, engine, speculative):
+# a --set under one would change nothing printed.
+UNPRICED_KEYS = {
+    "workload": "the run's traffic",
+    "slo": "the run's targets",
+    "frontend": "the frontend's per-request work, outside the engine's step",
+    "cluster": "the replicas around the engine",
+    "seed": "the run's random draws",
+}
 _GRAMMAR = "terms like 512p, 2x256p, 512p@4096, 60d or 60d@2048 joined by '+'"
 _TERM = re.compile(r"(?:(?P<count>\d+)x)?(?P<tokens>\d+)(?P<kind>[pd])(?:@(?P<at>\d+))?")
 
@@ -291,6 +302,14 @@ def format_breakdown(result: dict[str, Any]) -> str:
 
 def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
     shape = parse_step(args.step)  # before the scenario: a bad spec is the cheaper error
+    for item in args.set or ():
+        key = item.partition("=")[0].strip()
+        section = key.partition(".")[0]
+        if section in UNPRICED_KEYS:
+            raise ConfigError(
+                f"--set {key}: {section} is {UNPRICED_KEYS[section]}, which one step's price "
+                "never reads"
+            )
     scenario = load_scenario(args.scenario, args.set or ())
     problem = step_problem(args.step, scenario)
     if problem is not None:  # refused: no price for a step the engine never runs

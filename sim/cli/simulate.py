@@ -33,6 +33,7 @@ from sim.metrics.vllm_result import (
 )
 from sim.planning.profile_sweep import profile_sweep, write_phases
 from sim.scenario import BenchFlags, load_scenario
+from sim.workload.generate import shared_prefixes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -221,7 +222,7 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -
             raise ConfigError(f"{option} {path}: is the scenario being run; give another file")
         check_out_file(path, option)
     if args.save_trace is not None:
-        check_trace_path(args.save_trace)
+        check_trace_path(args.save_trace, shared_prefixes=shared_prefixes(scenario.workload))
     paths = [Path(path).absolute() for _, path in named]
     if len(set(paths)) < len(paths):
         raise ConfigError(f"{' and '.join(o for o, _ in named)}: give each its own file")

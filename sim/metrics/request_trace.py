@@ -25,13 +25,24 @@ TRACE_SUFFIXES = (".jsonl", ".csv")
 """What ``--save-trace`` writes, by the file's suffix: GuideLLM's format, servesim's."""
 
 
-def check_trace_path(path: str | Path, option: str = "--save-trace") -> Path:
-    """``path``, if its suffix names a format; a one-line error otherwise."""
+def check_trace_path(
+    path: str | Path, option: str = "--save-trace", shared_prefixes: str | None = None
+) -> Path:
+    """``path``, if its suffix names a format and the requests share no prompt prefix
+    (``shared_prefixes``: what makes them share one); a one-line error otherwise."""
     target = Path(path)
     if target.suffix.lower() not in TRACE_SUFFIXES:
         raise ConfigError(
             f"{option} {target}: name a .jsonl file (GuideLLM's trace format) "
             "or a .csv file (servesim's)"
+        )
+    if shared_prefixes is not None:
+        # Neither format written here has the ids: a replay would share no prefix.
+        raise ConfigError(
+            f"{option} {target}: the requests share prompt prefixes ({shared_prefixes}), "
+            "which neither GuideLLM's format nor servesim's csv keeps (a replay would share "
+            "none); a trace with prefix ids keeps them (Mooncake's hash_ids, a csv "
+            "hash_ids_column), which servesim does not write"
         )
     return target
 

@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -75,7 +75,15 @@ def check_target_rate(target_rate_per_s: float | None) -> None:
         raise ConfigError("--target-rate must be > 0 and finite (requests per second)")
 
 
-def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -> list[str]:
+class RunLength(NamedTuple):
+    """The ``--set`` overrides a capacity search runs with, the run length's among them;
+    ``raised``: the line saying the scenario's run was lengthened and why, else None."""
+
+    sets: list[str]
+    raised: str | None = None
+
+
+def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -> RunLength:
     """``--num-requests`` as the override its workload kind needs; by default the
     scenario's own length, at least ``MIN_STEADY_REQUESTS`` for a synthetic workload
     sized by a request count (a trace is as long as it is; closed loops build no backlog)."""
@@ -89,20 +97,26 @@ def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -
                 f"--num-requests {num_requests} and --set {key} both set the run's length; give one"
             )
     workload = load_scenario(path, sets).workload
+    raised = None
     if num_requests is None:
         if (
             workload.kind != "synthetic"
             or workload.num_requests is None
             or workload.num_requests >= MIN_STEADY_REQUESTS
         ):
-            return sets
+            return RunLength(sets)
         num_requests = MIN_STEADY_REQUESTS
+        raised = (
+            f"run length: {num_requests} requests a run, raised from the scenario's "
+            f"{workload.num_requests} (a shorter run ends before a server near saturation "
+            "builds its backlog: it reads capacity high); --num-requests N sets it"
+        )
     if workload.kind == "trace":
-        return [*sets, f"workload.max_requests={num_requests}"]
+        return RunLength([*sets, f"workload.max_requests={num_requests}"])
     extra = [f"workload.num_requests={num_requests}"]
     if workload.kind == "synthetic" and workload.duration_s is not None:
         extra.append("workload.duration_s=null")
-    return [*sets, *extra]
+    return RunLength([*sets, *extra], raised)
 
 
 def t95(dof: int) -> float:

@@ -232,8 +232,10 @@ def to_json(
     fleet: Fleet | None,
     scenario_label: str,
     model_error: ModelError | None = None,
+    run_length: str | None = None,
 ) -> dict[str, Any]:
-    """Everything the search did, for ``capacity.json`` (non-finite numbers as null)."""
+    """Everything the search did, for ``capacity.json`` (non-finite numbers as null);
+    ``run_length``: the line saying the runs were lengthened (``RunLength.raised``)."""
 
     def point_doc(p: LoadPoint) -> dict[str, Any]:
         return {
@@ -257,6 +259,7 @@ def to_json(
         "load_unit": search.knob.unit,
         "slo": {t.name: t.limit_ms for t in search.targets},
         "seeds": list(search.seeds),
+        "run_length": run_length,
         "capacity": search.estimate,
         "ci95_lower": search.interval[0] if has_interval(search) else None,
         "ci95_upper": search.interval[1] if has_interval(search) else None,

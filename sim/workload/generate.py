@@ -141,6 +141,18 @@ WorkloadConfig = Annotated[
 """Any workload, chosen by its ``kind`` (or a ``profile``, expanded into one)."""
 
 
+def shared_prefixes(workload: WorkloadConfig) -> str | None:
+    """What makes ``workload``'s requests share prompt prefixes (the setting, in words),
+    or None: a written-out trace of lengths and times alone would drop it."""
+    if workload.kind == "trace":
+        if workload.format == "mooncake":
+            return "the Mooncake trace's hash_ids"
+        if workload.hash_ids_column is not None:
+            return f"the trace's hash ids (workload.hash_ids_column {workload.hash_ids_column!r})"
+        return None
+    return "workload.prefix_groups" if workload.prefix_groups is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class RequestArrays:
     """An open-loop workload: request ``i`` arrives at ``arrival_s[i]`` seconds.
