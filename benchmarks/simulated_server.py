@@ -52,6 +52,17 @@ DEFAULT_SETS = (
     "workload.output_tokens.min_tokens=2",
     "workload.output_tokens.max_tokens=256",
 )
+
+
+def layered_sets(*layers: Sequence[str]) -> list[str]:
+    """``--set KEY=VALUE`` settings, a later layer's KEY replacing an earlier one's
+    (the faces refuse one KEY given twice with two values: the defaults above are
+    defaults, so a user's own ``--set`` of the same key replaces them)."""
+    by_key: dict[str, str] = {}
+    for layer in layers:
+        for setting in layer:
+            by_key[setting.partition("=")[0].strip()] = setting
+    return list(by_key.values())
 TARGET = 0.05  # relative error at p50 (issue 31)
 METRICS = ("median_ttft_ms", "median_tpot_ms", "p90_ttft_ms", "p90_tpot_ms")
 START_TIMEOUT_S = 60.0
@@ -151,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-default-sets", action="store_true", help="the scenario's own workload"
     )
     args = parser.parse_args(argv)
-    sets = [*([] if args.no_default_sets else DEFAULT_SETS), *args.set]
+    sets = layered_sets([] if args.no_default_sets else DEFAULT_SETS, args.set)
     server, url = start_server(args.scenario, sets)
     try:
         with tempfile.TemporaryDirectory() as folder:

@@ -476,13 +476,15 @@ def test_measure_endpoint_against_serve_simulate_end_to_end(tmp_path: Path) -> N
     # what must hold on any machine (counts, lengths, one chunk a token); how
     # close the latencies come to the prediction is the benchmark's to print.
     bench = load_benchmark("simulated_server")
-    sets = [
-        *bench.DEFAULT_SETS,
-        "workload.num_requests=30",
-        "workload.arrival.rate_per_s=20",
-        "workload.output_tokens.median_tokens=8",
-        "workload.output_tokens.max_tokens=16",
-    ]
+    sets = bench.layered_sets(
+        bench.DEFAULT_SETS,
+        [
+            "workload.num_requests=30",
+            "workload.arrival.rate_per_s=20",
+            "workload.output_tokens.median_tokens=8",
+            "workload.output_tokens.max_tokens=16",
+        ],
+    )
     server, url = bench.start_server(bench.SCENARIO, sets)
     try:
         summary = bench.measure(bench.SCENARIO, sets, url, tmp_path / "measured")
