@@ -35,13 +35,16 @@ BANDWIDTH = 3.35e12 * 0.8
 @pytest.mark.parametrize("num_seqs", [1, 32, 128])
 def test_an_eagle_step_pays_the_draft_bookkeeping_per_sequence(num_seqs: int) -> None:
     # The step less its other parts, each priced by hand or by its own model: the
-    # verification (the target over k + 1 tokens a sequence), the head's passes, 3
-    # passes of CPU, the rejection sampler's 3 x 4 B a logit over (k + 1) x vocab.
+    # verification (the target over k + 1 tokens a sequence, with its LM head at all
+    # of them), the head's passes, 3 passes of CPU, the rejection sampler's 3 x 4 B a
+    # logit over (k + 1) x vocab.
     cost = speculative_step_cost(TARGET, LLAMA, H100, 3, "eagle")
     context = num_seqs * 600
     shape = StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=context)
+    verify = cost.verify_shape(shape)
     others_s = (
-        TARGET.step_s(cost.verify_shape(shape))
+        TARGET.step_s(verify)
+        + TARGET.lm_head_rows_s(verify, 3 * num_seqs)
         + cost.draft_s(shape)
         + 3 * PROPOSER_CPU_S_PER_PASS
         + 12 * num_seqs * 4 * 128_256 / BANDWIDTH

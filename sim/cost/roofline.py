@@ -38,8 +38,9 @@ a chunk that does not finish its prompt gets its logits too (vLLM samples and
 discards them). Its weights are still read once a step. A decode-only step
 is priced as ever (a decode's one token is its logits position). With drafts
 scheduled vLLM computes ``k + 1`` positions of a drafting request
-(``_calc_spec_decode_metadata``), where a verification's shape says one
-(docs/speculative.md). A sliding window is not applied: attention
+(``_calc_spec_decode_metadata``), where a verification's shape says one:
+``sim.cost.speculative`` adds the other ``k`` rows' FLOPs (``lm_head_rows_s``,
+inside the step's max). A sliding window is not applied: attention
 FLOPs and KV reads are full attention's, an over-estimate past the window (a
 step's shape keeps only sums of context lengths).
 
@@ -107,6 +108,7 @@ class RooflineCost:
         "_s_per_dense_token",
         "_s_per_kv_token",
         "_s_per_layer_token",
+        "_s_per_lm_head_row",
         "_weight_s",
         "hardware",
         "model",
@@ -143,6 +145,7 @@ class RooflineCost:
         # A token with logits (its layers and the LM head's), one without (layers only).
         self._s_per_dense_token = model.dense_flops_per_token / tp / flops_per_s
         self._s_per_layer_token = model.layer_flops_per_token / tp / flops_per_s
+        self._s_per_lm_head_row = model.lm_head_flops_per_token / tp / flops_per_s
         self._s_per_attention_pair = model.attention_flops_per_pair / tp / flops_per_s
         self._weight_s = model.weight_bytes / tp / bytes_per_s
         self._s_per_kv_token = model.kv_bytes_per_token * kv_share / bytes_per_s
@@ -174,6 +177,21 @@ class RooflineCost:
             + shape.num_decode_seqs
         )
         return self._weight_s + self._s_per_kv_token * kv_tokens
+
+    def lm_head_rows_s(self, shape: StepShape, num_rows: int) -> float:
+        """Seconds ``num_rows`` more LM-head rows (logits positions) add to a step of
+        ``shape``: their FLOPs on top of the step's, hidden where it is memory-bound
+        (the head's weights are read once a step whatever its rows). A verification's
+        drafts are such rows (``sim.cost.speculative``)."""
+        extra = self._s_per_lm_head_row * num_rows
+        compute, memory = self.compute_s(shape), self.memory_s(shape)
+        if self.parallelism is None:
+            return max(compute + extra, memory) - max(compute, memory)
+        # Per micro-batch, in each of the pipeline's slots (``step_s``).
+        m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
+        slots = (m + self._pp - 1) / self._pp
+        memory = self._weight_s + (memory - self._weight_s) / m
+        return slots * (max((compute + extra) / m, memory) - max(compute / m, memory))
 
     def step_s(self, shape: StepShape) -> float:
         # compute_s and memory_s inlined: this runs millions of times per run.

@@ -8,7 +8,11 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
 - ``verify_s``: the target's forward pass with each decoding sequence a chunk
   of ``k + 1`` tokens after its context (``SpeculativeCost.verify_shape``; an
   n-gram miss comes as a one-token chunk, ``sim.engine.speculative``), priced
-  by the target's own cost model;
+  by the target's own cost model, plus the ``k`` LM-head rows of each drafting
+  sequence beyond the one a chunk's shape gives (vLLM computes logits at all
+  ``k + 1`` positions, ``_calc_spec_decode_metadata``): the target's own LM head
+  at those rows (``lm_head_rows_s`` of the roofline or the kernel tables; a fit
+  of whole steps has no LM head to add them to);
 - ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over
   every token the step computed (the ``k + 1`` verified tokens of each decoding
   sequence and every prefill chunk), then ``k - 1`` one-token passes of every
@@ -51,6 +55,8 @@ from typing import Literal
 import numpy as np
 
 from sim.cost.base import CostModel, StepShape
+from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.kernels.cost import KernelCost
 from sim.cost.roofline import RooflineCost
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
@@ -186,6 +192,12 @@ class SpeculativeCost:
         self.draft = proposer.model
         self.vocab_size = vocab_size
         self.rejection_s_per_logit = rejection_s_per_logit
+        # The target's GPU model prices a verification's extra LM-head rows; a fit of
+        # whole steps (calibrated, fitted, linear) has no LM head to add rows to.
+        gpu = target.gpu if isinstance(target, EngineCpuCost) else target
+        self._lm_head_rows_s = (
+            gpu.lm_head_rows_s if isinstance(gpu, RooflineCost | KernelCost) else None
+        )
 
     @property
     def label(self) -> str:
@@ -209,6 +221,19 @@ class SpeculativeCost:
             + c * cached
             + n * c * (c + 1) // 2,
             prefill_kv_read_tokens=shape.prefill_kv_read_tokens + cached + c * n,
+        )
+
+    def verify_s(self, shape: StepShape) -> float:
+        """Seconds of the target's verification of a step of ``shape`` (a decode):
+        its forward pass over ``verify_shape``, whose LM head runs at one position
+        a sequence, plus the ``k`` more rows of each drafting sequence: vLLM computes
+        logits at all ``k + 1`` of its positions (``_calc_spec_decode_metadata``)."""
+        verify = self.verify_shape(shape)
+        target_s = self.target.step_s(verify)
+        if self._lm_head_rows_s is None:
+            return target_s
+        return target_s + self._lm_head_rows_s(
+            verify, self.num_draft_tokens * shape.num_decode_seqs
         )
 
     def draft_s(self, shape: StepShape) -> float:
@@ -281,7 +306,7 @@ class SpeculativeCost:
             rejection_s = self.rejection_s_per_logit * logits
             bookkeeping_s = DRAFT_BOOKKEEPING_S_PER_SEQ * n
         return StepParts(
-            verify_s=self.target.step_s(self.verify_shape(shape)),
+            verify_s=self.verify_s(shape),
             propose_gpu_s=self.draft_s(shape),
             propose_cpu_s=cpu_s,
             rejection_s=rejection_s,

@@ -293,14 +293,12 @@ class KernelCost:
             terms.append(term(name, "communication", "step", allreduce, embedding_allreduce_s))
             name = "logits_all_gather"
             terms.append(term(name, "communication", "step", "link", logits_all_gather_s))
+        terms.append(
+            term("lm_head", "gemm", "step", "measured", partial(_per_seq_s, self.lm_head_s))
+        )
         if lm_ops:
-            for name, grid in zip(("lm_head", "sampler"), lm_ops, strict=True):
-                kind: Kind = "gemm" if name == "lm_head" else "sampler"
-                terms.append(term(name, kind, "step", "measured", partial(_per_seq_s, grid)))
-        else:
-            n, k = self.shapes.lm_head
-            lm_head = partial(_per_seq_s, partial(self._gemm_at, n, k))
-            terms.append(term("lm_head", "gemm", "step", "measured", lm_head))
+            sampler = partial(_per_seq_s, lm_ops[1])
+            terms.append(term("sampler", "sampler", "step", "measured", sampler))
         if self.pp > 1:
 
             def pipeline_transfer_s(tokens: int, seqs: int) -> float:  # pp - 1 hops
@@ -330,6 +328,28 @@ class KernelCost:
 
     def _gemm_at(self, n: int, k: int, tokens: float) -> float:
         return self.gemm_s(float(tokens), n, k)
+
+    def lm_head_s(self, num_rows: float) -> float:
+        """The LM head's GEMM at ``num_rows`` logits rows: the per-sequence table's,
+        else the GEMM table's at the head's shape (the ``lm_head`` term, at a step's
+        sequences; a verification's drafts add rows, ``sim.cost.speculative``)."""
+        if self._lm_ops:
+            return self._lm_ops[0](float(num_rows))
+        n, k = self.shapes.lm_head
+        return self._gemm_at(n, k, num_rows)
+
+    def lm_head_rows_s(self, shape: StepShape, num_rows: int) -> float:
+        """Seconds ``num_rows`` more LM-head rows (logits positions) add to a step of
+        ``shape``: its one LM-head GEMM at the step's sequences plus those rows,
+        less at its sequences (a verification's drafts, ``sim.cost.speculative``);
+        never less than 0 s: a measured table need not rise at every row (the H100
+        aiconfigurator table's LM head at 1 row is 0.42 ms, at 4 rows 0.38 ms), and
+        more rows are never priced as a faster GEMM."""
+        seqs = shape.num_prefill_seqs + shape.num_decode_seqs
+        if not num_rows:
+            return 0.0
+        extra = self.lm_head_s(seqs + num_rows) - (self.lm_head_s(seqs) if seqs else 0.0)
+        return extra if extra > 0.0 else 0.0
 
     def dense_layer_s(self, num_tokens: int) -> float:
         """One layer's non-attention work for T tokens: the ``layer`` terms, in order."""
