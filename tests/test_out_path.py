@@ -121,7 +121,9 @@ def test_sweep_checks_out_and_options_before_its_banner(
     no_work: None, a_file: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     sweep = tmp_path / "sweep.yaml"
-    sweep.write_text(yaml.safe_dump({"name": "s", "scenario": CHAT, "grid": {"seed": [0]}}))
+    # (a grid of one point: seed may not be one, the sweep's seeds: field sets it)
+    grid = {"workload.arrival.rate_per_s": [5]}
+    sweep.write_text(yaml.safe_dump({"name": "s", "scenario": CHAT, "grid": grid}))
     one_line_exit_2(["sweep", str(sweep), "--out", str(a_file), "-q"], capsys, "is a file")
     out = str(tmp_path / "out")
     one_line_exit_2(["sweep", str(sweep), "--out", out, "--jobs", "0"], capsys, "--jobs")

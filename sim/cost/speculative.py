@@ -56,7 +56,7 @@ import numpy as np
 
 from sim.cost.base import CostModel, StepShape
 from sim.cost.engine_cpu import EngineCpuCost
-from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.config import kernel_cost_class
 from sim.cost.roofline import RooflineCost
 from sim.hardware.specs import HardwareSpec, ModelSpec
 
@@ -195,8 +195,11 @@ class SpeculativeCost:
         # The target's GPU model prices a verification's extra LM-head rows; a fit of
         # whole steps (calibrated, fitted, linear) has no LM head to add rows to.
         gpu = target.gpu if isinstance(target, EngineCpuCost) else target
+        kernels = kernel_cost_class()  # (None: no kernel tables were built)
         self._lm_head_rows_s = (
-            gpu.lm_head_rows_s if isinstance(gpu, RooflineCost | KernelCost) else None
+            gpu.lm_head_rows_s
+            if isinstance(gpu, RooflineCost) or (kernels and isinstance(gpu, kernels))
+            else None
         )
 
     @property

@@ -18,6 +18,7 @@ path: ``docs/dev/speed.md``, "Kernel tables in the loop".
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from sim.cost.engine_cpu import (
     NUM_COSTS,
     EngineCpuCost,
 )
-from sim.cost.kernels.cost import KernelCost
+from sim.cost.kernels.config import kernel_cost_class
 from sim.cost.kernels.expert_parallel import ACTIVATION_BYTES, ExpertParallelMoE
 from sim.cost.kernels.grid import Grid
 from sim.cost.kernels.ops import expected_active_experts
@@ -55,6 +56,9 @@ from sim.cost.kernels.price import (
 )
 from sim.cost.roofline import RooflineCost
 
+if TYPE_CHECKING:  # loaded where kernel tables are built (kernel_cost_of)
+    from sim.cost.kernels.cost import KernelCost
+
 # Roofline constants (``cost`` array, float64), by index (sim.cost.roofline), then
 # the engine's CPU work (sim.cost.engine_cpu's slots, CPU_PER_STEP_S on; a bare GPU
 # model's leave its prices unchanged to the bit: ``with_cpu_s``).
@@ -64,7 +68,7 @@ S_PER_DENSE_TOKEN, S_PER_PAIR, WEIGHT_S, S_PER_KV_TOKEN, S_PER_LAYER_TOKEN = 0, 
 # per-token and per-sequence tables below.
 
 # The cost models tabulated (``roofline_of``, ``kernel_cost_of``).
-PlayedCost = RooflineCost | KernelCost | EngineCpuCost
+PlayedCost: TypeAlias = "RooflineCost | KernelCost | EngineCpuCost"
 # (``cost`` constants, kernel ``tables``, ``layout``): the arrays a compiled loop reads.
 PriceArrays = tuple[FloatArray, FloatArray, IntArray]
 
@@ -111,7 +115,8 @@ def kernel_cost_of(cost: object) -> KernelCost | None:
     """The kernel tables that price ``cost``'s GPU work, bare or inside exactly an
     ``EngineCpuCost`` (a subclass may price otherwise: not played); else None."""
     gpu = cost.gpu if type(cost) is EngineCpuCost else cost
-    return gpu if type(gpu) is KernelCost else None
+    kind = kernel_cost_class()  # (None: no kernel tables were built)
+    return cast("KernelCost", gpu) if kind is not None and type(gpu) is kind else None
 
 
 def max_step_tokens(max_num_batched_tokens: int, max_num_seqs: int, longest_tokens: int) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import cast
 
 from sim.errors import ConfigError
 from sim.fast.feed import FedReplica, Feed, feedable, pool_feeds, take_feeds
@@ -96,8 +97,8 @@ class FastSimulation(Simulation):
 
             cost = replica_config.cost
             if path.why_not(cores, cost, replica_config.skip_ahead, work) is None:
-                assert isinstance(cost, path.PlayedCost)
-                if path.run_compiled(cores, cost, work, frontend, loop, progress.tick):
+                played = cast("path.PlayedCost", cost)  # why_not checked its kind
+                if path.run_compiled(cores, played, work, frontend, loop, progress.tick):
                     raw = self.result()  # the cores hold the run's logs
                     raw.accelerator = "compiled loop"
                     return raw

@@ -20,6 +20,7 @@ ones the user sees.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import cast
 
 import numpy as np
 
@@ -118,8 +119,8 @@ class RunEnds:
             # A decode step's tokens are its sequences.
             if kernel is None or tabulate.why_not(kernel, max_num_seqs, max_num_seqs):
                 return None
-        assert isinstance(cost, tabulate.PlayedCost)
-        constants, tables, layout = tabulate.tabulate(cost, max_num_seqs, max_num_seqs)
+        played = cast("tabulate.PlayedCost", cost)  # a roofline or kernel tables, as checked
+        constants, tables, layout = tabulate.tabulate(played, max_num_seqs, max_num_seqs)
         return constants.tolist(), tables.tolist(), layout.tolist()
 
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sim.config import FloatArray
 from sim.cost.label import cost_model_tag
+
+if TYPE_CHECKING:  # a name for annotations only: sim.config loads pydantic, which the
+    # figure process must not (tests/test_cli_figure_data.py)
+    from sim.config import FloatArray
 
 LATENCY_CDF_PNG = "latency_cdf.png"
 TIMESERIES_PNG = "timeseries.png"

@@ -13,7 +13,7 @@ import io
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +24,6 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from sim.config import FloatArray
 from sim.metrics.figure_data import (
     LATENCY_CDF_PNG,
     NUM_WATERFALL_REQUESTS,
@@ -35,6 +34,10 @@ from sim.metrics.figure_data import (
     TimeseriesData,
     WaterfallData,
 )
+
+if TYPE_CHECKING:  # a name for annotations only: sim.config loads pydantic, which the
+    # figure process must not (tests/test_cli_figure_data.py)
+    from sim.config import FloatArray
 
 MAX_POINTS = 5000
 DPI = 120

@@ -9,10 +9,11 @@ with a line saying which tables it priced from, or why none (the first refusal).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal, cast
 
 from pydantic import Field, model_validator
 
@@ -129,6 +130,15 @@ def kernel_artifact_for(
         )
     data_dir = None if config.data_dir is None else anchored(config.data_dir, base_dir)
     return from_aiconfigurator(gpu, config.framework, config.version, data_dir)
+
+
+def kernel_cost_class() -> type[KernelCost] | None:
+    """``KernelCost`` if its module is loaded, else None. Kernel tables exist only once
+    it is (``build_kernels`` loads it where it builds them), so what asks "are these
+    kernel tables?" need not load it: a roofline run never does
+    (tests/test_cost_imports.py)."""
+    module = sys.modules.get("sim.cost.kernels.cost")
+    return None if module is None else cast("type[KernelCost]", module.KernelCost)
 
 
 def build_kernels(
