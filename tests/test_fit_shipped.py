@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,66 @@ def test_the_committed_cpu_runs_are_measure_folders_of_the_tiny_model(rate: int)
     run = load_measured_run(BLACKBOX / f"cpu-tiny-rate{rate}")
     check_run(run, "r", model_preset("tiny"), hardware_preset("cpu-2core"))
     assert run.meta["format"] == "servesim-measure" and len(run.requests) > 20
+
+
+# The public artifacts' names in docs/validation.md's tables.
+DOC_NAMES = {
+    "rtx4090-llama-3.1-8b": "RTX 4090 Llama-3.1-8B",
+    "rtxpro6000-llama-3.1-8b": "RTX PRO 6000 Llama-3.1-8B",
+    "rtxpro6000-qwen3-32b-tp2": "RTX PRO 6000 Qwen3-32B TP 2",
+}
+
+
+def _pct(errors: dict[str, float]) -> str:
+    """p50 / p90 / p99 as docs/validation.md writes them (one decimal, U+2212 minus)."""
+    return " / ".join(f"{errors[q]:+.1f}".replace("-", "\u2212") for q in ("p50", "p90", "p99"))
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_the_docs_tables_give_each_public_artifacts_own_figures(name: str) -> None:
+    # docs/validation.md, "Public vLLM runs": the held-out and in-sample rows are read
+    # from the committed artifacts, so a refit that leaves the page behind fails here.
+    doc = (ROOT / "docs" / "validation.md").read_text()
+    errors = json.loads((BLACKBOX / f"{name}.json").read_text())["errors"]
+
+    def fit(params: dict[str, float]) -> str:
+        return (
+            f"{params['step_overhead_s'] * 1e3:+.2f} ms, prefill \u00d7"
+            f"{params['prefill_multiplier']:.3f}, decode \u00d7{params['decode_multiplier']:.3f}"
+        )
+
+    (fold,) = errors["cross_validation"]
+    in_sample = errors["in_sample"]
+    for params, rows in (
+        (fold["parameters"], fold["held_out"]),
+        (in_sample["parameters"], in_sample["rows"]),
+    ):
+        ttft, tpot = rows
+        expected = (
+            f"| {DOC_NAMES[name]} | {fit(params)} | TTFT | {_pct(ttft['base_err_pct'])} % | "
+            f"{_pct(ttft['fitted_err_pct'])} % |\n"
+            f"| | | TPOT | {_pct(tpot['base_err_pct'])} % | {_pct(tpot['fitted_err_pct'])} % |"
+        )
+        assert expected in doc, expected
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_the_docs_engine_cpu_in_sample_rows_are_the_artifacts(name: str) -> None:
+    # docs/validation.md, "The engine's CPU work and the way in": the in-sample rows.
+    doc = (ROOT / "docs" / "validation.md").read_text()
+    written = json.loads((BLACKBOX / "engine-cpu" / f"{name}.json").read_text())
+    (coefficient,) = written["coefficients"]
+    assert coefficient["name"] == "non_overlapped_s"
+
+    def ms(value_s: float) -> str:
+        return "0" if value_s == 0 else f"{value_s * 1e3:.2f}"  # an interval's end at its bound
+
+    interval = f"[{ms(coefficient['low_s'])}, {ms(coefficient['high_s'])}]"
+    serial = f"serial {ms(coefficient['value_s'])} ms {interval}"
+    ttft, tpot = written["errors"]["in_sample"]["rows"]
+    expected = (
+        f"| {DOC_NAMES[name]} | {serial} | TTFT | {_pct(ttft['base_err_pct'])} % | "
+        f"{_pct(ttft['fitted_err_pct'])} % |\n"
+        f"| | | TPOT | {_pct(tpot['base_err_pct'])} % | {_pct(tpot['fitted_err_pct'])} % |"
+    )
+    assert expected in doc, expected
