@@ -63,6 +63,8 @@ def layered_sets(*layers: Sequence[str]) -> list[str]:
         for setting in layer:
             by_key[setting.partition("=")[0].strip()] = setting
     return list(by_key.values())
+
+
 TARGET = 0.05  # relative error at p50 (issue 31)
 METRICS = ("median_ttft_ms", "median_tpot_ms", "p90_ttft_ms", "p90_tpot_ms")
 START_TIMEOUT_S = 60.0
