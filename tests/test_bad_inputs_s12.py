@@ -68,6 +68,14 @@ def test_a_csv_row_with_trailing_empty_cells_is_read(tmp_path: Path) -> None:
     assert read_csv_columns(csv, ["a", "b"]).values == {"a": ["1", "3"], "b": ["2", "4"]}
 
 
+def test_a_header_with_a_trailing_comma_reads_its_rows(tmp_path: Path) -> None:
+    # A spreadsheet's export ends every line with a comma, the header's too: its last,
+    # empty name is no column, so neither '1,2' nor '1,2,' is a row of the wrong width.
+    csv = tmp_path / "t.csv"
+    csv.write_text("a,b,\n1,2,\n3,4\n")
+    assert read_csv_columns(csv, ["a", "b"]).values == {"a": ["1", "3"], "b": ["2", "4"]}
+
+
 def test_trace_requests_without_trace_is_refused(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -79,6 +79,11 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
             if header is None:
                 raise ConfigError(f"{path}: empty file, expected a header line")
             names = [name.strip() for name in header]
+            # A header's trailing empty names ('a,b,' from a spreadsheet's export) name
+            # no column: its rows are as wide as the names before them.
+            num_columns = len(names)
+            while num_columns > 0 and not names[num_columns - 1]:
+                num_columns -= 1
             indices: list[int] = []
             for column in columns:
                 if column not in names:
@@ -105,11 +110,11 @@ def read_csv_columns(path: Path, columns: Sequence[str]) -> CsvColumns:
                 # A cell more or less than the header (an unquoted '1,200') shifts the
                 # cells after it into the wrong columns: refuse it rather than read it.
                 width = len(row)
-                while width > len(names) and not row[width - 1].strip():
+                while width > num_columns and not row[width - 1].strip():
                     width -= 1  # trailing empty cells ('a,b,c,') hold nothing to shift
-                if width != len(names):
+                if width != num_columns:
                     raise ConfigError(
-                        f"{path}, line {line}: {width} cells, the header has {len(names)} columns"
+                        f"{path}, line {line}: {width} cells, the header has {num_columns} columns"
                     )
                 line_numbers.append(line)
     except FileNotFoundError:
