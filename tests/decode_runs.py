@@ -1,6 +1,6 @@
 """A run of decode steps priced two ways, for the cost tests.
 
-``run_prices`` takes a run's prices from ``sim.fast.run_ends.decode_run_s`` (what
+``run_prices`` takes a run's prices from ``sim.cost.base.decode_run_s`` (what
 skip-ahead sums where the public table does not cover a run); ``by_loop`` builds
 each step's shape by hand (step ``j``: every context ``j`` tokens longer) and
 prices it with ``step_s``.
@@ -13,8 +13,7 @@ from itertools import islice
 import numpy as np
 
 from sim.config import FloatArray
-from sim.cost.base import CostModel, StepShape
-from sim.fast.run_ends import decode_run_s
+from sim.cost.base import CostModel, StepShape, decode_run_s
 
 
 def run_prices(

@@ -417,7 +417,9 @@ def test_capacity_says_it_raises_a_short_run_and_records_it(
     assert main(argv) == 2
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith(f"run length: {MIN_STEADY_REQUESTS} requests a run, raised from"), line
-    assert "the scenario's 100" in line and "--num-requests" in line, line
+    # (the 100 is the --set's: the line says so, not "the scenario's 100")
+    assert "raised from 100 (the scenario's, with its --set" in line, line
+    assert "--num-requests" in line, line
     search = CapacitySearch(
         LoadKnob("rate", "k", 1.0), tuple(parse_targets(["ttft_p99_ms=500"])), (0,)
     )

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from test_cost_kernels_profile_moe import QWEN_MOE, moe_profile  # noqa: F401 (a fixture)
 
 from sim.cost import tabulate as kernels
-from sim.cost.base import CostModel, StepShape
+from sim.cost.base import CostModel, StepShape, decode_run_s
 from sim.cost.kernels import price
 from sim.cost.kernels.artifact import load_cached, resolve_kernel_artifact
 from sim.cost.kernels.cost import KernelCost
@@ -41,7 +41,7 @@ from sim.cost.kernels.llmservingsim import profile_artifact
 from sim.engine.core_config import CoreConfig
 from sim.engine.policies import ContinuousConfig
 from sim.fast.compiled import loop, path
-from sim.fast.run_ends import decode_run_s, ends_until_cut
+from sim.fast.run_ends import ends_until_cut
 from sim.hardware.specs import load_architecture
 from sim.serving.cluster import Cluster, ClusterConfig
 from sim.serving.replica_config import NO_FRONTEND, ReplicaConfig

@@ -1,5 +1,5 @@
 """Pricing a run's decode steps one at a time up to the cut (``ends_until_cut``,
-``sim.fast.run_ends.decode_run_s``): no step priced past the cut, and a whole
+``sim.cost.base.decode_run_s``): no step priced past the cut, and a whole
 kernel-table run the same with skip-ahead as step by step.
 
 ``tests/test_run_ends.py`` holds a run to a loop of ``step_s``, bit for bit.

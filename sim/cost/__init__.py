@@ -1,7 +1,9 @@
 """Cost models: pure functions from a step's shape to seconds.
 
 ``base`` holds ``StepShape`` and the ``CostModel`` protocol (``step_s(shape)``,
-the whole interface); ``tabulate`` the public table of step prices over shapes
+the whole interface), and ``decode_run_s``, consecutive decode steps priced by
+``step_s`` (a speculative proposer's passes; the fast path where no table holds
+the cost); ``tabulate`` the public table of step prices over shapes
 the speed paths read; ``config`` the
 scenario's ``cost:`` block, what ``kind: auto`` picks, and the factory; the
 models are ``linear``, ``roofline``, ``calibrated``, ``fitted`` and

@@ -9,6 +9,7 @@ prices through it (the speed paths' table of prices, ``sim.cost.tabulate``, hold
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple, Protocol, runtime_checkable
 
 
@@ -92,3 +93,29 @@ class CostModel(Protocol):
     def step_s(self, shape: StepShape) -> float:
         """Wall time of one step of this shape, in seconds (> 0 unless empty)."""
         ...
+
+
+def decode_run_s(
+    cost: CostModel,
+    num_seqs: int,
+    context_tokens: int,
+    max_context_tokens: int = 0,
+    min_context_tokens: int = 0,
+) -> Iterator[float]:
+    """``cost.step_s`` of consecutive decode-only steps, each priced when taken.
+
+    Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
+    ``context_tokens + j * num_seqs``, the longest ``max_context_tokens + j``
+    and the shortest ``min_context_tokens + j`` (every context grows by one a
+    step; 0, as in ``StepShape``: not given, an even batch). Endless: the
+    caller takes what it needs.
+    """
+    step_s = cost.step_s
+    new = tuple.__new__  # StepShape(...) without its Python-level __new__: one a step
+    context, longest, shortest = context_tokens, max_context_tokens, min_context_tokens
+    while True:
+        # No prefill; the decodes' count, summed, longest and shortest context.
+        yield step_s(new(StepShape, (0, 0, 0, 0, num_seqs, context, longest, shortest)))
+        context += num_seqs
+        longest += 1
+        shortest += 1

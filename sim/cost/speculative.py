@@ -54,7 +54,7 @@ from typing import Literal
 
 import numpy as np
 
-from sim.cost.base import CostModel, StepShape
+from sim.cost.base import CostModel, StepShape, decode_run_s
 from sim.cost.engine_cpu import EngineCpuCost
 from sim.cost.kernels.config import kernel_cost_class
 from sim.cost.roofline import RooflineCost
@@ -272,15 +272,9 @@ class SpeculativeCost:
         shortest = (
             shape.min_decode_context_tokens + k if alone and shape.min_decode_context_tokens else 0
         )
-        # Pass j (from 0) of the k - 1: every context (and both ends) j tokens longer.
-        rest = [
-            model.step_s(
-                StepShape(0, 0, 0, 0, num_seqs, context + j * num_seqs, longest + j, shortest + j)
-            )
-            for j in range(k - 1)
-        ]
+        rest = decode_run_s(model, num_seqs, context, longest, shortest)
         # numpy's sum (pairwise past 8 terms): the passes' seconds as ever summed.
-        return first + float(np.array(rest, np.float64).sum())
+        return first + float(np.fromiter(rest, np.float64, k - 1).sum())
 
     def parts_s(self, shape: StepShape) -> StepParts:
         """The step's time by part (with no decode: the target's, a model proposer's

@@ -19,13 +19,13 @@ ones the user sees.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import cast
 
 import numpy as np
 
 from sim.cost import tabulate
-from sim.cost.base import CostModel, StepShape
+from sim.cost.base import CostModel, StepShape, decode_run_s
 from sim.cost.engine_cpu import with_cpu_s  # the engine's CPU work, written once
 from sim.cost.kernels.price import (  # the kernel tables' layout, and their price
     ALLREDUCE,
@@ -122,32 +122,6 @@ class RunEnds:
         played = cast("tabulate.PlayedCost", cost)  # a roofline or kernel tables, as checked
         constants, tables, layout = tabulate.tabulate(played, max_num_seqs, max_num_seqs)
         return constants.tolist(), tables.tolist(), layout.tolist()
-
-
-def decode_run_s(
-    cost: CostModel,
-    num_seqs: int,
-    context_tokens: int,
-    max_context_tokens: int = 0,
-    min_context_tokens: int = 0,
-) -> Iterator[float]:
-    """``cost.step_s`` of consecutive decode-only steps, each priced when taken.
-
-    Step ``j`` (from 0) has ``num_seqs`` sequences whose contexts sum to
-    ``context_tokens + j * num_seqs``, the longest ``max_context_tokens + j``
-    and the shortest ``min_context_tokens + j`` (every context grows by one a
-    step; 0, as in ``StepShape``: not given, an even batch). Endless: the
-    caller takes what it needs.
-    """
-    step_s = cost.step_s
-    new = tuple.__new__  # StepShape(...) without its Python-level __new__: one a step
-    context, longest, shortest = context_tokens, max_context_tokens, min_context_tokens
-    while True:
-        # No prefill; the decodes' count, summed, longest and shortest context.
-        yield step_s(new(StepShape, (0, 0, 0, 0, num_seqs, context, longest, shortest)))
-        context += num_seqs
-        longest += 1
-        shortest += 1
 
 
 def ends_until_cut(

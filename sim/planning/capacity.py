@@ -107,8 +107,9 @@ def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -
             return RunLength(sets)
         num_requests = MIN_STEADY_REQUESTS
         raised = (
-            f"run length: {num_requests} requests a run, raised from the scenario's "
-            f"{workload.num_requests} (a shorter run ends before a server near saturation "
+            f"run length: {num_requests} requests a run, raised from "
+            f"{workload.num_requests} (the scenario's, with its --set; a shorter run ends "
+            "before a server near saturation "
             "builds its backlog: it reads capacity high); --num-requests N sets it"
         )
     if workload.kind == "trace":
