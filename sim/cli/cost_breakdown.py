@@ -37,7 +37,7 @@ from sim.cost.speculative import SpeculativeCost
 from sim.engine.scheduler import ContinuousSettings
 from sim.engine.speculative import speculative_cost
 from sim.errors import ConfigError
-from sim.scenario import load_scenario
+from sim.scenario import load_scenario, set_keys
 
 if TYPE_CHECKING:
     from sim.cost.base import CostModel
@@ -302,8 +302,7 @@ def format_breakdown(result: dict[str, Any]) -> str:
 
 def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
     shape = parse_step(args.step)  # before the scenario: a bad spec is the cheaper error
-    for item in args.set or ():
-        key = item.partition("=")[0].strip()
+    for key in set_keys(args.set):
         section = key.partition(".")[0]
         if section in UNPRICED_KEYS:
             raise ConfigError(

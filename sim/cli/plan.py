@@ -26,7 +26,7 @@ from sim.planning.plan_report import (
 )
 from sim.planning.pricing import parse_gpu_prices
 from sim.planning.sweep_exec import check_executor
-from sim.scenario import apply_overrides, load_scenario, read_yaml
+from sim.scenario import apply_overrides, load_scenario, read_yaml, set_keys
 
 if TYPE_CHECKING:
     from sim.planning.plan import Outcome, PlanResult
@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 def _cmd_plan(args: argparse.Namespace) -> int:
     targets = parse_targets(args.slo or [])
     check_asks(targets, args.target_rate, args.headroom)  # before any work
-    for item in args.set or ():
-        key = item.partition("=")[0].strip()
+    for key in set_keys(args.set):
         if key in ("workload.num_requests", "workload.duration_s"):
             # sim.planning.plan.plan writes each run's num_requests over the scenario's.
             raise ConfigError(

@@ -34,7 +34,7 @@ from sim.planning.plan_bound import (
 )
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
-from sim.scenario import Scenario, load_scenario, scenario_from_dict, set_dotted
+from sim.scenario import Scenario, load_scenario, scenario_from_dict, set_dotted, set_keys
 from sim.workload.arrivals import MAX_CLOCK_S
 from sim.workload.generate import generate_open_loop
 
@@ -89,8 +89,7 @@ def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -
     sized by a request count (a trace is as long as it is; closed loops build no backlog)."""
     if num_requests is not None and num_requests < 1:
         raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
-    for item in sets if num_requests is not None else ():
-        key = item.partition("=")[0].strip()
+    for key in set_keys(sets) if num_requests is not None else ():
         if key in ("workload.num_requests", "workload.max_requests", "workload.duration_s"):
             # The override below would come last and replace the --set's length.
             raise ConfigError(

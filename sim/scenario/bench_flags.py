@@ -10,12 +10,12 @@ each are tabled in docs/benchmark-tools.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.scenario.overrides import Overrides, dotted_items, set_dotted
+from sim.scenario.overrides import Overrides, set_dotted, set_keys
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 """vLLM's goodput SLO names (``--goodput NAME:MS``)."""
@@ -185,13 +185,9 @@ def apply_bench_flags(
     assignments = _assignments(flags, kind)
     # --num-prompts counts a synthetic workload's requests instead of its duration.
     removed = ["workload.duration_s"] if "workload.num_requests" in assignments else []
-    set_keys = (
-        [key for key, _ in dotted_items(overrides)]
-        if isinstance(overrides, Mapping)
-        else [item.partition("=")[0].strip() for item in overrides or ()]
-    )
+    given = set_keys(overrides)
     for key in [*assignments, *removed]:
-        for other in set_keys:
+        for other in given:
             if _overlaps(key, other):
                 raise ConfigError(f"--set {other} and a vllm bench flag both set {key}: give one")
     if removed and kind == "synthetic":

@@ -52,6 +52,14 @@ def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[s
     return items
 
 
+def set_keys(overrides: Overrides | None) -> list[str]:
+    """The dotted keys ``overrides`` set, in order: each ``--set``'s ``key`` (before its
+    ``=``), or a mapping's flattened keys. What refuses a key reads it here."""
+    if isinstance(overrides, Mapping):
+        return [key for key, _ in dotted_items(overrides)]
+    return [item.partition("=")[0].strip() for item in overrides or ()]
+
+
 def apply_overrides(doc: dict[str, Any], overrides: Overrides | None, source: str) -> None:
     """Apply ``overrides`` (strings or a mapping; None or empty: none) in place."""
     if not overrides:
