@@ -43,8 +43,7 @@ def test_an_eagle_step_pays_the_draft_bookkeeping_per_sequence(num_seqs: int) ->
     shape = StepShape(num_decode_seqs=num_seqs, num_decode_context_tokens=context)
     verify = cost.verify_shape(shape)
     others_s = (
-        TARGET.step_s(verify)
-        + TARGET.lm_head_rows_s(verify, 3 * num_seqs)
+        sum(TARGET.step_and_rows_s(verify, 3 * num_seqs))
         + cost.draft_s(shape)
         + 3 * PROPOSER_CPU_S_PER_PASS
         + 12 * num_seqs * 4 * 128_256 / BANDWIDTH

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sim.api.build import cost_model_for
 from sim.cost.base import StepShape
+from sim.cost.collectives import collective_s
 from sim.cost.config import AutoCostConfig, build_cost_model
 from sim.cost.engine_cpu import EngineCpu, EngineCpuConfig, EngineCpuCost
 from sim.cost.kernels.cost import KernelCost
@@ -18,10 +20,12 @@ from sim.cost.roofline import RooflineCost
 from sim.cost.speculative import speculative_step_cost
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import hardware_preset, load_architecture, model_preset
+from sim.scenario import load_scenario
 
 H100 = hardware_preset("h100")
 LLAMA = model_preset("llama-3.1-8b")
 PROFILE = Path(__file__).parent / "data" / "kernels" / "profile" / "bf16" / "tp1"
+PUBLIC = Path(__file__).parents[1] / "scenarios" / "public"
 
 
 def _decodes(num_seqs: int) -> StepShape:
@@ -95,3 +99,51 @@ def test_more_rows_never_make_a_measured_lm_head_cheaper() -> None:
     assert isinstance(cost, KernelCost)
     assert cost.lm_head_s(4) < cost.lm_head_s(1)  # (the premise)
     assert _extra_s(cost, 3, _decodes(1)) == 0.0
+
+
+@pytest.mark.parametrize(
+    "parallelism",
+    [
+        None,
+        ParallelismConfig(tensor_parallel_size=2, pipeline_parallel_size=2, num_micro_batches=4),
+    ],
+)
+def test_the_roofline_prices_a_verification_once_its_step_as_step_s(
+    parallelism: ParallelismConfig | None,
+) -> None:
+    # step_and_rows_s prices the step and its rows from one evaluation: its step is
+    # step_s's to the bit, compute- or memory-bound, whatever the rows.
+    target = RooflineCost(LLAMA, H100, parallelism)
+    for shape in (_decodes(1), _decodes(128), StepShape.build([(512, 100)], [300] * 8)):
+        for rows in (0, 3, 384):
+            step, _ = target.step_and_rows_s(shape, rows)
+            assert step == target.step_s(shape)
+        assert target.step_and_rows_s(shape, 0)[1] == 0.0
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_a_tp2_verification_gathers_the_logits_of_its_drafts_too(k: int) -> None:
+    # vLLM all-gathers every logits row it computed before sampling (0.19
+    # LogitsProcessor._gather_logits): at tp 2 a verification's rows beyond its
+    # shape's cost their LM-head GEMM and the gather at S + k S rows less at S,
+    # priced by NCCL's model over the link (Qwen3-32B: 75,968 columns a GPU, 2 B).
+    scenario = PUBLIC / "rtxpro6000_qwen3_32b_tp2_profile.yaml"
+    target = cost_model_for(load_scenario(scenario), PUBLIC)
+    gpu = target.gpu  # type: ignore[attr-defined]
+    assert isinstance(gpu, KernelCost) and gpu.tp == 2
+    num_seqs = 64
+    rows = num_seqs * (k + 1)
+
+    def gather_s(num_rows: int) -> float:
+        return collective_s("all_gather", num_rows * 75_968 * 2 * 2, 2, gpu.link)
+
+    # (The profile's GEMM is faster at 128 rows than at 64: floored at 0 s, the
+    # gather still added.)
+    gemm = max(0.0, gpu.lm_head_s(rows) - gpu.lm_head_s(num_seqs))
+    gather = gather_s(rows) - gather_s(num_seqs)
+    assert gather > 0
+    assert _extra_s(target, k, _decodes(num_seqs)) == pytest.approx(gemm + gather, rel=1e-12)
+    # One GPU of the same model's profile gathers nothing: its GEMM's rows alone.
+    one = KernelCost(load_architecture("llama-3.1-8b"), profile_artifact(PROFILE))
+    alone = one.lm_head_s(rows) - one.lm_head_s(num_seqs)
+    assert _extra_s(one, k, _decodes(num_seqs)) == pytest.approx(alone, rel=1e-12)

@@ -39,7 +39,7 @@ discards them). Its weights are still read once a step. A decode-only step
 is priced as ever (a decode's one token is its logits position). With drafts
 scheduled vLLM computes ``k + 1`` positions of a drafting request
 (``_calc_spec_decode_metadata``), where a verification's shape says one:
-``sim.cost.speculative`` adds the other ``k`` rows' FLOPs (``lm_head_rows_s``,
+``sim.cost.speculative`` adds the other ``k`` rows' FLOPs (``step_and_rows_s``,
 inside the step's max). A sliding window is not applied: attention
 FLOPs and KV reads are full attention's, an over-estimate past the window (a
 step's shape keeps only sums of context lengths).
@@ -170,28 +170,41 @@ class RooflineCost:
 
     def memory_s(self, shape: StepShape) -> float:
         """Seconds the step's weight and KV traffic take at effective bandwidth (a GPU's)."""
+        return self._weight_s + self._kv_s(shape)
+
+    def _kv_s(self, shape: StepShape) -> float:
+        """Seconds of the step's KV traffic (read and written) at effective bandwidth."""
         kv_tokens = (
             shape.prefill_kv_read_tokens
             + shape.num_decode_context_tokens
             + shape.num_prefill_tokens
             + shape.num_decode_seqs
         )
-        return self._weight_s + self._s_per_kv_token * kv_tokens
+        return self._s_per_kv_token * kv_tokens
 
-    def lm_head_rows_s(self, shape: StepShape, num_rows: int) -> float:
-        """Seconds ``num_rows`` more LM-head rows (logits positions) add to a step of
-        ``shape``: their FLOPs on top of the step's, hidden where it is memory-bound
-        (the head's weights are read once a step whatever its rows). A verification's
-        drafts are such rows (``sim.cost.speculative``)."""
+    def step_and_rows_s(self, shape: StepShape, num_rows: int) -> tuple[float, float]:
+        """``step_s(shape)`` and the seconds ``num_rows`` more LM-head rows (logits
+        positions) add to it, from one evaluation of the step's compute and memory:
+        the rows' FLOPs inside the step's max, hidden where it is memory-bound (the
+        head's weights are read once a step whatever its rows). A verification's
+        drafts are such rows (``sim.cost.speculative``). No logits all-gather is
+        priced for them, as none is for a step's own rows (the module docstring):
+        the kernel tables price it."""
+        tokens = shape.num_prefill_tokens + shape.num_decode_seqs
+        if tokens == 0:
+            return 0.0, 0.0
+        compute, kv = self.compute_s(shape), self._kv_s(shape)
         extra = self._s_per_lm_head_row * num_rows
-        compute, memory = self.compute_s(shape), self.memory_s(shape)
         if self.parallelism is None:
-            return max(compute + extra, memory) - max(compute, memory)
+            memory = self._weight_s + kv
+            step = compute if compute > memory else memory
+            return step, max(compute + extra, memory) - step
         # Per micro-batch, in each of the pipeline's slots (``step_s``).
         m = max(1, min(self._max_micro_batches, shape.num_prefill_seqs + shape.num_decode_seqs))
-        slots = (m + self._pp - 1) / self._pp
-        memory = self._weight_s + (memory - self._weight_s) / m
-        return slots * (max((compute + extra) / m, memory) - max(compute / m, memory))
+        slots, comm, p2p = self._fixed_s(tokens, m)
+        memory = self._weight_s + kv / m
+        bound = max(compute / m, memory)
+        return slots * (bound + comm) + p2p, slots * (max((compute + extra) / m, memory) - bound)
 
     def step_s(self, shape: StepShape) -> float:
         # compute_s and memory_s inlined: this runs millions of times per run.

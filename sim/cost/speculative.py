@@ -11,8 +11,9 @@ Every step in which sequences decode speculatively (``k`` draft tokens each,
   by the target's own cost model, plus the ``k`` LM-head rows of each drafting
   sequence beyond the one a chunk's shape gives (vLLM computes logits at all
   ``k + 1`` positions, ``_calc_spec_decode_metadata``): the target's own LM head
-  at those rows (``lm_head_rows_s`` of the roofline or the kernel tables; a fit
-  of whole steps has no LM head to add them to);
+  at those rows and, with tensor parallelism, their logits all-gather
+  (``step_and_rows_s`` of the roofline or the kernel tables, which prices the
+  step and its rows at once; a fit of whole steps has no LM head to add them to);
 - ``propose_gpu_s``: the proposer's ``k`` passes on the roofline, one over
   every token the step computed (the ``k + 1`` verified tokens of each decoding
   sequence and every prefill chunk), then ``k - 1`` one-token passes of every
@@ -55,7 +56,7 @@ from typing import Literal
 import numpy as np
 
 from sim.cost.base import CostModel, StepShape, decode_run_s
-from sim.cost.engine_cpu import EngineCpuCost
+from sim.cost.engine_cpu import EngineCpuCost, with_cpu_s
 from sim.cost.kernels.config import kernel_cost_class
 from sim.cost.roofline import RooflineCost
 from sim.hardware.specs import HardwareSpec, ModelSpec
@@ -192,12 +193,15 @@ class SpeculativeCost:
         self.draft = proposer.model
         self.vocab_size = vocab_size
         self.rejection_s_per_logit = rejection_s_per_logit
-        # The target's GPU model prices a verification's extra LM-head rows; a fit of
-        # whole steps (calibrated, fitted, linear) has no LM head to add rows to.
-        gpu = target.gpu if isinstance(target, EngineCpuCost) else target
+        # The target's GPU model prices a verification with its extra LM-head rows
+        # (the engine's CPU work, if any, then added by its one rule, ``with_cpu_s``);
+        # a fit of whole steps (calibrated, fitted, linear) has no LM head to add rows to.
+        cpu = target if isinstance(target, EngineCpuCost) else None
+        gpu = target if cpu is None else cpu.gpu
+        self._cpu_costs = None if cpu is None else cpu.costs
         kernels = kernel_cost_class()  # (None: no kernel tables were built)
-        self._lm_head_rows_s = (
-            gpu.lm_head_rows_s
+        self._step_and_rows_s = (
+            gpu.step_and_rows_s
             if isinstance(gpu, RooflineCost) or (kernels and isinstance(gpu, kernels))
             else None
         )
@@ -230,14 +234,18 @@ class SpeculativeCost:
         """Seconds of the target's verification of a step of ``shape`` (a decode):
         its forward pass over ``verify_shape``, whose LM head runs at one position
         a sequence, plus the ``k`` more rows of each drafting sequence: vLLM computes
-        logits at all ``k + 1`` of its positions (``_calc_spec_decode_metadata``)."""
+        logits at all ``k + 1`` of its positions (``_calc_spec_decode_metadata``),
+        and with tensor parallelism gathers them all (``step_and_rows_s``)."""
         verify = self.verify_shape(shape)
-        target_s = self.target.step_s(verify)
-        if self._lm_head_rows_s is None:
-            return target_s
-        return target_s + self._lm_head_rows_s(
-            verify, self.num_draft_tokens * shape.num_decode_seqs
-        )
+        if self._step_and_rows_s is None:
+            return self.target.step_s(verify)
+        # The step and its rows from one pricing of the verification (its GPU model's).
+        gpu_s, rows_s = self._step_and_rows_s(verify, self.num_draft_tokens * shape.num_decode_seqs)
+        tokens = verify.num_prefill_tokens + verify.num_decode_seqs
+        if self._cpu_costs is None or tokens == 0:
+            return gpu_s + rows_s
+        seqs = verify.num_prefill_seqs + verify.num_decode_seqs
+        return with_cpu_s(self._cpu_costs, gpu_s, seqs, tokens) + rows_s
 
     def draft_s(self, shape: StepShape) -> float:
         """Seconds of the proposer's GPU passes after a step of ``shape``, as vLLM's

@@ -338,18 +338,22 @@ class KernelCost:
         n, k = self.shapes.lm_head
         return self._gemm_at(n, k, num_rows)
 
-    def lm_head_rows_s(self, shape: StepShape, num_rows: int) -> float:
-        """Seconds ``num_rows`` more LM-head rows (logits positions) add to a step of
-        ``shape``: its one LM-head GEMM at the step's sequences plus those rows,
-        less at its sequences (a verification's drafts, ``sim.cost.speculative``);
-        never less than 0 s: a measured table need not rise at every row (the H100
-        aiconfigurator table's LM head at 1 row is 0.42 ms, at 4 rows 0.38 ms), and
-        more rows are never priced as a faster GEMM."""
+    def step_and_rows_s(self, shape: StepShape, num_rows: int) -> tuple[float, float]:
+        """``step_s(shape)`` and the seconds ``num_rows`` more LM-head rows (logits
+        positions) add to it (a verification's drafts, ``sim.cost.speculative``): its
+        one LM-head GEMM at the step's sequences plus those rows, less at its
+        sequences, never less than 0 s (a measured table need not rise at every row:
+        the H100 aiconfigurator table's LM head at 1 row is 0.42 ms, at 4 rows
+        0.38 ms, and more rows are never priced as a faster GEMM); and with tensor
+        parallelism the logits all-gather at those rows too, less at its sequences
+        (vLLM 0.19 ``LogitsProcessor._gather_logits`` gathers every row computed)."""
+        step = self.step_s(shape)
         seqs = shape.num_prefill_seqs + shape.num_decode_seqs
         if not num_rows:
-            return 0.0
-        extra = self.lm_head_s(seqs + num_rows) - (self.lm_head_s(seqs) if seqs else 0.0)
-        return extra if extra > 0.0 else 0.0
+            return step, 0.0
+        gemm = self.lm_head_s(seqs + num_rows) - (self.lm_head_s(seqs) if seqs else 0.0)
+        gather = self.logits_all_gather_s(seqs + num_rows) - self.logits_all_gather_s(seqs)
+        return step, (gemm if gemm > 0.0 else 0.0) + gather
 
     def dense_layer_s(self, num_tokens: int) -> float:
         """One layer's non-attention work for T tokens: the ``layer`` terms, in order."""
