@@ -12,6 +12,8 @@ dropped silently.
   required", or "num_replicas (1) must equal ... (4)").
 - ``--save-result``'s ``max_concurrent_requests`` was the peak at one instant, not
   vLLM's (the most requests in one whole second).
+- ``Result.spans(-1)`` / ``Result.trace(-2)`` drew all requests but the last few;
+  ``Result.trace(0)`` drew 100.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from scripted_backend import ScriptedBackend
 from test_http_routes import post
 from test_vllm_bench_face import run_cli, small
 
+from sim import api
 from sim.lab.controls import RATE_KEY, doc_for, scenario_for, values_of
 from sim.scenario import read_yaml
 
@@ -142,3 +145,17 @@ def test_the_result_json_s_peaks_are_vllm_s_per_second_buckets(tmp_path: Path) -
             requests[second] += 1
     assert doc["max_output_tokens_per_s"] == max(tokens)
     assert doc["max_concurrent_requests"] == max(requests)
+
+
+def test_a_negative_count_of_requests_to_draw_is_refused_and_zero_is_zero(
+    tmp_path: Path,
+) -> None:
+    # Result.spans(-1) took all requests but the last few (a slice's negative end),
+    # Result.trace(0) the default 100 requests (0 read as "not given").
+    result = api.run(small(tmp_path))
+    with pytest.raises(ValueError, match="num_requests must be >= 0, got -1"):
+        result.spans(-1)
+    with pytest.raises(ValueError, match="num_requests must be >= 0, got -2"):
+        result.trace(-2)
+    assert len(result.spans(0)) == 0
+    assert result.trace(0)["otherData"]["num_traced_requests"] == 0
