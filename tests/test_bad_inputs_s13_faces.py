@@ -29,7 +29,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
 from scripted_backend import ScriptedBackend
-from test_http_routes import post
+from test_http_routes import events, post
 from test_vllm_bench_face import run_cli, small
 
 from sim import api
@@ -159,3 +159,19 @@ def test_a_negative_count_of_requests_to_draw_is_refused_and_zero_is_zero(
         result.trace(-2)
     assert len(result.spans(0)) == 0
     assert result.trace(0)["otherData"]["num_traced_requests"] == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_continuous_usage_stats_without_include_usage_adds_no_usage(path: str) -> None:
+    # vLLM: include_continuous_usage = include_usage and continuous_usage_stats; servesim
+    # put usage on every chunk with continuous_usage_stats alone.
+    body = {**(CHAT if "chat" in path else PROMPT), "stream": True}
+    body["stream_options"] = {"continuous_usage_stats": True}
+    status, raw = post(ScriptedBackend(max_model_len_tokens=64), path, body)
+    chunks = [c for c in events(raw) if c != "[DONE]"]
+    assert status == 200 and chunks
+    assert all(chunk["usage"] is None for chunk in chunks)
+    # With include_usage too, every chunk has it.
+    body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    status, raw = post(ScriptedBackend(max_model_len_tokens=64), path, body)
+    assert all(c["usage"] is not None for c in events(raw) if c != "[DONE]")

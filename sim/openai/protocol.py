@@ -85,7 +85,7 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: bool = False
-    continuous_usage_stats: bool = False  # vLLM's: usage on every chunk
+    continuous_usage_stats: bool = False  # vLLM's: usage on every chunk (with include_usage)
 
 
 Stop = str | list[str] | None
