@@ -442,12 +442,14 @@ def test_tokens_reaching_the_client_together_are_one_chunk() -> None:
     assert chunk_times_s(np.array([4.0])).tolist() == [4.0]
 
 
-def test_peaks_count_half_open_intervals_and_whole_seconds() -> None:
+def test_peaks_count_whole_seconds() -> None:
     start = np.array([0.0, 1.0, 2.0])
-    latency = np.array([2.0, 2.0, 2.0])  # [0, 2), [1, 3), [2, 4): at most two at once
+    # Seconds 0-2, 1-3 and 2-4 (vLLM counts a request in each second from its start's
+    # to its end's, both included): three in second 2, though two at most at once.
+    latency = np.array([2.0, 2.0, 2.0])
     chunks = [np.array([0.1, 0.2, 0.3]), np.array([1.5]), np.array([2.5, 3.5])]
     per_s, in_flight = stream_peaks(start, latency, chunks)
-    assert in_flight == 2
+    assert in_flight == 3
     assert per_s == 3.0  # three chunks in second 0
 
 

@@ -153,7 +153,9 @@ class Result:
     def trace(self, num_requests: int | None = None) -> dict[str, Any]:
         """The run as a Chrome / Perfetto trace-event document (``sim.metrics.trace``)
         of ``num_requests``: by default those the run traced, else ``DEFAULT_TRACE_REQUESTS``."""
-        count = num_requests or self.num_traced_requests or DEFAULT_TRACE_REQUESTS
+        count = num_requests
+        if count is None:  # 0 is 0 requests
+            count = self.num_traced_requests or DEFAULT_TRACE_REQUESTS
         metadata = {"scenario": self.scenario.name, "num_traced_requests": count}
         # The compact step log and the series columns: only the steps within the
         # traced requests' window are worked out (a long run has millions).

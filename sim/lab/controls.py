@@ -254,15 +254,21 @@ def values_of(doc: dict[str, Any]) -> dict[str, Any]:
 
 def doc_for(values: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
     """``base`` (the page's starting scenario) with each control's value written at
-    its key; unknown keys are an error, as an unknown ``--set`` key is."""
+    its key; unknown keys are an error, as an unknown ``--set`` key is.
+
+    A value the page shows for ``base`` itself (``values_of``) keeps ``base``'s entry:
+    the page sends every control's value, and writing back what it shows would turn
+    a scenario's own lengths into a lognormal without its median, a disaggregated
+    cluster into one of 1 replica, a preset with overrides into its bare name."""
     doc = copy.deepcopy(DEFAULT_DOC if base is None else base)
+    shown = values_of(doc)
     for key, value in values.items():
         if key not in CONTROL_KEYS:
             raise ValueError(f"no control writes {key!r}")
+        if value == shown[key]:
+            continue
         if key.startswith("workload.") and key.endswith(("median_tokens", ".sigma")):
             _lognormal(doc, key.rsplit(".", 2)[1])
-        if key in ("model", "hardware") and _name(doc.get(key)) == value:
-            continue  # unchanged: keep a preset's overrides ({preset: h100, ...})
         if value is None or value == "":
             _drop(doc, key)
         else:

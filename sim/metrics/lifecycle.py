@@ -97,6 +97,8 @@ def records(frame: pd.DataFrame) -> list[Row]:
 def _first_rows(requests: RequestTable, num_requests: int) -> list[Row]:
     """The ``num_requests`` smallest request ids (open-loop ids follow arrival order):
     the table is in id order."""
+    if num_requests < 0:  # a slice would take all but the last few
+        raise ValueError(f"num_requests must be >= 0, got {num_requests}")
     head = min(num_requests, len(requests))
     names = [name for name in requests.columns if name != "rejection_reason"]
     columns = [requests[name][:head].tolist() for name in names]

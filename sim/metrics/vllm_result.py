@@ -113,8 +113,9 @@ def stream_peaks(
     start_s: FloatArray, latency_s: FloatArray, chunk_s: list[FloatArray]
 ) -> tuple[float, int]:
     """vLLM's ``max_output_tokens_per_s`` (the most chunks in one whole second from
-    the first send) and ``max_concurrent_requests`` (the most requests streaming at
-    once, each over [start, start + latency)) of the completed requests."""
+    the first send) and ``max_concurrent_requests`` (the most requests in one whole
+    second, each counted in every second from its start's to its end's, both
+    included: vLLM's buckets, not the peak at one instant) of the completed requests."""
     if start_s.size == 0:
         return 0.0, 0
     first_s = float(start_s.min())
@@ -123,16 +124,12 @@ def stream_peaks(
     seconds = times.astype(np.int64)
     seconds = seconds[(seconds >= 0) & (seconds < num_seconds)]
     per_second = np.bincount(seconds, minlength=num_seconds)
-    # Ends sort before starts at one instant: [start, end) intervals.
-    events = sorted(
-        [(float(s), 1) for s in start_s]
-        + [(float(s + d), -1) for s, d in zip(start_s, latency_s, strict=True)]
-    )
-    in_flight = peak = 0
-    for _, step in events:
-        in_flight += step
-        peak = max(peak, in_flight)
-    return float(per_second.max()), peak
+    # +1 at each request's first second, -1 after its last: the running sum is per second.
+    starts = (start_s - first_s).astype(np.int64)
+    ends = (start_s + latency_s - first_s).astype(np.int64) + 1
+    changes = np.bincount(starts, minlength=num_seconds + 1)
+    changes -= np.bincount(ends, minlength=num_seconds + 1)
+    return float(per_second.max()), int(np.cumsum(changes).max())
 
 
 def result_document(

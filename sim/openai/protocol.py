@@ -3,8 +3,8 @@
 Requests are validated here, at the edge: a wrong type or a value out of range
 is one 400 naming the field (``RequestError``). Fields servesim cannot honour
 with a value other than their default (``logprobs``, ``echo``, ``suffix``,
-``tools``, image parts ...) are refused with a 400 naming them, as vLLM
-refuses what it does not support; sampling fields are accepted (the engines
+``tools``, image parts, vLLM's ``stop_token_ids`` ...) are refused with a 400
+naming them, as vLLM refuses what it does not support; sampling fields are accepted (the engines
 sample greedily, docs/validation.md); fields neither API knows are accepted
 and named in a warning, as vLLM does (``unknown_fields``).
 
@@ -85,10 +85,31 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     include_usage: bool = False
-    continuous_usage_stats: bool = False  # vLLM's: usage on every chunk
+    continuous_usage_stats: bool = False  # vLLM's: usage on every chunk (with include_usage)
 
 
 Stop = str | list[str] | None
+# vLLM's own fields that change what is generated (its prompt, length, text or
+# cache sharing), which servesim cannot honour: refused when given a value, since
+# vLLM honours them and taking them as unknown fields (a warning) would drop them
+# silently. ``echo`` here is the chat API's (the completions API declares its own).
+VLLM_UNHONOURED = (
+    "allowed_token_ids",
+    "bad_words",
+    "cache_salt",
+    "echo",
+    "guided_choice",
+    "guided_grammar",
+    "guided_json",
+    "guided_regex",
+    "logits_processors",
+    "prompt_embeds",
+    "stop_token_ids",
+    "structured_outputs",
+    "truncate_prompt_tokens",
+    "use_beam_search",
+)
+_NOT_GIVEN: tuple[object, ...] = (None, False, "", [], {})  # values that ask for nothing
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
@@ -108,8 +129,8 @@ class Sampling(_Request):
     # Accepted and ignored: the engines sample greedily (docs/validation.md).
     temperature: float | None = Field(default=None, ge=0)
     top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = None
-    min_p: float | None = None
+    top_k: int | None = Field(default=None, ge=-1)  # vLLM's: -1 or 0 turns it off
+    min_p: float | None = Field(default=None, ge=0, le=1)
     seed: int | None = None
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
@@ -120,6 +141,7 @@ class Sampling(_Request):
     min_tokens: int = Field(default=0, ge=0)
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False  # vLLM's: the text ends with the stop string
+    response_format: dict[str, Any] | None = None  # both APIs' in vLLM
 
     @field_validator("stop")
     @classmethod
@@ -134,13 +156,16 @@ class Sampling(_Request):
 
     def unsupported(self) -> list[str]:
         """Fields given a value servesim cannot honour (shared part)."""
-        refused = []
+        extra = self.model_extra or {}
+        refused = [name for name in VLLM_UNHONOURED if extra.get(name) not in _NOT_GIVEN]
         if self.logit_bias:
             refused.append("logit_bias")
         if self.min_tokens:
             refused.append("min_tokens")
         if not self.skip_special_tokens:
             refused.append("skip_special_tokens")
+        if self.response_format and self.response_format.get("type") != "text":
+            refused.append("response_format")
         if self.stream_options is not None and not self.stream:
             raise RequestError(
                 "Stream options can only be defined when `stream=True`.", "stream_options"
@@ -235,7 +260,6 @@ class ChatCompletionRequest(Sampling):
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None  # ignored, as vLLM does
 
     def wanted_tokens(self) -> int | None:
@@ -249,8 +273,6 @@ class ChatCompletionRequest(Sampling):
             refused.append("tools")
         if self.tool_choice not in (None, "none", "auto"):
             refused.append("tool_choice")
-        if self.response_format and self.response_format.get("type") != "text":
-            refused.append("response_format")
         return refused
 
 

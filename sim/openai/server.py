@@ -407,7 +407,7 @@ async def _stream(
     def chunk(choices: list[Any], usage: p.UsageInfo | None) -> bytes:
         return _sse(_answer(chat, True, rid, model, choices, created=created, usage=usage))
 
-    each_usage = options.continuous_usage_stats
+    each_usage = options.include_usage and options.continuous_usage_stats  # vLLM's rule
     if chat:  # each choice's role first (vLLM's usage there: the prompt, no completion yet)
         for choice in generation.choices:
             role = _choice(chat, True, choice, "", role=True)
