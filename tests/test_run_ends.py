@@ -243,7 +243,9 @@ def test_a_run_past_a_kernel_grid_is_priced_by_step_s_and_warns_as_it() -> None:
 @pytest.mark.parametrize("overlapped", [None, False])  # None: the bare GPU model
 @pytest.mark.parametrize(
     ("stop_index", "num_after", "num_priced"),
-    [(None, 1, 9), (11, 3, 2), (4, 9, 1)],  # no cut; a cut in the table's steps
+    # No cut; a cut at the table's last end, then at an earlier one: num_after
+    # keeps steps past the grid's edge.
+    [(None, 1, 9), (11, 3, 2), (4, 9, 1)],
 )
 def test_a_run_crossing_a_kernel_grid_keeps_the_table_before_and_step_s_after(
     monkeypatch: pytest.MonkeyPatch,
