@@ -237,3 +237,48 @@ def test_a_run_past_a_kernel_grid_is_priced_by_step_s_and_warns_as_it() -> None:
     with pytest.warns(UserWarning, match="is past the measured") as got:
         assert run_ends_s(cost, *args) == expected
     assert [str(w.message) for w in got] == [str(w.message) for w in warned]
+
+
+@pytest.mark.filterwarnings("ignore:kernel table")
+@pytest.mark.parametrize("overlapped", [None, False])  # None: the bare GPU model
+@pytest.mark.parametrize(
+    ("stop_index", "num_after", "num_priced"),
+    # No cut; a cut at the table's last end, then at an earlier one: num_after
+    # keeps steps past the grid's edge.
+    [(None, 1, 9), (11, 3, 2), (4, 9, 1)],
+)
+def test_a_run_crossing_a_kernel_grid_keeps_the_table_before_and_step_s_after(
+    monkeypatch: pytest.MonkeyPatch,
+    overlapped: bool | None,
+    stop_index: int | None,
+    num_after: int,
+    num_priced: int,
+) -> None:
+    """KV lengths inside the decode grid for the run's first 11 decode steps, past
+    its last point from the 12th: the table prices the 11 (no ``step_s``) and
+    ``step_s`` the steps kept after them, one call each; the ends are the step
+    loop's, to the bit."""
+    known = KERNEL_COSTS[0]
+    last_kv = int(known._decode_attn.axes[1][-1])
+    num_seqs, num_steps = 4, 20
+    # Decode step j's KV length is last_kv - 10 + j: steps 0..10 inside the grid.
+    context = num_seqs * (last_kv - 10 + known._decode_history)
+
+    def fresh() -> CostModel:  # a grid warns once in its life
+        gpu = KernelCost(known.arch, known.artifact)
+        return gpu if overlapped is None else with_cpu(gpu, overlapped)
+
+    full = stepwise(fresh(), 0.5, num_seqs, context, num_steps, float("inf"), 1)
+    stop_s = float("inf") if stop_index is None else full[stop_index]
+    args = (0.5, num_seqs, context, num_steps, stop_s, num_after)
+    expected = stepwise(fresh(), *args)
+    priced = count_step_s(monkeypatch, KernelCost)
+    cost = fresh()  # (after the count: EngineCpuCost holds its GPU model's step_s)
+    with pytest.warns(UserWarning, match="is past the measured"):
+        assert run_ends_s(cost, *args) == expected
+    # step_s priced exactly the kept steps past the grid: decode steps 11 on.
+    first = 11
+    assert [s.num_decode_context_tokens for s in priced] == [
+        context + j * num_seqs for j in range(first, first + num_priced)
+    ]
+    assert len(expected) == first + 1 + num_priced

@@ -11,9 +11,10 @@ with the engine's CPU work) through ``decode_ends``, plain Python on lists here,
 which the compiled loop compiles for its arrays (``loop.compile_run``): the same
 float operations in the same order as ``step_s`` (``tests/test_run_ends.py``
 holds the two to the bit). A cost the table
-does not hold, a batch past it, and a run whose attention lookup passes a kernel
-grid's last point are priced by ``step_s`` itself (``decode_run_s``, cut by
-``ends_until_cut``), so that the reference's extrapolation and warning are the
+does not hold and a batch past it are priced by ``step_s`` itself
+(``decode_run_s``, cut by ``ends_until_cut``); a run whose attention lookup
+passes a kernel grid's last point keeps the table's ends before that step and is
+priced so from it on, so that the reference's extrapolation and warning are the
 ones the user sees.
 """
 
@@ -96,6 +97,7 @@ class RunEnds:
         if not self._tabulated:
             self._prices, self._tabulated = self._table(), True
         prices = self._prices
+        out = [first_end_s]  # the ends the table prices (the first step's at least)
         if prices is not None and 0 < num_seqs <= self._max_num_seqs:
             cost, tables, layout = prices
             out = [0.0] * (num_decode_steps + 1)
@@ -103,12 +105,21 @@ class RunEnds:
                 cost, tables, layout, out, 0, first_end_s, num_seqs, context, longest,
                 shortest, num_decode_steps, stop_s, num_after,
             )  # fmt: skip
-            last = out[num_ends - 1]
-            if last == last:  # not NaN: every lookup inside the kernel tables
-                del out[num_ends:]
+            del out[num_ends:]
+            if out[-1] == out[-1]:  # not NaN: every lookup inside the kernel tables
                 return out
-        durations_s = decode_run_s(self._cost, num_seqs, context, longest, shortest)
-        return ends_until_cut(durations_s, first_end_s, num_decode_steps, stop_s, num_after)
+            del out[-1]  # past a grid's last point: that step on, by step_s
+        # The rest from the table's last end: decode steps ``done`` on, up to the
+        # ``kept`` the cut allows (``num_after - 1`` after the first end at or after
+        # stop_s). A first such end among the table's: so is the last (steps take
+        # time), and ``ends_until_cut`` adds just the rest of ``kept``.
+        done = len(out) - 1
+        hit = next((i for i, end in enumerate(out) if end >= stop_s), None)
+        kept = num_decode_steps if hit is None else min(num_decode_steps, hit + num_after - 1)
+        durations_s = decode_run_s(
+            self._cost, num_seqs, context + done * num_seqs, longest + done, shortest + done
+        )
+        return out[:-1] + ends_until_cut(durations_s, out[-1], kept - done, stop_s, num_after)
 
     def _table(self) -> PriceLists | None:
         """``tabulate``'s arrays as lists (the loop's functions read either; a list's
