@@ -20,6 +20,7 @@ import numpy as np
 
 from calibration.fit import fit_samples, split_held_out
 from calibration.kernel_tables import KERNEL_GRIDS, measure_tables
+from sim.cli import options_given
 from sim.cli.fit import add_arguments as add_from_run_arguments
 from sim.cli.fit import calibrate_from_runs, refuse_from_run_options
 from sim.cost.calibrated import (
@@ -72,14 +73,8 @@ def refuse_torch_options(args: argparse.Namespace, why: str) -> None:
     """ConfigError naming the first of ``--device``, ``--dtype`` and ``--threads`` given
     where no model runs in this process (``why`` says what runs instead): taken
     silently, ``--device cuda`` would look as if the GPU had been used."""
-    given = (
-        ("--device", args.device, "cpu"),
-        ("--dtype", args.dtype, None),
-        ("--threads", args.threads, 1),
-    )
-    for flag, value, default in given:
-        if value != default:
-            raise ConfigError(f"{flag} {value}: no model runs in this process ({why}); omit it")
+    for flag, value in options_given(args, add_torch_arguments).items():
+        raise ConfigError(f"{flag} {value}: no model runs in this process ({why}); omit it")
 
 
 def checked_dtype(args: argparse.Namespace) -> DtypeName:
@@ -171,17 +166,9 @@ def _refuse_unread(args: argparse.Namespace, flags: Sequence[str], mode: str) ->
     """ConfigError naming the first of ``flags`` (timing options) given where ``mode``
     reads none of them (``mode`` says why): --from-run times no model, --kernels
     fits no step curve and samples no token."""
-    given = {
-        "--grid": (args.grid, "default"),
-        "--fit": (args.fit, "piecewise"),
-        "--seed": (args.seed, 0),
-        "--temperature": (args.temperature, 1.0),
-    }
-    for flag in flags:
-        value, default = given[flag]
-        if value != default:
-            shown = f"{value:g}" if isinstance(value, float) else value
-            raise ConfigError(f"{flag} {shown}: {mode}; omit it")
+    for flag, value in options_given(args, _add_arguments, flags).items():
+        shown = f"{value:g}" if isinstance(value, float) else value
+        raise ConfigError(f"{flag} {shown}: {mode}; omit it")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ from calibration.cli import (
     torch_missing,
 )
 from sim.api import reference_engine_problem
-from sim.cli import add_scenario_arguments
+from sim.cli import add_scenario_arguments, options_given
 from sim.cli.endpoint import measure_endpoint
 from sim.cli.endpoint_options import add_endpoint_arguments, refuse_endpoint_options
 from sim.errors import ConfigError
@@ -58,17 +58,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _refuse_sampling_options(args: argparse.Namespace, why: str) -> None:
     """ConfigError naming the first of the in-process engine's sampling and probe
     options given where no model runs here (``why`` says what happens instead)."""
-    for flag, given in (
-        ("--temperature", args.temperature != 0.0),
-        ("--top-k", args.top_k is not None),
-        ("--top-p", args.top_p != 1.0),
-        ("--no-probe", args.no_probe),
-    ):
-        if given:
-            raise ConfigError(
-                f"{flag} applies to the in-process engine: no model runs in this process "
-                f"({why}); omit it"
-            )
+    for flag in options_given(args, _common, ("--temperature", "--top-k", "--top-p", "--no-probe")):
+        raise ConfigError(
+            f"{flag} applies to the in-process engine: no model runs in this process "
+            f"({why}); omit it"
+        )
 
 
 def _measure(args: argparse.Namespace, out: Path) -> Path:

@@ -11,7 +11,7 @@ import pytest
 from sim import api
 from sim.errors import ConfigError
 from sim.scenario import load_scenario, overridden
-from sim.scenario.overrides import dotted_items
+from sim.scenario.overrides import dotted_items, set_keys
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = ROOT / "scenarios" / "chat.yaml"
@@ -117,3 +117,24 @@ def test_dotted_items_flatten_in_order() -> None:
         ("a.c.d", [2]),
         ("e.f", None),
     ]
+
+
+LEAVES = ["workload.num_requests", "workload.arrival.rate_per_s"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "keys"),
+    [
+        (["workload.num_requests = 5", "engine.x=32"], ["workload.num_requests", "engine.x"]),
+        # A --set whose value is a mapping sets its leaves (so what refuses a run length
+        # sees workload.num_requests), as a mapping of overrides does ...
+        (["workload={num_requests: 5, arrival: {rate_per_s: 2}}"], LEAVES),
+        ({"workload": {"num_requests": 5, "arrival.rate_per_s": 2}}, LEAVES),
+        # ... one that flattens to nothing (it empties its section) is its own key.
+        (["workload={}", "workload.arrival={rate_per_s: {}}"], ["workload", "workload.arrival"]),
+        # A key YAML reads as no str is validation's to name, not this reader's.
+        (["workload={1: 2}", "workload=[1]", "workload={a: 1"], ["workload"] * 3),
+    ],
+)
+def test_set_keys_reads_a_mapping_value_as_its_leaves(overrides: Any, keys: list[str]) -> None:
+    assert set_keys(overrides) == keys

@@ -11,10 +11,16 @@ import yaml
 from sim.cli import main
 from sim.errors import ConfigError
 from sim.metrics.slo_targets import parse_targets
-from sim.planning.capacity import MIN_STEADY_REQUESTS, CapacitySearch, LoadKnob
+from sim.planning.capacity import (
+    MIN_STEADY_REQUESTS,
+    CapacitySearch,
+    LoadKnob,
+    run_length_overrides,
+)
 from sim.planning.capacity_report import to_json
 from sim.planning.sweep import load_sweep
 from sim.planning.sweep_exec import check_executor
+from sim.scenario import load_scenario
 from sim.workload.trace import read_csv_columns
 from sim.workload.traces.mooncake import read_mooncake
 from tests.cli_errors import one_line_error, run_error
@@ -286,33 +292,57 @@ def test_a_mooncake_line_with_an_unknown_field_is_refused(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    ("scenario", "key"),
+    ("scenario", "key", "given"),
     [
-        ("scenarios/chat.yaml", "workload.num_requests"),
-        ("scenarios/azure_trace.yaml", "workload.max_requests"),
+        ("scenarios/chat.yaml", "workload.num_requests", "workload.num_requests=5000"),
+        ("scenarios/azure_trace.yaml", "workload.max_requests", "workload.max_requests=5000"),
+        # A mapping sets its leaves (before: it read as 'workload' and got through).
+        ("scenarios/chat.yaml", "workload.num_requests", "workload={num_requests: 5000}"),
     ],
 )
 def test_capacity_num_requests_and_a_set_of_the_run_length_is_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, scenario: str, key: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, scenario: str, key: str, given: str
 ) -> None:
     # Before: --num-requests's override came last and won; the --set's 5000 was dropped.
-    argv = ["capacity", scenario, "--slo", "ttft_p99_ms=500", "--set", f"{key}=5000"]
+    argv = ["capacity", scenario, "--slo", "ttft_p99_ms=500", "--set", given]
     argv += ["--num-requests", "200", "--seeds", "1", "--max-sims", "2", "-q"]
     message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "c")])
     assert message == f"--num-requests 200 and --set {key} both set the run's length; give one"
 
 
-@pytest.mark.parametrize("key", ["workload.num_requests", "workload.duration_s"])
+@pytest.mark.parametrize(
+    ("key", "given"),
+    [
+        ("workload.num_requests", "workload.num_requests=500"),
+        ("workload.duration_s", "workload.duration_s=500"),
+        ("workload.num_requests", "workload={num_requests: 500}"),
+    ],
+)
 def test_plan_refuses_a_set_of_the_run_length_it_replaces(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, key: str, given: str
 ) -> None:
     # Before: plan sized every run itself (the plan file's num_requests or the SLOs'),
     # the --set silently replaced. --workers 0 stops a plan that got past the check.
     argv = ["plan", "scenarios/chat.yaml", "--slo", "ttft_p99_ms=500", "--target-rate", "5"]
-    argv += ["--set", f"{key}=500"]
+    argv += ["--set", given]
     message = one_line_error(capsys, [*argv, "--workers", "0", "--out", str(tmp_path / "p")])
     assert message.startswith(f"--set {key}: plan sizes each run itself"), message
     assert "--num-requests" in message, message
+
+
+def test_a_whole_workload_set_that_sets_no_length_is_no_run_length_set(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The trace replayed twice as slow; how many of its requests to run is not set.
+    trace = "scenarios/azure_trace.yaml"
+    given = "workload={kind: trace, path: data/azure_conv_sample.csv, format: azure, time_scale: 2}"
+    # capacity: --num-requests sizes the run the --set's workload describes.
+    workload = load_scenario(trace, run_length_overrides(trace, [given], 200).sets).workload
+    assert (workload.max_requests, workload.time_scale) == (200, 2)
+    # plan: past the check, --workers 0 is the first thing refused.
+    argv = ["plan", trace, "--slo", "ttft_p99_ms=500", "--target-rate", "5", "--set", given]
+    argv += ["--workers", "0", "--out", str(tmp_path / "p")]
+    assert one_line_error(capsys, argv) == "--workers must be >= 1, got 0"
 
 
 def test_a_set_of_one_key_given_twice_with_two_values_is_refused(
@@ -427,10 +457,11 @@ def test_capacity_says_it_raises_a_short_run_and_records_it(
 
 
 @pytest.mark.parametrize(
-    "key",
+    "given",
     [
         "workload.arrival.rate_per_s=5",
-        "workload={kind: synthetic, num_requests: 5}",
+        "workload={kind: synthetic, num_requests: 5}",  # named by its first leaf
+        "workload={}",
         "slo.ttft_ms=100",
         "frontend.detokenize_s_per_token=0.001",
         "cluster.num_replicas=2",
@@ -438,12 +469,13 @@ def test_capacity_says_it_raises_a_short_run_and_records_it(
     ],
 )
 def test_cost_breakdown_refuses_a_set_the_step_price_never_reads(
-    capsys: pytest.CaptureFixture[str], key: str
+    capsys: pytest.CaptureFixture[str], given: str
 ) -> None:
     # Before: the step was priced as without the --set, which changed nothing, silently.
-    argv = ["cost-breakdown", "scenarios/chat.yaml", "--step", "512p", "--set", key]
+    argv = ["cost-breakdown", "scenarios/chat.yaml", "--step", "512p", "--set", given]
     message = one_line_error(capsys, argv)
-    name = key.partition("=")[0]
+    key, _, value = given.partition("=")
+    name = f"{key}.kind" if value.startswith("{kind:") else key
     assert message.startswith(f"--set {name}: "), message
     assert "one step's price" in message, message
 

@@ -14,9 +14,9 @@ import importlib.util
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from sim.cli.figures import FigureError
 from sim.errors import ConfigError, InvariantError
@@ -195,6 +195,28 @@ def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.
         for name, help_text in names:
             subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
+
+
+def options_given(
+    args: argparse.Namespace,
+    add_options: Callable[[argparse.ArgumentParser], object],
+    flags: Collection[str] | None = None,
+) -> dict[str, Any]:
+    """The options ``add_options`` adds (only ``flags``, where given) that ``args`` holds
+    a value other than their default for, flag -> value in the order added: those the
+    user gave, for a mode that reads none of them to refuse. The defaults are read from
+    a parser ``add_options`` builds, never typed a second time; an option ``args`` lacks
+    (a sim-only install has no torch options) is not given."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_options(parser)
+    given: dict[str, Any] = {}
+    for action in parser._actions:  # argparse lists a parser's options nowhere public
+        flag = action.option_strings[-1] if action.option_strings else ""  # the long one
+        default = parser.get_default(action.dest)
+        value = getattr(args, action.dest, default)
+        if flag and (flags is None or flag in flags) and value != default:
+            given[flag] = value
+    return given
 
 
 def one_line(message: str) -> str:

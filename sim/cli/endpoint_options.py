@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 
+from sim.cli import options_given
 from sim.errors import ConfigError
 
 SWEEP_SIZE = 10
@@ -159,21 +160,7 @@ def server_settings(
 def refuse_endpoint_options(args: argparse.Namespace) -> None:
     """ConfigError naming the first ``--endpoint``-only option given without ``--endpoint``
     (the in-process measure would not apply it)."""
-    given = (
-        ("--model", args.model is not None),
-        ("--api", args.api is not None),
-        ("--max-concurrency", args.max_concurrency is not None),
-        ("--profile", args.profile is not None),
-        ("--streams", args.streams is not None),
-        ("--rate", args.rate is not None),
-        ("--sweep-size", args.sweep_size is not None),
-        ("--timeout-s", args.timeout_s != DEFAULT_TIMEOUT_S),
-        ("--retries", args.retries != 0),
-        ("--no-ignore-eos", args.no_ignore_eos),
-        # The in-process engine records its own (one process, TP 1).
-        ("--server-setting", args.server_setting is not None),
-        ("--allow-failures", args.allow_failures),
-    )  # add_endpoint_arguments's options, each read by the client only
-    for name, is_given in given:
-        if is_given:
-            raise ConfigError(f"{name} applies with --endpoint (a live server) only")
+    # add_endpoint_arguments's options are each read by the client only (the in-process
+    # engine records its own --server-setting: one process, TP 1).
+    for name in options_given(args, add_endpoint_arguments):
+        raise ConfigError(f"{name} applies with --endpoint (a live server) only")

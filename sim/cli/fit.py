@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from sim.cli import options_given
 from sim.errors import ConfigError
 from sim.hardware.specs import ModelSpec, model_from_ref
 from sim.metrics.out_path import check_out_file
@@ -81,18 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def refuse_from_run_options(args: argparse.Namespace) -> None:
     """ConfigError naming the first of ``add_arguments``' options given without
-    ``--from-run``: timing a model reads none of them."""
-    given = (
-        ("--hardware", args.hardware is not None),
-        ("--scenario", args.scenario is not None),
-        ("--fit-kind", args.fit_kind != "multipliers"),
-        ("--free", args.free is not None),
-        ("--max-evals", args.max_evals != DEFAULT_MAX_EVALUATIONS),
-        ("--no-cross-validation", args.no_cross_validation),
-    )
-    for flag, is_given in given:
-        if is_given:
-            raise ConfigError(f"{flag} applies with --from-run only")
+    ``--from-run`` (``args`` has none): timing a model reads none of them."""
+    for flag in options_given(args, add_arguments):
+        raise ConfigError(f"{flag} applies with --from-run only")
 
 
 def model_option(value: str) -> ModelSpec:

@@ -20,7 +20,14 @@ import numpy as np
 
 from sim.api import engine_for
 from sim.api.build import cluster_for
-from sim.cli import HELP, Subparsers, add_listen_arguments, add_scenario_arguments, has_calibration
+from sim.cli import (
+    HELP,
+    Subparsers,
+    add_listen_arguments,
+    add_scenario_arguments,
+    has_calibration,
+    options_given,
+)
 from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
 from sim.metrics.invariants import INVARIANTS, LiveChecks
@@ -53,17 +60,7 @@ def _engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
 def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBackend:
     """``--simulate``: the scenario's replica in wall-clock time, its cost model named on stderr."""
 
-    # The options as given: a sim-only install has no torch options (_torch_arguments).
-    options = vars(args)
-    torch_flags = [
-        flag
-        for flag, given in (
-            ("--device", options.get("device", "cpu") != "cpu"),
-            ("--dtype", options.get("dtype") is not None),
-            ("--threads", options.get("threads", 1) != 1),
-        )
-        if given
-    ]
+    torch_flags = list(options_given(args, _torch_arguments))  # none in a sim-only install
     if torch_flags:
         raise ConfigError(
             f"{', '.join(torch_flags)}: set the reference engine's model; "

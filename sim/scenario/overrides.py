@@ -23,7 +23,8 @@ WHAT = "overrides"  # names a mapping's keys in error messages (strings are ``--
 
 
 def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> None:
-    """``doc[a][b][c] = value`` for ``"a.b.c"``, creating missing sections."""
+    """``doc[a][b][c] = value`` for ``"a.b.c"``, creating missing sections; a mapping
+    ``value`` replaces what was there whole (``dotted_items`` is what merges)."""
     keys = dotted.split(".")
     if not all(keys):
         raise ConfigError(f"{source}: bad override key {dotted!r}")
@@ -52,12 +53,32 @@ def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[s
     return items
 
 
+def _set_value(text: str) -> Any:
+    """A ``--set``'s value (after its ``=``): YAML, else the text as it stands."""
+    try:
+        return parse_yaml(text) if text else ""
+    except (yaml.YAMLError, DuplicateKeyError):
+        return text
+
+
 def set_keys(overrides: Overrides | None) -> list[str]:
     """The dotted keys ``overrides`` set, in order: each ``--set``'s ``key`` (before its
-    ``=``), or a mapping's flattened keys. What refuses a key reads it here."""
+    ``=``), or a mapping's flattened keys. What refuses a key reads it here, so a
+    ``--set`` whose value is a mapping reads as its leaves (``workload={num_requests: 50}``
+    sets ``workload.num_requests``); one that flattens to nothing (``workload={}``) reads
+    as its own key."""
     if isinstance(overrides, Mapping):
         return [key for key, _ in dotted_items(overrides)]
-    return [item.partition("=")[0].strip() for item in overrides or ()]
+    keys: list[str] = []
+    for item in overrides or ():
+        key, _, text = (part.strip() for part in item.partition("="))
+        value = _set_value(text)
+        try:
+            leaves = dotted_items(value, f"{key}.") if isinstance(value, Mapping) else []
+        except ConfigError:  # a key YAML read as no str ({1: 2}): validation names it
+            leaves = []
+        keys += [leaf for leaf, _ in leaves] or [key]
+    return keys
 
 
 def apply_overrides(doc: dict[str, Any], overrides: Overrides | None, source: str) -> None:
@@ -80,8 +101,4 @@ def apply_overrides(doc: dict[str, Any], overrides: Overrides | None, source: st
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected dotted.key=value")
-        try:
-            value = parse_yaml(text) if text else ""
-        except (yaml.YAMLError, DuplicateKeyError):
-            value = text
-        set_dotted(doc, key.strip(), value, f"{source}: --set")
+        set_dotted(doc, key.strip(), _set_value(text), f"{source}: --set")
