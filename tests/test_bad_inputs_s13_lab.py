@@ -109,12 +109,15 @@ def test_the_page_shows_what_a_disaggregated_base_runs(tmp_path: Path) -> None:
             requests = page.locator("#c-workload-num_requests")
             shown = {"replicas": replicas.input_value(), "requests": requests.input_value()}
             disabled = replicas.is_disabled()
+            page.locator("#lessons button").first.click()  # a lesson's values are chat's
+            after_lesson = replicas.input_value()
             browser.close()
     finally:
         process.terminate()
         process.wait(10)
     assert shown == {"replicas": "4", "requests": "3000"}  # disaggregated.yaml's
     assert disabled  # one number cannot say 2 prefill + 2 decode
+    assert after_lesson == "4"  # and a lesson's click leaves it
 
 
 def test_caveats_of_metrics_left_out_are_not_printed(
