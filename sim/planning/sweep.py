@@ -34,6 +34,7 @@ from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
 from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
+from sim.scenario.overrides import replaces
 from sim.scenario.strict_yaml import read_yaml
 
 MAX_SWEEP_RUNS = 100_000
@@ -79,17 +80,25 @@ class SweepConfig(Frozen):
             not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0
         ):
             raise ValueError("seeds: a list must be non-empty, distinct and >= 0")
+        grid = self.grid or {}
+
+        def lost(key: str, later: dict[str, Any]) -> str | None:
+            """``key`` in words if ``later`` (set after it) replaces it (the same key or
+            a section holding it), else None."""
+            by = next((k for k in later if replaces(k, key)), None)
+            return None if by is None else key if by == key else f"{key} (in {by})"
+
         for index, point in enumerate(self.points or []):
-            both = [key for key in point if key in (self.grid or {})]
-            if both:
+            for key in point:
                 # override_sets lets the grid's value win: the point's would be lost.
-                raise ValueError(f"points[{index}] and grid both set {both[0]}; set it in one")
+                if (what := lost(key, grid)) is not None:
+                    raise ValueError(f"points[{index}] and grid both set {what}; set it in one")
         for key in self.overrides:
             # A point's value replaces the shared one (its default); one every point
             # replaces is used by none, silently.
-            if key in (self.grid or {}):
-                raise ValueError(f"overrides and grid both set {key}; set it in one")
-            if self.points and all(key in point for point in self.points):
+            if (what := lost(key, grid)) is not None:
+                raise ValueError(f"overrides and grid both set {what}; set it in one")
+            if self.points and all(lost(key, point) is not None for point in self.points):
                 raise ValueError(f"overrides and every point both set {key}; set it in one")
         num_seeds = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
         num_runs = math.prod(len(v) for v in (self.grid or {}).values()) * num_seeds

@@ -38,6 +38,13 @@ def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> Non
     node[keys[-1]] = copy.deepcopy(value)
 
 
+def replaces(later: str, earlier: str) -> bool:
+    """Whether setting dotted key ``later`` after ``earlier`` replaces what ``earlier``
+    set: the same key, or a section holding it (``workload.arrival`` after
+    ``workload.arrival.rate_per_s``)."""
+    return earlier == later or earlier.startswith(f"{later}.")
+
+
 def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """``overrides`` as (dotted key, value) pairs, nested mappings flattened, in order."""
     items: list[tuple[str, Any]] = []

@@ -153,6 +153,23 @@ def shared_prefixes(workload: WorkloadConfig) -> str | None:
     return "workload.prefix_groups" if workload.prefix_groups is not None else None
 
 
+def unsaved_by_trace(workload: WorkloadConfig, keeps_hash_ids: bool) -> str | None:
+    """What of ``workload``'s requests a written-out trace of times and lengths (and
+    hash ids where ``keeps_hash_ids``) would drop, in words, or None: its replay would
+    run other requests."""
+    if workload.kind == "synthetic" and workload.priority is not None:
+        return "their priorities (workload.priority), which no trace format keeps"
+    shared = shared_prefixes(workload)
+    if shared is None:
+        return None
+    if not keeps_hash_ids:
+        return f"their shared prompt prefixes ({shared}), which the format does not keep"
+    if workload.kind == "closed_loop":
+        # Its groups are drawn as its users send: the run keeps no list of them.
+        return f"their shared prompt prefixes ({shared}), not kept for a closed loop"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RequestArrays:
     """An open-loop workload: request ``i`` arrives at ``arrival_s[i]`` seconds.
@@ -201,6 +218,19 @@ class RequestArrays:
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
+
+    def hash_ids(self) -> tuple[HashIds, int | None] | None:
+        """The shared prefixes as a csv trace's hash ids, and the tokens an id covers
+        (None: the engine's block), or None where none is shared: a trace's own ids,
+        or prefix group ``g`` of ``N`` tokens as the one id ``g`` of ``N`` tokens (the
+        same blocks shared: ``sim.engine.kv_blocks``)."""
+        if self.block_hash_ids is not None:
+            return self.block_hash_ids, self.block_hash_tokens
+        if self.prefix_group is None or not len(self):
+            return None
+        assert self.num_shared_prefix_tokens is not None
+        (num_tokens,) = set(self.num_shared_prefix_tokens.tolist())  # one config's
+        return tuple((group,) for group in self.prefix_group.tolist()), num_tokens
 
 
 def generate_open_loop(
