@@ -11,6 +11,7 @@ import yaml
 
 from sim.cli import main
 from sim.engine.request import Request
+from sim.planning.sweep import load_sweep, run_sweep
 from sim.serving.router import PrefixAffinity, ReplicaLoad
 from tests.cli_errors import one_line_error, run_error
 
@@ -202,3 +203,24 @@ def test_a_sweep_key_a_later_section_replaces_is_refused(
     sweep = _sweep(tmp_path, **fields)
     message = one_line_error(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "o"), "-q"])
     assert message.startswith(f"{sweep}: {start}"), message
+
+
+def test_a_sweep_runs_again_when_a_file_its_scenario_names_is_edited(tmp_path: Path) -> None:
+    # Before: the cache key covered the scenario's text, not its trace's rows: an edited
+    # trace gave the old trace's results from the cache, silently.
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,prompt_tokens,output_tokens\n0,100,10\n0.1,200,20\n")
+    workload = {"kind": "trace", "format": "csv", "path": "t.csv"}
+    (tmp_path / "base.yaml").write_text(
+        yaml.safe_dump({"name": "base", "cost": {"kind": "roofline"}, "workload": workload})
+    )
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(
+        yaml.safe_dump({"scenario": "base.yaml", "grid": {"workload.time_scale": [1.0]}})
+    )
+    first = run_sweep(load_sweep(sweep), tmp_path / "o", jobs=1)
+    assert run_sweep(load_sweep(sweep), tmp_path / "o", jobs=1).num_cached == 1
+    trace.write_text(trace.read_text() + "0.2,300,30\n")
+    again = run_sweep(load_sweep(sweep), tmp_path / "o", jobs=1)
+    assert again.num_computed == 1
+    assert again.table["completed"].tolist() == [first.table["completed"].iloc[0] + 1]

@@ -9,6 +9,7 @@ what changed.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -211,15 +212,54 @@ def load_sweep(path: str | Path) -> SweepPlan:
 
 
 def config_hash(scenario_doc: dict[str, Any], base_dir: Path) -> str:
-    """Hash of a validated scenario dict (seed included), its base folder, the version."""
+    """Hash of a validated scenario dict (seed included), its base folder, the version
+    and the contents of the files it names (``input_digests``)."""
     payload = {"scenario": scenario_doc, "base_dir": str(base_dir), "version": sim.__version__}
+    files = input_digests(scenario_doc, base_dir)
+    if files:  # (a scenario naming none keeps the key it had)
+        payload["files"] = files
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def input_digests(doc: Any, base_dir: Path) -> dict[str, str]:
+    """The sha256 of each file a string of ``doc`` names (relative to ``base_dir``; a
+    folder: the files in it), by path: a trace, length list or table edited in place
+    is another run, not a cached one."""
+    if isinstance(doc, dict | list):
+        found: dict[str, str] = {}
+        for value in doc.values() if isinstance(doc, dict) else doc:
+            found |= input_digests(value, base_dir)
+        return found
+    if isinstance(doc, str) and doc and "\n" not in doc and len(doc) < 1024:
+        return dict(_named_digests(doc, base_dir))
+    return {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_digests(text: str, base_dir: Path) -> tuple[tuple[str, str], ...]:
+    """``input_digests`` of one string (memoised: every point of a sweep names the same
+    files; ``jobs_for`` clears it, so an edit between two calls is read)."""
+    path = anchored(text, base_dir)
+    found = []
+    try:
+        files = sorted(path.iterdir()) if path.is_dir() else [path] if path.is_file() else []
+        for file in files:
+            if file.is_file():
+                digest = hashlib.sha256()
+                with file.open("rb") as handle:
+                    while chunk := handle.read(1 << 20):
+                        digest.update(chunk)
+                found.append((str(file), digest.hexdigest()))
+    except OSError:
+        pass  # unreadable: the run says so
+    return tuple(found)
 
 
 def jobs_for(plan: SweepPlan) -> list[Job]:
     """Every (point, seed) of the plan with its cache key and task."""
     jobs = []
+    _named_digests.cache_clear()  # files read afresh: one may have changed since
     for point in plan.points:
         for seed in point.seeds:
             doc = point.scenario.model_copy(update={"seed": seed}).model_dump(mode="json")
