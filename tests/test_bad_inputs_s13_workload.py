@@ -224,3 +224,29 @@ def test_a_sweep_runs_again_when_a_file_its_scenario_names_is_edited(tmp_path: P
     again = run_sweep(load_sweep(sweep), tmp_path / "o", jobs=1)
     assert again.num_computed == 1
     assert again.table["completed"].tolist() == [first.table["completed"].iloc[0] + 1]
+
+
+@pytest.mark.parametrize(
+    ("sets", "key"),
+    [
+        (["workload.num_users=3"], "num_users"),  # concurrent's streams: 8
+        (["workload.think_time_s={kind: fixed, value_s: 2.0}"], "think_time_s"),
+        (
+            [
+                "workload={profile: constant, rate_per_s: 5, num_requests: 5, arrival: "
+                "{kind: poisson, rate_per_s: 50}, prompt_tokens: {kind: fixed, tokens: 8}, "
+                "output_tokens: {kind: fixed, tokens: 8}}"
+            ],
+            "arrival",
+        ),
+    ],
+)
+def test_a_workload_key_its_profile_sets_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, sets: list[str], key: str
+) -> None:
+    # Before: the key replaced the profile's own (8 streams ran as 3 users; constant at
+    # 5 per second ran as Poisson at 50), silently.
+    args = [arg for value in sets for arg in ("--set", value)]
+    message = run_error(capsys, tmp_path, "scenarios/load_profiles.yaml", *args)
+    assert message.startswith("scenarios/load_profiles.yaml: workload: "), message
+    assert f"{key} is profile " in message, message
