@@ -250,3 +250,20 @@ def test_a_workload_key_its_profile_sets_is_refused(
     message = run_error(capsys, tmp_path, "scenarios/load_profiles.yaml", *args)
     assert message.startswith("scenarios/load_profiles.yaml: workload: "), message
     assert f"{key} is profile " in message, message
+
+
+def test_a_save_file_over_a_file_the_scenario_reads_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: --save-trace wrote servesim's csv over the Azure trace the run replayed
+    # (its ISO timestamps and column names lost), without a word.
+    text = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,374,44\n"
+    trace = tmp_path / "azure.csv"
+    trace.write_text(text)
+    scenario = tmp_path / "t.yaml"
+    scenario.write_text(
+        "name: t\ncost: {kind: roofline}\nworkload: {kind: trace, path: azure.csv}\n"
+    )
+    message = run_error(capsys, tmp_path, str(scenario), "--save-trace", str(trace))
+    assert message == f"--save-trace {trace}: is a file the scenario reads; give another file"
+    assert trace.read_text() == text

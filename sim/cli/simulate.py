@@ -18,6 +18,7 @@ from sim.cli import out_folder
 from sim.cli.endpoint import driven_scenario
 from sim.cli.endpoint_options import SWEEP_SIZE
 from sim.cli.figures import FigureError, FigureWorker
+from sim.config import named_files
 from sim.cost.config import auto_choice
 from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
@@ -217,6 +218,8 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -
         if path is not None
     ]
     folders = (out.resolve(), *out.resolve().parents)
+    base_dir = Path(args.scenario).parent
+    inputs = {file.resolve() for file in named_files(scenario.model_dump(mode="json"), base_dir)}
     for option, path in named:
         if Path(path).resolve() in folders:
             raise ConfigError(
@@ -225,6 +228,8 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -
         if Path(path).resolve() == Path(args.scenario).resolve():
             # Writing there would replace the scenario with the run's result.
             raise ConfigError(f"{option} {path}: is the scenario being run; give another file")
+        if Path(path).resolve() in inputs:  # its trace, say: replaced, lost
+            raise ConfigError(f"{option} {path}: is a file the scenario reads; give another file")
         check_out_file(path, option)
     if args.save_trace is not None:
         check_trace_path(args.save_trace)

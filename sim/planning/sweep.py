@@ -29,7 +29,7 @@ from pydantic import (
 from tqdm import tqdm
 
 import sim
-from sim.config import Frozen, anchored
+from sim.config import Frozen, anchored, named_files
 from sim.errors import ConfigError, format_error
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
@@ -223,36 +223,30 @@ def config_hash(scenario_doc: dict[str, Any], base_dir: Path) -> str:
 
 
 def input_digests(doc: Any, base_dir: Path) -> dict[str, str]:
-    """The sha256 of each file a string of ``doc`` names (relative to ``base_dir``; a
-    folder: the files in it), by path: a trace, length list or table edited in place
-    is another run, not a cached one."""
+    """The sha256 of each file a string of ``doc`` names (``named_files``), by path: a
+    trace, length list or table edited in place is another run, not a cached one."""
     if isinstance(doc, dict | list):
         found: dict[str, str] = {}
         for value in doc.values() if isinstance(doc, dict) else doc:
             found |= input_digests(value, base_dir)
         return found
-    if isinstance(doc, str) and doc and "\n" not in doc and len(doc) < 1024:
-        return dict(_named_digests(doc, base_dir))
-    return {}
+    return dict(_named_digests(doc, base_dir)) if isinstance(doc, str) else {}
 
 
 @functools.lru_cache(maxsize=1024)
 def _named_digests(text: str, base_dir: Path) -> tuple[tuple[str, str], ...]:
     """``input_digests`` of one string (memoised: every point of a sweep names the same
     files; ``jobs_for`` clears it, so an edit between two calls is read)."""
-    path = anchored(text, base_dir)
     found = []
-    try:
-        files = sorted(path.iterdir()) if path.is_dir() else [path] if path.is_file() else []
-        for file in files:
-            if file.is_file():
-                digest = hashlib.sha256()
-                with file.open("rb") as handle:
-                    while chunk := handle.read(1 << 20):
-                        digest.update(chunk)
-                found.append((str(file), digest.hexdigest()))
-    except OSError:
-        pass  # unreadable: the run says so
+    for file in named_files(text, base_dir):
+        digest = hashlib.sha256()
+        try:
+            with file.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:
+            continue  # unreadable: the run says so
+        found.append((str(file), digest.hexdigest()))
     return tuple(found)
 
 
