@@ -11,7 +11,9 @@ import yaml
 
 from sim.cli import main
 from sim.engine.request import Request
+from sim.errors import ConfigError
 from sim.planning.sweep import load_sweep, run_sweep
+from sim.scenario import load_scenario
 from sim.serving.router import PrefixAffinity, ReplicaLoad
 from tests.cli_errors import one_line_error, run_error
 
@@ -267,3 +269,18 @@ def test_a_save_file_over_a_file_the_scenario_reads_is_refused(
     message = run_error(capsys, tmp_path, str(scenario), "--save-trace", str(trace))
     assert message == f"--save-trace {trace}: is a file the scenario reads; give another file"
     assert trace.read_text() == text
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"workload.num_requests": 5, "workload": {"num_requests": 7}},
+        {"workload.arrival.rate_per_s": 5, "workload.arrival": {"rate_per_s": 9}},
+    ],
+)
+def test_an_overrides_mapping_setting_a_key_twice_is_refused(overrides: dict[str, object]) -> None:
+    # Before: the second spelling won (7 requests, 9 per second), the first dropped.
+    with pytest.raises(
+        ConfigError, match=r"^scenarios/chat.yaml: overrides: workload\.\S+ given twice"
+    ):
+        load_scenario("scenarios/chat.yaml", overrides)
