@@ -35,6 +35,8 @@ def _run(folder: Path, scenario: str | Path, *args: str) -> Path:
             "scenarios/prefix_caching.yaml",
             ["workload.num_requests=60", "workload.arrival.rate_per_s=.inf"],
         ),
+        # A closed loop's groups, as its users drew them (sent at 0: no think time).
+        ("scenarios/load_profiles.yaml", ["workload.num_requests=60"]),
         (  # the router reads the ids as it read the groups
             "scenarios/prefix_caching.yaml",
             [
@@ -87,20 +89,6 @@ def test_save_trace_of_requests_with_priorities_is_refused(
     assert message.startswith(f"--save-trace {trace}: the trace would drop"), message
     assert "workload.priority" in message, message
     assert not trace.exists()
-
-
-def test_save_trace_csv_of_a_closed_loop_sharing_prefixes_is_refused(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    trace = tmp_path / "t.csv"
-    groups = "workload.prefix_groups={num_groups: 2, shared_prefix_tokens: 64}"
-    sets = ["workload.num_requests=20", groups]
-    args = [arg for value in sets for arg in ("--set", value)]
-    message = run_error(
-        capsys, tmp_path, "scenarios/closed_loop.yaml", *args, "--save-trace", str(trace)
-    )
-    assert message.startswith(f"--save-trace {trace}: the trace would drop"), message
-    assert "workload.prefix_groups" in message and "closed loop" in message, message
 
 
 def test_prefix_affinity_routes_a_trace_by_its_first_hash_id() -> None:

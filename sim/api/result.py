@@ -40,12 +40,8 @@ from sim.serving.frontend import Delivery
 from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import RawResult
 from sim.workload.arrivals import ArrivalConfig, ConstantArrival, GammaArrival
-from sim.workload.generate import (
-    RequestArrays,
-    SyntheticWorkload,
-    TraceWorkload,
-    WorkloadConfig,
-)
+from sim.workload.generate import SyntheticWorkload, TraceWorkload, WorkloadConfig
+from sim.workload.trace import HashIds
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -64,9 +60,10 @@ class Result:
     raw: RawResult
     activity: pd.DataFrame | None = None
     num_traced_requests: int | None = None
-    # The open loop's requests as ``run`` generated them, ``records`` row i its row i
-    # (what ``--save-trace`` writes beyond the records: shared prefixes); else None.
-    sent: RequestArrays | None = None
+    # The shared prefixes of ``run``'s requests as hash ids by request id, and the tokens
+    # an id covers (``RequestArrays.hash_ids``): what ``--save-trace`` writes beyond the
+    # records. None: none shared, or not from ``run``.
+    prefix_hash_ids: tuple[HashIds, int | None] | None = None
 
     def __repr__(self) -> str:
         summary, cluster = self.summary, self.scenario.cluster

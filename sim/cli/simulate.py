@@ -266,7 +266,7 @@ def _write_save_files(
             )
             print(f"wrote {write_result(path, document)}")
     if args.save_trace is not None:
-        prefixes = None if result.sent is None else result.sent.hash_ids()
+        prefixes = result.prefix_hash_ids
         hash_ids = None if prefixes is None else prefixes[0]
         print(f"wrote {write_request_trace(args.save_trace, result.raw.records, hash_ids)}")
         if prefixes is not None:  # the column is read only where the scenario names it

@@ -164,9 +164,6 @@ def unsaved_by_trace(workload: WorkloadConfig, keeps_hash_ids: bool) -> str | No
         return None
     if not keeps_hash_ids:
         return f"their shared prompt prefixes ({shared}), which the format does not keep"
-    if workload.kind == "closed_loop":
-        # Its groups are drawn as its users send: the run keeps no list of them.
-        return f"their shared prompt prefixes ({shared}), not kept for a closed loop"
     return None
 
 
@@ -327,6 +324,7 @@ class ClosedLoopSource:
         groups = config.prefix_groups
         self._groups: Iterator[int] | None = None
         self._shared_tokens = 0
+        self._drawn_groups: list[int] = []  # request i's group, as drawn (``hash_ids``)
         if groups is not None:
             # A fourth stream, spawned only with groups: the others draw as without.
             (group_rng,) = rng.spawn(1)
@@ -345,7 +343,15 @@ class ClosedLoopSource:
         without prefix groups (call it once per request, next to :meth:`next_lengths`)."""
         if self._groups is None:
             return None
-        return next(self._groups), self._shared_tokens
+        self._drawn_groups.append(next(self._groups))
+        return self._drawn_groups[-1], self._shared_tokens
+
+    def hash_ids(self) -> tuple[HashIds, int | None] | None:
+        """The groups drawn so far as a csv trace's hash ids (``RequestArrays.hash_ids``:
+        request ``i`` is the ``i``-th drawn), or None without prefix groups."""
+        if self._groups is None or not self._drawn_groups:
+            return None
+        return tuple((group,) for group in self._drawn_groups), self._shared_tokens
 
     def next_think_s(self) -> float:
         """The next think time in seconds (>= 0)."""
