@@ -272,3 +272,12 @@ def test_an_overrides_mapping_setting_a_key_twice_is_refused(overrides: dict[str
         ConfigError, match=r"^scenarios/chat.yaml: overrides: workload\.\S+ given twice"
     ):
         load_scenario("scenarios/chat.yaml", overrides)
+
+
+def test_a_sweep_override_of_the_seed_beside_a_seed_list_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Before: the runs took the list's seeds 1 and 2; the overrides' 5 was no run's.
+    sweep = _sweep(tmp_path, overrides={"seed": 5}, seeds=[1, 2], points=[{}])
+    message = one_line_error(capsys, ["sweep", str(sweep), "--out", str(tmp_path / "o"), "-q"])
+    assert message.startswith(f"{sweep}: overrides: seed is set by the sweep's seeds"), message

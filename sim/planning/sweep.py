@@ -109,6 +109,9 @@ class SweepConfig(Frozen):
                 f"{num_runs:,} runs (points x seeds), more than {MAX_SWEEP_RUNS:,}: "
                 "split the sweep or use fewer values or seeds"
             )
+        if isinstance(self.seeds, list) and "seed" in self.overrides:
+            # A list of seeds is each run's: the overrides' seed would be no run's.
+            raise ValueError("overrides: seed is set by the sweep's seeds: list; give one")
         for where, keys in (("grid", self.grid or {}), *(("points", p) for p in self.points or [])):
             if "seed" in keys:
                 # Each run's seed is the sweep's (seeds:); the table's seed column is its.
