@@ -4,7 +4,9 @@
 ``api.run``, a mapping of dotted keys, nested sections or both
 (``{"engine.block_size_tokens": 32}`` is ``{"engine": {"block_size_tokens": 32}}``). A
 nested mapping is merged key by key into its section; the string form replaces a
-section whole (``"workload.arrival={kind: gamma, ...}"``).
+section whole (``"workload.arrival={kind: gamma, ...}"``). A key set twice (a mapping's
+two spellings of it, or a section replacing a ``--set`` key inside it) is refused: the
+last would win without a word.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> Non
             raise ConfigError(f"{source}: {dotted}: {key!r} is not a section")
         node = child
     node[keys[-1]] = copy.deepcopy(value)
+
+
+def replaces(later: str, earlier: str) -> bool:
+    """Whether setting dotted key ``later`` after ``earlier`` replaces what ``earlier``
+    set: the same key, or a section holding it (``workload.arrival`` after
+    ``workload.arrival.rate_per_s``)."""
+    return earlier == later or earlier.startswith(f"{later}.")
 
 
 def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -86,7 +95,13 @@ def apply_overrides(doc: dict[str, Any], overrides: Overrides | None, source: st
     if not overrides:
         return
     if isinstance(overrides, Mapping):
-        for key, value in dotted_items(overrides):
+        items = dotted_items(overrides)
+        for index, (key, value) in enumerate(items):
+            # ('workload.n': 5 and 'workload': {'n': 7}): the last would win, silently.
+            earlier = next((k for k, _ in items[:index] if replaces(key, k)), None)
+            if earlier is not None:
+                what = key if earlier == key else f"{earlier} (and {key} holding it)"
+                raise ConfigError(f"{source}: {WHAT}: {what} given twice; give one")
             set_dotted(doc, key, value, f"{source}: {WHAT}")
         return
     if isinstance(overrides, str | bytes):  # a lone string would be read letter by letter
