@@ -54,16 +54,20 @@ def fleet_for(
     target_rate_per_s: float,
     gpus_per_replica: int,
     gpu_price_per_hour: float | None,
+    sized_rate_per_s: float | None = None,
 ) -> Fleet | None:
-    """Fleet for a target rate; ``None`` when the search found no usable capacity."""
+    """Fleet for a target rate; ``None`` when the search found no usable capacity.
+    ``sized_rate_per_s``: the rate its replicas are counted for (plan's target plus its
+    headroom; default the target); its output and cost per token are the target's."""
     rate = capacity_rate_per_s(search, search.at_estimate)
     if rate is None or rate <= 0:
         return None
     lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
     # One seed gives no confidence interval, so no fleet "at the interval's low end".
     lower_rate = capacity_rate_per_s(search, lower_point) if has_interval(search) else None
-    num_replicas = units_for(target_rate_per_s, rate)
-    at_lower = units_for(target_rate_per_s, lower_rate) if lower_rate else None
+    sized = target_rate_per_s if sized_rate_per_s is None else sized_rate_per_s
+    num_replicas = units_for(sized, rate)
+    at_lower = units_for(sized, lower_rate) if lower_rate else None
     num_gpus = num_replicas * gpus_per_replica
     usd_hour = usd_mtok = None
     if gpu_price_per_hour is not None:
@@ -130,6 +134,11 @@ def cost_models(search: CapacitySearch) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 
 
+def cost_sources(search: CapacitySearch) -> list[str]:
+    """Those cost models in the words every face uses (measured or a guess), each once."""
+    return list(dict.fromkeys(cost_model_tag(name) for name in cost_models(search)))
+
+
 def binding_text(search: CapacitySearch) -> str:
     """Which constraint bound the answer: the one failing at the bracket's upper end."""
     upper = search.cell[1]
@@ -157,8 +166,7 @@ def format_capacity(
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
     names = cost_models(search)
     lines.append(row("cost model:", "; ".join(names) or "none ran"))
-    tags = dict.fromkeys(cost_model_tag(name) for name in names)  # two labels, one tag: once
-    lines.append(row("cost source:", "; ".join(tags) or "none ran"))
+    lines.append(row("cost source:", "; ".join(cost_sources(search)) or "none ran"))
     lines.append(row("load knob:", knob.key))
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
     lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
@@ -255,6 +263,7 @@ def to_json(
     doc = {
         "scenario": scenario_label,
         "cost_models": cost_models(search),
+        "cost_sources": cost_sources(search),
         "load_key": search.knob.key,
         "load_unit": search.knob.unit,
         "slo": {t.name: t.limit_ms for t in search.targets},

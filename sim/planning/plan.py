@@ -418,7 +418,10 @@ def _search_candidate(task: Task) -> Record:
                 "arrival": {**doc["workload"]["arrival"], "rate_per_s": _nice(rate)},
             },
         }
-    fleet = fleet_for(result, task["target_rate_per_s"], task["num_gpus"], task["price"])
+    target_rate_per_s = task["target_rate_per_s"]
+    fleet = fleet_for(
+        result, target_rate_per_s, task["num_gpus"], task["price"], task["sized_rate_per_s"]
+    )
     low, high = result.interval
     record: Record = {
         "capacity_rate_per_s": result.estimate,
@@ -439,7 +442,8 @@ def _search_candidate(task: Task) -> Record:
         "num_loads": len(result.points),
     }
     if fleet is not None and fleet.usd_per_hour is not None:
-        per_unit_rate = task["target_rate_per_s"] / fleet.num_replicas
+        # The traffic each unit serves: the target's share (the headroom is spare).
+        per_unit_rate = target_rate_per_s / fleet.num_replicas
         known = {p.load: p for p in result.points}
         point = known.get(per_unit_rate) or searcher.evaluate(per_unit_rate)
         tokens = output_tokens_per_request(result.at_estimate)
@@ -483,7 +487,8 @@ def _task(space: _Space, outcome: Outcome) -> Task:
         "seeds": space.config.seeds,
         "rel_width": space.config.rel_width,
         "max_sims": space.config.max_loads * space.config.seeds,
-        "target_rate_per_s": outcome.sized_rate_per_s or space.target_rate_per_s,
+        "target_rate_per_s": space.target_rate_per_s,
+        "sized_rate_per_s": outcome.sized_rate_per_s or space.target_rate_per_s,
         "num_gpus": outcome.num_gpus,
         "price": outcome.price_per_gpu_hour or 0.0,
         "bound_rate_per_s": outcome.bound_rate_per_s,
@@ -658,7 +663,7 @@ def _run(
             outcome.status = "running"
             task = _task(space, outcome)
             started.append((outcome, task))
-            price, sized_rate_per_s = task["price"], task["target_rate_per_s"]
+            price, sized_rate_per_s = task["price"], task["sized_rate_per_s"]
             if space.config.prune and best is not None and best.usd_per_hour and price > 0:
                 # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
                 gpus = outcome.num_gpus
@@ -673,7 +678,7 @@ def _run(
         abandoned = record.get("abandoned_at_rate_per_s")
         if abandoned is not None:
             outcome.status = "skipped"
-            sized_rate_per_s, price = task["target_rate_per_s"], task["price"]
+            sized_rate_per_s, price = task["sized_rate_per_s"], task["price"]
             usd = fleet_usd_per_hour(abandoned, sized_rate_per_s, task["num_gpus"], price)
             outcome.reason = (
                 f"cannot beat the cheapest: its SLOs fail (95% interval) at {abandoned:.3g} "
