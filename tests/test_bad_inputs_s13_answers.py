@@ -149,3 +149,42 @@ def test_a_ratio_a_rounding_error_under_one_is_not_simulated_again() -> None:
     assert crossing(low, high) == 15.0
     # A crossing that is really between the two is still interpolated.
     assert 15.0 < crossing(LoadPoint(15.0, [], {}, {}, "pass", 0.99), high) < 15.625
+
+
+def test_a_plan_level_in_no_accepted_combination_is_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: max_num_seqs 4096 (over every token budget) and chunked_prefill false
+    # (every budget under max_model_len) were searched nowhere, and nothing said so.
+    space = {**PLAN_SPACE, "max_num_seqs": [64, 4096], "max_num_batched_tokens": [1024]}
+    space["chunked_prefill"] = [True, False]
+    out = tmp_path / "out"
+    argv = ["plan", str(_write(tmp_path / "s.yaml", SCENARIO))]
+    argv += ["--plan", str(_write(tmp_path / "plan.yaml", space))]
+    argv += ["--slo", "ttft_mean_ms=2000", "--target-rate", "10"]
+    argv += ["--num-requests", "40", "--workers", "1", "-q", "--out", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    err = capsys.readouterr().err
+    warnings = json.loads((out / "plan.json").read_text())["warnings"]
+    seqs = next(w for w in warnings if w.startswith("plan: max_num_seqs 4096: "))
+    assert "max_model_len_tokens 2048" in seqs
+    assert any(w.startswith("plan: chunked_prefill False: ") for w in warnings)
+    assert "plan: max_num_seqs 4096" in err  # the first warning, on the terminal
+
+
+def test_capacity_json_has_the_printouts_price_and_full_load_cost(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "GPU price" and "at full load" were printed but in no field of capacity.json
+    # (without --target-rate there is no fleet to carry the price).
+    out = tmp_path / "out"
+    argv = ["capacity", str(_write(tmp_path / "s.yaml", SCENARIO)), "--slo", "ttft_mean_ms=2000"]
+    argv += ["--num-requests", "40", "--seeds", "1", "--max-sims", "3", "-q", "--out", str(out)]
+    assert main([*argv, "--gpu-price-per-hour", "2.5"]) == 0, capsys.readouterr().err
+    stdout = capsys.readouterr().out
+    doc = json.loads((out / "capacity.json").read_text())
+    assert doc["gpu_price_per_hour"] == 2.5
+    # One GPU at capacity, every request 20 output tokens (SCENARIO's fixed length).
+    one = doc["usd_per_million_output_tokens_at_capacity"]
+    assert one == pytest.approx(1e6 * 2.5 / (doc["capacity_rate_per_s"] * 20 * 3600))
+    assert f"at full load:           ${one:.3f} per million output tokens" in stdout

@@ -90,7 +90,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     print(format_points(result))
     given = args.gpu_price_per_hour is not None
     print(format_capacity(result, label, fleet, per_replica, price, model_error, price_given=given))
-    path = write_json(to_json(result, fleet, label, model_error, run_length.raised), out)
+    doc = to_json(result, fleet, label, model_error, run_length.raised, per_replica, price)
+    path = write_json(doc, out)
     print(f"{result.num_sims} simulations in {elapsed_s:.1f} s; wrote {path}")
     return 0
 

@@ -87,6 +87,18 @@ def fleet_for(
     )
 
 
+def full_load_usd_per_million_tokens(
+    search: CapacitySearch, gpus_per_replica: int, price: float | None
+) -> float | None:
+    """Dollars per million output tokens of one replica running exactly at capacity
+    (None: no price, or no capacity or tokens to divide by)."""
+    rate = capacity_rate_per_s(search, search.at_estimate)
+    tokens = output_tokens_per_request(search.at_estimate)
+    if price is None or not rate or not tokens:
+        return None
+    return 1e6 * usd_per_unit(rate * tokens, gpus_per_replica, price)
+
+
 def has_interval(search: CapacitySearch) -> bool:
     """Whether the search has a confidence interval: two seeds or more (with one, or a
     trace replay, the bracket is only where the search stopped bisecting)."""
@@ -220,9 +232,8 @@ def format_capacity(
             mtok = fleet.usd_per_million_output_tokens
             per_token = f", ${mtok:.3f} per million output tokens" if mtok else ""
             lines.append(row("cost:", f"${fleet.usd_per_hour:.2f}/hour" + per_token))
-        tokens = output_tokens_per_request(point)
-        if tokens and rate:
-            one = 1e6 * usd_per_unit(rate * tokens, gpus_per_replica, price)
+        one = full_load_usd_per_million_tokens(search, gpus_per_replica, price)
+        if one is not None:
             lines.append(row("at full load:", f"${one:.3f} per million output tokens"))
     lines.append("=" * 50)
     return "\n".join(lines)
@@ -241,9 +252,12 @@ def to_json(
     scenario_label: str,
     model_error: ModelError | None = None,
     run_length: str | None = None,
+    gpus_per_replica: int = 1,
+    price: float | None = None,
 ) -> dict[str, Any]:
     """Everything the search did, for ``capacity.json`` (non-finite numbers as null);
-    ``run_length``: the line saying the runs were lengthened (``RunLength.raised``)."""
+    ``run_length``: the line saying the runs were lengthened (``RunLength.raised``);
+    ``price``: per GPU-hour, as the printout's (its "at full load" figure too)."""
 
     def point_doc(p: LoadPoint) -> dict[str, Any]:
         return {
@@ -283,6 +297,10 @@ def to_json(
         "num_simulations": search.num_sims,
         "points": [point_doc(p) for p in sorted(search.points, key=lambda p: p.load)],
         "fleet": asdict(fleet) if fleet is not None else None,
+        "gpu_price_per_hour": price,
+        "usd_per_million_output_tokens_at_capacity": full_load_usd_per_million_tokens(
+            search, gpus_per_replica, price
+        ),
     }
     return cast(dict[str, Any], jsonable(doc))  # strict JSON: NaN and inf as null
 

@@ -512,13 +512,22 @@ def coarse_candidates(space: _Space) -> list[Candidate]:
                             if tokens < seqs or (not chunked and tokens < max_len):
                                 continue  # vLLM refuses these limits (Scenario._check)
                             out.append(Candidate(gpu, tp, seqs, tokens, chunked, split))
+    why = (
+        "max_num_batched_tokens must be at least max_num_seqs, and at least "
+        f"max_model_len_tokens {max_len} without chunked prefill"
+    )
     if not out:
         raise ConfigError(
             f"plan: max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
             f"{config.max_num_batched_tokens}, chunked_prefill {config.chunked_prefill}: no "
-            "combination vLLM accepts (max_num_batched_tokens must be at least max_num_seqs, "
-            f"and at least max_model_len_tokens {max_len} without chunked prefill)"
+            f"combination vLLM accepts ({why})"
         )
+    for name in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill"):
+        # A level in no combination is searched nowhere: said, not dropped in silence.
+        left = [v for v in getattr(config, name) if v not in {getattr(c, name) for c in out}]
+        if left:
+            levels = ", ".join(str(v) for v in left)
+            space.warnings[f"plan: {name} {levels}: in no combination vLLM accepts ({why})"] = None
     return out
 
 
