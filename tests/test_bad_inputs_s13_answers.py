@@ -188,3 +188,44 @@ def test_capacity_json_has_the_printouts_price_and_full_load_cost(
     one = doc["usd_per_million_output_tokens_at_capacity"]
     assert one == pytest.approx(1e6 * 2.5 / (doc["capacity_rate_per_s"] * 20 * 3600))
     assert f"at full load:           ${one:.3f} per million output tokens" in stdout
+
+
+def _open_above(cell_upper: float | None) -> Any:
+    """A finished 2-seed search: 48 passed with confidence, 52 and 54 unclear, no
+    confident fail; the means cross between 52 and 54 (or, without 54, nowhere)."""
+    from sim.metrics.slo_targets import parse_targets
+    from sim.planning.capacity import CapacitySearch, LoadKnob, judge
+
+    targets = parse_targets(["ttft_p99_ms=100"])
+    result = CapacitySearch(LoadKnob("rate", "k", 1.0), targets, (0, 1))
+
+    def point(load: float, ttft_ms: float, spread_ms: float) -> Any:
+        runs = [{"p99_ttft_ms": ttft_ms + k * spread_ms, "completed": 10} for k in (-1, 1)]
+        return judge(load, runs, targets)
+
+    result.points = [point(48, 50, 1), point(52, 90, 50)]
+    if cell_upper is not None:
+        result.points.append(point(cell_upper, 110, 50))
+    assert [p.status for p in result.points][:2] == ["pass", "unclear"]
+    result.lower, result.upper, result.estimate = 48, None, 52
+    result.cell, result.at_estimate = (52, cell_upper), result.points[1]
+    return result
+
+
+@pytest.mark.parametrize("cell_upper", [54.0, None])
+def test_capacity_open_above_prints_the_estimate_the_json_and_fleet_use(
+    cell_upper: float | None,
+) -> None:
+    # Before: "capacity: >= 48 req/s (no SLO failure found)" where capacity.json and
+    # the fleet said 52, and the means had failed at 54.
+    from sim.planning.capacity_report import fleet_for, format_capacity, to_json
+
+    result = _open_above(cell_upper)
+    fleet = fleet_for(result, 100.0, 1, None)
+    text = format_capacity(result, "x", fleet, 1, None)
+    line = next(x for x in text.splitlines() if x.startswith("capacity:"))
+    assert to_json(result, fleet, "x")["capacity"] == 52
+    assert fleet is not None and fleet.capacity_rate_per_s == 52
+    answer = line.removeprefix("capacity:").split()[0:2]
+    assert answer == (["52", "req/s"] if cell_upper else [">=", "52"]), line
+    assert ("no SLO failure found" in line) == (cell_upper is None), line

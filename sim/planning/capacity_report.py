@@ -186,7 +186,13 @@ def format_capacity(
     if lo is None:
         lines.append(row("capacity:", f"0 {unit}: {search.stop_reason}"))
     elif hi is None:
-        lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
+        # Open above: the answer is the estimate (capacity.json's, the fleet's); with no
+        # load past a limit even on average it is a lower bound only.
+        failed = search.cell[1] is not None
+        above = "no load failed with 95% confidence" if failed else "no SLO failure found"
+        passed = "passed with 95% confidence" if has_interval(search) else "passed"
+        answer = f"{'' if failed else '>= '}{est:.3g} {unit}  ({lo:.3g} {passed}; {above})"
+        lines.append(row("capacity:", answer))
     else:
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
     if model_error is not None:
