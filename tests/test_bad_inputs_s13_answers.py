@@ -212,15 +212,17 @@ def _open_above(cell_upper: float | None) -> Any:
     return result
 
 
-@pytest.mark.parametrize("cell_upper", [54.0, None])
-def test_capacity_open_above_prints_the_estimate_the_json_and_fleet_use(
-    cell_upper: float | None,
+@pytest.mark.parametrize(("cell_upper", "lower"), [(54.0, 48.0), (None, 48.0), (54.0, None)])
+def test_capacity_open_ended_prints_the_estimate_the_json_and_fleet_use(
+    cell_upper: float | None, lower: float | None
 ) -> None:
     # Before: "capacity: >= 48 req/s (no SLO failure found)" where capacity.json and
-    # the fleet said 52, and the means had failed at 54.
+    # the fleet said 52, and the means had failed at 54; with no load passed with
+    # confidence, "capacity: 0 req/s" above a fleet sized for 52.
     from sim.planning.capacity_report import fleet_for, format_capacity, to_json
 
     result = _open_above(cell_upper)
+    result.lower = lower
     fleet = fleet_for(result, 100.0, 1, None)
     text = format_capacity(result, "x", fleet, 1, None)
     line = next(x for x in text.splitlines() if x.startswith("capacity:"))

@@ -183,22 +183,24 @@ def format_capacity(
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
     lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
     est, (lo, hi) = search.estimate, search.interval
-    if lo is None:
+    if not est:  # no load held on average
         lines.append(row("capacity:", f"0 {unit}: {search.stop_reason}"))
-    elif hi is None:
-        # Open above: the answer is the estimate (capacity.json's, the fleet's); with no
-        # load past a limit even on average it is a lower bound only.
-        failed = search.cell[1] is not None
-        above = "no load failed with 95% confidence" if failed else "no SLO failure found"
-        passed = "passed with 95% confidence" if has_interval(search) else "passed"
-        answer = f"{'' if failed else '>= '}{est:.3g} {unit}  ({lo:.3g} {passed}; {above})"
-        lines.append(row("capacity:", answer))
-    else:
+    elif lo is not None and hi is not None:
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
+    else:
+        # An end of the interval missing: the answer is still the estimate (capacity.json's,
+        # the fleet's); with no load past a limit even on average it is a lower bound only.
+        failed = search.cell[1] is not None
+        sure = " with 95% confidence" if has_interval(search) else ""
+        low = f"{lo:.3g} passed{sure}" if lo is not None else f"no load passed{sure}"
+        high = f"{hi:.3g} failed{sure}" if hi is not None else f"no load failed{sure}"
+        high = high if failed else "no SLO failure found"
+        answer = f"{'' if failed else '>= '}{est:.3g} {unit}  ({low}; {high})"
+        lines.append(row("capacity:", answer))
     if model_error is not None:
         lines.append(row("model error:", model_error.text))
     rate = capacity_rate_per_s(search, search.at_estimate)
-    if knob.kind == "concurrency" and lo is not None and rate is not None:
+    if knob.kind == "concurrency" and est and rate is not None:
         served = f"{search.estimate:.0f} concurrent clients are served within the SLOs at"
         lines.append(row("", f"{served} {rate:.3g} req/s (sent while all are busy)"))
     searched = f"{len(search.points)} loads, {search.num_sims} simulations"
