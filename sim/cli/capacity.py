@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import warnings
 from pathlib import Path
@@ -45,8 +46,11 @@ if TYPE_CHECKING:
 def _cmd_capacity(args: argparse.Namespace) -> int:
     targets = parse_targets(args.slo or [])
     require_targets(targets)  # before any work
-    if args.gpu_price_per_hour is not None and not args.gpu_price_per_hour > 0:
-        raise ConfigError("--gpu-price-per-hour must be > 0")
+    if args.gpu_price_per_hour is not None and not 0 < args.gpu_price_per_hour < math.inf:
+        # inf would price every fleet at inf dollars (null in capacity.json)
+        raise ConfigError(
+            f"--gpu-price-per-hour must be > 0 and finite (USD), got {args.gpu_price_per_hour:g}"
+        )
     if args.target_rate is not None:  # optional here: without it, no fleet
         check_target_rate(args.target_rate)
     run_length = run_length_overrides(args.scenario, args.set or [], args.num_requests)
@@ -86,7 +90,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     print(format_points(result))
     given = args.gpu_price_per_hour is not None
     print(format_capacity(result, label, fleet, per_replica, price, model_error, price_given=given))
-    path = write_json(to_json(result, fleet, label, model_error, run_length.raised), out)
+    doc = to_json(result, fleet, label, model_error, run_length.raised, per_replica, price)
+    path = write_json(doc, out)
     print(f"{result.num_sims} simulations in {elapsed_s:.1f} s; wrote {path}")
     return 0
 

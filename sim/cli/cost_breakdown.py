@@ -207,9 +207,12 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
     if isinstance(cost, SpeculativeCost):
         parts = cost.parts_s(shape)
         verify = breakdown(cost.target, cost.verify_shape(shape))  # the verification's ops
-        verify["cost_model"] = cost.label
+        # The LM head at each drafting sequence's k more positions (SpeculativeCost.verify_s).
+        lm_head_ms = parts.verify_s * 1e3 - verify["step_ms"]
+        verify["cost_model"], verify["cost_source"] = cost.label, cost_model_tag(cost.label)
         verify["step_ms"] = parts.total_s * 1e3
         verify["speculative_ms"] = {
+            "LM head at the drafted positions": lm_head_ms,
             f"proposer GPU ({cost.proposer.label})": parts.propose_gpu_s * 1e3,
             "proposer CPU": parts.propose_cpu_s * 1e3,
             "rejection sampler": parts.rejection_s * 1e3,
@@ -217,7 +220,9 @@ def breakdown(cost: CostModel, shape: StepShape) -> dict[str, Any]:
         }
         return verify
     step_ms = cost.step_s(shape) * 1e3
-    out: dict[str, Any] = {"cost_model": cost.label, "step_ms": step_ms}
+    # The source in the words every face uses (measured or a guess), in the JSON too.
+    source = cost_model_tag(cost.label)
+    out: dict[str, Any] = {"cost_model": cost.label, "cost_source": source, "step_ms": step_ms}
     # The GPU's ops come from the GPU model inside the engine's CPU work (sim.cost.engine_cpu).
     gpu = cost.gpu if isinstance(cost, EngineCpuCost) else cost
     if isinstance(gpu, KernelCost):
@@ -262,7 +267,7 @@ def format_breakdown(result: dict[str, Any]) -> str:
     lines = [
         f"step {result['step']}: {result['step_words']}",
         f"cost model: {result['cost_model']}",
-        f"cost source: {cost_model_tag(result['cost_model'])}",
+        f"cost source: {result['cost_source']}",
     ]
 
     sources = result.get("op_sources", {})

@@ -411,7 +411,10 @@ def crossing(low: LoadPoint, high: LoadPoint) -> float:
     if not math.isfinite(high.ratio) or high.ratio <= low.ratio:
         return low.load
     share = (1.0 - low.ratio) / (high.ratio - low.ratio)
-    return low.load + min(max(share, 0.0), 1.0) * (high.load - low.load)
+    load = low.load + min(max(share, 0.0), 1.0) * (high.load - low.load)
+    # A ratio a rounding error under 1 (a served ratio of exactly 0.95) is at 1: its
+    # own load, not a new one a hair above it that the search would simulate again.
+    return low.load if math.isclose(load, low.load, rel_tol=1e-9) else load
 
 
 def _room(res: CapacitySearch, max_num_sims: int) -> bool:

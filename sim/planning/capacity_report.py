@@ -54,16 +54,20 @@ def fleet_for(
     target_rate_per_s: float,
     gpus_per_replica: int,
     gpu_price_per_hour: float | None,
+    sized_rate_per_s: float | None = None,
 ) -> Fleet | None:
-    """Fleet for a target rate; ``None`` when the search found no usable capacity."""
+    """Fleet for a target rate; ``None`` when the search found no usable capacity.
+    ``sized_rate_per_s``: the rate its replicas are counted for (plan's target plus its
+    headroom; default the target); its output and cost per token are the target's."""
     rate = capacity_rate_per_s(search, search.at_estimate)
     if rate is None or rate <= 0:
         return None
     lower_point = next((p for p in search.points if p.load == search.interval[0]), None)
     # One seed gives no confidence interval, so no fleet "at the interval's low end".
     lower_rate = capacity_rate_per_s(search, lower_point) if has_interval(search) else None
-    num_replicas = units_for(target_rate_per_s, rate)
-    at_lower = units_for(target_rate_per_s, lower_rate) if lower_rate else None
+    sized = target_rate_per_s if sized_rate_per_s is None else sized_rate_per_s
+    num_replicas = units_for(sized, rate)
+    at_lower = units_for(sized, lower_rate) if lower_rate else None
     num_gpus = num_replicas * gpus_per_replica
     usd_hour = usd_mtok = None
     if gpu_price_per_hour is not None:
@@ -81,6 +85,18 @@ def fleet_for(
         usd_hour,
         usd_mtok,
     )
+
+
+def full_load_usd_per_million_tokens(
+    search: CapacitySearch, gpus_per_replica: int, price: float | None
+) -> float | None:
+    """Dollars per million output tokens of one replica running exactly at capacity
+    (None: no price, or no capacity or tokens to divide by)."""
+    rate = capacity_rate_per_s(search, search.at_estimate)
+    tokens = output_tokens_per_request(search.at_estimate)
+    if price is None or not rate or not tokens:
+        return None
+    return 1e6 * usd_per_unit(rate * tokens, gpus_per_replica, price)
 
 
 def has_interval(search: CapacitySearch) -> bool:
@@ -130,6 +146,11 @@ def cost_models(search: CapacitySearch) -> list[str]:
     return list(dict.fromkeys(n for n in names if isinstance(n, str)))
 
 
+def cost_sources(search: CapacitySearch) -> list[str]:
+    """Those cost models in the words every face uses (measured or a guess), each once."""
+    return list(dict.fromkeys(cost_model_tag(name) for name in cost_models(search)))
+
+
 def binding_text(search: CapacitySearch) -> str:
     """Which constraint bound the answer: the one failing at the bracket's upper end."""
     upper = search.cell[1]
@@ -157,22 +178,29 @@ def format_capacity(
     lines = ["=" * 20 + " Capacity " + "=" * 20, row("scenario:", scenario_label)]
     names = cost_models(search)
     lines.append(row("cost model:", "; ".join(names) or "none ran"))
-    tags = dict.fromkeys(cost_model_tag(name) for name in names)  # two labels, one tag: once
-    lines.append(row("cost source:", "; ".join(tags) or "none ran"))
+    lines.append(row("cost source:", "; ".join(cost_sources(search)) or "none ran"))
     lines.append(row("load knob:", knob.key))
     lines.append(row("SLOs:", ", ".join(str(t) for t in search.targets)))
     lines.append(row("seeds per load:", f"{len(search.seeds)} {list(search.seeds)}"))
     est, (lo, hi) = search.estimate, search.interval
-    if lo is None:
+    if not est:  # no load held on average
         lines.append(row("capacity:", f"0 {unit}: {search.stop_reason}"))
-    elif hi is None:
-        lines.append(row("capacity:", f">= {lo:.3g} {unit} (no SLO failure found)"))
-    else:
+    elif lo is not None and hi is not None:
         lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
+    else:
+        # An end of the interval missing: the answer is still the estimate (capacity.json's,
+        # the fleet's); with no load past a limit even on average it is a lower bound only.
+        failed = search.cell[1] is not None
+        sure = " with 95% confidence" if has_interval(search) else ""
+        low = f"{lo:.3g} passed{sure}" if lo is not None else f"no load passed{sure}"
+        high = f"{hi:.3g} failed{sure}" if hi is not None else f"no load failed{sure}"
+        high = high if failed else "no SLO failure found"
+        answer = f"{'' if failed else '>= '}{est:.3g} {unit}  ({low}; {high})"
+        lines.append(row("capacity:", answer))
     if model_error is not None:
         lines.append(row("model error:", model_error.text))
     rate = capacity_rate_per_s(search, search.at_estimate)
-    if knob.kind == "concurrency" and lo is not None and rate is not None:
+    if knob.kind == "concurrency" and est and rate is not None:
         served = f"{search.estimate:.0f} concurrent clients are served within the SLOs at"
         lines.append(row("", f"{served} {rate:.3g} req/s (sent while all are busy)"))
     searched = f"{len(search.points)} loads, {search.num_sims} simulations"
@@ -212,9 +240,8 @@ def format_capacity(
             mtok = fleet.usd_per_million_output_tokens
             per_token = f", ${mtok:.3f} per million output tokens" if mtok else ""
             lines.append(row("cost:", f"${fleet.usd_per_hour:.2f}/hour" + per_token))
-        tokens = output_tokens_per_request(point)
-        if tokens and rate:
-            one = 1e6 * usd_per_unit(rate * tokens, gpus_per_replica, price)
+        one = full_load_usd_per_million_tokens(search, gpus_per_replica, price)
+        if one is not None:
             lines.append(row("at full load:", f"${one:.3f} per million output tokens"))
     lines.append("=" * 50)
     return "\n".join(lines)
@@ -233,9 +260,12 @@ def to_json(
     scenario_label: str,
     model_error: ModelError | None = None,
     run_length: str | None = None,
+    gpus_per_replica: int = 1,
+    price: float | None = None,
 ) -> dict[str, Any]:
     """Everything the search did, for ``capacity.json`` (non-finite numbers as null);
-    ``run_length``: the line saying the runs were lengthened (``RunLength.raised``)."""
+    ``run_length``: the line saying the runs were lengthened (``RunLength.raised``);
+    ``price``: per GPU-hour, as the printout's (its "at full load" figure too)."""
 
     def point_doc(p: LoadPoint) -> dict[str, Any]:
         return {
@@ -255,6 +285,7 @@ def to_json(
     doc = {
         "scenario": scenario_label,
         "cost_models": cost_models(search),
+        "cost_sources": cost_sources(search),
         "load_key": search.knob.key,
         "load_unit": search.knob.unit,
         "slo": {t.name: t.limit_ms for t in search.targets},
@@ -274,6 +305,10 @@ def to_json(
         "num_simulations": search.num_sims,
         "points": [point_doc(p) for p in sorted(search.points, key=lambda p: p.load)],
         "fleet": asdict(fleet) if fleet is not None else None,
+        "gpu_price_per_hour": price,
+        "usd_per_million_output_tokens_at_capacity": full_load_usd_per_million_tokens(
+            search, gpus_per_replica, price
+        ),
     }
     return cast(dict[str, Any], jsonable(doc))  # strict JSON: NaN and inf as null
 

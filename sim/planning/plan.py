@@ -418,7 +418,10 @@ def _search_candidate(task: Task) -> Record:
                 "arrival": {**doc["workload"]["arrival"], "rate_per_s": _nice(rate)},
             },
         }
-    fleet = fleet_for(result, task["target_rate_per_s"], task["num_gpus"], task["price"])
+    target_rate_per_s = task["target_rate_per_s"]
+    fleet = fleet_for(
+        result, target_rate_per_s, task["num_gpus"], task["price"], task["sized_rate_per_s"]
+    )
     low, high = result.interval
     record: Record = {
         "capacity_rate_per_s": result.estimate,
@@ -439,7 +442,8 @@ def _search_candidate(task: Task) -> Record:
         "num_loads": len(result.points),
     }
     if fleet is not None and fleet.usd_per_hour is not None:
-        per_unit_rate = task["target_rate_per_s"] / fleet.num_replicas
+        # The traffic each unit serves: the target's share (the headroom is spare).
+        per_unit_rate = target_rate_per_s / fleet.num_replicas
         known = {p.load: p for p in result.points}
         point = known.get(per_unit_rate) or searcher.evaluate(per_unit_rate)
         tokens = output_tokens_per_request(result.at_estimate)
@@ -483,7 +487,8 @@ def _task(space: _Space, outcome: Outcome) -> Task:
         "seeds": space.config.seeds,
         "rel_width": space.config.rel_width,
         "max_sims": space.config.max_loads * space.config.seeds,
-        "target_rate_per_s": outcome.sized_rate_per_s or space.target_rate_per_s,
+        "target_rate_per_s": space.target_rate_per_s,
+        "sized_rate_per_s": outcome.sized_rate_per_s or space.target_rate_per_s,
         "num_gpus": outcome.num_gpus,
         "price": outcome.price_per_gpu_hour or 0.0,
         "bound_rate_per_s": outcome.bound_rate_per_s,
@@ -507,13 +512,22 @@ def coarse_candidates(space: _Space) -> list[Candidate]:
                             if tokens < seqs or (not chunked and tokens < max_len):
                                 continue  # vLLM refuses these limits (Scenario._check)
                             out.append(Candidate(gpu, tp, seqs, tokens, chunked, split))
+    why = (
+        "max_num_batched_tokens must be at least max_num_seqs, and at least "
+        f"max_model_len_tokens {max_len} without chunked prefill"
+    )
     if not out:
         raise ConfigError(
             f"plan: max_num_seqs {config.max_num_seqs}, max_num_batched_tokens "
             f"{config.max_num_batched_tokens}, chunked_prefill {config.chunked_prefill}: no "
-            "combination vLLM accepts (max_num_batched_tokens must be at least max_num_seqs, "
-            f"and at least max_model_len_tokens {max_len} without chunked prefill)"
+            f"combination vLLM accepts ({why})"
         )
+    for name in ("max_num_seqs", "max_num_batched_tokens", "chunked_prefill"):
+        # A level in no combination is searched nowhere: said, not dropped in silence.
+        left = [v for v in getattr(config, name) if v not in {getattr(c, name) for c in out}]
+        if left:
+            levels = ", ".join(str(v) for v in left)
+            space.warnings[f"plan: {name} {levels}: in no combination vLLM accepts ({why})"] = None
     return out
 
 
@@ -658,7 +672,7 @@ def _run(
             outcome.status = "running"
             task = _task(space, outcome)
             started.append((outcome, task))
-            price, sized_rate_per_s = task["price"], task["target_rate_per_s"]
+            price, sized_rate_per_s = task["price"], task["sized_rate_per_s"]
             if space.config.prune and best is not None and best.usd_per_hour and price > 0:
                 # Capacity at or below this: ceil(R / c) * gpus * price >= the best's.
                 gpus = outcome.num_gpus
@@ -673,7 +687,7 @@ def _run(
         abandoned = record.get("abandoned_at_rate_per_s")
         if abandoned is not None:
             outcome.status = "skipped"
-            sized_rate_per_s, price = task["target_rate_per_s"], task["price"]
+            sized_rate_per_s, price = task["sized_rate_per_s"], task["price"]
             usd = fleet_usd_per_hour(abandoned, sized_rate_per_s, task["num_gpus"], price)
             outcome.reason = (
                 f"cannot beat the cheapest: its SLOs fail (95% interval) at {abandoned:.3g} "
