@@ -6,6 +6,10 @@
 - A menu showed a choice other than the starting scenario's value when that value
   was not among its choices (``workload.num_requests: 750``, or disaggregated's
   3000): the page said one thing and ran another. The menu now holds the value.
+- A slider's knob stopped at its range's end for a starting value beyond it
+  (``max_num_seqs: 2048``, a rate of 500): its range now reaches the value.
+- A lesson's click put chat's ``max_num_seqs`` on a static scheduler (refused run):
+  a lesson the starting scenario cannot take is disabled, with the CLI's line.
 - ``servesim run --percentile-metrics ttft`` printed caveats about TPOT and E2EL
   percentiles it did not print. summary.json keeps every metric, and its caveats.
 """
@@ -17,12 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from test_lab_browser import _chromium
 from test_vllm_bench_face import run_cli, small
 
 import sim
-from sim.lab.controls import doc_for, scenario_for
-from sim.scenario import read_yaml
+from sim.cli import error_line
+from sim.errors import ConfigError
+from sim.lab.controls import CONTROLS, RATE_KEY, doc_for, scenario_for
+from sim.scenario import read_yaml, set_dotted
 
 ROOT = Path(sim.__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -150,3 +157,130 @@ def test_a_caveat_not_about_one_metric_is_printed_whatever_metrics_are_asked() -
     assert not any("p99_tpot_ms" in line for line in printed)
     everything = format_summary_table(summary).splitlines()
     assert "CAVEAT: p99_tpot_ms from 3 sample(s) is their maximum, not a percentile" in everything
+
+
+# Session 13, second pass: a slider's range holds the starting scenario's value.
+# A range input cannot stand outside its min/max: its knob sat at an end while the
+# page said and ran the scenario's value, and the value could not be reached again.
+SYNTHETIC = sorted(
+    path.name
+    for path in SCENARIOS.glob("*.yaml")
+    if read_yaml(path, "scenario").get("workload", {}).get("kind") == "synthetic"
+)
+OUTSIDE = {  # a value beyond each slider's (and a number box's) own range
+    RATE_KEY: 0.1,
+    "workload.arrival.burstiness": 8,
+    "workload.prompt_tokens.median_tokens": 8,
+    "workload.prompt_tokens.sigma": 2.5,
+    "workload.output_tokens.median_tokens": 3000,
+    "scheduler.max_num_seqs": 2048,
+    "scheduler.max_num_batched_tokens": 32768,
+    "workload.prefix_groups.num_groups": 2000,
+}
+
+
+def _chat_set(values: dict[str, Any]) -> dict[str, Any]:
+    """chat.yaml with ``values`` at their dotted keys, as ``--set`` writes them."""
+    base = read_yaml(SCENARIOS / "chat.yaml", "scenario")
+    base["workload"]["arrival"] = {"kind": "gamma", "rate_per_s": 10, "burstiness": 1}
+    base["workload"]["prefix_groups"] = {"shared_prefix_tokens": 64, "num_groups": 8}
+    base["engine"]["max_model_len_tokens"] = 32768
+    for key, value in values.items():
+        set_dotted(base, key, value, "test")
+    scenario_for(base, SCENARIOS)  # a scenario the CLI runs
+    return base
+
+
+def _shows(control: dict[str, Any], value: Any) -> bool:
+    """Whether ``control`` (as the page gets it) can show ``value``."""
+    if control["kind"] == "select":
+        return value is None or value in control["choices"]
+    if control["kind"] in ("slider", "number") and isinstance(value, int | float):
+        return bool(control["low"] <= value <= control["high"])
+    return True
+
+
+@pytest.mark.parametrize(("key", "value"), [*OUTSIDE.items(), (RATE_KEY, 500)])
+def test_a_slider_s_range_holds_the_starting_scenario_s_value(key: str, value: Any) -> None:
+    base = _chat_set({key: value})
+    setup = _setup(base)
+    controls = _controls(setup)
+    assert setup["values"][key] == value
+    assert _shows(controls[key], value), controls[key]
+    # Its own range is kept beyond the value, and no other control's moves.
+    own = {c.key: c for c in CONTROLS}
+    assert controls[key]["low"] <= own[key].low and controls[key]["high"] >= own[key].high
+    assert {k: c for k, c in controls.items() if k != key} == {
+        k: c for k, c in _controls(_setup(_chat_set({}))).items() if k != key
+    }
+    assert doc_for(setup["values"], base) == base
+
+
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_each_synthetic_scenario_s_shown_values_are_its_own(name: str) -> None:
+    base = doc_for({}, read_yaml(SCENARIOS / name, "scenario"))  # as the lab reads it
+    setup = _setup(base)
+    controls = _controls(setup)
+    assert all(_shows(controls[k], v) for k, v in setup["values"].items()), name
+    # Sent back as shown, the scenario is the one the lab started from.
+    assert doc_for(setup["values"], base) == base
+    # A lesson's button is offered only where its values make a scenario that runs.
+    for lesson in setup["lessons"]:
+        for key, control in controls.items():
+            if control["fixed"]:
+                assert lesson["values"][key] == setup["values"][key]
+        try:
+            scenario_for(doc_for(lesson["values"], base), SCENARIOS)
+        except ConfigError as error:
+            assert lesson["refused"] == error_line(error)
+        else:
+            assert lesson["refused"] == ""
+
+
+def test_chat_s_lessons_are_refused_where_the_scheduler_takes_none_of_their_keys() -> None:
+    # static_vs_continuous batches statically: chat's max_num_seqs is not its to take.
+    setup = _setup(read_yaml(SCENARIOS / "static_vs_continuous.yaml", "scenario"))
+    for lesson in setup["lessons"]:
+        assert "scheduler.max_num_seqs: Extra inputs are not permitted" in lesson["refused"]
+    assert not any(lesson["refused"] for lesson in _setup(_chat_set({}))["lessons"])
+
+
+@pytest.mark.browser
+def test_the_page_s_knobs_stand_at_a_base_s_values_outside_their_ranges(tmp_path: Path) -> None:
+    pytest.importorskip("plotly", reason="servesim lab needs the [lab] extra (plotly)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    from benchmark_module import load_benchmark
+
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("no chromium on PATH (apt-get install --no-install-recommends chromium)")
+    base = read_yaml(SCENARIOS / "static_vs_continuous.yaml", "scenario")
+    base["workload"]["arrival"]["rate_per_s"] = 500
+    base["workload"]["prompt_tokens"]["sigma"] = 2.5
+    scenario = tmp_path / "static.yaml"
+    scenario.write_text(yaml.safe_dump(base))
+    process, url = load_benchmark("lab_speed").start_lab(ROOT, str(scenario))
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_function("window.lab && window.lab.lastId > 0", timeout=60_000)
+            # Each knob read back as the page reads a move (lab.js's readInput).
+            knobs = page.evaluate(
+                """() => Object.fromEntries(window.lab.controls
+                     .filter((c) => c.kind === 'slider' && window.lab.values[c.key] !== null)
+                     .map((c) => [c.key, readInput(c, document.getElementById(
+                         'c-' + c.key.replaceAll('.', '-')))]))"""
+            )
+            shown = page.evaluate("() => window.lab.values")
+            refused = page.locator("#lessons button:disabled").count()
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert knobs[RATE_KEY] == pytest.approx(500, rel=0.01)  # not the range's 200
+    assert knobs["workload.prompt_tokens.sigma"] == 2.5  # not 2
+    for key, knob in knobs.items():  # every other knob within its slider's resolution
+        assert knob == pytest.approx(shown[key], rel=0.01, abs=0.025), key
+    assert refused == 5  # no lesson's chat values run on a static scheduler

@@ -277,14 +277,18 @@ def values_of(doc: dict[str, Any]) -> dict[str, Any]:
 
 def controls_for(doc: dict[str, Any]) -> tuple[Control, ...]:
     """The controls as the page shows them starting from ``doc``: a menu holds
-    ``doc``'s own value among its choices (a menu shows only a choice: another would
-    be shown than runs), and a disaggregated cluster's replicas are fixed (one number
-    cannot say how they split into prefill and decode)."""
+    ``doc``'s own value among its choices and a slider's or number box's range holds
+    it (a menu shows only a choice, a slider's knob stops at its ends: another value
+    would be shown than runs), and a disaggregated cluster's replicas are fixed (one
+    number cannot say how they split into prefill and decode)."""
     shown = values_of(doc)
     split = _disaggregated(doc)
     controls = []
     for control in CONTROLS:
         value = shown[control.key]
+        low, high = control.low, control.high
+        if low is not None and high is not None and isinstance(value, int | float):
+            control = replace(control, low=min(low, value), high=max(high, value))
         if control.kind == "select" and value is not None and value not in control.choices:
             choices = (*control.choices, value)
             if all(isinstance(c, int | float) for c in choices):

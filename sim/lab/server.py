@@ -162,12 +162,23 @@ async def _notebook(request: web.Request) -> web.StreamResponse:
 
 async def _setup(request: web.Request) -> web.Response:
     lab = request.app[LAB]
+    controls, shown = controls_for(lab.base_doc), values_of(lab.base_doc)
+    # A control the starting scenario fixes keeps its value (lessons are chat's values).
+    kept = {control.key: shown[control.key] for control in controls if control.fixed}
+    lessons = []
+    for lesson in LESSONS:
+        spec = lesson.spec()
+        spec["values"] |= kept
+        # The CLI's line where the starting scenario cannot take the lesson's values
+        # (static batching has no max_num_seqs): the page disables its button, saying why.
+        try:
+            scenario_for(doc_for(spec["values"], lab.base_doc), lab.base_dir)
+            spec["refused"] = ""
+        except ConfigError as error:
+            spec["refused"] = error_line(error)
+        lessons.append(spec)
     return web.json_response(
-        {
-            "controls": [control.spec() for control in controls_for(lab.base_doc)],
-            "values": values_of(lab.base_doc),
-            "lessons": [lesson.spec() for lesson in LESSONS],
-        }
+        {"controls": [c.spec() for c in controls], "values": shown, "lessons": lessons}
     )
 
 

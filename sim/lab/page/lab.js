@@ -186,10 +186,9 @@ function buildLessons() {
     button.id = "lesson-" + lesson.name;
     button.textContent = lesson.title;
     button.title = lesson.claim;
-    // A control the starting scenario fixes keeps its value (lessons start from chat's).
-    const kept = () => lab.controls.filter((c) => c.fixed).map((c) => [c.key, lab.values[c.key]]);
-    button.addEventListener("click", () => {
-      setInputs({ ...lesson.values, ...Object.fromEntries(kept()) }); run(lesson.name); });
+    // The starting scenario cannot take this lesson's values: the run would be refused.
+    if (lesson.refused) { button.disabled = true; button.title = `not for this scenario: ${lesson.refused}`; }
+    button.addEventListener("click", () => { setInputs(lesson.values); run(lesson.name); });
     $("lessons").appendChild(button);
   }
 }
