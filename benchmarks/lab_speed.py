@@ -43,12 +43,13 @@ def _post(url: str, body: dict[str, object]) -> dict[str, object]:
         return found
 
 
-def start_lab(root: Path) -> tuple[subprocess.Popen[str], str]:
-    """``servesim lab --port 0`` of the tree at ``root``, started as a user would, and
+def start_lab(root: Path, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``servesim lab --port 0`` of the tree at ``root`` (``args``: e.g. its scenario),
+    started as a user would, and
     the URL it printed (also ``tests/test_lab_browser.py``'s server). RuntimeError,
     with what it printed, when its first line holds no URL."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "sim.cli", "lab", "--port", "0"],
+        [sys.executable, "-m", "sim.cli", "lab", *args, "--port", "0"],
         cwd=root,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

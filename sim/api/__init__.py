@@ -125,6 +125,7 @@ def run(
         recorder = ActivityRecorder(trace_requests)
         recorder.attach(simulation.cores)
     result = build_result(scenario, engine, simulation.run(work, progress=progress))
+    result.prefix_hash_ids = work.hash_ids()  # (a closed loop's: as its users drew them)
     if recorder is not None:
         recorder.detach()
         result.activity, result.num_traced_requests = recorder.frame(), trace_requests

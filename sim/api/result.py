@@ -41,6 +41,7 @@ from sim.serving.replica_config import ReplicaConfig
 from sim.serving.simulation import RawResult
 from sim.workload.arrivals import ArrivalConfig, ConstantArrival, GammaArrival
 from sim.workload.generate import SyntheticWorkload, TraceWorkload, WorkloadConfig
+from sim.workload.trace import HashIds
 
 if TYPE_CHECKING:  # pandas loads where frames are built (docs/dev/speed.md)
     import pandas as pd
@@ -59,6 +60,10 @@ class Result:
     raw: RawResult
     activity: pd.DataFrame | None = None
     num_traced_requests: int | None = None
+    # The shared prefixes of ``run``'s requests as hash ids by request id, and the tokens
+    # an id covers (``RequestArrays.hash_ids``): what ``--save-trace`` writes beyond the
+    # records. None: none shared, or not from ``run``.
+    prefix_hash_ids: tuple[HashIds, int | None] | None = None
 
     def __repr__(self) -> str:
         summary, cluster = self.summary, self.scenario.cluster

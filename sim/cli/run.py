@@ -152,5 +152,6 @@ def _add_bench_arguments(run: argparse.ArgumentParser) -> None:
         "--save-trace",
         metavar="FILE",
         help="also write the requests as a trace: FILE.jsonl in GuideLLM's format "
-        "(timestamp, input_length, output_length), FILE.csv in servesim's",
+        "(timestamp, input_length, output_length), FILE.csv in servesim's (with the "
+        "hash ids of shared prefixes)",
     )

@@ -6,6 +6,7 @@ fork: the figure process must not start with the simulator loaded).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -17,12 +18,18 @@ from sim.cli import out_folder
 from sim.cli.endpoint import driven_scenario
 from sim.cli.endpoint_options import SWEEP_SIZE
 from sim.cli.figures import FigureError, FigureWorker
+from sim.config import named_files
 from sim.cost.config import auto_choice
 from sim.cost.label import cost_model_tag
 from sim.errors import ConfigError
 from sim.metrics.out_path import check_out_file, staged, unstaged
 from sim.metrics.report import all_rejected_error, format_summary_table, rejection_warning
-from sim.metrics.request_trace import check_trace_path, write_request_trace
+from sim.metrics.request_trace import (
+    check_trace_path,
+    keeps_hash_ids,
+    replay_workload,
+    write_request_trace,
+)
 from sim.metrics.vllm_result import (
     PERCENTILE_METRICS,
     parse_metric_percentiles,
@@ -33,7 +40,7 @@ from sim.metrics.vllm_result import (
 )
 from sim.planning.profile_sweep import profile_sweep, write_phases
 from sim.scenario import BenchFlags, load_scenario
-from sim.workload.generate import shared_prefixes
+from sim.workload.generate import unsaved_by_trace
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -106,8 +113,7 @@ def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
         f"simulated {len(result.raw.records)} requests in {elapsed_s:.2f} s{accelerator};"
         f" wrote {len(paths)} files to {out}/"
     )
-    for written in _write_save_files(args, result, metrics, percentiles):
-        print(f"wrote {written}")
+    _write_save_files(args, result, metrics, percentiles)
     return 0
 
 
@@ -212,6 +218,8 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -
         if path is not None
     ]
     folders = (out.resolve(), *out.resolve().parents)
+    base_dir = Path(args.scenario).parent
+    inputs = {file.resolve() for file in named_files(scenario.model_dump(mode="json"), base_dir)}
     for option, path in named:
         if Path(path).resolve() in folders:
             raise ConfigError(
@@ -220,9 +228,14 @@ def _check_save_files(args: argparse.Namespace, scenario: Scenario, out: Path) -
         if Path(path).resolve() == Path(args.scenario).resolve():
             # Writing there would replace the scenario with the run's result.
             raise ConfigError(f"{option} {path}: is the scenario being run; give another file")
+        if Path(path).resolve() in inputs:  # its trace, say: replaced, lost
+            raise ConfigError(f"{option} {path}: is a file the scenario reads; give another file")
         check_out_file(path, option)
     if args.save_trace is not None:
-        check_trace_path(args.save_trace, shared_prefixes=shared_prefixes(scenario.workload))
+        check_trace_path(args.save_trace)
+        dropped = unsaved_by_trace(scenario.workload, keeps_hash_ids(args.save_trace))
+        if dropped is not None:  # a replay of the trace would run other requests
+            raise ConfigError(f"--save-trace {args.save_trace}: the trace would drop {dropped}")
     paths = [Path(path).absolute() for _, path in named]
     if len(set(paths)) < len(paths):
         raise ConfigError(f"{' and '.join(o for o, _ in named)}: give each its own file")
@@ -238,9 +251,9 @@ def _write_save_files(
     result: Result,
     metrics: Sequence[str] | None,
     percentiles: Sequence[float] | None,
-) -> list[Path]:
-    """Write the ``--save-result``, ``--save-detailed`` and ``--save-trace`` files."""
-    written = []
+) -> None:
+    """Write the ``--save-result``, ``--save-detailed`` and ``--save-trace`` files,
+    each named in a line."""
     for path, detailed in ((args.save_result, False), (args.save_detailed, True)):
         if path is not None:
             document = result_document(
@@ -251,7 +264,11 @@ def _write_save_files(
                 percentiles=percentiles or (90, 99),
                 detailed=detailed,
             )
-            written.append(write_result(path, document))
+            print(f"wrote {write_result(path, document)}")
     if args.save_trace is not None:
-        written.append(write_request_trace(args.save_trace, result.raw.records))
-    return written
+        prefixes = result.prefix_hash_ids
+        hash_ids = None if prefixes is None else prefixes[0]
+        print(f"wrote {write_request_trace(args.save_trace, result.raw.records, hash_ids)}")
+        if prefixes is not None:  # the column is read only where the scenario names it
+            workload = json.dumps(replay_workload(args.save_trace, prefixes[1]))
+            print(f"  replay it with its shared prefixes: workload: {workload}")

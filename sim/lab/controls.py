@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import pydantic
 import yaml
 
 from sim.hardware.specs import HARDWARE_PRESETS, MODEL_PRESETS
@@ -75,11 +76,16 @@ def _group(name: str, *controls: Control) -> tuple[Control, ...]:
     return tuple(replace(control, group=name) for control in controls)
 
 
+# The scenario's cluster section, read from its schema (the lab imports no simulator layer).
+_CLUSTER: Any = next(
+    a for a in typing.get_args(Scenario.model_fields["cluster"].annotation) if a is not type(None)
+)
+REPLICAS_KEY = "cluster.num_replicas"
+
+
 def _router_kinds() -> tuple[str, ...]:
     """``cluster.router``'s choices, read from the scenario schema (their one home)."""
-    annotation = Scenario.model_fields["cluster"].annotation
-    cluster = next(a for a in typing.get_args(annotation) if a is not type(None))
-    return typing.get_args(cluster.model_fields["router"].annotation)
+    return typing.get_args(_CLUSTER.model_fields["router"].annotation)
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ class Control:
     optional: bool = False  # an empty box leaves the key out
     default: Any = None  # the value when the document leaves the key out
     note: str = ""
+    fixed: str = ""  # why the starting scenario's value cannot be moved (the page disables it)
 
     def spec(self) -> dict[str, Any]:
         """The control as the page's script reads it (JSON): its fields but ``default``."""
@@ -197,7 +204,7 @@ CONTROLS: tuple[Control, ...] = (
             choices=(1, 2, 4, 8),
             default=1,
         ),
-        Control("cluster.num_replicas", "replicas", "number", 1, 64, 1, default=1),
+        Control(REPLICAS_KEY, "replicas", "number", 1, 64, 1, default=1),
         Control(
             "cluster.router", "router", "select", choices=_router_kinds(), default="round_robin"
         ),
@@ -241,15 +248,57 @@ def _name(value: Any) -> Any:
     return value.get("preset", value.get("name")) if isinstance(value, dict) else value
 
 
+def _disaggregated(doc: dict[str, Any]) -> Any | None:
+    """``doc``'s cluster, validated, where it splits prefill and decode; None for
+    another (or a bad one: refused where the whole document is validated)."""
+    cluster = doc.get("cluster")
+    if not isinstance(cluster, dict) or not cluster.get("disaggregation"):
+        return None
+    try:
+        return _CLUSTER.model_validate(cluster)
+    except pydantic.ValidationError:
+        return None
+
+
 def values_of(doc: dict[str, Any]) -> dict[str, Any]:
-    """Each control's value in ``doc``, its default where ``doc`` leaves it out."""
+    """Each control's value in ``doc``, its default where ``doc`` leaves it out (a
+    disaggregated cluster's replicas: its pools' sum)."""
     values = {}
+    split = _disaggregated(doc)
     for control in CONTROLS:
         value = _get(doc, control.key)
         if control.key in ("model", "hardware"):
             value = _name(value)
+        if control.key == REPLICAS_KEY and split is not None:
+            value = split.total_replicas
         values[control.key] = control.default if value is None else value
     return values
+
+
+def controls_for(doc: dict[str, Any]) -> tuple[Control, ...]:
+    """The controls as the page shows them starting from ``doc``: a menu holds
+    ``doc``'s own value among its choices (a menu shows only a choice: another would
+    be shown than runs), and a disaggregated cluster's replicas are fixed (one number
+    cannot say how they split into prefill and decode)."""
+    shown = values_of(doc)
+    split = _disaggregated(doc)
+    controls = []
+    for control in CONTROLS:
+        value = shown[control.key]
+        if control.kind == "select" and value is not None and value not in control.choices:
+            choices = (*control.choices, value)
+            if all(isinstance(c, int | float) for c in choices):
+                choices = tuple(sorted(choices))
+            control = replace(control, choices=choices)
+        if control.key == REPLICAS_KEY and split is not None:
+            pools = split.disaggregation
+            control = replace(
+                control,
+                fixed=f"fixed by the scenario: {pools.num_prefill_replicas} prefill + "
+                f"{pools.num_decode_replicas} decode (cluster.disaggregation)",
+            )
+        controls.append(control)
+    return tuple(controls)
 
 
 def doc_for(values: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from aiohttp import web
 from sim.api import Result
 from sim.cli import error_line
 from sim.errors import ConfigError
-from sim.lab.controls import CONTROLS, doc_for, scenario_for, scenario_yaml, values_of
+from sim.lab.controls import controls_for, doc_for, scenario_for, scenario_yaml, values_of
 from sim.lab.figures import cdf_figure, knee_figure, timeseries_figure, waterfall_figure
 from sim.lab.lessons import LESSON_BY_NAME, LESSONS
 from sim.lab.runs import Knee, KneeCache, knee, regime, run_doc
@@ -164,7 +164,7 @@ async def _setup(request: web.Request) -> web.Response:
     lab = request.app[LAB]
     return web.json_response(
         {
-            "controls": [control.spec() for control in CONTROLS],
+            "controls": [control.spec() for control in controls_for(lab.base_doc)],
             "values": values_of(lab.base_doc),
             "lessons": [lesson.spec() for lesson in LESSONS],
         }

@@ -45,6 +45,16 @@ _SECTIONS = (
     ("itl", "ITL", "Inter-token Latency"),
     ("e2el", "E2EL", "End-to-end Latency"),
 )
+PERCENTILE_KEY = re.compile(r"^p\d+(?:\.\d+)?_(ttft|tpot|itl|e2el)_ms$")
+"""A per-request percentile's summary key (``percentile_key``'s spelling), its metric
+the group."""
+
+
+def caveat_metric(caveat: str) -> str | None:
+    """The metric whose percentile ``caveat`` is about (it starts with the key:
+    ``percentile_caveats``), None for a caveat about no one metric (the cost model's)."""
+    match = PERCENTILE_KEY.match(caveat.split(" ")[0])
+    return None if match is None else match.group(1)
 
 
 def have_parquet_engine() -> bool:
@@ -277,6 +287,9 @@ def format_summary_table(
         if metric == "ttft":
             lines += _ttft_parts_lines(summary)
     caveats = summary.get("caveats")
+    if isinstance(caveats, list) and metrics is not None:
+        # A caveat about a metric the block leaves out is noise; about none, it stays.
+        caveats = [c for c in caveats if caveat_metric(c) in (None, *metrics)]
     if isinstance(caveats, list) and caveats:
         lines.append(_banner("Caveats", "-"))
         lines += [f"CAVEAT: {text}" for text in caveats]

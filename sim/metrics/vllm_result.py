@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +24,7 @@ from sim.engine.records import RequestTable, completed_mask, floats
 from sim.engine.step_runs import StepTable
 from sim.errors import ConfigError
 from sim.metrics.quantiles import check_percentiles, percentile_key
-from sim.metrics.report import jsonable, vllm_spelling
+from sim.metrics.report import PERCENTILE_KEY, caveat_metric, jsonable, vllm_spelling
 from sim.metrics.stats import sample_notes, summarize
 
 PERCENTILE_METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -39,7 +38,6 @@ _LIST_ORDER: tuple[str, ...] = ("input_lens", "output_lens", "ttfts", "itls", "l
 _LIST_ORDER += ("start_times",)
 _LIST_ORDER += ("generated_texts", "errors")
 UNFINISHED = "unfinished when the simulation ended"
-_PERCENTILE_KEY = re.compile(r"^p\d+(?:\.\d+)?_(ttft|tpot|itl|e2el)_ms$")
 
 
 def parse_percentile_metrics(text: str | None) -> tuple[str, ...] | None:
@@ -87,7 +85,7 @@ def restate_percentiles(
     fresh = summarize(requests, steps, extra_itl_s, None, percentiles)
     out: dict[str, Any] = {}
     for key, value in summary.items():
-        match = _PERCENTILE_KEY.match(key)
+        match = PERCENTILE_KEY.match(key)
         if match is None:
             out[key] = value
             continue
@@ -96,7 +94,7 @@ def restate_percentiles(
             key = percentile_key(p, metric)
             out.setdefault(key, fresh[key])
     if "caveats" in summary:  # the percentiles' anew; the others (the cost model's) kept
-        kept = [c for c in summary["caveats"] if not _PERCENTILE_KEY.match(c.split(" ")[0])]
+        kept = [c for c in summary["caveats"] if caveat_metric(c) is None]
         out["caveats"] = sample_notes(requests, percentiles)["caveats"] + kept
     return out
 

@@ -9,6 +9,7 @@ what changed.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import json
@@ -28,12 +29,13 @@ from pydantic import (
 from tqdm import tqdm
 
 import sim
-from sim.config import Frozen, anchored
+from sim.config import Frozen, anchored, named_files
 from sim.errors import ConfigError, format_error
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
 from sim.planning.sweep_exec import Record, Task, execute
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
+from sim.scenario.overrides import replaces
 from sim.scenario.strict_yaml import read_yaml
 
 MAX_SWEEP_RUNS = 100_000
@@ -79,17 +81,25 @@ class SweepConfig(Frozen):
             not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0
         ):
             raise ValueError("seeds: a list must be non-empty, distinct and >= 0")
+        grid = self.grid or {}
+
+        def lost(key: str, later: dict[str, Any]) -> str | None:
+            """``key`` in words if ``later`` (set after it) replaces it (the same key or
+            a section holding it), else None."""
+            by = next((k for k in later if replaces(k, key)), None)
+            return None if by is None else key if by == key else f"{key} (in {by})"
+
         for index, point in enumerate(self.points or []):
-            both = [key for key in point if key in (self.grid or {})]
-            if both:
+            for key in point:
                 # override_sets lets the grid's value win: the point's would be lost.
-                raise ValueError(f"points[{index}] and grid both set {both[0]}; set it in one")
+                if (what := lost(key, grid)) is not None:
+                    raise ValueError(f"points[{index}] and grid both set {what}; set it in one")
         for key in self.overrides:
             # A point's value replaces the shared one (its default); one every point
             # replaces is used by none, silently.
-            if key in (self.grid or {}):
-                raise ValueError(f"overrides and grid both set {key}; set it in one")
-            if self.points and all(key in point for point in self.points):
+            if (what := lost(key, grid)) is not None:
+                raise ValueError(f"overrides and grid both set {what}; set it in one")
+            if self.points and all(lost(key, point) is not None for point in self.points):
                 raise ValueError(f"overrides and every point both set {key}; set it in one")
         num_seeds = self.seeds if isinstance(self.seeds, int) else len(self.seeds)
         num_runs = math.prod(len(v) for v in (self.grid or {}).values()) * num_seeds
@@ -99,6 +109,9 @@ class SweepConfig(Frozen):
                 f"{num_runs:,} runs (points x seeds), more than {MAX_SWEEP_RUNS:,}: "
                 "split the sweep or use fewer values or seeds"
             )
+        if isinstance(self.seeds, list) and "seed" in self.overrides:
+            # A list of seeds is each run's: the overrides' seed would be no run's.
+            raise ValueError("overrides: seed is set by the sweep's seeds: list; give one")
         for where, keys in (("grid", self.grid or {}), *(("points", p) for p in self.points or [])):
             if "seed" in keys:
                 # Each run's seed is the sweep's (seeds:); the table's seed column is its.
@@ -202,15 +215,48 @@ def load_sweep(path: str | Path) -> SweepPlan:
 
 
 def config_hash(scenario_doc: dict[str, Any], base_dir: Path) -> str:
-    """Hash of a validated scenario dict (seed included), its base folder, the version."""
+    """Hash of a validated scenario dict (seed included), its base folder, the version
+    and the contents of the files it names (``input_digests``)."""
     payload = {"scenario": scenario_doc, "base_dir": str(base_dir), "version": sim.__version__}
+    files = input_digests(scenario_doc, base_dir)
+    if files:  # (a scenario naming none keeps the key it had)
+        payload["files"] = files
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def input_digests(doc: Any, base_dir: Path) -> dict[str, str]:
+    """The sha256 of each file a string of ``doc`` names (``named_files``), by path: a
+    trace, length list or table edited in place is another run, not a cached one."""
+    if isinstance(doc, dict | list):
+        found: dict[str, str] = {}
+        for value in doc.values() if isinstance(doc, dict) else doc:
+            found |= input_digests(value, base_dir)
+        return found
+    return dict(_named_digests(doc, base_dir)) if isinstance(doc, str) else {}
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_digests(text: str, base_dir: Path) -> tuple[tuple[str, str], ...]:
+    """``input_digests`` of one string (memoised: every point of a sweep names the same
+    files; ``jobs_for`` clears it, so an edit between two calls is read)."""
+    found = []
+    for file in named_files(text, base_dir):
+        digest = hashlib.sha256()
+        try:
+            with file.open("rb") as handle:
+                while chunk := handle.read(1 << 20):
+                    digest.update(chunk)
+        except OSError:
+            continue  # unreadable: the run says so
+        found.append((str(file), digest.hexdigest()))
+    return tuple(found)
 
 
 def jobs_for(plan: SweepPlan) -> list[Job]:
     """Every (point, seed) of the plan with its cache key and task."""
     jobs = []
+    _named_digests.cache_clear()  # files read afresh: one may have changed since
     for point in plan.points:
         for seed in point.seeds:
             doc = point.scenario.model_copy(update={"seed": seed}).model_dump(mode="json")

@@ -15,7 +15,7 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 from sim.errors import ConfigError
-from sim.scenario.overrides import Overrides, set_dotted, set_keys
+from sim.scenario.overrides import Overrides, replaces, set_dotted, set_keys
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 """vLLM's goodput SLO names (``--goodput NAME:MS``)."""
@@ -165,10 +165,6 @@ def _assignments(flags: BenchFlags, kind: str) -> dict[str, Any]:
     return out
 
 
-def _overlaps(key: str, other: str) -> bool:
-    return key == other or key.startswith(other + ".") or other.startswith(key + ".")
-
-
 def apply_bench_flags(
     doc: dict[str, Any], flags: BenchFlags, overrides: Overrides | None, source: str
 ) -> None:
@@ -188,7 +184,7 @@ def apply_bench_flags(
     given = set_keys(overrides)
     for key in [*assignments, *removed]:
         for other in given:
-            if _overlaps(key, other):
+            if replaces(key, other) or replaces(other, key):
                 raise ConfigError(f"--set {other} and a vllm bench flag both set {key}: give one")
     if removed and kind == "synthetic":
         workload.pop("duration_s", None)

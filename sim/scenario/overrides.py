@@ -41,6 +41,13 @@ def set_dotted(doc: dict[str, Any], dotted: str, value: Any, source: str) -> Non
     node[keys[-1]] = copy.deepcopy(value)
 
 
+def replaces(later: str, earlier: str) -> bool:
+    """Whether setting dotted key ``later`` after ``earlier`` replaces what ``earlier``
+    set: the same key, or a section holding it (``workload.arrival`` after
+    ``workload.arrival.rate_per_s``)."""
+    return earlier == later or earlier.startswith(f"{later}.")
+
+
 def dotted_items(overrides: Mapping[Any, Any], prefix: str = "") -> list[tuple[str, Any]]:
     """``overrides`` as (dotted key, value) pairs, nested mappings flattened, in order."""
     return [(key, value) for key, value, _ in _spelled_items(overrides, prefix)]
@@ -103,11 +110,6 @@ def set_keys(overrides: Overrides | None) -> list[str]:
     return [leaf for _, key, value in _writes(overrides) for leaf in _leaves(key, value)]
 
 
-def _at_or_under(leaf: str, key: str) -> bool:
-    """``leaf`` is ``key`` or a key in its section (what a write of ``key`` replaces)."""
-    return leaf == key or leaf.startswith(f"{key}.")
-
-
 def layered(sets: Sequence[str], later: Sequence[str]) -> list[str]:
     """``later``'s ``--set`` strings over ``sets`` as a layer (a tool's defaults under a
     user's settings, a user's under a tool's), not keys given twice: each of ``sets``
@@ -119,8 +121,8 @@ def layered(sets: Sequence[str], later: Sequence[str]) -> list[str]:
     for item in sets:
         ((_, key, value),) = _writes([item])
         leaves = _leaves(key, value)
-        over = [(k, v) for k, v in writes if any(_at_or_under(leaf, k) for leaf in leaves)]
-        if all(any(_at_or_under(leaf, k) for k, _ in over) for leaf in leaves):
+        over = [(k, v) for k, v in writes if any(replaces(k, leaf) for leaf in leaves)]
+        if all(any(replaces(k, leaf) for k, _ in over) for leaf in leaves):
             continue
         if over:  # each under ``key`` (one above it would replace every leaf)
             doc: dict[str, Any] = {}
@@ -143,10 +145,10 @@ def _one_value_per_key(writes: list[tuple[str, str, Any]], what: str) -> None:
     for spelling, key, value in writes:
         leaves = _leaves(key, value)
         for leaf, (before, earlier) in list(given.items()):
-            if _at_or_under(leaf, key):  # replaced
+            if replaces(key, leaf):  # replaced
                 kept = leaf in leaves and _same(leaves[leaf], before)
                 why = "" if leaf in leaves else f" (which replaces {key} whole)"
-            elif _at_or_under(key, leaf):  # gone through: a null would become a section
+            elif replaces(leaf, key):  # gone through: a null would become a section
                 kept, why = before is not None, ""  # (set_dotted refuses a value, merges a mapping)
             else:
                 continue

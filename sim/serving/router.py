@@ -97,14 +97,17 @@ def mix64(value: int) -> int:
 
 
 class PrefixAffinity:
-    """Requests of one prefix group always go to the same replica (hash of the group
-    id), which keeps its prefix cached; requests without one to the least loaded."""
+    """Requests of one prefix group (a trace's: of one first hash id) always go to the
+    same replica (hash of the group id), which keeps its prefix cached; requests
+    without one to the least loaded."""
 
     def __init__(self) -> None:
         self._fallback = LeastOutstandingRequests()
 
     def choose(self, request: Request, loads: Sequence[ReplicaLoad]) -> int:
         group = request.prefix_group
+        if group is None and request.block_hash_ids:
+            group = request.block_hash_ids[0]  # its first blocks' (as routed.py's head)
         if group is None:
             return self._fallback.choose(request, loads)
         return mix64(int(group)) % len(loads)

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.errors import ConfigError
+from sim.metrics.request_trace import replay_workload
 from sim.metrics.stats import REQUEST_COLUMNS, text_dtype
 
 
@@ -43,13 +44,9 @@ class ImportedRun:
     def replay_workload(self, trace_path: str | Path) -> dict[str, Any]:
         """The ``workload:`` replaying ``trace_path`` (this run's ``trace.csv``), its
         shared prefix included."""
-        workload: dict[str, Any] = {"kind": "trace", "format": "csv", "path": str(trace_path)}
         if self.shared_prefix_tokens is not None:
-            workload |= {
-                "hash_ids_column": "hash_ids",
-                "hash_block_tokens": self.shared_prefix_tokens,
-            }
-        return workload
+            return replay_workload(trace_path, self.shared_prefix_tokens)
+        return {"kind": "trace", "format": "csv", "path": str(trace_path)}
 
     def write(self, out_dir: str | Path) -> list[Path]:
         """``requests.parquet``, ``trace.csv`` and ``run.json`` in ``out_dir``."""

@@ -153,6 +153,20 @@ def shared_prefixes(workload: WorkloadConfig) -> str | None:
     return "workload.prefix_groups" if workload.prefix_groups is not None else None
 
 
+def unsaved_by_trace(workload: WorkloadConfig, keeps_hash_ids: bool) -> str | None:
+    """What of ``workload``'s requests a written-out trace of times and lengths (and
+    hash ids where ``keeps_hash_ids``) would drop, in words, or None: its replay would
+    run other requests."""
+    if workload.kind == "synthetic" and workload.priority is not None:
+        return "their priorities (workload.priority), which no trace format keeps"
+    shared = shared_prefixes(workload)
+    if shared is None:
+        return None
+    if not keeps_hash_ids:
+        return f"their shared prompt prefixes ({shared}), which the format does not keep"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class RequestArrays:
     """An open-loop workload: request ``i`` arrives at ``arrival_s[i]`` seconds.
@@ -201,6 +215,19 @@ class RequestArrays:
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
+
+    def hash_ids(self) -> tuple[HashIds, int | None] | None:
+        """The shared prefixes as a csv trace's hash ids, and the tokens an id covers
+        (None: the engine's block), or None where none is shared: a trace's own ids,
+        or prefix group ``g`` of ``N`` tokens as the one id ``g`` of ``N`` tokens (the
+        same blocks shared: ``sim.engine.kv_blocks``)."""
+        if self.block_hash_ids is not None:
+            return self.block_hash_ids, self.block_hash_tokens
+        if self.prefix_group is None or not len(self):
+            return None
+        assert self.num_shared_prefix_tokens is not None
+        (num_tokens,) = set(self.num_shared_prefix_tokens.tolist())  # one config's
+        return tuple((group,) for group in self.prefix_group.tolist()), num_tokens
 
 
 def generate_open_loop(
@@ -297,6 +324,7 @@ class ClosedLoopSource:
         groups = config.prefix_groups
         self._groups: Iterator[int] | None = None
         self._shared_tokens = 0
+        self._drawn_groups: list[int] = []  # request i's group, as drawn (``hash_ids``)
         if groups is not None:
             # A fourth stream, spawned only with groups: the others draw as without.
             (group_rng,) = rng.spawn(1)
@@ -315,7 +343,15 @@ class ClosedLoopSource:
         without prefix groups (call it once per request, next to :meth:`next_lengths`)."""
         if self._groups is None:
             return None
-        return next(self._groups), self._shared_tokens
+        self._drawn_groups.append(next(self._groups))
+        return self._drawn_groups[-1], self._shared_tokens
+
+    def hash_ids(self) -> tuple[HashIds, int | None] | None:
+        """The groups drawn so far as a csv trace's hash ids (``RequestArrays.hash_ids``:
+        request ``i`` is the ``i``-th drawn), or None without prefix groups."""
+        if self._groups is None or not self._drawn_groups:
+            return None
+        return tuple((group,) for group in self._drawn_groups), self._shared_tokens
 
     def next_think_s(self) -> float:
         """The next think time in seconds (>= 0)."""

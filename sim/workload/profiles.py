@@ -34,7 +34,7 @@ _NO_THINK = {"kind": "fixed", "value_s": 0.0}
 def expand_profile(value: Any) -> Any:
     """A ``workload:`` mapping with ``profile:`` rewritten as the workload it means;
     anything else unchanged. Raises ValueError (one line) for a key the profile
-    does not take or a missing one."""
+    does not take, a missing one, or one it sets itself (``arrival``, ``num_users``)."""
     if not isinstance(value, dict) or "profile" not in value:
         return value
     profile = value["profile"]
@@ -53,21 +53,27 @@ def expand_profile(value: Any) -> Any:
         if key in value and key not in own:
             raise ValueError(f"{key} does not apply to profile {profile}")
     rest = {k: v for k, v in value.items() if k not in _PROFILE_KEYS}
+    drive: dict[str, Any]
     if profile in ("synchronous", "concurrent"):
         if profile == "concurrent" and "streams" not in value:
             raise ValueError("profile concurrent needs streams (requests in flight)")
         num_users = value["streams"] if profile == "concurrent" else 1
-        return {"kind": "closed_loop", "num_users": num_users, "think_time_s": _NO_THINK} | rest
-    if profile == "throughput":
-        arrival: dict[str, Any] = {"kind": "constant", "rate_per_s": float("inf")}
+        drive = {"kind": "closed_loop", "num_users": num_users, "think_time_s": _NO_THINK}
     else:
-        if "rate_per_s" not in value:
-            raise ValueError(f"profile {profile} needs rate_per_s")
-        arrival = {"kind": profile, "rate_per_s": value["rate_per_s"]}
-        if profile == "poisson":
-            arrival["spacing"] = "renewal"
-    limit = {"max_concurrency": value["max_concurrency"]} if "max_concurrency" in value else {}
-    return {"kind": "synthetic", "arrival": arrival} | limit | rest
+        if profile == "throughput":
+            arrival: dict[str, Any] = {"kind": "constant", "rate_per_s": float("inf")}
+        else:
+            if "rate_per_s" not in value:
+                raise ValueError(f"profile {profile} needs rate_per_s")
+            arrival = {"kind": profile, "rate_per_s": value["rate_per_s"]}
+            if profile == "poisson":
+                arrival["spacing"] = "renewal"
+        limit = {"max_concurrency": value["max_concurrency"]} if "max_concurrency" in value else {}
+        drive = {"kind": "synthetic", "arrival": arrival} | limit
+    for key in rest:
+        if key in drive:  # it would replace the profile's own, silently
+            raise ValueError(f"{key} is profile {profile}'s to set; give the profile or {key}")
+    return drive | rest
 
 
 def sweep_rates_per_s(

@@ -64,6 +64,7 @@ function buildForm() {
     input.dataset.key = c.key;
     if (c.note) input.title = c.note;
     const out = document.createElement("output");
+    if (c.fixed) { input.disabled = true; input.title = c.fixed; out.textContent = ` (${c.fixed})`; }
     label.appendChild(out);
     groups[c.group].appendChild(label);
     groups[c.group].appendChild(input);
@@ -185,7 +186,10 @@ function buildLessons() {
     button.id = "lesson-" + lesson.name;
     button.textContent = lesson.title;
     button.title = lesson.claim;
-    button.addEventListener("click", () => { setInputs(lesson.values); run(lesson.name); });
+    // A control the starting scenario fixes keeps its value (lessons start from chat's).
+    const kept = () => lab.controls.filter((c) => c.fixed).map((c) => [c.key, lab.values[c.key]]);
+    button.addEventListener("click", () => {
+      setInputs({ ...lesson.values, ...Object.fromEntries(kept()) }); run(lesson.name); });
     $("lessons").appendChild(button);
   }
 }

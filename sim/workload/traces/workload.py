@@ -78,6 +78,9 @@ class TraceWorkload(Frozen):
                     raise ValueError(f"{field} applies only to format '{fmt}'")
         if self.hash_block_tokens is not None and self.format not in ("csv", "mooncake"):
             raise ValueError("hash_block_tokens applies only to formats 'csv' and 'mooncake'")
+        unread = self.format == "csv" and self.hash_ids_column is None  # no ids read
+        if self.hash_block_tokens is not None and unread:
+            raise ValueError("hash_block_tokens sizes the ids of hash_ids_column: give it")
         if self.rate_per_s is not None and self.time_scale != 1.0:
             raise ValueError("give time_scale or rate_per_s, not both")
         if self.format == "sharegpt":
