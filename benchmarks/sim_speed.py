@@ -54,7 +54,7 @@ from sim import api
 from sim.fast.compiled import path
 from sim.fast.workers import default_num_workers
 from sim.metrics.invariants import check_run
-from sim.scenario import Scenario, load_scenario, scenario_from_dict
+from sim.scenario import Scenario, layered, load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -93,15 +93,12 @@ def kernel_base(num_requests: int) -> Scenario:
 def chat(num_requests: int, rate_per_s: float, *overrides: str) -> Scenario:
     """``scenarios/chat.yaml`` at ``rate_per_s`` on the roofline (its ``auto`` picks
     H100 kernel tables), and ``overrides`` (KEY=VALUE)."""
-    return load_scenario(
-        ROOT / "scenarios" / "chat.yaml",
-        [
-            f"workload.num_requests={num_requests}",
-            f"workload.arrival.rate_per_s={rate_per_s}",
-            "cost.kind=roofline",
-            *overrides,
-        ],
-    )
+    defaults = [
+        f"workload.num_requests={num_requests}",
+        f"workload.arrival.rate_per_s={rate_per_s}",
+        "cost.kind=roofline",
+    ]
+    return load_scenario(ROOT / "scenarios" / "chat.yaml", layered(defaults, overrides))
 
 
 # The shipped RTX PRO 6000 / Llama-3.1-8B kernel tables (real-GPU predictions).

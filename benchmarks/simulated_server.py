@@ -55,14 +55,16 @@ DEFAULT_SETS = (
 
 
 def layered_sets(*layers: Sequence[str]) -> list[str]:
-    """``--set KEY=VALUE`` settings, a later layer's KEY replacing an earlier one's
-    (the faces refuse one KEY given twice with two values: the defaults above are
-    defaults, so a user's own ``--set`` of the same key replaces them)."""
-    by_key: dict[str, str] = {}
+    """``--set KEY=VALUE`` settings, each layer over the ones before
+    (``sim.scenario.overrides.layered``: the faces refuse one key given twice with two
+    values, however spelled; the defaults above are defaults, so a user's own ``--set``
+    of the same key, or of its section whole, replaces them)."""
+    from sim.scenario.overrides import layered
+
+    sets: list[str] = []
     for layer in layers:
-        for setting in layer:
-            by_key[setting.partition("=")[0].strip()] = setting
-    return list(by_key.values())
+        sets = layered(sets, layer)
+    return sets
 
 
 TARGET = 0.05  # relative error at p50 (issue 31)

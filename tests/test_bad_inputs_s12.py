@@ -351,7 +351,10 @@ def test_a_set_of_one_key_given_twice_with_two_values_is_refused(
     # Before: the last one won, the first silently dropped (a run of 30 requests).
     sets = ["--set", "workload.num_requests=20", "--set", "workload.num_requests = 30"]
     message = run_error(capsys, tmp_path, "scenarios/chat.yaml", *sets)
-    assert message == "--set workload.num_requests: given twice, '20' and '30'; give one"
+    assert message == (
+        "--set workload.num_requests: given twice, 'workload.num_requests=20' and "
+        "'workload.num_requests = 30'; give one"
+    )
 
 
 def test_a_set_repeated_with_the_same_value_is_one_setting(

@@ -230,24 +230,6 @@ def error_line(error: Exception) -> str:
     return f"servesim: error: {one_line(str(error))}"
 
 
-def _one_value_per_key(sets: list[str] | None) -> None:
-    """ConfigError for a ``--set`` KEY given twice with two values, or a section set
-    after a key inside it: the last would win, the other dropped without a word (the
-    same value twice is one setting; a key inside a section set before it changes it)."""
-    values: dict[str, str] = {}
-    for item in sets or ():
-        key, _, value = (part.strip() for part in item.partition("="))
-        if values.setdefault(key, value) != value:
-            raise ConfigError(f"--set {key}: given twice, {values[key]!r} and {value!r}; give one")
-        # (sim.scenario.overrides.replaces, spelt out: that package loads pydantic)
-        inside = next((k for k in values if k.startswith(f"{key}.")), None)
-        if inside is not None:
-            raise ConfigError(
-                f"--set {key}: replaces the whole section, dropping --set {inside} given "
-                "before it; give that one after it"
-            )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     # Users get one line, not a source dump.
     warnings.formatwarning = lambda message, *_, **__: f"servesim: warning: {message}\n"
@@ -260,7 +242,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             # A plugin lookup: the function FORWARDED names in that module.
             return int(getattr(forwarded, function)(line[1:]))
         args = parser.parse_args(line)
-        _one_value_per_key(vars(args).get("set"))
         status = int(args.handler(args))
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return status

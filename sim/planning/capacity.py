@@ -34,7 +34,14 @@ from sim.planning.plan_bound import (
 )
 from sim.planning.served import SERVED_MIN_RATIO
 from sim.planning.sweep_exec import Record, execute
-from sim.scenario import Scenario, load_scenario, scenario_from_dict, set_dotted, set_keys
+from sim.scenario import (
+    Scenario,
+    layered,
+    load_scenario,
+    scenario_from_dict,
+    set_dotted,
+    set_keys,
+)
 from sim.workload.arrivals import MAX_CLOCK_S
 from sim.workload.generate import generate_open_loop
 
@@ -116,7 +123,8 @@ def run_length_overrides(path: str, sets: list[str], num_requests: int | None) -
     extra = [f"workload.num_requests={num_requests}"]
     if workload.kind == "synthetic" and workload.duration_s is not None:
         extra.append("workload.duration_s=null")
-    return RunLength([*sets, *extra], raised)
+    # A raise replaces the --set's own count (``raised`` says so): a layer, not a key twice.
+    return RunLength(layered(sets, extra), raised)
 
 
 def t95(dof: int) -> float:

@@ -44,7 +44,7 @@ from sim.hardware.specs import (
 )
 from sim.metrics.stats import Slo
 from sim.scenario.bench_flags import BenchFlags, apply_bench_flags
-from sim.scenario.overrides import Overrides, apply_overrides, set_dotted, set_keys
+from sim.scenario.overrides import Overrides, apply_overrides, layered, set_dotted, set_keys
 from sim.scenario.strict_yaml import read_yaml
 from sim.scenario.vllm_versions import NEWEST, VllmVersion, version_problem, vllm_version
 from sim.serving.cluster import ClusterConfig
@@ -57,6 +57,7 @@ __all__ = [
     "Overrides",
     "Scenario",
     "apply_overrides",
+    "layered",
     "load_scenario",
     "overridden",
     "read_yaml",
