@@ -33,6 +33,18 @@ class InvariantError(RuntimeError):
         return (InvariantError, (self.name, self.detail))
 
 
+class BoolForNumber:
+    """A true or false where a number is wanted, put in its place before validation
+    (``sim.config.Frozen``): pydantic refuses it there, naming the field, where its lax
+    mode would read 1 or 0."""
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return str(self.value).lower()  # as YAML writes it
+
+
 # pydantic's names for the members of an untagged union (``seeds.int``,
 # ``gpu_price_per_hour.dict[str,constrained-float]``, ``function-after[...]``)
 # and for the model classes in one (``ModelSpec``); nothing a user wrote.
@@ -87,6 +99,8 @@ def _problem(err: Any, doc: Any, prefix: str) -> str:
             msg = "Field required"
         else:
             msg = f"unknown {key} {ctx.get('tag')!r}; expected one of {ctx.get('expected_tags')}"
+    elif isinstance(err.get("input"), BoolForNumber):
+        msg = f"{msg}, not {err['input']!r}"
     elif err["type"] in ("model_type", "model_attributes_type", "dataclass_type"):
         msg = msg.split(" or instance of ")[0]  # the class's name means nothing in YAML
     return f"{path}: {msg}" if path else msg
