@@ -10,6 +10,9 @@
   (``max_num_seqs: 2048``, a rate of 500): its range now reaches the value.
 - A lesson's click put chat's ``max_num_seqs`` on a static scheduler (refused run):
   a lesson the starting scenario cannot take is disabled, with the CLI's line.
+- On a static scheduler (no ``max_num_seqs``) the batching controls read "null",
+  and on a ``duration_s`` base the requests menu was blank; moving either was a
+  refused run. They are fixed, saying why, and a lesson setting one is disabled.
 - ``servesim run --percentile-metrics ttft`` printed caveats about TPOT and E2EL
   percentiles it did not print. summary.json keeps every metric, and its caveats.
 """
@@ -229,19 +232,29 @@ def test_each_synthetic_scenario_s_shown_values_are_its_own(name: str) -> None:
         for key, control in controls.items():
             if control["fixed"]:
                 assert lesson["values"][key] == setup["values"][key]
+        from sim.lab.lessons import LESSON_BY_NAME
+
+        own = LESSON_BY_NAME[lesson["name"]].values
+        taken = [f"{k}: {c['fixed']}" for k, c in controls.items() if c["fixed"] and k in own]
         try:
             scenario_for(doc_for(lesson["values"], base), SCENARIOS)
         except ConfigError as error:
-            assert lesson["refused"] == error_line(error)
+            assert lesson["refused"] == (taken[0] if taken else error_line(error))
         else:
-            assert lesson["refused"] == ""
+            assert lesson["refused"] == (taken[0] if taken else "")
 
 
 def test_chat_s_lessons_are_refused_where_the_scheduler_takes_none_of_their_keys() -> None:
-    # static_vs_continuous batches statically: chat's max_num_seqs is not its to take.
+    # static_vs_continuous batches statically: a lesson's max_num_seqs is not its to take.
+    from sim.lab.lessons import LESSON_BY_NAME
+
     setup = _setup(read_yaml(SCENARIOS / "static_vs_continuous.yaml", "scenario"))
     for lesson in setup["lessons"]:
-        assert "scheduler.max_num_seqs: Extra inputs are not permitted" in lesson["refused"]
+        own = LESSON_BY_NAME[lesson["name"]].values
+        if "scheduler.max_num_seqs" in own:
+            assert "this policy (static) has no max_num_seqs" in lesson["refused"]
+        else:  # the scheduler's knobs are fixed: the lesson leaves them out
+            assert lesson["refused"] == "", lesson
     assert not any(lesson["refused"] for lesson in _setup(_chat_set({}))["lessons"])
 
 
@@ -275,6 +288,12 @@ def test_the_page_s_knobs_stand_at_a_base_s_values_outside_their_ranges(tmp_path
             )
             shown = page.evaluate("() => window.lab.values")
             refused = page.locator("#lessons button:disabled").count()
+            seqs = page.locator("#c-scheduler-max_num_seqs")
+            seqs_said = page.evaluate(
+                "() => document.getElementById('c-scheduler-max_num_seqs')"
+                ".previousSibling.querySelector('output').textContent"
+            )
+            seqs_disabled = seqs.is_disabled()
             browser.close()
     finally:
         process.terminate()
@@ -283,4 +302,85 @@ def test_the_page_s_knobs_stand_at_a_base_s_values_outside_their_ranges(tmp_path
     assert knobs["workload.prompt_tokens.sigma"] == 2.5  # not 2
     for key, knob in knobs.items():  # every other knob within its slider's resolution
         assert knob == pytest.approx(shown[key], rel=0.01, abs=0.025), key
-    assert refused == 5  # no lesson's chat values run on a static scheduler
+    # The static scheduler has no max_num_seqs: its slider is disabled, saying so.
+    assert seqs_disabled and seqs_said == " (this policy (static) has no max_num_seqs)"
+    # Lessons setting a batching knob the static scheduler lacks (chunked-prefill,
+    # bursty-demand); the others keep its scheduler as it is.
+    assert refused == 2
+
+
+# Session 13, third pass: a control the starting scenario has no value for, and
+# could not take one at, is fixed (disabled, saying why) rather than showing "null"
+# or a blank menu whose every move is a refused run.
+POLICIES = sorted(
+    name
+    for name in SYNTHETIC
+    if (read_yaml(SCENARIOS / name, "scenario").get("scheduler") or {}).get("kind")
+    not in (None, "continuous")
+)
+BATCHING = ("scheduler.max_num_seqs", "scheduler.max_num_batched_tokens")
+
+
+def _moved(control: dict[str, Any]) -> Any:
+    """A value the page could give ``control`` by moving it."""
+    if control["kind"] == "checkbox":
+        return True
+    return control["choices"][0] if control["kind"] == "select" else control["low"]
+
+
+def test_a_static_scheduler_s_batching_controls_are_fixed_saying_why() -> None:
+    base = read_yaml(SCENARIOS / "static_vs_continuous.yaml", "scenario")
+    controls = _controls(_setup(base))
+    for key in (*BATCHING, "scheduler.chunked_prefill"):
+        field = key.split(".")[1]
+        assert controls[key]["fixed"] == f"this policy (static) has no {field}", key
+        with pytest.raises(ConfigError, match=field):  # what a move would have been
+            scenario_for(doc_for({key: _moved(controls[key])}, base), SCENARIOS)
+    assert not any(c["fixed"] for c in _controls(_setup(_chat_set({}))).values())
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_each_policy_s_scheduler_controls_are_fixed_exactly_where_a_move_is_refused(
+    name: str,
+) -> None:
+    base = doc_for({}, read_yaml(SCENARIOS / name, "scenario"))
+    controls = _controls(_setup(base))
+    for key, control in controls.items():
+        if not key.startswith("scheduler."):
+            continue
+        try:
+            scenario_for(doc_for({key: _moved(control)}, base), SCENARIOS)
+            refused = ""
+        except ConfigError as error:
+            refused = str(error)  # a value out of bounds is refused, a policy's own key not
+        assert ("Extra inputs are not permitted" in refused) == bool(control["fixed"]), key
+
+
+VALIDATE = sorted(path.name for path in SCENARIOS.glob("validate_*.yaml"))
+
+
+@pytest.mark.parametrize("name", VALIDATE)
+def test_a_duration_base_s_requests_menu_is_fixed_saying_why(name: str) -> None:
+    base = read_yaml(SCENARIOS / name, "scenario")
+    setup = _setup(base)
+    control = _controls(setup)[REQUESTS]
+    duration_s = base["workload"]["duration_s"]
+    assert setup["values"][REQUESTS] is None
+    assert f"workload.duration_s: {duration_s}" in control["fixed"]
+    with pytest.raises(ConfigError, match="give exactly one of num_requests and duration_s"):
+        scenario_for(doc_for({REQUESTS: control["choices"][0]}, base), SCENARIOS)
+    # Nothing else is fixed: each lesson leaving num_requests alone is offered.
+    assert [k for k, c in _controls(setup).items() if c["fixed"]] == [REQUESTS]
+    assert any(lesson["refused"] == "" for lesson in setup["lessons"])
+
+
+def test_blank_lengths_that_a_move_makes_lognormal_are_not_fixed() -> None:
+    # summarization's lengths are normal and uniform: no median to show, but moving
+    # one makes a lognormal the scenario takes.
+    base = read_yaml(SCENARIOS / "summarization.yaml", "scenario")
+    setup = _setup(base)
+    controls = _controls(setup)
+    for key in ("workload.prompt_tokens.median_tokens", "workload.output_tokens.sigma"):
+        assert setup["values"][key] is None and controls[key]["fixed"] == ""
+        scenario_for(doc_for({key: _moved(controls[key])}, base), SCENARIOS)
+    assert not any(c["fixed"] for c in controls.values())

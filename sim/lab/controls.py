@@ -81,6 +81,12 @@ _CLUSTER: Any = next(
     a for a in typing.get_args(Scenario.model_fields["cluster"].annotation) if a is not type(None)
 )
 REPLICAS_KEY = "cluster.num_replicas"
+REQUESTS_KEY = "workload.num_requests"
+# Each scheduler kind's settings, from the schema: a key its kind lacks is refused there.
+_POLICY = Scenario.model_fields["scheduler"]
+_POLICIES: dict[str, Any] = {
+    p.model_fields["kind"].default: p for p in typing.get_args(_POLICY.annotation)
+}
 
 
 def _router_kinds() -> tuple[str, ...]:
@@ -133,7 +139,7 @@ CONTROLS: tuple[Control, ...] = (
             default=1.0,
             note="gamma only",
         ),
-        Control("workload.num_requests", "requests", "select", choices=(500, 1000, 2000, 5000)),
+        Control(REQUESTS_KEY, "requests", "select", choices=(500, 1000, 2000, 5000)),
     ),
     *_group(
         "lengths (lognormal)",
@@ -279,10 +285,15 @@ def controls_for(doc: dict[str, Any]) -> tuple[Control, ...]:
     """The controls as the page shows them starting from ``doc``: a menu holds
     ``doc``'s own value among its choices and a slider's or number box's range holds
     it (a menu shows only a choice, a slider's knob stops at its ends: another value
-    would be shown than runs), and a disaggregated cluster's replicas are fixed (one
-    number cannot say how they split into prefill and decode)."""
+    would be shown than runs). A control is fixed (the page disables it, saying why)
+    where one number cannot say ``doc``'s value (a disaggregated cluster's replicas:
+    how many prefill, how many decode) or where ``doc`` has none and any value would
+    be refused: a scheduler setting its policy lacks, requests beside ``duration_s``."""
     shown = values_of(doc)
     split = _disaggregated(doc)
+    policy = _get(doc, "scheduler.kind") or _POLICY.get_default(call_default_factory=True).kind
+    settings = _POLICIES.get(policy)  # None: an unknown kind, refused by the run
+    duration_s = _get(doc, "workload.duration_s")
     controls = []
     for control in CONTROLS:
         value = shown[control.key]
@@ -300,6 +311,15 @@ def controls_for(doc: dict[str, Any]) -> tuple[Control, ...]:
                 control,
                 fixed=f"fixed by the scenario: {pools.num_prefill_replicas} prefill + "
                 f"{pools.num_decode_replicas} decode (cluster.disaggregation)",
+            )
+        section, _, field = control.key.partition(".")
+        if section == "scheduler" and settings and field not in settings.model_fields:
+            control = replace(control, fixed=f"this policy ({policy}) has no {field}")
+        if control.key == REQUESTS_KEY and duration_s is not None:
+            control = replace(
+                control,
+                fixed=f"fixed by the scenario: it runs for workload.duration_s: {duration_s} "
+                "(give exactly one of num_requests and duration_s)",
             )
         controls.append(control)
     return tuple(controls)

@@ -163,19 +163,21 @@ async def _notebook(request: web.Request) -> web.StreamResponse:
 async def _setup(request: web.Request) -> web.Response:
     lab = request.app[LAB]
     controls, shown = controls_for(lab.base_doc), values_of(lab.base_doc)
-    # A control the starting scenario fixes keeps its value (lessons are chat's values).
-    kept = {control.key: shown[control.key] for control in controls if control.fixed}
+    # A control the starting scenario fixes keeps its value (lessons are chat's values),
+    # and a lesson about that control (its own values set it) is not for this scenario.
+    fixed = {control.key: control.fixed for control in controls if control.fixed}
     lessons = []
     for lesson in LESSONS:
         spec = lesson.spec()
-        spec["values"] |= kept
-        # The CLI's line where the starting scenario cannot take the lesson's values
-        # (static batching has no max_num_seqs): the page disables its button, saying why.
+        spec["values"] |= {key: shown[key] for key in fixed}
+        taken = [f"{key}: {why}" for key, why in fixed.items() if key in lesson.values]
+        # Or the CLI's line where the starting scenario cannot take the lesson's values:
+        # the page disables its button, saying why.
         try:
             scenario_for(doc_for(spec["values"], lab.base_doc), lab.base_dir)
-            spec["refused"] = ""
+            spec["refused"] = taken[0] if taken else ""
         except ConfigError as error:
-            spec["refused"] = error_line(error)
+            spec["refused"] = taken[0] if taken else error_line(error)
         lessons.append(spec)
     return web.json_response(
         {"controls": [c.spec() for c in controls], "values": shown, "lessons": lessons}

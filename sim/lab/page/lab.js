@@ -64,7 +64,7 @@ function buildForm() {
     input.dataset.key = c.key;
     if (c.note) input.title = c.note;
     const out = document.createElement("output");
-    if (c.fixed) { input.disabled = true; input.title = c.fixed; out.textContent = ` (${c.fixed})`; }
+    if (c.fixed) { input.disabled = true; input.title = c.fixed; }
     label.appendChild(out);
     groups[c.group].appendChild(label);
     groups[c.group].appendChild(input);
@@ -85,8 +85,10 @@ function showValue(c) {
   const input = $("c-" + c.key.replaceAll(".", "-"));
   const v = lab.values[c.key];
   const out = input.previousSibling.querySelector("output");
-  if (c.kind === "slider") out.textContent = String(v);
-  if (c.key === "workload.arrival.burstiness") out.textContent = `${v} (CV ${(1 / Math.sqrt(v)).toFixed(2)})`;
+  // A value the scenario has no key for shows as nothing, not "null" (a fixed control says why).
+  let text = c.kind === "slider" && v !== null && v !== undefined ? String(v) : "";
+  if (c.key === "workload.arrival.burstiness") text = `${v} (CV ${(1 / Math.sqrt(v)).toFixed(2)})`;
+  out.textContent = c.fixed ? `${text} (${c.fixed})` : text;
 }
 
 function setInputs(values) {
