@@ -75,11 +75,25 @@ def require_targets(targets: Sequence[SloTarget]) -> None:
         raise ConfigError("--slo: give at least one SLO target, e.g. --slo ttft_p99_ms=500")
 
 
-def check_target_rate(target_rate_per_s: float | None) -> None:
+def clock_min_rate_per_s(num_requests: int) -> float:
+    """The lowest rate, req/s, whose run of ``num_requests`` the clock can hold
+    (``MAX_CLOCK_S``, with ``CLOCK_ROOM`` for the last arrival's spread)."""
+    return CLOCK_ROOM * num_requests / MAX_CLOCK_S
+
+
+def check_target_rate(target_rate_per_s: float | None, num_requests: int | None = None) -> None:
     """Refuse a rate to size a fleet for that is not given (None), not > 0 or not finite
-    (.inf would ask for infinitely many replicas)."""
+    (.inf would ask for infinitely many replicas), or, where runs of ``num_requests`` are
+    simulated at it (plan's SLOs at the target), below ``clock_min_rate_per_s``."""
     if target_rate_per_s is None or not 0 < target_rate_per_s < math.inf:
         raise ConfigError("--target-rate must be > 0 and finite (requests per second)")
+    if num_requests is not None and target_rate_per_s < clock_min_rate_per_s(num_requests):
+        raise ConfigError(
+            f"--target-rate {target_rate_per_s:g} is below "
+            f"{clock_min_rate_per_s(num_requests):.3g} req/s, the lowest rate whose run of "
+            f"{num_requests} requests the simulator's clock can hold (plan simulates the SLOs "
+            "at the target); raise it"
+        )
 
 
 class RunLength(NamedTuple):
@@ -211,7 +225,7 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
     if workload.kind == "synthetic":
         least = None
         if workload.num_requests is not None:
-            least = CLOCK_ROOM * workload.num_requests / MAX_CLOCK_S
+            least = clock_min_rate_per_s(workload.num_requests)
         rate = workload.arrival.rate_per_s
         return LoadKnob("rate", "workload.arrival.rate_per_s", rate, min_load=least)
 

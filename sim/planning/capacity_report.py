@@ -41,6 +41,27 @@ def units_for(target_rate_per_s: float, rate_per_s: float) -> int:
     return max(1, math.ceil(target_rate_per_s / rate_per_s - 1e-9))
 
 
+def figure(x: float, digits: int | None = 3) -> str:
+    """``x`` for a printout, to ``digits`` significant digits (None: exactly, as given)
+    with no exponent from 1e-3 to 1e15 and no trailing zeros: 1234 clients, not .3g's
+    1.23e+03, so a reader's arithmetic on the printed figures checks out."""
+    if digits is None or not math.isfinite(x) or not 1e-3 <= abs(x) < 1e15:
+        text = repr(float(x)) if digits is None else f"{x:.{digits}g}"
+    else:
+        text = f"{x:.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+    return text.rstrip("0").rstrip(".") if "." in text and "e" not in text else text
+
+
+def divisor_text(target_rate_per_s: float, rate_per_s: float, num_units: int) -> str:
+    """``rate_per_s`` to the fewest digits (3 up) whose quotient a reader's ceil takes to
+    ``num_units``: 19.996 req/s for 2 units of 20, not a "20" that reads as 1."""
+    for digits in range(3, 18):
+        text = figure(rate_per_s, digits)
+        if max(1, math.ceil(target_rate_per_s / float(text))) == num_units:
+            break
+    return text
+
+
 def output_tokens_per_request(point: LoadPoint | None) -> float | None:
     """Mean generated tokens per completed request at ``point``."""
     if point is None:
@@ -132,10 +153,11 @@ def format_points(search: CapacitySearch) -> str:
 def _interval_text(search: CapacitySearch, low: float, high: float) -> str:
     """The 95% interval, or why there is none (one seed) and the search's bracket."""
     if has_interval(search):
-        return f"95% interval {low:.3g} .. {high:.3g}"
+        return f"95% interval {figure(low)} .. {figure(high)}"
     why = "a trace replay: one run per load" if search.knob.kind == "time_scale" else "one seed"
     return (
-        f"no confidence interval from {why}; the search bracketed it in {low:.3g} .. {high:.3g}"
+        f"no confidence interval from {why}; the search bracketed it in "
+        f"{figure(low)} .. {figure(high)}"
         + ("" if search.knob.kind == "time_scale" else "; use --seeds 2 or more for one")
     )
 
@@ -156,7 +178,7 @@ def binding_text(search: CapacitySearch) -> str:
     upper = search.cell[1]
     if search.binding is None or upper is None:
         return "no constraint failed at the loads searched"
-    where = f"{upper:.3g} {search.knob.unit}"
+    where = f"{figure(upper)} {search.knob.unit}"
     return f"{search.binding}, the first past its limit on average, at {where}"
 
 
@@ -186,23 +208,23 @@ def format_capacity(
     if not est:  # no load held on average
         lines.append(row("capacity:", f"0 {unit}: {search.stop_reason}"))
     elif lo is not None and hi is not None:
-        lines.append(row("capacity:", f"{est:.3g} {unit}  ({_interval_text(search, lo, hi)})"))
+        lines.append(row("capacity:", f"{figure(est)} {unit}  ({_interval_text(search, lo, hi)})"))
     else:
         # An end of the interval missing: the answer is still the estimate (capacity.json's,
         # the fleet's); with no load past a limit even on average it is a lower bound only.
         failed = search.cell[1] is not None
         sure = " with 95% confidence" if has_interval(search) else ""
-        low = f"{lo:.3g} passed{sure}" if lo is not None else f"no load passed{sure}"
-        high = f"{hi:.3g} failed{sure}" if hi is not None else f"no load failed{sure}"
+        low = f"{figure(lo)} passed{sure}" if lo is not None else f"no load passed{sure}"
+        high = f"{figure(hi)} failed{sure}" if hi is not None else f"no load failed{sure}"
         high = high if failed else "no SLO failure found"
-        answer = f"{'' if failed else '>= '}{est:.3g} {unit}  ({low}; {high})"
+        answer = f"{'' if failed else '>= '}{figure(est)} {unit}  ({low}; {high})"
         lines.append(row("capacity:", answer))
     if model_error is not None:
         lines.append(row("model error:", model_error.text))
     rate = capacity_rate_per_s(search, search.at_estimate)
     if knob.kind == "concurrency" and est and rate is not None:
         served = f"{search.estimate:.0f} concurrent clients are served within the SLOs at"
-        lines.append(row("", f"{served} {rate:.3g} req/s (sent while all are busy)"))
+        lines.append(row("", f"{served} {figure(rate)} req/s (sent while all are busy)"))
     searched = f"{len(search.points)} loads, {search.num_sims} simulations"
     lines.append(row("search:", f"{search.stop_reason}; {searched}"))
     lines.append(row("bound by:", binding_text(search)))
@@ -211,7 +233,7 @@ def format_capacity(
     point = search.at_estimate
     if point is not None:
         stats = ", ".join(f"{n} {_ms(point, n)}" for n in point.means)
-        lines.append(row(f"at {point.load:.3g} {unit}:", stats))
+        lines.append(row(f"at {figure(point.load)} {unit}:", stats))
         slo = per_request_slo(search.targets)
         good, thr = point.mean_of("request_goodput"), point.mean_of("request_throughput")
         if good is not None and slo is not None:
@@ -220,12 +242,13 @@ def format_capacity(
                 for k, v in slo.model_dump(exclude_none=True).items()
             )
             share = f", {good / thr:.1%} of completed requests" if thr else ""
-            lines.append(row("goodput:", f"{good:.3g} req/s{share} with {within}"))
+            lines.append(row("goodput:", f"{figure(good)} req/s{share} with {within}"))
     if fleet is not None:
-        lines.append("-" * 16 + f" Fleet for {fleet.target_rate_per_s:g} req/s " + "-" * 16)
+        target, rate = fleet.target_rate_per_s, fleet.capacity_rate_per_s
+        lines.append("-" * 16 + f" Fleet for {figure(target, None)} req/s " + "-" * 16)
         at_lower = fleet.num_replicas_at_lower_bound
         low_end = f"; {at_lower} at the interval's low end" if at_lower else ""
-        ceil = f"ceil({fleet.target_rate_per_s:g} / {fleet.capacity_rate_per_s:.3g})"
+        ceil = f"ceil({figure(target, None)} / {divisor_text(target, rate, fleet.num_replicas)})"
         lines.append(row("replicas:", f"{fleet.num_replicas} = {ceil}{low_end}"))
         balancer = (
             "an estimate assuming a perfect load balancer; simulate the fleet "

@@ -865,6 +865,7 @@ def plan(
             )
         resolved[name] = price
     num_requests = config.num_requests or run_length(targets)
+    check_target_rate(target_rate_per_s, num_requests)  # its runs at the target's share
     doc = scenario.model_dump(mode="json")
     doc["workload"] = {**doc["workload"], "num_requests": num_requests, "duration_s": None}
     slo = per_request_slo(targets)

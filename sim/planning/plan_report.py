@@ -18,7 +18,7 @@ import yaml
 from sim.config import anchored
 from sim.hardware.specs import MODEL_PRESETS
 from sim.metrics.report import jsonable
-from sim.planning.capacity_report import write_json
+from sim.planning.capacity_report import divisor_text, figure, units_for, write_json
 from sim.planning.plan import Outcome, PlanResult
 from sim.planning.pricing import PRICES_AS_OF
 
@@ -34,12 +34,22 @@ def _num(value: Any, fmt: str) -> str:
     return format(value, fmt)
 
 
-def _capacity(record: dict[str, Any]) -> str:
+def _capacity(outcome: Outcome) -> str:
+    """Capacity per unit and its interval, the estimate to the digits that make the
+    table's units its ceil (``divisor_text``)."""
+    record = outcome.record or {}
     low, high = record.get("ci95_lower"), record.get("ci95_upper")
-    est = _num(record.get("capacity_rate_per_s"), ".3g")
+    rate, units = record.get("capacity_rate_per_s"), record.get("num_units")
+    sized = outcome.sized_rate_per_s
+    if rate is None or not math.isfinite(rate):
+        est = "-"
+    elif units is not None and sized is not None and units == units_for(sized, rate):
+        est = divisor_text(sized, rate, units)
+    else:
+        est = figure(rate)
     if low is None or high is None:
         return est
-    return f"{est} ({low:.3g}..{high:.3g})"
+    return f"{est} ({figure(low)}..{figure(high)})"
 
 
 def _stats(outcome: Outcome, result: PlanResult) -> str:
@@ -79,7 +89,7 @@ def table_rows(result: PlanResult) -> list[dict[str, str]]:
                 "tokens": str(c.max_num_batched_tokens),
                 "chunk": "on" if c.chunked_prefill else "off",
                 "units": str(record.get("num_units")),
-                "req/s/unit (95%)": _capacity(record),
+                "req/s/unit (95%)": _capacity(outcome),
                 "GPUs": str(record.get("num_gpus_total")),
                 "$/hour": _num(record.get("usd_per_hour"), ".2f"),
                 "$/Mtok": _num(record.get("usd_per_million_output_tokens"), ".3f"),
@@ -142,12 +152,13 @@ def format_best(result: PlanResult) -> str:
     sized = best.sized_rate_per_s or result.target_rate_per_s
     headroom_pct = 100 * (sized / result.target_rate_per_s - 1)
     sized_for = (
-        f" (sized for {sized:.4g}: +{headroom_pct:.1f} % headroom)"
+        f" (sized for {figure(sized, 4)}: +{headroom_pct:.1f} % headroom)"
         if sized > result.target_rate_per_s
         else ""
     )
+    target = figure(result.target_rate_per_s, None)
     return (
-        f"cheapest for {result.target_rate_per_s:g} req/s{sized_for} within {slo}: {units} x "
+        f"cheapest for {target} req/s{sized_for} within {slo}: {units} x "
         f"{best.candidate.label} ({per_unit}s of {best.num_gpus} GPU"
         f"{'s' if best.num_gpus != 1 else ''}): {record.get('num_gpus_total')} GPUs, "
         f"${record.get('usd_per_hour'):.2f}/hour, "
