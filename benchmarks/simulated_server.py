@@ -134,7 +134,7 @@ def predictions(
         sent["num_prompt_tokens"].to_numpy(np.int64),
         sent["num_output_tokens"].to_numpy(np.int64),
     )
-    as_sent = dict(api.replay(loaded, work, base_dir=base_dir).summary)
+    as_sent = dict(api.replay(loaded, work).summary)
     return planned, as_sent
 
 

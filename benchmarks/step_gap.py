@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if result.raw.num_replicas == 1:
             scenario = load_scenario(ROOT / run.scenario)
-            cost = cost_model_for(scenario, (ROOT / run.scenario).parent)
+            cost = cost_model_for(scenario)
             by_batch = gap_by_batch(decode_ticks(EXAMPLES / run.folder, measured, cost))
             print("decode-only ticks, priced at their own running sequences, by batch:")
             print("| sequences | ticks | mean | measured ms | predicted ms | ratio | gap ms |")

@@ -163,7 +163,7 @@ def validate(
         if run is not None:
             said = RunFacts.from_summary(run.requests, run.summary)
             unrecorded += check_run(scenario, said, base_dir, f"--measured {run.path}")
-    base_cost = cost if cost is not None else cost_model_for(scenario, base_dir)
+    base_cost = cost if cost is not None else cost_model_for(scenario)
     meas = measured_latencies(measured.requests, measured.tokens)
     latencies = {"measured": meas}
     predictions: dict[str, CostModel] = {"microbenchmarks": base_cost}
@@ -184,7 +184,7 @@ def validate(
     comparisons = {}
     from_intake = measured.summary.get("latency_from") == ENGINE_INTAKE
     for name, model in predictions.items():
-        result = predict(scenario, measured.requests, model, base_dir, measured.summary.get("load"))
+        result = predict(scenario, measured.requests, model, measured.summary.get("load"))
         lat = simulated_latencies(result, from_intake)
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)

@@ -290,7 +290,7 @@ def test_closed_loop_searches_over_whole_users(memo: dict[str, Record]) -> None:
 
 def test_trace_knob_scales_time() -> None:
     scenario = load_scenario(SCENARIOS / "azure_trace.yaml", ["workload.time_scale=0.5"])
-    knob = load_knob(scenario, SCENARIOS)
+    knob = load_knob(scenario)
     assert knob.kind == "time_scale" and knob.base_rate_per_s is not None
     assert knob.start == pytest.approx(2 * knob.base_rate_per_s)  # twice the trace's rate
     assert knob.value(knob.base_rate_per_s * 4) == pytest.approx(0.25)

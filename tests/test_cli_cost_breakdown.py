@@ -87,7 +87,7 @@ def test_the_ops_and_the_overhead_add_up_to_the_scenario_s_step(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     result = _json(capsys, str(KERNELS), "--step", "512p+60d@800")
-    cost = cost_model_for(load_scenario(KERNELS), KERNELS.parent)
+    cost = cost_model_for(load_scenario(KERNELS))
     step_ms = cost.step_s(StepShape.build([(512, 0)], [800] * 60)) * 1e3
     assert result["step_ms"] == pytest.approx(step_ms, rel=1e-12)
     ops = result["ops_ms"]

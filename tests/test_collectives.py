@@ -201,7 +201,7 @@ def test_a_profiled_moe_layer_is_each_gpu_s_share_of_the_group_s_work() -> None:
         return low + (100 - 64) / 64 * (high - low)
 
     expected_us = at(32) + (active - 32) / 32 * (at(64) - at(32))
-    cost = cost_model_for(load_scenario(EP_PROFILE), PUBLIC)
+    cost = cost_model_for(load_scenario(EP_PROFILE))
     terms = dict(cost.gpu._moe.terms(100.0))  # type: ignore[attr-defined]
     assert terms["moe"] == pytest.approx(expected_us * US, rel=1e-9)
     step = StepShape.build(decode_context_tokens=[1024] * 100)
@@ -217,7 +217,7 @@ def test_a_profile_without_moe_rows_is_refused_under_expert_parallelism() -> Non
     from sim.cost.kernels.cost import KernelCost
 
     scenario = load_scenario(EP_PROFILE)
-    cost = cost_model_for(scenario, PUBLIC)
+    cost = cost_model_for(scenario)
     artifact = cost.gpu.artifact  # type: ignore[attr-defined]
     tables = {k: v for k, v in artifact.tables.items() if k != "moe_layer"}
     bare = KernelArtifact(artifact.provenance, tables)
@@ -233,7 +233,7 @@ def test_the_compiled_loop_prices_an_expert_parallel_profile_to_the_bit() -> Non
     from sim.cost import tabulate
     from sim.cost.kernels.cost import KernelCost
 
-    kernel = cost_model_for(load_scenario(EP_PROFILE), PUBLIC).gpu  # type: ignore[attr-defined]
+    kernel = cost_model_for(load_scenario(EP_PROFILE)).gpu  # type: ignore[attr-defined]
     assert isinstance(kernel, KernelCost)
     assert tabulate.why_not(kernel, 64, 2048) is None
     assert_loop_prices_as(

@@ -281,7 +281,7 @@ def test_ep_scenario_declares_two_dp_ranks_and_ep2() -> None:
     assert scenario.cluster is not None and scenario.cluster.num_replicas == 2
     assert scenario.cluster.router == "least_outstanding_requests"
     assert isinstance(scenario.cost, KernelsCostConfig) and scenario.cost.expert_parallel_size == 2
-    cost = api.cost_model_for(scenario, PUBLIC, engine_cpu=False)  # the tables alone
+    cost = api.cost_model_for(scenario, engine_cpu=False)  # the tables alone
     assert isinstance(cost, KernelCost) and cost.ep == 2 and cost.tp == 1
 
 
@@ -291,7 +291,7 @@ def test_tp_scenario_uses_pcie_and_the_tp2_slice() -> None:
     assert scenario.parallelism == ParallelismConfig(
         tensor_parallel_size=2, link=link_preset("pcie5-rtxpro6000")
     )
-    cost = api.cost_model_for(scenario, PUBLIC, engine_cpu=False)  # the tables alone
+    cost = api.cost_model_for(scenario, engine_cpu=False)  # the tables alone
     assert isinstance(cost, KernelCost) and cost.tp == 2 and cost._allreduce is not None
     assert "qwen3-32b" in cost.label
 

@@ -88,7 +88,7 @@ CASES = [pytest.param(load_scenario(path), id=path.stem) for path in VALIDATE] +
 
 def _simulated_core(scenario: Scenario) -> EngineCore:
     """The engine core the simulator's replica runs (cost model from the scenario)."""
-    return Simulation(engine_for(scenario, ROOT / "scenarios")).core
+    return Simulation(engine_for(scenario)).core
 
 
 def assert_same_core(reference: EngineCore, simulated: EngineCore) -> None:

@@ -400,14 +400,12 @@ def test_the_rtx4090_engine_cpu_artifact_reproduces_its_recorded_errors() -> Non
     data = plain.model_dump(mode="json")
     data["engine"]["cpu_artifact"] = str(path)
     named = scenario_from_dict(data, "named", folder)
-    cost = api.cost_model_for(named, folder)
+    cost = api.cost_model_for(named)
     assert isinstance(cost, EngineCpuCost) and cost.cpu.config == written.cpu
-    gpu = api.cost_model_for(plain, folder, engine_cpu=False)
+    gpu = api.cost_model_for(plain, engine_cpu=False)
     # LLMServingSim's queued_ts: counted from the replay's intake, as calibrate counted.
     assert run.meta.get("latency_from") == ENGINE_INTAKE
-    fit_run = FitRun(
-        "r", plain, run.requests, gpu, folder, engine_cpu=plain.engine_cpu, from_intake=True
-    )
+    fit_run = FitRun("r", plain, run.requests, gpu, engine_cpu=plain.engine_cpu, from_intake=True)
     assert written.cpu is not None
     rows = target_rows(
         [fit_run], [Target(0)], EngineCpuFitValues(written.cpu), engine_cpu_start([fit_run])

@@ -47,15 +47,13 @@ def test_a_public_artifact_reproduces_its_recorded_errors_as_a_scenarios_cost(na
     plain = load_scenario(ROOT / "scenarios" / "public" / PUBLIC[name])
     assert f"--scenario scenarios/public/{PUBLIC[name]}" in artifact.provenance.command
     scenario = plain.model_copy(update={"cost": FittedCostConfig(artifact=str(path))})
-    cost = cost_model_for(scenario, ROOT / "scenarios" / "public")
+    cost = cost_model_for(scenario)
     assert isinstance(cost, FittedCost) and cost.params == artifact.parameters
     # The base the fit adjusted: GPU-only (its fitted overhead stands for the CPU work).
-    base = cost_model_for(plain, ROOT / "scenarios" / "public", engine_cpu=False)
+    base = cost_model_for(plain, engine_cpu=False)
     # LLMServingSim's queued_ts: counted from the replay's intake, as calibrate counted.
     assert run.meta.get("latency_from") == ENGINE_INTAKE
-    fit_run = FitRun(
-        "r", plain, run.requests, base, ROOT / "scenarios" / "public", from_intake=True
-    )
+    fit_run = FitRun("r", plain, run.requests, base, from_intake=True)
     rows = target_rows([fit_run], [Target(0)], cost.params)
     recorded = artifact.errors["in_sample"]["rows"]
     for now, then in zip(rows, recorded, strict=True):

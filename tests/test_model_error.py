@@ -110,7 +110,7 @@ def test_cpu_calibration_agrees_with_the_committed_fidelity_study() -> None:
 @pytest.mark.parametrize("run", sorted(PUBLIC_SCENARIOS))
 def test_each_public_scenario_is_read_as_the_kind_that_lists_its_run(run: str) -> None:
     path = ROOT / "scenarios/public" / PUBLIC_SCENARIOS[run]
-    error = model_error_for(cost_model_for(load_scenario(path, []), path.parent))
+    error = model_error_for(cost_model_for(load_scenario(path, [])))
     assert error.kind is not None and error.validated is not None
     assert run in error.validated.rows
 

@@ -421,7 +421,7 @@ def test_lone_request_bound_is_below_the_simulated_latency_at_low_load() -> None
         },
     }
     scenario = scenario_from_dict(doc)
-    lengths = length_stats(scenario, ROOT, 1)
+    lengths = length_stats(scenario, 1)
     summary = api.run(scenario).summary
     cost = api.cost_model_for(scenario)
     limits = Limits(256, 2048, True)

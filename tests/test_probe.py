@@ -86,7 +86,7 @@ def _measured_with_probes(tmp_path: Path, factor: float) -> tuple[MeasureFolder,
         out / "tokens.parquet"
     )
     result.steps.assign(done_s=result.steps["end_s"]).to_parquet(out / "steps.parquet")
-    cost = api.cost_model_for(scenario, SCENARIO.parent)
+    cost = api.cost_model_for(scenario)
     probe = {name: factor * t for name, t in _predicted(cost).items()}
     summary = {**result.summary, "mode": "measured", "probe_s": {"before": probe, "after": probe}}
     (out / "summary.json").write_text(summary_to_json(summary))

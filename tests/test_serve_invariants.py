@@ -161,7 +161,7 @@ class Record:
 
 def checked_engine(*sets: str, scenario: Path = LLAMA70B) -> tuple[SimulatedEngine, Clock]:
     clock = Clock()
-    config = engine_for(load_scenario(scenario, list(sets)), scenario.parent)
+    config = engine_for(load_scenario(scenario, list(sets)))
     return SimulatedEngine(config, clock, check=LiveChecks()), clock
 
 

@@ -128,7 +128,7 @@ def test_a_tp2_verification_gathers_the_logits_of_its_drafts_too(k: int) -> None
     # shape's cost their LM-head GEMM and the gather at S + k S rows less at S,
     # priced by NCCL's model over the link (Qwen3-32B: 75,968 columns a GPU, 2 B).
     scenario = PUBLIC / "rtxpro6000_qwen3_32b_tp2_profile.yaml"
-    target = cost_model_for(load_scenario(scenario), PUBLIC)
+    target = cost_model_for(load_scenario(scenario))
     gpu = target.gpu  # type: ignore[attr-defined]
     assert isinstance(gpu, KernelCost) and gpu.tp == 2
     num_seqs = 64

@@ -323,14 +323,12 @@ def test_capacity_search_turns_the_rate_knob_of_rate_scaled_traces() -> None:
     from sim.planning.capacity import load_knob
 
     burst = load_scenario(ROOT / "scenarios" / "burstgpt_trace.yaml", ["workload.rate_per_s=3"])
-    knob = load_knob(burst, ROOT / "scenarios")
+    knob = load_knob(burst)
     assert (knob.kind, knob.key, knob.start) == ("rate", "workload.rate_per_s", 3.0)
     lengths = load_scenario(ROOT / "scenarios" / "sharegpt_lengths.yaml")
-    knob = load_knob(lengths, ROOT / "scenarios")
+    knob = load_knob(lengths)
     assert (knob.key, knob.value(7.0)) == ("workload.arrival.rate_per_s", 7.0)
-    plain = load_knob(
-        load_scenario(ROOT / "scenarios" / "azure_code_trace.yaml"), ROOT / "scenarios"
-    )
+    plain = load_knob(load_scenario(ROOT / "scenarios" / "azure_code_trace.yaml"))
     assert plain.kind == "time_scale"
 
 

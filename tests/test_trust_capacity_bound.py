@@ -70,7 +70,7 @@ def test_a_real_configurations_capacity_is_within_its_own_bound() -> None:
     """The bound the CLI computes holds for a search that runs to a real answer."""
     targets = parse_targets(["ttft_p99_ms=300"])
     scenario = scenario_from_dict(open_loop_doc(1000), "bounded")
-    bound = upper_bound_rate_per_s(scenario, Path.cwd(), targets, 2)
+    bound = upper_bound_rate_per_s(scenario, targets, 2)
     assert bound is not None and bound > 0
     result = search(Searcher(scenario, targets, Path.cwd(), 2, 1, bound_rate_per_s=bound), 0.1, 24)
     rate = capacity_rate_per_s(result, result.at_estimate)
@@ -83,4 +83,4 @@ def test_no_bound_where_the_bound_does_not_hold() -> None:
     doc = open_loop_doc()
     doc["workload"]["prefix_groups"] = {"num_groups": 2, "shared_prefix_tokens": 400}
     targets = parse_targets(["ttft_mean_ms=1000"])
-    assert upper_bound_rate_per_s(scenario_from_dict(doc, "x"), Path.cwd(), targets, 1) is None
+    assert upper_bound_rate_per_s(scenario_from_dict(doc, "x"), targets, 1) is None

@@ -86,7 +86,7 @@ def test_the_roofline_shows_the_engine_cpu_work_as_a_row(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     result = _priced(capsys, "512p+60d")
-    cost = cost_model_for(load_scenario(ROOFLINE), ROOFLINE.parent)
+    cost = cost_model_for(load_scenario(ROOFLINE))
     assert isinstance(cost, EngineCpuCost) and type(cost.gpu) is RooflineCost
     # Overlapped CPU work shorter than the GPU's step: only its non-overlapped part shows.
     assert cost.cpu.async_scheduling

@@ -40,7 +40,7 @@ def _artifact_cpu() -> str:
 
 
 def _cost() -> CalibratedCost:
-    cost = api.cost_model_for(load_scenario(SCENARIO, OVERRIDES), SCENARIO.parent)
+    cost = api.cost_model_for(load_scenario(SCENARIO, OVERRIDES))
     assert isinstance(cost, CalibratedCost)
     return cost
 

@@ -51,7 +51,7 @@ def test_plan_searches_a_speculative_candidate_its_plain_bound_calls_infeasible(
     # two: plain decoding alone breaks it (checked below, from the cost model), a
     # speculative request alone meets it, so the candidate must be searched and found.
     scenario = load_scenario(SCENARIOS / "speculative.yaml", NGRAM)
-    plain_step_ms = 1e3 * decode_s(cost_model_for(scenario, SCENARIOS), 1, 100)
+    plain_step_ms = 1e3 * decode_s(cost_model_for(scenario), 1, 100)
     assert plain_step_ms > LIMIT_MS > plain_step_ms / 2.77 * 1.2
     config = _one_h100_config([1], num_requests=100, max_loads=3)
     result = plan(

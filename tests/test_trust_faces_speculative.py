@@ -31,7 +31,7 @@ def test_capacity_prices_speculative_decoding() -> None:
         SCENARIOS / "speculative.yaml",
         ["workload.num_requests=40", "workload.arrival.rate_per_s=0.05"],
     )
-    plain_step_ms = 1e3 * decode_s(cost_model_for(scenario, SCENARIOS), 1, 500)
+    plain_step_ms = 1e3 * decode_s(cost_model_for(scenario), 1, 500)
     searcher = Searcher(scenario, [SloTarget("tpot", "median", 1e3)], SCENARIOS, num_seeds=1)
     tpot_ms = searcher.evaluate(0.05).mean_of("median_tpot_ms")
     assert tpot_ms is not None

@@ -61,7 +61,7 @@ def test_a_tp2_profile_step_pays_the_embedding_all_reduce_and_the_logits_all_gat
 def test_the_step_time_carries_them() -> None:
     # The step's price (what the simulation runs) is the breakdown's sum, these two
     # included: at 64 decodes they add 36.43 + 260.9 = 297.3 us (above).
-    gpu = cost_model_for(load_scenario(TP2_PROFILE), PUBLIC).gpu  # type: ignore[attr-defined]
+    gpu = cost_model_for(load_scenario(TP2_PROFILE)).gpu  # type: ignore[attr-defined]
     shape = StepShape.build(decode_context_tokens=[1000] * 64)
     split = gpu.breakdown_s(shape)
     assert gpu.step_s(shape) == pytest.approx(sum(split.values()), rel=1e-9)
@@ -95,7 +95,7 @@ def test_a_lockstep_step_hides_the_engine_cpu_behind_the_gpu(tmp_path: Path) -> 
     # (sim.cost.engine_cpu), not non_overlapped + cpu + gpu.
     steps = _lockstep_run(tmp_path, "0.0,3000,20\n").steps
     first = steps.sort_values("start_s").iloc[0]
-    cost = cost_model_for(load_scenario(EP_PROFILE), PUBLIC)
+    cost = cost_model_for(load_scenario(EP_PROFILE))
     shape = StepShape.build([(2048, 0)])
     gpu_s = cost.gpu.step_s(shape)  # type: ignore[attr-defined]
     config = load_scenario(EP_PROFILE).engine_cpu.config

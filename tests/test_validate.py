@@ -187,7 +187,7 @@ def test_validate_of_a_simulated_run_is_exact_and_scaled_cost_misses(tmp_path: P
         assert comparison[metric]["error_pct"]["p50"] == pytest.approx(0.0, abs=1e-6)
     # Same gaps, computed two ways (end - start vs consecutive ends): equal to rounding.
     assert comparison["itl"]["ks"] == pytest.approx(0.0, abs=0.01)
-    cost = ScaledCost(api.cost_model_for(scenario, SCENARIO.parent), 1.5)
+    cost = ScaledCost(api.cost_model_for(scenario), 1.5)
     off = validate(scenario, measured, cost=cost)
     assert within_targets(next(iter(off.comparisons.values()))) == {"ttft": False, "tpot": False}
     paths = write_validation(exact, tmp_path / "report", "test")
@@ -407,7 +407,7 @@ def test_the_ci_grid_spans_every_step_of_the_validation_run() -> None:
     mixed = [p for p in grid.points if p.section == "mixed"]
     prefill = [p for p in grid.points if p.section == "prefill"]
     scenario, requests = _validation_scenario()
-    base = api.cost_model_for(scenario, SMOLLM2.parent)
+    base = api.cost_model_for(scenario)
     for scale in (1.0, 1.5):
         steps = predict(scenario, requests, ScaledCost(base, scale)).steps
         has_prefill = steps["num_prefill_tokens"] > 0
@@ -437,7 +437,7 @@ def test_the_validation_load_tolerates_drift_and_still_catches_a_1_5x_model() ->
     artifact that fails this asks for the operating point to be chosen again.
     """
     scenario, requests = _validation_scenario()
-    base = api.cost_model_for(scenario, SMOLLM2.parent)
+    base = api.cost_model_for(scenario)
     assert isinstance(base, CalibratedCost)  # the shipped artifact, not a roofline guess
     good = simulated_latencies(predict(scenario, requests, base))
     bad = simulated_latencies(predict(scenario, requests, ScaledCost(base, 1.5)))

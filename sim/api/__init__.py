@@ -82,24 +82,24 @@ def run(
     ``overrides`` change the scenario before it is validated (``sim.scenario.overrides``:
     ``--set`` strings or a mapping); a scenario object is validated again with them.
     ``trace_requests=N`` records each step of the first N requests (``Result.activity``,
-    for ``trace.json``). ``base_dir`` anchors the scenario's relative paths (default:
-    its file's folder, else the cwd). ``wrap_cost`` replaces the cost model by a
-    function of it (what-if studies). ``source`` names a scenario object in errors.
+    for ``trace.json``). ``base_dir`` anchors all the scenario's relative paths (default:
+    its file's folder; a scenario object's ``base_dir``, where it was read). ``wrap_cost``
+    replaces the cost model by a function of it (what-if studies). ``source`` names a
+    scenario object in errors.
     ``workers`` (``sim.fast.workers``), ``compiled`` (``sim.fast.compiled``; None: from
     20,000 requests, where numba's ~0.4 s start-up pays) and ``fast`` (False: the
     reference executor) choose how it runs, never what it gives (``simulation_for``).
     """
+    base = None if base_dir is None else Path(base_dir)
     if not isinstance(scenario, Scenario):
         path = Path(scenario)
-        scenario = load_scenario(path, overrides)
+        scenario = load_scenario(path, overrides, base_dir=base)
         source = str(path)
-        base = Path(base_dir) if base_dir is not None else path.parent
-    else:
-        base = Path(base_dir) if base_dir is not None else Path.cwd()
-        scenario = overridden(scenario, overrides, source, base)
+    else:  # validated again where base_dir moves its paths, or overrides change it
+        scenario = overridden(scenario, overrides, source, base or scenario.base_dir)
     rng = np.random.default_rng(scenario.seed)
     try:
-        engine = engine_for(scenario, base, rng)
+        engine = engine_for(scenario, rng)
     except ConfigError as error:  # e.g. a bad artifact, or the model does not fit
         raise ConfigError(f"{source}: {error}") from None
     if wrap_cost is not None:
@@ -113,9 +113,9 @@ def run(
     )
     work: Any
     if isinstance(scenario.workload, ClosedLoopWorkload):
-        work = ClosedLoopSource(scenario.workload, rng, base)
+        work = ClosedLoopSource(scenario.workload, rng, scenario.base_dir)
     else:
-        work = generate_open_loop(scenario.workload, rng, base)
+        work = generate_open_loop(scenario.workload, rng, scenario.base_dir)
     cluster = cluster_for(scenario, rng)
     simulation = simulation_for(
         engine, cluster, fast=fast, workers=workers, compiled=compiled, progress=progress
@@ -136,14 +136,13 @@ def replay(
     scenario: Scenario,
     work: OpenLoop | ClosedLoop,
     cost: CostModel | None = None,
-    base_dir: Path | None = None,
     fast: bool = True,
 ) -> Result:
     """Simulate exactly the requests of ``work`` on the scenario's engine and cluster,
     built as ``run`` builds them; ``cost`` replaces the scenario's cost model (validation
     compares several); ``fast=False``: the reference executor."""
     rng = np.random.default_rng(scenario.seed)
-    engine = engine_for(scenario, base_dir, rng)
+    engine = engine_for(scenario, rng)
     if cost is not None:
         engine = dataclasses.replace(engine, cost=cost)
     simulation = simulation_for(engine, cluster_for(scenario, rng), fast=fast)

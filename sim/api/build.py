@@ -8,7 +8,6 @@ engine core from ``core_config_for``; the run's executor is chosen here
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -79,17 +78,16 @@ def step_limits(scenario: Scenario) -> tuple[int, int]:
     return policy.step_seq_bound(), policy.step_token_bound(scenario.engine.max_model_len_tokens)
 
 
-def cost_model_for(
-    scenario: Scenario, base_dir: Path | None = None, *, engine_cpu: bool = True
-) -> CostModel:
-    """The cost model a scenario names, with its engine's CPU work where the model
-    prices GPU work only (``sim.cost.config``); ``engine_cpu=False``: without it
-    (the base a fit adjusts, whose fitted overhead stands for that work)."""
+def cost_model_for(scenario: Scenario, *, engine_cpu: bool = True) -> CostModel:
+    """The cost model a scenario names (its files from ``scenario.base_dir``), with its
+    engine's CPU work where the model prices GPU work only (``sim.cost.config``);
+    ``engine_cpu=False``: without it (the base a fit adjusts, whose fitted overhead
+    stands for that work)."""
     return build_cost_model(
         scenario.cost,
         model_for(scenario),
         scenario.hardware,
-        base_dir,
+        scenario.base_dir,
         scenario.parallelism,
         scenario.engine_cpu if engine_cpu else None,
     )
@@ -169,15 +167,13 @@ def core_config_for(scenario: Scenario, *, reference_engine: bool = False) -> Co
     )
 
 
-def engine_for(
-    scenario: Scenario, base_dir: Path | None = None, rng: np.random.Generator | None = None
-) -> ReplicaConfig:
+def engine_for(scenario: Scenario, rng: np.random.Generator | None = None) -> ReplicaConfig:
     """Everything a replica needs, built from the scenario (its core: ``core_config_for``);
     speculative proposers draw from generators spawned from ``rng`` (given: the run's;
     otherwise the scenario seed's)."""
     engine = ReplicaConfig(
         core_config_for(scenario),
-        cost_model_for(scenario, base_dir),
+        cost_model_for(scenario),
         scenario.frontend,
         skip_ahead=scenario.engine.skip_ahead,
     )

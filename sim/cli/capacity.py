@@ -68,7 +68,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     base_dir = Path(args.scenario).parent
-    bound = upper_bound_rate_per_s(scenario, base_dir, targets, args.seeds)
+    bound = upper_bound_rate_per_s(scenario, targets, args.seeds)
     searcher = Searcher(scenario, targets, base_dir, args.seeds, args.jobs, on_point, bound)
     with bar:
         result = search(searcher, args.rel_width, max_num_sims)
@@ -86,7 +86,7 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     # again here, its warnings (extrapolated tables) were already said by the runs.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model_error = model_error_for(cost_model_for(scenario, base_dir))
+        model_error = model_error_for(cost_model_for(scenario))
     print(format_points(result))
     given = args.gpu_price_per_hour is not None
     print(format_capacity(result, label, fleet, per_replica, price, model_error, price_given=given))

@@ -23,7 +23,6 @@ import argparse
 import json
 import math
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.api.build import cost_model_for, kv_blocks_for, model_for, step_limits
@@ -318,7 +317,7 @@ def _cmd_cost_breakdown(args: argparse.Namespace) -> int:
     problem = step_problem(args.step, scenario)
     if problem is not None:  # refused: no price for a step the engine never runs
         raise ConfigError(problem)
-    cost = cost_model_for(scenario, Path(args.scenario).parent)
+    cost = cost_model_for(scenario)
     if scenario.speculative is not None:  # every decode verifies k + 1 tokens, and more
         cost = speculative_cost(scenario.speculative, cost, model_for(scenario), scenario.hardware)
     # An n-gram proposer's misses: the figures are expectations over them.

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -82,7 +81,7 @@ def _simulated_engine(args: argparse.Namespace, scenario: Scenario) -> OnlineBac
                 f"{refused[0]}: servesim serve --simulate routes requests over replicas "
                 "of one pool (a router other than central_queue), nothing else"
             )
-    config = engine_for(scenario, Path(args.scenario).parent)
+    config = engine_for(scenario)
     way_in_ms = config.frontend.way_in_s_per_request * 1e3
     replicas = "" if cluster is None else f", {cluster.num_replicas} replicas ({cluster.router})"
     print(

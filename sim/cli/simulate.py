@@ -63,8 +63,7 @@ def run_and_write(args: argparse.Namespace, worker: FigureWorker | None) -> int:
     started = time.perf_counter()
     traced = (args.trace_requests or api.DEFAULT_TRACE_REQUESTS) if args.trace else None
     result = api.run(
-        scenario,  # loaded once, above; relative paths in it from its folder, as api.run would
-        base_dir=Path(args.scenario).parent,
+        scenario,  # loaded once, above; relative paths in it from its folder (base_dir)
         progress=not args.quiet,
         trace_requests=traced,
         source=str(Path(args.scenario)),
@@ -148,11 +147,10 @@ def _run_sweep(args: argparse.Namespace, scenario: Scenario, out: Path) -> int:
         if value is not None:
             raise ConfigError(f"{flag} does not apply to --profile sweep (several runs)")
     sweep_size = SWEEP_SIZE if args.sweep_size is None else args.sweep_size
-    base_dir = Path(args.scenario).parent
     started = time.perf_counter()
 
     def simulate(folder: str, load: dict[str, object], driven: Scenario) -> dict[str, object]:
-        result = api.run(driven, base_dir=base_dir, progress=not args.quiet)
+        result = api.run(driven, progress=not args.quiet)
         result.write(out / folder)
         return result.summary
 

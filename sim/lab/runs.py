@@ -42,10 +42,7 @@ BINDING_SHARE = 0.2  # a limit reached in at least this share of engine time bin
 
 def run_doc(doc: dict[str, Any], base_dir: Path | None = None) -> api.Result:
     """Simulate the page's document; ``ConfigError`` names ``lab.yaml`` as the CLI would."""
-    scenario = scenario_for(doc, base_dir)
-    return api.run(
-        scenario, base_dir=base_dir or Path.cwd(), source=SOURCE, compiled=True, workers=1
-    )
+    return api.run(scenario_for(doc, base_dir), source=SOURCE, compiled=True, workers=1)
 
 
 def knee_rates(rate_per_s: float) -> tuple[float, ...]:

@@ -214,7 +214,7 @@ class LoadKnob:
         return self.min_load is not None and x / 2 < self.min_load
 
 
-def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
+def load_knob(scenario: Scenario) -> LoadKnob:
     """The knob of a scenario's workload, starting at its current load."""
     workload = scenario.workload
     if workload.kind == "closed_loop":
@@ -234,7 +234,7 @@ def load_knob(scenario: Scenario, base_dir: Path) -> LoadKnob:
     if workload.rate_per_s is not None:
         return LoadKnob("rate", "workload.rate_per_s", workload.rate_per_s)
     unscaled = workload.model_copy(update={"time_scale": 1.0})
-    arrivals = generate_open_loop(unscaled, np.random.default_rng(0), base_dir).arrival_s
+    arrivals = generate_open_loop(unscaled, np.random.default_rng(0), scenario.base_dir).arrival_s
     span_s = float(arrivals[-1] - arrivals[0]) if arrivals.size >= 2 else 0.0
     if span_s <= 0:
         raise ConfigError(f"{workload.path}: a capacity search needs a trace spanning time")
@@ -388,7 +388,7 @@ class Searcher:
             doc["slo"] = slo.model_dump(exclude_none=True)
         self.doc, self.base_dir, self.jobs, self.on_point = doc, base_dir, jobs, on_point
         self.bound_rate_per_s = bound_rate_per_s
-        knob = load_knob(scenario, base_dir)
+        knob = load_knob(scenario)
         if scenario.workload.kind == "trace":
             num_seeds = 1  # a replay draws nothing at random: every seed gives the same run
         seeds = tuple(scenario.seed + k for k in range(num_seeds))
@@ -512,7 +512,7 @@ def check_bound(res: CapacitySearch, bound_rate_per_s: float | None) -> None:
 
 
 def upper_bound_rate_per_s(
-    scenario: Scenario, base_dir: Path, targets: Sequence[SloTarget], num_seeds: int
+    scenario: Scenario, targets: Sequence[SloTarget], num_seeds: int
 ) -> float | None:
     """The scenario's optimistic capacity from its own cost model (plan's bound,
     :mod:`sim.planning.plan_bound`), where that bound holds (``bound_holds``) on one
@@ -529,10 +529,8 @@ def upper_bound_rate_per_s(
         return None
     limits = Limits(policy.max_num_seqs, policy.max_num_batched_tokens, policy.chunked_prefill)
     kv_tokens = kv_blocks_for(scenario) * scenario.engine.block_size_tokens
-    lengths = length_stats(scenario, base_dir, num_seeds)
-    bound = optimistic_rate_per_s(
-        cost_model_for(scenario, base_dir), limits, kv_tokens, lengths, targets
-    )
+    lengths = length_stats(scenario, num_seeds)
+    bound = optimistic_rate_per_s(cost_model_for(scenario), limits, kv_tokens, lengths, targets)
     return None if bound.infeasible else bound.rate_per_s
 
 

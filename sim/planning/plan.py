@@ -310,7 +310,7 @@ class _Space:
                 choice = (
                     "roofline" if forced else auto_choice(scenario.model, scenario.hardware, layout)
                 )
-                model = cost_model_for(scenario, self.base_dir)
+                model = cost_model_for(scenario)
             self.warnings.update(dict.fromkeys(str(w.message) for w in caught))
             self.costs[key] = (model, cost_model_tag(model.label), choice)
         return self.costs[key]
@@ -880,7 +880,7 @@ def plan(
         target_rate_per_s,
         resolved,
         hardware,
-        length_stats(sized, base_dir, config.seeds),
+        length_stats(sized, config.seeds),
         num_requests,
         None if headroom_pct is None else headroom_pct / 100,
     )

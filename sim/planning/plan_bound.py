@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -53,14 +52,14 @@ def _at(values: np.ndarray) -> dict[str, float]:
     return out
 
 
-def length_stats(scenario: Scenario, base_dir: Path, num_seeds: int) -> LengthStats:
+def length_stats(scenario: Scenario, num_seeds: int) -> LengthStats:
     """Lengths of a synthetic scenario's requests under seeds ``seed .. seed + num_seeds - 1``."""
     prompts, outputs = [], []
     for seed in range(scenario.seed, scenario.seed + max(1, num_seeds)):
         rows = generate_open_loop(
             scenario.workload,  # type: ignore[arg-type]  # synthetic: checked by the caller
             np.random.default_rng(seed),
-            base_dir,
+            scenario.base_dir,
         )
         prompts.append(rows.num_prompt_tokens.astype(float))
         outputs.append(rows.num_output_tokens.astype(float))

@@ -248,22 +248,31 @@ def to_json(
 
 
 def _anchor_paths(doc: dict[str, Any], base_dir: Path) -> None:
-    """Anchor the scenario's relative paths (a model's config.json, length files, an engine
-    CPU artifact given as a file) at its own folder, as absolute ones (``anchored``), so
-    that best.yaml runs from ``--out``."""
-    model = doc.get("model")
-    if isinstance(model, str) and model not in MODEL_PRESETS and anchored(model, base_dir).exists():
-        doc["model"] = str(anchored(model, base_dir).resolve())
-    engine = doc.get("engine")
-    if isinstance(engine, dict):
-        artifact = engine.get("cpu_artifact")
-        if isinstance(artifact, str) and ("/" in artifact or artifact.endswith(".json")):
-            engine["cpu_artifact"] = str(anchored(artifact, base_dir).resolve())
+    """Anchor every relative path the scenario names (a model's config folder, an engine
+    CPU artifact, the cost's files, a trace, length files) at its own folder, as absolute
+    ones (``anchored``), so that best.yaml runs from ``--out``."""
+
+    def anchor(section: Any, key: str, name_or_path: bool = False) -> None:
+        value = section.get(key) if isinstance(section, dict) else None
+        if not isinstance(value, str):
+            return
+        path = anchored(value, base_dir)
+        # A value that may be a name (a preset, a shipped artifact) is a path only when
+        # it names something beside the scenario.
+        if not name_or_path or path.exists():
+            section[key] = str(path.resolve())
+
+    if isinstance(doc.get("model"), str) and doc["model"] not in MODEL_PRESETS:
+        anchor(doc, "model", name_or_path=True)
+    anchor(doc.get("engine"), "cpu_artifact")
+    cost = doc.get("cost")
+    anchor(cost, "artifact", name_or_path=True)
+    anchor(cost, "architecture", name_or_path=True)
+    anchor(cost, "data_dir")
     workload = doc.get("workload", {})
+    anchor(workload, "path")
     for key in ("prompt_tokens", "output_tokens"):
-        lengths = workload.get(key)
-        if isinstance(lengths, dict) and isinstance(lengths.get("path"), str):
-            lengths["path"] = str(anchored(lengths["path"], base_dir).resolve())
+        anchor(workload.get(key), "path")
 
 
 def best_scenario(

@@ -76,10 +76,10 @@ def _queue_stats(result: Any) -> Record:
 
 def run_point(task: Task) -> Record:
     """Simulate one validated scenario dict; a flat record of scalars."""
-    # Relative paths read at validation (engine.cpu_artifact) from the scenario's folder.
+    # Every relative path read from the scenario's folder (Scenario.base_dir).
     scenario = scenario_from_dict(task["scenario"], "<sweep point>", Path(task["base_dir"]))
     # A process runs many points: the compiled loop's start-up (~0.4 s, once) pays.
-    result = api.run(scenario, base_dir=task["base_dir"], compiled=True)
+    result = api.run(scenario, compiled=True)
     record: Record = {
         key: value
         for key, value in result.summary.items()

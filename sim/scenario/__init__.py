@@ -14,6 +14,7 @@ from typing import Any, Literal, Self
 from pydantic import (
     Field,
     ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -236,6 +237,9 @@ class Scenario(Frozen):
     # k draft tokens per decode step accepted at rate α; None: plain decoding
     # (see sim.engine.speculative).
     speculative: SpeculativeConfig | None = None
+    # The folder its relative paths are read from (``base_dir``); not a field: a dump,
+    # and so the scenario written beside a run, holds none.
+    _base_dir: Path | None = PrivateAttr(default=None)
 
     @field_validator("name")
     @classmethod
@@ -407,6 +411,28 @@ class Scenario(Frozen):
         _refuse(layout_problem(self.model, self.parallelism))
         return self
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _read_from(
+        cls, data: Any, handler: ModelWrapValidatorHandler[Self], info: ValidationInfo
+    ) -> Self:
+        """Remembers the folder validation read the relative paths from (defined last, so
+        it wraps the validators that fill in a new value)."""
+        scenario = handler(data)
+        scenario._base_dir = (info.context or {}).get("base_dir")
+        return scenario
+
+    def __eq__(self, other: object) -> bool:
+        # The same scenario wherever it was read from: its fields, not its base_dir.
+        return type(other) is type(self) and self.__dict__ == other.__dict__
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The folder every relative path the scenario names is read from: its model and
+        ``engine.cpu_artifact`` at validation, its cost's and workload's files when a run is
+        built (``sim.api.build``); its file's folder, None: the working directory."""
+        return self._base_dir
+
     @property
     def num_gpus(self) -> int:
         """GPUs the whole deployment holds: each replica's (``parallelism``) times its
@@ -464,25 +490,42 @@ def scenario_from_dict(
 
 
 def load_scenario(
-    path: str | Path, overrides: Overrides | None = (), bench_flags: BenchFlags | None = None
+    path: str | Path,
+    overrides: Overrides | None = (),
+    bench_flags: BenchFlags | None = None,
+    base_dir: Path | None = None,
 ) -> Scenario:
     """Read, override (``sim.scenario.overrides``) and validate a scenario file;
     ``bench_flags``: ``vllm bench serve``'s workload flags, written after the overrides
-    (``sim.scenario.bench_flags``)."""
+    (``sim.scenario.bench_flags``); ``base_dir``: where its relative paths are read
+    (default: the file's folder)."""
     path = Path(path)
     doc = read_yaml(path, "scenario")
     apply_overrides(doc, overrides, str(path))
     if bench_flags is not None:
         apply_bench_flags(doc, bench_flags, overrides, str(path))
-    return scenario_from_dict(doc, str(path), path.parent)
+    return scenario_from_dict(doc, str(path), path.parent if base_dir is None else base_dir)
 
 
 def overridden(
-    scenario: Scenario, overrides: Overrides | None, source: str, base_dir: Path
+    scenario: Scenario, overrides: Overrides | None, source: str, base_dir: Path | None
 ) -> Scenario:
-    """``scenario`` with ``overrides`` applied: its fields as set, overridden, validated again."""
-    if not overrides:
+    """``scenario`` with ``overrides`` applied and its relative paths read from
+    ``base_dir``: its fields as set, overridden, validated again (as it is without
+    either)."""
+    moved = _folder(base_dir) != _folder(scenario.base_dir)
+    if not overrides and not moved:
         return scenario
     doc = scenario.model_dump(exclude_unset=True)
+    engine, frontend = doc.get("engine", {}), doc.get("frontend", {})
+    if moved and engine.get("cpu_artifact") is not None:
+        # What the artifact filled in, read again from its copy in the new folder.
+        engine.pop("cpu", None)
+        frontend.pop("way_in_s_per_request", None)
     apply_overrides(doc, overrides, source)
     return scenario_from_dict(doc, source, base_dir)
+
+
+def _folder(base_dir: Path | None) -> Path:
+    """``base_dir`` as a folder to compare (None: the working directory)."""
+    return (Path.cwd() if base_dir is None else Path(base_dir)).resolve()

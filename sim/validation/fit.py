@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -93,7 +92,6 @@ class FitRun:
     scenario: Scenario
     requests: pd.DataFrame
     base: CostModel  # GPU-only where the scenario's cost prices GPU work only
-    base_dir: Path | None = None
     # The scenario's engine CPU work when ``base`` prices GPU work only (kernel tables,
     # roofline); None when it times whole steps (a calibrated curve): no CPU fit then.
     engine_cpu: EngineCpu | None = None
@@ -117,7 +115,7 @@ class FitRun:
         if isinstance(params, EngineCpuFitValues) and params.way_in_s_per_request is not None:
             frontend = scenario.frontend.model_copy(update={WAY_IN: params.way_in_s_per_request})
             scenario = scenario.model_copy(update={"frontend": frontend})
-        result = predict(scenario, self.requests, cost, self.base_dir, self.load)
+        result = predict(scenario, self.requests, cost, self.load)
         return simulated_latencies(result, self.from_intake).per_request
 
     def adjusted_cost(self, params: Adjustment) -> CostModel:

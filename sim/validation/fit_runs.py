@@ -249,8 +249,8 @@ def replay_runs(
         try:
             # GPU-only: the fitted overhead or CPU coefficients stand for the engine's
             # CPU work, as build_cost_model rebuilds a fitted artifact's base.
-            base = cost_model_for(replay, base_dir, engine_cpu=False)
-            with_cpu = cost_model_for(replay, base_dir)
+            base = cost_model_for(replay, engine_cpu=False)
+            with_cpu = cost_model_for(replay)
         except ConfigError as error:
             raise ConfigError(f"cost: {error}") from None
         cpu = with_cpu.cpu if isinstance(with_cpu, EngineCpuCost) else None
@@ -260,7 +260,6 @@ def replay_runs(
                 replay,
                 run.requests,
                 base,
-                base_dir,
                 engine_cpu=cpu,
                 arrivals_include_way_in=arrivals_include_way_in(run),
                 load=run.meta.get("load"),  # replayed under the run's own load profile

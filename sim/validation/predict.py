@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -150,12 +149,11 @@ def predict(
     scenario: Scenario,
     measured_requests: pd.DataFrame,
     cost: CostModel | None = None,
-    base_dir: Path | None = None,
     load: Mapping[str, Any] | None = None,
 ) -> Result:
     """Simulate the measured request set with ``cost`` (default: the scenario's)
     under the run's ``load`` (``replay_work``; None: at the measured send times)."""
-    return replay(scenario, replay_work(measured_requests, load), cost, base_dir)
+    return replay(scenario, replay_work(measured_requests, load), cost)
 
 
 @dataclasses.dataclass
