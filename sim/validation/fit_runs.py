@@ -69,11 +69,13 @@ from sim.validation.formats.measure_dir import read_measure_folder
 from sim.validation.importers import import_run, run_kind
 from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.match import (
+    DTYPE_SETTINGS,
     LAYOUT_SETTINGS,
     RunFacts,
     check_settings,
     hardware_matches,
     imported_engine_settings,
+    unreplayed_failures,
 )
 from sim.validation.runs import ImportedRun
 
@@ -140,6 +142,10 @@ def _limits(engine: dict[str, Any]) -> dict[str, Any]:
         if key in settings:
             scheduler[key] = settings.pop(key)
     layout = {key: settings.pop(key) for key in LAYOUT_SETTINGS if key in settings}
+    # The storage dtypes the run records price the replay (quantization:).
+    quantization = {
+        ours: settings.pop(key) for key, ours in DTYPE_SETTINGS.items() if key in settings
+    }
     # One replica (scenario_for_run refuses data parallelism); the cost kind auto
     # prices no expert parallelism.
     parallelism = {
@@ -147,7 +153,12 @@ def _limits(engine: dict[str, Any]) -> dict[str, Any]:
         for key in ("tensor_parallel_size", "pipeline_parallel_size")
         if key in layout
     }
-    return {"scheduler": scheduler, "engine": settings, "parallelism": parallelism}
+    return {
+        "scheduler": scheduler,
+        "engine": settings,
+        "parallelism": parallelism,
+        "quantization": quantization,
+    }
 
 
 def scenario_for_run(
@@ -242,9 +253,10 @@ def replay_runs(
         check_run(run, source, model, hardware)
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
-        recorded = RunFacts.from_summary(run.requests, run.meta).engine_settings
-        if scenario is not None and recorded is not None:
-            caveats += check_settings(scenario, recorded, f"--from-run {source}")
+        said = RunFacts.from_summary(run.requests, run.meta)
+        caveats += unreplayed_failures(said, f"--from-run {source}")
+        if scenario is not None and said.engine_settings is not None:
+            caveats += check_settings(scenario, said.engine_settings, f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
         try:
             # GPU-only: the fitted overhead or CPU coefficients stand for the engine's
