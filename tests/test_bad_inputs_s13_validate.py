@@ -174,3 +174,13 @@ def test_spans_of_two_models_are_refused_not_taken_for_an_assumed_one(tmp_path: 
     spans.write_text("\n".join(lines) + "\n")
     with pytest.raises(ConfigError, match=r"spans of 2 models \(Qwen/Qwen3-8B, meta-llama"):
         load_measured(spans, assume_device="h100", assume_model="llama-3.1-8b")
+
+
+def test_validate_names_the_pipeline_parallel_size_the_resolved_config_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario = ROOT / "scenarios" / "public" / "rtx4090_llama31_8b.yaml"
+    argv = ["validate", str(scenario), "--measured", str(RTX4090_RUN), "-q"]
+    argv += ["--set", "parallelism.pipeline_parallel_size=2", "--out", str(tmp_path)]
+    message = one_line_error(capsys, argv)
+    assert "pipeline_parallel_size 1 measured, parallelism.pipeline_parallel_size 2" in message

@@ -63,6 +63,10 @@ def _engine_settings(meta: dict[str, Any]) -> dict[str, Any]:
         # Unrecorded is not 1: validate compares a recorded layout with the scenario's.
         "tensor_parallel_size": kwargs.get("tensor_parallel_size"),
         "data_parallel_size": kwargs.get("data_parallel_size"),
+        "pipeline_parallel_size": kwargs.get(
+            "pipeline_parallel_size",
+            (resolved.get("parallel_config") or {}).get("pipeline_parallel_size"),
+        ),
         "enable_expert_parallel": kwargs.get("enable_expert_parallel"),
         "max_num_seqs": kwargs.get("max_num_seqs"),
         "max_num_batched_tokens": kwargs.get("max_num_batched_tokens"),
