@@ -184,3 +184,18 @@ def test_validate_names_the_pipeline_parallel_size_the_resolved_config_records(
     argv += ["--set", "parallelism.pipeline_parallel_size=2", "--out", str(tmp_path)]
     message = one_line_error(capsys, argv)
     assert "pipeline_parallel_size 1 measured, parallelism.pipeline_parallel_size 2" in message
+
+
+def test_a_fit_of_a_run_with_no_tpot_sample_is_refused_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads((IMPORTS / "vllm_bench_detailed.json").read_text())
+    for i, error in enumerate(document["errors"]):
+        if not error:  # every completed request one token long: no TPOT
+            document["output_lens"][i], document["itls"][i] = 1, []
+            document["latencies"][i] = document["ttfts"][i]
+    bench = tmp_path / "one_token.json"
+    bench.write_text(json.dumps(document))
+    argv = ["calibrate", "--model", "llama-3-8b", "--hardware", "h100", "--from-run", str(bench)]
+    message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "fit.json")])
+    assert "no request has a TPOT (TPOT needs 2 or more output tokens)" in message

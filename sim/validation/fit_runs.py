@@ -53,6 +53,7 @@ from sim.metrics.stats import text_dtype
 from sim.scenario import Scenario, load_scenario
 from sim.validation import identify
 from sim.validation.fit import (
+    METRICS,
     OBJECTIVE,
     OPTIMISER,
     WAY_IN,
@@ -77,6 +78,7 @@ from sim.validation.match import (
     imported_engine_settings,
     unreplayed_failures,
 )
+from sim.validation.predict import per_request_latencies
 from sim.validation.runs import ImportedRun
 
 MEASURE_FORMAT = "servesim-measure"
@@ -125,6 +127,14 @@ def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: Hardwar
         )
     if len(run.requests) == 0:
         raise ConfigError(f"--from-run {source}: no requests")
+    measured = per_request_latencies(run.requests)
+    for metric in METRICS:  # what the fit scores: each needs a sample (TPOT: 2+ tokens)
+        values = measured[metric].to_numpy(dtype=np.float64)
+        if not np.any(np.isfinite(values) & (values > 0)):
+            raise ConfigError(
+                f"--from-run {source}: no request has a {metric.removesuffix('_s').upper()} "
+                "(TPOT needs 2 or more output tokens): the fit scores TTFT and TPOT quantiles"
+            )
 
 
 def run_digest(requests: pd.DataFrame) -> str:
