@@ -199,3 +199,14 @@ def test_a_fit_of_a_run_with_no_tpot_sample_is_refused_not_a_traceback(
     argv = ["calibrate", "--model", "llama-3-8b", "--hardware", "h100", "--from-run", str(bench)]
     message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "fit.json")])
     assert "no request has a TPOT (TPOT needs 2 or more output tokens)" in message
+
+
+def test_a_noise_floor_of_one_run_against_itself_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = simulated_as_vllm_bench(tmp_path / "bench.json")
+    import_run(bench).write(tmp_path / "imported")  # the same run, imported
+    argv = ["validate", str(SCENARIO), "--set", OVERRIDES[0], "--assume-device", "cpu", "-q"]
+    argv += ["--measured", str(bench), "--measured", str(tmp_path / "imported")]
+    message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "out")])
+    assert "the same run as" in message and "the noise floor compares two runs" in message
