@@ -210,3 +210,13 @@ def test_a_noise_floor_of_one_run_against_itself_is_refused(
     argv += ["--measured", str(bench), "--measured", str(tmp_path / "imported")]
     message = one_line_error(capsys, [*argv, "--out", str(tmp_path / "out")])
     assert "the same run as" in message and "the noise floor compares two runs" in message
+
+
+def test_a_guidellm_request_listed_twice_is_refused(tmp_path: Path) -> None:
+    document = json.loads((IMPORTS / "guidellm_report.json").read_text())
+    successful = document["benchmarks"][0]["requests"]["successful"]
+    successful.append(successful[0])
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=r"successful\[3\]: request_id 'a' listed again"):
+        import_run(report)
