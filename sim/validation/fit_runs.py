@@ -127,8 +127,13 @@ def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: Hardwar
         )
     if len(run.requests) == 0:
         raise ConfigError(f"--from-run {source}: no requests")
+
+
+def check_samples(run: ImportedRun, source: str) -> None:
+    """ConfigError when the run has no sample of a latency the fit scores (TPOT: a
+    request of 2 or more output tokens): its objective would be inf everywhere."""
     measured = per_request_latencies(run.requests)
-    for metric in METRICS:  # what the fit scores: each needs a sample (TPOT: 2+ tokens)
+    for metric in METRICS:
         values = measured[metric].to_numpy(dtype=np.float64)
         if not np.any(np.isfinite(values) & (values > 0)):
             raise ConfigError(
@@ -261,6 +266,7 @@ def replay_runs(
     for source in sources:
         run = load_measured_run(source)
         check_run(run, source, model, hardware)
+        check_samples(run, source)
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
         said = RunFacts.from_summary(run.requests, run.meta)
