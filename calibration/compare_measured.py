@@ -165,6 +165,12 @@ def validate(
             unrecorded += check_run(scenario, said, base_dir, f"--measured {run.path}")
     base_cost = cost if cost is not None else cost_model_for(scenario)
     meas = measured_latencies(measured.requests, measured.tokens)
+    again = None if second is None else measured_latencies(second.requests, second.tokens)
+    if second is not None and again is not None and again.per_request.equals(meas.per_request):
+        raise ConfigError(  # its noise floor would be 0: no two runs differ so little
+            f"--measured {second.path}: the same run as {measured.path} (every request's "
+            "latencies equal); the noise floor compares two runs of the scenario"
+        )
     latencies = {"measured": meas}
     predictions: dict[str, CostModel] = {"microbenchmarks": base_cost}
     if overhead_from is not None:
@@ -189,9 +195,9 @@ def validate(
         latencies[f"predicted: {name}"] = lat
         comparisons[f"{name} — {model.label}"] = compare(meas, lat)
     noise = None
-    if second is not None:
-        latencies["measured (run 2)"] = measured_latencies(second.requests, second.tokens)
-        noise = compare(meas, latencies["measured (run 2)"])
+    if second is not None and again is not None:
+        latencies["measured (run 2)"] = again
+        noise = compare(meas, again)
     s = measured.summary
     facts: dict[str, object] = {
         "scenario": scenario.name,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -200,6 +201,12 @@ def test_validate_cli_with_two_runs_and_an_overhead_source(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = _fake_measured_dir(tmp_path, ["workload.duration_s=10"])
+    # The same requests measured again, each finishing 1 ms later (the same run twice
+    # would be refused: its noise floor would be 0).
+    again = tmp_path / "again"
+    shutil.copytree(run, again)
+    requests = pd.read_parquet(again / "requests.parquet")
+    requests.assign(finish_s=requests["finish_s"] + 1e-3).to_parquet(again / "requests.parquet")
     code = cli_main(
         [
             "validate",
@@ -209,7 +216,7 @@ def test_validate_cli_with_two_runs_and_an_overhead_source(
             "--measured",
             str(run),
             "--measured",
-            str(run),
+            str(again),
             "--overhead-from",
             str(run),
             "--out",
@@ -227,7 +234,7 @@ def test_validate_cli_with_two_runs_and_an_overhead_source(
             "--measured",
             str(run),
             "--measured",
-            str(run),
+            str(again),
             "--out",
             str(tmp_path / "v"),
         ]

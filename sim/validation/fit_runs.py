@@ -53,6 +53,7 @@ from sim.metrics.stats import text_dtype
 from sim.scenario import Scenario, load_scenario
 from sim.validation import identify
 from sim.validation.fit import (
+    METRICS,
     OBJECTIVE,
     OPTIMISER,
     WAY_IN,
@@ -69,12 +70,15 @@ from sim.validation.formats.measure_dir import read_measure_folder
 from sim.validation.importers import import_run, run_kind
 from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.match import (
+    DTYPE_SETTINGS,
     LAYOUT_SETTINGS,
     RunFacts,
     check_settings,
     hardware_matches,
     imported_engine_settings,
+    unreplayed_failures,
 )
+from sim.validation.predict import per_request_latencies
 from sim.validation.runs import ImportedRun
 
 MEASURE_FORMAT = "servesim-measure"
@@ -125,6 +129,19 @@ def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: Hardwar
         raise ConfigError(f"--from-run {source}: no requests")
 
 
+def check_samples(run: ImportedRun, source: str) -> None:
+    """ConfigError when the run has no sample of a latency the fit scores (TPOT: a
+    request of 2 or more output tokens): its objective would be inf everywhere."""
+    measured = per_request_latencies(run.requests)
+    for metric in METRICS:
+        values = measured[metric].to_numpy(dtype=np.float64)
+        if not np.any(np.isfinite(values) & (values > 0)):
+            raise ConfigError(
+                f"--from-run {source}: no request has a {metric.removesuffix('_s').upper()} "
+                "(TPOT needs 2 or more output tokens): the fit scores TTFT and TPOT quantiles"
+            )
+
+
 def run_digest(requests: pd.DataFrame) -> str:
     """sha256 of the columns a fit reads (times, lengths): names the data exactly."""
     columns = ["arrival_s", "first_token_s", "finish_s", "num_prompt_tokens", "num_output_tokens"]
@@ -140,6 +157,10 @@ def _limits(engine: dict[str, Any]) -> dict[str, Any]:
         if key in settings:
             scheduler[key] = settings.pop(key)
     layout = {key: settings.pop(key) for key in LAYOUT_SETTINGS if key in settings}
+    # The storage dtypes the run records price the replay (quantization:).
+    quantization = {
+        ours: settings.pop(key) for key, ours in DTYPE_SETTINGS.items() if key in settings
+    }
     # One replica (scenario_for_run refuses data parallelism); the cost kind auto
     # prices no expert parallelism.
     parallelism = {
@@ -147,7 +168,12 @@ def _limits(engine: dict[str, Any]) -> dict[str, Any]:
         for key in ("tensor_parallel_size", "pipeline_parallel_size")
         if key in layout
     }
-    return {"scheduler": scheduler, "engine": settings, "parallelism": parallelism}
+    return {
+        "scheduler": scheduler,
+        "engine": settings,
+        "parallelism": parallelism,
+        "quantization": quantization,
+    }
 
 
 def scenario_for_run(
@@ -240,11 +266,13 @@ def replay_runs(
     for source in sources:
         run = load_measured_run(source)
         check_run(run, source, model, hardware)
+        check_samples(run, source)
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
-        recorded = RunFacts.from_summary(run.requests, run.meta).engine_settings
-        if scenario is not None and recorded is not None:
-            caveats += check_settings(scenario, recorded, f"--from-run {source}")
+        said = RunFacts.from_summary(run.requests, run.meta)
+        caveats += unreplayed_failures(said, f"--from-run {source}")
+        if scenario is not None and said.engine_settings is not None:
+            caveats += check_settings(scenario, said.engine_settings, f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})
         try:
             # GPU-only: the fitted overhead or CPU coefficients stand for the engine's

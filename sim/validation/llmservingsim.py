@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.validation.formats.common import number
+from sim.validation.formats.common import listed_once, number
 from sim.validation.intake import ENGINE_INTAKE
 from sim.validation.runs import ImportedRun, request_table
 from sim.workload.json_lines import json_objects
@@ -30,7 +30,9 @@ _ORDER = ("queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 def _read_requests(path: Path) -> dict[str, np.ndarray]:
     columns: dict[str, list[float]] = {name: [] for name in (*_FIELDS, _LAST)}
+    seen: dict[Any, str] = {}
     for where, row in json_objects(path):
+        listed_once(seen, row.get("request_id"), where, "request_id")
         for field in (*_FIELDS, _LAST):
             if field not in row:
                 raise ConfigError(f"{where}: missing field {field}")
@@ -52,17 +54,31 @@ def _engine_settings(meta: dict[str, Any]) -> dict[str, Any]:
     resolved = meta.get("resolved_config") or {}
     scheduler = resolved.get("scheduler_config") or {}
     cache = resolved.get("cache_config") or {}
+    model_config = resolved.get("model_config") or {}
+    activations = model_config.get("dtype") or kwargs.get("dtype")  # torch.bfloat16, auto
+    kv_dtype = kwargs.get("kv_cache_dtype") or cache.get("cache_dtype")
     return {
         "model": meta.get("model") or kwargs.get("model"),
         "vllm_version": meta.get("vllm_version"),
         # Unrecorded is not 1: validate compares a recorded layout with the scenario's.
         "tensor_parallel_size": kwargs.get("tensor_parallel_size"),
         "data_parallel_size": kwargs.get("data_parallel_size"),
+        "pipeline_parallel_size": kwargs.get(
+            "pipeline_parallel_size",
+            (resolved.get("parallel_config") or {}).get("pipeline_parallel_size"),
+        ),
         "enable_expert_parallel": kwargs.get("enable_expert_parallel"),
         "max_num_seqs": kwargs.get("max_num_seqs"),
         "max_num_batched_tokens": kwargs.get("max_num_batched_tokens"),
         "max_model_len": kwargs.get("max_model_len"),
         "dtype": kwargs.get("dtype"),
+        # Storage dtypes in vLLM's names: the weights' only where the resolved config
+        # says how vLLM quantized them (a checkpoint may be quantized whatever --dtype
+        # says); a KV cache of "auto" is in the activations' dtype.
+        "weights_dtype": (model_config.get("quantization") or activations)
+        if model_config
+        else None,
+        "kv_cache_dtype": activations if kv_dtype == "auto" else kv_dtype,
         "num_gpu_blocks": kv.get("num_gpu_blocks"),
         "block_size": kv.get("block_size", cache.get("block_size")),
         "enable_prefix_caching": kv.get(

@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.api import core_config_for, engine_settings
+from sim.api import core_config_for, engine_settings, model_for
 from sim.cost.kernels.config import KernelsCostConfig
 from sim.errors import ConfigError
 from sim.hardware.model_names import same_model
+from sim.hardware.quantization import DTYPE_BYTES, dtype_name
 from sim.hardware.specs import HardwareSpec
 from sim.scenario import Scenario
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
@@ -81,21 +82,37 @@ class RunFacts:
         )
 
 
-def _squash(text: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", text.lower())
+_FORMS = ("sxm", "pcie", "nvl")  # a card's form factor, where its name states it
+
+
+def _form(words: list[str]) -> str | None:
+    return next((form for word in words for form in _FORMS if word.startswith(form)), None)
 
 
 def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
     """Whether a recorded device name is the hardware preset (``NVIDIA GeForce RTX 4090``
     is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset; the preset's own name, as
-    ``validate --assume-device`` may give it, is the preset)."""
+    ``validate --assume-device`` may give it, is the preset). The preset's GPU name
+    must be whole words of the device's (an ``NVIDIA L40S`` is no ``l4``, a ``GH200``
+    no ``h200``), and a memory size or form factor both state must agree (an
+    ``A100-SXM4-80GB`` is no ``a100-40gb``, an ``H100 PCIe`` no ``h100-sxm``)."""
     if device == hardware.name:
         return True
     if hardware.name.startswith("cpu"):
         return device == "cpu"
+    if device == "cpu":
+        return False
     # The preset's GPU name without memory size or form factor: a100-80gb -> a100.
-    core = re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name)
-    return device != "cpu" and _squash(core) in _squash(device)
+    core = re.sub(r"[^a-z0-9]", "", re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name))
+    words = re.findall(r"[a-z0-9]+", device.lower())
+    runs = {"".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
+    if core not in runs:
+        return False
+    stated_gb = {int(word[:-2]) for word in words if re.fullmatch(r"\d+gb", word)}
+    if stated_gb and round(hardware.memory_bytes / 1e9) not in stated_gb:
+        return False
+    form, preset_form = _form(words), _form(hardware.name.split("-")[1:])
+    return form is None or preset_form is None or form == preset_form
 
 
 # An imported run's engine settings (sim.validation formats' ``meta["engine"]``, in
@@ -191,6 +208,15 @@ def _told_type_error(name: str, value: Any) -> str | None:
     return "a whole number >= 1"
 
 
+# vLLM's dtype names (its --dtype, --kv-cache-dtype and quantization methods, torch's)
+# as ``quantization:`` names them; a method of no one size (AWQ, GPTQ) is left out.
+_VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8": "fp8"}
+_VLLM_DTYPES |= {"fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+# An imported run's storage dtypes (``weights_dtype``, ``kv_cache_dtype`` in
+# ``engine``) and the scenario's ``quantization`` field each must equal in bytes.
+DTYPE_SETTINGS = {"weights_dtype": "weights", "kv_cache_dtype": "kv_cache"}
+
+
 def imported_engine_settings(engine: Mapping[str, Any]) -> dict[str, Any]:
     """The settings an imported run recorded (unrecorded ones left out), in the
     names ``engine_mismatches`` compares."""
@@ -199,6 +225,10 @@ def imported_engine_settings(engine: Mapping[str, Any]) -> dict[str, Any]:
         for theirs, ours in _IMPORTED_SETTINGS
         if engine.get(theirs) is not None
     }
+    for key in DTYPE_SETTINGS:
+        dtype = _VLLM_DTYPES.get(str(engine.get(key)).removeprefix("torch."))
+        if dtype is not None:
+            settings[key] = dtype
     settings.update(
         (key, engine[key])
         for key in LAYOUT_SETTINGS
@@ -231,6 +261,17 @@ def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[s
         f"{key} {recorded[key]!r} measured, {value!r} in the scenario"
         for key, value in expected.items()
         if recorded.get(key, UNKNOWN) not in (UNKNOWN, value)
+    ]
+    model, quantization = model_for(scenario), scenario.quantization
+    stored = {  # bytes an element, and the scenario's dtype as a report names it
+        "weights_dtype": (model.weight_dtype_bytes, quantization.weights),
+        "kv_cache_dtype": (model.kv_dtype_bytes, quantization.kv_cache),
+    }
+    found += [
+        f"{key} {recorded[key]} measured, quantization.{DTYPE_SETTINGS[key]} "
+        f"{dtype_name(size, configured)} in the scenario"
+        for key, (size, configured) in stored.items()
+        if recorded.get(key) in DTYPE_BYTES and DTYPE_BYTES[recorded[key]] != size
     ]
     return found + [
         f"{key} {recorded[key]} measured, {LAYOUT_SETTINGS[key]} {value} in the scenario"
@@ -336,9 +377,23 @@ def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) 
 
 def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: str) -> list[str]:
     """A one-line ConfigError listing every difference, if there is one; else the
-    caveats of what the run does not record (``unknown_layout``)."""
+    caveats of what the run does not record (``unknown_layout``) or replay
+    (``unreplayed_failures``)."""
     _refuse(scenario, mismatches(scenario, run, base_dir), where)
-    return unknown_layout(scenario, run.engine_settings, where)
+    return unknown_layout(scenario, run.engine_settings, where) + unreplayed_failures(run, where)
+
+
+def unreplayed_failures(run: RunFacts, where: str) -> list[str]:
+    """The caveat (one line naming ``where``) when requests of the run failed and are no
+    rows of it (``vllm bench serve``'s errors, GuideLLM's errored): the server carried
+    them, in part, while the replay has only the requests that completed."""
+    failed = run.num_failed_unlisted
+    if not failed:
+        return []
+    return [
+        f"{where}: {failed} of the run's {len(run.requests) + failed} requests failed and are "
+        "not replayed: the server carried them (in part), the prediction does not"
+    ]
 
 
 def _refuse(scenario: Scenario, found: list[str], where: str) -> None:

@@ -78,6 +78,20 @@ def first_present(record: dict[str, Any], *names: str) -> Any:
     return None
 
 
+def listed_once(seen: dict[Any, str], request_id: Any, where: str, field: str) -> None:
+    """ConfigError when ``request_id`` (``field`` at ``where``; None: not recorded) was
+    listed before (``seen``: each id and where it was first): a request exported
+    twice would be counted, and replayed, twice."""
+    if request_id is None:
+        return
+    if request_id in seen:
+        raise ConfigError(
+            f"{where}: {field} {request_id!r} listed again (first at {seen[request_id]}); "
+            "a request listed twice would be replayed twice"
+        )
+    seen[request_id] = where
+
+
 def with_shared_prefix(run: ImportedRun, tokens: int, groups: int, declared_by: str) -> ImportedRun:
     """``run`` with a shared prompt prefix declared: request ``i`` (in arrival order)
     belongs to group ``i % groups``, whose requests share their first ``tokens``

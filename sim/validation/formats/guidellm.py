@@ -21,6 +21,7 @@ from sim.errors import ConfigError
 from sim.validation.formats.common import (
     count,
     first_present,
+    listed_once,
     listing,
     load_document,
     mapping,
@@ -143,9 +144,11 @@ def _read_benchmark(
     if not successful:
         raise ConfigError(f"{here}: no successful requests")
     rows: list[tuple[float, float, float, float, int, int]] = []
+    seen: dict[Any, str] = {}
     for i, raw in enumerate(successful):
         where = f"{here}.requests.successful[{i}]"
         request = mapping(raw, where, "request")
+        listed_once(seen, request.get("request_id"), where, "request_id")
         rows.append((*_times(request, where), *_tokens(request, where)))
     columns = np.asarray(rows, dtype=np.float64).T
     sent_s, first_s, finish_s, targeted_s, num_prompt, num_output = columns

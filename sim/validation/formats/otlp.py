@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.validation.formats.common import count, listing, mapping, number
+from sim.validation.formats.common import count, listed_once, listing, mapping, number
 from sim.validation.runs import ImportedRun, request_table
 from sim.workload.json_lines import json_lines, read_text
 
@@ -29,6 +29,7 @@ DECODE = "gen_ai.latency.time_in_model_decode"
 PROMPT = "gen_ai.usage.prompt_tokens"
 OUTPUT = "gen_ai.usage.completion_tokens"
 MODEL = "gen_ai.response.model"
+REQUEST_ID = "gen_ai.request.id"
 
 
 def looks_like(document: Any) -> bool:
@@ -115,16 +116,23 @@ def read_otlp(path: str | Path) -> ImportedRun:
     source = Path(path)
     rows: list[list[float]] = []
     models: set[str] = set()
+    seen: dict[Any, str] = {}
     for where, span in _spans(source):
         listed = listing(span.get("attributes") or [], where, "attributes")
         attributes = {a.get("key"): _value(a) for a in listed}
         if attributes.get(TTFT) is None:
             continue  # not a vLLM request span
+        listed_once(seen, attributes.get(REQUEST_ID), where, REQUEST_ID)
         rows.append(_request(where, span, attributes))
         if attributes.get(MODEL):
             models.add(str(attributes[MODEL]))
     if not rows:
         raise ConfigError(f"{source}: no vLLM request spans (none has {TTFT})")
+    if len(models) > 1:  # a run serves one model: no scenario replays these requests
+        raise ConfigError(
+            f"{source}: spans of {len(models)} models ({', '.join(sorted(models))}); "
+            f"keep one model's spans (its {MODEL})"
+        )
     # Times from the earliest arrival in exact integer nanoseconds, then seconds:
     # epoch nanoseconds as a float would resolve only 256 ns.
     origin_ns = min(int(row[0]) for row in rows)
@@ -138,6 +146,6 @@ def read_otlp(path: str | Path) -> ImportedRun:
         "source": str(source),
         "num_requests": len(requests),
         "arrival": "span start (request arrival at the vLLM frontend)",
-        "engine": {"model": sorted(models)[0] if len(models) == 1 else sorted(models) or None},
+        "engine": {"model": models.pop() if models else None},
     }
     return ImportedRun(requests, meta)

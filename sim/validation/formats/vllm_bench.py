@@ -123,6 +123,7 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
     if not rows:
         raise ConfigError(f"{source}: every request failed ({failed[0]})")
     arrival_s, first_s, finish_s, num_prompt, num_output = np.asarray(rows, dtype=np.float64).T
+    _check_seconds(document, first_s - arrival_s, source)
     nan = np.full(arrival_s.shape, np.nan)
     requests = request_table(arrival_s, nan, first_s, finish_s, num_prompt, num_output)
     tokens = chunk_table(np.asarray(chunk_request), np.asarray(chunk_time_s), arrival_s)
@@ -146,6 +147,22 @@ def read_vllm_bench(path: str | Path) -> ImportedRun:
         "load": _load(document, source),
     }
     return ImportedRun(requests, meta, tokens)
+
+
+def _check_seconds(document: dict[str, Any], ttft_s: npt.NDArray[np.float64], source: Path) -> None:
+    """ConfigError when the completed requests' ``ttfts`` do not average to the file's own
+    ``mean_ttft_ms`` (vLLM's, over the same requests): they are not in seconds, as
+    ``vllm bench serve`` saves them (times in milliseconds read as seconds are 1000x)."""
+    stated = document.get("mean_ttft_ms")
+    if isinstance(stated, bool) or not isinstance(stated, int | float) or not stated > 0:
+        return
+    mean_ms = 1e3 * float(np.mean(ttft_s))
+    if not math.isclose(mean_ms, stated, rel_tol=0.01):
+        raise ConfigError(
+            f"{source}: ttfts average {mean_ms:.6g} ms over the completed requests, but "
+            f"mean_ttft_ms is {stated:.6g}: ttfts and itls must be in seconds, as vllm bench "
+            "serve saves them, and the summary of the same requests"
+        )
 
 
 def _load(document: dict[str, Any], source: Path) -> dict[str, Any] | None:
