@@ -9,40 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from sim.cli import main
 from tests.cli_errors import one_line_error
+from tests.test_model_error import PLAN_SPACE, _write
+from tests.test_model_error import SCENARIO as MODEL_ERROR_SCENARIO
 
-# A small plan: Llama-3.1-8B on one H100 (kernel tables), fixed lengths.
-SCENARIO: dict[str, Any] = {
-    "name": "answers",
-    "seed": 0,
-    "model": "llama-3.1-8b",
-    "hardware": "h100",
-    "engine": {"max_model_len_tokens": 2048},
-    "workload": {
-        "kind": "synthetic",
-        "num_requests": 40,
-        "arrival": {"kind": "poisson", "rate_per_s": 10},
-        "prompt_tokens": {"kind": "fixed", "tokens": 200},
-        "output_tokens": {"kind": "fixed", "tokens": 20},
-    },
-}
-PLAN_SPACE: dict[str, Any] = {
-    "gpus": ["h100"],
-    "tensor_parallel_sizes": [1],
-    "max_num_seqs": [64],
-    "max_num_batched_tokens": [2048],
-    "chunked_prefill": [True],
-    "refine": False,
-    "max_loads": 6,
-}
-
-
-def _write(path: Path, doc: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(doc))
-    return path
+# A small plan: Llama-3.1-8B on one H100 (kernel tables), fixed lengths: the model-error
+# tests' own, so both files plan the same thing.
+SCENARIO: dict[str, Any] = {**MODEL_ERROR_SCENARIO, "name": "answers"}
 
 
 def test_plan_headroom_sizes_the_fleet_but_prices_the_tokens_of_the_target(

@@ -20,6 +20,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,31 @@ def _setup(base: dict[str, Any]) -> dict[str, Any]:
             return answer
 
     return asyncio.run(go())
+
+
+@contextmanager
+def _lab_page(scenario: Path) -> Iterator[Any]:
+    """A chromium page on ``servesim lab SCENARIO``, once its first run is drawn (skips
+    without the [lab] extra, playwright or chromium)."""
+    pytest.importorskip("plotly", reason="servesim lab needs the [lab] extra (plotly)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    from benchmark_module import load_benchmark
+
+    chromium = _chromium()
+    if chromium is None:
+        pytest.skip("no chromium on PATH (apt-get install --no-install-recommends chromium)")
+    process, url = load_benchmark("lab_speed").start_lab(ROOT, str(scenario))
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page()
+            page.goto(url)
+            page.wait_for_function("window.lab && window.lab.lastId > 0", timeout=60_000)
+            yield page
+            browser.close()
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def _controls(setup: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -100,31 +127,13 @@ def test_a_menu_of_the_default_page_has_its_own_choices_only() -> None:
 
 @pytest.mark.browser
 def test_the_page_shows_what_a_disaggregated_base_runs(tmp_path: Path) -> None:
-    pytest.importorskip("plotly", reason="servesim lab needs the [lab] extra (plotly)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from benchmark_module import load_benchmark
-
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no chromium on PATH (apt-get install --no-install-recommends chromium)")
-    scenario = SCENARIOS / "disaggregated.yaml"
-    process, url = load_benchmark("lab_speed").start_lab(ROOT, str(scenario))
-    try:
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_function("window.lab && window.lab.lastId > 0", timeout=60_000)
-            replicas = page.locator("#c-cluster-num_replicas")
-            requests = page.locator("#c-workload-num_requests")
-            shown = {"replicas": replicas.input_value(), "requests": requests.input_value()}
-            disabled = replicas.is_disabled()
-            page.locator("#lessons button").first.click()  # a lesson's values are chat's
-            after_lesson = replicas.input_value()
-            browser.close()
-    finally:
-        process.terminate()
-        process.wait(10)
+    with _lab_page(SCENARIOS / "disaggregated.yaml") as page:
+        replicas = page.locator("#c-cluster-num_replicas")
+        requests = page.locator("#c-workload-num_requests")
+        shown = {"replicas": replicas.input_value(), "requests": requests.input_value()}
+        disabled = replicas.is_disabled()
+        page.locator("#lessons button").first.click()  # a lesson's values are chat's
+        after_lesson = replicas.input_value()
     assert shown == {"replicas": "4", "requests": "3000"}  # disaggregated.yaml's
     assert disabled  # one number cannot say 2 prefill + 2 decode
     assert after_lesson == "4"  # and a lesson's click leaves it
@@ -260,44 +269,27 @@ def test_chat_s_lessons_are_refused_where_the_scheduler_takes_none_of_their_keys
 
 @pytest.mark.browser
 def test_the_page_s_knobs_stand_at_a_base_s_values_outside_their_ranges(tmp_path: Path) -> None:
-    pytest.importorskip("plotly", reason="servesim lab needs the [lab] extra (plotly)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from benchmark_module import load_benchmark
-
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("no chromium on PATH (apt-get install --no-install-recommends chromium)")
     base = read_yaml(SCENARIOS / "static_vs_continuous.yaml", "scenario")
     base["workload"]["arrival"]["rate_per_s"] = 500
     base["workload"]["prompt_tokens"]["sigma"] = 2.5
     scenario = tmp_path / "static.yaml"
     scenario.write_text(yaml.safe_dump(base))
-    process, url = load_benchmark("lab_speed").start_lab(ROOT, str(scenario))
-    try:
-        with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-            page = browser.new_page()
-            page.goto(url)
-            page.wait_for_function("window.lab && window.lab.lastId > 0", timeout=60_000)
-            # Each knob read back as the page reads a move (lab.js's readInput).
-            knobs = page.evaluate(
-                """() => Object.fromEntries(window.lab.controls
-                     .filter((c) => c.kind === 'slider' && window.lab.values[c.key] !== null)
-                     .map((c) => [c.key, readInput(c, document.getElementById(
-                         'c-' + c.key.replaceAll('.', '-')))]))"""
-            )
-            shown = page.evaluate("() => window.lab.values")
-            refused = page.locator("#lessons button:disabled").count()
-            seqs = page.locator("#c-scheduler-max_num_seqs")
-            seqs_said = page.evaluate(
-                "() => document.getElementById('c-scheduler-max_num_seqs')"
-                ".previousSibling.querySelector('output').textContent"
-            )
-            seqs_disabled = seqs.is_disabled()
-            browser.close()
-    finally:
-        process.terminate()
-        process.wait(10)
+    with _lab_page(scenario) as page:
+        # Each knob read back as the page reads a move (lab.js's readInput).
+        knobs = page.evaluate(
+            """() => Object.fromEntries(window.lab.controls
+                 .filter((c) => c.kind === 'slider' && window.lab.values[c.key] !== null)
+                 .map((c) => [c.key, readInput(c, document.getElementById(
+                     'c-' + c.key.replaceAll('.', '-')))]))"""
+        )
+        shown = page.evaluate("() => window.lab.values")
+        refused = page.locator("#lessons button:disabled").count()
+        seqs = page.locator("#c-scheduler-max_num_seqs")
+        seqs_said = page.evaluate(
+            "() => document.getElementById('c-scheduler-max_num_seqs')"
+            ".previousSibling.querySelector('output').textContent"
+        )
+        seqs_disabled = seqs.is_disabled()
     assert knobs[RATE_KEY] == pytest.approx(500, rel=0.01)  # not the range's 200
     assert knobs["workload.prompt_tokens.sigma"] == 2.5  # not 2
     for key, knob in knobs.items():  # every other knob within its slider's resolution
