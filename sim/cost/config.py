@@ -42,6 +42,7 @@ from sim.cost.kernels.config import (
 from sim.cost.linear import LinearCost
 from sim.cost.roofline import RooflineCost
 from sim.errors import ConfigError, format_error
+from sim.hardware.device_names import hardware_matches
 from sim.hardware.parallel import ParallelismConfig
 from sim.hardware.specs import GPU_PRESETS, HardwareSpec, ModelSpec, hardware_preset
 
@@ -88,14 +89,11 @@ def resolve_artifact(name: str, base_dir: Path | None) -> Path:
 
 
 def artifact_hardware(artifact: CalibrationArtifact) -> str | None:
-    """The hardware preset an artifact was measured on, when one matches."""
-    if artifact.hardware.device == "cpu":
-        return "cpu-2core"
-    device_name = artifact.hardware.device_name  # as torch reports it
-    for name, gpu in GPU_PRESETS.items():
-        if gpu.device_name_contains is not None and gpu.device_name_contains in device_name:
-            return name
-    return None
+    """The hardware preset an artifact was measured on: the first, in gpus.toml's order,
+    its device is (``hardware_matches``; an ``NVIDIA H100 80GB HBM3`` is ``h100``)."""
+    # torch's device name of a GPU; a CPU's is its model, which names no preset.
+    device = "cpu" if artifact.hardware.device == "cpu" else artifact.hardware.device_name
+    return next((n for n, gpu in GPU_PRESETS.items() if hardware_matches(device, gpu.spec)), None)
 
 
 def build_calibrated(

@@ -640,7 +640,6 @@ class GpuPreset(Frozen):
     aiconfigurator_gpu: str | None = None
     kernel_table_gpus: frozenset[str] = frozenset()
     no_kernel_tables: str | None = None
-    device_name_contains: str | None = None
     price_per_hour_usd: PositiveFloat | None = None
 
     @property

@@ -47,6 +47,7 @@ from sim.cost.fitted_cpu import (
 )
 from sim.cost.provenance import git_revision, utc_now
 from sim.errors import ConfigError, format_error
+from sim.hardware.device_names import hardware_matches
 from sim.hardware.model_names import same_model
 from sim.hardware.specs import HardwareSpec, ModelSpec, hardware_preset
 from sim.metrics.stats import text_dtype
@@ -74,7 +75,6 @@ from sim.validation.match import (
     LAYOUT_SETTINGS,
     RunFacts,
     check_settings,
-    hardware_matches,
     imported_engine_settings,
     unreplayed_failures,
 )

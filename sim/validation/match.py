@@ -12,7 +12,6 @@ could not say: a ``measure`` run's layout field that is ``UNKNOWN`` (a ``measure
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +23,9 @@ import pandas as pd
 from sim.api import core_config_for, engine_settings, model_for
 from sim.cost.kernels.config import KernelsCostConfig
 from sim.errors import ConfigError
+from sim.hardware.device_names import hardware_matches
 from sim.hardware.model_names import same_model
 from sim.hardware.quantization import DTYPE_BYTES, dtype_name
-from sim.hardware.specs import HardwareSpec
 from sim.scenario import Scenario
 from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
 
@@ -80,39 +79,6 @@ class RunFacts:
             partial=summary.get("status") not in (None, "complete"),
             in_scenario_order=own,
         )
-
-
-_FORMS = ("sxm", "pcie", "nvl")  # a card's form factor, where its name states it
-
-
-def _form(words: list[str]) -> str | None:
-    return next((form for word in words for form in _FORMS if word.startswith(form)), None)
-
-
-def hardware_matches(device: str, hardware: HardwareSpec) -> bool:
-    """Whether a recorded device name is the hardware preset (``NVIDIA GeForce RTX 4090``
-    is ``rtx-4090``; ``cpu`` is any ``cpu-*`` preset; the preset's own name, as
-    ``validate --assume-device`` may give it, is the preset). The preset's GPU name
-    must be whole words of the device's (an ``NVIDIA L40S`` is no ``l4``, a ``GH200``
-    no ``h200``), and a memory size or form factor both state must agree (an
-    ``A100-SXM4-80GB`` is no ``a100-40gb``, an ``H100 PCIe`` no ``h100-sxm``)."""
-    if device == hardware.name:
-        return True
-    if hardware.name.startswith("cpu"):
-        return device == "cpu"
-    if device == "cpu":
-        return False
-    # The preset's GPU name without memory size or form factor: a100-80gb -> a100.
-    core = re.sub(r"[^a-z0-9]", "", re.sub(r"-(\d+gb|sxm\d*|pcie)$", "", hardware.name))
-    words = re.findall(r"[a-z0-9]+", device.lower())
-    runs = {"".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)}
-    if core not in runs:
-        return False
-    stated_gb = {int(word[:-2]) for word in words if re.fullmatch(r"\d+gb", word)}
-    if stated_gb and round(hardware.memory_bytes / 1e9) not in stated_gb:
-        return False
-    form, preset_form = _form(words), _form(hardware.name.split("-")[1:])
-    return form is None or preset_form is None or form == preset_form
 
 
 # An imported run's engine settings (sim.validation formats' ``meta["engine"]``, in
