@@ -112,6 +112,8 @@ def load_measured(
         "device_name": said.device_name or assume_device,
         "model": said.model or assume_model,
         "num_failed": run.meta.get("num_failed", 0),
+        "num_incomplete": said.num_incomplete,
+        "num_cached_tokens": said.num_cached_tokens,  # 0 where a shared prefix is declared
         "engine_settings": said.engine_settings,
         "load": run.meta.get("load"),  # the tool's load profile: the replay drives it
         "latency_from": run.meta.get("latency_from"),  # ENGINE_INTAKE: vLLM's queued_ts

@@ -76,7 +76,7 @@ from sim.validation.match import (
     RunFacts,
     check_settings,
     imported_engine_settings,
-    unreplayed_failures,
+    unreplayed,
 )
 from sim.validation.predict import per_request_latencies
 from sim.validation.runs import ImportedRun
@@ -270,7 +270,7 @@ def replay_runs(
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
         said = RunFacts.from_summary(run.requests, run.meta)
-        caveats += unreplayed_failures(said, f"--from-run {source}")
+        caveats += unreplayed(said, f"--from-run {source}")
         if scenario is not None and said.engine_settings is not None:
             caveats += check_settings(scenario, said.engine_settings, f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})

@@ -42,6 +42,10 @@ class RunFacts:
     device_name: str | None = None  # the device in another tool's words
     engine_settings: Mapping[str, Any] | None = None  # servesim measure's engine settings
     num_failed_unlisted: int = 0  # failed requests that are not rows of ``requests``
+    num_incomplete: int = 0  # requests cut off unfinished when a GuideLLM phase ended
+    # Prompt tokens the server reported as prefix-cache hits in a run that declares no
+    # shared prefix: hits the replay, with nothing shared, cannot have.
+    num_cached_tokens: int = 0
     partial: bool = False  # stopped early: may hold fewer requests than the scenario
     in_scenario_order: bool = False  # request i is the scenario's request i (measure runs)
 
@@ -76,6 +80,10 @@ class RunFacts:
             engine_settings=measured_settings(summary),
             # A measure run lists its failed requests; an imported one counts them apart.
             num_failed_unlisted=0 if own else int(summary.get("num_failed") or 0),
+            num_incomplete=int(summary.get("num_incomplete") or 0),
+            num_cached_tokens=0
+            if summary.get("shared_prefix")
+            else int(summary.get("num_cached_tokens") or 0),
             partial=summary.get("status") not in (None, "complete"),
             in_scenario_order=own,
         )
@@ -344,22 +352,35 @@ def mismatches(scenario: Scenario, run: RunFacts, base_dir: Path | None = None) 
 def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: str) -> list[str]:
     """A one-line ConfigError listing every difference, if there is one; else the
     caveats of what the run does not record (``unknown_layout``) or replay
-    (``unreplayed_failures``)."""
+    (``unreplayed``)."""
     _refuse(scenario, mismatches(scenario, run, base_dir), where)
-    return unknown_layout(scenario, run.engine_settings, where) + unreplayed_failures(run, where)
+    return unknown_layout(scenario, run.engine_settings, where) + unreplayed(run, where)
 
 
-def unreplayed_failures(run: RunFacts, where: str) -> list[str]:
-    """The caveat (one line naming ``where``) when requests of the run failed and are no
-    rows of it (``vllm bench serve``'s errors, GuideLLM's errored): the server carried
-    them, in part, while the replay has only the requests that completed."""
-    failed = run.num_failed_unlisted
-    if not failed:
-        return []
-    return [
-        f"{where}: {failed} of the run's {len(run.requests) + failed} requests failed and are "
-        "not replayed: the server carried them (in part), the prediction does not"
-    ]
+def unreplayed(run: RunFacts, where: str) -> list[str]:
+    """The caveats (one line each, naming ``where``) of what the server carried and the
+    replay does not: requests that failed and are no rows of the run (``vllm bench
+    serve``'s errors, GuideLLM's errored) or were cut off unfinished when a GuideLLM
+    phase ended (its incomplete), and prefix-cache hits with no shared prefix declared."""
+    failed, cut = run.num_failed_unlisted, run.num_incomplete
+    caveats = []
+    if failed or cut:
+        total = len(run.requests) + failed + cut
+        ended = "were cut off unfinished when the benchmark phase ended"
+        said = f"{failed or cut} of the run's {total} requests " + ("failed" if failed else ended)
+        if failed and cut:
+            said += f", {cut} {ended},"
+        caveats.append(
+            f"{where}: {said} and are not replayed: the server carried them (in part), "
+            "the prediction does not"
+        )
+    if run.num_cached_tokens:
+        caveats.append(
+            f"{where}: the server reported {run.num_cached_tokens} prompt tokens as "
+            "prefix-cache hits, but the run declares no shared prefix: the prediction "
+            "computes every prompt token (--prefix-tokens N on import-run, if they shared one)"
+        )
+    return caveats
 
 
 def _refuse(scenario: Scenario, found: list[str], where: str) -> None:

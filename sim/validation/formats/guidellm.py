@@ -87,6 +87,14 @@ def _tokens(request: dict[str, Any], where: str) -> tuple[int, int]:
     return num_prompt, num_output
 
 
+def _cached_tokens(request: dict[str, Any], where: str) -> int:
+    """Prompt tokens the server reported as prefix-cache hits (0 where it reported none)."""
+    cached = first_present(request, "cached_tokens")
+    if cached is None:
+        cached = (request.get("input_metrics") or {}).get("cached_tokens")
+    return 0 if cached is None else count(cached, where, "cached_tokens")
+
+
 def _benchmarks(document: Any, source: Path) -> list[Any]:
     if not looks_like(document):
         raise ConfigError(f"{source}: not a GuideLLM report (no benchmarks list)")
@@ -145,11 +153,13 @@ def _read_benchmark(
         raise ConfigError(f"{here}: no successful requests")
     rows: list[tuple[float, float, float, float, int, int]] = []
     seen: dict[Any, str] = {}
+    num_cached_tokens = 0  # prefix-cache hits the server reported (a caveat if unshared)
     for i, raw in enumerate(successful):
         where = f"{here}.requests.successful[{i}]"
         request = mapping(raw, where, "request")
         listed_once(seen, request.get("request_id"), where, "request_id")
         rows.append((*_times(request, where), *_tokens(request, where)))
+        num_cached_tokens += _cached_tokens(request, where)
     columns = np.asarray(rows, dtype=np.float64).T
     sent_s, first_s, finish_s, targeted_s, num_prompt, num_output = columns
     nan = np.full(sent_s.shape, np.nan)
@@ -172,6 +182,8 @@ def _read_benchmark(
         "settings": {"strategy": strategy} if strategy is not None else {},
         "load": strategy_load(strategy, f"{here}.config.strategy"),
     }
+    if num_cached_tokens:
+        meta["num_cached_tokens"] = num_cached_tokens
     run = ImportedRun(table, meta)
     if prefix_tokens is not None:
         return with_shared_prefix(run, prefix_tokens, 1, "--prefix-tokens")
