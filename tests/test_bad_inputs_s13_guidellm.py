@@ -8,10 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from calibration.compare_measured import load_measured, validate
+from sim.errors import ConfigError
+from sim.hardware.specs import model_preset
 from sim.scenario import load_scenario
+from sim.validation.fit_runs import replay_runs
 from sim.validation.importers import import_run
 from sim.validation.match import RunFacts
+from sim.workload.generate import shared_prefixes
 from tests.test_import_validate import DATA, scenario_of
 
 
@@ -34,9 +40,6 @@ def caveats(tmp_path: Path, path: Path) -> list[str]:
 def test_requests_cut_off_when_the_phase_ended_are_said_with_the_failed_ones(
     tmp_path: Path,
 ) -> None:
-    def cut_two(requests: dict[str, Any]) -> None:
-        requests["incomplete"] = [dict(requests["successful"][0], request_id=i) for i in "xy"]
-
     said = [c for c in caveats(tmp_path, report(tmp_path, cut_two)) if "not replayed" in c]
     assert len(said) == 1  # one caveat for every request the replay lacks
     assert "1 of the run's 6 requests failed, 2 were cut off unfinished when" in said[0]
@@ -60,3 +63,72 @@ def test_prefix_cache_hits_of_a_declared_shared_prefix_get_no_caveat(tmp_path: P
     run = import_run(report(tmp_path, hits), prefix_tokens=16)
     assert run.meta["num_cached_tokens"] == 16 * len(run.requests)
     assert RunFacts.from_summary(run.requests, run.meta).num_cached_tokens == 0
+
+
+def cut_two(requests: dict[str, Any]) -> None:
+    """Two requests cut off unfinished when the phase ended (with the fixture's 1 errored)."""
+    requests["incomplete"] = [dict(requests["successful"][0], request_id=i) for i in "xy"]
+
+
+def test_a_scenario_of_every_request_sent_cut_off_ones_included_is_taken(
+    tmp_path: Path,
+) -> None:
+    path = report(tmp_path, cut_two)
+    scenario = scenario_of(tmp_path, path, "qwen3-8b")
+    trace = tmp_path / "imported" / "trace.csv"
+    rows = trace.read_text().splitlines()
+    trace.write_text("\n".join([*rows, *[rows[-1]] * 3]) + "\n")  # + 1 failed, 2 cut off
+    measured = load_measured(path, assume_device="h100", assume_model="qwen3-8b")
+    said = validate(load_scenario(scenario), measured, base_dir=tmp_path).caveats
+    assert any("2 were cut off unfinished" in c for c in said)
+    trace.write_text("\n".join([*rows, *[rows[-1]] * 2]) + "\n")  # one short of all sent
+    with pytest.raises(ConfigError) as refused:
+        validate(load_scenario(scenario), measured, base_dir=tmp_path)
+    said_count = "3 requests measured (and 1 failed, 2 cut off unfinished), 5 in the scenario"
+    assert said_count in str(refused.value)
+
+
+def shared_scenario(tmp_path: Path, path: Path) -> Path:
+    """A scenario replaying the run's requests with a 16-token shared prefix (its
+    trace's hash ids), though the run itself declares none."""
+    run = import_run(path, prefix_tokens=16)
+    run.write(tmp_path / "imported")
+    scenario = tmp_path / "shared.yaml"
+    document = {
+        "name": "shared",
+        "model": "qwen3-8b",
+        "hardware": "h100",
+        "cost": {"kind": "roofline"},
+        "workload": run.replay_workload("imported/trace.csv"),
+    }
+    scenario.write_text(json.dumps(document))
+    return scenario
+
+
+def hits(requests: dict[str, Any]) -> None:
+    for request in requests["successful"]:
+        request["cached_tokens"] = 16
+
+
+def test_prefix_cache_hits_get_no_caveat_where_the_scenario_shares_prefixes(
+    tmp_path: Path,
+) -> None:
+    path = report(tmp_path, hits)
+    scenario = load_scenario(shared_scenario(tmp_path, path))
+    assert shared_prefixes(scenario.workload) is not None
+    measured = load_measured(path, assume_device="h100", assume_model="qwen3-8b")
+    assert measured.summary["num_cached_tokens"] == 48  # the run declares no prefix
+    said = validate(scenario, measured, base_dir=tmp_path).caveats
+    assert not any("prefix-cache" in c for c in said), said
+
+
+def test_a_fit_with_a_scenario_sharing_prefixes_gives_no_cache_hit_caveat(
+    tmp_path: Path,
+) -> None:
+    path = report(tmp_path, hits)
+    model = model_preset("qwen3-8b")
+    alone = replay_runs([str(path)], model, "h100", None, "multipliers").caveats
+    assert any("prefix-cache hits" in c for c in alone)  # its own replay shares nothing
+    scenario = str(shared_scenario(tmp_path, path))
+    caveats = replay_runs([str(path)], model, None, scenario, "multipliers").caveats
+    assert not any("prefix-cache" in c for c in caveats), caveats

@@ -270,7 +270,7 @@ def replay_runs(
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
         said = RunFacts.from_summary(run.requests, run.meta)
-        caveats += unreplayed(said, f"--from-run {source}")
+        caveats += unreplayed(said, f"--from-run {source}", scenario)
         if scenario is not None and said.engine_settings is not None:
             caveats += check_settings(scenario, said.engine_settings, f"--from-run {source}")
         replay = scenario or scenario_for_run(run, source, model, hardware, {"kind": "auto"})

@@ -27,7 +27,7 @@ from sim.hardware.device_names import hardware_matches
 from sim.hardware.model_names import same_model
 from sim.hardware.quantization import DTYPE_BYTES, dtype_name
 from sim.scenario import Scenario
-from sim.workload.generate import ClosedLoopWorkload, generate_open_loop
+from sim.workload.generate import ClosedLoopWorkload, generate_open_loop, shared_prefixes
 
 _LENGTHS = (("prompt", "num_prompt_tokens"), ("output", "num_output_tokens"))
 
@@ -317,10 +317,13 @@ def _requests(scenario: Scenario, run: RunFacts, base_dir: Path | None) -> list[
             "num_output_tokens": np.asarray(work.num_output_tokens),
         }
     rows = run.requests.sort_values("request_id") if len(run.requests) else run.requests
-    listed, failed = len(rows), run.num_failed_unlisted
-    if listed > expected or (not run.partial and expected not in (listed, listed + failed)):
-        also = f" (and {failed} failed)" if failed else ""
-        return [f"{listed} requests measured{also}, {expected} in the scenario"]
+    listed, failed, cut = len(rows), run.num_failed_unlisted, run.num_incomplete
+    # The scenario may hold the run's rows, those and the failed, or every request sent.
+    sent = (listed, listed + failed, listed + failed + cut)
+    if listed > expected or (not run.partial and expected not in sent):
+        also = [f"{failed} failed"] * bool(failed) + [f"{cut} cut off unfinished"] * bool(cut)
+        also_said = f" (and {', '.join(also)})" if also else ""
+        return [f"{listed} requests measured{also_said}, {expected} in the scenario"]
     if lengths is None or listed == 0:
         return []  # a closed loop's lengths depend on the server's pace: the count only
     if run.in_scenario_order:
@@ -354,14 +357,15 @@ def check_run(scenario: Scenario, run: RunFacts, base_dir: Path | None, where: s
     caveats of what the run does not record (``unknown_layout``) or replay
     (``unreplayed``)."""
     _refuse(scenario, mismatches(scenario, run, base_dir), where)
-    return unknown_layout(scenario, run.engine_settings, where) + unreplayed(run, where)
+    return unknown_layout(scenario, run.engine_settings, where) + unreplayed(run, where, scenario)
 
 
-def unreplayed(run: RunFacts, where: str) -> list[str]:
+def unreplayed(run: RunFacts, where: str, scenario: Scenario | None = None) -> list[str]:
     """The caveats (one line each, naming ``where``) of what the server carried and the
     replay does not: requests that failed and are no rows of the run (``vllm bench
     serve``'s errors, GuideLLM's errored) or were cut off unfinished when a GuideLLM
-    phase ended (its incomplete), and prefix-cache hits with no shared prefix declared."""
+    phase ended (its incomplete), and prefix-cache hits with no shared prefix declared,
+    by the run or by the ``scenario`` replaying it (None: the run's own replay)."""
     failed, cut = run.num_failed_unlisted, run.num_incomplete
     caveats = []
     if failed or cut:
@@ -374,7 +378,7 @@ def unreplayed(run: RunFacts, where: str) -> list[str]:
             f"{where}: {said} and are not replayed: the server carried them (in part), "
             "the prediction does not"
         )
-    if run.num_cached_tokens:
+    if run.num_cached_tokens and (scenario is None or not shared_prefixes(scenario.workload)):
         caveats.append(
             f"{where}: the server reported {run.num_cached_tokens} prompt tokens as "
             "prefix-cache hits, but the run declares no shared prefix: the prediction "
