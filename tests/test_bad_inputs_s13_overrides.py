@@ -16,6 +16,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from sim import api
@@ -155,3 +156,42 @@ def test_a_layer_leaves_out_or_agrees_with_what_it_replaces(
     assert layered(sets, later) == expected
     doc: dict[str, Any] = {}
     apply_overrides(doc, expected, "x")  # none of it given twice
+
+
+# --- values a mapping of overrides holds (api.run's, from a notebook) -------------------------
+
+
+def test_a_numpy_scalar_is_its_python_number() -> None:
+    # np.float64(5.0) was not 5.0 to the given-twice check (another type): refused.
+    rate = "workload.arrival.rate_per_s"
+    overrides = {rate: np.float64(5.0), "workload": {"arrival": {"rate_per_s": 5.0}}}
+    assert load_scenario(CHAT, overrides) == load_scenario(CHAT, {rate: 5.0})
+    numbers = {"workload.num_requests": np.int64(7), "seed": np.int32(3)}
+    assert load_scenario(CHAT, numbers) == load_scenario(
+        CHAT, {"workload.num_requests": 7, "seed": 3}
+    )
+    with pytest.raises(ConfigError, match="num_requests: Input should be a valid integer"):
+        load_scenario(CHAT, {"workload.num_requests": np.bool_(True)})  # was 1 request
+
+
+@pytest.mark.parametrize(
+    ("value", "kind"),
+    [
+        (np.array([1, 2]), "ndarray"),
+        ({5}, "set"),
+        (Path("5"), "PosixPath"),
+        ([5, np.arange(2)], "ndarray"),
+    ],
+)
+def test_a_value_yaml_cannot_hold_is_refused_in_one_line(value: Any, kind: str) -> None:
+    # An array given twice crashed the comparison (==, truth value ambiguous); one
+    # given once reached validation, which named no key's value.
+    for overrides in (
+        {"workload.num_requests": value, "workload": {"num_requests": value}},
+        {"workload.num_requests": value},
+    ):
+        with pytest.raises(ConfigError) as caught:
+            api.run(CHAT, overrides, workers=1)
+        message = str(caught.value)
+        assert message.startswith(f"{CHAT}: overrides: workload.num_requests")
+        assert f"type {kind} is not a YAML value" in message and "\n" not in message

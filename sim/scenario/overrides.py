@@ -4,15 +4,17 @@
 ``api.run``, a mapping of dotted keys, nested sections or both
 (``{"engine.block_size_tokens": 32}`` is ``{"engine": {"block_size_tokens": 32}}``). A
 nested mapping is merged key by key into its section; the string form replaces a
-section whole (``"workload.arrival={kind: gamma, ...}"``). A key set twice with two
-values, however spelled, or dropped by a later section given whole is refused
-(``_one_value_per_key``); ``layered`` puts one list of strings over another.
+section whole (``"workload.arrival={kind: gamma, ...}"``). A mapping's values are YAML's
+(a numpy scalar as its Python number; an array, a set, a Path refused: ``_plain``). A key
+set twice with two values, however spelled, or dropped by a later section given whole is
+refused (``_one_value_per_key``); ``layered`` puts one list of strings over another.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from datetime import date  # (a datetime is one): YAML reads 2024-01-01 as one
 from typing import Any
 
 import yaml
@@ -64,8 +66,29 @@ def _spelled_items(overrides: Mapping[Any, Any], prefix: str) -> list[tuple[str,
         if isinstance(value, Mapping):  # merged key by key (an empty one sets nothing)
             items += [(k, v, {key: s}) for k, v, s in _spelled_items(value, f"{dotted}.")]
         else:
+            value = _plain(dotted, value)
             items.append((dotted, value, {key: value}))
     return items
+
+
+def _plain(dotted: str, value: Any) -> Any:
+    """``value`` as YAML could give it: a numpy scalar (``np.float64(5.0)``, a notebook's)
+    as its Python value, a list's and a mapping's items alike; anything else (an array, a
+    set, a Path) a ConfigError naming ``dotted``, not a value compared (``==`` on an array
+    raises) or validated as what it is not."""
+    # A numpy scalar (shape ()), known by its module: the CLI starts without numpy.
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == ():
+        value = value.item()
+    if isinstance(value, list):
+        return [_plain(f"{dotted}[{index}]", item) for index, item in enumerate(value)]
+    if isinstance(value, Mapping):
+        return {key: _plain(f"{dotted}.{key}", item) for key, item in value.items()}
+    if value is not None and not isinstance(value, bool | int | float | str | bytes | date):
+        raise ConfigError(
+            f"{WHAT}: {dotted}: type {type(value).__name__} is not a YAML value "
+            "(give a number, string, bool, null, list or mapping)"
+        )
+    return value
 
 
 def _set_value(text: str) -> Any:
@@ -185,7 +208,10 @@ def apply_overrides(doc: dict[str, Any], overrides: Overrides | None, source: st
             key, sep, _ = item.partition("=")
             if not sep or not key.strip():
                 raise ConfigError(f"--set {item!r}: expected dotted.key=value")
-    writes = _writes(overrides)
+    try:
+        writes = _writes(overrides)
+    except ConfigError as error:  # a mapping's key or value: the file named, as below
+        raise ConfigError(f"{source}: {error}") from None
     _one_value_per_key(writes, twice)
     for _, key, value in writes:
         set_dotted(doc, key, value, f"{source}: {what}")
