@@ -329,6 +329,8 @@ def fit_and_save(
         outcome = fit_free(runs, everything, free, max_evaluations)
     except ValueError as error:  # what the runs cannot inform, or cannot split
         raise ConfigError(f"--from-run: {error}") from None
+    if outcome.at_limit:  # identify's rule: refused, naming the term and why
+        raise ConfigError(f"--from-run: {outcome.at_limit[0]}")
     errors["in_sample"] = {
         "parameters": params_json(outcome.params),
         "rows": target_rows(runs, everything, outcome.params, base_of(runs, free)),

@@ -1,0 +1,54 @@
+"""Session 13: a multiplier fit that ends at its search limit is refused in one line
+(the runs' best lies beyond the box: the coefficient is not identified)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim import api
+from sim.cost.fitted import FitParameters, FittedCost
+from sim.scenario import load_scenario
+from sim.validation.fit import FitRun, Target, fit
+from sim.validation.runs import REQUEST_COLUMNS, ImportedRun
+from tests.cli_errors import one_line_error
+from tests.test_fit_cli import SCENARIO, calibrate
+
+# Prefill 100 times the base's price: beyond the multipliers' limit (x20).
+BEYOND = FitParameters(prefill_multiplier=100.0)
+
+
+def measured(tmp_path: Path, params: FitParameters) -> tuple[Path, Path]:
+    """SCENARIO's file and an imported run 'measured' on it with ``params``."""
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    result = api.run(path, wrap_cost=lambda base: FittedCost(base, params))
+    run = ImportedRun(result.requests[list(REQUEST_COLUMNS)], {"format": "test", "model": "tiny"})
+    run.write(tmp_path / "run")
+    return path, tmp_path / "run"
+
+
+def test_a_multiplier_fit_at_its_limit_is_refused_naming_the_term(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario, run = measured(tmp_path, BEYOND)
+    out = tmp_path / "fit.json"
+    argv = calibrate("--from-run", str(run), "--scenario", str(scenario), "--out", str(out),
+                     "--free", "prefill_multiplier", "--max-evals", "30",
+                     "--no-cross-validation")  # fmt: skip
+    message = one_line_error(capsys, argv)
+    assert "prefill_multiplier" in message and "not identified" in message, message
+    assert "limit" in message, message
+    assert not out.exists()  # no artifact whose figure is the box's edge
+
+
+def test_a_fit_inside_its_limits_names_nothing_at_them(tmp_path: Path) -> None:
+    plain = load_scenario(measured(tmp_path, FitParameters())[0])
+    inside = FitParameters(prefill_multiplier=2.0)
+    result = api.run(plain, wrap_cost=lambda base: FittedCost(base, inside))
+    run = FitRun("r", plain, result.requests, api.cost_model_for(plain))
+    outcome = fit([run], [Target(0)], ("prefill_multiplier",), max_evaluations=30)
+    assert outcome.at_limit == ()
+    assert outcome.params.prefill_multiplier == pytest.approx(2.0, rel=0.05)
