@@ -182,8 +182,8 @@ def test_a_scenario_of_another_model_is_refused(
 
 def test_no_runs_is_refused() -> None:
     args = argparse.Namespace(from_run=[], model="tiny", hardware="cpu-2core", scenario=None,
-                              fit_kind="multipliers", free="decode_multiplier", max_evals=10,
-                              out=None, no_cross_validation=True)  # fmt: skip
+                              assume_model=None, fit_kind="multipliers", free="decode_multiplier",
+                              max_evals=10, out=None, no_cross_validation=True)  # fmt: skip
     with pytest.raises(ConfigError, match="--from-run: no runs given"):
         calibrate_from_runs(args)
 

@@ -48,6 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--hardware", help="with --from-run: the hardware preset the runs ran on")
     parser.add_argument(
+        "--assume-model",
+        metavar="NAME",
+        help="with --from-run: the model a run served, when it does not say (as validate's)",
+    )
+    parser.add_argument(
         "--scenario",
         help="with --from-run: replay with this scenario's engine settings and cost model "
         "(default: the runs' recorded settings and cost kind auto)",
@@ -109,7 +114,12 @@ def calibrate_from_runs(args: argparse.Namespace) -> int:
     if args.max_evals < 2:
         raise ConfigError(f"--max-evals must be at least 2, got {args.max_evals}")
     replays = replay_runs(
-        args.from_run, model_option(args.model), args.hardware, args.scenario, args.fit_kind
+        args.from_run,
+        model_option(args.model),
+        args.hardware,
+        args.scenario,
+        args.fit_kind,
+        args.assume_model,
     )
     for caveat in replays.caveats:
         print(f"servesim: warning: {caveat}", file=sys.stderr)

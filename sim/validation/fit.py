@@ -68,6 +68,9 @@ PRIOR_WEIGHT = 1e-4
 OBJECTIVE = "mean squared log error of p50/p90/p99 TTFT and TPOT"
 OPTIMISER = "Nelder-Mead (scipy, via sim.validation.optimize), box-bounded"
 _LOG_MULTIPLIER_BOUND = float(np.log(20.0))  # multipliers within 1/20 .. 20
+# A coefficient within this fraction of its search box's width of a limit ends at it: the
+# runs' best lies beyond the box, so the fit does not identify it (``at_search_limit``).
+LIMIT_TOLERANCE = 1e-3
 _MAX_OVERHEAD_IN_SCALES = 100.0
 # Common multipliers tried before the simplex search: 1/8 .. 8 in steps of sqrt(2).
 START_SCALES = tuple(float(2.0 ** (k / 2)) for k in range(-6, 7))
@@ -295,15 +298,43 @@ class FitOutcome(Generic[P]):
     value: float
     base_value: float
     num_evaluations: int
+    # One line per free coefficient the fit ends at a search limit (``at_search_limit``).
+    at_limit: tuple[str, ...] = ()
 
 
 def _outcome(
-    runs: Sequence[FitRun], targets: Sequence[Target], params: P, base: Adjustment, num: int
+    runs: Sequence[FitRun],
+    targets: Sequence[Target],
+    params: P,
+    base: Adjustment,
+    num: int,
+    at_limit: tuple[str, ...],
 ) -> FitOutcome[P]:
     """``params`` as a fit's answer: the objective there and at ``base``, after ``num``
-    simulations."""
+    simulations, and what ends at a search limit."""
     value, base_value = (objective_value(score(runs, targets, at)) for at in (params, base))
-    return FitOutcome(params, value, base_value, num)
+    return FitOutcome(params, value, base_value, num, at_limit)
+
+
+def at_search_limit(
+    free: Sequence[str], x: FloatArray, lower: Sequence[float], upper: Sequence[float]
+) -> tuple[str, ...]:
+    """Why each ``free`` coefficient at search point ``x`` is not identified, in one line:
+    it ends within ``LIMIT_TOLERANCE`` of the box's width of a limit, where the runs' best
+    lies beyond the box. A lower limit of 0 is the coefficient's own floor (no negative
+    overhead or CPU time), not the box's."""
+    lines = []
+    for name, value, low, high in zip(free, x.tolist(), lower, upper, strict=True):
+        near = LIMIT_TOLERANCE * (high - low)
+        low_side = low != 0.0 and value <= low + near
+        side = "upper" if value >= high - near else "lower" if low_side else None
+        if side is not None:
+            lines.append(
+                f"{name} is not identified: the fit ends at its {side} search limit, so the "
+                "runs' best lies beyond it; the base cost is too far off to adjust (check "
+                "--scenario, --hardware and the run)"
+            )
+    return tuple(lines)
 
 
 def overhead_scale_s(runs: Sequence[FitRun], targets: Sequence[Target]) -> float:
@@ -375,7 +406,8 @@ def fit(
     )
     params = params_from_vector(found.x, free, scale_s)
     num = num_start_evaluations + found.num_evaluations
-    return _outcome(runs, targets, params, FitParameters(), num)
+    limits = at_search_limit(free, found.x, lower, upper)
+    return _outcome(runs, targets, params, FitParameters(), num, limits)
 
 
 def is_engine_cpu_fit(free: Sequence[str]) -> bool:
@@ -479,17 +511,13 @@ def fit_engine_cpu(
         prior = CPU_PRIOR_WEIGHT * float(np.sum((x - x0) ** 2))
         return objective_value(score(runs, targets, engine_cpu_values(x, free, start))) + prior
 
-    n = len(free)
+    lower, upper = [0.0] * len(free), [_MAX_CPU_UNITS] * len(free)
     found = nelder_mead(
-        penalised,
-        x0,
-        np.ones(n),
-        np.zeros(n),
-        np.full(n, _MAX_CPU_UNITS),
-        max_evaluations=max_evaluations,
+        penalised, x0, np.ones(len(free)), lower, upper, max_evaluations=max_evaluations
     )
     params = engine_cpu_values(found.x, free, start)
-    return _outcome(runs, targets, params, start, found.num_evaluations)
+    limits = at_search_limit(free, found.x, lower, upper)
+    return _outcome(runs, targets, params, start, found.num_evaluations, limits)
 
 
 def fit_free(

@@ -108,14 +108,25 @@ def arrivals_include_way_in(run: ImportedRun) -> bool:
     return run.meta.get("format") == MEASURE_FORMAT
 
 
-def check_run(run: ImportedRun, source: str, model: ModelSpec, hardware: HardwareSpec) -> None:
+def check_run(
+    run: ImportedRun,
+    source: str,
+    model: ModelSpec,
+    hardware: HardwareSpec,
+    assume_model: str | None = None,
+) -> None:
     """ConfigError naming what differs when the run is of another model or hardware
-    (what it records, read as ``validate`` reads it: ``RunFacts``)."""
+    (what it records, read as ``validate`` reads it: ``RunFacts``), or when it names no
+    model and ``assume_model`` (``--assume-model``, as validate's) says none."""
     said = RunFacts.from_summary(run.requests, run.meta)
-    if not same_model(model.name, said.model):
+    served = said.model or assume_model
+    if served is None:
         raise ConfigError(
-            f"--from-run {source}: the run served {said.model}, not --model {model.name}"
+            f"--from-run {source}: the run names no model (--assume-model NAME if it "
+            f"served --model {model.name})"
         )
+    if not same_model(model.name, served):
+        raise ConfigError(f"--from-run {source}: the run served {served}, not --model {model.name}")
     if said.hardware is not None and said.hardware != hardware.name:
         raise ConfigError(
             f"--from-run {source}: the run ran on {said.hardware}, not --hardware {hardware.name}"
@@ -235,9 +246,10 @@ def replay_runs(
     hardware_name: str | None,
     scenario_path: str | None,
     fit_kind: str,
+    assume_model: str | None = None,
 ) -> Replays:
-    """Every run read, checked and ready to replay: with ``scenario_path``'s engine settings
-    and cost model, else each run's recorded settings on cost kind auto."""
+    """Every run read, checked (``check_run``) and ready to replay: with ``scenario_path``'s
+    engine settings and cost model, else each run's recorded settings on cost kind auto."""
     if not sources:
         raise ConfigError("--from-run: no runs given")
     scenario: Scenario | None = None
@@ -265,7 +277,7 @@ def replay_runs(
     runs, infos, caveats = [], [], []
     for source in sources:
         run = load_measured_run(source)
-        check_run(run, source, model, hardware)
+        check_run(run, source, model, hardware, assume_model)
         check_samples(run, source)
         # As validate checks it: the scenario must run the run's settings and layout
         # (a measure folder's as its summary records them, its unrecorded layout UNKNOWN).
@@ -329,6 +341,8 @@ def fit_and_save(
         outcome = fit_free(runs, everything, free, max_evaluations)
     except ValueError as error:  # what the runs cannot inform, or cannot split
         raise ConfigError(f"--from-run: {error}") from None
+    if outcome.at_limit:  # identify's rule: refused, naming the term and why
+        raise ConfigError(f"--from-run: {outcome.at_limit[0]}")
     errors["in_sample"] = {
         "parameters": params_json(outcome.params),
         "rows": target_rows(runs, everything, outcome.params, base_of(runs, free)),
