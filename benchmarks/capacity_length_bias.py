@@ -34,7 +34,7 @@ def main() -> None:
     for num in args.lengths:
         started = time.perf_counter()
         scenario = load_scenario(args.scenario, [f"workload.num_requests={num}"])
-        searcher = Searcher(scenario, targets, Path(args.scenario).parent, args.seeds, args.jobs)
+        searcher = Searcher(scenario, targets, args.seeds, args.jobs)
         res = search(searcher, 0.05, 20 * args.seeds)
         low, high = res.interval
         print(

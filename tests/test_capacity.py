@@ -99,7 +99,7 @@ def memo(monkeypatch: pytest.MonkeyPatch) -> dict[str, Record]:
 def capacity(
     doc: dict[str, Any], slos: list[str], seeds: int = 3, max_num_sims: int = 60, rel: float = 0.05
 ) -> CapacitySearch:
-    searcher = Searcher(scenario_from_dict(doc), parse_targets(slos), Path.cwd(), seeds, 1)
+    searcher = Searcher(scenario_from_dict(doc), parse_targets(slos), seeds, 1)
     return search(searcher, rel, max_num_sims)
 
 
@@ -299,7 +299,7 @@ def test_trace_knob_scales_time() -> None:
 def test_trace_replays_run_once_per_load(memo: dict[str, Record]) -> None:
     scenario = load_scenario(SCENARIOS / "azure_trace.yaml", ["workload.max_requests=60"])
     # A p90 (not a p99, which 60 requests cannot estimate: test_capacity_trust).
-    searcher = Searcher(scenario, parse_targets(["ttft_p90_ms=500"]), SCENARIOS, 3, 1)
+    searcher = Searcher(scenario, parse_targets(["ttft_p90_ms=500"]), 3, 1)
     assert searcher.result.seeds == (scenario.seed,)
     result = search(searcher, 0.2, 8)
     assert all(len(p.records) == 1 for p in result.points)
@@ -462,10 +462,10 @@ def test_reports_of_a_failed_search_serialise(memo: dict[str, Record]) -> None:
 def test_searcher_rejects_bad_arguments() -> None:
     scenario = scenario_from_dict(md1_doc())
     with pytest.raises(ConfigError, match="at least one SLO"):
-        Searcher(scenario, (), Path.cwd())
+        Searcher(scenario, ())
     with pytest.raises(ConfigError, match="--seeds"):
-        Searcher(scenario, parse_targets(["ttft_p99_ms=1"]), Path.cwd(), num_seeds=0)
-    searcher = Searcher(scenario, parse_targets(["ttft_p99_ms=1"]), Path.cwd(), 3)
+        Searcher(scenario, parse_targets(["ttft_p99_ms=1"]), num_seeds=0)
+    searcher = Searcher(scenario, parse_targets(["ttft_p99_ms=1"]), 3)
     with pytest.raises(ConfigError, match="--rel-width"):
         search(searcher, rel_width=1.5)
     with pytest.raises(ConfigError, match="--max-sims"):

@@ -57,7 +57,6 @@ def test_a_search_stops_only_where_its_fleet_costs_at_least_one_already_found(
     }
     result = plan(
         load_scenario(ROOT / "scenarios" / "chat.yaml"),
-        ROOT / "scenarios",
         PlanConfig.model_validate(space),
         parse_targets(["ttft_p99_ms=500", "tpot_p99_ms=50"]),
         TARGET_RATE_PER_S,

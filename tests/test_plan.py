@@ -103,7 +103,7 @@ def _plan(
     scenario = scenario_from_dict(SCALING_DOC)
     config = PlanConfig.model_validate({**SMALL_SPACE, "gpus": gpus, **space})
     targets = parse_targets([slo])
-    return plan(scenario, ROOT, config, targets, rate, prices, workers=1)
+    return plan(scenario, config, targets, rate, prices, workers=1)
 
 
 def test_every_hardware_preset_has_a_price() -> None:
@@ -436,7 +436,7 @@ def test_a_cost_model_of_one_gpu_is_refused_not_replaced() -> None:
     doc = {**SCALING_DOC, "cost": {"kind": "linear", "step_overhead_s": 0.01}}
     config = PlanConfig.model_validate({**SMALL_SPACE, "gpus": ["h100"], "cost_model": "auto"})
     with pytest.raises(ConfigError, match=r"cost\.kind 'linear' prices one GPU"):
-        plan(scenario_from_dict(doc), ROOT, config, parse_targets(["tpot_mean_ms=20"]), 10.0)
+        plan(scenario_from_dict(doc), config, parse_targets(["tpot_mean_ms=20"]), 10.0)
 
 
 def test_a_search_stops_where_its_fleet_already_loses() -> None:
@@ -451,7 +451,6 @@ def test_a_search_stops_where_its_fleet_already_loses() -> None:
     results = {
         prune: plan(
             scenario,
-            ROOT / "scenarios",
             PlanConfig.model_validate({**space, "prune": prune}),
             targets,
             100.0,
@@ -484,7 +483,7 @@ def test_ray_finds_the_local_answer(tmp_path: Path) -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         remote = plan(
-            scenario, ROOT, config, parse_targets(["tpot_mean_ms=20"]), 300.0, prices,
+            scenario, config, parse_targets(["tpot_mean_ms=20"]), 300.0, prices,
             executor="ray",
         )  # fmt: skip
     finally:
@@ -518,7 +517,7 @@ def test_a_plan_words_each_cost_source_as_every_face_does() -> None:
     )
     scenario = scenario_from_dict(doc)
     prices = {"rtx-4090": 0.5, "h100-pcie": 2.0}
-    result = plan(scenario, ROOT, config, parse_targets(["tpot_mean_ms=200"]), 5.0, prices, 1)
+    result = plan(scenario, config, parse_targets(["tpot_mean_ms=200"]), 5.0, prices, 1)
     tags = {}
     for gpu in gpus:
         on_gpu = scenario_from_dict({**doc, "hardware": gpu})

@@ -22,7 +22,7 @@ def test_gpus_per_unit_is_the_scenarios_and_null_where_it_is_refused() -> None:
     space = {**SMALL_SPACE, "gpus": ["h100"], "tensor_parallel_sizes": [1, 8], "max_loads": 4}
     config = PlanConfig.model_validate(space)
     targets = parse_targets(["tpot_mean_ms=20"])
-    result = plan(scenario, ROOT, config, targets, 10.0, {"h100": 3.0}, workers=1)
+    result = plan(scenario, config, targets, 10.0, {"h100": 3.0}, workers=1)
     by_tp = {o.candidate.tensor_parallel_size: o for o in result.outcomes}
     refused = by_tp[8]
     assert refused.status == "refused" and "28 attention heads" in refused.reason

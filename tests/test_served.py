@@ -81,7 +81,7 @@ def test_judge_fails_a_load_that_is_not_served_although_the_slo_holds() -> None:
 @pytest.mark.parametrize("slo", ["ttft_p99_ms=1e7", "e2el_mean_ms=1e8"])
 def test_capacity_with_an_slo_that_always_holds_is_the_service_rate(slo: str) -> None:
     """M/D/1 at batch size 1 serves at most 10 req/s, whatever the SLO says."""
-    searcher = Searcher(scenario_from_dict(md1_doc(600)), parse_targets([slo]), Path.cwd(), 2, 1)
+    searcher = Searcher(scenario_from_dict(md1_doc(600)), parse_targets([slo]), 2, 1)
     result = search(searcher, 0.05, 40)
     assert result.upper is not None  # overload was found ...
     assert result.estimate is not None

@@ -43,12 +43,12 @@ def test_a_capacity_above_a_planted_bound_is_an_error_naming_it() -> None:
     scenario = scenario_from_dict(open_loop_doc(), "bounded")
     # 4 req/s of 600-token requests is light for an H100 (it passes), so any answer is
     # at least 4 req/s: far above a planted bound of 0.5.
-    searcher = Searcher(scenario, targets, Path.cwd(), 1, 1, bound_rate_per_s=0.5)
+    searcher = Searcher(scenario, targets, 1, 1, bound_rate_per_s=0.5)
     with pytest.raises(ConfigError, match=r"upper bound of 0\.5 req/s") as caught:
         search(searcher, 0.2, 6)
     assert "\n" not in str(caught.value)
     # Without a bound the same search answers (the planted bound alone refused it).
-    free = search(Searcher(scenario, targets, Path.cwd(), 1, 1), 0.2, 6)
+    free = search(Searcher(scenario, targets, 1, 1), 0.2, 6)
     assert free.estimate is not None and free.estimate > 0.5
 
 
@@ -72,7 +72,7 @@ def test_a_real_configurations_capacity_is_within_its_own_bound() -> None:
     scenario = scenario_from_dict(open_loop_doc(1000), "bounded")
     bound = upper_bound_rate_per_s(scenario, targets, 2)
     assert bound is not None and bound > 0
-    result = search(Searcher(scenario, targets, Path.cwd(), 2, 1, bound_rate_per_s=bound), 0.1, 24)
+    result = search(Searcher(scenario, targets, 2, 1, bound_rate_per_s=bound), 0.1, 24)
     rate = capacity_rate_per_s(result, result.at_estimate)
     assert result.upper is not None and rate is not None and 0 < rate <= bound
 

@@ -84,7 +84,7 @@ def test_a_sweep_point_under_a_cap_records_the_clients_rate_and_no_served_ratio(
 def test_capacity_under_a_cap_is_a_number_of_clients_and_obeys_littles_law() -> None:
     targets = parse_targets(["ttft_p99_ms=150"])
     scenario = scenario_from_dict(capped_doc(4, num=1000), "capped")
-    searcher = Searcher(scenario, targets, Path.cwd(), 2, 1)
+    searcher = Searcher(scenario, targets, 2, 1)
     result = search(searcher, 0.1, 24)
     assert result.knob.key == "workload.max_concurrency" and result.knob.unit == "clients"
     assert result.upper is not None  # the SLO broke at some number of clients ...

@@ -51,9 +51,7 @@ def scenario_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_capacity_load_is_the_run_of_its_scenario(scenario_file: Path) -> None:
     scenario = load_scenario(scenario_file)
     expected = api.run(scenario_file).summary["median_ttft_ms"]
-    searcher = Searcher(
-        scenario, [SloTarget("ttft", "median", 1e4)], scenario_file.parent, num_seeds=1
-    )
+    searcher = Searcher(scenario, [SloTarget("ttft", "median", 1e4)], num_seeds=1)
     assert searcher.evaluate(2.0).mean_of("median_ttft_ms") == pytest.approx(expected)
 
 

@@ -56,7 +56,6 @@ def test_plan_searches_a_speculative_candidate_its_plain_bound_calls_infeasible(
     config = _one_h100_config([1], num_requests=100, max_loads=3)
     result = plan(
         scenario,
-        SCENARIOS,
         config,
         [SloTarget("tpot", "median", LIMIT_MS)],
         target_rate_per_s=1.0,
@@ -76,7 +75,7 @@ def test_plan_refuses_one_deployments_kv_pool() -> None:
     )
     config = _one_h100_config([1, 2], max_loads=2)
     with pytest.raises(ConfigError, match=r"^plan: engine.num_kv_blocks 4000 "):
-        plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)
+        plan(scenario, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)
 
 
 def test_plan_refuses_a_link_it_would_replace_by_each_gpus_own() -> None:
@@ -88,4 +87,4 @@ def test_plan_refuses_a_link_it_would_replace_by_each_gpus_own() -> None:
     )
     config = _one_h100_config([2], max_loads=2)
     with pytest.raises(ConfigError, match=r"^plan: parallelism.link pcie5-rtxpro6000: "):
-        plan(scenario, SCENARIOS, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)
+        plan(scenario, config, [SloTarget("ttft", "median", 500)], 1.0, workers=1)

@@ -6,7 +6,6 @@ import argparse
 import math
 import time
 import warnings
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tqdm import tqdm
@@ -67,9 +66,8 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{point.load:.4g} {result.knob.unit}: {point.status}")
 
     started = time.perf_counter()
-    base_dir = Path(args.scenario).parent
     bound = upper_bound_rate_per_s(scenario, targets, args.seeds)
-    searcher = Searcher(scenario, targets, base_dir, args.seeds, args.jobs, on_point, bound)
+    searcher = Searcher(scenario, targets, args.seeds, args.jobs, on_point, bound)
     with bar:
         result = search(searcher, args.rel_width, max_num_sims)
         # The budget is an upper bound; a search that stops early ends its bar full.

@@ -70,7 +70,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     with bar:
         result = plan(
             scenario,
-            Path(args.scenario).parent,
             config,
             targets,
             args.target_rate,

@@ -16,7 +16,6 @@ import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -33,7 +32,7 @@ from sim.planning.plan_bound import (
     optimistic_rate_per_s,
 )
 from sim.planning.served import SERVED_MIN_RATIO
-from sim.planning.sweep_exec import Record, execute
+from sim.planning.sweep_exec import Record, execute, task_for
 from sim.scenario import (
     Scenario,
     layered,
@@ -373,7 +372,6 @@ class Searcher:
         self,
         scenario: Scenario,
         targets: Sequence[SloTarget],
-        base_dir: Path,
         num_seeds: int = 3,
         jobs: int | None = 1,
         on_point: Callable[[LoadPoint, CapacitySearch], None] | None = None,
@@ -386,7 +384,8 @@ class Searcher:
         slo = per_request_slo(targets)
         if slo is not None:  # goodput counts requests within the targets' limits
             doc["slo"] = slo.model_dump(exclude_none=True)
-        self.doc, self.base_dir, self.jobs, self.on_point = doc, base_dir, jobs, on_point
+        self.doc, self.jobs, self.on_point = doc, jobs, on_point
+        self.base_dir = scenario.base_dir  # its runs read their relative paths from there
         self.bound_rate_per_s = bound_rate_per_s
         knob = load_knob(scenario)
         if scenario.workload.kind == "trace":
@@ -402,10 +401,8 @@ class Searcher:
             doc = copy.deepcopy(self.doc)
             doc["seed"] = seed
             set_dotted(doc, knob.key, knob.value(load), "capacity")
-            scenario_from_dict(
-                doc, f"capacity search at {knob.key}={knob.value(load)}", self.base_dir
-            )
-            tasks.append({"scenario": doc, "base_dir": str(self.base_dir)})
+            source = f"capacity search at {knob.key}={knob.value(load)}"
+            tasks.append(task_for(doc, scenario_from_dict(doc, source, self.base_dir)))
         records: list[Record] = [{}] * len(tasks)
         for index, record in execute(tasks, "local", self.jobs):
             records[index] = record

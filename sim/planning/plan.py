@@ -59,7 +59,7 @@ from sim.planning.plan_bound import (
 )
 from sim.planning.plan_file import PlanConfig
 from sim.planning.pricing import gpu_price_per_hour
-from sim.planning.sweep_exec import Record, Task, default_jobs, execute
+from sim.planning.sweep_exec import Record, Task, default_jobs, execute, task_for
 from sim.scenario import Scenario, scenario_from_dict
 
 REFINE_MARGIN = 0.25
@@ -244,7 +244,7 @@ class _Space:
     """What every candidate of one plan shares."""
 
     base_doc: dict[str, Any]
-    base_dir: Path
+    base: Scenario  # base_doc validated: its folder (base_dir) is every candidate's
     config: PlanConfig
     targets: tuple[SloTarget, ...]
     target_rate_per_s: float
@@ -293,7 +293,7 @@ class _Space:
     def scenario(self, candidate: Candidate) -> Scenario:
         """The candidate's validated scenario (ConfigError naming the candidate)."""
         return scenario_from_dict(
-            self.doc_for(candidate), f"plan: {candidate.label}", self.base_dir
+            self.doc_for(candidate), f"plan: {candidate.label}", self.base.base_dir
         )
 
     def cost(self, candidate: Candidate, scenario: Scenario) -> tuple[CostModel, str, str]:
@@ -383,7 +383,6 @@ def _search_candidate(task: Task) -> Record:
         searcher = Searcher(
             scenario,
             targets,
-            Path(task["base_dir"]),
             task["seeds"],
             jobs=1,
             on_point=on_point,
@@ -480,9 +479,8 @@ def _task(space: _Space, outcome: Outcome) -> Task:
     # before it (or on how many workers).
     start_rate_per_s = _nice(0.5 * (outcome.bound_rate_per_s or 0.0))
     return {
-        "scenario": space.doc_for(candidate, start_rate_per_s),
+        **task_for(space.doc_for(candidate, start_rate_per_s), space.base),
         "label": f"plan: {candidate.label}",
-        "base_dir": str(space.base_dir),
         "slo": {t.name: t.limit_ms for t in space.targets},
         "seeds": space.config.seeds,
         "rel_width": space.config.rel_width,
@@ -775,7 +773,6 @@ def check_asks(
 
 def plan(
     scenario: Scenario,
-    base_dir: Path,
     config: PlanConfig,
     targets: Sequence[SloTarget],
     target_rate_per_s: float,
@@ -871,10 +868,10 @@ def plan(
     slo = per_request_slo(targets)
     if slo is not None:
         doc["slo"] = slo.model_dump(exclude_none=True)
-    sized = scenario_from_dict(doc, "plan", base_dir)
+    sized = scenario_from_dict(doc, "plan", scenario.base_dir)
     space = _Space(
         doc,
-        base_dir,
+        sized,
         config,
         tuple(targets),
         target_rate_per_s,

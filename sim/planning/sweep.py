@@ -33,7 +33,7 @@ from sim.config import Frozen, anchored, named_files
 from sim.errors import ConfigError, format_error
 from sim.metrics.slo_targets import SloTarget, meets, targets_from_mapping
 from sim.planning.pricing import gpu_price_per_hour, usd_per_unit
-from sim.planning.sweep_exec import Record, Task, execute
+from sim.planning.sweep_exec import Record, Task, execute, task_for
 from sim.scenario import Scenario, scenario_from_dict, set_dotted
 from sim.scenario.overrides import replaces
 from sim.scenario.strict_yaml import read_yaml
@@ -146,7 +146,6 @@ class SweepPlan:
 
     path: Path
     config: SweepConfig
-    base_dir: Path
     points: tuple[SweepPoint, ...]
     targets: tuple[SloTarget, ...]
 
@@ -211,7 +210,7 @@ def load_sweep(path: str | Path) -> SweepPlan:
         if not isinstance(seeds, list):  # a count: the scenario's seed, +1, ...
             seeds = [scenario.seed + k for k in range(seeds)]
         points.append(SweepPoint(index, overrides, scenario, tuple(seeds)))
-    return SweepPlan(path, config, scenario_path.parent, tuple(points), targets)
+    return SweepPlan(path, config, tuple(points), targets)
 
 
 def config_hash(scenario_doc: dict[str, Any], base_dir: Path) -> str:
@@ -259,9 +258,10 @@ def jobs_for(plan: SweepPlan) -> list[Job]:
     _named_digests.cache_clear()  # files read afresh: one may have changed since
     for point in plan.points:
         for seed in point.seeds:
-            doc = point.scenario.model_copy(update={"seed": seed}).model_dump(mode="json")
-            key = config_hash(doc, plan.base_dir)
-            jobs.append(Job(point, seed, key, {"scenario": doc, "base_dir": str(plan.base_dir)}))
+            scenario = point.scenario.model_copy(update={"seed": seed})
+            doc = scenario.model_dump(mode="json")
+            task = task_for(doc, scenario)  # relative paths from the scenario file's folder
+            jobs.append(Job(point, seed, config_hash(doc, Path(task["base_dir"])), task))
     return jobs
 
 

@@ -22,11 +22,17 @@ import numpy as np
 from sim import api
 from sim.errors import ConfigError
 from sim.planning.served import load_set_by_clients, served_ratio_of
-from sim.scenario import scenario_from_dict
+from sim.scenario import Scenario, scenario_from_dict
 
 Task = dict[str, Any]
 Record = dict[str, Any]
 PointFunction = Callable[[Task], Record]
+
+
+def task_for(doc: dict[str, Any], scenario: Scenario) -> Task:
+    """``run_point``'s task of ``doc`` (``scenario``'s dict): its relative paths read from
+    the scenario's folder (``Scenario.base_dir``; None: the working directory)."""
+    return {"scenario": doc, "base_dir": str(scenario.base_dir or Path.cwd())}
 
 
 def batch_size_one(scenario: Any) -> bool:

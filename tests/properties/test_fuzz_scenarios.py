@@ -410,7 +410,7 @@ def _check_higher_load(doc: dict[str, Any], arrival: tuple[str, float], factor: 
     assert p99_high >= p99_low * (1 - LOAD_NOISE) - LOAD_NOISE_MS, (p99_low, p99_high)
 
 
-def _capacity(doc: dict[str, Any], tmp: Path) -> CapacitySearch | None:
+def _capacity(doc: dict[str, Any]) -> CapacitySearch | None:
     """The capacity search for a mean-TTFT target, or None where the search is refused
     in one line."""
     from sim.metrics.slo_targets import parse_target
@@ -422,7 +422,7 @@ def _capacity(doc: dict[str, Any], tmp: Path) -> CapacitySearch | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            searcher = Searcher(scenario, [parse_target("ttft_mean_ms", 300)], tmp, num_seeds=1)
+            searcher = Searcher(scenario, [parse_target("ttft_mean_ms", 300)], num_seeds=1)
             return search(searcher, rel_width=0.2, max_num_sims=14)
     except ConfigError as error:
         assert "\n" not in str(error), str(error)
@@ -462,15 +462,12 @@ def _ordered(low: CapacitySearch | None, high: CapacitySearch | None) -> bool:
     num_replicas=st.integers(1, 3),
     seed=st.integers(0, 1000),
 )
-def test_more_replicas_never_lower_capacity(
-    model: str, num_replicas: int, seed: int, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    tmp = tmp_path_factory.mktemp("capacity")
+def test_more_replicas_never_lower_capacity(model: str, num_replicas: int, seed: int) -> None:
     fewer = {**CAPACITY_BASE, "model": model, "seed": seed}
     more = {**fewer, "cluster": {"num_replicas": num_replicas + 1}}
     if num_replicas > 1:
         fewer["cluster"] = {"num_replicas": num_replicas}
-    low, high = _capacity(fewer, tmp), _capacity(more, tmp)
+    low, high = _capacity(fewer), _capacity(more)
     assert _ordered(low, high), (low, high)
 
 
@@ -481,15 +478,12 @@ def test_more_replicas_never_lower_capacity(
     ),
     seed=st.integers(0, 1000),
 )
-def test_a_faster_gpu_never_lowers_capacity(
-    pair: tuple[str, str], seed: int, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+def test_a_faster_gpu_never_lowers_capacity(pair: tuple[str, str], seed: int) -> None:
     # On the roofline a step costs max(FLOPs / peak, bytes / bandwidth): each pair's
     # second GPU has at least the first's FLOP/s and bandwidth, so no step is slower.
-    tmp = tmp_path_factory.mktemp("capacity")
     slow, fast = pair
-    low = _capacity({**CAPACITY_BASE, "hardware": slow, "seed": seed}, tmp)
-    high = _capacity({**CAPACITY_BASE, "hardware": fast, "seed": seed}, tmp)
+    low = _capacity({**CAPACITY_BASE, "hardware": slow, "seed": seed})
+    high = _capacity({**CAPACITY_BASE, "hardware": fast, "seed": seed})
     assert _ordered(low, high), (pair, low, high)
 
 
