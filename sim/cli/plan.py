@@ -86,7 +86,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     doc = to_json(result, label, args.plan, "roofline" if roofline else "auto")
     source_doc = read_yaml(args.scenario, "scenario")
     apply_overrides(source_doc, args.set or [], args.scenario)
-    best = best_scenario(result, scenario.name, source_doc, Path(args.scenario).parent)
+    best = best_scenario(result, scenario, source_doc)
     paths = write_outputs(doc, best, out)
     figure = plot_plan(result, out, plan_caption(result, scenario.name, scenario.model.name))
     if figure is not None:

@@ -21,6 +21,7 @@ from sim.metrics.report import jsonable
 from sim.planning.capacity_report import divisor_text, figure, units_for, write_json
 from sim.planning.plan import Outcome, PlanResult
 from sim.planning.pricing import PRICES_AS_OF
+from sim.scenario import Scenario
 
 MAX_LISTED = 12
 """Skipped or refused configurations listed under the table; plan.json has all."""
@@ -247,7 +248,7 @@ def to_json(
     return cast(dict[str, Any], jsonable(doc))  # non-finite floats as null
 
 
-def _anchor_paths(doc: dict[str, Any], base_dir: Path) -> None:
+def _anchor_paths(doc: dict[str, Any], base_dir: Path | None) -> None:
     """Anchor every relative path the scenario names (a model's config folder, an engine
     CPU artifact, the cost's files, a trace, length files) at its own folder, as absolute
     ones (``anchored``), so that best.yaml runs from ``--out``."""
@@ -276,18 +277,18 @@ def _anchor_paths(doc: dict[str, Any], base_dir: Path) -> None:
 
 
 def best_scenario(
-    result: PlanResult, name: str, source_doc: dict[str, Any], base_dir: Path
+    result: PlanResult, scenario: Scenario, source_doc: dict[str, Any]
 ) -> dict[str, Any] | None:
     """The top configuration's fleet at the target rate, as a scenario document written
-    over the user's own (``source_doc``, overrides applied), so best.yaml reads like
-    their file."""
+    over the user's own (``source_doc``: ``scenario``'s file, overrides applied), so
+    best.yaml reads like their file."""
     best = result.best
     if best is None or best.scenario_doc is None or best.record is None:
         return None
     searched, c = best.scenario_doc, best.candidate
     doc = copy.deepcopy(source_doc)
     units = int(best.record["num_units"])
-    doc["name"] = f"{name}-best"
+    doc["name"] = f"{scenario.name}-best"
     doc["description"] = (
         f"servesim plan's cheapest fleet for {result.target_rate_per_s:g} req/s within "
         + ", ".join(str(t) for t in result.targets)
@@ -303,7 +304,7 @@ def best_scenario(
         doc["slo"] = searched["slo"]  # goodput counts requests within the plan's limits
     workload = doc["workload"]
     workload["arrival"] = {**workload["arrival"], "rate_per_s": result.target_rate_per_s}
-    _anchor_paths(doc, base_dir)
+    _anchor_paths(doc, scenario.base_dir)
     if c.split is None:
         if units > 1:
             doc["cluster"] = {"num_replicas": units, "router": BEST_ROUTER}
