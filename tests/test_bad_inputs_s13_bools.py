@@ -6,6 +6,7 @@ a field that takes a bool still does."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,8 @@ import yaml
 
 from calibration.compare_measured import PROBE_POINTS, speed_ratio
 from sim.cost.base import StepShape
+from sim.cost.fitted_cpu import load_engine_cpu_artifact
+from sim.cost.kernels.artifact import load_kernel_artifact
 from sim.cost.linear import LinearCost
 from sim.errors import ConfigError
 from sim.hardware.specs import HF_CONFIGS, from_hf_config
@@ -156,3 +159,37 @@ def test_a_probe_time_of_true_is_skipped_as_other_unreadable_ones() -> None:
     shape = StepShape.build([], list(PROBE_POINTS["decode 8 x 160"][1]))
     good = {"decode 8 x 160": 3.0 * cost.step_s(shape)}
     assert speed_ratio([{"prefill 128": True}, good], cost) == pytest.approx(3.0)
+
+
+V1_ARTIFACT = Path("tests/data/engine_cpu/format-1-rtx4090-llama-3.1-8b.json")
+KERNELS = Path("sim/cost/kernels/artifacts/a100_sxm-vllm-0.14.0-llama-3.1-8b.json.gz")
+
+
+def _kernels(tmp_path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
+    data = json.loads(gzip.decompress(KERNELS.read_bytes()))
+    change(data)
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_kernel_artifact_s_format_version_of_true_is_refused(tmp_path: Path) -> None:
+    path = _kernels(tmp_path, lambda d: d.update(format_version=True))
+    with pytest.raises(ConfigError, match=r"kernels.json: format_version True, this servesim"):
+        load_kernel_artifact(path)
+
+
+@pytest.mark.parametrize("column", ["m", "latency_s"])
+def test_a_kernel_table_s_true_is_refused(tmp_path: Path, column: str) -> None:
+    path = _kernels(tmp_path, lambda d: d["tables"]["gemm"][column].__setitem__(0, True))
+    with pytest.raises(ConfigError, match=rf"kernels.json: table gemm: {column} .*true"):
+        load_kernel_artifact(path)
+
+
+def test_an_engine_cpu_artifact_s_format_version_of_true_is_refused(tmp_path: Path) -> None:
+    # A format 1 artifact is read as format 2: its true was format 1.
+    data = json.loads(V1_ARTIFACT.read_text()) | {"format_version": True}
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"cpu.json: format_version True, this servesim"):
+        load_engine_cpu_artifact(path)
