@@ -26,6 +26,7 @@ from sim.planning.plan_file import PlanConfig
 from sim.scenario import load_scenario
 from sim.validation.formats.guidellm import read_guidellm
 from sim.validation.formats.otlp import read_otlp
+from sim.validation.match import engine_mismatches
 from tests.cli_errors import one_line_error, run_error
 
 CHAT = "scenarios/chat.yaml"
@@ -193,3 +194,11 @@ def test_an_engine_cpu_artifact_s_format_version_of_true_is_refused(tmp_path: Pa
     path.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"cpu.json: format_version True, this servesim"):
         load_engine_cpu_artifact(path)
+
+
+def test_a_run_s_recorded_setting_of_true_is_not_1() -> None:
+    # A run.json's engine tensor_parallel_size true matched the scenario's 1 (True == 1).
+    found = engine_mismatches(load_scenario(CHAT), {"tensor_parallel_size": True})
+    assert found == [
+        "tensor_parallel_size True measured, parallelism.tensor_parallel_size 1 in the scenario"
+    ]
