@@ -27,6 +27,7 @@ from sim.scenario import load_scenario
 from sim.validation.formats.guidellm import read_guidellm
 from sim.validation.formats.otlp import read_otlp
 from sim.validation.match import engine_mismatches
+from sim.validation.runs import ImportedRun, load_run
 from tests.cli_errors import one_line_error, run_error
 
 CHAT = "scenarios/chat.yaml"
@@ -202,3 +203,12 @@ def test_a_run_s_recorded_setting_of_true_is_not_1() -> None:
     assert found == [
         "tensor_parallel_size True measured, parallelism.tensor_parallel_size 1 in the scenario"
     ]
+
+
+@pytest.mark.parametrize("field", ["num_failed", "num_incomplete", "num_cached_tokens"])
+def test_an_imported_run_s_count_of_true_is_refused(tmp_path: Path, field: str) -> None:
+    # run.json's num_failed true was one failed request (int(True) is 1).
+    run = read_guidellm(IMPORTS / "guidellm_report.json")
+    ImportedRun(run.requests, {**run.meta, field: True}).write(tmp_path / "run")
+    with pytest.raises(ConfigError, match=rf"run.json: {field} must be a number, got True$"):
+        load_run(tmp_path / "run")
