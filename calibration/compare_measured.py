@@ -64,7 +64,9 @@ def speed_ratio(probes: list[object], cost: CostModel) -> float | None:
             continue
         for name, measured in medians.items():
             point = PROBE_POINTS.get(str(name))
-            if point is None or not isinstance(measured, int | float) or measured <= 0:
+            # A true is not 1 s (bool is an int in Python): unreadable, as text is.
+            readable = isinstance(measured, int | float) and not isinstance(measured, bool)
+            if point is None or not readable or measured <= 0:
                 continue
             chunks, contexts = point
             predicted = cost.step_s(StepShape.build(list(chunks), list(contexts)))

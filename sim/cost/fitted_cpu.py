@@ -98,8 +98,9 @@ def from_format_1(data: dict[str, Any]) -> dict[str, Any]:
     """A format-1 artifact as format 2, its price kept: its one ``per_seq_s`` becomes
     ``scheduler_per_seq_s`` with ``sampling_per_seq_s`` 0 (``x + 0.0`` is ``x``), and it
     has no intervals. Any other document as it is."""
-    if data.get("format") != FORMAT_NAME or data.get("format_version") != 1:
-        return data
+    version = data.get("format_version")
+    if data.get("format") != FORMAT_NAME or version != 1 or isinstance(version, bool):
+        return data  # a true is not 1: check_format refuses it
     cpu = data.get("cpu")
     if isinstance(cpu, dict) and "per_seq_s" in cpu:
         parts = {k: v for k, v in cpu.items() if k != "per_seq_s"}

@@ -151,11 +151,11 @@ def check_format(
     """
     if data.get("format") != format_name:
         raise ConfigError(f"{path}: not a {kind} (format is not {format_name!r})")
-    if data.get("format_version") != format_version:
+    version = data.get("format_version")
+    if version != format_version or isinstance(version, bool):  # a true is not 1
         hint = f" ({rerun})" if rerun else ""
         raise ConfigError(
-            f"{path}: format_version {data.get('format_version')!r}, this servesim reads "
-            f"{format_version}{hint}"
+            f"{path}: format_version {version!r}, this servesim reads {format_version}{hint}"
         )
 
 

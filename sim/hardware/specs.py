@@ -459,7 +459,8 @@ def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     if num_experts:
         # Qwen-MoE can keep some layers dense (mlp_only_layers, or MoE only every
         # decoder_sparse_step-th layer); every layer is priced as MoE, so refuse those.
-        if config.get("mlp_only_layers") or (config.get("decoder_sparse_step") or 1) != 1:
+        step = config.get("decoder_sparse_step") and _field(config, where, "decoder_sparse_step")
+        if config.get("mlp_only_layers") or (step or 1) != 1:
             raise ConfigError(
                 f"{where}: dense layers among MoE layers (mlp_only_layers, "
                 "decoder_sparse_step != 1) are not modelled"
@@ -470,7 +471,9 @@ def _llama_style(config: dict[str, Any], name: str, where: str) -> ModelSpec:
             expert_intermediate_size=_field(
                 config, where, "moe_intermediate_size", "intermediate_size"
             ),
-            shared_expert_intermediate_size=config.get("shared_expert_intermediate_size") or None,
+            shared_expert_intermediate_size=_field(config, where, "shared_expert_intermediate_size")
+            if config.get("shared_expert_intermediate_size")
+            else None,
         )
     return _from_config(
         name=name,

@@ -234,7 +234,7 @@ def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[s
     found = [
         f"{key} {recorded[key]!r} measured, {value!r} in the scenario"
         for key, value in expected.items()
-        if recorded.get(key, UNKNOWN) not in (UNKNOWN, value)
+        if _differs(recorded.get(key, UNKNOWN), value)
     ]
     model, quantization = model_for(scenario), scenario.quantization
     stored = {  # bytes an element, and the scenario's dtype as a report names it
@@ -250,8 +250,16 @@ def engine_mismatches(scenario: Scenario, recorded: Mapping[str, Any]) -> list[s
     return found + [
         f"{key} {recorded[key]} measured, {LAYOUT_SETTINGS[key]} {value} in the scenario"
         for key, value in _layout(scenario).items()
-        if recorded.get(key, UNKNOWN) not in (UNKNOWN, value)
+        if _differs(recorded.get(key, UNKNOWN), value)
     ]
+
+
+def _differs(found: Any, value: Any) -> bool:
+    """Whether a recorded setting (``UNKNOWN``: not compared) is not the scenario's
+    ``value``: a true is not 1, nor 1 true (bool is an int in Python)."""
+    return found != UNKNOWN and (
+        found != value or isinstance(found, bool) != isinstance(value, bool)
+    )
 
 
 def unknown_layout(scenario: Scenario, recorded: Mapping[str, Any] | None, where: str) -> list[str]:

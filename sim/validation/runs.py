@@ -23,6 +23,7 @@ import pandas as pd
 from sim.errors import ConfigError
 from sim.metrics.request_trace import replay_workload
 from sim.metrics.stats import REQUEST_COLUMNS, text_dtype
+from sim.workload.json_lines import whole_number
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class ImportedRun:
         return paths
 
 
+# run.json's counts that sim.validation.match.RunFacts reads as numbers.
+_META_COUNTS = ("num_failed", "num_incomplete", "num_cached_tokens")
+
+
 def load_run(path: str | Path) -> ImportedRun:
     """An imported-run folder written by ``ImportedRun.write``."""
     folder = Path(path)
@@ -80,6 +85,9 @@ def load_run(path: str | Path) -> ImportedRun:
     missing = [c for c in REQUEST_COLUMNS if c not in requests.columns]
     if missing:
         raise ConfigError(f"{folder / 'requests.parquet'}: missing columns {missing}")
+    for field in _META_COUNTS:  # a true is not 1 (bool is an int in Python)
+        if isinstance(meta, dict) and meta.get(field) is not None:
+            whole_number(meta[field], str(folder / "run.json"), field, 0)
     tokens_path = folder / "tokens.parquet"
     tokens = pd.read_parquet(tokens_path) if tokens_path.exists() else None
     return ImportedRun(requests, meta, tokens)

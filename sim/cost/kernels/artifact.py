@@ -133,6 +133,12 @@ def check_table(name: str, table: pd.DataFrame, where: str) -> None:
     if tuple(table.columns) != columns:
         raise ConfigError(f"{where}: table {name} has columns {list(table.columns)}, "
                           f"expected {list(columns)}")  # fmt: skip
+    for column in columns:  # a true is not 1: a bool column, or one among numbers (object)
+        values = table[column]
+        if values.dtype == bool or (
+            values.dtype == object and any(isinstance(v, bool) for v in values)
+        ):
+            raise ConfigError(f"{where}: table {name}: {column} must be numbers, not true/false")
     if "latency_s" not in columns:
         alpha = pd.to_numeric(table["alpha"], errors="coerce")
         if not bool(np.isfinite(alpha.to_numpy(np.float64)).all()):

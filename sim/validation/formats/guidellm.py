@@ -9,7 +9,6 @@ schedule a capped rate replays.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -50,13 +49,14 @@ def _times(request: dict[str, Any], where: str) -> tuple[float, float, float, fl
         targeted = t.get("targeted_start")
         names = ("info.timings.request_start", "info.timings.first_token_iteration")
         last_name = "info.timings.last_token_iteration"
+        targeted_name = "info.timings.targeted_start"
     else:
         start = first_present(request, "request_start_time", "start_time")
         first = request.get("first_token_time")
         last = first_present(request, "last_token_time", "end_time", "request_end_time")
         targeted = (request.get("scheduler_info") or {}).get("targeted_start_time")
         names = ("start_time", "first_token_time")
-        last_name = "last_token_time"
+        last_name, targeted_name = "last_token_time", "scheduler_info.targeted_start_time"
     for value, name in ((start, names[0]), (first, names[1]), (last, last_name)):
         if value is None:
             raise ConfigError(f"{where}: missing field {name}")
@@ -65,9 +65,8 @@ def _times(request: dict[str, Any], where: str) -> tuple[float, float, float, fl
     finish_s = number(last, where, last_name)
     if not sent_s <= first_s <= finish_s:
         raise ConfigError(f"{where}: times must not decrease (sent, first token, last token)")
-    if not (isinstance(targeted, int | float) and math.isfinite(targeted)):
-        targeted = sent_s
-    return sent_s, first_s, finish_s, float(targeted)
+    targeted_s = sent_s if targeted is None else number(targeted, where, targeted_name)
+    return sent_s, first_s, finish_s, targeted_s
 
 
 def _tokens(request: dict[str, Any], where: str) -> tuple[int, int]:
@@ -227,7 +226,17 @@ def strategy_load(strategy: Any, where: str) -> dict[str, Any] | None:
 _PREFIX_TEXT = re.compile(r"prefix_(tokens|count)\s*[=:]\s*\"?(\d+)")
 
 
-def _prefix_sources(value: Any) -> Iterator[tuple[int, int]]:
+def _prefix(holder: dict[str, Any], where: str) -> tuple[int, int]:
+    """``(prefix_tokens, prefix_count)`` of an object that names ``prefix_tokens``; a count
+    absent or 0 is 1 (one shared prefix). A true is not 1 (bool is an int in Python)."""
+    num_prefixes = holder.get("prefix_count")
+    return (
+        count(holder["prefix_tokens"], where, "prefix_tokens"),
+        1 if num_prefixes is None else count(num_prefixes, where, "prefix_count") or 1,
+    )
+
+
+def _prefix_sources(value: Any, where: str) -> Iterator[tuple[int, int]]:
     """Every ``(prefix_tokens, prefix_count)`` a data configuration names, in
     objects (``prefix_tokens``, ``prefix_buckets``) or in argument strings
     (``prompt_tokens=256,prefix_tokens=64``, a JSON string)."""
@@ -235,16 +244,16 @@ def _prefix_sources(value: Any) -> Iterator[tuple[int, int]]:
         buckets = value.get("prefix_buckets")
         if isinstance(buckets, list):
             for bucket in buckets:
-                if isinstance(bucket, dict) and isinstance(bucket.get("prefix_tokens"), int):
-                    yield bucket["prefix_tokens"], int(bucket.get("prefix_count") or 1)
-        elif isinstance(value.get("prefix_tokens"), int):
-            yield value["prefix_tokens"], int(value.get("prefix_count") or 1)
+                if isinstance(bucket, dict) and bucket.get("prefix_tokens") is not None:
+                    yield _prefix(bucket, where)
+        elif value.get("prefix_tokens") is not None:
+            yield _prefix(value, where)
         for key, item in value.items():
             if key != "prefix_buckets":
-                yield from _prefix_sources(item)
+                yield from _prefix_sources(item, where)
     elif isinstance(value, list):
         for item in value:
-            yield from _prefix_sources(item)
+            yield from _prefix_sources(item, where)
     elif isinstance(value, str) and "prefix_" in value:
         found = dict(_PREFIX_TEXT.findall(value))
         if "tokens" in found:
@@ -263,7 +272,7 @@ def report_prefix(
         document.get("args"),
         (bench.get("config") or {}).get("requests"),
     ]
-    found = {pair for holder in holders for pair in _prefix_sources(holder) if pair[0] > 0}
+    found = {pair for holder in holders for pair in _prefix_sources(holder, where) if pair[0] > 0}
     if len(found) > 1:
         raise ConfigError(
             f"{where}: the report names several prefixes {sorted(found)}; declare the one "

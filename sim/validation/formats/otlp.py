@@ -73,8 +73,10 @@ def _spans(path: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _nanos(value: Any, where: str) -> int:
-    """A ``*TimeUnixNano`` value (a decimal string in OTLP JSON) as an int."""
+    """A ``*TimeUnixNano`` value (a decimal string in OTLP JSON) as an int; not a true (1)."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         return int(value)
     except (TypeError, ValueError):
         raise ConfigError(
